@@ -1,0 +1,140 @@
+/* SPDX-License-Identifier: MIT */
+#include "testutil.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+uint8_t *tu_try_read_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	uint8_t *buf;
+	long n;
+
+	if (!f)
+		return NULL;
+	cr_assert(fseek(f, 0, SEEK_END) == 0);
+	n = ftell(f);
+	cr_assert(n >= 0);
+	rewind(f);
+	buf = malloc((size_t)n + 1);
+	cr_assert(buf);
+	cr_assert(fread(buf, 1, (size_t)n, f) == (size_t)n, "read %s", path);
+	fclose(f);
+	*len = (size_t)n;
+	return buf;
+}
+
+uint8_t *tu_read_file(const char *path, size_t *len)
+{
+	uint8_t *buf = tu_try_read_file(path, len);
+	cr_assert(buf, "cannot read %s: %s", path, strerror(errno));
+	return buf;
+}
+
+const char *tu_data_path(const char *rel)
+{
+	static char path[4096];
+	const char *dir = getenv("TD_TEST_DATA");
+
+	cr_assert(dir, "TD_TEST_DATA is not set (run through meson test)");
+	snprintf(path, sizeof(path), "%s/%s", dir, rel);
+	return path;
+}
+
+const char *tu_vectors_path(const char *sub)
+{
+	static char path[4096];
+	const char *dir = getenv("TD_VECTORS_DIR");
+	struct stat st;
+
+	if (!dir)
+		return NULL;
+	snprintf(path, sizeof(path), "%s/%s", dir, sub);
+	if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+		return NULL;
+	return path;
+}
+
+int tu_fd_count(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	cr_assert(d);
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n - 1; /* the DIR's own fd */
+}
+
+int tu_map_count(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	int n = 0, c;
+
+	cr_assert(f);
+	while ((c = fgetc(f)) != EOF)
+		if (c == '\n')
+			n++;
+	fclose(f);
+	return n;
+}
+
+int tu_run_capture(char *const argv[], char **out)
+{
+	int p[2], status;
+	size_t cap = 4096, len = 0;
+	char *buf = malloc(cap);
+	pid_t pid;
+
+	cr_assert(buf);
+	cr_assert(pipe2(p, O_CLOEXEC) == 0);
+	pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		dup2(p[1], 1);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(p[1]);
+	for (;;) {
+		if (len + 1 >= cap) {
+			cap *= 2;
+			buf = realloc(buf, cap);
+			cr_assert(buf);
+		}
+		ssize_t n = read(p[0], buf + len, cap - len - 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	close(p[0]);
+	buf[len] = 0;
+	cr_assert(waitpid(pid, &status, 0) == pid);
+	*out = buf;
+	if (WIFEXITED(status))
+		return WEXITSTATUS(status);
+	return 128 + WTERMSIG(status);
+}
+
+uint64_t tu_rand(uint64_t *s)
+{
+	uint64_t x = *s ? *s : 0x9E3779B97F4A7C15ull;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*s = x;
+	return x * 0x2545F4914F6CDD1Dull;
+}

@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: MIT */
+/* Helpers shared by the criterion suites. */
+#ifndef TD_TESTS_TESTUTIL_H
+#define TD_TESTS_TESTUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Read a whole file; aborts the test (cr_assert) on failure. free() it. */
+uint8_t *tu_read_file(const char *path, size_t *len);
+/* Like tu_read_file but returns NULL when the file does not exist. */
+uint8_t *tu_try_read_file(const char *path, size_t *len);
+/* $TD_TEST_DATA/rel, in a static buffer valid until the next call. */
+const char *tu_data_path(const char *rel);
+/* Upstream vectors folder ($TD_VECTORS_DIR/sub); NULL if it is absent. */
+const char *tu_vectors_path(const char *sub);
+
+/* Number of open fds in this process (/proc/self/fd). */
+int tu_fd_count(void);
+/* Number of mappings in this process (/proc/self/maps lines). */
+int tu_map_count(void);
+
+/*
+ * Run argv (argv[0] a path) with stdout captured into a malloc'ed NUL-
+ * terminated string (*out) and return its exit status (or 128+signal).
+ */
+int tu_run_capture(char *const argv[], char **out);
+
+/* Deterministic PRNG (xorshift64*), seeded per test. */
+uint64_t tu_rand(uint64_t *state);
+
+#endif
