@@ -1,0 +1,317 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * proto/wire: the tensord socket protocol (docs/protocol.md), sans-I/O.
+ *
+ * One AF_UNIX SOCK_SEQPACKET datagram = one message = a 32-byte header and
+ * a body. fds never enter this layer: messages carry fd *numbers* (the
+ * sender's, for pidfd_getfd) and the header's fd_count says how many
+ * descriptors the transport attached with SCM_RIGHTS. Decoded structs borrow
+ * the input buffer (strings and byte strings point into it).
+ *
+ * All integers little-endian. Primitive encodings in bodies:
+ *   u32/i32/u64: fixed width; str: u16 length + UTF-8 bytes (no NUL);
+ *   bytes: u32 length + bytes.
+ */
+#ifndef TD_PROTO_WIRE_H
+#define TD_PROTO_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+#define TD_WIRE_MAGIC 0x31574454u /* "TDW1" in little-endian byte order */
+#define TD_WIRE_VERSION 1
+#define TD_WIRE_HDR_LEN 32
+
+/* Named caps: every length and count a peer sends is bounded by one. */
+#define TD_WIRE_MAX_MSG (64 * 1024)  /* whole datagram */
+#define TD_WIRE_MAX_FDS 16           /* fds attached to one datagram */
+#define TD_WIRE_MAX_NAME 255         /* tensor name bytes */
+#define TD_WIRE_MAX_META (16 * 1024) /* user metadata bytes per tensor */
+#define TD_WIRE_MAX_PLANES 8         /* fd-table entries per tensor */
+#define TD_WIRE_MAX_REASON 1024      /* error reason bytes */
+#define TD_WIRE_MAX_DIMS 16          /* LIST/STAT shape entries */
+/* Blob bytes in one message: what is left after header and other fields. */
+#define TD_WIRE_MAX_BLOB (TD_WIRE_MAX_MSG - TD_WIRE_MAX_META - 1024)
+
+/* Header flags */
+#define TD_WIRE_F_REPLY 0x1u  /* a reply to request_id */
+#define TD_WIRE_F_NOTIFY 0x2u /* unsolicited notification (request_id 0) */
+
+enum td_wire_op {
+	TD_OP_HELLO = 1,
+	TD_OP_ALLOC = 2,
+	TD_OP_PUBLISH = 3,
+	TD_OP_GET = 4,
+	TD_OP_RELEASE = 5,
+	TD_OP_LIST = 6,
+	TD_OP_STAT = 7,
+	TD_OP_DELETE = 8,
+	TD_OP_WATCH = 9,
+	TD_OP_UNWATCH = 10,
+	TD_OP_NOTIFY = 0x100, /* daemon -> client only */
+};
+
+/* Import paths (how a descriptor crosses between two processes). */
+enum td_import {
+	TD_IMPORT_AUTO = 0,
+	TD_IMPORT_PIDFD = 1, /* receiver pulls with pidfd_getfd(pid, fd) */
+	TD_IMPORT_SCM = 2,   /* sender attaches with SCM_RIGHTS */
+};
+
+struct td_wire_hdr {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t opcode;
+	uint32_t flags;
+	uint32_t fd_count; /* SCM_RIGHTS fds attached to this datagram */
+	uint64_t request_id;
+	uint32_t body_len; /* == datagram length - TD_WIRE_HDR_LEN */
+	int32_t status;    /* replies: 0 or -errno; otherwise 0 */
+};
+
+struct td_wire_str {
+	const char *ptr; /* borrowed; not NUL-terminated */
+	uint16_t len;
+};
+
+struct td_wire_bytes {
+	const uint8_t *ptr; /* borrowed */
+	uint32_t len;
+};
+
+/*
+ * Decode and validate a header at the start of a received datagram of len
+ * bytes: length >= 32 (-ENODATA), magic (-EBADMSG), version (-EPROTONOSUPPORT),
+ * body_len == len - 32 (-EBADMSG), len <= TD_WIRE_MAX_MSG (-EMSGSIZE),
+ * fd_count <= TD_WIRE_MAX_FDS (-E2BIG). Opcode is NOT checked here (the
+ * daemon answers unknown opcodes with -EOPNOTSUPP). 0 or -errno + *err.
+ */
+int td_wire_hdr_decode(const uint8_t *buf, size_t len, struct td_wire_hdr *h,
+		       struct td_err *err);
+/* Write h into out[0, 32). */
+void td_wire_hdr_encode(const struct td_wire_hdr *h, uint8_t *out);
+
+/* ---- body cursors (used by the message codecs, exposed for tests) ---- */
+
+struct td_wire_rd {
+	const uint8_t *p;
+	size_t len;
+	size_t off;
+	int rc; /* first error (sticky), 0 while fine */
+	struct td_err *err;
+};
+
+struct td_wire_wr {
+	uint8_t *p;
+	size_t cap;
+	size_t off;
+	bool overflow; /* sticky: a put did not fit */
+};
+
+void td_wire_rd_init(struct td_wire_rd *rd, const uint8_t *body, size_t len,
+		     struct td_err *err);
+uint32_t td_wire_rd_u32(struct td_wire_rd *rd, const char *field);
+int32_t td_wire_rd_i32(struct td_wire_rd *rd, const char *field);
+uint64_t td_wire_rd_u64(struct td_wire_rd *rd, const char *field);
+/* str/bytes: length bounded by max (else -EOVERFLOW, FORGED_LENGTH). */
+struct td_wire_str td_wire_rd_str(struct td_wire_rd *rd, uint16_t max,
+				  const char *field);
+struct td_wire_bytes td_wire_rd_bytes(struct td_wire_rd *rd, uint32_t max,
+				      const char *field);
+/* 0 when the whole body was consumed without error, else -errno. */
+int td_wire_rd_end(struct td_wire_rd *rd);
+
+void td_wire_wr_init(struct td_wire_wr *wr, uint8_t *buf, size_t cap);
+void td_wire_wr_u32(struct td_wire_wr *wr, uint32_t v);
+void td_wire_wr_i32(struct td_wire_wr *wr, int32_t v);
+void td_wire_wr_u64(struct td_wire_wr *wr, uint64_t v);
+void td_wire_wr_str(struct td_wire_wr *wr, const char *s, size_t len);
+void td_wire_wr_bytes(struct td_wire_wr *wr, const void *p, size_t len);
+
+/* ---- messages ----
+ * Each message has _encode(msg, buf, cap) -> body bytes written or -ENOBUFS,
+ * and _decode(body, len, msg, err) -> 0 or -errno (-ENODATA truncated,
+ * -EOVERFLOW a length over its cap, -EBADMSG trailing bytes / bad value).
+ * Encode writes only the body; callers prepend the header.
+ */
+
+/* HELLO request */
+struct td_wire_hello_req {
+	uint32_t import_pref;  /* enum td_import */
+	int32_t probe_fd;      /* a client fd the daemon may try to pull, -1 */
+	struct td_wire_str client_name;
+};
+/* HELLO reply; attaches the daemon's pidfd when out_pidfd != 0 */
+struct td_wire_hello_rep {
+	uint32_t daemon_pid;
+	uint32_t import_in;  /* how this peer's fds reach the daemon */
+	uint32_t out_pidfd;  /* 1: a pidfd of the daemon is attached */
+	int32_t probe_fd;    /* a daemon fd the client may try to pull, -1 */
+	uint32_t max_msg, max_fds, max_name, max_meta, max_planes;
+	uint64_t max_bytes;  /* daemon memory limit, 0 = none */
+	struct td_wire_str ident; /* "tensord 0.1.0" */
+};
+
+/* One fd-table entry as the daemon describes its own descriptors. */
+struct td_wire_fdent {
+	int32_t fd;         /* the daemon's fd number (for pidfd_getfd) */
+	uint64_t buffer_id; /* stable id of the buffer while the daemon runs */
+};
+
+/* Request flags shared by fd-returning requests (ALLOC, GET) */
+#define TD_WIRE_REQ_SCM 0x1u /* attach the fds with SCM_RIGHTS */
+
+struct td_wire_alloc_req {
+	uint32_t flags;
+	uint32_t plane_count; /* <= TD_WIRE_MAX_PLANES */
+	uint64_t sizes[TD_WIRE_MAX_PLANES];
+};
+struct td_wire_alloc_rep {
+	uint64_t alloc_id;
+	uint32_t fd_count;
+	struct td_wire_fdent fds[TD_WIRE_MAX_PLANES];
+};
+
+#define TD_WIRE_PUB_PIN 0x1u /* never evict this version */
+
+struct td_wire_publish_req {
+	struct td_wire_str name;
+	uint32_t flags;
+	uint64_t alloc_id; /* 0: the planes are the producer's own fds */
+	struct td_wire_bytes meta;
+	struct td_wire_bytes blob; /* reference mode, pid = producer */
+	uint32_t fd_count;         /* <= TD_WIRE_MAX_PLANES + 1 (fence) */
+	int32_t fds[TD_WIRE_MAX_PLANES + 1]; /* producer fd numbers */
+};
+struct td_wire_publish_rep {
+	uint64_t version;
+};
+
+enum td_wire_get_mode {
+	TD_GET_LATEST = 0,
+	TD_GET_EXACT = 1,
+	TD_GET_NEWER = 2, /* wait for a version > version */
+};
+#define TD_WIRE_WAIT_FOREVER UINT32_MAX
+
+struct td_wire_get_req {
+	struct td_wire_str name;
+	uint32_t mode;
+	uint32_t flags; /* TD_WIRE_REQ_SCM */
+	uint64_t version;
+	uint32_t timeout_ms; /* 0 = do not wait */
+};
+struct td_wire_get_rep {
+	uint64_t version;
+	uint64_t lease_id;
+	struct td_wire_bytes meta;
+	struct td_wire_bytes blob; /* pid = daemon, handles index fds[] */
+	uint32_t fd_count;
+	struct td_wire_fdent fds[TD_WIRE_MAX_PLANES + 1];
+};
+
+struct td_wire_release_req {
+	uint64_t lease_id;
+};
+
+/* A tensor's summary in LIST and STAT replies. */
+struct td_wire_entry {
+	struct td_wire_str name;
+	uint64_t version;
+	uint32_t dtype;
+	uint32_t ndim; /* <= TD_WIRE_MAX_DIMS */
+	uint64_t shape[TD_WIRE_MAX_DIMS];
+	uint64_t bytes;       /* sum of plane sizes */
+	uint32_t lease_count; /* leases on this version */
+	uint32_t flags;       /* TD_WIRE_PUB_PIN */
+	struct td_wire_bytes meta;
+};
+
+struct td_wire_list_req {
+	struct td_wire_str prefix; /* "" = all */
+	struct td_wire_str after;  /* resume after this name, "" = start */
+};
+/* LIST reply: u32 count, u32 more, then count entries. */
+int td_wire_list_rep_begin(struct td_wire_wr *wr); /* reserves the counts */
+int td_wire_entry_put(struct td_wire_wr *wr, const struct td_wire_entry *e);
+void td_wire_list_rep_finish(struct td_wire_wr *wr, uint32_t count,
+			     uint32_t more);
+/* Reading: init, then next() until it returns 0 (end) or <0 (error). */
+struct td_wire_list_rd {
+	struct td_wire_rd rd;
+	uint32_t count, more, seen;
+};
+int td_wire_list_rep_init(struct td_wire_list_rd *lr, const uint8_t *body,
+			  size_t len, struct td_err *err);
+int td_wire_list_rep_next(struct td_wire_list_rd *lr,
+			  struct td_wire_entry *e);
+
+struct td_wire_name_req { /* STAT, DELETE */
+	struct td_wire_str name;
+};
+/* STAT reply body = one entry; DELETE reply = u64 version removed */
+
+#define TD_WIRE_WATCH_PREFIX 0x1u
+struct td_wire_watch_req {
+	struct td_wire_str name; /* a name, or a prefix with the flag */
+	uint32_t flags;
+};
+struct td_wire_watch_rep {
+	uint64_t watch_id;
+};
+/* UNWATCH request: u64 watch_id; empty reply */
+
+enum td_wire_event {
+	TD_EVENT_PUBLISHED = 1,
+	TD_EVENT_DELETED = 2,
+};
+struct td_wire_notify {
+	uint64_t watch_id;
+	uint32_t event;
+	uint64_t version;
+	struct td_wire_str name;
+};
+
+/* Error reply body: str reason (<= TD_WIRE_MAX_REASON). */
+
+#define TD_WIRE_CODEC(type)                                                   \
+	int64_t td_wire_##type##_encode(const struct td_wire_##type *m,       \
+					uint8_t *buf, size_t cap);            \
+	int td_wire_##type##_decode(const uint8_t *body, size_t len,          \
+				    struct td_wire_##type *m,                 \
+				    struct td_err *err);
+
+TD_WIRE_CODEC(hello_req)
+TD_WIRE_CODEC(hello_rep)
+TD_WIRE_CODEC(alloc_req)
+TD_WIRE_CODEC(alloc_rep)
+TD_WIRE_CODEC(publish_req)
+TD_WIRE_CODEC(publish_rep)
+TD_WIRE_CODEC(get_req)
+TD_WIRE_CODEC(get_rep)
+TD_WIRE_CODEC(release_req)
+TD_WIRE_CODEC(list_req)
+TD_WIRE_CODEC(name_req)
+TD_WIRE_CODEC(entry)
+TD_WIRE_CODEC(watch_req)
+TD_WIRE_CODEC(watch_rep)
+TD_WIRE_CODEC(notify)
+
+#undef TD_WIRE_CODEC
+
+/*
+ * Names (tensor names, watch prefixes): 1..TD_WIRE_MAX_NAME bytes of
+ * printable ASCII from [A-Za-z0-9._:/@+-], no leading '/', no "..", no
+ * "//", not ending in '/'. Returns 0 or -EINVAL with a static reason in
+ * *reason. A prefix (allow_empty) may be "" and may end in '/'.
+ */
+int td_wire_name_check(const char *s, size_t len, bool prefix,
+		       const char **reason);
+
+/* Opcode name for logs ("PUBLISH"), "UNKNOWN" otherwise. */
+const char *td_wire_op_name(uint16_t op);
+
+#endif
