@@ -83,7 +83,10 @@ int cmd_inspect(int argc, char **argv)
 		return TCTL_USAGE;
 	}
 	/* formats with a magic first; the blob has none and is the default */
-	rc = inspect_blob(buf, len, json);
+	if (inspect_tgm_sniff(buf, len))
+		rc = inspect_tgm(buf, len, json);
+	else
+		rc = inspect_blob(buf, len, json);
 	free(buf);
 	return rc;
 }

@@ -18,6 +18,9 @@ int cmd_inspect(int argc, char **argv);
 
 /* inspect back ends, chosen by magic; return a TCTL_ status */
 int inspect_blob(const uint8_t *buf, size_t len, int json);
+int inspect_tgm(const uint8_t *buf, size_t len, int json);
+/* 1 when buf is a .tgm file: TENSOGRM magic, or a message after junk */
+int inspect_tgm_sniff(const uint8_t *buf, size_t len);
 
 /* Print a decoder refusal: JSON on stdout, or one line on stderr. */
 void tctl_print_td_err(const struct td_err *e, int json);

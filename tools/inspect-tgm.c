@@ -1,0 +1,230 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tensorctl inspect for Tensogram .tgm files (../shared/specs/tensogram.md):
+ * the scan, then every message's header and frame walk. --json prints the
+ * structure of ../shared/vectors/tgm/expected.json (without the type-9
+ * descriptor, which needs a CBOR decoder).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "json.h"
+#include "tensorctl.h"
+#include "tgm.h"
+
+/* A file whose first message starts this far in is still a .tgm file
+ * (junk before the first message, spec §12); beyond it, not sniffed. */
+#define SNIFF_WINDOW 4096
+
+int inspect_tgm_sniff(const uint8_t *buf, size_t len)
+{
+	struct td_tgm_scanner s;
+	struct td_tgm_span span;
+
+	if (len >= 8 && !memcmp(buf, "TENSOGRM", 8))
+		return 1;
+	td_tgm_scan_init(buf, len, &s);
+	return td_tgm_scan_next(&s, &span) == 1 && span.offset < SNIFF_WINDOW;
+}
+
+/* Summary of one message, for the exit status. */
+struct msg_result {
+	int walk_rc;  /* < 0: walk init or step failed */
+	int hash_bad; /* frames whose present hash did not verify */
+};
+
+static void print_err_text(FILE *f, const struct td_err *e)
+{
+	char text[160];
+
+	snprintf(text, sizeof(text), "%s at offset %" PRIu64,
+		 e->reason ? e->reason : "error", e->offset);
+	json_cstr(f, text);
+}
+
+static void json_message(FILE *f, const uint8_t *buf,
+			 const struct td_tgm_span *sp, struct msg_result *r)
+{
+	const uint8_t *msg = buf + sp->offset;
+	struct td_tgm_header h;
+	struct td_tgm_walk it;
+	struct td_tgm_frame fr;
+	struct td_err e = { 0 };
+	int rc, n = 0;
+
+	fprintf(f, "{\"offset\":%" PRIu64 ",\"length\":%" PRIu64, sp->offset,
+		sp->length);
+	if (td_tgm_header_decode(msg, sp->length, &h, &e) == 0) {
+		fprintf(f,
+			",\"header\":{\"version\":%u,\"flags\":%u,"
+			"\"flags_hex\":\"0x%04x\",\"total_length\":%" PRIu64
+			",\"predicates\":[",
+			h.version, h.flags, h.flags, h.total_length);
+		for (unsigned b = 0, k = 0; b < TD_TGM_PREDICATE_COUNT; b++) {
+			if (!(h.flags & (1u << b)))
+				continue;
+			fprintf(f, "%s", k++ ? "," : "");
+			json_cstr(f, td_tgm_predicate_name(b));
+		}
+		fprintf(f, "]}");
+	} else {
+		fprintf(f, ",\"header\":null");
+	}
+	rc = td_tgm_walk_init(msg, sp->length, &it, &e);
+	if (rc < 0) {
+		r->walk_rc = rc;
+		fprintf(f, ",\"postamble\":null,\"frames\":[],\"walk_error\":");
+		print_err_text(f, &e);
+		fprintf(f, "}");
+		return;
+	}
+	fprintf(f,
+		",\"postamble\":{\"offset\":%" PRIu64
+		",\"first_footer_offset\":%" PRIu64 ",\"total_length\":%" PRIu64
+		"},\"frames\":[",
+		it.postamble_offset, it.first_footer_offset,
+		it.postamble_total_length);
+	while ((rc = td_tgm_walk_next(&it, &fr, &e)) == 1) {
+		fprintf(f,
+			"%s{\"type\":%u,\"name\":\"%s\",\"version\":%u,"
+			"\"flags\":%u,\"offset\":%" PRIu64
+			",\"length\":%" PRIu64 ",\"payload_len\":%" PRIu64
+			",\"has_hash\":%s",
+			n++ ? "," : "", fr.type, fr.name, fr.version, fr.flags,
+			fr.offset, fr.length, fr.payload_len,
+			fr.has_hash ? "true" : "false");
+		if (fr.has_hash) {
+			int ok = td_tgm_frame_verify(&fr, NULL, NULL) == 0;
+			fprintf(f, ",\"hash_ok\":%s", ok ? "true" : "false");
+			r->hash_bad += !ok;
+		}
+		if (fr.type == TD_TGM_NTENSOR_FRAME)
+			fprintf(f,
+				",\"cbor_offset\":%" PRIu64
+				",\"cbor_after_payload\":%s",
+				fr.cbor_offset,
+				fr.cbor_after_payload ? "true" : "false");
+		fprintf(f, "}");
+	}
+	r->walk_rc = rc;
+	fprintf(f, "],\"walk_error\":");
+	if (rc < 0)
+		print_err_text(f, &e);
+	else
+		fprintf(f, "null");
+	fprintf(f, "}");
+}
+
+static void text_message(FILE *f, size_t idx, const uint8_t *buf,
+			 const struct td_tgm_span *sp, struct msg_result *r)
+{
+	const uint8_t *msg = buf + sp->offset;
+	struct td_tgm_header h;
+	struct td_tgm_walk it;
+	struct td_tgm_frame fr;
+	struct td_err e = { 0 };
+	int rc;
+
+	fprintf(f, "message %zu @%" PRIu64 " length %" PRIu64 "\n", idx,
+		sp->offset, sp->length);
+	if (td_tgm_header_decode(msg, sp->length, &h, &e) == 0) {
+		fprintf(f,
+			"  header: version %u flags 0x%04x total_length "
+			"%" PRIu64 "\n  predicates:",
+			h.version, h.flags, h.total_length);
+		for (unsigned b = 0; b < TD_TGM_PREDICATE_COUNT; b++)
+			if (h.flags & (1u << b))
+				fprintf(f, " %s", td_tgm_predicate_name(b));
+		fprintf(f, "\n");
+	}
+	rc = td_tgm_walk_init(msg, sp->length, &it, &e);
+	if (rc < 0) {
+		r->walk_rc = rc;
+		fprintf(f, "  walk: refused: %s at offset %" PRIu64 "\n",
+			e.reason, e.offset);
+		return;
+	}
+	fprintf(f,
+		"  postamble @%" PRIu64 ": first_footer_offset %" PRIu64
+		" total_length %" PRIu64 "\n",
+		it.postamble_offset, it.first_footer_offset,
+		it.postamble_total_length);
+	fprintf(f, "  %4s %-16s %3s %6s %8s %8s %8s %s\n", "type", "name",
+		"ver", "flags", "offset", "length", "payload", "hash");
+	while ((rc = td_tgm_walk_next(&it, &fr, &e)) == 1) {
+		const char *hash = "-";
+
+		if (fr.has_hash) {
+			int ok = td_tgm_frame_verify(&fr, NULL, NULL) == 0;
+			hash = ok ? "ok" : "MISMATCH";
+			r->hash_bad += !ok;
+		}
+		fprintf(f,
+			"  %4u %-16s %3u 0x%04x %8" PRIu64 " %8" PRIu64
+			" %8" PRIu64 " %s\n",
+			fr.type, fr.name, fr.version, fr.flags, fr.offset,
+			fr.length, fr.payload_len, hash);
+	}
+	r->walk_rc = rc;
+	if (rc < 0)
+		fprintf(f, "  end: MALFORMED: %s at offset %" PRIu64 "\n",
+			e.reason, e.offset);
+	else
+		fprintf(f, "  end: clean\n");
+}
+
+int inspect_tgm(const uint8_t *buf, size_t len, int json)
+{
+	struct td_tgm_scanner s;
+	struct td_tgm_span sp;
+	FILE *f = stdout;
+	size_t n = 0;
+	int bad = 0;
+
+	if (json) {
+		fprintf(f, "{\"kind\":\"tgm\",\"size\":%zu,\"scan\":[", len);
+		td_tgm_scan_init(buf, len, &s);
+		while (td_tgm_scan_next(&s, &sp) == 1)
+			fprintf(f, "%s[%" PRIu64 ",%" PRIu64 "]", n++ ? "," : "",
+				sp.offset, sp.length);
+		fprintf(f, "],\"messages\":[");
+	} else {
+		fprintf(f, "tgm: %zu bytes\n", len);
+	}
+	/* a second pass: scan is cheap and keeps this free of allocation */
+	td_tgm_scan_init(buf, len, &s);
+	for (n = 0; td_tgm_scan_next(&s, &sp) == 1; n++) {
+		struct msg_result r = { 0 };
+
+		if (json) {
+			fprintf(f, "%s", n ? "," : "");
+			json_message(f, buf, &sp, &r);
+		} else {
+			text_message(f, n, buf, &sp, &r);
+		}
+		bad |= r.walk_rc < 0 || r.hash_bad;
+	}
+	if (n == 0) {
+		/* say why the first message is not one (e.g. truncated) */
+		struct td_tgm_walk it;
+		struct td_err e = { 0 };
+
+		if (td_tgm_walk_init(buf, len, &it, &e) == 0)
+			e.reason = "no complete message found", e.offset = 0;
+		if (json) {
+			fprintf(f, "],\"error\":");
+			print_err_text(f, &e);
+			fprintf(f, "}\n");
+		} else {
+			fprintf(f, "no message: %s at offset %" PRIu64 "\n",
+				e.reason, e.offset);
+		}
+		return TCTL_REFUSED;
+	}
+	if (json)
+		fprintf(f, "]}\n");
+	else
+		fprintf(f, "%zu message(s)\n", n);
+	return bad ? TCTL_REFUSED : TCTL_OK;
+}
