@@ -277,6 +277,18 @@ struct td_wire_notify {
 
 /* Error reply body: str reason (<= TD_WIRE_MAX_REASON). */
 
+/* Additions (docs/protocol.md, "Additions to the first contract"): named
+ * structs for the bodies above that were only described in comments. */
+struct td_wire_delete_rep { /* DELETE reply */
+	uint64_t version;   /* the version that was the latest */
+};
+struct td_wire_unwatch_req { /* UNWATCH request */
+	uint64_t watch_id;
+};
+struct td_wire_error { /* body of every reply with status < 0 */
+	struct td_wire_str reason; /* UTF-8, no NUL; encode cuts at the cap */
+};
+
 #define TD_WIRE_CODEC(type)                                                   \
 	int64_t td_wire_##type##_encode(const struct td_wire_##type *m,       \
 					uint8_t *buf, size_t cap);            \
@@ -299,6 +311,9 @@ TD_WIRE_CODEC(entry)
 TD_WIRE_CODEC(watch_req)
 TD_WIRE_CODEC(watch_rep)
 TD_WIRE_CODEC(notify)
+TD_WIRE_CODEC(delete_rep)
+TD_WIRE_CODEC(unwatch_req)
+TD_WIRE_CODEC(error)
 
 #undef TD_WIRE_CODEC
 

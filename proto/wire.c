@@ -1,0 +1,1055 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tensord socket protocol codecs (wire.h, docs/protocol.md). Sans-I/O.
+ *
+ * Every body is a fixed sequence of fields in the order of its struct in
+ * wire.h. Decoding is strict: each variable length is bounded by its named
+ * cap (-EOVERFLOW), a field that runs past the body is truncation
+ * (-ENODATA), an enum or flag value outside its set and bytes left over
+ * after the last field are -EBADMSG, and names are checked with
+ * td_wire_name_check (-EINVAL). Error offsets are relative to the body.
+ */
+#include "wire.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "bytes.h"
+
+/* Header field offsets (docs/protocol.md, "Header"). */
+enum {
+	HOFF_MAGIC = 0,
+	HOFF_VERSION = 4,
+	HOFF_OPCODE = 6,
+	HOFF_FLAGS = 8,
+	HOFF_FD_COUNT = 12,
+	HOFF_REQUEST_ID = 16,
+	HOFF_BODY_LEN = 24,
+	HOFF_STATUS = 28,
+};
+
+#define HDR_FLAGS_KNOWN (TD_WIRE_F_REPLY | TD_WIRE_F_NOTIFY)
+
+/* Smallest encoded entry: empty-name-free, so at least one name byte. */
+#define ENTRY_MIN_LEN (2 + 1 + 8 + 4 + 4 + 8 + 4 + 4 + 4)
+/* One fd-table entry as described by the daemon: i32 fd + u64 buffer_id. */
+#define FDENT_LEN 12
+
+int td_wire_hdr_decode(const uint8_t *buf, size_t len, struct td_wire_hdr *h,
+		       struct td_err *err)
+{
+	if (len < TD_WIRE_HDR_LEN)
+		return td__err_truncated(err, TD_WIRE_HDR_LEN, len, 0,
+					 "datagram shorter than the header");
+	h->magic = td__le32(buf + HOFF_MAGIC);
+	h->version = td__le16(buf + HOFF_VERSION);
+	h->opcode = td__le16(buf + HOFF_OPCODE);
+	h->flags = td__le32(buf + HOFF_FLAGS);
+	h->fd_count = td__le32(buf + HOFF_FD_COUNT);
+	h->request_id = td__le64(buf + HOFF_REQUEST_ID);
+	h->body_len = td__le32(buf + HOFF_BODY_LEN);
+	h->status = (int32_t)td__le32(buf + HOFF_STATUS);
+
+	if (h->magic != TD_WIRE_MAGIC)
+		return td__err_set(err, TD_ERR_MALFORMED, "magic", true,
+				   h->magic, HOFF_MAGIC, "bad magic");
+	if (h->version != TD_WIRE_VERSION) {
+		td__err_set(err, TD_ERR_INVALID_ARGUMENT, "version", true,
+			    h->version, HOFF_VERSION,
+			    "unsupported protocol version");
+		return -EPROTONOSUPPORT;
+	}
+	/* Checked before body_len so an oversize datagram reads as such. */
+	if (len > TD_WIRE_MAX_MSG) {
+		td__err_set(err, TD_ERR_FORGED_LENGTH, "body_len", true,
+			    h->body_len, HOFF_BODY_LEN,
+			    "datagram larger than TD_WIRE_MAX_MSG");
+		return -EMSGSIZE;
+	}
+	if (h->body_len != len - TD_WIRE_HDR_LEN)
+		return td__err_set(err, TD_ERR_MALFORMED, "body_len", true,
+				   h->body_len, HOFF_BODY_LEN,
+				   "body_len does not match the datagram");
+	if (h->fd_count > TD_WIRE_MAX_FDS) {
+		td__err_set(err, TD_ERR_FORGED_LENGTH, "fd_count", true,
+			    h->fd_count, HOFF_FD_COUNT,
+			    "more fds than TD_WIRE_MAX_FDS");
+		return -E2BIG;
+	}
+	if (h->flags & ~HDR_FLAGS_KNOWN)
+		return td__err_set(err, TD_ERR_MALFORMED, "flags", true,
+				   h->flags, HOFF_FLAGS,
+				   "unknown header flag bits");
+	return 0;
+}
+
+void td_wire_hdr_encode(const struct td_wire_hdr *h, uint8_t *out)
+{
+	td__put_le32(out + HOFF_MAGIC, h->magic);
+	td__put_le16(out + HOFF_VERSION, h->version);
+	td__put_le16(out + HOFF_OPCODE, h->opcode);
+	td__put_le32(out + HOFF_FLAGS, h->flags);
+	td__put_le32(out + HOFF_FD_COUNT, h->fd_count);
+	td__put_le64(out + HOFF_REQUEST_ID, h->request_id);
+	td__put_le32(out + HOFF_BODY_LEN, h->body_len);
+	td__put_le32(out + HOFF_STATUS, (uint32_t)h->status);
+}
+
+/* ---- reader ---- */
+
+void td_wire_rd_init(struct td_wire_rd *rd, const uint8_t *body, size_t len,
+		     struct td_err *err)
+{
+	rd->p = body;
+	rd->len = len;
+	rd->off = 0;
+	rd->rc = 0;
+	rd->err = err;
+}
+
+/* Reserve n bytes; NULL (and a sticky -ENODATA) when they are not there. */
+static const uint8_t *rd_take(struct td_wire_rd *rd, size_t n,
+			      const char *field)
+{
+	const uint8_t *p;
+
+	if (rd->rc)
+		return NULL;
+	/* off <= len always holds, so len - off cannot wrap. */
+	if (n > rd->len - rd->off) {
+		rd->rc = td__err_truncated(rd->err, (uint64_t)rd->off + n,
+					   rd->len, rd->off,
+					   "message body truncated");
+		if (rd->err)
+			rd->err->field = field;
+		return NULL;
+	}
+	p = rd->p + rd->off;
+	rd->off += n;
+	return p;
+}
+
+/* Record the first semantic error; later ones are ignored. */
+static void rd_fail(struct td_wire_rd *rd, enum td_err_kind kind,
+		    const char *field, uint64_t value, size_t off,
+		    const char *reason)
+{
+	if (rd->rc)
+		return;
+	rd->rc = td__err_set(rd->err, kind, field, true, value, off, reason);
+}
+
+uint32_t td_wire_rd_u32(struct td_wire_rd *rd, const char *field)
+{
+	const uint8_t *p = rd_take(rd, 4, field);
+
+	return p ? td__le32(p) : 0;
+}
+
+int32_t td_wire_rd_i32(struct td_wire_rd *rd, const char *field)
+{
+	return (int32_t)td_wire_rd_u32(rd, field);
+}
+
+uint64_t td_wire_rd_u64(struct td_wire_rd *rd, const char *field)
+{
+	const uint8_t *p = rd_take(rd, 8, field);
+
+	return p ? td__le64(p) : 0;
+}
+
+struct td_wire_str td_wire_rd_str(struct td_wire_rd *rd, uint16_t max,
+				  const char *field)
+{
+	struct td_wire_str s = {"", 0};
+	size_t at = rd->off;
+	const uint8_t *p = rd_take(rd, 2, field);
+	uint16_t n;
+
+	if (!p)
+		return s;
+	n = td__le16(p);
+	if (n > max) {
+		rd_fail(rd, TD_ERR_FORGED_LENGTH, field, n, at,
+			"string longer than its cap");
+		return s;
+	}
+	p = rd_take(rd, n, field);
+	if (!p)
+		return s;
+	s.ptr = (const char *)p;
+	s.len = n;
+	return s;
+}
+
+struct td_wire_bytes td_wire_rd_bytes(struct td_wire_rd *rd, uint32_t max,
+				      const char *field)
+{
+	struct td_wire_bytes b = {NULL, 0};
+	size_t at = rd->off;
+	const uint8_t *p = rd_take(rd, 4, field);
+	uint32_t n;
+
+	if (!p)
+		return b;
+	n = td__le32(p);
+	if (n > max) {
+		rd_fail(rd, TD_ERR_FORGED_LENGTH, field, n, at,
+			"byte string longer than its cap");
+		return b;
+	}
+	p = rd_take(rd, n, field);
+	if (!p)
+		return b;
+	b.ptr = p;
+	b.len = n;
+	return b;
+}
+
+int td_wire_rd_end(struct td_wire_rd *rd)
+{
+	if (rd->rc)
+		return rd->rc;
+	if (rd->off != rd->len)
+		rd->rc = td__err_set(rd->err, TD_ERR_MALFORMED, NULL, true,
+				     rd->len - rd->off, rd->off,
+				     "trailing bytes after the message");
+	return rd->rc;
+}
+
+/* ---- writer ---- */
+
+void td_wire_wr_init(struct td_wire_wr *wr, uint8_t *buf, size_t cap)
+{
+	wr->p = buf;
+	wr->cap = cap;
+	wr->off = 0;
+	wr->overflow = false;
+}
+
+static uint8_t *wr_take(struct td_wire_wr *wr, size_t n)
+{
+	uint8_t *p;
+
+	if (wr->overflow || n > wr->cap - wr->off) {
+		wr->overflow = true;
+		return NULL;
+	}
+	p = wr->p + wr->off;
+	wr->off += n;
+	return p;
+}
+
+void td_wire_wr_u32(struct td_wire_wr *wr, uint32_t v)
+{
+	uint8_t *p = wr_take(wr, 4);
+
+	if (p)
+		td__put_le32(p, v);
+}
+
+void td_wire_wr_i32(struct td_wire_wr *wr, int32_t v)
+{
+	td_wire_wr_u32(wr, (uint32_t)v);
+}
+
+void td_wire_wr_u64(struct td_wire_wr *wr, uint64_t v)
+{
+	uint8_t *p = wr_take(wr, 8);
+
+	if (p)
+		td__put_le64(p, v);
+}
+
+void td_wire_wr_str(struct td_wire_wr *wr, const char *s, size_t len)
+{
+	uint8_t *p;
+
+	if (len > UINT16_MAX) {
+		wr->overflow = true;
+		return;
+	}
+	p = wr_take(wr, 2 + len);
+	if (!p)
+		return;
+	td__put_le16(p, (uint16_t)len);
+	if (len)
+		memcpy(p + 2, s, len);
+}
+
+void td_wire_wr_bytes(struct td_wire_wr *wr, const void *src, size_t len)
+{
+	uint8_t *p;
+
+	if (len > UINT32_MAX) {
+		wr->overflow = true;
+		return;
+	}
+	p = wr_take(wr, 4 + len);
+	if (!p)
+		return;
+	td__put_le32(p, (uint32_t)len);
+	if (len)
+		memcpy(p + 4, src, len);
+}
+
+static int64_t wr_done(const struct td_wire_wr *wr)
+{
+	return wr->overflow ? -ENOBUFS : (int64_t)wr->off;
+}
+
+/* ---- shared field helpers ---- */
+
+/* A name field: bounded, then td_wire_name_check (-EINVAL + reason). */
+static struct td_wire_str rd_name(struct td_wire_rd *rd, bool prefix,
+				  bool empty_ok, const char *field)
+{
+	size_t at = rd->off;
+	struct td_wire_str s = td_wire_rd_str(rd, TD_WIRE_MAX_NAME, field);
+	const char *why;
+
+	if (rd->rc)
+		return s;
+	if (empty_ok && s.len == 0)
+		return s;
+	if (td_wire_name_check(s.ptr, s.len, prefix, &why) < 0)
+		rd_fail(rd, TD_ERR_INVALID_ARGUMENT, field, s.len, at, why);
+	return s;
+}
+
+/* A free-text field: bounded and valid UTF-8 without NUL bytes. */
+static struct td_wire_str rd_text(struct td_wire_rd *rd, uint16_t max,
+				  const char *field)
+{
+	size_t at = rd->off;
+	struct td_wire_str s = td_wire_rd_str(rd, max, field);
+
+	if (rd->rc)
+		return s;
+	if (!td__utf8_valid((const uint8_t *)s.ptr, s.len) ||
+	    memchr(s.ptr, 0, s.len))
+		rd_fail(rd, TD_ERR_INVALID_UTF8, field, s.len, at,
+			"text is not UTF-8 without NUL bytes");
+	return s;
+}
+
+/* An enum value: v must lie in [min, max]. */
+static void rd_enum(struct td_wire_rd *rd, uint32_t v, uint32_t min,
+		    uint32_t max, size_t at, const char *field)
+{
+	if (!rd->rc && (v < min || v > max))
+		rd_fail(rd, TD_ERR_MALFORMED, field, v, at,
+			"value outside its defined set");
+}
+
+static uint32_t rd_flags(struct td_wire_rd *rd, uint32_t known,
+			 const char *field)
+{
+	size_t at = rd->off;
+	uint32_t v = td_wire_rd_u32(rd, field);
+
+	if (!rd->rc && (v & ~known))
+		rd_fail(rd, TD_ERR_MALFORMED, field, v, at,
+			"unknown flag bits");
+	return v;
+}
+
+/* A count bounded by its cap (the array it fills). */
+static uint32_t rd_count(struct td_wire_rd *rd, uint32_t max,
+			 const char *field)
+{
+	size_t at = rd->off;
+	uint32_t v = td_wire_rd_u32(rd, field);
+
+	if (!rd->rc && v > max) {
+		rd_fail(rd, TD_ERR_FORGED_LENGTH, field, v, at,
+			"count over its cap");
+		return 0;
+	}
+	return v;
+}
+
+static int rd_finish(struct td_wire_rd *rd)
+{
+	return td_wire_rd_end(rd);
+}
+
+/* ---- HELLO ---- */
+
+int64_t td_wire_hello_req_encode(const struct td_wire_hello_req *m,
+				 uint8_t *buf, size_t cap)
+{
+	struct td_wire_wr wr;
+
+	if (m->client_name.len > TD_WIRE_MAX_NAME)
+		return -EINVAL;
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_u32(&wr, m->import_pref);
+	td_wire_wr_i32(&wr, m->probe_fd);
+	td_wire_wr_str(&wr, m->client_name.ptr, m->client_name.len);
+	return wr_done(&wr);
+}
+
+int td_wire_hello_req_decode(const uint8_t *body, size_t len,
+			     struct td_wire_hello_req *m, struct td_err *err)
+{
+	struct td_wire_rd rd;
+	size_t at;
+
+	td_wire_rd_init(&rd, body, len, err);
+	at = rd.off;
+	m->import_pref = td_wire_rd_u32(&rd, "import_pref");
+	rd_enum(&rd, m->import_pref, TD_IMPORT_AUTO, TD_IMPORT_SCM, at,
+		"import_pref");
+	m->probe_fd = td_wire_rd_i32(&rd, "probe_fd");
+	m->client_name = rd_text(&rd, TD_WIRE_MAX_NAME, "client_name");
+	return rd_finish(&rd);
+}
+
+int64_t td_wire_hello_rep_encode(const struct td_wire_hello_rep *m,
+				 uint8_t *buf, size_t cap)
+{
+	struct td_wire_wr wr;
+
+	if (m->ident.len > TD_WIRE_MAX_NAME)
+		return -EINVAL;
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_u32(&wr, m->daemon_pid);
+	td_wire_wr_u32(&wr, m->import_in);
+	td_wire_wr_u32(&wr, m->out_pidfd);
+	td_wire_wr_i32(&wr, m->probe_fd);
+	td_wire_wr_u32(&wr, m->max_msg);
+	td_wire_wr_u32(&wr, m->max_fds);
+	td_wire_wr_u32(&wr, m->max_name);
+	td_wire_wr_u32(&wr, m->max_meta);
+	td_wire_wr_u32(&wr, m->max_planes);
+	td_wire_wr_u64(&wr, m->max_bytes);
+	td_wire_wr_str(&wr, m->ident.ptr, m->ident.len);
+	return wr_done(&wr);
+}
+
+int td_wire_hello_rep_decode(const uint8_t *body, size_t len,
+			     struct td_wire_hello_rep *m, struct td_err *err)
+{
+	struct td_wire_rd rd;
+	size_t at;
+
+	td_wire_rd_init(&rd, body, len, err);
+	m->daemon_pid = td_wire_rd_u32(&rd, "daemon_pid");
+	at = rd.off;
+	m->import_in = td_wire_rd_u32(&rd, "import_in");
+	rd_enum(&rd, m->import_in, TD_IMPORT_PIDFD, TD_IMPORT_SCM, at,
+		"import_in");
+	at = rd.off;
+	m->out_pidfd = td_wire_rd_u32(&rd, "out_pidfd");
+	rd_enum(&rd, m->out_pidfd, 0, 1, at, "out_pidfd");
+	m->probe_fd = td_wire_rd_i32(&rd, "probe_fd");
+	m->max_msg = td_wire_rd_u32(&rd, "max_msg");
+	m->max_fds = td_wire_rd_u32(&rd, "max_fds");
+	m->max_name = td_wire_rd_u32(&rd, "max_name");
+	m->max_meta = td_wire_rd_u32(&rd, "max_meta");
+	m->max_planes = td_wire_rd_u32(&rd, "max_planes");
+	m->max_bytes = td_wire_rd_u64(&rd, "max_bytes");
+	m->ident = rd_text(&rd, TD_WIRE_MAX_NAME, "ident");
+	return rd_finish(&rd);
+}
+
+/* ---- ALLOC ---- */
+
+int64_t td_wire_alloc_req_encode(const struct td_wire_alloc_req *m,
+				 uint8_t *buf, size_t cap)
+{
+	struct td_wire_wr wr;
+
+	if (m->plane_count > TD_WIRE_MAX_PLANES)
+		return -EINVAL;
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_u32(&wr, m->flags);
+	td_wire_wr_u32(&wr, m->plane_count);
+	for (uint32_t i = 0; i < m->plane_count; i++)
+		td_wire_wr_u64(&wr, m->sizes[i]);
+	return wr_done(&wr);
+}
+
+int td_wire_alloc_req_decode(const uint8_t *body, size_t len,
+			     struct td_wire_alloc_req *m, struct td_err *err)
+{
+	struct td_wire_rd rd;
+
+	td_wire_rd_init(&rd, body, len, err);
+	m->flags = rd_flags(&rd, TD_WIRE_REQ_SCM, "flags");
+	m->plane_count = rd_count(&rd, TD_WIRE_MAX_PLANES, "plane_count");
+	for (uint32_t i = 0; i < m->plane_count && !rd.rc; i++)
+		m->sizes[i] = td_wire_rd_u64(&rd, "sizes");
+	return rd_finish(&rd);
+}
+
+static void wr_fdents(struct td_wire_wr *wr, uint32_t n,
+		      const struct td_wire_fdent *fds)
+{
+	td_wire_wr_u32(wr, n);
+	for (uint32_t i = 0; i < n; i++) {
+		td_wire_wr_i32(wr, fds[i].fd);
+		td_wire_wr_u64(wr, fds[i].buffer_id);
+	}
+}
+
+static uint32_t rd_fdents(struct td_wire_rd *rd, uint32_t max,
+			  struct td_wire_fdent *fds)
+{
+	uint32_t n = rd_count(rd, max, "fd_count");
+
+	for (uint32_t i = 0; i < n && !rd->rc; i++) {
+		fds[i].fd = td_wire_rd_i32(rd, "fd");
+		fds[i].buffer_id = td_wire_rd_u64(rd, "buffer_id");
+	}
+	return n;
+}
+
+int64_t td_wire_alloc_rep_encode(const struct td_wire_alloc_rep *m,
+				 uint8_t *buf, size_t cap)
+{
+	struct td_wire_wr wr;
+
+	if (m->fd_count > TD_WIRE_MAX_PLANES)
+		return -EINVAL;
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_u64(&wr, m->alloc_id);
+	wr_fdents(&wr, m->fd_count, m->fds);
+	return wr_done(&wr);
+}
+
+int td_wire_alloc_rep_decode(const uint8_t *body, size_t len,
+			     struct td_wire_alloc_rep *m, struct td_err *err)
+{
+	struct td_wire_rd rd;
+
+	td_wire_rd_init(&rd, body, len, err);
+	m->alloc_id = td_wire_rd_u64(&rd, "alloc_id");
+	m->fd_count = rd_fdents(&rd, TD_WIRE_MAX_PLANES, m->fds);
+	return rd_finish(&rd);
+}
+
+/* ---- PUBLISH ---- */
+
+int64_t td_wire_publish_req_encode(const struct td_wire_publish_req *m,
+				   uint8_t *buf, size_t cap)
+{
+	struct td_wire_wr wr;
+
+	if (m->fd_count > TD_WIRE_MAX_PLANES + 1 ||
+	    m->name.len > TD_WIRE_MAX_NAME || m->meta.len > TD_WIRE_MAX_META ||
+	    m->blob.len > TD_WIRE_MAX_BLOB)
+		return -EINVAL;
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_str(&wr, m->name.ptr, m->name.len);
+	td_wire_wr_u32(&wr, m->flags);
+	td_wire_wr_u64(&wr, m->alloc_id);
+	td_wire_wr_bytes(&wr, m->meta.ptr, m->meta.len);
+	td_wire_wr_bytes(&wr, m->blob.ptr, m->blob.len);
+	td_wire_wr_u32(&wr, m->fd_count);
+	for (uint32_t i = 0; i < m->fd_count; i++)
+		td_wire_wr_i32(&wr, m->fds[i]);
+	return wr_done(&wr);
+}
+
+int td_wire_publish_req_decode(const uint8_t *body, size_t len,
+			       struct td_wire_publish_req *m,
+			       struct td_err *err)
+{
+	struct td_wire_rd rd;
+
+	td_wire_rd_init(&rd, body, len, err);
+	m->name = rd_name(&rd, false, false, "name");
+	m->flags = rd_flags(&rd, TD_WIRE_PUB_PIN, "flags");
+	m->alloc_id = td_wire_rd_u64(&rd, "alloc_id");
+	m->meta = td_wire_rd_bytes(&rd, TD_WIRE_MAX_META, "meta");
+	m->blob = td_wire_rd_bytes(&rd, TD_WIRE_MAX_BLOB, "blob");
+	m->fd_count = rd_count(&rd, TD_WIRE_MAX_PLANES + 1, "fd_count");
+	for (uint32_t i = 0; i < m->fd_count && !rd.rc; i++)
+		m->fds[i] = td_wire_rd_i32(&rd, "fds");
+	return rd_finish(&rd);
+}
+
+static int64_t u64_encode(uint64_t v, uint8_t *buf, size_t cap)
+{
+	struct td_wire_wr wr;
+
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_u64(&wr, v);
+	return wr_done(&wr);
+}
+
+static int u64_decode(const uint8_t *body, size_t len, uint64_t *v,
+		      const char *field, struct td_err *err)
+{
+	struct td_wire_rd rd;
+
+	td_wire_rd_init(&rd, body, len, err);
+	*v = td_wire_rd_u64(&rd, field);
+	return rd_finish(&rd);
+}
+
+int64_t td_wire_publish_rep_encode(const struct td_wire_publish_rep *m,
+				   uint8_t *buf, size_t cap)
+{
+	return u64_encode(m->version, buf, cap);
+}
+
+int td_wire_publish_rep_decode(const uint8_t *body, size_t len,
+			       struct td_wire_publish_rep *m,
+			       struct td_err *err)
+{
+	return u64_decode(body, len, &m->version, "version", err);
+}
+
+/* ---- GET ---- */
+
+int64_t td_wire_get_req_encode(const struct td_wire_get_req *m, uint8_t *buf,
+			       size_t cap)
+{
+	struct td_wire_wr wr;
+
+	if (m->name.len > TD_WIRE_MAX_NAME)
+		return -EINVAL;
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_str(&wr, m->name.ptr, m->name.len);
+	td_wire_wr_u32(&wr, m->mode);
+	td_wire_wr_u32(&wr, m->flags);
+	td_wire_wr_u64(&wr, m->version);
+	td_wire_wr_u32(&wr, m->timeout_ms);
+	return wr_done(&wr);
+}
+
+int td_wire_get_req_decode(const uint8_t *body, size_t len,
+			   struct td_wire_get_req *m, struct td_err *err)
+{
+	struct td_wire_rd rd;
+	size_t at;
+
+	td_wire_rd_init(&rd, body, len, err);
+	m->name = rd_name(&rd, false, false, "name");
+	at = rd.off;
+	m->mode = td_wire_rd_u32(&rd, "mode");
+	rd_enum(&rd, m->mode, TD_GET_LATEST, TD_GET_NEWER, at, "mode");
+	m->flags = rd_flags(&rd, TD_WIRE_REQ_SCM, "flags");
+	m->version = td_wire_rd_u64(&rd, "version");
+	m->timeout_ms = td_wire_rd_u32(&rd, "timeout_ms");
+	return rd_finish(&rd);
+}
+
+int64_t td_wire_get_rep_encode(const struct td_wire_get_rep *m, uint8_t *buf,
+			       size_t cap)
+{
+	struct td_wire_wr wr;
+
+	if (m->fd_count > TD_WIRE_MAX_PLANES + 1 ||
+	    m->meta.len > TD_WIRE_MAX_META || m->blob.len > TD_WIRE_MAX_BLOB)
+		return -EINVAL;
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_u64(&wr, m->version);
+	td_wire_wr_u64(&wr, m->lease_id);
+	td_wire_wr_bytes(&wr, m->meta.ptr, m->meta.len);
+	td_wire_wr_bytes(&wr, m->blob.ptr, m->blob.len);
+	wr_fdents(&wr, m->fd_count, m->fds);
+	return wr_done(&wr);
+}
+
+int td_wire_get_rep_decode(const uint8_t *body, size_t len,
+			   struct td_wire_get_rep *m, struct td_err *err)
+{
+	struct td_wire_rd rd;
+
+	td_wire_rd_init(&rd, body, len, err);
+	m->version = td_wire_rd_u64(&rd, "version");
+	m->lease_id = td_wire_rd_u64(&rd, "lease_id");
+	m->meta = td_wire_rd_bytes(&rd, TD_WIRE_MAX_META, "meta");
+	m->blob = td_wire_rd_bytes(&rd, TD_WIRE_MAX_BLOB, "blob");
+	m->fd_count = rd_fdents(&rd, TD_WIRE_MAX_PLANES + 1, m->fds);
+	return rd_finish(&rd);
+}
+
+/* ---- RELEASE ---- */
+
+int64_t td_wire_release_req_encode(const struct td_wire_release_req *m,
+				   uint8_t *buf, size_t cap)
+{
+	return u64_encode(m->lease_id, buf, cap);
+}
+
+int td_wire_release_req_decode(const uint8_t *body, size_t len,
+			       struct td_wire_release_req *m,
+			       struct td_err *err)
+{
+	return u64_decode(body, len, &m->lease_id, "lease_id", err);
+}
+
+/* ---- LIST ---- */
+
+int64_t td_wire_list_req_encode(const struct td_wire_list_req *m,
+				uint8_t *buf, size_t cap)
+{
+	struct td_wire_wr wr;
+
+	if (m->prefix.len > TD_WIRE_MAX_NAME || m->after.len > TD_WIRE_MAX_NAME)
+		return -EINVAL;
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_str(&wr, m->prefix.ptr, m->prefix.len);
+	td_wire_wr_str(&wr, m->after.ptr, m->after.len);
+	return wr_done(&wr);
+}
+
+int td_wire_list_req_decode(const uint8_t *body, size_t len,
+			    struct td_wire_list_req *m, struct td_err *err)
+{
+	struct td_wire_rd rd;
+
+	td_wire_rd_init(&rd, body, len, err);
+	m->prefix = rd_name(&rd, true, true, "prefix");
+	m->after = rd_name(&rd, false, true, "after");
+	return rd_finish(&rd);
+}
+
+static void wr_entry(struct td_wire_wr *wr, const struct td_wire_entry *e)
+{
+	td_wire_wr_str(wr, e->name.ptr, e->name.len);
+	td_wire_wr_u64(wr, e->version);
+	td_wire_wr_u32(wr, e->dtype);
+	td_wire_wr_u32(wr, e->ndim);
+	for (uint32_t i = 0; i < e->ndim; i++)
+		td_wire_wr_u64(wr, e->shape[i]);
+	td_wire_wr_u64(wr, e->bytes);
+	td_wire_wr_u32(wr, e->lease_count);
+	td_wire_wr_u32(wr, e->flags);
+	td_wire_wr_bytes(wr, e->meta.ptr, e->meta.len);
+}
+
+static void rd_entry(struct td_wire_rd *rd, struct td_wire_entry *e)
+{
+	e->name = rd_name(rd, false, false, "name");
+	e->version = td_wire_rd_u64(rd, "version");
+	e->dtype = td_wire_rd_u32(rd, "dtype");
+	e->ndim = rd_count(rd, TD_WIRE_MAX_DIMS, "ndim");
+	for (uint32_t i = 0; i < e->ndim && !rd->rc; i++)
+		e->shape[i] = td_wire_rd_u64(rd, "shape");
+	e->bytes = td_wire_rd_u64(rd, "bytes");
+	e->lease_count = td_wire_rd_u32(rd, "lease_count");
+	e->flags = rd_flags(rd, TD_WIRE_PUB_PIN, "flags");
+	e->meta = td_wire_rd_bytes(rd, TD_WIRE_MAX_META, "meta");
+}
+
+static bool entry_ok(const struct td_wire_entry *e)
+{
+	return e->ndim <= TD_WIRE_MAX_DIMS && e->name.len <= TD_WIRE_MAX_NAME &&
+	       e->meta.len <= TD_WIRE_MAX_META;
+}
+
+int64_t td_wire_entry_encode(const struct td_wire_entry *m, uint8_t *buf,
+			     size_t cap)
+{
+	struct td_wire_wr wr;
+
+	if (!entry_ok(m))
+		return -EINVAL;
+	td_wire_wr_init(&wr, buf, cap);
+	wr_entry(&wr, m);
+	return wr_done(&wr);
+}
+
+int td_wire_entry_decode(const uint8_t *body, size_t len,
+			 struct td_wire_entry *m, struct td_err *err)
+{
+	struct td_wire_rd rd;
+
+	td_wire_rd_init(&rd, body, len, err);
+	rd_entry(&rd, m);
+	return rd_finish(&rd);
+}
+
+int td_wire_list_rep_begin(struct td_wire_wr *wr)
+{
+	/* The counts live at the start of the body; finish() patches them. */
+	if (wr->off != 0)
+		return -EINVAL;
+	td_wire_wr_u32(wr, 0);
+	td_wire_wr_u32(wr, 0);
+	return wr->overflow ? -ENOBUFS : 0;
+}
+
+int td_wire_entry_put(struct td_wire_wr *wr, const struct td_wire_entry *e)
+{
+	size_t mark = wr->off;
+
+	if (wr->overflow)
+		return -ENOBUFS;
+	if (!entry_ok(e))
+		return -EINVAL;
+	wr_entry(wr, e);
+	if (wr->overflow) {
+		/* Roll back so the body stays valid without this entry. */
+		wr->off = mark;
+		wr->overflow = false;
+		return -ENOBUFS;
+	}
+	return 0;
+}
+
+void td_wire_list_rep_finish(struct td_wire_wr *wr, uint32_t count,
+			     uint32_t more)
+{
+	if (wr->cap < 8)
+		return;
+	td__put_le32(wr->p, count);
+	td__put_le32(wr->p + 4, more ? 1 : 0);
+}
+
+int td_wire_list_rep_init(struct td_wire_list_rd *lr, const uint8_t *body,
+			  size_t len, struct td_err *err)
+{
+	struct td_wire_rd *rd = &lr->rd;
+	size_t at;
+
+	td_wire_rd_init(rd, body, len, err);
+	at = rd->off;
+	lr->count = td_wire_rd_u32(rd, "count");
+	/* Bound count by the bytes present so a forged one fails early. */
+	if (!rd->rc && lr->count > (len - 8) / ENTRY_MIN_LEN)
+		rd_fail(rd, TD_ERR_FORGED_LENGTH, "count", lr->count, at,
+			"more entries than the body can hold");
+	at = rd->off;
+	lr->more = td_wire_rd_u32(rd, "more");
+	rd_enum(rd, lr->more, 0, 1, at, "more");
+	lr->seen = 0;
+	return rd->rc;
+}
+
+int td_wire_list_rep_next(struct td_wire_list_rd *lr, struct td_wire_entry *e)
+{
+	if (lr->rd.rc)
+		return lr->rd.rc;
+	if (lr->seen == lr->count)
+		return td_wire_rd_end(&lr->rd);
+	rd_entry(&lr->rd, e);
+	if (lr->rd.rc)
+		return lr->rd.rc;
+	lr->seen++;
+	return 1;
+}
+
+/* ---- STAT / DELETE ---- */
+
+int64_t td_wire_name_req_encode(const struct td_wire_name_req *m,
+				uint8_t *buf, size_t cap)
+{
+	struct td_wire_wr wr;
+
+	if (m->name.len > TD_WIRE_MAX_NAME)
+		return -EINVAL;
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_str(&wr, m->name.ptr, m->name.len);
+	return wr_done(&wr);
+}
+
+int td_wire_name_req_decode(const uint8_t *body, size_t len,
+			    struct td_wire_name_req *m, struct td_err *err)
+{
+	struct td_wire_rd rd;
+
+	td_wire_rd_init(&rd, body, len, err);
+	m->name = rd_name(&rd, false, false, "name");
+	return rd_finish(&rd);
+}
+
+int64_t td_wire_delete_rep_encode(const struct td_wire_delete_rep *m,
+				  uint8_t *buf, size_t cap)
+{
+	return u64_encode(m->version, buf, cap);
+}
+
+int td_wire_delete_rep_decode(const uint8_t *body, size_t len,
+			      struct td_wire_delete_rep *m, struct td_err *err)
+{
+	return u64_decode(body, len, &m->version, "version", err);
+}
+
+/* ---- WATCH / UNWATCH / NOTIFY ---- */
+
+int64_t td_wire_watch_req_encode(const struct td_wire_watch_req *m,
+				 uint8_t *buf, size_t cap)
+{
+	struct td_wire_wr wr;
+
+	if (m->name.len > TD_WIRE_MAX_NAME)
+		return -EINVAL;
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_str(&wr, m->name.ptr, m->name.len);
+	td_wire_wr_u32(&wr, m->flags);
+	return wr_done(&wr);
+}
+
+int td_wire_watch_req_decode(const uint8_t *body, size_t len,
+			     struct td_wire_watch_req *m, struct td_err *err)
+{
+	struct td_wire_rd rd;
+	const char *why;
+	size_t at;
+
+	td_wire_rd_init(&rd, body, len, err);
+	at = rd.off;
+	m->name = td_wire_rd_str(&rd, TD_WIRE_MAX_NAME, "name");
+	m->flags = rd_flags(&rd, TD_WIRE_WATCH_PREFIX, "flags");
+	/* The flag says whether name is a prefix, so check after both. */
+	if (!rd.rc && td_wire_name_check(m->name.ptr, m->name.len,
+					 m->flags & TD_WIRE_WATCH_PREFIX,
+					 &why) < 0)
+		rd_fail(&rd, TD_ERR_INVALID_ARGUMENT, "name", m->name.len, at,
+			why);
+	return rd_finish(&rd);
+}
+
+int64_t td_wire_watch_rep_encode(const struct td_wire_watch_rep *m,
+				 uint8_t *buf, size_t cap)
+{
+	return u64_encode(m->watch_id, buf, cap);
+}
+
+int td_wire_watch_rep_decode(const uint8_t *body, size_t len,
+			     struct td_wire_watch_rep *m, struct td_err *err)
+{
+	return u64_decode(body, len, &m->watch_id, "watch_id", err);
+}
+
+int64_t td_wire_unwatch_req_encode(const struct td_wire_unwatch_req *m,
+				   uint8_t *buf, size_t cap)
+{
+	return u64_encode(m->watch_id, buf, cap);
+}
+
+int td_wire_unwatch_req_decode(const uint8_t *body, size_t len,
+			       struct td_wire_unwatch_req *m,
+			       struct td_err *err)
+{
+	return u64_decode(body, len, &m->watch_id, "watch_id", err);
+}
+
+int64_t td_wire_notify_encode(const struct td_wire_notify *m, uint8_t *buf,
+			      size_t cap)
+{
+	struct td_wire_wr wr;
+
+	if (m->name.len > TD_WIRE_MAX_NAME)
+		return -EINVAL;
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_u64(&wr, m->watch_id);
+	td_wire_wr_u32(&wr, m->event);
+	td_wire_wr_u64(&wr, m->version);
+	td_wire_wr_str(&wr, m->name.ptr, m->name.len);
+	return wr_done(&wr);
+}
+
+int td_wire_notify_decode(const uint8_t *body, size_t len,
+			  struct td_wire_notify *m, struct td_err *err)
+{
+	struct td_wire_rd rd;
+	size_t at;
+
+	td_wire_rd_init(&rd, body, len, err);
+	m->watch_id = td_wire_rd_u64(&rd, "watch_id");
+	at = rd.off;
+	m->event = td_wire_rd_u32(&rd, "event");
+	rd_enum(&rd, m->event, TD_EVENT_PUBLISHED, TD_EVENT_DELETED, at,
+		"event");
+	m->version = td_wire_rd_u64(&rd, "version");
+	m->name = rd_name(&rd, false, false, "name");
+	return rd_finish(&rd);
+}
+
+/* ---- error replies ---- */
+
+int64_t td_wire_error_encode(const struct td_wire_error *m, uint8_t *buf,
+			     size_t cap)
+{
+	struct td_wire_wr wr;
+	size_t n = m->reason.len;
+
+	/* Reasons are built by the daemon; cut rather than fail. */
+	if (n > TD_WIRE_MAX_REASON)
+		n = TD_WIRE_MAX_REASON;
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_str(&wr, m->reason.ptr, n);
+	return wr_done(&wr);
+}
+
+int td_wire_error_decode(const uint8_t *body, size_t len,
+			 struct td_wire_error *m, struct td_err *err)
+{
+	struct td_wire_rd rd;
+
+	td_wire_rd_init(&rd, body, len, err);
+	m->reason = rd_text(&rd, TD_WIRE_MAX_REASON, "reason");
+	return rd_finish(&rd);
+}
+
+/* ---- names ---- */
+
+static bool name_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+	       (c >= '0' && c <= '9') || c == '.' || c == '_' || c == ':' ||
+	       c == '/' || c == '@' || c == '+' || c == '-';
+}
+
+int td_wire_name_check(const char *s, size_t len, bool prefix,
+		       const char **reason)
+{
+	const char *why = NULL;
+
+	if (len == 0 && !prefix)
+		why = "name is empty";
+	else if (len > TD_WIRE_MAX_NAME)
+		why = "name longer than 255 bytes";
+	else if (len && s[0] == '/')
+		why = "name starts with '/'";
+	else if (len && !prefix && s[len - 1] == '/')
+		why = "name ends with '/'";
+	for (size_t i = 0; !why && i < len; i++) {
+		if (!name_char(s[i]))
+			why = "name has a byte outside [A-Za-z0-9._:/@+-]";
+		else if (i && s[i] == '.' && s[i - 1] == '.')
+			why = "name contains \"..\"";
+		else if (i && s[i] == '/' && s[i - 1] == '/')
+			why = "name contains \"//\"";
+	}
+	if (reason)
+		*reason = why;
+	return why ? -EINVAL : 0;
+}
+
+const char *td_wire_op_name(uint16_t op)
+{
+	switch (op) {
+	case TD_OP_HELLO:
+		return "HELLO";
+	case TD_OP_ALLOC:
+		return "ALLOC";
+	case TD_OP_PUBLISH:
+		return "PUBLISH";
+	case TD_OP_GET:
+		return "GET";
+	case TD_OP_RELEASE:
+		return "RELEASE";
+	case TD_OP_LIST:
+		return "LIST";
+	case TD_OP_STAT:
+		return "STAT";
+	case TD_OP_DELETE:
+		return "DELETE";
+	case TD_OP_WATCH:
+		return "WATCH";
+	case TD_OP_UNWATCH:
+		return "UNWATCH";
+	case TD_OP_NOTIFY:
+		return "NOTIFY";
+	}
+	return "UNKNOWN";
+}
