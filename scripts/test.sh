@@ -6,6 +6,10 @@ set -eu
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 BUILDDIR=${BUILDDIR:-build}
+# CI treats warnings as errors; a newcomer's build only shows them.
+if [ "${CI:-}" = true ]; then
+	set -- -Dwerror=true "$@"
+fi
 if [ -d "$BUILDDIR" ]; then
 	meson setup --reconfigure "$BUILDDIR" "$@" >/dev/null
 else
