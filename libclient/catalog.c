@@ -1,0 +1,278 @@
+/* SPDX-License-Identifier: MIT */
+/* libtensord catalogue and watches: LIST, STAT, DELETE, WATCH, UNWATCH. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+
+static size_t name_len(const char *s)
+{
+	/* one past the cap so the codec refuses what is too long */
+	return s ? strnlen(s, TD_WIRE_MAX_NAME + 1) : 0;
+}
+
+void td_entry_fini(struct td_entry *e)
+{
+	if (!e)
+		return;
+	free(e->name);
+	free(e->meta);
+	e->name = NULL;
+	e->meta = NULL;
+	e->meta_len = 0;
+}
+
+void td_entry_list_free(struct td_entry *list, size_t count)
+{
+	if (!list)
+		return;
+	for (size_t i = 0; i < count; i++)
+		td_entry_fini(&list[i]);
+	free(list);
+}
+
+/* Copy a decoded entry (borrowing c->rbuf) into an owned one. */
+static int entry_copy(struct td_entry *dst, const struct td_wire_entry *src)
+{
+	memset(dst, 0, sizeof(*dst));
+	dst->name = malloc((size_t)src->name.len + 1);
+	if (!dst->name)
+		return -ENOMEM;
+	td__str_copy(dst->name, (size_t)src->name.len + 1, src->name);
+	dst->version = src->version;
+	dst->dtype = src->dtype;
+	dst->ndim = src->ndim;
+	for (uint32_t i = 0; i < src->ndim && i < TD_ENTRY_MAX_DIMS; i++)
+		dst->shape[i] = src->shape[i];
+	dst->bytes = src->bytes;
+	dst->lease_count = src->lease_count;
+	dst->flags = src->flags;
+	if (src->meta.len) {
+		dst->meta = malloc(src->meta.len);
+		if (!dst->meta) {
+			td_entry_fini(dst);
+			return -ENOMEM;
+		}
+		memcpy(dst->meta, src->meta.ptr, src->meta.len);
+		dst->meta_len = src->meta.len;
+	}
+	return 0;
+}
+
+/* Encode a name request body into c->sbuf; body length or -EINVAL. */
+static int64_t name_req(struct td_client *c, const char *name)
+{
+	struct td_wire_name_req req = {
+		.name = {name, (uint16_t)name_len(name)},
+	};
+
+	return td_wire_name_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
+				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+}
+
+int td_client_stat(struct td_client *c, const char *name, struct td_entry *e,
+		   struct td_error *err)
+{
+	struct td_wire_entry we;
+	struct td__msg m = {0};
+	int64_t len;
+	int rc;
+
+	if (!c || !name || !e)
+		return td__fail(err, -EINVAL, "missing argument");
+	memset(e, 0, sizeof(*e));
+	pthread_mutex_lock(&c->lock);
+	len = name_req(c, name);
+	if (len < 0) {
+		rc = td__fail(err, -EINVAL, "bad tensor name");
+		goto out;
+	}
+	rc = td__call(c, TD_OP_STAT, (size_t)len, NULL, 0, &m, err);
+	if (rc < 0)
+		goto out;
+	if (td_wire_entry_decode(m.body, m.body_len, &we, NULL) < 0) {
+		rc = td__fail(err, -EPROTO, "bad STAT reply");
+		goto out;
+	}
+	rc = entry_copy(e, &we);
+	if (rc < 0)
+		td__fail(err, rc, "out of memory");
+out:
+	td__msg_close_fds(&m);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+/* One LIST page appended to *list. more: whether the daemon has more. */
+static int list_page(struct td_client *c, const char *prefix,
+		     const char *after, struct td_entry **list, size_t *count,
+		     size_t *cap, bool *more, struct td_error *err)
+{
+	struct td_wire_list_req req = {
+		.prefix = {prefix, (uint16_t)name_len(prefix)},
+		.after = {after, (uint16_t)name_len(after)},
+	};
+	struct td_wire_list_rd lr;
+	struct td_wire_entry we;
+	struct td__msg m = {0};
+	int64_t len;
+	int rc;
+
+	len = td_wire_list_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
+				      TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+	if (len < 0)
+		return td__fail(err, -EINVAL, "bad prefix");
+	rc = td__call(c, TD_OP_LIST, (size_t)len, NULL, 0, &m, err);
+	if (rc < 0)
+		return rc;
+	td__msg_close_fds(&m);
+	rc = td_wire_list_rep_init(&lr, m.body, m.body_len, NULL);
+	if (rc < 0)
+		return td__fail(err, -EPROTO, "bad LIST reply");
+	while ((rc = td_wire_list_rep_next(&lr, &we)) > 0) {
+		if (*count == *cap) {
+			size_t ncap = *cap ? *cap * 2 : 16;
+			struct td_entry *nl =
+				realloc(*list, ncap * sizeof(**list));
+
+			if (!nl)
+				return td__fail(err, -ENOMEM, "out of memory");
+			*list = nl;
+			*cap = ncap;
+		}
+		rc = entry_copy(&(*list)[*count], &we);
+		if (rc < 0)
+			return td__fail(err, rc, "out of memory");
+		(*count)++;
+	}
+	if (rc < 0)
+		return td__fail(err, -EPROTO, "bad LIST reply");
+	*more = lr.more != 0;
+	return 0;
+}
+
+int td_client_list(struct td_client *c, const char *prefix,
+		   struct td_entry **out, size_t *out_count,
+		   struct td_error *err)
+{
+	struct td_entry *list = NULL;
+	size_t count = 0, cap = 0;
+	char after[TD_WIRE_MAX_NAME + 1] = "";
+	bool more = true;
+	int rc = 0;
+
+	if (!c || !out || !out_count)
+		return td__fail(err, -EINVAL, "missing argument");
+	*out = NULL;
+	*out_count = 0;
+	pthread_mutex_lock(&c->lock);
+	while (more) {
+		size_t before = count;
+
+		rc = list_page(c, prefix ? prefix : "", after, &list, &count,
+			       &cap, &more, err);
+		if (rc < 0)
+			break;
+		if (count == before)
+			break; /* "more" with an empty page would loop */
+		snprintf(after, sizeof(after), "%s", list[count - 1].name);
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (rc < 0) {
+		td_entry_list_free(list, count);
+		return rc;
+	}
+	*out = list;
+	*out_count = count;
+	return 0;
+}
+
+int td_client_delete(struct td_client *c, const char *name, uint64_t *version,
+		     struct td_error *err)
+{
+	struct td_wire_delete_rep rep;
+	struct td__msg m = {0};
+	int64_t len;
+	int rc;
+
+	if (!c || !name)
+		return td__fail(err, -EINVAL, "missing argument");
+	pthread_mutex_lock(&c->lock);
+	len = name_req(c, name);
+	if (len < 0) {
+		rc = td__fail(err, -EINVAL, "bad tensor name");
+		goto out;
+	}
+	rc = td__call(c, TD_OP_DELETE, (size_t)len, NULL, 0, &m, err);
+	if (rc < 0)
+		goto out;
+	if (td_wire_delete_rep_decode(m.body, m.body_len, &rep, NULL) < 0) {
+		rc = td__fail(err, -EPROTO, "bad DELETE reply");
+		goto out;
+	}
+	if (version)
+		*version = rep.version;
+out:
+	td__msg_close_fds(&m);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+int td_client_watch(struct td_client *c, const char *name, uint32_t flags,
+		    uint64_t *watch_id, struct td_error *err)
+{
+	struct td_wire_watch_req req = {
+		.name = {name, (uint16_t)name_len(name)},
+		.flags = flags & TD_WIRE_WATCH_PREFIX,
+	};
+	struct td_wire_watch_rep rep;
+	struct td__msg m = {0};
+	int64_t len;
+	int rc;
+
+	if (!c || !name)
+		return td__fail(err, -EINVAL, "missing argument");
+	pthread_mutex_lock(&c->lock);
+	len = td_wire_watch_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
+				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+	if (len < 0) {
+		rc = td__fail(err, -EINVAL, "bad name or prefix");
+		goto out;
+	}
+	rc = td__call(c, TD_OP_WATCH, (size_t)len, NULL, 0, &m, err);
+	if (rc < 0)
+		goto out;
+	if (td_wire_watch_rep_decode(m.body, m.body_len, &rep, NULL) < 0) {
+		rc = td__fail(err, -EPROTO, "bad WATCH reply");
+		goto out;
+	}
+	if (watch_id)
+		*watch_id = rep.watch_id;
+out:
+	td__msg_close_fds(&m);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+int td_client_unwatch(struct td_client *c, uint64_t watch_id,
+		      struct td_error *err)
+{
+	struct td_wire_unwatch_req req = {.watch_id = watch_id};
+	struct td__msg m = {0};
+	int64_t len;
+	int rc;
+
+	if (!c)
+		return td__fail(err, -EINVAL, "missing argument");
+	pthread_mutex_lock(&c->lock);
+	len = td_wire_unwatch_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
+					 TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+	rc = len < 0 ? td__fail(err, (int)len, "encode UNWATCH")
+		     : td__call(c, TD_OP_UNWATCH, (size_t)len, NULL, 0, &m,
+				err);
+	td__msg_close_fds(&m);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}

@@ -1,0 +1,635 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libtensord connection: socket, HELLO and import negotiation, framing with
+ * SCM_RIGHTS, request/reply pairing, the event queue, client lifetime.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "blob.h"
+#include "client.h"
+
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438
+#endif
+
+_Static_assert((int)TD_TENSOR_F64 == (int)TD_DTYPE_F64, "dtype codes follow the blob");
+_Static_assert((int)TD_CLIENT_PATH_PIDFD == (int)TD_IMPORT_PIDFD, "paths follow wire");
+_Static_assert((int)TD_CLIENT_PATH_SCM == (int)TD_IMPORT_SCM, "paths follow wire");
+_Static_assert((int)TD_REASON_MAX == (int)TD_WIRE_MAX_REASON, "reason cap");
+_Static_assert((int)TD_NAME_MAX == (int)TD_WIRE_MAX_NAME, "name cap");
+_Static_assert((int)TD_ENTRY_MAX_DIMS == (int)TD_WIRE_MAX_DIMS, "dims cap");
+_Static_assert((int)TD_PUBLISH_PIN == (int)TD_WIRE_PUB_PIN, "pin flag");
+_Static_assert((int)TD_WATCH_PREFIX == (int)TD_WIRE_WATCH_PREFIX, "watch flag");
+_Static_assert((int)TD_EVENT_TYPE_PUBLISHED == (int)TD_EVENT_PUBLISHED, "events");
+_Static_assert((int)TD_EVENT_TYPE_DELETED == (int)TD_EVENT_DELETED, "events");
+
+int td__fail(struct td_error *err, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err) {
+		err->code = code;
+		va_start(ap, fmt);
+		vsnprintf(err->reason, sizeof(err->reason), fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+void td__str_copy(char *dst, size_t cap, struct td_wire_str s)
+{
+	size_t n = s.len < cap - 1 ? s.len : cap - 1;
+
+	if (n)
+		memcpy(dst, s.ptr, n);
+	dst[n] = 0;
+}
+
+unsigned td_tensor_dtype_size(uint32_t dtype)
+{
+	return td_dtype_size(dtype);
+}
+
+const char *td_tensor_dtype_name(uint32_t dtype)
+{
+	return td_dtype_name(dtype);
+}
+
+int td_tensor_dtype_from_name(const char *name)
+{
+	int d = name ? td_dtype_from_name(name) : -1;
+
+	return d < 0 ? -EINVAL : d;
+}
+
+/* ---- lifetime ---- */
+
+void td__client_ref(struct td_client *c)
+{
+	c->refs++;
+}
+
+static void client_free(struct td_client *c)
+{
+	struct td__event *e;
+
+	while ((e = c->ev_head)) {
+		c->ev_head = e->next;
+		free(e);
+	}
+	/* Every tensor is gone (refs == 0), so every map is idle. */
+	td__maps_drop(c, true);
+	if (c->sock >= 0)
+		close(c->sock);
+	if (c->daemon_pidfd >= 0)
+		close(c->daemon_pidfd);
+	pthread_mutex_destroy(&c->lock);
+	free(c->rbuf);
+	free(c->sbuf);
+	free(c);
+}
+
+void td__client_unref(struct td_client *c)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&c->lock);
+	n = --c->refs;
+	pthread_mutex_unlock(&c->lock);
+	if (n == 0)
+		client_free(c);
+}
+
+void td_client_close(struct td_client *c)
+{
+	struct td__event *e;
+
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	/*
+	 * Closing the socket ends the daemon's side at once (leases, watches,
+	 * loans); tensors still held keep their mappings (refs) until
+	 * released, and the rest of the struct lives until the last of them.
+	 */
+	if (c->sock >= 0) {
+		close(c->sock);
+		c->sock = -1;
+	}
+	if (c->daemon_pidfd >= 0) {
+		close(c->daemon_pidfd);
+		c->daemon_pidfd = -1;
+	}
+	while ((e = c->ev_head)) {
+		c->ev_head = e->next;
+		free(e);
+	}
+	c->ev_tail = NULL;
+	td__maps_drop(c, false);
+	pthread_mutex_unlock(&c->lock);
+	td__client_unref(c);
+}
+
+int td_client_info(struct td_client *c, struct td_client_info *info)
+{
+	if (!c || !info)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	memset(info, 0, sizeof(*info));
+	info->daemon_pid = c->hello.daemon_pid;
+	info->path_in = c->path_in;
+	info->path_out = c->path_out;
+	info->max_bytes = c->hello.max_bytes;
+	memcpy(info->ident, c->ident, sizeof(info->ident));
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+/* ---- framing ---- */
+
+void td__msg_close_fds(struct td__msg *m)
+{
+	for (unsigned i = 0; i < m->nfds; i++)
+		if (m->fds[i] >= 0)
+			close(m->fds[i]);
+	m->nfds = 0;
+}
+
+/* Mark the connection unusable: later calls fail fast with code. */
+static int conn_broken(struct td_client *c, int code)
+{
+	if (!c->dead)
+		c->dead = code;
+	return code;
+}
+
+static int msg_send(struct td_client *c, uint16_t op, uint64_t id,
+		    size_t body_len, const int *fds, unsigned nfds)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * TD_WIRE_MAX_FDS)];
+		struct cmsghdr align;
+	} ctl;
+	struct td_wire_hdr h = {
+		.magic = TD_WIRE_MAGIC,
+		.version = TD_WIRE_VERSION,
+		.opcode = op,
+		.fd_count = nfds,
+		.request_id = id,
+		.body_len = (uint32_t)body_len,
+	};
+	struct iovec iov = {c->sbuf, TD_WIRE_HDR_LEN + body_len};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	ssize_t n;
+
+	if (nfds > TD_WIRE_MAX_FDS)
+		return -E2BIG;
+	td_wire_hdr_encode(&h, c->sbuf);
+	if (nfds) {
+		struct cmsghdr *cm;
+
+		memset(&ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
+	}
+	do
+		n = sendmsg(c->sock, &mh, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return conn_broken(c, errno == EPIPE ? -ECONNRESET : -errno);
+	/* SOCK_SEQPACKET sends the whole datagram or fails. */
+	return 0;
+}
+
+/*
+ * Receive one datagram into c->rbuf. Every descriptor that arrived is
+ * either handed back in m->fds or closed here: a truncated control message
+ * (MSG_CTRUNC) or a count that disagrees with the header closes them all
+ * and breaks the connection, as PipeWire's connection.c does.
+ */
+static int msg_recv(struct td_client *c, struct td__msg *m)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * TD_WIRE_MAX_FDS)];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = {c->rbuf, TD_WIRE_MAX_MSG};
+	struct msghdr mh = {
+		.msg_iov = &iov,
+		.msg_iovlen = 1,
+		.msg_control = ctl.buf,
+		.msg_controllen = sizeof(ctl.buf),
+	};
+	struct cmsghdr *cm;
+	ssize_t n;
+	int rc;
+
+	m->nfds = 0;
+	do
+		n = recvmsg(c->sock, &mh, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return conn_broken(c, -errno);
+	for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+		size_t k;
+
+		if (cm->cmsg_level != SOL_SOCKET ||
+		    cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < k; i++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int),
+			       sizeof(fd));
+			/* the buffer holds at most TD_WIRE_MAX_FDS ints */
+			if (m->nfds < TD_WIRE_MAX_FDS)
+				m->fds[m->nfds++] = fd;
+			else
+				close(fd);
+		}
+	}
+	if (n == 0) {
+		td__msg_close_fds(m);
+		return conn_broken(c, -ECONNRESET);
+	}
+	if (mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) {
+		td__msg_close_fds(m);
+		return conn_broken(c, -EPROTO);
+	}
+	rc = td_wire_hdr_decode(c->rbuf, (size_t)n, &m->hdr, NULL);
+	if (rc < 0 || m->hdr.fd_count != m->nfds) {
+		td__msg_close_fds(m);
+		return conn_broken(c, -EPROTO);
+	}
+	m->body = c->rbuf + TD_WIRE_HDR_LEN;
+	m->body_len = m->hdr.body_len;
+	return 0;
+}
+
+static void queue_notify(struct td_client *c, const struct td__msg *m)
+{
+	struct td_wire_notify n;
+	struct td__event *e;
+
+	if (td_wire_notify_decode(m->body, m->body_len, &n, NULL) < 0)
+		return; /* a bad event cannot be delivered; drop it */
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return;
+	e->ev.watch_id = n.watch_id;
+	e->ev.type = n.event;
+	e->ev.version = n.version;
+	td__str_copy(e->ev.name, sizeof(e->ev.name), n.name);
+	if (c->ev_tail)
+		c->ev_tail->next = e;
+	else
+		c->ev_head = e;
+	c->ev_tail = e;
+}
+
+/* Handle a message that is not the reply being waited for. */
+static void msg_aside(struct td_client *c, struct td__msg *m)
+{
+	if (m->hdr.opcode == TD_OP_NOTIFY && (m->hdr.flags & TD_WIRE_F_NOTIFY))
+		queue_notify(c, m);
+	/* stray replies (none are expected) and their fds are dropped */
+	td__msg_close_fds(m);
+}
+
+static int reply_error(const struct td__msg *m, int status,
+		       struct td_error *err)
+{
+	struct td_wire_error e;
+
+	if (td_wire_error_decode(m->body, m->body_len, &e, NULL) == 0 &&
+	    e.reason.len) {
+		if (err) {
+			err->code = status;
+			td__str_copy(err->reason, sizeof(err->reason),
+				     e.reason);
+		}
+		return status;
+	}
+	return td__fail(err, status, "daemon: %s", strerror(-status));
+}
+
+static int client_usable(struct td_client *c, struct td_error *err)
+{
+	if (c->sock < 0)
+		return td__fail(err, -ENOTCONN, "client is closed");
+	if (c->dead)
+		return td__fail(err, c->dead, "connection broken: %s",
+				strerror(-c->dead));
+	return 0;
+}
+
+int td__call(struct td_client *c, uint16_t op, size_t body_len,
+	     const int *fds, unsigned nfds, struct td__msg *rep,
+	     struct td_error *err)
+{
+	uint64_t id;
+	int rc;
+
+	rep->nfds = 0;
+	rc = client_usable(c, err);
+	if (rc < 0)
+		return rc;
+	id = ++c->next_id;
+	rc = msg_send(c, op, id, body_len, fds, nfds);
+	if (rc < 0)
+		return td__fail(err, rc, "send %s: %s", td_wire_op_name(op),
+				strerror(-rc));
+	for (;;) {
+		rc = msg_recv(c, rep);
+		if (rc < 0)
+			return td__fail(err, rc, "receive %s reply: %s",
+					td_wire_op_name(op), strerror(-rc));
+		if ((rep->hdr.flags & TD_WIRE_F_REPLY) &&
+		    rep->hdr.request_id == id)
+			break;
+		msg_aside(c, rep);
+	}
+	if (rep->hdr.status < 0) {
+		rc = rep->hdr.status;
+		td__msg_close_fds(rep);
+		return reply_error(rep, rc, err);
+	}
+	if (rep->hdr.status > 0) {
+		td__msg_close_fds(rep);
+		return td__fail(err, -EPROTO, "reply status %d > 0",
+				rep->hdr.status);
+	}
+	return 0;
+}
+
+/* ---- events ---- */
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int td_client_next_event(struct td_client *c, int timeout_ms,
+			 struct td_event *ev, struct td_error *err)
+{
+	int64_t deadline = timeout_ms >= 0 ? now_ms() + timeout_ms : -1;
+	int rc = 0;
+
+	if (!c || !ev)
+		return td__fail(err, -EINVAL, "no client or event");
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		struct td__event *e = c->ev_head;
+		struct pollfd pfd;
+		struct td__msg m;
+		int wait;
+
+		if (e) {
+			c->ev_head = e->next;
+			if (!c->ev_head)
+				c->ev_tail = NULL;
+			*ev = e->ev;
+			free(e);
+			rc = 0;
+			break;
+		}
+		rc = client_usable(c, err);
+		if (rc < 0)
+			break;
+		wait = -1;
+		if (deadline >= 0) {
+			int64_t left = deadline - now_ms();
+
+			wait = left > 0 ? (left > INT32_MAX ? INT32_MAX
+							    : (int)left)
+					: 0;
+		}
+		pfd.fd = c->sock;
+		pfd.events = POLLIN;
+		rc = poll(&pfd, 1, wait);
+		if (rc < 0 && errno == EINTR)
+			continue;
+		if (rc < 0) {
+			rc = td__fail(err, -errno, "poll: %s",
+				strerror(errno));
+			break;
+		}
+		if (rc == 0) {
+			rc = td__fail(err, -ETIMEDOUT, "no event");
+			break;
+		}
+		rc = msg_recv(c, &m);
+		if (rc < 0) {
+			rc = td__fail(err, rc, "receive: %s", strerror(-rc));
+			break;
+		}
+		msg_aside(c, &m);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+/* ---- descriptors ---- */
+
+int td__import_fd(struct td_client *c, int32_t remote, int *scm, int *fd)
+{
+	if (c->path_out == TD_IMPORT_SCM) {
+		if (!scm || *scm < 0)
+			return -EPROTO;
+		*fd = *scm;
+		*scm = -1;
+		return 0;
+	}
+	if (remote < 0 || c->daemon_pidfd < 0)
+		return -EPROTO;
+	/* pidfd_getfd() returns a new fd that is already O_CLOEXEC. */
+	*fd = (int)syscall(SYS_pidfd_getfd, c->daemon_pidfd, remote, 0);
+	return *fd < 0 ? -errno : 0;
+}
+
+/* ---- connect ---- */
+
+static int socket_path(const char *arg, struct sockaddr_un *sa,
+		       socklen_t *len, struct td_error *err)
+{
+	char buf[sizeof(sa->sun_path) + 32];
+	const char *p = arg, *rt;
+	size_t n;
+
+	if (!p || !*p)
+		p = getenv("TENSORD_SOCKET");
+	if (!p || !*p) {
+		rt = getenv("XDG_RUNTIME_DIR");
+		if (rt && *rt) {
+			snprintf(buf, sizeof(buf), "%s/tensord.sock", rt);
+			p = buf;
+		}
+	}
+	if (!p || !*p)
+		p = "/run/tensord/tensord.sock";
+	n = strlen(p);
+	if (n >= sizeof(sa->sun_path))
+		return td__fail(err, -ENAMETOOLONG, "socket path too long: %s",
+				p);
+	memset(sa, 0, sizeof(*sa));
+	sa->sun_family = AF_UNIX;
+	memcpy(sa->sun_path, p, n + 1);
+	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
+	return 0;
+}
+
+static int import_pref(uint32_t *pref, struct td_error *err)
+{
+	const char *e = getenv("TENSORD_IMPORT");
+
+	if (!e || !*e || !strcmp(e, "auto"))
+		*pref = TD_IMPORT_AUTO;
+	else if (!strcmp(e, "pidfd"))
+		*pref = TD_IMPORT_PIDFD;
+	else if (!strcmp(e, "scm"))
+		*pref = TD_IMPORT_SCM;
+	else
+		return td__fail(err, -EINVAL,
+				"TENSORD_IMPORT=%s: want auto, pidfd or scm",
+				e);
+	return 0;
+}
+
+static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
+{
+	struct td_wire_hello_req req = {
+		.import_pref = pref,
+		.probe_fd = c->sock,
+		.client_name = {program_invocation_short_name,
+				(uint16_t)strnlen(program_invocation_short_name,
+						  64)},
+	};
+	struct td_wire_hello_rep *rep = &c->hello;
+	struct td__msg m;
+	struct td_err e = {0};
+	int64_t len;
+	int rc, probe;
+
+	len = td_wire_hello_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
+				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+	if (len < 0)
+		return td__fail(err, (int)len, "encode HELLO");
+	rc = td__call(c, TD_OP_HELLO, (size_t)len, NULL, 0, &m, err);
+	if (rc < 0)
+		return rc;
+	rc = td_wire_hello_rep_decode(m.body, m.body_len, rep, &e);
+	if (rc < 0 || m.nfds != (rep->out_pidfd ? 1u : 0u)) {
+		td__msg_close_fds(&m);
+		return td__fail(err, -EPROTO, "bad HELLO reply: %s",
+				rc < 0 && e.reason ? e.reason
+						   : "fd count");
+	}
+	td__str_copy(c->ident, sizeof(c->ident), rep->ident);
+	rep->ident = (struct td_wire_str){NULL, 0}; /* borrowed c->rbuf */
+	if (m.nfds)
+		c->daemon_pidfd = m.fds[0];
+	c->path_in = rep->import_in;
+	if (c->path_in != TD_IMPORT_PIDFD && c->path_in != TD_IMPORT_SCM)
+		return td__fail(err, -EPROTO, "HELLO: import_in %u",
+				c->path_in);
+
+	/*
+	 * Can this client pull the daemon's fds? Only trying tells (uid,
+	 * yama, LSMs all have a say), so pull the probe fd the daemon named
+	 * and drop it again.
+	 */
+	c->path_out = TD_IMPORT_SCM;
+	if (pref != TD_IMPORT_SCM && c->daemon_pidfd >= 0 &&
+	    rep->probe_fd >= 0) {
+		probe = (int)syscall(SYS_pidfd_getfd, c->daemon_pidfd,
+				     rep->probe_fd, 0);
+		if (probe >= 0) {
+			close(probe);
+			c->path_out = TD_IMPORT_PIDFD;
+		}
+	}
+	if (pref == TD_IMPORT_PIDFD &&
+	    (c->path_out != TD_IMPORT_PIDFD || c->path_in != TD_IMPORT_PIDFD))
+		return td__fail(err, -EPERM,
+				"TENSORD_IMPORT=pidfd but the %s cannot "
+				"pull descriptors with pidfd_getfd",
+				c->path_in != TD_IMPORT_PIDFD ? "daemon"
+							      : "client");
+	if (c->path_out == TD_IMPORT_SCM && c->daemon_pidfd >= 0) {
+		close(c->daemon_pidfd); /* not needed on this path */
+		c->daemon_pidfd = -1;
+	}
+	return 0;
+}
+
+int td_client_connect(const char *path, struct td_client **out,
+		      struct td_error *err)
+{
+	struct sockaddr_un sa;
+	struct td_client *c;
+	socklen_t salen = 0;
+	uint32_t pref = TD_IMPORT_AUTO;
+	int rc;
+
+	if (!out)
+		return td__fail(err, -EINVAL, "no out pointer");
+	*out = NULL;
+	rc = import_pref(&pref, err);
+	if (rc < 0)
+		return rc;
+	rc = socket_path(path, &sa, &salen, err);
+	if (rc < 0)
+		return rc;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return td__fail(err, -ENOMEM, "out of memory");
+	c->refs = 1;
+	c->sock = -1;
+	c->daemon_pidfd = -1;
+	pthread_mutex_init(&c->lock, NULL);
+	c->rbuf = malloc(TD_WIRE_MAX_MSG);
+	c->sbuf = malloc(TD_WIRE_MAX_MSG);
+	if (!c->rbuf || !c->sbuf) {
+		rc = td__fail(err, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (c->sock < 0) {
+		rc = td__fail(err, -errno, "socket: %s",
+				strerror(errno));
+		goto fail;
+	}
+	if (connect(c->sock, (struct sockaddr *)&sa, salen) < 0) {
+		rc = td__fail(err, -errno, "connect %s: %s", sa.sun_path,
+				strerror(errno));
+		goto fail;
+	}
+	rc = hello(c, pref, err);
+	if (rc < 0)
+		goto fail;
+	*out = c;
+	return 0;
+fail:
+	client_free(c);
+	return rc;
+}

@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: MIT */
+/* libtensord internals shared by the files of libclient/. */
+#ifndef TD_LIBCLIENT_CLIENT_H
+#define TD_LIBCLIENT_CLIENT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tensord/tensord.h"
+#include "wire.h"
+
+/* Unused mappings kept per client (the policy in tensord.h). */
+#define TD__CACHE_MAX 64
+
+/* One imported daemon buffer, keyed by the daemon's buffer_id. */
+struct td__map {
+	struct td__map *next; /* all maps of the client */
+	struct td__map *prev;
+	uint64_t buffer_id;
+	int fd;
+	void *addr; /* NULL when len is 0 */
+	size_t len;
+	unsigned refs;   /* tensors using it */
+	uint64_t used;   /* LRU clock value of the last release */
+};
+
+/* A queued NOTIFY. */
+struct td__event {
+	struct td__event *next;
+	struct td_event ev;
+};
+
+/* A received message: header, body in the client's buffer, fds owned. */
+struct td__msg {
+	struct td_wire_hdr hdr;
+	const uint8_t *body;
+	size_t body_len;
+	int fds[TD_WIRE_MAX_FDS];
+	unsigned nfds;
+};
+
+struct td_client {
+	pthread_mutex_t lock; /* everything below */
+	unsigned refs;        /* the handle + every live tensor and loan */
+	int sock;             /* -1 once closed */
+	int dead;             /* sticky -errno after a framing violation */
+	int daemon_pidfd;     /* -1 when none */
+	uint32_t path_in;     /* enum td_import */
+	uint32_t path_out;
+	struct td_wire_hello_rep hello;
+	char ident[64];
+	uint64_t next_id;
+	struct td__event *ev_head, *ev_tail;
+	struct td__map *maps; /* list of every mapping */
+	unsigned idle_maps;   /* maps with refs == 0 */
+	uint64_t clock;
+	uint8_t *rbuf; /* TD_WIRE_MAX_MSG receive buffer */
+	uint8_t *sbuf; /* TD_WIRE_MAX_MSG send buffer */
+};
+
+/* Fill *err (may be NULL) and return code. fmt describes a local failure. */
+int td__fail(struct td_error *err, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+void td__client_ref(struct td_client *c);   /* lock held */
+void td__client_unref(struct td_client *c); /* lock NOT held */
+
+/*
+ * One request/reply round trip, lock held. body is in c->sbuf after the
+ * header room (TD_WIRE_HDR_LEN); fds are attached with SCM_RIGHTS (borrowed).
+ * On success the reply is in *rep (body in c->rbuf until the next call; the
+ * caller owns rep->fds and must td__msg_close_fds()). A reply with a
+ * negative status returns that status with the daemon's reason in *err and
+ * its fds closed.
+ */
+int td__call(struct td_client *c, uint16_t op, size_t body_len,
+	     const int *fds, unsigned nfds, struct td__msg *rep,
+	     struct td_error *err);
+void td__msg_close_fds(struct td__msg *m);
+
+/* Import daemon fd `remote` (pidfd path) or take `scm` (SCM path): -> fd. */
+int td__import_fd(struct td_client *c, int32_t remote, int *scm, int *fd);
+
+/* Map cache (lock held). */
+int td__map_get(struct td_client *c, uint64_t buffer_id, int32_t remote,
+		int *scm, struct td__map **out);
+void td__map_put(struct td_client *c, struct td__map *m);
+void td__maps_drop(struct td_client *c, bool all);
+
+/* Decode a wire str into a NUL-terminated buffer of cap bytes. */
+void td__str_copy(char *dst, size_t cap, struct td_wire_str s);
+
+#endif

@@ -1,0 +1,402 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libtensord: the blocking client library of tensord.
+ *
+ * A producer publishes a named tensor whose bytes live in shared memory
+ * (memfd or dma-buf); the daemon keeps it; consumers map the very same pages
+ * read-only. Only a small description (the EdgeFirst tensor blob) and file
+ * descriptors cross the socket, never the bytes.
+ *
+ * Conventions (all functions):
+ *  - Return >= 0 on success, a negative errno on failure. Objects come back
+ *    through a last-but-one `**out` parameter.
+ *  - Every function that talks to the daemon takes an optional last
+ *    `struct td_error *err`. On failure it receives the same -errno and a
+ *    NUL-terminated reason: the daemon's own reason string when the daemon
+ *    refused, or a short local description otherwise. Pass NULL when not
+ *    interested. There is no per-handle or thread-local "last error", so
+ *    concurrent callers never see each other's reasons.
+ *  - A file descriptor passed in is borrowed: the library duplicates what it
+ *    keeps. Everything the library opens is close-on-exec.
+ *  - Threads: one struct td_client may be shared by any number of threads.
+ *    Calls on one handle serialise on a mutex owned by the handle: a call
+ *    that waits (td_client_get_newer(), td_client_next_event()) blocks the
+ *    other threads' calls on that handle for as long as it waits. Use one
+ *    handle per waiting thread when that matters. Tensors and allocations
+ *    may be used and released from any thread.
+ */
+#ifndef TENSORD_TENSORD_H
+#define TENSORD_TENSORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(TD_BUILDING_LIBTENSORD)
+#define TD_EXPORT __attribute__((visibility("default")))
+#else
+#define TD_EXPORT
+#endif
+
+struct td_client;
+struct td_tensor;
+struct td_alloc;
+
+/* Longest reason string a daemon sends, in bytes (without the NUL). */
+#define TD_REASON_MAX 1024
+/* Longest tensor name in bytes (without the NUL). */
+#define TD_NAME_MAX 255
+/* Most dimensions a LIST/STAT entry describes. */
+#define TD_ENTRY_MAX_DIMS 16
+
+/* Failure detail; see the conventions above. */
+struct td_error {
+	int code;                         /* the -errno also returned */
+	char reason[TD_REASON_MAX + 1]; /* NUL-terminated, "" when none */
+};
+
+/* Element types: the blob dtype codes (specs/blob.md §11.2). */
+enum td_tensor_dtype {
+	TD_TENSOR_U8 = 0,
+	TD_TENSOR_I8 = 1,
+	TD_TENSOR_U16 = 2,
+	TD_TENSOR_I16 = 3,
+	TD_TENSOR_U32 = 4,
+	TD_TENSOR_I32 = 5,
+	TD_TENSOR_U64 = 6,
+	TD_TENSOR_I64 = 7,
+	TD_TENSOR_F16 = 8,
+	TD_TENSOR_F32 = 9,
+	TD_TENSOR_F64 = 10,
+};
+
+/* Element size in bytes of a dtype code, 0 when the code is unknown. */
+TD_EXPORT unsigned td_tensor_dtype_size(uint32_t dtype);
+/* Lower-case name of a dtype ("f32"), NULL when unknown. Static string. */
+TD_EXPORT const char *td_tensor_dtype_name(uint32_t dtype);
+/* dtype code of a lower-case name, -EINVAL when unknown. */
+TD_EXPORT int td_tensor_dtype_from_name(const char *name);
+
+/* ---- connection ---- */
+
+/* How descriptors cross between this client and the daemon. */
+enum td_client_path {
+	TD_CLIENT_PATH_PIDFD = 1, /* the receiver pulls with pidfd_getfd() */
+	TD_CLIENT_PATH_SCM = 2,   /* the sender attaches them (SCM_RIGHTS) */
+};
+
+struct td_client_info {
+	uint32_t daemon_pid;
+	/* how the daemon receives this client's fds (enum td_client_path) */
+	uint32_t path_in;
+	/* how this client receives the daemon's fds (enum td_client_path) */
+	uint32_t path_out;
+	uint64_t max_bytes; /* the daemon's memory limit, 0 = none */
+	char ident[64];     /* "tensord 0.1.0", NUL-terminated */
+};
+
+/*
+ * Connect to the daemon and say HELLO. socket_path NULL picks, in order,
+ * $TENSORD_SOCKET, $XDG_RUNTIME_DIR/tensord.sock, /run/tensord/tensord.sock.
+ *
+ * Import negotiation: $TENSORD_IMPORT = auto (default) | pidfd | scm.
+ * With auto the client pulls the daemon's fds with pidfd_getfd() when the
+ * kernel lets it (probed at connect) and asks for SCM_RIGHTS otherwise;
+ * with scm it always asks for SCM_RIGHTS; with pidfd it fails with -EPERM
+ * when pulling is not possible in either direction.
+ *
+ * Returns 0 and a new handle in *out (free it with td_client_close()), or
+ * -errno: -ENOENT/-ECONNREFUSED no daemon, -EINVAL bad $TENSORD_IMPORT or
+ * path too long, -EPERM forced pidfd impossible, -EPROTO a bad reply.
+ */
+TD_EXPORT int td_client_connect(const char *socket_path,
+				struct td_client **out, struct td_error *err);
+
+/*
+ * Close the connection. The daemon drops this client's leases, watches and
+ * unpublished allocations. Cached mappings are unmapped and their fds
+ * closed at once; tensors and allocations still held stay valid (mapped)
+ * until each is released, after which nothing of the client remains.
+ * Accepts NULL. Must not race with calls on the same handle.
+ */
+TD_EXPORT void td_client_close(struct td_client *c);
+
+/* Negotiated facts about the connection into *info. 0 or -EINVAL. */
+TD_EXPORT int td_client_info(struct td_client *c, struct td_client_info *info);
+
+/* ---- producing ---- */
+
+/* A plane: where its bytes sit inside one of the buffers. */
+struct td_plane {
+	uint32_t buffer; /* index into the buffers (fds or alloc planes) */
+	uint64_t offset; /* byte offset inside that buffer */
+	uint64_t stride; /* bytes per line; 0 = size (not an image) */
+	uint64_t size;   /* bytes of the plane */
+};
+
+#define TD_PUBLISH_PIN 0x1u   /* the daemon never evicts this version */
+#define TD_PUBLISH_FENCE 0x2u /* fence_fd is an acquire fence to attach */
+
+/*
+ * What to publish. Zero-initialise, then set what applies: a zeroed
+ * struct means no quantization, dense C-order strides, no strings, no
+ * metadata, no fence.
+ */
+struct td_publish {
+	const char *name; /* tensor name, see docs/protocol.md */
+	uint32_t flags;   /* TD_PUBLISH_* */
+	uint32_t dtype;   /* enum td_tensor_dtype */
+	uint32_t ndim;
+	const uint64_t *shape;
+	const int64_t *strides; /* ndim byte strides; NULL = dense C order */
+	/* quantization: used only when quant_scale_count > 0 */
+	int32_t quant_axis; /* -1 per tensor, >= 0 per channel */
+	uint32_t quant_scale_count;
+	const float *quant_scales;
+	uint32_t quant_zero_point_count; /* 0 = symmetric */
+	const int32_t *quant_zero_points;
+	/* blob strings (specs/blob.md §5); NULL = "" */
+	const char *format;
+	const char *color_space;
+	const char *color_transfer;
+	const char *color_encoding;
+	const char *color_range;
+	/* planes; plane_count 0 = one plane per buffer covering all of it */
+	uint32_t plane_count;
+	const struct td_plane *planes;
+	/* td_client_publish() only: the caller's buffers (memfd/dma-buf) */
+	uint32_t fd_count;
+	const int *fds;
+	int fence_fd; /* with TD_PUBLISH_FENCE: polled for POLLIN by readers */
+	const void *meta; /* opaque user metadata, copied */
+	size_t meta_len;
+};
+
+/*
+ * Publish the caller's own buffers (p->fds, borrowed). The daemon takes its
+ * own reference to each buffer and write-seals memfds (F_SEAL_WRITE), so
+ * the caller must hold no writable shared mapping of them and must not
+ * write them after this call. Buffers appear in the blob's fd table once
+ * each, in order of first use by the planes; the fence is appended last.
+ * Returns 0 and the new version in *version (may be NULL), or -errno with
+ * the daemon's reason.
+ */
+TD_EXPORT int td_client_publish(struct td_client *c, const struct td_publish *p,
+				uint64_t *version, struct td_error *err);
+
+/*
+ * Ask the daemon for plane_count fresh zero-filled buffers of the given
+ * sizes, mapped writable (MAP_SHARED) here. Write through td_alloc_data(),
+ * then td_client_publish_alloc() (or drop them with td_alloc_free()).
+ * Returns 0 and the loan in *out, or -errno.
+ */
+TD_EXPORT int td_client_alloc(struct td_client *c, uint32_t plane_count,
+			      const uint64_t *sizes, struct td_alloc **out,
+			      struct td_error *err);
+/* Writable bytes of buffer i, NULL when i is out of range or size is 0. */
+TD_EXPORT void *td_alloc_data(struct td_alloc *a, uint32_t i);
+/* Size requested for buffer i, 0 when out of range. */
+TD_EXPORT uint64_t td_alloc_size(const struct td_alloc *a, uint32_t i);
+/* The fd of buffer i (borrowed, valid until the loan ends), -1 if none. */
+TD_EXPORT int td_alloc_fd(const struct td_alloc *a, uint32_t i);
+/* Give a loan up unpublished. Accepts NULL. */
+TD_EXPORT void td_alloc_free(struct td_alloc *a);
+
+/*
+ * Publish a loan. p->fds/fd_count are ignored; planes index the loan's
+ * buffers (plane_count 0: one plane per buffer, of its requested size). The
+ * library unmaps its writable mapping BEFORE sending, because the daemon
+ * write-seals the buffers. Consumes the loan on success and on failure.
+ * Returns 0 and *version (may be NULL), or -errno.
+ */
+TD_EXPORT int td_client_publish_alloc(struct td_client *c, struct td_alloc *a,
+				      const struct td_publish *p,
+				      uint64_t *version, struct td_error *err);
+
+/*
+ * Convenience: allocate one buffer of len bytes, copy data into it and
+ * publish it as one plane described by p (p->fds, planes ignored).
+ * Returns 0 and *version (may be NULL), or -errno.
+ */
+TD_EXPORT int td_client_put(struct td_client *c, const struct td_publish *p,
+			    const void *data, size_t len, uint64_t *version,
+			    struct td_error *err);
+
+/* ---- consuming ---- */
+
+/*
+ * Get the latest version of name. The tensor's planes are mapped read-only
+ * (MAP_SHARED; MAP_PRIVATE where the kernel refuses shared maps of sealed
+ * memory, which shares the pages all the same). The daemon holds a lease on
+ * the version until td_tensor_release() or disconnect, so deleting or
+ * replacing the name never changes bytes being read.
+ * Returns 0 and *out, -ENOENT no such name, or -errno.
+ */
+TD_EXPORT int td_client_get(struct td_client *c, const char *name,
+			    struct td_tensor **out, struct td_error *err);
+/* Exactly version `version` of name; -ENOENT when it is gone. */
+TD_EXPORT int td_client_get_version(struct td_client *c, const char *name,
+				    uint64_t version, struct td_tensor **out,
+				    struct td_error *err);
+/*
+ * The first version of name newer than `after`, waiting up to timeout_ms
+ * milliseconds for one to be published (-1 = forever, 0 = do not wait).
+ * -ETIMEDOUT when none came. Blocks the handle while it waits.
+ */
+TD_EXPORT int td_client_get_newer(struct td_client *c, const char *name,
+				  uint64_t after, int timeout_ms,
+				  struct td_tensor **out, struct td_error *err);
+
+/*
+ * Release a tensor: tells the daemon the lease is over and drops this
+ * tensor's references to its mappings. Accepts NULL.
+ *
+ * Mapping cache: mappings are kept per daemon buffer id. Getting a buffer
+ * this client already holds or recently held reuses its fd and mapping (no
+ * new import, no new mmap). Up to 64 mappings nobody uses stay cached; the
+ * least recently used is unmapped beyond that. A cached mapping keeps its
+ * buffer's memory alive after the daemon dropped it; td_client_trim()
+ * drops them all now.
+ */
+TD_EXPORT void td_tensor_release(struct td_tensor *t);
+
+/* Unmap and close every cached mapping no tensor uses. Returns how many. */
+TD_EXPORT int td_client_trim(struct td_client *c);
+
+TD_EXPORT uint64_t td_tensor_version(const struct td_tensor *t);
+TD_EXPORT uint32_t td_tensor_dtype(const struct td_tensor *t);
+TD_EXPORT uint32_t td_tensor_ndim(const struct td_tensor *t);
+/* ndim dimensions, outermost first. Valid while t lives. */
+TD_EXPORT const uint64_t *td_tensor_shape(const struct td_tensor *t);
+/*
+ * Byte strides as published, *count = ndim, or NULL with *count = 0 when
+ * the blob said "dense C order". count may be NULL.
+ */
+TD_EXPORT const int64_t *td_tensor_strides(const struct td_tensor *t,
+					   uint32_t *count);
+/*
+ * Quantization: returns the axis (-2 none, -1 per tensor, >= 0 channel
+ * axis) and the scales and zero points (pointers valid while t lives; any
+ * out pointer may be NULL).
+ */
+TD_EXPORT int32_t td_tensor_quant(const struct td_tensor *t,
+				  const float **scales, uint32_t *scale_count,
+				  const int32_t **zero_points,
+				  uint32_t *zero_point_count);
+
+enum td_tensor_string {
+	TD_TENSOR_FORMAT = 0,
+	TD_TENSOR_COLOR_SPACE = 1,
+	TD_TENSOR_COLOR_TRANSFER = 2,
+	TD_TENSOR_COLOR_ENCODING = 3,
+	TD_TENSOR_COLOR_RANGE = 4,
+};
+/* One of the blob strings, NUL-terminated ("" when empty or out of range). */
+TD_EXPORT const char *td_tensor_string(const struct td_tensor *t,
+				       enum td_tensor_string which);
+/* User metadata bytes (NULL with *len 0 when none). */
+TD_EXPORT const void *td_tensor_meta(const struct td_tensor *t, size_t *len);
+
+TD_EXPORT uint32_t td_tensor_plane_count(const struct td_tensor *t);
+/* Read-only bytes of plane i; NULL when out of range or of size 0. */
+TD_EXPORT const void *td_tensor_plane_data(const struct td_tensor *t,
+					   uint32_t i);
+TD_EXPORT uint64_t td_tensor_plane_size(const struct td_tensor *t, uint32_t i);
+TD_EXPORT uint64_t td_tensor_plane_stride(const struct td_tensor *t,
+					  uint32_t i);
+/* Buffer fd behind plane i (borrowed; valid while t lives), -1 if none. */
+TD_EXPORT int td_tensor_plane_fd(const struct td_tensor *t, uint32_t i);
+/* Sum of plane sizes. */
+TD_EXPORT uint64_t td_tensor_bytes(const struct td_tensor *t);
+
+/* 1 when the producer attached an acquire fence, else 0. */
+TD_EXPORT int td_tensor_has_fence(const struct td_tensor *t);
+/*
+ * Wait until the acquire fence signals (its fd polls POLLIN: a sync_file,
+ * or an eventfd in tests), at most timeout_ms (-1 forever). Returns 0 when
+ * signalled or when there is no fence, -ETIMEDOUT, or -errno from poll.
+ * Reading the bytes before this returns 0 may see an unfinished write.
+ */
+TD_EXPORT int td_tensor_fence_wait(const struct td_tensor *t, int timeout_ms);
+
+/* ---- catalogue ---- */
+
+/* A tensor's summary (LIST, STAT). Strings and meta are owned. */
+struct td_entry {
+	char *name;
+	uint64_t version;
+	uint32_t dtype;
+	uint32_t ndim;
+	uint64_t shape[TD_ENTRY_MAX_DIMS];
+	uint64_t bytes;       /* sum of plane sizes */
+	uint32_t lease_count; /* leases held on this version, all clients */
+	uint32_t flags;       /* TD_PUBLISH_PIN */
+	void *meta;
+	size_t meta_len;
+};
+
+/* Summary of name's latest version into *e; td_entry_fini() it. */
+TD_EXPORT int td_client_stat(struct td_client *c, const char *name,
+			     struct td_entry *e, struct td_error *err);
+/* Free what td_client_stat() put in *e. Accepts NULL; idempotent. */
+TD_EXPORT void td_entry_fini(struct td_entry *e);
+/*
+ * Every tensor whose name starts with prefix (NULL or "" = all), sorted by
+ * name, into a new array *out of *count entries (paged transparently).
+ * Free with td_entry_list_free().
+ */
+TD_EXPORT int td_client_list(struct td_client *c, const char *prefix,
+			     struct td_entry **out, size_t *count,
+			     struct td_error *err);
+TD_EXPORT void td_entry_list_free(struct td_entry *list, size_t count);
+
+/*
+ * Remove name. Leased versions stay readable by their holders. Returns 0
+ * and the removed version in *version (may be NULL), -ENOENT, or -errno.
+ */
+TD_EXPORT int td_client_delete(struct td_client *c, const char *name,
+			       uint64_t *version, struct td_error *err);
+
+/* ---- watching ---- */
+
+#define TD_WATCH_PREFIX 0x1u /* name is a prefix */
+
+enum td_event_type {
+	TD_EVENT_TYPE_PUBLISHED = 1,
+	TD_EVENT_TYPE_DELETED = 2,
+};
+
+struct td_event {
+	uint64_t watch_id;
+	uint32_t type; /* enum td_event_type */
+	uint64_t version;
+	char name[TD_NAME_MAX + 1];
+};
+
+/*
+ * Watch a name (or, with TD_WATCH_PREFIX, every name under a prefix).
+ * Returns 0 and the watch id in *watch_id, or -errno. Events arrive through
+ * td_client_next_event(); events that come in while another call waits for
+ * its reply are queued in order, never lost.
+ */
+TD_EXPORT int td_client_watch(struct td_client *c, const char *name,
+			      uint32_t flags, uint64_t *watch_id,
+			      struct td_error *err);
+TD_EXPORT int td_client_unwatch(struct td_client *c, uint64_t watch_id,
+				struct td_error *err);
+/*
+ * Next event in arrival order into *ev, waiting up to timeout_ms (-1
+ * forever, 0 only what is queued or already readable). Returns 0,
+ * -ETIMEDOUT, or -errno (-ECONNRESET when the daemon went away).
+ */
+TD_EXPORT int td_client_next_event(struct td_client *c, int timeout_ms,
+				   struct td_event *ev, struct td_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,458 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libtensord producing side: ALLOC loans, PUBLISH of loans and of the
+ * caller's own buffers, PUT. Every PUBLISH carries a reference-mode blob
+ * (pid = getpid(), plane handles = fd-table indices, fence appended last)
+ * and the fd table as this process's fd numbers; on the SCM path the same
+ * fds also ride along with SCM_RIGHTS.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "blob.h"
+#include "client.h"
+
+struct td_alloc {
+	struct td_client *c;
+	uint64_t alloc_id;
+	uint32_t count;
+	int fds[TD_WIRE_MAX_PLANES];
+	void *addr[TD_WIRE_MAX_PLANES];
+	uint64_t size[TD_WIRE_MAX_PLANES];
+};
+
+/* ---- loans ---- */
+
+static void alloc_unmap(struct td_alloc *a)
+{
+	for (uint32_t i = 0; i < a->count; i++) {
+		if (a->addr[i])
+			munmap(a->addr[i], a->size[i]);
+		a->addr[i] = NULL;
+	}
+}
+
+static void alloc_free_locked(struct td_alloc *a)
+{
+	alloc_unmap(a);
+	for (uint32_t i = 0; i < a->count; i++)
+		if (a->fds[i] >= 0)
+			close(a->fds[i]);
+	free(a);
+}
+
+void td_alloc_free(struct td_alloc *a)
+{
+	struct td_client *c;
+
+	if (!a)
+		return;
+	c = a->c;
+	/* no message: the daemon drops unpublished loans on disconnect */
+	pthread_mutex_lock(&c->lock);
+	alloc_free_locked(a);
+	pthread_mutex_unlock(&c->lock);
+	td__client_unref(c);
+}
+
+void *td_alloc_data(struct td_alloc *a, uint32_t i)
+{
+	return a && i < a->count ? a->addr[i] : NULL;
+}
+
+uint64_t td_alloc_size(const struct td_alloc *a, uint32_t i)
+{
+	return a && i < a->count ? a->size[i] : 0;
+}
+
+int td_alloc_fd(const struct td_alloc *a, uint32_t i)
+{
+	return a && i < a->count ? a->fds[i] : -1;
+}
+
+int td_client_alloc(struct td_client *c, uint32_t plane_count,
+		    const uint64_t *sizes, struct td_alloc **out,
+		    struct td_error *err)
+{
+	struct td_wire_alloc_req req = {.plane_count = plane_count};
+	struct td_wire_alloc_rep rep;
+	struct td_alloc *a = NULL;
+	struct td_err e = {0};
+	struct td__msg m = {0};
+	int64_t len;
+	int rc;
+
+	if (!c || !out || !plane_count || plane_count > TD_WIRE_MAX_PLANES ||
+	    !sizes)
+		return td__fail(err, -EINVAL, "plane count must be 1..%d",
+				TD_WIRE_MAX_PLANES);
+	*out = NULL;
+	for (uint32_t i = 0; i < plane_count; i++) {
+		if (sizes[i] > SIZE_MAX)
+			return td__fail(err, -EFBIG, "plane %u too large", i);
+		req.sizes[i] = sizes[i];
+	}
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return td__fail(err, -ENOMEM, "out of memory");
+	for (uint32_t i = 0; i < TD_WIRE_MAX_PLANES; i++)
+		a->fds[i] = -1;
+	a->c = c;
+	pthread_mutex_lock(&c->lock);
+	if (c->path_out == TD_IMPORT_SCM)
+		req.flags |= TD_WIRE_REQ_SCM;
+	len = td_wire_alloc_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
+				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+	if (len < 0) {
+		rc = td__fail(err, (int)len, "encode ALLOC");
+		goto fail;
+	}
+	rc = td__call(c, TD_OP_ALLOC, (size_t)len, NULL, 0, &m, err);
+	if (rc < 0)
+		goto fail;
+	rc = td_wire_alloc_rep_decode(m.body, m.body_len, &rep, &e);
+	if (rc < 0 || rep.fd_count != plane_count ||
+	    (c->path_out == TD_IMPORT_SCM && m.nfds != plane_count)) {
+		rc = td__fail(err, -EPROTO, "bad ALLOC reply: %s",
+			      e.reason ? e.reason : "fd count");
+		goto fail;
+	}
+	a->alloc_id = rep.alloc_id;
+	a->count = plane_count;
+	for (uint32_t i = 0; i < plane_count; i++) {
+		struct stat st;
+		void *p;
+
+		a->size[i] = sizes[i];
+		rc = td__import_fd(c, rep.fds[i].fd,
+				   i < m.nfds ? &m.fds[i] : NULL, &a->fds[i]);
+		if (rc < 0) {
+			td__fail(err, rc, "import buffer %u: %s", i,
+				 strerror(-rc));
+			goto fail;
+		}
+		if (fstat(a->fds[i], &st) < 0 ||
+		    (uint64_t)st.st_size < sizes[i]) {
+			rc = td__fail(err, -EPROTO, "buffer %u is smaller "
+				      "than asked", i);
+			goto fail;
+		}
+		if (!sizes[i])
+			continue;
+		p = mmap(NULL, sizes[i], PROT_READ | PROT_WRITE, MAP_SHARED,
+			 a->fds[i], 0);
+		if (p == MAP_FAILED) {
+			rc = td__fail(err, -errno, "mmap buffer %u: %s", i,
+				strerror(errno));
+			goto fail;
+		}
+		a->addr[i] = p;
+	}
+	td__msg_close_fds(&m);
+	td__client_ref(c);
+	pthread_mutex_unlock(&c->lock);
+	*out = a;
+	return 0;
+fail:
+	td__msg_close_fds(&m);
+	alloc_free_locked(a);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+/* ---- blobs ---- */
+
+/* Everything a PUBLISH needs besides the caller's description. */
+struct pub_ctx {
+	uint32_t nbuf;       /* caller's buffers */
+	const int *buf_fds;  /* their fds */
+	const uint64_t *buf_len; /* their sizes, for default planes */
+	bool identity;       /* fd table = buffers in order (loans) */
+	uint32_t storage_kind;
+	uint64_t alloc_id;
+};
+
+static int fd_len(int fd, uint64_t *len, bool *regular)
+{
+	struct stat st;
+	off_t end;
+
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	*regular = S_ISREG(st.st_mode);
+	if (*regular) {
+		*len = (uint64_t)st.st_size;
+		return 0;
+	}
+	end = lseek(fd, 0, SEEK_END); /* dma-buf */
+	if (end < 0)
+		return -errno;
+	*len = (uint64_t)end;
+	return 0;
+}
+
+static int publish_send(struct td_client *c, const struct td_publish *p,
+			const struct pub_ctx *x, uint64_t *version,
+			struct td_error *err)
+{
+	struct td_blob_plane planes[TD_WIRE_MAX_PLANES];
+	int64_t strides[TD_WIRE_MAX_DIMS];
+	int tab[TD_WIRE_MAX_PLANES + 1];
+	uint32_t slot[TD_WIRE_MAX_PLANES]; /* buffer -> table index + 1 */
+	uint32_t ntab = 0, nplanes;
+	struct td_wire_publish_req req = {0};
+	struct td_wire_publish_rep rep;
+	struct td_blob_desc d = {0};
+	struct td_err e = {0};
+	struct td__msg m = {0};
+	uint8_t *blob = NULL;
+	const char *why;
+	unsigned esz;
+	int64_t n;
+	int rc;
+
+	if (!p->name || (p->ndim && !p->shape))
+		return td__fail(err, -EINVAL, "no name or shape");
+	if (td_wire_name_check(p->name, strlen(p->name), false, &why) < 0)
+		return td__fail(err, -EINVAL, "tensor name: %s", why);
+	esz = td_dtype_size(p->dtype);
+	if (!esz)
+		return td__fail(err, -EINVAL, "unknown dtype %u", p->dtype);
+	if (p->ndim > TD_WIRE_MAX_DIMS)
+		return td__fail(err, -EINVAL, "more than %d dimensions",
+				TD_WIRE_MAX_DIMS);
+	if (p->meta_len > TD_WIRE_MAX_META)
+		return td__fail(err, -EMSGSIZE, "metadata over %d bytes",
+				TD_WIRE_MAX_META);
+	if ((p->flags & TD_PUBLISH_FENCE) && p->fence_fd < 0)
+		return td__fail(err, -EBADF, "TD_PUBLISH_FENCE without fd");
+
+	/* planes and the fd table in order of first use (spec §8.1) */
+	memset(slot, 0, sizeof(slot));
+	nplanes = p->plane_count ? p->plane_count : x->nbuf;
+	if (!nplanes || nplanes > TD_WIRE_MAX_PLANES)
+		return td__fail(err, -EINVAL, "plane count must be 1..%d",
+				TD_WIRE_MAX_PLANES);
+	if (x->identity)
+		for (ntab = 0; ntab < x->nbuf; ntab++) {
+			slot[ntab] = ntab + 1;
+			tab[ntab] = x->buf_fds[ntab];
+		}
+	for (uint32_t i = 0; i < nplanes; i++) {
+		struct td_plane pl = {i, 0, 0, 0};
+		uint32_t b;
+
+		if (p->plane_count)
+			pl = p->planes[i];
+		else
+			pl.size = x->buf_len[i];
+		b = pl.buffer;
+		if (b >= x->nbuf)
+			return td__fail(err, -EINVAL, "plane %u: no buffer %u",
+					i, b);
+		if (!slot[b]) {
+			/* the same fd twice is one buffer: keep it once */
+			for (uint32_t k = 0; k < ntab && !slot[b]; k++)
+				if (tab[k] == x->buf_fds[b])
+					slot[b] = k + 1;
+			if (!slot[b]) {
+				tab[ntab] = x->buf_fds[b];
+				slot[b] = ++ntab;
+			}
+		}
+		planes[i] = (struct td_blob_plane){
+			.handle = slot[b] - 1,
+			.offset = pl.offset,
+			.stride = pl.stride ? pl.stride : pl.size,
+			.size = pl.size,
+			.used = pl.size,
+		};
+	}
+	d.fence_fd = -1;
+	if (p->flags & TD_PUBLISH_FENCE) {
+		d.fence_fd = (int32_t)ntab;
+		tab[ntab++] = p->fence_fd;
+	}
+
+	if (!p->strides && p->ndim) {
+		int64_t s = esz;
+
+		for (uint32_t i = p->ndim; i-- > 0;) {
+			strides[i] = s;
+			if (__builtin_mul_overflow(s, (int64_t)p->shape[i],
+						   &s) ||
+			    p->shape[i] > INT64_MAX)
+				s = 0; /* only a later dimension would use it */
+		}
+	}
+	d.storage_kind = x->storage_kind;
+	d.pid = (uint32_t)getpid();
+	d.dtype = p->dtype;
+	d.ndim = p->ndim;
+	d.shape = p->shape;
+	d.strides_len = p->ndim; /* the exporter always writes strides */
+	d.strides = p->strides ? p->strides : strides;
+	d.quant_axis = TD_QUANT_NONE;
+	if (p->quant_scale_count) {
+		d.quant_axis = p->quant_axis;
+		d.quant_scales_len = p->quant_scale_count;
+		d.quant_scales = p->quant_scales;
+		d.quant_zero_points_len = p->quant_zero_point_count;
+		d.quant_zero_points = p->quant_zero_points;
+	}
+	{
+		const char *s[TD_BLOB_STRING_COUNT] = {
+			p->format, p->color_space, p->color_transfer,
+			p->color_encoding, p->color_range};
+
+		for (int i = 0; i < TD_BLOB_STRING_COUNT; i++)
+			d.strings[i] = (struct td_str){
+				s[i] ? s[i] : "",
+				s[i] ? (uint32_t)strlen(s[i]) : 0};
+	}
+	d.plane_count = nplanes;
+	d.planes = planes;
+
+	blob = malloc(TD_WIRE_MAX_BLOB);
+	if (!blob)
+		return td__fail(err, -ENOMEM, "out of memory");
+	n = td_blob_encode(&d, blob, TD_WIRE_MAX_BLOB, &e);
+	if (n < 0) {
+		rc = td__fail(err, (int)n, "blob: %s",
+			      e.reason ? e.reason : "too large");
+		goto out;
+	}
+	{
+		/* refuse locally what the daemon would refuse (§9.5) */
+		struct td_blob_view v;
+
+		rc = td_blob_decode(blob, (size_t)n, &v, &e);
+		if (rc == 0)
+			rc = td_blob_check(&v, ntab, &e);
+		if (rc < 0) {
+			rc = td__fail(err, rc, "blob: %s%s%s",
+				      e.field ? e.field : "",
+				      e.field ? ": " : "",
+				      e.reason ? e.reason : "invalid");
+			goto out;
+		}
+	}
+
+	req.name = (struct td_wire_str){p->name, (uint16_t)strlen(p->name)};
+	req.flags = p->flags & TD_PUBLISH_PIN;
+	req.alloc_id = x->alloc_id;
+	req.meta = (struct td_wire_bytes){p->meta, (uint32_t)p->meta_len};
+	req.blob = (struct td_wire_bytes){blob, (uint32_t)n};
+	req.fd_count = ntab;
+	for (uint32_t i = 0; i < ntab; i++)
+		req.fds[i] = tab[i];
+	n = td_wire_publish_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
+				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+	if (n < 0) {
+		rc = td__fail(err, (int)n, "PUBLISH does not fit a message");
+		goto out;
+	}
+	rc = td__call(c, TD_OP_PUBLISH, (size_t)n, tab,
+		      c->path_in == TD_IMPORT_SCM ? ntab : 0, &m, err);
+	if (rc < 0)
+		goto out;
+	rc = td_wire_publish_rep_decode(m.body, m.body_len, &rep, &e);
+	if (rc < 0) {
+		rc = td__fail(err, -EPROTO, "bad PUBLISH reply");
+		goto out;
+	}
+	if (version)
+		*version = rep.version;
+out:
+	td__msg_close_fds(&m);
+	free(blob);
+	return rc;
+}
+
+int td_client_publish(struct td_client *c, const struct td_publish *p,
+		      uint64_t *version, struct td_error *err)
+{
+	uint64_t lens[TD_WIRE_MAX_PLANES];
+	struct pub_ctx x = {.storage_kind = TD_STORAGE_SHM};
+	int rc;
+
+	if (!c || !p || !p->fds || !p->fd_count ||
+	    p->fd_count > TD_WIRE_MAX_PLANES)
+		return td__fail(err, -EINVAL, "fd count must be 1..%d",
+				TD_WIRE_MAX_PLANES);
+	for (uint32_t i = 0; i < p->fd_count; i++) {
+		bool regular;
+
+		rc = fd_len(p->fds[i], &lens[i], &regular);
+		if (rc < 0)
+			return td__fail(err, rc, "buffer %u: %s", i,
+					strerror(-rc));
+		/* memfd/shm are regular files; a dma-buf is not */
+		if (!regular)
+			x.storage_kind = TD_STORAGE_DMABUF;
+	}
+	x.nbuf = p->fd_count;
+	x.buf_fds = p->fds;
+	x.buf_len = lens;
+	pthread_mutex_lock(&c->lock);
+	rc = publish_send(c, p, &x, version, err);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+int td_client_publish_alloc(struct td_client *c, struct td_alloc *a,
+			    const struct td_publish *p, uint64_t *version,
+			    struct td_error *err)
+{
+	struct pub_ctx x = {.storage_kind = TD_STORAGE_SHM, .identity = true};
+	int rc;
+
+	if (!c || !a || !p || a->c != c) {
+		if (a)
+			td_alloc_free(a);
+		return td__fail(err, -EINVAL, "missing argument");
+	}
+	x.nbuf = a->count;
+	x.buf_fds = a->fds;
+	x.buf_len = a->size;
+	x.alloc_id = a->alloc_id;
+	pthread_mutex_lock(&c->lock);
+	/*
+	 * The daemon write-seals the buffers (F_SEAL_WRITE), which the kernel
+	 * refuses while any writable shared mapping exists: unmap first.
+	 */
+	alloc_unmap(a);
+	rc = publish_send(c, p, &x, version, err);
+	alloc_free_locked(a);
+	pthread_mutex_unlock(&c->lock);
+	td__client_unref(c);
+	return rc;
+}
+
+int td_client_put(struct td_client *c, const struct td_publish *p,
+		  const void *data, size_t len, uint64_t *version,
+		  struct td_error *err)
+{
+	struct td_publish q;
+	struct td_alloc *a;
+	uint64_t size = len;
+	int rc;
+
+	if (!c || !p || (len && !data))
+		return td__fail(err, -EINVAL, "missing argument");
+	rc = td_client_alloc(c, 1, &size, &a, err);
+	if (rc < 0)
+		return rc;
+	if (len)
+		memcpy(td_alloc_data(a, 0), data, len);
+	q = *p;
+	q.plane_count = 0;
+	q.planes = NULL;
+	q.fd_count = 0;
+	q.fds = NULL;
+	return td_client_publish_alloc(c, a, &q, version, err);
+}

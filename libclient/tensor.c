@@ -1,0 +1,608 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libtensord consuming side: GET, the mapping cache, tensor accessors,
+ * fences, RELEASE.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "blob.h"
+#include "bytes.h"
+#include "client.h"
+
+struct td__tplane {
+	const uint8_t *data;
+	uint8_t *copy; /* an inline plane's bytes, owned */
+	uint64_t size;
+	uint64_t stride;
+	int fd;
+};
+
+struct td_tensor {
+	struct td_client *c;
+	uint64_t version;
+	uint64_t lease_id;
+	uint32_t dtype;
+	uint32_t ndim;
+	uint32_t strides_len;
+	int32_t quant_axis;
+	uint32_t scale_count, zp_count;
+	uint32_t plane_count;
+	uint32_t map_count;
+	int fence_fd;
+	uint64_t *shape;
+	int64_t *strides;
+	float *scales;
+	int32_t *zps;
+	char *strings[TD_BLOB_STRING_COUNT];
+	uint8_t *meta;
+	size_t meta_len;
+	struct td__tplane planes[TD_WIRE_MAX_PLANES];
+	struct td__map *maps[TD_WIRE_MAX_PLANES];
+};
+
+/* ---- mapping cache ---- */
+
+static void map_destroy(struct td_client *c, struct td__map *m)
+{
+	if (m->prev)
+		m->prev->next = m->next;
+	else
+		c->maps = m->next;
+	if (m->next)
+		m->next->prev = m->prev;
+	if (m->addr)
+		munmap(m->addr, m->len);
+	if (m->fd >= 0)
+		close(m->fd);
+	free(m);
+}
+
+static int buffer_len(int fd, size_t *len)
+{
+	struct stat st;
+	off_t end;
+
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (S_ISREG(st.st_mode)) {
+		*len = (size_t)st.st_size;
+		return 0;
+	}
+	/* dma-bufs report their size through lseek, not fstat */
+	end = lseek(fd, 0, SEEK_END);
+	if (end < 0)
+		return -errno;
+	*len = (size_t)end;
+	return 0;
+}
+
+/*
+ * Map a buffer read-only. Shared first: read-only shared mappings of a
+ * write-sealed memfd are allowed on current kernels, but some older ones
+ * refuse any MAP_SHARED of it (EPERM); a private read-only mapping of
+ * shmem still maps the same page-cache pages, so zero copy holds.
+ */
+static int map_ro(int fd, size_t len, void **addr)
+{
+	void *p;
+
+	*addr = NULL;
+	if (len == 0)
+		return 0;
+	p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED && (errno == EPERM || errno == EACCES))
+		p = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	*addr = p;
+	return 0;
+}
+
+int td__map_get(struct td_client *c, uint64_t buffer_id, int32_t remote,
+		int *scm, struct td__map **out)
+{
+	struct td__map *m;
+	int rc, fd = -1;
+
+	for (m = c->maps; m; m = m->next) {
+		if (m->buffer_id != buffer_id)
+			continue;
+		if (m->refs++ == 0)
+			c->idle_maps--;
+		*out = m;
+		return 0; /* an attached duplicate is closed by the caller */
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->fd = -1;
+	rc = td__import_fd(c, remote, scm, &fd);
+	if (rc < 0)
+		goto fail;
+	m->fd = fd;
+	rc = buffer_len(fd, &m->len);
+	if (rc < 0)
+		goto fail;
+	rc = map_ro(fd, m->len, &m->addr);
+	if (rc < 0)
+		goto fail;
+	m->buffer_id = buffer_id;
+	m->refs = 1;
+	m->next = c->maps;
+	if (c->maps)
+		c->maps->prev = m;
+	c->maps = m;
+	*out = m;
+	return 0;
+fail:
+	if (m->fd >= 0)
+		close(m->fd);
+	free(m);
+	return rc;
+}
+
+static void evict_lru(struct td_client *c)
+{
+	struct td__map *m, *old = NULL;
+
+	for (m = c->maps; m; m = m->next)
+		if (m->refs == 0 && (!old || m->used < old->used))
+			old = m;
+	if (old) {
+		map_destroy(c, old);
+		c->idle_maps--;
+	}
+}
+
+void td__map_put(struct td_client *c, struct td__map *m)
+{
+	if (--m->refs)
+		return;
+	/* once the client is closed nothing can reuse it */
+	if (c->sock < 0) {
+		map_destroy(c, m);
+		return;
+	}
+	m->used = ++c->clock;
+	c->idle_maps++;
+	while (c->idle_maps > TD__CACHE_MAX)
+		evict_lru(c);
+}
+
+void td__maps_drop(struct td_client *c, bool all)
+{
+	struct td__map *m = c->maps, *next;
+
+	for (; m; m = next) {
+		next = m->next;
+		if (m->refs && !all)
+			continue;
+		if (!m->refs)
+			c->idle_maps--;
+		map_destroy(c, m);
+	}
+}
+
+int td_client_trim(struct td_client *c)
+{
+	unsigned before;
+
+	if (!c)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	before = c->idle_maps;
+	td__maps_drop(c, false);
+	pthread_mutex_unlock(&c->lock);
+	return (int)before;
+}
+
+/* ---- tensors ---- */
+
+static void tensor_free_locked(struct td_tensor *t)
+{
+	for (uint32_t i = 0; i < t->map_count; i++)
+		td__map_put(t->c, t->maps[i]);
+	if (t->fence_fd >= 0)
+		close(t->fence_fd);
+	free(t->shape);
+	free(t->strides);
+	free(t->scales);
+	free(t->zps);
+	for (int i = 0; i < TD_BLOB_STRING_COUNT; i++)
+		free(t->strings[i]);
+	free(t->meta);
+	for (uint32_t i = 0; i < t->plane_count; i++)
+		free(t->planes[i].copy);
+	free(t);
+}
+
+static int send_release(struct td_client *c, uint64_t lease_id)
+{
+	struct td_wire_release_req req = {.lease_id = lease_id};
+	struct td__msg m;
+	int64_t len;
+	int rc;
+
+	len = td_wire_release_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
+					 TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+	if (len < 0)
+		return (int)len;
+	rc = td__call(c, TD_OP_RELEASE, (size_t)len, NULL, 0, &m, NULL);
+	if (rc == 0)
+		td__msg_close_fds(&m);
+	return rc;
+}
+
+void td_tensor_release(struct td_tensor *t)
+{
+	struct td_client *c;
+
+	if (!t)
+		return;
+	c = t->c;
+	pthread_mutex_lock(&c->lock);
+	/*
+	 * A closed or broken connection already ended the lease on the
+	 * daemon's side; there is nothing to tell it then.
+	 */
+	if (c->sock >= 0 && !c->dead)
+		send_release(c, t->lease_id);
+	tensor_free_locked(t);
+	pthread_mutex_unlock(&c->lock);
+	td__client_unref(c);
+}
+
+static char *str_dup(struct td_str s)
+{
+	char *p = malloc((size_t)s.len + 1);
+
+	if (!p)
+		return NULL;
+	if (s.len)
+		memcpy(p, s.ptr, s.len);
+	p[s.len] = 0;
+	return p;
+}
+
+static void *arr_alloc(size_t n, size_t elem)
+{
+	return calloc(n ? n : 1, elem);
+}
+
+/* Copy the description out of the blob (it borrows c->rbuf). */
+static int tensor_describe(struct td_tensor *t, const struct td_blob_view *v,
+			   struct td_wire_bytes meta)
+{
+	t->dtype = v->dtype;
+	t->ndim = v->ndim;
+	t->strides_len = v->strides_len;
+	t->quant_axis = v->quant_axis;
+	t->scale_count = v->quant_scales_len;
+	t->zp_count = v->quant_zero_points_len;
+	t->shape = arr_alloc(v->ndim, sizeof(*t->shape));
+	t->strides = arr_alloc(v->strides_len, sizeof(*t->strides));
+	t->scales = arr_alloc(v->quant_scales_len, sizeof(*t->scales));
+	t->zps = arr_alloc(v->quant_zero_points_len, sizeof(*t->zps));
+	if (!t->shape || !t->strides || !t->scales || !t->zps)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < v->ndim; i++)
+		t->shape[i] = td_blob_shape(v, i);
+	for (uint32_t i = 0; i < v->strides_len; i++)
+		t->strides[i] = td_blob_stride(v, i);
+	for (uint32_t i = 0; i < v->quant_scales_len; i++)
+		t->scales[i] = td_blob_quant_scale(v, i);
+	for (uint32_t i = 0; i < v->quant_zero_points_len; i++)
+		t->zps[i] = td_blob_quant_zero_point(v, i);
+	for (int i = 0; i < TD_BLOB_STRING_COUNT; i++) {
+		t->strings[i] = str_dup(v->strings[i]);
+		if (!t->strings[i])
+			return -ENOMEM;
+	}
+	if (meta.len) {
+		t->meta = malloc(meta.len);
+		if (!t->meta)
+			return -ENOMEM;
+		memcpy(t->meta, meta.ptr, meta.len);
+		t->meta_len = meta.len;
+	}
+	return 0;
+}
+
+/*
+ * Import every fd-table entry of a GET reply: the fence fresh each time,
+ * buffers through the cache. Attached fds that are not kept stay in m and
+ * are closed by the caller.
+ */
+static int tensor_import(struct td_client *c, struct td_tensor *t,
+			 const struct td_wire_get_rep *rep,
+			 const struct td_blob_view *v, struct td__msg *m,
+			 struct td_error *err)
+{
+	struct td__map *tab[TD_WIRE_MAX_PLANES + 1] = {0};
+	struct td_blob_cursor cur = TD_BLOB_CURSOR_INIT;
+	struct td_blob_plane p;
+	int rc;
+
+	if (c->path_out == TD_IMPORT_SCM && m->nfds != rep->fd_count)
+		return td__fail(err, -EPROTO, "GET: %u fds attached, %u "
+				"described", m->nfds, rep->fd_count);
+	for (uint32_t i = 0; i < rep->fd_count; i++) {
+		int *scm = i < m->nfds ? &m->fds[i] : NULL;
+
+		if (v->fence_fd >= 0 && (uint32_t)v->fence_fd == i) {
+			rc = td__import_fd(c, rep->fds[i].fd, scm,
+					   &t->fence_fd);
+			if (rc < 0)
+				return td__fail(err, rc, "import fence: %s",
+						strerror(-rc));
+			continue;
+		}
+		rc = td__map_get(c, rep->fds[i].buffer_id, rep->fds[i].fd, scm,
+				 &tab[i]);
+		if (rc < 0)
+			return td__fail(err, rc, "import buffer %u: %s", i,
+					strerror(-rc));
+		t->maps[t->map_count++] = tab[i];
+	}
+	for (uint32_t i = 0; td_blob_plane_next(v, &cur, &p) == 0; i++) {
+		struct td__map *mp;
+		uint64_t end;
+
+		t->planes[i].size = p.size;
+		t->planes[i].stride = p.stride;
+		t->planes[i].fd = -1;
+		if (p.handle < 0) {
+			/* inline (td_blob_check: all planes are): copy out */
+			t->planes[i].copy = malloc(p.data_len ? p.data_len : 1);
+			if (!t->planes[i].copy)
+				return td__fail(err, -ENOMEM, "out of memory");
+			if (p.data_len)
+				memcpy(t->planes[i].copy, p.data, p.data_len);
+			t->planes[i].data = p.data_len ? t->planes[i].copy
+						       : NULL;
+			continue;
+		}
+		/* td_blob_check() bounded handle by fd_count */
+		mp = tab[p.handle];
+		if (!mp || td__add_ovf(p.offset, p.size, &end) ||
+		    end > mp->len)
+			return td__fail(err, -EPROTO, "plane %u outside its "
+					"buffer", i);
+		t->planes[i].data = mp->addr ? (uint8_t *)mp->addr + p.offset
+					     : NULL;
+		if (!p.size)
+			t->planes[i].data = NULL;
+		t->planes[i].fd = mp->fd;
+	}
+	return 0;
+}
+
+static int get_common(struct td_client *c, const char *name, uint32_t mode,
+		      uint64_t version, uint32_t timeout_ms,
+		      struct td_tensor **out, struct td_error *err)
+{
+	struct td_wire_get_req req = {
+		.mode = mode,
+		.version = version,
+		.timeout_ms = timeout_ms,
+	};
+	struct td_wire_get_rep rep;
+	struct td_blob_view v;
+	struct td_tensor *t = NULL;
+	struct td_err e = {0};
+	struct td__msg m = {0};
+	bool leased = false;
+	int64_t len;
+	int rc;
+
+	if (!c || !name || !out)
+		return td__fail(err, -EINVAL, "missing argument");
+	*out = NULL;
+	req.name = (struct td_wire_str){name, (uint16_t)strnlen(name, 256)};
+	pthread_mutex_lock(&c->lock);
+	if (c->path_out == TD_IMPORT_SCM)
+		req.flags |= TD_WIRE_REQ_SCM;
+	len = td_wire_get_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
+				     TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+	if (len < 0) {
+		rc = td__fail(err, -EINVAL, "bad tensor name");
+		goto out;
+	}
+	rc = td__call(c, TD_OP_GET, (size_t)len, NULL, 0, &m, err);
+	if (rc < 0)
+		goto out;
+	rc = td_wire_get_rep_decode(m.body, m.body_len, &rep, &e);
+	if (rc < 0) {
+		rc = td__fail(err, -EPROTO, "bad GET reply: %s",
+			      e.reason ? e.reason : "");
+		goto out;
+	}
+	leased = true;
+	rc = td_blob_decode(rep.blob.ptr, rep.blob.len, &v, &e);
+	if (rc == 0)
+		rc = td_blob_check(&v, rep.fd_count, &e);
+	if (rc < 0 || v.plane_count > TD_WIRE_MAX_PLANES) {
+		rc = td__fail(err, -EPROTO, "daemon sent a bad blob: %s",
+			      e.reason ? e.reason : "plane count");
+		goto out;
+	}
+	t = calloc(1, sizeof(*t));
+	if (!t) {
+		rc = td__fail(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	t->c = c;
+	t->fence_fd = -1;
+	t->version = rep.version;
+	t->lease_id = rep.lease_id;
+	t->plane_count = v.plane_count;
+	rc = tensor_describe(t, &v, rep.meta);
+	if (rc < 0) {
+		td__fail(err, rc, "out of memory");
+		goto out;
+	}
+	rc = tensor_import(c, t, &rep, &v, &m, err);
+	if (rc < 0)
+		goto out;
+	td__client_ref(c);
+	*out = t;
+	t = NULL;
+	leased = false;
+out:
+	td__msg_close_fds(&m);
+	if (t)
+		tensor_free_locked(t);
+	/* a lease granted but not handed out must not outlive this call */
+	if (leased)
+		send_release(c, rep.lease_id);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+int td_client_get(struct td_client *c, const char *name,
+		  struct td_tensor **out, struct td_error *err)
+{
+	return get_common(c, name, TD_GET_LATEST, 0, 0, out, err);
+}
+
+int td_client_get_version(struct td_client *c, const char *name,
+			  uint64_t version, struct td_tensor **out,
+			  struct td_error *err)
+{
+	return get_common(c, name, TD_GET_EXACT, version, 0, out, err);
+}
+
+int td_client_get_newer(struct td_client *c, const char *name,
+			uint64_t after, int timeout_ms,
+			struct td_tensor **out, struct td_error *err)
+{
+	uint32_t t = timeout_ms < 0 ? TD_WIRE_WAIT_FOREVER
+				    : (uint32_t)timeout_ms;
+
+	if (t == TD_WIRE_WAIT_FOREVER && timeout_ms >= 0)
+		t--; /* a finite wait must not read as "forever" */
+	return get_common(c, name, TD_GET_NEWER, after, t, out, err);
+}
+
+/* ---- accessors ---- */
+
+uint64_t td_tensor_version(const struct td_tensor *t)
+{
+	return t->version;
+}
+
+uint32_t td_tensor_dtype(const struct td_tensor *t)
+{
+	return t->dtype;
+}
+
+uint32_t td_tensor_ndim(const struct td_tensor *t)
+{
+	return t->ndim;
+}
+
+const uint64_t *td_tensor_shape(const struct td_tensor *t)
+{
+	return t->shape;
+}
+
+const int64_t *td_tensor_strides(const struct td_tensor *t, uint32_t *count)
+{
+	if (count)
+		*count = t->strides_len;
+	return t->strides_len ? t->strides : NULL;
+}
+
+int32_t td_tensor_quant(const struct td_tensor *t, const float **scales,
+			uint32_t *scale_count, const int32_t **zero_points,
+			uint32_t *zero_point_count)
+{
+	if (scales)
+		*scales = t->scale_count ? t->scales : NULL;
+	if (scale_count)
+		*scale_count = t->scale_count;
+	if (zero_points)
+		*zero_points = t->zp_count ? t->zps : NULL;
+	if (zero_point_count)
+		*zero_point_count = t->zp_count;
+	return t->quant_axis;
+}
+
+const char *td_tensor_string(const struct td_tensor *t,
+			     enum td_tensor_string which)
+{
+	if ((unsigned)which >= TD_BLOB_STRING_COUNT)
+		return "";
+	return t->strings[which];
+}
+
+const void *td_tensor_meta(const struct td_tensor *t, size_t *len)
+{
+	if (len)
+		*len = t->meta_len;
+	return t->meta;
+}
+
+uint32_t td_tensor_plane_count(const struct td_tensor *t)
+{
+	return t->plane_count;
+}
+
+const void *td_tensor_plane_data(const struct td_tensor *t, uint32_t i)
+{
+	return i < t->plane_count ? t->planes[i].data : NULL;
+}
+
+uint64_t td_tensor_plane_size(const struct td_tensor *t, uint32_t i)
+{
+	return i < t->plane_count ? t->planes[i].size : 0;
+}
+
+uint64_t td_tensor_plane_stride(const struct td_tensor *t, uint32_t i)
+{
+	return i < t->plane_count ? t->planes[i].stride : 0;
+}
+
+int td_tensor_plane_fd(const struct td_tensor *t, uint32_t i)
+{
+	return i < t->plane_count ? t->planes[i].fd : -1;
+}
+
+uint64_t td_tensor_bytes(const struct td_tensor *t)
+{
+	uint64_t sum = 0;
+
+	for (uint32_t i = 0; i < t->plane_count; i++)
+		sum += t->planes[i].size;
+	return sum;
+}
+
+int td_tensor_has_fence(const struct td_tensor *t)
+{
+	return t->fence_fd >= 0;
+}
+
+int td_tensor_fence_wait(const struct td_tensor *t, int timeout_ms)
+{
+	struct pollfd pfd = {.fd = t->fence_fd, .events = POLLIN};
+	int rc;
+
+	if (t->fence_fd < 0)
+		return 0;
+	do
+		rc = poll(&pfd, 1, timeout_ms < 0 ? -1 : timeout_ms);
+	while (rc < 0 && errno == EINTR);
+	if (rc < 0)
+		return -errno;
+	if (rc == 0)
+		return -ETIMEDOUT;
+	if (pfd.revents & (POLLERR | POLLNVAL))
+		return -EIO;
+	return 0;
+}
