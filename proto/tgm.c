@@ -133,7 +133,8 @@ int td_tgm_walk_init(const uint8_t *msg, size_t len, struct td_tgm_walk *it,
 					   OFF_TOTAL,
 					   "total_length below 48");
 		/* cannot underflow: end >= 48 */
-		if (memcmp(msg + end - 8, END_MAGIC, 8)) /* E6 */
+		if (memcmp(msg + end - TD_TGM_POSTAMBLE_LEN + PA_END_MAGIC,
+			   END_MAGIC, 8)) /* E6 */
 			return td__err_set(err, TD_ERR_MALFORMED, "end_magic",
 					   false, 0, end - 8,
 					   "no end magic at total_length - 8");

@@ -5,6 +5,7 @@ set -eu
 
 PKGS="meson ninja-build pkg-config gcc clang libclang-rt-14-dev
 libuv1-dev liburing-dev libxxhash-dev libcriterion-dev libcbor-dev
+libjson-c-dev
 python3 systemd valgrind"
 
 missing=""

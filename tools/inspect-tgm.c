@@ -186,8 +186,8 @@ int inspect_tgm(const uint8_t *buf, size_t len, int json)
 		fprintf(f, "{\"kind\":\"tgm\",\"size\":%zu,\"scan\":[", len);
 		td_tgm_scan_init(buf, len, &s);
 		while (td_tgm_scan_next(&s, &sp) == 1)
-			fprintf(f, "%s[%" PRIu64 ",%" PRIu64 "]", n++ ? "," : "",
-				sp.offset, sp.length);
+			fprintf(f, "%s[%" PRIu64 ",%" PRIu64 "]",
+				n++ ? "," : "", sp.offset, sp.length);
 		fprintf(f, "],\"messages\":[");
 	} else {
 		fprintf(f, "tgm: %zu bytes\n", len);
