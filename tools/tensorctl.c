@@ -15,6 +15,16 @@ static const struct {
 	const char *usage;
 } cmds[] = {
 	{"inspect", cmd_inspect, "inspect [--json] FILE"},
+	{"put", cmd_put,
+	 "put NAME --dtype T --shape D,D.. [--meta STR] [--pin] FILE|-"},
+	{"get", cmd_get,
+	 "get NAME [--version N | --newer N [--timeout MS]] [-o FILE] "
+	 "[--json]"},
+	{"ls", cmd_ls, "ls [PREFIX] [--json]"},
+	{"stat", cmd_stat, "stat NAME [--json]"},
+	{"rm", cmd_rm, "rm NAME"},
+	{"watch", cmd_watch,
+	 "watch NAME|PREFIX [--prefix] [--count N] [--json]"},
 };
 
 static void usage(FILE *f)
@@ -22,11 +32,19 @@ static void usage(FILE *f)
 	fprintf(f, "usage: tensorctl COMMAND [ARGS]\n\ncommands:\n");
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
 		fprintf(f, "  tensorctl %s\n", cmds[i].usage);
-	fprintf(f, "\n  tensorctl --help | --version\n");
+	fprintf(f, "\n  tensorctl --help | --version\n"
+		   "\n  --socket PATH (before the command, or in it) names the "
+		   "daemon socket\n");
 }
 
 int main(int argc, char **argv)
 {
+	/* global options come before the command */
+	while (argc >= 3 && !strcmp(argv[1], "--socket")) {
+		tctl_socket = argv[2];
+		argc -= 2;
+		argv += 2;
+	}
 	if (argc < 2) {
 		usage(stderr);
 		return TCTL_USAGE;

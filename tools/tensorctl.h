@@ -5,7 +5,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <stdio.h>
+
 #include "err.h"
+#include "tensord/tensord.h"
 
 /* Exit statuses shared by every subcommand. */
 enum {
@@ -15,6 +18,31 @@ enum {
 };
 
 int cmd_inspect(int argc, char **argv);
+/* daemon commands (cmd-*.c), over the public client API only */
+int cmd_put(int argc, char **argv);
+int cmd_get(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
+int cmd_stat(int argc, char **argv);
+int cmd_rm(int argc, char **argv);
+int cmd_watch(int argc, char **argv);
+
+/* --socket PATH (global or per command); NULL = the library's default */
+extern const char *tctl_socket;
+/* Connect; TCTL_OK or TCTL_REFUSED with the reason printed. */
+int tctl_connect(struct td_client **c);
+/* Print "tensorctl: what: reason" and return TCTL_REFUSED. */
+int tctl_refused(const char *what, int rc, const struct td_error *e);
+/* Decimal u64 (no sign); 0 or -EINVAL. */
+int tctl_parse_u64(const char *s, uint64_t *v);
+/* "2,3" or "2x3" into shape[TD_ENTRY_MAX_DIMS]; 0 or -EINVAL. */
+int tctl_parse_shape(const char *s, uint64_t *shape, uint32_t *ndim);
+/* (2,3) for humans, [2,3] for JSON */
+void tctl_print_shape(FILE *f, const uint64_t *shape, uint32_t ndim,
+		      int json);
+/* "meta":"..." when UTF-8, else "meta_hex":"..." */
+void tctl_json_meta(FILE *f, const void *meta, size_t len);
+/* One LIST/STAT entry: a line, or a JSON object (no newline). */
+void tctl_print_entry(const struct td_entry *e, int json);
 
 /* inspect back ends, chosen by magic; return a TCTL_ status */
 int inspect_blob(const uint8_t *buf, size_t len, int json);

@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: MIT */
+/* What the daemon-facing tensorctl commands share: connection, printing. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bytes.h"
+#include "json.h"
+#include "tensorctl.h"
+
+const char *tctl_socket;
+
+int tctl_refused(const char *what, int rc, const struct td_error *e)
+{
+	fprintf(stderr, "tensorctl: %s: %s\n", what,
+		e->reason[0] ? e->reason : strerror(-rc));
+	return TCTL_REFUSED;
+}
+
+int tctl_connect(struct td_client **c)
+{
+	struct td_error e = {0};
+	int rc = td_client_connect(tctl_socket, c, &e);
+
+	return rc < 0 ? tctl_refused("connect", rc, &e) : TCTL_OK;
+}
+
+int tctl_parse_u64(const char *s, uint64_t *v)
+{
+	char *end;
+	unsigned long long x;
+
+	if (!s || !*s || *s == '-')
+		return -EINVAL;
+	errno = 0;
+	x = strtoull(s, &end, 10);
+	if (errno || *end)
+		return -EINVAL;
+	*v = x;
+	return 0;
+}
+
+int tctl_parse_shape(const char *s, uint64_t *shape, uint32_t *ndim)
+{
+	char buf[512], *tok, *save = NULL;
+	uint32_t n = 0;
+
+	if (!s || strlen(s) >= sizeof(buf))
+		return -EINVAL;
+	strcpy(buf, s);
+	for (tok = strtok_r(buf, ",x", &save); tok;
+	     tok = strtok_r(NULL, ",x", &save)) {
+		if (n == TD_ENTRY_MAX_DIMS || tctl_parse_u64(tok, &shape[n]))
+			return -EINVAL;
+		n++;
+	}
+	*ndim = n;
+	return 0;
+}
+
+void tctl_print_shape(FILE *f, const uint64_t *shape, uint32_t ndim,
+		      int json)
+{
+	fputc(json ? '[' : '(', f);
+	for (uint32_t i = 0; i < ndim; i++)
+		fprintf(f, "%s%llu", i ? "," : "",
+			(unsigned long long)shape[i]);
+	fputc(json ? ']' : ')', f);
+}
+
+void tctl_json_meta(FILE *f, const void *meta, size_t len)
+{
+	const uint8_t *p = meta;
+
+	if (td__utf8_valid(p, len)) {
+		fputs("\"meta\":", f);
+		json_str(f, meta, len);
+		return;
+	}
+	/* JSON strings cannot carry arbitrary bytes: hex them */
+	fputs("\"meta_hex\":\"", f);
+	for (size_t i = 0; i < len; i++)
+		fprintf(f, "%02x", p[i]);
+	fputc('"', f);
+}
+
+void tctl_print_entry(const struct td_entry *e, int json)
+{
+	const char *dt = td_tensor_dtype_name(e->dtype);
+
+	if (!json) {
+		printf("%-32s v%-6llu %-4s ", e->name,
+		       (unsigned long long)e->version, dt ? dt : "?");
+		tctl_print_shape(stdout, e->shape, e->ndim, 0);
+		printf(" %llu B, %u lease%s%s\n", (unsigned long long)e->bytes,
+		       e->lease_count, e->lease_count == 1 ? "" : "s",
+		       (e->flags & TD_PUBLISH_PIN) ? ", pinned" : "");
+		return;
+	}
+	printf("{\"name\":");
+	json_cstr(stdout, e->name);
+	printf(",\"version\":%llu,\"dtype\":", (unsigned long long)e->version);
+	json_cstr(stdout, dt);
+	printf(",\"shape\":");
+	tctl_print_shape(stdout, e->shape, e->ndim, 1);
+	printf(",\"bytes\":%llu,\"lease_count\":%u,\"pinned\":%s,",
+	       (unsigned long long)e->bytes, e->lease_count,
+	       (e->flags & TD_PUBLISH_PIN) ? "true" : "false");
+	tctl_json_meta(stdout, e->meta, e->meta_len);
+	printf("}");
+}
