@@ -123,6 +123,16 @@ static void mb_preamble(struct mb *m, uint16_t flags, uint64_t total)
 	mb_be64(m, total);
 }
 
+/* A lone preamble (junk for scan): no frames, no postamble follow. */
+static void mb_bare_preamble(struct mb *m, uint16_t version, uint64_t total)
+{
+	mb_put(m, "TENSOGRM", 8);
+	mb_be16(m, version);
+	mb_be16(m, 0);
+	mb_put(m, "\0\0\0\0", 4);
+	mb_be64(m, total);
+}
+
 /*
  * One frame with body[0, n) between header and footer; type 9 gets
  * cbor_offset (frame-relative) in its footer. The slot holds the XXH3 of
@@ -1033,8 +1043,8 @@ Test(tgm, scan_finds_messages_between_junk)
 	mb_buffered(&m, 1, true);
 	al = m.len - a;
 	/* a v2 preamble, a v3 one with a bad end, a bare streaming one */
-	mb_put(&m, "TENSOGRM\0\x02\0\0\0\0\0\0\0\0\0\0\0\x30", 24);
-	mb_put(&m, "TENSOGRM\0\x03\0\0\0\0\0\0\0\0\0\0\0\x30", 24);
+	mb_bare_preamble(&m, 2, 48);
+	mb_bare_preamble(&m, 3, 48);
 	mb_put(&m, "\xaa\xaa\xaa\xaa\xaa", 5);
 	b = m.len;
 	mb_streaming(&m, 2, true, true, false);
@@ -1043,7 +1053,7 @@ Test(tgm, scan_finds_messages_between_junk)
 	c = m.len;
 	mb_buffered(&m, 2, false);
 	cl = m.len - c;
-	mb_put(&m, "TENSOGRM\0\x03\0\0\0\0\0\0\0\0\0\0\0\0", 24);
+	mb_bare_preamble(&m, 3, 0);
 	mb_put(&m, "3927777", 7); /* a near-miss end magic in the tail */
 	mb_put(&m, "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 24);
 	cr_assert_eq(scan_exact(m.b, m.len, s, 8), 3);
@@ -1258,7 +1268,7 @@ static void seed_concat_with_junk(struct mb *m)
 {
 	mb_put(m, "\xff\xff\xff\xff\xff", 5);
 	mb_buffered(m, 1, true);
-	mb_put(m, "TENSOGRM\0\x02\0\0\0\0\0\0\0\0\0\0\0\x30", 24);
+	mb_bare_preamble(m, 2, 48);
 	mb_streaming(m, 1, true, false, false);
 	mb_put(m, "3927", 4);
 }
