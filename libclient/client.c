@@ -23,16 +23,26 @@
 #define SYS_pidfd_getfd 438
 #endif
 
-_Static_assert((int)TD_TENSOR_F64 == (int)TD_DTYPE_F64, "dtype codes follow the blob");
-_Static_assert((int)TD_CLIENT_PATH_PIDFD == (int)TD_IMPORT_PIDFD, "paths follow wire");
-_Static_assert((int)TD_CLIENT_PATH_SCM == (int)TD_IMPORT_SCM, "paths follow wire");
-_Static_assert((int)TD_REASON_MAX == (int)TD_WIRE_MAX_REASON, "reason cap");
-_Static_assert((int)TD_NAME_MAX == (int)TD_WIRE_MAX_NAME, "name cap");
-_Static_assert((int)TD_ENTRY_MAX_DIMS == (int)TD_WIRE_MAX_DIMS, "dims cap");
-_Static_assert((int)TD_PUBLISH_PIN == (int)TD_WIRE_PUB_PIN, "pin flag");
-_Static_assert((int)TD_WATCH_PREFIX == (int)TD_WIRE_WATCH_PREFIX, "watch flag");
-_Static_assert((int)TD_EVENT_TYPE_PUBLISHED == (int)TD_EVENT_PUBLISHED, "events");
-_Static_assert((int)TD_EVENT_TYPE_DELETED == (int)TD_EVENT_DELETED, "events");
+_Static_assert((int)TD_TENSOR_F64 == (int)TD_DTYPE_F64,
+	       "dtype codes follow the blob");
+_Static_assert((int)TD_CLIENT_PATH_PIDFD == (int)TD_IMPORT_PIDFD,
+	       "paths follow wire");
+_Static_assert((int)TD_CLIENT_PATH_SCM == (int)TD_IMPORT_SCM,
+	       "paths follow wire");
+_Static_assert((int)TD_REASON_MAX == (int)TD_WIRE_MAX_REASON,
+	       "reason cap");
+_Static_assert((int)TD_NAME_MAX == (int)TD_WIRE_MAX_NAME,
+	       "name cap");
+_Static_assert((int)TD_ENTRY_MAX_DIMS == (int)TD_WIRE_MAX_DIMS,
+	       "dims cap");
+_Static_assert((int)TD_PUBLISH_PIN == (int)TD_WIRE_PUB_PIN,
+	       "pin flag");
+_Static_assert((int)TD_WATCH_PREFIX == (int)TD_WIRE_WATCH_PREFIX,
+	       "watch flag");
+_Static_assert((int)TD_EVENT_TYPE_PUBLISHED == (int)TD_EVENT_PUBLISHED,
+	       "events");
+_Static_assert((int)TD_EVENT_TYPE_DELETED == (int)TD_EVENT_DELETED,
+	       "events");
 
 int td__fail(struct td_error *err, int code, const char *fmt, ...)
 {

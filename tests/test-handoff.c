@@ -1,0 +1,1240 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * End-to-end hand-off: a real tensord on a temporary socket, producers and
+ * consumers as separate processes (fork) calling libtensord, tensorctl as
+ * a separate program. Children report failure through their exit status
+ * (CK), the test process through criterion. Every test checks that the
+ * test process ends with the fds and mappings it started with.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tensord/tensord.h"
+#include "testutil.h"
+
+/* ---- child-side checks: print and exit, criterion is not there ---- */
+
+#define CK(cond)                                                               \
+	do {                                                                   \
+		if (!(cond)) {                                                 \
+			fprintf(stderr, "child %d: %s:%d: %s\n", getpid(),     \
+				__FILE__, __LINE__, #cond);                    \
+			_exit(10);                                             \
+		}                                                              \
+	} while (0)
+
+#define CK_RC(call)                                                            \
+	do {                                                                   \
+		struct td_error e_ = {0};                                      \
+		int rc_ = (call);                                              \
+		if (rc_ < 0) {                                                 \
+			fprintf(stderr, "child %d: %s:%d: %s = %d (%s)\n",     \
+				getpid(), __FILE__, __LINE__, #call, rc_,      \
+				e_.reason);                                    \
+			_exit(11);                                             \
+		}                                                              \
+	} while (0)
+
+/* ---- the daemon under test ---- */
+
+struct daemon {
+	pid_t pid;
+	char dir[64];
+	char sock[108];  /* sizeof(sockaddr_un.sun_path) */
+	int fds0, maps0; /* the test process before the test */
+};
+
+static void daemon_start_env(struct daemon *d, const char *import)
+{
+	const char *bin = getenv("TD_TENSORD");
+
+	d->fds0 = tu_fd_count();
+	d->maps0 = tu_map_count();
+	cr_assert(bin, "TD_TENSORD is not set (run through meson test)");
+	snprintf(d->dir, sizeof(d->dir), "/tmp/td-handoff-XXXXXX");
+	cr_assert(mkdtemp(d->dir));
+	/* a consumer that drops to nobody must reach the socket */
+	cr_assert(chmod(d->dir, 0777) == 0);
+	snprintf(d->sock, sizeof(d->sock), "%s/tensord.sock", d->dir);
+	d->pid = fork();
+	cr_assert(d->pid >= 0);
+	if (d->pid == 0) {
+		execl(bin, bin, "--socket", d->sock, "--import", import,
+		      "--log-level", "warning", (char *)NULL);
+		_exit(127);
+	}
+	/*
+	 * Ready once a connect succeeds. This bounds start-up at 20 s for a
+	 * daemon that never comes up; it asserts nothing about speed.
+	 */
+	for (int i = 0; i < 2000; i++) {
+		struct sockaddr_un sa = {.sun_family = AF_UNIX};
+		int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		int st;
+
+		memcpy(sa.sun_path, d->sock, sizeof(d->sock));
+		cr_assert(s >= 0);
+		if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+			close(s);
+			cr_assert(chmod(d->sock, 0777) == 0);
+			return;
+		}
+		close(s);
+		cr_assert(waitpid(d->pid, &st, WNOHANG) == 0,
+			  "tensord exited during start-up");
+		usleep(10000);
+	}
+	cr_assert_fail("tensord did not open %s", d->sock);
+}
+
+static void daemon_start(struct daemon *d)
+{
+	daemon_start_env(d, "auto");
+}
+
+/* Stop the daemon and check the test process leaked nothing. */
+static void daemon_stop(struct daemon *d)
+{
+	int st;
+
+	cr_assert(kill(d->pid, SIGTERM) == 0);
+	cr_assert(waitpid(d->pid, &st, 0) == d->pid);
+	unlink(d->sock);
+	rmdir(d->dir);
+	cr_assert_eq(tu_fd_count(), d->fds0, "fd leak: %d -> %d", d->fds0,
+		     tu_fd_count());
+	cr_assert_eq(tu_map_count(), d->maps0, "mapping leak: %d -> %d",
+		     d->maps0, tu_map_count());
+}
+
+static struct td_client *client_open(const struct daemon *d)
+{
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	int rc = td_client_connect(d->sock, &c, &e);
+
+	cr_assert(rc == 0, "connect: %d %s", rc, e.reason);
+	return c;
+}
+
+/* In a child: connect or exit. import: NULL keeps the environment's. */
+static struct td_client *child_open(const struct daemon *d, const char *import)
+{
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	int rc;
+
+	if (import)
+		setenv("TENSORD_IMPORT", import, 1);
+	rc = td_client_connect(d->sock, &c, &e);
+	if (rc < 0) {
+		fprintf(stderr, "child connect: %d %s\n", rc, e.reason);
+		_exit(12);
+	}
+	return c;
+}
+
+typedef void (*child_fn)(const struct daemon *d, void *arg);
+
+static pid_t spawn(const struct daemon *d, child_fn fn, void *arg)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		fn(d, arg);
+		_exit(0);
+	}
+	return pid;
+}
+
+static int reap(pid_t pid)
+{
+	int st;
+
+	cr_assert(waitpid(pid, &st, 0) == pid);
+	if (WIFEXITED(st))
+		return WEXITSTATUS(st);
+	return 128 + WTERMSIG(st);
+}
+
+static void run_child(const struct daemon *d, child_fn fn, void *arg)
+{
+	int rc = reap(spawn(d, fn, arg));
+
+	cr_assert_eq(rc, 0, "child failed with status %d", rc);
+}
+
+/* ---- pipes between the processes of one test ---- */
+
+static void ch_put(int fd, const void *p, size_t n)
+{
+	CK(write(fd, p, n) == (ssize_t)n);
+}
+
+static void ch_get(int fd, void *p, size_t n)
+{
+	size_t got = 0;
+
+	while (got < n) {
+		ssize_t r = read(fd, (char *)p + got, n - got);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		CK(r > 0);
+		got += (size_t)r;
+	}
+}
+
+/* ---- test data ---- */
+
+/* Byte i of a tensor seeded with seed: cheap to regenerate anywhere. */
+static uint8_t pat(uint64_t seed, uint64_t i)
+{
+	uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+
+	return (uint8_t)(x >> 29 ^ x >> 7);
+}
+
+static void fill(uint8_t *p, uint64_t n, uint64_t seed)
+{
+	for (uint64_t i = 0; i < n; i++)
+		p[i] = pat(seed, i);
+}
+
+static int same(const uint8_t *p, uint64_t n, uint64_t seed)
+{
+	for (uint64_t i = 0; i < n; i++)
+		if (p[i] != pat(seed, i))
+			return 0;
+	return 1;
+}
+
+struct tcase {
+	const char *name;
+	uint32_t dtype;
+	uint32_t ndim;
+	uint64_t shape[4];
+	uint64_t seed;
+	const char *import; /* TENSORD_IMPORT of both children, NULL auto */
+	uint32_t want_path; /* 0: do not check */
+};
+
+static uint64_t tcase_bytes(const struct tcase *t)
+{
+	uint64_t n = td_tensor_dtype_size(t->dtype);
+
+	for (uint32_t i = 0; i < t->ndim; i++)
+		n *= t->shape[i];
+	return n;
+}
+
+static void check_path(struct td_client *c, uint32_t want)
+{
+	struct td_client_info info;
+
+	CK(td_client_info(c, &info) == 0);
+	if (want) {
+		CK(info.path_in == want);
+		CK(info.path_out == want);
+	}
+}
+
+static void put_child(const struct daemon *d, void *arg)
+{
+	const struct tcase *t = arg;
+	struct td_client *c = child_open(d, t->import);
+	uint64_t n = tcase_bytes(t), v = 0;
+	struct td_publish p = {
+		.name = t->name,
+		.dtype = t->dtype,
+		.ndim = t->ndim,
+		.shape = t->shape,
+		.meta = "producer-meta",
+		.meta_len = 13,
+	};
+	uint8_t *buf = malloc(n ? n : 1);
+
+	check_path(c, t->want_path);
+	CK(buf);
+	fill(buf, n, t->seed);
+	CK_RC(td_client_put(c, &p, buf, n, &v, &e_));
+	CK(v >= 1);
+	free(buf);
+	td_client_close(c);
+}
+
+static void get_child(const struct daemon *d, void *arg)
+{
+	const struct tcase *t = arg;
+	struct td_client *c = child_open(d, t->import);
+	struct td_tensor *x = NULL;
+	uint64_t n = tcase_bytes(t);
+	uint32_t nst;
+	const int64_t *st;
+	size_t mlen;
+	const void *meta;
+
+	check_path(c, t->want_path);
+	CK_RC(td_client_get(c, t->name, &x, &e_));
+	CK(td_tensor_dtype(x) == t->dtype);
+	CK(td_tensor_ndim(x) == t->ndim);
+	for (uint32_t i = 0; i < t->ndim; i++)
+		CK(td_tensor_shape(x)[i] == t->shape[i]);
+	/* the exporter writes dense C-order strides explicitly */
+	st = td_tensor_strides(x, &nst);
+	CK(nst == t->ndim);
+	if (t->ndim) {
+		CK(st[t->ndim - 1] == (int64_t)td_tensor_dtype_size(t->dtype));
+	}
+	CK(td_tensor_plane_count(x) == 1);
+	CK(td_tensor_plane_size(x, 0) == n);
+	CK(td_tensor_bytes(x) == n);
+	if (n)
+		CK(same(td_tensor_plane_data(x, 0), n, t->seed));
+	meta = td_tensor_meta(x, &mlen);
+	CK(mlen == 13 && !memcmp(meta, "producer-meta", 13));
+	CK(!td_tensor_has_fence(x));
+	td_tensor_release(x);
+	td_client_close(c);
+}
+
+/* Producer runs to completion (and exits) before the consumer starts. */
+static void roundtrip(const struct daemon *d, const struct tcase *t)
+{
+	run_child(d, put_child, (void *)t);
+	run_child(d, get_child, (void *)t);
+}
+
+/* ---- round trips ---- */
+
+Test(handoff, bytes_round_trip_for_several_dtypes_and_shapes)
+{
+	static const struct tcase cases[] = {
+		{"rt/u8-1", TD_TENSOR_U8, 1, {1}, 1, NULL, 0},
+		{"rt/f32-2x3", TD_TENSOR_F32, 2, {2, 3}, 2, NULL, 0},
+		{"rt/f32-4k", TD_TENSOR_F32, 1, {1024}, 3, NULL, 0},
+		{"rt/i16-3d", TD_TENSOR_I16, 3, {3, 5, 7}, 4, NULL, 0},
+		{"rt/u16-1m", TD_TENSOR_U16, 2, {512, 1024}, 5, NULL, 0},
+		{"rt/f64-4d", TD_TENSOR_F64, 4, {2, 3, 4, 5}, 6, NULL, 0},
+		{"rt/i8-scalar", TD_TENSOR_I8, 0, {0}, 7, NULL, 0},
+	};
+	struct daemon d;
+
+	daemon_start(&d);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		roundtrip(&d, &cases[i]);
+	daemon_stop(&d);
+}
+
+Test(handoff, a_256_mib_tensor_round_trips, .timeout = 240)
+{
+	static const struct tcase t = {
+		"rt/big", TD_TENSOR_U8, 2, {16384, 16384}, 8, NULL, 0};
+	struct daemon d;
+
+	daemon_start(&d);
+	roundtrip(&d, &t);
+	daemon_stop(&d);
+}
+
+static void empty_child(const struct daemon *d, void *arg)
+{
+	struct td_client *c = child_open(d, NULL);
+	uint64_t shape[1] = {0};
+	struct td_publish p = {.name = "rt/empty",
+			       .dtype = TD_TENSOR_U8,
+			       .ndim = 1,
+			       .shape = shape};
+	struct td_error e = {0};
+	int rc = td_client_put(c, &p, NULL, 0, NULL, &e);
+
+	/* an empty plane has no pages to share: refused with a reason */
+	CK(rc == -EINVAL);
+	CK(e.code == rc && e.reason[0]);
+	td_client_close(c);
+}
+
+Test(handoff, an_empty_tensor_is_refused_with_a_reason)
+{
+	struct daemon d;
+
+	daemon_start(&d);
+	run_child(&d, empty_child, NULL);
+	daemon_stop(&d);
+}
+
+/* ---- caller-owned buffers, several planes ---- */
+
+#define NV_W  64
+#define NV_H  48
+#define NV_Y  (NV_W * NV_H)
+#define NV_UV (NV_W * NV_H / 2)
+
+static int memfd_with(uint64_t size, uint64_t seed, uint64_t skip)
+{
+	int fd = memfd_create("td-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	uint8_t *buf = malloc(size);
+
+	CK(fd >= 0 && buf);
+	/* pattern as if the buffer started `skip` bytes earlier */
+	for (uint64_t i = 0; i < size; i++)
+		buf[i] = pat(seed, i + skip);
+	/* written with pwrite: no writable mapping may exist at publish */
+	CK(pwrite(fd, buf, size, 0) == (ssize_t)size);
+	/* the daemon accepts only memfds whose size cannot shrink */
+	CK(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
+	free(buf);
+	return fd;
+}
+
+struct nv12 {
+	int two_buffers;
+	int ino_pipe; /* write the producer's st_ino/st_dev here, or -1 */
+};
+
+static void nv12_producer(const struct daemon *d, void *arg)
+{
+	const struct nv12 *a = arg;
+	struct td_client *c = child_open(d, NULL);
+	uint64_t shape[2] = {NV_H, NV_W};
+	struct td_plane planes[2] = {
+		{0, 0, NV_W, NV_Y},
+		{0, NV_Y, NV_W, NV_UV},
+	};
+	int fds[2];
+	struct td_publish p = {
+		.name = "cam/nv12",
+		.dtype = TD_TENSOR_U8,
+		.ndim = 2,
+		.shape = shape,
+		.format = "NV12",
+		.color_space = "bt709",
+		.color_range = "limited",
+		.plane_count = 2,
+		.planes = planes,
+		.fds = fds,
+	};
+
+	if (a->two_buffers) {
+		fds[0] = memfd_with(NV_Y, 77, 0);
+		fds[1] = memfd_with(NV_UV, 77, NV_Y);
+		planes[1] = (struct td_plane){1, 0, NV_W, NV_UV};
+		p.fd_count = 2;
+	} else {
+		fds[0] = memfd_with(NV_Y + NV_UV, 77, 0);
+		p.fd_count = 1;
+	}
+	CK_RC(td_client_publish(c, &p, NULL, &e_));
+	if (a->ino_pipe >= 0) {
+		struct stat st;
+
+		CK(fstat(fds[0], &st) == 0);
+		ch_put(a->ino_pipe, &st.st_ino, sizeof(st.st_ino));
+		ch_put(a->ino_pipe, &st.st_dev, sizeof(st.st_dev));
+	}
+	for (uint32_t i = 0; i < p.fd_count; i++)
+		close(fds[i]);
+	td_client_close(c);
+}
+
+static void nv12_consumer(const struct daemon *d, void *arg)
+{
+	const struct nv12 *a = arg;
+	struct td_client *c = child_open(d, NULL);
+	struct td_tensor *x = NULL;
+	const uint8_t *y, *uv;
+
+	CK_RC(td_client_get(c, "cam/nv12", &x, &e_));
+	CK(td_tensor_plane_count(x) == 2);
+	CK(!strcmp(td_tensor_string(x, TD_TENSOR_FORMAT), "NV12"));
+	CK(!strcmp(td_tensor_string(x, TD_TENSOR_COLOR_SPACE), "bt709"));
+	CK(!strcmp(td_tensor_string(x, TD_TENSOR_COLOR_RANGE), "limited"));
+	CK(!strcmp(td_tensor_string(x, TD_TENSOR_COLOR_TRANSFER), ""));
+	CK(td_tensor_plane_size(x, 0) == NV_Y);
+	CK(td_tensor_plane_size(x, 1) == NV_UV);
+	CK(td_tensor_plane_stride(x, 1) == NV_W);
+	y = td_tensor_plane_data(x, 0);
+	uv = td_tensor_plane_data(x, 1);
+	for (uint64_t i = 0; i < NV_Y; i++)
+		CK(y[i] == pat(77, i));
+	for (uint64_t i = 0; i < NV_UV; i++)
+		CK(uv[i] == pat(77, NV_Y + i));
+	/* one buffer is imported (and mapped) once, two buffers twice */
+	if (a->two_buffers)
+		CK(td_tensor_plane_fd(x, 0) != td_tensor_plane_fd(x, 1));
+	else
+		CK(td_tensor_plane_fd(x, 0) == td_tensor_plane_fd(x, 1) &&
+		   uv == y + NV_Y);
+	td_tensor_release(x);
+	td_client_close(c);
+}
+
+Test(handoff, nv12_two_planes_in_one_memfd)
+{
+	struct nv12 a = {0, -1};
+	struct daemon d;
+
+	daemon_start(&d);
+	run_child(&d, nv12_producer, &a);
+	run_child(&d, nv12_consumer, &a);
+	daemon_stop(&d);
+}
+
+Test(handoff, nv12_two_planes_in_two_memfds)
+{
+	struct nv12 a = {1, -1};
+	struct daemon d;
+
+	daemon_start(&d);
+	run_child(&d, nv12_producer, &a);
+	run_child(&d, nv12_consumer, &a);
+	daemon_stop(&d);
+}
+
+/* ---- zero copy ---- */
+
+/* RssAnon of this process in kB (/proc/self/status). */
+static long rss_anon_kb(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long kb = -1;
+
+	CK(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "RssAnon: %ld kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb;
+}
+
+#define ZC_BYTES (64u << 20)
+
+struct zc {
+	int rd; /* the producer's ino and dev arrive here */
+	int alloc;
+};
+
+static void zc_producer_alloc(const struct daemon *d, void *arg)
+{
+	int wr = *(int *)arg;
+	struct td_client *c = child_open(d, NULL);
+	uint64_t size = ZC_BYTES, shape[1] = {ZC_BYTES};
+	struct td_publish p = {.name = "zc/t",
+			       .dtype = TD_TENSOR_U8,
+			       .ndim = 1,
+			       .shape = shape};
+	struct td_alloc *a = NULL;
+	struct stat st;
+
+	CK_RC(td_client_alloc(c, 1, &size, &a, &e_));
+	fill(td_alloc_data(a, 0), size, 99);
+	CK(fstat(td_alloc_fd(a, 0), &st) == 0);
+	CK_RC(td_client_publish_alloc(c, a, &p, NULL, &e_));
+	ch_put(wr, &st.st_ino, sizeof(st.st_ino));
+	ch_put(wr, &st.st_dev, sizeof(st.st_dev));
+	td_client_close(c);
+}
+
+static void zc_consumer(const struct daemon *d, void *arg)
+{
+	const struct zc *z = arg;
+	struct td_client *c = child_open(d, NULL);
+	struct td_tensor *x = NULL;
+	ino_t ino;
+	dev_t dev;
+	struct stat st;
+	long before, after;
+	const uint8_t *p;
+	uint64_t n;
+
+	ch_get(z->rd, &ino, sizeof(ino));
+	ch_get(z->rd, &dev, sizeof(dev));
+	before = rss_anon_kb();
+	CK_RC(td_client_get(c, "zc/t", &x, &e_));
+	n = td_tensor_plane_size(x, 0);
+	p = td_tensor_plane_data(x, 0);
+	CK(fstat(td_tensor_plane_fd(x, 0), &st) == 0);
+	/* the very buffer the producer wrote, not a copy of it */
+	CK(st.st_ino == ino && st.st_dev == dev);
+	if (z->alloc)
+		CK(n == ZC_BYTES && same(p, n, 99));
+	else
+		CK(n == NV_Y + NV_UV && same(p, n, 77));
+	after = rss_anon_kb();
+	CK(before > 0 && after > 0);
+	/* reading every byte faulted in shared pages, not anonymous ones */
+	CK((uint64_t)(after - before) * 1024 < n / 2);
+	if (z->alloc)
+		CK(after - before < (long)(ZC_BYTES >> 10) / 8);
+	td_tensor_release(x);
+	td_client_close(c);
+}
+
+Test(handoff, zero_copy_consumer_maps_the_producers_alloc_pages)
+{
+	struct daemon d;
+	struct zc z = {.alloc = 1};
+	int p[2];
+	pid_t prod, cons;
+
+	daemon_start(&d);
+	cr_assert(pipe2(p, O_CLOEXEC) == 0);
+	z.rd = p[0];
+	prod = spawn(&d, zc_producer_alloc, &p[1]);
+	cons = spawn(&d, zc_consumer, &z);
+	cr_assert_eq(reap(prod), 0);
+	cr_assert_eq(reap(cons), 0);
+	close(p[0]);
+	close(p[1]);
+	daemon_stop(&d);
+}
+
+Test(handoff, zero_copy_consumer_maps_the_producers_own_memfd)
+{
+	struct daemon d;
+	struct zc z = {.alloc = 0};
+	struct nv12 a = {0, -1};
+	int p[2];
+	pid_t prod, cons;
+
+	daemon_start(&d);
+	cr_assert(pipe2(p, O_CLOEXEC) == 0);
+	z.rd = p[0];
+	a.ino_pipe = p[1];
+	prod = spawn(&d, nv12_producer, &a);
+	cons = spawn(&d, zc_consumer, &z);
+	cr_assert_eq(reap(prod), 0);
+	cr_assert_eq(reap(cons), 0);
+	close(p[0]);
+	close(p[1]);
+	daemon_stop(&d);
+}
+
+/* ---- import paths ---- */
+
+Test(handoff, forced_pidfd_import_path_round_trips)
+{
+	static const struct tcase t = {
+		"imp/pidfd", TD_TENSOR_F32,       2, {16, 16}, 11,
+		"pidfd",     TD_CLIENT_PATH_PIDFD};
+	struct daemon d;
+
+	daemon_start(&d);
+	roundtrip(&d, &t);
+	daemon_stop(&d);
+}
+
+Test(handoff, forced_scm_import_path_round_trips)
+{
+	static const struct tcase t = {
+		"imp/scm", TD_TENSOR_F32,     2, {16, 16}, 12,
+		"scm",     TD_CLIENT_PATH_SCM};
+	struct daemon d;
+
+	daemon_start(&d);
+	roundtrip(&d, &t);
+	daemon_stop(&d);
+}
+
+static void become_nobody(void)
+{
+	CK(setgroups(0, NULL) == 0);
+	CK(setgid(65534) == 0);
+	CK(setuid(65534) == 0);
+}
+
+static void nobody_consumer(const struct daemon *d, void *arg)
+{
+	const struct tcase *t = arg;
+	struct td_client_info info;
+	struct td_client *c;
+
+	become_nobody();
+	c = child_open(d, "auto");
+	CK(td_client_info(c, &info) == 0);
+	/* nobody may not pidfd_getfd() from root's daemon: SCM instead */
+	CK(info.path_out == TD_CLIENT_PATH_SCM);
+	td_client_close(c);
+	get_child(d, arg);
+	(void)t;
+}
+
+static void nobody_forced_pidfd(const struct daemon *d, void *arg)
+{
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+
+	become_nobody();
+	setenv("TENSORD_IMPORT", "pidfd", 1);
+	CK(td_client_connect(d->sock, &c, &e) == -EPERM);
+	CK(c == NULL && e.reason[0]);
+}
+
+Test(handoff, refused_pidfd_falls_back_to_scm_automatically)
+{
+	static const struct tcase t = {
+		"imp/fallback", TD_TENSOR_U8, 1, {4096}, 13, "auto", 0};
+	struct daemon d;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to setuid() a consumer to nobody");
+	daemon_start(&d);
+	run_child(&d, put_child, (void *)&t);
+	run_child(&d, nobody_consumer, (void *)&t);
+	run_child(&d, nobody_forced_pidfd, NULL);
+	daemon_stop(&d);
+}
+
+/* ---- fences ---- */
+
+struct fence_pipes {
+	int to_cons[2]; /* producer -> consumer: published */
+	int to_prod[2]; /* consumer -> producer: I am waiting */
+	int wrote[2];   /* producer -> consumer: signalled */
+};
+
+static void fence_producer(const struct daemon *d, void *arg)
+{
+	struct fence_pipes *fp = arg;
+	struct td_client *c = child_open(d, NULL);
+	int efd = eventfd(0, EFD_CLOEXEC);
+	int mfd = memfd_with(4096, 5, 0);
+	uint64_t shape[1] = {4096}, one = 1;
+	struct td_publish p = {
+		.name = "fence/t",
+		.flags = TD_PUBLISH_FENCE,
+		.dtype = TD_TENSOR_U8,
+		.ndim = 1,
+		.shape = shape,
+		.fd_count = 1,
+		.fds = &mfd,
+		.fence_fd = efd,
+	};
+	char m;
+
+	CK(efd >= 0);
+	CK_RC(td_client_publish(c, &p, NULL, &e_));
+	ch_put(fp->to_cons[1], "P", 1);
+	ch_get(fp->to_prod[0], &m, 1);
+	CK(m == 'W');
+	/* mark first, then signal: the consumer sees the mark after waking */
+	ch_put(fp->wrote[1], "S", 1);
+	CK(write(efd, &one, sizeof(one)) == sizeof(one));
+	close(efd);
+	close(mfd);
+	td_client_close(c);
+}
+
+static void fence_consumer(const struct daemon *d, void *arg)
+{
+	struct fence_pipes *fp = arg;
+	struct td_client *c = child_open(d, NULL);
+	struct td_tensor *x = NULL;
+	struct pollfd pfd = {.fd = fp->wrote[0], .events = POLLIN};
+	char m;
+
+	ch_get(fp->to_cons[0], &m, 1);
+	CK_RC(td_client_get(c, "fence/t", &x, &e_));
+	CK(td_tensor_has_fence(x));
+	/* not signalled: the producer is blocked on our message */
+	CK(td_tensor_fence_wait(x, 0) == -ETIMEDOUT);
+	CK(poll(&pfd, 1, 0) == 0);
+	ch_put(fp->to_prod[1], "W", 1);
+	CK(td_tensor_fence_wait(x, -1) == 0);
+	/* it returned because the producer signalled, never before */
+	CK(poll(&pfd, 1, 0) == 1);
+	CK(same(td_tensor_plane_data(x, 0), 4096, 5));
+	td_tensor_release(x);
+	td_client_close(c);
+}
+
+Test(handoff, fence_wait_blocks_until_the_producer_signals)
+{
+	struct fence_pipes fp;
+	struct daemon d;
+	pid_t prod, cons;
+
+	daemon_start(&d);
+	cr_assert(pipe2(fp.to_cons, O_CLOEXEC) == 0);
+	cr_assert(pipe2(fp.to_prod, O_CLOEXEC) == 0);
+	cr_assert(pipe2(fp.wrote, O_CLOEXEC) == 0);
+	prod = spawn(&d, fence_producer, &fp);
+	cons = spawn(&d, fence_consumer, &fp);
+	cr_assert_eq(reap(cons), 0);
+	cr_assert_eq(reap(prod), 0);
+	for (int i = 0; i < 2; i++) {
+		close(fp.to_cons[i]);
+		close(fp.to_prod[i]);
+		close(fp.wrote[i]);
+	}
+	daemon_stop(&d);
+}
+
+/* ---- leases ---- */
+
+struct lease_pipes {
+	int to_parent[2];
+	int to_child[2];
+	const char *name;
+	uint64_t seed;
+	uint64_t len;
+};
+
+/* Get name, tell the parent, wait for its go, check the bytes held. */
+static void lease_holder(const struct daemon *d, void *arg)
+{
+	struct lease_pipes *lp = arg;
+	struct td_client *c = child_open(d, NULL);
+	struct td_tensor *x = NULL;
+	char m;
+
+	CK_RC(td_client_get(c, lp->name, &x, &e_));
+	CK(same(td_tensor_plane_data(x, 0), lp->len, lp->seed));
+	ch_put(lp->to_parent[1], "G", 1);
+	ch_get(lp->to_child[0], &m, 1);
+	if (m == 'K')
+		pause(); /* to be killed holding the lease */
+	CK(td_tensor_plane_size(x, 0) == lp->len);
+	CK(same(td_tensor_plane_data(x, 0), lp->len, lp->seed));
+	td_tensor_release(x);
+	td_client_close(c);
+}
+
+static void parent_put(struct td_client *c, const char *name, uint64_t len,
+		       uint64_t seed)
+{
+	uint64_t shape[1] = {len};
+	struct td_publish p = {
+		.name = name, .dtype = TD_TENSOR_U8, .ndim = 1, .shape = shape};
+	struct td_error e = {0};
+	uint8_t *buf = malloc(len);
+	int rc;
+
+	cr_assert(buf);
+	fill(buf, len, seed);
+	rc = td_client_put(c, &p, buf, len, NULL, &e);
+	free(buf);
+	cr_assert(rc == 0, "put %s: %d %s", name, rc, e.reason);
+}
+
+static void lease_pipes_open(struct lease_pipes *lp)
+{
+	cr_assert(pipe2(lp->to_parent, O_CLOEXEC) == 0);
+	cr_assert(pipe2(lp->to_child, O_CLOEXEC) == 0);
+}
+
+static void lease_pipes_close(struct lease_pipes *lp)
+{
+	for (int i = 0; i < 2; i++) {
+		close(lp->to_parent[i]);
+		close(lp->to_child[i]);
+	}
+}
+
+static uint32_t lease_count(struct td_client *c, const char *name)
+{
+	struct td_entry e;
+	struct td_error err = {0};
+	uint32_t n;
+	int rc = td_client_stat(c, name, &e, &err);
+
+	cr_assert(rc == 0, "stat %s: %d %s", name, rc, err.reason);
+	n = e.lease_count;
+	td_entry_fini(&e);
+	return n;
+}
+
+Test(handoff, delete_and_replace_while_leased_keep_the_bytes)
+{
+	struct lease_pipes lp = {.name = "lease/a", .seed = 21, .len = 8192};
+	struct td_error e = {0};
+	struct td_entry ent;
+	struct td_client *c;
+	struct daemon d;
+	pid_t holder;
+	char m;
+
+	daemon_start(&d);
+	c = client_open(&d);
+	lease_pipes_open(&lp);
+
+	/* replace: a new version under the name, v1 still leased */
+	parent_put(c, lp.name, lp.len, lp.seed);
+	holder = spawn(&d, lease_holder, &lp);
+	ch_get(lp.to_parent[0], &m, 1);
+	cr_assert_eq(lease_count(c, lp.name), 1);
+	parent_put(c, lp.name, lp.len, lp.seed + 1);
+	cr_assert_eq(lease_count(c, lp.name), 0, "the lease is on v1");
+	ch_put(lp.to_child[1], "C", 1);
+	cr_assert_eq(reap(holder), 0);
+
+	/* delete: the name is gone, the leased bytes are not */
+	lp.seed++;
+	holder = spawn(&d, lease_holder, &lp);
+	ch_get(lp.to_parent[0], &m, 1);
+	cr_assert_eq(td_client_delete(c, lp.name, NULL, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_stat(c, lp.name, &ent, &e), -ENOENT);
+	cr_assert(e.reason[0], "a refusal carries a reason");
+	ch_put(lp.to_child[1], "C", 1);
+	cr_assert_eq(reap(holder), 0);
+
+	lease_pipes_close(&lp);
+	td_client_close(c);
+	daemon_stop(&d);
+}
+
+Test(handoff, sigkill_of_a_consumer_releases_its_leases)
+{
+	struct lease_pipes lp = {.name = "lease/k", .seed = 31, .len = 4096};
+	struct td_client *c;
+	struct daemon d;
+	pid_t holder;
+	uint32_t n = 1;
+	char m;
+
+	daemon_start(&d);
+	c = client_open(&d);
+	lease_pipes_open(&lp);
+	parent_put(c, lp.name, lp.len, lp.seed);
+	holder = spawn(&d, lease_holder, &lp);
+	ch_get(lp.to_parent[0], &m, 1);
+	cr_assert_eq(lease_count(c, lp.name), 1);
+	ch_put(lp.to_child[1], "K", 1);
+	cr_assert(kill(holder, SIGKILL) == 0);
+	cr_assert_eq(reap(holder), 128 + SIGKILL);
+	/*
+	 * The daemon learns of the hang-up on its own schedule; poll until
+	 * it has (bounded at 20 s for a daemon that never notices).
+	 */
+	for (int i = 0; i < 2000 && (n = lease_count(c, lp.name)); i++)
+		usleep(10000);
+	cr_assert_eq(n, 0, "lease of a killed consumer still counted");
+	lease_pipes_close(&lp);
+	td_client_close(c);
+	daemon_stop(&d);
+}
+
+Test(handoff, tensor_stays_readable_after_its_producer_exits)
+{
+	struct nv12 a = {1, -1};
+	struct daemon d;
+	pid_t prod;
+
+	daemon_start(&d);
+	prod = spawn(&d, nv12_producer, &a);
+	cr_assert_eq(reap(prod), 0);
+	/* the producer process and all its fds are gone now */
+	cr_assert(kill(prod, 0) < 0 && errno == ESRCH);
+	run_child(&d, nv12_consumer, &a);
+	daemon_stop(&d);
+}
+
+/* ---- watch ---- */
+
+struct watch_pipes {
+	int ready[2];
+	int done[2];
+};
+
+static void watcher(const struct daemon *d, void *arg)
+{
+	struct watch_pipes *wp = arg;
+	struct td_client *c = child_open(d, NULL);
+	struct td_entry ent;
+	uint64_t id = 0, last = 0;
+	char m;
+
+	CK_RC(td_client_watch(c, "w/", TD_WATCH_PREFIX, &id, &e_));
+	ch_put(wp->ready[1], "R", 1);
+	ch_get(wp->done[0], &m, 1);
+	/* events that arrive while STAT waits for its reply are queued */
+	CK_RC(td_client_stat(c, "w/x", &ent, &e_));
+	CK(ent.version == 5);
+	td_entry_fini(&ent);
+	for (int i = 0; i < 5; i++) {
+		struct td_event ev;
+
+		CK_RC(td_client_next_event(c, 0, &ev, &e_));
+		CK(ev.watch_id == id);
+		CK(ev.type == TD_EVENT_TYPE_PUBLISHED);
+		CK(!strcmp(ev.name, "w/x"));
+		CK(ev.version == last + 1);
+		last = ev.version;
+	}
+	{
+		struct td_event ev;
+		struct td_error e = {0};
+
+		CK(td_client_next_event(c, 0, &ev, &e) == -ETIMEDOUT);
+	}
+	td_client_close(c);
+}
+
+static void five_versions(const struct daemon *d, void *arg)
+{
+	struct td_client *c = child_open(d, NULL);
+	uint64_t shape[1] = {64}, v = 0;
+	struct td_publish p = {.name = "w/x",
+			       .dtype = TD_TENSOR_U8,
+			       .ndim = 1,
+			       .shape = shape};
+	uint8_t buf[64];
+
+	for (int i = 0; i < 5; i++) {
+		fill(buf, sizeof(buf), (uint64_t)i);
+		CK_RC(td_client_put(c, &p, buf, sizeof(buf), &v, &e_));
+		CK(v == (uint64_t)i + 1);
+	}
+	/* a publish outside the prefix is not delivered */
+	p.name = "other/x";
+	CK_RC(td_client_put(c, &p, buf, sizeof(buf), NULL, &e_));
+	td_client_close(c);
+	(void)arg;
+}
+
+Test(handoff, watch_delivers_every_new_version_in_order)
+{
+	struct watch_pipes wp;
+	struct daemon d;
+	pid_t w;
+	char m;
+
+	daemon_start(&d);
+	cr_assert(pipe2(wp.ready, O_CLOEXEC) == 0);
+	cr_assert(pipe2(wp.done, O_CLOEXEC) == 0);
+	w = spawn(&d, watcher, &wp);
+	ch_get(wp.ready[0], &m, 1);
+	run_child(&d, five_versions, NULL);
+	ch_put(wp.done[1], "D", 1);
+	cr_assert_eq(reap(w), 0);
+	for (int i = 0; i < 2; i++) {
+		close(wp.ready[i]);
+		close(wp.done[i]);
+	}
+	daemon_stop(&d);
+}
+
+/* ---- mapping cache ---- */
+
+Test(handoff, re_getting_a_buffer_reuses_its_fd_and_mapping)
+{
+	static const struct tcase t = {"cache/t", TD_TENSOR_U8, 1, {1 << 20},
+				       41,        NULL,         0};
+	struct td_tensor *x = NULL, *y = NULL;
+	struct td_error e = {0};
+	struct td_client *c;
+	struct daemon d;
+	const void *p1;
+	int fds, maps;
+
+	daemon_start(&d);
+	run_child(&d, put_child, (void *)&t);
+	c = client_open(&d);
+	cr_assert_eq(td_client_get(c, t.name, &x, &e), 0, "%s", e.reason);
+	p1 = td_tensor_plane_data(x, 0);
+	td_tensor_release(x);
+	fds = tu_fd_count();
+	maps = tu_map_count();
+
+	/* released, then got again: the cached import serves it */
+	cr_assert_eq(td_client_get(c, t.name, &x, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_tensor_plane_data(x, 0), p1);
+	cr_assert_eq(tu_fd_count(), fds);
+	cr_assert_eq(tu_map_count(), maps);
+	/* held twice at once: still one import */
+	cr_assert_eq(td_client_get(c, t.name, &y, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_tensor_plane_data(y, 0), p1);
+	cr_assert_eq(tu_fd_count(), fds);
+	cr_assert_eq(tu_map_count(), maps);
+	cr_assert(same(td_tensor_plane_data(y, 0), 1 << 20, 41));
+	td_tensor_release(x);
+	td_tensor_release(y);
+	cr_assert_eq(td_client_trim(c), 1);
+	cr_assert_eq(tu_map_count(), maps - 1);
+	td_client_close(c);
+	daemon_stop(&d);
+}
+
+/* ---- threads ---- */
+
+#define THREADS 4
+#define ROUNDS  200
+
+struct thr {
+	struct td_client *c;
+	int failures;
+};
+
+static void *thread_main(void *arg)
+{
+	struct thr *t = arg;
+
+	for (int i = 0; i < ROUNDS; i++) {
+		struct td_tensor *x = NULL;
+		struct td_error e = {0};
+
+		if (td_client_get(t->c, "thr/t", &x, &e) < 0) {
+			t->failures++;
+			continue;
+		}
+		if (td_tensor_plane_size(x, 0) != 4096 ||
+		    !same(td_tensor_plane_data(x, 0), 4096, 51))
+			t->failures++;
+		td_tensor_release(x);
+	}
+	return NULL;
+}
+
+Test(handoff, one_client_shared_by_threads_gets_and_releases_safely)
+{
+	static const struct tcase t = {"thr/t", TD_TENSOR_U8, 1, {4096},
+				       51,      NULL,         0};
+	struct thr thr[THREADS];
+	pthread_t tid[THREADS];
+	struct td_client *c;
+	struct daemon d;
+
+	daemon_start(&d);
+	run_child(&d, put_child, (void *)&t);
+	c = client_open(&d);
+	for (int i = 0; i < THREADS; i++) {
+		thr[i] = (struct thr){c, 0};
+		cr_assert(pthread_create(&tid[i], NULL, thread_main, &thr[i]) ==
+			  0);
+	}
+	for (int i = 0; i < THREADS; i++) {
+		cr_assert(pthread_join(tid[i], NULL) == 0);
+		cr_assert_eq(thr[i].failures, 0, "thread %d", i);
+	}
+	/* every lease was handed back */
+	cr_assert_eq(lease_count(c, t.name), 0);
+	td_client_close(c);
+	daemon_stop(&d);
+}
+
+/* ---- client-only behaviour ---- */
+
+Test(handoff, connect_without_a_daemon_fails_with_a_reason)
+{
+	struct td_client *c = (struct td_client *)1;
+	struct td_error e = {0};
+	int fds = tu_fd_count();
+
+	cr_assert_eq(td_client_connect("/nonexistent/tensord.sock", &c, &e),
+		     -ENOENT);
+	cr_assert_null(c);
+	cr_assert(strstr(e.reason, "/nonexistent/tensord.sock"));
+	setenv("TENSORD_IMPORT", "bogus", 1);
+	cr_assert_eq(td_client_connect("/nonexistent/x", &c, &e), -EINVAL);
+	unsetenv("TENSORD_IMPORT");
+	cr_assert_eq(tu_fd_count(), fds);
+}
+
+/* ---- tensorctl ---- */
+
+/* Run tensorctl --socket SOCK ARGS... (NULL-terminated); its exit status. */
+static int ctl(const struct daemon *d, char **out, ...)
+{
+	const char *bin = getenv("TD_TENSORCTL");
+	char *argv[16] = {(char *)bin, "--socket", (char *)d->sock};
+	char *buf = NULL;
+	va_list ap;
+	int rc, n = 3;
+
+	cr_assert(bin, "TD_TENSORCTL is not set");
+	va_start(ap, out);
+	while (n < 15 && (argv[n] = va_arg(ap, char *)))
+		n++;
+	va_end(ap);
+	argv[n] = NULL;
+	rc = tu_run_capture(argv, &buf);
+	if (out)
+		*out = buf;
+	else
+		free(buf);
+	return rc;
+}
+
+Test(handoff, tensorctl_put_get_ls_stat_rm_end_to_end)
+{
+	char in[128], outp[128], *out = NULL;
+	uint8_t data[24];
+	uint8_t *back;
+	size_t len;
+	struct daemon d;
+	FILE *f;
+
+	daemon_start(&d);
+	fill(data, sizeof(data), 61);
+	snprintf(in, sizeof(in), "%s/in.bin", d.dir);
+	snprintf(outp, sizeof(outp), "%s/out.bin", d.dir);
+	f = fopen(in, "wb");
+	cr_assert(f && fwrite(data, 1, sizeof(data), f) == sizeof(data));
+	fclose(f);
+
+	cr_assert_eq(ctl(&d, &out, "put", "ctl/t", "--dtype", "f32", "--shape",
+			 "2,3", "--meta", "hello", NULL),
+		     2, "no FILE: usage");
+	free(out);
+	cr_assert_eq(ctl(&d, NULL, "put", "ctl/t", "--dtype", "f32", "--shape",
+			 "2,4", in, NULL),
+		     1, "24 bytes are not f32 2x4");
+	cr_assert_eq(ctl(&d, &out, "put", "ctl/t", "--dtype", "f32", "--shape",
+			 "2,3", "--meta", "hello", in, NULL),
+		     0);
+	cr_assert(strstr(out, "version 1"), "%s", out);
+	free(out);
+
+	/* another process reads it back */
+	cr_assert_eq(ctl(&d, NULL, "get", "ctl/t", "-o", outp, NULL), 0);
+	back = tu_read_file(outp, &len);
+	cr_assert_eq(len, sizeof(data));
+	cr_assert(!memcmp(back, data, len));
+	free(back);
+
+	cr_assert_eq(ctl(&d, &out, "get", "ctl/t", "--json", NULL), 0);
+	cr_assert(strstr(out, "\"dtype\":\"f32\""), "%s", out);
+	cr_assert(strstr(out, "\"shape\":[2,3]"), "%s", out);
+	cr_assert(strstr(out, "\"strides\":[12,4]"), "%s", out);
+	cr_assert(strstr(out, "\"meta\":\"hello\""), "%s", out);
+	free(out);
+
+	cr_assert_eq(ctl(&d, &out, "ls", "--json", NULL), 0);
+	cr_assert(out[0] == '[' && strstr(out, "\"name\":\"ctl/t\""), "%s",
+		  out);
+	free(out);
+	cr_assert_eq(ctl(&d, &out, "stat", "ctl/t", "--json", NULL), 0);
+	cr_assert(strstr(out, "\"version\":1"), "%s", out);
+	cr_assert(strstr(out, "\"bytes\":24"), "%s", out);
+	cr_assert(strstr(out, "\"lease_count\":0"), "%s", out);
+	free(out);
+
+	cr_assert_eq(ctl(&d, NULL, "rm", "ctl/t", NULL), 0);
+	cr_assert_eq(ctl(&d, NULL, "stat", "ctl/t", NULL), 1,
+		     "gone: refused by the daemon");
+	cr_assert_eq(ctl(&d, NULL, "rm", NULL), 2);
+	unlink(in);
+	unlink(outp);
+	daemon_stop(&d);
+}
