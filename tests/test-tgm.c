@@ -489,7 +489,8 @@ Test(tgm, buffered_message_walks_clean_with_exact_records)
 			cr_assert_eq(f.flags, 3);
 			cr_assert(f.cbor_after_payload);
 			/* object k holds k+2 float32 values */
-			cr_assert_eq(f.cbor_offset, 16 + 4 * (n - 3 + 2));
+			cr_assert_eq(f.cbor_offset,
+				     (uint64_t)(16 + 4 * (n - 3 + 2)));
 		} else {
 			cr_assert_eq(f.flags, 2);
 			cr_assert_eq(f.cbor_offset, 0);
@@ -1321,6 +1322,30 @@ Test(tgm, fuzz_seeds_are_builder_output)
 
 #if TD_HAVE_JSON_C
 
+/*
+ * Object members in order. json-c's json_object_object_foreach() is a
+ * GNU statement expression, which clang -Wpedantic refuses.
+ */
+struct jiter {
+	struct json_object_iterator it, end;
+};
+
+static void jiter_init(struct jiter *j, json_object *o)
+{
+	j->it = json_object_iter_begin(o);
+	j->end = json_object_iter_end(o);
+}
+
+static bool jiter_next(struct jiter *j, const char **key, json_object **val)
+{
+	if (json_object_iter_equal(&j->it, &j->end))
+		return false;
+	*key = json_object_iter_peek_name(&j->it);
+	*val = json_object_iter_peek_value(&j->it);
+	json_object_iter_next(&j->it);
+	return true;
+}
+
 static const char *vectors_dir(void)
 {
 	static char dir[4096];
@@ -1458,9 +1483,12 @@ Test(tgm, upstream_vectors_match_expected_json)
 	const char *dir = vectors_dir();
 	json_object *exp = load_expected(dir);
 	int files = 0;
+	struct jiter ji;
+	const char *name;
+	json_object *jv;
 
-	json_object_object_foreach(exp, name, jv)
-	{
+	jiter_init(&ji, exp);
+	while (jiter_next(&ji, &name, &jv)) {
 		size_t len, n, i = 0;
 		uint8_t *raw = read_vector(dir, name, &len);
 		uint8_t *buf = dup_exact(raw, len);
@@ -1527,15 +1555,17 @@ Test(tgm, upstream_vectors_walk_messages_one_byte_at_a_time)
 {
 	const char *dir = vectors_dir();
 	json_object *exp = load_expected(dir);
+	struct jiter ji;
+	const char *name;
+	json_object *jv;
 
-	json_object_object_foreach(exp, name, jv)
-	{
+	jiter_init(&ji, exp);
+	while (jiter_next(&ji, &name, &jv)) {
 		size_t len;
 		uint8_t *buf = read_vector(dir, name, &len);
 		json_object *scan = jget(jv, "scan");
 		size_t nscan = json_object_array_length(scan);
 
-		(void)jv;
 		for (size_t k = 0; k <= len; k++) {
 			uint8_t *d = dup_exact(buf, k);
 			size_t n = td_tgm_scan_all(d, k, NULL, 0);
@@ -1582,8 +1612,12 @@ static int json_subset(json_object *want, json_object *got, const char *path)
 	}
 	switch (t) {
 	case json_type_object: {
-		json_object_object_foreach(want, key, val)
-		{
+		struct jiter ji;
+		const char *key;
+		json_object *val;
+
+		jiter_init(&ji, want);
+		while (jiter_next(&ji, &key, &val)) {
 			char sub[512];
 			json_object *g = NULL;
 
@@ -1666,10 +1700,13 @@ Test(tgm, tensorctl_inspect_json_matches_expected_json)
 	const char *bin = getenv("TD_TENSORCTL");
 	json_object *exp = load_expected(dir);
 	int files = 0;
+	struct jiter ji;
+	const char *name;
+	json_object *jv;
 
 	cr_assert_not_null(bin, "TD_TENSORCTL is not set");
-	json_object_object_foreach(exp, name, jv)
-	{
+	jiter_init(&ji, exp);
+	while (jiter_next(&ji, &name, &jv)) {
 		char path[4200], *out = NULL;
 		char *argv[] = { (char *)bin, "inspect", "--json", path, NULL };
 		json_object *got;
