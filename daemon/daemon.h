@@ -1,0 +1,209 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tensord internals shared by the daemon's files (not installed).
+ *
+ *   main.c    options, logging, signals, start and clean shutdown
+ *   server.c  the listening socket (path policy, stale-socket check)
+ *   peer.c    one connection: recvmsg/sendmsg with SCM_RIGHTS, framing,
+ *             the outgoing queue, HELLO and import negotiation
+ *   store.c   names -> versions, leases, allocs, watches, parked GETs
+ *   plane.c   descriptor policy: pidfd pulls, plane checks, seals, memfds
+ *
+ * Single-threaded: everything runs on one libuv loop, so the scratch
+ * buffers in struct td__daemon are shared by every connection (a message
+ * is fully handled before the next is read).
+ */
+#ifndef TD_DAEMON_H
+#define TD_DAEMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "wire.h"
+
+/* ---- intrusive doubly linked list (wayland style) ---- */
+
+struct td__list {
+	struct td__list *prev, *next;
+};
+
+static inline void td__list_init(struct td__list *l)
+{
+	l->prev = l->next = l;
+}
+
+static inline bool td__list_empty(const struct td__list *l)
+{
+	return l->next == l;
+}
+
+/* Insert e before head (i.e. at the tail). */
+static inline void td__list_add_tail(struct td__list *head, struct td__list *e)
+{
+	e->prev = head->prev;
+	e->next = head;
+	head->prev->next = e;
+	head->prev = e;
+}
+
+static inline void td__list_del(struct td__list *e)
+{
+	e->prev->next = e->next;
+	e->next->prev = e->prev;
+	e->prev = e->next = e;
+}
+
+#define td__container_of(ptr, type, member)                                   \
+	((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+/* ---- logging ---- */
+
+enum td__log_level {
+	TD_LOG_ERROR = 0,
+	TD_LOG_WARN = 1,
+	TD_LOG_INFO = 2,
+	TD_LOG_DEBUG = 3,
+};
+
+extern int td__log_level;
+void td__log(int level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* ---- per-peer limits (docs/protocol.md, "Limits") ---- */
+
+#define TD__MAX_LEASES 4096 /* leases held by one connection */
+#define TD__MAX_ALLOCS 64   /* unpublished allocs of one connection */
+#define TD__MAX_WATCHES 256
+#define TD__MAX_WAITERS 256    /* parked GETs of one connection */
+#define TD__RX_BATCH 32        /* datagrams read per wakeup */
+#define TD__TXQ_MAX_MSGS 1024  /* queued replies before the peer is cut */
+#define TD__TXQ_MAX_BYTES (4u << 20)
+
+/* ---- daemon ---- */
+
+struct td__opts {
+	const char *socket_path; /* resolved */
+	uint32_t import;         /* enum td_import: AUTO or forced */
+	uint64_t max_bytes;      /* 0 = unlimited */
+};
+
+struct td__store;
+struct td__server;
+
+struct td__daemon {
+	uv_loop_t *loop;
+	struct td__opts opts;
+	pid_t pid;
+	int pidfd; /* pidfd_open(getpid()), sent in HELLO replies; -1 */
+	struct td__server *server;
+	struct td__store *store;
+	struct td__list peers; /* struct td__peer.link */
+	uv_idle_t reaper;      /* drops peers marked dead, outside callbacks */
+	bool reaper_on;
+	/* scratch, see the file comment */
+	uint8_t rx[TD_WIRE_MAX_MSG];
+	uint8_t tx[TD_WIRE_MAX_MSG];
+	char reason[TD_WIRE_MAX_REASON + 1];
+};
+
+extern struct td__daemon *td__d;
+
+/* ---- server.c ---- */
+
+int td__server_start(struct td__daemon *d);
+/* Stop listening and remove the socket file. Idempotent. */
+void td__server_stop(struct td__daemon *d);
+
+/* ---- peer.c ---- */
+
+struct td__peer {
+	struct td__list link; /* td__daemon.peers */
+	uv_poll_t poll;
+	int fd;
+	pid_t pid; /* SO_PEERCRED */
+	uid_t uid;
+	int pidfd; /* the peer's pidfd (SO_PEERPIDFD or pidfd_open), -1 */
+	bool hello;
+	bool dead;       /* marked for the reaper; sends are dropped */
+	bool writable_wait;
+	uint32_t import_in; /* TD_IMPORT_PIDFD or TD_IMPORT_SCM */
+	struct td__list txq;
+	size_t txq_bytes;
+	unsigned txq_count;
+	/* owned by store.c */
+	struct td__list leases, allocs, watches, waiters;
+	unsigned n_leases, n_allocs, n_watches, n_waiters;
+};
+
+/* Take a freshly accepted (CLOEXEC, NONBLOCK) socket; closes it on error. */
+int td__peer_take_fd(struct td__daemon *d, int fd);
+/* Mark a peer dead; the reaper frees it after the current callback. */
+void td__peer_kill(struct td__peer *p, const char *why);
+/* Drop every peer now (shutdown). */
+void td__peer_drop_all(struct td__daemon *d);
+
+/* Where reply bodies are encoded: d->tx after the header. */
+#define TD__TX_BODY(d) ((d)->tx + TD_WIRE_HDR_LEN)
+#define TD__TX_CAP (TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN)
+
+/*
+ * Send a message whose body_len bytes are already at TD__TX_BODY(d). fds
+ * are borrowed: attached with SCM_RIGHTS (duplicated if the message has to
+ * wait in the queue). A peer whose queue grows over its budget is killed.
+ */
+void td__peer_send(struct td__peer *p, uint16_t op, uint32_t flags,
+		   uint64_t request_id, int32_t status, size_t body_len,
+		   const int *fds, unsigned nfds);
+/* Error reply (status < 0) with a formatted reason. */
+void td__peer_error(struct td__peer *p, uint16_t op, uint64_t request_id,
+		    int status, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
+/* ---- store.c ---- */
+
+int td__store_new(struct td__daemon *d);
+void td__store_free(struct td__daemon *d);
+/*
+ * Handle a request other than HELLO. Consumes fds[0..nfds) (closes what it
+ * does not keep) and answers through td__peer_send/td__peer_error.
+ */
+void td__store_request(struct td__peer *p, const struct td_wire_hdr *h,
+		       const uint8_t *body, int *fds, unsigned nfds);
+/* Release everything a dying peer holds (leases, allocs, watches...). */
+void td__store_peer_gone(struct td__peer *p);
+
+/* ---- plane.c ---- */
+
+int td__pidfd_open(pid_t pid);
+/* pidfd_getfd: a new CLOEXEC fd or -errno. */
+int td__pidfd_getfd(int pidfd, int fd);
+
+enum td__plane_type {
+	TD__PLANE_MEMFD = 1, /* tmpfs/hugetlbfs file with seals */
+	TD__PLANE_DMABUF = 2,
+};
+
+struct td__plane_info {
+	enum td__plane_type type;
+	uint64_t size;
+	dev_t dev;
+	ino_t ino;
+};
+
+/*
+ * Check a received descriptor before it is used as a plane: its kind
+ * (memfd on tmpfs/hugetlbfs with F_SEAL_SHRINK, or a dma-buf) and size.
+ * 0 or -errno with a static reason in *why.
+ */
+int td__plane_probe(int fd, struct td__plane_info *pi, const char **why);
+/* A fence must be an eventfd or a sync_file. 0 or -EINVAL. */
+int td__fence_check(int fd, const char **why);
+/* Write-seal a memfd for publishing. 0 or -errno with *why. */
+int td__plane_seal(int fd, const char **why);
+/* memfd_create + ftruncate + fallocate + SHRINK|GROW seals. */
+int td__plane_create(uint64_t size, int *out_fd, const char **why);
+
+#endif

@@ -1,0 +1,265 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tensord: options, logging, signals, start-up and clean shutdown.
+ * Foreground only, no config file (docs/protocol.md, "The daemon").
+ */
+#include "daemon.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+int td__log_level = TD_LOG_INFO;
+struct td__daemon *td__d;
+
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+void td__log(int level, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (level > td__log_level)
+		return;
+	fprintf(stderr, "tensord: %s: ", level_names[level]);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: tensord [OPTION]...\n"
+		"Hold named tensors in shared memory and hand them between "
+		"processes.\n\n"
+		"  -s, --socket PATH     listen on PATH (default: "
+		"$TENSORD_SOCKET,\n"
+		"                        else $XDG_RUNTIME_DIR/tensord.sock, "
+		"else\n"
+		"                        /run/tensord/tensord.sock)\n"
+		"  -l, --log-level LVL   error, warn, info (default) or debug\n"
+		"  -i, --import MODE     how fds reach the daemon: auto "
+		"(default),\n"
+		"                        pidfd or scm (forced)\n"
+		"  -m, --max-bytes N     total plane bytes held (0 = "
+		"unlimited);\n"
+		"                        suffixes K, M, G (powers of 1024)\n"
+		"  -h, --help            show this help\n"
+		"  -V, --version         show the version\n\n"
+		"Runs in the foreground and logs to stderr. SIGINT/SIGTERM "
+		"stop it\n"
+		"cleanly (the socket file is removed).\n");
+}
+
+static int parse_bytes(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+	unsigned shift = 0;
+
+	errno = 0;
+	if (*s == '-')
+		return -EINVAL;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -EINVAL;
+	switch (*end) {
+	case 'K': case 'k': shift = 10; end++; break;
+	case 'M': case 'm': shift = 20; end++; break;
+	case 'G': case 'g': shift = 30; end++; break;
+	default: break;
+	}
+	if (*end || (shift && v > (UINT64_MAX >> shift)))
+		return -EINVAL;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+/* The socket path, into buf; precedence as in usage(). */
+static const char *socket_path(const char *opt, char *buf, size_t cap)
+{
+	const char *env = getenv("TENSORD_SOCKET");
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+
+	if (opt)
+		return opt;
+	if (env && *env)
+		return env;
+	if (xdg && *xdg) {
+		snprintf(buf, cap, "%s/tensord.sock", xdg);
+		return buf;
+	}
+	return "/run/tensord/tensord.sock";
+}
+
+static void on_signal(uv_signal_t *sig, int signum)
+{
+	struct td__daemon *d = sig->data;
+
+	td__log(TD_LOG_INFO, "signal %d: shutting down", signum);
+	uv_stop(d->loop);
+}
+
+/* fds are the daemon's working set (up to 9 per version): lift the cap. */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+static void close_walk(uv_handle_t *h, void *arg)
+{
+	(void)arg;
+	if (!uv_is_closing(h))
+		uv_close(h, NULL);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"socket", required_argument, NULL, 's'},
+		{"log-level", required_argument, NULL, 'l'},
+		{"import", required_argument, NULL, 'i'},
+		{"max-bytes", required_argument, NULL, 'm'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0},
+	};
+	char pathbuf[4096];
+	const char *sock_opt = NULL;
+	struct td__daemon *d;
+	uv_signal_t sigint, sigterm;
+	uv_loop_t loop;
+	uint32_t import = TD_IMPORT_AUTO;
+	uint64_t max_bytes = 0;
+	int c, rc, status = 1;
+
+	while ((c = getopt_long(argc, argv, "s:l:i:m:hV", opts, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			sock_opt = optarg;
+			break;
+		case 'l':
+			for (c = 0; c < 4; c++)
+				if (!strcmp(optarg, level_names[c]))
+					break;
+			if (c == 4) {
+				fprintf(stderr,
+					"tensord: --log-level: want error, "
+					"warn, info or debug\n");
+				return 2;
+			}
+			td__log_level = c;
+			break;
+		case 'i':
+			if (!strcmp(optarg, "auto"))
+				import = TD_IMPORT_AUTO;
+			else if (!strcmp(optarg, "pidfd"))
+				import = TD_IMPORT_PIDFD;
+			else if (!strcmp(optarg, "scm"))
+				import = TD_IMPORT_SCM;
+			else {
+				fprintf(stderr, "tensord: --import: want auto, "
+						"pidfd or scm\n");
+				return 2;
+			}
+			break;
+		case 'm':
+			if (parse_bytes(optarg, &max_bytes) < 0) {
+				fprintf(stderr, "tensord: --max-bytes: not a "
+						"byte count: %s\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case 'V':
+			printf("tensord %s\n", TD_VERSION);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "tensord: unexpected argument: %s\n",
+			argv[optind]);
+		return 2;
+	}
+
+	d = calloc(1, sizeof(*d));
+	if (!d) {
+		fprintf(stderr, "tensord: out of memory\n");
+		return 1;
+	}
+	td__d = d;
+	d->opts.socket_path = socket_path(sock_opt, pathbuf, sizeof(pathbuf));
+	d->opts.import = import;
+	d->opts.max_bytes = max_bytes;
+	d->pid = getpid();
+	td__list_init(&d->peers);
+	raise_nofile();
+	/* a peer that hangs up mid-send must not kill us (MSG_NOSIGNAL too) */
+	signal(SIGPIPE, SIG_IGN);
+
+	rc = uv_loop_init(&loop);
+	if (rc < 0) {
+		td__log(TD_LOG_ERROR, "uv_loop_init: %s", uv_strerror(rc));
+		free(d);
+		return 1;
+	}
+	d->loop = &loop;
+	d->pidfd = import == TD_IMPORT_SCM ? -1 : td__pidfd_open(d->pid);
+	if (d->pidfd < 0 && import != TD_IMPORT_SCM)
+		td__log(TD_LOG_WARN, "pidfd_open(self): %s; clients receive "
+				     "fds by SCM_RIGHTS",
+			strerror(-d->pidfd));
+	if (d->pidfd < 0)
+		d->pidfd = -1;
+	uv_idle_init(&loop, &d->reaper);
+	d->reaper.data = d;
+	uv_signal_init(&loop, &sigint);
+	uv_signal_init(&loop, &sigterm);
+	sigint.data = sigterm.data = d;
+	uv_signal_start(&sigint, on_signal, SIGINT);
+	uv_signal_start(&sigterm, on_signal, SIGTERM);
+
+	if (td__store_new(d) < 0 || td__server_start(d) < 0)
+		goto out;
+	td__log(TD_LOG_DEBUG, "pid %d, import %s, max-bytes %" PRIu64,
+		(int)d->pid,
+		import == TD_IMPORT_AUTO    ? "auto"
+		: import == TD_IMPORT_PIDFD ? "pidfd"
+					    : "scm",
+		max_bytes);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	status = 0;
+out:
+	/* order: stop accepting, drop peers (their leases), then the store */
+	td__server_stop(d);
+	td__peer_drop_all(d);
+	td__store_free(d);
+	uv_walk(&loop, close_walk, NULL);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	if (uv_loop_close(&loop) < 0)
+		td__log(TD_LOG_WARN, "loop closed with live handles");
+	if (d->pidfd >= 0)
+		close(d->pidfd);
+	free(d);
+	td__d = NULL;
+	return status;
+}

@@ -1,0 +1,601 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One client connection: SOCK_SEQPACKET datagrams with SCM_RIGHTS, the
+ * framing rules of docs/protocol.md, a resumable outgoing queue, HELLO and
+ * import negotiation. Every descriptor that arrives is either handed to
+ * store.c (which keeps or closes it) or closed here, on every path.
+ */
+#include "daemon.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bytes.h"
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+
+/* A message that could not be sent at once. Its fds are our own dups. */
+struct txmsg {
+	struct td__list link;
+	size_t len;
+	unsigned nfds;
+	int fds[TD_WIRE_MAX_FDS];
+	uint8_t data[];
+};
+
+static void close_fds(int *fds, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (fds[i] >= 0) {
+			close(fds[i]);
+			fds[i] = -1;
+		}
+}
+
+static void txmsg_free(struct txmsg *m)
+{
+	close_fds(m->fds, m->nfds);
+	free(m);
+}
+
+/* ---- lifetime ---- */
+
+static void on_closed(uv_handle_t *h)
+{
+	struct td__peer *p = h->data;
+
+	close(p->fd);
+	free(p);
+}
+
+static void drop(struct td__peer *p)
+{
+	struct td__list *l;
+
+	td__store_peer_gone(p);
+	while (!td__list_empty(&p->txq)) {
+		l = p->txq.next;
+		td__list_del(l);
+		txmsg_free(td__container_of(l, struct txmsg, link));
+	}
+	if (p->pidfd >= 0)
+		close(p->pidfd);
+	p->pidfd = -1;
+	td__list_del(&p->link);
+	/* the socket is closed once libuv has forgotten it (on_closed) */
+	uv_close((uv_handle_t *)&p->poll, on_closed);
+}
+
+static void on_reap(uv_idle_t *idle)
+{
+	struct td__daemon *d = idle->data;
+	struct td__list *l, *n;
+
+	for (l = d->peers.next; l != &d->peers; l = n) {
+		struct td__peer *p = td__container_of(l, struct td__peer, link);
+
+		n = l->next;
+		if (p->dead)
+			drop(p);
+	}
+	uv_idle_stop(idle);
+	d->reaper_on = false;
+}
+
+void td__peer_kill(struct td__peer *p, const char *why)
+{
+	struct td__daemon *d = td__d;
+
+	if (p->dead)
+		return;
+	td__log(TD_LOG_INFO, "peer pid %d: disconnect: %s", (int)p->pid, why);
+	p->dead = true;
+	uv_poll_stop(&p->poll);
+	/*
+	 * Freed from an idle callback, never from inside a callback that may
+	 * still be walking the store's lists (a NOTIFY fan-out can kill a
+	 * slow watcher in the middle of a PUBLISH).
+	 */
+	if (!d->reaper_on) {
+		uv_idle_start(&d->reaper, on_reap);
+		d->reaper_on = true;
+	}
+}
+
+void td__peer_drop_all(struct td__daemon *d)
+{
+	while (!td__list_empty(&d->peers)) {
+		struct td__peer *p =
+			td__container_of(d->peers.next, struct td__peer, link);
+
+		p->dead = true;
+		drop(p);
+	}
+}
+
+/* ---- sending ---- */
+
+static void update_poll(struct td__peer *p);
+
+static ssize_t send_raw(int fd, const uint8_t *buf, size_t len,
+			const int *fds, unsigned nfds)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * TD_WIRE_MAX_FDS)];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = {(void *)buf, len};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	ssize_t n;
+
+	if (nfds) {
+		struct cmsghdr *cm;
+
+		memset(&ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
+	}
+	do
+		n = sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	return n < 0 ? -errno : n;
+}
+
+static int enqueue(struct td__peer *p, const uint8_t *buf, size_t len,
+		   const int *fds, unsigned nfds)
+{
+	struct txmsg *m;
+
+	if (p->txq_count >= TD__TXQ_MAX_MSGS ||
+	    p->txq_bytes + len > TD__TXQ_MAX_BYTES)
+		return -ENOBUFS;
+	m = malloc(sizeof(*m) + len);
+	if (!m)
+		return -ENOMEM;
+	m->len = len;
+	m->nfds = 0;
+	memcpy(m->data, buf, len);
+	/*
+	 * Dup the fds: the version they belong to may be released (and its
+	 * fds closed and reused) before the queue drains.
+	 */
+	for (unsigned i = 0; i < nfds; i++) {
+		m->fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
+		if (m->fds[i] < 0) {
+			txmsg_free(m);
+			return -errno;
+		}
+		m->nfds++;
+	}
+	td__list_add_tail(&p->txq, &m->link);
+	p->txq_count++;
+	p->txq_bytes += len;
+	return 0;
+}
+
+void td__peer_send(struct td__peer *p, uint16_t op, uint32_t flags,
+		   uint64_t request_id, int32_t status, size_t body_len,
+		   const int *fds, unsigned nfds)
+{
+	struct td__daemon *d = td__d;
+	struct td_wire_hdr h = {
+		.magic = TD_WIRE_MAGIC,
+		.version = TD_WIRE_VERSION,
+		.opcode = op,
+		.flags = flags,
+		.fd_count = nfds,
+		.request_id = request_id,
+		.body_len = (uint32_t)body_len,
+		.status = status,
+	};
+	size_t len = TD_WIRE_HDR_LEN + body_len;
+	ssize_t n;
+	int rc;
+
+	if (p->dead)
+		return;
+	td_wire_hdr_encode(&h, d->tx);
+	if (td__list_empty(&p->txq)) {
+		n = send_raw(p->fd, d->tx, len, fds, nfds);
+		if (n >= 0)
+			return; /* SEQPACKET: all or nothing */
+		if (n != -EAGAIN) {
+			td__peer_kill(p, "send failed");
+			return;
+		}
+	}
+	rc = enqueue(p, d->tx, len, fds, nfds);
+	if (rc < 0) {
+		td__peer_kill(p, rc == -ENOBUFS ? "outgoing queue over budget"
+						 : "cannot queue a reply");
+		return;
+	}
+	update_poll(p);
+}
+
+void td__peer_error(struct td__peer *p, uint16_t op, uint64_t request_id,
+		    int status, const char *fmt, ...)
+{
+	struct td__daemon *d = td__d;
+	struct td_wire_error e;
+	va_list ap;
+	int n;
+	int64_t len;
+
+	va_start(ap, fmt);
+	n = vsnprintf(d->reason, sizeof(d->reason), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		n = 0;
+	if ((size_t)n >= sizeof(d->reason))
+		n = sizeof(d->reason) - 1;
+	e.reason = (struct td_wire_str){d->reason, (uint16_t)n};
+	td__log(TD_LOG_DEBUG, "peer pid %d: %s #%llu -> %d: %s", (int)p->pid,
+		td_wire_op_name(op), (unsigned long long)request_id, status,
+		d->reason);
+	len = td_wire_error_encode(&e, TD__TX_BODY(d), TD__TX_CAP);
+	if (len < 0)
+		len = 0; /* cannot happen: a reason is far below the cap */
+	td__peer_send(p, op, TD_WIRE_F_REPLY, request_id, status, (size_t)len,
+		      NULL, 0);
+}
+
+/* Send what waits in the queue; stops at EAGAIN. */
+static void flush(struct td__peer *p)
+{
+	while (!p->dead && !td__list_empty(&p->txq)) {
+		struct txmsg *m =
+			td__container_of(p->txq.next, struct txmsg, link);
+		ssize_t n = send_raw(p->fd, m->data, m->len, m->fds, m->nfds);
+
+		if (n == -EAGAIN)
+			return;
+		if (n < 0) {
+			td__peer_kill(p, "send failed");
+			return;
+		}
+		td__list_del(&m->link);
+		p->txq_count--;
+		p->txq_bytes -= m->len;
+		txmsg_free(m);
+	}
+}
+
+/* ---- HELLO ---- */
+
+static void hello(struct td__peer *p, const struct td_wire_hdr *h,
+		  const uint8_t *body)
+{
+	struct td__daemon *d = td__d;
+	const uint32_t forced = d->opts.import;
+	struct td_wire_hello_req m;
+	struct td_wire_hello_rep r;
+	struct td_err e = {0};
+	uint32_t in = TD_IMPORT_SCM;
+	int64_t len;
+	int rc, fd;
+
+	rc = td_wire_hello_req_decode(body, h->body_len, &m, &e);
+	if (rc < 0) {
+		td__peer_error(p, h->opcode, h->request_id, rc, "HELLO: %s: %s",
+			       e.field ? e.field : "body", e.reason);
+		return;
+	}
+	if (p->hello) {
+		td__peer_error(p, h->opcode, h->request_id, -EPROTO,
+			       "HELLO was already exchanged");
+		return;
+	}
+	if (m.import_pref == TD_IMPORT_SCM || forced == TD_IMPORT_SCM) {
+		if (forced == TD_IMPORT_PIDFD) {
+			td__peer_error(p, h->opcode, h->request_id, -EPERM,
+				       "this daemon imports only with pidfd "
+				       "(--import pidfd)");
+			return;
+		}
+		if (m.import_pref == TD_IMPORT_PIDFD) {
+			td__peer_error(p, h->opcode, h->request_id, -EPERM,
+				       "this daemon imports only with "
+				       "SCM_RIGHTS (--import scm)");
+			return;
+		}
+	} else {
+		bool must = m.import_pref == TD_IMPORT_PIDFD ||
+			    forced == TD_IMPORT_PIDFD;
+
+		/*
+		 * Only trying tells whether pulling works (uid, yama, LSMs,
+		 * pid namespaces): pull the fd the client named and drop it.
+		 */
+		fd = m.probe_fd >= 0 ? td__pidfd_getfd(p->pidfd, m.probe_fd)
+				     : -EBADF;
+		if (fd >= 0) {
+			close(fd);
+			in = TD_IMPORT_PIDFD;
+		} else if (must) {
+			td__peer_error(p, h->opcode, h->request_id, -EPERM,
+				       "pidfd import required but "
+				       "pidfd_getfd(probe_fd %d) failed: %s",
+				       m.probe_fd, strerror(-fd));
+			return;
+		}
+	}
+	p->hello = true;
+	p->import_in = in;
+	r = (struct td_wire_hello_rep){
+		.daemon_pid = (uint32_t)d->pid,
+		.import_in = in,
+		.out_pidfd = forced != TD_IMPORT_SCM && d->pidfd >= 0,
+		.probe_fd = -1,
+		.max_msg = TD_WIRE_MAX_MSG,
+		.max_fds = TD_WIRE_MAX_FDS,
+		.max_name = TD_WIRE_MAX_NAME,
+		.max_meta = TD_WIRE_MAX_META,
+		.max_planes = TD_WIRE_MAX_PLANES,
+		.max_bytes = d->opts.max_bytes,
+		.ident = {"tensord " TD_VERSION,
+			  (uint16_t)(sizeof("tensord " TD_VERSION) - 1)},
+	};
+	if (r.out_pidfd)
+		r.probe_fd = p->fd; /* the client may try to pull this one */
+	len = td_wire_hello_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
+	td__log(TD_LOG_DEBUG, "peer pid %d: HELLO %.*s, import %s", (int)p->pid,
+		(int)m.client_name.len, m.client_name.ptr,
+		in == TD_IMPORT_PIDFD ? "pidfd" : "scm");
+	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
+		      (size_t)len, &d->pidfd, r.out_pidfd ? 1 : 0);
+}
+
+/* ---- receiving ---- */
+
+/*
+ * One datagram of n bytes in d->rx with nfds descriptors. Owns the fds.
+ */
+static void dispatch(struct td__peer *p, size_t n, int *fds, unsigned nfds)
+{
+	struct td__daemon *d = td__d;
+	struct td_wire_hdr h;
+	struct td_err e = {0};
+	int rc;
+
+	rc = td_wire_hdr_decode(d->rx, n, &h, &e);
+	if (rc < 0) {
+		/* echo what can be read so the client can match the reply */
+		uint16_t op = n >= 8 ? td__le16(d->rx + 6) : 0;
+		uint64_t id = n >= 24 ? td__le64(d->rx + 16) : 0;
+
+		close_fds(fds, nfds);
+		td__peer_error(p, op, id, rc, "header: %s", e.reason);
+		return;
+	}
+	if (h.fd_count != nfds) {
+		close_fds(fds, nfds);
+		td__peer_error(p, h.opcode, h.request_id, -EPROTO,
+			       "header fd_count %u but %u fds attached",
+			       h.fd_count, nfds);
+		td__peer_kill(p, "fd_count mismatch");
+		return;
+	}
+	if (h.flags) {
+		close_fds(fds, nfds);
+		td__peer_error(p, h.opcode, h.request_id, -EBADMSG,
+			       "requests carry no header flags");
+		return;
+	}
+	if (h.opcode == TD_OP_HELLO) {
+		close_fds(fds, nfds);
+		hello(p, &h, d->rx + TD_WIRE_HDR_LEN);
+		return;
+	}
+	if (h.opcode < TD_OP_ALLOC || h.opcode > TD_OP_UNWATCH) {
+		close_fds(fds, nfds);
+		td__peer_error(p, h.opcode, h.request_id, -EOPNOTSUPP,
+			       "unknown opcode %u", h.opcode);
+		return;
+	}
+	if (!p->hello) {
+		close_fds(fds, nfds);
+		td__peer_error(p, h.opcode, h.request_id, -EPROTO,
+			       "%s before HELLO", td_wire_op_name(h.opcode));
+		return;
+	}
+	td__store_request(p, &h, d->rx + TD_WIRE_HDR_LEN, fds, nfds);
+}
+
+/* Read up to TD__RX_BATCH datagrams; a busy peer cannot starve others. */
+static void receive(struct td__peer *p)
+{
+	struct td__daemon *d = td__d;
+
+	for (int i = 0; i < TD__RX_BATCH && !p->dead; i++) {
+		union {
+			char buf[CMSG_SPACE(sizeof(int) * TD_WIRE_MAX_FDS)];
+			struct cmsghdr align;
+		} ctl;
+		struct iovec iov = {d->rx, sizeof(d->rx)};
+		struct msghdr mh = {
+			.msg_iov = &iov,
+			.msg_iovlen = 1,
+			.msg_control = ctl.buf,
+			.msg_controllen = sizeof(ctl.buf),
+		};
+		int fds[TD_WIRE_MAX_FDS];
+		unsigned nfds = 0;
+		bool extra = false;
+		ssize_t n;
+
+		n = recvmsg(p->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN)
+				td__peer_kill(p, "recvmsg failed");
+			return;
+		}
+		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm;
+		     cm = CMSG_NXTHDR(&mh, cm)) {
+			size_t k;
+
+			if (cm->cmsg_level != SOL_SOCKET ||
+			    cm->cmsg_type != SCM_RIGHTS) {
+				extra = true;
+				continue;
+			}
+			k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			for (size_t j = 0; j < k; j++) {
+				int fd;
+
+				memcpy(&fd, CMSG_DATA(cm) + j * sizeof(int),
+				       sizeof(fd));
+				/* the buffer holds at most MAX_FDS */
+				if (nfds < TD_WIRE_MAX_FDS)
+					fds[nfds++] = fd;
+				else
+					close(fd);
+			}
+		}
+		if (n == 0) {
+			close_fds(fds, nfds);
+			td__peer_kill(p, "connection closed");
+			return;
+		}
+		if (mh.msg_flags & MSG_CTRUNC) {
+			close_fds(fds, nfds);
+			td__peer_error(p, 0, 0, -EPROTO,
+				       "control data truncated: more than "
+				       "%d fds",
+				       TD_WIRE_MAX_FDS);
+			td__peer_kill(p, "MSG_CTRUNC");
+			return;
+		}
+		if (mh.msg_flags & MSG_TRUNC) {
+			close_fds(fds, nfds);
+			td__peer_error(p, td__le16(d->rx + 6),
+				       td__le64(d->rx + 16), -EMSGSIZE,
+				       "datagram larger than %d bytes",
+				       TD_WIRE_MAX_MSG);
+			td__peer_kill(p, "oversize datagram");
+			return;
+		}
+		if (extra) {
+			close_fds(fds, nfds);
+			td__peer_error(p, 0, 0, -EPROTO,
+				       "control message other than "
+				       "SCM_RIGHTS");
+			td__peer_kill(p, "unexpected control message");
+			return;
+		}
+		dispatch(p, (size_t)n, fds, nfds);
+		/* backpressure: no more requests while replies wait */
+		if (!td__list_empty(&p->txq))
+			return;
+	}
+}
+
+static void on_poll(uv_poll_t *h, int status, int events)
+{
+	struct td__peer *p = h->data;
+
+	if (status < 0) {
+		td__peer_kill(p, uv_strerror(status));
+		return;
+	}
+	if (events & UV_WRITABLE)
+		flush(p);
+	if ((events & UV_READABLE) && td__list_empty(&p->txq))
+		receive(p);
+	if ((events & UV_DISCONNECT) && !p->dead) {
+		/* drain what is left before noticing the hangup */
+		receive(p);
+		if (!p->dead && td__list_empty(&p->txq))
+			td__peer_kill(p, "hangup");
+	}
+	if (!p->dead)
+		update_poll(p);
+}
+
+static void update_poll(struct td__peer *p)
+{
+	bool wait_w = !td__list_empty(&p->txq);
+
+	if (p->dead)
+		return;
+	if (wait_w == p->writable_wait && uv_is_active((uv_handle_t *)&p->poll))
+		return;
+	p->writable_wait = wait_w;
+	uv_poll_start(&p->poll,
+		      wait_w ? UV_WRITABLE : UV_READABLE | UV_DISCONNECT,
+		      on_poll);
+}
+
+int td__peer_take_fd(struct td__daemon *d, int fd)
+{
+	struct td__peer *p = calloc(1, sizeof(*p));
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	int pfd = -1, rc;
+
+	if (!p) {
+		close(fd);
+		return -ENOMEM;
+	}
+	p->fd = fd;
+	p->pidfd = -1;
+	td__list_init(&p->link);
+	td__list_init(&p->txq);
+	td__list_init(&p->leases);
+	td__list_init(&p->allocs);
+	td__list_init(&p->watches);
+	td__list_init(&p->waiters);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	p->pid = cred.pid;
+	p->uid = cred.uid;
+	/*
+	 * SO_PEERPIDFD (Linux 6.5) names the process that connected. The
+	 * fallback pidfd_open(pid) races: the client may have exited and its
+	 * pid been reused in between, and the pidfd would then name another
+	 * process. Pulls only ever use numbers that process' peer sent, and
+	 * the probe in HELLO fails if the process is not that client, so the
+	 * window cannot import foreign fds by design, but it is documented.
+	 */
+	len = sizeof(pfd);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pfd, &len) < 0) {
+		pfd = td__pidfd_open(p->pid);
+		if (pfd < 0)
+			pfd = -1;
+		else
+			fcntl(pfd, F_SETFD, FD_CLOEXEC);
+	}
+	p->pidfd = pfd;
+	rc = uv_poll_init(d->loop, &p->poll, fd);
+	if (rc < 0)
+		goto fail;
+	p->poll.data = p;
+	td__list_add_tail(&d->peers, &p->link);
+	update_poll(p);
+	td__log(TD_LOG_DEBUG, "peer pid %d uid %d connected", (int)p->pid,
+		(int)p->uid);
+	return 0;
+fail:
+	if (p->pidfd >= 0)
+		close(p->pidfd);
+	close(fd);
+	free(p);
+	return rc;
+}

@@ -1,0 +1,204 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Descriptor policy: which fds the daemon accepts as planes and fences,
+ * how it seals them, and how it creates planes for ALLOC. Every fd that
+ * arrives from a peer (SCM_RIGHTS or pidfd_getfd) is checked here before
+ * anything else touches it; the daemon never maps, reads or waits on them.
+ */
+#include "daemon.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438
+#endif
+#ifndef DMA_BUF_MAGIC
+#define DMA_BUF_MAGIC 0x444d4142
+#endif
+#ifndef HUGETLBFS_MAGIC
+#define HUGETLBFS_MAGIC 0x958458f6
+#endif
+
+#define PUBLISH_SEALS (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+int td__pidfd_open(pid_t pid)
+{
+	long fd = syscall(SYS_pidfd_open, pid, 0);
+
+	return fd < 0 ? -errno : (int)fd;
+}
+
+int td__pidfd_getfd(int pidfd, int fd)
+{
+	long r;
+
+	if (pidfd < 0)
+		return -ESRCH;
+	/* The new fd is always O_CLOEXEC (pidfd_getfd(2)). */
+	r = syscall(SYS_pidfd_getfd, pidfd, fd, 0);
+	return r < 0 ? -errno : (int)r;
+}
+
+int td__plane_probe(int fd, struct td__plane_info *pi, const char **why)
+{
+	struct statfs sfs;
+	struct stat st;
+	int seals;
+
+	if (fstat(fd, &st) < 0 || fstatfs(fd, &sfs) < 0) {
+		*why = "cannot stat the plane fd";
+		return -errno;
+	}
+	pi->dev = st.st_dev;
+	pi->ino = st.st_ino;
+	if ((unsigned long)sfs.f_type == DMA_BUF_MAGIC) {
+		off_t end;
+
+		/* dma-bufs report their size in i_size; older ones via lseek */
+		pi->type = TD__PLANE_DMABUF;
+		if (st.st_size > 0) {
+			pi->size = (uint64_t)st.st_size;
+			return 0;
+		}
+		end = lseek(fd, 0, SEEK_END);
+		if (end < 0) {
+			*why = "cannot size the dma-buf";
+			return -errno;
+		}
+		pi->size = (uint64_t)end;
+		return 0;
+	}
+	if (S_ISFIFO(st.st_mode)) {
+		*why = "plane fd is a pipe, not a memfd or dma-buf";
+		return -EINVAL;
+	}
+	if (S_ISSOCK(st.st_mode)) {
+		*why = "plane fd is a socket, not a memfd or dma-buf";
+		return -EINVAL;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		*why = "plane fd is not a memfd or dma-buf";
+		return -EINVAL;
+	}
+	if ((unsigned long)sfs.f_type != TMPFS_MAGIC &&
+	    (unsigned long)sfs.f_type != HUGETLBFS_MAGIC) {
+		*why = "plane fd is a regular file outside tmpfs/hugetlbfs, "
+		       "not shared memory";
+		return -EINVAL;
+	}
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0) {
+		*why = "plane fd does not support seals (not a memfd)";
+		return -EINVAL;
+	}
+	/* Without SHRINK the size checked below could change under us. */
+	if (!(seals & F_SEAL_SHRINK)) {
+		*why = "memfd is not sealed with F_SEAL_SHRINK";
+		return -EINVAL;
+	}
+	pi->type = TD__PLANE_MEMFD;
+	pi->size = (uint64_t)st.st_size;
+	return 0;
+}
+
+int td__fence_check(int fd, const char **why)
+{
+	char path[64], link[64];
+	ssize_t n;
+
+	/*
+	 * eventfds and sync_files are anonymous inodes that fstat cannot tell
+	 * apart; their /proc link names the kind ("anon_inode:[eventfd]",
+	 * "anon_inode:sync_file").
+	 */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n < 0) {
+		*why = "cannot inspect the fence fd";
+		return -errno;
+	}
+	link[n] = 0;
+	if (strcmp(link, "anon_inode:[eventfd]") == 0 ||
+	    strcmp(link, "anon_inode:sync_file") == 0)
+		return 0;
+	*why = "fence fd is not an eventfd or sync_file";
+	return -EINVAL;
+}
+
+int td__plane_seal(int fd, const char **why)
+{
+	int seals = fcntl(fd, F_GET_SEALS);
+
+	if (seals < 0) {
+		*why = "cannot read the memfd seals";
+		return -errno;
+	}
+	if ((seals & PUBLISH_SEALS) == PUBLISH_SEALS)
+		return 0;
+	if (seals & F_SEAL_SEAL) {
+		*why = "memfd carries F_SEAL_SEAL without F_SEAL_WRITE; it "
+		       "cannot be made immutable";
+		return -EPERM;
+	}
+	if (fcntl(fd, F_ADD_SEALS, PUBLISH_SEALS & ~seals) < 0) {
+		int e = errno;
+
+		/* The kernel refuses F_SEAL_WRITE while writable maps exist. */
+		*why = e == EBUSY ? "unmap writable mappings before publishing"
+				  : "cannot seal the memfd";
+		return -e;
+	}
+	return 0;
+}
+
+int td__plane_create(uint64_t size, int *out_fd, const char **why)
+{
+	int fd, rc;
+
+	if (size > (uint64_t)INT64_MAX) {
+		*why = "plane size does not fit off_t";
+		return -EFBIG;
+	}
+	fd = memfd_create("tensord-plane", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0) {
+		*why = "memfd_create failed";
+		return -errno;
+	}
+	if (ftruncate(fd, (off_t)size) < 0) {
+		rc = -errno;
+		*why = "cannot size the memfd";
+		goto fail;
+	}
+	/*
+	 * Reserve the pages now: tmpfs is lazily allocated, and a producer
+	 * writing into a hole when memory is short would get SIGBUS instead
+	 * of an error reply.
+	 */
+	if (size && fallocate(fd, 0, 0, (off_t)size) < 0) {
+		rc = -errno;
+		*why = "cannot reserve memory for the plane";
+		goto fail;
+	}
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
+		rc = -errno;
+		*why = "cannot seal the plane size";
+		goto fail;
+	}
+	*out_fd = fd;
+	return 0;
+fail:
+	close(fd);
+	return rc;
+}

@@ -1,0 +1,1339 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The store: names -> current version, versions kept alive by leases,
+ * unpublished allocs, watches and parked GETs. Requests other than HELLO
+ * land in td__store_request().
+ *
+ * Lifetime rule: a version is referenced once while it is the current
+ * version of its name and once per lease. DELETE or a newer PUBLISH drops
+ * the first reference; the version (its fds, its bytes) goes when the last
+ * lease is released or its holder disconnects.
+ */
+#include "daemon.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "blob.h"
+#include "bytes.h"
+
+#define TABLE_MAX (TD_WIRE_MAX_PLANES + 1)
+
+/* A stored file, so equal files get equal buffer_ids (client map cache). */
+struct buf {
+	dev_t dev;
+	ino_t ino;
+	uint64_t id;
+	unsigned refs;
+};
+
+struct vfd {
+	int fd;
+	uint64_t buffer_id;
+	bool tracked; /* counted in the buf table (planes, not fences) */
+	dev_t dev;
+	ino_t ino;
+};
+
+struct version {
+	uint64_t number;
+	unsigned refs; /* 1 while current + 1 per lease */
+	uint32_t lease_count;
+	uint32_t flags;
+	uint32_t dtype, ndim;
+	uint64_t shape[TD_WIRE_MAX_DIMS];
+	uint64_t bytes; /* sum of plane sizes (STAT/LIST) */
+	uint64_t acct;  /* bytes counted against --max-bytes */
+	uint32_t nfds;
+	struct vfd fds[TABLE_MAX];
+	uint16_t name_len;
+	char name[TD_WIRE_MAX_NAME + 1];
+	uint32_t meta_len, blob_len;
+	uint8_t *meta, *blob; /* point into data[] */
+	uint8_t data[];
+};
+
+struct lease {
+	struct td__list link; /* peer->leases */
+	uint64_t id;
+	struct version *v;
+};
+
+struct alloc {
+	struct td__list link; /* peer->allocs */
+	uint64_t id;
+	uint32_t count;
+	uint64_t acct;
+	struct vfd fds[TD_WIRE_MAX_PLANES];
+	uint64_t sizes[TD_WIRE_MAX_PLANES];
+};
+
+struct watch {
+	struct td__list link;  /* peer->watches */
+	struct td__list slink; /* store->watches */
+	struct td__peer *peer;
+	uint64_t id;
+	bool prefix;
+	uint16_t len;
+	char name[TD_WIRE_MAX_NAME + 1];
+};
+
+struct waiter {
+	struct td__list link;  /* peer->waiters */
+	struct td__list slink; /* store->waiters */
+	struct td__peer *peer;
+	uint64_t request_id;
+	uint32_t mode, flags;
+	uint64_t version;
+	uint64_t deadline; /* uv_now() ms, UINT64_MAX = never */
+	uint32_t timeout_ms;
+	uint16_t len;
+	char name[TD_WIRE_MAX_NAME + 1];
+};
+
+struct td__store {
+	struct td__daemon *d;
+	/* current versions sorted by name (binary search, LIST paging) */
+	struct version **names;
+	size_t count, cap;
+	struct buf *bufs;
+	size_t nbufs, bufs_cap;
+	struct td__list watches, waiters;
+	uv_timer_t timer; /* earliest parked-GET deadline */
+	uint64_t total;   /* accounted bytes */
+	uint64_t next_version, next_lease, next_alloc, next_watch, next_buf;
+};
+
+/* ---- buffer ids ---- */
+
+static uint64_t buf_ref(struct td__store *s, dev_t dev, ino_t ino)
+{
+	struct buf *b;
+
+	for (size_t i = 0; i < s->nbufs; i++)
+		if (s->bufs[i].dev == dev && s->bufs[i].ino == ino) {
+			s->bufs[i].refs++;
+			return s->bufs[i].id;
+		}
+	if (s->nbufs == s->bufs_cap) {
+		size_t cap = s->bufs_cap ? s->bufs_cap * 2 : 64;
+		b = realloc(s->bufs, cap * sizeof(*b));
+		if (!b)
+			return s->next_buf++; /* unshared id: still correct */
+		s->bufs = b;
+		s->bufs_cap = cap;
+	}
+	b = &s->bufs[s->nbufs++];
+	*b = (struct buf){dev, ino, s->next_buf++, 1};
+	return b->id;
+}
+
+static void buf_unref(struct td__store *s, dev_t dev, ino_t ino)
+{
+	for (size_t i = 0; i < s->nbufs; i++)
+		if (s->bufs[i].dev == dev && s->bufs[i].ino == ino) {
+			if (--s->bufs[i].refs == 0)
+				s->bufs[i] = s->bufs[--s->nbufs];
+			return;
+		}
+}
+
+/* Take ownership of fd as a stored plane (tracked) or fence. */
+static void vfd_set(struct td__store *s, struct vfd *f, int fd, bool plane)
+{
+	struct stat st;
+
+	f->fd = fd;
+	f->tracked = false;
+	if (plane && fstat(fd, &st) == 0) {
+		f->dev = st.st_dev;
+		f->ino = st.st_ino;
+		f->tracked = true;
+		f->buffer_id = buf_ref(s, st.st_dev, st.st_ino);
+		return;
+	}
+	/* fences share one anonymous inode: never a shared id */
+	f->buffer_id = s->next_buf++;
+}
+
+static void vfd_close(struct td__store *s, struct vfd *f)
+{
+	if (f->fd < 0)
+		return;
+	if (f->tracked)
+		buf_unref(s, f->dev, f->ino);
+	close(f->fd);
+	f->fd = -1;
+}
+
+/* ---- versions and names ---- */
+
+static void version_unref(struct td__store *s, struct version *v)
+{
+	if (--v->refs)
+		return;
+	for (uint32_t i = 0; i < v->nfds; i++)
+		vfd_close(s, &v->fds[i]);
+	s->total -= v->acct;
+	td__log(TD_LOG_DEBUG, "freed %.*s version %llu", (int)v->name_len,
+		v->name, (unsigned long long)v->number);
+	free(v);
+}
+
+static int name_cmp(const char *a, size_t alen, const char *b, size_t blen)
+{
+	int c = memcmp(a, b, alen < blen ? alen : blen);
+
+	if (c)
+		return c;
+	return alen < blen ? -1 : alen > blen;
+}
+
+/* Index of the first name >= key (exact match when *found). */
+static size_t name_find(const struct td__store *s, const char *key,
+			size_t len, bool *found)
+{
+	size_t lo = 0, hi = s->count;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const struct version *v = s->names[mid];
+
+		if (name_cmp(v->name, v->name_len, key, len) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	*found = lo < s->count && name_cmp(s->names[lo]->name,
+					   s->names[lo]->name_len, key,
+					   len) == 0;
+	return lo;
+}
+
+static struct version *lookup(struct td__store *s, struct td_wire_str n)
+{
+	bool found;
+	size_t i = name_find(s, n.ptr, n.len, &found);
+
+	return found ? s->names[i] : NULL;
+}
+
+/* ---- helpers ---- */
+
+static void close_fds(int *fds, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (fds[i] >= 0) {
+			close(fds[i]);
+			fds[i] = -1;
+		}
+}
+
+static bool name_matches(const struct watch *w, const char *name,
+			 uint16_t len)
+{
+	if (w->prefix)
+		return len >= w->len && memcmp(name, w->name, w->len) == 0;
+	return len == w->len && memcmp(name, w->name, len) == 0;
+}
+
+/* Reply for a body that failed to decode. */
+static void bad_body(struct td__peer *p, const struct td_wire_hdr *h, int rc,
+		     const struct td_err *e)
+{
+	td__peer_error(p, h->opcode, h->request_id, rc, "%s: %s: %s",
+		       td_wire_op_name(h->opcode), e->field ? e->field : "body",
+		       e->reason ? e->reason : "invalid");
+}
+
+static void notify(struct td__store *s, uint32_t event,
+		   const struct version *v)
+{
+	struct td__daemon *d = s->d;
+
+	for (struct td__list *l = s->watches.next; l != &s->watches;
+	     l = l->next) {
+		struct watch *w = td__container_of(l, struct watch, slink);
+		struct td_wire_notify n = {
+			w->id, event, v->number, {v->name, v->name_len}};
+		int64_t len;
+
+		if (w->peer->dead || !name_matches(w, v->name, v->name_len))
+			continue;
+		len = td_wire_notify_encode(&n, TD__TX_BODY(d), TD__TX_CAP);
+		if (len >= 0)
+			td__peer_send(w->peer, TD_OP_NOTIFY, TD_WIRE_F_NOTIFY,
+				      0, 0, (size_t)len, NULL, 0);
+	}
+}
+
+/* ---- GET, leases ---- */
+
+static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
+		      uint32_t flags, struct version *v)
+{
+	struct td__daemon *d = td__d;
+	struct td__store *s = d->store;
+	struct td_wire_get_rep r;
+	int fds[TABLE_MAX];
+	struct lease *l;
+	int64_t len;
+
+	if (p->n_leases >= TD__MAX_LEASES) {
+		td__peer_error(p, op, request_id, -ENOBUFS,
+			       "too many leases on this connection (max %d)",
+			       TD__MAX_LEASES);
+		return;
+	}
+	l = malloc(sizeof(*l));
+	if (!l) {
+		td__peer_error(p, op, request_id, -ENOMEM, "out of memory");
+		return;
+	}
+	l->id = s->next_lease++;
+	l->v = v;
+	v->refs++;
+	v->lease_count++;
+	td__list_add_tail(&p->leases, &l->link);
+	p->n_leases++;
+
+	r = (struct td_wire_get_rep){
+		.version = v->number,
+		.lease_id = l->id,
+		.meta = {v->meta, v->meta_len},
+		.blob = {v->blob, v->blob_len},
+		.fd_count = v->nfds,
+	};
+	for (uint32_t i = 0; i < v->nfds; i++) {
+		r.fds[i].fd = v->fds[i].fd;
+		r.fds[i].buffer_id = v->fds[i].buffer_id;
+		fds[i] = v->fds[i].fd;
+	}
+	len = td_wire_get_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
+	/* cannot fail: blob and meta were bounded when published */
+	td__peer_send(p, op, TD_WIRE_F_REPLY, request_id, 0,
+		      len < 0 ? 0 : (size_t)len, fds,
+		      (flags & TD_WIRE_REQ_SCM) ? v->nfds : 0);
+}
+
+static void lease_drop(struct td__store *s, struct td__peer *p,
+		       struct lease *l)
+{
+	td__list_del(&l->link);
+	p->n_leases--;
+	l->v->lease_count--;
+	version_unref(s, l->v);
+	free(l);
+}
+
+static void waiter_free(struct waiter *w)
+{
+	td__list_del(&w->link);
+	td__list_del(&w->slink);
+	w->peer->n_waiters--;
+	free(w);
+}
+
+static void on_timer(uv_timer_t *t);
+
+static void rearm(struct td__store *s)
+{
+	uint64_t next = UINT64_MAX, now = uv_now(s->d->loop);
+
+	for (struct td__list *l = s->waiters.next; l != &s->waiters;
+	     l = l->next) {
+		struct waiter *w = td__container_of(l, struct waiter, slink);
+
+		if (w->deadline < next)
+			next = w->deadline;
+	}
+	if (next == UINT64_MAX) {
+		uv_timer_stop(&s->timer);
+		return;
+	}
+	uv_timer_start(&s->timer, on_timer, next > now ? next - now : 0, 0);
+}
+
+static void on_timer(uv_timer_t *t)
+{
+	struct td__store *s = t->data;
+	uint64_t now = uv_now(s->d->loop);
+	struct td__list *l, *n;
+
+	for (l = s->waiters.next; l != &s->waiters; l = n) {
+		struct waiter *w = td__container_of(l, struct waiter, slink);
+
+		n = l->next;
+		if (w->deadline > now)
+			continue;
+		if (w->mode == TD_GET_NEWER)
+			td__peer_error(w->peer, TD_OP_GET, w->request_id,
+				       -ETIMEDOUT,
+				       "no version of \"%.*s\" newer than "
+				       "%llu within %u ms",
+				       (int)w->len, w->name,
+				       (unsigned long long)w->version,
+				       w->timeout_ms);
+		else
+			td__peer_error(w->peer, TD_OP_GET, w->request_id,
+				       -ETIMEDOUT,
+				       "no tensor named \"%.*s\" within %u ms",
+				       (int)w->len, w->name, w->timeout_ms);
+		waiter_free(w);
+	}
+	rearm(s);
+}
+
+static void wake(struct td__store *s, struct version *v)
+{
+	struct td__list *l, *n;
+
+	for (l = s->waiters.next; l != &s->waiters; l = n) {
+		struct waiter *w = td__container_of(l, struct waiter, slink);
+
+		n = l->next;
+		if (w->peer->dead || w->len != v->name_len ||
+		    memcmp(w->name, v->name, w->len) != 0)
+			continue;
+		if (w->mode == TD_GET_NEWER && v->number <= w->version)
+			continue;
+		reply_get(w->peer, TD_OP_GET, w->request_id, w->flags, v);
+		waiter_free(w);
+	}
+	rearm(s);
+}
+
+static void op_get(struct td__peer *p, const struct td_wire_hdr *h,
+		   const uint8_t *body)
+{
+	struct td__store *s = td__d->store;
+	struct td_wire_get_req m;
+	struct td_err e = {0};
+	struct version *v;
+	struct waiter *w;
+	int rc = td_wire_get_req_decode(body, h->body_len, &m, &e);
+
+	if (rc < 0) {
+		bad_body(p, h, rc, &e);
+		return;
+	}
+	v = lookup(s, m.name);
+	if (m.mode == TD_GET_EXACT) {
+		if (v && v->number == m.version) {
+			reply_get(p, h->opcode, h->request_id, m.flags, v);
+			return;
+		}
+		if (v)
+			td__peer_error(p, h->opcode, h->request_id, -ENOENT,
+				       "version %llu of \"%.*s\" is not "
+				       "current (current is %llu)",
+				       (unsigned long long)m.version,
+				       (int)m.name.len, m.name.ptr,
+				       (unsigned long long)v->number);
+		else
+			td__peer_error(p, h->opcode, h->request_id, -ENOENT,
+				       "no tensor named \"%.*s\"",
+				       (int)m.name.len, m.name.ptr);
+		return;
+	}
+	if (v && (m.mode == TD_GET_LATEST || v->number > m.version)) {
+		reply_get(p, h->opcode, h->request_id, m.flags, v);
+		return;
+	}
+	if (m.timeout_ms == 0) {
+		if (m.mode == TD_GET_LATEST)
+			td__peer_error(p, h->opcode, h->request_id, -ENOENT,
+				       "no tensor named \"%.*s\"",
+				       (int)m.name.len, m.name.ptr);
+		else
+			td__peer_error(p, h->opcode, h->request_id,
+				       -ETIMEDOUT,
+				       "no version of \"%.*s\" newer than "
+				       "%llu",
+				       (int)m.name.len, m.name.ptr,
+				       (unsigned long long)m.version);
+		return;
+	}
+	if (p->n_waiters >= TD__MAX_WAITERS) {
+		td__peer_error(p, h->opcode, h->request_id, -EAGAIN,
+			       "too many parked GETs on this connection "
+			       "(max %d)",
+			       TD__MAX_WAITERS);
+		return;
+	}
+	w = calloc(1, sizeof(*w));
+	if (!w) {
+		td__peer_error(p, h->opcode, h->request_id, -ENOMEM,
+			       "out of memory");
+		return;
+	}
+	w->peer = p;
+	w->request_id = h->request_id;
+	w->mode = m.mode;
+	w->flags = m.flags;
+	w->version = m.version;
+	w->timeout_ms = m.timeout_ms;
+	w->deadline = m.timeout_ms == TD_WIRE_WAIT_FOREVER
+			      ? UINT64_MAX
+			      : uv_now(td__d->loop) + m.timeout_ms;
+	w->len = m.name.len;
+	memcpy(w->name, m.name.ptr, m.name.len);
+	td__list_add_tail(&p->waiters, &w->link);
+	td__list_add_tail(&s->waiters, &w->slink);
+	p->n_waiters++;
+	rearm(s);
+}
+
+static void op_release(struct td__peer *p, const struct td_wire_hdr *h,
+		       const uint8_t *body)
+{
+	struct td__store *s = td__d->store;
+	struct td_wire_release_req m;
+	struct td_err e = {0};
+	int rc = td_wire_release_req_decode(body, h->body_len, &m, &e);
+
+	if (rc < 0) {
+		bad_body(p, h, rc, &e);
+		return;
+	}
+	/* only this connection's leases: ids of others are not ours to end */
+	for (struct td__list *l = p->leases.next; l != &p->leases;
+	     l = l->next) {
+		struct lease *ls = td__container_of(l, struct lease, link);
+
+		if (ls->id != m.lease_id)
+			continue;
+		lease_drop(s, p, ls);
+		td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
+			      0, NULL, 0);
+		return;
+	}
+	td__peer_error(p, h->opcode, h->request_id, -ENOENT,
+		       "no lease %llu on this connection",
+		       (unsigned long long)m.lease_id);
+}
+
+/* ---- ALLOC ---- */
+
+static void alloc_free(struct td__store *s, struct alloc *a)
+{
+	for (uint32_t i = 0; i < a->count; i++)
+		vfd_close(s, &a->fds[i]);
+	s->total -= a->acct;
+	free(a);
+}
+
+static bool over_quota(const struct td__store *s, uint64_t add,
+		       uint64_t freed)
+{
+	uint64_t max = s->d->opts.max_bytes, t = s->total - freed;
+
+	return max && (t + add < t || t + add > max);
+}
+
+static void op_alloc(struct td__peer *p, const struct td_wire_hdr *h,
+		     const uint8_t *body)
+{
+	struct td__daemon *d = td__d;
+	struct td__store *s = d->store;
+	struct td_wire_alloc_req m;
+	struct td_wire_alloc_rep r = {0};
+	struct td_err e = {0};
+	struct alloc *a;
+	const char *why = NULL;
+	int fds[TD_WIRE_MAX_PLANES];
+	uint64_t sum = 0;
+	int64_t len;
+	int rc = td_wire_alloc_req_decode(body, h->body_len, &m, &e);
+
+	if (rc < 0) {
+		bad_body(p, h, rc, &e);
+		return;
+	}
+	if (m.plane_count == 0) {
+		td__peer_error(p, h->opcode, h->request_id, -EINVAL,
+			       "ALLOC of zero planes");
+		return;
+	}
+	for (uint32_t i = 0; i < m.plane_count; i++)
+		if (td__add_ovf(sum, m.sizes[i], &sum)) {
+			td__peer_error(p, h->opcode, h->request_id, -EOVERFLOW,
+				       "plane sizes overflow 64 bits");
+			return;
+		}
+	if (p->n_allocs >= TD__MAX_ALLOCS) {
+		td__peer_error(p, h->opcode, h->request_id, -ENOBUFS,
+			       "too many unpublished allocs on this "
+			       "connection (max %d)",
+			       TD__MAX_ALLOCS);
+		return;
+	}
+	if (over_quota(s, sum, 0)) {
+		td__peer_error(p, h->opcode, h->request_id, -ENOSPC,
+			       "ALLOC of %llu bytes exceeds --max-bytes "
+			       "(%llu in use of %llu)",
+			       (unsigned long long)sum,
+			       (unsigned long long)s->total,
+			       (unsigned long long)d->opts.max_bytes);
+		return;
+	}
+	a = calloc(1, sizeof(*a));
+	if (!a) {
+		td__peer_error(p, h->opcode, h->request_id, -ENOMEM,
+			       "out of memory");
+		return;
+	}
+	a->id = s->next_alloc++;
+	for (uint32_t i = 0; i < m.plane_count; i++) {
+		int fd;
+
+		rc = td__plane_create(m.sizes[i], &fd, &why);
+		if (rc < 0) {
+			td__peer_error(p, h->opcode, h->request_id, rc,
+				       "plane %u (%llu bytes): %s: %s", i,
+				       (unsigned long long)m.sizes[i], why,
+				       strerror(-rc));
+			alloc_free(s, a);
+			return;
+		}
+		vfd_set(s, &a->fds[i], fd, true);
+		a->sizes[i] = m.sizes[i];
+		a->count++;
+		fds[i] = fd;
+		r.fds[i].fd = fd;
+		r.fds[i].buffer_id = a->fds[i].buffer_id;
+	}
+	a->acct = sum;
+	s->total += sum;
+	td__list_add_tail(&p->allocs, &a->link);
+	p->n_allocs++;
+	r.alloc_id = a->id;
+	r.fd_count = a->count;
+	len = td_wire_alloc_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
+	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
+		      (size_t)len, fds,
+		      (m.flags & TD_WIRE_REQ_SCM) ? a->count : 0);
+}
+
+/* ---- PUBLISH ---- */
+
+/* Everything one PUBLISH gathers; on failure every owned fd is closed. */
+struct pub {
+	struct td__peer *p;
+	const struct td_wire_hdr *h;
+	struct td_wire_publish_req m;
+	struct td_blob_view view;
+	struct alloc *alloc;
+	uint32_t ntab;
+	int tab[TABLE_MAX];   /* the daemon's fds, in fd-table order */
+	bool own[TABLE_MAX];  /* tab[i] is ours to close on failure */
+	struct td__plane_info info[TABLE_MAX];
+	bool is_plane[TABLE_MAX];
+};
+
+static int pub_fail(struct pub *x, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int pub_fail(struct pub *x, int rc, const char *fmt, ...)
+{
+	char buf[TD_WIRE_MAX_REASON];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	td__peer_error(x->p, x->h->opcode, x->h->request_id, rc, "%s", buf);
+	return rc;
+}
+
+/* Steps 1-3: the blob itself, before any descriptor is pulled. */
+static int pub_check_blob(struct pub *x)
+{
+	const struct td_blob_view *v = &x->view;
+	struct td_err e = {0};
+	bool used[TABLE_MAX] = {false};
+	struct td_blob_plane pl;
+	int rc;
+
+	rc = td_blob_decode(x->m.blob.ptr, x->m.blob.len, &x->view, &e);
+	if (rc == 0)
+		rc = td_blob_check(&x->view, x->ntab, &e);
+	if (rc < 0)
+		return pub_fail(x, rc, "blob: %s%s%s%s: %s",
+				td_err_kind_name(e.kind), e.field ? " (" : "",
+				e.field ? e.field : "", e.field ? ")" : "",
+				e.reason ? e.reason : "invalid");
+	if (v->plane_count == 0 ||
+	    (td_blob_plane_get(v, 0, &pl) == 0 && pl.handle < 0))
+		return pub_fail(x, -EINVAL,
+				"inline tensors are not stored; use reference "
+				"mode");
+	if (v->pid != (uint32_t)x->p->pid)
+		return pub_fail(x, -EPERM,
+				"blob pid %u is not the connected process "
+				"(pid %d)",
+				v->pid, (int)x->p->pid);
+	if (v->ndim > TD_WIRE_MAX_DIMS)
+		return pub_fail(x, -EINVAL, "more than %d dimensions",
+				TD_WIRE_MAX_DIMS);
+	for (uint32_t i = 0; td_blob_plane_get(v, i, &pl) == 0; i++) {
+		used[pl.handle] = true;
+		x->is_plane[pl.handle] = true;
+	}
+	if (v->fence_fd >= 0) {
+		if (x->is_plane[v->fence_fd])
+			return pub_fail(x, -EINVAL,
+					"fence index %d is also a plane handle",
+					v->fence_fd);
+		if (x->alloc && (uint32_t)v->fence_fd < x->alloc->count)
+			return pub_fail(x, -EINVAL,
+					"fence index %d names an alloc plane",
+					v->fence_fd);
+		used[v->fence_fd] = true;
+	}
+	for (uint32_t i = 0; i < x->ntab; i++)
+		if (!used[i])
+			return pub_fail(x, -EINVAL,
+					"fd table entry %u is used by no plane "
+					"and is not the fence",
+					i);
+	return 0;
+}
+
+/* Step 4: the descriptors, from the alloc, SCM_RIGHTS or pidfd_getfd. */
+static int pub_take_fds(struct pub *x, int *fds, unsigned nfds)
+{
+	struct td__peer *p = x->p;
+
+	for (uint32_t i = 0; i < x->ntab; i++) {
+		if (x->alloc && i < x->alloc->count) {
+			x->tab[i] = x->alloc->fds[i].fd;
+			x->own[i] = false;
+			if (nfds) {
+				/* a copy of the alloc plane came along */
+				struct stat a, b;
+
+				if (fstat(fds[i], &b) < 0 ||
+				    fstat(x->tab[i], &a) < 0 ||
+				    a.st_ino != b.st_ino ||
+				    a.st_dev != b.st_dev)
+					return pub_fail(x, -EINVAL,
+							"fd table entry %u is "
+							"not plane %u of alloc "
+							"%llu",
+							i, i,
+							(unsigned long long)
+								x->alloc->id);
+			}
+			continue;
+		}
+		if (nfds) {
+			x->tab[i] = fds[i];
+			fds[i] = -1;
+			x->own[i] = true;
+			continue;
+		}
+		if (p->import_in != TD_IMPORT_PIDFD)
+			return pub_fail(x, -EINVAL,
+					"this connection imports with "
+					"SCM_RIGHTS: attach the %u fds",
+					x->ntab);
+		x->tab[i] = td__pidfd_getfd(p->pidfd, x->m.fds[i]);
+		if (x->tab[i] < 0) {
+			int rc = x->tab[i];
+
+			x->tab[i] = -1;
+			return pub_fail(x, rc,
+					"fd table entry %u: pidfd_getfd of "
+					"producer fd %d failed: %s",
+					i, x->m.fds[i], strerror(-rc));
+		}
+		x->own[i] = true;
+	}
+	return 0;
+}
+
+/* Step 5: every descriptor checked before anything is sealed or kept. */
+static int pub_check_fds(struct pub *x)
+{
+	const struct td_blob_view *v = &x->view;
+	struct td_blob_plane pl;
+	const char *why = NULL;
+	struct td_err e = {0};
+	int rc;
+
+	for (uint32_t i = 0; i < x->ntab; i++) {
+		if (!x->is_plane[i]) {
+			rc = td__fence_check(x->tab[i], &why);
+			if (rc < 0)
+				return pub_fail(x, rc, "fd table entry %u: %s",
+						i, why);
+			continue;
+		}
+		rc = td__plane_probe(x->tab[i], &x->info[i], &why);
+		if (rc < 0)
+			return pub_fail(x, rc, "fd table entry %u: %s", i,
+					why);
+		bool dmabuf = x->info[i].type == TD__PLANE_DMABUF;
+
+		if (dmabuf != (v->storage_kind == TD_STORAGE_DMABUF))
+			return pub_fail(x, -EINVAL,
+					"fd table entry %u is a %s but the "
+					"blob says storage_kind %s",
+					i, dmabuf ? "dma-buf" : "memfd",
+					td_storage_kind_name(v->storage_kind));
+		for (uint32_t j = 0; j < i; j++)
+			if (x->is_plane[j] &&
+			    x->info[j].dev == x->info[i].dev &&
+			    x->info[j].ino == x->info[i].ino)
+				return pub_fail(x, -EINVAL,
+						"fd table entries %u and %u are "
+						"the same buffer",
+						j, i);
+	}
+	for (uint32_t i = 0; td_blob_plane_get(v, i, &pl) == 0; i++) {
+		const struct td__plane_info *pi = &x->info[pl.handle];
+		uint64_t end, need;
+
+		if (td__add_ovf(pl.offset, pl.size, &end) || end > pi->size)
+			return pub_fail(x, -EINVAL,
+					"plane %u: offset %llu + size %llu is "
+					"past the end of its buffer (%llu "
+					"bytes)",
+					i, (unsigned long long)pl.offset,
+					(unsigned long long)pl.size,
+					(unsigned long long)pi->size);
+		if (pl.used > pl.size)
+			return pub_fail(x, -EINVAL,
+					"plane %u: used %llu > size %llu", i,
+					(unsigned long long)pl.used,
+					(unsigned long long)pl.size);
+		if (pl.modifier != 0 && pi->type == TD__PLANE_MEMFD)
+			return pub_fail(x, -EINVAL,
+					"plane %u: a memfd plane is linear "
+					"(modifier must be 0)",
+					i);
+		rc = td_blob_plane_need(v, i, &pl, &need, &e);
+		if (rc < 0)
+			return pub_fail(x, rc, "plane %u: %s", i, e.reason);
+		if (need > pl.size)
+			return pub_fail(x, -EINVAL,
+					"plane %u holds %llu bytes but its "
+					"layout needs %llu",
+					i, (unsigned long long)pl.size,
+					(unsigned long long)need);
+	}
+	return 0;
+}
+
+static struct version *pub_build(struct pub *x)
+{
+	struct td__store *s = td__d->store;
+	const struct td_blob_view *v = &x->view;
+	size_t blen = (size_t)v->size; /* <= m.blob.len after decode */
+	struct version *ver;
+
+	ver = calloc(1, sizeof(*ver) + x->m.meta.len + blen);
+	if (!ver)
+		return NULL;
+	ver->refs = 1;
+	ver->flags = x->m.flags;
+	ver->dtype = v->dtype;
+	ver->ndim = v->ndim;
+	for (uint32_t i = 0; i < v->ndim; i++)
+		ver->shape[i] = td_blob_shape(v, i);
+	for (uint32_t i = 0; i < v->plane_count; i++) {
+		struct td_blob_plane pl;
+
+		td_blob_plane_get(v, i, &pl);
+		ver->bytes += pl.size;
+	}
+	ver->name_len = x->m.name.len;
+	memcpy(ver->name, x->m.name.ptr, x->m.name.len);
+	ver->meta = ver->data;
+	ver->meta_len = x->m.meta.len;
+	if (x->m.meta.len)
+		memcpy(ver->meta, x->m.meta.ptr, x->m.meta.len);
+	ver->blob = ver->data + x->m.meta.len;
+	ver->blob_len = (uint32_t)blen;
+	memcpy(ver->blob, x->m.blob.ptr, blen);
+	/* consumers import from the daemon: pid = ours, handles unchanged */
+	td__put_le32(ver->blob + TD_BLOB_PID_OFFSET, (uint32_t)s->d->pid);
+	return ver;
+}
+
+static void op_publish(struct td__peer *p, const struct td_wire_hdr *h,
+		       const uint8_t *body, int *fds, unsigned nfds)
+{
+	struct td__daemon *d = td__d;
+	struct td__store *s = d->store;
+	struct pub x = {.p = p, .h = h};
+	struct td_wire_publish_rep r;
+	struct td_err e = {0};
+	struct version *ver, *old;
+	const char *why = NULL;
+	uint64_t acct = 0, freed = 0;
+	size_t at;
+	bool found;
+	int rc;
+
+	for (uint32_t i = 0; i < TABLE_MAX; i++)
+		x.tab[i] = -1;
+	rc = td_wire_publish_req_decode(body, h->body_len, &x.m, &e);
+	if (rc < 0) {
+		bad_body(p, h, rc, &e);
+		goto out;
+	}
+	if (x.m.alloc_id) {
+		for (struct td__list *l = p->allocs.next; l != &p->allocs;
+		     l = l->next) {
+			struct alloc *a = td__container_of(l, struct alloc,
+							   link);
+			if (a->id == x.m.alloc_id)
+				x.alloc = a;
+		}
+		if (!x.alloc) {
+			pub_fail(&x, -ENOENT,
+				 "no alloc %llu on this connection",
+				 (unsigned long long)x.m.alloc_id);
+			goto out;
+		}
+	}
+	if (nfds && nfds != x.m.fd_count) {
+		pub_fail(&x, -EINVAL,
+			 "%u fds attached but the fd table has %u entries",
+			 nfds, x.m.fd_count);
+		goto out;
+	}
+	x.ntab = x.m.fd_count;
+	if (x.alloc && x.ntab == 0)
+		x.ntab = x.alloc->count;
+	if (x.alloc && x.ntab < x.alloc->count) {
+		pub_fail(&x, -EINVAL,
+			 "fd table has %u entries but alloc %llu has %u planes",
+			 x.ntab, (unsigned long long)x.alloc->id,
+			 x.alloc->count);
+		goto out;
+	}
+	if (pub_check_blob(&x) < 0 || pub_take_fds(&x, fds, nfds) < 0 ||
+	    pub_check_fds(&x) < 0)
+		goto out;
+
+	/* quota: the alloc's bytes are counted already */
+	for (uint32_t i = 0; i < x.ntab; i++)
+		if (x.own[i] && x.is_plane[i])
+			acct += x.info[i].size;
+	old = lookup(s, x.m.name);
+	if (old && old->refs == 1)
+		freed = old->acct;
+	if (over_quota(s, acct, freed)) {
+		pub_fail(&x, -ENOSPC,
+			 "PUBLISH of %llu bytes exceeds --max-bytes (%llu in "
+			 "use of %llu)",
+			 (unsigned long long)acct, (unsigned long long)s->total,
+			 (unsigned long long)d->opts.max_bytes);
+		goto out;
+	}
+	/* Seal last: irreversible, so only once everything else passed. */
+	for (uint32_t i = 0; i < x.ntab; i++) {
+		if (!x.is_plane[i] || x.info[i].type != TD__PLANE_MEMFD)
+			continue;
+		rc = td__plane_seal(x.tab[i], &why);
+		if (rc < 0) {
+			pub_fail(&x, rc, "fd table entry %u: %s", i, why);
+			goto out;
+		}
+	}
+	ver = pub_build(&x);
+	if (!ver) {
+		pub_fail(&x, -ENOMEM, "out of memory");
+		goto out;
+	}
+	if (s->count == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 64;
+		struct version **n = realloc(s->names, cap * sizeof(*n));
+
+		if (!n) {
+			free(ver);
+			pub_fail(&x, -ENOMEM, "out of memory");
+			goto out;
+		}
+		s->names = n;
+		s->cap = cap;
+	}
+
+	/* commit: nothing below fails */
+	ver->nfds = x.ntab;
+	for (uint32_t i = 0; i < x.ntab; i++) {
+		if (x.alloc && i < x.alloc->count) {
+			ver->fds[i] = x.alloc->fds[i];
+			x.alloc->fds[i].fd = -1;
+		} else {
+			vfd_set(s, &ver->fds[i], x.tab[i], x.is_plane[i]);
+			x.own[i] = false;
+		}
+	}
+	ver->acct = acct;
+	s->total += acct;
+	if (x.alloc) {
+		ver->acct += x.alloc->acct;
+		x.alloc->acct = 0; /* moved to the version */
+		td__list_del(&x.alloc->link);
+		p->n_allocs--;
+		alloc_free(s, x.alloc);
+	}
+	ver->number = s->next_version++;
+	at = name_find(s, ver->name, ver->name_len, &found);
+	if (found) {
+		s->names[at] = ver;
+		version_unref(s, old);
+	} else {
+		memmove(&s->names[at + 1], &s->names[at],
+			(s->count - at) * sizeof(*s->names));
+		s->names[at] = ver;
+		s->count++;
+	}
+	td__log(TD_LOG_DEBUG, "published %.*s version %llu (%u fds)",
+		(int)ver->name_len, ver->name,
+		(unsigned long long)ver->number, ver->nfds);
+	r.version = ver->number;
+	rc = (int)td_wire_publish_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
+	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
+		      (size_t)rc, NULL, 0);
+	notify(s, TD_EVENT_PUBLISHED, ver);
+	wake(s, ver);
+out:
+	for (uint32_t i = 0; i < x.ntab && i < TABLE_MAX; i++)
+		if (x.own[i] && x.tab[i] >= 0)
+			close(x.tab[i]);
+	close_fds(fds, nfds);
+}
+
+/* ---- LIST, STAT, DELETE ---- */
+
+static struct td_wire_entry entry_of(const struct version *v)
+{
+	struct td_wire_entry e = {
+		.name = {v->name, v->name_len},
+		.version = v->number,
+		.dtype = v->dtype,
+		.ndim = v->ndim,
+		.bytes = v->bytes,
+		.lease_count = v->lease_count,
+		.flags = v->flags,
+		.meta = {v->meta, v->meta_len},
+	};
+
+	memcpy(e.shape, v->shape, sizeof(e.shape));
+	return e;
+}
+
+static void op_list(struct td__peer *p, const struct td_wire_hdr *h,
+		    const uint8_t *body)
+{
+	struct td__daemon *d = td__d;
+	struct td__store *s = d->store;
+	struct td_wire_list_req m;
+	struct td_err e = {0};
+	struct td_wire_wr wr;
+	uint32_t count = 0, more = 0;
+	size_t i;
+	bool found;
+	int rc = td_wire_list_req_decode(body, h->body_len, &m, &e);
+
+	if (rc < 0) {
+		bad_body(p, h, rc, &e);
+		return;
+	}
+	/* start at the first name > after, and >= prefix */
+	i = name_find(s, m.after.ptr, m.after.len, &found);
+	if (found)
+		i++;
+	if (name_cmp(m.prefix.ptr, m.prefix.len, m.after.ptr, m.after.len) >
+	    0)
+		i = name_find(s, m.prefix.ptr, m.prefix.len, &found);
+	td_wire_wr_init(&wr, TD__TX_BODY(d), TD__TX_CAP);
+	td_wire_list_rep_begin(&wr);
+	for (; i < s->count; i++) {
+		const struct version *v = s->names[i];
+		struct td_wire_entry ent;
+
+		/* names sharing the prefix are contiguous once sorted */
+		if (v->name_len < m.prefix.len ||
+		    memcmp(v->name, m.prefix.ptr, m.prefix.len) != 0)
+			break;
+		ent = entry_of(v);
+		if (td_wire_entry_put(&wr, &ent) < 0) {
+			more = 1;
+			break;
+		}
+		count++;
+	}
+	td_wire_list_rep_finish(&wr, count, more);
+	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0, wr.off,
+		      NULL, 0);
+}
+
+static void op_stat(struct td__peer *p, const struct td_wire_hdr *h,
+		    const uint8_t *body)
+{
+	struct td__daemon *d = td__d;
+	struct td_wire_name_req m;
+	struct td_wire_entry ent;
+	struct td_err e = {0};
+	struct version *v;
+	int64_t len;
+	int rc = td_wire_name_req_decode(body, h->body_len, &m, &e);
+
+	if (rc < 0) {
+		bad_body(p, h, rc, &e);
+		return;
+	}
+	v = lookup(d->store, m.name);
+	if (!v) {
+		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
+			       "no tensor named \"%.*s\"", (int)m.name.len,
+			       m.name.ptr);
+		return;
+	}
+	ent = entry_of(v);
+	len = td_wire_entry_encode(&ent, TD__TX_BODY(d), TD__TX_CAP);
+	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
+		      (size_t)len, NULL, 0);
+}
+
+static void op_delete(struct td__peer *p, const struct td_wire_hdr *h,
+		      const uint8_t *body)
+{
+	struct td__daemon *d = td__d;
+	struct td__store *s = d->store;
+	struct td_wire_name_req m;
+	struct td_wire_delete_rep r;
+	struct td_err e = {0};
+	struct version *v;
+	size_t at;
+	bool found;
+	int64_t len;
+	int rc = td_wire_name_req_decode(body, h->body_len, &m, &e);
+
+	if (rc < 0) {
+		bad_body(p, h, rc, &e);
+		return;
+	}
+	at = name_find(s, m.name.ptr, m.name.len, &found);
+	if (!found) {
+		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
+			       "no tensor named \"%.*s\"", (int)m.name.len,
+			       m.name.ptr);
+		return;
+	}
+	v = s->names[at];
+	memmove(&s->names[at], &s->names[at + 1],
+		(s->count - at - 1) * sizeof(*s->names));
+	s->count--;
+	r.version = v->number;
+	len = td_wire_delete_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
+	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
+		      (size_t)len, NULL, 0);
+	notify(s, TD_EVENT_DELETED, v);
+	version_unref(s, v); /* leased versions live on, unlisted */
+}
+
+/* ---- WATCH ---- */
+
+static void watch_free(struct td__peer *p, struct watch *w)
+{
+	td__list_del(&w->link);
+	td__list_del(&w->slink);
+	p->n_watches--;
+	free(w);
+}
+
+static void op_watch(struct td__peer *p, const struct td_wire_hdr *h,
+		     const uint8_t *body)
+{
+	struct td__daemon *d = td__d;
+	struct td__store *s = d->store;
+	struct td_wire_watch_req m;
+	struct td_wire_watch_rep r;
+	struct td_err e = {0};
+	struct watch *w;
+	int64_t len;
+	int rc = td_wire_watch_req_decode(body, h->body_len, &m, &e);
+
+	if (rc < 0) {
+		bad_body(p, h, rc, &e);
+		return;
+	}
+	if (p->n_watches >= TD__MAX_WATCHES) {
+		td__peer_error(p, h->opcode, h->request_id, -ENOBUFS,
+			       "too many watches on this connection (max %d)",
+			       TD__MAX_WATCHES);
+		return;
+	}
+	w = calloc(1, sizeof(*w));
+	if (!w) {
+		td__peer_error(p, h->opcode, h->request_id, -ENOMEM,
+			       "out of memory");
+		return;
+	}
+	w->peer = p;
+	w->id = s->next_watch++;
+	w->prefix = m.flags & TD_WIRE_WATCH_PREFIX;
+	w->len = m.name.len;
+	memcpy(w->name, m.name.ptr, m.name.len);
+	td__list_add_tail(&p->watches, &w->link);
+	td__list_add_tail(&s->watches, &w->slink);
+	p->n_watches++;
+	r.watch_id = w->id;
+	len = td_wire_watch_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
+	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
+		      (size_t)len, NULL, 0);
+}
+
+static void op_unwatch(struct td__peer *p, const struct td_wire_hdr *h,
+		       const uint8_t *body)
+{
+	struct td_wire_unwatch_req m;
+	struct td_err e = {0};
+	int rc = td_wire_unwatch_req_decode(body, h->body_len, &m, &e);
+
+	if (rc < 0) {
+		bad_body(p, h, rc, &e);
+		return;
+	}
+	for (struct td__list *l = p->watches.next; l != &p->watches;
+	     l = l->next) {
+		struct watch *w = td__container_of(l, struct watch, link);
+
+		if (w->id != m.watch_id)
+			continue;
+		watch_free(p, w);
+		td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
+			      0, NULL, 0);
+		return;
+	}
+	td__peer_error(p, h->opcode, h->request_id, -ENOENT,
+		       "no watch %llu on this connection",
+		       (unsigned long long)m.watch_id);
+}
+
+/* ---- entry points ---- */
+
+void td__store_request(struct td__peer *p, const struct td_wire_hdr *h,
+		       const uint8_t *body, int *fds, unsigned nfds)
+{
+	if (h->opcode == TD_OP_PUBLISH) {
+		op_publish(p, h, body, fds, nfds);
+		return;
+	}
+	if (nfds) {
+		close_fds(fds, nfds);
+		td__peer_error(p, h->opcode, h->request_id, -EINVAL,
+			       "%s carries no fds", td_wire_op_name(h->opcode));
+		return;
+	}
+	switch (h->opcode) {
+	case TD_OP_ALLOC:
+		op_alloc(p, h, body);
+		return;
+	case TD_OP_GET:
+		op_get(p, h, body);
+		return;
+	case TD_OP_RELEASE:
+		op_release(p, h, body);
+		return;
+	case TD_OP_LIST:
+		op_list(p, h, body);
+		return;
+	case TD_OP_STAT:
+		op_stat(p, h, body);
+		return;
+	case TD_OP_DELETE:
+		op_delete(p, h, body);
+		return;
+	case TD_OP_WATCH:
+		op_watch(p, h, body);
+		return;
+	case TD_OP_UNWATCH:
+		op_unwatch(p, h, body);
+		return;
+	default:
+		td__peer_error(p, h->opcode, h->request_id, -EOPNOTSUPP,
+			       "unknown opcode %u", h->opcode);
+	}
+}
+
+void td__store_peer_gone(struct td__peer *p)
+{
+	struct td__store *s = td__d->store;
+	bool parked = !td__list_empty(&p->waiters);
+
+	while (!td__list_empty(&p->leases))
+		lease_drop(s, p,
+			   td__container_of(p->leases.next, struct lease,
+					    link));
+	while (!td__list_empty(&p->allocs)) {
+		struct alloc *a =
+			td__container_of(p->allocs.next, struct alloc, link);
+
+		/* unpublished allocs die with their producer */
+		td__list_del(&a->link);
+		p->n_allocs--;
+		alloc_free(s, a);
+	}
+	while (!td__list_empty(&p->watches))
+		watch_free(p, td__container_of(p->watches.next, struct watch,
+					       link));
+	while (!td__list_empty(&p->waiters))
+		waiter_free(td__container_of(p->waiters.next, struct waiter,
+					     link));
+	if (parked)
+		rearm(s);
+}
+
+int td__store_new(struct td__daemon *d)
+{
+	struct td__store *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return -ENOMEM;
+	s->d = d;
+	td__list_init(&s->watches);
+	td__list_init(&s->waiters);
+	s->next_version = s->next_lease = s->next_alloc = s->next_watch =
+		s->next_buf = 1;
+	uv_timer_init(d->loop, &s->timer);
+	s->timer.data = s;
+	d->store = s;
+	return 0;
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+	struct td__store *s = h->data;
+
+	free(s->bufs);
+	free(s);
+}
+
+void td__store_free(struct td__daemon *d)
+{
+	struct td__store *s = d->store;
+
+	if (!s)
+		return;
+	/* peers are gone, so only the current reference is left */
+	for (size_t i = 0; i < s->count; i++)
+		version_unref(s, s->names[i]);
+	free(s->names);
+	s->names = NULL;
+	s->count = 0;
+	d->store = NULL;
+	uv_close((uv_handle_t *)&s->timer, on_timer_closed);
+}
