@@ -50,10 +50,7 @@ static void txmsg_free(struct txmsg *m)
 
 static void on_closed(uv_handle_t *h)
 {
-	struct td__peer *p = h->data;
-
-	close(p->fd);
-	free(p);
+	free(h->data);
 }
 
 static void drop(struct td__peer *p)
@@ -70,8 +67,14 @@ static void drop(struct td__peer *p)
 		close(p->pidfd);
 	p->pidfd = -1;
 	td__list_del(&p->link);
-	/* the socket is closed once libuv has forgotten it (on_closed) */
+	/*
+	 * uv_close() stops and forgets the fd at once, so the socket can be
+	 * closed now; only the handle memory must wait for on_closed. Closing
+	 * here keeps "reply received" ordered after "old peer gone".
+	 */
 	uv_close((uv_handle_t *)&p->poll, on_closed);
+	close(p->fd);
+	p->fd = -1;
 }
 
 static void on_reap(uv_idle_t *idle)
@@ -96,7 +99,11 @@ void td__peer_kill(struct td__peer *p, const char *why)
 
 	if (p->dead)
 		return;
-	td__log(TD_LOG_INFO, "peer pid %d: disconnect: %s", (int)p->pid, why);
+	/* an ordinary hang-up is not news; a protocol violation is */
+	td__log(strcmp(why, "connection closed") && strcmp(why, "hangup")
+			? TD_LOG_INFO
+			: TD_LOG_DEBUG,
+		"peer pid %d: disconnect: %s", (int)p->pid, why);
 	p->dead = true;
 	uv_poll_stop(&p->poll);
 	/*

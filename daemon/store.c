@@ -634,6 +634,9 @@ struct pub {
 	bool own[TABLE_MAX];  /* tab[i] is ours to close on failure */
 	struct td__plane_info info[TABLE_MAX];
 	bool is_plane[TABLE_MAX];
+	/* the refusal, sent only after every fd is closed (see op_publish) */
+	int rc;
+	char why[TD_WIRE_MAX_REASON];
 };
 
 static int pub_fail(struct pub *x, int rc, const char *fmt, ...)
@@ -641,13 +644,12 @@ static int pub_fail(struct pub *x, int rc, const char *fmt, ...)
 
 static int pub_fail(struct pub *x, int rc, const char *fmt, ...)
 {
-	char buf[TD_WIRE_MAX_REASON];
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
+	vsnprintf(x->why, sizeof(x->why), fmt, ap);
 	va_end(ap);
-	td__peer_error(x->p, x->h->opcode, x->h->request_id, rc, "%s", buf);
+	x->rc = rc;
 	return rc;
 }
 
@@ -886,7 +888,8 @@ static void op_publish(struct td__peer *p, const struct td_wire_hdr *h,
 		x.tab[i] = -1;
 	rc = td_wire_publish_req_decode(body, h->body_len, &x.m, &e);
 	if (rc < 0) {
-		bad_body(p, h, rc, &e);
+		pub_fail(&x, rc, "PUBLISH: %s: %s", e.field ? e.field : "body",
+			 e.reason ? e.reason : "invalid");
 		goto out;
 	}
 	if (x.m.alloc_id) {
@@ -1012,6 +1015,12 @@ out:
 		if (x.own[i] && x.tab[i] >= 0)
 			close(x.tab[i]);
 	close_fds(fds, nfds);
+	/*
+	 * Refuse only now: once the reply is out the peer may look at our fd
+	 * table (the tests do), and every fd of the request must be gone.
+	 */
+	if (x.rc < 0)
+		td__peer_error(p, h->opcode, h->request_id, x.rc, "%s", x.why);
 }
 
 /* ---- LIST, STAT, DELETE ---- */

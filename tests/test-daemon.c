@@ -1,0 +1,1404 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tensord end to end over raw proto/wire messages (no client library):
+ * each test starts its own daemon ($TD_TENSORD) on a socket in a mkdtemp()
+ * folder and stops it with SIGTERM, which must exit 0 and remove the
+ * socket. Bad input must get its specific error reply and leave the daemon
+ * serving, with its fd count back at the baseline.
+ *
+ * TD_TENSORD_VALGRIND=1 runs every daemon under valgrind (leaks and
+ * errors turn the exit status non-zero, which the teardown checks).
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "blob.h"
+#include "bytes.h"
+#include "testutil.h"
+#include "wire.h"
+
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438
+#endif
+
+/* ---- daemon process ---- */
+
+struct daemon {
+	pid_t pid;
+	/*
+	 * The connection that proved readiness stays open until the stop:
+	 * closing it would leave a hang-up in flight that the daemon handles
+	 * in some later loop turn, moving fd baselines under the tests.
+	 */
+	int ready;
+	char dir[64];
+	char sock[96]; /* fits sun_path */
+	char log[128];
+};
+
+static void nap_ms(long ms)
+{
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+
+	nanosleep(&ts, NULL);
+}
+
+static int try_connect(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	cr_assert(fd >= 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+		return fd;
+	close(fd);
+	return -1;
+}
+
+static pid_t spawn(struct daemon *d, const char *const *extra)
+{
+	const char *bin = getenv("TD_TENSORD");
+	const char *argv[24];
+	int n = 0;
+	pid_t pid;
+
+	cr_assert(bin, "TD_TENSORD is not set (run through meson test)");
+	if (getenv("TD_TENSORD_VALGRIND")) {
+		argv[n++] = "valgrind";
+		argv[n++] = "-q";
+		argv[n++] = "--leak-check=full";
+		argv[n++] = "--show-leak-kinds=all";
+		argv[n++] = "--errors-for-leak-kinds=all";
+		argv[n++] = "--error-exitcode=99";
+		argv[n++] = "--track-fds=no";
+	}
+	argv[n++] = bin;
+	argv[n++] = "--socket";
+	argv[n++] = d->sock;
+	argv[n++] = "--log-level";
+	argv[n++] = "debug";
+	for (int i = 0; extra && extra[i]; i++)
+		argv[n++] = extra[i];
+	argv[n] = NULL;
+	pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		int log = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+		/* never outlive a crashed test */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (log >= 0)
+			dup2(log, 2);
+		execvp(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	return pid;
+}
+
+static void daemon_start(struct daemon *d, const char *const *extra)
+{
+	int fd = -1;
+
+	snprintf(d->dir, sizeof(d->dir), "/tmp/td-test-XXXXXX");
+	cr_assert(mkdtemp(d->dir));
+	snprintf(d->sock, sizeof(d->sock), "%s/s.sock", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/log", d->dir);
+	d->pid = spawn(d, extra);
+	/* readiness: retry until it accepts (bounded; valgrind is slow) */
+	for (int i = 0; i < 6000 && fd < 0; i++) {
+		int st;
+
+		fd = try_connect(d->sock);
+		if (fd >= 0)
+			break;
+		cr_assert_eq(waitpid(d->pid, &st, WNOHANG), 0,
+			     "tensord exited during start-up");
+		nap_ms(10);
+	}
+	cr_assert(fd >= 0, "tensord did not start listening");
+	d->ready = fd;
+}
+
+/* SIGTERM: must exit 0 and remove its socket. Returns the exit status. */
+static void daemon_stop(struct daemon *d)
+{
+	int st;
+	char cmd[200];
+
+	if (d->ready >= 0)
+		close(d->ready);
+	d->ready = -1;
+	cr_assert_eq(kill(d->pid, SIGTERM), 0);
+	cr_assert_eq(waitpid(d->pid, &st, 0), d->pid);
+	cr_assert(WIFEXITED(st), "tensord died of signal %d",
+		  WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+	cr_assert_eq(WEXITSTATUS(st), 0, "tensord exit status %d (log %s)",
+		     WEXITSTATUS(st), d->log);
+	cr_assert(access(d->sock, F_OK) != 0 && errno == ENOENT,
+		  "socket file left behind");
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+static int daemon_fd_count(const struct daemon *d)
+{
+	char path[64];
+	struct dirent *e;
+	DIR *dir;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)d->pid);
+	dir = opendir(path);
+	cr_assert(dir);
+	while ((e = readdir(dir)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(dir);
+	return n;
+}
+
+/* ---- raw messages ---- */
+
+struct msg {
+	struct td_wire_hdr h;
+	uint8_t buf[TD_WIRE_MAX_MSG + 64];
+	size_t n;
+	const uint8_t *body;
+	int fds[TD_WIRE_MAX_FDS + 4];
+	unsigned nfds;
+	char reason[TD_WIRE_MAX_REASON + 1];
+};
+
+static uint8_t txbuf[TD_WIRE_MAX_MSG * 2];
+
+static void send_dgram(int sock, const void *buf, size_t len, const int *fds,
+		       unsigned nfds)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 32)];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = {(void *)buf, len};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+
+	cr_assert(nfds <= 32);
+	if (nfds) {
+		struct cmsghdr *cm;
+
+		memset(&ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
+	}
+	cr_assert_eq(sendmsg(sock, &mh, MSG_NOSIGNAL), (ssize_t)len,
+		     "sendmsg: %s", strerror(errno));
+}
+
+/* Header + body already at txbuf + 32 (body_len bytes). */
+static void send_req(int sock, uint16_t op, uint64_t id, size_t body_len,
+		     const int *fds, unsigned nfds)
+{
+	struct td_wire_hdr h = {
+		.magic = TD_WIRE_MAGIC,
+		.version = TD_WIRE_VERSION,
+		.opcode = op,
+		.fd_count = nfds,
+		.request_id = id,
+		.body_len = (uint32_t)body_len,
+	};
+
+	td_wire_hdr_encode(&h, txbuf);
+	send_dgram(sock, txbuf, TD_WIRE_HDR_LEN + body_len, fds, nfds);
+}
+
+#define BODY (txbuf + TD_WIRE_HDR_LEN)
+#define BODY_CAP (TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN)
+
+/* 0 and *m, or -ECONNRESET at end of stream. Blocks. */
+static int recv_msg(int sock, struct msg *m)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * (TD_WIRE_MAX_FDS + 4))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = {m->buf, sizeof(m->buf)};
+	struct msghdr mh = {
+		.msg_iov = &iov,
+		.msg_iovlen = 1,
+		.msg_control = ctl.buf,
+		.msg_controllen = sizeof(ctl.buf),
+	};
+	ssize_t n;
+
+	m->nfds = 0;
+	m->reason[0] = 0;
+	n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+	cr_assert(n >= 0, "recvmsg: %s", strerror(errno));
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm;
+	     cm = CMSG_NXTHDR(&mh, cm)) {
+		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+		cr_assert_eq(cm->cmsg_type, SCM_RIGHTS);
+		for (size_t i = 0; i < k; i++)
+			memcpy(&m->fds[m->nfds++],
+			       CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+	}
+	if (n == 0)
+		return -ECONNRESET;
+	cr_assert_eq(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC), 0);
+	m->n = (size_t)n;
+	cr_assert_eq(td_wire_hdr_decode(m->buf, m->n, &m->h, NULL), 0,
+		     "daemon sent a bad header");
+	cr_assert_eq(m->h.fd_count, m->nfds);
+	m->body = m->buf + TD_WIRE_HDR_LEN;
+	if (m->h.status < 0) {
+		struct td_wire_error e;
+
+		cr_assert_eq(td_wire_error_decode(m->body, m->h.body_len, &e,
+						  NULL),
+			     0);
+		cr_assert_gt(e.reason.len, 0, "a failure carries a reason");
+		memcpy(m->reason, e.reason.ptr, e.reason.len);
+		m->reason[e.reason.len] = 0;
+	}
+	return 0;
+}
+
+static void close_msg_fds(struct msg *m)
+{
+	for (unsigned i = 0; i < m->nfds; i++)
+		close(m->fds[i]);
+	m->nfds = 0;
+}
+
+static struct msg *M; /* one big reply buffer per test process */
+
+/* Receive the reply to (op, id); skips nothing: the next message must be it. */
+static struct msg *reply(int sock, uint16_t op, uint64_t id)
+{
+	cr_assert_eq(recv_msg(sock, M), 0, "connection closed");
+	cr_assert(M->h.flags & TD_WIRE_F_REPLY);
+	cr_assert_eq(M->h.opcode, op, "opcode %u, want %u", M->h.opcode, op);
+	cr_assert_eq(M->h.request_id, id);
+	return M;
+}
+
+static void expect_error(int sock, uint16_t op, uint64_t id, int status,
+			 const char *needle)
+{
+	struct msg *m = reply(sock, op, id);
+
+	cr_assert_eq(m->h.status, status, "status %d (%s), want %d",
+		     m->h.status, m->reason, status);
+	cr_assert_eq(m->nfds, 0);
+	if (needle)
+		cr_assert(strstr(m->reason, needle), "reason '%s' lacks '%s'",
+			  m->reason, needle);
+}
+
+static void expect_hangup(int sock)
+{
+	cr_assert_eq(recv_msg(sock, M), -ECONNRESET, "peer not dropped");
+	close_msg_fds(M);
+}
+
+static int conn(const struct daemon *d)
+{
+	int fd = try_connect(d->sock);
+
+	cr_assert(fd >= 0);
+	return fd;
+}
+
+static struct td_wire_hello_rep hello_pref(int sock, uint32_t pref,
+					   int probe, int *daemon_pidfd)
+{
+	struct td_wire_hello_req r = {pref, probe, {"test-daemon", 11}};
+	struct td_wire_hello_rep rep;
+	int64_t n = td_wire_hello_req_encode(&r, BODY, BODY_CAP);
+	struct msg *m;
+
+	send_req(sock, TD_OP_HELLO, 1, (size_t)n, NULL, 0);
+	m = reply(sock, TD_OP_HELLO, 1);
+	cr_assert_eq(m->h.status, 0, "HELLO: %s", m->reason);
+	cr_assert_eq(td_wire_hello_rep_decode(m->body, m->h.body_len, &rep,
+					      NULL),
+		     0);
+	cr_assert_eq(m->nfds, rep.out_pidfd);
+	if (daemon_pidfd)
+		*daemon_pidfd = m->nfds ? m->fds[0] : -1;
+	else
+		close_msg_fds(m);
+	return rep;
+}
+
+/* A connection after HELLO (import as the daemon decides). */
+static int conn_hello(const struct daemon *d, uint32_t pref)
+{
+	int sock = conn(d);
+
+	hello_pref(sock, pref, sock, NULL);
+	return sock;
+}
+
+/* ---- tensors ---- */
+
+/* A memfd of len bytes filled with byte, sealed against shrinking. */
+static int shm_plane(size_t len, uint8_t byte, bool seal)
+{
+	int fd = memfd_create("test-plane", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	void *p;
+
+	cr_assert(fd >= 0);
+	cr_assert_eq(ftruncate(fd, (off_t)len), 0);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	cr_assert(p != MAP_FAILED);
+	memset(p, byte, len);
+	munmap(p, len);
+	if (seal)
+		cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+	return fd;
+}
+
+/* A reference-mode u8 [len] blob with one plane (fd index 0). */
+static size_t ref_blob(uint8_t *out, size_t cap, uint64_t len, uint64_t off,
+		       uint32_t pid, int32_t fence)
+{
+	uint64_t shape[1] = {len};
+	int64_t strides[1] = {1};
+	struct td_blob_plane pl = {.handle = 0, .offset = off, .stride = len,
+				   .size = len, .used = len};
+	struct td_blob_desc d = {
+		.storage_kind = TD_STORAGE_SHM, .pid = pid, .fence_fd = fence,
+		.dtype = TD_DTYPE_U8, .quant_axis = TD_QUANT_NONE, .ndim = 1,
+		.shape = shape, .strides_len = 1, .strides = strides,
+		.plane_count = 1, .planes = &pl,
+	};
+	int64_t n = td_blob_encode(&d, out, cap, NULL);
+
+	cr_assert(n > 0);
+	return (size_t)n;
+}
+
+static uint8_t blobbuf[TD_WIRE_MAX_BLOB];
+
+/*
+ * PUBLISH name with a blob (blob_len bytes of blobbuf) and fd table
+ * table[0..n). scm: attach them; otherwise the daemon pulls by number.
+ */
+static void publish_raw(int sock, uint64_t id, const char *name,
+			size_t blob_len, const int *table, unsigned n,
+			bool scm, uint64_t alloc_id)
+{
+	struct td_wire_publish_req r = {
+		.name = {name, (uint16_t)strlen(name)},
+		.alloc_id = alloc_id,
+		.meta = {(const uint8_t *)"meta", 4},
+		.blob = {blobbuf, (uint32_t)blob_len},
+		.fd_count = n,
+	};
+	int64_t len;
+
+	for (unsigned i = 0; i < n; i++)
+		r.fds[i] = table[i];
+	len = td_wire_publish_req_encode(&r, BODY, BODY_CAP);
+	cr_assert(len > 0);
+	send_req(sock, TD_OP_PUBLISH, id, (size_t)len, table, scm ? n : 0);
+}
+
+/* Publish a fresh len-byte memfd full of byte; returns the version. */
+static uint64_t publish_bytes(int sock, const char *name, size_t len,
+			      uint8_t byte, bool scm)
+{
+	int fd = shm_plane(len, byte, true);
+	size_t bl = ref_blob(blobbuf, sizeof(blobbuf), len, 0,
+			     (uint32_t)getpid(), -1);
+	struct td_wire_publish_rep rep;
+	struct msg *m;
+
+	publish_raw(sock, 7, name, bl, &fd, 1, scm, 0);
+	m = reply(sock, TD_OP_PUBLISH, 7);
+	cr_assert_eq(m->h.status, 0, "PUBLISH: %s", m->reason);
+	cr_assert_eq(td_wire_publish_rep_decode(m->body, m->h.body_len, &rep,
+						NULL),
+		     0);
+	close(fd);
+	return rep.version;
+}
+
+static void get_req(int sock, uint64_t id, const char *name, uint32_t mode,
+		    uint64_t version, uint32_t timeout_ms, uint32_t flags)
+{
+	struct td_wire_get_req r = {{name, (uint16_t)strlen(name)}, mode, flags,
+				    version, timeout_ms};
+	int64_t n = td_wire_get_req_encode(&r, BODY, BODY_CAP);
+
+	send_req(sock, TD_OP_GET, id, (size_t)n, NULL, 0);
+}
+
+static void name_req(int sock, uint16_t op, uint64_t id, const char *name,
+		     size_t len)
+{
+	struct td_wire_wr wr;
+
+	td_wire_wr_init(&wr, BODY, BODY_CAP);
+	td_wire_wr_str(&wr, name, len);
+	send_req(sock, op, id, wr.off, NULL, 0);
+}
+
+/* ---- fixture ---- */
+
+static struct daemon D;
+
+static void setup(void)
+{
+	M = malloc(sizeof(*M));
+	cr_assert(M);
+	daemon_start(&D, NULL);
+}
+
+static void setup_scm(void)
+{
+	static const char *const extra[] = {"--import", "scm", NULL};
+
+	M = malloc(sizeof(*M));
+	cr_assert(M);
+	daemon_start(&D, extra);
+}
+
+static void setup_quota(void)
+{
+	static const char *const extra[] = {"--max-bytes", "8K", NULL};
+
+	M = malloc(sizeof(*M));
+	cr_assert(M);
+	daemon_start(&D, extra);
+}
+
+static void teardown(void)
+{
+	daemon_stop(&D);
+	free(M);
+}
+
+TestSuite(daemon, .timeout = 120);
+
+/* Every test runs against its own daemon, stopped (and checked) after. */
+#define DTest(name, ...)                                                      \
+	Test(daemon, name, .init = setup, .fini = teardown, ##__VA_ARGS__)
+
+/* ---- HELLO ---- */
+
+DTest(hello_negotiates_pidfd_when_the_probe_succeeds)
+{
+	int sock = conn(&D), pidfd;
+	struct td_wire_hello_rep r = hello_pref(sock, TD_IMPORT_AUTO, sock,
+						&pidfd);
+	char path[64], link[64] = "";
+	int pulled;
+
+	cr_assert_eq(r.import_in, TD_IMPORT_PIDFD);
+	cr_assert_eq(r.daemon_pid, (uint32_t)D.pid);
+	cr_assert_eq(r.out_pidfd, 1);
+	cr_assert_eq(r.max_msg, TD_WIRE_MAX_MSG);
+	cr_assert_eq(r.max_fds, TD_WIRE_MAX_FDS);
+	cr_assert(pidfd >= 0);
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", pidfd);
+	cr_assert(readlink(path, link, sizeof(link) - 1) > 0);
+	cr_assert(strstr(link, "pidfd"), "attached fd is %s", link);
+	/* the probe fd the daemon names can really be pulled */
+	cr_assert_geq(r.probe_fd, 0);
+	pulled = (int)syscall(SYS_pidfd_getfd, pidfd, r.probe_fd, 0);
+	cr_assert(pulled >= 0, "pidfd_getfd: %s", strerror(errno));
+	close(pulled);
+	close(pidfd);
+	close(sock);
+}
+
+DTest(hello_with_scm_preference_skips_the_probe)
+{
+	int sock = conn(&D);
+	/* an invalid probe fd proves no probe happened */
+	struct td_wire_hello_rep r = hello_pref(sock, TD_IMPORT_SCM, -1, NULL);
+
+	cr_assert_eq(r.import_in, TD_IMPORT_SCM);
+	close(sock);
+}
+
+DTest(hello_forced_pidfd_with_a_bad_probe_is_eperm)
+{
+	int sock = conn(&D);
+	struct td_wire_hello_req r = {TD_IMPORT_PIDFD, 987, {"t", 1}};
+	int64_t n = td_wire_hello_req_encode(&r, BODY, BODY_CAP);
+
+	send_req(sock, TD_OP_HELLO, 5, (size_t)n, NULL, 0);
+	expect_error(sock, TD_OP_HELLO, 5, -EPERM, "pidfd_getfd");
+	/* still usable: a proper HELLO goes through */
+	hello_pref(sock, TD_IMPORT_AUTO, sock, NULL);
+	close(sock);
+}
+
+DTest(hello_auto_without_a_probe_falls_back_to_scm)
+{
+	int sock = conn(&D);
+	struct td_wire_hello_rep r = hello_pref(sock, TD_IMPORT_AUTO, 987,
+						NULL);
+
+	cr_assert_eq(r.import_in, TD_IMPORT_SCM);
+	close(sock);
+}
+
+Test(daemon, daemon_forced_scm_sends_no_pidfd, .init = setup_scm,
+     .fini = teardown)
+{
+	int sock;
+	struct td_wire_hello_rep r;
+
+	sock = conn(&D);
+	r = hello_pref(sock, TD_IMPORT_AUTO, sock, NULL);
+	cr_assert_eq(r.import_in, TD_IMPORT_SCM);
+	cr_assert_eq(r.out_pidfd, 0);
+	cr_assert_eq(r.probe_fd, -1);
+	close(sock);
+}
+
+DTest(requests_before_hello_are_eproto)
+{
+	int sock = conn(&D);
+
+	name_req(sock, TD_OP_STAT, 3, "a", 1);
+	expect_error(sock, TD_OP_STAT, 3, -EPROTO, "HELLO");
+	close(sock);
+}
+
+/* ---- framing ---- */
+
+/* The daemon still answers a fresh connection. */
+static void assert_serving(void)
+{
+	int sock = conn_hello(&D, TD_IMPORT_AUTO);
+
+	name_req(sock, TD_OP_STAT, 77, "nothing/here", 12);
+	expect_error(sock, TD_OP_STAT, 77, -ENOENT, "no tensor");
+	close(sock);
+}
+
+DTest(truncated_datagram_gets_enodata_and_the_connection_lives)
+{
+	int sock = conn_hello(&D, TD_IMPORT_AUTO);
+	uint8_t b[31];
+
+	memset(b, 0, sizeof(b));
+	td_wire_hdr_encode(&(struct td_wire_hdr){.magic = TD_WIRE_MAGIC,
+						 .version = 1,
+						 .opcode = TD_OP_STAT,
+						 .request_id = 42},
+			   txbuf);
+	memcpy(b, txbuf, sizeof(b));
+	send_dgram(sock, b, sizeof(b), NULL, 0);
+	expect_error(sock, TD_OP_STAT, 42, -ENODATA, "shorter");
+	name_req(sock, TD_OP_STAT, 43, "x", 1);
+	expect_error(sock, TD_OP_STAT, 43, -ENOENT, NULL);
+	close(sock);
+	assert_serving();
+}
+
+DTest(oversize_datagram_gets_emsgsize_and_the_peer_is_dropped)
+{
+	int sock = conn_hello(&D, TD_IMPORT_AUTO);
+	int sz = 4 * TD_WIRE_MAX_MSG;
+
+	cr_assert_eq(setsockopt(sock, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz)),
+		     0);
+	memset(BODY, 0, TD_WIRE_MAX_MSG + 1 - TD_WIRE_HDR_LEN);
+	send_req(sock, TD_OP_STAT, 9, TD_WIRE_MAX_MSG + 1 - TD_WIRE_HDR_LEN,
+		 NULL, 0);
+	expect_error(sock, TD_OP_STAT, 9, -EMSGSIZE, "larger");
+	expect_hangup(sock);
+	close(sock);
+	assert_serving();
+}
+
+static void raw_header_case(void (*edit)(struct td_wire_hdr *), int want,
+			    const char *needle)
+{
+	int sock = conn_hello(&D, TD_IMPORT_AUTO);
+	struct td_wire_hdr h = {
+		.magic = TD_WIRE_MAGIC, .version = TD_WIRE_VERSION,
+		.opcode = TD_OP_STAT, .request_id = 11, .body_len = 3,
+	};
+
+	edit(&h);
+	td_wire_hdr_encode(&h, txbuf);
+	td__put_le16(txbuf + TD_WIRE_HDR_LEN, 1);
+	txbuf[TD_WIRE_HDR_LEN + 2] = 'a';
+	send_dgram(sock, txbuf, TD_WIRE_HDR_LEN + 3, NULL, 0);
+	expect_error(sock, h.opcode, 11, want, needle);
+	/* the same connection goes on */
+	name_req(sock, TD_OP_STAT, 12, "a", 1);
+	expect_error(sock, TD_OP_STAT, 12, -ENOENT, NULL);
+	close(sock);
+	assert_serving();
+}
+
+static void op_99(struct td_wire_hdr *h)
+{
+	h->opcode = 99;
+}
+static void version_2(struct td_wire_hdr *h)
+{
+	h->version = 2;
+}
+static void magic_bad(struct td_wire_hdr *h)
+{
+	h->magic ^= 0x100;
+}
+static void body_len_off(struct td_wire_hdr *h)
+{
+	h->body_len = 4;
+}
+static void reply_flag(struct td_wire_hdr *h)
+{
+	h->flags = TD_WIRE_F_REPLY;
+}
+
+DTest(unknown_opcode_is_eopnotsupp)
+{
+	raw_header_case(op_99, -EOPNOTSUPP, "unknown opcode 99");
+}
+
+DTest(wrong_version_is_eprotonosupport)
+{
+	raw_header_case(version_2, -EPROTONOSUPPORT, "version");
+}
+
+DTest(bad_magic_is_ebadmsg)
+{
+	raw_header_case(magic_bad, -EBADMSG, "magic");
+}
+
+DTest(body_len_mismatch_is_ebadmsg)
+{
+	raw_header_case(body_len_off, -EBADMSG, "body_len");
+}
+
+DTest(requests_with_reply_flags_are_ebadmsg)
+{
+	raw_header_case(reply_flag, -EBADMSG, "flags");
+}
+
+DTest(fd_count_mismatch_drops_the_peer_and_closes_the_fds)
+{
+	int keep = conn_hello(&D, TD_IMPORT_AUTO);
+	int base = daemon_fd_count(&D), mine = tu_fd_count();
+	int sock = conn_hello(&D, TD_IMPORT_SCM);
+	int fd = shm_plane(64, 1, true);
+	struct td_wire_hdr h = {
+		.magic = TD_WIRE_MAGIC, .version = TD_WIRE_VERSION,
+		.opcode = TD_OP_STAT, .request_id = 13, .fd_count = 2,
+		.body_len = 3,
+	};
+
+	td_wire_hdr_encode(&h, txbuf);
+	td__put_le16(txbuf + TD_WIRE_HDR_LEN, 1);
+	txbuf[TD_WIRE_HDR_LEN + 2] = 'a';
+	send_dgram(sock, txbuf, TD_WIRE_HDR_LEN + 3, &fd, 1);
+	expect_error(sock, TD_OP_STAT, 13, -EPROTO, "fd_count");
+	expect_hangup(sock);
+	close(sock);
+	close(fd);
+	/* the hang-up is handled in some later loop turn: poll with requests */
+	for (int i = 0; i < 2000 && daemon_fd_count(&D) != base; i++) {
+		name_req(keep, TD_OP_STAT, 14, "a", 1);
+		expect_error(keep, TD_OP_STAT, 14, -ENOENT, NULL);
+	}
+	cr_assert_eq(daemon_fd_count(&D), base);
+	cr_assert_eq(tu_fd_count(), mine);
+	close(keep);
+}
+
+DTest(more_fds_than_the_cap_drop_the_peer)
+{
+	int keep = conn_hello(&D, TD_IMPORT_AUTO);
+	int base = daemon_fd_count(&D), mine = tu_fd_count();
+	int sock = conn_hello(&D, TD_IMPORT_SCM);
+	int fds[TD_WIRE_MAX_FDS + 1];
+	struct td_wire_hdr h = {
+		.magic = TD_WIRE_MAGIC, .version = TD_WIRE_VERSION,
+		.opcode = TD_OP_PUBLISH, .request_id = 15,
+		.fd_count = TD_WIRE_MAX_FDS + 1,
+	};
+
+	for (int i = 0; i <= TD_WIRE_MAX_FDS; i++)
+		fds[i] = eventfd(0, EFD_CLOEXEC);
+	td_wire_hdr_encode(&h, txbuf);
+	send_dgram(sock, txbuf, TD_WIRE_HDR_LEN, fds, TD_WIRE_MAX_FDS + 1);
+	expect_error(sock, 0, 0, -EPROTO, "truncated");
+	expect_hangup(sock);
+	close(sock);
+	for (int i = 0; i <= TD_WIRE_MAX_FDS; i++)
+		close(fds[i]);
+	for (int i = 0; i < 2000 && daemon_fd_count(&D) != base; i++) {
+		name_req(keep, TD_OP_STAT, 16, "a", 1);
+		expect_error(keep, TD_OP_STAT, 16, -ENOENT, NULL);
+	}
+	cr_assert_eq(daemon_fd_count(&D), base);
+	cr_assert_eq(tu_fd_count(), mine);
+	close(keep);
+}
+
+/* ---- PUBLISH refusals ---- */
+
+DTest(every_negative_blob_vector_is_refused_naming_its_error)
+{
+	static const struct {
+		const char *file;
+		const char *kind;
+	} v[] = {
+		{"n01_truncated_71_bytes.bin", "TRUNCATED"},
+		{"n02_short_read_size_exceeds_buffer.bin", "TRUNCATED"},
+		{"n03_required_mask_bit63.bin", "UNSUPPORTED_REQUIREMENT"},
+		{"n04_reserved_word_nonzero.bin", "MALFORMED"},
+		{"n05_size_below_header.bin", "FORGED_LENGTH"},
+		{"n06_strides_len_partial.bin", "FORGED_LENGTH"},
+		{"n07_ndim_huge.bin", "FORGED_LENGTH"},
+		{"n08_strings_bytes_unpadded.bin", "MALFORMED"},
+		{"n09_plane_count_exceeds_planes_bytes.bin", "FORGED_LENGTH"},
+		{"n10_planes_bytes_past_size.bin", "FORGED_LENGTH"},
+		{"n11_format_invalid_utf8.bin", "INVALID_UTF8"},
+		{"n12_format_length_forged.bin", "FORGED_LENGTH"},
+		{"n13_plane_data_len_forged.bin", "FORGED_LENGTH"},
+		{"n14_plane_handle_bytes_len_forged.bin", "FORGED_LENGTH"},
+		{"n15_inline_size_mismatch.bin", "INVALID_ARGUMENT"},
+		{"n16_inline_modifier_nonzero.bin", "INVALID_ARGUMENT"},
+		{"n17_mixed_transport_modes.bin", "INVALID_ARGUMENT"},
+		{"n18_reference_plane_with_data.bin", "INVALID_ARGUMENT"},
+	};
+	int sock = conn_hello(&D, TD_IMPORT_AUTO);
+
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+		char rel[128], want[64];
+		size_t len;
+		uint8_t *b;
+		int kind = -1;
+
+		snprintf(rel, sizeof(rel), "blob/negative/%s", v[i].file);
+		b = tu_read_file(tu_data_path(rel), &len);
+		cr_assert(len <= sizeof(blobbuf));
+		memcpy(blobbuf, b, len);
+		free(b);
+		publish_raw(sock, 100 + i, "neg", len, NULL, 0, false, 0);
+		for (int k = TD_ERR_TRUNCATED; k <= TD_ERR_IO; k++)
+			if (!strcmp(td_err_kind_name(k), v[i].kind))
+				kind = k;
+		snprintf(want, sizeof(want), "blob: %s", v[i].kind);
+		expect_error(sock, TD_OP_PUBLISH, 100 + i,
+			     td_err_kind_errno(kind), want);
+	}
+	close(sock);
+	assert_serving();
+}
+
+/* PUBLISH "bad" with plane fd (SCM or pidfd), expecting (status, needle). */
+static void publish_refused(int sock, bool scm, int fd, size_t blob_len,
+			    int status, const char *needle)
+{
+	publish_raw(sock, 21, "bad", blob_len, &fd, 1, scm, 0);
+	expect_error(sock, TD_OP_PUBLISH, 21, status, needle);
+}
+
+DTest(non_shared_memory_plane_fds_are_refused_and_closed)
+{
+	int scm = conn_hello(&D, TD_IMPORT_SCM);
+	int pull = conn_hello(&D, TD_IMPORT_AUTO);
+	int base = daemon_fd_count(&D), mine = tu_fd_count();
+	size_t bl = ref_blob(blobbuf, sizeof(blobbuf), 64, 0,
+			     (uint32_t)getpid(), -1);
+	int p[2], sp[2], reg;
+	char path[160];
+
+	cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+	snprintf(path, sizeof(path), "%s/regular", D.dir);
+	reg = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	cr_assert(reg >= 0);
+	cr_assert_eq(ftruncate(reg, 4096), 0);
+	for (int k = 0; k < 2; k++) {
+		int s = k ? pull : scm;
+
+		publish_refused(s, !k, p[0], bl, -EINVAL, "pipe");
+		publish_refused(s, !k, sp[0], bl, -EINVAL, "socket");
+		publish_refused(s, !k, reg, bl, -EINVAL, "regular file");
+	}
+	/* an fd number the producer does not have */
+	publish_refused(pull, false, 999, bl, -EBADF, "pidfd_getfd");
+	cr_assert_eq(daemon_fd_count(&D), base, "refused fds were kept");
+	close(p[0]);
+	close(p[1]);
+	close(sp[0]);
+	close(sp[1]);
+	close(reg);
+	cr_assert_eq(tu_fd_count(), mine);
+	close(scm);
+	close(pull);
+	assert_serving();
+}
+
+DTest(unsealed_memfd_is_refused)
+{
+	int sock = conn_hello(&D, TD_IMPORT_AUTO);
+	int base = daemon_fd_count(&D);
+	int fd = shm_plane(64, 1, false);
+	size_t bl = ref_blob(blobbuf, sizeof(blobbuf), 64, 0,
+			     (uint32_t)getpid(), -1);
+
+	publish_refused(sock, true, fd, bl, -EINVAL, "F_SEAL_SHRINK");
+	publish_refused(sock, false, fd, bl, -EINVAL, "F_SEAL_SHRINK");
+	cr_assert_eq(daemon_fd_count(&D), base, "daemon fds %d, base %d",
+		     daemon_fd_count(&D), base);
+	close(fd);
+	close(sock);
+}
+
+DTest(plane_past_the_end_of_its_buffer_is_refused)
+{
+	int sock = conn_hello(&D, TD_IMPORT_AUTO);
+	int base = daemon_fd_count(&D);
+	int fd = shm_plane(64, 1, true);
+	size_t bl = ref_blob(blobbuf, sizeof(blobbuf), 64, 8,
+			     (uint32_t)getpid(), -1);
+
+	publish_refused(sock, true, fd, bl, -EINVAL, "past the end");
+	bl = ref_blob(blobbuf, sizeof(blobbuf), 65, 0, (uint32_t)getpid(), -1);
+	publish_refused(sock, false, fd, bl, -EINVAL, "past the end");
+	cr_assert_eq(daemon_fd_count(&D), base, "daemon fds %d, base %d",
+		     daemon_fd_count(&D), base);
+	close(fd);
+	close(sock);
+}
+
+DTest(blob_pid_of_another_process_is_eperm)
+{
+	int sock = conn_hello(&D, TD_IMPORT_AUTO);
+	int base = daemon_fd_count(&D);
+	int fd = shm_plane(64, 1, true);
+	size_t bl = ref_blob(blobbuf, sizeof(blobbuf), 64, 0, 1, -1);
+
+	publish_refused(sock, true, fd, bl, -EPERM, "pid");
+	publish_refused(sock, false, fd, bl, -EPERM, "pid");
+	cr_assert_eq(daemon_fd_count(&D), base, "daemon fds %d, base %d",
+		     daemon_fd_count(&D), base);
+	close(fd);
+	close(sock);
+}
+
+DTest(inline_blobs_are_refused)
+{
+	int sock = conn_hello(&D, TD_IMPORT_AUTO);
+	size_t len;
+	uint8_t *b = tu_read_file(tu_data_path("blob/v1_inline_f32_2x3.bin"),
+				  &len);
+
+	memcpy(blobbuf, b, len);
+	free(b);
+	publish_raw(sock, 22, "inl", len, NULL, 0, false, 0);
+	expect_error(sock, TD_OP_PUBLISH, 22, -EINVAL, "reference mode");
+	close(sock);
+}
+
+DTest(fence_must_be_an_eventfd)
+{
+	int sock = conn_hello(&D, TD_IMPORT_SCM);
+	int base = daemon_fd_count(&D);
+	int plane = shm_plane(64, 3, true), p[2], tab[2];
+	size_t bl = ref_blob(blobbuf, sizeof(blobbuf), 64, 0,
+			     (uint32_t)getpid(), 1);
+	struct msg *m;
+
+	cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+	tab[0] = plane;
+	tab[1] = p[0];
+	publish_raw(sock, 23, "fenced", bl, tab, 2, true, 0);
+	expect_error(sock, TD_OP_PUBLISH, 23, -EINVAL, "eventfd");
+	cr_assert_eq(daemon_fd_count(&D), base);
+	tab[1] = eventfd(0, EFD_CLOEXEC);
+	publish_raw(sock, 24, "fenced", bl, tab, 2, true, 0);
+	m = reply(sock, TD_OP_PUBLISH, 24);
+	cr_assert_eq(m->h.status, 0, "%s", m->reason);
+	close(tab[1]);
+	close(p[0]);
+	close(p[1]);
+	close(plane);
+	close(sock);
+}
+
+DTest(bad_names_get_specific_errors)
+{
+	int sock = conn_hello(&D, TD_IMPORT_AUTO);
+	char big[256];
+
+	memset(big, 'n', sizeof(big));
+	name_req(sock, TD_OP_STAT, 31, "", 0);
+	expect_error(sock, TD_OP_STAT, 31, -EINVAL, "empty");
+	name_req(sock, TD_OP_STAT, 32, big, 256);
+	expect_error(sock, TD_OP_STAT, 32, -EOVERFLOW, "name");
+	name_req(sock, TD_OP_STAT, 33, "cam/../x", 8);
+	expect_error(sock, TD_OP_STAT, 33, -EINVAL, "..");
+	name_req(sock, TD_OP_STAT, 34, "a\x01z", 3);
+	expect_error(sock, TD_OP_STAT, 34, -EINVAL, "outside");
+	name_req(sock, TD_OP_DELETE, 35, "/abs", 4);
+	expect_error(sock, TD_OP_DELETE, 35, -EINVAL, "'/'");
+	get_req(sock, 36, "a//b", TD_GET_LATEST, 0, 0, 0);
+	expect_error(sock, TD_OP_GET, 36, -EINVAL, "//");
+	close(sock);
+}
+
+/* ---- GET, leases ---- */
+
+DTest(get_of_a_missing_name_is_enoent)
+{
+	int sock = conn_hello(&D, TD_IMPORT_AUTO);
+
+	get_req(sock, 40, "no/such", TD_GET_LATEST, 0, 0, 0);
+	expect_error(sock, TD_OP_GET, 40, -ENOENT, "no tensor");
+	get_req(sock, 41, "no/such", TD_GET_EXACT, 3, 0, 0);
+	expect_error(sock, TD_OP_GET, 41, -ENOENT, NULL);
+	close(sock);
+}
+
+DTest(release_of_an_unknown_lease_is_enoent)
+{
+	int sock = conn_hello(&D, TD_IMPORT_AUTO);
+	struct td_wire_release_req r = {12345};
+	int64_t n = td_wire_release_req_encode(&r, BODY, BODY_CAP);
+
+	send_req(sock, TD_OP_RELEASE, 42, (size_t)n, NULL, 0);
+	expect_error(sock, TD_OP_RELEASE, 42, -ENOENT, "no lease 12345");
+	close(sock);
+}
+
+DTest(get_newer_times_out_with_etimedout)
+{
+	int sock = conn_hello(&D, TD_IMPORT_AUTO);
+	uint64_t v = publish_bytes(sock, "t/o", 64, 1, false);
+
+	get_req(sock, 43, "t/o", TD_GET_NEWER, v, 0, 0);
+	expect_error(sock, TD_OP_GET, 43, -ETIMEDOUT, "newer");
+	get_req(sock, 44, "t/o", TD_GET_NEWER, v, 30, 0);
+	expect_error(sock, TD_OP_GET, 44, -ETIMEDOUT, "within 30 ms");
+	close(sock);
+}
+
+/* Map fd read-only and check every byte. */
+static void assert_bytes(int fd, size_t len, uint8_t byte)
+{
+	uint8_t *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+
+	cr_assert(p != MAP_FAILED);
+	for (size_t i = 0; i < len; i++)
+		cr_assert_eq(p[i], byte, "byte %zu", i);
+	munmap(p, len);
+}
+
+/* Decode a GET reply; returns the plane fd (SCM or pulled). */
+static int get_plane(struct msg *m, int daemon_pidfd,
+		     struct td_wire_get_rep *rep)
+{
+	struct td_blob_view v;
+	int fd;
+
+	cr_assert_eq(m->h.status, 0, "GET: %s", m->reason);
+	cr_assert_eq(td_wire_get_rep_decode(m->body, m->h.body_len, rep, NULL),
+		     0);
+	cr_assert_eq(td_blob_decode(rep->blob.ptr, rep->blob.len, &v, NULL), 0);
+	cr_assert_eq(td_blob_check(&v, rep->fd_count, NULL), 0);
+	cr_assert_eq(v.pid, (uint32_t)D.pid, "blob rewritten for the daemon");
+	cr_assert_eq(rep->meta.len, 4);
+	if (daemon_pidfd < 0) {
+		cr_assert_eq(m->nfds, rep->fd_count);
+		fd = m->fds[0];
+		for (unsigned i = 1; i < m->nfds; i++)
+			close(m->fds[i]);
+		m->nfds = 0;
+		return fd;
+	}
+	cr_assert_eq(m->nfds, 0);
+	fd = (int)syscall(SYS_pidfd_getfd, daemon_pidfd, rep->fds[0].fd, 0);
+	cr_assert(fd >= 0, "pull daemon fd %d: %s", rep->fds[0].fd,
+		  strerror(errno));
+	return fd;
+}
+
+DTest(get_newer_is_woken_by_a_publish_and_shares_the_pages)
+{
+	int cons = conn_hello(&D, TD_IMPORT_AUTO);
+	int prod = conn_hello(&D, TD_IMPORT_SCM);
+	struct td_wire_get_rep rep;
+	uint64_t v1 = publish_bytes(prod, "cam/frame", 4096, 0x11, true), v2;
+	int fd, seals;
+
+	get_req(cons, 50, "cam/frame", TD_GET_NEWER, v1, TD_WIRE_WAIT_FOREVER,
+		TD_WIRE_REQ_SCM);
+	/* the GET is parked: a STAT on the same connection answers first */
+	name_req(cons, TD_OP_STAT, 51, "cam/frame", 9);
+	cr_assert_eq(reply(cons, TD_OP_STAT, 51)->h.status, 0);
+	v2 = publish_bytes(prod, "cam/frame", 4096, 0x22, true);
+	cr_assert_gt(v2, v1);
+	fd = get_plane(reply(cons, TD_OP_GET, 50), -1, &rep);
+	cr_assert_eq(rep.version, v2);
+	assert_bytes(fd, 4096, 0x22);
+	seals = fcntl(fd, F_GET_SEALS);
+	cr_assert(seals & F_SEAL_WRITE, "published planes are write-sealed");
+	close(fd);
+	close(cons);
+	close(prod);
+}
+
+DTest(consumer_pulls_planes_by_pidfd)
+{
+	int pidfd, cons = conn(&D);
+	int prod = conn_hello(&D, TD_IMPORT_AUTO);
+	struct td_wire_get_rep rep;
+	int fd;
+
+	hello_pref(cons, TD_IMPORT_AUTO, cons, &pidfd);
+	publish_bytes(prod, "p/x", 8192, 0x5a, false);
+	get_req(cons, 52, "p/x", TD_GET_LATEST, 0, 0, 0);
+	fd = get_plane(reply(cons, TD_OP_GET, 52), pidfd, &rep);
+	assert_bytes(fd, 8192, 0x5a);
+	close(fd);
+	close(pidfd);
+	close(cons);
+	close(prod);
+}
+
+DTest(a_leased_version_outlives_delete_and_its_producer)
+{
+	int keep = conn_hello(&D, TD_IMPORT_AUTO);
+	int base = daemon_fd_count(&D);
+	int cons = conn_hello(&D, TD_IMPORT_AUTO);
+	int prod = conn_hello(&D, TD_IMPORT_AUTO);
+	struct td_wire_release_req rel;
+	struct td_wire_get_rep rep;
+	int fd;
+	int64_t n;
+
+	publish_bytes(prod, "keep/me", 4096, 0x77, false);
+	get_req(cons, 60, "keep/me", TD_GET_LATEST, 0, 0, TD_WIRE_REQ_SCM);
+	fd = get_plane(reply(cons, TD_OP_GET, 60), -1, &rep);
+	close(prod);
+	name_req(cons, TD_OP_DELETE, 61, "keep/me", 7);
+	cr_assert_eq(reply(cons, TD_OP_DELETE, 61)->h.status, 0);
+	name_req(cons, TD_OP_STAT, 62, "keep/me", 7);
+	expect_error(cons, TD_OP_STAT, 62, -ENOENT, NULL);
+	/* still leased: the daemon holds the plane, a new GET is refused */
+	cr_assert_gt(daemon_fd_count(&D), base);
+	assert_bytes(fd, 4096, 0x77);
+	rel.lease_id = rep.lease_id;
+	n = td_wire_release_req_encode(&rel, BODY, BODY_CAP);
+	send_req(cons, TD_OP_RELEASE, 63, (size_t)n, NULL, 0);
+	cr_assert_eq(reply(cons, TD_OP_RELEASE, 63)->h.status, 0);
+	send_req(cons, TD_OP_RELEASE, 64, (size_t)n, NULL, 0);
+	expect_error(cons, TD_OP_RELEASE, 64, -ENOENT, NULL);
+	close(cons);
+	close(fd);
+	for (int i = 0; i < 2000 && daemon_fd_count(&D) != base; i++) {
+		name_req(keep, TD_OP_STAT, 65, "a", 1);
+		expect_error(keep, TD_OP_STAT, 65, -ENOENT, NULL);
+	}
+	cr_assert_eq(daemon_fd_count(&D), base, "last release frees");
+	close(keep);
+}
+
+DTest(disconnect_ends_the_leases)
+{
+	int keep = conn_hello(&D, TD_IMPORT_AUTO);
+	int prod = conn_hello(&D, TD_IMPORT_AUTO);
+	int cons = conn_hello(&D, TD_IMPORT_AUTO);
+	struct td_wire_entry e;
+	struct msg *m;
+
+	publish_bytes(prod, "l/c", 64, 1, false);
+	for (int i = 0; i < 3; i++) {
+		get_req(cons, 70 + i, "l/c", TD_GET_LATEST, 0, 0, 0);
+		cr_assert_eq(reply(cons, TD_OP_GET, 70 + i)->h.status, 0);
+	}
+	name_req(keep, TD_OP_STAT, 80, "l/c", 3);
+	m = reply(keep, TD_OP_STAT, 80);
+	cr_assert_eq(td_wire_entry_decode(m->body, m->h.body_len, &e, NULL), 0);
+	cr_assert_eq(e.lease_count, 3);
+	close(cons);
+	for (int i = 0; i < 2000 && e.lease_count; i++) {
+		name_req(keep, TD_OP_STAT, 81, "l/c", 3);
+		m = reply(keep, TD_OP_STAT, 81);
+		cr_assert_eq(td_wire_entry_decode(m->body, m->h.body_len, &e,
+						  NULL),
+			     0);
+	}
+	cr_assert_eq(e.lease_count, 0);
+	close(prod);
+	close(keep);
+}
+
+/* ---- ALLOC ---- */
+
+DTest(alloc_then_publish_uses_the_daemon_planes)
+{
+	int sock = conn_hello(&D, TD_IMPORT_SCM);
+	struct td_wire_alloc_req ar = {TD_WIRE_REQ_SCM, 1, {4096}};
+	struct td_wire_alloc_rep rep;
+	struct td_wire_get_rep grep;
+	int64_t n = td_wire_alloc_req_encode(&ar, BODY, BODY_CAP);
+	struct msg *m;
+	uint8_t *p;
+	size_t bl;
+	int fd, got;
+
+	send_req(sock, TD_OP_ALLOC, 90, (size_t)n, NULL, 0);
+	m = reply(sock, TD_OP_ALLOC, 90);
+	cr_assert_eq(m->h.status, 0, "%s", m->reason);
+	cr_assert_eq(td_wire_alloc_rep_decode(m->body, m->h.body_len, &rep,
+					      NULL),
+		     0);
+	cr_assert_eq(m->nfds, 1);
+	fd = m->fds[0];
+	m->nfds = 0;
+	cr_assert(fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK);
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	cr_assert(p != MAP_FAILED);
+	memset(p, 0x42, 4096);
+	bl = ref_blob(blobbuf, sizeof(blobbuf), 4096, 0, (uint32_t)getpid(),
+		      -1);
+	/* a writable mapping still exists: the write seal is refused */
+	publish_raw(sock, 91, "al/x", bl, NULL, 0, false, rep.alloc_id);
+	expect_error(sock, TD_OP_PUBLISH, 91, -EBUSY, "unmap");
+	munmap(p, 4096);
+	publish_raw(sock, 92, "al/x", bl, NULL, 0, false, rep.alloc_id);
+	cr_assert_eq(reply(sock, TD_OP_PUBLISH, 92)->h.status, 0);
+	/* consumed: a second publish of the same alloc fails */
+	publish_raw(sock, 93, "al/y", bl, NULL, 0, false, rep.alloc_id);
+	expect_error(sock, TD_OP_PUBLISH, 93, -ENOENT, "no alloc");
+	get_req(sock, 94, "al/x", TD_GET_LATEST, 0, 0, TD_WIRE_REQ_SCM);
+	got = get_plane(reply(sock, TD_OP_GET, 94), -1, &grep);
+	cr_assert_eq(grep.fds[0].buffer_id, rep.fds[0].buffer_id,
+		     "same file, same buffer_id");
+	assert_bytes(got, 4096, 0x42);
+	close(got);
+	close(fd);
+	close(sock);
+}
+
+Test(daemon, max_bytes_refuses_over_quota_with_enospc,
+     .init = setup_quota, .fini = teardown)
+{
+	struct td_wire_alloc_req ar = {0, 1, {16384}};
+	int sock;
+	int64_t n;
+
+	sock = conn_hello(&D, TD_IMPORT_AUTO);
+	n = td_wire_alloc_req_encode(&ar, BODY, BODY_CAP);
+	send_req(sock, TD_OP_ALLOC, 95, (size_t)n, NULL, 0);
+	expect_error(sock, TD_OP_ALLOC, 95, -ENOSPC, "max-bytes");
+	publish_bytes(sock, "q/1", 4096, 1, false);
+	publish_bytes(sock, "q/2", 4096, 1, false);
+	{
+		int fd = shm_plane(4096, 1, true);
+		size_t bl = ref_blob(blobbuf, sizeof(blobbuf), 4096, 0,
+				     (uint32_t)getpid(), -1);
+
+		publish_raw(sock, 96, "q/3", bl, &fd, 1, false, 0);
+		expect_error(sock, TD_OP_PUBLISH, 96, -ENOSPC, "max-bytes");
+		close(fd);
+	}
+	/* replacing an unleased version frees its bytes first */
+	publish_bytes(sock, "q/2", 4096, 2, false);
+	close(sock);
+}
+
+/* ---- LIST, WATCH ---- */
+
+DTest(list_pages_with_more_and_after)
+{
+	int sock = conn_hello(&D, TD_IMPORT_AUTO);
+	static uint8_t meta[TD_WIRE_MAX_META];
+	char names[6][8];
+	unsigned seen = 0;
+	char after[16] = "";
+	int pages = 0;
+
+	memset(meta, 'm', sizeof(meta));
+	/* five 16 KiB-meta tensors cannot fit one 64 KiB reply */
+	for (int i = 0; i < 5; i++) {
+		int fd = shm_plane(64, 1, true);
+		size_t bl = ref_blob(blobbuf, sizeof(blobbuf), 64, 0,
+				     (uint32_t)getpid(), -1);
+		struct td_wire_publish_req r = {
+			.name = {names[i], 5},
+			.meta = {meta, sizeof(meta)},
+			.blob = {blobbuf, (uint32_t)bl},
+			.fd_count = 1,
+			.fds = {fd},
+		};
+		int64_t n;
+
+		snprintf(names[i], sizeof(names[i]), "l/%03d", i);
+		n = td_wire_publish_req_encode(&r, BODY, BODY_CAP);
+		cr_assert(n > 0);
+		send_req(sock, TD_OP_PUBLISH, 200 + i, (size_t)n, &fd, 1);
+		cr_assert_eq(reply(sock, TD_OP_PUBLISH, 200 + i)->h.status, 0,
+			     "%s", M->reason);
+		close(fd);
+	}
+	publish_bytes(sock, "other", 64, 1, false);
+	for (;;) {
+		struct td_wire_list_req r = {{"l/", 2},
+					     {after, (uint16_t)strlen(after)}};
+		int64_t n = td_wire_list_req_encode(&r, BODY, BODY_CAP);
+		struct td_wire_list_rd lr;
+		struct td_wire_entry e;
+		struct msg *m;
+		int rc;
+
+		send_req(sock, TD_OP_LIST, 300, (size_t)n, NULL, 0);
+		m = reply(sock, TD_OP_LIST, 300);
+		cr_assert_eq(m->h.status, 0);
+		cr_assert_eq(td_wire_list_rep_init(&lr, m->body, m->h.body_len,
+						   NULL),
+			     0);
+		pages++;
+		while ((rc = td_wire_list_rep_next(&lr, &e)) == 1) {
+			cr_assert_eq(e.name.len, 5);
+			cr_assert(memcmp(e.name.ptr, names[seen], 5) == 0);
+			cr_assert_eq(e.meta.len, sizeof(meta));
+			memcpy(after, e.name.ptr, 5);
+			after[5] = 0;
+			seen++;
+		}
+		cr_assert_eq(rc, 0);
+		if (!lr.more)
+			break;
+		cr_assert_gt(lr.count, 0);
+	}
+	cr_assert_eq(seen, 5, "every name once, 'other' filtered out");
+	cr_assert_gt(pages, 1);
+	close(sock);
+}
+
+DTest(watch_notifies_publish_and_delete)
+{
+	int w = conn_hello(&D, TD_IMPORT_AUTO);
+	int prod = conn_hello(&D, TD_IMPORT_AUTO);
+	struct td_wire_watch_req r = {{"cam/", 4}, TD_WIRE_WATCH_PREFIX};
+	struct td_wire_watch_rep wr;
+	struct td_wire_notify nt;
+	struct td_wire_unwatch_req u;
+	uint64_t v;
+	int64_t n = td_wire_watch_req_encode(&r, BODY, BODY_CAP);
+	struct msg *m;
+
+	send_req(w, TD_OP_WATCH, 400, (size_t)n, NULL, 0);
+	m = reply(w, TD_OP_WATCH, 400);
+	cr_assert_eq(td_wire_watch_rep_decode(m->body, m->h.body_len, &wr,
+					      NULL),
+		     0);
+	publish_bytes(prod, "dog/0", 64, 1, false); /* not watched */
+	v = publish_bytes(prod, "cam/0", 64, 1, false);
+	cr_assert_eq(recv_msg(w, M), 0);
+	cr_assert_eq(M->h.opcode, TD_OP_NOTIFY);
+	cr_assert_eq(M->h.flags, TD_WIRE_F_NOTIFY);
+	cr_assert_eq(M->h.request_id, 0);
+	cr_assert_eq(td_wire_notify_decode(M->body, M->h.body_len, &nt, NULL),
+		     0);
+	cr_assert_eq(nt.watch_id, wr.watch_id);
+	cr_assert_eq(nt.event, TD_EVENT_PUBLISHED);
+	cr_assert_eq(nt.version, v);
+	cr_assert_eq(nt.name.len, 5);
+	name_req(prod, TD_OP_DELETE, 401, "cam/0", 5);
+	cr_assert_eq(reply(prod, TD_OP_DELETE, 401)->h.status, 0);
+	cr_assert_eq(recv_msg(w, M), 0);
+	cr_assert_eq(td_wire_notify_decode(M->body, M->h.body_len, &nt, NULL),
+		     0);
+	cr_assert_eq(nt.event, TD_EVENT_DELETED);
+	u.watch_id = wr.watch_id;
+	n = td_wire_unwatch_req_encode(&u, BODY, BODY_CAP);
+	send_req(w, TD_OP_UNWATCH, 402, (size_t)n, NULL, 0);
+	cr_assert_eq(reply(w, TD_OP_UNWATCH, 402)->h.status, 0);
+	send_req(w, TD_OP_UNWATCH, 403, (size_t)n, NULL, 0);
+	expect_error(w, TD_OP_UNWATCH, 403, -ENOENT, NULL);
+	close(w);
+	close(prod);
+}
+
+/* ---- process ---- */
+
+DTest(a_live_socket_is_not_stolen_and_a_stale_one_is_replaced)
+{
+	struct daemon d2 = D;
+	int st;
+	pid_t pid;
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd;
+
+	/* a second daemon on the same live path refuses to start */
+	snprintf(d2.log, sizeof(d2.log), "%s/log2", D.dir);
+	pid = spawn(&d2, NULL);
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+	assert_serving();
+
+	/* a socket file nobody listens on is taken over */
+	daemon_stop(&D);
+	cr_assert(mkdtemp(strcpy(D.dir, "/tmp/td-test-XXXXXX")));
+	snprintf(D.sock, sizeof(D.sock), "%s/s.sock", D.dir);
+	snprintf(D.log, sizeof(D.log), "%s/log", D.dir);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", D.sock);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	close(fd);
+	cr_assert_eq(access(D.sock, F_OK), 0);
+	D.pid = spawn(&D, NULL);
+	fd = -1;
+	for (int i = 0; i < 6000 && fd < 0; i++) {
+		fd = try_connect(D.sock);
+		if (fd < 0)
+			nap_ms(10);
+	}
+	cr_assert(fd >= 0, "stale socket was not replaced");
+	D.ready = fd;
+	assert_serving();
+}
+
+DTest(sigterm_exits_zero_and_removes_the_socket)
+{
+	int sock = conn_hello(&D, TD_IMPORT_AUTO);
+
+	/* with a tensor, a lease and a parked GET outstanding */
+	publish_bytes(sock, "s/t", 4096, 9, false);
+	get_req(sock, 500, "s/t", TD_GET_LATEST, 0, 0, 0);
+	cr_assert_eq(reply(sock, TD_OP_GET, 500)->h.status, 0);
+	get_req(sock, 501, "s/t", TD_GET_NEWER, 100, TD_WIRE_WAIT_FOREVER, 0);
+	/* teardown sends SIGTERM and checks exit 0 and the socket file */
+	close(sock);
+}
