@@ -2,15 +2,17 @@
 /*
  * tensorctl inspect for Tensogram .tgm files (../shared/specs/tensogram.md):
  * the scan, then every message's header and frame walk. --json prints the
- * structure of ../shared/vectors/tgm/expected.json (without the type-9
- * descriptor, which needs a CBOR decoder).
+ * structure of ../shared/vectors/tgm/expected.json, type-9 descriptors
+ * (as JSON) and data ranges included.
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "json.h"
 #include "tensorctl.h"
+#include "tgm-desc.h"
 #include "tgm.h"
 
 /* A file whose first message starts this far in is still a .tgm file
@@ -32,6 +34,7 @@ int inspect_tgm_sniff(const uint8_t *buf, size_t len)
 struct msg_result {
 	int walk_rc;  /* < 0: walk init or step failed */
 	int hash_bad; /* frames whose present hash did not verify */
+	int desc_bad; /* type-9 frames whose descriptor does not decode */
 };
 
 static void print_err_text(FILE *f, const struct td_err *e)
@@ -41,6 +44,55 @@ static void print_err_text(FILE *f, const struct td_err *e)
 	snprintf(text, sizeof(text), "%s at offset %" PRIu64,
 		 e->reason ? e->reason : "error", e->offset);
 	json_cstr(f, text);
+}
+
+/*
+ * The descriptor (all its keys, as JSON) and the data range of a type-9
+ * frame; a descriptor that does not decode is printed as
+ * "descriptor_error" instead. Returns 1 when it did not decode.
+ */
+static int json_object_desc(FILE *f, const struct td_tgm_frame *fr)
+{
+	struct td_tgm_object o;
+	struct td_err e = {0};
+	char *json = NULL;
+
+	if (td_tgm_object_decode(fr, &o, &e) < 0 ||
+	    td_tgm_cbor_to_json(o.cbor, o.cbor_len, &json, NULL, &e) < 0) {
+		fprintf(f, ",\"descriptor_error\":");
+		print_err_text(f, &e);
+		return 1;
+	}
+	fprintf(f,
+		",\"descriptor\":%s,\"data_range_in_msg\":[%" PRIu64
+		",%" PRIu64 "]",
+		json, o.data_offset, o.data_offset + o.data_len);
+	free(json);
+	return 0;
+}
+
+/* One line under a type-9 frame: what its descriptor says. */
+static int text_object_desc(FILE *f, const struct td_tgm_frame *fr)
+{
+	static const char *const order[] = {"native", "big", "little"};
+	struct td_tgm_object o;
+	struct td_err e = {0};
+
+	if (td_tgm_object_decode(fr, &o, &e) < 0) {
+		fprintf(f, "       descriptor: REFUSED: %s%s%s at offset %" PRIu64
+			"\n", e.field ? e.field : "", e.field ? ": " : "",
+			e.reason, e.offset);
+		return 1;
+	}
+	fprintf(f, "       %s %s (", o.desc.type, o.desc.dtype_name);
+	for (uint32_t i = 0; i < o.desc.shape_count; i++)
+		fprintf(f, "%s%" PRIu64, i ? "," : "", o.desc.shape[i]);
+	fprintf(f, ") %s-endian, encoding %s, filter %s, compression %s%s, "
+		"data %" PRIu64 "..%" PRIu64 "\n",
+		order[o.desc.byte_order], o.desc.encoding, o.desc.filter,
+		o.desc.compression, o.desc.has_masks ? ", masks" : "",
+		o.data_offset, o.data_offset + o.data_len);
+	return 0;
 }
 
 static void json_message(FILE *f, const uint8_t *buf,
@@ -99,12 +151,14 @@ static void json_message(FILE *f, const uint8_t *buf,
 			fprintf(f, ",\"hash_ok\":%s", ok ? "true" : "false");
 			r->hash_bad += !ok;
 		}
-		if (fr.type == TD_TGM_NTENSOR_FRAME)
+		if (fr.type == TD_TGM_NTENSOR_FRAME) {
 			fprintf(f,
 				",\"cbor_offset\":%" PRIu64
 				",\"cbor_after_payload\":%s",
 				fr.cbor_offset,
 				fr.cbor_after_payload ? "true" : "false");
+			r->desc_bad += json_object_desc(f, &fr);
+		}
 		fprintf(f, "}");
 	}
 	r->walk_rc = rc;
@@ -165,6 +219,8 @@ static void text_message(FILE *f, size_t idx, const uint8_t *buf,
 			" %8" PRIu64 " %s\n",
 			fr.type, fr.name, fr.version, fr.flags, fr.offset,
 			fr.length, fr.payload_len, hash);
+		if (fr.type == TD_TGM_NTENSOR_FRAME)
+			r->desc_bad += text_object_desc(f, &fr);
 	}
 	r->walk_rc = rc;
 	if (rc < 0)
@@ -203,7 +259,7 @@ int inspect_tgm(const uint8_t *buf, size_t len, int json)
 		} else {
 			text_message(f, n, buf, &sp, &r);
 		}
-		bad |= r.walk_rc < 0 || r.hash_bad;
+		bad |= r.walk_rc < 0 || r.hash_bad || r.desc_bad;
 	}
 	if (n == 0) {
 		/* say why the first message is not one (e.g. truncated) */
