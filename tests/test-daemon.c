@@ -175,6 +175,16 @@ static int daemon_fd_count(const struct daemon *d)
 	return n;
 }
 
+/*
+ * valgrind (3.19) does not know pidfd_getfd: under it the daemon's probe
+ * fails and every connection imports by SCM_RIGHTS. Tests of the pull path
+ * are skipped there; the others send their fds.
+ */
+static bool pulls(void)
+{
+	return !getenv("TD_TENSORD_VALGRIND");
+}
+
 /* ---- raw messages ---- */
 
 struct msg {
@@ -421,6 +431,8 @@ static void publish_raw(int sock, uint64_t id, const char *name,
 	};
 	int64_t len;
 
+	if (!pulls())
+		scm = true;
 	for (unsigned i = 0; i < n; i++)
 		r.fds[i] = table[i];
 	len = td_wire_publish_req_encode(&r, BODY, BODY_CAP);
@@ -519,6 +531,12 @@ DTest(hello_negotiates_pidfd_when_the_probe_succeeds)
 	char path[64], link[64] = "";
 	int pulled;
 
+	if (!pulls()) {
+		cr_assert_eq(r.import_in, TD_IMPORT_SCM, "probe fallback");
+		close(pidfd);
+		close(sock);
+		return;
+	}
 	cr_assert_eq(r.import_in, TD_IMPORT_PIDFD);
 	cr_assert_eq(r.daemon_pid, (uint32_t)D.pid);
 	cr_assert_eq(r.out_pidfd, 1);
@@ -853,7 +871,8 @@ DTest(non_shared_memory_plane_fds_are_refused_and_closed)
 		publish_refused(s, !k, reg, bl, -EINVAL, "regular file");
 	}
 	/* an fd number the producer does not have */
-	publish_refused(pull, false, 999, bl, -EBADF, "pidfd_getfd");
+	if (pulls())
+		publish_refused(pull, false, 999, bl, -EBADF, "pidfd_getfd");
 	cr_assert_eq(daemon_fd_count(&D), base, "refused fds were kept");
 	close(p[0]);
 	close(p[1]);
@@ -1083,6 +1102,8 @@ DTest(consumer_pulls_planes_by_pidfd)
 	struct td_wire_get_rep rep;
 	int fd;
 
+	if (!pulls())
+		cr_skip_test("pidfd_getfd is not available under valgrind");
 	hello_pref(cons, TD_IMPORT_AUTO, cons, &pidfd);
 	publish_bytes(prod, "p/x", 8192, 0x5a, false);
 	get_req(cons, 52, "p/x", TD_GET_LATEST, 0, 0, 0);
