@@ -25,6 +25,9 @@ static const struct {
 	{"rm", cmd_rm, "rm NAME"},
 	{"watch", cmd_watch,
 	 "watch NAME|PREFIX [--prefix] [--count N] [--json]"},
+	{"load", cmd_load,
+	 "load FILE.tgm [--message N] [--variable-key DOT.PATH]"},
+	{"save", cmd_save, "save NAME... -o FILE.tgm"},
 };
 
 static void usage(FILE *f)

@@ -25,6 +25,8 @@ int cmd_ls(int argc, char **argv);
 int cmd_stat(int argc, char **argv);
 int cmd_rm(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
+int cmd_load(int argc, char **argv);
+int cmd_save(int argc, char **argv);
 
 /* --socket PATH (global or per command); NULL = the library's default */
 extern const char *tctl_socket;
