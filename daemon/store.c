@@ -560,12 +560,21 @@ static void op_alloc(struct td__peer *p, const struct td_wire_hdr *h,
 			       "ALLOC of zero planes");
 		return;
 	}
-	for (uint32_t i = 0; i < m.plane_count; i++)
+	for (uint32_t i = 0; i < m.plane_count; i++) {
+		/* nothing to map: mmap(0) fails, so refuse it here clearly */
+		if (m.sizes[i] == 0) {
+			td__peer_error(p, h->opcode, h->request_id, -EINVAL,
+				       "plane %u has size 0: an empty plane has "
+				       "no pages to share",
+				       i);
+			return;
+		}
 		if (td__add_ovf(sum, m.sizes[i], &sum)) {
 			td__peer_error(p, h->opcode, h->request_id, -EOVERFLOW,
 				       "plane sizes overflow 64 bits");
 			return;
 		}
+	}
 	if (p->n_allocs >= TD__MAX_ALLOCS) {
 		td__peer_error(p, h->opcode, h->request_id, -ENOBUFS,
 			       "too many unpublished allocs on this "

@@ -1197,6 +1197,14 @@ DTest(alloc_then_publish_uses_the_daemon_planes)
 	size_t bl;
 	int fd, got;
 
+	{
+		struct td_wire_alloc_req z = {0, 2, {4096, 0}};
+		int64_t zn = td_wire_alloc_req_encode(&z, BODY, BODY_CAP);
+
+		send_req(sock, TD_OP_ALLOC, 89, (size_t)zn, NULL, 0);
+		expect_error(sock, TD_OP_ALLOC, 89, -EINVAL, "size 0");
+	}
+	n = td_wire_alloc_req_encode(&ar, BODY, BODY_CAP);
 	send_req(sock, TD_OP_ALLOC, 90, (size_t)n, NULL, 0);
 	m = reply(sock, TD_OP_ALLOC, 90);
 	cr_assert_eq(m->h.status, 0, "%s", m->reason);
