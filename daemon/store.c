@@ -564,8 +564,8 @@ static void op_alloc(struct td__peer *p, const struct td_wire_hdr *h,
 		/* nothing to map: mmap(0) fails, so refuse it here clearly */
 		if (m.sizes[i] == 0) {
 			td__peer_error(p, h->opcode, h->request_id, -EINVAL,
-				       "plane %u has size 0: an empty plane has "
-				       "no pages to share",
+				       "plane %u has size 0: an empty plane "
+				       "has no pages to share",
 				       i);
 			return;
 		}
@@ -803,8 +803,8 @@ static int pub_check_fds(struct pub *x)
 			    x->info[j].dev == x->info[i].dev &&
 			    x->info[j].ino == x->info[i].ino)
 				return pub_fail(x, -EINVAL,
-						"fd table entries %u and %u are "
-						"the same buffer",
+						"fd table entries %u and %u "
+						"are the same buffer",
 						j, i);
 	}
 	for (uint32_t i = 0; td_blob_plane_get(v, i, &pl) == 0; i++) {
