@@ -284,11 +284,16 @@ int td_tgm_cbor_check(const uint8_t *buf, size_t len, size_t *item_len,
 		case EV_ARRAY:
 		case EV_MAP:
 			/* every item takes at least one byte: a larger count
-			 * is a lie, refused before libcbor allocates for it */
+			 * needs more input (refused before libcbor allocates
+			 * slots for it) */
 			if (s.n > left || (s.ev == EV_MAP && s.n > left / 2))
-				return td__err_set(
-					err, TD_ERR_FORGED_LENGTH, NULL, true,
-					s.n, pos - r.read,
+				return td__err_truncated(
+					err,
+					s.n > UINT64_MAX / 2 - pos
+						? UINT64_MAX
+						: pos + (s.ev == EV_MAP ? 2 : 1) *
+								s.n,
+					len, pos - r.read,
 					"CBOR count larger than the bytes "
 					"left");
 			if (s.n == 0)
@@ -1197,7 +1202,9 @@ static bool name_value(const cbor_item_t *v, char *out, size_t cap)
 				 (unsigned long long)cbor_get_int(v) + 1);
 		return true;
 	case CBOR_TYPE_FLOAT_CTRL:
-		if (!cbor_is_bool(v))
+		/* libcbor asserts when asked for a float's ctrl value:
+		 * check that it is a ctrl first */
+		if (!cbor_float_ctrl_is_ctrl(v) || !cbor_is_bool(v))
 			return false;
 		snprintf(out, cap, "%s", cbor_get_bool(v) ? "True" : "False");
 		return true;

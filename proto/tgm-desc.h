@@ -10,8 +10,10 @@
  * (libcbor's streaming decoder) before libcbor builds a tree, because
  * libcbor allocates a definite array's slots from its declared count: a
  * nine-byte input could otherwise ask for gigabytes. The pass refuses:
- *   TRUNCATED (-ENODATA)        the item ends past the input
- *   FORGED_LENGTH (-EOVERFLOW)  a count larger than the bytes left
+ *   TRUNCATED (-ENODATA)        the item ends past the input, or a
+ *                               count or length is larger than the
+ *                               bytes left (every strict prefix of a
+ *                               valid item is TRUNCATED)
  *   MALFORMED (-EBADMSG)        not well-formed CBOR (reserved bytes, a
  *                               stray break, a chunk of the wrong type,
  *                               an odd indefinite map, simple values)

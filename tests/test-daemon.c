@@ -518,8 +518,7 @@ static void teardown(void)
 TestSuite(daemon, .timeout = 120);
 
 /* Every test runs against its own daemon, stopped (and checked) after. */
-#define DTest(name, ...)                                                      \
-	Test(daemon, name, .init = setup, .fini = teardown, ##__VA_ARGS__)
+#define DTest(name) Test(daemon, name, .init = setup, .fini = teardown)
 
 /* ---- HELLO ---- */
 

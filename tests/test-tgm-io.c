@@ -1,0 +1,1325 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * .tgm contents and tensorctl load/save (issue 7): descriptor decoding and
+ * its refusals, the import subset, the naming chain, the writer against
+ * upstream's bytes, and end-to-end load/save against a real tensord on a
+ * temporary socket. Upstream vectors are read from ../shared (never
+ * copied); tests that need them skip when the folder is absent.
+ */
+#include <cbor.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bytes.h"
+#include "tensord/tensord.h"
+#include "testutil.h"
+#include "tgm-desc.h"
+#include "tgm.h"
+
+/* ---- helpers ---- */
+
+static uint8_t *vector(const char *name, size_t *len)
+{
+	const char *dir = tu_vectors_path("tgm");
+	char path[4200];
+
+	if (!dir)
+		cr_skip_test("upstream vectors folder absent: %s not checked",
+			     name);
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return tu_read_file(path, len);
+}
+
+/* The type-9 objects of the message at msg (first message only). */
+static size_t objects(const uint8_t *msg, size_t len,
+		      struct td_tgm_object *out, size_t cap,
+		      struct td_tgm_frame *meta_frame)
+{
+	struct td_tgm_walk it;
+	struct td_tgm_frame fr;
+	struct td_err e = {0};
+	size_t n = 0;
+	int rc;
+
+	cr_assert_eq(td_tgm_walk_init(msg, len, &it, &e), 0, "%s", e.reason);
+	while ((rc = td_tgm_walk_next(&it, &fr, &e)) == 1) {
+		if (fr.type == TD_TGM_HEADER_METADATA_FRAME && meta_frame)
+			*meta_frame = fr;
+		if (fr.type != TD_TGM_NTENSOR_FRAME)
+			continue;
+		cr_assert_lt(n, cap);
+		cr_assert_eq(td_tgm_object_decode(&fr, &out[n], &e), 0,
+			     "object %zu: %s", n, e.reason);
+		n++;
+	}
+	cr_assert_eq(rc, 0, "walk: %s", e.reason);
+	return n;
+}
+
+static double be_f64(const uint8_t *p)
+{
+	uint64_t u = td__be64(p);
+	double d;
+
+	memcpy(&d, &u, sizeof(d));
+	return d;
+}
+
+static float be_f32(const uint8_t *p)
+{
+	uint32_t u = td__be32(p);
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+/* Serialise a libcbor item (the test's own descriptors), then drop it. */
+static uint8_t *cbor_bytes(cbor_item_t *it, size_t *len)
+{
+	unsigned char *buf = NULL;
+	size_t cap = 0;
+
+	*len = cbor_serialize_alloc(it, &buf, &cap);
+	cr_assert(*len > 0);
+	cbor_decref(&it);
+	return buf;
+}
+
+static void put_text(cbor_item_t *m, const char *k, const char *v)
+{
+	cr_assert(cbor_map_add(m, (struct cbor_pair){
+					  .key = cbor_move(cbor_build_string(k)),
+					  .value = cbor_move(
+						  cbor_build_string(v))}));
+}
+
+static void put_item(cbor_item_t *m, const char *k, cbor_item_t *v)
+{
+	cr_assert(cbor_map_add(m, (struct cbor_pair){
+					  .key = cbor_move(cbor_build_string(k)),
+					  .value = cbor_move(v)}));
+}
+
+static cbor_item_t *uints(int n, ...)
+{
+	cbor_item_t *a = cbor_new_definite_array((size_t)n);
+	va_list ap;
+
+	va_start(ap, n);
+	for (int i = 0; i < n; i++)
+		cr_assert(cbor_array_push(
+			a, cbor_move(cbor_build_uint64(va_arg(ap, uint64_t)))));
+	va_end(ap);
+	return a;
+}
+
+/*
+ * A descriptor like upstream's for a 1-d uint8 [n] object, with one text
+ * key replaced (or added) by key=value when key is not NULL.
+ */
+static uint8_t *desc_u8(uint64_t n, const char *key, const char *value,
+			size_t *len)
+{
+	static const char *const keys[] = {"type", "dtype", "byte_order",
+					   "encoding", "filter",
+					   "compression"};
+	static const char *const vals[] = {"ntensor", "uint8", "little",
+					   "none", "none", "none"};
+	cbor_item_t *m = cbor_new_indefinite_map();
+	bool used = false;
+
+	put_item(m, "ndim", cbor_build_uint8(1));
+	put_item(m, "shape", uints(1, n));
+	put_item(m, "strides", uints(1, (uint64_t)1));
+	for (int i = 0; i < 6; i++) {
+		bool mine = key && !strcmp(key, keys[i]);
+		put_text(m, keys[i], mine ? value : vals[i]);
+		used |= mine;
+	}
+	if (key && !used)
+		put_text(m, key, value);
+	return cbor_bytes(m, len);
+}
+
+/* One unhashed buffered-style message: preamble, one type-9 frame with
+ * the given data and descriptor (CBOR after), postamble. */
+static uint8_t *msg_one(const uint8_t *data, size_t dlen, const uint8_t *desc,
+			size_t clen, size_t *len)
+{
+	size_t flen = 16 + dlen + clen + 20, fpad = (flen + 7) & ~(size_t)7;
+	size_t total = 24 + fpad + 24, o = 0;
+	uint8_t *m = calloc(1, total);
+
+	cr_assert(m);
+	memcpy(m, "TENSOGRM", 8);
+	td__put_be16(m + 8, 3);
+	td__put_be64(m + 16, total);
+	o = 24;
+	memcpy(m + o, "FR", 2);
+	td__put_be16(m + o + 2, 9);
+	td__put_be16(m + o + 4, 1);
+	td__put_be16(m + o + 6, TD_TGM_FRAME_CBOR_AFTER_PAYLOAD);
+	td__put_be64(m + o + 8, flen);
+	memcpy(m + o + 16, data, dlen);
+	memcpy(m + o + 16 + dlen, desc, clen);
+	td__put_be64(m + o + flen - 20, 16 + dlen);
+	memcpy(m + o + flen - 4, "ENDF", 4);
+	o = 24 + fpad;
+	td__put_be64(m + o, o);
+	td__put_be64(m + o + 8, total);
+	memcpy(m + o + 16, "39277777", 8);
+	*len = total;
+	return m;
+}
+
+/* ---- descriptors of the vectors ---- */
+
+Test(tgm_io, vector_descriptors_and_big_endian_values)
+{
+	struct td_tgm_object o[4];
+	size_t len, n;
+	uint8_t *b = vector("simple_f32.tgm", &len);
+
+	n = objects(b, len, o, 4, NULL);
+	cr_assert_eq(n, 1);
+	cr_assert_str_eq(o[0].desc.type, "ntensor");
+	cr_assert_eq(o[0].desc.dtype, TD_TGM_FLOAT32);
+	cr_assert_eq(o[0].desc.byte_order, TD_TGM_ORDER_BIG);
+	cr_assert_eq(o[0].desc.shape_count, 1);
+	cr_assert_eq(o[0].desc.shape[0], 4);
+	cr_assert_eq(o[0].desc.strides[0], 1);
+	cr_assert_eq(o[0].data_offset, 416);
+	cr_assert_eq(o[0].data_len, 16);
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(be_f32(o[0].data + 4 * i), (float)(i + 1));
+	cr_assert_eq(td_tgm_desc_check_import(&o[0].desc, o[0].data_len,
+					      NULL),
+		     0);
+	free(b);
+
+	b = vector("multi_object.tgm", &len);
+	n = objects(b, len, o, 4, NULL);
+	cr_assert_eq(n, 3);
+	cr_assert_eq(o[0].desc.dtype, TD_TGM_FLOAT32);
+	cr_assert_eq(be_f32(o[0].data), 1.5f);
+	cr_assert_eq(be_f32(o[0].data + 4), 2.5f);
+	cr_assert_eq(o[1].desc.dtype, TD_TGM_INT64);
+	cr_assert_eq((int64_t)td__be64(o[1].data + 8), -200);
+	cr_assert_eq((int64_t)td__be64(o[1].data + 16), 300);
+	cr_assert_eq(o[2].desc.dtype, TD_TGM_UINT8);
+	cr_assert_eq(o[2].data_len, 5);
+	cr_assert_eq(o[2].data_offset, 960);
+	for (int i = 0; i < 5; i++)
+		cr_assert_eq(o[2].data[i], 10 * (i + 1));
+	free(b);
+
+	b = vector("mars_metadata.tgm", &len);
+	n = objects(b, len, o, 4, NULL);
+	cr_assert_eq(n, 1);
+	cr_assert_eq(o[0].desc.dtype, TD_TGM_FLOAT64);
+	cr_assert_eq(o[0].desc.shape_count, 2);
+	cr_assert_eq(o[0].desc.strides[0], 3);
+	cr_assert_eq(o[0].desc.strides[1], 1);
+	for (int i = 0; i < 6; i++)
+		cr_assert_eq(be_f64(o[0].data + 8 * i), (double)(i + 1));
+	free(b);
+}
+
+Test(tgm_io, descriptor_fed_one_byte_at_a_time_is_truncated)
+{
+	size_t len, clen;
+	uint8_t *c = desc_u8(5, NULL, NULL, &clen);
+	struct td_tgm_desc d;
+	struct td_err e;
+
+	(void)len;
+	for (size_t k = 0; k < clen; k++) {
+		uint8_t *p = malloc(k ? k : 1); /* exact size: ASan sees */
+
+		memcpy(p, c, k);
+		memset(&e, 0, sizeof(e));
+		cr_assert_eq(td_tgm_desc_decode(p, k, &d, &e), -ENODATA,
+			     "prefix %zu", k);
+		cr_assert_eq(e.kind, TD_ERR_TRUNCATED);
+		cr_assert_not_null(e.reason);
+		free(p);
+	}
+	cr_assert_eq(td_tgm_desc_decode(c, clen, &d, &e), 0, "%s", e.reason);
+	cr_assert_eq(d.cbor_len, clen);
+	cr_assert_eq(d.shape[0], 5);
+	free(c);
+}
+
+struct bad_cbor {
+	const char *what;
+	const uint8_t *b;
+	size_t len;
+	int rc;
+	enum td_err_kind kind;
+	const char *field; /* NULL: any */
+};
+
+#define B(...) (const uint8_t[]){__VA_ARGS__}, sizeof((const uint8_t[]){__VA_ARGS__})
+
+Test(tgm_io, descriptor_refuses_malformed_cbor_with_errno_and_reason)
+{
+	static uint8_t deep[TD_TGM_CBOR_MAX_DEPTH + 2];
+	const struct bad_cbor t[] = {
+		{"empty", (const uint8_t[]){0}, 0, -ENODATA, TD_ERR_TRUNCATED,
+		 NULL},
+		{"map of 9 with nothing", B(0xa9), -ENODATA, TD_ERR_TRUNCATED,
+		 NULL},
+		{"array count 2^63", B(0x9b, 0x80, 0, 0, 0, 0, 0, 0, 0, 0),
+		 -ENODATA, TD_ERR_TRUNCATED, NULL},
+		{"map count 2^62 in a tiny input",
+		 B(0xbb, 0x40, 0, 0, 0, 0, 0, 0, 0, 0x01, 0x02), -ENODATA,
+		 TD_ERR_TRUNCATED, NULL},
+		{"text longer than input", B(0xa1, 0x78, 0x40, 'a'), -ENODATA,
+		 TD_ERR_TRUNCATED, NULL},
+		{"reserved initial byte", B(0xa1, 0x1c, 0x00), -EBADMSG,
+		 TD_ERR_MALFORMED, NULL},
+		{"stray break", B(0xff), -EBADMSG, TD_ERR_MALFORMED, NULL},
+		{"break in a definite map", B(0xa1, 0x61, 'a', 0xff), -EBADMSG,
+		 TD_ERR_MALFORMED, NULL},
+		{"byte chunk in indefinite text",
+		 B(0xa1, 0x61, 'a', 0x7f, 0x41, 0x00, 0xff), -EBADMSG,
+		 TD_ERR_MALFORMED, NULL},
+		{"indefinite map with a lone key", B(0xbf, 0x61, 'a', 0xff),
+		 -EBADMSG, TD_ERR_MALFORMED, NULL},
+		{"unassigned simple value", B(0xa1, 0x61, 'a', 0xf0), -EBADMSG,
+		 TD_ERR_MALFORMED, NULL},
+		{"text not UTF-8", B(0xa1, 0x61, 0xff, 0x00), -EILSEQ,
+		 TD_ERR_INVALID_UTF8, NULL},
+		{"not a map", B(0x01), -EBADMSG, TD_ERR_MALFORMED, NULL},
+		{"empty map lacks keys", B(0xa0), -EBADMSG, TD_ERR_MALFORMED,
+		 "type"},
+		{"shape is text",
+		 B(0xa1, 0x65, 's', 'h', 'a', 'p', 'e', 0x61, 'x'), -EBADMSG,
+		 TD_ERR_MALFORMED, "shape"},
+		{"negative shape",
+		 B(0xa1, 0x65, 's', 'h', 'a', 'p', 'e', 0x81, 0x20), -EBADMSG,
+		 TD_ERR_MALFORMED, "shape"},
+		{"ndim is text", B(0xa1, 0x64, 'n', 'd', 'i', 'm', 0x60),
+		 -EBADMSG, TD_ERR_MALFORMED, "ndim"},
+		{"repeated key",
+		 B(0xa2, 0x64, 'n', 'd', 'i', 'm', 0x01, 0x64, 'n', 'd', 'i',
+		   'm', 0x01),
+		 -EBADMSG, TD_ERR_MALFORMED, "ndim"},
+		{"byte_order sideways",
+		 B(0xa1, 0x6a, 'b', 'y', 't', 'e', '_', 'o', 'r', 'd', 'e', 'r',
+		   0x61, 'x'),
+		 -EBADMSG, TD_ERR_MALFORMED, "byte_order"},
+		{"17 dimensions",
+		 B(0xa1, 0x65, 's', 'h', 'a', 'p', 'e', 0x91, 1, 1, 1, 1, 1, 1,
+		   1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1),
+		 -ENOTSUP, TD_ERR_UNSUPPORTED_REQUIREMENT, "shape"},
+		{"nested too deeply", deep, sizeof(deep), -ENOTSUP,
+		 TD_ERR_UNSUPPORTED_REQUIREMENT, NULL},
+	};
+
+	memset(deep, 0x81, sizeof(deep) - 1); /* [[[[...0]]]] */
+	deep[sizeof(deep) - 1] = 0x00;
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		struct td_tgm_desc d;
+		struct td_err e = {0};
+		uint8_t *p = malloc(t[i].len ? t[i].len : 1);
+		int rc;
+
+		memcpy(p, t[i].b, t[i].len);
+		rc = td_tgm_desc_decode(p, t[i].len, &d, &e);
+		cr_expect_eq(rc, t[i].rc, "%s: rc %d want %d (%s)", t[i].what,
+			     rc, t[i].rc, e.reason ? e.reason : "");
+		cr_expect_eq(e.kind, t[i].kind, "%s: kind %s", t[i].what,
+			     td_err_kind_name(e.kind));
+		cr_expect_not_null(e.reason, "%s: no reason", t[i].what);
+		if (t[i].field)
+			cr_expect(e.field && !strcmp(e.field, t[i].field),
+				  "%s: field %s", t[i].what,
+				  e.field ? e.field : "(null)");
+		free(p);
+	}
+}
+
+Test(tgm_io, import_refuses_codecs_masks_dtypes_and_strides_naming_them)
+{
+	static const struct {
+		const char *key, *value, *field;
+	} t[] = {
+		{"compression", "zstd", "compression"},
+		{"filter", "shuffle", "filter"},
+		{"encoding", "simple_packing", "encoding"},
+		{"dtype", "bfloat16", "dtype"},
+		{"dtype", "complex64", "dtype"},
+		{"dtype", "bitmask", "dtype"},
+		{"type", "ntensor2", "type"},
+	};
+
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		size_t clen;
+		uint8_t *c = desc_u8(4, t[i].key, t[i].value, &clen);
+		struct td_tgm_desc d;
+		struct td_err e = {0};
+
+		cr_assert_eq(td_tgm_desc_decode(c, clen, &d, &e), 0, "%s",
+			     e.reason);
+		cr_expect_eq(td_tgm_desc_check_import(&d, 4, &e), -ENOTSUP,
+			     "%s=%s", t[i].key, t[i].value);
+		cr_expect_str_eq(e.field, t[i].field);
+		free(c);
+	}
+	{
+		/* masks: refused; strides not C order: refused; length */
+		cbor_item_t *m = cbor_new_indefinite_map(), *mk, *nan;
+		size_t clen;
+		uint8_t *c;
+		struct td_tgm_desc d;
+		struct td_err e = {0};
+
+		put_item(m, "ndim", cbor_build_uint8(2));
+		put_item(m, "shape", uints(2, (uint64_t)2, (uint64_t)3));
+		put_item(m, "strides", uints(2, (uint64_t)1, (uint64_t)2));
+		put_text(m, "type", "ntensor");
+		put_text(m, "dtype", "uint8");
+		put_text(m, "encoding", "none");
+		put_text(m, "filter", "none");
+		put_text(m, "compression", "none");
+		c = cbor_bytes(m, &clen);
+		cr_assert_eq(td_tgm_desc_decode(c, clen, &d, &e), 0);
+		cr_expect_eq(td_tgm_desc_check_import(&d, 6, &e), -ENOTSUP);
+		cr_expect_str_eq(e.field, "strides");
+		d.strides[0] = 3, d.strides[1] = 1;
+		cr_expect_eq(td_tgm_desc_check_import(&d, 6, &e), 0);
+		cr_expect_eq(td_tgm_desc_check_import(&d, 5, &e), -EBADMSG);
+		cr_expect_str_eq(e.field, "data");
+		d.ndim = 3;
+		cr_expect_eq(td_tgm_desc_check_import(&d, 6, &e), -EBADMSG);
+		free(c);
+
+		m = cbor_new_indefinite_map();
+		put_item(m, "ndim", cbor_build_uint8(1));
+		put_item(m, "shape", uints(1, (uint64_t)4));
+		put_item(m, "strides", uints(1, (uint64_t)1));
+		put_text(m, "type", "ntensor");
+		put_text(m, "dtype", "uint8");
+		put_text(m, "encoding", "none");
+		put_text(m, "filter", "none");
+		put_text(m, "compression", "none");
+		mk = cbor_new_indefinite_map();
+		nan = cbor_new_indefinite_map();
+		put_text(nan, "method", "roaring");
+		put_item(nan, "offset", cbor_build_uint8(4));
+		put_item(nan, "length", cbor_build_uint8(2));
+		put_item(mk, "nan", nan);
+		put_item(m, "masks", mk);
+		c = cbor_bytes(m, &clen);
+		cr_assert_eq(td_tgm_desc_decode(c, clen, &d, &e), 0);
+		cr_expect(d.has_masks);
+		cr_expect_eq(d.masks_min_offset, 4);
+		cr_expect_eq(td_tgm_desc_check_import(&d, 4, &e), -ENOTSUP);
+		cr_expect_str_eq(e.field, "masks");
+		free(c);
+	}
+}
+
+Test(tgm_io, object_decode_handles_cbor_before_and_trailing_bytes)
+{
+	size_t clen, len;
+	uint8_t *c = desc_u8(3, NULL, NULL, &clen);
+	uint8_t data[3] = {7, 8, 9};
+	uint8_t *m = msg_one(data, 3, c, clen, &len);
+	struct td_tgm_object o[1];
+	struct td_tgm_walk it;
+	struct td_tgm_frame fr;
+	struct td_err e = {0};
+	uint8_t *body;
+
+	cr_assert_eq(objects(m, len, o, 1, NULL), 1);
+	cr_assert_eq(o[0].data_len, 3);
+	cr_assert_eq(o[0].data_offset, 40);
+	cr_assert(!memcmp(o[0].data, data, 3));
+
+	/* the same frame in the CBOR-before layout: descriptor, then data */
+	body = m + 24 + 16;
+	memcpy(body, c, clen);
+	memcpy(body + clen, data, 3);
+	td__put_be16(m + 24 + 6, 0);
+	td__put_be64(m + 24 + td__be64(m + 24 + 8) - 20, 16);
+	cr_assert_eq(objects(m, len, o, 1, NULL), 1);
+	cr_assert_eq(o[0].data_len, 3);
+	cr_assert_eq(o[0].data_offset, 24 + 16 + clen);
+	cr_assert(!memcmp(o[0].data, data, 3));
+	free(m);
+
+	/* CBOR after, with a stray byte after the descriptor: refused */
+	{
+		uint8_t *c2 = malloc(clen + 1);
+		memcpy(c2, c, clen);
+		c2[clen] = 0;
+		m = msg_one(data, 3, c2, clen + 1, &len);
+		cr_assert_eq(td_tgm_walk_init(m, len, &it, &e), 0);
+		cr_assert_eq(td_tgm_walk_next(&it, &fr, &e), 1);
+		cr_expect_eq(td_tgm_object_decode(&fr, o, &e), -EBADMSG);
+		cr_expect_not_null(e.reason);
+		free(c2);
+		free(m);
+	}
+	free(c);
+}
+
+/* ---- naming (§18) ---- */
+
+/* base[i] from JSON through our own writer, then the chain. */
+static void name_of(const char *meta_json, const char *variable_key,
+		    char *out, size_t cap)
+{
+	uint64_t shape[1] = {1};
+	uint8_t one = 1;
+	struct td_tgm_enc_object ob = {
+		.dtype = TD_TGM_UINT8, .ndim = 1, .shape = shape,
+		.data = &one, .data_len = 1, .meta = meta_json,
+		.meta_len = strlen(meta_json)};
+	struct td_tgm_object o[1];
+	struct td_tgm_frame mf;
+	struct td_tgm_meta *m;
+	uint8_t *msg;
+	size_t len;
+
+	cr_assert_eq(td_tgm_message_encode(&ob, 1, "t", &msg, &len, NULL), 0);
+	cr_assert_eq(objects(msg, len, o, 1, &mf), 1);
+	cr_assert_eq(td_tgm_meta_new(mf.payload, mf.payload_len, &m, NULL), 0);
+	cr_assert_geq(td_tgm_object_name(m, 0, o[0].cbor, o[0].cbor_len,
+					 variable_key, out, cap, NULL),
+		      0);
+	td_tgm_meta_free(m);
+	free(msg);
+}
+
+Test(tgm_io, naming_chain_table)
+{
+	static const struct {
+		const char *meta, *key, *want;
+	} t[] = {
+		{"{\"shortName\":\"a\",\"name\":\"b\"}", NULL, "b"},
+		{"{\"bids\":{\"task\":\"rest\"},\"name\":\"n\"}", "bids.task",
+		 "rest"},
+		{"{\"name\":\"n\"}", "bids.task", "n"},
+		{"{\"other\":1}", NULL, "object_0"},
+		{"{\"mars\":{\"param\":128}}", NULL, "128"},
+		{"{\"mars\":{\"param\":\"2t\"},\"param\":\"p\"}", NULL, "2t"},
+		{"{\"param\":\"p\",\"mars\":{\"shortName\":\"s\"}}", NULL, "p"},
+		{"{\"mars\":{\"shortName\":\"s\"},\"shortName\":\"t\"}", NULL,
+		 "s"},
+		{"{\"shortName\":true}", NULL, "True"},
+		{"{\"name\":-7}", NULL, "-7"},
+		{"{\"name\":null,\"shortName\":\"x\"}", NULL, "x"},
+		{"{\"name\":1.5,\"shortName\":\"x\"}", NULL, "x"},
+		{"{\"name\":[\"a\"],\"shortName\":\"x\"}", NULL, "x"},
+		{"{\"name\":{\"a\":1},\"shortName\":\"x\"}", NULL, "x"},
+		{"{\"name\":\"\"}", NULL, ""},
+		{"{\"mars\":\"flat\",\"shortName\":\"x\"}", NULL, "x"},
+		{"{\"_reserved_\":{\"name\":\"r\"}}", "_reserved_.name",
+		 "object_0"},
+	};
+
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		char got[256];
+
+		name_of(t[i].meta, t[i].key, got, sizeof(got));
+		cr_expect_str_eq(got, t[i].want, "%s", t[i].meta);
+	}
+}
+
+Test(tgm_io, naming_merges_descriptor_params_shallowly)
+{
+	/* {"name":"n"} and {"mars":{"param":"2t"}} as descriptor params */
+	static const uint8_t p_name[] = {0xa1, 0x64, 'n', 'a', 'm', 'e', 0x61,
+					 'n'};
+	static const uint8_t p_mars[] = {0xa1, 0x64, 'm', 'a', 'r', 's', 0xa1,
+					 0x65, 'p', 'a', 'r', 'a', 'm', 0x62,
+					 '2', 't'};
+	static const uint8_t m_short[] = {
+		0xa1, 0x64, 'b', 'a', 's', 'e', 0x81, 0xa1, 0x69, 's', 'h',
+		'o', 'r', 't', 'N', 'a', 'm', 'e', 0x61, 's'};
+	static const uint8_t m_lev[] = {
+		0xa1, 0x64, 'b', 'a', 's', 'e', 0x81, 0xa1, 0x64, 'm', 'a',
+		'r', 's', 0xa1, 0x67, 'l', 'e', 'v', 't', 'y', 'p', 'e', 0x63,
+		's', 'f', 'c'};
+	struct td_tgm_meta *m;
+	char got[64];
+
+	cr_assert_eq(td_tgm_meta_new(m_short, sizeof(m_short), &m, NULL), 0);
+	cr_expect_eq(td_tgm_object_name(m, 0, p_name, sizeof(p_name), NULL,
+					got, sizeof(got), NULL),
+		     1);
+	cr_expect_str_eq(got, "n");
+	td_tgm_meta_free(m);
+	cr_assert_eq(td_tgm_meta_new(m_lev, sizeof(m_lev), &m, NULL), 0);
+	cr_expect_eq(td_tgm_object_name(m, 0, p_mars, sizeof(p_mars), NULL,
+					got, sizeof(got), NULL),
+		     0);
+	cr_expect_str_eq(got, "object_0");
+	td_tgm_meta_free(m);
+	/* no metadata at all: the params alone still name it */
+	cr_expect_eq(td_tgm_object_name(NULL, 3, p_mars, sizeof(p_mars), NULL,
+					got, sizeof(got), NULL),
+		     1);
+	cr_expect_str_eq(got, "2t");
+}
+
+Test(tgm_io, naming_of_the_vectors)
+{
+	struct td_tgm_object o[4];
+	struct td_tgm_frame mf;
+	struct td_tgm_meta *m;
+	char got[64];
+	size_t len;
+	uint8_t *b = vector("metadata_parity.tgm", &len);
+
+	cr_assert_eq(objects(b, len, o, 4, &mf), 2);
+	cr_assert_eq(td_tgm_meta_new(mf.payload, mf.payload_len, &m, NULL), 0);
+	cr_assert_eq(td_tgm_meta_base_count(m), 2);
+	td_tgm_object_name(m, 0, o[0].cbor, o[0].cbor_len, NULL, got,
+			   sizeof(got), NULL);
+	cr_expect_str_eq(got, "2t");
+	td_tgm_object_name(m, 1, o[1].cbor, o[1].cbor_len, NULL, got,
+			   sizeof(got), NULL);
+	cr_expect_str_eq(got, "msl");
+	{
+		char *json;
+		size_t jl;
+
+		cr_assert_eq(td_tgm_meta_attrs_json(m, 0, &json, &jl), 0);
+		cr_expect_str_eq(json,
+				 "{\"big\":2147483648,\"count\":-5,\"flag\":"
+				 "true,\"level\":0,\"levels\":[1000,850,500],"
+				 "\"mars\":{\"class\":\"od\",\"stream\":"
+				 "\"oper\"},\"note\":\"\",\"only0\":\"x\","
+				 "\"ratio\":0.5,\"shortName\":\"2t\"}");
+		cr_expect_eq(jl, strlen(json));
+		free(json);
+	}
+	td_tgm_meta_free(m);
+	free(b);
+
+	b = vector("mars_metadata.tgm", &len);
+	cr_assert_eq(objects(b, len, o, 4, &mf), 1);
+	cr_assert_eq(td_tgm_meta_new(mf.payload, mf.payload_len, &m, NULL), 0);
+	cr_expect_eq(td_tgm_object_name(m, 0, o[0].cbor, o[0].cbor_len, NULL,
+					got, sizeof(got), NULL),
+		     0);
+	cr_expect_str_eq(got, "object_0");
+	td_tgm_meta_free(m);
+	free(b);
+}
+
+Test(tgm_io, sanitize_table)
+{
+	static const struct {
+		const char *in, *want;
+	} t[] = {
+		{"temperature/surface", "temperature_surface"},
+		{"a/b", "a_b"},
+		{"a\\b", "a_b"},
+		{"", "_"},
+		{"..", "v_._"}, /* spec: v_..; the daemon refuses ".." */
+		{".", "v_."},
+		{"__x", "v___x"},
+		{"zarr.json", "v_zarr.json"},
+		{"a\x01" "b\x7f", "a_b_"},
+		{"caf\xc3\xa9 au lait", "caf__au_lait"},
+		{"2t", "2t"},
+		{"x:y@z+1-2.3", "x:y@z+1-2.3"},
+		{"a...b", "a._.b"},
+	};
+
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		char out[64];
+
+		td_tgm_name_sanitize(t[i].in, out, sizeof(out));
+		cr_expect_str_eq(out, t[i].want, "in %s", t[i].in);
+	}
+	{
+		char out[4];
+
+		td_tgm_name_sanitize("abcdef", out, sizeof(out));
+		cr_expect_str_eq(out, "abc");
+	}
+}
+
+static void unique_case(const char *const *in, const char *const *want,
+			size_t n)
+{
+	char buf[8][32], *names[8];
+
+	for (size_t i = 0; i < n; i++) {
+		snprintf(buf[i], sizeof(buf[i]), "%s", in[i]);
+		names[i] = buf[i];
+	}
+	cr_assert_eq(td_tgm_names_unique(names, n, sizeof(buf[0])), 0);
+	for (size_t i = 0; i < n; i++)
+		cr_expect_str_eq(names[i], want[i], "[%zu]", i);
+}
+
+Test(tgm_io, duplicate_names_get_suffixes_without_collisions)
+{
+	unique_case((const char *const[]){"x", "x", "x"},
+		    (const char *const[]){"x", "x_1", "x_2"}, 3);
+	unique_case((const char *const[]){"x", "x", "x_1"},
+		    (const char *const[]){"x", "x_1", "x_1_1"}, 3);
+	unique_case((const char *const[]){"x", "x_1", "x", "x"},
+		    (const char *const[]){"x", "x_1", "x_2", "x_3"}, 4);
+	unique_case((const char *const[]){"a", "b", "a", "b", "a"},
+		    (const char *const[]){"a", "b", "a_1", "b_1", "a_2"}, 5);
+	{
+		char a[4] = "abc", b[4] = "abc", *n[2] = {a, b};
+		cr_expect_eq(td_tgm_names_unique(n, 2, sizeof(a)),
+			     -ENAMETOOLONG);
+	}
+}
+
+/* ---- writing ---- */
+
+Test(tgm_io, writer_frames_match_upstream_bytes)
+{
+	/* metadata_parity holds f32 [2,3] and f64 [4] of zeros, little-
+	 * endian, written by upstream 0.23.0: our type-9 frames for the
+	 * same tensors must be byte-identical (canonical CBOR, layout,
+	 * flags, cbor_offset, hash) */
+	static const uint8_t zeros[32];
+	uint64_t s0[2] = {2, 3}, s1[1] = {4};
+	struct td_tgm_enc_object ob[2] = {
+		{.dtype = TD_TGM_FLOAT32, .ndim = 2, .shape = s0,
+		 .data = zeros, .data_len = 24, .name = "2t"},
+		{.dtype = TD_TGM_FLOAT64, .ndim = 1, .shape = s1,
+		 .data = zeros, .data_len = 32, .name = "msl"},
+	};
+	struct td_tgm_walk it, up;
+	struct td_tgm_frame fr, uf;
+	struct td_tgm_header h;
+	struct td_err e = {0};
+	uint8_t *msg, *ref;
+	size_t len, rlen;
+	int types[8], n = 0, rc;
+
+	ref = vector("metadata_parity.tgm", &rlen);
+	cr_assert_eq(td_tgm_message_encode(ob, 2, "test", &msg, &len, &e), 0);
+	cr_assert_eq(len % 8, 0);
+	cr_assert_eq(td_tgm_header_decode(msg, len, &h, NULL), 0);
+	cr_expect_eq(h.flags, 0x0095);
+	cr_expect_eq(h.total_length, len);
+	cr_assert_eq(td_tgm_walk_init(msg, len, &it, &e), 0);
+	cr_expect_eq(it.first_footer_offset, it.postamble_offset);
+	cr_expect_eq(it.postamble_total_length, len);
+	cr_assert_eq(td_tgm_walk_init(ref, rlen, &up, &e), 0);
+	while ((rc = td_tgm_walk_next(&it, &fr, &e)) == 1) {
+		cr_assert_lt(n, 8);
+		types[n++] = fr.type;
+		cr_expect_eq(fr.version, 1);
+		cr_expect(fr.has_hash);
+		cr_expect_eq(td_tgm_frame_verify(&fr, NULL, &e), 0);
+		cr_expect_eq(fr.offset % 8, 0);
+		if (fr.type != TD_TGM_NTENSOR_FRAME)
+			continue;
+		do
+			cr_assert_eq(td_tgm_walk_next(&up, &uf, &e), 1);
+		while (uf.type != TD_TGM_NTENSOR_FRAME);
+		cr_expect_eq(fr.length, uf.length);
+		cr_expect(!memcmp(fr.payload - 16, uf.payload - 16, fr.length),
+			  "type-9 frame @%llu differs from upstream's",
+			  (unsigned long long)fr.offset);
+	}
+	cr_assert_eq(rc, 0, "%s", e.reason);
+	cr_assert_eq(n, 5);
+	cr_expect(types[0] == 1 && types[1] == 2 && types[2] == 3 &&
+		  types[3] == 9 && types[4] == 9);
+	free(ref);
+	free(msg);
+}
+
+Test(tgm_io, writer_index_hashes_and_metadata_agree_with_the_frames)
+{
+	uint64_t shape[3] = {2, 1, 3};
+	int16_t v[6] = {1, -2, 3, -4, 5, -6};
+	const char *meta = "{\"name\":\"ignored\",\"units\":\"K\","
+			   "\"_reserved_\":7,\"n\":[1,2.5,null,true]}";
+	struct td_tgm_enc_object ob[3] = {
+		{.dtype = TD_TGM_INT16, .ndim = 3, .shape = shape, .data = v,
+		 .data_len = 12, .name = "a", .meta = meta,
+		 .meta_len = strlen(meta)},
+		{.dtype = TD_TGM_UINT8, .ndim = 0, .shape = NULL, .data = v,
+		 .data_len = 1, .name = "scalar", .meta = "plain text",
+		 .meta_len = 10},
+		{.dtype = TD_TGM_UINT8, .ndim = 1, .shape = (uint64_t[]){0},
+		 .data = NULL, .data_len = 0, .name = "empty",
+		 .meta = "\xff\x00", .meta_len = 2},
+	};
+	struct td_tgm_walk it;
+	struct td_tgm_frame fr;
+	struct td_tgm_meta *m = NULL;
+	char idx[256] = "", hashes[256] = "", want[256], *json;
+	char offs[128] = "", lens[128] = "", slots[128] = "";
+	uint8_t *msg;
+	size_t len;
+	int k = 0;
+
+	cr_assert_eq(td_tgm_message_encode(ob, 3, "t", &msg, &len, NULL), 0);
+	cr_assert_eq(td_tgm_walk_init(msg, len, &it, NULL), 0);
+	while (td_tgm_walk_next(&it, &fr, NULL) == 1) {
+		struct td_tgm_object o;
+
+		if (fr.type == TD_TGM_HEADER_METADATA_FRAME)
+			cr_assert_eq(td_tgm_meta_new(fr.payload,
+						     fr.payload_len, &m, NULL),
+				     0);
+		if (fr.type == TD_TGM_HEADER_INDEX_FRAME) {
+			cr_assert_eq(td_tgm_cbor_to_json(fr.payload,
+							 fr.payload_len, &json,
+							 NULL, NULL),
+				     0);
+			snprintf(idx, sizeof(idx), "%s", json);
+			free(json);
+		}
+		if (fr.type == TD_TGM_HEADER_HASH_FRAME) {
+			cr_assert_eq(td_tgm_cbor_to_json(fr.payload,
+							 fr.payload_len, &json,
+							 NULL, NULL),
+				     0);
+			snprintf(hashes, sizeof(hashes), "%s", json);
+			free(json);
+		}
+		if (fr.type != TD_TGM_NTENSOR_FRAME)
+			continue;
+		cr_assert_eq(td_tgm_object_decode(&fr, &o, NULL), 0);
+		cr_expect_eq(td_tgm_desc_check_import(&o.desc, o.data_len,
+						      NULL),
+			     0, "object %d", k);
+		snprintf(offs + strlen(offs), sizeof(offs) - strlen(offs),
+			 "%s%llu", k ? "," : "", (unsigned long long)fr.offset);
+		snprintf(lens + strlen(lens), sizeof(lens) - strlen(lens),
+			 "%s%llu", k ? "," : "", (unsigned long long)fr.length);
+		snprintf(slots + strlen(slots), sizeof(slots) - strlen(slots),
+			 "%s\"%016llx\"", k ? "," : "",
+			 (unsigned long long)td__be64(fr.payload - 16 +
+						      fr.length - 12));
+		k++;
+	}
+	cr_assert_eq(k, 3);
+	snprintf(want, sizeof(want), "{\"lengths\":[%s],\"offsets\":[%s]}",
+		 lens, offs);
+	cr_expect_str_eq(idx, want);
+	snprintf(want, sizeof(want), "{\"algorithm\":\"xxh3\",\"hashes\":[%s]}",
+		 slots);
+	cr_expect_str_eq(hashes, want);
+	cr_assert_not_null(m);
+	cr_assert_eq(td_tgm_meta_base_count(m), 3);
+	cr_assert_eq(td_tgm_meta_attrs_json(m, 0, &json, NULL), 0);
+	cr_expect_str_eq(json, "{\"n\":[1,2.5,null,true],\"name\":\"a\","
+			       "\"units\":\"K\"}");
+	free(json);
+	cr_assert_eq(td_tgm_meta_attrs_json(m, 1, &json, NULL), 0);
+	cr_expect_str_eq(json, "{\"name\":\"scalar\",\"tensord_meta\":"
+			       "\"plain text\"}");
+	free(json);
+	cr_assert_eq(td_tgm_meta_attrs_json(m, 2, &json, NULL), 0);
+	cr_expect_str_eq(json, "{\"name\":\"empty\",\"tensord_meta\":\"ff00\"}");
+	free(json);
+	cr_assert_eq(td_tgm_meta_attrs_json(m, 9, &json, NULL), 0);
+	cr_expect_str_eq(json, "{}");
+	free(json);
+	td_tgm_meta_free(m);
+	free(msg);
+}
+
+Test(tgm_io, writer_refuses_unusable_objects)
+{
+	uint64_t shape[1] = {4};
+	uint8_t d[4] = {0};
+	struct td_tgm_enc_object ob = {.dtype = TD_TGM_UINT8, .ndim = 1,
+				       .shape = shape, .data = d,
+				       .data_len = 3};
+	struct td_err e = {0};
+	uint8_t *msg = NULL;
+	size_t len;
+
+	cr_expect_eq(td_tgm_message_encode(&ob, 1, "t", &msg, &len, &e),
+		     -EINVAL);
+	cr_expect_str_eq(e.field, "data");
+	ob.data_len = 4;
+	ob.dtype = TD_TGM_BITMASK;
+	cr_expect_eq(td_tgm_message_encode(&ob, 1, "t", &msg, &len, &e),
+		     -EINVAL);
+	cr_expect_str_eq(e.field, "dtype");
+	cr_expect_eq(td_tgm_message_encode(&ob, 0, "t", &msg, &len, &e),
+		     -EINVAL);
+	cr_expect_null(msg);
+}
+
+/* ---- end to end: a real tensord, tensorctl as a separate program ---- */
+
+struct daemon {
+	pid_t pid;
+	char dir[64];
+	char sock[108];
+	int fds0;
+};
+
+static void daemon_start(struct daemon *d)
+{
+	const char *bin = getenv("TD_TENSORD");
+
+	cr_assert(bin, "TD_TENSORD is not set (run through meson test)");
+	d->fds0 = tu_fd_count();
+	snprintf(d->dir, sizeof(d->dir), "/tmp/td-tgmio-XXXXXX");
+	cr_assert(mkdtemp(d->dir));
+	snprintf(d->sock, sizeof(d->sock), "%s/tensord.sock", d->dir);
+	d->pid = fork();
+	cr_assert(d->pid >= 0);
+	if (d->pid == 0) {
+		execl(bin, bin, "--socket", d->sock, "--log-level", "error",
+		      (char *)NULL);
+		_exit(127);
+	}
+	/* ready once a connect succeeds; bounded at 20 s for a daemon that
+	 * never comes up (asserts nothing about speed) */
+	for (int i = 0; i < 2000; i++) {
+		struct sockaddr_un sa = {.sun_family = AF_UNIX};
+		int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		int st;
+
+		memcpy(sa.sun_path, d->sock, sizeof(d->sock));
+		cr_assert(s >= 0);
+		if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+			close(s);
+			return;
+		}
+		close(s);
+		cr_assert(waitpid(d->pid, &st, WNOHANG) == 0,
+			  "tensord exited during start-up");
+		usleep(10000);
+	}
+	cr_assert_fail("tensord did not open %s", d->sock);
+}
+
+static void daemon_stop(struct daemon *d)
+{
+	int st;
+
+	cr_assert(kill(d->pid, SIGTERM) == 0);
+	cr_assert(waitpid(d->pid, &st, 0) == d->pid);
+	unlink(d->sock);
+	rmdir(d->dir);
+	cr_assert_eq(tu_fd_count(), d->fds0, "fd leak: %d -> %d", d->fds0,
+		     tu_fd_count());
+}
+
+/* tensorctl --socket SOCK ARGS... with stdout and stderr in *out. */
+static int ctl(const struct daemon *d, char **out, ...)
+{
+	const char *bin = getenv("TD_TENSORCTL");
+	char cmd[4096];
+	char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+	char *buf = NULL;
+	size_t o;
+	va_list ap;
+	const char *a;
+	int rc;
+
+	cr_assert(bin, "TD_TENSORCTL is not set");
+	o = (size_t)snprintf(cmd, sizeof(cmd), "exec '%s' --socket '%s'", bin,
+			     d->sock);
+	va_start(ap, out);
+	while ((a = va_arg(ap, const char *)) && o < sizeof(cmd))
+		o += (size_t)snprintf(cmd + o, sizeof(cmd) - o, " '%s'", a);
+	va_end(ap);
+	cr_assert_lt(o, sizeof(cmd) - 8);
+	snprintf(cmd + o, sizeof(cmd) - o, " 2>&1");
+	rc = tu_run_capture(argv, &buf);
+	if (out)
+		*out = buf;
+	else
+		free(buf);
+	return rc;
+}
+
+static struct td_tensor *get(struct td_client *c, const char *name)
+{
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+	int rc = td_client_get(c, name, &t, &e);
+
+	cr_assert_eq(rc, 0, "get %s: %d %s", name, rc, e.reason);
+	return t;
+}
+
+static struct td_client *client(const struct daemon *d)
+{
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+
+	cr_assert_eq(td_client_connect(d->sock, &c, &e), 0, "%s", e.reason);
+	return c;
+}
+
+static void expect_meta_has(const struct td_tensor *t, const char *needle)
+{
+	size_t ml;
+	const char *m = td_tensor_meta(t, &ml);
+	char *s = strndup(m ? m : "", ml);
+
+	cr_expect(strstr(s, needle), "meta %s lacks %s", s, needle);
+	free(s);
+}
+
+Test(tgm_io, load_vectors_gives_documented_values)
+{
+	const char *dir = tu_vectors_path("tgm");
+	struct daemon d;
+	struct td_client *c;
+	struct td_tensor *t;
+	char path[4200], *out;
+	const float *f;
+	const double *g;
+	const int64_t *q;
+	const uint8_t *u;
+
+	if (!dir)
+		cr_skip_test("upstream vectors folder absent: load of the "
+			     "vectors not checked");
+	daemon_start(&d);
+	c = client(&d);
+
+	snprintf(path, sizeof(path), "%s/simple_f32.tgm", dir);
+	cr_assert_eq(ctl(&d, &out, "load", path, NULL), 0, "%s", out);
+	free(out);
+	t = get(c, "object_0");
+	cr_expect_eq(td_tensor_dtype(t), TD_TENSOR_F32);
+	cr_assert_eq(td_tensor_ndim(t), 1);
+	cr_expect_eq(td_tensor_shape(t)[0], 4);
+	cr_assert_eq(td_tensor_bytes(t), 16);
+	f = td_tensor_plane_data(t, 0);
+	for (int i = 0; i < 4; i++)
+		cr_expect_eq(f[i], (float)(i + 1), "[%d] = %g", i, f[i]);
+	expect_meta_has(t, "\"parameter\":\"pressure\"");
+	expect_meta_has(t, "\"product\":\"efi\"");
+	td_tensor_release(t);
+
+	snprintf(path, sizeof(path), "%s/multi_object.tgm", dir);
+	cr_assert_eq(ctl(&d, &out, "load", path, NULL), 0, "%s", out);
+	free(out);
+	t = get(c, "object_0");
+	f = td_tensor_plane_data(t, 0);
+	cr_expect_eq(td_tensor_bytes(t), 8);
+	cr_expect(f[0] == 1.5f && f[1] == 2.5f);
+	td_tensor_release(t);
+	t = get(c, "object_1");
+	cr_expect_eq(td_tensor_dtype(t), TD_TENSOR_I64);
+	q = td_tensor_plane_data(t, 0);
+	cr_expect(q[0] == 100 && q[1] == -200 && q[2] == 300);
+	td_tensor_release(t);
+	t = get(c, "object_2");
+	cr_expect_eq(td_tensor_dtype(t), TD_TENSOR_U8);
+	u = td_tensor_plane_data(t, 0);
+	cr_assert_eq(td_tensor_bytes(t), 5);
+	for (int i = 0; i < 5; i++)
+		cr_expect_eq(u[i], 10 * (i + 1));
+	expect_meta_has(t, "\"parameter\":\"humidity\"");
+	td_tensor_release(t);
+
+	snprintf(path, sizeof(path), "%s/mars_metadata.tgm", dir);
+	cr_assert_eq(ctl(&d, &out, "load", path, NULL), 0, "%s", out);
+	free(out);
+	t = get(c, "object_0");
+	cr_expect_eq(td_tensor_dtype(t), TD_TENSOR_F64);
+	cr_assert_eq(td_tensor_ndim(t), 2);
+	cr_expect(td_tensor_shape(t)[0] == 2 && td_tensor_shape(t)[1] == 3);
+	g = td_tensor_plane_data(t, 0);
+	for (int i = 0; i < 6; i++)
+		cr_expect_eq(g[i], (double)(i + 1));
+	expect_meta_has(t, "\"mars\":{\"class\":\"od\",\"step\":12,"
+			   "\"type\":\"fc\"}");
+	td_tensor_release(t);
+
+	snprintf(path, sizeof(path), "%s/metadata_parity.tgm", dir);
+	cr_assert_eq(ctl(&d, &out, "load", path, NULL), 0, "%s", out);
+	cr_expect(strstr(out, "2t version") && strstr(out, "msl version"),
+		  "%s", out);
+	free(out);
+
+	/* the second message of multi_message: (3, 4) */
+	snprintf(path, sizeof(path), "%s/multi_message.tgm", dir);
+	cr_assert_eq(ctl(&d, &out, "load", path, "--message", "1", NULL), 0,
+		     "%s", out);
+	free(out);
+	t = get(c, "object_0");
+	f = td_tensor_plane_data(t, 0);
+	cr_expect(f[0] == 3.0f && f[1] == 4.0f);
+	td_tensor_release(t);
+	cr_expect_eq(ctl(&d, &out, "load", path, "--message", "2", NULL), 1);
+	cr_expect(strstr(out, "no message 2"), "%s", out);
+	free(out);
+
+	/* broken files: refused, nothing published */
+	snprintf(path, sizeof(path), "%s/corrupt_bad_endf.tgm", dir);
+	cr_expect_eq(ctl(&d, &out, "load", path, NULL), 1);
+	cr_expect(strstr(out, "ENDF"), "%s", out);
+	free(out);
+
+	td_client_close(c);
+	daemon_stop(&d);
+}
+
+static void write_file(const char *path, const void *b, size_t n)
+{
+	FILE *f = fopen(path, "wb");
+
+	cr_assert(f && fwrite(b, 1, n, f) == n);
+	fclose(f);
+}
+
+Test(tgm_io, save_inspect_load_round_trip_is_byte_identical)
+{
+	struct daemon d;
+	struct td_client *c;
+	struct td_error e = {0};
+	char path[160], *out;
+	float f32[6] = {1.5f, -2.0f, NAN, INFINITY, 0.0f, 1e-30f};
+	int64_t i64[3] = {INT64_MIN, -1, INT64_MAX};
+	uint16_t f16[2] = {0x3c00, 0x7bff};
+	uint8_t u8[5] = {0, 1, 2, 254, 255};
+	uint64_t s_f32[2] = {2, 3}, s_i64[1] = {3}, s_f16[3] = {1, 2, 1},
+		 s_u8[1] = {5};
+	const struct {
+		const char *name;
+		uint32_t dtype;
+		uint32_t ndim;
+		const uint64_t *shape;
+		const void *data;
+		size_t len;
+		const char *meta;
+	} t[] = {
+		{"rt_f32", TD_TENSOR_F32, 2, s_f32, f32, sizeof(f32),
+		 "{\"units\":\"K\",\"level\":[1000,850]}"},
+		{"rt_i64", TD_TENSOR_I64, 1, s_i64, i64, sizeof(i64),
+		 "not json"},
+		{"rt_f16", TD_TENSOR_F16, 3, s_f16, f16, sizeof(f16), NULL},
+		{"rt_u8", TD_TENSOR_U8, 1, s_u8, u8, sizeof(u8), NULL},
+	};
+	size_t n = sizeof(t) / sizeof(t[0]);
+
+	daemon_start(&d);
+	c = client(&d);
+	for (size_t i = 0; i < n; i++) {
+		struct td_publish p = {.name = t[i].name, .dtype = t[i].dtype,
+				       .ndim = t[i].ndim, .shape = t[i].shape,
+				       .meta = t[i].meta,
+				       .meta_len = t[i].meta
+							   ? strlen(t[i].meta)
+							   : 0};
+		cr_assert_eq(td_client_put(c, &p, t[i].data, t[i].len, NULL,
+					   &e),
+			     0, "%s", e.reason);
+	}
+	snprintf(path, sizeof(path), "%s/rt.tgm", d.dir);
+	cr_assert_eq(ctl(&d, &out, "save", "rt_f32", "rt_i64", "rt_f16",
+			 "rt_u8", "-o", path, NULL),
+		     0, "%s", out);
+	free(out);
+
+	/* our own reader: clean walk, every hash verified */
+	cr_assert_eq(ctl(&d, &out, "inspect", path, NULL), 0, "%s", out);
+	cr_expect(strstr(out, "end: clean"), "%s", out);
+	cr_expect(!strstr(out, "MISMATCH"), "%s", out);
+	cr_expect(strstr(out, "0x0095"), "%s", out);
+	free(out);
+
+	for (size_t i = 0; i < n; i++)
+		cr_assert_eq(td_client_delete(c, t[i].name, NULL, &e), 0);
+	cr_assert_eq(ctl(&d, &out, "load", path, NULL), 0, "%s", out);
+	free(out);
+	for (size_t i = 0; i < n; i++) {
+		struct td_tensor *x = get(c, t[i].name);
+
+		cr_expect_eq(td_tensor_dtype(x), t[i].dtype, "%s", t[i].name);
+		cr_assert_eq(td_tensor_ndim(x), t[i].ndim);
+		for (uint32_t k = 0; k < t[i].ndim; k++)
+			cr_expect_eq(td_tensor_shape(x)[k], t[i].shape[k]);
+		cr_assert_eq(td_tensor_bytes(x), t[i].len, "%s", t[i].name);
+		cr_expect(!memcmp(td_tensor_plane_data(x, 0), t[i].data,
+				  t[i].len),
+			  "%s: bytes differ after the round trip", t[i].name);
+		td_tensor_release(x);
+	}
+	{
+		struct td_tensor *x = get(c, "rt_f32");
+
+		expect_meta_has(x, "\"level\":[1000,850]");
+		expect_meta_has(x, "\"units\":\"K\"");
+		expect_meta_has(x, "\"name\":\"rt_f32\"");
+		td_tensor_release(x);
+		x = get(c, "rt_i64");
+		expect_meta_has(x, "\"tensord_meta\":\"not json\"");
+		td_tensor_release(x);
+	}
+	/* a second save of the reloaded tensors writes the same file */
+	{
+		char p2[160];
+		uint8_t *a, *b;
+		size_t la, lb;
+
+		snprintf(p2, sizeof(p2), "%s/rt2.tgm", d.dir);
+		cr_assert_eq(ctl(&d, &out, "save", "rt_f32", "rt_i64",
+				 "rt_f16", "rt_u8", "-o", p2, NULL),
+			     0, "%s", out);
+		free(out);
+		a = tu_read_file(path, &la);
+		b = tu_read_file(p2, &lb);
+		cr_expect(la == lb && !memcmp(a, b, la),
+			  "save is not stable across load");
+		free(a);
+		free(b);
+		unlink(p2);
+	}
+	cr_expect_eq(ctl(&d, &out, "save", "rt_nope", "-o", path, NULL), 1);
+	free(out);
+	cr_expect_eq(ctl(&d, &out, "save", "rt_u8", NULL), 2, "no -o: usage");
+	free(out);
+	unlink(path);
+	td_client_close(c);
+	daemon_stop(&d);
+}
+
+Test(tgm_io, load_names_objects_by_the_chain_without_collisions)
+{
+	uint8_t one[1] = {42};
+	uint64_t shape[1] = {1};
+	const char *metas[] = {
+		"{\"name\":\"x\"}",
+		"{\"mars\":{\"param\":\"x\"}}",
+		"{\"shortName\":\"x_1\"}",
+		"{\"name\":\"a/b\"}",
+		"{\"bids\":{\"task\":\"rest\"},\"name\":\"n\"}",
+		"{}",
+	};
+	struct td_tgm_enc_object ob[6];
+	struct daemon d;
+	struct td_entry *list;
+	size_t count, len;
+	char path[160], *out;
+	uint8_t *msg;
+	struct td_client *c;
+
+	for (int i = 0; i < 6; i++)
+		ob[i] = (struct td_tgm_enc_object){
+			.dtype = TD_TGM_UINT8, .ndim = 1, .shape = shape,
+			.data = one, .data_len = 1, .meta = metas[i],
+			.meta_len = strlen(metas[i])};
+	cr_assert_eq(td_tgm_message_encode(ob, 6, "t", &msg, &len, NULL), 0);
+	daemon_start(&d);
+	snprintf(path, sizeof(path), "%s/names.tgm", d.dir);
+	write_file(path, msg, len);
+	free(msg);
+	cr_assert_eq(ctl(&d, &out, "load", path, NULL), 0, "%s", out);
+	free(out);
+	c = client(&d);
+	cr_assert_eq(td_client_list(c, NULL, &list, &count, NULL), 0);
+	{
+		/* every name once (the daemon's order is not ours) */
+		const char *want[] = {"x",   "x_1", "x_1_1",
+				      "a_b", "n",   "object_5"};
+		char got[256] = "";
+
+		for (size_t i = 0; i < count; i++)
+			snprintf(got + strlen(got), sizeof(got) - strlen(got),
+				 " %s ", list[i].name);
+		cr_assert_eq(count, 6, "%s", got);
+		for (size_t i = 0; i < 6; i++) {
+			char w[64];
+
+			snprintf(w, sizeof(w), " %s ", want[i]);
+			cr_expect(strstr(got, w), "%s not in%s", want[i], got);
+		}
+	}
+	td_entry_list_free(list, count);
+	/* the variable key comes first when given */
+	cr_assert_eq(ctl(&d, &out, "load", path, "--variable-key", "bids.task",
+			 NULL),
+		     0, "%s", out);
+	cr_expect(strstr(out, "rest version"), "%s", out);
+	free(out);
+	unlink(path);
+	td_client_close(c);
+	daemon_stop(&d);
+}
+
+Test(tgm_io, load_refuses_codecs_naming_them_and_publishes_nothing)
+{
+	static const struct {
+		const char *key, *value, *says;
+	} t[] = {
+		{"compression", "zstd", "compression \"zstd\""},
+		{"filter", "shuffle", "filter \"shuffle\""},
+		{"encoding", "simple_packing", "encoding \"simple_packing\""},
+		{"dtype", "bfloat16", "dtype \"bfloat16\""},
+	};
+	struct daemon d;
+	struct td_client *c;
+	struct td_entry *list;
+	size_t count;
+
+	daemon_start(&d);
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		uint8_t data[4] = {1, 2, 3, 4}, *m, *good, *both;
+		size_t clen, glen, len, blen;
+		uint8_t *cb = desc_u8(4, t[i].key, t[i].value, &clen);
+		uint8_t *cg = desc_u8(4, NULL, NULL, &glen);
+		char path[160], *out;
+
+		/* a good object first, then the refused one: the good one
+		 * must not be published either */
+		good = msg_one(data, 4, cg, glen, &len);
+		m = msg_one(data, 4, cb, clen, &blen);
+		both = malloc(len + blen);
+		/* splice: good's frame then bad's frame in one message */
+		{
+			size_t gf = len - 48, bf = blen - 48, o = 0;
+			memcpy(both, good, 24 + gf);
+			o = 24 + gf;
+			memcpy(both + o, m + 24, bf);
+			o += bf;
+			td__put_be64(both + 16, o + 24);
+			td__put_be64(both + o, o);
+			td__put_be64(both + o + 8, o + 24);
+			memcpy(both + o + 16, "39277777", 8);
+			blen = o + 24;
+		}
+		snprintf(path, sizeof(path), "%s/bad.tgm", d.dir);
+		write_file(path, both, blen);
+		cr_expect_eq(ctl(&d, &out, "load", path, NULL), 1, "%s", out);
+		cr_expect(strstr(out, t[i].says), "%s: %s", t[i].says, out);
+		cr_expect(strstr(out, "object 1"), "%s", out);
+		free(out);
+		unlink(path);
+		free(cb);
+		free(cg);
+		free(m);
+		free(good);
+		free(both);
+	}
+	c = client(&d);
+	cr_assert_eq(td_client_list(c, NULL, &list, &count, NULL), 0);
+	cr_expect_eq(count, 0, "refused loads published %zu tensor(s)", count);
+	td_entry_list_free(list, count);
+	td_client_close(c);
+	daemon_stop(&d);
+}
