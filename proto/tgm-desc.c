@@ -95,8 +95,15 @@ enum cev {
 
 /* What is open: a definite container counts down `left` items (a map
  * counts keys and values), an indefinite one waits for its break. */
-enum ckind { K_ARRAY, K_MAP, K_INDEF_ARRAY, K_INDEF_MAP, K_INDEF_TEXT,
-	     K_INDEF_BYTES, K_TAG };
+enum ckind {
+	K_ARRAY,
+	K_MAP,
+	K_INDEF_ARRAY,
+	K_INDEF_MAP,
+	K_INDEF_TEXT,
+	K_INDEF_BYTES,
+	K_TAG
+};
 
 struct cstate {
 	enum cev ev;
@@ -191,36 +198,36 @@ static void cb_break(void *c)
 }
 
 static const struct cbor_callbacks check_cbs = {
-	.uint8 = cb_scalar_u8,
-	.uint16 = cb_scalar_u16,
-	.uint32 = cb_scalar_u32,
-	.uint64 = cb_scalar_u64,
-	.negint8 = cb_scalar_u8,
-	.negint16 = cb_scalar_u16,
-	.negint32 = cb_scalar_u32,
-	.negint64 = cb_scalar_u64,
-	/* libcbor's member names: byte_string/string are the definite ones,
-	 * *_start the indefinite ones (its comments have them swapped) */
-	.byte_string = cb_bytes,
-	.byte_string_start = cb_indef_bytes,
-	.string = cb_text,
-	.string_start = cb_indef_text,
-	.array_start = cb_array,
-	.indef_array_start = cb_indef_array,
-	.map_start = cb_map,
-	.indef_map_start = cb_indef_map,
-	.tag = cb_tag,
-	.float2 = cb_scalar_f,
-	.float4 = cb_scalar_f,
-	.float8 = cb_scalar_d,
-	.undefined = cb_scalar,
-	.null = cb_scalar,
-	.boolean = cb_scalar_b,
-	.indef_break = cb_break,
+        .uint8 = cb_scalar_u8,
+        .uint16 = cb_scalar_u16,
+        .uint32 = cb_scalar_u32,
+        .uint64 = cb_scalar_u64,
+        .negint8 = cb_scalar_u8,
+        .negint16 = cb_scalar_u16,
+        .negint32 = cb_scalar_u32,
+        .negint64 = cb_scalar_u64,
+        /* libcbor's member names: byte_string/string are the definite ones,
+         * *_start the indefinite ones (its comments have them swapped) */
+        .byte_string = cb_bytes,
+        .byte_string_start = cb_indef_bytes,
+        .string = cb_text,
+        .string_start = cb_indef_text,
+        .array_start = cb_array,
+        .indef_array_start = cb_indef_array,
+        .map_start = cb_map,
+        .indef_map_start = cb_indef_map,
+        .tag = cb_tag,
+        .float2 = cb_scalar_f,
+        .float4 = cb_scalar_f,
+        .float8 = cb_scalar_d,
+        .undefined = cb_scalar,
+        .null = cb_scalar,
+        .boolean = cb_scalar_b,
+        .indef_break = cb_break,
 };
 
 int td_tgm_cbor_check(const uint8_t *buf, size_t len, size_t *item_len,
-		      struct td_err *err)
+                      struct td_err *err)
 {
 	struct {
 		enum ckind kind;
@@ -238,33 +245,33 @@ int td_tgm_cbor_check(const uint8_t *buf, size_t len, size_t *item_len,
 
 		if (pos >= len)
 			return td__err_truncated(err, pos + 1, len, pos,
-						 "CBOR item ends early");
+			                         "CBOR item ends early");
 		r = cbor_stream_decode(buf + pos, len - pos, &check_cbs, &s);
 		if (r.status == CBOR_DECODER_NEDATA)
 			return td__err_truncated(err, pos + r.required, len,
-						 pos, "CBOR item ends early");
+			                         pos, "CBOR item ends early");
 		if (r.status != CBOR_DECODER_FINISHED || s.ev == EV_NONE)
 			return td__err_set(err, TD_ERR_MALFORMED, NULL, true,
-					   buf[pos], pos,
-					   "not well-formed CBOR (reserved "
-					   "or unassigned initial byte)");
+			                   buf[pos], pos,
+			                   "not well-formed CBOR (reserved "
+			                   "or unassigned initial byte)");
 		if (++items > TD_TGM_CBOR_MAX_ITEMS)
 			return td__err_set(err, TD_ERR_UNSUPPORTED_REQUIREMENT,
-					   NULL, false, 0, pos,
-					   "CBOR has too many items");
+			                   NULL, false, 0, pos,
+			                   "CBOR has too many items");
 		/* inside an indefinite string only same-type chunks and the
 		 * break may appear (RFC 8949 §3.2.3) */
 		if (depth && (st[depth - 1].kind == K_INDEF_TEXT ||
-			      st[depth - 1].kind == K_INDEF_BYTES)) {
+		              st[depth - 1].kind == K_INDEF_BYTES)) {
 			enum cev want = st[depth - 1].kind == K_INDEF_TEXT
-						? EV_TEXT
-						: EV_BYTES;
+			                        ? EV_TEXT
+			                        : EV_BYTES;
 			if (s.ev != want && s.ev != EV_BREAK)
 				return td__err_set(
-					err, TD_ERR_MALFORMED, NULL, false, 0,
-					pos,
-					"indefinite string chunk of the "
-					"wrong type");
+				        err, TD_ERR_MALFORMED, NULL, false, 0,
+				        pos,
+				        "indefinite string chunk of the "
+				        "wrong type");
 		}
 		pos += r.read;
 		left = len - pos;
@@ -272,9 +279,8 @@ int td_tgm_cbor_check(const uint8_t *buf, size_t len, size_t *item_len,
 		case EV_TEXT:
 			if (!td__utf8_valid(s.sp, s.slen))
 				return td__err_set(err, TD_ERR_INVALID_UTF8,
-						   NULL, false, 0,
-						   pos - s.slen,
-						   "CBOR text is not UTF-8");
+				                   NULL, false, 0, pos - s.slen,
+				                   "CBOR text is not UTF-8");
 			done = true;
 			break;
 		case EV_SCALAR:
@@ -288,14 +294,15 @@ int td_tgm_cbor_check(const uint8_t *buf, size_t len, size_t *item_len,
 			 * slots for it) */
 			if (s.n > left || (s.ev == EV_MAP && s.n > left / 2))
 				return td__err_truncated(
-					err,
-					s.n > UINT64_MAX / 2 - pos
-						? UINT64_MAX
-						: pos + (s.ev == EV_MAP ? 2 : 1) *
-								s.n,
-					len, pos - r.read,
-					"CBOR count larger than the bytes "
-					"left");
+				        err,
+				        s.n > UINT64_MAX / 2 - pos
+				                ? UINT64_MAX
+				                : pos + (s.ev == EV_MAP ? 2
+				                                        : 1) *
+				                                  s.n,
+				        len, pos - r.read,
+				        "CBOR count larger than the bytes "
+				        "left");
 			if (s.n == 0)
 				done = true;
 			else
@@ -313,15 +320,15 @@ int td_tgm_cbor_check(const uint8_t *buf, size_t len, size_t *item_len,
 			    st[depth - 1].kind == K_MAP ||
 			    st[depth - 1].kind == K_TAG)
 				return td__err_set(err, TD_ERR_MALFORMED, NULL,
-						   false, 0, pos - 1,
-						   "CBOR break outside an "
-						   "indefinite item");
+				                   false, 0, pos - 1,
+				                   "CBOR break outside an "
+				                   "indefinite item");
 			if (st[depth - 1].kind == K_INDEF_MAP &&
 			    st[depth - 1].left)
 				return td__err_set(err, TD_ERR_MALFORMED, NULL,
-						   false, 0, pos - 1,
-						   "CBOR map key without a "
-						   "value");
+				                   false, 0, pos - 1,
+				                   "CBOR map key without a "
+				                   "value");
 			depth--;
 			done = true;
 			break;
@@ -330,24 +337,24 @@ int td_tgm_cbor_check(const uint8_t *buf, size_t len, size_t *item_len,
 		}
 		if (open) {
 			static const enum ckind kinds[] = {
-				[EV_ARRAY] = K_ARRAY,
-				[EV_MAP] = K_MAP,
-				[EV_INDEF_ARRAY] = K_INDEF_ARRAY,
-				[EV_INDEF_MAP] = K_INDEF_MAP,
-				[EV_INDEF_TEXT] = K_INDEF_TEXT,
-				[EV_INDEF_BYTES] = K_INDEF_BYTES,
-				[EV_TAG] = K_TAG,
+			        [EV_ARRAY] = K_ARRAY,
+			        [EV_MAP] = K_MAP,
+			        [EV_INDEF_ARRAY] = K_INDEF_ARRAY,
+			        [EV_INDEF_MAP] = K_INDEF_MAP,
+			        [EV_INDEF_TEXT] = K_INDEF_TEXT,
+			        [EV_INDEF_BYTES] = K_INDEF_BYTES,
+			        [EV_TAG] = K_TAG,
 			};
 			if (depth == TD_TGM_CBOR_MAX_DEPTH)
 				return td__err_set(
-					err, TD_ERR_UNSUPPORTED_REQUIREMENT,
-					NULL, false, 0, pos - r.read,
-					"CBOR nested too deeply");
+				        err, TD_ERR_UNSUPPORTED_REQUIREMENT,
+				        NULL, false, 0, pos - r.read,
+				        "CBOR nested too deeply");
 			st[depth].kind = kinds[s.ev];
-			st[depth].left = s.ev == EV_ARRAY  ? s.n
-					 : s.ev == EV_MAP  ? 2 * s.n
-					 : s.ev == EV_TAG ? 1
-							   : 0;
+			st[depth].left = s.ev == EV_ARRAY ? s.n
+			                 : s.ev == EV_MAP ? 2 * s.n
+			                 : s.ev == EV_TAG ? 1
+			                                  : 0;
 			depth++;
 		}
 		/* an item completed: count it against its container(s) */
@@ -379,8 +386,8 @@ int td_tgm_cbor_check(const uint8_t *buf, size_t len, size_t *item_len,
 }
 
 /* Check, then build libcbor's tree. *used (may be NULL) = item length. */
-static int load(const uint8_t *buf, size_t len, cbor_item_t **out,
-		size_t *used, struct td_err *err)
+static int load(const uint8_t *buf, size_t len, cbor_item_t **out, size_t *used,
+                struct td_err *err)
 {
 	struct cbor_load_result r;
 	size_t n;
@@ -395,7 +402,8 @@ static int load(const uint8_t *buf, size_t len, cbor_item_t **out,
 	}
 	if (!*out)
 		return td__err_set(err, TD_ERR_MALFORMED, NULL, false, 0,
-				   r.error.position, "libcbor refused the item");
+		                   r.error.position,
+		                   "libcbor refused the item");
 	if (used)
 		*used = n;
 	return 0;
@@ -478,26 +486,26 @@ static bool word_get(const cbor_item_t *it, char *w)
 }
 
 static int uint_array(const cbor_item_t *it, uint64_t *out, uint32_t *count,
-		      const char *field, struct td_err *err)
+                      const char *field, struct td_err *err)
 {
 	cbor_item_t **h;
 	size_t n;
 
 	if (!cbor_isa_array(it))
 		return td__err_set(err, TD_ERR_MALFORMED, field, false, 0, 0,
-				   "descriptor key is not an array");
+		                   "descriptor key is not an array");
 	n = cbor_array_size(it);
 	if (n > TD_TGM_MAX_DIMS)
 		return td__err_set(err, TD_ERR_UNSUPPORTED_REQUIREMENT, field,
-				   true, n, 0,
-				   "descriptor has too many dimensions");
+		                   true, n, 0,
+		                   "descriptor has too many dimensions");
 	h = cbor_array_handle(it);
 	for (size_t i = 0; i < n; i++) {
 		if (!cbor_isa_uint(h[i]))
 			return td__err_set(err, TD_ERR_MALFORMED, field, false,
-					   0, 0,
-					   "descriptor array element is not "
-					   "an unsigned integer");
+			                   0, 0,
+			                   "descriptor array element is not "
+			                   "an unsigned integer");
 		out[i] = cbor_get_int(h[i]);
 	}
 	*count = (uint32_t)n;
@@ -510,21 +518,21 @@ static const struct {
 	const char *name;
 	unsigned width;
 } dtypes[] = {
-	[TD_TGM_INT8] = {"int8", 1},
-	[TD_TGM_INT16] = {"int16", 2},
-	[TD_TGM_INT32] = {"int32", 4},
-	[TD_TGM_INT64] = {"int64", 8},
-	[TD_TGM_UINT8] = {"uint8", 1},
-	[TD_TGM_UINT16] = {"uint16", 2},
-	[TD_TGM_UINT32] = {"uint32", 4},
-	[TD_TGM_UINT64] = {"uint64", 8},
-	[TD_TGM_FLOAT16] = {"float16", 2},
-	[TD_TGM_FLOAT32] = {"float32", 4},
-	[TD_TGM_FLOAT64] = {"float64", 8},
-	[TD_TGM_BFLOAT16] = {"bfloat16", 2},
-	[TD_TGM_COMPLEX64] = {"complex64", 8},
-	[TD_TGM_COMPLEX128] = {"complex128", 16},
-	[TD_TGM_BITMASK] = {"bitmask", 0},
+        [TD_TGM_INT8] = {"int8", 1},
+        [TD_TGM_INT16] = {"int16", 2},
+        [TD_TGM_INT32] = {"int32", 4},
+        [TD_TGM_INT64] = {"int64", 8},
+        [TD_TGM_UINT8] = {"uint8", 1},
+        [TD_TGM_UINT16] = {"uint16", 2},
+        [TD_TGM_UINT32] = {"uint32", 4},
+        [TD_TGM_UINT64] = {"uint64", 8},
+        [TD_TGM_FLOAT16] = {"float16", 2},
+        [TD_TGM_FLOAT32] = {"float32", 4},
+        [TD_TGM_FLOAT64] = {"float64", 8},
+        [TD_TGM_BFLOAT16] = {"bfloat16", 2},
+        [TD_TGM_COMPLEX64] = {"complex64", 8},
+        [TD_TGM_COMPLEX128] = {"complex128", 16},
+        [TD_TGM_BITMASK] = {"bitmask", 0},
 };
 #define DTYPE_COUNT (sizeof(dtypes) / sizeof(dtypes[0]))
 
@@ -551,14 +559,25 @@ enum td_tgm_dtype td_tgm_dtype_from_name(const char *name)
 /* The keys upstream's deserialiser knows; anything else is a codec
  * parameter (counted, and searched by the naming chain). */
 static const char *const known_keys[] = {
-	"type",	  "ndim",     "shape",	     "strides", "dtype",
-	"byte_order", "encoding", "filter", "compression", "masks",
+        "type",       "ndim",     "shape",  "strides",     "dtype",
+        "byte_order", "encoding", "filter", "compression", "masks",
 };
-enum { KEY_TYPE, KEY_NDIM, KEY_SHAPE, KEY_STRIDES, KEY_DTYPE, KEY_ORDER,
-       KEY_ENCODING, KEY_FILTER, KEY_COMPRESSION, KEY_MASKS, KEY_COUNT };
-#define KEYS_REQUIRED                                                         \
-	(1u << KEY_TYPE | 1u << KEY_NDIM | 1u << KEY_SHAPE |                  \
-	 1u << KEY_STRIDES | 1u << KEY_DTYPE | 1u << KEY_ENCODING |           \
+enum {
+	KEY_TYPE,
+	KEY_NDIM,
+	KEY_SHAPE,
+	KEY_STRIDES,
+	KEY_DTYPE,
+	KEY_ORDER,
+	KEY_ENCODING,
+	KEY_FILTER,
+	KEY_COMPRESSION,
+	KEY_MASKS,
+	KEY_COUNT
+};
+#define KEYS_REQUIRED                                                          \
+	(1u << KEY_TYPE | 1u << KEY_NDIM | 1u << KEY_SHAPE |                   \
+	 1u << KEY_STRIDES | 1u << KEY_DTYPE | 1u << KEY_ENCODING |            \
 	 1u << KEY_FILTER | 1u << KEY_COMPRESSION)
 
 static int known_key(const cbor_item_t *k)
@@ -570,13 +589,13 @@ static int known_key(const cbor_item_t *k)
 }
 
 static int desc_masks(const cbor_item_t *v, struct td_tgm_desc *d,
-		      struct td_err *err)
+                      struct td_err *err)
 {
 	struct cbor_pair *p;
 
 	if (!cbor_isa_map(v))
 		return td__err_set(err, TD_ERR_MALFORMED, "masks", false, 0, 0,
-				   "descriptor masks is not a map");
+		                   "descriptor masks is not a map");
 	d->has_masks = true;
 	p = cbor_map_handle(v);
 	for (size_t i = 0; i < cbor_map_size(v); i++) {
@@ -590,7 +609,7 @@ static int desc_masks(const cbor_item_t *v, struct td_tgm_desc *d,
 }
 
 static int desc_from_item(const cbor_item_t *it, struct td_tgm_desc *d,
-			  struct td_err *err)
+                          struct td_err *err)
 {
 	struct cbor_pair *p;
 	unsigned seen = 0;
@@ -598,7 +617,7 @@ static int desc_from_item(const cbor_item_t *it, struct td_tgm_desc *d,
 
 	if (!cbor_isa_map(it))
 		return td__err_set(err, TD_ERR_MALFORMED, NULL, false, 0, 0,
-				   "descriptor is not a CBOR map");
+		                   "descriptor is not a CBOR map");
 	p = cbor_map_handle(it);
 	for (size_t i = 0; i < cbor_map_size(it) && !rc; i++) {
 		const cbor_item_t *v = p[i].value;
@@ -610,9 +629,9 @@ static int desc_from_item(const cbor_item_t *it, struct td_tgm_desc *d,
 			continue;
 		}
 		if (seen & (1u << k))
-			return td__err_set(err, TD_ERR_MALFORMED,
-					   known_keys[k], false, 0, 0,
-					   "descriptor repeats a key");
+			return td__err_set(err, TD_ERR_MALFORMED, known_keys[k],
+			                   false, 0, 0,
+			                   "descriptor repeats a key");
 		seen |= 1u << k;
 		switch (k) {
 		case KEY_NDIM:
@@ -622,11 +641,11 @@ static int desc_from_item(const cbor_item_t *it, struct td_tgm_desc *d,
 			break;
 		case KEY_SHAPE:
 			rc = uint_array(v, d->shape, &d->shape_count, "shape",
-					err);
+			                err);
 			break;
 		case KEY_STRIDES:
 			rc = uint_array(v, d->strides, &d->strides_count,
-					"strides", err);
+			                "strides", err);
 			break;
 		case KEY_MASKS:
 			rc = desc_masks(v, d, err);
@@ -640,16 +659,16 @@ static int desc_from_item(const cbor_item_t *it, struct td_tgm_desc *d,
 				d->byte_order = TD_TGM_ORDER_LITTLE;
 			else
 				return td__err_set(err, TD_ERR_MALFORMED,
-						   "byte_order", false, 0, 0,
-						   "descriptor byte_order is "
-						   "neither big nor little");
+				                   "byte_order", false, 0, 0,
+				                   "descriptor byte_order is "
+				                   "neither big nor little");
 			break;
 		default: {
-			char *dst = k == KEY_TYPE	   ? d->type
-				    : k == KEY_DTYPE	   ? d->dtype_name
-				    : k == KEY_ENCODING	   ? d->encoding
-				    : k == KEY_FILTER	   ? d->filter
-							   : d->compression;
+			char *dst = k == KEY_TYPE       ? d->type
+			            : k == KEY_DTYPE    ? d->dtype_name
+			            : k == KEY_ENCODING ? d->encoding
+			            : k == KEY_FILTER   ? d->filter
+			                                : d->compression;
 			if (!word_get(v, dst))
 				goto wrong_type;
 			if (k == KEY_DTYPE)
@@ -660,7 +679,7 @@ static int desc_from_item(const cbor_item_t *it, struct td_tgm_desc *d,
 		continue;
 	wrong_type:
 		return td__err_set(err, TD_ERR_MALFORMED, known_keys[k], false,
-				   0, 0, "descriptor key has the wrong type");
+		                   0, 0, "descriptor key has the wrong type");
 	}
 	if (rc < 0)
 		return rc;
@@ -668,15 +687,15 @@ static int desc_from_item(const cbor_item_t *it, struct td_tgm_desc *d,
 		for (int k = 0; k < KEY_COUNT; k++)
 			if ((KEYS_REQUIRED & ~seen) & (1u << k))
 				return td__err_set(
-					err, TD_ERR_MALFORMED, known_keys[k],
-					false, 0, 0,
-					"descriptor lacks a required key");
+				        err, TD_ERR_MALFORMED, known_keys[k],
+				        false, 0, 0,
+				        "descriptor lacks a required key");
 	}
 	return 0;
 }
 
 int td_tgm_desc_decode(const uint8_t *buf, size_t len, struct td_tgm_desc *d,
-		       struct td_err *err)
+                       struct td_err *err)
 {
 	cbor_item_t *it;
 	size_t used;
@@ -694,7 +713,7 @@ int td_tgm_desc_decode(const uint8_t *buf, size_t len, struct td_tgm_desc *d,
 }
 
 int td_tgm_object_decode(const struct td_tgm_frame *fr, struct td_tgm_object *o,
-			 struct td_err *err)
+                         struct td_err *err)
 {
 	const uint8_t *f;
 	uint64_t region;
@@ -703,33 +722,32 @@ int td_tgm_object_decode(const struct td_tgm_frame *fr, struct td_tgm_object *o,
 	memset(o, 0, sizeof(*o));
 	if (fr->type != TD_TGM_NTENSOR_FRAME)
 		return td__err_set(err, TD_ERR_INVALID_ARGUMENT, "type", true,
-				   fr->type, fr->offset,
-				   "not a data-object frame");
+		                   fr->type, fr->offset,
+		                   "not a data-object frame");
 	f = fr->payload - TD_TGM_FRAME_HEADER_LEN;
 	/* the walk checked 16 <= cbor_offset <= length - 20 (F10) */
 	if (fr->cbor_after_payload) {
 		o->cbor = f + fr->cbor_offset;
 		o->cbor_len = fr->length - TD_TGM_NTENSOR_FOOTER_LEN -
-			      fr->cbor_offset;
+		              fr->cbor_offset;
 		rc = td_tgm_desc_decode(o->cbor, o->cbor_len, &o->desc, err);
 		if (rc < 0)
 			goto fail;
 		if (o->desc.cbor_len != o->cbor_len) {
 			rc = td__err_set(err, TD_ERR_MALFORMED, "descriptor",
-					 true, o->cbor_len - o->desc.cbor_len,
-					 0, "bytes after the descriptor");
+			                 true, o->cbor_len - o->desc.cbor_len,
+			                 0, "bytes after the descriptor");
 			goto fail;
 		}
 		o->data = f + TD_TGM_FRAME_HEADER_LEN;
 		o->data_len = fr->cbor_offset - TD_TGM_FRAME_HEADER_LEN;
 	} else {
 		if (fr->cbor_offset != TD_TGM_FRAME_HEADER_LEN)
-			return td__err_set(err, TD_ERR_MALFORMED,
-					   "cbor_offset", true,
-					   fr->cbor_offset,
-					   fr->offset + fr->length - 20,
-					   "CBOR-before frame with cbor_offset "
-					   "other than 16");
+			return td__err_set(err, TD_ERR_MALFORMED, "cbor_offset",
+			                   true, fr->cbor_offset,
+			                   fr->offset + fr->length - 20,
+			                   "CBOR-before frame with cbor_offset "
+			                   "other than 16");
 		o->cbor = fr->payload;
 		region = fr->payload_len;
 		rc = td_tgm_desc_decode(o->cbor, region, &o->desc, err);
@@ -742,10 +760,9 @@ int td_tgm_object_decode(const struct td_tgm_frame *fr, struct td_tgm_object *o,
 	if (o->desc.has_masks && o->desc.masks_min_offset != UINT64_MAX) {
 		if (o->desc.masks_min_offset > o->data_len)
 			return td__err_set(err, TD_ERR_MALFORMED, "masks", true,
-					   o->desc.masks_min_offset,
-					   fr->offset,
-					   "mask offset beyond the data "
-					   "region");
+			                   o->desc.masks_min_offset, fr->offset,
+			                   "mask offset beyond the data "
+			                   "region");
 		o->data_len = o->desc.masks_min_offset;
 	}
 	o->data_offset = fr->offset + (uint64_t)(o->data - f);
@@ -759,45 +776,43 @@ fail:
 }
 
 int td_tgm_desc_check_import(const struct td_tgm_desc *d, uint64_t data_len,
-			     struct td_err *err)
+                             struct td_err *err)
 {
 	uint64_t want = 1, stride = 1;
 	unsigned width = td_tgm_dtype_width(d->dtype);
 
 	if (strcmp(d->type, "ntensor"))
 		return td__err_set(err, TD_ERR_UNSUPPORTED_REQUIREMENT, "type",
-				   false, 0, 0,
-				   "object type is not ntensor");
+		                   false, 0, 0, "object type is not ntensor");
 	if (!width || d->dtype == TD_TGM_BFLOAT16 ||
 	    d->dtype == TD_TGM_COMPLEX64 || d->dtype == TD_TGM_COMPLEX128)
-		return td__err_set(err, TD_ERR_UNSUPPORTED_REQUIREMENT,
-				   "dtype", false, 0, 0,
-				   "dtype has no tensord equivalent");
+		return td__err_set(err, TD_ERR_UNSUPPORTED_REQUIREMENT, "dtype",
+		                   false, 0, 0,
+		                   "dtype has no tensord equivalent");
 	if (strcmp(d->encoding, "none"))
 		return td__err_set(err, TD_ERR_UNSUPPORTED_REQUIREMENT,
-				   "encoding", false, 0, 0,
-				   "encoded objects are not imported");
+		                   "encoding", false, 0, 0,
+		                   "encoded objects are not imported");
 	if (strcmp(d->filter, "none"))
 		return td__err_set(err, TD_ERR_UNSUPPORTED_REQUIREMENT,
-				   "filter", false, 0, 0,
-				   "filtered objects are not imported");
+		                   "filter", false, 0, 0,
+		                   "filtered objects are not imported");
 	if (strcmp(d->compression, "none"))
 		return td__err_set(err, TD_ERR_UNSUPPORTED_REQUIREMENT,
-				   "compression", false, 0, 0,
-				   "compressed objects are not imported");
+		                   "compression", false, 0, 0,
+		                   "compressed objects are not imported");
 	if (d->has_masks)
-		return td__err_set(err, TD_ERR_UNSUPPORTED_REQUIREMENT,
-				   "masks", false, 0, 0,
-				   "masked objects are not imported");
+		return td__err_set(err, TD_ERR_UNSUPPORTED_REQUIREMENT, "masks",
+		                   false, 0, 0,
+		                   "masked objects are not imported");
 	if (d->ndim != d->shape_count || d->strides_count != d->shape_count)
-		return td__err_set(err, TD_ERR_MALFORMED, "ndim", true,
-				   d->ndim, 0,
-				   "ndim, shape and strides disagree");
+		return td__err_set(err, TD_ERR_MALFORMED, "ndim", true, d->ndim,
+		                   0, "ndim, shape and strides disagree");
 	for (uint32_t k = d->shape_count; k-- > 0;) {
 		if (d->strides[k] != stride)
 			return td__err_set(err, TD_ERR_UNSUPPORTED_REQUIREMENT,
-					   "strides", true, d->strides[k], 0,
-					   "strides are not C-contiguous");
+			                   "strides", true, d->strides[k], 0,
+			                   "strides are not C-contiguous");
 		/* past an overflow no stride can match: the product check
 		 * below reports it */
 		if (td__mul_ovf(stride, d->shape[k], &stride))
@@ -806,15 +821,15 @@ int td_tgm_desc_check_import(const struct td_tgm_desc *d, uint64_t data_len,
 	for (uint32_t k = 0; k < d->shape_count; k++)
 		if (td__mul_ovf(want, d->shape[k], &want))
 			return td__err_set(err, TD_ERR_FORGED_LENGTH, "shape",
-					   false, 0, 0,
-					   "element count overflows");
+			                   false, 0, 0,
+			                   "element count overflows");
 	if (td__mul_ovf(want, width, &want))
 		return td__err_set(err, TD_ERR_FORGED_LENGTH, "shape", false, 0,
-				   0, "byte count overflows");
+		                   0, "byte count overflows");
 	if (want != data_len)
 		return td__err_set(err, TD_ERR_MALFORMED, "data", true,
-				   data_len, 0,
-				   "data length differs from shape x width");
+		                   data_len, 0,
+		                   "data length differs from shape x width");
 	return 0;
 }
 
@@ -852,18 +867,19 @@ static void string_bytes(const cbor_item_t *it, struct gbuf *out)
 	bool text = cbor_isa_string(it);
 
 	if (text ? cbor_string_is_definite(it)
-		 : cbor_bytestring_is_definite(it)) {
+	         : cbor_bytestring_is_definite(it)) {
 		gb_put(out,
-		       text ? cbor_string_handle(it) : cbor_bytestring_handle(it),
+		       text ? cbor_string_handle(it)
+		            : cbor_bytestring_handle(it),
 		       text ? cbor_string_length(it)
-			    : cbor_bytestring_length(it));
+		            : cbor_bytestring_length(it));
 		return;
 	}
 	{
 		cbor_item_t **ch = text ? cbor_string_chunks_handle(it)
-					: cbor_bytestring_chunks_handle(it);
+		                        : cbor_bytestring_chunks_handle(it);
 		size_t n = text ? cbor_string_chunk_count(it)
-				: cbor_bytestring_chunk_count(it);
+		                : cbor_bytestring_chunk_count(it);
 
 		for (size_t i = 0; i < n; i++)
 			string_bytes(ch[i], out);
@@ -911,8 +927,7 @@ static void json_item(struct gbuf *g, const cbor_item_t *it, bool attrs);
 
 /* A map with keys sorted by their text; skip_reserved drops the
  * `_reserved_` key (per-object attributes, §18). */
-static void json_map(struct gbuf *g, const cbor_item_t *it,
-		     bool skip_reserved)
+static void json_map(struct gbuf *g, const cbor_item_t *it, bool skip_reserved)
 {
 	size_t n = cbor_map_size(it), k = 0;
 	struct cbor_pair *p = cbor_map_handle(it);
@@ -957,7 +972,7 @@ static void json_item(struct gbuf *g, const cbor_item_t *it, bool attrs)
 	switch (cbor_typeof(it)) {
 	case CBOR_TYPE_UINT:
 		snprintf(tmp, sizeof(tmp), "%llu",
-			 (unsigned long long)cbor_get_int(it));
+		         (unsigned long long)cbor_get_int(it));
 		gb_str(g, tmp);
 		break;
 	case CBOR_TYPE_NEGINT:
@@ -966,7 +981,7 @@ static void json_item(struct gbuf *g, const cbor_item_t *it, bool attrs)
 			gb_str(g, "-18446744073709551616");
 		else {
 			snprintf(tmp, sizeof(tmp), "-%llu",
-				 (unsigned long long)cbor_get_int(it) + 1);
+			         (unsigned long long)cbor_get_int(it) + 1);
 			gb_str(g, tmp);
 		}
 		break;
@@ -1043,7 +1058,7 @@ static int json_finish(struct gbuf *g, char **json, size_t *len)
 }
 
 int td_tgm_cbor_to_json(const uint8_t *cbor, size_t len, char **json,
-			size_t *json_len, struct td_err *err)
+                        size_t *json_len, struct td_err *err)
 {
 	struct gbuf g = {0};
 	cbor_item_t *it;
@@ -1064,7 +1079,7 @@ struct td_tgm_meta {
 };
 
 int td_tgm_meta_new(const uint8_t *cbor, size_t len, struct td_tgm_meta **out,
-		    struct td_err *err)
+                    struct td_err *err)
 {
 	struct td_tgm_meta *m;
 	cbor_item_t *root;
@@ -1075,7 +1090,7 @@ int td_tgm_meta_new(const uint8_t *cbor, size_t len, struct td_tgm_meta **out,
 	if (!cbor_isa_map(root)) {
 		cbor_decref(&root);
 		return td__err_set(err, TD_ERR_MALFORMED, NULL, false, 0, 0,
-				   "metadata is not a CBOR map");
+		                   "metadata is not a CBOR map");
 	}
 	m = calloc(1, sizeof(*m));
 	if (!m) {
@@ -1099,7 +1114,7 @@ int td_tgm_meta_new(const uint8_t *cbor, size_t len, struct td_tgm_meta **out,
 bad_base:
 	td_tgm_meta_free(m);
 	return td__err_set(err, TD_ERR_MALFORMED, "base", false, 0, 0,
-			   "metadata base is not an array of maps");
+	                   "metadata base is not an array of maps");
 }
 
 void td_tgm_meta_free(struct td_tgm_meta *m)
@@ -1118,11 +1133,11 @@ size_t td_tgm_meta_base_count(const struct td_tgm_meta *m)
 static const cbor_item_t *meta_base(const struct td_tgm_meta *m, size_t i)
 {
 	return i < td_tgm_meta_base_count(m) ? cbor_array_handle(m->base)[i]
-					     : NULL;
+	                                     : NULL;
 }
 
 int td_tgm_meta_attrs_json(const struct td_tgm_meta *m, size_t i, char **json,
-			   size_t *len)
+                           size_t *len)
 {
 	struct gbuf g = {0};
 	const cbor_item_t *b = meta_base(m, i);
@@ -1140,7 +1155,7 @@ int td_tgm_meta_attrs_json(const struct td_tgm_meta *m, size_t i, char **json,
  * `_reserved_`), else among the descriptor's parameter keys (those
  * base lacks: the shallow merge); then nested maps only. */
 static const cbor_item_t *path_get(const cbor_item_t *base,
-				   const cbor_item_t *desc, const char *path)
+                                   const cbor_item_t *desc, const char *path)
 {
 	const cbor_item_t *cur = NULL;
 	const char *seg = path;
@@ -1199,7 +1214,7 @@ static bool name_value(const cbor_item_t *v, char *out, size_t cap)
 			snprintf(out, cap, "-18446744073709551616");
 		else
 			snprintf(out, cap, "-%llu",
-				 (unsigned long long)cbor_get_int(v) + 1);
+			         (unsigned long long)cbor_get_int(v) + 1);
 		return true;
 	case CBOR_TYPE_FLOAT_CTRL:
 		/* libcbor asserts when asked for a float's ctrl value:
@@ -1214,12 +1229,12 @@ static bool name_value(const cbor_item_t *v, char *out, size_t cap)
 }
 
 int td_tgm_object_name(const struct td_tgm_meta *m, size_t i,
-		       const uint8_t *desc_cbor, size_t desc_len,
-		       const char *variable_key, char *out, size_t cap,
-		       struct td_err *err)
+                       const uint8_t *desc_cbor, size_t desc_len,
+                       const char *variable_key, char *out, size_t cap,
+                       struct td_err *err)
 {
 	static const char *const chain[] = {"name", "mars.param", "param",
-					    "mars.shortName", "shortName"};
+	                                    "mars.shortName", "shortName"};
 	const cbor_item_t *base = meta_base(m, i);
 	cbor_item_t *desc = NULL;
 	int found = 0;
@@ -1273,8 +1288,8 @@ void td_tgm_name_sanitize(const char *in, char *out, size_t cap)
 	for (size_t i = 0; i < len; i++) {
 		unsigned char c = (unsigned char)in[i];
 		s[n++] = (c == '/' || c == '\\' || c < 0x20 || c == 0x7f)
-				 ? '_'
-				 : (char)c;
+		                 ? '_'
+		                 : (char)c;
 		dots &= c == '.';
 	}
 	s[n] = 0;
@@ -1361,9 +1376,8 @@ out:
 
 /* ---- canonical CBOR out (§16) ---- */
 
-static void head(struct gbuf *g, size_t (*enc)(uint64_t, unsigned char *,
-					       size_t),
-		 uint64_t v)
+static void head(struct gbuf *g,
+                 size_t (*enc)(uint64_t, unsigned char *, size_t), uint64_t v)
 {
 	unsigned char b[9];
 	gb_put(g, b, enc(v, b, sizeof(b)));
@@ -1420,8 +1434,9 @@ static void canon_float(struct gbuf *g, double v)
 		static const uint8_t qnan[] = {0xf9, 0x7e, 0x00};
 		gb_put(g, qnan, 3);
 	} else if (isinf(v)) {
-		gb_put(g, b, cbor_encode_half(v > 0 ? INFINITY : -INFINITY, b,
-					      sizeof(b)));
+		gb_put(g, b,
+		       cbor_encode_half(v > 0 ? INFINITY : -INFINITY, b,
+		                        sizeof(b)));
 	} else if (half_exact(v, &f)) {
 		gb_put(g, b, cbor_encode_half(f, b, sizeof(b)));
 	} else if ((double)(float)v == v) {
@@ -1459,8 +1474,8 @@ static void canon(struct gbuf *g, const cbor_item_t *it)
 		struct gbuf b = {0};
 
 		string_bytes(it, &b);
-		head(g, cbor_isa_string(it) ? enc_string_start
-					    : enc_bytes_start,
+		head(g,
+		     cbor_isa_string(it) ? enc_string_start : enc_bytes_start,
 		     b.len);
 		gb_put(g, b.p, b.len);
 		g->oom |= b.oom;
@@ -1605,7 +1620,7 @@ static int hexval(char c)
 	return c >= '0' && c <= '9'   ? c - '0'
 	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
 	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
-				      : -1;
+	                              : -1;
 }
 
 static bool jp_u4(struct jp *p, unsigned *u)
@@ -1644,16 +1659,30 @@ static cbor_item_t *jp_string(struct jp *p)
 			goto out;
 		c = (unsigned char)p->s[p->pos++];
 		switch (c) {
-		case '"': case '\\': case '/':
+		case '"':
+		case '\\':
+		case '/':
 			gb_put(&b, &c, 1);
 			continue;
-		case 'b': gb_put(&b, "\b", 1); continue;
-		case 'f': gb_put(&b, "\f", 1); continue;
-		case 'n': gb_put(&b, "\n", 1); continue;
-		case 'r': gb_put(&b, "\r", 1); continue;
-		case 't': gb_put(&b, "\t", 1); continue;
-		case 'u': break;
-		default: goto out;
+		case 'b':
+			gb_put(&b, "\b", 1);
+			continue;
+		case 'f':
+			gb_put(&b, "\f", 1);
+			continue;
+		case 'n':
+			gb_put(&b, "\n", 1);
+			continue;
+		case 'r':
+			gb_put(&b, "\r", 1);
+			continue;
+		case 't':
+			gb_put(&b, "\t", 1);
+			continue;
+		case 'u':
+			break;
+		default:
+			goto out;
 		}
 		if (!jp_u4(p, &u))
 			goto out;
@@ -1856,14 +1885,14 @@ static cbor_item_t *json_object_parse(const void *s, size_t len)
 /* ---- writing a message (§10 buffered, §16) ---- */
 
 static cbor_item_t *tensor_info(const struct td_tgm_enc_object *o,
-				const uint64_t *strides, bool full)
+                                const uint64_t *strides, bool full)
 {
 	cbor_item_t *m = cbor_new_definite_map(full ? 9 : 4);
 	bool ok = map_put(m, "ndim", cbor_build_uint64(o->ndim)) &&
-		  map_put(m, "dtype", cbor_build_string(
-					      td_tgm_dtype_name(o->dtype))) &&
-		  map_put(m, "shape", uint_list(o->shape, o->ndim)) &&
-		  map_put(m, "strides", uint_list(strides, o->ndim));
+	          map_put(m, "dtype",
+	                  cbor_build_string(td_tgm_dtype_name(o->dtype))) &&
+	          map_put(m, "shape", uint_list(o->shape, o->ndim)) &&
+	          map_put(m, "strides", uint_list(strides, o->ndim));
 
 	if (ok && full)
 		ok = map_put(m, "type", cbor_build_string("ntensor")) &&
@@ -1879,7 +1908,7 @@ static cbor_item_t *tensor_info(const struct td_tgm_enc_object *o,
 /* base[i]: name, _reserved_.tensor, then the user's keys (first wins in
  * canon(), so the user cannot override the first two). */
 static cbor_item_t *base_entry(const struct td_tgm_enc_object *o,
-			       const uint64_t *strides)
+                               const uint64_t *strides)
 {
 	cbor_item_t *m = cbor_new_indefinite_map(), *res, *user = NULL;
 	bool ok = m != NULL;
@@ -1901,8 +1930,8 @@ static cbor_item_t *base_entry(const struct td_tgm_enc_object *o,
 	} else if (ok && o->meta && o->meta_len) {
 		bool text = td__utf8_valid(o->meta, o->meta_len);
 		cbor_item_t *v =
-			text ? cbor_build_stringn(o->meta, o->meta_len)
-			     : cbor_build_bytestring(o->meta, o->meta_len);
+		        text ? cbor_build_stringn(o->meta, o->meta_len)
+		             : cbor_build_bytestring(o->meta, o->meta_len);
 		ok = map_put(m, "tensord_meta", v);
 	}
 	if (!ok && m)
@@ -1921,8 +1950,8 @@ static int to_bytes(cbor_item_t *it, struct gbuf *out)
 }
 
 static void frame_out(struct gbuf *g, uint16_t type, const uint8_t *body,
-		      size_t body_len, const uint8_t *body2, size_t body2_len,
-		      uint64_t *length_out)
+                      size_t body_len, const uint8_t *body2, size_t body2_len,
+                      uint64_t *length_out)
 {
 	uint8_t h[16], t[20];
 	bool nt = type == TD_TGM_NTENSOR_FRAME;
@@ -1933,10 +1962,9 @@ static void frame_out(struct gbuf *g, uint16_t type, const uint8_t *body,
 	memcpy(h, "FR", 2);
 	td__put_be16(h + 2, type);
 	td__put_be16(h + 4, 1);
-	td__put_be16(h + 6,
-		     nt ? TD_TGM_FRAME_HASH_PRESENT |
-				  TD_TGM_FRAME_CBOR_AFTER_PAYLOAD
-			: TD_TGM_FRAME_HASH_PRESENT);
+	td__put_be16(h + 6, nt ? TD_TGM_FRAME_HASH_PRESENT |
+	                                    TD_TGM_FRAME_CBOR_AFTER_PAYLOAD
+	                       : TD_TGM_FRAME_HASH_PRESENT);
 	td__put_be64(h + 8, len);
 	gb_put(g, h, 16);
 	gb_put(g, body, body_len);
@@ -1964,8 +1992,8 @@ static uint64_t pad8(uint64_t x)
 }
 
 int td_tgm_message_encode(const struct td_tgm_enc_object *objs, size_t count,
-			  const char *encoder_version, uint8_t **out,
-			  size_t *out_len, struct td_err *err)
+                          const char *encoder_version, uint8_t **out,
+                          size_t *out_len, struct td_err *err)
 {
 	struct gbuf meta = {0}, hashes = {0}, index = {0}, msg = {0};
 	struct gbuf *descs = NULL, *frames = NULL;
@@ -1977,27 +2005,27 @@ int td_tgm_message_encode(const struct td_tgm_enc_object *objs, size_t count,
 
 	if (!count)
 		return td__err_set(err, TD_ERR_INVALID_ARGUMENT, "count", true,
-				   0, 0, "a message needs an object");
+		                   0, 0, "a message needs an object");
 	for (size_t i = 0; i < count; i++) {
 		const struct td_tgm_enc_object *o = &objs[i];
 		uint64_t want = td_tgm_dtype_width(o->dtype);
 
 		if (!want || !td_tgm_dtype_name(o->dtype))
 			return td__err_set(err, TD_ERR_INVALID_ARGUMENT,
-					   "dtype", true, i, 0,
-					   "object dtype cannot be written");
+			                   "dtype", true, i, 0,
+			                   "object dtype cannot be written");
 		if (o->ndim > TD_TGM_MAX_DIMS)
 			return td__err_set(err, TD_ERR_INVALID_ARGUMENT, "ndim",
-					   true, i, 0,
-					   "object has too many dimensions");
+			                   true, i, 0,
+			                   "object has too many dimensions");
 		for (uint32_t k = 0; k < o->ndim; k++)
 			if (td__mul_ovf(want, o->shape[k], &want))
 				want = UINT64_MAX; /* cannot match data_len */
 		if (want != o->data_len || (o->data_len && !o->data))
-			return td__err_set(err, TD_ERR_INVALID_ARGUMENT,
-					   "data", true, i, 0,
-					   "object data length differs from "
-					   "shape x width");
+			return td__err_set(err, TD_ERR_INVALID_ARGUMENT, "data",
+			                   true, i, 0,
+			                   "object data length differs from "
+			                   "shape x width");
 	}
 	descs = calloc(count, sizeof(*descs));
 	frames = calloc(count, sizeof(*frames));
@@ -2019,13 +2047,13 @@ int td_tgm_message_encode(const struct td_tgm_enc_object *objs, size_t count,
 		    !arr_push(base, base_entry(o, strides)))
 			goto out;
 		frame_out(&frames[i], TD_TGM_NTENSOR_FRAME, o->data,
-			  o->data_len, descs[i].p, descs[i].len, &flen[i]);
+		          o->data_len, descs[i].p, descs[i].len, &flen[i]);
 		if (frames[i].oom)
 			goto out;
 		/* the hash list repeats each frame's slot (§7) */
 		snprintf(hex, sizeof(hex), "%016llx",
-			 (unsigned long long)td__be64(frames[i].p + flen[i] -
-						      12));
+		         (unsigned long long)td__be64(frames[i].p + flen[i] -
+		                                      12));
 		if (!arr_push(hl, cbor_build_string(hex)))
 			goto out;
 	}
@@ -2036,8 +2064,8 @@ int td_tgm_message_encode(const struct td_tgm_enc_object *objs, size_t count,
 	res = cbor_new_definite_map(1);
 	ok = map_put(enc, "name", cbor_build_string("tensord"));
 	ok &= map_put(enc, "version",
-		      cbor_build_string(encoder_version ? encoder_version
-							: "unknown"));
+	              cbor_build_string(encoder_version ? encoder_version
+	                                                : "unknown"));
 	ok &= map_put(res, "encoder", enc);
 	ok &= map_put(top, "_reserved_", res);
 	ok &= map_put(top, "base", base);
@@ -2088,19 +2116,19 @@ int td_tgm_message_encode(const struct td_tgm_enc_object *objs, size_t count,
 	memcpy(pre, "TENSOGRM", 8);
 	td__put_be16(pre + 8, TD_TGM_VERSION);
 	td__put_be16(pre + 10, TD_TGM_HEADER_METADATA | TD_TGM_HEADER_INDEX |
-				       TD_TGM_HEADER_HASHES |
-				       TD_TGM_HASHES_PRESENT);
+	                               TD_TGM_HEADER_HASHES |
+	                               TD_TGM_HASHES_PRESENT);
 	td__put_be32(pre + 12, 0);
 	td__put_be64(pre + 16, pos + 24);
 	gb_put(&msg, pre, 24);
-	frame_out(&msg, TD_TGM_HEADER_METADATA_FRAME, meta.p, meta.len, NULL,
-		  0, NULL);
+	frame_out(&msg, TD_TGM_HEADER_METADATA_FRAME, meta.p, meta.len, NULL, 0,
+	          NULL);
 	frame_out(&msg, TD_TGM_HEADER_INDEX_FRAME, index.p, index.len, NULL, 0,
-		  NULL);
+	          NULL);
 	if (msg.len != ha)
 		goto out;
-	frame_out(&msg, TD_TGM_HEADER_HASH_FRAME, hashes.p, hashes.len, NULL,
-		  0, NULL);
+	frame_out(&msg, TD_TGM_HEADER_HASH_FRAME, hashes.p, hashes.len, NULL, 0,
+	          NULL);
 	for (size_t i = 0; i < count; i++)
 		gb_put(&msg, frames[i].p, frames[i].len);
 	td__put_be64(pre, pos);
@@ -2116,7 +2144,7 @@ int td_tgm_message_encode(const struct td_tgm_enc_object *objs, size_t count,
 out:
 	if (rc < 0)
 		td__err_set(err, TD_ERR_IO, NULL, false, 0, 0,
-			    "out of memory while encoding");
+		            "out of memory while encoding");
 	gb_fini(&msg);
 	gb_fini(&meta);
 	gb_fini(&hashes);

@@ -66,9 +66,9 @@ enum td_tgm_byte_order {
 
 /* A decoded descriptor: a value copy, owns nothing. */
 struct td_tgm_desc {
-	char type[TD_TGM_WORD_LEN];  /* "ntensor" */
+	char type[TD_TGM_WORD_LEN]; /* "ntensor" */
 	char dtype_name[TD_TGM_WORD_LEN];
-	enum td_tgm_dtype dtype;     /* UNKNOWN for any other name */
+	enum td_tgm_dtype dtype; /* UNKNOWN for any other name */
 	enum td_tgm_byte_order byte_order;
 	char encoding[TD_TGM_WORD_LEN];
 	char filter[TD_TGM_WORD_LEN];
@@ -102,7 +102,7 @@ struct td_tgm_object {
  * looked at. Returns 0 or -errno (see the list at the top) with *err.
  */
 int td_tgm_cbor_check(const uint8_t *buf, size_t len, size_t *item_len,
-		      struct td_err *err);
+                      struct td_err *err);
 
 /*
  * Decode a type-9 descriptor at buf (one CBOR map; trailing bytes are
@@ -114,7 +114,7 @@ int td_tgm_cbor_check(const uint8_t *buf, size_t len, size_t *item_len,
  * than TD_TGM_MAX_DIMS dimensions.
  */
 int td_tgm_desc_decode(const uint8_t *buf, size_t len, struct td_tgm_desc *d,
-		       struct td_err *err);
+                       struct td_err *err);
 
 /*
  * Split a frame from td_tgm_walk_next() (type 9) into data and descriptor
@@ -125,7 +125,7 @@ int td_tgm_desc_decode(const uint8_t *buf, size_t len, struct td_tgm_desc *d,
  * whose cbor_offset is not 16 or a mask offset beyond the data region.
  */
 int td_tgm_object_decode(const struct td_tgm_frame *fr, struct td_tgm_object *o,
-			 struct td_err *err);
+                         struct td_err *err);
 
 /*
  * The tensord import subset (§15): type ntensor, a dtype with a blob code,
@@ -136,7 +136,7 @@ int td_tgm_object_decode(const struct td_tgm_frame *fr, struct td_tgm_object *o,
  * inconsistent descriptor, -EOVERFLOW for a size that overflows.
  */
 int td_tgm_desc_check_import(const struct td_tgm_desc *d, uint64_t data_len,
-			     struct td_err *err);
+                             struct td_err *err);
 
 /* Width in bytes of a dtype (bitmask: 0, packed bits), 0 when unknown. */
 unsigned td_tgm_dtype_width(enum td_tgm_dtype t);
@@ -155,7 +155,7 @@ struct td_tgm_meta;
  * is not a map or `base` is not an array of maps, -ENOMEM.
  */
 int td_tgm_meta_new(const uint8_t *cbor, size_t len, struct td_tgm_meta **out,
-		    struct td_err *err);
+                    struct td_err *err);
 /* Accepts NULL. */
 void td_tgm_meta_free(struct td_tgm_meta *m);
 /* Entries of `base` (0 when absent). */
@@ -169,14 +169,14 @@ size_t td_tgm_meta_base_count(const struct td_tgm_meta *m);
  * (*len excludes the NUL). Returns 0 or -ENOMEM.
  */
 int td_tgm_meta_attrs_json(const struct td_tgm_meta *m, size_t i, char **json,
-			   size_t *len);
+                           size_t *len);
 
 /*
  * Any one CBOR item (checked as by td_tgm_cbor_check()) as JSON, same
  * rules as td_tgm_meta_attrs_json(). Used by inspect for descriptors.
  */
 int td_tgm_cbor_to_json(const uint8_t *cbor, size_t len, char **json,
-			size_t *json_len, struct td_err *err);
+                        size_t *json_len, struct td_err *err);
 
 /*
  * The naming chain (§18): look up variable_key (may be NULL), `name`,
@@ -190,9 +190,9 @@ int td_tgm_cbor_to_json(const uint8_t *cbor, size_t len, char **json,
  * or a CBOR error from desc_cbor.
  */
 int td_tgm_object_name(const struct td_tgm_meta *m, size_t i,
-		       const uint8_t *desc_cbor, size_t desc_len,
-		       const char *variable_key, char *out, size_t cap,
-		       struct td_err *err);
+                       const uint8_t *desc_cbor, size_t desc_len,
+                       const char *variable_key, char *out, size_t cap,
+                       struct td_err *err);
 
 /*
  * Sanitise a name into a tensord tensor name (NUL-terminated in out, at
@@ -243,7 +243,7 @@ struct td_tgm_enc_object {
  * unusable object (err->field says which part), -ENOMEM.
  */
 int td_tgm_message_encode(const struct td_tgm_enc_object *objs, size_t count,
-			  const char *encoder_version, uint8_t **out,
-			  size_t *out_len, struct td_err *err);
+                          const char *encoder_version, uint8_t **out,
+                          size_t *out_len, struct td_err *err);
 
 #endif

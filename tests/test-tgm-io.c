@@ -35,15 +35,14 @@ static uint8_t *vector(const char *name, size_t *len)
 
 	if (!dir)
 		cr_skip_test("upstream vectors folder absent: %s not checked",
-			     name);
+		             name);
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
 	return tu_read_file(path, len);
 }
 
 /* The type-9 objects of the message at msg (first message only). */
-static size_t objects(const uint8_t *msg, size_t len,
-		      struct td_tgm_object *out, size_t cap,
-		      struct td_tgm_frame *meta_frame)
+static size_t objects(const uint8_t *msg, size_t len, struct td_tgm_object *out,
+                      size_t cap, struct td_tgm_frame *meta_frame)
 {
 	struct td_tgm_walk it;
 	struct td_tgm_frame fr;
@@ -59,7 +58,7 @@ static size_t objects(const uint8_t *msg, size_t len,
 			continue;
 		cr_assert_lt(n, cap);
 		cr_assert_eq(td_tgm_object_decode(&fr, &out[n], &e), 0,
-			     "object %zu: %s", n, e.reason);
+		             "object %zu: %s", n, e.reason);
 		n++;
 	}
 	cr_assert_eq(rc, 0, "walk: %s", e.reason);
@@ -98,17 +97,17 @@ static uint8_t *cbor_bytes(cbor_item_t *it, size_t *len)
 
 static void put_text(cbor_item_t *m, const char *k, const char *v)
 {
-	cr_assert(cbor_map_add(m, (struct cbor_pair){
-					  .key = cbor_move(cbor_build_string(k)),
-					  .value = cbor_move(
-						  cbor_build_string(v))}));
+	cr_assert(cbor_map_add(
+	        m,
+	        (struct cbor_pair){.key = cbor_move(cbor_build_string(k)),
+	                           .value = cbor_move(cbor_build_string(v))}));
 }
 
 static void put_item(cbor_item_t *m, const char *k, cbor_item_t *v)
 {
-	cr_assert(cbor_map_add(m, (struct cbor_pair){
-					  .key = cbor_move(cbor_build_string(k)),
-					  .value = cbor_move(v)}));
+	cr_assert(cbor_map_add(
+	        m, (struct cbor_pair){.key = cbor_move(cbor_build_string(k)),
+	                              .value = cbor_move(v)}));
 }
 
 static cbor_item_t *uints(int n, ...)
@@ -119,7 +118,7 @@ static cbor_item_t *uints(int n, ...)
 	va_start(ap, n);
 	for (int i = 0; i < n; i++)
 		cr_assert(cbor_array_push(
-			a, cbor_move(cbor_build_uint64(va_arg(ap, uint64_t)))));
+		        a, cbor_move(cbor_build_uint64(va_arg(ap, uint64_t)))));
 	va_end(ap);
 	return a;
 }
@@ -129,13 +128,12 @@ static cbor_item_t *uints(int n, ...)
  * key replaced (or added) by key=value when key is not NULL.
  */
 static uint8_t *desc_u8(uint64_t n, const char *key, const char *value,
-			size_t *len)
+                        size_t *len)
 {
-	static const char *const keys[] = {"type", "dtype", "byte_order",
-					   "encoding", "filter",
-					   "compression"};
+	static const char *const keys[] = {"type",     "dtype",  "byte_order",
+	                                   "encoding", "filter", "compression"};
 	static const char *const vals[] = {"ntensor", "uint8", "little",
-					   "none", "none", "none"};
+	                                   "none",    "none",  "none"};
 	cbor_item_t *m = cbor_new_indefinite_map();
 	bool used = false;
 
@@ -155,7 +153,7 @@ static uint8_t *desc_u8(uint64_t n, const char *key, const char *value,
 /* One unhashed buffered-style message: preamble, one type-9 frame with
  * the given data and descriptor (CBOR after), postamble. */
 static uint8_t *msg_one(const uint8_t *data, size_t dlen, const uint8_t *desc,
-			size_t clen, size_t *len)
+                        size_t clen, size_t *len)
 {
 	size_t flen = 16 + dlen + clen + 20, fpad = (flen + 7) & ~(size_t)7;
 	size_t total = 24 + fpad + 24, o = 0;
@@ -203,9 +201,8 @@ Test(tgm_io, vector_descriptors_and_big_endian_values)
 	cr_assert_eq(o[0].data_len, 16);
 	for (int i = 0; i < 4; i++)
 		cr_assert_eq(be_f32(o[0].data + 4 * i), (float)(i + 1));
-	cr_assert_eq(td_tgm_desc_check_import(&o[0].desc, o[0].data_len,
-					      NULL),
-		     0);
+	cr_assert_eq(td_tgm_desc_check_import(&o[0].desc, o[0].data_len, NULL),
+	             0);
 	free(b);
 
 	b = vector("multi_object.tgm", &len);
@@ -250,7 +247,7 @@ Test(tgm_io, descriptor_fed_one_byte_at_a_time_is_truncated)
 		memcpy(p, c, k);
 		memset(&e, 0, sizeof(e));
 		cr_assert_eq(td_tgm_desc_decode(p, k, &d, &e), -ENODATA,
-			     "prefix %zu", k);
+		             "prefix %zu", k);
 		cr_assert_eq(e.kind, TD_ERR_TRUNCATED);
 		cr_assert_not_null(e.reason);
 		free(p);
@@ -270,62 +267,63 @@ struct bad_cbor {
 	const char *field; /* NULL: any */
 };
 
-#define B(...) (const uint8_t[]){__VA_ARGS__}, sizeof((const uint8_t[]){__VA_ARGS__})
+#define B(...)                                                                 \
+	(const uint8_t[]){__VA_ARGS__}, sizeof((const uint8_t[]){__VA_ARGS__})
 
 Test(tgm_io, descriptor_refuses_malformed_cbor_with_errno_and_reason)
 {
 	static uint8_t deep[TD_TGM_CBOR_MAX_DEPTH + 2];
 	const struct bad_cbor t[] = {
-		{"empty", (const uint8_t[]){0}, 0, -ENODATA, TD_ERR_TRUNCATED,
-		 NULL},
-		{"map of 9 with nothing", B(0xa9), -ENODATA, TD_ERR_TRUNCATED,
-		 NULL},
-		{"array count 2^63", B(0x9b, 0x80, 0, 0, 0, 0, 0, 0, 0, 0),
-		 -ENODATA, TD_ERR_TRUNCATED, NULL},
-		{"map count 2^62 in a tiny input",
-		 B(0xbb, 0x40, 0, 0, 0, 0, 0, 0, 0, 0x01, 0x02), -ENODATA,
-		 TD_ERR_TRUNCATED, NULL},
-		{"text longer than input", B(0xa1, 0x78, 0x40, 'a'), -ENODATA,
-		 TD_ERR_TRUNCATED, NULL},
-		{"reserved initial byte", B(0xa1, 0x1c, 0x00), -EBADMSG,
-		 TD_ERR_MALFORMED, NULL},
-		{"stray break", B(0xff), -EBADMSG, TD_ERR_MALFORMED, NULL},
-		{"break in a definite map", B(0xa1, 0x61, 'a', 0xff), -EBADMSG,
-		 TD_ERR_MALFORMED, NULL},
-		{"byte chunk in indefinite text",
-		 B(0xa1, 0x61, 'a', 0x7f, 0x41, 0x00, 0xff), -EBADMSG,
-		 TD_ERR_MALFORMED, NULL},
-		{"indefinite map with a lone key", B(0xbf, 0x61, 'a', 0xff),
-		 -EBADMSG, TD_ERR_MALFORMED, NULL},
-		{"unassigned simple value", B(0xa1, 0x61, 'a', 0xf0), -EBADMSG,
-		 TD_ERR_MALFORMED, NULL},
-		{"text not UTF-8", B(0xa1, 0x61, 0xff, 0x00), -EILSEQ,
-		 TD_ERR_INVALID_UTF8, NULL},
-		{"not a map", B(0x01), -EBADMSG, TD_ERR_MALFORMED, NULL},
-		{"empty map lacks keys", B(0xa0), -EBADMSG, TD_ERR_MALFORMED,
-		 "type"},
-		{"shape is text",
-		 B(0xa1, 0x65, 's', 'h', 'a', 'p', 'e', 0x61, 'x'), -EBADMSG,
-		 TD_ERR_MALFORMED, "shape"},
-		{"negative shape",
-		 B(0xa1, 0x65, 's', 'h', 'a', 'p', 'e', 0x81, 0x20), -EBADMSG,
-		 TD_ERR_MALFORMED, "shape"},
-		{"ndim is text", B(0xa1, 0x64, 'n', 'd', 'i', 'm', 0x60),
-		 -EBADMSG, TD_ERR_MALFORMED, "ndim"},
-		{"repeated key",
-		 B(0xa2, 0x64, 'n', 'd', 'i', 'm', 0x01, 0x64, 'n', 'd', 'i',
-		   'm', 0x01),
-		 -EBADMSG, TD_ERR_MALFORMED, "ndim"},
-		{"byte_order sideways",
-		 B(0xa1, 0x6a, 'b', 'y', 't', 'e', '_', 'o', 'r', 'd', 'e', 'r',
-		   0x61, 'x'),
-		 -EBADMSG, TD_ERR_MALFORMED, "byte_order"},
-		{"17 dimensions",
-		 B(0xa1, 0x65, 's', 'h', 'a', 'p', 'e', 0x91, 1, 1, 1, 1, 1, 1,
-		   1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1),
-		 -ENOTSUP, TD_ERR_UNSUPPORTED_REQUIREMENT, "shape"},
-		{"nested too deeply", deep, sizeof(deep), -ENOTSUP,
-		 TD_ERR_UNSUPPORTED_REQUIREMENT, NULL},
+	        {"empty", (const uint8_t[]){0}, 0, -ENODATA, TD_ERR_TRUNCATED,
+	         NULL},
+	        {"map of 9 with nothing", B(0xa9), -ENODATA, TD_ERR_TRUNCATED,
+	         NULL},
+	        {"array count 2^63", B(0x9b, 0x80, 0, 0, 0, 0, 0, 0, 0, 0),
+	         -ENODATA, TD_ERR_TRUNCATED, NULL},
+	        {"map count 2^62 in a tiny input",
+	         B(0xbb, 0x40, 0, 0, 0, 0, 0, 0, 0, 0x01, 0x02), -ENODATA,
+	         TD_ERR_TRUNCATED, NULL},
+	        {"text longer than input", B(0xa1, 0x78, 0x40, 'a'), -ENODATA,
+	         TD_ERR_TRUNCATED, NULL},
+	        {"reserved initial byte", B(0xa1, 0x1c, 0x00), -EBADMSG,
+	         TD_ERR_MALFORMED, NULL},
+	        {"stray break", B(0xff), -EBADMSG, TD_ERR_MALFORMED, NULL},
+	        {"break in a definite map", B(0xa1, 0x61, 'a', 0xff), -EBADMSG,
+	         TD_ERR_MALFORMED, NULL},
+	        {"byte chunk in indefinite text",
+	         B(0xa1, 0x61, 'a', 0x7f, 0x41, 0x00, 0xff), -EBADMSG,
+	         TD_ERR_MALFORMED, NULL},
+	        {"indefinite map with a lone key", B(0xbf, 0x61, 'a', 0xff),
+	         -EBADMSG, TD_ERR_MALFORMED, NULL},
+	        {"unassigned simple value", B(0xa1, 0x61, 'a', 0xf0), -EBADMSG,
+	         TD_ERR_MALFORMED, NULL},
+	        {"text not UTF-8", B(0xa1, 0x61, 0xff, 0x00), -EILSEQ,
+	         TD_ERR_INVALID_UTF8, NULL},
+	        {"not a map", B(0x01), -EBADMSG, TD_ERR_MALFORMED, NULL},
+	        {"empty map lacks keys", B(0xa0), -EBADMSG, TD_ERR_MALFORMED,
+	         "type"},
+	        {"shape is text",
+	         B(0xa1, 0x65, 's', 'h', 'a', 'p', 'e', 0x61, 'x'), -EBADMSG,
+	         TD_ERR_MALFORMED, "shape"},
+	        {"negative shape",
+	         B(0xa1, 0x65, 's', 'h', 'a', 'p', 'e', 0x81, 0x20), -EBADMSG,
+	         TD_ERR_MALFORMED, "shape"},
+	        {"ndim is text", B(0xa1, 0x64, 'n', 'd', 'i', 'm', 0x60),
+	         -EBADMSG, TD_ERR_MALFORMED, "ndim"},
+	        {"repeated key",
+	         B(0xa2, 0x64, 'n', 'd', 'i', 'm', 0x01, 0x64, 'n', 'd', 'i',
+	           'm', 0x01),
+	         -EBADMSG, TD_ERR_MALFORMED, "ndim"},
+	        {"byte_order sideways",
+	         B(0xa1, 0x6a, 'b', 'y', 't', 'e', '_', 'o', 'r', 'd', 'e', 'r',
+	           0x61, 'x'),
+	         -EBADMSG, TD_ERR_MALFORMED, "byte_order"},
+	        {"17 dimensions",
+	         B(0xa1, 0x65, 's', 'h', 'a', 'p', 'e', 0x91, 1, 1, 1, 1, 1, 1,
+	           1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1),
+	         -ENOTSUP, TD_ERR_UNSUPPORTED_REQUIREMENT, "shape"},
+	        {"nested too deeply", deep, sizeof(deep), -ENOTSUP,
+	         TD_ERR_UNSUPPORTED_REQUIREMENT, NULL},
 	};
 
 	memset(deep, 0x81, sizeof(deep) - 1); /* [[[[...0]]]] */
@@ -339,14 +337,14 @@ Test(tgm_io, descriptor_refuses_malformed_cbor_with_errno_and_reason)
 		memcpy(p, t[i].b, t[i].len);
 		rc = td_tgm_desc_decode(p, t[i].len, &d, &e);
 		cr_expect_eq(rc, t[i].rc, "%s: rc %d want %d (%s)", t[i].what,
-			     rc, t[i].rc, e.reason ? e.reason : "");
+		             rc, t[i].rc, e.reason ? e.reason : "");
 		cr_expect_eq(e.kind, t[i].kind, "%s: kind %s", t[i].what,
-			     td_err_kind_name(e.kind));
+		             td_err_kind_name(e.kind));
 		cr_expect_not_null(e.reason, "%s: no reason", t[i].what);
 		if (t[i].field)
 			cr_expect(e.field && !strcmp(e.field, t[i].field),
-				  "%s: field %s", t[i].what,
-				  e.field ? e.field : "(null)");
+			          "%s: field %s", t[i].what,
+			          e.field ? e.field : "(null)");
 		free(p);
 	}
 }
@@ -356,13 +354,13 @@ Test(tgm_io, import_refuses_codecs_masks_dtypes_and_strides_naming_them)
 	static const struct {
 		const char *key, *value, *field;
 	} t[] = {
-		{"compression", "zstd", "compression"},
-		{"filter", "shuffle", "filter"},
-		{"encoding", "simple_packing", "encoding"},
-		{"dtype", "bfloat16", "dtype"},
-		{"dtype", "complex64", "dtype"},
-		{"dtype", "bitmask", "dtype"},
-		{"type", "ntensor2", "type"},
+	        {"compression", "zstd", "compression"},
+	        {"filter", "shuffle", "filter"},
+	        {"encoding", "simple_packing", "encoding"},
+	        {"dtype", "bfloat16", "dtype"},
+	        {"dtype", "complex64", "dtype"},
+	        {"dtype", "bitmask", "dtype"},
+	        {"type", "ntensor2", "type"},
 	};
 
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
@@ -372,9 +370,9 @@ Test(tgm_io, import_refuses_codecs_masks_dtypes_and_strides_naming_them)
 		struct td_err e = {0};
 
 		cr_assert_eq(td_tgm_desc_decode(c, clen, &d, &e), 0, "%s",
-			     e.reason);
+		             e.reason);
 		cr_expect_eq(td_tgm_desc_check_import(&d, 4, &e), -ENOTSUP,
-			     "%s=%s", t[i].key, t[i].value);
+		             "%s=%s", t[i].key, t[i].value);
 		cr_expect_str_eq(e.field, t[i].field);
 		free(c);
 	}
@@ -480,15 +478,18 @@ Test(tgm_io, object_decode_handles_cbor_before_and_trailing_bytes)
 /* ---- naming (§18) ---- */
 
 /* base[i] from JSON through our own writer, then the chain. */
-static void name_of(const char *meta_json, const char *variable_key,
-		    char *out, size_t cap)
+static void name_of(const char *meta_json, const char *variable_key, char *out,
+                    size_t cap)
 {
 	uint64_t shape[1] = {1};
 	uint8_t one = 1;
-	struct td_tgm_enc_object ob = {
-		.dtype = TD_TGM_UINT8, .ndim = 1, .shape = shape,
-		.data = &one, .data_len = 1, .meta = meta_json,
-		.meta_len = strlen(meta_json)};
+	struct td_tgm_enc_object ob = {.dtype = TD_TGM_UINT8,
+	                               .ndim = 1,
+	                               .shape = shape,
+	                               .data = &one,
+	                               .data_len = 1,
+	                               .meta = meta_json,
+	                               .meta_len = strlen(meta_json)};
 	struct td_tgm_object o[1];
 	struct td_tgm_frame mf;
 	struct td_tgm_meta *m;
@@ -499,8 +500,8 @@ static void name_of(const char *meta_json, const char *variable_key,
 	cr_assert_eq(objects(msg, len, o, 1, &mf), 1);
 	cr_assert_eq(td_tgm_meta_new(mf.payload, mf.payload_len, &m, NULL), 0);
 	cr_assert_geq(td_tgm_object_name(m, 0, o[0].cbor, o[0].cbor_len,
-					 variable_key, out, cap, NULL),
-		      0);
+	                                 variable_key, out, cap, NULL),
+	              0);
 	td_tgm_meta_free(m);
 	free(msg);
 }
@@ -510,26 +511,26 @@ Test(tgm_io, naming_chain_table)
 	static const struct {
 		const char *meta, *key, *want;
 	} t[] = {
-		{"{\"shortName\":\"a\",\"name\":\"b\"}", NULL, "b"},
-		{"{\"bids\":{\"task\":\"rest\"},\"name\":\"n\"}", "bids.task",
-		 "rest"},
-		{"{\"name\":\"n\"}", "bids.task", "n"},
-		{"{\"other\":1}", NULL, "object_0"},
-		{"{\"mars\":{\"param\":128}}", NULL, "128"},
-		{"{\"mars\":{\"param\":\"2t\"},\"param\":\"p\"}", NULL, "2t"},
-		{"{\"param\":\"p\",\"mars\":{\"shortName\":\"s\"}}", NULL, "p"},
-		{"{\"mars\":{\"shortName\":\"s\"},\"shortName\":\"t\"}", NULL,
-		 "s"},
-		{"{\"shortName\":true}", NULL, "True"},
-		{"{\"name\":-7}", NULL, "-7"},
-		{"{\"name\":null,\"shortName\":\"x\"}", NULL, "x"},
-		{"{\"name\":1.5,\"shortName\":\"x\"}", NULL, "x"},
-		{"{\"name\":[\"a\"],\"shortName\":\"x\"}", NULL, "x"},
-		{"{\"name\":{\"a\":1},\"shortName\":\"x\"}", NULL, "x"},
-		{"{\"name\":\"\"}", NULL, ""},
-		{"{\"mars\":\"flat\",\"shortName\":\"x\"}", NULL, "x"},
-		{"{\"_reserved_\":{\"name\":\"r\"}}", "_reserved_.name",
-		 "object_0"},
+	        {"{\"shortName\":\"a\",\"name\":\"b\"}", NULL, "b"},
+	        {"{\"bids\":{\"task\":\"rest\"},\"name\":\"n\"}", "bids.task",
+	         "rest"},
+	        {"{\"name\":\"n\"}", "bids.task", "n"},
+	        {"{\"other\":1}", NULL, "object_0"},
+	        {"{\"mars\":{\"param\":128}}", NULL, "128"},
+	        {"{\"mars\":{\"param\":\"2t\"},\"param\":\"p\"}", NULL, "2t"},
+	        {"{\"param\":\"p\",\"mars\":{\"shortName\":\"s\"}}", NULL, "p"},
+	        {"{\"mars\":{\"shortName\":\"s\"},\"shortName\":\"t\"}", NULL,
+	         "s"},
+	        {"{\"shortName\":true}", NULL, "True"},
+	        {"{\"name\":-7}", NULL, "-7"},
+	        {"{\"name\":null,\"shortName\":\"x\"}", NULL, "x"},
+	        {"{\"name\":1.5,\"shortName\":\"x\"}", NULL, "x"},
+	        {"{\"name\":[\"a\"],\"shortName\":\"x\"}", NULL, "x"},
+	        {"{\"name\":{\"a\":1},\"shortName\":\"x\"}", NULL, "x"},
+	        {"{\"name\":\"\"}", NULL, ""},
+	        {"{\"mars\":\"flat\",\"shortName\":\"x\"}", NULL, "x"},
+	        {"{\"_reserved_\":{\"name\":\"r\"}}", "_reserved_.name",
+	         "object_0"},
 	};
 
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
@@ -543,37 +544,37 @@ Test(tgm_io, naming_chain_table)
 Test(tgm_io, naming_merges_descriptor_params_shallowly)
 {
 	/* {"name":"n"} and {"mars":{"param":"2t"}} as descriptor params */
-	static const uint8_t p_name[] = {0xa1, 0x64, 'n', 'a', 'm', 'e', 0x61,
-					 'n'};
-	static const uint8_t p_mars[] = {0xa1, 0x64, 'm', 'a', 'r', 's', 0xa1,
-					 0x65, 'p', 'a', 'r', 'a', 'm', 0x62,
-					 '2', 't'};
-	static const uint8_t m_short[] = {
-		0xa1, 0x64, 'b', 'a', 's', 'e', 0x81, 0xa1, 0x69, 's', 'h',
-		'o', 'r', 't', 'N', 'a', 'm', 'e', 0x61, 's'};
-	static const uint8_t m_lev[] = {
-		0xa1, 0x64, 'b', 'a', 's', 'e', 0x81, 0xa1, 0x64, 'm', 'a',
-		'r', 's', 0xa1, 0x67, 'l', 'e', 'v', 't', 'y', 'p', 'e', 0x63,
-		's', 'f', 'c'};
+	static const uint8_t p_name[] = {0xa1, 0x64, 'n',  'a',
+	                                 'm',  'e',  0x61, 'n'};
+	static const uint8_t p_mars[] = {0xa1, 0x64, 'm', 'a', 'r', 's',
+	                                 0xa1, 0x65, 'p', 'a', 'r', 'a',
+	                                 'm',  0x62, '2', 't'};
+	static const uint8_t m_short[] = {0xa1, 0x64, 'b', 'a', 's',  'e', 0x81,
+	                                  0xa1, 0x69, 's', 'h', 'o',  'r', 't',
+	                                  'N',  'a',  'm', 'e', 0x61, 's'};
+	static const uint8_t m_lev[] = {0xa1, 0x64, 'b', 'a', 's', 'e', 0x81,
+	                                0xa1, 0x64, 'm', 'a', 'r', 's', 0xa1,
+	                                0x67, 'l',  'e', 'v', 't', 'y', 'p',
+	                                'e',  0x63, 's', 'f', 'c'};
 	struct td_tgm_meta *m;
 	char got[64];
 
 	cr_assert_eq(td_tgm_meta_new(m_short, sizeof(m_short), &m, NULL), 0);
-	cr_expect_eq(td_tgm_object_name(m, 0, p_name, sizeof(p_name), NULL,
-					got, sizeof(got), NULL),
-		     1);
+	cr_expect_eq(td_tgm_object_name(m, 0, p_name, sizeof(p_name), NULL, got,
+	                                sizeof(got), NULL),
+	             1);
 	cr_expect_str_eq(got, "n");
 	td_tgm_meta_free(m);
 	cr_assert_eq(td_tgm_meta_new(m_lev, sizeof(m_lev), &m, NULL), 0);
-	cr_expect_eq(td_tgm_object_name(m, 0, p_mars, sizeof(p_mars), NULL,
-					got, sizeof(got), NULL),
-		     0);
+	cr_expect_eq(td_tgm_object_name(m, 0, p_mars, sizeof(p_mars), NULL, got,
+	                                sizeof(got), NULL),
+	             0);
 	cr_expect_str_eq(got, "object_0");
 	td_tgm_meta_free(m);
 	/* no metadata at all: the params alone still name it */
 	cr_expect_eq(td_tgm_object_name(NULL, 3, p_mars, sizeof(p_mars), NULL,
-					got, sizeof(got), NULL),
-		     1);
+	                                got, sizeof(got), NULL),
+	             1);
 	cr_expect_str_eq(got, "2t");
 }
 
@@ -590,10 +591,10 @@ Test(tgm_io, naming_of_the_vectors)
 	cr_assert_eq(td_tgm_meta_new(mf.payload, mf.payload_len, &m, NULL), 0);
 	cr_assert_eq(td_tgm_meta_base_count(m), 2);
 	td_tgm_object_name(m, 0, o[0].cbor, o[0].cbor_len, NULL, got,
-			   sizeof(got), NULL);
+	                   sizeof(got), NULL);
 	cr_expect_str_eq(got, "2t");
 	td_tgm_object_name(m, 1, o[1].cbor, o[1].cbor_len, NULL, got,
-			   sizeof(got), NULL);
+	                   sizeof(got), NULL);
 	cr_expect_str_eq(got, "msl");
 	{
 		char *json;
@@ -601,11 +602,11 @@ Test(tgm_io, naming_of_the_vectors)
 
 		cr_assert_eq(td_tgm_meta_attrs_json(m, 0, &json, &jl), 0);
 		cr_expect_str_eq(json,
-				 "{\"big\":2147483648,\"count\":-5,\"flag\":"
-				 "true,\"level\":0,\"levels\":[1000,850,500],"
-				 "\"mars\":{\"class\":\"od\",\"stream\":"
-				 "\"oper\"},\"note\":\"\",\"only0\":\"x\","
-				 "\"ratio\":0.5,\"shortName\":\"2t\"}");
+		                 "{\"big\":2147483648,\"count\":-5,\"flag\":"
+		                 "true,\"level\":0,\"levels\":[1000,850,500],"
+		                 "\"mars\":{\"class\":\"od\",\"stream\":"
+		                 "\"oper\"},\"note\":\"\",\"only0\":\"x\","
+		                 "\"ratio\":0.5,\"shortName\":\"2t\"}");
 		cr_expect_eq(jl, strlen(json));
 		free(json);
 	}
@@ -616,8 +617,8 @@ Test(tgm_io, naming_of_the_vectors)
 	cr_assert_eq(objects(b, len, o, 4, &mf), 1);
 	cr_assert_eq(td_tgm_meta_new(mf.payload, mf.payload_len, &m, NULL), 0);
 	cr_expect_eq(td_tgm_object_name(m, 0, o[0].cbor, o[0].cbor_len, NULL,
-					got, sizeof(got), NULL),
-		     0);
+	                                got, sizeof(got), NULL),
+	             0);
 	cr_expect_str_eq(got, "object_0");
 	td_tgm_meta_free(m);
 	free(b);
@@ -628,19 +629,21 @@ Test(tgm_io, sanitize_table)
 	static const struct {
 		const char *in, *want;
 	} t[] = {
-		{"temperature/surface", "temperature_surface"},
-		{"a/b", "a_b"},
-		{"a\\b", "a_b"},
-		{"", "_"},
-		{"..", "v_._"}, /* spec: v_..; the daemon refuses ".." */
-		{".", "v_."},
-		{"__x", "v___x"},
-		{"zarr.json", "v_zarr.json"},
-		{"a\x01" "b\x7f", "a_b_"},
-		{"caf\xc3\xa9 au lait", "caf__au_lait"},
-		{"2t", "2t"},
-		{"x:y@z+1-2.3", "x:y@z+1-2.3"},
-		{"a...b", "a._.b"},
+	        {"temperature/surface", "temperature_surface"},
+	        {"a/b", "a_b"},
+	        {"a\\b", "a_b"},
+	        {"", "_"},
+	        {"..", "v_._"}, /* spec: v_..; the daemon refuses ".." */
+	        {".", "v_."},
+	        {"__x", "v___x"},
+	        {"zarr.json", "v_zarr.json"},
+	        {"a\x01"
+	         "b\x7f",
+	         "a_b_"},
+	        {"caf\xc3\xa9 au lait", "caf__au_lait"},
+	        {"2t", "2t"},
+	        {"x:y@z+1-2.3", "x:y@z+1-2.3"},
+	        {"a...b", "a._.b"},
 	};
 
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
@@ -658,7 +661,7 @@ Test(tgm_io, sanitize_table)
 }
 
 static void unique_case(const char *const *in, const char *const *want,
-			size_t n)
+                        size_t n)
 {
 	char buf[8][32], *names[8];
 
@@ -674,17 +677,17 @@ static void unique_case(const char *const *in, const char *const *want,
 Test(tgm_io, duplicate_names_get_suffixes_without_collisions)
 {
 	unique_case((const char *const[]){"x", "x", "x"},
-		    (const char *const[]){"x", "x_1", "x_2"}, 3);
+	            (const char *const[]){"x", "x_1", "x_2"}, 3);
 	unique_case((const char *const[]){"x", "x", "x_1"},
-		    (const char *const[]){"x", "x_1", "x_1_1"}, 3);
+	            (const char *const[]){"x", "x_1", "x_1_1"}, 3);
 	unique_case((const char *const[]){"x", "x_1", "x", "x"},
-		    (const char *const[]){"x", "x_1", "x_2", "x_3"}, 4);
+	            (const char *const[]){"x", "x_1", "x_2", "x_3"}, 4);
 	unique_case((const char *const[]){"a", "b", "a", "b", "a"},
-		    (const char *const[]){"a", "b", "a_1", "b_1", "a_2"}, 5);
+	            (const char *const[]){"a", "b", "a_1", "b_1", "a_2"}, 5);
 	{
 		char a[4] = "abc", b[4] = "abc", *n[2] = {a, b};
 		cr_expect_eq(td_tgm_names_unique(n, 2, sizeof(a)),
-			     -ENAMETOOLONG);
+		             -ENAMETOOLONG);
 	}
 }
 
@@ -699,10 +702,18 @@ Test(tgm_io, writer_frames_match_upstream_bytes)
 	static const uint8_t zeros[32];
 	uint64_t s0[2] = {2, 3}, s1[1] = {4};
 	struct td_tgm_enc_object ob[2] = {
-		{.dtype = TD_TGM_FLOAT32, .ndim = 2, .shape = s0,
-		 .data = zeros, .data_len = 24, .name = "2t"},
-		{.dtype = TD_TGM_FLOAT64, .ndim = 1, .shape = s1,
-		 .data = zeros, .data_len = 32, .name = "msl"},
+	        {.dtype = TD_TGM_FLOAT32,
+	         .ndim = 2,
+	         .shape = s0,
+	         .data = zeros,
+	         .data_len = 24,
+	         .name = "2t"},
+	        {.dtype = TD_TGM_FLOAT64,
+	         .ndim = 1,
+	         .shape = s1,
+	         .data = zeros,
+	         .data_len = 32,
+	         .name = "msl"},
 	};
 	struct td_tgm_walk it, up;
 	struct td_tgm_frame fr, uf;
@@ -736,13 +747,13 @@ Test(tgm_io, writer_frames_match_upstream_bytes)
 		while (uf.type != TD_TGM_NTENSOR_FRAME);
 		cr_expect_eq(fr.length, uf.length);
 		cr_expect(!memcmp(fr.payload - 16, uf.payload - 16, fr.length),
-			  "type-9 frame @%llu differs from upstream's",
-			  (unsigned long long)fr.offset);
+		          "type-9 frame @%llu differs from upstream's",
+		          (unsigned long long)fr.offset);
 	}
 	cr_assert_eq(rc, 0, "%s", e.reason);
 	cr_assert_eq(n, 5);
 	cr_expect(types[0] == 1 && types[1] == 2 && types[2] == 3 &&
-		  types[3] == 9 && types[4] == 9);
+	          types[3] == 9 && types[4] == 9);
 	free(ref);
 	free(msg);
 }
@@ -752,17 +763,32 @@ Test(tgm_io, writer_index_hashes_and_metadata_agree_with_the_frames)
 	uint64_t shape[3] = {2, 1, 3};
 	int16_t v[6] = {1, -2, 3, -4, 5, -6};
 	const char *meta = "{\"name\":\"ignored\",\"units\":\"K\","
-			   "\"_reserved_\":7,\"n\":[1,2.5,null,true]}";
+	                   "\"_reserved_\":7,\"n\":[1,2.5,null,true]}";
 	struct td_tgm_enc_object ob[3] = {
-		{.dtype = TD_TGM_INT16, .ndim = 3, .shape = shape, .data = v,
-		 .data_len = 12, .name = "a", .meta = meta,
-		 .meta_len = strlen(meta)},
-		{.dtype = TD_TGM_UINT8, .ndim = 0, .shape = NULL, .data = v,
-		 .data_len = 1, .name = "scalar", .meta = "plain text",
-		 .meta_len = 10},
-		{.dtype = TD_TGM_UINT8, .ndim = 1, .shape = (uint64_t[]){0},
-		 .data = NULL, .data_len = 0, .name = "empty",
-		 .meta = "\xff\x00", .meta_len = 2},
+	        {.dtype = TD_TGM_INT16,
+	         .ndim = 3,
+	         .shape = shape,
+	         .data = v,
+	         .data_len = 12,
+	         .name = "a",
+	         .meta = meta,
+	         .meta_len = strlen(meta)},
+	        {.dtype = TD_TGM_UINT8,
+	         .ndim = 0,
+	         .shape = NULL,
+	         .data = v,
+	         .data_len = 1,
+	         .name = "scalar",
+	         .meta = "plain text",
+	         .meta_len = 10},
+	        {.dtype = TD_TGM_UINT8,
+	         .ndim = 1,
+	         .shape = (uint64_t[]){0},
+	         .data = NULL,
+	         .data_len = 0,
+	         .name = "empty",
+	         .meta = "\xff\x00",
+	         .meta_len = 2},
 	};
 	struct td_tgm_walk it;
 	struct td_tgm_frame fr;
@@ -779,60 +805,61 @@ Test(tgm_io, writer_index_hashes_and_metadata_agree_with_the_frames)
 		struct td_tgm_object o;
 
 		if (fr.type == TD_TGM_HEADER_METADATA_FRAME)
-			cr_assert_eq(td_tgm_meta_new(fr.payload,
-						     fr.payload_len, &m, NULL),
-				     0);
+			cr_assert_eq(td_tgm_meta_new(fr.payload, fr.payload_len,
+			                             &m, NULL),
+			             0);
 		if (fr.type == TD_TGM_HEADER_INDEX_FRAME) {
 			cr_assert_eq(td_tgm_cbor_to_json(fr.payload,
-							 fr.payload_len, &json,
-							 NULL, NULL),
-				     0);
+			                                 fr.payload_len, &json,
+			                                 NULL, NULL),
+			             0);
 			snprintf(idx, sizeof(idx), "%s", json);
 			free(json);
 		}
 		if (fr.type == TD_TGM_HEADER_HASH_FRAME) {
 			cr_assert_eq(td_tgm_cbor_to_json(fr.payload,
-							 fr.payload_len, &json,
-							 NULL, NULL),
-				     0);
+			                                 fr.payload_len, &json,
+			                                 NULL, NULL),
+			             0);
 			snprintf(hashes, sizeof(hashes), "%s", json);
 			free(json);
 		}
 		if (fr.type != TD_TGM_NTENSOR_FRAME)
 			continue;
 		cr_assert_eq(td_tgm_object_decode(&fr, &o, NULL), 0);
-		cr_expect_eq(td_tgm_desc_check_import(&o.desc, o.data_len,
-						      NULL),
-			     0, "object %d", k);
+		cr_expect_eq(
+		        td_tgm_desc_check_import(&o.desc, o.data_len, NULL), 0,
+		        "object %d", k);
 		snprintf(offs + strlen(offs), sizeof(offs) - strlen(offs),
-			 "%s%llu", k ? "," : "", (unsigned long long)fr.offset);
+		         "%s%llu", k ? "," : "", (unsigned long long)fr.offset);
 		snprintf(lens + strlen(lens), sizeof(lens) - strlen(lens),
-			 "%s%llu", k ? "," : "", (unsigned long long)fr.length);
+		         "%s%llu", k ? "," : "", (unsigned long long)fr.length);
 		snprintf(slots + strlen(slots), sizeof(slots) - strlen(slots),
-			 "%s\"%016llx\"", k ? "," : "",
-			 (unsigned long long)td__be64(fr.payload - 16 +
-						      fr.length - 12));
+		         "%s\"%016llx\"", k ? "," : "",
+		         (unsigned long long)td__be64(fr.payload - 16 +
+		                                      fr.length - 12));
 		k++;
 	}
 	cr_assert_eq(k, 3);
 	snprintf(want, sizeof(want), "{\"lengths\":[%s],\"offsets\":[%s]}",
-		 lens, offs);
+	         lens, offs);
 	cr_expect_str_eq(idx, want);
 	snprintf(want, sizeof(want), "{\"algorithm\":\"xxh3\",\"hashes\":[%s]}",
-		 slots);
+	         slots);
 	cr_expect_str_eq(hashes, want);
 	cr_assert_not_null(m);
 	cr_assert_eq(td_tgm_meta_base_count(m), 3);
 	cr_assert_eq(td_tgm_meta_attrs_json(m, 0, &json, NULL), 0);
 	cr_expect_str_eq(json, "{\"n\":[1,2.5,null,true],\"name\":\"a\","
-			       "\"units\":\"K\"}");
+	                       "\"units\":\"K\"}");
 	free(json);
 	cr_assert_eq(td_tgm_meta_attrs_json(m, 1, &json, NULL), 0);
 	cr_expect_str_eq(json, "{\"name\":\"scalar\",\"tensord_meta\":"
-			       "\"plain text\"}");
+	                       "\"plain text\"}");
 	free(json);
 	cr_assert_eq(td_tgm_meta_attrs_json(m, 2, &json, NULL), 0);
-	cr_expect_str_eq(json, "{\"name\":\"empty\",\"tensord_meta\":\"ff00\"}");
+	cr_expect_str_eq(json,
+	                 "{\"name\":\"empty\",\"tensord_meta\":\"ff00\"}");
 	free(json);
 	cr_assert_eq(td_tgm_meta_attrs_json(m, 9, &json, NULL), 0);
 	cr_expect_str_eq(json, "{}");
@@ -845,23 +872,25 @@ Test(tgm_io, writer_refuses_unusable_objects)
 {
 	uint64_t shape[1] = {4};
 	uint8_t d[4] = {0};
-	struct td_tgm_enc_object ob = {.dtype = TD_TGM_UINT8, .ndim = 1,
-				       .shape = shape, .data = d,
-				       .data_len = 3};
+	struct td_tgm_enc_object ob = {.dtype = TD_TGM_UINT8,
+	                               .ndim = 1,
+	                               .shape = shape,
+	                               .data = d,
+	                               .data_len = 3};
 	struct td_err e = {0};
 	uint8_t *msg = NULL;
 	size_t len;
 
 	cr_expect_eq(td_tgm_message_encode(&ob, 1, "t", &msg, &len, &e),
-		     -EINVAL);
+	             -EINVAL);
 	cr_expect_str_eq(e.field, "data");
 	ob.data_len = 4;
 	ob.dtype = TD_TGM_BITMASK;
 	cr_expect_eq(td_tgm_message_encode(&ob, 1, "t", &msg, &len, &e),
-		     -EINVAL);
+	             -EINVAL);
 	cr_expect_str_eq(e.field, "dtype");
 	cr_expect_eq(td_tgm_message_encode(&ob, 0, "t", &msg, &len, &e),
-		     -EINVAL);
+	             -EINVAL);
 	cr_expect_null(msg);
 }
 
@@ -905,7 +934,7 @@ static void daemon_start(struct daemon *d)
 		}
 		close(s);
 		cr_assert(waitpid(d->pid, &st, WNOHANG) == 0,
-			  "tensord exited during start-up");
+		          "tensord exited during start-up");
 		usleep(10000);
 	}
 	cr_assert_fail("tensord did not open %s", d->sock);
@@ -920,7 +949,7 @@ static void daemon_stop(struct daemon *d)
 	unlink(d->sock);
 	rmdir(d->dir);
 	cr_assert_eq(tu_fd_count(), d->fds0, "fd leak: %d -> %d", d->fds0,
-		     tu_fd_count());
+	             tu_fd_count());
 }
 
 /* tensorctl --socket SOCK ARGS... with stdout and stderr in *out. */
@@ -937,7 +966,7 @@ static int ctl(const struct daemon *d, char **out, ...)
 
 	cr_assert(bin, "TD_TENSORCTL is not set");
 	o = (size_t)snprintf(cmd, sizeof(cmd), "exec '%s' --socket '%s'", bin,
-			     d->sock);
+	                     d->sock);
 	va_start(ap, out);
 	while ((a = va_arg(ap, const char *)) && o < sizeof(cmd))
 		o += (size_t)snprintf(cmd + o, sizeof(cmd) - o, " '%s'", a);
@@ -995,7 +1024,7 @@ Test(tgm_io, load_vectors_gives_documented_values)
 
 	if (!dir)
 		cr_skip_test("upstream vectors folder absent: load of the "
-			     "vectors not checked");
+		             "vectors not checked");
 	daemon_start(&d);
 	c = client(&d);
 
@@ -1047,19 +1076,19 @@ Test(tgm_io, load_vectors_gives_documented_values)
 	for (int i = 0; i < 6; i++)
 		cr_expect_eq(g[i], (double)(i + 1));
 	expect_meta_has(t, "\"mars\":{\"class\":\"od\",\"step\":12,"
-			   "\"type\":\"fc\"}");
+	                   "\"type\":\"fc\"}");
 	td_tensor_release(t);
 
 	snprintf(path, sizeof(path), "%s/metadata_parity.tgm", dir);
 	cr_assert_eq(ctl(&d, &out, "load", path, NULL), 0, "%s", out);
-	cr_expect(strstr(out, "2t version") && strstr(out, "msl version"),
-		  "%s", out);
+	cr_expect(strstr(out, "2t version") && strstr(out, "msl version"), "%s",
+	          out);
 	free(out);
 
 	/* the second message of multi_message: (3, 4) */
 	snprintf(path, sizeof(path), "%s/multi_message.tgm", dir);
 	cr_assert_eq(ctl(&d, &out, "load", path, "--message", "1", NULL), 0,
-		     "%s", out);
+	             "%s", out);
 	free(out);
 	t = get(c, "object_0");
 	f = td_tensor_plane_data(t, 0);
@@ -1098,7 +1127,7 @@ Test(tgm_io, save_inspect_load_round_trip_is_byte_identical)
 	uint16_t f16[2] = {0x3c00, 0x7bff};
 	uint8_t u8[5] = {0, 1, 2, 254, 255};
 	uint64_t s_f32[2] = {2, 3}, s_i64[1] = {3}, s_f16[3] = {1, 2, 1},
-		 s_u8[1] = {5};
+	         s_u8[1] = {5};
 	const struct {
 		const char *name;
 		uint32_t dtype;
@@ -1108,32 +1137,33 @@ Test(tgm_io, save_inspect_load_round_trip_is_byte_identical)
 		size_t len;
 		const char *meta;
 	} t[] = {
-		{"rt_f32", TD_TENSOR_F32, 2, s_f32, f32, sizeof(f32),
-		 "{\"units\":\"K\",\"level\":[1000,850]}"},
-		{"rt_i64", TD_TENSOR_I64, 1, s_i64, i64, sizeof(i64),
-		 "not json"},
-		{"rt_f16", TD_TENSOR_F16, 3, s_f16, f16, sizeof(f16), NULL},
-		{"rt_u8", TD_TENSOR_U8, 1, s_u8, u8, sizeof(u8), NULL},
+	        {"rt_f32", TD_TENSOR_F32, 2, s_f32, f32, sizeof(f32),
+	         "{\"units\":\"K\",\"level\":[1000,850]}"},
+	        {"rt_i64", TD_TENSOR_I64, 1, s_i64, i64, sizeof(i64),
+	         "not json"},
+	        {"rt_f16", TD_TENSOR_F16, 3, s_f16, f16, sizeof(f16), NULL},
+	        {"rt_u8", TD_TENSOR_U8, 1, s_u8, u8, sizeof(u8), NULL},
 	};
 	size_t n = sizeof(t) / sizeof(t[0]);
 
 	daemon_start(&d);
 	c = client(&d);
 	for (size_t i = 0; i < n; i++) {
-		struct td_publish p = {.name = t[i].name, .dtype = t[i].dtype,
-				       .ndim = t[i].ndim, .shape = t[i].shape,
-				       .meta = t[i].meta,
-				       .meta_len = t[i].meta
-							   ? strlen(t[i].meta)
-							   : 0};
-		cr_assert_eq(td_client_put(c, &p, t[i].data, t[i].len, NULL,
-					   &e),
-			     0, "%s", e.reason);
+		struct td_publish p = {.name = t[i].name,
+		                       .dtype = t[i].dtype,
+		                       .ndim = t[i].ndim,
+		                       .shape = t[i].shape,
+		                       .meta = t[i].meta,
+		                       .meta_len = t[i].meta ? strlen(t[i].meta)
+		                                             : 0};
+		cr_assert_eq(
+		        td_client_put(c, &p, t[i].data, t[i].len, NULL, &e), 0,
+		        "%s", e.reason);
 	}
 	snprintf(path, sizeof(path), "%s/rt.tgm", d.dir);
 	cr_assert_eq(ctl(&d, &out, "save", "rt_f32", "rt_i64", "rt_f16",
-			 "rt_u8", "-o", path, NULL),
-		     0, "%s", out);
+	                 "rt_u8", "-o", path, NULL),
+	             0, "%s", out);
 	free(out);
 
 	/* our own reader: clean walk, every hash verified */
@@ -1156,8 +1186,8 @@ Test(tgm_io, save_inspect_load_round_trip_is_byte_identical)
 			cr_expect_eq(td_tensor_shape(x)[k], t[i].shape[k]);
 		cr_assert_eq(td_tensor_bytes(x), t[i].len, "%s", t[i].name);
 		cr_expect(!memcmp(td_tensor_plane_data(x, 0), t[i].data,
-				  t[i].len),
-			  "%s: bytes differ after the round trip", t[i].name);
+		                  t[i].len),
+		          "%s: bytes differ after the round trip", t[i].name);
 		td_tensor_release(x);
 	}
 	{
@@ -1178,14 +1208,14 @@ Test(tgm_io, save_inspect_load_round_trip_is_byte_identical)
 		size_t la, lb;
 
 		snprintf(p2, sizeof(p2), "%s/rt2.tgm", d.dir);
-		cr_assert_eq(ctl(&d, &out, "save", "rt_f32", "rt_i64",
-				 "rt_f16", "rt_u8", "-o", p2, NULL),
-			     0, "%s", out);
+		cr_assert_eq(ctl(&d, &out, "save", "rt_f32", "rt_i64", "rt_f16",
+		                 "rt_u8", "-o", p2, NULL),
+		             0, "%s", out);
 		free(out);
 		a = tu_read_file(path, &la);
 		b = tu_read_file(p2, &lb);
 		cr_expect(la == lb && !memcmp(a, b, la),
-			  "save is not stable across load");
+		          "save is not stable across load");
 		free(a);
 		free(b);
 		unlink(p2);
@@ -1204,12 +1234,12 @@ Test(tgm_io, load_names_objects_by_the_chain_without_collisions)
 	uint8_t one[1] = {42};
 	uint64_t shape[1] = {1};
 	const char *metas[] = {
-		"{\"name\":\"x\"}",
-		"{\"mars\":{\"param\":\"x\"}}",
-		"{\"shortName\":\"x_1\"}",
-		"{\"name\":\"a/b\"}",
-		"{\"bids\":{\"task\":\"rest\"},\"name\":\"n\"}",
-		"{}",
+	        "{\"name\":\"x\"}",
+	        "{\"mars\":{\"param\":\"x\"}}",
+	        "{\"shortName\":\"x_1\"}",
+	        "{\"name\":\"a/b\"}",
+	        "{\"bids\":{\"task\":\"rest\"},\"name\":\"n\"}",
+	        "{}",
 	};
 	struct td_tgm_enc_object ob[6];
 	struct daemon d;
@@ -1220,10 +1250,14 @@ Test(tgm_io, load_names_objects_by_the_chain_without_collisions)
 	struct td_client *c;
 
 	for (int i = 0; i < 6; i++)
-		ob[i] = (struct td_tgm_enc_object){
-			.dtype = TD_TGM_UINT8, .ndim = 1, .shape = shape,
-			.data = one, .data_len = 1, .meta = metas[i],
-			.meta_len = strlen(metas[i])};
+		ob[i] = (struct td_tgm_enc_object){.dtype = TD_TGM_UINT8,
+		                                   .ndim = 1,
+		                                   .shape = shape,
+		                                   .data = one,
+		                                   .data_len = 1,
+		                                   .meta = metas[i],
+		                                   .meta_len =
+		                                           strlen(metas[i])};
 	cr_assert_eq(td_tgm_message_encode(ob, 6, "t", &msg, &len, NULL), 0);
 	daemon_start(&d);
 	snprintf(path, sizeof(path), "%s/names.tgm", d.dir);
@@ -1236,12 +1270,12 @@ Test(tgm_io, load_names_objects_by_the_chain_without_collisions)
 	{
 		/* every name once (the daemon's order is not ours) */
 		const char *want[] = {"x",   "x_1", "x_1_1",
-				      "a_b", "n",   "object_5"};
+		                      "a_b", "n",   "object_5"};
 		char got[256] = "";
 
 		for (size_t i = 0; i < count; i++)
 			snprintf(got + strlen(got), sizeof(got) - strlen(got),
-				 " %s ", list[i].name);
+			         " %s ", list[i].name);
 		cr_assert_eq(count, 6, "%s", got);
 		for (size_t i = 0; i < 6; i++) {
 			char w[64];
@@ -1253,8 +1287,8 @@ Test(tgm_io, load_names_objects_by_the_chain_without_collisions)
 	td_entry_list_free(list, count);
 	/* the variable key comes first when given */
 	cr_assert_eq(ctl(&d, &out, "load", path, "--variable-key", "bids.task",
-			 NULL),
-		     0, "%s", out);
+	                 NULL),
+	             0, "%s", out);
 	cr_expect(strstr(out, "rest version"), "%s", out);
 	free(out);
 	unlink(path);
@@ -1267,10 +1301,10 @@ Test(tgm_io, load_refuses_codecs_naming_them_and_publishes_nothing)
 	static const struct {
 		const char *key, *value, *says;
 	} t[] = {
-		{"compression", "zstd", "compression \"zstd\""},
-		{"filter", "shuffle", "filter \"shuffle\""},
-		{"encoding", "simple_packing", "encoding \"simple_packing\""},
-		{"dtype", "bfloat16", "dtype \"bfloat16\""},
+	        {"compression", "zstd", "compression \"zstd\""},
+	        {"filter", "shuffle", "filter \"shuffle\""},
+	        {"encoding", "simple_packing", "encoding \"simple_packing\""},
+	        {"dtype", "bfloat16", "dtype \"bfloat16\""},
 	};
 	struct daemon d;
 	struct td_client *c;

@@ -17,8 +17,8 @@
 #include "tgm.h"
 #include "wire.h"
 
-#define LOAD_USAGE                                                            \
-	"usage: tensorctl load FILE.tgm [--message N] "                       \
+#define LOAD_USAGE                                                             \
+	"usage: tensorctl load FILE.tgm [--message N] "                        \
 	"[--variable-key DOT.PATH]\n"
 
 /* Room left after sanitising for a duplicate suffix ("_" + counter). */
@@ -48,31 +48,43 @@ struct load {
 static uint32_t blob_dtype(enum td_tgm_dtype t)
 {
 	switch (t) {
-	case TD_TGM_INT8: return TD_TENSOR_I8;
-	case TD_TGM_INT16: return TD_TENSOR_I16;
-	case TD_TGM_INT32: return TD_TENSOR_I32;
-	case TD_TGM_INT64: return TD_TENSOR_I64;
-	case TD_TGM_UINT8: return TD_TENSOR_U8;
-	case TD_TGM_UINT16: return TD_TENSOR_U16;
-	case TD_TGM_UINT32: return TD_TENSOR_U32;
-	case TD_TGM_UINT64: return TD_TENSOR_U64;
-	case TD_TGM_FLOAT16: return TD_TENSOR_F16;
-	case TD_TGM_FLOAT32: return TD_TENSOR_F32;
-	case TD_TGM_FLOAT64: return TD_TENSOR_F64;
-	default: return UINT32_MAX; /* refused by the import check first */
+	case TD_TGM_INT8:
+		return TD_TENSOR_I8;
+	case TD_TGM_INT16:
+		return TD_TENSOR_I16;
+	case TD_TGM_INT32:
+		return TD_TENSOR_I32;
+	case TD_TGM_INT64:
+		return TD_TENSOR_I64;
+	case TD_TGM_UINT8:
+		return TD_TENSOR_U8;
+	case TD_TGM_UINT16:
+		return TD_TENSOR_U16;
+	case TD_TGM_UINT32:
+		return TD_TENSOR_U32;
+	case TD_TGM_UINT64:
+		return TD_TENSOR_U64;
+	case TD_TGM_FLOAT16:
+		return TD_TENSOR_F16;
+	case TD_TGM_FLOAT32:
+		return TD_TENSOR_F32;
+	case TD_TGM_FLOAT64:
+		return TD_TENSOR_F64;
+	default:
+		return UINT32_MAX; /* refused by the import check first */
 	}
 }
 
 /* Print "tensorctl: FILE: message N[ object I]: what" and refuse. */
 static int refuse(const struct load *l, long obj, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+        __attribute__((format(printf, 3, 4)));
 
 static int refuse(const struct load *l, long obj, const char *fmt, ...)
 {
 	va_list ap;
 
 	fprintf(stderr, "tensorctl: %s: message %" PRIu64, l->path,
-		l->msg_index);
+	        l->msg_index);
 	if (obj >= 0)
 		fprintf(stderr, " object %ld", obj);
 	fprintf(stderr, ": ");
@@ -102,14 +114,14 @@ static const char *field_value(const struct td_tgm_desc *d, const char *f)
 }
 
 static int meta_frame(struct load *l, const struct td_tgm_frame *fr,
-		      struct td_tgm_meta **out)
+                      struct td_tgm_meta **out)
 {
 	struct td_err e = {0};
 	int rc = td_tgm_meta_new(fr->payload, fr->payload_len, out, &e);
 
 	if (rc < 0)
 		return refuse(l, -1, "%s frame at offset %" PRIu64 ": %s",
-			      fr->name, fr->offset, e.reason);
+		              fr->name, fr->offset, e.reason);
 	return 0;
 }
 
@@ -125,15 +137,17 @@ static int collect(struct load *l, const uint8_t *msg, size_t len)
 	rc = td_tgm_walk_init(msg, len, &it, &e);
 	if (rc < 0)
 		return refuse(l, -1, "%s at offset %" PRIu64, e.reason,
-			      e.offset);
+		              e.offset);
 	while ((rc = td_tgm_walk_next(&it, &fr, &e)) == 1) {
 		struct td_tgm_meta **slot = NULL;
 		struct obj *ob;
 
 		/* a frame that says it is hashed must match its hash */
 		if (fr.has_hash && td_tgm_frame_verify(&fr, NULL, &e) < 0)
-			return refuse(l, -1, "%s frame at offset %" PRIu64
-				      ": hash mismatch", fr.name, fr.offset);
+			return refuse(l, -1,
+			              "%s frame at offset %" PRIu64
+			              ": hash mismatch",
+			              fr.name, fr.offset);
 		switch (fr.type) {
 		case TD_TGM_HEADER_METADATA_FRAME:
 			slot = &l->header;
@@ -142,9 +156,9 @@ static int collect(struct load *l, const uint8_t *msg, size_t len)
 			slot = &l->footer;
 			break;
 		case TD_TGM_PRECEDER_METADATA_FRAME: {
-			struct td_tgm_meta **p = realloc(
-				l->preceders,
-				(l->preceder_count + 1) * sizeof(*p));
+			struct td_tgm_meta **p =
+			        realloc(l->preceders,
+			                (l->preceder_count + 1) * sizeof(*p));
 			if (!p)
 				return refuse(l, -1, "out of memory");
 			l->preceders = p;
@@ -182,9 +196,9 @@ static int collect(struct load *l, const uint8_t *msg, size_t len)
 		rc = td_tgm_object_decode(&fr, &ob->o, &e);
 		if (rc < 0)
 			return refuse(l, (long)l->count,
-				      "descriptor: %s%s%s at offset %" PRIu64,
-				      e.field ? e.field : "",
-				      e.field ? ": " : "", e.reason, e.offset);
+			              "descriptor: %s%s%s at offset %" PRIu64,
+			              e.field ? e.field : "",
+			              e.field ? ": " : "", e.reason, e.offset);
 		ob->meta = pending;
 		ob->meta_index = pending ? 0 : l->count;
 		pending = NULL;
@@ -192,7 +206,7 @@ static int collect(struct load *l, const uint8_t *msg, size_t len)
 	}
 	if (rc < 0)
 		return refuse(l, -1, "%s at offset %" PRIu64, e.reason,
-			      e.offset);
+		              e.offset);
 	return 0;
 }
 
@@ -214,12 +228,13 @@ static int prepare(struct load *l, const char *variable_key)
 			const char *v = field_value(d, e.field);
 
 			if (v)
-				rc = refuse(l, (long)i, "%s \"%s\" is not "
-					    "supported (%s)", e.field, v,
-					    e.reason);
+				rc = refuse(l, (long)i,
+				            "%s \"%s\" is not "
+				            "supported (%s)",
+				            e.field, v, e.reason);
 			else
 				rc = refuse(l, (long)i, "%s: %s", e.field,
-					    e.reason);
+				            e.reason);
 			break;
 		}
 		ob->dtype = blob_dtype(d->dtype);
@@ -228,19 +243,19 @@ static int prepare(struct load *l, const char *variable_key)
 		if (td_tgm_dtype_width(d->dtype) > 1 &&
 		    d->byte_order != TD_TGM_ORDER_NATIVE)
 			ob->swap = (d->byte_order == TD_TGM_ORDER_BIG) !=
-				   (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__);
+			           (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__);
 		/* attributes: a preceder, else the footer (streaming, where
 		 * the header's base is written before any object), else the
 		 * header */
 		if (!ob->meta) {
 			ob->meta = l->footer && td_tgm_meta_base_count(
-							l->footer) > i
-					   ? l->footer
-					   : l->header;
+			                                l->footer) > i
+			                   ? l->footer
+			                   : l->header;
 		}
 		rc = td_tgm_object_name(ob->meta, ob->meta_index, ob->o.cbor,
-					ob->o.cbor_len, variable_key, raw,
-					sizeof(raw), &e);
+		                        ob->o.cbor_len, variable_key, raw,
+		                        sizeof(raw), &e);
 		if (rc < 0) {
 			rc = refuse(l, (long)i, "descriptor: %s", e.reason);
 			break;
@@ -252,16 +267,16 @@ static int prepare(struct load *l, const char *variable_key)
 		rc = 0;
 		td_tgm_name_sanitize(raw, ob->name, BASE_NAME_MAX + 1);
 		names[i] = ob->name;
-		if (td_tgm_meta_attrs_json(ob->meta, ob->meta_index,
-					   &ob->attrs, &ob->attrs_len) < 0) {
+		if (td_tgm_meta_attrs_json(ob->meta, ob->meta_index, &ob->attrs,
+		                           &ob->attrs_len) < 0) {
 			rc = refuse(l, (long)i, "out of memory");
 			break;
 		}
 		if (ob->attrs_len > TD_WIRE_MAX_META)
 			rc = refuse(l, (long)i,
-				    "metadata is %zu bytes as JSON, more "
-				    "than a tensor carries (%u)",
-				    ob->attrs_len, TD_WIRE_MAX_META);
+			            "metadata is %zu bytes as JSON, more "
+			            "than a tensor carries (%u)",
+			            ob->attrs_len, TD_WIRE_MAX_META);
 	}
 	if (!rc && td_tgm_names_unique(names, l->count, TD_NAME_MAX + 1) < 0)
 		rc = refuse(l, -1, "names do not fit with their suffixes");
@@ -270,7 +285,7 @@ static int prepare(struct load *l, const char *variable_key)
 }
 
 static void copy_swapped(uint8_t *dst, const uint8_t *src, uint64_t len,
-			 unsigned width)
+                         unsigned width)
 {
 	for (uint64_t i = 0; i < len; i += width)
 		for (unsigned k = 0; k < width; k++)
@@ -296,7 +311,7 @@ static int publish(struct load *l, struct td_client *c)
 		/* the data may sit at any alignment: bytes only */
 		if (ob->swap)
 			copy_swapped(dst, ob->o.data, size,
-				     td_tgm_dtype_width(d->dtype));
+			             td_tgm_dtype_width(d->dtype));
 		else if (size)
 			memcpy(dst, ob->o.data, size);
 		p.name = ob->name;
@@ -307,9 +322,10 @@ static int publish(struct load *l, struct td_client *c)
 		p.meta_len = ob->attrs_len;
 		rc = td_client_publish_alloc(c, a, &p, &version, &e);
 		if (rc < 0) {
-			fprintf(stderr, "tensorctl: %zu of %zu object(s) "
-				"published before this failure\n", i,
-				l->count);
+			fprintf(stderr,
+			        "tensorctl: %zu of %zu object(s) "
+			        "published before this failure\n",
+			        i, l->count);
 			return tctl_refused(ob->name, rc, &e);
 		}
 		printf("%s version %" PRIu64 " %s", ob->name, version,
@@ -372,9 +388,10 @@ int cmd_load(int argc, char **argv)
 	while ((rc = td_tgm_scan_next(&s, &sp)) == 1 && n < l.msg_index)
 		n++;
 	if (rc != 1) {
-		fprintf(stderr, "tensorctl: %s: no message %" PRIu64
-			" (the file has %" PRIu64 ")\n", l.path, l.msg_index,
-			n);
+		fprintf(stderr,
+		        "tensorctl: %s: no message %" PRIu64
+		        " (the file has %" PRIu64 ")\n",
+		        l.path, l.msg_index, n);
 		free(buf);
 		return TCTL_REFUSED;
 	}
@@ -382,8 +399,10 @@ int cmd_load(int argc, char **argv)
 	if (!rc)
 		rc = prepare(&l, variable_key);
 	if (!rc && !l.count)
-		fprintf(stderr, "tensorctl: %s: message %" PRIu64
-			" has no data object\n", l.path, l.msg_index);
+		fprintf(stderr,
+		        "tensorctl: %s: message %" PRIu64
+		        " has no data object\n",
+		        l.path, l.msg_index);
 	if (!rc && l.count) {
 		rc = tctl_connect(&c);
 		if (!rc) {

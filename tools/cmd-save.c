@@ -27,18 +27,30 @@
 static enum td_tgm_dtype tgm_dtype(uint32_t d)
 {
 	switch (d) {
-	case TD_TENSOR_I8: return TD_TGM_INT8;
-	case TD_TENSOR_I16: return TD_TGM_INT16;
-	case TD_TENSOR_I32: return TD_TGM_INT32;
-	case TD_TENSOR_I64: return TD_TGM_INT64;
-	case TD_TENSOR_U8: return TD_TGM_UINT8;
-	case TD_TENSOR_U16: return TD_TGM_UINT16;
-	case TD_TENSOR_U32: return TD_TGM_UINT32;
-	case TD_TENSOR_U64: return TD_TGM_UINT64;
-	case TD_TENSOR_F16: return TD_TGM_FLOAT16;
-	case TD_TENSOR_F32: return TD_TGM_FLOAT32;
-	case TD_TENSOR_F64: return TD_TGM_FLOAT64;
-	default: return TD_TGM_DTYPE_UNKNOWN;
+	case TD_TENSOR_I8:
+		return TD_TGM_INT8;
+	case TD_TENSOR_I16:
+		return TD_TGM_INT16;
+	case TD_TENSOR_I32:
+		return TD_TGM_INT32;
+	case TD_TENSOR_I64:
+		return TD_TGM_INT64;
+	case TD_TENSOR_U8:
+		return TD_TGM_UINT8;
+	case TD_TENSOR_U16:
+		return TD_TGM_UINT16;
+	case TD_TENSOR_U32:
+		return TD_TGM_UINT32;
+	case TD_TENSOR_U64:
+		return TD_TGM_UINT64;
+	case TD_TENSOR_F16:
+		return TD_TGM_FLOAT16;
+	case TD_TENSOR_F32:
+		return TD_TGM_FLOAT32;
+	case TD_TENSOR_F64:
+		return TD_TGM_FLOAT64;
+	default:
+		return TD_TGM_DTYPE_UNKNOWN;
 	}
 }
 
@@ -175,14 +187,14 @@ int cmd_save(int argc, char **argv)
 		r = td_tensor_fence_wait(ts[i], -1);
 		if (r < 0) {
 			fprintf(stderr, "tensorctl: %s: fence: %s\n", names[i],
-				strerror(-r));
+			        strerror(-r));
 			rc = TCTL_REFUSED;
 			goto out;
 		}
 		why = unsavable(ts[i]);
 		if (why) {
 			fprintf(stderr, "tensorctl: %s: cannot be saved: %s\n",
-				names[i], why);
+			        names[i], why);
 			rc = TCTL_REFUSED;
 			goto out;
 		}
@@ -190,8 +202,10 @@ int cmd_save(int argc, char **argv)
 		 * "little", which is what every supported host has */
 		if (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__ &&
 		    td_tensor_dtype_size(td_tensor_dtype(ts[i])) > 1) {
-			fprintf(stderr, "tensorctl: %s: big-endian hosts "
-				"cannot save yet\n", names[i]);
+			fprintf(stderr,
+			        "tensorctl: %s: big-endian hosts "
+			        "cannot save yet\n",
+			        names[i]);
 			rc = TCTL_REFUSED;
 			goto out;
 		}
@@ -205,13 +219,13 @@ int cmd_save(int argc, char **argv)
 	}
 	if (td_tgm_message_encode(objs, n, TD_VERSION, &msg, &len, &te) < 0) {
 		fprintf(stderr, "tensorctl: encoding the message: %s%s%s\n",
-			te.field ? te.field : "", te.field ? ": " : "",
-			te.reason);
+		        te.field ? te.field : "", te.field ? ": " : "",
+		        te.reason);
 		rc = TCTL_REFUSED;
 		goto out;
 	}
 	rc = strcmp(out, "-") ? write_atomic(out, msg, len)
-			      : write_all(STDOUT_FILENO, msg, len);
+	                      : write_all(STDOUT_FILENO, msg, len);
 	if (rc < 0) {
 		fprintf(stderr, "tensorctl: %s: %s\n", out, strerror(-rc));
 		rc = TCTL_USAGE;
