@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libFuzzer target for the .tgm CBOR readers (proto/tgm-desc): the input
+ * is one CBOR item (a type-9 descriptor or a metadata frame body), or
+ * anything. The bounded check and the descriptor decoder must agree, an
+ * accepted item must lie inside the input, its JSON must be a whole
+ * NUL-terminated string, and naming/attributes must never misbehave.
+ * A failure must always come with a reason.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tgm-desc.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct td_tgm_desc d;
+	struct td_tgm_meta *m = NULL;
+	struct td_err e = {0};
+	size_t n = 0, jl;
+	char *json, name[64], clean[64];
+	int rc, rd;
+
+	rc = td_tgm_cbor_check(data, size, &n, &e);
+	if (rc == 0 && (n == 0 || n > size))
+		abort();
+	if (rc < 0 && !e.reason)
+		abort();
+	memset(&e, 0, sizeof(e));
+	rd = td_tgm_desc_decode(data, size, &d, &e);
+	if (rd < 0 && !e.reason)
+		abort();
+	/* a descriptor decodes only when its CBOR is well-formed */
+	if (rd == 0 && (rc != 0 || d.cbor_len != n ||
+			d.shape_count > TD_TGM_MAX_DIMS ||
+			d.strides_count > TD_TGM_MAX_DIMS ||
+			strnlen(d.dtype_name, TD_TGM_WORD_LEN) ==
+				TD_TGM_WORD_LEN))
+		abort();
+	if (rd == 0)
+		(void)td_tgm_desc_check_import(&d, size, &e);
+	if (rc == 0) {
+		rd = td_tgm_cbor_to_json(data, size, &json, &jl, &e);
+		if (rd == 0 && strlen(json) != jl)
+			abort();
+		if (rd == 0)
+			free(json);
+		else if (rd != -ENOMEM)
+			abort();
+	}
+	if (td_tgm_meta_new(data, size, &m, &e) == 0) {
+		size_t count = td_tgm_meta_base_count(m);
+
+		for (size_t i = 0; i < count + 1 && i < 4; i++) {
+			if (td_tgm_meta_attrs_json(m, i, &json, &jl) == 0) {
+				if (strlen(json) != jl)
+					abort();
+				free(json);
+			}
+			rd = td_tgm_object_name(m, i, data, size, "a.b", name,
+						sizeof(name), &e);
+			if (rd >= 0 && strlen(name) >= sizeof(name))
+				abort();
+			if (rd >= 0) {
+				td_tgm_name_sanitize(name, clean,
+						     sizeof(clean));
+				if (!clean[0] || strstr(clean, ".."))
+					abort();
+			}
+		}
+		td_tgm_meta_free(m);
+	}
+	return 0;
+}
