@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <malloc.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -19,6 +20,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -76,8 +78,10 @@ static void daemon_start_env(struct daemon *d, const char *import)
 	d->pid = fork();
 	cr_assert(d->pid >= 0);
 	if (d->pid == 0) {
+		/* a test that fails half-way must not leave a daemon behind */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		execl(bin, bin, "--socket", d->sock, "--import", import,
-		      "--log-level", "warning", (char *)NULL);
+		      "--log-level", "warn", (char *)NULL);
 		_exit(127);
 	}
 	/*
@@ -309,8 +313,7 @@ static void get_child(const struct daemon *d, void *arg)
 	CK(td_tensor_plane_count(x) == 1);
 	CK(td_tensor_plane_size(x, 0) == n);
 	CK(td_tensor_bytes(x) == n);
-	if (n)
-		CK(same(td_tensor_plane_data(x, 0), n, t->seed));
+	CK(same(td_tensor_plane_data(x, 0), n, t->seed));
 	meta = td_tensor_meta(x, &mlen);
 	CK(mlen == 13 && !memcmp(meta, "producer-meta", 13));
 	CK(!td_tensor_has_fence(x));
@@ -360,17 +363,17 @@ Test(handoff, a_256_mib_tensor_round_trips, .timeout = 240)
 static void empty_child(const struct daemon *d, void *arg)
 {
 	struct td_client *c = child_open(d, NULL);
-	uint64_t shape[1] = {0};
+	uint64_t shape[2] = {0, 4};
 	struct td_publish p = {.name = "rt/empty",
 			       .dtype = TD_TENSOR_U8,
-			       .ndim = 1,
+			       .ndim = 2,
 			       .shape = shape};
 	struct td_error e = {0};
 	int rc = td_client_put(c, &p, NULL, 0, NULL, &e);
 
-	/* an empty plane has no pages to share: refused with a reason */
+	/* the daemon refuses empty planes (no pages to share), saying so */
 	CK(rc == -EINVAL);
-	CK(e.code == rc && e.reason[0]);
+	CK(e.code == rc && strstr(e.reason, "empty"));
 	td_client_close(c);
 }
 
@@ -409,7 +412,6 @@ static int memfd_with(uint64_t size, uint64_t seed, uint64_t skip)
 
 struct nv12 {
 	int two_buffers;
-	int ino_pipe; /* write the producer's st_ino/st_dev here, or -1 */
 };
 
 static void nv12_producer(const struct daemon *d, void *arg)
@@ -445,13 +447,6 @@ static void nv12_producer(const struct daemon *d, void *arg)
 		p.fd_count = 1;
 	}
 	CK_RC(td_client_publish(c, &p, NULL, &e_));
-	if (a->ino_pipe >= 0) {
-		struct stat st;
-
-		CK(fstat(fds[0], &st) == 0);
-		ch_put(a->ino_pipe, &st.st_ino, sizeof(st.st_ino));
-		ch_put(a->ino_pipe, &st.st_dev, sizeof(st.st_dev));
-	}
 	for (uint32_t i = 0; i < p.fd_count; i++)
 		close(fds[i]);
 	td_client_close(c);
@@ -491,7 +486,7 @@ static void nv12_consumer(const struct daemon *d, void *arg)
 
 Test(handoff, nv12_two_planes_in_one_memfd)
 {
-	struct nv12 a = {0, -1};
+	struct nv12 a = {0};
 	struct daemon d;
 
 	daemon_start(&d);
@@ -502,7 +497,7 @@ Test(handoff, nv12_two_planes_in_one_memfd)
 
 Test(handoff, nv12_two_planes_in_two_memfds)
 {
-	struct nv12 a = {1, -1};
+	struct nv12 a = {1};
 	struct daemon d;
 
 	daemon_start(&d);
@@ -532,7 +527,6 @@ static long rss_anon_kb(void)
 
 struct zc {
 	int rd; /* the producer's ino and dev arrive here */
-	int alloc;
 };
 
 static void zc_producer_alloc(const struct daemon *d, void *arg)
@@ -551,6 +545,28 @@ static void zc_producer_alloc(const struct daemon *d, void *arg)
 	fill(td_alloc_data(a, 0), size, 99);
 	CK(fstat(td_alloc_fd(a, 0), &st) == 0);
 	CK_RC(td_client_publish_alloc(c, a, &p, NULL, &e_));
+	ch_put(wr, &st.st_ino, sizeof(st.st_ino));
+	ch_put(wr, &st.st_dev, sizeof(st.st_dev));
+	td_client_close(c);
+}
+
+static void zc_producer_memfd(const struct daemon *d, void *arg)
+{
+	int wr = *(int *)arg;
+	struct td_client *c = child_open(d, NULL);
+	uint64_t shape[1] = {ZC_BYTES};
+	int fd = memfd_with(ZC_BYTES, 99, 0);
+	struct td_publish p = {.name = "zc/t",
+			       .dtype = TD_TENSOR_U8,
+			       .ndim = 1,
+			       .shape = shape,
+			       .fd_count = 1,
+			       .fds = &fd};
+	struct stat st;
+
+	CK(fstat(fd, &st) == 0);
+	CK_RC(td_client_publish(c, &p, NULL, &e_));
+	close(fd);
 	ch_put(wr, &st.st_ino, sizeof(st.st_ino));
 	ch_put(wr, &st.st_dev, sizeof(st.st_dev));
 	td_client_close(c);
@@ -577,16 +593,11 @@ static void zc_consumer(const struct daemon *d, void *arg)
 	CK(fstat(td_tensor_plane_fd(x, 0), &st) == 0);
 	/* the very buffer the producer wrote, not a copy of it */
 	CK(st.st_ino == ino && st.st_dev == dev);
-	if (z->alloc)
-		CK(n == ZC_BYTES && same(p, n, 99));
-	else
-		CK(n == NV_Y + NV_UV && same(p, n, 77));
+	CK(n == ZC_BYTES && same(p, n, 99));
 	after = rss_anon_kb();
 	CK(before > 0 && after > 0);
 	/* reading every byte faulted in shared pages, not anonymous ones */
-	CK((uint64_t)(after - before) * 1024 < n / 2);
-	if (z->alloc)
-		CK(after - before < (long)(ZC_BYTES >> 10) / 8);
+	CK((uint64_t)(after - before) * 1024 < n / 8);
 	td_tensor_release(x);
 	td_client_close(c);
 }
@@ -594,7 +605,7 @@ static void zc_consumer(const struct daemon *d, void *arg)
 Test(handoff, zero_copy_consumer_maps_the_producers_alloc_pages)
 {
 	struct daemon d;
-	struct zc z = {.alloc = 1};
+	struct zc z;
 	int p[2];
 	pid_t prod, cons;
 
@@ -613,16 +624,14 @@ Test(handoff, zero_copy_consumer_maps_the_producers_alloc_pages)
 Test(handoff, zero_copy_consumer_maps_the_producers_own_memfd)
 {
 	struct daemon d;
-	struct zc z = {.alloc = 0};
-	struct nv12 a = {0, -1};
+	struct zc z;
 	int p[2];
 	pid_t prod, cons;
 
 	daemon_start(&d);
 	cr_assert(pipe2(p, O_CLOEXEC) == 0);
 	z.rd = p[0];
-	a.ino_pipe = p[1];
-	prod = spawn(&d, nv12_producer, &a);
+	prod = spawn(&d, zc_producer_memfd, &p[1]);
 	cons = spawn(&d, zc_consumer, &z);
 	cr_assert_eq(reap(prod), 0);
 	cr_assert_eq(reap(cons), 0);
@@ -937,7 +946,7 @@ Test(handoff, sigkill_of_a_consumer_releases_its_leases)
 
 Test(handoff, tensor_stays_readable_after_its_producer_exits)
 {
-	struct nv12 a = {1, -1};
+	struct nv12 a = {1};
 	struct daemon d;
 	pid_t prod;
 
@@ -1086,6 +1095,12 @@ struct thr {
 	int failures;
 };
 
+static void *thread_warm(void *arg)
+{
+	free(malloc(64)); /* this thread's malloc arena now exists */
+	return arg;
+}
+
 static void *thread_main(void *arg)
 {
 	struct thr *t = arg;
@@ -1115,6 +1130,17 @@ Test(handoff, one_client_shared_by_threads_gets_and_releases_safely)
 	struct td_client *c;
 	struct daemon d;
 
+	/*
+	 * glibc keeps the stacks and malloc arenas of joined threads mapped
+	 * for reuse, and makes more arenas under contention: one arena, and
+	 * the stacks created before the leak baseline is taken.
+	 */
+	mallopt(M_ARENA_MAX, 1);
+	for (int i = 0; i < THREADS; i++)
+		cr_assert(pthread_create(&tid[i], NULL, thread_warm, NULL) ==
+			  0);
+	for (int i = 0; i < THREADS; i++)
+		cr_assert(pthread_join(tid[i], NULL) == 0);
 	daemon_start(&d);
 	run_child(&d, put_child, (void *)&t);
 	c = client_open(&d);
