@@ -28,8 +28,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bytes.h"
 #include "tensord/tensord.h"
 #include "testutil.h"
+#include "wire.h"
 
 /* ---- child-side checks: print and exit, criterion is not there ---- */
 
@@ -1201,6 +1203,180 @@ Test(handoff, one_client_shared_by_threads_gets_and_releases_safely)
 	cr_assert_eq(lease_count(c, t.name), 0);
 	td_client_close(c);
 	daemon_stop(&d);
+}
+
+/* ---- waiting for versions ---- */
+
+struct newer_pipes {
+	int got[2];  /* consumer -> parent: holds v1, about to wait */
+	uint64_t v1; /* the version the consumer starts from */
+};
+
+static void newer_consumer(const struct daemon *d, void *arg)
+{
+	struct newer_pipes *np = arg;
+	struct td_client *c = child_open(d, NULL);
+	struct td_tensor *x = NULL, *y = NULL;
+	struct td_error e = {0};
+
+	CK_RC(td_client_get_version(c, "nw/t", np->v1, &x, &e_));
+	CK(td_tensor_version(x) == np->v1);
+	/* nothing newer yet and no wait: refused at once */
+	CK(td_client_get_newer(c, "nw/t", np->v1, 0, &y, &e) == -ETIMEDOUT);
+	CK(y == NULL && e.reason[0]);
+	ch_put(np->got[1], "G", 1);
+	/* parked until the parent publishes the next version */
+	CK_RC(td_client_get_newer(c, "nw/t", np->v1, -1, &y, &e_));
+	CK(td_tensor_version(y) > np->v1);
+	CK(same(td_tensor_plane_data(y, 0), 256, 72));
+	/* the held v1 is no longer current: EXACT cannot fetch it again */
+	td_tensor_release(x);
+	CK(td_client_get_version(c, "nw/t", np->v1, &x, &e) == -ENOENT);
+	td_tensor_release(y);
+	td_client_close(c);
+}
+
+Test(handoff, get_newer_waits_for_the_next_version)
+{
+	struct newer_pipes np;
+	struct td_client *c;
+	struct td_entry ent;
+	struct td_error e = {0};
+	struct daemon d;
+	pid_t cons;
+	char m;
+
+	daemon_start(&d);
+	c = client_open(&d);
+	parent_put(c, "nw/t", 256, 71);
+	cr_assert_eq(td_client_stat(c, "nw/t", &ent, &e), 0, "%s", e.reason);
+	np.v1 = ent.version;
+	td_entry_fini(&ent);
+	cr_assert(pipe2(np.got, O_CLOEXEC) == 0);
+	cons = spawn(&d, newer_consumer, &np);
+	ch_get(np.got[0], &m, 1);
+	parent_put(c, "nw/t", 256, 72);
+	cr_assert_eq(reap(cons), 0);
+	close(np.got[0]);
+	close(np.got[1]);
+	td_client_close(c);
+	daemon_stop(&d);
+}
+
+/* ---- a misbehaving daemon (a fake one in a child) ---- */
+
+enum fake_kind {
+	FAKE_TOO_MANY_FDS, /* more fds than the client has room for */
+	FAKE_FD_COUNT_LIE, /* an fd the header does not announce */
+};
+
+struct fake {
+	char dir[64];
+	char sock[108];
+	enum fake_kind kind;
+};
+
+/* Answer one HELLO the wrong way, then wait for the client to hang up. */
+static void fake_serve(int ls, enum fake_kind kind)
+{
+	uint8_t in[TD_WIRE_MAX_MSG], out[512];
+	struct td_wire_hello_rep rep = {
+		.daemon_pid = (uint32_t)getpid(),
+		.import_in = TD_IMPORT_SCM,
+		.probe_fd = -1,
+		.ident = {"fake", 4},
+	};
+	struct td_wire_hdr h = {0};
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 20)];
+		struct cmsghdr align;
+	} ctl;
+	int fds[20], nfds = kind == FAKE_TOO_MANY_FDS ? 20 : 1;
+	struct iovec iov;
+	struct msghdr mh = {0};
+	struct cmsghdr *cm;
+	int64_t blen;
+	int s = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
+
+	CK(s >= 0);
+	CK(recv(s, in, sizeof(in), 0) >= TD_WIRE_HDR_LEN);
+	CK(td_wire_hdr_decode(in, TD_WIRE_HDR_LEN + td__le32(in + 24), &h,
+			      NULL) == 0);
+	blen = td_wire_hello_rep_encode(&rep, out + TD_WIRE_HDR_LEN,
+					sizeof(out) - TD_WIRE_HDR_LEN);
+	CK(blen > 0);
+	h.flags = TD_WIRE_F_REPLY;
+	h.body_len = (uint32_t)blen;
+	/* FD_COUNT_LIE: one fd attached, none announced */
+	h.fd_count = kind == FAKE_TOO_MANY_FDS ? 16 : 0;
+	td_wire_hdr_encode(&h, out);
+	for (int i = 0; i < nfds; i++)
+		CK((fds[i] = eventfd(0, EFD_CLOEXEC)) >= 0);
+	iov = (struct iovec){out, TD_WIRE_HDR_LEN + (size_t)blen};
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = ctl.buf;
+	mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+	cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+	memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+	CK(sendmsg(s, &mh, MSG_NOSIGNAL) > 0);
+	/* the client closes; recv then sees the end */
+	while (recv(s, in, sizeof(in), 0) > 0)
+		;
+}
+
+static void fake_child(const struct daemon *unused, void *arg)
+{
+	struct fake *f = arg;
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/tmp", f->dir);
+	CK(ls >= 0);
+	CK(bind(ls, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	CK(listen(ls, 1) == 0);
+	/* appear under the real name only once listening: no refused race */
+	CK(rename(sa.sun_path, f->sock) == 0);
+	fake_serve(ls, f->kind);
+	(void)unused;
+}
+
+static void fake_check(enum fake_kind kind)
+{
+	struct fake f = {.kind = kind};
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	struct stat st;
+	int fds = tu_fd_count(), rc;
+	pid_t pid;
+
+	snprintf(f.dir, sizeof(f.dir), "/tmp/td-fake-XXXXXX");
+	cr_assert(mkdtemp(f.dir));
+	snprintf(f.sock, sizeof(f.sock), "%s/s", f.dir);
+	pid = spawn(NULL, fake_child, &f);
+	while (stat(f.sock, &st) < 0) /* listening once the name exists */
+		usleep(1000);
+	rc = td_client_connect(f.sock, &c, &e);
+	cr_assert_eq(rc, -EPROTO, "%d %s", rc, e.reason);
+	cr_assert_null(c);
+	/* every descriptor that arrived was closed again */
+	cr_assert_eq(tu_fd_count(), fds);
+	cr_assert_eq(reap(pid), 0);
+	unlink(f.sock);
+	rmdir(f.dir);
+}
+
+Test(handoff, truncated_control_data_closes_every_fd_and_fails)
+{
+	fake_check(FAKE_TOO_MANY_FDS);
+}
+
+Test(handoff, fds_the_header_does_not_announce_are_closed)
+{
+	fake_check(FAKE_FD_COUNT_LIE);
 }
 
 /* ---- client-only behaviour ---- */
