@@ -450,12 +450,13 @@ static int memfd_with(uint64_t size, uint64_t seed, uint64_t skip)
 
 struct nv12 {
 	int two_buffers;
+	const char *import; /* TENSORD_IMPORT of both children, NULL auto */
 };
 
 static void nv12_producer(const struct daemon *d, void *arg)
 {
 	const struct nv12 *a = arg;
-	struct td_client *c = child_open(d, NULL);
+	struct td_client *c = child_open(d, a->import);
 	uint64_t shape[2] = {NV_H, NV_W};
 	struct td_plane planes[2] = {
 		{0, 0, NV_W, NV_Y},
@@ -493,7 +494,7 @@ static void nv12_producer(const struct daemon *d, void *arg)
 static void nv12_consumer(const struct daemon *d, void *arg)
 {
 	const struct nv12 *a = arg;
-	struct td_client *c = child_open(d, NULL);
+	struct td_client *c = child_open(d, a->import);
 	struct td_tensor *x = NULL;
 	const uint8_t *y, *uv;
 
@@ -524,7 +525,18 @@ static void nv12_consumer(const struct daemon *d, void *arg)
 
 Test(handoff, nv12_two_planes_in_one_memfd)
 {
-	struct nv12 a = {0};
+	struct nv12 a = {.two_buffers = 0};
+	struct daemon d;
+
+	daemon_start(&d);
+	run_child(&d, nv12_producer, &a);
+	run_child(&d, nv12_consumer, &a);
+	daemon_stop(&d);
+}
+
+Test(handoff, own_memfds_cross_by_scm_rights_when_forced)
+{
+	struct nv12 a = {.two_buffers = 1, .import = "scm"};
 	struct daemon d;
 
 	daemon_start(&d);
@@ -535,7 +547,7 @@ Test(handoff, nv12_two_planes_in_one_memfd)
 
 Test(handoff, nv12_two_planes_in_two_memfds)
 {
-	struct nv12 a = {1};
+	struct nv12 a = {.two_buffers = 1};
 	struct daemon d;
 
 	daemon_start(&d);
@@ -987,7 +999,7 @@ Test(handoff, sigkill_of_a_consumer_releases_its_leases)
 
 Test(handoff, tensor_stays_readable_after_its_producer_exits)
 {
-	struct nv12 a = {1};
+	struct nv12 a = {.two_buffers = 1};
 	struct daemon d;
 	pid_t prod;
 
@@ -1087,7 +1099,7 @@ Test(handoff, watch_delivers_every_new_version_in_order)
 
 /* ---- mapping cache ---- */
 
-Test(handoff, re_getting_a_buffer_reuses_its_fd_and_mapping)
+static void cache_check(const char *import)
 {
 	static const struct tcase t = {"cache/t", TD_TENSOR_U8, 1, {1 << 20},
 				       41, NULL, 0};
@@ -1100,7 +1112,11 @@ Test(handoff, re_getting_a_buffer_reuses_its_fd_and_mapping)
 
 	daemon_start(&d);
 	run_child(&d, put_child, (void *)&t);
+	/* on the SCM path the daemon attaches the fd again: it is dropped */
+	if (import)
+		setenv("TENSORD_IMPORT", import, 1);
 	c = client_open(&d);
+	unsetenv("TENSORD_IMPORT");
 	cr_assert_eq(td_client_get(c, t.name, &x, &e), 0, "%s", e.reason);
 	p1 = td_tensor_plane_data(x, 0);
 	td_tensor_release(x);
@@ -1129,6 +1145,16 @@ Test(handoff, re_getting_a_buffer_reuses_its_fd_and_mapping)
 	cr_assert_eq(shm_map_count(), shm - 1);
 	td_client_close(c);
 	daemon_stop(&d);
+}
+
+Test(handoff, re_getting_a_buffer_reuses_its_fd_and_mapping)
+{
+	cache_check(NULL);
+}
+
+Test(handoff, re_getting_over_scm_reuses_the_mapping_and_closes_the_dup)
+{
+	cache_check("scm");
 }
 
 /* ---- threads ---- */
