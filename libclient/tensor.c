@@ -482,11 +482,10 @@ int td_client_get_newer(struct td_client *c, const char *name,
 			uint64_t after, int timeout_ms,
 			struct td_tensor **out, struct td_error *err)
 {
+	/* an int never reaches UINT32_MAX, so a finite wait stays finite */
 	uint32_t t = timeout_ms < 0 ? TD_WIRE_WAIT_FOREVER
 				    : (uint32_t)timeout_ms;
 
-	if (t == TD_WIRE_WAIT_FOREVER && timeout_ms >= 0)
-		t--; /* a finite wait must not read as "forever" */
 	return get_common(c, name, TD_GET_NEWER, after, t, out, err);
 }
 

@@ -24,6 +24,8 @@
  *    other threads' calls on that handle for as long as it waits. Use one
  *    handle per waiting thread when that matters. Tensors and allocations
  *    may be used and released from any thread.
+ *  - fork(): a handle, its tensors and loans belong to the process that
+ *    made them; a child connects anew (the daemon checks the pid).
  */
 #ifndef TENSORD_TENSORD_H
 #define TENSORD_TENSORD_H
