@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The daemon's state image: the store's index (names, versions, blobs,
+ * pins, metadata and which fd-store entries hold each fd-table slot), as
+ * kept in a memfd in systemd's fd store so tensors survive a restart.
+ *
+ * Sans-I/O like the rest of proto/: bytes in, views out. The image comes
+ * back from outside the process (a previous daemon, through PID 1), so it
+ * is decoded exactly like peer input: every length bounded by a named cap
+ * and by the bytes present, the whole image covered by an XXH3-64.
+ *
+ * Layout (little-endian, packed):
+ *
+ *   0   8  magic "TDSTATE\0"
+ *   8   4  format version (1)
+ *   12  4  reserved, 0
+ *   16  8  generation (which of two images is newer)
+ *   24  8  next_version (the daemon-wide version counter)
+ *   32  8  next_fd_id (fd-store ids handed out so far + 1)
+ *   40  4  entry count
+ *   44  4  reserved, 0
+ *   48  .. entries, names strictly ascending
+ *   end-8  8  XXH3-64 of every byte before it
+ *
+ * entry: str name (u16 len, <= 255), u32 flags (PIN), u64 version,
+ *        bytes meta (u32 len, <= 16384), bytes blob (u32 len, <= 48128),
+ *        u32 fd_count (1..9), u64 fd_ids[fd_count]
+ */
+#ifndef TD_PROTO_STATE_H
+#define TD_PROTO_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "wire.h"
+
+#define TD_STATE_MAGIC "TDSTATE"    /* 8 bytes with the NUL */
+#define TD_STATE_FORMAT 1
+#define TD_STATE_HDR_LEN 48
+#define TD_STATE_SUM_LEN 8
+#define TD_STATE_MAX_FDS (TD_WIRE_MAX_PLANES + 1) /* planes + fence */
+#define TD_STATE_FLAGS 0x1u /* PIN: the only flag a version carries */
+
+struct td_state_hdr {
+	uint64_t generation;
+	uint64_t next_version; /* every entry's version is below it */
+	uint64_t next_fd_id;   /* every fd id is in [1, next_fd_id) */
+	uint32_t count;
+};
+
+struct td_state_entry {
+	struct td_wire_str name;
+	uint32_t flags;
+	uint64_t version;
+	struct td_wire_bytes meta;
+	struct td_wire_bytes blob;
+	uint32_t fd_count;
+	uint64_t fd_ids[TD_STATE_MAX_FDS];
+};
+
+/* Entry cursor over a checked image (borrows it). */
+struct td_state_rd {
+	struct td_wire_rd rd;
+	struct td_err *err;
+	uint32_t left;
+	uint64_t next_version, next_fd_id;
+	struct td_wire_str prev; /* last name, for the ordering check */
+};
+
+/*
+ * Check an image of len bytes: length, magic (-EBADMSG), format
+ * (-ENOTSUP), reserved fields, the checksum (-EBADMSG), and that count
+ * entries can fit (-EOVERFLOW). Fills *h and a cursor for
+ * td_state_next(). 0 or -errno with *err (offsets from the image start).
+ */
+int td_state_decode(const uint8_t *buf, size_t len, struct td_state_hdr *h,
+		    struct td_state_rd *rd, struct td_err *err);
+/*
+ * The next entry into *ent (views into the image). 1 for an entry, 0
+ * after the last one (trailing bytes refused), -errno otherwise: names
+ * checked like peer input and strictly ascending, flags, version in
+ * [1, next_version), caps on meta/blob/fd_count, fd ids distinct and in
+ * [1, next_fd_id). The blob itself is the caller's to check (td_blob_*).
+ */
+int td_state_next(struct td_state_rd *rd, struct td_state_entry *ent);
+
+/* Bytes one entry takes in an image (for sizing the buffer). */
+size_t td_state_entry_len(const struct td_state_entry *ent);
+
+/*
+ * Writing: begin (header), add entries in ascending name order, finish
+ * (count and checksum). Encoders refuse what the decoder would (-EINVAL)
+ * and a buffer that is too small (-ENOBUFS); finish returns the image
+ * length or the first error.
+ */
+struct td_state_wr {
+	struct td_wire_wr wr;
+	uint32_t count;
+	int rc;
+	struct td_wire_str prev; /* borrowed until the next entry */
+};
+
+int td_state_encode_begin(struct td_state_wr *w, uint8_t *buf, size_t cap,
+			  const struct td_state_hdr *h);
+int td_state_encode_entry(struct td_state_wr *w,
+			  const struct td_state_entry *ent);
+int64_t td_state_encode_finish(struct td_state_wr *w);
+
+#endif
