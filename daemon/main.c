@@ -4,6 +4,7 @@
  * Foreground only, no config file (docs/protocol.md, "The daemon").
  */
 #include "daemon.h"
+#include "sd.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -238,8 +239,11 @@ int main(int argc, char **argv)
 	uv_signal_start(&sigint, on_signal, SIGINT);
 	uv_signal_start(&sigterm, on_signal, SIGTERM);
 
-	if (td__store_new(d) < 0 || td__server_start(d) < 0)
+	/* restore before listening: clients never see a half-filled store */
+	if (td__sd_init(d) < 0 || td__store_new(d) < 0 ||
+	    td__fdstore_restore(d) < 0 || td__server_start(d) < 0)
 		goto out;
+	td__sd_ready(d);
 	td__log(TD_LOG_DEBUG, "pid %d, import %s, max-bytes %" PRIu64,
 		(int)d->pid,
 		import == TD_IMPORT_AUTO    ? "auto"
@@ -249,16 +253,20 @@ int main(int argc, char **argv)
 	uv_run(&loop, UV_RUN_DEFAULT);
 	status = 0;
 out:
+	td__sd_stopping(d);
 	/* order: stop accepting, drop peers (their leases), then the store */
 	td__server_stop(d);
 	td__peer_drop_all(d);
+	td__fdstore_fini(); /* the final image, before the store lets go */
 	td__store_free(d);
+	td__fdstore_free();
 	uv_walk(&loop, close_walk, NULL);
 	uv_run(&loop, UV_RUN_DEFAULT);
 	if (uv_loop_close(&loop) < 0)
 		td__log(TD_LOG_WARN, "loop closed with live handles");
 	if (d->pidfd >= 0)
 		close(d->pidfd);
+	td__sd_fini();
 	free(d);
 	td__d = NULL;
 	return status;

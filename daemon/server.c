@@ -5,6 +5,7 @@
  * one makes the daemon refuse to start rather than steal the name.
  */
 #include "daemon.h"
+#include "sd.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -94,6 +95,30 @@ static int probe_live(const struct sockaddr_un *sa)
 	return errno == ECONNREFUSED ? 0 : 1;
 }
 
+/*
+ * Socket activation: systemd made, bound and owns the socket (its mode and
+ * group come from tensord.socket), so we neither probe nor unlink it.
+ */
+static int adopt(struct td__daemon *d, struct td__server *s, int fd)
+{
+	int fl = fcntl(fd, F_GETFL), rc;
+
+	s->fd = fd;
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+		rc = -errno;
+		td__log(TD_LOG_ERROR, "activated socket: %s", strerror(errno));
+		return rc;
+	}
+	rc = uv_poll_init(d->loop, &s->poll, s->fd);
+	if (rc < 0)
+		return rc;
+	s->polling = true;
+	s->poll.data = d;
+	uv_poll_start(&s->poll, UV_READABLE, on_accept);
+	td__log(TD_LOG_INFO, "listening on the socket-activated fd %d", fd);
+	return 0;
+}
+
 int td__server_start(struct td__daemon *d)
 {
 	struct td__server *s = calloc(1, sizeof(*s));
@@ -104,6 +129,9 @@ int td__server_start(struct td__daemon *d)
 		return -ENOMEM;
 	s->fd = -1;
 	d->server = s;
+	rc = td__sd_take_listen_fd();
+	if (rc >= 0)
+		return adopt(d, s, rc);
 	if (strlen(path) >= sizeof(s->sa.sun_path)) {
 		td__log(TD_LOG_ERROR, "socket path too long (max %zu): %s",
 			sizeof(s->sa.sun_path) - 1, path);

@@ -21,6 +21,7 @@
 
 #include "blob.h"
 #include "bytes.h"
+#include "sd.h"
 
 #define TABLE_MAX (TD_WIRE_MAX_PLANES + 1)
 
@@ -38,6 +39,7 @@ struct vfd {
 	bool tracked; /* counted in the buf table (planes, not fences) */
 	dev_t dev;
 	ino_t ino;
+	uint64_t sid; /* systemd fd-store id (fdstore.c), 0 = not stored */
 };
 
 struct version {
@@ -167,6 +169,9 @@ static void vfd_close(struct td__store *s, struct vfd *f)
 		return;
 	if (f->tracked)
 		buf_unref(s, f->dev, f->ino);
+	if (f->sid)
+		td__fdstore_drop(f->sid);
+	f->sid = 0;
 	close(f->fd);
 	f->fd = -1;
 }
@@ -1000,6 +1005,13 @@ static void op_publish(struct td__peer *p, const struct td_wire_hdr *h,
 		alloc_free(s, x.alloc);
 	}
 	ver->number = s->next_version++;
+	/* into systemd's fd store before the reply (fdstore.c) */
+	for (uint32_t i = 0; i < ver->nfds; i++)
+		ver->fds[i].sid = td__fdstore_add(ver->fds[i].fd,
+						  ver->fds[i].tracked,
+						  ver->fds[i].dev,
+						  ver->fds[i].ino);
+	td__fdstore_dirty();
 	at = name_find(s, ver->name, ver->name_len, &found);
 	if (found) {
 		s->names[at] = ver;
@@ -1154,6 +1166,7 @@ static void op_delete(struct td__peer *p, const struct td_wire_hdr *h,
 	memmove(&s->names[at], &s->names[at + 1],
 		(s->count - at - 1) * sizeof(*s->names));
 	s->count--;
+	td__fdstore_dirty(); /* leased versions are not freed yet */
 	r.version = v->number;
 	len = td_wire_delete_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
 	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
@@ -1354,4 +1367,176 @@ void td__store_free(struct td__daemon *d)
 	s->count = 0;
 	d->store = NULL;
 	uv_close((uv_handle_t *)&s->timer, on_timer_closed);
+}
+
+/* ---- persistence (sd.h, fdstore.c) ---- */
+
+void td__store_info(struct td__store_info *si)
+{
+	struct td__store *s = td__d ? td__d->store : NULL;
+
+	if (!s) {
+		*si = (struct td__store_info){0, 0, 1};
+		return;
+	}
+	si->count = s->count;
+	si->bytes = s->total;
+	si->next_version = s->next_version;
+}
+
+int td__store_each(int (*fn)(void *arg, const struct td_state_entry *ent),
+		   void *arg)
+{
+	struct td__store *s = td__d->store;
+
+	for (size_t i = 0; i < s->count; i++) {
+		const struct version *v = s->names[i];
+		struct td_state_entry ent = {
+			.name = {v->name, v->name_len},
+			.flags = v->flags,
+			.version = v->number,
+			.meta = {v->meta, v->meta_len},
+			.blob = {v->blob, v->blob_len},
+			.fd_count = v->nfds,
+		};
+		int rc;
+
+		for (uint32_t j = 0; j < v->nfds; j++)
+			ent.fd_ids[j] = v->fds[j].sid;
+		rc = fn(arg, &ent);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+void td__store_set_next_version(uint64_t next)
+{
+	struct td__store *s = td__d->store;
+
+	if (next > s->next_version)
+		s->next_version = next;
+}
+
+/*
+ * An image entry comes from outside the process (through PID 1), so it
+ * runs the PUBLISH checks (steps 3-9) as if the daemon itself were the
+ * producer: the blob was stored with the old daemon's pid, which is
+ * rewritten to ours first.
+ */
+int td__store_restore(const struct td_state_entry *ent, int *fds, char *why,
+		      size_t cap)
+{
+	struct td__daemon *d = td__d;
+	struct td__store *s = d->store;
+	struct td__peer self = {.pid = d->pid, .pidfd = -1};
+	struct td_wire_hdr h = {.opcode = TD_OP_PUBLISH};
+	struct pub x = {.p = &self, .h = &h};
+	struct version *ver = NULL;
+	const char *seal_why = NULL;
+	uint8_t *blob = NULL;
+	uint64_t acct = 0;
+	size_t at;
+	bool found;
+	int rc = 0;
+
+	for (uint32_t i = 0; i < TABLE_MAX; i++)
+		x.tab[i] = -1;
+	x.ntab = ent->fd_count;
+	for (uint32_t i = 0; i < x.ntab; i++) {
+		x.tab[i] = fds[i];
+		x.own[i] = true;
+		fds[i] = -1;
+	}
+	if (ent->blob.len < TD_BLOB_PID_OFFSET + 4) {
+		rc = pub_fail(&x, -ENODATA, "blob of %u bytes is too short",
+			      ent->blob.len);
+		goto out;
+	}
+	blob = malloc(ent->blob.len);
+	if (!blob) {
+		rc = pub_fail(&x, -ENOMEM, "out of memory");
+		goto out;
+	}
+	memcpy(blob, ent->blob.ptr, ent->blob.len);
+	td__put_le32(blob + TD_BLOB_PID_OFFSET, (uint32_t)d->pid);
+	x.m.name = ent->name;
+	x.m.flags = ent->flags;
+	x.m.meta = ent->meta;
+	x.m.blob = (struct td_wire_bytes){blob, ent->blob.len};
+	x.m.fd_count = ent->fd_count;
+	rc = pub_check_blob(&x);
+	if (rc == 0)
+		rc = pub_check_fds(&x);
+	if (rc < 0)
+		goto out;
+	if (lookup(s, ent->name)) {
+		rc = pub_fail(&x, -EEXIST, "name restored twice");
+		goto out;
+	}
+	for (uint32_t i = 0; i < x.ntab; i++)
+		if (x.is_plane[i])
+			acct += x.info[i].size;
+	if (over_quota(s, acct, 0)) {
+		rc = pub_fail(&x, -ENOSPC, "%llu more bytes exceed --max-bytes",
+			      (unsigned long long)acct);
+		goto out;
+	}
+	/* published memfds are sealed already; this only confirms it */
+	for (uint32_t i = 0; i < x.ntab; i++) {
+		if (!x.is_plane[i] || x.info[i].type != TD__PLANE_MEMFD)
+			continue;
+		rc = td__plane_seal(x.tab[i], &seal_why);
+		if (rc < 0) {
+			pub_fail(&x, rc, "fd table entry %u: %s", i, seal_why);
+			goto out;
+		}
+	}
+	ver = pub_build(&x);
+	if (!ver) {
+		rc = pub_fail(&x, -ENOMEM, "out of memory");
+		goto out;
+	}
+	if (s->count == s->cap) {
+		size_t ncap = s->cap ? s->cap * 2 : 64;
+		struct version **n = realloc(s->names, ncap * sizeof(*n));
+
+		if (!n) {
+			rc = pub_fail(&x, -ENOMEM, "out of memory");
+			goto out;
+		}
+		s->names = n;
+		s->cap = ncap;
+	}
+	/* commit: nothing below fails */
+	ver->nfds = x.ntab;
+	for (uint32_t i = 0; i < x.ntab; i++) {
+		struct vfd *f = &ver->fds[i];
+
+		vfd_set(s, f, x.tab[i], x.is_plane[i]);
+		x.own[i] = false;
+		if (td__fdstore_adopt(ent->fd_ids[i], f->fd, f->tracked,
+				      f->dev, f->ino) == 0)
+			f->sid = ent->fd_ids[i];
+	}
+	ver->acct = acct;
+	s->total += acct;
+	ver->number = ent->version;
+	if (ent->version >= s->next_version)
+		s->next_version = ent->version + 1;
+	at = name_find(s, ver->name, ver->name_len, &found);
+	memmove(&s->names[at + 1], &s->names[at],
+		(s->count - at) * sizeof(*s->names));
+	s->names[at] = ver;
+	s->count++;
+	ver = NULL;
+out:
+	free(ver);
+	free(blob);
+	for (uint32_t i = 0; i < x.ntab; i++)
+		if (x.own[i] && x.tab[i] >= 0)
+			close(x.tab[i]);
+	if (rc < 0)
+		snprintf(why, cap, "%s", x.why);
+	return rc;
 }

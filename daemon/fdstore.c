@@ -1,0 +1,681 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Tensors that survive a restart: systemd's fd store holds every stored
+ * plane and fence, plus the state image (proto/state.h) that says which
+ * name and version each belongs to.
+ *
+ * When things are pushed, and why:
+ *
+ *   - a plane or fence goes to the store (FDSTORE=1, FDNAME=td.fd.<id>)
+ *     the moment its version is published, so a crash right after the
+ *     reply loses nothing that the image can name;
+ *   - planes are stored once per file (dev, ino) and fences once per open
+ *     file (kcmp): systemd silently drops an fd whose open file it already
+ *     holds, so two entries for one file would leave a hole on removal;
+ *   - the image is rewritten (debounced, at most every FLUSH_MS) after the
+ *     set of current versions changed, and once more at shutdown;
+ *   - an fd leaves the store (FDSTOREREMOVE=1) only after an image that no
+ *     longer names it has been written: a crash between the two leaves an
+ *     older but consistent image whose fds are all still stored.
+ *
+ * Two image memfds ("td.state.0", "td.state.1") are pushed once and then
+ * rewritten in place, alternately; systemd holds the same open files, so
+ * nothing is re-sent. A torn write fails the checksum and the other,
+ * older image is used. Leases do not survive a restart, so only current
+ * versions are written; a replaced but leased version leaves the store
+ * when it is freed.
+ */
+#include "sd.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/kcmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FLUSH_MS 100
+#define SLOT_NAME TD__FDSTORE_PREFIX "state."
+#define FD_NAME TD__FDSTORE_PREFIX "fd."
+#define IMAGE_MAX (1ull << 32) /* larger images are not read back */
+#define EXTEND_USEC 30000000ull /* start timeout extension while restoring */
+
+struct sfd {
+	uint64_t id;
+	bool plane;
+	dev_t dev;
+	ino_t ino;
+	int dup; /* fences: our copy, to compare open files; else -1 */
+	unsigned refs;
+};
+
+struct passed {
+	int fd;
+	char *name;
+};
+
+static struct {
+	bool on;     /* the fd store is in use */
+	bool frozen; /* shutting down: what is stored stays stored */
+	struct sfd *tab;
+	size_t n, cap;
+	uint64_t next_id;
+	uint64_t *gone; /* removed after the next image write */
+	size_t ngone, gone_cap;
+	int slot[2];
+	int cur; /* slot of the newest image */
+	uint64_t generation;
+	struct passed *passed; /* from LISTEN_FDS, until restore */
+	size_t npassed, passed_cap;
+	uv_timer_t timer;
+	bool timer_init, armed;
+	uint64_t last_ms;
+} fs = {.slot = {-1, -1}, .next_id = 1};
+
+/* ---- passed fds ---- */
+
+void td__fdstore_passed(int fd, const char *name)
+{
+	struct passed *p;
+
+	if (fs.npassed == fs.passed_cap) {
+		size_t cap = fs.passed_cap ? fs.passed_cap * 2 : 64;
+
+		p = realloc(fs.passed, cap * sizeof(*p));
+		if (!p)
+			goto drop;
+		fs.passed = p;
+		fs.passed_cap = cap;
+	}
+	p = &fs.passed[fs.npassed];
+	p->name = strdup(name);
+	if (!p->name)
+		goto drop;
+	p->fd = fd;
+	fs.npassed++;
+	return;
+drop:
+	td__log(TD_LOG_ERROR, "out of memory: stored fd %s dropped", name);
+	close(fd);
+}
+
+static struct passed *passed_find(const char *name)
+{
+	for (size_t i = 0; i < fs.npassed; i++)
+		if (fs.passed[i].fd >= 0 && !strcmp(fs.passed[i].name, name))
+			return &fs.passed[i];
+	return NULL;
+}
+
+/* "td.fd.<id>" -> id, 0 when name is not of that form. */
+static uint64_t fd_name_id(const char *name)
+{
+	const char *s = name + strlen(FD_NAME);
+	char *end;
+	unsigned long long v;
+
+	if (strncmp(name, FD_NAME, strlen(FD_NAME)) || *s < '1' || *s > '9')
+		return 0;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	return errno || *end ? 0 : v;
+}
+
+/* ---- the table ---- */
+
+static struct sfd *find_id(uint64_t id)
+{
+	for (size_t i = 0; i < fs.n; i++)
+		if (fs.tab[i].id == id)
+			return &fs.tab[i];
+	return NULL;
+}
+
+static bool same_file(int a, int b)
+{
+	pid_t pid = getpid();
+
+	return syscall(SYS_kcmp, pid, pid, KCMP_FILE, a, b) == 0;
+}
+
+static struct sfd *find_fd(int fd, bool plane, dev_t dev, ino_t ino)
+{
+	for (size_t i = 0; i < fs.n; i++) {
+		struct sfd *e = &fs.tab[i];
+
+		if (e->plane != plane)
+			continue;
+		if (plane ? e->dev == dev && e->ino == ino
+			  : e->dup >= 0 && same_file(e->dup, fd))
+			return e;
+	}
+	return NULL;
+}
+
+static struct sfd *tab_add(uint64_t id, int fd, bool plane, dev_t dev,
+			   ino_t ino)
+{
+	struct sfd *e;
+
+	if (fs.n == fs.cap) {
+		size_t cap = fs.cap ? fs.cap * 2 : 64;
+
+		e = realloc(fs.tab, cap * sizeof(*e));
+		if (!e)
+			return NULL;
+		fs.tab = e;
+		fs.cap = cap;
+	}
+	e = &fs.tab[fs.n];
+	*e = (struct sfd){id, plane, dev, ino, -1, 1};
+	if (!plane)
+		e->dup = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	fs.n++;
+	return e;
+}
+
+static void arm(void);
+
+static void gone_add(uint64_t id)
+{
+	if (fs.ngone == fs.gone_cap) {
+		size_t cap = fs.gone_cap ? fs.gone_cap * 2 : 64;
+		uint64_t *g = realloc(fs.gone, cap * sizeof(*g));
+
+		if (!g) {
+			/* left in the store; the next start removes it */
+			td__log(TD_LOG_WARN, "out of memory: " FD_NAME
+					     "%" PRIu64 " stays stored",
+				id);
+			return;
+		}
+		fs.gone = g;
+		fs.gone_cap = cap;
+	}
+	fs.gone[fs.ngone++] = id;
+}
+
+uint64_t td__fdstore_add(int fd, bool plane, dev_t dev, ino_t ino)
+{
+	struct sfd *e;
+	uint64_t id;
+
+	if (!fs.on || fs.frozen)
+		return 0;
+	e = find_fd(fd, plane, dev, ino);
+	if (e) {
+		e->refs++;
+		arm();
+		return e->id;
+	}
+	id = fs.next_id;
+	if (td__sd_notify(&fd, 1, "FDSTORE=1\nFDNAME=" FD_NAME "%" PRIu64,
+			  id) < 0)
+		return 0; /* logged; this version is not written to images */
+	fs.next_id++;
+	e = tab_add(id, fd, plane, dev, ino);
+	if (!e) {
+		gone_add(id);
+		return 0;
+	}
+	arm();
+	return id;
+}
+
+int td__fdstore_adopt(uint64_t id, int fd, bool plane, dev_t dev, ino_t ino)
+{
+	struct sfd *e = find_id(id);
+
+	if (!fs.on)
+		return 0;
+	if (e) {
+		e->refs++;
+		return 0;
+	}
+	return tab_add(id, fd, plane, dev, ino) ? 0 : -ENOMEM;
+}
+
+void td__fdstore_drop(uint64_t id)
+{
+	struct sfd *e = find_id(id);
+
+	if (!fs.on || fs.frozen || !e || --e->refs)
+		return;
+	if (e->dup >= 0)
+		close(e->dup);
+	*e = fs.tab[--fs.n];
+	gone_add(id);
+	arm();
+}
+
+void td__fdstore_dirty(void)
+{
+	if (fs.on && !fs.frozen)
+		arm();
+}
+
+/* ---- images ---- */
+
+struct image {
+	uint8_t *buf;
+	size_t len, cap;
+	struct td_state_wr w;
+	bool sizing;
+};
+
+static int image_entry(void *arg, const struct td_state_entry *ent)
+{
+	struct image *im = arg;
+
+	for (uint32_t i = 0; i < ent->fd_count; i++)
+		if (ent->fd_ids[i] == 0)
+			return 0; /* an fd that could not be stored */
+	if (im->sizing) {
+		im->cap += td_state_entry_len(ent);
+		return 0;
+	}
+	return td_state_encode_entry(&im->w, ent);
+}
+
+static int write_image(void)
+{
+	struct td__store_info si = {0};
+	struct td_state_hdr h;
+	struct image im = {.sizing = true,
+			   .cap = TD_STATE_HDR_LEN + TD_STATE_SUM_LEN};
+	int slot = fs.cur ^ 1, fd = fs.slot[slot], rc;
+	int64_t len;
+
+	if (fd < 0)
+		return -EBADF;
+	td__store_info(&si);
+	td__store_each(image_entry, &im);
+	im.buf = malloc(im.cap);
+	if (!im.buf)
+		return -ENOMEM;
+	h = (struct td_state_hdr){fs.generation + 1, si.next_version,
+				  fs.next_id, 0};
+	im.sizing = false;
+	rc = td_state_encode_begin(&im.w, im.buf, im.cap, &h);
+	if (rc == 0)
+		rc = td__store_each(image_entry, &im);
+	len = rc < 0 ? rc : td_state_encode_finish(&im.w);
+	if (len < 0) {
+		rc = (int)len;
+		td__log(TD_LOG_ERROR, "state image: encode: %s", strerror(-rc));
+		goto out;
+	}
+	/* a torn write fails the checksum; the other slot stays good */
+	for (size_t off = 0; off < (size_t)len;) {
+		ssize_t n = pwrite(fd, im.buf + off, (size_t)len - off,
+				   (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			rc = n < 0 ? -errno : -EIO;
+			td__log(TD_LOG_ERROR, "state image: write: %s",
+				strerror(-rc));
+			goto out;
+		}
+		off += (size_t)n;
+	}
+	if (ftruncate(fd, (off_t)len) < 0) {
+		rc = -errno;
+		td__log(TD_LOG_ERROR, "state image: truncate: %s",
+			strerror(errno));
+		goto out;
+	}
+	fs.generation++;
+	fs.cur = slot;
+	rc = 0;
+out:
+	free(im.buf);
+	return rc;
+}
+
+/* Write the image, then remove what it no longer names (file comment). */
+static void flush(void)
+{
+	if (!fs.on)
+		return;
+	fs.armed = false;
+	fs.last_ms = fs.timer_init ? uv_now(td__d->loop) : 0;
+	if (write_image() < 0)
+		return; /* keep the removals: the old image may name them */
+	for (size_t i = 0; i < fs.ngone; i++)
+		td__sd_notify(NULL, 0, "FDSTOREREMOVE=1\nFDNAME=" FD_NAME
+				       "%" PRIu64,
+			      fs.gone[i]);
+	fs.ngone = 0;
+	td__sd_status(td__d);
+}
+
+static void on_timer(uv_timer_t *t)
+{
+	(void)t;
+	flush();
+}
+
+static void arm(void)
+{
+	uint64_t now, at;
+
+	if (!fs.timer_init || fs.armed || fs.frozen)
+		return;
+	now = uv_now(td__d->loop);
+	at = fs.last_ms + FLUSH_MS;
+	fs.armed = true;
+	uv_timer_start(&fs.timer, on_timer, at > now ? at - now : 0, 0);
+}
+
+/* ---- restore ---- */
+
+static int new_slot(int i)
+{
+	char name[32];
+	int fd = memfd_create("tensord-state", MFD_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	snprintf(name, sizeof(name), SLOT_NAME "%d", i);
+	if (td__sd_notify(&fd, 1, "FDSTORE=1\nFDNAME=%s", name) < 0) {
+		close(fd);
+		return -EIO;
+	}
+	fs.slot[i] = fd;
+	return 0;
+}
+
+/*
+ * Read and check slot i's image into *buf (malloc'ed). 0 with the header
+ * and a cursor, or -errno with the reason logged.
+ */
+static int read_slot(int i, uint8_t **buf, struct td_state_hdr *h,
+		     struct td_state_rd *rd, struct td_err *e)
+{
+	int fd = fs.slot[i];
+	struct td_state_entry ent;
+	struct stat st;
+	size_t len;
+	int rc;
+
+	*buf = NULL;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > IMAGE_MAX) {
+		*e = (struct td_err){.reason = "not a regular file of at most "
+					       "4 GiB"};
+		return -EINVAL;
+	}
+	len = (size_t)st.st_size;
+	*buf = malloc(len ? len : 1);
+	if (!*buf)
+		return -ENOMEM;
+	for (size_t off = 0; off < len;) {
+		ssize_t n = pread(fd, *buf + off, len - off, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			*e = (struct td_err){.reason = "short read"};
+			return n < 0 ? -errno : -EIO;
+		}
+		off += (size_t)n;
+	}
+	rc = td_state_decode(*buf, len, h, rd, e);
+	if (rc < 0)
+		return rc;
+	/* the whole image first: it is used all or nothing */
+	while ((rc = td_state_next(rd, &ent)) == 1)
+		;
+	if (rc < 0)
+		return rc;
+	return td_state_decode(*buf, len, h, rd, e);
+}
+
+static void log_bad(const char *what, int rc, const struct td_err *e)
+{
+	td__log(TD_LOG_WARN, "%s: %s%s%s (byte %" PRIu64 "): %s", what,
+		e->reason ? e->reason : strerror(-rc), e->field ? ", " : "",
+		e->field ? e->field : "", e->offset, strerror(-rc));
+}
+
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* Put every version of the image into the store; returns how many. */
+static unsigned restore_entries(const struct td_state_hdr *h,
+				struct td_state_rd *rd)
+{
+	struct td_state_entry ent;
+	uint64_t last = now_us();
+	unsigned done = 0, seen = 0;
+	char why[TD_WIRE_MAX_REASON];
+
+	if (h->count)
+		td__sd_notify(NULL, 0,
+			      "EXTEND_TIMEOUT_USEC=%llu\nSTATUS=restoring %u "
+			      "tensors",
+			      (unsigned long long)EXTEND_USEC, h->count);
+	while (td_state_next(rd, &ent) == 1) {
+		int fds[TD_STATE_MAX_FDS];
+		uint32_t got = 0;
+
+		seen++;
+		/* long restores: keep systemd's start timeout ahead of us */
+		if (now_us() - last > 1000000) {
+			last = now_us();
+			td__sd_notify(NULL, 0,
+				      "EXTEND_TIMEOUT_USEC=%llu\nSTATUS="
+				      "restoring %u of %u tensors",
+				      (unsigned long long)EXTEND_USEC, seen,
+				      h->count);
+		}
+		for (; got < ent.fd_count; got++) {
+			char name[48];
+			struct passed *p;
+
+			snprintf(name, sizeof(name), FD_NAME "%" PRIu64,
+				 ent.fd_ids[got]);
+			p = passed_find(name);
+			/* versions may share a plane: each gets its own fd */
+			fds[got] = p ? fcntl(p->fd, F_DUPFD_CLOEXEC, 3) : -1;
+			if (fds[got] < 0) {
+				snprintf(why, sizeof(why), "%s %s", name,
+					 p ? strerror(errno)
+					   : "is not in the fd store");
+				break;
+			}
+		}
+		if (got < ent.fd_count) {
+			for (uint32_t i = 0; i < got; i++)
+				close(fds[i]);
+		} else if (td__store_restore(&ent, fds, why, sizeof(why)) ==
+			   0) {
+			done++;
+			continue;
+		}
+		td__log(TD_LOG_WARN, "not restoring \"%.*s\" version %" PRIu64
+				     ": %s",
+			(int)ent.name.len, ent.name.ptr, ent.version, why);
+	}
+	return done;
+}
+
+int td__fdstore_restore(struct td__daemon *d)
+{
+	uint8_t *img[2] = {NULL, NULL};
+	struct td_state_hdr h[2];
+	struct td_state_rd rd[2];
+	struct td_err e[2] = {{0}, {0}};
+	int rc[2] = {-ENOENT, -ENOENT}, best = -1;
+	bool twice[2] = {false, false};
+	unsigned restored = 0;
+	size_t stored = 0;
+
+	if (!td__sd_fdstore_on()) {
+		if (fs.npassed)
+			td__log(TD_LOG_WARN, "%zu stored fds passed but no fd "
+					     "store to keep them in; closed",
+				fs.npassed);
+		goto done;
+	}
+	fs.on = true;
+	uv_timer_init(d->loop, &fs.timer);
+	fs.timer_init = true;
+	for (size_t i = 0; i < fs.npassed; i++) {
+		struct passed *p = &fs.passed[i];
+		uint64_t id = fd_name_id(p->name);
+
+		/* names we hand out next must not collide with stored ones */
+		if (id >= fs.next_id)
+			fs.next_id = id + 1;
+		stored += id != 0;
+		for (int s = 0; s < 2; s++) {
+			char name[32];
+
+			snprintf(name, sizeof(name), SLOT_NAME "%d", s);
+			if (strcmp(p->name, name))
+				continue;
+			if (fs.slot[s] >= 0) {
+				twice[s] = true; /* re-stored below */
+				break;
+			}
+			fs.slot[s] = p->fd;
+			p->fd = -1;
+		}
+	}
+	for (int s = 0; s < 2; s++) {
+		char what[48];
+
+		if (fs.slot[s] < 0)
+			continue;
+		rc[s] = read_slot(s, &img[s], &h[s], &rd[s], &e[s]);
+		snprintf(what, sizeof(what), "state image " SLOT_NAME "%d", s);
+		if (rc[s] < 0)
+			log_bad(what, rc[s], &e[s]);
+		else if (best < 0 || h[s].generation > h[best].generation)
+			best = s;
+	}
+	if (best < 0) {
+		if (fs.slot[0] >= 0 || fs.slot[1] >= 0 || stored)
+			td__log(TD_LOG_WARN,
+				"no usable state image in the fd store%s; "
+				"starting empty (%zu stored fds dropped)",
+				fs.slot[0] < 0 && fs.slot[1] < 0
+					? " (none passed)"
+					: "",
+				stored);
+	} else {
+		if (h[best].next_fd_id > fs.next_id)
+			fs.next_id = h[best].next_fd_id;
+		fs.generation = h[best].generation;
+		fs.cur = best;
+		td__store_set_next_version(h[best].next_version);
+		restored = restore_entries(&h[best], &rd[best]);
+		td__log(TD_LOG_INFO,
+			"restored %u of %u tensors from the fd store",
+			restored, h[best].count);
+	}
+	for (int s = 0; s < 2; s++) {
+		free(img[s]);
+		int fl = fs.slot[s] >= 0 ? fcntl(fs.slot[s], F_GETFL) : -1;
+
+		if (fl >= 0 && (fl & O_ACCMODE) == O_RDWR && !twice[s])
+			continue;
+		if (fs.slot[s] >= 0 || twice[s]) {
+			/*
+			 * Read-only, or the name held twice: drop the name
+			 * (every fd under it) and store one image afresh.
+			 */
+			if (fl < 0 || (fl & O_ACCMODE) != O_RDWR) {
+				close(fs.slot[s]);
+				fs.slot[s] = -1;
+			}
+			td__sd_notify(NULL, 0,
+				      "FDSTOREREMOVE=1\nFDNAME=" SLOT_NAME "%d",
+				      s);
+		}
+		if (fs.slot[s] >= 0 &&
+		    td__sd_notify(&fs.slot[s], 1,
+				  "FDSTORE=1\nFDNAME=" SLOT_NAME "%d", s) == 0)
+			continue;
+		if (new_slot(s) < 0) {
+			td__log(TD_LOG_ERROR, "cannot store a state image; "
+					      "tensors will not survive a "
+					      "restart");
+			fs.on = false;
+			goto done;
+		}
+	}
+	/* stored fds nothing refers to any more leave the store */
+	for (size_t i = 0; i < fs.npassed; i++) {
+		struct passed *p = &fs.passed[i];
+		uint64_t id = fd_name_id(p->name);
+
+		if (p->fd < 0 || (id && find_id(id)) ||
+		    !strncmp(p->name, SLOT_NAME, strlen(SLOT_NAME)))
+			continue;
+		if (id)
+			gone_add(id);
+		else
+			td__sd_notify(NULL, 0, "FDSTOREREMOVE=1\nFDNAME=%s",
+				      p->name);
+	}
+	/* the first image of this run, written now: a crash keeps it */
+	flush();
+done:
+	for (size_t i = 0; i < fs.npassed; i++) {
+		if (fs.passed[i].fd >= 0)
+			close(fs.passed[i].fd);
+		free(fs.passed[i].name);
+	}
+	free(fs.passed);
+	fs.passed = NULL;
+	fs.npassed = fs.passed_cap = 0;
+	return 0;
+}
+
+void td__fdstore_fini(void)
+{
+	if (fs.on && !fs.frozen) {
+		/* the final image: the next start gets exactly this */
+		flush();
+		fs.frozen = true;
+	}
+	if (fs.timer_init) {
+		uv_timer_stop(&fs.timer);
+		uv_close((uv_handle_t *)&fs.timer, NULL);
+		fs.timer_init = false;
+	}
+}
+
+void td__fdstore_free(void)
+{
+	for (size_t i = 0; i < fs.n; i++)
+		if (fs.tab[i].dup >= 0)
+			close(fs.tab[i].dup);
+	free(fs.tab);
+	free(fs.gone);
+	fs.tab = NULL;
+	fs.gone = NULL;
+	fs.n = fs.cap = fs.ngone = fs.gone_cap = 0;
+	for (int s = 0; s < 2; s++) {
+		if (fs.slot[s] >= 0)
+			close(fs.slot[s]);
+		fs.slot[s] = -1;
+	}
+	fs.on = false;
+}

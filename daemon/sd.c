@@ -1,0 +1,354 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * systemd integration without libsystemd: the notify protocol (READY,
+ * STATUS, WATCHDOG, STOPPING, EXTEND_TIMEOUT_USEC, FDSTORE), socket
+ * activation (LISTEN_PID, LISTEN_FDS, LISTEN_FDNAMES) and the watchdog
+ * timer. These are small, documented, stable interfaces
+ * (sd_notify(3), sd_listen_fds(3)); implementing them here keeps the
+ * daemon's dependencies to libuv and lets the notify messages run on our
+ * own loop timers. Everything is a no-op when $NOTIFY_SOCKET is unset, so
+ * the daemon behaves the same in the foreground.
+ */
+#include "sd.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define SD_LISTEN_FDS_START 3
+#define STATUS_MS 2000 /* STATUS refresh when there is no watchdog */
+
+static struct {
+	int fd; /* AF_UNIX SOCK_DGRAM towards $NOTIFY_SOCKET, -1 */
+	int listen_fd; /* socket activation, until the server takes it */
+	struct sockaddr_un sa;
+	socklen_t salen;
+	uint64_t watchdog_usec; /* 0: no watchdog */
+	bool fdstore;           /* FDSTORE=1 messages are wanted */
+	uv_timer_t tick;
+	bool tick_on;
+	char status[160]; /* last STATUS= sent */
+	int last_err;     /* of the last failed send, to log it once */
+} sd = {.fd = -1, .listen_fd = -1};
+
+/* ---- environment ---- */
+
+static int env_u64(const char *name, uint64_t *out)
+{
+	const char *s = getenv(name);
+	char *end;
+	unsigned long long v;
+
+	if (!s || !*s)
+		return -ENOENT;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || *s == '-')
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int open_notify(void)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	size_t len;
+
+	if (!path || !*path)
+		return 0;
+	len = strlen(path);
+	/* a path, or "@name" for the abstract namespace */
+	if ((path[0] != '/' && path[0] != '@') || len >= sizeof(sd.sa.sun_path)) {
+		td__log(TD_LOG_WARN, "NOTIFY_SOCKET=%s: not a usable socket "
+				     "address; not notifying systemd",
+			path);
+		return 0;
+	}
+	sd.sa.sun_family = AF_UNIX;
+	memcpy(sd.sa.sun_path, path, len);
+	if (path[0] == '@')
+		sd.sa.sun_path[0] = '\0';
+	sd.salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len +
+			       (path[0] == '/'));
+	sd.fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (sd.fd < 0) {
+		int rc = -errno;
+
+		td__log(TD_LOG_ERROR, "notify socket: %s", strerror(errno));
+		return rc;
+	}
+	return 0;
+}
+
+/* A listening AF_UNIX SOCK_SEQPACKET socket? */
+static bool is_seqpacket_listener(int fd)
+{
+	int v = 0;
+	socklen_t l = sizeof(v);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &v, &l) < 0 || v != AF_UNIX)
+		return false;
+	l = sizeof(v);
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &l) < 0 ||
+	    v != SOCK_SEQPACKET)
+		return false;
+	l = sizeof(v);
+	return getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &l) == 0 && v;
+}
+
+/*
+ * Sort what systemd (or systemd-socket-activate, or a test) passed: fds
+ * named "td.*" are our own fd-store entries (they follow the listening
+ * sockets, named by FDNAME=); anything else must be the listening socket.
+ * Whatever fits neither is closed, so it cannot leak into the store.
+ */
+static int take_listen_fds(void)
+{
+	uint64_t pid, n;
+	char *names = NULL, *save = NULL, *tok;
+	const char *env_names = getenv("LISTEN_FDNAMES");
+	int rc = 0;
+
+	if (env_u64("LISTEN_PID", &pid) < 0 || pid != (uint64_t)getpid())
+		goto out; /* not for us (inherited by accident) */
+	if (env_u64("LISTEN_FDS", &n) < 0 || n == 0)
+		goto out;
+	if (n > INT32_MAX - SD_LISTEN_FDS_START) {
+		td__log(TD_LOG_ERROR, "LISTEN_FDS=%" PRIu64 ": too many", n);
+		rc = -EINVAL;
+		goto out;
+	}
+	if (env_names) {
+		names = strdup(env_names);
+		if (!names) {
+			rc = -ENOMEM;
+			goto out;
+		}
+	}
+	tok = names ? strtok_r(names, ":", &save) : NULL;
+	for (uint64_t i = 0; i < n; i++) {
+		int fd = SD_LISTEN_FDS_START + (int)i;
+		const char *name = tok ? tok : "unknown";
+
+		/* the passed fds are not CLOEXEC; nothing we run needs them */
+		if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+			td__log(TD_LOG_WARN, "passed fd %d (%s): %s", fd, name,
+				strerror(errno));
+			goto next;
+		}
+		if (!strncmp(name, TD__FDSTORE_PREFIX,
+			     strlen(TD__FDSTORE_PREFIX))) {
+			td__fdstore_passed(fd, name);
+		} else if (sd.listen_fd < 0 && is_seqpacket_listener(fd)) {
+			sd.listen_fd = fd;
+		} else {
+			td__log(TD_LOG_WARN, "passed fd %d (%s) is neither a "
+					     "listening SOCK_SEQPACKET socket "
+					     "nor ours; closed",
+				fd, name);
+			close(fd);
+		}
+next:
+		if (tok)
+			tok = strtok_r(NULL, ":", &save);
+	}
+out:
+	free(names);
+	/* not inherited by anything we might start */
+	unsetenv("LISTEN_PID");
+	unsetenv("LISTEN_FDS");
+	unsetenv("LISTEN_FDNAMES");
+	return rc;
+}
+
+int td__sd_init(struct td__daemon *d)
+{
+	uint64_t wpid, fdmax;
+	int rc;
+
+	rc = open_notify();
+	if (rc < 0)
+		return rc;
+	if (sd.fd >= 0 && env_u64("WATCHDOG_USEC", &sd.watchdog_usec) == 0 &&
+	    env_u64("WATCHDOG_PID", &wpid) == 0 && wpid != (uint64_t)d->pid)
+		sd.watchdog_usec = 0; /* meant for another process */
+	/* systemd >= 254 says FDSTORE=<FileDescriptorStoreMax>; 0 = none */
+	sd.fdstore = sd.fd >= 0 &&
+		     !(env_u64("FDSTORE", &fdmax) == 0 && fdmax == 0);
+	unsetenv("NOTIFY_SOCKET");
+	unsetenv("WATCHDOG_USEC");
+	unsetenv("WATCHDOG_PID");
+	if (sd.watchdog_usec)
+		td__log(TD_LOG_DEBUG, "watchdog every %" PRIu64 " us",
+			sd.watchdog_usec);
+	return take_listen_fds();
+}
+
+int td__sd_take_listen_fd(void)
+{
+	int fd = sd.listen_fd;
+
+	sd.listen_fd = -1;
+	return fd;
+}
+
+bool td__sd_fdstore_on(void)
+{
+	return sd.fdstore;
+}
+
+/* ---- sending ---- */
+
+int td__sd_notify(const int *fds, unsigned nfds, const char *fmt, ...)
+{
+	char buf[512];
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int) * 4)];
+	} cb;
+	struct iovec iov;
+	struct msghdr mh = {0};
+	va_list ap;
+	int n;
+
+	if (sd.fd < 0)
+		return 0;
+	if (nfds > 4)
+		return -EINVAL;
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= sizeof(buf))
+		return -EMSGSIZE;
+	iov.iov_base = buf;
+	iov.iov_len = (size_t)n;
+	mh.msg_name = &sd.sa;
+	mh.msg_namelen = sd.salen;
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	if (nfds) {
+		struct cmsghdr *c;
+
+		memset(&cb, 0, sizeof(cb));
+		mh.msg_control = cb.b;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+		c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+	}
+	/*
+	 * Blocking, like sd_notify(): PID 1 drains its socket, and a dropped
+	 * FDSTORE message would lose a tensor at the next restart.
+	 */
+	while (sendmsg(sd.fd, &mh, MSG_NOSIGNAL) < 0) {
+		if (errno == EINTR)
+			continue;
+		n = -errno;
+		/* once per kind of failure, not once per watchdog tick */
+		td__log(n == sd.last_err ? TD_LOG_DEBUG : TD_LOG_WARN,
+			"notify \"%.*s\": %s", (int)strcspn(buf, "\n"), buf,
+			strerror(errno));
+		sd.last_err = n;
+		return n;
+	}
+	sd.last_err = 0;
+	return 0;
+}
+
+/* "N tensors, B bytes, C clients" */
+static void status_text(struct td__daemon *d, char *buf, size_t cap)
+{
+	struct td__store_info si = {0};
+	unsigned clients = 0;
+
+	td__store_info(&si);
+	for (struct td__list *l = d->peers.next; l != &d->peers; l = l->next)
+		clients++;
+	snprintf(buf, cap, "%zu tensors, %" PRIu64 " bytes, %u clients",
+		 si.count, si.bytes, clients);
+}
+
+void td__sd_status(struct td__daemon *d)
+{
+	char now[sizeof(sd.status)];
+
+	if (sd.fd < 0 || !sd.tick_on)
+		return;
+	status_text(d, now, sizeof(now));
+	if (strcmp(now, sd.status) == 0)
+		return;
+	if (td__sd_notify(NULL, 0, "STATUS=%s", now) == 0)
+		memcpy(sd.status, now, sizeof(now));
+}
+
+static void on_tick(uv_timer_t *t)
+{
+	struct td__daemon *d = t->data;
+	char now[sizeof(sd.status)];
+
+	if (!sd.watchdog_usec) {
+		td__sd_status(d);
+		return;
+	}
+	/* one datagram: the ping, and the status when it changed */
+	status_text(d, now, sizeof(now));
+	if (strcmp(now, sd.status) == 0) {
+		td__sd_notify(NULL, 0, "WATCHDOG=1");
+		return;
+	}
+	if (td__sd_notify(NULL, 0, "WATCHDOG=1\nSTATUS=%s", now) == 0)
+		memcpy(sd.status, now, sizeof(now));
+}
+
+void td__sd_ready(struct td__daemon *d)
+{
+	uint64_t ms;
+
+	if (sd.fd < 0)
+		return;
+	status_text(d, sd.status, sizeof(sd.status));
+	td__sd_notify(NULL, 0, "READY=1\nSTATUS=%s", sd.status);
+	/*
+	 * Half the interval, as sd_watchdog_enabled(3) advises: a ping that
+	 * is late by one loop iteration still arrives in time.
+	 */
+	ms = sd.watchdog_usec ? sd.watchdog_usec / 2000 : STATUS_MS;
+	if (ms == 0)
+		ms = 1;
+	uv_timer_init(d->loop, &sd.tick);
+	sd.tick.data = d;
+	uv_timer_start(&sd.tick, on_tick, ms, ms);
+	sd.tick_on = true;
+}
+
+void td__sd_stopping(struct td__daemon *d)
+{
+	(void)d;
+	if (sd.fd < 0)
+		return;
+	if (sd.tick_on) {
+		uv_timer_stop(&sd.tick);
+		uv_close((uv_handle_t *)&sd.tick, NULL);
+		sd.tick_on = false;
+	}
+	td__sd_notify(NULL, 0, "STOPPING=1\nSTATUS=stopping");
+}
+
+void td__sd_fini(void)
+{
+	if (sd.listen_fd >= 0)
+		close(sd.listen_fd);
+	sd.listen_fd = -1;
+	if (sd.fd >= 0)
+		close(sd.fd);
+	sd.fd = -1;
+}

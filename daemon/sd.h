@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * systemd integration (sd.c), the fd store and state image (fdstore.c),
+ * and the store's side of persistence (store.c). Not installed. Kept out
+ * of daemon.h so the service plumbing stays in one place.
+ */
+#ifndef TD_DAEMON_SD_H
+#define TD_DAEMON_SD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "daemon.h"
+#include "state.h"
+
+/* Every fd-store name of ours starts with this (FDNAME=, LISTEN_FDNAMES). */
+#define TD__FDSTORE_PREFIX "td."
+
+/* ---- sd.c ---- */
+
+/*
+ * Read $NOTIFY_SOCKET, $WATCHDOG_USEC/$WATCHDOG_PID and the socket
+ * activation variables (then unset them). Passed fds named "td.*" go to
+ * td__fdstore_passed(); the first listening AF_UNIX SOCK_SEQPACKET socket
+ * is kept for td__sd_take_listen_fd(); others are closed. 0 or -errno.
+ */
+int td__sd_init(struct td__daemon *d);
+/* The socket-activated listening socket (ownership moves), or -1. */
+int td__sd_take_listen_fd(void);
+/* Should tensors go to the fd store? (a notify socket, FDSTORE not 0) */
+bool td__sd_fdstore_on(void);
+/*
+ * Send one notify datagram (printf-style text, fds borrowed, at most 4).
+ * 0 when sent or when there is no notify socket, else -errno (logged).
+ */
+int td__sd_notify(const int *fds, unsigned nfds, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* READY=1 with the first STATUS=; starts the watchdog/status timer. */
+void td__sd_ready(struct td__daemon *d);
+/* STATUS= again when tensors/bytes/clients changed. */
+void td__sd_status(struct td__daemon *d);
+/* STOPPING=1; stops the timer. */
+void td__sd_stopping(struct td__daemon *d);
+/* Close the notify socket (after the loop is closed). */
+void td__sd_fini(void);
+
+/* ---- fdstore.c ---- */
+
+/* A passed fd named "td.*" (ownership moves). Before restore. */
+void td__fdstore_passed(int fd, const char *name);
+/*
+ * Restore the store from the passed fds and set up the state images.
+ * Never fails the start: anything unusable is logged and dropped.
+ */
+int td__fdstore_restore(struct td__daemon *d);
+/*
+ * A version was published holding fd (borrowed): store it unless its file
+ * is stored already. Returns the fd-store id (keep it for drop), or 0 when
+ * the fd store is off or the push failed.
+ */
+uint64_t td__fdstore_add(int fd, bool plane, dev_t dev, ino_t ino);
+/* A restored version holds the stored fd id (no push). 0 or -ENOMEM. */
+int td__fdstore_adopt(uint64_t id, int fd, bool plane, dev_t dev, ino_t ino);
+/* A version holding id went away; removed after the next image. */
+void td__fdstore_drop(uint64_t id);
+/* The set of current versions changed: schedule an image. */
+void td__fdstore_dirty(void);
+/* Shutdown: write the final image, then keep everything stored. */
+void td__fdstore_fini(void);
+/* Free the table and close the image memfds (after the store is gone). */
+void td__fdstore_free(void);
+
+/* ---- store.c: persistence ---- */
+
+struct td__store_info {
+	size_t count;          /* current versions */
+	uint64_t bytes;        /* accounted plane bytes */
+	uint64_t next_version; /* the daemon-wide counter */
+};
+
+void td__store_info(struct td__store_info *si);
+/*
+ * Call fn for every current version in name order, as an image entry
+ * (views valid during the call; fd ids 0 where an fd is not stored).
+ * Stops at and returns the first negative return of fn, else 0.
+ */
+int td__store_each(int (*fn)(void *arg, const struct td_state_entry *ent),
+		   void *arg);
+/* Raise the version counter (restore); never lowers it. */
+void td__store_set_next_version(uint64_t next);
+/*
+ * Put a version back from an image entry and its fds (fd-table order,
+ * consumed on success and failure), checked like a PUBLISH from a peer.
+ * 0, or -errno with the reason in why.
+ */
+int td__store_restore(const struct td_state_entry *ent, int *fds, char *why,
+		      size_t cap);
+
+#endif
