@@ -1,0 +1,1228 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * systemd integration (issue 6), with systemd not PID 1: the test plays
+ * PID 1. It binds the $NOTIFY_SOCKET (SO_PASSCRED, SCM_RIGHTS) and reads
+ * READY/STATUS/WATCHDOG/STOPPING and the fd-store messages, keeps the
+ * stored fds like systemd does, and starts the next daemon with them as
+ * LISTEN_FDS/LISTEN_FDNAMES after a listening socket. Also: socket
+ * activation through systemd-socket-activate, the installed units under
+ * systemd-analyze verify/security, and the state image codec.
+ *
+ * No wall-clock thresholds: every wait is a blocking read with a
+ * generous timeout, and rates are checked from below only (the daemon
+ * cannot ping faster than its timer, however slow the machine is).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "bytes.h"
+#include "state.h"
+#include "tensord/tensord.h"
+#include "testutil.h"
+
+#define WAIT_MS 20000 /* generous: a slow or loaded machine still passes */
+#define MAX_STORED 256
+
+static bool saw_extend; /* an EXTEND_TIMEOUT_USEC= came by */
+
+/* ---- a fake PID 1: the notify socket and the fd store ---- */
+
+struct stored {
+	char name[256];
+	int fd;
+};
+
+struct fdstore {
+	struct stored e[MAX_STORED];
+	unsigned n;
+};
+
+struct msg {
+	char text[2048];
+	int fds[16];
+	unsigned nfds;
+	pid_t pid; /* SCM_CREDENTIALS */
+};
+
+struct daemon {
+	pid_t pid;
+	char dir[64];
+	char sock[128];
+	char notify[128];
+	char err[128];
+	int nfd; /* the bound notify socket */
+};
+
+static void mkdir_tmp(struct daemon *d)
+{
+	snprintf(d->dir, sizeof(d->dir), "/tmp/td-sd-XXXXXX");
+	cr_assert_not_null(mkdtemp(d->dir));
+	snprintf(d->sock, sizeof(d->sock), "%s/td.sock", d->dir);
+	snprintf(d->notify, sizeof(d->notify), "%s/notify", d->dir);
+	snprintf(d->err, sizeof(d->err), "%s/stderr", d->dir);
+}
+
+static void notify_bind(struct daemon *d)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int one = 1;
+
+	d->nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	cr_assert_geq(d->nfd, 0);
+	strcpy(sa.sun_path, d->notify);
+	cr_assert_eq(bind(d->nfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	/* like PID 1: credentials tell who sent it */
+	cr_assert_eq(setsockopt(d->nfd, SOL_SOCKET, SO_PASSCRED, &one,
+				sizeof(one)),
+		     0);
+}
+
+/* One datagram; 0, or -ETIMEDOUT after timeout_ms. */
+static int notify_recv(struct daemon *d, struct msg *m, int timeout_ms)
+{
+	struct pollfd pfd = {.fd = d->nfd, .events = POLLIN};
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int) * 16) +
+		       CMSG_SPACE(sizeof(struct ucred))];
+	} cb;
+	struct iovec iov = {m->text, sizeof(m->text) - 1};
+	struct msghdr mh = {.msg_iov = &iov,
+			    .msg_iovlen = 1,
+			    .msg_control = cb.b,
+			    .msg_controllen = sizeof(cb.b)};
+	ssize_t n;
+
+	if (poll(&pfd, 1, timeout_ms) == 0)
+		return -ETIMEDOUT;
+	n = recvmsg(d->nfd, &mh, MSG_CMSG_CLOEXEC);
+	cr_assert_gt(n, 0, "recvmsg: %s", strerror(errno));
+	cr_assert_eq(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC), 0);
+	m->text[n] = '\0';
+	m->nfds = 0;
+	m->pid = 0;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c;
+	     c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET)
+			continue;
+		if (c->cmsg_type == SCM_RIGHTS) {
+			m->nfds = (unsigned)((c->cmsg_len - CMSG_LEN(0)) /
+					     sizeof(int));
+			memcpy(m->fds, CMSG_DATA(c), m->nfds * sizeof(int));
+		} else if (c->cmsg_type == SCM_CREDENTIALS) {
+			struct ucred u;
+
+			memcpy(&u, CMSG_DATA(c), sizeof(u));
+			m->pid = u.pid;
+		}
+	}
+	return 0;
+}
+
+/* Does text hold exactly this line? */
+static bool has_line(const char *text, const char *line)
+{
+	size_t len = strlen(line);
+
+	for (const char *p = text; p && *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t l = nl ? (size_t)(nl - p) : strlen(p);
+
+		if (l == len && !memcmp(p, line, len))
+			return true;
+		p = nl ? nl + 1 : NULL;
+	}
+	return false;
+}
+
+/* The value of KEY= in text (up to the end of its line), into buf. */
+static const char *value_of(const char *text, const char *key, char *buf,
+			    size_t cap)
+{
+	size_t k = strlen(key);
+
+	for (const char *p = text; p && *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t l = nl ? (size_t)(nl - p) : strlen(p);
+
+		if (l > k && !memcmp(p, key, k)) {
+			snprintf(buf, cap, "%.*s", (int)(l - k), p + k);
+			return buf;
+		}
+		p = nl ? nl + 1 : NULL;
+	}
+	return NULL;
+}
+
+static struct stored *store_find(struct fdstore *st, const char *name)
+{
+	for (unsigned i = 0; i < st->n; i++)
+		if (!strcmp(st->e[i].name, name))
+			return &st->e[i];
+	return NULL;
+}
+
+/* What systemd does with FDSTORE=1 / FDSTOREREMOVE=1 (st may be NULL). */
+static void store_apply(struct fdstore *st, struct msg *m)
+{
+	char name[256];
+	bool add = has_line(m->text, "FDSTORE=1");
+	bool rm = has_line(m->text, "FDSTOREREMOVE=1");
+
+	if ((add || rm) && st) {
+		cr_assert_not_null(value_of(m->text, "FDNAME=", name,
+					    sizeof(name)),
+				   "fd-store message without FDNAME: %s",
+				   m->text);
+		if (rm) {
+			struct stored *s;
+
+			cr_assert_eq(m->nfds, 0);
+			while ((s = store_find(st, name))) {
+				close(s->fd);
+				*s = st->e[--st->n];
+			}
+		}
+		for (unsigned i = 0; add && i < m->nfds; i++) {
+			cr_assert_lt(st->n, MAX_STORED);
+			snprintf(st->e[st->n].name, sizeof(st->e[0].name),
+				 "%s", name);
+			st->e[st->n++].fd = m->fds[i];
+			m->fds[i] = -1;
+		}
+	}
+	for (unsigned i = 0; i < m->nfds; i++)
+		if (m->fds[i] >= 0)
+			close(m->fds[i]);
+	m->nfds = 0;
+}
+
+/*
+ * Read until a datagram holding `line` (any, when NULL), applying the
+ * fd-store messages;
+ * that datagram is left in *m (fds already taken). Fails after WAIT_MS
+ * of silence.
+ */
+static void notify_until(struct daemon *d, struct fdstore *st,
+			 const char *line, struct msg *m)
+{
+	for (;;) {
+		int rc = notify_recv(d, m, WAIT_MS);
+
+		cr_assert_eq(rc, 0, "no \"%s\" from the daemon in %d ms",
+			     line ? line : "message", WAIT_MS);
+		cr_assert_eq(m->pid, d->pid, "notify from pid %d, not %d",
+			     (int)m->pid, (int)d->pid);
+		if (strstr(m->text, "EXTEND_TIMEOUT_USEC="))
+			saw_extend = true;
+		store_apply(st, m);
+		if (!line || has_line(m->text, line))
+			return;
+	}
+}
+
+static void store_close(struct fdstore *st)
+{
+	for (unsigned i = 0; i < st->n; i++)
+		close(st->e[i].fd);
+	st->n = 0;
+}
+
+/* Move fds (and their names) to 3.. and set LISTEN_*; in the child. */
+static void pass_fds(const int *fds, char *const *names, unsigned n)
+{
+	int high[MAX_STORED + 1];
+	char buf[MAX_STORED * 64] = "", num[32];
+
+	for (unsigned i = 0; i < n; i++) {
+		high[i] = fcntl(fds[i], F_DUPFD, 512); /* not CLOEXEC */
+		if (high[i] < 0)
+			_exit(120);
+	}
+	for (unsigned i = 0; i < n; i++) {
+		if (dup2(high[i], 3 + (int)i) < 0)
+			_exit(121);
+		close(high[i]);
+		if (i)
+			strcat(buf, ":");
+		strncat(buf, names[i], sizeof(buf) - strlen(buf) - 2);
+	}
+	snprintf(num, sizeof(num), "%u", n);
+	setenv("LISTEN_FDS", num, 1);
+	setenv("LISTEN_FDNAMES", buf, 1);
+	snprintf(num, sizeof(num), "%d", (int)getpid());
+	setenv("LISTEN_PID", num, 1);
+}
+
+/*
+ * Start tensord as systemd would: $NOTIFY_SOCKET, optional watchdog, and
+ * optionally a listening socket (named tensord.socket) followed by the
+ * stored fds. Returns after READY=1 (fd-store messages go to st).
+ */
+static void daemon_start(struct daemon *d, const char *watchdog_usec,
+			 int listen_fd, const struct fdstore *pass,
+			 struct fdstore *st, struct msg *ready)
+{
+	const char *bin = getenv("TD_TENSORD");
+	struct msg m;
+
+	cr_assert_not_null(bin, "TD_TENSORD is not set");
+	d->pid = fork();
+	cr_assert_geq(d->pid, 0);
+	if (d->pid == 0) {
+		int fds[MAX_STORED + 1], e;
+		char *names[MAX_STORED + 1];
+		unsigned n = 0;
+
+		e = open(d->err, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+			 0600);
+		if (e < 0 || dup2(e, 2) < 0)
+			_exit(122);
+		if (listen_fd >= 0) {
+			fds[n] = listen_fd;
+			names[n++] = "tensord.socket";
+		}
+		for (unsigned i = 0; pass && i < pass->n; i++) {
+			fds[n] = pass->e[i].fd;
+			names[n++] = (char *)pass->e[i].name;
+		}
+		if (n)
+			pass_fds(fds, names, n);
+		setenv("NOTIFY_SOCKET", d->notify, 1);
+		if (watchdog_usec)
+			setenv("WATCHDOG_USEC", watchdog_usec, 1);
+		else
+			unsetenv("WATCHDOG_USEC");
+		execl(bin, bin, "--socket", d->sock, "--log-level", "info",
+		      (char *)NULL);
+		_exit(127);
+	}
+	notify_until(d, st, "READY=1", ready ? ready : &m);
+}
+
+/* SIGTERM; read through STOPPING=1 and what follows until the exit. */
+static void daemon_stop(struct daemon *d, struct fdstore *st)
+{
+	struct msg m;
+	int status;
+
+	cr_assert_eq(kill(d->pid, SIGTERM), 0);
+	notify_until(d, st, "STOPPING=1", &m);
+	cr_assert_eq(waitpid(d->pid, &status, 0), d->pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "tensord exited with status %#x", status);
+	/* the final image and removals are queued already: drain them */
+	while (notify_recv(d, &m, 0) == 0)
+		store_apply(st, &m);
+	d->pid = 0;
+}
+
+static char *slurp(const char *path)
+{
+	size_t len;
+	uint8_t *b = tu_try_read_file(path, &len);
+	char *s = calloc(1, len + 1);
+
+	cr_assert_not_null(s);
+	if (b)
+		memcpy(s, b, len);
+	free(b);
+	return s;
+}
+
+static struct td_client *connect_to(const char *path)
+{
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+
+	cr_assert_eq(td_client_connect(path, &c, &e), 0, "connect %s: %s",
+		     path, e.reason);
+	return c;
+}
+
+static uint64_t put(struct td_client *c, const char *name, size_t len,
+		    uint8_t seed, uint32_t flags, const char *meta)
+{
+	uint8_t *b = malloc(len);
+	uint64_t shape = len, v = 0;
+	struct td_publish p = {
+		.name = name,
+		.flags = flags,
+		.dtype = TD_TENSOR_U8,
+		.ndim = 1,
+		.shape = &shape,
+		.meta = meta,
+		.meta_len = meta ? strlen(meta) : 0,
+	};
+	struct td_error e = {0};
+
+	cr_assert_not_null(b);
+	for (size_t i = 0; i < len; i++)
+		b[i] = (uint8_t)(seed + i * 7);
+	cr_assert_eq(td_client_put(c, &p, b, len, &v, &e), 0, "put %s: %s",
+		     name, e.reason);
+	free(b);
+	return v;
+}
+
+static int listener(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	cr_assert_geq(fd, 0);
+	strcpy(sa.sun_path, path);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(fd, 16), 0);
+	return fd;
+}
+
+static bool same_file(int a, int b)
+{
+	struct stat x, y;
+
+	cr_assert_eq(fstat(a, &x), 0);
+	cr_assert_eq(fstat(b, &y), 0);
+	return x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+static bool is_eventfd(int fd)
+{
+	char p[64], l[128] = "";
+
+	snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+	return readlink(p, l, sizeof(l) - 1) > 0 && strstr(l, "eventfd");
+}
+
+/* ---- notify ---- */
+
+Test(systemd, notify_sends_ready_status_watchdog_and_stopping)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct timespec t0, t1;
+	struct td_client *c;
+	struct msg m;
+	char buf[256];
+	int pings = 0;
+	long long ms;
+
+	mkdir_tmp(&d);
+	notify_bind(&d);
+	daemon_start(&d, "200000", -1, NULL, &st, &m);
+	/* READY=1 carries the first STATUS, and it came from the daemon */
+	cr_assert_not_null(value_of(m.text, "STATUS=", buf, sizeof(buf)));
+	cr_assert_str_eq(buf, "0 tensors, 0 bytes, 0 clients");
+
+	/* WATCHDOG_USEC=200000: a ping every 100 ms, never faster */
+	notify_until(&d, &st, "WATCHDOG=1", &m);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (pings < 4) {
+		notify_until(&d, &st, "WATCHDOG=1", &m);
+		pings++;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	ms = (t1.tv_sec - t0.tv_sec) * 1000LL +
+	     (t1.tv_nsec - t0.tv_nsec) / 1000000;
+	/* 4 intervals of 100 ms; 10 ms for the loop's millisecond clock */
+	cr_assert_geq(ms, 390, "4 pings in %lld ms: faster than "
+			       "WATCHDOG_USEC/2",
+		      ms);
+
+	c = connect_to(d.sock);
+	put(c, "status/one", 16, 1, 0, NULL);
+	for (;;) {
+		notify_until(&d, &st, NULL, &m);
+		if (value_of(m.text, "STATUS=", buf, sizeof(buf)) &&
+		    !strncmp(buf, "1 tensors, 16 bytes, ", 21))
+			break;
+	}
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	store_close(&st);
+}
+
+/* ---- the fd store ---- */
+
+static unsigned count_prefix(const struct fdstore *st, const char *prefix)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < st->n; i++)
+		n += !strncmp(st->e[i].name, prefix, strlen(prefix));
+	return n;
+}
+
+/* The newest valid state image among the stored ones, decoded. */
+static uint8_t *newest_image(const struct fdstore *st, struct td_state_hdr *h,
+			     struct td_state_rd *rd)
+{
+	uint8_t *best = NULL;
+	struct td_state_hdr bh = {0};
+
+	for (unsigned i = 0; i < st->n; i++) {
+		struct td_state_hdr hh;
+		struct td_state_rd r;
+		struct stat sb;
+		uint8_t *b;
+
+		if (strncmp(st->e[i].name, "td.state.", 9))
+			continue;
+		cr_assert_eq(fstat(st->e[i].fd, &sb), 0);
+		b = malloc((size_t)sb.st_size + 1);
+		cr_assert_eq(pread(st->e[i].fd, b, (size_t)sb.st_size, 0),
+			     sb.st_size);
+		if (td_state_decode(b, (size_t)sb.st_size, &hh, &r, NULL) ==
+			    0 &&
+		    (!best || hh.generation > bh.generation)) {
+			free(best);
+			best = b;
+			bh = hh;
+			*rd = r;
+			continue;
+		}
+		free(b);
+	}
+	cr_assert_not_null(best, "no valid state image in the fd store");
+	*h = bh;
+	return best;
+}
+
+Test(systemd, published_planes_and_fences_go_to_the_fd_store)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct td_client *c;
+	struct td_tensor *t;
+	struct td_error e = {0};
+	struct td_state_hdr h;
+	struct td_state_rd rd;
+	struct td_state_entry ent;
+	struct msg m;
+	char first[64], second[64], name[64];
+	uint64_t v1, v2, shape = 64;
+	uint8_t *img;
+	int ev, mfd;
+
+	mkdir_tmp(&d);
+	notify_bind(&d);
+	daemon_start(&d, NULL, -1, NULL, &st, NULL);
+	/* two state images, stored before READY */
+	cr_assert_not_null(store_find(&st, "td.state.0"));
+	cr_assert_not_null(store_find(&st, "td.state.1"));
+	cr_assert_eq(st.n, 2);
+
+	c = connect_to(d.sock);
+	v1 = put(c, "fd/a", 64, 3, 0, NULL);
+	notify_until(&d, &st, "FDSTORE=1", &m);
+	cr_assert_not_null(value_of(m.text, "FDNAME=", first, sizeof(first)));
+	cr_assert_eq(strncmp(first, "td.fd.", 6), 0, "%s", first);
+	/* the stored fd is the very buffer consumers map */
+	cr_assert_eq(td_client_get(c, "fd/a", &t, &e), 0, "%s", e.reason);
+	cr_assert(same_file(store_find(&st, first)->fd,
+			    td_tensor_plane_fd(t, 0)));
+	td_tensor_release(t);
+
+	/* replaced and unleased: the old buffer leaves the store */
+	v2 = put(c, "fd/a", 64, 4, 0, NULL);
+	cr_assert_gt(v2, v1);
+	notify_until(&d, &st, "FDSTORE=1", &m);
+	cr_assert_not_null(
+		value_of(m.text, "FDNAME=", second, sizeof(second)));
+	cr_assert_str_neq(first, second);
+	notify_until(&d, &st, "FDSTOREREMOVE=1", &m);
+	cr_assert_str_eq(value_of(m.text, "FDNAME=", name, sizeof(name)),
+			 first);
+	cr_assert_null(store_find(&st, first));
+
+	/* a fence is stored too, as the eventfd it is */
+	mfd = memfd_create("fenced", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	cr_assert_eq(ftruncate(mfd, 64), 0);
+	cr_assert_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	ev = eventfd(1, EFD_CLOEXEC);
+	{
+		struct td_publish p = {.name = "fd/fenced",
+				       .flags = TD_PUBLISH_FENCE,
+				       .dtype = TD_TENSOR_U8,
+				       .ndim = 1,
+				       .shape = &shape,
+				       .fd_count = 1,
+				       .fds = &mfd,
+				       .fence_fd = ev};
+
+		cr_assert_eq(td_client_publish(c, &p, NULL, &e), 0, "%s",
+			     e.reason);
+	}
+	notify_until(&d, &st, "FDSTORE=1", &m); /* the plane */
+	notify_until(&d, &st, "FDSTORE=1", &m); /* the fence */
+	cr_assert(is_eventfd(store_find(&st, value_of(m.text, "FDNAME=", name,
+						      sizeof(name)))
+				     ->fd));
+	td_client_close(c);
+	daemon_stop(&d, &st);
+
+	/* the last image names exactly the current versions' stored fds */
+	img = newest_image(&st, &h, &rd);
+	cr_assert_eq(h.count, 2);
+	cr_assert_eq(td_state_next(&rd, &ent), 1);
+	cr_assert_eq(ent.name.len, 4);
+	cr_assert_eq(memcmp(ent.name.ptr, "fd/a", 4), 0);
+	cr_assert_eq(ent.version, v2);
+	cr_assert_eq(ent.fd_count, 1);
+	snprintf(name, sizeof(name), "td.fd.%llu",
+		 (unsigned long long)ent.fd_ids[0]);
+	cr_assert_str_eq(name, second);
+	cr_assert_eq(td_state_next(&rd, &ent), 1);
+	cr_assert_eq(ent.fd_count, 2);
+	cr_assert_eq(td_state_next(&rd, &ent), 0);
+	free(img);
+	/* and nothing else is stored: 2 images, a's plane, fenced's two */
+	cr_assert_eq(st.n, 5);
+	close(ev);
+	close(mfd);
+	store_close(&st);
+}
+
+/* ---- restart ---- */
+
+struct expect {
+	const char *name;
+	uint64_t version;
+	size_t len;
+	uint8_t seed;
+	uint32_t flags;
+	const char *meta;
+	bool fence;
+};
+
+static void check_tensor(struct td_client *c, const struct expect *x)
+{
+	struct td_tensor *t;
+	struct td_entry ent = {0};
+	struct td_error e = {0};
+	const uint8_t *b;
+	const void *meta;
+	size_t ml;
+
+	cr_assert_eq(td_client_get(c, x->name, &t, &e), 0, "%s: %s", x->name,
+		     e.reason);
+	cr_assert_eq(td_tensor_version(t), x->version, "%s", x->name);
+	cr_assert_eq(td_tensor_bytes(t), x->len, "%s", x->name);
+	b = td_tensor_plane_data(t, 0);
+	for (size_t i = 0; i < x->len; i++)
+		cr_assert_eq(b[i], (uint8_t)(x->seed + i * 7), "%s byte %zu",
+			     x->name, i);
+	meta = td_tensor_meta(t, &ml);
+	cr_assert_eq(ml, x->meta ? strlen(x->meta) : 0, "%s", x->name);
+	if (ml)
+		cr_assert_eq(memcmp(meta, x->meta, ml), 0);
+	cr_assert_eq(td_tensor_has_fence(t), x->fence, "%s", x->name);
+	if (x->fence)
+		cr_assert_eq(td_tensor_fence_wait(t, WAIT_MS), 0);
+	td_tensor_release(t);
+	cr_assert_eq(td_client_stat(c, x->name, &ent, &e), 0, "%s", e.reason);
+	cr_assert_eq(ent.flags, x->flags, "%s", x->name);
+	td_entry_fini(&ent);
+}
+
+/* Publish len bytes of seed from a memfd of ours (shared by callers). */
+static int own_memfd(size_t len, uint8_t seed)
+{
+	int fd = memfd_create("own", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	uint8_t *b = malloc(len);
+
+	cr_assert_geq(fd, 0);
+	for (size_t i = 0; i < len; i++)
+		b[i] = (uint8_t)(seed + i * 7);
+	cr_assert_eq(write(fd, b, len), (ssize_t)len);
+	cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	free(b);
+	return fd;
+}
+
+static uint64_t publish_fd(struct td_client *c, const char *name, int fd,
+			   size_t len, int fence)
+{
+	uint64_t shape = len, v = 0;
+	struct td_publish p = {.name = name,
+			       .flags = fence >= 0 ? TD_PUBLISH_FENCE : 0,
+			       .dtype = TD_TENSOR_U8,
+			       .ndim = 1,
+			       .shape = &shape,
+			       .fd_count = 1,
+			       .fds = &fd,
+			       .fence_fd = fence};
+	struct td_error e = {0};
+
+	cr_assert_eq(td_client_publish(c, &p, &v, &e), 0, "%s: %s", name,
+		     e.reason);
+	return v;
+}
+
+/*
+ * A first daemon with tensors of every kind: plain, replaced, pinned with
+ * metadata, two names on one buffer, fenced, deleted. Stops it and leaves
+ * what systemd would hold in st; the survivors in x[], their count back.
+ */
+static unsigned first_life(struct daemon *d, struct fdstore *st,
+			   struct expect *x, int *keep)
+{
+	struct td_client *c;
+	struct td_error e = {0};
+	unsigned n = 0;
+	int shared, ev;
+
+	mkdir_tmp(d);
+	notify_bind(d);
+	daemon_start(d, NULL, -1, NULL, st, NULL);
+	c = connect_to(d->sock);
+	x[n] = (struct expect){"r/plain", 0, 4096, 11, 0, NULL, false};
+	x[n].version = put(c, x[n].name, x[n].len, x[n].seed, 0, NULL);
+	n++;
+	put(c, "r/replaced", 100, 1, 0, NULL);
+	x[n] = (struct expect){"r/replaced", 0, 300, 2, 0, NULL, false};
+	x[n].version = put(c, x[n].name, x[n].len, x[n].seed, 0, NULL);
+	n++;
+	x[n] = (struct expect){"r/pinned",     0, 77, 5, TD_PUBLISH_PIN,
+			       "{\"k\": \"v\"}", false};
+	x[n].version = put(c, x[n].name, x[n].len, x[n].seed, x[n].flags,
+			   x[n].meta);
+	n++;
+	shared = own_memfd(512, 9);
+	x[n] = (struct expect){"s/a", 0, 512, 9, 0, NULL, false};
+	x[n].version = publish_fd(c, x[n].name, shared, 512, -1);
+	n++;
+	x[n] = (struct expect){"s/b", 0, 512, 9, 0, NULL, false};
+	x[n].version = publish_fd(c, x[n].name, shared, 512, -1);
+	n++;
+	ev = eventfd(1, EFD_CLOEXEC);
+	x[n] = (struct expect){"r/fenced", 0, 128, 13, 0, NULL, true};
+	keep[0] = own_memfd(128, 13);
+	keep[1] = ev;
+	x[n].version = publish_fd(c, x[n].name, keep[0], 128, ev);
+	n++;
+	put(c, "r/deleted", 10, 0, 0, NULL);
+	cr_assert_eq(td_client_delete(c, "r/deleted", NULL, &e), 0);
+	td_client_close(c);
+	close(shared);
+	daemon_stop(d, st);
+	return n;
+}
+
+Test(systemd, tensors_survive_a_restart_with_their_bytes_and_versions)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct expect x[8];
+	struct td_client *c;
+	struct td_entry *list;
+	struct td_error e = {0};
+	struct msg m;
+	char bsock[160], *err;
+	size_t count;
+	uint64_t maxv = 0, v;
+	unsigned n;
+	int lfd, keep[2];
+
+	n = first_life(&d, &st, x, keep);
+	/* one buffer per file: s/a and s/b share theirs */
+	cr_assert_eq(count_prefix(&st, "td.fd."), 6);
+	cr_assert_eq(count_prefix(&st, "td.state."), 2);
+
+	/* the second life: a listening socket first, then the fd store */
+	snprintf(bsock, sizeof(bsock), "%s/b.sock", d.dir);
+	lfd = listener(bsock);
+	saw_extend = false;
+	/* one store across both lives, as systemd keeps it */
+	daemon_start(&d, NULL, lfd, &st, &st, &m);
+	close(lfd);
+	/* restoring took the start timeout into account first */
+	cr_assert(saw_extend, "no EXTEND_TIMEOUT_USEC before READY=1");
+	c = connect_to(bsock);
+	cr_assert_eq(td_client_list(c, "", &list, &count, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(count, n);
+	td_entry_list_free(list, count);
+	for (unsigned i = 0; i < n; i++) {
+		check_tensor(c, &x[i]);
+		if (x[i].version > maxv)
+			maxv = x[i].version;
+	}
+	/* the counter came back too: "newer" still means newer */
+	v = put(c, "r/after", 8, 0, 0, NULL);
+	cr_assert_gt(v, maxv + 1, "version %llu after a restart",
+		     (unsigned long long)v);
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	/* what is stored is what the next life needs: nothing stale */
+	cr_assert_eq(count_prefix(&st, "td.fd."), 7);
+	err = slurp(d.err);
+	cr_assert_not_null(strstr(err, "restored 6 of 6 tensors"), "%s", err);
+	free(err);
+	close(keep[0]);
+	close(keep[1]);
+	store_close(&st);
+}
+
+/* Restart from st (modified first by the caller); LIST must be empty. */
+static char *second_life_empty(struct daemon *d, struct fdstore *st)
+{
+	struct td_client *c;
+	struct td_entry *list;
+	struct td_error e = {0};
+	size_t count;
+	char *err;
+
+	cr_assert_eq(truncate(d->err, 0), 0);
+	daemon_start(d, NULL, -1, st, st, NULL);
+	c = connect_to(d->sock);
+	cr_assert_eq(td_client_list(c, "", &list, &count, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(count, 0);
+	td_entry_list_free(list, count);
+	td_client_close(c);
+	daemon_stop(d, st);
+	err = slurp(d->err);
+	/* the buffers nobody can name any more left the store */
+	cr_assert_eq(count_prefix(st, "td.fd."), 0, "%s", err);
+	return err;
+}
+
+Test(systemd, corrupt_state_image_starts_empty_and_says_why)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct expect x[8];
+	int keep[2];
+	char *err;
+
+	first_life(&d, &st, x, keep);
+	/* one flipped bit in every image (a generation byte) */
+	for (unsigned i = 0; i < st.n; i++) {
+		uint8_t b;
+
+		if (strncmp(st.e[i].name, "td.state.", 9))
+			continue;
+		cr_assert_eq(pread(st.e[i].fd, &b, 1, 20), 1);
+		b ^= 0x10;
+		cr_assert_eq(pwrite(st.e[i].fd, &b, 1, 20), 1);
+	}
+	err = second_life_empty(&d, &st);
+	cr_assert_not_null(strstr(err, "checksum mismatch"), "%s", err);
+	cr_assert_not_null(strstr(err, "starting empty"), "%s", err);
+	free(err);
+	close(keep[0]);
+	close(keep[1]);
+	store_close(&st);
+}
+
+Test(systemd, missing_state_image_starts_empty_and_says_why)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct expect x[8];
+	int keep[2];
+	char *err;
+
+	first_life(&d, &st, x, keep);
+	for (unsigned i = 0; i < st.n;) {
+		if (strncmp(st.e[i].name, "td.state.", 9)) {
+			i++;
+			continue;
+		}
+		close(st.e[i].fd);
+		st.e[i] = st.e[--st.n];
+	}
+	err = second_life_empty(&d, &st);
+	cr_assert_not_null(strstr(err, "no usable state image in the fd "
+				       "store (none passed)"),
+			   "%s", err);
+	free(err);
+	/* and a fresh pair of images is stored for the next restart */
+	cr_assert_eq(count_prefix(&st, "td.state."), 2);
+	close(keep[0]);
+	close(keep[1]);
+	store_close(&st);
+}
+
+Test(systemd, truncated_state_image_starts_empty)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct expect x[8];
+	int keep[2];
+	char *err;
+
+	first_life(&d, &st, x, keep);
+	for (unsigned i = 0; i < st.n; i++)
+		if (!strncmp(st.e[i].name, "td.state.", 9))
+			cr_assert_eq(ftruncate(st.e[i].fd, 30), 0);
+	err = second_life_empty(&d, &st);
+	cr_assert_not_null(strstr(err, "shorter than its header"), "%s", err);
+	free(err);
+	close(keep[0]);
+	close(keep[1]);
+	store_close(&st);
+}
+
+/* ---- socket activation ---- */
+
+/* Is prog on $PATH? */
+static bool have(const char *prog)
+{
+	char cmd[256];
+
+	snprintf(cmd, sizeof(cmd), "command -v %s >/dev/null 2>&1", prog);
+	return system(cmd) == 0;
+}
+
+Test(systemd, socket_activated_daemon_serves_clients)
+{
+	const char *bin = getenv("TD_TENSORD");
+	struct daemon d;
+	struct td_client *c;
+	struct td_tensor *t;
+	struct td_error e = {0};
+	struct stat sb;
+	char *err;
+	int status;
+
+	if (!have("systemd-socket-activate"))
+		cr_skip_test("systemd-socket-activate is not installed");
+	cr_assert_not_null(bin);
+	mkdir_tmp(&d);
+	d.pid = fork();
+	cr_assert_geq(d.pid, 0);
+	if (d.pid == 0) {
+		int fd = open(d.err, O_WRONLY | O_CREAT | O_APPEND, 0600);
+
+		if (fd < 0 || dup2(fd, 2) < 0)
+			_exit(122);
+		/* --socket names a path nobody binds: the fd is used */
+		execlp("systemd-socket-activate", "systemd-socket-activate",
+		       "--seqpacket", "-l", d.sock, bin, "--socket",
+		       "/nonexistent/td.sock", (char *)NULL);
+		_exit(127);
+	}
+	/* bounded wait for the socket file (no behaviour is timed) */
+	for (int i = 0; stat(d.sock, &sb) < 0; i++) {
+		cr_assert_lt(i, WAIT_MS / 10, "no socket from "
+					      "systemd-socket-activate");
+		usleep(10000);
+	}
+	/* the first connection starts the daemon on the passed socket */
+	c = connect_to(d.sock);
+	put(c, "sa/x", 32, 7, 0, NULL);
+	cr_assert_eq(td_client_get(c, "sa/x", &t, &e), 0, "%s", e.reason);
+	cr_assert_eq(((const uint8_t *)td_tensor_plane_data(t, 0))[31],
+		     (uint8_t)(7 + 31 * 7));
+	td_tensor_release(t);
+	td_client_close(c);
+	cr_assert_eq(kill(d.pid, SIGTERM), 0);
+	cr_assert_eq(waitpid(d.pid, &status, 0), d.pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%#x",
+		  status);
+	err = slurp(d.err);
+	cr_assert_not_null(strstr(err, "socket-activated"), "%s", err);
+	free(err);
+	/* the socket belongs to whoever made it: the daemon leaves it */
+	cr_assert_eq(stat(d.sock, &sb), 0);
+	cr_assert(S_ISSOCK(sb.st_mode));
+}
+
+/* ---- the installed units ---- */
+
+/* Run a shell command; its stdout+stderr into *out. Exit status back. */
+static int run_sh(char **out, const char *fmt, ...)
+{
+	char cmd[4096], path[] = "/tmp/td-sd-out-XXXXXX";
+	va_list ap;
+	int fd = mkstemp(path), rc;
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	strncat(cmd, " >", sizeof(cmd) - strlen(cmd) - 1);
+	strncat(cmd, path, sizeof(cmd) - strlen(cmd) - 1);
+	strncat(cmd, " 2>&1", sizeof(cmd) - strlen(cmd) - 1);
+	rc = system(cmd);
+	*out = slurp(path);
+	unlink(path);
+	return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+/*
+ * meson install into a DESTDIR; the units go to dir/units with ExecStart
+ * pointing into the DESTDIR (verify wants the binary to exist, and
+ * --root would also want all of systemd's own units there).
+ */
+static void install_units(struct daemon *d, char *units, size_t cap)
+{
+	const char *meson = getenv("TD_MESON");
+	const char *root = getenv("TD_BUILD_ROOT");
+	char *out;
+	int rc;
+
+	if (!have("systemd-analyze"))
+		cr_skip_test("systemd-analyze is not installed");
+	cr_assert_not_null(root, "TD_BUILD_ROOT is not set");
+	mkdir_tmp(d);
+	rc = run_sh(&out, "%s install -C '%s' --destdir '%s/dest' "
+			  "--no-rebuild --quiet",
+		    meson ? meson : "meson", root, d->dir);
+	cr_assert_eq(rc, 0, "meson install: %s", out);
+	free(out);
+	snprintf(units, cap, "%s/units", d->dir);
+	rc = run_sh(&out,
+		    "set -e; mkdir '%s'; "
+		    "svc=$(find '%s/dest' -name tensord.service); "
+		    "sock=$(find '%s/dest' -name tensord.socket); "
+		    "test -n \"$svc\" && test -n \"$sock\"; "
+		    "exe=$(sed -n 's/^ExecStart=\\([^ ]*\\).*/\\1/p' $svc); "
+		    "test -x '%s/dest'\"$exe\"; "
+		    "sed \"s#^ExecStart=#ExecStart=%s/dest#\" $svc "
+		    "> '%s/tensord.service'; cp $sock '%s/'",
+		    units, d->dir, d->dir, d->dir, d->dir, units, units);
+	cr_assert_eq(rc, 0, "units not installed: %s", out);
+	free(out);
+}
+
+Test(systemd, installed_units_pass_systemd_analyze_verify)
+{
+	struct daemon d;
+	char units[200], *out;
+	int rc;
+
+	install_units(&d, units, sizeof(units));
+	rc = run_sh(&out, "cd '%s' && systemd-analyze verify "
+			  "./tensord.service ./tensord.socket",
+		    units);
+	cr_assert_eq(rc, 0, "verify failed: %s", out);
+	cr_assert_str_empty(out, "verify complained: %s", out);
+	free(out);
+	/* the check has teeth: a broken copy of the same unit fails */
+	rc = run_sh(&out, "cd '%s' && sed -i 's/^Type=notify/Type=notifi/' "
+			  "tensord.service && systemd-analyze verify "
+			  "./tensord.service ./tensord.socket",
+		    units);
+	cr_assert(rc != 0 || out[0], "a bad Type= passed verify");
+	free(out);
+}
+
+Test(systemd, installed_service_exposure_is_at_most_2)
+{
+	struct daemon d;
+	char units[200], *out, *at;
+	double level;
+	int rc;
+
+	install_units(&d, units, sizeof(units));
+	rc = run_sh(&out, "cd '%s' && systemd-analyze security "
+			  "--offline=yes --no-pager ./tensord.service",
+		    units);
+	cr_assert_eq(rc, 0, "security failed: %s", out);
+	at = strstr(out, "Overall exposure level for tensord.service:");
+	cr_assert_not_null(at, "%s", out);
+	cr_assert_eq(sscanf(at + strlen("Overall exposure level for "
+					"tensord.service:"),
+			    "%lf", &level),
+		     1, "%s", at);
+	cr_assert_leq(level, 2.0, "exposure %.1f: %s", level, out);
+	free(out);
+}
+
+/* ---- the state image codec (proto/state.h) ---- */
+
+static const uint8_t blob_bytes[40] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+
+static size_t build(uint8_t *buf, size_t cap, unsigned n)
+{
+	static const char *const names[] = {"a", "a/b", "b", "z@1"};
+	struct td_state_hdr h = {7, 100, 50, 0};
+	struct td_state_wr w;
+	int64_t len;
+
+	cr_assert_eq(td_state_encode_begin(&w, buf, cap, &h), 0);
+	for (unsigned i = 0; i < n; i++) {
+		struct td_state_entry e = {
+			.name = {names[i], (uint16_t)strlen(names[i])},
+			.flags = i & 1,
+			.version = 10 + i,
+			.meta = {(const uint8_t *)"meta", i},
+			.blob = {blob_bytes, sizeof(blob_bytes)},
+			.fd_count = i + 1,
+		};
+
+		for (unsigned j = 0; j <= i; j++)
+			e.fd_ids[j] = 1 + i * 10 + j;
+		cr_assert_eq(td_state_encode_entry(&w, &e), 0);
+	}
+	len = td_state_encode_finish(&w);
+	cr_assert_gt(len, 0);
+	return (size_t)len;
+}
+
+/* Decode everything; 0 or the first error. */
+static int decode_all(const uint8_t *b, size_t len, unsigned *count,
+		      struct td_err *e)
+{
+	struct td_state_hdr h;
+	struct td_state_rd rd;
+	struct td_state_entry ent;
+	int rc = td_state_decode(b, len, &h, &rd, e);
+
+	*count = 0;
+	if (rc < 0)
+		return rc;
+	while ((rc = td_state_next(&rd, &ent)) == 1)
+		(*count)++;
+	return rc;
+}
+
+Test(systemd, state_image_round_trips)
+{
+	uint8_t buf[4096];
+	size_t len = build(buf, sizeof(buf), 4);
+	struct td_state_hdr h;
+	struct td_state_rd rd;
+	struct td_state_entry e;
+
+	cr_assert_eq(td_state_decode(buf, len, &h, &rd, NULL), 0);
+	cr_assert_eq(h.generation, 7);
+	cr_assert_eq(h.next_version, 100);
+	cr_assert_eq(h.next_fd_id, 50);
+	cr_assert_eq(h.count, 4);
+	for (unsigned i = 0; i < 4; i++) {
+		cr_assert_eq(td_state_next(&rd, &e), 1);
+		cr_assert_eq(e.version, 10 + i);
+		cr_assert_eq(e.flags, i & 1);
+		cr_assert_eq(e.meta.len, i);
+		cr_assert_eq(e.blob.len, sizeof(blob_bytes));
+		cr_assert_eq(memcmp(e.blob.ptr, blob_bytes, e.blob.len), 0);
+		cr_assert_eq(e.fd_count, i + 1);
+		cr_assert_eq(e.fd_ids[i], 1 + i * 10 + i);
+	}
+	cr_assert_eq(td_state_next(&rd, &e), 0);
+	/* sizing agrees with what was written */
+	cr_assert_eq(td_state_entry_len(&e), 2 + 3 + 4 + 8 + 4 + 3 + 4 + 40 +
+						     4 + 8 * 4);
+}
+
+Test(systemd, state_image_refuses_every_truncation_and_bit_flip)
+{
+	uint8_t buf[4096], bad[4096];
+	size_t len = build(buf, sizeof(buf), 3);
+	struct td_err e;
+	unsigned n;
+
+	for (size_t l = 0; l < len; l++) {
+		e = (struct td_err){0};
+		cr_assert_lt(decode_all(buf, l, &n, &e), 0, "prefix %zu", l);
+		cr_assert_neq(e.kind, TD_ERR_NONE, "prefix %zu", l);
+	}
+	for (size_t i = 0; i < len; i++) {
+		memcpy(bad, buf, len);
+		bad[i] ^= 0x01;
+		e = (struct td_err){0};
+		cr_assert_lt(decode_all(bad, len, &n, &e), 0, "byte %zu", i);
+		cr_assert_neq(e.reason, NULL);
+	}
+	cr_assert_eq(decode_all(buf, len, &n, NULL), 0);
+	cr_assert_eq(n, 3);
+}
+
+/* Patch an image at off and seal it again with a valid checksum. */
+static void patch(uint8_t *b, size_t len, size_t off, const void *p,
+		  size_t n)
+{
+	memcpy(b + off, p, n);
+	td__put_le64(b + len - 8, XXH3_64bits(b, len - 8));
+}
+
+Test(systemd, state_image_refuses_forged_content_with_a_good_checksum)
+{
+	uint8_t buf[4096], b[4096];
+	size_t len = build(buf, sizeof(buf), 2);
+	/* entry 0 at 48: name "a" (2+1), flags, version, meta, blob ... */
+	const size_t name0 = 48, flags0 = 51, ver0 = 55, fdc0 = 55 + 8 + 4 +
+							     4 + 40;
+	struct {
+		size_t off;
+		uint8_t bytes[8];
+		size_t n;
+		int rc;
+		const char *what;
+	} cases[] = {
+		{0, {'X'}, 1, -EBADMSG, "magic"},
+		{8, {2}, 1, -ENOTSUP, "format"},
+		{12, {1}, 1, -EBADMSG, "reserved"},
+		{40, {0xff, 0xff}, 2, -EOVERFLOW, "count"},
+		{name0 + 2, {'/'}, 1, -EINVAL, "name"},
+		{name0 + 2, {'c'}, 1, -EBADMSG, "order"},
+		{flags0, {2}, 1, -EBADMSG, "flags"},
+		{ver0, {100}, 1, -EBADMSG, "version"},
+		{ver0, {0}, 1, -EBADMSG, "version 0"},
+		{fdc0, {10}, 1, -EOVERFLOW, "fd_count"},
+		{fdc0, {0}, 1, -EBADMSG, "fd_count 0"},
+		{fdc0 + 4, {50}, 1, -EBADMSG, "fd id"},
+		{40, {1}, 1, -EBADMSG, "trailing entry"},
+	};
+	struct td_err e;
+	unsigned n;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		memcpy(b, buf, len);
+		patch(b, len, cases[i].off, cases[i].bytes, cases[i].n);
+		e = (struct td_err){0};
+		cr_assert_eq(decode_all(b, len, &n, &e), cases[i].rc,
+			     "%s: %d (%s)", cases[i].what,
+			     decode_all(b, len, &n, &e), e.reason);
+	}
+	(void)name0;
+}
+
+Test(systemd, state_encoder_refuses_what_the_decoder_would)
+{
+	uint8_t buf[512];
+	struct td_state_hdr h = {1, 10, 10, 0};
+	struct td_state_wr w;
+	struct td_state_entry ok = {.name = {"b", 1},
+				    .version = 3,
+				    .blob = {blob_bytes, 8},
+				    .fd_count = 1,
+				    .fd_ids = {1}};
+	struct td_state_entry bad;
+
+	cr_assert_eq(td_state_encode_begin(&w, buf, sizeof(buf), &h), 0);
+	bad = ok;
+	bad.fd_ids[0] = 10;
+	cr_assert_eq(td_state_encode_entry(&w, &bad), -EINVAL);
+	cr_assert_eq(td_state_encode_begin(&w, buf, sizeof(buf), &h), 0);
+	cr_assert_eq(td_state_encode_entry(&w, &ok), 0);
+	bad = ok;
+	bad.name = (struct td_wire_str){"a", 1}; /* not ascending */
+	cr_assert_eq(td_state_encode_entry(&w, &bad), -EINVAL);
+	cr_assert_eq(td_state_encode_finish(&w), -EINVAL);
+	cr_assert_eq(td_state_encode_begin(&w, buf, 60, &h), 0);
+	cr_assert_eq(td_state_encode_entry(&w, &ok), -ENOBUFS);
+}
