@@ -1050,6 +1050,188 @@ const char *td_wire_op_name(uint16_t op)
 		return "UNWATCH";
 	case TD_OP_NOTIFY:
 		return "NOTIFY";
+	case TD_OP_RING_CREATE:
+		return "RING_CREATE";
+	case TD_OP_RING_SUBSCRIBE:
+		return "RING_SUBSCRIBE";
+	case TD_OP_RING_CLOSE:
+		return "RING_CLOSE";
+	case TD_OP_RING_STAT:
+		return "RING_STAT";
 	}
 	return "UNKNOWN";
+}
+
+/* ---- rings (docs/protocol.md §10) ---- */
+
+int64_t td_wire_ring_create_req_encode(const struct td_wire_ring_create_req *m,
+				       uint8_t *buf, size_t cap)
+{
+	struct td_wire_wr wr;
+
+	if (m->name.len > TD_WIRE_MAX_NAME || m->ndim > TD_WIRE_MAX_DIMS ||
+	    m->plane_count > TD_WIRE_RING_MAX_PLANES)
+		return -EINVAL;
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_str(&wr, m->name.ptr, m->name.len);
+	td_wire_wr_u32(&wr, m->flags);
+	td_wire_wr_u32(&wr, m->slot_count);
+	td_wire_wr_u32(&wr, m->reader_count);
+	td_wire_wr_u32(&wr, m->dtype);
+	td_wire_wr_u32(&wr, m->ndim);
+	for (uint32_t i = 0; i < m->ndim; i++)
+		td_wire_wr_u64(&wr, m->shape[i]);
+	td_wire_wr_u32(&wr, m->plane_count);
+	for (uint32_t i = 0; i < m->plane_count; i++)
+		td_wire_wr_u64(&wr, m->plane_sizes[i]);
+	return wr_done(&wr);
+}
+
+int td_wire_ring_create_req_decode(const uint8_t *body, size_t len,
+				   struct td_wire_ring_create_req *m,
+				   struct td_err *err)
+{
+	struct td_wire_rd rd;
+
+	td_wire_rd_init(&rd, body, len, err);
+	m->name = rd_name(&rd, false, false, "name");
+	m->flags = rd_flags(&rd, TD_WIRE_REQ_SCM | TD_WIRE_RING_HUGE, "flags");
+	m->slot_count = td_wire_rd_u32(&rd, "slot_count");
+	m->reader_count = td_wire_rd_u32(&rd, "reader_count");
+	m->dtype = td_wire_rd_u32(&rd, "dtype");
+	m->ndim = rd_count(&rd, TD_WIRE_MAX_DIMS, "ndim");
+	for (uint32_t i = 0; i < m->ndim && !rd.rc; i++)
+		m->shape[i] = td_wire_rd_u64(&rd, "shape");
+	m->plane_count = rd_count(&rd, TD_WIRE_RING_MAX_PLANES, "plane_count");
+	for (uint32_t i = 0; i < m->plane_count && !rd.rc; i++)
+		m->plane_sizes[i] = td_wire_rd_u64(&rd, "plane_sizes");
+	return rd_finish(&rd);
+}
+
+int64_t td_wire_ring_rep_encode(const struct td_wire_ring_rep *m,
+				uint8_t *buf, size_t cap)
+{
+	struct td_wire_wr wr;
+
+	if (m->ndim > TD_WIRE_MAX_DIMS ||
+	    m->plane_count > TD_WIRE_RING_MAX_PLANES ||
+	    m->fd_count > TD_WIRE_RING_FDS)
+		return -EINVAL;
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_u64(&wr, m->id);
+	td_wire_wr_u32(&wr, m->flags);
+	td_wire_wr_u32(&wr, m->row);
+	td_wire_wr_u32(&wr, m->reader_count);
+	td_wire_wr_u32(&wr, m->slot_count);
+	td_wire_wr_u32(&wr, m->plane_count);
+	for (uint32_t i = 0; i < m->plane_count; i++) {
+		td_wire_wr_u64(&wr, m->plane_off[i]);
+		td_wire_wr_u64(&wr, m->plane_size[i]);
+	}
+	td_wire_wr_u64(&wr, m->slot_stride);
+	td_wire_wr_u64(&wr, m->data_len);
+	td_wire_wr_u32(&wr, m->dtype);
+	td_wire_wr_u32(&wr, m->ndim);
+	for (uint32_t i = 0; i < m->ndim; i++)
+		td_wire_wr_u64(&wr, m->shape[i]);
+	wr_fdents(&wr, m->fd_count, m->fds);
+	return wr_done(&wr);
+}
+
+int td_wire_ring_rep_decode(const uint8_t *body, size_t len,
+			    struct td_wire_ring_rep *m, struct td_err *err)
+{
+	struct td_wire_rd rd;
+
+	td_wire_rd_init(&rd, body, len, err);
+	m->id = td_wire_rd_u64(&rd, "id");
+	m->flags = rd_flags(&rd, TD_WIRE_RING_HUGETLB | TD_WIRE_RING_THP,
+			    "flags");
+	m->row = td_wire_rd_u32(&rd, "row");
+	m->reader_count = td_wire_rd_u32(&rd, "reader_count");
+	m->slot_count = td_wire_rd_u32(&rd, "slot_count");
+	m->plane_count = rd_count(&rd, TD_WIRE_RING_MAX_PLANES, "plane_count");
+	for (uint32_t i = 0; i < m->plane_count && !rd.rc; i++) {
+		m->plane_off[i] = td_wire_rd_u64(&rd, "plane_off");
+		m->plane_size[i] = td_wire_rd_u64(&rd, "plane_size");
+	}
+	m->slot_stride = td_wire_rd_u64(&rd, "slot_stride");
+	m->data_len = td_wire_rd_u64(&rd, "data_len");
+	m->dtype = td_wire_rd_u32(&rd, "dtype");
+	m->ndim = rd_count(&rd, TD_WIRE_MAX_DIMS, "ndim");
+	for (uint32_t i = 0; i < m->ndim && !rd.rc; i++)
+		m->shape[i] = td_wire_rd_u64(&rd, "shape");
+	m->fd_count = rd_fdents(&rd, TD_WIRE_RING_FDS, m->fds);
+	return rd_finish(&rd);
+}
+
+int64_t td_wire_ring_sub_req_encode(const struct td_wire_ring_sub_req *m,
+				    uint8_t *buf, size_t cap)
+{
+	struct td_wire_wr wr;
+
+	if (m->name.len > TD_WIRE_MAX_NAME)
+		return -EINVAL;
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_str(&wr, m->name.ptr, m->name.len);
+	td_wire_wr_u32(&wr, m->flags);
+	return wr_done(&wr);
+}
+
+int td_wire_ring_sub_req_decode(const uint8_t *body, size_t len,
+				struct td_wire_ring_sub_req *m,
+				struct td_err *err)
+{
+	struct td_wire_rd rd;
+
+	td_wire_rd_init(&rd, body, len, err);
+	m->name = rd_name(&rd, false, false, "name");
+	m->flags = rd_flags(&rd, TD_WIRE_REQ_SCM, "flags");
+	return rd_finish(&rd);
+}
+
+int64_t td_wire_ring_close_req_encode(const struct td_wire_ring_close_req *m,
+				      uint8_t *buf, size_t cap)
+{
+	return u64_encode(m->id, buf, cap);
+}
+
+int td_wire_ring_close_req_decode(const uint8_t *body, size_t len,
+				  struct td_wire_ring_close_req *m,
+				  struct td_err *err)
+{
+	return u64_decode(body, len, &m->id, "id", err);
+}
+
+int64_t td_wire_ring_stat_rep_encode(const struct td_wire_ring_stat_rep *m,
+				     uint8_t *buf, size_t cap)
+{
+	struct td_wire_wr wr;
+
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_u64(&wr, m->id);
+	td_wire_wr_u32(&wr, m->slot_count);
+	td_wire_wr_u32(&wr, m->reader_count);
+	td_wire_wr_u32(&wr, m->subscribers);
+	td_wire_wr_u32(&wr, m->flags);
+	td_wire_wr_u64(&wr, m->latest_version);
+	td_wire_wr_u64(&wr, m->requests);
+	return wr_done(&wr);
+}
+
+int td_wire_ring_stat_rep_decode(const uint8_t *body, size_t len,
+				 struct td_wire_ring_stat_rep *m,
+				 struct td_err *err)
+{
+	struct td_wire_rd rd;
+
+	td_wire_rd_init(&rd, body, len, err);
+	m->id = td_wire_rd_u64(&rd, "id");
+	m->slot_count = td_wire_rd_u32(&rd, "slot_count");
+	m->reader_count = td_wire_rd_u32(&rd, "reader_count");
+	m->subscribers = td_wire_rd_u32(&rd, "subscribers");
+	m->flags = td_wire_rd_u32(&rd, "flags");
+	m->latest_version = td_wire_rd_u64(&rd, "latest_version");
+	m->requests = td_wire_rd_u64(&rd, "requests");
+	return rd_finish(&rd);
 }

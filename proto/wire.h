@@ -51,6 +51,11 @@ enum td_wire_op {
 	TD_OP_DELETE = 8,
 	TD_OP_WATCH = 9,
 	TD_OP_UNWATCH = 10,
+	/* rings, the fast path (docs/protocol.md §10, docs/fastpath.md) */
+	TD_OP_RING_CREATE = 11,
+	TD_OP_RING_SUBSCRIBE = 12,
+	TD_OP_RING_CLOSE = 13,
+	TD_OP_RING_STAT = 14,
 	TD_OP_NOTIFY = 0x100, /* daemon -> client only */
 };
 
@@ -314,6 +319,84 @@ TD_WIRE_CODEC(notify)
 TD_WIRE_CODEC(delete_rep)
 TD_WIRE_CODEC(unwatch_req)
 TD_WIRE_CODEC(error)
+
+#undef TD_WIRE_CODEC
+
+/* ---- rings: the fast path (docs/protocol.md §10) ---- */
+
+#define TD_WIRE_RING_MAX_PLANES 4 /* == TD_RING_MAX_PLANES (proto/ring.h) */
+#define TD_WIRE_RING_FDS 3        /* header, readers, data */
+
+/* RING_CREATE request flags (with TD_WIRE_REQ_SCM) */
+#define TD_WIRE_RING_HUGE 0x2u /* back the slots with huge pages if any */
+/* ring reply flags: what backs the slots */
+#define TD_WIRE_RING_HUGETLB 0x1u /* MFD_HUGETLB pages */
+#define TD_WIRE_RING_THP 0x2u     /* tmpfs, MADV_HUGEPAGE advised */
+
+struct td_wire_ring_create_req {
+	struct td_wire_str name;
+	uint32_t flags;        /* TD_WIRE_REQ_SCM | TD_WIRE_RING_HUGE */
+	uint32_t slot_count;   /* 2..64 */
+	uint32_t reader_count; /* 1..32 */
+	uint32_t dtype;
+	uint32_t ndim; /* <= TD_WIRE_MAX_DIMS */
+	uint64_t shape[TD_WIRE_MAX_DIMS];
+	uint32_t plane_count; /* 1..TD_WIRE_RING_MAX_PLANES */
+	uint64_t plane_sizes[TD_WIRE_RING_MAX_PLANES];
+};
+
+/* RING_CREATE and RING_SUBSCRIBE reply: the geometry and three fds. */
+struct td_wire_ring_rep {
+	uint64_t id;           /* ring id (create) or subscription id */
+	uint32_t flags;        /* TD_WIRE_RING_HUGETLB | TD_WIRE_RING_THP */
+	uint32_t row;          /* the subscriber's reader row; producer: -1 */
+	uint32_t reader_count;
+	uint32_t slot_count;
+	uint32_t plane_count;
+	uint64_t plane_off[TD_WIRE_RING_MAX_PLANES];
+	uint64_t plane_size[TD_WIRE_RING_MAX_PLANES];
+	uint64_t slot_stride;
+	uint64_t data_len;
+	uint32_t dtype;
+	uint32_t ndim;
+	uint64_t shape[TD_WIRE_MAX_DIMS];
+	uint32_t fd_count; /* == TD_WIRE_RING_FDS */
+	struct td_wire_fdent fds[TD_WIRE_RING_FDS];
+};
+
+struct td_wire_ring_sub_req {
+	struct td_wire_str name;
+	uint32_t flags; /* TD_WIRE_REQ_SCM */
+};
+
+struct td_wire_ring_close_req { /* a ring id or a subscription id */
+	uint64_t id;
+};
+
+/* RING_STAT request: td_wire_name_req. Reply: */
+struct td_wire_ring_stat_rep {
+	uint64_t id;
+	uint32_t slot_count;
+	uint32_t reader_count;
+	uint32_t subscribers;
+	uint32_t flags;          /* TD_RING_CLOSED when the producer left */
+	uint64_t latest_version; /* from the header, 0 = none yet */
+	uint64_t requests;       /* datagrams the daemon has received, all
+				    peers, since it started (a debug count) */
+};
+
+#define TD_WIRE_CODEC(type)                                                   \
+	int64_t td_wire_##type##_encode(const struct td_wire_##type *m,       \
+					uint8_t *buf, size_t cap);            \
+	int td_wire_##type##_decode(const uint8_t *body, size_t len,          \
+				    struct td_wire_##type *m,                 \
+				    struct td_err *err);
+
+TD_WIRE_CODEC(ring_create_req)
+TD_WIRE_CODEC(ring_rep)
+TD_WIRE_CODEC(ring_sub_req)
+TD_WIRE_CODEC(ring_close_req)
+TD_WIRE_CODEC(ring_stat_rep)
 
 #undef TD_WIRE_CODEC
 

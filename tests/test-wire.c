@@ -1029,7 +1029,9 @@ Test(wire, opcode_names)
 	cr_assert_str_eq(td_wire_op_name(TD_OP_UNWATCH), "UNWATCH");
 	cr_assert_str_eq(td_wire_op_name(TD_OP_NOTIFY), "NOTIFY");
 	cr_assert_str_eq(td_wire_op_name(0), "UNKNOWN");
-	cr_assert_str_eq(td_wire_op_name(11), "UNKNOWN");
+	cr_assert_str_eq(td_wire_op_name(TD_OP_RING_CREATE), "RING_CREATE");
+	cr_assert_str_eq(td_wire_op_name(TD_OP_RING_STAT), "RING_STAT");
+	cr_assert_str_eq(td_wire_op_name(15), "UNKNOWN");
 }
 
 Test(wire, opcodes_and_flags_have_their_documented_values)

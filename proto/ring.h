@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * proto/ring: the shared-memory layout of a tensord ring (docs/fastpath.md)
+ * and its pure helpers. No syscalls here: the daemon and the client library
+ * map the memfds and wait on the futex words; this file only says where
+ * everything lives and how a value read from shared memory is checked.
+ *
+ * A ring is three memfds the daemon creates:
+ *
+ *   header   written by the producer (and the daemon on close); consumers
+ *            map it read-only. Hot words and one state line per slot.
+ *   readers  one 64-byte row per consumer (which slot it holds, whether it
+ *            sleeps) plus the producer's "waiting for a free slot" words.
+ *            Everybody of the ring maps it read-write.
+ *   data     slot_count slots of slot_stride bytes; planes inside a slot at
+ *            fixed offsets. Producer read-write, consumers read-only.
+ *
+ * Everything a reader needs to find bytes (slot count, stride, plane
+ * offsets) comes from the daemon's reply, never from the header: shared
+ * memory only carries indices and versions, and every index read from it
+ * is bounds-checked against the private copy (td_ring_latest_unpack).
+ *
+ * All words are native-endian C11 atomics: a ring never leaves the host.
+ */
+#ifndef TD_PROTO_RING_H
+#define TD_PROTO_RING_H
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TD_RING_MAGIC 0x474e5254u /* "TRNG" little-endian */
+#define TD_RING_LAYOUT 1
+
+/* Named caps. */
+#define TD_RING_MAX_SLOTS 64   /* slot index fits the low 8 bits of latest */
+#define TD_RING_MIN_SLOTS 2    /* the latest one plus one to write */
+#define TD_RING_MAX_READERS 32 /* subscriptions of one ring at a time */
+#define TD_RING_MAX_PLANES 4   /* planes per slot */
+#define TD_RING_MAX_DIMS 16
+/* Largest slot (all planes): 16 GiB, so stride * slots stays far from
+ * overflow and a typo does not ask the daemon for an exabyte. */
+#define TD_RING_MAX_SLOT_BYTES (16ull << 30)
+
+#define TD_RING_PAGE 4096u
+#define TD_RING_HUGE_PAGE (2u << 20)
+
+/* row.held when the row holds nothing. */
+#define TD_RING_NONE UINT32_MAX
+
+/* header.flags */
+#define TD_RING_CLOSED 0x1u /* the producer is gone: no more versions */
+
+struct td_ring_slot_state {
+	/* version published in this slot; 0 while being written or never */
+	_Atomic uint64_t version;
+	/* holds by the daemon itself (reserved: GET leases on a ring) */
+	_Atomic uint32_t leases;
+	uint32_t reserved;
+};
+
+struct td_ring_hdr {
+	/* written once by the daemon; informational (readers use the reply) */
+	uint32_t magic;
+	uint32_t layout;
+	uint32_t slot_count;
+	uint32_t reader_count;
+	uint64_t slot_stride;
+	uint64_t data_len;
+	uint8_t pad0[32];
+	/* one cache line written on every publish */
+	_Alignas(64) _Atomic uint32_t seq; /* futex word: +1 per publish */
+	_Atomic uint32_t flags;            /* TD_RING_CLOSED */
+	_Atomic uint64_t latest;           /* version << 8 | slot; 0 = none */
+	uint8_t pad1[48];
+	struct td_ring_slot_state slots[TD_RING_MAX_SLOTS];
+};
+
+struct td_ring_row {
+	_Atomic uint32_t held;    /* slot index or TD_RING_NONE */
+	_Atomic uint32_t waiting; /* 1 while asleep on header.seq */
+	uint8_t pad[56];          /* one row per cache line */
+};
+
+struct td_ring_readers {
+	/* futex word the producer sleeps on when every slot is held */
+	_Alignas(64) _Atomic uint32_t release_seq;
+	_Atomic uint32_t prod_waiting; /* 1 while the producer sleeps */
+	uint8_t pad[56];
+	struct td_ring_row rows[TD_RING_MAX_READERS];
+};
+
+_Static_assert(sizeof(_Atomic uint32_t) == 4 && sizeof(_Atomic uint64_t) == 8,
+	       "lock-free atomics of plain size");
+_Static_assert(offsetof(struct td_ring_hdr, seq) == 64, "hot line");
+_Static_assert(sizeof(struct td_ring_hdr) == 128 + 16 * TD_RING_MAX_SLOTS,
+	       "header layout");
+_Static_assert(sizeof(struct td_ring_row) == 64, "row layout");
+_Static_assert(sizeof(struct td_ring_readers) ==
+		       64 + 64 * TD_RING_MAX_READERS,
+	       "readers layout");
+
+/* File sizes of the two control memfds (whole pages). */
+#define TD_RING_HDR_LEN TD_RING_PAGE
+#define TD_RING_READERS_LEN (3 * TD_RING_PAGE)
+_Static_assert(sizeof(struct td_ring_hdr) <= TD_RING_HDR_LEN, "hdr fits");
+_Static_assert(sizeof(struct td_ring_readers) <= TD_RING_READERS_LEN,
+	       "readers fit");
+
+/* Geometry of a ring's data memfd: computed by the daemon, sent to all. */
+struct td_ring_geom {
+	uint32_t slot_count;
+	uint32_t plane_count;
+	uint64_t plane_off[TD_RING_MAX_PLANES]; /* inside a slot */
+	uint64_t plane_size[TD_RING_MAX_PLANES];
+	uint64_t slot_stride; /* page (or huge page) multiple */
+	uint64_t data_len;    /* slot_count * slot_stride */
+};
+
+/*
+ * Lay out plane_count planes of the given sizes in each of slot_count
+ * slots: planes at 64-byte aligned offsets inside a slot, slots at `align`
+ * (TD_RING_PAGE or TD_RING_HUGE_PAGE) multiples. Every count and size is
+ * checked against the caps and for overflow. 0 or -EINVAL / -EFBIG with a
+ * static reason in *why.
+ */
+int td_ring_geom_compute(uint32_t slot_count, uint32_t plane_count,
+			 const uint64_t *plane_size, uint64_t align,
+			 struct td_ring_geom *g, const char **why);
+
+/*
+ * Check a geometry received from the daemon (a client never trusts even
+ * that blindly: it sizes mmap calls): the same rules as compute, plus
+ * planes inside their slot and data_len == slot_count * slot_stride.
+ * 0 or -EBADMSG.
+ */
+int td_ring_geom_check(const struct td_ring_geom *g);
+
+static inline uint64_t td_ring_latest_pack(uint64_t version, uint32_t slot)
+{
+	return version << 8 | (slot & 0xffu);
+}
+
+/*
+ * Split a `latest` word read from shared memory. 0 when it names no
+ * version yet (*version = 0), 1 with *slot < slot_count and *version > 0,
+ * -EBADMSG when the slot index is out of range (a corrupt header).
+ */
+static inline int td_ring_latest_unpack(uint64_t latest, uint32_t slot_count,
+					uint32_t *slot, uint64_t *version)
+{
+	*version = latest >> 8;
+	*slot = (uint32_t)(latest & 0xffu);
+	if (latest == 0)
+		return 0;
+	if (*slot >= slot_count || *version == 0)
+		return -EBADMSG;
+	return 1;
+}
+
+#endif
