@@ -103,6 +103,7 @@ struct td__daemon {
 	struct td__list peers; /* struct td__peer.link */
 	uv_idle_t reaper;      /* drops peers marked dead, outside callbacks */
 	bool reaper_on;
+	uint64_t requests; /* datagrams received from all peers (RING_STAT) */
 	/* scratch, see the file comment */
 	uint8_t rx[TD_WIRE_MAX_MSG];
 	uint8_t tx[TD_WIRE_MAX_MSG];
@@ -174,6 +175,14 @@ void td__store_request(struct td__peer *p, const struct td_wire_hdr *h,
 		       const uint8_t *body, int *fds, unsigned nfds);
 /* Release everything a dying peer holds (leases, allocs, watches...). */
 void td__store_peer_gone(struct td__peer *p);
+
+/* ---- ring.c (docs/fastpath.md) ---- */
+
+/* Handle RING_CREATE/SUBSCRIBE/CLOSE/STAT. Consumes fds like the store. */
+void td__ring_request(struct td__peer *p, const struct td_wire_hdr *h,
+		      const uint8_t *body, int *fds, unsigned nfds);
+/* Clear a dying peer's reader rows; close the rings it produces. */
+void td__ring_peer_gone(struct td__peer *p);
 
 /* ---- plane.c ---- */
 

@@ -58,6 +58,7 @@ static void drop(struct td__peer *p)
 	struct td__list *l;
 
 	td__store_peer_gone(p);
+	td__ring_peer_gone(p);
 	while (!td__list_empty(&p->txq)) {
 		l = p->txq.next;
 		td__list_del(l);
@@ -378,6 +379,7 @@ static void dispatch(struct td__peer *p, size_t n, int *fds, unsigned nfds)
 	struct td_err e = {0};
 	int rc;
 
+	d->requests++;
 	rc = td_wire_hdr_decode(d->rx, n, &h, &e);
 	if (rc < 0) {
 		/* echo what can be read so the client can match the reply */
@@ -405,6 +407,17 @@ static void dispatch(struct td__peer *p, size_t n, int *fds, unsigned nfds)
 	if (h.opcode == TD_OP_HELLO) {
 		close_fds(fds, nfds);
 		hello(p, &h, d->rx + TD_WIRE_HDR_LEN);
+		return;
+	}
+	if (h.opcode >= TD_OP_RING_CREATE && h.opcode <= TD_OP_RING_STAT) {
+		if (!p->hello) {
+			close_fds(fds, nfds);
+			td__peer_error(p, h.opcode, h.request_id, -EPROTO,
+				       "%s before HELLO",
+				       td_wire_op_name(h.opcode));
+			return;
+		}
+		td__ring_request(p, &h, d->rx + TD_WIRE_HDR_LEN, fds, nfds);
 		return;
 	}
 	if (h.opcode < TD_OP_ALLOC || h.opcode > TD_OP_UNWATCH) {
