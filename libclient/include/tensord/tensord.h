@@ -397,6 +397,151 @@ TD_EXPORT int td_client_unwatch(struct td_client *c, uint64_t watch_id,
 TD_EXPORT int td_client_next_event(struct td_client *c, int timeout_ms,
 				   struct td_event *ev, struct td_error *err);
 
+/* ---- rings: the fast path (docs/fastpath.md) ----
+ *
+ * A ring is a pool of reusable slots in shared memory that one producer
+ * fills and any number of subscribers read in place. Every descriptor
+ * crosses the socket once, when the ring is created or subscribed to;
+ * every mapping is made then and kept. A handoff after that is a few
+ * atomic operations on a shared control block plus a futex wake when a
+ * reader sleeps: no message to the daemon, no fd, no mmap, no copy.
+ *
+ * Rings deliver the latest version, not every version: a subscriber that
+ * reads slower than the producer writes skips versions (td_view.version
+ * shows the gaps). A slot a subscriber holds is never rewritten until it
+ * is released; a producer that finds every slot held or latest waits in
+ * td_ring_acquire(). With slot_count >= subscribers + 2 it never waits.
+ *
+ * Threads: a struct td_ring or td_sub must be used by one thread at a time
+ * (the fast path takes no lock); different rings and subscriptions are
+ * independent. Creating, subscribing, closing and td_client_ring_stat()
+ * talk to the daemon and serialise on the client handle like every other
+ * call. A ring or subscription keeps its client's memory alive; closing the
+ * client first ends the ring in the daemon (subscribers see it closed).
+ */
+
+struct td_ring;
+struct td_sub;
+
+#define TD_SLOT_MAX_PLANES 4 /* planes per slot */
+
+#define TD_RING_HUGE_PAGES 0x1u /* back the slots with huge pages if any */
+
+/* How a ring's slots are backed (td_ring_backing()). */
+#define TD_RING_BACKING_HUGETLB 0x1u /* hugetlbfs pages (MFD_HUGETLB) */
+#define TD_RING_BACKING_THP 0x2u     /* tmpfs, MADV_HUGEPAGE asked for */
+
+/* What a ring carries. Zero-initialise, then set what applies. */
+struct td_ring_desc {
+	uint32_t dtype; /* enum td_tensor_dtype, as subscribers see it */
+	uint32_t ndim;  /* <= TD_ENTRY_MAX_DIMS */
+	const uint64_t *shape;
+	/* planes per slot; 0 = one plane of the dense tensor size */
+	uint32_t plane_count;
+	const uint64_t *plane_sizes;
+	uint32_t slot_count;   /* 2..64; 0 = 4 */
+	uint32_t reader_count; /* subscriptions at once, 1..32; 0 = 4 */
+	uint32_t flags;        /* TD_RING_HUGE_PAGES */
+};
+
+/* A slot the producer may write (td_ring_acquire()). */
+struct td_slot {
+	uint32_t index;
+	uint32_t plane_count;
+	void *planes[TD_SLOT_MAX_PLANES]; /* writable, valid until close */
+	uint64_t sizes[TD_SLOT_MAX_PLANES];
+};
+
+/* A version a subscriber reads in place (td_sub_next()). */
+struct td_view {
+	uint64_t version; /* increasing; gaps are versions skipped */
+	uint32_t slot;
+	uint32_t plane_count;
+	const void *planes[TD_SLOT_MAX_PLANES]; /* valid until release */
+	uint64_t sizes[TD_SLOT_MAX_PLANES];
+	uint32_t dtype;
+	uint32_t ndim;
+	const uint64_t *shape; /* ndim entries, valid while the sub lives */
+};
+
+/*
+ * Create the ring `name` (rings have their own namespace, apart from
+ * tensors) with this producer as its only writer. The daemon makes the
+ * slots (memory reserved and pre-faulted, size-sealed); they are mapped
+ * writable here, page tables populated, before this returns.
+ * Returns 0 and *out (end it with td_ring_close()), -EEXIST the name is
+ * taken, -EINVAL a bad description, -ENOBUFS too many rings, or -errno.
+ */
+TD_EXPORT int td_ring_create(struct td_client *c, const char *name,
+			     const struct td_ring_desc *desc,
+			     struct td_ring **out, struct td_error *err);
+/*
+ * Get a slot to write: never the latest version, never one a subscriber
+ * or the daemon holds. Waits up to timeout_ms (-1 forever, 0 not at all)
+ * when every slot is in use. Calling it again before td_ring_publish()
+ * returns the same slot. 0 and *slot, -ETIMEDOUT, -EINVAL.
+ */
+TD_EXPORT int td_ring_acquire(struct td_ring *r, int timeout_ms,
+			      struct td_slot *slot);
+/*
+ * Publish the acquired slot as the next version (*version, may be NULL)
+ * and wake the subscribers that sleep. 0, or -EINVAL when no slot is
+ * acquired.
+ */
+TD_EXPORT int td_ring_publish(struct td_ring *r, uint64_t *version);
+/* TD_RING_BACKING_* of the ring's slots, 0 for ordinary pages. */
+TD_EXPORT uint32_t td_ring_backing(const struct td_ring *r);
+/*
+ * End the ring: the daemon marks it closed (subscribers get -EPIPE once
+ * they read the last version) and the name is free again. Slots being
+ * read stay mapped in their readers. Accepts NULL.
+ */
+TD_EXPORT void td_ring_close(struct td_ring *r);
+
+/*
+ * Subscribe to the ring `name`, waiting up to timeout_ms (-1 forever, 0
+ * not at all) for it to be created. The slots are mapped read-only here
+ * (the daemon hands out read-only descriptors) before this returns.
+ * Returns 0 and *out (end it with td_sub_close()), -ENOENT/-ETIMEDOUT no
+ * such ring, -EBUSY every reader row in use, -EBADMSG a corrupt reply.
+ */
+TD_EXPORT int td_ring_subscribe(struct td_client *c, const char *name,
+				int timeout_ms, struct td_sub **out,
+				struct td_error *err);
+/*
+ * Release the view held (if any), then hold the latest version newer than
+ * the last one returned, waiting up to timeout_ms (-1 forever, 0 not at
+ * all). Its bytes cannot change until td_sub_release() or the next call.
+ * Returns 0 and *view, -ETIMEDOUT, -EPIPE the producer closed the ring
+ * (after its last version was returned), -EBADMSG the control block holds
+ * values no producer writes (a corrupt or hostile producer).
+ */
+TD_EXPORT int td_sub_next(struct td_sub *s, int timeout_ms,
+			  struct td_view *view);
+/* Give the held view back so its slot can be rewritten. 0, or -EINVAL
+ * when none is held. */
+TD_EXPORT int td_sub_release(struct td_sub *s);
+/* End the subscription (releases the view held). Accepts NULL. */
+TD_EXPORT void td_sub_close(struct td_sub *s);
+
+/* A ring as the daemon sees it (td_client_ring_stat()). */
+struct td_ring_stat {
+	uint64_t id;
+	uint32_t slot_count;
+	uint32_t reader_count;
+	uint32_t subscribers;
+	uint32_t closed;         /* 1 once the producer is gone */
+	uint64_t latest_version; /* 0 when nothing was published */
+	/* datagrams the daemon received from every client since it started:
+	 * the handoff path sends none, which tests and benches check */
+	uint64_t daemon_requests;
+};
+
+/* Ask the daemon about the ring `name`. 0, -ENOENT, or -errno. */
+TD_EXPORT int td_client_ring_stat(struct td_client *c, const char *name,
+				  struct td_ring_stat *st,
+				  struct td_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,791 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libtensord rings: the fast path (docs/fastpath.md).
+ *
+ * Creating and subscribing are ordinary request/reply calls that bring
+ * three descriptors (header, readers, data); they are mapped at once,
+ * page tables populated, and closed. After that a handoff touches only the
+ * shared control block:
+ *
+ *   producer  pick a slot that is not the latest and that no reader row
+ *             (nor the daemon) holds -> write -> version, latest, seq++ ->
+ *             FUTEX_WAKE only if some reader sleeps
+ *   consumer  read latest -> store it in our row (held) -> re-read the
+ *             slot's version: unchanged means the producer saw our hold
+ *             or had not started to reuse the slot (Dekker / seqlock
+ *             check, both sides seq_cst) -> read in place -> clear held
+ *
+ * Every value read from shared memory is checked against the geometry the
+ * daemon sent (a private copy): a producer that writes garbage makes
+ * td_sub_next() fail with -EBADMSG, never index out of bounds.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "ring.h"
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+_Static_assert(TD_SLOT_MAX_PLANES == TD_RING_MAX_PLANES, "plane cap");
+_Static_assert(TD_RING_BACKING_HUGETLB == TD_WIRE_RING_HUGETLB, "backing");
+_Static_assert(TD_RING_BACKING_THP == TD_WIRE_RING_THP, "backing");
+
+#define DEFAULT_SLOTS 4
+#define DEFAULT_READERS 4
+/* Polls of the control block before a waiter sleeps (see spin_limit()). */
+#define DEFAULT_SPIN 2000
+
+/* The mappings of one ring, as the daemon described them. */
+struct ringmap {
+	struct td_ring_geom g;
+	uint32_t reader_count;
+	uint32_t backing;
+	struct td_ring_hdr *hdr;
+	struct td_ring_readers *rd;
+	uint8_t *data;
+};
+
+struct td_ring {
+	struct td_client *c;
+	uint64_t id;
+	struct ringmap m;
+	uint64_t next_version;
+	uint32_t cur;  /* acquired slot, TD_RING_NONE */
+	uint32_t last; /* latest published slot, TD_RING_NONE */
+	unsigned spin;
+};
+
+struct td_sub {
+	struct td_client *c;
+	uint64_t id;
+	struct ringmap m;
+	struct td_ring_row *row;
+	uint64_t last_version;
+	bool holding;
+	unsigned spin;
+	uint32_t dtype, ndim;
+	uint64_t shape[TD_RING_MAX_DIMS];
+};
+
+/* ---- small helpers ---- */
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t deadline_of(int timeout_ms)
+{
+	return timeout_ms < 0 ? -1 : now_ns() + (int64_t)timeout_ms * 1000000;
+}
+
+/*
+ * Sleep while *w == val, until deadline (-1: none). Shared futex (no
+ * PRIVATE flag): the word lives in a memfd mapped by other processes.
+ * 0 woken (or the word had changed), -ETIMEDOUT.
+ */
+static int futex_wait_until(_Atomic uint32_t *w, uint32_t val,
+			    int64_t deadline)
+{
+	struct timespec ts, *tp = NULL;
+
+	if (deadline >= 0) {
+		int64_t left = deadline - now_ns();
+
+		if (left <= 0)
+			return -ETIMEDOUT;
+		ts.tv_sec = left / 1000000000;
+		ts.tv_nsec = left % 1000000000;
+		tp = &ts;
+	}
+	if (syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, val, tp, NULL, 0) <
+		    0 &&
+	    errno == ETIMEDOUT)
+		return -ETIMEDOUT;
+	return 0; /* EAGAIN (changed), EINTR, woken: the caller re-checks */
+}
+
+static void futex_wake(_Atomic uint32_t *w, int n)
+{
+	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, n, NULL, NULL, 0);
+}
+
+/*
+ * Polls before sleeping: a ping-pong partner usually answers within a few
+ * microseconds, and a futex sleep plus wake-up costs more than that on
+ * most machines (tens of microseconds in VMs). $TENSORD_RING_SPIN sets
+ * the count (0 = always sleep at once).
+ */
+static unsigned spin_limit(void)
+{
+	const char *e = getenv("TENSORD_RING_SPIN");
+	char *end;
+	unsigned long v;
+
+	if (!e || !*e)
+		return DEFAULT_SPIN;
+	v = strtoul(e, &end, 10);
+	return *end || v > 100000000ul ? DEFAULT_SPIN : (unsigned)v;
+}
+
+/* ---- mapping ---- */
+
+static void ringmap_unmap(struct ringmap *m)
+{
+	if (m->hdr)
+		munmap(m->hdr, TD_RING_HDR_LEN);
+	if (m->rd)
+		munmap(m->rd, TD_RING_READERS_LEN);
+	if (m->data)
+		munmap(m->data, m->g.data_len);
+	m->hdr = NULL;
+	m->rd = NULL;
+	m->data = NULL;
+}
+
+/* mmap fd (at least len bytes long) and fill its page tables now. */
+static void *map_populated(int fd, size_t len, bool writable, bool thp)
+{
+	struct stat st;
+	void *p;
+
+	/* a file shorter than the mapping would SIGBUS on access */
+	if (fstat(fd, &st) < 0 || st.st_size < 0 ||
+	    (uint64_t)st.st_size < len) {
+		errno = EBADMSG;
+		return NULL;
+	}
+	p = mmap(NULL, len, writable ? PROT_READ | PROT_WRITE : PROT_READ,
+		 MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	if (thp)
+		madvise(p, len, MADV_HUGEPAGE);
+	/*
+	 * First touch of a page costs a fault (tens of microseconds per
+	 * 4 KiB in a VM): take them all now, not in the first handoffs.
+	 * MADV_POPULATE_* (5.14) fault without touching; older kernels get
+	 * a read of every page, which maps the (already allocated) page
+	 * writable too since shmem needs no dirty tracking.
+	 */
+	if (madvise(p, len,
+		    writable ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) < 0) {
+		for (size_t off = 0; off < len; off += TD_RING_PAGE)
+			(void)*(volatile const uint8_t *)((uint8_t *)p + off);
+	}
+	return p;
+}
+
+/*
+ * Decode a CREATE/SUBSCRIBE reply, import and map its three fds. rep's fds
+ * are consumed. 0 or -errno with a reason.
+ */
+static int ringmap_take(struct td_client *c, struct td__msg *rep,
+			struct td_wire_ring_rep *r, bool producer,
+			struct ringmap *m, struct td_error *err)
+{
+	static const char *const what[TD_WIRE_RING_FDS] = {"header",
+							   "readers", "data"};
+	const size_t lens[TD_WIRE_RING_FDS] = {TD_RING_HDR_LEN,
+					       TD_RING_READERS_LEN, 0};
+	int fds[TD_WIRE_RING_FDS] = {-1, -1, -1};
+	int scm[TD_WIRE_MAX_FDS];
+	void *maps[TD_WIRE_RING_FDS] = {NULL, NULL, NULL};
+	struct td_err e = {0};
+	int rc;
+
+	for (unsigned i = 0; i < TD_WIRE_MAX_FDS; i++)
+		scm[i] = i < rep->nfds ? rep->fds[i] : -1;
+	rep->nfds = 0; /* ours now, in scm[] */
+	rc = td_wire_ring_rep_decode(rep->body, rep->body_len, r, &e);
+	if (rc < 0) {
+		rc = td__fail(err, -EBADMSG, "ring reply: %s: %s",
+			      e.field ? e.field : "body",
+			      e.reason ? e.reason : "invalid");
+		goto out;
+	}
+	m->g = (struct td_ring_geom){
+		.slot_count = r->slot_count,
+		.plane_count = r->plane_count,
+		.slot_stride = r->slot_stride,
+		.data_len = r->data_len,
+	};
+	memcpy(m->g.plane_off, r->plane_off, sizeof(m->g.plane_off));
+	memcpy(m->g.plane_size, r->plane_size, sizeof(m->g.plane_size));
+	m->reader_count = r->reader_count;
+	m->backing = r->flags;
+	if (td_ring_geom_check(&m->g) < 0 || r->fd_count != TD_WIRE_RING_FDS ||
+	    r->reader_count < 1 || r->reader_count > TD_RING_MAX_READERS ||
+	    (!producer && r->row >= r->reader_count) ||
+	    r->data_len > SIZE_MAX) {
+		rc = td__fail(err, -EBADMSG, "ring reply: bad geometry");
+		goto out;
+	}
+	for (unsigned i = 0; i < TD_WIRE_RING_FDS; i++) {
+		size_t len = i == 2 ? (size_t)r->data_len : lens[i];
+		bool wr = producer || i == 1;
+
+		rc = td__import_fd(c, r->fds[i].fd, &scm[i], &fds[i]);
+		if (rc < 0) {
+			rc = td__fail(err, rc, "import ring %s fd: %s",
+				      what[i], strerror(-rc));
+			goto out;
+		}
+		maps[i] = map_populated(fds[i], len, wr,
+					i == 2 && (r->flags & TD_WIRE_RING_THP));
+		if (!maps[i]) {
+			rc = td__fail(err, -errno, "map ring %s: %s", what[i],
+				      strerror(errno));
+			goto out;
+		}
+	}
+	m->hdr = maps[0];
+	m->rd = maps[1];
+	m->data = maps[2];
+	maps[0] = maps[1] = maps[2] = NULL;
+	rc = 0;
+out:
+	/* mappings keep the files alive: no descriptor stays open here */
+	for (unsigned i = 0; i < TD_WIRE_RING_FDS; i++) {
+		if (fds[i] >= 0)
+			close(fds[i]);
+		if (maps[i])
+			munmap(maps[i], i == 0   ? TD_RING_HDR_LEN
+					: i == 1 ? TD_RING_READERS_LEN
+						 : (size_t)r->data_len);
+	}
+	for (unsigned i = 0; i < TD_WIRE_MAX_FDS; i++)
+		if (scm[i] >= 0)
+			close(scm[i]);
+	return rc;
+}
+
+/* RING_CLOSE id, lock held; errors are moot (the peer may be gone). */
+static void send_close(struct td_client *c, uint64_t id)
+{
+	struct td_wire_ring_close_req q = {id};
+	struct td_error e;
+	struct td__msg rep;
+	int64_t len;
+
+	if (!id || c->sock < 0 || c->dead)
+		return; /* id 0: the reply did not even decode */
+	len = td_wire_ring_close_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
+					    TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+	if (len >= 0 &&
+	    td__call(c, TD_OP_RING_CLOSE, (size_t)len, NULL, 0, &rep, &e) == 0)
+		td__msg_close_fds(&rep);
+}
+
+static bool name_ok(const char *name, struct td_error *err, int *rc)
+{
+	const char *why;
+
+	if (!name ||
+	    td_wire_name_check(name, strlen(name), false, &why) < 0) {
+		*rc = td__fail(err, -EINVAL, "ring name: %s",
+			       name ? why : "NULL");
+		return false;
+	}
+	return true;
+}
+
+/* ---- producer ---- */
+
+int td_ring_create(struct td_client *c, const char *name,
+		   const struct td_ring_desc *desc, struct td_ring **out,
+		   struct td_error *err)
+{
+	struct td_wire_ring_create_req q = {0};
+	struct td_wire_ring_rep r = {0};
+	struct td_ring *ring;
+	struct td__msg rep;
+	uint64_t dense = 0;
+	int64_t len;
+	int rc;
+
+	if (!c || !desc || !out)
+		return td__fail(err, -EINVAL, "no client, desc or out");
+	*out = NULL;
+	if (!name_ok(name, err, &rc))
+		return rc;
+	if (desc->ndim > TD_WIRE_MAX_DIMS || (desc->ndim && !desc->shape) ||
+	    desc->plane_count > TD_SLOT_MAX_PLANES ||
+	    (desc->plane_count && !desc->plane_sizes))
+		return td__fail(err, -EINVAL, "ring description out of range");
+	q.name = (struct td_wire_str){name, (uint16_t)strlen(name)};
+	q.flags = (desc->flags & TD_RING_HUGE_PAGES) ? TD_WIRE_RING_HUGE : 0;
+	q.slot_count = desc->slot_count ? desc->slot_count : DEFAULT_SLOTS;
+	q.reader_count =
+		desc->reader_count ? desc->reader_count : DEFAULT_READERS;
+	q.dtype = desc->dtype;
+	q.ndim = desc->ndim;
+	if (desc->ndim)
+		memcpy(q.shape, desc->shape, desc->ndim * sizeof(uint64_t));
+	if (desc->plane_count) {
+		q.plane_count = desc->plane_count;
+		memcpy(q.plane_sizes, desc->plane_sizes,
+		       desc->plane_count * sizeof(uint64_t));
+	} else {
+		/* one dense plane: element size times every dimension */
+		dense = td_tensor_dtype_size(desc->dtype);
+		for (uint32_t i = 0; i < desc->ndim && dense; i++)
+			if (__builtin_mul_overflow(dense, desc->shape[i],
+						   &dense))
+				dense = 0;
+		if (!dense)
+			return td__fail(err, -EINVAL,
+					"no plane sizes and no dense size "
+					"(dtype, shape)");
+		q.plane_count = 1;
+		q.plane_sizes[0] = dense;
+	}
+	ring = calloc(1, sizeof(*ring));
+	if (!ring)
+		return td__fail(err, -ENOMEM, "out of memory");
+	ring->cur = ring->last = TD_RING_NONE;
+	ring->next_version = 1;
+	ring->spin = spin_limit();
+
+	pthread_mutex_lock(&c->lock);
+	if (c->path_out == TD_IMPORT_SCM)
+		q.flags |= TD_WIRE_REQ_SCM;
+	len = td_wire_ring_create_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
+					     TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+	if (len < 0) {
+		rc = td__fail(err, (int)len, "encode RING_CREATE");
+		goto fail;
+	}
+	rc = td__call(c, TD_OP_RING_CREATE, (size_t)len, NULL, 0, &rep, err);
+	if (rc < 0)
+		goto fail;
+	rc = ringmap_take(c, &rep, &r, true, &ring->m, err);
+	if (rc < 0) {
+		/* the daemon made it: end it there too */
+		send_close(c, r.id);
+		goto fail;
+	}
+	ring->id = r.id;
+	ring->c = c;
+	td__client_ref(c);
+	pthread_mutex_unlock(&c->lock);
+	*out = ring;
+	return 0;
+fail:
+	pthread_mutex_unlock(&c->lock);
+	free(ring);
+	return rc;
+}
+
+static void slot_fill(const struct ringmap *m, uint32_t s, struct td_slot *o)
+{
+	uint8_t *base = m->data + (size_t)s * m->g.slot_stride;
+
+	memset(o, 0, sizeof(*o));
+	o->index = s;
+	o->plane_count = m->g.plane_count;
+	for (uint32_t i = 0; i < m->g.plane_count; i++) {
+		o->planes[i] = base + m->g.plane_off[i];
+		o->sizes[i] = m->g.plane_size[i];
+	}
+}
+
+/*
+ * A slot the producer may overwrite, or -1. Unpublish a candidate first
+ * (version 0), then look for holds: a reader that stored its hold before
+ * our scan is seen and the slot skipped; one that stores it after finds
+ * version 0 when it re-checks and retries. Both sides are seq_cst, so
+ * one of the two always happens (store-buffering litmus).
+ */
+static int pick(struct td_ring *r)
+{
+	struct td_ring_hdr *h = r->m.hdr;
+	struct td_ring_readers *rd = r->m.rd;
+	const uint32_t n = r->m.g.slot_count;
+	uint32_t start = r->last == TD_RING_NONE ? 0 : r->last + 1;
+
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t s = (start + k) % n;
+		bool held = false;
+
+		if (s == r->last || atomic_load(&h->slots[s].leases))
+			continue;
+		atomic_store(&h->slots[s].version, 0);
+		for (uint32_t i = 0; i < r->m.reader_count && !held; i++)
+			held = atomic_load(&rd->rows[i].held) == s;
+		if (held || atomic_load(&h->slots[s].leases))
+			continue;
+		return (int)s;
+	}
+	return -1;
+}
+
+int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
+{
+	struct td_ring_readers *rd;
+	int64_t deadline;
+	unsigned spins = 0;
+	int s;
+
+	if (!r || !slot)
+		return -EINVAL;
+	if (r->cur != TD_RING_NONE) {
+		slot_fill(&r->m, r->cur, slot);
+		return 0;
+	}
+	rd = r->m.rd;
+	s = pick(r);
+	if (s < 0) {
+		deadline = deadline_of(timeout_ms);
+		for (;;) {
+			uint32_t w = atomic_load(&rd->release_seq);
+
+			s = pick(r);
+			if (s >= 0)
+				break;
+			if (timeout_ms == 0)
+				return -ETIMEDOUT;
+			if (spins < r->spin) {
+				spins++;
+				cpu_relax();
+				continue;
+			}
+			/* announce the sleep, then look once more (Dekker
+			 * with the reader's clear-then-check) */
+			atomic_store(&rd->prod_waiting, 1);
+			s = pick(r);
+			if (s < 0 && futex_wait_until(&rd->release_seq, w,
+						      deadline) == -ETIMEDOUT) {
+				atomic_store(&rd->prod_waiting, 0);
+				return -ETIMEDOUT;
+			}
+			atomic_store(&rd->prod_waiting, 0);
+			if (s >= 0)
+				break;
+		}
+	}
+	r->cur = (uint32_t)s;
+	slot_fill(&r->m, r->cur, slot);
+	return 0;
+}
+
+int td_ring_publish(struct td_ring *r, uint64_t *version)
+{
+	struct td_ring_hdr *h;
+	struct td_ring_readers *rd;
+	uint32_t s;
+	uint64_t v;
+	bool sleepers = false;
+
+	if (!r || r->cur == TD_RING_NONE)
+		return -EINVAL;
+	h = r->m.hdr;
+	rd = r->m.rd;
+	s = r->cur;
+	v = r->next_version++;
+	/* release: the slot's bytes before its version, version before
+	 * latest; seq_cst from here on for the sleepers check below */
+	atomic_store_explicit(&h->slots[s].version, v, memory_order_release);
+	atomic_store(&h->latest, td_ring_latest_pack(v, s));
+	atomic_fetch_add(&h->seq, 1);
+	for (uint32_t i = 0; i < r->m.reader_count && !sleepers; i++)
+		sleepers = atomic_load(&rd->rows[i].waiting);
+	/* the only syscall of a handoff, and only when a reader sleeps */
+	if (sleepers)
+		futex_wake(&h->seq, INT_MAX);
+	r->last = s;
+	r->cur = TD_RING_NONE;
+	if (version)
+		*version = v;
+	return 0;
+}
+
+uint32_t td_ring_backing(const struct td_ring *r)
+{
+	return r ? r->m.backing : 0;
+}
+
+void td_ring_close(struct td_ring *r)
+{
+	struct td_client *c;
+
+	if (!r)
+		return;
+	c = r->c;
+	pthread_mutex_lock(&c->lock);
+	send_close(c, r->id);
+	pthread_mutex_unlock(&c->lock);
+	ringmap_unmap(&r->m);
+	free(r);
+	td__client_unref(c);
+}
+
+/* ---- subscriber ---- */
+
+int td_ring_subscribe(struct td_client *c, const char *name, int timeout_ms,
+		      struct td_sub **out, struct td_error *err)
+{
+	struct td_wire_ring_sub_req q;
+	struct td_wire_ring_rep r = {0};
+	struct td_sub *sub;
+	struct td__msg rep;
+	int64_t deadline = deadline_of(timeout_ms), len;
+	int rc;
+
+	if (!c || !out)
+		return td__fail(err, -EINVAL, "no client or out");
+	*out = NULL;
+	if (!name_ok(name, err, &rc))
+		return rc;
+	sub = calloc(1, sizeof(*sub));
+	if (!sub)
+		return td__fail(err, -ENOMEM, "out of memory");
+	sub->spin = spin_limit();
+	q.name = (struct td_wire_str){name, (uint16_t)strlen(name)};
+	pthread_mutex_lock(&c->lock);
+	q.flags = c->path_out == TD_IMPORT_SCM ? TD_WIRE_REQ_SCM : 0;
+	for (;;) {
+		struct timespec ms = {0, 1000000};
+
+		len = td_wire_ring_sub_req_encode(
+			&q, c->sbuf + TD_WIRE_HDR_LEN,
+			TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+		if (len < 0) {
+			rc = td__fail(err, (int)len, "encode RING_SUBSCRIBE");
+			goto fail;
+		}
+		rc = td__call(c, TD_OP_RING_SUBSCRIBE, (size_t)len, NULL, 0,
+			      &rep, err);
+		if (rc != -ENOENT || timeout_ms == 0)
+			break;
+		if (deadline >= 0 && now_ns() >= deadline) {
+			rc = td__fail(err, -ETIMEDOUT,
+				      "no ring named \"%s\" within %d ms",
+				      name, timeout_ms);
+			goto fail;
+		}
+		/* rings announce nothing; poll the name while waiting */
+		pthread_mutex_unlock(&c->lock);
+		nanosleep(&ms, NULL);
+		pthread_mutex_lock(&c->lock);
+	}
+	if (rc < 0)
+		goto fail;
+	rc = ringmap_take(c, &rep, &r, false, &sub->m, err);
+	if (rc < 0) {
+		send_close(c, r.id);
+		goto fail;
+	}
+	sub->id = r.id;
+	sub->row = &sub->m.rd->rows[r.row];
+	sub->dtype = r.dtype;
+	sub->ndim = r.ndim;
+	memcpy(sub->shape, r.shape, sizeof(sub->shape));
+	sub->c = c;
+	td__client_ref(c);
+	pthread_mutex_unlock(&c->lock);
+	*out = sub;
+	return 0;
+fail:
+	pthread_mutex_unlock(&c->lock);
+	free(sub);
+	return rc;
+}
+
+/* Drop our hold; wake the producer if it sleeps for a free slot. */
+static void row_clear(struct td_sub *s)
+{
+	struct td_ring_readers *rd = s->m.rd;
+
+	atomic_store(&s->row->held, TD_RING_NONE);
+	if (atomic_load(&rd->prod_waiting)) {
+		atomic_fetch_add(&rd->release_seq, 1);
+		futex_wake(&rd->release_seq, 1);
+	}
+}
+
+int td_sub_release(struct td_sub *s)
+{
+	if (!s || !s->holding)
+		return -EINVAL;
+	s->holding = false;
+	row_clear(s);
+	return 0;
+}
+
+static void view_fill(const struct td_sub *s, uint32_t slot, uint64_t v,
+		      struct td_view *o)
+{
+	const struct ringmap *m = &s->m;
+	const uint8_t *base = m->data + (size_t)slot * m->g.slot_stride;
+
+	memset(o, 0, sizeof(*o));
+	o->version = v;
+	o->slot = slot;
+	o->plane_count = m->g.plane_count;
+	for (uint32_t i = 0; i < m->g.plane_count; i++) {
+		o->planes[i] = base + m->g.plane_off[i];
+		o->sizes[i] = m->g.plane_size[i];
+	}
+	o->dtype = s->dtype;
+	o->ndim = s->ndim;
+	o->shape = s->shape;
+}
+
+/*
+ * Hold the latest version if it is newer than the last one returned.
+ * 1 held, 0 nothing newer, -EBADMSG a slot index out of range.
+ */
+static int try_hold(struct td_sub *s, uint64_t latest, struct td_view *view)
+{
+	struct td_ring_hdr *h = s->m.hdr;
+	uint32_t slot;
+	uint64_t v;
+	int rc = td_ring_latest_unpack(latest, s->m.g.slot_count, &slot, &v);
+
+	if (rc <= 0 || v <= s->last_version)
+		return rc < 0 ? rc : 0;
+	atomic_store(&s->row->held, slot);
+	if (atomic_load(&h->slots[slot].version) != v) {
+		/* the producer is reusing it: latest has moved on */
+		row_clear(s);
+		return 0;
+	}
+	s->holding = true;
+	s->last_version = v;
+	view_fill(s, slot, v, view);
+	return 1;
+}
+
+int td_sub_next(struct td_sub *s, int timeout_ms, struct td_view *view)
+{
+	struct td_ring_hdr *h;
+	int64_t deadline = -2; /* computed when first needed */
+	unsigned spins = 0;
+	int rc;
+
+	if (!s || !view)
+		return -EINVAL;
+	if (s->holding)
+		td_sub_release(s);
+	h = s->m.hdr;
+	for (;;) {
+		uint32_t seq = atomic_load(&h->seq);
+		uint64_t latest = atomic_load(&h->latest);
+
+		rc = try_hold(s, latest, view);
+		if (rc != 0)
+			return rc < 0 ? -EBADMSG : 0;
+		if (latest != atomic_load(&h->latest))
+			continue; /* moved while we looked: look again */
+		if (atomic_load(&h->flags) & TD_RING_CLOSED)
+			return -EPIPE;
+		if (timeout_ms == 0)
+			return -ETIMEDOUT;
+		if (spins < s->spin) {
+			spins++;
+			cpu_relax();
+			continue;
+		}
+		if (deadline == -2)
+			deadline = deadline_of(timeout_ms);
+		/* announce the sleep, then check once more (Dekker with the
+		 * producer's publish-then-check-sleepers) */
+		atomic_store(&s->row->waiting, 1);
+		if (atomic_load(&h->latest) == latest &&
+		    !(atomic_load(&h->flags) & TD_RING_CLOSED))
+			rc = futex_wait_until(&h->seq, seq, deadline);
+		atomic_store(&s->row->waiting, 0);
+		if (rc == -ETIMEDOUT)
+			return -ETIMEDOUT;
+	}
+}
+
+void td_sub_close(struct td_sub *s)
+{
+	struct td_client *c;
+
+	if (!s)
+		return;
+	if (s->holding)
+		td_sub_release(s);
+	c = s->c;
+	pthread_mutex_lock(&c->lock);
+	send_close(c, s->id);
+	pthread_mutex_unlock(&c->lock);
+	ringmap_unmap(&s->m);
+	free(s);
+	td__client_unref(c);
+}
+
+/* ---- RING_STAT ---- */
+
+int td_client_ring_stat(struct td_client *c, const char *name,
+			struct td_ring_stat *st, struct td_error *err)
+{
+	struct td_wire_name_req q;
+	struct td_wire_ring_stat_rep r;
+	struct td_err e = {0};
+	struct td__msg rep;
+	int64_t len;
+	int rc;
+
+	if (!c || !st)
+		return td__fail(err, -EINVAL, "no client or stat");
+	if (!name_ok(name, err, &rc))
+		return rc;
+	q.name = (struct td_wire_str){name, (uint16_t)strlen(name)};
+	pthread_mutex_lock(&c->lock);
+	len = td_wire_name_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
+				      TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+	rc = len < 0 ? td__fail(err, (int)len, "encode RING_STAT")
+		     : td__call(c, TD_OP_RING_STAT, (size_t)len, NULL, 0,
+				&rep, err);
+	if (rc == 0) {
+		td__msg_close_fds(&rep);
+		rc = td_wire_ring_stat_rep_decode(rep.body, rep.body_len, &r,
+						  &e);
+		if (rc < 0)
+			rc = td__fail(err, -EPROTO, "RING_STAT reply: %s",
+				      e.reason ? e.reason : "invalid");
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (rc < 0)
+		return rc;
+	*st = (struct td_ring_stat){
+		.id = r.id,
+		.slot_count = r.slot_count,
+		.reader_count = r.reader_count,
+		.subscribers = r.subscribers,
+		.closed = !!(r.flags & TD_RING_CLOSED),
+		.latest_version = r.latest_version,
+		.daemon_requests = r.requests,
+	};
+	return 0;
+}
