@@ -1,0 +1,1057 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Rings, the fast path (docs/fastpath.md): a real tensord on a temporary
+ * socket, producers and consumers as separate processes (fork) calling
+ * libtensord. Children report failure through their exit status (CK), the
+ * test process through criterion. Every test checks that the test process
+ * ends with the fds and mappings it started with. No timing is asserted:
+ * where a test needs "the other side got this far" it waits on a pipe.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ring.h"
+#include "wire.h"
+#include "tensord/tensord.h"
+#include "testutil.h"
+
+/* ---- child-side checks: print and exit, criterion is not there ---- */
+
+#define CK(cond)                                                               \
+	do {                                                                   \
+		if (!(cond)) {                                                 \
+			fprintf(stderr, "child %d: %s:%d: %s\n", getpid(),     \
+				__FILE__, __LINE__, #cond);                    \
+			_exit(10);                                             \
+		}                                                              \
+	} while (0)
+
+#define CK_EQ(a, b)                                                            \
+	do {                                                                   \
+		long long a_ = (long long)(a), b_ = (long long)(b);            \
+		if (a_ != b_) {                                                \
+			fprintf(stderr, "child %d: %s:%d: %s = %lld, not "     \
+					"%lld\n",                              \
+				getpid(), __FILE__, __LINE__, #a, a_, b_);     \
+			_exit(11);                                             \
+		}                                                              \
+	} while (0)
+
+/* ---- the daemon under test ---- */
+
+struct daemon {
+	pid_t pid;
+	char dir[64];
+	char sock[108];
+	int fds0, maps0;
+};
+
+static void daemon_start(struct daemon *d)
+{
+	const char *bin = getenv("TD_TENSORD");
+
+	d->fds0 = tu_fd_count();
+	d->maps0 = tu_map_count();
+	cr_assert(bin, "TD_TENSORD is not set (run through meson test)");
+	snprintf(d->dir, sizeof(d->dir), "/tmp/td-ring-XXXXXX");
+	cr_assert(mkdtemp(d->dir));
+	snprintf(d->sock, sizeof(d->sock), "%s/tensord.sock", d->dir);
+	fflush(NULL);
+	d->pid = fork();
+	cr_assert(d->pid >= 0);
+	if (d->pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		execl(bin, bin, "--socket", d->sock, "--log-level", "warn",
+		      (char *)NULL);
+		_exit(127);
+	}
+	/* bounds start-up at 20 s for a daemon that never comes up */
+	for (int i = 0; i < 2000; i++) {
+		struct sockaddr_un sa = {.sun_family = AF_UNIX};
+		int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		int st;
+
+		memcpy(sa.sun_path, d->sock, sizeof(d->sock));
+		cr_assert(s >= 0);
+		if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+			close(s);
+			return;
+		}
+		close(s);
+		cr_assert(waitpid(d->pid, &st, WNOHANG) == 0,
+			  "tensord exited during start-up");
+		usleep(10000);
+	}
+	cr_assert_fail("tensord did not open %s", d->sock);
+}
+
+static void daemon_stop(struct daemon *d)
+{
+	int st;
+
+	cr_assert(kill(d->pid, SIGTERM) == 0);
+	cr_assert(waitpid(d->pid, &st, 0) == d->pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "tensord did not exit cleanly (status %#x)", st);
+	unlink(d->sock);
+	rmdir(d->dir);
+	cr_assert_eq(tu_fd_count(), d->fds0, "fd leak: %d -> %d", d->fds0,
+		     tu_fd_count());
+	cr_assert_eq(tu_map_count(), d->maps0, "mapping leak: %d -> %d",
+		     d->maps0, tu_map_count());
+}
+
+static struct td_client *open_client(const struct daemon *d)
+{
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	int rc = td_client_connect(d->sock, &c, &e);
+
+	if (rc < 0) {
+		fprintf(stderr, "connect: %d %s\n", rc, e.reason);
+		_exit(12);
+	}
+	return c;
+}
+
+typedef void (*child_fn)(const struct daemon *d, void *arg);
+
+static pid_t spawn(const struct daemon *d, child_fn fn, void *arg)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		fn(d, arg);
+		_exit(0);
+	}
+	return pid;
+}
+
+static int reap(pid_t pid)
+{
+	int st;
+
+	cr_assert(waitpid(pid, &st, 0) == pid);
+	if (WIFEXITED(st))
+		return WEXITSTATUS(st);
+	return 128 + WTERMSIG(st);
+}
+
+/*
+ * fd and mapping counts that allocate nothing: opendir()/fopen() would
+ * malloc, and under ASan (quarantine) a fresh allocation can add a mapping
+ * of its own between two counts.
+ */
+static int raw_fd_count(void)
+{
+	static char buf[16384];
+	int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int n = 0;
+	long got;
+
+	CK(dir >= 0);
+	while ((got = syscall(SYS_getdents64, dir, buf, sizeof(buf))) > 0) {
+		for (long off = 0; off < got;) {
+			unsigned short reclen;
+			const char *name;
+
+			/* linux_dirent64: u64 ino, s64 off, u16 reclen, u8 type */
+			memcpy(&reclen, buf + off + 16, sizeof(reclen));
+			name = buf + off + 19;
+			if (name[0] != '.')
+				n++;
+			off += reclen;
+		}
+	}
+	close(dir);
+	return n - 1; /* the directory's own fd */
+}
+
+static int raw_map_count(void)
+{
+	static char buf[65536];
+	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC), n = 0;
+	ssize_t got;
+
+	CK(fd >= 0);
+	while ((got = read(fd, buf, sizeof(buf))) > 0)
+		for (ssize_t i = 0; i < got; i++)
+			n += buf[i] == '\n';
+	close(fd);
+	return n;
+}
+
+/* one byte through a pipe: "I got this far" */
+static void say(int fd)
+{
+	char b = 1;
+
+	CK(write(fd, &b, 1) == 1);
+}
+
+static void hear(int fd)
+{
+	char b;
+
+	CK(read(fd, &b, 1) == 1);
+}
+
+static struct td_ring *make_ring(struct td_client *c, const char *name,
+				 uint32_t slots, uint64_t size, uint32_t flags)
+{
+	struct td_ring_desc desc = {
+		.dtype = TD_TENSOR_U8,
+		.ndim = 1,
+		.shape = &size,
+		.slot_count = slots,
+		.flags = flags,
+	};
+	struct td_ring *r = NULL;
+	struct td_error e = {0};
+	int rc = td_ring_create(c, name, &desc, &r, &e);
+
+	if (rc < 0) {
+		fprintf(stderr, "td_ring_create %s: %d %s\n", name, rc,
+			e.reason);
+		_exit(13);
+	}
+	return r;
+}
+
+static struct td_sub *subscribe(struct td_client *c, const char *name)
+{
+	struct td_sub *s = NULL;
+	struct td_error e = {0};
+	int rc = td_ring_subscribe(c, name, 20000, &s, &e);
+
+	if (rc < 0) {
+		fprintf(stderr, "td_ring_subscribe %s: %d %s\n", name, rc,
+			e.reason);
+		_exit(14);
+	}
+	return s;
+}
+
+/* Fill a slot with bytes derived from (version, offset). */
+static void pattern_fill(uint8_t *p, uint64_t n, uint64_t version)
+{
+	for (uint64_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(version * 131 + i * 7 + (i >> 8));
+}
+
+static bool pattern_ok(const uint8_t *p, uint64_t n, uint64_t version)
+{
+	for (uint64_t i = 0; i < n; i++)
+		if (p[i] != (uint8_t)(version * 131 + i * 7 + (i >> 8)))
+			return false;
+	return true;
+}
+
+/* ---- pure helpers (proto/ring) ---- */
+
+Test(ring, geometry_is_checked_and_bounded)
+{
+	struct td_ring_geom g;
+	const char *why = NULL;
+	uint64_t sizes[4] = {100, 1, 4096, 64};
+	uint64_t huge[1] = {TD_RING_MAX_SLOT_BYTES + 1};
+	uint32_t slot;
+	uint64_t v;
+
+	cr_assert_eq(td_ring_geom_compute(3, 4, sizes, TD_RING_PAGE, &g, &why),
+		     0);
+	cr_assert_eq(g.plane_off[0], 0);
+	cr_assert_eq(g.plane_off[1], 128); /* 64-byte aligned */
+	cr_assert_eq(g.plane_off[2], 192);
+	cr_assert_eq(g.plane_off[3], 192 + 4096);
+	cr_assert_eq(g.slot_stride, 8192);
+	cr_assert_eq(g.data_len, 3 * 8192);
+	cr_assert_eq(td_ring_geom_check(&g), 0);
+	cr_assert_eq(td_ring_geom_compute(2, 1, sizes, TD_RING_HUGE_PAGE, &g,
+					  &why),
+		     0);
+	cr_assert_eq(g.slot_stride, TD_RING_HUGE_PAGE);
+
+	cr_assert_eq(td_ring_geom_compute(1, 1, sizes, TD_RING_PAGE, &g, &why),
+		     -EINVAL);
+	cr_assert_eq(td_ring_geom_compute(65, 1, sizes, TD_RING_PAGE, &g,
+					  &why),
+		     -EINVAL);
+	cr_assert_eq(td_ring_geom_compute(2, 0, sizes, TD_RING_PAGE, &g, &why),
+		     -EINVAL);
+	cr_assert_eq(td_ring_geom_compute(2, 5, sizes, TD_RING_PAGE, &g, &why),
+		     -EINVAL);
+	cr_assert_eq(td_ring_geom_compute(2, 1, huge, TD_RING_PAGE, &g, &why),
+		     -EFBIG);
+	cr_assert_eq(td_ring_geom_compute(2, 1, sizes, 1000, &g, &why),
+		     -EINVAL);
+	cr_assert(why && *why);
+
+	/* what a client receives is checked as hard */
+	cr_assert_eq(td_ring_geom_compute(3, 2, sizes, TD_RING_PAGE, &g, &why),
+		     0);
+	g.data_len++;
+	cr_assert_eq(td_ring_geom_check(&g), -EBADMSG);
+	g.data_len--;
+	g.plane_off[1] = g.slot_stride; /* ends past its slot */
+	cr_assert_eq(td_ring_geom_check(&g), -EBADMSG);
+	g.plane_off[1] = 0; /* overlaps plane 0 */
+	cr_assert_eq(td_ring_geom_check(&g), -EBADMSG);
+	g.plane_off[1] = 128;
+	g.slot_stride = UINT64_MAX & ~4095ull;
+	cr_assert_eq(td_ring_geom_check(&g), -EBADMSG);
+
+	/* latest words straight from shared memory */
+	cr_assert_eq(td_ring_latest_unpack(0, 4, &slot, &v), 0);
+	cr_assert_eq(td_ring_latest_unpack(td_ring_latest_pack(9, 3), 4, &slot,
+					   &v),
+		     1);
+	cr_assert_eq(slot, 3);
+	cr_assert_eq(v, 9);
+	cr_assert_eq(td_ring_latest_unpack(td_ring_latest_pack(9, 4), 4, &slot,
+					   &v),
+		     -EBADMSG);
+	cr_assert_eq(td_ring_latest_unpack(td_ring_latest_pack(0, 1), 4, &slot,
+					   &v),
+		     -EBADMSG);
+	cr_assert_eq(td_ring_latest_unpack(UINT64_MAX, 64, &slot, &v),
+		     -EBADMSG);
+}
+
+/* ---- wire messages (proto/wire, docs/protocol.md §10) ---- */
+
+/* Every strict prefix of a body is refused, and so is one extra byte. */
+#define ROUND_TRIP(type, m, out)                                              \
+	do {                                                                   \
+		static uint8_t b_[1024], c_[1024];                             \
+		int64_t n_ = td_wire_##type##_encode(&(m), b_, sizeof(b_));    \
+		cr_assert(n_ > 0);                                             \
+		for (int64_t k_ = 0; k_ < n_; k_++)                            \
+			cr_assert_lt(td_wire_##type##_decode(b_, (size_t)k_,   \
+							     &(out), NULL),    \
+				     0, #type " prefix %lld",                  \
+				     (long long)k_);                           \
+		b_[n_] = 0;                                                    \
+		cr_assert_eq(td_wire_##type##_decode(b_, (size_t)n_ + 1,       \
+						     &(out), NULL),            \
+			     -EBADMSG);                                        \
+		cr_assert_eq(td_wire_##type##_decode(b_, (size_t)n_, &(out),   \
+						     NULL),                    \
+			     0);                                               \
+		cr_assert_eq(td_wire_##type##_encode(&(out), c_, sizeof(c_)),  \
+			     n_);                                              \
+		cr_assert(memcmp(b_, c_, (size_t)n_) == 0);                    \
+	} while (0)
+
+Test(ring, wire_messages_round_trip_and_refuse_truncation)
+{
+	struct td_wire_ring_create_req q = {
+		.name = {"cam/left", 8},
+		.flags = TD_WIRE_REQ_SCM | TD_WIRE_RING_HUGE,
+		.slot_count = 4,
+		.reader_count = 2,
+		.dtype = 9,
+		.ndim = 3,
+		.shape = {480, 640, 3},
+		.plane_count = 2,
+		.plane_sizes = {921600, 64},
+	}, q2;
+	struct td_wire_ring_rep r = {
+		.id = 7, .flags = TD_WIRE_RING_THP, .row = 1,
+		.reader_count = 2, .slot_count = 4, .plane_count = 1,
+		.plane_off = {0}, .plane_size = {4096}, .slot_stride = 4096,
+		.data_len = 16384, .dtype = 0, .ndim = 1, .shape = {4096},
+		.fd_count = 3, .fds = {{5, 0}, {6, 0}, {7, 0}},
+	}, r2;
+	struct td_wire_ring_sub_req s = {{"cam/left", 8}, TD_WIRE_REQ_SCM}, s2;
+	struct td_wire_ring_close_req c = {99}, c2;
+	struct td_wire_ring_stat_rep st = {1, 4, 2, 1, 1, 77, 12345}, st2;
+	uint8_t b[256];
+	int64_t n;
+
+	ROUND_TRIP(ring_create_req, q, q2);
+	cr_assert_eq(q2.plane_sizes[1], 64);
+	cr_assert_eq(q2.shape[2], 3);
+	ROUND_TRIP(ring_rep, r, r2);
+	cr_assert_eq(r2.fds[2].fd, 7);
+	ROUND_TRIP(ring_sub_req, s, s2);
+	ROUND_TRIP(ring_close_req, c, c2);
+	ROUND_TRIP(ring_stat_rep, st, st2);
+	cr_assert_eq(st2.requests, 12345);
+
+	/* caps hold on both sides */
+	q.plane_count = TD_WIRE_RING_MAX_PLANES + 1;
+	cr_assert_eq(td_wire_ring_create_req_encode(&q, b, sizeof(b)),
+		     -EINVAL);
+	q.plane_count = 1;
+	q.flags = 0x80; /* unknown flag */
+	n = td_wire_ring_create_req_encode(&q, b, sizeof(b));
+	cr_assert(n > 0);
+	cr_assert_eq(td_wire_ring_create_req_decode(b, (size_t)n, &q2, NULL),
+		     -EBADMSG);
+	q.flags = 0;
+	q.name = (struct td_wire_str){"../x", 4};
+	n = td_wire_ring_create_req_encode(&q, b, sizeof(b));
+	cr_assert_eq(td_wire_ring_create_req_decode(b, (size_t)n, &q2, NULL),
+		     -EINVAL);
+	r.fd_count = 4;
+	cr_assert_eq(td_wire_ring_rep_encode(&r, b, sizeof(b)), -EINVAL);
+}
+
+/* ---- bytes, many handoffs ---- */
+
+#define MANY 3000
+#define MANY_SIZE (64 * 1024 + 40) /* not a page multiple */
+
+struct many {
+	int ready[2]; /* consumer -> producer: subscribed */
+};
+
+static void many_producer(const struct daemon *d, void *arg)
+{
+	struct many *m = arg;
+	struct td_client *c = open_client(d);
+	struct td_ring *r = make_ring(c, "t/many", 3, MANY_SIZE, 0);
+	struct td_slot s;
+
+	hear(m->ready[0]);
+	for (uint64_t v = 1; v <= MANY; v++) {
+		uint64_t got;
+
+		CK_EQ(td_ring_acquire(r, -1, &s), 0);
+		CK_EQ(s.plane_count, 1);
+		CK_EQ(s.sizes[0], MANY_SIZE);
+		pattern_fill(s.planes[0], MANY_SIZE, v);
+		CK_EQ(td_ring_publish(r, &got), 0);
+		CK_EQ(got, v);
+	}
+	/* leave without td_ring_close: the daemon notices the hang-up */
+	_exit(0);
+}
+
+static void many_consumer(const struct daemon *d, void *arg)
+{
+	struct many *m = arg;
+	struct td_client *c = open_client(d);
+	struct td_sub *sub = subscribe(c, "t/many");
+	struct td_view v;
+	uint64_t last = 0, seen = 0;
+	int rc;
+
+	say(m->ready[1]);
+	while ((rc = td_sub_next(sub, 20000, &v)) == 0) {
+		CK(v.version > last);
+		CK_EQ(v.plane_count, 1);
+		CK_EQ(v.sizes[0], MANY_SIZE);
+		CK_EQ(v.dtype, TD_TENSOR_U8);
+		CK_EQ(v.ndim, 1);
+		CK_EQ(v.shape[0], MANY_SIZE);
+		CK(pattern_ok(v.planes[0], MANY_SIZE, v.version));
+		last = v.version;
+		seen++;
+	}
+	/* the last version is delivered before the ring reads as closed */
+	CK_EQ(rc, -EPIPE);
+	CK_EQ(last, MANY);
+	CK(seen >= 1);
+	td_sub_close(sub);
+	td_client_close(c);
+}
+
+Test(ring, bytes_arrive_intact_across_many_handoffs)
+{
+	struct daemon d;
+	struct many m;
+	pid_t p, c;
+
+	daemon_start(&d);
+	cr_assert(pipe2(m.ready, O_CLOEXEC) == 0);
+	p = spawn(&d, many_producer, &m);
+	c = spawn(&d, many_consumer, &m);
+	cr_assert_eq(reap(c), 0, "consumer failed");
+	cr_assert_eq(reap(p), 0, "producer failed");
+	close(m.ready[0]);
+	close(m.ready[1]);
+	daemon_stop(&d);
+}
+
+/* ---- steady state: no fd, no mmap, no socket message ---- */
+
+#define PP_WARM 16
+#define PP_COUNT 1000
+
+/* pipes: each side tells the other it has taken its last count */
+struct pp {
+	int to_c[2], to_p[2];
+};
+
+static void pp_side(const struct daemon *d, const struct pp *pp,
+		    bool producer)
+{
+	struct td_client *c = open_client(d);
+	/* the producer of t/data consumes t/ack and the other way round */
+	struct td_ring *out = make_ring(c, producer ? "t/data" : "t/ack", 2,
+					producer ? 4096 : 16, 0);
+	struct td_sub *in = subscribe(c, producer ? "t/ack" : "t/data");
+	struct td_ring_stat st0, st1;
+	int fds0 = 0, maps0 = 0;
+
+	for (uint64_t i = 1; i <= PP_WARM + PP_COUNT; i++) {
+		struct td_slot s;
+		struct td_view v;
+
+		if (i == PP_WARM + 1) {
+			/* after warm-up: what the process holds now */
+			CK_EQ(td_client_ring_stat(c, "t/data", &st0, NULL), 0);
+			fds0 = raw_fd_count();
+			maps0 = raw_map_count();
+		}
+		if (producer) {
+			CK_EQ(td_ring_acquire(out, -1, &s), 0);
+			memcpy(s.planes[0], &i, sizeof(i));
+			CK_EQ(td_ring_publish(out, NULL), 0);
+			CK_EQ(td_sub_next(in, 20000, &v), 0);
+			CK(memcmp(v.planes[0], &i, sizeof(i)) == 0);
+			CK_EQ(td_sub_release(in), 0);
+		} else {
+			CK_EQ(td_sub_next(in, 20000, &v), 0);
+			CK_EQ(v.version, i);
+			CK(memcmp(v.planes[0], &i, sizeof(i)) == 0);
+			CK_EQ(td_sub_release(in), 0);
+			CK_EQ(td_ring_acquire(out, -1, &s), 0);
+			memcpy(s.planes[0], &i, sizeof(i));
+			CK_EQ(td_ring_publish(out, NULL), 0);
+		}
+	}
+	CK_EQ(raw_fd_count(), fds0);
+	CK_EQ(raw_map_count(), maps0);
+	CK_EQ(td_client_ring_stat(c, "t/data", &st1, NULL), 0);
+	/* neither side sends anything else until both have counted */
+	say(producer ? pp->to_c[1] : pp->to_p[1]);
+	hear(producer ? pp->to_p[0] : pp->to_c[0]);
+	/*
+	 * Each side asked twice; between its two asks the daemon received
+	 * nothing but the other side's two asks and our own second one:
+	 * 2000 handoffs crossed no socket.
+	 */
+	CK(st1.daemon_requests - st0.daemon_requests <= 3);
+	CK_EQ(st1.latest_version, PP_WARM + PP_COUNT);
+	td_sub_close(in);
+	td_ring_close(out);
+	td_client_close(c);
+}
+
+static void pp_producer(const struct daemon *d, void *arg)
+{
+	pp_side(d, arg, true);
+}
+
+static void pp_consumer(const struct daemon *d, void *arg)
+{
+	pp_side(d, arg, false);
+}
+
+static int proc_fd_count(pid_t pid)
+{
+	char path[64], *out;
+	char *argv[] = {"/bin/sh", "-c", path, NULL};
+	int n, rc;
+
+	snprintf(path, sizeof(path), "ls /proc/%d/fd | wc -l", (int)pid);
+	rc = tu_run_capture(argv, &out);
+	cr_assert_eq(rc, 0);
+	n = atoi(out);
+	free(out);
+	return n;
+}
+
+Test(ring, steady_state_handoff_passes_no_fd_and_no_mmap)
+{
+	struct daemon d;
+	struct pp pp;
+	pid_t p, c;
+	int dfds, n = 0;
+
+	daemon_start(&d);
+	cr_assert(pipe2(pp.to_c, O_CLOEXEC) == 0);
+	cr_assert(pipe2(pp.to_p, O_CLOEXEC) == 0);
+	dfds = proc_fd_count(d.pid);
+	p = spawn(&d, pp_producer, &pp);
+	c = spawn(&d, pp_consumer, &pp);
+	cr_assert_eq(reap(p), 0, "producer failed");
+	cr_assert_eq(reap(c), 0, "consumer failed");
+	/*
+	 * And the daemon holds nothing of either ring any more, once it has
+	 * read both hang-ups (asynchronous: poll, at most 10 s).
+	 */
+	for (int i = 0; i < 1000; i++) {
+		n = proc_fd_count(d.pid);
+		if (n == dfds)
+			break;
+		usleep(10000);
+	}
+	cr_assert_eq(n, dfds, "daemon fds %d -> %d", dfds, n);
+	for (int i = 0; i < 2; i++) {
+		close(pp.to_c[i]);
+		close(pp.to_p[i]);
+	}
+	daemon_stop(&d);
+}
+
+/* ---- holds ---- */
+
+struct hold {
+	int held[2]; /* consumer -> test: holding version 1 */
+	int done[2]; /* test -> consumer: producer finished, check, release */
+	int rel[2];  /* consumer -> producer: released */
+	uint32_t slots;
+};
+
+static void hold_consumer(const struct daemon *d, void *arg)
+{
+	struct hold *h = arg;
+	struct td_client *c = open_client(d);
+	struct td_sub *sub = subscribe(c, "t/hold");
+	struct td_view v;
+	const uint8_t *p;
+
+	CK_EQ(td_sub_next(sub, 20000, &v), 0);
+	CK_EQ(v.version, 1);
+	p = v.planes[0];
+	CK(pattern_ok(p, 8192, 1));
+	say(h->held[1]);
+	hear(h->done[0]);
+	/* every publish of the producer went elsewhere */
+	CK(pattern_ok(p, 8192, 1));
+	/* and the mapping is read-only: a consumer cannot scribble */
+	CK(mprotect((void *)((uintptr_t)p & ~(uintptr_t)4095), 4096,
+		    PROT_READ | PROT_WRITE) < 0);
+	CK_EQ(td_sub_release(sub), 0);
+	say(h->rel[1]);
+	td_sub_close(sub);
+	td_client_close(c);
+}
+
+static void hold_producer(const struct daemon *d, void *arg)
+{
+	struct hold *h = arg;
+	struct td_client *c = open_client(d);
+	struct td_ring *r = make_ring(c, "t/hold", h->slots, 8192, 0);
+	struct td_slot s;
+	uint32_t held_slot;
+
+	CK_EQ(td_ring_acquire(r, 0, &s), 0);
+	held_slot = s.index;
+	pattern_fill(s.planes[0], 8192, 1);
+	CK_EQ(td_ring_publish(r, NULL), 0);
+	hear(h->held[0]);
+	if (h->slots > 2) {
+		/* a third slot is always free: cycle, never the held one */
+		for (uint64_t v = 2; v < 300; v++) {
+			CK_EQ(td_ring_acquire(r, 0, &s), 0);
+			CK(s.index != held_slot);
+			pattern_fill(s.planes[0], 8192, v);
+			CK_EQ(td_ring_publish(r, NULL), 0);
+		}
+	} else {
+		CK_EQ(td_ring_acquire(r, 0, &s), 0);
+		CK(s.index != held_slot);
+		pattern_fill(s.planes[0], 8192, 2);
+		CK_EQ(td_ring_publish(r, NULL), 0);
+		/* held + latest: nothing to write into, so it must wait */
+		CK_EQ(td_ring_acquire(r, 0, &s), -ETIMEDOUT);
+	}
+	say(h->done[1]);
+	if (h->slots == 2) {
+		/* sleeps until the consumer's release wakes it */
+		CK_EQ(td_ring_acquire(r, -1, &s), 0);
+		CK_EQ(s.index, held_slot);
+		hear(h->rel[0]);
+	} else {
+		hear(h->rel[0]);
+	}
+	td_ring_close(r);
+	td_client_close(c);
+}
+
+static void hold_run(uint32_t slots)
+{
+	struct daemon d;
+	struct hold h = {.slots = slots};
+	pid_t p, c;
+
+	daemon_start(&d);
+	cr_assert(pipe2(h.held, O_CLOEXEC) == 0);
+	cr_assert(pipe2(h.done, O_CLOEXEC) == 0);
+	cr_assert(pipe2(h.rel, O_CLOEXEC) == 0);
+	p = spawn(&d, hold_producer, &h);
+	c = spawn(&d, hold_consumer, &h);
+	cr_assert_eq(reap(c), 0, "consumer failed");
+	cr_assert_eq(reap(p), 0, "producer failed");
+	for (int i = 0; i < 2; i++) {
+		close(h.held[i]);
+		close(h.done[i]);
+		close(h.rel[i]);
+	}
+	daemon_stop(&d);
+}
+
+Test(ring, producer_never_overwrites_a_held_slot)
+{
+	hold_run(3);
+}
+
+Test(ring, producer_waits_while_every_slot_is_held_or_latest)
+{
+	hold_run(2);
+}
+
+/* ---- crashes ---- */
+
+struct kill9 {
+	int held[2];
+};
+
+static void k9_consumer(const struct daemon *d, void *arg)
+{
+	struct kill9 *k = arg;
+	struct td_client *c = open_client(d);
+	struct td_sub *sub = subscribe(c, "t/k9");
+	struct td_view v;
+
+	CK_EQ(td_sub_next(sub, 20000, &v), 0);
+	say(k->held[1]);
+	pause(); /* holding, until SIGKILL */
+}
+
+Test(ring, sigkill_of_a_holding_consumer_frees_its_row)
+{
+	struct daemon d;
+	struct kill9 k;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_ring_stat st;
+	struct td_slot s;
+	bool seen[2] = {false, false};
+	uint32_t held;
+	pid_t pid;
+
+	daemon_start(&d);
+	cr_assert(pipe2(k.held, O_CLOEXEC) == 0);
+	c = open_client(&d);
+	r = make_ring(c, "t/k9", 2, 4096, 0);
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	held = s.index;
+	cr_assert_eq(td_ring_publish(r, NULL), 0);
+	pid = spawn(&d, k9_consumer, &k);
+	hear(k.held[0]);
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	cr_assert_eq(td_ring_publish(r, NULL), 0);
+	cr_assert_eq(td_ring_acquire(r, 0, &s), -ETIMEDOUT,
+		     "slot %u is held by the consumer", held);
+	cr_assert_eq(td_client_ring_stat(c, "t/k9", &st, NULL), 0);
+	cr_assert_eq(st.subscribers, 1);
+	cr_assert_eq(kill(pid, SIGKILL), 0);
+	cr_assert_eq(reap(pid), 128 + SIGKILL);
+	/* the daemon clears the dead row and wakes us */
+	cr_assert_eq(td_ring_acquire(r, -1, &s), 0);
+	cr_assert_eq(s.index, held);
+	for (int i = 0; i < 6; i++) {
+		cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+		seen[s.index] = true;
+		cr_assert_eq(td_ring_publish(r, NULL), 0);
+	}
+	cr_assert(seen[0] && seen[1], "both slots are reused");
+	cr_assert_eq(td_client_ring_stat(c, "t/k9", &st, NULL), 0);
+	cr_assert_eq(st.subscribers, 0);
+	td_ring_close(r);
+	td_client_close(c);
+	close(k.held[0]);
+	close(k.held[1]);
+	daemon_stop(&d);
+}
+
+struct closing {
+	int waiting[2];
+	int go[2];
+};
+
+static void cl_consumer(const struct daemon *d, void *arg)
+{
+	struct closing *x = arg;
+	struct td_client *c = open_client(d);
+	struct td_sub *sub = subscribe(c, "t/close");
+	struct td_view v;
+
+	CK_EQ(td_sub_next(sub, 20000, &v), 0);
+	CK_EQ(v.version, 1);
+	say(x->waiting[1]);
+	/* asleep on the futex when the producer dies */
+	CK_EQ(td_sub_next(sub, 20000, &v), -EPIPE);
+	CK_EQ(td_sub_next(sub, 0, &v), -EPIPE);
+	td_sub_close(sub);
+	td_client_close(c);
+}
+
+static void cl_producer(const struct daemon *d, void *arg)
+{
+	struct closing *x = arg;
+	struct td_client *c = open_client(d);
+	struct td_ring *r = make_ring(c, "t/close", 2, 64, 0);
+	struct td_slot s;
+
+	CK_EQ(td_ring_acquire(r, 0, &s), 0);
+	CK_EQ(td_ring_publish(r, NULL), 0);
+	hear(x->go[0]);
+	_exit(0); /* no close: an exit is all the daemon sees */
+}
+
+Test(ring, subscribers_see_closed_when_the_producer_exits)
+{
+	struct daemon d;
+	struct closing x;
+	struct td_client *c;
+	struct td_ring *r;
+	pid_t p, q;
+
+	daemon_start(&d);
+	cr_assert(pipe2(x.waiting, O_CLOEXEC) == 0);
+	cr_assert(pipe2(x.go, O_CLOEXEC) == 0);
+	p = spawn(&d, cl_producer, &x);
+	q = spawn(&d, cl_consumer, &x);
+	hear(x.waiting[0]);
+	say(x.go[1]);
+	cr_assert_eq(reap(p), 0, "producer failed");
+	cr_assert_eq(reap(q), 0, "consumer failed");
+	/* the name is free for a new producer */
+	c = open_client(&d);
+	r = make_ring(c, "t/close", 2, 64, 0);
+	td_ring_close(r);
+	td_client_close(c);
+	for (int i = 0; i < 2; i++) {
+		close(x.waiting[i]);
+		close(x.go[i]);
+	}
+	daemon_stop(&d);
+}
+
+/* ---- a hostile producer ---- */
+
+/* Our own writable mapping of the ring header, found by its memfd name. */
+static struct td_ring_hdr *find_header(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	void *at = NULL;
+
+	cr_assert(f);
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		char perms[8];
+
+		if (!strstr(line, "memfd:tensord-ring-hdr"))
+			continue;
+		if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 &&
+		    perms[1] == 'w')
+			at = (void *)lo;
+	}
+	fclose(f);
+	cr_assert(at, "no writable ring header mapping");
+	return at;
+}
+
+struct evil {
+	int ready[2];
+	int step[2];
+	int ack[2];
+};
+
+static void evil_consumer(const struct daemon *d, void *arg)
+{
+	struct evil *x = arg;
+	struct td_client *c = open_client(d);
+	struct td_sub *sub = subscribe(c, "t/evil");
+	struct td_view v;
+	int rc;
+
+	say(x->ready[1]);
+	/* step 1: a slot index past the ring */
+	hear(x->step[0]);
+	CK_EQ(td_sub_next(sub, 0, &v), -EBADMSG);
+	say(x->ack[1]);
+	/* step 2: a slot but version 0 */
+	hear(x->step[0]);
+	CK_EQ(td_sub_next(sub, 0, &v), -EBADMSG);
+	say(x->ack[1]);
+	/* step 3: random bytes all over the header, many times */
+	for (int i = 0; i < 2000; i++) {
+		rc = td_sub_next(sub, 0, &v);
+		CK(rc == 0 || rc == -ETIMEDOUT || rc == -EBADMSG ||
+		   rc == -EPIPE);
+		if (rc == 0) {
+			CK(v.slot < 4);
+			/* in bounds: reading it must not fault */
+			CK(((const volatile uint8_t *)v.planes[0])[0] ||
+			   true);
+			CK(((const volatile uint8_t *)
+				    v.planes[0])[v.sizes[0] - 1] ||
+			   true);
+		}
+	}
+	hear(x->step[0]);
+	td_sub_close(sub);
+	td_client_close(c);
+}
+
+Test(ring, garbage_in_the_control_block_never_crashes_a_consumer)
+{
+	struct daemon d;
+	struct evil x;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_ring_hdr *h;
+	uint64_t seed = 5;
+	pid_t pid;
+
+	daemon_start(&d);
+	cr_assert(pipe2(x.ready, O_CLOEXEC) == 0);
+	cr_assert(pipe2(x.step, O_CLOEXEC) == 0);
+	cr_assert(pipe2(x.ack, O_CLOEXEC) == 0);
+	c = open_client(&d);
+	r = make_ring(c, "t/evil", 4, 4096, 0);
+	h = find_header();
+	pid = spawn(&d, evil_consumer, &x);
+	hear(x.ready[0]);
+	atomic_store(&h->latest, td_ring_latest_pack(7, 200));
+	atomic_fetch_add(&h->seq, 1);
+	say(x.step[1]);
+	hear(x.ack[0]);
+	atomic_store(&h->latest, td_ring_latest_pack(0, 1));
+	say(x.step[1]);
+	hear(x.ack[0]);
+	/* the consumer polls while we scribble (races are the point) */
+	for (int i = 0; i < 20000; i++) {
+		uint64_t *w = (uint64_t *)h;
+		size_t n = sizeof(*h) / 8;
+
+		w[tu_rand(&seed) % n] = tu_rand(&seed);
+	}
+	say(x.step[1]);
+	cr_assert_eq(reap(pid), 0, "consumer failed");
+	td_ring_close(r);
+	td_client_close(c);
+	for (int i = 0; i < 2; i++) {
+		close(x.ready[i]);
+		close(x.step[i]);
+		close(x.ack[i]);
+	}
+	daemon_stop(&d);
+}
+
+/* ---- huge pages ---- */
+
+static void huge_consumer(const struct daemon *d, void *arg)
+{
+	struct td_client *c = open_client(d);
+	struct td_sub *sub = subscribe(c, "t/huge");
+	struct td_view v;
+
+	CK_EQ(td_sub_next(sub, 20000, &v), 0);
+	CK(pattern_ok(v.planes[0], v.sizes[0], v.version));
+	td_sub_close(sub);
+	td_client_close(c);
+}
+
+Test(ring, huge_page_request_works_or_falls_back_cleanly)
+{
+	struct daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_slot s;
+	uint32_t b;
+	pid_t pid;
+
+	daemon_start(&d);
+	c = open_client(&d);
+	r = make_ring(c, "t/huge", 2, 3 << 20, TD_RING_HUGE_PAGES);
+	b = td_ring_backing(r);
+	cr_assert(b == TD_RING_BACKING_HUGETLB || b == TD_RING_BACKING_THP,
+		  "backing %u", b);
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	pattern_fill(s.planes[0], s.sizes[0], 1);
+	cr_assert_eq(td_ring_publish(r, NULL), 0);
+	pid = spawn(&d, huge_consumer, NULL);
+	cr_assert_eq(reap(pid), 0, "consumer failed");
+	td_ring_close(r);
+	td_client_close(c);
+	daemon_stop(&d);
+}
+
+/* ---- requests the daemon refuses ---- */
+
+Test(ring, bad_requests_are_refused_with_reasons)
+{
+	struct daemon d;
+	struct td_client *c;
+	struct td_ring *r, *r2 = NULL;
+	struct td_sub *subs[2] = {NULL, NULL}, *extra = NULL;
+	struct td_error e = {0};
+	uint64_t size = 64, zero = 0;
+	struct td_ring_desc desc = {
+		.dtype = TD_TENSOR_U8, .ndim = 1, .shape = &size,
+		.slot_count = 2, .reader_count = 2,
+	};
+	struct td_ring_stat st;
+
+	daemon_start(&d);
+	c = open_client(&d);
+	cr_assert_eq(td_ring_create(c, "t/bad", &desc, &r, &e), 0);
+	cr_assert_eq(td_ring_create(c, "t/bad", &desc, &r2, &e), -EEXIST);
+	cr_assert(strstr(e.reason, "exists"), "%s", e.reason);
+	desc.slot_count = 1;
+	cr_assert_eq(td_ring_create(c, "t/bad2", &desc, &r2, &e), -EINVAL);
+	desc.slot_count = 65;
+	cr_assert_eq(td_ring_create(c, "t/bad2", &desc, &r2, &e), -EINVAL);
+	desc.slot_count = 2;
+	desc.reader_count = 33;
+	cr_assert_eq(td_ring_create(c, "t/bad2", &desc, &r2, &e), -EINVAL);
+	desc.reader_count = 1;
+	desc.plane_count = 1;
+	desc.plane_sizes = &zero;
+	cr_assert_eq(td_ring_create(c, "t/bad2", &desc, &r2, &e), -EINVAL);
+	cr_assert_eq(td_ring_create(c, "../x", &desc, &r2, &e), -EINVAL);
+	cr_assert_eq(td_ring_subscribe(c, "t/none", 0, &extra, &e), -ENOENT);
+	cr_assert_eq(td_ring_subscribe(c, "t/none", 30, &extra, &e),
+		     -ETIMEDOUT);
+	cr_assert_eq(td_client_ring_stat(c, "t/none", &st, &e), -ENOENT);
+	/* rows are a fixed number */
+	cr_assert_eq(td_ring_subscribe(c, "t/bad", 0, &subs[0], &e), 0);
+	cr_assert_eq(td_ring_subscribe(c, "t/bad", 0, &subs[1], &e), 0);
+	cr_assert_eq(td_ring_subscribe(c, "t/bad", 0, &extra, &e), -EBUSY);
+	td_sub_close(subs[1]);
+	cr_assert_eq(td_ring_subscribe(c, "t/bad", 0, &extra, &e), 0);
+	cr_assert_eq(td_client_ring_stat(c, "t/bad", &st, &e), 0);
+	cr_assert_eq(st.subscribers, 2);
+	cr_assert_eq(st.slot_count, 2);
+	td_sub_close(extra);
+	td_sub_close(subs[0]);
+	td_ring_close(r);
+	td_client_close(c);
+	daemon_stop(&d);
+}
