@@ -54,6 +54,13 @@ int td_state_decode(const uint8_t *buf, size_t len, struct td_state_hdr *h,
 	h->next_version = td__le64(buf + 24);
 	h->next_fd_id = td__le64(buf + 32);
 	h->count = td__le32(buf + 40);
+	/* both counters start at 1: 0 is no daemon's */
+	if (h->next_version == 0 || h->next_fd_id == 0)
+		return td__err_set(err, TD_ERR_MALFORMED,
+				   h->next_version ? "next_fd_id"
+						   : "next_version",
+				   true, 0, h->next_version ? 32 : 24,
+				   "counter is 0");
 	body = len - TD_STATE_HDR_LEN - TD_STATE_SUM_LEN;
 	/* a forged count must not make anyone size a table from it */
 	if (h->count > body / ENTRY_MIN)

@@ -1186,6 +1186,8 @@ Test(systemd, state_image_refuses_forged_content_with_a_good_checksum)
 		{fdc0, {0}, 1, -EBADMSG, "fd_count 0"},
 		{fdc0 + 4, {50}, 1, -EBADMSG, "fd id"},
 		{40, {1}, 1, -EBADMSG, "trailing entry"},
+		{24, {0}, 8, -EBADMSG, "next_version 0"},
+		{32, {0}, 8, -EBADMSG, "next_fd_id 0"},
 	};
 	struct td_err e;
 	unsigned n;
