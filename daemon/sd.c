@@ -65,7 +65,8 @@ static int open_notify(void)
 		return 0;
 	len = strlen(path);
 	/* a path, or "@name" for the abstract namespace */
-	if ((path[0] != '/' && path[0] != '@') || len >= sizeof(sd.sa.sun_path)) {
+	if ((path[0] != '/' && path[0] != '@') ||
+	    len >= sizeof(sd.sa.sun_path)) {
 		td__log(TD_LOG_WARN, "NOTIFY_SOCKET=%s: not a usable socket "
 				     "address; not notifying systemd",
 			path);
