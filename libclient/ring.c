@@ -46,8 +46,8 @@ _Static_assert(TD_RING_BACKING_THP == TD_WIRE_RING_THP, "backing");
 
 #define DEFAULT_SLOTS 4
 #define DEFAULT_READERS 4
-/* Polls of the control block before a waiter sleeps (see spin_limit()). */
-#define DEFAULT_SPIN 2000
+/* How long a waiter polls the control block before it sleeps (spin_ns()). */
+#define DEFAULT_SPIN_US 20
 
 /* The mappings of one ring, as the daemon described them. */
 struct ringmap {
@@ -66,7 +66,7 @@ struct td_ring {
 	uint64_t next_version;
 	uint32_t cur;  /* acquired slot, TD_RING_NONE */
 	uint32_t last; /* latest published slot, TD_RING_NONE */
-	unsigned spin;
+	int64_t spin_ns;
 };
 
 struct td_sub {
@@ -76,7 +76,7 @@ struct td_sub {
 	struct td_ring_row *row;
 	uint64_t last_version;
 	bool holding;
-	unsigned spin;
+	int64_t spin_ns;
 	uint32_t dtype, ndim;
 	uint64_t shape[TD_RING_MAX_DIMS];
 };
@@ -137,21 +137,40 @@ static void futex_wake(_Atomic uint32_t *w, int n)
 }
 
 /*
- * Polls before sleeping: a ping-pong partner usually answers within a few
- * microseconds, and a futex sleep plus wake-up costs more than that on
- * most machines (tens of microseconds in VMs). $TENSORD_RING_SPIN sets
- * the count (0 = always sleep at once).
+ * How long a waiter polls before it sleeps. A partner on another CPU
+ * usually answers within a microsecond or two, while a futex sleep plus
+ * wake-up costs tens of microseconds (more in VMs): a short bounded poll
+ * saves that, and costs at most this much CPU when nothing comes (the
+ * adaptive-mutex trade). $TENSORD_RING_SPIN_US sets it; 0 sleeps at once.
  */
-static unsigned spin_limit(void)
+static int64_t spin_ns(void)
 {
-	const char *e = getenv("TENSORD_RING_SPIN");
+	const char *e = getenv("TENSORD_RING_SPIN_US");
 	char *end;
 	unsigned long v;
 
 	if (!e || !*e)
-		return DEFAULT_SPIN;
+		return DEFAULT_SPIN_US * 1000;
 	v = strtoul(e, &end, 10);
-	return *end || v > 100000000ul ? DEFAULT_SPIN : (unsigned)v;
+	if (*end || v > 1000000ul)
+		return DEFAULT_SPIN_US * 1000;
+	return (int64_t)v * 1000;
+}
+
+/* Keep polling? Starts the window on the first call (*until == 0). */
+static bool spin_more(int64_t window, int64_t *until)
+{
+	int64_t now;
+
+	if (window <= 0)
+		return false;
+	now = now_ns();
+	if (!*until)
+		*until = now + window;
+	if (now >= *until)
+		return false;
+	cpu_relax();
+	return true;
 }
 
 /* ---- mapping ---- */
@@ -371,7 +390,7 @@ int td_ring_create(struct td_client *c, const char *name,
 		return td__fail(err, -ENOMEM, "out of memory");
 	ring->cur = ring->last = TD_RING_NONE;
 	ring->next_version = 1;
-	ring->spin = spin_limit();
+	ring->spin_ns = spin_ns();
 
 	pthread_mutex_lock(&c->lock);
 	if (c->path_out == TD_IMPORT_SCM)
@@ -449,8 +468,7 @@ static int pick(struct td_ring *r)
 int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
 {
 	struct td_ring_readers *rd;
-	int64_t deadline;
-	unsigned spins = 0;
+	int64_t deadline, until = 0;
 	int s;
 
 	if (!r || !slot)
@@ -471,11 +489,8 @@ int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
 				break;
 			if (timeout_ms == 0)
 				return -ETIMEDOUT;
-			if (spins < r->spin) {
-				spins++;
-				cpu_relax();
+			if (spin_more(r->spin_ns, &until))
 				continue;
-			}
 			/* announce the sleep, then look once more (Dekker
 			 * with the reader's clear-then-check) */
 			atomic_store(&rd->prod_waiting, 1);
@@ -566,7 +581,7 @@ int td_ring_subscribe(struct td_client *c, const char *name, int timeout_ms,
 	sub = calloc(1, sizeof(*sub));
 	if (!sub)
 		return td__fail(err, -ENOMEM, "out of memory");
-	sub->spin = spin_limit();
+	sub->spin_ns = spin_ns();
 	q.name = (struct td_wire_str){name, (uint16_t)strlen(name)};
 	pthread_mutex_lock(&c->lock);
 	q.flags = c->path_out == TD_IMPORT_SCM ? TD_WIRE_REQ_SCM : 0;
@@ -686,8 +701,7 @@ static int try_hold(struct td_sub *s, uint64_t latest, struct td_view *view)
 int td_sub_next(struct td_sub *s, int timeout_ms, struct td_view *view)
 {
 	struct td_ring_hdr *h;
-	int64_t deadline = -2; /* computed when first needed */
-	unsigned spins = 0;
+	int64_t deadline = -2, until = 0; /* computed when first needed */
 	int rc;
 
 	if (!s || !view)
@@ -708,11 +722,8 @@ int td_sub_next(struct td_sub *s, int timeout_ms, struct td_view *view)
 			return -EPIPE;
 		if (timeout_ms == 0)
 			return -ETIMEDOUT;
-		if (spins < s->spin) {
-			spins++;
-			cpu_relax();
+		if (spin_more(s->spin_ns, &until))
 			continue;
-		}
 		if (deadline == -2)
 			deadline = deadline_of(timeout_ms);
 		/* announce the sleep, then check once more (Dekker with the
