@@ -81,6 +81,15 @@ void td__log(int level, const char *fmt, ...)
 #define TD__RX_BATCH 32        /* datagrams read per wakeup */
 #define TD__TXQ_MAX_MSGS 1024  /* queued replies before the peer is cut */
 #define TD__TXQ_MAX_BYTES (4u << 20)
+/*
+ * fds sent to one peer and not yet read by it. The kernel charges fds in
+ * flight to the sending uid (ours) and refuses every sendmsg with
+ * ETOOMANYREFS past RLIMIT_NOFILE, so a client that stops reading would
+ * otherwise starve everyone. A synchronous client has at most one reply
+ * (<= 9 fds) unread; this leaves room for pipelining.
+ */
+#define TD__MAX_FDS_INFLIGHT 128
+#define TD__MAX_GROUPS 32 /* supplementary gids kept per peer (policy) */
 
 /* ---- daemon ---- */
 
@@ -88,6 +97,10 @@ struct td__opts {
 	const char *socket_path; /* resolved */
 	uint32_t import;         /* enum td_import: AUTO or forced */
 	uint64_t max_bytes;      /* 0 = unlimited */
+	uint64_t uid_max_bytes;  /* per-uid default quota, 0 = none */
+	const char *policy_path; /* NULL = everyone may do everything */
+	int socket_mode;         /* chmod of the socket file, -1 = umask */
+	gid_t socket_gid;        /* chown of the socket file, -1 = ours */
 };
 
 struct td__store;
@@ -100,6 +113,7 @@ struct td__daemon {
 	int pidfd; /* pidfd_open(getpid()), sent in HELLO replies; -1 */
 	struct td__server *server;
 	struct td__store *store;
+	struct td__policy *policy; /* --policy, NULL without */
 	struct td__list peers; /* struct td__peer.link */
 	uv_idle_t reaper;      /* drops peers marked dead, outside callbacks */
 	bool reaper_on;
@@ -126,6 +140,10 @@ struct td__peer {
 	int fd;
 	pid_t pid; /* SO_PEERCRED */
 	uid_t uid;
+	gid_t gid;
+	gid_t groups[TD__MAX_GROUPS]; /* SO_PEERGROUPS, cut at the cap */
+	unsigned ngroups;
+	unsigned fds_inflight; /* sent since the socket was last seen empty */
 	int pidfd; /* the peer's pidfd (SO_PEERPIDFD or pidfd_open), -1 */
 	bool hello;
 	bool dead;       /* marked for the reaper; sends are dropped */
@@ -214,5 +232,70 @@ int td__fence_check(int fd, const char **why);
 int td__plane_seal(int fd, const char **why);
 /* memfd_create + ftruncate + fallocate + SHRINK|GROW seals. */
 int td__plane_create(uint64_t size, int *out_fd, const char **why);
+/*
+ * A read-only descriptor of a sealed memfd for consumers (fchmod 0444 and
+ * a fresh O_RDONLY open), so a consumer can neither write through the fd
+ * nor re-open it read-write. 0 and *out_fd (new, CLOEXEC) or -errno.
+ */
+int td__plane_readonly(int fd, int *out_fd, const char **why);
+
+/* ---- policy.c (docs/policy.md) ---- */
+
+#define TD__POLICY_MAX_BYTES (256u << 10) /* policy file */
+#define TD__POLICY_MAX_LINE 1024
+#define TD__POLICY_MAX_RULES 1024 /* allow lines */
+#define TD__POLICY_MAX_QUOTAS 1024
+
+enum { TD__PERM_READ = 1, TD__PERM_WRITE = 2 };
+enum { TD__WHO_ANY = 0, TD__WHO_UID = 1, TD__WHO_GID = 2 };
+
+struct td__rule {
+	uint8_t kind; /* TD__WHO_* */
+	uint8_t perm; /* TD__PERM_* bits */
+	uint32_t id;
+	uint16_t len; /* prefix bytes; 0 = every name */
+	char prefix[TD_WIRE_MAX_NAME + 1];
+};
+
+struct td__quota {
+	uint32_t uid;
+	uint64_t bytes;
+};
+
+struct td__policy {
+	struct td__rule *rules;
+	unsigned nrules;
+	struct td__quota *quotas;
+	unsigned nquotas;
+};
+
+/* Who asks: a peer's SO_PEERCRED uid/gid and SO_PEERGROUPS. */
+struct td__cred {
+	uid_t uid;
+	gid_t gid;
+	const gid_t *groups;
+	unsigned ngroups;
+};
+
+/*
+ * Parse a policy file held in buf (no I/O). 0, or -errno with the 1-based
+ * line in *line (0: the file as a whole) and a static reason in *why; on
+ * failure *pol is empty. td__policy_fini() what it fills.
+ */
+int td__policy_parse(const char *buf, size_t len, struct td__policy *pol,
+		     unsigned *line, const char **why);
+void td__policy_fini(struct td__policy *pol);
+/* Read and parse path, logging the reason on failure. 0 or -errno. */
+int td__policy_load(const char *path, struct td__policy *pol);
+/* Does a rule grant every bit of perm on name to c? */
+bool td__policy_allows(const struct td__policy *pol,
+		       const struct td__cred *c, unsigned perm,
+		       const char *name, size_t len);
+/* Does any rule grant perm to c, on any prefix? */
+bool td__policy_any(const struct td__policy *pol, const struct td__cred *c,
+		    unsigned perm);
+/* uid's quota line, else dflt (0 = none). pol may be NULL. */
+uint64_t td__policy_quota(const struct td__policy *pol, uid_t uid,
+			  uint64_t dflt);
 
 #endif

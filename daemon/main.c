@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -53,6 +54,15 @@ static void usage(FILE *f)
 		"  -m, --max-bytes N     total plane bytes held (0 = "
 		"unlimited);\n"
 		"                        suffixes K, M, G (powers of 1024)\n"
+		"  -u, --uid-max-bytes N plane bytes one uid may hold "
+		"(default quota)\n"
+		"  -p, --policy FILE     who may read/write which names, "
+		"quotas\n"
+		"                        (docs/policy.md)\n"
+		"      --socket-mode M   octal mode of the socket file "
+		"(e.g. 0660)\n"
+		"      --socket-group G  group (name or number) of the "
+		"socket file\n"
 		"  -h, --help            show this help\n"
 		"  -V, --version         show the version\n\n"
 		"Runs in the foreground and logs to stderr. SIGINT/SIGTERM "
@@ -81,6 +91,25 @@ static int parse_bytes(const char *s, uint64_t *out)
 	if (*end || (shift && v > (UINT64_MAX >> shift)))
 		return -EINVAL;
 	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+/* --socket-group: a group name or number. 0 or -EINVAL. */
+static int parse_group(const char *s, gid_t *out)
+{
+	struct group *g = getgrnam(s);
+	char *end;
+	unsigned long v;
+
+	if (g) {
+		*out = g->gr_gid;
+		return 0;
+	}
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v >= (gid_t)-1)
+		return -EINVAL;
+	*out = (gid_t)v;
 	return 0;
 }
 
@@ -134,6 +163,10 @@ int main(int argc, char **argv)
 		{"log-level", required_argument, NULL, 'l'},
 		{"import", required_argument, NULL, 'i'},
 		{"max-bytes", required_argument, NULL, 'm'},
+		{"uid-max-bytes", required_argument, NULL, 'u'},
+		{"policy", required_argument, NULL, 'p'},
+		{"socket-mode", required_argument, NULL, 1},
+		{"socket-group", required_argument, NULL, 2},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -144,10 +177,15 @@ int main(int argc, char **argv)
 	uv_signal_t sigint, sigterm;
 	uv_loop_t loop;
 	uint32_t import = TD_IMPORT_AUTO;
-	uint64_t max_bytes = 0;
+	uint64_t max_bytes = 0, uid_max_bytes = 0;
+	const char *policy_path = NULL;
+	int socket_mode = -1;
+	gid_t socket_gid = (gid_t)-1;
+	char *end;
 	int c, rc, status = 1;
 
-	while ((c = getopt_long(argc, argv, "s:l:i:m:hV", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:l:i:m:u:p:hV", opts, NULL)) !=
+	       -1) {
 		switch (c) {
 		case 's':
 			sock_opt = optarg;
@@ -185,6 +223,35 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'u':
+			if (parse_bytes(optarg, &uid_max_bytes) < 0) {
+				fprintf(stderr, "tensord: --uid-max-bytes: "
+						"not a byte count: %s\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case 'p':
+			policy_path = optarg;
+			break;
+		case 1:
+			errno = 0;
+			socket_mode = (int)strtol(optarg, &end, 8);
+			if (errno || end == optarg || *end ||
+			    socket_mode < 0 || socket_mode > 0777) {
+				fprintf(stderr, "tensord: --socket-mode: want "
+						"an octal mode like 0660\n");
+				return 2;
+			}
+			break;
+		case 2:
+			if (parse_group(optarg, &socket_gid) < 0) {
+				fprintf(stderr, "tensord: --socket-group: no "
+						"such group: %s\n",
+					optarg);
+				return 2;
+			}
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -211,6 +278,10 @@ int main(int argc, char **argv)
 	d->opts.socket_path = socket_path(sock_opt, pathbuf, sizeof(pathbuf));
 	d->opts.import = import;
 	d->opts.max_bytes = max_bytes;
+	d->opts.uid_max_bytes = uid_max_bytes;
+	d->opts.policy_path = policy_path;
+	d->opts.socket_mode = socket_mode;
+	d->opts.socket_gid = socket_gid;
 	d->pid = getpid();
 	td__list_init(&d->peers);
 	raise_nofile();
@@ -239,6 +310,12 @@ int main(int argc, char **argv)
 	uv_signal_start(&sigint, on_signal, SIGINT);
 	uv_signal_start(&sigterm, on_signal, SIGTERM);
 
+	if (policy_path) {
+		d->policy = calloc(1, sizeof(*d->policy));
+		if (!d->policy ||
+		    td__policy_load(policy_path, d->policy) < 0)
+			goto out;
+	}
 	/* restore before listening: clients never see a half-filled store */
 	if (td__sd_init(d) < 0 || td__store_new(d) < 0 ||
 	    td__fdstore_restore(d) < 0 || td__server_start(d) < 0)
@@ -267,6 +344,8 @@ out:
 	if (d->pidfd >= 0)
 		close(d->pidfd);
 	td__sd_fini();
+	td__policy_fini(d->policy);
+	free(d->policy);
 	free(d);
 	td__d = NULL;
 	return status;

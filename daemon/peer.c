@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -21,6 +23,9 @@
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
 #endif
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 /* A message that could not be sent at once. Its fds are our own dups. */
 struct txmsg {
@@ -162,6 +167,79 @@ static ssize_t send_raw(int fd, const uint8_t *buf, size_t len,
 	return n < 0 ? -errno : n;
 }
 
+/*
+ * fds in flight to p. The kernel keeps no count we can read, but SIOCOUTQ
+ * 0 (every datagram we sent was read or dropped) means there are none.
+ */
+static void inflight_refresh(struct td__peer *p)
+{
+	int q;
+
+	if (p->fds_inflight && ioctl(p->fd, SIOCOUTQ, &q) == 0 && q == 0)
+		p->fds_inflight = 0;
+}
+
+/* The live peer with the most fds in flight (refreshed first), or NULL. */
+static struct td__peer *worst_holder(struct td__daemon *d)
+{
+	struct td__peer *w = NULL;
+
+	for (struct td__list *l = d->peers.next; l != &d->peers; l = l->next) {
+		struct td__peer *q = td__container_of(l, struct td__peer, link);
+
+		if (q->dead)
+			continue;
+		inflight_refresh(q);
+		if (q->fds_inflight && (!w || q->fds_inflight > w->fds_inflight))
+			w = q;
+	}
+	return w;
+}
+
+/*
+ * send_raw with the fds-in-flight budget: -EDQUOT when p would hold more
+ * than TD__MAX_FDS_INFLIGHT unread fds (the caller cuts it).
+ */
+static ssize_t send_budget(struct td__peer *p, const uint8_t *buf, size_t len,
+			   const int *fds, unsigned nfds)
+{
+	ssize_t n;
+
+	if (nfds && p->fds_inflight + nfds > TD__MAX_FDS_INFLIGHT) {
+		inflight_refresh(p);
+		if (p->fds_inflight + nfds > TD__MAX_FDS_INFLIGHT)
+			return -EDQUOT;
+	}
+	n = send_raw(p->fd, buf, len, fds, nfds);
+	if (n == -ETOOMANYREFS) {
+		/*
+		 * Our uid is over RLIMIT_NOFILE in flight despite the budget
+		 * (many stuck peers): cut the biggest holder so it stops
+		 * growing. Its unread fds stay charged until it closes its
+		 * end; that is the kernel's rule, not ours to change.
+		 */
+		struct td__peer *w = worst_holder(td__d);
+
+		if (w && w != p)
+			td__peer_kill(w, "holds the most unread fds while "
+					 "the daemon's uid is over its "
+					 "fds-in-flight limit");
+	}
+	if (n >= 0)
+		p->fds_inflight += nfds;
+	return n;
+}
+
+static const char *send_why(ssize_t n)
+{
+	if (n == -EDQUOT)
+		return "more than " STR(TD__MAX_FDS_INFLIGHT) " fds in "
+		       "flight: the client does not read its replies";
+	if (n == -ETOOMANYREFS)
+		return "send failed: too many fds in flight (ETOOMANYREFS)";
+	return "send failed";
+}
+
 static int enqueue(struct td__peer *p, const uint8_t *buf, size_t len,
 		   const int *fds, unsigned nfds)
 {
@@ -217,11 +295,11 @@ void td__peer_send(struct td__peer *p, uint16_t op, uint32_t flags,
 		return;
 	td_wire_hdr_encode(&h, d->tx);
 	if (td__list_empty(&p->txq)) {
-		n = send_raw(p->fd, d->tx, len, fds, nfds);
+		n = send_budget(p, d->tx, len, fds, nfds);
 		if (n >= 0)
 			return; /* SEQPACKET: all or nothing */
 		if (n != -EAGAIN) {
-			td__peer_kill(p, "send failed");
+			td__peer_kill(p, send_why(n));
 			return;
 		}
 	}
@@ -267,12 +345,12 @@ static void flush(struct td__peer *p)
 	while (!p->dead && !td__list_empty(&p->txq)) {
 		struct txmsg *m =
 			td__container_of(p->txq.next, struct txmsg, link);
-		ssize_t n = send_raw(p->fd, m->data, m->len, m->fds, m->nfds);
+		ssize_t n = send_budget(p, m->data, m->len, m->fds, m->nfds);
 
 		if (n == -EAGAIN)
 			return;
 		if (n < 0) {
-			td__peer_kill(p, "send failed");
+			td__peer_kill(p, send_why(n));
 			return;
 		}
 		td__list_del(&m->link);
@@ -561,6 +639,35 @@ static void update_poll(struct td__peer *p)
 		      on_poll);
 }
 
+/*
+ * Supplementary groups for gid rules of the policy (SO_PEERGROUPS, Linux
+ * 4.13). More than TD__MAX_GROUPS are cut: a rule naming a later group
+ * then does not match, which refuses rather than grants.
+ */
+static void peer_groups(struct td__peer *p)
+{
+	gid_t *g = p->groups;
+	socklen_t len = sizeof(p->groups);
+
+	p->ngroups = 0;
+	if (getsockopt(p->fd, SOL_SOCKET, SO_PEERGROUPS, g, &len) < 0) {
+		/* ERANGE copies nothing but says how much: ask again */
+		if (errno != ERANGE || len > 65536 * sizeof(gid_t))
+			return;
+		g = malloc(len);
+		if (!g || getsockopt(p->fd, SOL_SOCKET, SO_PEERGROUPS, g,
+				     &len) < 0) {
+			free(g);
+			return;
+		}
+		if (len > sizeof(p->groups))
+			len = sizeof(p->groups);
+		memcpy(p->groups, g, len);
+		free(g);
+	}
+	p->ngroups = len / sizeof(gid_t);
+}
+
 int td__peer_take_fd(struct td__daemon *d, int fd)
 {
 	struct td__peer *p = calloc(1, sizeof(*p));
@@ -586,6 +693,8 @@ int td__peer_take_fd(struct td__daemon *d, int fd)
 	}
 	p->pid = cred.pid;
 	p->uid = cred.uid;
+	p->gid = cred.gid;
+	peer_groups(p);
 	/*
 	 * SO_PEERPIDFD (Linux 6.5) names the process that connected. The
 	 * fallback pidfd_open(pid) races: the client may have exited and its

@@ -202,3 +202,30 @@ fail:
 	close(fd);
 	return rc;
 }
+
+int td__plane_readonly(int fd, int *out_fd, const char **why)
+{
+	char path[64];
+	int ro;
+
+	/*
+	 * memfds are created mode 0777, so anyone handed the fd could
+	 * re-open /proc/self/fd/N read-write. 0444 stops that for other
+	 * uids (the seals already stop every write, this closes the door).
+	 * Only the file's owner or root may chmod: a producer's own memfd
+	 * under a daemon of another uid keeps its mode, and its seals.
+	 */
+	if (fchmod(fd, 0444) < 0 && errno != EPERM) {
+		*why = "cannot make the plane read-only (fchmod)";
+		return -errno;
+	}
+	/* A new, read-only open file description for the consumers. */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	ro = open(path, O_RDONLY | O_CLOEXEC);
+	if (ro < 0) {
+		*why = "cannot re-open the plane read-only (/proc/self/fd)";
+		return -errno;
+	}
+	*out_fd = ro;
+	return 0;
+}

@@ -169,6 +169,24 @@ int td__server_start(struct td__daemon *d)
 		return rc;
 	}
 	s->bound = true;
+	/*
+	 * Mode and group before listen(): nobody can connect yet, so there
+	 * is no window in which the umask's looser mode is in force.
+	 */
+	if (d->opts.socket_gid != (gid_t)-1 &&
+	    chown(path, (uid_t)-1, d->opts.socket_gid) < 0) {
+		rc = -errno;
+		td__log(TD_LOG_ERROR, "chown %s to gid %u: %s", path,
+			(unsigned)d->opts.socket_gid, strerror(errno));
+		return rc;
+	}
+	if (d->opts.socket_mode >= 0 &&
+	    chmod(path, (mode_t)d->opts.socket_mode) < 0) {
+		rc = -errno;
+		td__log(TD_LOG_ERROR, "chmod %s to %04o: %s", path,
+			(unsigned)d->opts.socket_mode, strerror(errno));
+		return rc;
+	}
 	if (listen(s->fd, 128) < 0) {
 		rc = -errno;
 		td__log(TD_LOG_ERROR, "listen %s: %s", path, strerror(errno));

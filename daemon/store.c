@@ -51,6 +51,9 @@ struct version {
 	uint64_t shape[TD_WIRE_MAX_DIMS];
 	uint64_t bytes; /* sum of plane sizes (STAT/LIST) */
 	uint64_t acct;  /* bytes counted against --max-bytes */
+	uid_t uid;      /* the publisher's, charged with acct */
+	uint64_t used;  /* store tick of the last PUBLISH or GET (LRU) */
+	bool evict;     /* picked by make_room() */
 	uint32_t nfds;
 	struct vfd fds[TABLE_MAX];
 	uint16_t name_len;
@@ -71,6 +74,7 @@ struct alloc {
 	uint64_t id;
 	uint32_t count;
 	uint64_t acct;
+	uid_t uid;
 	struct vfd fds[TD_WIRE_MAX_PLANES];
 	uint64_t sizes[TD_WIRE_MAX_PLANES];
 };
@@ -108,8 +112,72 @@ struct td__store {
 	struct td__list watches, waiters;
 	uv_timer_t timer; /* earliest parked-GET deadline */
 	uint64_t total;   /* accounted bytes */
+	struct uidacct *uids; /* accounted bytes per uid (nonzero only) */
+	size_t nuids, uids_cap;
+	uint64_t tick; /* LRU clock */
 	uint64_t next_version, next_lease, next_alloc, next_watch, next_buf;
 };
+
+/* Bytes one uid holds (allocs and versions it published). */
+struct uidacct {
+	uid_t uid;
+	uint64_t bytes;
+};
+
+/* ---- accounting ---- */
+
+static struct uidacct *uid_find(const struct td__store *s, uid_t uid)
+{
+	for (size_t i = 0; i < s->nuids; i++)
+		if (s->uids[i].uid == uid)
+			return &s->uids[i];
+	return NULL;
+}
+
+static uint64_t uid_bytes(const struct td__store *s, uid_t uid)
+{
+	const struct uidacct *u = uid_find(s, uid);
+
+	return u ? u->bytes : 0;
+}
+
+/* Charge n bytes to uid and the total. -ENOMEM leaves both unchanged. */
+static int acct_add(struct td__store *s, uid_t uid, uint64_t n)
+{
+	struct uidacct *u = uid_find(s, uid);
+
+	if (n == 0)
+		return 0;
+	if (!u) {
+		if (s->nuids == s->uids_cap) {
+			size_t cap = s->uids_cap ? s->uids_cap * 2 : 16;
+			struct uidacct *a = realloc(s->uids, cap * sizeof(*a));
+
+			if (!a)
+				return -ENOMEM;
+			s->uids = a;
+			s->uids_cap = cap;
+		}
+		u = &s->uids[s->nuids++];
+		*u = (struct uidacct){uid, 0};
+	}
+	u->bytes += n;
+	s->total += n;
+	return 0;
+}
+
+static void acct_sub(struct td__store *s, uid_t uid, uint64_t n)
+{
+	struct uidacct *u = uid_find(s, uid);
+
+	s->total -= n;
+	if (!u)
+		return;
+	/* clamped: a version charged to the total only (restore) */
+	u->bytes -= n < u->bytes ? n : u->bytes;
+	if (u->bytes == 0)
+		*u = s->uids[--s->nuids];
+}
 
 /* ---- buffer ids ---- */
 
@@ -184,7 +252,7 @@ static void version_unref(struct td__store *s, struct version *v)
 		return;
 	for (uint32_t i = 0; i < v->nfds; i++)
 		vfd_close(s, &v->fds[i]);
-	s->total -= v->acct;
+	acct_sub(s, v->uid, v->acct);
 	td__log(TD_LOG_DEBUG, "freed %.*s version %llu", (int)v->name_len,
 		v->name, (unsigned long long)v->number);
 	free(v);
@@ -256,6 +324,9 @@ static void bad_body(struct td__peer *p, const struct td_wire_hdr *h, int rc,
 		       e->reason ? e->reason : "invalid");
 }
 
+static bool may(const struct td__peer *p, unsigned perm, const char *name,
+		size_t len);
+
 static void notify(struct td__store *s, uint32_t event,
 		   const struct version *v)
 {
@@ -268,13 +339,170 @@ static void notify(struct td__store *s, uint32_t event,
 			w->id, event, v->number, {v->name, v->name_len}};
 		int64_t len;
 
-		if (w->peer->dead || !name_matches(w, v->name, v->name_len))
+		if (w->peer->dead || !name_matches(w, v->name, v->name_len) ||
+		    !may(w->peer, TD__PERM_READ, v->name, v->name_len))
 			continue;
 		len = td_wire_notify_encode(&n, TD__TX_BODY(d), TD__TX_CAP);
 		if (len >= 0)
 			td__peer_send(w->peer, TD_OP_NOTIFY, TD_WIRE_F_NOTIFY,
 				      0, 0, (size_t)len, NULL, 0);
 	}
+}
+
+/* ---- access policy ---- */
+
+/*
+ * May p do perm on name? Without --policy everyone may; the daemon's own
+ * uid (its operator) always may.
+ */
+static bool may(const struct td__peer *p, unsigned perm, const char *name,
+		size_t len)
+{
+	const struct td__policy *pol = td__d->policy;
+	struct td__cred c = {p->uid, p->gid, p->groups, p->ngroups};
+
+	if (!pol || p->uid == geteuid())
+		return true;
+	return td__policy_allows(pol, &c, perm, name, len);
+}
+
+static bool may_any(const struct td__peer *p, unsigned perm)
+{
+	const struct td__policy *pol = td__d->policy;
+	struct td__cred c = {p->uid, p->gid, p->groups, p->ngroups};
+
+	if (!pol || p->uid == geteuid())
+		return true;
+	return td__policy_any(pol, &c, perm);
+}
+
+/* The -EACCES reply; false so that callers can `if (!allowed(...))`. */
+static bool allowed(struct td__peer *p, const struct td_wire_hdr *h,
+		    unsigned perm, struct td_wire_str name)
+{
+	if (may(p, perm, name.ptr, name.len))
+		return true;
+	td__peer_error(p, h->opcode, h->request_id, -EACCES,
+		       "uid %u may not %s \"%.*s\" (policy %s)",
+		       (unsigned)p->uid,
+		       perm == TD__PERM_WRITE ? "write" : "read",
+		       (int)name.len, name.ptr, td__d->opts.policy_path);
+	return false;
+}
+
+/* ---- quotas and eviction ---- */
+
+static void name_remove(struct td__store *s, const struct version *v)
+{
+	bool found;
+	size_t at = name_find(s, v->name, v->name_len, &found);
+
+	if (!found || s->names[at] != v)
+		return;
+	memmove(&s->names[at], &s->names[at + 1],
+		(s->count - at - 1) * sizeof(*s->names));
+	s->count--;
+}
+
+/* What a make_room() shortage was, for the reply. */
+struct room {
+	int rc;             /* -ENOSPC (--max-bytes) or -EDQUOT (uid quota) */
+	uint64_t limit, in_use;
+};
+
+/*
+ * Room for `add` more bytes charged to uid, under --max-bytes and uid's
+ * quota. `old` is the version a PUBLISH replaces: it goes anyway, so its
+ * bytes count as free when nobody leases it, and it is never picked.
+ * Otherwise the least recently used versions that nobody leases and
+ * nobody pinned are evicted (only uid's own when uid's quota is short) -
+ * with `dry` only picked and unpicked, so a PUBLISH can check before it
+ * seals and evict after. 0, or -ENOSPC/-EDQUOT with *why filled.
+ */
+static int make_room(struct td__store *s, uid_t uid, uint64_t add,
+		     const struct version *old, bool dry, struct room *why)
+{
+	struct td__daemon *d = s->d;
+	uint64_t max = d->opts.max_bytes;
+	uint64_t qmax = td__policy_quota(d->policy, uid,
+					 d->opts.uid_max_bytes);
+	uint64_t total = s->total, mine = uid_bytes(s, uid);
+	int rc = 0;
+
+	if (old && old->refs == 1) {
+		total -= old->acct;
+		if (old->uid == uid)
+			mine -= old->acct;
+	}
+	for (;;) {
+		bool over_total = max && (total + add < total ||
+					  total + add > max);
+		bool over_uid = qmax && (mine + add < mine ||
+					 mine + add > qmax);
+		struct version *lru = NULL;
+
+		if (!over_total && !over_uid)
+			break;
+		for (size_t i = 0; i < s->count; i++) {
+			struct version *v = s->names[i];
+
+			if (v == old || v->evict || v->refs != 1 ||
+			    (v->flags & TD_WIRE_PUB_PIN) ||
+			    (over_uid && v->uid != uid))
+				continue;
+			if (!lru || v->used < lru->used)
+				lru = v;
+		}
+		if (!lru) {
+			why->rc = rc = over_uid ? -EDQUOT : -ENOSPC;
+			why->limit = over_uid ? qmax : max;
+			why->in_use = over_uid ? mine : total;
+			break;
+		}
+		lru->evict = true;
+		total -= lru->acct;
+		if (lru->uid == uid)
+			mine -= lru->acct;
+	}
+	/* unpick (dry, or failed: evict nothing) or evict what was picked */
+	for (size_t i = 0; i < s->count;) {
+		struct version *v = s->names[i];
+
+		if (!v->evict) {
+			i++;
+			continue;
+		}
+		v->evict = false;
+		if (dry || rc < 0) {
+			i++;
+			continue;
+		}
+		td__log(TD_LOG_INFO,
+			"evicted %.*s version %llu (%llu bytes of uid %u) "
+			"for uid %u",
+			(int)v->name_len, v->name,
+			(unsigned long long)v->number,
+			(unsigned long long)v->acct, (unsigned)v->uid,
+			(unsigned)uid);
+		name_remove(s, v); /* s->names[i] is the next one now */
+		notify(s, TD_EVENT_DELETED, v);
+		version_unref(s, v);
+	}
+	return rc;
+}
+
+/* The reply for a make_room() failure. */
+static void room_error(struct td__peer *p, const struct td_wire_hdr *h,
+		       uint64_t add, const struct room *r)
+{
+	td__peer_error(p, h->opcode, h->request_id, r->rc,
+		       "%s of %llu bytes exceeds %s (%llu in use of %llu) "
+		       "and nothing more can be evicted (what is held is "
+		       "leased, pinned or not yet published)",
+		       td_wire_op_name(h->opcode), (unsigned long long)add,
+		       r->rc == -EDQUOT ? "the uid quota" : "--max-bytes",
+		       (unsigned long long)r->in_use,
+		       (unsigned long long)r->limit);
 }
 
 /* ---- GET, leases ---- */
@@ -302,6 +530,7 @@ static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 	}
 	l->id = s->next_lease++;
 	l->v = v;
+	v->used = ++s->tick;
 	v->refs++;
 	v->lease_count++;
 	td__list_add_tail(&p->leases, &l->link);
@@ -427,6 +656,9 @@ static void op_get(struct td__peer *p, const struct td_wire_hdr *h,
 		bad_body(p, h, rc, &e);
 		return;
 	}
+	/* before the lookup: a refusal must not tell whether it exists */
+	if (!allowed(p, h, TD__PERM_READ, m.name))
+		return;
 	v = lookup(s, m.name);
 	if (m.mode == TD_GET_EXACT) {
 		if (v && v->number == m.version) {
@@ -529,7 +761,7 @@ static void alloc_free(struct td__store *s, struct alloc *a)
 {
 	for (uint32_t i = 0; i < a->count; i++)
 		vfd_close(s, &a->fds[i]);
-	s->total -= a->acct;
+	acct_sub(s, a->uid, a->acct);
 	free(a);
 }
 
@@ -552,6 +784,7 @@ static void op_alloc(struct td__peer *p, const struct td_wire_hdr *h,
 	struct alloc *a;
 	const char *why = NULL;
 	int fds[TD_WIRE_MAX_PLANES];
+	struct room room;
 	uint64_t sum = 0;
 	int64_t len;
 	int rc = td_wire_alloc_req_decode(body, h->body_len, &m, &e);
@@ -587,13 +820,15 @@ static void op_alloc(struct td__peer *p, const struct td_wire_hdr *h,
 			       TD__MAX_ALLOCS);
 		return;
 	}
-	if (over_quota(s, sum, 0)) {
-		td__peer_error(p, h->opcode, h->request_id, -ENOSPC,
-			       "ALLOC of %llu bytes exceeds --max-bytes "
-			       "(%llu in use of %llu)",
-			       (unsigned long long)sum,
-			       (unsigned long long)s->total,
-			       (unsigned long long)d->opts.max_bytes);
+	if (!may_any(p, TD__PERM_WRITE)) {
+		td__peer_error(p, h->opcode, h->request_id, -EACCES,
+			       "uid %u may not write any name (policy %s)",
+			       (unsigned)p->uid, d->opts.policy_path);
+		return;
+	}
+	/* evicting first frees the memory the planes are about to take */
+	if (make_room(s, p->uid, sum, NULL, false, &room) < 0) {
+		room_error(p, h, sum, &room);
 		return;
 	}
 	a = calloc(1, sizeof(*a));
@@ -603,6 +838,7 @@ static void op_alloc(struct td__peer *p, const struct td_wire_hdr *h,
 		return;
 	}
 	a->id = s->next_alloc++;
+	a->uid = p->uid;
 	for (uint32_t i = 0; i < m.plane_count; i++) {
 		int fd;
 
@@ -622,8 +858,13 @@ static void op_alloc(struct td__peer *p, const struct td_wire_hdr *h,
 		r.fds[i].fd = fd;
 		r.fds[i].buffer_id = a->fds[i].buffer_id;
 	}
+	if (acct_add(s, a->uid, sum) < 0) {
+		td__peer_error(p, h->opcode, h->request_id, -ENOMEM,
+			       "out of memory");
+		alloc_free(s, a);
+		return;
+	}
 	a->acct = sum;
-	s->total += sum;
 	td__list_add_tail(&p->allocs, &a->link);
 	p->n_allocs++;
 	r.alloc_id = a->id;
@@ -893,17 +1134,25 @@ static void op_publish(struct td__peer *p, const struct td_wire_hdr *h,
 	struct td_err e = {0};
 	struct version *ver, *old;
 	const char *why = NULL;
-	uint64_t acct = 0, freed = 0;
+	struct room room;
+	int ro[TABLE_MAX]; /* read-only reopens of the memfd planes */
+	uint64_t acct = 0;
 	size_t at;
 	bool found;
 	int rc;
 
 	for (uint32_t i = 0; i < TABLE_MAX; i++)
-		x.tab[i] = -1;
+		x.tab[i] = ro[i] = -1;
 	rc = td_wire_publish_req_decode(body, h->body_len, &x.m, &e);
 	if (rc < 0) {
 		pub_fail(&x, rc, "PUBLISH: %s: %s", e.field ? e.field : "body",
 			 e.reason ? e.reason : "invalid");
+		goto out;
+	}
+	if (!may(p, TD__PERM_WRITE, x.m.name.ptr, x.m.name.len)) {
+		pub_fail(&x, -EACCES, "uid %u may not write \"%.*s\" (policy "
+			 "%s)", (unsigned)p->uid, (int)x.m.name.len,
+			 x.m.name.ptr, d->opts.policy_path);
 		goto out;
 	}
 	if (x.m.alloc_id) {
@@ -946,14 +1195,16 @@ static void op_publish(struct td__peer *p, const struct td_wire_hdr *h,
 		if (x.own[i] && x.is_plane[i])
 			acct += x.info[i].size;
 	old = lookup(s, x.m.name);
-	if (old && old->refs == 1)
-		freed = old->acct;
-	if (over_quota(s, acct, freed)) {
-		pub_fail(&x, -ENOSPC,
-			 "PUBLISH of %llu bytes exceeds --max-bytes (%llu in "
-			 "use of %llu)",
-			 (unsigned long long)acct, (unsigned long long)s->total,
-			 (unsigned long long)d->opts.max_bytes);
+	/* only checked here; evicted after the seals, which cannot undo */
+	if (make_room(s, p->uid, acct, old, true, &room) < 0) {
+		pub_fail(&x, room.rc,
+			 "PUBLISH of %llu bytes exceeds %s (%llu in use of "
+			 "%llu) and nothing more can be evicted (what is held "
+			 "is leased, pinned or not yet published)",
+			 (unsigned long long)acct,
+			 room.rc == -EDQUOT ? "the uid quota" : "--max-bytes",
+			 (unsigned long long)room.in_use,
+			 (unsigned long long)room.limit);
 		goto out;
 	}
 	/* Seal last: irreversible, so only once everything else passed. */
@@ -961,6 +1212,8 @@ static void op_publish(struct td__peer *p, const struct td_wire_hdr *h,
 		if (!x.is_plane[i] || x.info[i].type != TD__PLANE_MEMFD)
 			continue;
 		rc = td__plane_seal(x.tab[i], &why);
+		if (rc == 0)
+			rc = td__plane_readonly(x.tab[i], &ro[i], &why);
 		if (rc < 0) {
 			pub_fail(&x, rc, "fd table entry %u: %s", i, why);
 			goto out;
@@ -983,6 +1236,13 @@ static void op_publish(struct td__peer *p, const struct td_wire_hdr *h,
 		s->names = n;
 		s->cap = cap;
 	}
+	/* cannot fail after the dry run above: nothing changed since */
+	make_room(s, p->uid, acct, old, false, &room);
+	if (acct_add(s, p->uid, acct) < 0) {
+		free(ver);
+		pub_fail(&x, -ENOMEM, "out of memory");
+		goto out;
+	}
 
 	/* commit: nothing below fails */
 	ver->nfds = x.ntab;
@@ -994,9 +1254,16 @@ static void op_publish(struct td__peer *p, const struct td_wire_hdr *h,
 			vfd_set(s, &ver->fds[i], x.tab[i], x.is_plane[i]);
 			x.own[i] = false;
 		}
+		/* consumers get the read-only description (same inode) */
+		if (ro[i] >= 0) {
+			close(ver->fds[i].fd);
+			ver->fds[i].fd = ro[i];
+			ro[i] = -1;
+		}
 	}
 	ver->acct = acct;
-	s->total += acct;
+	ver->uid = p->uid;
+	ver->used = ++s->tick;
 	if (x.alloc) {
 		ver->acct += x.alloc->acct;
 		x.alloc->acct = 0; /* moved to the version */
@@ -1035,6 +1302,7 @@ out:
 	for (uint32_t i = 0; i < x.ntab && i < TABLE_MAX; i++)
 		if (x.own[i] && x.tab[i] >= 0)
 			close(x.tab[i]);
+	close_fds(ro, TABLE_MAX);
 	close_fds(fds, nfds);
 	/*
 	 * Refuse only now: once the reply is out the peer may look at our fd
@@ -1097,6 +1365,9 @@ static void op_list(struct td__peer *p, const struct td_wire_hdr *h,
 		if (v->name_len < m.prefix.len ||
 		    memcmp(v->name, m.prefix.ptr, m.prefix.len) != 0)
 			break;
+		/* names this peer may not read are not listed */
+		if (!may(p, TD__PERM_READ, v->name, v->name_len))
+			continue;
 		ent = entry_of(v);
 		if (td_wire_entry_put(&wr, &ent) < 0) {
 			more = 1;
@@ -1124,6 +1395,8 @@ static void op_stat(struct td__peer *p, const struct td_wire_hdr *h,
 		bad_body(p, h, rc, &e);
 		return;
 	}
+	if (!allowed(p, h, TD__PERM_READ, m.name))
+		return;
 	v = lookup(d->store, m.name);
 	if (!v) {
 		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
@@ -1155,6 +1428,8 @@ static void op_delete(struct td__peer *p, const struct td_wire_hdr *h,
 		bad_body(p, h, rc, &e);
 		return;
 	}
+	if (!allowed(p, h, TD__PERM_WRITE, m.name))
+		return;
 	at = name_find(s, m.name.ptr, m.name.len, &found);
 	if (!found) {
 		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
@@ -1201,6 +1476,10 @@ static void op_watch(struct td__peer *p, const struct td_wire_hdr *h,
 		bad_body(p, h, rc, &e);
 		return;
 	}
+	/* a prefix watch is filtered per event instead (notify) */
+	if (!(m.flags & TD_WIRE_WATCH_PREFIX) &&
+	    !allowed(p, h, TD__PERM_READ, m.name))
+		return;
 	if (p->n_watches >= TD__MAX_WATCHES) {
 		td__peer_error(p, h->opcode, h->request_id, -ENOBUFS,
 			       "too many watches on this connection (max %d)",

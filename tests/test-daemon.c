@@ -1251,6 +1251,22 @@ Test(daemon, max_bytes_refuses_over_quota_with_enospc,
 	expect_error(sock, TD_OP_ALLOC, 95, -ENOSPC, "max-bytes");
 	publish_bytes(sock, "q/1", 4096, 1, false);
 	publish_bytes(sock, "q/2", 4096, 1, false);
+	/* both leased: eviction (LRU of unleased versions) has nothing */
+	uint64_t lease[2];
+	for (int i = 0; i < 2; i++) {
+		struct td_wire_get_rep rep;
+		struct msg *m;
+
+		get_req(sock, 90 + i, i ? "q/2" : "q/1", TD_GET_LATEST, 0, 0,
+			0);
+		m = reply(sock, TD_OP_GET, 90 + i);
+		cr_assert_eq(m->h.status, 0, "GET: %s", m->reason);
+		cr_assert_eq(td_wire_get_rep_decode(m->body, m->h.body_len,
+						    &rep, NULL),
+			     0);
+		close_msg_fds(m);
+		lease[i] = rep.lease_id;
+	}
 	{
 		int fd = shm_plane(4096, 1, true);
 		size_t bl = ref_blob(blobbuf, sizeof(blobbuf), 4096, 0,
@@ -1259,6 +1275,13 @@ Test(daemon, max_bytes_refuses_over_quota_with_enospc,
 		publish_raw(sock, 96, "q/3", bl, &fd, 1, false, 0);
 		expect_error(sock, TD_OP_PUBLISH, 96, -ENOSPC, "max-bytes");
 		close(fd);
+	}
+	for (int i = 0; i < 2; i++) {
+		struct td_wire_release_req rel = {lease[i]};
+
+		n = td_wire_release_req_encode(&rel, BODY, BODY_CAP);
+		send_req(sock, TD_OP_RELEASE, 97, (size_t)n, NULL, 0);
+		cr_assert_eq(reply(sock, TD_OP_RELEASE, 97)->h.status, 0);
 	}
 	/* replacing an unleased version frees its bytes first */
 	publish_bytes(sock, "q/2", 4096, 2, false);

@@ -1,0 +1,358 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The access policy (--policy FILE, docs/policy.md): which uids and gids
+ * may read or write which name prefixes, and per-uid byte quotas. The
+ * parser takes a buffer and does no I/O, so the fuzz target and the tests
+ * drive it directly; every count and length it reads is bounded by a
+ * TD__POLICY_MAX_* cap.
+ */
+#include "daemon.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_TOKENS 4
+
+struct tok {
+	const char *p;
+	size_t len;
+};
+
+static bool tok_is(const struct tok *t, const char *s)
+{
+	return t->len == strlen(s) && memcmp(t->p, s, t->len) == 0;
+}
+
+/* Decimal u32 below UINT32_MAX ((uid_t)-1 means "no id"). 0 or -EINVAL. */
+static int parse_id(const char *p, size_t len, uint32_t *out)
+{
+	uint64_t v = 0;
+
+	if (len == 0 || len > 10)
+		return -EINVAL;
+	for (size_t i = 0; i < len; i++) {
+		if (p[i] < '0' || p[i] > '9')
+			return -EINVAL;
+		v = v * 10 + (uint64_t)(p[i] - '0');
+	}
+	if (v >= UINT32_MAX)
+		return -EINVAL;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+/* N[K|M|G|T], no overflow. 0 or -EINVAL. */
+static int parse_size(const char *p, size_t len, uint64_t *out)
+{
+	unsigned shift = 0;
+	uint64_t v = 0;
+
+	if (len && strchr("KkMmGgTt", p[len - 1])) {
+		switch (p[len - 1] | 0x20) {
+		case 'k': shift = 10; break;
+		case 'm': shift = 20; break;
+		case 'g': shift = 30; break;
+		default: shift = 40; break;
+		}
+		len--;
+	}
+	if (len == 0 || len > 19)
+		return -EINVAL;
+	for (size_t i = 0; i < len; i++) {
+		if (p[i] < '0' || p[i] > '9')
+			return -EINVAL;
+		v = v * 10 + (uint64_t)(p[i] - '0'); /* 19 digits fit */
+	}
+	if (shift && v > (UINT64_MAX >> shift))
+		return -EINVAL;
+	*out = v << shift;
+	return 0;
+}
+
+/* "uid=N", "gid=N" or "any". */
+static int parse_who(const struct tok *t, uint8_t *kind, uint32_t *id)
+{
+	if (tok_is(t, "any")) {
+		*kind = TD__WHO_ANY;
+		*id = 0;
+		return 0;
+	}
+	if (t->len > 4 && memcmp(t->p, "uid=", 4) == 0)
+		*kind = TD__WHO_UID;
+	else if (t->len > 4 && memcmp(t->p, "gid=", 4) == 0)
+		*kind = TD__WHO_GID;
+	else
+		return -EINVAL;
+	return parse_id(t->p + 4, t->len - 4, id);
+}
+
+static int parse_line(struct td__policy *pol, const struct tok *t,
+		      unsigned n, const char **why)
+{
+	if (tok_is(&t[0], "allow")) {
+		struct td__rule r = {0};
+
+		if (n != 4) {
+			*why = "want: allow WHO PERM PREFIX";
+			return -EINVAL;
+		}
+		if (parse_who(&t[1], &r.kind, &r.id) < 0) {
+			*why = "WHO must be uid=N, gid=N or any";
+			return -EINVAL;
+		}
+		if (tok_is(&t[2], "r"))
+			r.perm = TD__PERM_READ;
+		else if (tok_is(&t[2], "w"))
+			r.perm = TD__PERM_WRITE;
+		else if (tok_is(&t[2], "rw"))
+			r.perm = TD__PERM_READ | TD__PERM_WRITE;
+		else {
+			*why = "PERM must be r, w or rw";
+			return -EINVAL;
+		}
+		/* "*" is every name; anything else is a LIST-style prefix */
+		if (!tok_is(&t[3], "*")) {
+			if (t[3].len > TD_WIRE_MAX_NAME) {
+				*why = "PREFIX longer than 255 bytes";
+				return -EOVERFLOW;
+			}
+			if (td_wire_name_check(t[3].p, t[3].len, true, NULL) <
+			    0) {
+				*why = "PREFIX is not a valid name prefix";
+				return -EINVAL;
+			}
+			memcpy(r.prefix, t[3].p, t[3].len);
+			r.len = (uint16_t)t[3].len;
+		}
+		if (pol->nrules >= TD__POLICY_MAX_RULES) {
+			*why = "too many allow lines";
+			return -E2BIG;
+		}
+		pol->rules[pol->nrules++] = r;
+		return 0;
+	}
+	if (tok_is(&t[0], "quota")) {
+		struct td__quota q;
+		uint8_t kind;
+
+		if (n != 3) {
+			*why = "want: quota uid=N BYTES";
+			return -EINVAL;
+		}
+		if (parse_who(&t[1], &kind, &q.uid) < 0 ||
+		    kind != TD__WHO_UID) {
+			*why = "a quota is per uid: uid=N";
+			return -EINVAL;
+		}
+		if (parse_size(t[2].p, t[2].len, &q.bytes) < 0) {
+			*why = "BYTES must be N[K|M|G|T]";
+			return -EINVAL;
+		}
+		for (unsigned i = 0; i < pol->nquotas; i++)
+			if (pol->quotas[i].uid == q.uid) {
+				*why = "second quota for the same uid";
+				return -EINVAL;
+			}
+		if (pol->nquotas >= TD__POLICY_MAX_QUOTAS) {
+			*why = "too many quota lines";
+			return -E2BIG;
+		}
+		pol->quotas[pol->nquotas++] = q;
+		return 0;
+	}
+	*why = "unknown keyword (want allow or quota)";
+	return -EINVAL;
+}
+
+int td__policy_parse(const char *buf, size_t len, struct td__policy *pol,
+		     unsigned *line, const char **why)
+{
+	size_t at = 0;
+	int rc = 0;
+
+	*pol = (struct td__policy){0};
+	*line = 0;
+	if (len > TD__POLICY_MAX_BYTES) {
+		*why = "policy file larger than 256 KiB";
+		return -EFBIG;
+	}
+	pol->rules = calloc(TD__POLICY_MAX_RULES, sizeof(*pol->rules));
+	pol->quotas = calloc(TD__POLICY_MAX_QUOTAS, sizeof(*pol->quotas));
+	if (!pol->rules || !pol->quotas) {
+		*why = "out of memory";
+		rc = -ENOMEM;
+		goto fail;
+	}
+	while (at < len) {
+		const char *p = buf + at;
+		const char *nl = memchr(p, '\n', len - at);
+		size_t ll = nl ? (size_t)(nl - p) : len - at;
+		struct tok t[MAX_TOKENS];
+		unsigned n = 0;
+
+		(*line)++;
+		at += ll + (nl ? 1 : 0);
+		if (ll > TD__POLICY_MAX_LINE) {
+			*why = "line longer than 1024 bytes";
+			rc = -EOVERFLOW;
+			goto fail;
+		}
+		/* a NUL or escape anywhere is a broken file, comments too */
+		for (size_t i = 0; i < ll; i++)
+			if (((unsigned char)p[i] < 0x20 && p[i] != '\t' &&
+			     p[i] != '\r') ||
+			    p[i] == 0x7f) {
+				*why = "control byte in the line";
+				rc = -EINVAL;
+				goto fail;
+			}
+		for (size_t i = 0; i < ll;) {
+			size_t j;
+
+			if (p[i] == '#')
+				break;
+			if (p[i] == ' ' || p[i] == '\t' || p[i] == '\r') {
+				i++;
+				continue;
+			}
+			for (j = i; j < ll && p[j] != ' ' && p[j] != '\t' &&
+				    p[j] != '\r' && p[j] != '#';
+			     j++)
+				;
+			if (n == MAX_TOKENS) {
+				*why = "too many words on the line";
+				rc = -EINVAL;
+				goto fail;
+			}
+			t[n++] = (struct tok){p + i, j - i};
+			i = j;
+		}
+		if (n == 0)
+			continue;
+		rc = parse_line(pol, t, n, why);
+		if (rc < 0)
+			goto fail;
+	}
+	*line = 0;
+	return 0;
+fail:
+	td__policy_fini(pol);
+	return rc;
+}
+
+void td__policy_fini(struct td__policy *pol)
+{
+	if (!pol)
+		return;
+	free(pol->rules);
+	free(pol->quotas);
+	*pol = (struct td__policy){0};
+}
+
+int td__policy_load(const char *path, struct td__policy *pol)
+{
+	char *buf = NULL;
+	const char *why = NULL;
+	struct stat st;
+	size_t len = 0;
+	unsigned line;
+	int fd, rc;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		rc = -errno;
+		td__log(TD_LOG_ERROR, "--policy %s: %s", path, strerror(-rc));
+		return rc;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    st.st_size > (off_t)TD__POLICY_MAX_BYTES) {
+		td__log(TD_LOG_ERROR,
+			"--policy %s: not a regular file of at most 256 KiB",
+			path);
+		rc = -EINVAL;
+		goto out;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	while (len < (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + len, (size_t)st.st_size - len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			rc = n < 0 ? -errno : -EIO;
+			td__log(TD_LOG_ERROR, "--policy %s: read failed",
+				path);
+			goto out;
+		}
+		len += (size_t)n;
+	}
+	rc = td__policy_parse(buf, len, pol, &line, &why);
+	if (rc < 0)
+		td__log(TD_LOG_ERROR, "--policy %s:%u: %s", path, line, why);
+	else
+		td__log(TD_LOG_INFO, "policy %s: %u allow rules, %u quotas",
+			path, pol->nrules, pol->nquotas);
+out:
+	free(buf);
+	close(fd);
+	return rc;
+}
+
+static bool who_matches(const struct td__rule *r, const struct td__cred *c)
+{
+	switch (r->kind) {
+	case TD__WHO_ANY:
+		return true;
+	case TD__WHO_UID:
+		return r->id == (uint32_t)c->uid;
+	default:
+		if (r->id == (uint32_t)c->gid)
+			return true;
+		for (unsigned i = 0; i < c->ngroups; i++)
+			if (r->id == (uint32_t)c->groups[i])
+				return true;
+		return false;
+	}
+}
+
+bool td__policy_allows(const struct td__policy *pol,
+		       const struct td__cred *c, unsigned perm,
+		       const char *name, size_t len)
+{
+	for (unsigned i = 0; i < pol->nrules; i++) {
+		const struct td__rule *r = &pol->rules[i];
+
+		if ((r->perm & perm) != perm || !who_matches(r, c))
+			continue;
+		if (len >= r->len && memcmp(name, r->prefix, r->len) == 0)
+			return true;
+	}
+	return false;
+}
+
+bool td__policy_any(const struct td__policy *pol, const struct td__cred *c,
+		    unsigned perm)
+{
+	for (unsigned i = 0; i < pol->nrules; i++)
+		if ((pol->rules[i].perm & perm) == perm &&
+		    who_matches(&pol->rules[i], c))
+			return true;
+	return false;
+}
+
+uint64_t td__policy_quota(const struct td__policy *pol, uid_t uid,
+			  uint64_t dflt)
+{
+	for (unsigned i = 0; pol && i < pol->nquotas; i++)
+		if (pol->quotas[i].uid == (uint32_t)uid)
+			return pol->quotas[i].bytes;
+	return dflt;
+}
