@@ -1,0 +1,986 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One misbehaving client must not hurt the others, lose data or reach what
+ * it may not (issue 4): clients that stop reading, fds in flight against
+ * RLIMIT_NOFILE, SIGKILL at random points, quotas and LRU eviction, the
+ * access policy (and its parser), read-only handout to other uids, the
+ * socket's mode and group.
+ *
+ * Each test starts its own tensord (tests/stress/daemonctl.c). Tests that
+ * need a second uid (nobody, 65534) or a daemon running as one are skipped
+ * when not run as root. Waits are bounded retries of a condition, never a
+ * timing threshold.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <tensord/tensord.h>
+
+#include "daemon.h" /* the policy parser and the caps under test */
+#include "daemonctl.h"
+#include "testutil.h"
+#include "wire.h"
+
+#define NOBODY 65534
+
+/* policy.c logs through these; the tests have no daemon loop */
+int td__log_level = TD_LOG_ERROR;
+struct td__daemon *td__d;
+
+void td__log(int level, const char *fmt, ...)
+{
+	(void)level;
+	(void)fmt;
+}
+
+static struct tdc_daemon D;
+
+static void start(const char *const *extra, uid_t uid, unsigned long nofile)
+{
+	struct tdc_opts o = {.extra = extra, .uid = uid, .nofile = nofile,
+			     .log_level = "debug"};
+	int rc = tdc_start(&D, NULL, &o);
+
+	cr_assert_eq(rc, 0, "tensord did not start: %s (log %s)",
+		     strerror(-rc), D.log);
+}
+
+static void stop(void)
+{
+	int rc = tdc_stop(&D, 0);
+
+	cr_assert_eq(rc, 0, "tensord exit status %d (log %s)", rc, D.log);
+}
+
+static bool root(void)
+{
+	return geteuid() == 0;
+}
+
+static bool log_has(const char *needle)
+{
+	size_t len;
+	uint8_t *buf = tu_try_read_file(D.log, &len);
+	bool found;
+
+	if (!buf)
+		return false;
+	buf[len] = 0;
+	found = strstr((char *)buf, needle) != NULL;
+	free(buf);
+	return found;
+}
+
+/* ---- client helpers (work in forked children too: no cr_assert) ---- */
+
+static struct td_client *cli_try(int *rc)
+{
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+
+	*rc = td_client_connect(D.sock, &c, &e);
+	return *rc < 0 ? NULL : c;
+}
+
+static struct td_client *cli(void)
+{
+	int rc;
+	struct td_client *c = cli_try(&rc);
+
+	cr_assert(c, "connect: %s", strerror(-rc));
+	return c;
+}
+
+static void fill(uint8_t *p, size_t n, uint64_t seed)
+{
+	for (size_t i = 0; i < n; i++) {
+		seed ^= seed << 13;
+		seed ^= seed >> 7;
+		seed ^= seed << 17;
+		p[i] = (uint8_t)seed;
+	}
+}
+
+/*
+ * Publish len bytes from seed under name, with their xxh3 in the
+ * metadata. flags TD_PUBLISH_*; fence_fd used with TD_PUBLISH_FENCE.
+ */
+static int put_ex(struct td_client *c, const char *name, size_t len,
+		  uint64_t seed, uint32_t flags, int fence_fd,
+		  struct td_error *e)
+{
+	uint64_t shape[1] = {len};
+	uint8_t *buf = malloc(len ? len : 1);
+	uint64_t digest;
+	struct td_publish p = {.name = name, .flags = flags,
+			       .dtype = TD_TENSOR_U8, .ndim = 1,
+			       .shape = shape, .fence_fd = fence_fd};
+	int rc;
+
+	if (!buf)
+		return -ENOMEM;
+	fill(buf, len, seed | 1);
+	digest = XXH3_64bits(buf, len);
+	p.meta = &digest;
+	p.meta_len = sizeof(digest);
+	rc = td_client_put(c, &p, buf, len, NULL, e);
+	free(buf);
+	return rc;
+}
+
+static int put(struct td_client *c, const char *name, size_t len,
+	       uint32_t flags)
+{
+	struct td_error e = {0};
+
+	return put_ex(c, name, len, (uint64_t)len * 7919 + 1, flags, -1, &e);
+}
+
+/* Get name, check its bytes against the digest, release. 0 or -errno. */
+static int verify(struct td_client *c, const char *name)
+{
+	struct td_tensor *t;
+	struct td_error e = {0};
+	const void *meta;
+	uint64_t want;
+	size_t mlen;
+	int rc = td_client_get(c, name, &t, &e);
+
+	if (rc < 0)
+		return rc;
+	meta = td_tensor_meta(t, &mlen);
+	if (mlen != sizeof(want)) {
+		td_tensor_release(t);
+		return -EBADMSG;
+	}
+	memcpy(&want, meta, sizeof(want));
+	rc = XXH3_64bits(td_tensor_plane_data(t, 0),
+			 td_tensor_plane_size(t, 0)) == want
+		     ? 0
+		     : -EILSEQ;
+	td_tensor_release(t);
+	return rc;
+}
+
+static int stat_rc(struct td_client *c, const char *name,
+		   struct td_entry *out)
+{
+	struct td_entry e;
+	struct td_error err = {0};
+	int rc = td_client_stat(c, name, &e, &err);
+
+	if (rc == 0 && out)
+		*out = e;
+	else if (rc == 0)
+		td_entry_fini(&e);
+	return rc;
+}
+
+/* In a forked child: report the failing line through the exit status. */
+#define CK(x)                                                                 \
+	do {                                                                  \
+		if (!(x)) {                                                   \
+			fprintf(stderr, "child %s:%d: %s\n", __FILE__,        \
+				__LINE__, #x);                                \
+			_exit(1);                                             \
+		}                                                             \
+	} while (0)
+
+/* Run fn in a child as nobody; assert it exits 0. */
+static void as_nobody(void (*fn)(void *), void *arg)
+{
+	pid_t pid = fork();
+	int st;
+
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		if (setgroups(0, NULL) < 0 || setgid(NOBODY) < 0 ||
+		    setuid(NOBODY) < 0)
+			_exit(2);
+		fn(arg);
+		_exit(0);
+	}
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "child as nobody failed (status %d); see stderr", st);
+}
+
+/* ---- raw wire, for the client that never reads ---- */
+
+/* 0, or -errno once the daemon has cut the connection. */
+static int raw_send(int sock, uint16_t op, uint64_t id, const uint8_t *body,
+		    size_t len)
+{
+	uint8_t buf[TD_WIRE_MAX_MSG];
+	struct td_wire_hdr h = {.magic = TD_WIRE_MAGIC,
+				.version = TD_WIRE_VERSION,
+				.opcode = op,
+				.request_id = id,
+				.body_len = (uint32_t)len};
+
+	ssize_t n;
+
+	td_wire_hdr_encode(&h, buf);
+	memcpy(buf + TD_WIRE_HDR_LEN, body, len);
+	n = send(sock, buf, TD_WIRE_HDR_LEN + len, MSG_NOSIGNAL);
+	if (n < 0 && (errno == ECONNRESET || errno == EPIPE))
+		return -errno;
+	cr_assert_eq(n, (ssize_t)(TD_WIRE_HDR_LEN + len), "send: %s",
+		     strerror(errno));
+	return 0;
+}
+
+/* One datagram: its length (0 at hang-up) and fds closed; <0 on error. */
+static ssize_t raw_recv(int sock, struct td_wire_hdr *h)
+{
+	uint8_t buf[TD_WIRE_MAX_MSG];
+	union {
+		char b[CMSG_SPACE(sizeof(int) * TD_WIRE_MAX_FDS)];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = {buf, sizeof(buf)};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1,
+			    .msg_control = ctl.b,
+			    .msg_controllen = sizeof(ctl.b)};
+	ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+
+	if (n < 0)
+		return -errno;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm;
+	     cm = CMSG_NXTHDR(&mh, cm)) {
+		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+		for (size_t i = 0; i < k; i++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int),
+			       sizeof(fd));
+			close(fd);
+		}
+	}
+	if (n > 0)
+		cr_assert_eq(td_wire_hdr_decode(buf, (size_t)n, h, NULL), 0);
+	return n;
+}
+
+/* A raw connection after HELLO, asking for fds by SCM_RIGHTS. */
+static int raw_hello_scm(void)
+{
+	struct td_wire_hello_req r = {TD_IMPORT_SCM, -1, {"never-reads", 11}};
+	uint8_t body[512];
+	struct td_wire_hdr h;
+	int64_t n = td_wire_hello_req_encode(&r, body, sizeof(body));
+	int sock = tdc_connect(D.sock);
+
+	cr_assert(sock >= 0 && n > 0);
+	cr_assert_eq(raw_send(sock, TD_OP_HELLO, 1, body, (size_t)n), 0);
+	cr_assert_gt(raw_recv(sock, &h), 0);
+	cr_assert_eq(h.status, 0);
+	return sock;
+}
+
+/* count GETs of name with TD_WIRE_REQ_SCM, none of the replies read. */
+static void raw_gets(int sock, const char *name, unsigned count)
+{
+	struct td_wire_get_req r = {{name, (uint16_t)strlen(name)},
+				    TD_GET_LATEST, TD_WIRE_REQ_SCM, 0, 0};
+	uint8_t body[512];
+	int64_t n = td_wire_get_req_encode(&r, body, sizeof(body));
+
+	cr_assert_gt(n, 0);
+	/* the daemon may cut it before all are sent */
+	for (unsigned i = 0; i < count; i++)
+		if (raw_send(sock, TD_OP_GET, 100 + i, body, (size_t)n) < 0)
+			break;
+}
+
+/* Read until the daemon hangs up; the number of replies that came. */
+static unsigned raw_drain(int sock)
+{
+	struct td_wire_hdr h;
+	unsigned replies = 0;
+	ssize_t n;
+
+	while ((n = raw_recv(sock, &h)) > 0)
+		replies++;
+	cr_assert(n == 0 || n == -ECONNRESET, "recv: %s", strerror(-(int)n));
+	return replies;
+}
+
+/* A 4 KiB tensor with an eventfd fence: every SCM GET carries 2 fds. */
+static void put_fenced(struct td_client *c, const char *name)
+{
+	struct td_error e = {0};
+	int efd = eventfd(1, EFD_CLOEXEC);
+	int rc;
+
+	cr_assert(efd >= 0);
+	rc = put_ex(c, name, 4096, 5, TD_PUBLISH_FENCE, efd, &e);
+	cr_assert_eq(rc, 0, "put %s: %s", name, e.reason);
+	close(efd);
+}
+
+static uint32_t lease_count(struct td_client *c, const char *name)
+{
+	struct td_entry e;
+	uint32_t n;
+
+	cr_assert_eq(stat_rc(c, name, &e), 0);
+	n = e.lease_count;
+	td_entry_fini(&e);
+	return n;
+}
+
+TestSuite(reliability, .timeout = 120);
+
+/* ---- slow and stuck clients ---- */
+
+Test(reliability, a_client_that_never_reads_is_cut_and_its_leases_released)
+{
+	struct td_client *c;
+	unsigned got;
+	int sock;
+
+	start(NULL, 0, 0);
+	c = cli();
+	put_fenced(c, "slow/t");
+	sock = raw_hello_scm();
+	/* 100 replies x 2 fds would be 200 fds in flight: over budget */
+	raw_gets(sock, "slow/t", 100);
+	/* the others are served meanwhile */
+	for (int i = 0; i < 20; i++)
+		cr_assert_eq(verify(c, "slow/t"), 0);
+	got = raw_drain(sock);
+	close(sock);
+	cr_assert_lt(got, 100, "the daemon answered all %u GETs", got);
+	cr_assert_leq(got * 2, TD__MAX_FDS_INFLIGHT);
+	cr_assert(log_has("does not read its replies"));
+	/* its leases go with it (the hang-up is handled asynchronously) */
+	for (int i = 0; i < 1000 && lease_count(c, "slow/t"); i++)
+		tdc_nap_ms(10);
+	cr_assert_eq(lease_count(c, "slow/t"), 0);
+	cr_assert_eq(verify(c, "slow/t"), 0);
+	td_client_close(c);
+	stop();
+}
+
+Test(reliability, fds_in_flight_of_a_stuck_client_do_not_starve_others)
+{
+	static const char *const extra[] = {"--socket-mode", "0666", NULL};
+	struct td_client *c;
+	unsigned got;
+	int sock;
+
+	if (!root())
+		cr_skip_test("needs root to run the daemon as nobody");
+	/*
+	 * As nobody with RLIMIT_NOFILE 200 the kernel refuses the daemon's
+	 * sendmsg with ETOOMANYREFS once 200 of its fds are in flight (root
+	 * would be exempt). Without the per-client budget the stuck client
+	 * gets there and then every client with fds to receive is cut.
+	 */
+	start(extra, NOBODY, 200);
+	setenv("TENSORD_IMPORT", "scm", 1);
+	c = cli();
+	unsetenv("TENSORD_IMPORT");
+	put_fenced(c, "slow/t");
+	sock = raw_hello_scm();
+	raw_gets(sock, "slow/t", 300);
+	for (int i = 0; i < 300; i++)
+		cr_assert_eq(verify(c, "slow/t"), 0, "GET %d failed", i);
+	got = raw_drain(sock);
+	close(sock);
+	cr_assert_leq(got * 2, TD__MAX_FDS_INFLIGHT);
+	cr_assert(!log_has("ETOOMANYREFS"));
+	td_client_close(c);
+	stop();
+}
+
+/* ---- SIGKILL at random points ---- */
+
+#define KILL_NAMES 6
+
+static void victim(int role, uint64_t seed, int bad_fd)
+{
+	struct td_client *c;
+	char name[32];
+	int rc;
+
+	c = cli_try(&rc);
+	if (!c)
+		_exit(0); /* killed daemon side is not this test's subject */
+	for (;;) {
+		seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+		snprintf(name, sizeof(name), "kill/%d",
+			 (int)((seed >> 33) % KILL_NAMES));
+		if (role == 0) {
+			/* producer: dies during ALLOC, fill or PUBLISH */
+			size_t len = 1 + (size_t)((seed >> 20) % (1u << 20));
+			struct td_error e = {0};
+
+			put_ex(c, name, len, seed, 0, -1, &e);
+		} else if (role == 1) {
+			/* consumer: dies holding leases, mid-check */
+			struct td_tensor *t[3];
+			struct td_error e = {0};
+			int n = 0;
+
+			rc = verify(c, name);
+			if (rc == -EILSEQ || rc == -EBADMSG)
+				(void)!write(bad_fd, "X", 1);
+			while (n < 3 && td_client_get(c, name, &t[n], &e) == 0)
+				n++;
+			if (seed & 1)
+				while (n)
+					td_tensor_release(t[--n]);
+		} else {
+			/* watcher: dies mid-watch, parked GETs pending */
+			struct td_event ev;
+			struct td_tensor *t;
+			struct td_error e = {0};
+			uint64_t id;
+
+			td_client_watch(c, "kill/", TD_WATCH_PREFIX, &id, &e);
+			td_client_next_event(c, 5, &ev, &e);
+			if (td_client_get_newer(c, name, UINT64_MAX - 1, 5, &t,
+						&e) == 0)
+				td_tensor_release(t);
+		}
+	}
+}
+
+Test(reliability, sigkill_at_random_points_leaks_nothing_and_shows_no_half_tensor)
+{
+	static const char *const extra[] = {"--max-bytes", "256M", NULL};
+	uint64_t seed = 0x5eed;
+	int bad[2], base, now;
+	struct td_client *c;
+	struct td_entry *list;
+	size_t count;
+	struct td_error e = {0};
+	char x;
+
+	start(extra, 0, 0);
+	base = tdc_fd_count(D.pid);
+	cr_assert(pipe2(bad, O_CLOEXEC | O_NONBLOCK) == 0);
+	for (int round = 0; round < 36; round++) {
+		pid_t kids[3];
+
+		for (int r = 0; r < 3; r++) {
+			seed = tu_rand(&seed) | 1;
+			kids[r] = fork();
+			cr_assert(kids[r] >= 0);
+			if (kids[r] == 0)
+				victim(r, seed, bad[1]);
+		}
+		/* a random point: somewhere in their loops */
+		tdc_nap_ms((long)(tu_rand(&seed) % 40));
+		for (int r = 0; r < 3; r++) {
+			kill(kids[r], SIGKILL);
+			waitpid(kids[r], NULL, 0);
+		}
+	}
+	cr_assert_eq(read(bad[0], &x, 1), -1, "a consumer saw wrong bytes");
+	close(bad[0]);
+	close(bad[1]);
+	/* every tensor that is visible is whole */
+	c = cli();
+	cr_assert_eq(td_client_list(c, "kill/", &list, &count, &e), 0);
+	for (size_t i = 0; i < count; i++)
+		cr_assert_eq(verify(c, list[i].name), 0, "%s", list[i].name);
+	for (size_t i = 0; i < count; i++)
+		cr_assert_eq(td_client_delete(c, list[i].name, NULL, &e), 0);
+	td_entry_list_free(list, count);
+	td_client_close(c);
+	/* no plane, alloc, lease or connection fd left behind */
+	now = tdc_fd_settle(D.pid, base, 1000);
+	if (now != base) {
+		char cmd[128];
+
+		snprintf(cmd, sizeof(cmd), "ls -l /proc/%d/fd >&2", (int)D.pid);
+		(void)!system(cmd);
+	}
+	cr_assert_eq(now, base, "daemon fds %d, baseline %d", now, base);
+	stop();
+}
+
+/* ---- admission, quotas and eviction ---- */
+
+Test(reliability, alloc_planes_are_backed_up_front)
+{
+	struct td_client *c;
+	struct td_alloc *a;
+	struct td_error e = {0};
+	uint64_t size = 8u << 20;
+	struct stat st;
+
+	start(NULL, 0, 0);
+	c = cli();
+	cr_assert_eq(td_client_alloc(c, 1, &size, &a, &e), 0, "%s", e.reason);
+	/* fallocate'd: every page is there before the producer writes */
+	cr_assert_eq(fstat(td_alloc_fd(a, 0), &st), 0);
+	cr_assert_geq((uint64_t)st.st_blocks * 512, size);
+	td_alloc_free(a);
+	td_client_close(c);
+	stop();
+}
+
+static const char *const max12k[] = {"--max-bytes", "12K", NULL};
+
+Test(reliability, lru_eviction_makes_room_for_a_new_version)
+{
+	struct td_client *c;
+
+	start(max12k, 0, 0);
+	c = cli();
+	cr_assert_eq(put(c, "e/a", 4096, 0), 0);
+	cr_assert_eq(put(c, "e/b", 4096, 0), 0);
+	cr_assert_eq(put(c, "e/c", 4096, 0), 0);
+	cr_assert_eq(verify(c, "e/a"), 0); /* a is now used more recently */
+	cr_assert_eq(put(c, "e/d", 4096, 0), 0);
+	cr_assert_eq(stat_rc(c, "e/b", NULL), -ENOENT, "b was the LRU");
+	cr_assert_eq(verify(c, "e/a"), 0);
+	cr_assert_eq(verify(c, "e/c"), 0);
+	cr_assert_eq(verify(c, "e/d"), 0);
+	cr_assert(log_has("evicted e/b"));
+	td_client_close(c);
+	stop();
+}
+
+Test(reliability, pinned_versions_are_never_evicted)
+{
+	struct td_client *c;
+	struct td_entry ent;
+	char name[16];
+
+	start(max12k, 0, 0);
+	c = cli();
+	cr_assert_eq(put(c, "p/pinned", 4096, TD_PUBLISH_PIN), 0);
+	for (int i = 0; i < 6; i++) {
+		snprintf(name, sizeof(name), "p/%d", i);
+		cr_assert_eq(put(c, name, 4096, 0), 0, "%s", name);
+	}
+	cr_assert_eq(stat_rc(c, "p/pinned", &ent), 0);
+	cr_assert_eq(ent.flags & TD_PUBLISH_PIN, TD_PUBLISH_PIN);
+	td_entry_fini(&ent);
+	cr_assert_eq(verify(c, "p/pinned"), 0);
+	cr_assert_eq(stat_rc(c, "p/0", NULL), -ENOENT);
+	td_client_close(c);
+	stop();
+}
+
+Test(reliability, leased_versions_are_never_evicted)
+{
+	struct td_client *c;
+	struct td_tensor *t;
+	struct td_error e = {0};
+	char name[16];
+
+	start(max12k, 0, 0);
+	c = cli();
+	cr_assert_eq(put(c, "l/held", 4096, 0), 0);
+	cr_assert_eq(td_client_get(c, "l/held", &t, &e), 0);
+	for (int i = 0; i < 6; i++) {
+		snprintf(name, sizeof(name), "l/%d", i);
+		cr_assert_eq(put(c, name, 4096, 0), 0, "%s", name);
+	}
+	cr_assert_eq(stat_rc(c, "l/held", NULL), 0);
+	td_tensor_release(t);
+	/* released, it is the least recently used now */
+	cr_assert_eq(put(c, "l/next", 4096, 0), 0);
+	cr_assert_eq(stat_rc(c, "l/held", NULL), -ENOENT);
+	td_client_close(c);
+	stop();
+}
+
+Test(reliability, nothing_evictable_is_an_explicit_enospc)
+{
+	static const char *const extra[] = {"--max-bytes", "8K", NULL};
+	struct td_client *c;
+	struct td_error e = {0};
+
+	start(extra, 0, 0);
+	c = cli();
+	cr_assert_eq(put(c, "n/a", 4096, TD_PUBLISH_PIN), 0);
+	cr_assert_eq(put(c, "n/b", 4096, TD_PUBLISH_PIN), 0);
+	cr_assert_eq(put_ex(c, "n/c", 4096, 1, 0, -1, &e), -ENOSPC);
+	cr_assert(strstr(e.reason, "nothing more can be evicted"), "%s",
+		  e.reason);
+	cr_assert(strstr(e.reason, "--max-bytes"), "%s", e.reason);
+	cr_assert_eq(verify(c, "n/a"), 0);
+	cr_assert_eq(verify(c, "n/b"), 0);
+	td_client_close(c);
+	stop();
+}
+
+static void quota_child(void *arg)
+{
+	struct td_client *c;
+	struct td_error e = {0};
+	int rc;
+
+	(void)arg;
+	c = cli_try(&rc);
+	CK(c);
+	CK(put(c, "q/n1", 4096, 0) == 0);
+	CK(put(c, "q/n2", 4096, 0) == 0);
+	/* over its 8K: its own least recently used goes, nobody else's */
+	CK(put(c, "q/n3", 4096, 0) == 0);
+	CK(stat_rc(c, "q/n1", NULL) == -ENOENT);
+	CK(put(c, "q/n2", 4096, TD_PUBLISH_PIN) == 0);
+	CK(put(c, "q/n3", 4096, TD_PUBLISH_PIN) == 0);
+	rc = put_ex(c, "q/n4", 4096, 1, 0, -1, &e);
+	CK(rc == -EDQUOT);
+	CK(strstr(e.reason, "uid quota"));
+	td_client_close(c);
+}
+
+Test(reliability, a_uid_quota_evicts_only_that_uids_versions_then_edquot)
+{
+	static const char *const extra[] = {"--uid-max-bytes", "8K",
+					    "--socket-mode", "0666", NULL};
+	struct td_client *c;
+
+	if (!root())
+		cr_skip_test("needs root to act as a second uid");
+	start(extra, 0, 0);
+	c = cli();
+	cr_assert_eq(put(c, "q/r1", 4096, 0), 0);
+	cr_assert_eq(put(c, "q/r2", 4096, 0), 0);
+	as_nobody(quota_child, NULL);
+	cr_assert_eq(verify(c, "q/r1"), 0);
+	cr_assert_eq(verify(c, "q/r2"), 0);
+	cr_assert_eq(verify(c, "q/n2"), 0);
+	cr_assert_eq(verify(c, "q/n3"), 0);
+	td_client_close(c);
+	stop();
+}
+
+/* ---- access control ---- */
+
+static char policy_path[128];
+
+static const char *const *with_policy(const char *text)
+{
+	static const char *extra[] = {"--policy", policy_path,
+				      "--socket-mode", "0666", NULL};
+	FILE *f;
+
+	snprintf(policy_path, sizeof(policy_path), "/tmp/td-policy-%d",
+		 (int)getpid());
+	f = fopen(policy_path, "w");
+	cr_assert(f);
+	fputs(text, f);
+	fclose(f);
+	return extra;
+}
+
+static void policy_child(void *arg)
+{
+	struct td_client *c;
+	struct td_entry *list;
+	struct td_error e = {0};
+	size_t count;
+	int rc;
+
+	(void)arg;
+	c = cli_try(&rc);
+	CK(c);
+	CK(verify(c, "pub/x") == 0);
+	CK(verify(c, "grp/z") == 0); /* by its gid */
+	rc = verify(c, "secret/y");
+	CK(rc == -EACCES);
+	CK(stat_rc(c, "secret/y", NULL) == -EACCES);
+	/* refused the same whether the name exists or not */
+	CK(stat_rc(c, "secret/none", NULL) == -EACCES);
+	CK(td_client_list(c, "", &list, &count, &e) == 0);
+	for (size_t i = 0; i < count; i++)
+		CK(strncmp(list[i].name, "secret/", 7) != 0);
+	CK(count == 3);
+	td_entry_list_free(list, count);
+	rc = put_ex(c, "pub/w", 64, 1, 0, -1, &e);
+	CK(rc == -EACCES);
+	CK(strstr(e.reason, "may not write"));
+	CK(put(c, "nobody/a", 64, 0) == 0);
+	CK(td_client_delete(c, "nobody/old", NULL, &e) == 0);
+	CK(td_client_delete(c, "pub/x", NULL, &e) == -EACCES);
+	td_client_close(c);
+}
+
+Test(reliability, the_policy_grants_by_uid_gid_and_prefix_and_refuses_the_rest)
+{
+	struct td_client *c;
+
+	if (!root())
+		cr_skip_test("needs root to act as a second uid");
+	start(with_policy("# readers and writers\n"
+			  "allow uid=65534 r pub/\n"
+			  "allow uid=65534 rw nobody/   # its own\n"
+			  "\n"
+			  "allow gid=65534 r grp/\n"),
+	      0, 0);
+	c = cli(); /* the daemon's own uid: its operator, always allowed */
+	cr_assert_eq(put(c, "pub/x", 64, 0), 0);
+	cr_assert_eq(put(c, "secret/y", 64, 0), 0);
+	cr_assert_eq(put(c, "grp/z", 64, 0), 0);
+	cr_assert_eq(put(c, "nobody/old", 64, 0), 0);
+	as_nobody(policy_child, NULL);
+	cr_assert_eq(verify(c, "nobody/a"), 0);
+	cr_assert_eq(stat_rc(c, "nobody/old", NULL), -ENOENT);
+	cr_assert_eq(verify(c, "pub/x"), 0);
+	td_client_close(c);
+	stop();
+	unlink(policy_path);
+}
+
+static void reader_child(void *arg)
+{
+	struct td_client *c;
+	struct td_alloc *a;
+	struct td_error e = {0};
+	uint64_t size = 4096;
+	int rc;
+
+	(void)arg;
+	c = cli_try(&rc);
+	CK(c);
+	CK(td_client_alloc(c, 1, &size, &a, &e) == -EACCES);
+	td_client_close(c);
+}
+
+Test(reliability, a_uid_without_any_write_rule_cannot_alloc)
+{
+	if (!root())
+		cr_skip_test("needs root to act as a second uid");
+	start(with_policy("allow uid=65534 r pub/\n"), 0, 0);
+	as_nobody(reader_child, NULL);
+	stop();
+	unlink(policy_path);
+}
+
+Test(reliability, a_bad_policy_file_stops_the_daemon_at_start)
+{
+	struct tdc_daemon d;
+	struct tdc_opts o = {.extra = with_policy("allow uid=1 rwx a/\n")};
+
+	char cmd[128];
+
+	cr_assert_eq(tdc_start(&d, NULL, &o), -ECHILD);
+	unlink(policy_path);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d.dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+static void upgrade_child(void *arg)
+{
+	struct td_client *c;
+	struct td_tensor *t;
+	struct td_error e = {0};
+	char path[64];
+	void *p;
+	int rc, fd;
+
+	(void)arg;
+	c = cli_try(&rc);
+	CK(c);
+	CK(td_client_get(c, "ro/t", &t, &e) == 0);
+	fd = td_tensor_plane_fd(t, 0);
+	CK(fd >= 0);
+	/* the fd it was handed is read-only ... */
+	CK((fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDONLY);
+	CK(write(fd, "x", 1) < 0 && errno == EBADF);
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	CK(p == MAP_FAILED);
+	/* ... and cannot be re-opened read-write, or chmod'ed to allow it */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	CK(open(path, O_RDWR) < 0 && errno == EACCES);
+	CK(open(path, O_WRONLY) < 0 && errno == EACCES);
+	CK(fchmod(fd, 0666) < 0 && errno == EPERM);
+	CK(ftruncate(fd, 0) < 0);
+	CK(fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL) < 0);
+	CK(verify(c, "ro/t") == 0);
+	td_tensor_release(t);
+	td_client_close(c);
+}
+
+Test(reliability, a_consumer_of_another_uid_cannot_upgrade_to_write)
+{
+	static const char *const extra[] = {"--socket-mode", "0666", NULL};
+	struct td_client *c;
+	struct td_tensor *t;
+	struct td_error e = {0};
+	char path[64];
+	int fd;
+
+	if (!root())
+		cr_skip_test("needs root to act as a second uid");
+	start(extra, 0, 0);
+	c = cli();
+	cr_assert_eq(put(c, "ro/t", 4096, 0), 0);
+	as_nobody(upgrade_child, NULL);
+	/* root may re-open it read-write, but the seals still stop writes */
+	cr_assert_eq(td_client_get(c, "ro/t", &t, &e), 0);
+	snprintf(path, sizeof(path), "/proc/self/fd/%d",
+		 td_tensor_plane_fd(t, 0));
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	cr_assert(fd >= 0);
+	cr_assert(write(fd, "x", 1) < 0 && errno == EPERM);
+	close(fd);
+	td_tensor_release(t);
+	cr_assert_eq(verify(c, "ro/t"), 0);
+	td_client_close(c);
+	stop();
+}
+
+static void refused_child(void *arg)
+{
+	int fd = tdc_connect(arg);
+
+	CK(fd == -EACCES);
+}
+
+Test(reliability, the_socket_mode_and_group_are_applied)
+{
+	static const char *const extra[] = {"--socket-mode", "0660",
+					    "--socket-group", "0", NULL};
+	struct stat st;
+
+	start(extra, 0, 0);
+	cr_assert_eq(stat(D.sock, &st), 0);
+	cr_assert_eq(st.st_mode & 07777, 0660);
+	cr_assert_eq(st.st_gid, 0);
+	if (root())
+		as_nobody(refused_child, D.sock);
+	stop();
+}
+
+/* ---- the policy parser ---- */
+
+static int parse(const char *text, struct td__policy *pol, unsigned *line,
+		 const char **why)
+{
+	return td__policy_parse(text, strlen(text), pol, line, why);
+}
+
+Test(reliability, the_policy_parser_reads_rules_quotas_and_comments)
+{
+	struct td__policy pol;
+	const char *why = NULL;
+	unsigned line;
+	gid_t groups[1] = {44};
+	struct td__cred u1000 = {1000, 1000, groups, 1};
+	struct td__cred u7 = {7, 7, NULL, 0};
+
+	cr_assert_eq(parse("# comment\n\n"
+			   "allow uid=1000 rw cam/\r\n"
+			   "  allow\tgid=44 r video/ # trailing\n"
+			   "allow any r public/\n"
+			   "allow uid=7 w *\n"
+			   "quota uid=1000 1G\n"
+			   "quota uid=7 4096",
+			   &pol, &line, &why),
+		     0, "line %u: %s", line, why);
+	cr_assert_eq(pol.nrules, 4);
+	cr_assert_eq(pol.nquotas, 2);
+	cr_assert(td__policy_allows(&pol, &u1000, TD__PERM_READ |
+						  TD__PERM_WRITE,
+				    "cam/0", 5));
+	cr_assert(!td__policy_allows(&pol, &u1000, TD__PERM_WRITE,
+				     "video/0", 7));
+	cr_assert(td__policy_allows(&pol, &u1000, TD__PERM_READ, "video/0",
+				    7));
+	cr_assert(td__policy_allows(&pol, &u7, TD__PERM_READ, "public/a", 8));
+	cr_assert(!td__policy_allows(&pol, &u7, TD__PERM_READ, "cam/0", 5));
+	cr_assert(td__policy_allows(&pol, &u7, TD__PERM_WRITE, "any/name",
+				    8));
+	cr_assert(td__policy_any(&pol, &u1000, TD__PERM_WRITE));
+	cr_assert_eq(td__policy_quota(&pol, 1000, 5), 1ull << 30);
+	cr_assert_eq(td__policy_quota(&pol, 7, 5), 4096);
+	cr_assert_eq(td__policy_quota(&pol, 8, 5), 5);
+	td__policy_fini(&pol);
+	td__policy_fini(&pol); /* idempotent */
+}
+
+Test(reliability, the_policy_parser_refuses_each_bad_line_naming_it)
+{
+	static const struct {
+		const char *text;
+		int rc;
+		unsigned line;
+		const char *why;
+	} bad[] = {
+		{"allow uid=1 rwx a/\n", -EINVAL, 1, "PERM"},
+		{"\n\nallow uid=x r a/\n", -EINVAL, 3, "WHO"},
+		{"allow uid=4294967295 r a/", -EINVAL, 1, "WHO"},
+		{"allow uid=99999999999 r a/", -EINVAL, 1, "WHO"},
+		{"allow uid= r a/", -EINVAL, 1, "WHO"},
+		{"allow user=1 r a/", -EINVAL, 1, "WHO"},
+		{"allow uid=1 r", -EINVAL, 1, "want"},
+		{"allow uid=1 r a/ b c", -EINVAL, 1, "too many words"},
+		{"allow uid=1 r ../x", -EINVAL, 1, "PREFIX"},
+		{"allow uid=1 r /abs", -EINVAL, 1, "PREFIX"},
+		{"allow uid=1 r a\x01b", -EINVAL, 1, "control"},
+		{"deny uid=1 r a/", -EINVAL, 1, "keyword"},
+		{"quota gid=1 1G", -EINVAL, 1, "per uid"},
+		{"quota uid=1 1X", -EINVAL, 1, "BYTES"},
+		{"quota uid=1 99999999999999999999", -EINVAL, 1, "BYTES"},
+		{"quota uid=1 99999999999G", -EINVAL, 1, "BYTES"},
+		{"quota uid=1 1G\nquota uid=1 2G", -EINVAL, 2, "second"},
+	};
+	struct td__policy pol;
+	const char *why;
+	unsigned line;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		why = NULL;
+		cr_assert_eq(parse(bad[i].text, &pol, &line, &why), bad[i].rc,
+			     "case %zu", i);
+		cr_assert_eq(line, bad[i].line, "case %zu: line %u", i, line);
+		cr_assert(why && strstr(why, bad[i].why), "case %zu: %s", i,
+			  why);
+		cr_assert_null(pol.rules, "case %zu left rules behind", i);
+	}
+}
+
+Test(reliability, the_policy_parser_bounds_lines_rules_and_size)
+{
+	struct td__policy pol;
+	const char *why;
+	unsigned line;
+	size_t cap = TD__POLICY_MAX_BYTES + 2, n = 0;
+	char *buf = malloc(cap);
+
+	cr_assert(buf);
+	/* one line over 1024 bytes */
+	memset(buf, ' ', 2000);
+	buf[2000] = 0;
+	cr_assert_eq(parse(buf, &pol, &line, &why), -EOVERFLOW);
+	/* one rule too many */
+	for (int i = 0; i <= TD__POLICY_MAX_RULES; i++)
+		n += (size_t)snprintf(buf + n, cap - n, "allow any r a%d/\n",
+				      i);
+	cr_assert_eq(parse(buf, &pol, &line, &why), -E2BIG);
+	cr_assert_eq(line, TD__POLICY_MAX_RULES + 1);
+	/* a file over the cap, refused before it is read */
+	memset(buf, '#', cap);
+	cr_assert_eq(td__policy_parse(buf, cap - 1, &pol, &line, &why),
+		     -EFBIG);
+	/* NUL inside a line */
+	cr_assert_eq(td__policy_parse("allow any r a\0/", 15, &pol, &line,
+				      &why),
+		     -EINVAL);
+	free(buf);
+}
