@@ -1,0 +1,254 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tensord through its public client API (libclient/include/tensord/tensord.h),
+ * against a daemon the bench starts on a socket in its temp dir.
+ *
+ * Producer: td_client_alloc() one plane -> write -> td_client_publish_alloc()
+ * (the API has no buffer pool: every handoff is a fresh daemon memfd,
+ * zero-filled and unfaulted, so its first-touch faults are part of every
+ * tensord round trip; nothing can pre-fault it in setup).
+ * Consumer: td_client_get_newer(last version, wait forever) -> check the
+ * bytes in place -> td_tensor_release() -> td_client_trim() -> ack.
+ *
+ * The trim: the client caches up to 64 idle mappings per buffer id, but
+ * the daemon never hands the same buffer twice here, so the cache cannot
+ * hit and would only pin up to 64 dead buffers (64 GiB at 1 GiB). Trimming
+ * unmaps the one just released, like fd-pass's munmap per handoff.
+ *
+ * Ack: tensord has no reply channel, so the consumer acks with 8 bytes on
+ * an AF_UNIX SOCK_SEQPACKET socketpair the harness made (one syscall each
+ * way, as in the socket baselines). The fast path (ring/control block)
+ * will replace this method's internals, not the harness.
+ */
+#include "bench.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <tensord/tensord.h>
+
+static int daemon_pid = -1;
+static char sock_path[300];
+
+static int try_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int s, rc;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -errno;
+	rc = connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 ? 0 : -errno;
+	close(s);
+	return rc;
+}
+
+static int td_start(const struct bench_env *env, char *why, size_t why_len)
+{
+	char logp[300];
+	uint64_t end;
+	int rc;
+
+	if (access(env->tensord_path, X_OK) != 0) {
+		snprintf(why, why_len, "daemon binary %.200s not found",
+			 env->tensord_path);
+		return -ENOENT;
+	}
+	snprintf(sock_path, sizeof(sock_path), "%.200s/tensord.sock",
+		 env->tmpdir);
+	snprintf(logp, sizeof(logp), "%.200s/tensord.log", env->tmpdir);
+	{
+		const char *argv[] = { env->tensord_path, "--socket",
+				       sock_path, "--log-level", "warn",
+				       NULL };
+
+		rc = bench_spawn(argv, logp, NULL, NULL);
+	}
+	if (rc < 0) {
+		snprintf(why, why_len, "cannot start tensord: %s",
+			 strerror(-rc));
+		return rc;
+	}
+	daemon_pid = rc;
+	/* ready once a connect succeeds; 20 s for one that never comes up */
+	end = bench_now_ns() + 20000000000ull;
+	for (;;) {
+		int status;
+
+		if (try_connect(sock_path) == 0)
+			break;
+		if (waitpid(daemon_pid, &status, WNOHANG) == daemon_pid ||
+		    bench_now_ns() > end) {
+			char tail[200];
+
+			bench_log_tail(logp, tail, sizeof(tail));
+			snprintf(why, why_len, "tensord did not come up: %s",
+				 tail[0] ? tail : "(no output)");
+			bench_reap(daemon_pid, 2000);
+			daemon_pid = -1;
+			return -EIO;
+		}
+		usleep(5000);
+	}
+	if (env->verbose)
+		fprintf(stderr, "bench: tensord pid %d on %s\n", daemon_pid,
+			sock_path);
+	return 0;
+}
+
+static void td_stop(void)
+{
+	if (daemon_pid > 0)
+		bench_reap(daemon_pid, 5000);
+	daemon_pid = -1;
+}
+
+static int td_prepare(struct bench_run *r)
+{
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, r->fds) < 0)
+		return bench_fail(r, -errno, "socketpair: %s",
+				  strerror(errno));
+	return 0;
+}
+
+static void td_unprepare(struct bench_run *r)
+{
+	for (int i = 0; i < 2; i++) {
+		if (r->fds[i] >= 0)
+			close(r->fds[i]);
+		r->fds[i] = -1;
+	}
+}
+
+struct td_priv {
+	struct td_client *c;
+	int ack;
+	uint64_t last; /* consumer: version last seen */
+	char name[64];
+};
+
+static int td_setup(struct bench_run *r)
+{
+	struct td_priv *x = calloc(1, sizeof(*x));
+	int mine = r->role == BENCH_PRODUCER ? 0 : 1;
+	struct td_error err;
+	int rc;
+
+	if (!x)
+		return bench_fail(r, -ENOMEM, "out of memory");
+	r->priv = x;
+	x->ack = r->fds[mine];
+	close(r->fds[!mine]);
+	r->fds[0] = r->fds[1] = -1;
+	snprintf(x->name, sizeof(x->name), "bench/run%u", r->run_id);
+	rc = td_client_connect(sock_path, &x->c, &err);
+	if (rc < 0)
+		return bench_fail(r, rc, "td_client_connect: %.200s",
+				  err.reason);
+	return 0;
+}
+
+static int td_producer_step(struct bench_run *r, uint64_t seq)
+{
+	struct td_priv *x = r->priv;
+	uint64_t size = r->size, shape[1] = { r->size }, version;
+	struct td_publish pub;
+	struct td_alloc *a;
+	struct td_error err;
+	void *p;
+	int rc;
+
+	rc = td_client_alloc(x->c, 1, &size, &a, &err);
+	if (rc < 0)
+		return bench_fail(r, rc, "td_client_alloc: %.200s",
+				  err.reason);
+	p = td_alloc_data(a, 0);
+	if (!p) {
+		td_alloc_free(a);
+		return bench_fail(r, -EIO, "td_alloc_data: NULL");
+	}
+	bench_payload_write(p, r->size, seq, r->write);
+	memset(&pub, 0, sizeof(pub));
+	pub.name = x->name;
+	pub.dtype = TD_TENSOR_U8;
+	pub.ndim = 1;
+	pub.shape = shape;
+	rc = td_client_publish_alloc(x->c, a, &pub, &version, &err);
+	if (rc < 0)
+		return bench_fail(r, rc, "td_client_publish_alloc: %.200s",
+				  err.reason);
+	rc = bench_ack_recv(x->ack, seq);
+	if (rc < 0)
+		return bench_fail(r, rc, "ack %" PRIu64 ": %s", seq,
+				  strerror(-rc));
+	return 0;
+}
+
+static int td_consumer_step(struct bench_run *r, uint64_t seq)
+{
+	struct td_priv *x = r->priv;
+	struct td_tensor *t;
+	struct td_error err;
+	const void *p;
+	int rc;
+
+	rc = td_client_get_newer(x->c, x->name, x->last, -1, &t, &err);
+	if (rc < 0)
+		return bench_fail(r, rc, "td_client_get_newer: %.200s",
+				  err.reason);
+	x->last = td_tensor_version(t);
+	p = td_tensor_plane_data(t, 0);
+	if (!p || td_tensor_plane_size(t, 0) != r->size)
+		rc = bench_fail(r, -EPROTO, "plane 0: %p, %" PRIu64 " bytes",
+				p, td_tensor_plane_size(t, 0));
+	else if (bench_payload_check(p, r->size, seq, r->write) < 0)
+		rc = bench_fail(r, -EBADMSG, "payload %" PRIu64 " corrupt",
+				seq);
+	td_tensor_release(t);
+	td_client_trim(x->c);
+	if (rc < 0)
+		return rc;
+	rc = bench_ack_send(x->ack, seq);
+	if (rc < 0)
+		return bench_fail(r, rc, "ack send: %s", strerror(-rc));
+	return 0;
+}
+
+static void td_teardown(struct bench_run *r)
+{
+	struct td_priv *x = r->priv;
+
+	if (!x)
+		return;
+	td_client_close(x->c);
+	if (x->ack >= 0)
+		close(x->ack);
+	free(x);
+	r->priv = NULL;
+}
+
+const struct bench_method bench_tensord = {
+	.name = "tensord",
+	.desc = "tensord public client API, daemon started by the bench: "
+		"td_client_alloc/write/td_client_publish_alloc, "
+		"td_client_get_newer/check/td_tensor_release/td_client_trim; "
+		"ack: 8 bytes on an AF_UNIX SOCK_SEQPACKET socketpair",
+	.start = td_start,
+	.stop = td_stop,
+	.prepare = td_prepare,
+	.unprepare = td_unprepare,
+	.setup = td_setup,
+	.producer_step = td_producer_step,
+	.consumer_step = td_consumer_step,
+	.teardown = td_teardown,
+};

@@ -1,0 +1,867 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tensord-bench: the harness. Options, the run matrix, forking and
+ * supervising the producer/consumer pair, statistics; report.c writes the
+ * JSON, Markdown and plot.
+ */
+#include "bench.h"
+#include "report.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <getopt.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef TD_BENCH_TENSORD_DEFAULT
+#define TD_BENCH_TENSORD_DEFAULT "tensord"
+#endif
+#ifndef TD_BENCH_ROUDI_DEFAULT
+#define TD_BENCH_ROUDI_DEFAULT "/usr/bin/iox-roudi"
+#endif
+
+/* ---- methods that were not built ---- */
+
+#ifndef TD_BENCH_HAVE_ICEORYX
+static int iox_unbuilt(const struct bench_env *env, char *why, size_t len)
+{
+	snprintf(why, len, "not built: libiceoryx-binding-c-dev was not "
+		 "found when meson configured the bench");
+	return -ENOENT;
+}
+const struct bench_method bench_iceoryx_wait = {
+	.name = "iceoryx-wait", .desc = "iceoryx 2.0, blocking wait-sets",
+	.start = iox_unbuilt,
+};
+const struct bench_method bench_iceoryx_poll = {
+	.name = "iceoryx-poll", .desc = "iceoryx 2.0, busy polling",
+	.start = iox_unbuilt,
+};
+#endif
+
+#ifndef TD_BENCH_HAVE_TENSORD
+static int td_unbuilt(const struct bench_env *env, char *why, size_t len)
+{
+	snprintf(why, len, "not built: libtensord (libclient/) was not "
+		 "available when meson configured the bench");
+	return -ENOENT;
+}
+const struct bench_method bench_tensord = {
+	.name = "tensord", .desc = "tensord public client API",
+	.start = td_unbuilt,
+};
+#endif
+
+static const struct bench_method *const all_methods[] = {
+	&bench_tensord,
+	&bench_iceoryx_wait,
+	&bench_iceoryx_poll,
+	&bench_socket_copy,
+	&bench_fd_pass,
+};
+#define METHOD_COUNT (sizeof(all_methods) / sizeof(all_methods[0]))
+
+/* ---- process-wide state for the exit paths ---- */
+
+static pid_t main_pid;
+static volatile pid_t child_pids[2] = { -1, -1 };
+static int method_started[METHOD_COUNT];
+static struct bench_env env;
+
+static int rm_entry(const char *path, const struct stat *sb, int flag,
+		    struct FTW *ftw)
+{
+	return remove(path);
+}
+
+/* Every exit path of the parent ends here: children killed, RouDi and the
+ * daemon stopped, temp dir removed. Forked children inherit the atexit
+ * registration, hence the pid check. */
+static void cleanup(void)
+{
+	if (getpid() != main_pid)
+		return;
+	for (int i = 0; i < 2; i++) {
+		if (child_pids[i] > 0) {
+			kill(child_pids[i], SIGKILL);
+			waitpid(child_pids[i], NULL, 0);
+			child_pids[i] = -1;
+		}
+	}
+	for (size_t i = 0; i < METHOD_COUNT; i++) {
+		if (method_started[i] && all_methods[i]->stop)
+			all_methods[i]->stop();
+		method_started[i] = 0;
+	}
+	if (env.tmpdir[0]) {
+		/* TD_BENCH_KEEP=1 keeps the logs (roudi.log, tensord.log) */
+		if (getenv("TD_BENCH_KEEP"))
+			fprintf(stderr, "bench: kept %s\n", env.tmpdir);
+		else
+			nftw(env.tmpdir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+		env.tmpdir[0] = 0;
+	}
+}
+
+static void on_signal(int sig)
+{
+	cleanup();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+/* ---- options ---- */
+
+struct opts {
+	char *methods;
+	size_t sizes[32];
+	size_t size_count;
+	int modes; /* bit 0: nowrite, bit 1: write */
+	long long iters, warmup;
+	double scale;
+	int rounds;
+	int pin, cpu[2];
+	int run_timeout;
+	const char *json, *png, *markdown;
+	int smoke;
+	int tap;
+};
+
+static int parse_size(const char *s, size_t *out)
+{
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+
+	if (end == s)
+		return -EINVAL;
+	switch (*end) {
+	case 'k': case 'K': v <<= 10; end++; break;
+	case 'm': case 'M': v <<= 20; end++; break;
+	case 'g': case 'G': v <<= 30; end++; break;
+	default: break;
+	}
+	if (*end == 'i')
+		end++;
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end || v < 16 || v % 8)
+		return -EINVAL;
+	*out = (size_t)v;
+	return 0;
+}
+
+static int parse_sizes(const char *arg, struct opts *o)
+{
+	char *dup = strdup(arg), *save = NULL;
+
+	o->size_count = 0;
+	for (char *t = strtok_r(dup, ",", &save); t;
+	     t = strtok_r(NULL, ",", &save)) {
+		if (o->size_count == 32 ||
+		    parse_size(t, &o->sizes[o->size_count]) < 0) {
+			fprintf(stderr, "bad size '%s' (multiple of 8, >= 16; "
+				"K/M/G suffixes)\n", t);
+			free(dup);
+			return -EINVAL;
+		}
+		o->size_count++;
+	}
+	free(dup);
+	return o->size_count ? 0 : -EINVAL;
+}
+
+static int parse_modes(const char *arg)
+{
+	char *dup = strdup(arg), *save = NULL;
+	int modes = 0;
+
+	for (char *t = strtok_r(dup, ",", &save); t;
+	     t = strtok_r(NULL, ",", &save)) {
+		if (strcmp(t, "write") == 0)
+			modes |= 2;
+		else if (strcmp(t, "nowrite") == 0)
+			modes |= 1;
+		else
+			modes = -1000;
+	}
+	free(dup);
+	return modes;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: tensord-bench [options]\n"
+"Ping-pong handoff benchmark: producer publishes, consumer gets, checks,\n"
+"releases and acks; the producer times the round trip.\n\n"
+"  --methods LIST   comma list of: tensord iceoryx-wait iceoryx-poll\n"
+"                   socket-copy fd-pass (default: all)\n"
+"  --sizes LIST     payload sizes, e.g. 64,4K,1M (default:\n"
+"                   64,4K,1M,16M,64M,1G)\n"
+"  --modes LIST     write (producer writes every byte, consumer checks\n"
+"                   every byte), nowrite (16-byte stamps only); default both\n"
+"  --iters N        measured iterations per run (default: by size)\n"
+"  --warmup N       excluded warm-up iterations (default: by size)\n"
+"  --scale F        multiply the default iteration counts by F\n"
+"  --rounds R       split each run into R rounds interleaved across the\n"
+"                   methods (order rotating), each with its own setup and\n"
+"                   warm-up (default 3)\n"
+"  --cpus A,B       pin producer to A, consumer to B (default: first two\n"
+"                   allowed CPUs)\n"
+"  --no-pin         do not pin\n"
+"  --timeout S      kill a run after S seconds (default 300)\n"
+"  --json FILE      write every figure as JSON\n"
+"  --png FILE       plot round trip vs size (gnuplot)\n"
+"  --markdown FILE  ratio and median tables (for bench/README.md)\n"
+"  --tensord PATH   daemon binary (default %s)\n"
+"  --roudi PATH     iox-roudi binary (default %s)\n"
+"  --smoke          seconds-long check: sizes 64,4K,64K, 30 iterations;\n"
+"                   exit 1 unless every available method completed and\n"
+"                   every payload was verified\n"
+"  --tap            TAP on stdout (one test per run; n/a = SKIP), the\n"
+"                   table on stderr\n"
+"  -v, --verbose\n"
+"Environment: TD_BENCH_TENSORD (daemon binary), TD_BENCH_KEEP=1 (keep the\n"
+"temp dir with the RouDi and tensord logs).\n",
+		TD_BENCH_TENSORD_DEFAULT, TD_BENCH_ROUDI_DEFAULT);
+}
+
+static uint64_t default_iters(size_t size)
+{
+	if (size <= (4u << 10))
+		return 20000;
+	if (size <= (64u << 10))
+		return 5000;
+	if (size <= (1u << 20))
+		return 2000;
+	if (size <= (16u << 20))
+		return 200;
+	if (size <= (64u << 20))
+		return 50;
+	return 8;
+}
+
+static uint64_t default_warmup(size_t size)
+{
+	if (size <= (64u << 10))
+		return 500;
+	if (size <= (1u << 20))
+		return 50;
+	if (size <= (16u << 20))
+		return 10;
+	if (size <= (64u << 20))
+		return 5;
+	return 1;
+}
+
+/* ---- one run ---- */
+
+struct shared {
+	int rc[2];
+	char why[2][BENCH_WHY_MAX];
+	uint64_t verified;
+	uint64_t loop_ns;
+	uint64_t samples[];
+};
+
+/* Both children write one byte and wait for the other's, so neither
+ * starts timing (or tears down) before the peer is ready. */
+static int barrier(struct bench_run *r, int ctl, const char *what)
+{
+	struct pollfd p = { .fd = ctl, .events = POLLIN };
+	char c = 'r';
+	int n;
+
+	if (send(ctl, &c, 1, MSG_NOSIGNAL) != 1)
+		return bench_fail(r, -EPIPE, "%s barrier: peer gone", what);
+	do
+		n = poll(&p, 1, 120000);
+	while (n < 0 && errno == EINTR);
+	if (n == 0)
+		return bench_fail(r, -ETIMEDOUT, "%s barrier: peer silent "
+				  "for 120 s", what);
+	if (recv(ctl, &c, 1, 0) != 1)
+		return bench_fail(r, -EPIPE, "%s barrier: peer failed", what);
+	return 0;
+}
+
+static void pin_to(int cpu)
+{
+	cpu_set_t set;
+
+	if (cpu < 0)
+		return;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	sched_setaffinity(0, sizeof(set), &set);
+}
+
+static void __attribute__((noreturn))
+child_main(const struct bench_method *m, struct bench_run *r, int ctl,
+	   struct shared *sh, uint64_t warmup, uint64_t n, int cpu)
+{
+	uint64_t total = warmup + n, t_start = 0, t_end = 0, done = 0;
+	int rc;
+
+	/* A child must not outlive the harness. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != main_pid)
+		_exit(3);
+	pin_to(cpu);
+	rc = m->setup(r);
+	if (rc == 0)
+		rc = barrier(r, ctl, "setup");
+	for (uint64_t i = 0; rc == 0 && i < total; i++) {
+		if (r->role == BENCH_PRODUCER) {
+			uint64_t t0 = bench_now_ns(), t1;
+
+			rc = m->producer_step(r, i + 1);
+			t1 = bench_now_ns();
+			if (i == warmup)
+				t_start = t0;
+			if (i >= warmup)
+				sh->samples[i - warmup] = t1 - t0;
+			t_end = t1;
+		} else {
+			rc = m->consumer_step(r, i + 1);
+			if (rc == 0)
+				done++;
+		}
+	}
+	if (rc == 0)
+		rc = barrier(r, ctl, "end");
+	if (r->role == BENCH_PRODUCER)
+		sh->loop_ns = t_end - t_start;
+	else
+		sh->verified = done;
+	if (m->teardown)
+		m->teardown(r);
+	sh->rc[r->role] = rc;
+	memcpy(sh->why[r->role], r->why, BENCH_WHY_MAX);
+	/* exit(), not _exit(): iceoryx deregisters in static destructors. */
+	exit(rc ? 1 : 0);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void stats(struct bench_result *res, uint64_t *s, uint64_t n)
+{
+	double sum = 0;
+	uint64_t k;
+
+	qsort(s, n, sizeof(*s), cmp_u64);
+	for (uint64_t i = 0; i < n; i++)
+		sum += (double)s[i];
+	res->min_ns = (double)s[0];
+	res->max_ns = (double)s[n - 1];
+	res->mean_ns = sum / (double)n;
+	res->median_ns = n % 2 ? (double)s[n / 2] :
+		((double)s[n / 2 - 1] + (double)s[n / 2]) / 2;
+	/* nearest rank: the smallest sample >= 99 % of all */
+	k = (99 * n + 99) / 100;
+	res->p99_ns = (double)s[k ? k - 1 : 0];
+}
+
+/*
+ * One round of one method: fork the pair, n measured round trips after
+ * res->warmup excluded ones. On success the samples go to out[0..n) and
+ * the counters in res grow; on failure res->status and res->why say so.
+ */
+static void run_one(const struct bench_method *m, struct bench_result *res,
+		    const struct opts *o, unsigned run_id, uint64_t n,
+		    uint64_t *out)
+{
+	uint64_t warmup = res->warmup;
+	size_t shlen = sizeof(struct shared) + n * sizeof(uint64_t);
+	struct shared *sh;
+	struct bench_run r;
+	int ctl[2], status[2] = { 0, 0 }, exited[2] = { 0, 0 };
+	int pidfd[2] = { -1, -1 };
+	uint64_t deadline, grace = 0;
+
+	memset(&r, 0, sizeof(r));
+	r.env = &env;
+	r.size = res->size;
+	r.write = res->write;
+	r.run_id = run_id;
+	r.fds[0] = r.fds[1] = -1;
+
+	sh = mmap(NULL, shlen, PROT_READ | PROT_WRITE,
+		  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (sh == MAP_FAILED) {
+		res->status = BENCH_FAILED;
+		snprintf(res->why, sizeof(res->why), "mmap results: %s",
+			 strerror(errno));
+		return;
+	}
+	sh->rc[0] = sh->rc[1] = -EINTR;
+	snprintf(sh->why[0], BENCH_WHY_MAX, "producer died");
+	snprintf(sh->why[1], BENCH_WHY_MAX, "consumer died");
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) < 0) {
+		res->status = BENCH_FAILED;
+		snprintf(res->why, sizeof(res->why), "socketpair: %s",
+			 strerror(errno));
+		munmap(sh, shlen);
+		return;
+	}
+	if (m->prepare && m->prepare(&r) < 0) {
+		res->status = BENCH_FAILED;
+		snprintf(res->why, sizeof(res->why), "prepare: %.200s", r.why);
+		goto out;
+	}
+	fflush(stdout);
+	fflush(stderr);
+	for (int role = BENCH_CONSUMER; role >= BENCH_PRODUCER; role--) {
+		pid_t pid = fork();
+
+		if (pid < 0) {
+			res->status = BENCH_FAILED;
+			snprintf(res->why, sizeof(res->why), "fork: %s",
+				 strerror(errno));
+			goto out;
+		}
+		if (pid == 0) {
+			close(ctl[!role]);
+			r.role = (enum bench_role)role;
+			child_main(m, &r, ctl[role], sh, warmup, n,
+				   o->pin ? o->cpu[role] : -1);
+		}
+		child_pids[role] = pid;
+	}
+
+	/* Supervise: a run ends when both children exited; one failing
+	 * leaves the other 3 s before it is killed (it may be blocked on the
+	 * peer), and the whole run gets o->run_timeout seconds. The parent
+	 * sleeps in poll() on pidfds so it does not wake the pinned CPUs. */
+	for (int i = 0; i < 2; i++)
+		pidfd[i] = (int)syscall(SYS_pidfd_open, child_pids[i], 0);
+	deadline = bench_now_ns() + (uint64_t)o->run_timeout * 1000000000u;
+	while (!exited[0] || !exited[1]) {
+		struct pollfd pf[2];
+		uint64_t now, until;
+		nfds_t npf = 0;
+		int any = 0, ms;
+
+		for (int i = 0; i < 2; i++) {
+			if (exited[i])
+				continue;
+			if (waitpid(child_pids[i], &status[i], WNOHANG) ==
+			    child_pids[i]) {
+				exited[i] = 1;
+				child_pids[i] = -1;
+				any = 1;
+				if (!WIFEXITED(status[i]) ||
+				    WEXITSTATUS(status[i]) != 0)
+					grace = bench_now_ns() + 3000000000u;
+			} else if (pidfd[i] >= 0) {
+				pf[npf].fd = pidfd[i];
+				pf[npf].events = POLLIN;
+				npf++;
+			}
+		}
+		if (any)
+			continue;
+		now = bench_now_ns();
+		if (now > deadline || (grace && now > grace)) {
+			for (int i = 0; i < 2; i++)
+				if (!exited[i])
+					kill(child_pids[i], SIGKILL);
+			if (!grace) {
+				res->status = BENCH_FAILED;
+				snprintf(res->why, sizeof(res->why),
+					 "timed out after %d s",
+					 o->run_timeout);
+			}
+			grace = 0;
+			deadline = UINT64_MAX;
+			continue;
+		}
+		until = grace && grace < deadline ? grace : deadline;
+		ms = until - now > 1000000000ull ? 1000 :
+			(int)((until - now) / 1000000u) + 1;
+		if (npf == (nfds_t)(!exited[0] + !exited[1]))
+			poll(pf, npf, ms); /* a pidfd polls readable on exit */
+		else
+			usleep(2000); /* no pidfd (old kernel): plain polling */
+	}
+	for (int i = 0; i < 2; i++)
+		if (pidfd[i] >= 0)
+			close(pidfd[i]);
+
+	if (res->status == BENCH_FAILED) {
+		/* timed out: reason already set */
+	} else if (sh->rc[0] || sh->rc[1]) {
+		res->status = BENCH_FAILED;
+		snprintf(res->why, sizeof(res->why),
+			 "producer: %.110s; consumer: %.110s",
+			 sh->rc[0] ? sh->why[0] : "ok",
+			 sh->rc[1] ? sh->why[1] : "ok");
+	} else if (sh->verified != warmup + n) {
+		res->status = BENCH_FAILED;
+		snprintf(res->why, sizeof(res->why),
+			 "consumer verified %llu of %llu payloads",
+			 (unsigned long long)sh->verified,
+			 (unsigned long long)(warmup + n));
+	} else {
+		res->verified += sh->verified;
+		res->loop_s += (double)sh->loop_ns / 1e9;
+		res->rounds++;
+		memcpy(out, sh->samples, n * sizeof(uint64_t));
+	}
+out:
+	for (int i = 0; i < 2; i++) {
+		if (child_pids[i] > 0) {
+			kill(child_pids[i], SIGKILL);
+			waitpid(child_pids[i], NULL, 0);
+			child_pids[i] = -1;
+		}
+	}
+	if (m->unprepare)
+		m->unprepare(&r);
+	close(ctl[0]);
+	close(ctl[1]);
+	munmap(sh, shlen);
+}
+
+/* ---- main ---- */
+
+static void tap_line(const struct bench_result *r, size_t n)
+{
+	const char *mode = r->write ? "write" : "nowrite";
+
+	if (r->status == BENCH_OK)
+		printf("ok %zu - %s %s %zu B: %llu payloads verified\n", n,
+		       r->method->name, mode, r->size,
+		       (unsigned long long)r->verified);
+	else if (r->status == BENCH_NA)
+		printf("ok %zu - %s %s %zu B # SKIP %s\n", n, r->method->name,
+		       mode, r->size, r->why);
+	else
+		printf("not ok %zu - %s %s %zu B: %s\n", n, r->method->name,
+		       mode, r->size, r->why);
+}
+
+static int pick_cpus(struct opts *o)
+{
+	cpu_set_t set;
+	int found = 0;
+
+	if (sched_getaffinity(0, sizeof(set), &set) < 0)
+		return -errno;
+	for (int c = 0; c < CPU_SETSIZE && found < 2; c++)
+		if (CPU_ISSET(c, &set))
+			o->cpu[found++] = c;
+	return found == 2 ? 0 : -ENODEV;
+}
+
+static int want_method(const struct opts *o, const char *name)
+{
+	char *dup, *save = NULL;
+	int yes = 0;
+
+	if (!o->methods)
+		return 1;
+	dup = strdup(o->methods);
+	for (char *t = strtok_r(dup, ",", &save); t && !yes;
+	     t = strtok_r(NULL, ",", &save))
+		yes = strcmp(t, name) == 0;
+	free(dup);
+	return yes;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "methods", required_argument, NULL, 'm' },
+		{ "sizes", required_argument, NULL, 's' },
+		{ "modes", required_argument, NULL, 'M' },
+		{ "iters", required_argument, NULL, 'n' },
+		{ "warmup", required_argument, NULL, 'w' },
+		{ "scale", required_argument, NULL, 'S' },
+		{ "rounds", required_argument, NULL, 'r' },
+		{ "cpus", required_argument, NULL, 'c' },
+		{ "no-pin", no_argument, NULL, 'P' },
+		{ "timeout", required_argument, NULL, 't' },
+		{ "json", required_argument, NULL, 'j' },
+		{ "png", required_argument, NULL, 'p' },
+		{ "markdown", required_argument, NULL, 'k' },
+		{ "tensord", required_argument, NULL, 'T' },
+		{ "roudi", required_argument, NULL, 'R' },
+		{ "smoke", no_argument, NULL, 'Z' },
+		{ "tap", no_argument, NULL, 'A' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	static const size_t default_sizes[] = {
+		64, 4u << 10, 1u << 20, 16u << 20, 64u << 20, 1u << 30,
+	};
+	struct opts o = {
+		.modes = 3, .iters = -1, .warmup = -1, .scale = 1.0, .rounds = 3,
+		.pin = 1, .cpu = { -1, -1 }, .run_timeout = 300,
+	};
+	static struct bench_report rep;
+	char start_why[METHOD_COUNT][BENCH_WHY_MAX];
+	int start_rc[METHOD_COUNT];
+	int c, failed = 0, sizes_given = 0;
+	FILE *table;
+	unsigned run_id = 0;
+	uint64_t *samples = NULL;
+
+	main_pid = getpid();
+	rep.started_ns = bench_now_ns();
+	report_loadavg(rep.load_start, sizeof(rep.load_start));
+	env.tensord_path = getenv("TD_BENCH_TENSORD");
+	if (!env.tensord_path)
+		env.tensord_path = TD_BENCH_TENSORD_DEFAULT;
+	env.roudi_path = TD_BENCH_ROUDI_DEFAULT;
+
+	while ((c = getopt_long(argc, argv, "vh", lo, NULL)) != -1) {
+		switch (c) {
+		case 'm': o.methods = optarg; break;
+		case 's':
+			if (parse_sizes(optarg, &o) < 0)
+				return 2;
+			sizes_given = 1;
+			break;
+		case 'M':
+			o.modes = parse_modes(optarg);
+			if (o.modes <= 0) {
+				fprintf(stderr, "bad --modes (write,nowrite)\n");
+				return 2;
+			}
+			break;
+		case 'n': o.iters = atoll(optarg); break;
+		case 'w': o.warmup = atoll(optarg); break;
+		case 'S': o.scale = atof(optarg); break;
+		case 'r': o.rounds = atoi(optarg); break;
+		case 'c':
+			if (sscanf(optarg, "%d,%d", &o.cpu[0], &o.cpu[1]) != 2) {
+				fprintf(stderr, "bad --cpus\n");
+				return 2;
+			}
+			break;
+		case 'P': o.pin = 0; break;
+		case 't': o.run_timeout = atoi(optarg); break;
+		case 'j': o.json = optarg; break;
+		case 'p': o.png = optarg; break;
+		case 'k': o.markdown = optarg; break;
+		case 'T': env.tensord_path = optarg; break;
+		case 'R': env.roudi_path = optarg; break;
+		case 'Z': o.smoke = 1; break;
+		case 'A': o.tap = 1; break;
+		case 'v': env.verbose = 1; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind != argc || o.iters == 0 || o.scale <= 0 || o.rounds < 1 ||
+	    o.run_timeout <= 0) {
+		usage(stderr);
+		return 2;
+	}
+	if (o.smoke) {
+		if (!sizes_given) {
+			o.sizes[0] = 64;
+			o.sizes[1] = 4u << 10;
+			o.sizes[2] = 64u << 10;
+			o.size_count = 3;
+		}
+		if (o.iters < 0)
+			o.iters = 30;
+		if (o.warmup < 0)
+			o.warmup = 3;
+		if (o.run_timeout == 300)
+			o.run_timeout = 60;
+	} else if (!sizes_given) {
+		memcpy(o.sizes, default_sizes, sizeof(default_sizes));
+		o.size_count = sizeof(default_sizes) / sizeof(size_t);
+	}
+	if (o.pin && o.cpu[0] < 0 && pick_cpus(&o) < 0) {
+		fprintf(stderr, "bench: fewer than 2 CPUs allowed, not "
+			"pinning\n");
+		o.pin = 0;
+	}
+
+	snprintf(env.tmpdir, sizeof(env.tmpdir), "%s/tdbench.XXXXXX",
+		 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	if (!mkdtemp(env.tmpdir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	env.sizes = o.sizes;
+	env.size_count = o.size_count;
+	atexit(cleanup);
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	signal(SIGHUP, on_signal);
+	signal(SIGPIPE, SIG_IGN);
+
+	rep.pinned = o.pin;
+	rep.cpu[0] = o.cpu[0];
+	rep.cpu[1] = o.cpu[1];
+	rep.argc = argc;
+	rep.argv = argv;
+	rep.smoke = o.smoke;
+
+	for (size_t i = 0; i < METHOD_COUNT; i++) {
+		const struct bench_method *m = all_methods[i];
+
+		start_rc[i] = 0;
+		start_why[i][0] = 0;
+		if (!want_method(&o, m->name))
+			continue;
+		rep.methods[rep.method_count++] = m;
+		if (m->start) {
+			method_started[i] = 1;
+			start_rc[i] = m->start(&env, start_why[i],
+					       BENCH_WHY_MAX);
+		}
+		if (!m->setup && start_rc[i] == 0) {
+			start_rc[i] = -ENOSYS;
+			snprintf(start_why[i], BENCH_WHY_MAX,
+				 "method not implemented yet");
+		}
+		if (start_rc[i] < 0)
+			fprintf(stderr, "bench: %s: %s\n", m->name,
+				start_why[i]);
+	}
+	if (!rep.method_count) {
+		fprintf(stderr, "bench: no method selected\n");
+		return 2;
+	}
+
+	table = o.tap ? stderr : stdout;
+	fprintf(table, "%-13s %-7s %10s %12s %12s %8s %10s\n", "method", "mode",
+	       "size", "median_us", "p99_us", "samples", "GB/s");
+	for (size_t si = 0; si < o.size_count; si++) {
+		size_t size = o.sizes[si];
+		uint64_t n = o.iters > 0 ? (uint64_t)o.iters :
+			(uint64_t)((double)default_iters(size) * o.scale);
+		uint64_t w = o.warmup >= 0 ? (uint64_t)o.warmup :
+			default_warmup(size);
+
+		if (n < 1)
+			n = 1;
+		for (int write = 1; write >= 0; write--) {
+			struct bench_result *group = rep.results +
+						     rep.result_count;
+			size_t gn = 0;
+			uint64_t rounds = (uint64_t)o.rounds < n ?
+				(uint64_t)o.rounds : n, done = 0;
+
+			if (!(o.modes & (write ? 2 : 1)))
+				continue;
+			for (size_t i = 0; i < METHOD_COUNT; i++) {
+				const struct bench_method *m = all_methods[i];
+				struct bench_result *res;
+
+				if (!want_method(&o, m->name))
+					continue;
+				if (rep.result_count == BENCH_MAX_RESULTS)
+					break;
+				res = &rep.results[rep.result_count++];
+				gn++;
+				memset(res, 0, sizeof(*res));
+				res->method = m;
+				res->size = size;
+				res->write = write;
+				res->samples = n;
+				res->warmup = w;
+				res->status = BENCH_OK;
+				if (start_rc[i] < 0) {
+					res->status = start_rc[i] == -ENOENT ||
+						start_rc[i] == -ENOSYS ?
+						BENCH_NA : BENCH_FAILED;
+					snprintf(res->why, sizeof(res->why),
+						 "%s", start_why[i]);
+				} else if (m->can_run &&
+					   m->can_run(&env, size, res->why,
+						      sizeof(res->why)) < 0) {
+					res->status = BENCH_NA;
+				}
+			}
+			/* Interleave: every method runs a slice of the
+			 * iterations per round, the order rotating, so load
+			 * that comes and goes on the machine is spread over
+			 * all methods instead of landing on one. */
+			samples = realloc(samples, gn * n * sizeof(uint64_t));
+			if (!samples) {
+				perror("bench: samples");
+				return 1;
+			}
+			for (uint64_t rd = 0; rd < rounds; rd++) {
+				uint64_t k = n / rounds + (rd < n % rounds);
+
+				for (size_t j = 0; j < gn; j++) {
+					size_t g = (j + rd) % gn;
+					struct bench_result *res = &group[g];
+
+					if (res->status != BENCH_OK)
+						continue;
+					run_one(res->method, res, &o, ++run_id,
+						k, samples + g * n + done);
+				}
+				done += k;
+			}
+			for (size_t g = 0; g < gn; g++) {
+				struct bench_result *res = &group[g];
+
+				if (res->status == BENCH_OK) {
+					stats(res, samples + g * n, n);
+					res->handoffs_per_s = res->loop_s > 0 ?
+						(double)n / res->loop_s : 0;
+					res->gbytes_per_s =
+						res->handoffs_per_s *
+						(double)res->size / 1e9;
+				}
+				if (res->status == BENCH_FAILED)
+					failed++;
+				report_line(table, res);
+				if (o.tap)
+					tap_line(res, (size_t)(res -
+							      rep.results) + 1);
+				fflush(table);
+				fflush(stdout);
+			}
+		}
+	}
+	free(samples);
+
+	report_loadavg(rep.load_end, sizeof(rep.load_end));
+	if (o.json && report_json(o.json, &rep, &env) < 0)
+		failed++;
+	if (o.markdown && report_markdown(o.markdown, &rep) < 0)
+		failed++;
+	if (o.png && report_plot(o.png, &rep, env.tmpdir) < 0)
+		failed++;
+	if (o.tap)
+		printf("1..%zu\n", rep.result_count);
+	if (o.smoke) {
+		size_t ok = 0, na = 0;
+
+		for (size_t i = 0; i < rep.result_count; i++) {
+			ok += rep.results[i].status == BENCH_OK;
+			na += rep.results[i].status == BENCH_NA;
+		}
+		fprintf(table, "smoke: %zu ok, %zu n/a, %d failed\n", ok, na,
+			failed);
+	}
+	return failed ? 1 : 0;
+}

@@ -1,0 +1,508 @@
+/* SPDX-License-Identifier: MIT */
+/* JSON, Markdown and gnuplot output of a bench invocation. */
+#include "report.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *status_name(enum bench_status s)
+{
+	switch (s) {
+	case BENCH_OK: return "ok";
+	case BENCH_NA: return "n/a";
+	default: return "failed";
+	}
+}
+
+static const char *mode_name(int write)
+{
+	return write ? "write" : "nowrite";
+}
+
+/* "64 B", "4 KiB", "1 GiB"; exact multiples only, else bytes. */
+static const char *size_label(size_t size, char *buf, size_t len)
+{
+	static const char *unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	int u = 0;
+
+	while (u < 4 && size >= 1024 && size % 1024 == 0) {
+		size /= 1024;
+		u++;
+	}
+	snprintf(buf, len, "%zu %s", size, unit[u]);
+	return buf;
+}
+
+void report_loadavg(char *buf, size_t len)
+{
+	FILE *f = fopen("/proc/loadavg", "re");
+
+	buf[0] = 0;
+	if (!f)
+		return;
+	if (!fgets(buf, (int)len, f))
+		buf[0] = 0;
+	buf[strcspn(buf, "\n")] = 0;
+	fclose(f);
+}
+
+void report_line(FILE *f, const struct bench_result *r)
+{
+	char sz[32];
+
+	size_label(r->size, sz, sizeof(sz));
+	if (r->status != BENCH_OK) {
+		fprintf(f, "%-13s %-7s %10s  %s: %s\n", r->method->name,
+			mode_name(r->write), sz, status_name(r->status),
+			r->why);
+		return;
+	}
+	fprintf(f, "%-13s %-7s %10s %12.2f %12.2f %8llu %10.3f\n",
+		r->method->name, mode_name(r->write), sz, r->median_ns / 1e3,
+		r->p99_ns / 1e3, (unsigned long long)r->samples,
+		r->gbytes_per_s);
+}
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+/* First "key<sep>value" line of a /proc file, value trimmed. */
+static void proc_field(const char *path, const char *key, char *out,
+		       size_t len)
+{
+	char line[512];
+	FILE *f = fopen(path, "re");
+	size_t kl = strlen(key);
+
+	out[0] = 0;
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		char *v;
+
+		if (strncmp(line, key, kl) != 0)
+			continue;
+		v = strchr(line + kl, ':');
+		if (!v)
+			continue;
+		v++;
+		while (*v == ' ' || *v == '\t')
+			v++;
+		v[strcspn(v, "\n")] = 0;
+		snprintf(out, len, "%s", v);
+		break;
+	}
+	fclose(f);
+}
+
+int report_json(const char *path, const struct bench_report *rep,
+		const struct bench_env *env)
+{
+	FILE *f = fopen(path, "we");
+	char model[256], mem[64], date[64];
+	struct utsname u;
+	time_t now = time(NULL);
+	struct tm tm;
+
+	if (!f) {
+		fprintf(stderr, "bench: %s: %s\n", path, strerror(errno));
+		return -errno;
+	}
+	uname(&u);
+	proc_field("/proc/cpuinfo", "model name", model, sizeof(model));
+	proc_field("/proc/meminfo", "MemTotal", mem, sizeof(mem));
+	gmtime_r(&now, &tm);
+	strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", &tm);
+
+	fprintf(f, "{\n  \"bench\": \"tensord-bench\",\n  \"date\": ");
+	json_str(f, date);
+	fprintf(f, ",\n  \"command\": \"");
+	for (int i = 0; i < rep->argc; i++) {
+		/* argv joined by spaces, escaped piecewise */
+		for (const char *s = rep->argv[i]; *s; s++) {
+			if (*s == '"' || *s == '\\')
+				fputc('\\', f);
+			fputc(*s, f);
+		}
+		if (i + 1 < rep->argc)
+			fputc(' ', f);
+	}
+	fprintf(f, "\",\n  \"machine\": {\n    \"kernel\": ");
+	{
+		char k[600];
+
+		snprintf(k, sizeof(k), "%s %s %s %s", u.sysname, u.release,
+			 u.version, u.machine);
+		json_str(f, k);
+	}
+	fprintf(f, ",\n    \"cpu_model\": ");
+	json_str(f, model);
+	fprintf(f, ",\n    \"cpus_online\": %ld,\n    \"mem_total\": ",
+		sysconf(_SC_NPROCESSORS_ONLN));
+	json_str(f, mem);
+	fprintf(f, ",\n    \"loadavg_start\": ");
+	json_str(f, rep->load_start);
+	fprintf(f, ",\n    \"loadavg_end\": ");
+	json_str(f, rep->load_end);
+	fprintf(f, "\n  },\n");
+	fprintf(f, "  \"pinning\": ");
+	if (rep->pinned)
+		fprintf(f, "{\"producer_cpu\": %d, \"consumer_cpu\": %d}",
+			rep->cpu[0], rep->cpu[1]);
+	else
+		fprintf(f, "null");
+	fprintf(f, ",\n  \"units\": {\"round_trip\": \"ns, CLOCK_MONOTONIC, "
+		   "producer side, one publish + consumer ack\", "
+		   "\"gbytes_per_s\": \"1e9 bytes per second delivered\"},\n");
+	fprintf(f, "  \"modes\": {\"write\": \"producer writes every "
+		   "payload byte, consumer checks every byte\", "
+		   "\"nowrite\": \"producer writes and consumer checks only "
+		   "a seq stamp in the first and last 8 bytes\"},\n");
+	fprintf(f, "  \"methods\": {");
+	for (size_t i = 0; i < rep->method_count; i++) {
+		fprintf(f, "%s\n    ", i ? "," : "");
+		json_str(f, rep->methods[i]->name);
+		fprintf(f, ": ");
+		json_str(f, rep->methods[i]->desc);
+	}
+	fprintf(f, "\n  },\n  \"duration_s\": %.1f,\n  \"results\": [",
+		(double)(bench_now_ns() - rep->started_ns) / 1e9);
+	for (size_t i = 0; i < rep->result_count; i++) {
+		const struct bench_result *r = &rep->results[i];
+
+		fprintf(f, "%s\n    {\"method\": ", i ? "," : "");
+		json_str(f, r->method->name);
+		fprintf(f, ", \"mode\": \"%s\", \"size\": %zu, "
+			   "\"status\": \"%s\"",
+			mode_name(r->write), r->size, status_name(r->status));
+		if (r->status != BENCH_OK) {
+			fprintf(f, ", \"reason\": ");
+			json_str(f, r->why);
+			fprintf(f, "}");
+			continue;
+		}
+		fprintf(f, ", \"rounds\": %llu, \"warmup_per_round\": %llu, "
+			   "\"samples\": %llu, \"verified\": %llu,\n     "
+			   "\"rtt_ns\": "
+			   "{\"median\": %.0f, \"p99\": %.0f, \"mean\": %.0f, "
+			   "\"min\": %.0f, \"max\": %.0f},\n     "
+			   "\"loop_s\": %.6f, \"handoffs_per_s\": %.1f, "
+			   "\"gbytes_per_s\": %.4f}",
+			(unsigned long long)r->rounds,
+			(unsigned long long)r->warmup,
+			(unsigned long long)r->samples,
+			(unsigned long long)r->verified, r->median_ns,
+			r->p99_ns, r->mean_ns, r->min_ns, r->max_ns,
+			r->loop_s, r->handoffs_per_s, r->gbytes_per_s);
+	}
+	fprintf(f, "\n  ]\n}\n");
+	if (fclose(f) != 0) {
+		fprintf(stderr, "bench: %s: write failed\n", path);
+		return -EIO;
+	}
+	return 0;
+}
+
+static const struct bench_result *find(const struct bench_report *rep,
+				       const char *method, size_t size,
+				       int write)
+{
+	for (size_t i = 0; i < rep->result_count; i++) {
+		const struct bench_result *r = &rep->results[i];
+
+		if (r->size == size && r->write == write &&
+		    strcmp(r->method->name, method) == 0)
+			return r;
+	}
+	return NULL;
+}
+
+/* Sizes in order of first appearance. */
+static size_t sizes_of(const struct bench_report *rep, size_t *out,
+		       size_t max)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < rep->result_count; i++) {
+		size_t j;
+
+		for (j = 0; j < n && out[j] != rep->results[i].size; j++)
+			;
+		if (j == n && n < max)
+			out[n++] = rep->results[i].size;
+	}
+	return n;
+}
+
+static void ratio_cell(FILE *f, const struct bench_result *a,
+		       const struct bench_result *b)
+{
+	if (!a || !b || a->status != BENCH_OK || b->status != BENCH_OK ||
+	    b->median_ns <= 0)
+		fprintf(f, " n/a |");
+	else
+		fprintf(f, " %.2f |", a->median_ns / b->median_ns);
+}
+
+int report_markdown(const char *path, const struct bench_report *rep)
+{
+	FILE *f = fopen(path, "we");
+	size_t sizes[64], ns = sizes_of(rep, sizes, 64);
+	const struct bench_result *any_td = NULL;
+	char sz[32];
+
+	if (!f) {
+		fprintf(stderr, "bench: %s: %s\n", path, strerror(errno));
+		return -errno;
+	}
+	for (size_t i = 0; i < rep->result_count; i++) {
+		if (strcmp(rep->results[i].method->name, "tensord") == 0) {
+			any_td = &rep->results[i];
+			if (any_td->status == BENCH_OK)
+				break;
+		}
+	}
+
+	fprintf(f, "### Ratios of median round trips (< 1: tensord is "
+		   "faster)\n\n");
+	if (!any_td || any_td->status != BENCH_OK) {
+		fprintf(f, "The tensord column is not filled yet: %s.\n\n",
+			any_td ? any_td->why :
+			"the tensord method was not part of this run");
+	}
+	fprintf(f, "| size | mode | tensord / iceoryx-wait | "
+		   "tensord / iceoryx-poll | tensord / socket-copy | "
+		   "tensord / fd-pass |\n|---|---|---|---|---|---|\n");
+	for (size_t s = 0; s < ns; s++) {
+		for (int w = 1; w >= 0; w--) {
+			const struct bench_result *td = find(rep, "tensord",
+							     sizes[s], w);
+
+			if (!find(rep, "socket-copy", sizes[s], w) &&
+			    !td)
+				continue;
+			fprintf(f, "| %s | %s |",
+				size_label(sizes[s], sz, sizeof(sz)),
+				mode_name(w));
+			ratio_cell(f, td, find(rep, "iceoryx-wait", sizes[s],
+					       w));
+			ratio_cell(f, td, find(rep, "iceoryx-poll", sizes[s],
+					       w));
+			ratio_cell(f, td, find(rep, "socket-copy", sizes[s],
+					       w));
+			ratio_cell(f, td, find(rep, "fd-pass", sizes[s], w));
+			fputc('\n', f);
+		}
+	}
+	fprintf(f, "\n| tensord largest / smallest size | write | "
+		   "nowrite |\n|---|---|---|\n");
+	if (ns >= 2) {
+		char a[32], b[32];
+
+		fprintf(f, "| %s / %s |",
+			size_label(sizes[ns - 1], a, sizeof(a)),
+			size_label(sizes[0], b, sizeof(b)));
+		for (int w = 1; w >= 0; w--)
+			ratio_cell(f, find(rep, "tensord", sizes[ns - 1], w),
+				   find(rep, "tensord", sizes[0], w));
+		fputc('\n', f);
+	}
+
+	for (int w = 1; w >= 0; w--) {
+		fprintf(f, "\n### Median round trip in µs (p99), mode %s\n\n"
+			   "| size |", mode_name(w));
+		for (size_t m = 0; m < rep->method_count; m++)
+			fprintf(f, " %s |", rep->methods[m]->name);
+		fprintf(f, "\n|---|");
+		for (size_t m = 0; m < rep->method_count; m++)
+			fprintf(f, "---|");
+		fputc('\n', f);
+		for (size_t s = 0; s < ns; s++) {
+			fprintf(f, "| %s |",
+				size_label(sizes[s], sz, sizeof(sz)));
+			for (size_t m = 0; m < rep->method_count; m++) {
+				const struct bench_result *r = find(rep,
+					rep->methods[m]->name, sizes[s], w);
+
+				if (!r)
+					fprintf(f, " |");
+				else if (r->status != BENCH_OK)
+					fprintf(f, " %s |",
+						status_name(r->status));
+				else
+					fprintf(f, " %.1f (%.1f) |",
+						r->median_ns / 1e3,
+						r->p99_ns / 1e3);
+			}
+			fputc('\n', f);
+		}
+		fprintf(f, "\n### Delivered GB/s (1e9 bytes/s), mode %s\n\n"
+			   "| size |", mode_name(w));
+		for (size_t m = 0; m < rep->method_count; m++)
+			fprintf(f, " %s |", rep->methods[m]->name);
+		fprintf(f, "\n|---|");
+		for (size_t m = 0; m < rep->method_count; m++)
+			fprintf(f, "---|");
+		fputc('\n', f);
+		for (size_t s = 0; s < ns; s++) {
+			fprintf(f, "| %s |",
+				size_label(sizes[s], sz, sizeof(sz)));
+			for (size_t m = 0; m < rep->method_count; m++) {
+				const struct bench_result *r = find(rep,
+					rep->methods[m]->name, sizes[s], w);
+
+				if (!r)
+					fprintf(f, " |");
+				else if (r->status != BENCH_OK)
+					fprintf(f, " %s |",
+						status_name(r->status));
+				else
+					fprintf(f, " %.4f |", r->gbytes_per_s);
+			}
+			fputc('\n', f);
+		}
+	}
+
+	fprintf(f, "\n### Not measured\n\n");
+	{
+		int none = 1;
+
+		for (size_t i = 0; i < rep->result_count; i++) {
+			const struct bench_result *r = &rep->results[i];
+			int dup = 0;
+
+			if (r->status == BENCH_OK)
+				continue;
+			/* one line per method and reason */
+			for (size_t j = 0; j < i && !dup; j++)
+				dup = rep->results[j].method == r->method &&
+				      rep->results[j].status == r->status &&
+				      strcmp(rep->results[j].why, r->why) == 0;
+			if (dup)
+				continue;
+			fprintf(f, "- %s (%s, from %s %s): %s\n",
+				r->method->name, status_name(r->status),
+				size_label(r->size, sz, sizeof(sz)),
+				mode_name(r->write), r->why);
+			none = 0;
+		}
+		if (none)
+			fprintf(f, "Everything ran.\n");
+	}
+	if (fclose(f) != 0)
+		return -EIO;
+	return 0;
+}
+
+int report_plot(const char *png, const struct bench_report *rep,
+		const char *tmpdir)
+{
+	char gp[512], sz[32];
+	size_t sizes[64], ns = sizes_of(rep, sizes, 64);
+	FILE *f;
+	pid_t pid;
+	int status;
+
+	snprintf(gp, sizeof(gp), "%s/plot.gp", tmpdir);
+	f = fopen(gp, "we");
+	if (!f)
+		return -errno;
+	for (int w = 1; w >= 0; w--) {
+		for (size_t m = 0; m < rep->method_count; m++) {
+			fprintf(f, "$d%d_%zu << EOD\n", w, m);
+			for (size_t s = 0; s < ns; s++) {
+				const struct bench_result *r = find(rep,
+					rep->methods[m]->name, sizes[s], w);
+
+				if (r && r->status == BENCH_OK)
+					fprintf(f, "%zu %.3f %.3f\n", sizes[s],
+						r->median_ns / 1e3,
+						r->p99_ns / 1e3);
+			}
+			fprintf(f, "EOD\n");
+		}
+	}
+	fprintf(f, "set terminal pngcairo size 1600,700 font 'sans,11'\n"
+		   "set output '%s'\n"
+		   "set multiplot layout 1,2 title 'tensord-bench: ping-pong "
+		   "round trip (median; p99 dashed) vs payload size%s'\n"
+		   "set logscale xy\nset grid xtics ytics mytics\n"
+		   "set xlabel 'payload size'\n"
+		   "set ylabel 'round trip (µs)'\n"
+		   "set key top left\nset format y '%%g'\n"
+		   "set offsets graph 0.04, graph 0.04, 0, 0\nset xtics (",
+		png, rep->pinned ? ", producer and consumer pinned to "
+		"different CPUs" : "");
+	for (size_t s = 0; s < ns; s++)
+		fprintf(f, "%s'%s' %zu", s ? ", " : "",
+			size_label(sizes[s], sz, sizeof(sz)), sizes[s]);
+	fprintf(f, ")\n");
+	for (int w = 1; w >= 0; w--) {
+		int first = 1;
+
+		fprintf(f, "set title '%s'\nplot ", w ?
+			"producer writes every byte, consumer checks every byte" :
+			"stamps only (first/last 8 bytes)");
+		for (size_t m = 0; m < rep->method_count; m++) {
+			int has = 0;
+
+			for (size_t s = 0; s < ns; s++) {
+				const struct bench_result *r = find(rep,
+					rep->methods[m]->name, sizes[s], w);
+
+				has |= r && r->status == BENCH_OK;
+			}
+			if (!has)
+				continue;
+			fprintf(f, "%s$d%d_%zu using 1:2 with linespoints "
+				   "lt %zu lw 2 pt 7 title '%s', "
+				   "$d%d_%zu using 1:3 with lines lt %zu dt 2 "
+				   "notitle",
+				first ? "" : ", \\\n  ", w, m, m + 1,
+				rep->methods[m]->name, w, m, m + 1);
+			first = 0;
+		}
+		if (first)
+			fprintf(f, "NaN title 'no data'");
+		fprintf(f, "\n");
+	}
+	fprintf(f, "unset multiplot\n");
+	if (fclose(f) != 0)
+		return -EIO;
+
+	fflush(stdout);
+	fflush(stderr);
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		execlp("gnuplot", "gnuplot", gp, (char *)NULL);
+		fprintf(stderr, "bench: gnuplot: %s (Debian: gnuplot-nox)\n",
+			strerror(errno));
+		_exit(127);
+	}
+	if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
+	    WEXITSTATUS(status) != 0) {
+		fprintf(stderr, "bench: gnuplot failed; no %s\n", png);
+		return -EIO;
+	}
+	return 0;
+}
