@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -246,6 +247,22 @@ static void store_close(struct fdstore *st)
 	st->n = 0;
 }
 
+/*
+ * In a forked child: stderr to the daemon's log, stdout away from the
+ * test's TAP stream, and gone with the test process if an assertion
+ * ends it early (no daemon outlives its test).
+ */
+static void child_setup(const struct daemon *d)
+{
+	int e = open(d->err, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	int n = open("/dev/null", O_WRONLY | O_CLOEXEC);
+
+	if (e < 0 || n < 0 || dup2(e, 2) < 0 || dup2(n, 1) < 0)
+		_exit(122);
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() == 1)
+		_exit(123);
+}
+
 /* Move fds (and their names) to 3.. and set LISTEN_*; in the child. */
 static void pass_fds(const int *fds, char *const *names, unsigned n)
 {
@@ -288,14 +305,11 @@ static void daemon_start(struct daemon *d, const char *watchdog_usec,
 	d->pid = fork();
 	cr_assert_geq(d->pid, 0);
 	if (d->pid == 0) {
-		int fds[MAX_STORED + 1], e;
+		int fds[MAX_STORED + 1];
 		char *names[MAX_STORED + 1];
 		unsigned n = 0;
 
-		e = open(d->err, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
-			 0600);
-		if (e < 0 || dup2(e, 2) < 0)
-			_exit(122);
+		child_setup(d);
 		if (listen_fd >= 0) {
 			fds[n] = listen_fd;
 			names[n++] = "tensord.socket";
@@ -912,10 +926,7 @@ Test(systemd, socket_activated_daemon_serves_clients)
 	d.pid = fork();
 	cr_assert_geq(d.pid, 0);
 	if (d.pid == 0) {
-		int fd = open(d.err, O_WRONLY | O_CREAT | O_APPEND, 0600);
-
-		if (fd < 0 || dup2(fd, 2) < 0)
-			_exit(122);
+		child_setup(&d);
 		/* --socket names a path nobody binds: the fd is used */
 		execlp("systemd-socket-activate", "systemd-socket-activate",
 		       "--seqpacket", "-l", d.sock, bin, "--socket",
