@@ -447,10 +447,13 @@ static int pick(struct td_ring *r)
 	struct td_ring_hdr *h = r->m.hdr;
 	struct td_ring_readers *rd = r->m.rd;
 	const uint32_t n = r->m.g.slot_count;
-	uint32_t start = r->last == TD_RING_NONE ? 0 : r->last + 1;
 
-	for (uint32_t k = 0; k < n; k++) {
-		uint32_t s = (start + k) % n;
+	/*
+	 * Lowest free index first, not round-robin: the working set stays
+	 * as small as the readers allow (a ping-pong alternates two slots
+	 * whatever slot_count is), so slots stay warm in the caches.
+	 */
+	for (uint32_t s = 0; s < n; s++) {
 		bool held = false;
 
 		if (s == r->last || atomic_load(&h->slots[s].leases))
