@@ -86,6 +86,7 @@ extern const struct bench_method bench_fd_pass;
 extern const struct bench_method bench_iceoryx_wait;
 extern const struct bench_method bench_iceoryx_poll;
 extern const struct bench_method bench_tensord;
+extern const struct bench_method bench_tensord_ring; /* m-ring.c */
 
 /* ---- helpers shared by the methods (common.c) ---- */
 

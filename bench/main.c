@@ -61,10 +61,15 @@ const struct bench_method bench_tensord = {
 	.name = "tensord", .desc = "tensord public client API",
 	.start = td_unbuilt,
 };
+const struct bench_method bench_tensord_ring = {
+	.name = "tensord-ring", .desc = "tensord fast path (rings)",
+	.start = td_unbuilt,
+};
 #endif
 
 static const struct bench_method *const all_methods[] = {
 	&bench_tensord,
+	&bench_tensord_ring,
 	&bench_iceoryx_wait,
 	&bench_iceoryx_poll,
 	&bench_socket_copy,
@@ -205,8 +210,8 @@ static void usage(FILE *f)
 "usage: tensord-bench [options]\n"
 "Ping-pong handoff benchmark: producer publishes, consumer gets, checks,\n"
 "releases and acks; the producer times the round trip.\n\n"
-"  --methods LIST   comma list of: tensord iceoryx-wait iceoryx-poll\n"
-"                   socket-copy fd-pass (default: all)\n"
+"  --methods LIST   comma list of: tensord tensord-ring iceoryx-wait\n"
+"                   iceoryx-poll socket-copy fd-pass (default: all)\n"
 "  --sizes LIST     payload sizes, e.g. 64,4K,1M (default:\n"
 "                   64,4K,1M,16M,64M,1G)\n"
 "  --modes LIST     write (producer writes every byte, consumer checks\n"

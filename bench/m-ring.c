@@ -1,0 +1,248 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tensord's fast path (docs/fastpath.md): two rings through the public
+ * client API, against a daemon of its own the bench starts.
+ *
+ * Data: the producer owns ring "bench/data<run>" (2-3 slots of the payload
+ * size), the consumer subscribes to it. Ack: the consumer owns ring
+ * "bench/ack<run>" (2 slots of 16 bytes), the producer subscribes. A round
+ * trip is therefore exactly the iceoryx-wait scheme with tensord rings:
+ *
+ *   producer: td_ring_acquire -> write -> td_ring_publish;
+ *             td_sub_next(ack) -> check seq -> td_sub_release
+ *   consumer: td_sub_next(data) -> check in place -> td_sub_release;
+ *             td_ring_acquire(ack) -> write seq -> td_ring_publish
+ *
+ * Nothing of that reaches the daemon's socket (no fd, no mmap, no
+ * message); a side that finds nothing new polls the control block
+ * briefly, then sleeps on its futex (TENSORD_RING_SPIN sets the polls,
+ * 0 = sleep at once). Slots are allocated and pre-faulted by the daemon
+ * when the ring is created, and mapped with populated page tables on both
+ * sides: no first-touch fault is timed.
+ */
+#include "bench.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <tensord/tensord.h>
+
+static int ring_daemon = -1;
+static char ring_sock[300];
+
+static int try_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int s, rc;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -errno;
+	rc = connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 ? 0 : -errno;
+	close(s);
+	return rc;
+}
+
+static int ring_start(const struct bench_env *env, char *why, size_t why_len)
+{
+	char logp[300];
+	uint64_t end;
+	int rc;
+
+	if (access(env->tensord_path, X_OK) != 0) {
+		snprintf(why, why_len, "daemon binary %.200s not found",
+			 env->tensord_path);
+		return -ENOENT;
+	}
+	snprintf(ring_sock, sizeof(ring_sock), "%.200s/tensord-ring.sock",
+		 env->tmpdir);
+	snprintf(logp, sizeof(logp), "%.200s/tensord-ring.log", env->tmpdir);
+	{
+		const char *argv[] = { env->tensord_path, "--socket",
+				       ring_sock, "--log-level", "warn",
+				       NULL };
+
+		rc = bench_spawn(argv, logp, NULL, NULL);
+	}
+	if (rc < 0) {
+		snprintf(why, why_len, "cannot start tensord: %s",
+			 strerror(-rc));
+		return rc;
+	}
+	ring_daemon = rc;
+	end = bench_now_ns() + 20000000000ull;
+	for (;;) {
+		int status;
+
+		if (try_connect(ring_sock) == 0)
+			break;
+		if (waitpid(ring_daemon, &status, WNOHANG) == ring_daemon ||
+		    bench_now_ns() > end) {
+			char tail[200];
+
+			bench_log_tail(logp, tail, sizeof(tail));
+			snprintf(why, why_len, "tensord did not come up: %s",
+				 tail[0] ? tail : "(no output)");
+			bench_reap(ring_daemon, 2000);
+			ring_daemon = -1;
+			return -EIO;
+		}
+		usleep(5000);
+	}
+	return 0;
+}
+
+static void ring_stop(void)
+{
+	if (ring_daemon > 0)
+		bench_reap(ring_daemon, 5000);
+	ring_daemon = -1;
+}
+
+static int ring_can_run(const struct bench_env *env, size_t size, char *why,
+			size_t why_len)
+{
+	/* a slot holds at most 16 GiB (proto/ring.h) */
+	if ((uint64_t)size > (16ull << 30)) {
+		snprintf(why, why_len, "ring slots are capped at 16 GiB");
+		return -EFBIG;
+	}
+	return 0;
+}
+
+struct ring_priv {
+	struct td_client *c;
+	struct td_ring *out; /* producer: data; consumer: ack */
+	struct td_sub *in;   /* producer: ack; consumer: data */
+};
+
+static int ring_setup(struct bench_run *r)
+{
+	struct ring_priv *x = calloc(1, sizeof(*x));
+	int prod = r->role == BENCH_PRODUCER;
+	uint64_t size = prod ? r->size : 16;
+	struct td_ring_desc desc = {
+		.dtype = TD_TENSOR_U8,
+		.ndim = 1,
+		.shape = &size,
+		/* ping-pong needs latest + one; a spare up to 64 MiB */
+		.slot_count = prod && r->size <= (64u << 20) ? 3 : 2,
+		.reader_count = 1,
+	};
+	char out[64], in[64];
+	struct td_error err;
+	int rc;
+
+	if (!x)
+		return bench_fail(r, -ENOMEM, "out of memory");
+	r->priv = x;
+	snprintf(out, sizeof(out), "bench/%s%u", prod ? "data" : "ack",
+		 r->run_id);
+	snprintf(in, sizeof(in), "bench/%s%u", prod ? "ack" : "data",
+		 r->run_id);
+	rc = td_client_connect(ring_sock, &x->c, &err);
+	if (rc < 0)
+		return bench_fail(r, rc, "td_client_connect: %.200s",
+				  err.reason);
+	rc = td_ring_create(x->c, out, &desc, &x->out, &err);
+	if (rc < 0)
+		return bench_fail(r, rc, "td_ring_create %s: %.200s", out,
+				  err.reason);
+	rc = td_ring_subscribe(x->c, in, 30000, &x->in, &err);
+	if (rc < 0)
+		return bench_fail(r, rc, "td_ring_subscribe %s: %.200s", in,
+				  err.reason);
+	return 0;
+}
+
+static int ring_producer_step(struct bench_run *r, uint64_t seq)
+{
+	struct ring_priv *x = r->priv;
+	struct td_slot s;
+	struct td_view v;
+	uint64_t got;
+	int rc;
+
+	rc = td_ring_acquire(x->out, -1, &s);
+	if (rc < 0)
+		return bench_fail(r, rc, "td_ring_acquire: %s", strerror(-rc));
+	bench_payload_write(s.planes[0], r->size, seq, r->write);
+	td_ring_publish(x->out, NULL);
+	rc = td_sub_next(x->in, -1, &v);
+	if (rc < 0)
+		return bench_fail(r, rc, "td_sub_next(ack): %s",
+				  strerror(-rc));
+	memcpy(&got, v.planes[0], sizeof(got));
+	td_sub_release(x->in);
+	if (got != seq)
+		return bench_fail(r, -EBADMSG, "ack %" PRIu64 " for %" PRIu64,
+				  got, seq);
+	return 0;
+}
+
+static int ring_consumer_step(struct bench_run *r, uint64_t seq)
+{
+	struct ring_priv *x = r->priv;
+	struct td_slot s;
+	struct td_view v;
+	int rc;
+
+	rc = td_sub_next(x->in, -1, &v);
+	if (rc < 0)
+		return bench_fail(r, rc, "td_sub_next(data): %s",
+				  strerror(-rc));
+	if (v.sizes[0] != r->size)
+		rc = bench_fail(r, -EPROTO, "slot of %" PRIu64 " bytes",
+				v.sizes[0]);
+	else if (bench_payload_check(v.planes[0], r->size, seq, r->write) < 0)
+		rc = bench_fail(r, -EBADMSG, "payload %" PRIu64 " corrupt",
+				seq);
+	td_sub_release(x->in);
+	if (rc < 0)
+		return rc;
+	rc = td_ring_acquire(x->out, -1, &s);
+	if (rc < 0)
+		return bench_fail(r, rc, "td_ring_acquire(ack): %s",
+				  strerror(-rc));
+	memcpy(s.planes[0], &seq, sizeof(seq));
+	td_ring_publish(x->out, NULL);
+	return 0;
+}
+
+static void ring_teardown(struct bench_run *r)
+{
+	struct ring_priv *x = r->priv;
+
+	if (!x)
+		return;
+	td_sub_close(x->in);
+	td_ring_close(x->out);
+	td_client_close(x->c);
+	free(x);
+	r->priv = NULL;
+}
+
+const struct bench_method bench_tensord_ring = {
+	.name = "tensord-ring",
+	.desc = "tensord fast path (public API, daemon started by the "
+		"bench): td_ring_acquire/write/td_ring_publish, "
+		"td_sub_next/check/td_sub_release; ack: a 16-byte ring the "
+		"other way; no socket, fd or mmap per handoff",
+	.start = ring_start,
+	.stop = ring_stop,
+	.can_run = ring_can_run,
+	.setup = ring_setup,
+	.producer_step = ring_producer_step,
+	.consumer_step = ring_consumer_step,
+	.teardown = ring_teardown,
+};
