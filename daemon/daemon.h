@@ -193,6 +193,16 @@ void td__store_request(struct td__peer *p, const struct td_wire_hdr *h,
 		       const uint8_t *body, int *fds, unsigned nfds);
 /* Release everything a dying peer holds (leases, allocs, watches...). */
 void td__store_peer_gone(struct td__peer *p);
+/*
+ * For the rings (daemon/ring.c): the access policy gate (false: -EACCES
+ * reply sent), and memory charged against --max-bytes and the uid quota
+ * (evicting like ALLOC; <0: error reply sent), returned by uncharge.
+ */
+bool td__store_allowed(struct td__peer *p, const struct td_wire_hdr *h,
+		       unsigned perm, struct td_wire_str name);
+int td__store_charge(struct td__peer *p, const struct td_wire_hdr *h,
+		     uint64_t bytes);
+void td__store_uncharge(uid_t uid, uint64_t bytes);
 
 /* ---- ring.c (docs/fastpath.md) ---- */
 

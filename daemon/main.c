@@ -51,9 +51,11 @@ static void usage(FILE *f)
 		"  -i, --import MODE     how fds reach the daemon: auto "
 		"(default),\n"
 		"                        pidfd or scm (forced)\n"
-		"  -m, --max-bytes N     total plane bytes held (0 = "
-		"unlimited);\n"
-		"                        suffixes K, M, G (powers of 1024)\n"
+		"  -m, --max-bytes N     total plane bytes held (default: "
+		"half of\n"
+		"                        physical memory; 0 = unlimited); "
+		"suffixes\n"
+		"                        K, M, G (powers of 1024)\n"
 		"  -u, --uid-max-bytes N plane bytes one uid may hold "
 		"(default quota)\n"
 		"  -p, --policy FILE     who may read/write which names, "
@@ -156,6 +158,21 @@ static void close_walk(uv_handle_t *h, void *arg)
 		uv_close(h, NULL);
 }
 
+/*
+ * Without --max-bytes, half of physical memory. Planes live in tmpfs,
+ * which has no limit of its own: an unbounded daemon lets one client's
+ * ALLOC (fallocate'd up front) take every page of the machine, and the
+ * OOM killer then picks someone else. 0 still means unlimited, on request.
+ */
+static uint64_t default_max_bytes(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+
+	if (pages <= 0 || psz <= 0)
+		return 1ull << 30;
+	return (uint64_t)pages * (uint64_t)psz / 2;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -177,7 +194,7 @@ int main(int argc, char **argv)
 	uv_signal_t sigint, sigterm;
 	uv_loop_t loop;
 	uint32_t import = TD_IMPORT_AUTO;
-	uint64_t max_bytes = 0, uid_max_bytes = 0;
+	uint64_t max_bytes = UINT64_MAX, uid_max_bytes = 0;
 	const char *policy_path = NULL;
 	int socket_mode = -1;
 	gid_t socket_gid = (gid_t)-1;
@@ -277,6 +294,8 @@ int main(int argc, char **argv)
 	td__d = d;
 	d->opts.socket_path = socket_path(sock_opt, pathbuf, sizeof(pathbuf));
 	d->opts.import = import;
+	if (max_bytes == UINT64_MAX)
+		max_bytes = default_max_bytes();
 	d->opts.max_bytes = max_bytes;
 	d->opts.uid_max_bytes = uid_max_bytes;
 	d->opts.policy_path = policy_path;
@@ -321,7 +340,7 @@ int main(int argc, char **argv)
 	    td__fdstore_restore(d) < 0 || td__server_start(d) < 0)
 		goto out;
 	td__sd_ready(d);
-	td__log(TD_LOG_DEBUG, "pid %d, import %s, max-bytes %" PRIu64,
+	td__log(TD_LOG_INFO, "pid %d, import %s, max-bytes %" PRIu64,
 		(int)d->pid,
 		import == TD_IMPORT_AUTO    ? "auto"
 		: import == TD_IMPORT_PIDFD ? "pidfd"

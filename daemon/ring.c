@@ -58,6 +58,8 @@ struct ring {
 	struct td_ring_hdr *hdr;
 	struct td_ring_readers *rd;
 	unsigned subs;
+	uid_t uid;     /* the producer's, charged with acct */
+	uint64_t acct; /* bytes counted against --max-bytes and the quota */
 	struct row_owner rows[TD_RING_MAX_READERS];
 	uint16_t name_len;
 	char name[TD_WIRE_MAX_NAME + 1];
@@ -231,6 +233,7 @@ static void ring_free(struct ring *r)
 {
 	td__list_del(&r->link);
 	ring_count--;
+	td__store_uncharge(r->uid, r->acct);
 	if (r->hdr)
 		munmap(r->hdr, TD_RING_HDR_LEN);
 	if (r->rd)
@@ -384,6 +387,8 @@ static void op_create(struct td__peer *p, const struct td_wire_hdr *h,
 			       TD_RING_MAX_READERS);
 		return;
 	}
+	if (!td__store_allowed(p, h, TD__PERM_WRITE, m.name))
+		return;
 	if (ring_named(m.name)) {
 		td__peer_error(p, h->opcode, h->request_id, -EEXIST,
 			       "a ring named \"%.*s\" exists", (int)m.name.len,
@@ -414,8 +419,22 @@ static void op_create(struct td__peer *p, const struct td_wire_hdr *h,
 				  &r->g, &why);
 	if (rc == 0)
 		r->reader_count = m.reader_count;
-	if (rc == 0)
+	if (rc == 0) {
+		/*
+		 * Charged before the memory is taken: a ring is as real as
+		 * any plane, and an uncounted one would let a client fill
+		 * the machine (tmpfs has no limit of its own).
+		 */
+		uint64_t bytes = r->g.data_len + TD_RING_HDR_LEN +
+				 TD_RING_READERS_LEN;
+		if (td__store_charge(p, h, bytes) < 0) {
+			ring_free(r); /* reply sent by td__store_charge */
+			return;
+		}
+		r->uid = p->uid;
+		r->acct = bytes;
 		rc = ring_build(r, m.flags & TD_WIRE_RING_HUGE, &why);
+	}
 	if (rc < 0) {
 		/* the error is sent after every fd of the ring is closed */
 		ring_free(r);
@@ -457,6 +476,8 @@ static void op_subscribe(struct td__peer *p, const struct td_wire_hdr *h,
 		bad_body(p, h, rc, &e);
 		return;
 	}
+	if (!td__store_allowed(p, h, TD__PERM_READ, m.name))
+		return;
 	r = ring_named(m.name);
 	if (!r) {
 		td__peer_error(p, h->opcode, h->request_id, -ENOENT,

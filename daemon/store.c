@@ -390,6 +390,13 @@ static bool allowed(struct td__peer *p, const struct td_wire_hdr *h,
 	return false;
 }
 
+/* For daemon/ring.c: the same policy gate as the store's requests. */
+bool td__store_allowed(struct td__peer *p, const struct td_wire_hdr *h,
+		       unsigned perm, struct td_wire_str name)
+{
+	return allowed(p, h, perm, name);
+}
+
 /* ---- quotas and eviction ---- */
 
 static void name_remove(struct td__store *s, const struct version *v)
@@ -503,6 +510,35 @@ static void room_error(struct td__peer *p, const struct td_wire_hdr *h,
 		       r->rc == -EDQUOT ? "the uid quota" : "--max-bytes",
 		       (unsigned long long)r->in_use,
 		       (unsigned long long)r->limit);
+}
+
+/*
+ * Memory held outside versions and allocs (rings): charged to uid and the
+ * total like an ALLOC, evicting unleased unpinned versions first. 0, or
+ * -ENOSPC/-EDQUOT/-ENOMEM with the error reply already sent.
+ */
+int td__store_charge(struct td__peer *p, const struct td_wire_hdr *h,
+		     uint64_t bytes)
+{
+	struct td__store *s = td__d->store;
+	struct room room = {0};
+
+	if (make_room(s, p->uid, bytes, NULL, false, &room) < 0) {
+		room_error(p, h, bytes, &room);
+		return room.rc;
+	}
+	if (acct_add(s, p->uid, bytes) < 0) {
+		td__peer_error(p, h->opcode, h->request_id, -ENOMEM,
+			       "out of memory");
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void td__store_uncharge(uid_t uid, uint64_t bytes)
+{
+	if (bytes)
+		acct_sub(td__d->store, uid, bytes);
 }
 
 /* ---- GET, leases ---- */

@@ -984,3 +984,100 @@ Test(reliability, the_policy_parser_bounds_lines_rules_and_size)
 		     -EINVAL);
 	free(buf);
 }
+
+/* ---- rings: the same policy and the same memory accounting ---- */
+
+static int ring_make(struct td_client *c, const char *name, uint64_t bytes,
+		     struct td_ring **out, struct td_error *e)
+{
+	uint64_t shape[1] = {bytes};
+	struct td_ring_desc d = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				 .shape = shape, .slot_count = 2};
+
+	return td_ring_create(c, name, &d, out, e);
+}
+
+static void ring_policy_child(void *arg)
+{
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_sub *sub;
+	struct td_error e = {0};
+	int rc;
+
+	(void)arg;
+	c = cli_try(&rc);
+	CK(c);
+	CK(ring_make(c, "secret/ring", 4096, &r, &e) == -EACCES);
+	CK(strstr(e.reason, "may not write"));
+	CK(td_ring_subscribe(c, "secret/cam", 0, &sub, &e) == -EACCES);
+	CK(strstr(e.reason, "may not read"));
+	CK(ring_make(c, "nobody/ring", 4096, &r, &e) == 0);
+	td_ring_close(r);
+	td_client_close(c);
+}
+
+Test(reliability, the_policy_gates_ring_create_and_subscribe)
+{
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_error e = {0};
+
+	if (!root())
+		cr_skip_test("needs root to act as a second uid");
+	start(with_policy("allow uid=65534 rw nobody/\n"), 0, 0);
+	c = cli();
+	cr_assert_eq(ring_make(c, "secret/cam", 4096, &r, &e), 0, "%s",
+		     e.reason);
+	as_nobody(ring_policy_child, NULL);
+	td_ring_close(r);
+	td_client_close(c);
+	stop();
+	unlink(policy_path);
+}
+
+Test(reliability, ring_memory_counts_against_max_bytes)
+{
+	static const char *const extra[] = {"--max-bytes", "16M", NULL};
+	struct td_client *c;
+	struct td_ring *r1, *r2;
+	struct td_error e = {0};
+
+	start(extra, 0, 0);
+	c = cli();
+	/* 2 slots of 6 MiB: 12 MiB plus the control pages fit in 16 MiB */
+	cr_assert_eq(ring_make(c, "ring/a", 6 << 20, &r1, &e), 0, "%s",
+		     e.reason);
+	/* a second one does not, and nothing is evictable */
+	cr_assert_eq(ring_make(c, "ring/b", 6 << 20, &r2, &e), -ENOSPC);
+	cr_assert(strstr(e.reason, "--max-bytes"), "%s", e.reason);
+	/* a plain ALLOC sees the ring's bytes as used too */
+	cr_assert_eq(put(c, "t/x", 8 << 20, 0), -ENOSPC);
+	/* closing the ring gives its bytes back */
+	td_ring_close(r1);
+	cr_assert_eq(ring_make(c, "ring/b", 6 << 20, &r2, &e), 0, "%s",
+		     e.reason);
+	td_ring_close(r2);
+	td_client_close(c);
+	stop();
+}
+
+Test(reliability, without_max_bytes_the_daemon_caps_at_half_of_ram)
+{
+	struct td_client *c;
+	struct td_client_info info;
+	struct td_alloc *a;
+	struct td_error e = {0};
+	uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) *
+			(uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t huge = phys; /* more than the cap: refused before fallocate */
+
+	start(NULL, 0, 0);
+	c = cli();
+	cr_assert_eq(td_client_info(c, &info), 0);
+	cr_assert_eq(info.max_bytes, phys / 2);
+	cr_assert_eq(td_client_alloc(c, 1, &huge, &a, &e), -ENOSPC);
+	cr_assert(strstr(e.reason, "--max-bytes"), "%s", e.reason);
+	td_client_close(c);
+	stop();
+}
