@@ -1,0 +1,574 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * td-stress: load and soak for tensord (issue 4, docs/reliability.md).
+ *
+ * Starts a private daemon, then N producer and M consumer threads, each
+ * with its own connection. Producers publish random sizes (log-uniform,
+ * 1 B .. --max-size) under random names with the xxh3 of the bytes in
+ * the metadata; consumers get random names and verify every byte. An
+ * optional chaos thread forks short-lived clients and SIGKILLs them at
+ * random points. Mid-run, `tensorctl ls` must answer. It stops after
+ * --handoffs verified handoffs or --seconds, whichever comes first, then
+ * deletes everything and checks that the daemon's fd count is back at
+ * its baseline (and reports RSS). Exit 0 only with zero errors.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <tensord/tensord.h>
+
+#include "daemonctl.h"
+
+struct cfg {
+	unsigned producers, consumers, names;
+	uint64_t max_size, max_bytes, handoffs;
+	double seconds;
+	unsigned chaos; /* kills, 0 = none */
+	uint64_t seed;
+	uint64_t rss_slack_kb;
+	const char *tensord, *tensorctl;
+	const char *victim_sock; /* --victim: be a chaos victim of this */
+	uint64_t victim_seed;
+};
+
+static struct cfg C = {
+	.producers = 64,
+	.consumers = 448,
+	.names = 4,
+	.max_size = 64u << 20,
+	.max_bytes = 2ull << 30,
+	.handoffs = 20000,
+	.seconds = 60,
+	.chaos = 0,
+	.seed = 1,
+	.rss_slack_kb = 16384,
+};
+
+static struct tdc_daemon D;
+static atomic_bool stop_now;
+static atomic_uint_fast64_t n_pub, n_pub_bytes, n_full, n_got, n_bytes,
+	n_miss, n_err, n_kills, n_conn, n_empty;
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+	*s ^= *s >> 12;
+	*s ^= *s << 25;
+	*s ^= *s >> 27;
+	return *s * 2685821657736338717ULL;
+}
+
+/*
+ * Log-uniform in [1, max] (many small tensors, some big ones), and now
+ * and then 0: empty tensors are valid and take the no-mapping path.
+ */
+static uint64_t rnd_size(uint64_t *s)
+{
+	unsigned bits = 0;
+	uint64_t top;
+
+	if (rnd(s) % 32 == 0)
+		return 0;
+	while ((C.max_size >> bits) > 1)
+		bits++;
+	top = 1ull << (rnd(s) % (bits + 1));
+	return 1 + rnd(s) % (top < C.max_size ? top : C.max_size);
+}
+
+static void fill(uint8_t *p, uint64_t n, uint64_t seed)
+{
+	uint64_t x = seed | 1, i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		x = rnd(&x);
+		memcpy(p + i, &x, 8);
+	}
+	for (x = rnd(&x); i < n; i++, x >>= 8)
+		p[i] = (uint8_t)x;
+}
+
+static void err(const char *who, int rc, const struct td_error *e)
+{
+	atomic_fetch_add(&n_err, 1);
+	fprintf(stderr, "td-stress: %s: %s (%s)\n", who, strerror(-rc),
+		e ? e->reason : "");
+}
+
+static void pname(char *buf, size_t cap, unsigned p, unsigned k)
+{
+	snprintf(buf, cap, "stress/p%u/n%u", p, k);
+}
+
+static int produce(struct td_client *c, unsigned self, uint64_t *s)
+{
+	uint64_t size = rnd_size(s), digest;
+	uint64_t shape[1] = {size};
+	struct td_publish p = {.dtype = TD_TENSOR_U8, .ndim = 1,
+			       .shape = shape};
+	struct td_error e = {0};
+	struct td_alloc *a;
+	char name[64];
+	int rc;
+
+	pname(name, sizeof(name), self, (unsigned)(rnd(s) % C.names));
+	p.name = name;
+	if (size == 0) {
+		/*
+		 * 0 bytes: protocol.md says an empty plane is refused with
+		 * -EINVAL (no pages to share); check the refusal is clean
+		 * and the connection stays usable.
+		 */
+		rc = td_client_put(c, &p, NULL, 0, NULL, &e);
+		if (rc != -EINVAL) {
+			fprintf(stderr, "td-stress: put %s (empty): %d, "
+					"want -EINVAL\n", name, rc);
+			return rc < 0 ? rc : -EPROTO;
+		}
+		atomic_fetch_add(&n_empty, 1);
+		return 0;
+	}
+	rc = td_client_alloc(c, 1, &size, &a, &e);
+	if (rc == -ENOSPC || rc == -EDQUOT) {
+		/* everything is leased right now: back-pressure, not a bug */
+		atomic_fetch_add(&n_full, 1);
+		return 0;
+	}
+	if (rc < 0) {
+		fprintf(stderr, "td-stress: alloc %" PRIu64 ": %s\n", size,
+			e.reason);
+		return rc;
+	}
+	fill(td_alloc_data(a, 0), size, rnd(s));
+	digest = XXH3_64bits(td_alloc_data(a, 0), size);
+	p.meta = &digest;
+	p.meta_len = sizeof(digest);
+	rc = td_client_publish_alloc(c, a, &p, NULL, &e);
+	if (rc < 0) {
+		fprintf(stderr, "td-stress: publish %s: %s\n", name, e.reason);
+		return rc;
+	}
+	atomic_fetch_add(&n_pub, 1);
+	atomic_fetch_add(&n_pub_bytes, size);
+	return 0;
+}
+
+/* Every byte of t against the xxh3 its producer put in the metadata. */
+static int verify(const struct td_tensor *t, const char *name)
+{
+	const void *meta;
+	uint64_t want, got;
+	size_t mlen;
+
+	meta = td_tensor_meta(t, &mlen);
+	if (mlen != sizeof(want)) {
+		fprintf(stderr, "td-stress: %s: %zu bytes of metadata\n", name,
+			mlen);
+		return -EBADMSG;
+	}
+	memcpy(&want, meta, sizeof(want));
+	got = XXH3_64bits(td_tensor_plane_data(t, 0),
+			  td_tensor_plane_size(t, 0));
+	if (got != want) {
+		fprintf(stderr, "td-stress: %s: digest mismatch\n", name);
+		return -EILSEQ;
+	}
+	return 0;
+}
+
+static int consume(struct td_client *c, uint64_t *s)
+{
+	struct td_tensor *t;
+	struct td_error e = {0};
+	char name[64];
+	int rc;
+
+	pname(name, sizeof(name), (unsigned)(rnd(s) % C.producers),
+	      (unsigned)(rnd(s) % C.names));
+	rc = td_client_get(c, name, &t, &e);
+	if (rc == -ENOENT) {
+		atomic_fetch_add(&n_miss, 1);
+		return 0;
+	}
+	if (rc < 0)
+		return rc;
+	rc = verify(t, name);
+	if (rc == 0)
+		atomic_fetch_add(&n_bytes, td_tensor_plane_size(t, 0));
+	td_tensor_release(t);
+	if (rc < 0)
+		return rc;
+	if (atomic_fetch_add(&n_got, 1) + 1 >= C.handoffs)
+		atomic_store(&stop_now, true);
+	return 0;
+}
+
+struct worker {
+	pthread_t th;
+	unsigned index;
+	bool producer;
+};
+
+static void *work(void *arg)
+{
+	struct worker *w = arg;
+	uint64_t s = C.seed * 0x9E3779B97F4A7C15ULL + w->index + 1;
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	int rc = td_client_connect(D.sock, &c, &e);
+
+	if (rc < 0) {
+		err("connect", rc, &e);
+		return NULL;
+	}
+	atomic_fetch_add(&n_conn, 1);
+	while (!atomic_load(&stop_now)) {
+		rc = w->producer ? produce(c, w->index, &s) : consume(c, &s);
+		if (rc < 0) {
+			err(w->producer ? "produce" : "consume", rc, NULL);
+			break;
+		}
+	}
+	/* hold the connection until all are up, then close together */
+	td_client_close(c);
+	return NULL;
+}
+
+/* A chaos client: publishes or reads until it is killed. */
+static int victim(void)
+{
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	uint64_t s = C.victim_seed | 2;
+
+	if (td_client_connect(C.victim_sock, &c, &e) < 0)
+		return 0;
+	for (;;) {
+		if (s & 1)
+			produce(c, (unsigned)(rnd(&s) % C.producers), &s);
+		else
+			consume(c, &s);
+	}
+}
+
+/*
+ * Victims are spawned (vfork + exec), not forked: a fork() child inherits
+ * the producer threads' writable MAP_SHARED mappings of their allocs, and
+ * while it lives the daemon's F_SEAL_WRITE on those memfds fails with
+ * EBUSY (found by this tool: see docs/reliability.md).
+ */
+static void *chaos(void *arg)
+{
+	uint64_t s = C.seed ^ 0xC4A05;
+	char seed[24], np[16], nn[16], ms[24];
+	char *argv[] = {"td-stress", "--victim", seed, "--socket", D.sock,
+			"--producers", np, "--names", nn, "--max-size", ms,
+			NULL};
+	extern char **environ;
+
+	(void)arg;
+	snprintf(np, sizeof(np), "%u", C.producers);
+	snprintf(nn, sizeof(nn), "%u", C.names);
+	snprintf(ms, sizeof(ms), "%" PRIu64, C.max_size);
+	for (unsigned i = 0; i < C.chaos && !atomic_load(&stop_now); i++) {
+		pid_t pid;
+
+		snprintf(seed, sizeof(seed), "%" PRIu64, rnd(&s));
+		if (posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv,
+				environ) != 0) {
+			err("spawn a chaos client", -EAGAIN, NULL);
+			break;
+		}
+		tdc_nap_ms((long)(rnd(&s) % 50));
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		atomic_fetch_add(&n_kills, 1);
+	}
+	return NULL;
+}
+
+/* `tensorctl --socket S ls` answers (exit 0); its wall time in *ms. */
+static int ls_answers(double *ms)
+{
+	double t0 = now_s();
+	char *argv[] = {(char *)C.tensorctl, "--socket", D.sock, "ls",
+			"stress/", NULL};
+	posix_spawn_file_actions_t fa;
+	extern char **environ;
+	pid_t pid;
+	int st, rc;
+
+	if (!C.tensorctl)
+		return -ENOENT;
+	/* spawned, not forked: see chaos() */
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+	rc = posix_spawn(&pid, C.tensorctl, &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (rc != 0)
+		return -rc;
+	if (waitpid(pid, &st, 0) != pid)
+		return -errno;
+	*ms = (now_s() - t0) * 1e3;
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
+}
+
+/*
+ * Verify, then delete, every stress/ name: whatever is listed after the
+ * chaos must be whole (no half-published tensor of a killed producer).
+ * The number deleted or -errno.
+ */
+static int clean(void)
+{
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	struct td_entry *list;
+	struct td_tensor *t;
+	size_t count;
+	int rc = td_client_connect(D.sock, &c, &e);
+
+	if (rc < 0)
+		return rc;
+	rc = td_client_list(c, "stress/", &list, &count, &e);
+	if (rc == 0) {
+		for (size_t i = 0; i < count; i++) {
+			int v = td_client_get(c, list[i].name, &t, &e);
+
+			if (v == 0) {
+				v = verify(t, list[i].name);
+				td_tensor_release(t);
+			}
+			if (v < 0)
+				err("verify after the run", v, &e);
+			td_client_delete(c, list[i].name, NULL, &e);
+		}
+		td_entry_list_free(list, count);
+		rc = (int)count;
+	}
+	td_client_close(c);
+	return rc;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: td-stress [--producers N] [--consumers M] "
+		"[--names K]\n"
+		"                 [--max-size BYTES] [--max-bytes BYTES] "
+		"[--handoffs H]\n"
+		"                 [--seconds S] [--chaos KILLS] [--seed X]\n"
+		"                 [--tensord PATH] [--tensorctl PATH] "
+		"[--rss-slack BYTES]\n"
+		"defaults: 64 producers, 448 consumers, 4 names each, 64 MiB, "
+		"--max-bytes 2G,\n"
+		"20000 handoffs or 60 s. $TD_TENSORD_WRAP wraps the daemon "
+		"(valgrind).\n"
+		"Fails unless the daemon ends at its baseline fd count and "
+		"within --rss-slack\n(default 16M) of its baseline RSS.\n");
+}
+
+/* N[K|M|G] */
+static uint64_t size_arg(const char *s)
+{
+	char *end;
+	uint64_t v = strtoull(s, &end, 0);
+
+	switch (*end | 0x20) {
+	case 'k': return v << 10;
+	case 'm': return v << 20;
+	case 'g': return v << 30;
+	default: return v;
+	}
+}
+
+static int parse(int argc, char **argv)
+{
+	static const struct option o[] = {
+		{"producers", 1, NULL, 'p'}, {"consumers", 1, NULL, 'c'},
+		{"names", 1, NULL, 'n'},     {"max-size", 1, NULL, 's'},
+		{"max-bytes", 1, NULL, 'm'}, {"handoffs", 1, NULL, 'H'},
+		{"seconds", 1, NULL, 'S'},   {"chaos", 1, NULL, 'k'},
+		{"seed", 1, NULL, 'x'},      {"tensord", 1, NULL, 'd'},
+		{"tensorctl", 1, NULL, 't'}, {"help", 0, NULL, 'h'},
+		{"rss-slack", 1, NULL, 'r'}, {"victim", 1, NULL, 'V'},
+		{"socket", 1, NULL, 'o'},
+		{NULL, 0, NULL, 0},
+	};
+	int ch;
+
+	C.tensord = getenv("TD_TENSORD");
+	C.tensorctl = getenv("TD_TENSORCTL");
+	while ((ch = getopt_long(argc, argv, "h", o, NULL)) != -1) {
+		switch (ch) {
+		case 'p': C.producers = (unsigned)strtoul(optarg, NULL, 0); break;
+		case 'c': C.consumers = (unsigned)strtoul(optarg, NULL, 0); break;
+		case 'n': C.names = (unsigned)strtoul(optarg, NULL, 0); break;
+		case 's': C.max_size = size_arg(optarg); break;
+		case 'm': C.max_bytes = size_arg(optarg); break;
+		case 'H': C.handoffs = strtoull(optarg, NULL, 0); break;
+		case 'S': C.seconds = strtod(optarg, NULL); break;
+		case 'k': C.chaos = (unsigned)strtoul(optarg, NULL, 0); break;
+		case 'x': C.seed = strtoull(optarg, NULL, 0); break;
+		case 'd': C.tensord = optarg; break;
+		case 't': C.tensorctl = optarg; break;
+		case 'r': C.rss_slack_kb = size_arg(optarg) >> 10; break;
+		case 'V': C.victim_seed = strtoull(optarg, NULL, 0); break;
+		case 'o': C.victim_sock = optarg; break;
+		case 'h': usage(stdout); exit(0);
+		default: usage(stderr); return -EINVAL;
+		}
+	}
+	if (!C.producers || !C.consumers || !C.names || !C.max_size ||
+	    C.producers + C.consumers > 4096 || C.seconds <= 0) {
+		usage(stderr);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	char maxb[32];
+	const char *extra[] = {"--max-bytes", maxb, NULL};
+	struct tdc_opts o = {.extra = extra, .log_level = "warn"};
+	unsigned nw;
+	struct worker *w;
+	pthread_t chaos_th;
+	pthread_attr_t attr;
+	double t0, t_end, ls_ms = -1, ls_max = 0;
+	unsigned ls_n = 0;
+	int rc, fd0, fd1, deleted, status;
+	long rss0, rss1, rss_peak = 0;
+
+	if (parse(argc, argv) < 0)
+		return 2;
+	if (C.victim_sock)
+		return victim();
+	snprintf(maxb, sizeof(maxb), "%" PRIu64, C.max_bytes);
+	signal(SIGPIPE, SIG_IGN);
+	rc = tdc_start(&D, C.tensord, &o);
+	if (rc < 0) {
+		fprintf(stderr, "td-stress: cannot start tensord: %s\n",
+			strerror(-rc));
+		return 1;
+	}
+	fd0 = tdc_fd_count(D.pid);
+	rss0 = tdc_rss_kb(D.pid);
+	nw = C.producers + C.consumers;
+	w = calloc(nw, sizeof(*w));
+	if (!w)
+		return 1;
+	pthread_attr_init(&attr);
+	/* 512 threads on a small machine: stacks of 256 KiB are plenty */
+	pthread_attr_setstacksize(&attr, 256u << 10);
+	t0 = now_s();
+	t_end = t0 + C.seconds;
+	for (unsigned i = 0; i < nw; i++) {
+		w[i].producer = i < C.producers;
+		w[i].index = w[i].producer ? i : i - C.producers;
+		if (pthread_create(&w[i].th, &attr, work, &w[i]) != 0) {
+			fprintf(stderr, "td-stress: pthread_create failed\n");
+			atomic_store(&stop_now, true);
+			nw = i;
+			break;
+		}
+	}
+	if (C.chaos)
+		pthread_create(&chaos_th, &attr, chaos, NULL);
+	/* watch: the daemon must keep answering a fresh client meanwhile */
+	while (!atomic_load(&stop_now) && now_s() < t_end) {
+		long rss = tdc_rss_kb(D.pid);
+
+		if (rss > rss_peak)
+			rss_peak = rss;
+		if (C.tensorctl) {
+			if (ls_answers(&ls_ms) < 0) {
+				fprintf(stderr, "td-stress: tensorctl ls "
+						"failed during the load\n");
+				atomic_fetch_add(&n_err, 1);
+			} else {
+				ls_n++;
+				if (ls_ms > ls_max)
+					ls_max = ls_ms;
+			}
+		}
+		tdc_nap_ms(200);
+	}
+	atomic_store(&stop_now, true);
+	for (unsigned i = 0; i < nw; i++)
+		pthread_join(w[i].th, NULL);
+	if (C.chaos)
+		pthread_join(chaos_th, NULL);
+	t_end = now_s();
+	deleted = clean();
+	fd1 = tdc_fd_settle(D.pid, fd0, 3000);
+	rss1 = tdc_rss_kb(D.pid);
+	status = tdc_stop(&D, 1);
+
+	printf("td-stress: %u producers + %u consumers = %" PRIuFAST64
+	       " connections held, %.1f s\n",
+	       C.producers, C.consumers, atomic_load(&n_conn), t_end - t0);
+	printf("  published   %" PRIuFAST64 " (%.1f MiB), refused for room "
+	       "%" PRIuFAST64 "\n",
+	       atomic_load(&n_pub), (double)atomic_load(&n_pub_bytes) / 1048576,
+	       atomic_load(&n_full));
+	printf("  empty       %" PRIuFAST64 " 0-byte publishes refused with "
+	       "-EINVAL as documented\n",
+	       atomic_load(&n_empty));
+	printf("  handoffs    %" PRIuFAST64 " verified (%.1f MiB, xxh3), "
+	       "misses %" PRIuFAST64 "\n",
+	       atomic_load(&n_got), (double)atomic_load(&n_bytes) / 1048576,
+	       atomic_load(&n_miss));
+	printf("  chaos       %" PRIuFAST64 " clients SIGKILLed\n",
+	       atomic_load(&n_kills));
+	printf("  tensorctl ls answered %u times during the load (slowest "
+	       "%.1f ms)\n",
+	       ls_n, ls_max);
+	printf("  daemon fds  %d before, %d after (%d names deleted)\n", fd0,
+	       fd1, deleted);
+	printf("  daemon RSS  %ld KiB before, %ld peak, %ld after\n", rss0,
+	       rss_peak, rss1);
+	printf("  errors      %" PRIuFAST64 ", daemon exit %d (log %s)\n",
+	       atomic_load(&n_err), status, D.log);
+	if (!ls_n)
+		fprintf(stderr, "td-stress: tensorctl ls never ran ($TD_TENSORCTL "
+				"or --tensorctl)\n");
+	if (rss1 < 0 || rss1 > rss0 + (long)C.rss_slack_kb)
+		fprintf(stderr, "td-stress: daemon RSS %ld KiB after, more "
+				"than %" PRIu64 " KiB over its baseline\n",
+			rss1, C.rss_slack_kb);
+	if (atomic_load(&n_err) || fd1 != fd0 || status != 0 ||
+	    atomic_load(&n_got) == 0 || deleted < 0 || !ls_n || rss1 < 0 ||
+	    rss1 > rss0 + (long)C.rss_slack_kb)
+		return 1;
+	/* the log is kept only when something went wrong */
+	{
+		char cmd[128];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", D.dir);
+		if (system(cmd) != 0)
+			return 1;
+	}
+	free(w);
+	return 0;
+}
