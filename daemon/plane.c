@@ -186,7 +186,7 @@ int td__plane_create(uint64_t size, int *out_fd, const char **why)
 	 * writing into a hole when memory is short would get SIGBUS instead
 	 * of an error reply.
 	 */
-	if (fallocate(fd, 0, 0, (off_t)size) < 0) {
+	if (size && fallocate(fd, 0, 0, (off_t)size) < 0) {
 		rc = -errno;
 		*why = "cannot reserve memory for the plane";
 		goto fail;

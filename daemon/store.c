@@ -835,14 +835,10 @@ static void op_alloc(struct td__peer *p, const struct td_wire_hdr *h,
 		return;
 	}
 	for (uint32_t i = 0; i < m.plane_count; i++) {
-		/* nothing to map: mmap(0) fails, so refuse it here clearly */
-		if (m.sizes[i] == 0) {
-			td__peer_error(p, h->opcode, h->request_id, -EINVAL,
-				       "plane %u has size 0: an empty plane "
-				       "has no pages to share",
-				       i);
-			return;
-		}
+		/*
+		 * Size 0 is a valid plane (an empty tensor, e.g. shape
+		 * [0, 4]): an empty memfd that nobody maps.
+		 */
 		if (td__add_ovf(sum, m.sizes[i], &sum)) {
 			td__peer_error(p, h->opcode, h->request_id, -EOVERFLOW,
 				       "plane sizes overflow 64 bits");
