@@ -43,6 +43,7 @@ struct vfd {
 };
 
 struct version {
+	struct td__list all; /* td__store.versions: current and retired */
 	uint64_t number;
 	unsigned refs; /* 1 while current + 1 per lease */
 	uint32_t lease_count;
@@ -123,6 +124,11 @@ struct td__store {
 	 */
 	struct td__list free_leases;
 	unsigned n_free_leases;
+	/*
+	 * Every live version, current or retired (replaced or deleted but
+	 * still leased), so GET EXACT can reach a retired one.
+	 */
+	struct td__list versions;
 };
 
 #define LEASE_CACHE 1024
@@ -262,6 +268,7 @@ static void version_unref(struct td__store *s, struct version *v)
 	for (uint32_t i = 0; i < v->nfds; i++)
 		vfd_close(s, &v->fds[i]);
 	acct_sub(s, v->uid, v->acct);
+	td__list_del(&v->all);
 	td__log(TD_LOG_DEBUG, "freed %.*s version %llu", (int)v->name_len,
 		v->name, (unsigned long long)v->number);
 	free(v);
@@ -295,6 +302,24 @@ static size_t name_find(const struct td__store *s, const char *key,
 					   s->names[lo]->name_len, key,
 					   len) == 0;
 	return lo;
+}
+
+/*
+ * A version replaced or deleted but kept alive by a lease: GET EXACT may
+ * take another lease on it (same bytes, still immutable).
+ */
+static struct version *retired(struct td__store *s, struct td_wire_str n,
+			       uint64_t number)
+{
+	for (struct td__list *l = s->versions.next; l != &s->versions;
+	     l = l->next) {
+		struct version *v = td__container_of(l, struct version, all);
+
+		if (v->number == number && v->name_len == n.len &&
+		    memcmp(v->name, n.ptr, n.len) == 0)
+			return v;
+	}
+	return NULL;
 }
 
 static struct version *lookup(struct td__store *s, struct td_wire_str n)
@@ -718,14 +743,18 @@ static void op_get(struct td__peer *p, const struct td_wire_hdr *h,
 		return;
 	v = lookup(s, m.name);
 	if (m.mode == TD_GET_EXACT) {
-		if (v && v->number == m.version) {
-			reply_get(p, h->opcode, h->request_id, m.flags, v);
+		struct version *x = retired(s, m.name, m.version);
+
+		if (v && v->number == m.version)
+			x = v;
+		if (x) {
+			reply_get(p, h->opcode, h->request_id, m.flags, x);
 			return;
 		}
 		if (v)
 			td__peer_error(p, h->opcode, h->request_id, -ENOENT,
-				       "version %llu of \"%.*s\" is not "
-				       "current (current is %llu)",
+				       "version %llu of \"%.*s\" is neither "
+				       "current (%llu) nor still leased",
 				       (unsigned long long)m.version,
 				       (int)m.name.len, m.name.ptr,
 				       (unsigned long long)v->number);
@@ -1332,6 +1361,7 @@ static void op_publish(struct td__peer *p, const struct td_wire_hdr *h,
 						  ver->fds[i].dev,
 						  ver->fds[i].ino);
 	td__fdstore_dirty();
+	td__list_add_tail(&s->versions, &ver->all);
 	at = name_find(s, ver->name, ver->name_len, &found);
 	if (found) {
 		s->names[at] = ver;
@@ -1669,6 +1699,7 @@ int td__store_new(struct td__daemon *d)
 	s->d = d;
 	td__list_init(&s->watches);
 	td__list_init(&s->free_leases);
+	td__list_init(&s->versions);
 	td__list_init(&s->waiters);
 	s->next_version = s->next_lease = s->next_alloc = s->next_watch =
 		s->next_buf = 1;
@@ -1867,6 +1898,7 @@ int td__store_restore(const struct td_state_entry *ent, int *fds, char *why,
 	memmove(&s->names[at + 1], &s->names[at],
 		(s->count - at) * sizeof(*s->names));
 	s->names[at] = ver;
+	td__list_add_tail(&s->versions, &ver->all);
 	s->count++;
 	ver = NULL;
 out:

@@ -1333,7 +1333,7 @@ static void newer_consumer(const struct daemon *d, void *arg)
 {
 	struct newer_pipes *np = arg;
 	struct td_client *c = child_open(d, NULL);
-	struct td_tensor *x = NULL, *y = NULL;
+	struct td_tensor *x = NULL, *y = NULL, *z = NULL;
 	struct td_error e = {0};
 
 	CK_RC(td_client_get_version(c, "nw/t", np->v1, &x, &e_));
@@ -1346,7 +1346,12 @@ static void newer_consumer(const struct daemon *d, void *arg)
 	CK_RC(td_client_get_newer(c, "nw/t", np->v1, -1, &y, &e_));
 	CK(td_tensor_version(y) > np->v1);
 	CK(same(td_tensor_plane_data(y, 0), 256, 72));
-	/* the held v1 is no longer current: EXACT cannot fetch it again */
+	/* v1 is replaced but still leased: EXACT reaches it, same bytes */
+	CK_RC(td_client_get_version(c, "nw/t", np->v1, &z, &e_));
+	CK(td_tensor_version(z) == np->v1);
+	CK(same(td_tensor_plane_data(z, 0), 256, 71));
+	td_tensor_release(z);
+	/* once the last lease on v1 is gone, so is v1 */
 	td_tensor_release(x);
 	CK(td_client_get_version(c, "nw/t", np->v1, &x, &e) == -ENOENT);
 	td_tensor_release(y);
