@@ -230,6 +230,14 @@ static void td_teardown(struct bench_run *r)
 
 	if (!x)
 		return;
+	/*
+	 * Every run publishes under its own name and the daemon keeps a
+	 * name's latest version until it is deleted: without this, each run
+	 * would leave one payload behind (6 GiB after the 1 GiB runs). The
+	 * end barrier has passed, so the consumer released everything.
+	 */
+	if (x->c && r->role == BENCH_PRODUCER)
+		td_client_delete(x->c, x->name, NULL, NULL);
 	td_client_close(x->c);
 	if (x->ack >= 0)
 		close(x->ack);

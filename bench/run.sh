@@ -5,6 +5,7 @@
 # bench/README.md between its "results" markers.
 # BUILDDIR selects the build folder (default: build-bench); extra arguments
 # go to tensord-bench (e.g. --sizes 64,4K --scale 0.1 for a quick look).
+# TD_BENCH_REV names the source revision when run outside a git checkout.
 set -eu
 cd "$(dirname "$0")/.."
 BUILDDIR=${BUILDDIR:-build-bench}
@@ -21,7 +22,7 @@ mkdir -p "$OUT"
 	echo "compiler: $(${CC:-cc} --version | head -n 1)"
 	echo "iceoryx: $(dpkg-query -W -f='${Version}' iceoryx 2>/dev/null || echo 'not installed')"
 	echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
-	echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+	echo "git: ${TD_BENCH_REV:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')}"
 	echo "lscpu:"
 	lscpu | grep -E '^(Architecture|CPU\(s\)|On-line|Model name|Thread|Core|Socket|NUMA node\(s\)|L1d|L2|L3|Hypervisor)' |
 		sed 's/^/  /'
