@@ -1720,6 +1720,7 @@ static void on_timer_closed(uv_handle_t *h)
 		free(td__container_of(l, struct lease, link));
 	}
 	free(s->bufs);
+	free(s->uids); /* kept at its capacity when every uid is back at 0 */
 	free(s);
 }
 

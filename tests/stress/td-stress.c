@@ -43,6 +43,7 @@ struct cfg {
 	const char *tensord, *tensorctl;
 	const char *victim_sock; /* --victim: be a chaos victim of this */
 	uint64_t victim_seed;
+	bool keep_cache; /* keep libtensord's mapping cache (see consume) */
 };
 
 static struct cfg C = {
@@ -215,6 +216,15 @@ static int consume(struct td_client *c, uint64_t *s)
 	if (rc == 0)
 		atomic_fetch_add(&n_bytes, td_tensor_plane_size(t, 0));
 	td_tensor_release(t);
+	/*
+	 * Each client caches up to 64 unused mappings, and a cached mapping
+	 * keeps its buffer alive after the daemon replaced it, outside the
+	 * daemon's --max-bytes: 448 consumers x 64 buffers of up to 64 MiB
+	 * is more fds than RLIMIT_NOFILE and more memory than the machine.
+	 * So by default drop it now; --keep-cache for small runs.
+	 */
+	if (!C.keep_cache)
+		td_client_trim(c);
 	if (rc < 0)
 		return rc;
 	if (atomic_fetch_add(&n_got, 1) + 1 >= C.handoffs)
@@ -378,12 +388,16 @@ static void usage(FILE *f)
 		"                 [--seconds S] [--chaos KILLS] [--seed X]\n"
 		"                 [--tensord PATH] [--tensorctl PATH] "
 		"[--rss-slack BYTES]\n"
+		"                 [--keep-cache]\n"
 		"defaults: 64 producers, 448 consumers, 4 names each, 64 MiB, "
 		"--max-bytes 2G,\n"
 		"20000 handoffs or 60 s. $TD_TENSORD_WRAP wraps the daemon "
 		"(valgrind).\n"
 		"Fails unless the daemon ends at its baseline fd count and "
-		"within --rss-slack\n(default 16M) of its baseline RSS.\n");
+		"within --rss-slack\n(default 16M) of its baseline RSS. "
+		"Consumers drop their cached mappings\nafter each get "
+		"(stale buffers stay alive outside --max-bytes) unless\n"
+		"--keep-cache.\n");
 }
 
 /* N[K|M|G] */
@@ -410,7 +424,7 @@ static int parse(int argc, char **argv)
 		{"seed", 1, NULL, 'x'},      {"tensord", 1, NULL, 'd'},
 		{"tensorctl", 1, NULL, 't'}, {"help", 0, NULL, 'h'},
 		{"rss-slack", 1, NULL, 'r'}, {"victim", 1, NULL, 'V'},
-		{"socket", 1, NULL, 'o'},
+		{"socket", 1, NULL, 'o'},    {"keep-cache", 0, NULL, 'K'},
 		{NULL, 0, NULL, 0},
 	};
 	int ch;
@@ -433,6 +447,7 @@ static int parse(int argc, char **argv)
 		case 'r': C.rss_slack_kb = size_arg(optarg) >> 10; break;
 		case 'V': C.victim_seed = strtoull(optarg, NULL, 0); break;
 		case 'o': C.victim_sock = optarg; break;
+		case 'K': C.keep_cache = true; break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return -EINVAL;
 		}
