@@ -933,14 +933,22 @@ Test(systemd, socket_activated_daemon_serves_clients)
 		       "/nonexistent/td.sock", (char *)NULL);
 		_exit(127);
 	}
-	/* bounded wait for the socket file (no behaviour is timed) */
-	for (int i = 0; stat(d.sock, &sb) < 0; i++) {
-		cr_assert_lt(i, WAIT_MS / 10, "no socket from "
-					      "systemd-socket-activate");
+	/*
+	 * Bounded wait until it listens: the socket file appears at bind(),
+	 * a moment before listen(), so a connect in between is refused.
+	 * The first connection then starts the daemon on the passed socket.
+	 */
+	for (int i = 0;; i++) {
+		int rc = td_client_connect(d.sock, &c, &e);
+
+		if (rc == 0)
+			break;
+		cr_assert(rc == -ENOENT || rc == -ECONNREFUSED, "connect: %s",
+			  e.reason);
+		cr_assert_lt(i, WAIT_MS / 10, "systemd-socket-activate never "
+					      "listened on %s", d.sock);
 		usleep(10000);
 	}
-	/* the first connection starts the daemon on the passed socket */
-	c = connect_to(d.sock);
 	put(c, "sa/x", 32, 7, 0, NULL);
 	cr_assert_eq(td_client_get(c, "sa/x", &t, &e), 0, "%s", e.reason);
 	cr_assert_eq(((const uint8_t *)td_tensor_plane_data(t, 0))[31],
