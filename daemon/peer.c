@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "bytes.h"
+#include "scm.h"
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
@@ -141,30 +142,7 @@ static void update_poll(struct td__peer *p);
 static ssize_t send_raw(int fd, const uint8_t *buf, size_t len,
 			const int *fds, unsigned nfds)
 {
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * TD_WIRE_MAX_FDS)];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = {(void *)buf, len};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-	ssize_t n;
-
-	if (nfds) {
-		struct cmsghdr *cm;
-
-		memset(&ctl, 0, sizeof(ctl));
-		mh.msg_control = ctl.buf;
-		mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-		cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-		memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
-	}
-	do
-		n = sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
-	return n < 0 ? -errno : n;
+	return td__scm_send(fd, buf, len, fds, nfds, MSG_DONTWAIT);
 }
 
 /*
@@ -519,58 +497,28 @@ static void receive(struct td__peer *p)
 	struct td__daemon *d = td__d;
 
 	for (int i = 0; i < TD__RX_BATCH && !p->dead; i++) {
-		union {
-			char buf[CMSG_SPACE(sizeof(int) * TD_WIRE_MAX_FDS)];
-			struct cmsghdr align;
-		} ctl;
-		struct iovec iov = {d->rx, sizeof(d->rx)};
-		struct msghdr mh = {
-			.msg_iov = &iov,
-			.msg_iovlen = 1,
-			.msg_control = ctl.buf,
-			.msg_controllen = sizeof(ctl.buf),
-		};
 		int fds[TD_WIRE_MAX_FDS];
-		unsigned nfds = 0;
-		bool extra = false;
+		struct td__scm_rx rx = {.fds = fds, .cap = TD_WIRE_MAX_FDS};
+		unsigned nfds;
 		ssize_t n;
 
-		n = recvmsg(p->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+		n = td__scm_recv(p->fd, d->rx, sizeof(d->rx), MSG_DONTWAIT,
+				 &rx);
 		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno != EAGAIN)
+			if (n != -EAGAIN)
 				td__peer_kill(p, "recvmsg failed");
 			return;
 		}
-		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm;
-		     cm = CMSG_NXTHDR(&mh, cm)) {
-			size_t k;
-
-			if (cm->cmsg_level != SOL_SOCKET ||
-			    cm->cmsg_type != SCM_RIGHTS) {
-				extra = true;
-				continue;
-			}
-			k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-			for (size_t j = 0; j < k; j++) {
-				int fd;
-
-				memcpy(&fd, CMSG_DATA(cm) + j * sizeof(int),
-				       sizeof(fd));
-				/* the buffer holds at most MAX_FDS */
-				if (nfds < TD_WIRE_MAX_FDS)
-					fds[nfds++] = fd;
-				else
-					close(fd);
-			}
-		}
+		nfds = rx.nfds;
+		/* more than the buffer held: the kernel truncated it too */
+		if (rx.dropped)
+			rx.msg_flags |= MSG_CTRUNC;
 		if (n == 0) {
 			close_fds(fds, nfds);
 			td__peer_kill(p, "connection closed");
 			return;
 		}
-		if (mh.msg_flags & MSG_CTRUNC) {
+		if (rx.msg_flags & MSG_CTRUNC) {
 			close_fds(fds, nfds);
 			td__peer_error(p, 0, 0, -EPROTO,
 				       "control data truncated: more than "
@@ -579,7 +527,7 @@ static void receive(struct td__peer *p)
 			td__peer_kill(p, "MSG_CTRUNC");
 			return;
 		}
-		if (mh.msg_flags & MSG_TRUNC) {
+		if (rx.msg_flags & MSG_TRUNC) {
 			close_fds(fds, nfds);
 			td__peer_error(p, td__le16(d->rx + 6),
 				       td__le64(d->rx + 16), -EMSGSIZE,
@@ -588,7 +536,7 @@ static void receive(struct td__peer *p)
 			td__peer_kill(p, "oversize datagram");
 			return;
 		}
-		if (extra) {
+		if (rx.foreign) {
 			close_fds(fds, nfds);
 			td__peer_error(p, 0, 0, -EPROTO,
 				       "control message other than "

@@ -18,6 +18,7 @@
 
 #include "blob.h"
 #include "client.h"
+#include "scm.h"
 
 #ifndef SYS_pidfd_getfd
 #define SYS_pidfd_getfd 438
@@ -187,10 +188,6 @@ static int conn_broken(struct td_client *c, int code)
 static int msg_send(struct td_client *c, uint16_t op, uint64_t id,
 		    size_t body_len, const int *fds, unsigned nfds)
 {
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * TD_WIRE_MAX_FDS)];
-		struct cmsghdr align;
-	} ctl;
 	struct td_wire_hdr h = {
 		.magic = TD_WIRE_MAGIC,
 		.version = TD_WIRE_VERSION,
@@ -199,30 +196,15 @@ static int msg_send(struct td_client *c, uint16_t op, uint64_t id,
 		.request_id = id,
 		.body_len = (uint32_t)body_len,
 	};
-	struct iovec iov = {c->sbuf, TD_WIRE_HDR_LEN + body_len};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
 	ssize_t n;
 
 	if (nfds > TD_WIRE_MAX_FDS)
 		return -E2BIG;
 	td_wire_hdr_encode(&h, c->sbuf);
-	if (nfds) {
-		struct cmsghdr *cm;
-
-		memset(&ctl, 0, sizeof(ctl));
-		mh.msg_control = ctl.buf;
-		mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-		cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-		memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
-	}
-	do
-		n = sendmsg(c->sock, &mh, MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
+	n = td__scm_send(c->sock, c->sbuf, TD_WIRE_HDR_LEN + body_len, fds,
+			 nfds, 0);
 	if (n < 0)
-		return conn_broken(c, errno == EPIPE ? -ECONNRESET : -errno);
+		return conn_broken(c, n == -EPIPE ? -ECONNRESET : (int)n);
 	/* SOCK_SEQPACKET sends the whole datagram or fails. */
 	return 0;
 }
@@ -235,51 +217,22 @@ static int msg_send(struct td_client *c, uint16_t op, uint64_t id,
  */
 static int msg_recv(struct td_client *c, struct td__msg *m)
 {
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * TD_WIRE_MAX_FDS)];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = {c->rbuf, TD_WIRE_MAX_MSG};
-	struct msghdr mh = {
-		.msg_iov = &iov,
-		.msg_iovlen = 1,
-		.msg_control = ctl.buf,
-		.msg_controllen = sizeof(ctl.buf),
-	};
-	struct cmsghdr *cm;
+	struct td__scm_rx rx = {.fds = m->fds, .cap = TD_WIRE_MAX_FDS};
 	ssize_t n;
 	int rc;
 
 	m->nfds = 0;
-	do
-		n = recvmsg(c->sock, &mh, MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
+	n = td__scm_recv(c->sock, c->rbuf, TD_WIRE_MAX_MSG, 0, &rx);
 	if (n < 0)
-		return conn_broken(c, -errno);
-	for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-		size_t k;
-
-		if (cm->cmsg_level != SOL_SOCKET ||
-		    cm->cmsg_type != SCM_RIGHTS)
-			continue;
-		k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (size_t i = 0; i < k; i++) {
-			int fd;
-
-			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int),
-			       sizeof(fd));
-			/* the buffer holds at most TD_WIRE_MAX_FDS ints */
-			if (m->nfds < TD_WIRE_MAX_FDS)
-				m->fds[m->nfds++] = fd;
-			else
-				close(fd);
-		}
-	}
+		return conn_broken(c, (int)n);
+	m->nfds = rx.nfds;
+	if (rx.dropped)
+		rx.msg_flags |= MSG_CTRUNC; /* more than a message may carry */
 	if (n == 0) {
 		td__msg_close_fds(m);
 		return conn_broken(c, -ECONNRESET);
 	}
-	if (mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) {
+	if (rx.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) {
 		td__msg_close_fds(m);
 		return conn_broken(c, -EPROTO);
 	}

@@ -31,6 +31,7 @@
 
 #include "blob.h"
 #include "bytes.h"
+#include "scm.h"
 #include "testutil.h"
 #include "wire.h"
 
@@ -202,27 +203,7 @@ static uint8_t txbuf[TD_WIRE_MAX_MSG * 2];
 static void send_dgram(int sock, const void *buf, size_t len, const int *fds,
 		       unsigned nfds)
 {
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * 32)];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = {(void *)buf, len};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-
-	cr_assert(nfds <= 32);
-	if (nfds) {
-		struct cmsghdr *cm;
-
-		memset(&ctl, 0, sizeof(ctl));
-		mh.msg_control = ctl.buf;
-		mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-		cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-		memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
-	}
-	cr_assert_eq(sendmsg(sock, &mh, MSG_NOSIGNAL), (ssize_t)len,
+	cr_assert_eq(td__scm_send(sock, buf, len, fds, nfds, 0), (ssize_t)len,
 		     "sendmsg: %s", strerror(errno));
 }
 
@@ -249,35 +230,18 @@ static void send_req(int sock, uint16_t op, uint64_t id, size_t body_len,
 /* 0 and *m, or -ECONNRESET at end of stream. Blocks. */
 static int recv_msg(int sock, struct msg *m)
 {
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * (TD_WIRE_MAX_FDS + 4))];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = {m->buf, sizeof(m->buf)};
-	struct msghdr mh = {
-		.msg_iov = &iov,
-		.msg_iovlen = 1,
-		.msg_control = ctl.buf,
-		.msg_controllen = sizeof(ctl.buf),
-	};
+	struct td__scm_rx rx = {.fds = m->fds, .cap = TD_WIRE_MAX_FDS};
 	ssize_t n;
 
 	m->nfds = 0;
 	m->reason[0] = 0;
-	n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
-	cr_assert(n >= 0, "recvmsg: %s", strerror(errno));
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm;
-	     cm = CMSG_NXTHDR(&mh, cm)) {
-		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-
-		cr_assert_eq(cm->cmsg_type, SCM_RIGHTS);
-		for (size_t i = 0; i < k; i++)
-			memcpy(&m->fds[m->nfds++],
-			       CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-	}
+	n = td__scm_recv(sock, m->buf, sizeof(m->buf), 0, &rx);
+	cr_assert(n >= 0, "recvmsg: %s", strerror((int)-n));
+	cr_assert(!rx.foreign && !rx.dropped);
+	m->nfds = rx.nfds;
 	if (n == 0)
 		return -ECONNRESET;
-	cr_assert_eq(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC), 0);
+	cr_assert_eq(rx.msg_flags & (MSG_TRUNC | MSG_CTRUNC), 0);
 	m->n = (size_t)n;
 	cr_assert_eq(td_wire_hdr_decode(m->buf, m->n, &m->h, NULL), 0,
 		     "daemon sent a bad header");

@@ -31,6 +31,7 @@
 
 #include "daemon.h" /* the policy parser and the caps under test */
 #include "daemonctl.h"
+#include "scm.h"
 #include "testutil.h"
 #include "wire.h"
 
@@ -247,30 +248,13 @@ static int raw_send(int sock, uint16_t op, uint64_t id, const uint8_t *body,
 static ssize_t raw_recv(int sock, struct td_wire_hdr *h)
 {
 	uint8_t buf[TD_WIRE_MAX_MSG];
-	union {
-		char b[CMSG_SPACE(sizeof(int) * TD_WIRE_MAX_FDS)];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = {buf, sizeof(buf)};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1,
-			    .msg_control = ctl.b,
-			    .msg_controllen = sizeof(ctl.b)};
-	ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+	int fds[TD_WIRE_MAX_FDS];
+	struct td__scm_rx rx = {.fds = fds, .cap = TD_WIRE_MAX_FDS};
+	ssize_t n = td__scm_recv(sock, buf, sizeof(buf), 0, &rx);
 
 	if (n < 0)
-		return -errno;
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm;
-	     cm = CMSG_NXTHDR(&mh, cm)) {
-		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-
-		for (size_t i = 0; i < k; i++) {
-			int fd;
-
-			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int),
-			       sizeof(fd));
-			close(fd);
-		}
-	}
+		return n;
+	td__scm_close(fds, rx.nfds);
 	if (n > 0)
 		cr_assert_eq(td_wire_hdr_decode(buf, (size_t)n, h, NULL), 0);
 	return n;

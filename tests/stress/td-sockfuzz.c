@@ -35,6 +35,7 @@
 
 #include "blob.h"
 #include "daemonctl.h"
+#include "scm.h"
 #include "wire.h"
 
 #define MAX_CONNS 256
@@ -328,14 +329,8 @@ static int drain(struct conn *c, int wait_ms)
 	static uint8_t buf[TD_WIRE_MAX_MSG];
 
 	for (;;) {
-		union {
-			char b[CMSG_SPACE(sizeof(int) * 32)];
-			struct cmsghdr align;
-		} ctl;
-		struct iovec iov = {buf, sizeof(buf)};
-		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1,
-				    .msg_control = ctl.b,
-				    .msg_controllen = sizeof(ctl.b)};
+		int fds[32];
+		struct td__scm_rx rx = {.fds = fds, .cap = 32};
 		ssize_t n;
 
 		if (wait_ms) {
@@ -344,21 +339,10 @@ static int drain(struct conn *c, int wait_ms)
 			nanosleep(&ts, NULL);
 			wait_ms = 0;
 		}
-		n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		n = td__scm_recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT, &rx);
 		if (n < 0)
-			return errno == EAGAIN ? 0 : -1;
-		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm;
-		     cm = CMSG_NXTHDR(&mh, cm)) {
-			size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-
-			for (size_t i = 0; i < k; i++) {
-				int fd;
-
-				memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int),
-				       sizeof(int));
-				close(fd);
-			}
-		}
+			return n == -EAGAIN ? 0 : -1;
+		td__scm_close(fds, rx.nfds);
 		if (n == 0)
 			return -1;
 		n_replies++;
@@ -367,10 +351,6 @@ static int drain(struct conn *c, int wait_ms)
 
 static void send_one(struct conn *c)
 {
-	union {
-		char b[CMSG_SPACE(sizeof(int) * 24)];
-		struct cmsghdr align;
-	} ctl;
 	int fds[24];
 	unsigned nfds = 0;
 	size_t len;
@@ -392,22 +372,7 @@ static void send_one(struct conn *c)
 		len = random_dgram();
 		n_random++;
 	}
-	struct iovec iov = {msg, len};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-
-	if (nfds) {
-		struct cmsghdr *cm;
-
-		memset(&ctl, 0, sizeof(ctl));
-		mh.msg_control = ctl.b;
-		mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-		cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-		memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
-	}
-	if (sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) >= 0) {
+	if (td__scm_send(c->fd, msg, len, fds, nfds, MSG_DONTWAIT) >= 0) {
 		n_sent++;
 		n_fds += nfds;
 	}
