@@ -261,8 +261,8 @@ static uint64_t default_iters(size_t size)
 	if (size <= (16u << 20))
 		return 100;
 	if (size <= (64u << 20))
-		return 30;
-	return 6;
+		return 20;
+	return 4;
 }
 
 /* Excluded warm-up round trips, per round. */
@@ -275,7 +275,7 @@ static uint64_t default_warmup(size_t size)
 	if (size <= (16u << 20))
 		return 5;
 	if (size <= (64u << 20))
-		return 3;
+		return 2;
 	return 1;
 }
 

@@ -262,58 +262,51 @@ static void ratio_cell(FILE *f, const struct bench_result *a,
 		fprintf(f, " %.2f |", a->median_ns / b->median_ns);
 }
 
-int report_markdown(const char *path, const struct bench_report *rep)
+/* The ratio tables of one tensord method (name) against the baselines. */
+static void ratio_tables(FILE *f, const struct bench_report *rep,
+			 const char *name, const size_t *sizes, size_t ns)
 {
-	FILE *f = fopen(path, "we");
-	size_t sizes[64], ns = sizes_of(rep, sizes, 64);
-	const struct bench_result *any_td = NULL;
+	static const char *const base[] = {
+		"iceoryx-wait", "iceoryx-poll", "socket-copy", "fd-pass",
+	};
+	const struct bench_result *any = NULL;
 	char sz[32];
 
-	if (!f) {
-		fprintf(stderr, "bench: %s: %s\n", path, strerror(errno));
-		return -errno;
-	}
 	for (size_t i = 0; i < rep->result_count; i++) {
-		if (strcmp(rep->results[i].method->name, "tensord") == 0) {
-			any_td = &rep->results[i];
-			if (any_td->status == BENCH_OK)
+		if (strcmp(rep->results[i].method->name, name) == 0) {
+			any = &rep->results[i];
+			if (any->status == BENCH_OK)
 				break;
 		}
 	}
-
-	fprintf(f, "### Ratios of median round trips (< 1: tensord is "
-		   "faster)\n\n");
-	if (!any_td || any_td->status != BENCH_OK) {
-		fprintf(f, "The tensord column is not filled yet: %s.\n\n",
-			any_td ? any_td->why :
-			"the tensord method was not part of this run");
-	}
-	fprintf(f, "| size | mode | tensord / iceoryx-wait | "
-		   "tensord / iceoryx-poll | tensord / socket-copy | "
-		   "tensord / fd-pass |\n|---|---|---|---|---|---|\n");
+	fprintf(f, "### %s: ratios of median round trips (< 1: %s is "
+		   "faster)\n\n", name, name);
+	if (!any || any->status != BENCH_OK)
+		fprintf(f, "The %s column is not filled yet: %s.\n\n", name,
+			any ? any->why : "the method was not part of this run");
+	fprintf(f, "| size | mode |");
+	for (size_t b = 0; b < sizeof(base) / sizeof(base[0]); b++)
+		fprintf(f, " %s / %s |", name, base[b]);
+	fprintf(f, "\n|---|---|---|---|---|---|\n");
 	for (size_t s = 0; s < ns; s++) {
 		for (int w = 1; w >= 0; w--) {
-			const struct bench_result *td = find(rep, "tensord",
+			const struct bench_result *td = find(rep, name,
 							     sizes[s], w);
 
-			if (!find(rep, "socket-copy", sizes[s], w) &&
-			    !td)
+			if (!td)
 				continue;
 			fprintf(f, "| %s | %s |",
 				size_label(sizes[s], sz, sizeof(sz)),
 				mode_name(w));
-			ratio_cell(f, td, find(rep, "iceoryx-wait", sizes[s],
-					       w));
-			ratio_cell(f, td, find(rep, "iceoryx-poll", sizes[s],
-					       w));
-			ratio_cell(f, td, find(rep, "socket-copy", sizes[s],
-					       w));
-			ratio_cell(f, td, find(rep, "fd-pass", sizes[s], w));
+			for (size_t b = 0; b < sizeof(base) / sizeof(base[0]);
+			     b++)
+				ratio_cell(f, td, find(rep, base[b], sizes[s],
+						       w));
 			fputc('\n', f);
 		}
 	}
-	fprintf(f, "\n| tensord largest / smallest size | write | "
-		   "nowrite |\n|---|---|---|\n");
+	fprintf(f, "\n| %s largest / smallest size | write | nowrite |\n"
+		   "|---|---|---|\n", name);
 	if (ns >= 2) {
 		char a[32], b[32];
 
@@ -321,10 +314,26 @@ int report_markdown(const char *path, const struct bench_report *rep)
 			size_label(sizes[ns - 1], a, sizeof(a)),
 			size_label(sizes[0], b, sizeof(b)));
 		for (int w = 1; w >= 0; w--)
-			ratio_cell(f, find(rep, "tensord", sizes[ns - 1], w),
-				   find(rep, "tensord", sizes[0], w));
+			ratio_cell(f, find(rep, name, sizes[ns - 1], w),
+				   find(rep, name, sizes[0], w));
 		fputc('\n', f);
 	}
+}
+
+int report_markdown(const char *path, const struct bench_report *rep)
+{
+	FILE *f = fopen(path, "we");
+	size_t sizes[64], ns = sizes_of(rep, sizes, 64);
+	char sz[32];
+
+	if (!f) {
+		fprintf(stderr, "bench: %s: %s\n", path, strerror(errno));
+		return -errno;
+	}
+	/* one set of ratio tables per tensord method (API, fast path) */
+	for (size_t m = 0; m < rep->method_count; m++)
+		if (strncmp(rep->methods[m]->name, "tensord", 7) == 0)
+			ratio_tables(f, rep, rep->methods[m]->name, sizes, ns);
 
 	for (int w = 1; w >= 0; w--) {
 		fprintf(f, "\n### Median round trip in µs (p99), mode %s\n\n"
