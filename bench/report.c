@@ -256,10 +256,14 @@ static void ratio_cell(FILE *f, const struct bench_result *a,
 		       const struct bench_result *b)
 {
 	if (!a || !b || a->status != BENCH_OK || b->status != BENCH_OK ||
-	    b->median_ns <= 0)
+	    b->median_ns <= 0) {
 		fprintf(f, " n/a |");
-	else
-		fprintf(f, " %.2f |", a->median_ns / b->median_ns);
+	} else {
+		double v = a->median_ns / b->median_ns;
+
+		/* two decimals, but never rounded to 0.00 below 1 */
+		fprintf(f, v >= 1 ? " %.2f |" : " %.2g |", v);
+	}
 }
 
 /* The ratio tables of one tensord method (name) against the baselines. */
@@ -318,6 +322,7 @@ static void ratio_tables(FILE *f, const struct bench_report *rep,
 				   find(rep, name, sizes[0], w));
 		fputc('\n', f);
 	}
+	fputc('\n', f);
 }
 
 int report_markdown(const char *path, const struct bench_report *rep)
@@ -456,8 +461,9 @@ int report_plot(const char *png, const struct bench_report *rep,
 		   "set logscale xy\nset grid xtics ytics mytics\n"
 		   "set xlabel 'payload size'\n"
 		   "set ylabel 'round trip (µs)'\n"
-		   "set key top left\nset format y '%%g'\n"
-		   "set offsets graph 0.04, graph 0.04, 0, 0\nset xtics (",
+		   "set key top left\nset format y '10^{%%T}'\n"
+		   "set offsets graph 0.04, graph 0.04, 0, 0\n"
+		   "set xtics rotate by -30 offset -1,0\nset xtics (",
 		png, rep->pinned ? ", producer and consumer pinned to "
 		"different CPUs" : "");
 	for (size_t s = 0; s < ns; s++)
