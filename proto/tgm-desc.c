@@ -24,6 +24,7 @@ struct gbuf {
 	uint8_t *p;
 	size_t len, cap;
 	bool oom;
+	bool structured_key; /* a map key was an array, map or tag */
 };
 
 static void gb_put(struct gbuf *g, const void *src, size_t n)
@@ -942,8 +943,17 @@ static void json_map(struct gbuf *g, const cbor_item_t *it, bool skip_reserved)
 			continue;
 		if (cbor_isa_string(p[i].key)) {
 			string_bytes(p[i].key, &keys[k].key);
+		} else if (cbor_isa_array(p[i].key) || cbor_isa_map(p[i].key) ||
+			   cbor_isa_tag(p[i].key)) {
+			/*
+			 * Refused: its JSON would be escaped into a key, and
+			 * keys nested in keys double the escapes per level
+			 * (2^depth bytes from a few hundred of input).
+			 */
+			g->structured_key = true;
+			continue;
 		} else {
-			/* JSON keys are text: use the key's own JSON */
+			/* a scalar key: its own JSON as the key text */
 			json_item(&keys[k].key, p[i].key, false);
 		}
 		g->oom |= keys[k].key.oom;
@@ -1047,9 +1057,11 @@ static void json_item(struct gbuf *g, const cbor_item_t *it, bool attrs)
 static int json_finish(struct gbuf *g, char **json, size_t *len)
 {
 	gb_put(g, "", 1);
-	if (g->oom) {
+	if (g->oom || g->structured_key) {
+		int rc = g->oom ? -ENOMEM : -EBADMSG;
+
 		gb_fini(g);
-		return -ENOMEM;
+		return rc;
 	}
 	*json = (char *)g->p;
 	if (len)
@@ -1068,7 +1080,12 @@ int td_tgm_cbor_to_json(const uint8_t *cbor, size_t len, char **json,
 		return rc;
 	json_item(&g, it, false);
 	cbor_decref(&it);
-	return json_finish(&g, json, json_len);
+	rc = json_finish(&g, json, json_len);
+	if (rc == -EBADMSG)
+		td__err_set(err, TD_ERR_MALFORMED, NULL, false, 0, 0,
+			    "a map key is an array, map or tag: JSON keys "
+			    "are text");
+	return rc;
 }
 
 /* ---- metadata frames ---- */

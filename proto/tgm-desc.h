@@ -166,7 +166,9 @@ size_t td_tgm_meta_base_count(const struct td_tgm_meta *m);
  * non-finite floats as "NaN"/"Infinity"/"-Infinity", byte strings as
  * lower-case hex text, tags dropped, undefined as null); "{}" when m is
  * NULL or base has no entry i. *json is malloc'ed and NUL-terminated
- * (*len excludes the NUL). Returns 0 or -ENOMEM.
+ * (*len excludes the NUL). Map keys must be text or scalars (their JSON
+ * becomes the key): an array, map or tag as a key is -EBADMSG. Returns 0,
+ * -EBADMSG or -ENOMEM.
  */
 int td_tgm_meta_attrs_json(const struct td_tgm_meta *m, size_t i, char **json,
                            size_t *len);

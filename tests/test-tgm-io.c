@@ -1357,3 +1357,36 @@ Test(tgm_io, load_refuses_codecs_naming_them_and_publishes_nothing)
 	td_client_close(c);
 	daemon_stop(&d);
 }
+
+Test(tgm_io, structured_map_keys_are_refused_not_escaped_exponentially)
+{
+	/* {{1: 1}: 1}: a map as a key */
+	static const uint8_t one[] = {0xa1, 0xa1, 0x01, 0x01, 0x01};
+	uint8_t deep[64];
+	size_t n = 0, jl;
+	char *json = NULL;
+	struct td_err e = {0};
+
+	cr_assert_eq(td_tgm_cbor_to_json(one, sizeof(one), &json, &jl, &e),
+		     -EBADMSG);
+	cr_assert(e.reason && strstr(e.reason, "map key"), "%s", e.reason);
+	/*
+	 * Keys nested in keys 20 deep: escaping each level into the next
+	 * doubled the output per level (the fuzzer found a 642-byte input
+	 * taking 10 s and gigabytes); now refused at once.
+	 */
+	for (int i = 0; i < 20; i++)
+		deep[n++] = 0xa1;
+	deep[n++] = 0x01;
+	for (int i = 0; i < 20; i++)
+		deep[n++] = 0x01;
+	memset(&e, 0, sizeof(e));
+	cr_assert_eq(td_tgm_cbor_to_json(deep, n, &json, &jl, &e), -EBADMSG);
+	/* a scalar key still becomes its JSON text */
+	static const uint8_t scalar[] = {0xa1, 0x01, 0x02};
+	cr_assert_eq(td_tgm_cbor_to_json(scalar, sizeof(scalar), &json, &jl,
+					 &e),
+		     0);
+	cr_assert_str_eq(json, "{\"1\":2}");
+	free(json);
+}

@@ -267,9 +267,15 @@ static int prepare(struct load *l, const char *variable_key)
 		rc = 0;
 		td_tgm_name_sanitize(raw, ob->name, BASE_NAME_MAX + 1);
 		names[i] = ob->name;
-		if (td_tgm_meta_attrs_json(ob->meta, ob->meta_index, &ob->attrs,
-		                           &ob->attrs_len) < 0) {
-			rc = refuse(l, (long)i, "out of memory");
+		rc = td_tgm_meta_attrs_json(ob->meta, ob->meta_index,
+		                            &ob->attrs, &ob->attrs_len);
+		if (rc < 0) {
+			rc = refuse(l, (long)i,
+			            rc == -EBADMSG
+			                    ? "metadata has a map key that is "
+			                      "an array, map or tag (JSON keys "
+			                      "are text)"
+			                    : "out of memory");
 			break;
 		}
 		if (ob->attrs_len > TD_WIRE_MAX_META)
