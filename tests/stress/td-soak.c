@@ -1,0 +1,185 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * td-soak: the daemon must not grow across many handoffs (issue 5, "no
+ * growth of RSS or fds across a million handoffs"). One private tensord;
+ * N handoffs through the socket path (GET + RELEASE of one published
+ * tensor: a lease taken and dropped each time, the client's mapping
+ * cached) and N through a ring (acquire, write, publish, next, check,
+ * release). The daemon's fd count and RSS are read after a warm-up and at
+ * the end; any fd growth, RSS growth beyond --rss-slack KiB, a wrong byte
+ * or a failed call exits 1. The default suite runs a short count; the
+ * million is `td-soak --handoffs 1000000` (docs/reliability.md).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemonctl.h"
+#include "tensord/tensord.h"
+
+#define LEN 4096
+
+static uint64_t handoffs = 20000, warmup = 2000;
+static long rss_slack_kb = 512;
+
+static int fail(const char *what, int rc, const struct td_error *e)
+{
+	fprintf(stderr, "td-soak: %s: %s (%s)\n", what, strerror(-rc),
+		e && e->reason[0] ? e->reason : "-");
+	return 1;
+}
+
+struct sample {
+	int fds;
+	long rss;
+};
+
+static void sample(const struct tdc_daemon *d, struct sample *s)
+{
+	s->fds = tdc_fd_count(d->pid);
+	s->rss = tdc_rss_kb(d->pid);
+}
+
+static int socket_path(struct td_client *c, const struct tdc_daemon *d,
+		       struct sample *a, struct sample *b)
+{
+	uint64_t shape[1] = {LEN};
+	struct td_publish p = {.name = "soak/t", .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape};
+	struct td_error e = {0};
+	uint8_t buf[LEN];
+	int rc;
+
+	for (int i = 0; i < LEN; i++)
+		buf[i] = (uint8_t)(i * 7);
+	rc = td_client_put(c, &p, buf, LEN, NULL, &e);
+	if (rc < 0)
+		return fail("put", rc, &e);
+	for (uint64_t i = 0; i < warmup + handoffs; i++) {
+		struct td_tensor *t;
+		const uint8_t *x;
+
+		if (i == warmup)
+			sample(d, a);
+		rc = td_client_get(c, "soak/t", &t, &e);
+		if (rc < 0)
+			return fail("get", rc, &e);
+		x = td_tensor_plane_data(t, 0);
+		if (x[i % LEN] != (uint8_t)((i % LEN) * 7))
+			return fail("bytes differ", -EILSEQ, NULL);
+		td_tensor_release(t);
+	}
+	sample(d, b);
+	return 0;
+}
+
+static int ring_path(struct td_client *c, const struct tdc_daemon *d,
+		     struct sample *a, struct sample *b)
+{
+	uint64_t shape[1] = {LEN};
+	struct td_ring_desc rd = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				  .shape = shape, .slot_count = 4,
+				  .reader_count = 1};
+	struct td_error e = {0};
+	struct td_ring *r;
+	struct td_sub *s;
+	int rc;
+
+	rc = td_ring_create(c, "soak/ring", &rd, &r, &e);
+	if (rc < 0)
+		return fail("ring create", rc, &e);
+	rc = td_ring_subscribe(c, "soak/ring", 0, &s, &e);
+	if (rc < 0)
+		return fail("ring subscribe", rc, &e);
+	for (uint64_t i = 0; i < warmup + handoffs; i++) {
+		struct td_slot slot;
+		struct td_view v;
+
+		if (i == warmup)
+			sample(d, a);
+		rc = td_ring_acquire(r, -1, &slot);
+		if (rc < 0)
+			return fail("ring acquire", rc, NULL);
+		memcpy(slot.planes[0], &i, sizeof(i));
+		rc = td_ring_publish(r, NULL);
+		if (rc < 0)
+			return fail("ring publish", rc, NULL);
+		rc = td_sub_next(s, -1, &v);
+		if (rc < 0)
+			return fail("sub next", rc, NULL);
+		if (memcmp(v.planes[0], &i, sizeof(i)) != 0)
+			return fail("ring bytes differ", -EILSEQ, NULL);
+		td_sub_release(s);
+	}
+	sample(d, b);
+	td_sub_close(s);
+	td_ring_close(r);
+	return 0;
+}
+
+static int report(const char *path, const struct sample *a,
+		  const struct sample *b)
+{
+	printf("  %-6s %" PRIu64 " handoffs: daemon fds %d -> %d, "
+	       "RSS %ld -> %ld KiB\n",
+	       path, handoffs, a->fds, b->fds, a->rss, b->rss);
+	if (a->fds < 0 || a->rss < 0 || b->fds != a->fds ||
+	    b->rss > a->rss + rss_slack_kb) {
+		fprintf(stderr, "td-soak: the daemon grew on the %s path "
+				"(slack %ld KiB)\n",
+			path, rss_slack_kb);
+		return 1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option o[] = {
+		{"handoffs", 1, NULL, 'n'},
+		{"rss-slack", 1, NULL, 'r'},
+		{NULL, 0, NULL, 0},
+	};
+	static const char *const extra[] = {"--max-bytes", "64M", NULL};
+	struct tdc_opts opts = {.log_level = "warn", .extra = extra};
+	struct tdc_daemon d;
+	struct td_client *c;
+	struct td_error e = {0};
+	struct sample sa, sb, ra, rb;
+	int ch, rc, bad = 0;
+
+	while ((ch = getopt_long(argc, argv, "", o, NULL)) != -1) {
+		if (ch == 'n')
+			handoffs = strtoull(optarg, NULL, 0);
+		else if (ch == 'r')
+			rss_slack_kb = strtol(optarg, NULL, 0);
+		else {
+			fprintf(stderr, "usage: td-soak [--handoffs N] "
+					"[--rss-slack KIB]\n");
+			return 2;
+		}
+	}
+	rc = tdc_start(&d, NULL, &opts);
+	if (rc < 0)
+		return fail("start tensord", rc, NULL);
+	rc = td_client_connect(d.sock, &c, &e);
+	if (rc < 0)
+		return fail("connect", rc, &e);
+	bad |= socket_path(c, &d, &sa, &sb);
+	bad |= ring_path(c, &d, &ra, &rb);
+	td_client_close(c);
+	rc = tdc_stop(&d, 0);
+	if (bad)
+		return 1;
+	printf("td-soak:\n");
+	bad |= report("socket", &sa, &sb);
+	bad |= report("ring", &ra, &rb);
+	if (rc != 0) {
+		fprintf(stderr, "td-soak: tensord exit %d\n", rc);
+		bad = 1;
+	}
+	return bad;
+}
