@@ -146,5 +146,13 @@ int bench_wait_log(int pid, const char *log_path, const char *needle,
 /* The line of a log file that names the error (Fatal/Error), else its
  * last line, into buf (for reasons); "" when none. */
 void bench_log_tail(const char *log_path, char *buf, size_t len);
+/*
+ * Start a private tensord in env->tmpdir (socket and log named after tag)
+ * and wait until it accepts. 0 with *pid and sock filled, or -errno with
+ * a reason in why (the daemon, if it started, is reaped).
+ */
+int bench_tensord_start(const struct bench_env *env, const char *tag,
+			char *sock, size_t sock_len, int *pid, char *why,
+			size_t why_len);
 
 #endif

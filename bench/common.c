@@ -13,6 +13,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -330,4 +331,74 @@ void bench_log_tail(const char *log_path, char *buf, size_t len)
 	s = strrchr(tmp, '\n');
 	s = s ? s + 1 : tmp;
 	clean_line(s, tmp + n, buf, len);
+}
+
+/* A connect() succeeds: the daemon listens. 0 or -errno. */
+static int try_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int s, rc;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -errno;
+	rc = connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 ? 0 : -errno;
+	close(s);
+	return rc;
+}
+
+int bench_tensord_start(const struct bench_env *env, const char *tag,
+			char *sock, size_t sock_len, int *pid, char *why,
+			size_t why_len)
+{
+	char logp[300];
+	uint64_t end;
+	int rc;
+
+	*pid = -1;
+	if (access(env->tensord_path, X_OK) != 0) {
+		snprintf(why, why_len, "daemon binary %.200s not found",
+			 env->tensord_path);
+		return -ENOENT;
+	}
+	snprintf(sock, sock_len, "%.200s/%s.sock", env->tmpdir, tag);
+	snprintf(logp, sizeof(logp), "%.200s/%s.log", env->tmpdir, tag);
+	{
+		const char *argv[] = { env->tensord_path, "--socket", sock,
+				       "--log-level", "warn", NULL };
+
+		rc = bench_spawn(argv, logp, NULL, NULL);
+	}
+	if (rc < 0) {
+		snprintf(why, why_len, "cannot start tensord: %s",
+			 strerror(-rc));
+		return rc;
+	}
+	*pid = rc;
+	/* ready once a connect succeeds; 20 s for one that never comes up */
+	end = bench_now_ns() + 20000000000ull;
+	for (;;) {
+		int status;
+
+		if (try_connect(sock) == 0)
+			break;
+		if (waitpid(*pid, &status, WNOHANG) == *pid ||
+		    bench_now_ns() > end) {
+			char tail[200];
+
+			bench_log_tail(logp, tail, sizeof(tail));
+			snprintf(why, why_len, "tensord did not come up: %s",
+				 tail[0] ? tail : "(no output)");
+			bench_reap(*pid, 2000);
+			*pid = -1;
+			return -EIO;
+		}
+		usleep(5000);
+	}
+	if (env->verbose)
+		fprintf(stderr, "bench: tensord pid %d on %s\n", *pid, sock);
+	return 0;
 }

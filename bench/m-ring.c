@@ -37,69 +37,11 @@
 static int ring_daemon = -1;
 static char ring_sock[300];
 
-static int try_connect(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int s, rc;
-
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (s < 0)
-		return -errno;
-	rc = connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 ? 0 : -errno;
-	close(s);
-	return rc;
-}
-
 static int ring_start(const struct bench_env *env, char *why, size_t why_len)
 {
-	char logp[300];
-	uint64_t end;
-	int rc;
-
-	if (access(env->tensord_path, X_OK) != 0) {
-		snprintf(why, why_len, "daemon binary %.200s not found",
-			 env->tensord_path);
-		return -ENOENT;
-	}
-	snprintf(ring_sock, sizeof(ring_sock), "%.200s/tensord-ring.sock",
-		 env->tmpdir);
-	snprintf(logp, sizeof(logp), "%.200s/tensord-ring.log", env->tmpdir);
-	{
-		const char *argv[] = { env->tensord_path, "--socket",
-				       ring_sock, "--log-level", "warn",
-				       NULL };
-
-		rc = bench_spawn(argv, logp, NULL, NULL);
-	}
-	if (rc < 0) {
-		snprintf(why, why_len, "cannot start tensord: %s",
-			 strerror(-rc));
-		return rc;
-	}
-	ring_daemon = rc;
-	end = bench_now_ns() + 20000000000ull;
-	for (;;) {
-		int status;
-
-		if (try_connect(ring_sock) == 0)
-			break;
-		if (waitpid(ring_daemon, &status, WNOHANG) == ring_daemon ||
-		    bench_now_ns() > end) {
-			char tail[200];
-
-			bench_log_tail(logp, tail, sizeof(tail));
-			snprintf(why, why_len, "tensord did not come up: %s",
-				 tail[0] ? tail : "(no output)");
-			bench_reap(ring_daemon, 2000);
-			ring_daemon = -1;
-			return -EIO;
-		}
-		usleep(5000);
-	}
-	return 0;
+	return bench_tensord_start(env, "tensord-ring", ring_sock,
+				   sizeof(ring_sock), &ring_daemon, why,
+				   why_len);
 }
 
 static void ring_stop(void)

@@ -37,73 +37,11 @@
 static int daemon_pid = -1;
 static char sock_path[300];
 
-static int try_connect(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int s, rc;
-
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (s < 0)
-		return -errno;
-	rc = connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 ? 0 : -errno;
-	close(s);
-	return rc;
-}
-
 static int td_start(const struct bench_env *env, char *why, size_t why_len)
 {
-	char logp[300];
-	uint64_t end;
-	int rc;
-
-	if (access(env->tensord_path, X_OK) != 0) {
-		snprintf(why, why_len, "daemon binary %.200s not found",
-			 env->tensord_path);
-		return -ENOENT;
-	}
-	snprintf(sock_path, sizeof(sock_path), "%.200s/tensord.sock",
-		 env->tmpdir);
-	snprintf(logp, sizeof(logp), "%.200s/tensord.log", env->tmpdir);
-	{
-		const char *argv[] = { env->tensord_path, "--socket",
-				       sock_path, "--log-level", "warn",
-				       NULL };
-
-		rc = bench_spawn(argv, logp, NULL, NULL);
-	}
-	if (rc < 0) {
-		snprintf(why, why_len, "cannot start tensord: %s",
-			 strerror(-rc));
-		return rc;
-	}
-	daemon_pid = rc;
-	/* ready once a connect succeeds; 20 s for one that never comes up */
-	end = bench_now_ns() + 20000000000ull;
-	for (;;) {
-		int status;
-
-		if (try_connect(sock_path) == 0)
-			break;
-		if (waitpid(daemon_pid, &status, WNOHANG) == daemon_pid ||
-		    bench_now_ns() > end) {
-			char tail[200];
-
-			bench_log_tail(logp, tail, sizeof(tail));
-			snprintf(why, why_len, "tensord did not come up: %s",
-				 tail[0] ? tail : "(no output)");
-			bench_reap(daemon_pid, 2000);
-			daemon_pid = -1;
-			return -EIO;
-		}
-		usleep(5000);
-	}
-	if (env->verbose)
-		fprintf(stderr, "bench: tensord pid %d on %s\n", daemon_pid,
-			sock_path);
-	return 0;
+	return bench_tensord_start(env, "tensord", sock_path,
+				   sizeof(sock_path), &daemon_pid, why,
+				   why_len);
 }
 
 static void td_stop(void)
