@@ -51,69 +51,9 @@
 
 /* ---- the daemon under test ---- */
 
-struct daemon {
-	pid_t pid;
-	char dir[64];
-	char sock[108];
-	int fds0, maps0;
-};
 
-static void daemon_start(struct daemon *d)
-{
-	const char *bin = getenv("TD_TENSORD");
 
-	d->fds0 = tu_fd_count();
-	d->maps0 = tu_map_count();
-	cr_assert(bin, "TD_TENSORD is not set (run through meson test)");
-	snprintf(d->dir, sizeof(d->dir), "/tmp/td-ring-XXXXXX");
-	cr_assert(mkdtemp(d->dir));
-	snprintf(d->sock, sizeof(d->sock), "%s/tensord.sock", d->dir);
-	fflush(NULL);
-	d->pid = fork();
-	cr_assert(d->pid >= 0);
-	if (d->pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		execl(bin, bin, "--socket", d->sock, "--log-level", "warn",
-		      (char *)NULL);
-		_exit(127);
-	}
-	/* bounds start-up at 20 s for a daemon that never comes up */
-	for (int i = 0; i < 2000; i++) {
-		struct sockaddr_un sa = {.sun_family = AF_UNIX};
-		int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-		int st;
-
-		memcpy(sa.sun_path, d->sock, sizeof(d->sock));
-		cr_assert(s >= 0);
-		if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-			close(s);
-			return;
-		}
-		close(s);
-		cr_assert(waitpid(d->pid, &st, WNOHANG) == 0,
-			  "tensord exited during start-up");
-		usleep(10000);
-	}
-	cr_assert_fail("tensord did not open %s", d->sock);
-}
-
-static void daemon_stop(struct daemon *d)
-{
-	int st;
-
-	cr_assert(kill(d->pid, SIGTERM) == 0);
-	cr_assert(waitpid(d->pid, &st, 0) == d->pid);
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-		  "tensord did not exit cleanly (status %#x)", st);
-	unlink(d->sock);
-	rmdir(d->dir);
-	cr_assert_eq(tu_fd_count(), d->fds0, "fd leak: %d -> %d", d->fds0,
-		     tu_fd_count());
-	cr_assert_eq(tu_map_count(), d->maps0, "mapping leak: %d -> %d",
-		     d->maps0, tu_map_count());
-}
-
-static struct td_client *open_client(const struct daemon *d)
+static struct td_client *open_client(const struct tu_daemon *d)
 {
 	struct td_client *c = NULL;
 	struct td_error e = {0};
@@ -126,9 +66,9 @@ static struct td_client *open_client(const struct daemon *d)
 	return c;
 }
 
-typedef void (*child_fn)(const struct daemon *d, void *arg);
+typedef void (*child_fn)(const struct tu_daemon *d, void *arg);
 
-static pid_t spawn(const struct daemon *d, child_fn fn, void *arg)
+static pid_t spawn(const struct tu_daemon *d, child_fn fn, void *arg)
 {
 	pid_t pid;
 
@@ -423,7 +363,7 @@ struct many {
 	int ready[2]; /* consumer -> producer: subscribed */
 };
 
-static void many_producer(const struct daemon *d, void *arg)
+static void many_producer(const struct tu_daemon *d, void *arg)
 {
 	struct many *m = arg;
 	struct td_client *c = open_client(d);
@@ -445,7 +385,7 @@ static void many_producer(const struct daemon *d, void *arg)
 	_exit(0);
 }
 
-static void many_consumer(const struct daemon *d, void *arg)
+static void many_consumer(const struct tu_daemon *d, void *arg)
 {
 	struct many *m = arg;
 	struct td_client *c = open_client(d);
@@ -476,11 +416,11 @@ static void many_consumer(const struct daemon *d, void *arg)
 
 Test(ring, bytes_arrive_intact_across_many_handoffs)
 {
-	struct daemon d;
+	struct tu_daemon d;
 	struct many m;
 	pid_t p, c;
 
-	daemon_start(&d);
+	tu_daemon_start(&d, "warn");
 	cr_assert(pipe2(m.ready, O_CLOEXEC) == 0);
 	p = spawn(&d, many_producer, &m);
 	c = spawn(&d, many_consumer, &m);
@@ -488,7 +428,7 @@ Test(ring, bytes_arrive_intact_across_many_handoffs)
 	cr_assert_eq(reap(p), 0, "producer failed");
 	close(m.ready[0]);
 	close(m.ready[1]);
-	daemon_stop(&d);
+	tu_daemon_stop(&d, true);
 }
 
 /* ---- steady state: no fd, no mmap, no socket message ---- */
@@ -501,7 +441,7 @@ struct pp {
 	int to_c[2], to_p[2];
 };
 
-static void pp_side(const struct daemon *d, const struct pp *pp,
+static void pp_side(const struct tu_daemon *d, const struct pp *pp,
 		    bool producer)
 {
 	struct td_client *c = open_client(d);
@@ -557,12 +497,12 @@ static void pp_side(const struct daemon *d, const struct pp *pp,
 	td_client_close(c);
 }
 
-static void pp_producer(const struct daemon *d, void *arg)
+static void pp_producer(const struct tu_daemon *d, void *arg)
 {
 	pp_side(d, arg, true);
 }
 
-static void pp_consumer(const struct daemon *d, void *arg)
+static void pp_consumer(const struct tu_daemon *d, void *arg)
 {
 	pp_side(d, arg, false);
 }
@@ -583,12 +523,12 @@ static int proc_fd_count(pid_t pid)
 
 Test(ring, steady_state_handoff_passes_no_fd_and_no_mmap)
 {
-	struct daemon d;
+	struct tu_daemon d;
 	struct pp pp;
 	pid_t p, c;
 	int dfds, n = 0;
 
-	daemon_start(&d);
+	tu_daemon_start(&d, "warn");
 	cr_assert(pipe2(pp.to_c, O_CLOEXEC) == 0);
 	cr_assert(pipe2(pp.to_p, O_CLOEXEC) == 0);
 	dfds = proc_fd_count(d.pid);
@@ -611,7 +551,7 @@ Test(ring, steady_state_handoff_passes_no_fd_and_no_mmap)
 		close(pp.to_c[i]);
 		close(pp.to_p[i]);
 	}
-	daemon_stop(&d);
+	tu_daemon_stop(&d, true);
 }
 
 /* ---- holds ---- */
@@ -623,7 +563,7 @@ struct hold {
 	uint32_t slots;
 };
 
-static void hold_consumer(const struct daemon *d, void *arg)
+static void hold_consumer(const struct tu_daemon *d, void *arg)
 {
 	struct hold *h = arg;
 	struct td_client *c = open_client(d);
@@ -648,7 +588,7 @@ static void hold_consumer(const struct daemon *d, void *arg)
 	td_client_close(c);
 }
 
-static void hold_producer(const struct daemon *d, void *arg)
+static void hold_producer(const struct tu_daemon *d, void *arg)
 {
 	struct hold *h = arg;
 	struct td_client *c = open_client(d);
@@ -692,11 +632,11 @@ static void hold_producer(const struct daemon *d, void *arg)
 
 static void hold_run(uint32_t slots)
 {
-	struct daemon d;
+	struct tu_daemon d;
 	struct hold h = {.slots = slots};
 	pid_t p, c;
 
-	daemon_start(&d);
+	tu_daemon_start(&d, "warn");
 	cr_assert(pipe2(h.held, O_CLOEXEC) == 0);
 	cr_assert(pipe2(h.done, O_CLOEXEC) == 0);
 	cr_assert(pipe2(h.rel, O_CLOEXEC) == 0);
@@ -709,7 +649,7 @@ static void hold_run(uint32_t slots)
 		close(h.done[i]);
 		close(h.rel[i]);
 	}
-	daemon_stop(&d);
+	tu_daemon_stop(&d, true);
 }
 
 Test(ring, producer_never_overwrites_a_held_slot)
@@ -728,7 +668,7 @@ struct kill9 {
 	int held[2];
 };
 
-static void k9_consumer(const struct daemon *d, void *arg)
+static void k9_consumer(const struct tu_daemon *d, void *arg)
 {
 	struct kill9 *k = arg;
 	struct td_client *c = open_client(d);
@@ -742,7 +682,7 @@ static void k9_consumer(const struct daemon *d, void *arg)
 
 Test(ring, sigkill_of_a_holding_consumer_frees_its_row)
 {
-	struct daemon d;
+	struct tu_daemon d;
 	struct kill9 k;
 	struct td_client *c;
 	struct td_ring *r;
@@ -752,7 +692,7 @@ Test(ring, sigkill_of_a_holding_consumer_frees_its_row)
 	uint32_t held;
 	pid_t pid;
 
-	daemon_start(&d);
+	tu_daemon_start(&d, "warn");
 	cr_assert(pipe2(k.held, O_CLOEXEC) == 0);
 	c = open_client(&d);
 	r = make_ring(c, "t/k9", 2, 4096, 0);
@@ -784,7 +724,7 @@ Test(ring, sigkill_of_a_holding_consumer_frees_its_row)
 	td_client_close(c);
 	close(k.held[0]);
 	close(k.held[1]);
-	daemon_stop(&d);
+	tu_daemon_stop(&d, true);
 }
 
 struct closing {
@@ -792,7 +732,7 @@ struct closing {
 	int go[2];
 };
 
-static void cl_consumer(const struct daemon *d, void *arg)
+static void cl_consumer(const struct tu_daemon *d, void *arg)
 {
 	struct closing *x = arg;
 	struct td_client *c = open_client(d);
@@ -809,7 +749,7 @@ static void cl_consumer(const struct daemon *d, void *arg)
 	td_client_close(c);
 }
 
-static void cl_producer(const struct daemon *d, void *arg)
+static void cl_producer(const struct tu_daemon *d, void *arg)
 {
 	struct closing *x = arg;
 	struct td_client *c = open_client(d);
@@ -824,13 +764,13 @@ static void cl_producer(const struct daemon *d, void *arg)
 
 Test(ring, subscribers_see_closed_when_the_producer_exits)
 {
-	struct daemon d;
+	struct tu_daemon d;
 	struct closing x;
 	struct td_client *c;
 	struct td_ring *r;
 	pid_t p, q;
 
-	daemon_start(&d);
+	tu_daemon_start(&d, "warn");
 	cr_assert(pipe2(x.waiting, O_CLOEXEC) == 0);
 	cr_assert(pipe2(x.go, O_CLOEXEC) == 0);
 	p = spawn(&d, cl_producer, &x);
@@ -848,7 +788,7 @@ Test(ring, subscribers_see_closed_when_the_producer_exits)
 		close(x.waiting[i]);
 		close(x.go[i]);
 	}
-	daemon_stop(&d);
+	tu_daemon_stop(&d, true);
 }
 
 /* ---- a hostile producer ---- */
@@ -882,7 +822,7 @@ struct evil {
 	int ack[2];
 };
 
-static void evil_consumer(const struct daemon *d, void *arg)
+static void evil_consumer(const struct tu_daemon *d, void *arg)
 {
 	struct evil *x = arg;
 	struct td_client *c = open_client(d);
@@ -921,7 +861,7 @@ static void evil_consumer(const struct daemon *d, void *arg)
 
 Test(ring, garbage_in_the_control_block_never_crashes_a_consumer)
 {
-	struct daemon d;
+	struct tu_daemon d;
 	struct evil x;
 	struct td_client *c;
 	struct td_ring *r;
@@ -929,7 +869,7 @@ Test(ring, garbage_in_the_control_block_never_crashes_a_consumer)
 	uint64_t seed = 5;
 	pid_t pid;
 
-	daemon_start(&d);
+	tu_daemon_start(&d, "warn");
 	cr_assert(pipe2(x.ready, O_CLOEXEC) == 0);
 	cr_assert(pipe2(x.step, O_CLOEXEC) == 0);
 	cr_assert(pipe2(x.ack, O_CLOEXEC) == 0);
@@ -961,12 +901,12 @@ Test(ring, garbage_in_the_control_block_never_crashes_a_consumer)
 		close(x.step[i]);
 		close(x.ack[i]);
 	}
-	daemon_stop(&d);
+	tu_daemon_stop(&d, true);
 }
 
 /* ---- huge pages ---- */
 
-static void huge_consumer(const struct daemon *d, void *arg)
+static void huge_consumer(const struct tu_daemon *d, void *arg)
 {
 	struct td_client *c = open_client(d);
 	struct td_sub *sub = subscribe(c, "t/huge");
@@ -980,14 +920,14 @@ static void huge_consumer(const struct daemon *d, void *arg)
 
 Test(ring, huge_page_request_works_or_falls_back_cleanly)
 {
-	struct daemon d;
+	struct tu_daemon d;
 	struct td_client *c;
 	struct td_ring *r;
 	struct td_slot s;
 	uint32_t b;
 	pid_t pid;
 
-	daemon_start(&d);
+	tu_daemon_start(&d, "warn");
 	c = open_client(&d);
 	r = make_ring(c, "t/huge", 2, 3 << 20, TD_RING_HUGE_PAGES);
 	b = td_ring_backing(r);
@@ -1000,14 +940,14 @@ Test(ring, huge_page_request_works_or_falls_back_cleanly)
 	cr_assert_eq(reap(pid), 0, "consumer failed");
 	td_ring_close(r);
 	td_client_close(c);
-	daemon_stop(&d);
+	tu_daemon_stop(&d, true);
 }
 
 /* ---- requests the daemon refuses ---- */
 
 Test(ring, bad_requests_are_refused_with_reasons)
 {
-	struct daemon d;
+	struct tu_daemon d;
 	struct td_client *c;
 	struct td_ring *r, *r2 = NULL;
 	struct td_sub *subs[2] = {NULL, NULL}, *extra = NULL;
@@ -1019,7 +959,7 @@ Test(ring, bad_requests_are_refused_with_reasons)
 	};
 	struct td_ring_stat st;
 
-	daemon_start(&d);
+	tu_daemon_start(&d, "warn");
 	c = open_client(&d);
 	cr_assert_eq(td_ring_create(c, "t/bad", &desc, &r, &e), 0);
 	cr_assert_eq(td_ring_create(c, "t/bad", &desc, &r2, &e), -EEXIST);
@@ -1053,5 +993,5 @@ Test(ring, bad_requests_are_refused_with_reasons)
 	td_sub_close(subs[0]);
 	td_ring_close(r);
 	td_client_close(c);
-	daemon_stop(&d);
+	tu_daemon_stop(&d, true);
 }

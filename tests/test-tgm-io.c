@@ -896,64 +896,10 @@ Test(tgm_io, writer_refuses_unusable_objects)
 
 /* ---- end to end: a real tensord, tensorctl as a separate program ---- */
 
-struct daemon {
-	pid_t pid;
-	char dir[64];
-	char sock[108];
-	int fds0;
-};
 
-static void daemon_start(struct daemon *d)
-{
-	const char *bin = getenv("TD_TENSORD");
-
-	cr_assert(bin, "TD_TENSORD is not set (run through meson test)");
-	d->fds0 = tu_fd_count();
-	snprintf(d->dir, sizeof(d->dir), "/tmp/td-tgmio-XXXXXX");
-	cr_assert(mkdtemp(d->dir));
-	snprintf(d->sock, sizeof(d->sock), "%s/tensord.sock", d->dir);
-	d->pid = fork();
-	cr_assert(d->pid >= 0);
-	if (d->pid == 0) {
-		execl(bin, bin, "--socket", d->sock, "--log-level", "error",
-		      (char *)NULL);
-		_exit(127);
-	}
-	/* ready once a connect succeeds; bounded at 20 s for a daemon that
-	 * never comes up (asserts nothing about speed) */
-	for (int i = 0; i < 2000; i++) {
-		struct sockaddr_un sa = {.sun_family = AF_UNIX};
-		int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-		int st;
-
-		memcpy(sa.sun_path, d->sock, sizeof(d->sock));
-		cr_assert(s >= 0);
-		if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-			close(s);
-			return;
-		}
-		close(s);
-		cr_assert(waitpid(d->pid, &st, WNOHANG) == 0,
-		          "tensord exited during start-up");
-		usleep(10000);
-	}
-	cr_assert_fail("tensord did not open %s", d->sock);
-}
-
-static void daemon_stop(struct daemon *d)
-{
-	int st;
-
-	cr_assert(kill(d->pid, SIGTERM) == 0);
-	cr_assert(waitpid(d->pid, &st, 0) == d->pid);
-	unlink(d->sock);
-	rmdir(d->dir);
-	cr_assert_eq(tu_fd_count(), d->fds0, "fd leak: %d -> %d", d->fds0,
-	             tu_fd_count());
-}
 
 /* tensorctl --socket SOCK ARGS... with stdout and stderr in *out. */
-static int ctl(const struct daemon *d, char **out, ...)
+static int ctl(const struct tu_daemon *d, char **out, ...)
 {
 	const char *bin = getenv("TD_TENSORCTL");
 	char cmd[4096];
@@ -991,7 +937,7 @@ static struct td_tensor *get(struct td_client *c, const char *name)
 	return t;
 }
 
-static struct td_client *client(const struct daemon *d)
+static struct td_client *client(const struct tu_daemon *d)
 {
 	struct td_client *c = NULL;
 	struct td_error e = {0};
@@ -1013,7 +959,7 @@ static void expect_meta_has(const struct td_tensor *t, const char *needle)
 Test(tgm_io, load_vectors_gives_documented_values)
 {
 	const char *dir = tu_vectors_path("tgm");
-	struct daemon d;
+	struct tu_daemon d;
 	struct td_client *c;
 	struct td_tensor *t;
 	char path[4200], *out;
@@ -1025,7 +971,7 @@ Test(tgm_io, load_vectors_gives_documented_values)
 	if (!dir)
 		cr_skip_test("upstream vectors folder absent: load of the "
 		             "vectors not checked");
-	daemon_start(&d);
+	tu_daemon_start(&d, "error");
 	c = client(&d);
 
 	snprintf(path, sizeof(path), "%s/simple_f32.tgm", dir);
@@ -1105,7 +1051,7 @@ Test(tgm_io, load_vectors_gives_documented_values)
 	free(out);
 
 	td_client_close(c);
-	daemon_stop(&d);
+	tu_daemon_stop(&d, false);
 }
 
 static void write_file(const char *path, const void *b, size_t n)
@@ -1118,7 +1064,7 @@ static void write_file(const char *path, const void *b, size_t n)
 
 Test(tgm_io, save_inspect_load_round_trip_is_byte_identical)
 {
-	struct daemon d;
+	struct tu_daemon d;
 	struct td_client *c;
 	struct td_error e = {0};
 	char path[160], *out;
@@ -1146,7 +1092,7 @@ Test(tgm_io, save_inspect_load_round_trip_is_byte_identical)
 	};
 	size_t n = sizeof(t) / sizeof(t[0]);
 
-	daemon_start(&d);
+	tu_daemon_start(&d, "error");
 	c = client(&d);
 	for (size_t i = 0; i < n; i++) {
 		struct td_publish p = {.name = t[i].name,
@@ -1226,7 +1172,7 @@ Test(tgm_io, save_inspect_load_round_trip_is_byte_identical)
 	free(out);
 	unlink(path);
 	td_client_close(c);
-	daemon_stop(&d);
+	tu_daemon_stop(&d, false);
 }
 
 Test(tgm_io, load_names_objects_by_the_chain_without_collisions)
@@ -1242,7 +1188,7 @@ Test(tgm_io, load_names_objects_by_the_chain_without_collisions)
 	        "{}",
 	};
 	struct td_tgm_enc_object ob[6];
-	struct daemon d;
+	struct tu_daemon d;
 	struct td_entry *list;
 	size_t count, len;
 	char path[160], *out;
@@ -1259,7 +1205,7 @@ Test(tgm_io, load_names_objects_by_the_chain_without_collisions)
 		                                   .meta_len =
 		                                           strlen(metas[i])};
 	cr_assert_eq(td_tgm_message_encode(ob, 6, "t", &msg, &len, NULL), 0);
-	daemon_start(&d);
+	tu_daemon_start(&d, "error");
 	snprintf(path, sizeof(path), "%s/names.tgm", d.dir);
 	write_file(path, msg, len);
 	free(msg);
@@ -1293,7 +1239,7 @@ Test(tgm_io, load_names_objects_by_the_chain_without_collisions)
 	free(out);
 	unlink(path);
 	td_client_close(c);
-	daemon_stop(&d);
+	tu_daemon_stop(&d, false);
 }
 
 Test(tgm_io, load_refuses_codecs_naming_them_and_publishes_nothing)
@@ -1306,12 +1252,12 @@ Test(tgm_io, load_refuses_codecs_naming_them_and_publishes_nothing)
 	        {"encoding", "simple_packing", "encoding \"simple_packing\""},
 	        {"dtype", "bfloat16", "dtype \"bfloat16\""},
 	};
-	struct daemon d;
+	struct tu_daemon d;
 	struct td_client *c;
 	struct td_entry *list;
 	size_t count;
 
-	daemon_start(&d);
+	tu_daemon_start(&d, "error");
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
 		uint8_t data[4] = {1, 2, 3, 4}, *m, *good, *both;
 		size_t clen, glen, len, blen;
@@ -1355,7 +1301,7 @@ Test(tgm_io, load_refuses_codecs_naming_them_and_publishes_nothing)
 	cr_expect_eq(count, 0, "refused loads published %zu tensor(s)", count);
 	td_entry_list_free(list, count);
 	td_client_close(c);
-	daemon_stop(&d);
+	tu_daemon_stop(&d, false);
 }
 
 Test(tgm_io, structured_map_keys_are_refused_not_escaped_exponentially)

@@ -8,7 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -137,4 +141,60 @@ uint64_t tu_rand(uint64_t *s)
 	x ^= x >> 27;
 	*s = x;
 	return x * 0x2545F4914F6CDD1Dull;
+}
+
+void tu_daemon_start(struct tu_daemon *d, const char *log_level)
+{
+	const char *bin = getenv("TD_TENSORD");
+
+	cr_assert(bin, "TD_TENSORD is not set (run through meson test)");
+	d->fds0 = tu_fd_count();
+	d->maps0 = tu_map_count();
+	snprintf(d->dir, sizeof(d->dir), "/tmp/td-test-XXXXXX");
+	cr_assert(mkdtemp(d->dir));
+	snprintf(d->sock, sizeof(d->sock), "%s/tensord.sock", d->dir);
+	fflush(NULL);
+	d->pid = fork();
+	cr_assert(d->pid >= 0);
+	if (d->pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		execl(bin, bin, "--socket", d->sock, "--log-level", log_level,
+		      (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 2000; i++) {
+		struct sockaddr_un sa = {.sun_family = AF_UNIX};
+		int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		int st;
+
+		memcpy(sa.sun_path, d->sock, sizeof(d->sock));
+		cr_assert(s >= 0);
+		if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+			close(s);
+			return;
+		}
+		close(s);
+		cr_assert(waitpid(d->pid, &st, WNOHANG) == 0,
+			  "tensord exited during start-up");
+		usleep(10000);
+	}
+	cr_assert_fail("tensord did not open %s", d->sock);
+}
+
+void tu_daemon_stop(struct tu_daemon *d, bool check_maps)
+{
+	int st;
+
+	cr_assert(kill(d->pid, SIGTERM) == 0);
+	cr_assert(waitpid(d->pid, &st, 0) == d->pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "tensord did not exit cleanly (status %#x)", st);
+	unlink(d->sock);
+	rmdir(d->dir);
+	cr_assert_eq(tu_fd_count(), d->fds0, "fd leak: %d -> %d", d->fds0,
+		     tu_fd_count());
+	if (check_maps)
+		cr_assert_eq(tu_map_count(), d->maps0,
+			     "mapping leak: %d -> %d", d->maps0,
+			     tu_map_count());
 }

@@ -3,8 +3,10 @@
 #ifndef TD_TESTS_TESTUTIL_H
 #define TD_TESTS_TESTUTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* Read a whole file; aborts the test (cr_assert) on failure. free() it. */
 uint8_t *tu_read_file(const char *path, size_t *len);
@@ -25,6 +27,27 @@ int tu_map_count(void);
  * terminated string (*out) and return its exit status (or 128+signal).
  */
 int tu_run_capture(char *const argv[], char **out);
+
+/* A private tensord ($TD_TENSORD) on a socket in a mkdtemp() folder. */
+struct tu_daemon {
+	pid_t pid;
+	char dir[64];
+	char sock[108];
+	int fds0, maps0; /* this process's fds and mappings before it */
+};
+
+/*
+ * Record this process's fd and mapping counts, start the daemon (dying
+ * with this process) and wait until it accepts (bounded at 20 s for one
+ * that never comes up; nothing about speed is asserted).
+ */
+void tu_daemon_start(struct tu_daemon *d, const char *log_level);
+/*
+ * SIGTERM; assert a clean exit (status 0), remove the folder, and assert
+ * this process's fd count (and with check_maps its mapping count) is back
+ * where tu_daemon_start() found it.
+ */
+void tu_daemon_stop(struct tu_daemon *d, bool check_maps);
 
 /* Deterministic PRNG (xorshift64*), seeded per test. */
 uint64_t tu_rand(uint64_t *state);
