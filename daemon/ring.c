@@ -300,8 +300,10 @@ static int ring_build(struct ring *r, bool huge, const char **why)
 	r->hdr->reader_count = r->reader_count;
 	r->hdr->slot_stride = r->g.slot_stride;
 	r->hdr->data_len = r->g.data_len;
-	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
+	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++) {
 		atomic_store(&r->rd->rows[i].held, TD_RING_NONE);
+		atomic_store(&r->rd->rows[i].taken, TD_RING_TAKEN_ANY);
+	}
 	return 0;
 }
 
@@ -503,9 +505,12 @@ static void op_subscribe(struct td__peer *p, const struct td_wire_hdr *h,
 			       (int)m.name.len, m.name.ptr, r->reader_count);
 		return;
 	}
-	/* a free row holds nothing (cleared when its last owner left) */
+	/* a free row holds nothing (cleared when its last owner left); a
+	 * new subscriber took nothing yet, so the producer keeps the latest
+	 * version readable for it */
 	atomic_store(&r->rd->rows[row].held, TD_RING_NONE);
 	atomic_store(&r->rd->rows[row].waiting, 0);
+	atomic_store(&r->rd->rows[row].taken, 0);
 	r->rows[row].peer = p;
 	r->rows[row].sub_id = next_id++;
 	r->subs++;
@@ -523,6 +528,7 @@ static void row_clear(struct ring *r, uint32_t row)
 	r->subs--;
 	atomic_store(&rd->rows[row].held, TD_RING_NONE);
 	atomic_store(&rd->rows[row].waiting, 0);
+	atomic_store(&rd->rows[row].taken, TD_RING_TAKEN_ANY);
 	/* the producer may be asleep waiting for exactly this slot */
 	if (atomic_load(&rd->prod_waiting)) {
 		atomic_fetch_add(&rd->release_seq, 1);

@@ -32,7 +32,7 @@
 #include <stdint.h>
 
 #define TD_RING_MAGIC 0x474e5254u /* "TRNG" little-endian */
-#define TD_RING_LAYOUT 1
+#define TD_RING_LAYOUT 2 /* 2: row.taken */
 
 /* Named caps. */
 #define TD_RING_MAX_SLOTS 64   /* slot index fits the low 8 bits of latest */
@@ -49,6 +49,9 @@
 
 /* row.held when the row holds nothing. */
 #define TD_RING_NONE UINT32_MAX
+/* row.taken of a row nobody owns: it never stops the producer reusing the
+ * latest slot (a new subscriber's row starts at 0: "took nothing yet"). */
+#define TD_RING_TAKEN_ANY UINT64_MAX
 
 /* header.flags */
 #define TD_RING_CLOSED 0x1u /* the producer is gone: no more versions */
@@ -81,7 +84,10 @@ struct td_ring_hdr {
 struct td_ring_row {
 	_Atomic uint32_t held;    /* slot index or TD_RING_NONE */
 	_Atomic uint32_t waiting; /* 1 while asleep on header.seq */
-	uint8_t pad[56];          /* one row per cache line */
+	/* newest version this reader took (policy for reusing the latest
+	 * slot, see docs/fastpath.md; `held` alone guards the bytes) */
+	_Atomic uint64_t taken;
+	uint8_t pad[48];          /* one row per cache line */
 };
 
 struct td_ring_readers {

@@ -560,6 +560,7 @@ struct hold {
 	int held[2]; /* consumer -> test: holding version 1 */
 	int done[2]; /* test -> consumer: producer finished, check, release */
 	int rel[2];  /* consumer -> producer: released */
+	int fin[2];  /* producer -> consumer: acquired again, leave now */
 	uint32_t slots;
 };
 
@@ -584,6 +585,9 @@ static void hold_consumer(const struct tu_daemon *d, void *arg)
 		    PROT_READ | PROT_WRITE) < 0);
 	CK_EQ(td_sub_release(sub), 0);
 	say(h->rel[1]);
+	/* stay subscribed (not having taken version 2, which keeps the
+	 * producer off the latest slot) until it has acquired again */
+	hear(h->fin[0]);
 	td_sub_close(sub);
 	td_client_close(c);
 }
@@ -626,6 +630,7 @@ static void hold_producer(const struct tu_daemon *d, void *arg)
 	} else {
 		hear(h->rel[0]);
 	}
+	say(h->fin[1]);
 	td_ring_close(r);
 	td_client_close(c);
 }
@@ -640,6 +645,7 @@ static void hold_run(uint32_t slots)
 	cr_assert(pipe2(h.held, O_CLOEXEC) == 0);
 	cr_assert(pipe2(h.done, O_CLOEXEC) == 0);
 	cr_assert(pipe2(h.rel, O_CLOEXEC) == 0);
+	cr_assert(pipe2(h.fin, O_CLOEXEC) == 0);
 	p = spawn(&d, hold_producer, &h);
 	c = spawn(&d, hold_consumer, &h);
 	cr_assert_eq(reap(c), 0, "consumer failed");
@@ -648,6 +654,7 @@ static void hold_run(uint32_t slots)
 		close(h.held[i]);
 		close(h.done[i]);
 		close(h.rel[i]);
+		close(h.fin[i]);
 	}
 	tu_daemon_stop(&d, true);
 }
@@ -660,6 +667,109 @@ Test(ring, producer_never_overwrites_a_held_slot)
 Test(ring, producer_waits_while_every_slot_is_held_or_latest)
 {
 	hold_run(2);
+}
+
+/* ---- reuse of the latest slot ---- */
+
+/*
+ * In-process: producer and subscribers on one connection, every call
+ * non-blocking, so each step's outcome is exact. The producer rewrites
+ * the latest slot only once every subscriber took it and none holds it;
+ * until then the latest version stays readable, intact.
+ */
+Test(ring, the_latest_slot_is_reused_only_once_every_reader_took_it)
+{
+	const uint64_t n = 8192;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_sub *a, *b;
+	struct td_slot s;
+	struct td_view v, w;
+	uint64_t ver;
+	uint32_t s1, sx;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	r = make_ring(c, "t/reuse", 3, n, 0);
+	a = subscribe(c, "t/reuse");
+
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	pattern_fill(s.planes[0], n, 1);
+	cr_assert_eq(td_ring_publish(r, &ver), 0);
+	cr_assert_eq(ver, 1);
+	/* a has not taken version 1: the producer must write elsewhere */
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	s1 = s.index;
+	pattern_fill(s.planes[0], n, 2);
+	cr_assert_eq(td_ring_publish(r, NULL), 0);
+	cr_assert_eq(td_sub_next(a, 0, &v), 0);
+	cr_assert_eq(v.version, 2);
+	cr_assert_eq(v.slot, s1);
+	cr_assert(pattern_ok(v.planes[0], n, 2));
+	cr_assert_eq(td_sub_release(a), 0);
+
+	/* a took 2 and holds nothing: the latest slot is rewritten */
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	cr_assert_eq(s.index, s1, "slot %u, latest was %u", s.index, s1);
+	pattern_fill(s.planes[0], n, 3);
+	/* mid-rewrite there is nothing to take (a already had 2) */
+	cr_assert_eq(td_sub_next(a, 0, &v), -ETIMEDOUT);
+	cr_assert_eq(td_ring_publish(r, NULL), 0);
+	cr_assert_eq(td_sub_next(a, 0, &v), 0);
+	cr_assert_eq(v.version, 3);
+	cr_assert_eq(v.slot, s1);
+	cr_assert(pattern_ok(v.planes[0], n, 3));
+
+	/* a holds the latest slot: never rewritten while held */
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	sx = s.index;
+	cr_assert_neq(sx, s1);
+	pattern_fill(s.planes[0], n, 4);
+	cr_assert_eq(td_ring_publish(r, NULL), 0);
+	cr_assert(pattern_ok(v.planes[0], n, 3));
+	cr_assert_eq(td_sub_release(a), 0);
+
+	/* a new subscriber took nothing yet: version 4 stays for it even
+	 * after a took it, while the producer writes version 5 */
+	b = subscribe(c, "t/reuse");
+	cr_assert_eq(td_sub_next(a, 0, &v), 0);
+	cr_assert_eq(v.version, 4);
+	cr_assert_eq(td_sub_release(a), 0);
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	cr_assert_neq(s.index, sx);
+	pattern_fill(s.planes[0], n, 5);
+	cr_assert_eq(td_sub_next(b, 0, &w), 0);
+	cr_assert_eq(w.version, 4);
+	cr_assert_eq(w.slot, sx);
+	cr_assert(pattern_ok(w.planes[0], n, 4));
+	cr_assert_eq(td_sub_release(b), 0);
+	cr_assert_eq(td_ring_publish(r, NULL), 0);
+	sx = s.index;
+
+	/* both took 5 and hold nothing: reuse again; a subscriber that
+	 * leaves stops counting (its row is cleared by the daemon) */
+	cr_assert_eq(td_sub_next(a, 0, &v), 0);
+	cr_assert_eq(td_sub_next(b, 0, &w), 0);
+	cr_assert_eq(w.version, 5);
+	td_sub_release(a);
+	td_sub_release(b);
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	cr_assert_eq(s.index, sx);
+	pattern_fill(s.planes[0], n, 6);
+	cr_assert_eq(td_ring_publish(r, NULL), 0);
+	cr_assert_eq(td_sub_next(a, 0, &v), 0);
+	cr_assert_eq(v.version, 6);
+	td_sub_release(a);
+	td_sub_close(b);
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	cr_assert_eq(s.index, sx, "a departed reader still counted");
+	cr_assert_eq(td_ring_publish(r, NULL), 0);
+
+	td_sub_close(a);
+	td_ring_close(r);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
 }
 
 /* ---- crashes ---- */
@@ -688,6 +798,7 @@ Test(ring, sigkill_of_a_holding_consumer_frees_its_row)
 	struct td_ring *r;
 	struct td_ring_stat st;
 	struct td_slot s;
+	struct td_sub *idle;
 	bool seen[2] = {false, false};
 	uint32_t held;
 	pid_t pid;
@@ -701,12 +812,15 @@ Test(ring, sigkill_of_a_holding_consumer_frees_its_row)
 	cr_assert_eq(td_ring_publish(r, NULL), 0);
 	pid = spawn(&d, k9_consumer, &k);
 	hear(k.held[0]);
+	/* a subscriber that never takes anything keeps the latest slot
+	 * from being rewritten, so the producer needs the held one */
+	idle = subscribe(c, "t/k9");
 	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
 	cr_assert_eq(td_ring_publish(r, NULL), 0);
 	cr_assert_eq(td_ring_acquire(r, 0, &s), -ETIMEDOUT,
 		     "slot %u is held by the consumer", held);
 	cr_assert_eq(td_client_ring_stat(c, "t/k9", &st, NULL), 0);
-	cr_assert_eq(st.subscribers, 1);
+	cr_assert_eq(st.subscribers, 2);
 	cr_assert_eq(kill(pid, SIGKILL), 0);
 	cr_assert_eq(reap(pid), 128 + SIGKILL);
 	/* the daemon clears the dead row and wakes us */
@@ -719,7 +833,8 @@ Test(ring, sigkill_of_a_holding_consumer_frees_its_row)
 	}
 	cr_assert(seen[0] && seen[1], "both slots are reused");
 	cr_assert_eq(td_client_ring_stat(c, "t/k9", &st, NULL), 0);
-	cr_assert_eq(st.subscribers, 0);
+	cr_assert_eq(st.subscribers, 1);
+	td_sub_close(idle);
 	td_ring_close(r);
 	td_client_close(c);
 	close(k.held[0]);
