@@ -369,6 +369,33 @@ static uint32_t rd_count(struct td_wire_rd *rd, uint32_t max,
 	return v;
 }
 
+/*
+ * Flags appended to a message after version 1 shipped: absent means 0.
+ * Exactly four bytes left are the field; any other remainder is left for
+ * rd_finish() to refuse as trailing bytes. A present 0 is refused so that
+ * every body has one encoding (the encoder leaves 0 out).
+ */
+static uint32_t rd_opt_flags(struct td_wire_rd *rd, uint32_t known,
+			     const char *field)
+{
+	size_t at = rd->off;
+	uint32_t v;
+
+	if (rd->rc || rd->len - rd->off != 4)
+		return 0;
+	v = rd_flags(rd, known, field);
+	if (!rd->rc && v == 0)
+		rd_fail(rd, TD_ERR_MALFORMED, field, v, at,
+			"optional flags of 0 are sent by leaving them out");
+	return v;
+}
+
+static void wr_opt_flags(struct td_wire_wr *wr, uint32_t v)
+{
+	if (v)
+		td_wire_wr_u32(wr, v);
+}
+
 static int rd_finish(struct td_wire_rd *rd)
 {
 	return td_wire_rd_end(rd);
@@ -691,11 +718,13 @@ int64_t td_wire_list_req_encode(const struct td_wire_list_req *m,
 {
 	struct td_wire_wr wr;
 
-	if (m->prefix.len > TD_WIRE_MAX_NAME || m->after.len > TD_WIRE_MAX_NAME)
+	if (m->prefix.len > TD_WIRE_MAX_NAME ||
+	    m->after.len > TD_WIRE_MAX_NAME || (m->flags & ~TD_WIRE_CAT_KINDS))
 		return -EINVAL;
 	td_wire_wr_init(&wr, buf, cap);
 	td_wire_wr_str(&wr, m->prefix.ptr, m->prefix.len);
 	td_wire_wr_str(&wr, m->after.ptr, m->after.len);
+	wr_opt_flags(&wr, m->flags);
 	return wr_done(&wr);
 }
 
@@ -707,6 +736,7 @@ int td_wire_list_req_decode(const uint8_t *body, size_t len,
 	td_wire_rd_init(&rd, body, len, err);
 	m->prefix = rd_name(&rd, true, true, "prefix");
 	m->after = rd_name(&rd, false, true, "after");
+	m->flags = rd_opt_flags(&rd, TD_WIRE_CAT_KINDS, "flags");
 	return rd_finish(&rd);
 }
 
@@ -734,14 +764,15 @@ static void rd_entry(struct td_wire_rd *rd, struct td_wire_entry *e)
 		e->shape[i] = td_wire_rd_u64(rd, "shape");
 	e->bytes = td_wire_rd_u64(rd, "bytes");
 	e->lease_count = td_wire_rd_u32(rd, "lease_count");
-	e->flags = rd_flags(rd, TD_WIRE_PUB_PIN, "flags");
+	e->flags = rd_flags(rd, TD_WIRE_PUB_PIN | TD_WIRE_ENT_RING, "flags");
 	e->meta = td_wire_rd_bytes(rd, TD_WIRE_MAX_META, "meta");
 }
 
 static bool entry_ok(const struct td_wire_entry *e)
 {
 	return e->ndim <= TD_WIRE_MAX_DIMS && e->name.len <= TD_WIRE_MAX_NAME &&
-	       e->meta.len <= TD_WIRE_MAX_META;
+	       e->meta.len <= TD_WIRE_MAX_META &&
+	       !(e->flags & ~(TD_WIRE_PUB_PIN | TD_WIRE_ENT_RING));
 }
 
 int64_t td_wire_entry_encode(const struct td_wire_entry *m, uint8_t *buf,
@@ -857,6 +888,30 @@ int td_wire_name_req_decode(const uint8_t *body, size_t len,
 
 	td_wire_rd_init(&rd, body, len, err);
 	m->name = rd_name(&rd, false, false, "name");
+	return rd_finish(&rd);
+}
+
+int64_t td_wire_stat_req_encode(const struct td_wire_stat_req *m,
+				uint8_t *buf, size_t cap)
+{
+	struct td_wire_wr wr;
+
+	if (m->name.len > TD_WIRE_MAX_NAME || (m->flags & ~TD_WIRE_CAT_KINDS))
+		return -EINVAL;
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_str(&wr, m->name.ptr, m->name.len);
+	wr_opt_flags(&wr, m->flags);
+	return wr_done(&wr);
+}
+
+int td_wire_stat_req_decode(const uint8_t *body, size_t len,
+			    struct td_wire_stat_req *m, struct td_err *err)
+{
+	struct td_wire_rd rd;
+
+	td_wire_rd_init(&rd, body, len, err);
+	m->name = rd_name(&rd, false, false, "name");
+	m->flags = rd_opt_flags(&rd, TD_WIRE_CAT_KINDS, "flags");
 	return rd_finish(&rd);
 }
 

@@ -222,6 +222,18 @@ struct td_wire_release_req {
 	uint64_t lease_id;
 };
 
+/*
+ * LIST and STAT request flags: an optional trailing u32 (added after
+ * version 1 shipped; absent = 0, and a present field is never 0, so every
+ * body has one encoding). A client that sets TD_WIRE_CAT_KINDS reads
+ * TD_WIRE_ENT_RING in entries; without it rings are listed and STATed as
+ * plain entries, which decoders that predate the bit accept.
+ */
+#define TD_WIRE_CAT_KINDS 0x1u
+/* entry flags besides TD_WIRE_PUB_PIN: the name is a ring (docs/fastpath.md),
+ * version = its latest (0: none yet), lease_count = GET leases on it */
+#define TD_WIRE_ENT_RING 0x2u
+
 /* A tensor's summary in LIST and STAT replies. */
 struct td_wire_entry {
 	struct td_wire_str name;
@@ -231,13 +243,14 @@ struct td_wire_entry {
 	uint64_t shape[TD_WIRE_MAX_DIMS];
 	uint64_t bytes;       /* sum of plane sizes */
 	uint32_t lease_count; /* leases on this version */
-	uint32_t flags;       /* TD_WIRE_PUB_PIN */
+	uint32_t flags;       /* TD_WIRE_PUB_PIN | TD_WIRE_ENT_RING */
 	struct td_wire_bytes meta;
 };
 
 struct td_wire_list_req {
 	struct td_wire_str prefix; /* "" = all */
 	struct td_wire_str after;  /* resume after this name, "" = start */
+	uint32_t flags;            /* TD_WIRE_CAT_KINDS; optional on the wire */
 };
 /* LIST reply: u32 count, u32 more, then count entries. */
 int td_wire_list_rep_begin(struct td_wire_wr *wr); /* reserves the counts */
@@ -256,6 +269,11 @@ int td_wire_list_rep_next(struct td_wire_list_rd *lr,
 
 struct td_wire_name_req { /* STAT, DELETE */
 	struct td_wire_str name;
+};
+/* STAT request: the name, then the optional flags (as LIST) */
+struct td_wire_stat_req {
+	struct td_wire_str name;
+	uint32_t flags; /* TD_WIRE_CAT_KINDS; optional on the wire */
 };
 /* STAT reply body = one entry; DELETE reply = u64 version removed */
 
@@ -312,6 +330,7 @@ TD_WIRE_CODEC(get_rep)
 TD_WIRE_CODEC(release_req)
 TD_WIRE_CODEC(list_req)
 TD_WIRE_CODEC(name_req)
+TD_WIRE_CODEC(stat_req)
 TD_WIRE_CODEC(entry)
 TD_WIRE_CODEC(watch_req)
 TD_WIRE_CODEC(watch_rep)

@@ -33,10 +33,13 @@ def fdents(ents):
     return u32(len(ents)) + b''.join(i32(f) + u64(b) for f, b in ents)
 
 
-def entry(name, ver, shape, meta=b''):
+def entry(name, ver, shape, meta=b'', flags=0):
     return (s(name) + u64(ver) + u32(9) + u32(len(shape)) +
-            b''.join(u64(d) for d in shape) + u64(4096) + u32(1) + u32(0) +
-            by(meta))
+            b''.join(u64(d) for d in shape) + u64(4096) + u32(1) +
+            u32(flags) + by(meta))
+
+
+CAT_KINDS, ENT_RING = 1, 2
 
 
 # A small reference-mode blob is not needed for the codec: blob bytes are
@@ -70,6 +73,14 @@ SEEDS = {
                   req=0),
     'delete_rep': hdr('DELETE', F_REPLY, u64(4)),
     'error': hdr('GET', F_REPLY, s('no tensor named "cam/9"'), status=-2),
+    # rings in the catalogue (§6.6): the optional flags, the RING bit
+    'stat_req': hdr('STAT', 0, s('cam/0') + u32(CAT_KINDS)),
+    'list_req_kinds': hdr('LIST', 0, s('cam/') + s('') + u32(CAT_KINDS)),
+    'entry_ring': hdr('STAT', F_REPLY, entry('cam/frames', 5, [480, 640, 3],
+                                             flags=ENT_RING)),
+    'list_rep_ring': hdr('LIST', F_REPLY, u32(2) + u32(0) +
+                         entry('cam/0', 1, [2, 3], b'm') +
+                         entry('cam/frames', 0, [64], flags=ENT_RING)),
 }
 
 if __name__ == '__main__':

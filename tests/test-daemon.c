@@ -1297,7 +1297,8 @@ DTest(list_pages_with_more_and_after)
 	publish_bytes(sock, "other", 64, 1, false);
 	for (;;) {
 		struct td_wire_list_req r = {{"l/", 2},
-					     {after, (uint16_t)strlen(after)}};
+					     {after, (uint16_t)strlen(after)},
+					     0};
 		int64_t n = td_wire_list_req_encode(&r, BODY, BODY_CAP);
 		struct td_wire_list_rd lr;
 		struct td_wire_entry e;

@@ -176,6 +176,7 @@ enum kind {
 	K_NOTIFY,
 	K_DELETE_REP,
 	K_ERROR,
+	K_STAT_REQ,
 	K_COUNT,
 };
 
@@ -183,7 +184,7 @@ static const char *const kind_names[K_COUNT] = {
 	"hello_req", "hello_rep", "alloc_req", "alloc_rep", "publish_req",
 	"publish_rep", "get_req", "get_rep", "release_req", "list_req",
 	"list_rep", "name_req", "entry", "watch_req", "watch_rep",
-	"unwatch_req", "notify", "delete_rep", "error",
+	"unwatch_req", "notify", "delete_rep", "error", "stat_req",
 };
 
 union msg {
@@ -205,6 +206,7 @@ union msg {
 	struct td_wire_notify notify;
 	struct td_wire_delete_rep delete_rep;
 	struct td_wire_error error;
+	struct td_wire_stat_req stat_req;
 };
 
 static const uint8_t blob_bytes[40] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
@@ -277,7 +279,7 @@ static void sample_msg(enum kind k, union msg *m)
 		break;
 	case K_LIST_REQ:
 		m->list_req = (struct td_wire_list_req){STR("cam/"),
-							STR("cam/0/frame")};
+							STR("cam/0/frame"), 0};
 		break;
 	case K_LIST_REP: /* built by build_sample() */
 		break;
@@ -306,6 +308,9 @@ static void sample_msg(enum kind k, union msg *m)
 		break;
 	case K_ERROR:
 		m->error.reason = STR("name contains \"..\"");
+		break;
+	case K_STAT_REQ: /* the form of version 1: no flags */
+		m->stat_req.name = STR("cam/0/frame");
 		break;
 	case K_COUNT:
 		break;
@@ -352,6 +357,8 @@ static int64_t encode_any(enum kind k, const union msg *m, uint8_t *b,
 		return td_wire_delete_rep_encode(&m->delete_rep, b, cap);
 	case K_ERROR:
 		return td_wire_error_encode(&m->error, b, cap);
+	case K_STAT_REQ:
+		return td_wire_stat_req_encode(&m->stat_req, b, cap);
 	case K_LIST_REP:
 	case K_COUNT:
 		break;
@@ -456,6 +463,9 @@ static int decode_any(enum kind k, const uint8_t *b, size_t len,
 		break;
 	case K_ERROR:
 		rc = td_wire_error_decode(b, len, &m.error, e);
+		break;
+	case K_STAT_REQ:
+		rc = td_wire_stat_req_decode(b, len, &m.stat_req, e);
 		break;
 	case K_LIST_REP: {
 		struct td_wire_list_rd lr;
@@ -1067,6 +1077,123 @@ Test(wire, seeds_built_from_the_documented_tables_decode)
 		rc = decode_any(k, buf + TD_WIRE_HDR_LEN, h.body_len, &e, canon,
 				&rn);
 		cr_assert_eq(rc, 0, "%s: %d %s", rel, rc, e.reason);
+		cr_assert_eq(rn, h.body_len, "%s", rel);
+		cr_assert(memcmp(canon, buf + TD_WIRE_HDR_LEN, rn) == 0, "%s",
+			  rel);
+		free(buf);
+	}
+}
+
+/* ---- catalogue kinds: rings in LIST/STAT (docs/protocol.md §6.6) ---- */
+
+Test(wire, list_and_stat_flags_are_optional_and_canonical)
+{
+	struct td_wire_list_req l = {STR("cam/"), STR(""), TD_WIRE_CAT_KINDS};
+	struct td_wire_stat_req st = {STR("cam/0"), TD_WIRE_CAT_KINDS};
+	struct td_wire_list_req lg;
+	struct td_wire_stat_req sg;
+	struct td_err e;
+	int64_t n, old;
+
+	/* without flags: the bytes of version 1 */
+	l.flags = 0;
+	old = td_wire_list_req_encode(&l, body, sizeof(body));
+	cr_assert_eq(old, 2 + 4 + 2);
+	cr_assert_eq(td_wire_list_req_decode(body, (size_t)old, &lg, &e), 0);
+	cr_assert_eq(lg.flags, 0);
+	/* with them: four more bytes, read back */
+	l.flags = TD_WIRE_CAT_KINDS;
+	n = td_wire_list_req_encode(&l, body, sizeof(body));
+	cr_assert_eq(n, old + 4);
+	cr_assert_eq(td__le32(body + old), TD_WIRE_CAT_KINDS);
+	cr_assert_eq(td_wire_list_req_decode(body, (size_t)n, &lg, &e), 0);
+	cr_assert_eq(lg.flags, TD_WIRE_CAT_KINDS);
+	/* a present 0 would be a second encoding of "no flags" */
+	td__put_le32(body + old, 0);
+	cr_assert_eq(td_wire_list_req_decode(body, (size_t)n, &lg, &e),
+		     -EBADMSG);
+	cr_assert_str_eq(e.field, "flags");
+	cr_assert_eq(e.offset, (uint64_t)old);
+	td__put_le32(body + old, 0x4);
+	cr_assert_eq(td_wire_list_req_decode(body, (size_t)n, &lg, &e),
+		     -EBADMSG, "unknown bits");
+	/* 1-3 or 5 bytes after `after` are trailing bytes, not flags */
+	for (size_t extra = 1; extra <= 5; extra++) {
+		if (extra == 4)
+			continue;
+		memset(body + old, 1, extra);
+		cr_assert_eq(td_wire_list_req_decode(body, (size_t)old + extra,
+						     &lg, &e),
+			     -EBADMSG, "%zu extra", extra);
+		cr_assert_eq(e.offset, (uint64_t)old);
+	}
+	l.flags = 0x8;
+	cr_assert_eq(td_wire_list_req_encode(&l, body, sizeof(body)), -EINVAL);
+
+	n = td_wire_stat_req_encode(&st, body, sizeof(body));
+	cr_assert_eq(n, 2 + 5 + 4);
+	cr_assert_eq(td_wire_stat_req_decode(body, (size_t)n, &sg, &e), 0);
+	cr_assert_eq(sg.flags, TD_WIRE_CAT_KINDS);
+	cr_assert_eq(sg.name.len, 5);
+	/* a STAT body of version 1 is a name_req body, and decodes as both */
+	cr_assert_eq(td_wire_stat_req_decode(body, (size_t)n - 4, &sg, &e), 0);
+	cr_assert_eq(sg.flags, 0);
+	for (size_t cut = 0; cut < (size_t)n - 4; cut++)
+		cr_assert_eq(td_wire_stat_req_decode(body, cut, &sg, &e),
+			     -ENODATA);
+	td__put_le32(body + n - 4, 0);
+	cr_assert_eq(td_wire_stat_req_decode(body, (size_t)n, &sg, &e),
+		     -EBADMSG);
+}
+
+Test(wire, ring_entries_round_trip_and_other_flag_bits_are_refused)
+{
+	struct td_wire_entry e1 = sample_entry("cam/frames", 9), g;
+	struct td_err e;
+	int64_t n;
+
+	e1.flags = TD_WIRE_ENT_RING;
+	e1.meta.len = 0;
+	n = td_wire_entry_encode(&e1, body, sizeof(body));
+	cr_assert(n > 0);
+	cr_assert_eq(td_wire_entry_decode(body, (size_t)n, &g, &e), 0);
+	cr_assert_eq(g.flags, TD_WIRE_ENT_RING);
+	cr_assert_eq(g.version, 9);
+	cr_assert_eq(g.ndim, 3);
+	/* flags, then the (empty) meta length: the last 8 bytes */
+	cr_assert_eq(td__le32(body + n - 8), TD_WIRE_ENT_RING);
+	td__put_le32(body + n - 8, 0x4);
+	cr_assert_eq(td_wire_entry_decode(body, (size_t)n, &g, &e), -EBADMSG);
+	cr_assert_str_eq(e.field, "flags");
+	e1.flags = 0x4;
+	cr_assert_eq(td_wire_entry_encode(&e1, body, sizeof(body)), -EINVAL);
+}
+
+/* The seeds of the forms added for rings (scripts/gen-wire-seeds.py). */
+Test(wire, ring_catalogue_seeds_decode)
+{
+	static const struct {
+		const char *file;
+		enum kind k;
+	} seeds[] = {
+		{"list_req_kinds", K_LIST_REQ},
+		{"entry_ring", K_ENTRY},
+		{"list_rep_ring", K_LIST_REP},
+	};
+
+	for (size_t i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++) {
+		char rel[64];
+		size_t len, rn = 0;
+		uint8_t *buf;
+		struct td_wire_hdr h;
+		struct td_err e;
+
+		snprintf(rel, sizeof(rel), "wire-seeds/%s.bin", seeds[i].file);
+		buf = tu_read_file(tu_data_path(rel), &len);
+		cr_assert_eq(td_wire_hdr_decode(buf, len, &h, &e), 0);
+		cr_assert_eq(decode_any(seeds[i].k, buf + TD_WIRE_HDR_LEN,
+					h.body_len, &e, canon, &rn),
+			     0, "%s: %s", rel, e.reason);
 		cr_assert_eq(rn, h.body_len, "%s", rel);
 		cr_assert(memcmp(canon, buf + TD_WIRE_HDR_LEN, rn) == 0, "%s",
 			  rel);

@@ -70,6 +70,7 @@ static void bodies(const uint8_t *b, size_t len)
 	TRY(release_req);
 	TRY(list_req);
 	TRY(name_req);
+	TRY(stat_req);
 	TRY(entry);
 	TRY(watch_req);
 	TRY(watch_rep);

@@ -201,7 +201,7 @@ static size_t valid(unsigned nfds)
 		break;
 	}
 	case TD_OP_LIST: {
-		struct td_wire_list_req r = {{"f/", 2}, {"", 0}};
+		struct td_wire_list_req r = {{"f/", 2}, {"", 0}, 0};
 		n = td_wire_list_req_encode(&r, b, cap);
 		break;
 	}
