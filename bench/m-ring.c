@@ -15,7 +15,8 @@
  *
  * Nothing of that reaches the daemon's socket (no fd, no mmap, no
  * message); a side that finds nothing new polls the control block
- * briefly, then sleeps on its futex (TENSORD_RING_SPIN sets the polls,
+ * or naps as planned from its recent waits, then sleeps on its futex
+ * (libclient/pace.c; TENSORD_RING_SPIN_US sets the base poll,
  * 0 = sleep at once). Slots are allocated and pre-faulted by the daemon
  * when the ring is created, and mapped with populated page tables on both
  * sides: no first-touch fault is timed.

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "pace.h"
 #include "ring.h"
 
 #ifndef MADV_POPULATE_READ
@@ -48,6 +49,8 @@ _Static_assert(TD_RING_BACKING_THP == TD_WIRE_RING_THP, "backing");
 #define DEFAULT_READERS 4
 /* How long a waiter polls the control block before it sleeps (spin_ns()). */
 #define DEFAULT_SPIN_US 20
+/* Longest spin-only window once waits are known to be short (pace.h). */
+#define DEFAULT_SPIN_MAX_US 200
 
 /* The mappings of one ring, as the daemon described them. */
 struct ringmap {
@@ -66,7 +69,7 @@ struct td_ring {
 	uint64_t next_version;
 	uint32_t cur;  /* acquired slot, TD_RING_NONE */
 	uint32_t last; /* latest published slot, TD_RING_NONE */
-	int64_t spin_ns;
+	struct td_pace pace;
 };
 
 struct td_sub {
@@ -76,7 +79,7 @@ struct td_sub {
 	struct td_ring_row *row;
 	uint64_t last_version;
 	bool holding;
-	int64_t spin_ns;
+	struct td_pace pace;
 	uint32_t dtype, ndim;
 	uint64_t shape[TD_RING_MAX_DIMS];
 };
@@ -136,41 +139,60 @@ static void futex_wake(_Atomic uint32_t *w, int n)
 	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, n, NULL, NULL, 0);
 }
 
-/*
- * How long a waiter polls before it sleeps. A partner on another CPU
- * usually answers within a microsecond or two, while a futex sleep plus
- * wake-up costs tens of microseconds (more in VMs): a short bounded poll
- * saves that, and costs at most this much CPU when nothing comes (the
- * adaptive-mutex trade). $TENSORD_RING_SPIN_US sets it; 0 sleeps at once.
- */
-static int64_t spin_ns(void)
+/* A microsecond count from the environment, or dflt. */
+static int64_t env_us(const char *name, int64_t dflt)
 {
-	const char *e = getenv("TENSORD_RING_SPIN_US");
+	const char *e = getenv(name);
 	char *end;
 	unsigned long v;
 
 	if (!e || !*e)
-		return DEFAULT_SPIN_US * 1000;
+		return dflt * 1000;
 	v = strtoul(e, &end, 10);
 	if (*end || v > 1000000ul)
-		return DEFAULT_SPIN_US * 1000;
+		return dflt * 1000;
 	return (int64_t)v * 1000;
 }
 
-/* Keep polling? Starts the window on the first call (*until == 0). */
-static bool spin_more(int64_t window, int64_t *until)
+/*
+ * How a waiter waits (pace.h). A partner on another CPU often answers
+ * within microseconds, while a futex sleep plus wake-up costs tens of
+ * microseconds (more in VMs): a short bounded poll saves that (the
+ * adaptive-mutex trade). $TENSORD_RING_SPIN_US sets the poll with no
+ * history (0: always sleep at once, nothing adaptive);
+ * $TENSORD_RING_SPIN_MAX_US the longest poll once waits are known short.
+ */
+static void pace_init(struct td_pace *p)
 {
-	int64_t now;
+	td_pace_init(p, env_us("TENSORD_RING_SPIN_US", DEFAULT_SPIN_US),
+		     env_us("TENSORD_RING_SPIN_MAX_US", DEFAULT_SPIN_MAX_US));
+}
 
-	if (window <= 0)
+/*
+ * One step of a wait that found nothing: spin (true, after a pause), or
+ * false with *until set to when to stop sleeping: the nap's end, or the
+ * caller's deadline (-1: none). The plan starts on the first call.
+ */
+static bool pace_wait(const struct td_pace *p, struct td_pace_plan *w,
+		      int64_t deadline, int64_t *until)
+{
+	int64_t now = now_ns();
+
+	if (!w->start)
+		td_pace_plan(p, now, w);
+	switch (td_pace_step(w, now)) {
+	case TD_PACE_SPIN:
+		cpu_relax();
+		return true;
+	case TD_PACE_NAP:
+		*until = deadline >= 0 && deadline < w->nap_until
+				 ? deadline
+				 : w->nap_until;
 		return false;
-	now = now_ns();
-	if (!*until)
-		*until = now + window;
-	if (now >= *until)
+	default:
+		*until = deadline;
 		return false;
-	cpu_relax();
-	return true;
+	}
 }
 
 /* ---- mapping ---- */
@@ -397,7 +419,7 @@ int td_ring_create(struct td_client *c, const char *name,
 		return td__fail(err, -ENOMEM, "out of memory");
 	ring->cur = ring->last = TD_RING_NONE;
 	ring->next_version = 1;
-	ring->spin_ns = spin_ns();
+	pace_init(&ring->pace);
 
 	pthread_mutex_lock(&c->lock);
 	if (c->path_out == TD_IMPORT_SCM)
@@ -529,10 +551,17 @@ static int pick(struct td_ring *r)
 	return -1;
 }
 
+/* The caller's deadline (-1: none) has passed. */
+static bool past(int64_t deadline)
+{
+	return deadline >= 0 && now_ns() >= deadline;
+}
+
 int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
 {
 	struct td_ring_readers *rd;
-	int64_t deadline, until = 0;
+	struct td_pace_plan plan = {0};
+	int64_t deadline, until;
 	int s;
 
 	if (!r || !slot)
@@ -544,6 +573,8 @@ int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
 	rd = r->m.rd;
 	s = pick(r);
 	if (s < 0) {
+		if (timeout_ms == 0)
+			return -ETIMEDOUT;
 		deadline = deadline_of(timeout_ms);
 		for (;;) {
 			uint32_t w = atomic_load(&rd->release_seq);
@@ -551,23 +582,21 @@ int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
 			s = pick(r);
 			if (s >= 0)
 				break;
-			if (timeout_ms == 0)
+			if (past(deadline))
 				return -ETIMEDOUT;
-			if (spin_more(r->spin_ns, &until))
+			if (pace_wait(&r->pace, &plan, deadline, &until))
 				continue;
 			/* announce the sleep, then look once more (Dekker
 			 * with the reader's clear-then-check) */
 			atomic_store(&rd->prod_waiting, 1);
 			s = pick(r);
-			if (s < 0 && futex_wait_until(&rd->release_seq, w,
-						      deadline) == -ETIMEDOUT) {
-				atomic_store(&rd->prod_waiting, 0);
-				return -ETIMEDOUT;
-			}
+			if (s < 0)
+				futex_wait_until(&rd->release_seq, w, until);
 			atomic_store(&rd->prod_waiting, 0);
 			if (s >= 0)
 				break;
 		}
+		td_pace_done(&r->pace, &plan, now_ns());
 	}
 	r->cur = (uint32_t)s;
 	slot_fill(&r->m, r->cur, slot);
@@ -645,7 +674,7 @@ int td_ring_subscribe(struct td_client *c, const char *name, int timeout_ms,
 	sub = calloc(1, sizeof(*sub));
 	if (!sub)
 		return td__fail(err, -ENOMEM, "out of memory");
-	sub->spin_ns = spin_ns();
+	pace_init(&sub->pace);
 	q.name = (struct td_wire_str){name, (uint16_t)strlen(name)};
 	pthread_mutex_lock(&c->lock);
 	q.flags = c->path_out == TD_IMPORT_SCM ? TD_WIRE_REQ_SCM : 0;
@@ -770,7 +799,8 @@ static int try_hold(struct td_sub *s, uint64_t latest, struct td_view *view)
 int td_sub_next(struct td_sub *s, int timeout_ms, struct td_view *view)
 {
 	struct td_ring_hdr *h;
-	int64_t deadline = -2, until = 0; /* computed when first needed */
+	struct td_pace_plan plan = {0};
+	int64_t deadline = -2, until; /* computed when first needed */
 	int rc;
 
 	if (!s || !view)
@@ -783,27 +813,30 @@ int td_sub_next(struct td_sub *s, int timeout_ms, struct td_view *view)
 		uint64_t latest = atomic_load(&h->latest);
 
 		rc = try_hold(s, latest, view);
-		if (rc != 0)
+		if (rc != 0) {
+			if (rc > 0 && plan.start)
+				td_pace_done(&s->pace, &plan, now_ns());
 			return rc < 0 ? -EBADMSG : 0;
+		}
 		if (latest != atomic_load(&h->latest))
 			continue; /* moved while we looked: look again */
 		if (atomic_load(&h->flags) & TD_RING_CLOSED)
 			return -EPIPE;
 		if (timeout_ms == 0)
 			return -ETIMEDOUT;
-		if (spin_more(s->spin_ns, &until))
-			continue;
 		if (deadline == -2)
 			deadline = deadline_of(timeout_ms);
+		if (past(deadline))
+			return -ETIMEDOUT;
+		if (pace_wait(&s->pace, &plan, deadline, &until))
+			continue;
 		/* announce the sleep, then check once more (Dekker with the
 		 * producer's publish-then-check-sleepers) */
 		atomic_store(&s->row->waiting, 1);
 		if (atomic_load(&h->latest) == latest &&
 		    !(atomic_load(&h->flags) & TD_RING_CLOSED))
-			rc = futex_wait_until(&h->seq, seq, deadline);
+			futex_wait_until(&h->seq, seq, until);
 		atomic_store(&s->row->waiting, 0);
-		if (rc == -ETIMEDOUT)
-			return -ETIMEDOUT;
 	}
 }
 

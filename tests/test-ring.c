@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "pace.h"
 #include "ring.h"
 #include "wire.h"
 #include "tensord/tensord.h"
@@ -298,6 +299,64 @@ Test(ring, geometry_is_checked_and_bounded)
 			     n_);                                              \
 		cr_assert(memcmp(b_, c_, (size_t)n_) == 0);                    \
 	} while (0)
+
+/*
+ * Wait planning (libclient/pace.c) with made-up clocks: no timing is
+ * measured, the plans are exact arithmetic.
+ */
+Test(ring, waits_are_planned_from_recent_waits_and_bounded)
+{
+	const int64_t us = 1000;
+	struct td_pace p;
+	struct td_pace_plan w;
+
+	/* no history: the short base poll, then sleep */
+	td_pace_init(&p, 20 * us, 200 * us);
+	td_pace_plan(&p, 1000000, &w);
+	cr_assert_eq(w.nap_until, 0);
+	cr_assert_eq(w.spin_until, 1000000 + 20 * us);
+	cr_assert_eq(td_pace_step(&w, 1000000), TD_PACE_SPIN);
+	cr_assert_eq(td_pace_step(&w, 1000000 + 20 * us), TD_PACE_SLEEP);
+
+	/* the first wait seeds the average, later ones move it by 1/4 */
+	td_pace_done(&p, &w, 1000000 + 80 * us);
+	cr_assert_eq(p.avg, 80 * us);
+	for (int i = 0; i < 40; i++) {
+		td_pace_plan(&p, 0, &w);
+		td_pace_done(&p, &w, 40 * us);
+	}
+	cr_assert(p.avg >= 40 * us && p.avg < 41 * us, "avg %lld",
+		  (long long)p.avg);
+	/* short regular waits: spin 1.5x the usual wait, no nap */
+	td_pace_plan(&p, 0, &w);
+	cr_assert_eq(w.nap_until, 0);
+	cr_assert_eq(w.spin_until, p.avg + p.avg / 2);
+
+	/* long regular waits (1 ms): nap to 1/8 before, spin across */
+	p.avg = 1000 * us;
+	td_pace_plan(&p, 0, &w);
+	cr_assert_eq(w.nap_until, 875 * us);
+	cr_assert_eq(w.spin_until, 1125 * us);
+	cr_assert_eq(td_pace_step(&w, 0), TD_PACE_NAP);
+	cr_assert_eq(td_pace_step(&w, 875 * us), TD_PACE_SPIN);
+	cr_assert_eq(td_pace_step(&w, 1125 * us), TD_PACE_SLEEP);
+	/* the spin around an arrival is capped (20 ms waits: 250 us) */
+	p.avg = 20000 * us;
+	td_pace_plan(&p, 0, &w);
+	cr_assert_eq(w.spin_until - w.nap_until, 2 * TD_PACE_LEAD_MAX);
+	/* an idle partner (over 100 ms): back to the base poll */
+	p.avg = 150000 * us;
+	td_pace_plan(&p, 0, &w);
+	cr_assert_eq(w.nap_until, 0);
+	cr_assert_eq(w.spin_until, 20 * us);
+
+	/* spinning off: sleep at once, nothing learnt */
+	td_pace_init(&p, 0, 200 * us);
+	td_pace_plan(&p, 5, &w);
+	cr_assert_eq(td_pace_step(&w, 5), TD_PACE_SLEEP);
+	td_pace_done(&p, &w, 500);
+	cr_assert_eq(p.avg, 0);
+}
 
 Test(ring, wire_messages_round_trip_and_refuse_truncation)
 {

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+/* libclient/pace: wait planning for ring waiters (see pace.h). */
+#include "pace.h"
+
+static int64_t clamp(int64_t v, int64_t lo, int64_t hi)
+{
+	return v < lo ? lo : v > hi ? hi : v;
+}
+
+void td_pace_init(struct td_pace *p, int64_t base_ns, int64_t cap_ns)
+{
+	p->base = base_ns > 0 ? base_ns : 0;
+	p->cap = cap_ns > p->base ? cap_ns : p->base;
+	p->avg = 0;
+}
+
+void td_pace_plan(const struct td_pace *p, int64_t now,
+		  struct td_pace_plan *w)
+{
+	int64_t e = p->avg;
+
+	w->start = now;
+	w->nap_until = 0;
+	if (p->base == 0) {
+		/* spinning is off: sleep at once, no prediction either */
+		w->spin_until = now;
+	} else if (e == 0 || e > TD_PACE_PREDICT_MAX) {
+		/* no history, or an idle partner: the short bounded poll */
+		w->spin_until = now + p->base;
+	} else if (e + e / 2 <= p->cap) {
+		/* the partner answers within the cap: outwait it spinning
+		 * (1.5x the usual wait covers its jitter) */
+		w->spin_until = now + clamp(e + e / 2, p->base, p->cap);
+	} else {
+		/*
+		 * Long, regular waits: sleep until a little before the
+		 * expected arrival, then spin across it. The timer's own
+		 * wake-up latency is hidden in the lead; a partner that
+		 * comes early still finds us asleep and wakes us.
+		 */
+		int64_t lead = clamp(e / 8, p->base, TD_PACE_LEAD_MAX);
+
+		w->nap_until = now + e - lead;
+		w->spin_until = now + e + lead;
+	}
+}
+
+enum td_pace_step td_pace_step(const struct td_pace_plan *w, int64_t now)
+{
+	if (w->nap_until && now < w->nap_until)
+		return TD_PACE_NAP;
+	if (now < w->spin_until)
+		return TD_PACE_SPIN;
+	return TD_PACE_SLEEP;
+}
+
+void td_pace_done(struct td_pace *p, const struct td_pace_plan *w,
+		  int64_t now)
+{
+	int64_t d = now - w->start;
+
+	if (p->base == 0 || d < 0)
+		return;
+	/* 1/4 weight: a few waits to adapt, one outlier moves it little */
+	p->avg = p->avg ? p->avg + (d - p->avg) / 4 : (d > 0 ? d : 1);
+}

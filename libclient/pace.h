@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libclient/pace: how a ring waiter waits (docs/fastpath.md, "Waiting").
+ * Pure arithmetic on nanosecond timestamps, no syscalls: the ring code
+ * asks for a plan when a wait starts and reports how long it took when it
+ * ends; tests drive it with made-up clocks.
+ *
+ * A wait has up to three phases:
+ *   nap    futex sleep with a timeout, ending a little before the partner
+ *          is expected (only when waits are long and regular);
+ *   spin   poll the control block (the partner answers within it);
+ *   sleep  futex sleep until woken (the partner is late or idle).
+ * The expected wait is a moving average of the recent waits of this ring
+ * or subscription. Spinning never exceeds 2 x `lead` (nap then spin) or
+ * `cap` (spin only), so the CPU a waiter burns is bounded per wait.
+ */
+#ifndef TD_LIBCLIENT_PACE_H
+#define TD_LIBCLIENT_PACE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct td_pace {
+	int64_t base; /* ns: spin this long with no history; 0 = never */
+	int64_t cap;  /* ns: longest spin-only window */
+	int64_t avg;  /* ns: moving average of recent waits; 0 = none yet */
+};
+
+/* Waits expected longer than this are not predicted (idle partner). */
+#define TD_PACE_PREDICT_MAX 100000000ll /* 100 ms */
+/* Longest spin on each side of an expected arrival after a nap. */
+#define TD_PACE_LEAD_MAX 250000ll /* 250 us */
+
+struct td_pace_plan {
+	int64_t start;      /* when the wait began */
+	int64_t nap_until;  /* 0: no nap */
+	int64_t spin_until; /* spin while now < this (after any nap) */
+};
+
+enum td_pace_step { TD_PACE_SPIN, TD_PACE_NAP, TD_PACE_SLEEP };
+
+void td_pace_init(struct td_pace *p, int64_t base_ns, int64_t cap_ns);
+/* The plan for a wait that starts now (nothing was there). */
+void td_pace_plan(const struct td_pace *p, int64_t now,
+		  struct td_pace_plan *w);
+/* What to do at `now` (still nothing there). */
+enum td_pace_step td_pace_step(const struct td_pace_plan *w, int64_t now);
+/* The wait ended at `now` with something to take: learn from it. */
+void td_pace_done(struct td_pace *p, const struct td_pace_plan *w,
+		  int64_t now);
+
+#endif
