@@ -204,13 +204,54 @@ int td__store_charge(struct td__peer *p, const struct td_wire_hdr *h,
 		     uint64_t bytes);
 void td__store_uncharge(uid_t uid, uint64_t bytes);
 
+/*
+ * Rings in the catalogue (docs/fastpath.md, "Rings in the catalogue"):
+ * a name is a tensor or a live ring, never both (td__store_name_taken
+ * for RING_CREATE, td__ring_find for PUBLISH). GET leases on a ring slot
+ * are store leases (per-peer budget, RELEASE, disconnect) that call back
+ * into ring.c; parked GETs on a ring are store waiters that a 1 ms ring
+ * poll retries while any of them names a live ring.
+ */
+bool td__store_name_taken(struct td_wire_str name);
+struct td__ring;
+/* A lease record on ring slot `slot` for p: 0 and *id, -ENOBUFS, -ENOMEM. */
+int td__store_lease_ring(struct td__peer *p, struct td__ring *r,
+			 uint32_t slot, uint64_t *id);
+/* Retry every parked GET that names a live ring; true while any does. */
+bool td__store_ring_poll(void);
+
 /* ---- ring.c (docs/fastpath.md) ---- */
+
+#define TD__MAX_RINGS 256 /* rings in the daemon */
 
 /* Handle RING_CREATE/SUBSCRIBE/CLOSE/STAT. Consumes fds like the store. */
 void td__ring_request(struct td__peer *p, const struct td_wire_hdr *h,
 		      const uint8_t *body, int *fds, unsigned nfds);
 /* Clear a dying peer's reader rows; close the rings it produces. */
 void td__ring_peer_gone(struct td__peer *p);
+/* The live ring (its producer attached) named n, or NULL. */
+struct td__ring *td__ring_find(struct td_wire_str n);
+/* r's LIST/STAT entry; kinds: set TD_WIRE_ENT_RING. Borrows r's name. */
+void td__ring_entry(struct td__ring *r, bool kinds, struct td_wire_entry *e);
+/*
+ * Live rings whose name starts with prefix and sorts after `after`, in
+ * byte-wise name order, into out[TD__MAX_RINGS]. Returns the count.
+ */
+unsigned td__ring_list(struct td_wire_str prefix, struct td_wire_str after,
+		       struct td__ring **out);
+/*
+ * Serve a GET (enum td_wire_get_mode) from r: lease a slot and reply.
+ * 1: answered (the lease, or an error reply); 0: nothing to lease yet (no
+ * version, none newer); -EAGAIN: the latest version is being rewritten,
+ * its publish is on the way. EXACT is always answered.
+ */
+int td__ring_try_get(struct td__peer *p, uint16_t op, uint64_t request_id,
+		     uint32_t flags, uint32_t mode, uint64_t version,
+		     struct td__ring *r);
+/* A GET lease on r's slot ends (RELEASE, disconnect). */
+void td__ring_unlease(struct td__ring *r, uint32_t slot);
+/* Start the 1 ms poll of parked ring GETs (td__store_ring_poll). */
+void td__ring_poll_arm(void);
 
 /* ---- plane.c ---- */
 

@@ -8,8 +8,9 @@
  * its producer goes. It takes no part in a handoff: producer and consumers
  * meet in shared memory and wake each other with futexes.
  *
- * Rings live in their own namespace (RING_STAT, not LIST/STAT), see
- * docs/fastpath.md for why.
+ * Rings also appear in the catalogue: LIST and STAT describe them, and a
+ * GET of a ring name leases its latest slot through the slot's `leases`
+ * word (docs/fastpath.md, "Rings in the catalogue").
  */
 #include "daemon.h"
 
@@ -24,6 +25,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "blob.h"
 #include "ring.h"
 
 #ifndef MFD_HUGETLB
@@ -33,7 +35,7 @@
 #define MADV_POPULATE_WRITE 23
 #endif
 
-#define MAX_RINGS 256         /* rings in the daemon */
+#define MAX_RINGS TD__MAX_RINGS
 #define MAX_RINGS_PER_PEER 16 /* rings one connection produces */
 #define MAX_SUBS_PER_PEER 64  /* subscriptions of one connection */
 
@@ -61,6 +63,11 @@ struct ring {
 	uid_t uid;     /* the producer's, charged with acct */
 	uint64_t acct; /* bytes counted against --max-bytes and the quota */
 	struct row_owner rows[TD_RING_MAX_READERS];
+	/* GET leases (store leases) per slot: the daemon's own count, which
+	 * it stores into hdr->slots[].leases; a ring lives while any exists */
+	uint32_t lease_n[TD_RING_MAX_SLOTS];
+	unsigned leases;
+	uint64_t keep_until; /* uv_now(): TD_RING_KEEP_LATEST until then */
 	uint16_t name_len;
 	char name[TD_WIRE_MAX_NAME + 1];
 };
@@ -68,6 +75,31 @@ struct ring {
 static struct td__list rings = {&rings, &rings};
 static unsigned ring_count;
 static uint64_t next_id = 1;
+
+/*
+ * Loop timers, made on first use and closed with every other handle at
+ * shutdown (main.c): `keep` clears TD_RING_KEEP_LATEST once GETs stop,
+ * `poll` retries parked GETs on rings every POLL_MS while there are any.
+ * Neither runs while nobody GETs a ring: a handoff costs the daemon
+ * nothing.
+ */
+static uv_timer_t keep_timer, poll_timer;
+static bool timers_ready;
+
+/* How long the latest slot stays kept after the last GET or RELEASE. */
+#define KEEP_MS 1000
+#define POLL_MS 1
+
+/* store.c holds rings as an opaque type. */
+static struct ring *ring_of(struct td__ring *x)
+{
+	return (struct ring *)(void *)x;
+}
+
+static struct td__ring *handle_of(struct ring *r)
+{
+	return (struct td__ring *)(void *)r;
+}
 
 static void futex_wake_all(_Atomic uint32_t *w)
 {
@@ -248,6 +280,13 @@ static void ring_free(struct ring *r)
 	free(r);
 }
 
+/* A ring goes when nobody produces, subscribes to or leases it. */
+static void ring_maybe_free(struct ring *r)
+{
+	if (!r->producer && !r->subs && !r->leases)
+		ring_free(r);
+}
+
 static struct ring *ring_named(struct td_wire_str n)
 {
 	for (struct td__list *l = rings.next; l != &rings; l = l->next) {
@@ -391,6 +430,13 @@ static void op_create(struct td__peer *p, const struct td_wire_hdr *h,
 	}
 	if (!td__store_allowed(p, h, TD__PERM_WRITE, m.name))
 		return;
+	/* one meaning per name, so GET and STAT are unambiguous */
+	if (td__store_name_taken(m.name)) {
+		td__peer_error(p, h->opcode, h->request_id, -EEXIST,
+			       "a tensor named \"%.*s\" exists",
+			       (int)m.name.len, m.name.ptr);
+		return;
+	}
 	if (ring_named(m.name)) {
 		td__peer_error(p, h->opcode, h->request_id, -EEXIST,
 			       "a ring named \"%.*s\" exists", (int)m.name.len,
@@ -462,6 +508,8 @@ static void op_create(struct td__peer *p, const struct td_wire_hdr *h,
 						: "");
 	reply_ring(p, h, r, r->id, UINT32_MAX, m.flags,
 		   (const int[]){r->hdr_rw, r->rd_rw, r->data_rw});
+	/* GETs parked on this name before it existed */
+	td__ring_poll_arm();
 }
 
 static void op_subscribe(struct td__peer *p, const struct td_wire_hdr *h,
@@ -575,8 +623,7 @@ static void op_close(struct td__peer *p, const struct td_wire_hdr *h,
 			}
 		if (!hit)
 			continue;
-		if (!r->producer && !r->subs)
-			ring_free(r);
+		ring_maybe_free(r);
 		td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
 			      0, NULL, 0);
 		return;
@@ -669,7 +716,334 @@ void td__ring_peer_gone(struct td__peer *p)
 				row_clear(r, i);
 		if (r->producer == p)
 			ring_close(r);
-		if (!r->producer && !r->subs)
-			ring_free(r);
+		ring_maybe_free(r);
 	}
+}
+
+/* ---- the catalogue: LIST, STAT and GET of ring names ---- */
+
+struct td__ring *td__ring_find(struct td_wire_str n)
+{
+	struct ring *r = ring_named(n);
+
+	return r ? handle_of(r) : NULL;
+}
+
+/* The latest version the header names; 0 for none (or a corrupt word). */
+static uint64_t latest_version(const struct ring *r)
+{
+	uint64_t v;
+	uint32_t s;
+
+	if (td_ring_latest_unpack(atomic_load(&r->hdr->latest),
+				  r->g.slot_count, &s, &v) <= 0)
+		return 0;
+	return v;
+}
+
+void td__ring_entry(struct td__ring *x, bool kinds, struct td_wire_entry *e)
+{
+	const struct ring *r = ring_of(x);
+
+	memset(e, 0, sizeof(*e));
+	e->name = (struct td_wire_str){r->name, r->name_len};
+	/* producer-written: reported, never used to find bytes */
+	e->version = latest_version(r);
+	e->dtype = r->dtype;
+	e->ndim = r->ndim;
+	memcpy(e->shape, r->shape, sizeof(e->shape));
+	for (uint32_t i = 0; i < r->g.plane_count; i++)
+		e->bytes += r->g.plane_size[i];
+	e->lease_count = r->leases;
+	e->flags = kinds ? TD_WIRE_ENT_RING : 0;
+}
+
+static int name_order(const void *a, const void *b)
+{
+	const struct ring *x = *(struct ring *const *)a;
+	const struct ring *y = *(struct ring *const *)b;
+	int c = memcmp(x->name, y->name,
+		       x->name_len < y->name_len ? x->name_len : y->name_len);
+
+	if (c)
+		return c;
+	return (x->name_len > y->name_len) - (x->name_len < y->name_len);
+}
+
+/* Byte-wise order of a name against `after` (the store's order). */
+static int after_cmp(const struct ring *r, struct td_wire_str after)
+{
+	int c = memcmp(r->name, after.ptr,
+		       r->name_len < after.len ? r->name_len : after.len);
+
+	if (c)
+		return c;
+	return (r->name_len > after.len) - (r->name_len < after.len);
+}
+
+unsigned td__ring_list(struct td_wire_str prefix, struct td_wire_str after,
+		       struct td__ring **out)
+{
+	struct ring **v = (struct ring **)(void *)out;
+	unsigned n = 0;
+
+	for (struct td__list *l = rings.next; l != &rings; l = l->next) {
+		struct ring *r = td__container_of(l, struct ring, link);
+
+		if (!r->producer || r->name_len < prefix.len ||
+		    memcmp(r->name, prefix.ptr, prefix.len) != 0 ||
+		    after_cmp(r, after) <= 0)
+			continue;
+		/* cannot overflow: at most MAX_RINGS rings exist */
+		v[n++] = r;
+	}
+	qsort(v, n, sizeof(*v), name_order);
+	return n;
+}
+
+static void timers_init(void)
+{
+	if (timers_ready)
+		return;
+	uv_timer_init(td__d->loop, &keep_timer);
+	uv_timer_init(td__d->loop, &poll_timer);
+	timers_ready = true;
+}
+
+static void on_poll(uv_timer_t *t)
+{
+	if (!td__store_ring_poll())
+		uv_timer_stop(t);
+}
+
+void td__ring_poll_arm(void)
+{
+	timers_init();
+	if (!uv_is_active((uv_handle_t *)&poll_timer))
+		uv_timer_start(&poll_timer, on_poll, POLL_MS, POLL_MS);
+}
+
+/*
+ * Clear TD_RING_KEEP_LATEST where GETs stopped: no lease held and none
+ * taken or released for KEEP_MS. Re-armed for the next expiry.
+ */
+static void on_keep(uv_timer_t *t)
+{
+	uint64_t now = uv_now(td__d->loop), next = UINT64_MAX;
+
+	for (struct td__list *l = rings.next; l != &rings; l = l->next) {
+		struct ring *r = td__container_of(l, struct ring, link);
+
+		if (!(atomic_load(&r->hdr->flags) & TD_RING_KEEP_LATEST))
+			continue;
+		if (!r->leases && r->keep_until <= now) {
+			atomic_fetch_and(&r->hdr->flags, ~TD_RING_KEEP_LATEST);
+			continue;
+		}
+		if (r->keep_until <= now)
+			r->keep_until = now + KEEP_MS; /* leased: look later */
+		if (r->keep_until < next)
+			next = r->keep_until;
+	}
+	if (next != UINT64_MAX)
+		uv_timer_start(t, on_keep, next - now, 0);
+}
+
+/*
+ * GETs are being served from r: ask the producer to keep the latest
+ * version readable instead of rewriting its slot once every subscriber
+ * took it (docs/fastpath.md, "Rewriting the latest slot"), so the next
+ * GET finds it. Policy only: the bytes are guarded by the lease.
+ */
+static void keep_latest(struct ring *r)
+{
+	timers_init();
+	r->keep_until = uv_now(td__d->loop) + KEEP_MS;
+	if (!(atomic_load(&r->hdr->flags) & TD_RING_KEEP_LATEST))
+		atomic_fetch_or(&r->hdr->flags, TD_RING_KEEP_LATEST);
+	if (!uv_is_active((uv_handle_t *)&keep_timer))
+		uv_timer_start(&keep_timer, on_keep, KEEP_MS, 0);
+}
+
+/*
+ * Hold slot s for a GET: the same Dekker order as a reader row. We store
+ * the count, then (caller) re-read the slot's version; the producer
+ * stores version 0, then reads the count. One of the two sees the other.
+ * The daemon is the only writer of `leases`, so it stores its own count
+ * rather than incrementing whatever the word holds: a producer that
+ * scribbles on it cannot make the daemon's count drift.
+ */
+static void slot_lease(struct ring *r, uint32_t s)
+{
+	r->lease_n[s]++;
+	r->leases++;
+	atomic_store(&r->hdr->slots[s].leases, r->lease_n[s]);
+}
+
+static void slot_unlease(struct ring *r, uint32_t s)
+{
+	struct td_ring_readers *rd = r->rd;
+
+	r->lease_n[s]--;
+	r->leases--;
+	atomic_store(&r->hdr->slots[s].leases, r->lease_n[s]);
+	/* the producer may be asleep waiting for exactly this slot (the
+	 * same clear-then-look order as row_clear) */
+	if (atomic_load(&rd->prod_waiting)) {
+		atomic_fetch_add(&rd->release_seq, 1);
+		futex_wake_all(&rd->release_seq);
+	}
+}
+
+void td__ring_unlease(struct td__ring *x, uint32_t slot)
+{
+	struct ring *r = ring_of(x);
+
+	slot_unlease(r, slot);
+	if (timers_ready)
+		r->keep_until = uv_now(td__d->loop) + KEEP_MS;
+	ring_maybe_free(r);
+}
+
+/*
+ * The GET reply: an ordinary reference-mode blob whose planes point into
+ * the ring's read-only data memfd at slot * stride + plane offset, with
+ * that one fd. Its buffer_id carries TD_WIRE_BUF_WINDOW: the client maps
+ * the slot's pages, not the whole ring.
+ */
+static void reply_lease(struct td__peer *p, uint16_t op, uint64_t request_id,
+			uint32_t flags, struct ring *r, uint32_t s,
+			uint64_t version, uint64_t lease_id)
+{
+	struct td__daemon *d = td__d;
+	struct td_blob_plane pl[TD_RING_MAX_PLANES];
+	/* cannot overflow: s < slot_count and data_len was computed */
+	uint64_t base = (uint64_t)s * r->g.slot_stride;
+	struct td_blob_desc bd = {
+		.storage_kind = TD_STORAGE_SHM,
+		.pid = (uint32_t)d->pid,
+		.fence_fd = -1,
+		.dtype = r->dtype,
+		.quant_axis = TD_QUANT_NONE,
+		.ndim = r->ndim,
+		.shape = r->shape,
+		.plane_count = r->g.plane_count,
+		.planes = pl,
+	};
+	struct td_wire_get_rep rep = {
+		.version = version,
+		.lease_id = lease_id,
+		.fd_count = 1,
+		.fds = {{r->data_ro, TD_WIRE_BUF_WINDOW | r->id}},
+	};
+	/* header + 16 dims + 5 empty strings + 4 plane records */
+	uint8_t blob[TD_BLOB_HEADER_LEN + 8 * TD_RING_MAX_DIMS + 64 +
+		     TD_BLOB_PLANE_RECORD_LEN * TD_RING_MAX_PLANES];
+	int64_t blen, len;
+
+	for (uint32_t i = 0; i < TD_BLOB_STRING_COUNT; i++)
+		bd.strings[i] = (struct td_str){"", 0};
+	for (uint32_t i = 0; i < r->g.plane_count; i++)
+		pl[i] = (struct td_blob_plane){
+			.handle = 0,
+			.offset = base + r->g.plane_off[i],
+			.size = r->g.plane_size[i],
+			.used = r->g.plane_size[i],
+		};
+	blen = td_blob_encode(&bd, blob, sizeof(blob), NULL);
+	rep.blob = (struct td_wire_bytes){blob, blen < 0 ? 0 : (uint32_t)blen};
+	len = td_wire_get_rep_encode(&rep, TD__TX_BODY(d), TD__TX_CAP);
+	/* cannot fail: the ring's counts were bounded at RING_CREATE and
+	 * its dtype checked before the lease */
+	td__peer_send(p, op, TD_WIRE_F_REPLY, request_id, 0,
+		      len < 0 || blen < 0 ? 0 : (size_t)len, &r->data_ro,
+		      (flags & TD_WIRE_REQ_SCM) ? 1 : 0);
+}
+
+/* Lease slot s if it still holds `version`; 1 answered, 0 it moved on. */
+static int lease_if(struct td__peer *p, uint16_t op, uint64_t request_id,
+		    uint32_t flags, struct ring *r, uint32_t s,
+		    uint64_t version)
+{
+	uint64_t id;
+	int rc;
+
+	slot_lease(r, s);
+	if (atomic_load(&r->hdr->slots[s].version) != version) {
+		slot_unlease(r, s);
+		return 0;
+	}
+	rc = td__store_lease_ring(p, handle_of(r), s, &id);
+	if (rc < 0) {
+		slot_unlease(r, s);
+		if (rc == -ENOBUFS)
+			td__peer_error(p, op, request_id, rc,
+				       "too many leases on this connection "
+				       "(max %d)",
+				       TD__MAX_LEASES);
+		else
+			td__peer_error(p, op, request_id, rc, "out of memory");
+		return 1;
+	}
+	reply_lease(p, op, request_id, flags, r, s, version, id);
+	return 1;
+}
+
+int td__ring_try_get(struct td__peer *p, uint16_t op, uint64_t request_id,
+		     uint32_t flags, uint32_t mode, uint64_t version,
+		     struct td__ring *x)
+{
+	struct ring *r = ring_of(x);
+	struct td_ring_hdr *h = r->hdr;
+
+	if (td_dtype_size(r->dtype) == 0) {
+		td__peer_error(p, op, request_id, -ENOTSUP,
+			       "ring \"%.*s\" has dtype %u, which a tensor "
+			       "blob cannot describe",
+			       (int)r->name_len, r->name, r->dtype);
+		return 1;
+	}
+	keep_latest(r);
+	if (mode == TD_GET_EXACT) {
+		/* any slot that holds it now; never waits */
+		for (uint32_t s = 0; version && s < r->g.slot_count; s++)
+			if (atomic_load(&h->slots[s].version) == version &&
+			    lease_if(p, op, request_id, flags, r, s, version))
+				return 1;
+		td__peer_error(p, op, request_id, -ENOENT,
+			       "version %llu of ring \"%.*s\" is in none of "
+			       "its slots (latest %llu)",
+			       (unsigned long long)version, (int)r->name_len,
+			       r->name, (unsigned long long)latest_version(r));
+		return 1;
+	}
+	/*
+	 * A mismatch means the producer moved on between our two reads; a
+	 * few tries, then the poll (or the caller's refusal) takes over, so
+	 * a producer that publishes without pause cannot hold the loop.
+	 */
+	for (int tries = 0; tries < 8; tries++) {
+		uint64_t latest = atomic_load(&h->latest), v;
+		uint32_t s;
+		int rc = td_ring_latest_unpack(latest, r->g.slot_count, &s,
+					       &v);
+
+		if (rc < 0) {
+			td__peer_error(p, op, request_id, -EBADMSG,
+				       "ring \"%.*s\": its header names slot "
+				       "%u of %u (a corrupt producer)",
+				       (int)r->name_len, r->name, s,
+				       r->g.slot_count);
+			return 1;
+		}
+		if (rc == 0 || (mode == TD_GET_NEWER && v <= version))
+			return 0;
+		if (lease_if(p, op, request_id, flags, r, s, v))
+			return 1;
+		/* latest unchanged but its slot unpublished: the producer
+		 * is rewriting it (nobody else wanted it) */
+		if (atomic_load(&h->latest) == latest)
+			return -EAGAIN;
+	}
+	return -EAGAIN;
 }

@@ -67,7 +67,9 @@ struct version {
 struct lease {
 	struct td__list link; /* peer->leases */
 	uint64_t id;
-	struct version *v;
+	struct version *v;     /* NULL for a lease on a ring slot: */
+	struct td__ring *ring; /* ring.c holds the slot (td__ring_unlease) */
+	uint32_t slot;
 };
 
 struct alloc {
@@ -99,9 +101,18 @@ struct waiter {
 	uint64_t version;
 	uint64_t deadline; /* uv_now() ms, UINT64_MAX = never */
 	uint32_t timeout_ms;
+	/* parked only because a ring's latest slot was being rewritten */
+	bool rewrite;
 	uint16_t len;
 	char name[TD_WIRE_MAX_NAME + 1];
 };
+
+/*
+ * How long a GET that does not wait (timeout 0) waits anyway for a ring
+ * version whose slot is being rewritten: that version is on its way, and
+ * refusing would make GET of a busy ring fail at random.
+ */
+#define RING_REWRITE_WAIT_MS 1000
 
 struct td__store {
 	struct td__daemon *d;
@@ -424,6 +435,11 @@ static bool allowed(struct td__peer *p, const struct td_wire_hdr *h,
 	return false;
 }
 
+bool td__store_name_taken(struct td_wire_str name)
+{
+	return lookup(td__d->store, name) != NULL;
+}
+
 /* For daemon/ring.c: the same policy gate as the store's requests. */
 bool td__store_allowed(struct td__peer *p, const struct td_wire_hdr *h,
 		       unsigned perm, struct td_wire_str name)
@@ -607,6 +623,7 @@ static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 	}
 	l->id = s->next_lease++;
 	l->v = v;
+	l->ring = NULL;
 	v->used = ++s->tick;
 	v->refs++;
 	v->lease_count++;
@@ -637,14 +654,45 @@ static void lease_drop(struct td__store *s, struct td__peer *p,
 {
 	td__list_del(&l->link);
 	p->n_leases--;
-	l->v->lease_count--;
-	version_unref(s, l->v);
+	if (l->ring) {
+		td__ring_unlease(l->ring, l->slot);
+	} else {
+		l->v->lease_count--;
+		version_unref(s, l->v);
+	}
 	if (s->n_free_leases < LEASE_CACHE) {
 		td__list_add_tail(&s->free_leases, &l->link);
 		s->n_free_leases++;
 	} else {
 		free(l);
 	}
+}
+
+int td__store_lease_ring(struct td__peer *p, struct td__ring *r,
+			 uint32_t slot, uint64_t *id)
+{
+	struct td__store *s = td__d->store;
+	struct lease *l;
+
+	if (p->n_leases >= TD__MAX_LEASES)
+		return -ENOBUFS;
+	if (!td__list_empty(&s->free_leases)) {
+		l = td__container_of(s->free_leases.next, struct lease, link);
+		td__list_del(&l->link);
+		s->n_free_leases--;
+	} else {
+		l = malloc(sizeof(*l));
+		if (!l)
+			return -ENOMEM;
+	}
+	l->id = s->next_lease++;
+	l->v = NULL;
+	l->ring = r;
+	l->slot = slot;
+	td__list_add_tail(&p->leases, &l->link);
+	p->n_leases++;
+	*id = l->id;
+	return 0;
 }
 
 static void waiter_free(struct waiter *w)
@@ -687,7 +735,15 @@ static void on_timer(uv_timer_t *t)
 		n = l->next;
 		if (w->deadline > now)
 			continue;
-		if (w->mode == TD_GET_NEWER)
+		if (w->rewrite)
+			td__peer_error(w->peer, TD_OP_GET, w->request_id,
+				       -ETIMEDOUT,
+				       "ring \"%.*s\": the producer started "
+				       "rewriting its latest version and "
+				       "published nothing within %d ms",
+				       (int)w->len, w->name,
+				       RING_REWRITE_WAIT_MS);
+		else if (w->mode == TD_GET_NEWER)
 			td__peer_error(w->peer, TD_OP_GET, w->request_id,
 				       -ETIMEDOUT,
 				       "no version of \"%.*s\" newer than "
@@ -730,8 +786,10 @@ static void op_get(struct td__peer *p, const struct td_wire_hdr *h,
 	struct td__store *s = td__d->store;
 	struct td_wire_get_req m;
 	struct td_err e = {0};
+	struct td__ring *ring = NULL;
 	struct version *v;
 	struct waiter *w;
+	bool rewrite = false;
 	int rc = td_wire_get_req_decode(body, h->body_len, &m, &e);
 
 	if (rc < 0) {
@@ -742,6 +800,14 @@ static void op_get(struct td__peer *p, const struct td_wire_hdr *h,
 	if (!allowed(p, h, TD__PERM_READ, m.name))
 		return;
 	v = lookup(s, m.name);
+	/* a ring name: lease its latest slot (EXACT: any slot) */
+	if (!v && (ring = td__ring_find(m.name))) {
+		rc = td__ring_try_get(p, h->opcode, h->request_id, m.flags,
+				      m.mode, m.version, ring);
+		if (rc > 0)
+			return;
+		rewrite = rc == -EAGAIN;
+	}
 	if (m.mode == TD_GET_EXACT) {
 		struct version *x = retired(s, m.name, m.version);
 
@@ -768,8 +834,12 @@ static void op_get(struct td__peer *p, const struct td_wire_hdr *h,
 		reply_get(p, h->opcode, h->request_id, m.flags, v);
 		return;
 	}
-	if (m.timeout_ms == 0) {
-		if (m.mode == TD_GET_LATEST)
+	if (m.timeout_ms == 0 && !rewrite) {
+		if (m.mode == TD_GET_LATEST && ring)
+			td__peer_error(p, h->opcode, h->request_id, -ENOENT,
+				       "ring \"%.*s\" has no version yet",
+				       (int)m.name.len, m.name.ptr);
+		else if (m.mode == TD_GET_LATEST)
 			td__peer_error(p, h->opcode, h->request_id, -ENOENT,
 				       "no tensor named \"%.*s\"",
 				       (int)m.name.len, m.name.ptr);
@@ -801,15 +871,50 @@ static void op_get(struct td__peer *p, const struct td_wire_hdr *h,
 	w->flags = m.flags;
 	w->version = m.version;
 	w->timeout_ms = m.timeout_ms;
+	w->rewrite = rewrite && m.timeout_ms < RING_REWRITE_WAIT_MS;
 	w->deadline = m.timeout_ms == TD_WIRE_WAIT_FOREVER
 			      ? UINT64_MAX
-			      : uv_now(td__d->loop) + m.timeout_ms;
+			      : uv_now(td__d->loop) +
+					(w->rewrite ? RING_REWRITE_WAIT_MS
+						    : m.timeout_ms);
 	w->len = m.name.len;
 	memcpy(w->name, m.name.ptr, m.name.len);
 	td__list_add_tail(&p->waiters, &w->link);
 	td__list_add_tail(&s->waiters, &w->slink);
 	p->n_waiters++;
 	rearm(s);
+	if (ring)
+		td__ring_poll_arm();
+}
+
+bool td__store_ring_poll(void)
+{
+	struct td__store *s = td__d->store;
+	struct td__list *l, *n;
+	bool any = false, served = false;
+
+	for (l = s->waiters.next; l != &s->waiters; l = n) {
+		struct waiter *w = td__container_of(l, struct waiter, slink);
+		struct td__ring *r;
+
+		n = l->next;
+		if (w->peer->dead)
+			continue;
+		/* a name with no live ring stays an ordinary parked GET */
+		r = td__ring_find((struct td_wire_str){w->name, w->len});
+		if (!r)
+			continue;
+		if (td__ring_try_get(w->peer, TD_OP_GET, w->request_id,
+				     w->flags, w->mode, w->version, r) > 0) {
+			waiter_free(w);
+			served = true;
+			continue;
+		}
+		any = true;
+	}
+	if (served)
+		rearm(s);
+	return any;
 }
 
 static void op_release(struct td__peer *p, const struct td_wire_hdr *h,
@@ -1237,6 +1342,12 @@ static void op_publish(struct td__peer *p, const struct td_wire_hdr *h,
 			 x.m.name.ptr, d->opts.policy_path);
 		goto out;
 	}
+	/* one meaning per name, so GET and STAT are unambiguous */
+	if (td__ring_find(x.m.name)) {
+		pub_fail(&x, -EEXIST, "a ring named \"%.*s\" exists",
+			 (int)x.m.name.len, x.m.name.ptr);
+		goto out;
+	}
 	if (x.m.alloc_id) {
 		for (struct td__list *l = p->allocs.next; l != &p->allocs;
 		     l = l->next) {
@@ -1419,10 +1530,13 @@ static void op_list(struct td__peer *p, const struct td_wire_hdr *h,
 {
 	struct td__daemon *d = td__d;
 	struct td__store *s = d->store;
+	/* single-threaded: one LIST at a time uses it */
+	static struct td__ring *rl[TD__MAX_RINGS];
 	struct td_wire_list_req m;
 	struct td_err e = {0};
 	struct td_wire_wr wr;
 	uint32_t count = 0, more = 0;
+	unsigned nr, j = 0;
 	size_t i;
 	bool found;
 	int rc = td_wire_list_req_decode(body, h->body_len, &m, &e);
@@ -1438,20 +1552,35 @@ static void op_list(struct td__peer *p, const struct td_wire_hdr *h,
 	if (name_cmp(m.prefix.ptr, m.prefix.len, m.after.ptr, m.after.len) >
 	    0)
 		i = name_find(s, m.prefix.ptr, m.prefix.len, &found);
+	/* rings, merged in name order (a name is never both) */
+	nr = td__ring_list(m.prefix, m.after, rl);
 	td_wire_wr_init(&wr, TD__TX_BODY(d), TD__TX_CAP);
 	td_wire_list_rep_begin(&wr);
-	for (; i < s->count; i++) {
-		const struct version *v = s->names[i];
-		struct td_wire_entry ent;
+	for (;;) {
+		const struct version *v = i < s->count ? s->names[i] : NULL;
+		struct td_wire_entry ent, rent;
 
 		/* names sharing the prefix are contiguous once sorted */
-		if (v->name_len < m.prefix.len ||
-		    memcmp(v->name, m.prefix.ptr, m.prefix.len) != 0)
+		if (v && (v->name_len < m.prefix.len ||
+			  memcmp(v->name, m.prefix.ptr, m.prefix.len) != 0))
+			v = NULL;
+		if (j < nr)
+			td__ring_entry(rl[j], m.flags & TD_WIRE_CAT_KINDS,
+				       &rent);
+		if (v && (j == nr || name_cmp(v->name, v->name_len,
+					      rent.name.ptr,
+					      rent.name.len) < 0)) {
+			ent = entry_of(v);
+			i++;
+		} else if (j < nr) {
+			ent = rent;
+			j++;
+		} else {
 			break;
+		}
 		/* names this peer may not read are not listed */
-		if (!may(p, TD__PERM_READ, v->name, v->name_len))
+		if (!may(p, TD__PERM_READ, ent.name.ptr, ent.name.len))
 			continue;
-		ent = entry_of(v);
 		if (td_wire_entry_put(&wr, &ent) < 0) {
 			more = 1;
 			break;
@@ -1467,12 +1596,13 @@ static void op_stat(struct td__peer *p, const struct td_wire_hdr *h,
 		    const uint8_t *body)
 {
 	struct td__daemon *d = td__d;
-	struct td_wire_name_req m;
+	struct td_wire_stat_req m;
 	struct td_wire_entry ent;
 	struct td_err e = {0};
+	struct td__ring *r;
 	struct version *v;
 	int64_t len;
-	int rc = td_wire_name_req_decode(body, h->body_len, &m, &e);
+	int rc = td_wire_stat_req_decode(body, h->body_len, &m, &e);
 
 	if (rc < 0) {
 		bad_body(p, h, rc, &e);
@@ -1481,6 +1611,13 @@ static void op_stat(struct td__peer *p, const struct td_wire_hdr *h,
 	if (!allowed(p, h, TD__PERM_READ, m.name))
 		return;
 	v = lookup(d->store, m.name);
+	if (!v && (r = td__ring_find(m.name))) {
+		td__ring_entry(r, m.flags & TD_WIRE_CAT_KINDS, &ent);
+		len = td_wire_entry_encode(&ent, TD__TX_BODY(d), TD__TX_CAP);
+		td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
+			      (size_t)len, NULL, 0);
+		return;
+	}
 	if (!v) {
 		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
 			       "no tensor named \"%.*s\"", (int)m.name.len,
@@ -1514,6 +1651,13 @@ static void op_delete(struct td__peer *p, const struct td_wire_hdr *h,
 	if (!allowed(p, h, TD__PERM_WRITE, m.name))
 		return;
 	at = name_find(s, m.name.ptr, m.name.len, &found);
+	if (!found && td__ring_find(m.name)) {
+		td__peer_error(p, h->opcode, h->request_id, -EBUSY,
+			       "\"%.*s\" is a ring: it ends when its producer "
+			       "closes it",
+			       (int)m.name.len, m.name.ptr);
+		return;
+	}
 	if (!found) {
 		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
 			       "no tensor named \"%.*s\"", (int)m.name.len,
@@ -1563,6 +1707,19 @@ static void op_watch(struct td__peer *p, const struct td_wire_hdr *h,
 	if (!(m.flags & TD_WIRE_WATCH_PREFIX) &&
 	    !allowed(p, h, TD__PERM_READ, m.name))
 		return;
+	/*
+	 * The daemon sees no message per ring publish, so it has nothing to
+	 * notify; a watch that could never fire is refused rather than
+	 * accepted in silence. (Prefix watches report tensors only.)
+	 */
+	if (!(m.flags & TD_WIRE_WATCH_PREFIX) && td__ring_find(m.name)) {
+		td__peer_error(p, h->opcode, h->request_id, -EOPNOTSUPP,
+			       "\"%.*s\" is a ring: WATCH does not see ring "
+			       "publishes; subscribe to it, or GET it with a "
+			       "newer-than wait",
+			       (int)m.name.len, m.name.ptr);
+		return;
+	}
 	if (p->n_watches >= TD__MAX_WATCHES) {
 		td__peer_error(p, h->opcode, h->request_id, -ENOBUFS,
 			       "too many watches on this connection (max %d)",

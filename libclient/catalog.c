@@ -72,6 +72,21 @@ static int64_t name_req(struct td_client *c, const char *name)
 				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 }
 
+/*
+ * A STAT body into c->sbuf: with TD_WIRE_CAT_KINDS (rings marked in the
+ * entry) unless this daemon refused the flags. Length or -EINVAL.
+ */
+static int64_t stat_req(struct td_client *c, const char *name)
+{
+	struct td_wire_stat_req req = {
+		.name = {name, (uint16_t)name_len(name)},
+		.flags = c->no_cat_flags ? 0 : TD_WIRE_CAT_KINDS,
+	};
+
+	return td_wire_stat_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
+				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+}
+
 int td_client_stat(struct td_client *c, const char *name, struct td_entry *e,
 		   struct td_error *err)
 {
@@ -84,12 +99,20 @@ int td_client_stat(struct td_client *c, const char *name, struct td_entry *e,
 		return td__fail(err, -EINVAL, "missing argument");
 	memset(e, 0, sizeof(*e));
 	pthread_mutex_lock(&c->lock);
-	len = name_req(c, name);
+	len = stat_req(c, name);
 	if (len < 0) {
 		rc = td__fail(err, -EINVAL, "bad tensor name");
 		goto out;
 	}
 	rc = td__call(c, TD_OP_STAT, (size_t)len, NULL, 0, &m, err);
+	if (rc == -EBADMSG && !c->no_cat_flags) {
+		/* an older daemon: ask again without the flags */
+		c->no_cat_flags = true;
+		if (err)
+			memset(err, 0, sizeof(*err));
+		len = stat_req(c, name);
+		rc = td__call(c, TD_OP_STAT, (size_t)len, NULL, 0, &m, err);
+	}
 	if (rc < 0)
 		goto out;
 	if (td_wire_entry_decode(m.body, m.body_len, &we, NULL) < 0) {
@@ -113,6 +136,7 @@ static int list_page(struct td_client *c, const char *prefix,
 	struct td_wire_list_req req = {
 		.prefix = {prefix, (uint16_t)name_len(prefix)},
 		.after = {after, (uint16_t)name_len(after)},
+		.flags = c->no_cat_flags ? 0 : TD_WIRE_CAT_KINDS,
 	};
 	struct td_wire_list_rd lr;
 	struct td_wire_entry we;
@@ -125,6 +149,14 @@ static int list_page(struct td_client *c, const char *prefix,
 	if (len < 0)
 		return td__fail(err, -EINVAL, "bad prefix");
 	rc = td__call(c, TD_OP_LIST, (size_t)len, NULL, 0, &m, err);
+	if (rc == -EBADMSG && !c->no_cat_flags) {
+		/* an older daemon: ask again without the flags */
+		c->no_cat_flags = true;
+		if (err)
+			memset(err, 0, sizeof(*err));
+		return list_page(c, prefix, after, list, count, cap, more,
+				 err);
+	}
 	if (rc < 0)
 		return rc;
 	td__msg_close_fds(&m);

@@ -38,6 +38,7 @@ _Static_assert((int)TD_ENTRY_MAX_DIMS == (int)TD_WIRE_MAX_DIMS,
 	       "dims cap");
 _Static_assert((int)TD_PUBLISH_PIN == (int)TD_WIRE_PUB_PIN,
 	       "pin flag");
+_Static_assert((int)TD_ENTRY_RING == (int)TD_WIRE_ENT_RING, "entry flags");
 _Static_assert((int)TD_WATCH_PREFIX == (int)TD_WIRE_WATCH_PREFIX,
 	       "watch flag");
 _Static_assert((int)TD_EVENT_TYPE_PUBLISHED == (int)TD_EVENT_PUBLISHED,

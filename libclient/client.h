@@ -14,13 +14,17 @@
 /* Unused mappings kept per client (the policy in tensord.h). */
 #define TD__CACHE_MAX 64
 
-/* One imported daemon buffer, keyed by the daemon's buffer_id. */
+/*
+ * One imported daemon buffer, keyed by the daemon's buffer_id; a window
+ * (TD_WIRE_BUF_WINDOW: a ring's slots) by buffer_id and the pages mapped.
+ */
 struct td__map {
 	struct td__map *next; /* all maps of the client */
 	struct td__map *prev;
 	uint64_t buffer_id;
 	int fd;
-	void *addr; /* NULL when len is 0 */
+	void *addr;   /* NULL when len is 0 */
+	uint64_t off; /* file offset of addr (0 unless a window) */
 	size_t len;
 	unsigned refs;   /* tensors using it */
 	uint64_t used;   /* LRU clock value of the last release */
@@ -52,6 +56,8 @@ struct td_client {
 	struct td_wire_hello_rep hello;
 	char ident[64];
 	uint64_t next_id;
+	/* the daemon refused LIST/STAT flags (-EBADMSG: it predates them) */
+	bool no_cat_flags;
 	struct td__event *ev_head, *ev_tail;
 	struct td__map *maps; /* list of every mapping */
 	unsigned idle_maps;   /* maps with refs == 0 */
@@ -83,9 +89,12 @@ void td__msg_close_fds(struct td__msg *m);
 /* Import daemon fd `remote` (pidfd path) or take `scm` (SCM path): -> fd. */
 int td__import_fd(struct td_client *c, int32_t remote, int *scm, int *fd);
 
-/* Map cache (lock held). */
+/*
+ * Map cache (lock held). A window buffer_id maps [lo, hi) of the file
+ * widened to whole pages; any other maps the whole file (lo, hi unused).
+ */
 int td__map_get(struct td_client *c, uint64_t buffer_id, int32_t remote,
-		int *scm, struct td__map **out);
+		int *scm, uint64_t lo, uint64_t hi, struct td__map **out);
 void td__map_put(struct td_client *c, struct td__map *m);
 void td__maps_drop(struct td_client *c, bool all);
 

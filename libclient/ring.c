@@ -473,13 +473,15 @@ static void slot_fill(const struct ringmap *m, uint32_t s, struct td_slot *o)
  */
 /*
  * Every reader row has taken version v (or belongs to nobody) and none
- * holds slot s, and the daemon holds no lease on it.
+ * holds slot s, and the daemon holds no lease on it nor serves GETs of
+ * the ring (they want the latest version readable).
  */
 static bool all_took(const struct td_ring *r, uint32_t s, uint64_t v)
 {
 	const struct td_ring_readers *rd = r->m.rd;
 
-	if (atomic_load(&r->m.hdr->slots[s].leases))
+	if (atomic_load(&r->m.hdr->slots[s].leases) ||
+	    (atomic_load(&r->m.hdr->flags) & TD_RING_KEEP_LATEST))
 		return false;
 	for (uint32_t i = 0; i < r->m.reader_count; i++)
 		if (atomic_load(&rd->rows[i].held) == s ||

@@ -63,13 +63,18 @@ static void map_destroy(struct td_client *c, struct td__map *m)
 	free(m);
 }
 
-static int buffer_len(int fd, size_t *len)
+static int buffer_len(int fd, size_t *len, uint64_t *align)
 {
 	struct stat st;
 	off_t end;
 
 	if (fstat(fd, &st) < 0)
 		return -errno;
+	/* mmap offsets: pages, or huge pages on hugetlbfs (its blksize) */
+	*align = (uint64_t)sysconf(_SC_PAGESIZE);
+	if (st.st_blksize > 0 && (uint64_t)st.st_blksize > *align &&
+	    !(st.st_blksize & (st.st_blksize - 1)))
+		*align = (uint64_t)st.st_blksize;
 	if (S_ISREG(st.st_mode)) {
 		*len = (size_t)st.st_size;
 		return 0;
@@ -88,16 +93,16 @@ static int buffer_len(int fd, size_t *len)
  * refuse any MAP_SHARED of it (EPERM); a private read-only mapping of
  * shmem still maps the same page-cache pages, so zero copy holds.
  */
-static int map_ro(int fd, size_t len, void **addr)
+static int map_ro(int fd, uint64_t off, size_t len, void **addr)
 {
 	void *p;
 
 	*addr = NULL;
 	if (len == 0)
 		return 0;
-	p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+	p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)off);
 	if (p == MAP_FAILED && (errno == EPERM || errno == EACCES))
-		p = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+		p = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, (off_t)off);
 	if (p == MAP_FAILED)
 		return -errno;
 	*addr = p;
@@ -105,13 +110,18 @@ static int map_ro(int fd, size_t len, void **addr)
 }
 
 int td__map_get(struct td_client *c, uint64_t buffer_id, int32_t remote,
-		int *scm, struct td__map **out)
+		int *scm, uint64_t lo, uint64_t hi, struct td__map **out)
 {
+	bool window = buffer_id & TD_WIRE_BUF_WINDOW;
 	struct td__map *m;
+	uint64_t align = 0, end;
+	size_t flen = 0;
 	int rc, fd = -1;
 
 	for (m = c->maps; m; m = m->next) {
-		if (m->buffer_id != buffer_id)
+		/* a window of the right pages: its aligned span covers them */
+		if (m->buffer_id != buffer_id ||
+		    (window && (lo < m->off || hi > m->off + m->len)))
 			continue;
 		if (m->refs++ == 0)
 			c->idle_maps--;
@@ -126,10 +136,27 @@ int td__map_get(struct td_client *c, uint64_t buffer_id, int32_t remote,
 	if (rc < 0)
 		goto fail;
 	m->fd = fd;
-	rc = buffer_len(fd, &m->len);
+	rc = buffer_len(fd, &flen, &align);
 	if (rc < 0)
 		goto fail;
-	rc = map_ro(fd, m->len, &m->addr);
+	m->len = flen;
+	if (window && hi > lo) {
+		/*
+		 * Only the pages the planes use: a ring's data file holds
+		 * every slot, and mapping all of it per GET would cost its
+		 * whole size in address space and page tables.
+		 */
+		m->off = lo & ~(align - 1);
+		if (td__add_ovf(hi, align - 1, &end) ||
+		    (end & ~(align - 1)) > flen) {
+			rc = -EPROTO;
+			goto fail;
+		}
+		m->len = (size_t)((end & ~(align - 1)) - m->off);
+	} else if (window) {
+		m->len = 0; /* no plane uses it */
+	}
+	rc = map_ro(fd, m->off, m->len, &m->addr);
 	if (rc < 0)
 		goto fail;
 	m->buffer_id = buffer_id;
@@ -325,6 +352,8 @@ static int tensor_import(struct td_client *c, struct td_tensor *t,
 			 struct td_error *err)
 {
 	struct td__map *tab[TD_WIRE_MAX_PLANES + 1] = {0};
+	/* the span of each fd-table entry the planes use (windows) */
+	uint64_t lo[TD_WIRE_MAX_PLANES + 1], hi[TD_WIRE_MAX_PLANES + 1];
 	struct td_blob_cursor cur = TD_BLOB_CURSOR_INIT;
 	struct td_blob_plane p;
 	int rc;
@@ -332,6 +361,24 @@ static int tensor_import(struct td_client *c, struct td_tensor *t,
 	if (c->path_out == TD_IMPORT_SCM && m->nfds != rep->fd_count)
 		return td__fail(err, -EPROTO, "GET: %u fds attached, %u "
 				"described", m->nfds, rep->fd_count);
+	for (uint32_t i = 0; i <= TD_WIRE_MAX_PLANES; i++) {
+		lo[i] = UINT64_MAX;
+		hi[i] = 0;
+	}
+	while (td_blob_plane_next(v, &cur, &p) == 0) {
+		uint64_t end;
+
+		/* td_blob_check() bounded handle by fd_count */
+		if (p.handle < 0)
+			continue;
+		if (td__add_ovf(p.offset, p.size, &end))
+			return td__fail(err, -EPROTO, "plane past 2^64");
+		if (p.offset < lo[p.handle])
+			lo[p.handle] = p.offset;
+		if (end > hi[p.handle])
+			hi[p.handle] = end;
+	}
+	cur = TD_BLOB_CURSOR_INIT;
 	for (uint32_t i = 0; i < rep->fd_count; i++) {
 		int *scm = i < m->nfds ? &m->fds[i] : NULL;
 
@@ -344,7 +391,7 @@ static int tensor_import(struct td_client *c, struct td_tensor *t,
 			continue;
 		}
 		rc = td__map_get(c, rep->fds[i].buffer_id, rep->fds[i].fd, scm,
-				 &tab[i]);
+				 lo[i] > hi[i] ? 0 : lo[i], hi[i], &tab[i]);
 		if (rc < 0)
 			return td__fail(err, rc, "import buffer %u: %s", i,
 					strerror(-rc));
@@ -371,10 +418,11 @@ static int tensor_import(struct td_client *c, struct td_tensor *t,
 		/* td_blob_check() bounded handle by fd_count */
 		mp = tab[p.handle];
 		if (!mp || td__add_ovf(p.offset, p.size, &end) ||
-		    end > mp->len)
+		    p.offset < mp->off || end - mp->off > mp->len)
 			return td__fail(err, -EPROTO, "plane %u outside its "
 					"buffer", i);
-		t->planes[i].data = mp->addr ? (uint8_t *)mp->addr + p.offset
+		t->planes[i].data = mp->addr ? (uint8_t *)mp->addr +
+						       (p.offset - mp->off)
 					     : NULL;
 		if (!p.size)
 			t->planes[i].data = NULL;

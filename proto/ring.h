@@ -55,11 +55,14 @@
 
 /* header.flags */
 #define TD_RING_CLOSED 0x1u /* the producer is gone: no more versions */
+/* the daemon serves GETs of the ring: keep the latest version readable
+ * (policy like row.taken; the slot's `leases` word guards the bytes) */
+#define TD_RING_KEEP_LATEST 0x2u
 
 struct td_ring_slot_state {
 	/* version published in this slot; 0 while being written or never */
 	_Atomic uint64_t version;
-	/* holds by the daemon itself (reserved: GET leases on a ring) */
+	/* holds by the daemon itself: GET leases on the ring's slot */
 	_Atomic uint32_t leases;
 	uint32_t reserved;
 };

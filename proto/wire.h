@@ -166,6 +166,13 @@ struct td_wire_fdent {
 	uint64_t buffer_id; /* stable id of the buffer while the daemon runs */
 };
 
+/*
+ * A buffer_id with this bit names a ring's data memfd in a GET reply: all
+ * the ring's slots, of which the planes use one. Map only the pages the
+ * planes cover (the rest is other slots). Stored buffers never have it.
+ */
+#define TD_WIRE_BUF_WINDOW (1ull << 63)
+
 /* Request flags shared by fd-returning requests (ALLOC, GET) */
 #define TD_WIRE_REQ_SCM 0x1u /* attach the fds with SCM_RIGHTS */
 

@@ -85,17 +85,25 @@ void tctl_json_meta(FILE *f, const void *meta, size_t len)
 	fputc('"', f);
 }
 
-void tctl_print_entry(const struct td_entry *e, int json)
+void tctl_print_entry(const struct td_entry *e, int json,
+		      const struct td_ring_stat *rs)
 {
 	const char *dt = td_tensor_dtype_name(e->dtype);
+	int ring = !!(e->flags & TD_ENTRY_RING);
 
 	if (!json) {
 		printf("%-32s v%-6llu %-4s ", e->name,
 		       (unsigned long long)e->version, dt ? dt : "?");
 		tctl_print_shape(stdout, e->shape, e->ndim, 0);
-		printf(" %llu B, %u lease%s%s\n", (unsigned long long)e->bytes,
+		printf(" %llu B, %u lease%s%s%s", (unsigned long long)e->bytes,
 		       e->lease_count, e->lease_count == 1 ? "" : "s",
-		       (e->flags & TD_PUBLISH_PIN) ? ", pinned" : "");
+		       (e->flags & TD_PUBLISH_PIN) ? ", pinned" : "",
+		       ring ? ", ring" : "");
+		if (rs)
+			printf(" (%u slots, %u of %u subscribers)",
+			       rs->slot_count, rs->subscribers,
+			       rs->reader_count);
+		putchar('\n');
 		return;
 	}
 	printf("{\"name\":");
@@ -104,9 +112,14 @@ void tctl_print_entry(const struct td_entry *e, int json)
 	json_cstr(stdout, dt);
 	printf(",\"shape\":");
 	tctl_print_shape(stdout, e->shape, e->ndim, 1);
-	printf(",\"bytes\":%llu,\"lease_count\":%u,\"pinned\":%s,",
+	printf(",\"bytes\":%llu,\"lease_count\":%u,\"pinned\":%s,"
+	       "\"ring\":%s,",
 	       (unsigned long long)e->bytes, e->lease_count,
-	       (e->flags & TD_PUBLISH_PIN) ? "true" : "false");
+	       (e->flags & TD_PUBLISH_PIN) ? "true" : "false",
+	       ring ? "true" : "false");
+	if (rs)
+		printf("\"slots\":%u,\"subscribers\":%u,\"readers\":%u,",
+		       rs->slot_count, rs->subscribers, rs->reader_count);
 	tctl_json_meta(stdout, e->meta, e->meta_len);
 	printf("}");
 }

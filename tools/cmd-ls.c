@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* tensorctl ls, stat, rm: the daemon's catalogue. */
+/* tensorctl ls, stat, rm: the daemon's catalogue (tensors and rings). */
 #include <stdio.h>
 #include <string.h>
 
@@ -48,7 +48,7 @@ int cmd_ls(int argc, char **argv)
 	for (size_t i = 0; i < n; i++) {
 		if (json && i)
 			putchar(',');
-		tctl_print_entry(&list[i], json);
+		tctl_print_entry(&list[i], json, NULL);
 	}
 	if (json)
 		puts("]");
@@ -59,10 +59,11 @@ int cmd_ls(int argc, char **argv)
 int cmd_stat(int argc, char **argv)
 {
 	struct td_error e = {0};
+	struct td_ring_stat rs;
 	struct td_entry ent;
 	struct td_client *c;
 	const char *name;
-	int rc, json = 0;
+	int rc, json = 0, have_rs = 0;
 
 	if (one_arg(argc, argv, &name, &json, 1) < 0) {
 		fputs("usage: tensorctl stat NAME [--json]\n", stderr);
@@ -72,10 +73,13 @@ int cmd_stat(int argc, char **argv)
 	if (rc)
 		return rc;
 	rc = td_client_stat(c, name, &ent, &e);
+	/* a ring: its slots and subscribers too (gone meanwhile: without) */
+	if (rc == 0 && (ent.flags & TD_ENTRY_RING))
+		have_rs = td_client_ring_stat(c, name, &rs, NULL) == 0;
 	td_client_close(c);
 	if (rc < 0)
 		return tctl_refused(name, rc, &e);
-	tctl_print_entry(&ent, json);
+	tctl_print_entry(&ent, json, have_rs ? &rs : NULL);
 	if (json)
 		putchar('\n');
 	td_entry_fini(&ent);

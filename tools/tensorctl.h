@@ -43,8 +43,12 @@ void tctl_print_shape(FILE *f, const uint64_t *shape, uint32_t ndim,
 		      int json);
 /* "meta":"..." when UTF-8, else "meta_hex":"..." */
 void tctl_json_meta(FILE *f, const void *meta, size_t len);
-/* One LIST/STAT entry: a line, or a JSON object (no newline). */
-void tctl_print_entry(const struct td_entry *e, int json);
+/*
+ * One LIST/STAT entry: a line, or a JSON object (no newline). rs: a
+ * ring's RING_STAT (slots, subscribers) to add, or NULL.
+ */
+void tctl_print_entry(const struct td_entry *e, int json,
+		      const struct td_ring_stat *rs);
 
 /* inspect back ends, chosen by magic; return a TCTL_ status */
 int inspect_blob(const uint8_t *buf, size_t len, int json);

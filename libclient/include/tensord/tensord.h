@@ -235,6 +235,9 @@ TD_EXPORT int td_client_put(struct td_client *c, const struct td_publish *p,
  * memory, which shares the pages all the same). The daemon holds a lease on
  * the version until td_tensor_release() or disconnect, so deleting or
  * replacing the name never changes bytes being read.
+ * A ring name gives its latest version in place: the lease keeps the
+ * producer from rewriting that slot, and only the slot's pages are mapped
+ * (docs/fastpath.md, "Rings in the catalogue").
  * Returns 0 and *out, -ENOENT no such name, or -errno.
  */
 TD_EXPORT int td_client_get(struct td_client *c, const char *name,
@@ -326,6 +329,14 @@ TD_EXPORT int td_tensor_fence_wait(const struct td_tensor *t, int timeout_ms);
 
 /* ---- catalogue ---- */
 
+/*
+ * td_entry.flags: the name is a ring (td_ring_create). Its version is the
+ * latest published (0: none yet), bytes one slot's planes, lease_count
+ * the GET leases on its slots; td_client_ring_stat() has the rest. A GET
+ * of a ring name leases its latest slot like any tensor version.
+ */
+#define TD_ENTRY_RING 0x2u
+
 /* A tensor's summary (LIST, STAT). Strings and meta are owned. */
 struct td_entry {
 	char *name;
@@ -335,7 +346,7 @@ struct td_entry {
 	uint64_t shape[TD_ENTRY_MAX_DIMS];
 	uint64_t bytes;       /* sum of plane sizes */
 	uint32_t lease_count; /* leases held on this version, all clients */
-	uint32_t flags;       /* TD_PUBLISH_PIN */
+	uint32_t flags;       /* TD_PUBLISH_PIN, TD_ENTRY_RING */
 	void *meta;
 	size_t meta_len;
 };
@@ -465,12 +476,14 @@ struct td_view {
 };
 
 /*
- * Create the ring `name` (rings have their own namespace, apart from
- * tensors) with this producer as its only writer. The daemon makes the
- * slots (memory reserved and pre-faulted, size-sealed); they are mapped
- * writable here, page tables populated, before this returns.
+ * Create the ring `name` with this producer as its only writer. The name
+ * is shared with tensors (LIST, STAT and GET see the ring) and must not
+ * be taken by either. The daemon makes the slots (memory reserved and
+ * pre-faulted, size-sealed); they are mapped writable here, page tables
+ * populated, before this returns.
  * Returns 0 and *out (end it with td_ring_close()), -EEXIST the name is
- * taken, -EINVAL a bad description, -ENOBUFS too many rings, or -errno.
+ * a live ring or a tensor, -EINVAL a bad description, -ENOBUFS too many
+ * rings, or -errno.
  */
 TD_EXPORT int td_ring_create(struct td_client *c, const char *name,
 			     const struct td_ring_desc *desc,
