@@ -11,6 +11,14 @@
  * --handoffs verified handoffs or --seconds, whichever comes first, then
  * deletes everything and checks that the daemon's fd count is back at
  * its baseline (and reports RSS). Exit 0 only with zero errors.
+ *
+ * --rings R adds R ring producers and R ring consumers (the fast path,
+ * docs/fastpath.md): producers create rings of random geometry, publish
+ * a few hundred versions each with the xxh3 of the payload in the slot's
+ * first 8 bytes, close and start over; consumers subscribe to random
+ * rings, verify every version they take, and unsubscribe. That churns
+ * the daemon's ring lifecycle (create, rows, close, the memory of rings
+ * outliving their producer) under the same chaos, fd and RSS checks.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -44,6 +52,7 @@ struct cfg {
 	const char *victim_sock; /* --victim: be a chaos victim of this */
 	uint64_t victim_seed;
 	bool keep_cache; /* keep libtensord's mapping cache (see consume) */
+	unsigned rings;  /* ring producers, and as many ring consumers */
 };
 
 static struct cfg C = {
@@ -62,7 +71,8 @@ static struct cfg C = {
 static struct tdc_daemon D;
 static atomic_bool stop_now;
 static atomic_uint_fast64_t n_pub, n_pub_bytes, n_full, n_got, n_bytes,
-	n_miss, n_err, n_kills, n_conn, n_empty;
+	n_miss, n_err, n_kills, n_conn, n_empty, n_rings, n_ring_pub,
+	n_ring_got, n_ring_miss;
 
 static double now_s(void)
 {
@@ -232,16 +242,128 @@ static int consume(struct td_client *c, uint64_t *s)
 	return 0;
 }
 
+/* ---- rings ---- */
+
+static void rname(char *buf, size_t cap, unsigned r)
+{
+	snprintf(buf, cap, "stress/ring%u", r);
+}
+
+/* One ring's life: create, publish a few hundred versions, close. */
+static int ring_produce(struct td_client *c, unsigned self, uint64_t *s)
+{
+	uint64_t size = 8 + rnd_size(s) / 4;
+	struct td_ring_desc d = {
+		.dtype = TD_TENSOR_U8, .ndim = 1, .shape = &size,
+		.slot_count = 2 + (uint32_t)(rnd(s) % 3),
+		.reader_count = 1 + (uint32_t)(rnd(s) % 4),
+	};
+	struct td_error e = {0};
+	struct td_ring *r;
+	char name[64];
+	unsigned n = 50 + (unsigned)(rnd(s) % 300);
+	int rc;
+
+	rname(name, sizeof(name), self);
+	rc = td_ring_create(c, name, &d, &r, &e);
+	if (rc == -ENOSPC || rc == -EDQUOT || rc == -EEXIST) {
+		/* no room, or a chaos client took the name for a while */
+		atomic_fetch_add(&n_full, 1);
+		tdc_nap_ms(5);
+		return 0;
+	}
+	if (rc < 0) {
+		fprintf(stderr, "td-stress: ring create %s: %s\n", name,
+			e.reason);
+		return rc;
+	}
+	atomic_fetch_add(&n_rings, 1);
+	for (unsigned i = 0; i < n && !atomic_load(&stop_now); i++) {
+		struct td_slot sl;
+		uint64_t digest;
+		uint8_t *p;
+
+		/* every slot can be held by a slow reader: wait, bounded */
+		rc = td_ring_acquire(r, 200, &sl);
+		if (rc == -ETIMEDOUT)
+			continue;
+		if (rc < 0)
+			break;
+		p = sl.planes[0];
+		fill(p + 8, size - 8, rnd(s));
+		digest = XXH3_64bits(p + 8, size - 8);
+		memcpy(p, &digest, 8);
+		td_ring_publish(r, NULL);
+		atomic_fetch_add(&n_ring_pub, 1);
+	}
+	td_ring_close(r);
+	return rc == -ETIMEDOUT ? 0 : rc;
+}
+
+/* Subscribe to a random ring, verify what comes, leave. */
+static int ring_consume(struct td_client *c, uint64_t *s)
+{
+	struct td_error e = {0};
+	struct td_sub *sub;
+	struct td_view v;
+	char name[64];
+	unsigned n = 1 + (unsigned)(rnd(s) % 100);
+	int rc;
+
+	rname(name, sizeof(name), (unsigned)(rnd(s) % C.rings));
+	rc = td_ring_subscribe(c, name, 50, &sub, &e);
+	if (rc == -ETIMEDOUT || rc == -ENOENT || rc == -EBUSY) {
+		/* not there (between two lives) or all rows taken */
+		atomic_fetch_add(&n_ring_miss, 1);
+		return 0;
+	}
+	if (rc < 0) {
+		fprintf(stderr, "td-stress: subscribe %s: %s\n", name,
+			e.reason);
+		return rc;
+	}
+	for (unsigned i = 0; i < n && !atomic_load(&stop_now); i++) {
+		uint64_t want;
+
+		rc = td_sub_next(sub, 200, &v);
+		if (rc == -EPIPE || rc == -ETIMEDOUT) {
+			rc = 0; /* the producer closed, or is slow */
+			break;
+		}
+		if (rc < 0)
+			break;
+		memcpy(&want, v.planes[0], 8);
+		if (XXH3_64bits((const uint8_t *)v.planes[0] + 8,
+				v.sizes[0] - 8) != want) {
+			fprintf(stderr, "td-stress: %s v%" PRIu64
+					": digest mismatch\n",
+				name, v.version);
+			rc = -EILSEQ;
+			break;
+		}
+		atomic_fetch_add(&n_ring_got, 1);
+		/* now and then hold it a while: the producer must cope */
+		if (rnd(s) % 16 == 0)
+			tdc_nap_ms(1);
+		td_sub_release(sub);
+	}
+	td_sub_close(sub);
+	return rc;
+}
+
+enum role { PRODUCER, CONSUMER, RING_PRODUCER, RING_CONSUMER };
+
 struct worker {
 	pthread_t th;
 	unsigned index;
-	bool producer;
+	enum role role;
 };
 
 static void *work(void *arg)
 {
 	struct worker *w = arg;
-	uint64_t s = C.seed * 0x9E3779B97F4A7C15ULL + w->index + 1;
+	uint64_t s = C.seed * 0x9E3779B97F4A7C15ULL + w->role * 4099ull +
+		     w->index + 1;
 	struct td_client *c = NULL;
 	struct td_error e = {0};
 	int rc = td_client_connect(D.sock, &c, &e);
@@ -251,10 +373,18 @@ static void *work(void *arg)
 		return NULL;
 	}
 	atomic_fetch_add(&n_conn, 1);
+	static const char *const what[] = {"produce", "consume",
+					   "ring produce", "ring consume"};
+
 	while (!atomic_load(&stop_now)) {
-		rc = w->producer ? produce(c, w->index, &s) : consume(c, &s);
+		switch (w->role) {
+		case PRODUCER: rc = produce(c, w->index, &s); break;
+		case CONSUMER: rc = consume(c, &s); break;
+		case RING_PRODUCER: rc = ring_produce(c, w->index, &s); break;
+		default: rc = ring_consume(c, &s); break;
+		}
 		if (rc < 0) {
-			err(w->producer ? "produce" : "consume", rc, NULL);
+			err(what[w->role], rc, NULL);
 			break;
 		}
 	}
@@ -273,7 +403,11 @@ static int victim(void)
 	if (td_client_connect(C.victim_sock, &c, &e) < 0)
 		return 0;
 	for (;;) {
-		if (s & 1)
+		if (C.rings && (s & 6) == 6)
+			ring_produce(c, (unsigned)(rnd(&s) % C.rings), &s);
+		else if (C.rings && (s & 6) == 4)
+			ring_consume(c, &s);
+		else if (s & 1)
 			produce(c, (unsigned)(rnd(&s) % C.producers), &s);
 		else
 			consume(c, &s);
@@ -289,16 +423,17 @@ static int victim(void)
 static void *chaos(void *arg)
 {
 	uint64_t s = C.seed ^ 0xC4A05;
-	char seed[24], np[16], nn[16], ms[24];
+	char seed[24], np[16], nn[16], ms[24], nr[16];
 	char *argv[] = {"td-stress", "--victim", seed, "--socket", D.sock,
 			"--producers", np, "--names", nn, "--max-size", ms,
-			NULL};
+			"--rings", nr, NULL};
 	extern char **environ;
 
 	(void)arg;
 	snprintf(np, sizeof(np), "%u", C.producers);
 	snprintf(nn, sizeof(nn), "%u", C.names);
 	snprintf(ms, sizeof(ms), "%" PRIu64, C.max_size);
+	snprintf(nr, sizeof(nr), "%u", C.rings);
 	for (unsigned i = 0; i < C.chaos && !atomic_load(&stop_now); i++) {
 		pid_t pid;
 
@@ -388,7 +523,7 @@ static void usage(FILE *f)
 		"                 [--seconds S] [--chaos KILLS] [--seed X]\n"
 		"                 [--tensord PATH] [--tensorctl PATH] "
 		"[--rss-slack BYTES]\n"
-		"                 [--keep-cache]\n"
+		"                 [--keep-cache] [--rings R]\n"
 		"defaults: 64 producers, 448 consumers, 4 names each, 64 MiB, "
 		"--max-bytes 2G,\n"
 		"20000 handoffs or 60 s. $TD_TENSORD_WRAP wraps the daemon "
@@ -397,7 +532,8 @@ static void usage(FILE *f)
 		"within --rss-slack\n(default 16M) of its baseline RSS. "
 		"Consumers drop their cached mappings\nafter each get "
 		"(stale buffers stay alive outside --max-bytes) unless\n"
-		"--keep-cache.\n");
+		"--keep-cache. --rings R: R ring producers and R ring "
+		"consumers besides.\n");
 }
 
 /* N[K|M|G] */
@@ -425,7 +561,7 @@ static int parse(int argc, char **argv)
 		{"tensorctl", 1, NULL, 't'}, {"help", 0, NULL, 'h'},
 		{"rss-slack", 1, NULL, 'r'}, {"victim", 1, NULL, 'V'},
 		{"socket", 1, NULL, 'o'},    {"keep-cache", 0, NULL, 'K'},
-		{NULL, 0, NULL, 0},
+		{"rings", 1, NULL, 'R'},     {NULL, 0, NULL, 0},
 	};
 	int ch;
 
@@ -448,12 +584,14 @@ static int parse(int argc, char **argv)
 		case 'V': C.victim_seed = strtoull(optarg, NULL, 0); break;
 		case 'o': C.victim_sock = optarg; break;
 		case 'K': C.keep_cache = true; break;
+		case 'R': C.rings = (unsigned)strtoul(optarg, NULL, 0); break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return -EINVAL;
 		}
 	}
 	if (!C.producers || !C.consumers || !C.names || !C.max_size ||
-	    C.producers + C.consumers > 4096 || C.seconds <= 0) {
+	    C.producers + C.consumers + 2 * C.rings > 4096 ||
+	    C.rings > 256 || C.seconds <= 0) {
 		usage(stderr);
 		return -EINVAL;
 	}
@@ -488,7 +626,7 @@ int main(int argc, char **argv)
 	}
 	fd0 = tdc_fd_count(D.pid);
 	rss0 = tdc_rss_kb(D.pid);
-	nw = C.producers + C.consumers;
+	nw = C.producers + C.consumers + 2 * C.rings;
 	w = calloc(nw, sizeof(*w));
 	if (!w)
 		return 1;
@@ -498,8 +636,16 @@ int main(int argc, char **argv)
 	t0 = now_s();
 	t_end = t0 + C.seconds;
 	for (unsigned i = 0; i < nw; i++) {
-		w[i].producer = i < C.producers;
-		w[i].index = w[i].producer ? i : i - C.producers;
+		unsigned pc = C.producers + C.consumers;
+
+		w[i].role = i < C.producers ? PRODUCER
+			    : i < pc	      ? CONSUMER
+			    : i < pc + C.rings ? RING_PRODUCER
+					       : RING_CONSUMER;
+		w[i].index = w[i].role == PRODUCER	 ? i
+			     : w[i].role == CONSUMER	 ? i - C.producers
+			     : w[i].role == RING_PRODUCER ? i - pc
+							  : i - pc - C.rings;
 		if (pthread_create(&w[i].th, &attr, work, &w[i]) != 0) {
 			fprintf(stderr, "td-stress: pthread_create failed\n");
 			atomic_store(&stop_now, true);
@@ -552,6 +698,12 @@ int main(int argc, char **argv)
 	       "misses %" PRIuFAST64 "\n",
 	       atomic_load(&n_got), (double)atomic_load(&n_bytes) / 1048576,
 	       atomic_load(&n_miss));
+	if (C.rings)
+		printf("  rings       %" PRIuFAST64 " created, %" PRIuFAST64
+		       " versions published, %" PRIuFAST64
+		       " verified by subscribers, %" PRIuFAST64 " misses\n",
+		       atomic_load(&n_rings), atomic_load(&n_ring_pub),
+		       atomic_load(&n_ring_got), atomic_load(&n_ring_miss));
 	printf("  chaos       %" PRIuFAST64 " clients SIGKILLed\n",
 	       atomic_load(&n_kills));
 	printf("  tensorctl ls answered %u times during the load (slowest "
@@ -572,6 +724,7 @@ int main(int argc, char **argv)
 			rss1, C.rss_slack_kb);
 	if (atomic_load(&n_err) || fd1 != fd0 || status != 0 ||
 	    atomic_load(&n_got) == 0 || deleted < 0 || !ls_n || rss1 < 0 ||
+	    (C.rings && atomic_load(&n_ring_got) == 0) ||
 	    rss1 > rss0 + (long)C.rss_slack_kb)
 		return 1;
 	/* the log is kept only when something went wrong */
