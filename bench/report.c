@@ -325,6 +325,102 @@ static void ratio_tables(FILE *f, const struct bench_report *rep,
 	fputc('\n', f);
 }
 
+static double ratio_of(const struct bench_result *a,
+		       const struct bench_result *b)
+{
+	if (!a || !b || a->status != BENCH_OK || b->status != BENCH_OK ||
+	    b->median_ns <= 0)
+		return -1;
+	return a->median_ns / b->median_ns;
+}
+
+/*
+ * The issue-5 targets for one tensord method, computed from this run's
+ * medians (nothing here is typed in by hand): at most 1.0x iceoryx-wait
+ * at every size up to 64 MiB, the largest size at most 1.5x the smallest
+ * (handoff only: nowrite), at least 100x faster than socket-copy at
+ * 64 MiB.
+ */
+static void targets_table(FILE *f, const struct bench_report *rep,
+			  const char *name, const size_t *sizes, size_t ns)
+{
+	const size_t cap = 64u << 20;
+	char a[32], b[32];
+
+	fprintf(f, "### %s against the issue-5 targets (this run)\n\n"
+		   "| target | mode | measured | verdict |\n"
+		   "|---|---|---|---|\n", name);
+	for (int w = 1; w >= 0; w--) {
+		double worst = -1;
+		size_t worst_size = 0, over = 0, missing = 0;
+		char list[256] = "";
+
+		for (size_t s = 0; s < ns; s++) {
+			double v;
+
+			if (sizes[s] > cap)
+				continue;
+			v = ratio_of(find(rep, name, sizes[s], w),
+				     find(rep, "iceoryx-wait", sizes[s], w));
+			if (v < 0) {
+				missing++;
+				continue;
+			}
+			if (v > worst) {
+				worst = v;
+				worst_size = sizes[s];
+			}
+			if (v > 1.0) {
+				size_t l = strlen(list);
+
+				snprintf(list + l, sizeof(list) - l, "%s%s %.2f",
+					 over ? ", " : "",
+					 size_label(sizes[s], a, sizeof(a)), v);
+				over++;
+			}
+		}
+		if (worst < 0) {
+			fprintf(f, "| ≤ 1.0× iceoryx-wait, 64 B-64 MiB | %s | "
+				   "n/a | not measured |\n", mode_name(w));
+			continue;
+		}
+		fprintf(f, "| ≤ 1.0× iceoryx-wait, 64 B-64 MiB | %s | worst "
+			   "%.2f× (%s) | %s%s%s%s |\n",
+			mode_name(w), worst,
+			size_label(worst_size, a, sizeof(a)),
+			over ? "**missed**: " : "met", list,
+			missing ? "; some sizes not measured" : "", "");
+	}
+	if (ns >= 2) {
+		double v = ratio_of(find(rep, name, sizes[ns - 1], 0),
+				    find(rep, name, sizes[0], 0));
+
+		fprintf(f, "| %s ≤ 1.5× %s (handoff only) | nowrite | ",
+			size_label(sizes[ns - 1], a, sizeof(a)),
+			size_label(sizes[0], b, sizeof(b)));
+		if (v < 0)
+			fprintf(f, "n/a | not measured |\n");
+		else
+			fprintf(f, "%.2f× | %s |\n", v,
+				v <= 1.5 ? "met" : "**missed**");
+	}
+	for (int w = 0; w <= 1; w++) {
+		double v = ratio_of(find(rep, "socket-copy", cap, w),
+				    find(rep, name, cap, w));
+
+		fprintf(f, "| ≥ 100× faster than socket-copy at 64 MiB | %s | ",
+			mode_name(w));
+		if (v < 0)
+			fprintf(f, "n/a | not measured |\n");
+		else
+			fprintf(f, "%.1f× | %s |\n", v,
+				v >= 100 ? "met"
+				: w ? "missed (both write and read every byte)"
+				    : "**missed**");
+	}
+	fputc('\n', f);
+}
+
 int report_markdown(const char *path, const struct bench_report *rep)
 {
 	FILE *f = fopen(path, "we");
@@ -335,7 +431,12 @@ int report_markdown(const char *path, const struct bench_report *rep)
 		fprintf(stderr, "bench: %s: %s\n", path, strerror(errno));
 		return -errno;
 	}
-	/* one set of ratio tables per tensord method (API, fast path) */
+	/* the targets, then one set of ratio tables per tensord method
+	 * (API, fast path) */
+	for (size_t m = 0; m < rep->method_count; m++)
+		if (strncmp(rep->methods[m]->name, "tensord", 7) == 0)
+			targets_table(f, rep, rep->methods[m]->name, sizes,
+				      ns);
 	for (size_t m = 0; m < rep->method_count; m++)
 		if (strncmp(rep->methods[m]->name, "tensord", 7) == 0)
 			ratio_tables(f, rep, rep->methods[m]->name, sizes, ns);
