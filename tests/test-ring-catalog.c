@@ -5,7 +5,7 @@
  * through the slot's `leases` word, and a name is a tensor or a ring,
  * never both. A real tensord on a temporary socket; other processes
  * (fork, tensorctl) where a test needs a second party or a crash. Every
- * test ends with the fds and mappings it started with (tu_daemon_stop).
+ * test ends with the fds and mappings it started with (stop()).
  * No timing is asserted; where a test needs "the other side got this
  * far" it waits on a pipe.
  */
@@ -18,11 +18,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "scm.h"
 #include "tensord/tensord.h"
 #include "testutil.h"
+#include "wire.h"
 
 /* ---- child-side checks: print and exit, criterion is not there ---- */
 
@@ -193,6 +197,46 @@ static uint64_t mapping_size(const void *p)
 	return size;
 }
 
+/*
+ * Every mapping is compared where the allocator is glibc's; under ASan its
+ * allocator maps size classes lazily, so there only the shared-memory
+ * mappings (memfds: what libtensord maps) are compared, and LeakSanitizer
+ * covers the heap. (As in test-handoff.c.)
+ */
+#ifdef __SANITIZE_ADDRESS__
+#define CHECK_ALL_MAPS false
+#else
+#define CHECK_ALL_MAPS true
+#endif
+
+static int memfd_maps(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	int n = 0;
+
+	cr_assert(f);
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, "/memfd:") != NULL;
+	fclose(f);
+	return n;
+}
+
+static int memfd_maps0;
+
+static void start(struct tu_daemon *d)
+{
+	tu_daemon_start(d, "warn");
+	memfd_maps0 = memfd_maps();
+}
+
+static void stop(struct tu_daemon *d)
+{
+	cr_assert_eq(memfd_maps(), memfd_maps0, "memfd mappings: %d -> %d",
+		     memfd_maps0, memfd_maps());
+	tu_daemon_stop(d, CHECK_ALL_MAPS);
+}
+
 /* ---- LIST and STAT ---- */
 
 Test(ring_catalog, list_shows_a_ring_among_tensors_in_name_order)
@@ -204,7 +248,7 @@ Test(ring_catalog, list_shows_a_ring_among_tensors_in_name_order)
 	struct td_error e = {0};
 	size_t n;
 
-	tu_daemon_start(&d, "warn");
+	start(&d);
 	c = open_client(&d);
 	put_tensor(c, "cat/a");
 	put_tensor(c, "cat/z");
@@ -248,7 +292,7 @@ Test(ring_catalog, list_shows_a_ring_among_tensors_in_name_order)
 	cr_assert_str_eq(list[1].name, "cat/z");
 	td_entry_list_free(list, n);
 	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	stop(&d);
 }
 
 Test(ring_catalog, stat_describes_a_ring_and_counts_its_get_leases)
@@ -270,7 +314,7 @@ Test(ring_catalog, stat_describes_a_ring_and_counts_its_get_leases)
 		.slot_count = 3,
 	};
 
-	tu_daemon_start(&d, "warn");
+	start(&d);
 	c = open_client(&d);
 	cr_assert_eq(td_ring_create(c, "st/r", &desc, &r, &e), 0, "%s",
 		     e.reason);
@@ -306,7 +350,7 @@ Test(ring_catalog, stat_describes_a_ring_and_counts_its_get_leases)
 	td_ring_close(r);
 	cr_assert_eq(td_client_stat(c, "st/r", &ent, &e), -ENOENT);
 	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	stop(&d);
 }
 
 /* ---- GET ---- */
@@ -321,7 +365,7 @@ Test(ring_catalog, get_returns_the_latest_bytes_in_place_mapping_one_slot)
 	struct td_error e = {0};
 	const uint8_t *p;
 
-	tu_daemon_start(&d, "warn");
+	start(&d);
 	c = open_client(&d);
 	rc = open_client(&d);
 	r = make_ring(c, "get/r", 4, size);
@@ -353,7 +397,7 @@ Test(ring_catalog, get_returns_the_latest_bytes_in_place_mapping_one_slot)
 	td_ring_close(r);
 	td_client_close(rc);
 	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	stop(&d);
 }
 
 struct lease_kill {
@@ -390,7 +434,7 @@ Test(ring_catalog, the_producer_never_rewrites_a_slot_leased_by_get)
 	uint32_t leased;
 	pid_t pid;
 
-	tu_daemon_start(&d, "warn");
+	start(&d);
 	c = open_client(&d);
 	rc = open_client(&d);
 	r = make_ring(c, "lk/r", 2, 4096);
@@ -439,7 +483,7 @@ Test(ring_catalog, the_producer_never_rewrites_a_slot_leased_by_get)
 	close(k.got[1]);
 	td_ring_close(r);
 	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	stop(&d);
 }
 
 struct gone {
@@ -471,7 +515,7 @@ Test(ring_catalog, a_lease_outlives_the_rings_producer)
 	pid_t pid;
 	int i;
 
-	tu_daemon_start(&d, "warn");
+	start(&d);
 	cr_assert(pipe2(g.ready, O_CLOEXEC) == 0);
 	cr_assert(pipe2(g.go, O_CLOEXEC) == 0);
 	c = open_client(&d);
@@ -502,7 +546,7 @@ Test(ring_catalog, a_lease_outlives_the_rings_producer)
 	close(g.go[0]);
 	close(g.go[1]);
 	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	stop(&d);
 }
 
 /* ---- names, modes, waiting ---- */
@@ -528,7 +572,7 @@ Test(ring_catalog, a_name_is_a_tensor_or_a_ring_never_both)
 		.slot_count = 2,
 	};
 
-	tu_daemon_start(&d, "warn");
+	start(&d);
 	c = open_client(&d);
 	put_tensor(c, "nm/t");
 	cr_assert_eq(td_ring_create(c, "nm/t", &desc, &r2, &e), -EEXIST);
@@ -552,7 +596,7 @@ Test(ring_catalog, a_name_is_a_tensor_or_a_ring_never_both)
 		     e.reason);
 	cr_assert_eq(td_client_delete(c, "nm/r", NULL, &e), 0);
 	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	stop(&d);
 }
 
 struct later {
@@ -595,7 +639,7 @@ Test(ring_catalog, get_modes_on_a_ring_and_waiting_for_a_publish)
 	struct later x = {.name = "gm/late", .create = true, .versions = 1};
 	pid_t pid;
 
-	tu_daemon_start(&d, "warn");
+	start(&d);
 	c = open_client(&d);
 	pc = open_client(&d);
 	r = make_ring(pc, "gm/r", 2, 4096);
@@ -663,7 +707,7 @@ Test(ring_catalog, get_modes_on_a_ring_and_waiting_for_a_publish)
 	close(x.done[1]);
 	td_client_close(pc);
 	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	stop(&d);
 }
 
 /*
@@ -681,7 +725,7 @@ Test(ring_catalog, a_slot_being_rewritten_is_never_leased)
 	struct td_error e = {0};
 	uint32_t first;
 
-	tu_daemon_start(&d, "warn");
+	start(&d);
 	c = open_client(&d);
 	rc = open_client(&d);
 	r = make_ring(c, "rw/r", 2, 4096);
@@ -704,7 +748,7 @@ Test(ring_catalog, a_slot_being_rewritten_is_never_leased)
 	td_ring_close(r);
 	td_client_close(rc);
 	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	stop(&d);
 }
 
 /* ---- tensorctl ---- */
@@ -737,7 +781,7 @@ Test(ring_catalog, tensorctl_ls_stat_get_show_a_ring)
 	uint8_t want[24], *back;
 	size_t len;
 
-	tu_daemon_start(&d, "warn");
+	start(&d);
 	c = open_client(&d);
 	r = make_ring(c, "ctl/r", 2, 24);
 	put_tensor(c, "ctl/t");
@@ -782,5 +826,96 @@ Test(ring_catalog, tensorctl_ls_stat_get_show_a_ring)
 
 	td_ring_close(r);
 	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	stop(&d);
+}
+
+/* ---- a client of version 1: no flags, so no RING bit ---- */
+
+static uint8_t rx_buf[TD_WIRE_MAX_MSG], tx_buf[TD_WIRE_MAX_MSG];
+
+/* One raw request/reply; the reply body in rx_buf + 32, its length. */
+static size_t raw_call(int sock, uint16_t op, size_t body_len,
+		       int32_t *status)
+{
+	struct td_wire_hdr h = {
+		.magic = TD_WIRE_MAGIC,
+		.version = TD_WIRE_VERSION,
+		.opcode = op,
+		.request_id = op,
+		.body_len = (uint32_t)body_len,
+	};
+	int fds[TD_WIRE_MAX_FDS];
+	struct td__scm_rx rx = {.fds = fds, .cap = TD_WIRE_MAX_FDS};
+	ssize_t n;
+
+	td_wire_hdr_encode(&h, tx_buf);
+	cr_assert_eq(td__scm_send(sock, tx_buf, TD_WIRE_HDR_LEN + body_len,
+				  NULL, 0, 0),
+		     (ssize_t)(TD_WIRE_HDR_LEN + body_len));
+	n = td__scm_recv(sock, rx_buf, sizeof(rx_buf), 0, &rx);
+	td__scm_close(fds, rx.nfds); /* HELLO's pidfd */
+	cr_assert_geq(n, TD_WIRE_HDR_LEN);
+	cr_assert_eq(td_wire_hdr_decode(rx_buf, (size_t)n, &h, NULL), 0);
+	*status = h.status;
+	return h.body_len;
+}
+
+Test(ring_catalog, a_version_1_client_sees_a_ring_as_a_plain_entry)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct td_wire_hello_req hello = {TD_IMPORT_SCM, -1, {"v1", 2}};
+	struct td_wire_list_req lq = {{"v1/", 3}, {"", 0}, 0};
+	struct td_wire_name_req sq = {{"v1/r", 4}};
+	struct td_wire_list_rd lr;
+	struct td_wire_entry ent;
+	int32_t status;
+	size_t n;
+	int64_t len;
+	int sock;
+
+	start(&d);
+	c = open_client(&d);
+	r = make_ring(c, "v1/r", 2, 64);
+	publish_pattern(r, 1);
+
+	sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	memcpy(sa.sun_path, d.sock, sizeof(d.sock));
+	cr_assert(connect(sock, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	len = td_wire_hello_req_encode(&hello, tx_buf + TD_WIRE_HDR_LEN,
+				       sizeof(tx_buf) - TD_WIRE_HDR_LEN);
+	raw_call(sock, TD_OP_HELLO, (size_t)len, &status);
+	cr_assert_eq(status, 0);
+
+	/* the LIST body of version 1: prefix and after, nothing more */
+	len = td_wire_list_req_encode(&lq, tx_buf + TD_WIRE_HDR_LEN,
+				      sizeof(tx_buf) - TD_WIRE_HDR_LEN);
+	cr_assert_eq(len, 2 + 3 + 2);
+	n = raw_call(sock, TD_OP_LIST, (size_t)len, &status);
+	cr_assert_eq(status, 0);
+	cr_assert_eq(td_wire_list_rep_init(&lr, rx_buf + TD_WIRE_HDR_LEN, n,
+					   NULL),
+		     0);
+	cr_assert_eq(lr.count, 1);
+	cr_assert_eq(td_wire_list_rep_next(&lr, &ent), 1);
+	cr_assert_eq(ent.flags, 0, "no RING bit for a client that did not ask");
+	cr_assert_eq(ent.version, 1);
+	cr_assert_eq(ent.shape[0], 64);
+
+	len = td_wire_name_req_encode(&sq, tx_buf + TD_WIRE_HDR_LEN,
+				      sizeof(tx_buf) - TD_WIRE_HDR_LEN);
+	n = raw_call(sock, TD_OP_STAT, (size_t)len, &status);
+	cr_assert_eq(status, 0);
+	cr_assert_eq(td_wire_entry_decode(rx_buf + TD_WIRE_HDR_LEN, n, &ent,
+					  NULL),
+		     0);
+	cr_assert_eq(ent.flags, 0);
+	cr_assert_eq(ent.version, 1);
+
+	close(sock);
+	td_ring_close(r);
+	td_client_close(c);
+	stop(&d);
 }
