@@ -19,7 +19,13 @@ const char *tu_vectors_path(const char *sub);
 
 /* Number of open fds in this process (/proc/self/fd). */
 int tu_fd_count(void);
-/* Number of mappings in this process (/proc/self/maps lines). */
+/*
+ * Number of tensor-buffer mappings in this process: lines of
+ * /proc/self/maps naming a memfd or a dma-buf, which is all libtensord
+ * ever maps. Anonymous mappings are left out on purpose: allocators (and
+ * ASan's, which maps a region the first time a size class is used) make
+ * and keep them at will, and no tensord code maps anonymous memory.
+ */
 int tu_map_count(void);
 
 /*
