@@ -68,32 +68,6 @@ struct daemon {
 	int fds0, maps0, shm0; /* the test process before the test */
 };
 
-/* Mappings of shared memory (memfds, "/memfd:... (deleted)"). */
-static int shm_map_count(void)
-{
-	FILE *f = fopen("/proc/self/maps", "r");
-	char line[512];
-	int n = 0;
-
-	cr_assert(f);
-	while (fgets(line, sizeof(line), f))
-		n += strstr(line, "/memfd:") != NULL;
-	fclose(f);
-	return n;
-}
-
-/*
- * Every mapping is compared where the allocator is glibc's; under ASan its
- * allocator maps size classes lazily, so there only the shared-memory
- * mappings (the ones libtensord makes) are compared, and LeakSanitizer
- * covers the heap.
- */
-#ifdef __SANITIZE_ADDRESS__
-#include <sanitizer/lsan_interface.h>
-#define CHECK_ALL_MAPS 0
-#else
-#define CHECK_ALL_MAPS 1
-#endif
 
 static void daemon_start_env(struct daemon *d, const char *import)
 {
@@ -101,7 +75,7 @@ static void daemon_start_env(struct daemon *d, const char *import)
 
 	d->fds0 = tu_fd_count();
 	d->maps0 = tu_map_count();
-	d->shm0 = shm_map_count();
+	d->shm0 = tu_buf_map_count();
 	cr_assert(bin, "TD_TENSORD is not set (run through meson test)");
 	snprintf(d->dir, sizeof(d->dir), "/tmp/td-handoff-XXXXXX");
 	cr_assert(mkdtemp(d->dir));
@@ -157,9 +131,9 @@ static void daemon_stop(struct daemon *d)
 	rmdir(d->dir);
 	cr_assert_eq(tu_fd_count(), d->fds0, "fd leak: %d -> %d", d->fds0,
 		     tu_fd_count());
-	cr_assert_eq(shm_map_count(), d->shm0, "memfd mapping leak: %d -> %d",
-		     d->shm0, shm_map_count());
-	if (CHECK_ALL_MAPS)
+	cr_assert_eq(tu_buf_map_count(), d->shm0, "memfd mapping leak: %d -> %d",
+		     d->shm0, tu_buf_map_count());
+	if (TU_CHECK_ALL_MAPS)
 		cr_assert_eq(tu_map_count(), d->maps0,
 			     "mapping leak: %d -> %d", d->maps0,
 			     tu_map_count());
@@ -205,6 +179,7 @@ static pid_t spawn(const struct daemon *d, child_fn fn, void *arg)
 		fn(d, arg);
 #ifdef __SANITIZE_ADDRESS__
 		/* _exit skips LeakSanitizer's atexit check: run it here */
+		extern void __lsan_do_leak_check(void);
 		__lsan_do_leak_check();
 #endif
 		_exit(0);
@@ -1213,27 +1188,27 @@ static void cache_check(const char *import)
 	td_tensor_release(x);
 	fds = tu_fd_count();
 	maps = tu_map_count();
-	shm = shm_map_count();
+	shm = tu_buf_map_count();
 
 	/* released, then got again: the cached import serves it */
 	cr_assert_eq(td_client_get(c, t.name, &x, &e), 0, "%s", e.reason);
 	cr_assert_eq(td_tensor_plane_data(x, 0), p1);
 	cr_assert_eq(tu_fd_count(), fds);
-	cr_assert_eq(shm_map_count(), shm);
-	if (CHECK_ALL_MAPS)
+	cr_assert_eq(tu_buf_map_count(), shm);
+	if (TU_CHECK_ALL_MAPS)
 		cr_assert_eq(tu_map_count(), maps);
 	/* held twice at once: still one import */
 	cr_assert_eq(td_client_get(c, t.name, &y, &e), 0, "%s", e.reason);
 	cr_assert_eq(td_tensor_plane_data(y, 0), p1);
 	cr_assert_eq(tu_fd_count(), fds);
-	cr_assert_eq(shm_map_count(), shm);
-	if (CHECK_ALL_MAPS)
+	cr_assert_eq(tu_buf_map_count(), shm);
+	if (TU_CHECK_ALL_MAPS)
 		cr_assert_eq(tu_map_count(), maps);
 	cr_assert(same(td_tensor_plane_data(y, 0), 1 << 20, 41));
 	td_tensor_release(x);
 	td_tensor_release(y);
 	cr_assert_eq(td_client_trim(c), 1);
-	cr_assert_eq(shm_map_count(), shm - 1);
+	cr_assert_eq(tu_buf_map_count(), shm - 1);
 	td_client_close(c);
 	daemon_stop(&d);
 }

@@ -5,7 +5,7 @@
  * through the slot's `leases` word, and a name is a tensor or a ring,
  * never both. A real tensord on a temporary socket; other processes
  * (fork, tensorctl) where a test needs a second party or a crash. Every
- * test ends with the fds and mappings it started with (stop()).
+ * test ends with the fds and mappings it started with (tu_daemon_stop).
  * No timing is asserted; where a test needs "the other side got this
  * far" it waits on a pipe.
  */
@@ -197,46 +197,6 @@ static uint64_t mapping_size(const void *p)
 	return size;
 }
 
-/*
- * Every mapping is compared where the allocator is glibc's; under ASan its
- * allocator maps size classes lazily, so there only the shared-memory
- * mappings (memfds: what libtensord maps) are compared, and LeakSanitizer
- * covers the heap. (As in test-handoff.c.)
- */
-#ifdef __SANITIZE_ADDRESS__
-#define CHECK_ALL_MAPS false
-#else
-#define CHECK_ALL_MAPS true
-#endif
-
-static int memfd_maps(void)
-{
-	FILE *f = fopen("/proc/self/maps", "r");
-	char line[512];
-	int n = 0;
-
-	cr_assert(f);
-	while (fgets(line, sizeof(line), f))
-		n += strstr(line, "/memfd:") != NULL;
-	fclose(f);
-	return n;
-}
-
-static int memfd_maps0;
-
-static void start(struct tu_daemon *d)
-{
-	tu_daemon_start(d, "warn");
-	memfd_maps0 = memfd_maps();
-}
-
-static void stop(struct tu_daemon *d)
-{
-	cr_assert_eq(memfd_maps(), memfd_maps0, "memfd mappings: %d -> %d",
-		     memfd_maps0, memfd_maps());
-	tu_daemon_stop(d, CHECK_ALL_MAPS);
-}
-
 /* ---- LIST and STAT ---- */
 
 Test(ring_catalog, list_shows_a_ring_among_tensors_in_name_order)
@@ -248,7 +208,7 @@ Test(ring_catalog, list_shows_a_ring_among_tensors_in_name_order)
 	struct td_error e = {0};
 	size_t n;
 
-	start(&d);
+	tu_daemon_start(&d, "warn");
 	c = open_client(&d);
 	put_tensor(c, "cat/a");
 	put_tensor(c, "cat/z");
@@ -292,7 +252,7 @@ Test(ring_catalog, list_shows_a_ring_among_tensors_in_name_order)
 	cr_assert_str_eq(list[1].name, "cat/z");
 	td_entry_list_free(list, n);
 	td_client_close(c);
-	stop(&d);
+	tu_daemon_stop(&d, true);
 }
 
 Test(ring_catalog, stat_describes_a_ring_and_counts_its_get_leases)
@@ -314,7 +274,7 @@ Test(ring_catalog, stat_describes_a_ring_and_counts_its_get_leases)
 		.slot_count = 3,
 	};
 
-	start(&d);
+	tu_daemon_start(&d, "warn");
 	c = open_client(&d);
 	cr_assert_eq(td_ring_create(c, "st/r", &desc, &r, &e), 0, "%s",
 		     e.reason);
@@ -350,7 +310,7 @@ Test(ring_catalog, stat_describes_a_ring_and_counts_its_get_leases)
 	td_ring_close(r);
 	cr_assert_eq(td_client_stat(c, "st/r", &ent, &e), -ENOENT);
 	td_client_close(c);
-	stop(&d);
+	tu_daemon_stop(&d, true);
 }
 
 /* ---- GET ---- */
@@ -365,7 +325,7 @@ Test(ring_catalog, get_returns_the_latest_bytes_in_place_mapping_one_slot)
 	struct td_error e = {0};
 	const uint8_t *p;
 
-	start(&d);
+	tu_daemon_start(&d, "warn");
 	c = open_client(&d);
 	rc = open_client(&d);
 	r = make_ring(c, "get/r", 4, size);
@@ -397,7 +357,7 @@ Test(ring_catalog, get_returns_the_latest_bytes_in_place_mapping_one_slot)
 	td_ring_close(r);
 	td_client_close(rc);
 	td_client_close(c);
-	stop(&d);
+	tu_daemon_stop(&d, true);
 }
 
 struct lease_kill {
@@ -434,7 +394,7 @@ Test(ring_catalog, the_producer_never_rewrites_a_slot_leased_by_get)
 	uint32_t leased;
 	pid_t pid;
 
-	start(&d);
+	tu_daemon_start(&d, "warn");
 	c = open_client(&d);
 	rc = open_client(&d);
 	r = make_ring(c, "lk/r", 2, 4096);
@@ -483,7 +443,7 @@ Test(ring_catalog, the_producer_never_rewrites_a_slot_leased_by_get)
 	close(k.got[1]);
 	td_ring_close(r);
 	td_client_close(c);
-	stop(&d);
+	tu_daemon_stop(&d, true);
 }
 
 struct gone {
@@ -515,7 +475,7 @@ Test(ring_catalog, a_lease_outlives_the_rings_producer)
 	pid_t pid;
 	int i;
 
-	start(&d);
+	tu_daemon_start(&d, "warn");
 	cr_assert(pipe2(g.ready, O_CLOEXEC) == 0);
 	cr_assert(pipe2(g.go, O_CLOEXEC) == 0);
 	c = open_client(&d);
@@ -546,7 +506,7 @@ Test(ring_catalog, a_lease_outlives_the_rings_producer)
 	close(g.go[0]);
 	close(g.go[1]);
 	td_client_close(c);
-	stop(&d);
+	tu_daemon_stop(&d, true);
 }
 
 /* ---- names, modes, waiting ---- */
@@ -572,7 +532,7 @@ Test(ring_catalog, a_name_is_a_tensor_or_a_ring_never_both)
 		.slot_count = 2,
 	};
 
-	start(&d);
+	tu_daemon_start(&d, "warn");
 	c = open_client(&d);
 	put_tensor(c, "nm/t");
 	cr_assert_eq(td_ring_create(c, "nm/t", &desc, &r2, &e), -EEXIST);
@@ -596,7 +556,7 @@ Test(ring_catalog, a_name_is_a_tensor_or_a_ring_never_both)
 		     e.reason);
 	cr_assert_eq(td_client_delete(c, "nm/r", NULL, &e), 0);
 	td_client_close(c);
-	stop(&d);
+	tu_daemon_stop(&d, true);
 }
 
 struct later {
@@ -639,7 +599,7 @@ Test(ring_catalog, get_modes_on_a_ring_and_waiting_for_a_publish)
 	struct later x = {.name = "gm/late", .create = true, .versions = 1};
 	pid_t pid;
 
-	start(&d);
+	tu_daemon_start(&d, "warn");
 	c = open_client(&d);
 	pc = open_client(&d);
 	r = make_ring(pc, "gm/r", 2, 4096);
@@ -707,7 +667,7 @@ Test(ring_catalog, get_modes_on_a_ring_and_waiting_for_a_publish)
 	close(x.done[1]);
 	td_client_close(pc);
 	td_client_close(c);
-	stop(&d);
+	tu_daemon_stop(&d, true);
 }
 
 /*
@@ -725,7 +685,7 @@ Test(ring_catalog, a_slot_being_rewritten_is_never_leased)
 	struct td_error e = {0};
 	uint32_t first;
 
-	start(&d);
+	tu_daemon_start(&d, "warn");
 	c = open_client(&d);
 	rc = open_client(&d);
 	r = make_ring(c, "rw/r", 2, 4096);
@@ -748,7 +708,7 @@ Test(ring_catalog, a_slot_being_rewritten_is_never_leased)
 	td_ring_close(r);
 	td_client_close(rc);
 	td_client_close(c);
-	stop(&d);
+	tu_daemon_stop(&d, true);
 }
 
 /* ---- tensorctl ---- */
@@ -781,7 +741,7 @@ Test(ring_catalog, tensorctl_ls_stat_get_show_a_ring)
 	uint8_t want[24], *back;
 	size_t len;
 
-	start(&d);
+	tu_daemon_start(&d, "warn");
 	c = open_client(&d);
 	r = make_ring(c, "ctl/r", 2, 24);
 	put_tensor(c, "ctl/t");
@@ -826,7 +786,7 @@ Test(ring_catalog, tensorctl_ls_stat_get_show_a_ring)
 
 	td_ring_close(r);
 	td_client_close(c);
-	stop(&d);
+	tu_daemon_stop(&d, true);
 }
 
 /* ---- a client of version 1: no flags, so no RING bit ---- */
@@ -876,7 +836,7 @@ Test(ring_catalog, a_version_1_client_sees_a_ring_as_a_plain_entry)
 	int64_t len;
 	int sock;
 
-	start(&d);
+	tu_daemon_start(&d, "warn");
 	c = open_client(&d);
 	r = make_ring(c, "v1/r", 2, 64);
 	publish_pattern(r, 1);
@@ -917,5 +877,5 @@ Test(ring_catalog, a_version_1_client_sees_a_ring_as_a_plain_entry)
 	close(sock);
 	td_ring_close(r);
 	td_client_close(c);
-	stop(&d);
+	tu_daemon_stop(&d, true);
 }

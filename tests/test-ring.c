@@ -753,7 +753,7 @@ Test(ring, the_latest_slot_is_reused_only_once_every_reader_took_it)
 	r = make_ring(c, "t/reuse", 3, n, 0);
 	a = subscribe(c, "t/reuse");
 	/* the leak check at the end counts exactly these (testutil.h) */
-	cr_assert_eq(tu_map_count(), d.maps0 + 6,
+	cr_assert_eq(tu_buf_map_count(), d.bufmaps0 + 6,
 		     "producer + subscriber map 3 memfds each");
 
 	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);

@@ -81,7 +81,7 @@ int tu_fd_count(void)
 	return n - 1; /* the DIR's own fd */
 }
 
-int tu_map_count(void)
+static int count_maps(bool buffers_only)
 {
 	FILE *f = fopen("/proc/self/maps", "r");
 	char line[4096];
@@ -89,11 +89,21 @@ int tu_map_count(void)
 
 	cr_assert(f);
 	while (fgets(line, sizeof(line), f))
-		if (strstr(line, "memfd:") || strstr(line, "dmabuf") ||
-		    strstr(line, "udmabuf"))
+		if (!buffers_only || strstr(line, "memfd:") ||
+		    strstr(line, "dmabuf"))
 			n++;
 	fclose(f);
 	return n;
+}
+
+int tu_map_count(void)
+{
+	return count_maps(false);
+}
+
+int tu_buf_map_count(void)
+{
+	return count_maps(true);
 }
 
 int tu_run_capture(char *const argv[], char **out)
@@ -152,6 +162,7 @@ void tu_daemon_start(struct tu_daemon *d, const char *log_level)
 	cr_assert(bin, "TD_TENSORD is not set (run through meson test)");
 	d->fds0 = tu_fd_count();
 	d->maps0 = tu_map_count();
+	d->bufmaps0 = tu_buf_map_count();
 	snprintf(d->dir, sizeof(d->dir), "/tmp/td-test-XXXXXX");
 	cr_assert(mkdtemp(d->dir));
 	snprintf(d->sock, sizeof(d->sock), "%s/tensord.sock", d->dir);
@@ -195,7 +206,10 @@ void tu_daemon_stop(struct tu_daemon *d, bool check_maps)
 	rmdir(d->dir);
 	cr_assert_eq(tu_fd_count(), d->fds0, "fd leak: %d -> %d", d->fds0,
 		     tu_fd_count());
-	if (check_maps)
+	cr_assert_eq(tu_buf_map_count(), d->bufmaps0,
+		     "buffer mapping leak: %d -> %d", d->bufmaps0,
+		     tu_buf_map_count());
+	if (check_maps && TU_CHECK_ALL_MAPS)
 		cr_assert_eq(tu_map_count(), d->maps0,
 			     "mapping leak: %d -> %d", d->maps0,
 			     tu_map_count());

@@ -19,14 +19,24 @@ const char *tu_vectors_path(const char *sub);
 
 /* Number of open fds in this process (/proc/self/fd). */
 int tu_fd_count(void);
-/*
- * Number of tensor-buffer mappings in this process: lines of
- * /proc/self/maps naming a memfd or a dma-buf, which is all libtensord
- * ever maps. Anonymous mappings are left out on purpose: allocators (and
- * ASan's, which maps a region the first time a size class is used) make
- * and keep them at will, and no tensord code maps anonymous memory.
- */
+/* Number of mappings in this process (/proc/self/maps lines). */
 int tu_map_count(void);
+/*
+ * Number of tensor-buffer mappings: lines naming a memfd or a dma-buf,
+ * which is all libtensord ever maps (no tensord code maps anonymous
+ * memory).
+ */
+int tu_buf_map_count(void);
+/*
+ * Whether every mapping can be compared. Under ASan its allocator maps a
+ * region the first time a size class is used and keeps it, so there only
+ * buffer mappings are compared (LeakSanitizer covers the heap).
+ */
+#ifdef __SANITIZE_ADDRESS__
+#define TU_CHECK_ALL_MAPS 0
+#else
+#define TU_CHECK_ALL_MAPS 1
+#endif
 
 /*
  * Run argv (argv[0] a path) with stdout captured into a malloc'ed NUL-
@@ -40,6 +50,7 @@ struct tu_daemon {
 	char dir[64];
 	char sock[108];
 	int fds0, maps0; /* this process's fds and mappings before it */
+	int bufmaps0;    /* its memfd/dma-buf mappings before it */
 };
 
 /*
