@@ -16,7 +16,8 @@
  * docs/fastpath.md): producers create rings of random geometry, publish
  * a few hundred versions each with the xxh3 of the payload in the slot's
  * first 8 bytes, close and start over; consumers subscribe to random
- * rings, verify every version they take, and unsubscribe. That churns
+ * rings, verify every version they take, and unsubscribe, or GET a
+ * ring's name (a daemon lease on its latest slot) and verify that. That churns
  * the daemon's ring lifecycle (create, rows, close, the memory of rings
  * outliving their producer) under the same chaos, fd and RSS checks.
  */
@@ -72,7 +73,7 @@ static struct tdc_daemon D;
 static atomic_bool stop_now;
 static atomic_uint_fast64_t n_pub, n_pub_bytes, n_full, n_got, n_bytes,
 	n_miss, n_err, n_kills, n_conn, n_empty, n_rings, n_ring_pub,
-	n_ring_got, n_ring_miss;
+	n_ring_got, n_ring_gets, n_ring_miss;
 
 static double now_s(void)
 {
@@ -300,6 +301,41 @@ static int ring_produce(struct td_client *c, unsigned self, uint64_t *s)
 	return rc == -ETIMEDOUT ? 0 : rc;
 }
 
+/* A plain GET of a ring's name: a daemon lease on its latest slot. */
+static int ring_get(struct td_client *c, const char *name)
+{
+	struct td_error e = {0};
+	struct td_tensor *t;
+	const uint8_t *p;
+	uint64_t want, size;
+	int rc = td_client_get(c, name, &t, &e);
+
+	if (rc == -ENOENT || rc == -ETIMEDOUT) {
+		/* between two lives, or nothing published yet */
+		atomic_fetch_add(&n_ring_miss, 1);
+		return 0;
+	}
+	if (rc < 0) {
+		fprintf(stderr, "td-stress: get %s: %s\n", name, e.reason);
+		return rc;
+	}
+	p = td_tensor_plane_data(t, 0);
+	size = td_tensor_plane_size(t, 0);
+	memcpy(&want, p, 8);
+	if (size < 8 || XXH3_64bits(p + 8, size - 8) != want) {
+		fprintf(stderr, "td-stress: get %s v%" PRIu64
+				": digest mismatch\n",
+			name, td_tensor_version(t));
+		rc = -EILSEQ;
+	} else {
+		atomic_fetch_add(&n_ring_gets, 1);
+	}
+	td_tensor_release(t);
+	if (!C.keep_cache)
+		td_client_trim(c);
+	return rc;
+}
+
 /* Subscribe to a random ring, verify what comes, leave. */
 static int ring_consume(struct td_client *c, uint64_t *s)
 {
@@ -311,6 +347,8 @@ static int ring_consume(struct td_client *c, uint64_t *s)
 	int rc;
 
 	rname(name, sizeof(name), (unsigned)(rnd(s) % C.rings));
+	if (rnd(s) % 4 == 0)
+		return ring_get(c, name);
 	rc = td_ring_subscribe(c, name, 50, &sub, &e);
 	if (rc == -ETIMEDOUT || rc == -ENOENT || rc == -EBUSY) {
 		/* not there (between two lives) or all rows taken */
@@ -701,9 +739,11 @@ int main(int argc, char **argv)
 	if (C.rings)
 		printf("  rings       %" PRIuFAST64 " created, %" PRIuFAST64
 		       " versions published, %" PRIuFAST64
-		       " verified by subscribers, %" PRIuFAST64 " misses\n",
+		       " verified by subscribers, %" PRIuFAST64
+		       " by GETs, %" PRIuFAST64 " misses\n",
 		       atomic_load(&n_rings), atomic_load(&n_ring_pub),
-		       atomic_load(&n_ring_got), atomic_load(&n_ring_miss));
+		       atomic_load(&n_ring_got), atomic_load(&n_ring_gets),
+		       atomic_load(&n_ring_miss));
 	printf("  chaos       %" PRIuFAST64 " clients SIGKILLed\n",
 	       atomic_load(&n_kills));
 	printf("  tensorctl ls answered %u times during the load (slowest "
@@ -724,7 +764,8 @@ int main(int argc, char **argv)
 			rss1, C.rss_slack_kb);
 	if (atomic_load(&n_err) || fd1 != fd0 || status != 0 ||
 	    atomic_load(&n_got) == 0 || deleted < 0 || !ls_n || rss1 < 0 ||
-	    (C.rings && atomic_load(&n_ring_got) == 0) ||
+	    (C.rings && (atomic_load(&n_ring_got) == 0 ||
+			 atomic_load(&n_ring_gets) == 0)) ||
 	    rss1 > rss0 + (long)C.rss_slack_kb)
 		return 1;
 	/* the log is kept only when something went wrong */
