@@ -369,6 +369,10 @@ static uint32_t rd_count(struct td_wire_rd *rd, uint32_t max,
 	return v;
 }
 
+/* LIST/STAT request flags and entry flags this codec knows */
+#define CAT_FLAGS (TD_WIRE_CAT_KINDS | TD_WIRE_CAT_RECYCLE)
+#define ENT_FLAGS (TD_WIRE_PUB_PIN | TD_WIRE_ENT_RING | TD_WIRE_ENT_RECYCLE)
+
 /*
  * Flags appended to a message after version 1 shipped: absent means 0.
  * Exactly four bytes left are the field; any other remainder is left for
@@ -483,18 +487,41 @@ int td_wire_hello_rep_decode(const uint8_t *body, size_t len,
 
 /* ---- ALLOC ---- */
 
+#define ALLOC_FLAGS (TD_WIRE_REQ_SCM | TD_WIRE_ALLOC_RECYCLE)
+
+/* A held id names a stored buffer: nonzero, not a ring window. */
+static bool held_id_ok(uint64_t id)
+{
+	return id != 0 && !(id & TD_WIRE_BUF_WINDOW);
+}
+
 int64_t td_wire_alloc_req_encode(const struct td_wire_alloc_req *m,
 				 uint8_t *buf, size_t cap)
 {
 	struct td_wire_wr wr;
 
-	if (m->plane_count > TD_WIRE_MAX_PLANES)
+	if (m->plane_count > TD_WIRE_MAX_PLANES || (m->flags & ~ALLOC_FLAGS) ||
+	    m->held_count > TD_WIRE_MAX_HELD ||
+	    (m->held_count && !(m->flags & TD_WIRE_ALLOC_RECYCLE)))
 		return -EINVAL;
+	for (uint32_t i = 0; i < m->held_count; i++) {
+		if (!held_id_ok(m->held[i]))
+			return -EINVAL;
+		for (uint32_t j = 0; j < i; j++)
+			if (m->held[j] == m->held[i])
+				return -EINVAL;
+	}
 	td_wire_wr_init(&wr, buf, cap);
 	td_wire_wr_u32(&wr, m->flags);
 	td_wire_wr_u32(&wr, m->plane_count);
 	for (uint32_t i = 0; i < m->plane_count; i++)
 		td_wire_wr_u64(&wr, m->sizes[i]);
+	/* optional: left out when empty, so a version-1 body is unchanged */
+	if (m->held_count) {
+		td_wire_wr_u32(&wr, m->held_count);
+		for (uint32_t i = 0; i < m->held_count; i++)
+			td_wire_wr_u64(&wr, m->held[i]);
+	}
 	return wr_done(&wr);
 }
 
@@ -502,12 +529,50 @@ int td_wire_alloc_req_decode(const uint8_t *body, size_t len,
 			     struct td_wire_alloc_req *m, struct td_err *err)
 {
 	struct td_wire_rd rd;
+	size_t at;
 
 	td_wire_rd_init(&rd, body, len, err);
-	m->flags = rd_flags(&rd, TD_WIRE_REQ_SCM, "flags");
+	m->flags = rd_flags(&rd, ALLOC_FLAGS, "flags");
 	m->plane_count = rd_count(&rd, TD_WIRE_MAX_PLANES, "plane_count");
 	for (uint32_t i = 0; i < m->plane_count && !rd.rc; i++)
 		m->sizes[i] = td_wire_rd_u64(&rd, "sizes");
+	m->held_count = 0;
+	/*
+	 * The optional held ids: absent when the body ends here; fewer bytes
+	 * than a count are trailing bytes (rd_finish refuses them).
+	 */
+	if (rd.rc || rd.len - rd.off < 4)
+		return rd_finish(&rd);
+	at = rd.off;
+	m->held_count = rd_count(&rd, TD_WIRE_MAX_HELD, "held_count");
+	if (!rd.rc && m->held_count == 0)
+		rd_fail(&rd, TD_ERR_MALFORMED, "held_count", 0, at,
+			"an empty held list is sent by leaving it out");
+	if (!rd.rc && !(m->flags & TD_WIRE_ALLOC_RECYCLE))
+		rd_fail(&rd, TD_ERR_MALFORMED, "held_count", m->held_count,
+			at, "held buffer ids without the RECYCLE flag");
+	for (uint32_t i = 0; i < m->held_count && !rd.rc; i++) {
+		at = rd.off;
+		m->held[i] = td_wire_rd_u64(&rd, "held");
+		if (rd.rc)
+			break;
+		if (!held_id_ok(m->held[i])) {
+			rd_fail(&rd, TD_ERR_INVALID_ARGUMENT, "held",
+				m->held[i], at,
+				"held id is not a stored buffer id (0 or a "
+				"ring window)");
+			break;
+		}
+		for (uint32_t j = 0; j < i; j++)
+			if (m->held[j] == m->held[i]) {
+				rd_fail(&rd, TD_ERR_INVALID_ARGUMENT, "held",
+					m->held[i], at,
+					"held id listed twice");
+				break;
+			}
+	}
+	if (rd.rc)
+		m->held_count = 0;
 	return rd_finish(&rd);
 }
 
@@ -719,7 +784,7 @@ int64_t td_wire_list_req_encode(const struct td_wire_list_req *m,
 	struct td_wire_wr wr;
 
 	if (m->prefix.len > TD_WIRE_MAX_NAME ||
-	    m->after.len > TD_WIRE_MAX_NAME || (m->flags & ~TD_WIRE_CAT_KINDS))
+	    m->after.len > TD_WIRE_MAX_NAME || (m->flags & ~CAT_FLAGS))
 		return -EINVAL;
 	td_wire_wr_init(&wr, buf, cap);
 	td_wire_wr_str(&wr, m->prefix.ptr, m->prefix.len);
@@ -736,7 +801,7 @@ int td_wire_list_req_decode(const uint8_t *body, size_t len,
 	td_wire_rd_init(&rd, body, len, err);
 	m->prefix = rd_name(&rd, true, true, "prefix");
 	m->after = rd_name(&rd, false, true, "after");
-	m->flags = rd_opt_flags(&rd, TD_WIRE_CAT_KINDS, "flags");
+	m->flags = rd_opt_flags(&rd, CAT_FLAGS, "flags");
 	return rd_finish(&rd);
 }
 
@@ -764,7 +829,7 @@ static void rd_entry(struct td_wire_rd *rd, struct td_wire_entry *e)
 		e->shape[i] = td_wire_rd_u64(rd, "shape");
 	e->bytes = td_wire_rd_u64(rd, "bytes");
 	e->lease_count = td_wire_rd_u32(rd, "lease_count");
-	e->flags = rd_flags(rd, TD_WIRE_PUB_PIN | TD_WIRE_ENT_RING, "flags");
+	e->flags = rd_flags(rd, ENT_FLAGS, "flags");
 	e->meta = td_wire_rd_bytes(rd, TD_WIRE_MAX_META, "meta");
 }
 
@@ -772,7 +837,7 @@ static bool entry_ok(const struct td_wire_entry *e)
 {
 	return e->ndim <= TD_WIRE_MAX_DIMS && e->name.len <= TD_WIRE_MAX_NAME &&
 	       e->meta.len <= TD_WIRE_MAX_META &&
-	       !(e->flags & ~(TD_WIRE_PUB_PIN | TD_WIRE_ENT_RING));
+	       !(e->flags & ~ENT_FLAGS);
 }
 
 int64_t td_wire_entry_encode(const struct td_wire_entry *m, uint8_t *buf,
@@ -896,7 +961,7 @@ int64_t td_wire_stat_req_encode(const struct td_wire_stat_req *m,
 {
 	struct td_wire_wr wr;
 
-	if (m->name.len > TD_WIRE_MAX_NAME || (m->flags & ~TD_WIRE_CAT_KINDS))
+	if (m->name.len > TD_WIRE_MAX_NAME || (m->flags & ~CAT_FLAGS))
 		return -EINVAL;
 	td_wire_wr_init(&wr, buf, cap);
 	td_wire_wr_str(&wr, m->name.ptr, m->name.len);
@@ -911,7 +976,7 @@ int td_wire_stat_req_decode(const uint8_t *body, size_t len,
 
 	td_wire_rd_init(&rd, body, len, err);
 	m->name = rd_name(&rd, false, false, "name");
-	m->flags = rd_opt_flags(&rd, TD_WIRE_CAT_KINDS, "flags");
+	m->flags = rd_opt_flags(&rd, CAT_FLAGS, "flags");
 	return rd_finish(&rd);
 }
 

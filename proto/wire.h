@@ -176,11 +176,33 @@ struct td_wire_fdent {
 /* Request flags shared by fd-returning requests (ALLOC, GET) */
 #define TD_WIRE_REQ_SCM 0x1u /* attach the fds with SCM_RIGHTS */
 
+/*
+ * ALLOC request flag: a recyclable loan (docs/fastpath.md, "Recycled
+ * loans"): not write-sealed at PUBLISH, and its buffers go back to the
+ * producer's connection when the version is retired and unleased.
+ */
+#define TD_WIRE_ALLOC_RECYCLE 0x2u
+/* buffer ids a RECYCLE ALLOC may advertise (the client holds them mapped) */
+#define TD_WIRE_MAX_HELD 16
+
 struct td_wire_alloc_req {
-	uint32_t flags;
+	uint32_t flags;       /* TD_WIRE_REQ_SCM | TD_WIRE_ALLOC_RECYCLE */
 	uint32_t plane_count; /* <= TD_WIRE_MAX_PLANES */
 	uint64_t sizes[TD_WIRE_MAX_PLANES];
+	/*
+	 * Optional trailing field (added after version 1): u32 held_count
+	 * (1..TD_WIRE_MAX_HELD; absent = 0), u64 held[held_count]. Only with
+	 * TD_WIRE_ALLOC_RECYCLE; ids are nonzero, distinct, not windows.
+	 */
+	uint32_t held_count;
+	uint64_t held[TD_WIRE_MAX_HELD];
 };
+/*
+ * ALLOC reply. A plane the daemon recycled from the buffers the request
+ * advertised has fd -1 and buffer_id = that held id; nothing is attached
+ * for it (with TD_WIRE_REQ_SCM only the planes with fd >= 0 are, in
+ * order). Only replies to a request with held ids can contain fd -1.
+ */
 struct td_wire_alloc_rep {
 	uint64_t alloc_id;
 	uint32_t fd_count;
@@ -240,6 +262,11 @@ struct td_wire_release_req {
 /* entry flags besides TD_WIRE_PUB_PIN: the name is a ring (docs/fastpath.md),
  * version = its latest (0: none yet), lease_count = GET leases on it */
 #define TD_WIRE_ENT_RING 0x2u
+/* request bit: the client reads TD_WIRE_ENT_RECYCLE (sent with KINDS) */
+#define TD_WIRE_CAT_RECYCLE 0x2u
+/* entry flag: a recyclable version (not write-sealed: it trusts its
+ * producer not to write after publishing), only to TD_WIRE_CAT_RECYCLE */
+#define TD_WIRE_ENT_RECYCLE 0x4u
 
 /* A tensor's summary in LIST and STAT replies. */
 struct td_wire_entry {
@@ -250,14 +277,14 @@ struct td_wire_entry {
 	uint64_t shape[TD_WIRE_MAX_DIMS];
 	uint64_t bytes;       /* sum of plane sizes */
 	uint32_t lease_count; /* leases on this version */
-	uint32_t flags;       /* TD_WIRE_PUB_PIN | TD_WIRE_ENT_RING */
+	uint32_t flags; /* TD_WIRE_PUB_PIN | TD_WIRE_ENT_RING | _RECYCLE */
 	struct td_wire_bytes meta;
 };
 
 struct td_wire_list_req {
 	struct td_wire_str prefix; /* "" = all */
 	struct td_wire_str after;  /* resume after this name, "" = start */
-	uint32_t flags;            /* TD_WIRE_CAT_KINDS; optional on the wire */
+	uint32_t flags; /* TD_WIRE_CAT_KINDS | _RECYCLE; optional on the wire */
 };
 /* LIST reply: u32 count, u32 more, then count entries. */
 int td_wire_list_rep_begin(struct td_wire_wr *wr); /* reserves the counts */
@@ -280,7 +307,7 @@ struct td_wire_name_req { /* STAT, DELETE */
 /* STAT request: the name, then the optional flags (as LIST) */
 struct td_wire_stat_req {
 	struct td_wire_str name;
-	uint32_t flags; /* TD_WIRE_CAT_KINDS; optional on the wire */
+	uint32_t flags; /* TD_WIRE_CAT_KINDS | _RECYCLE; optional on the wire */
 };
 /* STAT reply body = one entry; DELETE reply = u64 version removed */
 

@@ -40,6 +40,8 @@ def entry(name, ver, shape, meta=b'', flags=0):
 
 
 CAT_KINDS, ENT_RING = 1, 2
+# recyclable loans (docs/fastpath.md, "Recycled loans")
+ALLOC_RECYCLE, CAT_RECYCLE, ENT_RECYCLE = 2, 2, 4
 
 
 # A small reference-mode blob is not needed for the codec: blob bytes are
@@ -81,6 +83,17 @@ SEEDS = {
     'list_rep_ring': hdr('LIST', F_REPLY, u32(2) + u32(0) +
                          entry('cam/0', 1, [2, 3], b'm') +
                          entry('cam/frames', 0, [64], flags=ENT_RING)),
+    # recyclable loans (§6.2): the optional held ids, a recycled plane
+    # (fd -1), the CAT_RECYCLE request bit and the RECYCLE entry flag
+    'alloc_req_recycle': hdr('ALLOC', 0, u32(ALLOC_RECYCLE) + u32(2) +
+                             u64(4096) + u64(8192) + u32(2) + u64(7) +
+                             u64(9)),
+    'alloc_rep_recycled': hdr('ALLOC', F_REPLY, u64(3) +
+                              fdents([(-1, 7), (8, 12)])),
+    'stat_req_recycle': hdr('STAT', 0, s('cam/0') +
+                            u32(CAT_KINDS | CAT_RECYCLE)),
+    'entry_recycle': hdr('STAT', F_REPLY, entry('cam/0', 6, [64, 64],
+                                                flags=ENT_RECYCLE | 1)),
 }
 
 if __name__ == '__main__':

@@ -1151,7 +1151,8 @@ DTest(disconnect_ends_the_leases)
 DTest(alloc_then_publish_uses_the_daemon_planes)
 {
 	int sock = conn_hello(&D, TD_IMPORT_SCM);
-	struct td_wire_alloc_req ar = {TD_WIRE_REQ_SCM, 1, {4096}};
+	struct td_wire_alloc_req ar = {
+		.flags = TD_WIRE_REQ_SCM, .plane_count = 1, .sizes = {4096}};
 	struct td_wire_alloc_rep rep;
 	struct td_wire_get_rep grep;
 	int64_t n = td_wire_alloc_req_encode(&ar, BODY, BODY_CAP);
@@ -1161,7 +1162,8 @@ DTest(alloc_then_publish_uses_the_daemon_planes)
 	int fd, got;
 
 	{
-		struct td_wire_alloc_req z = {0, 2, {4096, 0}};
+		struct td_wire_alloc_req z = {
+			.plane_count = 2, .sizes = {4096, 0}};
 		int64_t zn = td_wire_alloc_req_encode(&z, BODY, BODY_CAP);
 
 		/* an empty plane is valid: its memfd is simply empty */
@@ -1213,7 +1215,8 @@ DTest(alloc_then_publish_uses_the_daemon_planes)
 Test(daemon, max_bytes_refuses_over_quota_with_enospc,
      .init = setup_quota, .fini = teardown)
 {
-	struct td_wire_alloc_req ar = {0, 1, {16384}};
+	struct td_wire_alloc_req ar = {.plane_count = 1,
+					.sizes = {16384}};
 	int sock;
 	int64_t n;
 

@@ -247,7 +247,8 @@ static void sample_msg(enum kind k, union msg *m)
 		break;
 	case K_ALLOC_REQ:
 		m->alloc_req = (struct td_wire_alloc_req){
-			TD_WIRE_REQ_SCM, 3, {4096, 1 << 20, 12}};
+			.flags = TD_WIRE_REQ_SCM, .plane_count = 3,
+			.sizes = {4096, 1 << 20, 12}};
 		break;
 	case K_ALLOC_REP:
 		m->alloc_rep = (struct td_wire_alloc_rep){
@@ -834,7 +835,7 @@ Test(wire, enum_and_flag_values_outside_their_sets_are_malformed)
 	cr_assert_eq(patched_decode(K_HELLO_REQ, 0, TD_IMPORT_AUTO), 0);
 	cr_assert_eq(patched_decode(K_HELLO_REP, 4, 0), -EBADMSG);
 	cr_assert_eq(patched_decode(K_HELLO_REP, 8, 2), -EBADMSG);
-	cr_assert_eq(patched_decode(K_ALLOC_REQ, 0, 2), -EBADMSG);
+	cr_assert_eq(patched_decode(K_ALLOC_REQ, 0, 4), -EBADMSG);
 	cr_assert_eq(patched_decode(K_GET_REQ, name_end, 3), -EBADMSG);
 	cr_assert_eq(patched_decode(K_GET_REQ, name_end + 4, 4), -EBADMSG);
 	cr_assert_eq(patched_decode(K_PUBLISH_REQ, name_end, 2), -EBADMSG);
@@ -1162,10 +1163,10 @@ Test(wire, ring_entries_round_trip_and_other_flag_bits_are_refused)
 	cr_assert_eq(g.ndim, 3);
 	/* flags, then the (empty) meta length: the last 8 bytes */
 	cr_assert_eq(td__le32(body + n - 8), TD_WIRE_ENT_RING);
-	td__put_le32(body + n - 8, 0x4);
+	td__put_le32(body + n - 8, 0x8);
 	cr_assert_eq(td_wire_entry_decode(body, (size_t)n, &g, &e), -EBADMSG);
 	cr_assert_str_eq(e.field, "flags");
-	e1.flags = 0x4;
+	e1.flags = 0x8;
 	cr_assert_eq(td_wire_entry_encode(&e1, body, sizeof(body)), -EINVAL);
 }
 
@@ -1199,4 +1200,175 @@ Test(wire, ring_catalogue_seeds_decode)
 			  rel);
 		free(buf);
 	}
+}
+
+/* ---- recyclable loans (docs/fastpath.md, "Recycled loans") ---- */
+
+/* The seeds of the forms added for recyclable loans. */
+Test(wire, recycle_seeds_decode)
+{
+	static const struct {
+		const char *file;
+		enum kind k;
+	} seeds[] = {
+		{"alloc_req_recycle", K_ALLOC_REQ},
+		{"alloc_rep_recycled", K_ALLOC_REP},
+		{"stat_req_recycle", K_STAT_REQ},
+		{"entry_recycle", K_ENTRY},
+	};
+
+	for (size_t i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++) {
+		char rel[64];
+		size_t len, rn = 0;
+		uint8_t *buf;
+		struct td_wire_hdr h;
+		struct td_err e;
+
+		snprintf(rel, sizeof(rel), "wire-seeds/%s.bin", seeds[i].file);
+		buf = tu_read_file(tu_data_path(rel), &len);
+		cr_assert_eq(td_wire_hdr_decode(buf, len, &h, &e), 0);
+		cr_assert_eq(decode_any(seeds[i].k, buf + TD_WIRE_HDR_LEN,
+					h.body_len, &e, canon, &rn),
+			     0, "%s: %s", rel, e.reason);
+		cr_assert_eq(rn, h.body_len, "%s", rel);
+		cr_assert(memcmp(canon, buf + TD_WIRE_HDR_LEN, rn) == 0, "%s",
+			  rel);
+		free(buf);
+	}
+}
+
+static const struct td_wire_alloc_req recycle_req = {
+	.flags = TD_WIRE_ALLOC_RECYCLE | TD_WIRE_REQ_SCM,
+	.plane_count = 2,
+	.sizes = {4096, 8192},
+	.held_count = 3,
+	.held = {7, 9, 1ull << 40},
+};
+
+Test(wire, alloc_held_ids_round_trip_and_truncate_at_every_byte)
+{
+	struct td_wire_alloc_req g;
+	struct td_err e;
+	int64_t n = td_wire_alloc_req_encode(&recycle_req, body, sizeof(body));
+
+	/* flags, count, 2 sizes, held count, 3 ids */
+	cr_assert_eq(n, 4 + 4 + 16 + 4 + 24);
+	cr_assert_eq(td_wire_alloc_req_decode(body, (size_t)n, &g, &e), 0);
+	cr_assert_eq(g.flags, recycle_req.flags);
+	cr_assert_eq(g.held_count, 3);
+	cr_assert_eq(g.held[0], 7);
+	cr_assert_eq(g.held[2], 1ull << 40);
+	cr_assert_eq(g.sizes[1], 8192);
+	/*
+	 * Every cut: the version-1 body (after the sizes) decodes with no
+	 * held ids; 1-3 bytes more are trailing bytes; a cut list is
+	 * truncated.
+	 */
+	for (int64_t cut = 0; cut < n; cut++) {
+		int rc = td_wire_alloc_req_decode(body, (size_t)cut, &g, &e);
+
+		if (cut == 24) {
+			cr_assert_eq(rc, 0);
+			cr_assert_eq(g.held_count, 0);
+		} else if (cut > 24 && cut < 28) {
+			cr_assert_eq(rc, -EBADMSG, "cut %lld", (long long)cut);
+			cr_assert_str_eq(e.reason,
+					 "trailing bytes after the message");
+		} else {
+			cr_assert_eq(rc, -ENODATA, "cut %lld", (long long)cut);
+			cr_assert_eq(g.held_count, 0);
+		}
+	}
+	/* without held ids the body is exactly the version-1 one */
+	g = recycle_req;
+	g.held_count = 0;
+	cr_assert_eq(td_wire_alloc_req_encode(&g, body, sizeof(body)), 24);
+}
+
+/* Decode recycle_req with the u64/u32 at off replaced; 0 or -errno. */
+static int held_patched(size_t off, uint64_t v, bool wide,
+			struct td_err *e)
+{
+	struct td_wire_alloc_req g;
+	int64_t n = td_wire_alloc_req_encode(&recycle_req, body, sizeof(body));
+
+	cr_assert(n > 0);
+	if (wide)
+		td__put_le64(body + off, v);
+	else
+		td__put_le32(body + off, (uint32_t)v);
+	memset(e, 0, sizeof(*e));
+	return td_wire_alloc_req_decode(body, (size_t)n, &g, e);
+}
+
+Test(wire, bad_held_ids_are_refused_with_a_reason)
+{
+	struct td_wire_alloc_req m = recycle_req;
+	struct td_err e;
+
+	/* a count over the cap */
+	cr_assert_eq(held_patched(24, TD_WIRE_MAX_HELD + 1, false, &e),
+		     -EOVERFLOW);
+	cr_assert_str_eq(e.field, "held_count");
+	/* a present empty list: one encoding per body */
+	cr_assert_eq(held_patched(24, 0, false, &e), -EBADMSG);
+	cr_assert_str_eq(e.reason,
+			 "an empty held list is sent by leaving it out");
+	/* held ids without the flag */
+	cr_assert_eq(held_patched(0, TD_WIRE_REQ_SCM, false, &e), -EBADMSG);
+	cr_assert_str_eq(e.reason, "held buffer ids without the RECYCLE flag");
+	/* id 0, a ring window, a repeated id */
+	cr_assert_eq(held_patched(28, 0, true, &e), -EINVAL);
+	cr_assert_eq(e.kind, TD_ERR_INVALID_ARGUMENT);
+	cr_assert_eq(e.offset, 28);
+	cr_assert_eq(held_patched(36, TD_WIRE_BUF_WINDOW | 9, true, &e),
+		     -EINVAL);
+	cr_assert_eq(e.offset, 36);
+	cr_assert_eq(held_patched(44, 7, true, &e), -EINVAL);
+	cr_assert_str_eq(e.reason, "held id listed twice");
+	cr_assert_eq(e.offset, 44);
+	/* the encoder refuses what the decoder would */
+	m.held_count = TD_WIRE_MAX_HELD + 1;
+	cr_assert_eq(td_wire_alloc_req_encode(&m, body, sizeof(body)),
+		     -EINVAL);
+	m = recycle_req;
+	m.flags = TD_WIRE_REQ_SCM;
+	cr_assert_eq(td_wire_alloc_req_encode(&m, body, sizeof(body)),
+		     -EINVAL);
+	m = recycle_req;
+	m.held[1] = 7;
+	cr_assert_eq(td_wire_alloc_req_encode(&m, body, sizeof(body)),
+		     -EINVAL);
+	m = recycle_req;
+	m.held[0] = 0;
+	cr_assert_eq(td_wire_alloc_req_encode(&m, body, sizeof(body)),
+		     -EINVAL);
+	m = recycle_req;
+	m.flags |= 0x4;
+	cr_assert_eq(td_wire_alloc_req_encode(&m, body, sizeof(body)),
+		     -EINVAL);
+}
+
+Test(wire, recycle_entry_flag_and_catalogue_bit_round_trip)
+{
+	struct td_wire_entry e1 = sample_entry("cam/0", 4), g;
+	struct td_wire_stat_req sr = {{"cam/0", 5},
+				      TD_WIRE_CAT_KINDS | TD_WIRE_CAT_RECYCLE};
+	struct td_wire_stat_req sg;
+	struct td_err e;
+	int64_t n;
+
+	e1.flags = TD_WIRE_ENT_RECYCLE | TD_WIRE_PUB_PIN;
+	n = td_wire_entry_encode(&e1, body, sizeof(body));
+	cr_assert(n > 0);
+	cr_assert_eq(td_wire_entry_decode(body, (size_t)n, &g, &e), 0);
+	cr_assert_eq(g.flags, TD_WIRE_ENT_RECYCLE | TD_WIRE_PUB_PIN);
+	n = td_wire_stat_req_encode(&sr, body, sizeof(body));
+	cr_assert_eq(n, 2 + 5 + 4);
+	cr_assert_eq(td_wire_stat_req_decode(body, (size_t)n, &sg, &e), 0);
+	cr_assert_eq(sg.flags, TD_WIRE_CAT_KINDS | TD_WIRE_CAT_RECYCLE);
+	td__put_le32(body + 7, 0x4);
+	cr_assert_eq(td_wire_stat_req_decode(body, (size_t)n, &sg, &e),
+		     -EBADMSG);
+	cr_assert_str_eq(e.reason, "unknown flag bits");
 }

@@ -153,8 +153,9 @@ static size_t valid(unsigned nfds)
 		break;
 	}
 	case TD_OP_ALLOC: {
-		struct td_wire_alloc_req r = {(uint32_t)(rnd() & 1), 1,
-					      {1 + rnd() % 65536}};
+		struct td_wire_alloc_req r = {.flags = (uint32_t)(rnd() & 1),
+					      .plane_count = 1,
+					      .sizes = {1 + rnd() % 65536}};
 		n = td_wire_alloc_req_encode(&r, b, cap);
 		break;
 	}
