@@ -76,6 +76,9 @@ void td__log(int level, const char *fmt, ...)
 
 #define TD__MAX_LEASES 4096 /* leases held by one connection */
 #define TD__MAX_ALLOCS 64   /* unpublished allocs of one connection */
+/* recyclable buffers kept per connection (docs/fastpath.md, "Recycled
+ * loans"); the oldest is dropped beyond it */
+#define TD__MAX_FREEBUFS 16
 #define TD__MAX_WATCHES 256
 #define TD__MAX_WAITERS 256    /* parked GETs of one connection */
 #define TD__RX_BATCH 32        /* datagrams read per wakeup */
@@ -155,6 +158,8 @@ struct td__peer {
 	/* owned by store.c */
 	struct td__list leases, allocs, watches, waiters;
 	unsigned n_leases, n_allocs, n_watches, n_waiters;
+	struct td__list freebufs; /* its recyclable buffers, oldest first */
+	unsigned n_freebufs;
 };
 
 /* Take a freshly accepted (CLOEXEC, NONBLOCK) socket; closes it on error. */

@@ -635,6 +635,7 @@ int td__peer_take_fd(struct td__daemon *d, int fd)
 	td__list_init(&p->allocs);
 	td__list_init(&p->watches);
 	td__list_init(&p->waiters);
+	td__list_init(&p->freebufs);
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
 		rc = -errno;
 		goto fail;

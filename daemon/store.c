@@ -35,6 +35,14 @@ struct buf {
 
 struct vfd {
 	int fd;
+	/*
+	 * A recyclable buffer (docs/fastpath.md, "Recycled loans") keeps two
+	 * descriptors: fd, the writable memfd, and ro, its read-only reopen
+	 * made once and handed to consumers. -1 for every other entry, whose
+	 * fd is what consumers get.
+	 */
+	int ro;
+	uint64_t size; /* recyclable: bytes charged for the buffer */
 	uint64_t buffer_id;
 	bool tracked; /* counted in the buf table (planes, not fences) */
 	dev_t dev;
@@ -55,6 +63,13 @@ struct version {
 	uid_t uid;      /* the publisher's, charged with acct */
 	uint64_t used;  /* store tick of the last PUBLISH or GET (LRU) */
 	bool evict;     /* picked by make_room() */
+	/*
+	 * A recyclable version: its alloc planes are not write-sealed and go
+	 * to owner's free list when the version is retired and unleased.
+	 * owner is cleared when that connection goes.
+	 */
+	bool recycle;
+	struct td__peer *owner;
 	uint32_t nfds;
 	struct vfd fds[TABLE_MAX];
 	uint16_t name_len;
@@ -75,11 +90,26 @@ struct lease {
 struct alloc {
 	struct td__list link; /* peer->allocs */
 	uint64_t id;
+	bool recycle; /* TD_WIRE_ALLOC_RECYCLE */
 	uint32_t count;
 	uint64_t acct;
 	uid_t uid;
 	struct vfd fds[TD_WIRE_MAX_PLANES];
 	uint64_t sizes[TD_WIRE_MAX_PLANES];
+};
+
+/*
+ * A recyclable buffer back from a retired version, waiting for its
+ * producer's next RECYCLE ALLOC. Still charged to uid; dropped first when
+ * room is needed, beyond TD__MAX_FREEBUFS and with its connection.
+ */
+struct freebuf {
+	struct td__list link;  /* peer->freebufs, oldest first */
+	struct td__list slink; /* store->freebufs, oldest first */
+	struct td__peer *peer;
+	struct vfd f; /* fd writable, ro its read-only reopen */
+	uid_t uid;
+	bool evict; /* picked by make_room() */
 };
 
 struct watch {
@@ -140,6 +170,7 @@ struct td__store {
 	 * still leased), so GET EXACT can reach a retired one.
 	 */
 	struct td__list versions;
+	struct td__list freebufs; /* struct freebuf.slink, oldest first */
 };
 
 #define LEASE_CACHE 1024
@@ -245,6 +276,8 @@ static void vfd_set(struct td__store *s, struct vfd *f, int fd, bool plane)
 	struct stat st;
 
 	f->fd = fd;
+	f->ro = -1;
+	f->size = 0;
 	f->tracked = false;
 	if (plane && fstat(fd, &st) == 0) {
 		f->dev = st.st_dev;
@@ -259,6 +292,9 @@ static void vfd_set(struct td__store *s, struct vfd *f, int fd, bool plane)
 
 static void vfd_close(struct td__store *s, struct vfd *f)
 {
+	if (f->ro >= 0)
+		close(f->ro);
+	f->ro = -1;
 	if (f->fd < 0)
 		return;
 	if (f->tracked)
@@ -270,15 +306,92 @@ static void vfd_close(struct td__store *s, struct vfd *f)
 	f->fd = -1;
 }
 
+/* Move src (its fds, its buffer-table reference) into dst. */
+static void vfd_move(struct vfd *dst, struct vfd *src)
+{
+	*dst = *src;
+	src->fd = src->ro = -1;
+	src->sid = 0;
+}
+
+/* What consumers get: the read-only reopen of a recyclable buffer. */
+static int vfd_out(const struct vfd *f)
+{
+	return f->ro >= 0 ? f->ro : f->fd;
+}
+
+/* ---- recycled buffers (docs/fastpath.md, "Recycled loans") ---- */
+
+static void freebuf_drop(struct td__store *s, struct freebuf *fb)
+{
+	td__list_del(&fb->link);
+	td__list_del(&fb->slink);
+	fb->peer->n_freebufs--;
+	acct_sub(s, fb->uid, fb->f.size);
+	vfd_close(s, &fb->f);
+	free(fb);
+}
+
+/* Would n more bytes charged to uid fit --max-bytes and uid's quota? */
+static bool fits(const struct td__store *s, uid_t uid, uint64_t n)
+{
+	const struct td__daemon *d = s->d;
+	uint64_t max = d->opts.max_bytes, t = s->total;
+	uint64_t qmax = td__policy_quota(d->policy, uid,
+					 d->opts.uid_max_bytes);
+	uint64_t mine = uid_bytes(s, uid);
+
+	return !(max && (t + n < t || t + n > max)) &&
+	       !(qmax && (mine + n < mine || mine + n > qmax));
+}
+
+/*
+ * A recyclable buffer of a version that is gone (retired, unleased): back
+ * to its producer's connection, charged to uid again, when that
+ * connection is alive and the bytes fit the limits (the oldest of its
+ * free list makes way beyond TD__MAX_FREEBUFS); otherwise closed. f is
+ * consumed either way.
+ */
+static void freebuf_keep(struct td__store *s, struct td__peer *p, uid_t uid,
+			 struct vfd *f)
+{
+	struct freebuf *fb = NULL;
+
+	if (p && !p->dead && p->n_freebufs >= TD__MAX_FREEBUFS)
+		freebuf_drop(s, td__container_of(p->freebufs.next,
+						 struct freebuf, link));
+	if (!p || p->dead || !fits(s, uid, f->size) ||
+	    !(fb = calloc(1, sizeof(*fb))) || acct_add(s, uid, f->size) < 0) {
+		free(fb);
+		vfd_close(s, f);
+		return;
+	}
+	/* recyclable versions are never in the fd store (restart) */
+	if (f->sid)
+		td__fdstore_drop(f->sid);
+	f->sid = 0;
+	vfd_move(&fb->f, f);
+	fb->peer = p;
+	fb->uid = uid;
+	td__list_add_tail(&p->freebufs, &fb->link);
+	td__list_add_tail(&s->freebufs, &fb->slink);
+	p->n_freebufs++;
+}
+
 /* ---- versions and names ---- */
 
 static void version_unref(struct td__store *s, struct version *v)
 {
 	if (--v->refs)
 		return;
+	/* a leased version never gets here: its bytes stayed intact */
 	for (uint32_t i = 0; i < v->nfds; i++)
-		vfd_close(s, &v->fds[i]);
+		if (v->fds[i].ro < 0)
+			vfd_close(s, &v->fds[i]);
 	acct_sub(s, v->uid, v->acct);
+	for (uint32_t i = 0; i < v->nfds; i++)
+		if (v->fds[i].fd >= 0)
+			freebuf_keep(s, v->owner, v->uid, &v->fds[i]);
 	td__list_del(&v->all);
 	td__log(TD_LOG_DEBUG, "freed %.*s version %llu", (int)v->name_len,
 		v->name, (unsigned long long)v->number);
@@ -497,9 +610,26 @@ static int make_room(struct td__store *s, uid_t uid, uint64_t add,
 		bool over_uid = qmax && (mine + add < mine ||
 					 mine + add > qmax);
 		struct version *lru = NULL;
+		struct freebuf *fb = NULL;
 
 		if (!over_total && !over_uid)
 			break;
+		/* recyclable buffers nobody uses go first, oldest first */
+		for (struct td__list *l = s->freebufs.next;
+		     l != &s->freebufs && !fb; l = l->next) {
+			struct freebuf *f = td__container_of(l, struct freebuf,
+							     slink);
+
+			if (!f->evict && (!over_uid || f->uid == uid))
+				fb = f;
+		}
+		if (fb) {
+			fb->evict = true;
+			total -= fb->f.size;
+			if (fb->uid == uid)
+				mine -= fb->f.size;
+			continue;
+		}
 		for (size_t i = 0; i < s->count; i++) {
 			struct version *v = s->names[i];
 
@@ -522,6 +652,17 @@ static int make_room(struct td__store *s, uid_t uid, uint64_t add,
 			mine -= lru->acct;
 	}
 	/* unpick (dry, or failed: evict nothing) or evict what was picked */
+	for (struct td__list *l = s->freebufs.next, *n; l != &s->freebufs;
+	     l = n) {
+		struct freebuf *f = td__container_of(l, struct freebuf, slink);
+
+		n = l->next;
+		if (!f->evict)
+			continue;
+		f->evict = false;
+		if (!dry && rc == 0)
+			freebuf_drop(s, f);
+	}
 	for (size_t i = 0; i < s->count;) {
 		struct version *v = s->names[i];
 
@@ -638,9 +779,9 @@ static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 		.fd_count = v->nfds,
 	};
 	for (uint32_t i = 0; i < v->nfds; i++) {
-		r.fds[i].fd = v->fds[i].fd;
+		r.fds[i].fd = vfd_out(&v->fds[i]);
 		r.fds[i].buffer_id = v->fds[i].buffer_id;
-		fds[i] = v->fds[i].fd;
+		fds[i] = r.fds[i].fd;
 	}
 	len = td_wire_get_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
 	/* cannot fail: blob and meta were bounded when published */
@@ -964,6 +1105,34 @@ static bool over_quota(const struct td__store *s, uint64_t add,
 	return max && (t + add < t || t + add > max);
 }
 
+/*
+ * A free buffer of p for a plane of `size` bytes: one the client says it
+ * holds mapped (held ids) first, else any of that size. Oldest first.
+ */
+static struct freebuf *freebuf_pick(struct td__peer *p, uint64_t size,
+				    const struct td_wire_alloc_req *m,
+				    bool *held)
+{
+	struct freebuf *any = NULL;
+
+	for (struct td__list *l = p->freebufs.next; l != &p->freebufs;
+	     l = l->next) {
+		struct freebuf *fb = td__container_of(l, struct freebuf, link);
+
+		if (fb->f.size != size)
+			continue;
+		for (uint32_t i = 0; i < m->held_count; i++)
+			if (m->held[i] == fb->f.buffer_id) {
+				*held = true;
+				return fb;
+			}
+		if (!any)
+			any = fb;
+	}
+	*held = false;
+	return any;
+}
+
 static void op_alloc(struct td__peer *p, const struct td_wire_hdr *h,
 		     const uint8_t *body)
 {
@@ -975,8 +1144,10 @@ static void op_alloc(struct td__peer *p, const struct td_wire_hdr *h,
 	struct alloc *a;
 	const char *why = NULL;
 	int fds[TD_WIRE_MAX_PLANES];
+	bool held[TD_WIRE_MAX_PLANES] = {false};
+	unsigned nsend = 0;
 	struct room room;
-	uint64_t sum = 0;
+	uint64_t sum = 0, fresh = 0;
 	int64_t len;
 	int rc = td_wire_alloc_req_decode(body, h->body_len, &m, &e);
 
@@ -1013,11 +1184,6 @@ static void op_alloc(struct td__peer *p, const struct td_wire_hdr *h,
 			       (unsigned)p->uid, d->opts.policy_path);
 		return;
 	}
-	/* evicting first frees the memory the planes are about to take */
-	if (make_room(s, p->uid, sum, NULL, false, &room) < 0) {
-		room_error(p, h, sum, &room);
-		return;
-	}
 	a = calloc(1, sizeof(*a));
 	if (!a) {
 		td__peer_error(p, h->opcode, h->request_id, -ENOMEM,
@@ -1026,9 +1192,42 @@ static void op_alloc(struct td__peer *p, const struct td_wire_hdr *h,
 	}
 	a->id = s->next_alloc++;
 	a->uid = p->uid;
+	a->recycle = m.flags & TD_WIRE_ALLOC_RECYCLE;
+	/*
+	 * Recycled buffers first: taken off the free list (their charge
+	 * moves to the alloc), so make_room() below cannot drop them.
+	 */
+	for (uint32_t i = 0; i < m.plane_count; i++) {
+		struct freebuf *fb = a->recycle
+					     ? freebuf_pick(p, m.sizes[i], &m,
+							    &held[i])
+					     : NULL;
+
+		a->sizes[i] = m.sizes[i];
+		a->fds[i].fd = a->fds[i].ro = -1;
+		if (!fb) {
+			fresh += m.sizes[i];
+			continue;
+		}
+		vfd_move(&a->fds[i], &fb->f);
+		a->acct += fb->f.size;
+		td__list_del(&fb->link);
+		td__list_del(&fb->slink);
+		p->n_freebufs--;
+		free(fb);
+	}
+	a->count = m.plane_count;
+	/* evicting first frees the memory the planes are about to take */
+	if (make_room(s, p->uid, fresh, NULL, false, &room) < 0) {
+		room_error(p, h, fresh, &room);
+		alloc_free(s, a);
+		return;
+	}
 	for (uint32_t i = 0; i < m.plane_count; i++) {
 		int fd;
 
+		if (a->fds[i].fd >= 0)
+			continue;
 		rc = td__plane_create(m.sizes[i], &fd, &why);
 		if (rc < 0) {
 			td__peer_error(p, h->opcode, h->request_id, rc,
@@ -1039,19 +1238,22 @@ static void op_alloc(struct td__peer *p, const struct td_wire_hdr *h,
 			return;
 		}
 		vfd_set(s, &a->fds[i], fd, true);
-		a->sizes[i] = m.sizes[i];
-		a->count++;
-		fds[i] = fd;
-		r.fds[i].fd = fd;
-		r.fds[i].buffer_id = a->fds[i].buffer_id;
+		a->fds[i].size = m.sizes[i];
 	}
-	if (acct_add(s, a->uid, sum) < 0) {
+	if (acct_add(s, a->uid, fresh) < 0) {
 		td__peer_error(p, h->opcode, h->request_id, -ENOMEM,
 			       "out of memory");
 		alloc_free(s, a);
 		return;
 	}
-	a->acct = sum;
+	a->acct += fresh;
+	for (uint32_t i = 0; i < a->count; i++) {
+		/* the client maps a held buffer already: no fd for it */
+		r.fds[i].fd = held[i] ? -1 : a->fds[i].fd;
+		r.fds[i].buffer_id = a->fds[i].buffer_id;
+		if (!held[i])
+			fds[nsend++] = a->fds[i].fd;
+	}
 	td__list_add_tail(&p->allocs, &a->link);
 	p->n_allocs++;
 	r.alloc_id = a->id;
@@ -1059,7 +1261,7 @@ static void op_alloc(struct td__peer *p, const struct td_wire_hdr *h,
 	len = td_wire_alloc_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
 	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
 		      (size_t)len, fds,
-		      (m.flags & TD_WIRE_REQ_SCM) ? a->count : 0);
+		      (m.flags & TD_WIRE_REQ_SCM) ? nsend : 0);
 }
 
 /* ---- PUBLISH ---- */
@@ -1402,9 +1604,19 @@ static void op_publish(struct td__peer *p, const struct td_wire_hdr *h,
 	}
 	/* Seal last: irreversible, so only once everything else passed. */
 	for (uint32_t i = 0; i < x.ntab; i++) {
+		bool recyc = x.alloc && x.alloc->recycle &&
+			     i < x.alloc->count;
+
 		if (!x.is_plane[i] || x.info[i].type != TD__PLANE_MEMFD)
 			continue;
-		rc = td__plane_seal(x.tab[i], &why);
+		/*
+		 * A recyclable buffer keeps only its size seals (its producer
+		 * writes it again once it comes back) and its read-only
+		 * reopen, made the first time it is published.
+		 */
+		if (recyc && x.alloc->fds[i].ro >= 0)
+			continue;
+		rc = recyc ? 0 : td__plane_seal(x.tab[i], &why);
 		if (rc == 0)
 			rc = td__plane_readonly(x.tab[i], &ro[i], &why);
 		if (rc < 0) {
@@ -1439,16 +1651,20 @@ static void op_publish(struct td__peer *p, const struct td_wire_hdr *h,
 
 	/* commit: nothing below fails */
 	ver->nfds = x.ntab;
+	ver->recycle = x.alloc && x.alloc->recycle;
+	ver->owner = ver->recycle ? p : NULL;
 	for (uint32_t i = 0; i < x.ntab; i++) {
 		if (x.alloc && i < x.alloc->count) {
-			ver->fds[i] = x.alloc->fds[i];
-			x.alloc->fds[i].fd = -1;
+			vfd_move(&ver->fds[i], &x.alloc->fds[i]);
 		} else {
 			vfd_set(s, &ver->fds[i], x.tab[i], x.is_plane[i]);
 			x.own[i] = false;
 		}
 		/* consumers get the read-only description (same inode) */
-		if (ro[i] >= 0) {
+		if (ro[i] >= 0 && ver->recycle && i < x.alloc->count) {
+			ver->fds[i].ro = ro[i]; /* and the writable one stays */
+			ro[i] = -1;
+		} else if (ro[i] >= 0) {
 			close(ver->fds[i].fd);
 			ver->fds[i].fd = ro[i];
 			ro[i] = -1;
@@ -1465,8 +1681,12 @@ static void op_publish(struct td__peer *p, const struct td_wire_hdr *h,
 		alloc_free(s, x.alloc);
 	}
 	ver->number = s->next_version++;
-	/* into systemd's fd store before the reply (fdstore.c) */
-	for (uint32_t i = 0; i < ver->nfds; i++)
+	/*
+	 * into systemd's fd store before the reply (fdstore.c); not a
+	 * recyclable version, whose bytes are not sealed (its fd ids stay 0,
+	 * so the state image leaves it out)
+	 */
+	for (uint32_t i = 0; i < ver->nfds && !ver->recycle; i++)
 		ver->fds[i].sid = td__fdstore_add(ver->fds[i].fd,
 						  ver->fds[i].tracked,
 						  ver->fds[i].dev,
@@ -1508,7 +1728,8 @@ out:
 
 /* ---- LIST, STAT, DELETE ---- */
 
-static struct td_wire_entry entry_of(const struct version *v)
+/* kinds: the request's TD_WIRE_CAT_* bits (which entry flags it reads) */
+static struct td_wire_entry entry_of(const struct version *v, uint32_t kinds)
 {
 	struct td_wire_entry e = {
 		.name = {v->name, v->name_len},
@@ -1517,7 +1738,9 @@ static struct td_wire_entry entry_of(const struct version *v)
 		.ndim = v->ndim,
 		.bytes = v->bytes,
 		.lease_count = v->lease_count,
-		.flags = v->flags,
+		.flags = v->flags | (v->recycle && (kinds & TD_WIRE_CAT_RECYCLE)
+					     ? TD_WIRE_ENT_RECYCLE
+					     : 0),
 		.meta = {v->meta, v->meta_len},
 	};
 
@@ -1570,7 +1793,7 @@ static void op_list(struct td__peer *p, const struct td_wire_hdr *h,
 		if (v && (j == nr || name_cmp(v->name, v->name_len,
 					      rent.name.ptr,
 					      rent.name.len) < 0)) {
-			ent = entry_of(v);
+			ent = entry_of(v, m.flags);
 			i++;
 		} else if (j < nr) {
 			ent = rent;
@@ -1624,7 +1847,7 @@ static void op_stat(struct td__peer *p, const struct td_wire_hdr *h,
 			       m.name.ptr);
 		return;
 	}
-	ent = entry_of(v);
+	ent = entry_of(v, m.flags);
 	len = td_wire_entry_encode(&ent, TD__TX_BODY(d), TD__TX_CAP);
 	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
 		      (size_t)len, NULL, 0);
@@ -1845,6 +2068,17 @@ void td__store_peer_gone(struct td__peer *p)
 					     link));
 	if (parked)
 		rearm(s);
+	/* its recyclable versions close their buffers when they go */
+	for (struct td__list *l = s->versions.next; l != &s->versions;
+	     l = l->next) {
+		struct version *v = td__container_of(l, struct version, all);
+
+		if (v->owner == p)
+			v->owner = NULL;
+	}
+	while (!td__list_empty(&p->freebufs))
+		freebuf_drop(s, td__container_of(p->freebufs.next,
+						 struct freebuf, link));
 }
 
 int td__store_new(struct td__daemon *d)
@@ -1857,6 +2091,7 @@ int td__store_new(struct td__daemon *d)
 	td__list_init(&s->watches);
 	td__list_init(&s->free_leases);
 	td__list_init(&s->versions);
+	td__list_init(&s->freebufs);
 	td__list_init(&s->waiters);
 	s->next_version = s->next_lease = s->next_alloc = s->next_watch =
 		s->next_buf = 1;

@@ -73,14 +73,35 @@ static int64_t name_req(struct td_client *c, const char *name)
 }
 
 /*
- * A STAT body into c->sbuf: with TD_WIRE_CAT_KINDS (rings marked in the
- * entry) unless this daemon refused the flags. Length or -EINVAL.
+ * The LIST/STAT flags to send: rings and recyclable versions marked in
+ * entries, less what this daemon refused (-EBADMSG: it predates them).
  */
+static uint32_t cat_flags(const struct td_client *c)
+{
+	if (c->no_cat_flags)
+		return 0;
+	return TD_WIRE_CAT_KINDS |
+	       (c->no_cat_recycle ? 0 : TD_WIRE_CAT_RECYCLE);
+}
+
+/* After -EBADMSG: one flag less; false when there was none left to drop. */
+static bool cat_flags_fewer(struct td_client *c)
+{
+	if (c->no_cat_flags)
+		return false;
+	if (!c->no_cat_recycle)
+		c->no_cat_recycle = true;
+	else
+		c->no_cat_flags = true;
+	return true;
+}
+
+/* A STAT body into c->sbuf, with cat_flags(). Length or -EINVAL. */
 static int64_t stat_req(struct td_client *c, const char *name)
 {
 	struct td_wire_stat_req req = {
 		.name = {name, (uint16_t)name_len(name)},
-		.flags = c->no_cat_flags ? 0 : TD_WIRE_CAT_KINDS,
+		.flags = cat_flags(c),
 	};
 
 	return td_wire_stat_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
@@ -105,9 +126,8 @@ int td_client_stat(struct td_client *c, const char *name, struct td_entry *e,
 		goto out;
 	}
 	rc = td__call(c, TD_OP_STAT, (size_t)len, NULL, 0, &m, err);
-	if (rc == -EBADMSG && !c->no_cat_flags) {
-		/* an older daemon: ask again without the flags */
-		c->no_cat_flags = true;
+	while (rc == -EBADMSG && cat_flags_fewer(c)) {
+		/* an older daemon: ask again with fewer flags */
 		if (err)
 			memset(err, 0, sizeof(*err));
 		len = stat_req(c, name);
@@ -136,7 +156,7 @@ static int list_page(struct td_client *c, const char *prefix,
 	struct td_wire_list_req req = {
 		.prefix = {prefix, (uint16_t)name_len(prefix)},
 		.after = {after, (uint16_t)name_len(after)},
-		.flags = c->no_cat_flags ? 0 : TD_WIRE_CAT_KINDS,
+		.flags = cat_flags(c),
 	};
 	struct td_wire_list_rd lr;
 	struct td_wire_entry we;
@@ -149,9 +169,8 @@ static int list_page(struct td_client *c, const char *prefix,
 	if (len < 0)
 		return td__fail(err, -EINVAL, "bad prefix");
 	rc = td__call(c, TD_OP_LIST, (size_t)len, NULL, 0, &m, err);
-	if (rc == -EBADMSG && !c->no_cat_flags) {
-		/* an older daemon: ask again without the flags */
-		c->no_cat_flags = true;
+	if (rc == -EBADMSG && cat_flags_fewer(c)) {
+		/* an older daemon: ask again with fewer flags */
 		if (err)
 			memset(err, 0, sizeof(*err));
 		return list_page(c, prefix, after, list, count, cap, more,

@@ -39,6 +39,8 @@ _Static_assert((int)TD_ENTRY_MAX_DIMS == (int)TD_WIRE_MAX_DIMS,
 _Static_assert((int)TD_PUBLISH_PIN == (int)TD_WIRE_PUB_PIN,
 	       "pin flag");
 _Static_assert((int)TD_ENTRY_RING == (int)TD_WIRE_ENT_RING, "entry flags");
+_Static_assert((int)TD_ENTRY_RECYCLE == (int)TD_WIRE_ENT_RECYCLE,
+	       "entry flags");
 _Static_assert((int)TD_WATCH_PREFIX == (int)TD_WIRE_WATCH_PREFIX,
 	       "watch flag");
 _Static_assert((int)TD_EVENT_TYPE_PUBLISHED == (int)TD_EVENT_PUBLISHED,
@@ -102,6 +104,7 @@ static void client_free(struct td_client *c)
 	}
 	/* Every tensor is gone (refs == 0), so every map is idle. */
 	td__maps_drop(c, true);
+	td__loans_drop(c, true);
 	if (c->sock >= 0)
 		close(c->sock);
 	if (c->daemon_pidfd >= 0)
@@ -149,6 +152,7 @@ void td_client_close(struct td_client *c)
 	}
 	c->ev_tail = NULL;
 	td__maps_drop(c, false);
+	td__loans_drop(c, false);
 	pthread_mutex_unlock(&c->lock);
 	td__client_unref(c);
 }

@@ -30,6 +30,23 @@ struct td__map {
 	uint64_t used;   /* LRU clock value of the last release */
 };
 
+/*
+ * A buffer of a recyclable loan (TD_ALLOC_RECYCLE), kept mapped writable
+ * after publish so the daemon can hand it back by id: no fd, no mmap.
+ */
+struct td__loanbuf {
+	struct td__loanbuf *next, *prev;
+	uint64_t buffer_id;
+	int fd;
+	void *addr; /* writable; NULL when size is 0 */
+	uint64_t size;
+	bool busy;     /* in a live loan */
+	uint64_t used; /* LRU clock value of the last publish */
+};
+
+/* Idle recyclable loan buffers kept per client: what ALLOC may advertise. */
+#define TD__LOAN_CACHE TD_WIRE_MAX_HELD
+
 /* A queued NOTIFY. */
 struct td__event {
 	struct td__event *next;
@@ -58,9 +75,13 @@ struct td_client {
 	uint64_t next_id;
 	/* the daemon refused LIST/STAT flags (-EBADMSG: it predates them) */
 	bool no_cat_flags;
+	bool no_cat_recycle; /* ... or only TD_WIRE_CAT_RECYCLE */
+	bool no_recycle;     /* ... or TD_WIRE_ALLOC_RECYCLE */
 	struct td__event *ev_head, *ev_tail;
 	struct td__map *maps; /* list of every mapping */
 	unsigned idle_maps;   /* maps with refs == 0 */
+	struct td__loanbuf *loans; /* recyclable loan buffers */
+	unsigned idle_loans;       /* loans with busy == false */
 	uint64_t clock;
 	uint8_t *rbuf; /* TD_WIRE_MAX_MSG receive buffer */
 	uint8_t *sbuf; /* TD_WIRE_MAX_MSG send buffer */
@@ -97,6 +118,8 @@ int td__map_get(struct td_client *c, uint64_t buffer_id, int32_t remote,
 		int *scm, uint64_t lo, uint64_t hi, struct td__map **out);
 void td__map_put(struct td_client *c, struct td__map *m);
 void td__maps_drop(struct td_client *c, bool all);
+/* Drop the idle recyclable loan buffers (all: every one). Returns how many. */
+unsigned td__loans_drop(struct td_client *c, bool all);
 
 /* Decode a wire str into a NUL-terminated buffer of cap bytes. */
 void td__str_copy(char *dst, size_t cap, struct td_wire_str s);

@@ -20,28 +20,99 @@ struct td_alloc {
 	struct td_client *c;
 	uint64_t alloc_id;
 	uint32_t count;
+	/*
+	 * A recyclable loan: fds and addr borrow its buffers from the client's
+	 * loan cache (lb), which keeps them after publish.
+	 */
+	bool recycle;
 	int fds[TD_WIRE_MAX_PLANES];
 	void *addr[TD_WIRE_MAX_PLANES];
 	uint64_t size[TD_WIRE_MAX_PLANES];
+	struct td__loanbuf *lb[TD_WIRE_MAX_PLANES];
 };
+
+/* ---- the recyclable loan cache (lock held) ---- */
+
+static void loanbuf_destroy(struct td_client *c, struct td__loanbuf *b)
+{
+	if (b->prev)
+		b->prev->next = b->next;
+	else
+		c->loans = b->next;
+	if (b->next)
+		b->next->prev = b->prev;
+	if (!b->busy)
+		c->idle_loans--;
+	if (b->addr)
+		munmap(b->addr, b->size);
+	if (b->fd >= 0)
+		close(b->fd);
+	free(b);
+}
+
+static struct td__loanbuf *loanbuf_find(struct td_client *c, uint64_t id)
+{
+	for (struct td__loanbuf *b = c->loans; b; b = b->next)
+		if (b->buffer_id == id)
+			return b;
+	return NULL;
+}
+
+/* A published buffer goes idle; the least recently used beyond the cap go. */
+static void loanbuf_idle(struct td_client *c, struct td__loanbuf *b)
+{
+	b->busy = false;
+	b->used = ++c->clock;
+	c->idle_loans++;
+	while (c->idle_loans > TD__LOAN_CACHE) {
+		struct td__loanbuf *old = NULL;
+
+		for (struct td__loanbuf *x = c->loans; x; x = x->next)
+			if (!x->busy && (!old || x->used < old->used))
+				old = x;
+		loanbuf_destroy(c, old);
+	}
+}
+
+unsigned td__loans_drop(struct td_client *c, bool all)
+{
+	struct td__loanbuf *b = c->loans, *next;
+	unsigned n = 0;
+
+	for (; b; b = next) {
+		next = b->next;
+		if (b->busy && !all)
+			continue;
+		n += !b->busy;
+		loanbuf_destroy(c, b);
+	}
+	return n;
+}
 
 /* ---- loans ---- */
 
 static void alloc_unmap(struct td_alloc *a)
 {
 	for (uint32_t i = 0; i < a->count; i++) {
-		if (a->addr[i])
+		if (a->addr[i] && !a->lb[i])
 			munmap(a->addr[i], a->size[i]);
 		a->addr[i] = NULL;
 	}
 }
 
+/*
+ * Free a loan. Its recyclable buffers go too: unpublished, the daemon
+ * keeps them in the alloc until this connection ends, never recycled.
+ */
 static void alloc_free_locked(struct td_alloc *a)
 {
 	alloc_unmap(a);
-	for (uint32_t i = 0; i < a->count; i++)
-		if (a->fds[i] >= 0)
+	for (uint32_t i = 0; i < a->count; i++) {
+		if (a->lb[i])
+			loanbuf_destroy(a->c, a->lb[i]);
+		else if (a->fds[i] >= 0)
 			close(a->fds[i]);
+	}
 	free(a);
 }
 
@@ -74,28 +145,158 @@ int td_alloc_fd(const struct td_alloc *a, uint32_t i)
 	return a && i < a->count ? a->fds[i] : -1;
 }
 
-int td_client_alloc(struct td_client *c, uint32_t plane_count,
-		    const uint64_t *sizes, struct td_alloc **out,
-		    struct td_error *err)
+/*
+ * One ALLOC round trip (lock held); recycle: ask for a recyclable loan,
+ * advertising the idle buffers of the loan cache. Fills a.
+ */
+static int alloc_call(struct td_client *c, struct td_alloc *a,
+		      uint32_t plane_count, const uint64_t *sizes,
+		      bool recycle, struct td_error *err)
 {
 	struct td_wire_alloc_req req = {.plane_count = plane_count};
 	struct td_wire_alloc_rep rep;
-	struct td_alloc *a = NULL;
 	struct td_err e = {0};
 	struct td__msg m = {0};
+	unsigned nfd = 0, k = 0;
 	int64_t len;
+	int rc;
+
+	for (uint32_t i = 0; i < plane_count; i++)
+		req.sizes[i] = sizes[i];
+	if (c->path_out == TD_IMPORT_SCM)
+		req.flags |= TD_WIRE_REQ_SCM;
+	if (recycle) {
+		req.flags |= TD_WIRE_ALLOC_RECYCLE;
+		for (struct td__loanbuf *b = c->loans;
+		     b && req.held_count < TD_WIRE_MAX_HELD; b = b->next)
+			if (!b->busy)
+				req.held[req.held_count++] = b->buffer_id;
+	}
+	len = td_wire_alloc_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
+				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+	if (len < 0)
+		return td__fail(err, (int)len, "encode ALLOC");
+	rc = td__call(c, TD_OP_ALLOC, (size_t)len, NULL, 0, &m, err);
+	if (rc < 0)
+		return rc;
+	rc = td_wire_alloc_rep_decode(m.body, m.body_len, &rep, &e);
+	for (uint32_t i = 0; rc == 0 && i < rep.fd_count; i++)
+		nfd += rep.fds[i].fd >= 0;
+	if (rc < 0 || rep.fd_count != plane_count ||
+	    (c->path_out == TD_IMPORT_SCM && m.nfds != nfd)) {
+		rc = td__fail(err, -EPROTO, "bad ALLOC reply: %s",
+			      e.reason ? e.reason : "fd count");
+		goto out;
+	}
+	a->alloc_id = rep.alloc_id;
+	a->recycle = recycle;
+	for (uint32_t i = 0; i < plane_count; i++) {
+		struct td__loanbuf *b = NULL;
+		struct stat st;
+		void *p = NULL;
+		int fd = -1;
+
+		a->size[i] = sizes[i];
+		if (recycle)
+			b = loanbuf_find(c, rep.fds[i].buffer_id);
+		if (rep.fds[i].fd < 0) {
+			/* a buffer this client holds: its mapping is reused */
+			if (!b || b->busy || b->size != sizes[i]) {
+				rc = td__fail(err, -EPROTO, "ALLOC reply "
+					      "recycles buffer %llu, which "
+					      "is not held here",
+					      (unsigned long long)
+						      rep.fds[i].buffer_id);
+				goto out;
+			}
+			b->busy = true;
+			c->idle_loans--;
+			a->lb[i] = b;
+			a->fds[i] = b->fd;
+			a->addr[i] = b->addr;
+			a->count = i + 1;
+			continue;
+		}
+		/* sent again (not advertised): the stale copy goes */
+		if (b && b->busy) {
+			rc = td__fail(err, -EPROTO, "ALLOC reply names a "
+				      "buffer in use twice");
+			goto out;
+		}
+		if (b)
+			loanbuf_destroy(c, b);
+		rc = td__import_fd(c, rep.fds[i].fd,
+				   k < m.nfds ? &m.fds[k] : NULL, &fd);
+		k++;
+		if (rc < 0) {
+			td__fail(err, rc, "import buffer %u: %s", i,
+				 strerror(-rc));
+			goto out;
+		}
+		if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < sizes[i]) {
+			close(fd);
+			rc = td__fail(err, -EPROTO, "buffer %u is smaller "
+				      "than asked", i);
+			goto out;
+		}
+		if (sizes[i]) {
+			p = mmap(NULL, sizes[i], PROT_READ | PROT_WRITE,
+				 MAP_SHARED, fd, 0);
+			if (p == MAP_FAILED) {
+				rc = td__fail(err, -errno, "mmap buffer %u: "
+					      "%s", i, strerror(errno));
+				close(fd);
+				goto out;
+			}
+		}
+		if (recycle) {
+			b = calloc(1, sizeof(*b));
+			if (!b) {
+				if (p)
+					munmap(p, sizes[i]);
+				close(fd);
+				rc = td__fail(err, -ENOMEM, "out of memory");
+				goto out;
+			}
+			*b = (struct td__loanbuf){
+				.next = c->loans, .buffer_id =
+					rep.fds[i].buffer_id,
+				.fd = fd, .addr = p, .size = sizes[i],
+				.busy = true};
+			if (c->loans)
+				c->loans->prev = b;
+			c->loans = b;
+			a->lb[i] = b;
+		}
+		a->fds[i] = fd;
+		a->addr[i] = p;
+		a->count = i + 1;
+	}
+	rc = 0;
+out:
+	td__msg_close_fds(&m);
+	return rc;
+}
+
+int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
+		       const uint64_t *sizes, uint32_t flags,
+		       struct td_alloc **out, struct td_error *err)
+{
+	struct td_alloc *a = NULL;
+	bool recycle;
 	int rc;
 
 	if (!c || !out || !plane_count || plane_count > TD_WIRE_MAX_PLANES ||
 	    !sizes)
 		return td__fail(err, -EINVAL, "plane count must be 1..%d",
 				TD_WIRE_MAX_PLANES);
+	if (flags & ~TD_ALLOC_RECYCLE)
+		return td__fail(err, -EINVAL, "unknown alloc flags %#x",
+				flags);
 	*out = NULL;
-	for (uint32_t i = 0; i < plane_count; i++) {
+	for (uint32_t i = 0; i < plane_count; i++)
 		if (sizes[i] > SIZE_MAX)
 			return td__fail(err, -EFBIG, "plane %u too large", i);
-		req.sizes[i] = sizes[i];
-	}
 	a = calloc(1, sizeof(*a));
 	if (!a)
 		return td__fail(err, -ENOMEM, "out of memory");
@@ -103,65 +304,32 @@ int td_client_alloc(struct td_client *c, uint32_t plane_count,
 		a->fds[i] = -1;
 	a->c = c;
 	pthread_mutex_lock(&c->lock);
-	if (c->path_out == TD_IMPORT_SCM)
-		req.flags |= TD_WIRE_REQ_SCM;
-	len = td_wire_alloc_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
-				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
-	if (len < 0) {
-		rc = td__fail(err, (int)len, "encode ALLOC");
-		goto fail;
+	recycle = (flags & TD_ALLOC_RECYCLE) && !c->no_recycle;
+	rc = alloc_call(c, a, plane_count, sizes, recycle, err);
+	if (rc == -EBADMSG && recycle) {
+		/* a daemon that predates recyclable loans: a plain one */
+		c->no_recycle = true;
+		if (err)
+			memset(err, 0, sizeof(*err));
+		rc = alloc_call(c, a, plane_count, sizes, false, err);
 	}
-	rc = td__call(c, TD_OP_ALLOC, (size_t)len, NULL, 0, &m, err);
 	if (rc < 0)
 		goto fail;
-	rc = td_wire_alloc_rep_decode(m.body, m.body_len, &rep, &e);
-	if (rc < 0 || rep.fd_count != plane_count ||
-	    (c->path_out == TD_IMPORT_SCM && m.nfds != plane_count)) {
-		rc = td__fail(err, -EPROTO, "bad ALLOC reply: %s",
-			      e.reason ? e.reason : "fd count");
-		goto fail;
-	}
-	a->alloc_id = rep.alloc_id;
-	a->count = plane_count;
-	for (uint32_t i = 0; i < plane_count; i++) {
-		struct stat st;
-		void *p;
-
-		a->size[i] = sizes[i];
-		rc = td__import_fd(c, rep.fds[i].fd,
-				   i < m.nfds ? &m.fds[i] : NULL, &a->fds[i]);
-		if (rc < 0) {
-			td__fail(err, rc, "import buffer %u: %s", i,
-				 strerror(-rc));
-			goto fail;
-		}
-		if (fstat(a->fds[i], &st) < 0 ||
-		    (uint64_t)st.st_size < sizes[i]) {
-			rc = td__fail(err, -EPROTO, "buffer %u is smaller "
-				      "than asked", i);
-			goto fail;
-		}
-		if (!sizes[i])
-			continue;
-		p = mmap(NULL, sizes[i], PROT_READ | PROT_WRITE, MAP_SHARED,
-			 a->fds[i], 0);
-		if (p == MAP_FAILED) {
-			rc = td__fail(err, -errno, "mmap buffer %u: %s", i,
-				strerror(errno));
-			goto fail;
-		}
-		a->addr[i] = p;
-	}
-	td__msg_close_fds(&m);
 	td__client_ref(c);
 	pthread_mutex_unlock(&c->lock);
 	*out = a;
 	return 0;
 fail:
-	td__msg_close_fds(&m);
 	alloc_free_locked(a);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
+}
+
+int td_client_alloc(struct td_client *c, uint32_t plane_count,
+		    const uint64_t *sizes, struct td_alloc **out,
+		    struct td_error *err)
+{
+	return td_client_alloc_ex(c, plane_count, sizes, 0, out, err);
 }
 
 /* ---- blobs ---- */
@@ -423,10 +591,20 @@ int td_client_publish_alloc(struct td_client *c, struct td_alloc *a,
 	pthread_mutex_lock(&c->lock);
 	/*
 	 * The daemon write-seals the buffers (F_SEAL_WRITE), which the kernel
-	 * refuses while any writable shared mapping exists: unmap first.
+	 * refuses while any writable shared mapping exists: unmap first. A
+	 * recyclable loan is not sealed and keeps its mappings for the next
+	 * one (published: idle in the cache; refused: dropped with the loan).
 	 */
 	alloc_unmap(a);
 	rc = publish_send(c, p, &x, version, err);
+	for (uint32_t i = 0; rc == 0 && i < a->count; i++) {
+		if (!a->lb[i])
+			continue;
+		/* the cache owns them now, not the loan */
+		loanbuf_idle(c, a->lb[i]);
+		a->lb[i] = NULL;
+		a->fds[i] = -1;
+	}
 	alloc_free_locked(a);
 	pthread_mutex_unlock(&c->lock);
 	td__client_unref(c);

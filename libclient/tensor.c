@@ -225,6 +225,7 @@ int td_client_trim(struct td_client *c)
 	pthread_mutex_lock(&c->lock);
 	before = c->idle_maps;
 	td__maps_drop(c, false);
+	before += td__loans_drop(c, false);
 	pthread_mutex_unlock(&c->lock);
 	return (int)before;
 }

@@ -90,15 +90,19 @@ void tctl_print_entry(const struct td_entry *e, int json,
 {
 	const char *dt = td_tensor_dtype_name(e->dtype);
 	int ring = !!(e->flags & TD_ENTRY_RING);
+	/* not write-sealed: it trusts its producer (docs/fastpath.md) */
+	int recycle = !!(e->flags & TD_ENTRY_RECYCLE);
 
 	if (!json) {
 		printf("%-32s v%-6llu %-4s ", e->name,
 		       (unsigned long long)e->version, dt ? dt : "?");
 		tctl_print_shape(stdout, e->shape, e->ndim, 0);
-		printf(" %llu B, %u lease%s%s%s", (unsigned long long)e->bytes,
-		       e->lease_count, e->lease_count == 1 ? "" : "s",
+		printf(" %llu B, %u lease%s%s%s%s",
+		       (unsigned long long)e->bytes, e->lease_count,
+		       e->lease_count == 1 ? "" : "s",
 		       (e->flags & TD_PUBLISH_PIN) ? ", pinned" : "",
-		       ring ? ", ring" : "");
+		       ring ? ", ring" : "",
+		       recycle ? ", recyclable (not write-sealed)" : "");
 		if (rs)
 			printf(" (%u slots, %u of %u subscribers)",
 			       rs->slot_count, rs->subscribers,
@@ -113,10 +117,10 @@ void tctl_print_entry(const struct td_entry *e, int json,
 	printf(",\"shape\":");
 	tctl_print_shape(stdout, e->shape, e->ndim, 1);
 	printf(",\"bytes\":%llu,\"lease_count\":%u,\"pinned\":%s,"
-	       "\"ring\":%s,",
+	       "\"ring\":%s,\"recyclable\":%s,",
 	       (unsigned long long)e->bytes, e->lease_count,
 	       (e->flags & TD_PUBLISH_PIN) ? "true" : "false",
-	       ring ? "true" : "false");
+	       ring ? "true" : "false", recycle ? "true" : "false");
 	if (rs)
 		printf("\"slots\":%u,\"subscribers\":%u,\"readers\":%u,",
 		       rs->slot_count, rs->subscribers, rs->reader_count);

@@ -198,6 +198,31 @@ TD_EXPORT int td_client_publish(struct td_client *c, const struct td_publish *p,
 TD_EXPORT int td_client_alloc(struct td_client *c, uint32_t plane_count,
 			      const uint64_t *sizes, struct td_alloc **out,
 			      struct td_error *err);
+
+/*
+ * td_client_alloc_ex() flag: a recyclable loan, for producers that hand
+ * off a stream of same-sized tensors through the plain API
+ * (docs/fastpath.md, "Recycled loans"). Its buffers are NOT write-sealed
+ * at publish: consumers get read-only descriptors, but the published
+ * version trusts this producer not to write after publishing (as a ring
+ * does; td_entry.flags shows TD_ENTRY_RECYCLE). The library keeps the
+ * buffers mapped after publish (up to 16 per client), and once a version
+ * is replaced or deleted and its last lease released, the daemon hands
+ * the same buffer back to this client's next recyclable loan of that
+ * size: no fd, no mmap, no new memory. A recycled buffer holds the bytes
+ * of the version it last carried, not zeros. A buffer some consumer
+ * still leases is never recycled. A daemon that predates the flag gives
+ * a plain loan.
+ */
+#define TD_ALLOC_RECYCLE 0x1u
+
+/*
+ * td_client_alloc() with flags (0 or TD_ALLOC_RECYCLE; others -EINVAL).
+ * Returns 0 and the loan in *out, or -errno.
+ */
+TD_EXPORT int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
+				 const uint64_t *sizes, uint32_t flags,
+				 struct td_alloc **out, struct td_error *err);
 /* Writable bytes of buffer i, NULL when i is out of range or size is 0. */
 TD_EXPORT void *td_alloc_data(struct td_alloc *a, uint32_t i);
 /* Size requested for buffer i, 0 when out of range. */
@@ -211,7 +236,8 @@ TD_EXPORT void td_alloc_free(struct td_alloc *a);
  * Publish a loan. p->fds/fd_count are ignored; planes index the loan's
  * buffers (plane_count 0: one plane per buffer, of its requested size). The
  * library unmaps its writable mapping BEFORE sending, because the daemon
- * write-seals the buffers. Consumes the loan on success and on failure.
+ * write-seals the buffers (a TD_ALLOC_RECYCLE loan stays mapped, kept for
+ * the next loan). Consumes the loan on success and on failure.
  * Returns 0 and *version (may be NULL), or -errno.
  */
 TD_EXPORT int td_client_publish_alloc(struct td_client *c, struct td_alloc *a,
@@ -268,7 +294,10 @@ TD_EXPORT int td_client_get_newer(struct td_client *c, const char *name,
  */
 TD_EXPORT void td_tensor_release(struct td_tensor *t);
 
-/* Unmap and close every cached mapping no tensor uses. Returns how many. */
+/*
+ * Unmap and close every cached mapping no tensor uses, and every kept
+ * buffer of recyclable loans no loan uses. Returns how many.
+ */
 TD_EXPORT int td_client_trim(struct td_client *c);
 
 TD_EXPORT uint64_t td_tensor_version(const struct td_tensor *t);
@@ -336,6 +365,12 @@ TD_EXPORT int td_tensor_fence_wait(const struct td_tensor *t, int timeout_ms);
  * of a ring name leases its latest slot like any tensor version.
  */
 #define TD_ENTRY_RING 0x2u
+/*
+ * td_entry.flags: a version published from a TD_ALLOC_RECYCLE loan. Its
+ * buffers are not write-sealed: it trusts its producer not to write after
+ * publishing (consumers' descriptors are read-only all the same).
+ */
+#define TD_ENTRY_RECYCLE 0x4u
 
 /* A tensor's summary (LIST, STAT). Strings and meta are owned. */
 struct td_entry {
@@ -346,7 +381,7 @@ struct td_entry {
 	uint64_t shape[TD_ENTRY_MAX_DIMS];
 	uint64_t bytes;       /* sum of plane sizes */
 	uint32_t lease_count; /* leases held on this version, all clients */
-	uint32_t flags;       /* TD_PUBLISH_PIN, TD_ENTRY_RING */
+	uint32_t flags; /* TD_PUBLISH_PIN, TD_ENTRY_RING, TD_ENTRY_RECYCLE */
 	void *meta;
 	size_t meta_len;
 };
