@@ -157,7 +157,16 @@ uint64_t tu_rand(uint64_t *s)
 
 void tu_daemon_start(struct tu_daemon *d, const char *log_level)
 {
+	tu_daemon_start_args(d, log_level, NULL);
+}
+
+void tu_daemon_start_args(struct tu_daemon *d, const char *log_level,
+			  const char *const *extra)
+{
 	const char *bin = getenv("TD_TENSORD");
+	const char *argv[32] = {bin, "--socket", d->sock, "--log-level",
+				log_level};
+	unsigned argc = 5;
 
 	cr_assert(bin, "TD_TENSORD is not set (run through meson test)");
 	d->fds0 = tu_fd_count();
@@ -166,13 +175,16 @@ void tu_daemon_start(struct tu_daemon *d, const char *log_level)
 	snprintf(d->dir, sizeof(d->dir), "/tmp/td-test-XXXXXX");
 	cr_assert(mkdtemp(d->dir));
 	snprintf(d->sock, sizeof(d->sock), "%s/tensord.sock", d->dir);
+	for (; extra && *extra; extra++) {
+		cr_assert(argc < sizeof(argv) / sizeof(argv[0]) - 1);
+		argv[argc++] = *extra;
+	}
 	fflush(NULL);
 	d->pid = fork();
 	cr_assert(d->pid >= 0);
 	if (d->pid == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		execl(bin, bin, "--socket", d->sock, "--log-level", log_level,
-		      (char *)NULL);
+		execv(bin, (char *const *)argv);
 		_exit(127);
 	}
 	for (int i = 0; i < 2000; i++) {

@@ -59,6 +59,9 @@ struct tu_daemon {
  * that never comes up; nothing about speed is asserted).
  */
 void tu_daemon_start(struct tu_daemon *d, const char *log_level);
+/* The same with more tensord arguments (NULL-ended; NULL: none). */
+void tu_daemon_start_args(struct tu_daemon *d, const char *log_level,
+			  const char *const *extra);
 /*
  * SIGTERM; assert a clean exit (status 0), remove the folder, and assert
  * this process's fd count (and with check_maps its mapping count) is back

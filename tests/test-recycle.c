@@ -1,0 +1,458 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Recyclable loans (docs/fastpath.md, "Recycled loans"): TD_ALLOC_RECYCLE
+ * buffers come back to their producer once their version is retired and
+ * unleased, without an fd or a mapping; consumers only ever get read-only
+ * descriptors; a leased version is never recycled; free buffers count in
+ * the memory accounting, go first under --max-bytes and go with their
+ * connection. Producer and consumers are separate clients of one test
+ * process (the daemon tells them apart by connection), on the pidfd and
+ * on the SCM_RIGHTS path. tu_daemon_stop() checks fds and memfd mappings.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tensord/tensord.h"
+#include "testutil.h"
+
+#define KIB 1024u
+
+static const char *const small_cap[] = {"--max-bytes", "64M", NULL};
+
+static struct td_client *conn(const struct tu_daemon *d, const char *import)
+{
+	struct td_client *c = NULL;
+	struct td_client_info info;
+	struct td_error e = {0};
+
+	cr_assert_eq(setenv("TENSORD_IMPORT", import, 1), 0);
+	cr_assert_eq(td_client_connect(d->sock, &c, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_info(c, &info), 0);
+	cr_assert_eq(info.path_out, strcmp(import, "scm") == 0
+					    ? TD_CLIENT_PATH_SCM
+					    : TD_CLIENT_PATH_PIDFD);
+	return c;
+}
+
+/* A recyclable (or plain) loan of one plane of size bytes. */
+static struct td_alloc *loan(struct td_client *c, uint64_t size,
+			     uint32_t flags)
+{
+	struct td_alloc *a = NULL;
+	struct td_error e = {0};
+
+	cr_assert_eq(td_client_alloc_ex(c, 1, &size, flags, &a, &e), 0, "%s",
+		     e.reason);
+	return a;
+}
+
+static ino_t ino_of_at(int fd, int line)
+{
+	struct stat st;
+
+	cr_assert_eq(fstat(fd, &st), 0, "fd %d (line %d)", fd, line);
+	return st.st_ino;
+}
+#define ino_of(fd) ino_of_at(fd, __LINE__)
+
+/* Fill the loan with byte b and publish it as name (u8, one dimension). */
+static uint64_t publish(struct td_client *c, struct td_alloc *a,
+			const char *name, uint8_t b)
+{
+	uint64_t shape[1] = {td_alloc_size(a, 0)}, v = 0;
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape};
+	struct td_error e = {0};
+
+	memset(td_alloc_data(a, 0), b, (size_t)shape[0]);
+	cr_assert_eq(td_client_publish_alloc(c, a, &p, &v, &e), 0, "%s",
+		     e.reason);
+	return v;
+}
+
+static struct td_tensor *get(struct td_client *c, const char *name)
+{
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+
+	cr_assert_eq(td_client_get(c, name, &t, &e), 0, "%s", e.reason);
+	return t;
+}
+
+static bool all_bytes(const void *p, size_t n, uint8_t b)
+{
+	const uint8_t *q = p;
+
+	for (size_t i = 0; i < n; i++)
+		if (q[i] != b)
+			return false;
+	return true;
+}
+
+/* Open fds of the daemon, after its loop has settled (at most 10 s). */
+static int daemon_fds(pid_t pid, int want)
+{
+	char path[64];
+	int n = -1;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	for (int i = 0; i < 1000; i++) {
+		DIR *dir = opendir(path);
+		struct dirent *de;
+
+		cr_assert(dir);
+		n = 0;
+		while ((de = readdir(dir)))
+			n += de->d_name[0] != '.';
+		closedir(dir);
+		if (n == want || want < 0)
+			break;
+		usleep(10000);
+	}
+	return n;
+}
+
+/*
+ * The daemon's fds once they stop changing (three equal reads 100 ms
+ * apart): tu_daemon_start()'s readiness probe is a connection the daemon
+ * may still be closing when a test starts.
+ */
+static int daemon_fds_settled(pid_t pid)
+{
+	int last = daemon_fds(pid, -1), same = 0;
+
+	for (int i = 0; i < 100 && same < 3; i++) {
+		int n;
+
+		usleep(100000);
+		n = daemon_fds(pid, -1);
+		same = n == last ? same + 1 : 0;
+		last = n;
+	}
+	return last;
+}
+
+/* ---- the buffer comes back without an fd or a mapping ---- */
+
+static void comes_back(const char *import)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_alloc *a1, *a2, *a3;
+	struct td_tensor *t;
+	struct td_entry ent;
+	struct td_error e = {0};
+	const void *seen;
+	void *addr1;
+	ino_t ino1;
+	int fd1, fds, maps;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = conn(&d, import);
+	cons = conn(&d, import);
+
+	a1 = loan(prod, 64 * KIB, TD_ALLOC_RECYCLE);
+	addr1 = td_alloc_data(a1, 0);
+	fd1 = td_alloc_fd(a1, 0);
+	ino1 = ino_of(fd1);
+	publish(prod, a1, "rec/x", 1);
+	cr_assert_eq(td_client_stat(cons, "rec/x", &ent, &e), 0);
+	cr_assert(ent.flags & TD_ENTRY_RECYCLE, "flags %#x", ent.flags);
+	td_entry_fini(&ent);
+	t = get(cons, "rec/x");
+	seen = td_tensor_plane_data(t, 0);
+	cr_assert(all_bytes(seen, 64 * KIB, 1));
+	td_tensor_release(t);
+
+	/* v1 is current: the next loan is a new buffer */
+	a2 = loan(prod, 64 * KIB, TD_ALLOC_RECYCLE);
+	cr_assert_neq(ino_of(td_alloc_fd(a2, 0)), ino1);
+	publish(prod, a2, "rec/x", 2); /* v1 retired, unleased */
+
+	/* v1's buffer comes back: same fd, same address, nothing new */
+	fds = tu_fd_count();
+	maps = tu_buf_map_count();
+	a3 = loan(prod, 64 * KIB, TD_ALLOC_RECYCLE);
+	cr_assert_eq(td_alloc_fd(a3, 0), fd1);
+	cr_assert_eq(ino_of(td_alloc_fd(a3, 0)), ino1);
+	cr_assert_eq(td_alloc_data(a3, 0), addr1);
+	cr_assert_eq(tu_fd_count(), fds);
+	cr_assert_eq(tu_buf_map_count(), maps);
+	/* it holds what it carried last, not zeros */
+	cr_assert(all_bytes(td_alloc_data(a3, 0), 64 * KIB, 1));
+	publish(prod, a3, "rec/x", 3);
+
+	/*
+	 * The consumer's mapping cache hits: the same address as its first
+	 * GET, no new mapping (and on the pidfd path no new fd either; on
+	 * SCM the attached duplicate is closed again).
+	 */
+	fds = tu_fd_count();
+	t = get(cons, "rec/x");
+	cr_assert_eq(td_tensor_plane_data(t, 0), seen);
+	cr_assert(all_bytes(seen, 64 * KIB, 3));
+	cr_assert_eq(tu_buf_map_count(), maps);
+	cr_assert_eq(tu_fd_count(), fds);
+	td_tensor_release(t);
+
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+Test(recycle, a_retired_buffer_comes_back_without_fd_or_mapping_pidfd)
+{
+	comes_back("pidfd");
+}
+
+Test(recycle, a_retired_buffer_comes_back_without_fd_or_mapping_scm)
+{
+	comes_back("scm");
+}
+
+/* ---- a leased version is never recycled ---- */
+
+static void leased_kept(const char *import)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_alloc *a;
+	struct td_tensor *t1;
+	ino_t ino1, ino2;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = conn(&d, import);
+	cons = conn(&d, import);
+
+	a = loan(prod, 16 * KIB, TD_ALLOC_RECYCLE);
+	ino1 = ino_of(td_alloc_fd(a, 0));
+	publish(prod, a, "rec/l", 0x11);
+	t1 = get(cons, "rec/l"); /* held throughout */
+
+	a = loan(prod, 16 * KIB, TD_ALLOC_RECYCLE);
+	ino2 = ino_of(td_alloc_fd(a, 0));
+	publish(prod, a, "rec/l", 0x22); /* v1 retired but leased */
+
+	/* not v1's buffer: a fresh one, which the producer scribbles on */
+	a = loan(prod, 16 * KIB, TD_ALLOC_RECYCLE);
+	cr_assert_neq(ino_of(td_alloc_fd(a, 0)), ino1);
+	cr_assert_neq(ino_of(td_alloc_fd(a, 0)), ino2);
+	publish(prod, a, "rec/l", 0x33); /* v2 retired, unleased */
+	a = loan(prod, 16 * KIB, TD_ALLOC_RECYCLE);
+	cr_assert_eq(ino_of(td_alloc_fd(a, 0)), ino2);
+	memset(td_alloc_data(a, 0), 0x44, 16 * KIB);
+	td_alloc_free(a);
+
+	/* the held version's bytes are intact */
+	cr_assert(all_bytes(td_tensor_plane_data(t1, 0), 16 * KIB, 0x11));
+	td_tensor_release(t1);
+	/* released, and retired: now it comes back */
+	a = loan(prod, 16 * KIB, TD_ALLOC_RECYCLE);
+	cr_assert_eq(ino_of(td_alloc_fd(a, 0)), ino1);
+	td_alloc_free(a);
+
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+Test(recycle, a_leased_version_is_never_recycled_pidfd)
+{
+	leased_kept("pidfd");
+}
+
+Test(recycle, a_leased_version_is_never_recycled_scm)
+{
+	leased_kept("scm");
+}
+
+/* ---- consumers get read-only descriptors ---- */
+
+static void read_only(const char *import)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_alloc *a;
+	struct td_tensor *t;
+	long page = sysconf(_SC_PAGESIZE);
+	void *p;
+	int fd, seals;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = conn(&d, import);
+	cons = conn(&d, import);
+	a = loan(prod, 8 * KIB, TD_ALLOC_RECYCLE);
+	/* the producer's memfd keeps its size seals, not a write seal */
+	seals = fcntl(td_alloc_fd(a, 0), F_GET_SEALS);
+	cr_assert(seals & F_SEAL_SHRINK);
+	publish(prod, a, "rec/ro", 7);
+
+	t = get(cons, "rec/ro");
+	fd = td_tensor_plane_fd(t, 0);
+	cr_assert_geq(fd, 0);
+	seals = fcntl(fd, F_GET_SEALS);
+	cr_assert(seals & F_SEAL_SHRINK && seals & F_SEAL_GROW);
+	cr_assert_not(seals & F_SEAL_WRITE, "a recyclable buffer is not "
+		      "write-sealed (seals %#x)", seals);
+	cr_assert_eq(fcntl(fd, F_GETFL) & O_ACCMODE, O_RDONLY);
+	/* sealing needs a writable description */
+	cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE), -1);
+	cr_assert_eq(errno, EPERM);
+	cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL), -1);
+	/* the mapping cannot be made writable, nor a new writable one */
+	p = (void *)((uintptr_t)td_tensor_plane_data(t, 0) &
+		     ~(uintptr_t)(page - 1));
+	cr_assert_eq(mprotect(p, (size_t)page, PROT_READ | PROT_WRITE), -1);
+	cr_assert_eq(errno, EACCES);
+	cr_assert_eq(mmap(NULL, (size_t)page, PROT_READ | PROT_WRITE,
+			  MAP_SHARED, fd, 0),
+		     MAP_FAILED);
+	cr_assert(all_bytes(td_tensor_plane_data(t, 0), 8 * KIB, 7));
+	td_tensor_release(t);
+
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+Test(recycle, consumers_get_a_read_only_descriptor_pidfd)
+{
+	read_only("pidfd");
+}
+
+Test(recycle, consumers_get_a_read_only_descriptor_scm)
+{
+	read_only("scm");
+}
+
+/* ---- plain loans are unchanged ---- */
+
+Test(recycle, plain_loans_are_still_write_sealed_and_never_recycled)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_alloc *a;
+	struct td_tensor *t;
+	struct td_entry ent;
+	struct td_error e = {0};
+	ino_t ino1;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = conn(&d, "auto");
+	cons = conn(&d, "auto");
+	a = loan(prod, 8 * KIB, 0);
+	ino1 = ino_of(td_alloc_fd(a, 0));
+	publish(prod, a, "rec/plain", 5);
+	cr_assert_eq(td_client_stat(cons, "rec/plain", &ent, &e), 0);
+	cr_assert_not(ent.flags & TD_ENTRY_RECYCLE);
+	td_entry_fini(&ent);
+	t = get(cons, "rec/plain");
+	cr_assert(fcntl(td_tensor_plane_fd(t, 0), F_GET_SEALS) &
+		  F_SEAL_WRITE);
+	td_tensor_release(t);
+	a = loan(prod, 8 * KIB, 0);
+	publish(prod, a, "rec/plain", 6); /* v1 retired, unleased, freed */
+	/* even a recyclable loan cannot get a plain version's buffer */
+	a = loan(prod, 8 * KIB, TD_ALLOC_RECYCLE);
+	cr_assert_neq(ino_of(td_alloc_fd(a, 0)), ino1);
+	td_alloc_free(a);
+	/* unknown flags */
+	{
+		uint64_t size = 8 * KIB;
+
+		cr_assert_eq(td_client_alloc_ex(prod, 1, &size, 0x2, &a, &e),
+			     -EINVAL);
+	}
+
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+/* ---- memory: counted, dropped first, dropped with the producer ---- */
+
+Test(recycle, free_buffers_count_and_go_first_under_max_bytes)
+{
+	static const char *const cap[] = {"--max-bytes", "1M", NULL};
+	struct tu_daemon d;
+	struct td_client *prod, *other;
+	struct td_alloc *a, *big;
+	struct td_entry ent;
+	struct td_error e = {0};
+	ino_t ino1;
+	int before;
+
+	tu_daemon_start_args(&d, "warn", cap);
+	prod = conn(&d, "auto");
+	other = conn(&d, "auto");
+	a = loan(prod, 256 * KIB, TD_ALLOC_RECYCLE);
+	ino1 = ino_of(td_alloc_fd(a, 0));
+	publish(prod, a, "rec/m", 1);
+	a = loan(prod, 256 * KIB, TD_ALLOC_RECYCLE);
+	publish(prod, a, "rec/m", 2);
+	/* v2 (256 KiB) + v1's buffer on the free list (256 KiB) */
+	before = daemon_fds_settled(d.pid);
+	/*
+	 * 640 KiB fit only if one of the two goes: the free buffer goes,
+	 * not the current version (its writable and read-only fds close,
+	 * the new plane opens one).
+	 */
+	big = loan(other, 640 * KIB, 0);
+	cr_assert_eq(daemon_fds(d.pid, before - 1), before - 1);
+	cr_assert_eq(td_client_stat(other, "rec/m", &ent, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(ent.version, 2);
+	td_entry_fini(&ent);
+	td_alloc_free(big);
+	td_client_close(other); /* its unpublished alloc goes with it */
+	/* and the producer does not get it back: it is gone */
+	a = loan(prod, 256 * KIB, TD_ALLOC_RECYCLE);
+	cr_assert_neq(ino_of(td_alloc_fd(a, 0)), ino1);
+	td_alloc_free(a);
+
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+Test(recycle, free_buffers_go_when_their_producer_disconnects)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *other;
+	struct td_alloc *a;
+	struct td_error e = {0};
+	uint64_t v = 0;
+	int base, connected, n;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	other = conn(&d, "auto");
+	base = daemon_fds_settled(d.pid);
+	prod = conn(&d, "auto");
+	connected = daemon_fds(d.pid, -1);
+	for (uint8_t i = 1; i <= 4; i++) {
+		a = loan(prod, 32 * KIB, TD_ALLOC_RECYCLE);
+		publish(prod, a, "rec/d", i);
+	}
+	/* v4 (2 fds) and one free buffer (2 fds): two buffers in turn */
+	cr_assert_eq(daemon_fds(d.pid, -1), connected + 2 + 2);
+	td_client_close(prod);
+	/* the free buffer goes with the connection; the version stays */
+	n = daemon_fds(d.pid, base + 2);
+	cr_assert_eq(n, base + 2, "daemon fds %d, base %d, connected %d", n,
+		     base, connected);
+	cr_assert_eq(td_client_delete(other, "rec/d", &v, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(v, 4);
+	/* and once deleted its buffer is closed, not kept for anyone */
+	cr_assert_eq(daemon_fds(d.pid, base), base);
+
+	td_client_close(other);
+	tu_daemon_stop(&d, true);
+}
