@@ -20,6 +20,11 @@
  * ring's name (a daemon lease on its latest slot) and verify that. That churns
  * the daemon's ring lifecycle (create, rows, close, the memory of rings
  * outliving their producer) under the same chaos, fd and RSS checks.
+ *
+ * Half the loans are recyclable (TD_ALLOC_RECYCLE, docs/fastpath.md
+ * "Recycled loans"), of power-of-two sizes so that buffers come back:
+ * a buffer recycled while a consumer still leases its version would show
+ * up as a digest mismatch.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -141,6 +146,7 @@ static int produce(struct td_client *c, unsigned self, uint64_t *s)
 	struct td_error e = {0};
 	struct td_alloc *a;
 	char name[64];
+	bool recycle;
 	int rc;
 
 	pname(name, sizeof(name), self, (unsigned)(rnd(s) % C.names));
@@ -159,7 +165,15 @@ static int produce(struct td_client *c, unsigned self, uint64_t *s)
 		atomic_fetch_add(&n_empty, 1);
 		return 0;
 	}
-	rc = td_client_alloc(c, 1, &size, &a, &e);
+	recycle = rnd(s) & 1;
+	if (recycle) {
+		/* sizes that repeat, so that free buffers are taken again */
+		while (size & (size - 1))
+			size &= size - 1;
+		shape[0] = size;
+	}
+	rc = td_client_alloc_ex(c, 1, &size,
+				recycle ? TD_ALLOC_RECYCLE : 0, &a, &e);
 	if (rc == -ENOSPC || rc == -EDQUOT) {
 		/* everything is leased right now: back-pressure, not a bug */
 		atomic_fetch_add(&n_full, 1);
