@@ -3,17 +3,17 @@
  * tensord through its public client API (libclient/include/tensord/tensord.h),
  * against a daemon the bench starts on a socket in its temp dir.
  *
- * Producer: td_client_alloc() one plane -> write -> td_client_publish_alloc()
- * (the API has no buffer pool: every handoff is a fresh daemon memfd,
- * zero-filled and unfaulted, so its first-touch faults are part of every
- * tensord round trip; nothing can pre-fault it in setup).
+ * Producer: td_client_alloc_ex(TD_ALLOC_RECYCLE) one plane -> write ->
+ * td_client_publish_alloc(), what a streaming user of the plain API does
+ * (docs/fastpath.md, "Recycled loans"). Once the version before is
+ * replaced and released, the daemon hands its buffer back: the producer
+ * alternates two buffers it keeps mapped, with no fd, mmap or fresh
+ * memory per handoff (only the first two handoffs of a run take
+ * first-touch faults).
  * Consumer: td_client_get_newer(last version, wait forever) -> check the
- * bytes in place -> td_tensor_release() -> td_client_trim() -> ack.
- *
- * The trim: the client caches up to 64 idle mappings per buffer id, but
- * the daemon never hands the same buffer twice here, so the cache cannot
- * hit and would only pin up to 64 dead buffers (64 GiB at 1 GiB). Trimming
- * unmaps the one just released, like fd-pass's munmap per handoff.
+ * bytes in place -> td_tensor_release() -> ack. Its mapping cache (by
+ * buffer id) hits those two buffers, so it maps nothing per handoff
+ * either; the cache is dropped with the client at the end of the run.
  *
  * Ack: tensord has no reply channel, so the consumer acks with 8 bytes on
  * an AF_UNIX SOCK_SEQPACKET socketpair the harness made (one syscall each
@@ -106,9 +106,9 @@ static int td_producer_step(struct bench_run *r, uint64_t seq)
 	void *p;
 	int rc;
 
-	rc = td_client_alloc(x->c, 1, &size, &a, &err);
+	rc = td_client_alloc_ex(x->c, 1, &size, TD_ALLOC_RECYCLE, &a, &err);
 	if (rc < 0)
-		return bench_fail(r, rc, "td_client_alloc: %.200s",
+		return bench_fail(r, rc, "td_client_alloc_ex: %.200s",
 				  err.reason);
 	p = td_alloc_data(a, 0);
 	if (!p) {
@@ -153,7 +153,6 @@ static int td_consumer_step(struct bench_run *r, uint64_t seq)
 		rc = bench_fail(r, -EBADMSG, "payload %" PRIu64 " corrupt",
 				seq);
 	td_tensor_release(t);
-	td_client_trim(x->c);
 	if (rc < 0)
 		return rc;
 	rc = bench_ack_send(x->ack, seq);
@@ -186,8 +185,9 @@ static void td_teardown(struct bench_run *r)
 const struct bench_method bench_tensord = {
 	.name = "tensord",
 	.desc = "tensord public client API, daemon started by the bench: "
-		"td_client_alloc/write/td_client_publish_alloc, "
-		"td_client_get_newer/check/td_tensor_release/td_client_trim; "
+		"td_client_alloc_ex(TD_ALLOC_RECYCLE)/write/"
+		"td_client_publish_alloc, "
+		"td_client_get_newer/check/td_tensor_release; "
 		"ack: 8 bytes on an AF_UNIX SOCK_SEQPACKET socketpair",
 	.start = td_start,
 	.stop = td_stop,
