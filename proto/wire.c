@@ -489,10 +489,79 @@ int td_wire_hello_rep_decode(const uint8_t *body, size_t len,
 
 #define ALLOC_FLAGS (TD_WIRE_REQ_SCM | TD_WIRE_ALLOC_RECYCLE)
 
-/* A held id names a stored buffer: nonzero, not a ring window. */
+/*
+ * Held buffer ids (ALLOC and GET, optional trailing field): a list of
+ * stored buffer ids (nonzero, not ring windows), none twice.
+ */
 static bool held_id_ok(uint64_t id)
 {
 	return id != 0 && !(id & TD_WIRE_BUF_WINDOW);
+}
+
+static bool held_list_ok(uint32_t n, const uint64_t *held)
+{
+	if (n > TD_WIRE_MAX_HELD)
+		return false;
+	for (uint32_t i = 0; i < n; i++) {
+		if (!held_id_ok(held[i]))
+			return false;
+		for (uint32_t j = 0; j < i; j++)
+			if (held[j] == held[i])
+				return false;
+	}
+	return true;
+}
+
+static void wr_held(struct td_wire_wr *wr, uint32_t n, const uint64_t *held)
+{
+	if (!n)
+		return; /* an empty list is sent by leaving it out */
+	td_wire_wr_u32(wr, n);
+	for (uint32_t i = 0; i < n; i++)
+		td_wire_wr_u64(wr, held[i]);
+}
+
+/*
+ * The optional held list at the end of a body: absent when the body ends
+ * here (returns 0); fewer bytes than a count are trailing bytes, which
+ * rd_finish() refuses. refused: the request's flags do not allow one
+ * (why says which flag is missing). Returns the count, 0 on error.
+ */
+static uint32_t rd_held(struct td_wire_rd *rd, bool refused,
+			const char *why, uint64_t *held)
+{
+	uint32_t n;
+	size_t at;
+
+	if (rd->rc || rd->len - rd->off < 4)
+		return 0;
+	at = rd->off;
+	n = rd_count(rd, TD_WIRE_MAX_HELD, "held_count");
+	if (!rd->rc && n == 0)
+		rd_fail(rd, TD_ERR_MALFORMED, "held_count", 0, at,
+			"an empty held list is sent by leaving it out");
+	if (!rd->rc && refused)
+		rd_fail(rd, TD_ERR_MALFORMED, "held_count", n, at, why);
+	for (uint32_t i = 0; i < n && !rd->rc; i++) {
+		at = rd->off;
+		held[i] = td_wire_rd_u64(rd, "held");
+		if (rd->rc)
+			break;
+		if (!held_id_ok(held[i])) {
+			rd_fail(rd, TD_ERR_INVALID_ARGUMENT, "held", held[i],
+				at,
+				"held id is not a stored buffer id (0 or a "
+				"ring window)");
+			break;
+		}
+		for (uint32_t j = 0; j < i; j++)
+			if (held[j] == held[i]) {
+				rd_fail(rd, TD_ERR_INVALID_ARGUMENT, "held",
+					held[i], at, "held id listed twice");
+				break;
+			}
+	}
+	return rd->rc ? 0 : n;
 }
 
 int64_t td_wire_alloc_req_encode(const struct td_wire_alloc_req *m,
@@ -501,27 +570,16 @@ int64_t td_wire_alloc_req_encode(const struct td_wire_alloc_req *m,
 	struct td_wire_wr wr;
 
 	if (m->plane_count > TD_WIRE_MAX_PLANES || (m->flags & ~ALLOC_FLAGS) ||
-	    m->held_count > TD_WIRE_MAX_HELD ||
-	    (m->held_count && !(m->flags & TD_WIRE_ALLOC_RECYCLE)))
+	    (m->held_count && !(m->flags & TD_WIRE_ALLOC_RECYCLE)) ||
+	    !held_list_ok(m->held_count, m->held))
 		return -EINVAL;
-	for (uint32_t i = 0; i < m->held_count; i++) {
-		if (!held_id_ok(m->held[i]))
-			return -EINVAL;
-		for (uint32_t j = 0; j < i; j++)
-			if (m->held[j] == m->held[i])
-				return -EINVAL;
-	}
 	td_wire_wr_init(&wr, buf, cap);
 	td_wire_wr_u32(&wr, m->flags);
 	td_wire_wr_u32(&wr, m->plane_count);
 	for (uint32_t i = 0; i < m->plane_count; i++)
 		td_wire_wr_u64(&wr, m->sizes[i]);
 	/* optional: left out when empty, so a version-1 body is unchanged */
-	if (m->held_count) {
-		td_wire_wr_u32(&wr, m->held_count);
-		for (uint32_t i = 0; i < m->held_count; i++)
-			td_wire_wr_u64(&wr, m->held[i]);
-	}
+	wr_held(&wr, m->held_count, m->held);
 	return wr_done(&wr);
 }
 
@@ -529,50 +587,15 @@ int td_wire_alloc_req_decode(const uint8_t *body, size_t len,
 			     struct td_wire_alloc_req *m, struct td_err *err)
 {
 	struct td_wire_rd rd;
-	size_t at;
 
 	td_wire_rd_init(&rd, body, len, err);
 	m->flags = rd_flags(&rd, ALLOC_FLAGS, "flags");
 	m->plane_count = rd_count(&rd, TD_WIRE_MAX_PLANES, "plane_count");
 	for (uint32_t i = 0; i < m->plane_count && !rd.rc; i++)
 		m->sizes[i] = td_wire_rd_u64(&rd, "sizes");
-	m->held_count = 0;
-	/*
-	 * The optional held ids: absent when the body ends here; fewer bytes
-	 * than a count are trailing bytes (rd_finish refuses them).
-	 */
-	if (rd.rc || rd.len - rd.off < 4)
-		return rd_finish(&rd);
-	at = rd.off;
-	m->held_count = rd_count(&rd, TD_WIRE_MAX_HELD, "held_count");
-	if (!rd.rc && m->held_count == 0)
-		rd_fail(&rd, TD_ERR_MALFORMED, "held_count", 0, at,
-			"an empty held list is sent by leaving it out");
-	if (!rd.rc && !(m->flags & TD_WIRE_ALLOC_RECYCLE))
-		rd_fail(&rd, TD_ERR_MALFORMED, "held_count", m->held_count,
-			at, "held buffer ids without the RECYCLE flag");
-	for (uint32_t i = 0; i < m->held_count && !rd.rc; i++) {
-		at = rd.off;
-		m->held[i] = td_wire_rd_u64(&rd, "held");
-		if (rd.rc)
-			break;
-		if (!held_id_ok(m->held[i])) {
-			rd_fail(&rd, TD_ERR_INVALID_ARGUMENT, "held",
-				m->held[i], at,
-				"held id is not a stored buffer id (0 or a "
-				"ring window)");
-			break;
-		}
-		for (uint32_t j = 0; j < i; j++)
-			if (m->held[j] == m->held[i]) {
-				rd_fail(&rd, TD_ERR_INVALID_ARGUMENT, "held",
-					m->held[i], at,
-					"held id listed twice");
-				break;
-			}
-	}
-	if (rd.rc)
-		m->held_count = 0;
+	m->held_count = rd_held(&rd, !(m->flags & TD_WIRE_ALLOC_RECYCLE),
+				"held buffer ids without the RECYCLE flag",
+				m->held);
 	return rd_finish(&rd);
 }
 
@@ -702,7 +725,9 @@ int64_t td_wire_get_req_encode(const struct td_wire_get_req *m, uint8_t *buf,
 {
 	struct td_wire_wr wr;
 
-	if (m->name.len > TD_WIRE_MAX_NAME)
+	if (m->name.len > TD_WIRE_MAX_NAME ||
+	    (m->held_count && !(m->flags & TD_WIRE_REQ_SCM)) ||
+	    !held_list_ok(m->held_count, m->held))
 		return -EINVAL;
 	td_wire_wr_init(&wr, buf, cap);
 	td_wire_wr_str(&wr, m->name.ptr, m->name.len);
@@ -710,6 +735,8 @@ int64_t td_wire_get_req_encode(const struct td_wire_get_req *m, uint8_t *buf,
 	td_wire_wr_u32(&wr, m->flags);
 	td_wire_wr_u64(&wr, m->version);
 	td_wire_wr_u32(&wr, m->timeout_ms);
+	/* optional: left out when empty, so a version-1 body is unchanged */
+	wr_held(&wr, m->held_count, m->held);
 	return wr_done(&wr);
 }
 
@@ -727,6 +754,9 @@ int td_wire_get_req_decode(const uint8_t *body, size_t len,
 	m->flags = rd_flags(&rd, TD_WIRE_REQ_SCM, "flags");
 	m->version = td_wire_rd_u64(&rd, "version");
 	m->timeout_ms = td_wire_rd_u32(&rd, "timeout_ms");
+	m->held_count = rd_held(&rd, !(m->flags & TD_WIRE_REQ_SCM),
+				"held buffer ids without the SCM flag",
+				m->held);
 	return rd_finish(&rd);
 }
 

@@ -237,7 +237,22 @@ struct td_wire_get_req {
 	uint32_t flags; /* TD_WIRE_REQ_SCM */
 	uint64_t version;
 	uint32_t timeout_ms; /* 0 = do not wait */
+	/*
+	 * Optional trailing field (added after version 1): u32 held_count
+	 * (1..TD_WIRE_MAX_HELD; absent = 0), u64 held[held_count]: buffer ids
+	 * the client has mapped, so the reply need not attach them. Only with
+	 * TD_WIRE_REQ_SCM (a pidfd client pulls only what it lacks); ids are
+	 * nonzero, distinct, not windows (as for ALLOC).
+	 */
+	uint32_t held_count;
+	uint64_t held[TD_WIRE_MAX_HELD];
 };
+/*
+ * GET reply. To a request with held ids, an entry whose buffer_id is one
+ * of them has fd -1 and nothing attached (with TD_WIRE_REQ_SCM only the
+ * entries with fd >= 0 are, in order); a fence is always attached. Only
+ * replies to a request with held ids can contain fd -1.
+ */
 struct td_wire_get_rep {
 	uint64_t version;
 	uint64_t lease_id;

@@ -94,6 +94,13 @@ SEEDS = {
                             u32(CAT_KINDS | CAT_RECYCLE)),
     'entry_recycle': hdr('STAT', F_REPLY, entry('cam/0', 6, [64, 64],
                                                 flags=ENT_RECYCLE | 1)),
+    # SCM consumers (§6.4): GET with the optional held ids (with the SCM
+    # flag), and its reply leaving the held buffer out (fd -1) while the
+    # fence stays attached
+    'get_req_held': hdr('GET', 0, s('cam/0') + u32(0) + u32(1) + u64(0) +
+                        u32(0) + u32(2) + u64(7) + u64(9)),
+    'get_rep_held': hdr('GET', F_REPLY, u64(6) + u64(2) + by(b'') +
+                        by(BLOB) + fdents([(-1, 7), (11, 13)]), fds=1),
 }
 
 if __name__ == '__main__':

@@ -428,7 +428,7 @@ static void get_req(int sock, uint64_t id, const char *name, uint32_t mode,
 		    uint64_t version, uint32_t timeout_ms, uint32_t flags)
 {
 	struct td_wire_get_req r = {{name, (uint16_t)strlen(name)}, mode, flags,
-				    version, timeout_ms};
+				    version, timeout_ms, 0, {0}};
 	int64_t n = td_wire_get_req_encode(&r, BODY, BODY_CAP);
 
 	send_req(sock, TD_OP_GET, id, (size_t)n, NULL, 0);

@@ -280,7 +280,7 @@ static int raw_hello_scm(void)
 static void raw_gets(int sock, const char *name, unsigned count)
 {
 	struct td_wire_get_req r = {{name, (uint16_t)strlen(name)},
-				    TD_GET_LATEST, TD_WIRE_REQ_SCM, 0, 0};
+				    TD_GET_LATEST, TD_WIRE_REQ_SCM, 0, 0, 0, {0}};
 	uint8_t body[512];
 	int64_t n = td_wire_get_req_encode(&r, body, sizeof(body));
 

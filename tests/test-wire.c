@@ -267,7 +267,7 @@ static void sample_msg(enum kind k, union msg *m)
 	case K_GET_REQ:
 		m->get_req = (struct td_wire_get_req){
 			STR("cam/0/frame"), TD_GET_NEWER, TD_WIRE_REQ_SCM, 41,
-			2500};
+			2500, 0, {0}};
 		break;
 	case K_GET_REP:
 		m->get_rep = (struct td_wire_get_rep){
@@ -1347,6 +1347,140 @@ Test(wire, bad_held_ids_are_refused_with_a_reason)
 	m.flags |= 0x4;
 	cr_assert_eq(td_wire_alloc_req_encode(&m, body, sizeof(body)),
 		     -EINVAL);
+}
+
+/* An SCM consumer's GET advertising the buffers it has mapped (§6.4). */
+static const struct td_wire_get_req held_get = {
+	.name = {"cam/0", 5},
+	.mode = TD_GET_LATEST,
+	.flags = TD_WIRE_REQ_SCM,
+	.timeout_ms = 0,
+	.held_count = 3,
+	.held = {7, 9, 1ull << 40},
+};
+
+Test(wire, get_held_ids_round_trip_and_truncate_at_every_byte)
+{
+	struct td_wire_get_req g;
+	struct td_err e;
+	int64_t n = td_wire_get_req_encode(&held_get, body, sizeof(body));
+
+	/* name (2 + 5), mode, flags, version, timeout, held count, 3 ids */
+	cr_assert_eq(n, 7 + 4 + 4 + 8 + 4 + 4 + 24);
+	cr_assert_eq(td_wire_get_req_decode(body, (size_t)n, &g, &e), 0);
+	cr_assert_eq(g.flags, TD_WIRE_REQ_SCM);
+	cr_assert_eq(g.held_count, 3);
+	cr_assert_eq(g.held[0], 7);
+	cr_assert_eq(g.held[1], 9);
+	cr_assert_eq(g.held[2], 1ull << 40);
+	/*
+	 * Every cut: the version-1 body (after timeout_ms) decodes with no
+	 * held ids; 1-3 bytes more are trailing bytes; a cut list is
+	 * truncated.
+	 */
+	for (int64_t cut = 0; cut < n; cut++) {
+		int rc = td_wire_get_req_decode(body, (size_t)cut, &g, &e);
+
+		if (cut == 27) {
+			cr_assert_eq(rc, 0);
+			cr_assert_eq(g.held_count, 0);
+		} else if (cut > 27 && cut < 31) {
+			cr_assert_eq(rc, -EBADMSG, "cut %lld", (long long)cut);
+			cr_assert_str_eq(e.reason,
+					 "trailing bytes after the message");
+		} else {
+			cr_assert_eq(rc, -ENODATA, "cut %lld", (long long)cut);
+			cr_assert_eq(g.held_count, 0);
+		}
+	}
+	/* without held ids the body is exactly the version-1 one */
+	g = held_get;
+	g.held_count = 0;
+	cr_assert_eq(td_wire_get_req_encode(&g, body, sizeof(body)), 27);
+}
+
+/* Decode held_get with the u64/u32 at off replaced; 0 or -errno. */
+static int get_held_patched(size_t off, uint64_t v, bool wide,
+			    struct td_err *e)
+{
+	struct td_wire_get_req g;
+	int64_t n = td_wire_get_req_encode(&held_get, body, sizeof(body));
+	int rc;
+
+	cr_assert(n > 0);
+	if (wide)
+		td__put_le64(body + off, v);
+	else
+		td__put_le32(body + off, (uint32_t)v);
+	memset(e, 0, sizeof(*e));
+	rc = td_wire_get_req_decode(body, (size_t)n, &g, e);
+	/* a refused list is never half reported */
+	cr_assert(rc == 0 || g.held_count == 0);
+	return rc;
+}
+
+Test(wire, bad_get_held_ids_are_refused_with_a_reason)
+{
+	struct td_wire_get_req m = held_get;
+	struct td_err e;
+
+	/* a count over the cap */
+	cr_assert_eq(get_held_patched(27, TD_WIRE_MAX_HELD + 1, false, &e),
+		     -EOVERFLOW);
+	cr_assert_str_eq(e.field, "held_count");
+	cr_assert_eq(e.offset, 27);
+	/* a present empty list: one encoding per body */
+	cr_assert_eq(get_held_patched(27, 0, false, &e), -EBADMSG);
+	cr_assert_str_eq(e.reason,
+			 "an empty held list is sent by leaving it out");
+	/* held ids without the SCM flag: a pidfd consumer pulls what it
+	 * lacks and needs none */
+	cr_assert_eq(get_held_patched(11, 0, false, &e), -EBADMSG);
+	cr_assert_str_eq(e.reason, "held buffer ids without the SCM flag");
+	cr_assert_eq(e.offset, 27);
+	/* id 0, a ring window, a repeated id */
+	cr_assert_eq(get_held_patched(31, 0, true, &e), -EINVAL);
+	cr_assert_eq(e.kind, TD_ERR_INVALID_ARGUMENT);
+	cr_assert_eq(e.offset, 31);
+	cr_assert_eq(get_held_patched(39, TD_WIRE_BUF_WINDOW | 9, true, &e),
+		     -EINVAL);
+	cr_assert_eq(e.offset, 39);
+	cr_assert_eq(get_held_patched(47, 7, true, &e), -EINVAL);
+	cr_assert_str_eq(e.reason, "held id listed twice");
+	cr_assert_eq(e.offset, 47);
+	/* the encoder refuses what the decoder would */
+	m.held_count = TD_WIRE_MAX_HELD + 1;
+	cr_assert_eq(td_wire_get_req_encode(&m, body, sizeof(body)), -EINVAL);
+	m = held_get;
+	m.flags = 0;
+	cr_assert_eq(td_wire_get_req_encode(&m, body, sizeof(body)), -EINVAL);
+	m = held_get;
+	m.held[1] = 7;
+	cr_assert_eq(td_wire_get_req_encode(&m, body, sizeof(body)), -EINVAL);
+	m = held_get;
+	m.held[2] = TD_WIRE_BUF_WINDOW;
+	cr_assert_eq(td_wire_get_req_encode(&m, body, sizeof(body)), -EINVAL);
+}
+
+Test(wire, get_reply_with_a_held_buffer_left_out_round_trips)
+{
+	struct td_wire_get_rep r = {
+		.version = 6,
+		.lease_id = 2,
+		.blob = {(const uint8_t *)"0123", 4},
+		.fd_count = 2,
+		.fds = {{-1, 7}, {11, 13}},
+	}, g;
+	struct td_err e;
+	int64_t n = td_wire_get_rep_encode(&r, body, sizeof(body));
+
+	cr_assert(n > 0);
+	cr_assert_eq(td_wire_get_rep_decode(body, (size_t)n, &g, &e), 0);
+	cr_assert_eq(g.fd_count, 2);
+	cr_assert_eq(g.fds[0].fd, -1);
+	cr_assert_eq(g.fds[0].buffer_id, 7);
+	cr_assert_eq(g.fds[1].fd, 11);
+	cr_assert_eq(g.fds[1].buffer_id, 13);
 }
 
 Test(wire, recycle_entry_flag_and_catalogue_bit_round_trip)

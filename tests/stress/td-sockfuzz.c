@@ -192,7 +192,8 @@ static size_t valid(unsigned nfds)
 	case TD_OP_GET: {
 		struct td_wire_get_req r = {a_name(), (uint32_t)(rnd() % 3),
 					    (uint32_t)(rnd() & 1), rnd() % 50,
-					    (uint32_t)(rnd() % 4 ? 0 : 20)};
+					    (uint32_t)(rnd() % 4 ? 0 : 20), 0,
+					    {0}};
 		n = td_wire_get_req_encode(&r, b, cap);
 		break;
 	}
