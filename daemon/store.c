@@ -129,6 +129,8 @@ struct waiter {
 	uint64_t request_id;
 	uint32_t mode, flags;
 	uint64_t version;
+	uint32_t held_count; /* the request's held ids (SCM consumers) */
+	uint64_t held[TD_WIRE_MAX_HELD];
 	uint64_t deadline; /* uv_now() ms, UINT64_MAX = never */
 	uint32_t timeout_ms;
 	/* parked only because a ring's latest slot was being rewritten */
@@ -734,13 +736,32 @@ void td__store_uncharge(uid_t uid, uint64_t bytes)
 
 /* ---- GET, leases ---- */
 
+/*
+ * Whether the reply may leave out entry f: a plane buffer the SCM client
+ * says it has mapped (held). The list is believed for this and nothing
+ * else: a client that lies only gets a reply it cannot map. Fences are
+ * always attached (a fresh one each time, never cached by the client).
+ */
+static bool held_by_client(const struct vfd *f, uint32_t held_count,
+			   const uint64_t *held)
+{
+	if (!f->tracked)
+		return false;
+	for (uint32_t i = 0; i < held_count; i++)
+		if (held[i] == f->buffer_id)
+			return true;
+	return false;
+}
+
 static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
-		      uint32_t flags, struct version *v)
+		      uint32_t flags, uint32_t held_count,
+		      const uint64_t *held, struct version *v)
 {
 	struct td__daemon *d = td__d;
 	struct td__store *s = d->store;
 	struct td_wire_get_rep r;
 	int fds[TABLE_MAX];
+	unsigned nsend = 0;
 	struct lease *l;
 	int64_t len;
 
@@ -781,13 +802,17 @@ static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 	for (uint32_t i = 0; i < v->nfds; i++) {
 		r.fds[i].fd = vfd_out(&v->fds[i]);
 		r.fds[i].buffer_id = v->fds[i].buffer_id;
-		fds[i] = r.fds[i].fd;
+		/* held ids come only with TD_WIRE_REQ_SCM (wire decoder) */
+		if (held_by_client(&v->fds[i], held_count, held))
+			r.fds[i].fd = -1;
+		else
+			fds[nsend++] = r.fds[i].fd;
 	}
 	len = td_wire_get_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
 	/* cannot fail: blob and meta were bounded when published */
 	td__peer_send(p, op, TD_WIRE_F_REPLY, request_id, 0,
 		      len < 0 ? 0 : (size_t)len, fds,
-		      (flags & TD_WIRE_REQ_SCM) ? v->nfds : 0);
+		      (flags & TD_WIRE_REQ_SCM) ? nsend : 0);
 }
 
 static void lease_drop(struct td__store *s, struct td__peer *p,
@@ -915,7 +940,8 @@ static void wake(struct td__store *s, struct version *v)
 			continue;
 		if (w->mode == TD_GET_NEWER && v->number <= w->version)
 			continue;
-		reply_get(w->peer, TD_OP_GET, w->request_id, w->flags, v);
+		reply_get(w->peer, TD_OP_GET, w->request_id, w->flags,
+			  w->held_count, w->held, v);
 		waiter_free(w);
 	}
 	rearm(s);
@@ -955,7 +981,8 @@ static void op_get(struct td__peer *p, const struct td_wire_hdr *h,
 		if (v && v->number == m.version)
 			x = v;
 		if (x) {
-			reply_get(p, h->opcode, h->request_id, m.flags, x);
+			reply_get(p, h->opcode, h->request_id, m.flags,
+				  m.held_count, m.held, x);
 			return;
 		}
 		if (v)
@@ -972,7 +999,8 @@ static void op_get(struct td__peer *p, const struct td_wire_hdr *h,
 		return;
 	}
 	if (v && (m.mode == TD_GET_LATEST || v->number > m.version)) {
-		reply_get(p, h->opcode, h->request_id, m.flags, v);
+		reply_get(p, h->opcode, h->request_id, m.flags, m.held_count,
+			  m.held, v);
 		return;
 	}
 	if (m.timeout_ms == 0 && !rewrite) {
@@ -1011,6 +1039,8 @@ static void op_get(struct td__peer *p, const struct td_wire_hdr *h,
 	w->mode = m.mode;
 	w->flags = m.flags;
 	w->version = m.version;
+	w->held_count = m.held_count;
+	memcpy(w->held, m.held, m.held_count * sizeof(*m.held));
 	w->timeout_ms = m.timeout_ms;
 	w->rewrite = rewrite && m.timeout_ms < RING_REWRITE_WAIT_MS;
 	w->deadline = m.timeout_ms == TD_WIRE_WAIT_FOREVER

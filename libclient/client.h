@@ -77,6 +77,7 @@ struct td_client {
 	bool no_cat_flags;
 	bool no_cat_recycle; /* ... or only TD_WIRE_CAT_RECYCLE */
 	bool no_recycle;     /* ... or TD_WIRE_ALLOC_RECYCLE */
+	bool no_get_held;    /* ... or held ids on GET */
 	struct td__event *ev_head, *ev_tail;
 	struct td__map *maps; /* list of every mapping */
 	unsigned idle_maps;   /* maps with refs == 0 */

@@ -357,11 +357,16 @@ static int tensor_import(struct td_client *c, struct td_tensor *t,
 	uint64_t lo[TD_WIRE_MAX_PLANES + 1], hi[TD_WIRE_MAX_PLANES + 1];
 	struct td_blob_cursor cur = TD_BLOB_CURSOR_INIT;
 	struct td_blob_plane p;
+	bool scm_path = c->path_out == TD_IMPORT_SCM;
+	unsigned nfd = 0, k = 0;
 	int rc;
 
-	if (c->path_out == TD_IMPORT_SCM && m->nfds != rep->fd_count)
+	/* SCM: entries with fd -1 (held buffers) have nothing attached */
+	for (uint32_t i = 0; i < rep->fd_count; i++)
+		nfd += rep->fds[i].fd >= 0;
+	if (scm_path && m->nfds != nfd)
 		return td__fail(err, -EPROTO, "GET: %u fds attached, %u "
-				"described", m->nfds, rep->fd_count);
+				"described", m->nfds, nfd);
 	for (uint32_t i = 0; i <= TD_WIRE_MAX_PLANES; i++) {
 		lo[i] = UINT64_MAX;
 		hi[i] = 0;
@@ -381,9 +386,14 @@ static int tensor_import(struct td_client *c, struct td_tensor *t,
 	}
 	cur = TD_BLOB_CURSOR_INIT;
 	for (uint32_t i = 0; i < rep->fd_count; i++) {
-		int *scm = i < m->nfds ? &m->fds[i] : NULL;
+		/* left out because this client said it maps that buffer */
+		bool omitted = scm_path && rep->fds[i].fd < 0;
+		int *scm = !omitted && k < m->nfds ? &m->fds[k++] : NULL;
 
 		if (v->fence_fd >= 0 && (uint32_t)v->fence_fd == i) {
+			if (omitted)
+				return td__fail(err, -EPROTO, "GET reply "
+						"left out the fence");
 			rc = td__import_fd(c, rep->fds[i].fd, scm,
 					   &t->fence_fd);
 			if (rc < 0)
@@ -393,6 +403,12 @@ static int tensor_import(struct td_client *c, struct td_tensor *t,
 		}
 		rc = td__map_get(c, rep->fds[i].buffer_id, rep->fds[i].fd, scm,
 				 lo[i] > hi[i] ? 0 : lo[i], hi[i], &tab[i]);
+		if (rc < 0 && omitted)
+			return td__fail(err, -EPROTO, "GET reply left out "
+					"buffer %u (id %llu), which is not "
+					"mapped here", i,
+					(unsigned long long)
+						rep->fds[i].buffer_id);
 		if (rc < 0)
 			return td__fail(err, rc, "import buffer %u: %s", i,
 					strerror(-rc));
@@ -432,6 +448,40 @@ static int tensor_import(struct td_client *c, struct td_tensor *t,
 	return 0;
 }
 
+/*
+ * SCM path: advertise the buffers mapped here, so the daemon attaches no
+ * fd for them (docs/fastpath.md, "Recycled loans"). At most
+ * TD_WIRE_MAX_HELD of the cache's ids, the most recently used first
+ * (in use counts as most recent); windows (ring slots) never, their
+ * cache entry depends on the pages. Lock held.
+ */
+static void held_pick(const struct td_client *c, struct td_wire_get_req *r)
+{
+	uint64_t key[TD_WIRE_MAX_HELD];
+	uint32_t n = 0;
+
+	for (const struct td__map *m = c->maps; m; m = m->next) {
+		uint64_t k = m->refs ? UINT64_MAX : m->used;
+		uint32_t at;
+
+		if (m->buffer_id == 0 || (m->buffer_id & TD_WIRE_BUF_WINDOW))
+			continue;
+		/* ids are unique in the cache (one mapping per buffer) */
+		for (at = n; at > 0 && key[at - 1] < k; at--)
+			;
+		if (at == TD_WIRE_MAX_HELD)
+			continue;
+		if (n < TD_WIRE_MAX_HELD)
+			n++;
+		memmove(&key[at + 1], &key[at], (n - 1 - at) * sizeof(*key));
+		memmove(&r->held[at + 1], &r->held[at],
+			(n - 1 - at) * sizeof(*r->held));
+		key[at] = k;
+		r->held[at] = m->buffer_id;
+	}
+	r->held_count = n;
+}
+
 static int get_common(struct td_client *c, const char *name, uint32_t mode,
 		      uint64_t version, uint32_t timeout_ms,
 		      struct td_tensor **out, struct td_error *err)
@@ -457,6 +507,9 @@ static int get_common(struct td_client *c, const char *name, uint32_t mode,
 	pthread_mutex_lock(&c->lock);
 	if (c->path_out == TD_IMPORT_SCM)
 		req.flags |= TD_WIRE_REQ_SCM;
+	if (c->path_out == TD_IMPORT_SCM && !c->no_get_held)
+		held_pick(c, &req);
+again:
 	len = td_wire_get_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
 				     TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	if (len < 0) {
@@ -464,6 +517,14 @@ static int get_common(struct td_client *c, const char *name, uint32_t mode,
 		goto out;
 	}
 	rc = td__call(c, TD_OP_GET, (size_t)len, NULL, 0, &m, err);
+	if (rc == -EBADMSG && req.held_count) {
+		/* a daemon that predates held ids on GET: ask without */
+		c->no_get_held = true;
+		req.held_count = 0;
+		if (err)
+			memset(err, 0, sizeof(*err));
+		goto again;
+	}
 	if (rc < 0)
 		goto out;
 	rc = td_wire_get_rep_decode(m.body, m.body_len, &rep, &e);

@@ -11,17 +11,58 @@
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include "bytes.h"
+#include "scm.h"
 #include "tensord/tensord.h"
 #include "testutil.h"
+#include "wire.h"
+
+/*
+ * SCM_RIGHTS descriptors this process has received. recvmsg is
+ * interposed (this executable's definition comes first for libtensord's
+ * calls too) and counts the fds of every SCM_RIGHTS control message, so a
+ * test can say that a handoff installed no fd at all, which fd counts
+ * cannot: libtensord closes a duplicate it does not need at once.
+ */
+static unsigned long scm_fds_in;
+
+ssize_t recvmsg(int sock, struct msghdr *msg, int flags);
+ssize_t recvmsg(int sock, struct msghdr *msg, int flags)
+{
+	static ssize_t (*real)(int, struct msghdr *, int);
+	ssize_t n;
+
+	if (!real) {
+		void *sym = dlsym(RTLD_NEXT, "recvmsg");
+
+		/* POSIX dlsym: object and function pointers share a size */
+		memcpy(&real, &sym, sizeof(real));
+	}
+	n = real(sock, msg, flags);
+	if (n < 0 || !msg->msg_control)
+		return n;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c;
+	     c = CMSG_NXTHDR(msg, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+			__atomic_add_fetch(&scm_fds_in,
+					   (c->cmsg_len - CMSG_LEN(0)) /
+						   sizeof(int),
+					   __ATOMIC_RELAXED);
+	return n;
+}
 
 #define KIB 1024u
 
@@ -454,5 +495,285 @@ Test(recycle, free_buffers_go_when_their_producer_disconnects)
 	cr_assert_eq(daemon_fds(d.pid, base), base);
 
 	td_client_close(other);
+	tu_daemon_stop(&d, true);
+}
+
+/* ---- SCM consumers: GET leaves out the buffers they hold ---- */
+
+/*
+ * Steady state of a recycled stream on the SCM path: the producer's
+ * ALLOC and the consumer's GET both advertise what they hold, so a whole
+ * handoff (ALLOC, write, PUBLISH, GET, read, RELEASE) installs no fd in
+ * either and maps nothing new. consumer: the consumer's import path.
+ */
+static void scm_steady(const char *producer, const char *consumer)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_tensor *t;
+	unsigned long in0, cold;
+	int fds, maps;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = conn(&d, producer);
+	cons = conn(&d, consumer);
+	/* warm: both buffers of the alternation mapped on both sides */
+	in0 = scm_fds_in;
+	for (uint8_t i = 1; i <= 6; i++) {
+		publish(prod, loan(prod, 32 * KIB, TD_ALLOC_RECYCLE), "rec/s",
+			i);
+		t = get(cons, "rec/s");
+		cr_assert(all_bytes(td_tensor_plane_data(t, 0), 32 * KIB, i));
+		td_tensor_release(t);
+	}
+	cold = scm_fds_in - in0;
+	/* the counter sees SCM fds at all (else the test proves nothing) */
+	if (strcmp(consumer, "scm") == 0)
+		cr_assert_geq(cold, 2, "SCM fds while warming up: %lu", cold);
+	fds = tu_fd_count();
+	maps = tu_buf_map_count();
+	in0 = scm_fds_in;
+	for (unsigned i = 0; i < 50; i++) {
+		uint8_t b = (uint8_t)(0x40 + i);
+
+		publish(prod, loan(prod, 32 * KIB, TD_ALLOC_RECYCLE), "rec/s",
+			b);
+		t = get(cons, "rec/s");
+		cr_assert(all_bytes(td_tensor_plane_data(t, 0), 32 * KIB, b),
+			  "handoff %u", i);
+		cr_assert_eq(tu_fd_count(), fds, "handoff %u", i);
+		cr_assert_eq(tu_buf_map_count(), maps, "handoff %u", i);
+		td_tensor_release(t);
+	}
+	cr_assert_eq(scm_fds_in - in0, 0,
+		     "%lu fds received in 50 warm handoffs",
+		     scm_fds_in - in0);
+
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+Test(recycle, an_scm_consumer_gets_a_recycled_buffer_without_any_fd)
+{
+	scm_steady("scm", "scm");
+}
+
+Test(recycle, a_pidfd_consumer_is_unchanged_and_receives_no_fd)
+{
+	scm_steady("pidfd", "pidfd");
+}
+
+Test(recycle, an_scm_consumer_of_a_pidfd_producer_receives_no_fd)
+{
+	scm_steady("pidfd", "scm");
+}
+
+/* ---- a raw SCM client, to send held ids libtensord would not ---- */
+
+static uint8_t rawbuf[TD_WIRE_MAX_MSG];
+
+struct rawrep {
+	struct td_wire_hdr h;
+	int fds[TD_WIRE_MAX_FDS];
+	unsigned nfds;
+};
+
+static void raw_send(int sock, uint16_t op, uint64_t id, size_t body_len)
+{
+	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, op, 0, 0, id,
+				(uint32_t)body_len, 0};
+
+	td_wire_hdr_encode(&h, rawbuf);
+	cr_assert_eq(td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN + body_len,
+				  NULL, 0, 0),
+		     (ssize_t)(TD_WIRE_HDR_LEN + body_len));
+}
+
+static void raw_recv(int sock, struct rawrep *r)
+{
+	struct td__scm_rx rx = {.fds = r->fds, .cap = TD_WIRE_MAX_FDS};
+	ssize_t n = td__scm_recv(sock, rawbuf, sizeof(rawbuf), 0, &rx);
+
+	cr_assert_gt(n, 0);
+	cr_assert_eq(td_wire_hdr_decode(rawbuf, (size_t)n, &r->h, NULL), 0);
+	r->nfds = rx.nfds;
+	cr_assert_eq(r->nfds, r->h.fd_count);
+}
+
+/* Connect and HELLO asking for SCM_RIGHTS both ways. */
+static int raw_scm_conn(const struct tu_daemon *d)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct td_wire_hello_req hr = {TD_IMPORT_SCM, -1, {"liar", 4}};
+	struct td_wire_hello_rep rep;
+	struct rawrep r;
+	int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	int64_t n;
+
+	cr_assert_geq(sock, 0);
+	memcpy(sa.sun_path, d->sock, sizeof(d->sock));
+	cr_assert_eq(connect(sock, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	n = td_wire_hello_req_encode(&hr, rawbuf + TD_WIRE_HDR_LEN,
+				     sizeof(rawbuf) - TD_WIRE_HDR_LEN);
+	raw_send(sock, TD_OP_HELLO, 1, (size_t)n);
+	raw_recv(sock, &r);
+	cr_assert_eq(r.h.status, 0);
+	cr_assert_eq(td_wire_hello_rep_decode(rawbuf + TD_WIRE_HDR_LEN,
+					      r.h.body_len, &rep, NULL),
+		     0);
+	cr_assert_eq(rep.import_in, TD_IMPORT_SCM);
+	td__scm_close(r.fds, r.nfds);
+	return sock;
+}
+
+/* A raw GET LATEST of name with held ids; the reply decoded into *g. */
+static void raw_get(int sock, uint64_t id, const char *name, uint32_t flags,
+		    uint32_t held_count, const uint64_t *held,
+		    struct rawrep *r, struct td_wire_get_rep *g)
+{
+	struct td_wire_get_req q = {.name = {name, (uint16_t)strlen(name)},
+				    .mode = TD_GET_LATEST,
+				    .flags = flags,
+				    .held_count = held_count};
+	struct td_wire_error er;
+	int64_t n;
+
+	if (held_count)
+		memcpy(q.held, held, held_count * sizeof(*held));
+	n = td_wire_get_req_encode(&q, rawbuf + TD_WIRE_HDR_LEN,
+				   sizeof(rawbuf) - TD_WIRE_HDR_LEN);
+	if (n < 0) { /* a request the encoder refuses: forge it */
+		q.held_count = 0;
+		n = td_wire_get_req_encode(&q, rawbuf + TD_WIRE_HDR_LEN,
+					   sizeof(rawbuf) - TD_WIRE_HDR_LEN);
+		cr_assert_gt(n, 0);
+		td__put_le32(rawbuf + TD_WIRE_HDR_LEN + n, held_count);
+		n += 4;
+		for (uint32_t i = 0; i < held_count; i++, n += 8)
+			td__put_le64(rawbuf + TD_WIRE_HDR_LEN + n, held[i]);
+	}
+	raw_send(sock, TD_OP_GET, id, (size_t)n);
+	raw_recv(sock, r);
+	cr_assert_eq(r->h.request_id, id);
+	if (r->h.status < 0) {
+		cr_assert_eq(td_wire_error_decode(rawbuf + TD_WIRE_HDR_LEN,
+						  r->h.body_len, &er, NULL),
+			     0);
+		cr_log_info("GET refused: %.*s", (int)er.reason.len,
+			    er.reason.ptr);
+		return;
+	}
+	cr_assert_eq(td_wire_get_rep_decode(rawbuf + TD_WIRE_HDR_LEN,
+					    r->h.body_len, g, NULL),
+		     0);
+}
+
+/* What fd is, as /proc names it (static buffer). */
+static const char *fd_kind(int fd)
+{
+	static char l[64];
+	char path[64];
+	ssize_t k;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	k = readlink(path, l, sizeof(l) - 1);
+	cr_assert_gt(k, 0);
+	l[k] = 0;
+	return l;
+}
+
+/* Release lease id on a raw connection; asserts the empty reply. */
+static void raw_release(int sock, uint64_t id, uint64_t lease)
+{
+	struct td_wire_release_req q = {lease};
+	struct rawrep r;
+	int64_t n = td_wire_release_req_encode(&q, rawbuf + TD_WIRE_HDR_LEN,
+					       sizeof(rawbuf) -
+						       TD_WIRE_HDR_LEN);
+
+	raw_send(sock, TD_OP_RELEASE, id, (size_t)n);
+	raw_recv(sock, &r);
+	cr_assert_eq(r.h.status, 0);
+}
+
+Test(recycle, a_consumer_that_claims_a_buffer_it_lacks_gets_no_fd_for_it)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_alloc *a;
+	struct td_tensor *t;
+	struct td_error e = {0};
+	struct td_wire_get_rep g;
+	struct rawrep r;
+	uint64_t shape[1] = {16 * KIB}, v = 0, held[3];
+	struct td_publish p = {.name = "rec/liar", .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape,
+			       .flags = TD_PUBLISH_FENCE};
+	int sock, efd;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	efd = eventfd(1, EFD_CLOEXEC);
+	prod = conn(&d, "auto");
+	a = loan(prod, 16 * KIB, TD_ALLOC_RECYCLE);
+	memset(td_alloc_data(a, 0), 9, 16 * KIB);
+	cr_assert_geq(efd, 0);
+	p.fence_fd = efd;
+	cr_assert_eq(td_client_publish_alloc(prod, a, &p, &v, &e), 0, "%s",
+		     e.reason);
+	close(efd);
+
+	sock = raw_scm_conn(&d);
+	/* an honest first GET: plane and fence attached */
+	raw_get(sock, 2, "rec/liar", TD_WIRE_REQ_SCM, 0, NULL, &r, &g);
+	cr_assert_eq(r.h.status, 0);
+	cr_assert_eq(g.fd_count, 2);
+	cr_assert_eq(r.nfds, 2);
+	held[0] = g.fds[0].buffer_id; /* the plane */
+	held[1] = g.fds[1].buffer_id; /* the fence: never left out */
+	held[2] = 123456789;          /* a buffer the daemon never had */
+	td__scm_close(r.fds, r.nfds);
+	raw_release(sock, 3, g.lease_id);
+	close(sock);
+
+	/*
+	 * A new connection that holds nothing claims the plane: the reply
+	 * leaves exactly that fd out (-1, nothing attached) and attaches
+	 * the fence; the unknown id changes nothing. The client is left
+	 * with a tensor it cannot map - its problem, nobody else's.
+	 */
+	sock = raw_scm_conn(&d);
+	raw_get(sock, 2, "rec/liar", TD_WIRE_REQ_SCM, 3, held, &r, &g);
+	cr_assert_eq(r.h.status, 0);
+	cr_assert_eq(g.fd_count, 2);
+	cr_assert_eq(g.fds[0].fd, -1);
+	cr_assert_eq(g.fds[0].buffer_id, held[0]);
+	cr_assert_geq(g.fds[1].fd, 0, "the fence is always attached");
+	cr_assert_eq(r.nfds, 1);
+	cr_assert_str_eq(fd_kind(r.fds[0]), "anon_inode:[eventfd]");
+	td__scm_close(r.fds, r.nfds);
+	raw_release(sock, 3, g.lease_id);
+	/* held ids only ever change what this reply attaches */
+	raw_get(sock, 4, "rec/liar", TD_WIRE_REQ_SCM, 1, &held[2], &r, &g);
+	cr_assert_eq(r.h.status, 0);
+	cr_assert_eq(r.nfds, 2);
+	cr_assert_geq(g.fds[0].fd, 0);
+	td__scm_close(r.fds, r.nfds);
+	raw_release(sock, 5, g.lease_id);
+	/* held ids on a pidfd-path GET are refused, with the reason */
+	raw_get(sock, 6, "rec/liar", 0, 1, held, &r, &g);
+	cr_assert_eq(r.h.status, -EBADMSG);
+	cr_assert_eq(r.nfds, 0);
+	close(sock);
+
+	/* the daemon serves everyone else as before */
+	cons = conn(&d, "scm");
+	t = get(cons, "rec/liar");
+	cr_assert(all_bytes(td_tensor_plane_data(t, 0), 16 * KIB, 9));
+	cr_assert(td_tensor_has_fence(t));
+	td_tensor_release(t);
+
+	td_client_close(cons);
+	td_client_close(prod);
 	tu_daemon_stop(&d, true);
 }
