@@ -76,6 +76,7 @@ struct version {
 	char name[TD_WIRE_MAX_NAME + 1];
 	uint32_t meta_len, blob_len;
 	uint8_t *meta, *blob; /* point into data[] */
+	size_t data_cap;      /* bytes of data[] (kept across reuse) */
 	uint8_t data[];
 };
 
@@ -146,6 +147,17 @@ struct waiter {
  */
 #define RING_REWRITE_WAIT_MS 1000
 
+/* Released records of one kind, kept for reuse (td__store, below). */
+struct spares {
+	struct td__list head;
+	unsigned n;
+};
+
+#define SPARE_MAX 64
+/* a spare version keeps its data[]: at least this much, so that small
+ * blobs of different sizes share records */
+#define VERSION_DATA_MIN 512
+
 struct td__store {
 	struct td__daemon *d;
 	/* current versions sorted by name (binary search, LIST paging) */
@@ -168,6 +180,14 @@ struct td__store {
 	struct td__list free_leases;
 	unsigned n_free_leases;
 	/*
+	 * The same for the other records of a handoff: allocs, versions,
+	 * free-list entries and parked GETs, each linked through its own
+	 * list member while spare. Bounded by SPARE_MAX per kind, freed at
+	 * exit.
+	 */
+	struct spares spare_allocs, spare_versions, spare_freebufs,
+		spare_waiters;
+	/*
 	 * Every live version, current or retired (replaced or deleted but
 	 * still leased), so GET EXACT can reach a retired one.
 	 */
@@ -176,6 +196,95 @@ struct td__store {
 };
 
 #define LEASE_CACHE 1024
+
+/* ---- spare records (no per-handoff allocation in the steady state) ---- */
+
+static struct td__list *spare_take(struct spares *sp)
+{
+	struct td__list *l;
+
+	if (td__list_empty(&sp->head))
+		return NULL;
+	l = sp->head.next;
+	td__list_del(l);
+	sp->n--;
+	return l;
+}
+
+/* Keep l for reuse; false when SPARE_MAX are kept already (free it). */
+static bool spare_keep(struct spares *sp, struct td__list *l)
+{
+	if (sp->n >= SPARE_MAX)
+		return false;
+	td__list_add_tail(&sp->head, l);
+	sp->n++;
+	return true;
+}
+
+/* Zeroed record of size bytes whose list member is at off. */
+static void *spare_new(struct spares *sp, size_t size, size_t off)
+{
+	struct td__list *l = spare_take(sp);
+	void *r = l ? (char *)l - off : malloc(size);
+
+	if (r)
+		memset(r, 0, size);
+	return r;
+}
+
+static void spare_put(struct spares *sp, void *r, size_t off)
+{
+	if (!spare_keep(sp, (struct td__list *)(void *)((char *)r + off)))
+		free(r);
+}
+
+static void spares_fini(struct spares *sp, size_t off)
+{
+	struct td__list *l;
+
+	while ((l = spare_take(sp)))
+		free((char *)l - off);
+}
+
+#define SPARE_NEW(sp, type, member)                                           \
+	((type *)spare_new(sp, sizeof(type), offsetof(type, member)))
+#define SPARE_PUT(sp, r, type, member)                                        \
+	spare_put(sp, r, offsetof(type, member))
+
+/*
+ * A zeroed version with room for data_len bytes of meta and blob: the
+ * first spare one whose data[] is large enough, else a new one.
+ */
+static struct version *version_new(struct td__store *s, size_t data_len)
+{
+	struct version *v = NULL;
+	size_t cap;
+
+	for (struct td__list *l = s->spare_versions.head.next;
+	     l != &s->spare_versions.head; l = l->next) {
+		struct version *x = td__container_of(l, struct version, all);
+
+		if (x->data_cap >= data_len) {
+			td__list_del(l);
+			s->spare_versions.n--;
+			v = x;
+			break;
+		}
+	}
+	cap = v ? v->data_cap
+		: data_len > VERSION_DATA_MIN ? data_len : VERSION_DATA_MIN;
+	if (!v && !(v = malloc(sizeof(*v) + cap)))
+		return NULL;
+	memset(v, 0, sizeof(*v));
+	v->data_cap = cap;
+	return v;
+}
+
+static void version_put(struct td__store *s, struct version *v)
+{
+	if (!spare_keep(&s->spare_versions, &v->all))
+		free(v);
+}
 
 /* Bytes one uid holds (allocs and versions it published). */
 struct uidacct {
@@ -331,7 +440,7 @@ static void freebuf_drop(struct td__store *s, struct freebuf *fb)
 	fb->peer->n_freebufs--;
 	acct_sub(s, fb->uid, fb->f.size);
 	vfd_close(s, &fb->f);
-	free(fb);
+	SPARE_PUT(&s->spare_freebufs, fb, struct freebuf, link);
 }
 
 /* Would n more bytes charged to uid fit --max-bytes and uid's quota? */
@@ -363,8 +472,11 @@ static void freebuf_keep(struct td__store *s, struct td__peer *p, uid_t uid,
 		freebuf_drop(s, td__container_of(p->freebufs.next,
 						 struct freebuf, link));
 	if (!p || p->dead || !fits(s, uid, f->size) ||
-	    !(fb = calloc(1, sizeof(*fb))) || acct_add(s, uid, f->size) < 0) {
-		free(fb);
+	    !(fb = SPARE_NEW(&s->spare_freebufs, struct freebuf, link)) ||
+	    acct_add(s, uid, f->size) < 0) {
+		if (fb)
+			SPARE_PUT(&s->spare_freebufs, fb, struct freebuf,
+				  link);
 		vfd_close(s, f);
 		return;
 	}
@@ -397,7 +509,7 @@ static void version_unref(struct td__store *s, struct version *v)
 	td__list_del(&v->all);
 	td__log(TD_LOG_DEBUG, "freed %.*s version %llu", (int)v->name_len,
 		v->name, (unsigned long long)v->number);
-	free(v);
+	version_put(s, v);
 }
 
 static int name_cmp(const char *a, size_t alen, const char *b, size_t blen)
@@ -866,7 +978,7 @@ static void waiter_free(struct waiter *w)
 	td__list_del(&w->link);
 	td__list_del(&w->slink);
 	w->peer->n_waiters--;
-	free(w);
+	SPARE_PUT(&td__d->store->spare_waiters, w, struct waiter, link);
 }
 
 static void on_timer(uv_timer_t *t);
@@ -1028,7 +1140,7 @@ static void op_get(struct td__peer *p, const struct td_wire_hdr *h,
 			       TD__MAX_WAITERS);
 		return;
 	}
-	w = calloc(1, sizeof(*w));
+	w = SPARE_NEW(&s->spare_waiters, struct waiter, link);
 	if (!w) {
 		td__peer_error(p, h->opcode, h->request_id, -ENOMEM,
 			       "out of memory");
@@ -1124,7 +1236,7 @@ static void alloc_free(struct td__store *s, struct alloc *a)
 	for (uint32_t i = 0; i < a->count; i++)
 		vfd_close(s, &a->fds[i]);
 	acct_sub(s, a->uid, a->acct);
-	free(a);
+	SPARE_PUT(&s->spare_allocs, a, struct alloc, link);
 }
 
 static bool over_quota(const struct td__store *s, uint64_t add,
@@ -1214,7 +1326,7 @@ static void op_alloc(struct td__peer *p, const struct td_wire_hdr *h,
 			       (unsigned)p->uid, d->opts.policy_path);
 		return;
 	}
-	a = calloc(1, sizeof(*a));
+	a = SPARE_NEW(&s->spare_allocs, struct alloc, link);
 	if (!a) {
 		td__peer_error(p, h->opcode, h->request_id, -ENOMEM,
 			       "out of memory");
@@ -1244,7 +1356,7 @@ static void op_alloc(struct td__peer *p, const struct td_wire_hdr *h,
 		td__list_del(&fb->link);
 		td__list_del(&fb->slink);
 		p->n_freebufs--;
-		free(fb);
+		SPARE_PUT(&s->spare_freebufs, fb, struct freebuf, link);
 	}
 	a->count = m.plane_count;
 	/* evicting first frees the memory the planes are about to take */
@@ -1514,7 +1626,7 @@ static struct version *pub_build(struct pub *x)
 	size_t blen = (size_t)v->size; /* <= m.blob.len after decode */
 	struct version *ver;
 
-	ver = calloc(1, sizeof(*ver) + x->m.meta.len + blen);
+	ver = version_new(s, x->m.meta.len + blen);
 	if (!ver)
 		return NULL;
 	ver->refs = 1;
@@ -1664,7 +1776,7 @@ static void op_publish(struct td__peer *p, const struct td_wire_hdr *h,
 		struct version **n = realloc(s->names, cap * sizeof(*n));
 
 		if (!n) {
-			free(ver);
+			version_put(s, ver);
 			pub_fail(&x, -ENOMEM, "out of memory");
 			goto out;
 		}
@@ -1674,7 +1786,7 @@ static void op_publish(struct td__peer *p, const struct td_wire_hdr *h,
 	/* cannot fail after the dry run above: nothing changed since */
 	make_room(s, p->uid, acct, old, false, &room);
 	if (acct_add(s, p->uid, acct) < 0) {
-		free(ver);
+		version_put(s, ver);
 		pub_fail(&x, -ENOMEM, "out of memory");
 		goto out;
 	}
@@ -2123,6 +2235,10 @@ int td__store_new(struct td__daemon *d)
 	td__list_init(&s->versions);
 	td__list_init(&s->freebufs);
 	td__list_init(&s->waiters);
+	td__list_init(&s->spare_allocs.head);
+	td__list_init(&s->spare_versions.head);
+	td__list_init(&s->spare_freebufs.head);
+	td__list_init(&s->spare_waiters.head);
 	s->next_version = s->next_lease = s->next_alloc = s->next_watch =
 		s->next_buf = 1;
 	uv_timer_init(d->loop, &s->timer);
@@ -2141,6 +2257,10 @@ static void on_timer_closed(uv_handle_t *h)
 		td__list_del(l);
 		free(td__container_of(l, struct lease, link));
 	}
+	spares_fini(&s->spare_allocs, offsetof(struct alloc, link));
+	spares_fini(&s->spare_versions, offsetof(struct version, all));
+	spares_fini(&s->spare_freebufs, offsetof(struct freebuf, link));
+	spares_fini(&s->spare_waiters, offsetof(struct waiter, link));
 	free(s->bufs);
 	free(s->uids); /* kept at its capacity when every uid is back at 0 */
 	free(s);
@@ -2325,7 +2445,8 @@ int td__store_restore(const struct td_state_entry *ent, int *fds, char *why,
 	s->count++;
 	ver = NULL;
 out:
-	free(ver);
+	if (ver)
+		version_put(s, ver);
 	free(blob);
 	for (uint32_t i = 0; i < x.ntab; i++)
 		if (x.own[i] && x.tab[i] >= 0)

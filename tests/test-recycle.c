@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "bytes.h"
+#include "malloc-count.h"
 #include "scm.h"
 #include "tensord/tensord.h"
 #include "testutil.h"
@@ -776,4 +777,136 @@ Test(recycle, a_consumer_that_claims_a_buffer_it_lacks_gets_no_fd_for_it)
 	td_client_close(cons);
 	td_client_close(prod);
 	tu_daemon_stop(&d, true);
+}
+
+/* ---- no per-handoff allocation in the daemon ---- */
+
+/*
+ * The daemon runs under tests/malloc-count.c (LD_PRELOAD), which counts
+ * every heap call of the process - ours, libuv's and glibc's - into a
+ * file mapping this test reads. ASan replaces malloc itself, so there
+ * the shim cannot be loaded and the test is skipped (the plain build
+ * runs it).
+ */
+struct heap {
+	volatile struct td_malloc_counts *n;
+	char path[32];
+};
+
+static uint64_t heap_allocs(const struct heap *h)
+{
+	return h->n->malloc + h->n->calloc + h->n->realloc + h->n->memalign;
+}
+
+static void heap_daemon_start(struct tu_daemon *d, struct heap *h)
+{
+	const char *shim = getenv("TD_MALLOC_COUNT");
+	void *p;
+	int fd;
+
+#ifdef __SANITIZE_ADDRESS__
+	cr_skip_test("ASan replaces malloc: the counting shim cannot load");
+#endif
+	cr_assert(shim, "TD_MALLOC_COUNT is not set (run through meson test)");
+	snprintf(h->path, sizeof(h->path), "/tmp/td-heap-XXXXXX");
+	fd = mkstemp(h->path);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, 4096), 0);
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	cr_assert_neq(p, MAP_FAILED);
+	close(fd);
+	h->n = p;
+	/* only the daemon's environment: it is exec'ed with ours */
+	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
+	cr_assert_eq(setenv("TD_MALLOC_COUNT_FILE", h->path, 1), 0);
+	tu_daemon_start_args(d, "warn", small_cap);
+	unsetenv("LD_PRELOAD");
+	unsetenv("TD_MALLOC_COUNT_FILE");
+	/* the shim is loaded and counting (start-up allocates) */
+	cr_assert_gt(heap_allocs(h), 0, "the daemon ran without the shim");
+}
+
+static void heap_daemon_stop(struct tu_daemon *d, struct heap *h)
+{
+	uint64_t allocs = heap_allocs(h), frees = h->n->free;
+
+	tu_daemon_stop(d, false);
+	/* and it counted the exit too: everything freed went through it */
+	cr_assert_gt(h->n->free, frees);
+	cr_log_info("daemon heap calls: %llu allocations, %llu frees at "
+		    "exit", (unsigned long long)allocs,
+		    (unsigned long long)h->n->free);
+	munmap((void *)h->n, 4096);
+	unlink(h->path);
+}
+
+/* n handoffs: ALLOC, write, PUBLISH; GET, read, RELEASE. */
+static void handoffs(struct td_client *prod, struct td_client *cons,
+		     unsigned n, uint32_t flags)
+{
+	for (unsigned i = 0; i < n; i++) {
+		uint8_t b = (uint8_t)(i * 7 + 1);
+		struct td_tensor *t;
+
+		publish(prod, loan(prod, 16 * KIB, flags), "heap/x", b);
+		t = get(cons, "heap/x");
+		cr_assert(all_bytes(td_tensor_plane_data(t, 0), 16 * KIB, b));
+		td_tensor_release(t);
+	}
+}
+
+/*
+ * Warm up with 100 handoffs (every record kind reaches its working
+ * count, every table its capacity), then 1000 more must not make the
+ * daemon call malloc, calloc, realloc, memalign or free once. The window
+ * is clean because each of those handoffs is a fixed sequence of four
+ * requests whose records (alloc, version, free-list entry, lease) come
+ * from the store's spare lists, whose tables (names, buffer ids, uid
+ * accounting) stay at the size the warm-up gave them, and whose replies
+ * go out at once: libuv allocates nothing for a poll handle that only
+ * toggles between the same events (uv__io_start grows its watcher array
+ * only for a new fd), and the daemon's outgoing queue (peer.c txmsg, a
+ * malloc per queued reply) is used only when a client does not read its
+ * replies, which these clients always do before the next request. The
+ * counts are read after a reply, so the daemon is idle in epoll_wait.
+ */
+static void no_heap_calls(const char *producer, const char *consumer,
+			  uint32_t flags)
+{
+	struct tu_daemon d;
+	struct heap h;
+	struct td_client *prod, *cons;
+	uint64_t allocs, frees;
+
+	heap_daemon_start(&d, &h);
+	prod = conn(&d, producer);
+	cons = conn(&d, consumer);
+	handoffs(prod, cons, 100, flags);
+	allocs = heap_allocs(&h);
+	frees = h.n->free;
+	handoffs(prod, cons, 1000, flags);
+	cr_assert_eq(heap_allocs(&h) - allocs, 0,
+		     "%llu heap allocations in 1000 warm handoffs",
+		     (unsigned long long)(heap_allocs(&h) - allocs));
+	cr_assert_eq(h.n->free - frees, 0,
+		     "%llu frees in 1000 warm handoffs",
+		     (unsigned long long)(h.n->free - frees));
+	td_client_close(cons);
+	td_client_close(prod);
+	heap_daemon_stop(&d, &h);
+}
+
+Test(recycle, the_daemon_allocates_nothing_per_recycled_handoff_pidfd)
+{
+	no_heap_calls("pidfd", "pidfd", TD_ALLOC_RECYCLE);
+}
+
+Test(recycle, the_daemon_allocates_nothing_per_recycled_handoff_scm)
+{
+	no_heap_calls("scm", "scm", TD_ALLOC_RECYCLE);
+}
+
+Test(recycle, the_daemon_allocates_nothing_per_plain_handoff)
+{
+	no_heap_calls("pidfd", "pidfd", 0);
 }

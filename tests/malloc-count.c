@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * LD_PRELOAD shim for tests: counts the heap calls of the process it is
+ * loaded into (the daemon, in tests/test-recycle.c) in a file mapping
+ * shared with the test, so the test reads live counts without asking the
+ * daemon anything. $TD_MALLOC_COUNT_FILE names a file of at least
+ * sizeof(struct td_malloc_counts) bytes; without it nothing is counted.
+ *
+ * It forwards to glibc's __libc_* entry points rather than dlsym(RTLD_NEXT)
+ * (dlsym itself allocates, which would recurse). glibc's own internal
+ * allocations (stdio, getpwnam, ...) go through these symbols too, so
+ * every heap call of the process is seen. Not for sanitizer builds: ASan
+ * replaces malloc itself.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "malloc-count.h"
+
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t n, size_t m);
+extern void *__libc_realloc(void *p, size_t n);
+extern void *__libc_memalign(size_t align, size_t n);
+extern void __libc_free(void *p);
+
+static struct td_malloc_counts *counts;
+
+__attribute__((constructor)) static void counts_map(void)
+{
+	const char *path = getenv("TD_MALLOC_COUNT_FILE");
+	void *p;
+	int fd;
+
+	if (!path)
+		return;
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	p = mmap(NULL, sizeof(*counts), PROT_READ | PROT_WRITE, MAP_SHARED,
+		 fd, 0);
+	close(fd);
+	if (p != MAP_FAILED)
+		counts = p;
+}
+
+#define COUNT(field)                                                          \
+	do {                                                                  \
+		if (counts)                                                   \
+			__atomic_add_fetch(&counts->field, 1,                 \
+					   __ATOMIC_RELAXED);                 \
+	} while (0)
+
+void *malloc(size_t n)
+{
+	COUNT(malloc);
+	return __libc_malloc(n);
+}
+
+void *calloc(size_t n, size_t m)
+{
+	COUNT(calloc);
+	return __libc_calloc(n, m);
+}
+
+void *realloc(void *p, size_t n)
+{
+	COUNT(realloc);
+	return __libc_realloc(p, n);
+}
+
+void free(void *p)
+{
+	if (p)
+		COUNT(free);
+	__libc_free(p);
+}
+
+void *memalign(size_t align, size_t n)
+{
+	COUNT(memalign);
+	return __libc_memalign(align, n);
+}
+
+void *aligned_alloc(size_t align, size_t n)
+{
+	COUNT(memalign);
+	return __libc_memalign(align, n);
+}
+
+int posix_memalign(void **out, size_t align, size_t n)
+{
+	void *p;
+
+	COUNT(memalign);
+	if (align < sizeof(void *) || (align & (align - 1)))
+		return EINVAL;
+	p = __libc_memalign(align, n);
+	if (!p && n)
+		return ENOMEM;
+	*out = p;
+	return 0;
+}
+
+void *valloc(size_t n)
+{
+	COUNT(memalign);
+	return __libc_memalign((size_t)sysconf(_SC_PAGESIZE), n);
+}
