@@ -22,8 +22,10 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "blob.h"
 #include "bytes.h"
 #include "malloc-count.h"
 #include "scm.h"
@@ -777,6 +779,126 @@ Test(recycle, a_consumer_that_claims_a_buffer_it_lacks_gets_no_fd_for_it)
 	td_client_close(cons);
 	td_client_close(prod);
 	tu_daemon_stop(&d, true);
+}
+
+/*
+ * A fake daemon (a child process) for the client's side of a lie: it
+ * answers HELLO (SCM both ways) and every GET with a reply that leaves
+ * out buffer 77, which the client never mapped - what a client that
+ * advertised an id it does not hold gets from the real daemon. Exits 0
+ * when the client hangs up, 1 on anything unexpected.
+ */
+static int fake_daemon(int lsock)
+{
+	uint64_t shape[1] = {4096};
+	int64_t strides[1] = {1};
+	struct td_blob_plane pl = {.handle = 0, .offset = 0, .stride = 4096,
+				   .size = 4096, .used = 4096};
+	struct td_blob_desc bd = {
+		.storage_kind = TD_STORAGE_SHM, .pid = (uint32_t)getpid(),
+		.fence_fd = -1, .dtype = TD_DTYPE_U8,
+		.quant_axis = TD_QUANT_NONE, .ndim = 1, .shape = shape,
+		.strides_len = 1, .strides = strides, .plane_count = 1,
+		.planes = &pl,
+	};
+	static uint8_t blob[1024], out[TD_WIRE_MAX_MSG];
+	int64_t blen = td_blob_encode(&bd, blob, sizeof(blob), NULL);
+	int sock = accept4(lsock, NULL, NULL, SOCK_CLOEXEC);
+	uint64_t lease = 1;
+
+	if (blen <= 0 || sock < 0)
+		return 1;
+	for (;;) {
+		int fds[TD_WIRE_MAX_FDS];
+		struct td__scm_rx rx = {.fds = fds, .cap = TD_WIRE_MAX_FDS};
+		ssize_t n = td__scm_recv(sock, rawbuf, sizeof(rawbuf), 0, &rx);
+		struct td_wire_hdr h, rh = {TD_WIRE_MAGIC, TD_WIRE_VERSION, 0,
+					    TD_WIRE_F_REPLY, 0, 0, 0, 0};
+		int64_t len = 0;
+
+		if (n == 0)
+			return 0;
+		if (n < 0 || rx.nfds ||
+		    td_wire_hdr_decode(rawbuf, (size_t)n, &h, NULL) < 0)
+			return 1;
+		if (h.opcode == TD_OP_HELLO) {
+			struct td_wire_hello_rep r = {
+				(uint32_t)getpid(), TD_IMPORT_SCM, 0, -1,
+				TD_WIRE_MAX_MSG, TD_WIRE_MAX_FDS,
+				TD_WIRE_MAX_NAME, TD_WIRE_MAX_META,
+				TD_WIRE_MAX_PLANES, 0, {"fake", 4}};
+
+			len = td_wire_hello_rep_encode(
+				&r, out + TD_WIRE_HDR_LEN,
+				sizeof(out) - TD_WIRE_HDR_LEN);
+		} else if (h.opcode == TD_OP_GET) {
+			struct td_wire_get_rep r = {
+				.version = 1,
+				.lease_id = lease++,
+				.meta = {(const uint8_t *)"", 0},
+				.blob = {blob, (uint32_t)blen},
+				.fd_count = 1,
+				.fds = {{-1, 77}},
+			};
+
+			len = td_wire_get_rep_encode(
+				&r, out + TD_WIRE_HDR_LEN,
+				sizeof(out) - TD_WIRE_HDR_LEN);
+		} else if (h.opcode != TD_OP_RELEASE) {
+			return 1;
+		}
+		if (len < 0)
+			return 1;
+		rh.opcode = h.opcode;
+		rh.request_id = h.request_id;
+		rh.body_len = (uint32_t)len;
+		td_wire_hdr_encode(&rh, out);
+		if (td__scm_send(sock, out, TD_WIRE_HDR_LEN + (size_t)len,
+				 NULL, 0, 0) < 0)
+			return 1;
+	}
+}
+
+Test(recycle, a_get_reply_that_leaves_out_an_unmapped_buffer_is_a_clean_error)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	char dir[] = "/tmp/td-fake-XXXXXX";
+	struct td_client *c = NULL;
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+	int lsock, st, fds0 = tu_fd_count();
+	pid_t pid;
+
+	cr_assert(mkdtemp(dir));
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/fake.sock", dir);
+	lsock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	cr_assert_geq(lsock, 0);
+	cr_assert_eq(bind(lsock, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(lsock, 1), 0);
+	fflush(NULL);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0)
+		_exit(fake_daemon(lsock));
+	close(lsock);
+
+	cr_assert_eq(setenv("TENSORD_IMPORT", "scm", 1), 0);
+	cr_assert_eq(td_client_connect(sa.sun_path, &c, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_client_get(c, "rec/liar", &t, &e), -EPROTO);
+	cr_assert_null(t);
+	cr_assert(strstr(e.reason, "left out buffer 0 (id 77), which is not "
+				   "mapped here"),
+		  "reason: %s", e.reason);
+	/* and again: nothing half-imported stayed behind */
+	cr_assert_eq(td_client_get(c, "rec/liar", &t, &e), -EPROTO);
+	td_client_close(c);
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "fake daemon status %#x", st);
+	unlink(sa.sun_path);
+	rmdir(dir);
+	cr_assert_eq(tu_fd_count(), fds0);
 }
 
 /* ---- no per-handoff allocation in the daemon ---- */
