@@ -182,7 +182,8 @@ struct td_wire_fdent {
  * producer's connection when the version is retired and unleased.
  */
 #define TD_WIRE_ALLOC_RECYCLE 0x2u
-/* buffer ids a RECYCLE ALLOC may advertise (the client holds them mapped) */
+/* buffer ids a RECYCLE ALLOC or an SCM GET may advertise (the client
+ * holds them mapped) */
 #define TD_WIRE_MAX_HELD 16
 
 struct td_wire_alloc_req {

@@ -8,6 +8,9 @@
  * connection. Producer and consumers are separate clients of one test
  * process (the daemon tells them apart by connection), on the pidfd and
  * on the SCM_RIGHTS path. tu_daemon_stop() checks fds and memfd mappings.
+ * Also here: an SCM consumer's GET that advertises its cached buffers
+ * receives no fd for them (and a lie gets nothing it can map), and the
+ * daemon makes no heap call per warm handoff (tests/malloc-count.c).
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
