@@ -784,6 +784,60 @@ Test(recycle, a_consumer_that_claims_a_buffer_it_lacks_gets_no_fd_for_it)
 	tu_daemon_stop(&d, true);
 }
 
+/* A parked SCM GET (NEWER, waiting) keeps its held ids until it is served. */
+Test(recycle, a_parked_scm_get_leaves_out_held_buffers_when_served)
+{
+	struct tu_daemon d;
+	struct td_client *prod;
+	struct td_wire_get_rep g;
+	struct td_wire_get_req q = {.name = {"rec/park", 8},
+				    .mode = TD_GET_NEWER,
+				    .flags = TD_WIRE_REQ_SCM,
+				    .timeout_ms = 10000,
+				    .held_count = 1};
+	struct rawrep r;
+	struct td_alloc *a;
+	uint64_t v2;
+	int64_t n;
+	int sock;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = conn(&d, "auto");
+	sock = raw_scm_conn(&d);
+	publish(prod, loan(prod, 8 * KIB, TD_ALLOC_RECYCLE), "rec/park", 1);
+	/* learn v1's buffer id, as a consumer that maps it would */
+	raw_get(sock, 2, "rec/park", TD_WIRE_REQ_SCM, 0, NULL, &r, &g);
+	cr_assert_eq(r.h.status, 0);
+	q.held[0] = g.fds[0].buffer_id;
+	td__scm_close(r.fds, r.nfds);
+	raw_release(sock, 3, g.lease_id);
+	v2 = publish(prod, loan(prod, 8 * KIB, TD_ALLOC_RECYCLE), "rec/park",
+		     2); /* v1 retired and unleased: its buffer is free */
+	/* parked until v3, which reuses v1's buffer */
+	q.version = v2;
+	n = td_wire_get_req_encode(&q, rawbuf + TD_WIRE_HDR_LEN,
+				   sizeof(rawbuf) - TD_WIRE_HDR_LEN);
+	cr_assert_gt(n, 0);
+	raw_send(sock, TD_OP_GET, 4, (size_t)n);
+	a = loan(prod, 8 * KIB, TD_ALLOC_RECYCLE);
+	publish(prod, a, "rec/park", 3);
+	raw_recv(sock, &r);
+	cr_assert_eq(r.h.request_id, 4);
+	cr_assert_eq(r.h.status, 0);
+	cr_assert_eq(td_wire_get_rep_decode(rawbuf + TD_WIRE_HDR_LEN,
+					    r.h.body_len, &g, NULL),
+		     0);
+	cr_assert_eq(g.version, v2 + 1);
+	cr_assert_eq(g.fds[0].buffer_id, q.held[0], "v3 reuses v1's buffer");
+	cr_assert_eq(g.fds[0].fd, -1);
+	cr_assert_eq(r.nfds, 0);
+	raw_release(sock, 5, g.lease_id);
+	close(sock);
+
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
 /*
  * A fake daemon (a child process) for the client's side of a lie: it
  * answers HELLO (SCM both ways) and every GET with a reply that leaves
