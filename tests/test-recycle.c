@@ -963,10 +963,12 @@ Test(recycle, a_get_reply_that_leaves_out_an_unmapped_buffer_is_a_clean_error)
 /*
  * The daemon runs under tests/malloc-count.c (LD_PRELOAD), which counts
  * every heap call of the process - ours, libuv's and glibc's - into a
- * file mapping this test reads. ASan replaces malloc itself, so there
- * the shim cannot be loaded and the test is skipped (the plain build
- * runs it).
+ * file mapping this test reads. ASan replaces malloc itself, so the shim
+ * cannot be loaded there: these tests are not built into a sanitized
+ * binary at all (rather than skipped, which is kept for missing kernel
+ * features); the plain build, CI's first stage, runs them.
  */
+#ifndef __SANITIZE_ADDRESS__
 struct heap {
 	volatile struct td_malloc_counts *n;
 	char path[32];
@@ -983,9 +985,6 @@ static void heap_daemon_start(struct tu_daemon *d, struct heap *h)
 	void *p;
 	int fd;
 
-#ifdef __SANITIZE_ADDRESS__
-	cr_skip_test("ASan replaces malloc: the counting shim cannot load");
-#endif
 	cr_assert(shim, "TD_MALLOC_COUNT is not set (run through meson test)");
 	snprintf(h->path, sizeof(h->path), "/tmp/td-heap-XXXXXX");
 	fd = mkstemp(h->path);
@@ -1089,3 +1088,4 @@ Test(recycle, the_daemon_allocates_nothing_per_plain_handoff)
 {
 	no_heap_calls("pidfd", "pidfd", 0);
 }
+#endif /* !__SANITIZE_ADDRESS__ */
