@@ -649,6 +649,9 @@ static void op_stat(struct td__peer *p, const struct td_wire_hdr *h,
 		bad_body(p, h, rc, &e);
 		return;
 	}
+	/* like STAT: what exists is nobody's business without read */
+	if (!td__store_allowed(p, h, TD__PERM_READ, m.name))
+		return;
 	ring = ring_named(m.name);
 	if (!ring) {
 		td__peer_error(p, h->opcode, h->request_id, -ENOENT,

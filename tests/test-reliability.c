@@ -986,6 +986,7 @@ static void ring_policy_child(void *arg)
 	struct td_client *c;
 	struct td_ring *r;
 	struct td_sub *sub;
+	struct td_ring_stat st;
 	struct td_error e = {0};
 	int rc;
 
@@ -996,12 +997,16 @@ static void ring_policy_child(void *arg)
 	CK(strstr(e.reason, "may not write"));
 	CK(td_ring_subscribe(c, "secret/cam", 0, &sub, &e) == -EACCES);
 	CK(strstr(e.reason, "may not read"));
+	/* nor learn about it through RING_STAT */
+	CK(td_client_ring_stat(c, "secret/cam", &st, &e) == -EACCES);
+	CK(strstr(e.reason, "may not read"));
 	CK(ring_make(c, "nobody/ring", 4096, &r, &e) == 0);
+	CK(td_client_ring_stat(c, "nobody/ring", &st, &e) == 0);
 	td_ring_close(r);
 	td_client_close(c);
 }
 
-Test(reliability, the_policy_gates_ring_create_and_subscribe)
+Test(reliability, the_policy_gates_ring_create_subscribe_and_stat)
 {
 	struct td_client *c;
 	struct td_ring *r;
