@@ -25,74 +25,10 @@
 
 #include "scm.h"
 #include "tensord/tensord.h"
+#include "testchild.h"
 #include "testutil.h"
 #include "wire.h"
 
-/* ---- child-side checks: print and exit, criterion is not there ---- */
-
-#define CK(cond)                                                               \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "child %d: %s:%d: %s\n", getpid(),     \
-				__FILE__, __LINE__, #cond);                    \
-			_exit(10);                                             \
-		}                                                              \
-	} while (0)
-
-static struct td_client *open_client(const struct tu_daemon *d)
-{
-	struct td_client *c = NULL;
-	struct td_error e = {0};
-	int rc = td_client_connect(d->sock, &c, &e);
-
-	if (rc < 0) {
-		fprintf(stderr, "connect: %d %s\n", rc, e.reason);
-		_exit(12);
-	}
-	return c;
-}
-
-typedef void (*child_fn)(const struct tu_daemon *d, void *arg);
-
-static pid_t spawn(const struct tu_daemon *d, child_fn fn, void *arg)
-{
-	pid_t pid;
-
-	fflush(NULL);
-	pid = fork();
-	cr_assert(pid >= 0);
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		fn(d, arg);
-		_exit(0);
-	}
-	return pid;
-}
-
-static int reap(pid_t pid)
-{
-	int st;
-
-	cr_assert(waitpid(pid, &st, 0) == pid);
-	if (WIFEXITED(st))
-		return WEXITSTATUS(st);
-	return 128 + WTERMSIG(st);
-}
-
-/* one byte through a pipe: "I got this far" */
-static void say(int fd)
-{
-	char b = 1;
-
-	CK(write(fd, &b, 1) == 1);
-}
-
-static void hear(int fd)
-{
-	char b;
-
-	CK(read(fd, &b, 1) == 1);
-}
 
 static struct td_ring *make_ring(struct td_client *c, const char *name,
 				 uint32_t slots, uint64_t size)
