@@ -512,6 +512,27 @@ static void op_create(struct td__peer *p, const struct td_wire_hdr *h,
 	td__ring_poll_arm();
 }
 
+/*
+ * The ring a SUBSCRIBE or RING_STAT names, or NULL with the error sent:
+ * read permission first (like STAT: what exists is nobody's business
+ * without it), then -ENOENT.
+ */
+static struct ring *readable_ring(struct td__peer *p,
+				  const struct td_wire_hdr *h,
+				  struct td_wire_str name)
+{
+	struct ring *r;
+
+	if (!td__store_allowed(p, h, TD__PERM_READ, name))
+		return NULL;
+	r = ring_named(name);
+	if (!r)
+		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
+			       "no ring named \"%.*s\"", (int)name.len,
+			       name.ptr);
+	return r;
+}
+
 static void op_subscribe(struct td__peer *p, const struct td_wire_hdr *h,
 			 const uint8_t *body)
 {
@@ -526,15 +547,9 @@ static void op_subscribe(struct td__peer *p, const struct td_wire_hdr *h,
 		bad_body(p, h, rc, &e);
 		return;
 	}
-	if (!td__store_allowed(p, h, TD__PERM_READ, m.name))
+	r = readable_ring(p, h, m.name);
+	if (!r)
 		return;
-	r = ring_named(m.name);
-	if (!r) {
-		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
-			       "no ring named \"%.*s\"", (int)m.name.len,
-			       m.name.ptr);
-		return;
-	}
 	peer_rings(p, &subs);
 	if (subs >= MAX_SUBS_PER_PEER) {
 		td__peer_error(p, h->opcode, h->request_id, -ENOBUFS,
@@ -649,16 +664,9 @@ static void op_stat(struct td__peer *p, const struct td_wire_hdr *h,
 		bad_body(p, h, rc, &e);
 		return;
 	}
-	/* like STAT: what exists is nobody's business without read */
-	if (!td__store_allowed(p, h, TD__PERM_READ, m.name))
+	ring = readable_ring(p, h, m.name);
+	if (!ring)
 		return;
-	ring = ring_named(m.name);
-	if (!ring) {
-		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
-			       "no ring named \"%.*s\"", (int)m.name.len,
-			       m.name.ptr);
-		return;
-	}
 	latest = atomic_load(&ring->hdr->latest);
 	r = (struct td_wire_ring_stat_rep){
 		.id = ring->id,
