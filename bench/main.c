@@ -770,7 +770,7 @@ int main(int argc, char **argv)
 		if (!m->setup && start_rc[i] == 0) {
 			start_rc[i] = -ENOSYS;
 			snprintf(start_why[i], BENCH_WHY_MAX,
-				 "method not implemented yet");
+				 "method has no setup step");
 		}
 		if (start_rc[i] < 0)
 			fprintf(stderr, "bench: %s: %s\n", m->name,

@@ -3,6 +3,7 @@
 #include "report.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
@@ -252,18 +253,24 @@ static size_t sizes_of(const struct bench_report *rep, size_t *out,
 	return n;
 }
 
-static void ratio_cell(FILE *f, const struct bench_result *a,
+static double ratio_of(const struct bench_result *a,
 		       const struct bench_result *b)
 {
 	if (!a || !b || a->status != BENCH_OK || b->status != BENCH_OK ||
-	    b->median_ns <= 0) {
-		fprintf(f, " n/a |");
-	} else {
-		double v = a->median_ns / b->median_ns;
+	    b->median_ns <= 0)
+		return -1;
+	return a->median_ns / b->median_ns;
+}
 
-		/* two decimals, but never rounded to 0.00 below 1 */
+static void ratio_cell(FILE *f, const struct bench_result *a,
+		       const struct bench_result *b)
+{
+	double v = ratio_of(a, b);
+
+	if (v < 0)
+		fprintf(f, " n/a |");
+	else /* two decimals, but never rounded to 0.00 below 1 */
 		fprintf(f, v >= 1 ? " %.2f |" : " %.2g |", v);
-	}
 }
 
 /* The ratio tables of one tensord method (name) against the baselines. */
@@ -323,15 +330,6 @@ static void ratio_tables(FILE *f, const struct bench_report *rep,
 		fputc('\n', f);
 	}
 	fputc('\n', f);
-}
-
-static double ratio_of(const struct bench_result *a,
-		       const struct bench_result *b)
-{
-	if (!a || !b || a->status != BENCH_OK || b->status != BENCH_OK ||
-	    b->median_ns <= 0)
-		return -1;
-	return a->median_ns / b->median_ns;
 }
 
 /*
@@ -421,6 +419,42 @@ static void targets_table(FILE *f, const struct bench_report *rep,
 	fputc('\n', f);
 }
 
+/* Every method's median (p99) in µs, or its delivered GB/s, per size. */
+static void value_table(FILE *f, const struct bench_report *rep,
+			const size_t *sizes, size_t ns, int w, bool median)
+{
+	char sz[32];
+
+	fprintf(f, median ? "\n### Median round trip in µs (p99), mode %s\n\n"
+			  : "\n### Delivered GB/s (1e9 bytes/s), mode %s\n\n",
+		mode_name(w));
+	fprintf(f, "| size |");
+	for (size_t m = 0; m < rep->method_count; m++)
+		fprintf(f, " %s |", rep->methods[m]->name);
+	fprintf(f, "\n|---|");
+	for (size_t m = 0; m < rep->method_count; m++)
+		fprintf(f, "---|");
+	fputc('\n', f);
+	for (size_t s = 0; s < ns; s++) {
+		fprintf(f, "| %s |", size_label(sizes[s], sz, sizeof(sz)));
+		for (size_t m = 0; m < rep->method_count; m++) {
+			const struct bench_result *r =
+				find(rep, rep->methods[m]->name, sizes[s], w);
+
+			if (!r)
+				fprintf(f, " |");
+			else if (r->status != BENCH_OK)
+				fprintf(f, " %s |", status_name(r->status));
+			else if (median)
+				fprintf(f, " %.1f (%.1f) |", r->median_ns / 1e3,
+					r->p99_ns / 1e3);
+			else
+				fprintf(f, " %.4f |", r->gbytes_per_s);
+		}
+		fputc('\n', f);
+	}
+}
+
 int report_markdown(const char *path, const struct bench_report *rep)
 {
 	FILE *f = fopen(path, "we");
@@ -442,58 +476,8 @@ int report_markdown(const char *path, const struct bench_report *rep)
 			ratio_tables(f, rep, rep->methods[m]->name, sizes, ns);
 
 	for (int w = 1; w >= 0; w--) {
-		fprintf(f, "\n### Median round trip in µs (p99), mode %s\n\n"
-			   "| size |", mode_name(w));
-		for (size_t m = 0; m < rep->method_count; m++)
-			fprintf(f, " %s |", rep->methods[m]->name);
-		fprintf(f, "\n|---|");
-		for (size_t m = 0; m < rep->method_count; m++)
-			fprintf(f, "---|");
-		fputc('\n', f);
-		for (size_t s = 0; s < ns; s++) {
-			fprintf(f, "| %s |",
-				size_label(sizes[s], sz, sizeof(sz)));
-			for (size_t m = 0; m < rep->method_count; m++) {
-				const struct bench_result *r = find(rep,
-					rep->methods[m]->name, sizes[s], w);
-
-				if (!r)
-					fprintf(f, " |");
-				else if (r->status != BENCH_OK)
-					fprintf(f, " %s |",
-						status_name(r->status));
-				else
-					fprintf(f, " %.1f (%.1f) |",
-						r->median_ns / 1e3,
-						r->p99_ns / 1e3);
-			}
-			fputc('\n', f);
-		}
-		fprintf(f, "\n### Delivered GB/s (1e9 bytes/s), mode %s\n\n"
-			   "| size |", mode_name(w));
-		for (size_t m = 0; m < rep->method_count; m++)
-			fprintf(f, " %s |", rep->methods[m]->name);
-		fprintf(f, "\n|---|");
-		for (size_t m = 0; m < rep->method_count; m++)
-			fprintf(f, "---|");
-		fputc('\n', f);
-		for (size_t s = 0; s < ns; s++) {
-			fprintf(f, "| %s |",
-				size_label(sizes[s], sz, sizeof(sz)));
-			for (size_t m = 0; m < rep->method_count; m++) {
-				const struct bench_result *r = find(rep,
-					rep->methods[m]->name, sizes[s], w);
-
-				if (!r)
-					fprintf(f, " |");
-				else if (r->status != BENCH_OK)
-					fprintf(f, " %s |",
-						status_name(r->status));
-				else
-					fprintf(f, " %.4f |", r->gbytes_per_s);
-			}
-			fputc('\n', f);
-		}
+		value_table(f, rep, sizes, ns, w, true);
+		value_table(f, rep, sizes, ns, w, false);
 	}
 
 	fprintf(f, "\n### Not measured\n\n");
