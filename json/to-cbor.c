@@ -34,8 +34,13 @@ static cbor_item_t *object(struct json_object *o, struct conv *c)
 
 	if (!m)
 		return NULL;
-	json_object_object_foreach(o, key, val)
-	{
+	/* the iterator API: json_object_object_foreach() is a GNU
+	 * statement expression, which -Wpedantic refuses */
+	for (struct json_object_iterator it = json_object_iter_begin(o),
+	                                 end = json_object_iter_end(o);
+	     !json_object_iter_equal(&it, &end); json_object_iter_next(&it)) {
+		const char *key = json_object_iter_peek_name(&it);
+		struct json_object *val = json_object_iter_peek_value(&it);
 		bool key_ok = td__utf8_valid((const uint8_t *)key, strlen(key));
 		cbor_item_t *k = key_ok ? cbor_build_string(key) : NULL;
 		cbor_item_t *v = k ? value(val, c) : NULL;
