@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "bytes.h"
-#include "json.h"
+#include "td-json.h"
 #include "tensorctl.h"
 
 const char *tctl_socket;
@@ -75,7 +75,7 @@ void tctl_json_meta(FILE *f, const void *meta, size_t len)
 
 	if (td__utf8_valid(p, len)) {
 		fputs("\"meta\":", f);
-		json_str(f, meta, len);
+		td_json_str(f, meta, len);
 		return;
 	}
 	/* JSON strings cannot carry arbitrary bytes: hex them */
@@ -111,9 +111,9 @@ void tctl_print_entry(const struct td_entry *e, int json,
 		return;
 	}
 	printf("{\"name\":");
-	json_cstr(stdout, e->name);
+	td_json_cstr(stdout, e->name);
 	printf(",\"version\":%llu,\"dtype\":", (unsigned long long)e->version);
-	json_cstr(stdout, dt);
+	td_json_cstr(stdout, dt);
 	printf(",\"shape\":");
 	tctl_print_shape(stdout, e->shape, e->ndim, 1);
 	printf(",\"bytes\":%llu,\"lease_count\":%u,\"pinned\":%s,"

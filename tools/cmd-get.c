@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "json.h"
+#include "td-json.h"
 #include "tensorctl.h"
 
 #define GET_USAGE                                                             \
@@ -42,10 +42,10 @@ static void describe(const char *name, const struct td_tensor *t)
 					  "color_range"};
 
 	printf("{\"name\":");
-	json_cstr(stdout, name);
+	td_json_cstr(stdout, name);
 	printf(",\"version\":%llu,\"dtype\":",
 	       (unsigned long long)td_tensor_version(t));
-	json_cstr(stdout, td_tensor_dtype_name(td_tensor_dtype(t)));
+	td_json_cstr(stdout, td_tensor_dtype_name(td_tensor_dtype(t)));
 	printf(",\"shape\":");
 	tctl_print_shape(stdout, td_tensor_shape(t), td_tensor_ndim(t), 1);
 	st = td_tensor_strides(t, &nst);
@@ -61,7 +61,7 @@ static void describe(const char *name, const struct td_tensor *t)
 	for (uint32_t i = 0; i < nsc; i++) {
 		if (i)
 			putchar(',');
-		json_double(stdout, sc[i]);
+		td_json_double(stdout, sc[i]);
 	}
 	printf("],\"quant_zero_points\":[");
 	for (uint32_t i = 0; i < nzp; i++)
@@ -69,7 +69,7 @@ static void describe(const char *name, const struct td_tensor *t)
 	printf("]");
 	for (unsigned i = 0; i < 5; i++) {
 		printf(",\"%s\":", sn[i]);
-		json_cstr(stdout, td_tensor_string(t, i));
+		td_json_cstr(stdout, td_tensor_string(t, i));
 	}
 	printf(",\"planes\":[");
 	for (uint32_t i = 0; i < td_tensor_plane_count(t); i++)

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "td-json.h"
 #include "tensorctl.h"
 #include "tgm-desc.h"
 #include "tgm.h"
@@ -267,15 +268,10 @@ static int prepare(struct load *l, const char *variable_key)
 		rc = 0;
 		td_tgm_name_sanitize(raw, ob->name, BASE_NAME_MAX + 1);
 		names[i] = ob->name;
-		rc = td_tgm_meta_attrs_json(ob->meta, ob->meta_index,
-		                            &ob->attrs, &ob->attrs_len);
+		rc = td_json_tgm_attrs(ob->meta, ob->meta_index, &ob->attrs,
+		                       &ob->attrs_len, &e);
 		if (rc < 0) {
-			rc = refuse(l, (long)i,
-			            rc == -EBADMSG
-			                    ? "metadata has a map key that is "
-			                      "an array, map or tag (JSON keys "
-			                      "are text)"
-			                    : "out of memory");
+			rc = refuse(l, (long)i, "metadata: %s", e.reason);
 			break;
 		}
 		if (ob->attrs_len > TD_WIRE_MAX_META)

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "td-json.h"
 #include "tensorctl.h"
 #include "tgm-desc.h"
 
@@ -141,19 +142,39 @@ static int write_atomic(const char *path, const uint8_t *msg, size_t len)
 	return rc;
 }
 
+/*
+ * A tensor whose metadata is a JSON object gets its keys back as the
+ * object's attributes (json/ reads it); other metadata is kept whole.
+ * attrs[i] owns what objs[i].attrs points at.
+ */
+static int json_attrs(struct td_tgm_enc_object *objs, uint8_t **attrs,
+                      size_t n, struct td_err *te)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (td_json_to_cbor(objs[i].meta, objs[i].meta_len, &attrs[i],
+		                    &objs[i].attrs_len) < 0) {
+			te->reason = "out of memory";
+			return -ENOMEM;
+		}
+		objs[i].attrs = attrs[i];
+	}
+	return 0;
+}
+
 int cmd_save(int argc, char **argv)
 {
 	const char *out = NULL;
 	const char **names = calloc((size_t)argc, sizeof(*names));
 	struct td_tensor **ts = calloc((size_t)argc, sizeof(*ts));
 	struct td_tgm_enc_object *objs = calloc((size_t)argc, sizeof(*objs));
+	uint8_t **attrs = calloc((size_t)argc, sizeof(*attrs));
 	struct td_client *c = NULL;
 	struct td_err te = {0};
 	uint8_t *msg = NULL;
 	size_t n = 0, len = 0;
 	int rc = TCTL_USAGE;
 
-	if (!names || !ts || !objs) {
+	if (!names || !ts || !objs || !attrs) {
 		fprintf(stderr, "tensorctl: out of memory\n");
 		goto out;
 	}
@@ -217,7 +238,8 @@ int cmd_save(int argc, char **argv)
 		objs[i].name = names[i];
 		objs[i].meta = td_tensor_meta(ts[i], &objs[i].meta_len);
 	}
-	if (td_tgm_message_encode(objs, n, TD_VERSION, &msg, &len, &te) < 0) {
+	if (json_attrs(objs, attrs, n, &te) < 0 ||
+	    td_tgm_message_encode(objs, n, TD_VERSION, &msg, &len, &te) < 0) {
 		fprintf(stderr, "tensorctl: encoding the message: %s%s%s\n",
 		        te.field ? te.field : "", te.field ? ": " : "",
 		        te.reason);
@@ -241,6 +263,9 @@ usage:
 out:
 	for (size_t i = 0; ts && i < n; i++)
 		td_tensor_release(ts[i]);
+	for (size_t i = 0; attrs && i < n; i++)
+		free(attrs[i]);
+	free(attrs);
 	td_client_close(c);
 	free(msg);
 	free(names);

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "json.h"
+#include "td-json.h"
 #include "tensorctl.h"
 
 #define WATCH_USAGE                                                           \
@@ -57,7 +57,7 @@ int cmd_watch(int argc, char **argv)
 							  : "deleted";
 		if (json) {
 			printf("{\"event\":\"%s\",\"name\":", what);
-			json_cstr(stdout, ev.name);
+			td_json_cstr(stdout, ev.name);
 			printf(",\"version\":%llu}\n",
 			       (unsigned long long)ev.version);
 		} else {

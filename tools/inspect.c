@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "json.h"
+#include "td-json.h"
 #include "tensorctl.h"
 
 int tctl_read_file(const char *path, uint8_t **out, size_t *out_len)
@@ -110,9 +110,9 @@ void tctl_print_td_err(const struct td_err *e, int json)
 		return;
 	}
 	printf("{\"error\":{\"kind\":");
-	json_cstr(stdout, td_err_kind_name(e->kind));
+	td_json_cstr(stdout, td_err_kind_name(e->kind));
 	printf(",\"field\":");
-	json_cstr(stdout, e->field);
+	td_json_cstr(stdout, e->field);
 	if (e->has_value)
 		printf(",\"value\":%llu", (unsigned long long)e->value);
 	else
@@ -123,6 +123,6 @@ void tctl_print_td_err(const struct td_err *e, int json)
 		       (unsigned long long)e->need,
 		       (unsigned long long)e->have);
 	printf(",\"message\":");
-	json_cstr(stdout, e->reason);
+	td_json_cstr(stdout, e->reason);
 	printf("}}\n");
 }
