@@ -37,6 +37,7 @@
 struct run {
 	int in_fd;      /* its stdin; -1: /dev/null */
 	int out_fd;     /* its stdout; -1: captured into *out */
+	int err_fd;     /* its stderr; 0: captured into *err */
 	rlim_t fsize;   /* RLIMIT_FSIZE; 0: none */
 	pid_t *pid;     /* non-NULL: start it and return at once */
 };
@@ -79,7 +80,7 @@ static int ctl_run(const struct tu_daemon *d, const struct run *r, char **out,
 
 		dup2(in, 0);
 		dup2(r && r->out_fd >= 0 ? r->out_fd : p[0][1], 1);
-		dup2(p[1][1], 2);
+		dup2(r && r->err_fd > 0 ? r->err_fd : p[1][1], 2);
 		if (r && r->pid) {
 			/* nobody reads its output: /dev/null, not a pipe
 			 * that would SIGPIPE it */
@@ -217,18 +218,49 @@ static void start(struct tu_daemon *d)
 	unlink(in);
 }
 
-static uint32_t leases(const struct tu_daemon *d, const char *name)
+/* STAT of name: 1 with its lease count in *leases, or 0 when absent. */
+static int stat_name(const struct tu_daemon *d, const char *name,
+		     uint32_t *leases)
 {
 	struct td_client *c;
 	struct td_entry e;
-	uint32_t n;
+	int rc;
 
 	cr_assert_eq(td_client_connect(d->sock, &c, NULL), 0);
-	cr_assert_eq(td_client_stat(c, name, &e, NULL), 0);
-	n = e.lease_count;
-	td_entry_fini(&e);
+	rc = td_client_stat(c, name, &e, NULL);
+	if (rc == 0 && leases)
+		*leases = e.lease_count;
+	if (rc == 0)
+		td_entry_fini(&e);
 	td_client_close(c);
+	return rc == 0;
+}
+
+static int exists(const struct tu_daemon *d, const char *name)
+{
+	return stat_name(d, name, NULL);
+}
+
+static uint32_t leases(const struct tu_daemon *d, const char *name)
+{
+	uint32_t n = 0;
+
+	cr_assert(stat_name(d, name, &n), "%s is gone", name);
 	return n;
+}
+
+/* A pty pair: *master, and the slave's fd as the return value. */
+static int open_pty(int *master)
+{
+	int s;
+
+	*master = posix_openpt(O_RDWR | O_NOCTTY);
+	cr_assert(*master >= 0);
+	cr_assert_eq(grantpt(*master), 0);
+	cr_assert_eq(unlockpt(*master), 0);
+	s = open(ptsname(*master), O_RDWR | O_NOCTTY);
+	cr_assert(s >= 0);
+	return s;
 }
 
 /* ---- outputs ---- */
@@ -654,12 +686,7 @@ Test(tensorctl, dash_is_stdout_and_a_terminal_is_refused)
 	path_in(dash, sizeof(dash), &d, "-");
 	cr_expect(access(dash, F_OK) < 0, "a file named - was made");
 	/* a terminal: refused unless -o - says so */
-	pty = posix_openpt(O_RDWR | O_NOCTTY);
-	cr_assert(pty >= 0);
-	cr_assert_eq(grantpt(pty), 0);
-	cr_assert_eq(unlockpt(pty), 0);
-	r.out_fd = open(ptsname(pty), O_RDWR | O_NOCTTY);
-	cr_assert(r.out_fd >= 0);
+	r.out_fd = open_pty(&pty);
 	cr_expect_eq(CTL_R(&d, &r, NULL, &err, "get", "t"), 2);
 	cr_expect(strstr(err, "terminal"), "%s", err);
 	free(err);
@@ -763,20 +790,6 @@ static void write_tgm(const char *path, size_t nmsg, size_t nobj,
 		free(msg);
 	}
 	fclose(f);
-}
-
-static int exists(const struct tu_daemon *d, const char *name)
-{
-	struct td_client *c;
-	struct td_entry e;
-	int rc;
-
-	cr_assert_eq(td_client_connect(d->sock, &c, NULL), 0);
-	rc = td_client_stat(c, name, &e, NULL);
-	if (rc == 0)
-		td_entry_fini(&e);
-	td_client_close(c);
-	return rc == 0;
 }
 
 Test(tensorctl, load_every_message_with_prefix)
@@ -993,6 +1006,65 @@ Test(tensorctl, human_sizes_unless_bytes)
 	cr_expect_eq(CTL(&d, &out, NULL, "stat", "m3", "--json"), 0);
 	cr_expect(strstr(out, "\"bytes\":3145728"), "%s", out);
 	free(out);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * put from a FIFO whose writer pauses past the one-second mark halfway:
+ * on a terminal the progress line shows (and is erased), on a pipe not.
+ */
+static char *put_paused(const struct tu_daemon *d, int err_fd)
+{
+	static uint8_t half[1 << 20];
+	struct run r = {.in_fd = -1, .out_fd = -1, .err_fd = err_fd};
+	char fifo[160], *err = NULL;
+	pid_t w;
+
+	path_in(fifo, sizeof(fifo), d, "slow.fifo");
+	cr_assert_eq(mkfifo(fifo, 0600), 0);
+	fflush(NULL);
+	w = fork();
+	cr_assert(w >= 0);
+	if (w == 0) {
+		int fd = open(fifo, O_WRONLY);
+		int ok = write(fd, half, sizeof(half)) == sizeof(half);
+
+		/* the tool's documented threshold is about a second */
+		usleep(1300000);
+		ok &= write(fd, half, sizeof(half)) == sizeof(half);
+		_exit(ok ? 0 : 1);
+	}
+	cr_expect_eq(CTL_R(d, &r, NULL, &err, "put", "slow", "--dtype", "u8",
+			   "--shape", "2097152", fifo),
+		     0, "%s", err);
+	cr_assert_eq(waitpid(w, NULL, 0), w);
+	unlink(fifo);
+	return err;
+}
+
+Test(tensorctl, progress_only_on_a_terminal)
+{
+	struct tu_daemon d;
+	char got[4096] = "", *err;
+	int master, slave;
+	ssize_t n;
+
+	start(&d);
+	slave = open_pty(&master);
+	free(put_paused(&d, slave));
+	fcntl(master, F_SETFL, O_NONBLOCK);
+	n = read(master, got, sizeof(got) - 1);
+	cr_assert_gt(n, 0, "nothing on the terminal");
+	got[n] = 0;
+	cr_expect(strstr(got, "slow.fifo: ") && strstr(got, " of 2.0 MiB ("),
+		  "%s", got);
+	cr_expect(strstr(got + n - 4, "\r\033[K"), "the line was not erased");
+	close(slave);
+	close(master);
+	err = put_paused(&d, 0);
+	cr_expect(!strchr(err, '\r') && !strstr(err, " of 2.0 MiB"),
+		  "progress on a pipe: %s", err);
+	free(err);
 	tu_daemon_stop(&d, false);
 }
 

@@ -118,6 +118,7 @@ int cmd_put(int argc, char **argv)
 	rc = tctl_in_open(&in, path);
 	if (rc)
 		return rc;
+	in.progress.total = want; /* a stream's size is the shape's */
 	rc = tctl_connect(&c);
 	if (rc) {
 		tctl_in_close(&in);
