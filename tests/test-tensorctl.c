@@ -218,6 +218,24 @@ static void start(struct tu_daemon *d)
 	unlink(in);
 }
 
+/* Publish bytes zero bytes as u8 tensor name. */
+static void put_zeros(const struct tu_daemon *d, const char *name,
+		      uint64_t bytes)
+{
+	uint8_t *b = calloc(1, bytes);
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = &bytes};
+	struct td_error e = {0};
+	struct td_client *c;
+
+	cr_assert(b);
+	cr_assert_eq(td_client_connect(d->sock, &c, NULL), 0);
+	cr_assert_eq(td_client_put(c, &p, b, bytes, NULL, &e), 0, "%s",
+		     e.reason);
+	td_client_close(c);
+	free(b);
+}
+
 /* STAT of name: 1 with its lease count in *leases, or 0 when absent. */
 static int stat_name(const struct tu_daemon *d, const char *name,
 		     uint32_t *leases)
@@ -514,6 +532,45 @@ Test(tensorctl, file_size_limit_leaves_the_old_file_and_no_temp)
 	tu_daemon_stop(&d, false);
 }
 
+/* A real ENOSPC: a 64 KiB tmpfs in a private mount namespace. */
+Test(tensorctl, full_filesystem_leaves_the_old_file_and_no_temp)
+{
+	struct tu_daemon d;
+	char mnt[160], path[200], other[200], *err;
+
+	start(&d);
+	put_zeros(&d, "big", 1 << 20);
+	path_in(mnt, sizeof(mnt), &d, "small");
+	cr_assert_eq(mkdir(mnt, 0755), 0);
+	if (unshare(CLONE_NEWNS) < 0 ||
+	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("tmpfs", mnt, "tmpfs", 0, "size=64k") < 0) {
+		rmdir(mnt);
+		tu_daemon_stop(&d, false);
+		cr_skip_test("no mount namespace (%s): ENOSPC on a file not "
+			     "checked",
+			     strerror(errno));
+	}
+	snprintf(path, sizeof(path), "%s/keep.bin", mnt);
+	write_file(path, "old", 3);
+	cr_expect_eq(CTL(&d, NULL, &err, "get", "big", "-o", path), 1);
+	cr_expect(strstr(err, "No space left"), "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, NULL, NULL, "save", "big", "-o", path), 1);
+	expect_file(path, "old");
+	cr_expect_eq(temp_files(mnt), 0);
+	/* a hard-linked file: the room is reserved before a byte changes */
+	snprintf(other, sizeof(other), "%s/other.bin", mnt);
+	cr_assert_eq(link(path, other), 0);
+	cr_expect_eq(CTL(&d, NULL, &err, "get", "big", "-o", path), 1);
+	cr_expect(strstr(err, "No space left"), "%s", err);
+	free(err);
+	expect_file(other, "old");
+	umount(mnt);
+	rmdir(mnt);
+	tu_daemon_stop(&d, false);
+}
+
 /* A FIFO nobody reads: the write waits, a signal ends it, lease gone. */
 static void fifo_interrupted_by(int sig)
 {
@@ -599,23 +656,12 @@ Test(tensorctl, fifo_written_directly_when_read)
 Test(tensorctl, killed_save_leaves_no_temp_after_the_next_run)
 {
 	struct tu_daemon d;
-	struct td_client *c;
-	struct td_error e = {0};
-	uint64_t shape[1] = {64u << 20};
-	uint8_t *big = calloc(1, shape[0]);
-	struct td_publish p = {.name = "big", .dtype = TD_TENSOR_U8,
-			       .ndim = 1, .shape = shape};
 	char path[160], stale[200], *err;
 	pid_t pid, dead;
 	int st;
 
 	start(&d);
-	cr_assert(big);
-	cr_assert_eq(td_client_connect(d.sock, &c, NULL), 0);
-	cr_assert_eq(td_client_put(c, &p, big, shape[0], NULL, &e), 0, "%s",
-		     e.reason);
-	td_client_close(c);
-	free(big);
+	put_zeros(&d, "big", 64u << 20);
 	path_in(path, sizeof(path), &d, "big.tgm");
 	write_file(path, "old", 3);
 	/* SIGTERM while the temp file is written: cleaned up by tensorctl,
@@ -982,20 +1028,10 @@ Test(tensorctl, json_everywhere_errors_included)
 Test(tensorctl, human_sizes_unless_bytes)
 {
 	struct tu_daemon d;
-	struct td_client *c;
-	struct td_error e = {0};
-	uint64_t shape[1] = {3 << 20};
-	uint8_t *b = calloc(1, shape[0]);
-	struct td_publish p = {.name = "m3", .dtype = TD_TENSOR_U8, .ndim = 1,
-			       .shape = shape};
 	char *out;
 
 	start(&d);
-	cr_assert(b);
-	cr_assert_eq(td_client_connect(d.sock, &c, NULL), 0);
-	cr_assert_eq(td_client_put(c, &p, b, shape[0], NULL, &e), 0);
-	td_client_close(c);
-	free(b);
+	put_zeros(&d, "m3", 3 << 20);
 	cr_expect_eq(CTL(&d, &out, NULL, "ls"), 0);
 	cr_expect(strstr(out, " 3.0 MiB, 0 leases"), "%s", out);
 	cr_expect(strstr(out, " 6 B, 0 leases"), "%s", out);
