@@ -28,7 +28,10 @@ static volatile sig_atomic_t in_write, got_signal;
 static void on_signal(int sig)
 {
 	if (in_write) {
-		got_signal = sig; /* the write loop stops with EINTR */
+		/* the write loop stops (EINTR, or EPIPE for SIGPIPE); the
+		 * first signal is the one main() ends with */
+		if (!got_signal)
+			got_signal = sig;
 		return;
 	}
 	signal(sig, SIG_DFL);
@@ -37,17 +40,15 @@ static void on_signal(int sig)
 
 void tctl_signals_init(void)
 {
-	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
 	struct sigaction sa = {.sa_handler = on_signal}; /* no SA_RESTART */
 
 	sigemptyset(&sa.sa_mask);
 	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
 		sigaction(sigs[i], &sa, NULL);
-	/* over RLIMIT_FSIZE, or to a pipe or FIFO whose reader left: the
-	 * write fails (EFBIG, EPIPE) and is cleaned up, instead of a kill
-	 * that would leave a temporary file behind */
+	/* over RLIMIT_FSIZE: the write fails with EFBIG and is cleaned up,
+	 * instead of a kill that would leave a temporary file behind */
 	signal(SIGXFSZ, SIG_IGN);
-	signal(SIGPIPE, SIG_IGN);
 }
 
 int tctl_interrupted(void)
@@ -57,7 +58,7 @@ int tctl_interrupted(void)
 
 static int fail_io(const struct tctl_out *o, int err, const char *what)
 {
-	if (err == EINTR && got_signal)
+	if ((err == EINTR || err == EPIPE) && got_signal)
 		return tctl_fail(TCTL_REFUSED, "interrupted", EINTR,
 				 "%s: interrupted by signal %d%s", o->path,
 				 (int)got_signal,

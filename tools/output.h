@@ -65,7 +65,7 @@ int tctl_out_commit(struct tctl_out *o);
 void tctl_out_abort(struct tctl_out *o);
 
 /*
- * SIGINT, SIGTERM, SIGHUP: a write in progress stops with EINTR (a FIFO
+ * SIGINT, SIGTERM, SIGHUP, SIGPIPE: a write in progress stops (a FIFO
  * nobody reads included), its temporary file is removed and the command
  * ends as usual (leases released); main() then dies of the signal.
  * Outside a write the signal kills at once (the kernel closes the
