@@ -9,6 +9,7 @@
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <grp.h>
 #include <sched.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -39,6 +40,7 @@ struct run {
 	int out_fd;     /* its stdout; -1: captured into *out */
 	int err_fd;     /* its stderr; 0: captured into *err */
 	rlim_t fsize;   /* RLIMIT_FSIZE; 0: none */
+	uid_t uid;      /* run as this uid and gid; 0: as we are */
 	pid_t *pid;     /* non-NULL: start it and return at once */
 };
 
@@ -94,6 +96,9 @@ static int ctl_run(const struct tu_daemon *d, const struct run *r, char **out,
 
 			setrlimit(RLIMIT_FSIZE, &rl);
 		}
+		if (r && r->uid &&
+		    (setgroups(0, NULL) || setgid(r->uid) || setuid(r->uid)))
+			_exit(126);
 		execv(argv[0], argv);
 		_exit(127);
 	}
@@ -529,6 +534,58 @@ Test(tensorctl, file_size_limit_leaves_the_old_file_and_no_temp)
 	cr_expect_eq(CTL_R(&d, &r, NULL, NULL, "save", "t", "-o", path), 1);
 	expect_file(path, "old");
 	cr_expect_eq(temp_files(d.dir), 0);
+	tu_daemon_stop(&d, false);
+}
+
+/* Not root: what the user could not write is not replaced either. */
+Test(tensorctl, unprivileged_user_replaces_only_what_it_may_write)
+{
+	static const char *const open_socket[] = {"--socket-mode", "0666",
+						  NULL};
+	struct tu_daemon d;
+	struct run r = {.in_fd = -1, .out_fd = -1, .uid = NOBODY};
+	char dir[160], mine[200], ro[200], roots[200], *err;
+	struct stat st;
+
+	tu_daemon_start_args(&d, "error", open_socket);
+	cr_assert_eq(chmod(d.dir, 0755), 0);
+	put_zeros(&d, "t", 6);
+	path_in(dir, sizeof(dir), &d, "home");
+	cr_assert_eq(mkdir(dir, 0755), 0);
+	cr_assert_eq(chown(dir, NOBODY, NOBODY), 0);
+	snprintf(mine, sizeof(mine), "%s/mine.bin", dir);
+	snprintf(ro, sizeof(ro), "%s/readonly.bin", dir);
+	snprintf(roots, sizeof(roots), "%s/roots.bin", dir);
+	write_file(mine, "old", 3);
+	write_file(ro, "old", 3);
+	write_file(roots, "old", 3);
+	cr_assert_eq(chown(mine, NOBODY, NOBODY), 0);
+	cr_assert_eq(chmod(mine, 0604), 0);
+	cr_assert_eq(chown(ro, NOBODY, NOBODY), 0);
+	cr_assert_eq(chmod(ro, 0444), 0);
+	cr_assert_eq(chmod(roots, 0666), 0);
+	/* its own file: replaced, mode kept */
+	cr_expect_eq(CTL_R(&d, &r, NULL, &err, "get", "t", "-o", mine), 0,
+		     "%s", err);
+	free(err);
+	cr_assert_eq(stat(mine, &st), 0);
+	cr_expect(st.st_size == 6 && st.st_uid == NOBODY &&
+		  (st.st_mode & 07777) == 0604);
+	/* read-only: refused, as cp would */
+	cr_expect_eq(CTL_R(&d, &r, NULL, &err, "get", "t", "-o", ro), 1);
+	cr_expect(strstr(err, "Permission denied"), "%s", err);
+	free(err);
+	expect_file(ro, "old");
+	/* root's file, writable by all: its owner cannot be kept */
+	cr_expect_eq(CTL_R(&d, &r, NULL, &err, "save", "t", "-o", roots), 1);
+	cr_expect(strstr(err, "belongs to uid 0"), "%s", err);
+	free(err);
+	expect_file(roots, "old");
+	cr_expect_eq(temp_files(dir), 0);
+	unlink(mine);
+	unlink(ro);
+	unlink(roots);
+	rmdir(dir);
 	tu_daemon_stop(&d, false);
 }
 

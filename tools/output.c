@@ -304,6 +304,11 @@ static int open_target(struct tctl_out *o)
 					 o->path, (unsigned)link_uid, o->target,
 					 (unsigned)link_uid);
 	}
+	/* a file we could not open for writing is not ours to replace
+	 * either (as cp: a read-only file stays unless we are root) */
+	if (exists && S_ISREG(st.st_mode) &&
+	    faccessat(AT_FDCWD, o->target, W_OK, AT_EACCESS) < 0)
+		return fail_io(o, errno, NULL);
 	if (!exists || (S_ISREG(st.st_mode) && st.st_nlink <= 1))
 		return open_replace(o, &st, exists);
 	if (S_ISREG(st.st_mode))
