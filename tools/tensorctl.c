@@ -65,6 +65,18 @@ static const struct cmd {
 	{"save", cmd_save, "save NAME... -o FILE.tgm|-",
 	 "Write tensors as one hashed Tensogram message.\n"
 	 "  -o, --output F  where to write (- = stdout); see OUTPUTS\n"},
+	{"zarr", cmd_zarr,
+	 "zarr export DIR [NAMES...] | zarr export DIR --from FILE.tgm "
+	 "[--message N] [--name-key K] | zarr import DIR [--prefix P]",
+	 "Write tensors (NAMES, or every tensor) or the objects of one .tgm\n"
+	 "message as a Zarr v3 hierarchy in DIR (one group, one single-chunk\n"
+	 "array per tensor), or publish every array of such a hierarchy.\n"
+	 "DIR must not exist or be empty; it appears whole or not at all.\n"
+	 "  --from FILE     export a .tgm file's message (no daemon needed)\n"
+	 "  --message N     which message of FILE (default 0)\n"
+	 "  --name-key K    dotted metadata path tried first for names\n"
+	 "  --max-bytes N   read a stream up to N bytes (default 1G)\n"
+	 "  --prefix P      import: put P before every name\n"},
 };
 
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
