@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "json-int.h"
+#include "td-zarr.h"
 #include "tgm-cbor.h"
 
 /* A conversion under way: the first refusal's reason. */
@@ -398,12 +399,12 @@ int td_json_tgm_params_obj(const uint8_t *desc, size_t len,
 		const char *drop[64];
 		size_t nd = 0;
 
-		json_object_object_foreach(o, k, v)
-		{
-			(void)v;
+		const char *k;
+		struct json_object *v;
+
+		TD_JSON_EACH(o, k, v)
 			if (td__tgm_desc_key_known(k) && nd < 64)
 				drop[nd++] = k;
-		}
 		for (size_t i = 0; i < nd; i++)
 			json_object_object_del(o, drop[i]);
 	}

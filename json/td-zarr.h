@@ -20,7 +20,22 @@
 
 #include "tgm-desc.h"
 
+#include <json-c/json_object_iterator.h>
+
 struct json_object;
+
+/*
+ * For each member of object o: key (const char *) and val (struct
+ * json_object *), declared by the caller. json-c's own foreach macro is a
+ * GNU statement expression, which -Wpedantic refuses.
+ */
+#define TD_JSON_EACH(o, key, val)                                             \
+	for (struct json_object_iterator it_ = json_object_iter_begin(o),     \
+	                                 end_ = json_object_iter_end(o);      \
+	     !json_object_iter_equal(&it_, &end_) &&                          \
+	     ((key = json_object_iter_peek_name(&it_)), (void)key,           \
+	      (val = json_object_iter_peek_value(&it_)), (void)val, 1);       \
+	     json_object_iter_next(&it_))
 
 /* Longest node name tensord writes (bytes, before a duplicate suffix). */
 #define TD_ZARR_NAME_MAX 255

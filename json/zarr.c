@@ -218,11 +218,12 @@ struct json_object *td_zarr_v2_attrs(const struct td_zarr_array *a)
 {
 	struct json_object *o = json_object_new_object(), *dims;
 	char d[TD_ZARR_NAME_MAX + 48];
+	const char *key;
+	struct json_object *val;
 
-	if (a->attrs) {
-		json_object_object_foreach(a->attrs, key, val)
+	if (a->attrs)
+		TD_JSON_EACH(a->attrs, key, val)
 			json_object_object_add(o, key, json_object_get(val));
-	}
 	dims = json_object_new_array_ext((int)a->ndim);
 	for (uint32_t k = 0; k < a->ndim; k++) {
 		snprintf(d, sizeof(d), "%s_%" PRIu32, a->name, k);
@@ -273,7 +274,8 @@ static int key_cmp(const void *a, const void *b)
 static struct json_object *sorted(struct json_object *o, int *bad)
 {
 	struct json_object *out;
-	const char **keys;
+	const char **keys, *key;
+	struct json_object *val;
 	size_t n = 0;
 	double d;
 
@@ -289,11 +291,8 @@ static struct json_object *sorted(struct json_object *o, int *bad)
 			*bad = 1;
 			return NULL;
 		}
-		json_object_object_foreach(o, k, v)
-		{
-			(void)v;
-			keys[n++] = k;
-		}
+		TD_JSON_EACH(o, key, val)
+			keys[n++] = key;
 		qsort(keys, n, sizeof(*keys), key_cmp);
 		for (size_t i = 0; i < n; i++)
 			json_object_object_add(
@@ -350,6 +349,29 @@ char *td_zarr_text(struct json_object *o, size_t *len)
 
 /* ---- reading ---- */
 
+static bool finite_tree(struct json_object *o)
+{
+	const char *key;
+	struct json_object *val;
+
+	switch (json_object_get_type(o)) {
+	case json_type_double:
+		return isfinite(json_object_get_double(o));
+	case json_type_array:
+		for (size_t i = 0; i < json_object_array_length(o); i++)
+			if (!finite_tree(json_object_array_get_idx(o, i)))
+				return false;
+		return true;
+	case json_type_object:
+		TD_JSON_EACH(o, key, val)
+			if (!finite_tree(val))
+				return false;
+		return true;
+	default:
+		return true;
+	}
+}
+
 int td_zarr_json_parse(const char *text, size_t len, struct json_object **out,
                        const char **why)
 {
@@ -379,6 +401,13 @@ int td_zarr_json_parse(const char *text, size_t len, struct json_object **out,
 		end++;
 	if (end != len || memchr(text, 0, len)) {
 		*why = "bytes after the JSON value";
+		json_object_put(o);
+		return -EBADMSG;
+	}
+	if (!finite_tree(o)) {
+		/* json-c reads NaN, Infinity and overflowing numbers even in
+		 * strict mode */
+		*why = "a NaN or Infinity token, or a number out of range";
 		json_object_put(o);
 		return -EBADMSG;
 	}
@@ -510,7 +539,8 @@ int td_zarr_array_read(struct json_object *meta, struct td_zarr_array *a,
 	        "data_type",   "chunk_grid",         "chunk_key_encoding",
 	        "fill_value",  "codecs",             "attributes",
 	        "dimension_names", "storage_transformers"};
-	struct json_object *v, *c, *codec;
+	struct json_object *v, *c, *codec, *val;
+	const char *key;
 	uint64_t chunk[TD_ZARR_MAX_DIMS];
 	uint32_t cn = 0;
 	const char *s;
@@ -519,8 +549,7 @@ int td_zarr_array_read(struct json_object *meta, struct td_zarr_array *a,
 	*big_endian = false;
 	if (!json_object_is_type(meta, json_type_object))
 		FAIL(-EBADMSG, "zarr.json is not a JSON object");
-	json_object_object_foreach(meta, key, val)
-	{
+	TD_JSON_EACH(meta, key, val) {
 		bool ok = false;
 
 		for (size_t i = 0; i < sizeof(known) / sizeof(*known); i++)

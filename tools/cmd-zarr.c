@@ -834,13 +834,14 @@ static int import_meta(struct imp *m)
 		return m->meta ? 0 : -ENOMEM;
 	}
 	if (m->a.attrs) {
-		json_object_object_foreach(m->a.attrs, k, val)
-		{
+		const char *k;
+		struct json_object *val;
+
+		TD_JSON_EACH(m->a.attrs, k, val)
 			if (strncmp(k, "_tensord_", 9) &&
 			    strncmp(k, "_tensogram_", 11))
 				json_object_object_add(o, k,
 				                       json_object_get(val));
-		}
 	}
 	if (json_object_object_length(o)) {
 		t = json_object_to_json_string_ext(
@@ -896,7 +897,7 @@ static int import_array(int top, const char *name, const char *prefix,
 			*p = sep;
 	snprintf(path, sizeof(path), "%s/%s", name, key);
 	rc = read_at(top, path, want, &m->data, &m->len);
-	if (rc == -ENOENT && m->a.ndim == 0) {
+	if ((rc == -ENOENT || rc == -EISDIR) && m->a.ndim == 0) {
 		/* upstream's 0-d form (zarr.md §7) */
 		snprintf(path, sizeof(path), "%s/c%c0", name, sep);
 		rc = read_at(top, path, want, &m->data, &m->len);
@@ -914,8 +915,14 @@ static int import_array(int top, const char *name, const char *prefix,
 		snprintf(why, cap, "%s: %s", path, strerror(-rc));
 		return rc;
 	}
-	if (big)
-		tctl_copy_swapped(m->data, m->data, m->len, m->a.type->size);
+	/* big-endian: each element reversed in place */
+	for (uint64_t i = 0; big && i < m->len; i += m->a.type->size)
+		for (unsigned k = 0, w = m->a.type->size; k < w / 2; k++) {
+			uint8_t t = m->data[i + k];
+
+			m->data[i + k] = m->data[i + w - 1 - k];
+			m->data[i + w - 1 - k] = t;
+		}
 	return 1;
 }
 
@@ -1004,7 +1011,7 @@ static int cmd_import(int argc, char **argv)
 	}
 	if (argc - optind != 1)
 		return tctl_usage("zarr", "import needs one DIR");
-	if (*prefix && (strlen(prefix) > TD_NAME_MAX - TD_ZARR_NAME_MAX ||
+	if (*prefix && (strlen(prefix) > TD_NAME_MAX - 16 ||
 	                td_wire_name_check(prefix, strlen(prefix), true, &w)))
 		return tctl_usage("zarr", "bad --prefix '%s'", prefix);
 	dir = argv[optind];
@@ -1072,7 +1079,7 @@ static int cmd_import(int argc, char **argv)
 			                       json_object_new_uint64(v));
 			json_object_array_add(out, j);
 		} else {
-			printf("%s version %" PRIu64 " %s", ims[i].tensor, v,
+			printf("%s version %" PRIu64 " %s ", ims[i].tensor, v,
 			       td_tensor_dtype_name((uint32_t)ims[i].a.type->blob));
 			tctl_print_shape(stdout, ims[i].a.shape, ims[i].a.ndim,
 			                 0);
