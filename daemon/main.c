@@ -18,24 +18,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-int td__log_level = TD_LOG_INFO;
-struct td__daemon *td__d;
-
-static const char *const level_names[] = {"error", "warn", "info", "debug"};
-
-void td__log(int level, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (level > td__log_level)
-		return;
-	fprintf(stderr, "tensord: %s: ", level_names[level]);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
-
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -208,10 +190,8 @@ int main(int argc, char **argv)
 			sock_opt = optarg;
 			break;
 		case 'l':
-			for (c = 0; c < 4; c++)
-				if (!strcmp(optarg, level_names[c]))
-					break;
-			if (c == 4) {
+			c = td__log_level_parse(optarg);
+			if (c < 0) {
 				fprintf(stderr,
 					"tensord: --log-level: want error, "
 					"warn, info or debug\n");
@@ -336,6 +316,7 @@ int main(int argc, char **argv)
 			goto out;
 	}
 	/* restore before listening: clients never see a half-filled store */
+	td__dispatch_init();
 	if (td__sd_init(d) < 0 || td__store_new(d) < 0 ||
 	    td__fdstore_restore(d) < 0 || td__server_start(d) < 0)
 		goto out;

@@ -400,26 +400,18 @@ static void reply_ring(struct td__peer *p, const struct td_wire_hdr *h,
 
 /* ---- requests ---- */
 
-static void bad_body(struct td__peer *p, const struct td_wire_hdr *h, int rc,
-		     const struct td_err *e)
+void td__ring_create(struct td__peer *p, const struct td__req *rq)
 {
-	td__peer_error(p, h->opcode, h->request_id, rc, "%s: %s: %s",
-		       td_wire_op_name(h->opcode), e->field ? e->field : "body",
-		       e->reason ? e->reason : "invalid");
-}
-
-static void op_create(struct td__peer *p, const struct td_wire_hdr *h,
-		      const uint8_t *body)
-{
+	const struct td_wire_hdr *h = rq->h;
 	struct td_wire_ring_create_req m;
 	struct td_err e = {0};
 	struct ring *r;
 	const char *why = NULL;
 	unsigned subs;
-	int rc = td_wire_ring_create_req_decode(body, h->body_len, &m, &e);
+	int rc = td_wire_ring_create_req_decode(rq->body, h->body_len, &m, &e);
 
 	if (rc < 0) {
-		bad_body(p, h, rc, &e);
+		td__peer_bad_body(p, h, rc, &e);
 		return;
 	}
 	if (m.reader_count < 1 || m.reader_count > TD_RING_MAX_READERS) {
@@ -428,7 +420,7 @@ static void op_create(struct td__peer *p, const struct td_wire_hdr *h,
 			       TD_RING_MAX_READERS);
 		return;
 	}
-	if (!td__store_allowed(p, h, TD__PERM_WRITE, m.name))
+	if (!td__access_check(p, h, rq->op->perm, m.name))
 		return;
 	/* one meaning per name, so GET and STAT are unambiguous */
 	if (td__store_name_taken(m.name)) {
@@ -518,12 +510,13 @@ static void op_create(struct td__peer *p, const struct td_wire_hdr *h,
  * without it), then -ENOENT.
  */
 static struct ring *readable_ring(struct td__peer *p,
-				  const struct td_wire_hdr *h,
+				  const struct td__req *rq,
 				  struct td_wire_str name)
 {
+	const struct td_wire_hdr *h = rq->h;
 	struct ring *r;
 
-	if (!td__store_allowed(p, h, TD__PERM_READ, name))
+	if (!td__access_check(p, h, rq->op->perm, name))
 		return NULL;
 	r = ring_named(name);
 	if (!r)
@@ -533,21 +526,21 @@ static struct ring *readable_ring(struct td__peer *p,
 	return r;
 }
 
-static void op_subscribe(struct td__peer *p, const struct td_wire_hdr *h,
-			 const uint8_t *body)
+void td__ring_subscribe(struct td__peer *p, const struct td__req *rq)
 {
+	const struct td_wire_hdr *h = rq->h;
 	struct td_wire_ring_sub_req m;
 	struct td_err e = {0};
 	struct ring *r;
 	uint32_t row;
 	unsigned subs;
-	int rc = td_wire_ring_sub_req_decode(body, h->body_len, &m, &e);
+	int rc = td_wire_ring_sub_req_decode(rq->body, h->body_len, &m, &e);
 
 	if (rc < 0) {
-		bad_body(p, h, rc, &e);
+		td__peer_bad_body(p, h, rc, &e);
 		return;
 	}
-	r = readable_ring(p, h, m.name);
+	r = readable_ring(p, rq, m.name);
 	if (!r)
 		return;
 	peer_rings(p, &subs);
@@ -610,15 +603,15 @@ static void ring_close(struct ring *r)
 		(int)r->name_len, r->name, (unsigned long long)r->id, r->subs);
 }
 
-static void op_close(struct td__peer *p, const struct td_wire_hdr *h,
-		     const uint8_t *body)
+void td__ring_close(struct td__peer *p, const struct td__req *rq)
 {
+	const struct td_wire_hdr *h = rq->h;
 	struct td_wire_ring_close_req m;
 	struct td_err e = {0};
-	int rc = td_wire_ring_close_req_decode(body, h->body_len, &m, &e);
+	int rc = td_wire_ring_close_req_decode(rq->body, h->body_len, &m, &e);
 
 	if (rc < 0) {
-		bad_body(p, h, rc, &e);
+		td__peer_bad_body(p, h, rc, &e);
 		return;
 	}
 	for (struct td__list *l = rings.next; l != &rings; l = l->next) {
@@ -648,9 +641,9 @@ static void op_close(struct td__peer *p, const struct td_wire_hdr *h,
 		       (unsigned long long)m.id);
 }
 
-static void op_stat(struct td__peer *p, const struct td_wire_hdr *h,
-		    const uint8_t *body)
+void td__ring_stat(struct td__peer *p, const struct td__req *rq)
 {
+	const struct td_wire_hdr *h = rq->h;
 	struct td__daemon *d = td__d;
 	struct td_wire_name_req m;
 	struct td_wire_ring_stat_rep r;
@@ -658,13 +651,13 @@ static void op_stat(struct td__peer *p, const struct td_wire_hdr *h,
 	struct ring *ring;
 	uint64_t latest;
 	int64_t len;
-	int rc = td_wire_name_req_decode(body, h->body_len, &m, &e);
+	int rc = td_wire_name_req_decode(rq->body, h->body_len, &m, &e);
 
 	if (rc < 0) {
-		bad_body(p, h, rc, &e);
+		td__peer_bad_body(p, h, rc, &e);
 		return;
 	}
-	ring = readable_ring(p, h, m.name);
+	ring = readable_ring(p, rq, m.name);
 	if (!ring)
 		return;
 	latest = atomic_load(&ring->hdr->latest);
@@ -685,33 +678,11 @@ static void op_stat(struct td__peer *p, const struct td_wire_hdr *h,
 
 /* ---- entry points ---- */
 
-void td__ring_request(struct td__peer *p, const struct td_wire_hdr *h,
-		      const uint8_t *body, int *fds, unsigned nfds)
+static const struct td__ring_hooks *hooks;
+
+void td__ring_hooks_set(const struct td__ring_hooks *h)
 {
-	if (nfds) {
-		for (unsigned i = 0; i < nfds; i++)
-			close_fd(&fds[i]);
-		td__peer_error(p, h->opcode, h->request_id, -EINVAL,
-			       "%s carries no fds", td_wire_op_name(h->opcode));
-		return;
-	}
-	switch (h->opcode) {
-	case TD_OP_RING_CREATE:
-		op_create(p, h, body);
-		return;
-	case TD_OP_RING_SUBSCRIBE:
-		op_subscribe(p, h, body);
-		return;
-	case TD_OP_RING_CLOSE:
-		op_close(p, h, body);
-		return;
-	case TD_OP_RING_STAT:
-		op_stat(p, h, body);
-		return;
-	default:
-		td__peer_error(p, h->opcode, h->request_id, -EOPNOTSUPP,
-			       "unknown opcode %u", h->opcode);
-	}
+	hooks = h;
 }
 
 void td__ring_peer_gone(struct td__peer *p)
@@ -823,7 +794,7 @@ static void timers_init(void)
 
 static void on_poll(uv_timer_t *t)
 {
-	if (!td__store_ring_poll())
+	if (!hooks->poll())
 		uv_timer_stop(t);
 }
 
@@ -984,7 +955,7 @@ static int lease_if(struct td__peer *p, uint16_t op, uint64_t request_id,
 		slot_unlease(r, s);
 		return 0;
 	}
-	rc = td__store_lease_ring(p, handle_of(r), s, &id);
+	rc = hooks->lease(p, handle_of(r), s, &id);
 	if (rc < 0) {
 		slot_unlease(r, s);
 		if (rc == -ENOBUFS)

@@ -35,6 +35,15 @@ enum {
 /* One fd-table entry as described by the daemon: i32 fd + u64 buffer_id. */
 #define FDENT_LEN 12
 
+void td_wire_hdr_peek(const uint8_t *buf, size_t len, uint16_t *opcode,
+		      uint64_t *request_id)
+{
+	*opcode = len >= HOFF_OPCODE + 2 ? td__le16(buf + HOFF_OPCODE) : 0;
+	*request_id = len >= HOFF_REQUEST_ID + 8
+			      ? td__le64(buf + HOFF_REQUEST_ID)
+			      : 0;
+}
+
 int td_wire_hdr_decode(const uint8_t *buf, size_t len, struct td_wire_hdr *h,
 		       struct td_err *err)
 {

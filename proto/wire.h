@@ -98,6 +98,13 @@ int td_wire_hdr_decode(const uint8_t *buf, size_t len, struct td_wire_hdr *h,
 		       struct td_err *err);
 /* Write h into out[0, 32). */
 void td_wire_hdr_encode(const struct td_wire_hdr *h, uint8_t *out);
+/*
+ * The opcode and request id of a datagram that may be no valid message
+ * (too short, bad magic, truncated): what a reply to it can echo so the
+ * sender can match it. Fields the len bytes do not reach are 0.
+ */
+void td_wire_hdr_peek(const uint8_t *buf, size_t len, uint16_t *opcode,
+		      uint64_t *request_id);
 
 /* ---- body cursors (used by the message codecs, exposed for tests) ---- */
 
