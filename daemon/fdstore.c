@@ -514,6 +514,10 @@ static unsigned restore_entries(const struct td_state_hdr *h,
 	return done;
 }
 
+static const struct td__store_keeper keeper = {
+	td__fdstore_add, td__fdstore_adopt, td__fdstore_drop,
+	td__fdstore_dirty};
+
 int td__fdstore_restore(struct td__daemon *d)
 {
 	uint8_t *img[2] = {NULL, NULL};
@@ -525,6 +529,7 @@ int td__fdstore_restore(struct td__daemon *d)
 	unsigned restored = 0;
 	size_t stored = 0;
 
+	td__store_keeper_set(&keeper);
 	if (!td__sd_fdstore_on()) {
 		if (fs.npassed)
 			td__log(TD_LOG_WARN, "%zu stored fds passed but no fd "

@@ -317,7 +317,7 @@ int main(int argc, char **argv)
 	}
 	/* restore before listening: clients never see a half-filled store */
 	td__dispatch_init();
-	if (td__sd_init(d) < 0 || td__store_new(d) < 0 ||
+	if (td__sd_init(d, td__fdstore_passed) < 0 || td__store_new(d) < 0 ||
 	    td__fdstore_restore(d) < 0 || td__server_start(d) < 0)
 		goto out;
 	td__sd_ready(d);

@@ -424,11 +424,8 @@ static void pub_commit(struct pub *x, struct td__version *ver)
 	 * so the state image leaves it out)
 	 */
 	for (uint32_t i = 0; i < ver->nfds && !ver->recycle; i++)
-		ver->fds[i].sid = td__fdstore_add(ver->fds[i].fd,
-						  ver->fds[i].tracked,
-						  ver->fds[i].dev,
-						  ver->fds[i].ino);
-	td__fdstore_dirty();
+		ver->fds[i].sid = td__store_fd_kept(&ver->fds[i]);
+	td__store_changed();
 	td__list_add_tail(&s->versions, &ver->all);
 	old = td__name_set(s, ver);
 	if (old)
@@ -544,8 +541,7 @@ static void restore_commit(struct pub *x, const struct td_state_entry *ent,
 
 		td__vfd_set(s, f, x->tab[i], x->is_plane[i]);
 		x->own[i] = false;
-		if (td__fdstore_adopt(ent->fd_ids[i], f->fd, f->tracked,
-				      f->dev, f->ino) == 0)
+		if (td__store_fd_adopt(ent->fd_ids[i], f) == 0)
 			f->sid = ent->fd_ids[i];
 	}
 	ver->acct = x->acct;

@@ -20,6 +20,38 @@
  * blobs of different sizes share records */
 #define VERSION_DATA_MIN 512
 
+/* ---- persistence's hooks (sd.h, struct td__store_keeper) ---- */
+
+static const struct td__store_keeper *keeper;
+
+void td__store_keeper_set(const struct td__store_keeper *k)
+{
+	keeper = k;
+}
+
+uint64_t td__store_fd_kept(const struct td__vfd *f)
+{
+	return keeper ? keeper->fd_add(f->fd, f->tracked, f->dev, f->ino) : 0;
+}
+
+int td__store_fd_adopt(uint64_t id, const struct td__vfd *f)
+{
+	return keeper ? keeper->fd_adopt(id, f->fd, f->tracked, f->dev, f->ino)
+		      : -ENOENT;
+}
+
+static void fd_drop(uint64_t id)
+{
+	if (keeper)
+		keeper->fd_drop(id);
+}
+
+void td__store_changed(void)
+{
+	if (keeper)
+		keeper->changed();
+}
+
 /* ---- spare records (no per-handoff allocation in the steady state) ---- */
 
 static struct td__list *spare_take(struct td__spares *sp)
@@ -172,7 +204,7 @@ void td__vfd_close(struct td__store *s, struct td__vfd *f)
 	if (f->tracked)
 		buf_unref(s, f->dev, f->ino);
 	if (f->sid)
-		td__fdstore_drop(f->sid);
+		fd_drop(f->sid);
 	f->sid = 0;
 	close(f->fd);
 	f->fd = -1;
@@ -230,7 +262,7 @@ static void freebuf_keep(struct td__store *s, struct td__peer *p, uid_t uid,
 	}
 	/* recyclable versions are never in the fd store (restart) */
 	if (f->sid)
-		td__fdstore_drop(f->sid);
+		fd_drop(f->sid);
 	f->sid = 0;
 	td__vfd_move(&fb->f, f);
 	fb->peer = p;

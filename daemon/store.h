@@ -196,6 +196,13 @@ struct td__store {
 
 /* ---- store.c ---- */
 
+/* Persistence (struct td__store_keeper): a published version's fd goes
+ * to the fd store (its id, 0 = not stored); a restored one adopts its
+ * stored id (0 or -errno); the set of current versions changed. */
+uint64_t td__store_fd_kept(const struct td__vfd *f);
+int td__store_fd_adopt(uint64_t id, const struct td__vfd *f);
+void td__store_changed(void);
+
 /* A zeroed record of size bytes whose list member is at off (spares). */
 void *td__spare_new(struct td__spares *sp, size_t size, size_t off);
 void td__spare_put(struct td__spares *sp, void *r, size_t off);
