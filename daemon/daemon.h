@@ -348,10 +348,6 @@ void td__ring_poll_arm(void);
 
 /* ---- plane.c ---- */
 
-int td__pidfd_open(pid_t pid);
-/* pidfd_getfd: a new CLOEXEC fd or -errno. */
-int td__pidfd_getfd(int pidfd, int fd);
-
 enum td__plane_type {
 	TD__PLANE_MEMFD = 1, /* tmpfs/hugetlbfs file with seals */
 	TD__PLANE_DMABUF = 2,

@@ -26,6 +26,7 @@
  * when it is freed.
  */
 #include "sd.h"
+#include "os.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -380,10 +381,11 @@ static void arm(void)
 static int new_slot(int i)
 {
 	char name[32];
-	int fd = memfd_create("tensord-state", MFD_CLOEXEC);
+	const char *why;
+	int fd = td__memfd_new("tensord-state", 0, 0, &why);
 
 	if (fd < 0)
-		return -errno;
+		return fd;
 	snprintf(name, sizeof(name), SLOT_NAME "%d", i);
 	if (td__sd_notify(&fd, 1, "FDSTORE=1\nFDNAME=%s", name) < 0) {
 		close(fd);

@@ -4,6 +4,7 @@
  * Foreground only, no config file (docs/protocol.md, "The daemon").
  */
 #include "daemon.h"
+#include "os.h"
 #include "sd.h"
 
 #include <errno.h>

@@ -6,6 +6,7 @@
  * (dispatch.c, which keeps or closes it) or closed here, on every path.
  */
 #include "daemon.h"
+#include "os.h"
 
 #include <errno.h>
 #include <fcntl.h>

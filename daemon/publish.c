@@ -6,6 +6,7 @@
  * state image (fdstore.c) passes the same checks.
  */
 #include "store.h"
+#include "os.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -13,6 +13,7 @@
  * word (docs/fastpath.md, "Rings in the catalogue").
  */
 #include "daemon.h"
+#include "os.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "blob.h"
@@ -101,13 +101,6 @@ static struct td__ring *handle_of(struct ring *r)
 	return (struct td__ring *)(void *)r;
 }
 
-static void futex_wake_all(_Atomic uint32_t *w)
-{
-	/* A shared (not PRIVATE) futex: the key is the memfd page, so a
-	 * wake on our mapping reaches sleepers on theirs. */
-	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-}
-
 /* ---- memfds ---- */
 
 static void close_fd(int *fd)
@@ -117,60 +110,17 @@ static void close_fd(int *fd)
 	*fd = -1;
 }
 
-static int seal_size(int fd, const char **why)
-{
-	/*
-	 * SHRINK: nobody can cut pages from under a mapping (SIGBUS in the
-	 * others). Not WRITE: the producer rewrites slots for ever.
-	 */
-	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
-		*why = "cannot seal the memfd size";
-		return -errno;
-	}
-	return 0;
-}
-
 /* A small control memfd, its pages allocated now. */
 static int ctl_create(const char *name, size_t len, int *out,
 		      const char **why)
 {
-	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	int rc;
-
-	if (fd < 0) {
-		*why = "memfd_create failed";
-		return -errno;
-	}
-	if (ftruncate(fd, (off_t)len) < 0 || fallocate(fd, 0, 0, (off_t)len)) {
-		rc = -errno;
-		*why = "cannot size the control memfd";
-		goto fail;
-	}
-	rc = seal_size(fd, why);
-	if (rc < 0)
-		goto fail;
-	*out = fd;
-	return 0;
-fail:
-	close(fd);
-	return rc;
-}
-
-/* hugetlbfs pages, if the machine has that many reserved. */
-static int data_hugetlb(uint64_t len, int *out)
-{
-	int fd = memfd_create("tensord-ring-data",
-			      MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
+	int fd = td__memfd_new(name, len,
+			       TD__MEMFD_SEALABLE | TD__MEMFD_RESERVE |
+				       TD__MEMFD_SEAL_SIZE,
+			       why);
 
 	if (fd < 0)
-		return -errno;
-	if (ftruncate(fd, (off_t)len) < 0 ||
-	    fallocate(fd, 0, 0, (off_t)len) < 0) {
-		int rc = -errno;
-
-		close(fd);
-		return rc;
-	}
+		return fd;
 	*out = fd;
 	return 0;
 }
@@ -203,63 +153,53 @@ static int populate_thp(int fd, uint64_t len)
 static int data_create(uint64_t len, bool huge, uint32_t *flags, int *out,
 		       const char **why)
 {
-	int fd = -1, rc;
+	/*
+	 * SHRINK: nobody can cut pages from under a mapping (SIGBUS in the
+	 * others). Not WRITE: the producer rewrites slots for ever.
+	 */
+	const unsigned seal = TD__MEMFD_SEALABLE | TD__MEMFD_SEAL_SIZE;
+	int fd, rc;
 
 	*flags = 0;
-	if (huge && data_hugetlb(len, &fd) == 0) {
+	/* hugetlbfs pages, if the machine has that many reserved */
+	fd = huge ? td__memfd_new("tensord-ring-data", len,
+				  seal | TD__MEMFD_HUGETLB | TD__MEMFD_RESERVE,
+				  why)
+		  : -1;
+	if (fd >= 0) {
 		*flags = TD_WIRE_RING_HUGETLB;
-		goto seal;
+		goto done;
 	}
-	fd = memfd_create("tensord-ring-data", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (fd < 0) {
-		*why = "memfd_create failed";
-		return -errno;
-	}
-	if (ftruncate(fd, (off_t)len) < 0) {
-		rc = -errno;
-		*why = "cannot size the data memfd";
-		goto fail;
-	}
-	if (huge && populate_thp(fd, len) == 0) {
+	fd = td__memfd_new("tensord-ring-data", len, TD__MEMFD_SEALABLE, why);
+	if (fd < 0)
+		return fd;
+	if (huge && populate_thp(fd, len) == 0)
 		*flags = TD_WIRE_RING_THP;
-		goto seal;
-	}
-	if (fallocate(fd, 0, 0, (off_t)len) < 0) {
+	else if (fallocate(fd, 0, 0, (off_t)len) < 0) {
 		rc = -errno;
 		*why = "cannot reserve memory for the ring";
-		goto fail;
+		close(fd);
+		return rc;
 	}
-seal:
-	rc = seal_size(fd, why);
-	if (rc < 0)
-		goto fail;
+	if ((rc = td__memfd_seal_size(fd)) < 0) {
+		*why = "cannot seal the memfd size";
+		close(fd);
+		return rc;
+	}
+done:
 	*out = fd;
 	return 0;
-fail:
-	close(fd);
-	return rc;
 }
 
-/*
- * A read-only descriptor of the same file: opening the /proc link anew
- * gives a new open file description with its own (read-only) mode, so a
- * consumer can neither map it writable nor add seals to it.
- */
+/* A read-only descriptor of the same file (td__reopen_ro) or -errno. */
 static int reopen_ro(int fd, const char **why)
 {
-	char path[64];
-	int ro;
+	int ro = td__reopen_ro(fd);
 
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	ro = open(path, O_RDONLY | O_CLOEXEC);
-	if (ro < 0) {
+	if (ro < 0)
 		*why = "cannot reopen the memfd read-only (is /proc mounted?)";
-		return -errno;
-	}
 	return ro;
 }
-
-/* ---- ring objects ---- */
 
 static void ring_free(struct ring *r)
 {
@@ -588,7 +528,7 @@ static void row_clear(struct ring *r, uint32_t row)
 	/* the producer may be asleep waiting for exactly this slot */
 	if (atomic_load(&rd->prod_waiting)) {
 		atomic_fetch_add(&rd->release_seq, 1);
-		futex_wake_all(&rd->release_seq);
+		td__futex_wake((const uint32_t *)&rd->release_seq, INT_MAX);
 	}
 }
 
@@ -598,7 +538,7 @@ static void ring_close(struct ring *r)
 	r->producer = NULL; /* the name is free again */
 	atomic_fetch_or(&r->hdr->flags, TD_RING_CLOSED);
 	atomic_fetch_add(&r->hdr->seq, 1);
-	futex_wake_all(&r->hdr->seq);
+	td__futex_wake((const uint32_t *)&r->hdr->seq, INT_MAX);
 	td__log(TD_LOG_DEBUG, "ring %.*s #%llu closed, %u subscribers",
 		(int)r->name_len, r->name, (unsigned long long)r->id, r->subs);
 }
@@ -873,7 +813,7 @@ static void slot_unlease(struct ring *r, uint32_t s)
 	 * same clear-then-look order as row_clear) */
 	if (atomic_load(&rd->prod_waiting)) {
 		atomic_fetch_add(&rd->release_seq, 1);
-		futex_wake_all(&rd->release_seq);
+		td__futex_wake((const uint32_t *)&rd->release_seq, INT_MAX);
 	}
 }
 

@@ -11,18 +11,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "blob.h"
 #include "client.h"
+#include "os.h"
 #include "scm.h"
 
-#ifndef SYS_pidfd_getfd
-#define SYS_pidfd_getfd 438
-#endif
 
 _Static_assert((int)TD_TENSOR_F64 == (int)TD_DTYPE_F64,
 	       "dtype codes follow the blob");
@@ -430,9 +427,8 @@ int td__import_fd(struct td_client *c, int32_t remote, int *scm, int *fd)
 	}
 	if (remote < 0 || c->daemon_pidfd < 0)
 		return -EPROTO;
-	/* pidfd_getfd() returns a new fd that is already O_CLOEXEC. */
-	*fd = (int)syscall(SYS_pidfd_getfd, c->daemon_pidfd, remote, 0);
-	return *fd < 0 ? -errno : 0;
+	*fd = td__pidfd_getfd(c->daemon_pidfd, remote);
+	return *fd < 0 ? *fd : 0;
 }
 
 /* ---- connect ---- */
@@ -529,8 +525,7 @@ static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 	c->path_out = TD_IMPORT_SCM;
 	if (pref != TD_IMPORT_SCM && c->daemon_pidfd >= 0 &&
 	    rep->probe_fd >= 0) {
-		probe = (int)syscall(SYS_pidfd_getfd, c->daemon_pidfd,
-				     rep->probe_fd, 0);
+		probe = td__pidfd_getfd(c->daemon_pidfd, rep->probe_fd);
 		if (probe >= 0) {
 			close(probe);
 			c->path_out = TD_IMPORT_PIDFD;
