@@ -355,6 +355,11 @@ static void flush(struct td__peer *p)
 
 /* ---- HELLO ---- */
 
+/* What this daemon serves beyond version 1 (docs/protocol.md §6.1). */
+#define TD__FEATURES                                                          \
+	(TD_WIRE_FEAT_CAT_KINDS | TD_WIRE_FEAT_CAT_RECYCLE |                  \
+	 TD_WIRE_FEAT_ALLOC_RECYCLE | TD_WIRE_FEAT_GET_HELD)
+
 void td__peer_hello(struct td__peer *p, const struct td__req *rq)
 {
 	const struct td_wire_hdr *h = rq->h;
@@ -428,6 +433,8 @@ void td__peer_hello(struct td__peer *p, const struct td__req *rq)
 		.max_bytes = d->opts.max_bytes,
 		.ident = {"tensord " TD_VERSION,
 			  (uint16_t)(sizeof("tensord " TD_VERSION) - 1)},
+		/* only to a client that sent features: others cannot read it */
+		.features = m.features ? TD__FEATURES : 0,
 	};
 	if (r.out_pidfd)
 		r.probe_fd = p->fd; /* the client may try to pull this one */

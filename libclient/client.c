@@ -479,6 +479,11 @@ static int import_pref(uint32_t *pref, struct td_error *err)
 	return 0;
 }
 
+/* The optional features this client uses where the daemon serves them. */
+#define TD__CLIENT_FEATURES                                                   \
+	(TD_WIRE_FEAT_CAT_KINDS | TD_WIRE_FEAT_CAT_RECYCLE |                  \
+	 TD_WIRE_FEAT_ALLOC_RECYCLE | TD_WIRE_FEAT_GET_HELD)
+
 static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 {
 	struct td_wire_hello_req req = {
@@ -487,6 +492,7 @@ static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 		.client_name = {program_invocation_short_name,
 				(uint16_t)strnlen(program_invocation_short_name,
 						  64)},
+		.features = TD__CLIENT_FEATURES,
 	};
 	struct td_wire_hello_rep *rep = &c->hello;
 	struct td__msg m;
@@ -499,6 +505,19 @@ static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 	if (len < 0)
 		return td__fail(err, (int)len, "encode HELLO");
 	rc = td__call(c, TD_OP_HELLO, (size_t)len, NULL, 0, &m, err);
+	if (rc == -EBADMSG) {
+		/*
+		 * A daemon that predates feature bits refuses the word: say
+		 * HELLO as before and use none of the optional features.
+		 */
+		if (err)
+			memset(err, 0, sizeof(*err));
+		req.features = 0;
+		len = td_wire_hello_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
+					       TD_WIRE_MAX_MSG -
+						       TD_WIRE_HDR_LEN);
+		rc = td__call(c, TD_OP_HELLO, (size_t)len, NULL, 0, &m, err);
+	}
 	if (rc < 0)
 		return rc;
 	rc = td_wire_hello_rep_decode(m.body, m.body_len, rep, &e);

@@ -304,15 +304,10 @@ int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
 		a->fds[i] = -1;
 	a->c = c;
 	pthread_mutex_lock(&c->lock);
-	recycle = (flags & TD_ALLOC_RECYCLE) && !c->no_recycle;
+	/* a daemon that predates recyclable loans lends plain ones */
+	recycle = (flags & TD_ALLOC_RECYCLE) &&
+		  td__has(c, TD_WIRE_FEAT_ALLOC_RECYCLE);
 	rc = alloc_call(c, a, plane_count, sizes, recycle, err);
-	if (rc == -EBADMSG && recycle) {
-		/* a daemon that predates recyclable loans: a plain one */
-		c->no_recycle = true;
-		if (err)
-			memset(err, 0, sizeof(*err));
-		rc = alloc_call(c, a, plane_count, sizes, false, err);
-	}
 	if (rc < 0)
 		goto fail;
 	td__client_ref(c);

@@ -416,6 +416,34 @@ static int rd_finish(struct td_wire_rd *rd)
 
 /* ---- HELLO ---- */
 
+/* The optional features word at the end of both HELLO bodies. */
+static void wr_features(struct td_wire_wr *wr, uint32_t features)
+{
+	if (features)
+		td_wire_wr_u32(wr, features); /* none: left out */
+}
+
+/*
+ * Absent when the body ends here (0); fewer bytes than a word are
+ * trailing bytes, which rd_finish() refuses. Unknown bits are kept: they
+ * name what a newer peer knows, and each side uses only the bits it
+ * knows itself.
+ */
+static uint32_t rd_features(struct td_wire_rd *rd)
+{
+	uint32_t f;
+	size_t at;
+
+	if (rd->rc || rd->len - rd->off < 4)
+		return 0;
+	at = rd->off;
+	f = td_wire_rd_u32(rd, "features");
+	if (!rd->rc && f == 0)
+		rd_fail(rd, TD_ERR_MALFORMED, "features", 0, at,
+			"no feature bits are sent by leaving the word out");
+	return rd->rc ? 0 : f;
+}
+
 int64_t td_wire_hello_req_encode(const struct td_wire_hello_req *m,
 				 uint8_t *buf, size_t cap)
 {
@@ -427,6 +455,7 @@ int64_t td_wire_hello_req_encode(const struct td_wire_hello_req *m,
 	td_wire_wr_u32(&wr, m->import_pref);
 	td_wire_wr_i32(&wr, m->probe_fd);
 	td_wire_wr_str(&wr, m->client_name.ptr, m->client_name.len);
+	wr_features(&wr, m->features);
 	return wr_done(&wr);
 }
 
@@ -443,6 +472,7 @@ int td_wire_hello_req_decode(const uint8_t *body, size_t len,
 		"import_pref");
 	m->probe_fd = td_wire_rd_i32(&rd, "probe_fd");
 	m->client_name = rd_text(&rd, TD_WIRE_MAX_NAME, "client_name");
+	m->features = rd_features(&rd);
 	return rd_finish(&rd);
 }
 
@@ -465,6 +495,7 @@ int64_t td_wire_hello_rep_encode(const struct td_wire_hello_rep *m,
 	td_wire_wr_u32(&wr, m->max_planes);
 	td_wire_wr_u64(&wr, m->max_bytes);
 	td_wire_wr_str(&wr, m->ident.ptr, m->ident.len);
+	wr_features(&wr, m->features);
 	return wr_done(&wr);
 }
 
@@ -491,6 +522,7 @@ int td_wire_hello_rep_decode(const uint8_t *body, size_t len,
 	m->max_planes = td_wire_rd_u32(&rd, "max_planes");
 	m->max_bytes = td_wire_rd_u64(&rd, "max_bytes");
 	m->ident = rd_text(&rd, TD_WIRE_MAX_NAME, "ident");
+	m->features = rd_features(&rd);
 	return rd_finish(&rd);
 }
 
