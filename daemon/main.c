@@ -4,6 +4,7 @@
  * Foreground only, no config file (docs/protocol.md, "The daemon").
  */
 #include "daemon.h"
+#include "bytes.h"
 #include "os.h"
 #include "sd.h"
 
@@ -38,7 +39,7 @@ static void usage(FILE *f)
 		"half of\n"
 		"                        physical memory; 0 = unlimited); "
 		"suffixes\n"
-		"                        K, M, G (powers of 1024)\n"
+		"                        K, M, G, T (powers of 1024)\n"
 		"  -u, --uid-max-bytes N plane bytes one uid may hold "
 		"(default quota)\n"
 		"  -p, --policy FILE     who may read/write which names, "
@@ -53,30 +54,6 @@ static void usage(FILE *f)
 		"Runs in the foreground and logs to stderr. SIGINT/SIGTERM "
 		"stop it\n"
 		"cleanly (the socket file is removed).\n");
-}
-
-static int parse_bytes(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-	unsigned shift = 0;
-
-	errno = 0;
-	if (*s == '-')
-		return -EINVAL;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s)
-		return -EINVAL;
-	switch (*end) {
-	case 'K': case 'k': shift = 10; end++; break;
-	case 'M': case 'm': shift = 20; end++; break;
-	case 'G': case 'g': shift = 30; end++; break;
-	default: break;
-	}
-	if (*end || (shift && v > (UINT64_MAX >> shift)))
-		return -EINVAL;
-	*out = (uint64_t)v << shift;
-	return 0;
 }
 
 /* --socket-group: a group name or number. 0 or -EINVAL. */
@@ -214,7 +191,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'm':
-			if (parse_bytes(optarg, &max_bytes) < 0) {
+			if (td__size_parse(optarg, strlen(optarg), &max_bytes) < 0) {
 				fprintf(stderr, "tensord: --max-bytes: not a "
 						"byte count: %s\n",
 					optarg);
@@ -222,7 +199,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'u':
-			if (parse_bytes(optarg, &uid_max_bytes) < 0) {
+			if (td__size_parse(optarg, strlen(optarg), &uid_max_bytes) < 0) {
 				fprintf(stderr, "tensord: --uid-max-bytes: "
 						"not a byte count: %s\n",
 					optarg);

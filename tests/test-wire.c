@@ -1583,3 +1583,43 @@ Test(wire, hdr_peek_echoes_what_the_bytes_reach)
 	cr_assert_eq(op, 0);
 	cr_assert_eq(id, 0);
 }
+
+/* One size parser for daemon options and the policy file (bytes.h). */
+Test(wire, size_parse_reads_digits_and_one_binary_suffix)
+{
+	static const struct {
+		const char *s;
+		uint64_t v;
+	} ok[] = {
+		{"0", 0},
+		{"12", 12},
+		{"12K", 12ull << 10},
+		{"3m", 3ull << 20},
+		{"1G", 1ull << 30},
+		{"2t", 2ull << 40},
+		{"18446744073709551615", UINT64_MAX},
+		{"16777215T", 16777215ull << 40},
+		{"007", 7},
+	};
+	static const char *const bad[] = {
+		"", "K", "-1", "+1", " 1", "1 ", "1KB", "1P", "1.5G", "0x10",
+		"18446744073709551616", "16777216T", "99999999999999999999",
+	};
+	uint64_t v;
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		v = 42;
+		cr_assert_eq(td__size_parse(ok[i].s, strlen(ok[i].s), &v), 0,
+			     "%s", ok[i].s);
+		cr_assert_eq(v, ok[i].v, "%s", ok[i].s);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		v = 42;
+		cr_assert_eq(td__size_parse(bad[i], strlen(bad[i]), &v),
+			     -EINVAL, "%s", bad[i]);
+		cr_assert_eq(v, 42, "%s: *out untouched", bad[i]);
+	}
+	/* the length bounds the text: no NUL needed, none read past */
+	cr_assert_eq(td__size_parse("64Kxyz", 3, &v), 0);
+	cr_assert_eq(v, 64ull << 10);
+}
