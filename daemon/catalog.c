@@ -46,10 +46,8 @@ void td__catalog_list(struct td__peer *p, const struct td__req *rq)
 	bool found;
 	int rc = td_wire_list_req_decode(rq->body, h->body_len, &m, &e);
 
-	if (rc < 0) {
-		td__peer_bad_body(p, h, rc, &e);
+	if (td__peer_bad_body(p, h, rc, &e))
 		return;
-	}
 	/* start at the first name > after, and >= prefix */
 	i = td__name_find(s, m.after.ptr, m.after.len, &found);
 	if (found)
@@ -97,42 +95,47 @@ void td__catalog_list(struct td__peer *p, const struct td__req *rq)
 		      NULL, 0);
 }
 
+/* The reply to a name that is neither a tensor nor a live ring. */
+static void no_tensor(struct td__peer *p, const struct td_wire_hdr *h,
+		      struct td_wire_str name)
+{
+	td__peer_error(p, h->opcode, h->request_id, -ENOENT,
+		       "no tensor named \"%.*s\"", (int)name.len, name.ptr);
+}
+
+static void reply_entry(struct td__peer *p, const struct td_wire_hdr *h,
+			const struct td_wire_entry *ent)
+{
+	int64_t len = td_wire_entry_encode(ent, TD__TX_BODY(td__d),
+					   TD__TX_CAP);
+
+	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
+		      (size_t)len, NULL, 0);
+}
+
 void td__catalog_stat(struct td__peer *p, const struct td__req *rq)
 {
 	const struct td_wire_hdr *h = rq->h;
-	struct td__daemon *d = td__d;
 	struct td_wire_stat_req m;
 	struct td_wire_entry ent;
 	struct td_err e = {0};
 	struct td__ring *r;
 	struct td__version *v;
-	int64_t len;
 	int rc = td_wire_stat_req_decode(rq->body, h->body_len, &m, &e);
 
-	if (rc < 0) {
-		td__peer_bad_body(p, h, rc, &e);
+	if (td__peer_bad_body(p, h, rc, &e) ||
+	    !td__access_check(p, h, rq->op->perm, m.name))
 		return;
-	}
-	if (!td__access_check(p, h, rq->op->perm, m.name))
-		return;
-	v = td__name_lookup(d->store, m.name);
-	if (!v && (r = td__ring_find(m.name))) {
+	v = td__name_lookup(td__d->store, m.name);
+	if (v) {
+		ent = entry_of(v, m.flags);
+	} else if ((r = td__ring_find(m.name))) {
 		td__ring_entry(r, m.flags & TD_WIRE_CAT_KINDS, &ent);
-		len = td_wire_entry_encode(&ent, TD__TX_BODY(d), TD__TX_CAP);
-		td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
-			      (size_t)len, NULL, 0);
+	} else {
+		no_tensor(p, h, m.name);
 		return;
 	}
-	if (!v) {
-		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
-			       "no tensor named \"%.*s\"", (int)m.name.len,
-			       m.name.ptr);
-		return;
-	}
-	ent = entry_of(v, m.flags);
-	len = td_wire_entry_encode(&ent, TD__TX_BODY(d), TD__TX_CAP);
-	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
-		      (size_t)len, NULL, 0);
+	reply_entry(p, h, &ent);
 }
 
 void td__catalog_delete(struct td__peer *p, const struct td__req *rq)
@@ -147,10 +150,8 @@ void td__catalog_delete(struct td__peer *p, const struct td__req *rq)
 	int64_t len;
 	int rc = td_wire_name_req_decode(rq->body, h->body_len, &m, &e);
 
-	if (rc < 0) {
-		td__peer_bad_body(p, h, rc, &e);
+	if (td__peer_bad_body(p, h, rc, &e))
 		return;
-	}
 	if (!td__access_check(p, h, rq->op->perm, m.name))
 		return;
 	v = td__name_lookup(s, m.name);
@@ -162,9 +163,7 @@ void td__catalog_delete(struct td__peer *p, const struct td__req *rq)
 		return;
 	}
 	if (!v) {
-		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
-			       "no tensor named \"%.*s\"", (int)m.name.len,
-			       m.name.ptr);
+		no_tensor(p, h, m.name);
 		return;
 	}
 	td__name_remove(s, v);
@@ -190,19 +189,16 @@ static void watch_free(struct td__peer *p, struct td__watch *w)
 void td__catalog_watch(struct td__peer *p, const struct td__req *rq)
 {
 	const struct td_wire_hdr *h = rq->h;
-	struct td__daemon *d = td__d;
-	struct td__store *s = d->store;
 	struct td_wire_watch_req m;
-	struct td_wire_watch_rep r;
 	struct td_err e = {0};
+	int rc = td_wire_watch_req_decode(rq->body, h->body_len, &m, &e);
+	struct td__store *s = td__d->store;
+	struct td_wire_watch_rep r;
 	struct td__watch *w;
 	int64_t len;
-	int rc = td_wire_watch_req_decode(rq->body, h->body_len, &m, &e);
 
-	if (rc < 0) {
-		td__peer_bad_body(p, h, rc, &e);
+	if (td__peer_bad_body(p, h, rc, &e))
 		return;
-	}
 	/* a prefix watch is filtered per event instead (notify) */
 	if (!(m.flags & TD_WIRE_WATCH_PREFIX) &&
 	    !td__access_check(p, h, rq->op->perm, m.name))
@@ -228,8 +224,7 @@ void td__catalog_watch(struct td__peer *p, const struct td__req *rq)
 	}
 	w = calloc(1, sizeof(*w));
 	if (!w) {
-		td__peer_error(p, h->opcode, h->request_id, -ENOMEM,
-			       "out of memory");
+		td__peer_nomem(p, h);
 		return;
 	}
 	w->peer = p;
@@ -241,7 +236,7 @@ void td__catalog_watch(struct td__peer *p, const struct td__req *rq)
 	td__list_add_tail(&s->watches, &w->slink);
 	p->n_watches++;
 	r.watch_id = w->id;
-	len = td_wire_watch_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
+	len = td_wire_watch_rep_encode(&r, TD__TX_BODY(td__d), TD__TX_CAP);
 	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
 		      (size_t)len, NULL, 0);
 }
@@ -253,10 +248,8 @@ void td__catalog_unwatch(struct td__peer *p, const struct td__req *rq)
 	struct td_err e = {0};
 	int rc = td_wire_unwatch_req_decode(rq->body, h->body_len, &m, &e);
 
-	if (rc < 0) {
-		td__peer_bad_body(p, h, rc, &e);
+	if (td__peer_bad_body(p, h, rc, &e))
 		return;
-	}
 	for (struct td__list *l = p->watches.next; l != &p->watches;
 	     l = l->next) {
 		struct td__watch *w = td__container_of(l, struct td__watch, link);

@@ -161,11 +161,14 @@ struct td__req {
 	const struct td__op *op;
 };
 
+/* What handles one opcode. */
+typedef void td__handler(struct td__peer *p, const struct td__req *rq);
+
 struct td__op {
 	uint16_t opcode;
 	uint8_t perm;  /* TD__PERM_* on the name it names (0: none) */
 	uint8_t flags; /* TD__OP_* */
-	void (*fn)(struct td__peer *p, const struct td__req *rq);
+	td__handler *fn;
 };
 
 /* Install the dispatcher as peer.c's handlers and the ring hooks. */
@@ -239,11 +242,14 @@ void td__peer_send(struct td__peer *p, uint16_t op, uint32_t flags,
 void td__peer_error(struct td__peer *p, uint16_t op, uint64_t request_id,
 		    int status, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
-/* The reply for a body that failed to decode. */
-void td__peer_bad_body(struct td__peer *p, const struct td_wire_hdr *h,
+/* The -ENOMEM reply to h. */
+void td__peer_nomem(struct td__peer *p, const struct td_wire_hdr *h);
+/* rc of a body's decode: < 0 sends the error reply (e names the field)
+ * and is true, so that handlers can `if (td__peer_bad_body(...)) return`. */
+bool td__peer_bad_body(struct td__peer *p, const struct td_wire_hdr *h,
 		       int rc, const struct td_err *e);
 /* HELLO: import negotiation and the daemon's limits. */
-void td__peer_hello(struct td__peer *p, const struct td__req *rq);
+td__handler td__peer_hello;
 
 /* ---- the store (store.h has its records) ---- */
 
@@ -288,19 +294,10 @@ bool td__access_check(struct td__peer *p, const struct td_wire_hdr *h,
 		      unsigned perm, struct td_wire_str name);
 
 /* The request handlers of the opcode table. */
-void td__loan_alloc(struct td__peer *p, const struct td__req *rq);
-void td__publish(struct td__peer *p, const struct td__req *rq);
-void td__lease_get(struct td__peer *p, const struct td__req *rq);
-void td__lease_release(struct td__peer *p, const struct td__req *rq);
-void td__catalog_list(struct td__peer *p, const struct td__req *rq);
-void td__catalog_stat(struct td__peer *p, const struct td__req *rq);
-void td__catalog_delete(struct td__peer *p, const struct td__req *rq);
-void td__catalog_watch(struct td__peer *p, const struct td__req *rq);
-void td__catalog_unwatch(struct td__peer *p, const struct td__req *rq);
-void td__ring_create(struct td__peer *p, const struct td__req *rq);
-void td__ring_subscribe(struct td__peer *p, const struct td__req *rq);
-void td__ring_close(struct td__peer *p, const struct td__req *rq);
-void td__ring_stat(struct td__peer *p, const struct td__req *rq);
+td__handler td__loan_alloc, td__publish, td__lease_get, td__lease_release,
+	td__catalog_list, td__catalog_stat, td__catalog_delete,
+	td__catalog_watch, td__catalog_unwatch, td__ring_create,
+	td__ring_subscribe, td__ring_close, td__ring_stat;
 
 /* ---- ring.c (docs/fastpath.md) ---- */
 

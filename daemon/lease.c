@@ -307,8 +307,7 @@ static void get_park(struct td__peer *p, const struct td__req *rq,
 	}
 	w = TD__SPARE_NEW(&s->spare_waiters, struct td__waiter, link);
 	if (!w) {
-		td__peer_error(p, h->opcode, h->request_id, -ENOMEM,
-			       "out of memory");
+		td__peer_nomem(p, h);
 		return;
 	}
 	w->peer = p;
@@ -345,10 +344,8 @@ void td__lease_get(struct td__peer *p, const struct td__req *rq)
 	bool rewrite = false;
 	int rc = td_wire_get_req_decode(rq->body, h->body_len, &m, &e);
 
-	if (rc < 0) {
-		td__peer_bad_body(p, h, rc, &e);
+	if (td__peer_bad_body(p, h, rc, &e))
 		return;
-	}
 	/* before the lookup: a refusal must not tell whether it exists */
 	if (!td__access_check(p, h, rq->op->perm, m.name))
 		return;
@@ -414,10 +411,8 @@ void td__lease_release(struct td__peer *p, const struct td__req *rq)
 	struct td_err e = {0};
 	int rc = td_wire_release_req_decode(rq->body, h->body_len, &m, &e);
 
-	if (rc < 0) {
-		td__peer_bad_body(p, h, rc, &e);
+	if (td__peer_bad_body(p, h, rc, &e))
 		return;
-	}
 	/* only this connection's leases: ids of others are not ours to end */
 	for (struct td__list *l = p->leases.next; l != &p->leases;
 	     l = l->next) {

@@ -151,8 +151,7 @@ static int alloc_create(struct td__store *s, struct td__peer *p,
 		a->fds[i].size = a->sizes[i];
 	}
 	if (td__acct_add(s, a->uid, fresh) < 0) {
-		td__peer_error(p, h->opcode, h->request_id, -ENOMEM,
-			       "out of memory");
+		td__peer_nomem(p, h);
 		return -ENOMEM;
 	}
 	a->acct += fresh;
@@ -174,16 +173,13 @@ void td__loan_alloc(struct td__peer *p, const struct td__req *rq)
 	int64_t len;
 	int rc = td_wire_alloc_req_decode(rq->body, h->body_len, &m, &e);
 
-	if (rc < 0) {
-		td__peer_bad_body(p, h, rc, &e);
+	if (td__peer_bad_body(p, h, rc, &e))
 		return;
-	}
 	if (alloc_check(p, rq, &m) < 0)
 		return;
 	a = TD__SPARE_NEW(&s->spare_allocs, struct td__alloc, link);
 	if (!a) {
-		td__peer_error(p, h->opcode, h->request_id, -ENOMEM,
-			       "out of memory");
+		td__peer_nomem(p, h);
 		return;
 	}
 	a->id = s->next_alloc++;

@@ -324,12 +324,20 @@ void td__peer_error(struct td__peer *p, uint16_t op, uint64_t request_id,
 		      NULL, 0);
 }
 
-void td__peer_bad_body(struct td__peer *p, const struct td_wire_hdr *h,
+void td__peer_nomem(struct td__peer *p, const struct td_wire_hdr *h)
+{
+	td__peer_error(p, h->opcode, h->request_id, -ENOMEM, "out of memory");
+}
+
+bool td__peer_bad_body(struct td__peer *p, const struct td_wire_hdr *h,
 		       int rc, const struct td_err *e)
 {
+	if (rc >= 0)
+		return false;
 	td__peer_error(p, h->opcode, h->request_id, rc, "%s: %s: %s",
 		       td_wire_op_name(h->opcode), e->field ? e->field : "body",
 		       e->reason ? e->reason : "invalid");
+	return true;
 }
 
 /* Send what waits in the queue; stops at EAGAIN. */

@@ -110,20 +110,8 @@ static void close_fd(int *fd)
 	*fd = -1;
 }
 
-/* A small control memfd, its pages allocated now. */
-static int ctl_create(const char *name, size_t len, int *out,
-		      const char **why)
-{
-	int fd = td__memfd_new(name, len,
-			       TD__MEMFD_SEALABLE | TD__MEMFD_RESERVE |
-				       TD__MEMFD_SEAL_SIZE,
-			       why);
-
-	if (fd < 0)
-		return fd;
-	*out = fd;
-	return 0;
-}
+/* A small control memfd: its pages allocated now, its size sealed. */
+#define CTL_MEMFD (TD__MEMFD_SEALABLE | TD__MEMFD_RESERVE | TD__MEMFD_SEAL_SIZE)
 
 /*
  * Fault every page of a tmpfs memfd in through a mapping advised
@@ -251,13 +239,14 @@ static int ring_build(struct ring *r, bool huge, const char **why)
 {
 	int rc;
 
-	rc = ctl_create("tensord-ring-hdr", TD_RING_HDR_LEN, &r->hdr_rw, why);
-	if (rc < 0)
-		return rc;
-	rc = ctl_create("tensord-ring-readers", TD_RING_READERS_LEN, &r->rd_rw,
-			why);
-	if (rc < 0)
-		return rc;
+	r->hdr_rw = td__memfd_new("tensord-ring-hdr", TD_RING_HDR_LEN,
+				  CTL_MEMFD, why);
+	if (r->hdr_rw < 0)
+		return r->hdr_rw;
+	r->rd_rw = td__memfd_new("tensord-ring-readers", TD_RING_READERS_LEN,
+				 CTL_MEMFD, why);
+	if (r->rd_rw < 0)
+		return r->rd_rw;
 	rc = data_create(r->g.data_len, huge, &r->flags, &r->data_rw, why);
 	if (rc < 0)
 		return rc;
@@ -350,10 +339,8 @@ void td__ring_create(struct td__peer *p, const struct td__req *rq)
 	unsigned subs;
 	int rc = td_wire_ring_create_req_decode(rq->body, h->body_len, &m, &e);
 
-	if (rc < 0) {
-		td__peer_bad_body(p, h, rc, &e);
+	if (td__peer_bad_body(p, h, rc, &e))
 		return;
-	}
 	if (m.reader_count < 1 || m.reader_count > TD_RING_MAX_READERS) {
 		td__peer_error(p, h->opcode, h->request_id, -EINVAL,
 			       "reader_count %u outside 1..%d", m.reader_count,
@@ -385,8 +372,7 @@ void td__ring_create(struct td__peer *p, const struct td__req *rq)
 	}
 	r = calloc(1, sizeof(*r));
 	if (!r) {
-		td__peer_error(p, h->opcode, h->request_id, -ENOMEM,
-			       "out of memory");
+		td__peer_nomem(p, h);
 		return;
 	}
 	r->hdr_rw = r->hdr_ro = r->rd_rw = r->data_rw = r->data_ro = -1;
@@ -476,10 +462,8 @@ void td__ring_subscribe(struct td__peer *p, const struct td__req *rq)
 	unsigned subs;
 	int rc = td_wire_ring_sub_req_decode(rq->body, h->body_len, &m, &e);
 
-	if (rc < 0) {
-		td__peer_bad_body(p, h, rc, &e);
+	if (td__peer_bad_body(p, h, rc, &e))
 		return;
-	}
 	r = readable_ring(p, rq, m.name);
 	if (!r)
 		return;
@@ -550,10 +534,8 @@ void td__ring_close(struct td__peer *p, const struct td__req *rq)
 	struct td_err e = {0};
 	int rc = td_wire_ring_close_req_decode(rq->body, h->body_len, &m, &e);
 
-	if (rc < 0) {
-		td__peer_bad_body(p, h, rc, &e);
+	if (td__peer_bad_body(p, h, rc, &e))
 		return;
-	}
 	for (struct td__list *l = rings.next; l != &rings; l = l->next) {
 		struct ring *r = td__container_of(l, struct ring, link);
 		bool hit = false;
@@ -593,10 +575,8 @@ void td__ring_stat(struct td__peer *p, const struct td__req *rq)
 	int64_t len;
 	int rc = td_wire_name_req_decode(rq->body, h->body_len, &m, &e);
 
-	if (rc < 0) {
-		td__peer_bad_body(p, h, rc, &e);
+	if (td__peer_bad_body(p, h, rc, &e))
 		return;
-	}
 	ring = readable_ring(p, rq, m.name);
 	if (!ring)
 		return;

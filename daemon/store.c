@@ -570,8 +570,7 @@ int td__store_charge(struct td__peer *p, const struct td_wire_hdr *h,
 		return room.rc;
 	}
 	if (td__acct_add(s, p->uid, bytes) < 0) {
-		td__peer_error(p, h->opcode, h->request_id, -ENOMEM,
-			       "out of memory");
+		td__peer_nomem(p, h);
 		return -ENOMEM;
 	}
 	return 0;
