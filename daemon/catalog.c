@@ -11,7 +11,8 @@
 #include <string.h>
 
 /* kinds: the request's TD_WIRE_CAT_* bits (which entry flags it reads) */
-static struct td_wire_entry entry_of(const struct td__version *v, uint32_t kinds)
+static struct td_wire_entry entry_of(const struct td__version *v,
+				     uint32_t kinds)
 {
 	struct td_wire_entry e = {
 		.name = {v->name, v->name_len},
@@ -82,7 +83,8 @@ void td__catalog_list(struct td__peer *p, const struct td__req *rq)
 			break;
 		}
 		/* names this peer may not read are not listed */
-		if (!td__access_may(p, rq->op->perm, ent.name.ptr, ent.name.len))
+		if (!td__access_may(p, rq->op->perm, ent.name.ptr,
+				    ent.name.len))
 			continue;
 		if (td_wire_entry_put(&wr, &ent) < 0) {
 			more = 1;
@@ -252,7 +254,8 @@ void td__catalog_unwatch(struct td__peer *p, const struct td__req *rq)
 		return;
 	for (struct td__list *l = p->watches.next; l != &p->watches;
 	     l = l->next) {
-		struct td__watch *w = td__container_of(l, struct td__watch, link);
+		struct td__watch *w =
+			td__container_of(l, struct td__watch, link);
 
 		if (w->id != m.watch_id)
 			continue;

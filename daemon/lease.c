@@ -171,7 +171,8 @@ static void rearm(struct td__store *s)
 
 	for (struct td__list *l = s->waiters.next; l != &s->waiters;
 	     l = l->next) {
-		struct td__waiter *w = td__container_of(l, struct td__waiter, slink);
+		struct td__waiter *w =
+			td__container_of(l, struct td__waiter, slink);
 
 		if (w->deadline < next)
 			next = w->deadline;
@@ -190,7 +191,8 @@ static void on_timer(uv_timer_t *t)
 	struct td__list *l, *n;
 
 	for (l = s->waiters.next; l != &s->waiters; l = n) {
-		struct td__waiter *w = td__container_of(l, struct td__waiter, slink);
+		struct td__waiter *w =
+			td__container_of(l, struct td__waiter, slink);
 
 		n = l->next;
 		if (w->deadline > now)
@@ -226,7 +228,8 @@ void td__lease_wake(struct td__store *s, struct td__version *v)
 	struct td__list *l, *n;
 
 	for (l = s->waiters.next; l != &s->waiters; l = n) {
-		struct td__waiter *w = td__container_of(l, struct td__waiter, slink);
+		struct td__waiter *w =
+			td__container_of(l, struct td__waiter, slink);
 
 		n = l->next;
 		if (w->peer->dead || w->len != v->name_len ||
@@ -380,7 +383,8 @@ static bool ring_poll(void)
 	bool any = false, served = false;
 
 	for (l = s->waiters.next; l != &s->waiters; l = n) {
-		struct td__waiter *w = td__container_of(l, struct td__waiter, slink);
+		struct td__waiter *w =
+			td__container_of(l, struct td__waiter, slink);
 		struct td__ring *r;
 
 		n = l->next;
@@ -416,7 +420,8 @@ void td__lease_release(struct td__peer *p, const struct td__req *rq)
 	/* only this connection's leases: ids of others are not ours to end */
 	for (struct td__list *l = p->leases.next; l != &p->leases;
 	     l = l->next) {
-		struct td__lease *ls = td__container_of(l, struct td__lease, link);
+		struct td__lease *ls =
+			td__container_of(l, struct td__lease, link);
 
 		if (ls->id != m.lease_id)
 			continue;

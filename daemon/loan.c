@@ -32,7 +32,8 @@ static struct td__freebuf *freebuf_pick(struct td__peer *p, uint64_t size,
 
 	for (struct td__list *l = p->freebufs.next; l != &p->freebufs;
 	     l = l->next) {
-		struct td__freebuf *fb = td__container_of(l, struct td__freebuf, link);
+		struct td__freebuf *fb =
+			td__container_of(l, struct td__freebuf, link);
 
 		if (fb->f.size != size)
 			continue;

@@ -175,7 +175,8 @@ static struct td__peer *worst_holder(struct td__daemon *d)
 		if (q->dead)
 			continue;
 		inflight_refresh(q);
-		if (q->fds_inflight && (!w || q->fds_inflight > w->fds_inflight))
+		if (q->fds_inflight &&
+		    (!w || q->fds_inflight > w->fds_inflight))
 			w = q;
 	}
 	return w;

@@ -38,7 +38,8 @@ int td__acct_add(struct td__store *s, uid_t uid, uint64_t n)
 	if (!u) {
 		if (s->nuids == s->uids_cap) {
 			size_t cap = s->uids_cap ? s->uids_cap * 2 : 16;
-			struct td__uidacct *a = realloc(s->uids, cap * sizeof(*a));
+			struct td__uidacct *a =
+				realloc(s->uids, cap * sizeof(*a));
 
 			if (!a)
 				return -ENOMEM;
@@ -112,7 +113,7 @@ bool td__access_any(const struct td__peer *p, unsigned perm)
 	return td__policy_any(pol, &c, perm);
 }
 
-/* The -EACCES reply; false so that callers can `if (!td__access_check(...))`. */
+/* The -EACCES reply; false, so that callers can write `if (!check) return`. */
 bool td__access_check(struct td__peer *p, const struct td_wire_hdr *h,
 		    unsigned perm, struct td_wire_str name)
 {

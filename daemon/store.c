@@ -101,11 +101,6 @@ static void spares_fini(struct td__spares *sp, size_t off)
 		free((char *)l - off);
 }
 
-#define TD__SPARE_NEW(sp, type, member)                                           \
-	((type *)td__spare_new(sp, sizeof(type), offsetof(type, member)))
-#define TD__SPARE_PUT(sp, r, type, member)                                        \
-	td__spare_put(sp, r, offsetof(type, member))
-
 /*
  * A zeroed version with room for data_len bytes of meta and blob: the
  * first spare one whose data[] is large enough, else a new one.
@@ -117,7 +112,8 @@ struct td__version *td__version_new(struct td__store *s, size_t data_len)
 
 	for (struct td__list *l = s->spare_versions.head.next;
 	     l != &s->spare_versions.head; l = l->next) {
-		struct td__version *x = td__container_of(l, struct td__version, all);
+		struct td__version *x =
+			td__container_of(l, struct td__version, all);
 
 		if (x->data_cap >= data_len) {
 			td__list_del(l);
@@ -252,11 +248,12 @@ static void freebuf_keep(struct td__store *s, struct td__peer *p, uid_t uid,
 		td__freebuf_drop(s, td__container_of(p->freebufs.next,
 						 struct td__freebuf, link));
 	if (!p || p->dead || !td__acct_fits(s, uid, f->size) ||
-	    !(fb = TD__SPARE_NEW(&s->spare_freebufs, struct td__freebuf, link)) ||
+	    !(fb = TD__SPARE_NEW(&s->spare_freebufs, struct td__freebuf,
+				 link)) ||
 	    td__acct_add(s, uid, f->size) < 0) {
 		if (fb)
-			TD__SPARE_PUT(&s->spare_freebufs, fb, struct td__freebuf,
-				  link);
+			TD__SPARE_PUT(&s->spare_freebufs, fb,
+				      struct td__freebuf, link);
 		td__vfd_close(s, f);
 		return;
 	}
@@ -326,12 +323,13 @@ size_t td__name_find(const struct td__store *s, const char *key,
  * A version replaced or deleted but kept alive by a lease: GET EXACT may
  * take another lease on it (same bytes, still immutable).
  */
-struct td__version *td__version_retired(struct td__store *s, struct td_wire_str n,
-			       uint64_t number)
+struct td__version *td__version_retired(struct td__store *s,
+					struct td_wire_str n, uint64_t number)
 {
 	for (struct td__list *l = s->versions.next; l != &s->versions;
 	     l = l->next) {
-		struct td__version *v = td__container_of(l, struct td__version, all);
+		struct td__version *v =
+			td__container_of(l, struct td__version, all);
 
 		if (v->number == number && v->name_len == n.len &&
 		    memcmp(v->name, n.ptr, n.len) == 0)
@@ -365,13 +363,15 @@ void td__notify(struct td__store *s, uint32_t event,
 
 	for (struct td__list *l = s->watches.next; l != &s->watches;
 	     l = l->next) {
-		struct td__watch *w = td__container_of(l, struct td__watch, slink);
+		struct td__watch *w =
+			td__container_of(l, struct td__watch, slink);
 		struct td_wire_notify n = {
 			w->id, event, v->number, {v->name, v->name_len}};
 		int64_t len;
 
 		if (w->peer->dead || !name_matches(w, v->name, v->name_len) ||
-		    !td__access_may(w->peer, TD__PERM_READ, v->name, v->name_len))
+		    !td__access_may(w->peer, TD__PERM_READ, v->name,
+				    v->name_len))
 			continue;
 		len = td_wire_notify_encode(&n, TD__TX_BODY(d), TD__TX_CAP);
 		if (len >= 0)
@@ -441,7 +441,8 @@ void td__name_remove(struct td__store *s, const struct td__version *v)
  * seals and evict after. 0, or -ENOSPC/-EDQUOT with *why filled.
  */
 int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
-		     const struct td__version *old, bool dry, struct td__room *why)
+			const struct td__version *old, bool dry,
+			struct td__room *why)
 {
 	struct td__daemon *d = s->d;
 	uint64_t max = d->opts.max_bytes;
@@ -468,8 +469,8 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 		/* recyclable buffers nobody uses go first, oldest first */
 		for (struct td__list *l = s->freebufs.next;
 		     l != &s->freebufs && !fb; l = l->next) {
-			struct td__freebuf *f = td__container_of(l, struct td__freebuf,
-							     slink);
+			struct td__freebuf *f =
+				td__container_of(l, struct td__freebuf, slink);
 
 			if (!f->evict && (!over_uid || f->uid == uid))
 				fb = f;
@@ -505,7 +506,8 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 	/* unpick (dry, or failed: evict nothing) or evict what was picked */
 	for (struct td__list *l = s->freebufs.next, *n; l != &s->freebufs;
 	     l = n) {
-		struct td__freebuf *f = td__container_of(l, struct td__freebuf, slink);
+		struct td__freebuf *f =
+			td__container_of(l, struct td__freebuf, slink);
 
 		n = l->next;
 		if (!f->evict)

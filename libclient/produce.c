@@ -482,7 +482,7 @@ static int64_t publish_blob(const struct td_publish *p,
 			if (__builtin_mul_overflow(st, (int64_t)p->shape[i],
 						   &st) ||
 			    p->shape[i] > INT64_MAX)
-				st = 0; /* only a later dimension would use it */
+				st = 0; /* only a later dimension uses it */
 		}
 	}
 	d.storage_kind = x->storage_kind;

@@ -181,8 +181,8 @@ int td_wire_list_rep_init(struct td_wire_list_rd *lr, const uint8_t *body,
 	lr->count = td_wire_rd_u32(rd, "count");
 	/* Bound count by the bytes present so a forged one fails early. */
 	if (!rd->rc && lr->count > (len - 8) / ENTRY_MIN_LEN)
-		td__wire_rd_fail(rd, TD_ERR_FORGED_LENGTH, "count", lr->count, at,
-			"more entries than the body can hold");
+		td__wire_rd_fail(rd, TD_ERR_FORGED_LENGTH, "count", lr->count,
+				 at, "more entries than the body can hold");
 	at = rd->off;
 	lr->more = td_wire_rd_u32(rd, "more");
 	td__wire_rd_enum(rd, lr->more, 0, 1, at, "more");
@@ -251,17 +251,7 @@ int td_wire_stat_req_decode(const uint8_t *body, size_t len,
 	return td_wire_rd_end(&rd);
 }
 
-int64_t td_wire_delete_rep_encode(const struct td_wire_delete_rep *m,
-				  uint8_t *buf, size_t cap)
-{
-	return td__wire_u64_encode(m->version, buf, cap);
-}
-
-int td_wire_delete_rep_decode(const uint8_t *body, size_t len,
-			      struct td_wire_delete_rep *m, struct td_err *err)
-{
-	return td__wire_u64_decode(body, len, &m->version, "version", err);
-}
+TD__WIRE_U64_CODEC(delete_rep, version)
 
 /* ---- WATCH / UNWATCH / NOTIFY ---- */
 
@@ -293,35 +283,14 @@ int td_wire_watch_req_decode(const uint8_t *body, size_t len,
 	if (!rd.rc && td_wire_name_check(m->name.ptr, m->name.len,
 					 m->flags & TD_WIRE_WATCH_PREFIX,
 					 &why) < 0)
-		td__wire_rd_fail(&rd, TD_ERR_INVALID_ARGUMENT, "name", m->name.len, at,
-			why);
+		td__wire_rd_fail(&rd, TD_ERR_INVALID_ARGUMENT, "name",
+				 m->name.len, at, why);
 	return td_wire_rd_end(&rd);
 }
 
-int64_t td_wire_watch_rep_encode(const struct td_wire_watch_rep *m,
-				 uint8_t *buf, size_t cap)
-{
-	return td__wire_u64_encode(m->watch_id, buf, cap);
-}
+TD__WIRE_U64_CODEC(watch_rep, watch_id)
 
-int td_wire_watch_rep_decode(const uint8_t *body, size_t len,
-			     struct td_wire_watch_rep *m, struct td_err *err)
-{
-	return td__wire_u64_decode(body, len, &m->watch_id, "watch_id", err);
-}
-
-int64_t td_wire_unwatch_req_encode(const struct td_wire_unwatch_req *m,
-				   uint8_t *buf, size_t cap)
-{
-	return td__wire_u64_encode(m->watch_id, buf, cap);
-}
-
-int td_wire_unwatch_req_decode(const uint8_t *body, size_t len,
-			       struct td_wire_unwatch_req *m,
-			       struct td_err *err)
-{
-	return td__wire_u64_decode(body, len, &m->watch_id, "watch_id", err);
-}
+TD__WIRE_U64_CODEC(unwatch_req, watch_id)
 
 int64_t td_wire_notify_encode(const struct td_wire_notify *m, uint8_t *buf,
 			      size_t cap)
@@ -348,8 +317,8 @@ int td_wire_notify_decode(const uint8_t *body, size_t len,
 	m->watch_id = td_wire_rd_u64(&rd, "watch_id");
 	at = rd.off;
 	m->event = td_wire_rd_u32(&rd, "event");
-	td__wire_rd_enum(&rd, m->event, TD_EVENT_PUBLISHED, TD_EVENT_DELETED, at,
-		"event");
+	td__wire_rd_enum(&rd, m->event, TD_EVENT_PUBLISHED, TD_EVENT_DELETED,
+			 at, "event");
 	m->version = td_wire_rd_u64(&rd, "version");
 	m->name = td__wire_rd_name(&rd, false, false, "name");
 	return td_wire_rd_end(&rd);
@@ -388,14 +357,16 @@ int td_wire_ring_create_req_decode(const uint8_t *body, size_t len,
 
 	td_wire_rd_init(&rd, body, len, err);
 	m->name = td__wire_rd_name(&rd, false, false, "name");
-	m->flags = td__wire_rd_flags(&rd, TD_WIRE_REQ_SCM | TD_WIRE_RING_HUGE, "flags");
+	m->flags = td__wire_rd_flags(&rd, TD_WIRE_REQ_SCM | TD_WIRE_RING_HUGE,
+				     "flags");
 	m->slot_count = td_wire_rd_u32(&rd, "slot_count");
 	m->reader_count = td_wire_rd_u32(&rd, "reader_count");
 	m->dtype = td_wire_rd_u32(&rd, "dtype");
 	m->ndim = td__wire_rd_count(&rd, TD_WIRE_MAX_DIMS, "ndim");
 	for (uint32_t i = 0; i < m->ndim && !rd.rc; i++)
 		m->shape[i] = td_wire_rd_u64(&rd, "shape");
-	m->plane_count = td__wire_rd_count(&rd, TD_WIRE_RING_MAX_PLANES, "plane_count");
+	m->plane_count =
+		td__wire_rd_count(&rd, TD_WIRE_RING_MAX_PLANES, "plane_count");
 	for (uint32_t i = 0; i < m->plane_count && !rd.rc; i++)
 		m->plane_sizes[i] = td_wire_rd_u64(&rd, "plane_sizes");
 	return td_wire_rd_end(&rd);
@@ -438,12 +409,13 @@ int td_wire_ring_rep_decode(const uint8_t *body, size_t len,
 
 	td_wire_rd_init(&rd, body, len, err);
 	m->id = td_wire_rd_u64(&rd, "id");
-	m->flags = td__wire_rd_flags(&rd, TD_WIRE_RING_HUGETLB | TD_WIRE_RING_THP,
-			    "flags");
+	m->flags = td__wire_rd_flags(
+		&rd, TD_WIRE_RING_HUGETLB | TD_WIRE_RING_THP, "flags");
 	m->row = td_wire_rd_u32(&rd, "row");
 	m->reader_count = td_wire_rd_u32(&rd, "reader_count");
 	m->slot_count = td_wire_rd_u32(&rd, "slot_count");
-	m->plane_count = td__wire_rd_count(&rd, TD_WIRE_RING_MAX_PLANES, "plane_count");
+	m->plane_count =
+		td__wire_rd_count(&rd, TD_WIRE_RING_MAX_PLANES, "plane_count");
 	for (uint32_t i = 0; i < m->plane_count && !rd.rc; i++) {
 		m->plane_off[i] = td_wire_rd_u64(&rd, "plane_off");
 		m->plane_size[i] = td_wire_rd_u64(&rd, "plane_size");
@@ -483,18 +455,7 @@ int td_wire_ring_sub_req_decode(const uint8_t *body, size_t len,
 	return td_wire_rd_end(&rd);
 }
 
-int64_t td_wire_ring_close_req_encode(const struct td_wire_ring_close_req *m,
-				      uint8_t *buf, size_t cap)
-{
-	return td__wire_u64_encode(m->id, buf, cap);
-}
-
-int td_wire_ring_close_req_decode(const uint8_t *body, size_t len,
-				  struct td_wire_ring_close_req *m,
-				  struct td_err *err)
-{
-	return td__wire_u64_decode(body, len, &m->id, "id", err);
-}
+TD__WIRE_U64_CODEC(ring_close_req, id)
 
 int64_t td_wire_ring_stat_rep_encode(const struct td_wire_ring_stat_rep *m,
 				     uint8_t *buf, size_t cap)

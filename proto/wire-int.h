@@ -36,5 +36,19 @@ uint32_t td__wire_rd_fdents(struct td_wire_rd *rd, uint32_t max,
 int64_t td__wire_u64_encode(uint64_t v, uint8_t *buf, size_t cap);
 int td__wire_u64_decode(const uint8_t *body, size_t len, uint64_t *v,
 			const char *field, struct td_err *err);
+/* The codec of struct td_wire_<type>, whose body is its one u64 field. */
+#define TD__WIRE_U64_CODEC(type, field)                                       \
+	int64_t td_wire_##type##_encode(const struct td_wire_##type *m,       \
+					uint8_t *buf, size_t cap)             \
+	{                                                                     \
+		return td__wire_u64_encode(m->field, buf, cap);               \
+	}                                                                     \
+	int td_wire_##type##_decode(const uint8_t *body, size_t len,          \
+				    struct td_wire_##type *m,                 \
+				    struct td_err *err)                       \
+	{                                                                     \
+		return td__wire_u64_decode(body, len, &m->field, #field,      \
+					   err);                              \
+	}
 
 #endif

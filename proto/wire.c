@@ -321,7 +321,8 @@ struct td_wire_str td__wire_rd_name(struct td_wire_rd *rd, bool prefix,
 	if (empty_ok && s.len == 0)
 		return s;
 	if (td_wire_name_check(s.ptr, s.len, prefix, &why) < 0)
-		td__wire_rd_fail(rd, TD_ERR_INVALID_ARGUMENT, field, s.len, at, why);
+		td__wire_rd_fail(rd, TD_ERR_INVALID_ARGUMENT, field, s.len, at,
+				 why);
 	return s;
 }
 
@@ -545,14 +546,16 @@ static uint32_t rd_held(struct td_wire_rd *rd, bool refused,
 		td__wire_rd_fail(rd, TD_ERR_MALFORMED, "held_count", 0, at,
 			"an empty held list is sent by leaving it out");
 	if (!rd->rc && refused)
-		td__wire_rd_fail(rd, TD_ERR_MALFORMED, "held_count", n, at, why);
+		td__wire_rd_fail(rd, TD_ERR_MALFORMED, "held_count", n, at,
+				 why);
 	for (uint32_t i = 0; i < n && !rd->rc; i++) {
 		at = rd->off;
 		held[i] = td_wire_rd_u64(rd, "held");
 		if (rd->rc)
 			break;
 		if (!held_id_ok(held[i])) {
-			td__wire_rd_fail(rd, TD_ERR_INVALID_ARGUMENT, "held", held[i],
+			td__wire_rd_fail(
+				rd, TD_ERR_INVALID_ARGUMENT, "held", held[i],
 				at,
 				"held id is not a stored buffer id (0 or a "
 				"ring window)");
@@ -560,8 +563,9 @@ static uint32_t rd_held(struct td_wire_rd *rd, bool refused,
 		}
 		for (uint32_t j = 0; j < i; j++)
 			if (held[j] == held[i]) {
-				td__wire_rd_fail(rd, TD_ERR_INVALID_ARGUMENT, "held",
-					held[i], at, "held id listed twice");
+				td__wire_rd_fail(rd, TD_ERR_INVALID_ARGUMENT,
+						 "held", held[i], at,
+						 "held id listed twice");
 				break;
 			}
 	}
@@ -594,7 +598,8 @@ int td_wire_alloc_req_decode(const uint8_t *body, size_t len,
 
 	td_wire_rd_init(&rd, body, len, err);
 	m->flags = td__wire_rd_flags(&rd, ALLOC_FLAGS, "flags");
-	m->plane_count = td__wire_rd_count(&rd, TD_WIRE_MAX_PLANES, "plane_count");
+	m->plane_count =
+		td__wire_rd_count(&rd, TD_WIRE_MAX_PLANES, "plane_count");
 	for (uint32_t i = 0; i < m->plane_count && !rd.rc; i++)
 		m->sizes[i] = td_wire_rd_u64(&rd, "sizes");
 	m->held_count = rd_held(&rd, !(m->flags & TD_WIRE_ALLOC_RECYCLE),
@@ -684,7 +689,8 @@ int td_wire_publish_req_decode(const uint8_t *body, size_t len,
 	m->alloc_id = td_wire_rd_u64(&rd, "alloc_id");
 	m->meta = td_wire_rd_bytes(&rd, TD_WIRE_MAX_META, "meta");
 	m->blob = td_wire_rd_bytes(&rd, TD_WIRE_MAX_BLOB, "blob");
-	m->fd_count = td__wire_rd_count(&rd, TD_WIRE_MAX_PLANES + 1, "fd_count");
+	m->fd_count =
+		td__wire_rd_count(&rd, TD_WIRE_MAX_PLANES + 1, "fd_count");
 	for (uint32_t i = 0; i < m->fd_count && !rd.rc; i++)
 		m->fds[i] = td_wire_rd_i32(&rd, "fds");
 	return td_wire_rd_end(&rd);
@@ -709,18 +715,7 @@ int td__wire_u64_decode(const uint8_t *body, size_t len, uint64_t *v,
 	return td_wire_rd_end(&rd);
 }
 
-int64_t td_wire_publish_rep_encode(const struct td_wire_publish_rep *m,
-				   uint8_t *buf, size_t cap)
-{
-	return td__wire_u64_encode(m->version, buf, cap);
-}
-
-int td_wire_publish_rep_decode(const uint8_t *body, size_t len,
-			       struct td_wire_publish_rep *m,
-			       struct td_err *err)
-{
-	return td__wire_u64_decode(body, len, &m->version, "version", err);
-}
+TD__WIRE_U64_CODEC(publish_rep, version)
 
 /* ---- GET ---- */
 
@@ -797,18 +792,7 @@ int td_wire_get_rep_decode(const uint8_t *body, size_t len,
 
 /* ---- RELEASE ---- */
 
-int64_t td_wire_release_req_encode(const struct td_wire_release_req *m,
-				   uint8_t *buf, size_t cap)
-{
-	return td__wire_u64_encode(m->lease_id, buf, cap);
-}
-
-int td_wire_release_req_decode(const uint8_t *body, size_t len,
-			       struct td_wire_release_req *m,
-			       struct td_err *err)
-{
-	return td__wire_u64_decode(body, len, &m->lease_id, "lease_id", err);
-}
+TD__WIRE_U64_CODEC(release_req, lease_id)
 
 /* ---- error replies ---- */
 
