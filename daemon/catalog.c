@@ -260,8 +260,7 @@ void td__catalog_unwatch(struct td__peer *p, const struct td__req *rq)
 		if (w->id != m.watch_id)
 			continue;
 		watch_free(p, w);
-		td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
-			      0, NULL, 0);
+		td__peer_done(p, h);
 		return;
 	}
 	td__peer_error(p, h->opcode, h->request_id, -ENOENT,

@@ -242,6 +242,8 @@ void td__peer_send(struct td__peer *p, uint16_t op, uint32_t flags,
 void td__peer_error(struct td__peer *p, uint16_t op, uint64_t request_id,
 		    int status, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
+/* The empty success reply to h (RELEASE, UNWATCH, RING_CLOSE). */
+void td__peer_done(struct td__peer *p, const struct td_wire_hdr *h);
 /* The -ENOMEM reply to h. */
 void td__peer_nomem(struct td__peer *p, const struct td_wire_hdr *h);
 /* rc of a body's decode: < 0 sends the error reply (e names the field)

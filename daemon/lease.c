@@ -426,8 +426,7 @@ void td__lease_release(struct td__peer *p, const struct td__req *rq)
 		if (ls->id != m.lease_id)
 			continue;
 		lease_drop(s, p, ls);
-		td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
-			      0, NULL, 0);
+		td__peer_done(p, h);
 		return;
 	}
 	td__peer_error(p, h->opcode, h->request_id, -ENOENT,

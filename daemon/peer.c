@@ -325,6 +325,12 @@ void td__peer_error(struct td__peer *p, uint16_t op, uint64_t request_id,
 		      NULL, 0);
 }
 
+void td__peer_done(struct td__peer *p, const struct td_wire_hdr *h)
+{
+	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0, 0,
+		      NULL, 0);
+}
+
 void td__peer_nomem(struct td__peer *p, const struct td_wire_hdr *h)
 {
 	td__peer_error(p, h->opcode, h->request_id, -ENOMEM, "out of memory");
