@@ -108,6 +108,32 @@ struct json_object *td_zarr_v2_consolidated(struct json_object *gattrs,
                                             size_t n);
 
 /*
+ * What a tensord tensor brings to its array's attributes (docs/zarr.md,
+ * "Attributes"): metadata that is a JSON object gives its keys; other
+ * metadata is kept whole as _tensord_meta (UTF-8) or _tensord_meta_hex;
+ * then _tensord_name (the tensor's own name), the blob strings as
+ * _tensord_format, _tensord_color_space, _tensord_color_transfer,
+ * _tensord_color_encoding, _tensord_color_range when not empty, and
+ * _tensord_quant {axis, scales, zero_points} when quantized.
+ */
+struct td_zarr_tensor {
+	const char *name;
+	const void *meta;
+	size_t meta_len;
+	const char *strings[5]; /* NUL-terminated, "" or NULL when empty */
+	int32_t quant_axis;     /* -2: not quantized */
+	const float *scales;
+	uint32_t nscales;
+	const int32_t *zero_points;
+	uint32_t nzero_points;
+};
+/* A new object (NULL on ENOMEM). */
+struct json_object *td_zarr_tensor_attrs(const struct td_zarr_tensor *t);
+/* The group attributes of a set of tensors: _tensord_variables. */
+struct json_object *td_zarr_tensor_group(const struct td_zarr_array *arrs,
+                                         size_t n);
+
+/*
  * o as strict compact JSON with keys sorted by their bytes, malloc'ed and
  * NUL-terminated, *len (may be NULL) without the NUL. Non-finite doubles
  * become "NaN", "Infinity", "-Infinity". NULL on ENOMEM.

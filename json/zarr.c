@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bytes.h"
 #include "json-int.h"
 
 static const struct td_zarr_type types[] = {
@@ -260,6 +261,83 @@ struct json_object *td_zarr_v2_consolidated(struct json_object *gattrs,
 	json_object_object_add(o, "metadata", md);
 	json_object_object_add(o, "zarr_consolidated_format",
 	                       json_object_new_int(1));
+	return o;
+}
+
+/* ---- tensord tensors ---- */
+
+static void add_str(struct json_object *o, const char *k, const char *v)
+{
+	if (v && *v)
+		json_object_object_add(o, k, json_object_new_string(v));
+}
+
+struct json_object *td_zarr_tensor_attrs(const struct td_zarr_tensor *t)
+{
+	static const char *const keys[5] = {
+	        "_tensord_format", "_tensord_color_space",
+	        "_tensord_color_transfer", "_tensord_color_encoding",
+	        "_tensord_color_range"};
+	struct json_object *o = NULL;
+	const char *why;
+
+	/* metadata that is a JSON object (what load and import store)
+	 * gives its keys; anything else is kept whole */
+	if (t->meta_len &&
+	    td_zarr_json_parse(t->meta, t->meta_len, &o, &why) == 0 &&
+	    !json_object_is_type(o, json_type_object)) {
+		json_object_put(o);
+		o = NULL;
+	}
+	if (!o) {
+		o = json_object_new_object();
+		if (t->meta_len && td__utf8_valid(t->meta, t->meta_len)) {
+			json_object_object_add(
+			        o, "_tensord_meta",
+			        json_object_new_string_len(t->meta,
+			                                   (int)t->meta_len));
+		} else if (t->meta_len) {
+			char *hex = malloc(2 * t->meta_len + 1);
+
+			for (size_t i = 0; hex && i < t->meta_len; i++)
+				sprintf(hex + 2 * i, "%02x",
+				        ((const unsigned char *)t->meta)[i]);
+			add_str(o, "_tensord_meta_hex", hex);
+			free(hex);
+		}
+	}
+	add_str(o, "_tensord_name", t->name);
+	for (int i = 0; i < 5; i++)
+		add_str(o, keys[i], t->strings[i]);
+	if (t->quant_axis != -2) {
+		struct json_object *q = json_object_new_object();
+		struct json_object *a = json_object_new_array();
+
+		json_object_object_add(q, "axis",
+		                       json_object_new_int(t->quant_axis));
+		for (uint32_t i = 0; i < t->nscales; i++)
+			json_object_array_add(
+			        a, json_object_new_double(t->scales[i]));
+		json_object_object_add(q, "scales", a);
+		a = json_object_new_array();
+		for (uint32_t i = 0; i < t->nzero_points; i++)
+			json_object_array_add(
+			        a, json_object_new_int(t->zero_points[i]));
+		json_object_object_add(q, "zero_points", a);
+		json_object_object_add(o, "_tensord_quant", q);
+	}
+	return o;
+}
+
+struct json_object *td_zarr_tensor_group(const struct td_zarr_array *arrs,
+                                         size_t n)
+{
+	struct json_object *o = json_object_new_object();
+	struct json_object *v = json_object_new_array();
+
+	for (size_t i = 0; i < n; i++)
+		json_object_array_add(v, json_object_new_string(arrs[i].name));
+	json_object_object_add(o, "_tensord_variables", v);
 	return o;
 }
 

@@ -53,6 +53,16 @@ static void zset_fini(struct zset *z)
 	json_object_put(z->gattrs);
 }
 
+/* The arrays' metadata side by side (borrowing attrs), for the group. */
+static struct td_zarr_array *arrays_of(const struct zset *z)
+{
+	struct td_zarr_array *arrs = calloc(z->n ? z->n : 1, sizeof(*arrs));
+
+	for (size_t i = 0; arrs && i < z->n; i++)
+		arrs[i] = z->s[i].a;
+	return arrs;
+}
+
 /* ---- writing a hierarchy ---- */
 
 static int write_all(int fd, const uint8_t *p, uint64_t len)
@@ -168,13 +178,10 @@ static int write_tree(int top, const struct zset *z)
 
 	/* the root group with every array's metadata inline */
 	{
-		struct td_zarr_array *arrs =
-		        calloc(z->n ? z->n : 1, sizeof(*arrs));
+		struct td_zarr_array *arrs = arrays_of(z);
 
 		if (!arrs)
 			return -ENOMEM;
-		for (size_t i = 0; i < z->n; i++)
-			arrs[i] = z->s[i].a;
 		rc = write_json(top, "zarr.json",
 		                td_zarr_v3_group(z->gattrs, arrs, z->n));
 		free(arrs);
@@ -409,74 +416,23 @@ static void add_str(struct json_object *o, const char *k, const char *v)
 		json_object_object_add(o, k, json_object_new_string(v));
 }
 
-/* tensord-prefixed attributes of a tensor (docs/zarr.md). */
+/* The tensor's attributes (td_zarr_tensor_attrs()). */
 static struct json_object *tensor_attrs(const struct td_tensor *t,
                                         const char *name)
 {
-	static const char *const strs[] = {
-	        "_tensord_format", "_tensord_color_space",
-	        "_tensord_color_transfer", "_tensord_color_encoding",
-	        "_tensord_color_range"};
-	struct json_object *o = NULL, *q;
-	size_t ml = 0;
-	const char *meta = td_tensor_meta(t, &ml), *why;
-	const float *sc;
-	const int32_t *zp;
-	uint32_t nsc = 0, nzp = 0;
-	int32_t axis;
+	struct td_zarr_tensor zt = {.name = name};
 
-	/* metadata that is a JSON object (what load and import store)
-	 * gives its keys; anything else is kept whole */
-	if (ml && td_zarr_json_parse(meta, ml, &o, &why) == 0 &&
-	    !json_object_is_type(o, json_type_object)) {
-		json_object_put(o);
-		o = NULL;
-	}
-	if (!o) {
-		o = json_object_new_object();
-		if (ml && td__utf8_valid((const uint8_t *)meta, ml))
-			json_object_object_add(
-			        o, "_tensord_meta",
-			        json_object_new_string_len(meta, (int)ml));
-		else if (ml) {
-			char *hex = malloc(2 * ml + 1);
-
-			for (size_t i = 0; hex && i < ml; i++)
-				sprintf(hex + 2 * i, "%02x",
-				        (unsigned char)meta[i]);
-			if (hex)
-				add_str(o, "_tensord_meta_hex", hex);
-			free(hex);
-		}
-	}
-	add_str(o, "_tensord_name", name);
+	zt.meta = td_tensor_meta(t, &zt.meta_len);
 	for (int i = 0; i < 5; i++)
-		add_str(o, strs[i], td_tensor_string(t, (enum td_tensor_string)i));
-	axis = td_tensor_quant(t, &sc, &nsc, &zp, &nzp);
-	if (axis != -2) {
-		struct json_object *a = json_object_new_array();
-
-		q = json_object_new_object();
-		json_object_object_add(q, "axis", json_object_new_int(axis));
-		for (uint32_t i = 0; i < nsc; i++)
-			json_object_array_add(a, json_object_new_double(sc[i]));
-		json_object_object_add(q, "scales", a);
-		a = json_object_new_array();
-		for (uint32_t i = 0; i < nzp; i++)
-			json_object_array_add(a, json_object_new_int(zp[i]));
-		json_object_object_add(q, "zero_points", a);
-		json_object_object_add(o, "_tensord_quant", q);
-	}
-	return o;
+		zt.strings[i] = td_tensor_string(t, (enum td_tensor_string)i);
+	zt.quant_axis = td_tensor_quant(t, &zt.scales, &zt.nscales,
+	                                &zt.zero_points, &zt.nzero_points);
+	return td_zarr_tensor_attrs(&zt);
 }
 
 static int from_daemon(struct td_client *c, char **names, size_t n,
                        struct td_tensor **ts, struct zset *z)
 {
-	struct json_object *vars = json_object_new_array();
-
-	z->gattrs = json_object_new_object();
-	json_object_object_add(z->gattrs, "_tensord_variables", vars);
 	for (size_t i = 0; i < n; i++) {
 		struct zsrc *s = &z->s[z->n];
 		struct td_error e = {0};
@@ -511,9 +467,15 @@ static int from_daemon(struct td_client *c, char **names, size_t n,
 	if (unique_names(z) < 0)
 		return tctl_fail(TCTL_REFUSED, "input", ENAMETOOLONG,
 		                 "names do not fit with their suffixes");
-	for (size_t i = 0; i < z->n; i++)
-		json_object_array_add(vars,
-		                      json_object_new_string(z->s[i].a.name));
+	{
+		struct td_zarr_array *arrs = arrays_of(z);
+
+		if (!arrs)
+			return tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+			                 "out of memory");
+		z->gattrs = td_zarr_tensor_group(arrs, z->n);
+		free(arrs);
+	}
 	return TCTL_OK;
 }
 
