@@ -49,6 +49,21 @@ static void usage(FILE *f)
 		"(e.g. 0660)\n"
 		"      --socket-group G  group (name or number) of the "
 		"socket file\n"
+		"      --http ADDR       serve tensors read-only over HTTP "
+		"(Zarr v3, v2,\n"
+		"                        /metrics) on 127.0.0.1:PORT, "
+		"[::1]:PORT,\n"
+		"                        unix:PATH or another numeric "
+		"ADDRESS:PORT;\n"
+		"                        no authentication (docs/zarr.md)\n"
+		"      --http-prefix P   export the names under P (default: "
+		"none;\n"
+		"                        \"\" = every name)\n"
+		"      --http-max-connections N  open HTTP connections "
+		"(default 256)\n"
+		"      --http-timeout S  idle HTTP connections close after S "
+		"seconds\n"
+		"                        (default 30)\n"
 		"  -h, --help            show this help\n"
 		"  -V, --version         show the version\n\n"
 		"Runs in the foreground and logs to stderr. SIGINT/SIGTERM "
@@ -142,6 +157,10 @@ static const struct option long_opts[] = {
 	{"policy", required_argument, NULL, 'p'},
 	{"socket-mode", required_argument, NULL, 1},
 	{"socket-group", required_argument, NULL, 2},
+	{"http", required_argument, NULL, 3},
+	{"http-prefix", required_argument, NULL, 4},
+	{"http-max-connections", required_argument, NULL, 5},
+	{"http-timeout", required_argument, NULL, 6},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, 'V'},
 	{NULL, 0, NULL, 0},
@@ -209,6 +228,36 @@ static int parse_opt(int c, const char *arg, struct td__opts *o)
 			return 2;
 		}
 		return 0;
+	case 3:
+		o->http_addr = arg;
+		return 0;
+	case 4:
+		if (*arg && td_wire_name_check(arg, strlen(arg), true, NULL) < 0) {
+			fprintf(stderr, "tensord: --http-prefix: not a valid "
+					"name prefix: %s\n",
+				arg);
+			return 2;
+		}
+		o->http_prefix = arg;
+		return 0;
+	case 5:
+	case 6: {
+		long v;
+
+		errno = 0;
+		v = strtol(arg, &end, 10);
+		if (errno || end == arg || *end || v < 1 || v > 65536) {
+			fprintf(stderr, "tensord: --%s: want 1 to 65536\n",
+				c == 5 ? "http-max-connections"
+				       : "http-timeout");
+			return 2;
+		}
+		if (c == 5)
+			o->http_max_connections = (unsigned)v;
+		else
+			o->http_timeout = (unsigned)v;
+		return 0;
+	}
 	case 'h':
 		usage(stdout);
 		return -1;
@@ -274,7 +323,8 @@ static int start(struct td__daemon *d, uv_signal_t *sigint,
 	/* restore before listening: clients never see a half-filled store */
 	td__dispatch_init();
 	if (td__sd_init(d, td__fdstore_passed) < 0 || td__store_new(d) < 0 ||
-	    td__fdstore_restore(d) < 0 || td__server_start(d) < 0)
+	    td__fdstore_restore(d) < 0 || td__server_start(d) < 0 ||
+	    td__http_start(d) < 0)
 		return -1;
 	td__sd_ready(d);
 	td__log(TD_LOG_INFO, "pid %d, import %s, max-bytes %" PRIu64,
@@ -292,6 +342,7 @@ static void stop(struct td__daemon *d)
 	td__sd_stopping(d);
 	/* order: stop accepting, drop peers (their leases), then the store */
 	td__server_stop(d);
+	td__http_stop(d);
 	td__peer_drop_all(d);
 	td__fdstore_fini(); /* the final image, before the store lets go */
 	td__store_free(d);
@@ -312,7 +363,9 @@ int main(int argc, char **argv)
 	struct td__opts o = {.import = TD_IMPORT_AUTO,
 			     .max_bytes = UINT64_MAX,
 			     .socket_mode = -1,
-			     .socket_gid = (gid_t)-1};
+			     .socket_gid = (gid_t)-1,
+			     .http_max_connections = 256,
+			     .http_timeout = 30};
 	char pathbuf[4096];
 	struct td__daemon *d;
 	uv_signal_t sigint, sigterm;

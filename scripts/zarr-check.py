@@ -270,7 +270,8 @@ def check_http(base):
             continue
         if meta != cmeta:
             bad(name, "zarr.json differs from the consolidated entry")
-        for dirlike in ("", "/", "/c"):
+        # "/c" is the chunk itself for a 0-d array (zarr.md §7)
+        for dirlike in ("", "/") + (("/c",) if meta["shape"] else ()):
             st, _, _ = http(url + dirlike)
             if st != 404:
                 bad(name, f"directory-like key {name}{dirlike} -> {st}")
