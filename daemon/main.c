@@ -320,11 +320,12 @@ static int start(struct td__daemon *d, uv_signal_t *sigint,
 		    td__policy_load(d->opts.policy_path, d->policy) < 0)
 			return -1;
 	}
-	/* restore before listening: clients never see a half-filled store */
+	/* restore before listening: clients never see a half-filled store;
+	 * HTTP first, so that it serves once the socket accepts */
 	td__dispatch_init();
 	if (td__sd_init(d, td__fdstore_passed) < 0 || td__store_new(d) < 0 ||
-	    td__fdstore_restore(d) < 0 || td__server_start(d) < 0 ||
-	    td__http_start(d) < 0)
+	    td__fdstore_restore(d) < 0 || td__http_start(d) < 0 ||
+	    td__server_start(d) < 0)
 		return -1;
 	td__sd_ready(d);
 	td__log(TD_LOG_INFO, "pid %d, import %s, max-bytes %" PRIu64,

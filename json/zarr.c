@@ -227,7 +227,8 @@ struct json_object *td_zarr_v2_attrs(const struct td_zarr_array *a)
 			json_object_object_add(o, key, json_object_get(val));
 	dims = json_object_new_array_ext((int)a->ndim);
 	for (uint32_t k = 0; k < a->ndim; k++) {
-		snprintf(d, sizeof(d), "%s_%" PRIu32, a->name, k);
+		/* "/" is in no node name: never another array's name */
+		snprintf(d, sizeof(d), "%s/%" PRIu32, a->name, k);
 		json_object_array_add(dims, json_object_new_string(d));
 	}
 	json_object_object_add(o, "_ARRAY_DIMENSIONS", dims);

@@ -176,7 +176,7 @@ Test(meta, group_consolidates_every_array)
 	                    "\"<u2\",\"fill_value\":0,\"filters\":null,"
 	                    "\"order\":\"C\",\"shape\":[2],\"zarr_format\":2}"),
 	          "%s", t);
-	cr_assert(strstr(t, "\"b/.zattrs\":{\"_ARRAY_DIMENSIONS\":[\"b_0\"]}"),
+	cr_assert(strstr(t, "\"b/.zattrs\":{\"_ARRAY_DIMENSIONS\":[\"b/0\"]}"),
 	          "%s", t);
 	cr_assert(strstr(t, "\"zarr_consolidated_format\":1}"), "%s", t);
 	free(t);
@@ -710,4 +710,591 @@ Test(export, tgm_name_key_and_duplicates, .init = start, .fini = stop)
 	cr_assert(strstr(out, "\"_tensogram_variables\":[\"2t\",\"msl\"]"),
 	          "%s", out);
 	free(out);
+}
+
+/* ---- the HTTP store ---- */
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+static unsigned short port;
+static char base[64];
+
+/* A free loopback port (the kernel's pick; closed again). */
+static unsigned short free_port(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sl = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert(fd >= 0);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+	close(fd);
+	return ntohs(sa.sin_port);
+}
+
+/* The daemon with --http on a loopback port and more arguments. */
+static void start_http_args(const char *const *more)
+{
+	char addr[32];
+	const char *args[16] = {"--http", addr};
+	unsigned n = 2;
+
+	port = free_port();
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", port);
+	snprintf(base, sizeof(base), "http://127.0.0.1:%u", port);
+	for (; more && *more; more++)
+		args[n++] = *more;
+	args[n] = NULL;
+	tu_daemon_start_args(&d, "warn", args);
+	zt_setup(&d);
+}
+
+static void start_http(void)
+{
+	static const char *const more[] = {"--http-prefix", "", NULL};
+
+	start_http_args(more);
+}
+
+static int connect_tcp(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+	                         .sin_port = htons(port)};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert(fd >= 0);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0,
+	             "connect: %s", strerror(errno));
+	return fd;
+}
+
+/* Send req on fd, read the answer to EOF into *resp (NUL-terminated). */
+static size_t exchange(int fd, const char *req, char **resp)
+{
+	size_t cap = 1 << 16, len = 0;
+	char *b = malloc(cap + 1);
+	ssize_t r;
+
+	cr_assert(b);
+	cr_assert_eq(send(fd, req, strlen(req), MSG_NOSIGNAL),
+	             (ssize_t)strlen(req));
+	while ((r = recv(fd, b + len, cap - len, 0)) > 0) {
+		len += (size_t)r;
+		if (len == cap) {
+			b = realloc(b, (cap *= 2) + 1);
+			cr_assert(b);
+		}
+	}
+	close(fd);
+	b[len] = 0;
+	*resp = b;
+	return len;
+}
+
+/* One request to the store: METHOD PATH with extra header lines. */
+static size_t http(const char *method, const char *path, const char *hdrs,
+                   char **resp)
+{
+	char req[1024];
+
+	snprintf(req, sizeof(req),
+	         "%s %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n%s\r\n",
+	         method, path, hdrs ? hdrs : "");
+	return exchange(connect_tcp(), req, resp);
+}
+
+static int status_of(const char *resp)
+{
+	int code = 0;
+
+	cr_assert_eq(sscanf(resp, "HTTP/1.1 %d", &code), 1, "%s", resp);
+	return code;
+}
+
+static const char *body_of(const char *resp)
+{
+	const char *b = strstr(resp, "\r\n\r\n");
+
+	cr_assert(b, "%s", resp);
+	return b + 4;
+}
+
+/* GET path: 200 and its body (malloc'ed, *len bytes). */
+static char *get_ok(const char *path, size_t *len)
+{
+	char *resp, *body;
+	size_t n = http("GET", path, NULL, &resp);
+	const char *b = body_of(resp);
+
+	cr_assert_eq(status_of(resp), 200, "%s: %s", path, resp);
+	*len = n - (size_t)(b - resp);
+	body = malloc(*len + 1);
+	memcpy(body, b, *len);
+	body[*len] = 0;
+	free(resp);
+	return body;
+}
+
+Test(http, zarr_v3_as_an_export_would_write_it, .init = start_http,
+     .fini = stop)
+{
+	char url[192], *exp;
+
+	put_all();
+	zt_ok("zarr export %s/x", zt_dir);
+	/* every key the same bytes as the exported file */
+	for (size_t i = 0; i <= NPUTS; i++) {
+		char rel[128], path[160], *want, *got;
+		size_t len;
+
+		if (i == NPUTS)
+			snprintf(rel, sizeof(rel), "zarr.json");
+		else
+			snprintf(rel, sizeof(rel), "%s/zarr.json", nodes[i]);
+		snprintf(path, sizeof(path), "/zarr/%s", rel);
+		snprintf(url, sizeof(url), "x/%s", rel);
+		want = zt_file(url);
+		got = get_ok(path, &len);
+		cr_assert_str_eq(got, want, "%s", path);
+		free(want);
+		free(got);
+	}
+	snprintf(url, sizeof(url), "%s/zarr", base);
+	zt_check(url);
+	exp = expect_puts(true);
+	zt_zarrita(url, exp);
+	free(exp);
+}
+
+Test(http, rules_of_zarr_md_10, .init = start_http, .fini = stop)
+{
+	static const char *const missing[] = {
+	        "/zarr/",         "/zarr/cam_left",   "/zarr/cam_left/",
+	        "/zarr/cam_left/c", "/zarr/cam_left/c/0", "/zarr/nosuch/zarr.json",
+	        "/zarr/scalar/c/0", "/zarr/empty/c/0/0", "/zarr-v2/cam_left/0",
+	        "/", "/zarr",     "/zarr/cam_left/zarr.json/x"};
+	static const char *const methods[] = {"POST", "PUT", "DELETE", "PATCH",
+	                                      "OPTIONS"};
+	char *resp;
+	const char *b;
+
+	put_all();
+	for (size_t i = 0; i < sizeof(missing) / sizeof(*missing); i++) {
+		http("GET", missing[i], NULL, &resp);
+		cr_assert_eq(status_of(resp), 404, "%s: %s", missing[i], resp);
+		free(resp);
+	}
+	for (size_t i = 0; i < sizeof(methods) / sizeof(*methods); i++) {
+		http(methods[i], "/zarr/zarr.json", "Content-Length: 0\r\n",
+		     &resp);
+		cr_assert_eq(status_of(resp), 405, "%s: %s", methods[i], resp);
+		cr_assert(strstr(resp, "Allow: GET, HEAD\r\n"), "%s", resp);
+		free(resp);
+	}
+	/* HEAD: the length, no body */
+	http("HEAD", "/zarr/cam_left/c/0/0", NULL, &resp);
+	cr_assert_eq(status_of(resp), 200);
+	cr_assert(strstr(resp, "Content-Length: 24\r\n"), "%s", resp);
+	cr_assert_str_eq(body_of(resp), "");
+	free(resp);
+	/* ranges: exactly the slice, with Content-Range */
+	http("GET", "/zarr/cam_left/c/0/0", "Range: bytes=4-11\r\n", &resp);
+	cr_assert_eq(status_of(resp), 206, "%s", resp);
+	cr_assert(strstr(resp, "Content-Range: bytes 4-11/24\r\n"), "%s", resp);
+	cr_assert(strstr(resp, "Content-Length: 8\r\n"), "%s", resp);
+	b = body_of(resp);
+	cr_assert_arr_eq(b, (const char *)f32v + 4, 8);
+	free(resp);
+	http("GET", "/zarr/cam_left/c/0/0", "Range: bytes=20-\r\n", &resp);
+	cr_assert_eq(status_of(resp), 206);
+	cr_assert(strstr(resp, "Content-Range: bytes 20-23/24\r\n"), "%s", resp);
+	cr_assert_arr_eq(body_of(resp), (const char *)f32v + 20, 4);
+	free(resp);
+	http("GET", "/zarr/cam_left/c/0/0", "Range: bytes=-3\r\n", &resp);
+	cr_assert_eq(status_of(resp), 206);
+	cr_assert(strstr(resp, "Content-Range: bytes 21-23/24\r\n"), "%s", resp);
+	free(resp);
+	http("GET", "/zarr/cam_left/c/0/0", "Range: bytes=10-999\r\n", &resp);
+	cr_assert_eq(status_of(resp), 206);
+	cr_assert(strstr(resp, "Content-Range: bytes 10-23/24\r\n"), "%s", resp);
+	free(resp);
+	/* metadata keys take ranges too */
+	http("GET", "/zarr/zarr.json", "Range: bytes=0-0\r\n", &resp);
+	cr_assert_eq(status_of(resp), 206);
+	cr_assert_str_eq(body_of(resp), "{");
+	free(resp);
+	/* unsatisfiable: 416 with the length, never the whole body */
+	for (int i = 0; i < 3; i++) {
+		static const char *const bad[] = {"Range: bytes=-0\r\n",
+		                                  "Range: bytes=24-\r\n",
+		                                  "Range: bytes=5-2\r\n"};
+
+		http("GET", "/zarr/cam_left/c/0/0", bad[i], &resp);
+		cr_assert_eq(status_of(resp), 416, "%s: %s", bad[i], resp);
+		cr_assert(strstr(resp, "Content-Range: bytes */24\r\n"), "%s",
+		          resp);
+		free(resp);
+	}
+	/* ETag = name + version; a matching If-None-Match is 304 */
+	http("GET", "/zarr/cam_left/c/0/0", NULL, &resp);
+	cr_assert(strstr(resp, "ETag: \"cam/left@1\"\r\n"), "%s", resp);
+	free(resp);
+	http("GET", "/zarr/cam_left/c/0/0", "If-None-Match: \"cam/left@1\"\r\n",
+	     &resp);
+	cr_assert_eq(status_of(resp), 304, "%s", resp);
+	free(resp);
+	/* the 0-d chunk is exactly "c"; the v2 view's keys */
+	http("GET", "/zarr/scalar/c", NULL, &resp);
+	cr_assert_eq(status_of(resp), 200);
+	cr_assert_eq((unsigned char)body_of(resp)[0], 200);
+	free(resp);
+	http("GET", "/zarr-v2/cam_left/0.0", NULL, &resp);
+	cr_assert_eq(status_of(resp), 200);
+	cr_assert_arr_eq(body_of(resp), (const char *)f32v, 24);
+	free(resp);
+	http("GET", "/zarr-v2/scalar/0", NULL, &resp);
+	cr_assert_eq(status_of(resp), 200);
+	free(resp);
+	http("GET", "/zarr-v2/.zgroup", NULL, &resp);
+	cr_assert_str_eq(body_of(resp), "{\"zarr_format\":2}");
+	free(resp);
+}
+
+Test(http, prefix_and_policy_decide_what_is_served, .fini = stop)
+{
+	const char *pol = "/tmp/td-zarr-policy";
+	static const char text[] = "allow any rw *\n"
+	                           "allow http r pub/a\n";
+	const char *const more[] = {"--http-prefix", "pub/", "--policy", pol,
+	                            NULL};
+	char *body, *out;
+	size_t len;
+
+	zt_put_file(pol, text, sizeof(text) - 1);
+	start_http_args(more);
+	zt_ok_sh("printf abcd > %s/four", zt_dir);
+	zt_ok("put pub/a --dtype u8 --shape 4 %s/four", zt_dir);
+	zt_ok("put pub/b --dtype u8 --shape 4 %s/four", zt_dir);
+	zt_ok("put priv/c --dtype u8 --shape 4 %s/four", zt_dir);
+	body = get_ok("/zarr/zarr.json", &len);
+	cr_assert(strstr(body, "\"_tensord_variables\":[\"pub_a\"]"), "%s",
+	          body);
+	free(body);
+	http("GET", "/zarr/pub_b/zarr.json", NULL, &out);
+	cr_assert_eq(status_of(out), 404);
+	free(out);
+	http("GET", "/zarr/priv_c/c/0", NULL, &out);
+	cr_assert_eq(status_of(out), 404);
+	free(out);
+	unlink(pol);
+	/* an http line that would write is refused at start */
+	zt_put_file(pol, "allow http rw pub/\n", 19);
+	cr_assert_eq(zt_sh(&out, "'%s' --socket %s/x.sock --policy %s",
+	                   getenv("TD_TENSORD"), zt_dir, pol),
+	             1, "%s", out);
+	cr_assert(strstr(out, "http may only read"), "%s", out);
+	free(out);
+	unlink(pol);
+}
+
+Test(http, nothing_is_served_without_a_prefix, .fini = stop)
+{
+	char *body;
+	size_t len;
+
+	start_http_args(NULL);
+	put_all();
+	body = get_ok("/zarr/zarr.json", &len);
+	cr_assert(strstr(body, "\"_tensord_variables\":[]"), "%s", body);
+	cr_assert(strstr(body, "\"metadata\":{}"), "%s", body);
+	free(body);
+	body = get_ok("/zarr-v2/.zmetadata", &len);
+	cr_assert(strstr(body, "\"metadata\":{\".zattrs\":{\"_tensord_"
+	                       "variables\":[]},\".zgroup\":{\"zarr_format\":"
+	                       "2}}"),
+	          "%s", body);
+	free(body);
+}
+
+Test(http, a_unix_socket_address, .fini = stop)
+{
+	char addr[64], *resp, req[] = "GET /zarr/zarr.json HTTP/1.1\r\n"
+	                               "Host: t\r\nConnection: close\r\n\r\n";
+	const char *more[] = {"--http", addr, "--http-prefix", "", NULL};
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd;
+
+	snprintf(addr, sizeof(addr), "unix:/tmp/td-zarr-%d.sock", getpid());
+	tu_daemon_start_args(&d, "warn", more);
+	zt_setup(&d);
+	put_all();
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", addr + 5);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	exchange(fd, req, &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	cr_assert(strstr(resp, "\"cam_left\""), "%s", resp);
+	free(resp);
+}
+
+/* A 64 MiB tensor of one byte value. */
+static void put_filled(const char *name, int byte, size_t len)
+{
+	char *p = malloc(len);
+	char path[128];
+
+	memset(p, byte, len);
+	snprintf(path, sizeof(path), "%s/fill.bin", zt_dir);
+	zt_put_file(path, p, len);
+	free(p);
+	zt_ok("put %s --dtype u8 --shape %zu %s", name, len, path);
+}
+
+Test(http, a_response_keeps_its_version_whole, .init = start_http,
+     .fini = stop)
+{
+	const size_t len = 64u << 20;
+	char head[4096], *rest, *m;
+	size_t got = 0, mlen;
+	ssize_t r;
+	int fd;
+
+	put_filled("big", 'A', len);
+	fd = connect_tcp();
+	snprintf(head, sizeof(head), "GET /zarr/big/c/0 HTTP/1.1\r\nHost: t\r\n"
+	                             "Connection: close\r\n\r\n");
+	cr_assert(send(fd, head, strlen(head), 0) > 0);
+	/* a little of the body, then a new version and a delete meanwhile */
+	r = recv(fd, head, sizeof(head), MSG_WAITALL);
+	cr_assert_eq(r, (ssize_t)sizeof(head));
+	put_filled("big", 'B', len);
+	m = get_ok("/metrics", &mlen);
+	cr_assert(strstr(m, "tensord_bytes 134217728\n"),
+	          "both versions are held while the response runs: %s", m);
+	free(m);
+	zt_ok("rm big");
+	rest = malloc(len + 8192);
+	cr_assert(rest);
+	while ((r = recv(fd, rest + got, len + 8192 - got, 0)) > 0)
+		got += (size_t)r;
+	close(fd);
+	{
+		const char *b = strstr(head, "\r\n\r\n") + 4;
+		size_t first = sizeof(head) - (size_t)(b - head);
+
+		cr_assert(strstr(head, "Content-Length: 67108864\r\n"));
+		cr_assert_eq(first + got, len, "the whole chunk");
+		for (size_t i = 0; i < first; i++)
+			cr_assert_eq(b[i], 'A');
+		for (size_t i = 0; i < got; i++)
+			if (rest[i] != 'A')
+				cr_assert_fail("byte %zu is %c, not A (v1)",
+				               first + i, rest[i]);
+	}
+	free(rest);
+	/* the lease is gone with the response: the bytes are freed */
+	for (int i = 0; i < 200; i++) {
+		m = get_ok("/metrics", &mlen);
+		if (strstr(m, "tensord_bytes 0\n"))
+			break;
+		free(m);
+		m = NULL;
+		usleep(10000);
+	}
+	cr_assert(m, "version 1 was not freed after its response");
+	free(m);
+}
+
+/* The value of the sample that starts with `line` in metrics text m. */
+static unsigned long long metric_value(const char *m, const char *line)
+{
+	char l[256];
+	const char *p;
+
+	/* a sample line, not the # HELP line naming it */
+	snprintf(l, sizeof(l), "\n%s", line);
+	p = strstr(m, l);
+	cr_assert(p, "no %s in:\n%s", line, m);
+	return strtoull(p + strlen(l), NULL, 10);
+}
+
+Test(http, metrics_count_what_happened, .fini = stop)
+{
+	static const char *const more[] = {"--http-prefix", "", "--max-bytes",
+	                                   "1M", NULL};
+	char *m, *out;
+	size_t mlen;
+
+	start_http_args(more);
+	put_filled("fill/a", 'a', 600u << 10);
+	put_filled("fill/b", 'b', 600u << 10); /* evicts fill/a */
+	put_all();
+	cr_assert_eq(zt_ctl(&out, "get nosuch -o /dev/null"), 1);
+	free(out);
+	{
+		char path[128];
+
+		snprintf(path, sizeof(path), "%s/big.bin", zt_dir);
+		zt_ok_sh("head -c 2097152 /dev/zero > %s", path);
+		cr_assert_eq(zt_ctl(&out, "put toobig --dtype u8 --shape "
+		                          "2097152 %s",
+		                    path),
+		             1);
+		free(out);
+	}
+	free(get_ok("/zarr/zarr.json", &mlen));
+	http("GET", "/zarr/nosuch/zarr.json", NULL, &out);
+	free(out);
+	m = get_ok("/metrics", &mlen);
+	cr_assert_eq(metric_value(m, "tensord_tensors "), NPUTS + 1, "%s", m);
+	cr_assert_eq(metric_value(m, "tensord_evictions_total "), 1);
+	cr_assert_eq(metric_value(m, "tensord_bytes "),
+	             (600u << 10) + sizeof(f32v) + sizeof(i64v) +
+	                     sizeof(f16v) + sizeof(i16v) + sizeof(f64v) +
+	                     sizeof(u8v));
+	cr_assert_eq(metric_value(m, "tensord_requests_total{op=\"PUBLISH\","
+	                             "result=\"ok\"} "),
+	             NPUTS + 2);
+	cr_assert_eq(metric_value(m, "tensord_requests_total{op=\"GET\","
+	                             "result=\"error\"} "),
+	             1);
+	cr_assert_eq(metric_value(m, "tensord_refusals_total{reason="
+	                             "\"space\"} "),
+	             1);
+	cr_assert_eq(metric_value(m, "tensord_http_responses_total{code="
+	                             "\"404\"} "),
+	             1);
+	cr_assert_eq(metric_value(m, "tensord_http_responses_total{code="
+	                             "\"200\"} "),
+	             1);
+	cr_assert_eq(metric_value(m, "tensord_clients "), 0);
+	cr_assert_eq(metric_value(m, "tensord_leases "), 0);
+	cr_assert_eq(metric_value(m, "tensord_ring_handoffs "), 0);
+	free(m);
+}
+
+Test(http, many_readers_and_slow_clients, .fini = stop)
+{
+	enum { READERS = 200, SLOW = 40 };
+	static const char *const more[] = {"--http-prefix", "",
+	                                   "--http-timeout", "2", NULL};
+	static int fds[READERS], slow[SLOW];
+	static size_t got[READERS];
+	static char *bufs[READERS];
+	const size_t len = 1u << 20;
+	char req[] = "GET /zarr/big/c/0 HTTP/1.1\r\nHost: t\r\n"
+	             "Connection: close\r\n\r\n";
+	char *big, *resp, *m;
+	size_t mlen;
+	unsigned done = 0;
+
+	start_http_args(more);
+	put_filled("big", 'Z', len);
+	/* slowloris: headers that never end */
+	for (int i = 0; i < SLOW; i++) {
+		slow[i] = connect_tcp();
+		cr_assert(send(slow[i], "GET /zarr/zarr.json HTTP/1.1\r\nHo", 32,
+		               MSG_NOSIGNAL) == 32);
+	}
+	/* a header larger than the limit is refused, not buffered */
+	big = malloc(40000);
+	memset(big, 'a', 40000);
+	memcpy(big, "GET /zarr/zarr.json HTTP/1.1\r\nX-Big: ", 37);
+	memcpy(big + 40000 - 5, "\r\n\r\n", 5);
+	exchange(connect_tcp(), big, &resp);
+	free(big);
+	cr_assert(!strncmp(resp, "HTTP/1.1 431", 12) || !*resp,
+	          "an oversized header: %.200s", resp);
+	free(resp);
+	/* 200 readers at once, each reading the whole chunk */
+	for (int i = 0; i < READERS; i++) {
+		fds[i] = connect_tcp();
+		cr_assert(send(fds[i], req, strlen(req), MSG_NOSIGNAL) > 0);
+		bufs[i] = malloc(len + 4096);
+		cr_assert(bufs[i]);
+	}
+	/* bounded: every round reads what is there; 60 s at most */
+	for (int round = 0; round < 60000 && done < READERS; round++) {
+		struct pollfd pf[READERS];
+
+		for (int i = 0; i < READERS; i++)
+			pf[i] = (struct pollfd){fds[i], POLLIN, 0};
+		poll(pf, READERS, 1);
+		for (int i = 0; i < READERS; i++) {
+			ssize_t r;
+
+			if (fds[i] < 0 || !pf[i].revents)
+				continue;
+			r = recv(fds[i], bufs[i] + got[i],
+			         len + 4096 - got[i], MSG_DONTWAIT);
+			if (r > 0) {
+				got[i] += (size_t)r;
+				continue;
+			}
+			if (r < 0 && (errno == EAGAIN || errno == EINTR))
+				continue;
+			close(fds[i]);
+			fds[i] = -1;
+			done++;
+		}
+	}
+	cr_assert_eq(done, READERS, "readers left unfinished");
+	for (int i = 0; i < READERS; i++) {
+		const char *b;
+
+		bufs[i][got[i]] = 0;
+		cr_assert_eq(status_of(bufs[i]), 200, "reader %d", i);
+		b = strstr(bufs[i], "\r\n\r\n") + 4;
+		cr_assert_eq(got[i] - (size_t)(b - bufs[i]), len, "reader %d",
+		             i);
+		for (size_t k = 0; k < len; k += 4099)
+			cr_assert_eq(b[k], 'Z');
+		free(bufs[i]);
+	}
+	/* the slow ones are cut by the per-connection timeout (2 s; wait
+	 * at most 30 s) */
+	for (int i = 0; i < SLOW; i++) {
+		struct pollfd pf = {slow[i], POLLIN, 0};
+		char c[256];
+
+		cr_assert_eq(poll(&pf, 1, 30000), 1, "slow client %d kept", i);
+		while (recv(slow[i], c, sizeof(c), 0) > 0)
+			;
+		close(slow[i]);
+	}
+	/* and the daemon still answers on both sides */
+	m = get_ok("/metrics", &mlen);
+	cr_assert_eq(metric_value(m, "tensord_http_responses_total{code="
+	                             "\"200\"} "),
+	             READERS);
+	free(m);
+	zt_ok("stat big");
+}
+
+Test(http, dask_and_xarray_read_the_v2_view, .init = start_http,
+     .fini = stop, .timeout = 240)
+{
+	const char *src = getenv("TD_SOURCE_ROOT");
+	char *exp, *out;
+	int rc;
+
+	put_all();
+	exp = expect_puts(false);
+	rc = zt_sh(&out, "/usr/bin/python3 '%s/tests/zarr/dask-read.py' "
+	                 "'%s/zarr-v2' '%s'",
+	           src, base, exp);
+	cr_assert_neq(rc, 2, "%s", out);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_assert(strstr(out, "6 reduction(s) equal on 2 workers, xarray "
+	                      "lists 7 array(s)"),
+	          "%s", out);
+	free(out);
+	free(exp);
 }
