@@ -7,7 +7,7 @@ PKGS="meson ninja-build pkg-config gcc clang libclang-rt-14-dev
 libuv1-dev liburing-dev libxxhash-dev libcriterion-dev libcbor-dev
 libjson-c-dev libmicrohttpd-dev
 iceoryx libiceoryx-binding-c-dev gnuplot-nox
-python3 systemd valgrind scdoc
+python3 systemd valgrind scdoc curl bc
 python3-zarr python3-dask python3-distributed python3-xarray python3-fsspec
 python3-aiohttp"
 
