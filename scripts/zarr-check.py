@@ -165,6 +165,19 @@ def check_array(meta, where):
     return True
 
 
+def check_root(root):
+    """The root group's checks; its consolidated metadata, or None."""
+    if check_node(root, "/") != "group":
+        bad("/", "the root is not a group")
+        return None
+    check_group(root, "/")
+    cm = root.get("consolidated_metadata", {}).get("metadata")
+    if not isinstance(cm, dict):
+        bad("/", "no inline consolidated metadata")
+        return None
+    return cm
+
+
 def files_under(path):
     out = set()
     for root, dirs, files in os.walk(path):
@@ -182,15 +195,9 @@ def check_dir(top):
             bad(where, f"no zarr.json ({e.strerror})")
             return None
 
-    root = read_meta(top, "/")
-    if check_node(root, "/") != "group":
-        bad("/", "the root is not a group")
+    cm = check_root(read_meta(top, "/"))
+    if cm is None:
         return
-    check_group(root, "/")
-    cm = root.get("consolidated_metadata", {}).get("metadata")
-    if not isinstance(cm, dict):
-        bad("/", "no inline consolidated metadata")
-        cm = {}
     children = set()
     for name in sorted(os.listdir(top)):
         p = os.path.join(top, name)
@@ -248,14 +255,8 @@ def check_http(base):
     if st != 200:
         bad("/", f"GET zarr.json -> {st}")
         return
-    root = strict_json(body, "/")
-    if check_node(root, "/") != "group":
-        bad("/", "the root is not a group")
-        return
-    check_group(root, "/")
-    cm = root.get("consolidated_metadata", {}).get("metadata")
-    if not isinstance(cm, dict):
-        bad("/", "no inline consolidated metadata")
+    cm = check_root(strict_json(body, "/"))
+    if cm is None:
         return
     for name, cmeta in sorted(cm.items()):
         if not node_name_ok(name):

@@ -1298,3 +1298,69 @@ Test(http, dask_and_xarray_read_the_v2_view, .init = start_http,
 	free(out);
 	free(exp);
 }
+
+/* ---- the checkers themselves fail on what they must catch ---- */
+
+Test(checkers, catch_what_zarrita_lets_through, .init = start, .fini = stop)
+{
+	static const struct {
+		const char *damage, *says;
+	} cases[] = {
+	        {"truncate -s 20 D/cam_left/c/0/0",
+	         "chunk c/0/0 is 20 bytes, expected 24"},
+	        {"printf x > D/cam_left/c/0/1", "files ["},
+	        {"sed -i 's/\"NaN\"/NaN/' D/cam_left/zarr.json",
+	         "not strict JSON"},
+	        {"sed -i 's/\"chunk_shape\":\\[2,3\\]/\"chunk_shape\":[2]/' "
+	         "D/cam_left/zarr.json",
+	         "chunk_grid is not regular"},
+	        {"sed -i 's/\"zarr_format\":3}$/\"zarr_format\":3,\"x\":1}/' "
+	         "D/cam_left/zarr.json",
+	         "unknown top-level member 'x'"},
+	        {"sed -i 's/\"endian\":\"little\"//' D/half/zarr.json",
+	         "no endian"},
+	        {"mv D/scalar/c D/scalar/c0", "files ["},
+	        {"printf x > D/stray", "a group holds a file other than"},
+	};
+	const char *src = getenv("TD_SOURCE_ROOT");
+	char *out, *exp;
+
+	put_all();
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		char dir[32], cmd[512];
+		const char *p = cases[i].damage;
+		size_t o = 0;
+
+		snprintf(dir, sizeof(dir), "d%zu", i);
+		zt_ok("zarr export %s/%s", zt_dir, dir);
+		/* D is the export's folder */
+		for (; *p && o < sizeof(cmd) - 64; p++) {
+			if (*p == 'D' && (p[1] == '/' || !p[1]))
+				o += (size_t)snprintf(cmd + o, sizeof(cmd) - o,
+				                      "%s/%s", zt_dir, dir);
+			else
+				cmd[o++] = *p;
+		}
+		cmd[o] = 0;
+		zt_ok_sh("%s", cmd);
+		cr_assert_eq(zt_sh(&out, "/usr/bin/python3 "
+		                         "'%s/scripts/zarr-check.py' %s/%s",
+		                   src, zt_dir, dir),
+		             1, "case %zu passed the checker: %s", i, out);
+		cr_assert(strstr(out, cases[i].says), "case %zu: %s", i, out);
+		free(out);
+	}
+	/* zarrita's comparison fails on one changed byte */
+	zt_ok("zarr export %s/v", zt_dir);
+	zt_ok_sh("printf '\\377' | dd of=%s/v/small/c/0/0 bs=1 seek=2 "
+	         "conv=notrunc status=none",
+	         zt_dir);
+	exp = expect_puts(false);
+	cr_assert_eq(zt_sh(&out, "node '%s/tests/zarr/zarrita-read.mjs' "
+	                         "%s/v '%s'",
+	                   src, zt_dir, exp),
+	             1, "%s", out);
+	cr_assert(strstr(out, "small: values differ"), "%s", out);
+	free(out);
+	free(exp);
+}
