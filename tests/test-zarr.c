@@ -1364,3 +1364,56 @@ Test(checkers, catch_what_zarrita_lets_through, .init = start, .fini = stop)
 	free(out);
 	free(exp);
 }
+
+#include "malloc-count.h"
+
+/*
+ * Zero copy: the daemon runs under tests/malloc-count.c, which counts the
+ * bytes sendfile() moves. ASan cannot take that shim (it replaces malloc),
+ * so this test is built into the plain suite only (as test-recycle.c).
+ */
+#ifndef __SANITIZE_ADDRESS__
+#include <sys/mman.h>
+
+Test(http, chunk_bodies_go_by_sendfile, .fini = stop)
+{
+	static const char *const more[] = {"--http-prefix", "", NULL};
+	const char *shim = getenv("TD_MALLOC_COUNT");
+	const size_t len = 4u << 20;
+	volatile struct td_malloc_counts *n;
+	char path[32] = "/tmp/td-sendfile-XXXXXX", *resp;
+	uint64_t before;
+	void *p;
+	int fd;
+
+	cr_assert(shim, "TD_MALLOC_COUNT is not set (run through meson test)");
+	fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, 4096), 0);
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	cr_assert_neq(p, MAP_FAILED);
+	close(fd);
+	n = p;
+	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
+	cr_assert_eq(setenv("TD_MALLOC_COUNT_FILE", path, 1), 0);
+	start_http_args(more);
+	unsetenv("LD_PRELOAD");
+	unsetenv("TD_MALLOC_COUNT_FILE");
+	put_filled("big", 'S', len);
+	before = n->sendfile_bytes;
+	for (int i = 0; i < 3; i++) {
+		size_t got = http("GET", "/zarr/big/c/0", NULL, &resp);
+
+		cr_assert_eq(status_of(resp), 200);
+		cr_assert_eq(got - (size_t)(body_of(resp) - resp), len);
+		free(resp);
+	}
+	http("GET", "/zarr/big/c/0", "Range: bytes=1000-1999\r\n", &resp);
+	cr_assert_eq(status_of(resp), 206);
+	free(resp);
+	/* every body byte, and only those, went by sendfile() */
+	cr_assert_eq(n->sendfile_bytes - before, 3 * len + 1000);
+	munmap(p, 4096);
+	unlink(path);
+}
+#endif
