@@ -223,6 +223,7 @@ static struct json_object *group_attrs(struct node *ns, size_t n,
 static struct http_stats {
 	uint64_t by_code[6]; /* 200 206 304 404 405 416 */
 	uint64_t other;
+	uint64_t leases; /* responses holding a version now */
 } stats;
 
 static void count(unsigned code)
@@ -416,6 +417,7 @@ static enum MHD_Result chunk_body(struct MHD_Connection *c, struct node *n,
 	hd->v = n->v;
 	n->v->refs++;
 	n->v->lease_count++;
+	stats.leases++;
 	*con_cls = hd;
 	return queue(c,
 		     finish(r, rg, a, len, n->len, "application/octet-stream",
@@ -569,6 +571,8 @@ static enum MHD_Result metrics(struct MHD_Connection *c)
 			codes[i], stats.by_code[i]);
 	fprintf(f, "tensord_http_responses_total{code=\"other\"} %" PRIu64 "\n",
 		stats.other);
+	metric(f, "tensord_http_leases", "gauge",
+	       "Versions held by HTTP responses being sent.", stats.leases);
 	metric(f, "tensord_http_connections", "gauge",
 	       "Open HTTP connections.",
 	       MHD_get_daemon_info(H.mhd, MHD_DAEMON_INFO_CURRENT_CONNECTIONS)
@@ -624,6 +628,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	if (!hd)
 		return;
 	hd->v->lease_count--;
+	stats.leases--;
 	td__version_unref(td__d->store, hd->v);
 	free(hd);
 	*con_cls = NULL;

@@ -1044,6 +1044,19 @@ Test(http, a_unix_socket_address, .fini = stop)
 	free(resp);
 }
 
+/* The value of the sample that starts with `line` in metrics text m. */
+static unsigned long long metric_value(const char *m, const char *line)
+{
+	char l[256];
+	const char *p;
+
+	/* a sample line, not the # HELP line naming it */
+	snprintf(l, sizeof(l), "\n%s", line);
+	p = strstr(m, l);
+	cr_assert(p, "no %s in:\n%s", line, m);
+	return strtoull(p + strlen(l), NULL, 10);
+}
+
 /* A 64 MiB tensor of one byte value. */
 static void put_filled(const char *name, int byte, size_t len)
 {
@@ -1078,6 +1091,7 @@ Test(http, a_response_keeps_its_version_whole, .init = start_http,
 	m = get_ok("/metrics", &mlen);
 	cr_assert(strstr(m, "tensord_bytes 134217728\n"),
 	          "both versions are held while the response runs: %s", m);
+	cr_assert_eq(metric_value(m, "tensord_http_leases "), 1);
 	free(m);
 	zt_ok("rm big");
 	rest = malloc(len + 8192);
@@ -1110,19 +1124,6 @@ Test(http, a_response_keeps_its_version_whole, .init = start_http,
 	}
 	cr_assert(m, "version 1 was not freed after its response");
 	free(m);
-}
-
-/* The value of the sample that starts with `line` in metrics text m. */
-static unsigned long long metric_value(const char *m, const char *line)
-{
-	char l[256];
-	const char *p;
-
-	/* a sample line, not the # HELP line naming it */
-	snprintf(l, sizeof(l), "\n%s", line);
-	p = strstr(m, l);
-	cr_assert(p, "no %s in:\n%s", line, m);
-	return strtoull(p + strlen(l), NULL, 10);
 }
 
 Test(http, metrics_count_what_happened, .fini = stop)
@@ -1417,3 +1418,31 @@ Test(http, chunk_bodies_go_by_sendfile, .fini = stop)
 	unlink(path);
 }
 #endif
+
+Test(export, big_endian_tgm_objects_are_swapped)
+{
+	/* multi_object.tgm: three big-endian objects (vectors README) */
+	static const float f[] = {1.5f, 2.5f};
+	static const int64_t i[] = {100, -200, 300};
+	static const uint8_t u[] = {10, 20, 30, 40, 50};
+	const char *path = tgm_vector("multi_object.tgm");
+	char *b;
+
+	zt_setup(NULL);
+	zt_ok_sh("'%s' zarr export %s/m --from %s", getenv("TD_TENSORCTL"),
+	         zt_dir, path);
+	zt_check_dir("m");
+	b = zt_file("m/object_0/c/0");
+	cr_assert_arr_eq(b, f, sizeof(f));
+	free(b);
+	b = zt_file("m/object_1/c/0");
+	cr_assert_arr_eq(b, i, sizeof(i));
+	free(b);
+	b = zt_file("m/object_2/c/0");
+	cr_assert_arr_eq(b, u, sizeof(u));
+	free(b);
+	b = zt_file("m/object_1/zarr.json");
+	cr_assert(strstr(b, "\"data_type\":\"int64\""), "%s", b);
+	free(b);
+	zt_teardown();
+}
