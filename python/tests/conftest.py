@@ -41,9 +41,14 @@ class Daemon:
         self.start()
 
     def start(self):
+        env = dict(os.environ)
+        if "TD_DAEMON_ASAN_OPTIONS" in env:
+            # an ASan daemon needs no preload, and checks its leaks
+            env.pop("LD_PRELOAD", None)
+            env["ASAN_OPTIONS"] = env["TD_DAEMON_ASAN_OPTIONS"]
         self.proc = subprocess.Popen(
             [tensord_bin(), "--socket", self.sock, "--log-level", "warn"]
-            + self.args, stdin=subprocess.DEVNULL)
+            + self.args, stdin=subprocess.DEVNULL, env=env)
         for _ in range(1000):
             if self.proc.poll() is not None:
                 pytest.fail(f"tensord exited with {self.proc.returncode}")
