@@ -738,12 +738,6 @@ static PyObject *array_release(PyObject *self, PyObject *unused)
 	return o ? owner_do_release(o) : NULL;
 }
 
-static PyObject *array_enter(PyObject *self, PyObject *unused)
-{
-	Py_INCREF(self);
-	return self;
-}
-
 static PyObject *array_exit(PyObject *self, PyObject *args)
 {
 	PyObject *r = array_release(self, NULL);
@@ -778,7 +772,7 @@ static PyMethodDef array_methods[] = {
 	 "(kDLCPU, 0)"},
 	{"release", array_release, METH_NOARGS,
 	 "End the lease now (also ends it for every other view)."},
-	{"__enter__", array_enter, METH_NOARGS, NULL},
+	{"__enter__", tdpy_enter, METH_NOARGS, NULL},
 	{"__exit__", array_exit, METH_VARARGS, NULL},
 	{"__array_wrap__", array_wrap, METH_VARARGS, NULL},
 	{NULL},

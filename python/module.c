@@ -318,13 +318,22 @@ static PyObject *client_enter_m(ClientObject *self, PyObject *unused)
 		PyErr_SetString(PyExc_ValueError, "the client is closed");
 		return NULL;
 	}
-	Py_INCREF(self);
-	return (PyObject *)self;
+	return tdpy_enter((PyObject *)self, NULL);
 }
 
-static PyObject *client_exit_m(ClientObject *self, PyObject *args)
+PyObject *tdpy_enter(PyObject *self, PyObject *unused)
 {
-	Py_DECREF(client_close(self, NULL));
+	Py_INCREF(self);
+	return self;
+}
+
+PyObject *tdpy_exit_close(PyObject *self, PyObject *args)
+{
+	PyObject *r = PyObject_CallMethod(self, "close", NULL);
+
+	if (!r)
+		return NULL;
+	Py_DECREF(r);
 	Py_RETURN_FALSE;
 }
 
@@ -1100,18 +1109,6 @@ static PyObject *watch_iternext(WatchObject *w)
 	return watch_wait(w, -1);
 }
 
-static PyObject *self_enter(PyObject *self, PyObject *unused)
-{
-	Py_INCREF(self);
-	return self;
-}
-
-static PyObject *watch_exit(WatchObject *w, PyObject *args)
-{
-	watch_end(w);
-	Py_RETURN_FALSE;
-}
-
 static PyObject *watch_get_id(WatchObject *w, void *unused)
 {
 	return PyLong_FromUnsignedLongLong(w->id);
@@ -1121,8 +1118,8 @@ static PyMethodDef watch_methods[] = {
 	{"next", (PyCFunction)watch_next_m, METH_VARARGS,
 	 "next(timeout=None): the next Event; tensord.Timeout if none came"},
 	{"close", (PyCFunction)watch_close, METH_NOARGS, "stop watching"},
-	{"__enter__", self_enter, METH_NOARGS, NULL},
-	{"__exit__", (PyCFunction)watch_exit, METH_VARARGS, NULL},
+	{"__enter__", tdpy_enter, METH_NOARGS, NULL},
+	{"__exit__", tdpy_exit_close, METH_VARARGS, NULL},
 	{NULL},
 };
 
@@ -1150,7 +1147,7 @@ static PyMethodDef client_methods[] = {
 	{"close", (PyCFunction)client_close, METH_NOARGS,
 	 "Disconnect; views and loans already made stay valid."},
 	{"__enter__", (PyCFunction)client_enter_m, METH_NOARGS, NULL},
-	{"__exit__", (PyCFunction)client_exit_m, METH_VARARGS, NULL},
+	{"__exit__", tdpy_exit_close, METH_VARARGS, NULL},
 	{"info", (PyCFunction)client_info, METH_NOARGS,
 	 "The negotiated connection facts."},
 	{"put", (PyCFunction)(void (*)(void))client_put,

@@ -216,18 +216,6 @@ static PyObject *ring_close(RingObject *ring, PyObject *unused)
 	Py_RETURN_NONE;
 }
 
-static PyObject *ring_exit(RingObject *ring, PyObject *args)
-{
-	Py_DECREF(ring_close(ring, NULL));
-	Py_RETURN_FALSE;
-}
-
-static PyObject *enter_self(PyObject *self, PyObject *unused)
-{
-	Py_INCREF(self);
-	return self;
-}
-
 static void ring_dealloc(RingObject *ring)
 {
 	ring_really_close(ring);
@@ -249,8 +237,8 @@ static PyMethodDef ring_methods[] = {
 	 "Publish the acquired slot; returns its version."},
 	{"close", (PyCFunction)ring_close, METH_NOARGS,
 	 "End the ring (deferred while arrays over its slots live)."},
-	{"__enter__", enter_self, METH_NOARGS, NULL},
-	{"__exit__", (PyCFunction)ring_exit, METH_VARARGS, NULL},
+	{"__enter__", tdpy_enter, METH_NOARGS, NULL},
+	{"__exit__", tdpy_exit_close, METH_VARARGS, NULL},
 	{NULL},
 };
 
@@ -638,16 +626,6 @@ static PyObject *sub_close(SubObject *sub, PyObject *unused)
 	Py_RETURN_NONE;
 }
 
-static PyObject *sub_exit(SubObject *sub, PyObject *args)
-{
-	PyObject *r = sub_close(sub, NULL);
-
-	if (!r)
-		return NULL;
-	Py_DECREF(r);
-	Py_RETURN_FALSE;
-}
-
 static void sub_dealloc(SubObject *sub)
 {
 	sub_really_close(sub);
@@ -675,8 +653,8 @@ static PyMethodDef sub_methods[] = {
 	 "Give the held view back so its slot can be rewritten."},
 	{"close", (PyCFunction)sub_close, METH_NOARGS,
 	 "End the subscription (deferred while arrays over slots live)."},
-	{"__enter__", enter_self, METH_NOARGS, NULL},
-	{"__exit__", (PyCFunction)sub_exit, METH_VARARGS, NULL},
+	{"__enter__", tdpy_enter, METH_NOARGS, NULL},
+	{"__exit__", tdpy_exit_close, METH_VARARGS, NULL},
 	{NULL},
 };
 

@@ -128,6 +128,10 @@ PyObject *tdpy_client_ring_stat(ClientObject *self, PyObject *args);
 
 PyMODINIT_FUNC PyInit_tensord(void);
 
+/* __enter__ returning self; __exit__ calling self.close() (no swallow). */
+PyObject *tdpy_enter(PyObject *self, PyObject *unused);
+PyObject *tdpy_exit_close(PyObject *self, PyObject *args);
+
 /* Registration of the ring types into the module. */
 int tdpy_ring_init(PyObject *m);
 int tdpy_array_init(PyObject *m);
