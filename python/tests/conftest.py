@@ -11,6 +11,8 @@ import time
 import pytest
 
 BUILD = os.environ.get("TD_BUILD_ROOT", "")
+# set by python/meson.build in a -Db_sanitize=address build
+UNDER_ASAN = "TD_DAEMON_ASAN_OPTIONS" in os.environ
 SOURCE = os.environ.get("TD_SOURCE_ROOT",
                         os.path.join(os.path.dirname(__file__), "..", ".."))
 

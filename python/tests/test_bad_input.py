@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensord
 
-from conftest import child_env, fd_count, map_count, rss_kib
+from conftest import UNDER_ASAN, child_env, fd_count, map_count, rss_kib
 
 
 class NotAnArray:
@@ -256,7 +256,10 @@ def assert_no_growth(step):
         step()
     gc.collect()
     assert (fd_count(), map_count()) == (fds, maps)
-    assert rss_kib() - rss < 4096, (rss, rss_kib())
+    # under ASan freed memory sits in its quarantine (up to 256 MiB) by
+    # design, so RSS says nothing there; the plain build checks it
+    if not UNDER_ASAN:
+        assert rss_kib() - rss < 4096, (rss, rss_kib())
 
 
 def test_ten_thousand_gets_and_releases_do_not_grow(client):
