@@ -298,6 +298,7 @@ static void owner_dealloc(OwnerObject *o)
 	Py_XDECREF(o->parent);
 	Py_XDECREF(o->name);
 	Py_XDECREF(o->metadata);
+	Py_XDECREF(o->format);
 	PyObject_Free(o);
 }
 

@@ -479,12 +479,52 @@ fail:
 	return NULL;
 }
 
-/* alloc(name, shape, dtype, strides=None): a writable Array over a loan. */
+/*
+ * An image format (format="rgb8") publishes a row pitch as the plane's
+ * stride, the way cameras describe it, instead of blob strides: then
+ * every stride but the first must be dense.
+ */
+static int loan_format(OwnerObject *o, PyObject *format, npy_intp isz)
+{
+	npy_intp dense[TDPY_MAX_DIMS];
+	uint64_t bytes;
+
+	if (!PyUnicode_Check(format)) {
+		PyErr_SetString(PyExc_TypeError, "format must be a str");
+		return -1;
+	}
+	if (o->ndim < 2) {
+		PyErr_SetString(PyExc_ValueError,
+				"an image format needs 2 or more dimensions");
+		return -1;
+	}
+	if (o->explicit_strides) {
+		tdpy_dense(o->ndim, o->shape, isz, dense, &bytes);
+		if (memcmp(dense + 1, o->strides + 1,
+			   sizeof(npy_intp) * (o->ndim - 1))) {
+			PyErr_SetString(PyExc_ValueError, "with a format only "
+					"the first stride (the row pitch) may "
+					"be padded");
+			return -1;
+		}
+		o->row_pitch = (uint64_t)o->strides[0];
+		o->explicit_strides = false;
+	}
+	Py_INCREF(format);
+	o->format = format;
+	return 0;
+}
+
+/*
+ * alloc(name, shape, dtype, strides=None, format=None): a writable Array
+ * over a loan.
+ */
 static PyObject *client_alloc(ClientObject *self, PyObject *args,
 			      PyObject *kw)
 {
-	static char *kwlist[] = {"name", "shape", "dtype", "strides", NULL};
-	PyObject *shape_o, *strides_o = Py_None;
+	static char *kwlist[] = {"name", "shape", "dtype", "strides", "format",
+				 NULL};
+	PyObject *shape_o, *strides_o = Py_None, *format = Py_None;
 	struct td_error e = {0};
 	struct td_client *c;
 	OwnerObject *o;
@@ -494,9 +534,10 @@ static PyObject *client_alloc(ClientObject *self, PyObject *args,
 	npy_intp isz;
 	int rc, fd, nst;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO&|O", kwlist,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO&|OO", kwlist,
 					 tdpy_conv_name, &n, &shape_o,
-					 tdpy_conv_dtype, &dtype, &strides_o))
+					 tdpy_conv_dtype, &dtype, &strides_o,
+					 &format))
 		return NULL;
 	o = tdpy_owner_new(OWNER_LOAN, (PyObject *)self);
 	if (!o)
@@ -524,6 +565,8 @@ static PyObject *client_alloc(ClientObject *self, PyObject *args,
 			goto fail;
 		o->explicit_strides = true;
 	}
+	if (format != Py_None && loan_format(o, format, isz) < 0)
+		goto fail;
 	c = tdpy_client_enter(self);
 	if (!c)
 		goto fail;
@@ -560,6 +603,7 @@ static PyObject *client_publish(ClientObject *self, PyObject *args,
 {
 	static char *kwlist[] = {"array", "metadata", "pin", NULL};
 	PyObject *arr, *meta = NULL;
+	struct td_plane plane = {0};
 	struct td_publish p = {0};
 	struct td_error e = {0};
 	struct td_client *c;
@@ -612,6 +656,14 @@ static PyObject *client_publish(ClientObject *self, PyObject *args,
 	p.meta_len = (size_t)mb.len;
 	layout_fill(&l, &p, o->ndim, o->shape,
 		    o->explicit_strides ? o->strides : NULL);
+	if (o->format)
+		p.format = PyUnicode_AsUTF8(o->format);
+	if (o->row_pitch) {
+		plane.stride = o->row_pitch;
+		plane.size = o->size;
+		p.plane_count = 1;
+		p.planes = &plane;
+	}
 	a = o->a;
 	o->a = NULL; /* consumed on success and on failure */
 	CALL(self, rc, td_client_publish_alloc(c, a, &p, &version, &e));
@@ -677,18 +729,20 @@ static PyObject *lease_array(ClientObject *self, struct td_tensor *t,
 		}
 		o->shape[i] = (npy_intp)shape[i];
 	}
+	/* an image (a format) is packed rows at the plane's stride, its
+	 * blob strides unused (the blob spec's plane_need); otherwise the
+	 * blob's strides, or dense C order when it has none */
 	st = td_tensor_strides(t, &nst);
-	if (st) {
-		for (int i = 0; i < o->ndim; i++)
-			o->strides[i] = (npy_intp)st[i];
-	} else if (tdpy_dense(o->ndim, o->shape, isz, o->strides, &span) <
-		   0) {
+	if (tdpy_dense(o->ndim, o->shape, isz, o->strides, &span) < 0) {
 		tdpy_raise(-EOVERFLOW, NULL, "get: tensor size");
 		goto fail;
-	} else if (td_tensor_plane_stride(t, 0) && o->ndim >= 2 &&
-		   td_tensor_string(t, TD_TENSOR_FORMAT)[0]) {
-		/* a packed image (one plane): rows at the plane's pitch */
-		o->strides[0] = (npy_intp)td_tensor_plane_stride(t, 0);
+	}
+	if (td_tensor_string(t, TD_TENSOR_FORMAT)[0]) {
+		if (td_tensor_plane_stride(t, 0) && o->ndim >= 1)
+			o->strides[0] = (npy_intp)td_tensor_plane_stride(t, 0);
+	} else if (st) {
+		for (int i = 0; i < o->ndim; i++)
+			o->strides[i] = (npy_intp)st[i];
 	}
 	o->size = td_tensor_plane_size(t, 0);
 	if (tdpy_span(o->ndim, o->shape, o->strides, isz, &span) < 0)
@@ -1155,7 +1209,8 @@ static PyMethodDef client_methods[] = {
 	 "put(name, array, metadata=None, pin=False) -> version"},
 	{"alloc", (PyCFunction)(void (*)(void))client_alloc,
 	 METH_VARARGS | METH_KEYWORDS,
-	 "alloc(name, shape, dtype, strides=None) -> writable Array"},
+	 "alloc(name, shape, dtype, strides=None, format=None) -> writable "
+	 "Array"},
 	{"publish", (PyCFunction)(void (*)(void))client_publish,
 	 METH_VARARGS | METH_KEYWORDS,
 	 "publish(array, metadata=None, pin=False) -> version"},

@@ -63,6 +63,8 @@ typedef struct {
 	npy_intp shape[TDPY_MAX_DIMS];
 	npy_intp strides[TDPY_MAX_DIMS];
 	bool explicit_strides; /* LOAN: publish these strides */
+	PyObject *format;     /* LOAN: image format (str) or NULL */
+	uint64_t row_pitch;   /* LOAN with format: the plane's stride */
 	bool writable;
 	PyObject *name;       /* str */
 	PyObject *metadata;   /* bytes */

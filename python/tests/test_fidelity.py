@@ -102,6 +102,36 @@ def test_a_padded_row_pitch_is_kept(client):
                        .reshape(5, 10))
 
 
+def test_an_image_row_pitch_travels_as_the_plane_stride(client):
+    # a camera-style rgb8 frame: 4 rows of 5 pixels, rows 32 bytes apart
+    want = np.arange(60, dtype=np.uint8).reshape(4, 5, 3)
+    w = client.alloc("fid/img", (4, 5, 3), "u8", strides=(32, 3, 1),
+                     format="rgb8")
+    w[:] = want
+    client.publish(w)
+    got = client.get("fid/img")
+    assert got.strides == (32, 3, 1)
+    assert client.stat("fid/img").bytes == 3 * 32 + 15
+    np.testing.assert_array_equal(got, want)
+    t = need_torch().from_dlpack(got)
+    assert t.stride() == (32, 3, 1)
+    assert t.numpy().tobytes() == want.tobytes()
+
+
+def test_image_formats_refuse_what_they_cannot_say(client):
+    with pytest.raises(ValueError, match="first stride"):
+        client.alloc("fid/img2", (4, 5, 3), "u8", strides=(32, 4, 1),
+                     format="rgb8")
+    with pytest.raises(TypeError):
+        client.alloc("fid/img2", (4, 5, 3), "u8", format=3)
+    with pytest.raises(ValueError):
+        client.alloc("fid/img2", (4,), "u8", format="mono8")
+    w = client.alloc("fid/img2", (4, 5), "u8", format="no-such-format")
+    with pytest.raises(tensord.Error) as ei:
+        client.publish(w)
+    assert ei.value.reason
+
+
 def test_a_non_contiguous_array_is_copied_in_c_order(client):
     base = np.arange(6 * 8, dtype=np.int16).reshape(6, 8)
     src = base[::2, ::-1].T  # strided, reversed, transposed
