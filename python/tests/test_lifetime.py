@@ -3,6 +3,8 @@
 points at unmapped memory: after release(), after Client.close(), after
 a subscription or ring is closed."""
 import gc
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -135,3 +137,27 @@ def test_ring_close_waits_for_its_last_slot_array(client):
     gc.collect()
     with pytest.raises(tensord.NotFound):
         client.stat("lt/ring2")
+
+
+def test_close_while_another_thread_waits_closes_after_it(daemon, client):
+    v = client.put("lt/wait", np.zeros(4))
+    got = {}
+
+    def waiter():
+        got["a"] = client.get("lt/wait", newer_than=v, timeout=60)
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.2)  # let it park in the daemon (either way is correct)
+    client.close()   # returns at once: the handle closes after the call
+    assert client.closed
+    with pytest.raises(ValueError, match="closed"):
+        client.stat("lt/wait")
+    with tensord.Client(daemon.sock) as other:
+        other.put("lt/wait", np.ones(4))
+    t.join(60)
+    assert not t.is_alive()
+    assert got["a"].tolist() == [1.0] * 4
+    # the connection is gone now: the daemon holds no lease of it
+    with tensord.Client(daemon.sock) as other:
+        assert leases(other, "lt/wait") == 0
