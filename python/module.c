@@ -232,17 +232,6 @@ void tdpy_client_drain(ClientObject *self)
 		tdpy_client_wake(self);
 }
 
-/* Run a libtensord call with the GIL released; c must be entered. */
-#define CALL(self, rc, expr)                                                 \
-	do {                                                                 \
-		Py_BEGIN_ALLOW_THREADS                                       \
-		rc = (expr);                                                 \
-		Py_END_ALLOW_THREADS                                         \
-		tdpy_client_leave(self);                                     \
-		if (rc >= 0)                                                 \
-			tdpy_client_drain(self);                             \
-	} while (0)
-
 static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"socket", NULL};
@@ -432,7 +421,7 @@ static PyObject *client_put(ClientObject *self, PyObject *args, PyObject *kw)
 		PyBuffer_Release(&mb);
 		goto fail;
 	}
-	CALL(self, rc, td_client_alloc(c, 1, &size, &a, &e));
+	TDPY_CALL(self, rc, td_client_alloc(c, 1, &size, &a, &e));
 	if (rc < 0) {
 		PyBuffer_Release(&mb);
 		tdpy_raise(rc, &e, "put: alloc");
@@ -468,7 +457,7 @@ static PyObject *client_put(ClientObject *self, PyObject *args, PyObject *kw)
 		PyBuffer_Release(&mb);
 		goto fail;
 	}
-	CALL(self, rc, td_client_publish_alloc(c, a, &p, &version, &e));
+	TDPY_CALL(self, rc, td_client_publish_alloc(c, a, &p, &version, &e));
 	PyBuffer_Release(&mb);
 	Py_DECREF(src);
 	if (rc < 0)
@@ -570,7 +559,7 @@ static PyObject *client_alloc(ClientObject *self, PyObject *args,
 	c = tdpy_client_enter(self);
 	if (!c)
 		goto fail;
-	CALL(self, rc, td_client_alloc(c, 1, &size, &o->a, &e));
+	TDPY_CALL(self, rc, td_client_alloc(c, 1, &size, &o->a, &e));
 	if (rc < 0) {
 		tdpy_raise(rc, &e, "alloc");
 		goto fail;
@@ -666,7 +655,7 @@ static PyObject *client_publish(ClientObject *self, PyObject *args,
 	}
 	a = o->a;
 	o->a = NULL; /* consumed on success and on failure */
-	CALL(self, rc, td_client_publish_alloc(c, a, &p, &version, &e));
+	TDPY_CALL(self, rc, td_client_publish_alloc(c, a, &p, &version, &e));
 	if (rc >= 0 && mb.len)
 		o->metadata = PyBytes_FromStringAndSize(mb.buf, mb.len);
 	PyBuffer_Release(&mb);
@@ -778,6 +767,17 @@ fail:
 	return NULL;
 }
 
+/* get(name, timeout=s): the latest version, waiting up to s for one. */
+static int get_appearing(struct td_client *c, const char *name, int ms,
+			 struct td_tensor **t, struct td_error *e)
+{
+	int rc = td_client_get(c, name, t, e);
+
+	if (rc == -ENOENT && ms != 0)
+		rc = td_client_get_newer(c, name, 0, ms, t, e);
+	return rc;
+}
+
 static PyObject *client_get(ClientObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"name", "version", "newer_than", "timeout",
@@ -816,22 +816,13 @@ static PyObject *client_get(ClientObject *self, PyObject *args, PyObject *kw)
 	if (!c)
 		return NULL;
 	if (ver != Py_None)
-		CALL(self, rc, td_client_get_version(c, name, v, &t, &e));
+		TDPY_CALL(self, rc, td_client_get_version(c, name, v, &t, &e));
 	else if (newer != Py_None)
-		CALL(self, rc, td_client_get_newer(c, name, v, ms, &t, &e));
+		TDPY_CALL(self, rc, td_client_get_newer(c, name, v, ms, &t, &e));
 	else if (to == Py_None)
-		CALL(self, rc, td_client_get(c, name, &t, &e));
-	else {
-		/* get(name, timeout=s): wait up to s for the name to appear */
-		Py_BEGIN_ALLOW_THREADS
-		rc = td_client_get(c, name, &t, &e);
-		if (rc == -ENOENT && ms != 0)
-			rc = td_client_get_newer(c, name, 0, ms, &t, &e);
-		Py_END_ALLOW_THREADS
-		tdpy_client_leave(self);
-		if (rc >= 0)
-			tdpy_client_drain(self);
-	}
+		TDPY_CALL(self, rc, td_client_get(c, name, &t, &e));
+	else
+		TDPY_CALL(self, rc, get_appearing(c, name, ms, &t, &e));
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "get");
 	return lease_array(self, t, name);
@@ -889,7 +880,7 @@ static PyObject *client_stat(ClientObject *self, PyObject *args)
 	c = tdpy_client_enter(self);
 	if (!c)
 		return NULL;
-	CALL(self, rc, td_client_stat(c, name, &en, &e));
+	TDPY_CALL(self, rc, td_client_stat(c, name, &en, &e));
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "stat");
 	r = entry_new(&en);
@@ -912,7 +903,7 @@ static PyObject *client_ls(ClientObject *self, PyObject *args)
 	c = tdpy_client_enter(self);
 	if (!c)
 		return NULL;
-	CALL(self, rc, td_client_list(c, prefix, &list, &n, &e));
+	TDPY_CALL(self, rc, td_client_list(c, prefix, &list, &n, &e));
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "ls");
 	r = PyList_New((Py_ssize_t)n);
@@ -942,7 +933,7 @@ static PyObject *client_rm(ClientObject *self, PyObject *args)
 	c = tdpy_client_enter(self);
 	if (!c)
 		return NULL;
-	CALL(self, rc, td_client_delete(c, name, &v, &e));
+	TDPY_CALL(self, rc, td_client_delete(c, name, &v, &e));
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "rm");
 	return PyLong_FromUnsignedLongLong(v);
@@ -955,7 +946,7 @@ static PyObject *client_trim(ClientObject *self, PyObject *unused)
 
 	if (!c)
 		return NULL;
-	CALL(self, rc, td_client_trim(c));
+	TDPY_CALL(self, rc, td_client_trim(c));
 	return PyLong_FromLong(rc);
 }
 
@@ -1044,7 +1035,7 @@ static PyObject *client_watch(ClientObject *self, PyObject *args,
 	c = tdpy_client_enter(self);
 	if (!c)
 		return NULL;
-	CALL(self, rc, td_client_watch(c, name,
+	TDPY_CALL(self, rc, td_client_watch(c, name,
 				       prefix ? TD_WATCH_PREFIX : 0, &id, &e));
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "watch");
@@ -1071,7 +1062,7 @@ static void watch_end(WatchObject *w)
 	if (!w->client->c)
 		return;
 	c = tdpy_client_enter(w->client);
-	CALL(w->client, rc, td_client_unwatch(c, w->id, NULL));
+	TDPY_CALL(w->client, rc, td_client_unwatch(c, w->id, NULL));
 	(void)rc;
 }
 

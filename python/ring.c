@@ -114,10 +114,7 @@ PyObject *tdpy_client_ring_create(ClientObject *self, PyObject *args,
 		Py_DECREF(ring);
 		return NULL;
 	}
-	Py_BEGIN_ALLOW_THREADS
-	rc = td_ring_create(c, name, &desc, &ring->r, &e);
-	Py_END_ALLOW_THREADS
-	tdpy_client_leave(self);
+	TDPY_CALL(self, rc, td_ring_create(c, name, &desc, &ring->r, &e));
 	if (rc < 0) {
 		Py_DECREF(ring);
 		return tdpy_raise(rc, &e, "ring_create");
@@ -291,10 +288,7 @@ PyObject *tdpy_client_subscribe(ClientObject *self, PyObject *args,
 		Py_DECREF(sub);
 		return NULL;
 	}
-	Py_BEGIN_ALLOW_THREADS
-	rc = td_ring_subscribe(c, name, ms, &sub->s, &e);
-	Py_END_ALLOW_THREADS
-	tdpy_client_leave(self);
+	TDPY_CALL(self, rc, td_ring_subscribe(c, name, ms, &sub->s, &e));
 	if (rc < 0) {
 		Py_DECREF(sub);
 		return tdpy_raise(rc, &e, "subscribe");
@@ -690,10 +684,7 @@ PyObject *tdpy_client_ring_stat(ClientObject *self, PyObject *args)
 	c = tdpy_client_enter(self);
 	if (!c)
 		return NULL;
-	Py_BEGIN_ALLOW_THREADS
-	rc = td_client_ring_stat(c, name, &st, &e);
-	Py_END_ALLOW_THREADS
-	tdpy_client_leave(self);
+	TDPY_CALL(self, rc, td_client_ring_stat(c, name, &st, &e));
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "ring_stat");
 	return Py_BuildValue("{s:K,s:I,s:I,s:I,s:O,s:K,s:K}", "id",

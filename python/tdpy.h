@@ -87,6 +87,20 @@ struct td_client *tdpy_client_enter(ClientObject *self);
 void tdpy_client_leave(ClientObject *self);
 /* After a call: move events libtensord queued into self->pending. */
 void tdpy_client_drain(ClientObject *self);
+/*
+ * Run a libtensord call on an entered client with the GIL released,
+ * then leave it and move events queued meanwhile to self->pending.
+ */
+#define TDPY_CALL(self, rc, expr)                                            \
+	do {                                                                 \
+		Py_BEGIN_ALLOW_THREADS                                       \
+		rc = (expr);                                                 \
+		Py_END_ALLOW_THREADS                                         \
+		tdpy_client_leave(self);                                     \
+		if (rc >= 0)                                                 \
+			tdpy_client_drain(self);                             \
+	} while (0)
+
 /* Wake fileno() readers (an eventfd write). */
 void tdpy_client_wake(ClientObject *self);
 

@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -110,6 +111,27 @@ def run_py(code, daemon, *args, timeout=120):
                        text=True, timeout=timeout)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout
+
+
+class InThread(threading.Thread):
+    """Run fn() in a thread started at once; finish() joins it and gives
+    back what it returned or raised (as .result / .error)."""
+
+    def __init__(self, fn):
+        super().__init__(daemon=True)
+        self.fn, self.result, self.error = fn, None, None
+        self.start()
+
+    def run(self):
+        try:
+            self.result = self.fn()
+        except Exception as e:  # noqa: BLE001 (handed to the test)
+            self.error = e
+
+    def finish(self, timeout=60):
+        self.join(timeout)
+        assert not self.is_alive(), "the thread is still waiting"
+        return self
 
 
 def mapping_of(addr):

@@ -9,14 +9,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import numpy as np
 import pytest
 import tensord
 
-from conftest import UNDER_ASAN, child_env, fd_count, map_count, rss_kib
+from conftest import (UNDER_ASAN, InThread, child_env, fd_count, map_count,
+                      rss_kib)
 
 
 class NotAnArray:
@@ -199,25 +199,15 @@ def test_a_closed_client_raises_value_error_everywhere(client):
 def test_daemon_killed_mid_call_raises_and_views_stay(daemon, client):
     client.put("k/a", np.arange(1000, dtype=np.int32))
     a = client.get("k/a")
-    result = {}
-
-    def waiter():
-        try:
-            client.get("k/a", newer_than=a.version)  # waits for ever
-        except tensord.Error as e:
-            result["err"] = e
-
-    t = threading.Thread(target=waiter)
-    t.start()
+    t = InThread(lambda: client.get("k/a", newer_than=a.version))
     # let the waiter park in the daemon (were it not there yet, its send
     # would fail the same way: either order must raise, not crash)
     time.sleep(0.2)
     daemon.kill()
-    t.join(30)
-    assert not t.is_alive()
-    assert isinstance(result.get("err"), tensord.Error)
-    assert result["err"].errno in (errno.ECONNRESET, errno.EPIPE,
-                                   errno.ENOTCONN, errno.EPROTO)
+    err = t.finish().error
+    assert isinstance(err, tensord.Error), err
+    assert err.errno in (errno.ECONNRESET, errno.EPIPE, errno.ENOTCONN,
+                         errno.EPROTO)
     with pytest.raises(tensord.Error):
         client.get("k/a")
     assert int(a[999]) == 999
@@ -228,20 +218,12 @@ def test_daemon_killed_mid_call_raises_and_views_stay(daemon, client):
 
 def test_blocking_calls_release_the_gil(daemon, client):
     v = client.put("gil/a", np.zeros(4))
-    got = {}
-
-    def waiter():
-        got["a"] = client.get("gil/a", newer_than=v, timeout=60)
-
-    t = threading.Thread(target=waiter)
-    t.start()
+    t = InThread(lambda: client.get("gil/a", newer_than=v, timeout=60))
     # this thread runs Python (and another client) while the waiter
     # blocks: impossible if the waiter held the GIL
     with tensord.Client(daemon.sock) as other:
         other.put("gil/a", np.ones(4))
-    t.join(60)
-    assert not t.is_alive()
-    assert got["a"].sum() == 4
+    assert t.finish().result.sum() == 4
 
 
 def assert_no_growth(step):

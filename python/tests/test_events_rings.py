@@ -1,14 +1,13 @@
 # SPDX-License-Identifier: MIT
 """Watches, fileno()/poll() for event loops, rings and subscriptions."""
 import select
-import threading
 import time
 
 import numpy as np
 import pytest
 import tensord
 
-from conftest import need_torch
+from conftest import InThread, need_torch
 
 
 def readable(fd, timeout):
@@ -169,19 +168,7 @@ def test_subscription_poll_wakes_fileno(daemon, client):
 def test_one_subscription_is_not_used_by_two_threads_at_once(client):
     ring = client.ring_create("rg/t", (1,), "u8")
     sub = client.subscribe("rg/t")
-    started = threading.Event()
-    err = {}
-
-    def waiter():
-        started.set()
-        try:
-            sub.next(30)
-        except Exception as e:  # noqa: BLE001
-            err["e"] = e
-
-    t = threading.Thread(target=waiter)
-    t.start()
-    started.wait()
+    t = InThread(lambda: sub.next(30))
     # until the waiter is inside next() this thread times out; once it
     # waits there (GIL released) this thread is refused, never let in
     saw = False
@@ -197,7 +184,7 @@ def test_one_subscription_is_not_used_by_two_threads_at_once(client):
     s = ring.acquire()
     del s
     ring.publish()
-    t.join(30)
-    assert not t.is_alive() and "e" not in err
+    t.finish()
+    assert t.error is None and t.result.version == 1
     sub.close()
     ring.close()

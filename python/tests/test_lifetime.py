@@ -3,14 +3,13 @@
 points at unmapped memory: after release(), after Client.close(), after
 a subscription or ring is closed."""
 import gc
-import threading
 import time
 
 import numpy as np
 import pytest
 import tensord
 
-from conftest import mapping_of
+from conftest import InThread, mapping_of
 
 
 def leases(client, name):
@@ -141,13 +140,7 @@ def test_ring_close_waits_for_its_last_slot_array(client):
 
 def test_close_while_another_thread_waits_closes_after_it(daemon, client):
     v = client.put("lt/wait", np.zeros(4))
-    got = {}
-
-    def waiter():
-        got["a"] = client.get("lt/wait", newer_than=v, timeout=60)
-
-    t = threading.Thread(target=waiter)
-    t.start()
+    t = InThread(lambda: client.get("lt/wait", newer_than=v, timeout=60))
     time.sleep(0.2)  # let it park in the daemon (either way is correct)
     client.close()   # returns at once: the handle closes after the call
     assert client.closed
@@ -155,9 +148,8 @@ def test_close_while_another_thread_waits_closes_after_it(daemon, client):
         client.stat("lt/wait")
     with tensord.Client(daemon.sock) as other:
         other.put("lt/wait", np.ones(4))
-    t.join(60)
-    assert not t.is_alive()
-    assert got["a"].tolist() == [1.0] * 4
+    got = t.finish().result
+    assert got.tolist() == [1.0] * 4
     # the connection is gone now: the daemon holds no lease of it
     with tensord.Client(daemon.sock) as other:
         assert leases(other, "lt/wait") == 0
