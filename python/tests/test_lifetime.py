@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensord
 
-from conftest import InThread, mapping_of
+from conftest import InThread, mapping_of, need_torch
 
 
 def leases(client, name):
@@ -153,3 +153,16 @@ def test_close_while_another_thread_waits_closes_after_it(daemon, client):
     # the connection is gone now: the daemon holds no lease of it
     with tensord.Client(daemon.sock) as other:
         assert leases(other, "lt/wait") == 0
+
+
+def test_a_dlpack_tensor_keeps_the_lease(client):
+    client.put("lt/dl", np.arange(8, dtype=np.float32))
+    a = client.get("lt/dl")
+    t = need_torch().from_dlpack(a)
+    del a
+    gc.collect()
+    assert leases(client, "lt/dl") == 1
+    assert float(t.sum()) == 28.0
+    del t
+    gc.collect()
+    assert leases(client, "lt/dl") == 0
