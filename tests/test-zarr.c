@@ -416,7 +416,8 @@ Test(export, is_byte_stable_and_never_half_written, .init = start,
 	cr_assert_eq(zt_ctl(&out, "zarr export %s/a small", zt_dir), 1);
 	cr_assert(strstr(out, "is not empty"), "%s", out);
 	free(out);
-	cr_assert_eq(zt_sh(&out, "test -d %s/a/half && ls %s | grep -c tmp",
+	cr_assert_eq(zt_sh(&out, "test -d %s/a/half && ls -a %s | grep -c "
+	                         "tensorctl",
 	                   zt_dir, zt_dir),
 	             1, "no temporary folder is left: %s", out);
 	free(out);

@@ -11,7 +11,6 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
-#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +22,7 @@
 
 #include "bytes.h"
 #include "input.h"
+#include "output.h"
 #include "td-json.h"
 #include "td-zarr.h"
 #include "tensorctl.h"
@@ -70,6 +70,8 @@ static int write_all(int fd, const uint8_t *p, uint64_t len)
 	while (len) {
 		ssize_t w = write(fd, p, len > (1u << 30) ? (1u << 30) : len);
 
+		if (tctl_interrupted())
+			return -EINTR;
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w < 0)
@@ -187,7 +189,8 @@ static int write_tree(int top, const struct zset *z)
 		free(arrs);
 	}
 	for (size_t i = 0; !rc && i < z->n; i++) {
-		int adir = subdir(top, z->s[i].a.name);
+		int adir = tctl_interrupted() ? -EINTR
+		                              : subdir(top, z->s[i].a.name);
 
 		if (adir < 0)
 			return adir;
@@ -226,41 +229,61 @@ static int check_target(const char *dir)
 
 static int export_write(const char *dir, const struct zset *z)
 {
-	char tmp[PATH_MAX], parent[PATH_MAX];
+	char tmp[PATH_MAX], parent[PATH_MAX], base[PATH_MAX];
 	size_t dl = strlen(dir);
 	int rc = check_target(dir), top, pfd;
+	const char *slash;
 
 	while (dl > 1 && dir[dl - 1] == '/')
 		dl--;
+	/* the temporary folder: hidden, beside DIR, named like output.c's
+	 * temporary files */
+	snprintf(parent, sizeof(parent), "%.*s", (int)dl, dir);
+	slash = strrchr(parent, '/');
+	snprintf(base, sizeof(base), "%s", slash ? slash + 1 : parent);
+	if (slash)
+		parent[slash - parent + 1] = 0;
+	else
+		parent[0] = 0;
 	if (rc == -ENOTDIR || rc == -ENOTEMPTY)
 		return tctl_fail(TCTL_REFUSED, "io", -rc,
 		                 "%s: %s (export writes a new folder)", dir,
 		                 rc == -ENOTDIR ? "exists and is not a folder"
 		                                : "is not empty");
 	if (rc < 0 ||
-	    snprintf(tmp, sizeof(tmp), "%.*s.tmp-XXXXXX", (int)dl, dir) >=
-	            (int)sizeof(tmp))
+	    snprintf(tmp, sizeof(tmp), "%s.tensorctl-%d-%s-XXXXXX", parent,
+	             (int)getpid(), base) >= (int)sizeof(tmp))
 		return tctl_fail(TCTL_REFUSED, "io", rc ? -rc : ENAMETOOLONG,
 		                 "%s: %s", dir,
 		                 strerror(rc ? -rc : ENAMETOOLONG));
-	if (!mkdtemp(tmp))
+	tctl_write_guard(1);
+	if (!mkdtemp(tmp)) {
+		tctl_write_guard(0);
 		return tctl_fail(TCTL_REFUSED, "io", errno, "%s: %s", tmp,
 		                 strerror(errno));
+	}
 	top = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	rc = top < 0 ? -errno : write_tree(top, z);
 	if (top >= 0)
 		close(top);
+	if (!rc && tctl_interrupted())
+		rc = -EINTR;
 	if (!rc && chmod(tmp, 0755) < 0)
 		rc = -errno;
 	if (!rc && rename(tmp, dir) < 0)
 		rc = -errno;
+	tctl_write_guard(0);
 	if (rc) {
 		nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+		if (rc == -EINTR && tctl_interrupted())
+			return tctl_fail(TCTL_REFUSED, "interrupted", EINTR,
+			                 "%s: interrupted by signal %d, nothing "
+			                 "written",
+			                 dir, tctl_interrupted());
 		return tctl_fail(TCTL_REFUSED, "io", -rc, "%s: %s", dir,
 		                 strerror(-rc));
 	}
-	snprintf(parent, sizeof(parent), "%s", dir);
-	pfd = open(dirname(parent), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	pfd = open(*parent ? parent : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (pfd >= 0) {
 		fsync(pfd);
 		close(pfd);
