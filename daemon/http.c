@@ -594,6 +594,9 @@ static enum MHD_Result metrics(struct MHD_Connection *c)
 
 /* ---- libmicrohttpd callbacks ---- */
 
+/* *con_cls between the two calls for one request (no lease yet). */
+static char announced;
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 				  const char *url, const char *method,
 				  const char *version, const char *upload,
@@ -602,6 +605,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 	(void)cls;
 	(void)version;
 	(void)upload;
+	/* the first call only announces the request: answering the second
+	 * (headers complete, nothing to upload) keeps the connection
+	 * alive for the next request */
+	if (!*con_cls) {
+		*con_cls = &announced;
+		return MHD_YES;
+	}
+	if (*con_cls == &announced)
+		*con_cls = NULL;
 	if (strcmp(method, MHD_HTTP_METHOD_GET) &&
 	    strcmp(method, MHD_HTTP_METHOD_HEAD)) {
 		*upload_len = 0; /* a body is not read: answered at once */
@@ -625,7 +637,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	(void)cls;
 	(void)c;
 	(void)why;
-	if (!hd)
+	if (!hd || *con_cls == &announced) /* no lease held */
 		return;
 	hd->v->lease_count--;
 	stats.leases--;

@@ -966,6 +966,16 @@ Test(http, rules_of_zarr_md_10, .init = start_http, .fini = stop)
 	http("GET", "/zarr-v2/.zgroup", NULL, &resp);
 	cr_assert_str_eq(body_of(resp), "{\"zarr_format\":2}");
 	free(resp);
+	/* keep-alive: two requests on one connection, both answered */
+	exchange(connect_tcp(),
+	         "GET /zarr/zarr.json HTTP/1.1\r\nHost: t\r\n\r\n"
+	         "GET /zarr/cam_left/c/0/0 HTTP/1.1\r\nHost: t\r\n"
+	         "Connection: close\r\n\r\n",
+	         &resp);
+	b = strstr(resp, "HTTP/1.1 200");
+	cr_assert(b && strstr(b + 1, "HTTP/1.1 200"), "%s", resp);
+	cr_assert(!strstr(resp, "Connection: close\r\n\r\n{"), "%s", resp);
+	free(resp);
 }
 
 Test(http, prefix_and_policy_decide_what_is_served, .fini = stop)
