@@ -571,7 +571,7 @@ Test(import, hand_made_stores, .init = start, .fini = stop)
 
 Test(import, refusals_name_the_reason, .init = start, .fini = stop)
 {
-	static const uint8_t six[24] = {0};
+	static const uint8_t six[32] = {0}; /* chunks up to 28 bytes */
 	static const struct {
 		const char *meta, *key;
 		size_t len;
