@@ -127,7 +127,7 @@ static struct json_object *attrs_of(const struct td__version *v,
  * dtype with a Zarr type, one dense plane in a regular file (a memfd; a
  * dma-buf or an inline plane cannot be sent by the kernel).
  */
-static bool node_of(struct td__version *v, struct node *n)
+static bool node_of(struct td__version *v, struct node *n, bool attrs)
 {
 	struct td_blob_view bv;
 	struct td_blob_plane pl;
@@ -160,6 +160,8 @@ static bool node_of(struct td__version *v, struct node *n)
 	    !S_ISREG(st.st_mode) || n->offset + n->len > (uint64_t)st.st_size)
 		return false;
 	n->v = v;
+	if (!attrs)
+		return true;
 	n->a.attrs = attrs_of(v, &bv);
 	return n->a.attrs != NULL;
 }
@@ -171,8 +173,11 @@ static void nodes_free(struct node *ns, size_t n)
 	free(ns);
 }
 
-/* Every exported tensor in name order, named as an export names them. */
-static int nodes_build(struct node **out, size_t *count)
+/*
+ * Every exported tensor in name order, named as an export names them;
+ * attrs: with their attributes (metadata keys; a chunk needs none).
+ */
+static int nodes_build(struct node **out, size_t *count, bool attrs)
 {
 	struct td__store *s = td__d->store;
 	struct node *ns = calloc(s->count ? s->count : 1, sizeof(*ns));
@@ -189,7 +194,7 @@ static int nodes_build(struct node **out, size_t *count)
 		struct td__version *v = s->names[i];
 		char name[TD_WIRE_MAX_NAME + 1];
 
-		if (!exported(v) || !node_of(v, &ns[n]))
+		if (!exported(v) || !node_of(v, &ns[n], attrs))
 			continue;
 		memcpy(name, v->name, v->name_len);
 		name[v->name_len] = 0;
@@ -454,7 +459,9 @@ static enum MHD_Result zarr(struct MHD_Connection *c, const char *path,
 	size_t n = 0;
 	enum MHD_Result res;
 
-	if (nodes_build(&ns, &n) < 0)
+	/* metadata keys are zarr.json and .z*; anything else is a chunk */
+	if (nodes_build(&ns, &n, strstr(path, "zarr.json") ||
+					 strstr(path, ".z")) < 0)
 		return text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
 			    "out of memory\n");
 	if (!v2 && !strcmp(path, "zarr.json")) {

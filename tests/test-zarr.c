@@ -1457,3 +1457,32 @@ Test(export, big_endian_tgm_objects_are_swapped)
 	free(b);
 	zt_teardown();
 }
+
+Test(http, bad_addresses_stop_the_daemon_with_a_reason)
+{
+	static const struct {
+		const char *args, *says;
+		int status;
+	} cases[] = {
+	        {"--http localhost:8080", "names are not resolved", 1},
+	        {"--http 127.0.0.1:99999", "bad port", 1},
+	        {"--http '[::1' ", "not a numeric", 1},
+	        {"--http 127.0.0.1", "want 127.0.0.1:PORT", 1},
+	        {"--http unix:", "unix: path empty", 1},
+	        {"--http-prefix ../x", "not a valid name prefix", 2},
+	        {"--http-timeout 0", "want 1 to 65536", 2},
+	};
+	char *out;
+
+	zt_setup(NULL);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		int rc = zt_sh(&out, "'%s' --socket %s/s.sock %s",
+		               getenv("TD_TENSORD"), zt_dir, cases[i].args);
+
+		cr_assert_eq(rc, cases[i].status, "%s: %s", cases[i].args, out);
+		cr_assert(strstr(out, cases[i].says), "%s: %s", cases[i].args,
+		          out);
+		free(out);
+	}
+	zt_teardown();
+}
