@@ -823,9 +823,11 @@ int td__http_start(struct td__daemon *d)
 	H.poll_on = true;
 	run();
 	td__log(TD_LOG_INFO,
-		"http: serving %s on %s (read-only, no authentication), "
+		"http: serving %s%s%s on %s (read-only, no authentication), "
 		"%u connections, %u s timeout",
-		d->opts.http_prefix ? d->opts.http_prefix : "(nothing)",
+		d->opts.http_prefix ? "the names under \"" : "no name",
+		d->opts.http_prefix ? d->opts.http_prefix : "",
+		d->opts.http_prefix ? "\"" : "",
 		d->opts.http_addr, d->opts.http_max_connections,
 		d->opts.http_timeout);
 	if (!d->opts.http_prefix)
