@@ -26,6 +26,7 @@
  * when it is freed.
  */
 #include "sd.h"
+#include "snapshot.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -256,6 +257,7 @@ void td__fdstore_drop(uint64_t id)
 
 void td__fdstore_dirty(void)
 {
+	td__snapshot_dirty(); /* the same changes make a snapshot stale */
 	if (fs.on && !fs.frozen)
 		arm();
 }
@@ -524,6 +526,7 @@ int td__fdstore_restore(struct td__daemon *d)
 	bool twice[2] = {false, false};
 	unsigned restored = 0;
 	size_t stored = 0;
+	int used = 0; /* an image was read: it wins over a snapshot */
 
 	if (!td__sd_fdstore_on()) {
 		if (fs.npassed)
@@ -585,6 +588,7 @@ int td__fdstore_restore(struct td__daemon *d)
 		fs.cur = best;
 		td__store_set_next_version(h[best].next_version);
 		restored = restore_entries(&h[best], &rd[best]);
+		used = 1;
 		td__log(TD_LOG_INFO,
 			"restored %u of %u tensors from the fd store",
 			restored, h[best].count);
@@ -645,7 +649,7 @@ done:
 	free(fs.passed);
 	fs.passed = NULL;
 	fs.npassed = fs.passed_cap = 0;
-	return 0;
+	return used;
 }
 
 void td__fdstore_fini(void)

@@ -22,6 +22,7 @@
 #include "blob.h"
 #include "bytes.h"
 #include "sd.h"
+#include "snapshot.h"
 
 #define TABLE_MAX (TD_WIRE_MAX_PLANES + 1)
 
@@ -797,6 +798,7 @@ static int make_room(struct td__store *s, uid_t uid, uint64_t add,
 			(unsigned long long)v->acct, (unsigned)v->uid,
 			(unsigned)uid);
 		name_remove(s, v); /* s->names[i] is the next one now */
+		td__fdstore_dirty(); /* the set of current versions changed */
 		notify(s, TD_EVENT_DELETED, v);
 		version_unref(s, v);
 	}
@@ -2428,8 +2430,12 @@ int td__store_restore(const struct td_state_entry *ent, int *fds, char *why,
 
 		vfd_set(s, f, x.tab[i], x.is_plane[i]);
 		x.own[i] = false;
-		if (td__fdstore_adopt(ent->fd_ids[i], f->fd, f->tracked,
-				      f->dev, f->ino) == 0)
+		/* id 0: not from the fd store (a snapshot): store it now */
+		if (!ent->fd_ids[i])
+			f->sid = td__fdstore_add(f->fd, f->tracked, f->dev,
+						 f->ino);
+		else if (td__fdstore_adopt(ent->fd_ids[i], f->fd, f->tracked,
+					   f->dev, f->ino) == 0)
 			f->sid = ent->fd_ids[i];
 	}
 	ver->acct = acct;
@@ -2454,4 +2460,45 @@ out:
 	if (rc < 0)
 		snprintf(why, cap, "%s", x.why);
 	return rc;
+}
+
+/* ---- snapshots (snapshot.c) ---- */
+
+/*
+ * Every current version, referenced like a lease (never evicted, never
+ * freed, a recyclable buffer never handed back) until
+ * td__store_snap_unref(): what a snapshot writes stays intact while
+ * clients keep publishing. Fences and fd ids are left to the caller.
+ */
+int td__store_snap_hold(int (*fn)(void *arg, const struct td__snap_ver *sv),
+			void *arg)
+{
+	struct td__store *s = td__d->store;
+
+	for (size_t i = 0; i < s->count; i++) {
+		struct version *v = s->names[i];
+		struct td__snap_ver sv = {
+			.ent = {.name = {v->name, v->name_len},
+				.flags = v->flags,
+				.version = v->number,
+				.meta = {v->meta, v->meta_len},
+				.blob = {v->blob, v->blob_len},
+				.fd_count = v->nfds},
+			.ref = v,
+		};
+		int rc;
+
+		for (uint32_t j = 0; j < v->nfds; j++)
+			sv.fds[j] = vfd_out(&v->fds[j]);
+		v->refs++;
+		rc = fn(arg, &sv);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+void td__store_snap_unref(void *ref)
+{
+	version_unref(td__d->store, ref);
 }
