@@ -5,6 +5,7 @@
  */
 #include "daemon.h"
 #include "sd.h"
+#include "snapshot.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -65,6 +66,16 @@ static void usage(FILE *f)
 		"(e.g. 0660)\n"
 		"      --socket-group G  group (name or number) of the "
 		"socket file\n"
+		"      --snapshot FILE   keep every tensor in FILE (a Hurray "
+		"file):\n"
+		"                        restored at start, saved after "
+		"changes\n"
+		"                        and at a clean stop "
+		"(docs/snapshot.md)\n"
+		"      --snapshot-interval S  at most one save every S "
+		"seconds\n"
+		"                        (default 30; 0 = right after each "
+		"change)\n"
 		"  -h, --help            show this help\n"
 		"  -V, --version         show the version\n\n"
 		"Runs in the foreground and logs to stderr. SIGINT/SIGTERM "
@@ -184,6 +195,8 @@ int main(int argc, char **argv)
 		{"policy", required_argument, NULL, 'p'},
 		{"socket-mode", required_argument, NULL, 1},
 		{"socket-group", required_argument, NULL, 2},
+		{"snapshot", required_argument, NULL, 3},
+		{"snapshot-interval", required_argument, NULL, 4},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -198,6 +211,9 @@ int main(int argc, char **argv)
 	const char *policy_path = NULL;
 	int socket_mode = -1;
 	gid_t socket_gid = (gid_t)-1;
+	const char *snapshot = NULL;
+	uint64_t snap_ms = TD__SNAPSHOT_INTERVAL_S * 1000ull;
+	unsigned long long secs;
 	char *end;
 	int c, rc, status = 1;
 
@@ -269,6 +285,20 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 3:
+			snapshot = optarg;
+			break;
+		case 4:
+			errno = 0;
+			secs = strtoull(optarg, &end, 10);
+			if (errno || end == optarg || *end || *optarg == '-' ||
+			    secs > 86400 * 365) {
+				fprintf(stderr, "tensord: --snapshot-interval: "
+						"want whole seconds\n");
+				return 2;
+			}
+			snap_ms = secs * 1000;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -335,9 +365,14 @@ int main(int argc, char **argv)
 		    td__policy_load(policy_path, d->policy) < 0)
 			goto out;
 	}
-	/* restore before listening: clients never see a half-filled store */
+	/*
+	 * restore before listening: clients never see a half-filled store;
+	 * the fd store, when it restored, is newer than any snapshot
+	 */
 	if (td__sd_init(d) < 0 || td__store_new(d) < 0 ||
-	    td__fdstore_restore(d) < 0 || td__server_start(d) < 0)
+	    (rc = td__fdstore_restore(d)) < 0 ||
+	    (snapshot && td__snapshot_start(d, snapshot, snap_ms, rc > 0) < 0) ||
+	    td__server_start(d) < 0)
 		goto out;
 	td__sd_ready(d);
 	td__log(TD_LOG_INFO, "pid %d, import %s, max-bytes %" PRIu64,
@@ -353,6 +388,7 @@ out:
 	/* order: stop accepting, drop peers (their leases), then the store */
 	td__server_stop(d);
 	td__peer_drop_all(d);
+	td__snapshot_fini(); /* the final save, while the store is whole */
 	td__fdstore_fini(); /* the final image, before the store lets go */
 	td__store_free(d);
 	td__fdstore_free();

@@ -163,6 +163,13 @@ void tu_daemon_start(struct tu_daemon *d, const char *log_level)
 void tu_daemon_start_args(struct tu_daemon *d, const char *log_level,
 			  const char *const *extra)
 {
+	tu_daemon_start_log(d, log_level, extra, NULL, NULL);
+}
+
+void tu_daemon_start_log(struct tu_daemon *d, const char *log_level,
+			 const char *const *extra, const char *log,
+			 void (*child)(void))
+{
 	const char *bin = getenv("TD_TENSORD");
 	const char *argv[32] = {bin, "--socket", d->sock, "--log-level",
 				log_level};
@@ -184,6 +191,16 @@ void tu_daemon_start_args(struct tu_daemon *d, const char *log_level,
 	cr_assert(d->pid >= 0);
 	if (d->pid == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (log) {
+			int fd = open(log, O_WRONLY | O_CREAT | O_APPEND |
+						      O_CLOEXEC,
+				      0600);
+
+			if (fd < 0 || dup2(fd, 2) < 0)
+				_exit(126);
+		}
+		if (child)
+			child();
 		execv(bin, (char *const *)argv);
 		_exit(127);
 	}
@@ -206,14 +223,9 @@ void tu_daemon_start_args(struct tu_daemon *d, const char *log_level,
 	cr_assert_fail("tensord did not open %s", d->sock);
 }
 
-void tu_daemon_stop(struct tu_daemon *d, bool check_maps)
+/* After the daemon is reaped: its folder, and our fd/mapping counts. */
+static void daemon_gone(struct tu_daemon *d, bool check_maps)
 {
-	int st;
-
-	cr_assert(kill(d->pid, SIGTERM) == 0);
-	cr_assert(waitpid(d->pid, &st, 0) == d->pid);
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-		  "tensord did not exit cleanly (status %#x)", st);
 	unlink(d->sock);
 	rmdir(d->dir);
 	cr_assert_eq(tu_fd_count(), d->fds0, "fd leak: %d -> %d", d->fds0,
@@ -225,4 +237,33 @@ void tu_daemon_stop(struct tu_daemon *d, bool check_maps)
 		cr_assert_eq(tu_map_count(), d->maps0,
 			     "mapping leak: %d -> %d", d->maps0,
 			     tu_map_count());
+}
+
+void tu_daemon_stop(struct tu_daemon *d, bool check_maps)
+{
+	int st;
+
+	cr_assert(kill(d->pid, SIGTERM) == 0);
+	cr_assert(waitpid(d->pid, &st, 0) == d->pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "tensord did not exit cleanly (status %#x)", st);
+	daemon_gone(d, check_maps);
+}
+
+void tu_daemon_kill(struct tu_daemon *d)
+{
+	int st;
+
+	cr_assert(kill(d->pid, SIGKILL) == 0);
+	cr_assert(waitpid(d->pid, &st, 0) == d->pid);
+	daemon_gone(d, false);
+}
+
+int tu_daemon_wait(struct tu_daemon *d)
+{
+	int st;
+
+	cr_assert(waitpid(d->pid, &st, 0) == d->pid);
+	daemon_gone(d, false);
+	return st;
 }

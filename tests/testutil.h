@@ -63,11 +63,29 @@ void tu_daemon_start(struct tu_daemon *d, const char *log_level);
 void tu_daemon_start_args(struct tu_daemon *d, const char *log_level,
 			  const char *const *extra);
 /*
+ * The same, and: the daemon's stderr appended to log (NULL: ours), and
+ * child() run in the child right before exec (NULL: nothing).
+ */
+void tu_daemon_start_log(struct tu_daemon *d, const char *log_level,
+			 const char *const *extra, const char *log,
+			 void (*child)(void));
+/*
  * SIGTERM; assert a clean exit (status 0), remove the folder, and assert
  * this process's fd count (and with check_maps its mapping count) is back
  * where tu_daemon_start() found it.
  */
 void tu_daemon_stop(struct tu_daemon *d, bool check_maps);
+
+/*
+ * SIGKILL (a crash), reap it, remove the folder, and assert the same fd
+ * and buffer-mapping counts as tu_daemon_stop().
+ */
+void tu_daemon_kill(struct tu_daemon *d);
+/*
+ * Wait for a daemon to die by itself (a test knob kills it): its wait
+ * status, then the same cleanup and checks as tu_daemon_kill().
+ */
+int tu_daemon_wait(struct tu_daemon *d);
 
 /* Deterministic PRNG (xorshift64*), seeded per test. */
 uint64_t tu_rand(uint64_t *state);
