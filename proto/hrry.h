@@ -207,6 +207,7 @@ struct td_hrry_slice {
 	const uint8_t *ptr;
 	uint64_t len;
 	uint32_t buffer;
+	uint64_t skip; /* BUFFER: bytes of it already emitted */
 };
 
 /* One index entry the writer keeps (name borrowed from the driver). */
@@ -249,8 +250,15 @@ struct td_hrry_wcore {
 	uint32_t kv_length, crc;
 	uint32_t item_i;
 	uint8_t scratch[64];
-	uint8_t desc[4096 + 64];
+	uint8_t desc[8192];
 	uint32_t desc_len;
+	/* tests and seed generators only: accept any valid descriptor */
+	bool allow_unsupported;
+	/* private */
+	struct td_hrry_slice cur;
+	uint64_t cur_len, cur_done;
+	bool cur_scalar, in_index;
+	struct td_hrry_desc check;
 };
 
 /* 0, or -EINVAL (bad alignment / option) with *err. Header is next. */

@@ -14,9 +14,10 @@
  *    and a static reason. The returned -errno is td_hrry_error_errno(kind),
  *    except for TD_HRRY_E_IO, which passes the transport's -errno through.
  *  - Names and KV keys are (pointer, length) UTF-8, not NUL-terminated.
- *  - Borrowed outputs (names, KV keys and values, descriptors, memory-span
- *    views) stay valid until the reader is freed; the caller never frees
- *    them. Data buffers of td_hrry_file_reader_read_tensor() are released
+ *  - Borrowed outputs (names, KV keys and values, descriptors' opaque byte
+ *    ranges, memory-span views) stay valid until the reader is freed; the
+ *    caller never frees them. Descriptors themselves are returned in the
+ *    caller's memory (struct td_hrry_desc is about 6 KiB). Data buffers of td_hrry_file_reader_read_tensor() are released
  *    with td_hrry_tensor_fini().
  *  - `_free(&p)` accepts NULL, calls the transport's release exactly once,
  *    and sets p to NULL, so it is idempotent. After any writer error the writer is poisoned: later calls
@@ -404,14 +405,15 @@ struct td_hrry_entry {
 
 /*
  * A tensor read by td_hrry_file_reader_read_tensor(): its entry, its
- * descriptor and its data (a supported tensor has one buffer; a composite
- * head none: data NULL, data_len 0). data is a view into the transport's
+ * descriptor and its data: the dense elements (Π shape × element size
+ * bytes from byte_offset in buffer 0; a composite head has none: data
+ * NULL, data_len 0). data is a view into the transport's
  * span (zero copy) or a copy owned by the struct; td_hrry_tensor_fini()
  * releases either.
  */
 struct td_hrry_tensor {
 	struct td_hrry_entry entry;
-	const struct td_hrry_desc *desc; /* borrowed from the reader */
+	struct td_hrry_desc desc;
 	const void *data;
 	uint64_t data_len;
 	void *owned_; /* private */
@@ -466,12 +468,13 @@ TD_HRRY_API void td_hrry_file_reader_index(const struct td_hrry_file_reader *r,
 					   uint32_t *crc32c);
 /*
  * Decode the named tensor's descriptor without reading data (§13 steps
- * 6-9): *out borrows the reader. An unsupported tensor still decodes
- * (0); td_hrry_desc_supported() says whether it can be read. 0 or -errno.
+ * 6-9) into the caller's *out (its opaque byte ranges borrow the reader).
+ * An unsupported tensor still decodes (0); td_hrry_desc_supported() says
+ * whether it can be read. 0 or -errno.
  */
 TD_HRRY_API int td_hrry_file_reader_read_descriptor(
 	struct td_hrry_file_reader *r, const char *name, size_t name_len,
-	const struct td_hrry_desc **out, struct td_hrry_err *err);
+	struct td_hrry_desc *out, struct td_hrry_err *err);
 /*
  * Descriptor and data of the named tensor (§13 steps 6-12): refuses an
  * unsupported tensor with its TD_HRRY_E_UNSUPPORTED_* kind. 0 and *out
@@ -481,14 +484,15 @@ TD_HRRY_API int td_hrry_file_reader_read_tensor(
 	struct td_hrry_file_reader *r, const char *name, size_t name_len,
 	struct td_hrry_tensor *out, struct td_hrry_err *err);
 /*
- * Like read_tensor, but the data (exactly the tensor's byte_size bytes)
- * goes into the caller's dst[0, cap) (e.g. a shared-memory plane): no
- * allocation. -ENOBUFS when cap is too small. On success *desc (optional)
- * borrows the reader.
+ * Like read_tensor, but the data (exactly the tensor's dense size: Π
+ * shape × element size) goes into the caller's dst[0, cap) (e.g. a
+ * shared-memory plane): no allocation. -ENOBUFS (kind InvalidArgument)
+ * when cap is too small. desc (optional, caller's memory) receives the
+ * descriptor.
  */
 TD_HRRY_API int td_hrry_file_reader_read_tensor_into(
 	struct td_hrry_file_reader *r, const char *name, size_t name_len,
-	void *dst, uint64_t cap, const struct td_hrry_desc **desc,
+	void *dst, uint64_t cap, struct td_hrry_desc *desc,
 	struct td_hrry_err *err);
 /*
  * The composite headed by `name` (§7): head, then members in preorder,
