@@ -25,6 +25,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,7 +79,7 @@ static uint64_t parse_size(const char *s)
 
 struct daemon {
 	pid_t pid;
-	char sock[200], log[200], snap[200];
+	char sock[100], log[200], snap[200];
 };
 
 static char *slurp(const char *path)
@@ -147,7 +148,7 @@ static void start(struct daemon *d, const struct opts *o, const char *io,
 		struct sockaddr_un sa = {.sun_family = AF_UNIX};
 		int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 
-		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d->sock);
+		memcpy(sa.sun_path, d->sock, sizeof(d->sock));
 		if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
 			close(s);
 			return;

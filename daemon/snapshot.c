@@ -542,13 +542,17 @@ static void item_typed(struct item *it, const struct td_blob_view *bv)
 	uint64_t need = td_dtype_size(bv->dtype);
 
 	it->typed_fd = -1;
-	if (bv->plane_count != 1 || bv->strides_len ||
-	    bv->strings[TD_BLOB_FORMAT].len || bv->ndim > TD_WIRE_MAX_DIMS ||
-	    td_blob_plane_get(bv, 0, &pl) < 0 || pl.offset || !need)
+	if (bv->plane_count != 1 || bv->strings[TD_BLOB_FORMAT].len ||
+	    bv->ndim > TD_WIRE_MAX_DIMS || td_blob_plane_get(bv, 0, &pl) < 0 ||
+	    pl.offset || !need)
 		return;
-	for (uint32_t k = 0; k < bv->ndim; k++) {
+	/* strides, when written (exporters do), must be dense C order */
+	for (uint32_t k = bv->ndim; k-- > 0;) {
 		it->shape[k] = td_blob_shape(bv, k);
-		if (td__mul_ovf(need, it->shape[k], &need))
+		if (bv->strides_len && td_blob_stride(bv, k) != (int64_t)need)
+			return;
+		if (td__mul_ovf(need, it->shape[k], &need) ||
+		    need > INT64_MAX)
 			return;
 	}
 	if (need != it->fsize[pl.handle])

@@ -103,17 +103,6 @@ static bool log_has(const struct snapdir *s, const char *text)
 	return r;
 }
 
-/* Wait until the log holds text (bounded; false if it never comes). */
-static bool log_wait(const struct snapdir *s, const char *text)
-{
-	for (int i = 0; i < WAIT_MS / 10; i++) {
-		if (log_has(s, text))
-			return true;
-		usleep(10000);
-	}
-	return false;
-}
-
 static void start(struct tu_daemon *d, struct snapdir *s, const char *io,
 		  const char *interval)
 {
@@ -154,6 +143,19 @@ struct tensor {
 	bool fence;
 	uint64_t version; /* filled by put */
 };
+
+/* A dense 1-D (s1 == 0) or 2-D tensor of len bytes, no flags or meta. */
+static struct tensor mk(const char *name, uint32_t dtype, uint64_t s0,
+			uint64_t s1, size_t len)
+{
+	struct tensor t = {.name = name,
+			   .dtype = dtype,
+			   .ndim = s1 ? 2 : 1,
+			   .shape = {s0, s1},
+			   .len = len};
+
+	return t;
+}
 
 /*
  * Publish t from a memfd of ours whose bytes are those of its next
@@ -268,19 +270,20 @@ static void put_set(struct td_client *c, struct tensor *set)
 	uint64_t v = next_version(c);
 	struct tensor tmp;
 
-	set[0] = (struct tensor){"a/plain", TD_TENSOR_U8, 1, {4096}, 4096};
-	set[1] = (struct tensor){"a/f32", TD_TENSOR_F32, 2, {3, 5}, 60};
-	set[2] = (struct tensor){"a/pinned",     TD_TENSOR_U8, 1, {77}, 77,
-				 TD_PUBLISH_PIN, "{\"k\": \"v\"}"};
-	set[3] = (struct tensor){"a/empty", TD_TENSOR_U8, 1, {0}, 0};
-	set[4] = (struct tensor){"a/fenced", TD_TENSOR_U16, 1, {64}, 128,
-				 0,          NULL,          true};
-	set[5] = (struct tensor){"a/replaced", TD_TENSOR_U8, 1, {100}, 100};
+	set[0] = mk("a/plain", TD_TENSOR_U8, 4096, 0, 4096);
+	set[1] = mk("a/f32", TD_TENSOR_F32, 3, 5, 60);
+	set[2] = mk("a/pinned", TD_TENSOR_U8, 77, 0, 77);
+	set[2].flags = TD_PUBLISH_PIN;
+	set[2].meta = "{\"k\": \"v\"}";
+	set[3] = mk("a/empty", TD_TENSOR_U8, 0, 0, 0);
+	set[4] = mk("a/fenced", TD_TENSOR_U16, 64, 0, 128);
+	set[4].fence = true;
+	set[5] = mk("a/replaced", TD_TENSOR_U8, 100, 0, 100);
 	for (unsigned i = 0; i < NSET; i++)
 		put(c, &set[i], v++);
 	set[5].shape[0] = set[5].len = 3000;
 	put(c, &set[5], v++);
-	tmp = (struct tensor){"a/deleted", TD_TENSOR_U8, 1, {10}, 10};
+	tmp = mk("a/deleted", TD_TENSOR_U8, 10, 0, 10);
 	put(c, &tmp, v++);
 	cr_assert_eq(td_client_delete(c, tmp.name, NULL, &e), 0);
 }
@@ -313,10 +316,10 @@ static void check_file(const char *path, const struct tensor *set,
 			     td_hrry_error_name(e.kind), e.reason);
 		cr_assert_eq(t.data_len, set[i].len, "%s", set[i].name);
 		if (set[i].dtype == TD_TENSOR_F32) {
-			cr_assert_eq(t.desc->type_tag, TD_HRRY_TYPE_FLOAT32);
-			cr_assert_eq(t.desc->rank, 2);
-			cr_assert_eq(t.desc->shape[0], 3);
-			cr_assert_eq(t.desc->shape[1], 5);
+			cr_assert_eq(t.desc.type_tag, TD_HRRY_TYPE_FLOAT32);
+			cr_assert_eq(t.desc.rank, 2);
+			cr_assert_eq(t.desc.shape[0], 3);
+			cr_assert_eq(t.desc.shape[1], 5);
 		}
 		b = t.data;
 		for (size_t k = 0; k < set[i].len; k++)
@@ -369,7 +372,7 @@ static void restart_restores(const char *io)
 	struct tu_daemon d;
 	struct tensor set[NSET];
 	struct td_client *c;
-	struct tensor after = {"a/after", TD_TENSOR_U8, 1, {8}, 8};
+	struct tensor after = mk("a/after", TD_TENSOR_U8, 8, 0, 8);
 	uint64_t maxv = 0;
 
 	snapdir_make(&s);
@@ -432,8 +435,8 @@ static void check_any(struct snapdir *s, const char *io, unsigned base)
 	cr_assert_eq(td_client_list(c, "", &list, &n, &e), 0, "%s", e.reason);
 	cr_assert_geq(n, base, "%zu tensors after a kill", n);
 	for (size_t i = 0; i < n; i++) {
-		struct tensor t = {list[i].name, list[i].dtype, 1,
-				   {list[i].bytes}, list[i].bytes};
+		struct tensor t = mk(list[i].name, list[i].dtype,
+				     list[i].bytes, 0, list[i].bytes);
 
 		t.version = list[i].version;
 		check(c, &t);
@@ -445,21 +448,49 @@ static void check_any(struct snapdir *s, const char *io, unsigned base)
 	cr_assert(!dir_has(s, "snap.hrry.tmp"));
 }
 
+/* KV tensord.next_version of the snapshot on disk. */
+static uint64_t file_next_version(const char *path)
+{
+	struct td_hrry_transport tr;
+	struct td_hrry_file_reader *r = NULL;
+	struct td_hrry_err e = {0};
+	uint64_t kvn = 0, v = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	cr_assert_geq(fd, 0, "%s: %s", path, strerror(errno));
+	cr_assert_eq(td_hrry_transport_fd(fd, &tr), 0);
+	cr_assert_eq(td_hrry_file_reader_new(&tr, &r, &e), 0, "%s: %s",
+		     td_hrry_error_name(e.kind), e.reason);
+	cr_assert_eq(td_hrry_file_reader_kv_count(r, &kvn), 0);
+	for (uint64_t i = 0; i < kvn; i++) {
+		struct td_hrry_kv_entry kv;
+
+		cr_assert_eq(td_hrry_file_reader_kv_entry(r, i, &kv), 0);
+		if (kv.key_len == 20 &&
+		    !memcmp(kv.key, "tensord.next_version", 20))
+			v = kv.value.u64_value;
+	}
+	td_hrry_file_reader_free(&r);
+	close(fd);
+	cr_assert_gt(v, 0, "no KV tensord.next_version");
+	return v;
+}
+
 static void kill_every_step(const char *io)
 {
 	struct snapdir s;
 	struct tu_daemon d;
 	struct td_client *c;
 	struct tensor base[3] = {
-		{"k/one", TD_TENSOR_U8, 1, {1536 << 10}, 1536 << 10},
-		{"k/two", TD_TENSOR_U8, 1, {1536 << 10}, 1536 << 10},
-		{"k/three", TD_TENSOR_U8, 1, {100}, 100},
+		mk("k/one", TD_TENSOR_U8, 1536 << 10, 0, 1536 << 10),
+		mk("k/two", TD_TENSOR_U8, 1536 << 10, 0, 1536 << 10),
+		mk("k/three", TD_TENSOR_U8, 100, 0, 100),
 	};
 	unsigned killed = 0, n;
 	bool completed = false;
 
 	snapdir_make(&s);
-	start(&d, &s, io, "0");
+	start(&d, &s, io, "30");
 	c = conn(&d);
 	n = (unsigned)next_version(c);
 	for (unsigned i = 0; i < 3; i++)
@@ -470,7 +501,7 @@ static void kill_every_step(const char *io)
 
 	for (unsigned step = 1; !completed && step < 200; step++) {
 		char knob[16];
-		struct tensor t = {"k/new", TD_TENSOR_U8, 1, {3 << 20}, 3 << 20};
+		struct tensor t = mk("k/new", TD_TENSOR_U8, 3 << 20, 0, 3 << 20);
 		int st;
 
 		cr_assert_eq(truncate(s.log, 0), 0);
@@ -478,8 +509,12 @@ static void kill_every_step(const char *io)
 		setenv("TD_TEST_SNAPSHOT_KILL_AT", knob, 1);
 		start(&d, &s, io, "0");
 		unsetenv("TD_TEST_SNAPSHOT_KILL_AT");
+		/*
+		 * the put is the only change: a save starts after its reply
+		 * (interval 0), and its version is the counter on disk
+		 */
 		c = conn(&d);
-		put(c, &t, next_version(c));
+		put(c, &t, file_next_version(s.file));
 		td_client_close(c);
 		/* killed at that step, or the save ran to its end */
 		for (int i = 0; i < WAIT_MS / 10; i++) {
@@ -673,7 +708,7 @@ Test(snapshot, a_forbidden_io_uring_falls_back_and_says_why)
 	struct snapdir s;
 	struct tu_daemon d;
 	struct td_client *c;
-	struct tensor t = {"f/x", TD_TENSOR_U8, 1, {5000}, 5000};
+	struct tensor t = mk("f/x", TD_TENSOR_U8, 5000, 0, 5000);
 	const char *extra[] = {"--snapshot", s.file, NULL};
 
 	snapdir_make(&s);
@@ -734,8 +769,8 @@ Test(snapshot, saves_while_clients_replace_tensors_stay_whole)
 	struct snapdir s;
 	struct tu_daemon d;
 	struct td_client *c;
-	struct tensor big = {"w/big", TD_TENSOR_U8, 1, {8 << 20}, 8 << 20};
-	struct tensor small = {"w/small", TD_TENSOR_U8, 1, {64}, 64};
+	struct tensor big = mk("w/big", TD_TENSOR_U8, 8 << 20, 0, 8 << 20);
+	struct tensor small = mk("w/small", TD_TENSOR_U8, 64, 0, 64);
 
 	snapdir_make(&s);
 	/*
