@@ -500,8 +500,12 @@ static void pump(struct save *sv)
 				  td_hrry_error_name(e.kind), e.reason);
 		sv->finishing = true;
 	}
-	if (sv->err || sv->abort)
-		stage_flush(sv); /* nothing more is started */
+	if (sv->err || sv->abort) {
+		/* nothing more is started: the file is dropped anyway */
+		free(sv->stage);
+		sv->stage = NULL;
+		sv->stage_len = 0;
+	}
 	if (sv->inflight == 0)
 		drained(sv);
 }
@@ -577,7 +581,7 @@ static int hold_one(void *arg, const struct td__snap_ver *v)
 	else if (bv.storage_kind == TD_STORAGE_DMABUF)
 		skip = "dma-buf planes are device memory";
 	for (uint32_t i = 0; !skip && i < v->ent.fd_count; i++) {
-		struct stat st;
+		struct stat st = {0};
 
 		if ((int32_t)i == bv.fence_fd) {
 			struct pollfd p = {.fd = v->fds[i], .events = POLLIN};
@@ -1264,8 +1268,13 @@ static void restore(void)
 		move_aside(reason);
 		goto out;
 	}
-	/* the fields of a version are consecutive keys, #version first */
-	for (uint32_t i = 0; i <= rd.c.kv_count && !sn.stop_asked; i++) {
+	/*
+	 * The fields of a version are consecutive keys, #version first. A
+	 * stop asked for meanwhile waits for the whole restore: the fd store
+	 * (when on) must not keep a partial state, which would win over the
+	 * snapshot at the next start.
+	 */
+	for (uint32_t i = 0; i <= rd.c.kv_count; i++) {
 		struct td_hrry_kv_entry k;
 		const char *name = NULL;
 		size_t name_len = 0;
@@ -1314,7 +1323,7 @@ static void restore(void)
 	td__log(TD_LOG_INFO, "snapshot: restored %u of %u tensors from %s "
 			     "in %" PRIu64 " ms (%s)%s",
 		done, total, sn.path, now_ms() - t0, td__io_name(),
-		sn.stop_asked ? "; stopping as asked" : "");
+		sn.stop_asked ? "; now stopping as asked" : "");
 	reader_fini(&rd);
 out:
 	for (int i = 0; i < 2; i++)
@@ -1370,16 +1379,17 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 		td__log(TD_LOG_INFO, "snapshot: removed %s, left by a save "
 				     "that did not finish",
 			sn.tmp);
+	if (!fdstore_used)
+		restore();
+	uv_update_time(d->loop);
+	sn.last_ms = uv_now(d->loop);
 	if (fdstore_used) {
-		/* the fd store is newer; the snapshot catches up soon */
+		/* the fd store is newer; the snapshot catches up */
 		td__log(TD_LOG_INFO, "snapshot %s not read: the fd store's "
 				     "state (newer) was restored",
 			path);
 		td__snapshot_dirty();
-	} else {
-		restore();
 	}
-	sn.last_ms = uv_now(d->loop);
 	return 0;
 fail:
 	free(sn.path);
