@@ -33,8 +33,8 @@ enum td__io_mode {
 	TD__IO_SYNC = 2,
 };
 
-/* Bytes the fallback moves per loop iteration (a few ms of memcpy). */
-#define TD__IO_SYNC_BUDGET (4u << 20)
+/* Bytes the fallback moves per loop iteration (well under a ms). */
+#define TD__IO_SYNC_BUDGET (1u << 20)
 /* Requests in the kernel at once with io_uring (ring size). */
 #define TD__IO_URING_DEPTH 64
 

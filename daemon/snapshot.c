@@ -1014,8 +1014,10 @@ static int restore_plane(struct reader *rd, const char *hname, size_t hlen,
 	if (rc < 0)
 		goto perr;
 	if (size) {
+		/* populated: one pass over the page tables, not a fault
+		 * per page while the kernel copies into it */
 		map = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE,
-			   MAP_SHARED, fd, 0);
+			   MAP_SHARED | MAP_POPULATE, fd, 0);
 		if (map == MAP_FAILED) {
 			map = NULL;
 			rc = -errno;

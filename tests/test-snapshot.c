@@ -775,7 +775,7 @@ Test(snapshot, saves_while_clients_replace_tensors_stay_whole)
 	snapdir_make(&s);
 	/*
 	 * Interval 0: a save starts right after each change, so most of
-	 * these requests meet one in progress (8 MiB is two loop
+	 * these requests meet one in progress (8 MiB is eight loop
 	 * iterations of the sync engine). Every save holds the versions it
 	 * writes; what ends up on disk is whole whatever was replaced.
 	 */
