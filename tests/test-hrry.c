@@ -1579,3 +1579,30 @@ Test(hrry, struct_sizes_are_pinned)
 	cr_assert_eq(sizeof(struct td_hrry_kv_value), 80);
 	cr_assert_eq(sizeof(struct td_hrry_kv_entry), 96);
 }
+
+Test(hrry, fuzz_seed_composites_are_valid)
+{
+	/* the seeds start the fuzzer from valid trees of every rule */
+	static const char *files[] = {"hrry-seeds/composites-spec.hrry",
+				      "hrry-seeds/composites-upstream.hrry"};
+	for (int i = 0; i < 2; i++) {
+		size_t len;
+		uint8_t *b = tu_read_file(tu_data_path(files[i]), &len);
+		struct td_hrry_file_reader *r;
+		struct td_hrry_err e;
+		struct td_hrry_composite c;
+		cr_assert_eq(open_mem(b, len, &r, &e), 0);
+		cr_assert_eq(td_hrry_file_reader_read_composite(r, "p", 1, &c,
+								&e),
+			     0, "%s", e.reason);
+		cr_assert_eq(c.node_count, 4);
+		td_hrry_composite_fini(&c);
+		cr_assert_eq(td_hrry_file_reader_read_composite(r, "o", 1, &c,
+								&e),
+			     0, "%s", e.reason);
+		cr_assert_eq(c.node_count, 3);
+		td_hrry_composite_fini(&c);
+		td_hrry_file_reader_free(&r);
+		free(b);
+	}
+}
