@@ -23,6 +23,7 @@
 #include "bytes.h"
 #include "hrry-util.h"
 #include "hrry.h"
+#include "tensord/tensord.h"
 #include "testutil.h"
 
 uint32_t td__hrry_crc32c_table(uint32_t crc, const void *buf, size_t len);
@@ -1605,4 +1606,282 @@ Test(hrry, fuzz_seed_composites_are_valid)
 		td_hrry_file_reader_free(&r);
 		free(b);
 	}
+}
+
+/* ---- tensorctl: inspect, load, save (a real daemon) ---- */
+
+static void save_file(const char *path, const void *p, size_t n)
+{
+	FILE *f = fopen(path, "wb");
+	cr_assert_not_null(f);
+	cr_assert_eq(fwrite(p, 1, n, f), n);
+	fclose(f);
+}
+
+/* tensorctl without a daemon (inspect); its exit status and output */
+static int ctl_nodaemon(char **out, const char *a1, const char *a2)
+{
+	struct tu_daemon none = {.sock = "/nonexistent"};
+	return tu_tensorctl(&none, out, a1, a2, NULL);
+}
+
+Test(hrry, tensorctl_inspect_json_is_exactly_the_issue_schema)
+{
+	char path[] = "/tmp/td-hrry-XXXXXX";
+	int fd = mkstemp(path);
+	size_t len;
+	uint8_t *f = basic_bytes(&len); /* == golden basic.hrry */
+	char *out;
+	cr_assert_geq(fd, 0);
+	close(fd);
+	save_file(path, f, len);
+	cr_assert_eq(ctl_nodaemon(&out, "inspect", "--json"), 2);
+	free(out);
+	struct tu_daemon none = {.sock = "/nonexistent"};
+	cr_assert_eq(tu_tensorctl(&none, &out, "inspect", "--json", path, NULL),
+		     0, "%s", out);
+	cr_assert_str_eq(
+		out,
+		"{\"kind\":\"hrry\",\"alignment\":4096,\"flags\":4,"
+		"\"index\":{\"offset\":8264,\"length\":87,\"crc32c\":"
+		"1362403186},\"kv\":[{\"key\":\"producer\",\"type\":\"string\","
+		"\"value\":\"hurray-conformance\"},{\"key\":\"tensor_count\","
+		"\"type\":\"int64\",\"value\":2}],\"tensors\":[{\"name\":"
+		"\"weights\",\"status\":\"ok\",\"dtype\":\"float32\",\"shape\":"
+		"[2,2],\"data_offset\":4096,\"data_length\":16,\"error\":null},"
+		"{\"name\":\"bias\",\"status\":\"ok\",\"dtype\":\"int8\","
+		"\"shape\":[3],\"data_offset\":8192,\"data_length\":3,"
+		"\"error\":null}]}\n");
+	free(out);
+	/* a file that cannot be opened: exit 1 and the error object */
+	uint64_t io = td__le64(f + len - 40);
+	f[io + 12] ^= 1;
+	save_file(path, f, len);
+	cr_assert_eq(tu_tensorctl(&none, &out, "inspect", "--json", path, NULL),
+		     1);
+	cr_assert_str_eq(out, "{\"error\":{\"kind\":\"IndexCrc32cMismatch\","
+			      "\"offset\":8264,\"reason\":\"CRC-32C of the "
+			      "index does not match the trailer\"}}\n");
+	free(out);
+	f[io + 12] ^= 1;
+	/* u64 above 2^53 as a decimal string, bytes as hex, arrays */
+	struct hu_sink s = {0};
+	struct td_hrry_transport t = hu_sink_transport(&s);
+	struct td_hrry_file_writer *w;
+	struct td_hrry_kv_value it[2] = {
+		{.kind = TD_HRRY_KV_BOOL, .bool_value = true},
+		{.kind = TD_HRRY_KV_BOOL}};
+	struct td_hrry_kv_entry kv[] = {
+		{"big", 3, {.kind = TD_HRRY_KV_UINT64,
+			    .u64_value = UINT64_C(18446744073709551615)}},
+		{"raw", 3, {.kind = TD_HRRY_KV_BYTES,
+			    .data = (const uint8_t *)"\x00\xab", .data_len = 2}},
+		{"arr", 3, {.kind = TD_HRRY_KV_ARRAY, .item_kind = TD_HRRY_KV_BOOL,
+			    .items = it, .item_count = 2}},
+	};
+	cr_assert_eq(td_hrry_file_writer_new(&t, NULL, &w, NULL), 0);
+	cr_assert_eq(td_hrry_file_writer_finish(w, kv, 3, NULL), 0);
+	td_hrry_file_writer_free(&w);
+	save_file(path, s.buf, s.len);
+	free(s.buf);
+	cr_assert_eq(tu_tensorctl(&none, &out, "inspect", "--json", path, NULL),
+		     0);
+	cr_assert_not_null(strstr(out, "{\"key\":\"big\",\"type\":\"uint64\","
+				       "\"value\":\"18446744073709551615\"}"),
+			   "%s", out);
+	cr_assert_not_null(strstr(out, "{\"key\":\"raw\",\"type\":\"bytes\","
+				       "\"value\":\"00ab\"}"));
+	cr_assert_not_null(strstr(out, "{\"key\":\"arr\",\"type\":\"array\","
+				       "\"value\":[true,false]}"));
+	cr_assert_not_null(strstr(out, "\"tensors\":[]}"));
+	free(out);
+	free(f);
+	unlink(path);
+}
+
+Test(hrry, tensorctl_inspect_marks_unsupported_and_invalid_tensors)
+{
+	struct hu_sink s = {0};
+	struct hu_raw r;
+	struct td_hrry_desc d;
+	uint8_t data[64] = {0};
+	const void *bufs[1] = {data};
+	char path[] = "/tmp/td-hrry-XXXXXX", *out;
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	cr_assert_eq(hu_raw_init(&r, &s, NULL), 0);
+	td_hrry_desc_init_dense(&d, TD_HRRY_TYPE_FLOAT32, 1, (uint64_t[]){4});
+	d.layout_tag = TD_HRRY_LAYOUT_MORTON;
+	d.layout_payload = (const uint8_t *)"\2\0\0\0";
+	d.layout_payload_len = 4;
+	cr_assert_eq(hu_raw_tensor(&r, "morton", &d, bufs), 0);
+	td_hrry_desc_init_dense(&d, TD_HRRY_TYPE_UINT8, 1, (uint64_t[]){4});
+	cr_assert_eq(hu_raw_tensor(&r, "broken", &d, bufs), 0);
+	cr_assert_eq(hu_raw_finish(&r, NULL, 0), 0);
+	/* break "broken"'s descriptor: its type tag -> 0x00 */
+	cr_assert_eq(s.buf[r.e[1].descriptor_offset + 14], TD_HRRY_TYPE_UINT8);
+	s.buf[r.e[1].descriptor_offset + 14] = 0;
+	save_file(path, s.buf, s.len);
+	struct tu_daemon none = {.sock = "/nonexistent"};
+	cr_assert_eq(tu_tensorctl(&none, &out, "inspect", "--json", path, NULL),
+		     0, "%s", out);
+	cr_assert_not_null(
+		strstr(out, "{\"name\":\"morton\",\"status\":\"unsupported\","
+			    "\"dtype\":\"float32\",\"shape\":[4],"),
+		"%s", out);
+	cr_assert_not_null(strstr(out, "\"error\":{\"kind\":"
+				       "\"UnsupportedLayout\",\"reason\":"));
+	cr_assert_not_null(
+		strstr(out, "{\"name\":\"broken\",\"status\":\"invalid\","
+			    "\"dtype\":null,\"shape\":null,"),
+		"%s", out);
+	cr_assert_not_null(strstr(out, "\"kind\":\"InvalidTypeTag\""));
+	free(out);
+	free(s.buf);
+	unlink(path);
+}
+
+/* A file for load: dense tensors of several dtypes, a scalar, an empty
+ * one, a 2-member partition and an unsupported tensor. */
+static void load_fixture(const char *path, float *f6, int64_t *i1,
+			 uint8_t *u5)
+{
+	struct hu_sink s = {0};
+	struct hu_raw r;
+	struct td_hrry_desc d, h;
+	for (int i = 0; i < 6; i++)
+		f6[i] = (float)i * 1.5f - 2;
+	*i1 = -1234567890123;
+	for (int i = 0; i < 5; i++)
+		u5[i] = (uint8_t)(200 + i);
+	cr_assert_eq(hu_raw_init(&r, &s, NULL), 0);
+	td_hrry_desc_init_dense(&d, TD_HRRY_TYPE_FLOAT32, 2, (uint64_t[]){2, 3});
+	cr_assert_eq(hu_raw_tensor(&r, "f", &d, (const void *[]){f6}), 0);
+	td_hrry_desc_init_dense(&d, TD_HRRY_TYPE_INT64, 0, NULL);
+	cr_assert_eq(hu_raw_tensor(&r, "scalar", &d, (const void *[]){i1}), 0);
+	td_hrry_desc_init_dense(&d, TD_HRRY_TYPE_UINT8, 1, (uint64_t[]){5});
+	cr_assert_eq(hu_raw_tensor(&r, "u", &d, (const void *[]){u5}), 0);
+	td_hrry_desc_init_dense(&d, TD_HRRY_TYPE_UINT16, 2, (uint64_t[]){0, 3});
+	cr_assert_eq(hu_raw_tensor(&r, "empty", &d, (const void *[]){u5}), 0);
+	hu_head(&h, TD_HRRY_TYPE_UINT8, 1, (uint64_t[]){5},
+		TD_HRRY_RULE_PARTITION, 0, 2);
+	cr_assert_eq(hu_raw_tensor(&r, "p", &h, NULL), 0);
+	hu_member(&d, TD_HRRY_TYPE_UINT8, 1, (uint64_t[]){2}, (uint64_t[]){5},
+		  (uint64_t[]){0});
+	cr_assert_eq(hu_raw_tensor(&r, "p.0", &d, (const void *[]){u5}), 0);
+	hu_member(&d, TD_HRRY_TYPE_UINT8, 1, (uint64_t[]){3}, (uint64_t[]){5},
+		  (uint64_t[]){2});
+	cr_assert_eq(hu_raw_tensor(&r, "p.1", &d, (const void *[]){u5 + 2}),
+		     0);
+	td_hrry_desc_init_dense(&d, TD_HRRY_TYPE_FLOAT32, 1, (uint64_t[]){4});
+	d.layout_tag = TD_HRRY_LAYOUT_COLUMN_MAJOR;
+	cr_assert_eq(hu_raw_tensor(&r, "colmajor", &d, (const void *[]){f6}),
+		     0);
+	cr_assert_eq(hu_raw_finish(&r, NULL, 0), 0);
+	save_file(path, s.buf, s.len);
+	free(s.buf);
+}
+
+static void expect_tensor(struct td_client *c, const char *name,
+			  uint32_t dtype, uint32_t ndim, const uint64_t *shape,
+			  const void *bytes, size_t len)
+{
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+	cr_assert_eq(td_client_get(c, name, &t, &e), 0, "get %s: %s", name,
+		     e.reason);
+	cr_assert_eq(td_tensor_dtype(t), dtype, "%s", name);
+	cr_assert_eq(td_tensor_ndim(t), ndim, "%s", name);
+	for (uint32_t i = 0; i < ndim; i++)
+		cr_assert_eq(td_tensor_shape(t)[i], shape[i]);
+	cr_assert_eq(td_tensor_bytes(t), len, "%s", name);
+	if (len)
+		cr_assert_eq(memcmp(td_tensor_plane_data(t, 0), bytes, len),
+			     0, "%s bytes differ", name);
+	td_tensor_release(t);
+}
+
+Test(hrry, tensorctl_load_then_get_returns_the_exact_bytes)
+{
+	struct tu_daemon d;
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	char path[] = "/tmp/td-hrry-XXXXXX", *out;
+	float f6[6];
+	int64_t i1;
+	uint8_t u5[5];
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	load_fixture(path, f6, &i1, u5);
+	tu_daemon_start(&d, "error");
+	cr_assert_eq(tu_tensorctl(&d, &out, "load", path, "--prefix", "x/",
+				  NULL),
+		     0, "%s", out);
+	cr_assert_not_null(strstr(out, "refused colmajor: UnsupportedLayout: "),
+			   "%s", out);
+	cr_assert_not_null(strstr(out, ": 6 published, 1 refused"), "%s", out);
+	free(out);
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	expect_tensor(c, "x/f", TD_TENSOR_F32, 2, (uint64_t[]){2, 3}, f6, 24);
+	expect_tensor(c, "x/scalar", TD_TENSOR_I64, 0, NULL, &i1, 8);
+	expect_tensor(c, "x/u", TD_TENSOR_U8, 1, (uint64_t[]){5}, u5, 5);
+	expect_tensor(c, "x/empty", TD_TENSOR_U16, 2, (uint64_t[]){0, 3}, NULL,
+		      0);
+	expect_tensor(c, "x/p.0", TD_TENSOR_U8, 1, (uint64_t[]){2}, u5, 2);
+	expect_tensor(c, "x/p.1", TD_TENSOR_U8, 1, (uint64_t[]){3}, u5 + 2, 3);
+	struct td_tensor *t = NULL;
+	cr_assert_eq(td_client_get(c, "x/p", &t, &e), -ENOENT);
+	cr_assert_eq(td_client_get(c, "x/colmajor", &t, &e), -ENOENT);
+
+	/* save (named, then all) and read the files back */
+	char saved[64];
+	snprintf(saved, sizeof(saved), "%s.hrry", path);
+	cr_assert_eq(tu_tensorctl(&d, &out, "save", "-o", saved, "x/f", "x/u",
+				  "x/scalar", NULL),
+		     0, "%s", out);
+	free(out);
+	struct tu_daemon none = {.sock = "/nonexistent"};
+	cr_assert_eq(tu_tensorctl(&none, &out, "inspect", "--json", saved,
+				  NULL),
+		     0);
+	cr_assert_not_null(strstr(out, "{\"name\":\"x/f\",\"status\":\"ok\","
+				       "\"dtype\":\"float32\",\"shape\":[2,3]"),
+			   "%s", out);
+	cr_assert_not_null(strstr(out, "{\"name\":\"x/u\",\"status\":\"ok\","
+				       "\"dtype\":\"uint8\",\"shape\":[5]"));
+	cr_assert_not_null(strstr(out, "{\"name\":\"x/scalar\",\"status\":"
+				       "\"ok\",\"dtype\":\"int64\",\"shape\":[]"));
+	free(out);
+	/* every readable tensor when no names are given, any extension
+	 * with --format; the bytes come back through the reader */
+	char all[64];
+	snprintf(all, sizeof(all), "%s.bin", path);
+	cr_assert_eq(tu_tensorctl(&d, &out, "save", "--format", "hrry", "-o",
+				  all, NULL),
+		     0, "%s", out);
+	cr_assert_not_null(strstr(out, ": 6 tensor(s)"), "%s", out);
+	free(out);
+	fd = open(all, O_RDONLY | O_CLOEXEC);
+	struct td_hrry_transport tr;
+	struct td_hrry_file_reader *rd;
+	cr_assert_eq(td_hrry_transport_fd(fd, &tr), 0);
+	cr_assert_eq(td_hrry_file_reader_new(&tr, &rd, NULL), 0);
+	uint64_t n;
+	td_hrry_file_reader_tensor_count(rd, &n);
+	cr_assert_eq(n, 6);
+	struct td_hrry_tensor tt;
+	cr_assert_eq(td_hrry_file_reader_read_tensor(rd, "x/p.1", 5, &tt, NULL),
+		     0);
+	cr_assert_eq(tt.data_len, 3);
+	cr_assert_eq(memcmp(tt.data, u5 + 2, 3), 0);
+	td_hrry_tensor_fini(&tt);
+	td_hrry_file_reader_free(&rd);
+	close(fd);
+	td_client_close(c);
+	unlink(path);
+	unlink(saved);
+	unlink(all);
+	tu_daemon_stop(&d, true);
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -225,4 +226,32 @@ void tu_daemon_stop(struct tu_daemon *d, bool check_maps)
 		cr_assert_eq(tu_map_count(), d->maps0,
 			     "mapping leak: %d -> %d", d->maps0,
 			     tu_map_count());
+}
+
+int tu_tensorctl(const struct tu_daemon *d, char **out, ...)
+{
+	const char *bin = getenv("TD_TENSORCTL");
+	char cmd[4096];
+	char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+	char *buf = NULL;
+	size_t o;
+	va_list ap;
+	const char *a;
+	int rc;
+
+	cr_assert(bin, "TD_TENSORCTL is not set");
+	o = (size_t)snprintf(cmd, sizeof(cmd), "exec '%s' --socket '%s'", bin,
+			     d->sock);
+	va_start(ap, out);
+	while ((a = va_arg(ap, const char *)) && o < sizeof(cmd))
+		o += (size_t)snprintf(cmd + o, sizeof(cmd) - o, " '%s'", a);
+	va_end(ap);
+	cr_assert_lt(o, sizeof(cmd) - 8);
+	snprintf(cmd + o, sizeof(cmd) - o, " 2>&1");
+	rc = tu_run_capture(argv, &buf);
+	if (out)
+		*out = buf;
+	else
+		free(buf);
+	return rc;
 }

@@ -69,6 +69,12 @@ void tu_daemon_start_args(struct tu_daemon *d, const char *log_level,
  */
 void tu_daemon_stop(struct tu_daemon *d, bool check_maps);
 
+/*
+ * Run $TD_TENSORCTL --socket d->sock ARGS... (NULL-ended) with stdout and
+ * stderr in *out (malloc'ed; NULL: dropped); its exit status.
+ */
+int tu_tensorctl(const struct tu_daemon *d, char **out, ...);
+
 /* Deterministic PRNG (xorshift64*), seeded per test. */
 uint64_t tu_rand(uint64_t *state);
 
