@@ -366,7 +366,7 @@ int cmd_load(int argc, char **argv)
 	size_t len;
 	int rc;
 
-	if (tctl_hrry_wanted(argc, argv))
+	if (tctl_hrry_wanted(argc, argv, 1))
 		return cmd_load_hrry(argc, argv);
 
 	for (int i = 1; i < argc; i++) {

@@ -112,7 +112,7 @@ int cmd_save(int argc, char **argv)
 	size_t n = 0, len = 0;
 	int rc = TCTL_USAGE;
 
-	if (tctl_hrry_wanted(argc, argv)) {
+	if (tctl_hrry_wanted(argc, argv, 0)) {
 		free(names);
 		free(ts);
 		free(objs);

@@ -22,8 +22,9 @@ int inspect_hrry_sniff(const uint8_t *buf, size_t len)
 	return len >= 8 && !memcmp(buf, "HRRYFILE", 8);
 }
 
-/* Does argv name a Hurray file (by --format, extension or magic)? */
-int tctl_hrry_wanted(int argc, char **argv)
+/* Does argv name a Hurray file (by --format, extension or, for load,
+ * the magic of the existing file)? */
+int tctl_hrry_wanted(int argc, char **argv, int by_magic)
 {
 	const char *file = NULL;
 	for (int i = 1; i < argc; i++) {
@@ -40,6 +41,8 @@ int tctl_hrry_wanted(int argc, char **argv)
 	size_t n = strlen(file);
 	if (n >= 5 && !strcmp(file + n - 5, ".hrry"))
 		return 1;
+	if (!by_magic)
+		return 0;
 	/* load of an existing file: its magic decides */
 	uint8_t magic[8];
 	int fd = open(file, O_RDONLY | O_CLOEXEC);

@@ -61,8 +61,8 @@ int inspect_hrry(const uint8_t *buf, size_t len, int json);
 /* 1 when buf starts with the HRRYFILE magic */
 int inspect_hrry_sniff(const uint8_t *buf, size_t len);
 /* 1 when a load/save command line names a Hurray file (--format hrry,
- * a .hrry name, or an existing file with the magic) */
-int tctl_hrry_wanted(int argc, char **argv);
+ * a .hrry name, or with by_magic an existing file with the magic) */
+int tctl_hrry_wanted(int argc, char **argv, int by_magic);
 int cmd_load_hrry(int argc, char **argv);
 int cmd_save_hrry(int argc, char **argv);
 
