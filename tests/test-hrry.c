@@ -1269,6 +1269,34 @@ static void node(struct td_hrry_node *n, const char *name,
 	n->tensor.data_len = d->buffer_count ? d->buffers[0].byte_size : 0;
 }
 
+/*
+ * partition [4,4] = rows 0-1 | rows 2-3, the second itself a nested
+ * partition of two [1,4] shards: 5 nodes
+ */
+static void partition_tree(struct td_hrry_node *nodes, const float *v)
+{
+	struct td_hrry_desc h, m;
+	hu_head(&h, TD_HRRY_TYPE_FLOAT32, 2, (uint64_t[]){4, 4},
+		TD_HRRY_RULE_PARTITION, 0, 2);
+	node(&nodes[0], "part", &h, NULL);
+	hu_member(&m, TD_HRRY_TYPE_FLOAT32, 2, (uint64_t[]){2, 4},
+		  (uint64_t[]){4, 4}, (uint64_t[]){0, 0});
+	node(&nodes[1], "part.top", &m, v);
+	hu_head(&h, TD_HRRY_TYPE_FLOAT32, 2, (uint64_t[]){2, 4},
+		TD_HRRY_RULE_PARTITION, 0, 2);
+	h.flags = TD_HRRY_DESC_HAS_SHARD;
+	h.parent_shape[0] = 4;
+	h.parent_shape[1] = 4;
+	h.shard_offset[0] = 2;
+	node(&nodes[2], "part.bottom", &h, NULL);
+	hu_member(&m, TD_HRRY_TYPE_FLOAT32, 2, (uint64_t[]){1, 4},
+		  (uint64_t[]){2, 4}, (uint64_t[]){0, 0});
+	node(&nodes[3], "part.bottom.0", &m, v + 8);
+	hu_member(&m, TD_HRRY_TYPE_FLOAT32, 2, (uint64_t[]){1, 4},
+		  (uint64_t[]){2, 4}, (uint64_t[]){1, 0});
+	node(&nodes[4], "part.bottom.1", &m, v + 12);
+}
+
 Test(hrry, composites_of_all_three_rules_and_nesting_round_trip)
 {
 	float v[16];
@@ -1284,27 +1312,7 @@ Test(hrry, composites_of_all_three_rules_and_nesting_round_trip)
 		struct td_hrry_desc h, m;
 		struct td_hrry_node nodes[8];
 		cr_assert_eq(td_hrry_file_writer_new(&t, &o, &w, &e), 0);
-		/* partition [4,4] = rows 0-1 | rows 2-3, the second itself a
-		 * group-free nested partition of two [1,4] shards */
-		hu_head(&h, TD_HRRY_TYPE_FLOAT32, 2, (uint64_t[]){4, 4},
-			TD_HRRY_RULE_PARTITION, 0, 2);
-		node(&nodes[0], "part", &h, NULL);
-		hu_member(&m, TD_HRRY_TYPE_FLOAT32, 2, (uint64_t[]){2, 4},
-			  (uint64_t[]){4, 4}, (uint64_t[]){0, 0});
-		node(&nodes[1], "part.top", &m, v);
-		hu_head(&h, TD_HRRY_TYPE_FLOAT32, 2, (uint64_t[]){2, 4},
-			TD_HRRY_RULE_PARTITION, 0, 2);
-		h.flags = TD_HRRY_DESC_HAS_SHARD;
-		h.parent_shape[0] = 4;
-		h.parent_shape[1] = 4;
-		h.shard_offset[0] = 2;
-		node(&nodes[2], "part.bottom", &h, NULL);
-		hu_member(&m, TD_HRRY_TYPE_FLOAT32, 2, (uint64_t[]){1, 4},
-			  (uint64_t[]){2, 4}, (uint64_t[]){0, 0});
-		node(&nodes[3], "part.bottom.0", &m, v + 8);
-		hu_member(&m, TD_HRRY_TYPE_FLOAT32, 2, (uint64_t[]){1, 4},
-			  (uint64_t[]){2, 4}, (uint64_t[]){1, 0});
-		node(&nodes[4], "part.bottom.1", &m, v + 12);
+		partition_tree(nodes, v);
 		cr_assert_eq(td_hrry_file_writer_write_composite(w, nodes, 5,
 								 &e),
 			     0, "%s", e.reason);
@@ -1357,25 +1365,7 @@ Test(hrry, composites_of_all_three_rules_and_nesting_round_trip)
 		memset(&s, 0, sizeof(s));
 		t = hu_sink_transport(&s);
 		cr_assert_eq(td_hrry_file_writer_new(&t, &o, &w, &e), 0);
-		hu_head(&h, TD_HRRY_TYPE_FLOAT32, 2, (uint64_t[]){4, 4},
-			TD_HRRY_RULE_PARTITION, 0, 2);
-		node(&nodes[0], "part", &h, NULL);
-		hu_member(&m, TD_HRRY_TYPE_FLOAT32, 2, (uint64_t[]){2, 4},
-			  (uint64_t[]){4, 4}, (uint64_t[]){0, 0});
-		node(&nodes[1], "part.top", &m, v);
-		hu_head(&h, TD_HRRY_TYPE_FLOAT32, 2, (uint64_t[]){2, 4},
-			TD_HRRY_RULE_PARTITION, 0, 2);
-		h.flags = TD_HRRY_DESC_HAS_SHARD;
-		h.parent_shape[0] = 4;
-		h.parent_shape[1] = 4;
-		h.shard_offset[0] = 2;
-		node(&nodes[2], "part.bottom", &h, NULL);
-		hu_member(&m, TD_HRRY_TYPE_FLOAT32, 2, (uint64_t[]){1, 4},
-			  (uint64_t[]){2, 4}, (uint64_t[]){0, 0});
-		node(&nodes[3], "part.bottom.0", &m, v + 8);
-		hu_member(&m, TD_HRRY_TYPE_FLOAT32, 2, (uint64_t[]){1, 4},
-			  (uint64_t[]){2, 4}, (uint64_t[]){1, 0});
-		node(&nodes[4], "part.bottom.1", &m, v + 12);
+		partition_tree(nodes, v);
 		cr_assert_eq(td_hrry_file_writer_write_composite(w, nodes, 5,
 								 &e),
 			     0);
