@@ -789,16 +789,14 @@ int td_hrry_desc_decode(const void *buf, size_t len, struct td_hrry_desc *d,
 	if ((d->flags & TD_HRRY_DESC_HAS_COMPOSITE_MEMBER) &&
 	    !member_section(&r, d))
 		return r.rc;
+	/* fields never run past r.end <= descriptor_length (take()) */
+	if (d->descriptor_length > len)
+		return fail_at(&r, TD_HRRY_E_DESCRIPTOR_TRUNCATED, len,
+			       "descriptor_length beyond the bytes given");
 	if (d->version_minor == 0 && r.pos != d->descriptor_length)
 		return fail_at(&r, TD_HRRY_E_DESCRIPTOR_LENGTH_MISMATCH, 6,
 			       "descriptor_length differs from the bytes its "
 			       "fields take (version 1.0)");
-	if (r.pos > d->descriptor_length)
-		return fail_at(&r, TD_HRRY_E_DESCRIPTOR_TRUNCATED, 6,
-			       "fields run past descriptor_length");
-	if (d->descriptor_length > len)
-		return fail_at(&r, TD_HRRY_E_DESCRIPTOR_TRUNCATED, len,
-			       "descriptor_length beyond the bytes given");
 	return cross_checks(&r, d);
 }
 

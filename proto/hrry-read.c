@@ -165,16 +165,14 @@ static int trailer(struct td_hrry_rcore *c, const uint8_t *t,
 
 /* ---- heapsort of u32 entry numbers (no allocation) ---- */
 
-typedef int (*cmp_fn)(const struct td_hrry_rcore *c, uint32_t a, uint32_t b);
-
-static void sift(const struct td_hrry_rcore *c, uint32_t *v, uint64_t n,
-		 uint64_t i, cmp_fn cmp)
+static void sift(const void *ctx, uint32_t *v, uint64_t n, uint64_t i,
+		 td__hrry_cmp_fn cmp)
 {
 	for (;;) {
 		uint64_t l = 2 * i + 1, m = i;
-		if (l < n && cmp(c, v[l], v[m]) > 0)
+		if (l < n && cmp(ctx, v[l], v[m]) > 0)
 			m = l;
-		if (l + 1 < n && cmp(c, v[l + 1], v[m]) > 0)
+		if (l + 1 < n && cmp(ctx, v[l + 1], v[m]) > 0)
 			m = l + 1;
 		if (m == i)
 			return;
@@ -185,16 +183,16 @@ static void sift(const struct td_hrry_rcore *c, uint32_t *v, uint64_t n,
 	}
 }
 
-static void heapsort_u32(const struct td_hrry_rcore *c, uint32_t *v,
-			 uint64_t n, cmp_fn cmp)
+void td__hrry_heapsort(const void *ctx, uint32_t *v, uint64_t n,
+		       td__hrry_cmp_fn cmp)
 {
 	for (uint64_t i = n / 2; i-- > 0;)
-		sift(c, v, n, i, cmp);
+		sift(ctx, v, n, i, cmp);
 	for (uint64_t e = n; e-- > 1;) {
 		uint32_t t = v[0];
 		v[0] = v[e];
 		v[e] = t;
-		sift(c, v, e, 0, cmp);
+		sift(ctx, v, e, 0, cmp);
 	}
 }
 
@@ -206,8 +204,9 @@ static int bytes_cmp(const uint8_t *a, size_t al, const uint8_t *b, size_t bl)
 	return al < bl ? -1 : al > bl;
 }
 
-static int name_cmp(const struct td_hrry_rcore *c, uint32_t a, uint32_t b)
+static int name_cmp(const void *ctx, uint32_t a, uint32_t b)
 {
+	const struct td_hrry_rcore *c = ctx;
 	const uint8_t *pa = c->index + c->entry_off[a];
 	const uint8_t *pb = c->index + c->entry_off[b];
 	return bytes_cmp(pa + 2, td__le16(pa), pb + 2, td__le16(pb));
@@ -219,8 +218,9 @@ static uint64_t entry_desc_off(const struct td_hrry_rcore *c, uint32_t i)
 	return td__le64(p + 2 + td__le16(p));
 }
 
-static int offset_cmp(const struct td_hrry_rcore *c, uint32_t a, uint32_t b)
+static int offset_cmp(const void *ctx, uint32_t a, uint32_t b)
 {
+	const struct td_hrry_rcore *c = ctx;
 	uint64_t x = entry_desc_off(c, a), y = entry_desc_off(c, b);
 	return x < y ? -1 : x > y;
 }
@@ -280,7 +280,7 @@ static int index_body(struct td_hrry_rcore *c, void *mem,
 		c->by_offset[i] = (uint32_t)i;
 		pos += 2 + (uint64_t)nl + 32;
 	}
-	heapsort_u32(c, c->by_name, n, name_cmp);
+	td__hrry_heapsort(c, c->by_name, n, name_cmp);
 	for (uint64_t i = 1; i < n; i++)
 		if (!name_cmp(c, c->by_name[i - 1], c->by_name[i]))
 			return fail(c, err, TD_HRRY_E_DUPLICATE_TENSOR_NAME,
@@ -313,7 +313,7 @@ static int index_body(struct td_hrry_rcore *c, void *mem,
 				    "index entry: descriptor or data range "
 				    "out of place");
 	}
-	heapsort_u32(c, c->by_offset, n, offset_cmp);
+	td__hrry_heapsort(c, c->by_offset, n, offset_cmp);
 	if (c->kv_offset) {
 		want(c, TD_HRRY_NEED_READ, c->kv_offset, c->kv_length);
 		c->state = S_KV;
@@ -380,8 +380,9 @@ static const uint8_t *kv_key(const struct td_hrry_rcore *c, uint32_t i,
 	return p + 2;
 }
 
-static int key_cmp(const struct td_hrry_rcore *c, uint32_t a, uint32_t b)
+static int key_cmp(const void *ctx, uint32_t a, uint32_t b)
 {
+	const struct td_hrry_rcore *c = ctx;
 	uint16_t la, lb;
 	const uint8_t *ka = kv_key(c, a, &la), *kb = kv_key(c, b, &lb);
 	return bytes_cmp(ka, la, kb, lb);
@@ -457,7 +458,7 @@ static int kv_body(struct td_hrry_rcore *c, void *mem, struct td_hrry_err *err)
 			}
 		}
 	}
-	heapsort_u32(c, c->kv_by_key, c->kv_count, key_cmp);
+	td__hrry_heapsort(c, c->kv_by_key, c->kv_count, key_cmp);
 	for (uint32_t i = 1; i < c->kv_count; i++)
 		if (!key_cmp(c, c->kv_by_key[i - 1], c->kv_by_key[i]))
 			return fail(c, err, TD_HRRY_E_DUPLICATE_KV_KEY,

@@ -272,32 +272,15 @@ int td_hrry_check_kv(const struct td_hrry_kv_entry *kv, size_t count,
 	return kv_total(kv, count, &n, err);
 }
 
-/* heap sort of entry numbers by name bytes */
-static int wname_cmp(const struct td_hrry_wentry *e, uint32_t a, uint32_t b)
+/* entry numbers by name bytes (SORTED_INDEX) */
+static int wname_cmp(const void *ctx, uint32_t a, uint32_t b)
 {
+	const struct td_hrry_wentry *e = ctx;
 	size_t la = e[a].name_len, lb = e[b].name_len;
 	int r = memcmp(e[a].name, e[b].name, la < lb ? la : lb);
 	if (r)
 		return r;
 	return la < lb ? -1 : la > lb;
-}
-
-static void wsift(const struct td_hrry_wentry *e, uint32_t *v, uint64_t n,
-		  uint64_t i)
-{
-	for (;;) {
-		uint64_t l = 2 * i + 1, m = i;
-		if (l < n && wname_cmp(e, v[l], v[m]) > 0)
-			m = l;
-		if (l + 1 < n && wname_cmp(e, v[l + 1], v[m]) > 0)
-			m = l + 1;
-		if (m == i)
-			return;
-		uint32_t t = v[i];
-		v[i] = v[m];
-		v[m] = t;
-		i = m;
-	}
 }
 
 int td_hrry_wcore_begin_finish(struct td_hrry_wcore *w,
@@ -329,14 +312,7 @@ int td_hrry_wcore_begin_finish(struct td_hrry_wcore *w,
 	if (w->order) {
 		for (uint64_t i = 0; i < count; i++)
 			order[i] = (uint32_t)i;
-		for (uint64_t i = count / 2; i-- > 0;)
-			wsift(entries, order, count, i);
-		for (uint64_t e = count; e-- > 1;) {
-			uint32_t t = order[0];
-			order[0] = order[e];
-			order[e] = t;
-			wsift(entries, order, e, 0);
-		}
+		td__hrry_heapsort(entries, order, count, wname_cmp);
 	}
 	w->kv_length = (uint32_t)total;
 	w->kv_offset = kv_count ? w->pos : 0;

@@ -40,6 +40,11 @@
 int td__hrry_fail(struct td_hrry_err *err, enum td_hrry_error kind,
 		  uint64_t offset, const char *reason);
 
+/* In-place heapsort of v[0, n) by cmp(ctx, a, b) (no allocation). */
+typedef int (*td__hrry_cmp_fn)(const void *ctx, uint32_t a, uint32_t b);
+void td__hrry_heapsort(const void *ctx, uint32_t *v, uint64_t n,
+		       td__hrry_cmp_fn cmp);
+
 /* CRC-32C (Castagnoli) continuing from crc (start with 0). */
 uint32_t td_hrry_crc32c(uint32_t crc, const void *buf, size_t len);
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -223,9 +224,14 @@ void tu_daemon_start_log(struct tu_daemon *d, const char *log_level,
 	cr_assert_fail("tensord did not open %s", d->sock);
 }
 
-/* After the daemon is reaped: its folder, and our fd/mapping counts. */
-static void daemon_gone(struct tu_daemon *d, bool check_maps)
+void tu_daemon_stop(struct tu_daemon *d, bool check_maps)
 {
+	int st;
+
+	cr_assert(kill(d->pid, SIGTERM) == 0);
+	cr_assert(waitpid(d->pid, &st, 0) == d->pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "tensord did not exit cleanly (status %#x)", st);
 	unlink(d->sock);
 	rmdir(d->dir);
 	cr_assert_eq(tu_fd_count(), d->fds0, "fd leak: %d -> %d", d->fds0,
@@ -239,31 +245,30 @@ static void daemon_gone(struct tu_daemon *d, bool check_maps)
 			     tu_map_count());
 }
 
-void tu_daemon_stop(struct tu_daemon *d, bool check_maps)
+int tu_tensorctl(const struct tu_daemon *d, char **out, ...)
 {
-	int st;
+	const char *bin = getenv("TD_TENSORCTL");
+	char cmd[4096];
+	char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+	char *buf = NULL;
+	size_t o;
+	va_list ap;
+	const char *a;
+	int rc;
 
-	cr_assert(kill(d->pid, SIGTERM) == 0);
-	cr_assert(waitpid(d->pid, &st, 0) == d->pid);
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-		  "tensord did not exit cleanly (status %#x)", st);
-	daemon_gone(d, check_maps);
-}
-
-void tu_daemon_kill(struct tu_daemon *d)
-{
-	int st;
-
-	cr_assert(kill(d->pid, SIGKILL) == 0);
-	cr_assert(waitpid(d->pid, &st, 0) == d->pid);
-	daemon_gone(d, false);
-}
-
-int tu_daemon_wait(struct tu_daemon *d)
-{
-	int st;
-
-	cr_assert(waitpid(d->pid, &st, 0) == d->pid);
-	daemon_gone(d, false);
-	return st;
+	cr_assert(bin, "TD_TENSORCTL is not set");
+	o = (size_t)snprintf(cmd, sizeof(cmd), "exec '%s' --socket '%s'", bin,
+			     d->sock);
+	va_start(ap, out);
+	while ((a = va_arg(ap, const char *)) && o < sizeof(cmd))
+		o += (size_t)snprintf(cmd + o, sizeof(cmd) - o, " '%s'", a);
+	va_end(ap);
+	cr_assert_lt(o, sizeof(cmd) - 8);
+	snprintf(cmd + o, sizeof(cmd) - o, " 2>&1");
+	rc = tu_run_capture(argv, &buf);
+	if (out)
+		*out = buf;
+	else
+		free(buf);
+	return rc;
 }

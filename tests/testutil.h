@@ -77,15 +77,10 @@ void tu_daemon_start_log(struct tu_daemon *d, const char *log_level,
 void tu_daemon_stop(struct tu_daemon *d, bool check_maps);
 
 /*
- * SIGKILL (a crash), reap it, remove the folder, and assert the same fd
- * and buffer-mapping counts as tu_daemon_stop().
+ * Run $TD_TENSORCTL --socket d->sock ARGS... (NULL-ended) with stdout and
+ * stderr in *out (malloc'ed; NULL: dropped); its exit status.
  */
-void tu_daemon_kill(struct tu_daemon *d);
-/*
- * Wait for a daemon to die by itself (a test knob kills it): its wait
- * status, then the same cleanup and checks as tu_daemon_kill().
- */
-int tu_daemon_wait(struct tu_daemon *d);
+int tu_tensorctl(const struct tu_daemon *d, char **out, ...);
 
 /* Deterministic PRNG (xorshift64*), seeded per test. */
 uint64_t tu_rand(uint64_t *state);

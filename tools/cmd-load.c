@@ -366,6 +366,9 @@ int cmd_load(int argc, char **argv)
 	size_t len;
 	int rc;
 
+	if (tctl_hrry_wanted(argc, argv, 1))
+		return cmd_load_hrry(argc, argv);
+
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -61,30 +61,11 @@ static enum td_tgm_dtype tgm_dtype(uint32_t d)
  */
 static const char *unsavable(const struct td_tensor *t)
 {
-	uint64_t want = td_tensor_dtype_size(td_tensor_dtype(t));
-	const uint64_t *shape = td_tensor_shape(t);
-	const int64_t *st;
-	uint32_t n, ndim = td_tensor_ndim(t);
-
 	if (tgm_dtype(td_tensor_dtype(t)) == TD_TGM_DTYPE_UNKNOWN)
 		return "its dtype has no .tgm equivalent";
-	if (ndim > TD_TGM_MAX_DIMS)
+	if (td_tensor_ndim(t) > TD_TGM_MAX_DIMS)
 		return "it has too many dimensions";
-	if (td_tensor_quant(t, NULL, NULL, NULL, NULL) != -2)
-		return "it is quantized (a .tgm object has no place for the "
-		       "scales)";
-	st = td_tensor_strides(t, &n);
-	for (uint32_t k = ndim; k-- > 0;) {
-		if (st && (uint64_t)st[k] != want)
-			return "its strides are not dense C order";
-		if (__builtin_mul_overflow(want, shape[k], &want))
-			return "its size overflows";
-	}
-	if (td_tensor_plane_count(t) > 1)
-		return "it has more than one plane";
-	if (td_tensor_bytes(t) != want)
-		return "its bytes do not match its shape";
-	return NULL;
+	return tctl_dense_unsavable(t);
 }
 
 static int write_all(int fd, const uint8_t *p, size_t len)
@@ -109,34 +90,12 @@ static int write_all(int fd, const uint8_t *p, size_t len)
  */
 static int write_atomic(const char *path, const uint8_t *msg, size_t len)
 {
-	size_t pl = strlen(path);
-	char *tmp = malloc(pl + 16);
-	mode_t mask;
-	int fd, rc;
+	char *tmp;
+	int fd = tctl_atomic_begin(path, &tmp), rc;
 
-	if (!tmp)
-		return -ENOMEM;
-	snprintf(tmp, pl + 16, "%s.tmp-XXXXXX", path);
-	fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0) {
-		rc = -errno;
-		free(tmp);
-		return rc;
-	}
-	rc = write_all(fd, msg, len);
-	/* mkostemp() made it 0600: give it what open(0666) would */
-	mask = umask(0);
-	umask(mask);
-	if (!rc && fchmod(fd, 0666 & ~mask) < 0)
-		rc = -errno;
-	if (!rc && fsync(fd) < 0)
-		rc = -errno;
-	if (close(fd) < 0 && !rc)
-		rc = -errno;
-	if (!rc && rename(tmp, path) < 0)
-		rc = -errno;
-	if (rc)
-		unlink(tmp);
+	if (fd < 0)
+		return fd;
+	rc = tctl_atomic_end(fd, tmp, path, write_all(fd, msg, len));
 	free(tmp);
 	return rc;
 }
@@ -153,6 +112,12 @@ int cmd_save(int argc, char **argv)
 	size_t n = 0, len = 0;
 	int rc = TCTL_USAGE;
 
+	if (tctl_hrry_wanted(argc, argv, 0)) {
+		free(names);
+		free(ts);
+		free(objs);
+		return cmd_save_hrry(argc, argv);
+	}
 	if (!names || !ts || !objs) {
 		fprintf(stderr, "tensorctl: out of memory\n");
 		goto out;
@@ -165,6 +130,8 @@ int cmd_save(int argc, char **argv)
 			out = argv[++i];
 		else if (!strcmp(a, "--socket") && v)
 			tctl_socket = argv[++i];
+		else if (!strcmp(a, "--format") && v && !strcmp(v, "tgm"))
+			i++;
 		else if (a[0] == '-')
 			goto usage;
 		else

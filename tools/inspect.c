@@ -83,7 +83,9 @@ int cmd_inspect(int argc, char **argv)
 		return TCTL_USAGE;
 	}
 	/* formats with a magic first; the blob has none and is the default */
-	if (inspect_tgm_sniff(buf, len))
+	if (inspect_hrry_sniff(buf, len))
+		rc = inspect_hrry(buf, len, json);
+	else if (inspect_tgm_sniff(buf, len))
 		rc = inspect_tgm(buf, len, json);
 	else
 		rc = inspect_blob(buf, len, json);

@@ -26,8 +26,11 @@ static const struct {
 	{"watch", cmd_watch,
 	 "watch NAME|PREFIX [--prefix] [--count N] [--json]"},
 	{"load", cmd_load,
-	 "load FILE.tgm [--message N] [--variable-key DOT.PATH]"},
-	{"save", cmd_save, "save NAME... -o FILE.tgm"},
+	 "load FILE.tgm [--message N] [--variable-key DOT.PATH] | "
+	 "load FILE.hrry [--prefix P]"},
+	{"save", cmd_save,
+	 "save NAME... -o FILE.tgm | save -o FILE.hrry [NAMES...] "
+	 "[--format tgm|hrry]"},
 };
 
 static void usage(FILE *f)

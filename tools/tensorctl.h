@@ -56,6 +56,24 @@ int inspect_tgm(const uint8_t *buf, size_t len, int json);
 /* 1 when buf is a .tgm file: TENSOGRM magic, or a message after junk */
 int inspect_tgm_sniff(const uint8_t *buf, size_t len);
 
+/* Hurray files (hrry.c): inspect back end, load and save */
+int inspect_hrry(const uint8_t *buf, size_t len, int json);
+/* 1 when buf starts with the HRRYFILE magic */
+int inspect_hrry_sniff(const uint8_t *buf, size_t len);
+/* 1 when a load/save command line names a Hurray file (--format hrry,
+ * a .hrry name, or with by_magic an existing file with the magic) */
+int tctl_hrry_wanted(int argc, char **argv, int by_magic);
+int cmd_load_hrry(int argc, char **argv);
+int cmd_save_hrry(int argc, char **argv);
+
+/* save-common.c: NULL when t is one dense C-order unquantized plane,
+ * else why it cannot be saved */
+const char *tctl_dense_unsavable(const struct td_tensor *t);
+/* A temporary file beside path (fd, *tmp malloc'ed), then fsync and
+ * rename over path when rc is 0 (else unlink). 0/fd or -errno. */
+int tctl_atomic_begin(const char *path, char **tmp);
+int tctl_atomic_end(int fd, const char *tmp, const char *path, int rc);
+
 /* Print a decoder refusal: JSON on stdout, or one line on stderr. */
 void tctl_print_td_err(const struct td_err *e, int json);
 
