@@ -34,7 +34,7 @@ enum td__io_mode {
 };
 
 /* Bytes the fallback moves per loop iteration (well under a ms). */
-#define TD__IO_SYNC_BUDGET (1u << 20)
+#define TD__IO_SYNC_BUDGET (256u << 10)
 /* Requests in the kernel at once with io_uring (ring size). */
 #define TD__IO_URING_DEPTH 64
 

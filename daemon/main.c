@@ -371,7 +371,8 @@ int main(int argc, char **argv)
 	 */
 	if (td__sd_init(d) < 0 || td__store_new(d) < 0 ||
 	    (rc = td__fdstore_restore(d)) < 0 ||
-	    (snapshot && td__snapshot_start(d, snapshot, snap_ms, rc > 0) < 0) ||
+	    (snapshot &&
+	     td__snapshot_start(d, snapshot, snap_ms, rc > 0) < 0) ||
 	    td__server_start(d) < 0)
 		goto out;
 	td__sd_ready(d);

@@ -5,13 +5,18 @@
  * systemd.
  *
  * Saving drives the Hurray writer core (proto/hrry.h) step by step from
- * the loop: small slices (header, descriptors, padding, KV, index,
- * trailer) are gathered into 1 MiB staging buffers, tensor bytes are
- * written straight from a read-only mapping of the plane, and every
- * write goes through io.c (io_uring, or bounded pread/pwrite steps), so
- * clients are served while gigabytes go out. Every saved version is
- * referenced like a lease until the save ends, so its bytes stay intact
- * while clients keep publishing, replacing and deleting.
+ * the loop. Every byte goes through a small pool of bounce buffers
+ * (SLOTS x CHUNK, touched once at start): small slices (header,
+ * descriptors, padding, KV, index, trailer) are gathered into one, tensor
+ * bytes are read from the plane into one and written from it, all through
+ * io.c (io_uring, or bounded pread/pwrite steps), so clients are served
+ * while gigabytes go out. No plane is mapped: a fresh mapping costs a
+ * page fault per 4 KiB (far more under nested virtualisation), which the
+ * kernel would take inside io_uring_enter, on the loop's thread. The
+ * writer core advances only as far as a free buffer takes it, which is
+ * also the back-pressure. Every saved version is referenced like a lease
+ * until the save ends, so its bytes stay intact while clients keep
+ * publishing, replacing and deleting.
  *
  * Crash safety: the file is written as FILE.tmp in the same folder,
  * fsync'ed, renamed over FILE, and the folder fsync'ed. A SIGKILL at any
@@ -20,7 +25,8 @@
  *
  * Restoring drives the reader core the same way, before the server
  * starts: header, trailer, index and KV are validated (§13) before any
- * tensor is read, each tensor's bytes are read into a fresh memfd, and
+ * tensor is read, each tensor's bytes are copied through the same
+ * buffers into a fresh memfd, and
  * each version goes through the PUBLISH checks (td__store_restore), like
  * the fd store's restore. A file that does not open is moved aside.
  */
@@ -47,9 +53,8 @@
 #include "io.h"
 #include "sd.h"
 
-#define CHUNK (1u << 20)      /* bytes per read/write request */
-#define STAGE_CAP (1u << 20)  /* small slices gathered per write */
-#define QUEUE_MAX (64u << 20) /* queued bytes before the next record waits */
+#define CHUNK (1u << 20) /* bytes per read/write request, per buffer */
+#define SLOTS 16          /* bounce buffers: what can be in flight */
 #define EXTEND_USEC 30000000ull /* start/stop timeout extension */
 
 /* KV keys (docs/snapshot.md) */
@@ -63,13 +68,128 @@ enum field { F_VERSION, F_FLAGS, F_BLOB, F_META, F_FILES, F_COUNT_ };
 static const char *const field_names[F_COUNT_] = {"version", "flags", "blob",
 						  "meta", "files"};
 
-/* ---- one save ---- */
+/* ---- bounce buffers ---- */
 
-struct map { /* a plane mapped for writing, shared by its requests */
-	void *p;
-	size_t len;
-	unsigned refs;
+/*
+ * One buffer and its request: a write of its bytes, or a copy (read
+ * src into it, then write it to dst).
+ */
+struct slot {
+	struct td__io_op op;
+	uint8_t *p;
+	struct slot *next_free;
+	int dst;
+	uint64_t dst_off;
+	bool copying; /* the read half of a copy is running */
+	void (*done)(struct slot *sl, int64_t res);
+	void *arg;
 };
+
+static struct {
+	uint8_t *mem;
+	struct slot s[SLOTS];
+	struct slot *free;
+	unsigned nfree;
+} pool;
+
+static int pool_init(void)
+{
+	pool.mem = mmap(NULL, (size_t)SLOTS * CHUNK, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (pool.mem == MAP_FAILED) {
+		pool.mem = NULL;
+		return -errno;
+	}
+	/* every page touched now, never again at a save's expense */
+	memset(pool.mem, 0, (size_t)SLOTS * CHUNK);
+	for (unsigned i = 0; i < SLOTS; i++) {
+		pool.s[i].p = pool.mem + (size_t)i * CHUNK;
+		pool.s[i].next_free = pool.free;
+		pool.free = &pool.s[i];
+	}
+	pool.nfree = SLOTS;
+	return 0;
+}
+
+static void pool_fini(void)
+{
+	if (pool.mem)
+		munmap(pool.mem, (size_t)SLOTS * CHUNK);
+	memset(&pool, 0, sizeof(pool));
+}
+
+static struct slot *slot_get(void)
+{
+	struct slot *sl = pool.free;
+
+	if (sl) {
+		pool.free = sl->next_free;
+		pool.nfree--;
+	}
+	return sl;
+}
+
+static void slot_put(struct slot *sl)
+{
+	sl->next_free = pool.free;
+	pool.free = sl;
+	pool.nfree++;
+}
+
+static void on_slot(struct td__io_op *op, int64_t res)
+{
+	struct slot *sl = td__container_of(op, struct slot, op);
+
+	if (sl->copying && res == (int64_t)op->len) {
+		/* the read half is in: now the write half */
+		sl->copying = false;
+		op->kind = TD__IO_WRITE;
+		op->fd = sl->dst;
+		op->off = sl->dst_off;
+		td__io_submit(op);
+		return;
+	}
+	if (sl->copying && res >= 0)
+		res = -ENODATA; /* a short read: the source ended early */
+	sl->done(sl, res);
+}
+
+/* Write sl's len bytes to fd at off; done(sl, bytes or -errno) later. */
+static void slot_write(struct slot *sl, int fd, uint64_t off, size_t len,
+		       void (*done)(struct slot *, int64_t), void *arg)
+{
+	sl->op = (struct td__io_op){.kind = TD__IO_WRITE,
+				    .fd = fd,
+				    .buf = sl->p,
+				    .len = len,
+				    .off = off,
+				    .done = on_slot};
+	sl->copying = false;
+	sl->done = done;
+	sl->arg = arg;
+	td__io_submit(&sl->op);
+}
+
+/* Copy len (<= CHUNK) bytes from src at soff to dst at doff through sl. */
+static void slot_copy(struct slot *sl, int src, uint64_t soff, int dst,
+		      uint64_t doff, size_t len,
+		      void (*done)(struct slot *, int64_t), void *arg)
+{
+	sl->op = (struct td__io_op){.kind = TD__IO_READ,
+				    .fd = src,
+				    .buf = sl->p,
+				    .len = len,
+				    .off = soff,
+				    .done = on_slot};
+	sl->copying = true;
+	sl->dst = dst;
+	sl->dst_off = doff;
+	sl->done = done;
+	sl->arg = arg;
+	td__io_submit(&sl->op);
+}
+
+/* ---- one save ---- */
 
 struct item { /* one held version */
 	void *ref;
@@ -102,26 +222,17 @@ struct save {
 	struct td_hrry_kv_entry *kv;
 	size_t nkv;
 	uint64_t off; /* file offset of the core's next byte */
-	uint8_t *stage;
+	struct slot *stage; /* small slices gathered here, or NULL */
 	size_t stage_len;
 	uint64_t stage_off;
-	struct map *map; /* the current record's plane */
-	uint64_t buf_pos;
-	unsigned inflight;
-	uint64_t queued;
+	int plane; /* the current record's plane fd (borrowed) */
+	unsigned inflight; /* slots submitted */
 	int err;
 	char why[200];
 	enum phase phase;
 	bool abort, again;
 	uint64_t t0, tensors, bytes;
 	struct td__io_op sync_op;
-};
-
-struct wreq {
-	struct td__io_op op;
-	struct save *sv;
-	struct map *m;  /* the bytes are in this plane, or: */
-	uint8_t *stage; /* staging bytes (owned) */
 };
 
 static struct {
@@ -172,15 +283,6 @@ static void save_fail(struct save *sv, int rc, const char *fmt, ...)
 	va_end(ap);
 }
 
-static void map_unref(struct map *m)
-{
-	if (!m || --m->refs)
-		return;
-	if (m->len)
-		munmap(m->p, m->len);
-	free(m);
-}
-
 static void item_fini(struct item *it)
 {
 	td__store_snap_unref(it->ref);
@@ -220,8 +322,8 @@ static void save_end(struct save *sv)
 	}
 	if (sv->again)
 		sn.dirty = true; /* a version skipped for its fence */
-	map_unref(sv->map);
-	free(sv->stage);
+	if (sv->stage)
+		slot_put(sv->stage);
 	for (size_t i = 0; i < sv->n; i++)
 		item_fini(&sv->items[i]);
 	free(sv->items);
@@ -282,19 +384,19 @@ static void drained(struct save *sv)
 		start_fsync(sv, sv->fd, PH_FSYNC);
 }
 
-static void on_write(struct td__io_op *op, int64_t res)
+/* A write (or a copy) of the save is done. */
+static void on_written(struct slot *sl, int64_t res)
 {
-	struct wreq *r = td__container_of(op, struct wreq, op);
-	struct save *sv = r->sv;
+	struct save *sv = sl->arg;
 
-	if (res != (int64_t)op->len)
+	if (res != (int64_t)sl->op.len)
 		save_fail(sv, res < 0 ? (int)res : -EIO,
-			  "write of %zu bytes at %" PRIu64, op->len, op->off);
+			  "%s of %zu bytes at %" PRIu64,
+			  sl->op.kind == TD__IO_READ ? "reading a plane"
+						     : "write",
+			  sl->op.len, sl->op.off);
 	sv->inflight--;
-	sv->queued -= op->len;
-	map_unref(r->m);
-	free(r->stage);
-	free(r);
+	slot_put(sl);
 	step();
 	if (sv->phase == PH_WRITE && !sv->err && !sv->abort)
 		pump(sv);
@@ -302,98 +404,81 @@ static void on_write(struct td__io_op *op, int64_t res)
 		drained(sv);
 }
 
-static void submit_write(struct save *sv, void *buf, size_t len,
-			 uint64_t off, struct map *m, uint8_t *stage)
-{
-	struct wreq *r = calloc(1, sizeof(*r));
-
-	if (!r) {
-		free(stage);
-		save_fail(sv, -ENOMEM, "out of memory");
-		return;
-	}
-	r->op = (struct td__io_op){.kind = TD__IO_WRITE,
-				   .fd = sv->fd,
-				   .buf = buf,
-				   .len = len,
-				   .off = off,
-				   .done = on_write};
-	r->sv = sv;
-	r->m = m;
-	r->stage = stage;
-	if (m)
-		m->refs++;
-	sv->inflight++;
-	sv->queued += len;
-	td__io_submit(&r->op);
-}
-
 static void stage_flush(struct save *sv)
 {
-	if (!sv->stage_len)
+	if (!sv->stage || !sv->stage_len)
 		return;
-	submit_write(sv, sv->stage, sv->stage_len, sv->stage_off, NULL,
-		     sv->stage);
+	sv->inflight++;
+	slot_write(sv->stage, sv->fd, sv->stage_off, sv->stage_len,
+		   on_written, sv);
 	sv->stage = NULL;
 	sv->stage_len = 0;
 }
 
-/* Gather len bytes (ptr NULL: zeros) that go at file offset sv->off. */
-static void stage_add(struct save *sv, const uint8_t *ptr, uint64_t len)
+/*
+ * Gather up to len bytes (ptr NULL: zeros) that go at file offset
+ * sv->off; returns how many fit (0: no free buffer, wait).
+ */
+static uint64_t stage_add(struct save *sv, const uint8_t *ptr, uint64_t len)
 {
-	uint64_t at = sv->off;
+	uint64_t done = 0;
 
-	while (len && !sv->err) {
+	while (done < len) {
 		size_t n;
 
 		if (!sv->stage) {
-			sv->stage = malloc(STAGE_CAP);
-			if (!sv->stage) {
-				save_fail(sv, -ENOMEM, "out of memory");
-				return;
-			}
-			sv->stage_off = at;
+			sv->stage = slot_get();
+			if (!sv->stage)
+				break;
+			sv->stage_off = sv->off + done;
 		}
-		n = STAGE_CAP - sv->stage_len;
-		if (n > len)
-			n = (size_t)len;
+		n = CHUNK - sv->stage_len;
+		if (n > len - done)
+			n = (size_t)(len - done);
 		if (ptr)
-			memcpy(sv->stage + sv->stage_len, ptr, n);
+			memcpy(sv->stage->p + sv->stage_len, ptr + done, n);
 		else
-			memset(sv->stage + sv->stage_len, 0, n);
+			memset(sv->stage->p + sv->stage_len, 0, n);
 		sv->stage_len += n;
-		at += n;
-		len -= n;
-		if (ptr)
-			ptr += n;
-		if (sv->stage_len == STAGE_CAP)
+		done += n;
+		if (sv->stage_len == CHUNK)
 			stage_flush(sv);
 	}
+	return done;
 }
 
-/* One slice of the writer core. */
-static void emit(struct save *sv, const struct td_hrry_slice *s)
+/*
+ * As much of one writer-core slice as free buffers take: bytes (copied
+ * into the stage) or the plane's own (copied plane -> buffer -> file).
+ * Returns the bytes emitted; 0 means wait for a buffer.
+ */
+static uint64_t emit(struct save *sv, const struct td_hrry_slice *s)
 {
-	if (s->kind == TD_HRRY_SLICE_BUFFER) {
-		/* the plane's own pages: written from the mapping, no copy */
-		struct map *m = sv->map;
+	uint64_t done = 0;
 
+	if (s->kind != TD_HRRY_SLICE_BUFFER) {
+		done = stage_add(sv, s->kind == TD_HRRY_SLICE_BYTES ? s->ptr
+								    : NULL,
+				 s->len);
+	} else {
 		stage_flush(sv);
-		for (uint64_t done = 0; done < s->len && !sv->err;) {
+		while (done < s->len) {
+			struct slot *sl = slot_get();
 			uint64_t n = s->len - done > CHUNK ? CHUNK
 							   : s->len - done;
 
-			submit_write(sv, (uint8_t *)m->p + sv->buf_pos + done,
-				     (size_t)n, sv->off + done, m, NULL);
+			if (!sl)
+				break;
+			sv->inflight++;
+			/* skip: where in the buffer this slice starts */
+			slot_copy(sl, sv->plane, s->skip + done, sv->fd,
+				  sv->off + done, (size_t)n, on_written, sv);
 			done += n;
 		}
-		sv->buf_pos += s->len;
-	} else {
-		stage_add(sv, s->kind == TD_HRRY_SLICE_BYTES ? s->ptr : NULL,
-			  s->len);
 	}
-	sv->off += s->len;
-	td_hrry_wcore_advance(&sv->w, s->len);
+	sv->off += done;
+	td_hrry_wcore_advance(&sv->w, done);
+	return done;
 }
 
 /* Start the next record: 1 started, 0 none left, <0 failed. */
@@ -407,8 +492,6 @@ static int next_record(struct save *sv)
 	uint32_t i;
 	int rc;
 
-	map_unref(sv->map);
-	sv->map = NULL;
 	for (;;) {
 		if (sv->rec_item == sv->n)
 			return 0;
@@ -443,32 +526,14 @@ static int next_record(struct save *sv)
 		return rc;
 	}
 	sv->nents++;
-	sv->map = calloc(1, sizeof(*sv->map));
-	if (!sv->map) {
-		save_fail(sv, -ENOMEM, "out of memory");
-		return -ENOMEM;
-	}
-	sv->map->refs = 1;
-	sv->map->len = (size_t)it->fsize[i];
-	if (sv->map->len) {
-		sv->map->p = mmap(NULL, sv->map->len, PROT_READ, MAP_SHARED,
-				  it->fds[i], 0);
-		if (sv->map->p == MAP_FAILED) {
-			rc = -errno;
-			sv->map->len = 0;
-			save_fail(sv, rc, "cannot map \"%.*s\" fd %u",
-				  (int)it->ent.name.len, it->ent.name.ptr, i);
-			return rc;
-		}
-	}
-	sv->buf_pos = 0;
+	sv->plane = it->fds[i];
 	sv->bytes += it->fsize[i];
 	return 1;
 }
 
 /*
- * Drive the writer core until it waits: a record at a time, no new one
- * while QUEUE_MAX bytes are queued (the completions call back in).
+ * Drive the writer core until it waits for a free buffer (the
+ * completions call back in) or the file is complete.
  */
 static void pump(struct save *sv)
 {
@@ -478,7 +543,10 @@ static void pump(struct save *sv)
 
 	while (!sv->err && !sv->abort && sv->phase == PH_WRITE) {
 		if (td_hrry_wcore_next(&sv->w, &s) == TD_HRRY_STEP_NEED) {
-			emit(sv, &s);
+			if (s.len && emit(sv, &s) == 0)
+				return;
+			if (!s.len)
+				td_hrry_wcore_advance(&sv->w, 0);
 			continue;
 		}
 		if (sv->finishing) {
@@ -486,13 +554,9 @@ static void pump(struct save *sv)
 			sv->phase = PH_DRAIN;
 			break;
 		}
-		if (sv->queued >= QUEUE_MAX)
-			return;
 		rc = next_record(sv);
 		if (rc > 0 || rc < 0)
 			continue;
-		map_unref(sv->map);
-		sv->map = NULL;
 		rc = td_hrry_wcore_begin_finish(&sv->w, sv->kv, sv->nkv,
 						sv->ents, sv->nents, NULL, &e);
 		if (rc < 0)
@@ -500,9 +564,9 @@ static void pump(struct save *sv)
 				  td_hrry_error_name(e.kind), e.reason);
 		sv->finishing = true;
 	}
-	if (sv->err || sv->abort) {
+	if ((sv->err || sv->abort) && sv->stage) {
 		/* nothing more is started: the file is dropped anyway */
-		free(sv->stage);
+		slot_put(sv->stage);
 		sv->stage = NULL;
 		sv->stage_len = 0;
 	}
@@ -859,6 +923,60 @@ static int read_range(int fd, void *buf, uint64_t len, uint64_t off)
 	return r.err;
 }
 
+struct copy {
+	unsigned busy;
+	int err;
+	int src, dst;
+	uint64_t at, end; /* the next source byte, the last one + 1 */
+	int64_t shift;    /* destination offset - source offset */
+};
+
+static void copy_fill(struct copy *c);
+
+static void on_copied(struct slot *sl, int64_t res)
+{
+	struct copy *c = sl->arg;
+
+	if (res != (int64_t)sl->op.len && !c->err)
+		c->err = res < 0 ? (int)res : -ENODATA;
+	slot_put(sl);
+	c->busy--;
+	copy_fill(c);
+}
+
+static void copy_fill(struct copy *c)
+{
+	struct slot *sl;
+
+	while (!c->err && c->at < c->end && (sl = slot_get())) {
+		uint64_t n = c->end - c->at > CHUNK ? CHUNK : c->end - c->at;
+
+		c->busy++;
+		slot_copy(sl, c->src, c->at, c->dst,
+			  (uint64_t)((int64_t)c->at + c->shift), (size_t)n,
+			  on_copied, c);
+		c->at += n;
+	}
+}
+
+/*
+ * Copy [off, off + len) of src to dst at dst_off through the buffers,
+ * all of them in flight. 0, -ENODATA (short) or -errno.
+ */
+static int copy_range(int src, uint64_t off, int dst, uint64_t dst_off,
+		      uint64_t len)
+{
+	struct copy c = {.src = src,
+			 .dst = dst,
+			 .at = off,
+			 .end = off + len,
+			 .shift = (int64_t)(dst_off - off)};
+
+	copy_fill(&c);
+	run_while(count_busy, &c.busy);
+	return c.err;
+}
+
 struct reader {
 	int fd;
 	struct td_hrry_rcore c;
@@ -911,9 +1029,11 @@ static int reader_open(struct reader *rd, uint64_t size,
 		if (need.kind == TD_HRRY_NEED_READ) {
 			rc = read_range(rd->fd, buf, need.len, need.offset);
 			if (rc < 0) {
+				bool eof = rc == -ENODATA;
+
 				*e = (struct td_hrry_err){
-					rc == -ENODATA ? TD_HRRY_E_UNEXPECTED_EOF
-						       : TD_HRRY_E_IO,
+					eof ? TD_HRRY_E_UNEXPECTED_EOF
+					    : TD_HRRY_E_IO,
 					rc, need.offset, "read failed"};
 				return rc;
 			}
@@ -977,7 +1097,6 @@ static int restore_plane(struct reader *rd, const char *hname, size_t hlen,
 	uint8_t *dbuf = NULL;
 	uint64_t idx, off, len;
 	const char *pwhy = NULL;
-	void *map = NULL;
 	int fd = -1, rc;
 
 	rc = td_hrry_rcore_find(&rd->c, hname, hlen, &idx, &e);
@@ -1013,25 +1132,12 @@ static int restore_plane(struct reader *rd, const char *hname, size_t hlen,
 	rc = td__plane_create(size, &fd, &pwhy);
 	if (rc < 0)
 		goto perr;
-	if (size) {
-		/* populated: one pass over the page tables, not a fault
-		 * per page while the kernel copies into it */
-		map = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE,
-			   MAP_SHARED | MAP_POPULATE, fd, 0);
-		if (map == MAP_FAILED) {
-			map = NULL;
-			rc = -errno;
-			pwhy = "cannot map the new memfd";
-			goto perr;
-		}
-		rc = read_range(rd->fd, map, len, off);
-		/* unmapped before the write seal, which refuses otherwise */
-		munmap(map, (size_t)size);
-		if (rc < 0) {
-			snprintf(why, cap, "reading \"%.*s\": %s", (int)hlen,
-				 hname, strerror(-rc));
-			goto out;
-		}
+	/* never mapped here: written through the bounce buffers */
+	rc = copy_range(rd->fd, off, fd, 0, len);
+	if (rc < 0) {
+		snprintf(why, cap, "reading \"%.*s\": %s", (int)hlen, hname,
+			 strerror(-rc));
+		goto out;
 	}
 	rc = td__plane_seal(fd, &pwhy);
 	if (rc == 0)
@@ -1109,10 +1215,11 @@ static int restore_rec(struct reader *rd, const struct rec *r, char *why,
 	for (uint32_t i = 0; i < n; i++) {
 		struct td_hrry_kv_value it;
 		char hname[TD_WIRE_MAX_NAME + 16];
+		bool fence = (int32_t)i == bv.fence_fd;
 		int hlen;
 
 		td_hrry_kv_item(&r->v[F_FILES], i, &it);
-		if ((it.u64_value == FENCE_FILE) != ((int32_t)i == bv.fence_fd)) {
+		if ((it.u64_value == FENCE_FILE) != fence) {
 			snprintf(why, cap, "fd table entry %u: the fence is "
 					   "entry %d",
 				 i, bv.fence_fd);
@@ -1372,6 +1479,8 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 	if (knob)
 		sn.kill_at = strtoull(knob, NULL, 10);
 	rc = td__io_init(d->loop);
+	if (rc == 0)
+		rc = pool_init();
 	if (rc < 0)
 		goto fail;
 	uv_timer_init(d->loop, &sn.timer);
@@ -1421,6 +1530,7 @@ void td__snapshot_fini(void)
 	sn.on = false;
 	uv_close((uv_handle_t *)&sn.timer, NULL);
 	td__io_fini();
+	pool_fini();
 	free(sn.path);
 	free(sn.tmp);
 	free(sn.dir);

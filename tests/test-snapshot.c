@@ -501,7 +501,8 @@ static void kill_every_step(const char *io)
 
 	for (unsigned step = 1; !completed && step < 200; step++) {
 		char knob[16];
-		struct tensor t = mk("k/new", TD_TENSOR_U8, 3 << 20, 0, 3 << 20);
+		struct tensor t = mk("k/new", TD_TENSOR_U8, 3 << 20, 0,
+				     3 << 20);
 		int st;
 
 		cr_assert_eq(truncate(s.log, 0), 0);
@@ -775,7 +776,7 @@ Test(snapshot, saves_while_clients_replace_tensors_stay_whole)
 	snapdir_make(&s);
 	/*
 	 * Interval 0: a save starts right after each change, so most of
-	 * these requests meet one in progress (8 MiB is eight loop
+	 * these requests meet one in progress (8 MiB is 32 loop
 	 * iterations of the sync engine). Every save holds the versions it
 	 * writes; what ends up on disk is whole whatever was replaced.
 	 */
