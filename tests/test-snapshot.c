@@ -31,6 +31,7 @@
 
 #include "tensord/hrry.h"
 #include "tensord/tensord.h"
+#include "testclient.h"
 #include "testutil.h"
 
 #define WAIT_MS 20000
@@ -81,22 +82,9 @@ static bool dir_has(const struct snapdir *s, const char *prefix)
 	return found;
 }
 
-static char *slurp(const char *path)
-{
-	size_t len;
-	uint8_t *b = tu_try_read_file(path, &len);
-	char *s = calloc(1, len + 1);
-
-	cr_assert_not_null(s);
-	if (b)
-		memcpy(s, b, len);
-	free(b);
-	return s;
-}
-
 static bool log_has(const struct snapdir *s, const char *text)
 {
-	char *l = slurp(s->log);
+	char *l = tu_slurp(s->log);
 	bool r = strstr(l, text) != NULL;
 
 	free(l);
@@ -201,11 +189,8 @@ static void put(struct td_client *c, struct tensor *t, uint64_t next)
 static void check(struct td_client *c, const struct tensor *t)
 {
 	struct td_tensor *x;
-	struct td_entry ent = {0};
 	struct td_error e = {0};
 	const uint8_t *b;
-	const void *meta;
-	size_t ml;
 
 	cr_assert_eq(td_client_get(c, t->name, &x, &e), 0, "%s: %s", t->name,
 		     e.reason);
@@ -219,17 +204,7 @@ static void check(struct td_client *c, const struct tensor *t)
 	for (size_t i = 0; i < t->len; i++)
 		cr_assert_eq(b[i], byte_of(t->name, t->version, i),
 			     "%s byte %zu", t->name, i);
-	meta = td_tensor_meta(x, &ml);
-	cr_assert_eq(ml, t->meta ? strlen(t->meta) : 0, "%s", t->name);
-	if (ml)
-		cr_assert_eq(memcmp(meta, t->meta, ml), 0);
-	cr_assert_eq(td_tensor_has_fence(x), t->fence, "%s", t->name);
-	if (t->fence)
-		cr_assert_eq(td_tensor_fence_wait(x, WAIT_MS), 0);
-	td_tensor_release(x);
-	cr_assert_eq(td_client_stat(c, t->name, &ent, &e), 0, "%s", e.reason);
-	cr_assert_eq(ent.flags, t->flags, "%s", t->name);
-	td_entry_fini(&ent);
+	tc_check_rest(c, x, t->name, t->meta, t->fence, t->flags, WAIT_MS);
 }
 
 static size_t count(struct td_client *c)
@@ -377,14 +352,14 @@ static void restart_restores(const char *io)
 
 	snapdir_make(&s);
 	start(&d, &s, io, "30");
-	cr_assert(log_has(&s, engine_line(io)), "%s", slurp(s.log));
+	cr_assert(log_has(&s, engine_line(io)), "%s", tu_slurp(s.log));
 	c = conn(&d);
 	put_set(c, set);
 	td_client_close(c);
 	/* no save yet (30 s); the clean stop writes it */
 	cr_assert(!dir_has(&s, "snap.hrry"));
 	tu_daemon_stop(&d, true);
-	cr_assert(log_has(&s, "saved 6 tensors"), "%s", slurp(s.log));
+	cr_assert(log_has(&s, "saved 6 tensors"), "%s", tu_slurp(s.log));
 	check_file(s.file, set, NSET);
 
 	start(&d, &s, io, "30");
@@ -400,7 +375,7 @@ static void restart_restores(const char *io)
 	cr_assert_gt(after.version, maxv + 1);
 	td_client_close(c);
 	tu_daemon_stop(&d, true);
-	cr_assert(log_has(&s, "restored 6 of 6 tensors"), "%s", slurp(s.log));
+	cr_assert(log_has(&s, "restored 6 of 6 tensors"), "%s", tu_slurp(s.log));
 	cr_assert(!dir_has(&s, "snap.hrry.tmp"));
 	snapdir_rm(&s);
 }
@@ -590,8 +565,8 @@ static void starts_empty_and_moves_aside(struct snapdir *s,
 	td_client_close(c);
 	tu_daemon_stop(&d, true);
 	cr_assert(log_has(s, reason), "want \"%s\": %s", reason,
-		  slurp(s->log));
-	cr_assert(log_has(s, "moved aside to"), "%s", slurp(s->log));
+		  tu_slurp(s->log));
+	cr_assert(log_has(s, "moved aside to"), "%s", tu_slurp(s->log));
 	cr_assert(dir_has(s, "snap.hrry.corrupt-"));
 	/* nothing changed: no new snapshot was written in its place */
 	cr_assert(access(s->file, F_OK) < 0);
@@ -678,9 +653,9 @@ Test(snapshot, a_version_that_fails_the_publish_checks_is_skipped_alone)
 	td_client_close(c);
 	tu_daemon_stop(&d, true);
 	cr_assert(log_has(&s, "not restoring \"a/plain\""), "%s",
-		  slurp(s.log));
-	cr_assert(log_has(&s, "storage_kind"), "%s", slurp(s.log));
-	cr_assert(log_has(&s, "restored 5 of 6 tensors"), "%s", slurp(s.log));
+		  tu_slurp(s.log));
+	cr_assert(log_has(&s, "storage_kind"), "%s", tu_slurp(s.log));
+	cr_assert(log_has(&s, "restored 5 of 6 tensors"), "%s", tu_slurp(s.log));
 	snapdir_rm(&s);
 }
 
@@ -721,8 +696,8 @@ Test(snapshot, a_forbidden_io_uring_falls_back_and_says_why)
 	tu_daemon_stop(&d, true);
 	cr_assert(log_has(&s, "file I/O: sync (pread/pwrite): io_uring "
 			      "unavailable: io_uring_setup is forbidden"),
-		  "%s", slurp(s.log));
-	cr_assert(log_has(&s, "saved 1 tensors"), "%s", slurp(s.log));
+		  "%s", tu_slurp(s.log));
+	cr_assert(log_has(&s, "saved 1 tensors"), "%s", tu_slurp(s.log));
 	/* and what it wrote comes back */
 	cr_assert_eq(truncate(s.log, 0), 0);
 	tu_daemon_start_log(&d, "info", extra, s.log, forbid_io_uring);
@@ -790,7 +765,7 @@ Test(snapshot, saves_while_clients_replace_tensors_stay_whole)
 	}
 	td_client_close(c);
 	tu_daemon_stop(&d, true);
-	cr_assert(log_has(&s, "snapshot: saved"), "%s", slurp(s.log));
+	cr_assert(log_has(&s, "snapshot: saved"), "%s", tu_slurp(s.log));
 	check_any(&s, "sync", 2);
 	snapdir_rm(&s);
 }

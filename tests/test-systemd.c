@@ -37,6 +37,7 @@
 #include "bytes.h"
 #include "state.h"
 #include "tensord/tensord.h"
+#include "testclient.h"
 #include "testutil.h"
 
 #define WAIT_MS 20000 /* generous: a slow or loaded machine still passes */
@@ -354,19 +355,6 @@ static void daemon_stop(struct daemon *d, struct fdstore *st)
 	d->pid = 0;
 }
 
-static char *slurp(const char *path)
-{
-	size_t len;
-	uint8_t *b = tu_try_read_file(path, &len);
-	char *s = calloc(1, len + 1);
-
-	cr_assert_not_null(s);
-	if (b)
-		memcpy(s, b, len);
-	free(b);
-	return s;
-}
-
 static struct td_client *connect_to(const char *path)
 {
 	struct td_client *c = NULL;
@@ -635,11 +623,8 @@ struct expect {
 static void check_tensor(struct td_client *c, const struct expect *x)
 {
 	struct td_tensor *t;
-	struct td_entry ent = {0};
 	struct td_error e = {0};
 	const uint8_t *b;
-	const void *meta;
-	size_t ml;
 
 	cr_assert_eq(td_client_get(c, x->name, &t, &e), 0, "%s: %s", x->name,
 		     e.reason);
@@ -649,17 +634,7 @@ static void check_tensor(struct td_client *c, const struct expect *x)
 	for (size_t i = 0; i < x->len; i++)
 		cr_assert_eq(b[i], (uint8_t)(x->seed + i * 7), "%s byte %zu",
 			     x->name, i);
-	meta = td_tensor_meta(t, &ml);
-	cr_assert_eq(ml, x->meta ? strlen(x->meta) : 0, "%s", x->name);
-	if (ml)
-		cr_assert_eq(memcmp(meta, x->meta, ml), 0);
-	cr_assert_eq(td_tensor_has_fence(t), x->fence, "%s", x->name);
-	if (x->fence)
-		cr_assert_eq(td_tensor_fence_wait(t, WAIT_MS), 0);
-	td_tensor_release(t);
-	cr_assert_eq(td_client_stat(c, x->name, &ent, &e), 0, "%s", e.reason);
-	cr_assert_eq(ent.flags, x->flags, "%s", x->name);
-	td_entry_fini(&ent);
+	tc_check_rest(c, t, x->name, x->meta, x->fence, x->flags, WAIT_MS);
 }
 
 /* Publish len bytes of seed from a memfd of ours (shared by callers). */
@@ -793,7 +768,7 @@ Test(systemd, tensors_survive_a_restart_with_their_bytes_and_versions)
 	daemon_stop(&d, &st);
 	/* what is stored is what the next life needs: nothing stale */
 	cr_assert_eq(count_prefix(&st, "td.fd."), 7);
-	err = slurp(d.err);
+	err = tu_slurp(d.err);
 	cr_assert_not_null(strstr(err, "restored 6 of 6 tensors"), "%s", err);
 	free(err);
 	close(keep[0]);
@@ -842,7 +817,7 @@ Test(systemd, the_fd_store_wins_over_a_snapshot_which_then_catches_up)
 	cr_assert_eq(count_prefix(&st, "td.fd."), 7);
 	snap_file = NULL;
 	daemon_stop(&d, &st);
-	err = slurp(d.err);
+	err = tu_slurp(d.err);
 	cr_assert_not_null(strstr(err, "restored 6 of 6 tensors from"), "%s",
 			   err);
 	free(err);
@@ -867,7 +842,7 @@ Test(systemd, the_fd_store_wins_over_a_snapshot_which_then_catches_up)
 		      0, "%s came back from the older snapshot", x[0].name);
 	td_client_close(c);
 	daemon_stop(&d, &st);
-	err = slurp(d.err);
+	err = tu_slurp(d.err);
 	cr_assert_not_null(strstr(err, "not read: the fd store's state"),
 			   "%s", err);
 	free(err);
@@ -911,7 +886,7 @@ static char *second_life_empty(struct daemon *d, struct fdstore *st)
 	td_entry_list_free(list, count);
 	td_client_close(c);
 	daemon_stop(d, st);
-	err = slurp(d->err);
+	err = tu_slurp(d->err);
 	/* the buffers nobody can name any more left the store */
 	cr_assert_eq(count_prefix(st, "td.fd."), 0, "%s", err);
 	return err;
@@ -1056,7 +1031,7 @@ Test(systemd, socket_activated_daemon_serves_clients)
 	cr_assert_eq(waitpid(d.pid, &status, 0), d.pid);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%#x",
 		  status);
-	err = slurp(d.err);
+	err = tu_slurp(d.err);
 	cr_assert_not_null(strstr(err, "socket-activated"), "%s", err);
 	free(err);
 	/* the socket belongs to whoever made it: the daemon leaves it */
@@ -1082,7 +1057,7 @@ static int run_sh(char **out, const char *fmt, ...)
 	strncat(cmd, path, sizeof(cmd) - strlen(cmd) - 1);
 	strncat(cmd, " 2>&1", sizeof(cmd) - strlen(cmd) - 1);
 	rc = system(cmd);
-	*out = slurp(path);
+	*out = tu_slurp(path);
 	unlink(path);
 	return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }

@@ -68,6 +68,19 @@ const char *tu_vectors_path(const char *sub)
 	return path;
 }
 
+char *tu_slurp(const char *path)
+{
+	size_t len;
+	uint8_t *b = tu_try_read_file(path, &len);
+	char *s = calloc(1, len + 1);
+
+	cr_assert_not_null(s);
+	if (b)
+		memcpy(s, b, len);
+	free(b);
+	return s;
+}
+
 int tu_fd_count(void)
 {
 	DIR *d = opendir("/proc/self/fd");

@@ -14,6 +14,8 @@ uint8_t *tu_read_file(const char *path, size_t *len);
 uint8_t *tu_try_read_file(const char *path, size_t *len);
 /* $TD_TEST_DATA/rel, in a static buffer valid until the next call. */
 const char *tu_data_path(const char *rel);
+/* A text file as a NUL-terminated malloc'ed string ("" if absent). */
+char *tu_slurp(const char *path);
 /* Upstream vectors folder ($TD_VECTORS_DIR/sub); NULL if it is absent. */
 const char *tu_vectors_path(const char *sub);
 
