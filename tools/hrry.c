@@ -477,9 +477,15 @@ static int save_one(struct save *s, const char *name)
 		td_tensor_release(t);
 		return TCTL_REFUSED;
 	}
-	td_hrry_desc_init_dense(s->d,
-				td_hrry_type_from_dtype(td_tensor_dtype(t)),
-				td_tensor_ndim(t), td_tensor_shape(t));
+	if (td_hrry_desc_init_dense(s->d,
+				    td_hrry_type_from_dtype(td_tensor_dtype(t)),
+				    td_tensor_ndim(t), td_tensor_shape(t))) {
+		fprintf(stderr, "tensorctl: %s: cannot be saved: its dtype "
+				"has no Hurray type\n",
+			name);
+		td_tensor_release(t);
+		return TCTL_REFUSED;
+	}
 	const void *bufs[1] = {td_tensor_plane_data(t, 0)};
 	rc = td_hrry_file_writer_write_tensor(s->w, name, strlen(name), s->d,
 					      bufs, &he);
