@@ -2107,3 +2107,56 @@ Test(hrry, own_descriptors_fed_one_byte_at_a_time)
 	buf[n - 8 + 1] = 2; /* scheme_version 2 */
 	expect_desc_error(buf, n, TD_HRRY_E_INVALID_QUANTIZATION);
 }
+
+/* A transport over a span that hands out at most one byte per read and
+ * may claim a larger size than it holds. */
+struct dribble {
+	const uint8_t *p;
+	size_t len;
+	unsigned calls;
+	uint64_t hole; /* reads from here on within 8 bytes give EOF */
+};
+
+static int dribble_read(void *ctx, uint64_t off, void *buf, size_t len,
+			size_t *got)
+{
+	struct dribble *d = ctx;
+	d->calls++;
+	if (off >= d->len || !len || (d->hole && off >= d->hole &&
+					 off < d->hole + 8)) {
+		*got = 0;
+		return 0;
+	}
+	*(uint8_t *)buf = d->p[off];
+	*got = 1;
+	return 0;
+}
+
+Test(hrry, short_reads_are_retried_and_a_short_file_is_unexpected_eof)
+{
+	size_t len;
+	uint8_t *f = basic_bytes(&len);
+	struct dribble dr = {f, len, 0, 0};
+	struct td_hrry_transport t = {.ctx = &dr, .size = len,
+				      .read_at = dribble_read};
+	struct td_hrry_file_reader *r;
+	struct td_hrry_err e;
+	struct td_hrry_tensor tt;
+	cr_assert_eq(td_hrry_file_reader_new(&t, &r, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_hrry_file_reader_read_tensor(r, "weights", 7, &tt, &e),
+		     0);
+	cr_assert_eq(tt.data_len, 16);
+	cr_assert_gt(dr.calls, 64 + 40 + 87 + 60 + 61 + 16 - 1);
+	td_hrry_tensor_fini(&tt);
+	td_hrry_file_reader_free(&r);
+	/* a transport that ends early inside "bias"'s data */
+	dr.hole = 8192;
+	cr_assert_eq(td_hrry_file_reader_new(&t, &r, &e), 0);
+	cr_assert_eq(td_hrry_file_reader_read_tensor(r, "bias", 4, &tt, &e),
+		     -ENODATA);
+	cr_assert_eq(e.kind, TD_HRRY_E_UNEXPECTED_EOF);
+	cr_assert_eq(e.offset, 8192);
+	cr_assert_null(tt.data);
+	td_hrry_file_reader_free(&r);
+	free(f);
+}
