@@ -16,9 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#if TD_HAVE_JSON_C
 #include <json-c/json.h>
-#endif
 
 #include "bytes.h"
 #include "hrry-util.h"
@@ -322,7 +320,6 @@ Test(hrry, basic_hrry_reads_through_fd_and_mapped_transports)
 	}
 }
 
-#if TD_HAVE_JSON_C
 static json_object *jget(json_object *o, const char *k)
 {
 	json_object *v = NULL;
@@ -454,13 +451,6 @@ Test(hrry, golden_results_equal_manifest_json)
 	free(b);
 	json_object_put(m);
 }
-#else
-Test(hrry, golden_results_equal_manifest_json)
-{
-	cr_skip_test("json-c not found at configure time: manifest.json "
-		     "comparison not run");
-}
-#endif
 
 /* ---- the bad files of §18, derived from our own writer's output ---- */
 
