@@ -2150,3 +2150,62 @@ Test(hrry, short_reads_are_retried_and_a_short_file_is_unexpected_eof)
 	td_hrry_file_reader_free(&r);
 	free(f);
 }
+
+Test(hrry, tensorctl_load_is_all_or_nothing_unless_partial)
+{
+	struct tu_daemon d;
+	struct td_client *c = NULL;
+	struct td_ring *ring;
+	uint64_t shape[1] = {4};
+	struct td_ring_desc rd = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				  .shape = shape};
+	char path[] = "/tmp/td-hrry-XXXXXX", *out;
+	float f6[6];
+	int64_t i1;
+	uint8_t u5[5];
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	load_fixture(path, f6, &i1, u5);
+	tu_daemon_start(&d, "error");
+	/* a live ring owns "y/u" (the third tensor): PUBLISH is refused */
+	cr_assert_eq(td_client_connect(d.sock, &c, NULL), 0);
+	cr_assert_eq(td_ring_create(c, "y/u", &rd, &ring, NULL), 0);
+	cr_assert_eq(tu_tensorctl(&d, &out, "load", path, "--prefix", "y/",
+				  NULL),
+		     1);
+	cr_assert_not_null(strstr(out, "2 tensor(s) published before the "
+				       "failure, 2 removed again"),
+			   "%s", out);
+	cr_assert_null(strstr(out, "y/f version"), "%s", out);
+	free(out);
+	struct td_tensor *t = NULL;
+	cr_assert_eq(td_client_get(c, "y/f", &t, NULL), -ENOENT);
+	cr_assert_eq(td_client_get(c, "y/scalar", &t, NULL), -ENOENT);
+	cr_assert_eq(tu_tensorctl(&d, &out, "load", path, "--prefix", "y/",
+				  "--json", NULL),
+		     1);
+	cr_assert_not_null(strstr(out, "{\"error\":{\"kind\":\"daemon\","),
+			   "%s", out);
+	free(out);
+	cr_assert_eq(tu_tensorctl(&d, &out, "load", path, "--prefix", "y/",
+				  "--partial", NULL),
+		     1);
+	free(out);
+	cr_assert_eq(td_client_get(c, "y/f", &t, NULL), 0);
+	td_tensor_release(t);
+	/* --json of a good load: published and refused lists */
+	cr_assert_eq(tu_tensorctl(&d, &out, "load", path, "--prefix", "z/",
+				  "--json", NULL),
+		     0, "%s", out);
+	cr_assert_not_null(strstr(out, "{\"name\":\"z/f\",\"version\":"),
+			   "%s", out);
+	cr_assert_not_null(strstr(out, "\"refused\":[{\"name\":\"colmajor\","
+				       "\"kind\":\"UnsupportedLayout\","),
+			   "%s", out);
+	free(out);
+	td_ring_close(ring);
+	td_client_close(c);
+	unlink(path);
+	tu_daemon_stop(&d, false);
+}

@@ -318,18 +318,17 @@ struct loaded {
 	struct td_client *c;
 	struct json_object *published, *refused; /* --json */
 	char **names; /* published, for all-or-nothing */
+	uint64_t *versions;
 	uint64_t count, refusals;
 };
 
+/* Results are gathered and printed at the end, so a load rolled back
+ * reports nothing as loaded. */
 static void refused(struct loaded *l, const char *name, size_t len,
 		    const char *kind, const char *reason)
 {
-	l->refusals++;
-	if (!l->refused) {
-		printf("refused %.*s: %s: %s\n", (int)len, name, kind, reason);
-		return;
-	}
 	struct json_object *j = json_object_new_object();
+	l->refusals++;
 	json_object_object_add(j, "name",
 			       json_object_new_string_len(name, (int)len));
 	json_object_object_add(j, "kind", json_object_new_string(kind));
@@ -340,13 +339,6 @@ static void refused(struct loaded *l, const char *name, size_t len,
 static void published(struct loaded *l, const char *name, uint64_t version,
 		      const struct td_hrry_desc *d, uint32_t dtype)
 {
-	if (!l->published) {
-		printf("%s version %" PRIu64 " %s", name, version,
-		       td_tensor_dtype_name(dtype));
-		tctl_print_shape(stdout, d->shape, d->rank, 0);
-		printf("\n");
-		return;
-	}
 	struct json_object *j = json_object_new_object(),
 			   *shape = json_object_new_array();
 	for (uint32_t k = 0; k < d->rank; k++)
@@ -359,6 +351,37 @@ static void published(struct loaded *l, const char *name, uint64_t version,
 				       td_tensor_dtype_name(dtype)));
 	json_object_object_add(j, "shape", shape);
 	json_object_array_add(l->published, j);
+}
+
+static const char *jstr(struct json_object *o, const char *key)
+{
+	struct json_object *v = NULL;
+	json_object_object_get_ex(o, key, &v);
+	return json_object_get_string(v);
+}
+
+static void print_loaded(const struct loaded *l, const char *path)
+{
+	for (size_t i = 0; i < json_object_array_length(l->published); i++) {
+		struct json_object *j =
+			json_object_array_get_idx(l->published, i), *v, *sh;
+		json_object_object_get_ex(j, "version", &v);
+		json_object_object_get_ex(j, "shape", &sh);
+		printf("%s version %" PRIu64 " %s(", jstr(j, "name"),
+		       json_object_get_uint64(v), jstr(j, "dtype"));
+		for (size_t k = 0; k < json_object_array_length(sh); k++)
+			printf("%s%" PRIu64, k ? "," : "",
+			       json_object_get_uint64(
+				       json_object_array_get_idx(sh, k)));
+		printf(")\n");
+	}
+	for (size_t i = 0; i < json_object_array_length(l->refused); i++) {
+		struct json_object *j = json_object_array_get_idx(l->refused, i);
+		printf("refused %s: %s: %s\n", jstr(j, "name"), jstr(j, "kind"),
+		       jstr(j, "reason"));
+	}
+	printf("%s: %" PRIu64 " published, %" PRIu64 " refused\n", path,
+	       l->count, l->refusals);
 }
 
 /* Publish one supported, non-head tensor; TCTL_ status. */
@@ -395,17 +418,25 @@ static int load_one(struct loaded *l, struct td_hrry_file_reader *r,
 	rc = td_client_publish_alloc(l->c, a, &p, &version, &err);
 	if (rc < 0)
 		return tctl_refused(name, rc, &err);
-	l->names[l->count++] = strdup(name);
+	l->names[l->count] = strdup(name);
+	l->versions[l->count++] = version;
 	published(l, name, version, d, dtype);
 	return TCTL_OK;
 }
 
-/* All or nothing (as for .tgm): a failure deletes what was published. */
+/* All or nothing (as for .tgm): a failure deletes what was published,
+ * newest first. */
 static void unpublish(struct loaded *l)
 {
-	for (uint64_t i = 0; i < l->count; i++)
+	uint64_t removed = 0;
+	for (uint64_t i = l->count; i-- > 0;)
 		if (l->names[i])
-			td_client_delete(l->c, l->names[i], NULL, NULL);
+			removed += (uint64_t)tctl_roll_back_one(
+				l->c, l->names[i], l->versions[i]);
+	fprintf(stderr,
+		"tensorctl: %" PRIu64 " tensor(s) published before the "
+		"failure, %" PRIu64 " removed again (--partial keeps them)\n",
+		l->count, removed);
 }
 
 int cmd_load_hrry(int argc, char **argv)
@@ -455,17 +486,16 @@ int cmd_load_hrry(int argc, char **argv)
 	td_hrry_file_reader_tensor_count(r, &n);
 	d = malloc(sizeof(*d));
 	l.names = calloc(n ? n : 1, sizeof(*l.names));
-	if (!d || !l.names) {
+	l.versions = calloc(n ? n : 1, sizeof(*l.versions));
+	if (!d || !l.names || !l.versions) {
 		rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
 		goto out;
 	}
 	rc = tctl_connect(&l.c);
 	if (rc)
 		goto out;
-	if (tctl_json) {
-		l.published = json_object_new_array();
-		l.refused = json_object_new_array();
-	}
+	l.published = json_object_new_array();
+	l.refused = json_object_new_array();
 	for (uint64_t i = 0; i < n; i++) {
 		struct td_hrry_entry en;
 		td_hrry_file_reader_entry(r, i, &en);
@@ -495,15 +525,14 @@ int cmd_load_hrry(int argc, char **argv)
 			goto out;
 		}
 	}
-	if (l.published) {
+	if (tctl_json) {
 		struct json_object *j = json_object_new_object();
 		json_object_object_add(j, "published", l.published);
 		json_object_object_add(j, "refused", l.refused);
 		l.published = l.refused = NULL;
 		rc = tctl_json_print(j);
 	} else {
-		printf("%s: %" PRIu64 " published, %" PRIu64 " refused\n",
-		       path, l.count, l.refusals);
+		print_loaded(&l, path);
 		rc = TCTL_OK;
 	}
 out:
@@ -512,6 +541,7 @@ out:
 	for (uint64_t i = 0; l.names && i < l.count; i++)
 		free(l.names[i]);
 	free(l.names);
+	free(l.versions);
 	free(d);
 	td_hrry_file_reader_free(&r);
 	td_client_close(l.c);

@@ -110,6 +110,10 @@ int inspect_hrry_sniff(const uint8_t *buf, size_t len);
  * a .hrry name, or with by_magic an existing file with the magic) */
 int tctl_hrry_wanted(int argc, char **argv, int by_magic);
 int cmd_load_hrry(int argc, char **argv);
+/* Delete name if STAT still shows version (a failed load's roll back);
+ * 1 when removed, else says why on stderr (cmd-load.c). */
+int tctl_roll_back_one(struct td_client *c, const char *name,
+		       uint64_t version);
 int cmd_save_hrry(int argc, char **argv);
 
 /* save-common.c: NULL when t is one dense C-order unquantized plane,
