@@ -26,7 +26,7 @@
  * when it is freed.
  */
 #include "sd.h"
-#include "snapshot.h"
+#include "os.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -257,7 +257,6 @@ void td__fdstore_drop(uint64_t id)
 
 void td__fdstore_dirty(void)
 {
-	td__snapshot_dirty(); /* the same changes make a snapshot stale */
 	if (fs.on && !fs.frozen)
 		arm();
 }
@@ -382,10 +381,11 @@ static void arm(void)
 static int new_slot(int i)
 {
 	char name[32];
-	int fd = memfd_create("tensord-state", MFD_CLOEXEC);
+	const char *why;
+	int fd = td__memfd_new("tensord-state", 0, 0, &why);
 
 	if (fd < 0)
-		return -errno;
+		return fd;
 	snprintf(name, sizeof(name), SLOT_NAME "%d", i);
 	if (td__sd_notify(&fd, 1, "FDSTORE=1\nFDNAME=%s", name) < 0) {
 		close(fd);
@@ -516,28 +516,19 @@ static unsigned restore_entries(const struct td_state_hdr *h,
 	return done;
 }
 
-int td__fdstore_restore(struct td__daemon *d)
-{
-	uint8_t *img[2] = {NULL, NULL};
-	struct td_state_hdr h[2];
-	struct td_state_rd rd[2];
-	struct td_err e[2] = {{0}, {0}};
-	int rc[2] = {-ENOENT, -ENOENT}, best = -1;
-	bool twice[2] = {false, false};
-	unsigned restored = 0;
-	size_t stored = 0;
-	int used = 0; /* an image was read: it wins over a snapshot */
+static const struct td__store_keeper keeper = {
+	td__fdstore_add, td__fdstore_adopt, td__fdstore_drop,
+	td__fdstore_dirty};
 
-	if (!td__sd_fdstore_on()) {
-		if (fs.npassed)
-			td__log(TD_LOG_WARN, "%zu stored fds passed but no fd "
-					     "store to keep them in; closed",
-				fs.npassed);
-		goto done;
-	}
-	fs.on = true;
-	uv_timer_init(d->loop, &fs.timer);
-	fs.timer_init = true;
+/*
+ * The passed fds: the two image slots into fs.slot (twice: a slot's name
+ * came more than once), the rest stay in fs.passed. Returns how many are
+ * stored tensor fds.
+ */
+static size_t sort_passed(bool twice[2])
+{
+	size_t stored = 0;
+
 	for (size_t i = 0; i < fs.npassed; i++) {
 		struct passed *p = &fs.passed[i];
 		uint64_t id = fd_name_id(p->name);
@@ -560,6 +551,20 @@ int td__fdstore_restore(struct td__daemon *d)
 			p->fd = -1;
 		}
 	}
+	return stored;
+}
+
+/* The newer readable image of the two slots back into the store. */
+/* Returns whether an image was used (it wins over a snapshot). */
+static bool restore_newest(size_t stored)
+{
+	uint8_t *img[2] = {NULL, NULL};
+	struct td_state_hdr h[2];
+	struct td_state_rd rd[2];
+	struct td_err e[2] = {{0}, {0}};
+	int rc[2] = {-ENOENT, -ENOENT}, best = -1;
+	unsigned restored;
+
 	for (int s = 0; s < 2; s++) {
 		char what[48];
 
@@ -588,13 +593,23 @@ int td__fdstore_restore(struct td__daemon *d)
 		fs.cur = best;
 		td__store_set_next_version(h[best].next_version);
 		restored = restore_entries(&h[best], &rd[best]);
-		used = 1;
 		td__log(TD_LOG_INFO,
 			"restored %u of %u tensors from the fd store",
 			restored, h[best].count);
 	}
+	free(img[0]);
+	free(img[1]);
+	return best >= 0;
+}
+
+/*
+ * Both image slots stored and writable for this run: a read-only one or
+ * a name held twice is dropped and stored afresh. 0, or -1 when no image
+ * can be kept (logged).
+ */
+static int keep_slots(const bool twice[2])
+{
 	for (int s = 0; s < 2; s++) {
-		free(img[s]);
 		int fl = fs.slot[s] >= 0 ? fcntl(fs.slot[s], F_GETFL) : -1;
 
 		if (fl >= 0 && (fl & O_ACCMODE) == O_RDWR && !twice[s])
@@ -620,11 +635,15 @@ int td__fdstore_restore(struct td__daemon *d)
 			td__log(TD_LOG_ERROR, "cannot store a state image; "
 					      "tensors will not survive a "
 					      "restart");
-			fs.on = false;
-			goto done;
+			return -1;
 		}
 	}
-	/* stored fds nothing refers to any more leave the store */
+	return 0;
+}
+
+/* Stored fds nothing refers to any more leave the store. */
+static void drop_unreferenced(void)
+{
 	for (size_t i = 0; i < fs.npassed; i++) {
 		struct passed *p = &fs.passed[i];
 		uint64_t id = fd_name_id(p->name);
@@ -638,6 +657,30 @@ int td__fdstore_restore(struct td__daemon *d)
 			td__sd_notify(NULL, 0, "FDSTOREREMOVE=1\nFDNAME=%s",
 				      p->name);
 	}
+}
+
+int td__fdstore_restore(struct td__daemon *d)
+{
+	bool twice[2] = {false, false};
+	int used = 0;
+
+	td__store_keeper_set(&keeper);
+	if (!td__sd_fdstore_on()) {
+		if (fs.npassed)
+			td__log(TD_LOG_WARN, "%zu stored fds passed but no fd "
+					     "store to keep them in; closed",
+				fs.npassed);
+		goto done;
+	}
+	fs.on = true;
+	uv_timer_init(d->loop, &fs.timer);
+	fs.timer_init = true;
+	used = restore_newest(sort_passed(twice));
+	if (keep_slots(twice) < 0) {
+		fs.on = false;
+		goto done;
+	}
+	drop_unreferenced();
 	/* the first image of this run, written now: a crash keeps it */
 	flush();
 done:

@@ -745,8 +745,11 @@ int td_hrry_file_writer_write_tensor(struct td_hrry_file_writer *w,
 	int rc = writer_usable(w, err);
 	if (rc)
 		return rc;
-	if (!d || d->layout_tag == TD_HRRY_LAYOUT_COMPOSITE ||
-	    (d->buffer_count && !buffers))
+	bool missing = d && d->buffer_count && !buffers;
+	for (uint32_t k = 0; d && buffers && k < d->buffer_count &&
+			     k < TD_HRRY_MAX_BUFFERS; k++)
+		missing |= d->buffers[k].byte_size && !buffers[k];
+	if (!d || d->layout_tag == TD_HRRY_LAYOUT_COMPOSITE || missing)
 		return writer_fail(w, td__hrry_fail(err,
 						    TD_HRRY_E_INVALID_ARGUMENT,
 						    0,

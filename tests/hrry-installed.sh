@@ -20,7 +20,9 @@ cflags=$(pkg-config --cflags tensord)
 libs=$(pkg-config --libs tensord)
 # (with a sysroot, pkg-config prefixes variables with it too)
 libdir=$(pkg-config --variable=libdir tensord)
-${CC:-cc} -std=c11 -Wall -Wextra -Werror $cflags "$src/hrry-installed.c" \
+san=
+case "${TD_SANITIZE:-none}" in none | '') ;; *) san="-fsanitize=$TD_SANITIZE" ;; esac
+${CC:-cc} -std=c11 -Wall -Wextra -Werror $san $cflags "$src/hrry-installed.c" \
 	$libs -Wl,-rpath,"$libdir" -o "$tmp/prog"
 # the installed library, not the build tree's
 unset LD_LIBRARY_PATH

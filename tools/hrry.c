@@ -13,8 +13,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <json-c/json.h>
+
 #include "hrry.h"
-#include "json.h"
+#include "output.h"
+#include "td-json.h"
 #include "tensorctl.h"
 
 int inspect_hrry_sniff(const uint8_t *buf, size_t len)
@@ -26,12 +29,23 @@ int inspect_hrry_sniff(const uint8_t *buf, size_t len)
  * the magic of the existing file)? */
 int tctl_hrry_wanted(int argc, char **argv, int by_magic)
 {
-	const char *file = NULL;
+	const char *file = NULL, *format = NULL;
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--format") && i + 1 < argc)
-			return !strcmp(argv[i + 1], "hrry");
-		if (!strcmp(argv[i], "-o") && i + 1 < argc)
-			file = argv[i + 1];
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
+		if (!strcmp(a, "--format"))
+			format = v;
+		else if (!strncmp(a, "--format=", 9))
+			format = a + 9;
+		else if (!strcmp(a, "-o") || !strcmp(a, "--output"))
+			file = v;
+		else if (!strncmp(a, "--output=", 9))
+			file = a + 9;
+		else if (!strncmp(a, "-o", 2))
+			file = a + 2;
+		else
+			continue;
+		if (format)
+			return !strcmp(format, "hrry");
 	}
 	for (int i = 1; !file && i < argc; i++)
 		if (argv[i][0] != '-')
@@ -93,7 +107,7 @@ static void kv_value(FILE *f, const struct td_hrry_kv_value *v, int json)
 	switch (v->kind) {
 	case TD_HRRY_KV_STRING:
 		if (json)
-			json_str(f, (const char *)v->data, v->data_len);
+			td_json_str(f, (const char *)v->data, v->data_len);
 		else
 			fprintf(f, "\"%.*s\"", (int)v->data_len,
 				(const char *)v->data);
@@ -112,7 +126,7 @@ static void kv_value(FILE *f, const struct td_hrry_kv_value *v, int json)
 		break;
 	case TD_HRRY_KV_FLOAT64:
 		if (json)
-			json_double(f, v->f64_value);
+			td_json_double(f, v->f64_value);
 		else
 			fprintf(f, "%.17g", v->f64_value);
 		break;
@@ -166,7 +180,7 @@ static void inspect_entry(struct td_hrry_file_reader *r, uint64_t i,
 		status = "invalid";
 	if (json) {
 		printf("%s{\"name\":", i ? "," : "");
-		json_str(stdout, e.name, e.name_len);
+		td_json_str(stdout, e.name, e.name_len);
 		printf(",\"status\":\"%s\",\"dtype\":", status);
 		if (decoded)
 			type_name(stdout, d->type_tag, 1);
@@ -189,7 +203,7 @@ static void inspect_entry(struct td_hrry_file_reader *r, uint64_t i,
 		if (rc) {
 			printf(",\"error\":{\"kind\":\"%s\",\"reason\":",
 			       td_hrry_error_name(err.kind));
-			json_cstr(stdout, err.reason);
+			td_json_cstr(stdout, err.reason);
 			printf("}");
 		} else {
 			printf(",\"error\":null");
@@ -227,7 +241,7 @@ static int open_failed(const struct td_hrry_err *e, int json, const char *what)
 		printf("{\"error\":{\"kind\":\"%s\",\"offset\":%" PRIu64
 		       ",\"reason\":",
 		       td_hrry_error_name(e->kind), e->offset);
-		json_cstr(stdout, e->reason);
+		td_json_cstr(stdout, e->reason);
 		printf("}}\n");
 	} else {
 		fprintf(stderr, "tensorctl: %s: refused: %s at offset %" PRIu64
@@ -273,7 +287,7 @@ int inspect_hrry(const uint8_t *buf, size_t len, int json)
 			continue; /* out of memory for array items */
 		if (json) {
 			printf("%s{\"key\":", i ? "," : "");
-			json_str(stdout, kv.key, kv.key_len);
+			td_json_str(stdout, kv.key, kv.key_len);
 			printf(",\"type\":\"%s\",\"value\":",
 			       kv_kind_name(kv.value.kind));
 			kv_value(stdout, &kv.value, 1);
@@ -300,17 +314,78 @@ int inspect_hrry(const uint8_t *buf, size_t len, int json)
 
 /* ---- load ---- */
 
-#define LOAD_USAGE "usage: tensorctl load FILE.hrry [--prefix P]\n"
+struct loaded {
+	struct td_client *c;
+	struct json_object *published, *refused; /* --json */
+	char **names; /* published, for all-or-nothing */
+	uint64_t *versions;
+	uint64_t count, refusals;
+};
 
-static void refused(uint64_t *count, const char *name, size_t len,
+/* Results are gathered and printed at the end, so a load rolled back
+ * reports nothing as loaded. */
+static void refused(struct loaded *l, const char *name, size_t len,
 		    const char *kind, const char *reason)
 {
-	printf("refused %.*s: %s: %s\n", (int)len, name, kind, reason);
-	(*count)++;
+	struct json_object *j = json_object_new_object();
+	l->refusals++;
+	json_object_object_add(j, "name",
+			       json_object_new_string_len(name, (int)len));
+	json_object_object_add(j, "kind", json_object_new_string(kind));
+	json_object_object_add(j, "reason", json_object_new_string(reason));
+	json_object_array_add(l->refused, j);
+}
+
+static void published(struct loaded *l, const char *name, uint64_t version,
+		      const struct td_hrry_desc *d, uint32_t dtype)
+{
+	struct json_object *j = json_object_new_object(),
+			   *shape = json_object_new_array();
+	for (uint32_t k = 0; k < d->rank; k++)
+		json_object_array_add(shape,
+				      json_object_new_uint64(d->shape[k]));
+	json_object_object_add(j, "name", json_object_new_string(name));
+	json_object_object_add(j, "version", json_object_new_uint64(version));
+	json_object_object_add(j, "dtype",
+			       json_object_new_string(
+				       td_tensor_dtype_name(dtype)));
+	json_object_object_add(j, "shape", shape);
+	json_object_array_add(l->published, j);
+}
+
+static const char *jstr(struct json_object *o, const char *key)
+{
+	struct json_object *v = NULL;
+	json_object_object_get_ex(o, key, &v);
+	return json_object_get_string(v);
+}
+
+static void print_loaded(const struct loaded *l, const char *path)
+{
+	for (size_t i = 0; i < json_object_array_length(l->published); i++) {
+		struct json_object *j =
+			json_object_array_get_idx(l->published, i), *v, *sh;
+		json_object_object_get_ex(j, "version", &v);
+		json_object_object_get_ex(j, "shape", &sh);
+		printf("%s version %" PRIu64 " %s(", jstr(j, "name"),
+		       json_object_get_uint64(v), jstr(j, "dtype"));
+		for (size_t k = 0; k < json_object_array_length(sh); k++)
+			printf("%s%" PRIu64, k ? "," : "",
+			       json_object_get_uint64(
+				       json_object_array_get_idx(sh, k)));
+		printf(")\n");
+	}
+	for (size_t i = 0; i < json_object_array_length(l->refused); i++) {
+		struct json_object *j = json_object_array_get_idx(l->refused, i);
+		printf("refused %s: %s: %s\n", jstr(j, "name"), jstr(j, "kind"),
+		       jstr(j, "reason"));
+	}
+	printf("%s: %" PRIu64 " published, %" PRIu64 " refused\n", path,
+	       l->count, l->refusals);
 }
 
 /* Publish one supported, non-head tensor; TCTL_ status. */
-static int load_one(struct td_client *c, struct td_hrry_file_reader *r,
+static int load_one(struct loaded *l, struct td_hrry_file_reader *r,
 		    const struct td_hrry_entry *e,
 		    const struct td_hrry_desc *d, const char *prefix)
 {
@@ -324,7 +399,7 @@ static int load_one(struct td_client *c, struct td_hrry_file_reader *r,
 	snprintf(name, sizeof(name), "%s%.*s", prefix, (int)e->name_len,
 		 e->name);
 	td_hrry_dense_size(d, &size); /* checked by the support check */
-	rc = td_client_alloc(c, 1, &size, &a, &err);
+	rc = td_client_alloc(l->c, 1, &size, &a, &err);
 	if (rc < 0)
 		return tctl_refused(name, rc, &err);
 	/* straight from the file into the shared buffer: one copy */
@@ -333,72 +408,94 @@ static int load_one(struct td_client *c, struct td_hrry_file_reader *r,
 						  NULL, &he);
 	if (rc < 0) {
 		td_alloc_free(a);
-		fprintf(stderr, "tensorctl: %s: %s: %s\n", name,
-			td_hrry_error_name(he.kind), he.reason);
-		return TCTL_REFUSED;
+		return tctl_fail(TCTL_REFUSED, "input", -rc, "%s: %s: %s",
+				 name, td_hrry_error_name(he.kind), he.reason);
 	}
+	uint32_t dtype = (uint32_t)td_hrry_type_to_dtype(d->type_tag);
 	struct td_publish p = {
-		.name = name,
-		.dtype = (uint32_t)td_hrry_type_to_dtype(d->type_tag),
-		.ndim = d->rank,
-		.shape = d->shape,
-	};
-	rc = td_client_publish_alloc(c, a, &p, &version, &err);
+		.name = name, .dtype = dtype, .ndim = d->rank,
+		.shape = d->shape};
+	rc = td_client_publish_alloc(l->c, a, &p, &version, &err);
 	if (rc < 0)
 		return tctl_refused(name, rc, &err);
-	printf("%s version %" PRIu64 " %s", name, version,
-	       td_tensor_dtype_name(p.dtype));
-	tctl_print_shape(stdout, d->shape, d->rank, 0);
-	printf("\n");
+	l->names[l->count] = strdup(name);
+	l->versions[l->count++] = version;
+	published(l, name, version, d, dtype);
 	return TCTL_OK;
+}
+
+/* All or nothing (as for .tgm): a failure deletes what was published,
+ * newest first. */
+static void unpublish(struct loaded *l)
+{
+	uint64_t removed = 0;
+	for (uint64_t i = l->count; i-- > 0;)
+		if (l->names[i])
+			removed += (uint64_t)tctl_roll_back_one(
+				l->c, l->names[i], l->versions[i]);
+	fprintf(stderr,
+		"tensorctl: %" PRIu64 " tensor(s) published before the "
+		"failure, %" PRIu64 " removed again (--partial keeps them)\n",
+		l->count, removed);
 }
 
 int cmd_load_hrry(int argc, char **argv)
 {
-	const char *path = NULL, *prefix = "";
+	enum { O_PREFIX = TCTL_OPT_FIRST_OWN, O_PARTIAL, O_FORMAT };
+	static const struct option opts[] = {
+		{"prefix", required_argument, NULL, O_PREFIX},
+		{"partial", no_argument, NULL, O_PARTIAL},
+		{"format", required_argument, NULL, O_FORMAT},
+		TCTL_COMMON_OPTIONS};
+	const char *path, *prefix = "";
+	bool partial = false;
 	struct td_hrry_transport t;
 	struct td_hrry_file_reader *r = NULL;
 	struct td_hrry_err e = {0};
 	struct td_hrry_desc *d = NULL;
-	struct td_client *c = NULL;
-	uint64_t n, published = 0, refusals = 0;
-	int fd, rc;
+	struct loaded l = {0};
+	uint64_t n;
+	int fd, rc, o;
 
-	for (int i = 1; i < argc; i++) {
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!strcmp(argv[i], "--prefix") && v)
-			prefix = argv[++i];
-		else if (!strcmp(argv[i], "--socket") && v)
-			tctl_socket = argv[++i];
-		else if (!strcmp(argv[i], "--format") && v)
-			i++;
-		else if (argv[i][0] == '-' || path)
-			goto usage;
-		else
-			path = argv[i];
+	while ((o = tctl_getopt(argc, argv, "", opts, &rc)) != -1) {
+		if (o == O_PREFIX)
+			prefix = optarg;
+		else if (o == O_PARTIAL)
+			partial = true;
+		else if (o != O_FORMAT)
+			return rc;
 	}
-	if (!path)
-		goto usage;
+	if (argc - optind != 1)
+		return tctl_usage("load", "needs one FILE.hrry");
+	path = argv[optind];
+	if (strlen(prefix) >= TD_NAME_MAX)
+		return tctl_usage("load", "--prefix is longer than a name");
 	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		fprintf(stderr, "tensorctl: %s: %s\n", path, strerror(errno));
-		return TCTL_USAGE;
-	}
+	if (fd < 0)
+		return tctl_fail(TCTL_REFUSED, "io", errno, "%s: %s", path,
+				 strerror(errno));
 	rc = td_hrry_transport_map_fd(fd, &t);
-	if (rc == -EINVAL) /* empty or not a regular file */
+	if (rc == -EINVAL) /* empty, or not a regular file */
 		rc = td_hrry_transport_fd(fd, &t);
 	close(fd);
-	if (rc < 0) {
-		fprintf(stderr, "tensorctl: %s: %s\n", path, strerror(-rc));
-		return TCTL_USAGE;
-	}
+	if (rc < 0)
+		return tctl_fail(TCTL_REFUSED, "io", -rc, "%s: %s", path,
+				 strerror(-rc));
 	if (td_hrry_file_reader_new(&t, &r, &e) < 0)
-		return open_failed(&e, 0, path);
+		return open_failed(&e, tctl_json, path);
+	td_hrry_file_reader_tensor_count(r, &n);
 	d = malloc(sizeof(*d));
-	rc = d ? tctl_connect(&c) : TCTL_USAGE;
+	l.names = calloc(n ? n : 1, sizeof(*l.names));
+	l.versions = calloc(n ? n : 1, sizeof(*l.versions));
+	if (!d || !l.names || !l.versions) {
+		rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
+		goto out;
+	}
+	rc = tctl_connect(&l.c);
 	if (rc)
 		goto out;
-	td_hrry_file_reader_tensor_count(r, &n);
+	l.published = json_object_new_array();
+	l.refused = json_object_new_array();
 	for (uint64_t i = 0; i < n; i++) {
 		struct td_hrry_entry en;
 		td_hrry_file_reader_entry(r, i, &en);
@@ -409,7 +506,7 @@ int cmd_load_hrry(int argc, char **argv)
 		if (!r2)
 			r2 = td_hrry_rcore_check_supported(&en, d, &e);
 		if (r2) {
-			refused(&refusals, en.name, en.name_len,
+			refused(&l, en.name, en.name_len,
 				td_hrry_error_name(e.kind), e.reason);
 			continue;
 		}
@@ -417,45 +514,71 @@ int cmd_load_hrry(int argc, char **argv)
 			continue; /* its members carry the data */
 		if (strlen(prefix) + en.name_len > TD_NAME_MAX ||
 		    memchr(en.name, 0, en.name_len)) {
-			refused(&refusals, en.name, en.name_len,
-				"InvalidArgument",
+			refused(&l, en.name, en.name_len, "InvalidArgument",
 				"name too long for tensord or holds a NUL");
 			continue;
 		}
-		rc = load_one(c, r, &en, d, prefix);
+		rc = load_one(&l, r, &en, d, prefix);
 		if (rc) {
-			fprintf(stderr,
-				"tensorctl: %" PRIu64 " tensor(s) published "
-				"before this failure\n",
-				published);
+			if (!partial)
+				unpublish(&l);
 			goto out;
 		}
-		published++;
 	}
-	printf("%s: %" PRIu64 " published, %" PRIu64 " refused\n", path,
-	       published, refusals);
-	rc = TCTL_OK;
+	if (tctl_json) {
+		struct json_object *j = json_object_new_object();
+		json_object_object_add(j, "published", l.published);
+		json_object_object_add(j, "refused", l.refused);
+		l.published = l.refused = NULL;
+		rc = tctl_json_print(j);
+	} else {
+		print_loaded(&l, path);
+		rc = TCTL_OK;
+	}
 out:
+	json_object_put(l.published);
+	json_object_put(l.refused);
+	for (uint64_t i = 0; l.names && i < l.count; i++)
+		free(l.names[i]);
+	free(l.names);
+	free(l.versions);
 	free(d);
 	td_hrry_file_reader_free(&r);
-	td_client_close(c);
+	td_client_close(l.c);
 	return rc;
-usage:
-	fputs(LOAD_USAGE, stderr);
-	return TCTL_USAGE;
 }
 
 /* ---- save ---- */
-
-#define SAVE_USAGE                                                             \
-	"usage: tensorctl save -o FILE.hrry [--format hrry] [NAMES...]\n"
 
 struct save {
 	struct td_client *c;
 	struct td_hrry_file_writer *w;
 	struct td_hrry_desc *d;
+	struct tctl_out out;
+	bool out_failed; /* tctl_out_write reported it already */
 	size_t count;
 };
+
+/* The writer's transport: the shared output rules (output.h). */
+static int out_write(void *ctx, const void *buf, size_t len, size_t *put)
+{
+	struct save *s = ctx;
+	if (tctl_out_write(&s->out, buf, len)) {
+		s->out_failed = true;
+		return -EIO;
+	}
+	*put = len;
+	return 0;
+}
+
+static int writer_failed(struct save *s, const char *what,
+			 const struct td_hrry_err *he)
+{
+	if (s->out_failed)
+		return TCTL_REFUSED;
+	return tctl_fail(TCTL_REFUSED, "input", -he->code, "%s: %s: %s", what,
+			 td_hrry_error_name(he->kind), he->reason);
+}
 
 static int save_one(struct save *s, const char *name)
 {
@@ -471,61 +594,54 @@ static int save_one(struct save *s, const char *name)
 	why = rc < 0 ? "its fence failed" : tctl_dense_unsavable(t);
 	if (!why && td_tensor_ndim(t) > TD_HRRY_MAX_RANK)
 		why = "it has more than 64 dimensions";
+	if (!why &&
+	    td_hrry_desc_init_dense(s->d,
+				    td_hrry_type_from_dtype(td_tensor_dtype(t)),
+				    td_tensor_ndim(t), td_tensor_shape(t)))
+		why = "its dtype has no Hurray type";
 	if (why) {
-		fprintf(stderr, "tensorctl: %s: cannot be saved: %s\n", name,
-			why);
 		td_tensor_release(t);
-		return TCTL_REFUSED;
+		return tctl_fail(TCTL_REFUSED, "input", EINVAL,
+				 "%s: cannot be saved: %s", name, why);
 	}
-	td_hrry_desc_init_dense(s->d,
-				td_hrry_type_from_dtype(td_tensor_dtype(t)),
-				td_tensor_ndim(t), td_tensor_shape(t));
 	const void *bufs[1] = {td_tensor_plane_data(t, 0)};
 	rc = td_hrry_file_writer_write_tensor(s->w, name, strlen(name), s->d,
 					      bufs, &he);
 	td_tensor_release(t);
-	if (rc < 0) {
-		fprintf(stderr, "tensorctl: %s: %s: %s\n", name,
-			td_hrry_error_name(he.kind), he.reason);
-		return TCTL_REFUSED;
-	}
+	if (rc < 0)
+		return writer_failed(s, name, &he);
 	s->count++;
 	return TCTL_OK;
 }
 
 int cmd_save_hrry(int argc, char **argv)
 {
-	const char *out = NULL;
+	static const struct option opts[] = {
+		{"output", required_argument, NULL, 'o'},
+		{"format", required_argument, NULL, 'f'},
+		TCTL_COMMON_OPTIONS};
+	const char *path = NULL;
 	struct save s = {0};
 	struct td_entry *list = NULL;
-	size_t list_n = 0, named = 0;
-	struct td_hrry_transport t;
+	size_t list_n = 0;
 	struct td_hrry_err he = {0};
-	char *tmp = NULL;
-	int fd = -1, rc = TCTL_USAGE;
+	int rc, o, opened = 0;
 
-	for (int i = 1; i < argc; i++) {
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!strcmp(argv[i], "-o") && v)
-			out = argv[++i];
-		else if (!strcmp(argv[i], "--socket") && v)
-			tctl_socket = argv[++i];
-		else if (!strcmp(argv[i], "--format") && v)
-			i++;
-		else if (argv[i][0] == '-')
-			goto usage;
-		else
-			named++;
+	while ((o = tctl_getopt(argc, argv, "o:", opts, &rc)) != -1) {
+		if (o == 'o')
+			path = optarg;
+		else if (o != 'f')
+			return rc;
 	}
-	if (!out)
-		goto usage;
+	if (!path)
+		return tctl_usage("save", "needs -o FILE (- for stdout)");
 	s.d = malloc(sizeof(*s.d));
 	if (!s.d)
-		goto out;
+		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
 	rc = tctl_connect(&s.c);
 	if (rc)
 		goto out;
-	if (!named) {
+	if (optind == argc) {
 		struct td_error e = {0};
 		int r = td_client_list(s.c, NULL, &list, &list_n, &e);
 		if (r < 0) {
@@ -533,59 +649,52 @@ int cmd_save_hrry(int argc, char **argv)
 			goto out;
 		}
 	}
-	fd = strcmp(out, "-") ? tctl_atomic_begin(out, &tmp) : STDOUT_FILENO;
-	if (fd < 0) {
-		fprintf(stderr, "tensorctl: %s: %s\n", out, strerror(-fd));
-		rc = TCTL_USAGE;
+	rc = tctl_out_open(&s.out, path, TCTL_OUT_BINARY, 0);
+	if (rc)
+		goto out;
+	opened = 1;
+	struct td_hrry_transport t = {.ctx = &s, .write = out_write};
+	if (td_hrry_file_writer_new(&t, NULL, &s.w, &he) < 0) {
+		rc = writer_failed(&s, path, &he);
 		goto out;
 	}
-	td_hrry_transport_fd(fd, &t);
-	if (td_hrry_file_writer_new(&t, NULL, &s.w, &he) < 0)
-		goto write_failed;
-	rc = TCTL_OK;
 	/* one forward pass: each tensor is fetched, written, released */
-	for (int i = 1; i < argc && !rc && named; i++) {
-		if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--socket") ||
-		    !strcmp(argv[i], "--format")) {
-			i++;
-			continue;
-		}
+	for (int i = optind; i < argc && !rc; i++)
 		rc = save_one(&s, argv[i]);
-	}
 	for (size_t i = 0; i < list_n && !rc; i++)
 		if (!(list[i].flags & TD_ENTRY_RING))
 			rc = save_one(&s, list[i].name);
 	if (rc)
 		goto out;
-	if (td_hrry_file_writer_finish(s.w, NULL, 0, &he) < 0)
-		goto write_failed;
-	if (tmp) {
-		rc = tctl_atomic_end(fd, tmp, out, 0);
-		fd = -1;
-		if (rc < 0) {
-			fprintf(stderr, "tensorctl: %s: %s\n", out,
-				strerror(-rc));
-			rc = TCTL_USAGE;
-			goto out;
-		}
-		printf("%s: %zu tensor(s)\n", out, s.count);
+	if (td_hrry_file_writer_finish(s.w, NULL, 0, &he) < 0) {
+		rc = writer_failed(&s, path, &he);
+		goto out;
 	}
-	rc = TCTL_OK;
-	goto out;
-write_failed:
-	fprintf(stderr, "tensorctl: %s: %s: %s\n", out,
-		td_hrry_error_name(he.kind), he.reason);
-	rc = TCTL_REFUSED;
+	uint64_t bytes = s.out.written;
+	opened = 0;
+	rc = tctl_out_commit(&s.out);
+	/* with -o - the file is the output: nothing else on stdout */
+	if (!rc && strcmp(path, "-")) {
+		if (tctl_json) {
+			struct json_object *j = json_object_new_object();
+			json_object_object_add(j, "path",
+					       json_object_new_string(path));
+			json_object_object_add(j, "tensors",
+					       json_object_new_uint64(s.count));
+			json_object_object_add(j, "bytes",
+					       json_object_new_uint64(bytes));
+			rc = tctl_json_print(j);
+		} else {
+			printf("%s: %zu tensor(s), %" PRIu64 " bytes\n", path,
+			       s.count, bytes);
+		}
+	}
 out:
 	td_hrry_file_writer_free(&s.w);
-	if (tmp && fd >= 0)
-		tctl_atomic_end(fd, tmp, out, -ECANCELED);
-	free(tmp);
+	if (opened)
+		tctl_out_abort(&s.out);
 	td_entry_list_free(list, list_n);
 	td_client_close(s.c);
 	free(s.d);
 	return rc;
-usage:
-	fputs(SAVE_USAGE, stderr);
-	return TCTL_USAGE;
 }

@@ -1,13 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 /* What `tensorctl save` shares between its formats (.tgm, .hrry). */
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include "tensorctl.h"
 
 const char *tctl_dense_unsavable(const struct td_tensor *t)
@@ -32,43 +24,4 @@ const char *tctl_dense_unsavable(const struct td_tensor *t)
 	if (td_tensor_bytes(t) != want)
 		return "its bytes do not match its shape";
 	return NULL;
-}
-
-int tctl_atomic_begin(const char *path, char **tmp_out)
-{
-	size_t pl = strlen(path);
-	char *tmp = malloc(pl + 16);
-	int fd;
-
-	if (!tmp)
-		return -ENOMEM;
-	snprintf(tmp, pl + 16, "%s.tmp-XXXXXX", path);
-	fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0) {
-		int rc = -errno;
-		free(tmp);
-		return rc;
-	}
-	*tmp_out = tmp;
-	return fd;
-}
-
-int tctl_atomic_end(int fd, const char *tmp, const char *path, int rc)
-{
-	mode_t mask;
-
-	/* mkostemp() made it 0600: give it what open(0666) would */
-	mask = umask(0);
-	umask(mask);
-	if (!rc && fchmod(fd, 0666 & ~mask) < 0)
-		rc = -errno;
-	if (!rc && fsync(fd) < 0)
-		rc = -errno;
-	if (close(fd) < 0 && !rc)
-		rc = -errno;
-	if (!rc && rename(tmp, path) < 0)
-		rc = -errno;
-	if (rc)
-		unlink(tmp);
-	return rc;
 }
