@@ -26,6 +26,7 @@
  * when it is freed.
  */
 #include "sd.h"
+#include "snapshot.h"
 #include "os.h"
 
 #include <errno.h>
@@ -257,6 +258,7 @@ void td__fdstore_drop(uint64_t id)
 
 void td__fdstore_dirty(void)
 {
+	td__snapshot_dirty(); /* the same changes make a snapshot stale */
 	if (fs.on && !fs.frozen)
 		arm();
 }

@@ -7,7 +7,7 @@
  * (store.h); nothing here calls them.
  */
 #include "store.h"
-#include "snapshot.h"
+#include "snapshot.h" /* td__store_snap_hold */
 
 #include <errno.h>
 #include <stdlib.h>
@@ -49,7 +49,6 @@ static void fd_drop(uint64_t id)
 
 void td__store_changed(void)
 {
-	td__snapshot_dirty(); /* a snapshot is stale too (snapshot.c) */
 	if (keeper)
 		keeper->changed();
 }
