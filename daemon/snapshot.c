@@ -311,7 +311,8 @@ static void save_end(struct save *sv)
 		else
 			td__log(TD_LOG_ERROR, "snapshot: saving %s failed: "
 					      "%s (%s); the previous one is "
-					      "kept, retrying after changes",
+					      "kept; retried after the "
+					      "interval",
 				sn.path, sv->why, strerror(-sv->err));
 		sn.dirty = true;
 	} else {

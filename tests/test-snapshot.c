@@ -375,7 +375,8 @@ static void restart_restores(const char *io)
 	cr_assert_gt(after.version, maxv + 1);
 	td_client_close(c);
 	tu_daemon_stop(&d, true);
-	cr_assert(log_has(&s, "restored 6 of 6 tensors"), "%s", tu_slurp(s.log));
+	cr_assert(log_has(&s, "restored 6 of 6 tensors"), "%s",
+		  tu_slurp(s.log));
 	cr_assert(!dir_has(&s, "snap.hrry.tmp"));
 	snapdir_rm(&s);
 }
@@ -655,7 +656,8 @@ Test(snapshot, a_version_that_fails_the_publish_checks_is_skipped_alone)
 	cr_assert(log_has(&s, "not restoring \"a/plain\""), "%s",
 		  tu_slurp(s.log));
 	cr_assert(log_has(&s, "storage_kind"), "%s", tu_slurp(s.log));
-	cr_assert(log_has(&s, "restored 5 of 6 tensors"), "%s", tu_slurp(s.log));
+	cr_assert(log_has(&s, "restored 5 of 6 tensors"), "%s",
+		  tu_slurp(s.log));
 	snapdir_rm(&s);
 }
 
