@@ -118,6 +118,8 @@ struct td__opts {
 	const char *http_addr;   /* --http, NULL = no HTTP store */
 	const char *http_prefix; /* --http-prefix, NULL = nothing exported */
 	unsigned http_max_connections, http_timeout; /* s */
+	const char *snapshot_path;     /* --snapshot, NULL = none */
+	uint64_t snapshot_interval_ms; /* --snapshot-interval */
 };
 
 /* Counters for /metrics (http.c); replies indexed by opcode. */

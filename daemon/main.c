@@ -7,6 +7,7 @@
 #include "bytes.h"
 #include "os.h"
 #include "sd.h"
+#include "snapshot.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -64,6 +65,16 @@ static void usage(FILE *f)
 		"      --http-timeout S  idle HTTP connections close after S "
 		"seconds\n"
 		"                        (default 30)\n"
+		"      --snapshot FILE   keep every tensor in FILE (a Hurray "
+		"file):\n"
+		"                        restored at start, saved after "
+		"changes\n"
+		"                        and at a clean stop "
+		"(docs/snapshot.md)\n"
+		"      --snapshot-interval S  at most one save every S "
+		"seconds\n"
+		"                        (default 30; 0 = right after each "
+		"change)\n"
 		"  -h, --help            show this help\n"
 		"  -V, --version         show the version\n\n"
 		"Runs in the foreground and logs to stderr. SIGINT/SIGTERM "
@@ -157,10 +168,12 @@ static const struct option long_opts[] = {
 	{"policy", required_argument, NULL, 'p'},
 	{"socket-mode", required_argument, NULL, 1},
 	{"socket-group", required_argument, NULL, 2},
-	{"http", required_argument, NULL, 3},
-	{"http-prefix", required_argument, NULL, 4},
-	{"http-max-connections", required_argument, NULL, 5},
-	{"http-timeout", required_argument, NULL, 6},
+	{"snapshot", required_argument, NULL, 3},
+	{"snapshot-interval", required_argument, NULL, 4},
+	{"http", required_argument, NULL, 5},
+	{"http-prefix", required_argument, NULL, 6},
+	{"http-max-connections", required_argument, NULL, 7},
+	{"http-timeout", required_argument, NULL, 8},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, 'V'},
 	{NULL, 0, NULL, 0},
@@ -169,6 +182,7 @@ static const struct option long_opts[] = {
 /* One option's value into o. 0, or the exit status after a message. */
 static int parse_opt(int c, const char *arg, struct td__opts *o)
 {
+	unsigned long long secs;
 	char *end;
 
 	switch (c) {
@@ -229,9 +243,23 @@ static int parse_opt(int c, const char *arg, struct td__opts *o)
 		}
 		return 0;
 	case 3:
-		o->http_addr = arg;
+		o->snapshot_path = arg;
 		return 0;
 	case 4:
+		errno = 0;
+		secs = strtoull(arg, &end, 10);
+		if (errno || end == arg || *end || *arg == '-' ||
+		    secs > 86400 * 365) {
+			fprintf(stderr, "tensord: --snapshot-interval: want "
+					"whole seconds\n");
+			return 2;
+		}
+		o->snapshot_interval_ms = secs * 1000;
+		return 0;
+	case 5:
+		o->http_addr = arg;
+		return 0;
+	case 6:
 		if (*arg && td_wire_name_check(arg, strlen(arg), true, NULL) < 0) {
 			fprintf(stderr, "tensord: --http-prefix: not a valid "
 					"name prefix: %s\n",
@@ -240,19 +268,19 @@ static int parse_opt(int c, const char *arg, struct td__opts *o)
 		}
 		o->http_prefix = arg;
 		return 0;
-	case 5:
-	case 6: {
+	case 7:
+	case 8: {
 		long v;
 
 		errno = 0;
 		v = strtol(arg, &end, 10);
 		if (errno || end == arg || *end || v < 1 || v > 65536) {
 			fprintf(stderr, "tensord: --%s: want 1 to 65536\n",
-				c == 5 ? "http-max-connections"
+				c == 7 ? "http-max-connections"
 				       : "http-timeout");
 			return 2;
 		}
-		if (c == 5)
+		if (c == 7)
 			o->http_max_connections = (unsigned)v;
 		else
 			o->http_timeout = (unsigned)v;
@@ -298,6 +326,7 @@ static int start(struct td__daemon *d, uv_signal_t *sigint,
 		 uv_signal_t *sigterm)
 {
 	uint32_t import = d->opts.import;
+	int rc;
 
 	d->pidfd = import == TD_IMPORT_SCM ? -1 : td__pidfd_open(d->pid);
 	if (d->pidfd < 0 && import != TD_IMPORT_SCM)
@@ -320,11 +349,17 @@ static int start(struct td__daemon *d, uv_signal_t *sigint,
 		    td__policy_load(d->opts.policy_path, d->policy) < 0)
 			return -1;
 	}
-	/* restore before listening: clients never see a half-filled store;
-	 * HTTP first, so that it serves once the socket accepts */
+	/*
+	 * restore before listening: clients never see a half-filled store;
+	 * the fd store, when it restored, is newer than any snapshot
+	 */
 	td__dispatch_init();
 	if (td__sd_init(d, td__fdstore_passed) < 0 || td__store_new(d) < 0 ||
-	    td__fdstore_restore(d) < 0 || td__http_start(d) < 0 ||
+	    (rc = td__fdstore_restore(d)) < 0 ||
+	    (d->opts.snapshot_path &&
+	     td__snapshot_start(d, d->opts.snapshot_path,
+				d->opts.snapshot_interval_ms, rc > 0) < 0) ||
+	    td__http_start(d) < 0 ||
 	    td__server_start(d) < 0)
 		return -1;
 	td__sd_ready(d);
@@ -345,6 +380,7 @@ static void stop(struct td__daemon *d)
 	td__server_stop(d);
 	td__http_stop(d);
 	td__peer_drop_all(d);
+	td__snapshot_fini(); /* the final save, while the store is whole */
 	td__fdstore_fini(); /* the final image, before the store lets go */
 	td__store_free(d);
 	td__fdstore_free();
@@ -366,7 +402,9 @@ int main(int argc, char **argv)
 			     .socket_mode = -1,
 			     .socket_gid = (gid_t)-1,
 			     .http_max_connections = 256,
-			     .http_timeout = 30};
+			     .http_timeout = 30,
+			     .snapshot_interval_ms =
+				     TD__SNAPSHOT_INTERVAL_S * 1000ull};
 	char pathbuf[4096];
 	struct td__daemon *d;
 	uv_signal_t sigint, sigterm;
