@@ -1486,3 +1486,54 @@ Test(http, bad_addresses_stop_the_daemon_with_a_reason)
 	}
 	zt_teardown();
 }
+
+Test(export, hurray_files_read_back_by_zarrita, .init = start, .fini = stop)
+{
+	struct zt_expect *x = zt_expect_new();
+	char *exp, *out;
+
+	/* a file written by tensorctl save, read without the daemon */
+	put_all();
+	zt_ok("save -o %s/t.hrry", zt_dir);
+	zt_ok_sh("'%s' zarr export %s/h --from %s/t.hrry",
+	         getenv("TD_TENSORCTL"), zt_dir, zt_dir);
+	zt_check_dir("h");
+	for (size_t i = 0; i < NPUTS; i++) {
+		char attrs[128];
+
+		snprintf(attrs, sizeof(attrs), "{\"_tensord_name\":\"%s\"}",
+		         puts_[i].name);
+		zt_expect_array(x, nodes[i], puts_[i].zdtype, puts_[i].ndim,
+		                puts_[i].dims, nodes[i], attrs);
+	}
+	exp = zt_expect_done(x, NULL);
+	zt_zarrita("h", exp);
+	free(exp);
+	/* the upstream vector: its KV becomes a group attribute */
+	{
+		const char *dir = tu_vectors_path("hurray");
+		char *root;
+
+		if (!dir)
+			cr_skip_test("upstream vectors folder absent: "
+			             "basic.hrry not checked");
+		zt_ok_sh("'%s' zarr export %s/b --from %s/golden/basic.hrry",
+		         getenv("TD_TENSORCTL"), zt_dir, dir);
+		zt_check_dir("b");
+		root = zt_file("b/zarr.json");
+		cr_assert(strstr(root, "\"_tensord_hurray_kv\":{\"producer\":"
+		                       "\"hurray-conformance\",\"tensor_"
+		                       "count\":2}"),
+		          "%s", root);
+		cr_assert(strstr(root, "\"_tensord_variables\":[\"weights\","
+		                       "\"bias\"]"),
+		          "%s", root);
+		free(root);
+	}
+	/* a .tgm option with a Hurray file is a usage error */
+	cr_assert_eq(zt_sh(&out, "'%s' zarr export %s/c --from %s/t.hrry "
+	                         "--name-key x",
+	                   getenv("TD_TENSORCTL"), zt_dir, zt_dir),
+	             2, "%s", out);
+	free(out);
+}

@@ -21,6 +21,7 @@
 #include <json-c/json.h>
 
 #include "bytes.h"
+#include "hrry.h"
 #include "input.h"
 #include "output.h"
 #include "td-json.h"
@@ -678,6 +679,218 @@ static int export_tgm(const char *dir, const char *path, uint64_t message,
 	return rc;
 }
 
+/* ---- from a Hurray file ---- */
+
+/* A KV value as JSON (bytes as hex, non-finite floats as sentinels). */
+static struct json_object *kv_json(const struct td_hrry_kv_value *v)
+{
+	struct json_object *a;
+	char *hex;
+
+	switch (v->kind) {
+	case TD_HRRY_KV_STRING:
+		return json_object_new_string_len((const char *)v->data,
+		                                  (int)v->data_len);
+	case TD_HRRY_KV_INT64:
+		return json_object_new_int64(v->i64_value);
+	case TD_HRRY_KV_UINT64:
+		return json_object_new_uint64(v->u64_value);
+	case TD_HRRY_KV_FLOAT64:
+		return json_object_new_double(v->f64_value);
+	case TD_HRRY_KV_BOOL:
+		return json_object_new_boolean(v->bool_value);
+	case TD_HRRY_KV_BYTES:
+		hex = malloc(2 * v->data_len + 1);
+		if (!hex)
+			return NULL;
+		hex[0] = 0;
+		for (size_t i = 0; i < v->data_len; i++)
+			sprintf(hex + 2 * i, "%02x", v->data[i]);
+		a = json_object_new_string(hex);
+		free(hex);
+		return a;
+	case TD_HRRY_KV_ARRAY:
+		a = json_object_new_array();
+		for (size_t i = 0; i < v->item_count; i++)
+			json_object_array_add(a, kv_json(&v->items[i]));
+		return a;
+	}
+	return NULL;
+}
+
+/* The file's KV as one object (_tensord_hurray_kv), NULL when none. */
+static struct json_object *hrry_kv(const struct td_hrry_file_reader *r)
+{
+	struct json_object *o;
+	uint64_t n = 0;
+
+	td_hrry_file_reader_kv_count(r, &n);
+	if (!n)
+		return NULL;
+	o = json_object_new_object();
+	for (uint64_t i = 0; i < n; i++) {
+		struct td_hrry_kv_entry e;
+		char key[1024];
+
+		td_hrry_file_reader_kv_entry(r, i, &e);
+		snprintf(key, sizeof(key), "%.*s", (int)e.key_len, e.key);
+		json_object_object_add(o, key, kv_json(&e.value));
+	}
+	return o;
+}
+
+/*
+ * Every tensor of a Hurray file: composite heads own no data and give no
+ * array (their members are tensors of their own); an unsupported tensor
+ * is refused, naming its kind. ts[] keeps each tensor's data alive.
+ */
+static int from_hrry(const char *path, struct td_hrry_file_reader *r,
+                     struct td_hrry_tensor *ts, uint64_t n, struct zset *z)
+{
+	struct td_hrry_desc *d = malloc(sizeof(*d));
+	struct json_object *kv;
+	int rc = TCTL_OK;
+
+	if (!d || grow(z, n) < 0) {
+		free(d);
+		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
+	}
+	for (uint64_t i = 0; !rc && i < n; i++) {
+		struct td_hrry_err e = {0};
+		struct td_hrry_entry en;
+		struct zsrc *s = &z->s[z->n];
+		char name[TD_ZARR_NAME_MAX + 1];
+
+		td_hrry_file_reader_entry(r, i, &en);
+		snprintf(name, sizeof(name), "%.*s", (int)en.name_len,
+		         en.name);
+		if (td_hrry_file_reader_read_descriptor(r, en.name, en.name_len,
+		                                        d, &e) < 0 ||
+		    td_hrry_desc_supported(d, &e) < 0) {
+			rc = tctl_fail(TCTL_REFUSED, "input", -e.code,
+			               "%s: %s: cannot be exported: %s (%s)",
+			               path, name, e.reason,
+			               td_hrry_error_name(e.kind));
+			break;
+		}
+		if (d->layout_tag == TD_HRRY_LAYOUT_COMPOSITE)
+			continue; /* its members carry the data */
+		s->a.type = td_zarr_type_by_blob(
+		        (uint32_t)td_hrry_type_to_dtype(d->type_tag));
+		if (!s->a.type || d->rank > TD_ZARR_MAX_DIMS) {
+			rc = tctl_fail(TCTL_REFUSED, "input", ENOTSUP,
+			               "%s: %s: cannot be exported: %s", path,
+			               name,
+			               !s->a.type ? "its type has no Zarr type"
+			                          : "too many dimensions");
+			break;
+		}
+		if (td_hrry_file_reader_read_tensor(r, en.name, en.name_len,
+		                                    &ts[z->n], &e) < 0) {
+			rc = tctl_fail(TCTL_REFUSED, "input", -e.code,
+			               "%s: %s: %s (%s)", path, name, e.reason,
+			               td_hrry_error_name(e.kind));
+			break;
+		}
+		s->a.ndim = d->rank;
+		memcpy(s->a.shape, d->shape, d->rank * sizeof(uint64_t));
+		s->data = ts[z->n].data;
+		s->len = ts[z->n].data_len;
+		td_tgm_node_name(name, s->a.name, TD_ZARR_NAME_MAX + 1);
+		s->a.attrs = json_object_new_object();
+		add_str(s->a.attrs, "_tensord_name", name);
+		z->n++;
+		/* Hurray data is little-endian, as the chunk is */
+		if (td_zarr_chunk_bytes(&s->a, &s->len) < 0 ||
+		    s->len != ts[z->n - 1].data_len) {
+			rc = tctl_fail(TCTL_REFUSED, "input", EBADMSG,
+			               "%s: %s: data length differs from its "
+			               "shape",
+			               path, name);
+			break;
+		}
+	}
+	free(d);
+	if (!rc && unique_names(z) < 0)
+		rc = tctl_fail(TCTL_REFUSED, "input", ENAMETOOLONG,
+		               "names do not fit with their suffixes");
+	if (!rc) {
+		struct td_zarr_array *arrs = arrays_of(z);
+
+		if (!arrs)
+			return tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+			                 "out of memory");
+		z->gattrs = td_zarr_tensor_group(arrs, z->n);
+		free(arrs);
+		kv = hrry_kv(r);
+		if (kv)
+			json_object_object_add(z->gattrs, "_tensord_hurray_kv",
+			                       kv);
+	}
+	return rc;
+}
+
+static int export_hrry(const char *dir, const char *path)
+{
+	struct td_hrry_transport t;
+	struct td_hrry_file_reader *r = NULL;
+	struct td_hrry_err e = {0};
+	struct td_hrry_tensor *ts = NULL;
+	struct zset z = {0};
+	uint64_t n = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC), rc;
+
+	if (fd < 0)
+		return tctl_fail(TCTL_REFUSED, "io", errno, "%s: %s", path,
+		                 strerror(errno));
+	rc = td_hrry_transport_map_fd(fd, &t);
+	if (rc == -EINVAL) /* empty, or not a regular file */
+		rc = td_hrry_transport_fd(fd, &t);
+	if (rc < 0) {
+		close(fd);
+		return tctl_fail(TCTL_REFUSED, "io", -rc, "%s: %s", path,
+		                 strerror(-rc));
+	}
+	rc = td_hrry_file_reader_new(&t, &r, &e);
+	if (rc < 0) {
+		close(fd);
+		return tctl_fail(TCTL_REFUSED, "input", -rc, "%s: %s (%s)",
+		                 path, e.reason, td_hrry_error_name(e.kind));
+	}
+	td_hrry_file_reader_tensor_count(r, &n);
+	ts = calloc(n ? n : 1, sizeof(*ts));
+	rc = ts ? from_hrry(path, r, ts, n, &z)
+	        : tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
+	if (!rc)
+		rc = export_write(dir, &z);
+	if (!rc)
+		rc = print_exported(dir, &z);
+	for (uint64_t i = 0; ts && i < n; i++)
+		td_hrry_tensor_fini(&ts[i]);
+	free(ts);
+	zset_fini(&z);
+	td_hrry_file_reader_free(&r);
+	close(fd);
+	return rc;
+}
+
+static bool is_hrry(const char *path)
+{
+	size_t n = strlen(path);
+	uint8_t magic[8];
+	int fd;
+	bool yes;
+
+	if (n >= 5 && !strcmp(path + n - 5, ".hrry"))
+		return true;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	yes = read(fd, magic, 8) == 8 && inspect_hrry_sniff(magic, 8);
+	close(fd);
+	return yes;
+}
+
 static int cmd_export(int argc, char **argv)
 {
 	enum {
@@ -725,6 +938,12 @@ static int cmd_export(int argc, char **argv)
 	if (!from && (name_key || message))
 		return tctl_usage("zarr", "--name-key and --message need "
 		                          "--from FILE.tgm");
+	if (from && is_hrry(from)) {
+		if (name_key || message)
+			return tctl_usage("zarr", "--name-key and --message "
+			                          "are for .tgm files");
+		return export_hrry(argv[optind], from);
+	}
 	if (from)
 		return export_tgm(argv[optind], from, message, name_key,
 		                  max_bytes);
