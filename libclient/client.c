@@ -169,6 +169,18 @@ int td_client_info(struct td_client *c, struct td_client_info *info)
 	return 0;
 }
 
+int td_client_fd(struct td_client *c)
+{
+	int fd;
+
+	if (!c)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	fd = c->sock >= 0 ? c->sock : -ENOTCONN;
+	pthread_mutex_unlock(&c->lock);
+	return fd;
+}
+
 /* ---- framing ---- */
 
 void td__msg_close_fds(struct td__msg *m)
