@@ -1298,6 +1298,13 @@ Test(http, dask_and_xarray_read_the_v2_view, .init = start_http,
 	int rc;
 
 	put_all();
+	/* the expected values: what tensorctl get returns */
+	for (size_t i = 0; i < NPUTS; i++) {
+		char *raw = zt_path(nodes[i]);
+
+		zt_ok("get '%s' -o %s", puts_[i].name, raw);
+		free(raw);
+	}
 	exp = expect_puts(false);
 	rc = zt_sh(&out, "/usr/bin/python3 '%s/tests/zarr/dask-read.py' "
 	                 "'%s/zarr-v2' '%s'",
@@ -1536,4 +1543,21 @@ Test(export, hurray_files_read_back_by_zarrita, .init = start, .fini = stop)
 	                   getenv("TD_TENSORCTL"), zt_dir, zt_dir),
 	             2, "%s", out);
 	free(out);
+}
+
+Test(export, a_tgm_file_without_messages_is_an_empty_group)
+{
+	char *root;
+
+	zt_setup(NULL);
+	zt_ok_sh(": > %s/none.tgm && '%s' zarr export %s/e --from %s/none.tgm",
+	         zt_dir, getenv("TD_TENSORCTL"), zt_dir, zt_dir);
+	zt_check_dir("e");
+	root = zt_file("e/zarr.json");
+	cr_assert_str_eq(root, "{\"attributes\":{},\"consolidated_metadata\":"
+	                       "{\"kind\":\"inline\",\"metadata\":{},"
+	                       "\"must_understand\":false},\"node_type\":"
+	                       "\"group\",\"zarr_format\":3}");
+	free(root);
+	zt_teardown();
 }
