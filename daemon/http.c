@@ -54,6 +54,8 @@ struct http {
 
 static struct http H = {.lfd = -1};
 
+static unsigned connections(void);
+
 /* One exported tensor: its array and where its chunk is. */
 struct node {
 	struct td__version *v;
@@ -582,9 +584,7 @@ static enum MHD_Result metrics(struct MHD_Connection *c)
 	metric(f, "tensord_http_leases", "gauge",
 	       "Versions held by HTTP responses being sent.", stats.leases);
 	metric(f, "tensord_http_connections", "gauge",
-	       "Open HTTP connections.",
-	       MHD_get_daemon_info(H.mhd, MHD_DAEMON_INFO_CURRENT_CONNECTIONS)
-		       ->num_connections);
+	       "Open HTTP connections.", connections());
 	if (fclose(f) != 0) {
 		free(buf);
 		return text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
@@ -680,12 +680,29 @@ static void on_poll(uv_poll_t *p, int status, int events)
 	run();
 }
 
+static unsigned connections(void)
+{
+	return MHD_get_daemon_info(H.mhd, MHD_DAEMON_INFO_CURRENT_CONNECTIONS)
+		->num_connections;
+}
+
 /* Let MHD do what is ready, then wait for its next deadline. */
 static void run(void)
 {
 	MHD_UNSIGNED_LONG_LONG to;
+	unsigned before;
 
-	MHD_run(H.mhd);
+	/*
+	 * A connection closed at the limit: MHD listens again only from its
+	 * next run, and nothing else may wake the loop for it, so run again
+	 * while connections go (bounded: each pass closes at least one).
+	 */
+	for (int i = 0; i < 64; i++) {
+		before = connections();
+		MHD_run(H.mhd);
+		if (connections() >= before)
+			break;
+	}
 	if (MHD_get_timeout(H.mhd, &to) == MHD_YES) {
 		uv_timer_start(&H.timer, on_timer, to, 0);
 		H.timer_on = true;

@@ -1561,3 +1561,34 @@ Test(export, a_tgm_file_without_messages_is_an_empty_group)
 	free(root);
 	zt_teardown();
 }
+
+Test(http, the_connection_limit_holds_back_new_connections, .fini = stop)
+{
+	static const char *const more[] = {"--http-prefix", "",
+	                                   "--http-max-connections", "2",
+	                                   NULL};
+	const char req[] = "GET /metrics HTTP/1.1\r\nHost: t\r\n"
+	                   "Connection: close\r\n\r\n";
+	struct pollfd pf;
+	char *resp;
+	int a, b, c;
+
+	start_http_args(more);
+	a = connect_tcp();
+	b = connect_tcp();
+	/* both slots are taken: a third connection waits in the backlog */
+	c = connect_tcp();
+	cr_assert(send(c, req, strlen(req), MSG_NOSIGNAL) > 0);
+	pf = (struct pollfd){c, POLLIN, 0};
+	cr_assert_eq(poll(&pf, 1, 300), 0, "served past the limit");
+	/* a slot frees: it is served, next to the one still open */
+	close(a);
+	pf = (struct pollfd){c, POLLIN, 0};
+	cr_assert_eq(poll(&pf, 1, 20000), 1, "never served");
+	exchange(c, "", &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	cr_assert_eq(metric_value(resp, "tensord_http_connections "), 2,
+	             "%s", resp);
+	free(resp);
+	close(b);
+}
