@@ -838,19 +838,10 @@ static int export_hrry(const char *dir, const char *path)
 	struct td_hrry_tensor *ts = NULL;
 	struct zset z = {0};
 	uint64_t n = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC), rc;
+	int fd, rc = tctl_hrry_transport(path, &t, &fd);
 
-	if (fd < 0)
-		return tctl_fail(TCTL_REFUSED, "io", errno, "%s: %s", path,
-		                 strerror(errno));
-	rc = td_hrry_transport_map_fd(fd, &t);
-	if (rc == -EINVAL) /* empty, or not a regular file */
-		rc = td_hrry_transport_fd(fd, &t);
-	if (rc < 0) {
-		close(fd);
-		return tctl_fail(TCTL_REFUSED, "io", -rc, "%s: %s", path,
-		                 strerror(-rc));
-	}
+	if (rc)
+		return rc;
 	rc = td_hrry_file_reader_new(&t, &r, &e);
 	if (rc < 0) {
 		close(fd);

@@ -113,6 +113,14 @@ int inspect_hrry_sniff(const uint8_t *buf, size_t len);
  * a .hrry name, or with by_magic an existing file with the magic) */
 int tctl_hrry_wanted(int argc, char **argv, int by_magic);
 int cmd_load_hrry(int argc, char **argv);
+/*
+ * A reader transport over path (mapped; read by pread when it cannot be
+ * mapped) in *t, the file's descriptor in *fd: close it after the reader
+ * is freed (the pread transport borrows it). TCTL_OK or reported.
+ */
+struct td_hrry_transport;
+int tctl_hrry_transport(const char *path, struct td_hrry_transport *t,
+			int *fd);
 /* Delete name if STAT still shows version (a failed load's roll back);
  * 1 when removed, else says why on stderr (cmd-load.c). */
 int tctl_roll_back_one(struct td_client *c, const char *name,
