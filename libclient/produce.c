@@ -15,6 +15,8 @@
 
 #include "blob.h"
 #include "client.h"
+#include "fence.h"
+#include "gpu.h"
 
 struct td_alloc {
 	struct td_client *c;
@@ -240,8 +242,9 @@ static int alloc_call(struct td_client *c, struct td_alloc *a,
 			goto out;
 		}
 		if (sizes[i]) {
-			p = mmap(NULL, sizes[i], PROT_READ | PROT_WRITE,
-				 MAP_SHARED, fd, 0);
+			/* size a multiple of A: address A-aligned (gpu.h) */
+			p = td__mmap_natural(sizes[i], PROT_READ | PROT_WRITE,
+					     MAP_SHARED, fd, 0);
 			if (p == MAP_FAILED) {
 				rc = td__fail(err, -errno, "mmap buffer %u: "
 					      "%s", i, strerror(errno));
@@ -398,6 +401,14 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 				TD_WIRE_MAX_META);
 	if ((p->flags & TD_PUBLISH_FENCE) && p->fence_fd < 0)
 		return td__fail(err, -EBADF, "TD_PUBLISH_FENCE without fd");
+	if (p->flags & TD_PUBLISH_FENCE) {
+		/* the daemon checks too; a closed fd is only seen here */
+		int kind = td__fence_kind(p->fence_fd, &why);
+
+		if (kind < 0)
+			return td__fail(err, kind, "fence fd %d: %s",
+					p->fence_fd, why);
+	}
 
 	/* planes and the fd table in order of first use (spec §8.1) */
 	memset(slot, 0, sizeof(slot));
