@@ -43,6 +43,8 @@ int tu_buf_map_count(void);
  * terminated string (*out) and return its exit status (or 128+signal).
  */
 int tu_run_capture(char *const argv[], char **out);
+/* The same with stderr captured too, into the same string. */
+int tu_run_capture_all(char *const argv[], char **out);
 
 /* A private tensord ($TD_TENSORD) on a socket in a mkdtemp() folder. */
 struct tu_daemon {
