@@ -161,10 +161,14 @@ int td__map_get(struct td_client *c, uint64_t buffer_id, int32_t remote,
 	} else if (window) {
 		m->len = 0; /* no plane uses it */
 	}
+	m->kind = td__plane_kind(fd);
 	rc = map_ro(fd, m->off, m->len, &m->addr);
+	/* a dma-buf whose exporter refuses CPU maps is still handed over,
+	 * unmapped, for the consumer to import (td_tensor_plane_kind) */
+	if (rc < 0 && m->kind == TD_PLANE_DMABUF)
+		rc = 0;
 	if (rc < 0)
 		goto fail;
-	m->kind = td__plane_kind(fd);
 	m->buffer_id = buffer_id;
 	m->refs = 1;
 	m->next = c->maps;

@@ -222,7 +222,7 @@ Test(vulkan, a_ring_joins_two_shaders_with_slots_imported_once)
 	int nc = slot_places(out, "consumer", cons_at, 3);
 	cr_assert(np >= 1 && np <= 3 && nc >= 1 && nc <= 3, "%s", out);
 	char line[64];
-	snprintf(line, sizeof(line), "producer: %d slot imports for 12 frames",
+	snprintf(line, sizeof(line), "producer: %d slot imports for 12 frames,",
 		 np);
 	cr_assert(strstr(out, line), "%s", out);
 	/* both stages' imported pointers are the same memfd pages */

@@ -82,6 +82,13 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* Median of n values (sorts them). */
+static double median(double *x, long n)
+{
+	qsort(x, (size_t)n, sizeof(*x), cmp_double);
+	return x[n / 2];
+}
+
 static void report(const char *mode, uint64_t bytes, long frames,
 		   double *lat, double total_us, uint64_t copied)
 {
@@ -114,36 +121,50 @@ static int run_copy(uint64_t bytes, long frames)
 	struct vkx_prog prod, red;
 	struct vkx_buf a, b, res;
 	double *lat = calloc((size_t)frames, sizeof(double));
+	double *t_prod = calloc((size_t)frames, sizeof(double));
+	double *t_copy = calloc((size_t)frames, sizeof(double));
+	double *t_red = calloc((size_t)frames, sizeof(double));
 	uint32_t (*out)[2] = calloc((size_t)frames, sizeof(*out));
 	uint64_t copied = 0;
 	int rc = vkx_init(&v);
 
 	if (rc < 0)
 		return rc == -2 ? 77 : 1;
-	if (!lat || !out || vkx_prog_init(&v, VKX_PRODUCE, &prod) < 0 ||
+	if (!lat || !out || !t_prod || !t_copy || !t_red || vkx_prog_init(&v, VKX_PRODUCE, &prod) < 0 ||
 	    vkx_prog_init(&v, VKX_REDUCE, &red) < 0 ||
 	    vkx_alloc(&v, bytes, &a) < 0 || vkx_alloc(&v, bytes, &b) < 0 ||
 	    vkx_alloc(&v, 8, &res) < 0)
 		return 1;
 	double t0 = now_us();
 	for (long f = 0; f < frames; f++) {
-		double s = now_us();
+		double s = now_us(), m, r;
 
 		if (vkx_produce(&v, &prod, &a, (uint32_t)(bytes / 4),
 				(uint32_t)f) < 0 ||
 		    vkx_wait(&v, &prod) < 0)
 			return 1;
+		m = now_us();
 		memcpy(b.host, a.host, bytes); /* the handoff */
 		copied += bytes;
+		r = now_us();
 		if (vkx_reduce(&v, &red, &b, (uint32_t)(bytes / 4), &res) < 0 ||
 		    vkx_wait(&v, &red) < 0)
 			return 1;
 		memcpy(out[f], res.host, sizeof(out[f]));
 		lat[f] = now_us() - s;
+		t_prod[f] = m - s;
+		t_copy[f] = r - m;
+		t_red[f] = now_us() - r;
 	}
 	double total = now_us() - t0;
 	long bad = verify((const uint32_t(*)[2])out, frames, bytes);
 	report("copy", bytes, frames, lat, total, copied);
+	printf("copy: median produce %.0f us, memcpy %.0f us, reduce %.0f us\n",
+	       median(t_prod, frames), median(t_copy, frames),
+	       median(t_red, frames));
+	free(t_prod);
+	free(t_copy);
+	free(t_red);
 	printf("copy: %ld of %ld frames match the formula\n", frames - bad,
 	       frames);
 	vkx_buf_free(&v, &a);
@@ -169,12 +190,13 @@ static int consumer(const char *name, uint64_t bytes, long frames, int ack)
 	struct vkx_prog red;
 	struct vkx_buf slot[SLOTS] = {0}, res;
 	uint32_t (*out)[2] = calloc((size_t)frames, sizeof(*out));
+	double *t_red = calloc((size_t)frames, sizeof(double));
 	long imports = 0, got = 0;
 	int rc = vkx_init(&v);
 
 	if (rc < 0)
 		return rc == -2 ? 77 : 1;
-	if (!out || vkx_prog_init(&v, VKX_REDUCE, &red) < 0 ||
+	if (!out || !t_red || vkx_prog_init(&v, VKX_REDUCE, &red) < 0 ||
 	    vkx_alloc(&v, 8, &res) < 0)
 		return 1;
 	if (td_client_connect(NULL, &c, &err) < 0 ||
@@ -206,9 +228,11 @@ static int consumer(const char *name, uint64_t bytes, long frames, int ack)
 			       "%p, %s\n",
 			       view.slot, b->host, view.planes[0], w);
 		}
+		double r = now_us();
 		if (vkx_reduce(&v, &red, b, (uint32_t)(bytes / 4), &res) < 0 ||
 		    vkx_wait(&v, &red) < 0)
 			return 1;
+		t_red[got] = now_us() - r;
 		uint64_t f = view.version - 1; /* lock-step: none skipped */
 		if (f < (uint64_t)frames)
 			memcpy(out[f], res.host, sizeof(out[f]));
@@ -218,8 +242,9 @@ static int consumer(const char *name, uint64_t bytes, long frames, int ack)
 	}
 	long bad = verify((const uint32_t(*)[2])out, frames, bytes);
 	printf("consumer: %ld of %ld frames match the formula, %ld slot "
-	       "imports for %ld frames\n",
-	       frames - bad, frames, imports, got);
+	       "imports for %ld frames, median reduce %.0f us\n",
+	       frames - bad, frames, imports, got, median(t_red, got));
+	free(t_red);
 	fflush(stdout);
 	for (int i = 0; i < SLOTS; i++)
 		vkx_buf_free(&v, &slot[i]);
@@ -256,6 +281,7 @@ static int run_ring(const char *name, uint64_t bytes, long frames)
 	struct vkx_prog prod;
 	struct vkx_buf slot[SLOTS] = {0};
 	double *lat = calloc((size_t)frames, sizeof(double));
+	double *t_prod = calloc((size_t)frames, sizeof(double));
 	long imports = 0;
 	const uint64_t shape[1] = {bytes / 4};
 	struct td_ring_desc desc = {
@@ -266,7 +292,7 @@ static int run_ring(const char *name, uint64_t bytes, long frames)
 
 	if (rc < 0)
 		return rc == -2 ? 77 : 1;
-	if (!lat || vkx_prog_init(&v, VKX_PRODUCE, &prod) < 0)
+	if (!lat || !t_prod || vkx_prog_init(&v, VKX_PRODUCE, &prod) < 0)
 		return 1;
 	if (td_client_connect(NULL, &c, &err) < 0 ||
 	    td_ring_create(c, name, &desc, &r, &err) < 0) {
@@ -294,6 +320,7 @@ static int run_ring(const char *name, uint64_t bytes, long frames)
 			printf("producer: slot %u imported at %p, %s\n",
 			       sl.index, vb->host, w);
 		}
+		double p = now_us();
 		if (vkx_produce(&v, &prod, vb, (uint32_t)(bytes / 4),
 				(uint32_t)f) < 0)
 			return 1;
@@ -302,6 +329,7 @@ static int run_ring(const char *name, uint64_t bytes, long frames)
 		if (vkx_wait(&v, &prod) < 0 ||
 		    td_ring_fence_signal(r, version) < 0)
 			return 1;
+		t_prod[f] = now_us() - p;
 		if (read(ack[0], &b, 1) != 1)
 			return 1;
 		lat[f] = now_us() - s;
@@ -311,7 +339,9 @@ static int run_ring(const char *name, uint64_t bytes, long frames)
 	int st;
 	waitpid(pid, &st, 0);
 	report("ring", bytes, frames, lat, total, 0);
-	printf("producer: %ld slot imports for %ld frames\n", imports, frames);
+	printf("producer: %ld slot imports for %ld frames, median produce "
+	       "%.0f us\n", imports, frames, median(t_prod, frames));
+	free(t_prod);
 	for (int i = 0; i < SLOTS; i++)
 		vkx_buf_free(&v, &slot[i]);
 	vkx_prog_fini(&v, &prod);

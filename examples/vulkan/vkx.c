@@ -25,7 +25,11 @@ static const uint32_t reduce_spv[] =
 #endif
 ;
 
-#define GROUPS_MAX 4096u /* workgroups per dispatch: far below the limit */
+/* workgroups per dispatch (far below the limit): the fill has no
+ * cross-invocation work; the reduction's invocations each fold many
+ * words and add them with an atomic, so fewer of them is cheaper */
+#define GROUPS_FILL 4096u
+#define GROUPS_REDUCE 64u
 
 #define CHECK(call)                                                            \
 	do {                                                                   \
@@ -400,7 +404,8 @@ static int run(struct vkx *v, struct vkx_prog *p, struct vkx_buf **bufs,
 	VkDescriptorBufferInfo bi[2];
 	VkWriteDescriptorSet w[2];
 	uint32_t items = (words + 255) / 256;
-	uint32_t per = (items + GROUPS_MAX - 1) / GROUPS_MAX;
+	uint32_t gmax = p->nbind == 1 ? GROUPS_FILL : GROUPS_REDUCE;
+	uint32_t per = (items + gmax - 1) / gmax;
 	uint32_t groups = (items + per - 1) / per;
 	uint32_t pc[3] = {words, per, frame};
 

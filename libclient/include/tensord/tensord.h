@@ -335,7 +335,10 @@ TD_EXPORT const char *td_tensor_string(const struct td_tensor *t,
 TD_EXPORT const void *td_tensor_meta(const struct td_tensor *t, size_t *len);
 
 TD_EXPORT uint32_t td_tensor_plane_count(const struct td_tensor *t);
-/* Read-only bytes of plane i; NULL when out of range or of size 0. */
+/*
+ * Read-only bytes of plane i; NULL when out of range, of size 0, or a
+ * dma-buf whose exporter refuses CPU mappings (import its fd instead).
+ */
 TD_EXPORT const void *td_tensor_plane_data(const struct td_tensor *t,
 					   uint32_t i);
 TD_EXPORT uint64_t td_tensor_plane_size(const struct td_tensor *t, uint32_t i);
