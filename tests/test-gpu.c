@@ -122,11 +122,12 @@ static void fenced_producer(const struct tu_daemon *d, void *arg)
 	td_client_close(c);
 }
 
-static pid_t start_fenced(const struct tu_daemon *d, struct fenced *f,
-			  bool signal)
+/* A daemon and a fenced producer that has published; its pid. */
+static pid_t start_fenced(struct tu_daemon *d, struct fenced *f, bool signal)
 {
 	pid_t pid;
 
+	tu_daemon_start(d, "warn");
 	cr_assert(pipe(f->go) == 0 && pipe(f->ready) == 0);
 	f->signal = signal;
 	pid = spawn(d, fenced_producer, f);
@@ -148,10 +149,9 @@ Test(gpu, a_consumer_waits_for_a_delayed_fence_and_reads_the_final_bytes)
 	struct td_tensor *t;
 	struct td_error e = {0};
 	struct fenced f;
-
-	tu_daemon_start(&d, "warn");
 	pid_t pid = start_fenced(&d, &f, true);
 	struct td_client *c = connect_to(&d);
+
 	cr_assert_eq(td_client_get(c, "gpu/fenced", &t, &e), 0, "%s",
 		     e.reason);
 	cr_assert(td_tensor_has_fence(t));
@@ -183,9 +183,8 @@ Test(gpu, a_fence_whose_producer_died_unsignalled_times_out_clearly)
 	struct td_tensor *t;
 	struct td_error e = {0};
 	struct fenced f;
-
-	tu_daemon_start(&d, "warn");
 	pid_t pid = start_fenced(&d, &f, false);
+
 	say(f.go[1]);
 	cr_assert_eq(reap(pid), 0); /* gone without signalling */
 	struct td_client *c = connect_to(&d);
