@@ -205,6 +205,11 @@ TD_EXPORT int td_client_publish(struct td_client *c, const struct td_publish *p,
  * Ask the daemon for plane_count fresh zero-filled buffers of the given
  * sizes, mapped writable (MAP_SHARED) here. Write through td_alloc_data(),
  * then td_client_publish_alloc() (or drop them with td_alloc_free()).
+ * Alignment: a buffer whose size is a multiple of A (a power of two, at
+ * most 2 MiB) is mapped at an A-aligned address, so asking for sizes that
+ * are multiples of a device's minImportedHostPointerAlignment gives
+ * buffers it can import (VK_EXT_external_memory_host). The same holds
+ * for ring slot planes (td_ring_desc) and whole-buffer GET mappings.
  * Returns 0 and the loan in *out, or -errno.
  */
 TD_EXPORT int td_client_alloc(struct td_client *c, uint32_t plane_count,
@@ -552,7 +557,9 @@ struct td_ring_desc {
 	uint32_t dtype; /* enum td_tensor_dtype, as subscribers see it */
 	uint32_t ndim;  /* <= TD_ENTRY_MAX_DIMS */
 	const uint64_t *shape;
-	/* planes per slot; 0 = one plane of the dense tensor size */
+	/* planes per slot; 0 = one plane of the dense tensor size. Plane
+	 * sizes that are multiples of A (a power of two <= 2 MiB) give
+	 * A-aligned planes in every slot, producer and subscribers alike */
 	uint32_t plane_count;
 	const uint64_t *plane_sizes;
 	uint32_t slot_count;   /* 2..64; 0 = 4 */
