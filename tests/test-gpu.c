@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -76,6 +77,60 @@ Test(gpu, bad_fences_are_refused_with_a_reason)
 	cr_assert(strstr(e.reason, "not an open descriptor"), "%s", e.reason);
 	cr_assert_eq(td_fence_signal(file, &e), -EBADF);
 	cr_assert_eq(td_fence_wait(-1, -1, &e), -EBADF);
+}
+
+/*
+ * A real sync_file without a GPU: the kernel's sw_sync timeline (debugfs,
+ * CONFIG_SW_SYNC). Its ioctls are not in the uapi headers.
+ */
+struct sw_sync_create_fence_data {
+	uint32_t value;
+	char name[32];
+	int32_t fence;
+};
+#define SW_SYNC_IOC_CREATE_FENCE _IOWR('W', 0, struct sw_sync_create_fence_data)
+#define SW_SYNC_IOC_INC _IOW('W', 1, uint32_t)
+#define SW_SYNC_PATH "/sys/kernel/debug/sync/sw_sync"
+
+Test(gpu, a_sync_file_fence_is_waited_published_and_signalled_by_its_timeline)
+{
+	struct tu_daemon d;
+	struct td_error e = {0};
+	struct td_tensor *t;
+	const uint64_t shape[1] = {4};
+	const uint8_t bytes[4] = {1, 2, 3, 4};
+
+	if (access(SW_SYNC_PATH, R_OK | W_OK) != 0)
+		cr_skip_test("kernel feature missing: " SW_SYNC_PATH " (sw_sync, "
+			     "CONFIG_SW_SYNC with debugfs) is absent, so no "
+			     "sync_file can be made without a GPU driver");
+	tu_daemon_start(&d, "warn");
+	int tl = open(SW_SYNC_PATH, O_RDWR | O_CLOEXEC);
+	cr_assert_geq(tl, 0);
+	struct sw_sync_create_fence_data f = {.value = 1, .name = "td"};
+	cr_assert_eq(ioctl(tl, SW_SYNC_IOC_CREATE_FENCE, &f), 0);
+	cr_assert_eq(td_fence_wait(f.fence, 20, &e), -ETIMEDOUT);
+	cr_assert(strstr(e.reason, "(sync_file) did not signal within 20 ms"),
+		  "%s", e.reason);
+	cr_assert_eq(td_fence_signal(f.fence, &e), -EINVAL);
+	cr_assert(strstr(e.reason, "its driver signals it"), "%s", e.reason);
+	struct td_client *c = connect_to(&d);
+	struct td_publish p = {.name = "gpu/sync", .flags = TD_PUBLISH_FENCE,
+			       .dtype = TD_TENSOR_U8, .ndim = 1,
+			       .shape = shape, .fence_fd = f.fence};
+	cr_assert_eq(td_client_put(c, &p, bytes, 4, NULL, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_client_get(c, "gpu/sync", &t, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_tensor_fence_wait(t, 0), -ETIMEDOUT);
+	uint32_t one = 1;
+	cr_assert_eq(ioctl(tl, SW_SYNC_IOC_INC, &one), 0);
+	cr_assert_eq(td_tensor_fence_wait(t, -1), 0);
+	cr_assert_eq(td_fence_wait(f.fence, 0, &e), 0, "%s", e.reason);
+	td_tensor_release(t);
+	td_client_close(c);
+	close(f.fence);
+	close(tl);
+	tu_daemon_stop(&d, true);
 }
 
 /* ---- fences through the daemon ---- */
