@@ -667,7 +667,7 @@ TD_EXPORT int td_sub_release(struct td_sub *s);
  * forever, 0 just look). 0 at once for a version published without a
  * fence. -ETIMEDOUT; -EPIPE the producer closed the ring (or died)
  * without signalling it, whose bytes may be unfinished; -EINVAL when no
- * view is held.
+ * view is held; -EBADMSG a fence word no producer writes.
  */
 TD_EXPORT int td_sub_fence_wait(struct td_sub *s, int timeout_ms);
 /* End the subscription (releases the view held). Accepts NULL. */
