@@ -83,26 +83,6 @@ Test(vulkan, the_consumer_shader_reduces_what_the_producer_shader_wrote)
 	tu_daemon_stop(&d, true);
 }
 
-/* Start argv with stdout on a pipe; return its pid, the pipe in *f. */
-static pid_t start(char **argv, FILE **f)
-{
-	int p[2];
-	pid_t pid;
-
-	cr_assert(pipe2(p, O_CLOEXEC) == 0);
-	pid = fork();
-	cr_assert(pid >= 0);
-	if (pid == 0) {
-		dup2(p[1], 1);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	close(p[1]);
-	*f = fdopen(p[0], "r");
-	cr_assert(*f);
-	return pid;
-}
-
 static int reap_status(pid_t pid)
 {
 	int st;
@@ -141,7 +121,7 @@ Test(vulkan, the_consumer_waits_for_a_fence_the_producer_delays)
 	 * until then the buffer holds zeros, not the frame */
 	char *prod[] = {example("vk-producer"), "gpu/slow", "1", "1048576",
 			"400", NULL};
-	pid_t pid = start(prod, &f);
+	pid_t pid = tu_spawn_stdout(prod, &f);
 	await_publish(&d, pid, f);
 	/* a consumer that will not wait long enough reads nothing */
 	char *impatient[] = {example("vk-consumer"), "gpu/slow", "0", "2000",

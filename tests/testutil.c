@@ -171,6 +171,25 @@ int tu_run_capture_all(char *const argv[], char **out)
 	return run_capture(argv, out, true);
 }
 
+pid_t tu_spawn_stdout(char *const argv[], FILE **out)
+{
+	int p[2];
+	pid_t pid;
+
+	cr_assert(pipe2(p, O_CLOEXEC) == 0);
+	pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		dup2(p[1], 1);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(p[1]);
+	*out = fdopen(p[0], "r");
+	cr_assert(*out);
+	return pid;
+}
+
 uint64_t tu_rand(uint64_t *s)
 {
 	uint64_t x = *s ? *s : 0x9E3779B97F4A7C15ull;
