@@ -8,6 +8,8 @@
  *             the outgoing queue, HELLO and import negotiation
  *   store.c   names -> versions, leases, allocs, watches, parked GETs
  *   plane.c   descriptor policy: pidfd pulls, plane checks, seals, memfds
+ *   cred.c    whom the daemon may pull from (the connected process, while
+ *             its credentials are still the connection's)
  *
  * Single-threaded: everything runs on one libuv loop, so the scratch
  * buffers in struct td__daemon are shared by every connection (a message
@@ -72,6 +74,19 @@ extern int td__log_level;
 void td__log(int level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/*
+ * At most one log line per interval for something a client can cause over
+ * and over (EMFILE at accept, refused pidfd imports): the log stays small
+ * whatever the load. The caller reports r->suppressed in the line it
+ * logs and resets it.
+ */
+struct td__ratelimit {
+	uint64_t next_ms; /* CLOCK_MONOTONIC ms before which lines are held */
+	unsigned long suppressed;
+};
+#define TD__LOG_INTERVAL_MS 10000
+bool td__ratelimit_ok(struct td__ratelimit *r, unsigned interval_ms);
+
 /* ---- per-peer limits (docs/protocol.md, "Limits") ---- */
 
 #define TD__MAX_LEASES 4096 /* leases held by one connection */
@@ -104,6 +119,8 @@ struct td__opts {
 	const char *policy_path; /* NULL = everyone may do everything */
 	int socket_mode;         /* chmod of the socket file, -1 = umask */
 	gid_t socket_gid;        /* chown of the socket file, -1 = ours */
+	/* $TENSORD_TEST_NO_PEERPIDFD: take the pidfd_open fallback (tests) */
+	bool no_peerpidfd;
 };
 
 struct td__store;
@@ -148,6 +165,12 @@ struct td__peer {
 	unsigned ngroups;
 	unsigned fds_inflight; /* sent since the socket was last seen empty */
 	int pidfd; /* the peer's pidfd (SO_PEERPIDFD or pidfd_open), -1 */
+	/*
+	 * pidfd names the very process that connected (SO_PEERPIDFD). Without
+	 * it (pidfd_open by number, which a reused pid could fool) HELLO's
+	 * probe must prove the process holds this connection's other end.
+	 */
+	bool pidfd_exact;
 	bool hello;
 	bool dead;       /* marked for the reaper; sends are dropped */
 	bool writable_wait;
@@ -185,6 +208,23 @@ void td__peer_send(struct td__peer *p, uint16_t op, uint32_t flags,
 void td__peer_error(struct td__peer *p, uint16_t op, uint64_t request_id,
 		    int status, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
+
+/* ---- cred.c (docs/reliability.md, "Trust model") ---- */
+
+/*
+ * May the daemon pull fds from p's process now: it is alive, its real,
+ * effective and saved uid and gid equal the connection's SO_PEERCRED, and
+ * it is dumpable (what the kernel asks of that uid pulling by itself).
+ * Call it after pulling and before using what was pulled: a change in
+ * between is then seen. 0, or -EPERM/-ESRCH with a reason in why.
+ */
+int td__peer_pull_check(const struct td__peer *p, char *why, size_t cap);
+/*
+ * Is fd (pulled from p's process) the other end of p's connection? 0,
+ * -ESRCH when it is not, other -errno when it cannot be told (no
+ * unix_diag in the kernel).
+ */
+int td__peer_is_other_end(const struct td__peer *p, int fd);
 
 /* ---- store.c ---- */
 

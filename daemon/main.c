@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 int td__log_level = TD_LOG_INFO;
@@ -34,6 +35,21 @@ void td__log(int level, const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
+}
+
+bool td__ratelimit_ok(struct td__ratelimit *r, unsigned interval_ms)
+{
+	struct timespec ts;
+	uint64_t now;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	if (r->next_ms && now < r->next_ms) {
+		r->suppressed++;
+		return false;
+	}
+	r->next_ms = now + interval_ms;
+	return true;
 }
 
 static void usage(FILE *f)
@@ -301,6 +317,7 @@ int main(int argc, char **argv)
 	d->opts.policy_path = policy_path;
 	d->opts.socket_mode = socket_mode;
 	d->opts.socket_gid = socket_gid;
+	d->opts.no_peerpidfd = getenv("TENSORD_TEST_NO_PEERPIDFD") != NULL;
 	d->pid = getpid();
 	td__list_init(&d->peers);
 	raise_nofile();
@@ -340,6 +357,16 @@ int main(int argc, char **argv)
 	    td__fdstore_restore(d) < 0 || td__server_start(d) < 0)
 		goto out;
 	td__sd_ready(d);
+	/*
+	 * Root pulls fds with root's privileges and holds every tenant's
+	 * memory; the checks in cred.c keep pidfd import from being turned
+	 * against a third process, but a dedicated user is the first line.
+	 */
+	if (geteuid() == 0)
+		td__log(TD_LOG_WARN,
+			"running as root: run tensord as a dedicated user "
+			"(the systemd unit's User=tensord); see "
+			"docs/reliability.md, \"Trust model\"");
 	td__log(TD_LOG_INFO, "pid %d, import %s, max-bytes %" PRIu64,
 		(int)d->pid,
 		import == TD_IMPORT_AUTO    ? "auto"

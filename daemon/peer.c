@@ -340,6 +340,35 @@ static void flush(struct td__peer *p)
 
 /* ---- HELLO ---- */
 
+/*
+ * Whether the daemon may import from p by pidfd, given the probe fd it
+ * pulled: the process behind p->pidfd is the one holding this connection
+ * (certain with SO_PEERPIDFD; otherwise the pulled probe must be the
+ * other end of the connection, which a process that merely reused the
+ * pid does not hold) and its credentials are still the connection's
+ * (td__peer_pull_check). 0, or -errno with a reason in why.
+ */
+static int probe_trusted(struct td__peer *p, int fd, char *why, size_t cap)
+{
+	int rc;
+
+	if (!p->pidfd_exact) {
+		rc = td__peer_is_other_end(p, fd);
+		if (rc < 0) {
+			snprintf(why, cap,
+				 rc == -ESRCH
+					 ? "the probe fd is not this "
+					   "connection's socket (pid reused?)"
+					 : "without SO_PEERPIDFD the connected "
+					   "process cannot be proved (no "
+					   "unix_diag: %s)",
+				 strerror(-rc));
+			return -EPERM;
+		}
+	}
+	return td__peer_pull_check(p, why, cap);
+}
+
 static void hello(struct td__peer *p, const struct td_wire_hdr *h,
 		  const uint8_t *body)
 {
@@ -349,6 +378,7 @@ static void hello(struct td__peer *p, const struct td_wire_hdr *h,
 	struct td_wire_hello_rep r;
 	struct td_err e = {0};
 	uint32_t in = TD_IMPORT_SCM;
+	char why[192];
 	int64_t len;
 	int rc, fd;
 
@@ -387,8 +417,23 @@ static void hello(struct td__peer *p, const struct td_wire_hdr *h,
 		fd = m.probe_fd >= 0 ? td__pidfd_getfd(p->pidfd, m.probe_fd)
 				     : -EBADF;
 		if (fd >= 0) {
+			rc = probe_trusted(p, fd, why, sizeof(why));
 			close(fd);
-			in = TD_IMPORT_PIDFD;
+			if (rc == 0)
+				in = TD_IMPORT_PIDFD;
+			else if (must) {
+				td__peer_error(p, h->opcode, h->request_id,
+					       -EPERM,
+					       "pidfd import required but "
+					       "refused: %s",
+					       why);
+				return;
+			} else {
+				td__log(TD_LOG_DEBUG,
+					"peer pid %d: importing by "
+					"SCM_RIGHTS: %s",
+					(int)p->pid, why);
+			}
 		} else if (must) {
 			td__peer_error(p, h->opcode, h->request_id, -EPERM,
 				       "pidfd import required but "
@@ -648,12 +693,15 @@ int td__peer_take_fd(struct td__daemon *d, int fd)
 	 * SO_PEERPIDFD (Linux 6.5) names the process that connected. The
 	 * fallback pidfd_open(pid) races: the client may have exited and its
 	 * pid been reused in between, and the pidfd would then name another
-	 * process. Pulls only ever use numbers that process' peer sent, and
-	 * the probe in HELLO fails if the process is not that client, so the
-	 * window cannot import foreign fds by design, but it is documented.
+	 * process. So without SO_PEERPIDFD HELLO imports by pidfd only once
+	 * the probe fd pulled through it proves to be this connection's other
+	 * end (probe_trusted).
 	 */
 	len = sizeof(pfd);
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pfd, &len) < 0) {
+	if (!d->opts.no_peerpidfd &&
+	    getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pfd, &len) == 0) {
+		p->pidfd_exact = true;
+	} else {
 		pfd = td__pidfd_open(p->pid);
 		if (pfd < 0)
 			pfd = -1;

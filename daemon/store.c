@@ -1497,6 +1497,7 @@ static int pub_check_blob(struct pub *x)
 static int pub_take_fds(struct pub *x, int *fds, unsigned nfds)
 {
 	struct td__peer *p = x->p;
+	bool pulled = false;
 
 	for (uint32_t i = 0; i < x->ntab; i++) {
 		if (x->alloc && i < x->alloc->count) {
@@ -1542,6 +1543,31 @@ static int pub_take_fds(struct pub *x, int *fds, unsigned nfds)
 					i, x->m.fds[i], strerror(-rc));
 		}
 		x->own[i] = true;
+		pulled = true;
+	}
+	/*
+	 * After the pulls, before anything uses what was pulled: a process
+	 * that changed credentials (a setuid exec) in between is seen here.
+	 * Such a connection imports by SCM_RIGHTS from now on.
+	 */
+	if (pulled && td__peer_pull_check(p, x->why, sizeof(x->why)) < 0) {
+		char why[sizeof(x->why)];
+
+		static struct td__ratelimit rl;
+
+		memcpy(why, x->why, sizeof(why));
+		p->import_in = TD_IMPORT_SCM;
+		if (td__ratelimit_ok(&rl, TD__LOG_INTERVAL_MS)) {
+			td__log(TD_LOG_WARN, "peer pid %d uid %u: pidfd "
+				"import refused: %s (%lu more since the last "
+				"such line)", (int)p->pid, (unsigned)p->uid,
+				why, rl.suppressed);
+			rl.suppressed = 0;
+		}
+		return pub_fail(x, -EPERM,
+				"pidfd import refused: %s; attach the fds "
+				"(SCM_RIGHTS)",
+				why);
 	}
 	return 0;
 }

@@ -536,6 +536,7 @@ static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 			c->path_out = TD_IMPORT_PIDFD;
 		}
 	}
+	c->pidfd_forced = pref == TD_IMPORT_PIDFD;
 	if (pref == TD_IMPORT_PIDFD &&
 	    (c->path_out != TD_IMPORT_PIDFD || c->path_in != TD_IMPORT_PIDFD))
 		return td__fail(err, -EPERM,
