@@ -109,6 +109,23 @@ bool td__ratelimit_ok(struct td__ratelimit *r, unsigned interval_ms);
 #define TD__MAX_FDS_INFLIGHT 128
 #define TD__MAX_GROUPS 32 /* supplementary gids kept per peer (policy) */
 
+/* ---- per-uid limits (tenant.c, docs/policy.md §4) ---- */
+
+enum td__lim {
+	TD__LIM_CONNS,   /* connections */
+	TD__LIM_FDS,     /* descriptors held for the uid */
+	TD__LIM_LEASES,  /* leases (GET, ring GET) */
+	TD__LIM_PINNED,  /* bytes of other uids' versions it holds leased */
+	TD__LIM_WATCHES,
+	TD__LIM_WAITERS, /* parked GETs */
+	TD__LIM_RINGS,
+	TD__LIM_QUEUED,  /* bytes of replies queued to its connections */
+	TD__LIM_COUNT
+};
+extern const char *const td__lim_names[TD__LIM_COUNT]; /* policy.c */
+/* descriptors root and the daemon's uid keep for accepting and answering */
+#define TD__FD_SLACK 16
+
 /* ---- daemon ---- */
 
 struct td__opts {
@@ -116,6 +133,10 @@ struct td__opts {
 	uint32_t import;         /* enum td_import: AUTO or forced */
 	uint64_t max_bytes;      /* 0 = unlimited */
 	uint64_t uid_max_bytes;  /* per-uid default quota, 0 = none */
+	bool uid_max_bytes_set;  /* --uid-max-bytes given */
+	/* --uid-limit KEY=N: for every uid without a policy limit line */
+	uint64_t uid_limit[TD__LIM_COUNT];
+	unsigned uid_limit_set; /* bit per enum td__lim */
 	const char *policy_path; /* NULL = everyone may do everything */
 	int socket_mode;         /* chmod of the socket file, -1 = umask */
 	gid_t socket_gid;        /* chown of the socket file, -1 = ours */
@@ -178,6 +199,8 @@ struct td__peer {
 	struct td__list txq;
 	size_t txq_bytes;
 	unsigned txq_count;
+	unsigned txq_fds;  /* our dups held by queued messages */
+	unsigned fds_held; /* socket and pidfd, counted for uid (tenant.c) */
 	/* owned by store.c */
 	struct td__list leases, allocs, watches, waiters;
 	unsigned n_leases, n_allocs, n_watches, n_waiters;
@@ -226,6 +249,35 @@ int td__peer_pull_check(const struct td__peer *p, char *why, size_t cap);
  */
 int td__peer_is_other_end(const struct td__peer *p, int fd);
 
+/* ---- tenant.c ---- */
+
+/* Root and the daemon's own uid: the reserve is theirs, no default limits. */
+bool td__uid_is_admin(uid_t uid);
+/* Compute the defaults; fds_open: the daemon's own descriptors now. */
+void td__tenants_init(struct td__daemon *d, unsigned fds_open);
+void td__tenants_fini(void);
+/*
+ * Would n more of k fit uid's limit (and, for fds, the daemon's reserve)?
+ * 0, -EDQUOT (the uid's limit) or -EMFILE (the reserve) with the numbers
+ * in why.
+ */
+int td__tenant_check(uid_t uid, enum td__lim k, uint64_t n, char *why,
+		     size_t cap);
+/* Count n more of k for uid (no check). 0 or -ENOMEM. */
+int td__tenant_add(uid_t uid, enum td__lim k, uint64_t n);
+/* check, then add */
+int td__tenant_take(uid_t uid, enum td__lim k, uint64_t n, char *why,
+		    size_t cap);
+void td__tenant_sub(uid_t uid, enum td__lim k, uint64_t n);
+uint64_t td__tenant_held(uid_t uid, enum td__lim k);
+uint64_t td__tenant_limit(uid_t uid, enum td__lim k); /* 0 = none */
+uint64_t td__tenant_fds(void); /* held for all clients together */
+/*
+ * uid's byte quota: its quota line, else --uid-max-bytes, else half of
+ * --max-bytes for uids other than root and the daemon's (0 = none).
+ */
+uint64_t td__tenant_quota(uid_t uid);
+
 /* ---- store.c ---- */
 
 int td__store_new(struct td__daemon *d);
@@ -238,6 +290,11 @@ void td__store_request(struct td__peer *p, const struct td_wire_hdr *h,
 		       const uint8_t *body, int *fds, unsigned nfds);
 /* Release everything a dying peer holds (leases, allocs, watches...). */
 void td__store_peer_gone(struct td__peer *p);
+/*
+ * more records were freed (e.g. dropped connections); past a threshold
+ * the tables shrink and free heap goes back to the system (malloc_trim).
+ */
+void td__store_trim(unsigned more);
 /*
  * For the rings (daemon/ring.c): the access policy gate (false: -EACCES
  * reply sent), and memory charged against --max-bytes and the uid quota
@@ -341,8 +398,10 @@ int td__plane_readonly(int fd, int *out_fd, const char **why);
 #define TD__POLICY_MAX_LINE 1024
 #define TD__POLICY_MAX_RULES 1024 /* allow lines */
 #define TD__POLICY_MAX_QUOTAS 1024
+#define TD__POLICY_MAX_LIMITS 4096 /* limit lines */
 
-enum { TD__PERM_READ = 1, TD__PERM_WRITE = 2 };
+/* DMABUF: may publish dma-buf planes (consumers could write into them) */
+enum { TD__PERM_READ = 1, TD__PERM_WRITE = 2, TD__PERM_DMABUF = 4 };
 enum { TD__WHO_ANY = 0, TD__WHO_UID = 1, TD__WHO_GID = 2 };
 
 struct td__rule {
@@ -358,11 +417,20 @@ struct td__quota {
 	uint64_t bytes;
 };
 
+/* limit uid=N KEY VALUE */
+struct td__limit {
+	uint32_t uid;
+	uint32_t key; /* enum td__lim */
+	uint64_t value;
+};
+
 struct td__policy {
 	struct td__rule *rules;
 	unsigned nrules;
 	struct td__quota *quotas;
 	unsigned nquotas;
+	struct td__limit *limits;
+	unsigned nlimits;
 };
 
 /* Who asks: a peer's SO_PEERCRED uid/gid and SO_PEERGROUPS. */
@@ -393,5 +461,8 @@ bool td__policy_any(const struct td__policy *pol, const struct td__cred *c,
 /* uid's quota line, else dflt (0 = none). pol may be NULL. */
 uint64_t td__policy_quota(const struct td__policy *pol, uid_t uid,
 			  uint64_t dflt);
+/* uid's `limit` line for key into *v (0 = none): true when there is one. */
+bool td__policy_limit(const struct td__policy *pol, uid_t uid,
+		      enum td__lim key, uint64_t *v);
 
 #endif

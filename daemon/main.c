@@ -6,6 +6,7 @@
 #include "daemon.h"
 #include "sd.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <grp.h>
@@ -73,7 +74,17 @@ static void usage(FILE *f)
 		"suffixes\n"
 		"                        K, M, G (powers of 1024)\n"
 		"  -u, --uid-max-bytes N plane bytes one uid may hold "
-		"(default quota)\n"
+		"(default quota;\n"
+		"                        without it: half of --max-bytes for "
+		"uids\n"
+		"                        other than root and tensord's own)\n"
+		"      --uid-limit KEY=N what one uid may make the daemon "
+		"hold: KEY\n"
+		"                        conns, fds, leases, pinned (bytes), "
+		"watches,\n"
+		"                        waiters, rings, queued (bytes); "
+		"0 = none;\n"
+		"                        repeatable (docs/policy.md)\n"
 		"  -p, --policy FILE     who may read/write which names, "
 		"quotas\n"
 		"                        (docs/policy.md)\n"
@@ -110,6 +121,44 @@ static int parse_bytes(const char *s, uint64_t *out)
 		return -EINVAL;
 	*out = (uint64_t)v << shift;
 	return 0;
+}
+
+/* --uid-limit KEY=N (N[K|M|G] for the byte limits). 0 or -EINVAL. */
+static int parse_limit(const char *s, uint64_t *lim, unsigned *set)
+{
+	const char *eq = strchr(s, '=');
+
+	if (!eq)
+		return -EINVAL;
+	for (int k = 0; k < TD__LIM_COUNT; k++) {
+		if (strlen(td__lim_names[k]) != (size_t)(eq - s) ||
+		    strncmp(s, td__lim_names[k], (size_t)(eq - s)))
+			continue;
+		if (k != TD__LIM_PINNED && k != TD__LIM_QUEUED &&
+		    strpbrk(eq + 1, "KkMmGg"))
+			return -EINVAL;
+		if (parse_bytes(eq + 1, &lim[k]) < 0)
+			return -EINVAL;
+		*set |= 1u << k;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+/* The daemon's open descriptors now (its own: log, loop, signals...). */
+static unsigned fds_open(void)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	struct dirent *e;
+	unsigned n = 0;
+
+	if (!dir)
+		return 32;
+	while ((e = readdir(dir)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(dir);
+	return n; /* the DIR's own fd is one more than will stay: slack */
 }
 
 /* --socket-group: a group name or number. 0 or -EINVAL. */
@@ -200,6 +249,7 @@ int main(int argc, char **argv)
 		{"policy", required_argument, NULL, 'p'},
 		{"socket-mode", required_argument, NULL, 1},
 		{"socket-group", required_argument, NULL, 2},
+		{"uid-limit", required_argument, NULL, 3},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -211,6 +261,9 @@ int main(int argc, char **argv)
 	uv_loop_t loop;
 	uint32_t import = TD_IMPORT_AUTO;
 	uint64_t max_bytes = UINT64_MAX, uid_max_bytes = 0;
+	uint64_t uid_limit[TD__LIM_COUNT] = {0};
+	unsigned uid_limit_set = 0;
+	bool uid_max_bytes_set = false;
 	const char *policy_path = NULL;
 	int socket_mode = -1;
 	gid_t socket_gid = (gid_t)-1;
@@ -257,6 +310,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'u':
+			uid_max_bytes_set = true;
 			if (parse_bytes(optarg, &uid_max_bytes) < 0) {
 				fprintf(stderr, "tensord: --uid-max-bytes: "
 						"not a byte count: %s\n",
@@ -274,6 +328,18 @@ int main(int argc, char **argv)
 			    socket_mode < 0 || socket_mode > 0777) {
 				fprintf(stderr, "tensord: --socket-mode: want "
 						"an octal mode like 0660\n");
+				return 2;
+			}
+			break;
+		case 3:
+			if (parse_limit(optarg, uid_limit, &uid_limit_set) <
+			    0) {
+				fprintf(stderr,
+					"tensord: --uid-limit: want KEY=N with "
+					"KEY conns, fds, leases, pinned, "
+					"watches, waiters, rings or queued: "
+					"%s\n",
+					optarg);
 				return 2;
 			}
 			break;
@@ -314,6 +380,9 @@ int main(int argc, char **argv)
 		max_bytes = default_max_bytes();
 	d->opts.max_bytes = max_bytes;
 	d->opts.uid_max_bytes = uid_max_bytes;
+	d->opts.uid_max_bytes_set = uid_max_bytes_set;
+	memcpy(d->opts.uid_limit, uid_limit, sizeof(uid_limit));
+	d->opts.uid_limit_set = uid_limit_set;
 	d->opts.policy_path = policy_path;
 	d->opts.socket_mode = socket_mode;
 	d->opts.socket_gid = socket_gid;
@@ -352,6 +421,7 @@ int main(int argc, char **argv)
 		    td__policy_load(policy_path, d->policy) < 0)
 			goto out;
 	}
+	td__tenants_init(d, fds_open());
 	/* restore before listening: clients never see a half-filled store */
 	if (td__sd_init(d) < 0 || td__store_new(d) < 0 ||
 	    td__fdstore_restore(d) < 0 || td__server_start(d) < 0)
@@ -390,6 +460,7 @@ out:
 	if (d->pidfd >= 0)
 		close(d->pidfd);
 	td__sd_fini();
+	td__tenants_fini();
 	td__policy_fini(d->policy);
 	free(d->policy);
 	free(d);

@@ -52,6 +52,18 @@ static void txmsg_free(struct txmsg *m)
 	free(m);
 }
 
+/* Take m off p's queue, give back what it held, free it. */
+static void txq_drop(struct td__peer *p, struct txmsg *m)
+{
+	td__list_del(&m->link);
+	p->txq_count--;
+	p->txq_bytes -= m->len;
+	p->txq_fds -= m->nfds;
+	td__tenant_sub(p->uid, TD__LIM_QUEUED, m->len);
+	td__tenant_sub(p->uid, TD__LIM_FDS, m->nfds);
+	txmsg_free(m);
+}
+
 /* ---- lifetime ---- */
 
 static void on_closed(uv_handle_t *h)
@@ -67,12 +79,13 @@ static void drop(struct td__peer *p)
 	td__ring_peer_gone(p);
 	while (!td__list_empty(&p->txq)) {
 		l = p->txq.next;
-		td__list_del(l);
-		txmsg_free(td__container_of(l, struct txmsg, link));
+		txq_drop(p, td__container_of(l, struct txmsg, link));
 	}
 	if (p->pidfd >= 0)
 		close(p->pidfd);
 	p->pidfd = -1;
+	td__tenant_sub(p->uid, TD__LIM_CONNS, 1);
+	td__tenant_sub(p->uid, TD__LIM_FDS, p->fds_held);
 	td__list_del(&p->link);
 	/*
 	 * uv_close() stops and forgets the fd at once, so the socket can be
@@ -88,14 +101,19 @@ static void on_reap(uv_idle_t *idle)
 {
 	struct td__daemon *d = idle->data;
 	struct td__list *l, *n;
+	unsigned dropped = 0;
 
 	for (l = d->peers.next; l != &d->peers; l = n) {
 		struct td__peer *p = td__container_of(l, struct td__peer, link);
 
 		n = l->next;
-		if (p->dead)
+		if (p->dead) {
 			drop(p);
+			dropped++;
+		}
 	}
+	/* a connection is a few records itself (peer, poll, queue) */
+	td__store_trim(dropped * 4);
 	uv_idle_stop(idle);
 	d->reaper_on = false;
 }
@@ -223,9 +241,21 @@ static int enqueue(struct td__peer *p, const uint8_t *buf, size_t len,
 {
 	struct txmsg *m;
 
+	char why[256];
+
 	if (p->txq_count >= TD__TXQ_MAX_MSGS ||
-	    p->txq_bytes + len > TD__TXQ_MAX_BYTES)
+	    p->txq_bytes + len > TD__TXQ_MAX_BYTES ||
+	    p->txq_fds + p->fds_inflight + nfds > TD__MAX_FDS_INFLIGHT)
 		return -ENOBUFS;
+	/* the uid's queued bytes and descriptors, all its connections */
+	if (td__tenant_check(p->uid, TD__LIM_QUEUED, len, why,
+			     sizeof(why)) < 0 ||
+	    td__tenant_check(p->uid, TD__LIM_FDS, nfds, why, sizeof(why)) <
+		    0) {
+		td__log(TD_LOG_INFO, "peer pid %d: cannot queue a reply: %s",
+			(int)p->pid, why);
+		return -EDQUOT;
+	}
 	m = malloc(sizeof(*m) + len);
 	if (!m)
 		return -ENOMEM;
@@ -244,9 +274,16 @@ static int enqueue(struct td__peer *p, const uint8_t *buf, size_t len,
 		}
 		m->nfds++;
 	}
+	if (td__tenant_add(p->uid, TD__LIM_QUEUED, len) < 0 ||
+	    td__tenant_add(p->uid, TD__LIM_FDS, m->nfds) < 0) {
+		td__tenant_sub(p->uid, TD__LIM_QUEUED, len);
+		txmsg_free(m);
+		return -ENOMEM;
+	}
 	td__list_add_tail(&p->txq, &m->link);
 	p->txq_count++;
 	p->txq_bytes += len;
+	p->txq_fds += m->nfds;
 	return 0;
 }
 
@@ -283,7 +320,9 @@ void td__peer_send(struct td__peer *p, uint16_t op, uint32_t flags,
 	}
 	rc = enqueue(p, d->tx, len, fds, nfds);
 	if (rc < 0) {
-		td__peer_kill(p, rc == -ENOBUFS ? "outgoing queue over budget"
+		td__peer_kill(p, rc == -ENOBUFS  ? "outgoing queue over budget"
+				 : rc == -EDQUOT ? "the uid's queued replies "
+						   "are over its limit"
 						 : "cannot queue a reply");
 		return;
 	}
@@ -331,10 +370,7 @@ static void flush(struct td__peer *p)
 			td__peer_kill(p, send_why(n));
 			return;
 		}
-		td__list_del(&m->link);
-		p->txq_count--;
-		p->txq_bytes -= m->len;
-		txmsg_free(m);
+		txq_drop(p, m);
 	}
 }
 
@@ -661,11 +697,48 @@ static void peer_groups(struct td__peer *p)
 	p->ngroups = len / sizeof(gid_t);
 }
 
+/*
+ * A connection over its uid's limits or into the daemon's reserve: one
+ * error datagram that names the limit (the client library reads it as
+ * the answer to its HELLO), then the socket is closed. Logged at most once
+ * per interval, whatever the rate of attempts.
+ */
+static void refuse_conn(int fd, const struct ucred *cr, int status,
+			const char *why)
+{
+	static struct td__ratelimit rl;
+	uint8_t buf[TD_WIRE_HDR_LEN + TD_WIRE_MAX_REASON + 16];
+	struct td_wire_error e = {{why, (uint16_t)strlen(why)}};
+	int64_t len = td_wire_error_encode(&e, buf + TD_WIRE_HDR_LEN,
+					   sizeof(buf) - TD_WIRE_HDR_LEN);
+	struct td_wire_hdr h = {
+		.magic = TD_WIRE_MAGIC,
+		.version = TD_WIRE_VERSION,
+		.opcode = TD_OP_HELLO,
+		.flags = TD_WIRE_F_REPLY,
+		.body_len = len < 0 ? 0 : (uint32_t)len,
+		.status = status,
+	};
+
+	td_wire_hdr_encode(&h, buf);
+	(void)!send(fd, buf, TD_WIRE_HDR_LEN + h.body_len,
+		    MSG_DONTWAIT | MSG_NOSIGNAL);
+	close(fd);
+	if (td__ratelimit_ok(&rl, TD__LOG_INTERVAL_MS)) {
+		td__log(TD_LOG_WARN,
+			"refused a connection of pid %d uid %u: %s (%lu more "
+			"refused since the last such line)",
+			(int)cr->pid, (unsigned)cr->uid, why, rl.suppressed);
+		rl.suppressed = 0;
+	}
+}
+
 int td__peer_take_fd(struct td__daemon *d, int fd)
 {
 	struct td__peer *p = calloc(1, sizeof(*p));
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
+	char why[256];
 	int pfd = -1, rc;
 
 	if (!p) {
@@ -684,6 +757,16 @@ int td__peer_take_fd(struct td__daemon *d, int fd)
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
 		rc = -errno;
 		goto fail;
+	}
+	/* before anything else is made for it: 2 fds with its pidfd */
+	rc = td__tenant_check(cred.uid, TD__LIM_CONNS, 1, why, sizeof(why));
+	if (rc == 0)
+		rc = td__tenant_check(cred.uid, TD__LIM_FDS, 2, why,
+				      sizeof(why));
+	if (rc < 0) {
+		free(p);
+		refuse_conn(fd, &cred, rc, why);
+		return rc;
 	}
 	p->pid = cred.pid;
 	p->uid = cred.uid;
@@ -709,9 +792,17 @@ int td__peer_take_fd(struct td__daemon *d, int fd)
 			fcntl(pfd, F_SETFD, FD_CLOEXEC);
 	}
 	p->pidfd = pfd;
-	rc = uv_poll_init(d->loop, &p->poll, fd);
-	if (rc < 0)
+	p->fds_held = pfd >= 0 ? 2 : 1;
+	rc = td__tenant_add(p->uid, TD__LIM_CONNS, 1);
+	if (rc == 0)
+		rc = td__tenant_add(p->uid, TD__LIM_FDS, p->fds_held);
+	if (rc == 0)
+		rc = uv_poll_init(d->loop, &p->poll, fd);
+	if (rc < 0) {
+		td__tenant_sub(p->uid, TD__LIM_CONNS, 1);
+		td__tenant_sub(p->uid, TD__LIM_FDS, p->fds_held);
 		goto fail;
+	}
 	p->poll.data = p;
 	td__list_add_tail(&d->peers, &p->link);
 	update_poll(p);

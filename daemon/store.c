@@ -12,6 +12,7 @@
 #include "daemon.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,7 @@ struct vfd {
 	dev_t dev;
 	ino_t ino;
 	uint64_t sid; /* systemd fd-store id (fdstore.c), 0 = not stored */
+	uid_t uid;    /* whose descriptors fd and ro are (tenant.c) */
 };
 
 struct version {
@@ -55,6 +57,13 @@ struct version {
 	uint64_t number;
 	unsigned refs; /* 1 while current + 1 per lease */
 	uint32_t lease_count;
+	uint32_t foreign_leases; /* of them, held by uids other than uid */
+	/*
+	 * Retired while only other uids held it leased: its bytes left
+	 * uid's quota (they count as those readers' pinned bytes) and stay
+	 * in --max-bytes only.
+	 */
+	bool unowned;
 	uint32_t flags;
 	uint32_t dtype, ndim;
 	uint64_t shape[TD_WIRE_MAX_DIMS];
@@ -83,6 +92,7 @@ struct version {
 struct lease {
 	struct td__list link; /* peer->leases */
 	uint64_t id;
+	uint64_t pinned;       /* bytes counted as the holder's pinned */
 	struct version *v;     /* NULL for a lease on a ring slot: */
 	struct td__ring *ring; /* ring.c holds the slot (td__ring_unlease) */
 	uint32_t slot;
@@ -193,6 +203,7 @@ struct td__store {
 	 */
 	struct td__list versions;
 	struct td__list freebufs; /* struct freebuf.slink, oldest first */
+	uint64_t freed; /* records given back to malloc since the last trim */
 };
 
 #define LEASE_CACHE 1024
@@ -234,8 +245,10 @@ static void *spare_new(struct spares *sp, size_t size, size_t off)
 
 static void spare_put(struct spares *sp, void *r, size_t off)
 {
-	if (!spare_keep(sp, (struct td__list *)(void *)((char *)r + off)))
+	if (!spare_keep(sp, (struct td__list *)(void *)((char *)r + off))) {
 		free(r);
+		td__d->store->freed++;
+	}
 }
 
 static void spares_fini(struct spares *sp, size_t off)
@@ -282,14 +295,17 @@ static struct version *version_new(struct td__store *s, size_t data_len)
 
 static void version_put(struct td__store *s, struct version *v)
 {
-	if (!spare_keep(&s->spare_versions, &v->all))
+	if (!spare_keep(&s->spare_versions, &v->all)) {
 		free(v);
+		s->freed++;
+	}
 }
 
 /* Bytes one uid holds (allocs and versions it published). */
 struct uidacct {
 	uid_t uid;
 	uint64_t bytes;
+	uint64_t picked; /* make_room(): bytes of it picked for eviction */
 };
 
 /* ---- accounting ---- */
@@ -327,24 +343,30 @@ static int acct_add(struct td__store *s, uid_t uid, uint64_t n)
 			s->uids_cap = cap;
 		}
 		u = &s->uids[s->nuids++];
-		*u = (struct uidacct){uid, 0};
+		*u = (struct uidacct){uid, 0, 0};
 	}
 	u->bytes += n;
 	s->total += n;
 	return 0;
 }
 
-static void acct_sub(struct td__store *s, uid_t uid, uint64_t n)
+/* Take n bytes off uid's count only (the total keeps them). */
+static void acct_sub_uid(struct td__store *s, uid_t uid, uint64_t n)
 {
 	struct uidacct *u = uid_find(s, uid);
 
-	s->total -= n;
 	if (!u)
 		return;
 	/* clamped: a version charged to the total only (restore) */
 	u->bytes -= n < u->bytes ? n : u->bytes;
 	if (u->bytes == 0)
 		*u = s->uids[--s->nuids];
+}
+
+static void acct_sub(struct td__store *s, uid_t uid, uint64_t n)
+{
+	s->total -= n;
+	acct_sub_uid(s, uid, n);
 }
 
 /* ---- buffer ids ---- */
@@ -382,12 +404,15 @@ static void buf_unref(struct td__store *s, dev_t dev, ino_t ino)
 }
 
 /* Take ownership of fd as a stored plane (tracked) or fence. */
-static void vfd_set(struct td__store *s, struct vfd *f, int fd, bool plane)
+static void vfd_set(struct td__store *s, struct vfd *f, int fd, bool plane,
+		    uid_t uid)
 {
 	struct stat st;
 
 	f->fd = fd;
 	f->ro = -1;
+	f->uid = uid;
+	td__tenant_add(uid, TD__LIM_FDS, 1);
 	f->size = 0;
 	f->tracked = false;
 	if (plane && fstat(fd, &st) == 0) {
@@ -403,11 +428,14 @@ static void vfd_set(struct td__store *s, struct vfd *f, int fd, bool plane)
 
 static void vfd_close(struct td__store *s, struct vfd *f)
 {
-	if (f->ro >= 0)
+	if (f->ro >= 0) {
 		close(f->ro);
+		td__tenant_sub(f->uid, TD__LIM_FDS, 1);
+	}
 	f->ro = -1;
 	if (f->fd < 0)
 		return;
+	td__tenant_sub(f->uid, TD__LIM_FDS, 1);
 	if (f->tracked)
 		buf_unref(s, f->dev, f->ino);
 	if (f->sid)
@@ -448,8 +476,7 @@ static bool fits(const struct td__store *s, uid_t uid, uint64_t n)
 {
 	const struct td__daemon *d = s->d;
 	uint64_t max = d->opts.max_bytes, t = s->total;
-	uint64_t qmax = td__policy_quota(d->policy, uid,
-					 d->opts.uid_max_bytes);
+	uint64_t qmax = td__tenant_quota(uid);
 	uint64_t mine = uid_bytes(s, uid);
 
 	return !(max && (t + n < t || t + n > max)) &&
@@ -502,7 +529,10 @@ static void version_unref(struct td__store *s, struct version *v)
 	for (uint32_t i = 0; i < v->nfds; i++)
 		if (v->fds[i].ro < 0)
 			vfd_close(s, &v->fds[i]);
-	acct_sub(s, v->uid, v->acct);
+	if (v->unowned)
+		s->total -= v->acct; /* uid's count let go at retire() */
+	else
+		acct_sub(s, v->uid, v->acct);
 	for (uint32_t i = 0; i < v->nfds; i++)
 		if (v->fds[i].fd >= 0)
 			freebuf_keep(s, v->owner, v->uid, &v->fds[i]);
@@ -510,6 +540,22 @@ static void version_unref(struct td__store *s, struct version *v)
 	td__log(TD_LOG_DEBUG, "freed %.*s version %llu", (int)v->name_len,
 		v->name, (unsigned long long)v->number);
 	version_put(s, v);
+}
+
+/*
+ * v leaves its name (replaced or deleted). When only other uids hold it
+ * leased, its bytes stop counting against its publisher's quota: they are
+ * those readers' pinned bytes now (td__tenant, TD__LIM_PINNED), and a
+ * reader's leases cannot push a producer out of its own quota. They stay
+ * in --max-bytes until the last lease ends.
+ */
+static void retire(struct td__store *s, struct version *v)
+{
+	if (v->lease_count && v->foreign_leases == v->lease_count &&
+	    !v->unowned) {
+		acct_sub_uid(s, v->uid, v->acct);
+		v->unowned = true;
+	}
 }
 
 static int name_cmp(const char *a, size_t alen, const char *b, size_t blen)
@@ -688,6 +734,32 @@ static void name_remove(struct td__store *s, const struct version *v)
 	s->count--;
 }
 
+/*
+ * May make_room() for uid evict what owner holds? Its own, always; another
+ * uid's only for --max-bytes (not for uid's quota), and only while that
+ * uid holds more than its fair share (less what is picked of it already).
+ */
+static bool evictable(const struct td__store *s, uid_t owner, uid_t uid,
+		      bool over_uid, uint64_t fair)
+{
+	const struct uidacct *u;
+
+	if (owner == uid)
+		return true;
+	if (over_uid)
+		return false;
+	u = uid_find(s, owner);
+	return u && u->bytes > u->picked + fair;
+}
+
+static void pick(struct td__store *s, uid_t owner, uint64_t n)
+{
+	struct uidacct *u = uid_find(s, owner);
+
+	if (u)
+		u->picked += n;
+}
+
 /* What a make_room() shortage was, for the reply. */
 struct room {
 	int rc;             /* -ENOSPC (--max-bytes) or -EDQUOT (uid quota) */
@@ -708,16 +780,26 @@ static int make_room(struct td__store *s, uid_t uid, uint64_t add,
 {
 	struct td__daemon *d = s->d;
 	uint64_t max = d->opts.max_bytes;
-	uint64_t qmax = td__policy_quota(d->policy, uid,
-					 d->opts.uid_max_bytes);
-	uint64_t total = s->total, mine = uid_bytes(s, uid);
+	uint64_t qmax = td__tenant_quota(uid);
+	uint64_t total = s->total, mine = uid_bytes(s, uid), fair;
 	int rc = 0;
 
 	if (old && old->refs == 1) {
 		total -= old->acct;
 		if (old->uid == uid)
 			mine -= old->acct;
+	} else if (old && old->uid == uid &&
+		   old->foreign_leases == old->lease_count) {
+		mine -= old->acct; /* it leaves uid's count (retire()) */
 	}
+	/*
+	 * Fairness when --max-bytes is short: besides uid's own, only
+	 * versions (and idle recyclable buffers) of uids holding more than
+	 * a fair share, max_bytes / the number of uids holding bytes (uid
+	 * included), are candidates; a uid stops being one once what is
+	 * picked of it brings it down to its share.
+	 */
+	fair = max / (uint64_t)(s->nuids + (uid_find(s, uid) ? 0 : 1));
 	for (;;) {
 		bool over_total = max && (total + add < total ||
 					  total + add > max);
@@ -734,7 +816,8 @@ static int make_room(struct td__store *s, uid_t uid, uint64_t add,
 			struct freebuf *f = td__container_of(l, struct freebuf,
 							     slink);
 
-			if (!f->evict && (!over_uid || f->uid == uid))
+			if (!f->evict &&
+			    evictable(s, f->uid, uid, over_uid, fair))
 				fb = f;
 		}
 		if (fb) {
@@ -742,6 +825,7 @@ static int make_room(struct td__store *s, uid_t uid, uint64_t add,
 			total -= fb->f.size;
 			if (fb->uid == uid)
 				mine -= fb->f.size;
+			pick(s, fb->uid, fb->f.size);
 			continue;
 		}
 		for (size_t i = 0; i < s->count; i++) {
@@ -749,7 +833,7 @@ static int make_room(struct td__store *s, uid_t uid, uint64_t add,
 
 			if (v == old || v->evict || v->refs != 1 ||
 			    (v->flags & TD_WIRE_PUB_PIN) ||
-			    (over_uid && v->uid != uid))
+			    !evictable(s, v->uid, uid, over_uid, fair))
 				continue;
 			if (!lru || v->used < lru->used)
 				lru = v;
@@ -764,7 +848,10 @@ static int make_room(struct td__store *s, uid_t uid, uint64_t add,
 		total -= lru->acct;
 		if (lru->uid == uid)
 			mine -= lru->acct;
+		pick(s, lru->uid, lru->acct);
 	}
+	for (size_t i = 0; i < s->nuids; i++)
+		s->uids[i].picked = 0;
 	/* unpick (dry, or failed: evict nothing) or evict what was picked */
 	for (struct td__list *l = s->freebufs.next, *n; l != &s->freebufs;
 	     l = n) {
@@ -865,6 +952,34 @@ static bool held_by_client(const struct vfd *f, uint32_t held_count,
 	return false;
 }
 
+/* A lease record: a spare one, else a new one (NULL: no memory). */
+static struct lease *lease_new(struct td__store *s)
+{
+	struct lease *l;
+
+	if (td__list_empty(&s->free_leases))
+		return malloc(sizeof(*l));
+	l = td__container_of(s->free_leases.next, struct lease, link);
+	td__list_del(&l->link);
+	s->n_free_leases--;
+	return l;
+}
+
+/* Give back what l counted for uid and keep the record (or free it). */
+static void lease_put(struct td__store *s, struct lease *l, uid_t uid)
+{
+	td__tenant_sub(uid, TD__LIM_LEASES, 1);
+	td__tenant_sub(uid, TD__LIM_PINNED, l->pinned);
+	l->pinned = 0;
+	if (s->n_free_leases < LEASE_CACHE) {
+		td__list_add_tail(&s->free_leases, &l->link);
+		s->n_free_leases++;
+	} else {
+		free(l);
+		s->freed++;
+	}
+}
+
 static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 		      uint32_t flags, uint32_t held_count,
 		      const uint64_t *held, struct version *v)
@@ -877,30 +992,49 @@ static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 	struct lease *l;
 	int64_t len;
 
+	/* a reader holding another uid's version pins those bytes */
+	uint64_t pin = v->uid != p->uid ? v->acct : 0;
+	int rc;
+
 	if (p->n_leases >= TD__MAX_LEASES) {
 		td__peer_error(p, op, request_id, -ENOBUFS,
 			       "too many leases on this connection (max %d)",
 			       TD__MAX_LEASES);
 		return;
 	}
-	if (!td__list_empty(&s->free_leases)) {
-		l = td__container_of(s->free_leases.next, struct lease, link);
-		td__list_del(&l->link);
-		s->n_free_leases--;
-	} else {
-		l = malloc(sizeof(*l));
-		if (!l) {
-			td__peer_error(p, op, request_id, -ENOMEM,
-				       "out of memory");
-			return;
-		}
+	char why[256];
+
+	rc = td__tenant_check(p->uid, TD__LIM_LEASES, 1, why, sizeof(why));
+	if (rc == 0)
+		rc = td__tenant_check(p->uid, TD__LIM_PINNED, pin, why,
+				      sizeof(why));
+	if (rc < 0) {
+		td__peer_error(p, op, request_id, rc,
+			       "GET \"%.*s\" (%llu bytes of uid %u): %s; "
+			       "release leases first",
+			       (int)v->name_len, v->name,
+			       (unsigned long long)v->acct, (unsigned)v->uid,
+			       why);
+		return;
+	}
+	l = lease_new(s);
+	if (l)
+		l->pinned = 0;
+	if (!l || td__tenant_add(p->uid, TD__LIM_LEASES, 1) < 0 ||
+	    td__tenant_add(p->uid, TD__LIM_PINNED, pin) < 0) {
+		if (l)
+			lease_put(s, l, p->uid);
+		td__peer_error(p, op, request_id, -ENOMEM, "out of memory");
+		return;
 	}
 	l->id = s->next_lease++;
 	l->v = v;
 	l->ring = NULL;
+	l->pinned = pin;
 	v->used = ++s->tick;
 	v->refs++;
 	v->lease_count++;
+	v->foreign_leases += v->uid != p->uid;
 	td__list_add_tail(&p->leases, &l->link);
 	p->n_leases++;
 
@@ -936,14 +1070,10 @@ static void lease_drop(struct td__store *s, struct td__peer *p,
 		td__ring_unlease(l->ring, l->slot);
 	} else {
 		l->v->lease_count--;
+		l->v->foreign_leases -= l->v->uid != p->uid;
 		version_unref(s, l->v);
 	}
-	if (s->n_free_leases < LEASE_CACHE) {
-		td__list_add_tail(&s->free_leases, &l->link);
-		s->n_free_leases++;
-	} else {
-		free(l);
-	}
+	lease_put(s, l, p->uid);
 }
 
 int td__store_lease_ring(struct td__peer *p, struct td__ring *r,
@@ -954,14 +1084,17 @@ int td__store_lease_ring(struct td__peer *p, struct td__ring *r,
 
 	if (p->n_leases >= TD__MAX_LEASES)
 		return -ENOBUFS;
-	if (!td__list_empty(&s->free_leases)) {
-		l = td__container_of(s->free_leases.next, struct lease, link);
-		td__list_del(&l->link);
-		s->n_free_leases--;
-	} else {
-		l = malloc(sizeof(*l));
-		if (!l)
-			return -ENOMEM;
+	if (td__tenant_check(p->uid, TD__LIM_LEASES, 1, td__d->reason,
+			     sizeof(td__d->reason)) < 0)
+		return -EDQUOT;
+	l = lease_new(s);
+	if (!l)
+		return -ENOMEM;
+	l->pinned = 0;
+	if (td__tenant_add(p->uid, TD__LIM_LEASES, 1) < 0) {
+		/* no entry for uid was made: the sub in lease_put is a no-op */
+		lease_put(s, l, p->uid);
+		return -ENOMEM;
 	}
 	l->id = s->next_lease++;
 	l->v = NULL;
@@ -978,6 +1111,7 @@ static void waiter_free(struct waiter *w)
 	td__list_del(&w->link);
 	td__list_del(&w->slink);
 	w->peer->n_waiters--;
+	td__tenant_sub(w->peer->uid, TD__LIM_WAITERS, 1);
 	SPARE_PUT(&td__d->store->spare_waiters, w, struct waiter, link);
 }
 
@@ -1069,6 +1203,7 @@ static void op_get(struct td__peer *p, const struct td_wire_hdr *h,
 	struct version *v;
 	struct waiter *w;
 	bool rewrite = false;
+	char why[256];
 	int rc = td_wire_get_req_decode(body, h->body_len, &m, &e);
 
 	if (rc < 0) {
@@ -1140,8 +1275,16 @@ static void op_get(struct td__peer *p, const struct td_wire_hdr *h,
 			       TD__MAX_WAITERS);
 		return;
 	}
+	rc = td__tenant_check(p->uid, TD__LIM_WAITERS, 1, why, sizeof(why));
+	if (rc < 0) {
+		td__peer_error(p, h->opcode, h->request_id, rc,
+			       "GET cannot wait: %s", why);
+		return;
+	}
 	w = SPARE_NEW(&s->spare_waiters, struct waiter, link);
-	if (!w) {
+	if (!w || td__tenant_add(p->uid, TD__LIM_WAITERS, 1) < 0) {
+		if (w)
+			SPARE_PUT(&s->spare_waiters, w, struct waiter, link);
 		td__peer_error(p, h->opcode, h->request_id, -ENOMEM,
 			       "out of memory");
 		return;
@@ -1287,7 +1430,8 @@ static void op_alloc(struct td__peer *p, const struct td_wire_hdr *h,
 	const char *why = NULL;
 	int fds[TD_WIRE_MAX_PLANES];
 	bool held[TD_WIRE_MAX_PLANES] = {false};
-	unsigned nsend = 0;
+	unsigned nsend = 0, nfresh = 0;
+	char lim[256];
 	struct room room;
 	uint64_t sum = 0, fresh = 0;
 	int64_t len;
@@ -1349,6 +1493,7 @@ static void op_alloc(struct td__peer *p, const struct td_wire_hdr *h,
 		a->fds[i].fd = a->fds[i].ro = -1;
 		if (!fb) {
 			fresh += m.sizes[i];
+			nfresh++;
 			continue;
 		}
 		vfd_move(&a->fds[i], &fb->f);
@@ -1359,6 +1504,15 @@ static void op_alloc(struct td__peer *p, const struct td_wire_hdr *h,
 		SPARE_PUT(&s->spare_freebufs, fb, struct freebuf, link);
 	}
 	a->count = m.plane_count;
+	/* a plane is a descriptor whatever its size (zero-byte ones too) */
+	rc = td__tenant_check(p->uid, TD__LIM_FDS, nfresh, lim,
+			      sizeof(lim));
+	if (rc < 0) {
+		td__peer_error(p, h->opcode, h->request_id, rc,
+			       "ALLOC of %u planes: %s", nfresh, lim);
+		alloc_free(s, a);
+		return;
+	}
 	/* evicting first frees the memory the planes are about to take */
 	if (make_room(s, p->uid, fresh, NULL, false, &room) < 0) {
 		room_error(p, h, fresh, &room);
@@ -1379,7 +1533,7 @@ static void op_alloc(struct td__peer *p, const struct td_wire_hdr *h,
 			alloc_free(s, a);
 			return;
 		}
-		vfd_set(s, &a->fds[i], fd, true);
+		vfd_set(s, &a->fds[i], fd, true, a->uid);
 		a->fds[i].size = m.sizes[i];
 	}
 	if (acct_add(s, a->uid, fresh) < 0) {
@@ -1645,6 +1799,48 @@ static int pub_check_fds(struct pub *x)
 	return 0;
 }
 
+/*
+ * Step 5b: what the uid may hold. dma-buf planes need the policy's
+ * dmabuf permission (a dma-buf cannot be handed out read-only, see
+ * docs/reliability.md); every descriptor the version keeps counts
+ * against the uid's fds limit.
+ */
+static int pub_check_tenant(struct pub *x)
+{
+	struct td__peer *p = x->p;
+	unsigned n = 0;
+	bool dmabuf = false;
+	int rc;
+
+	for (uint32_t i = 0; i < x->ntab; i++) {
+		bool recyc = x->alloc && x->alloc->recycle &&
+			     i < x->alloc->count;
+
+		n += x->own[i];
+		/* a recyclable plane keeps a read-only reopen besides */
+		n += recyc && x->alloc->fds[i].ro < 0 && x->is_plane[i];
+		dmabuf = dmabuf || (x->is_plane[i] &&
+				    x->info[i].type == TD__PLANE_DMABUF);
+	}
+	if (dmabuf &&
+	    !may(p, TD__PERM_DMABUF, x->m.name.ptr, x->m.name.len))
+		return pub_fail(x, -EACCES,
+				"uid %u may not publish dma-buf planes as "
+				"\"%.*s\" (policy %s: allow ... dmabuf): "
+				"consumers could write into them",
+				(unsigned)p->uid, (int)x->m.name.len,
+				x->m.name.ptr, td__d->opts.policy_path);
+	rc = td__tenant_check(p->uid, TD__LIM_FDS, n, x->why,
+			      sizeof(x->why));
+	if (rc < 0) {
+		char why[sizeof(x->why)];
+
+		memcpy(why, x->why, sizeof(why));
+		return pub_fail(x, rc, "PUBLISH: %s", why);
+	}
+	return 0;
+}
+
 static struct version *pub_build(struct pub *x)
 {
 	struct td__store *s = td__d->store;
@@ -1750,7 +1946,7 @@ static void op_publish(struct td__peer *p, const struct td_wire_hdr *h,
 		goto out;
 	}
 	if (pub_check_blob(&x) < 0 || pub_take_fds(&x, fds, nfds) < 0 ||
-	    pub_check_fds(&x) < 0)
+	    pub_check_fds(&x) < 0 || pub_check_tenant(&x) < 0)
 		goto out;
 
 	/* quota: the alloc's bytes are counted already */
@@ -1825,12 +2021,14 @@ static void op_publish(struct td__peer *p, const struct td_wire_hdr *h,
 		if (x.alloc && i < x.alloc->count) {
 			vfd_move(&ver->fds[i], &x.alloc->fds[i]);
 		} else {
-			vfd_set(s, &ver->fds[i], x.tab[i], x.is_plane[i]);
+			vfd_set(s, &ver->fds[i], x.tab[i], x.is_plane[i],
+				p->uid);
 			x.own[i] = false;
 		}
 		/* consumers get the read-only description (same inode) */
 		if (ro[i] >= 0 && ver->recycle && i < x.alloc->count) {
 			ver->fds[i].ro = ro[i]; /* and the writable one stays */
+			td__tenant_add(p->uid, TD__LIM_FDS, 1);
 			ro[i] = -1;
 		} else if (ro[i] >= 0) {
 			close(ver->fds[i].fd);
@@ -1864,6 +2062,7 @@ static void op_publish(struct td__peer *p, const struct td_wire_hdr *h,
 	at = name_find(s, ver->name, ver->name_len, &found);
 	if (found) {
 		s->names[at] = ver;
+		retire(s, old);
 		version_unref(s, old);
 	} else {
 		memmove(&s->names[at + 1], &s->names[at],
@@ -2065,6 +2264,7 @@ static void op_delete(struct td__peer *p, const struct td_wire_hdr *h,
 	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
 		      (size_t)len, NULL, 0);
 	notify(s, TD_EVENT_DELETED, v);
+	retire(s, v);
 	version_unref(s, v); /* leased versions live on, unlisted */
 }
 
@@ -2075,7 +2275,9 @@ static void watch_free(struct td__peer *p, struct watch *w)
 	td__list_del(&w->link);
 	td__list_del(&w->slink);
 	p->n_watches--;
+	td__tenant_sub(p->uid, TD__LIM_WATCHES, 1);
 	free(w);
+	td__d->store->freed++;
 }
 
 static void op_watch(struct td__peer *p, const struct td_wire_hdr *h,
@@ -2088,6 +2290,7 @@ static void op_watch(struct td__peer *p, const struct td_wire_hdr *h,
 	struct td_err e = {0};
 	struct watch *w;
 	int64_t len;
+	char why[256];
 	int rc = td_wire_watch_req_decode(body, h->body_len, &m, &e);
 
 	if (rc < 0) {
@@ -2117,7 +2320,17 @@ static void op_watch(struct td__peer *p, const struct td_wire_hdr *h,
 			       TD__MAX_WATCHES);
 		return;
 	}
+	rc = td__tenant_check(p->uid, TD__LIM_WATCHES, 1, why, sizeof(why));
+	if (rc < 0) {
+		td__peer_error(p, h->opcode, h->request_id, rc, "WATCH: %s",
+			       why);
+		return;
+	}
 	w = calloc(1, sizeof(*w));
+	if (w && td__tenant_add(p->uid, TD__LIM_WATCHES, 1) < 0) {
+		free(w);
+		w = NULL;
+	}
 	if (!w) {
 		td__peer_error(p, h->opcode, h->request_id, -ENOMEM,
 			       "out of memory");
@@ -2166,8 +2379,18 @@ static void op_unwatch(struct td__peer *p, const struct td_wire_hdr *h,
 
 /* ---- entry points ---- */
 
+static void store_request(struct td__peer *p, const struct td_wire_hdr *h,
+			  const uint8_t *body, int *fds, unsigned nfds);
+
 void td__store_request(struct td__peer *p, const struct td_wire_hdr *h,
 		       const uint8_t *body, int *fds, unsigned nfds)
+{
+	store_request(p, h, body, fds, nfds);
+	td__store_trim(0);
+}
+
+static void store_request(struct td__peer *p, const struct td_wire_hdr *h,
+			  const uint8_t *body, int *fds, unsigned nfds)
 {
 	if (h->opcode == TD_OP_PUBLISH) {
 		op_publish(p, h, body, fds, nfds);
@@ -2306,6 +2529,43 @@ void td__store_free(struct td__daemon *d)
 	s->count = 0;
 	d->store = NULL;
 	uv_close((uv_handle_t *)&s->timer, on_timer_closed);
+}
+
+/*
+ * Memory goes back after a burst (issue 18): once TRIM_RECORDS records
+ * beyond the spare lists were freed (leases, versions, watches, parked
+ * GETs, whole connections), the name and buffer tables shrink to fit and
+ * malloc_trim() hands free heap pages back to the system. A warm handoff
+ * frees nothing, so it never gets here.
+ */
+#define TRIM_RECORDS 256
+
+static void *shrink(void *a, size_t count, size_t *cap, size_t size)
+{
+	void *n;
+
+	if (*cap <= 64 || count >= *cap / 4)
+		return a;
+	n = realloc(a, (*cap / 2) * size);
+	if (!n)
+		return a;
+	*cap /= 2;
+	return n;
+}
+
+void td__store_trim(unsigned more)
+{
+	struct td__store *s = td__d->store;
+
+	if (!s)
+		return;
+	s->freed += more;
+	if (s->freed < TRIM_RECORDS)
+		return;
+	s->freed = 0;
+	s->names = shrink(s->names, s->count, &s->cap, sizeof(*s->names));
+	s->bufs = shrink(s->bufs, s->nbufs, &s->bufs_cap, sizeof(*s->bufs));
+	malloc_trim(0);
 }
 
 /* ---- persistence (sd.h, fdstore.c) ---- */
@@ -2452,7 +2712,7 @@ int td__store_restore(const struct td_state_entry *ent, int *fds, char *why,
 	for (uint32_t i = 0; i < x.ntab; i++) {
 		struct vfd *f = &ver->fds[i];
 
-		vfd_set(s, f, x.tab[i], x.is_plane[i]);
+		vfd_set(s, f, x.tab[i], x.is_plane[i], 0);
 		x.own[i] = false;
 		if (td__fdstore_adopt(ent->fd_ids[i], f->fd, f->tracked,
 				      f->dev, f->ino) == 0)
