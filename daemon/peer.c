@@ -723,6 +723,19 @@ static void refuse_conn(int fd, const struct ucred *cr, int status,
 	td_wire_hdr_encode(&h, buf);
 	(void)!send(fd, buf, TD_WIRE_HDR_LEN + h.body_len,
 		    MSG_DONTWAIT | MSG_NOSIGNAL);
+	/*
+	 * Read what it sent already (its HELLO): closing with unread data
+	 * makes the client's next read fail with ECONNRESET before it sees
+	 * the reason. Bounded; its fds are closed.
+	 */
+	for (int i = 0; i < 4; i++) {
+		int fds[TD_WIRE_MAX_FDS];
+		struct td__scm_rx rx = {.fds = fds, .cap = TD_WIRE_MAX_FDS};
+
+		if (td__scm_recv(fd, buf, sizeof(buf), MSG_DONTWAIT, &rx) <= 0)
+			break;
+		close_fds(fds, rx.nfds);
+	}
 	close(fd);
 	if (td__ratelimit_ok(&rl, TD__LOG_INTERVAL_MS)) {
 		td__log(TD_LOG_WARN,

@@ -35,6 +35,7 @@ struct td__server {
 	unsigned backoff_ms;
 	struct td__ratelimit rl;
 	uint64_t accepts, refused, backoffs; /* logged at stop */
+	unsigned closing; /* handles whose close callback is due */
 };
 
 #define BACKOFF_MIN_MS 50
@@ -264,9 +265,7 @@ static void on_closed(uv_handle_t *h)
 	struct td__server *s = h->data;
 
 	/* the last of the (one or two) handles frees the server */
-	if (s->backoff_ready && !uv_is_closing((uv_handle_t *)&s->backoff))
-		return;
-	if (s->backoff_ready && h != (uv_handle_t *)&s->backoff)
+	if (--s->closing)
 		return;
 	close(s->fd);
 	free(s);
@@ -288,6 +287,7 @@ void td__server_stop(struct td__daemon *d)
 		(unsigned long long)s->backoffs);
 	if (s->polling) {
 		s->poll.data = s;
+		s->closing = s->backoff_ready ? 2 : 1;
 		uv_close((uv_handle_t *)&s->poll, on_closed);
 		if (s->backoff_ready)
 			uv_close((uv_handle_t *)&s->backoff, on_closed);

@@ -2534,11 +2534,13 @@ void td__store_free(struct td__daemon *d)
 /*
  * Memory goes back after a burst (issue 18): once TRIM_RECORDS records
  * beyond the spare lists were freed (leases, versions, watches, parked
- * GETs, whole connections), the name and buffer tables shrink to fit and
- * malloc_trim() hands free heap pages back to the system. A warm handoff
- * frees nothing, so it never gets here.
+ * GETs, whole connections), the lease spares go down to TRIM_KEEP_LEASES,
+ * the name and buffer tables shrink to fit and malloc_trim() hands free
+ * heap pages back to the system. A warm handoff frees nothing, so it
+ * never gets here.
  */
 #define TRIM_RECORDS 256
+#define TRIM_KEEP_LEASES 64
 
 static void *shrink(void *a, size_t count, size_t *cap, size_t size)
 {
@@ -2563,6 +2565,17 @@ void td__store_trim(unsigned more)
 	if (s->freed < TRIM_RECORDS)
 		return;
 	s->freed = 0;
+	/*
+	 * The lease records kept for reuse were freed by a burst that
+	 * spread them over the heap, each pinning a page: keep a few.
+	 */
+	while (s->n_free_leases > TRIM_KEEP_LEASES) {
+		struct td__list *l = s->free_leases.prev;
+
+		td__list_del(l);
+		s->n_free_leases--;
+		free(td__container_of(l, struct lease, link));
+	}
 	s->names = shrink(s->names, s->count, &s->cap, sizeof(*s->names));
 	s->bufs = shrink(s->bufs, s->nbufs, &s->bufs_cap, sizeof(*s->bufs));
 	malloc_trim(0);

@@ -357,6 +357,13 @@ int td__call(struct td_client *c, uint16_t op, size_t body_len,
 				strerror(-rc));
 	for (;;) {
 		rc = msg_recv(c, rep);
+		/*
+		 * A daemon that closes a socket with our request unread makes
+		 * the first read fail (ECONNRESET) before the datagram it
+		 * left: read that one too.
+		 */
+		if (rc == -ECONNRESET && pending_refusal(c, rep) == 0)
+			return reply_error(rep, rep->hdr.status, err);
 		if (rc < 0)
 			return td__fail(err, rc, "receive %s reply: %s",
 					td_wire_op_name(op), strerror(-rc));
