@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "td-json.h"
+
 static const char *status_name(enum bench_status s)
 {
 	switch (s) {
@@ -69,22 +71,6 @@ void report_line(FILE *f, const struct bench_result *r)
 		r->gbytes_per_s);
 }
 
-static void json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
-}
-
 /* First "key<sep>value" line of a /proc file, value trimmed. */
 static void proc_field(const char *path, const char *key, char *out,
 		       size_t len)
@@ -134,7 +120,7 @@ int report_json(const char *path, const struct bench_report *rep,
 	strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", &tm);
 
 	fprintf(f, "{\n  \"bench\": \"tensord-bench\",\n  \"date\": ");
-	json_str(f, date);
+	td_json_cstr(f, date);
 	fprintf(f, ",\n  \"command\": \"");
 	for (int i = 0; i < rep->argc; i++) {
 		/* argv joined by spaces, escaped piecewise */
@@ -152,17 +138,17 @@ int report_json(const char *path, const struct bench_report *rep,
 
 		snprintf(k, sizeof(k), "%s %s %s %s", u.sysname, u.release,
 			 u.version, u.machine);
-		json_str(f, k);
+		td_json_cstr(f, k);
 	}
 	fprintf(f, ",\n    \"cpu_model\": ");
-	json_str(f, model);
+	td_json_cstr(f, model);
 	fprintf(f, ",\n    \"cpus_online\": %ld,\n    \"mem_total\": ",
 		sysconf(_SC_NPROCESSORS_ONLN));
-	json_str(f, mem);
+	td_json_cstr(f, mem);
 	fprintf(f, ",\n    \"loadavg_start\": ");
-	json_str(f, rep->load_start);
+	td_json_cstr(f, rep->load_start);
 	fprintf(f, ",\n    \"loadavg_end\": ");
-	json_str(f, rep->load_end);
+	td_json_cstr(f, rep->load_end);
 	fprintf(f, "\n  },\n");
 	fprintf(f, "  \"pinning\": ");
 	if (rep->pinned)
@@ -180,9 +166,9 @@ int report_json(const char *path, const struct bench_report *rep,
 	fprintf(f, "  \"methods\": {");
 	for (size_t i = 0; i < rep->method_count; i++) {
 		fprintf(f, "%s\n    ", i ? "," : "");
-		json_str(f, rep->methods[i]->name);
+		td_json_cstr(f, rep->methods[i]->name);
 		fprintf(f, ": ");
-		json_str(f, rep->methods[i]->desc);
+		td_json_cstr(f, rep->methods[i]->desc);
 	}
 	fprintf(f, "\n  },\n  \"duration_s\": %.1f,\n  \"results\": [",
 		(double)(bench_now_ns() - rep->started_ns) / 1e9);
@@ -190,13 +176,13 @@ int report_json(const char *path, const struct bench_report *rep,
 		const struct bench_result *r = &rep->results[i];
 
 		fprintf(f, "%s\n    {\"method\": ", i ? "," : "");
-		json_str(f, r->method->name);
+		td_json_cstr(f, r->method->name);
 		fprintf(f, ", \"mode\": \"%s\", \"size\": %zu, "
 			   "\"status\": \"%s\"",
 			mode_name(r->write), r->size, status_name(r->status));
 		if (r->status != BENCH_OK) {
 			fprintf(f, ", \"reason\": ");
-			json_str(f, r->why);
+			td_json_cstr(f, r->why);
 			fprintf(f, "}");
 			continue;
 		}

@@ -2,14 +2,20 @@
 /*
  * tensord internals shared by the daemon's files (not installed).
  *
- *   main.c    options, logging, signals, start and clean shutdown
- *   server.c  the listening socket (path policy, stale-socket check)
- *   peer.c    one connection: recvmsg/sendmsg with SCM_RIGHTS, framing,
- *             the outgoing queue, HELLO and import negotiation
- *   store.c   names -> versions, leases, allocs, watches, parked GETs
- *   plane.c   descriptor policy: pidfd pulls, plane checks, seals, memfds
- *   cred.c    whom the daemon may pull from (the connected process, while
- *             its credentials are still the connection's)
+ *   main.c      options, signals, start and clean shutdown
+ *   log.c       the log and the daemon instance every file reaches
+ *   server.c    the listening socket (path policy, stale-socket check)
+ *   peer.c      one connection: recvmsg/sendmsg with SCM_RIGHTS, the
+ *               outgoing queue, HELLO and import negotiation
+ *   dispatch.c  the opcode table: every request to its handler
+ *   store.c ... the store's files (store.h), ring.c the rings
+ *   plane.c     descriptor policy: plane checks, seals, memfds
+ *   cred.c      whom the daemon may pull fds from (the connected process,
+ *               while its credentials are still the connection's)
+ *   tenant.c    per-uid limits and the descriptor reserve
+ *
+ * docs/architecture.md has one paragraph per file and the order of their
+ * dependencies.
  *
  * Single-threaded: everything runs on one libuv loop, so the scratch
  * buffers in struct td__daemon are shared by every connection (a message
@@ -70,9 +76,15 @@ enum td__log_level {
 	TD_LOG_DEBUG = 3,
 };
 
+/* log.c: to stderr, at most td__log_level */
 extern int td__log_level;
 void td__log(int level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* "error", "warn", "info" or "debug": its TD_LOG_*, else -1. */
+int td__log_level_parse(const char *name);
+
+/* Close the fds that are >= 0 and set them to -1. */
+void td__close_fds(int *fds, unsigned n);
 
 /*
  * At most one log line per interval for something a client can cause over
@@ -165,7 +177,41 @@ struct td__daemon {
 	char reason[TD_WIRE_MAX_REASON + 1];
 };
 
+/* The one daemon of the process (log.c), set by main.c. */
 extern struct td__daemon *td__d;
+
+/* ---- the opcode table (dispatch.c) ---- */
+
+enum {
+	TD__OP_FDS = 1,   /* may carry fds (others are refused with them) */
+	TD__OP_PARKS = 2, /* may be parked and answered later */
+	TD__OP_EARLY = 4, /* allowed before HELLO */
+};
+
+struct td__op;
+struct td__peer;
+
+/* One request as the dispatcher hands it to its handler. */
+struct td__req {
+	const struct td_wire_hdr *h;
+	const uint8_t *body; /* h->body_len bytes */
+	int *fds;            /* owned: the handler closes what it keeps not */
+	unsigned nfds;       /* 0 unless op->flags has TD__OP_FDS */
+	const struct td__op *op;
+};
+
+/* What handles one opcode. */
+typedef void td__handler(struct td__peer *p, const struct td__req *rq);
+
+struct td__op {
+	uint16_t opcode;
+	uint8_t perm;  /* TD__PERM_* on the name it names (0: none) */
+	uint8_t flags; /* TD__OP_* */
+	td__handler *fn;
+};
+
+/* Install the dispatcher as peer.c's handlers and the ring hooks. */
+void td__dispatch_init(void);
 
 /* ---- server.c ---- */
 
@@ -208,6 +254,18 @@ struct td__peer {
 	unsigned n_freebufs;
 };
 
+/*
+ * What peer.c hands up (dispatch.c registers them, so peer.c calls no
+ * file above it): one datagram of n bytes in td__d->rx with nfds owned
+ * fds, and a peer about to be freed.
+ */
+struct td__peer_handlers {
+	void (*datagram)(struct td__peer *p, size_t n, int *fds,
+			 unsigned nfds);
+	void (*gone)(struct td__peer *p);
+};
+void td__peer_handlers_set(const struct td__peer_handlers *h);
+
 /* Take a freshly accepted (CLOEXEC, NONBLOCK) socket; closes it on error. */
 int td__peer_take_fd(struct td__daemon *d, int fd);
 /* Mark a peer dead; the reaper frees it after the current callback. */
@@ -231,6 +289,16 @@ void td__peer_send(struct td__peer *p, uint16_t op, uint32_t flags,
 void td__peer_error(struct td__peer *p, uint16_t op, uint64_t request_id,
 		    int status, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
+/* The empty success reply to h (RELEASE, UNWATCH, RING_CLOSE). */
+void td__peer_done(struct td__peer *p, const struct td_wire_hdr *h);
+/* The -ENOMEM reply to h. */
+void td__peer_nomem(struct td__peer *p, const struct td_wire_hdr *h);
+/* rc of a body's decode: < 0 sends the error reply (e names the field)
+ * and is true, so that handlers can `if (td__peer_bad_body(...)) return`. */
+bool td__peer_bad_body(struct td__peer *p, const struct td_wire_hdr *h,
+		       int rc, const struct td_err *e);
+/* HELLO: import negotiation and the daemon's limits. */
+td__handler td__peer_hello;
 
 /* ---- cred.c (docs/reliability.md, "Trust model") ---- */
 
@@ -278,57 +346,77 @@ uint64_t td__tenant_fds(void); /* held for all clients together */
  */
 uint64_t td__tenant_quota(uid_t uid);
 
-/* ---- store.c ---- */
+/* ---- the store (store.h has its records) ---- */
 
+/* store.c */
 int td__store_new(struct td__daemon *d);
 void td__store_free(struct td__daemon *d);
 /*
- * Handle a request other than HELLO. Consumes fds[0..nfds) (closes what it
- * does not keep) and answers through td__peer_send/td__peer_error.
+ * Memory held outside versions and allocs (rings): charged to uid and
+ * the total like an ALLOC, evicting unleased unpinned versions first. 0,
+ * or -ENOSPC/-EDQUOT/-ENOMEM with the error reply already sent; returned
+ * by td__store_uncharge.
  */
-void td__store_request(struct td__peer *p, const struct td_wire_hdr *h,
-		       const uint8_t *body, int *fds, unsigned nfds);
-/* Release everything a dying peer holds (leases, allocs, watches...). */
-void td__store_peer_gone(struct td__peer *p);
-/*
- * more records were freed (e.g. dropped connections); past a threshold
- * the tables shrink and free heap goes back to the system (malloc_trim).
- */
-void td__store_trim(unsigned more);
-/*
- * For the rings (daemon/ring.c): the access policy gate (false: -EACCES
- * reply sent), and memory charged against --max-bytes and the uid quota
- * (evicting like ALLOC; <0: error reply sent), returned by uncharge.
- */
-bool td__store_allowed(struct td__peer *p, const struct td_wire_hdr *h,
-		       unsigned perm, struct td_wire_str name);
 int td__store_charge(struct td__peer *p, const struct td_wire_hdr *h,
 		     uint64_t bytes);
 void td__store_uncharge(uid_t uid, uint64_t bytes);
-
 /*
  * Rings in the catalogue (docs/fastpath.md, "Rings in the catalogue"):
  * a name is a tensor or a live ring, never both (td__store_name_taken
  * for RING_CREATE, td__ring_find for PUBLISH). GET leases on a ring slot
  * are store leases (per-peer budget, RELEASE, disconnect) that call back
  * into ring.c; parked GETs on a ring are store waiters that a 1 ms ring
- * poll retries while any of them names a live ring.
+ * poll retries while any of them names a live ring (struct
+ * td__ring_hooks).
  */
 bool td__store_name_taken(struct td_wire_str name);
-struct td__ring;
-/* A lease record on ring slot `slot` for p: 0 and *id, -ENOBUFS, -ENOMEM. */
-int td__store_lease_ring(struct td__peer *p, struct td__ring *r,
-			 uint32_t slot, uint64_t *id);
-/* Retry every parked GET that names a live ring; true while any does. */
-bool td__store_ring_poll(void);
+/* Release what a dying peer holds, one file each. */
+void td__store_peer_gone(struct td__peer *p);
+/*
+ * more records were freed (e.g. dropped connections); past a threshold
+ * the tables shrink and free heap goes back to the system (malloc_trim).
+ */
+void td__store_trim(unsigned more);
+void td__loan_peer_gone(struct td__peer *p);
+void td__lease_peer_gone(struct td__peer *p);
+void td__catalog_peer_gone(struct td__peer *p);
+/* Register lease.c's ring hooks (td__ring_hooks_set). */
+void td__lease_init(void);
+
+/* quota.c: the access policy gate. Without --policy everyone may; the
+ * daemon's own uid (its operator) always may. */
+bool td__access_may(const struct td__peer *p, unsigned perm,
+		    const char *name, size_t len);
+/* May p do perm on some name? */
+bool td__access_any(const struct td__peer *p, unsigned perm);
+/* td__access_may, else the -EACCES reply and false. */
+bool td__access_check(struct td__peer *p, const struct td_wire_hdr *h,
+		      unsigned perm, struct td_wire_str name);
+
+/* The request handlers of the opcode table. */
+td__handler td__loan_alloc, td__publish, td__lease_get, td__lease_release,
+	td__catalog_list, td__catalog_stat, td__catalog_delete,
+	td__catalog_watch, td__catalog_unwatch, td__ring_create,
+	td__ring_subscribe, td__ring_close, td__ring_stat;
 
 /* ---- ring.c (docs/fastpath.md) ---- */
 
 #define TD__MAX_RINGS 256 /* rings in the daemon */
 
-/* Handle RING_CREATE/SUBSCRIBE/CLOSE/STAT. Consumes fds like the store. */
-void td__ring_request(struct td__peer *p, const struct td_wire_hdr *h,
-		      const uint8_t *body, int *fds, unsigned nfds);
+struct td__ring;
+
+/*
+ * What ring.c calls back into the store through (lease.c registers them,
+ * so ring.c calls no file above it): a lease record on ring slot `slot`
+ * for p (0 and *id, -ENOBUFS, -ENOMEM), and a retry of every parked GET
+ * that names a live ring (true while any does).
+ */
+struct td__ring_hooks {
+	int (*lease)(struct td__peer *p, struct td__ring *r, uint32_t slot,
+		     uint64_t *id);
+	bool (*poll)(void);
+};
+void td__ring_hooks_set(const struct td__ring_hooks *h);
 /* Clear a dying peer's reader rows; close the rings it produces. */
 void td__ring_peer_gone(struct td__peer *p);
 /* The live ring (its producer attached) named n, or NULL. */
@@ -352,14 +440,10 @@ int td__ring_try_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 		     struct td__ring *r);
 /* A GET lease on r's slot ends (RELEASE, disconnect). */
 void td__ring_unlease(struct td__ring *r, uint32_t slot);
-/* Start the 1 ms poll of parked ring GETs (td__store_ring_poll). */
+/* Start the 1 ms poll of parked ring GETs (td__ring_hooks.poll). */
 void td__ring_poll_arm(void);
 
 /* ---- plane.c ---- */
-
-int td__pidfd_open(pid_t pid);
-/* pidfd_getfd: a new CLOEXEC fd or -errno. */
-int td__pidfd_getfd(int pidfd, int fd);
 
 enum td__plane_type {
 	TD__PLANE_MEMFD = 1, /* tmpfs/hugetlbfs file with seals */

@@ -26,6 +26,7 @@
  * when it is freed.
  */
 #include "sd.h"
+#include "os.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -380,10 +381,11 @@ static void arm(void)
 static int new_slot(int i)
 {
 	char name[32];
-	int fd = memfd_create("tensord-state", MFD_CLOEXEC);
+	const char *why;
+	int fd = td__memfd_new("tensord-state", 0, 0, &why);
 
 	if (fd < 0)
-		return -errno;
+		return fd;
 	snprintf(name, sizeof(name), SLOT_NAME "%d", i);
 	if (td__sd_notify(&fd, 1, "FDSTORE=1\nFDNAME=%s", name) < 0) {
 		close(fd);
@@ -514,27 +516,19 @@ static unsigned restore_entries(const struct td_state_hdr *h,
 	return done;
 }
 
-int td__fdstore_restore(struct td__daemon *d)
+static const struct td__store_keeper keeper = {
+	td__fdstore_add, td__fdstore_adopt, td__fdstore_drop,
+	td__fdstore_dirty};
+
+/*
+ * The passed fds: the two image slots into fs.slot (twice: a slot's name
+ * came more than once), the rest stay in fs.passed. Returns how many are
+ * stored tensor fds.
+ */
+static size_t sort_passed(bool twice[2])
 {
-	uint8_t *img[2] = {NULL, NULL};
-	struct td_state_hdr h[2];
-	struct td_state_rd rd[2];
-	struct td_err e[2] = {{0}, {0}};
-	int rc[2] = {-ENOENT, -ENOENT}, best = -1;
-	bool twice[2] = {false, false};
-	unsigned restored = 0;
 	size_t stored = 0;
 
-	if (!td__sd_fdstore_on()) {
-		if (fs.npassed)
-			td__log(TD_LOG_WARN, "%zu stored fds passed but no fd "
-					     "store to keep them in; closed",
-				fs.npassed);
-		goto done;
-	}
-	fs.on = true;
-	uv_timer_init(d->loop, &fs.timer);
-	fs.timer_init = true;
 	for (size_t i = 0; i < fs.npassed; i++) {
 		struct passed *p = &fs.passed[i];
 		uint64_t id = fd_name_id(p->name);
@@ -557,6 +551,19 @@ int td__fdstore_restore(struct td__daemon *d)
 			p->fd = -1;
 		}
 	}
+	return stored;
+}
+
+/* The newer readable image of the two slots back into the store. */
+static void restore_newest(size_t stored)
+{
+	uint8_t *img[2] = {NULL, NULL};
+	struct td_state_hdr h[2];
+	struct td_state_rd rd[2];
+	struct td_err e[2] = {{0}, {0}};
+	int rc[2] = {-ENOENT, -ENOENT}, best = -1;
+	unsigned restored;
+
 	for (int s = 0; s < 2; s++) {
 		char what[48];
 
@@ -589,8 +596,18 @@ int td__fdstore_restore(struct td__daemon *d)
 			"restored %u of %u tensors from the fd store",
 			restored, h[best].count);
 	}
+	free(img[0]);
+	free(img[1]);
+}
+
+/*
+ * Both image slots stored and writable for this run: a read-only one or
+ * a name held twice is dropped and stored afresh. 0, or -1 when no image
+ * can be kept (logged).
+ */
+static int keep_slots(const bool twice[2])
+{
 	for (int s = 0; s < 2; s++) {
-		free(img[s]);
 		int fl = fs.slot[s] >= 0 ? fcntl(fs.slot[s], F_GETFL) : -1;
 
 		if (fl >= 0 && (fl & O_ACCMODE) == O_RDWR && !twice[s])
@@ -616,11 +633,15 @@ int td__fdstore_restore(struct td__daemon *d)
 			td__log(TD_LOG_ERROR, "cannot store a state image; "
 					      "tensors will not survive a "
 					      "restart");
-			fs.on = false;
-			goto done;
+			return -1;
 		}
 	}
-	/* stored fds nothing refers to any more leave the store */
+	return 0;
+}
+
+/* Stored fds nothing refers to any more leave the store. */
+static void drop_unreferenced(void)
+{
 	for (size_t i = 0; i < fs.npassed; i++) {
 		struct passed *p = &fs.passed[i];
 		uint64_t id = fd_name_id(p->name);
@@ -634,6 +655,29 @@ int td__fdstore_restore(struct td__daemon *d)
 			td__sd_notify(NULL, 0, "FDSTOREREMOVE=1\nFDNAME=%s",
 				      p->name);
 	}
+}
+
+int td__fdstore_restore(struct td__daemon *d)
+{
+	bool twice[2] = {false, false};
+
+	td__store_keeper_set(&keeper);
+	if (!td__sd_fdstore_on()) {
+		if (fs.npassed)
+			td__log(TD_LOG_WARN, "%zu stored fds passed but no fd "
+					     "store to keep them in; closed",
+				fs.npassed);
+		goto done;
+	}
+	fs.on = true;
+	uv_timer_init(d->loop, &fs.timer);
+	fs.timer_init = true;
+	restore_newest(sort_passed(twice));
+	if (keep_slots(twice) < 0) {
+		fs.on = false;
+		goto done;
+	}
+	drop_unreferenced();
 	/* the first image of this run, written now: a crash keeps it */
 	flush();
 done:

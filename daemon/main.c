@@ -4,6 +4,8 @@
  * Foreground only, no config file (docs/protocol.md, "The daemon").
  */
 #include "daemon.h"
+#include "bytes.h"
+#include "os.h"
 #include "sd.h"
 
 #include <dirent.h>
@@ -17,41 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
-
-int td__log_level = TD_LOG_INFO;
-struct td__daemon *td__d;
-
-static const char *const level_names[] = {"error", "warn", "info", "debug"};
-
-void td__log(int level, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (level > td__log_level)
-		return;
-	fprintf(stderr, "tensord: %s: ", level_names[level]);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
-
-bool td__ratelimit_ok(struct td__ratelimit *r, unsigned interval_ms)
-{
-	struct timespec ts;
-	uint64_t now;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-	if (r->next_ms && now < r->next_ms) {
-		r->suppressed++;
-		return false;
-	}
-	r->next_ms = now + interval_ms;
-	return true;
-}
 
 static void usage(FILE *f)
 {
@@ -72,7 +40,7 @@ static void usage(FILE *f)
 		"half of\n"
 		"                        physical memory; 0 = unlimited); "
 		"suffixes\n"
-		"                        K, M, G (powers of 1024)\n"
+		"                        K, M, G, T (powers of 1024)\n"
 		"  -u, --uid-max-bytes N plane bytes one uid may hold "
 		"(default quota;\n"
 		"                        without it: half of --max-bytes for "
@@ -99,32 +67,8 @@ static void usage(FILE *f)
 		"cleanly (the socket file is removed).\n");
 }
 
-static int parse_bytes(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-	unsigned shift = 0;
-
-	errno = 0;
-	if (*s == '-')
-		return -EINVAL;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s)
-		return -EINVAL;
-	switch (*end) {
-	case 'K': case 'k': shift = 10; end++; break;
-	case 'M': case 'm': shift = 20; end++; break;
-	case 'G': case 'g': shift = 30; end++; break;
-	default: break;
-	}
-	if (*end || (shift && v > (UINT64_MAX >> shift)))
-		return -EINVAL;
-	*out = (uint64_t)v << shift;
-	return 0;
-}
-
-/* --uid-limit KEY=N (N[K|M|G] for the byte limits). 0 or -EINVAL. */
-static int parse_limit(const char *s, uint64_t *lim, unsigned *set)
+/* --uid-limit KEY=N (N[K|M|G|T] for the byte limits). 0 or -EINVAL. */
+static int parse_limit(const char *s, struct td__opts *o)
 {
 	const char *eq = strchr(s, '=');
 
@@ -135,11 +79,12 @@ static int parse_limit(const char *s, uint64_t *lim, unsigned *set)
 		    strncmp(s, td__lim_names[k], (size_t)(eq - s)))
 			continue;
 		if (k != TD__LIM_PINNED && k != TD__LIM_QUEUED &&
-		    strpbrk(eq + 1, "KkMmGg"))
+		    strpbrk(eq + 1, "KkMmGgTt"))
 			return -EINVAL;
-		if (parse_bytes(eq + 1, &lim[k]) < 0)
+		if (td__size_parse(eq + 1, strlen(eq + 1), &o->uid_limit[k]) <
+		    0)
 			return -EINVAL;
-		*set |= 1u << k;
+		o->uid_limit_set |= 1u << k;
 		return 0;
 	}
 	return -EINVAL;
@@ -238,168 +183,135 @@ static uint64_t default_max_bytes(void)
 	return (uint64_t)pages * (uint64_t)psz / 2;
 }
 
-int main(int argc, char **argv)
-{
-	static const struct option opts[] = {
-		{"socket", required_argument, NULL, 's'},
-		{"log-level", required_argument, NULL, 'l'},
-		{"import", required_argument, NULL, 'i'},
-		{"max-bytes", required_argument, NULL, 'm'},
-		{"uid-max-bytes", required_argument, NULL, 'u'},
-		{"policy", required_argument, NULL, 'p'},
-		{"socket-mode", required_argument, NULL, 1},
-		{"socket-group", required_argument, NULL, 2},
-		{"uid-limit", required_argument, NULL, 3},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},
-		{NULL, 0, NULL, 0},
-	};
-	char pathbuf[4096];
-	const char *sock_opt = NULL;
-	struct td__daemon *d;
-	uv_signal_t sigint, sigterm;
-	uv_loop_t loop;
-	uint32_t import = TD_IMPORT_AUTO;
-	uint64_t max_bytes = UINT64_MAX, uid_max_bytes = 0;
-	uint64_t uid_limit[TD__LIM_COUNT] = {0};
-	unsigned uid_limit_set = 0;
-	bool uid_max_bytes_set = false;
-	const char *policy_path = NULL;
-	int socket_mode = -1;
-	gid_t socket_gid = (gid_t)-1;
-	char *end;
-	int c, rc, status = 1;
+static const struct option long_opts[] = {
+	{"socket", required_argument, NULL, 's'},
+	{"log-level", required_argument, NULL, 'l'},
+	{"import", required_argument, NULL, 'i'},
+	{"max-bytes", required_argument, NULL, 'm'},
+	{"uid-max-bytes", required_argument, NULL, 'u'},
+	{"policy", required_argument, NULL, 'p'},
+	{"socket-mode", required_argument, NULL, 1},
+	{"socket-group", required_argument, NULL, 2},
+	{"uid-limit", required_argument, NULL, 3},
+	{"help", no_argument, NULL, 'h'},
+	{"version", no_argument, NULL, 'V'},
+	{NULL, 0, NULL, 0},
+};
 
-	while ((c = getopt_long(argc, argv, "s:l:i:m:u:p:hV", opts, NULL)) !=
-	       -1) {
-		switch (c) {
-		case 's':
-			sock_opt = optarg;
-			break;
-		case 'l':
-			for (c = 0; c < 4; c++)
-				if (!strcmp(optarg, level_names[c]))
-					break;
-			if (c == 4) {
-				fprintf(stderr,
-					"tensord: --log-level: want error, "
+/* One option's value into o. 0, or the exit status after a message. */
+static int parse_opt(int c, const char *arg, struct td__opts *o)
+{
+	char *end;
+
+	switch (c) {
+	case 's':
+		o->socket_path = arg; /* resolved by socket_path() */
+		return 0;
+	case 'l':
+		c = td__log_level_parse(arg);
+		if (c < 0) {
+			fprintf(stderr, "tensord: --log-level: want error, "
 					"warn, info or debug\n");
-				return 2;
-			}
-			td__log_level = c;
-			break;
-		case 'i':
-			if (!strcmp(optarg, "auto"))
-				import = TD_IMPORT_AUTO;
-			else if (!strcmp(optarg, "pidfd"))
-				import = TD_IMPORT_PIDFD;
-			else if (!strcmp(optarg, "scm"))
-				import = TD_IMPORT_SCM;
-			else {
-				fprintf(stderr, "tensord: --import: want auto, "
-						"pidfd or scm\n");
-				return 2;
-			}
-			break;
-		case 'm':
-			if (parse_bytes(optarg, &max_bytes) < 0) {
-				fprintf(stderr, "tensord: --max-bytes: not a "
-						"byte count: %s\n",
-					optarg);
-				return 2;
-			}
-			break;
-		case 'u':
-			uid_max_bytes_set = true;
-			if (parse_bytes(optarg, &uid_max_bytes) < 0) {
-				fprintf(stderr, "tensord: --uid-max-bytes: "
-						"not a byte count: %s\n",
-					optarg);
-				return 2;
-			}
-			break;
-		case 'p':
-			policy_path = optarg;
-			break;
-		case 1:
-			errno = 0;
-			socket_mode = (int)strtol(optarg, &end, 8);
-			if (errno || end == optarg || *end ||
-			    socket_mode < 0 || socket_mode > 0777) {
-				fprintf(stderr, "tensord: --socket-mode: want "
-						"an octal mode like 0660\n");
-				return 2;
-			}
-			break;
-		case 3:
-			if (parse_limit(optarg, uid_limit, &uid_limit_set) <
-			    0) {
-				fprintf(stderr,
-					"tensord: --uid-limit: want KEY=N with "
-					"KEY conns, fds, leases, pinned, "
-					"watches, waiters, rings or queued: "
-					"%s\n",
-					optarg);
-				return 2;
-			}
-			break;
-		case 2:
-			if (parse_group(optarg, &socket_gid) < 0) {
-				fprintf(stderr, "tensord: --socket-group: no "
-						"such group: %s\n",
-					optarg);
-				return 2;
-			}
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		case 'V':
-			printf("tensord %s\n", TD_VERSION);
-			return 0;
-		default:
-			usage(stderr);
 			return 2;
 		}
+		td__log_level = c;
+		return 0;
+	case 'i':
+		if (!strcmp(arg, "auto"))
+			o->import = TD_IMPORT_AUTO;
+		else if (!strcmp(arg, "pidfd"))
+			o->import = TD_IMPORT_PIDFD;
+		else if (!strcmp(arg, "scm"))
+			o->import = TD_IMPORT_SCM;
+		else {
+			fprintf(stderr, "tensord: --import: want auto, "
+					"pidfd or scm\n");
+			return 2;
+		}
+		return 0;
+	case 'm':
+	case 'u':
+		o->uid_max_bytes_set |= c == 'u';
+		if (td__size_parse(arg, strlen(arg),
+				   c == 'm' ? &o->max_bytes
+					    : &o->uid_max_bytes) < 0) {
+			fprintf(stderr, "tensord: --%s: not a byte count: %s\n",
+				c == 'm' ? "max-bytes" : "uid-max-bytes", arg);
+			return 2;
+		}
+		return 0;
+	case 'p':
+		o->policy_path = arg;
+		return 0;
+	case 3:
+		if (parse_limit(arg, o) < 0) {
+			fprintf(stderr,
+				"tensord: --uid-limit: want KEY=N with KEY "
+				"conns, fds, leases, pinned, watches, waiters, "
+				"rings or queued: %s\n",
+				arg);
+			return 2;
+		}
+		return 0;
+	case 1:
+		errno = 0;
+		o->socket_mode = (int)strtol(arg, &end, 8);
+		if (errno || end == arg || *end || o->socket_mode < 0 ||
+		    o->socket_mode > 0777) {
+			fprintf(stderr, "tensord: --socket-mode: want an octal "
+					"mode like 0660\n");
+			return 2;
+		}
+		return 0;
+	case 2:
+		if (parse_group(arg, &o->socket_gid) < 0) {
+			fprintf(stderr,
+				"tensord: --socket-group: no such group: %s\n",
+				arg);
+			return 2;
+		}
+		return 0;
+	case 'h':
+		usage(stdout);
+		return -1;
+	case 'V':
+		printf("tensord %s\n", TD_VERSION);
+		return -1;
+	default:
+		usage(stderr);
+		return 2;
+	}
+}
+
+/*
+ * The command line into o (socket_path: the option as given, NULL for
+ * none; max_bytes: UINT64_MAX for the default). -1 to go on, else the
+ * exit status.
+ */
+static int parse_args(int argc, char **argv, struct td__opts *o)
+{
+	int c, rc;
+
+	while ((c = getopt_long(argc, argv, "s:l:i:m:u:p:hV", long_opts,
+				NULL)) != -1) {
+		rc = parse_opt(c, optarg, o);
+		if (rc)
+			return rc < 0 ? 0 : rc;
 	}
 	if (optind < argc) {
 		fprintf(stderr, "tensord: unexpected argument: %s\n",
 			argv[optind]);
 		return 2;
 	}
+	return -1;
+}
 
-	d = calloc(1, sizeof(*d));
-	if (!d) {
-		fprintf(stderr, "tensord: out of memory\n");
-		return 1;
-	}
-	td__d = d;
-	d->opts.socket_path = socket_path(sock_opt, pathbuf, sizeof(pathbuf));
-	d->opts.import = import;
-	if (max_bytes == UINT64_MAX)
-		max_bytes = default_max_bytes();
-	d->opts.max_bytes = max_bytes;
-	d->opts.uid_max_bytes = uid_max_bytes;
-	d->opts.uid_max_bytes_set = uid_max_bytes_set;
-	memcpy(d->opts.uid_limit, uid_limit, sizeof(uid_limit));
-	d->opts.uid_limit_set = uid_limit_set;
-	d->opts.policy_path = policy_path;
-	d->opts.socket_mode = socket_mode;
-	d->opts.socket_gid = socket_gid;
-	d->opts.no_peerpidfd = getenv("TENSORD_TEST_NO_PEERPIDFD") != NULL;
-	d->pid = getpid();
-	td__list_init(&d->peers);
-	raise_nofile();
-	/* a peer that hangs up mid-send must not kill us (MSG_NOSIGNAL too) */
-	signal(SIGPIPE, SIG_IGN);
+/* The loop's handles and the daemon's parts, in order. 0 or -1. */
+static int start(struct td__daemon *d, uv_signal_t *sigint,
+		 uv_signal_t *sigterm)
+{
+	uint32_t import = d->opts.import;
 
-	rc = uv_loop_init(&loop);
-	if (rc < 0) {
-		td__log(TD_LOG_ERROR, "uv_loop_init: %s", uv_strerror(rc));
-		free(d);
-		return 1;
-	}
-	d->loop = &loop;
 	d->pidfd = import == TD_IMPORT_SCM ? -1 : td__pidfd_open(d->pid);
 	if (d->pidfd < 0 && import != TD_IMPORT_SCM)
 		td__log(TD_LOG_WARN, "pidfd_open(self): %s; clients receive "
@@ -407,25 +319,26 @@ int main(int argc, char **argv)
 			strerror(-d->pidfd));
 	if (d->pidfd < 0)
 		d->pidfd = -1;
-	uv_idle_init(&loop, &d->reaper);
+	uv_idle_init(d->loop, &d->reaper);
 	d->reaper.data = d;
-	uv_signal_init(&loop, &sigint);
-	uv_signal_init(&loop, &sigterm);
-	sigint.data = sigterm.data = d;
-	uv_signal_start(&sigint, on_signal, SIGINT);
-	uv_signal_start(&sigterm, on_signal, SIGTERM);
+	uv_signal_init(d->loop, sigint);
+	uv_signal_init(d->loop, sigterm);
+	sigint->data = sigterm->data = d;
+	uv_signal_start(sigint, on_signal, SIGINT);
+	uv_signal_start(sigterm, on_signal, SIGTERM);
 
-	if (policy_path) {
+	if (d->opts.policy_path) {
 		d->policy = calloc(1, sizeof(*d->policy));
 		if (!d->policy ||
-		    td__policy_load(policy_path, d->policy) < 0)
-			goto out;
+		    td__policy_load(d->opts.policy_path, d->policy) < 0)
+			return -1;
 	}
 	td__tenants_init(d, fds_open());
 	/* restore before listening: clients never see a half-filled store */
-	if (td__sd_init(d) < 0 || td__store_new(d) < 0 ||
+	td__dispatch_init();
+	if (td__sd_init(d, td__fdstore_passed) < 0 || td__store_new(d) < 0 ||
 	    td__fdstore_restore(d) < 0 || td__server_start(d) < 0)
-		goto out;
+		return -1;
 	td__sd_ready(d);
 	/*
 	 * Root pulls fds with root's privileges and holds every tenant's
@@ -442,10 +355,13 @@ int main(int argc, char **argv)
 		import == TD_IMPORT_AUTO    ? "auto"
 		: import == TD_IMPORT_PIDFD ? "pidfd"
 					    : "scm",
-		max_bytes);
-	uv_run(&loop, UV_RUN_DEFAULT);
-	status = 0;
-out:
+		d->opts.max_bytes);
+	return 0;
+}
+
+/* Everything start() made, gone, in the order that keeps it clean. */
+static void stop(struct td__daemon *d)
+{
 	td__sd_stopping(d);
 	/* order: stop accepting, drop peers (their leases), then the store */
 	td__server_stop(d);
@@ -453,9 +369,9 @@ out:
 	td__fdstore_fini(); /* the final image, before the store lets go */
 	td__store_free(d);
 	td__fdstore_free();
-	uv_walk(&loop, close_walk, NULL);
-	uv_run(&loop, UV_RUN_DEFAULT);
-	if (uv_loop_close(&loop) < 0)
+	uv_walk(d->loop, close_walk, NULL);
+	uv_run(d->loop, UV_RUN_DEFAULT);
+	if (uv_loop_close(d->loop) < 0)
 		td__log(TD_LOG_WARN, "loop closed with live handles");
 	if (d->pidfd >= 0)
 		close(d->pidfd);
@@ -463,6 +379,53 @@ out:
 	td__tenants_fini();
 	td__policy_fini(d->policy);
 	free(d->policy);
+}
+
+int main(int argc, char **argv)
+{
+	struct td__opts o = {.import = TD_IMPORT_AUTO,
+			     .max_bytes = UINT64_MAX,
+			     .socket_mode = -1,
+			     .socket_gid = (gid_t)-1};
+	char pathbuf[4096];
+	struct td__daemon *d;
+	uv_signal_t sigint, sigterm;
+	uv_loop_t loop;
+	int rc, status = 1;
+
+	rc = parse_args(argc, argv, &o);
+	if (rc >= 0)
+		return rc;
+	d = calloc(1, sizeof(*d));
+	if (!d) {
+		fprintf(stderr, "tensord: out of memory\n");
+		return 1;
+	}
+	td__d = d;
+	d->opts = o;
+	d->opts.socket_path = socket_path(o.socket_path, pathbuf,
+					  sizeof(pathbuf));
+	if (o.max_bytes == UINT64_MAX)
+		d->opts.max_bytes = default_max_bytes();
+	d->opts.no_peerpidfd = getenv("TENSORD_TEST_NO_PEERPIDFD") != NULL;
+	d->pid = getpid();
+	td__list_init(&d->peers);
+	raise_nofile();
+	/* a peer that hangs up mid-send must not kill us (MSG_NOSIGNAL too) */
+	signal(SIGPIPE, SIG_IGN);
+
+	rc = uv_loop_init(&loop);
+	if (rc < 0) {
+		td__log(TD_LOG_ERROR, "uv_loop_init: %s", uv_strerror(rc));
+		free(d);
+		return 1;
+	}
+	d->loop = &loop;
+	if (start(d, &sigint, &sigterm) == 0) {
+		uv_run(&loop, UV_RUN_DEFAULT);
+		status = 0;
+	}
+	stop(d);
 	free(d);
 	td__d = NULL;
 	return status;

@@ -2,10 +2,11 @@
 /*
  * One client connection: SOCK_SEQPACKET datagrams with SCM_RIGHTS, the
  * framing rules of docs/protocol.md, a resumable outgoing queue, HELLO and
- * import negotiation. Every descriptor that arrives is either handed to
- * store.c (which keeps or closes it) or closed here, on every path.
+ * import negotiation. Every descriptor that arrives is either handed up
+ * (dispatch.c, which keeps or closes it) or closed here, on every path.
  */
 #include "daemon.h"
+#include "os.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,7 +38,7 @@ struct txmsg {
 	uint8_t data[];
 };
 
-static void close_fds(int *fds, unsigned n)
+void td__close_fds(int *fds, unsigned n)
 {
 	for (unsigned i = 0; i < n; i++)
 		if (fds[i] >= 0) {
@@ -48,7 +49,7 @@ static void close_fds(int *fds, unsigned n)
 
 static void txmsg_free(struct txmsg *m)
 {
-	close_fds(m->fds, m->nfds);
+	td__close_fds(m->fds, m->nfds);
 	free(m);
 }
 
@@ -66,6 +67,13 @@ static void txq_drop(struct td__peer *p, struct txmsg *m)
 
 /* ---- lifetime ---- */
 
+static const struct td__peer_handlers *handlers;
+
+void td__peer_handlers_set(const struct td__peer_handlers *h)
+{
+	handlers = h;
+}
+
 static void on_closed(uv_handle_t *h)
 {
 	free(h->data);
@@ -75,8 +83,7 @@ static void drop(struct td__peer *p)
 {
 	struct td__list *l;
 
-	td__store_peer_gone(p);
-	td__ring_peer_gone(p);
+	handlers->gone(p);
 	while (!td__list_empty(&p->txq)) {
 		l = p->txq.next;
 		txq_drop(p, td__container_of(l, struct txmsg, link));
@@ -186,7 +193,8 @@ static struct td__peer *worst_holder(struct td__daemon *d)
 		if (q->dead)
 			continue;
 		inflight_refresh(q);
-		if (q->fds_inflight && (!w || q->fds_inflight > w->fds_inflight))
+		if (q->fds_inflight &&
+		    (!w || q->fds_inflight > w->fds_inflight))
 			w = q;
 	}
 	return w;
@@ -356,6 +364,28 @@ void td__peer_error(struct td__peer *p, uint16_t op, uint64_t request_id,
 		      NULL, 0);
 }
 
+void td__peer_done(struct td__peer *p, const struct td_wire_hdr *h)
+{
+	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0, 0,
+		      NULL, 0);
+}
+
+void td__peer_nomem(struct td__peer *p, const struct td_wire_hdr *h)
+{
+	td__peer_error(p, h->opcode, h->request_id, -ENOMEM, "out of memory");
+}
+
+bool td__peer_bad_body(struct td__peer *p, const struct td_wire_hdr *h,
+		       int rc, const struct td_err *e)
+{
+	if (rc >= 0)
+		return false;
+	td__peer_error(p, h->opcode, h->request_id, rc, "%s: %s: %s",
+		       td_wire_op_name(h->opcode), e->field ? e->field : "body",
+		       e->reason ? e->reason : "invalid");
+	return true;
+}
+
 /* Send what waits in the queue; stops at EAGAIN. */
 static void flush(struct td__peer *p)
 {
@@ -405,9 +435,15 @@ static int probe_trusted(struct td__peer *p, int fd, char *why, size_t cap)
 	return td__peer_pull_check(p, why, cap);
 }
 
-static void hello(struct td__peer *p, const struct td_wire_hdr *h,
-		  const uint8_t *body)
+/* What this daemon serves beyond version 1 (docs/protocol.md §6.1). */
+#define TD__FEATURES                                                          \
+	(TD_WIRE_FEAT_CAT_KINDS | TD_WIRE_FEAT_CAT_RECYCLE |                  \
+	 TD_WIRE_FEAT_ALLOC_RECYCLE | TD_WIRE_FEAT_GET_HELD)
+
+void td__peer_hello(struct td__peer *p, const struct td__req *rq)
 {
+	const struct td_wire_hdr *h = rq->h;
+	const uint8_t *body = rq->body;
 	struct td__daemon *d = td__d;
 	const uint32_t forced = d->opts.import;
 	struct td_wire_hello_req m;
@@ -493,6 +529,8 @@ static void hello(struct td__peer *p, const struct td_wire_hdr *h,
 		.max_bytes = d->opts.max_bytes,
 		.ident = {"tensord " TD_VERSION,
 			  (uint16_t)(sizeof("tensord " TD_VERSION) - 1)},
+		/* only to a client that sent features: others cannot read it */
+		.features = m.features ? TD__FEATURES : 0,
 	};
 	if (r.out_pidfd)
 		r.probe_fd = p->fd; /* the client may try to pull this one */
@@ -505,72 +543,6 @@ static void hello(struct td__peer *p, const struct td_wire_hdr *h,
 }
 
 /* ---- receiving ---- */
-
-/*
- * One datagram of n bytes in d->rx with nfds descriptors. Owns the fds.
- */
-static void dispatch(struct td__peer *p, size_t n, int *fds, unsigned nfds)
-{
-	struct td__daemon *d = td__d;
-	struct td_wire_hdr h;
-	struct td_err e = {0};
-	int rc;
-
-	d->requests++;
-	rc = td_wire_hdr_decode(d->rx, n, &h, &e);
-	if (rc < 0) {
-		/* echo what can be read so the client can match the reply */
-		uint16_t op = n >= 8 ? td__le16(d->rx + 6) : 0;
-		uint64_t id = n >= 24 ? td__le64(d->rx + 16) : 0;
-
-		close_fds(fds, nfds);
-		td__peer_error(p, op, id, rc, "header: %s", e.reason);
-		return;
-	}
-	if (h.fd_count != nfds) {
-		close_fds(fds, nfds);
-		td__peer_error(p, h.opcode, h.request_id, -EPROTO,
-			       "header fd_count %u but %u fds attached",
-			       h.fd_count, nfds);
-		td__peer_kill(p, "fd_count mismatch");
-		return;
-	}
-	if (h.flags) {
-		close_fds(fds, nfds);
-		td__peer_error(p, h.opcode, h.request_id, -EBADMSG,
-			       "requests carry no header flags");
-		return;
-	}
-	if (h.opcode == TD_OP_HELLO) {
-		close_fds(fds, nfds);
-		hello(p, &h, d->rx + TD_WIRE_HDR_LEN);
-		return;
-	}
-	if (h.opcode >= TD_OP_RING_CREATE && h.opcode <= TD_OP_RING_STAT) {
-		if (!p->hello) {
-			close_fds(fds, nfds);
-			td__peer_error(p, h.opcode, h.request_id, -EPROTO,
-				       "%s before HELLO",
-				       td_wire_op_name(h.opcode));
-			return;
-		}
-		td__ring_request(p, &h, d->rx + TD_WIRE_HDR_LEN, fds, nfds);
-		return;
-	}
-	if (h.opcode < TD_OP_ALLOC || h.opcode > TD_OP_UNWATCH) {
-		close_fds(fds, nfds);
-		td__peer_error(p, h.opcode, h.request_id, -EOPNOTSUPP,
-			       "unknown opcode %u", h.opcode);
-		return;
-	}
-	if (!p->hello) {
-		close_fds(fds, nfds);
-		td__peer_error(p, h.opcode, h.request_id, -EPROTO,
-			       "%s before HELLO", td_wire_op_name(h.opcode));
-		return;
-	}
-	td__store_request(p, &h, d->rx + TD_WIRE_HDR_LEN, fds, nfds);
-}
 
 /* Read up to TD__RX_BATCH datagrams; a busy peer cannot starve others. */
 static void receive(struct td__peer *p)
@@ -595,12 +567,12 @@ static void receive(struct td__peer *p)
 		if (rx.dropped)
 			rx.msg_flags |= MSG_CTRUNC;
 		if (n == 0) {
-			close_fds(fds, nfds);
+			td__close_fds(fds, nfds);
 			td__peer_kill(p, "connection closed");
 			return;
 		}
 		if (rx.msg_flags & MSG_CTRUNC) {
-			close_fds(fds, nfds);
+			td__close_fds(fds, nfds);
 			td__peer_error(p, 0, 0, -EPROTO,
 				       "control data truncated: more than "
 				       "%d fds",
@@ -609,23 +581,27 @@ static void receive(struct td__peer *p)
 			return;
 		}
 		if (rx.msg_flags & MSG_TRUNC) {
-			close_fds(fds, nfds);
-			td__peer_error(p, td__le16(d->rx + 6),
-				       td__le64(d->rx + 16), -EMSGSIZE,
+			uint16_t op;
+			uint64_t id;
+
+			td__close_fds(fds, nfds);
+			td_wire_hdr_peek(d->rx, (size_t)n, &op, &id);
+			td__peer_error(p, op, id, -EMSGSIZE,
 				       "datagram larger than %d bytes",
 				       TD_WIRE_MAX_MSG);
 			td__peer_kill(p, "oversize datagram");
 			return;
 		}
 		if (rx.foreign) {
-			close_fds(fds, nfds);
+			td__close_fds(fds, nfds);
 			td__peer_error(p, 0, 0, -EPROTO,
 				       "control message other than "
 				       "SCM_RIGHTS");
 			td__peer_kill(p, "unexpected control message");
 			return;
 		}
-		dispatch(p, (size_t)n, fds, nfds);
+		td__d->requests++;
+		handlers->datagram(p, (size_t)n, fds, nfds);
 		/* backpressure: no more requests while replies wait */
 		if (!td__list_empty(&p->txq))
 			return;
@@ -734,7 +710,7 @@ static void refuse_conn(int fd, const struct ucred *cr, int status,
 
 		if (td__scm_recv(fd, buf, sizeof(buf), MSG_DONTWAIT, &rx) <= 0)
 			break;
-		close_fds(fds, rx.nfds);
+		td__close_fds(fds, rx.nfds);
 	}
 	close(fd);
 	if (td__ratelimit_ok(&rl, TD__LOG_INTERVAL_MS)) {

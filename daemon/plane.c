@@ -6,6 +6,7 @@
  * anything else touches it; the daemon never maps, reads or waits on them.
  */
 #include "daemon.h"
+#include "os.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,15 +16,8 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
-#ifndef SYS_pidfd_getfd
-#define SYS_pidfd_getfd 438
-#endif
 #ifndef DMA_BUF_MAGIC
 #define DMA_BUF_MAGIC 0x444d4142
 #endif
@@ -32,24 +26,6 @@
 #endif
 
 #define PUBLISH_SEALS (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
-
-int td__pidfd_open(pid_t pid)
-{
-	long fd = syscall(SYS_pidfd_open, pid, 0);
-
-	return fd < 0 ? -errno : (int)fd;
-}
-
-int td__pidfd_getfd(int pidfd, int fd)
-{
-	long r;
-
-	if (pidfd < 0)
-		return -ESRCH;
-	/* The new fd is always O_CLOEXEC (pidfd_getfd(2)). */
-	r = syscall(SYS_pidfd_getfd, pidfd, fd, 0);
-	return r < 0 ? -errno : (int)r;
-}
 
 int td__plane_probe(int fd, struct td__plane_info *pi, const char **why)
 {
@@ -165,47 +141,19 @@ int td__plane_seal(int fd, const char **why)
 
 int td__plane_create(uint64_t size, int *out_fd, const char **why)
 {
-	int fd, rc;
+	int fd = td__memfd_new("tensord-plane", size,
+			       TD__MEMFD_SEALABLE | TD__MEMFD_RESERVE |
+				       TD__MEMFD_SEAL_SIZE,
+			       why);
 
-	if (size > (uint64_t)INT64_MAX) {
-		*why = "plane size does not fit off_t";
-		return -EFBIG;
-	}
-	fd = memfd_create("tensord-plane", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (fd < 0) {
-		*why = "memfd_create failed";
-		return -errno;
-	}
-	if (ftruncate(fd, (off_t)size) < 0) {
-		rc = -errno;
-		*why = "cannot size the memfd";
-		goto fail;
-	}
-	/*
-	 * Reserve the pages now: tmpfs is lazily allocated, and a producer
-	 * writing into a hole when memory is short would get SIGBUS instead
-	 * of an error reply.
-	 */
-	if (size && fallocate(fd, 0, 0, (off_t)size) < 0) {
-		rc = -errno;
-		*why = "cannot reserve memory for the plane";
-		goto fail;
-	}
-	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
-		rc = -errno;
-		*why = "cannot seal the plane size";
-		goto fail;
-	}
+	if (fd < 0)
+		return fd;
 	*out_fd = fd;
 	return 0;
-fail:
-	close(fd);
-	return rc;
 }
 
 int td__plane_readonly(int fd, int *out_fd, const char **why)
 {
-	char path[64];
 	int ro;
 
 	/*
@@ -220,11 +168,10 @@ int td__plane_readonly(int fd, int *out_fd, const char **why)
 		return -errno;
 	}
 	/* A new, read-only open file description for the consumers. */
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	ro = open(path, O_RDONLY | O_CLOEXEC);
+	ro = td__reopen_ro(fd);
 	if (ro < 0) {
 		*why = "cannot re-open the plane read-only (/proc/self/fd)";
-		return -errno;
+		return ro;
 	}
 	*out_fd = ro;
 	return 0;

@@ -8,6 +8,7 @@
  * TD__POLICY_MAX_* cap.
  */
 #include "daemon.h"
+#include "bytes.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -54,40 +55,12 @@ static int parse_id(const char *p, size_t len, uint32_t *out)
 	return 0;
 }
 
-/* N[K|M|G|T], no overflow. 0 or -EINVAL. */
-static int parse_size(const char *p, size_t len, uint64_t *out)
-{
-	unsigned shift = 0;
-	uint64_t v = 0;
-
-	if (len && strchr("KkMmGgTt", p[len - 1])) {
-		switch (p[len - 1] | 0x20) {
-		case 'k': shift = 10; break;
-		case 'm': shift = 20; break;
-		case 'g': shift = 30; break;
-		default: shift = 40; break;
-		}
-		len--;
-	}
-	if (len == 0 || len > 19)
-		return -EINVAL;
-	for (size_t i = 0; i < len; i++) {
-		if (p[i] < '0' || p[i] > '9')
-			return -EINVAL;
-		v = v * 10 + (uint64_t)(p[i] - '0'); /* 19 digits fit */
-	}
-	if (shift && v > (UINT64_MAX >> shift))
-		return -EINVAL;
-	*out = v << shift;
-	return 0;
-}
-
 /* A plain decimal count: N with no suffix. 0 or -EINVAL. */
 static int parse_count(const char *p, size_t len, uint64_t *out)
 {
 	if (len && strchr("KkMmGgTt", p[len - 1]))
 		return -EINVAL;
-	return parse_size(p, len, out);
+	return td__size_parse(p, len, out);
 }
 
 /* "uid=N", "gid=N" or "any". */
@@ -167,7 +140,7 @@ static int parse_line(struct td__policy *pol, const struct tok *t,
 			*why = "a quota is per uid: uid=N";
 			return -EINVAL;
 		}
-		if (parse_size(t[2].p, t[2].len, &q.bytes) < 0) {
+		if (td__size_parse(t[2].p, t[2].len, &q.bytes) < 0) {
 			*why = "BYTES must be N[K|M|G|T]";
 			return -EINVAL;
 		}
@@ -208,7 +181,7 @@ static int parse_line(struct td__policy *pol, const struct tok *t,
 		l.key = (uint32_t)k;
 		/* byte limits take suffixes; counts are plain numbers */
 		if (k == TD__LIM_PINNED || k == TD__LIM_QUEUED
-			    ? parse_size(t[3].p, t[3].len, &l.value) < 0
+			    ? td__size_parse(t[3].p, t[3].len, &l.value) < 0
 			    : parse_count(t[3].p, t[3].len, &l.value) < 0) {
 			*why = k == TD__LIM_PINNED || k == TD__LIM_QUEUED
 				       ? "VALUE must be N[K|M|G|T]"

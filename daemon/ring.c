@@ -13,6 +13,7 @@
  * word (docs/fastpath.md, "Rings in the catalogue").
  */
 #include "daemon.h"
+#include "os.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "blob.h"
@@ -104,13 +104,6 @@ static struct td__ring *handle_of(struct ring *r)
 	return (struct td__ring *)(void *)r;
 }
 
-static void futex_wake_all(_Atomic uint32_t *w)
-{
-	/* A shared (not PRIVATE) futex: the key is the memfd page, so a
-	 * wake on our mapping reaches sleepers on theirs. */
-	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-}
-
 /* ---- memfds ---- */
 
 static void close_fd(int *fd)
@@ -120,63 +113,8 @@ static void close_fd(int *fd)
 	*fd = -1;
 }
 
-static int seal_size(int fd, const char **why)
-{
-	/*
-	 * SHRINK: nobody can cut pages from under a mapping (SIGBUS in the
-	 * others). Not WRITE: the producer rewrites slots for ever.
-	 */
-	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
-		*why = "cannot seal the memfd size";
-		return -errno;
-	}
-	return 0;
-}
-
-/* A small control memfd, its pages allocated now. */
-static int ctl_create(const char *name, size_t len, int *out,
-		      const char **why)
-{
-	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	int rc;
-
-	if (fd < 0) {
-		*why = "memfd_create failed";
-		return -errno;
-	}
-	if (ftruncate(fd, (off_t)len) < 0 || fallocate(fd, 0, 0, (off_t)len)) {
-		rc = -errno;
-		*why = "cannot size the control memfd";
-		goto fail;
-	}
-	rc = seal_size(fd, why);
-	if (rc < 0)
-		goto fail;
-	*out = fd;
-	return 0;
-fail:
-	close(fd);
-	return rc;
-}
-
-/* hugetlbfs pages, if the machine has that many reserved. */
-static int data_hugetlb(uint64_t len, int *out)
-{
-	int fd = memfd_create("tensord-ring-data",
-			      MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
-
-	if (fd < 0)
-		return -errno;
-	if (ftruncate(fd, (off_t)len) < 0 ||
-	    fallocate(fd, 0, 0, (off_t)len) < 0) {
-		int rc = -errno;
-
-		close(fd);
-		return rc;
-	}
-	*out = fd;
-	return 0;
-}
+/* A small control memfd: its pages allocated now, its size sealed. */
+#define CTL_MEMFD (TD__MEMFD_SEALABLE | TD__MEMFD_RESERVE | TD__MEMFD_SEAL_SIZE)
 
 /*
  * Fault every page of a tmpfs memfd in through a mapping advised
@@ -206,63 +144,53 @@ static int populate_thp(int fd, uint64_t len)
 static int data_create(uint64_t len, bool huge, uint32_t *flags, int *out,
 		       const char **why)
 {
-	int fd = -1, rc;
+	/*
+	 * SHRINK: nobody can cut pages from under a mapping (SIGBUS in the
+	 * others). Not WRITE: the producer rewrites slots for ever.
+	 */
+	const unsigned seal = TD__MEMFD_SEALABLE | TD__MEMFD_SEAL_SIZE;
+	int fd, rc;
 
 	*flags = 0;
-	if (huge && data_hugetlb(len, &fd) == 0) {
+	/* hugetlbfs pages, if the machine has that many reserved */
+	fd = huge ? td__memfd_new("tensord-ring-data", len,
+				  seal | TD__MEMFD_HUGETLB | TD__MEMFD_RESERVE,
+				  why)
+		  : -1;
+	if (fd >= 0) {
 		*flags = TD_WIRE_RING_HUGETLB;
-		goto seal;
+		goto done;
 	}
-	fd = memfd_create("tensord-ring-data", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (fd < 0) {
-		*why = "memfd_create failed";
-		return -errno;
-	}
-	if (ftruncate(fd, (off_t)len) < 0) {
-		rc = -errno;
-		*why = "cannot size the data memfd";
-		goto fail;
-	}
-	if (huge && populate_thp(fd, len) == 0) {
+	fd = td__memfd_new("tensord-ring-data", len, TD__MEMFD_SEALABLE, why);
+	if (fd < 0)
+		return fd;
+	if (huge && populate_thp(fd, len) == 0)
 		*flags = TD_WIRE_RING_THP;
-		goto seal;
-	}
-	if (fallocate(fd, 0, 0, (off_t)len) < 0) {
+	else if (fallocate(fd, 0, 0, (off_t)len) < 0) {
 		rc = -errno;
 		*why = "cannot reserve memory for the ring";
-		goto fail;
+		close(fd);
+		return rc;
 	}
-seal:
-	rc = seal_size(fd, why);
-	if (rc < 0)
-		goto fail;
+	if ((rc = td__memfd_seal_size(fd)) < 0) {
+		*why = "cannot seal the memfd size";
+		close(fd);
+		return rc;
+	}
+done:
 	*out = fd;
 	return 0;
-fail:
-	close(fd);
-	return rc;
 }
 
-/*
- * A read-only descriptor of the same file: opening the /proc link anew
- * gives a new open file description with its own (read-only) mode, so a
- * consumer can neither map it writable nor add seals to it.
- */
+/* A read-only descriptor of the same file (td__reopen_ro) or -errno. */
 static int reopen_ro(int fd, const char **why)
 {
-	char path[64];
-	int ro;
+	int ro = td__reopen_ro(fd);
 
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	ro = open(path, O_RDONLY | O_CLOEXEC);
-	if (ro < 0) {
+	if (ro < 0)
 		*why = "cannot reopen the memfd read-only (is /proc mounted?)";
-		return -errno;
-	}
 	return ro;
 }
-
-/* ---- ring objects ---- */
 
 static void ring_free(struct ring *r)
 {
@@ -318,13 +246,14 @@ static int ring_build(struct ring *r, bool huge, const char **why)
 {
 	int rc;
 
-	rc = ctl_create("tensord-ring-hdr", TD_RING_HDR_LEN, &r->hdr_rw, why);
-	if (rc < 0)
-		return rc;
-	rc = ctl_create("tensord-ring-readers", TD_RING_READERS_LEN, &r->rd_rw,
-			why);
-	if (rc < 0)
-		return rc;
+	r->hdr_rw = td__memfd_new("tensord-ring-hdr", TD_RING_HDR_LEN,
+				  CTL_MEMFD, why);
+	if (r->hdr_rw < 0)
+		return r->hdr_rw;
+	r->rd_rw = td__memfd_new("tensord-ring-readers", TD_RING_READERS_LEN,
+				 CTL_MEMFD, why);
+	if (r->rd_rw < 0)
+		return r->rd_rw;
 	rc = data_create(r->g.data_len, huge, &r->flags, &r->data_rw, why);
 	if (rc < 0)
 		return rc;
@@ -407,36 +336,26 @@ static void reply_ring(struct td__peer *p, const struct td_wire_hdr *h,
 
 /* ---- requests ---- */
 
-static void bad_body(struct td__peer *p, const struct td_wire_hdr *h, int rc,
-		     const struct td_err *e)
+void td__ring_create(struct td__peer *p, const struct td__req *rq)
 {
-	td__peer_error(p, h->opcode, h->request_id, rc, "%s: %s: %s",
-		       td_wire_op_name(h->opcode), e->field ? e->field : "body",
-		       e->reason ? e->reason : "invalid");
-}
-
-static void op_create(struct td__peer *p, const struct td_wire_hdr *h,
-		      const uint8_t *body)
-{
+	const struct td_wire_hdr *h = rq->h;
 	struct td_wire_ring_create_req m;
 	struct td_err e = {0};
 	struct ring *r;
 	const char *why = NULL;
 	char lim[256];
 	unsigned subs;
-	int rc = td_wire_ring_create_req_decode(body, h->body_len, &m, &e);
+	int rc = td_wire_ring_create_req_decode(rq->body, h->body_len, &m, &e);
 
-	if (rc < 0) {
-		bad_body(p, h, rc, &e);
+	if (td__peer_bad_body(p, h, rc, &e))
 		return;
-	}
 	if (m.reader_count < 1 || m.reader_count > TD_RING_MAX_READERS) {
 		td__peer_error(p, h->opcode, h->request_id, -EINVAL,
 			       "reader_count %u outside 1..%d", m.reader_count,
 			       TD_RING_MAX_READERS);
 		return;
 	}
-	if (!td__store_allowed(p, h, TD__PERM_WRITE, m.name))
+	if (!td__access_check(p, h, rq->op->perm, m.name))
 		return;
 	/* one meaning per name, so GET and STAT are unambiguous */
 	if (td__store_name_taken(m.name)) {
@@ -472,8 +391,7 @@ static void op_create(struct td__peer *p, const struct td_wire_hdr *h,
 	}
 	r = calloc(1, sizeof(*r));
 	if (!r) {
-		td__peer_error(p, h->opcode, h->request_id, -ENOMEM,
-			       "out of memory");
+		td__peer_nomem(p, h);
 		return;
 	}
 	r->hdr_rw = r->hdr_ro = r->rd_rw = r->data_rw = r->data_ro = -1;
@@ -546,12 +464,13 @@ static void op_create(struct td__peer *p, const struct td_wire_hdr *h,
  * without it), then -ENOENT.
  */
 static struct ring *readable_ring(struct td__peer *p,
-				  const struct td_wire_hdr *h,
+				  const struct td__req *rq,
 				  struct td_wire_str name)
 {
+	const struct td_wire_hdr *h = rq->h;
 	struct ring *r;
 
-	if (!td__store_allowed(p, h, TD__PERM_READ, name))
+	if (!td__access_check(p, h, rq->op->perm, name))
 		return NULL;
 	r = ring_named(name);
 	if (!r)
@@ -561,21 +480,19 @@ static struct ring *readable_ring(struct td__peer *p,
 	return r;
 }
 
-static void op_subscribe(struct td__peer *p, const struct td_wire_hdr *h,
-			 const uint8_t *body)
+void td__ring_subscribe(struct td__peer *p, const struct td__req *rq)
 {
+	const struct td_wire_hdr *h = rq->h;
 	struct td_wire_ring_sub_req m;
 	struct td_err e = {0};
 	struct ring *r;
 	uint32_t row;
 	unsigned subs;
-	int rc = td_wire_ring_sub_req_decode(body, h->body_len, &m, &e);
+	int rc = td_wire_ring_sub_req_decode(rq->body, h->body_len, &m, &e);
 
-	if (rc < 0) {
-		bad_body(p, h, rc, &e);
+	if (td__peer_bad_body(p, h, rc, &e))
 		return;
-	}
-	r = readable_ring(p, h, m.name);
+	r = readable_ring(p, rq, m.name);
 	if (!r)
 		return;
 	peer_rings(p, &subs);
@@ -623,7 +540,7 @@ static void row_clear(struct ring *r, uint32_t row)
 	/* the producer may be asleep waiting for exactly this slot */
 	if (atomic_load(&rd->prod_waiting)) {
 		atomic_fetch_add(&rd->release_seq, 1);
-		futex_wake_all(&rd->release_seq);
+		td__futex_wake((const uint32_t *)&rd->release_seq, INT_MAX);
 	}
 }
 
@@ -633,22 +550,20 @@ static void ring_close(struct ring *r)
 	r->producer = NULL; /* the name is free again */
 	atomic_fetch_or(&r->hdr->flags, TD_RING_CLOSED);
 	atomic_fetch_add(&r->hdr->seq, 1);
-	futex_wake_all(&r->hdr->seq);
+	td__futex_wake((const uint32_t *)&r->hdr->seq, INT_MAX);
 	td__log(TD_LOG_DEBUG, "ring %.*s #%llu closed, %u subscribers",
 		(int)r->name_len, r->name, (unsigned long long)r->id, r->subs);
 }
 
-static void op_close(struct td__peer *p, const struct td_wire_hdr *h,
-		     const uint8_t *body)
+void td__ring_close(struct td__peer *p, const struct td__req *rq)
 {
+	const struct td_wire_hdr *h = rq->h;
 	struct td_wire_ring_close_req m;
 	struct td_err e = {0};
-	int rc = td_wire_ring_close_req_decode(body, h->body_len, &m, &e);
+	int rc = td_wire_ring_close_req_decode(rq->body, h->body_len, &m, &e);
 
-	if (rc < 0) {
-		bad_body(p, h, rc, &e);
+	if (td__peer_bad_body(p, h, rc, &e))
 		return;
-	}
 	for (struct td__list *l = rings.next; l != &rings; l = l->next) {
 		struct ring *r = td__container_of(l, struct ring, link);
 		bool hit = false;
@@ -667,8 +582,7 @@ static void op_close(struct td__peer *p, const struct td_wire_hdr *h,
 		if (!hit)
 			continue;
 		ring_maybe_free(r);
-		td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
-			      0, NULL, 0);
+		td__peer_done(p, h);
 		return;
 	}
 	td__peer_error(p, h->opcode, h->request_id, -ENOENT,
@@ -676,9 +590,9 @@ static void op_close(struct td__peer *p, const struct td_wire_hdr *h,
 		       (unsigned long long)m.id);
 }
 
-static void op_stat(struct td__peer *p, const struct td_wire_hdr *h,
-		    const uint8_t *body)
+void td__ring_stat(struct td__peer *p, const struct td__req *rq)
 {
+	const struct td_wire_hdr *h = rq->h;
 	struct td__daemon *d = td__d;
 	struct td_wire_name_req m;
 	struct td_wire_ring_stat_rep r;
@@ -686,13 +600,11 @@ static void op_stat(struct td__peer *p, const struct td_wire_hdr *h,
 	struct ring *ring;
 	uint64_t latest;
 	int64_t len;
-	int rc = td_wire_name_req_decode(body, h->body_len, &m, &e);
+	int rc = td_wire_name_req_decode(rq->body, h->body_len, &m, &e);
 
-	if (rc < 0) {
-		bad_body(p, h, rc, &e);
+	if (td__peer_bad_body(p, h, rc, &e))
 		return;
-	}
-	ring = readable_ring(p, h, m.name);
+	ring = readable_ring(p, rq, m.name);
 	if (!ring)
 		return;
 	latest = atomic_load(&ring->hdr->latest);
@@ -713,33 +625,11 @@ static void op_stat(struct td__peer *p, const struct td_wire_hdr *h,
 
 /* ---- entry points ---- */
 
-void td__ring_request(struct td__peer *p, const struct td_wire_hdr *h,
-		      const uint8_t *body, int *fds, unsigned nfds)
+static const struct td__ring_hooks *hooks;
+
+void td__ring_hooks_set(const struct td__ring_hooks *h)
 {
-	if (nfds) {
-		for (unsigned i = 0; i < nfds; i++)
-			close_fd(&fds[i]);
-		td__peer_error(p, h->opcode, h->request_id, -EINVAL,
-			       "%s carries no fds", td_wire_op_name(h->opcode));
-		return;
-	}
-	switch (h->opcode) {
-	case TD_OP_RING_CREATE:
-		op_create(p, h, body);
-		return;
-	case TD_OP_RING_SUBSCRIBE:
-		op_subscribe(p, h, body);
-		return;
-	case TD_OP_RING_CLOSE:
-		op_close(p, h, body);
-		return;
-	case TD_OP_RING_STAT:
-		op_stat(p, h, body);
-		return;
-	default:
-		td__peer_error(p, h->opcode, h->request_id, -EOPNOTSUPP,
-			       "unknown opcode %u", h->opcode);
-	}
+	hooks = h;
 }
 
 void td__ring_peer_gone(struct td__peer *p)
@@ -851,7 +741,7 @@ static void timers_init(void)
 
 static void on_poll(uv_timer_t *t)
 {
-	if (!td__store_ring_poll())
+	if (!hooks->poll())
 		uv_timer_stop(t);
 }
 
@@ -930,7 +820,7 @@ static void slot_unlease(struct ring *r, uint32_t s)
 	 * same clear-then-look order as row_clear) */
 	if (atomic_load(&rd->prod_waiting)) {
 		atomic_fetch_add(&rd->release_seq, 1);
-		futex_wake_all(&rd->release_seq);
+		td__futex_wake((const uint32_t *)&rd->release_seq, INT_MAX);
 	}
 }
 
@@ -1012,7 +902,7 @@ static int lease_if(struct td__peer *p, uint16_t op, uint64_t request_id,
 		slot_unlease(r, s);
 		return 0;
 	}
-	rc = td__store_lease_ring(p, handle_of(r), s, &id);
+	rc = hooks->lease(p, handle_of(r), s, &id);
 	if (rc < 0) {
 		slot_unlease(r, s);
 		if (rc == -ENOBUFS)

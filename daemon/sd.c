@@ -110,7 +110,7 @@ static bool is_seqpacket_listener(int fd)
  * sockets, named by FDNAME=); anything else must be the listening socket.
  * Whatever fits neither is closed, so it cannot leak into the store.
  */
-static int take_listen_fds(void)
+static int take_listen_fds(void (*passed)(int fd, const char *name))
 {
 	uint64_t pid, n;
 	char *names = NULL, *save = NULL, *tok;
@@ -146,7 +146,7 @@ static int take_listen_fds(void)
 		}
 		if (!strncmp(name, TD__FDSTORE_PREFIX,
 			     strlen(TD__FDSTORE_PREFIX))) {
-			td__fdstore_passed(fd, name);
+			passed(fd, name);
 		} else if (sd.listen_fd < 0 && is_seqpacket_listener(fd)) {
 			sd.listen_fd = fd;
 		} else {
@@ -169,7 +169,8 @@ out:
 	return rc;
 }
 
-int td__sd_init(struct td__daemon *d)
+int td__sd_init(struct td__daemon *d,
+		void (*passed)(int fd, const char *name))
 {
 	uint64_t wpid, fdmax;
 	int rc;
@@ -189,7 +190,7 @@ int td__sd_init(struct td__daemon *d)
 	if (sd.watchdog_usec)
 		td__log(TD_LOG_DEBUG, "watchdog every %" PRIu64 " us",
 			sd.watchdog_usec);
-	return take_listen_fds();
+	return take_listen_fds(passed);
 }
 
 int td__sd_take_listen_fd(void)

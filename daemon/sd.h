@@ -23,10 +23,12 @@
 /*
  * Read $NOTIFY_SOCKET, $WATCHDOG_USEC/$WATCHDOG_PID and the socket
  * activation variables (then unset them). Passed fds named "td.*" go to
- * td__fdstore_passed(); the first listening AF_UNIX SOCK_SEQPACKET socket
- * is kept for td__sd_take_listen_fd(); others are closed. 0 or -errno.
+ * passed (td__fdstore_passed: ownership moves); the first listening
+ * AF_UNIX SOCK_SEQPACKET socket is kept for td__sd_take_listen_fd();
+ * others are closed. 0 or -errno.
  */
-int td__sd_init(struct td__daemon *d);
+int td__sd_init(struct td__daemon *d,
+		void (*passed)(int fd, const char *name));
 /* The socket-activated listening socket (ownership moves), or -1. */
 int td__sd_take_listen_fd(void);
 /* Should tensors go to the fd store? (a notify socket, FDSTORE not 0) */
@@ -73,6 +75,22 @@ void td__fdstore_fini(void);
 void td__fdstore_free(void);
 
 /* ---- store.c: persistence ---- */
+
+/*
+ * What the store tells persistence (fdstore.c registers it, so the store
+ * calls no file above it): a published version holds fd (borrowed; the
+ * fd-store id, or 0), a restored one holds the stored id (0 or -errno),
+ * a version holding id went away, and the set of current versions
+ * changed. Without one registered the store keeps nothing.
+ */
+struct td__store_keeper {
+	uint64_t (*fd_add)(int fd, bool plane, dev_t dev, ino_t ino);
+	int (*fd_adopt)(uint64_t id, int fd, bool plane, dev_t dev,
+			ino_t ino);
+	void (*fd_drop)(uint64_t id);
+	void (*changed)(void);
+};
+void td__store_keeper_set(const struct td__store_keeper *k);
 
 struct td__store_info {
 	size_t count;          /* current versions */

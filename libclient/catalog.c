@@ -72,28 +72,12 @@ static int64_t name_req(struct td_client *c, const char *name)
 				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 }
 
-/*
- * The LIST/STAT flags to send: rings and recyclable versions marked in
- * entries, less what this daemon refused (-EBADMSG: it predates them).
- */
+/* The LIST/STAT flags to send: the entry kinds this daemon marks. */
 static uint32_t cat_flags(const struct td_client *c)
 {
-	if (c->no_cat_flags)
-		return 0;
-	return TD_WIRE_CAT_KINDS |
-	       (c->no_cat_recycle ? 0 : TD_WIRE_CAT_RECYCLE);
-}
-
-/* After -EBADMSG: one flag less; false when there was none left to drop. */
-static bool cat_flags_fewer(struct td_client *c)
-{
-	if (c->no_cat_flags)
-		return false;
-	if (!c->no_cat_recycle)
-		c->no_cat_recycle = true;
-	else
-		c->no_cat_flags = true;
-	return true;
+	return (td__has(c, TD_WIRE_FEAT_CAT_KINDS) ? TD_WIRE_CAT_KINDS : 0) |
+	       (td__has(c, TD_WIRE_FEAT_CAT_RECYCLE) ? TD_WIRE_CAT_RECYCLE
+						     : 0);
 }
 
 /* A STAT body into c->sbuf, with cat_flags(). Length or -EINVAL. */
@@ -126,13 +110,6 @@ int td_client_stat(struct td_client *c, const char *name, struct td_entry *e,
 		goto out;
 	}
 	rc = td__call(c, TD_OP_STAT, (size_t)len, NULL, 0, &m, err);
-	while (rc == -EBADMSG && cat_flags_fewer(c)) {
-		/* an older daemon: ask again with fewer flags */
-		if (err)
-			memset(err, 0, sizeof(*err));
-		len = stat_req(c, name);
-		rc = td__call(c, TD_OP_STAT, (size_t)len, NULL, 0, &m, err);
-	}
 	if (rc < 0)
 		goto out;
 	if (td_wire_entry_decode(m.body, m.body_len, &we, NULL) < 0) {
@@ -169,13 +146,6 @@ static int list_page(struct td_client *c, const char *prefix,
 	if (len < 0)
 		return td__fail(err, -EINVAL, "bad prefix");
 	rc = td__call(c, TD_OP_LIST, (size_t)len, NULL, 0, &m, err);
-	if (rc == -EBADMSG && cat_flags_fewer(c)) {
-		/* an older daemon: ask again with fewer flags */
-		if (err)
-			memset(err, 0, sizeof(*err));
-		return list_page(c, prefix, after, list, count, cap, more,
-				 err);
-	}
 	if (rc < 0)
 		return rc;
 	td__msg_close_fds(&m);

@@ -11,18 +11,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "blob.h"
 #include "client.h"
+#include "os.h"
 #include "scm.h"
 
-#ifndef SYS_pidfd_getfd
-#define SYS_pidfd_getfd 438
-#endif
 
 _Static_assert((int)TD_TENSOR_F64 == (int)TD_DTYPE_F64,
 	       "dtype codes follow the blob");
@@ -170,6 +167,18 @@ int td_client_info(struct td_client *c, struct td_client_info *info)
 	memcpy(info->ident, c->ident, sizeof(info->ident));
 	pthread_mutex_unlock(&c->lock);
 	return 0;
+}
+
+int td_client_fd(struct td_client *c)
+{
+	int fd;
+
+	if (!c)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	fd = c->sock >= 0 ? c->sock : -ENOTCONN;
+	pthread_mutex_unlock(&c->lock);
+	return fd;
 }
 
 /* ---- framing ---- */
@@ -468,9 +477,8 @@ int td__import_fd(struct td_client *c, int32_t remote, int *scm, int *fd)
 	}
 	if (remote < 0 || c->daemon_pidfd < 0)
 		return -EPROTO;
-	/* pidfd_getfd() returns a new fd that is already O_CLOEXEC. */
-	*fd = (int)syscall(SYS_pidfd_getfd, c->daemon_pidfd, remote, 0);
-	return *fd < 0 ? -errno : 0;
+	*fd = td__pidfd_getfd(c->daemon_pidfd, remote);
+	return *fd < 0 ? *fd : 0;
 }
 
 /* ---- connect ---- */
@@ -521,6 +529,11 @@ static int import_pref(uint32_t *pref, struct td_error *err)
 	return 0;
 }
 
+/* The optional features this client uses where the daemon serves them. */
+#define TD__CLIENT_FEATURES                                                   \
+	(TD_WIRE_FEAT_CAT_KINDS | TD_WIRE_FEAT_CAT_RECYCLE |                  \
+	 TD_WIRE_FEAT_ALLOC_RECYCLE | TD_WIRE_FEAT_GET_HELD)
+
 static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 {
 	struct td_wire_hello_req req = {
@@ -529,6 +542,7 @@ static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 		.client_name = {program_invocation_short_name,
 				(uint16_t)strnlen(program_invocation_short_name,
 						  64)},
+		.features = TD__CLIENT_FEATURES,
 	};
 	struct td_wire_hello_rep *rep = &c->hello;
 	struct td__msg m;
@@ -541,6 +555,19 @@ static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 	if (len < 0)
 		return td__fail(err, (int)len, "encode HELLO");
 	rc = td__call(c, TD_OP_HELLO, (size_t)len, NULL, 0, &m, err);
+	if (rc == -EBADMSG) {
+		/*
+		 * A daemon that predates feature bits refuses the word: say
+		 * HELLO as before and use none of the optional features.
+		 */
+		if (err)
+			memset(err, 0, sizeof(*err));
+		req.features = 0;
+		len = td_wire_hello_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
+					       TD_WIRE_MAX_MSG -
+						       TD_WIRE_HDR_LEN);
+		rc = td__call(c, TD_OP_HELLO, (size_t)len, NULL, 0, &m, err);
+	}
 	if (rc < 0)
 		return rc;
 	rc = td_wire_hello_rep_decode(m.body, m.body_len, rep, &e);
@@ -567,8 +594,7 @@ static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 	c->path_out = TD_IMPORT_SCM;
 	if (pref != TD_IMPORT_SCM && c->daemon_pidfd >= 0 &&
 	    rep->probe_fd >= 0) {
-		probe = (int)syscall(SYS_pidfd_getfd, c->daemon_pidfd,
-				     rep->probe_fd, 0);
+		probe = td__pidfd_getfd(c->daemon_pidfd, rep->probe_fd);
 		if (probe >= 0) {
 			close(probe);
 			c->path_out = TD_IMPORT_PIDFD;

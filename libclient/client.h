@@ -71,14 +71,10 @@ struct td_client {
 	uint32_t path_in;     /* enum td_import */
 	bool pidfd_forced;    /* TENSORD_IMPORT=pidfd: never fall back */
 	uint32_t path_out;
+	/* hello.features: TD_WIRE_FEAT_* this daemon serves (td__has) */
 	struct td_wire_hello_rep hello;
 	char ident[64];
 	uint64_t next_id;
-	/* the daemon refused LIST/STAT flags (-EBADMSG: it predates them) */
-	bool no_cat_flags;
-	bool no_cat_recycle; /* ... or only TD_WIRE_CAT_RECYCLE */
-	bool no_recycle;     /* ... or TD_WIRE_ALLOC_RECYCLE */
-	bool no_get_held;    /* ... or held ids on GET */
 	struct td__event *ev_head, *ev_tail;
 	struct td__map *maps; /* list of every mapping */
 	unsigned idle_maps;   /* maps with refs == 0 */
@@ -88,6 +84,15 @@ struct td_client {
 	uint8_t *rbuf; /* TD_WIRE_MAX_MSG receive buffer */
 	uint8_t *sbuf; /* TD_WIRE_MAX_MSG send buffer */
 };
+
+/*
+ * Does the daemon serve feature f (TD_WIRE_FEAT_*)? It said so in its
+ * HELLO reply; a daemon that predates feature bits serves none.
+ */
+static inline bool td__has(const struct td_client *c, uint32_t f)
+{
+	return (c->hello.features & f) == f;
+}
 
 /* Fill *err (may be NULL) and return code. fmt describes a local failure. */
 int td__fail(struct td_error *err, int code, const char *fmt, ...)

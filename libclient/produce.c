@@ -149,6 +149,88 @@ int td_alloc_fd(const struct td_alloc *a, uint32_t i)
  * One ALLOC round trip (lock held); recycle: ask for a recyclable loan,
  * advertising the idle buffers of the loan cache. Fills a.
  */
+/*
+ * Plane i of an ALLOC reply into a: a buffer this client holds reused
+ * (fe->fd -1), else the new one imported (scm: its attached fd, NULL on
+ * the pidfd path) and mapped. 0 or -errno.
+ */
+static int alloc_plane(struct td_client *c, struct td_alloc *a, uint32_t i,
+		       uint64_t size, const struct td_wire_fdent *fe,
+		       int *scm, struct td_error *err)
+{
+	struct td__loanbuf *b = NULL;
+	struct stat st;
+	void *p = NULL;
+	int fd = -1, rc;
+
+	a->size[i] = size;
+	if (a->recycle)
+		b = loanbuf_find(c, fe->buffer_id);
+	if (fe->fd < 0) {
+		/* a buffer this client holds: its mapping is reused */
+		if (!b || b->busy || b->size != size)
+			return td__fail(err, -EPROTO,
+					"ALLOC reply recycles buffer %llu, "
+					"which is not held here",
+					(unsigned long long)fe->buffer_id);
+		b->busy = true;
+		c->idle_loans--;
+		a->lb[i] = b;
+		a->fds[i] = b->fd;
+		a->addr[i] = b->addr;
+		a->count = i + 1;
+		return 0;
+	}
+	/* sent again (not advertised): the stale copy goes */
+	if (b && b->busy)
+		return td__fail(err, -EPROTO,
+				"ALLOC reply names a buffer in use twice");
+	if (b)
+		loanbuf_destroy(c, b);
+	rc = td__import_fd(c, fe->fd, scm, &fd);
+	if (rc < 0)
+		return td__fail(err, rc, "import buffer %u: %s", i,
+				strerror(-rc));
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < size) {
+		close(fd);
+		return td__fail(err, -EPROTO,
+				"buffer %u is smaller than asked", i);
+	}
+	if (size) {
+		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+			 0);
+		if (p == MAP_FAILED) {
+			rc = td__fail(err, -errno, "mmap buffer %u: %s", i,
+				      strerror(errno));
+			close(fd);
+			return rc;
+		}
+	}
+	if (a->recycle) {
+		b = calloc(1, sizeof(*b));
+		if (!b) {
+			if (p)
+				munmap(p, size);
+			close(fd);
+			return td__fail(err, -ENOMEM, "out of memory");
+		}
+		*b = (struct td__loanbuf){.next = c->loans,
+					  .buffer_id = fe->buffer_id,
+					  .fd = fd,
+					  .addr = p,
+					  .size = size,
+					  .busy = true};
+		if (c->loans)
+			c->loans->prev = b;
+		c->loans = b;
+		a->lb[i] = b;
+	}
+	a->fds[i] = fd;
+	a->addr[i] = p;
+	a->count = i + 1;
+	return 0;
+}
+
 static int alloc_call(struct td_client *c, struct td_alloc *a,
 		      uint32_t plane_count, const uint64_t *sizes,
 		      bool recycle, struct td_error *err)
@@ -191,86 +273,14 @@ static int alloc_call(struct td_client *c, struct td_alloc *a,
 	a->alloc_id = rep.alloc_id;
 	a->recycle = recycle;
 	for (uint32_t i = 0; i < plane_count; i++) {
-		struct td__loanbuf *b = NULL;
-		struct stat st;
-		void *p = NULL;
-		int fd = -1;
+		int *scm = NULL;
 
-		a->size[i] = sizes[i];
-		if (recycle)
-			b = loanbuf_find(c, rep.fds[i].buffer_id);
-		if (rep.fds[i].fd < 0) {
-			/* a buffer this client holds: its mapping is reused */
-			if (!b || b->busy || b->size != sizes[i]) {
-				rc = td__fail(err, -EPROTO, "ALLOC reply "
-					      "recycles buffer %llu, which "
-					      "is not held here",
-					      (unsigned long long)
-						      rep.fds[i].buffer_id);
-				goto out;
-			}
-			b->busy = true;
-			c->idle_loans--;
-			a->lb[i] = b;
-			a->fds[i] = b->fd;
-			a->addr[i] = b->addr;
-			a->count = i + 1;
-			continue;
-		}
-		/* sent again (not advertised): the stale copy goes */
-		if (b && b->busy) {
-			rc = td__fail(err, -EPROTO, "ALLOC reply names a "
-				      "buffer in use twice");
+		/* attached fds come in order, one per plane not held */
+		if (rep.fds[i].fd >= 0)
+			scm = k < m.nfds ? &m.fds[k++] : NULL;
+		rc = alloc_plane(c, a, i, sizes[i], &rep.fds[i], scm, err);
+		if (rc < 0)
 			goto out;
-		}
-		if (b)
-			loanbuf_destroy(c, b);
-		rc = td__import_fd(c, rep.fds[i].fd,
-				   k < m.nfds ? &m.fds[k] : NULL, &fd);
-		k++;
-		if (rc < 0) {
-			td__fail(err, rc, "import buffer %u: %s", i,
-				 strerror(-rc));
-			goto out;
-		}
-		if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < sizes[i]) {
-			close(fd);
-			rc = td__fail(err, -EPROTO, "buffer %u is smaller "
-				      "than asked", i);
-			goto out;
-		}
-		if (sizes[i]) {
-			p = mmap(NULL, sizes[i], PROT_READ | PROT_WRITE,
-				 MAP_SHARED, fd, 0);
-			if (p == MAP_FAILED) {
-				rc = td__fail(err, -errno, "mmap buffer %u: "
-					      "%s", i, strerror(errno));
-				close(fd);
-				goto out;
-			}
-		}
-		if (recycle) {
-			b = calloc(1, sizeof(*b));
-			if (!b) {
-				if (p)
-					munmap(p, sizes[i]);
-				close(fd);
-				rc = td__fail(err, -ENOMEM, "out of memory");
-				goto out;
-			}
-			*b = (struct td__loanbuf){
-				.next = c->loans, .buffer_id =
-					rep.fds[i].buffer_id,
-				.fd = fd, .addr = p, .size = sizes[i],
-				.busy = true};
-			if (c->loans)
-				c->loans->prev = b;
-			c->loans = b;
-			a->lb[i] = b;
-		}
-		a->fds[i] = fd;
-		a->addr[i] = p;
-		a->count = i + 1;
 	}
 	rc = 0;
 out:
@@ -304,15 +314,10 @@ int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
 		a->fds[i] = -1;
 	a->c = c;
 	pthread_mutex_lock(&c->lock);
-	recycle = (flags & TD_ALLOC_RECYCLE) && !c->no_recycle;
+	/* a daemon that predates recyclable loans lends plain ones */
+	recycle = (flags & TD_ALLOC_RECYCLE) &&
+		  td__has(c, TD_WIRE_FEAT_ALLOC_RECYCLE);
 	rc = alloc_call(c, a, plane_count, sizes, recycle, err);
-	if (rc == -EBADMSG && recycle) {
-		/* a daemon that predates recyclable loans: a plain one */
-		c->no_recycle = true;
-		if (err)
-			memset(err, 0, sizeof(*err));
-		rc = alloc_call(c, a, plane_count, sizes, false, err);
-	}
 	if (rc < 0)
 		goto fail;
 	td__client_ref(c);
@@ -363,32 +368,18 @@ static int fd_len(int fd, uint64_t *len, bool *regular)
 	return 0;
 }
 
-static int publish_send(struct td_client *c, const struct td_publish *p,
-			const struct pub_ctx *x, uint64_t *version,
-			struct td_error *err)
+/* What the daemon would refuse about p itself. 0 and *esz, or -errno. */
+static int publish_check(const struct td_publish *p, unsigned *esz,
+			 struct td_error *err)
 {
-	struct td_blob_plane planes[TD_WIRE_MAX_PLANES];
-	int64_t strides[TD_WIRE_MAX_DIMS];
-	int tab[TD_WIRE_MAX_PLANES + 1];
-	uint32_t slot[TD_WIRE_MAX_PLANES]; /* buffer -> table index + 1 */
-	uint32_t ntab = 0, nplanes;
-	struct td_wire_publish_req req = {0};
-	struct td_wire_publish_rep rep;
-	struct td_blob_desc d = {0};
-	struct td_err e = {0};
-	struct td__msg m = {0};
-	uint8_t *blob = NULL;
 	const char *why;
-	unsigned esz;
-	int64_t n;
-	int rc;
 
 	if (!p->name || (p->ndim && !p->shape))
 		return td__fail(err, -EINVAL, "no name or shape");
 	if (td_wire_name_check(p->name, strlen(p->name), false, &why) < 0)
 		return td__fail(err, -EINVAL, "tensor name: %s", why);
-	esz = td_dtype_size(p->dtype);
-	if (!esz)
+	*esz = td_dtype_size(p->dtype);
+	if (!*esz)
 		return td__fail(err, -EINVAL, "unknown dtype %u", p->dtype);
 	if (p->ndim > TD_WIRE_MAX_DIMS)
 		return td__fail(err, -EINVAL, "more than %d dimensions",
@@ -398,19 +389,35 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 				TD_WIRE_MAX_META);
 	if ((p->flags & TD_PUBLISH_FENCE) && p->fence_fd < 0)
 		return td__fail(err, -EBADF, "TD_PUBLISH_FENCE without fd");
+	return 0;
+}
 
-	/* planes and the fd table in order of first use (spec §8.1) */
-	memset(slot, 0, sizeof(slot));
-	nplanes = p->plane_count ? p->plane_count : x->nbuf;
-	if (!nplanes || nplanes > TD_WIRE_MAX_PLANES)
+/* The blob's planes and the fd table they index into. */
+struct pub_table {
+	struct td_blob_plane planes[TD_WIRE_MAX_PLANES];
+	uint32_t nplanes;
+	int tab[TD_WIRE_MAX_PLANES + 1];
+	uint32_t ntab;
+	int32_t fence; /* its table index, -1 */
+};
+
+/* Planes and the fd table in order of first use (spec §8.1). */
+static int publish_table(const struct td_publish *p, const struct pub_ctx *x,
+			 struct pub_table *pt, struct td_error *err)
+{
+	uint32_t slot[TD_WIRE_MAX_PLANES] = {0}; /* buffer -> index + 1 */
+
+	pt->ntab = 0;
+	pt->nplanes = p->plane_count ? p->plane_count : x->nbuf;
+	if (!pt->nplanes || pt->nplanes > TD_WIRE_MAX_PLANES)
 		return td__fail(err, -EINVAL, "plane count must be 1..%d",
 				TD_WIRE_MAX_PLANES);
 	if (x->identity)
-		for (ntab = 0; ntab < x->nbuf; ntab++) {
-			slot[ntab] = ntab + 1;
-			tab[ntab] = x->buf_fds[ntab];
+		for (pt->ntab = 0; pt->ntab < x->nbuf; pt->ntab++) {
+			slot[pt->ntab] = pt->ntab + 1;
+			pt->tab[pt->ntab] = x->buf_fds[pt->ntab];
 		}
-	for (uint32_t i = 0; i < nplanes; i++) {
+	for (uint32_t i = 0; i < pt->nplanes; i++) {
 		struct td_plane pl = {i, 0, 0, 0};
 		uint32_t b;
 
@@ -424,15 +431,15 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 					i, b);
 		if (!slot[b]) {
 			/* the same fd twice is one buffer: keep it once */
-			for (uint32_t k = 0; k < ntab && !slot[b]; k++)
-				if (tab[k] == x->buf_fds[b])
+			for (uint32_t k = 0; k < pt->ntab && !slot[b]; k++)
+				if (pt->tab[k] == x->buf_fds[b])
 					slot[b] = k + 1;
 			if (!slot[b]) {
-				tab[ntab] = x->buf_fds[b];
-				slot[b] = ++ntab;
+				pt->tab[pt->ntab] = x->buf_fds[b];
+				slot[b] = ++pt->ntab;
 			}
 		}
-		planes[i] = (struct td_blob_plane){
+		pt->planes[i] = (struct td_blob_plane){
 			.handle = slot[b] - 1,
 			.offset = pl.offset,
 			.stride = pl.stride ? pl.stride : pl.size,
@@ -440,25 +447,47 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 			.used = pl.size,
 		};
 	}
-	d.fence_fd = -1;
+	pt->fence = -1;
 	if (p->flags & TD_PUBLISH_FENCE) {
-		d.fence_fd = (int32_t)ntab;
-		tab[ntab++] = p->fence_fd;
+		pt->fence = (int32_t)pt->ntab;
+		pt->tab[pt->ntab++] = p->fence_fd;
 	}
+	return 0;
+}
+
+/*
+ * The blob of p into blob[TD_WIRE_MAX_BLOB], refused here when the
+ * daemon would refuse it (§9.5). Its length, or -errno.
+ */
+static int64_t publish_blob(const struct td_publish *p,
+			    const struct pub_ctx *x, unsigned esz,
+			    struct pub_table *pt, uint8_t *blob,
+			    struct td_error *err)
+{
+	const char *s[TD_BLOB_STRING_COUNT] = {
+		p->format, p->color_space, p->color_transfer,
+		p->color_encoding, p->color_range};
+	int64_t strides[TD_WIRE_MAX_DIMS];
+	struct td_blob_desc d = {0};
+	struct td_blob_view v;
+	struct td_err e = {0};
+	int64_t n;
+	int rc;
 
 	if (!p->strides && p->ndim) {
-		int64_t s = esz;
+		int64_t st = esz;
 
 		for (uint32_t i = p->ndim; i-- > 0;) {
-			strides[i] = s;
-			if (__builtin_mul_overflow(s, (int64_t)p->shape[i],
-						   &s) ||
+			strides[i] = st;
+			if (__builtin_mul_overflow(st, (int64_t)p->shape[i],
+						   &st) ||
 			    p->shape[i] > INT64_MAX)
-				s = 0; /* only a later dimension would use it */
+				st = 0; /* only a later dimension uses it */
 		}
 	}
 	d.storage_kind = x->storage_kind;
 	d.pid = (uint32_t)getpid();
+	d.fence_fd = pt->fence;
 	d.dtype = p->dtype;
 	d.ndim = p->ndim;
 	d.shape = p->shape;
@@ -472,60 +501,68 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 		d.quant_zero_points_len = p->quant_zero_point_count;
 		d.quant_zero_points = p->quant_zero_points;
 	}
-	{
-		const char *s[TD_BLOB_STRING_COUNT] = {
-			p->format, p->color_space, p->color_transfer,
-			p->color_encoding, p->color_range};
+	for (int i = 0; i < TD_BLOB_STRING_COUNT; i++)
+		d.strings[i] = (struct td_str){
+			s[i] ? s[i] : "", s[i] ? (uint32_t)strlen(s[i]) : 0};
+	d.plane_count = pt->nplanes;
+	d.planes = pt->planes;
 
-		for (int i = 0; i < TD_BLOB_STRING_COUNT; i++)
-			d.strings[i] = (struct td_str){
-				s[i] ? s[i] : "",
-				s[i] ? (uint32_t)strlen(s[i]) : 0};
-	}
-	d.plane_count = nplanes;
-	d.planes = planes;
+	n = td_blob_encode(&d, blob, TD_WIRE_MAX_BLOB, &e);
+	if (n < 0)
+		return td__fail(err, (int)n, "blob: %s",
+				e.reason ? e.reason : "too large");
+	rc = td_blob_decode(blob, (size_t)n, &v, &e);
+	if (rc == 0)
+		rc = td_blob_check(&v, pt->ntab, &e);
+	if (rc < 0)
+		return td__fail(err, rc, "blob: %s%s%s",
+				e.field ? e.field : "", e.field ? ": " : "",
+				e.reason ? e.reason : "invalid");
+	return n;
+}
 
+static int publish_send(struct td_client *c, const struct td_publish *p,
+			const struct pub_ctx *x, uint64_t *version,
+			struct td_error *err)
+{
+	struct pub_table pt;
+	struct td_wire_publish_req req = {0};
+	struct td_wire_publish_rep rep;
+	struct td__msg m = {0};
+	uint8_t *blob = NULL;
+	unsigned esz = 0;
+	int64_t n;
+	int rc;
+
+	rc = publish_check(p, &esz, err);
+	if (rc == 0)
+		rc = publish_table(p, x, &pt, err);
+	if (rc < 0)
+		return rc;
 	blob = malloc(TD_WIRE_MAX_BLOB);
 	if (!blob)
 		return td__fail(err, -ENOMEM, "out of memory");
-	n = td_blob_encode(&d, blob, TD_WIRE_MAX_BLOB, &e);
+	n = publish_blob(p, x, esz, &pt, blob, err);
 	if (n < 0) {
-		rc = td__fail(err, (int)n, "blob: %s",
-			      e.reason ? e.reason : "too large");
+		rc = (int)n;
 		goto out;
 	}
-	{
-		/* refuse locally what the daemon would refuse (§9.5) */
-		struct td_blob_view v;
-
-		rc = td_blob_decode(blob, (size_t)n, &v, &e);
-		if (rc == 0)
-			rc = td_blob_check(&v, ntab, &e);
-		if (rc < 0) {
-			rc = td__fail(err, rc, "blob: %s%s%s",
-				      e.field ? e.field : "",
-				      e.field ? ": " : "",
-				      e.reason ? e.reason : "invalid");
-			goto out;
-		}
-	}
-
 	req.name = (struct td_wire_str){p->name, (uint16_t)strlen(p->name)};
 	req.flags = p->flags & TD_PUBLISH_PIN;
 	req.alloc_id = x->alloc_id;
 	req.meta = (struct td_wire_bytes){p->meta, (uint32_t)p->meta_len};
 	req.blob = (struct td_wire_bytes){blob, (uint32_t)n};
-	req.fd_count = ntab;
-	for (uint32_t i = 0; i < ntab; i++)
-		req.fds[i] = tab[i];
+	req.fd_count = pt.ntab;
+	for (uint32_t i = 0; i < pt.ntab; i++)
+		req.fds[i] = pt.tab[i];
 	n = td_wire_publish_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
 				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	if (n < 0) {
 		rc = td__fail(err, (int)n, "PUBLISH does not fit a message");
 		goto out;
 	}
-	rc = td__call(c, TD_OP_PUBLISH, (size_t)n, tab,
-		      c->path_in == TD_IMPORT_SCM ? ntab : 0, &m, err);
+	rc = td__call(c, TD_OP_PUBLISH, (size_t)n, pt.tab,
+		      c->path_in == TD_IMPORT_SCM ? pt.ntab : 0, &m, err);
 	/*
 	 * The daemon refuses to pull (-EPERM) when this process no longer
 	 * has the credentials it connected with (a setuid exec, setresuid)
@@ -535,11 +572,12 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 	if (rc == -EPERM && c->path_in == TD_IMPORT_PIDFD &&
 	    !c->pidfd_forced) {
 		c->path_in = TD_IMPORT_SCM;
-		rc = td__call(c, TD_OP_PUBLISH, (size_t)n, tab, ntab, &m, err);
+		rc = td__call(c, TD_OP_PUBLISH, (size_t)n, pt.tab, pt.ntab, &m,
+			      err);
 	}
 	if (rc < 0)
 		goto out;
-	rc = td_wire_publish_rep_decode(m.body, m.body_len, &rep, &e);
+	rc = td_wire_publish_rep_decode(m.body, m.body_len, &rep, NULL);
 	if (rc < 0) {
 		rc = td__fail(err, -EPROTO, "bad PUBLISH reply");
 		goto out;

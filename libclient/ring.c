@@ -21,16 +21,15 @@
  */
 #include <errno.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "client.h"
+#include "os.h"
 #include "pace.h"
 #include "ring.h"
 
@@ -127,16 +126,7 @@ static int futex_wait_until(_Atomic uint32_t *w, uint32_t val,
 		ts.tv_nsec = left % 1000000000;
 		tp = &ts;
 	}
-	if (syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, val, tp, NULL, 0) <
-		    0 &&
-	    errno == ETIMEDOUT)
-		return -ETIMEDOUT;
-	return 0; /* EAGAIN (changed), EINTR, woken: the caller re-checks */
-}
-
-static void futex_wake(_Atomic uint32_t *w, int n)
-{
-	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, n, NULL, NULL, 0);
+	return td__futex_wait((const uint32_t *)w, val, tp);
 }
 
 /* A microsecond count from the environment, or dflt. */
@@ -520,7 +510,7 @@ static bool reuse_latest(struct td_ring *r)
 	for (uint32_t i = 0; i < r->m.reader_count && !sleepers; i++)
 		sleepers = atomic_load(&r->m.rd->rows[i].waiting);
 	if (sleepers)
-		futex_wake(&h->seq, INT_MAX);
+		td__futex_wake((const uint32_t *)&h->seq, INT_MAX);
 	return false;
 }
 
@@ -628,7 +618,7 @@ int td_ring_publish(struct td_ring *r, uint64_t *version)
 		sleepers = atomic_load(&rd->rows[i].waiting);
 	/* the only syscall of a handoff, and only when a reader sleeps */
 	if (sleepers)
-		futex_wake(&h->seq, INT_MAX);
+		td__futex_wake((const uint32_t *)&h->seq, INT_MAX);
 	r->last = s;
 	r->cur = TD_RING_NONE;
 	if (version)
@@ -736,7 +726,7 @@ static void row_clear(struct td_sub *s)
 	atomic_store(&s->row->held, TD_RING_NONE);
 	if (atomic_load(&rd->prod_waiting)) {
 		atomic_fetch_add(&rd->release_seq, 1);
-		futex_wake(&rd->release_seq, 1);
+		td__futex_wake((const uint32_t *)&rd->release_seq, 1);
 	}
 }
 

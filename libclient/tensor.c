@@ -507,9 +507,8 @@ static int get_common(struct td_client *c, const char *name, uint32_t mode,
 	pthread_mutex_lock(&c->lock);
 	if (c->path_out == TD_IMPORT_SCM)
 		req.flags |= TD_WIRE_REQ_SCM;
-	if (c->path_out == TD_IMPORT_SCM && !c->no_get_held)
+	if (c->path_out == TD_IMPORT_SCM && td__has(c, TD_WIRE_FEAT_GET_HELD))
 		held_pick(c, &req);
-again:
 	len = td_wire_get_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
 				     TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	if (len < 0) {
@@ -517,14 +516,6 @@ again:
 		goto out;
 	}
 	rc = td__call(c, TD_OP_GET, (size_t)len, NULL, 0, &m, err);
-	if (rc == -EBADMSG && req.held_count) {
-		/* a daemon that predates held ids on GET: ask without */
-		c->no_get_held = true;
-		req.held_count = 0;
-		if (err)
-			memset(err, 0, sizeof(*err));
-		goto again;
-	}
 	if (rc < 0)
 		goto out;
 	rc = td_wire_get_rep_decode(m.body, m.body_len, &rep, &e);

@@ -123,4 +123,12 @@ static inline bool td__pad8_ovf(uint64_t x, uint64_t *out)
  */
 bool td__utf8_valid(const uint8_t *s, size_t len);
 
+/*
+ * A byte count as people write one (daemon options, the policy file):
+ * decimal digits, then optionally K, M, G or T (either case) for 2^10,
+ * 2^20, 2^30, 2^40. No sign, no spaces, nothing after; a value past 64
+ * bits is refused. 0, or -EINVAL leaving *out alone.
+ */
+int td__size_parse(const char *p, size_t len, uint64_t *out);
+
 #endif

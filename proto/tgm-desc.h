@@ -5,6 +5,10 @@
  * (../shared/specs/tensogram.md §6, §7, §10, §15, §16, §18 naming).
  * Sans-I/O like tgm.h, but CBOR goes through libcbor, which allocates:
  * these calls are for tools and importers, never a daemon hot path.
+ * One file per job: tgm-cbor.c (the bounded check below), tgm-desc.c
+ * (descriptors, import check, metadata frames), tgm-name.c (naming),
+ * tgm-write.c (canonical CBOR, the message writer). Their JSON form
+ * lives outside proto/, in json/ (json-c).
  *
  * Every CBOR input is first checked by a bounded, allocation-free pass
  * (libcbor's streaming decoder) before libcbor builds a tree, because
@@ -162,25 +166,6 @@ void td_tgm_meta_free(struct td_tgm_meta *m);
 size_t td_tgm_meta_base_count(const struct td_tgm_meta *m);
 
 /*
- * base[i] without `_reserved_` as strict JSON (sorted keys, compact,
- * non-finite floats as "NaN"/"Infinity"/"-Infinity", byte strings as
- * lower-case hex text, tags dropped, undefined as null); "{}" when m is
- * NULL or base has no entry i. *json is malloc'ed and NUL-terminated
- * (*len excludes the NUL). Map keys must be text or scalars (their JSON
- * becomes the key): an array, map or tag as a key is -EBADMSG. Returns 0,
- * -EBADMSG or -ENOMEM.
- */
-int td_tgm_meta_attrs_json(const struct td_tgm_meta *m, size_t i, char **json,
-                           size_t *len);
-
-/*
- * Any one CBOR item (checked as by td_tgm_cbor_check()) as JSON, same
- * rules as td_tgm_meta_attrs_json(). Used by inspect for descriptors.
- */
-int td_tgm_cbor_to_json(const uint8_t *cbor, size_t len, char **json,
-                        size_t *json_len, struct td_err *err);
-
-/*
  * The naming chain (§18): look up variable_key (may be NULL), `name`,
  * `mars.param`, `param`, `mars.shortName`, `shortName` in base[i] minus
  * `_reserved_`, shallow-merged with the top-level keys of the descriptor
@@ -226,10 +211,17 @@ struct td_tgm_enc_object {
 	uint64_t data_len; /* == product(shape) * width */
 	const char *name;  /* goes into base[i]["name"]; may be NULL */
 	/*
-	 * Optional user metadata (may be NULL): a JSON object's keys become
-	 * base[i] entries (except "_reserved_"; "name" is overridden by
-	 * name); anything else non-empty is kept as base[i]["tensord_meta"],
-	 * text when UTF-8, else a byte string.
+	 * Optional user attributes (may be NULL): one CBOR map whose
+	 * entries become base[i] entries (except "_reserved_"; "name" is
+	 * overridden by name). json/ makes it from a JSON object
+	 * (td_json_to_cbor()).
+	 */
+	const uint8_t *attrs;
+	size_t attrs_len;
+	/*
+	 * Optional opaque metadata, used only without attrs: anything
+	 * non-empty is kept whole as base[i]["tensord_meta"], text when
+	 * UTF-8, else a byte string.
 	 */
 	const void *meta;
 	size_t meta_len;
@@ -242,7 +234,8 @@ struct td_tgm_enc_object {
  * "little", no codecs, C-contiguous strides), postamble; canonical CBOR;
  * zero padding to 8. encoder_version goes into _reserved_.encoder.
  * Returns 0 with a malloc'ed message in *out / *out_len, -EINVAL for an
- * unusable object (err->field says which part), -ENOMEM.
+ * unusable object (err->field says which part: attrs that are not one
+ * well-formed CBOR map too), -ENOMEM.
  */
 int td_tgm_message_encode(const struct td_tgm_enc_object *objs, size_t count,
                           const char *encoder_version, uint8_t **out,

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "bytes.h"
+#include "wire-int.h"
 
 /* Header field offsets (docs/protocol.md, "Header"). */
 enum {
@@ -30,10 +31,17 @@ enum {
 
 #define HDR_FLAGS_KNOWN (TD_WIRE_F_REPLY | TD_WIRE_F_NOTIFY)
 
-/* Smallest encoded entry: empty-name-free, so at least one name byte. */
-#define ENTRY_MIN_LEN (2 + 1 + 8 + 4 + 4 + 8 + 4 + 4 + 4)
 /* One fd-table entry as described by the daemon: i32 fd + u64 buffer_id. */
 #define FDENT_LEN 12
+
+void td_wire_hdr_peek(const uint8_t *buf, size_t len, uint16_t *opcode,
+		      uint64_t *request_id)
+{
+	*opcode = len >= HOFF_OPCODE + 2 ? td__le16(buf + HOFF_OPCODE) : 0;
+	*request_id = len >= HOFF_REQUEST_ID + 8
+			      ? td__le64(buf + HOFF_REQUEST_ID)
+			      : 0;
+}
 
 int td_wire_hdr_decode(const uint8_t *buf, size_t len, struct td_wire_hdr *h,
 		       struct td_err *err)
@@ -130,7 +138,7 @@ static const uint8_t *rd_take(struct td_wire_rd *rd, size_t n,
 }
 
 /* Record the first semantic error; later ones are ignored. */
-static void rd_fail(struct td_wire_rd *rd, enum td_err_kind kind,
+void td__wire_rd_fail(struct td_wire_rd *rd, enum td_err_kind kind,
 		    const char *field, uint64_t value, size_t off,
 		    const char *reason)
 {
@@ -170,7 +178,7 @@ struct td_wire_str td_wire_rd_str(struct td_wire_rd *rd, uint16_t max,
 		return s;
 	n = td__le16(p);
 	if (n > max) {
-		rd_fail(rd, TD_ERR_FORGED_LENGTH, field, n, at,
+		td__wire_rd_fail(rd, TD_ERR_FORGED_LENGTH, field, n, at,
 			"string longer than its cap");
 		return s;
 	}
@@ -194,7 +202,7 @@ struct td_wire_bytes td_wire_rd_bytes(struct td_wire_rd *rd, uint32_t max,
 		return b;
 	n = td__le32(p);
 	if (n > max) {
-		rd_fail(rd, TD_ERR_FORGED_LENGTH, field, n, at,
+		td__wire_rd_fail(rd, TD_ERR_FORGED_LENGTH, field, n, at,
 			"byte string longer than its cap");
 		return b;
 	}
@@ -293,7 +301,7 @@ void td_wire_wr_bytes(struct td_wire_wr *wr, const void *src, size_t len)
 		memcpy(p + 4, src, len);
 }
 
-static int64_t wr_done(const struct td_wire_wr *wr)
+int64_t td__wire_wr_done(const struct td_wire_wr *wr)
 {
 	return wr->overflow ? -ENOBUFS : (int64_t)wr->off;
 }
@@ -301,7 +309,7 @@ static int64_t wr_done(const struct td_wire_wr *wr)
 /* ---- shared field helpers ---- */
 
 /* A name field: bounded, then td_wire_name_check (-EINVAL + reason). */
-static struct td_wire_str rd_name(struct td_wire_rd *rd, bool prefix,
+struct td_wire_str td__wire_rd_name(struct td_wire_rd *rd, bool prefix,
 				  bool empty_ok, const char *field)
 {
 	size_t at = rd->off;
@@ -313,7 +321,8 @@ static struct td_wire_str rd_name(struct td_wire_rd *rd, bool prefix,
 	if (empty_ok && s.len == 0)
 		return s;
 	if (td_wire_name_check(s.ptr, s.len, prefix, &why) < 0)
-		rd_fail(rd, TD_ERR_INVALID_ARGUMENT, field, s.len, at, why);
+		td__wire_rd_fail(rd, TD_ERR_INVALID_ARGUMENT, field, s.len, at,
+				 why);
 	return s;
 }
 
@@ -328,84 +337,76 @@ static struct td_wire_str rd_text(struct td_wire_rd *rd, uint16_t max,
 		return s;
 	if (!td__utf8_valid((const uint8_t *)s.ptr, s.len) ||
 	    memchr(s.ptr, 0, s.len))
-		rd_fail(rd, TD_ERR_INVALID_UTF8, field, s.len, at,
+		td__wire_rd_fail(rd, TD_ERR_INVALID_UTF8, field, s.len, at,
 			"text is not UTF-8 without NUL bytes");
 	return s;
 }
 
 /* An enum value: v must lie in [min, max]. */
-static void rd_enum(struct td_wire_rd *rd, uint32_t v, uint32_t min,
+void td__wire_rd_enum(struct td_wire_rd *rd, uint32_t v, uint32_t min,
 		    uint32_t max, size_t at, const char *field)
 {
 	if (!rd->rc && (v < min || v > max))
-		rd_fail(rd, TD_ERR_MALFORMED, field, v, at,
+		td__wire_rd_fail(rd, TD_ERR_MALFORMED, field, v, at,
 			"value outside its defined set");
 }
 
-static uint32_t rd_flags(struct td_wire_rd *rd, uint32_t known,
+uint32_t td__wire_rd_flags(struct td_wire_rd *rd, uint32_t known,
 			 const char *field)
 {
 	size_t at = rd->off;
 	uint32_t v = td_wire_rd_u32(rd, field);
 
 	if (!rd->rc && (v & ~known))
-		rd_fail(rd, TD_ERR_MALFORMED, field, v, at,
+		td__wire_rd_fail(rd, TD_ERR_MALFORMED, field, v, at,
 			"unknown flag bits");
 	return v;
 }
 
 /* A count bounded by its cap (the array it fills). */
-static uint32_t rd_count(struct td_wire_rd *rd, uint32_t max,
+uint32_t td__wire_rd_count(struct td_wire_rd *rd, uint32_t max,
 			 const char *field)
 {
 	size_t at = rd->off;
 	uint32_t v = td_wire_rd_u32(rd, field);
 
 	if (!rd->rc && v > max) {
-		rd_fail(rd, TD_ERR_FORGED_LENGTH, field, v, at,
+		td__wire_rd_fail(rd, TD_ERR_FORGED_LENGTH, field, v, at,
 			"count over its cap");
 		return 0;
 	}
 	return v;
 }
 
-/* LIST/STAT request flags and entry flags this codec knows */
-#define CAT_FLAGS (TD_WIRE_CAT_KINDS | TD_WIRE_CAT_RECYCLE)
-#define ENT_FLAGS (TD_WIRE_PUB_PIN | TD_WIRE_ENT_RING | TD_WIRE_ENT_RECYCLE)
+/* ---- HELLO ---- */
+
+/* The optional features word at the end of both HELLO bodies. */
+static void wr_features(struct td_wire_wr *wr, uint32_t features)
+{
+	if (features)
+		td_wire_wr_u32(wr, features); /* none: left out */
+}
 
 /*
- * Flags appended to a message after version 1 shipped: absent means 0.
- * Exactly four bytes left are the field; any other remainder is left for
- * rd_finish() to refuse as trailing bytes. A present 0 is refused so that
- * every body has one encoding (the encoder leaves 0 out).
+ * Absent when the body ends here (0); fewer bytes than a word are
+ * trailing bytes, which td_wire_rd_end() refuses. Unknown bits are kept: they
+ * name what a newer peer knows, and each side uses only the bits it
+ * knows itself.
  */
-static uint32_t rd_opt_flags(struct td_wire_rd *rd, uint32_t known,
-			     const char *field)
+static uint32_t rd_features(struct td_wire_rd *rd)
 {
-	size_t at = rd->off;
-	uint32_t v;
+	uint32_t f;
+	size_t at;
 
-	if (rd->rc || rd->len - rd->off != 4)
+	if (rd->rc || rd->len - rd->off < 4)
 		return 0;
-	v = rd_flags(rd, known, field);
-	if (!rd->rc && v == 0)
-		rd_fail(rd, TD_ERR_MALFORMED, field, v, at,
-			"optional flags of 0 are sent by leaving them out");
-	return v;
+	at = rd->off;
+	f = td_wire_rd_u32(rd, "features");
+	if (!rd->rc && f == 0)
+		td__wire_rd_fail(rd, TD_ERR_MALFORMED, "features", 0, at,
+			"no feature bits are sent by leaving the word out");
+	return rd->rc ? 0 : f;
 }
-
-static void wr_opt_flags(struct td_wire_wr *wr, uint32_t v)
-{
-	if (v)
-		td_wire_wr_u32(wr, v);
-}
-
-static int rd_finish(struct td_wire_rd *rd)
-{
-	return td_wire_rd_end(rd);
-}
-
-/* ---- HELLO ---- */
 
 int64_t td_wire_hello_req_encode(const struct td_wire_hello_req *m,
 				 uint8_t *buf, size_t cap)
@@ -418,7 +419,8 @@ int64_t td_wire_hello_req_encode(const struct td_wire_hello_req *m,
 	td_wire_wr_u32(&wr, m->import_pref);
 	td_wire_wr_i32(&wr, m->probe_fd);
 	td_wire_wr_str(&wr, m->client_name.ptr, m->client_name.len);
-	return wr_done(&wr);
+	wr_features(&wr, m->features);
+	return td__wire_wr_done(&wr);
 }
 
 int td_wire_hello_req_decode(const uint8_t *body, size_t len,
@@ -430,11 +432,12 @@ int td_wire_hello_req_decode(const uint8_t *body, size_t len,
 	td_wire_rd_init(&rd, body, len, err);
 	at = rd.off;
 	m->import_pref = td_wire_rd_u32(&rd, "import_pref");
-	rd_enum(&rd, m->import_pref, TD_IMPORT_AUTO, TD_IMPORT_SCM, at,
+	td__wire_rd_enum(&rd, m->import_pref, TD_IMPORT_AUTO, TD_IMPORT_SCM, at,
 		"import_pref");
 	m->probe_fd = td_wire_rd_i32(&rd, "probe_fd");
 	m->client_name = rd_text(&rd, TD_WIRE_MAX_NAME, "client_name");
-	return rd_finish(&rd);
+	m->features = rd_features(&rd);
+	return td_wire_rd_end(&rd);
 }
 
 int64_t td_wire_hello_rep_encode(const struct td_wire_hello_rep *m,
@@ -456,7 +459,8 @@ int64_t td_wire_hello_rep_encode(const struct td_wire_hello_rep *m,
 	td_wire_wr_u32(&wr, m->max_planes);
 	td_wire_wr_u64(&wr, m->max_bytes);
 	td_wire_wr_str(&wr, m->ident.ptr, m->ident.len);
-	return wr_done(&wr);
+	wr_features(&wr, m->features);
+	return td__wire_wr_done(&wr);
 }
 
 int td_wire_hello_rep_decode(const uint8_t *body, size_t len,
@@ -469,11 +473,11 @@ int td_wire_hello_rep_decode(const uint8_t *body, size_t len,
 	m->daemon_pid = td_wire_rd_u32(&rd, "daemon_pid");
 	at = rd.off;
 	m->import_in = td_wire_rd_u32(&rd, "import_in");
-	rd_enum(&rd, m->import_in, TD_IMPORT_PIDFD, TD_IMPORT_SCM, at,
+	td__wire_rd_enum(&rd, m->import_in, TD_IMPORT_PIDFD, TD_IMPORT_SCM, at,
 		"import_in");
 	at = rd.off;
 	m->out_pidfd = td_wire_rd_u32(&rd, "out_pidfd");
-	rd_enum(&rd, m->out_pidfd, 0, 1, at, "out_pidfd");
+	td__wire_rd_enum(&rd, m->out_pidfd, 0, 1, at, "out_pidfd");
 	m->probe_fd = td_wire_rd_i32(&rd, "probe_fd");
 	m->max_msg = td_wire_rd_u32(&rd, "max_msg");
 	m->max_fds = td_wire_rd_u32(&rd, "max_fds");
@@ -482,7 +486,8 @@ int td_wire_hello_rep_decode(const uint8_t *body, size_t len,
 	m->max_planes = td_wire_rd_u32(&rd, "max_planes");
 	m->max_bytes = td_wire_rd_u64(&rd, "max_bytes");
 	m->ident = rd_text(&rd, TD_WIRE_MAX_NAME, "ident");
-	return rd_finish(&rd);
+	m->features = rd_features(&rd);
+	return td_wire_rd_end(&rd);
 }
 
 /* ---- ALLOC ---- */
@@ -524,7 +529,7 @@ static void wr_held(struct td_wire_wr *wr, uint32_t n, const uint64_t *held)
 /*
  * The optional held list at the end of a body: absent when the body ends
  * here (returns 0); fewer bytes than a count are trailing bytes, which
- * rd_finish() refuses. refused: the request's flags do not allow one
+ * td_wire_rd_end() refuses. refused: the request's flags do not allow one
  * (why says which flag is missing). Returns the count, 0 on error.
  */
 static uint32_t rd_held(struct td_wire_rd *rd, bool refused,
@@ -536,19 +541,21 @@ static uint32_t rd_held(struct td_wire_rd *rd, bool refused,
 	if (rd->rc || rd->len - rd->off < 4)
 		return 0;
 	at = rd->off;
-	n = rd_count(rd, TD_WIRE_MAX_HELD, "held_count");
+	n = td__wire_rd_count(rd, TD_WIRE_MAX_HELD, "held_count");
 	if (!rd->rc && n == 0)
-		rd_fail(rd, TD_ERR_MALFORMED, "held_count", 0, at,
+		td__wire_rd_fail(rd, TD_ERR_MALFORMED, "held_count", 0, at,
 			"an empty held list is sent by leaving it out");
 	if (!rd->rc && refused)
-		rd_fail(rd, TD_ERR_MALFORMED, "held_count", n, at, why);
+		td__wire_rd_fail(rd, TD_ERR_MALFORMED, "held_count", n, at,
+				 why);
 	for (uint32_t i = 0; i < n && !rd->rc; i++) {
 		at = rd->off;
 		held[i] = td_wire_rd_u64(rd, "held");
 		if (rd->rc)
 			break;
 		if (!held_id_ok(held[i])) {
-			rd_fail(rd, TD_ERR_INVALID_ARGUMENT, "held", held[i],
+			td__wire_rd_fail(
+				rd, TD_ERR_INVALID_ARGUMENT, "held", held[i],
 				at,
 				"held id is not a stored buffer id (0 or a "
 				"ring window)");
@@ -556,8 +563,9 @@ static uint32_t rd_held(struct td_wire_rd *rd, bool refused,
 		}
 		for (uint32_t j = 0; j < i; j++)
 			if (held[j] == held[i]) {
-				rd_fail(rd, TD_ERR_INVALID_ARGUMENT, "held",
-					held[i], at, "held id listed twice");
+				td__wire_rd_fail(rd, TD_ERR_INVALID_ARGUMENT,
+						 "held", held[i], at,
+						 "held id listed twice");
 				break;
 			}
 	}
@@ -580,7 +588,7 @@ int64_t td_wire_alloc_req_encode(const struct td_wire_alloc_req *m,
 		td_wire_wr_u64(&wr, m->sizes[i]);
 	/* optional: left out when empty, so a version-1 body is unchanged */
 	wr_held(&wr, m->held_count, m->held);
-	return wr_done(&wr);
+	return td__wire_wr_done(&wr);
 }
 
 int td_wire_alloc_req_decode(const uint8_t *body, size_t len,
@@ -589,17 +597,18 @@ int td_wire_alloc_req_decode(const uint8_t *body, size_t len,
 	struct td_wire_rd rd;
 
 	td_wire_rd_init(&rd, body, len, err);
-	m->flags = rd_flags(&rd, ALLOC_FLAGS, "flags");
-	m->plane_count = rd_count(&rd, TD_WIRE_MAX_PLANES, "plane_count");
+	m->flags = td__wire_rd_flags(&rd, ALLOC_FLAGS, "flags");
+	m->plane_count =
+		td__wire_rd_count(&rd, TD_WIRE_MAX_PLANES, "plane_count");
 	for (uint32_t i = 0; i < m->plane_count && !rd.rc; i++)
 		m->sizes[i] = td_wire_rd_u64(&rd, "sizes");
 	m->held_count = rd_held(&rd, !(m->flags & TD_WIRE_ALLOC_RECYCLE),
 				"held buffer ids without the RECYCLE flag",
 				m->held);
-	return rd_finish(&rd);
+	return td_wire_rd_end(&rd);
 }
 
-static void wr_fdents(struct td_wire_wr *wr, uint32_t n,
+void td__wire_wr_fdents(struct td_wire_wr *wr, uint32_t n,
 		      const struct td_wire_fdent *fds)
 {
 	td_wire_wr_u32(wr, n);
@@ -609,10 +618,10 @@ static void wr_fdents(struct td_wire_wr *wr, uint32_t n,
 	}
 }
 
-static uint32_t rd_fdents(struct td_wire_rd *rd, uint32_t max,
+uint32_t td__wire_rd_fdents(struct td_wire_rd *rd, uint32_t max,
 			  struct td_wire_fdent *fds)
 {
-	uint32_t n = rd_count(rd, max, "fd_count");
+	uint32_t n = td__wire_rd_count(rd, max, "fd_count");
 
 	for (uint32_t i = 0; i < n && !rd->rc; i++) {
 		fds[i].fd = td_wire_rd_i32(rd, "fd");
@@ -630,8 +639,8 @@ int64_t td_wire_alloc_rep_encode(const struct td_wire_alloc_rep *m,
 		return -EINVAL;
 	td_wire_wr_init(&wr, buf, cap);
 	td_wire_wr_u64(&wr, m->alloc_id);
-	wr_fdents(&wr, m->fd_count, m->fds);
-	return wr_done(&wr);
+	td__wire_wr_fdents(&wr, m->fd_count, m->fds);
+	return td__wire_wr_done(&wr);
 }
 
 int td_wire_alloc_rep_decode(const uint8_t *body, size_t len,
@@ -641,8 +650,8 @@ int td_wire_alloc_rep_decode(const uint8_t *body, size_t len,
 
 	td_wire_rd_init(&rd, body, len, err);
 	m->alloc_id = td_wire_rd_u64(&rd, "alloc_id");
-	m->fd_count = rd_fdents(&rd, TD_WIRE_MAX_PLANES, m->fds);
-	return rd_finish(&rd);
+	m->fd_count = td__wire_rd_fdents(&rd, TD_WIRE_MAX_PLANES, m->fds);
+	return td_wire_rd_end(&rd);
 }
 
 /* ---- PUBLISH ---- */
@@ -665,7 +674,7 @@ int64_t td_wire_publish_req_encode(const struct td_wire_publish_req *m,
 	td_wire_wr_u32(&wr, m->fd_count);
 	for (uint32_t i = 0; i < m->fd_count; i++)
 		td_wire_wr_i32(&wr, m->fds[i]);
-	return wr_done(&wr);
+	return td__wire_wr_done(&wr);
 }
 
 int td_wire_publish_req_decode(const uint8_t *body, size_t len,
@@ -675,48 +684,38 @@ int td_wire_publish_req_decode(const uint8_t *body, size_t len,
 	struct td_wire_rd rd;
 
 	td_wire_rd_init(&rd, body, len, err);
-	m->name = rd_name(&rd, false, false, "name");
-	m->flags = rd_flags(&rd, TD_WIRE_PUB_PIN, "flags");
+	m->name = td__wire_rd_name(&rd, false, false, "name");
+	m->flags = td__wire_rd_flags(&rd, TD_WIRE_PUB_PIN, "flags");
 	m->alloc_id = td_wire_rd_u64(&rd, "alloc_id");
 	m->meta = td_wire_rd_bytes(&rd, TD_WIRE_MAX_META, "meta");
 	m->blob = td_wire_rd_bytes(&rd, TD_WIRE_MAX_BLOB, "blob");
-	m->fd_count = rd_count(&rd, TD_WIRE_MAX_PLANES + 1, "fd_count");
+	m->fd_count =
+		td__wire_rd_count(&rd, TD_WIRE_MAX_PLANES + 1, "fd_count");
 	for (uint32_t i = 0; i < m->fd_count && !rd.rc; i++)
 		m->fds[i] = td_wire_rd_i32(&rd, "fds");
-	return rd_finish(&rd);
+	return td_wire_rd_end(&rd);
 }
 
-static int64_t u64_encode(uint64_t v, uint8_t *buf, size_t cap)
+int64_t td__wire_u64_encode(uint64_t v, uint8_t *buf, size_t cap)
 {
 	struct td_wire_wr wr;
 
 	td_wire_wr_init(&wr, buf, cap);
 	td_wire_wr_u64(&wr, v);
-	return wr_done(&wr);
+	return td__wire_wr_done(&wr);
 }
 
-static int u64_decode(const uint8_t *body, size_t len, uint64_t *v,
+int td__wire_u64_decode(const uint8_t *body, size_t len, uint64_t *v,
 		      const char *field, struct td_err *err)
 {
 	struct td_wire_rd rd;
 
 	td_wire_rd_init(&rd, body, len, err);
 	*v = td_wire_rd_u64(&rd, field);
-	return rd_finish(&rd);
+	return td_wire_rd_end(&rd);
 }
 
-int64_t td_wire_publish_rep_encode(const struct td_wire_publish_rep *m,
-				   uint8_t *buf, size_t cap)
-{
-	return u64_encode(m->version, buf, cap);
-}
-
-int td_wire_publish_rep_decode(const uint8_t *body, size_t len,
-			       struct td_wire_publish_rep *m,
-			       struct td_err *err)
-{
-	return u64_decode(body, len, &m->version, "version", err);
-}
+TD__WIRE_U64_CODEC(publish_rep, version)
 
 /* ---- GET ---- */
 
@@ -737,7 +736,7 @@ int64_t td_wire_get_req_encode(const struct td_wire_get_req *m, uint8_t *buf,
 	td_wire_wr_u32(&wr, m->timeout_ms);
 	/* optional: left out when empty, so a version-1 body is unchanged */
 	wr_held(&wr, m->held_count, m->held);
-	return wr_done(&wr);
+	return td__wire_wr_done(&wr);
 }
 
 int td_wire_get_req_decode(const uint8_t *body, size_t len,
@@ -747,17 +746,17 @@ int td_wire_get_req_decode(const uint8_t *body, size_t len,
 	size_t at;
 
 	td_wire_rd_init(&rd, body, len, err);
-	m->name = rd_name(&rd, false, false, "name");
+	m->name = td__wire_rd_name(&rd, false, false, "name");
 	at = rd.off;
 	m->mode = td_wire_rd_u32(&rd, "mode");
-	rd_enum(&rd, m->mode, TD_GET_LATEST, TD_GET_NEWER, at, "mode");
-	m->flags = rd_flags(&rd, TD_WIRE_REQ_SCM, "flags");
+	td__wire_rd_enum(&rd, m->mode, TD_GET_LATEST, TD_GET_NEWER, at, "mode");
+	m->flags = td__wire_rd_flags(&rd, TD_WIRE_REQ_SCM, "flags");
 	m->version = td_wire_rd_u64(&rd, "version");
 	m->timeout_ms = td_wire_rd_u32(&rd, "timeout_ms");
 	m->held_count = rd_held(&rd, !(m->flags & TD_WIRE_REQ_SCM),
 				"held buffer ids without the SCM flag",
 				m->held);
-	return rd_finish(&rd);
+	return td_wire_rd_end(&rd);
 }
 
 int64_t td_wire_get_rep_encode(const struct td_wire_get_rep *m, uint8_t *buf,
@@ -773,8 +772,8 @@ int64_t td_wire_get_rep_encode(const struct td_wire_get_rep *m, uint8_t *buf,
 	td_wire_wr_u64(&wr, m->lease_id);
 	td_wire_wr_bytes(&wr, m->meta.ptr, m->meta.len);
 	td_wire_wr_bytes(&wr, m->blob.ptr, m->blob.len);
-	wr_fdents(&wr, m->fd_count, m->fds);
-	return wr_done(&wr);
+	td__wire_wr_fdents(&wr, m->fd_count, m->fds);
+	return td__wire_wr_done(&wr);
 }
 
 int td_wire_get_rep_decode(const uint8_t *body, size_t len,
@@ -787,332 +786,13 @@ int td_wire_get_rep_decode(const uint8_t *body, size_t len,
 	m->lease_id = td_wire_rd_u64(&rd, "lease_id");
 	m->meta = td_wire_rd_bytes(&rd, TD_WIRE_MAX_META, "meta");
 	m->blob = td_wire_rd_bytes(&rd, TD_WIRE_MAX_BLOB, "blob");
-	m->fd_count = rd_fdents(&rd, TD_WIRE_MAX_PLANES + 1, m->fds);
-	return rd_finish(&rd);
+	m->fd_count = td__wire_rd_fdents(&rd, TD_WIRE_MAX_PLANES + 1, m->fds);
+	return td_wire_rd_end(&rd);
 }
 
 /* ---- RELEASE ---- */
 
-int64_t td_wire_release_req_encode(const struct td_wire_release_req *m,
-				   uint8_t *buf, size_t cap)
-{
-	return u64_encode(m->lease_id, buf, cap);
-}
-
-int td_wire_release_req_decode(const uint8_t *body, size_t len,
-			       struct td_wire_release_req *m,
-			       struct td_err *err)
-{
-	return u64_decode(body, len, &m->lease_id, "lease_id", err);
-}
-
-/* ---- LIST ---- */
-
-int64_t td_wire_list_req_encode(const struct td_wire_list_req *m,
-				uint8_t *buf, size_t cap)
-{
-	struct td_wire_wr wr;
-
-	if (m->prefix.len > TD_WIRE_MAX_NAME ||
-	    m->after.len > TD_WIRE_MAX_NAME || (m->flags & ~CAT_FLAGS))
-		return -EINVAL;
-	td_wire_wr_init(&wr, buf, cap);
-	td_wire_wr_str(&wr, m->prefix.ptr, m->prefix.len);
-	td_wire_wr_str(&wr, m->after.ptr, m->after.len);
-	wr_opt_flags(&wr, m->flags);
-	return wr_done(&wr);
-}
-
-int td_wire_list_req_decode(const uint8_t *body, size_t len,
-			    struct td_wire_list_req *m, struct td_err *err)
-{
-	struct td_wire_rd rd;
-
-	td_wire_rd_init(&rd, body, len, err);
-	m->prefix = rd_name(&rd, true, true, "prefix");
-	m->after = rd_name(&rd, false, true, "after");
-	m->flags = rd_opt_flags(&rd, CAT_FLAGS, "flags");
-	return rd_finish(&rd);
-}
-
-static void wr_entry(struct td_wire_wr *wr, const struct td_wire_entry *e)
-{
-	td_wire_wr_str(wr, e->name.ptr, e->name.len);
-	td_wire_wr_u64(wr, e->version);
-	td_wire_wr_u32(wr, e->dtype);
-	td_wire_wr_u32(wr, e->ndim);
-	for (uint32_t i = 0; i < e->ndim; i++)
-		td_wire_wr_u64(wr, e->shape[i]);
-	td_wire_wr_u64(wr, e->bytes);
-	td_wire_wr_u32(wr, e->lease_count);
-	td_wire_wr_u32(wr, e->flags);
-	td_wire_wr_bytes(wr, e->meta.ptr, e->meta.len);
-}
-
-static void rd_entry(struct td_wire_rd *rd, struct td_wire_entry *e)
-{
-	e->name = rd_name(rd, false, false, "name");
-	e->version = td_wire_rd_u64(rd, "version");
-	e->dtype = td_wire_rd_u32(rd, "dtype");
-	e->ndim = rd_count(rd, TD_WIRE_MAX_DIMS, "ndim");
-	for (uint32_t i = 0; i < e->ndim && !rd->rc; i++)
-		e->shape[i] = td_wire_rd_u64(rd, "shape");
-	e->bytes = td_wire_rd_u64(rd, "bytes");
-	e->lease_count = td_wire_rd_u32(rd, "lease_count");
-	e->flags = rd_flags(rd, ENT_FLAGS, "flags");
-	e->meta = td_wire_rd_bytes(rd, TD_WIRE_MAX_META, "meta");
-}
-
-static bool entry_ok(const struct td_wire_entry *e)
-{
-	return e->ndim <= TD_WIRE_MAX_DIMS && e->name.len <= TD_WIRE_MAX_NAME &&
-	       e->meta.len <= TD_WIRE_MAX_META &&
-	       !(e->flags & ~ENT_FLAGS);
-}
-
-int64_t td_wire_entry_encode(const struct td_wire_entry *m, uint8_t *buf,
-			     size_t cap)
-{
-	struct td_wire_wr wr;
-
-	if (!entry_ok(m))
-		return -EINVAL;
-	td_wire_wr_init(&wr, buf, cap);
-	wr_entry(&wr, m);
-	return wr_done(&wr);
-}
-
-int td_wire_entry_decode(const uint8_t *body, size_t len,
-			 struct td_wire_entry *m, struct td_err *err)
-{
-	struct td_wire_rd rd;
-
-	td_wire_rd_init(&rd, body, len, err);
-	rd_entry(&rd, m);
-	return rd_finish(&rd);
-}
-
-int td_wire_list_rep_begin(struct td_wire_wr *wr)
-{
-	/* The counts live at the start of the body; finish() patches them. */
-	if (wr->off != 0)
-		return -EINVAL;
-	td_wire_wr_u32(wr, 0);
-	td_wire_wr_u32(wr, 0);
-	return wr->overflow ? -ENOBUFS : 0;
-}
-
-int td_wire_entry_put(struct td_wire_wr *wr, const struct td_wire_entry *e)
-{
-	size_t mark = wr->off;
-
-	if (wr->overflow)
-		return -ENOBUFS;
-	if (!entry_ok(e))
-		return -EINVAL;
-	wr_entry(wr, e);
-	if (wr->overflow) {
-		/* Roll back so the body stays valid without this entry. */
-		wr->off = mark;
-		wr->overflow = false;
-		return -ENOBUFS;
-	}
-	return 0;
-}
-
-void td_wire_list_rep_finish(struct td_wire_wr *wr, uint32_t count,
-			     uint32_t more)
-{
-	if (wr->cap < 8)
-		return;
-	td__put_le32(wr->p, count);
-	td__put_le32(wr->p + 4, more ? 1 : 0);
-}
-
-int td_wire_list_rep_init(struct td_wire_list_rd *lr, const uint8_t *body,
-			  size_t len, struct td_err *err)
-{
-	struct td_wire_rd *rd = &lr->rd;
-	size_t at;
-
-	td_wire_rd_init(rd, body, len, err);
-	at = rd->off;
-	lr->count = td_wire_rd_u32(rd, "count");
-	/* Bound count by the bytes present so a forged one fails early. */
-	if (!rd->rc && lr->count > (len - 8) / ENTRY_MIN_LEN)
-		rd_fail(rd, TD_ERR_FORGED_LENGTH, "count", lr->count, at,
-			"more entries than the body can hold");
-	at = rd->off;
-	lr->more = td_wire_rd_u32(rd, "more");
-	rd_enum(rd, lr->more, 0, 1, at, "more");
-	lr->seen = 0;
-	return rd->rc;
-}
-
-int td_wire_list_rep_next(struct td_wire_list_rd *lr, struct td_wire_entry *e)
-{
-	if (lr->rd.rc)
-		return lr->rd.rc;
-	if (lr->seen == lr->count)
-		return td_wire_rd_end(&lr->rd);
-	rd_entry(&lr->rd, e);
-	if (lr->rd.rc)
-		return lr->rd.rc;
-	lr->seen++;
-	return 1;
-}
-
-/* ---- STAT / DELETE ---- */
-
-int64_t td_wire_name_req_encode(const struct td_wire_name_req *m,
-				uint8_t *buf, size_t cap)
-{
-	struct td_wire_wr wr;
-
-	if (m->name.len > TD_WIRE_MAX_NAME)
-		return -EINVAL;
-	td_wire_wr_init(&wr, buf, cap);
-	td_wire_wr_str(&wr, m->name.ptr, m->name.len);
-	return wr_done(&wr);
-}
-
-int td_wire_name_req_decode(const uint8_t *body, size_t len,
-			    struct td_wire_name_req *m, struct td_err *err)
-{
-	struct td_wire_rd rd;
-
-	td_wire_rd_init(&rd, body, len, err);
-	m->name = rd_name(&rd, false, false, "name");
-	return rd_finish(&rd);
-}
-
-int64_t td_wire_stat_req_encode(const struct td_wire_stat_req *m,
-				uint8_t *buf, size_t cap)
-{
-	struct td_wire_wr wr;
-
-	if (m->name.len > TD_WIRE_MAX_NAME || (m->flags & ~CAT_FLAGS))
-		return -EINVAL;
-	td_wire_wr_init(&wr, buf, cap);
-	td_wire_wr_str(&wr, m->name.ptr, m->name.len);
-	wr_opt_flags(&wr, m->flags);
-	return wr_done(&wr);
-}
-
-int td_wire_stat_req_decode(const uint8_t *body, size_t len,
-			    struct td_wire_stat_req *m, struct td_err *err)
-{
-	struct td_wire_rd rd;
-
-	td_wire_rd_init(&rd, body, len, err);
-	m->name = rd_name(&rd, false, false, "name");
-	m->flags = rd_opt_flags(&rd, CAT_FLAGS, "flags");
-	return rd_finish(&rd);
-}
-
-int64_t td_wire_delete_rep_encode(const struct td_wire_delete_rep *m,
-				  uint8_t *buf, size_t cap)
-{
-	return u64_encode(m->version, buf, cap);
-}
-
-int td_wire_delete_rep_decode(const uint8_t *body, size_t len,
-			      struct td_wire_delete_rep *m, struct td_err *err)
-{
-	return u64_decode(body, len, &m->version, "version", err);
-}
-
-/* ---- WATCH / UNWATCH / NOTIFY ---- */
-
-int64_t td_wire_watch_req_encode(const struct td_wire_watch_req *m,
-				 uint8_t *buf, size_t cap)
-{
-	struct td_wire_wr wr;
-
-	if (m->name.len > TD_WIRE_MAX_NAME)
-		return -EINVAL;
-	td_wire_wr_init(&wr, buf, cap);
-	td_wire_wr_str(&wr, m->name.ptr, m->name.len);
-	td_wire_wr_u32(&wr, m->flags);
-	return wr_done(&wr);
-}
-
-int td_wire_watch_req_decode(const uint8_t *body, size_t len,
-			     struct td_wire_watch_req *m, struct td_err *err)
-{
-	struct td_wire_rd rd;
-	const char *why;
-	size_t at;
-
-	td_wire_rd_init(&rd, body, len, err);
-	at = rd.off;
-	m->name = td_wire_rd_str(&rd, TD_WIRE_MAX_NAME, "name");
-	m->flags = rd_flags(&rd, TD_WIRE_WATCH_PREFIX, "flags");
-	/* The flag says whether name is a prefix, so check after both. */
-	if (!rd.rc && td_wire_name_check(m->name.ptr, m->name.len,
-					 m->flags & TD_WIRE_WATCH_PREFIX,
-					 &why) < 0)
-		rd_fail(&rd, TD_ERR_INVALID_ARGUMENT, "name", m->name.len, at,
-			why);
-	return rd_finish(&rd);
-}
-
-int64_t td_wire_watch_rep_encode(const struct td_wire_watch_rep *m,
-				 uint8_t *buf, size_t cap)
-{
-	return u64_encode(m->watch_id, buf, cap);
-}
-
-int td_wire_watch_rep_decode(const uint8_t *body, size_t len,
-			     struct td_wire_watch_rep *m, struct td_err *err)
-{
-	return u64_decode(body, len, &m->watch_id, "watch_id", err);
-}
-
-int64_t td_wire_unwatch_req_encode(const struct td_wire_unwatch_req *m,
-				   uint8_t *buf, size_t cap)
-{
-	return u64_encode(m->watch_id, buf, cap);
-}
-
-int td_wire_unwatch_req_decode(const uint8_t *body, size_t len,
-			       struct td_wire_unwatch_req *m,
-			       struct td_err *err)
-{
-	return u64_decode(body, len, &m->watch_id, "watch_id", err);
-}
-
-int64_t td_wire_notify_encode(const struct td_wire_notify *m, uint8_t *buf,
-			      size_t cap)
-{
-	struct td_wire_wr wr;
-
-	if (m->name.len > TD_WIRE_MAX_NAME)
-		return -EINVAL;
-	td_wire_wr_init(&wr, buf, cap);
-	td_wire_wr_u64(&wr, m->watch_id);
-	td_wire_wr_u32(&wr, m->event);
-	td_wire_wr_u64(&wr, m->version);
-	td_wire_wr_str(&wr, m->name.ptr, m->name.len);
-	return wr_done(&wr);
-}
-
-int td_wire_notify_decode(const uint8_t *body, size_t len,
-			  struct td_wire_notify *m, struct td_err *err)
-{
-	struct td_wire_rd rd;
-	size_t at;
-
-	td_wire_rd_init(&rd, body, len, err);
-	m->watch_id = td_wire_rd_u64(&rd, "watch_id");
-	at = rd.off;
-	m->event = td_wire_rd_u32(&rd, "event");
-	rd_enum(&rd, m->event, TD_EVENT_PUBLISHED, TD_EVENT_DELETED, at,
-		"event");
-	m->version = td_wire_rd_u64(&rd, "version");
-	m->name = rd_name(&rd, false, false, "name");
-	return rd_finish(&rd);
-}
+TD__WIRE_U64_CODEC(release_req, lease_id)
 
 /* ---- error replies ---- */
 
@@ -1127,7 +807,7 @@ int64_t td_wire_error_encode(const struct td_wire_error *m, uint8_t *buf,
 		n = TD_WIRE_MAX_REASON;
 	td_wire_wr_init(&wr, buf, cap);
 	td_wire_wr_str(&wr, m->reason.ptr, n);
-	return wr_done(&wr);
+	return td__wire_wr_done(&wr);
 }
 
 int td_wire_error_decode(const uint8_t *body, size_t len,
@@ -1137,7 +817,7 @@ int td_wire_error_decode(const uint8_t *body, size_t len,
 
 	td_wire_rd_init(&rd, body, len, err);
 	m->reason = rd_text(&rd, TD_WIRE_MAX_REASON, "reason");
-	return rd_finish(&rd);
+	return td_wire_rd_end(&rd);
 }
 
 /* ---- names ---- */
@@ -1210,178 +890,4 @@ const char *td_wire_op_name(uint16_t op)
 		return "RING_STAT";
 	}
 	return "UNKNOWN";
-}
-
-/* ---- rings (docs/protocol.md §10) ---- */
-
-int64_t td_wire_ring_create_req_encode(const struct td_wire_ring_create_req *m,
-				       uint8_t *buf, size_t cap)
-{
-	struct td_wire_wr wr;
-
-	if (m->name.len > TD_WIRE_MAX_NAME || m->ndim > TD_WIRE_MAX_DIMS ||
-	    m->plane_count > TD_WIRE_RING_MAX_PLANES)
-		return -EINVAL;
-	td_wire_wr_init(&wr, buf, cap);
-	td_wire_wr_str(&wr, m->name.ptr, m->name.len);
-	td_wire_wr_u32(&wr, m->flags);
-	td_wire_wr_u32(&wr, m->slot_count);
-	td_wire_wr_u32(&wr, m->reader_count);
-	td_wire_wr_u32(&wr, m->dtype);
-	td_wire_wr_u32(&wr, m->ndim);
-	for (uint32_t i = 0; i < m->ndim; i++)
-		td_wire_wr_u64(&wr, m->shape[i]);
-	td_wire_wr_u32(&wr, m->plane_count);
-	for (uint32_t i = 0; i < m->plane_count; i++)
-		td_wire_wr_u64(&wr, m->plane_sizes[i]);
-	return wr_done(&wr);
-}
-
-int td_wire_ring_create_req_decode(const uint8_t *body, size_t len,
-				   struct td_wire_ring_create_req *m,
-				   struct td_err *err)
-{
-	struct td_wire_rd rd;
-
-	td_wire_rd_init(&rd, body, len, err);
-	m->name = rd_name(&rd, false, false, "name");
-	m->flags = rd_flags(&rd, TD_WIRE_REQ_SCM | TD_WIRE_RING_HUGE, "flags");
-	m->slot_count = td_wire_rd_u32(&rd, "slot_count");
-	m->reader_count = td_wire_rd_u32(&rd, "reader_count");
-	m->dtype = td_wire_rd_u32(&rd, "dtype");
-	m->ndim = rd_count(&rd, TD_WIRE_MAX_DIMS, "ndim");
-	for (uint32_t i = 0; i < m->ndim && !rd.rc; i++)
-		m->shape[i] = td_wire_rd_u64(&rd, "shape");
-	m->plane_count = rd_count(&rd, TD_WIRE_RING_MAX_PLANES, "plane_count");
-	for (uint32_t i = 0; i < m->plane_count && !rd.rc; i++)
-		m->plane_sizes[i] = td_wire_rd_u64(&rd, "plane_sizes");
-	return rd_finish(&rd);
-}
-
-int64_t td_wire_ring_rep_encode(const struct td_wire_ring_rep *m,
-				uint8_t *buf, size_t cap)
-{
-	struct td_wire_wr wr;
-
-	if (m->ndim > TD_WIRE_MAX_DIMS ||
-	    m->plane_count > TD_WIRE_RING_MAX_PLANES ||
-	    m->fd_count > TD_WIRE_RING_FDS)
-		return -EINVAL;
-	td_wire_wr_init(&wr, buf, cap);
-	td_wire_wr_u64(&wr, m->id);
-	td_wire_wr_u32(&wr, m->flags);
-	td_wire_wr_u32(&wr, m->row);
-	td_wire_wr_u32(&wr, m->reader_count);
-	td_wire_wr_u32(&wr, m->slot_count);
-	td_wire_wr_u32(&wr, m->plane_count);
-	for (uint32_t i = 0; i < m->plane_count; i++) {
-		td_wire_wr_u64(&wr, m->plane_off[i]);
-		td_wire_wr_u64(&wr, m->plane_size[i]);
-	}
-	td_wire_wr_u64(&wr, m->slot_stride);
-	td_wire_wr_u64(&wr, m->data_len);
-	td_wire_wr_u32(&wr, m->dtype);
-	td_wire_wr_u32(&wr, m->ndim);
-	for (uint32_t i = 0; i < m->ndim; i++)
-		td_wire_wr_u64(&wr, m->shape[i]);
-	wr_fdents(&wr, m->fd_count, m->fds);
-	return wr_done(&wr);
-}
-
-int td_wire_ring_rep_decode(const uint8_t *body, size_t len,
-			    struct td_wire_ring_rep *m, struct td_err *err)
-{
-	struct td_wire_rd rd;
-
-	td_wire_rd_init(&rd, body, len, err);
-	m->id = td_wire_rd_u64(&rd, "id");
-	m->flags = rd_flags(&rd, TD_WIRE_RING_HUGETLB | TD_WIRE_RING_THP,
-			    "flags");
-	m->row = td_wire_rd_u32(&rd, "row");
-	m->reader_count = td_wire_rd_u32(&rd, "reader_count");
-	m->slot_count = td_wire_rd_u32(&rd, "slot_count");
-	m->plane_count = rd_count(&rd, TD_WIRE_RING_MAX_PLANES, "plane_count");
-	for (uint32_t i = 0; i < m->plane_count && !rd.rc; i++) {
-		m->plane_off[i] = td_wire_rd_u64(&rd, "plane_off");
-		m->plane_size[i] = td_wire_rd_u64(&rd, "plane_size");
-	}
-	m->slot_stride = td_wire_rd_u64(&rd, "slot_stride");
-	m->data_len = td_wire_rd_u64(&rd, "data_len");
-	m->dtype = td_wire_rd_u32(&rd, "dtype");
-	m->ndim = rd_count(&rd, TD_WIRE_MAX_DIMS, "ndim");
-	for (uint32_t i = 0; i < m->ndim && !rd.rc; i++)
-		m->shape[i] = td_wire_rd_u64(&rd, "shape");
-	m->fd_count = rd_fdents(&rd, TD_WIRE_RING_FDS, m->fds);
-	return rd_finish(&rd);
-}
-
-int64_t td_wire_ring_sub_req_encode(const struct td_wire_ring_sub_req *m,
-				    uint8_t *buf, size_t cap)
-{
-	struct td_wire_wr wr;
-
-	if (m->name.len > TD_WIRE_MAX_NAME)
-		return -EINVAL;
-	td_wire_wr_init(&wr, buf, cap);
-	td_wire_wr_str(&wr, m->name.ptr, m->name.len);
-	td_wire_wr_u32(&wr, m->flags);
-	return wr_done(&wr);
-}
-
-int td_wire_ring_sub_req_decode(const uint8_t *body, size_t len,
-				struct td_wire_ring_sub_req *m,
-				struct td_err *err)
-{
-	struct td_wire_rd rd;
-
-	td_wire_rd_init(&rd, body, len, err);
-	m->name = rd_name(&rd, false, false, "name");
-	m->flags = rd_flags(&rd, TD_WIRE_REQ_SCM, "flags");
-	return rd_finish(&rd);
-}
-
-int64_t td_wire_ring_close_req_encode(const struct td_wire_ring_close_req *m,
-				      uint8_t *buf, size_t cap)
-{
-	return u64_encode(m->id, buf, cap);
-}
-
-int td_wire_ring_close_req_decode(const uint8_t *body, size_t len,
-				  struct td_wire_ring_close_req *m,
-				  struct td_err *err)
-{
-	return u64_decode(body, len, &m->id, "id", err);
-}
-
-int64_t td_wire_ring_stat_rep_encode(const struct td_wire_ring_stat_rep *m,
-				     uint8_t *buf, size_t cap)
-{
-	struct td_wire_wr wr;
-
-	td_wire_wr_init(&wr, buf, cap);
-	td_wire_wr_u64(&wr, m->id);
-	td_wire_wr_u32(&wr, m->slot_count);
-	td_wire_wr_u32(&wr, m->reader_count);
-	td_wire_wr_u32(&wr, m->subscribers);
-	td_wire_wr_u32(&wr, m->flags);
-	td_wire_wr_u64(&wr, m->latest_version);
-	td_wire_wr_u64(&wr, m->requests);
-	return wr_done(&wr);
-}
-
-int td_wire_ring_stat_rep_decode(const uint8_t *body, size_t len,
-				 struct td_wire_ring_stat_rep *m,
-				 struct td_err *err)
-{
-	struct td_wire_rd rd;
-
-	td_wire_rd_init(&rd, body, len, err);
-	m->id = td_wire_rd_u64(&rd, "id");
-	m->slot_count = td_wire_rd_u32(&rd, "slot_count");
-	m->reader_count = td_wire_rd_u32(&rd, "reader_count");
-	m->subscribers = td_wire_rd_u32(&rd, "subscribers");
-	m->flags = td_wire_rd_u32(&rd, "flags");
-	m->latest_version = td_wire_rd_u64(&rd, "latest_version");
-	m->requests = td_wire_rd_u64(&rd, "requests");
-	return rd_finish(&rd);
 }

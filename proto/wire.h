@@ -98,6 +98,13 @@ int td_wire_hdr_decode(const uint8_t *buf, size_t len, struct td_wire_hdr *h,
 		       struct td_err *err);
 /* Write h into out[0, 32). */
 void td_wire_hdr_encode(const struct td_wire_hdr *h, uint8_t *out);
+/*
+ * The opcode and request id of a datagram that may be no valid message
+ * (too short, bad magic, truncated): what a reply to it can echo so the
+ * sender can match it. Fields the len bytes do not reach are 0.
+ */
+void td_wire_hdr_peek(const uint8_t *buf, size_t len, uint16_t *opcode,
+		      uint64_t *request_id);
 
 /* ---- body cursors (used by the message codecs, exposed for tests) ---- */
 
@@ -143,11 +150,24 @@ void td_wire_wr_bytes(struct td_wire_wr *wr, const void *p, size_t len);
  * Encode writes only the body; callers prepend the header.
  */
 
+/*
+ * HELLO feature bits (docs/protocol.md §6.1): what the daemon serves
+ * beyond the version-1 protocol. A client that sends a features word in
+ * its HELLO gets the daemon's in the reply; one that sends none (every
+ * client before them) gets the reply it always got.
+ */
+#define TD_WIRE_FEAT_CAT_KINDS 0x1u     /* LIST/STAT flag TD_WIRE_CAT_KINDS */
+#define TD_WIRE_FEAT_CAT_RECYCLE 0x2u   /* ... and TD_WIRE_CAT_RECYCLE */
+#define TD_WIRE_FEAT_ALLOC_RECYCLE 0x4u /* ALLOC flag TD_WIRE_ALLOC_RECYCLE */
+#define TD_WIRE_FEAT_GET_HELD 0x8u      /* held ids on GET */
+
 /* HELLO request */
 struct td_wire_hello_req {
 	uint32_t import_pref;  /* enum td_import */
 	int32_t probe_fd;      /* a client fd the daemon may try to pull, -1 */
 	struct td_wire_str client_name;
+	/* optional: TD_WIRE_FEAT_* the client knows; 0 = left out */
+	uint32_t features;
 };
 /* HELLO reply; attaches the daemon's pidfd when out_pidfd != 0 */
 struct td_wire_hello_rep {
@@ -158,6 +178,9 @@ struct td_wire_hello_rep {
 	uint32_t max_msg, max_fds, max_name, max_meta, max_planes;
 	uint64_t max_bytes;  /* daemon memory limit, 0 = none */
 	struct td_wire_str ident; /* "tensord 0.1.0" */
+	/* optional: TD_WIRE_FEAT_* the daemon serves, only in reply to a
+	 * request that sent features; 0 = left out */
+	uint32_t features;
 };
 
 /* One fd-table entry as the daemon describes its own descriptors. */

@@ -309,7 +309,7 @@ static int conn(const struct daemon *d)
 static struct td_wire_hello_rep hello_pref(int sock, uint32_t pref,
 					   int probe, int *daemon_pidfd)
 {
-	struct td_wire_hello_req r = {pref, probe, {"test-daemon", 11}};
+	struct td_wire_hello_req r = {pref, probe, {"test-daemon", 11}, 0};
 	struct td_wire_hello_rep rep;
 	int64_t n = td_wire_hello_req_encode(&r, BODY, BODY_CAP);
 	struct msg *m;
@@ -531,13 +531,59 @@ DTest(hello_with_scm_preference_skips_the_probe)
 DTest(hello_forced_pidfd_with_a_bad_probe_is_eperm)
 {
 	int sock = conn(&D);
-	struct td_wire_hello_req r = {TD_IMPORT_PIDFD, 987, {"t", 1}};
+	struct td_wire_hello_req r = {TD_IMPORT_PIDFD, 987, {"t", 1}, 0};
 	int64_t n = td_wire_hello_req_encode(&r, BODY, BODY_CAP);
 
 	send_req(sock, TD_OP_HELLO, 5, (size_t)n, NULL, 0);
 	expect_error(sock, TD_OP_HELLO, 5, -EPERM, "pidfd_getfd");
 	/* still usable: a proper HELLO goes through */
 	hello_pref(sock, TD_IMPORT_AUTO, sock, NULL);
+	close(sock);
+}
+
+/*
+ * A HELLO of every client before feature bits (no features word) gets the
+ * reply it always got: no word after ident, so its decoder, which refuses
+ * trailing bytes, still reads it. One that sends the word gets the
+ * daemon's bits.
+ */
+DTest(hello_without_feature_bits_gets_the_version_1_reply)
+{
+	int sock = conn(&D);
+	struct td_wire_hello_req q = {TD_IMPORT_SCM, -1, {"v1", 2}, 0};
+	struct td_wire_hello_rep r;
+	int64_t n = td_wire_hello_req_encode(&q, BODY, BODY_CAP);
+	struct msg *m;
+	size_t v1_len;
+
+	cr_assert_eq(n, 4 + 4 + 2 + 2, "no features word sent");
+	send_req(sock, TD_OP_HELLO, 1, (size_t)n, NULL, 0);
+	m = reply(sock, TD_OP_HELLO, 1);
+	cr_assert_eq(m->h.status, 0, "HELLO: %s", m->reason);
+	cr_assert_eq(td_wire_hello_rep_decode(m->body, m->h.body_len, &r,
+					      NULL),
+		     0);
+	cr_assert_eq(r.features, 0);
+	v1_len = 4 * 9 + 8 + 2 + r.ident.len;
+	cr_assert_eq(m->h.body_len, v1_len, "nothing after ident");
+	close_msg_fds(m);
+	close(sock);
+
+	sock = conn(&D);
+	q.features = TD_WIRE_FEAT_GET_HELD | 0x40000000u; /* one unknown */
+	n = td_wire_hello_req_encode(&q, BODY, BODY_CAP);
+	send_req(sock, TD_OP_HELLO, 2, (size_t)n, NULL, 0);
+	m = reply(sock, TD_OP_HELLO, 2);
+	cr_assert_eq(m->h.status, 0, "HELLO: %s", m->reason);
+	cr_assert_eq(td_wire_hello_rep_decode(m->body, m->h.body_len, &r,
+					      NULL),
+		     0);
+	cr_assert_eq(m->h.body_len, v1_len + 4);
+	cr_assert_eq(r.features,
+		     TD_WIRE_FEAT_CAT_KINDS | TD_WIRE_FEAT_CAT_RECYCLE |
+			     TD_WIRE_FEAT_ALLOC_RECYCLE |
+			     TD_WIRE_FEAT_GET_HELD);
+	close_msg_fds(m);
 	close(sock);
 }
 

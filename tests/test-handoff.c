@@ -1155,6 +1155,38 @@ Test(handoff, watch_delivers_every_new_version_in_order)
 	daemon_stop(&d);
 }
 
+Test(handoff, client_fd_polls_readable_when_a_watch_event_arrives)
+{
+	struct td_error e = {0};
+	struct td_client *c;
+	struct td_event ev;
+	struct pollfd pfd;
+	struct daemon d;
+	uint64_t id = 0;
+
+	daemon_start(&d);
+	c = client_open(&d);
+	cr_assert_eq(td_client_fd(NULL), -EINVAL);
+	pfd.fd = td_client_fd(c);
+	pfd.events = POLLIN;
+	cr_assert_geq(pfd.fd, 0);
+	cr_assert_eq(td_client_watch(c, "w/", TD_WATCH_PREFIX, &id, &e), 0,
+		     "%s", e.reason);
+	cr_assert_eq(poll(&pfd, 1, 0), 0, "readable before any event");
+	run_child(&d, five_versions, NULL);
+	cr_assert_eq(poll(&pfd, 1, 10000), 1);
+	cr_assert(pfd.revents & POLLIN);
+	for (uint64_t i = 1; i <= 5; i++) {
+		cr_assert_eq(td_client_next_event(c, 10000, &ev, &e), 0, "%s",
+			     e.reason);
+		cr_assert_eq(ev.version, i);
+	}
+	cr_assert_eq(td_client_next_event(c, 0, &ev, &e), -ETIMEDOUT);
+	cr_assert_eq(poll(&pfd, 1, 0), 0, "still readable once drained");
+	td_client_close(c);
+	daemon_stop(&d);
+}
+
 /* ---- mapping cache ---- */
 
 static void cache_check(const char *import)

@@ -285,7 +285,7 @@ static int raw_hello(int sock, uint32_t pref, int probe_fd, char *reason,
 		     size_t cap, uint32_t *import_in)
 {
 	static uint8_t buf[TD_WIRE_MAX_MSG];
-	struct td_wire_hello_req r = {pref, probe_fd, {"hostile", 7}};
+	struct td_wire_hello_req r = {pref, probe_fd, {"hostile", 7}, 0};
 	struct td_wire_hello_rep rep;
 	int64_t n = td_wire_hello_req_encode(&r, buf + TD_WIRE_HDR_LEN,
 					     sizeof(buf) - TD_WIRE_HDR_LEN);

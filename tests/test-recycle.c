@@ -611,7 +611,7 @@ static void raw_recv(int sock, struct rawrep *r)
 static int raw_scm_conn(const struct tu_daemon *d)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	struct td_wire_hello_req hr = {TD_IMPORT_SCM, -1, {"liar", 4}};
+	struct td_wire_hello_req hr = {TD_IMPORT_SCM, -1, {"liar", 4}, 0};
 	struct td_wire_hello_rep rep;
 	struct rawrep r;
 	int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -843,10 +843,13 @@ Test(recycle, a_parked_scm_get_leaves_out_held_buffers_when_served)
  * answers HELLO (SCM both ways) and every GET with a reply that leaves
  * out buffer 77, which the client never mapped - what a client that
  * advertised an id it does not hold gets from the real daemon. Exits 0
- * when the client hangs up, 1 on anything unexpected.
+ * when the client hangs up, 1 on anything unexpected. pre_features: a
+ * daemon from before HELLO feature bits, which refuses the features word
+ * (-EBADMSG) and wants the HELLO of version 1 after it (else exits 2).
  */
-static int fake_daemon(int lsock)
+static int fake_daemon(int lsock, bool pre_features)
 {
+	unsigned hellos = 0;
 	uint64_t shape[1] = {4096};
 	int64_t strides[1] = {1};
 	struct td_blob_plane pl = {.handle = 0, .offset = 0, .stride = 4096,
@@ -878,13 +881,31 @@ static int fake_daemon(int lsock)
 		if (n < 0 || rx.nfds ||
 		    td_wire_hdr_decode(rawbuf, (size_t)n, &h, NULL) < 0)
 			return 1;
-		if (h.opcode == TD_OP_HELLO) {
+		if (h.opcode == TD_OP_HELLO && pre_features && hellos++ == 0) {
+			struct td_wire_hello_req q;
+			struct td_wire_error er = {{"HELLO: trailing bytes", 21}};
+
+			if (td_wire_hello_req_decode(rawbuf + TD_WIRE_HDR_LEN,
+						     h.body_len, &q, NULL) ||
+			    !q.features)
+				return 2;
+			len = td_wire_error_encode(&er, out + TD_WIRE_HDR_LEN,
+						   sizeof(out) -
+							   TD_WIRE_HDR_LEN);
+			rh.status = -EBADMSG;
+		} else if (h.opcode == TD_OP_HELLO) {
+			struct td_wire_hello_req q;
 			struct td_wire_hello_rep r = {
 				(uint32_t)getpid(), TD_IMPORT_SCM, 0, -1,
 				TD_WIRE_MAX_MSG, TD_WIRE_MAX_FDS,
 				TD_WIRE_MAX_NAME, TD_WIRE_MAX_META,
-				TD_WIRE_MAX_PLANES, 0, {"fake", 4}};
+				TD_WIRE_MAX_PLANES, 0, {"fake", 4}, 0};
 
+			if (pre_features &&
+			    (td_wire_hello_req_decode(rawbuf + TD_WIRE_HDR_LEN,
+						      h.body_len, &q, NULL) ||
+			     q.features))
+				return 2;
 			len = td_wire_hello_rep_encode(
 				&r, out + TD_WIRE_HDR_LEN,
 				sizeof(out) - TD_WIRE_HDR_LEN);
@@ -916,7 +937,7 @@ static int fake_daemon(int lsock)
 	}
 }
 
-Test(recycle, a_get_reply_that_leaves_out_an_unmapped_buffer_is_a_clean_error)
+static void liar_get(bool pre_features)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	char dir[] = "/tmp/td-fake-XXXXXX";
@@ -936,7 +957,7 @@ Test(recycle, a_get_reply_that_leaves_out_an_unmapped_buffer_is_a_clean_error)
 	pid = fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0)
-		_exit(fake_daemon(lsock));
+		_exit(fake_daemon(lsock, pre_features));
 	close(lsock);
 
 	cr_assert_eq(setenv("TENSORD_IMPORT", "scm", 1), 0);
@@ -956,6 +977,21 @@ Test(recycle, a_get_reply_that_leaves_out_an_unmapped_buffer_is_a_clean_error)
 	unlink(sa.sun_path);
 	rmdir(dir);
 	cr_assert_eq(tu_fd_count(), fds0);
+}
+
+Test(recycle, a_get_reply_that_leaves_out_an_unmapped_buffer_is_a_clean_error)
+{
+	liar_get(false);
+}
+
+/*
+ * A daemon from before HELLO feature bits refuses the features word; the
+ * client says HELLO again without it (the fake exits 2 otherwise) and
+ * works on, with none of the optional features.
+ */
+Test(recycle, a_daemon_without_feature_bits_is_still_reached)
+{
+	liar_get(true);
 }
 
 /* ---- no per-handoff allocation in the daemon ---- */

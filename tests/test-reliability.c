@@ -263,7 +263,7 @@ static ssize_t raw_recv(int sock, struct td_wire_hdr *h)
 /* A raw connection after HELLO, asking for fds by SCM_RIGHTS. */
 static int raw_hello_scm(void)
 {
-	struct td_wire_hello_req r = {TD_IMPORT_SCM, -1, {"never-reads", 11}};
+	struct td_wire_hello_req r = {TD_IMPORT_SCM, -1, {"never-reads", 11}, 0};
 	uint8_t body[512];
 	struct td_wire_hdr h;
 	int64_t n = td_wire_hello_req_encode(&r, body, sizeof(body));

@@ -762,7 +762,7 @@ Test(ring_catalog, a_version_1_client_sees_a_ring_as_a_plain_entry)
 	struct td_client *c;
 	struct td_ring *r;
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	struct td_wire_hello_req hello = {TD_IMPORT_SCM, -1, {"v1", 2}};
+	struct td_wire_hello_req hello = {TD_IMPORT_SCM, -1, {"v1", 2}, 0};
 	struct td_wire_list_req lq = {{"v1/", 3}, {"", 0}, 0};
 	struct td_wire_name_req sq = {{"v1/r", 4}};
 	struct td_wire_list_rd lr;

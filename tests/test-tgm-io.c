@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "bytes.h"
+#include "td-json.h"
 #include "tensord/tensord.h"
 #include "testutil.h"
 #include "tgm-desc.h"
@@ -493,10 +494,15 @@ static void name_of(const char *meta_json, const char *variable_key, char *out,
 	struct td_tgm_object o[1];
 	struct td_tgm_frame mf;
 	struct td_tgm_meta *m;
-	uint8_t *msg;
+	uint8_t *msg, *attrs = NULL;
 	size_t len;
 
+	/* a JSON object's keys become attributes, as tensorctl save does */
+	if (td_json_to_cbor(meta_json, strlen(meta_json), &attrs,
+	                    &ob.attrs_len) == 1)
+		ob.attrs = attrs;
 	cr_assert_eq(td_tgm_message_encode(&ob, 1, "t", &msg, &len, NULL), 0);
+	free(attrs);
 	cr_assert_eq(objects(msg, len, o, 1, &mf), 1);
 	cr_assert_eq(td_tgm_meta_new(mf.payload, mf.payload_len, &m, NULL), 0);
 	cr_assert_geq(td_tgm_object_name(m, 0, o[0].cbor, o[0].cbor_len,
@@ -600,7 +606,7 @@ Test(tgm_io, naming_of_the_vectors)
 		char *json;
 		size_t jl;
 
-		cr_assert_eq(td_tgm_meta_attrs_json(m, 0, &json, &jl), 0);
+		cr_assert_eq(td_json_tgm_attrs(m, 0, &json, &jl, NULL), 0);
 		cr_expect_str_eq(json,
 		                 "{\"big\":2147483648,\"count\":-5,\"flag\":"
 		                 "true,\"level\":0,\"levels\":[1000,850,500],"
@@ -795,11 +801,16 @@ Test(tgm_io, writer_index_hashes_and_metadata_agree_with_the_frames)
 	struct td_tgm_meta *m = NULL;
 	char idx[256] = "", hashes[256] = "", want[256], *json;
 	char offs[128] = "", lens[128] = "", slots[128] = "";
-	uint8_t *msg;
+	uint8_t *msg, *attrs;
 	size_t len;
 	int k = 0;
 
+	cr_assert_eq(td_json_to_cbor(meta, strlen(meta), &attrs,
+	                             &ob[0].attrs_len),
+	             1);
+	ob[0].attrs = attrs;
 	cr_assert_eq(td_tgm_message_encode(ob, 3, "t", &msg, &len, NULL), 0);
+	free(attrs);
 	cr_assert_eq(td_tgm_walk_init(msg, len, &it, NULL), 0);
 	while (td_tgm_walk_next(&it, &fr, NULL) == 1) {
 		struct td_tgm_object o;
@@ -809,7 +820,7 @@ Test(tgm_io, writer_index_hashes_and_metadata_agree_with_the_frames)
 			                             &m, NULL),
 			             0);
 		if (fr.type == TD_TGM_HEADER_INDEX_FRAME) {
-			cr_assert_eq(td_tgm_cbor_to_json(fr.payload,
+			cr_assert_eq(td_json_from_cbor(fr.payload,
 			                                 fr.payload_len, &json,
 			                                 NULL, NULL),
 			             0);
@@ -817,7 +828,7 @@ Test(tgm_io, writer_index_hashes_and_metadata_agree_with_the_frames)
 			free(json);
 		}
 		if (fr.type == TD_TGM_HEADER_HASH_FRAME) {
-			cr_assert_eq(td_tgm_cbor_to_json(fr.payload,
+			cr_assert_eq(td_json_from_cbor(fr.payload,
 			                                 fr.payload_len, &json,
 			                                 NULL, NULL),
 			             0);
@@ -849,19 +860,19 @@ Test(tgm_io, writer_index_hashes_and_metadata_agree_with_the_frames)
 	cr_expect_str_eq(hashes, want);
 	cr_assert_not_null(m);
 	cr_assert_eq(td_tgm_meta_base_count(m), 3);
-	cr_assert_eq(td_tgm_meta_attrs_json(m, 0, &json, NULL), 0);
+	cr_assert_eq(td_json_tgm_attrs(m, 0, &json, NULL, NULL), 0);
 	cr_expect_str_eq(json, "{\"n\":[1,2.5,null,true],\"name\":\"a\","
 	                       "\"units\":\"K\"}");
 	free(json);
-	cr_assert_eq(td_tgm_meta_attrs_json(m, 1, &json, NULL), 0);
+	cr_assert_eq(td_json_tgm_attrs(m, 1, &json, NULL, NULL), 0);
 	cr_expect_str_eq(json, "{\"name\":\"scalar\",\"tensord_meta\":"
 	                       "\"plain text\"}");
 	free(json);
-	cr_assert_eq(td_tgm_meta_attrs_json(m, 2, &json, NULL), 0);
+	cr_assert_eq(td_json_tgm_attrs(m, 2, &json, NULL, NULL), 0);
 	cr_expect_str_eq(json,
 	                 "{\"name\":\"empty\",\"tensord_meta\":\"ff00\"}");
 	free(json);
-	cr_assert_eq(td_tgm_meta_attrs_json(m, 9, &json, NULL), 0);
+	cr_assert_eq(td_json_tgm_attrs(m, 9, &json, NULL, NULL), 0);
 	cr_expect_str_eq(json, "{}");
 	free(json);
 	td_tgm_meta_free(m);
@@ -892,6 +903,22 @@ Test(tgm_io, writer_refuses_unusable_objects)
 	cr_expect_eq(td_tgm_message_encode(&ob, 0, "t", &msg, &len, &e),
 	             -EINVAL);
 	cr_expect_null(msg);
+	/* attributes must be one well-formed CBOR map */
+	ob.dtype = TD_TGM_UINT8;
+	ob.attrs = (const uint8_t[]){0x81, 0x01}; /* [1] */
+	ob.attrs_len = 2;
+	cr_expect_eq(td_tgm_message_encode(&ob, 1, "t", &msg, &len, &e),
+	             -EINVAL);
+	cr_expect_str_eq(e.field, "attrs");
+	ob.attrs = (const uint8_t[]){0xa1, 0x61}; /* {"?... truncated */
+	cr_expect_eq(td_tgm_message_encode(&ob, 1, "t", &msg, &len, &e),
+	             -EINVAL);
+	cr_expect_str_eq(e.field, "attrs");
+	cr_expect_null(msg);
+	ob.attrs = (const uint8_t[]){0xa1, 0x61, 'k', 0x01}; /* {"k": 1} */
+	ob.attrs_len = 4;
+	cr_expect_eq(td_tgm_message_encode(&ob, 1, "t", &msg, &len, &e), 0);
+	free(msg);
 }
 
 /* ---- end to end: a real tensord, tensorctl as a separate program ---- */
@@ -1192,19 +1219,23 @@ Test(tgm_io, load_names_objects_by_the_chain_without_collisions)
 	struct td_entry *list;
 	size_t count, len;
 	char path[160], *out;
-	uint8_t *msg;
+	uint8_t *msg, *attrs[6];
 	struct td_client *c;
 
-	for (int i = 0; i < 6; i++)
+	for (int i = 0; i < 6; i++) {
 		ob[i] = (struct td_tgm_enc_object){.dtype = TD_TGM_UINT8,
 		                                   .ndim = 1,
 		                                   .shape = shape,
 		                                   .data = one,
-		                                   .data_len = 1,
-		                                   .meta = metas[i],
-		                                   .meta_len =
-		                                           strlen(metas[i])};
+		                                   .data_len = 1};
+		cr_assert_eq(td_json_to_cbor(metas[i], strlen(metas[i]),
+		                             &attrs[i], &ob[i].attrs_len),
+		             1);
+		ob[i].attrs = attrs[i];
+	}
 	cr_assert_eq(td_tgm_message_encode(ob, 6, "t", &msg, &len, NULL), 0);
+	for (int i = 0; i < 6; i++)
+		free(attrs[i]);
 	tu_daemon_start(&d, "error");
 	snprintf(path, sizeof(path), "%s/names.tgm", d.dir);
 	write_file(path, msg, len);
@@ -1313,7 +1344,7 @@ Test(tgm_io, structured_map_keys_are_refused_not_escaped_exponentially)
 	char *json = NULL;
 	struct td_err e = {0};
 
-	cr_assert_eq(td_tgm_cbor_to_json(one, sizeof(one), &json, &jl, &e),
+	cr_assert_eq(td_json_from_cbor(one, sizeof(one), &json, &jl, &e),
 		     -EBADMSG);
 	cr_assert(e.reason && strstr(e.reason, "map key"), "%s", e.reason);
 	/*
@@ -1327,10 +1358,10 @@ Test(tgm_io, structured_map_keys_are_refused_not_escaped_exponentially)
 	for (int i = 0; i < 20; i++)
 		deep[n++] = 0x01;
 	memset(&e, 0, sizeof(e));
-	cr_assert_eq(td_tgm_cbor_to_json(deep, n, &json, &jl, &e), -EBADMSG);
+	cr_assert_eq(td_json_from_cbor(deep, n, &json, &jl, &e), -EBADMSG);
 	/* a scalar key still becomes its JSON text */
 	static const uint8_t scalar[] = {0xa1, 0x01, 0x02};
-	cr_assert_eq(td_tgm_cbor_to_json(scalar, sizeof(scalar), &json, &jl,
+	cr_assert_eq(td_json_from_cbor(scalar, sizeof(scalar), &json, &jl,
 					 &e),
 		     0);
 	cr_assert_str_eq(json, "{\"1\":2}");

@@ -16,9 +16,7 @@
 
 #include <xxhash.h>
 
-#if TD_HAVE_JSON_C
 #include <json-c/json.h>
-#endif
 
 #include "bytes.h"
 #include "testutil.h"
@@ -1320,8 +1318,6 @@ Test(tgm, fuzz_seeds_are_builder_output)
 /* ------------------------------------------------------------------ */
 /* Upstream vectors: ../shared/vectors/tgm/expected.json */
 
-#if TD_HAVE_JSON_C
-
 /*
  * Object members in order. json-c's json_object_object_foreach() is a
  * GNU statement expression, which clang -Wpedantic refuses.
@@ -1759,15 +1755,6 @@ Test(tgm, tensorctl_inspect_table_lists_frames_and_end)
 	free(out);
 }
 
-#else
-
-Test(tgm, upstream_vectors_match_expected_json)
-{
-	cr_skip_test("json-c not found at configure time: tgm conformance "
-		     "against expected.json not run");
-}
-
-#endif
 
 /* Built files through tensorctl: junk-prefixed .tgm is sniffed as tgm */
 Test(tgm, tensorctl_inspect_sniffs_tgm_after_leading_junk)

@@ -233,7 +233,7 @@ static void sample_msg(enum kind k, union msg *m)
 	switch (k) {
 	case K_HELLO_REQ:
 		m->hello_req = (struct td_wire_hello_req){
-			TD_IMPORT_PIDFD, 7, STR("cam0 producer")};
+			TD_IMPORT_PIDFD, 7, STR("cam0 producer"), 0};
 		break;
 	case K_HELLO_REP:
 		m->hello_rep = (struct td_wire_hello_rep){
@@ -1505,4 +1505,121 @@ Test(wire, recycle_entry_flag_and_catalogue_bit_round_trip)
 	cr_assert_eq(td_wire_stat_req_decode(body, (size_t)n, &sg, &e),
 		     -EBADMSG);
 	cr_assert_str_eq(e.reason, "unknown flag bits");
+}
+
+Test(wire, hello_feature_bits_are_optional_and_never_zero)
+{
+	struct td_wire_hello_req q = {TD_IMPORT_AUTO, 3, STR("cli"), 0};
+	struct td_wire_hello_rep r = {
+		.daemon_pid = 1, .import_in = TD_IMPORT_SCM,
+		.probe_fd = -1, .max_msg = TD_WIRE_MAX_MSG,
+		.ident = STR("tensord 0.1.0")};
+	struct td_wire_hello_req qg;
+	struct td_wire_hello_rep rg;
+	struct td_err e;
+	int64_t n, old;
+
+	/* a version-1 HELLO: no word, and it reads as no features */
+	old = td_wire_hello_req_encode(&q, body, sizeof(body));
+	cr_assert_eq(old, 4 + 4 + 2 + 3);
+	cr_assert_eq(td_wire_hello_req_decode(body, (size_t)old, &qg, &e), 0);
+	cr_assert_eq(qg.features, 0);
+	/* with features: four more bytes, unknown bits kept */
+	q.features = TD_WIRE_FEAT_GET_HELD | 0x80000000u;
+	n = td_wire_hello_req_encode(&q, body, sizeof(body));
+	cr_assert_eq(n, old + 4);
+	cr_assert_eq(td__le32(body + old), q.features);
+	cr_assert_eq(td_wire_hello_req_decode(body, (size_t)n, &qg, &e), 0);
+	cr_assert_eq(qg.features, q.features);
+	/* a present 0 would be a second encoding of "none" */
+	td__put_le32(body + old, 0);
+	cr_assert_eq(td_wire_hello_req_decode(body, (size_t)n, &qg, &e),
+		     -EBADMSG);
+	cr_assert_str_eq(e.field, "features");
+	cr_assert_eq(e.offset, (uint64_t)old);
+	for (size_t extra = 1; extra < 4; extra++)
+		cr_assert_eq(td_wire_hello_req_decode(body, (size_t)old + extra,
+						      &qg, &e),
+			     -EBADMSG, "%zu extra", extra);
+
+	/* the reply: the same rule after ident */
+	old = td_wire_hello_rep_encode(&r, body, sizeof(body));
+	cr_assert_eq(old, 4 * 9 + 8 + 2 + 13);
+	cr_assert_eq(td_wire_hello_rep_decode(body, (size_t)old, &rg, &e), 0);
+	cr_assert_eq(rg.features, 0);
+	r.features = TD_WIRE_FEAT_CAT_KINDS | TD_WIRE_FEAT_ALLOC_RECYCLE;
+	n = td_wire_hello_rep_encode(&r, body, sizeof(body));
+	cr_assert_eq(n, old + 4);
+	cr_assert_eq(td_wire_hello_rep_decode(body, (size_t)n, &rg, &e), 0);
+	cr_assert_eq(rg.features, r.features);
+	td__put_le32(body + old, 0);
+	cr_assert_eq(td_wire_hello_rep_decode(body, (size_t)n, &rg, &e),
+		     -EBADMSG);
+	cr_assert_str_eq(e.field, "features");
+}
+
+Test(wire, hdr_peek_echoes_what_the_bytes_reach)
+{
+	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, TD_OP_GET, 0,
+				0, 0x1122334455667788ull, 0, 0};
+	uint8_t b[TD_WIRE_HDR_LEN];
+	uint16_t op;
+	uint64_t id;
+
+	td_wire_hdr_encode(&h, b);
+	td_wire_hdr_peek(b, sizeof(b), &op, &id);
+	cr_assert_eq(op, TD_OP_GET);
+	cr_assert_eq(id, h.request_id);
+	/* a bad magic does not matter: it is an echo, not a decode */
+	b[0] ^= 0xff;
+	td_wire_hdr_peek(b, 24, &op, &id);
+	cr_assert_eq(op, TD_OP_GET);
+	cr_assert_eq(id, h.request_id);
+	/* what the length does not reach is 0 */
+	td_wire_hdr_peek(b, 23, &op, &id);
+	cr_assert_eq(op, TD_OP_GET);
+	cr_assert_eq(id, 0);
+	td_wire_hdr_peek(b, 7, &op, &id);
+	cr_assert_eq(op, 0);
+	cr_assert_eq(id, 0);
+}
+
+/* One size parser for daemon options and the policy file (bytes.h). */
+Test(wire, size_parse_reads_digits_and_one_binary_suffix)
+{
+	static const struct {
+		const char *s;
+		uint64_t v;
+	} ok[] = {
+		{"0", 0},
+		{"12", 12},
+		{"12K", 12ull << 10},
+		{"3m", 3ull << 20},
+		{"1G", 1ull << 30},
+		{"2t", 2ull << 40},
+		{"18446744073709551615", UINT64_MAX},
+		{"16777215T", 16777215ull << 40},
+		{"007", 7},
+	};
+	static const char *const bad[] = {
+		"", "K", "-1", "+1", " 1", "1 ", "1KB", "1P", "1.5G", "0x10",
+		"18446744073709551616", "16777216T", "99999999999999999999",
+	};
+	uint64_t v;
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		v = 42;
+		cr_assert_eq(td__size_parse(ok[i].s, strlen(ok[i].s), &v), 0,
+			     "%s", ok[i].s);
+		cr_assert_eq(v, ok[i].v, "%s", ok[i].s);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		v = 42;
+		cr_assert_eq(td__size_parse(bad[i], strlen(bad[i]), &v),
+			     -EINVAL, "%s", bad[i]);
+		cr_assert_eq(v, 42, "%s: *out untouched", bad[i]);
+	}
+	/* the length bounds the text: no NUL needed, none read past */
+	cr_assert_eq(td__size_parse("64Kxyz", 3, &v), 0);
+	cr_assert_eq(v, 64ull << 10);
 }

@@ -1,21 +1,85 @@
 /* SPDX-License-Identifier: MIT */
 /* What the daemon-facing tensorctl commands share: connection, printing. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <json-c/json.h>
+
 #include "bytes.h"
-#include "json.h"
+#include "td-json.h"
+#include "progress.h"
 #include "tensorctl.h"
 
 const char *tctl_socket;
+int tctl_json;
+int tctl_raw_bytes;
+
+int tctl_json_print(struct json_object *o)
+{
+	fflush(stdout);
+	printf("%s\n", json_object_to_json_string_ext(
+				o, JSON_C_TO_STRING_PLAIN |
+					   JSON_C_TO_STRING_NOSLASHESCAPE));
+	json_object_put(o);
+	return TCTL_OK;
+}
+
+int tctl_fail(int status, const char *kind, int err, const char *fmt, ...)
+{
+	char reason[TD_REASON_MAX + 512];
+	struct json_object *e, *o;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(reason, sizeof(reason), fmt, ap);
+	va_end(ap);
+	if (!tctl_json) {
+		fflush(stdout);
+		fprintf(stderr, "tensorctl: %s\n", reason);
+		return status;
+	}
+	e = json_object_new_object();
+	o = json_object_new_object();
+	json_object_object_add(e, "kind", json_object_new_string(kind));
+	json_object_object_add(e, "errno", json_object_new_int(err));
+	json_object_object_add(e, "reason", json_object_new_string(reason));
+	json_object_object_add(o, "error", e);
+	tctl_json_print(o);
+	return status;
+}
 
 int tctl_refused(const char *what, int rc, const struct td_error *e)
 {
-	fprintf(stderr, "tensorctl: %s: %s\n", what,
-		e->reason[0] ? e->reason : strerror(-rc));
-	return TCTL_REFUSED;
+	return tctl_fail(TCTL_REFUSED, "daemon", -rc, "%s: %s", what,
+			 e->reason[0] ? e->reason : strerror(-rc));
+}
+
+int tctl_parse_size(const char *s, uint64_t *v)
+{
+	static const char suffix[] = "KMGT";
+	const char *p;
+	uint64_t x;
+	char *end;
+
+	if (!s || !*s || *s == '-')
+		return -EINVAL;
+	errno = 0;
+	x = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -EINVAL;
+	if (*end) {
+		p = strchr(suffix, *end);
+		if (!p || end[1])
+			return -EINVAL;
+		for (long i = 0; i <= p - suffix; i++)
+			if (__builtin_mul_overflow(x, 1024, &x))
+				return -EINVAL;
+	}
+	*v = x;
+	return 0;
 }
 
 int tctl_connect(struct td_client **c)
@@ -75,7 +139,7 @@ void tctl_json_meta(FILE *f, const void *meta, size_t len)
 
 	if (td__utf8_valid(p, len)) {
 		fputs("\"meta\":", f);
-		json_str(f, meta, len);
+		td_json_str(f, meta, len);
 		return;
 	}
 	/* JSON strings cannot carry arbitrary bytes: hex them */
@@ -92,13 +156,14 @@ void tctl_print_entry(const struct td_entry *e, int json,
 	int ring = !!(e->flags & TD_ENTRY_RING);
 	/* not write-sealed: it trusts its producer (docs/fastpath.md) */
 	int recycle = !!(e->flags & TD_ENTRY_RECYCLE);
+	char size[32];
 
 	if (!json) {
 		printf("%-32s v%-6llu %-4s ", e->name,
 		       (unsigned long long)e->version, dt ? dt : "?");
 		tctl_print_shape(stdout, e->shape, e->ndim, 0);
-		printf(" %llu B, %u lease%s%s%s%s",
-		       (unsigned long long)e->bytes, e->lease_count,
+		printf(" %s, %u lease%s%s%s%s", tctl_size(size, e->bytes),
+		       e->lease_count,
 		       e->lease_count == 1 ? "" : "s",
 		       (e->flags & TD_PUBLISH_PIN) ? ", pinned" : "",
 		       ring ? ", ring" : "",
@@ -111,9 +176,9 @@ void tctl_print_entry(const struct td_entry *e, int json,
 		return;
 	}
 	printf("{\"name\":");
-	json_cstr(stdout, e->name);
+	td_json_cstr(stdout, e->name);
 	printf(",\"version\":%llu,\"dtype\":", (unsigned long long)e->version);
-	json_cstr(stdout, dt);
+	td_json_cstr(stdout, dt);
 	printf(",\"shape\":");
 	tctl_print_shape(stdout, e->shape, e->ndim, 1);
 	printf(",\"bytes\":%llu,\"lease_count\":%u,\"pinned\":%s,"

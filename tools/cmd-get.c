@@ -1,32 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* tensorctl get: a tensor's raw bytes (planes in order), or its description. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "json.h"
+#include "td-json.h"
+#include "output.h"
 #include "tensorctl.h"
-
-#define GET_USAGE                                                             \
-	"usage: tensorctl get NAME [--version N | --newer N [--timeout MS]] " \
-	"[-o FILE] [--json]\n"
-
-static int write_all(int fd, const uint8_t *p, uint64_t len)
-{
-	while (len) {
-		ssize_t n = write(fd, p, len > (1u << 30) ? 1u << 30 : len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		p += n;
-		len -= (uint64_t)n;
-	}
-	return 0;
-}
 
 static void describe(const char *name, const struct td_tensor *t)
 {
@@ -42,10 +22,10 @@ static void describe(const char *name, const struct td_tensor *t)
 					  "color_range"};
 
 	printf("{\"name\":");
-	json_cstr(stdout, name);
+	td_json_cstr(stdout, name);
 	printf(",\"version\":%llu,\"dtype\":",
 	       (unsigned long long)td_tensor_version(t));
-	json_cstr(stdout, td_tensor_dtype_name(td_tensor_dtype(t)));
+	td_json_cstr(stdout, td_tensor_dtype_name(td_tensor_dtype(t)));
 	printf(",\"shape\":");
 	tctl_print_shape(stdout, td_tensor_shape(t), td_tensor_ndim(t), 1);
 	st = td_tensor_strides(t, &nst);
@@ -61,7 +41,7 @@ static void describe(const char *name, const struct td_tensor *t)
 	for (uint32_t i = 0; i < nsc; i++) {
 		if (i)
 			putchar(',');
-		json_double(stdout, sc[i]);
+		td_json_double(stdout, sc[i]);
 	}
 	printf("],\"quant_zero_points\":[");
 	for (uint32_t i = 0; i < nzp; i++)
@@ -69,7 +49,7 @@ static void describe(const char *name, const struct td_tensor *t)
 	printf("]");
 	for (unsigned i = 0; i < 5; i++) {
 		printf(",\"%s\":", sn[i]);
-		json_cstr(stdout, td_tensor_string(t, i));
+		td_json_cstr(stdout, td_tensor_string(t, i));
 	}
 	printf(",\"planes\":[");
 	for (uint32_t i = 0; i < td_tensor_plane_count(t); i++)
@@ -84,46 +64,74 @@ static void describe(const char *name, const struct td_tensor *t)
 	printf("}\n");
 }
 
+/* The planes in order, through the shared output rules (output.h). */
+static int write_planes(const struct td_tensor *t, const char *out)
+{
+	struct tctl_out o;
+	int rc = tctl_out_open(&o, out, TCTL_OUT_BINARY, td_tensor_bytes(t));
+
+	for (uint32_t i = 0; i < td_tensor_plane_count(t) && !rc; i++)
+		rc = tctl_out_write(&o, td_tensor_plane_data(t, i),
+				    td_tensor_plane_size(t, i));
+	if (rc) {
+		tctl_out_abort(&o);
+		return rc;
+	}
+	return tctl_out_commit(&o);
+}
+
 int cmd_get(int argc, char **argv)
 {
-	const char *name = NULL, *out = NULL;
+	enum { O_VERSION = TCTL_OPT_FIRST_OWN, O_NEWER, O_TIMEOUT };
+	static const struct option opts[] = {
+		{"version", required_argument, NULL, O_VERSION},
+		{"newer", required_argument, NULL, O_NEWER},
+		{"timeout", required_argument, NULL, O_TIMEOUT},
+		{"output", required_argument, NULL, 'o'},
+		TCTL_COMMON_OPTIONS};
+	const char *name, *out = NULL;
 	uint64_t version = 0, newer = 0, tmo = 0;
-	int have_version = 0, have_newer = 0, have_tmo = 0, json = 0;
+	int have_version = 0, have_newer = 0, have_tmo = 0;
 	struct td_error e = {0};
 	struct td_tensor *t = NULL;
 	struct td_client *c;
-	int rc, fd, timeout;
+	int rc, o, timeout;
 
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-
-		if (!strcmp(a, "--version") && v) {
+	while ((o = tctl_getopt(argc, argv, "o:", opts, &rc)) != -1) {
+		switch (o) {
+		case O_VERSION:
 			have_version = 1;
-			if (tctl_parse_u64(argv[++i], &version))
-				goto usage;
-		} else if (!strcmp(a, "--newer") && v) {
+			if (tctl_parse_u64(optarg, &version))
+				return tctl_usage("get", "bad --version '%s'",
+						  optarg);
+			break;
+		case O_NEWER:
 			have_newer = 1;
-			if (tctl_parse_u64(argv[++i], &newer))
-				goto usage;
-		} else if (!strcmp(a, "--timeout") && v) {
+			if (tctl_parse_u64(optarg, &newer))
+				return tctl_usage("get", "bad --newer '%s'",
+						  optarg);
+			break;
+		case O_TIMEOUT:
 			have_tmo = 1;
-			if (tctl_parse_u64(argv[++i], &tmo) || tmo > INT32_MAX)
-				goto usage;
-		} else if (!strcmp(a, "-o") && v) {
-			out = argv[++i];
-		} else if (!strcmp(a, "--socket") && v) {
-			tctl_socket = argv[++i];
-		} else if (!strcmp(a, "--json")) {
-			json = 1;
-		} else if (a[0] == '-' || name) {
-			goto usage;
-		} else {
-			name = a;
+			if (tctl_parse_u64(optarg, &tmo) || tmo > INT32_MAX)
+				return tctl_usage("get", "bad --timeout '%s' "
+						  "(milliseconds)", optarg);
+			break;
+		case 'o':
+			out = optarg;
+			break;
+		default:
+			return rc;
 		}
 	}
-	if (!name || (have_version && have_newer) || (have_tmo && !have_newer))
-		goto usage;
+	if (argc - optind != 1)
+		return tctl_usage("get", "needs one NAME");
+	name = argv[optind];
+	if (have_version && have_newer)
+		return tctl_usage("get", "--version and --newer exclude each "
+				  "other");
+	if (have_tmo && !have_newer)
+		return tctl_usage("get", "--timeout goes with --newer");
 	timeout = have_tmo ? (int)tmo : -1;
 	rc = tctl_connect(&c);
 	if (rc)
@@ -139,38 +147,15 @@ int cmd_get(int argc, char **argv)
 		return tctl_refused(name, rc, &e);
 	}
 	rc = td_tensor_fence_wait(t, timeout);
-	if (rc < 0) {
-		fprintf(stderr, "tensorctl: %s: fence: %s\n", name,
-			strerror(-rc));
-		rc = TCTL_REFUSED;
-		goto out;
-	}
-	if (json) {
-		describe(name, t);
-		rc = TCTL_OK;
-		goto out;
-	}
-	fd = out ? open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)
-		 : STDOUT_FILENO;
-	if (fd < 0) {
-		fprintf(stderr, "tensorctl: %s: %s\n", out, strerror(errno));
-		rc = TCTL_USAGE;
-		goto out;
-	}
-	rc = 0;
-	for (uint32_t i = 0; i < td_tensor_plane_count(t) && !rc; i++)
-		rc = write_all(fd, td_tensor_plane_data(t, i),
-			       td_tensor_plane_size(t, i));
-	if (out && close(fd) < 0 && !rc)
-		rc = -errno;
 	if (rc < 0)
-		fprintf(stderr, "tensorctl: write: %s\n", strerror(-rc));
-	rc = rc < 0 ? TCTL_USAGE : TCTL_OK;
-out:
+		rc = tctl_fail(TCTL_REFUSED, "fence", -rc, "%s: fence: %s",
+			       name, strerror(-rc));
+	else if (tctl_json)
+		describe(name, t);
+	else
+		rc = write_planes(t, out);
+	/* released before exit even after a signal stopped the write */
 	td_tensor_release(t);
 	td_client_close(c);
 	return rc;
-usage:
-	fputs(GET_USAGE, stderr);
-	return TCTL_USAGE;
 }

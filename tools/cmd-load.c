@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tensorctl load: publish every data object of one .tgm message as a
- * tensor (../shared/specs/tensogram.md §15 import subset, §18 naming).
- * Everything is checked before anything is published, so a refused
- * object never leaves half a message in the daemon.
+ * tensorctl load: publish every data object of a .tgm file (every message,
+ * or the one --message names) as a tensor (../shared/specs/tensogram.md
+ * §15 import subset, §18 naming; names made distinct across the file).
+ * All or nothing: everything is checked before anything is published, and
+ * when the daemon refuses an object (quota, policy) the versions already
+ * published are deleted again, unless --partial.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -12,14 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <json-c/json.h>
+
+#include "input.h"
+#include "td-json.h"
 #include "tensorctl.h"
 #include "tgm-desc.h"
 #include "tgm.h"
 #include "wire.h"
-
-#define LOAD_USAGE                                                             \
-	"usage: tensorctl load FILE.tgm [--message N] "                        \
-	"[--variable-key DOT.PATH]\n"
 
 /* Room left after sanitising for a duplicate suffix ("_" + counter). */
 #define BASE_NAME_MAX (TD_NAME_MAX - 15)
@@ -81,18 +83,17 @@ static int refuse(const struct load *l, long obj, const char *fmt, ...)
 
 static int refuse(const struct load *l, long obj, const char *fmt, ...)
 {
+	char what[1024], where[64] = "";
 	va_list ap;
 
-	fprintf(stderr, "tensorctl: %s: message %" PRIu64, l->path,
-	        l->msg_index);
-	if (obj >= 0)
-		fprintf(stderr, " object %ld", obj);
-	fprintf(stderr, ": ");
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
-	return TCTL_REFUSED;
+	if (obj >= 0)
+		snprintf(where, sizeof(where), " object %ld", obj);
+	return tctl_fail(TCTL_REFUSED, "input", EBADMSG,
+	                 "%s: message %" PRIu64 "%s: %s", l->path,
+	                 l->msg_index, where, what);
 }
 
 /* The value a refused descriptor field had, for the message. */
@@ -211,13 +212,12 @@ static int collect(struct load *l, const uint8_t *msg, size_t len)
 }
 
 /* Import checks, names and attributes of every object. */
-static int prepare(struct load *l, const char *variable_key)
+static int prepare(struct load *l, const char *variable_key,
+                   const char *prefix)
 {
-	char **names = calloc(l->count ? l->count : 1, sizeof(*names));
+	size_t plen = strlen(prefix);
 	int rc = 0;
 
-	if (!names)
-		return refuse(l, -1, "out of memory");
 	for (size_t i = 0; i < l->count && !rc; i++) {
 		struct obj *ob = &l->objs[i];
 		const struct td_tgm_desc *d = &ob->o.desc;
@@ -265,17 +265,14 @@ static int prepare(struct load *l, const char *variable_key)
 		if (rc == 0)
 			snprintf(raw, sizeof(raw), "object_%zu", i);
 		rc = 0;
-		td_tgm_name_sanitize(raw, ob->name, BASE_NAME_MAX + 1);
-		names[i] = ob->name;
-		rc = td_tgm_meta_attrs_json(ob->meta, ob->meta_index,
-		                            &ob->attrs, &ob->attrs_len);
+		/* main() checked that the prefix leaves room */
+		memcpy(ob->name, prefix, plen);
+		td_tgm_name_sanitize(raw, ob->name + plen,
+		                     BASE_NAME_MAX + 1 - plen);
+		rc = td_json_tgm_attrs(ob->meta, ob->meta_index, &ob->attrs,
+		                       &ob->attrs_len, &e);
 		if (rc < 0) {
-			rc = refuse(l, (long)i,
-			            rc == -EBADMSG
-			                    ? "metadata has a map key that is "
-			                      "an array, map or tag (JSON keys "
-			                      "are text)"
-			                    : "out of memory");
+			rc = refuse(l, (long)i, "metadata: %s", e.reason);
 			break;
 		}
 		if (ob->attrs_len > TD_WIRE_MAX_META)
@@ -284,9 +281,6 @@ static int prepare(struct load *l, const char *variable_key)
 			            "than a tensor carries (%u)",
 			            ob->attrs_len, TD_WIRE_MAX_META);
 	}
-	if (!rc && td_tgm_names_unique(names, l->count, TD_NAME_MAX + 1) < 0)
-		rc = refuse(l, -1, "names do not fit with their suffixes");
-	free(names);
 	return rc;
 }
 
@@ -298,48 +292,144 @@ static void copy_swapped(uint8_t *dst, const uint8_t *src, uint64_t len,
 			dst[i + k] = src[i + width - 1 - k];
 }
 
-static int publish(struct load *l, struct td_client *c)
+/* Publish one object; its version in *version. TCTL_OK or reported. */
+static int publish_one(struct obj *ob, struct td_client *c,
+                       uint64_t *version)
 {
-	for (size_t i = 0; i < l->count; i++) {
-		struct obj *ob = &l->objs[i];
-		const struct td_tgm_desc *d = &ob->o.desc;
-		struct td_publish p = {0};
-		struct td_error e = {0};
-		struct td_alloc *a;
-		uint64_t size = ob->o.data_len, version = 0;
-		uint8_t *dst;
-		int rc;
+	const struct td_tgm_desc *d = &ob->o.desc;
+	struct td_publish p = {0};
+	struct td_error e = {0};
+	struct td_alloc *a;
+	uint64_t size = ob->o.data_len;
+	uint8_t *dst;
+	int rc = td_client_alloc(c, 1, &size, &a, &e);
 
-		rc = td_client_alloc(c, 1, &size, &a, &e);
-		if (rc < 0)
-			return tctl_refused(ob->name, rc, &e);
-		dst = td_alloc_data(a, 0);
-		/* the data may sit at any alignment: bytes only */
-		if (ob->swap)
-			copy_swapped(dst, ob->o.data, size,
-			             td_tgm_dtype_width(d->dtype));
-		else if (size)
-			memcpy(dst, ob->o.data, size);
-		p.name = ob->name;
-		p.dtype = ob->dtype;
-		p.ndim = d->shape_count;
-		p.shape = d->shape;
-		p.meta = ob->attrs;
-		p.meta_len = ob->attrs_len;
-		rc = td_client_publish_alloc(c, a, &p, &version, &e);
-		if (rc < 0) {
+	if (rc < 0)
+		return tctl_refused(ob->name, rc, &e);
+	dst = td_alloc_data(a, 0);
+	/* the data may sit at any alignment: bytes only */
+	if (ob->swap)
+		copy_swapped(dst, ob->o.data, size,
+		             td_tgm_dtype_width(d->dtype));
+	else if (size)
+		memcpy(dst, ob->o.data, size);
+	p.name = ob->name;
+	p.dtype = ob->dtype;
+	p.ndim = d->shape_count;
+	p.shape = d->shape;
+	p.meta = ob->attrs;
+	p.meta_len = ob->attrs_len;
+	rc = td_client_publish_alloc(c, a, &p, version, &e);
+	return rc < 0 ? tctl_refused(ob->name, rc, &e) : TCTL_OK;
+}
+
+/*
+ * Undo the first n publishes, newest first. DELETE removes a name's
+ * current version whatever it is, so a version is deleted only while
+ * STAT still shows it as ours (someone else's newer one stays). Returns
+ * how many were removed.
+ */
+static size_t roll_back(struct obj **objs, const uint64_t *versions,
+                        size_t n, struct td_client *c)
+{
+	size_t removed = 0;
+
+	while (n--) {
+		struct td_entry ent = {0};
+		uint64_t gone = 0;
+		int rc = td_client_stat(c, objs[n]->name, &ent, NULL);
+
+		if (rc == 0 && ent.version == versions[n] &&
+		    td_client_delete(c, objs[n]->name, &gone, NULL) == 0)
+			removed++;
+		else
 			fprintf(stderr,
-			        "tensorctl: %zu of %zu object(s) "
-			        "published before this failure\n",
-			        i, l->count);
-			return tctl_refused(ob->name, rc, &e);
+			        "tensorctl: %s version %" PRIu64 " not rolled "
+			        "back (%s)\n",
+			        objs[n]->name, versions[n],
+			        rc ? "gone already" : "replaced since");
+		if (gone && gone != versions[n])
+			fprintf(stderr,
+			        "tensorctl: %s: version %" PRIu64 " was "
+			        "published meanwhile and deleted\n",
+			        objs[n]->name, gone);
+		td_entry_fini(&ent);
+	}
+	return removed;
+}
+
+static int print_published(struct obj **objs, const uint64_t *versions,
+                           size_t n)
+{
+	struct json_object *arr = tctl_json ? json_object_new_array() : NULL;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct obj *ob = objs[i];
+		const struct td_tgm_desc *d = &ob->o.desc;
+		const char *dt = td_tensor_dtype_name(ob->dtype);
+		struct json_object *j, *shape;
+
+		if (!arr) {
+			printf("%s version %" PRIu64 " %s", ob->name,
+			       versions[i], dt);
+			tctl_print_shape(stdout, d->shape, d->shape_count, 0);
+			printf("%s\n", ob->swap ? " (byte-swapped)" : "");
+			continue;
 		}
-		printf("%s version %" PRIu64 " %s", ob->name, version,
-		       td_tensor_dtype_name(ob->dtype));
-		tctl_print_shape(stdout, d->shape, d->shape_count, 0);
-		printf("%s\n", ob->swap ? " (byte-swapped)" : "");
+		j = json_object_new_object();
+		shape = json_object_new_array();
+		for (uint32_t k = 0; k < d->shape_count; k++)
+			json_object_array_add(
+			        shape, json_object_new_uint64(d->shape[k]));
+		json_object_object_add(j, "name",
+		                       json_object_new_string(ob->name));
+		json_object_object_add(j, "version",
+		                       json_object_new_uint64(versions[i]));
+		json_object_object_add(j, "dtype", json_object_new_string(dt));
+		json_object_object_add(j, "shape", shape);
+		json_object_object_add(j, "byte_swapped",
+		                       json_object_new_boolean(ob->swap));
+		json_object_array_add(arr, j);
+	}
+	if (arr) {
+		struct json_object *o = json_object_new_object();
+
+		json_object_object_add(o, "published", arr);
+		return tctl_json_print(o);
 	}
 	return TCTL_OK;
+}
+
+/* Publish every object; all or nothing unless partial. */
+static int publish(struct obj **objs, size_t n, struct td_client *c,
+                   bool partial)
+{
+	uint64_t *versions = calloc(n, sizeof(*versions));
+	size_t done = 0;
+	int rc = versions ? TCTL_OK
+	                  : tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+	                              "out of memory");
+
+	while (!rc && done < n) {
+		rc = publish_one(objs[done], c, &versions[done]);
+		if (!rc)
+			done++;
+	}
+	if (rc && partial && done)
+		fprintf(stderr,
+		        "tensorctl: %zu of %zu object(s) published before "
+		        "this failure, kept (--partial)\n",
+		        done, n);
+	else if (rc && done)
+		fprintf(stderr,
+		        "tensorctl: %zu of %zu object(s) published before "
+		        "this failure; %zu deleted again\n",
+		        done, n, roll_back(objs, versions, done, c));
+	/* under --json the error object is the whole answer */
+	if (!rc || (partial && !tctl_json))
+		print_published(objs, versions, done);
+	free(versions);
+	return rc;
 }
 
 static void load_fini(struct load *l)
@@ -354,72 +444,172 @@ static void load_fini(struct load *l)
 	td_tgm_meta_free(l->footer);
 }
 
+/* Every object of every loaded message, names distinct across them. */
+static int gather(struct load *ls, size_t nl, struct obj ***out, size_t *n)
+{
+	struct obj **objs;
+	char **names;
+	size_t total = 0, k = 0;
+	int rc = TCTL_OK;
+
+	for (size_t i = 0; i < nl; i++)
+		total += ls[i].count;
+	objs = calloc(total ? total : 1, sizeof(*objs));
+	names = calloc(total ? total : 1, sizeof(*names));
+	if (!objs || !names)
+		rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
+	for (size_t i = 0; !rc && i < nl; i++)
+		for (size_t j = 0; j < ls[i].count; j++, k++) {
+			objs[k] = &ls[i].objs[j];
+			names[k] = objs[k]->name;
+		}
+	if (!rc && td_tgm_names_unique(names, total, TD_NAME_MAX + 1) < 0)
+		rc = tctl_fail(TCTL_REFUSED, "input", ENAMETOOLONG,
+		               "%s: names do not fit with their suffixes",
+		               ls[0].path);
+	free(names);
+	if (rc) {
+		free(objs);
+		return rc;
+	}
+	*out = objs;
+	*n = total;
+	return TCTL_OK;
+}
+
+struct load_opts {
+	const char *path, *variable_key, *prefix;
+	uint64_t max_bytes, message;
+	bool one_message, partial;
+};
+
+static int load_opts(int argc, char **argv, struct load_opts *lo)
+{
+	enum {
+		O_MESSAGE = TCTL_OPT_FIRST_OWN,
+		O_VARKEY,
+		O_PREFIX,
+		O_PARTIAL,
+		O_MAX_BYTES,
+	};
+	static const struct option opts[] = {
+	        {"message", required_argument, NULL, O_MESSAGE},
+	        {"variable-key", required_argument, NULL, O_VARKEY},
+	        {"prefix", required_argument, NULL, O_PREFIX},
+	        {"partial", no_argument, NULL, O_PARTIAL},
+	        {"max-bytes", required_argument, NULL, O_MAX_BYTES},
+	        TCTL_COMMON_OPTIONS};
+	const char *why;
+	int rc, o;
+
+	*lo = (struct load_opts){.prefix = "", .max_bytes = TCTL_STREAM_MAX};
+	while ((o = tctl_getopt(argc, argv, "", opts, &rc)) != -1) {
+		switch (o) {
+		case O_MESSAGE:
+			lo->one_message = true;
+			if (tctl_parse_u64(optarg, &lo->message))
+				return tctl_usage("load", "bad --message '%s'",
+				                  optarg);
+			break;
+		case O_VARKEY:
+			lo->variable_key = optarg;
+			break;
+		case O_PREFIX:
+			lo->prefix = optarg;
+			break;
+		case O_PARTIAL:
+			lo->partial = true;
+			break;
+		case O_MAX_BYTES:
+			if (tctl_parse_size(optarg, &lo->max_bytes))
+				return tctl_usage("load", "bad --max-bytes '%s'",
+				                  optarg);
+			break;
+		default:
+			return rc;
+		}
+	}
+	if (argc - optind != 1)
+		return tctl_usage("load", "needs one FILE.tgm (- for stdin)");
+	lo->path = argv[optind];
+	if (*lo->prefix &&
+	    (strlen(lo->prefix) > BASE_NAME_MAX - 16 ||
+	     td_wire_name_check(lo->prefix, strlen(lo->prefix), true, &why)))
+		return tctl_usage("load", "bad --prefix '%s' (%s)", lo->prefix,
+		                  strlen(lo->prefix) > BASE_NAME_MAX - 16
+		                          ? "too long"
+		                          : why);
+	return -1;
+}
+
 int cmd_load(int argc, char **argv)
 {
-	const char *variable_key = NULL;
-	struct load l = {0};
+	struct load_opts lo;
+	struct load *ls = NULL;
 	struct td_tgm_scanner s;
 	struct td_tgm_span sp;
 	struct td_client *c;
-	uint64_t n = 0;
+	struct obj **objs = NULL;
+	size_t nl = 0, cap = 0, n = 0;
+	uint64_t idx = 0;
 	uint8_t *buf;
 	size_t len;
-	int rc;
+	int rc = load_opts(argc, argv, &lo);
 
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-
-		if (!strcmp(a, "--message") && v) {
-			if (tctl_parse_u64(argv[++i], &l.msg_index))
-				goto usage;
-		} else if (!strcmp(a, "--variable-key") && v) {
-			variable_key = argv[++i];
-		} else if (!strcmp(a, "--socket") && v) {
-			tctl_socket = argv[++i];
-		} else if ((a[0] == '-' && a[1]) || l.path) {
-			goto usage;
-		} else {
-			l.path = a;
-		}
-	}
-	if (!l.path)
-		goto usage;
-	rc = tctl_read_file(l.path, &buf, &len);
-	if (rc < 0) {
-		fprintf(stderr, "tensorctl: %s: %s\n", l.path, strerror(-rc));
-		return TCTL_USAGE;
-	}
+	if (rc >= 0)
+		return rc;
+	rc = tctl_read_input(lo.path, lo.max_bytes, &buf, &len);
+	if (rc)
+		return rc;
 	td_tgm_scan_init(buf, len, &s);
-	while ((rc = td_tgm_scan_next(&s, &sp)) == 1 && n < l.msg_index)
-		n++;
-	if (rc != 1) {
-		fprintf(stderr,
-		        "tensorctl: %s: no message %" PRIu64
-		        " (the file has %" PRIu64 ")\n",
-		        l.path, l.msg_index, n);
-		free(buf);
-		return TCTL_REFUSED;
+	for (; !rc && td_tgm_scan_next(&s, &sp) == 1; idx++) {
+		if (lo.one_message && idx != lo.message)
+			continue;
+		if (nl == cap) {
+			struct load *nls;
+
+			cap = cap ? 2 * cap : 4;
+			nls = realloc(ls, cap * sizeof(*ls));
+			if (!nls) {
+				rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+				               "out of memory");
+				break;
+			}
+			ls = nls;
+		}
+		ls[nl] = (struct load){.path = lo.path, .msg_index = idx};
+		rc = collect(&ls[nl], buf + sp.offset, sp.length);
+		if (!rc)
+			rc = prepare(&ls[nl], lo.variable_key, lo.prefix);
+		nl++;
 	}
-	rc = collect(&l, buf + sp.offset, sp.length);
+	if (!rc && !nl && lo.one_message)
+		rc = tctl_fail(TCTL_REFUSED, "input", ENOENT,
+		               "%s: no message %" PRIu64
+		               " (the file has %" PRIu64 ")",
+		               lo.path, lo.message, idx);
+	else if (!rc && !nl)
+		rc = tctl_fail(TCTL_REFUSED, "input", ENOENT,
+		               "%s: no complete .tgm message found", lo.path);
 	if (!rc)
-		rc = prepare(&l, variable_key);
-	if (!rc && !l.count)
-		fprintf(stderr,
-		        "tensorctl: %s: message %" PRIu64
-		        " has no data object\n",
-		        l.path, l.msg_index);
-	if (!rc && l.count) {
+		rc = gather(ls, nl, &objs, &n);
+	if (!rc && !n) {
+		fprintf(stderr, "tensorctl: %s: no data object to load\n",
+		        lo.path);
+		if (tctl_json)
+			rc = print_published(NULL, NULL, 0);
+	}
+	if (!rc && n) {
 		rc = tctl_connect(&c);
 		if (!rc) {
-			rc = publish(&l, c);
+			rc = publish(objs, n, c, lo.partial);
 			td_client_close(c);
 		}
 	}
-	load_fini(&l);
+	for (size_t i = 0; i < nl; i++)
+		load_fini(&ls[i]);
+	free(ls);
+	free(objs);
 	free(buf);
 	return rc;
-usage:
-	fputs(LOAD_USAGE, stderr);
-	return TCTL_USAGE;
 }

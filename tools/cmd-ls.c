@@ -3,24 +3,27 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <json-c/json.h>
+
 #include "tensorctl.h"
 
-/* NAME [--json] [--socket PATH]; returns 0, or -1 on a usage error. */
-static int one_arg(int argc, char **argv, const char **arg, int *json,
-		   int arg_required)
+/*
+ * The common options and at most one operand (required or not) of cmd.
+ * Returns -1 to go on, or a status to return.
+ */
+static int one_arg(int argc, char **argv, const char **arg, int required)
 {
-	*arg = NULL;
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--json") && json)
-			*json = 1;
-		else if (!strcmp(argv[i], "--socket") && i + 1 < argc)
-			tctl_socket = argv[++i];
-		else if (argv[i][0] == '-' || *arg)
-			return -1;
-		else
-			*arg = argv[i];
-	}
-	return arg_required && !*arg ? -1 : 0;
+	static const struct option opts[] = {TCTL_COMMON_OPTIONS};
+	int rc, o;
+
+	while ((o = tctl_getopt(argc, argv, "", opts, &rc)) != -1)
+		return rc;
+	*arg = optind < argc ? argv[optind] : NULL;
+	if (argc - optind > 1 || (required && !*arg))
+		return tctl_usage(argv[0], required ? "needs one NAME"
+						    : "takes one PREFIX at "
+						      "most");
+	return -1;
 }
 
 int cmd_ls(int argc, char **argv)
@@ -30,12 +33,11 @@ int cmd_ls(int argc, char **argv)
 	struct td_client *c;
 	const char *prefix;
 	size_t n;
-	int rc, json = 0;
+	int rc = one_arg(argc, argv, &prefix, 0), json;
 
-	if (one_arg(argc, argv, &prefix, &json, 0) < 0) {
-		fputs("usage: tensorctl ls [PREFIX] [--json]\n", stderr);
-		return TCTL_USAGE;
-	}
+	if (rc >= 0)
+		return rc;
+	json = tctl_json;
 	rc = tctl_connect(&c);
 	if (rc)
 		return rc;
@@ -63,12 +65,11 @@ int cmd_stat(int argc, char **argv)
 	struct td_entry ent;
 	struct td_client *c;
 	const char *name;
-	int rc, json = 0, have_rs = 0;
+	int rc = one_arg(argc, argv, &name, 1), json, have_rs = 0;
 
-	if (one_arg(argc, argv, &name, &json, 1) < 0) {
-		fputs("usage: tensorctl stat NAME [--json]\n", stderr);
-		return TCTL_USAGE;
-	}
+	if (rc >= 0)
+		return rc;
+	json = tctl_json;
 	rc = tctl_connect(&c);
 	if (rc)
 		return rc;
@@ -92,12 +93,10 @@ int cmd_rm(int argc, char **argv)
 	struct td_client *c;
 	const char *name;
 	uint64_t version = 0;
-	int rc;
+	int rc = one_arg(argc, argv, &name, 1);
 
-	if (one_arg(argc, argv, &name, NULL, 1) < 0) {
-		fputs("usage: tensorctl rm NAME\n", stderr);
-		return TCTL_USAGE;
-	}
+	if (rc >= 0)
+		return rc;
 	rc = tctl_connect(&c);
 	if (rc)
 		return rc;
@@ -105,6 +104,15 @@ int cmd_rm(int argc, char **argv)
 	td_client_close(c);
 	if (rc < 0)
 		return tctl_refused(name, rc, &e);
+	if (tctl_json) {
+		struct json_object *j = json_object_new_object();
+
+		json_object_object_add(j, "removed",
+				       json_object_new_string(name));
+		json_object_object_add(j, "version",
+				       json_object_new_uint64(version));
+		return tctl_json_print(j);
+	}
 	printf("removed %s version %llu\n", name,
 	       (unsigned long long)version);
 	return TCTL_OK;

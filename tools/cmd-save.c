@@ -7,22 +7,21 @@
  * keeps names and attributes.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#include <json-c/json.h>
+
+#include "output.h"
+#include "td-json.h"
 #include "tensorctl.h"
 #include "tgm-desc.h"
 
 #ifndef TD_VERSION
 #define TD_VERSION "unknown"
 #endif
-
-#define SAVE_USAGE "usage: tensorctl save NAME... -o FILE.tgm\n"
 
 static enum td_tgm_dtype tgm_dtype(uint32_t d)
 {
@@ -87,91 +86,89 @@ static const char *unsavable(const struct td_tensor *t)
 	return NULL;
 }
 
-static int write_all(int fd, const uint8_t *p, size_t len)
+/* The message through the shared output rules (output.h). */
+static int write_message(const char *out, const uint8_t *msg, size_t len)
 {
-	while (len) {
-		ssize_t n = write(fd, p, len > (1u << 30) ? 1u << 30 : len);
+	struct tctl_out o;
+	int rc = tctl_out_open(&o, out, TCTL_OUT_BINARY, len);
 
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		p += n;
-		len -= (size_t)n;
+	if (!rc)
+		rc = tctl_out_write(&o, msg, len);
+	if (rc) {
+		tctl_out_abort(&o);
+		return rc;
+	}
+	return tctl_out_commit(&o);
+}
+
+static int print_saved(const char *out, size_t n, size_t len)
+{
+	char size[32];
+
+	if (tctl_json) {
+		struct json_object *j = json_object_new_object();
+
+		json_object_object_add(j, "path", json_object_new_string(out));
+		json_object_object_add(j, "objects",
+				       json_object_new_uint64(n));
+		json_object_object_add(j, "bytes", json_object_new_uint64(len));
+		return tctl_json_print(j);
+	}
+	printf("%s: %zu object(s), %s\n", out, n, tctl_size(size, len));
+	return TCTL_OK;
+}
+
+/*
+ * A tensor whose metadata is a JSON object gets its keys back as the
+ * object's attributes (json/ reads it); other metadata is kept whole.
+ * attrs[i] owns what objs[i].attrs points at.
+ */
+static int json_attrs(struct td_tgm_enc_object *objs, uint8_t **attrs,
+                      size_t n, struct td_err *te)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (td_json_to_cbor(objs[i].meta, objs[i].meta_len, &attrs[i],
+		                    &objs[i].attrs_len) < 0) {
+			te->reason = "out of memory";
+			return -ENOMEM;
+		}
+		objs[i].attrs = attrs[i];
 	}
 	return 0;
 }
 
-/*
- * Write the whole message to a temporary file next to path, then rename
- * it over path: readers see the old file or the complete new one, never
- * a half-written message (§16).
- */
-static int write_atomic(const char *path, const uint8_t *msg, size_t len)
-{
-	size_t pl = strlen(path);
-	char *tmp = malloc(pl + 16);
-	mode_t mask;
-	int fd, rc;
-
-	if (!tmp)
-		return -ENOMEM;
-	snprintf(tmp, pl + 16, "%s.tmp-XXXXXX", path);
-	fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0) {
-		rc = -errno;
-		free(tmp);
-		return rc;
-	}
-	rc = write_all(fd, msg, len);
-	/* mkostemp() made it 0600: give it what open(0666) would */
-	mask = umask(0);
-	umask(mask);
-	if (!rc && fchmod(fd, 0666 & ~mask) < 0)
-		rc = -errno;
-	if (!rc && fsync(fd) < 0)
-		rc = -errno;
-	if (close(fd) < 0 && !rc)
-		rc = -errno;
-	if (!rc && rename(tmp, path) < 0)
-		rc = -errno;
-	if (rc)
-		unlink(tmp);
-	free(tmp);
-	return rc;
-}
-
 int cmd_save(int argc, char **argv)
 {
+	static const struct option opts[] = {
+		{"output", required_argument, NULL, 'o'},
+		TCTL_COMMON_OPTIONS};
 	const char *out = NULL;
 	const char **names = calloc((size_t)argc, sizeof(*names));
 	struct td_tensor **ts = calloc((size_t)argc, sizeof(*ts));
 	struct td_tgm_enc_object *objs = calloc((size_t)argc, sizeof(*objs));
+	uint8_t **attrs = calloc((size_t)argc, sizeof(*attrs));
 	struct td_client *c = NULL;
 	struct td_err te = {0};
 	uint8_t *msg = NULL;
 	size_t n = 0, len = 0;
-	int rc = TCTL_USAGE;
+	int rc = TCTL_USAGE, o;
 
-	if (!names || !ts || !objs) {
-		fprintf(stderr, "tensorctl: out of memory\n");
+	if (!names || !ts || !objs || !attrs) {
+		rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
 		goto out;
 	}
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-
-		if (!strcmp(a, "-o") && v)
-			out = argv[++i];
-		else if (!strcmp(a, "--socket") && v)
-			tctl_socket = argv[++i];
-		else if (a[0] == '-')
-			goto usage;
-		else
-			names[n++] = a;
+	while ((o = tctl_getopt(argc, argv, "o:", opts, &rc)) != -1) {
+		if (o != 'o')
+			goto out;
+		out = optarg;
 	}
-	if (!n || !out)
-		goto usage;
+	while (optind < argc)
+		names[n++] = argv[optind++];
+	if (!n || !out) {
+		rc = tctl_usage("save", !n ? "needs at least one NAME"
+					   : "needs -o FILE (- for stdout)");
+		goto out;
+	}
 	rc = tctl_connect(&c);
 	if (rc)
 		goto out;
@@ -186,27 +183,24 @@ int cmd_save(int argc, char **argv)
 		}
 		r = td_tensor_fence_wait(ts[i], -1);
 		if (r < 0) {
-			fprintf(stderr, "tensorctl: %s: fence: %s\n", names[i],
-			        strerror(-r));
-			rc = TCTL_REFUSED;
+			rc = tctl_fail(TCTL_REFUSED, "fence", -r,
+			               "%s: fence: %s", names[i], strerror(-r));
 			goto out;
 		}
 		why = unsavable(ts[i]);
 		if (why) {
-			fprintf(stderr, "tensorctl: %s: cannot be saved: %s\n",
-			        names[i], why);
-			rc = TCTL_REFUSED;
+			rc = tctl_fail(TCTL_REFUSED, "input", EINVAL,
+			               "%s: cannot be saved: %s", names[i],
+			               why);
 			goto out;
 		}
 		/* tensors hold host-order elements; the writer says
 		 * "little", which is what every supported host has */
 		if (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__ &&
 		    td_tensor_dtype_size(td_tensor_dtype(ts[i])) > 1) {
-			fprintf(stderr,
-			        "tensorctl: %s: big-endian hosts "
-			        "cannot save yet\n",
-			        names[i]);
-			rc = TCTL_REFUSED;
+			rc = tctl_fail(TCTL_REFUSED, "input", ENOTSUP,
+			               "%s: big-endian hosts cannot save yet",
+			               names[i]);
 			goto out;
 		}
 		objs[i].dtype = tgm_dtype(td_tensor_dtype(ts[i]));
@@ -217,30 +211,24 @@ int cmd_save(int argc, char **argv)
 		objs[i].name = names[i];
 		objs[i].meta = td_tensor_meta(ts[i], &objs[i].meta_len);
 	}
-	if (td_tgm_message_encode(objs, n, TD_VERSION, &msg, &len, &te) < 0) {
-		fprintf(stderr, "tensorctl: encoding the message: %s%s%s\n",
-		        te.field ? te.field : "", te.field ? ": " : "",
-		        te.reason);
-		rc = TCTL_REFUSED;
+	if (json_attrs(objs, attrs, n, &te) < 0 ||
+	    td_tgm_message_encode(objs, n, TD_VERSION, &msg, &len, &te) < 0) {
+		rc = tctl_fail(TCTL_REFUSED, "input", EINVAL,
+		               "encoding the message: %s%s%s",
+		               te.field ? te.field : "", te.field ? ": " : "",
+		               te.reason);
 		goto out;
 	}
-	rc = strcmp(out, "-") ? write_atomic(out, msg, len)
-	                      : write_all(STDOUT_FILENO, msg, len);
-	if (rc < 0) {
-		fprintf(stderr, "tensorctl: %s: %s\n", out, strerror(-rc));
-		rc = TCTL_USAGE;
-		goto out;
-	}
-	if (strcmp(out, "-"))
-		printf("%s: %zu object(s), %zu bytes\n", out, n, len);
-	rc = TCTL_OK;
-	goto out;
-usage:
-	fputs(SAVE_USAGE, stderr);
-	rc = TCTL_USAGE;
+	rc = write_message(out, msg, len);
+	/* with -o - the message is the output: nothing else on stdout */
+	if (!rc && strcmp(out, "-"))
+		rc = print_saved(out, n, len);
 out:
 	for (size_t i = 0; ts && i < n; i++)
 		td_tensor_release(ts[i]);
+	for (size_t i = 0; attrs && i < n; i++)
+		free(attrs[i]);
+	free(attrs);
 	td_client_close(c);
 	free(msg);
 	free(names);

@@ -3,41 +3,41 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "json.h"
+#include "td-json.h"
 #include "tensorctl.h"
-
-#define WATCH_USAGE                                                           \
-	"usage: tensorctl watch NAME|PREFIX [--prefix] [--count N] [--json]\n"
 
 int cmd_watch(int argc, char **argv)
 {
-	const char *name = NULL;
+	const char *name;
 	uint64_t count = 0, seen = 0, id;
 	uint32_t flags = 0;
 	struct td_error e = {0};
 	struct td_client *c;
-	int rc, json = 0;
+	enum { O_PREFIX = TCTL_OPT_FIRST_OWN, O_COUNT };
+	static const struct option opts[] = {
+		{"prefix", no_argument, NULL, O_PREFIX},
+		{"count", required_argument, NULL, O_COUNT},
+		TCTL_COMMON_OPTIONS};
+	int rc, o, json;
 
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-
-		if (!strcmp(a, "--prefix")) {
+	while ((o = tctl_getopt(argc, argv, "", opts, &rc)) != -1) {
+		switch (o) {
+		case O_PREFIX:
 			flags |= TD_WATCH_PREFIX;
-		} else if (!strcmp(a, "--json")) {
-			json = 1;
-		} else if (!strcmp(a, "--count") && i + 1 < argc) {
-			if (tctl_parse_u64(argv[++i], &count) || !count)
-				goto usage;
-		} else if (!strcmp(a, "--socket") && i + 1 < argc) {
-			tctl_socket = argv[++i];
-		} else if (a[0] == '-' || name) {
-			goto usage;
-		} else {
-			name = a;
+			break;
+		case O_COUNT:
+			if (tctl_parse_u64(optarg, &count) || !count)
+				return tctl_usage("watch", "bad --count '%s' "
+						  "(1 or more)", optarg);
+			break;
+		default:
+			return rc;
 		}
 	}
-	if (!name)
-		goto usage;
+	if (argc - optind != 1)
+		return tctl_usage("watch", "needs one NAME or PREFIX");
+	name = argv[optind];
+	json = tctl_json;
 	rc = tctl_connect(&c);
 	if (rc)
 		return rc;
@@ -57,7 +57,7 @@ int cmd_watch(int argc, char **argv)
 							  : "deleted";
 		if (json) {
 			printf("{\"event\":\"%s\",\"name\":", what);
-			json_cstr(stdout, ev.name);
+			td_json_cstr(stdout, ev.name);
 			printf(",\"version\":%llu}\n",
 			       (unsigned long long)ev.version);
 		} else {
@@ -69,7 +69,4 @@ int cmd_watch(int argc, char **argv)
 	}
 	td_client_close(c);
 	return rc < 0 ? tctl_refused("watch", rc, &e) : TCTL_OK;
-usage:
-	fputs(WATCH_USAGE, stderr);
-	return TCTL_USAGE;
 }

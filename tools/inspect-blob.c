@@ -4,7 +4,7 @@
 #include <stdio.h>
 
 #include "blob.h"
-#include "json.h"
+#include "td-json.h"
 #include "tensorctl.h"
 
 static void print_json(const struct td_blob_view *v)
@@ -50,7 +50,7 @@ static void print_json(const struct td_blob_view *v)
 	fprintf(f, "]");
 	for (unsigned i = 0; i < TD_BLOB_STRING_COUNT; i++) {
 		fprintf(f, ",\"%s\":", td_blob_string_name(i));
-		json_str(f, v->strings[i].ptr, v->strings[i].len);
+		td_json_str(f, v->strings[i].ptr, v->strings[i].len);
 	}
 	fprintf(f, ",\"planes\":[");
 	for (int first = 1; td_blob_plane_next(v, &c, &p) == 0; first = 0)

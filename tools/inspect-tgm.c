@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
+#include "td-json.h"
 #include "tensorctl.h"
 #include "tgm-desc.h"
 #include "tgm.h"
@@ -43,7 +43,7 @@ static void print_err_text(FILE *f, const struct td_err *e)
 
 	snprintf(text, sizeof(text), "%s at offset %" PRIu64,
 		 e->reason ? e->reason : "error", e->offset);
-	json_cstr(f, text);
+	td_json_cstr(f, text);
 }
 
 /*
@@ -58,7 +58,7 @@ static int json_object_desc(FILE *f, const struct td_tgm_frame *fr)
 	char *json = NULL;
 
 	if (td_tgm_object_decode(fr, &o, &e) < 0 ||
-	    td_tgm_cbor_to_json(o.cbor, o.cbor_len, &json, NULL, &e) < 0) {
+	    td_json_from_cbor(o.cbor, o.cbor_len, &json, NULL, &e) < 0) {
 		fprintf(f, ",\"descriptor_error\":");
 		print_err_text(f, &e);
 		return 1;
@@ -117,7 +117,7 @@ static void json_message(FILE *f, const uint8_t *buf,
 			if (!(h.flags & (1u << b)))
 				continue;
 			fprintf(f, "%s", k++ ? "," : "");
-			json_cstr(f, td_tgm_predicate_name(b));
+			td_json_cstr(f, td_tgm_predicate_name(b));
 		}
 		fprintf(f, "]}");
 	} else {

@@ -8,85 +8,39 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "json.h"
+#include "input.h"
+#include "td-json.h"
 #include "tensorctl.h"
-
-int tctl_read_file(const char *path, uint8_t **out, size_t *out_len)
-{
-	int fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : 0;
-	size_t cap = 1 << 16, len = 0;
-	uint8_t *buf = NULL;
-	int rc = 0;
-
-	if (fd < 0)
-		return -errno;
-	buf = malloc(cap);
-	if (!buf) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	for (;;) {
-		if (len == cap) {
-			uint8_t *nb = cap > SIZE_MAX / 2 ? NULL
-							 : realloc(buf, cap * 2);
-			if (!nb) {
-				rc = -ENOMEM;
-				goto out;
-			}
-			buf = nb;
-			cap *= 2;
-		}
-		ssize_t n = read(fd, buf + len, cap - len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = -errno;
-			goto out;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	*out = buf;
-	*out_len = len;
-	buf = NULL;
-out:
-	free(buf);
-	if (fd > 0)
-		close(fd);
-	return rc;
-}
 
 int cmd_inspect(int argc, char **argv)
 {
-	const char *path = NULL;
-	int json = 0;
+	enum { O_MAX_BYTES = TCTL_OPT_FIRST_OWN };
+	static const struct option opts[] = {
+		{"max-bytes", required_argument, NULL, O_MAX_BYTES},
+		TCTL_COMMON_OPTIONS};
+	uint64_t max = TCTL_STREAM_MAX;
 	uint8_t *buf;
 	size_t len;
-	int rc;
+	int rc, o;
 
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--json"))
-			json = 1;
-		else if (!path)
-			path = argv[i];
-		else
-			path = NULL, i = argc;
+	while ((o = tctl_getopt(argc, argv, "", opts, &rc)) != -1) {
+		if (o != O_MAX_BYTES)
+			return rc;
+		if (tctl_parse_size(optarg, &max))
+			return tctl_usage("inspect", "bad --max-bytes '%s' "
+					  "(bytes, or with K, M, G, T)",
+					  optarg);
 	}
-	if (!path) {
-		fprintf(stderr, "usage: tensorctl inspect [--json] FILE\n");
-		return TCTL_USAGE;
-	}
-	rc = tctl_read_file(path, &buf, &len);
-	if (rc < 0) {
-		fprintf(stderr, "tensorctl: %s: %s\n", path, strerror(-rc));
-		return TCTL_USAGE;
-	}
+	if (argc - optind != 1)
+		return tctl_usage("inspect", "needs one FILE (- for stdin)");
+	rc = tctl_read_input(argv[optind], max, &buf, &len);
+	if (rc)
+		return rc;
 	/* formats with a magic first; the blob has none and is the default */
 	if (inspect_tgm_sniff(buf, len))
-		rc = inspect_tgm(buf, len, json);
+		rc = inspect_tgm(buf, len, tctl_json);
 	else
-		rc = inspect_blob(buf, len, json);
+		rc = inspect_blob(buf, len, tctl_json);
 	free(buf);
 	return rc;
 }
@@ -110,9 +64,9 @@ void tctl_print_td_err(const struct td_err *e, int json)
 		return;
 	}
 	printf("{\"error\":{\"kind\":");
-	json_cstr(stdout, td_err_kind_name(e->kind));
+	td_json_cstr(stdout, td_err_kind_name(e->kind));
 	printf(",\"field\":");
-	json_cstr(stdout, e->field);
+	td_json_cstr(stdout, e->field);
 	if (e->has_value)
 		printf(",\"value\":%llu", (unsigned long long)e->value);
 	else
@@ -123,6 +77,9 @@ void tctl_print_td_err(const struct td_err *e, int json)
 		       (unsigned long long)e->need,
 		       (unsigned long long)e->have);
 	printf(",\"message\":");
-	json_cstr(stdout, e->reason);
+	td_json_cstr(stdout, e->reason);
+	/* what every tensorctl error carries, after the decoder's detail */
+	printf(",\"errno\":%d,\"reason\":", -td_err_kind_errno(e->kind));
+	td_json_cstr(stdout, e->reason);
 	printf("}}\n");
 }

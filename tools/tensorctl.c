@@ -1,69 +1,251 @@
 /* SPDX-License-Identifier: MIT */
 /* tensorctl: the command line over the tensord client API and proto/. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "output.h"
 #include "tensorctl.h"
 
 #ifndef TD_VERSION
 #define TD_VERSION "unknown"
 #endif
 
-static const struct {
+static const struct cmd {
 	const char *name;
 	int (*fn)(int argc, char **argv);
-	const char *usage;
+	const char *synopsis;
+	const char *help; /* its own options, one per line */
 } cmds[] = {
-	{"inspect", cmd_inspect, "inspect [--json] FILE"},
+	{"inspect", cmd_inspect, "inspect [--max-bytes N] FILE|-",
+	 "Decode a tensor blob or a .tgm file (recognised by its magic) and\n"
+	 "print every field; a refused file exits with status 1.\n"
+	 "  --max-bytes N   read a stream (stdin, FIFO, device) up to N bytes\n"
+	 "                  (K, M, G, T suffixes; default 1G); a regular file\n"
+	 "                  is read by its size\n"},
 	{"put", cmd_put,
-	 "put NAME --dtype T --shape D,D.. [--meta STR] [--pin] FILE|-"},
+	 "put NAME --dtype T --shape D,D.. [--meta STR] [--pin] FILE|-",
+	 "Publish the bytes of FILE (- = stdin) as tensor NAME. The input must\n"
+	 "hold exactly the bytes the shape and dtype need.\n"
+	 "  --dtype T       element type: u8 i8 u16 i16 u32 i32 u64 i64 f16\n"
+	 "                  f32 f64\n"
+	 "  --shape D,D..   dimensions, outermost first (2,3 or 2x3)\n"
+	 "  --meta STR      opaque metadata stored with the tensor\n"
+	 "  --pin           the daemon never evicts this version\n"},
 	{"get", cmd_get,
-	 "get NAME [--version N | --newer N [--timeout MS]] [-o FILE] "
-	 "[--json]"},
-	{"ls", cmd_ls, "ls [PREFIX] [--json]"},
-	{"stat", cmd_stat, "stat NAME [--json]"},
-	{"rm", cmd_rm, "rm NAME"},
-	{"watch", cmd_watch,
-	 "watch NAME|PREFIX [--prefix] [--count N] [--json]"},
+	 "get NAME [--version N | --newer N [--timeout MS]] [-o FILE|-]",
+	 "Write a tensor's raw bytes (its planes in order) to FILE, or with\n"
+	 "--json print its description instead. Without -o the bytes go to\n"
+	 "stdout, which must not be a terminal (-o - writes there anyway).\n"
+	 "  --version N     exactly version N\n"
+	 "  --newer N       the first version newer than N, waiting for it\n"
+	 "  --timeout MS    give up waiting after MS milliseconds (--newer)\n"
+	 "  -o, --output F  where to write (- = stdout); see OUTPUTS\n"},
+	{"ls", cmd_ls, "ls [PREFIX]",
+	 "List tensors and rings whose name starts with PREFIX.\n"},
+	{"stat", cmd_stat, "stat NAME", "Describe the latest version of NAME.\n"},
+	{"rm", cmd_rm, "rm NAME", "Remove NAME (leased versions live on).\n"},
+	{"watch", cmd_watch, "watch NAME|PREFIX [--prefix] [--count N]",
+	 "One line per PUBLISHED/DELETED event.\n"
+	 "  --prefix        NAME is a prefix\n"
+	 "  --count N       stop after N events\n"},
 	{"load", cmd_load,
-	 "load FILE.tgm [--message N] [--variable-key DOT.PATH]"},
-	{"save", cmd_save, "save NAME... -o FILE.tgm"},
+	 "load FILE.tgm|- [--message N] [--prefix P] [--variable-key K] "
+	 "[--partial]",
+	 "Publish every data object of every message of a .tgm file. All or\n"
+	 "nothing: everything is checked first, and when the daemon refuses an\n"
+	 "object the versions already published are deleted again.\n"
+	 "  --message N     only message N (0 = the first)\n"
+	 "  --prefix P      put P before every name (e.g. run1/)\n"
+	 "  --variable-key K  dotted metadata path tried first for names\n"
+	 "  --partial       keep what was published before a refusal\n"
+	 "  --max-bytes N   read a stream up to N bytes (default 1G)\n"},
+	{"save", cmd_save, "save NAME... -o FILE.tgm|-",
+	 "Write tensors as one hashed Tensogram message.\n"
+	 "  -o, --output F  where to write (- = stdout); see OUTPUTS\n"},
 };
+
+#define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
+
+static const char common_help[] =
+	"\ncommon options:\n"
+	"  --socket PATH   the daemon's socket\n"
+	"  --json          results and errors as JSON on stdout (an error is\n"
+	"                  {\"error\":{\"kind\":...,\"errno\":...,\"reason\":...}})\n"
+	"  --bytes         sizes in bytes instead of KiB, MiB, ...\n"
+	"  -h, --help      this help\n"
+	"\nexit status: 0 done, 1 refused or failed, 2 bad command line\n";
+
+static const char outputs_help[] =
+	"\nOUTPUTS: a regular file is replaced atomically, keeping its mode and\n"
+	"owner; a file with several hard links is rewritten in place; a symlink\n"
+	"is followed (as cp does); a device, FIFO or socket is written where it\n"
+	"is; a directory is refused. A failed or interrupted write leaves the\n"
+	"old file as it was.\n";
+
+static const struct cmd *find(const char *name)
+{
+	for (size_t i = 0; i < NCMDS; i++)
+		if (!strcmp(cmds[i].name, name))
+			return &cmds[i];
+	return NULL;
+}
+
+void tctl_help(const char *name, FILE *f)
+{
+	const struct cmd *c = find(name);
+
+	if (!c)
+		return;
+	fprintf(f, "usage: tensorctl %s\n\n%s%s", c->synopsis, c->help,
+		common_help);
+	if (strstr(c->help, "OUTPUTS"))
+		fputs(outputs_help, f);
+}
+
+static void valid_commands(char *buf, size_t len)
+{
+	size_t o = 0;
+
+	buf[0] = 0;
+	for (size_t i = 0; i < NCMDS && o < len; i++)
+		o += (size_t)snprintf(buf + o, len - o, "%s%s", i ? ", " : "",
+				      cmds[i].name);
+}
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: tensorctl COMMAND [ARGS]\n\ncommands:\n");
-	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
-		fprintf(f, "  tensorctl %s\n", cmds[i].usage);
+	fprintf(f, "usage: tensorctl [--socket PATH] [--json] [--bytes] "
+		   "COMMAND [ARGS]\n\ncommands:\n");
+	for (size_t i = 0; i < NCMDS; i++)
+		fprintf(f, "  tensorctl %s\n", cmds[i].synopsis);
 	fprintf(f, "\n  tensorctl --help | --version\n"
-		   "\n  --socket PATH (before the command, or in it) names the "
-		   "daemon socket\n");
+		   "  tensorctl COMMAND --help   a command's options\n");
+	fputs(common_help, f);
+}
+
+int tctl_usage(const char *cmd, const char *fmt, ...)
+{
+	char reason[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(reason, sizeof(reason), fmt, ap);
+	va_end(ap);
+	tctl_fail(TCTL_USAGE, "usage", 22 /* EINVAL */, "%s%s%s",
+		  cmd ? cmd : "", cmd ? ": " : "", reason);
+	if (!tctl_json && cmd && find(cmd))
+		fprintf(stderr, "usage: tensorctl %s\n"
+				"Try 'tensorctl %s --help'.\n",
+			find(cmd)->synopsis, cmd);
+	return TCTL_USAGE;
+}
+
+int tctl_getopt(int argc, char **argv, const char *shortopts,
+		const struct option *longopts, int *status)
+{
+	static char **seen;
+	char so[64];
+	int c;
+
+	if (seen != argv) {
+		/* a new command line: start getopt afresh */
+		seen = argv;
+		optind = 0;
+	}
+	opterr = 0;
+	snprintf(so, sizeof(so), ":h%s", shortopts);
+	c = getopt_long(argc, argv, so, longopts, NULL);
+	switch (c) {
+	case TCTL_OPT_SOCKET:
+		tctl_socket = optarg;
+		return tctl_getopt(argc, argv, shortopts, longopts, status);
+	case TCTL_OPT_JSON:
+		tctl_json = 1;
+		return tctl_getopt(argc, argv, shortopts, longopts, status);
+	case TCTL_OPT_BYTES:
+		tctl_raw_bytes = 1;
+		return tctl_getopt(argc, argv, shortopts, longopts, status);
+	case 'h':
+	case TCTL_OPT_HELP:
+		tctl_help(argv[0], stdout);
+		*status = TCTL_OK;
+		return TCTL_OPT_DONE;
+	case ':':
+		*status = tctl_usage(argv[0], "option '%s' needs a value",
+				     argv[optind - 1]);
+		return TCTL_OPT_DONE;
+	case '?':
+		if (optopt)
+			*status = tctl_usage(argv[0], "unknown option '-%c'",
+					     optopt);
+		else
+			*status = tctl_usage(argv[0], "unknown option '%s'",
+					     argv[optind - 1]);
+		return TCTL_OPT_DONE;
+	default:
+		return c;
+	}
 }
 
 int main(int argc, char **argv)
 {
-	/* global options come before the command */
-	while (argc >= 3 && !strcmp(argv[1], "--socket")) {
-		tctl_socket = argv[2];
-		argc -= 2;
-		argv += 2;
+	static const struct option opts[] = {
+		{"version", no_argument, NULL, 'V'}, TCTL_COMMON_OPTIONS};
+	const struct cmd *cmd;
+	char names[256];
+	int c, rc, sig;
+
+	/* --json anywhere: even a usage error is reported as JSON */
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--json"))
+			tctl_json = 1;
+	opterr = 0;
+	/* global options come before the command ('+': stop there) */
+	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+		switch (c) {
+		case TCTL_OPT_SOCKET:
+			tctl_socket = optarg;
+			break;
+		case TCTL_OPT_JSON:
+			break;
+		case TCTL_OPT_BYTES:
+			tctl_raw_bytes = 1;
+			break;
+		case 'h':
+		case TCTL_OPT_HELP:
+			usage(stdout);
+			return TCTL_OK;
+		case 'V':
+			printf("tensorctl %s\n", TD_VERSION);
+			return TCTL_OK;
+		default:
+			return tctl_usage(NULL, "unknown or incomplete option "
+					  "'%s' (tensorctl --help lists them)",
+					  argv[optind - 1]);
+		}
 	}
-	if (argc < 2) {
-		usage(stderr);
-		return TCTL_USAGE;
+	if (optind >= argc) {
+		if (!tctl_json)
+			usage(stderr);
+		return tctl_usage(NULL, "no command given");
 	}
-	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-		usage(stdout);
-		return TCTL_OK;
+	cmd = find(argv[optind]);
+	if (!cmd) {
+		valid_commands(names, sizeof(names));
+		return tctl_usage(NULL, "unknown command '%s' (valid: %s)",
+				  argv[optind], names);
 	}
-	if (!strcmp(argv[1], "--version")) {
-		printf("tensorctl %s\n", TD_VERSION);
-		return TCTL_OK;
+	tctl_signals_init();
+	rc = cmd->fn(argc - optind, argv + optind);
+	/* a write stopped by a signal: end as that signal would have */
+	sig = tctl_interrupted();
+	if (sig) {
+		fflush(NULL);
+		signal(sig, SIG_DFL);
+		raise(sig);
 	}
-	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
-		if (!strcmp(argv[1], cmds[i].name))
-			return cmds[i].fn(argc - 1, argv + 1);
-	fprintf(stderr, "tensorctl: unknown command '%s'\n", argv[1]);
-	usage(stderr);
-	return TCTL_USAGE;
+	return rc;
 }

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <getopt.h>
 #include <stdio.h>
 
 #include "err.h"
@@ -13,9 +14,54 @@
 /* Exit statuses shared by every subcommand. */
 enum {
 	TCTL_OK = 0,
-	TCTL_REFUSED = 1, /* the input or the daemon refused the request */
-	TCTL_USAGE = 2,   /* bad command line or local I/O failure */
+	TCTL_REFUSED = 1, /* the daemon, the input or a local file failed */
+	TCTL_USAGE = 2,   /* bad command line */
 };
+
+/* --json: results and errors as JSON on stdout */
+extern int tctl_json;
+/* --bytes: sizes as raw byte counts instead of KiB, MiB, ... */
+extern int tctl_raw_bytes;
+
+/*
+ * Report a failure and return status: "tensorctl: REASON" on stderr, or
+ * with --json {"error":{"kind":KIND,"errno":ERR,"reason":REASON}} on
+ * stdout. err is a positive errno (0: none).
+ */
+int tctl_fail(int status, const char *kind, int err, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* Options every subcommand takes (tctl_getopt() handles them). */
+enum {
+	TCTL_OPT_SOCKET = 0x100,
+	TCTL_OPT_JSON,
+	TCTL_OPT_BYTES,
+	TCTL_OPT_HELP,
+	TCTL_OPT_FIRST_OWN, /* a command's own long-only options from here */
+	TCTL_OPT_DONE = -2, /* tctl_getopt(): return *status now */
+};
+#define TCTL_COMMON_OPTIONS                                                   \
+	{"socket", required_argument, NULL, TCTL_OPT_SOCKET},                 \
+	{"json", no_argument, NULL, TCTL_OPT_JSON},                           \
+	{"bytes", no_argument, NULL, TCTL_OPT_BYTES},                         \
+	{"help", no_argument, NULL, TCTL_OPT_HELP}, {NULL, 0, NULL, 0}
+
+/*
+ * getopt_long() over a subcommand's argv (argv[0] its name; --opt=value
+ * and --opt value alike, options anywhere). Handles the common options;
+ * returns a command option, -1 at the end (operands from optind on), or
+ * TCTL_OPT_DONE with *status: 0 after --help (full usage on stdout), or a
+ * reported usage error.
+ */
+int tctl_getopt(int argc, char **argv, const char *shortopts,
+		const struct option *longopts, int *status);
+/* A usage error of cmd: the reason, then its usage, on stderr (or JSON). */
+int tctl_usage(const char *cmd, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* cmd's full usage on f. */
+void tctl_help(const char *cmd, FILE *f);
+/* Parse a size: digits with an optional K, M, G or T (powers of 1024). */
+int tctl_parse_size(const char *s, uint64_t *v);
 
 int cmd_inspect(int argc, char **argv);
 /* daemon commands (cmd-*.c), over the public client API only */
@@ -32,7 +78,7 @@ int cmd_save(int argc, char **argv);
 extern const char *tctl_socket;
 /* Connect; TCTL_OK or TCTL_REFUSED with the reason printed. */
 int tctl_connect(struct td_client **c);
-/* Print "tensorctl: what: reason" and return TCTL_REFUSED. */
+/* Report "what: reason" of a daemon refusal; TCTL_REFUSED. */
 int tctl_refused(const char *what, int rc, const struct td_error *e);
 /* Decimal u64 (no sign); 0 or -EINVAL. */
 int tctl_parse_u64(const char *s, uint64_t *v);
@@ -59,7 +105,8 @@ int inspect_tgm_sniff(const uint8_t *buf, size_t len);
 /* Print a decoder refusal: JSON on stdout, or one line on stderr. */
 void tctl_print_td_err(const struct td_err *e, int json);
 
-/* Read a whole file ("-" = stdin) into a malloc'ed buffer. 0 or -errno. */
-int tctl_read_file(const char *path, uint8_t **buf, size_t *len);
+/* Print a json-c object on stdout (one line) and drop it; TCTL_OK. */
+struct json_object;
+int tctl_json_print(struct json_object *o);
 
 #endif

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libFuzzer target for the .tgm CBOR readers (proto/tgm-desc): the input
+ * libFuzzer target for the .tgm CBOR readers (proto/tgm-*, and their
+ * JSON form in json/): the input
  * is one CBOR item (a type-9 descriptor or a metadata frame body), or
  * anything. The bounded check and the descriptor decoder must agree, an
  * accepted item must lie inside the input, its JSON must be a whole
- * NUL-terminated string, and naming/attributes must never misbehave.
+ * NUL-terminated string, and naming/attributes must never misbehave. As
+ * JSON, the input converts only into one CBOR map that passes the check.
  * A failure must always come with a reason.
  */
 #include <errno.h>
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "td-json.h"
 #include "tgm-desc.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -44,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (rd == 0)
 		(void)td_tgm_desc_check_import(&d, size, &e);
 	if (rc == 0) {
-		rd = td_tgm_cbor_to_json(data, size, &json, &jl, &e);
+		rd = td_json_from_cbor(data, size, &json, &jl, &e);
 		if (rd == 0 && strlen(json) != jl)
 			abort();
 		if (rd == 0)
@@ -52,11 +55,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		else if (rd != -ENOMEM && !(rd == -EBADMSG && e.reason))
 			abort();
 	}
+	/* the input as JSON: what converts is a map the writer takes */
+	{
+		uint8_t *cbor = NULL;
+		size_t cl = 0, used = 0;
+
+		rd = td_json_to_cbor(data, size, &cbor, &cl);
+		if (rd == 1 && (td_tgm_cbor_check(cbor, cl, &used, NULL) != 0 ||
+		                used != cl || (cbor[0] & 0xe0) != 0xa0))
+			abort();
+		if (rd != 1 && cbor)
+			abort();
+		free(cbor);
+	}
 	if (td_tgm_meta_new(data, size, &m, &e) == 0) {
 		size_t count = td_tgm_meta_base_count(m);
 
 		for (size_t i = 0; i < count + 1 && i < 4; i++) {
-			if (td_tgm_meta_attrs_json(m, i, &json, &jl) == 0) {
+			if (td_json_tgm_attrs(m, i, &json, &jl, &e) == 0) {
 				if (strlen(json) != jl)
 					abort();
 				free(json);

@@ -148,7 +148,7 @@ static size_t valid(unsigned nfds)
 	case TD_OP_HELLO: {
 		struct td_wire_hello_req r = {(uint32_t)(rnd() % 3),
 					      (int)(rnd() % 8) - 1,
-					      {"fuzz", 4}};
+					      {"fuzz", 4}, 0};
 		n = td_wire_hello_req_encode(&r, b, cap);
 		break;
 	}
@@ -315,7 +315,7 @@ static int conn_open(struct conn *c)
 	/* most connections say HELLO first, to reach the deeper handlers */
 	if (rnd() % 8) {
 		struct td_wire_hello_req r = {(uint32_t)(rnd() % 3), -1,
-					      {"fuzz", 4}};
+					      {"fuzz", 4}, 0};
 		int64_t n = td_wire_hello_req_encode(&r, msg + TD_WIRE_HDR_LEN,
 						     1024);
 		size_t len = with_hdr(TD_OP_HELLO, n, 0);

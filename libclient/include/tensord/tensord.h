@@ -129,6 +129,18 @@ TD_EXPORT void td_client_close(struct td_client *c);
 /* Negotiated facts about the connection into *info. 0 or -EINVAL. */
 TD_EXPORT int td_client_info(struct td_client *c, struct td_client_info *info);
 
+/*
+ * The connection's socket, for an event loop (poll, epoll, asyncio's
+ * add_reader): it polls readable when the daemon sent something, e.g. a
+ * watch event. Borrowed: valid until td_client_close(); never read, write
+ * or close it. Events that arrive while another call waits for its reply
+ * are queued inside the handle and leave nothing to read, so drain with
+ * td_client_next_event(c, 0, ...) until -ETIMEDOUT after being woken AND
+ * after any other call on the handle. Returns the fd, -EINVAL for NULL,
+ * -ENOTCONN once the connection is closed.
+ */
+TD_EXPORT int td_client_fd(struct td_client *c);
+
 /* ---- producing ---- */
 
 /* A plane: where its bytes sit inside one of the buffers. */

@@ -1,0 +1,507 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * GET and RELEASE: leases on versions (and, through ring.c, on ring
+ * slots), and GETs parked until a PUBLISH, a ring version or their
+ * deadline. A lease keeps its version's bytes alive (store.h).
+ */
+#include "store.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Released lease records kept for reuse (struct td__store.free_leases). */
+#define LEASE_CACHE 1024
+
+/*
+ * How long a GET that does not wait (timeout 0) waits anyway for a ring
+ * version whose slot is being rewritten: that version is on its way, and
+ * refusing would make GET of a busy ring fail at random.
+ */
+#define RING_REWRITE_WAIT_MS 1000
+
+
+/*
+ * Whether the reply may leave out entry f: a plane buffer the SCM client
+ * says it has mapped (held). The list is believed for this and nothing
+ * else: a client that lies only gets a reply it cannot map. Fences are
+ * always attached (a fresh one each time, never cached by the client).
+ */
+static bool held_by_client(const struct td__vfd *f, uint32_t held_count,
+			   const uint64_t *held)
+{
+	if (!f->tracked)
+		return false;
+	for (uint32_t i = 0; i < held_count; i++)
+		if (held[i] == f->buffer_id)
+			return true;
+	return false;
+}
+
+/*
+ * A lease record of p, on its list (a released one reused: no allocation
+ * in the steady state), pinning pin bytes of another uid's version. 0,
+ * -ENOBUFS (p's budget), -EDQUOT (its uid's leases or pinned limit, the
+ * reason in why) or -ENOMEM.
+ */
+static int lease_new(struct td__store *s, struct td__peer *p, uint64_t pin,
+		     struct td__lease **out, char *why, size_t cap)
+{
+	struct td__lease *l;
+	int rc;
+
+	if (p->n_leases >= TD__MAX_LEASES)
+		return -ENOBUFS;
+	rc = td__tenant_check(p->uid, TD__LIM_LEASES, 1, why, cap);
+	if (rc == 0)
+		rc = td__tenant_check(p->uid, TD__LIM_PINNED, pin, why, cap);
+	if (rc < 0)
+		return rc;
+	/* the uid has an entry (its connection): these cannot fail */
+	if (td__tenant_add(p->uid, TD__LIM_LEASES, 1) < 0 ||
+	    td__tenant_add(p->uid, TD__LIM_PINNED, pin) < 0) {
+		td__tenant_sub(p->uid, TD__LIM_LEASES, 1);
+		return -ENOMEM;
+	}
+	if (!td__list_empty(&s->free_leases)) {
+		l = td__container_of(s->free_leases.next, struct td__lease,
+				     link);
+		td__list_del(&l->link);
+		s->n_free_leases--;
+	} else {
+		l = malloc(sizeof(*l));
+		if (!l) {
+			td__tenant_sub(p->uid, TD__LIM_LEASES, 1);
+			td__tenant_sub(p->uid, TD__LIM_PINNED, pin);
+			return -ENOMEM;
+		}
+	}
+	l->id = s->next_lease++;
+	l->v = NULL;
+	l->ring = NULL;
+	l->pinned = pin;
+	td__list_add_tail(&p->leases, &l->link);
+	p->n_leases++;
+	*out = l;
+	return 0;
+}
+
+static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
+		      uint32_t flags, uint32_t held_count,
+		      const uint64_t *held, struct td__version *v)
+{
+	struct td__daemon *d = td__d;
+	struct td__store *s = d->store;
+	struct td_wire_get_rep r;
+	int fds[TD__TABLE_MAX];
+	unsigned nsend = 0;
+	struct td__lease *l;
+	char why[256];
+	int64_t len;
+	int rc;
+
+	/* a reader holding another uid's version pins those bytes */
+	rc = lease_new(s, p, v->uid != p->uid ? v->acct : 0, &l, why,
+		       sizeof(why));
+	if (rc == -ENOBUFS) {
+		td__peer_error(p, op, request_id, -ENOBUFS,
+			       "too many leases on this connection (max %d)",
+			       TD__MAX_LEASES);
+		return;
+	}
+	if (rc == -EDQUOT) {
+		td__peer_error(p, op, request_id, rc,
+			       "GET \"%.*s\" (%llu bytes of uid %u): %s; "
+			       "release leases first",
+			       (int)v->name_len, v->name,
+			       (unsigned long long)v->acct, (unsigned)v->uid,
+			       why);
+		return;
+	}
+	if (rc < 0) {
+		td__peer_error(p, op, request_id, -ENOMEM, "out of memory");
+		return;
+	}
+	l->v = v;
+	v->used = ++s->tick;
+	v->refs++;
+	v->lease_count++;
+	v->foreign_leases += v->uid != p->uid;
+
+	r = (struct td_wire_get_rep){
+		.version = v->number,
+		.lease_id = l->id,
+		.meta = {v->meta, v->meta_len},
+		.blob = {v->blob, v->blob_len},
+		.fd_count = v->nfds,
+	};
+	for (uint32_t i = 0; i < v->nfds; i++) {
+		r.fds[i].fd = td__vfd_out(&v->fds[i]);
+		r.fds[i].buffer_id = v->fds[i].buffer_id;
+		/* held ids come only with TD_WIRE_REQ_SCM (wire decoder) */
+		if (held_by_client(&v->fds[i], held_count, held))
+			r.fds[i].fd = -1;
+		else
+			fds[nsend++] = r.fds[i].fd;
+	}
+	len = td_wire_get_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
+	/* cannot fail: blob and meta were bounded when published */
+	td__peer_send(p, op, TD_WIRE_F_REPLY, request_id, 0,
+		      len < 0 ? 0 : (size_t)len, fds,
+		      (flags & TD_WIRE_REQ_SCM) ? nsend : 0);
+}
+
+static void lease_drop(struct td__store *s, struct td__peer *p,
+		       struct td__lease *l)
+{
+	td__list_del(&l->link);
+	p->n_leases--;
+	if (l->ring) {
+		td__ring_unlease(l->ring, l->slot);
+	} else {
+		l->v->lease_count--;
+		l->v->foreign_leases -= l->v->uid != p->uid;
+		td__version_unref(s, l->v);
+	}
+	td__tenant_sub(p->uid, TD__LIM_LEASES, 1);
+	td__tenant_sub(p->uid, TD__LIM_PINNED, l->pinned);
+	if (s->n_free_leases < LEASE_CACHE) {
+		td__list_add_tail(&s->free_leases, &l->link);
+		s->n_free_leases++;
+	} else {
+		free(l);
+		s->freed++;
+	}
+}
+
+/* ring.c's hook (struct td__ring_hooks): a lease on a ring slot. */
+static int lease_ring(struct td__peer *p, struct td__ring *r, uint32_t slot,
+		      uint64_t *id)
+{
+	struct td__lease *l;
+	int rc = lease_new(td__d->store, p, 0, &l, td__d->reason,
+			   sizeof(td__d->reason));
+
+	if (rc < 0)
+		return rc;
+	l->ring = r;
+	l->slot = slot;
+	*id = l->id;
+	return 0;
+}
+
+static void waiter_free(struct td__waiter *w)
+{
+	td__list_del(&w->link);
+	td__list_del(&w->slink);
+	w->peer->n_waiters--;
+	td__tenant_sub(w->peer->uid, TD__LIM_WAITERS, 1);
+	TD__SPARE_PUT(&td__d->store->spare_waiters, w, struct td__waiter, link);
+}
+
+static void on_timer(uv_timer_t *t);
+
+static void rearm(struct td__store *s)
+{
+	uint64_t next = UINT64_MAX, now = uv_now(s->d->loop);
+
+	for (struct td__list *l = s->waiters.next; l != &s->waiters;
+	     l = l->next) {
+		struct td__waiter *w =
+			td__container_of(l, struct td__waiter, slink);
+
+		if (w->deadline < next)
+			next = w->deadline;
+	}
+	if (next == UINT64_MAX) {
+		uv_timer_stop(&s->timer);
+		return;
+	}
+	uv_timer_start(&s->timer, on_timer, next > now ? next - now : 0, 0);
+}
+
+static void on_timer(uv_timer_t *t)
+{
+	struct td__store *s = t->data;
+	uint64_t now = uv_now(s->d->loop);
+	struct td__list *l, *n;
+
+	for (l = s->waiters.next; l != &s->waiters; l = n) {
+		struct td__waiter *w =
+			td__container_of(l, struct td__waiter, slink);
+
+		n = l->next;
+		if (w->deadline > now)
+			continue;
+		if (w->rewrite)
+			td__peer_error(w->peer, TD_OP_GET, w->request_id,
+				       -ETIMEDOUT,
+				       "ring \"%.*s\": the producer started "
+				       "rewriting its latest version and "
+				       "published nothing within %d ms",
+				       (int)w->len, w->name,
+				       RING_REWRITE_WAIT_MS);
+		else if (w->mode == TD_GET_NEWER)
+			td__peer_error(w->peer, TD_OP_GET, w->request_id,
+				       -ETIMEDOUT,
+				       "no version of \"%.*s\" newer than "
+				       "%llu within %u ms",
+				       (int)w->len, w->name,
+				       (unsigned long long)w->version,
+				       w->timeout_ms);
+		else
+			td__peer_error(w->peer, TD_OP_GET, w->request_id,
+				       -ETIMEDOUT,
+				       "no tensor named \"%.*s\" within %u ms",
+				       (int)w->len, w->name, w->timeout_ms);
+		waiter_free(w);
+	}
+	rearm(s);
+}
+
+void td__lease_wake(struct td__store *s, struct td__version *v)
+{
+	struct td__list *l, *n;
+
+	for (l = s->waiters.next; l != &s->waiters; l = n) {
+		struct td__waiter *w =
+			td__container_of(l, struct td__waiter, slink);
+
+		n = l->next;
+		if (w->peer->dead || w->len != v->name_len ||
+		    memcmp(w->name, v->name, w->len) != 0)
+			continue;
+		if (w->mode == TD_GET_NEWER && v->number <= w->version)
+			continue;
+		reply_get(w->peer, TD_OP_GET, w->request_id, w->flags,
+			  w->held_count, w->held, v);
+		waiter_free(w);
+	}
+	rearm(s);
+}
+
+/* GET EXACT: the current version or a retired one still leased. */
+static void get_exact(struct td__peer *p, const struct td_wire_hdr *h,
+		      const struct td_wire_get_req *m, struct td__version *v)
+{
+	struct td__version *x = td__version_retired(td__d->store, m->name,
+						    m->version);
+
+	if (v && v->number == m->version)
+		x = v;
+	if (x)
+		reply_get(p, h->opcode, h->request_id, m->flags, m->held_count,
+			  m->held, x);
+	else if (v)
+		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
+			       "version %llu of \"%.*s\" is neither "
+			       "current (%llu) nor still leased",
+			       (unsigned long long)m->version,
+			       (int)m->name.len, m->name.ptr,
+			       (unsigned long long)v->number);
+	else
+		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
+			       "no tensor named \"%.*s\"", (int)m->name.len,
+			       m->name.ptr);
+}
+
+/* Nothing to lease and the GET does not wait. */
+static void get_refuse(struct td__peer *p, const struct td_wire_hdr *h,
+		       const struct td_wire_get_req *m, bool ring)
+{
+	if (m->mode == TD_GET_LATEST && ring)
+		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
+			       "ring \"%.*s\" has no version yet",
+			       (int)m->name.len, m->name.ptr);
+	else if (m->mode == TD_GET_LATEST)
+		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
+			       "no tensor named \"%.*s\"", (int)m->name.len,
+			       m->name.ptr);
+	else
+		td__peer_error(p, h->opcode, h->request_id, -ETIMEDOUT,
+			       "no version of \"%.*s\" newer than %llu",
+			       (int)m->name.len, m->name.ptr,
+			       (unsigned long long)m->version);
+}
+
+/*
+ * Park the GET until a PUBLISH (td__lease_wake), the ring poll or its
+ * deadline answers it. rewrite: only because a ring's latest slot is
+ * being rewritten.
+ */
+static void get_park(struct td__peer *p, const struct td__req *rq,
+		     const struct td_wire_get_req *m, bool ring, bool rewrite)
+{
+	const struct td_wire_hdr *h = rq->h;
+	struct td__store *s = td__d->store;
+	struct td__waiter *w;
+	char why[256];
+	int rc;
+
+	assert(rq->op->flags & TD__OP_PARKS);
+	if (p->n_waiters >= TD__MAX_WAITERS) {
+		td__peer_error(p, h->opcode, h->request_id, -EAGAIN,
+			       "too many parked GETs on this connection "
+			       "(max %d)",
+			       TD__MAX_WAITERS);
+		return;
+	}
+	rc = td__tenant_check(p->uid, TD__LIM_WAITERS, 1, why, sizeof(why));
+	if (rc < 0) {
+		td__peer_error(p, h->opcode, h->request_id, rc,
+			       "GET cannot wait: %s", why);
+		return;
+	}
+	w = TD__SPARE_NEW(&s->spare_waiters, struct td__waiter, link);
+	if (!w || td__tenant_add(p->uid, TD__LIM_WAITERS, 1) < 0) {
+		if (w)
+			TD__SPARE_PUT(&s->spare_waiters, w, struct td__waiter,
+				      link);
+		td__peer_nomem(p, h);
+		return;
+	}
+	w->peer = p;
+	w->request_id = h->request_id;
+	w->mode = m->mode;
+	w->flags = m->flags;
+	w->version = m->version;
+	w->held_count = m->held_count;
+	memcpy(w->held, m->held, m->held_count * sizeof(*m->held));
+	w->timeout_ms = m->timeout_ms;
+	w->rewrite = rewrite && m->timeout_ms < RING_REWRITE_WAIT_MS;
+	w->deadline = m->timeout_ms == TD_WIRE_WAIT_FOREVER
+			      ? UINT64_MAX
+			      : uv_now(td__d->loop) +
+					(w->rewrite ? RING_REWRITE_WAIT_MS
+						    : m->timeout_ms);
+	w->len = m->name.len;
+	memcpy(w->name, m->name.ptr, m->name.len);
+	td__list_add_tail(&p->waiters, &w->link);
+	td__list_add_tail(&s->waiters, &w->slink);
+	p->n_waiters++;
+	rearm(s);
+	if (ring)
+		td__ring_poll_arm();
+}
+
+void td__lease_get(struct td__peer *p, const struct td__req *rq)
+{
+	const struct td_wire_hdr *h = rq->h;
+	struct td_wire_get_req m;
+	struct td_err e = {0};
+	struct td__ring *ring = NULL;
+	struct td__version *v;
+	bool rewrite = false;
+	int rc = td_wire_get_req_decode(rq->body, h->body_len, &m, &e);
+
+	if (td__peer_bad_body(p, h, rc, &e))
+		return;
+	/* before the lookup: a refusal must not tell whether it exists */
+	if (!td__access_check(p, h, rq->op->perm, m.name))
+		return;
+	v = td__name_lookup(td__d->store, m.name);
+	/* a ring name: lease its latest slot (EXACT: any slot) */
+	if (!v && (ring = td__ring_find(m.name))) {
+		rc = td__ring_try_get(p, h->opcode, h->request_id, m.flags,
+				      m.mode, m.version, ring);
+		if (rc > 0)
+			return;
+		rewrite = rc == -EAGAIN;
+	}
+	if (m.mode == TD_GET_EXACT)
+		get_exact(p, h, &m, v);
+	else if (v && (m.mode == TD_GET_LATEST || v->number > m.version))
+		reply_get(p, h->opcode, h->request_id, m.flags, m.held_count,
+			  m.held, v);
+	else if (m.timeout_ms == 0 && !rewrite)
+		get_refuse(p, h, &m, ring != NULL);
+	else
+		get_park(p, rq, &m, ring != NULL, rewrite);
+}
+
+/*
+ * ring.c's hook: retry every parked GET that names a live ring; true
+ * while any does.
+ */
+static bool ring_poll(void)
+{
+	struct td__store *s = td__d->store;
+	struct td__list *l, *n;
+	bool any = false, served = false;
+
+	for (l = s->waiters.next; l != &s->waiters; l = n) {
+		struct td__waiter *w =
+			td__container_of(l, struct td__waiter, slink);
+		struct td__ring *r;
+
+		n = l->next;
+		if (w->peer->dead)
+			continue;
+		/* a name with no live ring stays an ordinary parked GET */
+		r = td__ring_find((struct td_wire_str){w->name, w->len});
+		if (!r)
+			continue;
+		if (td__ring_try_get(w->peer, TD_OP_GET, w->request_id,
+				     w->flags, w->mode, w->version, r) > 0) {
+			waiter_free(w);
+			served = true;
+			continue;
+		}
+		any = true;
+	}
+	if (served)
+		rearm(s);
+	return any;
+}
+
+void td__lease_release(struct td__peer *p, const struct td__req *rq)
+{
+	const struct td_wire_hdr *h = rq->h;
+	struct td__store *s = td__d->store;
+	struct td_wire_release_req m;
+	struct td_err e = {0};
+	int rc = td_wire_release_req_decode(rq->body, h->body_len, &m, &e);
+
+	if (td__peer_bad_body(p, h, rc, &e))
+		return;
+	/* only this connection's leases: ids of others are not ours to end */
+	for (struct td__list *l = p->leases.next; l != &p->leases;
+	     l = l->next) {
+		struct td__lease *ls =
+			td__container_of(l, struct td__lease, link);
+
+		if (ls->id != m.lease_id)
+			continue;
+		lease_drop(s, p, ls);
+		td__peer_done(p, h);
+		return;
+	}
+	td__peer_error(p, h->opcode, h->request_id, -ENOENT,
+		       "no lease %llu on this connection",
+		       (unsigned long long)m.lease_id);
+}
+
+/* Everything a dying peer holds here: its leases and parked GETs. */
+void td__lease_peer_gone(struct td__peer *p)
+{
+	struct td__store *s = td__d->store;
+	bool parked = !td__list_empty(&p->waiters);
+
+	while (!td__list_empty(&p->leases))
+		lease_drop(s, p,
+			   td__container_of(p->leases.next, struct td__lease,
+					    link));
+	while (!td__list_empty(&p->waiters))
+		waiter_free(td__container_of(p->waiters.next,
+					     struct td__waiter, link));
+	if (parked)
+		rearm(s);
+}
+
+void td__lease_init(void)
+{
+	static const struct td__ring_hooks hooks = {lease_ring, ring_poll};
+
+	td__ring_hooks_set(&hooks);
+}

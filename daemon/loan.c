@@ -1,0 +1,247 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ALLOC: planes the daemon creates for a producer to fill and PUBLISH,
+ * recycled buffers first (docs/fastpath.md, "Recycled loans"). An alloc
+ * is charged to its producer's uid until it is published or its
+ * connection goes.
+ */
+#include "store.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "bytes.h"
+
+void td__loan_free(struct td__store *s, struct td__alloc *a)
+{
+	for (uint32_t i = 0; i < a->count; i++)
+		td__vfd_close(s, &a->fds[i]);
+	td__acct_sub(s, a->uid, a->acct);
+	TD__SPARE_PUT(&s->spare_allocs, a, struct td__alloc, link);
+}
+
+/*
+ * A free buffer of p for a plane of `size` bytes: one the client says it
+ * holds mapped (held ids) first, else any of that size. Oldest first.
+ */
+static struct td__freebuf *freebuf_pick(struct td__peer *p, uint64_t size,
+				    const struct td_wire_alloc_req *m,
+				    bool *held)
+{
+	struct td__freebuf *any = NULL;
+
+	for (struct td__list *l = p->freebufs.next; l != &p->freebufs;
+	     l = l->next) {
+		struct td__freebuf *fb =
+			td__container_of(l, struct td__freebuf, link);
+
+		if (fb->f.size != size)
+			continue;
+		for (uint32_t i = 0; i < m->held_count; i++)
+			if (m->held[i] == fb->f.buffer_id) {
+				*held = true;
+				return fb;
+			}
+		if (!any)
+			any = fb;
+	}
+	*held = false;
+	return any;
+}
+
+/* The request itself, before anything is taken. 0 or an error reply. */
+static int alloc_check(struct td__peer *p, const struct td__req *rq,
+		       const struct td_wire_alloc_req *m)
+{
+	const struct td_wire_hdr *h = rq->h;
+	uint64_t sum = 0;
+
+	if (m->plane_count == 0) {
+		td__peer_error(p, h->opcode, h->request_id, -EINVAL,
+			       "ALLOC of zero planes");
+		return -EINVAL;
+	}
+	for (uint32_t i = 0; i < m->plane_count; i++) {
+		/*
+		 * Size 0 is a valid plane (an empty tensor, e.g. shape
+		 * [0, 4]): an empty memfd that nobody maps.
+		 */
+		if (td__add_ovf(sum, m->sizes[i], &sum)) {
+			td__peer_error(p, h->opcode, h->request_id, -EOVERFLOW,
+				       "plane sizes overflow 64 bits");
+			return -EOVERFLOW;
+		}
+	}
+	if (p->n_allocs >= TD__MAX_ALLOCS) {
+		td__peer_error(p, h->opcode, h->request_id, -ENOBUFS,
+			       "too many unpublished allocs on this "
+			       "connection (max %d)",
+			       TD__MAX_ALLOCS);
+		return -ENOBUFS;
+	}
+	/* an ALLOC names no tensor yet: any name it may write will do */
+	if (!td__access_any(p, rq->op->perm)) {
+		td__peer_error(p, h->opcode, h->request_id, -EACCES,
+			       "uid %u may not write any name (policy %s)",
+			       (unsigned)p->uid, td__d->opts.policy_path);
+		return -EACCES;
+	}
+	return 0;
+}
+
+/*
+ * Recycled buffers first: taken off the free list (their charge moves to
+ * the alloc), so eviction cannot drop them. Returns the bytes still to
+ * create; held[i]: the client maps plane i's buffer already.
+ */
+static uint64_t alloc_recycled(struct td__store *s, struct td__peer *p,
+			       struct td__alloc *a,
+			       const struct td_wire_alloc_req *m, bool *held)
+{
+	uint64_t fresh = 0;
+
+	for (uint32_t i = 0; i < m->plane_count; i++) {
+		struct td__freebuf *fb =
+			a->recycle ? freebuf_pick(p, m->sizes[i], m, &held[i])
+				   : NULL;
+
+		a->sizes[i] = m->sizes[i];
+		a->fds[i].fd = a->fds[i].ro = -1;
+		if (!fb) {
+			fresh += m->sizes[i];
+			continue;
+		}
+		td__vfd_move(&a->fds[i], &fb->f);
+		a->acct += fb->f.size;
+		td__list_del(&fb->link);
+		td__list_del(&fb->slink);
+		p->n_freebufs--;
+		TD__SPARE_PUT(&s->spare_freebufs, fb, struct td__freebuf,
+			      link);
+	}
+	a->count = m->plane_count;
+	return fresh;
+}
+
+/* Room for `fresh` new bytes, then the new planes. 0 or an error reply. */
+static int alloc_create(struct td__store *s, struct td__peer *p,
+			const struct td_wire_hdr *h, struct td__alloc *a,
+			uint64_t fresh)
+{
+	struct td__room room;
+	const char *why = NULL;
+	char lim[256];
+	unsigned nfresh = 0;
+	int rc, fd;
+
+	/* a plane is a descriptor whatever its size (zero-byte ones too) */
+	for (uint32_t i = 0; i < a->count; i++)
+		nfresh += a->fds[i].fd < 0;
+	rc = td__tenant_check(p->uid, TD__LIM_FDS, nfresh, lim, sizeof(lim));
+	if (rc < 0) {
+		td__peer_error(p, h->opcode, h->request_id, rc,
+			       "ALLOC of %u planes: %s", nfresh, lim);
+		return rc;
+	}
+	/* evicting first frees the memory the planes are about to take */
+	if (td__store_make_room(s, p->uid, fresh, NULL, false, &room) < 0) {
+		td__store_room_error(p, h, fresh, &room);
+		return room.rc;
+	}
+	for (uint32_t i = 0; i < a->count; i++) {
+		if (a->fds[i].fd >= 0)
+			continue;
+		rc = td__plane_create(a->sizes[i], &fd, &why);
+		if (rc < 0) {
+			td__peer_error(p, h->opcode, h->request_id, rc,
+				       "plane %u (%llu bytes): %s: %s", i,
+				       (unsigned long long)a->sizes[i], why,
+				       strerror(-rc));
+			return rc;
+		}
+		td__vfd_set(s, &a->fds[i], fd, true, a->uid);
+		a->fds[i].size = a->sizes[i];
+	}
+	if (td__acct_add(s, a->uid, fresh) < 0) {
+		td__peer_nomem(p, h);
+		return -ENOMEM;
+	}
+	a->acct += fresh;
+	return 0;
+}
+
+void td__loan_alloc(struct td__peer *p, const struct td__req *rq)
+{
+	const struct td_wire_hdr *h = rq->h;
+	struct td__daemon *d = td__d;
+	struct td__store *s = d->store;
+	struct td_wire_alloc_req m;
+	struct td_wire_alloc_rep r = {0};
+	struct td_err e = {0};
+	struct td__alloc *a;
+	int fds[TD_WIRE_MAX_PLANES];
+	bool held[TD_WIRE_MAX_PLANES] = {false};
+	unsigned nsend = 0;
+	int64_t len;
+	int rc = td_wire_alloc_req_decode(rq->body, h->body_len, &m, &e);
+
+	if (td__peer_bad_body(p, h, rc, &e))
+		return;
+	if (alloc_check(p, rq, &m) < 0)
+		return;
+	a = TD__SPARE_NEW(&s->spare_allocs, struct td__alloc, link);
+	if (!a) {
+		td__peer_nomem(p, h);
+		return;
+	}
+	a->id = s->next_alloc++;
+	a->uid = p->uid;
+	a->recycle = m.flags & TD_WIRE_ALLOC_RECYCLE;
+	if (alloc_create(s, p, h, a, alloc_recycled(s, p, a, &m, held)) < 0) {
+		td__loan_free(s, a);
+		return;
+	}
+	for (uint32_t i = 0; i < a->count; i++) {
+		/* the client maps a held buffer already: no fd for it */
+		r.fds[i].fd = held[i] ? -1 : a->fds[i].fd;
+		r.fds[i].buffer_id = a->fds[i].buffer_id;
+		if (!held[i])
+			fds[nsend++] = a->fds[i].fd;
+	}
+	td__list_add_tail(&p->allocs, &a->link);
+	p->n_allocs++;
+	r.alloc_id = a->id;
+	r.fd_count = a->count;
+	len = td_wire_alloc_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
+	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
+		      (size_t)len, fds,
+		      (m.flags & TD_WIRE_REQ_SCM) ? nsend : 0);
+}
+
+struct td__alloc *td__loan_find(struct td__peer *p, uint64_t id)
+{
+	for (struct td__list *l = p->allocs.next; l != &p->allocs;
+	     l = l->next) {
+		struct td__alloc *a = td__container_of(l, struct td__alloc,
+						       link);
+
+		if (a->id == id)
+			return a;
+	}
+	return NULL;
+}
+
+void td__loan_done(struct td__peer *p, struct td__alloc *a)
+{
+	td__list_del(&a->link);
+	p->n_allocs--;
+	td__loan_free(td__d->store, a);
+}
+
+/* Unpublished allocs die with their producer. */
+void td__loan_peer_gone(struct td__peer *p)
+{
+	while (!td__list_empty(&p->allocs))
+		td__loan_done(p, td__container_of(p->allocs.next,
+						  struct td__alloc, link));
+}

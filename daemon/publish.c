@@ -1,0 +1,688 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * PUBLISH: a producer's tensor becomes its name's current version, in
+ * steps that check everything before the one irreversible step (sealing)
+ * and commit only what cannot fail after it. A version restored from a
+ * state image (fdstore.c) passes the same checks.
+ */
+#include "store.h"
+#include "os.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "blob.h"
+#include "bytes.h"
+
+/* Everything one PUBLISH gathers; on failure every owned fd is closed. */
+struct pub {
+	struct td__peer *p;
+	const struct td_wire_hdr *h;
+	struct td_wire_publish_req m;
+	struct td_blob_view view;
+	struct td__alloc *alloc;
+	uint32_t ntab;
+	int tab[TD__TABLE_MAX];   /* the daemon's fds, in fd-table order */
+	bool own[TD__TABLE_MAX];  /* tab[i] is ours to close on failure */
+	struct td__plane_info info[TD__TABLE_MAX];
+	bool is_plane[TD__TABLE_MAX];
+	int ro[TD__TABLE_MAX]; /* read-only reopens of the memfd planes */
+	uint64_t acct;         /* bytes charged beyond the alloc's */
+	/* the refusal, sent only after every fd is closed (td__publish) */
+	int rc;
+	char why[TD_WIRE_MAX_REASON];
+};
+
+static int pub_fail(struct pub *x, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int pub_fail(struct pub *x, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(x->why, sizeof(x->why), fmt, ap);
+	va_end(ap);
+	x->rc = rc;
+	return rc;
+}
+
+/* Steps 1-3: the blob itself, before any descriptor is pulled. */
+static int pub_check_blob(struct pub *x)
+{
+	const struct td_blob_view *v = &x->view;
+	struct td_err e = {0};
+	bool used[TD__TABLE_MAX] = {false};
+	struct td_blob_plane pl;
+	int rc;
+
+	rc = td_blob_decode(x->m.blob.ptr, x->m.blob.len, &x->view, &e);
+	if (rc == 0)
+		rc = td_blob_check(&x->view, x->ntab, &e);
+	if (rc < 0)
+		return pub_fail(x, rc, "blob: %s%s%s%s: %s",
+				td_err_kind_name(e.kind), e.field ? " (" : "",
+				e.field ? e.field : "", e.field ? ")" : "",
+				e.reason ? e.reason : "invalid");
+	if (v->plane_count == 0 ||
+	    (td_blob_plane_get(v, 0, &pl) == 0 && pl.handle < 0))
+		return pub_fail(x, -EINVAL,
+				"inline tensors are not stored; use reference "
+				"mode");
+	if (v->pid != (uint32_t)x->p->pid)
+		return pub_fail(x, -EPERM,
+				"blob pid %u is not the connected process "
+				"(pid %d)",
+				v->pid, (int)x->p->pid);
+	if (v->ndim > TD_WIRE_MAX_DIMS)
+		return pub_fail(x, -EINVAL, "more than %d dimensions",
+				TD_WIRE_MAX_DIMS);
+	for (uint32_t i = 0; td_blob_plane_get(v, i, &pl) == 0; i++) {
+		used[pl.handle] = true;
+		x->is_plane[pl.handle] = true;
+	}
+	if (v->fence_fd >= 0) {
+		if (x->is_plane[v->fence_fd])
+			return pub_fail(x, -EINVAL,
+					"fence index %d is also a plane handle",
+					v->fence_fd);
+		if (x->alloc && (uint32_t)v->fence_fd < x->alloc->count)
+			return pub_fail(x, -EINVAL,
+					"fence index %d names an alloc plane",
+					v->fence_fd);
+		used[v->fence_fd] = true;
+	}
+	for (uint32_t i = 0; i < x->ntab; i++)
+		if (!used[i])
+			return pub_fail(x, -EINVAL,
+					"fd table entry %u is used by no plane "
+					"and is not the fence",
+					i);
+	return 0;
+}
+
+/* Step 4: the descriptors, from the alloc, SCM_RIGHTS or pidfd_getfd. */
+static int pub_take_fds(struct pub *x, int *fds, unsigned nfds)
+{
+	struct td__peer *p = x->p;
+	bool pulled = false;
+
+	for (uint32_t i = 0; i < x->ntab; i++) {
+		if (x->alloc && i < x->alloc->count) {
+			x->tab[i] = x->alloc->fds[i].fd;
+			x->own[i] = false;
+			if (nfds) {
+				/* a copy of the alloc plane came along */
+				struct stat a, b;
+
+				if (fstat(fds[i], &b) < 0 ||
+				    fstat(x->tab[i], &a) < 0 ||
+				    a.st_ino != b.st_ino ||
+				    a.st_dev != b.st_dev)
+					return pub_fail(x, -EINVAL,
+							"fd table entry %u is "
+							"not plane %u of alloc "
+							"%llu",
+							i, i,
+							(unsigned long long)
+								x->alloc->id);
+			}
+			continue;
+		}
+		if (nfds) {
+			x->tab[i] = fds[i];
+			fds[i] = -1;
+			x->own[i] = true;
+			continue;
+		}
+		if (p->import_in != TD_IMPORT_PIDFD)
+			return pub_fail(x, -EINVAL,
+					"this connection imports with "
+					"SCM_RIGHTS: attach the %u fds",
+					x->ntab);
+		x->tab[i] = td__pidfd_getfd(p->pidfd, x->m.fds[i]);
+		if (x->tab[i] < 0) {
+			int rc = x->tab[i];
+
+			x->tab[i] = -1;
+			return pub_fail(x, rc,
+					"fd table entry %u: pidfd_getfd of "
+					"producer fd %d failed: %s",
+					i, x->m.fds[i], strerror(-rc));
+		}
+		x->own[i] = true;
+		pulled = true;
+	}
+	/*
+	 * After the pulls, before anything uses what was pulled: a process
+	 * that changed credentials (a setuid exec) in between is seen here
+	 * (cred.c). Such a connection imports by SCM_RIGHTS from then on.
+	 */
+	if (pulled && td__peer_pull_check(p, x->why, sizeof(x->why)) < 0) {
+		static struct td__ratelimit rl;
+		char why[sizeof(x->why)];
+
+		memcpy(why, x->why, sizeof(why));
+		p->import_in = TD_IMPORT_SCM;
+		if (td__ratelimit_ok(&rl, TD__LOG_INTERVAL_MS)) {
+			td__log(TD_LOG_WARN,
+				"peer pid %d uid %u: pidfd import refused: "
+				"%s (%lu more since the last such line)",
+				(int)p->pid, (unsigned)p->uid, why,
+				rl.suppressed);
+			rl.suppressed = 0;
+		}
+		return pub_fail(x, -EPERM,
+				"pidfd import refused: %s; attach the fds "
+				"(SCM_RIGHTS)",
+				why);
+	}
+	return 0;
+}
+
+/*
+ * Step 5b: what the uid may hold. dma-buf planes need the policy's
+ * dmabuf permission (a dma-buf cannot be handed out read-only, see
+ * docs/reliability.md); every descriptor the version keeps counts
+ * against the uid's fds limit.
+ */
+static int pub_check_tenant(struct pub *x)
+{
+	struct td__peer *p = x->p;
+	unsigned n = 0;
+	bool dmabuf = false;
+	int rc;
+
+	for (uint32_t i = 0; i < x->ntab; i++) {
+		bool recyc = x->alloc && x->alloc->recycle &&
+			     i < x->alloc->count;
+
+		n += x->own[i];
+		/* a recyclable plane keeps a read-only reopen besides */
+		n += recyc && x->alloc->fds[i].ro < 0 && x->is_plane[i];
+		dmabuf = dmabuf || (x->is_plane[i] &&
+				    x->info[i].type == TD__PLANE_DMABUF);
+	}
+	if (dmabuf &&
+	    !td__access_may(p, TD__PERM_DMABUF, x->m.name.ptr, x->m.name.len))
+		return pub_fail(x, -EACCES,
+				"uid %u may not publish dma-buf planes as "
+				"\"%.*s\" (policy %s: allow ... dmabuf): "
+				"consumers could write into them",
+				(unsigned)p->uid, (int)x->m.name.len,
+				x->m.name.ptr, td__d->opts.policy_path);
+	rc = td__tenant_check(p->uid, TD__LIM_FDS, n, x->why,
+			      sizeof(x->why));
+	if (rc < 0) {
+		char why[sizeof(x->why)];
+
+		memcpy(why, x->why, sizeof(why));
+		return pub_fail(x, rc, "PUBLISH: %s", why);
+	}
+	return 0;
+}
+
+/* Step 5: every descriptor checked before anything is sealed or kept. */
+static int pub_check_fds(struct pub *x)
+{
+	const struct td_blob_view *v = &x->view;
+	struct td_blob_plane pl;
+	const char *why = NULL;
+	struct td_err e = {0};
+	int rc;
+
+	for (uint32_t i = 0; i < x->ntab; i++) {
+		if (!x->is_plane[i]) {
+			rc = td__fence_check(x->tab[i], &why);
+			if (rc < 0)
+				return pub_fail(x, rc, "fd table entry %u: %s",
+						i, why);
+			continue;
+		}
+		rc = td__plane_probe(x->tab[i], &x->info[i], &why);
+		if (rc < 0)
+			return pub_fail(x, rc, "fd table entry %u: %s", i,
+					why);
+		bool dmabuf = x->info[i].type == TD__PLANE_DMABUF;
+
+		if (dmabuf != (v->storage_kind == TD_STORAGE_DMABUF))
+			return pub_fail(x, -EINVAL,
+					"fd table entry %u is a %s but the "
+					"blob says storage_kind %s",
+					i, dmabuf ? "dma-buf" : "memfd",
+					td_storage_kind_name(v->storage_kind));
+		for (uint32_t j = 0; j < i; j++)
+			if (x->is_plane[j] &&
+			    x->info[j].dev == x->info[i].dev &&
+			    x->info[j].ino == x->info[i].ino)
+				return pub_fail(x, -EINVAL,
+						"fd table entries %u and %u "
+						"are the same buffer",
+						j, i);
+	}
+	for (uint32_t i = 0; td_blob_plane_get(v, i, &pl) == 0; i++) {
+		const struct td__plane_info *pi = &x->info[pl.handle];
+		uint64_t end, need;
+
+		if (td__add_ovf(pl.offset, pl.size, &end) || end > pi->size)
+			return pub_fail(x, -EINVAL,
+					"plane %u: offset %llu + size %llu is "
+					"past the end of its buffer (%llu "
+					"bytes)",
+					i, (unsigned long long)pl.offset,
+					(unsigned long long)pl.size,
+					(unsigned long long)pi->size);
+		if (pl.used > pl.size)
+			return pub_fail(x, -EINVAL,
+					"plane %u: used %llu > size %llu", i,
+					(unsigned long long)pl.used,
+					(unsigned long long)pl.size);
+		if (pl.modifier != 0 && pi->type == TD__PLANE_MEMFD)
+			return pub_fail(x, -EINVAL,
+					"plane %u: a memfd plane is linear "
+					"(modifier must be 0)",
+					i);
+		rc = td_blob_plane_need(v, i, &pl, &need, &e);
+		if (rc < 0)
+			return pub_fail(x, rc, "plane %u: %s", i, e.reason);
+		if (need > pl.size)
+			return pub_fail(x, -EINVAL,
+					"plane %u holds %llu bytes but its "
+					"layout needs %llu",
+					i, (unsigned long long)pl.size,
+					(unsigned long long)need);
+	}
+	return 0;
+}
+
+static struct td__version *pub_build(struct pub *x)
+{
+	struct td__store *s = td__d->store;
+	const struct td_blob_view *v = &x->view;
+	size_t blen = (size_t)v->size; /* <= m.blob.len after decode */
+	struct td__version *ver;
+
+	ver = td__version_new(s, x->m.meta.len + blen);
+	if (!ver)
+		return NULL;
+	ver->refs = 1;
+	ver->flags = x->m.flags;
+	ver->dtype = v->dtype;
+	ver->ndim = v->ndim;
+	for (uint32_t i = 0; i < v->ndim; i++)
+		ver->shape[i] = td_blob_shape(v, i);
+	for (uint32_t i = 0; i < v->plane_count; i++) {
+		struct td_blob_plane pl;
+
+		td_blob_plane_get(v, i, &pl);
+		ver->bytes += pl.size;
+	}
+	ver->name_len = x->m.name.len;
+	memcpy(ver->name, x->m.name.ptr, x->m.name.len);
+	ver->meta = ver->data;
+	ver->meta_len = x->m.meta.len;
+	if (x->m.meta.len)
+		memcpy(ver->meta, x->m.meta.ptr, x->m.meta.len);
+	ver->blob = ver->data + x->m.meta.len;
+	ver->blob_len = (uint32_t)blen;
+	memcpy(ver->blob, x->m.blob.ptr, blen);
+	/* consumers import from the daemon: pid = ours, handles unchanged */
+	td__put_le32(ver->blob + TD_BLOB_PID_OFFSET, (uint32_t)s->d->pid);
+	return ver;
+}
+
+/* Steps 1-2: the request, its name and its alloc. */
+static int pub_request(struct pub *x, const struct td__req *rq,
+		       unsigned nfds)
+{
+	struct td__peer *p = x->p;
+	struct td_err e = {0};
+	int rc = td_wire_publish_req_decode(rq->body, x->h->body_len, &x->m,
+					    &e);
+
+	if (rc < 0)
+		return pub_fail(x, rc, "PUBLISH: %s: %s",
+				e.field ? e.field : "body",
+				e.reason ? e.reason : "invalid");
+	if (!td__access_may(p, rq->op->perm, x->m.name.ptr, x->m.name.len))
+		return pub_fail(x, -EACCES,
+				"uid %u may not write \"%.*s\" (policy %s)",
+				(unsigned)p->uid, (int)x->m.name.len,
+				x->m.name.ptr, td__d->opts.policy_path);
+	/* one meaning per name, so GET and STAT are unambiguous */
+	if (td__ring_find(x->m.name))
+		return pub_fail(x, -EEXIST, "a ring named \"%.*s\" exists",
+				(int)x->m.name.len, x->m.name.ptr);
+	if (x->m.alloc_id) {
+		x->alloc = td__loan_find(p, x->m.alloc_id);
+		if (!x->alloc)
+			return pub_fail(x, -ENOENT,
+					"no alloc %llu on this connection",
+					(unsigned long long)x->m.alloc_id);
+	}
+	if (nfds && nfds != x->m.fd_count)
+		return pub_fail(x, -EINVAL,
+				"%u fds attached but the fd table has %u "
+				"entries",
+				nfds, x->m.fd_count);
+	x->ntab = x->m.fd_count;
+	if (x->alloc && x->ntab == 0)
+		x->ntab = x->alloc->count;
+	if (x->alloc && x->ntab < x->alloc->count)
+		return pub_fail(x, -EINVAL,
+				"fd table has %u entries but alloc %llu has "
+				"%u planes",
+				x->ntab, (unsigned long long)x->alloc->id,
+				x->alloc->count);
+	return 0;
+}
+
+/*
+ * Step 6: the new bytes fit (the alloc's are counted already), checked
+ * only: eviction waits until after the seals, which cannot be undone.
+ */
+static int pub_room(struct pub *x, const struct td__version *old)
+{
+	struct td__room room;
+
+	for (uint32_t i = 0; i < x->ntab; i++)
+		if (x->own[i] && x->is_plane[i])
+			x->acct += x->info[i].size;
+	if (td__store_make_room(td__d->store, x->p->uid, x->acct, old, true,
+				&room) < 0)
+		return pub_fail(x, room.rc,
+				"PUBLISH of %llu bytes exceeds %s (%llu in "
+				"use of %llu) and nothing more can be evicted "
+				"(what is held is leased, pinned or not yet "
+				"published)",
+				(unsigned long long)x->acct,
+				room.rc == -EDQUOT ? "the uid quota"
+						   : "--max-bytes",
+				(unsigned long long)room.in_use,
+				(unsigned long long)room.limit);
+	return 0;
+}
+
+/* Step 7, last because irreversible: seal, and the read-only reopens. */
+static int pub_seal(struct pub *x)
+{
+	const char *why = NULL;
+	int rc;
+
+	for (uint32_t i = 0; i < x->ntab; i++) {
+		bool recyc = x->alloc && x->alloc->recycle &&
+			     i < x->alloc->count;
+
+		if (!x->is_plane[i] || x->info[i].type != TD__PLANE_MEMFD)
+			continue;
+		/*
+		 * A recyclable buffer keeps only its size seals (its producer
+		 * writes it again once it comes back) and its read-only
+		 * reopen, made the first time it is published.
+		 */
+		if (recyc && x->alloc->fds[i].ro >= 0)
+			continue;
+		rc = recyc ? 0 : td__plane_seal(x->tab[i], &why);
+		if (rc == 0)
+			rc = td__plane_readonly(x->tab[i], &x->ro[i], &why);
+		if (rc < 0)
+			return pub_fail(x, rc, "fd table entry %u: %s", i,
+					why);
+	}
+	return 0;
+}
+
+/* Step 8: the version's descriptors, from the alloc or the request. */
+static void pub_move_fds(struct pub *x, struct td__version *ver)
+{
+	struct td__store *s = td__d->store;
+
+	ver->nfds = x->ntab;
+	ver->recycle = x->alloc && x->alloc->recycle;
+	ver->owner = ver->recycle ? x->p : NULL;
+	for (uint32_t i = 0; i < x->ntab; i++) {
+		if (x->alloc && i < x->alloc->count) {
+			td__vfd_move(&ver->fds[i], &x->alloc->fds[i]);
+		} else {
+			td__vfd_set(s, &ver->fds[i], x->tab[i],
+				    x->is_plane[i], x->p->uid);
+			x->own[i] = false;
+		}
+		/* consumers get the read-only description (same inode) */
+		if (x->ro[i] >= 0 && ver->recycle && i < x->alloc->count) {
+			/* and the writable one stays */
+			ver->fds[i].ro = x->ro[i];
+			x->ro[i] = -1;
+			td__tenant_add(x->p->uid, TD__LIM_FDS, 1);
+		} else if (x->ro[i] >= 0) {
+			close(ver->fds[i].fd);
+			ver->fds[i].fd = x->ro[i];
+			x->ro[i] = -1;
+		}
+	}
+}
+
+/* Steps 8-9: commit (nothing here fails), reply, tell and wake. */
+static void pub_commit(struct pub *x, struct td__version *ver)
+{
+	struct td__daemon *d = td__d;
+	struct td__store *s = d->store;
+	struct td__peer *p = x->p;
+	struct td_wire_publish_rep r;
+	struct td__version *old;
+	int64_t len;
+
+	pub_move_fds(x, ver);
+	ver->acct = x->acct;
+	ver->uid = p->uid;
+	ver->used = ++s->tick;
+	if (x->alloc) {
+		ver->acct += x->alloc->acct;
+		x->alloc->acct = 0; /* moved to the version */
+		td__loan_done(p, x->alloc);
+		x->alloc = NULL;
+	}
+	ver->number = s->next_version++;
+	/*
+	 * into systemd's fd store before the reply (fdstore.c); not a
+	 * recyclable version, whose bytes are not sealed (its fd ids stay 0,
+	 * so the state image leaves it out)
+	 */
+	for (uint32_t i = 0; i < ver->nfds && !ver->recycle; i++)
+		ver->fds[i].sid = td__store_fd_kept(&ver->fds[i]);
+	td__store_changed();
+	td__list_add_tail(&s->versions, &ver->all);
+	old = td__name_set(s, ver);
+	if (old) {
+		td__version_retire(s, old);
+		td__version_unref(s, old);
+	}
+	td__log(TD_LOG_DEBUG, "published %.*s version %llu (%u fds)",
+		(int)ver->name_len, ver->name,
+		(unsigned long long)ver->number, ver->nfds);
+	r.version = ver->number;
+	len = td_wire_publish_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
+	td__peer_send(p, x->h->opcode, TD_WIRE_F_REPLY, x->h->request_id, 0,
+		      (size_t)len, NULL, 0);
+	td__notify(s, TD_EVENT_PUBLISHED, ver);
+	td__lease_wake(s, ver);
+}
+
+/* Everything a PUBLISH did not keep is closed (the request's too). */
+static void pub_close(struct pub *x, int *fds, unsigned nfds)
+{
+	for (uint32_t i = 0; i < x->ntab && i < TD__TABLE_MAX; i++)
+		if (x->own[i] && x->tab[i] >= 0)
+			close(x->tab[i]);
+	td__close_fds(x->ro, TD__TABLE_MAX);
+	td__close_fds(fds, nfds);
+}
+
+void td__publish(struct td__peer *p, const struct td__req *rq)
+{
+	struct td__store *s = td__d->store;
+	struct pub x = {.p = p, .h = rq->h};
+	struct td__version *ver, *old;
+
+	for (uint32_t i = 0; i < TD__TABLE_MAX; i++)
+		x.tab[i] = x.ro[i] = -1;
+	if (pub_request(&x, rq, rq->nfds) < 0 || pub_check_blob(&x) < 0 ||
+	    pub_take_fds(&x, rq->fds, rq->nfds) < 0 || pub_check_fds(&x) < 0 ||
+	    pub_check_tenant(&x) < 0)
+		goto out;
+	old = td__name_lookup(s, x.m.name);
+	if (pub_room(&x, old) < 0 || pub_seal(&x) < 0)
+		goto out;
+	ver = pub_build(&x);
+	if (!ver || td__name_reserve(s) < 0) {
+		if (ver)
+			td__version_put(s, ver);
+		pub_fail(&x, -ENOMEM, "out of memory");
+		goto out;
+	}
+	/* cannot fail after the dry run above: nothing changed since */
+	td__store_make_room(s, p->uid, x.acct, old, false,
+			    &(struct td__room){0});
+	if (td__acct_add(s, p->uid, x.acct) < 0) {
+		td__version_put(s, ver);
+		pub_fail(&x, -ENOMEM, "out of memory");
+		goto out;
+	}
+	pub_commit(&x, ver);
+out:
+	pub_close(&x, rq->fds, rq->nfds);
+	/*
+	 * Refuse only now: once the reply is out the peer may look at our fd
+	 * table (the tests do), and every fd of the request must be gone.
+	 */
+	if (x.rc < 0)
+		td__peer_error(p, x.h->opcode, x.h->request_id, x.rc, "%s",
+			       x.why);
+}
+
+/* ---- restoring from a state image (fdstore.c) ---- */
+
+/*
+ * The PUBLISH checks (steps 3-7) of an image entry whose fds are in
+ * x->tab: 0, or -errno with the reason in x.
+ */
+static int restore_check(struct pub *x, const struct td_state_entry *ent)
+{
+	struct td__store *s = td__d->store;
+	const char *why = NULL;
+	int rc = pub_check_blob(x);
+
+	if (rc == 0)
+		rc = pub_check_fds(x);
+	if (rc < 0)
+		return rc;
+	if (td__name_lookup(s, ent->name))
+		return pub_fail(x, -EEXIST, "name restored twice");
+	for (uint32_t i = 0; i < x->ntab; i++)
+		if (x->is_plane[i])
+			x->acct += x->info[i].size;
+	if (td__acct_over_max(s, x->acct, 0))
+		return pub_fail(x, -ENOSPC,
+				"%llu more bytes exceed --max-bytes",
+				(unsigned long long)x->acct);
+	/* published memfds are sealed already; this only confirms it */
+	for (uint32_t i = 0; i < x->ntab; i++) {
+		if (!x->is_plane[i] || x->info[i].type != TD__PLANE_MEMFD)
+			continue;
+		rc = td__plane_seal(x->tab[i], &why);
+		if (rc < 0)
+			return pub_fail(x, rc, "fd table entry %u: %s", i,
+					why);
+	}
+	return 0;
+}
+
+/* Put ver in place under the entry's version number (cannot fail). */
+static void restore_commit(struct pub *x, const struct td_state_entry *ent,
+			   struct td__version *ver)
+{
+	struct td__store *s = td__d->store;
+
+	ver->nfds = x->ntab;
+	for (uint32_t i = 0; i < x->ntab; i++) {
+		struct td__vfd *f = &ver->fds[i];
+
+		td__vfd_set(s, f, x->tab[i], x->is_plane[i], 0);
+		x->own[i] = false;
+		if (td__store_fd_adopt(ent->fd_ids[i], f) == 0)
+			f->sid = ent->fd_ids[i];
+	}
+	ver->acct = x->acct;
+	s->total += x->acct;
+	ver->number = ent->version;
+	if (ent->version >= s->next_version)
+		s->next_version = ent->version + 1;
+	td__name_set(s, ver);
+	td__list_add_tail(&s->versions, &ver->all);
+}
+
+/*
+ * An image entry comes from outside the process (through PID 1), so it
+ * runs the PUBLISH checks (steps 3-9) as if the daemon itself were the
+ * producer: the blob was stored with the old daemon's pid, which is
+ * rewritten to ours first.
+ */
+int td__store_restore(const struct td_state_entry *ent, int *fds, char *why,
+		      size_t cap)
+{
+	struct td__daemon *d = td__d;
+	struct td__peer self = {.pid = d->pid, .pidfd = -1};
+	struct td_wire_hdr h = {.opcode = TD_OP_PUBLISH};
+	struct pub x = {.p = &self, .h = &h};
+	struct td__version *ver;
+	uint8_t *blob = NULL;
+	int rc = 0;
+
+	for (uint32_t i = 0; i < TD__TABLE_MAX; i++)
+		x.tab[i] = x.ro[i] = -1;
+	x.ntab = ent->fd_count;
+	for (uint32_t i = 0; i < x.ntab; i++) {
+		x.tab[i] = fds[i];
+		x.own[i] = true;
+		fds[i] = -1;
+	}
+	if (ent->blob.len < TD_BLOB_PID_OFFSET + 4) {
+		rc = pub_fail(&x, -ENODATA, "blob of %u bytes is too short",
+			      ent->blob.len);
+		goto out;
+	}
+	blob = malloc(ent->blob.len);
+	if (!blob) {
+		rc = pub_fail(&x, -ENOMEM, "out of memory");
+		goto out;
+	}
+	memcpy(blob, ent->blob.ptr, ent->blob.len);
+	td__put_le32(blob + TD_BLOB_PID_OFFSET, (uint32_t)d->pid);
+	x.m.name = ent->name;
+	x.m.flags = ent->flags;
+	x.m.meta = ent->meta;
+	x.m.blob = (struct td_wire_bytes){blob, ent->blob.len};
+	x.m.fd_count = ent->fd_count;
+	rc = restore_check(&x, ent);
+	if (rc < 0)
+		goto out;
+	ver = pub_build(&x);
+	if (!ver || td__name_reserve(d->store) < 0) {
+		if (ver)
+			td__version_put(d->store, ver);
+		rc = pub_fail(&x, -ENOMEM, "out of memory");
+		goto out;
+	}
+	restore_commit(&x, ent, ver);
+out:
+	free(blob);
+	pub_close(&x, NULL, 0);
+	if (rc < 0)
+		snprintf(why, cap, "%s", x.why);
+	return rc;
+}

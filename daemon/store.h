@@ -1,0 +1,322 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The store's records, shared by the files that serve requests on them
+ * (not installed):
+ *
+ *   store.c    names -> versions, their lifetime, buffer ids, recycled
+ *              buffers waiting for reuse, eviction, watches' events
+ *   quota.c    bytes per uid and in total, limits, the access policy gate
+ *   loan.c     ALLOC: unpublished allocs, recycled buffers handed out
+ *   lease.c    GET, RELEASE, parked GETs
+ *   publish.c  PUBLISH and restoring a version from a state image
+ *   catalog.c  LIST, STAT, DELETE, WATCH, UNWATCH
+ *
+ * Calls point down that list's dependency order (docs/architecture.md):
+ * store.c and quota.c call none of the request files.
+ *
+ * Lifetime rule: a version is referenced once while it is the current
+ * version of its name and once per lease. DELETE or a newer PUBLISH drops
+ * the first reference; the version (its fds, its bytes) goes when the last
+ * lease is released or its holder disconnects.
+ */
+#ifndef TD_DAEMON_STORE_H
+#define TD_DAEMON_STORE_H
+
+#include "daemon.h"
+#include "sd.h"
+
+
+#define TD__TABLE_MAX (TD_WIRE_MAX_PLANES + 1)
+
+/* A stored file, so equal files get equal buffer_ids (client map cache). */
+struct td__buf {
+	dev_t dev;
+	ino_t ino;
+	uint64_t id;
+	unsigned refs;
+};
+
+struct td__vfd {
+	int fd;
+	/*
+	 * A recyclable buffer (docs/fastpath.md, "Recycled loans") keeps two
+	 * descriptors: fd, the writable memfd, and ro, its read-only reopen
+	 * made once and handed to consumers. -1 for every other entry, whose
+	 * fd is what consumers get.
+	 */
+	int ro;
+	uint64_t size; /* recyclable: bytes charged for the buffer */
+	uint64_t buffer_id;
+	bool tracked; /* counted in the buf table (planes, not fences) */
+	dev_t dev;
+	ino_t ino;
+	uint64_t sid; /* systemd fd-store id (fdstore.c), 0 = not stored */
+	uid_t uid;    /* whose descriptors fd and ro are (tenant.c) */
+};
+
+struct td__version {
+	struct td__list all; /* td__store.versions: current and retired */
+	uint64_t number;
+	unsigned refs; /* 1 while current + 1 per lease */
+	uint32_t lease_count;
+	uint32_t foreign_leases; /* of them, held by uids other than uid */
+	/*
+	 * Retired while only other uids held it leased: its bytes left
+	 * uid's quota (they count as those readers' pinned bytes) and stay
+	 * in --max-bytes only.
+	 */
+	bool unowned;
+	uint32_t flags;
+	uint32_t dtype, ndim;
+	uint64_t shape[TD_WIRE_MAX_DIMS];
+	uint64_t bytes; /* sum of plane sizes (STAT/LIST) */
+	uint64_t acct;  /* bytes counted against --max-bytes */
+	uid_t uid;      /* the publisher's, charged with acct */
+	uint64_t used;  /* store tick of the last PUBLISH or GET (LRU) */
+	bool evict;     /* picked by td__store_make_room() */
+	/*
+	 * A recyclable version: its alloc planes are not write-sealed and go
+	 * to owner's free list when the version is retired and unleased.
+	 * owner is cleared when that connection goes.
+	 */
+	bool recycle;
+	struct td__peer *owner;
+	uint32_t nfds;
+	struct td__vfd fds[TD__TABLE_MAX];
+	uint16_t name_len;
+	char name[TD_WIRE_MAX_NAME + 1];
+	uint32_t meta_len, blob_len;
+	uint8_t *meta, *blob; /* point into data[] */
+	size_t data_cap;      /* bytes of data[] (kept across reuse) */
+	uint8_t data[];
+};
+
+struct td__lease {
+	struct td__list link; /* peer->leases */
+	uint64_t id;
+	uint64_t pinned; /* bytes counted as the holder's pinned (tenant.c) */
+	struct td__version *v;     /* NULL for a lease on a ring slot: */
+	struct td__ring *ring; /* ring.c holds the slot (td__ring_unlease) */
+	uint32_t slot;
+};
+
+struct td__alloc {
+	struct td__list link; /* peer->allocs */
+	uint64_t id;
+	bool recycle; /* TD_WIRE_ALLOC_RECYCLE */
+	uint32_t count;
+	uint64_t acct;
+	uid_t uid;
+	struct td__vfd fds[TD_WIRE_MAX_PLANES];
+	uint64_t sizes[TD_WIRE_MAX_PLANES];
+};
+
+/*
+ * A recyclable buffer back from a retired version, waiting for its
+ * producer's next RECYCLE ALLOC. Still charged to uid; dropped first when
+ * room is needed, beyond TD__MAX_FREEBUFS and with its connection.
+ */
+struct td__freebuf {
+	struct td__list link;  /* peer->freebufs, oldest first */
+	struct td__list slink; /* store->freebufs, oldest first */
+	struct td__peer *peer;
+	struct td__vfd f; /* fd writable, ro its read-only reopen */
+	uid_t uid;
+	bool evict; /* picked by td__store_make_room() */
+};
+
+struct td__watch {
+	struct td__list link;  /* peer->watches */
+	struct td__list slink; /* store->watches */
+	struct td__peer *peer;
+	uint64_t id;
+	bool prefix;
+	uint16_t len;
+	char name[TD_WIRE_MAX_NAME + 1];
+};
+
+struct td__waiter {
+	struct td__list link;  /* peer->waiters */
+	struct td__list slink; /* store->waiters */
+	struct td__peer *peer;
+	uint64_t request_id;
+	uint32_t mode, flags;
+	uint64_t version;
+	uint32_t held_count; /* the request's held ids (SCM consumers) */
+	uint64_t held[TD_WIRE_MAX_HELD];
+	uint64_t deadline; /* uv_now() ms, UINT64_MAX = never */
+	uint32_t timeout_ms;
+	/* parked only because a ring's latest slot was being rewritten */
+	bool rewrite;
+	uint16_t len;
+	char name[TD_WIRE_MAX_NAME + 1];
+};
+
+
+/* Released records of one kind, kept for reuse (td__store, below). */
+struct td__spares {
+	struct td__list head;
+	unsigned n;
+};
+
+/* Bytes one uid holds (allocs and versions it published). */
+struct td__uidacct {
+	uid_t uid;
+	uint64_t bytes;
+	uint64_t picked; /* td__store_make_room(): bytes of it picked */
+};
+
+
+struct td__store {
+	struct td__daemon *d;
+	/* current versions sorted by name (binary search, LIST paging) */
+	struct td__version **names;
+	size_t count, cap;
+	struct td__buf *bufs;
+	size_t nbufs, bufs_cap;
+	struct td__list watches, waiters;
+	uv_timer_t timer; /* earliest parked-GET deadline */
+	uint64_t total;   /* accounted bytes */
+	struct td__uidacct *uids; /* accounted bytes per uid (nonzero only) */
+	size_t nuids, uids_cap;
+	uint64_t tick; /* LRU clock */
+	uint64_t next_version, next_lease, next_alloc, next_watch, next_buf;
+	/*
+	 * Released lease records, reused by the next GET: a steady stream of
+	 * GET/RELEASE then allocates nothing (the brief: no per-handoff
+	 * allocation in the daemon). Bounded by LEASE_CACHE.
+	 */
+	struct td__list free_leases;
+	unsigned n_free_leases;
+	/*
+	 * The same for the other records of a handoff: allocs, versions,
+	 * free-list entries and parked GETs, each linked through its own
+	 * list member while spare. Bounded by SPARE_MAX per kind, freed at
+	 * exit.
+	 */
+	struct td__spares spare_allocs, spare_versions, spare_freebufs,
+		spare_waiters;
+	/*
+	 * Every live version, current or retired (replaced or deleted but
+	 * still leased), so GET EXACT can reach a retired one.
+	 */
+	struct td__list versions;
+	struct td__list freebufs; /* struct td__freebuf.slink, oldest first */
+	uint64_t freed; /* records given back to malloc since the last trim */
+};
+
+/* ---- store.c ---- */
+
+/* Persistence (struct td__store_keeper): a published version's fd goes
+ * to the fd store (its id, 0 = not stored); a restored one adopts its
+ * stored id (0 or -errno); the set of current versions changed. */
+uint64_t td__store_fd_kept(const struct td__vfd *f);
+int td__store_fd_adopt(uint64_t id, const struct td__vfd *f);
+void td__store_changed(void);
+
+/* A zeroed record of size bytes whose list member is at off (spares). */
+void *td__spare_new(struct td__spares *sp, size_t size, size_t off);
+void td__spare_put(struct td__spares *sp, void *r, size_t off);
+#define TD__SPARE_NEW(sp, type, member)                                       \
+	((type *)td__spare_new(sp, sizeof(type), offsetof(type, member)))
+#define TD__SPARE_PUT(sp, r, type, member)                                    \
+	td__spare_put(sp, r, offsetof(type, member))
+
+struct td__version *td__version_new(struct td__store *s, size_t data_len);
+/* Back to the spares (a version never referenced). */
+void td__version_put(struct td__store *s, struct td__version *v);
+/* Drop one reference; the last one frees the version (see above). */
+void td__version_unref(struct td__store *s, struct td__version *v);
+/* A retired version of n still alive (leased), or NULL. */
+struct td__version *td__version_retired(struct td__store *s,
+					struct td_wire_str n,
+					uint64_t number);
+
+/* Take ownership of fd as a stored plane (tracked) or fence, one of
+ * uid's descriptors (tenant.c). */
+void td__vfd_set(struct td__store *s, struct td__vfd *f, int fd, bool plane,
+		 uid_t uid);
+void td__vfd_close(struct td__store *s, struct td__vfd *f);
+/* Move src (its fds, its buffer-table reference) into dst. */
+void td__vfd_move(struct td__vfd *dst, struct td__vfd *src);
+/* What consumers get: the read-only reopen of a recyclable buffer. */
+int td__vfd_out(const struct td__vfd *f);
+
+void td__freebuf_drop(struct td__store *s, struct td__freebuf *fb);
+
+int td__name_cmp(const char *a, size_t alen, const char *b, size_t blen);
+/* Index of the first name >= key (exact match when *found). */
+size_t td__name_find(const struct td__store *s, const char *key, size_t len,
+		     bool *found);
+struct td__version *td__name_lookup(struct td__store *s,
+				    struct td_wire_str n);
+/* Room for one more name (0 or -ENOMEM), then v as its name's current. */
+int td__name_reserve(struct td__store *s);
+/* v becomes its name's current version; the one it replaces, or NULL. */
+struct td__version *td__name_set(struct td__store *s,
+				 struct td__version *v);
+/* v is no longer current (DELETE, eviction); its reference stays. */
+void td__name_remove(struct td__store *s, const struct td__version *v);
+/*
+ * v leaves its name (replaced or deleted; before its reference is
+ * dropped). When only other uids hold it leased, its bytes stop counting
+ * against its publisher's quota: they are those readers' pinned bytes.
+ */
+void td__version_retire(struct td__store *s, struct td__version *v);
+
+/* Tell the watchers of v's name (TD_EVENT_*). */
+void td__notify(struct td__store *s, uint32_t event,
+		const struct td__version *v);
+
+/* What a td__store_make_room() shortage was, for the reply. */
+struct td__room {
+	int rc; /* -ENOSPC (--max-bytes) or -EDQUOT (uid quota) */
+	uint64_t limit, in_use;
+};
+
+int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
+			const struct td__version *old, bool dry,
+			struct td__room *why);
+void td__store_room_error(struct td__peer *p, const struct td_wire_hdr *h,
+			  uint64_t add, const struct td__room *r);
+
+/* ---- quota.c ---- */
+
+uint64_t td__acct_bytes(const struct td__store *s, uid_t uid);
+/* Charge n bytes to uid and the total. -ENOMEM leaves both unchanged. */
+int td__acct_add(struct td__store *s, uid_t uid, uint64_t n);
+void td__acct_sub(struct td__store *s, uid_t uid, uint64_t n);
+/* Take n off uid's count only (the total keeps them). */
+void td__acct_sub_uid(struct td__store *s, uid_t uid, uint64_t n);
+/*
+ * May an allocation by uid evict what owner holds? Its own, always;
+ * another uid's only for --max-bytes (not for uid's quota), and only
+ * while that uid holds more than fair (less what is picked of it).
+ */
+bool td__acct_evictable(const struct td__store *s, uid_t owner, uid_t uid,
+			bool over_uid, uint64_t fair);
+/* n bytes of owner picked for eviction; td__acct_unpick_all() after. */
+void td__acct_pick(struct td__store *s, uid_t owner, uint64_t n);
+void td__acct_unpick_all(struct td__store *s);
+/* --max-bytes / the uids holding bytes (uid counted if it holds none). */
+uint64_t td__acct_fair_share(const struct td__store *s, uid_t uid);
+/* Would n more bytes charged to uid fit --max-bytes and uid's quota? */
+bool td__acct_fits(const struct td__store *s, uid_t uid, uint64_t n);
+/* Would add more bytes (freed fewer) pass --max-bytes? */
+bool td__acct_over_max(const struct td__store *s, uint64_t add,
+		       uint64_t freed);
+
+/* ---- loan.c ---- */
+
+void td__loan_free(struct td__store *s, struct td__alloc *a);
+/* p's alloc with that id, or NULL. */
+struct td__alloc *td__loan_find(struct td__peer *p, uint64_t id);
+/* A published alloc: off p's list and freed (its bytes moved on). */
+void td__loan_done(struct td__peer *p, struct td__alloc *a);
+
+/* ---- lease.c ---- */
+
+/* Serve every parked GET that v (just published) satisfies. */
+void td__lease_wake(struct td__store *s, struct td__version *v);
+
+#endif

@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The man pages say what the programs do: every option tensord --help
+ * lists and every command tensorctl --help lists has its entry, every
+ * policy keyword the parser knows is described, every td_ function the
+ * library page names exists in the header, and every page was rendered.
+ */
+#include <criterion/criterion.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+static char *source(const char *rel)
+{
+	char path[4096];
+	const char *root = getenv("TD_SOURCE_ROOT");
+	cr_assert(root, "TD_SOURCE_ROOT is set by meson");
+	snprintf(path, sizeof(path), "%s/%s", root, rel);
+	size_t len;
+	return (char *)tu_read_file(path, &len); /* NUL-terminated */
+}
+
+/* Every match of group 1 of `re` in `text`, passed to `fn`. */
+static int each_match(const char *text, const char *re,
+		      void (*fn)(const char *word, void *arg), void *arg)
+{
+	regex_t rx;
+	regmatch_t m[2];
+	int n = 0;
+	cr_assert(regcomp(&rx, re, REG_EXTENDED | REG_NEWLINE) == 0);
+	for (const char *p = text; regexec(&rx, p, 2, m, 0) == 0;
+	     p += m[0].rm_eo, n++) {
+		char word[128];
+		int len = (int)(m[1].rm_eo - m[1].rm_so);
+		cr_assert(len > 0 && len < (int)sizeof(word));
+		memcpy(word, p + m[1].rm_so, (size_t)len);
+		word[len] = 0;
+		fn(word, arg);
+	}
+	regfree(&rx);
+	return n;
+}
+
+/* `needle` occurs in `hay` followed by a byte that cannot continue it. */
+static int has_word(const char *hay, const char *needle)
+{
+	size_t n = strlen(needle);
+	for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle))
+		if (!strchr("abcdefghijklmnopqrstuvwxyz-_", p[n]))
+			return 1;
+	return 0;
+}
+
+static void page_has_option(const char *opt, void *page)
+{
+	cr_expect(has_word(page, opt), "tensord.8 describes %s", opt);
+}
+
+Test(man, tensord_page_describes_every_option_of_help)
+{
+	char *out, *page = source("docs/man/tensord.8.scd");
+	char *argv[] = {getenv("TD_TENSORD"), "--help", NULL};
+	cr_assert_eq(tu_run_capture(argv, &out), 0);
+	int n = each_match(out, "(--[a-z][a-z-]+)", page_has_option, page);
+	cr_assert_geq(n, 8, "tensord --help lists its options: %s", out);
+	free(out);
+	free(page);
+}
+
+static void page_has_command(const char *cmd, void *page)
+{
+	char entry[160];
+	snprintf(entry, sizeof(entry), "\n*%s*", cmd);
+	cr_expect(strstr(page, entry), "tensorctl.1 has an entry for %s", cmd);
+}
+
+Test(man, tensorctl_page_describes_every_command_of_help)
+{
+	char *out, *page = source("docs/man/tensorctl.1.scd");
+	char *argv[] = {getenv("TD_TENSORCTL"), "--help", NULL};
+	cr_assert_eq(tu_run_capture(argv, &out), 0);
+	int n = each_match(out, "^ +tensorctl ([a-z]+)", page_has_command,
+			   page);
+	cr_assert_geq(n, 9, "tensorctl --help lists its commands: %s", out);
+	free(out);
+	free(page);
+}
+
+/* A directive's entry starts a line: "*allow* WHO" or "*quota uid=*N". */
+static void page_has_keyword(const char *kw, void *page)
+{
+	char entry[160];
+	snprintf(entry, sizeof(entry), "\n*%s", kw);
+	const char *p = strstr(page, entry);
+	while (p && !strchr("* ", p[strlen(entry)]))
+		p = strstr(p + 1, entry);
+	cr_expect(p, "tensord-policy.5 describes '%s'", kw);
+}
+
+Test(man, policy_page_describes_every_keyword_the_parser_knows)
+{
+	char *src = source("daemon/policy.c");
+	char *page = source("docs/man/tensord-policy.5.scd");
+	int n = each_match(src, "tok_is\\(&t\\[0\\], \"([a-z-]+)\"\\)",
+			   page_has_keyword, page);
+	cr_assert_geq(n, 2, "the parser's keywords were found");
+	free(src);
+	free(page);
+}
+
+static void header_has_function(const char *fn, void *header)
+{
+	char decl[160];
+	snprintf(decl, sizeof(decl), "%s(", fn);
+	cr_expect(strstr(header, decl), "libtensord.3 names %s, which the "
+		  "header declares", fn);
+}
+
+Test(man, library_page_names_only_functions_that_exist)
+{
+	char *page = source("docs/man/libtensord.3.scd");
+	char *header = source("libclient/include/tensord/tensord.h");
+	int n = each_match(page, "\\*(td_[a-z_]+)\\*", header_has_function,
+			   header);
+	cr_assert_geq(n, 20);
+	free(page);
+	free(header);
+}
+
+Test(man, every_page_is_rendered_as_roff)
+{
+	const char *pages[] = {"tensord.8", "tensorctl.1", "libtensord.3",
+			       "tensord-policy.5"};
+	for (size_t i = 0; i < sizeof(pages) / sizeof(pages[0]); i++) {
+		char path[4096];
+		size_t len;
+		snprintf(path, sizeof(path), "%s/docs/man/%s",
+			 getenv("TD_BUILD_ROOT"), pages[i]);
+		char *roff = (char *)tu_read_file(path, &len);
+		cr_expect(strstr(roff, ".TH "), "%s is a man page", path);
+		free(roff);
+	}
+}

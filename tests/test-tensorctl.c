@@ -1,0 +1,1251 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tensorctl as a user meets it, against a private tensord: where outputs
+ * go (regular files replaced atomically with their owner and mode, links,
+ * device nodes made here with mknod, FIFOs, sockets, signals, file size
+ * limits), capped inputs, all-or-nothing load, and the command line
+ * itself (getopt, --help, --json errors, sizes). Runs as root, like CI:
+ * the ownership and protected-symlink cases need another uid's files.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <grp.h>
+#include <sched.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tensord/tensord.h"
+#include "testutil.h"
+#include "tgm-desc.h"
+
+#define NOBODY 65534
+
+/* How a tensorctl run is wired. */
+struct run {
+	int in_fd;      /* its stdin; -1: /dev/null */
+	int out_fd;     /* its stdout; -1: captured into *out */
+	int err_fd;     /* its stderr; 0: captured into *err */
+	rlim_t fsize;   /* RLIMIT_FSIZE; 0: none */
+	uid_t uid;      /* run as this uid and gid; 0: as we are */
+	pid_t *pid;     /* non-NULL: start it and return at once */
+};
+
+static const char *ctl_bin(void)
+{
+	const char *bin = getenv("TD_TENSORCTL");
+
+	cr_assert(bin, "TD_TENSORCTL is not set");
+	return bin;
+}
+
+/*
+ * tensorctl --socket SOCK ARGS (NULL-ended); stdout in *out, stderr in
+ * *err (either may be NULL); the exit status, or 128 + signal.
+ */
+static int ctl_run(const struct tu_daemon *d, const struct run *r, char **out,
+		   char **err, const char *const *args)
+{
+	char *argv[64] = {(char *)ctl_bin(), "--socket", (char *)d->sock};
+	int p[2][2], n = 3, status, open_fds = 2;
+	struct {
+		char *buf;
+		size_t len, cap;
+	} cap[2] = {{NULL, 0, 4096}, {NULL, 0, 4096}};
+	pid_t pid;
+
+	for (; *args; args++) {
+		cr_assert_lt(n, 62);
+		argv[n++] = (char *)*args;
+	}
+	argv[n] = NULL;
+	cr_assert(pipe2(p[0], O_CLOEXEC) == 0 && pipe2(p[1], O_CLOEXEC) == 0);
+	fflush(NULL);
+	pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		int in = r && r->in_fd >= 0 ? r->in_fd
+					    : open("/dev/null", O_RDONLY);
+
+		dup2(in, 0);
+		dup2(r && r->out_fd >= 0 ? r->out_fd : p[0][1], 1);
+		dup2(r && r->err_fd > 0 ? r->err_fd : p[1][1], 2);
+		if (r && r->pid) {
+			/* nobody reads its output: /dev/null, not a pipe
+			 * that would SIGPIPE it */
+			int null = open("/dev/null", O_WRONLY);
+
+			dup2(null, 1);
+			dup2(null, 2);
+		}
+		if (r && r->fsize) {
+			struct rlimit rl = {r->fsize, r->fsize};
+
+			setrlimit(RLIMIT_FSIZE, &rl);
+		}
+		if (r && r->uid &&
+		    (setgroups(0, NULL) || setgid(r->uid) || setuid(r->uid)))
+			_exit(126);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(p[0][1]);
+	close(p[1][1]);
+	if (r && r->pid) {
+		close(p[0][0]);
+		close(p[1][0]);
+		*r->pid = pid;
+		return 0;
+	}
+	for (int k = 0; k < 2; k++)
+		cr_assert((cap[k].buf = malloc(cap[k].cap)));
+	/* both pipes at once: neither may fill while the other is read */
+	while (open_fds) {
+		struct pollfd pf[2] = {{p[0][0], POLLIN, 0},
+				       {p[1][0], POLLIN, 0}};
+
+		if (poll(pf, 2, -1) < 0) {
+			cr_assert_eq(errno, EINTR);
+			continue;
+		}
+		for (int k = 0; k < 2; k++) {
+			ssize_t got;
+
+			if (pf[k].fd < 0 || !pf[k].revents)
+				continue;
+			if (cap[k].len + 1 >= cap[k].cap)
+				cr_assert((cap[k].buf = realloc(
+						   cap[k].buf, cap[k].cap *= 2)));
+			got = read(p[k][0], cap[k].buf + cap[k].len,
+				   cap[k].cap - cap[k].len - 1);
+			if (got < 0 && errno == EINTR)
+				continue;
+			if (got <= 0) {
+				close(p[k][0]);
+				p[k][0] = -1;
+				open_fds--;
+				continue;
+			}
+			cap[k].len += (size_t)got;
+		}
+	}
+	cr_assert(waitpid(pid, &status, 0) == pid);
+	for (int k = 0; k < 2; k++) {
+		char **dst = k ? err : out;
+
+		cap[k].buf[cap[k].len] = 0;
+		if (dst)
+			*dst = cap[k].buf;
+		else
+			free(cap[k].buf);
+	}
+	return WIFEXITED(status) ? WEXITSTATUS(status)
+				 : 128 + WTERMSIG(status);
+}
+
+#define CTL(d, out, err, ...)                                                  \
+	ctl_run(d, NULL, out, err, (const char *const[]){__VA_ARGS__, NULL})
+#define CTL_R(d, r, out, err, ...)                                             \
+	ctl_run(d, r, out, err, (const char *const[]){__VA_ARGS__, NULL})
+
+static void write_file(const char *path, const void *b, size_t n)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+	cr_assert(fd >= 0, "%s: %s", path, strerror(errno));
+	cr_assert_eq(write(fd, b, n), (ssize_t)n);
+	close(fd);
+}
+
+/* The file holds exactly s. */
+static void expect_file(const char *path, const char *s)
+{
+	size_t len;
+	uint8_t *b = tu_read_file(path, &len);
+
+	cr_expect(len == strlen(s) && !memcmp(b, s, len),
+		  "%s holds %zu bytes '%.*s', not '%s'", path, len, (int)len,
+		  (char *)b, s);
+	free(b);
+}
+
+/* Number of tensorctl temporary files left in dir. */
+static int temp_files(const char *dir)
+{
+	DIR *dd = opendir(dir);
+	struct dirent *de;
+	int n = 0;
+
+	cr_assert(dd);
+	while ((de = readdir(dd)))
+		n += !strncmp(de->d_name, ".tensorctl-", 11);
+	closedir(dd);
+	return n;
+}
+
+/* s starts with prefix */
+static int starts(const char *s, const char *prefix)
+{
+	return !strncmp(s, prefix, strlen(prefix));
+}
+
+static void path_in(char *buf, size_t n, const struct tu_daemon *d,
+		    const char *name)
+{
+	snprintf(buf, n, "%s/%s", d->dir, name);
+}
+
+/* A daemon with "t" = "abcdef" (u8 2x3). */
+static void start(struct tu_daemon *d)
+{
+	char in[160], *err;
+
+	tu_daemon_start(d, "error");
+	path_in(in, sizeof(in), d, "six.bin");
+	write_file(in, "abcdef", 6);
+	cr_assert_eq(CTL(d, NULL, &err, "put", "t", "--dtype", "u8",
+			 "--shape", "2,3", in),
+		     0, "%s", err);
+	free(err);
+	unlink(in);
+}
+
+/* Publish bytes zero bytes as u8 tensor name. */
+static void put_zeros(const struct tu_daemon *d, const char *name,
+		      uint64_t bytes)
+{
+	uint8_t *b = calloc(1, bytes);
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = &bytes};
+	struct td_error e = {0};
+	struct td_client *c;
+
+	cr_assert(b);
+	cr_assert_eq(td_client_connect(d->sock, &c, NULL), 0);
+	cr_assert_eq(td_client_put(c, &p, b, bytes, NULL, &e), 0, "%s",
+		     e.reason);
+	td_client_close(c);
+	free(b);
+}
+
+/* STAT of name: 1 with its lease count in *leases, or 0 when absent. */
+static int stat_name(const struct tu_daemon *d, const char *name,
+		     uint32_t *leases)
+{
+	struct td_client *c;
+	struct td_entry e;
+	int rc;
+
+	cr_assert_eq(td_client_connect(d->sock, &c, NULL), 0);
+	rc = td_client_stat(c, name, &e, NULL);
+	if (rc == 0 && leases)
+		*leases = e.lease_count;
+	if (rc == 0)
+		td_entry_fini(&e);
+	td_client_close(c);
+	return rc == 0;
+}
+
+static int exists(const struct tu_daemon *d, const char *name)
+{
+	return stat_name(d, name, NULL);
+}
+
+static uint32_t leases(const struct tu_daemon *d, const char *name)
+{
+	uint32_t n = 0;
+
+	cr_assert(stat_name(d, name, &n), "%s is gone", name);
+	return n;
+}
+
+/* A pty pair: *master, and the slave's fd as the return value. */
+static int open_pty(int *master)
+{
+	int s;
+
+	*master = posix_openpt(O_RDWR | O_NOCTTY);
+	cr_assert(*master >= 0);
+	cr_assert_eq(grantpt(*master), 0);
+	cr_assert_eq(unlockpt(*master), 0);
+	s = open(ptsname(*master), O_RDWR | O_NOCTTY);
+	cr_assert(s >= 0);
+	return s;
+}
+
+/* ---- outputs ---- */
+
+Test(tensorctl, regular_file_replaced_keeping_another_users_owner_and_mode)
+{
+	struct tu_daemon d;
+	char path[160], *err;
+	struct stat st0, st;
+
+	start(&d);
+	path_in(path, sizeof(path), &d, "theirs.bin");
+	write_file(path, "old", 3);
+	cr_assert_eq(chown(path, NOBODY, NOBODY), 0);
+	cr_assert_eq(chmod(path, 0600), 0);
+	cr_assert_eq(stat(path, &st0), 0);
+	cr_assert_eq(CTL(&d, NULL, &err, "get", "t", "-o", path), 0, "%s", err);
+	free(err);
+	expect_file(path, "abcdef");
+	cr_assert_eq(stat(path, &st), 0);
+	cr_expect_eq(st.st_uid, NOBODY);
+	cr_expect_eq(st.st_gid, NOBODY);
+	cr_expect_eq(st.st_mode & 07777, 0600, "mode %o", st.st_mode & 07777);
+	cr_expect_neq(st.st_ino, st0.st_ino, "replaced, not rewritten");
+	/* save goes through the same rules */
+	cr_assert_eq(chmod(path, 0640), 0);
+	cr_assert_eq(CTL(&d, NULL, &err, "save", "t", "-o", path), 0, "%s",
+		     err);
+	free(err);
+	cr_assert_eq(stat(path, &st), 0);
+	cr_expect_eq(st.st_uid, NOBODY);
+	cr_expect_eq(st.st_mode & 07777, 0640);
+	cr_expect_gt(st.st_size, 6);
+	/* a new file: 0666 less the umask, ours */
+	path_in(path, sizeof(path), &d, "new.bin");
+	umask(022);
+	cr_assert_eq(CTL(&d, NULL, NULL, "get", "t", "--output="), 2,
+		     "an empty --output= is not a path");
+	cr_assert_eq(CTL(&d, NULL, NULL, "get", "t", "--output", path), 0);
+	cr_assert_eq(stat(path, &st), 0);
+	cr_expect_eq(st.st_mode & 07777, 0644);
+	cr_expect_eq(temp_files(d.dir), 0);
+	tu_daemon_stop(&d, false);
+}
+
+Test(tensorctl, symlink_followed_to_its_target_and_kept)
+{
+	struct tu_daemon d;
+	char target[160], link[160], dangling[160], sub[160], rel[200];
+	char buf[160], *err;
+	struct stat st;
+	ssize_t n;
+
+	start(&d);
+	path_in(target, sizeof(target), &d, "target.bin");
+	path_in(link, sizeof(link), &d, "link");
+	path_in(sub, sizeof(sub), &d, "sub");
+	write_file(target, "old", 3);
+	cr_assert_eq(symlink("target.bin", link), 0);
+	cr_assert_eq(mkdir(sub, 0755), 0);
+	/* a relative link in another folder, to the first link */
+	snprintf(rel, sizeof(rel), "%s/rel", sub);
+	cr_assert_eq(symlink("../link", rel), 0);
+	cr_assert_eq(CTL(&d, NULL, &err, "get", "t", "-o", rel), 0, "%s", err);
+	free(err);
+	expect_file(target, "abcdef");
+	cr_assert_eq(lstat(link, &st), 0);
+	cr_expect(S_ISLNK(st.st_mode), "the link was replaced");
+	cr_assert_eq(lstat(rel, &st), 0);
+	cr_expect(S_ISLNK(st.st_mode));
+	n = readlink(link, buf, sizeof(buf));
+	cr_expect(n == 10 && !memcmp(buf, "target.bin", 10));
+	/* a dangling link is not written through (as cp) */
+	path_in(dangling, sizeof(dangling), &d, "dangling");
+	cr_assert_eq(symlink("nowhere.bin", dangling), 0);
+	cr_expect_eq(CTL(&d, NULL, &err, "get", "t", "-o", dangling), 1);
+	cr_expect(strstr(err, "dangling"), "%s", err);
+	free(err);
+	path_in(buf, sizeof(buf), &d, "nowhere.bin");
+	cr_expect(access(buf, F_OK) < 0, "created through a dangling link");
+	cr_expect_eq(temp_files(d.dir), 0);
+	cr_expect_eq(temp_files(sub), 0);
+	unlink(rel);
+	rmdir(sub);
+	tu_daemon_stop(&d, false);
+}
+
+Test(tensorctl, protected_symlinks_not_followed_as_root)
+{
+	struct tu_daemon d;
+	char sticky[160], rootfile[160], link[200], plain[160], theirs[160];
+	char *err;
+
+	cr_assert_eq(geteuid(), 0, "this test runs as root (as CI does)");
+	start(&d);
+	path_in(rootfile, sizeof(rootfile), &d, "root.bin");
+	write_file(rootfile, "root", 4);
+	/* another uid's link in a sticky world-writable folder (/tmp-like) */
+	path_in(sticky, sizeof(sticky), &d, "sticky");
+	cr_assert_eq(mkdir(sticky, 0755), 0);
+	cr_assert_eq(chmod(sticky, 01777), 0);
+	snprintf(link, sizeof(link), "%s/trap", sticky);
+	cr_assert_eq(symlink(rootfile, link), 0);
+	cr_assert_eq(lchown(link, NOBODY, NOBODY), 0);
+	cr_expect_eq(CTL(&d, NULL, &err, "get", "t", "-o", link), 1);
+	cr_expect(strstr(err, "protected_symlinks"), "%s", err);
+	free(err);
+	expect_file(rootfile, "root");
+	/* the same link elsewhere: still not into a file uid 65534 could
+	 * not write */
+	path_in(plain, sizeof(plain), &d, "plain-link");
+	cr_assert_eq(symlink(rootfile, plain), 0);
+	cr_assert_eq(lchown(plain, NOBODY, NOBODY), 0);
+	cr_expect_eq(CTL(&d, NULL, &err, "save", "t", "-o", plain), 1);
+	cr_expect(strstr(err, "may not write"), "%s", err);
+	free(err);
+	expect_file(rootfile, "root");
+	/* ... but into one it could */
+	path_in(theirs, sizeof(theirs), &d, "theirs.bin");
+	write_file(theirs, "old", 3);
+	cr_assert_eq(chown(theirs, NOBODY, NOBODY), 0);
+	unlink(plain);
+	cr_assert_eq(symlink(theirs, plain), 0);
+	cr_assert_eq(lchown(plain, NOBODY, NOBODY), 0);
+	cr_expect_eq(CTL(&d, NULL, &err, "get", "t", "-o", plain), 0, "%s",
+		     err);
+	free(err);
+	expect_file(theirs, "abcdef");
+	cr_expect_eq(temp_files(d.dir), 0);
+	unlink(link);
+	rmdir(sticky);
+	tu_daemon_stop(&d, false);
+}
+
+Test(tensorctl, device_nodes_written_never_replaced)
+{
+	struct tu_daemon d;
+	char null[160], full[160], *err;
+	struct stat st;
+
+	start(&d);
+	path_in(null, sizeof(null), &d, "null");
+	path_in(full, sizeof(full), &d, "full");
+	/* our own nodes, in our own folder: never the system's */
+	cr_assert_eq(mknod(null, S_IFCHR | 0666, makedev(1, 3)), 0);
+	cr_assert_eq(mknod(full, S_IFCHR | 0666, makedev(1, 7)), 0);
+	cr_expect_eq(CTL(&d, NULL, &err, "get", "t", "-o", null), 0, "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, NULL, &err, "save", "t", "-o", null), 0, "%s",
+		     err);
+	free(err);
+	cr_expect_eq(CTL(&d, NULL, &err, "get", "t", "-o", full), 1);
+	cr_expect(strstr(err, "No space left"), "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, NULL, NULL, "save", "t", "-o", full), 1);
+	cr_assert_eq(lstat(null, &st), 0);
+	cr_expect(S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3));
+	cr_assert_eq(lstat(full, &st), 0);
+	cr_expect(S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 7));
+	cr_expect_eq(temp_files(d.dir), 0);
+	unlink(null);
+	unlink(full);
+	tu_daemon_stop(&d, false);
+}
+
+Test(tensorctl, directory_refused_and_socket_written_directly)
+{
+	struct tu_daemon d;
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	char sock[160], got[16] = "", *err;
+	struct stat st;
+	int ls, c;
+
+	start(&d);
+	cr_expect_eq(CTL(&d, NULL, &err, "get", "t", "-o", d.dir), 1);
+	cr_expect(strstr(err, "Is a directory"), "%s", err);
+	free(err);
+	path_in(sock, sizeof(sock), &d, "out.sock");
+	strcpy(sa.sun_path, sock);
+	ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert(ls >= 0);
+	cr_assert_eq(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(ls, 1), 0);
+	/* 6 bytes fit the socket buffer before anyone accepts */
+	cr_expect_eq(CTL(&d, NULL, &err, "get", "t", "-o", sock), 0, "%s", err);
+	free(err);
+	c = accept(ls, NULL, NULL);
+	cr_assert(c >= 0);
+	cr_expect_eq(read(c, got, sizeof(got)), 6);
+	cr_expect_str_eq(got, "abcdef");
+	cr_assert_eq(lstat(sock, &st), 0);
+	cr_expect(S_ISSOCK(st.st_mode));
+	close(c);
+	close(ls);
+	unlink(sock);
+	tu_daemon_stop(&d, false);
+}
+
+Test(tensorctl, hard_link_rewritten_in_place)
+{
+	struct tu_daemon d;
+	char a[160], b[160], *err;
+	struct stat sa, sb;
+
+	start(&d);
+	path_in(a, sizeof(a), &d, "a.bin");
+	path_in(b, sizeof(b), &d, "b.bin");
+	write_file(a, "old old old", 11);
+	cr_assert_eq(link(a, b), 0);
+	cr_assert_eq(CTL(&d, NULL, &err, "get", "t", "-o", a), 0, "%s", err);
+	free(err);
+	expect_file(a, "abcdef");
+	expect_file(b, "abcdef");
+	cr_assert_eq(stat(a, &sa), 0);
+	cr_assert_eq(stat(b, &sb), 0);
+	cr_expect_eq(sa.st_ino, sb.st_ino, "the link was split");
+	cr_expect_eq(sa.st_nlink, 2);
+	/* over the file size limit: refused before a byte changes */
+	{
+		struct run r = {.in_fd = -1, .out_fd = -1, .fsize = 4};
+
+		write_file(b, "old", 3);
+		cr_expect_eq(CTL_R(&d, &r, NULL, &err, "get", "t", "-o", a),
+			     1);
+		cr_expect(strstr(err, "too large"), "%s", err);
+		free(err);
+		expect_file(a, "old");
+	}
+	unlink(a);
+	unlink(b);
+	tu_daemon_stop(&d, false);
+}
+
+Test(tensorctl, file_size_limit_leaves_the_old_file_and_no_temp)
+{
+	struct tu_daemon d;
+	struct run r = {.in_fd = -1, .out_fd = -1, .fsize = 4};
+	char path[160], *err;
+
+	start(&d);
+	path_in(path, sizeof(path), &d, "keep.bin");
+	write_file(path, "old", 3);
+	/* EFBIG in the middle of the temp file, for both writers */
+	cr_expect_eq(CTL_R(&d, &r, NULL, &err, "get", "t", "-o", path), 1);
+	cr_expect(strstr(err, "File too large"), "%s", err);
+	free(err);
+	expect_file(path, "old");
+	cr_expect_eq(CTL_R(&d, &r, NULL, NULL, "save", "t", "-o", path), 1);
+	expect_file(path, "old");
+	cr_expect_eq(temp_files(d.dir), 0);
+	tu_daemon_stop(&d, false);
+}
+
+/* Not root: what the user could not write is not replaced either. */
+Test(tensorctl, unprivileged_user_replaces_only_what_it_may_write)
+{
+	static const char *const open_socket[] = {"--socket-mode", "0666",
+						  NULL};
+	struct tu_daemon d;
+	struct run r = {.in_fd = -1, .out_fd = -1, .uid = NOBODY};
+	char dir[160], mine[200], ro[200], roots[200], *err;
+	struct stat st;
+
+	tu_daemon_start_args(&d, "error", open_socket);
+	cr_assert_eq(chmod(d.dir, 0755), 0);
+	put_zeros(&d, "t", 6);
+	path_in(dir, sizeof(dir), &d, "home");
+	cr_assert_eq(mkdir(dir, 0755), 0);
+	cr_assert_eq(chown(dir, NOBODY, NOBODY), 0);
+	snprintf(mine, sizeof(mine), "%s/mine.bin", dir);
+	snprintf(ro, sizeof(ro), "%s/readonly.bin", dir);
+	snprintf(roots, sizeof(roots), "%s/roots.bin", dir);
+	write_file(mine, "old", 3);
+	write_file(ro, "old", 3);
+	write_file(roots, "old", 3);
+	cr_assert_eq(chown(mine, NOBODY, NOBODY), 0);
+	cr_assert_eq(chmod(mine, 0604), 0);
+	cr_assert_eq(chown(ro, NOBODY, NOBODY), 0);
+	cr_assert_eq(chmod(ro, 0444), 0);
+	cr_assert_eq(chmod(roots, 0666), 0);
+	/* its own file: replaced, mode kept */
+	cr_expect_eq(CTL_R(&d, &r, NULL, &err, "get", "t", "-o", mine), 0,
+		     "%s", err);
+	free(err);
+	cr_assert_eq(stat(mine, &st), 0);
+	cr_expect(st.st_size == 6 && st.st_uid == NOBODY &&
+		  (st.st_mode & 07777) == 0604);
+	/* read-only: refused, as cp would */
+	cr_expect_eq(CTL_R(&d, &r, NULL, &err, "get", "t", "-o", ro), 1);
+	cr_expect(strstr(err, "Permission denied"), "%s", err);
+	free(err);
+	expect_file(ro, "old");
+	/* root's file, writable by all: its owner cannot be kept */
+	cr_expect_eq(CTL_R(&d, &r, NULL, &err, "save", "t", "-o", roots), 1);
+	cr_expect(strstr(err, "belongs to uid 0"), "%s", err);
+	free(err);
+	expect_file(roots, "old");
+	cr_expect_eq(temp_files(dir), 0);
+	unlink(mine);
+	unlink(ro);
+	unlink(roots);
+	rmdir(dir);
+	tu_daemon_stop(&d, false);
+}
+
+/* A real ENOSPC: a 64 KiB tmpfs in a private mount namespace. */
+Test(tensorctl, full_filesystem_leaves_the_old_file_and_no_temp)
+{
+	struct tu_daemon d;
+	char mnt[160], path[200], other[200], *err;
+
+	start(&d);
+	put_zeros(&d, "big", 1 << 20);
+	path_in(mnt, sizeof(mnt), &d, "small");
+	cr_assert_eq(mkdir(mnt, 0755), 0);
+	if (unshare(CLONE_NEWNS) < 0 ||
+	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("tmpfs", mnt, "tmpfs", 0, "size=64k") < 0) {
+		rmdir(mnt);
+		tu_daemon_stop(&d, false);
+		cr_skip_test("no mount namespace (%s): ENOSPC on a file not "
+			     "checked",
+			     strerror(errno));
+	}
+	snprintf(path, sizeof(path), "%s/keep.bin", mnt);
+	write_file(path, "old", 3);
+	cr_expect_eq(CTL(&d, NULL, &err, "get", "big", "-o", path), 1);
+	cr_expect(strstr(err, "No space left"), "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, NULL, NULL, "save", "big", "-o", path), 1);
+	expect_file(path, "old");
+	cr_expect_eq(temp_files(mnt), 0);
+	/* a hard-linked file: the room is reserved before a byte changes */
+	snprintf(other, sizeof(other), "%s/other.bin", mnt);
+	cr_assert_eq(link(path, other), 0);
+	cr_expect_eq(CTL(&d, NULL, &err, "get", "big", "-o", path), 1);
+	cr_expect(strstr(err, "No space left"), "%s", err);
+	free(err);
+	expect_file(other, "old");
+	umount(mnt);
+	rmdir(mnt);
+	tu_daemon_stop(&d, false);
+}
+
+/* A FIFO nobody reads: the write waits, a signal ends it, lease gone. */
+static void fifo_interrupted_by(int sig)
+{
+	struct tu_daemon d;
+	char fifo[160];
+	struct run r = {.in_fd = -1, .out_fd = -1};
+	pid_t pid;
+	int st, i;
+
+	start(&d);
+	path_in(fifo, sizeof(fifo), &d, "fifo");
+	cr_assert_eq(mkfifo(fifo, 0600), 0);
+	r.pid = &pid;
+	CTL_R(&d, &r, NULL, NULL, "get", "t", "-o", fifo);
+	/* it holds its lease while it waits for a reader (bounded wait for
+	 * it to get there; nothing about speed is asserted) */
+	for (i = 0; i < 2000 && leases(&d, "t") == 0; i++)
+		usleep(10000);
+	cr_assert_eq(leases(&d, "t"), 1, "tensorctl never took its lease");
+	cr_assert_eq(kill(pid, sig), 0);
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == sig,
+		  "status %#x: not ended by the signal", st);
+	for (i = 0; i < 2000 && leases(&d, "t") != 0; i++)
+		usleep(10000);
+	cr_expect_eq(leases(&d, "t"), 0, "the lease outlived tensorctl");
+	{
+		struct stat s;
+
+		cr_assert_eq(lstat(fifo, &s), 0);
+		cr_expect(S_ISFIFO(s.st_mode));
+	}
+	unlink(fifo);
+	tu_daemon_stop(&d, false);
+}
+
+Test(tensorctl, fifo_write_gives_up_on_sigint)
+{
+	fifo_interrupted_by(SIGINT);
+}
+
+Test(tensorctl, fifo_write_gives_up_on_sigterm)
+{
+	fifo_interrupted_by(SIGTERM);
+}
+
+Test(tensorctl, fifo_written_directly_when_read)
+{
+	struct tu_daemon d;
+	char fifo[160], *err;
+	int p[2];
+	pid_t pid;
+
+	start(&d);
+	path_in(fifo, sizeof(fifo), &d, "fifo");
+	cr_assert_eq(mkfifo(fifo, 0600), 0);
+	cr_assert_eq(pipe(p), 0);
+	pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		char b[16];
+		int fd = open(fifo, O_RDONLY);
+		ssize_t n = read(fd, b, sizeof(b));
+
+		_exit(n == 6 && !memcmp(b, "abcdef", 6) ? 0 : 1);
+	}
+	cr_expect_eq(CTL(&d, NULL, &err, "get", "t", "-o", fifo), 0, "%s", err);
+	free(err);
+	{
+		int st;
+
+		cr_assert_eq(waitpid(pid, &st, 0), pid);
+		cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+			  "the reader did not get abcdef");
+	}
+	close(p[0]);
+	close(p[1]);
+	unlink(fifo);
+	tu_daemon_stop(&d, false);
+}
+
+/* A save killed mid-write leaves a temp file; the next run removes it. */
+Test(tensorctl, killed_save_leaves_no_temp_after_the_next_run)
+{
+	struct tu_daemon d;
+	char path[160], stale[200], *err;
+	pid_t pid, dead;
+	int st;
+
+	start(&d);
+	put_zeros(&d, "big", 64u << 20);
+	path_in(path, sizeof(path), &d, "big.tgm");
+	write_file(path, "old", 3);
+	/* SIGTERM while the temp file is written: cleaned up by tensorctl,
+	 * the old file stays (or, had the write won, the new one is whole) */
+	{
+		struct run r = {.in_fd = -1, .out_fd = -1, .pid = &pid};
+		int i;
+
+		CTL_R(&d, &r, NULL, NULL, "save", "big", "-o", path);
+		for (i = 0; i < 100000 && !temp_files(d.dir); i++)
+			usleep(100);
+		kill(pid, SIGTERM);
+		cr_assert_eq(waitpid(pid, &st, 0), pid);
+		cr_expect_eq(temp_files(d.dir), 0, "SIGTERM left a temp file");
+		{
+			struct stat s;
+
+			cr_assert_eq(stat(path, &s), 0);
+			cr_expect(s.st_size == 3 || s.st_size > (64 << 20),
+				  "a torn file of %lld bytes",
+				  (long long)s.st_size);
+		}
+	}
+	/* SIGKILL cannot be cleaned up after: fake its leftover, from a
+	 * writer that is gone, and one of a live writer (this process) */
+	dead = fork();
+	cr_assert(dead >= 0);
+	if (dead == 0)
+		_exit(0);
+	cr_assert_eq(waitpid(dead, &st, 0), dead);
+	snprintf(stale, sizeof(stale), "%s/.tensorctl-%d-AbCdEf-big.tgm", d.dir,
+		 (int)dead);
+	write_file(stale, "partial", 7);
+	{
+		char live[200];
+
+		snprintf(live, sizeof(live), "%s/.tensorctl-%d-XyZxYz-big.tgm",
+			 d.dir, (int)getpid());
+		write_file(live, "writing", 7);
+		cr_assert_eq(CTL(&d, NULL, &err, "save", "t", "-o", path), 0,
+			     "%s", err);
+		free(err);
+		cr_expect(access(stale, F_OK) < 0, "a dead writer's temp stayed");
+		cr_expect(access(live, F_OK) == 0, "a live writer's temp went");
+		unlink(live);
+	}
+	cr_expect_eq(temp_files(d.dir), 0);
+	tu_daemon_stop(&d, false);
+}
+
+Test(tensorctl, dash_is_stdout_and_a_terminal_is_refused)
+{
+	struct tu_daemon d;
+	char dash[160], *out, *err;
+	struct run r = {.in_fd = -1};
+	int pty;
+
+	start(&d);
+	cr_assert_eq(CTL(&d, &out, NULL, "get", "t", "-o", "-"), 0);
+	cr_expect_str_eq(out, "abcdef");
+	free(out);
+	cr_assert_eq(CTL(&d, &out, NULL, "get", "t"), 0, "stdout is a pipe");
+	cr_expect_str_eq(out, "abcdef");
+	free(out);
+	cr_assert_eq(CTL(&d, &out, NULL, "save", "t", "-o", "-"), 0);
+	cr_expect(!memcmp(out, "TENSOGRM", 8), "save -o - wrote no message");
+	free(out);
+	path_in(dash, sizeof(dash), &d, "-");
+	cr_expect(access(dash, F_OK) < 0, "a file named - was made");
+	/* a terminal: refused unless -o - says so */
+	r.out_fd = open_pty(&pty);
+	cr_expect_eq(CTL_R(&d, &r, NULL, &err, "get", "t"), 2);
+	cr_expect(strstr(err, "terminal"), "%s", err);
+	free(err);
+	cr_expect_eq(CTL_R(&d, &r, NULL, &err, "get", "t", "-o", "-"), 0, "%s",
+		     err);
+	free(err);
+	{
+		char b[16] = "";
+
+		cr_expect_eq(read(pty, b, sizeof(b) - 1), 6);
+		cr_expect_str_eq(b, "abcdef");
+	}
+	close(r.out_fd);
+	close(pty);
+	tu_daemon_stop(&d, false);
+}
+
+/* ---- inputs ---- */
+
+Test(tensorctl, stream_inputs_are_capped)
+{
+	struct tu_daemon d;
+	struct run r = {.out_fd = -1};
+	char fifo[160], *err;
+	int p[2];
+
+	start(&d);
+	cr_expect_eq(CTL(&d, NULL, &err, "inspect", "--max-bytes=1M",
+			 "/dev/zero"),
+		     1);
+	cr_expect(strstr(err, "/dev/zero: more than 1.0 MiB") &&
+			  strstr(err, "--max-bytes"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, NULL, &err, "load", "--max-bytes", "4K",
+			 "/dev/zero"),
+		     1);
+	cr_expect(strstr(err, "more than 4.0 KiB"), "%s", err);
+	free(err);
+	/* put reads what the shape needs and one byte more, no further */
+	r.in_fd = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+	cr_assert(r.in_fd >= 0);
+	cr_expect_eq(CTL_R(&d, &r, NULL, &err, "put", "z", "--dtype", "u8",
+			   "--shape", "4", "-"),
+		     1);
+	cr_expect(strstr(err, "more than the 4 bytes"), "%s", err);
+	free(err);
+	close(r.in_fd);
+	/* a pipe with exactly the bytes: fine; a FIFO path too */
+	cr_assert_eq(pipe(p), 0);
+	cr_assert_eq(write(p[1], "wxyz", 4), 4);
+	close(p[1]);
+	r.in_fd = p[0];
+	cr_expect_eq(CTL_R(&d, &r, NULL, &err, "put", "z", "--dtype", "u8",
+			   "--shape", "4", "-"),
+		     0, "%s", err);
+	free(err);
+	close(p[0]);
+	path_in(fifo, sizeof(fifo), &d, "in.fifo");
+	cr_assert_eq(mkfifo(fifo, 0600), 0);
+	if (fork() == 0) {
+		int fd = open(fifo, O_WRONLY);
+
+		_exit(write(fd, "ab", 2) == 2 ? 0 : 1);
+	}
+	cr_expect_eq(CTL(&d, NULL, &err, "put", "z", "--dtype", "u8",
+			 "--shape", "4", fifo),
+		     1);
+	cr_expect(strstr(err, "has 2 bytes"), "%s", err);
+	free(err);
+	wait(NULL);
+	unlink(fifo);
+	tu_daemon_stop(&d, false);
+}
+
+/* ---- load ---- */
+
+/* A .tgm file of messages, each with objects named names[m][i]. */
+static void write_tgm(const char *path, size_t nmsg, size_t nobj,
+		      const char *const names[][4])
+{
+	static const uint8_t data[4] = {1, 2, 3, 4};
+	uint64_t shape[1] = {4};
+	FILE *f = fopen(path, "wb");
+
+	cr_assert(f);
+	for (size_t m = 0; m < nmsg; m++) {
+		struct td_tgm_enc_object ob[4];
+		uint8_t *msg;
+		size_t len;
+
+		for (size_t i = 0; i < nobj; i++)
+			ob[i] = (struct td_tgm_enc_object){
+				.dtype = TD_TGM_UINT8, .ndim = 1,
+				.shape = shape, .data = data, .data_len = 4,
+				.name = names[m][i]};
+		cr_assert_eq(td_tgm_message_encode(ob, nobj, "t", &msg, &len,
+						   NULL),
+			     0);
+		cr_assert_eq(fwrite(msg, 1, len, f), len);
+		free(msg);
+	}
+	fclose(f);
+}
+
+Test(tensorctl, load_every_message_with_prefix)
+{
+	static const char *const names[][4] = {{"x", "y"}, {"x", "z"}};
+	struct tu_daemon d;
+	char path[160], *out, *err;
+
+	start(&d);
+	path_in(path, sizeof(path), &d, "two.tgm");
+	write_tgm(path, 2, 2, names);
+	cr_assert_eq(CTL(&d, &out, &err, "load", path, "--prefix=run1/",
+			 "--json"),
+		     0, "%s", err);
+	/* every message, names distinct across the file */
+	cr_expect(strstr(out, "{\"published\":[{\"name\":\"run1/x\","), "%s",
+		  out);
+	cr_expect(strstr(out, "\"name\":\"run1/x_1\""), "%s", out);
+	free(out);
+	free(err);
+	cr_expect(exists(&d, "run1/x") && exists(&d, "run1/y") &&
+		  exists(&d, "run1/x_1") && exists(&d, "run1/z"));
+	cr_expect(!exists(&d, "x"));
+	/* one message when asked */
+	cr_assert_eq(CTL(&d, &out, NULL, "load", path, "--message", "1",
+			 "--prefix", "run2/"),
+		     0);
+	cr_expect(strstr(out, "run2/x version"), "%s", out);
+	free(out);
+	cr_expect(exists(&d, "run2/z") && !exists(&d, "run2/y"));
+	cr_expect_eq(CTL(&d, NULL, &err, "load", path, "--prefix", "/bad"), 2);
+	free(err);
+	unlink(path);
+	tu_daemon_stop(&d, false);
+}
+
+Test(tensorctl, load_rolls_back_when_the_daemon_refuses)
+{
+	static const char *const names[][4] = {{"ok_a", "ok_b", "busy"}};
+	uint64_t shape[1] = {4};
+	struct td_ring_desc rd = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				  .shape = shape};
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *ring;
+	char path[160], *out, *err;
+
+	start(&d);
+	/* a live ring owns "busy": PUBLISH to it is refused (-EEXIST) */
+	cr_assert_eq(td_client_connect(d.sock, &c, NULL), 0);
+	cr_assert_eq(td_ring_create(c, "busy", &rd, &ring, NULL), 0);
+	path_in(path, sizeof(path), &d, "three.tgm");
+	write_tgm(path, 1, 3, names);
+	cr_expect_eq(CTL(&d, &out, &err, "load", path), 1);
+	cr_expect(strstr(err, "2 of 3 object(s) published before this "
+			      "failure; 2 deleted again"),
+		  "%s", err);
+	cr_expect_str_eq(out, "", "nothing reported as loaded");
+	free(out);
+	free(err);
+	cr_expect(!exists(&d, "ok_a") && !exists(&d, "ok_b"),
+		  "a refused load left objects behind");
+	/* --json: the error is the answer */
+	cr_expect_eq(CTL(&d, &out, NULL, "load", path, "--json"), 1);
+	cr_expect(starts(out, "{\"error\":{\"kind\":\"daemon\",\"errno\":17,"),
+		  "%s", out);
+	free(out);
+	/* --partial keeps what got in */
+	cr_expect_eq(CTL(&d, &out, NULL, "load", path, "--partial"), 1);
+	cr_expect(strstr(out, "ok_a version") && strstr(out, "ok_b version"),
+		  "%s", out);
+	free(out);
+	cr_expect(exists(&d, "ok_a") && exists(&d, "ok_b"));
+	td_ring_close(ring);
+	td_client_close(c);
+	unlink(path);
+	tu_daemon_stop(&d, false);
+}
+
+/* ---- the command line ---- */
+
+Test(tensorctl, help_usage_and_valid_choices)
+{
+	static const char *const cmds[] = {"inspect", "put", "get", "ls",
+					   "stat", "rm", "watch", "load",
+					   "save"};
+	struct tu_daemon d;
+	char *out, *err;
+
+	start(&d);
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		char want[64];
+
+		cr_expect_eq(CTL(&d, &out, &err, cmds[i], "--help"), 0);
+		snprintf(want, sizeof(want), "usage: tensorctl %s", cmds[i]);
+		cr_expect(!strncmp(out, want, strlen(want)), "%s", out);
+		cr_expect(strstr(out, "--json") && strstr(out, "--socket"),
+			  "%s", out);
+		cr_expect_str_eq(err, "");
+		free(out);
+		free(err);
+	}
+	cr_expect_eq(CTL(&d, &out, NULL, "--help"), 0);
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		char want[64];
+
+		snprintf(want, sizeof(want), "tensorctl %s", cmds[i]);
+		cr_expect(strstr(out, want), "%s missing: %s", cmds[i], out);
+	}
+	free(out);
+	cr_expect_eq(CTL(&d, NULL, &err, "put", "x", "--dtype", "f99",
+			 "--shape", "2", "-"),
+		     2);
+	cr_expect(strstr(err, "unknown dtype 'f99' (valid: u8, i8, u16, i16, "
+			      "u32, i32, u64, i64, f16, f32, f64)"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, NULL, &err, "frob"), 2);
+	cr_expect(strstr(err, "unknown command 'frob' (valid: inspect, put,"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, NULL, &err, "get", "t", "--frob"), 2);
+	cr_expect(strstr(err, "unknown option '--frob'"), "%s", err);
+	free(err);
+	/* --opt=value and --opt value, options before or after operands */
+	cr_expect_eq(CTL(&d, &out, NULL, "get", "--version=1", "t", "-o", "-"),
+		     0);
+	cr_expect_str_eq(out, "abcdef");
+	free(out);
+	cr_expect_eq(CTL(&d, &out, NULL, "stat", "--json", "t"), 0);
+	cr_expect(strstr(out, "\"version\":1"), "%s", out);
+	free(out);
+	tu_daemon_stop(&d, false);
+}
+
+Test(tensorctl, json_everywhere_errors_included)
+{
+	struct tu_daemon d;
+	char *out, *path = NULL;
+	char in[160];
+
+	start(&d);
+	path_in(in, sizeof(in), &d, "four.bin");
+	write_file(in, "wxyz", 4);
+	cr_expect_eq(CTL(&d, &out, NULL, "put", "j", "--dtype", "u8",
+			 "--shape", "4", in, "--json"),
+		     0);
+	cr_expect_str_eq(out, "{\"name\":\"j\",\"version\":2,\"bytes\":4}\n");
+	free(out);
+	cr_expect_eq(CTL(&d, &out, NULL, "rm", "j", "--json"), 0);
+	cr_expect_str_eq(out, "{\"removed\":\"j\",\"version\":2}\n");
+	free(out);
+	cr_expect_eq(CTL(&d, &out, NULL, "rm", "j", "--json"), 1);
+	cr_expect(starts(out, "{\"error\":{\"kind\":\"daemon\",\"errno\":2,"
+				"\"reason\":\"j: "),
+		  "%s", out);
+	free(out);
+	cr_expect_eq(CTL(&d, &out, NULL, "--json", "get", "nope"), 1);
+	cr_expect(starts(out, "{\"error\":{\"kind\":\"daemon\",\"errno\":2,"),
+		  "%s", out);
+	free(out);
+	cr_expect_eq(CTL(&d, &out, NULL, "get", "t", "--json", "-o", d.dir),
+		     0, "--json describes, it does not write");
+	free(out);
+	cr_expect(asprintf(&path, "%s/out.tgm", d.dir) > 0);
+	cr_expect_eq(CTL(&d, &out, NULL, "save", "t", "-o", path, "--json"),
+		     0);
+	cr_expect(strstr(out, "\"objects\":1"), "%s", out);
+	free(out);
+	cr_expect_eq(CTL(&d, &out, NULL, "save", "t", "-o", d.dir, "--json"),
+		     1);
+	cr_expect(starts(out, "{\"error\":{\"kind\":\"io\",\"errno\":21,"),
+		  "%s", out);
+	free(out);
+	cr_expect_eq(CTL(&d, &out, NULL, "inspect", "/nonexistent", "--json"),
+		     1);
+	cr_expect(starts(out, "{\"error\":{\"kind\":\"io\",\"errno\":2,"),
+		  "%s", out);
+	free(out);
+	cr_expect_eq(CTL(&d, &out, NULL, "watch", "--count=0", "t", "--json"),
+		     2);
+	cr_expect(starts(out, "{\"error\":{\"kind\":\"usage\","), "%s",
+		  out);
+	free(out);
+	free(path);
+	unlink(in);
+	tu_daemon_stop(&d, false);
+}
+
+Test(tensorctl, human_sizes_unless_bytes)
+{
+	struct tu_daemon d;
+	char *out;
+
+	start(&d);
+	put_zeros(&d, "m3", 3 << 20);
+	cr_expect_eq(CTL(&d, &out, NULL, "ls"), 0);
+	cr_expect(strstr(out, " 3.0 MiB, 0 leases"), "%s", out);
+	cr_expect(strstr(out, " 6 B, 0 leases"), "%s", out);
+	free(out);
+	cr_expect_eq(CTL(&d, &out, NULL, "stat", "m3", "--bytes"), 0);
+	cr_expect(strstr(out, " 3145728 B, 0 leases"), "%s", out);
+	free(out);
+	cr_expect_eq(CTL(&d, &out, NULL, "stat", "m3", "--json"), 0);
+	cr_expect(strstr(out, "\"bytes\":3145728"), "%s", out);
+	free(out);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * put from a FIFO whose writer pauses past the one-second mark halfway:
+ * on a terminal the progress line shows (and is erased), on a pipe not.
+ */
+static char *put_paused(const struct tu_daemon *d, int err_fd)
+{
+	static uint8_t half[1 << 20];
+	struct run r = {.in_fd = -1, .out_fd = -1, .err_fd = err_fd};
+	char fifo[160], *err = NULL;
+	pid_t w;
+
+	path_in(fifo, sizeof(fifo), d, "slow.fifo");
+	cr_assert_eq(mkfifo(fifo, 0600), 0);
+	fflush(NULL);
+	w = fork();
+	cr_assert(w >= 0);
+	if (w == 0) {
+		int fd = open(fifo, O_WRONLY);
+		int ok = write(fd, half, sizeof(half)) == sizeof(half);
+
+		/* the tool's documented threshold is about a second */
+		usleep(1300000);
+		ok &= write(fd, half, sizeof(half)) == sizeof(half);
+		_exit(ok ? 0 : 1);
+	}
+	cr_expect_eq(CTL_R(d, &r, NULL, &err, "put", "slow", "--dtype", "u8",
+			   "--shape", "2097152", fifo),
+		     0, "%s", err);
+	cr_assert_eq(waitpid(w, NULL, 0), w);
+	unlink(fifo);
+	return err;
+}
+
+Test(tensorctl, progress_only_on_a_terminal)
+{
+	struct tu_daemon d;
+	char got[4096] = "", *err;
+	int master, slave;
+	ssize_t n;
+
+	start(&d);
+	slave = open_pty(&master);
+	free(put_paused(&d, slave));
+	fcntl(master, F_SETFL, O_NONBLOCK);
+	n = read(master, got, sizeof(got) - 1);
+	cr_assert_gt(n, 0, "nothing on the terminal");
+	got[n] = 0;
+	cr_expect(strstr(got, "slow.fifo: ") && strstr(got, " of 2.0 MiB ("),
+		  "%s", got);
+	cr_expect(strstr(got + n - 4, "\r\033[K"), "the line was not erased");
+	close(slave);
+	close(master);
+	err = put_paused(&d, 0);
+	cr_expect(!strchr(err, '\r') && !strstr(err, " of 2.0 MiB"),
+		  "progress on a pipe: %s", err);
+	free(err);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * README's "Trying it", line by line as written, in a private /tmp (the
+ * lines name /tmp/td.sock): scripts/run.sh and build/tools/tensorctl are
+ * the built programs, tests/data the repository's. The test waits for the
+ * daemon after the first line, as a person typing would.
+ */
+Test(tensorctl, readme_trying_it_runs_as_written)
+{
+	char readme[4200], dir[] = "/tmp/td-readme-XXXXXX", cmd[8192];
+	const char *data = getenv("TD_TEST_DATA");
+	char *text, *block, *line, *save = NULL, *out;
+	size_t len;
+	int lines = 0, pid = 0;
+	FILE *f;
+
+	cr_assert(data, "TD_TEST_DATA is not set");
+	snprintf(readme, sizeof(readme), "%s/../../README.md", data);
+	text = (char *)tu_read_file(readme, &len);
+	text = realloc(text, len + 1);
+	text[len] = 0;
+	block = strstr(text, "## Trying it\n\n");
+	cr_assert(block, "README has no \"Trying it\" section");
+	block += strlen("## Trying it\n\n");
+	*strstr(block, "\n\n") = 0;
+	/* a private /tmp: the socket name is fixed by the text */
+	if (unshare(CLONE_NEWNS) < 0 ||
+	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("tmpfs", "/tmp", "tmpfs", 0, "mode=1777") < 0)
+		cr_skip_test("no mount namespace (unshare/mount: %s): README "
+			     "walk-through not run",
+			     strerror(errno));
+	cr_assert(mkdtemp(dir));
+	snprintf(cmd, sizeof(cmd),
+		 "set -e; cd %s; mkdir -p scripts build/tools tests; "
+		 "printf '#!/bin/sh\\nexec \"%s\" \"$@\" --log-level error "
+		 ">/dev/null 2>&1 </dev/null\\n' "
+		 "> scripts/run.sh; chmod +x scripts/run.sh; "
+		 "ln -s '%s' build/tools/tensorctl; ln -s '%s' tests/data",
+		 dir, getenv("TD_TENSORD"), ctl_bin(), data);
+	{
+		char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+
+		cr_assert_eq(tu_run_capture(argv, &out), 0, "%s", out);
+		free(out);
+	}
+	for (line = strtok_r(block, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save), lines++) {
+		char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+		int st;
+
+		cr_assert(!strncmp(line, "    ", 4), "not a code line: %s", line);
+		snprintf(cmd, sizeof(cmd), "cd %s\n%s%s", dir, line + 4,
+			 lines ? "" : "\necho $! > daemon.pid");
+		st = tu_run_capture(argv, &out);
+		cr_expect_eq(st, 0, "'%s' exited %d: %s", line + 4, st, out);
+		if (strstr(line, " ls"))
+			cr_expect(strstr(out, "demo "), "%s", out);
+		if (strstr(line, "inspect --json"))
+			cr_expect(starts(out, "{\"kind\":\"blob\""), "%s",
+				  out);
+		free(out);
+		if (lines == 0) {
+			/* wait for the daemon to listen, as a person would */
+			int i;
+
+			for (i = 0; i < 2000 && access("/tmp/td.sock", F_OK);
+			     i++)
+				usleep(10000);
+			usleep(100000);
+		}
+	}
+	cr_expect_eq(lines, 6);
+	snprintf(cmd, sizeof(cmd), "%s/back.bin", dir);
+	expect_file(cmd, "abcdef");
+	snprintf(cmd, sizeof(cmd), "%s/daemon.pid", dir);
+	f = fopen(cmd, "r");
+	cr_assert(f && fscanf(f, "%d", &pid) == 1 && pid > 0);
+	fclose(f);
+	kill(pid, SIGTERM);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	{
+		char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+
+		tu_run_capture(argv, &out);
+		free(out);
+	}
+	free(text);
+}

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Where tensorctl reads: a regular file by its size (what it holds when
+ * opened, never more), anything else ("-" = stdin, a pipe, a FIFO, a
+ * device such as /dev/zero) up to a cap, refused beyond it with a reason
+ * naming the option that raises it.
+ */
+#ifndef TD_TOOLS_INPUT_H
+#define TD_TOOLS_INPUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "progress.h"
+
+/* What a stream may bring by default (--max-bytes changes it). */
+#define TCTL_STREAM_MAX (1ull << 30)
+
+struct tctl_in {
+	const char *path; /* as given ("-": "standard input") */
+	int fd;
+	int regular;   /* a regular file: size is what it holds */
+	uint64_t size; /* regular files only */
+	struct tctl_progress progress;
+};
+
+/* TCTL_OK, or a reported status. */
+int tctl_in_open(struct tctl_in *in, const char *path);
+/* Read until EOF or cap bytes into buf; *got. TCTL_OK or reported. */
+int tctl_in_read(struct tctl_in *in, void *buf, uint64_t cap, uint64_t *got);
+void tctl_in_close(struct tctl_in *in);
+
+/*
+ * All of path into a malloc'ed *buf: a regular file by its size, a stream
+ * up to max bytes (more is refused, naming --max-bytes). TCTL_OK or a
+ * reported status.
+ */
+int tctl_read_input(const char *path, uint64_t max, uint8_t **buf,
+		    size_t *len);
+
+#endif

@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+#include "progress.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "tensorctl.h"
+
+#define SHOW_AFTER_NS 1000000000LL
+#define REDRAW_NS 100000000LL
+
+static long long ns_since(const struct timespec *a, const struct timespec *b)
+{
+	return (b->tv_sec - a->tv_sec) * 1000000000LL +
+	       (b->tv_nsec - a->tv_nsec);
+}
+
+char *tctl_size(char buf[32], uint64_t bytes)
+{
+	static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB",
+					   "PiB", "EiB"};
+	double v = (double)bytes;
+	unsigned u = 0;
+
+	if (tctl_raw_bytes || bytes < 1024) {
+		snprintf(buf, 32, "%" PRIu64 " B", bytes);
+		return buf;
+	}
+	v /= 1024;
+	while (v >= 1024 && u + 1 < sizeof(unit) / sizeof(unit[0])) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(buf, 32, "%.1f %s", v, unit[u]);
+	return buf;
+}
+
+void tctl_progress_start(struct tctl_progress *p, const char *label,
+			 uint64_t total)
+{
+	p->label = label;
+	p->total = total;
+	p->done = 0;
+	p->shown = 0;
+	p->enabled = !tctl_json && isatty(STDERR_FILENO);
+	if (p->enabled)
+		clock_gettime(CLOCK_MONOTONIC, &p->start);
+}
+
+void tctl_progress_add(struct tctl_progress *p, uint64_t n)
+{
+	struct timespec now;
+	char a[32], b[32];
+
+	p->done += n;
+	if (!p->enabled)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (ns_since(&p->start, &now) < SHOW_AFTER_NS ||
+	    (p->shown && ns_since(&p->last, &now) < REDRAW_NS))
+		return;
+	p->last = now;
+	p->shown = 1;
+	if (p->total)
+		fprintf(stderr, "\r\033[K%s: %s of %s (%u%%)", p->label,
+			tctl_size(a, p->done), tctl_size(b, p->total),
+			(unsigned)(p->done * 100.0 / (double)p->total));
+	else
+		fprintf(stderr, "\r\033[K%s: %s", p->label,
+			tctl_size(a, p->done));
+}
+
+void tctl_progress_end(struct tctl_progress *p)
+{
+	if (p->shown)
+		fputs("\r\033[K", stderr);
+	p->shown = 0;
+	p->enabled = 0;
+}

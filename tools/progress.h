@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A progress line on stderr for transfers that last: shown only when
+ * stderr is a terminal, not under --json, and only once a transfer has
+ * taken about a second; redrawn at most ten times a second, erased at the
+ * end.
+ */
+#ifndef TD_TOOLS_PROGRESS_H
+#define TD_TOOLS_PROGRESS_H
+
+#include <stdint.h>
+#include <time.h>
+
+struct tctl_progress {
+	const char *label;
+	uint64_t total; /* 0: unknown */
+	uint64_t done;
+	struct timespec start, last;
+	int enabled, shown;
+};
+
+void tctl_progress_start(struct tctl_progress *p, const char *label,
+			 uint64_t total);
+void tctl_progress_add(struct tctl_progress *p, uint64_t n);
+void tctl_progress_end(struct tctl_progress *p);
+
+/* "1.5 GiB", "24 B" into buf; raw bytes with --bytes. Returns buf. */
+char *tctl_size(char buf[32], uint64_t bytes);
+
+#endif

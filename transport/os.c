@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: MIT */
+/* pidfd, futex and memfd wrappers (os.h). */
+#include "os.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438
+#endif
+
+int td__pidfd_open(pid_t pid)
+{
+	long fd = syscall(SYS_pidfd_open, pid, 0);
+
+	return fd < 0 ? -errno : (int)fd;
+}
+
+int td__pidfd_getfd(int pidfd, int fd)
+{
+	long r;
+
+	if (pidfd < 0)
+		return -ESRCH;
+	/* The new fd is always O_CLOEXEC (pidfd_getfd(2)). */
+	r = syscall(SYS_pidfd_getfd, pidfd, fd, 0);
+	return r < 0 ? -errno : (int)r;
+}
+
+int td__futex_wait(const uint32_t *w, uint32_t val,
+		   const struct timespec *rel)
+{
+	if (syscall(SYS_futex, w, FUTEX_WAIT, val, rel, NULL, 0) < 0 &&
+	    errno == ETIMEDOUT)
+		return -ETIMEDOUT;
+	return 0; /* EAGAIN (changed), EINTR, woken: the caller re-checks */
+}
+
+void td__futex_wake(const uint32_t *w, int n)
+{
+	syscall(SYS_futex, w, FUTEX_WAKE, n, NULL, NULL, 0);
+}
+
+int td__memfd_seal_size(int fd)
+{
+	return fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0 ? -errno
+								       : 0;
+}
+
+int td__memfd_new(const char *name, uint64_t size, unsigned flags,
+		  const char **why)
+{
+	unsigned mfd = MFD_CLOEXEC;
+	int fd, rc;
+
+	if (size > (uint64_t)INT64_MAX) {
+		*why = "size does not fit off_t";
+		return -EFBIG;
+	}
+	if (flags & TD__MEMFD_SEALABLE)
+		mfd |= MFD_ALLOW_SEALING;
+	if (flags & TD__MEMFD_HUGETLB)
+		mfd |= MFD_HUGETLB;
+	fd = memfd_create(name, mfd);
+	if (fd < 0) {
+		*why = "memfd_create failed";
+		return -errno;
+	}
+	if (ftruncate(fd, (off_t)size) < 0) {
+		rc = -errno;
+		*why = "cannot size the memfd";
+		goto fail;
+	}
+	/*
+	 * tmpfs is allocated lazily: a writer touching a hole when memory is
+	 * short would get SIGBUS instead of an error now.
+	 */
+	if ((flags & TD__MEMFD_RESERVE) && size &&
+	    fallocate(fd, 0, 0, (off_t)size) < 0) {
+		rc = -errno;
+		*why = "cannot reserve memory for the memfd";
+		goto fail;
+	}
+	if ((flags & TD__MEMFD_SEAL_SIZE) && (rc = td__memfd_seal_size(fd))) {
+		*why = "cannot seal the memfd size";
+		goto fail;
+	}
+	return fd;
+fail:
+	close(fd);
+	return rc;
+}
+
+int td__reopen_ro(int fd)
+{
+	char path[64];
+	int ro;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	ro = open(path, O_RDONLY | O_CLOEXEC);
+	return ro < 0 ? -errno : ro;
+}

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * transport/: the Linux calls both sides make on descriptors and shared
+ * words - pidfds, futexes, sized and sealed memfds - written once and
+ * linked into the daemon and the client library (docs/architecture.md
+ * says why here: proto/ makes no syscalls, and these are what the
+ * transport of a tensor is made of). Errors are -errno.
+ */
+#ifndef TD_TRANSPORT_OS_H
+#define TD_TRANSPORT_OS_H
+
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+/* pidfd_open(pid, 0): a pidfd (CLOEXEC) or -errno. */
+int td__pidfd_open(pid_t pid);
+/* pidfd_getfd(pidfd, fd, 0): a new CLOEXEC fd, -ESRCH for pidfd < 0. */
+int td__pidfd_getfd(int pidfd, int fd);
+
+/*
+ * Futexes on words in shared memfd pages: shared (not PRIVATE), the key
+ * is the page, so a wake through one mapping reaches sleepers on
+ * another. Wait sleeps while *w == val, at most rel (NULL: no limit): 0
+ * when woken, the word changed or a signal came (the caller re-checks),
+ * -ETIMEDOUT.
+ */
+int td__futex_wait(const uint32_t *w, uint32_t val,
+		   const struct timespec *rel);
+void td__futex_wake(const uint32_t *w, int n);
+
+enum {
+	TD__MEMFD_SEALABLE = 1, /* MFD_ALLOW_SEALING */
+	TD__MEMFD_HUGETLB = 2,  /* MFD_HUGETLB */
+	TD__MEMFD_RESERVE = 4,  /* fallocate every page now */
+	TD__MEMFD_SEAL_SIZE = 8 /* F_SEAL_SHRINK | F_SEAL_GROW */
+};
+
+/*
+ * memfd_create(name) (CLOEXEC), ftruncate to size, then what flags ask.
+ * A new fd, or -errno with the failed step in *why (static text).
+ */
+int td__memfd_new(const char *name, uint64_t size, unsigned flags,
+		  const char **why);
+/* Seal a memfd's size (F_SEAL_SHRINK | F_SEAL_GROW). 0 or -errno. */
+int td__memfd_seal_size(int fd);
+/*
+ * A new read-only open file description of fd's file (/proc/self/fd/N
+ * opened O_RDONLY | O_CLOEXEC): its holder can neither map it writable
+ * nor add seals. A new fd or -errno.
+ */
+int td__reopen_ro(int fd);
+
+#endif
