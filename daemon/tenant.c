@@ -10,8 +10,9 @@
  * Each uid's counts live in a small table (linear search: uids are few,
  * and the table keeps its capacity, so a warm handoff allocates nothing).
  * A uid's limits are resolved when its entry is made: the policy's
- * `limit uid=N KEY V` line, else `--uid-limit KEY=V`, else the built-in
- * default, which applies to every uid but root and the daemon's own.
+ * `limit uid=N KEY V` line; else, for every uid but root and the
+ * daemon's own (which have none), `--uid-limit KEY=V` or the built-in
+ * default.
  */
 #include "daemon.h"
 
@@ -62,8 +63,7 @@ static uint64_t resolve(uid_t uid, enum td__lim k)
 
 	if (td__policy_limit(d->policy, uid, k, &v))
 		return v;
-	if (d->opts.uid_limit_set & (1u << k))
-		return d->opts.uid_limit[k];
+	/* T.dflt holds --uid-limit where given */
 	return td__uid_is_admin(uid) ? 0 : T.dflt[k];
 }
 

@@ -1179,3 +1179,59 @@ Test(hostile, accept_backs_off_at_emfile_without_spinning_or_flooding_the_log)
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", D.dir);
 	cr_assert_eq(system(cmd), 0);
 }
+
+/* ---- where a uid's limits come from ---- */
+
+struct conns_try {
+	uid_t uid;
+	unsigned want_ok; /* connections that must get in */
+	const char *want_why;
+};
+
+static void conns_child(void *arg)
+{
+	const struct conns_try *t = arg;
+	struct td_client *c[8];
+	struct td_error e = {0};
+
+	become(t->uid);
+	for (unsigned i = 0; i < t->want_ok; i++)
+		CK(td_client_connect(D.sock, &c[i], &e) == 0);
+	CK(td_client_connect(D.sock, &c[t->want_ok], &e) == -EDQUOT);
+	if (!strstr(e.reason, t->want_why))
+		fprintf(stderr, "refusal: %s\n", e.reason);
+	CK(strstr(e.reason, t->want_why));
+	for (unsigned i = 0; i < t->want_ok; i++)
+		td_client_close(c[i]);
+}
+
+Test(hostile, a_policy_limit_line_beats_uid_limit_which_beats_the_default)
+{
+	static const char *const more[] = {"--uid-limit", "conns=1", NULL};
+	struct conns_try by_line = {NOBODY, 3, "uid 65534 is at its conns "
+					       "limit: 3 connections held, 1 "
+					       "more asked, limit 3"};
+	struct conns_try by_opt = {60001, 1, "uid 60001 is at its conns "
+					     "limit: 1 connections held"};
+	const char *const *extra;
+	const char *args[8];
+	int n = 0;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	extra = with_policy("allow any r z/\nlimit uid=65534 conns 3\n", NULL,
+			    NULL);
+	while (extra[n])
+		args[n] = extra[n], n++;
+	args[n++] = more[0];
+	args[n++] = more[1];
+	args[n] = NULL;
+	start_ex(args, 0, "info");
+	in_child(conns_child, &by_line);
+	in_child(conns_child, &by_opt);
+	/* root, the operator, has no default limits: the option skips it */
+	victim_works("victim/l1", "limits");
+	victim_works("victim/l2", "limits");
+	stop();
+	unlink(policy_path);
+}
