@@ -121,7 +121,7 @@ bool td__ratelimit_ok(struct td__ratelimit *r, unsigned interval_ms);
 #define TD__MAX_FDS_INFLIGHT 128
 #define TD__MAX_GROUPS 32 /* supplementary gids kept per peer (policy) */
 
-/* ---- per-uid limits (tenant.c, docs/policy.md §4) ---- */
+/* ---- per-uid limits (tenant.c, docs/policy.md §5) ---- */
 
 enum td__lim {
 	TD__LIM_CONNS,   /* connections */

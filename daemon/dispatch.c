@@ -111,6 +111,8 @@ static void peer_gone(struct td__peer *p)
 	td__catalog_peer_gone(p);
 	td__store_peer_gone(p);
 	td__ring_peer_gone(p);
+	/* a connection is a few records itself (peer, poll, queue) */
+	td__store_trim(4);
 }
 
 void td__dispatch_init(void)

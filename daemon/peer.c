@@ -108,19 +108,14 @@ static void on_reap(uv_idle_t *idle)
 {
 	struct td__daemon *d = idle->data;
 	struct td__list *l, *n;
-	unsigned dropped = 0;
 
 	for (l = d->peers.next; l != &d->peers; l = n) {
 		struct td__peer *p = td__container_of(l, struct td__peer, link);
 
 		n = l->next;
-		if (p->dead) {
+		if (p->dead)
 			drop(p);
-			dropped++;
-		}
 	}
-	/* a connection is a few records itself (peer, poll, queue) */
-	td__store_trim(dropped * 4);
 	uv_idle_stop(idle);
 	d->reaper_on = false;
 }

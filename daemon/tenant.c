@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Per-uid limits on what a client can make the daemon hold (issue 18,
- * docs/policy.md §4): connections, descriptors, leases, bytes pinned by
+ * docs/policy.md §5): connections, descriptors, leases, bytes pinned by
  * leases on other uids' versions, watches, parked GETs, rings and queued
  * reply bytes; and the daemon's reserve of descriptors, kept for root and
  * its own uid so that an operator can still list, put and get, and the
