@@ -135,6 +135,11 @@ enum td__lim {
 	TD__LIM_COUNT
 };
 extern const char *const td__lim_names[TD__LIM_COUNT]; /* policy.c */
+/* Limits in bytes take N[K|M|G|T]; the others are plain counts. */
+static inline bool td__lim_is_bytes(int k)
+{
+	return k == TD__LIM_PINNED || k == TD__LIM_QUEUED;
+}
 /* descriptors root and the daemon's uid keep for accepting and answering */
 #define TD__FD_SLACK 16
 
@@ -545,6 +550,10 @@ bool td__policy_any(const struct td__policy *pol, const struct td__cred *c,
 /* uid's quota line, else dflt (0 = none). pol may be NULL. */
 uint64_t td__policy_quota(const struct td__policy *pol, uid_t uid,
 			  uint64_t dflt);
+/* A limit's VALUE (key: enum td__lim): N[K|M|G|T] for the byte limits, a
+ * plain number for the counts. 0 or -EINVAL. */
+int td__policy_limit_value(int key, const char *p, size_t len,
+			   uint64_t *out);
 /* uid's `limit` line for key into *v (0 = none): true when there is one. */
 bool td__policy_limit(const struct td__policy *pol, uid_t uid,
 		      enum td__lim key, uint64_t *v);

@@ -79,11 +79,8 @@ static int parse_limit(const char *s, struct td__opts *o)
 		if (strlen(td__lim_names[k]) != (size_t)(eq - s) ||
 		    strncmp(s, td__lim_names[k], (size_t)(eq - s)))
 			continue;
-		if (k != TD__LIM_PINNED && k != TD__LIM_QUEUED &&
-		    strpbrk(eq + 1, "KkMmGgTt"))
-			return -EINVAL;
-		if (td__size_parse(eq + 1, strlen(eq + 1), &o->uid_limit[k]) <
-		    0)
+		if (td__policy_limit_value(k, eq + 1, strlen(eq + 1),
+					   &o->uid_limit[k]) < 0)
 			return -EINVAL;
 		o->uid_limit_set |= 1u << k;
 		return 0;

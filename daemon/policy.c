@@ -55,10 +55,11 @@ static int parse_id(const char *p, size_t len, uint32_t *out)
 	return 0;
 }
 
-/* A plain decimal count: N with no suffix. 0 or -EINVAL. */
-static int parse_count(const char *p, size_t len, uint64_t *out)
+int td__policy_limit_value(int key, const char *p, size_t len,
+			   uint64_t *out)
 {
-	if (len && strchr("KkMmGgTt", p[len - 1]))
+	/* counts are plain decimal numbers: no suffix */
+	if (!td__lim_is_bytes(key) && len && strchr("KkMmGgTt", p[len - 1]))
 		return -EINVAL;
 	return td__size_parse(p, len, out);
 }
@@ -78,6 +79,60 @@ static int parse_who(const struct tok *t, uint8_t *kind, uint32_t *id)
 	else
 		return -EINVAL;
 	return parse_id(t->p + 4, t->len - 4, id);
+}
+
+/* "uid=N" only (quota and limit lines are per uid). 0 or -EINVAL. */
+static int parse_uid(const struct tok *t, uint32_t *uid)
+{
+	uint8_t kind;
+
+	if (parse_who(t, &kind, uid) < 0 || kind != TD__WHO_UID)
+		return -EINVAL;
+	return 0;
+}
+
+/* limit uid=N KEY VALUE */
+static int parse_limit(struct td__policy *pol, const struct tok *t,
+		       unsigned n, const char **why)
+{
+	struct td__limit l = {0};
+	int k;
+
+	if (n != 4) {
+		*why = "want: limit uid=N KEY VALUE";
+		return -EINVAL;
+	}
+	if (parse_uid(&t[1], &l.uid) < 0) {
+		*why = "a limit is per uid: uid=N";
+		return -EINVAL;
+	}
+	for (k = 0; k < TD__LIM_COUNT; k++)
+		if (tok_is(&t[2], td__lim_names[k]))
+			break;
+	if (k == TD__LIM_COUNT) {
+		*why = "KEY must be conns, fds, leases, pinned, "
+		       "watches, waiters, rings or queued";
+		return -EINVAL;
+	}
+	l.key = (uint32_t)k;
+	/* byte limits take suffixes; counts are plain numbers */
+	if (td__policy_limit_value(k, t[3].p, t[3].len, &l.value) < 0) {
+		*why = td__lim_is_bytes(k) ? "VALUE must be N[K|M|G|T]"
+					   : "VALUE must be a number";
+		return -EINVAL;
+	}
+	for (unsigned i = 0; i < pol->nlimits; i++)
+		if (pol->limits[i].uid == l.uid &&
+		    pol->limits[i].key == l.key) {
+			*why = "second limit of that KEY for the same uid";
+			return -EINVAL;
+		}
+	if (pol->nlimits >= TD__POLICY_MAX_LIMITS) {
+		*why = "too many limit lines";
+		return -E2BIG;
+	}
+	pol->limits[pol->nlimits++] = l;
+	return 0;
 }
 
 static int parse_line(struct td__policy *pol, const struct tok *t,
@@ -129,14 +184,12 @@ static int parse_line(struct td__policy *pol, const struct tok *t,
 	}
 	if (tok_is(&t[0], "quota")) {
 		struct td__quota q;
-		uint8_t kind;
 
 		if (n != 3) {
 			*why = "want: quota uid=N BYTES";
 			return -EINVAL;
 		}
-		if (parse_who(&t[1], &kind, &q.uid) < 0 ||
-		    kind != TD__WHO_UID) {
+		if (parse_uid(&t[1], &q.uid) < 0) {
 			*why = "a quota is per uid: uid=N";
 			return -EINVAL;
 		}
@@ -156,52 +209,8 @@ static int parse_line(struct td__policy *pol, const struct tok *t,
 		pol->quotas[pol->nquotas++] = q;
 		return 0;
 	}
-	if (tok_is(&t[0], "limit")) {
-		struct td__limit l = {0};
-		uint8_t kind;
-		int k;
-
-		if (n != 4) {
-			*why = "want: limit uid=N KEY VALUE";
-			return -EINVAL;
-		}
-		if (parse_who(&t[1], &kind, &l.uid) < 0 ||
-		    kind != TD__WHO_UID) {
-			*why = "a limit is per uid: uid=N";
-			return -EINVAL;
-		}
-		for (k = 0; k < TD__LIM_COUNT; k++)
-			if (tok_is(&t[2], td__lim_names[k]))
-				break;
-		if (k == TD__LIM_COUNT) {
-			*why = "KEY must be conns, fds, leases, pinned, "
-			       "watches, waiters, rings or queued";
-			return -EINVAL;
-		}
-		l.key = (uint32_t)k;
-		/* byte limits take suffixes; counts are plain numbers */
-		if (k == TD__LIM_PINNED || k == TD__LIM_QUEUED
-			    ? td__size_parse(t[3].p, t[3].len, &l.value) < 0
-			    : parse_count(t[3].p, t[3].len, &l.value) < 0) {
-			*why = k == TD__LIM_PINNED || k == TD__LIM_QUEUED
-				       ? "VALUE must be N[K|M|G|T]"
-				       : "VALUE must be a number";
-			return -EINVAL;
-		}
-		for (unsigned i = 0; i < pol->nlimits; i++)
-			if (pol->limits[i].uid == l.uid &&
-			    pol->limits[i].key == l.key) {
-				*why = "second limit of that KEY for the same "
-				       "uid";
-				return -EINVAL;
-			}
-		if (pol->nlimits >= TD__POLICY_MAX_LIMITS) {
-			*why = "too many limit lines";
-			return -E2BIG;
-		}
-		pol->limits[pol->nlimits++] = l;
-		return 0;
-	}
+	if (tok_is(&t[0], "limit"))
+		return parse_limit(pol, t, n, why);
 	*why = "unknown keyword (want allow, quota or limit)";
 	return -EINVAL;
 }

@@ -35,6 +35,7 @@
 
 #include "daemonctl.h"
 #include "scm.h"
+#include "testchild.h"
 #include "testutil.h"
 #include "blob.h"
 #include "wire.h"
@@ -82,49 +83,13 @@ static bool root(void)
 	return geteuid() == 0;
 }
 
-/* How many times needle is in the daemon's log. */
-static unsigned log_count(const char *needle)
+
+
+/* Run fn(NULL, arg) in a forked child; assert it exits 0. */
+static void in_child(child_fn fn, void *arg)
 {
-	size_t len;
-	uint8_t *buf = tu_try_read_file(D.log, &len);
-	unsigned n = 0;
-
-	if (!buf)
-		return 0;
-	buf[len] = 0;
-	for (char *s = (char *)buf; (s = strstr(s, needle)); s++)
-		n++;
-	free(buf);
-	return n;
-}
-
-/* In a forked child: report the failing line through the exit status. */
-#define CK(x)                                                                 \
-	do {                                                                  \
-		if (!(x)) {                                                   \
-			fprintf(stderr, "child %s:%d: %s\n", __FILE__,        \
-				__LINE__, #x);                                \
-			_exit(1);                                             \
-		}                                                             \
-	} while (0)
-
-/* Run fn(arg) in a forked child; assert it exits 0. */
-static void in_child(void (*fn)(void *), void *arg)
-{
-	pid_t pid;
-	int st;
-
-	fflush(NULL);
-	pid = fork();
-	cr_assert(pid >= 0);
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		fn(arg);
-		_exit(0);
-	}
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-		  "child failed (status %d); see stderr", st);
+	cr_assert_eq(reap(spawn(NULL, fn, arg)), 0,
+		     "child failed; see stderr");
 }
 
 /*
@@ -205,43 +170,9 @@ static uint32_t path_in(struct td_client *c)
 	return info.path_in;
 }
 
-/* fn(arg) in a forked child that dies with this process; its pid. */
-static pid_t fork_fn(void (*fn)(void *), void *arg)
-{
-	pid_t pid;
 
-	fflush(NULL);
-	pid = fork();
-	cr_assert(pid >= 0);
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		fn(arg);
-		_exit(0);
-	}
-	return pid;
-}
 
-static int reap(pid_t pid)
-{
-	int st;
 
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-static void say(int fd)
-{
-	char b = 1;
-
-	CK(write(fd, &b, 1) == 1);
-}
-
-static void hear(int fd)
-{
-	char b;
-
-	CK(read(fd, &b, 1) == 1);
-}
 
 TestSuite(hostile, .timeout = 120);
 
@@ -343,7 +274,7 @@ static int raw_publish_pull(int sock, const char *name, pid_t pid, int fdnum,
  * exec would) and holds a root-only memfd; H names that memfd's number in
  * a PUBLISH that claims P as the producer.
  */
-static void deputy_child(void *arg)
+static void deputy_child(const struct tu_daemon *td, void *arg)
 {
 	int go[2], done[2], sock, fd;
 	char why[512];
@@ -402,7 +333,7 @@ static void deputy_child(void *arg)
  * refused PUBLISH again with its fds attached, and attaches them from then
  * on; the tensor is what this process handed over itself.
  */
-static void fallback_lib_child(void *arg)
+static void fallback_lib_child(const struct tu_daemon *td, void *arg)
 {
 	struct td_client *c = NULL;
 	struct td_error e = {0};
@@ -436,13 +367,14 @@ Test(hostile, pidfd_import_refuses_a_process_that_gained_privileges)
 	if (!root())
 		cr_skip_test("needs root to change credentials in a child");
 	start(NULL);
-	cr_assert_eq(log_count("running as root"), 1);
+	cr_assert_eq(tdc_log_count(&D, "running as root"), 1);
 	in_child(deputy_child, NULL);
 	in_child(fallback_lib_child, NULL);
 	/* each refusal is an error reply; warnings: one per 10 s */
-	cr_assert_eq(log_count("-> -1: pidfd import refused: process"), 2,
-		     "log %s", D.log);
-	cr_assert_eq(log_count("warn: peer pid"), 1, "log %s", D.log);
+	cr_assert_eq(tdc_log_count(&D, "-> -1: pidfd import refused: "
+				       "process"),
+		     2, "log %s", D.log);
+	cr_assert_eq(tdc_log_count(&D, "warn: peer pid"), 1, "log %s", D.log);
 	cr_assert_eq(td_client_connect(D.sock, &c, &e), 0);
 	cr_assert_eq(first_byte(c, "cd/stolen", 0x22), -ENOENT);
 	td_client_close(c);
@@ -454,7 +386,7 @@ Test(hostile, pidfd_import_refuses_a_process_that_gained_privileges)
  * capabilities does; so does ssh-agent) is off limits to its own uid's
  * pidfd_getfd, so the daemon does not pull from it either.
  */
-static void undumpable_child(void *arg)
+static void undumpable_child(const struct tu_daemon *td, void *arg)
 {
 	struct td_client *c = NULL;
 	struct td_error e = {0};
@@ -502,7 +434,7 @@ Test(hostile, pidfd_import_refuses_a_process_that_is_not_dumpable)
  * a reused pid could fool; it imports by pidfd only once the probe fd
  * proves to be the other end of this very connection.
  */
-static void fallback_child(void *arg)
+static void fallback_child(const struct tu_daemon *td, void *arg)
 {
 	struct td_client *c = NULL;
 	struct td_error e = {0};
@@ -660,7 +592,7 @@ struct hog_report {
 	char alloc_why[TD_WIRE_MAX_REASON + 1];
 };
 
-static void fd_hog(void *arg)
+static void fd_hog(const struct tu_daemon *td, void *arg)
 {
 	struct hog *h = arg;
 	struct hog_report r = {0};
@@ -719,7 +651,7 @@ Test(hostile, fd_exhaustion_by_many_uids_leaves_the_operator_its_reserve)
 	for (int i = 0; i < 5; i++) {
 		h[i].uid = uids[i];
 		cr_assert(pipe(h[i].ready) == 0 && pipe(h[i].go) == 0);
-		pid[i] = fork_fn(fd_hog, &h[i]);
+		pid[i] = spawn(NULL, fd_hog, &h[i]);
 	}
 	for (int i = 0; i < 5; i++) {
 		struct hog_report r;
@@ -792,7 +724,7 @@ struct worker {
 #define W_MAX_CONNS 64
 #define W_MAX_HELD 20000
 
-static void worker_main(void *arg)
+static void worker_main(const struct tu_daemon *td, void *arg)
 {
 	struct worker *w = arg;
 	static struct td_tensor *held[W_MAX_HELD];
@@ -855,7 +787,7 @@ static void worker_start(struct worker *w, uid_t uid, unsigned conns)
 	w->uid = uid;
 	w->conns = conns;
 	cr_assert(pipe(w->cmd) == 0 && pipe(w->res) == 0);
-	w->pid = fork_fn(worker_main, w);
+	w->pid = spawn(NULL, worker_main, w);
 }
 
 /* op on name, count times (spread over its connections); the result. */
@@ -1087,8 +1019,8 @@ Test(hostile, the_daemon_gives_memory_back_after_a_burst_of_leases)
 	victim_works("victim/rss2", "after the burst");
 	rss2 = rss_anon_kb(D.pid);
 	fprintf(stderr,
-		"hostile: daemon RssAnon %ld KiB before, %ld during 16384 leases "
-		"and 4096 watches on 64 connections, %ld after\n",
+		"hostile: daemon RssAnon %ld KiB before, %ld during 16384 "
+		"leases and 4096 watches on 64 connections, %ld after\n",
 		rss0, rss1, rss2);
 	cr_assert_gt(rss1, rss0);
 #if TU_CHECK_ALL_MAPS /* ASan's allocator keeps what it freed */
@@ -1160,7 +1092,7 @@ Test(hostile, accept_backs_off_at_emfile_without_spinning_or_flooding_the_log)
 	cr_assert_eq(rc, 0, "tensord exit status %d (log %s)", rc, D.log);
 	accepts = log_number("accept4 calls ");
 	pauses = log_number("pauses for lack of descriptors ");
-	lines = (long)log_count("not accepting for");
+	lines = (long)tdc_log_count(&D, "not accepting for");
 	fprintf(stderr,
 		"hostile: EMFILE for about %ld ms: %ld accept4 calls, %ld "
 		"pauses, %ld log lines\n",
@@ -1188,7 +1120,7 @@ struct conns_try {
 	const char *want_why;
 };
 
-static void conns_child(void *arg)
+static void conns_child(const struct tu_daemon *td, void *arg)
 {
 	const struct conns_try *t = arg;
 	struct td_client *c[8];

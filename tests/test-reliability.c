@@ -73,16 +73,7 @@ static bool root(void)
 
 static bool log_has(const char *needle)
 {
-	size_t len;
-	uint8_t *buf = tu_try_read_file(D.log, &len);
-	bool found;
-
-	if (!buf)
-		return false;
-	buf[len] = 0;
-	found = strstr((char *)buf, needle) != NULL;
-	free(buf);
-	return found;
+	return tdc_log_count(&D, needle) > 0;
 }
 
 /* ---- client helpers (work in forked children too: no cr_assert) ---- */
