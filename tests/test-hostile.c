@@ -574,6 +574,19 @@ static void victim_works(const char *name, const char *what)
 	td_entry_list_free(list, count);
 	fprintf(stderr, "hostile: %s: victim connect+put+get+ls %ld us\n",
 		what, now_us() - t0);
+	/* and the operator's command line, a process of its own */
+	{
+		char *argv[] = {getenv("TD_TENSORCTL"), "--socket", D.sock,
+				"ls", NULL};
+		char *out = NULL;
+
+		cr_assert(argv[0], "TD_TENSORCTL is not set");
+		cr_assert_eq(tu_run_capture(argv, &out), 0,
+			     "tensorctl ls during %s: %s", what, out);
+		cr_assert(strstr(out, name), "tensorctl ls lists %s: %s",
+			  name, out);
+		free(out);
+	}
 	td_client_close(c);
 }
 
