@@ -159,6 +159,8 @@ struct td__opts {
 	gid_t socket_gid;        /* chown of the socket file, -1 = ours */
 	/* $TENSORD_TEST_NO_PEERPIDFD: take the pidfd_open fallback (tests) */
 	bool no_peerpidfd;
+	const char *snapshot_path;     /* --snapshot, NULL = none */
+	uint64_t snapshot_interval_ms; /* --snapshot-interval */
 };
 
 struct td__store;
