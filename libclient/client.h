@@ -26,6 +26,7 @@ struct td__map {
 	void *addr;   /* NULL when len is 0 */
 	uint64_t off; /* file offset of addr (0 unless a window) */
 	size_t len;
+	int kind;        /* TD_PLANE_* (gpu.h) */
 	unsigned refs;   /* tensors using it */
 	uint64_t used;   /* LRU clock value of the last release */
 };
@@ -69,6 +70,7 @@ struct td_client {
 	int dead;             /* sticky -errno after a framing violation */
 	int daemon_pidfd;     /* -1 when none */
 	uint32_t path_in;     /* enum td_import */
+	bool pidfd_forced;    /* TENSORD_IMPORT=pidfd: never fall back */
 	uint32_t path_out;
 	/* hello.features: TD_WIRE_FEAT_* this daemon serves (td__has) */
 	struct td_wire_hello_rep hello;

@@ -8,6 +8,7 @@ libuv1-dev liburing-dev libxxhash-dev libcriterion-dev libcbor-dev
 libjson-c-dev libmicrohttpd-dev
 iceoryx libiceoryx-binding-c-dev gnuplot-nox
 python3 systemd valgrind scdoc curl bc
+libvulkan-dev mesa-vulkan-drivers glslc
 python3-dev python3-numpy python3-pytest python3-torch
 python3-zarr python3-dask python3-distributed python3-xarray python3-fsspec
 python3-aiohttp"
