@@ -228,6 +228,42 @@ static const struct option long_opts[] = {
 	{NULL, 0, NULL, 0},
 };
 
+/* The --http options (docs/zarr.md). 0, or the exit status. */
+static int parse_http_opt(int c, const char *arg, struct td__opts *o)
+{
+	char *end;
+	long v;
+
+	switch (c) {
+	case 20:
+		o->http_addr = arg;
+		return 0;
+	case 21:
+		if (*arg && td_wire_name_check(arg, strlen(arg), true, NULL) < 0) {
+			fprintf(stderr, "tensord: --http-prefix: not a valid "
+					"name prefix: %s\n",
+				arg);
+			return 2;
+		}
+		o->http_prefix = arg;
+		return 0;
+	default:
+		errno = 0;
+		v = strtol(arg, &end, 10);
+		if (errno || end == arg || *end || v < 1 || v > 65536) {
+			fprintf(stderr, "tensord: --%s: want 1 to 65536\n",
+				c == 22 ? "http-max-connections"
+					: "http-timeout");
+			return 2;
+		}
+		if (c == 22)
+			o->http_max_connections = (unsigned)v;
+		else
+			o->http_timeout = (unsigned)v;
+		return 0;
+	}
+}
+
 /* One option's value into o. 0, or the exit status after a message. */
 static int parse_opt(int c, const char *arg, struct td__opts *o)
 {
@@ -317,35 +353,10 @@ static int parse_opt(int c, const char *arg, struct td__opts *o)
 		o->snapshot_interval_ms = secs * 1000;
 		return 0;
 	case 20:
-		o->http_addr = arg;
-		return 0;
 	case 21:
-		if (*arg && td_wire_name_check(arg, strlen(arg), true, NULL) < 0) {
-			fprintf(stderr, "tensord: --http-prefix: not a valid "
-					"name prefix: %s\n",
-				arg);
-			return 2;
-		}
-		o->http_prefix = arg;
-		return 0;
 	case 22:
-	case 23: {
-		long v;
-
-		errno = 0;
-		v = strtol(arg, &end, 10);
-		if (errno || end == arg || *end || v < 1 || v > 65536) {
-			fprintf(stderr, "tensord: --%s: want 1 to 65536\n",
-				c == 22 ? "http-max-connections"
-				       : "http-timeout");
-			return 2;
-		}
-		if (c == 22)
-			o->http_max_connections = (unsigned)v;
-		else
-			o->http_timeout = (unsigned)v;
-		return 0;
-	}
+	case 23:
+		return parse_http_opt(c, arg, o);
 	case 'h':
 		usage(stdout);
 		return -1;
