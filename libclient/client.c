@@ -99,6 +99,7 @@ static void client_free(struct td_client *c)
 		c->ev_head = e->next;
 		free(e);
 	}
+	td__loop_close(c);
 	/* Every tensor is gone (refs == 0), so every map is idle. */
 	td__maps_drop(c, true);
 	td__loans_drop(c, true);
@@ -129,6 +130,8 @@ void td_client_close(struct td_client *c)
 
 	if (!c)
 		return;
+	/* asynchronous GETs still waiting are told, then forgotten */
+	td__loop_cancel(c);
 	pthread_mutex_lock(&c->lock);
 	/*
 	 * Closing the socket ends the daemon's side at once (leases, watches,
@@ -148,6 +151,7 @@ void td_client_close(struct td_client *c)
 		free(e);
 	}
 	c->ev_tail = NULL;
+	td__loop_close(c);
 	td__maps_drop(c, false);
 	td__loans_drop(c, false);
 	pthread_mutex_unlock(&c->lock);
@@ -176,7 +180,7 @@ int td_client_fd(struct td_client *c)
 	if (!c)
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
-	fd = c->sock >= 0 ? c->sock : -ENOTCONN;
+	fd = c->sock >= 0 && c->epfd >= 0 ? c->epfd : -ENOTCONN;
 	pthread_mutex_unlock(&c->lock);
 	return fd;
 }
@@ -229,14 +233,16 @@ static int msg_send(struct td_client *c, uint16_t op, uint64_t id,
  * (MSG_CTRUNC) or a count that disagrees with the header closes them all
  * and breaks the connection, as PipeWire's connection.c does.
  */
-static int msg_recv(struct td_client *c, struct td__msg *m)
+int td__msg_recv(struct td_client *c, struct td__msg *m, int flags)
 {
 	struct td__scm_rx rx = {.fds = m->fds, .cap = TD_WIRE_MAX_FDS};
 	ssize_t n;
 	int rc;
 
 	m->nfds = 0;
-	n = td__scm_recv(c->sock, c->rbuf, TD_WIRE_MAX_MSG, 0, &rx);
+	n = td__scm_recv(c->sock, c->rbuf, TD_WIRE_MAX_MSG, flags, &rx);
+	if (n == -EAGAIN && (flags & MSG_DONTWAIT))
+		return -EAGAIN;
 	if (n < 0)
 		return conn_broken(c, (int)n);
 	m->nfds = rx.nfds;
@@ -279,19 +285,22 @@ static void queue_notify(struct td_client *c, const struct td__msg *m)
 	else
 		c->ev_head = e;
 	c->ev_tail = e;
+	td__loop_ready(c);
 }
 
 /* Handle a message that is not the reply being waited for. */
-static void msg_aside(struct td_client *c, struct td__msg *m)
+void td__msg_aside(struct td_client *c, struct td__msg *m)
 {
+	if ((m->hdr.flags & TD_WIRE_F_REPLY) && td__loop_reply(c, m))
+		return;
 	if (m->hdr.opcode == TD_OP_NOTIFY && (m->hdr.flags & TD_WIRE_F_NOTIFY))
 		queue_notify(c, m);
 	/* stray replies (none are expected) and their fds are dropped */
 	td__msg_close_fds(m);
 }
 
-static int reply_error(const struct td__msg *m, int status,
-		       struct td_error *err)
+int td__reply_error(const struct td__msg *m, int status,
+		    struct td_error *err)
 {
 	struct td_wire_error e;
 
@@ -334,19 +343,19 @@ int td__call(struct td_client *c, uint16_t op, size_t body_len,
 		return td__fail(err, rc, "send %s: %s", td_wire_op_name(op),
 				strerror(-rc));
 	for (;;) {
-		rc = msg_recv(c, rep);
+		rc = td__msg_recv(c, rep, 0);
 		if (rc < 0)
 			return td__fail(err, rc, "receive %s reply: %s",
 					td_wire_op_name(op), strerror(-rc));
 		if ((rep->hdr.flags & TD_WIRE_F_REPLY) &&
 		    rep->hdr.request_id == id)
 			break;
-		msg_aside(c, rep);
+		td__msg_aside(c, rep);
 	}
 	if (rep->hdr.status < 0) {
 		rc = rep->hdr.status;
 		td__msg_close_fds(rep);
-		return reply_error(rep, rc, err);
+		return td__reply_error(rep, rc, err);
 	}
 	if (rep->hdr.status > 0) {
 		td__msg_close_fds(rep);
@@ -354,6 +363,21 @@ int td__call(struct td_client *c, uint16_t op, size_t body_len,
 				rep->hdr.status);
 	}
 	return 0;
+}
+
+int td__send(struct td_client *c, uint16_t op, size_t body_len,
+	     uint64_t *id)
+{
+	uint64_t n;
+	int rc = client_usable(c, NULL);
+
+	if (rc < 0)
+		return rc;
+	n = ++c->next_id;
+	rc = msg_send(c, op, n, body_len, NULL, 0);
+	if (rc == 0 && id)
+		*id = n;
+	return rc;
 }
 
 /* ---- events ---- */
@@ -387,6 +411,7 @@ int td_client_next_event(struct td_client *c, int timeout_ms,
 				c->ev_tail = NULL;
 			*ev = e->ev;
 			free(e);
+			td__loop_ready(c);
 			rc = 0;
 			break;
 		}
@@ -415,12 +440,12 @@ int td_client_next_event(struct td_client *c, int timeout_ms,
 			rc = td__fail(err, -ETIMEDOUT, "no event");
 			break;
 		}
-		rc = msg_recv(c, &m);
+		rc = td__msg_recv(c, &m, 0);
 		if (rc < 0) {
 			rc = td__fail(err, rc, "receive: %s", strerror(-rc));
 			break;
 		}
-		msg_aside(c, &m);
+		td__msg_aside(c, &m);
 	}
 	pthread_mutex_unlock(&c->lock);
 	return rc;
@@ -600,6 +625,8 @@ int td_client_connect(const char *path, struct td_client **out,
 	c->refs = 1;
 	c->sock = -1;
 	c->daemon_pidfd = -1;
+	c->epfd = -1;
+	c->efd = -1;
 	pthread_mutex_init(&c->lock, NULL);
 	c->rbuf = malloc(TD_WIRE_MAX_MSG);
 	c->sbuf = malloc(TD_WIRE_MAX_MSG);
@@ -621,6 +648,11 @@ int td_client_connect(const char *path, struct td_client **out,
 	rc = hello(c, pref, err);
 	if (rc < 0)
 		goto fail;
+	rc = td__loop_open(c);
+	if (rc < 0) {
+		rc = td__fail(err, rc, "epoll/eventfd: %s", strerror(-rc));
+		goto fail;
+	}
 	*out = c;
 	return 0;
 fail:

@@ -53,6 +53,21 @@ struct td__event {
 	struct td_event ev;
 };
 
+/*
+ * An asynchronous GET (libclient/loop.c): on c->asyncs while it waits for
+ * its reply, then on c->done until td_client_process() calls fn. Made
+ * whole at request time, so a reply never needs memory to be delivered.
+ */
+struct td__async {
+	struct td__async *next;
+	uint64_t id; /* request id of the GET */
+	td_get_fn fn;
+	void *ud;
+	int status;
+	struct td_tensor *t; /* NULL unless status == 0 */
+	struct td_error err;
+};
+
 /* A received message: header, body in the client's buffer, fds owned. */
 struct td__msg {
 	struct td_wire_hdr hdr;
@@ -75,6 +90,18 @@ struct td_client {
 	char ident[64];
 	uint64_t next_id;
 	struct td__event *ev_head, *ev_tail;
+	/*
+	 * Event loops (libclient/loop.c): epfd is what td_client_fd() hands
+	 * out; it polls readable when the socket is readable or when efd is,
+	 * and efd is kept readable exactly while something is queued here
+	 * (events, finished asynchronous GETs).
+	 */
+	int epfd, efd;
+	bool efd_on;
+	struct td__async *asyncs;          /* GETs waiting for a reply */
+	struct td__async *done, *done_tail; /* replied, not yet delivered */
+	td_event_fn ev_fn; /* td_client_set_event_handler(), NULL = none */
+	void *ev_ud;
 	struct td__map *maps; /* list of every mapping */
 	unsigned idle_maps;   /* maps with refs == 0 */
 	struct td__loanbuf *loans; /* recyclable loan buffers */
@@ -112,6 +139,39 @@ int td__call(struct td_client *c, uint16_t op, size_t body_len,
 	     const int *fds, unsigned nfds, struct td__msg *rep,
 	     struct td_error *err);
 void td__msg_close_fds(struct td__msg *m);
+/* Send one request without waiting: its reply is dropped when it comes. */
+int td__send(struct td_client *c, uint16_t op, size_t body_len,
+	     uint64_t *id);
+/* Receive one datagram (flags: MSG_DONTWAIT or 0), lock held. */
+int td__msg_recv(struct td_client *c, struct td__msg *m, int flags);
+/* Deal with a message nobody waits for: queue it or drop it, close fds. */
+void td__msg_aside(struct td_client *c, struct td__msg *m);
+
+/* loop.c: make epfd/efd for a new handle; close them. */
+int td__loop_open(struct td_client *c);
+void td__loop_close(struct td_client *c);
+/* loop.c: make efd readable iff something is queued (lock held). */
+void td__loop_ready(struct td_client *c);
+/* loop.c: a reply to an asynchronous GET? Then consume it: true. */
+bool td__loop_reply(struct td_client *c, struct td__msg *m);
+/* loop.c: fail every pending asynchronous GET with status (lock held). */
+void td__loop_fail(struct td_client *c, int status);
+/* loop.c: at close, cancel and deliver every asynchronous GET (no lock). */
+void td__loop_cancel(struct td_client *c);
+/* client.c: the status and reason of an error reply into *err. */
+int td__reply_error(const struct td__msg *m, int status,
+		    struct td_error *err);
+
+/*
+ * tensor.c: turn a GET reply into a tensor. nowait: a lease that cannot be
+ * handed out is released without waiting for the daemon's answer (the
+ * caller is itself inside a receive loop). Lock held; closes m's fds.
+ */
+int td__get_reply(struct td_client *c, struct td__msg *m, bool nowait,
+		  struct td_tensor **out, struct td_error *err);
+/* tensor.c: encode a GET request into c->sbuf; returns the body length. */
+int64_t td__get_encode(struct td_client *c, const char *name, uint32_t mode,
+		       uint64_t version, uint32_t timeout_ms);
 
 /* Import daemon fd `remote` (pidfd path) or take `scm` (SCM path): -> fd. */
 int td__import_fd(struct td_client *c, int32_t remote, int *scm, int *fd);

@@ -130,16 +130,78 @@ TD_EXPORT void td_client_close(struct td_client *c);
 TD_EXPORT int td_client_info(struct td_client *c, struct td_client_info *info);
 
 /*
- * The connection's socket, for an event loop (poll, epoll, asyncio's
- * add_reader): it polls readable when the daemon sent something, e.g. a
- * watch event. Borrowed: valid until td_client_close(); never read, write
- * or close it. Events that arrive while another call waits for its reply
- * are queued inside the handle and leave nothing to read, so drain with
- * td_client_next_event(c, 0, ...) until -ETIMEDOUT after being woken AND
- * after any other call on the handle. Returns the fd, -EINVAL for NULL,
- * -ENOTCONN once the connection is closed.
+ * A descriptor for an event loop (poll, epoll, libuv's uv_poll_t, GLib,
+ * asyncio's add_reader): it polls readable whenever there is something to
+ * process, i.e. the daemon sent something or the handle holds queued
+ * watch events or finished asynchronous GETs (including what arrived
+ * while another call waited for its reply). It is an epoll descriptor
+ * over the connection's socket and an eventfd the library keeps readable
+ * while anything is queued, so level-triggered polling never misses
+ * work. Borrowed: valid until td_client_close(); never read, write or
+ * close it. After it polls readable, call td_client_process() (which
+ * delivers to callbacks), or drain with td_client_next_event(c, 0, ...)
+ * until -ETIMEDOUT when no event handler is set. Returns the fd, -EINVAL
+ * for NULL, -ENOTCONN once the connection is closed.
  */
 TD_EXPORT int td_client_fd(struct td_client *c);
+
+struct td_event;
+struct td_tensor;
+
+/*
+ * Called by td_client_process() for each watch event, in arrival order,
+ * with no lock held: it may call any function on the handle (blocking
+ * ones included). ev is valid during the call only.
+ */
+typedef void (*td_event_fn)(struct td_client *c, const struct td_event *ev,
+			    void *ud);
+
+/*
+ * Deliver watch events to fn from td_client_process() instead of queueing
+ * them for td_client_next_event(); fn NULL restores the queue. Events
+ * queued before the call are delivered to fn too. 0 or -EINVAL.
+ */
+TD_EXPORT int td_client_set_event_handler(struct td_client *c, td_event_fn fn,
+					  void *ud);
+
+/*
+ * Called by td_client_process() when an asynchronous GET finishes, with no
+ * lock held. status 0: t is the tensor (the callback owns it: release it
+ * with td_tensor_release() when done); otherwise t is NULL, status is the
+ * -errno td_client_get_newer() would have returned (-ETIMEDOUT,
+ * -ECONNRESET when the connection broke, -ECANCELED when the handle was
+ * closed first) and err holds the reason. err is valid during the call.
+ */
+typedef void (*td_get_fn)(struct td_client *c, int status,
+			  struct td_tensor *t, const struct td_error *err,
+			  void *ud);
+
+/*
+ * td_client_get_newer() without waiting: sends the GET and returns at
+ * once; the daemon parks it until a version newer than `after` is
+ * published (or timeout_ms passes, -1 = forever) and fn receives the
+ * result from a later td_client_process(). A ring name is served the
+ * same way (its latest slot, leased). Any number may be outstanding (the
+ * daemon parks at most 256 per connection and refuses the rest with
+ * -ENOBUFS, delivered to fn). Returns 0, or -errno when the request could
+ * not be sent (fn is then never called).
+ */
+TD_EXPORT int td_client_get_newer_async(struct td_client *c, const char *name,
+					uint64_t after, int timeout_ms,
+					td_get_fn fn, void *ud,
+					struct td_error *err);
+
+/*
+ * Do what td_client_fd() polled readable for, without blocking: read what
+ * the daemon sent, then call the callbacks (finished asynchronous GETs,
+ * then watch events when a handler is set). Reads a bounded number of
+ * messages per call; the fd stays readable when more are left. Returns
+ * the number of callbacks made (0 is fine: e.g. a reply another thread's
+ * call was waiting for), or -errno when the connection is broken
+ * (-ECONNRESET: the daemon went away), after delivering what was queued
+ * and failing every outstanding asynchronous GET with that status.
+ */
+TD_EXPORT int td_client_process(struct td_client *c, struct td_error *err);
 
 /* ---- producing ---- */
 

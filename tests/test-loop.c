@@ -1,0 +1,267 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Event-loop clients: td_client_fd() polls readable exactly while there is
+ * work (also work queued during another call), td_client_process()
+ * delivers watch events and asynchronous GETs to callbacks, and a broken
+ * or closed connection fails what is outstanding.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <tensord/tensord.h>
+
+#include "testutil.h"
+
+/* Hang guard only: nothing about speed is asserted. */
+#define HANG_MS 20000
+
+static struct td_client *open_client(const struct tu_daemon *d)
+{
+	struct td_client *c;
+	struct td_error e = {0};
+	int rc = td_client_connect(d->sock, &c, &e);
+	cr_assert_eq(rc, 0, "connect: %s", e.reason);
+	return c;
+}
+
+static int readable(struct td_client *c, int timeout_ms)
+{
+	struct pollfd p = {.fd = td_client_fd(c), .events = POLLIN};
+	cr_assert_geq(p.fd, 0);
+	int n = poll(&p, 1, timeout_ms);
+	cr_assert_geq(n, 0);
+	return n;
+}
+
+static void put(struct td_client *c, const char *name, uint8_t byte)
+{
+	uint64_t shape[1] = {4};
+	uint8_t buf[4];
+	memset(buf, byte, sizeof(buf));
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape};
+	struct td_error e = {0};
+	cr_assert_eq(td_client_put(c, &p, buf, sizeof(buf), NULL, &e), 0,
+		     "put: %s", e.reason);
+}
+
+struct got {
+	int calls;
+	int status;
+	uint64_t version;
+	uint8_t first;
+	char reason[TD_REASON_MAX + 1];
+	struct td_client *c;
+};
+
+static void on_get(struct td_client *c, int status, struct td_tensor *t,
+		   const struct td_error *err, void *ud)
+{
+	struct got *g = ud;
+	g->calls++;
+	g->status = status;
+	g->c = c;
+	strcpy(g->reason, err ? err->reason : "");
+	if (t) {
+		g->version = td_tensor_version(t);
+		g->first = *(const uint8_t *)td_tensor_plane_data(t, 0);
+		td_tensor_release(t);
+	}
+}
+
+/* Poll then process until g has been called (bounded by HANG_MS). */
+static void run_until(struct td_client *c, const struct got *g)
+{
+	while (!g->calls) {
+		cr_assert_gt(readable(c, HANG_MS), 0, "no work came");
+		cr_assert_geq(td_client_process(c, NULL), 0);
+	}
+}
+
+Test(loop, fd_is_readable_for_events_queued_during_another_call)
+{
+	struct tu_daemon d;
+	tu_daemon_start(&d, "warn");
+	struct td_client *w = open_client(&d), *p = open_client(&d);
+	uint64_t id;
+	cr_assert_eq(td_client_watch(w, "a", 0, &id, NULL), 0);
+	cr_assert_eq(readable(w, 0), 0, "nothing to do yet");
+
+	put(p, "a", 1);
+	/*
+	 * The daemon sends the NOTIFY while handling the PUBLISH, before it
+	 * reads this STAT: the STAT call reads the event aside, and the
+	 * socket is empty again. The fd must still say there is work.
+	 */
+	struct td_entry ent;
+	cr_assert_eq(td_client_stat(w, "a", &ent, NULL), 0);
+	td_entry_fini(&ent);
+	cr_assert_eq(readable(w, 0), 1, "queued event makes the fd readable");
+
+	struct td_event ev;
+	cr_assert_eq(td_client_next_event(w, 0, &ev, NULL), 0);
+	cr_assert_str_eq(ev.name, "a");
+	cr_assert_eq(ev.version, 1);
+	cr_assert_eq(readable(w, 0), 0, "drained: no longer readable");
+	cr_assert_eq(td_client_next_event(w, 0, &ev, NULL), -ETIMEDOUT);
+
+	td_client_close(p);
+	td_client_close(w);
+	tu_daemon_stop(&d, true);
+}
+
+struct evs {
+	int n;
+	uint64_t versions[8];
+};
+
+static void on_event(struct td_client *c, const struct td_event *ev,
+		     void *ud)
+{
+	struct evs *e = ud;
+	(void)c;
+	cr_assert_lt(e->n, 8);
+	e->versions[e->n++] = ev->version;
+}
+
+Test(loop, process_delivers_watch_events_in_order_to_the_handler)
+{
+	struct tu_daemon d;
+	tu_daemon_start(&d, "warn");
+	struct td_client *w = open_client(&d), *p = open_client(&d);
+	struct evs got = {0};
+	uint64_t id;
+	cr_assert_eq(td_client_set_event_handler(w, on_event, &got), 0);
+	cr_assert_eq(td_client_watch(w, "b/", TD_WATCH_PREFIX, &id, NULL), 0);
+	for (int i = 0; i < 3; i++)
+		put(p, "b/x", (uint8_t)i);
+	while (got.n < 3) {
+		cr_assert_gt(readable(w, HANG_MS), 0);
+		cr_assert_geq(td_client_process(w, NULL), 0);
+	}
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(got.versions[i], (uint64_t)i + 1);
+	cr_assert_eq(readable(w, 0), 0);
+	cr_assert_eq(td_client_process(w, NULL), 0, "nothing more");
+	td_client_close(p);
+	td_client_close(w);
+	tu_daemon_stop(&d, true);
+}
+
+Test(loop, async_get_is_parked_then_delivered_by_process)
+{
+	struct tu_daemon d;
+	tu_daemon_start(&d, "warn");
+	struct td_client *c = open_client(&d), *p = open_client(&d);
+	struct got g = {0};
+	cr_assert_eq(td_client_get_newer_async(c, "later", 0, -1, on_get, &g,
+					       NULL), 0);
+	/* parked: the daemon has nothing to say until a publish */
+	cr_assert_eq(td_client_process(c, NULL), 0);
+	cr_assert_eq(g.calls, 0);
+
+	put(p, "later", 7);
+	run_until(c, &g);
+	cr_assert_eq(g.calls, 1);
+	cr_assert_eq(g.status, 0, "%s", g.reason);
+	cr_assert_eq(g.version, 1);
+	cr_assert_eq(g.first, 7);
+	cr_assert_eq(g.c, c);
+	td_client_close(p);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+Test(loop, async_reply_read_by_a_blocking_call_is_kept_for_process)
+{
+	struct tu_daemon d;
+	tu_daemon_start(&d, "warn");
+	struct td_client *c = open_client(&d), *p = open_client(&d);
+	struct got g = {0};
+	cr_assert_eq(td_client_get_newer_async(c, "k", 0, -1, on_get, &g,
+					       NULL), 0);
+	put(p, "k", 3);
+	/* the GET reply precedes this STAT's reply and is read aside */
+	struct td_entry ent;
+	cr_assert_eq(td_client_stat(c, "k", &ent, NULL), 0);
+	td_entry_fini(&ent);
+	cr_assert_eq(g.calls, 0, "callbacks run only from process");
+	cr_assert_eq(readable(c, 0), 1);
+	cr_assert_eq(td_client_process(c, NULL), 1);
+	cr_assert_eq(g.status, 0, "%s", g.reason);
+	cr_assert_eq(g.first, 3);
+	cr_assert_eq(readable(c, 0), 0);
+	td_client_close(p);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+Test(loop, async_get_timeout_and_refusal_reach_the_callback)
+{
+	struct tu_daemon d;
+	tu_daemon_start(&d, "warn");
+	struct td_client *c = open_client(&d);
+	struct got g = {0};
+	cr_assert_eq(td_client_get_newer_async(c, "none", 0, 0, on_get, &g,
+					       NULL), 0);
+	run_until(c, &g);
+	cr_assert_eq(g.status, -ETIMEDOUT);
+	struct got bad = {0};
+	cr_assert_eq(td_client_get_newer_async(c, "", 0, 0, on_get, &bad,
+					       NULL), 0);
+	run_until(c, &bad);
+	cr_assert_lt(bad.status, 0);
+	cr_assert_neq(bad.status, -ETIMEDOUT);
+	cr_assert_neq(bad.reason[0], 0, "the daemon's reason is passed on");
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+Test(loop, close_cancels_outstanding_gets)
+{
+	struct tu_daemon d;
+	tu_daemon_start(&d, "warn");
+	struct td_client *c = open_client(&d);
+	struct got g = {0};
+	cr_assert_eq(td_client_get_newer_async(c, "never", 0, -1, on_get, &g,
+					       NULL), 0);
+	td_client_close(c);
+	cr_assert_eq(g.calls, 1);
+	cr_assert_eq(g.status, -ECANCELED);
+	tu_daemon_stop(&d, true);
+}
+
+Test(loop, daemon_gone_fails_outstanding_gets_and_process)
+{
+	struct tu_daemon d;
+	tu_daemon_start(&d, "warn");
+	struct td_client *c = open_client(&d);
+	struct got g = {0};
+	cr_assert_eq(td_client_get_newer_async(c, "never", 0, -1, on_get, &g,
+					       NULL), 0);
+	int fds0 = d.fds0, maps0 = d.maps0;
+	kill(d.pid, SIGKILL);
+	int st;
+	cr_assert_eq(waitpid(d.pid, &st, 0), d.pid);
+	cr_assert_gt(readable(c, HANG_MS), 0, "hang-up polls readable");
+	int rc = td_client_process(c, NULL);
+	cr_assert_eq(rc, -ECONNRESET, "%d", rc);
+	cr_assert_eq(g.calls, 1);
+	cr_assert_eq(g.status, -ECONNRESET);
+	cr_assert_lt(td_client_get_newer_async(c, "x", 0, 0, on_get, &g, NULL),
+		     0, "a broken handle sends nothing");
+	td_client_close(c);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", d.dir);
+	cr_assert_eq(system(cmd), 0);
+	cr_assert_eq(tu_fd_count(), fds0);
+	if (TU_CHECK_ALL_MAPS)
+		cr_assert_eq(tu_map_count(), maps0);
+}
