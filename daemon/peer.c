@@ -6,6 +6,7 @@
  * (dispatch.c, which keeps or closes it) or closed here, on every path.
  */
 #include "daemon.h"
+#include "wire-status.h"
 #include "os.h"
 
 #include <errno.h>
@@ -318,6 +319,7 @@ void td__peer_error(struct td__peer *p, uint16_t op, uint64_t request_id,
 	td__log(TD_LOG_DEBUG, "peer pid %d: %s #%llu -> %d: %s", (int)p->pid,
 		td_wire_op_name(op), (unsigned long long)request_id, status,
 		d->reason);
+	td__audit_refusal(p, op, status, d->reason);
 	len = td_wire_error_encode(&e, TD__TX_BODY(d), TD__TX_CAP);
 	if (len < 0)
 		len = 0; /* cannot happen: a reason is far below the cap */
@@ -373,7 +375,8 @@ static void flush(struct td__peer *p)
 /* What this daemon serves beyond version 1 (docs/protocol.md §6.1). */
 #define TD__FEATURES                                                          \
 	(TD_WIRE_FEAT_CAT_KINDS | TD_WIRE_FEAT_CAT_RECYCLE |                  \
-	 TD_WIRE_FEAT_ALLOC_RECYCLE | TD_WIRE_FEAT_GET_HELD)
+	 TD_WIRE_FEAT_ALLOC_RECYCLE | TD_WIRE_FEAT_GET_HELD |                 \
+	 TD_WIRE_FEAT_STATUS)
 
 void td__peer_hello(struct td__peer *p, const struct td__req *rq)
 {
@@ -520,6 +523,7 @@ static void receive(struct td__peer *p)
 			return;
 		}
 		td__d->requests++;
+		p->requests++;
 		handlers->datagram(p, (size_t)n, fds, nfds);
 		/* backpressure: no more requests while replies wait */
 		if (!td__list_empty(&p->txq))
@@ -642,6 +646,7 @@ int td__peer_take_fd(struct td__daemon *d, int fd)
 		goto fail;
 	p->poll.data = p;
 	td__list_add_tail(&d->peers, &p->link);
+	td__status_peer_init(p);
 	update_poll(p);
 	td__log(TD_LOG_DEBUG, "peer pid %d uid %d connected", (int)p->pid,
 		(int)p->uid);

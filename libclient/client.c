@@ -19,6 +19,7 @@
 #include "client.h"
 #include "os.h"
 #include "scm.h"
+#include "wire-status.h"
 
 
 _Static_assert((int)TD_TENSOR_F64 == (int)TD_DTYPE_F64,
@@ -519,7 +520,8 @@ static int import_pref(uint32_t *pref, struct td_error *err)
 /* The optional features this client uses where the daemon serves them. */
 #define TD__CLIENT_FEATURES                                                   \
 	(TD_WIRE_FEAT_CAT_KINDS | TD_WIRE_FEAT_CAT_RECYCLE |                  \
-	 TD_WIRE_FEAT_ALLOC_RECYCLE | TD_WIRE_FEAT_GET_HELD)
+	 TD_WIRE_FEAT_ALLOC_RECYCLE | TD_WIRE_FEAT_GET_HELD |                 \
+	 TD_WIRE_FEAT_STATUS)
 
 static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 {

@@ -34,6 +34,7 @@
 #include "scm.h"
 #include "testutil.h"
 #include "wire.h"
+#include "wire-status.h"
 
 #ifndef SYS_pidfd_getfd
 #define SYS_pidfd_getfd 438
@@ -582,7 +583,7 @@ DTest(hello_without_feature_bits_gets_the_version_1_reply)
 	cr_assert_eq(r.features,
 		     TD_WIRE_FEAT_CAT_KINDS | TD_WIRE_FEAT_CAT_RECYCLE |
 			     TD_WIRE_FEAT_ALLOC_RECYCLE |
-			     TD_WIRE_FEAT_GET_HELD);
+			     TD_WIRE_FEAT_GET_HELD | TD_WIRE_FEAT_STATUS);
 	close_msg_fds(m);
 	close(sock);
 }

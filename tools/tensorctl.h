@@ -73,6 +73,7 @@ int cmd_rm(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
 int cmd_load(int argc, char **argv);
 int cmd_save(int argc, char **argv);
+int cmd_status(int argc, char **argv);
 
 /* --socket PATH (global or per command); NULL = the library's default */
 extern const char *tctl_socket;

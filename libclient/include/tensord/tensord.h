@@ -664,6 +664,71 @@ TD_EXPORT int td_client_ring_stat(struct td_client *c, const char *name,
 				  struct td_ring_stat *st,
 				  struct td_error *err);
 
+/* ---- status: what the daemon holds and who is connected ---- */
+
+/* enum td_status.scope */
+#define TD_STATUS_SCOPE_ALL 0 /* every client and uid (root, daemon uid) */
+#define TD_STATUS_SCOPE_UID 1 /* only the asking uid's rows */
+
+/* Refusal kinds: indexes of td_status.refused. */
+enum td_refusal {
+	TD_REFUSAL_PERMISSION = 0, /* -EACCES, -EPERM */
+	TD_REFUSAL_QUOTA = 1,      /* -EDQUOT, -ENOSPC, -ENOBUFS */
+	TD_REFUSAL_INPUT = 2,      /* malformed or invalid requests */
+};
+
+/* One connected client, as the daemon sees it. */
+struct td_status_client {
+	uint32_t pid, uid;
+	uint32_t path_in; /* enum td_client_path: how the daemon takes fds */
+	uint32_t leases, allocs, watches, waiters;
+	uint64_t bytes_held; /* bytes of the versions it leases */
+	uint64_t requests;   /* messages it sent */
+	uint64_t refusals;   /* error replies that were refusals */
+	uint64_t age_ms;     /* since it connected */
+	char comm[17];       /* /proc/PID/comm at connect, NUL-terminated */
+};
+
+/* One uid holding memory. */
+struct td_status_uid {
+	uint32_t uid;
+	uint64_t bytes;  /* charged to it */
+	uint64_t quota;  /* its limit, 0 = none */
+	uint64_t pinned; /* bytes of its pinned current versions */
+};
+
+struct td_status {
+	char ident[64]; /* "tensord 0.1.0" */
+	uint32_t scope; /* TD_STATUS_SCOPE_* */
+	uint32_t daemon_uid;
+	uint64_t uptime_ms;
+	uint32_t import_forced; /* 0 auto, else enum td_client_path */
+	uint32_t rings;
+	uint64_t tensors, bytes, max_bytes; /* max_bytes 0 = unlimited */
+	uint64_t requests;                  /* messages from every client */
+	uint64_t evictions;
+	uint64_t refused[3];     /* by enum td_refusal */
+	uint64_t log_suppressed; /* audit lines the rate limit left out */
+	uint64_t policy_reloads; /* SIGHUP reloads that took effect */
+	uint32_t clients_total;  /* connected now, every uid */
+	size_t client_count;     /* rows below */
+	struct td_status_client *clients;
+	size_t uid_count;
+	struct td_status_uid *uids;
+};
+
+/*
+ * Ask the daemon for its status (docs/protocol.md, STATUS). The daemon's
+ * uid and root see every client and uid; any other uid sees the totals
+ * and its own uid's rows only (scope says which). Returns 0 and *out
+ * (free with td_status_free()), -EOPNOTSUPP from a daemon that predates
+ * STATUS, or -errno.
+ */
+TD_EXPORT int td_client_status(struct td_client *c, struct td_status **out,
+			       struct td_error *err);
+/* Free a td_client_status() result. Accepts NULL. */
+TD_EXPORT void td_status_free(struct td_status *s);
+
 #ifdef __cplusplus
 }
 #endif
