@@ -365,16 +365,18 @@ void td__ring_unlease(struct td__ring *r, uint32_t slot);
 /* Start the 1 ms poll of parked ring GETs (td__ring_hooks.poll). */
 void td__ring_poll_arm(void);
 
-/* ---- status.c: what operators see ---- */
+/* ---- audit.c: what peer.c reports for operators ---- */
 
 /* Record what STATUS shows of a new peer (its command name). */
-void td__status_peer_init(struct td__peer *p);
+void td__audit_peer_init(struct td__peer *p);
 /*
  * Count an error reply to p and, if it is a refusal (permission, quota,
  * bad input), log it: once per peer and kind, under a rate limit.
  */
 void td__audit_refusal(struct td__peer *p, uint16_t op, int status,
 		       const char *reason);
+
+/* ---- status.c: what operators see and do ---- */
 /* Note the start time and reload the policy on SIGHUP. */
 void td__status_start(struct td__daemon *d);
 /* Reload --policy now: the new one, or the old one kept. 0 or -errno. */

@@ -646,7 +646,7 @@ int td__peer_take_fd(struct td__daemon *d, int fd)
 		goto fail;
 	p->poll.data = p;
 	td__list_add_tail(&d->peers, &p->link);
-	td__status_peer_init(p);
+	td__audit_peer_init(p);
 	update_poll(p);
 	td__log(TD_LOG_DEBUG, "peer pid %d uid %d connected", (int)p->pid,
 		(int)p->uid);
