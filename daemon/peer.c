@@ -376,7 +376,7 @@ static void flush(struct td__peer *p)
 #define TD__FEATURES                                                          \
 	(TD_WIRE_FEAT_CAT_KINDS | TD_WIRE_FEAT_CAT_RECYCLE |                  \
 	 TD_WIRE_FEAT_ALLOC_RECYCLE | TD_WIRE_FEAT_GET_HELD |                 \
-	 TD_WIRE_FEAT_STATUS)
+	 TD_WIRE_FEAT_STATUS | TD_WIRE_FEAT_RING_WAKE)
 
 void td__peer_hello(struct td__peer *p, const struct td__req *rq)
 {

@@ -521,7 +521,7 @@ static int import_pref(uint32_t *pref, struct td_error *err)
 #define TD__CLIENT_FEATURES                                                   \
 	(TD_WIRE_FEAT_CAT_KINDS | TD_WIRE_FEAT_CAT_RECYCLE |                  \
 	 TD_WIRE_FEAT_ALLOC_RECYCLE | TD_WIRE_FEAT_GET_HELD |                 \
-	 TD_WIRE_FEAT_STATUS)
+	 TD_WIRE_FEAT_STATUS | TD_WIRE_FEAT_RING_WAKE)
 
 static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 {

@@ -102,6 +102,7 @@ struct td_client {
 	struct td__async *done, *done_tail; /* replied, not yet delivered */
 	td_event_fn ev_fn; /* td_client_set_event_handler(), NULL = none */
 	void *ev_ud;
+	struct td_sub *subs; /* subscriptions with a handler (ring.c) */
 	struct td__map *maps; /* list of every mapping */
 	unsigned idle_maps;   /* maps with refs == 0 */
 	struct td__loanbuf *loans; /* recyclable loan buffers */
@@ -146,6 +147,10 @@ int td__send(struct td_client *c, uint16_t op, size_t body_len,
 int td__msg_recv(struct td_client *c, struct td__msg *m, int flags);
 /* Deal with a message nobody waits for: queue it or drop it, close fds. */
 void td__msg_aside(struct td_client *c, struct td__msg *m);
+
+/* ring.c: call the handlers of subscriptions that have a version or
+ * ended; no lock held. Returns how many calls. */
+int td__sub_deliver(struct td_client *c);
 
 /* loop.c: make epfd/efd for a new handle; close them. */
 int td__loop_open(struct td_client *c);

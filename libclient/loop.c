@@ -244,6 +244,8 @@ int td_client_process(struct td_client *c, struct td_error *err)
 	pthread_mutex_unlock(&c->lock);
 
 	n = deliver_gets(c, gets);
+	if (rc == 0)
+		n += td__sub_deliver(c);
 	while (evs) {
 		struct td__event *e = evs;
 

@@ -23,6 +23,8 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -32,6 +34,7 @@
 #include "os.h"
 #include "pace.h"
 #include "ring.h"
+#include "wire-status.h"
 
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22
@@ -69,6 +72,10 @@ struct td_ring {
 	uint32_t cur;  /* acquired slot, TD_RING_NONE */
 	uint32_t last; /* latest published slot, TD_RING_NONE */
 	struct td_pace pace;
+	/* event-loop readers' eventfds by row (RING_WAKE), -1 none; valid
+	 * while the row's wake_gen equals ours */
+	int wake_fd[TD_RING_MAX_READERS];
+	uint32_t wake_gen[TD_RING_MAX_READERS];
 };
 
 struct td_sub {
@@ -81,6 +88,12 @@ struct td_sub {
 	struct td_pace pace;
 	uint32_t dtype, ndim;
 	uint64_t shape[TD_RING_MAX_DIMS];
+	/* event loops (td_sub_fd, td_sub_set_handler) */
+	int efd; /* -1 until td_sub_fd() */
+	td_sub_fn fn;
+	void *ud;
+	bool ended;        /* the handler was told the end */
+	struct td_sub *lnext; /* c->subs, while a handler is set */
 };
 
 /* ---- small helpers ---- */
@@ -409,6 +422,8 @@ int td_ring_create(struct td_client *c, const char *name,
 		return td__fail(err, -ENOMEM, "out of memory");
 	ring->cur = ring->last = TD_RING_NONE;
 	ring->next_version = 1;
+	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
+		ring->wake_fd[i] = -1;
 	pace_init(&ring->pace);
 
 	pthread_mutex_lock(&c->lock);
@@ -466,6 +481,87 @@ static void slot_fill(const struct ringmap *m, uint32_t s, struct td_slot *o)
  * holds slot s, and the daemon holds no lease on it nor serves GETs of
  * the ring (they want the latest version readable).
  */
+/*
+ * The producer's cache of event-loop readers' eventfds is stale: ask the
+ * daemon for them (RING_WAKE). Once per reader that starts waiting by
+ * fd, never per handoff.
+ */
+static void wake_fetch(struct td_ring *r)
+{
+	struct td_wire_ring_close_req q = {.id = r->id};
+	struct td_wire_ring_wake_rep m;
+	struct td_client *c = r->c;
+	struct td__msg rep;
+	int64_t len;
+	unsigned k = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (!td__has(c, TD_WIRE_FEAT_RING_WAKE))
+		goto out;
+	len = td_wire_ring_close_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
+					    TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+	if (len < 0 ||
+	    td__call(c, TD_OP_RING_WAKE, (size_t)len, NULL, 0, &rep, NULL) < 0)
+		goto out;
+	if (td_wire_ring_wake_rep_decode(rep.body, rep.body_len, &m, NULL) <
+		    0 ||
+	    m.count != rep.nfds) {
+		td__msg_close_fds(&rep);
+		goto out;
+	}
+	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++) {
+		if (r->wake_fd[i] >= 0)
+			close(r->wake_fd[i]);
+		r->wake_fd[i] = -1;
+		r->wake_gen[i] = 0;
+	}
+	for (; k < m.count; k++) {
+		uint32_t row = m.ents[k].row;
+
+		if (row >= r->m.reader_count || r->wake_fd[row] >= 0)
+			continue; /* closed below with the rest */
+		r->wake_fd[row] = rep.fds[k];
+		r->wake_gen[row] = m.ents[k].gen;
+		rep.fds[k] = -1;
+	}
+	td__msg_close_fds(&rep);
+out:
+	pthread_mutex_unlock(&c->lock);
+}
+
+/*
+ * Wake the readers that sleep: one futex wake for those asleep on seq,
+ * and a write to the eventfd of each event-loop reader that waits. No
+ * syscall at all when nobody waits.
+ */
+static void wake_readers(struct td_ring *r)
+{
+	struct td_ring_readers *rd = r->m.rd;
+	uint32_t any = 0;
+	bool fetched = false;
+
+	for (uint32_t i = 0; i < r->m.reader_count; i++)
+		any |= atomic_load(&rd->rows[i].waiting);
+	if (any & TD_RING_WAIT_FUTEX)
+		td__futex_wake((const uint32_t *)&r->m.hdr->seq, INT_MAX);
+	if (!(any & TD_RING_WAIT_FD))
+		return;
+	for (uint32_t i = 0; i < r->m.reader_count; i++) {
+		uint32_t gen;
+
+		if (atomic_load(&rd->rows[i].waiting) != TD_RING_WAIT_FD)
+			continue;
+		gen = atomic_load(&rd->rows[i].wake_gen);
+		if (gen && gen != r->wake_gen[i] && !fetched) {
+			wake_fetch(r);
+			fetched = true;
+		}
+		if (gen && gen == r->wake_gen[i] && r->wake_fd[i] >= 0)
+			(void)!write(r->wake_fd[i], &(uint64_t){1},
+				     sizeof(uint64_t));
+	}
+}
+
 static bool all_took(const struct td_ring *r, uint32_t s, uint64_t v)
 {
 	const struct td_ring_readers *rd = r->m.rd;
@@ -498,7 +594,6 @@ static bool reuse_latest(struct td_ring *r)
 	struct td_ring_hdr *h = r->m.hdr;
 	const uint32_t s = r->last;
 	const uint64_t v = r->next_version - 1;
-	bool sleepers = false;
 
 	if (s == TD_RING_NONE || !all_took(r, s, v))
 		return false;
@@ -507,10 +602,7 @@ static bool reuse_latest(struct td_ring *r)
 		return true;
 	atomic_store(&h->slots[s].version, v);
 	atomic_fetch_add(&h->seq, 1);
-	for (uint32_t i = 0; i < r->m.reader_count && !sleepers; i++)
-		sleepers = atomic_load(&r->m.rd->rows[i].waiting);
-	if (sleepers)
-		td__futex_wake((const uint32_t *)&h->seq, INT_MAX);
+	wake_readers(r);
 	return false;
 }
 
@@ -598,15 +690,12 @@ int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
 int td_ring_publish(struct td_ring *r, uint64_t *version)
 {
 	struct td_ring_hdr *h;
-	struct td_ring_readers *rd;
 	uint32_t s;
 	uint64_t v;
-	bool sleepers = false;
 
 	if (!r || r->cur == TD_RING_NONE)
 		return -EINVAL;
 	h = r->m.hdr;
-	rd = r->m.rd;
 	s = r->cur;
 	v = r->next_version++;
 	/* release: the slot's bytes before its version, version before
@@ -614,11 +703,8 @@ int td_ring_publish(struct td_ring *r, uint64_t *version)
 	atomic_store_explicit(&h->slots[s].version, v, memory_order_release);
 	atomic_store(&h->latest, td_ring_latest_pack(v, s));
 	atomic_fetch_add(&h->seq, 1);
-	for (uint32_t i = 0; i < r->m.reader_count && !sleepers; i++)
-		sleepers = atomic_load(&rd->rows[i].waiting);
 	/* the only syscall of a handoff, and only when a reader sleeps */
-	if (sleepers)
-		td__futex_wake((const uint32_t *)&h->seq, INT_MAX);
+	wake_readers(r);
 	r->last = s;
 	r->cur = TD_RING_NONE;
 	if (version)
@@ -642,6 +728,9 @@ void td_ring_close(struct td_ring *r)
 	send_close(c, r->id);
 	pthread_mutex_unlock(&c->lock);
 	ringmap_unmap(&r->m);
+	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
+		if (r->wake_fd[i] >= 0)
+			close(r->wake_fd[i]);
 	free(r);
 	td__client_unref(c);
 }
@@ -666,6 +755,7 @@ int td_ring_subscribe(struct td_client *c, const char *name, int timeout_ms,
 	sub = calloc(1, sizeof(*sub));
 	if (!sub)
 		return td__fail(err, -ENOMEM, "out of memory");
+	sub->efd = -1;
 	pace_init(&sub->pace);
 	q.name = (struct td_wire_str){name, (uint16_t)strlen(name)};
 	pthread_mutex_lock(&c->lock);
@@ -832,6 +922,162 @@ int td_sub_next(struct td_sub *s, int timeout_ms, struct td_view *view)
 	}
 }
 
+/* ---- subscriptions in an event loop ---- */
+
+/* Off the client's list of handler subscriptions and its epoll set. */
+static void sub_unlink(struct td_sub *s)
+{
+	struct td_client *c = s->c;
+
+	for (struct td_sub **pp = &c->subs; *pp; pp = &(*pp)->lnext)
+		if (*pp == s) {
+			*pp = s->lnext;
+			if (c->epfd >= 0)
+				epoll_ctl(c->epfd, EPOLL_CTL_DEL, s->efd, NULL);
+			break;
+		}
+	s->lnext = NULL;
+}
+
+int td_sub_fd(struct td_sub *s)
+{
+	struct td_wire_ring_close_req q;
+	struct td_client *c;
+	struct td__msg rep;
+	int64_t len;
+	int rc, fd;
+
+	if (!s)
+		return -EINVAL;
+	if (s->efd >= 0)
+		return s->efd;
+	c = s->c;
+	fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (fd < 0)
+		return -errno;
+	q.id = s->id;
+	pthread_mutex_lock(&c->lock);
+	rc = td__has(c, TD_WIRE_FEAT_RING_WAKE) ? 0 : -EOPNOTSUPP;
+	len = td_wire_ring_close_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
+					    TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+	if (rc == 0)
+		rc = len < 0 ? (int)len
+			     : td__call(c, TD_OP_RING_WAKE, (size_t)len, &fd,
+					1, &rep, NULL);
+	if (rc == 0)
+		td__msg_close_fds(&rep);
+	pthread_mutex_unlock(&c->lock);
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	s->efd = fd;
+	return fd;
+}
+
+/*
+ * Wait by fd from now: announce it, then look once more (the producer
+ * publishes, then looks for waiters), and make the fd readable at once
+ * when something is already there to take.
+ */
+static void sub_arm(struct td_sub *s)
+{
+	struct td_ring_hdr *h = s->m.hdr;
+	uint64_t latest, v;
+	uint32_t slot;
+
+	atomic_store(&s->row->waiting, TD_RING_WAIT_FD);
+	latest = atomic_load(&h->latest);
+	if ((td_ring_latest_unpack(latest, s->m.g.slot_count, &slot, &v) !=
+		     0 &&
+	     v > s->last_version) ||
+	    (atomic_load(&h->flags) & TD_RING_CLOSED))
+		(void)!write(s->efd, &(uint64_t){1}, sizeof(uint64_t));
+}
+
+int td_sub_poll(struct td_sub *s, struct td_view *view)
+{
+	uint64_t n;
+	int rc;
+
+	if (!s || !view || s->efd < 0)
+		return -EINVAL;
+	(void)!read(s->efd, &n, sizeof(n)); /* EAGAIN: nothing pending */
+	atomic_store(&s->row->waiting, 0);
+	rc = td_sub_next(s, 0, view);
+	if (rc == -ETIMEDOUT) {
+		sub_arm(s);
+		return -EAGAIN;
+	}
+	/* still armed while the view is read: the next version wakes */
+	if (rc == 0)
+		sub_arm(s);
+	return rc;
+}
+
+int td_sub_set_handler(struct td_sub *s, td_sub_fn fn, void *ud)
+{
+	struct epoll_event ev = {.events = EPOLLIN};
+	struct td_client *c;
+	int rc;
+
+	if (!s)
+		return -EINVAL;
+	c = s->c;
+	if (fn) {
+		rc = td_sub_fd(s);
+		if (rc < 0)
+			return rc;
+	}
+	pthread_mutex_lock(&c->lock);
+	sub_unlink(s);
+	s->fn = fn;
+	s->ud = ud;
+	rc = 0;
+	if (fn && c->epfd >= 0) {
+		ev.data.fd = s->efd;
+		if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, s->efd, &ev) < 0)
+			rc = -errno;
+	} else if (fn) {
+		rc = -ENOTCONN;
+	}
+	if (rc == 0 && fn) {
+		s->lnext = c->subs;
+		c->subs = s;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (rc == 0 && fn)
+		sub_arm(s); /* a version already there is delivered too */
+	return rc;
+}
+
+int td__sub_deliver(struct td_client *c)
+{
+	struct td_sub *s, *next;
+	struct td_view view;
+	int n = 0, rc;
+
+	pthread_mutex_lock(&c->lock);
+	s = c->subs;
+	pthread_mutex_unlock(&c->lock);
+	for (; s; s = next) {
+		pthread_mutex_lock(&c->lock);
+		next = s->lnext;
+		pthread_mutex_unlock(&c->lock);
+		if (s->ended)
+			continue;
+		rc = td_sub_poll(s, &view);
+		if (rc == -EAGAIN)
+			continue;
+		if (rc < 0)
+			s->ended = true;
+		n++;
+		s->fn(s, rc, rc == 0 ? &view : NULL, s->ud);
+		/* the callback may have closed s (and only s) */
+	}
+	return n;
+}
+
 void td_sub_close(struct td_sub *s)
 {
 	struct td_client *c;
@@ -842,9 +1088,12 @@ void td_sub_close(struct td_sub *s)
 		td_sub_release(s);
 	c = s->c;
 	pthread_mutex_lock(&c->lock);
+	sub_unlink(s);
 	send_close(c, s->id);
 	pthread_mutex_unlock(&c->lock);
 	ringmap_unmap(&s->m);
+	if (s->efd >= 0)
+		close(s->efd);
 	free(s);
 	td__client_unref(c);
 }

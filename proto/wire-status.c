@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The STATUS request and reply (wire-status.h). */
+/* The STATUS request and reply, the RING_WAKE reply (wire-status.h). */
 #include <errno.h>
 
 #include "wire-int.h"
@@ -134,6 +134,37 @@ int td_wire_status_rep_decode(const uint8_t *body, size_t len,
 	if (rd.rc) {
 		m->client_count = 0; /* nothing half-read is handed out */
 		m->uid_count = 0;
+	}
+	return td_wire_rd_end(&rd);
+}
+
+int64_t td_wire_ring_wake_rep_encode(const struct td_wire_ring_wake_rep *m,
+				     uint8_t *buf, size_t cap)
+{
+	struct td_wire_wr wr;
+
+	if (m->count > TD_WIRE_MAX_FDS)
+		return -EINVAL;
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_u32(&wr, m->count);
+	for (uint32_t i = 0; i < m->count; i++) {
+		td_wire_wr_u32(&wr, m->ents[i].row);
+		td_wire_wr_u32(&wr, m->ents[i].gen);
+	}
+	return td__wire_wr_done(&wr);
+}
+
+int td_wire_ring_wake_rep_decode(const uint8_t *body, size_t len,
+				 struct td_wire_ring_wake_rep *m,
+				 struct td_err *err)
+{
+	struct td_wire_rd rd;
+
+	td_wire_rd_init(&rd, body, len, err);
+	m->count = td__wire_rd_count(&rd, TD_WIRE_MAX_FDS, "count");
+	for (uint32_t i = 0; rd.rc == 0 && i < m->count; i++) {
+		m->ents[i].row = td_wire_rd_u32(&rd, "row");
+		m->ents[i].gen = td_wire_rd_u32(&rd, "gen");
 	}
 	return td_wire_rd_end(&rd);
 }

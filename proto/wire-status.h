@@ -2,7 +2,8 @@
 /*
  * STATUS (docs/protocol.md §11): what the daemon holds and who is
  * connected, for operators (`tensorctl status`). Served when the HELLO
- * reply has TD_WIRE_FEAT_STATUS. Request body: u32 flags (0).
+ * reply has TD_WIRE_FEAT_STATUS. Request body: u32 flags (0). And
+ * RING_WAKE, the event-loop side of rings (below).
  */
 #ifndef TD_PROTO_WIRE_STATUS_H
 #define TD_PROTO_WIRE_STATUS_H
@@ -90,6 +91,30 @@ int td_wire_status_rep_decode(const uint8_t *body, size_t len,
 			      struct td_wire_status_rep *m,
 			      uint32_t client_cap, uint32_t uid_cap,
 			      struct td_err *err);
+
+/*
+ * RING_WAKE (docs/protocol.md §12), served with TD_WIRE_FEAT_RING_WAKE.
+ * Request: td_wire_ring_close_req (u64 id). A subscription's id with one
+ * eventfd attached registers it as that reader row's wake-up; a ring's
+ * id from its producer, no fd, asks for every registered eventfd: the
+ * reply lists (row, gen) and attaches the fds in that order.
+ */
+#define TD_WIRE_FEAT_RING_WAKE 0x80u
+
+struct td_wire_ring_wake_ent {
+	uint32_t row, gen;
+};
+
+struct td_wire_ring_wake_rep {
+	uint32_t count; /* <= TD_WIRE_MAX_FDS */
+	struct td_wire_ring_wake_ent ents[TD_WIRE_MAX_FDS];
+};
+
+int64_t td_wire_ring_wake_rep_encode(const struct td_wire_ring_wake_rep *m,
+				     uint8_t *buf, size_t cap);
+int td_wire_ring_wake_rep_decode(const uint8_t *body, size_t len,
+				 struct td_wire_ring_wake_rep *m,
+				 struct td_err *err);
 
 /* "permission", "quota", "input"; NULL when out of range. */
 const char *td_wire_refusal_name(uint32_t kind);

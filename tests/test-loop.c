@@ -265,3 +265,123 @@ Test(loop, daemon_gone_fails_outstanding_gets_and_process)
 	if (TU_CHECK_ALL_MAPS)
 		cr_assert_eq(tu_map_count(), maps0);
 }
+
+/* ---- rings in the loop ---- */
+
+struct views {
+	int calls, ended;
+	uint64_t last;
+	uint8_t first;
+};
+
+static void on_view(struct td_sub *s, int status, const struct td_view *v,
+		    void *ud)
+{
+	struct views *w = ud;
+	(void)s;
+	w->calls++;
+	if (status < 0) {
+		w->ended = status;
+		return;
+	}
+	cr_assert_gt(v->version, w->last, "versions only grow");
+	w->last = v->version;
+	w->first = *(const uint8_t *)v->planes[0];
+}
+
+static void ring_put(struct td_ring *r, uint8_t byte)
+{
+	struct td_slot slot;
+	cr_assert_eq(td_ring_acquire(r, -1, &slot), 0);
+	memset(slot.planes[0], byte, slot.sizes[0]);
+	cr_assert_eq(td_ring_publish(r, NULL), 0);
+}
+
+static uint64_t daemon_requests(struct td_client *c, const char *name)
+{
+	struct td_ring_stat st;
+	cr_assert_eq(td_client_ring_stat(c, name, &st, NULL), 0);
+	return st.daemon_requests;
+}
+
+Test(loop, ring_versions_wake_the_fd_and_reach_the_handler)
+{
+	struct tu_daemon d;
+	tu_daemon_start(&d, "warn");
+	struct td_client *pc = open_client(&d), *c = open_client(&d);
+	uint64_t shape[1] = {64};
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = shape};
+	struct td_ring *r;
+	struct td_sub *s;
+	cr_assert_eq(td_ring_create(pc, "loop/ring", &desc, &r, NULL), 0);
+	cr_assert_eq(td_ring_subscribe(c, "loop/ring", 0, &s, NULL), 0);
+	struct views w = {0};
+	cr_assert_eq(td_sub_set_handler(s, on_view, &w), 0);
+	cr_assert_eq(td_client_process(c, NULL), 0, "nothing published yet");
+	cr_assert_eq(readable(c, 0), 0, "armed, nothing to do");
+
+	ring_put(r, 11);
+	cr_assert_eq(readable(c, 0), 1, "the publish wrote the eventfd");
+	cr_assert_eq(td_client_process(c, NULL), 1);
+	cr_assert_eq(w.calls, 1);
+	cr_assert_eq(w.last, 1);
+	cr_assert_eq(w.first, 11);
+	cr_assert_eq(readable(c, 0), 0);
+
+	/* warm: handoffs send the daemon nothing, whoever waits by fd */
+	uint64_t before = daemon_requests(pc, "loop/ring");
+	for (int i = 0; i < 50; i++) {
+		ring_put(r, (uint8_t)(20 + i));
+		cr_assert_eq(readable(c, 0), 1, "publish %d wakes", i);
+		cr_assert_eq(td_client_process(c, NULL), 1);
+		cr_assert_eq(w.first, 20 + i);
+	}
+	cr_assert_eq(daemon_requests(pc, "loop/ring"), before + 1,
+		     "only the RING_STAT itself reached the daemon");
+	cr_assert_eq(w.last, 51);
+
+	td_ring_close(r);
+	cr_assert_eq(readable(c, 0), 1, "the close wakes too");
+	cr_assert_eq(td_client_process(c, NULL), 1);
+	cr_assert_eq(w.ended, -EPIPE);
+	cr_assert_eq(td_client_process(c, NULL), 0, "the end is told once");
+	td_sub_close(s);
+	td_client_close(c);
+	td_client_close(pc);
+	tu_daemon_stop(&d, true);
+}
+
+Test(loop, sub_poll_takes_a_version_published_before_it_armed)
+{
+	struct tu_daemon d;
+	tu_daemon_start(&d, "warn");
+	struct td_client *pc = open_client(&d), *c = open_client(&d);
+	uint64_t shape[1] = {8};
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = shape};
+	struct td_ring *r;
+	struct td_sub *s;
+	struct td_view v;
+	cr_assert_eq(td_ring_create(pc, "loop/r2", &desc, &r, NULL), 0);
+	cr_assert_eq(td_ring_subscribe(c, "loop/r2", 0, &s, NULL), 0);
+	cr_assert_eq(td_sub_poll(s, &v), -EINVAL, "no fd yet");
+	int fd = td_sub_fd(s);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(td_sub_fd(s), fd, "one fd per subscription");
+	cr_assert_eq(td_sub_poll(s, &v), -EAGAIN);
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	cr_assert_eq(poll(&p, 1, 0), 0);
+	ring_put(r, 5);
+	cr_assert_eq(poll(&p, 1, 0), 1);
+	cr_assert_eq(td_sub_poll(s, &v), 0);
+	cr_assert_eq(v.version, 1);
+	cr_assert_eq(*(const uint8_t *)v.planes[0], 5);
+	cr_assert_eq(poll(&p, 1, 0), 0, "cleared by the poll");
+	cr_assert_eq(td_sub_poll(s, &v), -EAGAIN);
+	td_sub_close(s);
+	td_ring_close(r);
+	td_client_close(c);
+	td_client_close(pc);
+	tu_daemon_stop(&d, true);
+}

@@ -1044,7 +1044,8 @@ Test(wire, opcode_names)
 	cr_assert_str_eq(td_wire_op_name(TD_OP_RING_CREATE), "RING_CREATE");
 	cr_assert_str_eq(td_wire_op_name(TD_OP_RING_STAT), "RING_STAT");
 	cr_assert_str_eq(td_wire_op_name(TD_OP_STATUS), "STATUS");
-	cr_assert_str_eq(td_wire_op_name(16), "UNKNOWN");
+	cr_assert_str_eq(td_wire_op_name(TD_OP_RING_WAKE), "RING_WAKE");
+	cr_assert_str_eq(td_wire_op_name(17), "UNKNOWN");
 }
 
 Test(wire, opcodes_and_flags_have_their_documented_values)
@@ -1674,6 +1675,26 @@ Test(wire, status_reply_round_trips_and_refuses_truncation_and_forged_counts)
 	n = td_wire_status_rep_encode(&m, buf, sizeof(buf));
 	cr_assert_eq(td_wire_status_rep_decode(buf, (size_t)n, &g, 2, 1, &e),
 		     -EBADMSG);
+	/* RING_WAKE reply: round trip, count over the fd cap refused */
+	struct td_wire_ring_wake_rep w = {.count = 2,
+					  .ents = {{0, 7}, {31, 9}}};
+	struct td_wire_ring_wake_rep wg;
+	n = td_wire_ring_wake_rep_encode(&w, buf, sizeof(buf));
+	cr_assert_eq(n, 4 + 2 * 8);
+	cr_assert_eq(td_wire_ring_wake_rep_decode(buf, (size_t)n, &wg, &e), 0);
+	cr_assert_eq(wg.count, 2);
+	cr_assert_eq(wg.ents[1].row, 31);
+	cr_assert_eq(wg.ents[1].gen, 9);
+	for (int64_t i = 0; i < n; i++)
+		cr_assert_lt(td_wire_ring_wake_rep_decode(buf, (size_t)i, &wg,
+							  NULL),
+			     0);
+	w.count = TD_WIRE_MAX_FDS + 1;
+	cr_assert_eq(td_wire_ring_wake_rep_encode(&w, buf, sizeof(buf)),
+		     -EINVAL);
+	buf[0] = TD_WIRE_MAX_FDS + 1;
+	cr_assert_eq(td_wire_ring_wake_rep_decode(buf, 4, &wg, &e),
+		     -EOVERFLOW);
 	/* the request: flags must be 0 */
 	struct td_wire_status_req rq = {.flags = 1};
 	n = td_wire_status_req_encode(&rq, buf, sizeof(buf));

@@ -94,6 +94,7 @@ static void bodies(const uint8_t *b, size_t len)
 	TRY(delete_rep);
 	TRY(error);
 	TRY(status_req);
+	TRY(ring_wake_rep);
 	list_rep(b, len);
 	status_rep(b, len);
 }

@@ -646,6 +646,52 @@ TD_EXPORT int td_sub_release(struct td_sub *s);
 /* End the subscription (releases the view held). Accepts NULL. */
 TD_EXPORT void td_sub_close(struct td_sub *s);
 
+/* ---- rings in an event loop ----
+ *
+ * A subscription can be woken through a descriptor instead of a futex:
+ * td_sub_fd() gives it an eventfd (registered with the daemon, which hands
+ * it to the producer once); while the subscription waits by fd, the
+ * producer's td_ring_publish() writes that eventfd, beside the futex wake
+ * it does for sleeping readers. The handoff itself stays free of messages
+ * to the daemon: only the first publish after a new eventfd appears asks
+ * the daemon for it.
+ */
+
+/*
+ * The subscription's eventfd, made and registered on first call: it polls
+ * readable when a version newer than the last one taken is published, or
+ * the ring closes, while the subscription is armed (td_sub_poll() arms
+ * it). Borrowed: closed by td_sub_close(). Returns the fd, -EOPNOTSUPP
+ * from a daemon without RING_WAKE, -ENOBUFS when the ring already has 16
+ * such readers, or -errno.
+ */
+TD_EXPORT int td_sub_fd(struct td_sub *s);
+/*
+ * td_sub_next() without waiting, for a subscription with td_sub_fd():
+ * clears the fd, releases the view held, and takes the latest newer
+ * version. Returns 0 and *view (the subscription stays armed, so the next
+ * version makes the fd readable again), -EAGAIN nothing newer (armed:
+ * the fd becomes readable when there is), -EPIPE the ring is closed,
+ * -EBADMSG, or -EINVAL without td_sub_fd().
+ */
+TD_EXPORT int td_sub_poll(struct td_sub *s, struct td_view *view);
+
+/*
+ * Called by td_client_process() with no lock held: status 0 and the view
+ * (held until the next call for this subscription, td_sub_release() or
+ * td_sub_close()), or once at the end: -EPIPE the ring closed, -EBADMSG.
+ * It may close its own subscription, not another one with a handler.
+ */
+typedef void (*td_sub_fn)(struct td_sub *s, int status,
+			  const struct td_view *view, void *ud);
+/*
+ * Deliver this subscription's versions to fn from td_client_process() of
+ * its client: its eventfd joins td_client_fd(). fn NULL takes it out
+ * again. A version already published is delivered at the next
+ * td_client_process(). 0, or the errors of td_sub_fd().
+ */
+TD_EXPORT int td_sub_set_handler(struct td_sub *s, td_sub_fn fn, void *ud);
+
 /* A ring as the daemon sees it (td_client_ring_stat()). */
 struct td_ring_stat {
 	uint64_t id;
