@@ -31,6 +31,24 @@ static void daemon_up(struct tu_daemon *d)
 	cr_assert(setenv("TENSORD_SOCKET", d->sock, 1) == 0);
 }
 
+/* Start argv with its stdout on a pipe; the pipe's reading end. */
+static FILE *spawn_reading(char *const argv[], pid_t *pid)
+{
+	int p[2];
+	cr_assert(pipe2(p, O_CLOEXEC) == 0);
+	*pid = fork();
+	cr_assert(*pid >= 0);
+	if (*pid == 0) {
+		dup2(p[1], 1);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(p[1]);
+	FILE *f = fdopen(p[0], "r");
+	cr_assert(f);
+	return f;
+}
+
 Test(examples, producer_then_consumer_reads_the_producers_values)
 {
 	struct tu_daemon d;
@@ -78,19 +96,9 @@ Test(examples, watcher_sees_each_publish_and_the_delete)
 	struct tu_daemon d;
 	daemon_up(&d);
 
-	int p[2];
-	cr_assert(pipe2(p, O_CLOEXEC) == 0);
 	char *watch[] = {example("watcher"), "cam/", "3", "10000", NULL};
-	pid_t pid = fork();
-	cr_assert(pid >= 0);
-	if (pid == 0) {
-		dup2(p[1], 1);
-		execv(watch[0], watch);
-		_exit(127);
-	}
-	close(p[1]);
-	FILE *f = fdopen(p[0], "r");
-	cr_assert(f);
+	pid_t pid;
+	FILE *f = spawn_reading(watch, &pid);
 	char line[256];
 	cr_assert(fgets(line, sizeof(line), f));
 	cr_assert_str_eq(line, "watching cam/*\n");
@@ -127,19 +135,9 @@ Test(examples, event_loop_serves_watch_and_async_gets_in_one_loop)
 	struct tu_daemon d;
 	daemon_up(&d);
 
-	int p[2];
-	cr_assert(pipe2(p, O_CLOEXEC) == 0);
 	char *loop[] = {example("event-loop"), "demo/e", "3", NULL};
-	pid_t pid = fork();
-	cr_assert(pid >= 0);
-	if (pid == 0) {
-		dup2(p[1], 1);
-		execv(loop[0], loop);
-		_exit(127);
-	}
-	close(p[1]);
-	FILE *f = fdopen(p[0], "r");
-	cr_assert(f);
+	pid_t pid;
+	FILE *f = spawn_reading(loop, &pid);
 	char line[256];
 	cr_assert(fgets(line, sizeof(line), f));
 	cr_assert_str_eq(line, "waiting for demo/e\n");

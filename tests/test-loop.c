@@ -31,6 +31,26 @@ static struct td_client *open_client(const struct tu_daemon *d)
 	return c;
 }
 
+/* A private daemon and two connections to it: c waits, p publishes. */
+struct pair {
+	struct tu_daemon d;
+	struct td_client *c, *p;
+};
+
+static void pair_up(struct pair *x)
+{
+	tu_daemon_start(&x->d, "warn");
+	x->c = open_client(&x->d);
+	x->p = open_client(&x->d);
+}
+
+static void pair_down(struct pair *x)
+{
+	td_client_close(x->p);
+	td_client_close(x->c);
+	tu_daemon_stop(&x->d, true);
+}
+
 static int readable(struct td_client *c, int timeout_ms)
 {
 	struct pollfd p = {.fd = td_client_fd(c), .events = POLLIN};
@@ -87,9 +107,9 @@ static void run_until(struct td_client *c, const struct got *g)
 
 Test(loop, fd_is_readable_for_events_queued_during_another_call)
 {
-	struct tu_daemon d;
-	tu_daemon_start(&d, "warn");
-	struct td_client *w = open_client(&d), *p = open_client(&d);
+	struct pair x;
+	pair_up(&x);
+	struct td_client *w = x.c, *p = x.p;
 	uint64_t id;
 	cr_assert_eq(td_client_watch(w, "a", 0, &id, NULL), 0);
 	cr_assert_eq(readable(w, 0), 0, "nothing to do yet");
@@ -112,9 +132,7 @@ Test(loop, fd_is_readable_for_events_queued_during_another_call)
 	cr_assert_eq(readable(w, 0), 0, "drained: no longer readable");
 	cr_assert_eq(td_client_next_event(w, 0, &ev, NULL), -ETIMEDOUT);
 
-	td_client_close(p);
-	td_client_close(w);
-	tu_daemon_stop(&d, true);
+	pair_down(&x);
 }
 
 struct evs {
@@ -133,9 +151,9 @@ static void on_event(struct td_client *c, const struct td_event *ev,
 
 Test(loop, process_delivers_watch_events_in_order_to_the_handler)
 {
-	struct tu_daemon d;
-	tu_daemon_start(&d, "warn");
-	struct td_client *w = open_client(&d), *p = open_client(&d);
+	struct pair x;
+	pair_up(&x);
+	struct td_client *w = x.c, *p = x.p;
 	struct evs got = {0};
 	uint64_t id;
 	cr_assert_eq(td_client_set_event_handler(w, on_event, &got), 0);
@@ -150,16 +168,14 @@ Test(loop, process_delivers_watch_events_in_order_to_the_handler)
 		cr_assert_eq(got.versions[i], (uint64_t)i + 1);
 	cr_assert_eq(readable(w, 0), 0);
 	cr_assert_eq(td_client_process(w, NULL), 0, "nothing more");
-	td_client_close(p);
-	td_client_close(w);
-	tu_daemon_stop(&d, true);
+	pair_down(&x);
 }
 
 Test(loop, async_get_is_parked_then_delivered_by_process)
 {
-	struct tu_daemon d;
-	tu_daemon_start(&d, "warn");
-	struct td_client *c = open_client(&d), *p = open_client(&d);
+	struct pair x;
+	pair_up(&x);
+	struct td_client *c = x.c, *p = x.p;
 	struct got g = {0};
 	cr_assert_eq(td_client_get_newer_async(c, "later", 0, -1, on_get, &g,
 					       NULL), 0);
@@ -174,16 +190,14 @@ Test(loop, async_get_is_parked_then_delivered_by_process)
 	cr_assert_eq(g.version, 1);
 	cr_assert_eq(g.first, 7);
 	cr_assert_eq(g.c, c);
-	td_client_close(p);
-	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	pair_down(&x);
 }
 
 Test(loop, async_reply_read_by_a_blocking_call_is_kept_for_process)
 {
-	struct tu_daemon d;
-	tu_daemon_start(&d, "warn");
-	struct td_client *c = open_client(&d), *p = open_client(&d);
+	struct pair x;
+	pair_up(&x);
+	struct td_client *c = x.c, *p = x.p;
 	struct got g = {0};
 	cr_assert_eq(td_client_get_newer_async(c, "k", 0, -1, on_get, &g,
 					       NULL), 0);
@@ -198,9 +212,7 @@ Test(loop, async_reply_read_by_a_blocking_call_is_kept_for_process)
 	cr_assert_eq(g.status, 0, "%s", g.reason);
 	cr_assert_eq(g.first, 3);
 	cr_assert_eq(readable(c, 0), 0);
-	td_client_close(p);
-	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	pair_down(&x);
 }
 
 Test(loop, async_get_timeout_and_refusal_reach_the_callback)
@@ -306,9 +318,9 @@ static uint64_t daemon_requests(struct td_client *c, const char *name)
 
 Test(loop, ring_versions_wake_the_fd_and_reach_the_handler)
 {
-	struct tu_daemon d;
-	tu_daemon_start(&d, "warn");
-	struct td_client *pc = open_client(&d), *c = open_client(&d);
+	struct pair x;
+	pair_up(&x);
+	struct td_client *pc = x.p, *c = x.c;
 	uint64_t shape[1] = {64};
 	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
 				    .shape = shape};
@@ -347,16 +359,14 @@ Test(loop, ring_versions_wake_the_fd_and_reach_the_handler)
 	cr_assert_eq(w.ended, -EPIPE);
 	cr_assert_eq(td_client_process(c, NULL), 0, "the end is told once");
 	td_sub_close(s);
-	td_client_close(c);
-	td_client_close(pc);
-	tu_daemon_stop(&d, true);
+	pair_down(&x);
 }
 
 Test(loop, sub_poll_takes_a_version_published_before_it_armed)
 {
-	struct tu_daemon d;
-	tu_daemon_start(&d, "warn");
-	struct td_client *pc = open_client(&d), *c = open_client(&d);
+	struct pair x;
+	pair_up(&x);
+	struct td_client *pc = x.p, *c = x.c;
 	uint64_t shape[1] = {8};
 	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
 				    .shape = shape};
@@ -381,7 +391,5 @@ Test(loop, sub_poll_takes_a_version_published_before_it_armed)
 	cr_assert_eq(td_sub_poll(s, &v), -EAGAIN);
 	td_sub_close(s);
 	td_ring_close(r);
-	td_client_close(c);
-	td_client_close(pc);
-	tu_daemon_stop(&d, true);
+	pair_down(&x);
 }
