@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -95,10 +96,15 @@ void td__client_ref(struct td_client *c)
 static void client_free(struct td_client *c)
 {
 	struct td__event *e;
+	struct td__watchrec *w;
 
 	while ((e = c->ev_head)) {
 		c->ev_head = e->next;
 		free(e);
+	}
+	while ((w = c->watches)) {
+		c->watches = w->next;
+		free(w);
 	}
 	td__loop_close(c);
 	/* Every tensor is gone (refs == 0), so every map is idle. */
@@ -201,6 +207,8 @@ static int conn_broken(struct td_client *c, int code)
 {
 	if (!c->dead)
 		c->dead = code;
+	/* GETs waiting for a reply will not get one on this connection */
+	td__loop_fail(c, code);
 	return code;
 }
 
@@ -267,6 +275,16 @@ int td__msg_recv(struct td_client *c, struct td__msg *m, int flags)
 	return 0;
 }
 
+static void event_push(struct td_client *c, struct td__event *e)
+{
+	if (c->ev_tail)
+		c->ev_tail->next = e;
+	else
+		c->ev_head = e;
+	c->ev_tail = e;
+	td__loop_ready(c);
+}
+
 static void queue_notify(struct td_client *c, const struct td__msg *m)
 {
 	struct td_wire_notify n;
@@ -277,16 +295,14 @@ static void queue_notify(struct td_client *c, const struct td__msg *m)
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return;
-	e->ev.watch_id = n.watch_id;
+	e->ev.watch_id = 0;
+	for (const struct td__watchrec *w = c->watches; w; w = w->next)
+		if (w->daemon_id == n.watch_id)
+			e->ev.watch_id = w->id;
 	e->ev.type = n.event;
 	e->ev.version = n.version;
 	td__str_copy(e->ev.name, sizeof(e->ev.name), n.name);
-	if (c->ev_tail)
-		c->ev_tail->next = e;
-	else
-		c->ev_head = e;
-	c->ev_tail = e;
-	td__loop_ready(c);
+	event_push(c, e);
 }
 
 /* Handle a message that is not the reply being waited for. */
@@ -317,14 +333,24 @@ int td__reply_error(const struct td__msg *m, int status,
 	return td__fail(err, status, "daemon: %s", strerror(-status));
 }
 
+static int reconnect(struct td_client *c, struct td_error *err);
+static int reconnect_now(struct td_client *c, struct td_error *err);
+
 static int client_usable(struct td_client *c, struct td_error *err)
 {
 	if (c->sock < 0)
 		return td__fail(err, -ENOTCONN, "client is closed");
+	if (c->dead && c->reconnect)
+		return reconnect(c, err);
 	if (c->dead)
 		return td__fail(err, c->dead, "connection broken: %s",
 				strerror(-c->dead));
 	return 0;
+}
+
+int td__client_usable(struct td_client *c, struct td_error *err)
+{
+	return client_usable(c, err);
 }
 
 int td__call(struct td_client *c, uint16_t op, size_t body_len,
@@ -603,8 +629,122 @@ static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 	return 0;
 }
 
+/* A connected socket to sa, or -errno with the reason in *err. */
+static int sock_open(const struct sockaddr_un *sa, socklen_t salen,
+		     struct td_error *err)
+{
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	if (s < 0)
+		return td__fail(err, -errno, "socket: %s", strerror(errno));
+	if (connect(s, (const struct sockaddr *)sa, salen) < 0) {
+		int rc = -errno;
+
+		close(s);
+		return td__fail(err, rc, "connect %s: %s", sa->sun_path,
+				strerror(-rc));
+	}
+	return s;
+}
+
+/*
+ * The old buffer and lease ids meant the old daemon's objects: forget the
+ * cached ones (idle: dropped; in use: never matched again).
+ */
+static void forget_ids(struct td_client *c)
+{
+	td__maps_drop(c, false);
+	td__loans_drop(c, false);
+	for (struct td__map *m = c->maps; m; m = m->next)
+		m->buffer_id = TD__BUF_STALE;
+	for (struct td__loanbuf *b = c->loans; b; b = b->next)
+		b->buffer_id = TD__BUF_STALE;
+}
+
+/*
+ * TD_CLIENT_RECONNECT: a new connection to the same path replaces the
+ * broken one (lock held). 0, or -errno with the client still broken.
+ * The caller's request may already sit encoded in c->sbuf: HELLO and the
+ * WATCHes go through it too, so it is put back afterwards.
+ */
+static int reconnect(struct td_client *c, struct td_error *err)
+{
+	uint8_t *saved = malloc(TD_WIRE_MAX_MSG);
+	int rc;
+
+	if (!saved)
+		return td__fail(err, -ENOMEM, "out of memory");
+	memcpy(saved, c->sbuf, TD_WIRE_MAX_MSG);
+	rc = reconnect_now(c, err);
+	memcpy(c->sbuf, saved, TD_WIRE_MAX_MSG);
+	free(saved);
+	return rc;
+}
+
+static int reconnect_now(struct td_client *c, struct td_error *err)
+{
+	struct sockaddr_un sa;
+	socklen_t salen;
+	struct epoll_event ev = {.events = EPOLLIN};
+	struct td__event *e;
+	unsigned restored = 0;
+	int rc, s, old = c->sock;
+
+	rc = socket_path(c->path, &sa, &salen, err);
+	if (rc < 0)
+		return rc;
+	s = sock_open(&sa, salen, err);
+	if (s < 0)
+		return s;
+	/* what waited on the old connection is lost with it */
+	td__loop_fail(c, -ECONNRESET);
+	forget_ids(c);
+	c->epoch++;
+	if (c->daemon_pidfd >= 0)
+		close(c->daemon_pidfd);
+	c->daemon_pidfd = -1;
+	if (c->epfd >= 0) {
+		epoll_ctl(c->epfd, EPOLL_CTL_DEL, old, NULL);
+		ev.data.fd = s;
+		epoll_ctl(c->epfd, EPOLL_CTL_ADD, s, &ev);
+	}
+	close(old);
+	c->sock = s;
+	c->dead = 0;
+	memset(&c->hello, 0, sizeof(c->hello));
+	rc = hello(c, c->pref, err);
+	if (rc < 0) {
+		c->dead = rc;
+		return rc;
+	}
+	for (struct td__watchrec *w = c->watches; w; w = w->next) {
+		w->daemon_id = 0; /* no events until watched again */
+		if (td__watch_send(c, w->name, w->flags, &w->daemon_id,
+				   NULL) == 0)
+			restored++;
+	}
+	e = calloc(1, sizeof(*e));
+	if (e) {
+		e->ev.type = TD_EVENT_TYPE_RECONNECTED;
+		e->ev.version = restored;
+		event_push(c, e);
+	}
+	return c->dead ? c->dead : 0;
+}
+
 int td_client_connect(const char *path, struct td_client **out,
 		      struct td_error *err)
+{
+	const char *e = getenv("TENSORD_RECONNECT");
+
+	return td_client_connect_ex(path,
+				    e && !strcmp(e, "1") ? TD_CLIENT_RECONNECT
+							 : 0,
+				    out, err);
+}
+
+int td_client_connect_ex(const char *path, uint32_t flags,
+			 struct td_client **out, struct td_error *err)
 {
 	struct sockaddr_un sa;
 	struct td_client *c;
@@ -615,6 +755,8 @@ int td_client_connect(const char *path, struct td_client **out,
 	if (!out)
 		return td__fail(err, -EINVAL, "no out pointer");
 	*out = NULL;
+	if (flags & ~TD_CLIENT_RECONNECT)
+		return td__fail(err, -EINVAL, "unknown flags %#x", flags);
 	rc = import_pref(&pref, err);
 	if (rc < 0)
 		return rc;
@@ -636,17 +778,13 @@ int td_client_connect(const char *path, struct td_client **out,
 		rc = td__fail(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
-	c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (c->sock < 0) {
-		rc = td__fail(err, -errno, "socket: %s",
-				strerror(errno));
+	c->reconnect = flags & TD_CLIENT_RECONNECT;
+	c->pref = pref;
+	memcpy(c->path, sa.sun_path, sizeof(c->path));
+	rc = sock_open(&sa, salen, err);
+	if (rc < 0)
 		goto fail;
-	}
-	if (connect(c->sock, (struct sockaddr *)&sa, salen) < 0) {
-		rc = td__fail(err, -errno, "connect %s: %s", sa.sun_path,
-				strerror(errno));
-		goto fail;
-	}
+	c->sock = rc;
 	rc = hello(c, pref, err);
 	if (rc < 0)
 		goto fail;

@@ -68,6 +68,20 @@ struct td__async {
 	struct td_error err;
 };
 
+/*
+ * A watch the client asked for, kept so that a reconnect can ask again.
+ * id is what the application holds; daemon_id what the daemon now uses.
+ */
+struct td__watchrec {
+	struct td__watchrec *next;
+	uint64_t id, daemon_id;
+	uint32_t flags;
+	char name[TD_NAME_MAX + 1];
+};
+
+/* Buffer ids of a connection that is gone: the daemon never sends it. */
+#define TD__BUF_STALE (UINT64_MAX >> 1)
+
 /* A received message: header, body in the client's buffer, fds owned. */
 struct td__msg {
 	struct td_wire_hdr hdr;
@@ -108,6 +122,13 @@ struct td_client {
 	struct td__loanbuf *loans; /* recyclable loan buffers */
 	unsigned idle_loans;       /* loans with busy == false */
 	uint64_t clock;
+	/* TD_CLIENT_RECONNECT (client.c) */
+	bool reconnect;
+	uint32_t pref;  /* import preference, for the next HELLO */
+	uint32_t epoch; /* +1 per reconnect: ids of older ones are void */
+	char path[108]; /* the socket path connected to */
+	struct td__watchrec *watches;
+	uint64_t next_watch; /* application watch ids */
 	uint8_t *rbuf; /* TD_WIRE_MAX_MSG receive buffer */
 	uint8_t *sbuf; /* TD_WIRE_MAX_MSG send buffer */
 };
@@ -191,6 +212,16 @@ void td__map_put(struct td_client *c, struct td__map *m);
 void td__maps_drop(struct td_client *c, bool all);
 /* Drop the idle recyclable loan buffers (all: every one). Returns how many. */
 unsigned td__loans_drop(struct td_client *c, bool all);
+
+/*
+ * 0 when the connection can be used, reconnecting first when it broke and
+ * TD_CLIENT_RECONNECT is set (lock held); else -errno with *err.
+ */
+int td__client_usable(struct td_client *c, struct td_error *err);
+
+/* catalog.c: WATCH name with flags into *daemon_id (lock held). */
+int td__watch_send(struct td_client *c, const char *name, uint32_t flags,
+		   uint64_t *daemon_id, struct td_error *err);
 
 /* Decode a wire str into a NUL-terminated buffer of cap bytes. */
 void td__str_copy(char *dst, size_t cap, struct td_wire_str s);

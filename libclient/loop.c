@@ -206,8 +206,9 @@ static int read_ready(struct td_client *c)
 
 	if (c->sock < 0)
 		return -ENOTCONN;
+	/* broken: reconnects here with TD_CLIENT_RECONNECT */
 	if (c->dead)
-		rc = c->dead;
+		rc = td__client_usable(c, NULL);
 	for (int i = 0; rc == 0 && i < LOOP_BATCH; i++) {
 		rc = td__msg_recv(c, &m, MSG_DONTWAIT);
 		if (rc == -EAGAIN)

@@ -72,6 +72,7 @@ struct td_ring {
 	uint32_t cur;  /* acquired slot, TD_RING_NONE */
 	uint32_t last; /* latest published slot, TD_RING_NONE */
 	struct td_pace pace;
+	uint32_t epoch; /* c->epoch of the connection that made it */
 	/* event-loop readers' eventfds by row (RING_WAKE), -1 none; valid
 	 * while the row's wake_gen equals ours */
 	int wake_fd[TD_RING_MAX_READERS];
@@ -88,6 +89,7 @@ struct td_sub {
 	struct td_pace pace;
 	uint32_t dtype, ndim;
 	uint64_t shape[TD_RING_MAX_DIMS];
+	uint32_t epoch; /* c->epoch of the connection that subscribed */
 	/* event loops (td_sub_fd, td_sub_set_handler) */
 	int efd; /* -1 until td_sub_fd() */
 	td_sub_fn fn;
@@ -445,6 +447,7 @@ int td_ring_create(struct td_client *c, const char *name,
 		goto fail;
 	}
 	ring->id = r.id;
+	ring->epoch = c->epoch;
 	ring->c = c;
 	td__client_ref(c);
 	pthread_mutex_unlock(&c->lock);
@@ -496,7 +499,7 @@ static void wake_fetch(struct td_ring *r)
 	unsigned k = 0;
 
 	pthread_mutex_lock(&c->lock);
-	if (!td__has(c, TD_WIRE_FEAT_RING_WAKE))
+	if (!td__has(c, TD_WIRE_FEAT_RING_WAKE) || r->epoch != c->epoch)
 		goto out;
 	len = td_wire_ring_close_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
 					    TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
@@ -725,7 +728,8 @@ void td_ring_close(struct td_ring *r)
 		return;
 	c = r->c;
 	pthread_mutex_lock(&c->lock);
-	send_close(c, r->id);
+	if (r->epoch == c->epoch) /* else the id means nothing there */
+		send_close(c, r->id);
 	pthread_mutex_unlock(&c->lock);
 	ringmap_unmap(&r->m);
 	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
@@ -793,6 +797,7 @@ int td_ring_subscribe(struct td_client *c, const char *name, int timeout_ms,
 		goto fail;
 	}
 	sub->id = r.id;
+	sub->epoch = c->epoch;
 	sub->row = &sub->m.rd->rows[r.row];
 	sub->dtype = r.dtype;
 	sub->ndim = r.ndim;
@@ -958,6 +963,8 @@ int td_sub_fd(struct td_sub *s)
 	q.id = s->id;
 	pthread_mutex_lock(&c->lock);
 	rc = td__has(c, TD_WIRE_FEAT_RING_WAKE) ? 0 : -EOPNOTSUPP;
+	if (rc == 0 && s->epoch != c->epoch)
+		rc = -ECONNRESET; /* the old daemon's subscription */
 	len = td_wire_ring_close_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
 					    TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	if (rc == 0)
@@ -1089,7 +1096,8 @@ void td_sub_close(struct td_sub *s)
 	c = s->c;
 	pthread_mutex_lock(&c->lock);
 	sub_unlink(s);
-	send_close(c, s->id);
+	if (s->epoch == c->epoch)
+		send_close(c, s->id);
 	pthread_mutex_unlock(&c->lock);
 	ringmap_unmap(&s->m);
 	if (s->efd >= 0)

@@ -27,6 +27,7 @@ struct td_tensor {
 	struct td_client *c;
 	uint64_t version;
 	uint64_t lease_id;
+	uint32_t epoch; /* c->epoch of the connection that leased it */
 	uint32_t dtype;
 	uint32_t ndim;
 	uint32_t strides_len;
@@ -281,7 +282,7 @@ void td_tensor_release(struct td_tensor *t)
 	 * A closed or broken connection already ended the lease on the
 	 * daemon's side; there is nothing to tell it then.
 	 */
-	if (c->sock >= 0 && !c->dead)
+	if (c->sock >= 0 && !c->dead && t->epoch == c->epoch)
 		send_release(c, t->lease_id, false);
 	tensor_free_locked(t);
 	pthread_mutex_unlock(&c->lock);
@@ -536,6 +537,7 @@ int td__get_reply(struct td_client *c, struct td__msg *m, bool nowait,
 	t->fence_fd = -1;
 	t->version = rep.version;
 	t->lease_id = rep.lease_id;
+	t->epoch = c->epoch;
 	t->plane_count = v.plane_count;
 	rc = tensor_describe(t, &v, rep.meta);
 	if (rc < 0) {

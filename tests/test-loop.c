@@ -393,3 +393,111 @@ Test(loop, sub_poll_takes_a_version_published_before_it_armed)
 	td_ring_close(r);
 	pair_down(&x);
 }
+
+/* ---- TD_CLIENT_RECONNECT ---- */
+
+static void link_to(const char *link, const char *target)
+{
+	char tmp[128];
+	snprintf(tmp, sizeof(tmp), "%s.new", link);
+	unlink(tmp);
+	cr_assert_eq(symlink(target, tmp), 0);
+	cr_assert_eq(rename(tmp, link), 0);
+}
+
+static void kill_daemon(struct tu_daemon *d)
+{
+	int st;
+	cr_assert_eq(kill(d->pid, SIGKILL), 0);
+	cr_assert_eq(waitpid(d->pid, &st, 0), d->pid);
+	unlink(d->sock);
+	rmdir(d->dir);
+}
+
+Test(loop, reconnect_after_a_restart_rewatches_and_tells_the_application)
+{
+	char link[64];
+	snprintf(link, sizeof(link), "/tmp/td-reconnect-%d.sock",
+		 (int)getpid());
+	int fds0 = tu_fd_count(), bufmaps0 = tu_buf_map_count();
+	struct tu_daemon d1, d2;
+	tu_daemon_start(&d1, "warn");
+	link_to(link, d1.sock);
+
+	struct td_client *c, *p;
+	struct td_error e = {0};
+	uint64_t wid, other;
+	cr_assert_eq(td_client_connect_ex(link, TD_CLIENT_RECONNECT, &c, &e),
+		     0, "%s", e.reason);
+	cr_assert_eq(td_client_connect_ex(link, 0x8, &p, &e), -EINVAL);
+	cr_assert_eq(td_client_connect(d1.sock, &p, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_watch(c, "gone/", TD_WATCH_PREFIX, &other, NULL),
+		     0);
+	cr_assert_eq(td_client_watch(c, "r/", TD_WATCH_PREFIX, &wid, NULL), 0);
+	cr_assert_eq(td_client_unwatch(c, other, NULL), 0);
+	put(p, "r/old", 1);
+	struct td_tensor *old;
+	cr_assert_eq(td_client_get(c, "r/old", &old, NULL), 0);
+	struct td_event ev;
+	cr_assert_eq(td_client_next_event(c, HANG_MS, &ev, NULL), 0);
+	cr_assert_eq(ev.watch_id, wid);
+	struct td_alloc *loan;
+	uint64_t four = 4;
+	cr_assert_eq(td_client_alloc(c, 1, &four, &loan, NULL), 0);
+	struct got g = {0};
+	cr_assert_eq(td_client_get_newer_async(c, "never", 0, -1, on_get, &g,
+					       NULL), 0);
+	td_client_close(p);
+
+	/* the daemon goes; while it is away calls fail and try again */
+	kill_daemon(&d1);
+	struct td_entry ent;
+	cr_assert_lt(td_client_stat(c, "r/old", &ent, NULL), 0);
+	cr_assert_lt(td_client_stat(c, "r/old", &ent, NULL), 0,
+		     "no daemon yet");
+	cr_assert_eq(g.calls, 0, "callbacks run from process only");
+	cr_assert_lt(td_client_process(c, NULL), 0);
+	cr_assert_eq(g.calls, 1);
+	cr_assert_eq(g.status, -ECONNRESET, "the parked GET is lost");
+
+	/* back: the next call reconnects and watches again */
+	tu_daemon_start(&d2, "warn");
+	link_to(link, d2.sock);
+	int rc = td_client_stat(c, "r/old", &ent, &e);
+	cr_assert_eq(rc, -ENOENT, "the new daemon answers: %d %s", rc,
+		     e.reason);
+	cr_assert_eq(td_client_next_event(c, 0, &ev, NULL), 0);
+	cr_assert_eq(ev.type, TD_EVENT_TYPE_RECONNECTED);
+	cr_assert_eq(ev.version, 1, "one watch re-established");
+	cr_assert_eq(td_client_connect(d2.sock, &p, &e), 0, "%s", e.reason);
+	put(p, "r/new", 2);
+	cr_assert_eq(td_client_next_event(c, HANG_MS, &ev, NULL), 0);
+	cr_assert_eq(ev.type, TD_EVENT_TYPE_PUBLISHED);
+	cr_assert_eq(ev.watch_id, wid, "the application's id is kept");
+	cr_assert_str_eq(ev.name, "r/new");
+
+	/* old objects name nothing in the new daemon and touch nothing */
+	struct td_tensor *t;
+	cr_assert_eq(td_client_get(c, "r/new", &t, NULL), 0);
+	cr_assert_eq(*(const uint8_t *)td_tensor_plane_data(t, 0), 2);
+	cr_assert_eq(*(const uint8_t *)td_tensor_plane_data(old, 0), 1,
+		     "the old tensor stays mapped and readable");
+	td_tensor_release(old);
+	cr_assert_eq(td_client_stat(p, "r/new", &ent, NULL), 0);
+	cr_assert_eq(ent.lease_count, 1, "releasing the old one sent nothing");
+	td_entry_fini(&ent);
+	uint64_t shape[1] = {4};
+	struct td_publish pub = {.name = "r/loan", .dtype = TD_TENSOR_U8,
+				 .ndim = 1, .shape = shape};
+	cr_assert_eq(td_client_publish_alloc(c, loan, &pub, NULL, &e),
+		     -ECONNRESET, "%s", e.reason);
+	td_tensor_release(t);
+	cr_assert_eq(td_client_unwatch(c, wid, NULL), 0);
+
+	td_client_close(p);
+	td_client_close(c);
+	kill_daemon(&d2);
+	unlink(link);
+	cr_assert_eq(tu_fd_count(), fds0);
+	cr_assert_eq(tu_buf_map_count(), bufmaps0);
+}

@@ -118,6 +118,29 @@ TD_EXPORT int td_client_connect(const char *socket_path,
 				struct td_client **out, struct td_error *err);
 
 /*
+ * td_client_connect_ex() flag: reconnect by itself after the daemon went
+ * away (a restart). The next call that finds the connection broken
+ * connects again to the same socket path and says HELLO; if the daemon is
+ * not back yet that call fails (-ECONNREFUSED, -ENOENT) and a later one
+ * tries again. After a reconnect every watch is re-established (its id
+ * stays the same) and the application is told by a
+ * TD_EVENT_TYPE_RECONNECTED event (version: the watches restored);
+ * asynchronous GETs that were waiting fail with -ECONNRESET; tensors,
+ * loans, rings and subscriptions of the old connection stay mapped and
+ * readable but belong to the old daemon: releasing them sends nothing,
+ * publishing an old loan fails with -ECONNRESET, and rings are not made
+ * again. The call during which the daemon went away still fails (its
+ * request may or may not have been served). $TENSORD_RECONNECT=1 sets the
+ * flag for td_client_connect().
+ */
+#define TD_CLIENT_RECONNECT 0x1u
+
+/* td_client_connect() with flags (0 or TD_CLIENT_RECONNECT; else -EINVAL). */
+TD_EXPORT int td_client_connect_ex(const char *socket_path, uint32_t flags,
+				   struct td_client **out,
+				   struct td_error *err);
+
+/*
  * Close the connection. The daemon drops this client's leases, watches and
  * unpublished allocations. Cached mappings are unmapped and their fds
  * closed at once; tensors and allocations still held stay valid (mapped)
@@ -489,6 +512,9 @@ TD_EXPORT int td_client_delete(struct td_client *c, const char *name,
 enum td_event_type {
 	TD_EVENT_TYPE_PUBLISHED = 1,
 	TD_EVENT_TYPE_DELETED = 2,
+	/* TD_CLIENT_RECONNECT: connected anew (watch_id 0, name "", version
+	 * the number of watches re-established) */
+	TD_EVENT_TYPE_RECONNECTED = 3,
 };
 
 struct td_event {
