@@ -3,7 +3,8 @@
 # Install into a DESTDIR, then build PROGRAM.c against the installed
 # headers and libtensord found by pkg-config only (the source tree is not
 # on the include path), check that every function the HEADERs mark for
-# export is exported by the installed library, and run PROGRAM with ARGS.
+# export is exported by the installed library, and run PROGRAM with ARGS
+# (%TMP% in an argument: a private folder removed afterwards).
 set -eu
 prog=$1
 shift
@@ -44,4 +45,12 @@ ${CC:-cc} -std=c11 -Wall -Wextra -Werror $san $cflags "$prog" \
 # the installed library, not the build tree's
 unset LD_LIBRARY_PATH
 ldd "$tmp/prog" | grep -q "$tmp/dest" || { ldd "$tmp/prog"; exit 1; }
+n=$#
+while [ "$n" -gt 0 ]; do
+	a=$1
+	shift
+	case $a in *%TMP%*) a="$tmp${a#*%TMP%}" ;; esac
+	set -- "$@" "$a"
+	n=$((n - 1))
+done
 "$tmp/prog" "$@"

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -65,6 +66,19 @@ const char *tu_vectors_path(const char *sub)
 	if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
 		return NULL;
 	return path;
+}
+
+char *tu_slurp(const char *path)
+{
+	size_t len;
+	uint8_t *b = tu_try_read_file(path, &len);
+	char *s = calloc(1, len + 1);
+
+	cr_assert_not_null(s);
+	if (b)
+		memcpy(s, b, len);
+	free(b);
+	return s;
 }
 
 int tu_fd_count(void)
@@ -163,6 +177,13 @@ void tu_daemon_start(struct tu_daemon *d, const char *log_level)
 void tu_daemon_start_args(struct tu_daemon *d, const char *log_level,
 			  const char *const *extra)
 {
+	tu_daemon_start_log(d, log_level, extra, NULL, NULL);
+}
+
+void tu_daemon_start_log(struct tu_daemon *d, const char *log_level,
+			 const char *const *extra, const char *log,
+			 void (*child)(void))
+{
 	const char *bin = getenv("TD_TENSORD");
 	const char *argv[32] = {bin, "--socket", d->sock, "--log-level",
 				log_level};
@@ -184,6 +205,16 @@ void tu_daemon_start_args(struct tu_daemon *d, const char *log_level,
 	cr_assert(d->pid >= 0);
 	if (d->pid == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (log) {
+			int fd = open(log, O_WRONLY | O_CREAT | O_APPEND |
+						      O_CLOEXEC,
+				      0600);
+
+			if (fd < 0 || dup2(fd, 2) < 0)
+				_exit(126);
+		}
+		if (child)
+			child();
 		execv(bin, (char *const *)argv);
 		_exit(127);
 	}
@@ -225,4 +256,32 @@ void tu_daemon_stop(struct tu_daemon *d, bool check_maps)
 		cr_assert_eq(tu_map_count(), d->maps0,
 			     "mapping leak: %d -> %d", d->maps0,
 			     tu_map_count());
+}
+
+int tu_tensorctl(const struct tu_daemon *d, char **out, ...)
+{
+	const char *bin = getenv("TD_TENSORCTL");
+	char cmd[4096];
+	char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+	char *buf = NULL;
+	size_t o;
+	va_list ap;
+	const char *a;
+	int rc;
+
+	cr_assert(bin, "TD_TENSORCTL is not set");
+	o = (size_t)snprintf(cmd, sizeof(cmd), "exec '%s' --socket '%s'", bin,
+			     d->sock);
+	va_start(ap, out);
+	while ((a = va_arg(ap, const char *)) && o < sizeof(cmd))
+		o += (size_t)snprintf(cmd + o, sizeof(cmd) - o, " '%s'", a);
+	va_end(ap);
+	cr_assert_lt(o, sizeof(cmd) - 8);
+	snprintf(cmd + o, sizeof(cmd) - o, " 2>&1");
+	rc = tu_run_capture(argv, &buf);
+	if (out)
+		*out = buf;
+	else
+		free(buf);
+	return rc;
 }

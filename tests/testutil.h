@@ -14,6 +14,8 @@ uint8_t *tu_read_file(const char *path, size_t *len);
 uint8_t *tu_try_read_file(const char *path, size_t *len);
 /* $TD_TEST_DATA/rel, in a static buffer valid until the next call. */
 const char *tu_data_path(const char *rel);
+/* A text file as a NUL-terminated malloc'ed string ("" if absent). */
+char *tu_slurp(const char *path);
 /* Upstream vectors folder ($TD_VECTORS_DIR/sub); NULL if it is absent. */
 const char *tu_vectors_path(const char *sub);
 
@@ -63,11 +65,24 @@ void tu_daemon_start(struct tu_daemon *d, const char *log_level);
 void tu_daemon_start_args(struct tu_daemon *d, const char *log_level,
 			  const char *const *extra);
 /*
+ * The same, and: the daemon's stderr appended to log (NULL: ours), and
+ * child() run in the child right before exec (NULL: nothing).
+ */
+void tu_daemon_start_log(struct tu_daemon *d, const char *log_level,
+			 const char *const *extra, const char *log,
+			 void (*child)(void));
+/*
  * SIGTERM; assert a clean exit (status 0), remove the folder, and assert
  * this process's fd count (and with check_maps its mapping count) is back
  * where tu_daemon_start() found it.
  */
 void tu_daemon_stop(struct tu_daemon *d, bool check_maps);
+
+/*
+ * Run $TD_TENSORCTL --socket d->sock ARGS... (NULL-ended) with stdout and
+ * stderr in *out (malloc'ed; NULL: dropped); its exit status.
+ */
+int tu_tensorctl(const struct tu_daemon *d, char **out, ...);
 
 /* Deterministic PRNG (xorshift64*), seeded per test. */
 uint64_t tu_rand(uint64_t *state);
