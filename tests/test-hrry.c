@@ -30,15 +30,7 @@ uint32_t td__hrry_crc32c_table(uint32_t crc, const void *buf, size_t len);
 
 static const char *golden_dir(void)
 {
-	static char dir[4096];
-	const char *p = tu_vectors_path("hurray/golden");
-	if (!p)
-		cr_skip_test("upstream vectors folder %s/hurray/golden absent: "
-			     "Hurray conformance not run",
-			     getenv("TD_VECTORS_DIR") ? getenv("TD_VECTORS_DIR")
-						      : "(TD_VECTORS_DIR unset)");
-	snprintf(dir, sizeof(dir), "%s", p);
-	return dir;
+	return tu_vectors_or_skip("hurray/golden", "Hurray");
 }
 
 static uint8_t *golden_file(const char *rel, size_t *len)
@@ -108,6 +100,18 @@ static void write_basic(struct hu_sink *s, const struct td_hrry_writer_options *
 	td_hrry_file_writer_free(&w);
 	cr_assert_null(w);
 	td_hrry_file_writer_free(&w); /* idempotent */
+}
+
+/* A file holding only the KV entries kv[0, n): free() its buf. */
+static struct hu_sink kv_file(const struct td_hrry_kv_entry *kv, size_t n)
+{
+	struct hu_sink s = {0};
+	struct td_hrry_transport t = hu_sink_transport(&s);
+	struct td_hrry_file_writer *w;
+	cr_assert_eq(td_hrry_file_writer_new(&t, NULL, &w, NULL), 0);
+	cr_assert_eq(td_hrry_file_writer_finish(w, kv, n, NULL), 0);
+	td_hrry_file_writer_free(&w);
+	return s;
 }
 
 /* Recompute the trailer's CRC after the test patched the index. */
@@ -539,15 +543,10 @@ Test(hrry, bad_duplicate_name)
 
 Test(hrry, bad_kv_bool_byte)
 {
-	struct hu_sink s = {0};
-	struct td_hrry_transport t = hu_sink_transport(&s);
-	struct td_hrry_file_writer *w;
-	cr_assert_eq(td_hrry_file_writer_new(&t, NULL, &w, NULL), 0);
 	struct td_hrry_kv_entry kv = {
 		.key = "flag", .key_len = 4,
 		.value = {.kind = TD_HRRY_KV_BOOL, .bool_value = true}};
-	cr_assert_eq(td_hrry_file_writer_finish(w, &kv, 1, NULL), 0);
-	td_hrry_file_writer_free(&w);
+	struct hu_sink s = kv_file(&kv, 1);
 	uint64_t ko = td__le64(s.buf + s.len - 40 + 16);
 	/* count 4, key_len 2, "flag" 4, tag 1, value */
 	cr_assert_eq(s.buf[ko + 4 + 2 + 4], TD_HRRY_KV_BOOL);
@@ -1111,12 +1110,7 @@ Test(hrry, round_trip_kv_of_all_seven_kinds)
 			   .items = yitems, .item_count = 2}},
 	};
 	size_t nkv = sizeof(kv) / sizeof(kv[0]);
-	struct hu_sink s = {0};
-	struct td_hrry_transport t = hu_sink_transport(&s);
-	struct td_hrry_file_writer *w;
-	cr_assert_eq(td_hrry_file_writer_new(&t, NULL, &w, NULL), 0);
-	cr_assert_eq(td_hrry_file_writer_finish(w, kv, nkv, NULL), 0);
-	td_hrry_file_writer_free(&w);
+	struct hu_sink s = kv_file(kv, nkv);
 	/* the spec's own array example bytes: ["a","bc"] as the first two */
 	static const uint8_t ex[] = {7, 1, 3, 0, 0, 0, 1, 0, 0, 0, 'a',
 				     2, 0, 0, 0, 'b', 'c'};
@@ -1645,9 +1639,7 @@ Test(hrry, tensorctl_inspect_json_is_exactly_the_issue_schema)
 	free(out);
 	f[io + 12] ^= 1;
 	/* u64 above 2^53 as a decimal string, bytes as hex, arrays */
-	struct hu_sink s = {0};
-	struct td_hrry_transport t = hu_sink_transport(&s);
-	struct td_hrry_file_writer *w;
+	struct hu_sink s;
 	struct td_hrry_kv_value it[2] = {
 		{.kind = TD_HRRY_KV_BOOL, .bool_value = true},
 		{.kind = TD_HRRY_KV_BOOL}};
@@ -1659,9 +1651,7 @@ Test(hrry, tensorctl_inspect_json_is_exactly_the_issue_schema)
 		{"arr", 3, {.kind = TD_HRRY_KV_ARRAY, .item_kind = TD_HRRY_KV_BOOL,
 			    .items = it, .item_count = 2}},
 	};
-	cr_assert_eq(td_hrry_file_writer_new(&t, NULL, &w, NULL), 0);
-	cr_assert_eq(td_hrry_file_writer_finish(w, kv, 3, NULL), 0);
-	td_hrry_file_writer_free(&w);
+	s = kv_file(kv, 3);
 	save_file(path, s.buf, s.len);
 	free(s.buf);
 	cr_assert_eq(tu_tensorctl(&none, &out, "inspect", "--json", path, NULL),
@@ -1911,18 +1901,13 @@ Test(hrry, index_entry_checks_name_their_error)
 
 Test(hrry, kv_tag_checks_name_their_error)
 {
-	struct hu_sink s = {0};
-	struct td_hrry_transport t = hu_sink_transport(&s);
-	struct td_hrry_file_writer *w;
 	struct td_hrry_kv_value it[1] = {{.kind = TD_HRRY_KV_INT64}};
 	struct td_hrry_kv_entry kv[2] = {
 		{"k", 1, {.kind = TD_HRRY_KV_INT64, .i64_value = 1}},
 		{"a", 1, {.kind = TD_HRRY_KV_ARRAY, .item_kind = TD_HRRY_KV_INT64,
 			  .items = it, .item_count = 1}},
 	};
-	cr_assert_eq(td_hrry_file_writer_new(&t, NULL, &w, NULL), 0);
-	cr_assert_eq(td_hrry_file_writer_finish(w, kv, 2, NULL), 0);
-	td_hrry_file_writer_free(&w);
+	struct hu_sink s = kv_file(kv, 2);
 	uint64_t ko = td__le64(s.buf + s.len - 40 + 16);
 	uint8_t *tag = s.buf + ko + 4 + 2 + 1;
 	uint8_t *etag = tag + 1 + 8 + 2 + 1 + 1;

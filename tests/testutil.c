@@ -285,3 +285,18 @@ int tu_tensorctl(const struct tu_daemon *d, char **out, ...)
 		free(buf);
 	return rc;
 }
+
+const char *tu_vectors_or_skip(const char *sub, const char *what)
+{
+	static char dir[4096];
+	const char *p = tu_vectors_path(sub);
+
+	if (!p)
+		cr_skip_test("upstream vectors folder %s/%s absent: %s "
+			     "conformance not run",
+			     getenv("TD_VECTORS_DIR") ? getenv("TD_VECTORS_DIR")
+						      : "(unset)",
+			     sub, what);
+	snprintf(dir, sizeof(dir), "%s", p);
+	return dir;
+}

@@ -18,6 +18,11 @@ const char *tu_data_path(const char *rel);
 char *tu_slurp(const char *path);
 /* Upstream vectors folder ($TD_VECTORS_DIR/sub); NULL if it is absent. */
 const char *tu_vectors_path(const char *sub);
+/*
+ * The same, or skip the test saying which folder is absent and that the
+ * `what` conformance was not run. Static buffer, valid until the next call.
+ */
+const char *tu_vectors_or_skip(const char *sub, const char *what);
 
 /* Number of open fds in this process (/proc/self/fd). */
 int tu_fd_count(void);
