@@ -982,6 +982,20 @@ int td_sub_fd(struct td_sub *s)
 	return fd;
 }
 
+/* Is there a version newer than the last one taken, or the end? */
+static bool sub_news(const struct td_sub *s)
+{
+	const struct td_ring_hdr *h = s->m.hdr;
+	uint64_t v;
+	uint32_t slot;
+
+	if (atomic_load(&h->flags) & TD_RING_CLOSED)
+		return true;
+	return td_ring_latest_unpack(atomic_load(&h->latest),
+				     s->m.g.slot_count, &slot, &v) != 0 &&
+	       v > s->last_version;
+}
+
 /*
  * Wait by fd from now: announce it, then look once more (the producer
  * publishes, then looks for waiters), and make the fd readable at once
@@ -989,16 +1003,8 @@ int td_sub_fd(struct td_sub *s)
  */
 static void sub_arm(struct td_sub *s)
 {
-	struct td_ring_hdr *h = s->m.hdr;
-	uint64_t latest, v;
-	uint32_t slot;
-
 	atomic_store(&s->row->waiting, TD_RING_WAIT_FD);
-	latest = atomic_load(&h->latest);
-	if ((td_ring_latest_unpack(latest, s->m.g.slot_count, &slot, &v) !=
-		     0 &&
-	     v > s->last_version) ||
-	    (atomic_load(&h->flags) & TD_RING_CLOSED))
+	if (sub_news(s))
 		(void)!write(s->efd, &(uint64_t){1}, sizeof(uint64_t));
 }
 
@@ -1072,6 +1078,14 @@ int td__sub_deliver(struct td_client *c)
 		next = s->lnext;
 		pthread_mutex_unlock(&c->lock);
 		if (s->ended)
+			continue;
+		/*
+		 * Clear the fd, but leave the view held alone unless there is
+		 * something newer (or the end): process() also runs for the
+		 * client's other work.
+		 */
+		(void)!read(s->efd, &(uint64_t){0}, sizeof(uint64_t));
+		if (!sub_news(s))
 			continue;
 		rc = td_sub_poll(s, &view);
 		if (rc == -EAGAIN)

@@ -340,6 +340,16 @@ Test(loop, ring_versions_wake_the_fd_and_reach_the_handler)
 	cr_assert_eq(w.last, 1);
 	cr_assert_eq(w.first, 11);
 	cr_assert_eq(readable(c, 0), 0);
+	/* other work of the client calls no ring handler */
+	uint64_t wid;
+	cr_assert_eq(td_client_watch(c, "loop/other", 0, &wid, NULL), 0);
+	put(pc, "loop/other", 1);
+	cr_assert_eq(readable(c, HANG_MS), 1);
+	cr_assert_eq(td_client_process(c, NULL), 0, "no handler for events");
+	struct td_event ev;
+	cr_assert_eq(td_client_next_event(c, 0, &ev, NULL), 0);
+	cr_assert_eq(td_client_unwatch(c, wid, NULL), 0);
+	cr_assert_eq(w.calls, 1, "no new version, no call");
 
 	/* warm: handoffs send the daemon nothing, whoever waits by fd */
 	uint64_t before = daemon_requests(pc, "loop/ring");

@@ -704,7 +704,7 @@ TD_EXPORT int td_sub_poll(struct td_sub *s, struct td_view *view);
 
 /*
  * Called by td_client_process() with no lock held: status 0 and the view
- * (held until the next call for this subscription, td_sub_release() or
+ * (held until a newer version is delivered, td_sub_release() or
  * td_sub_close()), or once at the end: -EPIPE the ring closed, -EBADMSG.
  * It may close its own subscription, not another one with a handler.
  */
