@@ -20,7 +20,9 @@ static char *source(const char *rel)
 	cr_assert(root, "TD_SOURCE_ROOT is set by meson");
 	snprintf(path, sizeof(path), "%s/%s", root, rel);
 	size_t len;
-	return (char *)tu_read_file(path, &len); /* NUL-terminated */
+	char *text = (char *)tu_read_file(path, &len);
+	text[len] = 0; /* tu_read_file allocates one byte more */
+	return text;
 }
 
 /* Every match of group 1 of `re` in `text`, passed to `fn`. */
