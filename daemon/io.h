@@ -2,7 +2,7 @@
 /*
  * File I/O from the daemon's loop (io.c): io_uring when the kernel and
  * the sandbox allow it, else plain pread/pwrite/fsync in bounded steps.
- * Used by the snapshots (snapshot.c); not installed.
+ * Used by the snapshots (snapshot-*.c); not installed.
  *
  * The loop never waits on a file: with io_uring the requests queued in
  * one loop iteration go to the kernel in one io_uring_submit() (a

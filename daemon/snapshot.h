@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Snapshots (snapshot.c): every current version in a HRRYFILE, written
- * from the loop without stalling it and read back at start
- * (docs/snapshot.md). Not installed.
+ * Snapshots (snapshot.c and the snapshot-*.c files under it): every
+ * current version in a HRRYFILE, written from the loop without stalling
+ * it and read back at start (docs/snapshot.md). Not installed.
  */
 #ifndef TD_DAEMON_SNAPSHOT_H
 #define TD_DAEMON_SNAPSHOT_H
@@ -13,7 +13,7 @@
 #include "daemon.h"
 #include "state.h"
 
-/* ---- snapshot.c ---- */
+/* ---- snapshot.c, snapshot-save.c ---- */
 
 #define TD__SNAPSHOT_INTERVAL_S 30 /* --snapshot-interval default */
 

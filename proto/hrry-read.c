@@ -823,6 +823,46 @@ static size_t subtree_end(const struct td_hrry_desc *const *descs,
 	return o;
 }
 
+/*
+ * One member of an overlay composite (specs/hurray.md): it has a
+ * composite-member section, the base comes first and only first, and the
+ * base spans the head.
+ */
+static int check_overlay_member(const struct td_hrry_desc *h,
+				const struct td_hrry_desc *d, uint32_t m,
+				bool has_ms, uint64_t at,
+				struct td_hrry_err *err)
+{
+	if (!has_ms)
+		return td__hrry_fail(
+			err,
+			TD_HRRY_E_COMPOSITE_MEMBER_FLAG_MISMATCH,
+			at,
+			"overlay member without a "
+			"composite-member section");
+	if ((m == 0) != (d->member_role == TD_HRRY_ROLE_BASE))
+		return td__hrry_fail(
+			err,
+			TD_HRRY_E_COMPOSITE_OVERLAY_BASE_NOT_FIRST,
+			at,
+			"the base must be the first overlay "
+			"member and the only one");
+	if (m == 0) {
+		bool span = true;
+		for (uint32_t k = 0; span && k < d->rank; k++)
+			span = d->shard_offset[k] == 0 &&
+			       d->shape[k] == h->shape[k];
+		if (!span)
+			return td__hrry_fail(
+				err,
+				TD_HRRY_E_COMPOSITE_OVERLAY_BASE_NOT_SPANNING,
+				at,
+				"overlay base does not span the "
+				"head");
+	}
+	return 0;
+}
+
 /* Check the subtree at descs[*i] (a head); *i moves past it. */
 static int check_tree(const struct td_hrry_desc *const *descs, size_t count,
 		      const uint64_t *offsets, size_t *i, unsigned depth,
@@ -875,33 +915,9 @@ static int check_tree(const struct td_hrry_desc *const *descs, size_t count,
 					"head's shape");
 		}
 		if (h->rule == TD_HRRY_RULE_OVERLAY) {
-			if (!has_ms)
-				return td__hrry_fail(
-					err,
-					TD_HRRY_E_COMPOSITE_MEMBER_FLAG_MISMATCH,
-					at,
-					"overlay member without a "
-					"composite-member section");
-			if ((m == 0) != (d->member_role == TD_HRRY_ROLE_BASE))
-				return td__hrry_fail(
-					err,
-					TD_HRRY_E_COMPOSITE_OVERLAY_BASE_NOT_FIRST,
-					at,
-					"the base must be the first overlay "
-					"member and the only one");
-			if (m == 0) {
-				bool span = true;
-				for (uint32_t k = 0; span && k < d->rank; k++)
-					span = d->shard_offset[k] == 0 &&
-					       d->shape[k] == h->shape[k];
-				if (!span)
-					return td__hrry_fail(
-						err,
-						TD_HRRY_E_COMPOSITE_OVERLAY_BASE_NOT_SPANNING,
-						at,
-						"overlay base does not span the "
-						"head");
-			}
+			int rc = check_overlay_member(h, d, m, has_ms, at, err);
+			if (rc)
+				return rc;
 		} else if (has_ms) {
 			return td__hrry_fail(
 				err, TD_HRRY_E_COMPOSITE_MEMBER_FLAG_MISMATCH,

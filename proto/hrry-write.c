@@ -427,6 +427,62 @@ static const struct td_hrry_wentry *cur_entry(const struct td_hrry_wcore *w)
 	return &w->entries[i];
 }
 
+/* One KV value (or array item): a scalar, or the length of its bytes. */
+static void kv_value_slice(struct td_hrry_wcore *w)
+{
+	uint8_t *s = w->scratch;
+	enum td_hrry_kv_kind kind;
+	const struct td_hrry_kv_value *v;
+
+	v = cur_value(w, &kind);
+	switch (kind) {
+	case TD_HRRY_KV_STRING:
+	case TD_HRRY_KV_BYTES:
+		td__put_le32(s, (uint32_t)v->data_len);
+		w->step = F_KV_DATA;
+		set_bytes(w, s, 4);
+		return;
+	case TD_HRRY_KV_INT64:
+		td__put_le64(s, (uint64_t)v->i64_value);
+		break;
+	case TD_HRRY_KV_UINT64:
+		td__put_le64(s, v->u64_value);
+		break;
+	case TD_HRRY_KV_FLOAT64: {
+		uint64_t u;
+		memcpy(&u, &v->f64_value, 8);
+		td__put_le64(s, u);
+		break;
+	}
+	case TD_HRRY_KV_BOOL:
+		s[0] = v->bool_value ? 1 : 0;
+		break;
+	default:
+		break;
+	}
+	w->step = F_KV_DATA;
+	set_bytes(w, s, kind == TD_HRRY_KV_BOOL ? 1 : 8);
+	w->cur_scalar = true;
+}
+
+/* The trailer, once the index is out: where index and KV are, the CRC. */
+static void trailer_slice(struct td_hrry_wcore *w)
+{
+	uint8_t *s = w->scratch;
+
+	w->in_index = false;
+	w->index_length = w->pos - w->index_offset;
+	td__put_le64(s, w->index_offset);
+	td__put_le64(s + 8, w->index_length);
+	td__put_le64(s + 16, w->kv_offset);
+	td__put_le32(s + 24, w->kv_length);
+	td__put_le32(s + 28, w->crc);
+	td__put_le32(s + 32, 0);
+	memcpy(s + 36, "HRRY", 4);
+	w->step = F_END;
+	set_bytes(w, s, 40);
+}
+
 static bool finish_slice(struct td_hrry_wcore *w)
 {
 	uint8_t *s = w->scratch;
@@ -464,35 +520,7 @@ static bool finish_slice(struct td_hrry_wcore *w)
 			return true;
 		}
 		case F_KV_VALUE:
-			v = cur_value(w, &kind);
-			switch (kind) {
-			case TD_HRRY_KV_STRING:
-			case TD_HRRY_KV_BYTES:
-				td__put_le32(s, (uint32_t)v->data_len);
-				w->step = F_KV_DATA;
-				set_bytes(w, s, 4);
-				return true;
-			case TD_HRRY_KV_INT64:
-				td__put_le64(s, (uint64_t)v->i64_value);
-				break;
-			case TD_HRRY_KV_UINT64:
-				td__put_le64(s, v->u64_value);
-				break;
-			case TD_HRRY_KV_FLOAT64: {
-				uint64_t u;
-				memcpy(&u, &v->f64_value, 8);
-				td__put_le64(s, u);
-				break;
-			}
-			case TD_HRRY_KV_BOOL:
-				s[0] = v->bool_value ? 1 : 0;
-				break;
-			default:
-				break;
-			}
-			w->step = F_KV_DATA;
-			set_bytes(w, s, kind == TD_HRRY_KV_BOOL ? 1 : 8);
-			w->cur_scalar = true;
+			kv_value_slice(w);
 			return true;
 		case F_KV_DATA:
 			v = cur_value(w, &kind);
@@ -548,17 +576,7 @@ static bool finish_slice(struct td_hrry_wcore *w)
 			return true;
 		}
 		case F_TRAILER:
-			w->in_index = false;
-			w->index_length = w->pos - w->index_offset;
-			td__put_le64(s, w->index_offset);
-			td__put_le64(s + 8, w->index_length);
-			td__put_le64(s + 16, w->kv_offset);
-			td__put_le32(s + 24, w->kv_length);
-			td__put_le32(s + 28, w->crc);
-			td__put_le32(s + 32, 0);
-			memcpy(s + 36, "HRRY", 4);
-			w->step = F_END;
-			set_bytes(w, s, 40);
+			trailer_slice(w);
 			return true;
 		default:
 			return false;
