@@ -31,24 +31,6 @@ static void daemon_up(struct tu_daemon *d)
 	cr_assert(setenv("TENSORD_SOCKET", d->sock, 1) == 0);
 }
 
-/* Start argv with its stdout on a pipe; the pipe's reading end. */
-static FILE *spawn_reading(char *const argv[], pid_t *pid)
-{
-	int p[2];
-	cr_assert(pipe2(p, O_CLOEXEC) == 0);
-	*pid = fork();
-	cr_assert(*pid >= 0);
-	if (*pid == 0) {
-		dup2(p[1], 1);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	close(p[1]);
-	FILE *f = fdopen(p[0], "r");
-	cr_assert(f);
-	return f;
-}
-
 Test(examples, producer_then_consumer_reads_the_producers_values)
 {
 	struct tu_daemon d;
@@ -97,8 +79,8 @@ Test(examples, watcher_sees_each_publish_and_the_delete)
 	daemon_up(&d);
 
 	char *watch[] = {example("watcher"), "cam/", "3", "10000", NULL};
-	pid_t pid;
-	FILE *f = spawn_reading(watch, &pid);
+	FILE *f;
+	pid_t pid = tu_spawn_stdout(watch, &f);
 	char line[256];
 	cr_assert(fgets(line, sizeof(line), f));
 	cr_assert_str_eq(line, "watching cam/*\n");
@@ -136,8 +118,8 @@ Test(examples, event_loop_serves_watch_and_async_gets_in_one_loop)
 	daemon_up(&d);
 
 	char *loop[] = {example("event-loop"), "demo/e", "3", NULL};
-	pid_t pid;
-	FILE *f = spawn_reading(loop, &pid);
+	FILE *f;
+	pid_t pid = tu_spawn_stdout(loop, &f);
 	char line[256];
 	cr_assert(fgets(line, sizeof(line), f));
 	cr_assert_str_eq(line, "waiting for demo/e\n");

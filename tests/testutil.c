@@ -120,7 +120,7 @@ int tu_buf_map_count(void)
 	return count_maps(true);
 }
 
-int tu_run_capture(char *const argv[], char **out)
+static int run_capture(char *const argv[], char **out, bool with_stderr)
 {
 	int p[2], status;
 	size_t cap = 4096, len = 0;
@@ -133,6 +133,8 @@ int tu_run_capture(char *const argv[], char **out)
 	cr_assert(pid >= 0);
 	if (pid == 0) {
 		dup2(p[1], 1);
+		if (with_stderr)
+			dup2(p[1], 2);
 		execv(argv[0], argv);
 		_exit(127);
 	}
@@ -157,6 +159,35 @@ int tu_run_capture(char *const argv[], char **out)
 	if (WIFEXITED(status))
 		return WEXITSTATUS(status);
 	return 128 + WTERMSIG(status);
+}
+
+int tu_run_capture(char *const argv[], char **out)
+{
+	return run_capture(argv, out, false);
+}
+
+int tu_run_capture_all(char *const argv[], char **out)
+{
+	return run_capture(argv, out, true);
+}
+
+pid_t tu_spawn_stdout(char *const argv[], FILE **out)
+{
+	int p[2];
+	pid_t pid;
+
+	cr_assert(pipe2(p, O_CLOEXEC) == 0);
+	pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		dup2(p[1], 1);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(p[1]);
+	*out = fdopen(p[0], "r");
+	cr_assert(*out);
+	return pid;
 }
 
 uint64_t tu_rand(uint64_t *s)

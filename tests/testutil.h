@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 /* Read a whole file; aborts the test (cr_assert) on failure. free() it. */
@@ -50,6 +51,13 @@ int tu_buf_map_count(void);
  * terminated string (*out) and return its exit status (or 128+signal).
  */
 int tu_run_capture(char *const argv[], char **out);
+/* The same with stderr captured too, into the same string. */
+int tu_run_capture_all(char *const argv[], char **out);
+/*
+ * Start argv (argv[0] a path) with its stdout on a pipe, read through *out
+ * (fclose it); returns the pid (waitpid it).
+ */
+pid_t tu_spawn_stdout(char *const argv[], FILE **out);
 
 /* A private tensord ($TD_TENSORD) on a socket in a mkdtemp() folder. */
 struct tu_daemon {
