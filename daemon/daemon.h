@@ -177,6 +177,18 @@ struct td__stats {
 struct td__store;
 struct td__server;
 
+/* What STATUS reports beyond the store's own figures (status.c). */
+struct td__stats {
+	uint64_t started_ms; /* uv_now() at start */
+	uint64_t evictions;  /* versions evicted (store.c) */
+	uint64_t refused[3]; /* error replies by enum td_wire_refusal */
+	uint64_t log_suppressed; /* audit lines the rate limit left out */
+	uint64_t policy_reloads; /* SIGHUP reloads that took effect */
+	/* audit log token bucket: lines it may still write, refilled */
+	double audit_tokens;
+	uint64_t audit_ms; /* uv_now() of the last refill */
+};
+
 struct td__daemon {
 	uv_loop_t *loop;
 	struct td__opts opts;
@@ -190,6 +202,7 @@ struct td__daemon {
 	bool reaper_on;
 	uint64_t requests; /* datagrams received from all peers (RING_STAT) */
 	struct td__stats stats;
+	uv_signal_t sighup; /* policy reload (status.c) */
 	/* scratch, see the file comment */
 	uint8_t rx[TD_WIRE_MAX_MSG];
 	uint8_t tx[TD_WIRE_MAX_MSG];
@@ -273,6 +286,12 @@ struct td__peer {
 	unsigned txq_count;
 	unsigned txq_fds;  /* our dups held by queued messages */
 	unsigned fds_held; /* socket and pidfd, counted for uid (tenant.c) */
+	/* operators (status.c): STATUS rows and the audit log */
+	char comm[16 + 1];       /* /proc/PID/comm at connect */
+	uint64_t requests;       /* datagrams received */
+	uint64_t refusals;       /* error replies that were refusals */
+	uint64_t since_ms;       /* uv_now() at connect */
+	uint8_t refusals_logged; /* bit per enum td_wire_refusal */
 	/* owned by store.c */
 	struct td__list leases, allocs, watches, waiters;
 	unsigned n_leases, n_allocs, n_watches, n_waiters;
@@ -423,7 +442,7 @@ bool td__access_check(struct td__peer *p, const struct td_wire_hdr *h,
 td__handler td__loan_alloc, td__publish, td__lease_get, td__lease_release,
 	td__catalog_list, td__catalog_stat, td__catalog_delete,
 	td__catalog_watch, td__catalog_unwatch, td__ring_create,
-	td__ring_subscribe, td__ring_close, td__ring_stat;
+	td__ring_subscribe, td__ring_close, td__ring_stat, td__ring_wake;
 
 /* ---- ring.c (docs/fastpath.md) ---- */
 
@@ -468,6 +487,24 @@ int td__ring_try_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 void td__ring_unlease(struct td__ring *r, uint32_t slot);
 /* Start the 1 ms poll of parked ring GETs (td__ring_hooks.poll). */
 void td__ring_poll_arm(void);
+
+/* ---- audit.c: what peer.c reports for operators ---- */
+
+/* Record what STATUS shows of a new peer (its command name). */
+void td__audit_peer_init(struct td__peer *p);
+/*
+ * Count an error reply to p and, if it is a refusal (permission, quota,
+ * bad input), log it: once per peer and kind, under a rate limit.
+ */
+void td__audit_refusal(struct td__peer *p, uint16_t op, int status,
+		       const char *reason);
+
+/* ---- status.c: what operators see and do ---- */
+/* Note the start time and reload the policy on SIGHUP. */
+void td__status_start(struct td__daemon *d);
+/* Reload --policy now: the new one, or the old one kept. 0 or -errno. */
+int td__policy_reload(struct td__daemon *d);
+td__handler td__status;
 
 /* ---- plane.c ---- */
 

@@ -29,6 +29,8 @@ static const struct td__op ops[] = {
 	{TD_OP_RING_SUBSCRIBE, R, 0, td__ring_subscribe},
 	{TD_OP_RING_CLOSE, 0, 0, td__ring_close},
 	{TD_OP_RING_STAT, R, 0, td__ring_stat},
+	{TD_OP_STATUS, 0, 0, td__status},
+	{TD_OP_RING_WAKE, 0, TD__OP_FDS, td__ring_wake},
 };
 
 #undef R

@@ -413,6 +413,7 @@ static int start(struct td__daemon *d, uv_signal_t *sigint,
 	sigint->data = sigterm->data = d;
 	uv_signal_start(sigint, on_signal, SIGINT);
 	uv_signal_start(sigterm, on_signal, SIGTERM);
+	td__status_start(d);
 
 	if (d->opts.policy_path) {
 		d->policy = calloc(1, sizeof(*d->policy));

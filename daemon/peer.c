@@ -6,6 +6,7 @@
  * (dispatch.c, which keeps or closes it) or closed here, on every path.
  */
 #include "daemon.h"
+#include "wire-status.h"
 #include "os.h"
 
 #include <errno.h>
@@ -361,6 +362,7 @@ void td__peer_error(struct td__peer *p, uint16_t op, uint64_t request_id,
 	td__log(TD_LOG_DEBUG, "peer pid %d: %s #%llu -> %d: %s", (int)p->pid,
 		td_wire_op_name(op), (unsigned long long)request_id, status,
 		d->reason);
+	td__audit_refusal(p, op, status, d->reason);
 	len = td_wire_error_encode(&e, TD__TX_BODY(d), TD__TX_CAP);
 	if (len < 0)
 		len = 0; /* cannot happen: a reason is far below the cap */
@@ -442,7 +444,8 @@ static int probe_trusted(struct td__peer *p, int fd, char *why, size_t cap)
 /* What this daemon serves beyond version 1 (docs/protocol.md §6.1). */
 #define TD__FEATURES                                                          \
 	(TD_WIRE_FEAT_CAT_KINDS | TD_WIRE_FEAT_CAT_RECYCLE |                  \
-	 TD_WIRE_FEAT_ALLOC_RECYCLE | TD_WIRE_FEAT_GET_HELD)
+	 TD_WIRE_FEAT_ALLOC_RECYCLE | TD_WIRE_FEAT_GET_HELD |                 \
+	 TD_WIRE_FEAT_STATUS | TD_WIRE_FEAT_RING_WAKE)
 
 void td__peer_hello(struct td__peer *p, const struct td__req *rq)
 {
@@ -605,6 +608,7 @@ static void receive(struct td__peer *p)
 			return;
 		}
 		td__d->requests++;
+		p->requests++;
 		handlers->datagram(p, (size_t)n, fds, nfds);
 		/* backpressure: no more requests while replies wait */
 		if (!td__list_empty(&p->txq))
@@ -798,6 +802,7 @@ int td__peer_take_fd(struct td__daemon *d, int fd)
 	}
 	p->poll.data = p;
 	td__list_add_tail(&d->peers, &p->link);
+	td__audit_peer_init(p);
 	update_poll(p);
 	td__log(TD_LOG_DEBUG, "peer pid %d uid %d connected", (int)p->pid,
 		(int)p->uid);

@@ -13,6 +13,7 @@
  * word (docs/fastpath.md, "Rings in the catalogue").
  */
 #include "daemon.h"
+#include "wire-status.h"
 #include "os.h"
 
 #include <errno.h>
@@ -47,7 +48,13 @@ _Static_assert(TD_WIRE_MAX_DIMS == TD_RING_MAX_DIMS, "dims cap");
 struct row_owner {
 	struct td__peer *peer; /* NULL: free */
 	uint64_t sub_id;
+	/* RING_WAKE: the subscriber's eventfd, valid while wake_gen != 0 */
+	uint32_t wake_gen;
+	int wake_fd;
 };
+
+/* Rows of one ring woken through an eventfd: what one reply can carry. */
+#define MAX_WAKE_FDS TD_WIRE_MAX_FDS
 
 struct ring {
 	struct td__list link;
@@ -71,6 +78,8 @@ struct ring {
 	uint32_t lease_n[TD_RING_MAX_SLOTS];
 	unsigned leases;
 	uint64_t keep_until; /* uv_now(): TD_RING_KEEP_LATEST until then */
+	uint32_t wake_next;  /* last wake_gen handed out */
+	unsigned wakes;      /* rows with a wake eventfd */
 	uint16_t name_len;
 	char name[TD_WIRE_MAX_NAME + 1];
 };
@@ -534,6 +543,12 @@ static void row_clear(struct ring *r, uint32_t row)
 	r->rows[row].peer = NULL;
 	r->rows[row].sub_id = 0;
 	r->subs--;
+	if (r->rows[row].wake_gen) {
+		close(r->rows[row].wake_fd);
+		r->rows[row].wake_gen = 0;
+		r->wakes--;
+		atomic_store(&rd->rows[row].wake_gen, 0);
+	}
 	atomic_store(&rd->rows[row].held, TD_RING_NONE);
 	atomic_store(&rd->rows[row].waiting, 0);
 	atomic_store(&rd->rows[row].taken, TD_RING_TAKEN_ANY);
@@ -562,6 +577,11 @@ static void ring_close(struct ring *r)
 					       .fence,
 				       INT_MAX);
 	}
+	/* event-loop readers learn it through their eventfd */
+	for (uint32_t i = 0; i < r->reader_count; i++)
+		if (r->rows[i].wake_gen)
+			(void)!write(r->rows[i].wake_fd, &(uint64_t){1},
+				     sizeof(uint64_t));
 	td__log(TD_LOG_DEBUG, "ring %.*s #%llu closed, %u subscribers",
 		(int)r->name_len, r->name, (unsigned long long)r->id, r->subs);
 }
@@ -599,6 +619,106 @@ void td__ring_close(struct td__peer *p, const struct td__req *rq)
 	td__peer_error(p, h->opcode, h->request_id, -ENOENT,
 		       "no ring or subscription %llu on this connection",
 		       (unsigned long long)m.id);
+}
+
+/* Is fd an eventfd? Anonymous inodes tell their kind in /proc only. */
+static bool is_eventfd(int fd)
+{
+	char path[64], link[64];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n < 0)
+		return false;
+	link[n] = 0;
+	return strcmp(link, "anon_inode:[eventfd]") == 0;
+}
+
+/* RING_WAKE from a subscriber: its eventfd becomes its row's wake-up. */
+static void wake_register(struct td__peer *p, const struct td__req *rq,
+			  struct ring *r, uint32_t row)
+{
+	const struct td_wire_hdr *h = rq->h;
+	struct row_owner *o = &r->rows[row];
+
+	if (rq->nfds != 1 || !is_eventfd(rq->fds[0])) {
+		td__peer_error(p, h->opcode, h->request_id, -EINVAL,
+			       "RING_WAKE: a subscription attaches exactly "
+			       "one eventfd");
+		return;
+	}
+	if (!o->wake_gen && r->wakes == MAX_WAKE_FDS) {
+		td__peer_error(p, h->opcode, h->request_id, -ENOBUFS,
+			       "RING_WAKE: ring has %d eventfd readers",
+			       MAX_WAKE_FDS);
+		return;
+	}
+	if (o->wake_gen)
+		close(o->wake_fd);
+	else
+		r->wakes++;
+	o->wake_fd = rq->fds[0];
+	rq->fds[0] = -1;
+	/* unique in the ring (never 0), so a producer's cache goes stale */
+	if (++r->wake_next == 0)
+		r->wake_next = 1;
+	o->wake_gen = r->wake_next;
+	atomic_store(&r->rd->rows[row].wake_gen, o->wake_gen);
+	td__peer_done(p, h);
+}
+
+/* RING_WAKE from the producer: every registered eventfd, attached. */
+static void wake_fetch(struct td__peer *p, const struct td_wire_hdr *h,
+		       struct ring *r)
+{
+	struct td__daemon *d = td__d;
+	struct td_wire_ring_wake_rep m = {0};
+	int fds[MAX_WAKE_FDS];
+	int64_t len;
+
+	for (uint32_t i = 0; i < r->reader_count; i++) {
+		if (!r->rows[i].wake_gen || m.count == MAX_WAKE_FDS)
+			continue;
+		m.ents[m.count] = (struct td_wire_ring_wake_ent){
+			i, r->rows[i].wake_gen};
+		fds[m.count++] = r->rows[i].wake_fd;
+	}
+	len = td_wire_ring_wake_rep_encode(&m, TD__TX_BODY(d), TD__TX_CAP);
+	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
+		      len < 0 ? 0 : (size_t)len, fds, m.count);
+}
+
+void td__ring_wake(struct td__peer *p, const struct td__req *rq)
+{
+	const struct td_wire_hdr *h = rq->h;
+	struct td_wire_ring_close_req m;
+	struct td_err e = {0};
+	int rc = td_wire_ring_close_req_decode(rq->body, h->body_len, &m, &e);
+
+	if (td__peer_bad_body(p, h, rc, &e))
+		goto out;
+	for (struct td__list *l = rings.next; l != &rings; l = l->next) {
+		struct ring *r = td__container_of(l, struct ring, link);
+
+		if (r->id == m.id && r->producer == p && rq->nfds == 0) {
+			wake_fetch(p, h, r);
+			goto out;
+		}
+		for (uint32_t i = 0; i < r->reader_count; i++)
+			if (r->rows[i].peer == p &&
+			    r->rows[i].sub_id == m.id) {
+				wake_register(p, rq, r, i);
+				goto out;
+			}
+	}
+	td__peer_error(p, h->opcode, h->request_id, -ENOENT,
+		       "RING_WAKE: no ring or subscription %llu on this "
+		       "connection",
+		       (unsigned long long)m.id);
+out:
+	/* what was attached and not kept (a kept fd is -1 now) */
+	td__close_fds(rq->fds, rq->nfds);
 }
 
 void td__ring_stat(struct td__peer *p, const struct td__req *rq)

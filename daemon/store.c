@@ -562,6 +562,7 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 			i++;
 			continue;
 		}
+		td__d->stats.evictions++;
 		td__log(TD_LOG_INFO,
 			"evicted %.*s version %llu (%llu bytes of uid %u) "
 			"for uid %u",

@@ -241,8 +241,8 @@ out:
 	return rc;
 }
 
-int td_client_watch(struct td_client *c, const char *name, uint32_t flags,
-		    uint64_t *watch_id, struct td_error *err)
+int td__watch_send(struct td_client *c, const char *name, uint32_t flags,
+		   uint64_t *daemon_id, struct td_error *err)
 {
 	struct td_wire_watch_req req = {
 		.name = {name, (uint16_t)name_len(name)},
@@ -253,34 +253,54 @@ int td_client_watch(struct td_client *c, const char *name, uint32_t flags,
 	int64_t len;
 	int rc;
 
-	if (!c || !name)
-		return td__fail(err, -EINVAL, "missing argument");
-	pthread_mutex_lock(&c->lock);
 	len = td_wire_watch_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
 				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
-	if (len < 0) {
-		rc = td__fail(err, -EINVAL, "bad name or prefix");
-		goto out;
-	}
+	if (len < 0)
+		return td__fail(err, -EINVAL, "bad name or prefix");
 	rc = td__call(c, TD_OP_WATCH, (size_t)len, NULL, 0, &m, err);
 	if (rc < 0)
-		goto out;
-	if (td_wire_watch_rep_decode(m.body, m.body_len, &rep, NULL) < 0) {
-		rc = td__fail(err, -EPROTO, "bad WATCH reply");
-		goto out;
-	}
-	if (watch_id)
-		*watch_id = rep.watch_id;
-out:
+		return rc;
 	td__msg_close_fds(&m);
+	if (td_wire_watch_rep_decode(m.body, m.body_len, &rep, NULL) < 0)
+		return td__fail(err, -EPROTO, "bad WATCH reply");
+	*daemon_id = rep.watch_id;
+	return 0;
+}
+
+int td_client_watch(struct td_client *c, const char *name, uint32_t flags,
+		    uint64_t *watch_id, struct td_error *err)
+{
+	struct td__watchrec *w;
+	int rc;
+
+	if (!c || !name)
+		return td__fail(err, -EINVAL, "missing argument");
+	/* kept, so that a reconnect can watch again under the same id */
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return td__fail(err, -ENOMEM, "out of memory");
+	snprintf(w->name, sizeof(w->name), "%s", name);
+	w->flags = flags;
+	pthread_mutex_lock(&c->lock);
+	rc = td__watch_send(c, name, flags, &w->daemon_id, err);
+	if (rc == 0) {
+		w->id = ++c->next_watch;
+		w->next = c->watches;
+		c->watches = w;
+		if (watch_id)
+			*watch_id = w->id;
+		w = NULL;
+	}
 	pthread_mutex_unlock(&c->lock);
+	free(w);
 	return rc;
 }
 
 int td_client_unwatch(struct td_client *c, uint64_t watch_id,
 		      struct td_error *err)
 {
-	struct td_wire_unwatch_req req = {.watch_id = watch_id};
+	struct td_wire_unwatch_req req = {.watch_id = 0};
+	struct td__watchrec **pp, *w = NULL;
 	struct td__msg m = {0};
 	int64_t len;
 	int rc;
@@ -288,12 +308,27 @@ int td_client_unwatch(struct td_client *c, uint64_t watch_id,
 	if (!c)
 		return td__fail(err, -EINVAL, "missing argument");
 	pthread_mutex_lock(&c->lock);
+	for (pp = &c->watches; *pp; pp = &(*pp)->next)
+		if ((*pp)->id == watch_id) {
+			w = *pp;
+			break;
+		}
+	if (!w) {
+		rc = td__fail(err, -ENOENT, "no watch %llu on this client",
+			      (unsigned long long)watch_id);
+		goto out;
+	}
+	req.watch_id = w->daemon_id;
 	len = td_wire_unwatch_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
 					 TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	rc = len < 0 ? td__fail(err, (int)len, "encode UNWATCH")
 		     : td__call(c, TD_OP_UNWATCH, (size_t)len, NULL, 0, &m,
 				err);
 	td__msg_close_fds(&m);
+	/* gone here whatever the daemon said: it ends with the connection */
+	*pp = w->next;
+	free(w);
+out:
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }

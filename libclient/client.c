@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -19,6 +20,7 @@
 #include "client.h"
 #include "os.h"
 #include "scm.h"
+#include "wire-status.h"
 
 
 _Static_assert((int)TD_TENSOR_F64 == (int)TD_DTYPE_F64,
@@ -94,11 +96,17 @@ void td__client_ref(struct td_client *c)
 static void client_free(struct td_client *c)
 {
 	struct td__event *e;
+	struct td__watchrec *w;
 
 	while ((e = c->ev_head)) {
 		c->ev_head = e->next;
 		free(e);
 	}
+	while ((w = c->watches)) {
+		c->watches = w->next;
+		free(w);
+	}
+	td__loop_close(c);
 	/* Every tensor is gone (refs == 0), so every map is idle. */
 	td__maps_drop(c, true);
 	td__loans_drop(c, true);
@@ -129,6 +137,8 @@ void td_client_close(struct td_client *c)
 
 	if (!c)
 		return;
+	/* asynchronous GETs still waiting are told, then forgotten */
+	td__loop_cancel(c);
 	pthread_mutex_lock(&c->lock);
 	/*
 	 * Closing the socket ends the daemon's side at once (leases, watches,
@@ -148,6 +158,7 @@ void td_client_close(struct td_client *c)
 		free(e);
 	}
 	c->ev_tail = NULL;
+	td__loop_close(c);
 	td__maps_drop(c, false);
 	td__loans_drop(c, false);
 	pthread_mutex_unlock(&c->lock);
@@ -176,7 +187,7 @@ int td_client_fd(struct td_client *c)
 	if (!c)
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
-	fd = c->sock >= 0 ? c->sock : -ENOTCONN;
+	fd = c->sock >= 0 && c->epfd >= 0 ? c->epfd : -ENOTCONN;
 	pthread_mutex_unlock(&c->lock);
 	return fd;
 }
@@ -196,6 +207,8 @@ static int conn_broken(struct td_client *c, int code)
 {
 	if (!c->dead)
 		c->dead = code;
+	/* GETs waiting for a reply will not get one on this connection */
+	td__loop_fail(c, code);
 	return code;
 }
 
@@ -229,14 +242,16 @@ static int msg_send(struct td_client *c, uint16_t op, uint64_t id,
  * (MSG_CTRUNC) or a count that disagrees with the header closes them all
  * and breaks the connection, as PipeWire's connection.c does.
  */
-static int msg_recv(struct td_client *c, struct td__msg *m)
+int td__msg_recv(struct td_client *c, struct td__msg *m, int flags)
 {
 	struct td__scm_rx rx = {.fds = m->fds, .cap = TD_WIRE_MAX_FDS};
 	ssize_t n;
 	int rc;
 
 	m->nfds = 0;
-	n = td__scm_recv(c->sock, c->rbuf, TD_WIRE_MAX_MSG, 0, &rx);
+	n = td__scm_recv(c->sock, c->rbuf, TD_WIRE_MAX_MSG, flags, &rx);
+	if (n == -EAGAIN && (flags & MSG_DONTWAIT))
+		return -EAGAIN;
 	if (n < 0)
 		return conn_broken(c, (int)n);
 	m->nfds = rx.nfds;
@@ -260,6 +275,16 @@ static int msg_recv(struct td_client *c, struct td__msg *m)
 	return 0;
 }
 
+static void event_push(struct td_client *c, struct td__event *e)
+{
+	if (c->ev_tail)
+		c->ev_tail->next = e;
+	else
+		c->ev_head = e;
+	c->ev_tail = e;
+	td__loop_ready(c);
+}
+
 static void queue_notify(struct td_client *c, const struct td__msg *m)
 {
 	struct td_wire_notify n;
@@ -270,28 +295,29 @@ static void queue_notify(struct td_client *c, const struct td__msg *m)
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return;
-	e->ev.watch_id = n.watch_id;
+	e->ev.watch_id = 0;
+	for (const struct td__watchrec *w = c->watches; w; w = w->next)
+		if (w->daemon_id == n.watch_id)
+			e->ev.watch_id = w->id;
 	e->ev.type = n.event;
 	e->ev.version = n.version;
 	td__str_copy(e->ev.name, sizeof(e->ev.name), n.name);
-	if (c->ev_tail)
-		c->ev_tail->next = e;
-	else
-		c->ev_head = e;
-	c->ev_tail = e;
+	event_push(c, e);
 }
 
 /* Handle a message that is not the reply being waited for. */
-static void msg_aside(struct td_client *c, struct td__msg *m)
+void td__msg_aside(struct td_client *c, struct td__msg *m)
 {
+	if ((m->hdr.flags & TD_WIRE_F_REPLY) && td__loop_reply(c, m))
+		return;
 	if (m->hdr.opcode == TD_OP_NOTIFY && (m->hdr.flags & TD_WIRE_F_NOTIFY))
 		queue_notify(c, m);
 	/* stray replies (none are expected) and their fds are dropped */
 	td__msg_close_fds(m);
 }
 
-static int reply_error(const struct td__msg *m, int status,
-		       struct td_error *err)
+int td__reply_error(const struct td__msg *m, int status,
+		    struct td_error *err)
 {
 	struct td_wire_error e;
 
@@ -307,14 +333,24 @@ static int reply_error(const struct td__msg *m, int status,
 	return td__fail(err, status, "daemon: %s", strerror(-status));
 }
 
+static int reconnect(struct td_client *c, struct td_error *err);
+static int reconnect_now(struct td_client *c, struct td_error *err);
+
 static int client_usable(struct td_client *c, struct td_error *err)
 {
 	if (c->sock < 0)
 		return td__fail(err, -ENOTCONN, "client is closed");
+	if (c->dead && c->reconnect)
+		return reconnect(c, err);
 	if (c->dead)
 		return td__fail(err, c->dead, "connection broken: %s",
 				strerror(-c->dead));
 	return 0;
+}
+
+int td__client_usable(struct td_client *c, struct td_error *err)
+{
+	return client_usable(c, err);
 }
 
 /*
@@ -360,31 +396,31 @@ int td__call(struct td_client *c, uint16_t op, size_t body_len,
 	id = ++c->next_id;
 	rc = msg_send(c, op, id, body_len, fds, nfds);
 	if (rc < 0 && pending_refusal(c, rep) == 0)
-		return reply_error(rep, rep->hdr.status, err);
+		return td__reply_error(rep, rep->hdr.status, err);
 	if (rc < 0)
 		return td__fail(err, rc, "send %s: %s", td_wire_op_name(op),
 				strerror(-rc));
 	for (;;) {
-		rc = msg_recv(c, rep);
+		rc = td__msg_recv(c, rep, 0);
 		/*
 		 * A daemon that closes a socket with our request unread makes
 		 * the first read fail (ECONNRESET) before the datagram it
 		 * left: read that one too.
 		 */
 		if (rc == -ECONNRESET && pending_refusal(c, rep) == 0)
-			return reply_error(rep, rep->hdr.status, err);
+			return td__reply_error(rep, rep->hdr.status, err);
 		if (rc < 0)
 			return td__fail(err, rc, "receive %s reply: %s",
 					td_wire_op_name(op), strerror(-rc));
 		if ((rep->hdr.flags & TD_WIRE_F_REPLY) &&
 		    (rep->hdr.request_id == id || refusal(rep)))
 			break;
-		msg_aside(c, rep);
+		td__msg_aside(c, rep);
 	}
 	if (rep->hdr.status < 0) {
 		rc = rep->hdr.status;
 		td__msg_close_fds(rep);
-		return reply_error(rep, rc, err);
+		return td__reply_error(rep, rc, err);
 	}
 	if (rep->hdr.status > 0) {
 		td__msg_close_fds(rep);
@@ -392,6 +428,21 @@ int td__call(struct td_client *c, uint16_t op, size_t body_len,
 				rep->hdr.status);
 	}
 	return 0;
+}
+
+int td__send(struct td_client *c, uint16_t op, size_t body_len,
+	     uint64_t *id)
+{
+	uint64_t n;
+	int rc = client_usable(c, NULL);
+
+	if (rc < 0)
+		return rc;
+	n = ++c->next_id;
+	rc = msg_send(c, op, n, body_len, NULL, 0);
+	if (rc == 0 && id)
+		*id = n;
+	return rc;
 }
 
 /* ---- events ---- */
@@ -425,6 +476,7 @@ int td_client_next_event(struct td_client *c, int timeout_ms,
 				c->ev_tail = NULL;
 			*ev = e->ev;
 			free(e);
+			td__loop_ready(c);
 			rc = 0;
 			break;
 		}
@@ -453,12 +505,12 @@ int td_client_next_event(struct td_client *c, int timeout_ms,
 			rc = td__fail(err, -ETIMEDOUT, "no event");
 			break;
 		}
-		rc = msg_recv(c, &m);
+		rc = td__msg_recv(c, &m, 0);
 		if (rc < 0) {
 			rc = td__fail(err, rc, "receive: %s", strerror(-rc));
 			break;
 		}
-		msg_aside(c, &m);
+		td__msg_aside(c, &m);
 	}
 	pthread_mutex_unlock(&c->lock);
 	return rc;
@@ -532,7 +584,8 @@ static int import_pref(uint32_t *pref, struct td_error *err)
 /* The optional features this client uses where the daemon serves them. */
 #define TD__CLIENT_FEATURES                                                   \
 	(TD_WIRE_FEAT_CAT_KINDS | TD_WIRE_FEAT_CAT_RECYCLE |                  \
-	 TD_WIRE_FEAT_ALLOC_RECYCLE | TD_WIRE_FEAT_GET_HELD)
+	 TD_WIRE_FEAT_ALLOC_RECYCLE | TD_WIRE_FEAT_GET_HELD |                 \
+	 TD_WIRE_FEAT_STATUS | TD_WIRE_FEAT_RING_WAKE)
 
 static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 {
@@ -615,8 +668,122 @@ static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 	return 0;
 }
 
+/* A connected socket to sa, or -errno with the reason in *err. */
+static int sock_open(const struct sockaddr_un *sa, socklen_t salen,
+		     struct td_error *err)
+{
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	if (s < 0)
+		return td__fail(err, -errno, "socket: %s", strerror(errno));
+	if (connect(s, (const struct sockaddr *)sa, salen) < 0) {
+		int rc = -errno;
+
+		close(s);
+		return td__fail(err, rc, "connect %s: %s", sa->sun_path,
+				strerror(-rc));
+	}
+	return s;
+}
+
+/*
+ * The old buffer and lease ids meant the old daemon's objects: forget the
+ * cached ones (idle: dropped; in use: never matched again).
+ */
+static void forget_ids(struct td_client *c)
+{
+	td__maps_drop(c, false);
+	td__loans_drop(c, false);
+	for (struct td__map *m = c->maps; m; m = m->next)
+		m->buffer_id = TD__BUF_STALE;
+	for (struct td__loanbuf *b = c->loans; b; b = b->next)
+		b->buffer_id = TD__BUF_STALE;
+}
+
+/*
+ * TD_CLIENT_RECONNECT: a new connection to the same path replaces the
+ * broken one (lock held). 0, or -errno with the client still broken.
+ * The caller's request may already sit encoded in c->sbuf: HELLO and the
+ * WATCHes go through it too, so it is put back afterwards.
+ */
+static int reconnect(struct td_client *c, struct td_error *err)
+{
+	uint8_t *saved = malloc(TD_WIRE_MAX_MSG);
+	int rc;
+
+	if (!saved)
+		return td__fail(err, -ENOMEM, "out of memory");
+	memcpy(saved, c->sbuf, TD_WIRE_MAX_MSG);
+	rc = reconnect_now(c, err);
+	memcpy(c->sbuf, saved, TD_WIRE_MAX_MSG);
+	free(saved);
+	return rc;
+}
+
+static int reconnect_now(struct td_client *c, struct td_error *err)
+{
+	struct sockaddr_un sa;
+	socklen_t salen;
+	struct epoll_event ev = {.events = EPOLLIN};
+	struct td__event *e;
+	unsigned restored = 0;
+	int rc, s, old = c->sock;
+
+	rc = socket_path(c->path, &sa, &salen, err);
+	if (rc < 0)
+		return rc;
+	s = sock_open(&sa, salen, err);
+	if (s < 0)
+		return s;
+	/* what waited on the old connection is lost with it */
+	td__loop_fail(c, -ECONNRESET);
+	forget_ids(c);
+	c->epoch++;
+	if (c->daemon_pidfd >= 0)
+		close(c->daemon_pidfd);
+	c->daemon_pidfd = -1;
+	if (c->epfd >= 0) {
+		epoll_ctl(c->epfd, EPOLL_CTL_DEL, old, NULL);
+		ev.data.fd = s;
+		epoll_ctl(c->epfd, EPOLL_CTL_ADD, s, &ev);
+	}
+	close(old);
+	c->sock = s;
+	c->dead = 0;
+	memset(&c->hello, 0, sizeof(c->hello));
+	rc = hello(c, c->pref, err);
+	if (rc < 0) {
+		c->dead = rc;
+		return rc;
+	}
+	for (struct td__watchrec *w = c->watches; w; w = w->next) {
+		w->daemon_id = 0; /* no events until watched again */
+		if (td__watch_send(c, w->name, w->flags, &w->daemon_id,
+				   NULL) == 0)
+			restored++;
+	}
+	e = calloc(1, sizeof(*e));
+	if (e) {
+		e->ev.type = TD_EVENT_TYPE_RECONNECTED;
+		e->ev.version = restored;
+		event_push(c, e);
+	}
+	return c->dead ? c->dead : 0;
+}
+
 int td_client_connect(const char *path, struct td_client **out,
 		      struct td_error *err)
+{
+	const char *e = getenv("TENSORD_RECONNECT");
+
+	return td_client_connect_ex(path,
+				    e && !strcmp(e, "1") ? TD_CLIENT_RECONNECT
+							 : 0,
+				    out, err);
+}
+
+int td_client_connect_ex(const char *path, uint32_t flags,
+			 struct td_client **out, struct td_error *err)
 {
 	struct sockaddr_un sa;
 	struct td_client *c;
@@ -627,6 +794,8 @@ int td_client_connect(const char *path, struct td_client **out,
 	if (!out)
 		return td__fail(err, -EINVAL, "no out pointer");
 	*out = NULL;
+	if (flags & ~TD_CLIENT_RECONNECT)
+		return td__fail(err, -EINVAL, "unknown flags %#x", flags);
 	rc = import_pref(&pref, err);
 	if (rc < 0)
 		return rc;
@@ -639,6 +808,8 @@ int td_client_connect(const char *path, struct td_client **out,
 	c->refs = 1;
 	c->sock = -1;
 	c->daemon_pidfd = -1;
+	c->epfd = -1;
+	c->efd = -1;
 	pthread_mutex_init(&c->lock, NULL);
 	c->rbuf = malloc(TD_WIRE_MAX_MSG);
 	c->sbuf = malloc(TD_WIRE_MAX_MSG);
@@ -646,20 +817,21 @@ int td_client_connect(const char *path, struct td_client **out,
 		rc = td__fail(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
-	c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (c->sock < 0) {
-		rc = td__fail(err, -errno, "socket: %s",
-				strerror(errno));
+	c->reconnect = flags & TD_CLIENT_RECONNECT;
+	c->pref = pref;
+	memcpy(c->path, sa.sun_path, sizeof(c->path));
+	rc = sock_open(&sa, salen, err);
+	if (rc < 0)
 		goto fail;
-	}
-	if (connect(c->sock, (struct sockaddr *)&sa, salen) < 0) {
-		rc = td__fail(err, -errno, "connect %s: %s", sa.sun_path,
-				strerror(errno));
-		goto fail;
-	}
+	c->sock = rc;
 	rc = hello(c, pref, err);
 	if (rc < 0)
 		goto fail;
+	rc = td__loop_open(c);
+	if (rc < 0) {
+		rc = td__fail(err, rc, "epoll/eventfd: %s", strerror(-rc));
+		goto fail;
+	}
 	*out = c;
 	return 0;
 fail:

@@ -54,6 +54,35 @@ struct td__event {
 	struct td_event ev;
 };
 
+/*
+ * An asynchronous GET (libclient/loop.c): on c->asyncs while it waits for
+ * its reply, then on c->done until td_client_process() calls fn. Made
+ * whole at request time, so a reply never needs memory to be delivered.
+ */
+struct td__async {
+	struct td__async *next;
+	uint64_t id; /* request id of the GET */
+	td_get_fn fn;
+	void *ud;
+	int status;
+	struct td_tensor *t; /* NULL unless status == 0 */
+	struct td_error err;
+};
+
+/*
+ * A watch the client asked for, kept so that a reconnect can ask again.
+ * id is what the application holds; daemon_id what the daemon now uses.
+ */
+struct td__watchrec {
+	struct td__watchrec *next;
+	uint64_t id, daemon_id;
+	uint32_t flags;
+	char name[TD_NAME_MAX + 1];
+};
+
+/* Buffer ids of a connection that is gone: the daemon never sends it. */
+#define TD__BUF_STALE (UINT64_MAX >> 1)
+
 /* A received message: header, body in the client's buffer, fds owned. */
 struct td__msg {
 	struct td_wire_hdr hdr;
@@ -77,11 +106,31 @@ struct td_client {
 	char ident[64];
 	uint64_t next_id;
 	struct td__event *ev_head, *ev_tail;
+	/*
+	 * Event loops (libclient/loop.c): epfd is what td_client_fd() hands
+	 * out; it polls readable when the socket is readable or when efd is,
+	 * and efd is kept readable exactly while something is queued here
+	 * (events, finished asynchronous GETs).
+	 */
+	int epfd, efd;
+	bool efd_on;
+	struct td__async *asyncs;          /* GETs waiting for a reply */
+	struct td__async *done, *done_tail; /* replied, not yet delivered */
+	td_event_fn ev_fn; /* td_client_set_event_handler(), NULL = none */
+	void *ev_ud;
+	struct td_sub *subs; /* subscriptions with a handler (ring.c) */
 	struct td__map *maps; /* list of every mapping */
 	unsigned idle_maps;   /* maps with refs == 0 */
 	struct td__loanbuf *loans; /* recyclable loan buffers */
 	unsigned idle_loans;       /* loans with busy == false */
 	uint64_t clock;
+	/* TD_CLIENT_RECONNECT (client.c) */
+	bool reconnect;
+	uint32_t pref;  /* import preference, for the next HELLO */
+	uint32_t epoch; /* +1 per reconnect: ids of older ones are void */
+	char path[108]; /* the socket path connected to */
+	struct td__watchrec *watches;
+	uint64_t next_watch; /* application watch ids */
 	uint8_t *rbuf; /* TD_WIRE_MAX_MSG receive buffer */
 	uint8_t *sbuf; /* TD_WIRE_MAX_MSG send buffer */
 };
@@ -114,6 +163,43 @@ int td__call(struct td_client *c, uint16_t op, size_t body_len,
 	     const int *fds, unsigned nfds, struct td__msg *rep,
 	     struct td_error *err);
 void td__msg_close_fds(struct td__msg *m);
+/* Send one request without waiting: its reply is dropped when it comes. */
+int td__send(struct td_client *c, uint16_t op, size_t body_len,
+	     uint64_t *id);
+/* Receive one datagram (flags: MSG_DONTWAIT or 0), lock held. */
+int td__msg_recv(struct td_client *c, struct td__msg *m, int flags);
+/* Deal with a message nobody waits for: queue it or drop it, close fds. */
+void td__msg_aside(struct td_client *c, struct td__msg *m);
+
+/* ring.c: call the handlers of subscriptions that have a version or
+ * ended; no lock held. Returns how many calls. */
+int td__sub_deliver(struct td_client *c);
+
+/* loop.c: make epfd/efd for a new handle; close them. */
+int td__loop_open(struct td_client *c);
+void td__loop_close(struct td_client *c);
+/* loop.c: make efd readable iff something is queued (lock held). */
+void td__loop_ready(struct td_client *c);
+/* loop.c: a reply to an asynchronous GET? Then consume it: true. */
+bool td__loop_reply(struct td_client *c, struct td__msg *m);
+/* loop.c: fail every pending asynchronous GET with status (lock held). */
+void td__loop_fail(struct td_client *c, int status);
+/* loop.c: at close, cancel and deliver every asynchronous GET (no lock). */
+void td__loop_cancel(struct td_client *c);
+/* client.c: the status and reason of an error reply into *err. */
+int td__reply_error(const struct td__msg *m, int status,
+		    struct td_error *err);
+
+/*
+ * tensor.c: turn a GET reply into a tensor. nowait: a lease that cannot be
+ * handed out is released without waiting for the daemon's answer (the
+ * caller is itself inside a receive loop). Lock held; closes m's fds.
+ */
+int td__get_reply(struct td_client *c, struct td__msg *m, bool nowait,
+		  struct td_tensor **out, struct td_error *err);
+/* tensor.c: encode a GET request into c->sbuf; returns the body length. */
+int64_t td__get_encode(struct td_client *c, const char *name, uint32_t mode,
+		       uint64_t version, uint32_t timeout_ms);
 
 /* Import daemon fd `remote` (pidfd path) or take `scm` (SCM path): -> fd. */
 int td__import_fd(struct td_client *c, int32_t remote, int *scm, int *fd);
@@ -128,6 +214,16 @@ void td__map_put(struct td_client *c, struct td__map *m);
 void td__maps_drop(struct td_client *c, bool all);
 /* Drop the idle recyclable loan buffers (all: every one). Returns how many. */
 unsigned td__loans_drop(struct td_client *c, bool all);
+
+/*
+ * 0 when the connection can be used, reconnecting first when it broke and
+ * TD_CLIENT_RECONNECT is set (lock held); else -errno with *err.
+ */
+int td__client_usable(struct td_client *c, struct td_error *err);
+
+/* catalog.c: WATCH name with flags into *daemon_id (lock held). */
+int td__watch_send(struct td_client *c, const char *name, uint32_t flags,
+		   uint64_t *daemon_id, struct td_error *err);
 
 /* Decode a wire str into a NUL-terminated buffer of cap bytes. */
 void td__str_copy(char *dst, size_t cap, struct td_wire_str s);

@@ -21,6 +21,7 @@
 struct td_alloc {
 	struct td_client *c;
 	uint64_t alloc_id;
+	uint32_t epoch; /* c->epoch of the connection that lent it */
 	uint32_t count;
 	/*
 	 * A recyclable loan: fds and addr borrow its buffers from the client's
@@ -274,6 +275,7 @@ static int alloc_call(struct td_client *c, struct td_alloc *a,
 		goto out;
 	}
 	a->alloc_id = rep.alloc_id;
+	a->epoch = c->epoch;
 	a->recycle = recycle;
 	for (uint32_t i = 0; i < plane_count; i++) {
 		int *scm = NULL;
@@ -649,6 +651,17 @@ int td_client_publish_alloc(struct td_client *c, struct td_alloc *a,
 	x.buf_len = a->size;
 	x.alloc_id = a->alloc_id;
 	pthread_mutex_lock(&c->lock);
+	/* a loan of a connection that is gone names nothing in this daemon */
+	rc = td__client_usable(c, err);
+	if (rc == 0 && a->epoch != c->epoch)
+		rc = td__fail(err, -ECONNRESET, "the loan was made before the "
+			      "client reconnected");
+	if (rc < 0) {
+		alloc_free_locked(a);
+		pthread_mutex_unlock(&c->lock);
+		td__client_unref(c);
+		return rc;
+	}
 	/*
 	 * The daemon write-seals the buffers (F_SEAL_WRITE), which the kernel
 	 * refuses while any writable shared mapping exists: unmap first. A

@@ -32,7 +32,9 @@
 #include "gpu.h"
 #include "os.h"
 #include "pace.h"
+#include "ring-int.h"
 #include "ring.h"
+#include "wire-status.h"
 
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22
@@ -51,39 +53,6 @@ _Static_assert(TD_RING_BACKING_THP == TD_WIRE_RING_THP, "backing");
 #define DEFAULT_SPIN_US 20
 /* Longest spin-only window once waits are known to be short (pace.h). */
 #define DEFAULT_SPIN_MAX_US 200
-
-/* The mappings of one ring, as the daemon described them. */
-struct ringmap {
-	struct td_ring_geom g;
-	uint32_t reader_count;
-	uint32_t backing;
-	struct td_ring_hdr *hdr;
-	struct td_ring_readers *rd;
-	uint8_t *data;
-};
-
-struct td_ring {
-	struct td_client *c;
-	uint64_t id;
-	struct ringmap m;
-	uint64_t next_version;
-	uint32_t cur;  /* acquired slot, TD_RING_NONE */
-	uint32_t last; /* latest published slot, TD_RING_NONE */
-	struct td_pace pace;
-};
-
-struct td_sub {
-	struct td_client *c;
-	uint64_t id;
-	struct ringmap m;
-	struct td_ring_row *row;
-	uint64_t last_version;
-	bool holding;
-	uint32_t held_slot; /* while holding */
-	struct td_pace pace;
-	uint32_t dtype, ndim;
-	uint64_t shape[TD_RING_MAX_DIMS];
-};
 
 /* ---- small helpers ---- */
 
@@ -413,6 +382,8 @@ int td_ring_create(struct td_client *c, const char *name,
 		return td__fail(err, -ENOMEM, "out of memory");
 	ring->cur = ring->last = TD_RING_NONE;
 	ring->next_version = 1;
+	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
+		ring->wake_fd[i] = -1;
 	pace_init(&ring->pace);
 
 	pthread_mutex_lock(&c->lock);
@@ -434,6 +405,7 @@ int td_ring_create(struct td_client *c, const char *name,
 		goto fail;
 	}
 	ring->id = r.id;
+	ring->epoch = c->epoch;
 	ring->c = c;
 	td__client_ref(c);
 	pthread_mutex_unlock(&c->lock);
@@ -470,6 +442,87 @@ static void slot_fill(const struct ringmap *m, uint32_t s, struct td_slot *o)
  * holds slot s, and the daemon holds no lease on it nor serves GETs of
  * the ring (they want the latest version readable).
  */
+/*
+ * The producer's cache of event-loop readers' eventfds is stale: ask the
+ * daemon for them (RING_WAKE). Once per reader that starts waiting by
+ * fd, never per handoff.
+ */
+static void wake_fetch(struct td_ring *r)
+{
+	struct td_wire_ring_close_req q = {.id = r->id};
+	struct td_wire_ring_wake_rep m;
+	struct td_client *c = r->c;
+	struct td__msg rep;
+	int64_t len;
+	unsigned k = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (!td__has(c, TD_WIRE_FEAT_RING_WAKE) || r->epoch != c->epoch)
+		goto out;
+	len = td_wire_ring_close_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
+					    TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+	if (len < 0 ||
+	    td__call(c, TD_OP_RING_WAKE, (size_t)len, NULL, 0, &rep, NULL) < 0)
+		goto out;
+	if (td_wire_ring_wake_rep_decode(rep.body, rep.body_len, &m, NULL) <
+		    0 ||
+	    m.count != rep.nfds) {
+		td__msg_close_fds(&rep);
+		goto out;
+	}
+	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++) {
+		if (r->wake_fd[i] >= 0)
+			close(r->wake_fd[i]);
+		r->wake_fd[i] = -1;
+		r->wake_gen[i] = 0;
+	}
+	for (; k < m.count; k++) {
+		uint32_t row = m.ents[k].row;
+
+		if (row >= r->m.reader_count || r->wake_fd[row] >= 0)
+			continue; /* closed below with the rest */
+		r->wake_fd[row] = rep.fds[k];
+		r->wake_gen[row] = m.ents[k].gen;
+		rep.fds[k] = -1;
+	}
+	td__msg_close_fds(&rep);
+out:
+	pthread_mutex_unlock(&c->lock);
+}
+
+/*
+ * Wake the readers that sleep: one futex wake for those asleep on seq,
+ * and a write to the eventfd of each event-loop reader that waits. No
+ * syscall at all when nobody waits.
+ */
+static void wake_readers(struct td_ring *r)
+{
+	struct td_ring_readers *rd = r->m.rd;
+	uint32_t any = 0;
+	bool fetched = false;
+
+	for (uint32_t i = 0; i < r->m.reader_count; i++)
+		any |= atomic_load(&rd->rows[i].waiting);
+	if (any & TD_RING_WAIT_FUTEX)
+		td__futex_wake((const uint32_t *)&r->m.hdr->seq, INT_MAX);
+	if (!(any & TD_RING_WAIT_FD))
+		return;
+	for (uint32_t i = 0; i < r->m.reader_count; i++) {
+		uint32_t gen;
+
+		if (atomic_load(&rd->rows[i].waiting) != TD_RING_WAIT_FD)
+			continue;
+		gen = atomic_load(&rd->rows[i].wake_gen);
+		if (gen && gen != r->wake_gen[i] && !fetched) {
+			wake_fetch(r);
+			fetched = true;
+		}
+		if (gen && gen == r->wake_gen[i] && r->wake_fd[i] >= 0)
+			(void)!write(r->wake_fd[i], &(uint64_t){1},
+				     sizeof(uint64_t));
+	}
+}
+
 static bool all_took(const struct td_ring *r, uint32_t s, uint64_t v)
 {
 	const struct td_ring_readers *rd = r->m.rd;
@@ -502,7 +555,6 @@ static bool reuse_latest(struct td_ring *r)
 	struct td_ring_hdr *h = r->m.hdr;
 	const uint32_t s = r->last;
 	const uint64_t v = r->next_version - 1;
-	bool sleepers = false;
 
 	if (s == TD_RING_NONE || !all_took(r, s, v))
 		return false;
@@ -511,10 +563,7 @@ static bool reuse_latest(struct td_ring *r)
 		return true;
 	atomic_store(&h->slots[s].version, v);
 	atomic_fetch_add(&h->seq, 1);
-	for (uint32_t i = 0; i < r->m.reader_count && !sleepers; i++)
-		sleepers = atomic_load(&r->m.rd->rows[i].waiting);
-	if (sleepers)
-		td__futex_wake((const uint32_t *)&h->seq, INT_MAX);
+	wake_readers(r);
 	return false;
 }
 
@@ -603,15 +652,12 @@ int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
 static int publish(struct td_ring *r, uint32_t fence, uint64_t *version)
 {
 	struct td_ring_hdr *h;
-	struct td_ring_readers *rd;
 	uint32_t s;
 	uint64_t v;
-	bool sleepers = false;
 
 	if (!r || r->cur == TD_RING_NONE)
 		return -EINVAL;
 	h = r->m.hdr;
-	rd = r->m.rd;
 	s = r->cur;
 	v = r->next_version++;
 	/* this version's fence before its version (readers that see the
@@ -622,11 +668,8 @@ static int publish(struct td_ring *r, uint32_t fence, uint64_t *version)
 	atomic_store_explicit(&h->slots[s].version, v, memory_order_release);
 	atomic_store(&h->latest, td_ring_latest_pack(v, s));
 	atomic_fetch_add(&h->seq, 1);
-	for (uint32_t i = 0; i < r->m.reader_count && !sleepers; i++)
-		sleepers = atomic_load(&rd->rows[i].waiting);
 	/* the only syscall of a handoff, and only when a reader sleeps */
-	if (sleepers)
-		td__futex_wake((const uint32_t *)&h->seq, INT_MAX);
+	wake_readers(r);
 	r->last = s;
 	r->cur = TD_RING_NONE;
 	if (version)
@@ -681,9 +724,13 @@ void td_ring_close(struct td_ring *r)
 		return;
 	c = r->c;
 	pthread_mutex_lock(&c->lock);
-	send_close(c, r->id);
+	if (r->epoch == c->epoch) /* else the id means nothing there */
+		send_close(c, r->id);
 	pthread_mutex_unlock(&c->lock);
 	ringmap_unmap(&r->m);
+	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
+		if (r->wake_fd[i] >= 0)
+			close(r->wake_fd[i]);
 	free(r);
 	td__client_unref(c);
 }
@@ -708,6 +755,7 @@ int td_ring_subscribe(struct td_client *c, const char *name, int timeout_ms,
 	sub = calloc(1, sizeof(*sub));
 	if (!sub)
 		return td__fail(err, -ENOMEM, "out of memory");
+	sub->efd = -1;
 	pace_init(&sub->pace);
 	q.name = (struct td_wire_str){name, (uint16_t)strlen(name)};
 	pthread_mutex_lock(&c->lock);
@@ -745,6 +793,7 @@ int td_ring_subscribe(struct td_client *c, const char *name, int timeout_ms,
 		goto fail;
 	}
 	sub->id = r.id;
+	sub->epoch = c->epoch;
 	sub->row = &sub->m.rd->rows[r.row];
 	sub->dtype = r.dtype;
 	sub->ndim = r.ndim;
@@ -912,9 +961,13 @@ void td_sub_close(struct td_sub *s)
 		td_sub_release(s);
 	c = s->c;
 	pthread_mutex_lock(&c->lock);
-	send_close(c, s->id);
+	td__sub_unlink(s);
+	if (s->epoch == c->epoch)
+		send_close(c, s->id);
 	pthread_mutex_unlock(&c->lock);
 	ringmap_unmap(&s->m);
+	if (s->efd >= 0)
+		close(s->efd);
 	free(s);
 	td__client_unref(c);
 }

@@ -28,6 +28,7 @@ struct td_tensor {
 	struct td_client *c;
 	uint64_t version;
 	uint64_t lease_id;
+	uint32_t epoch; /* c->epoch of the connection that leased it */
 	uint32_t dtype;
 	uint32_t ndim;
 	uint32_t strides_len;
@@ -263,7 +264,7 @@ static void tensor_free_locked(struct td_tensor *t)
 	free(t);
 }
 
-static int send_release(struct td_client *c, uint64_t lease_id)
+static int send_release(struct td_client *c, uint64_t lease_id, bool nowait)
 {
 	struct td_wire_release_req req = {.lease_id = lease_id};
 	struct td__msg m;
@@ -274,6 +275,8 @@ static int send_release(struct td_client *c, uint64_t lease_id)
 					 TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	if (len < 0)
 		return (int)len;
+	if (nowait)
+		return td__send(c, TD_OP_RELEASE, (size_t)len, NULL);
 	rc = td__call(c, TD_OP_RELEASE, (size_t)len, NULL, 0, &m, NULL);
 	if (rc == 0)
 		td__msg_close_fds(&m);
@@ -292,8 +295,8 @@ void td_tensor_release(struct td_tensor *t)
 	 * A closed or broken connection already ended the lease on the
 	 * daemon's side; there is nothing to tell it then.
 	 */
-	if (c->sock >= 0 && !c->dead)
-		send_release(c, t->lease_id);
+	if (c->sock >= 0 && !c->dead && t->epoch == c->epoch)
+		send_release(c, t->lease_id, false);
 	tensor_free_locked(t);
 	pthread_mutex_unlock(&c->lock);
 	td__client_unref(c);
@@ -506,43 +509,35 @@ static void held_pick(const struct td_client *c, struct td_wire_get_req *r)
 	r->held_count = n;
 }
 
-static int get_common(struct td_client *c, const char *name, uint32_t mode,
-		      uint64_t version, uint32_t timeout_ms,
-		      struct td_tensor **out, struct td_error *err)
+int64_t td__get_encode(struct td_client *c, const char *name, uint32_t mode,
+		       uint64_t version, uint32_t timeout_ms)
 {
 	struct td_wire_get_req req = {
 		.mode = mode,
 		.version = version,
 		.timeout_ms = timeout_ms,
 	};
-	struct td_wire_get_rep rep;
-	struct td_blob_view v;
-	struct td_tensor *t = NULL;
-	struct td_err e = {0};
-	struct td__msg m = {0};
-	bool leased = false;
-	int64_t len;
-	int rc;
 
-	if (!c || !name || !out)
-		return td__fail(err, -EINVAL, "missing argument");
-	*out = NULL;
 	req.name = (struct td_wire_str){name, (uint16_t)strnlen(name, 256)};
-	pthread_mutex_lock(&c->lock);
 	if (c->path_out == TD_IMPORT_SCM)
 		req.flags |= TD_WIRE_REQ_SCM;
 	if (c->path_out == TD_IMPORT_SCM && td__has(c, TD_WIRE_FEAT_GET_HELD))
 		held_pick(c, &req);
-	len = td_wire_get_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
-				     TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
-	if (len < 0) {
-		rc = td__fail(err, -EINVAL, "bad tensor name");
-		goto out;
-	}
-	rc = td__call(c, TD_OP_GET, (size_t)len, NULL, 0, &m, err);
-	if (rc < 0)
-		goto out;
-	rc = td_wire_get_rep_decode(m.body, m.body_len, &rep, &e);
+	return td_wire_get_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
+				      TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+}
+
+int td__get_reply(struct td_client *c, struct td__msg *m, bool nowait,
+		  struct td_tensor **out, struct td_error *err)
+{
+	struct td_wire_get_rep rep;
+	struct td_blob_view v;
+	struct td_tensor *t = NULL;
+	struct td_err e = {0};
+	bool leased = false;
+	int rc;
+
+	rc = td_wire_get_rep_decode(m->body, m->body_len, &rep, &e);
 	if (rc < 0) {
 		rc = td__fail(err, -EPROTO, "bad GET reply: %s",
 			      e.reason ? e.reason : "");
@@ -566,13 +561,14 @@ static int get_common(struct td_client *c, const char *name, uint32_t mode,
 	t->fence_fd = -1;
 	t->version = rep.version;
 	t->lease_id = rep.lease_id;
+	t->epoch = c->epoch;
 	t->plane_count = v.plane_count;
 	rc = tensor_describe(t, &v, rep.meta);
 	if (rc < 0) {
 		td__fail(err, rc, "out of memory");
 		goto out;
 	}
-	rc = tensor_import(c, t, &rep, &v, &m, err);
+	rc = tensor_import(c, t, &rep, &v, m, err);
 	if (rc < 0)
 		goto out;
 	td__client_ref(c);
@@ -580,12 +576,36 @@ static int get_common(struct td_client *c, const char *name, uint32_t mode,
 	t = NULL;
 	leased = false;
 out:
-	td__msg_close_fds(&m);
+	td__msg_close_fds(m);
 	if (t)
 		tensor_free_locked(t);
 	/* a lease granted but not handed out must not outlive this call */
 	if (leased)
-		send_release(c, rep.lease_id);
+		send_release(c, rep.lease_id, nowait);
+	return rc;
+}
+
+static int get_common(struct td_client *c, const char *name, uint32_t mode,
+		      uint64_t version, uint32_t timeout_ms,
+		      struct td_tensor **out, struct td_error *err)
+{
+	struct td__msg m = {0};
+	int64_t len;
+	int rc;
+
+	if (!c || !name || !out)
+		return td__fail(err, -EINVAL, "missing argument");
+	*out = NULL;
+	pthread_mutex_lock(&c->lock);
+	len = td__get_encode(c, name, mode, version, timeout_ms);
+	if (len < 0) {
+		rc = td__fail(err, -EINVAL, "bad tensor name");
+		goto out;
+	}
+	rc = td__call(c, TD_OP_GET, (size_t)len, NULL, 0, &m, err);
+	if (rc == 0)
+		rc = td__get_reply(c, &m, false, out, err);
+out:
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }

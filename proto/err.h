@@ -12,34 +12,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-enum td_err_kind {
-	TD_ERR_NONE = 0,
-	TD_ERR_TRUNCATED,               /* -ENODATA */
-	TD_ERR_UNSUPPORTED_REQUIREMENT, /* -ENOTSUP */
-	TD_ERR_FORGED_LENGTH,           /* -EOVERFLOW */
-	TD_ERR_INVALID_UTF8,            /* -EILSEQ */
-	TD_ERR_MALFORMED,               /* -EBADMSG */
-	TD_ERR_INVALID_ARGUMENT,        /* -EINVAL */
-	TD_ERR_NOT_IMPLEMENTED,         /* -ENOSYS */
-	TD_ERR_IO,                      /* the failing call's -errno */
-};
-
-struct td_err {
-	enum td_err_kind kind;
-	const char *field;  /* NULL when no single field is at fault */
-	const char *reason; /* static, human readable */
-	uint64_t value;     /* meaningful when has_value */
-	bool has_value;
-	uint64_t offset; /* byte offset of the offending field */
-	uint64_t need;   /* TRUNCATED: bytes needed ... */
-	uint64_t have;   /* ... and bytes available */
-};
-
-/* Stable upper-case name of a kind ("FORGED_LENGTH"), never NULL. */
-const char *td_err_kind_name(enum td_err_kind kind);
-
-/* The -errno a decoder returns for a kind (TD_ERR_IO: -EIO). */
-int td_err_kind_errno(enum td_err_kind kind);
+/* enum td_err_kind, struct td_err, td_err_kind_name/_errno: public */
+#include "tensord/err.h"
 
 /*
  * Fill *err (when not NULL) and return the kind's -errno. Internal helper

@@ -32,7 +32,7 @@
 #include <stdint.h>
 
 #define TD_RING_MAGIC 0x474e5254u /* "TRNG" little-endian */
-#define TD_RING_LAYOUT 2 /* 2: row.taken */
+#define TD_RING_LAYOUT 3 /* 2: row.taken; 3: row.wake_gen, waiting 2 */
 
 /* Named caps. */
 #define TD_RING_MAX_SLOTS 64   /* slot index fits the low 8 bits of latest */
@@ -101,13 +101,21 @@ struct td_ring_hdr {
 	struct td_ring_slot_state slots[TD_RING_MAX_SLOTS];
 };
 
+/* row.waiting */
+#define TD_RING_WAIT_FUTEX 1u /* asleep on header.seq */
+#define TD_RING_WAIT_FD 2u    /* waits for its eventfd (an event loop) */
+
 struct td_ring_row {
 	_Atomic uint32_t held;    /* slot index or TD_RING_NONE */
-	_Atomic uint32_t waiting; /* 1 while asleep on header.seq */
+	_Atomic uint32_t waiting; /* 0 or TD_RING_WAIT_* */
 	/* newest version this reader took (policy for reusing the latest
 	 * slot, see docs/fastpath.md; `held` alone guards the bytes) */
 	_Atomic uint64_t taken;
-	uint8_t pad[48];          /* one row per cache line */
+	/* daemon-written: which eventfd wakes this row (RING_WAKE); 0 none,
+	 * else a value unique in the ring, so a producer's cached fd is
+	 * known stale when the row changes hands */
+	_Atomic uint32_t wake_gen;
+	uint8_t pad[44]; /* one row per cache line */
 };
 
 struct td_ring_readers {

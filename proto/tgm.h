@@ -35,73 +35,8 @@
 
 #include "err.h"
 
-#define TD_TGM_VERSION 3
-#define TD_TGM_PREAMBLE_LEN 24
-#define TD_TGM_POSTAMBLE_LEN 24
-#define TD_TGM_FRAME_HEADER_LEN 16
-#define TD_TGM_MIN_MESSAGE_LEN 48
-#define TD_TGM_FOOTER_LEN 12      /* [hash u64][ENDF] */
-#define TD_TGM_NTENSOR_FOOTER_LEN 20 /* [cbor_offset u64][hash u64][ENDF] */
-
-/* Preamble flags (§3); bit i is predicate i of td_tgm_predicate_name(). */
-enum td_tgm_msg_flag {
-	TD_TGM_HEADER_METADATA = 0x0001,
-	TD_TGM_FOOTER_METADATA = 0x0002,
-	TD_TGM_HEADER_INDEX = 0x0004,
-	TD_TGM_FOOTER_INDEX = 0x0008,
-	TD_TGM_HEADER_HASHES = 0x0010,
-	TD_TGM_FOOTER_HASHES = 0x0020,
-	TD_TGM_PRECEDER_METADATA = 0x0040,
-	TD_TGM_HASHES_PRESENT = 0x0080,
-};
-#define TD_TGM_PREDICATE_COUNT 8
-
-/* Frame-header flags (§4). */
-#define TD_TGM_FRAME_CBOR_AFTER_PAYLOAD 0x0001 /* type 9 only */
-#define TD_TGM_FRAME_HASH_PRESENT 0x0002
-
-/* Frame type codes (§5); 0, 4 and >= 10 are malformed. */
-enum td_tgm_frame_type {
-	TD_TGM_HEADER_METADATA_FRAME = 1,
-	TD_TGM_HEADER_INDEX_FRAME = 2,
-	TD_TGM_HEADER_HASH_FRAME = 3,
-	TD_TGM_FOOTER_HASH_FRAME = 5,
-	TD_TGM_FOOTER_INDEX_FRAME = 6,
-	TD_TGM_FOOTER_METADATA_FRAME = 7,
-	TD_TGM_PRECEDER_METADATA_FRAME = 8,
-	TD_TGM_NTENSOR_FRAME = 9,
-};
-
-/* The decoded preamble: a value copy, owns nothing. */
-struct td_tgm_header {
-	uint16_t version;      /* always 3 on success */
-	uint16_t flags;        /* raw preamble flags */
-	uint64_t total_length; /* 0: streaming, never back-filled */
-	bool has_header_metadata;
-	bool has_footer_metadata;
-	bool has_header_index;
-	bool has_footer_index;
-	bool has_header_hashes;
-	bool has_footer_hashes;
-	bool has_preceder_metadata;
-	bool has_hashes_present; /* summary only; per frame see has_hash */
-};
-
-/* One frame (§14.2). Pointers borrow the message buffer. */
-struct td_tgm_frame {
-	uint16_t type;      /* 1-3, 5-9 */
-	const char *name;   /* static, e.g. "NTensorFrame" */
-	uint16_t version;   /* raw frame-header version */
-	uint16_t flags;     /* raw frame-header flags */
-	uint64_t offset;    /* of the 16-byte header, in the message */
-	uint64_t length;    /* header through ENDF, padding excluded */
-	const uint8_t *payload; /* msg + offset + 16 */
-	uint64_t payload_len;   /* length - 16 - footer */
-	bool has_hash;          /* flags & HASH_PRESENT: authoritative */
-	/* type 9 only (0 / false otherwise) */
-	uint64_t cbor_offset; /* from the frame's first byte */
-	bool cbor_after_payload;
-};
+/* Constants, flags, frame types, header and frame records: public. */
+#include "tensord/tgm.h"
 
 /*
  * Frame-walk iterator over one message. Caller's storage, filled by
@@ -120,12 +55,6 @@ struct td_tgm_walk {
 	bool preceder_pending;
 	int state; /* 0 walking, 1 clean end, < 0 the error returned */
 	struct td_err err;
-};
-
-/* A message found by scan: buffer offset and byte length. */
-struct td_tgm_span {
-	uint64_t offset;
-	uint64_t length;
 };
 
 /* Scan iterator (§12); caller's storage, borrows the buffer. */
@@ -170,15 +99,6 @@ int td_tgm_walk_init(const uint8_t *msg, size_t len, struct td_tgm_walk *it,
 int td_tgm_walk_next(struct td_tgm_walk *it, struct td_tgm_frame *frame,
 		     struct td_err *err);
 
-/*
- * Verify one frame's XXH3-64 digest (§7) against its big-endian hash
- * slot. frame must come from td_tgm_walk_next() over a buffer still
- * alive. When digest is not NULL it receives the computed value (also on
- * mismatch). Returns 0 on a match, -EINVAL when HASH_PRESENT is clear
- * (missing hash: the slot is undefined), -EBADMSG on a mismatch.
- */
-int td_tgm_frame_verify(const struct td_tgm_frame *frame, uint64_t *digest,
-			struct td_err *err);
 
 /* Start a forward scan (§12) of buf[0, len). Never fails. */
 void td_tgm_scan_init(const uint8_t *buf, size_t len,
@@ -191,18 +111,7 @@ void td_tgm_scan_init(const uint8_t *buf, size_t len,
  */
 int td_tgm_scan_next(struct td_tgm_scanner *s, struct td_tgm_span *out);
 
-/*
- * Scan all of buf: the first min(count, cap) spans go to out[] (out may be
- * NULL when cap is 0). Returns the total number of messages, which may
- * exceed cap (call again with a larger array).
- */
-size_t td_tgm_scan_all(const uint8_t *buf, size_t len,
-		       struct td_tgm_span *out, size_t cap);
 
-/* "HeaderMetadata", ... for codes 1-3, 5-9; NULL for any other code. */
-const char *td_tgm_frame_type_name(uint16_t type);
 
-/* "has_header_metadata", ... for preamble bit 0-7; NULL otherwise. */
-const char *td_tgm_predicate_name(unsigned bit);
 
 #endif

@@ -880,6 +880,10 @@ const char *td_wire_op_name(uint16_t op)
 		return "UNWATCH";
 	case TD_OP_NOTIFY:
 		return "NOTIFY";
+	case TD_OP_STATUS:
+		return "STATUS";
+	case TD_OP_RING_WAKE:
+		return "RING_WAKE";
 	case TD_OP_RING_CREATE:
 		return "RING_CREATE";
 	case TD_OP_RING_SUBSCRIBE:

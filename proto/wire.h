@@ -56,6 +56,10 @@ enum td_wire_op {
 	TD_OP_RING_SUBSCRIBE = 12,
 	TD_OP_RING_CLOSE = 13,
 	TD_OP_RING_STAT = 14,
+	/* the daemon's state for operators (proto/wire-status.h) */
+	TD_OP_STATUS = 15,
+	/* ring wake-ups through eventfds (proto/wire-status.h) */
+	TD_OP_RING_WAKE = 16,
 	TD_OP_NOTIFY = 0x100, /* daemon -> client only */
 };
 

@@ -34,6 +34,7 @@
 #include "scm.h"
 #include "testutil.h"
 #include "wire.h"
+#include "wire-status.h"
 
 #ifndef SYS_pidfd_getfd
 #define SYS_pidfd_getfd 438
@@ -582,7 +583,8 @@ DTest(hello_without_feature_bits_gets_the_version_1_reply)
 	cr_assert_eq(r.features,
 		     TD_WIRE_FEAT_CAT_KINDS | TD_WIRE_FEAT_CAT_RECYCLE |
 			     TD_WIRE_FEAT_ALLOC_RECYCLE |
-			     TD_WIRE_FEAT_GET_HELD);
+			     TD_WIRE_FEAT_GET_HELD | TD_WIRE_FEAT_STATUS |
+			     TD_WIRE_FEAT_RING_WAKE);
 	close_msg_fds(m);
 	close(sock);
 }
@@ -1474,4 +1476,32 @@ DTest(sigterm_exits_zero_and_removes_the_socket)
 	get_req(sock, 501, "s/t", TD_GET_NEWER, 100, TD_WIRE_WAIT_FOREVER, 0);
 	/* teardown sends SIGTERM and checks exit 0 and the socket file */
 	close(sock);
+}
+
+/* ---- RING_WAKE ---- */
+
+DTest(ring_wake_refuses_foreign_ids_and_bad_bodies_and_keeps_no_fd)
+{
+	int sock = conn_hello(&D, TD_IMPORT_AUTO);
+	int base = daemon_fd_count(&D);
+	int efd = eventfd(0, EFD_CLOEXEC);
+	struct td_wire_ring_close_req q = {.id = 4242};
+	int64_t n = td_wire_ring_close_req_encode(&q, BODY, BODY_CAP);
+
+	cr_assert(efd >= 0);
+	/* an id that is no ring or subscription of this connection */
+	send_req(sock, TD_OP_RING_WAKE, 1, (size_t)n, &efd, 1);
+	expect_error(sock, TD_OP_RING_WAKE, 1, -ENOENT, "RING_WAKE");
+	send_req(sock, TD_OP_RING_WAKE, 2, (size_t)n, NULL, 0);
+	expect_error(sock, TD_OP_RING_WAKE, 2, -ENOENT, NULL);
+	/* a body cut short */
+	send_req(sock, TD_OP_RING_WAKE, 3, 4, &efd, 1);
+	expect_error(sock, TD_OP_RING_WAKE, 3, -ENODATA, NULL);
+	/* every attached fd was closed again */
+	for (int i = 0; i < 2000 && daemon_fd_count(&D) != base; i++)
+		nap_ms(1);
+	cr_assert_eq(daemon_fd_count(&D), base);
+	close(efd);
+	close(sock);
+	assert_serving();
 }

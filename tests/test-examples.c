@@ -111,3 +111,46 @@ Test(examples, watcher_sees_each_publish_and_the_delete)
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	tu_daemon_stop(&d, true);
 }
+
+Test(examples, event_loop_serves_watch_and_async_gets_in_one_loop)
+{
+	struct tu_daemon d;
+	daemon_up(&d);
+
+	char *loop[] = {example("event-loop"), "demo/e", "3", NULL};
+	FILE *f;
+	pid_t pid = tu_spawn_stdout(loop, &f);
+	char line[256];
+	cr_assert(fgets(line, sizeof(line), f));
+	cr_assert_str_eq(line, "waiting for demo/e\n");
+
+	char *out;
+	char *prod[] = {example("producer"), "demo/e", "3", NULL};
+	cr_assert_eq(tu_run_capture(prod, &out), 0, "%s", out);
+	free(out);
+
+	/* Every publish is an event; GETs may skip versions, not the last. */
+	int events = 0, got_last = 0;
+	while (fgets(line, sizeof(line), f)) {
+		char want[64];
+		if (!strncmp(line, "event: ", 7)) {
+			snprintf(want, sizeof(want),
+				 "event: published demo/e version %d\n",
+				 events + 1);
+			cr_assert_str_eq(line, want);
+			events++;
+		} else {
+			cr_assert(!strncmp(line, "got demo/e version ", 19),
+				  "%s", line);
+			got_last = !strcmp(line, "got demo/e version 3, "
+						 "48 bytes\n");
+		}
+	}
+	cr_assert_eq(events, 3);
+	cr_assert(got_last, "the last line read version 3");
+	fclose(f);
+	int status;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	tu_daemon_stop(&d, true);
+}

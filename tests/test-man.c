@@ -20,7 +20,9 @@ static char *source(const char *rel)
 	cr_assert(root, "TD_SOURCE_ROOT is set by meson");
 	snprintf(path, sizeof(path), "%s/%s", root, rel);
 	size_t len;
-	return (char *)tu_read_file(path, &len); /* NUL-terminated */
+	char *text = (char *)tu_read_file(path, &len);
+	text[len] = 0; /* tu_read_file allocates one byte more */
+	return text;
 }
 
 /* Every match of group 1 of `re` in `text`, passed to `fn`. */
@@ -139,10 +141,57 @@ Test(man, library_page_names_only_functions_that_exist)
 	free(header);
 }
 
+static void page_names_function(const char *fn, void *page)
+{
+	char entry[160];
+	snprintf(entry, sizeof(entry), "*%s*(", fn);
+	cr_expect(strstr(page, entry), "the page describes %s", fn);
+}
+
+/*
+ * The format pages describe every function their headers export, and
+ * name none the headers lack.
+ */
+static void format_page(const char *page_rel, const char *header_rel,
+			int min)
+{
+	char *page = source(page_rel);
+	char *header = source(header_rel);
+	char *err = source("libclient/include/tensord/err.h");
+	size_t hl = strlen(header), el = strlen(err);
+	char *both = malloc(hl + el + 1);
+	cr_assert(both);
+	memcpy(both, header, hl);
+	memcpy(both + hl, err, el + 1);
+	int n = each_match(header,
+			   "^TD_FORMAT_API [^(]*[ *](td_[a-z0-9_]+)\\(",
+			   page_names_function, page);
+	cr_assert_geq(n, min, "%s exports were found", header_rel);
+	each_match(page, "\\*(td_[a-z0-9_]+)\\*\\(", header_has_function,
+		   both);
+	free(both);
+	free(err);
+	free(header);
+	free(page);
+}
+
+Test(man, blob_page_describes_every_function_of_the_header)
+{
+	format_page("docs/man/tensord-blob.3.scd",
+		    "libclient/include/tensord/blob.h", 15);
+}
+
+Test(man, tgm_page_describes_every_function_of_the_header)
+{
+	format_page("docs/man/tensord-tgm.3.scd",
+		    "libclient/include/tensord/tgm.h", 10);
+}
+
 Test(man, every_page_is_rendered_as_roff)
 {
 	const char *pages[] = {"tensord.8", "tensorctl.1", "libtensord.3",
-			       "tensord-policy.5"};
+			       "tensord-policy.5", "tensord-blob.3",
+			       "tensord-tgm.3"};
 	for (size_t i = 0; i < sizeof(pages) / sizeof(pages[0]); i++) {
 		char path[4096];
 		size_t len;

@@ -1218,6 +1218,10 @@ Test(tensorctl, readme_trying_it_runs_as_written)
 		cr_expect_eq(st, 0, "'%s' exited %d: %s", line + 4, st, out);
 		if (strstr(line, " ls"))
 			cr_expect(strstr(out, "demo "), "%s", out);
+		if (strstr(line, " status"))
+			cr_expect(strstr(out, "tensors 1,") &&
+					  strstr(out, "tensorctl"),
+				  "%s", out);
 		if (strstr(line, "inspect --json"))
 			cr_expect(starts(out, "{\"kind\":\"blob\""), "%s",
 				  out);
@@ -1232,7 +1236,7 @@ Test(tensorctl, readme_trying_it_runs_as_written)
 			usleep(100000);
 		}
 	}
-	cr_expect_eq(lines, 6);
+	cr_expect_eq(lines, 7);
 	snprintf(cmd, sizeof(cmd), "%s/back.bin", dir);
 	expect_file(cmd, "abcdef");
 	snprintf(cmd, sizeof(cmd), "%s/daemon.pid", dir);

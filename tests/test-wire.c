@@ -13,6 +13,7 @@
 #include "bytes.h"
 #include "testutil.h"
 #include "wire.h"
+#include "wire-status.h"
 
 #define STR(s) ((struct td_wire_str){(s), (uint16_t)(sizeof(s) - 1)})
 #define BYTES(s) ((struct td_wire_bytes){(const uint8_t *)(s), sizeof(s) - 1})
@@ -1042,7 +1043,9 @@ Test(wire, opcode_names)
 	cr_assert_str_eq(td_wire_op_name(0), "UNKNOWN");
 	cr_assert_str_eq(td_wire_op_name(TD_OP_RING_CREATE), "RING_CREATE");
 	cr_assert_str_eq(td_wire_op_name(TD_OP_RING_STAT), "RING_STAT");
-	cr_assert_str_eq(td_wire_op_name(15), "UNKNOWN");
+	cr_assert_str_eq(td_wire_op_name(TD_OP_STATUS), "STATUS");
+	cr_assert_str_eq(td_wire_op_name(TD_OP_RING_WAKE), "RING_WAKE");
+	cr_assert_str_eq(td_wire_op_name(17), "UNKNOWN");
 }
 
 Test(wire, opcodes_and_flags_have_their_documented_values)
@@ -1622,4 +1625,78 @@ Test(wire, size_parse_reads_digits_and_one_binary_suffix)
 	/* the length bounds the text: no NUL needed, none read past */
 	cr_assert_eq(td__size_parse("64Kxyz", 3, &v), 0);
 	cr_assert_eq(v, 64ull << 10);
+}
+
+/* STATUS: a round trip, every truncation refused, counts over the cap. */
+Test(wire, status_reply_round_trips_and_refuses_truncation_and_forged_counts)
+{
+	struct td_wire_status_client cl[2] = {
+		{.pid = 7, .uid = 1000, .import_in = TD_IMPORT_SCM,
+		 .leases = 3, .bytes_held = 4096, .requests = 99,
+		 .refusals = 1, .age_ms = 5, .comm = {"cam", 3}},
+		{.pid = 8, .uid = 0, .import_in = TD_IMPORT_PIDFD,
+		 .comm = {"", 0}},
+	};
+	struct td_wire_status_uid ui[1] = {{1000, 1 << 20, 2 << 20, 4096}};
+	struct td_wire_status_rep m = {
+		.ident = {"tensord 9", 9}, .scope = TD_WIRE_STATUS_UID,
+		.daemon_uid = 0, .uptime_ms = 1234, .tensors = 5,
+		.bytes = 1 << 20, .refused = {1, 2, 3}, .clients_total = 4,
+		.client_count = 2, .clients = cl, .uid_count = 1, .uids = ui,
+	};
+	static uint8_t buf[TD_WIRE_MAX_MSG], re[TD_WIRE_MAX_MSG];
+	struct td_wire_status_client gc[2];
+	struct td_wire_status_uid gu[1];
+	struct td_wire_status_rep g = {.clients = gc, .uids = gu};
+	struct td_err e = {0};
+	int64_t n = td_wire_status_rep_encode(&m, buf, sizeof(buf));
+
+	cr_assert_gt(n, 0);
+	cr_assert_eq(td_wire_status_rep_decode(buf, (size_t)n, &g, 2, 1, &e),
+		     0, "%s", e.reason);
+	cr_assert_eq(g.client_count, 2);
+	cr_assert_eq(g.clients[0].bytes_held, 4096);
+	cr_assert_eq(g.clients[0].comm.len, 3);
+	cr_assert(!memcmp(g.clients[0].comm.ptr, "cam", 3));
+	cr_assert_eq(g.uids[0].quota, 2 << 20);
+	cr_assert_eq(g.refused[2], 3);
+	cr_assert_eq(td_wire_status_rep_encode(&g, re, sizeof(re)), n);
+	cr_assert(!memcmp(re, buf, (size_t)n));
+	for (int64_t i = 0; i < n; i++)
+		cr_assert_lt(td_wire_status_rep_decode(buf, (size_t)i, &g, 2, 1,
+						       NULL),
+			     0, "truncated at %lld", (long long)i);
+	/* more clients than the caller has room for */
+	cr_assert_eq(td_wire_status_rep_decode(buf, (size_t)n, &g, 1, 1, &e),
+		     -EOVERFLOW);
+	cr_assert_eq(g.client_count, 0, "nothing half-read is handed out");
+	/* a scope outside its set */
+	m.scope = 7;
+	n = td_wire_status_rep_encode(&m, buf, sizeof(buf));
+	cr_assert_eq(td_wire_status_rep_decode(buf, (size_t)n, &g, 2, 1, &e),
+		     -EBADMSG);
+	/* RING_WAKE reply: round trip, count over the fd cap refused */
+	struct td_wire_ring_wake_rep w = {.count = 2,
+					  .ents = {{0, 7}, {31, 9}}};
+	struct td_wire_ring_wake_rep wg;
+	n = td_wire_ring_wake_rep_encode(&w, buf, sizeof(buf));
+	cr_assert_eq(n, 4 + 2 * 8);
+	cr_assert_eq(td_wire_ring_wake_rep_decode(buf, (size_t)n, &wg, &e), 0);
+	cr_assert_eq(wg.count, 2);
+	cr_assert_eq(wg.ents[1].row, 31);
+	cr_assert_eq(wg.ents[1].gen, 9);
+	for (int64_t i = 0; i < n; i++)
+		cr_assert_lt(td_wire_ring_wake_rep_decode(buf, (size_t)i, &wg,
+							  NULL),
+			     0);
+	w.count = TD_WIRE_MAX_FDS + 1;
+	cr_assert_eq(td_wire_ring_wake_rep_encode(&w, buf, sizeof(buf)),
+		     -EINVAL);
+	buf[0] = TD_WIRE_MAX_FDS + 1;
+	cr_assert_eq(td_wire_ring_wake_rep_decode(buf, 4, &wg, &e),
+		     -EOVERFLOW);
+	/* the request: flags must be 0 */
+	struct td_wire_status_req rq = {.flags = 1};
+	n = td_wire_status_req_encode(&rq, buf, sizeof(buf));
+	cr_assert_lt(td_wire_status_req_decode(buf, (size_t)n, &rq, &e), 0);
 }

@@ -67,6 +67,11 @@ static const struct cmd {
 	 "  --variable-key K  dotted metadata path tried first for names\n"
 	 "  --partial       keep what was published before a refusal\n"
 	 "  --max-bytes N   read a stream up to N bytes (default 1G)\n"},
+	{"status", cmd_status, "status",
+	 "The daemon's version, uptime, tensors, bytes, rings, refusal and\n"
+	 "eviction counters, its clients (pid, uid, command, leases, bytes\n"
+	 "held, requests) and per-uid bytes, quota and pinned bytes. Root and\n"
+	 "the daemon's uid see every client; others see their own uid's.\n"},
 	{"save", cmd_save,
 	 "save NAME... -o FILE.tgm|- | save -o FILE.hrry|- [NAME...] "
 	 "[--format tgm|hrry]",

@@ -76,6 +76,7 @@ int cmd_save(int argc, char **argv);
 int cmd_zarr(int argc, char **argv);
 /* zarr import (cmd-zarr-import.c); argv[0] is "zarr" */
 int cmd_zarr_import(int argc, char **argv);
+int cmd_status(int argc, char **argv);
 
 /* --socket PATH (global or per command); NULL = the library's default */
 extern const char *tctl_socket;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "wire.h"
+#include "wire-status.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -53,6 +54,20 @@ static void list_rep(const uint8_t *b, size_t len)
 	same((int64_t)wr.off, b, len);
 }
 
+static void status_rep(const uint8_t *b, size_t len)
+{
+	static struct td_wire_status_client cl[TD_WIRE_STATUS_MAX_CLIENTS];
+	static struct td_wire_status_uid ui[TD_WIRE_STATUS_MAX_UIDS];
+	struct td_wire_status_rep m = {.clients = cl, .uids = ui};
+	struct td_err e = {0};
+
+	if (td_wire_status_rep_decode(b, len, &m, TD_WIRE_STATUS_MAX_CLIENTS,
+				      TD_WIRE_STATUS_MAX_UIDS, &e) == 0)
+		same(td_wire_status_rep_encode(&m, re, sizeof(re)), b, len);
+	else if (e.kind == TD_ERR_NONE)
+		abort();
+}
+
 static void bodies(const uint8_t *b, size_t len)
 {
 	struct td_err e = {0};
@@ -78,7 +93,10 @@ static void bodies(const uint8_t *b, size_t len)
 	TRY(notify);
 	TRY(delete_rep);
 	TRY(error);
+	TRY(status_req);
+	TRY(ring_wake_rep);
 	list_rep(b, len);
+	status_rep(b, len);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -118,6 +118,29 @@ TD_EXPORT int td_client_connect(const char *socket_path,
 				struct td_client **out, struct td_error *err);
 
 /*
+ * td_client_connect_ex() flag: reconnect by itself after the daemon went
+ * away (a restart). The next call that finds the connection broken
+ * connects again to the same socket path and says HELLO; if the daemon is
+ * not back yet that call fails (-ECONNREFUSED, -ENOENT) and a later one
+ * tries again. After a reconnect every watch is re-established (its id
+ * stays the same) and the application is told by a
+ * TD_EVENT_TYPE_RECONNECTED event (version: the watches restored);
+ * asynchronous GETs that were waiting fail with -ECONNRESET; tensors,
+ * loans, rings and subscriptions of the old connection stay mapped and
+ * readable but belong to the old daemon: releasing them sends nothing,
+ * publishing an old loan fails with -ECONNRESET, and rings are not made
+ * again. The call during which the daemon went away still fails (its
+ * request may or may not have been served). $TENSORD_RECONNECT=1 sets the
+ * flag for td_client_connect().
+ */
+#define TD_CLIENT_RECONNECT 0x1u
+
+/* td_client_connect() with flags (0 or TD_CLIENT_RECONNECT; else -EINVAL). */
+TD_EXPORT int td_client_connect_ex(const char *socket_path, uint32_t flags,
+				   struct td_client **out,
+				   struct td_error *err);
+
+/*
  * Close the connection. The daemon drops this client's leases, watches and
  * unpublished allocations. Cached mappings are unmapped and their fds
  * closed at once; tensors and allocations still held stay valid (mapped)
@@ -130,16 +153,78 @@ TD_EXPORT void td_client_close(struct td_client *c);
 TD_EXPORT int td_client_info(struct td_client *c, struct td_client_info *info);
 
 /*
- * The connection's socket, for an event loop (poll, epoll, asyncio's
- * add_reader): it polls readable when the daemon sent something, e.g. a
- * watch event. Borrowed: valid until td_client_close(); never read, write
- * or close it. Events that arrive while another call waits for its reply
- * are queued inside the handle and leave nothing to read, so drain with
- * td_client_next_event(c, 0, ...) until -ETIMEDOUT after being woken AND
- * after any other call on the handle. Returns the fd, -EINVAL for NULL,
- * -ENOTCONN once the connection is closed.
+ * A descriptor for an event loop (poll, epoll, libuv's uv_poll_t, GLib,
+ * asyncio's add_reader): it polls readable whenever there is something to
+ * process, i.e. the daemon sent something or the handle holds queued
+ * watch events or finished asynchronous GETs (including what arrived
+ * while another call waited for its reply). It is an epoll descriptor
+ * over the connection's socket and an eventfd the library keeps readable
+ * while anything is queued, so level-triggered polling never misses
+ * work. Borrowed: valid until td_client_close(); never read, write or
+ * close it. After it polls readable, call td_client_process() (which
+ * delivers to callbacks), or drain with td_client_next_event(c, 0, ...)
+ * until -ETIMEDOUT when no event handler is set. Returns the fd, -EINVAL
+ * for NULL, -ENOTCONN once the connection is closed.
  */
 TD_EXPORT int td_client_fd(struct td_client *c);
+
+struct td_event;
+struct td_tensor;
+
+/*
+ * Called by td_client_process() for each watch event, in arrival order,
+ * with no lock held: it may call any function on the handle (blocking
+ * ones included). ev is valid during the call only.
+ */
+typedef void (*td_event_fn)(struct td_client *c, const struct td_event *ev,
+			    void *ud);
+
+/*
+ * Deliver watch events to fn from td_client_process() instead of queueing
+ * them for td_client_next_event(); fn NULL restores the queue. Events
+ * queued before the call are delivered to fn too. 0 or -EINVAL.
+ */
+TD_EXPORT int td_client_set_event_handler(struct td_client *c, td_event_fn fn,
+					  void *ud);
+
+/*
+ * Called by td_client_process() when an asynchronous GET finishes, with no
+ * lock held. status 0: t is the tensor (the callback owns it: release it
+ * with td_tensor_release() when done); otherwise t is NULL, status is the
+ * -errno td_client_get_newer() would have returned (-ETIMEDOUT,
+ * -ECONNRESET when the connection broke, -ECANCELED when the handle was
+ * closed first) and err holds the reason. err is valid during the call.
+ */
+typedef void (*td_get_fn)(struct td_client *c, int status,
+			  struct td_tensor *t, const struct td_error *err,
+			  void *ud);
+
+/*
+ * td_client_get_newer() without waiting: sends the GET and returns at
+ * once; the daemon parks it until a version newer than `after` is
+ * published (or timeout_ms passes, -1 = forever) and fn receives the
+ * result from a later td_client_process(). A ring name is served the
+ * same way (its latest slot, leased). Any number may be outstanding (the
+ * daemon parks at most 256 per connection and refuses the rest with
+ * -ENOBUFS, delivered to fn). Returns 0, or -errno when the request could
+ * not be sent (fn is then never called).
+ */
+TD_EXPORT int td_client_get_newer_async(struct td_client *c, const char *name,
+					uint64_t after, int timeout_ms,
+					td_get_fn fn, void *ud,
+					struct td_error *err);
+
+/*
+ * Do what td_client_fd() polled readable for, without blocking: read what
+ * the daemon sent, then call the callbacks (finished asynchronous GETs,
+ * then watch events when a handler is set). Reads a bounded number of
+ * messages per call; the fd stays readable when more are left. Returns
+ * the number of callbacks made (0 is fine: e.g. a reply another thread's
+ * call was waiting for), or -errno when the connection is broken
+ * (-ECONNRESET: the daemon went away), after delivering what was queued
+ * and failing every outstanding asynchronous GET with that status.
+ */
+TD_EXPORT int td_client_process(struct td_client *c, struct td_error *err);
 
 /* ---- producing ---- */
 
@@ -490,6 +575,9 @@ TD_EXPORT int td_client_delete(struct td_client *c, const char *name,
 enum td_event_type {
 	TD_EVENT_TYPE_PUBLISHED = 1,
 	TD_EVENT_TYPE_DELETED = 2,
+	/* TD_CLIENT_RECONNECT: connected anew (watch_id 0, name "", version
+	 * the number of watches re-established) */
+	TD_EVENT_TYPE_RECONNECTED = 3,
 };
 
 struct td_event {
@@ -673,6 +761,52 @@ TD_EXPORT int td_sub_fence_wait(struct td_sub *s, int timeout_ms);
 /* End the subscription (releases the view held). Accepts NULL. */
 TD_EXPORT void td_sub_close(struct td_sub *s);
 
+/* ---- rings in an event loop ----
+ *
+ * A subscription can be woken through a descriptor instead of a futex:
+ * td_sub_fd() gives it an eventfd (registered with the daemon, which hands
+ * it to the producer once); while the subscription waits by fd, the
+ * producer's td_ring_publish() writes that eventfd, beside the futex wake
+ * it does for sleeping readers. The handoff itself stays free of messages
+ * to the daemon: only the first publish after a new eventfd appears asks
+ * the daemon for it.
+ */
+
+/*
+ * The subscription's eventfd, made and registered on first call: it polls
+ * readable when a version newer than the last one taken is published, or
+ * the ring closes, while the subscription is armed (td_sub_poll() arms
+ * it). Borrowed: closed by td_sub_close(). Returns the fd, -EOPNOTSUPP
+ * from a daemon without RING_WAKE, -ENOBUFS when the ring already has 16
+ * such readers, or -errno.
+ */
+TD_EXPORT int td_sub_fd(struct td_sub *s);
+/*
+ * td_sub_next() without waiting, for a subscription with td_sub_fd():
+ * clears the fd, releases the view held, and takes the latest newer
+ * version. Returns 0 and *view (the subscription stays armed, so the next
+ * version makes the fd readable again), -EAGAIN nothing newer (armed:
+ * the fd becomes readable when there is), -EPIPE the ring is closed,
+ * -EBADMSG, or -EINVAL without td_sub_fd().
+ */
+TD_EXPORT int td_sub_poll(struct td_sub *s, struct td_view *view);
+
+/*
+ * Called by td_client_process() with no lock held: status 0 and the view
+ * (held until a newer version is delivered, td_sub_release() or
+ * td_sub_close()), or once at the end: -EPIPE the ring closed, -EBADMSG.
+ * It may close its own subscription, not another one with a handler.
+ */
+typedef void (*td_sub_fn)(struct td_sub *s, int status,
+			  const struct td_view *view, void *ud);
+/*
+ * Deliver this subscription's versions to fn from td_client_process() of
+ * its client: its eventfd joins td_client_fd(). fn NULL takes it out
+ * again. A version already published is delivered at the next
+ * td_client_process(). 0, or the errors of td_sub_fd().
+ */
+TD_EXPORT int td_sub_set_handler(struct td_sub *s, td_sub_fn fn, void *ud);
+
 /* A ring as the daemon sees it (td_client_ring_stat()). */
 struct td_ring_stat {
 	uint64_t id;
@@ -690,6 +824,71 @@ struct td_ring_stat {
 TD_EXPORT int td_client_ring_stat(struct td_client *c, const char *name,
 				  struct td_ring_stat *st,
 				  struct td_error *err);
+
+/* ---- status: what the daemon holds and who is connected ---- */
+
+/* enum td_status.scope */
+#define TD_STATUS_SCOPE_ALL 0 /* every client and uid (root, daemon uid) */
+#define TD_STATUS_SCOPE_UID 1 /* only the asking uid's rows */
+
+/* Refusal kinds: indexes of td_status.refused. */
+enum td_refusal {
+	TD_REFUSAL_PERMISSION = 0, /* -EACCES, -EPERM */
+	TD_REFUSAL_QUOTA = 1,      /* -EDQUOT, -ENOSPC, -ENOBUFS */
+	TD_REFUSAL_INPUT = 2,      /* malformed or invalid requests */
+};
+
+/* One connected client, as the daemon sees it. */
+struct td_status_client {
+	uint32_t pid, uid;
+	uint32_t path_in; /* enum td_client_path: how the daemon takes fds */
+	uint32_t leases, allocs, watches, waiters;
+	uint64_t bytes_held; /* bytes of the versions it leases */
+	uint64_t requests;   /* messages it sent */
+	uint64_t refusals;   /* error replies that were refusals */
+	uint64_t age_ms;     /* since it connected */
+	char comm[17];       /* /proc/PID/comm at connect, NUL-terminated */
+};
+
+/* One uid holding memory. */
+struct td_status_uid {
+	uint32_t uid;
+	uint64_t bytes;  /* charged to it */
+	uint64_t quota;  /* its limit, 0 = none */
+	uint64_t pinned; /* bytes of its pinned current versions */
+};
+
+struct td_status {
+	char ident[64]; /* "tensord 0.1.0" */
+	uint32_t scope; /* TD_STATUS_SCOPE_* */
+	uint32_t daemon_uid;
+	uint64_t uptime_ms;
+	uint32_t import_forced; /* 0 auto, else enum td_client_path */
+	uint32_t rings;
+	uint64_t tensors, bytes, max_bytes; /* max_bytes 0 = unlimited */
+	uint64_t requests;                  /* messages from every client */
+	uint64_t evictions;
+	uint64_t refused[3];     /* by enum td_refusal */
+	uint64_t log_suppressed; /* audit lines the rate limit left out */
+	uint64_t policy_reloads; /* SIGHUP reloads that took effect */
+	uint32_t clients_total;  /* connected now, every uid */
+	size_t client_count;     /* rows below */
+	struct td_status_client *clients;
+	size_t uid_count;
+	struct td_status_uid *uids;
+};
+
+/*
+ * Ask the daemon for its status (docs/protocol.md, STATUS). The daemon's
+ * uid and root see every client and uid; any other uid sees the totals
+ * and its own uid's rows only (scope says which). Returns 0 and *out
+ * (free with td_status_free()), -EOPNOTSUPP from a daemon that predates
+ * STATUS, or -errno.
+ */
+TD_EXPORT int td_client_status(struct td_client *c, struct td_status **out,
+			       struct td_error *err);
+/* Free a td_client_status() result. Accepts NULL. */
+TD_EXPORT void td_status_free(struct td_status *s);
 
 #ifdef __cplusplus
 }

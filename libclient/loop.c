@@ -1,0 +1,261 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libtensord in an event loop: the pollable descriptor (an epoll fd over
+ * the socket and an eventfd that is readable while work is queued),
+ * asynchronous GETs and td_client_process(), which delivers to callbacks.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "client.h"
+
+/* Messages one td_client_process() reads before it lets the loop run. */
+#define LOOP_BATCH 64
+
+int td__loop_open(struct td_client *c)
+{
+	struct epoll_event ev = {.events = EPOLLIN};
+
+	c->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (c->efd < 0)
+		return -errno;
+	c->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (c->epfd < 0)
+		return -errno;
+	ev.data.fd = c->sock;
+	if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->sock, &ev) < 0)
+		return -errno;
+	ev.data.fd = c->efd;
+	if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->efd, &ev) < 0)
+		return -errno;
+	c->efd_on = false;
+	td__loop_ready(c); /* HELLO's round trip may have queued nothing */
+	return 0;
+}
+
+void td__loop_close(struct td_client *c)
+{
+	if (c->epfd >= 0)
+		close(c->epfd);
+	if (c->efd >= 0)
+		close(c->efd);
+	c->epfd = c->efd = -1;
+	c->efd_on = false;
+}
+
+void td__loop_ready(struct td_client *c)
+{
+	bool want = c->ev_head || c->done;
+	uint64_t v = 1;
+
+	if (c->efd < 0 || want == c->efd_on)
+		return;
+	/*
+	 * An eventfd cannot fail these with a counter that only ever holds
+	 * 0 or 1; EAGAIN would mean it is already in the wanted state.
+	 */
+	if (want)
+		(void)!write(c->efd, &v, sizeof(v));
+	else
+		(void)!read(c->efd, &v, sizeof(v));
+	c->efd_on = want;
+}
+
+static void done_push(struct td_client *c, struct td__async *a)
+{
+	a->next = NULL;
+	if (c->done_tail)
+		c->done_tail->next = a;
+	else
+		c->done = a;
+	c->done_tail = a;
+}
+
+bool td__loop_reply(struct td_client *c, struct td__msg *m)
+{
+	struct td__async **pp = &c->asyncs, *a;
+	int status = m->hdr.status;
+
+	while (*pp && (*pp)->id != m->hdr.request_id)
+		pp = &(*pp)->next;
+	a = *pp;
+	if (!a)
+		return false;
+	*pp = a->next;
+	if (status < 0) {
+		td__msg_close_fds(m);
+		a->status = td__reply_error(m, status, &a->err);
+	} else if (status > 0) {
+		td__msg_close_fds(m);
+		a->status = td__fail(&a->err, -EPROTO, "reply status %d > 0",
+				     status);
+	} else {
+		/* inside a receive loop: the lease is not waited on */
+		a->status = td__get_reply(c, m, true, &a->t, &a->err);
+	}
+	done_push(c, a);
+	td__loop_ready(c);
+	return true;
+}
+
+void td__loop_fail(struct td_client *c, int status)
+{
+	struct td__async *a;
+
+	while ((a = c->asyncs)) {
+		c->asyncs = a->next;
+		a->status = td__fail(&a->err, status, "GET %s",
+				     status == -ECANCELED
+					     ? "cancelled: client closed"
+					     : "lost: connection broken");
+		done_push(c, a);
+	}
+	td__loop_ready(c);
+}
+
+/* Call fn of every finished GET in list, and free them. No lock held. */
+static int deliver_gets(struct td_client *c, struct td__async *list)
+{
+	int n = 0;
+
+	while (list) {
+		struct td__async *a = list;
+
+		list = a->next;
+		a->fn(c, a->status, a->t, &a->err, a->ud);
+		free(a);
+		n++;
+	}
+	return n;
+}
+
+void td__loop_cancel(struct td_client *c)
+{
+	struct td__async *list;
+
+	pthread_mutex_lock(&c->lock);
+	td__loop_fail(c, -ECANCELED);
+	list = c->done;
+	c->done = c->done_tail = NULL;
+	td__loop_ready(c);
+	pthread_mutex_unlock(&c->lock);
+	deliver_gets(c, list);
+}
+
+int td_client_set_event_handler(struct td_client *c, td_event_fn fn,
+				void *ud)
+{
+	if (!c)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	c->ev_fn = fn;
+	c->ev_ud = ud;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+int td_client_get_newer_async(struct td_client *c, const char *name,
+			      uint64_t after, int timeout_ms, td_get_fn fn,
+			      void *ud, struct td_error *err)
+{
+	uint32_t t = timeout_ms < 0 ? TD_WIRE_WAIT_FOREVER
+				    : (uint32_t)timeout_ms;
+	struct td__async *a;
+	int64_t len;
+	int rc;
+
+	if (!c || !name || !fn)
+		return td__fail(err, -EINVAL, "missing argument");
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return td__fail(err, -ENOMEM, "out of memory");
+	a->fn = fn;
+	a->ud = ud;
+	pthread_mutex_lock(&c->lock);
+	len = td__get_encode(c, name, TD_GET_NEWER, after, t);
+	if (len < 0) {
+		rc = td__fail(err, -EINVAL, "bad tensor name");
+		goto fail;
+	}
+	rc = td__send(c, TD_OP_GET, (size_t)len, &a->id);
+	if (rc < 0) {
+		td__fail(err, rc, "send GET: %s", strerror(-rc));
+		goto fail;
+	}
+	a->next = c->asyncs;
+	c->asyncs = a;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+fail:
+	pthread_mutex_unlock(&c->lock);
+	free(a);
+	return rc;
+}
+
+/* Read what is there (lock held): 0, or the -errno that broke it. */
+static int read_ready(struct td_client *c)
+{
+	struct td__msg m;
+	int rc = 0;
+
+	if (c->sock < 0)
+		return -ENOTCONN;
+	/* broken: reconnects here with TD_CLIENT_RECONNECT */
+	if (c->dead)
+		rc = td__client_usable(c, NULL);
+	for (int i = 0; rc == 0 && i < LOOP_BATCH; i++) {
+		rc = td__msg_recv(c, &m, MSG_DONTWAIT);
+		if (rc == -EAGAIN)
+			return 0;
+		if (rc == 0)
+			td__msg_aside(c, &m);
+	}
+	if (rc < 0)
+		td__loop_fail(c, rc);
+	return rc;
+}
+
+int td_client_process(struct td_client *c, struct td_error *err)
+{
+	struct td__event *evs = NULL;
+	struct td__async *gets;
+	td_event_fn fn;
+	void *ud;
+	int rc, n;
+
+	if (!c)
+		return td__fail(err, -EINVAL, "no client");
+	pthread_mutex_lock(&c->lock);
+	rc = read_ready(c);
+	gets = c->done;
+	c->done = c->done_tail = NULL;
+	fn = c->ev_fn;
+	ud = c->ev_ud;
+	if (fn) {
+		evs = c->ev_head;
+		c->ev_head = c->ev_tail = NULL;
+	}
+	td__loop_ready(c);
+	pthread_mutex_unlock(&c->lock);
+
+	n = deliver_gets(c, gets);
+	if (rc == 0)
+		n += td__sub_deliver(c);
+	while (evs) {
+		struct td__event *e = evs;
+
+		evs = e->next;
+		fn(c, &e->ev, ud);
+		free(e);
+		n++;
+	}
+	if (rc < 0)
+		return td__fail(err, rc, "connection: %s", strerror(-rc));
+	return n;
+}

@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: MIT */
+/* libtensord ring internals shared by ring.c and ring-loop.c. */
+#ifndef TD_LIBCLIENT_RING_INT_H
+#define TD_LIBCLIENT_RING_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "client.h"
+#include "pace.h"
+#include "ring.h"
+
+/* The mappings of one ring, as the daemon described them. */
+struct ringmap {
+	struct td_ring_geom g;
+	uint32_t reader_count;
+	uint32_t backing;
+	struct td_ring_hdr *hdr;
+	struct td_ring_readers *rd;
+	uint8_t *data;
+};
+
+struct td_ring {
+	struct td_client *c;
+	uint64_t id;
+	struct ringmap m;
+	uint64_t next_version;
+	uint32_t cur;  /* acquired slot, TD_RING_NONE */
+	uint32_t last; /* latest published slot, TD_RING_NONE */
+	struct td_pace pace;
+	uint32_t epoch; /* c->epoch of the connection that made it */
+	/* event-loop readers' eventfds by row (RING_WAKE), -1 none; valid
+	 * while the row's wake_gen equals ours */
+	int wake_fd[TD_RING_MAX_READERS];
+	uint32_t wake_gen[TD_RING_MAX_READERS];
+};
+
+struct td_sub {
+	struct td_client *c;
+	uint64_t id;
+	struct ringmap m;
+	struct td_ring_row *row;
+	uint64_t last_version;
+	bool holding;
+	uint32_t held_slot; /* while holding */
+	struct td_pace pace;
+	uint32_t dtype, ndim;
+	uint64_t shape[TD_RING_MAX_DIMS];
+	uint32_t epoch; /* c->epoch of the connection that subscribed */
+	/* event loops (td_sub_fd, td_sub_set_handler) */
+	int efd; /* -1 until td_sub_fd() */
+	td_sub_fn fn;
+	void *ud;
+	bool ended;        /* the handler was told the end */
+	struct td_sub *lnext; /* c->subs, while a handler is set */
+};
+
+/* ring-loop.c: off the client's handler list and its epoll set (lock
+ * held). */
+void td__sub_unlink(struct td_sub *s);
+
+#endif

@@ -1,0 +1,185 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libtensord ring subscriptions in an event loop: an eventfd per
+ * subscription (RING_WAKE, docs/protocol.md §12) that the producer writes
+ * while the subscription waits by fd, td_sub_poll(), and the handlers
+ * td_client_process() calls.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "ring-int.h"
+#include "wire-status.h"
+
+/* Off the client's list of handler subscriptions and its epoll set. */
+void td__sub_unlink(struct td_sub *s)
+{
+	struct td_client *c = s->c;
+
+	for (struct td_sub **pp = &c->subs; *pp; pp = &(*pp)->lnext)
+		if (*pp == s) {
+			*pp = s->lnext;
+			if (c->epfd >= 0)
+				epoll_ctl(c->epfd, EPOLL_CTL_DEL, s->efd, NULL);
+			break;
+		}
+	s->lnext = NULL;
+}
+
+int td_sub_fd(struct td_sub *s)
+{
+	struct td_wire_ring_close_req q;
+	struct td_client *c;
+	struct td__msg rep;
+	int64_t len;
+	int rc, fd;
+
+	if (!s)
+		return -EINVAL;
+	if (s->efd >= 0)
+		return s->efd;
+	c = s->c;
+	fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (fd < 0)
+		return -errno;
+	q.id = s->id;
+	pthread_mutex_lock(&c->lock);
+	rc = td__has(c, TD_WIRE_FEAT_RING_WAKE) ? 0 : -EOPNOTSUPP;
+	if (rc == 0 && s->epoch != c->epoch)
+		rc = -ECONNRESET; /* the old daemon's subscription */
+	len = td_wire_ring_close_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
+					    TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+	if (rc == 0)
+		rc = len < 0 ? (int)len
+			     : td__call(c, TD_OP_RING_WAKE, (size_t)len, &fd,
+					1, &rep, NULL);
+	if (rc == 0)
+		td__msg_close_fds(&rep);
+	pthread_mutex_unlock(&c->lock);
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	s->efd = fd;
+	return fd;
+}
+
+/* Is there a version newer than the last one taken, or the end? */
+static bool sub_news(const struct td_sub *s)
+{
+	const struct td_ring_hdr *h = s->m.hdr;
+	uint64_t v;
+	uint32_t slot;
+
+	if (atomic_load(&h->flags) & TD_RING_CLOSED)
+		return true;
+	return td_ring_latest_unpack(atomic_load(&h->latest),
+				     s->m.g.slot_count, &slot, &v) != 0 &&
+	       v > s->last_version;
+}
+
+/*
+ * Wait by fd from now: announce it, then look once more (the producer
+ * publishes, then looks for waiters), and make the fd readable at once
+ * when something is already there to take.
+ */
+static void sub_arm(struct td_sub *s)
+{
+	atomic_store(&s->row->waiting, TD_RING_WAIT_FD);
+	if (sub_news(s))
+		(void)!write(s->efd, &(uint64_t){1}, sizeof(uint64_t));
+}
+
+int td_sub_poll(struct td_sub *s, struct td_view *view)
+{
+	uint64_t n;
+	int rc;
+
+	if (!s || !view || s->efd < 0)
+		return -EINVAL;
+	(void)!read(s->efd, &n, sizeof(n)); /* EAGAIN: nothing pending */
+	atomic_store(&s->row->waiting, 0);
+	rc = td_sub_next(s, 0, view);
+	if (rc == -ETIMEDOUT) {
+		sub_arm(s);
+		return -EAGAIN;
+	}
+	/* still armed while the view is read: the next version wakes */
+	if (rc == 0)
+		sub_arm(s);
+	return rc;
+}
+
+int td_sub_set_handler(struct td_sub *s, td_sub_fn fn, void *ud)
+{
+	struct epoll_event ev = {.events = EPOLLIN};
+	struct td_client *c;
+	int rc;
+
+	if (!s)
+		return -EINVAL;
+	c = s->c;
+	if (fn) {
+		rc = td_sub_fd(s);
+		if (rc < 0)
+			return rc;
+	}
+	pthread_mutex_lock(&c->lock);
+	td__sub_unlink(s);
+	s->fn = fn;
+	s->ud = ud;
+	rc = 0;
+	if (fn && c->epfd >= 0) {
+		ev.data.fd = s->efd;
+		if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, s->efd, &ev) < 0)
+			rc = -errno;
+	} else if (fn) {
+		rc = -ENOTCONN;
+	}
+	if (rc == 0 && fn) {
+		s->lnext = c->subs;
+		c->subs = s;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (rc == 0 && fn)
+		sub_arm(s); /* a version already there is delivered too */
+	return rc;
+}
+
+int td__sub_deliver(struct td_client *c)
+{
+	struct td_sub *s, *next;
+	struct td_view view;
+	int n = 0, rc;
+
+	pthread_mutex_lock(&c->lock);
+	s = c->subs;
+	pthread_mutex_unlock(&c->lock);
+	for (; s; s = next) {
+		pthread_mutex_lock(&c->lock);
+		next = s->lnext;
+		pthread_mutex_unlock(&c->lock);
+		if (s->ended)
+			continue;
+		/*
+		 * Clear the fd, but leave the view held alone unless there is
+		 * something newer (or the end): process() also runs for the
+		 * client's other work.
+		 */
+		(void)!read(s->efd, &(uint64_t){0}, sizeof(uint64_t));
+		if (!sub_news(s))
+			continue;
+		rc = td_sub_poll(s, &view);
+		if (rc == -EAGAIN)
+			continue;
+		if (rc < 0)
+			s->ended = true;
+		n++;
+		s->fn(s, rc, rc == 0 ? &view : NULL, s->ud);
+		/* the callback may have closed s (and only s) */
+	}
+	return n;
+}

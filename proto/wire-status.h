@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * STATUS (docs/protocol.md §11): what the daemon holds and who is
+ * connected, for operators (`tensorctl status`). Served when the HELLO
+ * reply has TD_WIRE_FEAT_STATUS. Request body: u32 flags (0). And
+ * RING_WAKE, the event-loop side of rings (below).
+ */
+#ifndef TD_PROTO_WIRE_STATUS_H
+#define TD_PROTO_WIRE_STATUS_H
+
+#include "wire.h"
+
+#define TD_WIRE_FEAT_STATUS 0x40u /* TD_OP_STATUS */
+
+/* Rows one reply carries at most; the totals count every one. */
+#define TD_WIRE_STATUS_MAX_CLIENTS 512
+#define TD_WIRE_STATUS_MAX_UIDS 256
+#define TD_WIRE_STATUS_MAX_COMM 16 /* /proc/PID/comm, without the NUL */
+
+/* td_wire_status_rep.scope */
+enum td_wire_status_scope {
+	TD_WIRE_STATUS_ALL = 0, /* every client and uid */
+	TD_WIRE_STATUS_UID = 1, /* only the asking uid's */
+};
+
+struct td_wire_status_req {
+	uint32_t flags; /* none defined: 0 */
+};
+
+struct td_wire_status_client {
+	uint32_t pid, uid;
+	uint32_t import_in; /* enum td_import: how the daemon takes its fds */
+	uint32_t leases, allocs, watches, waiters;
+	uint64_t bytes_held; /* bytes of the versions it leases */
+	uint64_t requests;   /* datagrams it sent */
+	uint64_t refusals;   /* error replies that were refusals */
+	uint64_t age_ms;     /* since it connected */
+	struct td_wire_str comm;
+};
+
+struct td_wire_status_uid {
+	uint32_t uid;
+	uint64_t bytes;  /* charged to it (versions, allocs, rings) */
+	uint64_t quota;  /* its limit, 0 = none */
+	uint64_t pinned; /* bytes of its pinned current versions */
+};
+
+/* Refusal kinds (counters and the audit log). */
+enum td_wire_refusal {
+	TD_REFUSED_PERMISSION = 0, /* -EACCES, -EPERM */
+	TD_REFUSED_QUOTA = 1,      /* -EDQUOT, -ENOSPC, -ENOBUFS */
+	TD_REFUSED_INPUT = 2,      /* malformed or invalid requests */
+	TD_REFUSED_KINDS = 3,
+};
+
+struct td_wire_status_rep {
+	struct td_wire_str ident; /* "tensord 0.1.0" */
+	uint32_t scope;           /* enum td_wire_status_scope */
+	uint32_t daemon_uid;
+	uint64_t uptime_ms;
+	uint32_t import_opt; /* --import: enum td_import (AUTO = negotiate) */
+	uint32_t rings;
+	uint64_t tensors; /* current versions */
+	uint64_t bytes;   /* accounted, all uids */
+	uint64_t max_bytes;
+	uint64_t requests; /* datagrams from every client */
+	uint64_t evictions;
+	uint64_t refused[TD_REFUSED_KINDS];
+	uint64_t log_suppressed; /* audit lines left out by the rate limit */
+	uint64_t policy_reloads; /* SIGHUP reloads that took effect */
+	uint32_t clients_total;  /* connected, all uids */
+	uint32_t client_count;   /* rows below (scope and cap applied) */
+	struct td_wire_status_client *clients;
+	uint32_t uid_count;
+	struct td_wire_status_uid *uids;
+};
+
+/*
+ * Encode: clients/uids are read from m. Decode: into the caller's
+ * clients[client_cap] and uids[uid_cap] (m->clients/m->uids set by the
+ * caller), -EOVERFLOW when a count passes its cap; strings borrow body.
+ */
+int64_t td_wire_status_req_encode(const struct td_wire_status_req *m,
+				  uint8_t *buf, size_t cap);
+int td_wire_status_req_decode(const uint8_t *body, size_t len,
+			      struct td_wire_status_req *m,
+			      struct td_err *err);
+int64_t td_wire_status_rep_encode(const struct td_wire_status_rep *m,
+				  uint8_t *buf, size_t cap);
+int td_wire_status_rep_decode(const uint8_t *body, size_t len,
+			      struct td_wire_status_rep *m,
+			      uint32_t client_cap, uint32_t uid_cap,
+			      struct td_err *err);
+
+/*
+ * RING_WAKE (docs/protocol.md §12), served with TD_WIRE_FEAT_RING_WAKE.
+ * Request: td_wire_ring_close_req (u64 id). A subscription's id with one
+ * eventfd attached registers it as that reader row's wake-up; a ring's
+ * id from its producer, no fd, asks for every registered eventfd: the
+ * reply lists (row, gen) and attaches the fds in that order.
+ */
+#define TD_WIRE_FEAT_RING_WAKE 0x80u
+
+struct td_wire_ring_wake_ent {
+	uint32_t row, gen;
+};
+
+struct td_wire_ring_wake_rep {
+	uint32_t count; /* <= TD_WIRE_MAX_FDS */
+	struct td_wire_ring_wake_ent ents[TD_WIRE_MAX_FDS];
+};
+
+int64_t td_wire_ring_wake_rep_encode(const struct td_wire_ring_wake_rep *m,
+				     uint8_t *buf, size_t cap);
+int td_wire_ring_wake_rep_decode(const uint8_t *body, size_t len,
+				 struct td_wire_ring_wake_rep *m,
+				 struct td_err *err);
+
+/* "permission", "quota", "input"; NULL when out of range. */
+const char *td_wire_refusal_name(uint32_t kind);
+
+#endif

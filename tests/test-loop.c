@@ -1,0 +1,513 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Event-loop clients: td_client_fd() polls readable exactly while there is
+ * work (also work queued during another call), td_client_process()
+ * delivers watch events and asynchronous GETs to callbacks, and a broken
+ * or closed connection fails what is outstanding.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <tensord/tensord.h>
+
+#include "testutil.h"
+
+/* Hang guard only: nothing about speed is asserted. */
+#define HANG_MS 20000
+
+static struct td_client *open_client(const struct tu_daemon *d)
+{
+	struct td_client *c;
+	struct td_error e = {0};
+	int rc = td_client_connect(d->sock, &c, &e);
+	cr_assert_eq(rc, 0, "connect: %s", e.reason);
+	return c;
+}
+
+/* A private daemon and two connections to it: c waits, p publishes. */
+struct pair {
+	struct tu_daemon d;
+	struct td_client *c, *p;
+};
+
+static void pair_up(struct pair *x)
+{
+	tu_daemon_start(&x->d, "warn");
+	x->c = open_client(&x->d);
+	x->p = open_client(&x->d);
+}
+
+static void pair_down(struct pair *x)
+{
+	td_client_close(x->p);
+	td_client_close(x->c);
+	tu_daemon_stop(&x->d, true);
+}
+
+static int readable(struct td_client *c, int timeout_ms)
+{
+	struct pollfd p = {.fd = td_client_fd(c), .events = POLLIN};
+	cr_assert_geq(p.fd, 0);
+	int n = poll(&p, 1, timeout_ms);
+	cr_assert_geq(n, 0);
+	return n;
+}
+
+static void put(struct td_client *c, const char *name, uint8_t byte)
+{
+	uint64_t shape[1] = {4};
+	uint8_t buf[4];
+	memset(buf, byte, sizeof(buf));
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape};
+	struct td_error e = {0};
+	cr_assert_eq(td_client_put(c, &p, buf, sizeof(buf), NULL, &e), 0,
+		     "put: %s", e.reason);
+}
+
+struct got {
+	int calls;
+	int status;
+	uint64_t version;
+	uint8_t first;
+	char reason[TD_REASON_MAX + 1];
+	struct td_client *c;
+};
+
+static void on_get(struct td_client *c, int status, struct td_tensor *t,
+		   const struct td_error *err, void *ud)
+{
+	struct got *g = ud;
+	g->calls++;
+	g->status = status;
+	g->c = c;
+	strcpy(g->reason, err ? err->reason : "");
+	if (t) {
+		g->version = td_tensor_version(t);
+		g->first = *(const uint8_t *)td_tensor_plane_data(t, 0);
+		td_tensor_release(t);
+	}
+}
+
+/* Poll then process until g has been called (bounded by HANG_MS). */
+static void run_until(struct td_client *c, const struct got *g)
+{
+	while (!g->calls) {
+		cr_assert_gt(readable(c, HANG_MS), 0, "no work came");
+		cr_assert_geq(td_client_process(c, NULL), 0);
+	}
+}
+
+Test(loop, fd_is_readable_for_events_queued_during_another_call)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *w = x.c, *p = x.p;
+	uint64_t id;
+	cr_assert_eq(td_client_watch(w, "a", 0, &id, NULL), 0);
+	cr_assert_eq(readable(w, 0), 0, "nothing to do yet");
+
+	put(p, "a", 1);
+	/*
+	 * The daemon sends the NOTIFY while handling the PUBLISH, before it
+	 * reads this STAT: the STAT call reads the event aside, and the
+	 * socket is empty again. The fd must still say there is work.
+	 */
+	struct td_entry ent;
+	cr_assert_eq(td_client_stat(w, "a", &ent, NULL), 0);
+	td_entry_fini(&ent);
+	cr_assert_eq(readable(w, 0), 1, "queued event makes the fd readable");
+
+	struct td_event ev;
+	cr_assert_eq(td_client_next_event(w, 0, &ev, NULL), 0);
+	cr_assert_str_eq(ev.name, "a");
+	cr_assert_eq(ev.version, 1);
+	cr_assert_eq(readable(w, 0), 0, "drained: no longer readable");
+	cr_assert_eq(td_client_next_event(w, 0, &ev, NULL), -ETIMEDOUT);
+
+	pair_down(&x);
+}
+
+struct evs {
+	int n;
+	uint64_t versions[8];
+};
+
+static void on_event(struct td_client *c, const struct td_event *ev,
+		     void *ud)
+{
+	struct evs *e = ud;
+	(void)c;
+	cr_assert_lt(e->n, 8);
+	e->versions[e->n++] = ev->version;
+}
+
+Test(loop, process_delivers_watch_events_in_order_to_the_handler)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *w = x.c, *p = x.p;
+	struct evs got = {0};
+	uint64_t id;
+	cr_assert_eq(td_client_set_event_handler(w, on_event, &got), 0);
+	cr_assert_eq(td_client_watch(w, "b/", TD_WATCH_PREFIX, &id, NULL), 0);
+	for (int i = 0; i < 3; i++)
+		put(p, "b/x", (uint8_t)i);
+	while (got.n < 3) {
+		cr_assert_gt(readable(w, HANG_MS), 0);
+		cr_assert_geq(td_client_process(w, NULL), 0);
+	}
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(got.versions[i], (uint64_t)i + 1);
+	cr_assert_eq(readable(w, 0), 0);
+	cr_assert_eq(td_client_process(w, NULL), 0, "nothing more");
+	pair_down(&x);
+}
+
+Test(loop, async_get_is_parked_then_delivered_by_process)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *c = x.c, *p = x.p;
+	struct got g = {0};
+	cr_assert_eq(td_client_get_newer_async(c, "later", 0, -1, on_get, &g,
+					       NULL), 0);
+	/* parked: the daemon has nothing to say until a publish */
+	cr_assert_eq(td_client_process(c, NULL), 0);
+	cr_assert_eq(g.calls, 0);
+
+	put(p, "later", 7);
+	run_until(c, &g);
+	cr_assert_eq(g.calls, 1);
+	cr_assert_eq(g.status, 0, "%s", g.reason);
+	cr_assert_eq(g.version, 1);
+	cr_assert_eq(g.first, 7);
+	cr_assert_eq(g.c, c);
+	pair_down(&x);
+}
+
+Test(loop, async_reply_read_by_a_blocking_call_is_kept_for_process)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *c = x.c, *p = x.p;
+	struct got g = {0};
+	cr_assert_eq(td_client_get_newer_async(c, "k", 0, -1, on_get, &g,
+					       NULL), 0);
+	put(p, "k", 3);
+	/* the GET reply precedes this STAT's reply and is read aside */
+	struct td_entry ent;
+	cr_assert_eq(td_client_stat(c, "k", &ent, NULL), 0);
+	td_entry_fini(&ent);
+	cr_assert_eq(g.calls, 0, "callbacks run only from process");
+	cr_assert_eq(readable(c, 0), 1);
+	cr_assert_eq(td_client_process(c, NULL), 1);
+	cr_assert_eq(g.status, 0, "%s", g.reason);
+	cr_assert_eq(g.first, 3);
+	cr_assert_eq(readable(c, 0), 0);
+	pair_down(&x);
+}
+
+Test(loop, async_get_timeout_and_refusal_reach_the_callback)
+{
+	struct tu_daemon d;
+	tu_daemon_start(&d, "warn");
+	struct td_client *c = open_client(&d);
+	struct got g = {0};
+	cr_assert_eq(td_client_get_newer_async(c, "none", 0, 0, on_get, &g,
+					       NULL), 0);
+	run_until(c, &g);
+	cr_assert_eq(g.status, -ETIMEDOUT);
+	struct got bad = {0};
+	cr_assert_eq(td_client_get_newer_async(c, "", 0, 0, on_get, &bad,
+					       NULL), 0);
+	run_until(c, &bad);
+	cr_assert_lt(bad.status, 0);
+	cr_assert_neq(bad.status, -ETIMEDOUT);
+	cr_assert_neq(bad.reason[0], 0, "the daemon's reason is passed on");
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+Test(loop, close_cancels_outstanding_gets)
+{
+	struct tu_daemon d;
+	tu_daemon_start(&d, "warn");
+	struct td_client *c = open_client(&d);
+	struct got g = {0};
+	cr_assert_eq(td_client_get_newer_async(c, "never", 0, -1, on_get, &g,
+					       NULL), 0);
+	td_client_close(c);
+	cr_assert_eq(g.calls, 1);
+	cr_assert_eq(g.status, -ECANCELED);
+	tu_daemon_stop(&d, true);
+}
+
+Test(loop, daemon_gone_fails_outstanding_gets_and_process)
+{
+	struct tu_daemon d;
+	tu_daemon_start(&d, "warn");
+	struct td_client *c = open_client(&d);
+	struct got g = {0};
+	cr_assert_eq(td_client_get_newer_async(c, "never", 0, -1, on_get, &g,
+					       NULL), 0);
+	int fds0 = d.fds0, maps0 = d.maps0;
+	kill(d.pid, SIGKILL);
+	int st;
+	cr_assert_eq(waitpid(d.pid, &st, 0), d.pid);
+	cr_assert_gt(readable(c, HANG_MS), 0, "hang-up polls readable");
+	int rc = td_client_process(c, NULL);
+	cr_assert_eq(rc, -ECONNRESET, "%d", rc);
+	cr_assert_eq(g.calls, 1);
+	cr_assert_eq(g.status, -ECONNRESET);
+	cr_assert_lt(td_client_get_newer_async(c, "x", 0, 0, on_get, &g, NULL),
+		     0, "a broken handle sends nothing");
+	td_client_close(c);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", d.dir);
+	cr_assert_eq(system(cmd), 0);
+	cr_assert_eq(tu_fd_count(), fds0);
+	if (TU_CHECK_ALL_MAPS)
+		cr_assert_eq(tu_map_count(), maps0);
+}
+
+/* ---- rings in the loop ---- */
+
+struct views {
+	int calls, ended;
+	uint64_t last;
+	uint8_t first;
+};
+
+static void on_view(struct td_sub *s, int status, const struct td_view *v,
+		    void *ud)
+{
+	struct views *w = ud;
+	(void)s;
+	w->calls++;
+	if (status < 0) {
+		w->ended = status;
+		return;
+	}
+	cr_assert_gt(v->version, w->last, "versions only grow");
+	w->last = v->version;
+	w->first = *(const uint8_t *)v->planes[0];
+}
+
+static void ring_put(struct td_ring *r, uint8_t byte)
+{
+	struct td_slot slot;
+	cr_assert_eq(td_ring_acquire(r, -1, &slot), 0);
+	memset(slot.planes[0], byte, slot.sizes[0]);
+	cr_assert_eq(td_ring_publish(r, NULL), 0);
+}
+
+static uint64_t daemon_requests(struct td_client *c, const char *name)
+{
+	struct td_ring_stat st;
+	cr_assert_eq(td_client_ring_stat(c, name, &st, NULL), 0);
+	return st.daemon_requests;
+}
+
+Test(loop, ring_versions_wake_the_fd_and_reach_the_handler)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *pc = x.p, *c = x.c;
+	uint64_t shape[1] = {64};
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = shape};
+	struct td_ring *r;
+	struct td_sub *s;
+	cr_assert_eq(td_ring_create(pc, "loop/ring", &desc, &r, NULL), 0);
+	cr_assert_eq(td_ring_subscribe(c, "loop/ring", 0, &s, NULL), 0);
+	struct views w = {0};
+	cr_assert_eq(td_sub_set_handler(s, on_view, &w), 0);
+	cr_assert_eq(td_client_process(c, NULL), 0, "nothing published yet");
+	cr_assert_eq(readable(c, 0), 0, "armed, nothing to do");
+
+	ring_put(r, 11);
+	cr_assert_eq(readable(c, 0), 1, "the publish wrote the eventfd");
+	cr_assert_eq(td_client_process(c, NULL), 1);
+	cr_assert_eq(w.calls, 1);
+	cr_assert_eq(w.last, 1);
+	cr_assert_eq(w.first, 11);
+	cr_assert_eq(readable(c, 0), 0);
+	/* other work of the client calls no ring handler */
+	uint64_t wid;
+	cr_assert_eq(td_client_watch(c, "loop/other", 0, &wid, NULL), 0);
+	put(pc, "loop/other", 1);
+	cr_assert_eq(readable(c, HANG_MS), 1);
+	cr_assert_eq(td_client_process(c, NULL), 0, "no handler for events");
+	struct td_event ev;
+	cr_assert_eq(td_client_next_event(c, 0, &ev, NULL), 0);
+	cr_assert_eq(td_client_unwatch(c, wid, NULL), 0);
+	cr_assert_eq(w.calls, 1, "no new version, no call");
+
+	/* warm: handoffs send the daemon nothing, whoever waits by fd */
+	uint64_t before = daemon_requests(pc, "loop/ring");
+	for (int i = 0; i < 50; i++) {
+		ring_put(r, (uint8_t)(20 + i));
+		cr_assert_eq(readable(c, 0), 1, "publish %d wakes", i);
+		cr_assert_eq(td_client_process(c, NULL), 1);
+		cr_assert_eq(w.first, 20 + i);
+	}
+	cr_assert_eq(daemon_requests(pc, "loop/ring"), before + 1,
+		     "only the RING_STAT itself reached the daemon");
+	cr_assert_eq(w.last, 51);
+
+	td_ring_close(r);
+	cr_assert_eq(readable(c, 0), 1, "the close wakes too");
+	cr_assert_eq(td_client_process(c, NULL), 1);
+	cr_assert_eq(w.ended, -EPIPE);
+	cr_assert_eq(td_client_process(c, NULL), 0, "the end is told once");
+	td_sub_close(s);
+	pair_down(&x);
+}
+
+Test(loop, sub_poll_takes_a_version_published_before_it_armed)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *pc = x.p, *c = x.c;
+	uint64_t shape[1] = {8};
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = shape};
+	struct td_ring *r;
+	struct td_sub *s;
+	struct td_view v;
+	cr_assert_eq(td_ring_create(pc, "loop/r2", &desc, &r, NULL), 0);
+	cr_assert_eq(td_ring_subscribe(c, "loop/r2", 0, &s, NULL), 0);
+	cr_assert_eq(td_sub_poll(s, &v), -EINVAL, "no fd yet");
+	int fd = td_sub_fd(s);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(td_sub_fd(s), fd, "one fd per subscription");
+	cr_assert_eq(td_sub_poll(s, &v), -EAGAIN);
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	cr_assert_eq(poll(&p, 1, 0), 0);
+	ring_put(r, 5);
+	cr_assert_eq(poll(&p, 1, 0), 1);
+	cr_assert_eq(td_sub_poll(s, &v), 0);
+	cr_assert_eq(v.version, 1);
+	cr_assert_eq(*(const uint8_t *)v.planes[0], 5);
+	cr_assert_eq(poll(&p, 1, 0), 0, "cleared by the poll");
+	cr_assert_eq(td_sub_poll(s, &v), -EAGAIN);
+	td_sub_close(s);
+	td_ring_close(r);
+	pair_down(&x);
+}
+
+/* ---- TD_CLIENT_RECONNECT ---- */
+
+static void link_to(const char *link, const char *target)
+{
+	char tmp[128];
+	snprintf(tmp, sizeof(tmp), "%s.new", link);
+	unlink(tmp);
+	cr_assert_eq(symlink(target, tmp), 0);
+	cr_assert_eq(rename(tmp, link), 0);
+}
+
+static void kill_daemon(struct tu_daemon *d)
+{
+	int st;
+	cr_assert_eq(kill(d->pid, SIGKILL), 0);
+	cr_assert_eq(waitpid(d->pid, &st, 0), d->pid);
+	unlink(d->sock);
+	rmdir(d->dir);
+}
+
+Test(loop, reconnect_after_a_restart_rewatches_and_tells_the_application)
+{
+	char link[64];
+	snprintf(link, sizeof(link), "/tmp/td-reconnect-%d.sock",
+		 (int)getpid());
+	int fds0 = tu_fd_count(), bufmaps0 = tu_buf_map_count();
+	struct tu_daemon d1, d2;
+	tu_daemon_start(&d1, "warn");
+	link_to(link, d1.sock);
+
+	struct td_client *c, *p;
+	struct td_error e = {0};
+	uint64_t wid, other;
+	cr_assert_eq(td_client_connect_ex(link, TD_CLIENT_RECONNECT, &c, &e),
+		     0, "%s", e.reason);
+	cr_assert_eq(td_client_connect_ex(link, 0x8, &p, &e), -EINVAL);
+	cr_assert_eq(td_client_connect(d1.sock, &p, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_watch(c, "gone/", TD_WATCH_PREFIX, &other, NULL),
+		     0);
+	cr_assert_eq(td_client_watch(c, "r/", TD_WATCH_PREFIX, &wid, NULL), 0);
+	cr_assert_eq(td_client_unwatch(c, other, NULL), 0);
+	put(p, "r/old", 1);
+	struct td_tensor *old;
+	cr_assert_eq(td_client_get(c, "r/old", &old, NULL), 0);
+	struct td_event ev;
+	cr_assert_eq(td_client_next_event(c, HANG_MS, &ev, NULL), 0);
+	cr_assert_eq(ev.watch_id, wid);
+	struct td_alloc *loan;
+	uint64_t four = 4;
+	cr_assert_eq(td_client_alloc(c, 1, &four, &loan, NULL), 0);
+	struct got g = {0};
+	cr_assert_eq(td_client_get_newer_async(c, "never", 0, -1, on_get, &g,
+					       NULL), 0);
+	td_client_close(p);
+
+	/* the daemon goes; while it is away calls fail and try again */
+	kill_daemon(&d1);
+	struct td_entry ent;
+	cr_assert_lt(td_client_stat(c, "r/old", &ent, NULL), 0);
+	cr_assert_lt(td_client_stat(c, "r/old", &ent, NULL), 0,
+		     "no daemon yet");
+	cr_assert_eq(g.calls, 0, "callbacks run from process only");
+	cr_assert_lt(td_client_process(c, NULL), 0);
+	cr_assert_eq(g.calls, 1);
+	cr_assert_eq(g.status, -ECONNRESET, "the parked GET is lost");
+
+	/* back: the next call reconnects and watches again */
+	tu_daemon_start(&d2, "warn");
+	link_to(link, d2.sock);
+	int rc = td_client_stat(c, "r/old", &ent, &e);
+	cr_assert_eq(rc, -ENOENT, "the new daemon answers: %d %s", rc,
+		     e.reason);
+	cr_assert_eq(td_client_next_event(c, 0, &ev, NULL), 0);
+	cr_assert_eq(ev.type, TD_EVENT_TYPE_RECONNECTED);
+	cr_assert_eq(ev.version, 1, "one watch re-established");
+	cr_assert_eq(td_client_connect(d2.sock, &p, &e), 0, "%s", e.reason);
+	put(p, "r/new", 2);
+	cr_assert_eq(td_client_next_event(c, HANG_MS, &ev, NULL), 0);
+	cr_assert_eq(ev.type, TD_EVENT_TYPE_PUBLISHED);
+	cr_assert_eq(ev.watch_id, wid, "the application's id is kept");
+	cr_assert_str_eq(ev.name, "r/new");
+
+	/* old objects name nothing in the new daemon and touch nothing */
+	struct td_tensor *t;
+	cr_assert_eq(td_client_get(c, "r/new", &t, NULL), 0);
+	cr_assert_eq(*(const uint8_t *)td_tensor_plane_data(t, 0), 2);
+	cr_assert_eq(*(const uint8_t *)td_tensor_plane_data(old, 0), 1,
+		     "the old tensor stays mapped and readable");
+	td_tensor_release(old);
+	cr_assert_eq(td_client_stat(p, "r/new", &ent, NULL), 0);
+	cr_assert_eq(ent.lease_count, 1, "releasing the old one sent nothing");
+	td_entry_fini(&ent);
+	uint64_t shape[1] = {4};
+	struct td_publish pub = {.name = "r/loan", .dtype = TD_TENSOR_U8,
+				 .ndim = 1, .shape = shape};
+	cr_assert_eq(td_client_publish_alloc(c, loan, &pub, NULL, &e),
+		     -ECONNRESET, "%s", e.reason);
+	td_tensor_release(t);
+	cr_assert_eq(td_client_unwatch(c, wid, NULL), 0);
+
+	td_client_close(p);
+	td_client_close(c);
+	kill_daemon(&d2);
+	unlink(link);
+	cr_assert_eq(tu_fd_count(), fds0);
+	cr_assert_eq(tu_buf_map_count(), bufmaps0);
+}

@@ -1,0 +1,352 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Operators: STATUS (library and `tensorctl status --json`), who sees
+ * which clients, the refusal audit log and its bounds, and SIGHUP's
+ * policy reload (a good file takes effect, a bad one keeps the old).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+#include <tensord/tensord.h>
+
+#include "testutil.h"
+
+#define NOBODY 65534
+
+/* The daemon's stderr goes to a file: the log the tests read. */
+struct logged {
+	struct tu_daemon d;
+	char log[64];
+	int saved; /* our stderr, back after the daemon stopped */
+};
+
+static void start(struct logged *l, const char *const *extra)
+{
+	snprintf(l->log, sizeof(l->log), "/tmp/td-status-log-%d",
+		 (int)getpid());
+	int f = open(l->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	cr_assert(f >= 0);
+	fflush(stderr);
+	l->saved = dup(2);
+	cr_assert(l->saved >= 0);
+	cr_assert(dup2(f, 2) == 2);
+	close(f);
+	tu_daemon_start_args(&l->d, "warn", extra);
+}
+
+static void stop(struct logged *l)
+{
+	tu_daemon_stop(&l->d, true);
+	dup2(l->saved, 2);
+	close(l->saved);
+}
+
+static void done(struct logged *l)
+{
+	unlink(l->log);
+}
+
+/* Lines of the log containing needle. */
+static int log_count(const struct logged *l, const char *needle)
+{
+	size_t len;
+	uint8_t *buf = tu_read_file(l->log, &len);
+	int n = 0;
+	buf = realloc(buf, len + 1);
+	buf[len] = 0;
+	for (char *line = strtok((char *)buf, "\n"); line;
+	     line = strtok(NULL, "\n"))
+		n += strstr(line, needle) != NULL;
+	free(buf);
+	return n;
+}
+
+static struct td_client *cli(const struct logged *l)
+{
+	struct td_client *c;
+	struct td_error e = {0};
+	cr_assert_eq(td_client_connect(l->d.sock, &c, &e), 0, "%s", e.reason);
+	return c;
+}
+
+static int put(struct td_client *c, const char *name, size_t n, bool pin)
+{
+	uint64_t shape[1] = {n};
+	uint8_t *buf = calloc(1, n);
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape,
+			       .flags = pin ? TD_PUBLISH_PIN : 0};
+	int rc = td_client_put(c, &p, buf, n, NULL, NULL);
+	free(buf);
+	return rc;
+}
+
+static struct td_status *status(struct td_client *c)
+{
+	struct td_status *s;
+	struct td_error e = {0};
+	cr_assert_eq(td_client_status(c, &s, &e), 0, "%s", e.reason);
+	return s;
+}
+
+static const struct td_status_client *row_of(const struct td_status *s,
+					     pid_t pid)
+{
+	for (size_t i = 0; i < s->client_count; i++)
+		if (s->clients[i].pid == (uint32_t)pid)
+			return &s->clients[i];
+	return NULL;
+}
+
+Test(status, reports_tensors_clients_leases_and_uids)
+{
+	struct logged l;
+	start(&l, NULL);
+	struct td_client *c = cli(&l), *other = cli(&l);
+	cr_assert_eq(put(c, "s/pinned", 4096, true), 0);
+	cr_assert_eq(put(c, "s/plain", 100, false), 0);
+	struct td_tensor *t;
+	cr_assert_eq(td_client_get(c, "s/pinned", &t, NULL), 0);
+
+	struct td_status *s = status(c);
+	cr_assert(!strncmp(s->ident, "tensord ", 8), "%s", s->ident);
+	cr_assert_eq(s->scope, TD_STATUS_SCOPE_ALL, "root sees all");
+	cr_assert_eq(s->daemon_uid, geteuid());
+	cr_assert_eq(s->tensors, 2);
+	cr_assert_eq(s->bytes, 4196);
+	cr_assert_eq(s->rings, 0);
+	cr_assert_eq(s->clients_total, 2);
+	cr_assert_eq(s->client_count, 2, "both connections of this pid");
+	int leased = 0;
+	for (size_t i = 0; i < s->client_count; i++) {
+		const struct td_status_client *k = &s->clients[i];
+		cr_assert_eq(k->pid, (uint32_t)getpid());
+		cr_assert_str_eq(k->comm, "test-status");
+		if (k->leases) {
+			leased++;
+			cr_assert_eq(k->leases, 1);
+			cr_assert_eq(k->bytes_held, 4096);
+			/* HELLO, 2 x (ALLOC, PUBLISH), GET, STATUS */
+			cr_assert_eq(k->requests, 7, "%llu",
+				     (unsigned long long)k->requests);
+		}
+	}
+	cr_assert_eq(leased, 1);
+	cr_assert_eq(s->uid_count, 1);
+	cr_assert_eq(s->uids[0].uid, geteuid());
+	cr_assert_eq(s->uids[0].bytes, 4196);
+	cr_assert_eq(s->uids[0].pinned, 4096);
+	td_status_free(s);
+
+	/* tensorctl status --json: one object with a clients array */
+	char *out;
+	char *argv[] = {getenv("TD_TENSORCTL"), "--socket", l.d.sock,
+			"status", "--json", NULL};
+	cr_assert_eq(tu_run_capture(argv, &out), 0, "%s", out);
+	struct json_object *j = json_tokener_parse(out), *v;
+	cr_assert(j, "%s", out);
+	cr_assert(json_object_object_get_ex(j, "clients", &v));
+	cr_assert(json_object_is_type(v, json_type_array));
+	cr_assert_eq(json_object_array_length(v), 3, "%s", out);
+	int tctl = 0;
+	for (size_t i = 0; i < json_object_array_length(v); i++) {
+		struct json_object *k = json_object_array_get_idx(v, i), *f;
+		cr_assert(json_object_object_get_ex(k, "comm", &f));
+		tctl += !strcmp(json_object_get_string(f), "tensorctl");
+	}
+	cr_assert_eq(tctl, 1, "tensorctl sees itself: %s", out);
+	cr_assert(json_object_object_get_ex(j, "tensors", &v));
+	cr_assert_eq(json_object_get_uint64(v), 2);
+	cr_assert(json_object_object_get_ex(j, "uids", &v));
+	cr_assert_eq(json_object_array_length(v), 1);
+	json_object_put(j);
+	free(out);
+
+	td_tensor_release(t);
+	td_client_close(other);
+	td_client_close(c);
+	stop(&l);
+	done(&l);
+}
+
+static void nobody_status(const char *sock)
+{
+	struct td_client *c;
+	struct td_status *s;
+	if (td_client_connect(sock, &c, NULL) < 0)
+		_exit(10);
+	if (td_client_status(c, &s, NULL) < 0)
+		_exit(11);
+	if (s->scope != TD_STATUS_SCOPE_UID)
+		_exit(12);
+	/* the root clients are counted, not shown; its uid row only */
+	if (s->clients_total != 2 || s->client_count != 1 ||
+	    s->clients[0].uid != NOBODY ||
+	    s->clients[0].pid != (uint32_t)getpid())
+		_exit(13);
+	for (size_t i = 0; i < s->uid_count; i++)
+		if (s->uids[i].uid != NOBODY)
+			_exit(14);
+	td_status_free(s);
+	td_client_close(c);
+	_exit(0);
+}
+
+Test(status, other_uids_see_only_their_own_clients)
+{
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as a second uid");
+	struct logged l;
+	const char *extra[] = {"--socket-mode", "0666", NULL};
+	start(&l, extra);
+	struct td_client *c = cli(&l);
+	cr_assert_eq(put(c, "root/x", 64, false), 0);
+	chmod(l.d.dir, 0755);
+	pid_t pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		if (setgroups(0, NULL) < 0 || setgid(NOBODY) < 0 ||
+		    setuid(NOBODY) < 0)
+			_exit(2);
+		nobody_status(l.d.sock);
+	}
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d",
+		  WEXITSTATUS(st));
+	td_client_close(c);
+	stop(&l);
+	done(&l);
+}
+
+Test(status, ten_thousand_refusals_log_one_line_per_kind)
+{
+	struct logged l;
+	const char *extra[] = {"--max-bytes", "1M", NULL};
+	start(&l, extra);
+	struct td_client *c = cli(&l);
+	struct td_entry ent;
+	for (int i = 0; i < 10000; i++)
+		cr_assert_eq(td_client_stat(c, "bad//name", &ent, NULL),
+			     -EINVAL);
+	for (int i = 0; i < 100; i++)
+		cr_assert_eq(put(c, "big", 2u << 20, false), -ENOSPC);
+	/* answers that are no refusal are neither counted nor logged */
+	cr_assert_eq(td_client_stat(c, "absent", &ent, NULL), -ENOENT);
+
+	struct td_status *s = status(c);
+	cr_assert_eq(s->refused[TD_REFUSAL_INPUT], 10000);
+	cr_assert_eq(s->refused[TD_REFUSAL_QUOTA], 100);
+	cr_assert_eq(s->refused[TD_REFUSAL_PERMISSION], 0);
+	const struct td_status_client *k = row_of(s, getpid());
+	cr_assert(k);
+	cr_assert_eq(k->refusals, 10100);
+	td_status_free(s);
+	td_client_close(c);
+	stop(&l);
+
+	cr_assert_eq(log_count(&l, "refused input: pid"), 1);
+	cr_assert_eq(log_count(&l, "refused quota: pid"), 1);
+	cr_assert_eq(log_count(&l, "refused "), 2);
+	char want[64];
+	snprintf(want, sizeof(want), "pid %d uid %u (test-status)",
+		 (int)getpid(), (unsigned)geteuid());
+	cr_assert_eq(log_count(&l, want), 2, "pid, uid and command named");
+	done(&l);
+}
+
+Test(status, reconnecting_refusers_are_bounded_by_the_rate_limit)
+{
+	struct logged l;
+	start(&l, NULL);
+	struct td_entry ent;
+	enum { CONNS = 300 };
+	for (int i = 0; i < CONNS; i++) {
+		struct td_client *c = cli(&l);
+		cr_assert_eq(td_client_stat(c, "bad//name", &ent, NULL),
+			     -EINVAL);
+		td_client_close(c);
+	}
+	struct td_client *c = cli(&l);
+	struct td_status *s = status(c);
+	uint64_t suppressed = s->log_suppressed;
+	td_status_free(s);
+	td_client_close(c);
+	stop(&l);
+	int lines = log_count(&l, "refused input: pid");
+	/* each connection's first refusal is either logged or counted */
+	cr_assert_eq((uint64_t)lines + suppressed, CONNS, "%d + %llu", lines,
+		     (unsigned long long)suppressed);
+	cr_assert_geq(lines, 1);
+	done(&l);
+}
+
+static void write_file(const char *path, const char *text)
+{
+	char tmp[128];
+	snprintf(tmp, sizeof(tmp), "%s.new", path);
+	FILE *f = fopen(tmp, "w");
+	cr_assert(f);
+	fputs(text, f);
+	cr_assert_eq(fclose(f), 0);
+	cr_assert_eq(rename(tmp, path), 0);
+}
+
+/* SIGHUP, then wait (bounded, as a hang guard) until the log says so. */
+static void hup(struct logged *l, const char *needle, int before)
+{
+	cr_assert_eq(kill(l->d.pid, SIGHUP), 0);
+	for (int i = 0; i < 2000 && log_count(l, needle) == before; i++)
+		usleep(10000);
+	cr_assert_eq(log_count(l, needle), before + 1, "log: %s", needle);
+}
+
+Test(status, sighup_reloads_the_policy_and_a_bad_file_keeps_the_old)
+{
+	struct logged l;
+	char path[64];
+	snprintf(path, sizeof(path), "/tmp/td-status-policy-%d",
+		 (int)getpid());
+	write_file(path, "quota uid=0 64K\n");
+	const char *extra[] = {"--policy", path, NULL};
+	start(&l, extra);
+	struct td_client *c = cli(&l);
+	cr_assert_eq(put(c, "q/a", 32 << 10, true), 0);
+	cr_assert_eq(put(c, "q/b", 64 << 10, true), -EDQUOT, "64K in force");
+
+	write_file(path, "quota uid=0 1M\n");
+	hup(&l, "reloaded (0 allow rules, 1 quotas)", 0);
+	cr_assert_eq(put(c, "q/b", 64 << 10, true), 0, "1M in force");
+	struct td_status *s = status(c);
+	cr_assert_eq(s->policy_reloads, 1);
+	cr_assert_eq(s->uids[0].quota, 1 << 20);
+	td_status_free(s);
+
+	write_file(path, "quota uid=0 lots\n");
+	hup(&l, "previous policy stays in force", 0);
+	cr_assert_eq(log_count(&l, ": --policy "), 1, "the reason is logged");
+	cr_assert_eq(put(c, "q/c", 2 << 20, true), -EDQUOT,
+		     "still 1M, not none");
+	cr_assert_eq(put(c, "q/c", 64 << 10, true), 0);
+	s = status(c);
+	cr_assert_eq(s->policy_reloads, 1);
+	cr_assert_eq(s->uids[0].quota, 1 << 20);
+	td_status_free(s);
+
+	unlink(path);
+	hup(&l, "previous policy stays in force", 1);
+	cr_assert_eq(put(c, "q/d", 64 << 10, true), 0, "still loaded");
+	td_client_close(c);
+	stop(&l);
+	done(&l);
+}
