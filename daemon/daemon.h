@@ -166,22 +166,21 @@ struct td__opts {
 	uint64_t snapshot_interval_ms; /* --snapshot-interval */
 };
 
-/* Counters for /metrics (http.c); replies indexed by opcode. */
-#define TD__STAT_OPS 16
-struct td__stats {
-	uint64_t replies[TD__STAT_OPS][2]; /* [op][status < 0] */
-	uint64_t evictions;
-	uint64_t refused_access, refused_space, refused_quota;
-};
-
 struct td__store;
 struct td__server;
 
-/* What STATUS reports beyond the store's own figures (status.c). */
+/*
+ * Counters: what STATUS reports beyond the store's own figures
+ * (status.c) and what /metrics shows (http.c). Replies are indexed by
+ * opcode (every opcode is below TD__STAT_OPS).
+ */
+#define TD__STAT_OPS 32
 struct td__stats {
 	uint64_t started_ms; /* uv_now() at start */
 	uint64_t evictions;  /* versions evicted (store.c) */
 	uint64_t refused[3]; /* error replies by enum td_wire_refusal */
+	uint64_t replies[TD__STAT_OPS][2]; /* [op][status < 0] (peer.c) */
+	uint64_t refused_access, refused_space, refused_quota; /* by errno */
 	uint64_t log_suppressed; /* audit lines the rate limit left out */
 	uint64_t policy_reloads; /* SIGHUP reloads that took effect */
 	/* audit log token bucket: lines it may still write, refilled */
