@@ -373,7 +373,8 @@ static void flush(struct td__peer *p)
 /* What this daemon serves beyond version 1 (docs/protocol.md §6.1). */
 #define TD__FEATURES                                                          \
 	(TD_WIRE_FEAT_CAT_KINDS | TD_WIRE_FEAT_CAT_RECYCLE |                  \
-	 TD_WIRE_FEAT_ALLOC_RECYCLE | TD_WIRE_FEAT_GET_HELD)
+	 TD_WIRE_FEAT_ALLOC_RECYCLE | TD_WIRE_FEAT_GET_HELD |                 \
+	 TD_WIRE_FEAT_PUB_LOAN | TD_WIRE_FEAT_RELEASE_QUIET)
 
 void td__peer_hello(struct td__peer *p, const struct td__req *rq)
 {

@@ -404,8 +404,12 @@ static void pub_commit(struct pub *x, struct td__version *ver)
 	struct td__daemon *d = td__d;
 	struct td__store *s = d->store;
 	struct td__peer *p = x->p;
-	struct td_wire_publish_rep r;
+	struct td_wire_publish_rep r = {0};
 	struct td__version *old;
+	uint64_t sizes[TD_WIRE_MAX_PLANES];
+	uint32_t nsizes = 0;
+	int fds[TD_WIRE_MAX_PLANES];
+	unsigned nfds = 0;
 	int64_t len;
 
 	pub_move_fds(x, ver);
@@ -413,6 +417,11 @@ static void pub_commit(struct pub *x, struct td__version *ver)
 	ver->uid = p->uid;
 	ver->used = ++s->tick;
 	if (x->alloc) {
+		/* a loan is lent only for a recyclable alloc's sizes */
+		if (x->alloc->recycle) {
+			nsizes = x->alloc->count;
+			memcpy(sizes, x->alloc->sizes, nsizes * sizeof(*sizes));
+		}
 		ver->acct += x->alloc->acct;
 		x->alloc->acct = 0; /* moved to the version */
 		td__loan_done(p, x->alloc);
@@ -435,9 +444,15 @@ static void pub_commit(struct pub *x, struct td__version *ver)
 		(int)ver->name_len, ver->name,
 		(unsigned long long)ver->number, ver->nfds);
 	r.version = ver->number;
+	/* the version before went back to the free list just now, if free */
+	r.has_loan = x->m.flags & TD_WIRE_PUB_LOAN;
+	if (r.has_loan && nsizes)
+		td__loan_lend(p, nsizes, sizes, x->m.held_count, x->m.held,
+			      &r.loan, fds, &nfds);
 	len = td_wire_publish_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
 	td__peer_send(p, x->h->opcode, TD_WIRE_F_REPLY, x->h->request_id, 0,
-		      (size_t)len, NULL, 0);
+		      (size_t)len, fds,
+		      (x->m.flags & TD_WIRE_PUB_LOAN_SCM) ? nfds : 0);
 	td__notify(s, TD_EVENT_PUBLISHED, ver);
 	td__lease_wake(s, ver);
 }

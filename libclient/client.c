@@ -101,6 +101,7 @@ static void client_free(struct td_client *c)
 	}
 	/* Every tensor is gone (refs == 0), so every map is idle. */
 	td__maps_drop(c, true);
+	td__next_loan_forget(c);
 	td__loans_drop(c, true);
 	if (c->sock >= 0)
 		close(c->sock);
@@ -317,6 +318,13 @@ static int client_usable(struct td_client *c, struct td_error *err)
 	return 0;
 }
 
+int td__send(struct td_client *c, uint16_t op, size_t body_len)
+{
+	int rc = client_usable(c, NULL);
+
+	return rc < 0 ? rc : msg_send(c, op, ++c->next_id, body_len, NULL, 0);
+}
+
 int td__call(struct td_client *c, uint16_t op, size_t body_len,
 	     const int *fds, unsigned nfds, struct td__msg *rep,
 	     struct td_error *err)
@@ -494,7 +502,8 @@ static int import_pref(uint32_t *pref, struct td_error *err)
 /* The optional features this client uses where the daemon serves them. */
 #define TD__CLIENT_FEATURES                                                   \
 	(TD_WIRE_FEAT_CAT_KINDS | TD_WIRE_FEAT_CAT_RECYCLE |                  \
-	 TD_WIRE_FEAT_ALLOC_RECYCLE | TD_WIRE_FEAT_GET_HELD)
+	 TD_WIRE_FEAT_ALLOC_RECYCLE | TD_WIRE_FEAT_GET_HELD |                 \
+	 TD_WIRE_FEAT_PUB_LOAN | TD_WIRE_FEAT_RELEASE_QUIET)
 
 static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 {

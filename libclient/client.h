@@ -79,6 +79,13 @@ struct td_client {
 	unsigned idle_maps;   /* maps with refs == 0 */
 	struct td__loanbuf *loans; /* recyclable loan buffers */
 	unsigned idle_loans;       /* loans with busy == false */
+	/*
+	 * The next loan a PUBLISH reply lent (TD_WIRE_PUB_LOAN), not yet
+	 * handed out; unloan: the daemon still holds one this client
+	 * dropped, to be returned by the next ALLOC (TD_WIRE_ALLOC_UNLOAN).
+	 */
+	struct td_alloc *next_loan;
+	bool unloan;
 	uint64_t clock;
 	uint8_t *rbuf; /* TD_WIRE_MAX_MSG receive buffer */
 	uint8_t *sbuf; /* TD_WIRE_MAX_MSG send buffer */
@@ -126,6 +133,13 @@ void td__map_put(struct td_client *c, struct td__map *m);
 void td__maps_drop(struct td_client *c, bool all);
 /* Drop the idle recyclable loan buffers (all: every one). Returns how many. */
 unsigned td__loans_drop(struct td_client *c, bool all);
+/* Forget the lent next loan without a message (the client is going). */
+void td__next_loan_forget(struct td_client *c);
+/*
+ * Send a request whose reply is not awaited (RELEASE with
+ * TD_WIRE_REL_QUIET; an error reply to it is dropped by the next call).
+ */
+int td__send(struct td_client *c, uint16_t op, size_t body_len);
 
 /* Decode a wire str into a NUL-terminated buffer of cap bytes. */
 void td__str_copy(char *dst, size_t cap, struct td_wire_str s);

@@ -250,24 +250,33 @@ static void tensor_free_locked(struct td_tensor *t)
 	free(t);
 }
 
-static int send_release(struct td_client *c, uint64_t lease_id)
+/*
+ * RELEASE; quiet (to a daemon that serves TD_WIRE_FEAT_RELEASE_QUIET):
+ * without waiting, the request on the socket is ordered before this
+ * connection's next one.
+ */
+static int send_release(struct td_client *c, uint64_t lease_id, bool quiet)
 {
 	struct td_wire_release_req req = {.lease_id = lease_id};
 	struct td__msg m;
 	int64_t len;
 	int rc;
 
+	if (quiet && td__has(c, TD_WIRE_FEAT_RELEASE_QUIET))
+		req.flags = TD_WIRE_REL_QUIET;
 	len = td_wire_release_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
 					 TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	if (len < 0)
 		return (int)len;
+	if (req.flags)
+		return td__send(c, TD_OP_RELEASE, (size_t)len);
 	rc = td__call(c, TD_OP_RELEASE, (size_t)len, NULL, 0, &m, NULL);
 	if (rc == 0)
 		td__msg_close_fds(&m);
 	return rc;
 }
 
-void td_tensor_release(struct td_tensor *t)
+static void tensor_release(struct td_tensor *t, bool quiet)
 {
 	struct td_client *c;
 
@@ -280,10 +289,20 @@ void td_tensor_release(struct td_tensor *t)
 	 * daemon's side; there is nothing to tell it then.
 	 */
 	if (c->sock >= 0 && !c->dead)
-		send_release(c, t->lease_id);
+		send_release(c, t->lease_id, quiet);
 	tensor_free_locked(t);
 	pthread_mutex_unlock(&c->lock);
 	td__client_unref(c);
+}
+
+void td_tensor_release(struct td_tensor *t)
+{
+	tensor_release(t, false);
+}
+
+void td_tensor_release_nowait(struct td_tensor *t)
+{
+	tensor_release(t, true);
 }
 
 static char *str_dup(struct td_str s)
@@ -561,7 +580,7 @@ out:
 		tensor_free_locked(t);
 	/* a lease granted but not handed out must not outlive this call */
 	if (leased)
-		send_release(c, rep.lease_id);
+		send_release(c, rep.lease_id, false);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }

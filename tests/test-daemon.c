@@ -582,7 +582,8 @@ DTest(hello_without_feature_bits_gets_the_version_1_reply)
 	cr_assert_eq(r.features,
 		     TD_WIRE_FEAT_CAT_KINDS | TD_WIRE_FEAT_CAT_RECYCLE |
 			     TD_WIRE_FEAT_ALLOC_RECYCLE |
-			     TD_WIRE_FEAT_GET_HELD);
+			     TD_WIRE_FEAT_GET_HELD | TD_WIRE_FEAT_PUB_LOAN |
+			     TD_WIRE_FEAT_RELEASE_QUIET);
 	close_msg_fds(m);
 	close(sock);
 }
@@ -1019,7 +1020,7 @@ DTest(get_of_a_missing_name_is_enoent)
 DTest(release_of_an_unknown_lease_is_enoent)
 {
 	int sock = conn_hello(&D, TD_IMPORT_AUTO);
-	struct td_wire_release_req r = {12345};
+	struct td_wire_release_req r = {.lease_id = 12345};
 	int64_t n = td_wire_release_req_encode(&r, BODY, BODY_CAP);
 
 	send_req(sock, TD_OP_RELEASE, 42, (size_t)n, NULL, 0);
@@ -1130,7 +1131,7 @@ DTest(a_leased_version_outlives_delete_and_its_producer)
 	int base = daemon_fd_count(&D);
 	int cons = conn_hello(&D, TD_IMPORT_AUTO);
 	int prod = conn_hello(&D, TD_IMPORT_AUTO);
-	struct td_wire_release_req rel;
+	struct td_wire_release_req rel = {0};
 	struct td_wire_get_rep rep;
 	int fd;
 	int64_t n;
@@ -1298,7 +1299,7 @@ Test(daemon, max_bytes_refuses_over_quota_with_enospc,
 		close(fd);
 	}
 	for (int i = 0; i < 2; i++) {
-		struct td_wire_release_req rel = {lease[i]};
+		struct td_wire_release_req rel = {.lease_id = lease[i]};
 
 		n = td_wire_release_req_encode(&rel, BODY, BODY_CAP);
 		send_req(sock, TD_OP_RELEASE, 97, (size_t)n, NULL, 0);

@@ -415,7 +415,7 @@ Test(recycle, plain_loans_are_still_write_sealed_and_never_recycled)
 	{
 		uint64_t size = 8 * KIB;
 
-		cr_assert_eq(td_client_alloc_ex(prod, 1, &size, 0x2, &a, &e),
+		cr_assert_eq(td_client_alloc_ex(prod, 1, &size, 0x4, &a, &e),
 			     -EINVAL);
 	}
 
@@ -692,7 +692,7 @@ static const char *fd_kind(int fd)
 /* Release lease id on a raw connection; asserts the empty reply. */
 static void raw_release(int sock, uint64_t id, uint64_t lease)
 {
-	struct td_wire_release_req q = {lease};
+	struct td_wire_release_req q = {.lease_id = lease};
 	struct rawrep r;
 	int64_t n = td_wire_release_req_encode(&q, rawbuf + TD_WIRE_HDR_LEN,
 					       sizeof(rawbuf) -
