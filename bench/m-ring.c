@@ -35,18 +35,26 @@
 
 #include <tensord/tensord.h>
 
+/* One daemon for both ring methods: refcounted start/stop. */
 static int ring_daemon = -1;
+static int ring_refs, ring_rc;
+static char ring_why[BENCH_WHY_MAX];
 static char ring_sock[300];
 
 static int ring_start(const struct bench_env *env, char *why, size_t why_len)
 {
-	return bench_tensord_start(env, "tensord-ring", ring_sock,
-				   sizeof(ring_sock), &ring_daemon, why,
-				   why_len);
+	if (ring_refs++ == 0)
+		ring_rc = bench_tensord_start(env, "tensord-ring", ring_sock,
+					      sizeof(ring_sock), &ring_daemon,
+					      ring_why, sizeof(ring_why));
+	snprintf(why, why_len, "%s", ring_why);
+	return ring_rc;
 }
 
 static void ring_stop(void)
 {
+	if (ring_refs > 0 && --ring_refs > 0)
+		return;
 	if (ring_daemon > 0)
 		bench_reap(ring_daemon, 5000);
 	ring_daemon = -1;
@@ -120,6 +128,14 @@ subscribe:
 		return bench_fail(r, rc, "td_ring_subscribe %s: %.200s", in,
 				  err.reason);
 	return 0;
+}
+
+/* tensord-ring-sleep: TENSORD_RING_SPIN_US=0, every wait a futex sleep */
+static int ring_setup_sleep(struct bench_run *r)
+{
+	if (setenv("TENSORD_RING_SPIN_US", "0", 1) < 0)
+		return bench_fail(r, -errno, "setenv: %s", strerror(errno));
+	return ring_setup(r);
 }
 
 static int ring_producer_step(struct bench_run *r, uint64_t seq)
@@ -201,6 +217,21 @@ const struct bench_method bench_tensord_ring = {
 	.stop = ring_stop,
 	.can_run = ring_can_run,
 	.setup = ring_setup,
+	.producer_step = ring_producer_step,
+	.consumer_step = ring_consumer_step,
+	.teardown = ring_teardown,
+	.service_pid = ring_service_pid,
+	.streams = 1,
+};
+
+const struct bench_method bench_tensord_ring_sleep = {
+	.name = "tensord-ring-sleep",
+	.desc = "as tensord-ring with TENSORD_RING_SPIN_US=0: no polling, "
+		"every wait sleeps on the futex at once",
+	.start = ring_start,
+	.stop = ring_stop,
+	.can_run = ring_can_run,
+	.setup = ring_setup_sleep,
 	.producer_step = ring_producer_step,
 	.consumer_step = ring_consumer_step,
 	.teardown = ring_teardown,

@@ -73,12 +73,17 @@ const struct bench_method bench_tensord_scm = {
 	.name = "tensord-scm", .desc = "tensord public client API, SCM path",
 	.start = td_unbuilt,
 };
+const struct bench_method bench_tensord_ring_sleep = {
+	.name = "tensord-ring-sleep", .desc = "tensord rings, no polling",
+	.start = td_unbuilt,
+};
 #endif
 
 static const struct bench_method *const all_methods[] = {
 	&bench_tensord,
 	&bench_tensord_scm,
 	&bench_tensord_ring,
+	&bench_tensord_ring_sleep,
 	&bench_iceoryx_wait,
 	&bench_iceoryx_poll,
 	&bench_socket_copy,
@@ -247,8 +252,9 @@ static void usage(FILE *f)
 "Ping-pong handoff benchmark: producer publishes, consumer gets, checks,\n"
 "releases and acks; the producer times the round trip.\n\n"
 "  --methods LIST   comma list of: tensord tensord-scm tensord-ring\n"
-"                   iceoryx-wait iceoryx-poll socket-copy fd-pass\n"
-"                   bare-futex bare-spin (default: all)\n"
+"                   tensord-ring-sleep iceoryx-wait iceoryx-poll\n"
+"                   socket-copy fd-pass bare-futex bare-spin (default:\n"
+"                   all)\n"
 "  --sizes LIST     payload sizes, e.g. 64,4K,1M (default:\n"
 "                   64,4K,1M,16M,64M,1G)\n"
 "  --modes LIST     write (producer writes every byte, consumer checks\n"
