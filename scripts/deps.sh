@@ -7,7 +7,8 @@ PKGS="meson ninja-build pkg-config gcc clang libclang-rt-14-dev
 libuv1-dev liburing-dev libxxhash-dev libcriterion-dev libcbor-dev
 libjson-c-dev
 iceoryx libiceoryx-binding-c-dev gnuplot-nox
-python3 systemd valgrind scdoc"
+python3 systemd valgrind scdoc
+python3-dev python3-numpy python3-pytest python3-torch"
 
 missing=""
 for p in $PKGS; do

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Count individual test cases from meson's testlog.json.
 
-Criterion suites run with TAP output (one `ok`/`not ok` line per Test());
+Criterion suites run with TAP output (one `ok`/`not ok` line per Test()),
+and the Python binding's pytest suite prints the same lines (its conftest);
 every other meson test counts once by its result. Skips are reported apart
 and never counted as passed. Prints `N passed, M failed, K skipped`.
 """

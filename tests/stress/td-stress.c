@@ -350,6 +350,52 @@ static int ring_get(struct td_client *c, const char *name)
 	return rc;
 }
 
+/*
+ * After the load: one GET of a ring name that must succeed, so the path
+ * is checked in every run, not only when chance let a random GET land
+ * between a ring's first publish and its close.
+ */
+static int final_ring_get(void)
+{
+	uint64_t size = 4096, digest;
+	struct td_ring_desc d = {
+		.dtype = TD_TENSOR_U8, .ndim = 1, .shape = &size,
+		.slot_count = 2, .reader_count = 1,
+	};
+	struct td_error e = {0};
+	struct td_client *c = NULL;
+	struct td_ring *r = NULL;
+	struct td_slot sl;
+	uint64_t before = atomic_load(&n_ring_gets);
+	int rc = td_client_connect(D.sock, &c, &e);
+
+	if (rc < 0)
+		c = NULL;
+
+	if (rc == 0)
+		rc = td_ring_create(c, "stress/final", &d, &r, &e);
+	if (rc == 0)
+		rc = td_ring_acquire(r, 1000, &sl);
+	if (rc == 0) {
+		uint8_t *p = sl.planes[0];
+
+		fill(p + 8, size - 8, 42);
+		digest = XXH3_64bits(p + 8, size - 8);
+		memcpy(p, &digest, 8);
+		rc = td_ring_publish(r, NULL);
+	}
+	if (rc == 0)
+		rc = ring_get(c, "stress/final");
+	if (rc == 0 && atomic_load(&n_ring_gets) == before)
+		rc = -ENOENT; /* counted as a miss: the GET found nothing */
+	if (rc < 0)
+		fprintf(stderr, "td-stress: final ring GET: %s (%s)\n",
+			strerror(-rc), e.reason);
+	td_ring_close(r);
+	td_client_close(c);
+	return rc;
+}
+
 /* Subscribe to a random ring, verify what comes, leave. */
 static int ring_consume(struct td_client *c, uint64_t *s)
 {
@@ -732,6 +778,8 @@ int main(int argc, char **argv)
 	if (C.chaos)
 		pthread_join(chaos_th, NULL);
 	t_end = now_s();
+	if (C.rings && final_ring_get() < 0)
+		atomic_fetch_add(&n_err, 1);
 	deleted = clean();
 	fd1 = tdc_fd_settle(D.pid, fd0, 3000);
 	rss1 = tdc_rss_kb(D.pid);

@@ -1,0 +1,818 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Owners (the memory behind arrays) and tensord.Array, the ndarray
+ * subclass every tensor comes back as; DLPack export.
+ *
+ * Why the binding maps a lease's pages itself: release() must be callable
+ * while views are alive (the array it is called on is one), and after it
+ * libtensord may unmap its mapping at any time (its cache is bounded, and
+ * td_client_close() empties it). So an Owner duplicates libtensord's
+ * mapping of the plane (mremap with old size 0: a second mapping of the
+ * same shared pages, no copy) and views point there: the lease ends when
+ * asked, the pages stay mapped until the last view dies.
+ */
+#include "tdpy.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "dlpack.h"
+
+/* Data pointer of zero-byte arrays: numpy allocates when given NULL. */
+static char zero_size_data[1];
+
+static uintptr_t page_mask(void)
+{
+	return (uintptr_t)sysconf(_SC_PAGESIZE) - 1;
+}
+
+/* ---- dtypes, shapes ---- */
+
+static const struct {
+	uint32_t td;
+	int npy;
+} dtype_table[] = {
+	{TD_TENSOR_U8, NPY_UINT8},    {TD_TENSOR_I8, NPY_INT8},
+	{TD_TENSOR_U16, NPY_UINT16},  {TD_TENSOR_I16, NPY_INT16},
+	{TD_TENSOR_U32, NPY_UINT32},  {TD_TENSOR_I32, NPY_INT32},
+	{TD_TENSOR_U64, NPY_UINT64},  {TD_TENSOR_I64, NPY_INT64},
+	{TD_TENSOR_F16, NPY_FLOAT16}, {TD_TENSOR_F32, NPY_FLOAT32},
+	{TD_TENSOR_F64, NPY_FLOAT64},
+};
+#define DTYPE_COUNT (sizeof(dtype_table) / sizeof(dtype_table[0]))
+
+PyArray_Descr *tdpy_descr_of(uint32_t dtype)
+{
+	unsigned size = td_tensor_dtype_size(dtype);
+	PyArray_Descr *d;
+
+	for (size_t i = 0; i < DTYPE_COUNT; i++)
+		if (dtype_table[i].td == dtype)
+			return PyArray_DescrFromType(dtype_table[i].npy);
+	if (!size) {
+		PyErr_Format(tdpy_error, "unknown dtype code %u", dtype);
+		return NULL;
+	}
+	/* a dtype libtensord knows and numpy lacks (bfloat16, ...): raw
+	 * bytes of the right width, never a wrong numeric type; the
+	 * array's .dtype_name says what they are */
+	d = PyArray_DescrNewFromType(NPY_VOID);
+	if (d)
+		d->elsize = (int)size;
+	return d;
+}
+
+int tdpy_dtype_of(const PyArray_Descr *d)
+{
+	for (size_t i = 0; i < DTYPE_COUNT; i++) {
+		PyArray_Descr *t = PyArray_DescrFromType(dtype_table[i].npy);
+		bool same = t->kind == d->kind && t->elsize == d->elsize;
+
+		Py_DECREF(t);
+		if (same && (d->kind == 'u' || d->kind == 'i' ||
+			     d->kind == 'f'))
+			return (int)dtype_table[i].td;
+	}
+	PyErr_Format(PyExc_TypeError, "tensord has no dtype for numpy's "
+		     "'%c%d' (kind '%c'): use u8..u64, i8..i64, f16, f32 "
+		     "or f64", d->kind, d->elsize, d->kind);
+	return -1;
+}
+
+int tdpy_conv_dtype(PyObject *o, void *out)
+{
+	PyArray_Descr *d = NULL;
+	int code;
+
+	if (PyUnicode_Check(o)) {
+		const char *s = PyUnicode_AsUTF8(o);
+
+		if (!s)
+			return 0;
+		code = td_tensor_dtype_from_name(s);
+		if (code >= 0) {
+			*(uint32_t *)out = (uint32_t)code;
+			return 1;
+		}
+	}
+	if (!PyArray_DescrConverter2(o, &d))
+		return 0;
+	if (!d) {
+		PyErr_SetString(PyExc_TypeError, "dtype must not be None");
+		return 0;
+	}
+	code = tdpy_dtype_of(d);
+	Py_DECREF(d);
+	if (code < 0)
+		return 0;
+	*(uint32_t *)out = (uint32_t)code;
+	return 1;
+}
+
+int tdpy_shape_parse(PyObject *o, npy_intp *shape, int *ndim)
+{
+	PyArray_Dims dims = {NULL, 0};
+
+	if (!PyArray_IntpConverter(o, &dims))
+		return -1;
+	if (dims.len > TDPY_MAX_DIMS) {
+		PyErr_Format(PyExc_ValueError, "%d dimensions, at most %d",
+			     dims.len, TDPY_MAX_DIMS);
+		goto fail;
+	}
+	for (int i = 0; i < dims.len; i++) {
+		if (dims.ptr[i] < 0) {
+			PyErr_SetString(PyExc_ValueError,
+					"negative dimension");
+			goto fail;
+		}
+		shape[i] = dims.ptr[i];
+	}
+	*ndim = dims.len;
+	PyDimMem_FREE(dims.ptr);
+	return 0;
+fail:
+	PyDimMem_FREE(dims.ptr);
+	return -1;
+}
+
+int tdpy_dense(int ndim, const npy_intp *shape, npy_intp itemsize,
+	       npy_intp *strides, uint64_t *bytes)
+{
+	uint64_t n = (uint64_t)itemsize;
+
+	for (int i = ndim - 1; i >= 0; i--) {
+		strides[i] = (npy_intp)n;
+		if (shape[i] && __builtin_mul_overflow(n, (uint64_t)shape[i],
+						       &n))
+			return -1;
+		if (!shape[i])
+			n = 0;
+	}
+	if (n > (uint64_t)NPY_MAX_INTP)
+		return -1;
+	/* a zero dimension makes 0 bytes; strides stay well formed */
+	for (int i = 0; i < ndim; i++)
+		if (!shape[i])
+			n = 0;
+	*bytes = n;
+	return 0;
+}
+
+int tdpy_span(int ndim, const npy_intp *shape, const npy_intp *strides,
+	      npy_intp itemsize, uint64_t *span)
+{
+	uint64_t end = (uint64_t)itemsize;
+
+	for (int i = 0; i < ndim; i++) {
+		uint64_t step;
+
+		if (!shape[i]) {
+			*span = 0;
+			return 0;
+		}
+		if (strides[i] < 0) {
+			PyErr_SetString(PyExc_ValueError,
+					"negative strides are not supported");
+			return -1;
+		}
+		if (__builtin_mul_overflow((uint64_t)shape[i] - 1,
+					   (uint64_t)strides[i], &step) ||
+		    __builtin_add_overflow(end, step, &end))
+			goto big;
+	}
+	if (end > (uint64_t)NPY_MAX_INTP)
+		goto big;
+	*span = end;
+	return 0;
+big:
+	PyErr_SetString(PyExc_ValueError, "layout spans more than 2^63 bytes");
+	return -1;
+}
+
+/* ---- own mappings ---- */
+
+/* File offset of the mapping that holds addr (/proc/self/maps). */
+static int file_offset_of(const void *addr, uint64_t *off)
+{
+	uintptr_t a = (uintptr_t)addr;
+	FILE *f = fopen("/proc/self/maps", "re");
+	char line[512];
+	int rc = -ENOENT;
+
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		unsigned long long pgoff;
+
+		if (sscanf(line, "%lx-%lx %*s %llx", &lo, &hi, &pgoff) != 3)
+			continue;
+		if (a >= lo && a < hi) {
+			*off = pgoff + (a - lo);
+			rc = 0;
+			break;
+		}
+	}
+	fclose(f);
+	return rc;
+}
+
+int tdpy_map_dup(const void *data, uint64_t size, int fd, void **map,
+		 size_t *map_len)
+{
+	uintptr_t mask = page_mask();
+	uintptr_t lo = (uintptr_t)data & ~mask;
+	uintptr_t hi = ((uintptr_t)data + size + mask) & ~mask;
+	uint64_t off;
+	void *p;
+
+	/* mremap(old_size 0) maps the same shared pages a second time */
+	p = mremap((void *)lo, 0, hi - lo, MREMAP_MAYMOVE);
+	if (p == MAP_FAILED) {
+		/* libtensord fell back to a private read-only mapping (old
+		 * kernels refuse shared maps of write-sealed memfds): map
+		 * the file again the same way, still the same pages */
+		int rc = file_offset_of((void *)lo, &off);
+
+		if (rc < 0)
+			return rc;
+		p = mmap(NULL, hi - lo, PROT_READ, MAP_SHARED, fd,
+			 (off_t)off);
+		if (p == MAP_FAILED && (errno == EPERM || errno == EACCES))
+			p = mmap(NULL, hi - lo, PROT_READ, MAP_PRIVATE, fd,
+				 (off_t)off);
+		if (p == MAP_FAILED)
+			return -errno;
+	}
+	*map = p;
+	*map_len = hi - lo;
+	return 0;
+}
+
+/* ---- Owner ---- */
+
+OwnerObject *tdpy_owner_new(enum owner_kind kind, PyObject *parent)
+{
+	OwnerObject *o = PyObject_New(OwnerObject, &tdpy_owner_type);
+
+	if (!o)
+		return NULL;
+	memset((char *)o + sizeof(PyObject), 0,
+	       sizeof(*o) - sizeof(PyObject));
+	o->kind = kind;
+	Py_INCREF(parent);
+	o->parent = parent;
+	return o;
+}
+
+/* End what the owner holds in libtensord (lease, unpublished loan). */
+static void owner_release(OwnerObject *o)
+{
+	struct td_tensor *t = o->t;
+	struct td_alloc *a = o->a;
+
+	o->t = NULL;
+	o->a = NULL;
+	if (t || a) {
+		Py_BEGIN_ALLOW_THREADS
+		td_tensor_release(t);
+		td_alloc_free(a);
+		Py_END_ALLOW_THREADS
+	}
+}
+
+static void owner_dealloc(OwnerObject *o)
+{
+	owner_release(o);
+	if (o->map)
+		munmap(o->map, o->map_len);
+	PyMem_Free(o->heap);
+	if (o->kind == OWNER_VIEW)
+		tdpy_sub_view_gone(o->parent);
+	if (o->kind == OWNER_SLOT)
+		tdpy_ring_view_gone(o->parent);
+	Py_XDECREF(o->parent);
+	Py_XDECREF(o->name);
+	Py_XDECREF(o->metadata);
+	Py_XDECREF(o->format);
+	PyObject_Free(o);
+}
+
+static const char *buffer_format(uint32_t dtype)
+{
+	switch (dtype) {
+	case TD_TENSOR_U8: return "B";
+	case TD_TENSOR_I8: return "b";
+	case TD_TENSOR_U16: return "H";
+	case TD_TENSOR_I16: return "h";
+	case TD_TENSOR_U32: return "I";
+	case TD_TENSOR_I32: return "i";
+	case TD_TENSOR_U64: return "Q";
+	case TD_TENSOR_I64: return "q";
+	case TD_TENSOR_F16: return "e";
+	case TD_TENSOR_F32: return "f";
+	case TD_TENSOR_F64: return "d";
+	}
+	return NULL;
+}
+
+/* The buffer protocol over the whole tensor: read-only unless writable. */
+static int owner_getbuffer(OwnerObject *o, Py_buffer *view, int flags)
+{
+	const char *fmt = buffer_format(o->dtype);
+	unsigned isz = td_tensor_dtype_size(o->dtype);
+
+	if ((flags & PyBUF_WRITABLE) && !o->writable) {
+		PyErr_SetString(PyExc_BufferError,
+				"a tensord view is read-only");
+		return -1;
+	}
+	if (!fmt) {
+		/* raw bytes of a dtype the struct module cannot name */
+		fmt = "B";
+		if (isz != 1 && (flags & PyBUF_FORMAT)) {
+			PyErr_SetString(PyExc_BufferError, "dtype has no "
+					"buffer-protocol format");
+			return -1;
+		}
+	}
+	if (!(flags & PyBUF_STRIDES)) {
+		npy_intp dense[TDPY_MAX_DIMS];
+		uint64_t n;
+
+		if (tdpy_dense(o->ndim, o->shape, isz, dense, &n) < 0 ||
+		    memcmp(dense, o->strides, sizeof(npy_intp) * o->ndim)) {
+			PyErr_SetString(PyExc_BufferError,
+					"tensor is not contiguous");
+			return -1;
+		}
+	}
+	view->buf = o->data;
+	view->obj = (PyObject *)o;
+	Py_INCREF(o);
+	view->len = isz;
+	for (int i = 0; i < o->ndim; i++)
+		view->len *= o->shape[i];
+	view->readonly = !o->writable;
+	view->itemsize = isz;
+	view->format = (flags & PyBUF_FORMAT) ? (char *)fmt : NULL;
+	view->ndim = o->ndim;
+	view->shape = (flags & PyBUF_ND) ? (Py_ssize_t *)o->shape : NULL;
+	view->strides = (flags & PyBUF_STRIDES) ? (Py_ssize_t *)o->strides
+						: NULL;
+	view->suboffsets = NULL;
+	view->internal = NULL;
+	o->exports++;
+	return 0;
+}
+
+static void owner_releasebuffer(OwnerObject *o, Py_buffer *view)
+{
+	o->exports--;
+}
+
+static PyBufferProcs owner_as_buffer = {
+	.bf_getbuffer = (getbufferproc)owner_getbuffer,
+	.bf_releasebuffer = (releasebufferproc)owner_releasebuffer,
+};
+
+/* __array_interface__ (version 3): numpy and others map it without copy. */
+static PyObject *owner_array_interface(OwnerObject *o, void *unused)
+{
+	PyArray_Descr *d = tdpy_descr_of(o->dtype);
+	PyObject *shape = NULL, *strides = NULL, *typestr = NULL, *res = NULL;
+
+	if (!d)
+		return NULL;
+	shape = PyTuple_New(o->ndim);
+	strides = PyTuple_New(o->ndim);
+	if (!shape || !strides)
+		goto out;
+	for (int i = 0; i < o->ndim; i++) {
+		PyTuple_SET_ITEM(shape, i, PyLong_FromSsize_t(o->shape[i]));
+		PyTuple_SET_ITEM(strides, i,
+				 PyLong_FromSsize_t(o->strides[i]));
+	}
+	typestr = PyObject_GetAttrString((PyObject *)d, "str");
+	if (!typestr)
+		goto out;
+	res = Py_BuildValue("{s:O,s:O,s:O,s:(nO),s:i}", "shape", shape,
+			    "strides", strides, "typestr", typestr, "data",
+			    (Py_ssize_t)(uintptr_t)o->data,
+			    o->writable ? Py_False : Py_True, "version", 3);
+out:
+	Py_DECREF(d);
+	Py_XDECREF(shape);
+	Py_XDECREF(strides);
+	Py_XDECREF(typestr);
+	return res;
+}
+
+/* The fd of the buffer behind the tensor (borrowed: valid while held). */
+static PyObject *owner_fileno(OwnerObject *o, PyObject *unused)
+{
+	int fd = -1;
+
+	if (o->kind == OWNER_LEASE && o->t)
+		fd = td_tensor_plane_fd(o->t, 0);
+	else if (o->kind == OWNER_LOAN && o->a)
+		fd = td_alloc_fd(o->a, 0);
+	if (fd < 0) {
+		PyErr_SetString(PyExc_ValueError, "no buffer fd: released, "
+				"published, or a ring slot");
+		return NULL;
+	}
+	return PyLong_FromLong(fd);
+}
+
+static PyObject *owner_do_release(OwnerObject *o)
+{
+	if (o->kind == OWNER_VIEW)
+		tdpy_sub_view_release(o->parent, o->version);
+	else
+		owner_release(o);
+	Py_RETURN_NONE;
+}
+
+static PyObject *owner_release_m(OwnerObject *o, PyObject *unused)
+{
+	return owner_do_release(o);
+}
+
+static PyObject *get_held(OwnerObject *o, void *unused)
+{
+	bool held = (o->kind == OWNER_LEASE && o->t) ||
+		    (o->kind == OWNER_LOAN && o->a);
+
+	return PyBool_FromLong(held);
+}
+
+static PyObject *get_dtype_name(OwnerObject *o, void *unused)
+{
+	const char *n = td_tensor_dtype_name(o->dtype);
+
+	return PyUnicode_FromString(n ? n : "?");
+}
+
+static PyObject *get_version(OwnerObject *o, void *unused)
+{
+	return PyLong_FromUnsignedLongLong(o->version);
+}
+
+static PyObject *get_name(OwnerObject *o, void *unused)
+{
+	PyObject *n = o->name ? o->name : Py_None;
+
+	Py_INCREF(n);
+	return n;
+}
+
+static PyObject *get_metadata(OwnerObject *o, void *unused)
+{
+	if (!o->metadata)
+		return PyBytes_FromStringAndSize("", 0);
+	Py_INCREF(o->metadata);
+	return o->metadata;
+}
+
+static PyMethodDef owner_methods[] = {
+	{"release", (PyCFunction)owner_release_m, METH_NOARGS,
+	 "End the lease (or give an unpublished loan up) now. Views stay "
+	 "mapped and never fault; see the binding's documentation."},
+	{"fileno", (PyCFunction)owner_fileno, METH_NOARGS,
+	 "The fd of the buffer (borrowed, valid while held)."},
+	{NULL},
+};
+
+static PyGetSetDef owner_getset[] = {
+	{"__array_interface__", (getter)owner_array_interface, NULL, NULL, NULL},
+	{"version", (getter)get_version, NULL, "version number, 0 if none", NULL},
+	{"name", (getter)get_name, NULL, "tensor or ring name", NULL},
+	{"metadata", (getter)get_metadata, NULL, "user metadata bytes", NULL},
+	{"dtype_name", (getter)get_dtype_name, NULL, "tensord dtype name", NULL},
+	{"held", (getter)get_held, NULL, "whether the lease/loan is held", NULL},
+	{NULL},
+};
+
+PyTypeObject tdpy_owner_type = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "tensord.Lease",
+	.tp_doc = "The memory behind tensord arrays: a lease, a loan or a "
+		  "ring slot.",
+	.tp_basicsize = sizeof(OwnerObject),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_dealloc = (destructor)owner_dealloc,
+	.tp_as_buffer = &owner_as_buffer,
+	.tp_methods = owner_methods,
+	.tp_getset = owner_getset,
+};
+
+PyObject *tdpy_owner_array(OwnerObject *o)
+{
+	PyArray_Descr *d = tdpy_descr_of(o->dtype);
+	PyObject *arr;
+
+	if (!d) {
+		Py_DECREF(o);
+		return NULL;
+	}
+	/* steals d */
+	arr = PyArray_NewFromDescr(&tdpy_array_type, d, o->ndim, o->shape,
+				   o->strides,
+				   o->size ? o->data : zero_size_data,
+				   o->writable ? NPY_ARRAY_WRITEABLE : 0,
+				   NULL);
+	if (!arr) {
+		Py_DECREF(o);
+		return NULL;
+	}
+	if (PyArray_SetBaseObject((PyArrayObject *)arr, (PyObject *)o) < 0) {
+		Py_DECREF(arr);
+		return NULL;
+	}
+	return arr;
+}
+
+OwnerObject *tdpy_owner_of(PyObject *obj)
+{
+	PyObject *b = obj;
+
+	while (b && PyArray_Check(b))
+		b = PyArray_BASE((PyArrayObject *)b);
+	if (b && Py_TYPE(b) == &tdpy_owner_type)
+		return (OwnerObject *)b;
+	PyErr_SetString(PyExc_TypeError, "not a view of a tensord tensor");
+	return NULL;
+}
+
+/* ---- DLPack ---- */
+
+struct dl_ctx {
+	DLManagedTensor mt;
+	PyObject *keep; /* the exported array */
+	void *priv;     /* copy-on-write mapping, or NULL */
+	size_t priv_len;
+	void *heap;     /* private copy of an inline plane */
+	int64_t shape[TDPY_MAX_DIMS];
+	int64_t strides[TDPY_MAX_DIMS];
+};
+
+/* Called by the consumer (torch, numpy) from any thread. */
+static void dl_deleter(DLManagedTensor *mt)
+{
+	struct dl_ctx *x = mt->manager_ctx;
+	PyGILState_STATE g;
+
+	if (x->priv)
+		munmap(x->priv, x->priv_len);
+	g = PyGILState_Ensure();
+	Py_XDECREF(x->keep);
+	PyMem_RawFree(x->heap);
+	PyGILState_Release(g);
+	PyMem_RawFree(x);
+}
+
+static void dl_capsule_free(PyObject *cap)
+{
+	/* a consumer renames the capsule "used_dltensor" and owns it */
+	if (PyCapsule_IsValid(cap, "dltensor")) {
+		DLManagedTensor *mt = PyCapsule_GetPointer(cap, "dltensor");
+
+		mt->deleter(mt);
+	}
+}
+
+/*
+ * Where DLPack's data lives: writable owners export their own pages; a
+ * read-only lease exports a MAP_PRIVATE (copy-on-write) mapping of the
+ * same file range: reads share the page-cache pages (no copy), a write
+ * by the consumer (torch tensors are writable) faults in a private page
+ * that no other process ever sees, instead of crashing on PROT_READ.
+ */
+static int dl_place(OwnerObject *o, PyArrayObject *a, struct dl_ctx *x)
+{
+	char *p = PyArray_DATA(a);
+	uint64_t off;
+	int fd, rc;
+
+	if (o->writable || PyArray_NBYTES(a) == 0) {
+		x->mt.dl_tensor.data = p;
+		return 0;
+	}
+	if (o->kind == OWNER_VIEW) {
+		PyErr_SetString(PyExc_BufferError, "a ring subscriber's view "
+				"has no file to map copy-on-write: get() the "
+				"ring's name for a DLPack export");
+		return -1;
+	}
+	if (!o->t) {
+		PyErr_SetString(PyExc_BufferError,
+				"the lease was released: no DLPack export");
+		return -1;
+	}
+	if (o->heap) {
+		x->heap = PyMem_RawMalloc(o->size);
+		if (!x->heap) {
+			PyErr_NoMemory();
+			return -1;
+		}
+		memcpy(x->heap, o->heap, o->size);
+		x->mt.dl_tensor.data = (char *)x->heap + (p - o->data);
+		return 0;
+	}
+	fd = td_tensor_plane_fd(o->t, 0);
+	rc = file_offset_of(o->map, &off);
+	if (rc < 0) {
+		errno = -rc;
+		PyErr_SetFromErrno(PyExc_OSError);
+		return -1;
+	}
+	x->priv = mmap(NULL, o->map_len, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE, fd, (off_t)off);
+	if (x->priv == MAP_FAILED) {
+		x->priv = NULL;
+		PyErr_SetFromErrno(PyExc_OSError);
+		return -1;
+	}
+	x->priv_len = o->map_len;
+	x->mt.dl_tensor.data = (char *)x->priv + (p - (char *)o->map);
+	return 0;
+}
+
+static PyObject *array_dlpack(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"stream", NULL};
+	PyArrayObject *a = (PyArrayObject *)self;
+	PyArray_Descr *d = PyArray_DESCR(a);
+	PyObject *stream = Py_None, *cap;
+	OwnerObject *o;
+	struct dl_ctx *x;
+	int nd = PyArray_NDIM(a);
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &stream))
+		return NULL;
+	if (stream != Py_None) {
+		PyErr_SetString(PyExc_BufferError,
+				"stream must be None for CPU memory");
+		return NULL;
+	}
+	o = tdpy_owner_of(self);
+	if (!o)
+		return NULL;
+	if (!PyArray_ISNBO(d->byteorder) ||
+	    (d->kind != 'u' && d->kind != 'i' && d->kind != 'f')) {
+		PyErr_Format(PyExc_BufferError, "dtype %s has no DLPack code",
+			     td_tensor_dtype_name(o->dtype) ?
+			     td_tensor_dtype_name(o->dtype) : "?");
+		return NULL;
+	}
+	x = PyMem_RawCalloc(1, sizeof(*x));
+	if (!x)
+		return PyErr_NoMemory();
+	for (int i = 0; i < nd; i++) {
+		npy_intp s = PyArray_STRIDES(a)[i];
+
+		if (s % d->elsize) {
+			PyErr_SetString(PyExc_BufferError, "a stride is not a "
+					"whole number of elements");
+			goto fail;
+		}
+		x->shape[i] = PyArray_DIMS(a)[i];
+		x->strides[i] = s / d->elsize;
+	}
+	if (dl_place(o, a, x) < 0)
+		goto fail;
+	Py_INCREF(self);
+	x->keep = self;
+	x->mt.dl_tensor.device.device_type = TDPY_DL_CPU;
+	x->mt.dl_tensor.ndim = nd;
+	x->mt.dl_tensor.dtype.code = d->kind == 'u' ? TDPY_DL_UINT :
+				     d->kind == 'i' ? TDPY_DL_INT :
+						      TDPY_DL_FLOAT;
+	x->mt.dl_tensor.dtype.bits = (uint8_t)(d->elsize * 8);
+	x->mt.dl_tensor.dtype.lanes = 1;
+	x->mt.dl_tensor.shape = x->shape;
+	x->mt.dl_tensor.strides = x->strides;
+	x->mt.manager_ctx = x;
+	x->mt.deleter = dl_deleter;
+	cap = PyCapsule_New(&x->mt, "dltensor", dl_capsule_free);
+	if (!cap)
+		dl_deleter(&x->mt);
+	return cap;
+fail:
+	PyMem_RawFree(x);
+	return NULL;
+}
+
+static PyObject *array_dlpack_device(PyObject *self, PyObject *unused)
+{
+	return Py_BuildValue("(ii)", TDPY_DL_CPU, 0);
+}
+
+/* ---- tensord.Array ---- */
+
+static PyObject *array_owner_attr(PyObject *self, void *name)
+{
+	OwnerObject *o = tdpy_owner_of(self);
+
+	if (!o)
+		return NULL;
+	return PyObject_GetAttrString((PyObject *)o, name);
+}
+
+static PyObject *array_lease(PyObject *self, void *unused)
+{
+	OwnerObject *o = tdpy_owner_of(self);
+
+	Py_XINCREF(o);
+	return (PyObject *)o;
+}
+
+static PyObject *array_release(PyObject *self, PyObject *unused)
+{
+	OwnerObject *o = tdpy_owner_of(self);
+
+	return o ? owner_do_release(o) : NULL;
+}
+
+static PyObject *array_exit(PyObject *self, PyObject *args)
+{
+	PyObject *r = array_release(self, NULL);
+
+	if (!r)
+		return NULL;
+	Py_DECREF(r);
+	Py_RETURN_FALSE;
+}
+
+/* Results of ufuncs and reductions own new memory: plain ndarrays. */
+static PyObject *array_wrap(PyObject *self, PyObject *args)
+{
+	PyObject *arr, *ctx = NULL;
+
+	if (!PyArg_ParseTuple(args, "O!|O", &PyArray_Type, &arr, &ctx))
+		return NULL;
+	if (Py_TYPE(arr) == &tdpy_array_type &&
+	    !PyArray_BASE((PyArrayObject *)arr))
+		return PyArray_View((PyArrayObject *)arr, NULL,
+				    &PyArray_Type);
+	Py_INCREF(arr);
+	return arr;
+}
+
+static PyMethodDef array_methods[] = {
+	{"__dlpack__", (PyCFunction)(void (*)(void))array_dlpack,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "DLPack 0.x capsule sharing the pages (copy-on-write for a "
+	 "read-only lease)."},
+	{"__dlpack_device__", array_dlpack_device, METH_NOARGS,
+	 "(kDLCPU, 0)"},
+	{"release", array_release, METH_NOARGS,
+	 "End the lease now (also ends it for every other view)."},
+	{"__enter__", tdpy_enter, METH_NOARGS, NULL},
+	{"__exit__", array_exit, METH_VARARGS, NULL},
+	{"__array_wrap__", array_wrap, METH_VARARGS, NULL},
+	{NULL},
+};
+
+static PyGetSetDef array_getset[] = {
+	{"version", array_owner_attr, NULL, "version of the tensor",
+	 "version"},
+	{"metadata", array_owner_attr, NULL, "user metadata bytes",
+	 "metadata"},
+	{"dtype_name", array_owner_attr, NULL, "tensord dtype name",
+	 "dtype_name"},
+	{"name", array_owner_attr, NULL, "tensor or ring name", "name"},
+	{"lease", array_lease, NULL, "the tensord.Lease behind this view",
+	 NULL},
+	{NULL},
+};
+
+PyTypeObject tdpy_array_type = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "tensord.Array",
+	.tp_doc = "A numpy array over tensord's pages: .version, .metadata, "
+		  ".release(), DLPack export.",
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+	.tp_methods = array_methods,
+	.tp_getset = array_getset,
+};
+
+int tdpy_array_init(PyObject *m)
+{
+	tdpy_array_type.tp_base = &PyArray_Type;
+	tdpy_array_type.tp_basicsize = PyArray_Type.tp_basicsize;
+	if (PyType_Ready(&tdpy_owner_type) < 0 ||
+	    PyType_Ready(&tdpy_array_type) < 0)
+		return -1;
+	Py_INCREF(&tdpy_owner_type);
+	Py_INCREF(&tdpy_array_type);
+	if (PyModule_AddObject(m, "Lease", (PyObject *)&tdpy_owner_type) < 0 ||
+	    PyModule_AddObject(m, "Array", (PyObject *)&tdpy_array_type) < 0)
+		return -1;
+	return 0;
+}

@@ -1,0 +1,1356 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The tensord Python module: errors, Client, Watch, events and entries.
+ * Owns no protocol logic: everything goes through libtensord's public
+ * API. Every call that may wait on the daemon releases the GIL.
+ */
+#define TDPY_MODULE_C
+#include "tdpy.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+PyObject *tdpy_error;
+static PyObject *not_found, *permission_denied, *quota_exceeded, *timeout;
+static PyTypeObject event_type, entry_type;
+
+/* ---- errors and arguments ---- */
+
+PyObject *tdpy_raise(int rc, const struct td_error *e, const char *what)
+{
+	int code = rc < 0 ? -rc : rc;
+	const char *reason = e && e->reason[0] ? e->reason : strerror(code);
+	PyObject *cls = tdpy_error, *exc, *r, *msg;
+
+	switch (code) {
+	case ENOENT:
+		cls = not_found;
+		break;
+	case EPERM:
+	case EACCES:
+		cls = permission_denied;
+		break;
+	case EDQUOT:
+	case ENOSPC:
+		cls = quota_exceeded;
+		break;
+	case ETIMEDOUT:
+		cls = timeout;
+		break;
+	}
+	r = PyUnicode_DecodeUTF8(reason, (Py_ssize_t)strlen(reason),
+				 "replace");
+	if (!r)
+		return NULL;
+	msg = PyUnicode_FromFormat("%s: %U [%s]", what, r,
+				   strerrorname_np(code) ?
+				   strerrorname_np(code) : "?");
+	exc = msg ? PyObject_CallFunctionObjArgs(cls, msg, NULL) : NULL;
+	Py_XDECREF(msg);
+	if (exc) {
+		PyObject *no = PyLong_FromLong(code);
+
+		PyObject_SetAttrString(exc, "errno", no);
+		PyObject_SetAttrString(exc, "reason", r);
+		Py_XDECREF(no);
+		PyErr_SetObject(cls, exc);
+		Py_DECREF(exc);
+	}
+	Py_DECREF(r);
+	return NULL;
+}
+
+int tdpy_conv_name(PyObject *o, void *out)
+{
+	Py_ssize_t len;
+	const char *s;
+
+	if (!PyUnicode_Check(o)) {
+		PyErr_Format(PyExc_TypeError, "name must be str, not %.100s",
+			     Py_TYPE(o)->tp_name);
+		return 0;
+	}
+	s = PyUnicode_AsUTF8AndSize(o, &len);
+	if (!s)
+		return 0;
+	if ((size_t)len != strlen(s) || len > TD_NAME_MAX) {
+		PyErr_Format(PyExc_ValueError, "name must be 1..%d bytes "
+			     "without NUL", TD_NAME_MAX);
+		return 0;
+	}
+	*(const char **)out = s;
+	return 1;
+}
+
+int tdpy_conv_timeout(PyObject *o, void *out)
+{
+	double s;
+
+	if (o == Py_None) {
+		*(int *)out = -1;
+		return 1;
+	}
+	if (PyBool_Check(o) || !PyNumber_Check(o)) {
+		PyErr_Format(PyExc_TypeError, "timeout must be seconds or "
+			     "None, not %.100s", Py_TYPE(o)->tp_name);
+		return 0;
+	}
+	s = PyFloat_AsDouble(o);
+	if (s == -1.0 && PyErr_Occurred())
+		return 0;
+	if (isnan(s) || s < 0) {
+		PyErr_SetString(PyExc_ValueError, "timeout must be >= 0");
+		return 0;
+	}
+	*(int *)out = s * 1000 >= INT_MAX ? -1 : (int)ceil(s * 1000);
+	return 1;
+}
+
+/* Metadata: None, bytes-like or str (UTF-8), into a held Py_buffer. */
+static int meta_get(PyObject *o, Py_buffer *b)
+{
+	memset(b, 0, sizeof(*b));
+	if (!o || o == Py_None)
+		return 0;
+	if (PyUnicode_Check(o)) {
+		Py_ssize_t n;
+		const char *s = PyUnicode_AsUTF8AndSize(o, &n);
+
+		return s ? PyBuffer_FillInfo(b, o, (void *)s, n, 1,
+					     PyBUF_SIMPLE)
+			 : -1;
+	}
+	if (PyObject_GetBuffer(o, b, PyBUF_SIMPLE) < 0) {
+		PyErr_Format(PyExc_TypeError, "metadata must be bytes-like, "
+			     "str or None, not %.100s", Py_TYPE(o)->tp_name);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- Client ---- */
+
+struct td_client *tdpy_client_enter(ClientObject *self)
+{
+	if (!self->c) {
+		PyErr_SetString(PyExc_ValueError, "the client is closed");
+		return NULL;
+	}
+	self->busy++;
+	return self->c;
+}
+
+static void client_really_close(ClientObject *self)
+{
+	struct td_client *h = self->handle;
+
+	self->handle = NULL;
+	if (self->epfd >= 0)
+		close(self->epfd);
+	if (self->evfd >= 0)
+		close(self->evfd);
+	self->epfd = self->evfd = -1;
+	Py_BEGIN_ALLOW_THREADS
+	td_client_close(h);
+	Py_END_ALLOW_THREADS
+}
+
+void tdpy_client_leave(ClientObject *self)
+{
+	/* close() while a call waited: the last call out closes */
+	if (--self->busy == 0 && !self->c && self->handle)
+		client_really_close(self);
+}
+
+void tdpy_client_wake(ClientObject *self)
+{
+	uint64_t one = 1;
+
+	if (self->evfd >= 0 && write(self->evfd, &one, sizeof(one)) < 0) {
+		/* the counter is saturated: it is readable anyway */
+	}
+}
+
+static PyObject *event_new(const struct td_event *ev)
+{
+	PyObject *e = PyStructSequence_New(&event_type);
+
+	if (!e)
+		return NULL;
+	PyStructSequence_SET_ITEM(e, 0, PyUnicode_FromString(
+		ev->type == TD_EVENT_TYPE_PUBLISHED ? "published" :
+		ev->type == TD_EVENT_TYPE_DELETED ? "deleted" : "unknown"));
+	PyStructSequence_SET_ITEM(e, 1, PyUnicode_DecodeUTF8(ev->name,
+		(Py_ssize_t)strlen(ev->name), "replace"));
+	PyStructSequence_SET_ITEM(e, 2,
+				  PyLong_FromUnsignedLongLong(ev->version));
+	PyStructSequence_SET_ITEM(e, 3,
+				  PyLong_FromUnsignedLongLong(ev->watch_id));
+	for (int i = 0; i < 4; i++)
+		if (!PyStructSequence_GET_ITEM(e, i)) {
+			Py_DECREF(e);
+			return NULL;
+		}
+	return e;
+}
+
+/*
+ * Events libtensord queued while another call waited leave the socket
+ * unreadable: move them to self->pending and wake fileno() so an event
+ * loop never sleeps on them. Errors are left for the next poll().
+ */
+void tdpy_client_drain(ClientObject *self)
+{
+	struct td_client *c = self->c;
+	bool got = false;
+
+	if (!c || !self->watch_count || self->busy)
+		return;
+	for (;;) {
+		struct td_event ev;
+		PyObject *e;
+
+		if (td_client_next_event(c, 0, &ev, NULL) < 0)
+			break;
+		e = event_new(&ev);
+		if (!e || PyList_Append(self->pending, e) < 0) {
+			Py_XDECREF(e);
+			PyErr_Clear();
+			break;
+		}
+		Py_DECREF(e);
+		got = true;
+	}
+	if (got || PyList_GET_SIZE(self->pending))
+		tdpy_client_wake(self);
+}
+
+static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"socket", NULL};
+	PyObject *path = NULL;
+	struct td_error e = {0};
+	struct epoll_event ee = {.events = EPOLLIN};
+	const char *p = NULL;
+	int rc, sock;
+
+	if (self->handle) {
+		PyErr_SetString(PyExc_RuntimeError, "already connected");
+		return -1;
+	}
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&", kwlist,
+					 PyUnicode_FSConverter, &path))
+		return -1;
+	if (path)
+		p = PyBytes_AS_STRING(path);
+	Py_BEGIN_ALLOW_THREADS
+	rc = td_client_connect(p, &self->handle, &e);
+	Py_END_ALLOW_THREADS
+	Py_XDECREF(path);
+	if (rc < 0) {
+		tdpy_raise(rc, &e, "connect");
+		return -1;
+	}
+	self->c = self->handle;
+	self->pending = PyList_New(0);
+	self->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	self->epfd = epoll_create1(EPOLL_CLOEXEC);
+	sock = td_client_fd(self->c);
+	if (!self->pending || self->evfd < 0 || self->epfd < 0 || sock < 0 ||
+	    epoll_ctl(self->epfd, EPOLL_CTL_ADD, sock, &ee) < 0 ||
+	    epoll_ctl(self->epfd, EPOLL_CTL_ADD, self->evfd, &ee) < 0) {
+		if (!PyErr_Occurred())
+			PyErr_SetFromErrno(PyExc_OSError);
+		self->c = NULL;
+		client_really_close(self);
+		return -1;
+	}
+	return 0;
+}
+
+static PyObject *client_new(PyTypeObject *t, PyObject *args, PyObject *kw)
+{
+	ClientObject *self = (ClientObject *)t->tp_alloc(t, 0);
+
+	if (self)
+		self->epfd = self->evfd = -1;
+	return (PyObject *)self;
+}
+
+static PyObject *client_close(ClientObject *self, PyObject *unused)
+{
+	self->c = NULL;
+	if (!self->busy && self->handle)
+		client_really_close(self);
+	Py_RETURN_NONE;
+}
+
+static void client_dealloc(ClientObject *self)
+{
+	self->c = NULL;
+	if (self->handle)
+		client_really_close(self);
+	Py_XDECREF(self->pending);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *client_enter_m(ClientObject *self, PyObject *unused)
+{
+	if (!self->c) {
+		PyErr_SetString(PyExc_ValueError, "the client is closed");
+		return NULL;
+	}
+	return tdpy_enter((PyObject *)self, NULL);
+}
+
+PyObject *tdpy_enter(PyObject *self, PyObject *unused)
+{
+	Py_INCREF(self);
+	return self;
+}
+
+PyObject *tdpy_exit_close(PyObject *self, PyObject *args)
+{
+	PyObject *r = PyObject_CallMethod(self, "close", NULL);
+
+	if (!r)
+		return NULL;
+	Py_DECREF(r);
+	Py_RETURN_FALSE;
+}
+
+static PyObject *client_closed(ClientObject *self, void *unused)
+{
+	return PyBool_FromLong(!self->c);
+}
+
+static PyObject *client_info(ClientObject *self, PyObject *unused)
+{
+	struct td_client_info i;
+
+	if (!self->c) {
+		PyErr_SetString(PyExc_ValueError, "the client is closed");
+		return NULL;
+	}
+	td_client_info(self->c, &i);
+	return Py_BuildValue("{s:I,s:s,s:s,s:K,s:s}", "daemon_pid",
+			     i.daemon_pid, "path_in",
+			     i.path_in == TD_CLIENT_PATH_PIDFD ? "pidfd" : "scm",
+			     "path_out",
+			     i.path_out == TD_CLIENT_PATH_PIDFD ? "pidfd" :
+								  "scm",
+			     "max_bytes", (unsigned long long)i.max_bytes,
+			     "ident", i.ident);
+}
+
+/* Fill the shape/strides of p from an owner-like layout. */
+struct layout {
+	uint64_t shape[TDPY_MAX_DIMS];
+	int64_t strides[TDPY_MAX_DIMS];
+};
+
+static void layout_fill(struct layout *l, struct td_publish *p, int ndim,
+			const npy_intp *shape, const npy_intp *strides)
+{
+	for (int i = 0; i < ndim; i++) {
+		l->shape[i] = (uint64_t)shape[i];
+		if (strides)
+			l->strides[i] = strides[i];
+	}
+	p->ndim = (uint32_t)ndim;
+	p->shape = l->shape;
+	p->strides = strides ? l->strides : NULL;
+}
+
+static bool array_like(PyObject *o)
+{
+	return PyArray_Check(o) || PyObject_CheckBuffer(o) ||
+	       PyObject_HasAttrString(o, "__array_interface__") ||
+	       PyObject_HasAttrString(o, "__array_struct__") ||
+	       PyObject_HasAttrString(o, "__array__");
+}
+
+/* put(name, array, metadata=None, pin=False): copy into a loan, publish. */
+static PyObject *client_put(ClientObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"name", "array", "metadata", "pin", NULL};
+	const char *name;
+	PyObject *obj, *meta = NULL, *src = NULL, *dst;
+	PyArray_Descr *d;
+	struct td_publish p = {0};
+	struct td_error e = {0};
+	struct td_alloc *a = NULL;
+	struct td_client *c;
+	struct layout l;
+	Py_buffer mb;
+	uint64_t size, version = 0;
+	int pin = 0, code, rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O|Op", kwlist,
+					 tdpy_conv_name, &name, &obj, &meta,
+					 &pin))
+		return NULL;
+	if (!array_like(obj))
+		return PyErr_Format(PyExc_TypeError, "put() needs an array "
+				    "(numpy, buffer protocol or "
+				    "__array_interface__), not %.100s",
+				    Py_TYPE(obj)->tp_name);
+	src = PyArray_FromAny(obj, NULL, 0, 0, 0, NULL);
+	if (!src)
+		return NULL;
+	if (PyArray_NDIM((PyArrayObject *)src) > TDPY_MAX_DIMS) {
+		PyErr_Format(PyExc_ValueError, "at most %d dimensions",
+			     TDPY_MAX_DIMS);
+		goto fail;
+	}
+	code = tdpy_dtype_of(PyArray_DESCR((PyArrayObject *)src));
+	if (code < 0)
+		goto fail;
+	size = (uint64_t)PyArray_NBYTES((PyArrayObject *)src);
+	if (meta_get(meta, &mb) < 0)
+		goto fail;
+	c = tdpy_client_enter(self);
+	if (!c) {
+		PyBuffer_Release(&mb);
+		goto fail;
+	}
+	TDPY_CALL(self, rc, td_client_alloc(c, 1, &size, &a, &e));
+	if (rc < 0) {
+		PyBuffer_Release(&mb);
+		tdpy_raise(rc, &e, "put: alloc");
+		goto fail;
+	}
+	/* one copy, C order, native byte order, into the loan's pages */
+	d = tdpy_descr_of((uint32_t)code);
+	dst = d ? PyArray_NewFromDescr(&PyArray_Type, d,
+				       PyArray_NDIM((PyArrayObject *)src),
+				       PyArray_DIMS((PyArrayObject *)src),
+				       NULL,
+				       size ? td_alloc_data(a, 0) : &p,
+				       NPY_ARRAY_CARRAY, NULL)
+		: NULL;
+	if (!dst || PyArray_CopyInto((PyArrayObject *)dst,
+				     (PyArrayObject *)src) < 0) {
+		Py_XDECREF(dst);
+		td_alloc_free(a);
+		PyBuffer_Release(&mb);
+		goto fail;
+	}
+	Py_DECREF(dst);
+	p.name = name;
+	p.dtype = (uint32_t)code;
+	p.flags = pin ? TD_PUBLISH_PIN : 0;
+	p.meta = mb.buf;
+	p.meta_len = (size_t)mb.len;
+	layout_fill(&l, &p, PyArray_NDIM((PyArrayObject *)src),
+		    PyArray_DIMS((PyArrayObject *)src), NULL);
+	c = tdpy_client_enter(self);
+	if (!c) {
+		td_alloc_free(a);
+		PyBuffer_Release(&mb);
+		goto fail;
+	}
+	TDPY_CALL(self, rc, td_client_publish_alloc(c, a, &p, &version, &e));
+	PyBuffer_Release(&mb);
+	Py_DECREF(src);
+	if (rc < 0)
+		return tdpy_raise(rc, &e, "put");
+	return PyLong_FromUnsignedLongLong(version);
+fail:
+	Py_XDECREF(src);
+	return NULL;
+}
+
+/*
+ * An image format (format="rgb8") publishes a row pitch as the plane's
+ * stride, the way cameras describe it, instead of blob strides: then
+ * every stride but the first must be dense.
+ */
+static int loan_format(OwnerObject *o, PyObject *format, npy_intp isz)
+{
+	npy_intp dense[TDPY_MAX_DIMS];
+	uint64_t bytes;
+
+	if (!PyUnicode_Check(format)) {
+		PyErr_SetString(PyExc_TypeError, "format must be a str");
+		return -1;
+	}
+	if (o->ndim < 2) {
+		PyErr_SetString(PyExc_ValueError,
+				"an image format needs 2 or more dimensions");
+		return -1;
+	}
+	if (o->explicit_strides) {
+		tdpy_dense(o->ndim, o->shape, isz, dense, &bytes);
+		if (memcmp(dense + 1, o->strides + 1,
+			   sizeof(npy_intp) * (o->ndim - 1))) {
+			PyErr_SetString(PyExc_ValueError, "with a format only "
+					"the first stride (the row pitch) may "
+					"be padded");
+			return -1;
+		}
+		o->row_pitch = (uint64_t)o->strides[0];
+		o->explicit_strides = false;
+	}
+	Py_INCREF(format);
+	o->format = format;
+	return 0;
+}
+
+/*
+ * alloc(name, shape, dtype, strides=None, format=None): a writable Array
+ * over a loan.
+ */
+static PyObject *client_alloc(ClientObject *self, PyObject *args,
+			      PyObject *kw)
+{
+	static char *kwlist[] = {"name", "shape", "dtype", "strides", "format",
+				 NULL};
+	PyObject *shape_o, *strides_o = Py_None, *format = Py_None;
+	struct td_error e = {0};
+	struct td_client *c;
+	OwnerObject *o;
+	const char *n;
+	uint32_t dtype;
+	uint64_t size;
+	npy_intp isz;
+	int rc, fd, nst;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO&|OO", kwlist,
+					 tdpy_conv_name, &n, &shape_o,
+					 tdpy_conv_dtype, &dtype, &strides_o,
+					 &format))
+		return NULL;
+	o = tdpy_owner_new(OWNER_LOAN, (PyObject *)self);
+	if (!o)
+		return NULL;
+	o->dtype = dtype;
+	o->writable = true;
+	o->name = PyUnicode_FromString(n);
+	isz = td_tensor_dtype_size(dtype);
+	if (!o->name || tdpy_shape_parse(shape_o, o->shape, &o->ndim) < 0)
+		goto fail;
+	if (strides_o == Py_None) {
+		if (tdpy_dense(o->ndim, o->shape, isz, o->strides, &size) < 0) {
+			PyErr_SetString(PyExc_ValueError, "tensor too big");
+			goto fail;
+		}
+	} else {
+		if (tdpy_shape_parse(strides_o, o->strides, &nst) < 0)
+			goto fail;
+		if (nst != o->ndim) {
+			PyErr_SetString(PyExc_ValueError,
+					"strides and shape differ in length");
+			goto fail;
+		}
+		if (tdpy_span(o->ndim, o->shape, o->strides, isz, &size) < 0)
+			goto fail;
+		o->explicit_strides = true;
+	}
+	if (format != Py_None && loan_format(o, format, isz) < 0)
+		goto fail;
+	c = tdpy_client_enter(self);
+	if (!c)
+		goto fail;
+	TDPY_CALL(self, rc, td_client_alloc(c, 1, &size, &o->a, &e));
+	if (rc < 0) {
+		tdpy_raise(rc, &e, "alloc");
+		goto fail;
+	}
+	/* our own shared mapping: libtensord unmaps its own at publish,
+	 * while views of this one must stay valid after (publish turns it
+	 * copy-on-write, see client_publish) */
+	o->size = size;
+	if (size) {
+		fd = td_alloc_fd(o->a, 0);
+		o->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED,
+			      fd, 0);
+		if (o->map == MAP_FAILED) {
+			o->map = NULL;
+			PyErr_SetFromErrno(PyExc_OSError);
+			goto fail;
+		}
+		o->map_len = size;
+		o->data = o->map;
+	}
+	return tdpy_owner_array(o);
+fail:
+	Py_DECREF(o);
+	return NULL;
+}
+
+/* publish(array, metadata=None, pin=False): publish an alloc()'s loan. */
+static PyObject *client_publish(ClientObject *self, PyObject *args,
+				PyObject *kw)
+{
+	static char *kwlist[] = {"array", "metadata", "pin", NULL};
+	PyObject *arr, *meta = NULL;
+	struct td_plane plane = {0};
+	struct td_publish p = {0};
+	struct td_error e = {0};
+	struct td_client *c;
+	struct td_alloc *a;
+	struct layout l;
+	OwnerObject *o;
+	Py_buffer mb;
+	uint64_t version = 0;
+	int pin = 0, rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Op", kwlist, &arr,
+					 &meta, &pin))
+		return NULL;
+	o = tdpy_owner_of(arr);
+	if (!o)
+		return NULL;
+	if (o->kind != OWNER_LOAN || o->parent != (PyObject *)self) {
+		PyErr_SetString(PyExc_ValueError, "publish() takes an array "
+				"from this client's alloc()");
+		return NULL;
+	}
+	if (!o->a) {
+		PyErr_SetString(PyExc_ValueError,
+				"this loan was already published or released");
+		return NULL;
+	}
+	if (meta_get(meta, &mb) < 0)
+		return NULL;
+	c = tdpy_client_enter(self);
+	if (!c) {
+		PyBuffer_Release(&mb);
+		return NULL;
+	}
+	/* The daemon write-seals the buffer, which needs every writable
+	 * shared mapping gone. Views of ours must not fault afterwards:
+	 * swap our mapping in place for a private (copy-on-write) one of
+	 * the same pages. A later write lands in a private page. */
+	if (o->map && mmap(o->map, o->map_len, PROT_READ | PROT_WRITE,
+			   MAP_FIXED | MAP_PRIVATE, td_alloc_fd(o->a, 0),
+			   0) == MAP_FAILED) {
+		PyErr_SetFromErrno(PyExc_OSError);
+		tdpy_client_leave(self);
+		PyBuffer_Release(&mb);
+		return NULL;
+	}
+	p.name = PyUnicode_AsUTF8(o->name);
+	p.dtype = o->dtype;
+	p.flags = pin ? TD_PUBLISH_PIN : 0;
+	p.meta = mb.buf;
+	p.meta_len = (size_t)mb.len;
+	layout_fill(&l, &p, o->ndim, o->shape,
+		    o->explicit_strides ? o->strides : NULL);
+	if (o->format)
+		p.format = PyUnicode_AsUTF8(o->format);
+	if (o->row_pitch) {
+		plane.stride = o->row_pitch;
+		plane.size = o->size;
+		p.plane_count = 1;
+		p.planes = &plane;
+	}
+	a = o->a;
+	o->a = NULL; /* consumed on success and on failure */
+	TDPY_CALL(self, rc, td_client_publish_alloc(c, a, &p, &version, &e));
+	if (rc >= 0 && mb.len)
+		o->metadata = PyBytes_FromStringAndSize(mb.buf, mb.len);
+	PyBuffer_Release(&mb);
+	if (rc < 0)
+		return tdpy_raise(rc, &e, "publish");
+	o->version = version;
+	return PyLong_FromUnsignedLongLong(version);
+}
+
+/* A read-only Array over a tensor got from the daemon (t is consumed). */
+static PyObject *lease_array(ClientObject *self, struct td_tensor *t,
+			     const char *name)
+{
+	OwnerObject *o = tdpy_owner_new(OWNER_LEASE, (PyObject *)self);
+	const uint64_t *shape = td_tensor_shape(t);
+	const int64_t *st;
+	const void *data, *meta;
+	uint32_t nst = 0;
+	uint64_t span;
+	npy_intp isz;
+	size_t mlen;
+	int rc;
+
+	if (!o) {
+		td_tensor_release(t);
+		return NULL;
+	}
+	o->t = t;
+	o->version = td_tensor_version(t);
+	o->dtype = td_tensor_dtype(t);
+	o->ndim = (int)td_tensor_ndim(t);
+	o->name = PyUnicode_FromString(name);
+	meta = td_tensor_meta(t, &mlen);
+	o->metadata = PyBytes_FromStringAndSize(meta, (Py_ssize_t)mlen);
+	if (!o->name || !o->metadata)
+		goto fail;
+	isz = td_tensor_dtype_size(o->dtype);
+	if (!isz) {
+		tdpy_raise(-EPROTO, NULL, "get: unknown dtype");
+		goto fail;
+	}
+	if (td_tensor_plane_count(t) != 1) {
+		struct td_error e = {.code = -ENOTSUP};
+
+		snprintf(e.reason, sizeof(e.reason), "a tensor of %u planes "
+			 "(an image format) is not one array; the binding "
+			 "maps single-plane tensors",
+			 td_tensor_plane_count(t));
+		tdpy_raise(-ENOTSUP, &e, "get");
+		goto fail;
+	}
+	if (o->ndim > TDPY_MAX_DIMS) {
+		tdpy_raise(-EPROTO, NULL, "get: too many dimensions");
+		goto fail;
+	}
+	for (int i = 0; i < o->ndim; i++) {
+		if (shape[i] > (uint64_t)NPY_MAX_INTP) {
+			tdpy_raise(-EOVERFLOW, NULL, "get: dimension");
+			goto fail;
+		}
+		o->shape[i] = (npy_intp)shape[i];
+	}
+	/* an image (a format) is packed rows at the plane's stride, its
+	 * blob strides unused (the blob spec's plane_need); otherwise the
+	 * blob's strides, or dense C order when it has none */
+	st = td_tensor_strides(t, &nst);
+	if (tdpy_dense(o->ndim, o->shape, isz, o->strides, &span) < 0) {
+		tdpy_raise(-EOVERFLOW, NULL, "get: tensor size");
+		goto fail;
+	}
+	if (td_tensor_string(t, TD_TENSOR_FORMAT)[0]) {
+		if (td_tensor_plane_stride(t, 0) && o->ndim >= 1)
+			o->strides[0] = (npy_intp)td_tensor_plane_stride(t, 0);
+	} else if (st) {
+		for (int i = 0; i < o->ndim; i++)
+			o->strides[i] = (npy_intp)st[i];
+	}
+	o->size = td_tensor_plane_size(t, 0);
+	if (tdpy_span(o->ndim, o->shape, o->strides, isz, &span) < 0)
+		goto fail;
+	if (span > o->size) {
+		tdpy_raise(-EPROTO, NULL, "get: layout larger than its plane");
+		goto fail;
+	}
+	data = td_tensor_plane_data(t, 0);
+	if (o->size && td_tensor_plane_fd(t, 0) < 0) {
+		/* an inline plane: libtensord already holds a copy */
+		o->heap = PyMem_Malloc(o->size);
+		if (!o->heap) {
+			PyErr_NoMemory();
+			goto fail;
+		}
+		memcpy(o->heap, data, o->size);
+		o->data = o->heap;
+	} else if (o->size) {
+		rc = tdpy_map_dup(data, o->size, td_tensor_plane_fd(t, 0),
+				  &o->map, &o->map_len);
+		if (rc < 0) {
+			tdpy_raise(rc, NULL, "get: map");
+			goto fail;
+		}
+		o->data = (char *)o->map +
+			  ((uintptr_t)data & ((uintptr_t)sysconf(
+						      _SC_PAGESIZE) - 1));
+	}
+	return tdpy_owner_array(o);
+fail:
+	Py_DECREF(o);
+	return NULL;
+}
+
+/* get(name, timeout=s): the latest version, waiting up to s for one. */
+static int get_appearing(struct td_client *c, const char *name, int ms,
+			 struct td_tensor **t, struct td_error *e)
+{
+	int rc = td_client_get(c, name, t, e);
+
+	if (rc == -ENOENT && ms != 0)
+		rc = td_client_get_newer(c, name, 0, ms, t, e);
+	return rc;
+}
+
+static PyObject *client_get(ClientObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"name", "version", "newer_than", "timeout",
+				 NULL};
+	PyObject *ver = Py_None, *newer = Py_None, *to = Py_None;
+	struct td_error e = {0};
+	struct td_tensor *t = NULL;
+	struct td_client *c;
+	unsigned long long v = 0;
+	const char *name;
+	int ms = -1, rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|OOO", kwlist,
+					 tdpy_conv_name, &name, &ver, &newer,
+					 &to))
+		return NULL;
+	if (ver != Py_None && newer != Py_None) {
+		PyErr_SetString(PyExc_TypeError,
+				"give version or newer_than, not both");
+		return NULL;
+	}
+	if (!tdpy_conv_timeout(to, &ms))
+		return NULL;
+	if (ver != Py_None || newer != Py_None) {
+		PyObject *x = ver != Py_None ? ver : newer;
+
+		if (!PyLong_Check(x))
+			return PyErr_Format(PyExc_TypeError, "a version is "
+					    "an int, not %.100s",
+					    Py_TYPE(x)->tp_name);
+		v = PyLong_AsUnsignedLongLong(x);
+		if (PyErr_Occurred())
+			return NULL;
+	}
+	c = tdpy_client_enter(self);
+	if (!c)
+		return NULL;
+	if (ver != Py_None)
+		TDPY_CALL(self, rc, td_client_get_version(c, name, v, &t, &e));
+	else if (newer != Py_None)
+		TDPY_CALL(self, rc, td_client_get_newer(c, name, v, ms, &t, &e));
+	else if (to == Py_None)
+		TDPY_CALL(self, rc, td_client_get(c, name, &t, &e));
+	else
+		TDPY_CALL(self, rc, get_appearing(c, name, ms, &t, &e));
+	if (rc < 0)
+		return tdpy_raise(rc, &e, "get");
+	return lease_array(self, t, name);
+}
+
+static PyObject *entry_new(const struct td_entry *en)
+{
+	PyObject *r = PyStructSequence_New(&entry_type), *shape;
+	const char *dn = td_tensor_dtype_name(en->dtype);
+	uint32_t nd = en->ndim < TD_ENTRY_MAX_DIMS ? en->ndim :
+						     TD_ENTRY_MAX_DIMS;
+
+	if (!r)
+		return NULL;
+	shape = PyTuple_New(nd);
+	if (!shape) {
+		Py_DECREF(r);
+		return NULL;
+	}
+	for (uint32_t i = 0; i < nd; i++)
+		PyTuple_SET_ITEM(shape, i,
+				 PyLong_FromUnsignedLongLong(en->shape[i]));
+	PyStructSequence_SET_ITEM(r, 0, PyUnicode_DecodeUTF8(en->name,
+		(Py_ssize_t)strlen(en->name), "replace"));
+	PyStructSequence_SET_ITEM(r, 1,
+				  PyLong_FromUnsignedLongLong(en->version));
+	PyStructSequence_SET_ITEM(r, 2, PyUnicode_FromString(dn ? dn : "?"));
+	PyStructSequence_SET_ITEM(r, 3, shape);
+	PyStructSequence_SET_ITEM(r, 4,
+				  PyLong_FromUnsignedLongLong(en->bytes));
+	PyStructSequence_SET_ITEM(r, 5, PyLong_FromUnsignedLong(
+						en->lease_count));
+	PyStructSequence_SET_ITEM(r, 6, PyLong_FromUnsignedLong(en->flags));
+	PyStructSequence_SET_ITEM(r, 7, PyBytes_FromStringAndSize(
+		en->meta, (Py_ssize_t)en->meta_len));
+	for (int i = 0; i < 8; i++)
+		if (!PyStructSequence_GET_ITEM(r, i)) {
+			Py_DECREF(r);
+			return NULL;
+		}
+	return r;
+}
+
+static PyObject *client_stat(ClientObject *self, PyObject *args)
+{
+	struct td_error e = {0};
+	struct td_entry en = {0};
+	struct td_client *c;
+	const char *name;
+	PyObject *r;
+	int rc;
+
+	if (!PyArg_ParseTuple(args, "O&", tdpy_conv_name, &name))
+		return NULL;
+	c = tdpy_client_enter(self);
+	if (!c)
+		return NULL;
+	TDPY_CALL(self, rc, td_client_stat(c, name, &en, &e));
+	if (rc < 0)
+		return tdpy_raise(rc, &e, "stat");
+	r = entry_new(&en);
+	td_entry_fini(&en);
+	return r;
+}
+
+static PyObject *client_ls(ClientObject *self, PyObject *args)
+{
+	struct td_error e = {0};
+	struct td_entry *list = NULL;
+	struct td_client *c;
+	const char *prefix = NULL;
+	PyObject *r;
+	size_t n = 0;
+	int rc;
+
+	if (!PyArg_ParseTuple(args, "|z", &prefix))
+		return NULL;
+	c = tdpy_client_enter(self);
+	if (!c)
+		return NULL;
+	TDPY_CALL(self, rc, td_client_list(c, prefix, &list, &n, &e));
+	if (rc < 0)
+		return tdpy_raise(rc, &e, "ls");
+	r = PyList_New((Py_ssize_t)n);
+	for (size_t i = 0; r && i < n; i++) {
+		PyObject *x = entry_new(&list[i]);
+
+		if (!x) {
+			Py_CLEAR(r);
+			break;
+		}
+		PyList_SET_ITEM(r, (Py_ssize_t)i, x);
+	}
+	td_entry_list_free(list, n);
+	return r;
+}
+
+static PyObject *client_rm(ClientObject *self, PyObject *args)
+{
+	struct td_error e = {0};
+	struct td_client *c;
+	const char *name;
+	uint64_t v = 0;
+	int rc;
+
+	if (!PyArg_ParseTuple(args, "O&", tdpy_conv_name, &name))
+		return NULL;
+	c = tdpy_client_enter(self);
+	if (!c)
+		return NULL;
+	TDPY_CALL(self, rc, td_client_delete(c, name, &v, &e));
+	if (rc < 0)
+		return tdpy_raise(rc, &e, "rm");
+	return PyLong_FromUnsignedLongLong(v);
+}
+
+static PyObject *client_trim(ClientObject *self, PyObject *unused)
+{
+	struct td_client *c = tdpy_client_enter(self);
+	int rc;
+
+	if (!c)
+		return NULL;
+	TDPY_CALL(self, rc, td_client_trim(c));
+	return PyLong_FromLong(rc);
+}
+
+static PyObject *client_fileno(ClientObject *self, PyObject *unused)
+{
+	if (!self->c) {
+		PyErr_SetString(PyExc_ValueError, "the client is closed");
+		return NULL;
+	}
+	return PyLong_FromLong(self->epfd);
+}
+
+/* Every queued event, without waiting; clears fileno()'s readiness. */
+static PyObject *client_poll(ClientObject *self, PyObject *unused)
+{
+	struct td_error e = {0};
+	struct td_event ev;
+	struct td_client *c;
+	uint64_t n;
+	PyObject *r;
+	int rc;
+
+	if (!self->c) {
+		PyErr_SetString(PyExc_ValueError, "the client is closed");
+		return NULL;
+	}
+	if (read(self->evfd, &n, sizeof(n)) < 0) {
+		/* EAGAIN: nothing signalled */
+	}
+	r = self->pending;
+	self->pending = PyList_New(0);
+	if (!self->pending) {
+		self->pending = r;
+		return NULL;
+	}
+	for (;;) {
+		PyObject *x;
+
+		c = tdpy_client_enter(self);
+		if (!c)
+			break;
+		Py_BEGIN_ALLOW_THREADS
+		rc = td_client_next_event(c, 0, &ev, &e);
+		Py_END_ALLOW_THREADS
+		tdpy_client_leave(self);
+		if (rc == -ETIMEDOUT)
+			break;
+		if (rc < 0) {
+			Py_DECREF(r);
+			return tdpy_raise(rc, &e, "poll");
+		}
+		x = event_new(&ev);
+		if (!x || PyList_Append(r, x) < 0) {
+			Py_XDECREF(x);
+			Py_DECREF(r);
+			return NULL;
+		}
+		Py_DECREF(x);
+	}
+	return r;
+}
+
+/* ---- Watch ---- */
+
+typedef struct {
+	PyObject_HEAD
+	ClientObject *client;
+	uint64_t id;
+	bool open;
+} WatchObject;
+
+static PyObject *client_watch(ClientObject *self, PyObject *args,
+			      PyObject *kw)
+{
+	static char *kwlist[] = {"name", "prefix", NULL};
+	struct td_error e = {0};
+	struct td_client *c;
+	WatchObject *w;
+	const char *name;
+	uint64_t id = 0;
+	int prefix = 1, rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|p", kwlist,
+					 tdpy_conv_name, &name, &prefix))
+		return NULL;
+	c = tdpy_client_enter(self);
+	if (!c)
+		return NULL;
+	TDPY_CALL(self, rc, td_client_watch(c, name,
+				       prefix ? TD_WATCH_PREFIX : 0, &id, &e));
+	if (rc < 0)
+		return tdpy_raise(rc, &e, "watch");
+	w = PyObject_New(WatchObject, &tdpy_watch_type);
+	if (!w)
+		return NULL;
+	Py_INCREF(self);
+	w->client = self;
+	w->id = id;
+	w->open = true;
+	self->watch_count++;
+	return (PyObject *)w;
+}
+
+static void watch_end(WatchObject *w)
+{
+	struct td_client *c;
+	int rc;
+
+	if (!w->open)
+		return;
+	w->open = false;
+	w->client->watch_count--;
+	if (!w->client->c)
+		return;
+	c = tdpy_client_enter(w->client);
+	TDPY_CALL(w->client, rc, td_client_unwatch(c, w->id, NULL));
+	(void)rc;
+}
+
+static void watch_dealloc(WatchObject *w)
+{
+	PyObject *type, *value, *tb;
+
+	PyErr_Fetch(&type, &value, &tb);
+	watch_end(w);
+	PyErr_Restore(type, value, tb);
+	Py_DECREF(w->client);
+	PyObject_Free(w);
+}
+
+static PyObject *watch_close(WatchObject *w, PyObject *unused)
+{
+	watch_end(w);
+	Py_RETURN_NONE;
+}
+
+/* This watch's next event, waiting up to ms (-1 forever). */
+static PyObject *watch_wait(WatchObject *w, int ms)
+{
+	ClientObject *cl = w->client;
+	struct timespec t0, now;
+
+	if (!w->open)
+		return PyErr_Format(PyExc_ValueError, "the watch is closed");
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		struct td_error e = {0};
+		struct td_event ev;
+		struct td_client *c;
+		int left = ms, rc;
+		PyObject *x;
+
+		/* events of this watch read by an earlier call come first */
+		for (Py_ssize_t i = 0; i < PyList_GET_SIZE(cl->pending); i++) {
+			PyObject *it = PyList_GET_ITEM(cl->pending, i);
+			PyObject *id = PyStructSequence_GET_ITEM(it, 3);
+
+			if (PyLong_AsUnsignedLongLong(id) == w->id) {
+				Py_INCREF(it);
+				PySequence_DelItem(cl->pending, i);
+				return it;
+			}
+		}
+		if (ms > 0) {
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			left = ms - (int)((now.tv_sec - t0.tv_sec) * 1000 +
+					  (now.tv_nsec - t0.tv_nsec) / 1000000);
+			if (left < 0)
+				left = 0;
+		}
+		c = tdpy_client_enter(cl);
+		if (!c)
+			return NULL;
+		Py_BEGIN_ALLOW_THREADS
+		rc = td_client_next_event(c, left, &ev, &e);
+		Py_END_ALLOW_THREADS
+		tdpy_client_leave(cl);
+		if (rc < 0)
+			return tdpy_raise(rc, &e, "watch");
+		x = event_new(&ev);
+		if (!x || ev.watch_id == w->id)
+			return x;
+		/* another watch's: keep it for that one (or poll()) */
+		rc = PyList_Append(cl->pending, x);
+		Py_DECREF(x);
+		if (rc < 0)
+			return NULL;
+		tdpy_client_wake(cl);
+	}
+}
+
+static PyObject *watch_next_m(WatchObject *w, PyObject *args)
+{
+	PyObject *to = Py_None;
+	int ms;
+
+	if (!PyArg_ParseTuple(args, "|O", &to) ||
+	    !tdpy_conv_timeout(to, &ms))
+		return NULL;
+	return watch_wait(w, ms);
+}
+
+static PyObject *watch_iternext(WatchObject *w)
+{
+	return watch_wait(w, -1);
+}
+
+static PyObject *watch_get_id(WatchObject *w, void *unused)
+{
+	return PyLong_FromUnsignedLongLong(w->id);
+}
+
+static PyMethodDef watch_methods[] = {
+	{"next", (PyCFunction)watch_next_m, METH_VARARGS,
+	 "next(timeout=None): the next Event; tensord.Timeout if none came"},
+	{"close", (PyCFunction)watch_close, METH_NOARGS, "stop watching"},
+	{"__enter__", tdpy_enter, METH_NOARGS, NULL},
+	{"__exit__", tdpy_exit_close, METH_VARARGS, NULL},
+	{NULL},
+};
+
+static PyGetSetDef watch_getset[] = {
+	{"id", (getter)watch_get_id, NULL, "the daemon's watch id", NULL},
+	{NULL},
+};
+
+PyTypeObject tdpy_watch_type = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "tensord.Watch",
+	.tp_doc = "Iterator of Events for a name or prefix.",
+	.tp_basicsize = sizeof(WatchObject),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_dealloc = (destructor)watch_dealloc,
+	.tp_iter = PyObject_SelfIter,
+	.tp_iternext = (iternextfunc)watch_iternext,
+	.tp_methods = watch_methods,
+	.tp_getset = watch_getset,
+};
+
+/* ---- Client type ---- */
+
+static PyMethodDef client_methods[] = {
+	{"close", (PyCFunction)client_close, METH_NOARGS,
+	 "Disconnect; views and loans already made stay valid."},
+	{"__enter__", (PyCFunction)client_enter_m, METH_NOARGS, NULL},
+	{"__exit__", tdpy_exit_close, METH_VARARGS, NULL},
+	{"info", (PyCFunction)client_info, METH_NOARGS,
+	 "The negotiated connection facts."},
+	{"put", (PyCFunction)(void (*)(void))client_put,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "put(name, array, metadata=None, pin=False) -> version"},
+	{"alloc", (PyCFunction)(void (*)(void))client_alloc,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "alloc(name, shape, dtype, strides=None, format=None) -> writable "
+	 "Array"},
+	{"publish", (PyCFunction)(void (*)(void))client_publish,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "publish(array, metadata=None, pin=False) -> version"},
+	{"get", (PyCFunction)(void (*)(void))client_get,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "get(name, version=None, newer_than=None, timeout=None) -> "
+	 "read-only Array"},
+	{"stat", (PyCFunction)client_stat, METH_VARARGS,
+	 "stat(name) -> Entry"},
+	{"ls", (PyCFunction)client_ls, METH_VARARGS,
+	 "ls(prefix=None) -> [Entry]"},
+	{"rm", (PyCFunction)client_rm, METH_VARARGS,
+	 "rm(name) -> removed version"},
+	{"trim", (PyCFunction)client_trim, METH_NOARGS,
+	 "Drop cached mappings nobody uses; returns how many."},
+	{"watch", (PyCFunction)(void (*)(void))client_watch,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "watch(name, prefix=True) -> Watch (an iterator of Events)"},
+	{"fileno", (PyCFunction)client_fileno, METH_NOARGS,
+	 "An fd that polls readable when poll() or a Subscription's poll() "
+	 "has something (for loop.add_reader)."},
+	{"poll", (PyCFunction)client_poll, METH_NOARGS,
+	 "Every queued watch Event, without waiting."},
+	{"ring_create", (PyCFunction)(void (*)(void))tdpy_client_ring_create,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "ring_create(name, shape, dtype, slots=4, readers=0) -> Ring"},
+	{"subscribe", (PyCFunction)(void (*)(void))tdpy_client_subscribe,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "subscribe(name, timeout=None) -> Subscription"},
+	{"ring_stat", (PyCFunction)tdpy_client_ring_stat, METH_VARARGS,
+	 "ring_stat(name) -> dict"},
+	{NULL},
+};
+
+static PyGetSetDef client_getset[] = {
+	{"closed", (getter)client_closed, NULL, "whether close() was called", NULL},
+	{NULL},
+};
+
+PyTypeObject tdpy_client_type = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "tensord.Client",
+	.tp_doc = "Client(socket=None): a connection to tensord (socket "
+		  "None: $TENSORD_SOCKET, $XDG_RUNTIME_DIR/tensord.sock, "
+		  "/run/tensord/tensord.sock).",
+	.tp_basicsize = sizeof(ClientObject),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_new = client_new,
+	.tp_init = (initproc)client_init,
+	.tp_dealloc = (destructor)client_dealloc,
+	.tp_methods = client_methods,
+	.tp_getset = client_getset,
+};
+
+/* ---- module ---- */
+
+static PyStructSequence_Field event_fields[] = {
+	{"type", "'published' or 'deleted'"},
+	{"name", "tensor name"},
+	{"version", "version published or removed"},
+	{"watch_id", "the watch that matched"},
+	{NULL},
+};
+static PyStructSequence_Desc event_desc = {"tensord.Event", NULL,
+					   event_fields, 4};
+
+static PyStructSequence_Field entry_fields[] = {
+	{"name", NULL},	       {"version", NULL}, {"dtype", NULL},
+	{"shape", NULL},       {"bytes", NULL},	  {"lease_count", NULL},
+	{"flags", NULL},       {"metadata", NULL}, {NULL},
+};
+static PyStructSequence_Desc entry_desc = {"tensord.Entry", NULL,
+					   entry_fields, 8};
+
+static PyObject *dtypes(void)
+{
+	PyObject *d = PyDict_New();
+
+	for (uint32_t i = 0; d && td_tensor_dtype_name(i); i++) {
+		PyArray_Descr *x = tdpy_descr_of(i);
+
+		if (!x || PyDict_SetItemString(d, td_tensor_dtype_name(i),
+					       (PyObject *)x) < 0) {
+			Py_XDECREF(x);
+			Py_CLEAR(d);
+			break;
+		}
+		Py_DECREF(x);
+	}
+	return d;
+}
+
+static struct PyModuleDef module_def = {
+	PyModuleDef_HEAD_INIT,
+	.m_name = "tensord",
+	.m_doc = "Zero-copy numpy arrays and DLPack tensors over tensord.",
+	.m_size = -1,
+};
+
+static PyObject *add_exc(PyObject *m, const char *name, PyObject *base)
+{
+	char full[64];
+	PyObject *e;
+
+	snprintf(full, sizeof(full), "tensord.%s", name);
+	e = PyErr_NewException(full, base, NULL);
+	if (e && PyModule_AddObject(m, name, e) < 0)
+		return NULL;
+	Py_XINCREF(e);
+	return e;
+}
+
+PyMODINIT_FUNC PyInit_tensord(void)
+{
+	PyObject *m;
+
+	import_array();
+	m = PyModule_Create(&module_def);
+	if (!m)
+		return NULL;
+	if (PyStructSequence_InitType2(&event_type, &event_desc) < 0 ||
+	    PyStructSequence_InitType2(&entry_type, &entry_desc) < 0 ||
+	    PyType_Ready(&tdpy_client_type) < 0 ||
+	    PyType_Ready(&tdpy_watch_type) < 0 || tdpy_array_init(m) < 0 ||
+	    tdpy_ring_init(m) < 0)
+		goto fail;
+	tdpy_error = add_exc(m, "Error", NULL);
+	if (!tdpy_error)
+		goto fail;
+	not_found = add_exc(m, "NotFound", tdpy_error);
+	permission_denied = add_exc(m, "PermissionDenied", tdpy_error);
+	quota_exceeded = add_exc(m, "QuotaExceeded", tdpy_error);
+	timeout = add_exc(m, "Timeout", tdpy_error);
+	if (!not_found || !permission_denied || !quota_exceeded || !timeout)
+		goto fail;
+	Py_INCREF(&tdpy_client_type);
+	Py_INCREF(&tdpy_watch_type);
+	Py_INCREF(&event_type);
+	Py_INCREF(&entry_type);
+	if (PyModule_AddObject(m, "Client", (PyObject *)&tdpy_client_type) ||
+	    PyModule_AddObject(m, "Watch", (PyObject *)&tdpy_watch_type) ||
+	    PyModule_AddObject(m, "Event", (PyObject *)&event_type) ||
+	    PyModule_AddObject(m, "Entry", (PyObject *)&entry_type) ||
+	    PyModule_AddObject(m, "DTYPES", dtypes()) ||
+	    PyModule_AddIntConstant(m, "ENTRY_PIN", TD_PUBLISH_PIN) ||
+	    PyModule_AddIntConstant(m, "ENTRY_RING", TD_ENTRY_RING))
+		goto fail;
+	return m;
+fail:
+	Py_DECREF(m);
+	return NULL;
+}

@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The tensord Python binding: declarations shared by its files.
+ *
+ * Objects:
+ *  - Client (module.c): one libtensord handle.
+ *  - Owner (array.c): the memory behind arrays (a lease, a loan, a ring
+ *    slot or a subscriber's view). Every tensord.Array has one at the end
+ *    of its .base chain, so the memory lives as long as any view of it.
+ *  - Array (array.c): a numpy.ndarray subclass adding .version,
+ *    .metadata, release(), __dlpack__ and __dlpack_device__.
+ *  - Watch (module.c), Ring and Subscription (ring.c).
+ */
+#ifndef TDPY_H
+#define TDPY_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL tdpy_ARRAY_API
+#ifndef TDPY_MODULE_C
+#define NO_IMPORT_ARRAY
+#endif
+#include <numpy/arrayobject.h>
+#include <stdbool.h>
+#include <tensord/tensord.h>
+
+/* Most dimensions a tensor has here (blob and wire both cap at 16). */
+#define TDPY_MAX_DIMS TD_ENTRY_MAX_DIMS
+
+typedef struct {
+	PyObject_HEAD
+	struct td_client *c; /* NULL once closed (or pending close) */
+	struct td_client *handle; /* the handle, until really closed */
+	unsigned busy;       /* calls in flight with the GIL released */
+	int epfd;            /* fileno(): the socket + evfd, -1 when none */
+	int evfd;            /* eventfd: queued events, ready subscriptions */
+	unsigned watch_count;
+	PyObject *pending;   /* list of Events read but not yet returned */
+} ClientObject;
+
+enum owner_kind {
+	OWNER_LEASE, /* get(): read-only, a td_tensor */
+	OWNER_LOAN,  /* alloc(): writable until published */
+	OWNER_SLOT,  /* Ring.acquire(): writable ring slot */
+	OWNER_VIEW,  /* Subscription.next(): read-only ring slot */
+};
+
+typedef struct {
+	PyObject_HEAD
+	enum owner_kind kind;
+	PyObject *parent;     /* Client, Ring or Subscription (owned ref) */
+	struct td_tensor *t;  /* LEASE: NULL once released */
+	struct td_alloc *a;   /* LOAN: NULL once published or freed */
+	void *map;            /* own mapping (LEASE, LOAN), page aligned */
+	size_t map_len;
+	void *heap;           /* LEASE of an inline plane: a private copy */
+	char *data;           /* first byte of the tensor */
+	uint64_t size;        /* bytes of its plane */
+	uint64_t version;     /* 0 until published (LOAN) */
+	uint32_t dtype;       /* td code */
+	int ndim;
+	npy_intp shape[TDPY_MAX_DIMS];
+	npy_intp strides[TDPY_MAX_DIMS];
+	bool explicit_strides; /* LOAN: publish these strides */
+	PyObject *format;     /* LOAN: image format (str) or NULL */
+	uint64_t row_pitch;   /* LOAN with format: the plane's stride */
+	bool writable;
+	PyObject *name;       /* str */
+	PyObject *metadata;   /* bytes */
+	Py_ssize_t exports;   /* live buffer-protocol exports */
+} OwnerObject;
+
+extern PyTypeObject tdpy_client_type, tdpy_owner_type, tdpy_array_type;
+extern PyTypeObject tdpy_ring_type, tdpy_sub_type, tdpy_watch_type;
+extern PyObject *tdpy_error;
+
+/* Raise the tensord.Error subclass for rc (-errno) with e's reason. */
+PyObject *tdpy_raise(int rc, const struct td_error *e, const char *what);
+
+/* Argument converters (PyArg "O&"): str name, timeout in seconds. */
+int tdpy_conv_name(PyObject *o, void *out);    /* const char ** */
+int tdpy_conv_timeout(PyObject *o, void *out); /* int * (ms, -1) */
+
+/* Checked entry to a client call: NULL (ValueError set) when closed. */
+struct td_client *tdpy_client_enter(ClientObject *self);
+void tdpy_client_leave(ClientObject *self);
+/* After a call: move events libtensord queued into self->pending. */
+void tdpy_client_drain(ClientObject *self);
+/*
+ * Run a libtensord call on an entered client with the GIL released,
+ * then leave it and move events queued meanwhile to self->pending.
+ */
+#define TDPY_CALL(self, rc, expr)                                            \
+	do {                                                                 \
+		Py_BEGIN_ALLOW_THREADS                                       \
+		rc = (expr);                                                 \
+		Py_END_ALLOW_THREADS                                         \
+		tdpy_client_leave(self);                                     \
+		if (rc >= 0)                                                 \
+			tdpy_client_drain(self);                             \
+	} while (0)
+
+/* Wake fileno() readers (an eventfd write). */
+void tdpy_client_wake(ClientObject *self);
+
+/* numpy descr of a td dtype code (new ref), raw bytes 'V<n>' when numpy
+ * has no such type; NULL with an exception when the code is unknown. */
+PyArray_Descr *tdpy_descr_of(uint32_t dtype);
+/* td dtype code of a numpy descr, -1 with TypeError when none fits. */
+int tdpy_dtype_of(const PyArray_Descr *d);
+/* dtype argument: a td name ("f32") or anything numpy takes. */
+int tdpy_conv_dtype(PyObject *o, void *out); /* uint32_t * */
+/* shape argument: an int or a sequence of ints >= 0. */
+int tdpy_shape_parse(PyObject *o, npy_intp *shape, int *ndim);
+/* Dense C-order byte strides; 0 and the byte count, -1 on overflow. */
+int tdpy_dense(int ndim, const npy_intp *shape, npy_intp itemsize,
+	       npy_intp *strides, uint64_t *bytes);
+/* Bytes a strided layout spans; -1 with ValueError when it cannot. */
+int tdpy_span(int ndim, const npy_intp *shape, const npy_intp *strides,
+	      npy_intp itemsize, uint64_t *span);
+
+/* A new Owner of kind, parent referenced; fields zero. */
+OwnerObject *tdpy_owner_new(enum owner_kind kind, PyObject *parent);
+/* An Array over o's tensor, o's reference is stolen (NULL on error). */
+PyObject *tdpy_owner_array(OwnerObject *o);
+/* The Owner at the end of obj's .base chain, NULL (TypeError) if none. */
+OwnerObject *tdpy_owner_of(PyObject *obj);
+/* Own read-only mapping of the pages of a libtensord mapping of fd. */
+int tdpy_map_dup(const void *data, uint64_t size, int fd, void **map,
+		 size_t *map_len);
+
+/* Ring views: the subscription drops its count when one dies. */
+void tdpy_sub_view_gone(PyObject *sub);
+void tdpy_sub_view_release(PyObject *sub, uint64_t version);
+void tdpy_ring_view_gone(PyObject *ring);
+
+/* Client methods made in ring.c. */
+PyObject *tdpy_client_ring_create(ClientObject *self, PyObject *args,
+				  PyObject *kw);
+PyObject *tdpy_client_subscribe(ClientObject *self, PyObject *args,
+				PyObject *kw);
+PyObject *tdpy_client_ring_stat(ClientObject *self, PyObject *args);
+
+PyMODINIT_FUNC PyInit_tensord(void);
+
+/* __enter__ returning self; __exit__ calling self.close() (no swallow). */
+PyObject *tdpy_enter(PyObject *self, PyObject *unused);
+PyObject *tdpy_exit_close(PyObject *self, PyObject *args);
+
+/* Registration of the ring types into the module. */
+int tdpy_ring_init(PyObject *m);
+int tdpy_array_init(PyObject *m);
+
+#endif

@@ -1,0 +1,209 @@
+# SPDX-License-Identifier: MIT
+"""Fixtures for the binding's tests: a daemon per test from the build
+tree, helpers that read /proc/self, and TAP lines so that the suite's
+summary (scripts/summary.py) counts each pytest case, skips apart."""
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+BUILD = os.environ.get("TD_BUILD_ROOT", "")
+# set by python/meson.build in a -Db_sanitize=address build
+UNDER_ASAN = "TD_DAEMON_ASAN_OPTIONS" in os.environ
+SOURCE = os.environ.get("TD_SOURCE_ROOT",
+                        os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def need_torch():
+    """torch (Debian's python3-torch), or skip the test saying why."""
+    try:
+        import torch
+    except ImportError:
+        pytest.skip("python3-torch is not installed (scripts/deps.sh "
+                    "installs it): the DLPack-to-torch checks did not run")
+    return torch
+
+
+def tensord_bin():
+    path = os.environ.get("TD_TENSORD") or os.path.join(
+        BUILD, "daemon", "tensord")
+    if not os.path.exists(path):
+        pytest.fail("TD_TENSORD is not set (run through meson test)")
+    return path
+
+
+class Daemon:
+    def __init__(self, tmp, args):
+        self.sock = str(tmp / "td.sock")
+        self.args = args
+        self.proc = None
+        self.start()
+
+    def start(self):
+        env = dict(os.environ)
+        if "TD_DAEMON_ASAN_OPTIONS" in env:
+            # an ASan daemon needs no preload, and checks its leaks
+            env.pop("LD_PRELOAD", None)
+            env["ASAN_OPTIONS"] = env["TD_DAEMON_ASAN_OPTIONS"]
+        self.proc = subprocess.Popen(
+            [tensord_bin(), "--socket", self.sock, "--log-level", "warn"]
+            + self.args, stdin=subprocess.DEVNULL, env=env)
+        for _ in range(1000):
+            if self.proc.poll() is not None:
+                pytest.fail(f"tensord exited with {self.proc.returncode}")
+            try:
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                s.connect(self.sock)
+                s.close()
+                return
+            except OSError:
+                time.sleep(0.01)
+        pytest.fail("tensord did not come up")
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            rc = self.proc.wait(timeout=30)
+            assert rc == 0, f"tensord exited with {rc}"
+
+
+@pytest.fixture
+def daemon_args():
+    return []
+
+
+@pytest.fixture
+def daemon(tmp_path, daemon_args):
+    d = Daemon(tmp_path, daemon_args)
+    yield d
+    d.stop()
+
+
+@pytest.fixture
+def client(daemon):
+    import tensord
+    with tensord.Client(daemon.sock) as c:
+        yield c
+
+
+def child_env(daemon=None):
+    env = dict(os.environ)
+    here = os.environ.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = here
+    if daemon:
+        env["TENSORD_SOCKET"] = daemon.sock
+    return env
+
+
+def run_py(code, daemon, *args, timeout=120):
+    """Run Python code in a fresh process (Debian's interpreter)."""
+    r = subprocess.run([sys.executable, "-c", code, *args],
+                       env=child_env(daemon), capture_output=True,
+                       text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+class InThread(threading.Thread):
+    """Run fn() in a thread started at once; finish() joins it and gives
+    back what it returned or raised (as .result / .error)."""
+
+    def __init__(self, fn):
+        super().__init__(daemon=True)
+        self.fn, self.result, self.error = fn, None, None
+        self.start()
+
+    def run(self):
+        try:
+            self.result = self.fn()
+        except Exception as e:  # noqa: BLE001 (handed to the test)
+            self.error = e
+
+    def finish(self, timeout=60):
+        self.join(timeout)
+        assert not self.is_alive(), "the thread is still waiting"
+        return self
+
+
+def mapping_of(addr):
+    """The /proc/self/maps line holding addr: dict or None."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if lo <= addr < hi:
+                return {"lo": lo, "hi": hi, "perms": parts[1],
+                        "offset": int(parts[2], 16), "inode": int(parts[4]),
+                        "path": parts[5].strip() if len(parts) > 5 else ""}
+    return None
+
+
+def fd_count():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def map_count():
+    with open("/proc/self/maps") as f:
+        return sum(1 for _ in f)
+
+
+def rss_kib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+# ---- TAP: one line per test case, for scripts/summary.py ----
+
+_tap = {"n": 0, "outcome": {}}
+
+
+def pytest_runtest_logreport(report):
+    o = _tap["outcome"]
+    prev = o.get(report.nodeid)
+    if report.failed:
+        o[report.nodeid] = ("not ok", "")
+    elif report.skipped and prev is None:
+        reason = report.longrepr[2] if isinstance(report.longrepr,
+                                                  tuple) else ""
+        o[report.nodeid] = ("ok", f" # SKIP {reason}")
+    elif report.when == "call" and prev is None:
+        o[report.nodeid] = ("ok", "")
+    if report.when == "teardown":
+        status, directive = o.get(report.nodeid, ("not ok", ""))
+        _tap["n"] += 1
+        tr = _terminal()
+        if tr:
+            tr.write("\n")
+            tr.write_line(f"{status} {_tap['n']} - {report.nodeid}"
+                          f"{directive}")
+
+
+_config = {}
+
+
+def pytest_configure(config):
+    _config["c"] = config
+
+
+def _terminal():
+    c = _config.get("c")
+    return c.pluginmanager.getplugin("terminalreporter") if c else None
+
+
+def pytest_sessionfinish(session, exitstatus):
+    tr = _terminal()
+    if tr:
+        tr.write("\n")
+        tr.write_line(f"1..{_tap['n']}")

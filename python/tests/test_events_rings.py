@@ -1,0 +1,190 @@
+# SPDX-License-Identifier: MIT
+"""Watches, fileno()/poll() for event loops, rings and subscriptions."""
+import select
+import time
+
+import numpy as np
+import pytest
+import tensord
+
+from conftest import InThread, need_torch
+
+
+def readable(fd, timeout):
+    return bool(select.select([fd], [], [], timeout)[0])
+
+
+def test_watch_iterates_events_in_order(daemon, client):
+    w = client.watch("ev/")
+    with tensord.Client(daemon.sock) as other:
+        v1 = other.put("ev/a", np.zeros(1))
+        v2 = other.put("ev/a", np.ones(1))
+        other.put("elsewhere", np.zeros(1))
+        other.rm("ev/a")
+    got = [next(w), next(w), next(w)]
+    assert [(e.type, e.name, e.version) for e in got] == [
+        ("published", "ev/a", v1), ("published", "ev/a", v2),
+        ("deleted", "ev/a", v2)]
+    assert all(e.watch_id == w.id for e in got)
+    with pytest.raises(tensord.Timeout):
+        w.next(0.05)
+    w.close()
+    with pytest.raises(ValueError):
+        w.next(0)
+
+
+def test_an_exact_watch_ignores_longer_names(daemon, client):
+    with client.watch("ev/x", prefix=False) as w:
+        client.put("ev/xy", np.zeros(1))
+        v = client.put("ev/x", np.zeros(1))
+        e = w.next(10)
+        assert (e.name, e.version) == ("ev/x", v)
+
+
+def test_two_watches_each_get_their_own_events(client):
+    a = client.watch("a/")
+    b = client.watch("b/")
+    vb = client.put("b/1", np.zeros(1))
+    va = client.put("a/1", np.zeros(1))
+    assert a.next(10).version == va  # b's event is kept for b
+    assert b.next(10).version == vb
+
+
+def test_fileno_wakes_for_events_and_poll_drains(daemon, client):
+    w = client.watch("fd/")  # noqa: F841 (the watch lives while w does)
+    fd = client.fileno()
+    assert client.poll() == []
+    assert not readable(fd, 0)
+    with tensord.Client(daemon.sock) as other:
+        v = [other.put("fd/a", np.zeros(1)) for _ in range(3)]
+    assert readable(fd, 10)
+    got = []
+    while len(got) < 3:
+        assert readable(fd, 10)
+        got += client.poll()
+    assert [e.version for e in got] == v
+    assert client.poll() == []
+    assert not readable(fd, 0)
+
+
+def test_events_queued_during_another_call_still_wake_fileno(daemon,
+                                                              client):
+    w = client.watch("q/")  # noqa: F841
+    fd = client.fileno()
+    with tensord.Client(daemon.sock) as other:
+        v = other.put("q/a", np.zeros(1))
+    # this call reads the event off the socket while it waits for its own
+    # reply: the socket is empty afterwards, fileno() must still wake
+    client.stat("q/a")
+    assert readable(fd, 0)
+    assert [e.version for e in client.poll()] == [v]
+    assert not readable(fd, 0)
+
+
+def test_ring_handoff_in_place(client):
+    ring = client.ring_create("rg/a", (2, 3), "i16", slots=3)
+    sub = client.subscribe("rg/a")
+    slot = ring.acquire(5)
+    assert slot.flags.writeable and slot.shape == (2, 3)
+    assert slot.dtype == np.int16
+    slot[:] = [[1, 2, 3], [4, 5, 6]]
+    v = ring.publish()
+    view = sub.next(5)
+    assert view.version == v and view.name == "rg/a"
+    assert not view.flags.writeable
+    with pytest.raises(ValueError):
+        view[0, 0] = 9
+    assert view.tolist() == [[1, 2, 3], [4, 5, 6]]
+    # a subscriber's slot has no file to map copy-on-write
+    with pytest.raises(BufferError, match="get"):
+        view.__dlpack__()
+    # a GET of the ring's name leases its latest slot, with DLPack
+    g = client.get("rg/a")
+    assert g.version == v and g.tolist() == view.tolist()
+    sub.release()
+    with pytest.raises(tensord.Timeout):
+        sub.next(0)
+    with pytest.raises(tensord.Error):
+        ring.publish()  # nothing acquired
+    t = need_torch().from_dlpack(g)
+    t.zero_()
+    assert view.tolist() == [[1, 2, 3], [4, 5, 6]]
+    assert g.tolist() == [[1, 2, 3], [4, 5, 6]]
+
+
+def test_a_producers_slot_shares_pages_with_subscribers(client):
+    ring = client.ring_create("rg/b", (8,), "f32", slots=4)
+    sub = client.subscribe("rg/b")
+    slot = ring.acquire()
+    t = need_torch().from_dlpack(slot)  # writable: the slot's pages
+    t.fill_(2.5)
+    ring.publish()
+    assert sub.next(5).tolist() == [2.5] * 8
+
+
+def test_iterating_a_subscription_ends_when_the_producer_closes(client):
+    ring = client.ring_create("rg/c", (1,), "u32")
+    sub = client.subscribe("rg/c")
+    s = ring.acquire()
+    s[0] = 7
+    del s
+    ring.publish()
+    ring.close()
+    got = [int(v[0]) for v in sub]
+    assert got == [7]
+
+
+def test_subscription_poll_wakes_fileno(daemon, client):
+    ring = client.ring_create("rg/p", (4,), "u8")
+    sub = client.subscribe("rg/p")
+    fd = client.fileno()
+    assert sub.poll() is None  # starts the waiter
+    client.poll()
+    assert not readable(fd, 0.05)
+    s = ring.acquire()
+    s[:] = 3
+    del s
+    v = ring.publish()
+    assert readable(fd, 10)
+    view = None
+    while view is None:
+        client.poll()
+        view = sub.poll()
+        if view is None:
+            assert readable(fd, 10)
+    assert view.version == v and view.tolist() == [3] * 4
+    view.release()
+    # next() works in poll mode too
+    s = ring.acquire()
+    s[:] = 4
+    del s
+    v2 = ring.publish()
+    w = sub.next(10)
+    assert w.version == v2 and w.tolist() == [4] * 4
+    sub.close()
+    ring.close()
+
+
+def test_one_subscription_is_not_used_by_two_threads_at_once(client):
+    ring = client.ring_create("rg/t", (1,), "u8")
+    sub = client.subscribe("rg/t")
+    t = InThread(lambda: sub.next(30))
+    # until the waiter is inside next() this thread times out; once it
+    # waits there (GIL released) this thread is refused, never let in
+    saw = False
+    for _ in range(10000):
+        try:
+            sub.next(0)
+        except RuntimeError:
+            saw = True
+            break
+        except tensord.Timeout:
+            time.sleep(0.001)
+    assert saw
+    s = ring.acquire()
+    del s
+    ring.publish()
+    t.finish()
+    assert t.error is None and t.result.version == 1
+    sub.close()
+    ring.close()

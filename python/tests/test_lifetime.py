@@ -1,0 +1,168 @@
+# SPDX-License-Identifier: MIT
+"""Leases live exactly as long as some view of them, and no view ever
+points at unmapped memory: after release(), after Client.close(), after
+a subscription or ring is closed."""
+import gc
+import time
+
+import numpy as np
+import pytest
+import tensord
+
+from conftest import InThread, mapping_of, need_torch
+
+
+def leases(client, name):
+    return client.stat(name).lease_count
+
+
+def test_lease_count_drops_to_zero_when_the_last_view_dies(client):
+    client.put("lt/a", np.arange(100, dtype=np.int64))
+    a = client.get("lt/a")
+    b = a[10:20]
+    c = b.reshape(2, 5)
+    assert leases(client, "lt/a") == 1
+    del a
+    gc.collect()
+    assert leases(client, "lt/a") == 1
+    del b
+    gc.collect()
+    assert leases(client, "lt/a") == 1
+    assert list(c[1]) == [15, 16, 17, 18, 19]
+    del c
+    gc.collect()
+    assert leases(client, "lt/a") == 0
+
+
+def test_two_gets_are_two_leases(client):
+    client.put("lt/two", np.zeros(8))
+    a, b = client.get("lt/two"), client.get("lt/two")
+    assert leases(client, "lt/two") == 2
+    a.release()
+    assert leases(client, "lt/two") == 1
+    del b
+    gc.collect()
+    assert leases(client, "lt/two") == 0
+
+
+def test_release_ends_the_lease_while_views_stay_readable(client):
+    client.put("lt/r", np.arange(4096, dtype=np.uint32))
+    a = client.get("lt/r")
+    view = a[::2]
+    a.release()
+    a.release()  # idempotent
+    assert leases(client, "lt/r") == 0
+    assert not a.lease.held
+    # libtensord may unmap its own mapping now; ours stays
+    client.trim()
+    client.rm("lt/r")
+    assert mapping_of(view.ctypes.data) is not None
+    assert int(view[-1]) == 4094 and int(a.sum()) == sum(range(4096))
+
+
+def test_with_block_releases_at_exit(client):
+    client.put("lt/w", np.ones(16))
+    with client.get("lt/w") as a:
+        assert leases(client, "lt/w") == 1
+        assert a.sum() == 16
+    assert leases(client, "lt/w") == 0
+
+
+def test_a_view_kept_after_client_close_stays_valid(daemon, client):
+    client.put("lt/c", np.arange(1 << 16, dtype=np.float64))
+    a = client.get("lt/c")
+    client.close()
+    assert client.closed
+    assert float(a[-1]) == float((1 << 16) - 1)
+    assert a.version == 1
+    a.release()
+    assert float(a[12345]) == 12345.0
+    with pytest.raises(ValueError, match="closed"):
+        client.get("lt/c")
+    # the daemon dropped the lease with the connection
+    with tensord.Client(daemon.sock) as c2:
+        assert leases(c2, "lt/c") == 0
+
+
+def test_a_loan_view_survives_publish_and_its_writes_stay_private(client):
+    w = client.alloc("lt/loan", (1024,), "u8")
+    w[:] = 9
+    v = client.publish(w)
+    assert w.version == v
+    w[0] = 1  # a private page now: no fault, nobody sees it
+    g = client.get("lt/loan")
+    assert int(g[0]) == 9 and int(w[0]) == 1
+    with pytest.raises(ValueError, match="already published"):
+        client.publish(w)
+
+
+def test_an_unpublished_loan_is_given_up_by_release(client):
+    w = client.alloc("lt/gone", (10,), "f32")
+    w.release()
+    with pytest.raises(ValueError, match="already published or released"):
+        client.publish(w)
+    with pytest.raises(tensord.NotFound):
+        client.get("lt/gone")
+    w[:] = 1.0  # still our mapping
+
+
+def test_subscription_close_waits_for_its_last_view(client):
+    ring = client.ring_create("lt/ring", (64,), "f32", slots=4)
+    sub = client.subscribe("lt/ring")
+    slot = ring.acquire()
+    slot[:] = 5.0
+    ring.publish()
+    v = sub.next(5)
+    sub.close()
+    with pytest.raises(ValueError, match="closed"):
+        sub.next(0)
+    assert client.ring_stat("lt/ring")["subscribers"] == 1
+    assert float(v.sum()) == 320.0
+    del v
+    gc.collect()
+    assert client.ring_stat("lt/ring")["subscribers"] == 0
+    del slot
+    ring.close()
+
+
+def test_ring_close_waits_for_its_last_slot_array(client):
+    ring = client.ring_create("lt/ring2", (8,), "u8")
+    slot = ring.acquire()
+    ring.publish()
+    ring.close()
+    slot[:] = 1  # still mapped
+    assert client.stat("lt/ring2").flags & tensord.ENTRY_RING
+    del slot
+    gc.collect()
+    with pytest.raises(tensord.NotFound):
+        client.stat("lt/ring2")
+
+
+def test_close_while_another_thread_waits_closes_after_it(daemon, client):
+    v = client.put("lt/wait", np.zeros(4))
+    t = InThread(lambda: client.get("lt/wait", newer_than=v, timeout=60))
+    time.sleep(0.2)  # let it park in the daemon (either way is correct)
+    client.close()   # returns at once: the handle closes after the call
+    assert client.closed
+    with pytest.raises(ValueError, match="closed"):
+        client.stat("lt/wait")
+    with tensord.Client(daemon.sock) as other:
+        other.put("lt/wait", np.ones(4))
+    got = t.finish().result
+    assert got.tolist() == [1.0] * 4
+    # the connection is gone now: the daemon holds no lease of it
+    with tensord.Client(daemon.sock) as other:
+        assert leases(other, "lt/wait") == 0
+
+
+def test_a_dlpack_tensor_keeps_the_lease(client):
+    client.put("lt/dl", np.arange(8, dtype=np.float32))
+    a = client.get("lt/dl")
+    t = need_torch().from_dlpack(a)
+    del a
+    gc.collect()
+    assert leases(client, "lt/dl") == 1
+    assert float(t.sum()) == 28.0
+    del t
+    gc.collect()
+    assert leases(client, "lt/dl") == 0

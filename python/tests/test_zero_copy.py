@@ -1,0 +1,136 @@
+# SPDX-License-Identifier: MIT
+"""Zero copy, proven from /proc/self/maps: a consumer's array lies in its
+mapping of the very file the producer wrote, and DLPack consumers share
+that file's pages copy-on-write."""
+import ctypes
+import os
+
+import numpy as np
+import pytest
+import tensord
+
+from conftest import mapping_of, need_torch, run_py
+
+PRODUCER = """
+import os, sys, numpy as np, tensord
+c = tensord.Client()
+a = c.alloc(sys.argv[1], (256, 1024), 'f32')
+a[:] = np.arange(256 * 1024, dtype=np.float32).reshape(256, 1024)
+ino = os.fstat(a.lease.fileno()).st_ino
+print(ino, c.publish(a, metadata=b'from-producer'))
+"""
+
+
+def produce(daemon, name):
+    ino, version = run_py(PRODUCER, daemon, name).split()
+    return int(ino), int(version)
+
+
+def expected():
+    return np.arange(256 * 1024, dtype=np.float32).reshape(256, 1024)
+
+
+def test_consumer_array_lies_in_a_mapping_of_the_producers_file(daemon,
+                                                                client):
+    ino, version = produce(daemon, "zc/a")
+    a = client.get("zc/a")
+    assert a.version == version
+    assert a.metadata == b"from-producer"
+    np.testing.assert_array_equal(a, expected())
+    m = mapping_of(a.__array_interface__["data"][0])
+    assert m is not None
+    # the producer's loan, the consumer's lease and the mapping under the
+    # array are one file: the same pages, not a copy
+    assert m["inode"] == ino
+    assert os.fstat(a.lease.fileno()).st_ino == ino
+    assert "memfd:" in m["path"]
+    assert "w" not in m["perms"]
+    end = a.__array_interface__["data"][0] + a.nbytes
+    assert end <= m["hi"]
+
+
+def test_consumer_array_is_read_only_and_cannot_be_made_writable(daemon,
+                                                                 client):
+    produce(daemon, "zc/ro")
+    a = client.get("zc/ro")
+    assert a.flags.writeable is False
+    with pytest.raises(ValueError):
+        a[0, 0] = 1
+    with pytest.raises(ValueError):
+        a.flags.writeable = True
+    # a writable buffer of the lease is refused (ctypes asks for one)
+    with pytest.raises((BufferError, TypeError)):
+        ctypes.c_char.from_buffer(a.lease)
+    assert memoryview(a.lease).readonly
+
+
+def test_torch_from_dlpack_shares_the_file_and_its_writes_stay_private(
+        daemon, client):
+    ino, _ = produce(daemon, "zc/t")
+    a = client.get("zc/t")
+    other = client.get("zc/t")
+    torch = need_torch()
+    t = torch.from_dlpack(a)
+    assert t.dtype == torch.float32 and tuple(t.shape) == a.shape
+    m = mapping_of(t.data_ptr())
+    assert m is not None and m["inode"] == ino, m
+    # a private (copy-on-write) mapping: reads share the page cache, a
+    # write gets a private page instead of SIGSEGV on PROT_READ
+    assert m["perms"].endswith("p") and "w" in m["perms"]
+    assert m["lo"] != mapping_of(a.ctypes.data)["lo"]
+    assert torch.equal(t, torch.from_numpy(expected()))
+    t[3, 4] = -1.0
+    t[200:, :] = 7.0
+    assert float(t[3, 4]) == -1.0
+    # nobody else sees it: not this array, not another lease, not
+    # another process
+    np.testing.assert_array_equal(a, expected())
+    np.testing.assert_array_equal(other, expected())
+    out = run_py("import tensord; a = tensord.Client().get('zc/t'); "
+                 "print(float(a[3, 4]), float(a[255, 0]))", daemon)
+    assert out.split() == ["3076.0", str(float(255 * 1024))]
+
+
+def test_numpy_from_dlpack_shares_the_file(daemon, client):
+    ino, _ = produce(daemon, "zc/n")
+    a = client.get("zc/n")
+    b = np.from_dlpack(a)
+    assert mapping_of(b.ctypes.data)["inode"] == ino
+    np.testing.assert_array_equal(b, expected())
+
+
+def test_dlpack_of_a_slice_points_at_the_slice(daemon, client):
+    produce(daemon, "zc/s")
+    a = client.get("zc/s")
+    s = a[10:20, 5::3]
+    torch = need_torch()
+    t = torch.from_dlpack(s)
+    assert tuple(t.shape) == s.shape
+    assert tuple(t.stride()) == tuple(x // 4 for x in s.strides)
+    assert torch.equal(t, torch.from_numpy(np.ascontiguousarray(s)))
+
+
+def test_a_writable_loan_exports_its_own_pages(client):
+    w = client.alloc("zc/w", (4, 4), "i32")
+    torch = need_torch()
+    t = torch.from_dlpack(w)
+    assert t.data_ptr() == w.ctypes.data
+    t[1, 1] = 42
+    assert w[1, 1] == 42
+    client.publish(w)
+    assert client.get("zc/w")[1, 1] == 42
+
+
+def test_buffer_protocol_and_array_interface_share_the_pages(daemon,
+                                                             client):
+    produce(daemon, "zc/b")
+    a = client.get("zc/b")
+    lease = a.lease
+    mv = memoryview(lease)
+    assert mv.readonly and mv.shape == a.shape and mv.format == "f"
+    b = np.asarray(lease)
+    assert b.ctypes.data == a.ctypes.data
+    assert not b.flags.writeable
+    ai = lease.__array_interface__
+    assert ai["data"] == (a.ctypes.data, True)
+    assert ai["shape"] == a.shape and ai["strides"] == a.strides
