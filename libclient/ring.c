@@ -160,8 +160,8 @@ static void pace_init(struct td_pace *p)
 
 /*
  * One step of a wait that found nothing: spin (true, after a pause), or
- * false with *until set to when to stop sleeping: the nap's end, or the
- * caller's deadline (-1: none). The plan starts on the first call.
+ * false with *until set to when to stop sleeping: the caller's deadline
+ * (-1: none). The plan starts on the first call.
  */
 static bool pace_wait(const struct td_pace *p, struct td_pace_plan *w,
 		      int64_t deadline, int64_t *until)
@@ -170,19 +170,12 @@ static bool pace_wait(const struct td_pace *p, struct td_pace_plan *w,
 
 	if (!w->start)
 		td_pace_plan(p, now, w);
-	switch (td_pace_step(w, now)) {
-	case TD_PACE_SPIN:
+	if (td_pace_step(w, now) == TD_PACE_SPIN) {
 		cpu_relax();
 		return true;
-	case TD_PACE_NAP:
-		*until = deadline >= 0 && deadline < w->nap_until
-				 ? deadline
-				 : w->nap_until;
-		return false;
-	default:
-		*until = deadline;
-		return false;
 	}
+	*until = deadline;
+	return false;
 }
 
 /* ---- mapping ---- */
