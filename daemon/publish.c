@@ -443,6 +443,15 @@ static void pub_commit(struct pub *x, struct td__version *ver)
 	td__log(TD_LOG_DEBUG, "published %.*s version %llu (%u fds)",
 		(int)ver->name_len, ver->name,
 		(unsigned long long)ver->number, ver->nfds);
+	/*
+	 * Parked GETs first: the consumer waiting for this version is woken
+	 * before the producer, whose reply would otherwise make it runnable
+	 * on the CPU the daemon runs on and delay the consumer's wake-up
+	 * behind it. (A GET parked on this same connection is answered
+	 * before this reply: parked GETs are answered when they complete,
+	 * §1.) Watchers are still told after the reply (§6.9).
+	 */
+	td__lease_wake(s, ver);
 	r.version = ver->number;
 	/* the version before went back to the free list just now, if free */
 	r.has_loan = x->m.flags & TD_WIRE_PUB_LOAN;
@@ -454,7 +463,6 @@ static void pub_commit(struct pub *x, struct td__version *ver)
 		      (size_t)len, fds,
 		      (x->m.flags & TD_WIRE_PUB_LOAN_SCM) ? nfds : 0);
 	td__notify(s, TD_EVENT_PUBLISHED, ver);
-	td__lease_wake(s, ver);
 }
 
 /* Everything a PUBLISH did not keep is closed (the request's too). */
