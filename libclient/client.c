@@ -308,6 +308,36 @@ static int reply_error(const struct td__msg *m, int status,
 	return td__fail(err, status, "daemon: %s", strerror(-status));
 }
 
+int64_t td__now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/*
+ * Before a blocking receive: poll the socket as planned from the recent
+ * waits of this kind (docs/fastpath.md, "Waiting"), so that a reply that
+ * comes within microseconds does not cost a sleep and a wake-up. Bounded
+ * per wait; long waits (a paced stream's GET) sleep at once.
+ */
+static void reply_poll(struct td_client *c, struct td_pace *p,
+		       struct td_pace_plan *w)
+{
+	int64_t now = td__now_ns();
+
+	td_pace_plan(p, now, w);
+	while (td_pace_step(w, now) == TD_PACE_SPIN) {
+		struct pollfd pf = {.fd = c->sock, .events = POLLIN};
+
+		if (poll(&pf, 1, 0) != 0)
+			return;
+		td__cpu_relax();
+		now = td__now_ns();
+	}
+}
+
 static int client_usable(struct td_client *c, struct td_error *err)
 {
 	if (c->sock < 0)
@@ -329,6 +359,14 @@ int td__call(struct td_client *c, uint16_t op, size_t body_len,
 	     const int *fds, unsigned nfds, struct td__msg *rep,
 	     struct td_error *err)
 {
+	return td__call_paced(c, op, body_len, fds, nfds, NULL, rep, err);
+}
+
+int td__call_paced(struct td_client *c, uint16_t op, size_t body_len,
+		   const int *fds, unsigned nfds, struct td_pace *pace,
+		   struct td__msg *rep, struct td_error *err)
+{
+	struct td_pace_plan plan;
 	uint64_t id;
 	int rc;
 
@@ -341,6 +379,8 @@ int td__call(struct td_client *c, uint16_t op, size_t body_len,
 	if (rc < 0)
 		return td__fail(err, rc, "send %s: %s", td_wire_op_name(op),
 				strerror(-rc));
+	if (pace)
+		reply_poll(c, pace, &plan);
 	for (;;) {
 		rc = msg_recv(c, rep);
 		if (rc < 0)
@@ -351,6 +391,8 @@ int td__call(struct td_client *c, uint16_t op, size_t body_len,
 			break;
 		msg_aside(c, rep);
 	}
+	if (pace)
+		td_pace_done(pace, &plan, td__now_ns());
 	if (rep->hdr.status < 0) {
 		rc = rep->hdr.status;
 		td__msg_close_fds(rep);
@@ -609,6 +651,7 @@ int td_client_connect(const char *path, struct td_client **out,
 	c->refs = 1;
 	c->sock = -1;
 	c->daemon_pidfd = -1;
+	td__pace_init_env(&c->pace_get);
 	pthread_mutex_init(&c->lock, NULL);
 	c->rbuf = malloc(TD_WIRE_MAX_MSG);
 	c->sbuf = malloc(TD_WIRE_MAX_MSG);

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pace.h"
 #include "tensord/tensord.h"
 #include "wire.h"
 
@@ -87,6 +88,13 @@ struct td_client {
 	struct td_alloc *next_loan;
 	bool unloan;
 	uint64_t clock;
+	/*
+	 * How the reply to a GET that may park is waited for (pace.h, as
+	 * ring waits): it comes when another client publishes, so polling
+	 * for it briefly saves a wake-up. Other replies are not polled for:
+	 * the daemon has to run to make them, on the CPU a poll would take.
+	 */
+	struct td_pace pace_get;
 	uint8_t *rbuf; /* TD_WIRE_MAX_MSG receive buffer */
 	uint8_t *sbuf; /* TD_WIRE_MAX_MSG send buffer */
 };
@@ -118,6 +126,10 @@ void td__client_unref(struct td_client *c); /* lock NOT held */
 int td__call(struct td_client *c, uint16_t op, size_t body_len,
 	     const int *fds, unsigned nfds, struct td__msg *rep,
 	     struct td_error *err);
+/* td__call, polling for the reply first as planned by pace (NULL: not). */
+int td__call_paced(struct td_client *c, uint16_t op, size_t body_len,
+		   const int *fds, unsigned nfds, struct td_pace *pace,
+		   struct td__msg *rep, struct td_error *err);
 void td__msg_close_fds(struct td__msg *m);
 
 /* Import daemon fd `remote` (pidfd path) or take `scm` (SCM path): -> fd. */
@@ -140,6 +152,26 @@ void td__next_loan_forget(struct td_client *c);
  * TD_WIRE_REL_QUIET; an error reply to it is dropped by the next call).
  */
 int td__send(struct td_client *c, uint16_t op, size_t body_len);
+
+/*
+ * A wait plan from $TENSORD_RING_SPIN_US / $TENSORD_RING_SPIN_MAX_US
+ * (defaults 20 and 200 us; docs/fastpath.md, "Waiting"): rings and the
+ * replies of the socket alike.
+ */
+void td__pace_init_env(struct td_pace *p);
+
+/* CLOCK_MONOTONIC in ns. */
+int64_t td__now_ns(void);
+
+/* The spin-wait hint of the CPU (PAUSE, YIELD); nothing elsewhere. */
+static inline void td__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield" ::: "memory");
+#endif
+}
 
 /* Decode a wire str into a NUL-terminated buffer of cap bytes. */
 void td__str_copy(char *dst, size_t cap, struct td_wire_str s);

@@ -85,26 +85,11 @@ struct td_sub {
 
 /* ---- small helpers ---- */
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield" ::: "memory");
-#endif
-}
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static int64_t deadline_of(int timeout_ms)
 {
-	return timeout_ms < 0 ? -1 : now_ns() + (int64_t)timeout_ms * 1000000;
+	return timeout_ms < 0 ? -1 : td__now_ns() + (int64_t)timeout_ms * 1000000;
 }
 
 /*
@@ -118,7 +103,7 @@ static int futex_wait_until(_Atomic uint32_t *w, uint32_t val,
 	struct timespec ts, *tp = NULL;
 
 	if (deadline >= 0) {
-		int64_t left = deadline - now_ns();
+		int64_t left = deadline - td__now_ns();
 
 		if (left <= 0)
 			return -ETIMEDOUT;
@@ -152,7 +137,7 @@ static int64_t env_us(const char *name, int64_t dflt)
  * history (0: always sleep at once, nothing adaptive);
  * $TENSORD_RING_SPIN_MAX_US the longest poll once waits are known short.
  */
-static void pace_init(struct td_pace *p)
+void td__pace_init_env(struct td_pace *p)
 {
 	td_pace_init(p, env_us("TENSORD_RING_SPIN_US", DEFAULT_SPIN_US),
 		     env_us("TENSORD_RING_SPIN_MAX_US", DEFAULT_SPIN_MAX_US));
@@ -166,12 +151,12 @@ static void pace_init(struct td_pace *p)
 static bool pace_wait(const struct td_pace *p, struct td_pace_plan *w,
 		      int64_t deadline, int64_t *until)
 {
-	int64_t now = now_ns();
+	int64_t now = td__now_ns();
 
 	if (!w->start)
 		td_pace_plan(p, now, w);
 	if (td_pace_step(w, now) == TD_PACE_SPIN) {
-		cpu_relax();
+		td__cpu_relax();
 		return true;
 	}
 	*until = deadline;
@@ -402,7 +387,7 @@ int td_ring_create(struct td_client *c, const char *name,
 		return td__fail(err, -ENOMEM, "out of memory");
 	ring->cur = ring->last = TD_RING_NONE;
 	ring->next_version = 1;
-	pace_init(&ring->pace);
+	td__pace_init_env(&ring->pace);
 
 	pthread_mutex_lock(&c->lock);
 	if (c->path_out == TD_IMPORT_SCM)
@@ -539,7 +524,7 @@ static int pick(struct td_ring *r)
 /* The caller's deadline (-1: none) has passed. */
 static bool past(int64_t deadline)
 {
-	return deadline >= 0 && now_ns() >= deadline;
+	return deadline >= 0 && td__now_ns() >= deadline;
 }
 
 int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
@@ -581,7 +566,7 @@ int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
 			if (s >= 0)
 				break;
 		}
-		td_pace_done(&r->pace, &plan, now_ns());
+		td_pace_done(&r->pace, &plan, td__now_ns());
 	}
 	r->cur = (uint32_t)s;
 	slot_fill(&r->m, r->cur, slot);
@@ -659,7 +644,7 @@ int td_ring_subscribe(struct td_client *c, const char *name, int timeout_ms,
 	sub = calloc(1, sizeof(*sub));
 	if (!sub)
 		return td__fail(err, -ENOMEM, "out of memory");
-	pace_init(&sub->pace);
+	td__pace_init_env(&sub->pace);
 	q.name = (struct td_wire_str){name, (uint16_t)strlen(name)};
 	pthread_mutex_lock(&c->lock);
 	q.flags = c->path_out == TD_IMPORT_SCM ? TD_WIRE_REQ_SCM : 0;
@@ -677,7 +662,7 @@ int td_ring_subscribe(struct td_client *c, const char *name, int timeout_ms,
 			      &rep, err);
 		if (rc != -ENOENT || timeout_ms == 0)
 			break;
-		if (deadline >= 0 && now_ns() >= deadline) {
+		if (deadline >= 0 && td__now_ns() >= deadline) {
 			rc = td__fail(err, -ETIMEDOUT,
 				      "no ring named \"%s\" within %d ms",
 				      name, timeout_ms);
@@ -800,7 +785,7 @@ int td_sub_next(struct td_sub *s, int timeout_ms, struct td_view *view)
 		rc = try_hold(s, latest, view);
 		if (rc != 0) {
 			if (rc > 0 && plan.start)
-				td_pace_done(&s->pace, &plan, now_ns());
+				td_pace_done(&s->pace, &plan, td__now_ns());
 			return rc < 0 ? -EBADMSG : 0;
 		}
 		if (latest != atomic_load(&h->latest))

@@ -534,7 +534,9 @@ static int get_common(struct td_client *c, const char *name, uint32_t mode,
 		rc = td__fail(err, -EINVAL, "bad tensor name");
 		goto out;
 	}
-	rc = td__call(c, TD_OP_GET, (size_t)len, NULL, 0, &m, err);
+	/* a GET that may park waits for another client's PUBLISH */
+	rc = td__call_paced(c, TD_OP_GET, (size_t)len, NULL, 0,
+			    timeout_ms ? &c->pace_get : NULL, &m, err);
 	if (rc < 0)
 		goto out;
 	rc = td_wire_get_rep_decode(m.body, m.body_len, &rep, &e);
