@@ -176,10 +176,26 @@ static int pub_check_fds(struct pub *x)
 						i, why);
 			continue;
 		}
-		rc = td__plane_probe(x->tab[i], &x->info[i], &why);
-		if (rc < 0)
-			return pub_fail(x, rc, "fd table entry %u: %s", i,
-					why);
+		if (x->alloc && i < x->alloc->count &&
+		    x->alloc->fds[i].tracked) {
+			/*
+			 * A plane this daemon made (td__plane_create): a
+			 * memfd of the size asked, size-sealed since, whose
+			 * file it stat()ed then. No syscall to learn it
+			 * again on every handoff.
+			 */
+			const struct td__vfd *f = &x->alloc->fds[i];
+
+			x->info[i] = (struct td__plane_info){
+				.type = TD__PLANE_MEMFD, .size = f->size,
+				.dev = f->dev, .ino = f->ino};
+		} else {
+			rc = td__plane_probe(x->tab[i], &x->info[i], &why);
+			if (rc < 0)
+				return pub_fail(x, rc,
+						"fd table entry %u: %s", i,
+						why);
+		}
 		bool dmabuf = x->info[i].type == TD__PLANE_DMABUF;
 
 		if (dmabuf != (v->storage_kind == TD_STORAGE_DMABUF))

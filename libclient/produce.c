@@ -688,8 +688,16 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 		rc = td__fail(err, (int)n, "PUBLISH does not fit a message");
 		goto out;
 	}
+	/*
+	 * On the SCM path the fd table rides along, except when it is
+	 * exactly a loan's planes: the daemon has those (§6.3).
+	 */
 	rc = td__call(c, TD_OP_PUBLISH, (size_t)n, pt.tab,
-		      c->path_in == TD_IMPORT_SCM ? pt.ntab : 0, &m, err);
+		      c->path_in == TD_IMPORT_SCM &&
+				      !(x->identity && pt.ntab == x->nbuf)
+			      ? pt.ntab
+			      : 0,
+		      &m, err);
 	if (rc < 0)
 		goto out;
 	rc = td_wire_publish_rep_decode(m.body, m.body_len, &rep, NULL);
