@@ -36,6 +36,18 @@ struct bare_words {
 	_Atomic uint32_t ack;  /* seq the consumer acknowledged */
 };
 
+static int bare_can_run(const struct bench_env *env, size_t size, char *why,
+			size_t why_len)
+{
+	/* the limits are what small handoffs read against; above 64 MiB a
+	 * round would spend its time faulting in a fresh shared mapping */
+	if (size > (64u << 20)) {
+		snprintf(why, why_len, "the bare limits run up to 64 MiB");
+		return -EFBIG;
+	}
+	return 0;
+}
+
 static int bare_prepare(struct bench_run *r)
 {
 	size_t len = BARE_HDR + r->size;
@@ -142,6 +154,7 @@ const struct bench_method bench_bare_futex = {
 	.name = "bare-futex",
 	.desc = "limit: shared memory, a futex wait and wake per direction, "
 		"no library",
+	.can_run = bare_can_run,
 	.prepare = bare_prepare,
 	.unprepare = bare_unprepare,
 	.setup = bare_setup,
@@ -153,6 +166,7 @@ const struct bench_method bench_bare_spin = {
 	.name = "bare-spin",
 	.desc = "limit: shared memory, both sides spin on a word per "
 		"direction, no library (burns both CPUs)",
+	.can_run = bare_can_run,
 	.prepare = bare_prepare,
 	.unprepare = bare_unprepare,
 	.setup = bare_setup,
