@@ -207,42 +207,38 @@ static int parse_sizes(const char *arg, struct opts *o)
 	return o->size_count ? 0 : -EINVAL;
 }
 
-static int parse_modes(const char *arg)
+/* A comma list of words into bits (words[i] -> 1 << i); -1 on an
+ * unknown word. */
+static int parse_words(const char *arg, const char *const *words,
+		       size_t nwords)
 {
 	char *dup = strdup(arg), *save = NULL;
-	int modes = 0;
+	int bits = 0;
 
-	for (char *t = strtok_r(dup, ",", &save); t;
+	for (char *t = strtok_r(dup, ",", &save); t && bits >= 0;
 	     t = strtok_r(NULL, ",", &save)) {
-		if (strcmp(t, "write") == 0)
-			modes |= 2;
-		else if (strcmp(t, "nowrite") == 0)
-			modes |= 1;
-		else
-			modes = -1000;
+		size_t i = 0;
+
+		while (i < nwords && strcmp(t, words[i]) != 0)
+			i++;
+		bits = i < nwords ? bits | (1 << i) : -1;
 	}
 	free(dup);
-	return modes;
+	return bits;
+}
+
+static int parse_modes(const char *arg)
+{
+	static const char *const w[] = {"nowrite", "write"};
+
+	return parse_words(arg, w, 2);
 }
 
 static int parse_kinds(const char *arg)
 {
-	char *dup = strdup(arg), *save = NULL;
-	int kinds = 0;
+	static const char *const w[] = {"pingpong", "fanout", "paced"};
 
-	for (char *t = strtok_r(dup, ",", &save); t;
-	     t = strtok_r(NULL, ",", &save)) {
-		if (strcmp(t, "pingpong") == 0)
-			kinds |= 1;
-		else if (strcmp(t, "fanout") == 0)
-			kinds |= 2;
-		else if (strcmp(t, "paced") == 0)
-			kinds |= 4;
-		else
-			kinds = -1000;
-	}
-	free(dup);
-	return kinds;
+	return parse_words(arg, w, 3);
 }
 
 static void usage(FILE *f)

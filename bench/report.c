@@ -583,26 +583,27 @@ static void limit_row(FILE *f, const struct bench_report *rep,
 static void targets16_table(FILE *f, const struct bench_report *rep,
 			    const size_t *sizes, size_t ns)
 {
-	static const char *const plain[] = {"tensord", "tensord-scm"};
-	static const char *const fan[] = {"tensord-ring", "tensord"};
+	static const struct {
+		const char *name, *what;
+		enum bench_kind kind;
+	} rows[] = {
+		{"tensord", "plain API", BENCH_PINGPONG},
+		{"tensord-scm", "plain API", BENCH_PINGPONG},
+		{"tensord-ring", "fan-out 1→4", BENCH_FANOUT},
+		{"tensord", "fan-out 1→4", BENCH_FANOUT},
+	};
 	char t[160];
 
 	fprintf(f, "### Issue-16 targets (this run)\n\n"
 		   "| target | mode | measured | verdict |\n"
 		   "|---|---|---|---|\n");
-	for (size_t i = 0; i < 2; i++)
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
 		for (int w = 1; w >= 0; w--) {
-			snprintf(t, sizeof(t), "plain API `%s` ≤ 1.0× "
-				 "iceoryx-wait, 64 B-64 MiB", plain[i]);
-			worst_row(f, rep, t, plain[i], "iceoryx-wait",
-				  BENCH_PINGPONG, w, sizes, ns);
-		}
-	for (size_t i = 0; i < 2; i++)
-		for (int w = 1; w >= 0; w--) {
-			snprintf(t, sizeof(t), "fan-out 1→4 `%s` ≤ 1.0× "
-				 "iceoryx-wait's", fan[i]);
-			worst_row(f, rep, t, fan[i], "iceoryx-wait",
-				  BENCH_FANOUT, w, sizes, ns);
+			snprintf(t, sizeof(t), "%s `%s` ≤ 1.0× iceoryx-wait%s, "
+				 "64 B-64 MiB", rows[i].what, rows[i].name,
+				 rows[i].kind == BENCH_FANOUT ? "'s 1→4" : "");
+			worst_row(f, rep, t, rows[i].name, "iceoryx-wait",
+				  rows[i].kind, w, sizes, ns);
 		}
 	for (int ri = 0; ri < 2; ri++)
 		for (unsigned nc = 1; nc <= BENCH_MAX_CONSUMERS; nc += 3) {
