@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -328,12 +329,16 @@ static void reply_poll(struct td_client *c, struct td_pace *p,
 	int64_t now = td__now_ns();
 
 	td_pace_plan(p, now, w);
-	while (td_pace_step(w, now) == TD_PACE_SPIN) {
+	for (;;) {
 		struct pollfd pf = {.fd = c->sock, .events = POLLIN};
+		enum td_pace_step step = td_pace_step(w, now);
 
-		if (poll(&pf, 1, 0) != 0)
+		if (step == TD_PACE_SLEEP || poll(&pf, 1, 0) != 0)
 			return;
-		td__cpu_relax();
+		if (step == TD_PACE_YIELD)
+			sched_yield();
+		else
+			td__cpu_relax();
 		now = td__now_ns();
 	}
 }

@@ -20,6 +20,7 @@ void td_pace_plan(const struct td_pace *p, int64_t now,
 	int64_t e = p->avg;
 
 	w->start = now;
+	w->yield_at = now + TD_PACE_YIELD_NS;
 	if (p->base == 0) {
 		/* spinning is off: sleep at once, no prediction either */
 		w->spin_until = now;
@@ -45,8 +46,12 @@ void td_pace_plan(const struct td_pace *p, int64_t now,
 	}
 }
 
-enum td_pace_step td_pace_step(const struct td_pace_plan *w, int64_t now)
+enum td_pace_step td_pace_step(struct td_pace_plan *w, int64_t now)
 {
+	if (now < w->spin_until && now >= w->yield_at) {
+		w->yield_at = now + TD_PACE_YIELD_NS;
+		return TD_PACE_YIELD;
+	}
 	if (now < w->spin_until)
 		return TD_PACE_SPIN;
 	return TD_PACE_SLEEP;

@@ -21,6 +21,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -155,12 +156,17 @@ static bool pace_wait(const struct td_pace *p, struct td_pace_plan *w,
 
 	if (!w->start)
 		td_pace_plan(p, now, w);
-	if (td_pace_step(w, now) == TD_PACE_SPIN) {
+	switch (td_pace_step(w, now)) {
+	case TD_PACE_SPIN:
 		td__cpu_relax();
 		return true;
+	case TD_PACE_YIELD:
+		sched_yield();
+		return true;
+	default:
+		*until = deadline;
+		return false;
 	}
-	*until = deadline;
-	return false;
 }
 
 /* ---- mapping ---- */

@@ -238,6 +238,11 @@ Test(ring, waits_are_planned_from_recent_waits_and_bounded)
 	td_pace_plan(&p, 1000000, &w);
 	cr_assert_eq(w.spin_until, 1000000 + 20 * us);
 	cr_assert_eq(td_pace_step(&w, 1000000), TD_PACE_SPIN);
+	/* spinning gives the CPU away after 5 us, then every 5 us */
+	cr_assert_eq(td_pace_step(&w, 1000000 + 4 * us), TD_PACE_SPIN);
+	cr_assert_eq(td_pace_step(&w, 1000000 + 5 * us), TD_PACE_YIELD);
+	cr_assert_eq(td_pace_step(&w, 1000000 + 6 * us), TD_PACE_SPIN);
+	cr_assert_eq(td_pace_step(&w, 1000000 + 10 * us), TD_PACE_YIELD);
 	cr_assert_eq(td_pace_step(&w, 1000000 + 20 * us), TD_PACE_SLEEP);
 
 	/* the first wait seeds the average, later ones move it by 1/4 */
