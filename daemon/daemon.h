@@ -115,6 +115,8 @@ struct td__opts {
 	const char *policy_path; /* NULL = everyone may do everything */
 	int socket_mode;         /* chmod of the socket file, -1 = umask */
 	gid_t socket_gid;        /* chown of the socket file, -1 = ours */
+	const char *snapshot_path;     /* --snapshot, NULL = none */
+	uint64_t snapshot_interval_ms; /* --snapshot-interval */
 };
 
 struct td__store;

@@ -26,6 +26,7 @@
  * when it is freed.
  */
 #include "sd.h"
+#include "snapshot.h"
 #include "os.h"
 
 #include <errno.h>
@@ -257,6 +258,7 @@ void td__fdstore_drop(uint64_t id)
 
 void td__fdstore_dirty(void)
 {
+	td__snapshot_dirty(); /* the same changes make a snapshot stale */
 	if (fs.on && !fs.frozen)
 		arm();
 }
@@ -555,7 +557,8 @@ static size_t sort_passed(bool twice[2])
 }
 
 /* The newer readable image of the two slots back into the store. */
-static void restore_newest(size_t stored)
+/* Returns whether an image was used (it wins over a snapshot). */
+static bool restore_newest(size_t stored)
 {
 	uint8_t *img[2] = {NULL, NULL};
 	struct td_state_hdr h[2];
@@ -598,6 +601,7 @@ static void restore_newest(size_t stored)
 	}
 	free(img[0]);
 	free(img[1]);
+	return best >= 0;
 }
 
 /*
@@ -660,6 +664,7 @@ static void drop_unreferenced(void)
 int td__fdstore_restore(struct td__daemon *d)
 {
 	bool twice[2] = {false, false};
+	int used = 0;
 
 	td__store_keeper_set(&keeper);
 	if (!td__sd_fdstore_on()) {
@@ -672,7 +677,7 @@ int td__fdstore_restore(struct td__daemon *d)
 	fs.on = true;
 	uv_timer_init(d->loop, &fs.timer);
 	fs.timer_init = true;
-	restore_newest(sort_passed(twice));
+	used = restore_newest(sort_passed(twice));
 	if (keep_slots(twice) < 0) {
 		fs.on = false;
 		goto done;
@@ -689,7 +694,7 @@ done:
 	free(fs.passed);
 	fs.passed = NULL;
 	fs.npassed = fs.passed_cap = 0;
-	return 0;
+	return used;
 }
 
 void td__fdstore_fini(void)

@@ -7,6 +7,7 @@
 #include "bytes.h"
 #include "os.h"
 #include "sd.h"
+#include "snapshot.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -49,6 +50,16 @@ static void usage(FILE *f)
 		"(e.g. 0660)\n"
 		"      --socket-group G  group (name or number) of the "
 		"socket file\n"
+		"      --snapshot FILE   keep every tensor in FILE (a Hurray "
+		"file):\n"
+		"                        restored at start, saved after "
+		"changes\n"
+		"                        and at a clean stop "
+		"(docs/snapshot.md)\n"
+		"      --snapshot-interval S  at most one save every S "
+		"seconds\n"
+		"                        (default 30; 0 = right after each "
+		"change)\n"
 		"  -h, --help            show this help\n"
 		"  -V, --version         show the version\n\n"
 		"Runs in the foreground and logs to stderr. SIGINT/SIGTERM "
@@ -142,6 +153,8 @@ static const struct option long_opts[] = {
 	{"policy", required_argument, NULL, 'p'},
 	{"socket-mode", required_argument, NULL, 1},
 	{"socket-group", required_argument, NULL, 2},
+	{"snapshot", required_argument, NULL, 3},
+	{"snapshot-interval", required_argument, NULL, 4},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, 'V'},
 	{NULL, 0, NULL, 0},
@@ -150,6 +163,7 @@ static const struct option long_opts[] = {
 /* One option's value into o. 0, or the exit status after a message. */
 static int parse_opt(int c, const char *arg, struct td__opts *o)
 {
+	unsigned long long secs;
 	char *end;
 
 	switch (c) {
@@ -209,6 +223,20 @@ static int parse_opt(int c, const char *arg, struct td__opts *o)
 			return 2;
 		}
 		return 0;
+	case 3:
+		o->snapshot_path = arg;
+		return 0;
+	case 4:
+		errno = 0;
+		secs = strtoull(arg, &end, 10);
+		if (errno || end == arg || *end || *arg == '-' ||
+		    secs > 86400 * 365) {
+			fprintf(stderr, "tensord: --snapshot-interval: want "
+					"whole seconds\n");
+			return 2;
+		}
+		o->snapshot_interval_ms = secs * 1000;
+		return 0;
 	case 'h':
 		usage(stdout);
 		return -1;
@@ -249,6 +277,7 @@ static int start(struct td__daemon *d, uv_signal_t *sigint,
 		 uv_signal_t *sigterm)
 {
 	uint32_t import = d->opts.import;
+	int rc;
 
 	d->pidfd = import == TD_IMPORT_SCM ? -1 : td__pidfd_open(d->pid);
 	if (d->pidfd < 0 && import != TD_IMPORT_SCM)
@@ -271,10 +300,17 @@ static int start(struct td__daemon *d, uv_signal_t *sigint,
 		    td__policy_load(d->opts.policy_path, d->policy) < 0)
 			return -1;
 	}
-	/* restore before listening: clients never see a half-filled store */
+	/*
+	 * restore before listening: clients never see a half-filled store;
+	 * the fd store, when it restored, is newer than any snapshot
+	 */
 	td__dispatch_init();
 	if (td__sd_init(d, td__fdstore_passed) < 0 || td__store_new(d) < 0 ||
-	    td__fdstore_restore(d) < 0 || td__server_start(d) < 0)
+	    (rc = td__fdstore_restore(d)) < 0 ||
+	    (d->opts.snapshot_path &&
+	     td__snapshot_start(d, d->opts.snapshot_path,
+				d->opts.snapshot_interval_ms, rc > 0) < 0) ||
+	    td__server_start(d) < 0)
 		return -1;
 	td__sd_ready(d);
 	td__log(TD_LOG_INFO, "pid %d, import %s, max-bytes %" PRIu64,
@@ -293,6 +329,7 @@ static void stop(struct td__daemon *d)
 	/* order: stop accepting, drop peers (their leases), then the store */
 	td__server_stop(d);
 	td__peer_drop_all(d);
+	td__snapshot_fini(); /* the final save, while the store is whole */
 	td__fdstore_fini(); /* the final image, before the store lets go */
 	td__store_free(d);
 	td__fdstore_free();
@@ -312,7 +349,9 @@ int main(int argc, char **argv)
 	struct td__opts o = {.import = TD_IMPORT_AUTO,
 			     .max_bytes = UINT64_MAX,
 			     .socket_mode = -1,
-			     .socket_gid = (gid_t)-1};
+			     .socket_gid = (gid_t)-1,
+			     .snapshot_interval_ms =
+				     TD__SNAPSHOT_INTERVAL_S * 1000ull};
 	char pathbuf[4096];
 	struct td__daemon *d;
 	uv_signal_t sigint, sigterm;

@@ -6,6 +6,7 @@
  * anything else touches it; the daemon never maps, reads or waits on them.
  */
 #include "daemon.h"
+#include "fence.h"
 #include "os.h"
 
 #include <errno.h>
@@ -91,26 +92,9 @@ int td__plane_probe(int fd, struct td__plane_info *pi, const char **why)
 
 int td__fence_check(int fd, const char **why)
 {
-	char path[64], link[64];
-	ssize_t n;
+	int rc = td__fence_kind(fd, why);
 
-	/*
-	 * eventfds and sync_files are anonymous inodes that fstat cannot tell
-	 * apart; their /proc link names the kind ("anon_inode:[eventfd]",
-	 * "anon_inode:sync_file").
-	 */
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	n = readlink(path, link, sizeof(link) - 1);
-	if (n < 0) {
-		*why = "cannot inspect the fence fd";
-		return -errno;
-	}
-	link[n] = 0;
-	if (strcmp(link, "anon_inode:[eventfd]") == 0 ||
-	    strcmp(link, "anon_inode:sync_file") == 0)
-		return 0;
-	*why = "fence fd is not an eventfd or sync_file";
-	return -EINVAL;
+	return rc < 0 ? rc : 0;
 }
 
 int td__plane_seal(int fd, const char **why)

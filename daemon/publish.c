@@ -581,7 +581,10 @@ static void restore_commit(struct pub *x, const struct td_state_entry *ent,
 
 		td__vfd_set(s, f, x->tab[i], x->is_plane[i]);
 		x->own[i] = false;
-		if (td__store_fd_adopt(ent->fd_ids[i], f) == 0)
+		/* id 0: not from the fd store (a snapshot): store it now */
+		if (!ent->fd_ids[i])
+			f->sid = td__store_fd_kept(f);
+		else if (td__store_fd_adopt(ent->fd_ids[i], f) == 0)
 			f->sid = ent->fd_ids[i];
 	}
 	ver->acct = x->acct;

@@ -523,6 +523,17 @@ static void ring_close(struct ring *r)
 	atomic_fetch_or(&r->hdr->flags, TD_RING_CLOSED);
 	atomic_fetch_add(&r->hdr->seq, 1);
 	td__futex_wake((const uint32_t *)&r->hdr->seq, INT_MAX);
+	/* readers waiting on a fence it will never signal see CLOSED now */
+	for (uint32_t s = 0; s < r->g.slot_count; s++) {
+		uint32_t pending = TD_RING_FENCE_PENDING;
+
+		if (atomic_compare_exchange_strong(&r->hdr->slots[s].fence,
+						   &pending,
+						   TD_RING_FENCE_ABANDONED))
+			td__futex_wake((const uint32_t *)&r->hdr->slots[s]
+					       .fence,
+				       INT_MAX);
+	}
 	td__log(TD_LOG_DEBUG, "ring %.*s #%llu closed, %u subscribers",
 		(int)r->name_len, r->name, (unsigned long long)r->id, r->subs);
 }
@@ -870,7 +881,11 @@ static int lease_if(struct td__peer *p, uint16_t op, uint64_t request_id,
 	int rc;
 
 	slot_lease(r, s);
-	if (atomic_load(&r->hdr->slots[s].version) != version) {
+	/* a GET reply carries no fence: a version whose fence has not
+	 * signalled is not handed out yet (the GET waits, as for a slot
+	 * being rewritten) */
+	if (atomic_load(&r->hdr->slots[s].version) != version ||
+	    atomic_load(&r->hdr->slots[s].fence) == TD_RING_FENCE_PENDING) {
 		slot_unlease(r, s);
 		return 0;
 	}
@@ -911,6 +926,16 @@ int td__ring_try_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 			if (atomic_load(&h->slots[s].version) == version &&
 			    lease_if(p, op, request_id, flags, r, s, version))
 				return 1;
+		for (uint32_t s = 0; version && s < r->g.slot_count; s++)
+			if (atomic_load(&h->slots[s].version) == version) {
+				td__peer_error(p, op, request_id, -EAGAIN,
+					       "version %llu of ring \"%.*s\" "
+					       "is published but its fence "
+					       "has not signalled yet",
+					       (unsigned long long)version,
+					       (int)r->name_len, r->name);
+				return 1;
+			}
 		td__peer_error(p, op, request_id, -ENOENT,
 			       "version %llu of ring \"%.*s\" is in none of "
 			       "its slots (latest %llu)",

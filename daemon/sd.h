@@ -55,6 +55,7 @@ void td__fdstore_passed(int fd, const char *name);
 /*
  * Restore the store from the passed fds and set up the state images.
  * Never fails the start: anything unusable is logged and dropped.
+ * 1 when a state image was used (it is newer than any snapshot), else 0.
  */
 int td__fdstore_restore(struct td__daemon *d);
 /*

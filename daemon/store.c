@@ -7,6 +7,7 @@
  * (store.h); nothing here calls them.
  */
 #include "store.h"
+#include "snapshot.h" /* td__store_snap_hold */
 
 #include <errno.h>
 #include <stdlib.h>
@@ -536,6 +537,7 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 			(unsigned long long)v->acct, (unsigned)v->uid,
 			(unsigned)uid);
 		td__name_remove(s, v); /* s->names[i] is the next one now */
+		td__store_changed(); /* the set of current versions changed */
 		td__notify(s, TD_EVENT_DELETED, v);
 		td__version_unref(s, v);
 	}
@@ -709,4 +711,45 @@ void td__store_peer_gone(struct td__peer *p)
 		td__freebuf_drop(s, td__container_of(p->freebufs.next,
 						     struct td__freebuf,
 						     link));
+}
+
+/* ---- snapshots (snapshot.c) ---- */
+
+/*
+ * Every current version, referenced like a lease (never evicted, never
+ * freed, a recyclable buffer never handed back) until
+ * td__store_snap_unref(): what a snapshot writes stays intact while
+ * clients keep publishing. Fences and fd ids are left to the caller.
+ */
+int td__store_snap_hold(int (*fn)(void *arg, const struct td__snap_ver *sv),
+			void *arg)
+{
+	struct td__store *s = td__d->store;
+
+	for (size_t i = 0; i < s->count; i++) {
+		struct td__version *v = s->names[i];
+		struct td__snap_ver sv = {
+			.ent = {.name = {v->name, v->name_len},
+				.flags = v->flags,
+				.version = v->number,
+				.meta = {v->meta, v->meta_len},
+				.blob = {v->blob, v->blob_len},
+				.fd_count = v->nfds},
+			.ref = v,
+		};
+		int rc;
+
+		for (uint32_t j = 0; j < v->nfds; j++)
+			sv.fds[j] = td__vfd_out(&v->fds[j]);
+		v->refs++;
+		rc = fn(arg, &sv);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+void td__store_snap_unref(void *ref)
+{
+	td__version_unref(td__d->store, ref);
 }

@@ -27,6 +27,7 @@ struct td__map {
 	void *addr;   /* NULL when len is 0 */
 	uint64_t off; /* file offset of addr (0 unless a window) */
 	size_t len;
+	int kind;        /* TD_PLANE_* (gpu.h) */
 	unsigned refs;   /* tensors using it */
 	uint64_t used;   /* LRU clock value of the last release */
 };

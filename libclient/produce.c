@@ -15,6 +15,8 @@
 
 #include "blob.h"
 #include "client.h"
+#include "fence.h"
+#include "gpu.h"
 
 struct td_alloc {
 	struct td_client *c;
@@ -237,8 +239,9 @@ static int alloc_plane(struct td_client *c, struct td_alloc *a, uint32_t i,
 				"buffer %u is smaller than asked", i);
 	}
 	if (size) {
-		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-			 0);
+		/* size a multiple of A: address A-aligned (gpu.h) */
+		p = td__mmap_natural(size, PROT_READ | PROT_WRITE, MAP_SHARED,
+				     fd, 0);
 		if (p == MAP_FAILED) {
 			rc = td__fail(err, -errno, "mmap buffer %u: %s", i,
 				      strerror(errno));
@@ -469,6 +472,14 @@ static int publish_check(const struct td_publish *p, unsigned *esz,
 				TD_WIRE_MAX_META);
 	if ((p->flags & TD_PUBLISH_FENCE) && p->fence_fd < 0)
 		return td__fail(err, -EBADF, "TD_PUBLISH_FENCE without fd");
+	if (p->flags & TD_PUBLISH_FENCE) {
+		/* the daemon checks too; a closed fd is only seen here */
+		int kind = td__fence_kind(p->fence_fd, &why);
+
+		if (kind < 0)
+			return td__fail(err, kind, "fence fd %d: %s",
+					p->fence_fd, why);
+	}
 	return 0;
 }
 

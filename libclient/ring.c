@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "gpu.h"
 #include "os.h"
 #include "pace.h"
 #include "ring.h"
@@ -79,6 +80,7 @@ struct td_sub {
 	struct td_ring_row *row;
 	uint64_t last_version;
 	bool holding;
+	uint32_t held_slot; /* while holding */
 	struct td_pace pace;
 	uint32_t dtype, ndim;
 	uint64_t shape[TD_RING_MAX_DIMS];
@@ -196,8 +198,10 @@ static void *map_populated(int fd, size_t len, bool writable, bool thp)
 		errno = EBADMSG;
 		return NULL;
 	}
-	p = mmap(NULL, len, writable ? PROT_READ | PROT_WRITE : PROT_READ,
-		 MAP_SHARED, fd, 0);
+	/* slots whose planes are multiples of A start A-aligned (gpu.h) */
+	p = td__mmap_natural(len,
+			     writable ? PROT_READ | PROT_WRITE : PROT_READ,
+			     MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED)
 		return NULL;
 	if (thp)
@@ -579,7 +583,8 @@ int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
 	return 0;
 }
 
-int td_ring_publish(struct td_ring *r, uint64_t *version)
+/* Publish the acquired slot with its fence word set to `fence`. */
+static int publish(struct td_ring *r, uint32_t fence, uint64_t *version)
 {
 	struct td_ring_hdr *h;
 	struct td_ring_readers *rd;
@@ -593,6 +598,9 @@ int td_ring_publish(struct td_ring *r, uint64_t *version)
 	rd = r->m.rd;
 	s = r->cur;
 	v = r->next_version++;
+	/* this version's fence before its version (readers that see the
+	 * version see this or a later signal) */
+	atomic_store_explicit(&h->slots[s].fence, fence, memory_order_relaxed);
 	/* release: the slot's bytes before its version, version before
 	 * latest; seq_cst from here on for the sleepers check below */
 	atomic_store_explicit(&h->slots[s].version, v, memory_order_release);
@@ -608,6 +616,40 @@ int td_ring_publish(struct td_ring *r, uint64_t *version)
 	if (version)
 		*version = v;
 	return 0;
+}
+
+int td_ring_publish(struct td_ring *r, uint64_t *version)
+{
+	return publish(r, TD_RING_FENCE_NONE, version);
+}
+
+int td_ring_publish_fenced(struct td_ring *r, uint64_t *version)
+{
+	return publish(r, TD_RING_FENCE_PENDING, version);
+}
+
+int td_ring_fence_signal(struct td_ring *r, uint64_t version)
+{
+	struct td_ring_hdr *h;
+
+	if (!r || !version)
+		return -EINVAL;
+	h = r->m.hdr;
+	for (uint32_t s = 0; s < r->m.g.slot_count; s++) {
+		uint32_t pending = TD_RING_FENCE_PENDING;
+
+		if (atomic_load(&h->slots[s].version) != version)
+			continue;
+		/* release: what the device wrote before the signal */
+		if (!atomic_compare_exchange_strong_explicit(
+			    &h->slots[s].fence, &pending,
+			    TD_RING_FENCE_SIGNALLED, memory_order_release,
+			    memory_order_relaxed))
+			return -EALREADY;
+		td__futex_wake((const uint32_t *)&h->slots[s].fence, INT_MAX);
+		return 0;
+	}
+	return -ENOENT;
 }
 
 uint32_t td_ring_backing(const struct td_ring *r)
@@ -764,6 +806,7 @@ static int try_hold(struct td_sub *s, uint64_t latest, struct td_view *view)
 		return 0;
 	}
 	s->holding = true;
+	s->held_slot = slot;
 	s->last_version = v;
 	/* after the hold is validated: the producer may rewrite this slot
 	 * once every reader took it and none holds it */
@@ -813,6 +856,33 @@ int td_sub_next(struct td_sub *s, int timeout_ms, struct td_view *view)
 		    !(atomic_load(&h->flags) & TD_RING_CLOSED))
 			futex_wait_until(&h->seq, seq, until);
 		atomic_store(&s->row->waiting, 0);
+	}
+}
+
+int td_sub_fence_wait(struct td_sub *s, int timeout_ms)
+{
+	_Atomic uint32_t *f;
+	int64_t deadline;
+
+	if (!s || !s->holding)
+		return -EINVAL;
+	f = &s->m.hdr->slots[s->held_slot].fence;
+	deadline = deadline_of(timeout_ms);
+	for (;;) {
+		/* acquire: the signal's release orders the device's bytes */
+		uint32_t v = atomic_load_explicit(f, memory_order_acquire);
+
+		if (v == TD_RING_FENCE_NONE || v == TD_RING_FENCE_SIGNALLED)
+			return 0;
+		/* the daemon marks a pending fence abandoned (and wakes its
+		 * waiters) when it closes the ring; other values are no
+		 * producer's */
+		if (v != TD_RING_FENCE_PENDING)
+			return v == TD_RING_FENCE_ABANDONED ? -EPIPE
+							    : -EBADMSG;
+		if (timeout_ms == 0 || past(deadline))
+			return -ETIMEDOUT;
+		futex_wait_until(f, TD_RING_FENCE_PENDING, deadline);
 	}
 }
 

@@ -4,7 +4,6 @@
  * fences, RELEASE.
  */
 #include <errno.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -14,6 +13,7 @@
 #include "blob.h"
 #include "bytes.h"
 #include "client.h"
+#include "gpu.h"
 
 struct td__tplane {
 	const uint8_t *data;
@@ -21,6 +21,7 @@ struct td__tplane {
 	uint64_t size;
 	uint64_t stride;
 	int fd;
+	int kind; /* TD_PLANE_*, 0 inline */
 };
 
 struct td_tensor {
@@ -44,6 +45,8 @@ struct td_tensor {
 	size_t meta_len;
 	struct td__tplane planes[TD_WIRE_MAX_PLANES];
 	struct td__map *maps[TD_WIRE_MAX_PLANES];
+	/* maps[i] is a dma-buf whose CPU access was started (SYNC_START) */
+	bool synced[TD_WIRE_MAX_PLANES];
 };
 
 /* ---- mapping cache ---- */
@@ -100,9 +103,11 @@ static int map_ro(int fd, uint64_t off, size_t len, void **addr)
 	*addr = NULL;
 	if (len == 0)
 		return 0;
-	p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)off);
+	/* aligned for host-pointer imports when len allows (gpu.h) */
+	p = td__mmap_natural(len, PROT_READ, MAP_SHARED, fd, (off_t)off);
 	if (p == MAP_FAILED && (errno == EPERM || errno == EACCES))
-		p = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, (off_t)off);
+		p = td__mmap_natural(len, PROT_READ, MAP_PRIVATE, fd,
+				     (off_t)off);
 	if (p == MAP_FAILED)
 		return -errno;
 	*addr = p;
@@ -156,7 +161,12 @@ int td__map_get(struct td_client *c, uint64_t buffer_id, int32_t remote,
 	} else if (window) {
 		m->len = 0; /* no plane uses it */
 	}
+	m->kind = td__plane_kind(fd);
 	rc = map_ro(fd, m->off, m->len, &m->addr);
+	/* a dma-buf whose exporter refuses CPU maps is still handed over,
+	 * unmapped, for the consumer to import (td_tensor_plane_kind) */
+	if (rc < 0 && m->kind == TD_PLANE_DMABUF)
+		rc = 0;
 	if (rc < 0)
 		goto fail;
 	m->buffer_id = buffer_id;
@@ -234,8 +244,11 @@ int td_client_trim(struct td_client *c)
 
 static void tensor_free_locked(struct td_tensor *t)
 {
-	for (uint32_t i = 0; i < t->map_count; i++)
+	for (uint32_t i = 0; i < t->map_count; i++) {
+		if (t->synced[i])
+			(void)td__dmabuf_sync(t->maps[i]->fd, false);
 		td__map_put(t->c, t->maps[i]);
+	}
 	if (t->fence_fd >= 0)
 		close(t->fence_fd);
 	free(t->shape);
@@ -463,6 +476,17 @@ static int tensor_import(struct td_client *c, struct td_tensor *t,
 		if (!p.size)
 			t->planes[i].data = NULL;
 		t->planes[i].fd = mp->fd;
+		t->planes[i].kind = mp->kind;
+	}
+	/* CPU reads of a dma-buf between SYNC_START and SYNC_END (release) */
+	for (uint32_t i = 0; i < t->map_count; i++) {
+		if (t->maps[i]->kind != TD_PLANE_DMABUF || !t->maps[i]->addr)
+			continue;
+		rc = td__dmabuf_sync(t->maps[i]->fd, true);
+		if (rc < 0)
+			return td__fail(err, rc, "DMA_BUF_IOCTL_SYNC start on "
+					"buffer %u: %s", i, strerror(-rc));
+		t->synced[i] = true;
 	}
 	return 0;
 }
@@ -711,19 +735,15 @@ int td_tensor_has_fence(const struct td_tensor *t)
 
 int td_tensor_fence_wait(const struct td_tensor *t, int timeout_ms)
 {
-	struct pollfd pfd = {.fd = t->fence_fd, .events = POLLIN};
-	int rc;
+	return t->fence_fd < 0 ? 0 : td_fence_wait(t->fence_fd, timeout_ms, NULL);
+}
 
-	if (t->fence_fd < 0)
-		return 0;
-	do
-		rc = poll(&pfd, 1, timeout_ms < 0 ? -1 : timeout_ms);
-	while (rc < 0 && errno == EINTR);
-	if (rc < 0)
-		return -errno;
-	if (rc == 0)
-		return -ETIMEDOUT;
-	if (pfd.revents & (POLLERR | POLLNVAL))
-		return -EIO;
-	return 0;
+int td_tensor_fence_fd(const struct td_tensor *t)
+{
+	return t->fence_fd;
+}
+
+int td_tensor_plane_kind(const struct td_tensor *t, uint32_t i)
+{
+	return i < t->plane_count ? t->planes[i].kind : 0;
 }

@@ -532,6 +532,37 @@ static int check_quant(const struct td_blob_view *v, struct td_err *err)
 	return 0;
 }
 
+/* 9.5.9: inline planes, as many as the format has, each big enough. */
+static int check_inline_planes(const struct td_blob_view *v,
+			       struct td_err *err)
+{
+	struct td_blob_cursor c;
+	struct td_blob_plane p;
+	unsigned want = td_blob_format_planes(v->strings[TD_BLOB_FORMAT]);
+	int rc;
+
+	if (v->plane_count != want)
+		return invalid(err, "plane_count", true,
+			       v->plane_count, OFF_PLANE_COUNT,
+			       "inline plane count does not match the "
+			       "format");
+	c = TD_BLOB_CURSOR_INIT;
+	for (uint32_t i = 0;; i++) {
+		uint64_t at = plane_base(v, &c), need;
+		if (td_blob_plane_next(v, &c, &p) != 0)
+			break;
+		rc = td_blob_plane_need(v, i, &p, &need, err);
+		if (rc < 0)
+			return rc;
+		if (need > p.data_len)
+			return invalid(err, "data_len", true,
+				       p.data_len, at + POFF_DATA_LEN,
+				       "inline plane is smaller than "
+				       "its layout needs");
+	}
+	return 0;
+}
+
 int td_blob_check(const struct td_blob_view *v, long fd_count,
 		  struct td_err *err)
 {
@@ -619,27 +650,9 @@ int td_blob_check(const struct td_blob_view *v, long fd_count,
 					   "storage kind cannot be imported "
 					   "by reference");
 	} else {
-		/* 9.5.9 */
-		unsigned want = td_blob_format_planes(v->strings[TD_BLOB_FORMAT]);
-		if (v->plane_count != want)
-			return invalid(err, "plane_count", true,
-				       v->plane_count, OFF_PLANE_COUNT,
-				       "inline plane count does not match the "
-				       "format");
-		c = TD_BLOB_CURSOR_INIT;
-		for (uint32_t i = 0;; i++) {
-			uint64_t at = plane_base(v, &c), need;
-			if (td_blob_plane_next(v, &c, &p) != 0)
-				break;
-			rc = td_blob_plane_need(v, i, &p, &need, err);
-			if (rc < 0)
-				return rc;
-			if (need > p.data_len)
-				return invalid(err, "data_len", true,
-					       p.data_len, at + POFF_DATA_LEN,
-					       "inline plane is smaller than "
-					       "its layout needs");
-		}
+		rc = check_inline_planes(v, err);
+		if (rc < 0)
+			return rc;
 	}
 	/* 9.5.10 */
 	if (v->fence_fd < -1)

@@ -64,8 +64,25 @@ struct td_ring_slot_state {
 	_Atomic uint64_t version;
 	/* holds by the daemon itself: GET leases on the ring's slot */
 	_Atomic uint32_t leases;
-	uint32_t reserved;
+	/*
+	 * The slot's fence (a futex word): TD_RING_FENCE_NONE for a version
+	 * published ready, _PENDING for one published before the work
+	 * writing it finished (td_ring_publish_fenced), _SIGNALLED once the
+	 * producer said it did (_ABANDONED: the daemon, at close). Stored
+	 * by the producer before the release
+	 * store of `version`, so a reader that validated its hold sees this
+	 * version's value or a later signal, never a previous version's.
+	 */
+	_Atomic uint32_t fence;
 };
+
+/* td_ring_slot_state.fence */
+#define TD_RING_FENCE_NONE 0u
+#define TD_RING_FENCE_PENDING 1u
+#define TD_RING_FENCE_SIGNALLED 2u
+/* set by the daemon when the ring closes with the fence still pending:
+ * nobody will signal it */
+#define TD_RING_FENCE_ABANDONED 3u
 
 struct td_ring_hdr {
 	/* written once by the daemon; informational (readers use the reply) */

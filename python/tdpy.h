@@ -3,7 +3,8 @@
  * The tensord Python binding: declarations shared by its files.
  *
  * Objects:
- *  - Client (module.c): one libtensord handle.
+ *  - Client (module.c): one libtensord handle; its put, alloc, publish
+ *    and get are tensor.c's.
  *  - Owner (array.c): the memory behind arrays (a lease, a loan, a ring
  *    slot or a subscriber's view). Every tensord.Array has one at the end
  *    of its .base chain, so the memory lives as long as any view of it.
@@ -134,6 +135,17 @@ int tdpy_map_dup(const void *data, uint64_t size, int fd, void **map,
 void tdpy_sub_view_gone(PyObject *sub);
 void tdpy_sub_view_release(PyObject *sub, uint64_t version);
 void tdpy_ring_view_gone(PyObject *ring);
+
+/* Metadata: None, bytes-like or str (UTF-8), into a held Py_buffer. */
+int tdpy_meta_get(PyObject *o, Py_buffer *b);
+
+/* Client methods made in tensor.c. */
+PyObject *tdpy_client_put(ClientObject *self, PyObject *args, PyObject *kw);
+PyObject *tdpy_client_alloc(ClientObject *self, PyObject *args,
+			    PyObject *kw);
+PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
+			      PyObject *kw);
+PyObject *tdpy_client_get(ClientObject *self, PyObject *args, PyObject *kw);
 
 /* Client methods made in ring.c. */
 PyObject *tdpy_client_ring_create(ClientObject *self, PyObject *args,

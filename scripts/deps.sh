@@ -8,6 +8,7 @@ libuv1-dev liburing-dev libxxhash-dev libcriterion-dev libcbor-dev
 libjson-c-dev
 iceoryx libiceoryx-binding-c-dev gnuplot-nox
 python3 systemd valgrind scdoc
+libvulkan-dev mesa-vulkan-drivers glslc
 python3-dev python3-numpy python3-pytest python3-torch"
 
 missing=""

@@ -78,19 +78,9 @@ Test(examples, watcher_sees_each_publish_and_the_delete)
 	struct tu_daemon d;
 	daemon_up(&d);
 
-	int p[2];
-	cr_assert(pipe2(p, O_CLOEXEC) == 0);
 	char *watch[] = {example("watcher"), "cam/", "3", "10000", NULL};
-	pid_t pid = fork();
-	cr_assert(pid >= 0);
-	if (pid == 0) {
-		dup2(p[1], 1);
-		execv(watch[0], watch);
-		_exit(127);
-	}
-	close(p[1]);
-	FILE *f = fdopen(p[0], "r");
-	cr_assert(f);
+	FILE *f;
+	pid_t pid = tu_spawn_stdout(watch, &f);
 	char line[256];
 	cr_assert(fgets(line, sizeof(line), f));
 	cr_assert_str_eq(line, "watching cam/*\n");

@@ -601,6 +601,9 @@ static void dmabuf_consumer(const struct daemon *d, void *arg)
 	/* the consumer holds the same dma-buf, not a copy in a memfd */
 	CK(fstatfs(td_tensor_plane_fd(t, 0), &sfs) == 0);
 	CK((unsigned long)sfs.f_type == 0x444d4142ul); /* DMA_BUF_MAGIC */
+	/* told so, to import it; its CPU mapping was opened for reading
+	 * with DMA_BUF_IOCTL_SYNC (a failing ioctl fails the GET) */
+	CK(td_tensor_plane_kind(t, 0) == TD_PLANE_DMABUF);
 	p = td_tensor_plane_data(t, 0);
 	for (uint64_t i = 0; i < DB_LEN; i++)
 		CK(p[i] == pat(91, i));

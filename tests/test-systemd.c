@@ -37,12 +37,14 @@
 #include "bytes.h"
 #include "state.h"
 #include "tensord/tensord.h"
+#include "testclient.h"
 #include "testutil.h"
 
 #define WAIT_MS 20000 /* generous: a slow or loaded machine still passes */
 #define MAX_STORED 256
 
 static bool saw_extend; /* an EXTEND_TIMEOUT_USEC= came by */
+static const char *snap_file; /* daemon_start() adds --snapshot FILE */
 
 /* ---- a fake PID 1: the notify socket and the fd store ---- */
 
@@ -325,8 +327,12 @@ static void daemon_start(struct daemon *d, const char *watchdog_usec,
 			setenv("WATCHDOG_USEC", watchdog_usec, 1);
 		else
 			unsetenv("WATCHDOG_USEC");
-		execl(bin, bin, "--socket", d->sock, "--log-level", "info",
-		      (char *)NULL);
+		if (snap_file)
+			execl(bin, bin, "--socket", d->sock, "--log-level",
+			      "info", "--snapshot", snap_file, (char *)NULL);
+		else
+			execl(bin, bin, "--socket", d->sock, "--log-level",
+			      "info", (char *)NULL);
 		_exit(127);
 	}
 	notify_until(d, st, "READY=1", ready ? ready : &m);
@@ -347,19 +353,6 @@ static void daemon_stop(struct daemon *d, struct fdstore *st)
 	while (notify_recv(d, &m, 0) == 0)
 		store_apply(st, &m);
 	d->pid = 0;
-}
-
-static char *slurp(const char *path)
-{
-	size_t len;
-	uint8_t *b = tu_try_read_file(path, &len);
-	char *s = calloc(1, len + 1);
-
-	cr_assert_not_null(s);
-	if (b)
-		memcpy(s, b, len);
-	free(b);
-	return s;
 }
 
 static struct td_client *connect_to(const char *path)
@@ -630,11 +623,8 @@ struct expect {
 static void check_tensor(struct td_client *c, const struct expect *x)
 {
 	struct td_tensor *t;
-	struct td_entry ent = {0};
 	struct td_error e = {0};
 	const uint8_t *b;
-	const void *meta;
-	size_t ml;
 
 	cr_assert_eq(td_client_get(c, x->name, &t, &e), 0, "%s: %s", x->name,
 		     e.reason);
@@ -644,17 +634,7 @@ static void check_tensor(struct td_client *c, const struct expect *x)
 	for (size_t i = 0; i < x->len; i++)
 		cr_assert_eq(b[i], (uint8_t)(x->seed + i * 7), "%s byte %zu",
 			     x->name, i);
-	meta = td_tensor_meta(t, &ml);
-	cr_assert_eq(ml, x->meta ? strlen(x->meta) : 0, "%s", x->name);
-	if (ml)
-		cr_assert_eq(memcmp(meta, x->meta, ml), 0);
-	cr_assert_eq(td_tensor_has_fence(t), x->fence, "%s", x->name);
-	if (x->fence)
-		cr_assert_eq(td_tensor_fence_wait(t, WAIT_MS), 0);
-	td_tensor_release(t);
-	cr_assert_eq(td_client_stat(c, x->name, &ent, &e), 0, "%s", e.reason);
-	cr_assert_eq(ent.flags, x->flags, "%s", x->name);
-	td_entry_fini(&ent);
+	tc_check_rest(c, t, x->name, x->meta, x->fence, x->flags, WAIT_MS);
 }
 
 /* Publish len bytes of seed from a memfd of ours (shared by callers). */
@@ -788,12 +768,104 @@ Test(systemd, tensors_survive_a_restart_with_their_bytes_and_versions)
 	daemon_stop(&d, &st);
 	/* what is stored is what the next life needs: nothing stale */
 	cr_assert_eq(count_prefix(&st, "td.fd."), 7);
-	err = slurp(d.err);
+	err = tu_slurp(d.err);
 	cr_assert_not_null(strstr(err, "restored 6 of 6 tensors"), "%s", err);
 	free(err);
 	close(keep[0]);
 	close(keep[1]);
 	store_close(&st);
+}
+
+/*
+ * Snapshots beside the fd store (docs/snapshot.md): a life that starts
+ * with an empty fd store (after `systemctl stop`, a reboot) restores the
+ * snapshot and puts its planes into the fd store; when the fd store
+ * holds a state image it wins (it is newer), and the snapshot catches up.
+ */
+Test(systemd, the_fd_store_wins_over_a_snapshot_which_then_catches_up)
+{
+	struct daemon d;
+	struct fdstore st = {0}, none = {0};
+	struct expect x[8], fresh = {"r/fresh", 0, 64, 3, 0, NULL, false};
+	struct td_client *c;
+	struct td_error e = {0};
+	char sdir[64] = "/tmp/td-sd-snap-XXXXXX", snap[160], *err;
+	unsigned n;
+	int keep[2];
+
+	/* life 1, with a snapshot: saved at its clean stop */
+	cr_assert_not_null(mkdtemp(sdir));
+	snprintf(snap, sizeof(snap), "%s/snap.hrry", sdir);
+	snap_file = snap;
+	n = first_life(&d, &st, x, keep);
+	cr_assert_eq(access(snap, F_OK), 0, "no snapshot at the stop");
+
+	/* life 2: the fd store was emptied (stop); the snapshot restores */
+	store_close(&st);
+	memset(&st, 0, sizeof(st));
+	cr_assert_eq(truncate(d.err, 0), 0);
+	daemon_start(&d, NULL, -1, &none, &st, NULL);
+	c = connect_to(d.sock);
+	for (unsigned i = 0; i < n; i++)
+		check_tensor(c, &x[i]);
+	td_client_close(c);
+	/*
+	 * every restored plane and fence went into the fd store: 7, as s/a
+	 * and s/b come back in a buffer each (a snapshot keeps bytes, not
+	 * which versions shared a file)
+	 */
+	cr_assert_eq(count_prefix(&st, "td.fd."), 7);
+	snap_file = NULL;
+	daemon_stop(&d, &st);
+	err = tu_slurp(d.err);
+	cr_assert_not_null(strstr(err, "restored 6 of 6 tensors from"), "%s",
+			   err);
+	free(err);
+
+	/* life 3, no snapshot option: the fd store moves on alone */
+	daemon_start(&d, NULL, -1, &st, &st, NULL);
+	c = connect_to(d.sock);
+	fresh.version = put(c, fresh.name, fresh.len, fresh.seed, 0, NULL);
+	cr_assert_eq(td_client_delete(c, x[0].name, NULL, &e), 0, "%s",
+		     e.reason);
+	td_client_close(c);
+	daemon_stop(&d, &st);
+
+	/* life 4: both exist and differ; the fd store's state is used */
+	snap_file = snap;
+	cr_assert_eq(truncate(d.err, 0), 0);
+	daemon_start(&d, NULL, -1, &st, &st, NULL);
+	c = connect_to(d.sock);
+	check_tensor(c, &fresh);
+	cr_assert_neq(td_client_get(c, x[0].name, &(struct td_tensor *){0},
+				    &e),
+		      0, "%s came back from the older snapshot", x[0].name);
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	err = tu_slurp(d.err);
+	cr_assert_not_null(strstr(err, "not read: the fd store's state"),
+			   "%s", err);
+	free(err);
+
+	/* life 5, the fd store emptied again: the snapshot caught up */
+	store_close(&st);
+	memset(&st, 0, sizeof(st));
+	daemon_start(&d, NULL, -1, &none, &st, NULL);
+	c = connect_to(d.sock);
+	check_tensor(c, &fresh);
+	for (unsigned i = 1; i < n; i++)
+		check_tensor(c, &x[i]);
+	cr_assert_neq(td_client_get(c, x[0].name, &(struct td_tensor *){0},
+				    &e),
+		      0);
+	td_client_close(c);
+	snap_file = NULL;
+	daemon_stop(&d, &st);
+	close(keep[0]);
+	close(keep[1]);
+	store_close(&st);
+	unlink(snap);
+	cr_assert_eq(rmdir(sdir), 0, "something besides the snapshot left");
 }
 
 /* Restart from st (modified first by the caller); LIST must be empty. */
@@ -814,7 +886,7 @@ static char *second_life_empty(struct daemon *d, struct fdstore *st)
 	td_entry_list_free(list, count);
 	td_client_close(c);
 	daemon_stop(d, st);
-	err = slurp(d->err);
+	err = tu_slurp(d->err);
 	/* the buffers nobody can name any more left the store */
 	cr_assert_eq(count_prefix(st, "td.fd."), 0, "%s", err);
 	return err;
@@ -959,7 +1031,7 @@ Test(systemd, socket_activated_daemon_serves_clients)
 	cr_assert_eq(waitpid(d.pid, &status, 0), d.pid);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%#x",
 		  status);
-	err = slurp(d.err);
+	err = tu_slurp(d.err);
 	cr_assert_not_null(strstr(err, "socket-activated"), "%s", err);
 	free(err);
 	/* the socket belongs to whoever made it: the daemon leaves it */
@@ -985,7 +1057,7 @@ static int run_sh(char **out, const char *fmt, ...)
 	strncat(cmd, path, sizeof(cmd) - strlen(cmd) - 1);
 	strncat(cmd, " 2>&1", sizeof(cmd) - strlen(cmd) - 1);
 	rc = system(cmd);
-	*out = slurp(path);
+	*out = tu_slurp(path);
 	unlink(path);
 	return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }

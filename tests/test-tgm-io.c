@@ -925,34 +925,8 @@ Test(tgm_io, writer_refuses_unusable_objects)
 
 
 
-/* tensorctl --socket SOCK ARGS... with stdout and stderr in *out. */
-static int ctl(const struct tu_daemon *d, char **out, ...)
-{
-	const char *bin = getenv("TD_TENSORCTL");
-	char cmd[4096];
-	char *argv[] = {"/bin/sh", "-c", cmd, NULL};
-	char *buf = NULL;
-	size_t o;
-	va_list ap;
-	const char *a;
-	int rc;
-
-	cr_assert(bin, "TD_TENSORCTL is not set");
-	o = (size_t)snprintf(cmd, sizeof(cmd), "exec '%s' --socket '%s'", bin,
-	                     d->sock);
-	va_start(ap, out);
-	while ((a = va_arg(ap, const char *)) && o < sizeof(cmd))
-		o += (size_t)snprintf(cmd + o, sizeof(cmd) - o, " '%s'", a);
-	va_end(ap);
-	cr_assert_lt(o, sizeof(cmd) - 8);
-	snprintf(cmd + o, sizeof(cmd) - o, " 2>&1");
-	rc = tu_run_capture(argv, &buf);
-	if (out)
-		*out = buf;
-	else
-		free(buf);
-	return rc;
-}
+/* tensorctl --socket SOCK ARGS... (testutil.h) */
+#define ctl tu_tensorctl
 
 static struct td_tensor *get(struct td_client *c, const char *name)
 {

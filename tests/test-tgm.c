@@ -1344,16 +1344,7 @@ static bool jiter_next(struct jiter *j, const char **key, json_object **val)
 
 static const char *vectors_dir(void)
 {
-	static char dir[4096];
-	const char *p = tu_vectors_path("tgm");
-
-	if (!p)
-		cr_skip_test("upstream vectors folder %s/tgm absent: tgm "
-			     "conformance not run",
-			     getenv("TD_VECTORS_DIR") ? getenv("TD_VECTORS_DIR")
-						      : "(unset)");
-	snprintf(dir, sizeof(dir), "%s", p);
-	return dir;
+	return tu_vectors_or_skip("tgm", "tgm");
 }
 
 static json_object *load_expected(const char *dir)

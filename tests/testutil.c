@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -67,6 +68,19 @@ const char *tu_vectors_path(const char *sub)
 	return path;
 }
 
+char *tu_slurp(const char *path)
+{
+	size_t len;
+	uint8_t *b = tu_try_read_file(path, &len);
+	char *s = calloc(1, len + 1);
+
+	cr_assert_not_null(s);
+	if (b)
+		memcpy(s, b, len);
+	free(b);
+	return s;
+}
+
 int tu_fd_count(void)
 {
 	DIR *d = opendir("/proc/self/fd");
@@ -106,7 +120,7 @@ int tu_buf_map_count(void)
 	return count_maps(true);
 }
 
-int tu_run_capture(char *const argv[], char **out)
+static int run_capture(char *const argv[], char **out, bool with_stderr)
 {
 	int p[2], status;
 	size_t cap = 4096, len = 0;
@@ -119,6 +133,8 @@ int tu_run_capture(char *const argv[], char **out)
 	cr_assert(pid >= 0);
 	if (pid == 0) {
 		dup2(p[1], 1);
+		if (with_stderr)
+			dup2(p[1], 2);
 		execv(argv[0], argv);
 		_exit(127);
 	}
@@ -145,6 +161,35 @@ int tu_run_capture(char *const argv[], char **out)
 	return 128 + WTERMSIG(status);
 }
 
+int tu_run_capture(char *const argv[], char **out)
+{
+	return run_capture(argv, out, false);
+}
+
+int tu_run_capture_all(char *const argv[], char **out)
+{
+	return run_capture(argv, out, true);
+}
+
+pid_t tu_spawn_stdout(char *const argv[], FILE **out)
+{
+	int p[2];
+	pid_t pid;
+
+	cr_assert(pipe2(p, O_CLOEXEC) == 0);
+	pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		dup2(p[1], 1);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(p[1]);
+	*out = fdopen(p[0], "r");
+	cr_assert(*out);
+	return pid;
+}
+
 uint64_t tu_rand(uint64_t *s)
 {
 	uint64_t x = *s ? *s : 0x9E3779B97F4A7C15ull;
@@ -162,6 +207,13 @@ void tu_daemon_start(struct tu_daemon *d, const char *log_level)
 
 void tu_daemon_start_args(struct tu_daemon *d, const char *log_level,
 			  const char *const *extra)
+{
+	tu_daemon_start_log(d, log_level, extra, NULL, NULL);
+}
+
+void tu_daemon_start_log(struct tu_daemon *d, const char *log_level,
+			 const char *const *extra, const char *log,
+			 void (*child)(void))
 {
 	const char *bin = getenv("TD_TENSORD");
 	const char *argv[32] = {bin, "--socket", d->sock, "--log-level",
@@ -184,6 +236,16 @@ void tu_daemon_start_args(struct tu_daemon *d, const char *log_level,
 	cr_assert(d->pid >= 0);
 	if (d->pid == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (log) {
+			int fd = open(log, O_WRONLY | O_CREAT | O_APPEND |
+						      O_CLOEXEC,
+				      0600);
+
+			if (fd < 0 || dup2(fd, 2) < 0)
+				_exit(126);
+		}
+		if (child)
+			child();
 		execv(bin, (char *const *)argv);
 		_exit(127);
 	}
@@ -225,4 +287,47 @@ void tu_daemon_stop(struct tu_daemon *d, bool check_maps)
 		cr_assert_eq(tu_map_count(), d->maps0,
 			     "mapping leak: %d -> %d", d->maps0,
 			     tu_map_count());
+}
+
+int tu_tensorctl(const struct tu_daemon *d, char **out, ...)
+{
+	const char *bin = getenv("TD_TENSORCTL");
+	char cmd[4096];
+	char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+	char *buf = NULL;
+	size_t o;
+	va_list ap;
+	const char *a;
+	int rc;
+
+	cr_assert(bin, "TD_TENSORCTL is not set");
+	o = (size_t)snprintf(cmd, sizeof(cmd), "exec '%s' --socket '%s'", bin,
+			     d->sock);
+	va_start(ap, out);
+	while ((a = va_arg(ap, const char *)) && o < sizeof(cmd))
+		o += (size_t)snprintf(cmd + o, sizeof(cmd) - o, " '%s'", a);
+	va_end(ap);
+	cr_assert_lt(o, sizeof(cmd) - 8);
+	snprintf(cmd + o, sizeof(cmd) - o, " 2>&1");
+	rc = tu_run_capture(argv, &buf);
+	if (out)
+		*out = buf;
+	else
+		free(buf);
+	return rc;
+}
+
+const char *tu_vectors_or_skip(const char *sub, const char *what)
+{
+	static char dir[4096];
+	const char *p = tu_vectors_path(sub);
+
+	if (!p)
+		cr_skip_test("upstream vectors folder %s/%s absent: %s "
+			     "conformance not run",
+			     getenv("TD_VECTORS_DIR") ? getenv("TD_VECTORS_DIR")
+						      : "(unset)",
+			     sub, what);
+	snprintf(dir, sizeof(dir), "%s", p);
+	return dir;
 }

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 /* Read a whole file; aborts the test (cr_assert) on failure. free() it. */
@@ -14,8 +15,15 @@ uint8_t *tu_read_file(const char *path, size_t *len);
 uint8_t *tu_try_read_file(const char *path, size_t *len);
 /* $TD_TEST_DATA/rel, in a static buffer valid until the next call. */
 const char *tu_data_path(const char *rel);
+/* A text file as a NUL-terminated malloc'ed string ("" if absent). */
+char *tu_slurp(const char *path);
 /* Upstream vectors folder ($TD_VECTORS_DIR/sub); NULL if it is absent. */
 const char *tu_vectors_path(const char *sub);
+/*
+ * The same, or skip the test saying which folder is absent and that the
+ * `what` conformance was not run. Static buffer, valid until the next call.
+ */
+const char *tu_vectors_or_skip(const char *sub, const char *what);
 
 /* Number of open fds in this process (/proc/self/fd). */
 int tu_fd_count(void);
@@ -43,6 +51,13 @@ int tu_buf_map_count(void);
  * terminated string (*out) and return its exit status (or 128+signal).
  */
 int tu_run_capture(char *const argv[], char **out);
+/* The same with stderr captured too, into the same string. */
+int tu_run_capture_all(char *const argv[], char **out);
+/*
+ * Start argv (argv[0] a path) with its stdout on a pipe, read through *out
+ * (fclose it); returns the pid (waitpid it).
+ */
+pid_t tu_spawn_stdout(char *const argv[], FILE **out);
 
 /* A private tensord ($TD_TENSORD) on a socket in a mkdtemp() folder. */
 struct tu_daemon {
@@ -63,11 +78,24 @@ void tu_daemon_start(struct tu_daemon *d, const char *log_level);
 void tu_daemon_start_args(struct tu_daemon *d, const char *log_level,
 			  const char *const *extra);
 /*
+ * The same, and: the daemon's stderr appended to log (NULL: ours), and
+ * child() run in the child right before exec (NULL: nothing).
+ */
+void tu_daemon_start_log(struct tu_daemon *d, const char *log_level,
+			 const char *const *extra, const char *log,
+			 void (*child)(void));
+/*
  * SIGTERM; assert a clean exit (status 0), remove the folder, and assert
  * this process's fd count (and with check_maps its mapping count) is back
  * where tu_daemon_start() found it.
  */
 void tu_daemon_stop(struct tu_daemon *d, bool check_maps);
+
+/*
+ * Run $TD_TENSORCTL --socket d->sock ARGS... (NULL-ended) with stdout and
+ * stderr in *out (malloc'ed; NULL: dropped); its exit status.
+ */
+int tu_tensorctl(const struct tu_daemon *d, char **out, ...);
 
 /* Deterministic PRNG (xorshift64*), seeded per test. */
 uint64_t tu_rand(uint64_t *state);

@@ -324,37 +324,44 @@ static int publish_one(struct obj *ob, struct td_client *c,
 }
 
 /*
- * Undo the first n publishes, newest first. DELETE removes a name's
- * current version whatever it is, so a version is deleted only while
- * STAT still shows it as ours (someone else's newer one stays). Returns
- * how many were removed.
+ * Undo one publish. DELETE removes a name's current version whatever it
+ * is, so a version is deleted only while STAT still shows it as ours
+ * (someone else's newer one stays). 1 when it was removed.
  */
+int tctl_roll_back_one(struct td_client *c, const char *name,
+		       uint64_t version)
+{
+	struct td_entry ent = {0};
+	uint64_t gone = 0;
+	int removed = 0;
+	int rc = td_client_stat(c, name, &ent, NULL);
+
+	if (rc == 0 && ent.version == version &&
+	    td_client_delete(c, name, &gone, NULL) == 0)
+		removed = 1;
+	else
+		fprintf(stderr,
+			"tensorctl: %s version %" PRIu64 " not rolled "
+			"back (%s)\n",
+			name, version, rc ? "gone already" : "replaced since");
+	if (gone && gone != version)
+		fprintf(stderr,
+			"tensorctl: %s: version %" PRIu64 " was "
+			"published meanwhile and deleted\n",
+			name, gone);
+	td_entry_fini(&ent);
+	return removed;
+}
+
+/* Undo the first n publishes, newest first; how many were removed. */
 static size_t roll_back(struct obj **objs, const uint64_t *versions,
                         size_t n, struct td_client *c)
 {
 	size_t removed = 0;
 
-	while (n--) {
-		struct td_entry ent = {0};
-		uint64_t gone = 0;
-		int rc = td_client_stat(c, objs[n]->name, &ent, NULL);
-
-		if (rc == 0 && ent.version == versions[n] &&
-		    td_client_delete(c, objs[n]->name, &gone, NULL) == 0)
-			removed++;
-		else
-			fprintf(stderr,
-			        "tensorctl: %s version %" PRIu64 " not rolled "
-			        "back (%s)\n",
-			        objs[n]->name, versions[n],
-			        rc ? "gone already" : "replaced since");
-		if (gone && gone != versions[n])
-			fprintf(stderr,
-			        "tensorctl: %s: version %" PRIu64 " was "
-			        "published meanwhile and deleted\n",
-			        objs[n]->name, gone);
-		td_entry_fini(&ent);
-	}
+	while (n--)
+		removed += (size_t)tctl_roll_back_one(c, objs[n]->name,
+						      versions[n]);
 	return removed;
 }
 
@@ -542,7 +549,7 @@ static int load_opts(int argc, char **argv, struct load_opts *lo)
 	return -1;
 }
 
-int cmd_load(int argc, char **argv)
+static int load_tgm(int argc, char **argv)
 {
 	struct load_opts lo;
 	struct load *ls = NULL;
@@ -612,4 +619,12 @@ int cmd_load(int argc, char **argv)
 	free(objs);
 	free(buf);
 	return rc;
+}
+
+/* a Hurray file by its name or magic (hrry.c), else .tgm messages */
+int cmd_load(int argc, char **argv)
+{
+	if (tctl_hrry_wanted(argc, argv, 1))
+		return cmd_load_hrry(argc, argv);
+	return load_tgm(argc, argv);
 }

@@ -60,30 +60,11 @@ static enum td_tgm_dtype tgm_dtype(uint32_t d)
  */
 static const char *unsavable(const struct td_tensor *t)
 {
-	uint64_t want = td_tensor_dtype_size(td_tensor_dtype(t));
-	const uint64_t *shape = td_tensor_shape(t);
-	const int64_t *st;
-	uint32_t n, ndim = td_tensor_ndim(t);
-
 	if (tgm_dtype(td_tensor_dtype(t)) == TD_TGM_DTYPE_UNKNOWN)
 		return "its dtype has no .tgm equivalent";
-	if (ndim > TD_TGM_MAX_DIMS)
+	if (td_tensor_ndim(t) > TD_TGM_MAX_DIMS)
 		return "it has too many dimensions";
-	if (td_tensor_quant(t, NULL, NULL, NULL, NULL) != -2)
-		return "it is quantized (a .tgm object has no place for the "
-		       "scales)";
-	st = td_tensor_strides(t, &n);
-	for (uint32_t k = ndim; k-- > 0;) {
-		if (st && (uint64_t)st[k] != want)
-			return "its strides are not dense C order";
-		if (__builtin_mul_overflow(want, shape[k], &want))
-			return "its size overflows";
-	}
-	if (td_tensor_plane_count(t) > 1)
-		return "it has more than one plane";
-	if (td_tensor_bytes(t) != want)
-		return "its bytes do not match its shape";
-	return NULL;
+	return tctl_dense_unsavable(t);
 }
 
 /* The message through the shared output rules (output.h). */
@@ -137,10 +118,11 @@ static int json_attrs(struct td_tgm_enc_object *objs, uint8_t **attrs,
 	return 0;
 }
 
-int cmd_save(int argc, char **argv)
+static int save_tgm(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{"output", required_argument, NULL, 'o'},
+		{"format", required_argument, NULL, 'f'}, /* tgm here */
 		TCTL_COMMON_OPTIONS};
 	const char *out = NULL;
 	const char **names = calloc((size_t)argc, sizeof(*names));
@@ -158,6 +140,8 @@ int cmd_save(int argc, char **argv)
 		goto out;
 	}
 	while ((o = tctl_getopt(argc, argv, "o:", opts, &rc)) != -1) {
+		if (o == 'f')
+			continue; /* cmd_save() sent only "tgm" here */
 		if (o != 'o')
 			goto out;
 		out = optarg;
@@ -235,4 +219,12 @@ out:
 	free(ts);
 	free(objs);
 	return rc;
+}
+
+/* .hrry by the -o name or --format hrry (hrry.c), else a .tgm message */
+int cmd_save(int argc, char **argv)
+{
+	if (tctl_hrry_wanted(argc, argv, 0))
+		return cmd_save_hrry(argc, argv);
+	return save_tgm(argc, argv);
 }

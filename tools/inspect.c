@@ -37,7 +37,9 @@ int cmd_inspect(int argc, char **argv)
 	if (rc)
 		return rc;
 	/* formats with a magic first; the blob has none and is the default */
-	if (inspect_tgm_sniff(buf, len))
+	if (inspect_hrry_sniff(buf, len))
+		rc = inspect_hrry(buf, len, tctl_json);
+	else if (inspect_tgm_sniff(buf, len))
 		rc = inspect_tgm(buf, len, tctl_json);
 	else
 		rc = inspect_blob(buf, len, tctl_json);

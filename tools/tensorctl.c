@@ -20,8 +20,10 @@ static const struct cmd {
 	const char *help; /* its own options, one per line */
 } cmds[] = {
 	{"inspect", cmd_inspect, "inspect [--max-bytes N] FILE|-",
-	 "Decode a tensor blob or a .tgm file (recognised by its magic) and\n"
-	 "print every field; a refused file exits with status 1.\n"
+	 "Decode a tensor blob, a .tgm or a Hurray .hrry file (recognised by\n"
+	 "its magic) and print every field; a .hrry file lists a status per\n"
+	 "tensor (ok, unsupported, invalid). A refused file exits with\n"
+	 "status 1.\n"
 	 "  --max-bytes N   read a stream (stdin, FIFO, device) up to N bytes\n"
 	 "                  (K, M, G, T suffixes; default 1G); a regular file\n"
 	 "                  is read by its size\n"},
@@ -53,18 +55,26 @@ static const struct cmd {
 	 "  --count N       stop after N events\n"},
 	{"load", cmd_load,
 	 "load FILE.tgm|- [--message N] [--prefix P] [--variable-key K] "
-	 "[--partial]",
+	 "[--partial] | load FILE.hrry [--prefix P] [--partial]",
 	 "Publish every data object of every message of a .tgm file. All or\n"
 	 "nothing: everything is checked first, and when the daemon refuses an\n"
 	 "object the versions already published are deleted again.\n"
+	 "A Hurray file (by its .hrry name or its magic) publishes every\n"
+	 "tensor tensord supports (composite members under their own names)\n"
+	 "and lists each one it refused with the reason.\n"
 	 "  --message N     only message N (0 = the first)\n"
 	 "  --prefix P      put P before every name (e.g. run1/)\n"
 	 "  --variable-key K  dotted metadata path tried first for names\n"
 	 "  --partial       keep what was published before a refusal\n"
 	 "  --max-bytes N   read a stream up to N bytes (default 1G)\n"},
-	{"save", cmd_save, "save NAME... -o FILE.tgm|-",
-	 "Write tensors as one hashed Tensogram message.\n"
-	 "  -o, --output F  where to write (- = stdout); see OUTPUTS\n"},
+	{"save", cmd_save,
+	 "save NAME... -o FILE.tgm|- | save -o FILE.hrry|- [NAME...] "
+	 "[--format tgm|hrry]",
+	 "Write tensors as one hashed Tensogram message, or as a Hurray file\n"
+	 "when -o ends in .hrry or --format hrry is given (then without NAME:\n"
+	 "every tensor, one forward pass).\n"
+	 "  -o, --output F  where to write (- = stdout); see OUTPUTS\n"
+	 "  --format F      tgm or hrry (default: by the -o name)\n"},
 };
 
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))

@@ -102,6 +102,24 @@ int inspect_tgm(const uint8_t *buf, size_t len, int json);
 /* 1 when buf is a .tgm file: TENSOGRM magic, or a message after junk */
 int inspect_tgm_sniff(const uint8_t *buf, size_t len);
 
+/* Hurray files (hrry.c): inspect back end, load and save */
+int inspect_hrry(const uint8_t *buf, size_t len, int json);
+/* 1 when buf starts with the HRRYFILE magic */
+int inspect_hrry_sniff(const uint8_t *buf, size_t len);
+/* 1 when a load/save command line names a Hurray file (--format hrry,
+ * a .hrry name, or with by_magic an existing file with the magic) */
+int tctl_hrry_wanted(int argc, char **argv, int by_magic);
+int cmd_load_hrry(int argc, char **argv);
+/* Delete name if STAT still shows version (a failed load's roll back);
+ * 1 when removed, else says why on stderr (cmd-load.c). */
+int tctl_roll_back_one(struct td_client *c, const char *name,
+		       uint64_t version);
+int cmd_save_hrry(int argc, char **argv);
+
+/* save-common.c: NULL when t is one dense C-order unquantized plane,
+ * else why it cannot be saved */
+const char *tctl_dense_unsavable(const struct td_tensor *t);
+
 /* Print a decoder refusal: JSON on stdout, or one line on stderr. */
 void tctl_print_td_err(const struct td_err *e, int json);
 

@@ -205,6 +205,11 @@ TD_EXPORT int td_client_publish(struct td_client *c, const struct td_publish *p,
  * Ask the daemon for plane_count fresh zero-filled buffers of the given
  * sizes, mapped writable (MAP_SHARED) here. Write through td_alloc_data(),
  * then td_client_publish_alloc() (or drop them with td_alloc_free()).
+ * Alignment: a buffer whose size is a multiple of A (a power of two, at
+ * most 2 MiB) is mapped at an A-aligned address, so asking for sizes that
+ * are multiples of a device's minImportedHostPointerAlignment gives
+ * buffers it can import (VK_EXT_external_memory_host). The same holds
+ * for ring slot planes (td_ring_desc) and whole-buffer GET mappings.
  * Returns 0 and the loan in *out, or -errno.
  */
 TD_EXPORT int td_client_alloc(struct td_client *c, uint32_t plane_count,
@@ -372,7 +377,10 @@ TD_EXPORT const char *td_tensor_string(const struct td_tensor *t,
 TD_EXPORT const void *td_tensor_meta(const struct td_tensor *t, size_t *len);
 
 TD_EXPORT uint32_t td_tensor_plane_count(const struct td_tensor *t);
-/* Read-only bytes of plane i; NULL when out of range or of size 0. */
+/*
+ * Read-only bytes of plane i; NULL when out of range, of size 0, or a
+ * dma-buf whose exporter refuses CPU mappings (import its fd instead).
+ */
 TD_EXPORT const void *td_tensor_plane_data(const struct td_tensor *t,
 					   uint32_t i);
 TD_EXPORT uint64_t td_tensor_plane_size(const struct td_tensor *t, uint32_t i);
@@ -386,12 +394,67 @@ TD_EXPORT uint64_t td_tensor_bytes(const struct td_tensor *t);
 /* 1 when the producer attached an acquire fence, else 0. */
 TD_EXPORT int td_tensor_has_fence(const struct td_tensor *t);
 /*
- * Wait until the acquire fence signals (its fd polls POLLIN: a sync_file,
- * or an eventfd in tests), at most timeout_ms (-1 forever). Returns 0 when
- * signalled or when there is no fence, -ETIMEDOUT, or -errno from poll.
- * Reading the bytes before this returns 0 may see an unfinished write.
+ * Wait until the acquire fence signals, at most timeout_ms (-1 forever,
+ * 0 just look): td_fence_wait() on td_tensor_fence_fd(). Returns 0 when
+ * signalled or when there is no fence, -ETIMEDOUT, -EIO a sync_file that
+ * signalled an error. Reading the bytes before this returns 0 may see an
+ * unfinished write. td_fence_wait() gives the reason as well.
  */
 TD_EXPORT int td_tensor_fence_wait(const struct td_tensor *t, int timeout_ms);
+/*
+ * The acquire fence's fd (borrowed; valid while t lives), -1 when none.
+ * A GPU consumer imports a sync_file into its own API (Vulkan:
+ * vkImportSemaphoreFdKHR with SYNC_FD, on a dup) instead of waiting on
+ * the CPU; an eventfd can only be waited on here. Never read() it: an
+ * eventfd fence stays signalled for every reader.
+ */
+TD_EXPORT int td_tensor_fence_fd(const struct td_tensor *t);
+
+/* What backs a plane (td_tensor_plane_kind()). */
+#define TD_PLANE_MEMFD 1  /* shared memory (memfd, tmpfs or hugetlbfs) */
+#define TD_PLANE_DMABUF 2 /* a dma-buf: import td_tensor_plane_fd() */
+/*
+ * TD_PLANE_* of plane i, 0 when out of range. A dma-buf is best imported
+ * into the consumer's own API (Vulkan VK_EXT_external_memory_dma_buf,
+ * EGL, V4L2) from td_tensor_plane_fd(): device memory stays on the
+ * device. Its CPU mapping (td_tensor_plane_data()) is bracketed by
+ * DMA_BUF_IOCTL_SYNC: SYNC_START|READ before the tensor is returned,
+ * SYNC_END|READ at td_tensor_release(), so caches are coherent for CPU
+ * reads in between (docs/fastpath.md, "GPU stages").
+ */
+TD_EXPORT int td_tensor_plane_kind(const struct td_tensor *t, uint32_t i);
+
+/* ---- fences for producers (docs/fastpath.md, "GPU stages") ----
+ *
+ * An acquire fence (TD_PUBLISH_FENCE) lets a producer publish before the
+ * work writing the bytes is done: consumers wait on it before reading.
+ * The daemon accepts two kinds: a sync_file (a kernel dma_fence, which a
+ * GPU driver signals: Vulkan vkGetFenceFdKHR / vkGetSemaphoreFdKHR with
+ * SYNC_FD) and an eventfd (which the producer signals itself, e.g. after
+ * vkWaitForFences, where the driver exports no sync_file).
+ */
+
+/*
+ * A new unsignalled eventfd fence (close-on-exec, non-blocking) to
+ * publish with TD_PUBLISH_FENCE, then signal with td_fence_signal().
+ * The fd (close it after publishing: the daemon keeps its own) or -errno.
+ */
+TD_EXPORT int td_fence_create(void);
+/*
+ * Signal an eventfd fence: every reader's wait returns from now on.
+ * 0, -EINVAL (not an eventfd: a sync_file is signalled by its driver),
+ * -EBADF, or -errno, with a reason in *err.
+ */
+TD_EXPORT int td_fence_signal(int fence_fd, struct td_error *err);
+/*
+ * Wait until fence_fd (an eventfd or a sync_file) signals, at most
+ * timeout_ms (-1 forever, 0 just look). 0 signalled, -ETIMEDOUT not in
+ * time, -EBADF not an open fd, -EINVAL neither an eventfd nor a
+ * sync_file (a plain file, a pipe), -EIO a sync_file that signalled an
+ * error; the reason in *err. Never consumes the signal.
+ */
+TD_EXPORT int td_fence_wait(int fence_fd, int timeout_ms,
+			    struct td_error *err);
 
 /* ---- catalogue ---- */
 
@@ -519,7 +582,9 @@ struct td_ring_desc {
 	uint32_t dtype; /* enum td_tensor_dtype, as subscribers see it */
 	uint32_t ndim;  /* <= TD_ENTRY_MAX_DIMS */
 	const uint64_t *shape;
-	/* planes per slot; 0 = one plane of the dense tensor size */
+	/* planes per slot; 0 = one plane of the dense tensor size. Plane
+	 * sizes that are multiples of A (a power of two <= 2 MiB) give
+	 * A-aligned planes in every slot, producer and subscribers alike */
 	uint32_t plane_count;
 	const uint64_t *plane_sizes;
 	uint32_t slot_count;   /* 2..64; 0 = 4 */
@@ -574,6 +639,22 @@ TD_EXPORT int td_ring_acquire(struct td_ring *r, int timeout_ms,
  * acquired.
  */
 TD_EXPORT int td_ring_publish(struct td_ring *r, uint64_t *version);
+/*
+ * td_ring_publish() with the slot's fence pending: for a producer whose
+ * device is still writing the slot (a GPU queue). Subscribers get the
+ * version at once and wait in td_sub_fence_wait() until the producer
+ * calls td_ring_fence_signal(); a plain GET of the ring is not answered
+ * with it before then. No fd: the fence is a word of the slot's shared
+ * state, so it costs no message and no descriptor per frame. 0, -EINVAL.
+ */
+TD_EXPORT int td_ring_publish_fenced(struct td_ring *r, uint64_t *version);
+/*
+ * Signal the fence of `version` (published with td_ring_publish_fenced())
+ * and wake the subscribers waiting on it. 0, -ENOENT when no slot holds
+ * that version (rewritten: nobody can wait on it any more), -EALREADY
+ * when its fence is not pending, -EINVAL.
+ */
+TD_EXPORT int td_ring_fence_signal(struct td_ring *r, uint64_t version);
 /* TD_RING_BACKING_* of the ring's slots, 0 for ordinary pages. */
 TD_EXPORT uint32_t td_ring_backing(const struct td_ring *r);
 /*
@@ -606,6 +687,14 @@ TD_EXPORT int td_sub_next(struct td_sub *s, int timeout_ms,
 /* Give the held view back so its slot can be rewritten. 0, or -EINVAL
  * when none is held. */
 TD_EXPORT int td_sub_release(struct td_sub *s);
+/*
+ * Wait until the held view's fence signals, at most timeout_ms (-1
+ * forever, 0 just look). 0 at once for a version published without a
+ * fence. -ETIMEDOUT; -EPIPE the producer closed the ring (or died)
+ * without signalling it, whose bytes may be unfinished; -EINVAL when no
+ * view is held; -EBADMSG a fence word no producer writes.
+ */
+TD_EXPORT int td_sub_fence_wait(struct td_sub *s, int timeout_ms);
 /* End the subscription (releases the view held). Accepts NULL. */
 TD_EXPORT void td_sub_close(struct td_sub *s);
 

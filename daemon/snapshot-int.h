@@ -1,0 +1,125 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the snapshot files share (docs/snapshot.md), included by them
+ * only: snapshot.c (start, stop), snapshot-save.c (a save and when it
+ * runs), snapshot-restore.c (reading a snapshot back at start), on top of
+ * snapshot-buf.c (the settings and state, the bounce buffers, reading and
+ * copying through them from the loop) and snapshot-map.c (how a version
+ * maps to Hurray tensors and KV keys). Not installed.
+ */
+#ifndef TD_DAEMON_SNAPSHOT_INT_H
+#define TD_DAEMON_SNAPSHOT_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "blob.h"
+#include "hrry.h"
+#include "io.h"
+#include "snapshot.h"
+
+#define CHUNK (1u << 20) /* bytes per read/write request, per buffer */
+#define SLOTS 16          /* bounce buffers: what can be in flight */
+#define EXTEND_USEC 30000000ull /* start/stop timeout extension */
+
+/* KV keys (docs/snapshot.md) */
+#define KV_FORMAT "tensord.snapshot"
+#define KV_NEXT "tensord.next_version"
+#define KEY_PREFIX "tensord:"
+#define SNAP_FORMAT 1
+#define FENCE_FILE UINT64_MAX /* "#files" value of the fence's entry */
+
+/* ---- snapshot-map.c: a version as Hurray tensors and KV keys ---- */
+
+enum field { F_VERSION, F_FLAGS, F_BLOB, F_META, F_FILES, F_COUNT_ };
+extern const char *const td__snap_field_names[F_COUNT_];
+
+/* Which version and field a key names: F_COUNT_ when not ours. */
+enum field td__snap_key_field(const struct td_hrry_kv_entry *k,
+			      const char **name, size_t *name_len);
+/*
+ * Would this version's planes (fsize: each fd-table entry's file size)
+ * be the bytes of one dense tensor? Returns the fd-table entry to write
+ * with dtype and shape (*type, *ndim, shape filled), or -1.
+ */
+int td__snap_dense(const struct td_blob_view *bv, const uint64_t *fsize,
+		   uint8_t *type, uint32_t *ndim, uint64_t *shape);
+
+/* ---- snapshot-buf.c: settings, state, bounce buffers ---- */
+
+struct td__snap_state {
+	bool on;
+	struct td__daemon *d;
+	char *path, *tmp, *dir;
+	uint64_t interval_ms;
+	uv_timer_t timer;
+	bool timer_on;
+	bool dirty;
+	uint64_t last_ms; /* when the last save started */
+	uint64_t kill_at, steps; /* test knob, TD_TEST_SNAPSHOT_KILL_AT */
+	bool stop_asked; /* SIGTERM/SIGINT while restoring */
+	bool final;      /* stopping: only the final save */
+};
+extern struct td__snap_state td__snap;
+
+/*
+ * One buffer and its request: a write of its bytes, or a copy (read
+ * src into it, then write it to dst).
+ */
+struct slot {
+	struct td__io_op op;
+	uint8_t *p;
+	struct slot *next_free;
+	int dst;
+	uint64_t dst_off;
+	bool copying; /* the read half of a copy is running */
+	void (*done)(struct slot *sl, int64_t res);
+	void *arg;
+};
+
+int td__snap_pool_init(void);
+void td__snap_pool_fini(void);
+/* A free buffer, or NULL when all SLOTS are in flight. */
+struct slot *td__snap_slot_get(void);
+void td__snap_slot_put(struct slot *sl);
+/* Write sl's len bytes to fd at off; done(sl, bytes or -errno) later. */
+void td__snap_slot_write(struct slot *sl, int fd, uint64_t off, size_t len,
+			 void (*done)(struct slot *, int64_t), void *arg);
+/* Copy len (<= CHUNK) bytes from src at soff to dst at doff through sl. */
+void td__snap_slot_copy(struct slot *sl, int src, uint64_t soff, int dst,
+			uint64_t doff, size_t len,
+			void (*done)(struct slot *, int64_t), void *arg);
+uint64_t td__snap_now_ms(void);
+/*
+ * Run the loop while busy(arg) (restore, final save), telling systemd
+ * every second that we are still at it.
+ */
+void td__snap_run_while(bool (*busy)(void *), void *arg);
+/*
+ * Read [off, off + len) of fd into buf through the I/O engine, CHUNK
+ * bytes per request, all queued at once. 0, -ENODATA (short) or -errno.
+ */
+int td__snap_read_range(int fd, void *buf, uint64_t len, uint64_t off);
+/*
+ * Copy [off, off + len) of src to dst at dst_off through the buffers,
+ * all of them in flight. 0, -ENODATA (short) or -errno.
+ */
+int td__snap_copy_range(int src, uint64_t off, int dst, uint64_t dst_off,
+			uint64_t len);
+
+/* ---- snapshot-save.c ---- */
+
+/*
+ * The stop: no more timed saves, a save of an older state abandoned,
+ * then the final save when anything changed (the loop runs until it is
+ * on disk).
+ */
+void td__snap_save_final(void);
+
+/* ---- snapshot-restore.c ---- */
+
+/* Read the snapshot back into the store (before the server starts). */
+void td__snap_restore(void);
+
+#endif

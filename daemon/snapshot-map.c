@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * How a version maps to a Hurray file (docs/snapshot.md, "The file"):
+ * its KV keys ("tensord:NAME#field") and whether its planes can be
+ * written as one typed, dense tensor. Shared by the save and the
+ * restore.
+ */
+#include "snapshot-int.h"
+
+#include <string.h>
+
+#include "bytes.h"
+
+const char *const td__snap_field_names[F_COUNT_] = {"version", "flags",
+						    "blob", "meta", "files"};
+
+enum field td__snap_key_field(const struct td_hrry_kv_entry *k,
+			      const char **name, size_t *name_len)
+{
+	size_t pl = strlen(KEY_PREFIX);
+	const char *hash;
+
+	if (k->key_len <= pl || memcmp(k->key, KEY_PREFIX, pl))
+		return F_COUNT_;
+	hash = memrchr(k->key, '#', k->key_len);
+	if (!hash || hash < k->key + pl)
+		return F_COUNT_;
+	*name = k->key + pl;
+	*name_len = (size_t)(hash - *name);
+	for (int f = 0; f < F_COUNT_; f++)
+		if (strlen(td__snap_field_names[f]) ==
+			    k->key_len - (size_t)(hash + 1 - k->key) &&
+		    !memcmp(hash + 1, td__snap_field_names[f],
+			    strlen(td__snap_field_names[f])))
+			return (enum field)f;
+	return F_COUNT_;
+}
+
+int td__snap_dense(const struct td_blob_view *bv, const uint64_t *fsize,
+		   uint8_t *type, uint32_t *ndim, uint64_t *shape)
+{
+	struct td_blob_plane pl;
+	uint64_t need = td_dtype_size(bv->dtype);
+
+	if (bv->plane_count != 1 || bv->strings[TD_BLOB_FORMAT].len ||
+	    bv->ndim > TD_WIRE_MAX_DIMS || td_blob_plane_get(bv, 0, &pl) < 0 ||
+	    pl.offset || !need)
+		return -1;
+	/* strides, when written (exporters do), must be dense C order */
+	for (uint32_t k = bv->ndim; k-- > 0;) {
+		shape[k] = td_blob_shape(bv, k);
+		if (bv->strides_len && td_blob_stride(bv, k) != (int64_t)need)
+			return -1;
+		if (td__mul_ovf(need, shape[k], &need) || need > INT64_MAX)
+			return -1;
+	}
+	if (need != fsize[pl.handle])
+		return -1;
+	*type = td_hrry_type_from_dtype(bv->dtype);
+	*ndim = bv->ndim;
+	return *type ? (int)pl.handle : -1;
+}

@@ -1,0 +1,490 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Reading a snapshot back at start (docs/snapshot.md), before the server
+ * starts. Drives the Hurray reader core (proto/hrry.h) through the I/O
+ * engine: header, trailer, index and KV are validated (§13) before any
+ * tensor is read, each tensor's bytes are copied through the bounce
+ * buffers (snapshot-buf.c) into a fresh memfd, and each version goes
+ * through the PUBLISH checks (td__store_restore), like the fd store's
+ * restore. A file that does not open is moved aside.
+ */
+#include "snapshot-int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sd.h"
+
+struct reader {
+	int fd;
+	struct td_hrry_rcore c;
+	void **bufs; /* what the core borrows */
+	size_t nbufs;
+};
+
+static void *reader_keep(struct reader *rd, uint64_t len)
+{
+	void **b = realloc(rd->bufs, (rd->nbufs + 1) * sizeof(*b));
+	void *p;
+
+	if (!b)
+		return NULL;
+	rd->bufs = b;
+	p = malloc(len ? (size_t)len : 1);
+	if (p)
+		rd->bufs[rd->nbufs++] = p;
+	return p;
+}
+
+static void reader_fini(struct reader *rd)
+{
+	for (size_t i = 0; i < rd->nbufs; i++)
+		free(rd->bufs[i]);
+	free(rd->bufs);
+	if (rd->fd >= 0)
+		close(rd->fd);
+}
+
+/* Open: header, trailer, index, KV (§13 steps 1-5). 0 or -errno. */
+static int reader_open(struct reader *rd, uint64_t size,
+		       struct td_hrry_err *e)
+{
+	struct td_hrry_need need;
+	int rc;
+
+	td_hrry_rcore_init(&rd->c, size);
+	while ((rc = td_hrry_rcore_step(&rd->c, &need, e)) ==
+	       TD_HRRY_STEP_NEED) {
+		void *buf;
+
+		if (need.len > SIZE_MAX)
+			return td__hrry_fail(e, TD_HRRY_E_NO_MEMORY, 0,
+					     "too large for memory");
+		buf = reader_keep(rd, need.len);
+		if (!buf)
+			return td__hrry_fail(e, TD_HRRY_E_NO_MEMORY, 0,
+					     "out of memory");
+		if (need.kind == TD_HRRY_NEED_READ) {
+			rc = td__snap_read_range(rd->fd, buf, need.len,
+						 need.offset);
+			if (rc < 0) {
+				bool eof = rc == -ENODATA;
+
+				*e = (struct td_hrry_err){
+					eof ? TD_HRRY_E_UNEXPECTED_EOF
+					    : TD_HRRY_E_IO,
+					rc, need.offset, "read failed"};
+				return rc;
+			}
+		}
+		rc = td_hrry_rcore_supply(&rd->c, buf, need.len, e);
+		if (rc < 0)
+			return rc;
+	}
+	return rc;
+}
+
+
+struct rec {
+	const char *name;
+	size_t name_len;
+	bool have[F_COUNT_];
+	struct td_hrry_kv_value v[F_COUNT_];
+};
+
+static void close_all(int *fds, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		if (fds[i] >= 0)
+			close(fds[i]);
+		fds[i] = -1;
+	}
+}
+
+/*
+ * One plane back: the Hurray tensor `hname` (checked by the core) into a
+ * new sealed memfd of exactly `size` bytes; its read-only reopen in *out.
+ */
+static int restore_plane(struct reader *rd, const char *hname, size_t hlen,
+			 uint64_t size, int *out, char *why, size_t cap)
+{
+	struct td_hrry_err e = {0};
+	struct td_hrry_entry ent;
+	struct td_hrry_desc d;
+	uint8_t *dbuf = NULL;
+	uint64_t idx, off, len;
+	const char *pwhy = NULL;
+	int fd = -1, rc;
+
+	rc = td_hrry_rcore_find(&rd->c, hname, hlen, &idx, &e);
+	if (rc < 0)
+		goto herr;
+	td_hrry_rcore_entry(&rd->c, idx, &ent);
+	dbuf = malloc(ent.descriptor_length);
+	if (!dbuf) {
+		rc = -ENOMEM;
+		goto err;
+	}
+	rc = td__snap_read_range(rd->fd, dbuf, ent.descriptor_length,
+				 ent.descriptor_offset);
+	if (rc < 0) {
+		snprintf(why, cap, "reading the descriptor of \"%.*s\": %s",
+			 (int)hlen, hname, strerror(-rc));
+		goto out;
+	}
+	rc = td_hrry_rcore_check_desc(&rd->c, &ent, dbuf, &d, &e);
+	if (rc == 0)
+		rc = td_hrry_rcore_check_supported(&ent, &d, &e);
+	if (rc < 0)
+		goto herr;
+	if (d.buffer_count != 1 || d.buffers[0].byte_size != size) {
+		rc = -EINVAL;
+		snprintf(why, cap, "Hurray tensor \"%.*s\" holds %" PRIu64
+				   " bytes, the fd table says %" PRIu64,
+			 (int)hlen, hname,
+			 d.buffer_count ? d.buffers[0].byte_size : 0, size);
+		goto out;
+	}
+	td_hrry_buffer_range(&ent, &d, rd->c.alignment, 0, &off, &len);
+	rc = td__plane_create(size, &fd, &pwhy);
+	if (rc < 0)
+		goto perr;
+	/* never mapped here: written through the bounce buffers */
+	rc = td__snap_copy_range(rd->fd, off, fd, 0, len);
+	if (rc < 0) {
+		snprintf(why, cap, "reading \"%.*s\": %s", (int)hlen, hname,
+			 strerror(-rc));
+		goto out;
+	}
+	rc = td__plane_seal(fd, &pwhy);
+	if (rc == 0)
+		rc = td__plane_readonly(fd, out, &pwhy);
+	if (rc < 0)
+		goto perr;
+	goto out;
+herr:
+	snprintf(why, cap, "Hurray tensor \"%.*s\": %s at byte %" PRIu64
+			   ": %s",
+		 (int)hlen, hname, td_hrry_error_name(e.kind), e.offset,
+		 e.reason ? e.reason : "invalid");
+	goto out;
+perr:
+	snprintf(why, cap, "\"%.*s\": %s", (int)hlen, hname, pwhy);
+	goto out;
+err:
+	snprintf(why, cap, "%s", strerror(-rc));
+out:
+	free(dbuf);
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+/* Put one version back. 0, or -errno with the reason in why. */
+static int restore_rec(struct reader *rd, const struct rec *r, char *why,
+		       size_t cap)
+{
+	struct td_state_entry ent = {0};
+	struct td_blob_view bv;
+	struct td_err be = {0};
+	const char *nwhy = NULL;
+	int fds[TD_STATE_MAX_FDS];
+	uint32_t n, first = UINT32_MAX;
+	int rc;
+
+	for (int f = 0; f < F_COUNT_; f++) {
+		static const enum td_hrry_kv_kind want[F_COUNT_] = {
+			TD_HRRY_KV_UINT64, TD_HRRY_KV_UINT64,
+			TD_HRRY_KV_BYTES, TD_HRRY_KV_BYTES, TD_HRRY_KV_ARRAY};
+
+		if (!r->have[f] && f == F_META)
+			continue;
+		if (!r->have[f] || r->v[f].kind != want[f]) {
+			snprintf(why, cap, "KV key #%s %s",
+				 td__snap_field_names[f],
+				 r->have[f] ? "has the wrong kind"
+					    : "is missing");
+			return -EINVAL;
+		}
+	}
+	if (td_wire_name_check(r->name, r->name_len, false, &nwhy) < 0) {
+		snprintf(why, cap, "bad name: %s", nwhy);
+		return -EINVAL;
+	}
+	n = (uint32_t)r->v[F_FILES].item_count;
+	if (r->v[F_VERSION].u64_value == 0 ||
+	    (r->v[F_FLAGS].u64_value & ~(uint64_t)TD_STATE_FLAGS) ||
+	    r->v[F_BLOB].data_len > TD_WIRE_MAX_BLOB ||
+	    (r->have[F_META] && r->v[F_META].data_len > TD_WIRE_MAX_META) ||
+	    r->v[F_FILES].item_kind != TD_HRRY_KV_UINT64 ||
+	    r->v[F_FILES].item_count == 0 ||
+	    r->v[F_FILES].item_count > TD_STATE_MAX_FDS) {
+		snprintf(why, cap, "version 0, unknown flags, or a blob, "
+				   "metadata or fd table over its limit");
+		return -EINVAL;
+	}
+	if (td_blob_decode(r->v[F_BLOB].data, r->v[F_BLOB].data_len, &bv,
+			   &be) < 0) {
+		snprintf(why, cap, "blob: %s", be.reason ? be.reason : "bad");
+		return -EINVAL;
+	}
+	for (uint32_t i = 0; i < TD_STATE_MAX_FDS; i++)
+		fds[i] = -1;
+	for (uint32_t i = 0; i < n; i++) {
+		struct td_hrry_kv_value it;
+		char hname[TD_WIRE_MAX_NAME + 16];
+		bool fence = (int32_t)i == bv.fence_fd;
+		int hlen;
+
+		td_hrry_kv_item(&r->v[F_FILES], i, &it);
+		if ((it.u64_value == FENCE_FILE) != fence) {
+			snprintf(why, cap, "fd table entry %u: the fence is "
+					   "entry %d",
+				 i, bv.fence_fd);
+			rc = -EINVAL;
+			goto fail;
+		}
+		if (it.u64_value == FENCE_FILE) {
+			/* saved only once signalled: signalled again */
+			fds[i] = eventfd(1, EFD_CLOEXEC);
+			if (fds[i] < 0) {
+				rc = -errno;
+				snprintf(why, cap, "eventfd: %s",
+					 strerror(errno));
+				goto fail;
+			}
+			continue;
+		}
+		if (first == UINT32_MAX) {
+			first = i;
+			hlen = snprintf(hname, sizeof(hname), "%.*s",
+					(int)r->name_len, r->name);
+		} else {
+			hlen = snprintf(hname, sizeof(hname), "%.*s#%u",
+					(int)r->name_len, r->name, i);
+		}
+		rc = restore_plane(rd, hname, (size_t)hlen, it.u64_value,
+				   &fds[i], why, cap);
+		if (rc < 0)
+			goto fail;
+	}
+	ent.name = (struct td_wire_str){r->name, (uint16_t)r->name_len};
+	ent.flags = (uint32_t)r->v[F_FLAGS].u64_value;
+	ent.version = r->v[F_VERSION].u64_value;
+	if (r->have[F_META])
+		ent.meta = (struct td_wire_bytes){r->v[F_META].data,
+						  (uint32_t)r->v[F_META]
+							  .data_len};
+	ent.blob = (struct td_wire_bytes){r->v[F_BLOB].data,
+					  (uint32_t)r->v[F_BLOB].data_len};
+	ent.fd_count = n;
+	/* fd ids 0: not from the fd store (pushed there if it is on) */
+	return td__store_restore(&ent, fds, why, cap);
+fail:
+	close_all(fds, n);
+	return rc;
+}
+
+/* Move a snapshot that cannot be read out of the way, keeping it. */
+static void move_aside(const char *reason)
+{
+	char to[4200], stamp[32];
+	time_t t = time(NULL);
+	struct tm tm;
+	int rc = -1;
+
+	gmtime_r(&t, &tm);
+	strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
+	/* never over an earlier one of the same second */
+	for (unsigned i = 0; i < 100 && rc < 0; i++) {
+		int n = snprintf(to, sizeof(to), "%s.corrupt-%s", td__snap.path,
+				 stamp);
+
+		if (i)
+			snprintf(to + n, sizeof(to) - (size_t)n, ".%u", i);
+		rc = renameat2(AT_FDCWD, td__snap.path, AT_FDCWD, to,
+			       RENAME_NOREPLACE);
+		if (rc < 0 && errno != EEXIST)
+			break;
+	}
+	if (rc == 0)
+		td__log(TD_LOG_WARN, "snapshot %s: %s; moved aside to %s; "
+				     "starting empty",
+			td__snap.path, reason, to);
+	else
+		td__log(TD_LOG_ERROR, "snapshot %s: %s; moving it aside "
+				      "failed (%s); starting empty",
+			td__snap.path, reason, strerror(errno));
+}
+
+static void on_stop_signal(uv_signal_t *h, int signum)
+{
+	(void)h;
+	(void)signum;
+	td__snap.stop_asked = true;
+}
+
+/*
+ * Open the snapshot and validate it up to its KV (header, trailer,
+ * index, KV: §13 steps 1-5), and make sure it is one of ours; takes the
+ * version counter back. 0, or -errno with the reason (for move_aside).
+ */
+static int restore_open(struct reader *rd, const struct stat *st,
+			char *reason, size_t cap)
+{
+	struct td_hrry_err e = {0};
+	struct td_hrry_kv_entry k;
+	bool ours = false;
+	int rc;
+
+	rc = reader_open(rd, (uint64_t)st->st_size, &e);
+	if (rc < 0) {
+		snprintf(reason, cap, "%s at byte %" PRIu64 ": %s",
+			 td_hrry_error_name(e.kind), e.offset,
+			 e.reason ? e.reason : strerror(-rc));
+		return rc;
+	}
+	for (uint32_t i = 0; i < rd->c.kv_count; i++) {
+		td_hrry_rcore_kv(&rd->c, i, &k);
+		if (k.key_len == strlen(KV_FORMAT) &&
+		    !memcmp(k.key, KV_FORMAT, k.key_len))
+			ours = k.value.kind == TD_HRRY_KV_UINT64 &&
+			       k.value.u64_value == SNAP_FORMAT;
+		if (k.key_len == strlen(KV_NEXT) &&
+		    !memcmp(k.key, KV_NEXT, k.key_len) &&
+		    k.value.kind == TD_HRRY_KV_UINT64)
+			td__store_set_next_version(k.value.u64_value);
+	}
+	if (!ours) {
+		snprintf(reason, cap,
+			 "a Hurray file, but not a tensord snapshot "
+			 "(no KV %s = %d)",
+			 KV_FORMAT, SNAP_FORMAT);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/*
+ * Every version back, in KV order. The fields of a version are
+ * consecutive keys, #version first. A stop asked for meanwhile waits for
+ * the whole restore: the fd store (when on) must not keep a partial
+ * state, which would win over the snapshot at the next start. Counts
+ * what was tried and what came back.
+ */
+static void restore_versions(struct reader *rd, unsigned *done,
+			     unsigned *total)
+{
+	struct rec r = {0};
+	char why[TD_WIRE_MAX_REASON];
+	uint64_t last = td__snap_now_ms();
+
+	for (uint32_t i = 0; i <= rd->c.kv_count; i++) {
+		struct td_hrry_kv_entry k;
+		const char *name = NULL;
+		size_t name_len = 0;
+		enum field f = F_COUNT_;
+
+		if (i < rd->c.kv_count) {
+			td_hrry_rcore_kv(&rd->c, i, &k);
+			f = td__snap_key_field(&k, &name, &name_len);
+			if (f == F_COUNT_)
+				continue;
+		}
+		if (r.name && (i == rd->c.kv_count || f == F_VERSION ||
+			       name_len != r.name_len ||
+			       memcmp(name, r.name, name_len))) {
+			(*total)++;
+			if (restore_rec(rd, &r, why, sizeof(why)) == 0)
+				(*done)++;
+			else
+				td__log(TD_LOG_WARN, "snapshot: not restoring "
+						     "\"%.*s\": %s",
+					(int)r.name_len, r.name, why);
+			r = (struct rec){0};
+		}
+		if (i == rd->c.kv_count)
+			break;
+		if (f != F_VERSION && !r.name) {
+			td__log(TD_LOG_WARN, "snapshot: KV key \"%.*s\" "
+					     "belongs to no version; ignored",
+				(int)k.key_len, k.key);
+			continue;
+		}
+		r.name = name;
+		r.name_len = name_len;
+		r.have[f] = true;
+		r.v[f] = k.value;
+		if (td__snap_now_ms() - last >= 1000) {
+			last = td__snap_now_ms();
+			td__sd_notify(NULL, 0, "EXTEND_TIMEOUT_USEC=%llu\n"
+					       "STATUS=restoring snapshot: %"
+					       PRIu64 " tensors",
+				      (unsigned long long)EXTEND_USEC,
+				      (uint64_t)*done);
+		}
+	}
+}
+
+void td__snap_restore(void)
+{
+	struct reader rd = {.fd = -1};
+	struct stat st;
+	char reason[300];
+	unsigned done = 0, total = 0;
+	uint64_t t0 = td__snap_now_ms();
+	uv_signal_t sig[2];
+
+	rd.fd = open(td__snap.path, O_RDONLY | O_CLOEXEC);
+	if (rd.fd < 0) {
+		if (errno == ENOENT)
+			td__log(TD_LOG_INFO, "snapshot %s does not exist yet; "
+					     "starting empty",
+				td__snap.path);
+		else {
+			snprintf(reason, sizeof(reason), "cannot open: %s",
+				 strerror(errno));
+			move_aside(reason);
+		}
+		return;
+	}
+	if (fstat(rd.fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		reader_fini(&rd);
+		move_aside("not a regular file");
+		return;
+	}
+	td__sd_notify(NULL, 0, "EXTEND_TIMEOUT_USEC=%llu\nSTATUS=restoring "
+			       "snapshot %s",
+		      (unsigned long long)EXTEND_USEC, td__snap.path);
+	/* a stop asked for during a long restore is honoured after it */
+	for (int i = 0; i < 2; i++) {
+		uv_signal_init(td__snap.d->loop, &sig[i]);
+		uv_signal_start(&sig[i], on_stop_signal, i ? SIGINT : SIGTERM);
+	}
+	if (restore_open(&rd, &st, reason, sizeof(reason)) < 0) {
+		reader_fini(&rd);
+		move_aside(reason);
+		goto out;
+	}
+	restore_versions(&rd, &done, &total);
+	td__log(TD_LOG_INFO, "snapshot: restored %u of %u tensors from %s "
+			     "in %" PRIu64 " ms (%s)%s",
+		done, total, td__snap.path, td__snap_now_ms() - t0,
+		td__io_name(),
+		td__snap.stop_asked ? "; now stopping as asked" : "");
+	reader_fini(&rd);
+out:
+	for (int i = 0; i < 2; i++)
+		uv_close((uv_handle_t *)&sig[i], NULL);
+	if (td__snap.stop_asked)
+		uv_stop(td__snap.d->loop); /* main's uv_run returns at once */
+}

@@ -1,0 +1,674 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Saving a snapshot (docs/snapshot.md): every current version in one
+ * HRRYFILE, and when that happens (after changes, at most once per
+ * interval; once more at the stop).
+ *
+ * A save drives the Hurray writer core (proto/hrry.h) step by step from
+ * the loop. Every byte goes through the bounce buffers of
+ * snapshot-buf.c: small slices (header, descriptors, padding, KV, index,
+ * trailer) are gathered into one, tensor bytes are read from the plane
+ * into one and written from it, all through io.c (io_uring, or bounded
+ * pread/pwrite steps), so clients are served while gigabytes go out. The
+ * writer core advances only as far as a free buffer takes it, which is
+ * also the back-pressure. Every saved version is referenced like a lease
+ * until the save ends, so its bytes stay intact while clients keep
+ * publishing, replacing and deleting.
+ *
+ * Crash safety: the file is written as FILE.tmp in the same folder,
+ * fsync'ed, renamed over FILE, and the folder fsync'ed. A SIGKILL at any
+ * point leaves FILE as it was before (or already the new one); a stale
+ * FILE.tmp is removed at the next start (snapshot.c).
+ */
+#include "snapshot-int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bytes.h"
+#include "sd.h"
+
+/* ---- one save ---- */
+
+struct item { /* one held version */
+	void *ref;
+	struct td_state_entry ent;
+	int fds[TD_STATE_MAX_FDS];
+	uint64_t fsize[TD_STATE_MAX_FDS]; /* FENCE_FILE for the fence */
+	int first_plane;
+	int typed_fd; /* the fd entry written with dtype and shape, or -1 */
+	uint8_t type;
+	uint32_t ndim;
+	uint64_t shape[TD_WIRE_MAX_DIMS];
+	uint8_t *blob;                 /* copy with pid 0 */
+	char *names[TD_STATE_MAX_FDS]; /* "name#i" of the other planes */
+	char *keys;                    /* the KV keys, back to back */
+	struct td_hrry_kv_value files[TD_STATE_MAX_FDS];
+};
+
+enum phase { PH_WRITE, PH_DRAIN, PH_FSYNC, PH_DIRSYNC, PH_DONE };
+
+struct save {
+	struct item *items;
+	size_t n, cap;
+	size_t rec_item; /* the next record: items[rec_item].fds[rec_fd] */
+	uint32_t rec_fd;
+	bool finishing; /* begin_finish done */
+	int fd, dfd;
+	struct td_hrry_wcore w;
+	struct td_hrry_wentry *ents;
+	size_t nents;
+	struct td_hrry_kv_entry *kv;
+	size_t nkv;
+	uint64_t off; /* file offset of the core's next byte */
+	struct slot *stage; /* small slices gathered here, or NULL */
+	size_t stage_len;
+	uint64_t stage_off;
+	int plane; /* the current record's plane fd (borrowed) */
+	unsigned inflight; /* slots submitted */
+	int err;
+	char why[200];
+	enum phase phase;
+	bool abort, again;
+	uint64_t t0, tensors, bytes;
+	struct td__io_op sync_op;
+};
+
+/* the save in progress, or NULL */
+static struct save *cur;
+
+/*
+ * Tests kill the daemon at every step of a save (tests/test-snapshot.c):
+ * a step is a finished write, the fsync, the rename, the folder fsync.
+ */
+static void step(void)
+{
+	if (td__snap.kill_at && ++td__snap.steps == td__snap.kill_at)
+		raise(SIGKILL);
+}
+
+static void save_fail(struct save *sv, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void save_fail(struct save *sv, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (sv->err)
+		return;
+	sv->err = rc < 0 ? rc : -EIO;
+	va_start(ap, fmt);
+	vsnprintf(sv->why, sizeof(sv->why), fmt, ap);
+	va_end(ap);
+}
+
+static void item_fini(struct item *it)
+{
+	td__store_snap_unref(it->ref);
+	free(it->blob);
+	free(it->keys);
+	for (uint32_t i = 0; i < TD_STATE_MAX_FDS; i++)
+		free(it->names[i]);
+}
+
+static void arm(void);
+
+/* The end of a save, good or bad: nothing of it is in flight any more. */
+static void save_end(struct save *sv)
+{
+	uint64_t ms = td__snap_now_ms() - sv->t0;
+
+	if (sv->fd >= 0)
+		close(sv->fd);
+	if (sv->dfd >= 0)
+		close(sv->dfd);
+	if (sv->phase != PH_DONE) {
+		unlink(td__snap.tmp);
+		if (sv->abort && !sv->err)
+			td__log(TD_LOG_DEBUG, "snapshot: save abandoned for a "
+					      "newer one");
+		else
+			td__log(TD_LOG_ERROR, "snapshot: saving %s failed: "
+					      "%s (%s); the previous one is "
+					      "kept; retried after the "
+					      "interval",
+				td__snap.path, sv->why, strerror(-sv->err));
+		td__snap.dirty = true;
+	} else {
+		td__log(TD_LOG_INFO, "snapshot: saved %" PRIu64 " tensors (%"
+				     PRIu64 " bytes) to %s in %" PRIu64
+				     " ms (%s)",
+			sv->tensors, sv->bytes, td__snap.path, ms,
+			td__io_name());
+	}
+	if (sv->again)
+		td__snap.dirty = true; /* a version skipped for its fence */
+	if (sv->stage)
+		td__snap_slot_put(sv->stage);
+	for (size_t i = 0; i < sv->n; i++)
+		item_fini(&sv->items[i]);
+	free(sv->items);
+	free(sv->ents);
+	free(sv->kv);
+	free(sv);
+	cur = NULL;
+	if (td__snap.dirty)
+		arm();
+}
+
+static void on_sync(struct td__io_op *op, int64_t res);
+
+static void start_fsync(struct save *sv, int fd, enum phase ph)
+{
+	sv->phase = ph;
+	sv->sync_op = (struct td__io_op){.kind = TD__IO_FSYNC,
+					 .fd = fd,
+					 .done = on_sync,
+					 .arg = sv};
+	td__io_submit(&sv->sync_op);
+}
+
+static void on_sync(struct td__io_op *op, int64_t res)
+{
+	struct save *sv = op->arg;
+
+	if (res < 0) {
+		save_fail(sv, (int)res, "fsync of %s",
+			  sv->phase == PH_FSYNC ? td__snap.tmp : td__snap.dir);
+		save_end(sv);
+		return;
+	}
+	step();
+	if (sv->phase == PH_FSYNC) {
+		/* the file is on disk: make it the snapshot */
+		if (rename(td__snap.tmp, td__snap.path) < 0) {
+			save_fail(sv, -errno, "rename to %s", td__snap.path);
+			save_end(sv);
+			return;
+		}
+		step();
+		start_fsync(sv, sv->dfd, PH_DIRSYNC);
+		return;
+	}
+	sv->phase = PH_DONE; /* the rename is durable too */
+	save_end(sv);
+}
+
+static void pump(struct save *sv);
+
+/* Every write is done: fsync, or clean up after a failure. */
+static void drained(struct save *sv)
+{
+	if (sv->err || sv->abort)
+		save_end(sv);
+	else
+		start_fsync(sv, sv->fd, PH_FSYNC);
+}
+
+/* A write (or a copy) of the save is done. */
+static void on_written(struct slot *sl, int64_t res)
+{
+	struct save *sv = sl->arg;
+
+	if (res != (int64_t)sl->op.len)
+		save_fail(sv, res < 0 ? (int)res : -EIO,
+			  "%s of %zu bytes at %" PRIu64,
+			  sl->op.kind == TD__IO_READ ? "reading a plane"
+						     : "write",
+			  sl->op.len, sl->op.off);
+	sv->inflight--;
+	td__snap_slot_put(sl);
+	step();
+	if (sv->phase == PH_WRITE && !sv->err && !sv->abort)
+		pump(sv);
+	else if (sv->inflight == 0)
+		drained(sv);
+}
+
+static void stage_flush(struct save *sv)
+{
+	if (!sv->stage || !sv->stage_len)
+		return;
+	sv->inflight++;
+	td__snap_slot_write(sv->stage, sv->fd, sv->stage_off, sv->stage_len,
+			    on_written, sv);
+	sv->stage = NULL;
+	sv->stage_len = 0;
+}
+
+/*
+ * Gather up to len bytes (ptr NULL: zeros) that go at file offset
+ * sv->off; returns how many fit (0: no free buffer, wait).
+ */
+static uint64_t stage_add(struct save *sv, const uint8_t *ptr, uint64_t len)
+{
+	uint64_t done = 0;
+
+	while (done < len) {
+		size_t n;
+
+		if (!sv->stage) {
+			sv->stage = td__snap_slot_get();
+			if (!sv->stage)
+				break;
+			sv->stage_off = sv->off + done;
+		}
+		n = CHUNK - sv->stage_len;
+		if (n > len - done)
+			n = (size_t)(len - done);
+		if (ptr)
+			memcpy(sv->stage->p + sv->stage_len, ptr + done, n);
+		else
+			memset(sv->stage->p + sv->stage_len, 0, n);
+		sv->stage_len += n;
+		done += n;
+		if (sv->stage_len == CHUNK)
+			stage_flush(sv);
+	}
+	return done;
+}
+
+/*
+ * As much of one writer-core slice as free buffers take: bytes (copied
+ * into the stage) or the plane's own (copied plane -> buffer -> file).
+ * Returns the bytes emitted; 0 means wait for a buffer.
+ */
+static uint64_t emit(struct save *sv, const struct td_hrry_slice *s)
+{
+	uint64_t done = 0;
+
+	if (s->kind != TD_HRRY_SLICE_BUFFER) {
+		done = stage_add(sv, s->kind == TD_HRRY_SLICE_BYTES ? s->ptr
+								    : NULL,
+				 s->len);
+	} else {
+		stage_flush(sv);
+		while (done < s->len) {
+			struct slot *sl = td__snap_slot_get();
+			uint64_t n = s->len - done > CHUNK ? CHUNK
+							   : s->len - done;
+
+			if (!sl)
+				break;
+			sv->inflight++;
+			/* skip: where in the buffer this slice starts */
+			td__snap_slot_copy(sl, sv->plane, s->skip + done,
+					   sv->fd, sv->off + done, (size_t)n,
+					   on_written, sv);
+			done += n;
+		}
+	}
+	sv->off += done;
+	td_hrry_wcore_advance(&sv->w, done);
+	return done;
+}
+
+/* Start the next record: 1 started, 0 none left, <0 failed. */
+static int next_record(struct save *sv)
+{
+	struct td_hrry_desc d;
+	struct td_hrry_err e = {0};
+	struct item *it;
+	const char *name;
+	size_t name_len;
+	uint32_t i;
+	int rc;
+
+	for (;;) {
+		if (sv->rec_item == sv->n)
+			return 0;
+		it = &sv->items[sv->rec_item];
+		i = sv->rec_fd++;
+		if (i == it->ent.fd_count) {
+			sv->rec_item++;
+			sv->rec_fd = 0;
+			sv->tensors++;
+			continue;
+		}
+		if (it->fsize[i] != FENCE_FILE)
+			break;
+	}
+	if ((int)i == it->typed_fd)
+		rc = td_hrry_desc_init_dense(&d, it->type, it->ndim, it->shape);
+	else
+		rc = td_hrry_desc_init_dense(&d, TD_HRRY_TYPE_UINT8, 1,
+					     &it->fsize[i]);
+	if (rc < 0) {
+		save_fail(sv, rc, "\"%.*s\": no Hurray descriptor",
+			  (int)it->ent.name.len, it->ent.name.ptr);
+		return rc;
+	}
+	name = it->names[i] ? it->names[i] : it->ent.name.ptr;
+	name_len = it->names[i] ? strlen(it->names[i]) : it->ent.name.len;
+	rc = td_hrry_wcore_begin_tensor(&sv->w, name, name_len, &d,
+					&sv->ents[sv->nents], &e);
+	if (rc < 0) {
+		save_fail(sv, rc, "\"%.*s\": %s: %s", (int)name_len, name,
+			  td_hrry_error_name(e.kind), e.reason);
+		return rc;
+	}
+	sv->nents++;
+	sv->plane = it->fds[i];
+	sv->bytes += it->fsize[i];
+	return 1;
+}
+
+/*
+ * Drive the writer core until it waits for a free buffer (the
+ * completions call back in) or the file is complete.
+ */
+static void pump(struct save *sv)
+{
+	struct td_hrry_slice s;
+	struct td_hrry_err e = {0};
+	int rc;
+
+	while (!sv->err && !sv->abort && sv->phase == PH_WRITE) {
+		if (td_hrry_wcore_next(&sv->w, &s) == TD_HRRY_STEP_NEED) {
+			if (s.len && emit(sv, &s) == 0)
+				return;
+			if (!s.len)
+				td_hrry_wcore_advance(&sv->w, 0);
+			continue;
+		}
+		if (sv->finishing) {
+			stage_flush(sv);
+			sv->phase = PH_DRAIN;
+			break;
+		}
+		rc = next_record(sv);
+		if (rc > 0 || rc < 0)
+			continue;
+		rc = td_hrry_wcore_begin_finish(&sv->w, sv->kv, sv->nkv,
+						sv->ents, sv->nents, NULL, &e);
+		if (rc < 0)
+			save_fail(sv, rc, "KV, index: %s: %s",
+				  td_hrry_error_name(e.kind), e.reason);
+		sv->finishing = true;
+	}
+	if ((sv->err || sv->abort) && sv->stage) {
+		/* nothing more is started: the file is dropped anyway */
+		td__snap_slot_put(sv->stage);
+		sv->stage = NULL;
+		sv->stage_len = 0;
+	}
+	if (sv->inflight == 0)
+		drained(sv);
+}
+
+/* ---- what a save holds ---- */
+
+static int item_keys(struct item *it)
+{
+	size_t one = strlen(KEY_PREFIX) + it->ent.name.len + 1 + 8;
+	char *p;
+
+	it->keys = malloc(one * F_COUNT_);
+	if (!it->keys)
+		return -ENOMEM;
+	p = it->keys;
+	for (int f = 0; f < F_COUNT_; f++) {
+		p += snprintf(p, one, KEY_PREFIX "%.*s#%s",
+			      (int)it->ent.name.len, it->ent.name.ptr,
+			      td__snap_field_names[f]) +
+		     1;
+	}
+	return 0;
+}
+
+static const char *item_key(const struct item *it, enum field f)
+{
+	const char *p = it->keys;
+
+	while (f--)
+		p += strlen(p) + 1;
+	return p;
+}
+
+static int hold_one(void *arg, const struct td__snap_ver *v)
+{
+	struct save *sv = arg;
+	struct td_blob_view bv;
+	struct td_err e = {0};
+	struct item it = {.ref = v->ref, .ent = v->ent, .first_plane = -1};
+	const char *skip = NULL;
+
+	memcpy(it.fds, v->fds, sizeof(it.fds));
+	if (td_blob_decode(v->ent.blob.ptr, v->ent.blob.len, &bv, &e) < 0)
+		skip = "its blob does not decode";
+	else if (bv.storage_kind == TD_STORAGE_DMABUF)
+		skip = "dma-buf planes are device memory";
+	for (uint32_t i = 0; !skip && i < v->ent.fd_count; i++) {
+		struct stat st = {0};
+
+		if ((int32_t)i == bv.fence_fd) {
+			struct pollfd p = {.fd = v->fds[i], .events = POLLIN};
+
+			/* a producer still writing: saved once it is done */
+			if (poll(&p, 1, 0) != 1) {
+				skip = "its fence is not signalled yet";
+				sv->again = true;
+			}
+			it.fsize[i] = FENCE_FILE;
+			continue;
+		}
+		if (fstat(v->fds[i], &st) < 0 || !S_ISREG(st.st_mode))
+			skip = "a plane is not a regular file";
+		it.fsize[i] = (uint64_t)st.st_size;
+		if (it.first_plane < 0)
+			it.first_plane = (int)i;
+	}
+	if (skip) {
+		td__log(TD_LOG_DEBUG, "snapshot: not saving \"%.*s\": %s",
+			(int)v->ent.name.len, v->ent.name.ptr, skip);
+		td__store_snap_unref(v->ref);
+		return 0;
+	}
+	it.typed_fd = td__snap_dense(&bv, it.fsize, &it.type, &it.ndim,
+				     it.shape);
+	if (sv->n == sv->cap) {
+		size_t cap = sv->cap ? sv->cap * 2 : 64;
+		struct item *n = realloc(sv->items, cap * sizeof(*n));
+
+		if (!n)
+			goto nomem;
+		sv->items = n;
+		sv->cap = cap;
+	}
+	it.blob = malloc(v->ent.blob.len);
+	if (!it.blob || item_keys(&it) < 0)
+		goto nomem;
+	memcpy(it.blob, v->ent.blob.ptr, v->ent.blob.len);
+	/* the pid is the saving daemon's; a restore writes its own */
+	td__put_le32(it.blob + TD_BLOB_PID_OFFSET, 0);
+	for (uint32_t i = 0; i < v->ent.fd_count; i++) {
+		it.files[i] = (struct td_hrry_kv_value){
+			.kind = TD_HRRY_KV_UINT64, .u64_value = it.fsize[i]};
+		if (it.fsize[i] == FENCE_FILE || (int)i == it.first_plane)
+			continue;
+		it.names[i] = malloc(it.ent.name.len + 8);
+		if (!it.names[i])
+			goto nomem;
+		snprintf(it.names[i], it.ent.name.len + 8, "%.*s#%u",
+			 (int)it.ent.name.len, it.ent.name.ptr, i);
+	}
+	sv->items[sv->n++] = it;
+	return 0;
+nomem:
+	item_fini(&it);
+	return -ENOMEM;
+}
+
+/* The KV section: the two file keys, then 4 or 5 keys per version. */
+static int build_kv(struct save *sv, uint64_t next_version)
+{
+	size_t n = 2;
+	struct td_hrry_kv_entry *kv;
+
+	for (size_t i = 0; i < sv->n; i++)
+		n += sv->items[i].ent.meta.len ? 5 : 4;
+	kv = calloc(n, sizeof(*kv));
+	if (!kv)
+		return -ENOMEM;
+	sv->kv = kv;
+	kv[0] = (struct td_hrry_kv_entry){
+		KV_FORMAT, strlen(KV_FORMAT),
+		{.kind = TD_HRRY_KV_UINT64, .u64_value = SNAP_FORMAT}};
+	kv[1] = (struct td_hrry_kv_entry){
+		KV_NEXT, strlen(KV_NEXT),
+		{.kind = TD_HRRY_KV_UINT64, .u64_value = next_version}};
+	n = 2;
+	for (size_t i = 0; i < sv->n; i++) {
+		struct item *it = &sv->items[i];
+
+		for (int f = 0; f < F_COUNT_; f++) {
+			struct td_hrry_kv_entry *k = &kv[n];
+
+			if (f == F_META && !it->ent.meta.len)
+				continue;
+			k->key = item_key(it, (enum field)f);
+			k->key_len = strlen(k->key);
+			if (f == F_VERSION || f == F_FLAGS) {
+				k->value.kind = TD_HRRY_KV_UINT64;
+				k->value.u64_value = f == F_VERSION
+							     ? it->ent.version
+							     : it->ent.flags;
+			} else if (f == F_FILES) {
+				k->value.kind = TD_HRRY_KV_ARRAY;
+				k->value.item_kind = TD_HRRY_KV_UINT64;
+				k->value.items = it->files;
+				k->value.item_count = it->ent.fd_count;
+			} else {
+				k->value.kind = TD_HRRY_KV_BYTES;
+				k->value.data = f == F_BLOB ? it->blob
+							    : it->ent.meta.ptr;
+				k->value.data_len = f == F_BLOB
+							    ? it->ent.blob.len
+							    : it->ent.meta.len;
+			}
+			n++;
+		}
+	}
+	sv->nkv = n;
+	return 0;
+}
+
+static void save_start(void)
+{
+	struct td__store_info si = {0};
+	struct td_hrry_err e = {0};
+	struct save *sv;
+	size_t records = 0;
+	int rc;
+
+	sv = calloc(1, sizeof(*sv));
+	if (!sv) {
+		td__log(TD_LOG_ERROR, "snapshot: out of memory");
+		return;
+	}
+	cur = sv;
+	td__snap.dirty = false;
+	td__snap.last_ms = uv_now(td__snap.d->loop);
+	sv->t0 = td__snap_now_ms();
+	sv->fd = sv->dfd = -1;
+	td__store_info(&si);
+	rc = td__store_snap_hold(hold_one, sv);
+	if (rc < 0) {
+		save_fail(sv, rc, "holding the versions");
+		goto fail;
+	}
+	for (size_t i = 0; i < sv->n; i++)
+		for (uint32_t j = 0; j < sv->items[i].ent.fd_count; j++)
+			records += sv->items[i].fsize[j] != FENCE_FILE;
+	sv->ents = calloc(records ? records : 1, sizeof(*sv->ents));
+	if (!sv->ents || build_kv(sv, si.next_version) < 0) {
+		save_fail(sv, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	sv->fd = open(td__snap.tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+		      0600);
+	if (sv->fd < 0) {
+		save_fail(sv, -errno, "cannot create %s", td__snap.tmp);
+		goto fail;
+	}
+	sv->dfd = open(td__snap.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (sv->dfd < 0) {
+		save_fail(sv, -errno, "cannot open the folder %s",
+			  td__snap.dir);
+		goto fail;
+	}
+	td__log(TD_LOG_INFO, "snapshot: saving %zu tensors to %s (%s)",
+		sv->n, td__snap.path, td__io_name());
+	rc = td_hrry_wcore_init(&sv->w, NULL, &e);
+	if (rc < 0) {
+		save_fail(sv, rc, "%s", e.reason);
+		goto fail;
+	}
+	pump(sv);
+	return;
+fail:
+	save_end(sv);
+}
+
+/* ---- scheduling ---- */
+
+static void on_timer(uv_timer_t *t)
+{
+	(void)t;
+	td__snap.timer_on = false;
+	if (td__snap.dirty && !cur)
+		save_start();
+}
+
+static void arm(void)
+{
+	uint64_t now, at;
+
+	if (!td__snap.on || td__snap.final || td__snap.timer_on || cur)
+		return;
+	now = uv_now(td__snap.d->loop);
+	at = td__snap.last_ms + td__snap.interval_ms;
+	td__snap.timer_on = true;
+	uv_timer_start(&td__snap.timer, on_timer, at > now ? at - now : 0, 0);
+}
+
+void td__snapshot_dirty(void)
+{
+	if (!td__snap.on)
+		return;
+	td__snap.dirty = true;
+	arm();
+}
+
+static bool save_busy(void *arg)
+{
+	(void)arg;
+	return cur != NULL;
+}
+
+void td__snap_save_final(void)
+{
+	td__snap.final = true; /* no more timed saves */
+	if (td__snap.timer_on)
+		uv_timer_stop(&td__snap.timer);
+	td__snap.timer_on = false;
+	/* a save of an older state gives way to the final one */
+	if (cur && td__snap.dirty && cur->phase == PH_WRITE)
+		cur->abort = true;
+	td__snap_run_while(save_busy, NULL);
+	if (td__snap.dirty) {
+		td__log(TD_LOG_INFO, "snapshot: final save to %s",
+			td__snap.path);
+		save_start();
+		td__snap_run_while(save_busy, NULL);
+	}
+}

@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Snapshots: every current version in one HRRYFILE (docs/snapshot.md for
+ * the mapping), so tensors survive a stop, a reboot or a run without
+ * systemd. This file starts and stops them: the paths, the I/O engine
+ * and the buffers, the restore at start, the final save at the stop.
+ * The work is in snapshot-save.c and snapshot-restore.c, over
+ * snapshot-buf.c (bounce buffers, state) and snapshot-map.c (KV keys).
+ */
+#include "snapshot-int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int td__snapshot_start(struct td__daemon *d, const char *path,
+		       uint64_t interval_ms, bool fdstore_used)
+{
+	const char *knob = getenv("TD_TEST_SNAPSHOT_KILL_AT");
+	char *slash;
+	struct stat st;
+	int rc;
+
+	td__snap.d = d;
+	td__snap.interval_ms = interval_ms;
+	td__snap.path = strdup(path);
+	td__snap.tmp = malloc(strlen(path) + 5);
+	td__snap.dir = strdup(path);
+	if (!td__snap.path || !td__snap.tmp || !td__snap.dir) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	sprintf(td__snap.tmp, "%s.tmp", path);
+	slash = strrchr(td__snap.dir, '/');
+	if (!slash)
+		strcpy(td__snap.dir, ".");
+	else if (slash == td__snap.dir)
+		slash[1] = 0;
+	else
+		*slash = 0;
+	if (stat(td__snap.dir, &st) < 0 || !S_ISDIR(st.st_mode) ||
+	    access(td__snap.dir, W_OK) < 0) {
+		rc = -errno ? -errno : -ENOTDIR;
+		td__log(TD_LOG_ERROR, "--snapshot %s: the folder %s is not a "
+				      "writable folder",
+			path, td__snap.dir);
+		goto fail;
+	}
+	if (knob)
+		td__snap.kill_at = strtoull(knob, NULL, 10);
+	rc = td__io_init(d->loop);
+	if (rc == 0)
+		rc = td__snap_pool_init();
+	if (rc < 0)
+		goto fail;
+	uv_timer_init(d->loop, &td__snap.timer);
+	td__snap.on = true;
+	/* a save a SIGKILL cut short */
+	if (unlink(td__snap.tmp) == 0)
+		td__log(TD_LOG_INFO, "snapshot: removed %s, left by a save "
+				     "that did not finish",
+			td__snap.tmp);
+	if (!fdstore_used)
+		td__snap_restore();
+	uv_update_time(d->loop);
+	td__snap.last_ms = uv_now(d->loop);
+	if (fdstore_used) {
+		/* the fd store is newer; the snapshot catches up */
+		td__log(TD_LOG_INFO, "snapshot %s not read: the fd store's "
+				     "state (newer) was restored",
+			path);
+		td__snapshot_dirty();
+	}
+	return 0;
+fail:
+	free(td__snap.path);
+	free(td__snap.tmp);
+	free(td__snap.dir);
+	td__snap.path = td__snap.tmp = td__snap.dir = NULL;
+	return rc;
+}
+
+void td__snapshot_fini(void)
+{
+	if (!td__snap.on)
+		return;
+	td__snap_save_final();
+	td__snap.on = false;
+	uv_close((uv_handle_t *)&td__snap.timer, NULL);
+	td__io_fini();
+	td__snap_pool_fini();
+	free(td__snap.path);
+	free(td__snap.tmp);
+	free(td__snap.dir);
+	td__snap.path = td__snap.tmp = td__snap.dir = NULL;
+}

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Snapshots (snapshot.c and the snapshot-*.c files under it): every
+ * current version in a HRRYFILE, written from the loop without stalling
+ * it and read back at start (docs/snapshot.md). Not installed.
+ */
+#ifndef TD_DAEMON_SNAPSHOT_H
+#define TD_DAEMON_SNAPSHOT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "daemon.h"
+#include "state.h"
+
+/* ---- snapshot.c, snapshot-save.c ---- */
+
+#define TD__SNAPSHOT_INTERVAL_S 30 /* --snapshot-interval default */
+
+/*
+ * Use path as the snapshot: pick the file I/O engine (io.h), restore
+ * from it unless the fd store already restored (fdstore_used: the fd
+ * store is newer), and save after changes at most every interval_ms.
+ * Before the server starts. -errno only for what the operator must fix
+ * (a folder that does not exist, a bad TENSORD_IO); an unreadable or
+ * corrupt snapshot is logged, moved aside and the daemon starts empty.
+ */
+int td__snapshot_start(struct td__daemon *d, const char *path,
+		       uint64_t interval_ms, bool fdstore_used);
+/* The set of current versions changed (a no-op without --snapshot). */
+void td__snapshot_dirty(void);
+/*
+ * Clean stop, after the peers are gone and before the store is freed:
+ * the final save when anything changed since the last one (the loop runs
+ * until it is on disk), then the I/O engine is closed. Idempotent.
+ */
+void td__snapshot_fini(void);
+
+/* ---- store.c: what a save holds ---- */
+
+/* One current version held for a snapshot. */
+struct td__snap_ver {
+	struct td_state_entry ent; /* views valid while held; no fd ids */
+	int fds[TD_STATE_MAX_FDS]; /* borrowed, valid while held */
+	void *ref;                 /* for td__store_snap_unref(), once */
+};
+
+/*
+ * Call fn for every current version in name order, each referenced like a
+ * lease first (kept intact, never evicted or recycled) - fn owns that
+ * reference and drops it with td__store_snap_unref(). Stops at and
+ * returns the first negative return of fn, else 0.
+ */
+int td__store_snap_hold(int (*fn)(void *arg, const struct td__snap_ver *sv),
+			void *arg);
+void td__store_snap_unref(void *ref);
+
+#endif

@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libtensord for GPU stages (docs/fastpath.md, "GPU stages"): eventfd
+ * fences a producer signals, a fence wait for eventfds and sync_files,
+ * mappings aligned for host-pointer imports, and the DMA_BUF_IOCTL_SYNC
+ * bracket around CPU reads of dma-buf planes.
+ */
+#include "gpu.h"
+
+#include <errno.h>
+#include <linux/dma-buf.h>
+#include <linux/sync_file.h>
+#include <poll.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/statfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "fence.h"
+
+#ifndef DMA_BUF_MAGIC
+#define DMA_BUF_MAGIC 0x444d4142
+#endif
+#ifndef TMPFS_MAGIC
+#define TMPFS_MAGIC 0x01021994
+#endif
+#ifndef HUGETLBFS_MAGIC
+#define HUGETLBFS_MAGIC 0x958458f6
+#endif
+
+/* ---- aligned mappings ---- */
+
+void *td__mmap_natural(size_t len, int prot, int flags, int fd, off_t off)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), align;
+	uint8_t *res, *p;
+	void *m;
+
+	align = len ? len & -len : page; /* lowest set bit */
+	if (align > TD__NATURAL_ALIGN_MAX)
+		align = TD__NATURAL_ALIGN_MAX;
+	if (align <= page)
+		return mmap(NULL, len, prot, flags, fd, off);
+	/* reserve len + align of address space, then map inside it */
+	res = mmap(NULL, len + align, PROT_NONE,
+		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (res == MAP_FAILED)
+		return MAP_FAILED;
+	p = (uint8_t *)(((uintptr_t)res + align - 1) & ~(uintptr_t)(align - 1));
+	m = mmap(p, len, prot, flags | MAP_FIXED, fd, off);
+	if (m == MAP_FAILED) {
+		int e = errno;
+
+		munmap(res, len + align);
+		errno = e;
+		return MAP_FAILED;
+	}
+	/* give back the reservation around it */
+	if (p > res)
+		munmap(res, (size_t)(p - res));
+	if (res + len + align > p + len)
+		munmap(p + len, (size_t)(res + len + align - (p + len)));
+	return p;
+}
+
+/* ---- planes ---- */
+
+int td__plane_kind(int fd)
+{
+	struct statfs sfs;
+
+	if (fstatfs(fd, &sfs) < 0)
+		return 0;
+	switch ((unsigned long)sfs.f_type) {
+	case DMA_BUF_MAGIC:
+		return TD_PLANE_DMABUF;
+	case TMPFS_MAGIC:
+	case HUGETLBFS_MAGIC:
+		return TD_PLANE_MEMFD;
+	default:
+		return 0;
+	}
+}
+
+int td__dmabuf_sync(int fd, bool start)
+{
+	struct dma_buf_sync s = {
+		.flags = DMA_BUF_SYNC_READ |
+			 (start ? DMA_BUF_SYNC_START : DMA_BUF_SYNC_END),
+	};
+	int rc;
+
+	do
+		rc = ioctl(fd, DMA_BUF_IOCTL_SYNC, &s);
+	while (rc < 0 && (errno == EINTR || errno == EAGAIN));
+	return rc < 0 ? -errno : 0;
+}
+
+/* ---- fences ---- */
+
+int td_fence_create(void)
+{
+	int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+
+	return fd < 0 ? -errno : fd;
+}
+
+int td_fence_signal(int fence_fd, struct td_error *err)
+{
+	const char *why = NULL;
+	uint64_t one = 1;
+	int kind = td__fence_kind(fence_fd, &why);
+
+	if (kind < 0)
+		return td__fail(err, kind, "fence fd %d: %s", fence_fd, why);
+	if (kind != TD__FENCE_EVENTFD)
+		return td__fail(err, -EINVAL, "fence fd %d is a sync_file: "
+				"its driver signals it, not a write", fence_fd);
+	/* EAGAIN only when the count would overflow: it is signalled */
+	if (write(fence_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		return td__fail(err, -errno, "signal fence fd %d: %s",
+				fence_fd, strerror(errno));
+	return 0;
+}
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int td_fence_wait(int fence_fd, int timeout_ms, struct td_error *err)
+{
+	struct pollfd pfd = {.fd = fence_fd, .events = POLLIN};
+	int64_t deadline = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
+	const char *why = NULL;
+	int kind = td__fence_kind(fence_fd, &why), rc;
+
+	if (kind < 0)
+		return td__fail(err, kind, "fence fd %d: %s", fence_fd, why);
+	for (;;) {
+		int left = -1;
+
+		if (deadline >= 0) {
+			int64_t l = deadline - mono_ms();
+
+			left = l < 0 ? 0 : l > INT32_MAX ? INT32_MAX : (int)l;
+		}
+		rc = poll(&pfd, 1, left);
+		if (rc >= 0 || errno != EINTR)
+			break;
+	}
+	if (rc < 0)
+		return td__fail(err, -errno, "poll fence fd %d: %s", fence_fd,
+				strerror(errno));
+	if (rc == 0)
+		return td__fail(err, -ETIMEDOUT, "fence fd %d (%s) did not "
+				"signal within %d ms", fence_fd,
+				kind == TD__FENCE_EVENTFD ? "eventfd"
+							  : "sync_file",
+				timeout_ms);
+	if (pfd.revents & (POLLERR | POLLNVAL))
+		return td__fail(err, -EIO, "fence fd %d polls an error",
+				fence_fd);
+	if (kind == TD__FENCE_SYNC_FILE) {
+		struct sync_file_info info;
+
+		/* a dma_fence can signal with an error (a GPU fault) */
+		memset(&info, 0, sizeof(info));
+		if (ioctl(fence_fd, SYNC_IOC_FILE_INFO, &info) == 0 &&
+		    info.status < 0)
+			return td__fail(err, -EIO, "sync_file fd %d signalled "
+					"an error (status %d)", fence_fd,
+					info.status);
+	}
+	return 0;
+}

@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: MIT */
+/* libtensord internals for GPU stages: aligned mappings, dma-buf sync. */
+#ifndef TD_LIBCLIENT_GPU_H
+#define TD_LIBCLIENT_GPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Largest alignment td__mmap_natural() gives: a huge page. */
+#define TD__NATURAL_ALIGN_MAX (2u << 20)
+
+/*
+ * mmap(NULL, len, prot, flags, fd, off) at an address aligned to the
+ * largest power of two that divides len, at most 2 MiB (a plain mmap when
+ * that is a page or less). So a buffer whose size is a multiple of A
+ * starts at an A-aligned address, which is what host-pointer imports
+ * (VK_EXT_external_memory_host) need. The mapping is exactly [p, p+len):
+ * munmap(p, len) ends it. MAP_FAILED with errno on failure.
+ */
+void *td__mmap_natural(size_t len, int prot, int flags, int fd, off_t off);
+
+/* TD_PLANE_* of an open buffer fd (fstatfs), 0 when unknown. */
+int td__plane_kind(int fd);
+
+/*
+ * DMA_BUF_IOCTL_SYNC READ start (start true) or end on a dma-buf fd.
+ * 0 or -errno (EINTR/EAGAIN retried).
+ */
+int td__dmabuf_sync(int fd, bool start);
+
+#endif

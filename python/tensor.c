@@ -1,0 +1,491 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The Client methods that hand tensors over: put (a copy into a new
+ * plane), alloc and publish (a plane the daemon made, written in place),
+ * get (a lease, read-only, no copy). The arrays and their owners are
+ * array.c's; every call that may wait on the daemon releases the GIL.
+ */
+#include "tdpy.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* Fill the shape/strides of p from an owner-like layout. */
+struct layout {
+	uint64_t shape[TDPY_MAX_DIMS];
+	int64_t strides[TDPY_MAX_DIMS];
+};
+
+static void layout_fill(struct layout *l, struct td_publish *p, int ndim,
+			const npy_intp *shape, const npy_intp *strides)
+{
+	for (int i = 0; i < ndim; i++) {
+		l->shape[i] = (uint64_t)shape[i];
+		if (strides)
+			l->strides[i] = strides[i];
+	}
+	p->ndim = (uint32_t)ndim;
+	p->shape = l->shape;
+	p->strides = strides ? l->strides : NULL;
+}
+
+static bool array_like(PyObject *o)
+{
+	return PyArray_Check(o) || PyObject_CheckBuffer(o) ||
+	       PyObject_HasAttrString(o, "__array_interface__") ||
+	       PyObject_HasAttrString(o, "__array_struct__") ||
+	       PyObject_HasAttrString(o, "__array__");
+}
+
+/* put(name, array, metadata=None, pin=False): copy into a loan, publish. */
+PyObject *tdpy_client_put(ClientObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"name", "array", "metadata", "pin", NULL};
+	const char *name;
+	PyObject *obj, *meta = NULL, *src = NULL, *dst;
+	PyArray_Descr *d;
+	struct td_publish p = {0};
+	struct td_error e = {0};
+	struct td_alloc *a = NULL;
+	struct td_client *c;
+	struct layout l;
+	Py_buffer mb;
+	uint64_t size, version = 0;
+	int pin = 0, code, rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O|Op", kwlist,
+					 tdpy_conv_name, &name, &obj, &meta,
+					 &pin))
+		return NULL;
+	if (!array_like(obj))
+		return PyErr_Format(PyExc_TypeError, "put() needs an array "
+				    "(numpy, buffer protocol or "
+				    "__array_interface__), not %.100s",
+				    Py_TYPE(obj)->tp_name);
+	src = PyArray_FromAny(obj, NULL, 0, 0, 0, NULL);
+	if (!src)
+		return NULL;
+	if (PyArray_NDIM((PyArrayObject *)src) > TDPY_MAX_DIMS) {
+		PyErr_Format(PyExc_ValueError, "at most %d dimensions",
+			     TDPY_MAX_DIMS);
+		goto fail;
+	}
+	code = tdpy_dtype_of(PyArray_DESCR((PyArrayObject *)src));
+	if (code < 0)
+		goto fail;
+	size = (uint64_t)PyArray_NBYTES((PyArrayObject *)src);
+	if (tdpy_meta_get(meta, &mb) < 0)
+		goto fail;
+	c = tdpy_client_enter(self);
+	if (!c) {
+		PyBuffer_Release(&mb);
+		goto fail;
+	}
+	TDPY_CALL(self, rc, td_client_alloc(c, 1, &size, &a, &e));
+	if (rc < 0) {
+		PyBuffer_Release(&mb);
+		tdpy_raise(rc, &e, "put: alloc");
+		goto fail;
+	}
+	/* one copy, C order, native byte order, into the loan's pages */
+	d = tdpy_descr_of((uint32_t)code);
+	dst = d ? PyArray_NewFromDescr(&PyArray_Type, d,
+				       PyArray_NDIM((PyArrayObject *)src),
+				       PyArray_DIMS((PyArrayObject *)src),
+				       NULL,
+				       size ? td_alloc_data(a, 0) : &p,
+				       NPY_ARRAY_CARRAY, NULL)
+		: NULL;
+	if (!dst || PyArray_CopyInto((PyArrayObject *)dst,
+				     (PyArrayObject *)src) < 0) {
+		Py_XDECREF(dst);
+		td_alloc_free(a);
+		PyBuffer_Release(&mb);
+		goto fail;
+	}
+	Py_DECREF(dst);
+	p.name = name;
+	p.dtype = (uint32_t)code;
+	p.flags = pin ? TD_PUBLISH_PIN : 0;
+	p.meta = mb.buf;
+	p.meta_len = (size_t)mb.len;
+	layout_fill(&l, &p, PyArray_NDIM((PyArrayObject *)src),
+		    PyArray_DIMS((PyArrayObject *)src), NULL);
+	c = tdpy_client_enter(self);
+	if (!c) {
+		td_alloc_free(a);
+		PyBuffer_Release(&mb);
+		goto fail;
+	}
+	TDPY_CALL(self, rc, td_client_publish_alloc(c, a, &p, &version, &e));
+	PyBuffer_Release(&mb);
+	Py_DECREF(src);
+	if (rc < 0)
+		return tdpy_raise(rc, &e, "put");
+	return PyLong_FromUnsignedLongLong(version);
+fail:
+	Py_XDECREF(src);
+	return NULL;
+}
+
+/*
+ * An image format (format="rgb8") publishes a row pitch as the plane's
+ * stride, the way cameras describe it, instead of blob strides: then
+ * every stride but the first must be dense.
+ */
+static int loan_format(OwnerObject *o, PyObject *format, npy_intp isz)
+{
+	npy_intp dense[TDPY_MAX_DIMS];
+	uint64_t bytes;
+
+	if (!PyUnicode_Check(format)) {
+		PyErr_SetString(PyExc_TypeError, "format must be a str");
+		return -1;
+	}
+	if (o->ndim < 2) {
+		PyErr_SetString(PyExc_ValueError,
+				"an image format needs 2 or more dimensions");
+		return -1;
+	}
+	if (o->explicit_strides) {
+		tdpy_dense(o->ndim, o->shape, isz, dense, &bytes);
+		if (memcmp(dense + 1, o->strides + 1,
+			   sizeof(npy_intp) * (o->ndim - 1))) {
+			PyErr_SetString(PyExc_ValueError, "with a format only "
+					"the first stride (the row pitch) may "
+					"be padded");
+			return -1;
+		}
+		o->row_pitch = (uint64_t)o->strides[0];
+		o->explicit_strides = false;
+	}
+	Py_INCREF(format);
+	o->format = format;
+	return 0;
+}
+
+/*
+ * alloc(name, shape, dtype, strides=None, format=None): a writable Array
+ * over a loan.
+ */
+PyObject *tdpy_client_alloc(ClientObject *self, PyObject *args,
+			    PyObject *kw)
+{
+	static char *kwlist[] = {"name", "shape", "dtype", "strides", "format",
+				 NULL};
+	PyObject *shape_o, *strides_o = Py_None, *format = Py_None;
+	struct td_error e = {0};
+	struct td_client *c;
+	OwnerObject *o;
+	const char *n;
+	uint32_t dtype;
+	uint64_t size;
+	npy_intp isz;
+	int rc, fd, nst;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO&|OO", kwlist,
+					 tdpy_conv_name, &n, &shape_o,
+					 tdpy_conv_dtype, &dtype, &strides_o,
+					 &format))
+		return NULL;
+	o = tdpy_owner_new(OWNER_LOAN, (PyObject *)self);
+	if (!o)
+		return NULL;
+	o->dtype = dtype;
+	o->writable = true;
+	o->name = PyUnicode_FromString(n);
+	isz = td_tensor_dtype_size(dtype);
+	if (!o->name || tdpy_shape_parse(shape_o, o->shape, &o->ndim) < 0)
+		goto fail;
+	if (strides_o == Py_None) {
+		if (tdpy_dense(o->ndim, o->shape, isz, o->strides, &size) < 0) {
+			PyErr_SetString(PyExc_ValueError, "tensor too big");
+			goto fail;
+		}
+	} else {
+		if (tdpy_shape_parse(strides_o, o->strides, &nst) < 0)
+			goto fail;
+		if (nst != o->ndim) {
+			PyErr_SetString(PyExc_ValueError,
+					"strides and shape differ in length");
+			goto fail;
+		}
+		if (tdpy_span(o->ndim, o->shape, o->strides, isz, &size) < 0)
+			goto fail;
+		o->explicit_strides = true;
+	}
+	if (format != Py_None && loan_format(o, format, isz) < 0)
+		goto fail;
+	c = tdpy_client_enter(self);
+	if (!c)
+		goto fail;
+	TDPY_CALL(self, rc, td_client_alloc(c, 1, &size, &o->a, &e));
+	if (rc < 0) {
+		tdpy_raise(rc, &e, "alloc");
+		goto fail;
+	}
+	/* our own shared mapping: libtensord unmaps its own at publish,
+	 * while views of this one must stay valid after (publish turns it
+	 * copy-on-write, see client_publish) */
+	o->size = size;
+	if (size) {
+		fd = td_alloc_fd(o->a, 0);
+		o->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED,
+			      fd, 0);
+		if (o->map == MAP_FAILED) {
+			o->map = NULL;
+			PyErr_SetFromErrno(PyExc_OSError);
+			goto fail;
+		}
+		o->map_len = size;
+		o->data = o->map;
+	}
+	return tdpy_owner_array(o);
+fail:
+	Py_DECREF(o);
+	return NULL;
+}
+
+/* publish(array, metadata=None, pin=False): publish an alloc()'s loan. */
+PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
+			      PyObject *kw)
+{
+	static char *kwlist[] = {"array", "metadata", "pin", NULL};
+	PyObject *arr, *meta = NULL;
+	struct td_plane plane = {0};
+	struct td_publish p = {0};
+	struct td_error e = {0};
+	struct td_client *c;
+	struct td_alloc *a;
+	struct layout l;
+	OwnerObject *o;
+	Py_buffer mb;
+	uint64_t version = 0;
+	int pin = 0, rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Op", kwlist, &arr,
+					 &meta, &pin))
+		return NULL;
+	o = tdpy_owner_of(arr);
+	if (!o)
+		return NULL;
+	if (o->kind != OWNER_LOAN || o->parent != (PyObject *)self) {
+		PyErr_SetString(PyExc_ValueError, "publish() takes an array "
+				"from this client's alloc()");
+		return NULL;
+	}
+	if (!o->a) {
+		PyErr_SetString(PyExc_ValueError,
+				"this loan was already published or released");
+		return NULL;
+	}
+	if (tdpy_meta_get(meta, &mb) < 0)
+		return NULL;
+	c = tdpy_client_enter(self);
+	if (!c) {
+		PyBuffer_Release(&mb);
+		return NULL;
+	}
+	/* The daemon write-seals the buffer, which needs every writable
+	 * shared mapping gone. Views of ours must not fault afterwards:
+	 * swap our mapping in place for a private (copy-on-write) one of
+	 * the same pages. A later write lands in a private page. */
+	if (o->map && mmap(o->map, o->map_len, PROT_READ | PROT_WRITE,
+			   MAP_FIXED | MAP_PRIVATE, td_alloc_fd(o->a, 0),
+			   0) == MAP_FAILED) {
+		PyErr_SetFromErrno(PyExc_OSError);
+		tdpy_client_leave(self);
+		PyBuffer_Release(&mb);
+		return NULL;
+	}
+	p.name = PyUnicode_AsUTF8(o->name);
+	p.dtype = o->dtype;
+	p.flags = pin ? TD_PUBLISH_PIN : 0;
+	p.meta = mb.buf;
+	p.meta_len = (size_t)mb.len;
+	layout_fill(&l, &p, o->ndim, o->shape,
+		    o->explicit_strides ? o->strides : NULL);
+	if (o->format)
+		p.format = PyUnicode_AsUTF8(o->format);
+	if (o->row_pitch) {
+		plane.stride = o->row_pitch;
+		plane.size = o->size;
+		p.plane_count = 1;
+		p.planes = &plane;
+	}
+	a = o->a;
+	o->a = NULL; /* consumed on success and on failure */
+	TDPY_CALL(self, rc, td_client_publish_alloc(c, a, &p, &version, &e));
+	if (rc >= 0 && mb.len)
+		o->metadata = PyBytes_FromStringAndSize(mb.buf, mb.len);
+	PyBuffer_Release(&mb);
+	if (rc < 0)
+		return tdpy_raise(rc, &e, "publish");
+	o->version = version;
+	return PyLong_FromUnsignedLongLong(version);
+}
+
+/* A read-only Array over a tensor got from the daemon (t is consumed). */
+static PyObject *lease_array(ClientObject *self, struct td_tensor *t,
+			     const char *name)
+{
+	OwnerObject *o = tdpy_owner_new(OWNER_LEASE, (PyObject *)self);
+	const uint64_t *shape = td_tensor_shape(t);
+	const int64_t *st;
+	const void *data, *meta;
+	uint32_t nst = 0;
+	uint64_t span;
+	npy_intp isz;
+	size_t mlen;
+	int rc;
+
+	if (!o) {
+		td_tensor_release(t);
+		return NULL;
+	}
+	o->t = t;
+	o->version = td_tensor_version(t);
+	o->dtype = td_tensor_dtype(t);
+	o->ndim = (int)td_tensor_ndim(t);
+	o->name = PyUnicode_FromString(name);
+	meta = td_tensor_meta(t, &mlen);
+	o->metadata = PyBytes_FromStringAndSize(meta, (Py_ssize_t)mlen);
+	if (!o->name || !o->metadata)
+		goto fail;
+	isz = td_tensor_dtype_size(o->dtype);
+	if (!isz) {
+		tdpy_raise(-EPROTO, NULL, "get: unknown dtype");
+		goto fail;
+	}
+	if (td_tensor_plane_count(t) != 1) {
+		struct td_error e = {.code = -ENOTSUP};
+
+		snprintf(e.reason, sizeof(e.reason), "a tensor of %u planes "
+			 "(an image format) is not one array; the binding "
+			 "maps single-plane tensors",
+			 td_tensor_plane_count(t));
+		tdpy_raise(-ENOTSUP, &e, "get");
+		goto fail;
+	}
+	if (o->ndim > TDPY_MAX_DIMS) {
+		tdpy_raise(-EPROTO, NULL, "get: too many dimensions");
+		goto fail;
+	}
+	for (int i = 0; i < o->ndim; i++) {
+		if (shape[i] > (uint64_t)NPY_MAX_INTP) {
+			tdpy_raise(-EOVERFLOW, NULL, "get: dimension");
+			goto fail;
+		}
+		o->shape[i] = (npy_intp)shape[i];
+	}
+	/* an image (a format) is packed rows at the plane's stride, its
+	 * blob strides unused (the blob spec's plane_need); otherwise the
+	 * blob's strides, or dense C order when it has none */
+	st = td_tensor_strides(t, &nst);
+	if (tdpy_dense(o->ndim, o->shape, isz, o->strides, &span) < 0) {
+		tdpy_raise(-EOVERFLOW, NULL, "get: tensor size");
+		goto fail;
+	}
+	if (td_tensor_string(t, TD_TENSOR_FORMAT)[0]) {
+		if (td_tensor_plane_stride(t, 0) && o->ndim >= 1)
+			o->strides[0] = (npy_intp)td_tensor_plane_stride(t, 0);
+	} else if (st) {
+		for (int i = 0; i < o->ndim; i++)
+			o->strides[i] = (npy_intp)st[i];
+	}
+	o->size = td_tensor_plane_size(t, 0);
+	if (tdpy_span(o->ndim, o->shape, o->strides, isz, &span) < 0)
+		goto fail;
+	if (span > o->size) {
+		tdpy_raise(-EPROTO, NULL, "get: layout larger than its plane");
+		goto fail;
+	}
+	data = td_tensor_plane_data(t, 0);
+	if (o->size && td_tensor_plane_fd(t, 0) < 0) {
+		/* an inline plane: libtensord already holds a copy */
+		o->heap = PyMem_Malloc(o->size);
+		if (!o->heap) {
+			PyErr_NoMemory();
+			goto fail;
+		}
+		memcpy(o->heap, data, o->size);
+		o->data = o->heap;
+	} else if (o->size) {
+		rc = tdpy_map_dup(data, o->size, td_tensor_plane_fd(t, 0),
+				  &o->map, &o->map_len);
+		if (rc < 0) {
+			tdpy_raise(rc, NULL, "get: map");
+			goto fail;
+		}
+		o->data = (char *)o->map +
+			  ((uintptr_t)data & ((uintptr_t)sysconf(
+						      _SC_PAGESIZE) - 1));
+	}
+	return tdpy_owner_array(o);
+fail:
+	Py_DECREF(o);
+	return NULL;
+}
+
+/* get(name, timeout=s): the latest version, waiting up to s for one. */
+static int get_appearing(struct td_client *c, const char *name, int ms,
+			 struct td_tensor **t, struct td_error *e)
+{
+	int rc = td_client_get(c, name, t, e);
+
+	if (rc == -ENOENT && ms != 0)
+		rc = td_client_get_newer(c, name, 0, ms, t, e);
+	return rc;
+}
+
+PyObject *tdpy_client_get(ClientObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"name", "version", "newer_than", "timeout",
+				 NULL};
+	PyObject *ver = Py_None, *newer = Py_None, *to = Py_None;
+	struct td_error e = {0};
+	struct td_tensor *t = NULL;
+	struct td_client *c;
+	unsigned long long v = 0;
+	const char *name;
+	int ms = -1, rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|OOO", kwlist,
+					 tdpy_conv_name, &name, &ver, &newer,
+					 &to))
+		return NULL;
+	if (ver != Py_None && newer != Py_None) {
+		PyErr_SetString(PyExc_TypeError,
+				"give version or newer_than, not both");
+		return NULL;
+	}
+	if (!tdpy_conv_timeout(to, &ms))
+		return NULL;
+	if (ver != Py_None || newer != Py_None) {
+		PyObject *x = ver != Py_None ? ver : newer;
+
+		if (!PyLong_Check(x))
+			return PyErr_Format(PyExc_TypeError, "a version is "
+					    "an int, not %.100s",
+					    Py_TYPE(x)->tp_name);
+		v = PyLong_AsUnsignedLongLong(x);
+		if (PyErr_Occurred())
+			return NULL;
+	}
+	c = tdpy_client_enter(self);
+	if (!c)
+		return NULL;
+	if (ver != Py_None)
+		TDPY_CALL(self, rc, td_client_get_version(c, name, v, &t, &e));
+	else if (newer != Py_None)
+		TDPY_CALL(self, rc, td_client_get_newer(c, name, v, ms, &t, &e));
+	else if (to == Py_None)
+		TDPY_CALL(self, rc, td_client_get(c, name, &t, &e));
+	else
+		TDPY_CALL(self, rc, get_appearing(c, name, ms, &t, &e));
+	if (rc < 0)
+		return tdpy_raise(rc, &e, "get");
+	return lease_array(self, t, name);
+}

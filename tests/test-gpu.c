@@ -1,0 +1,481 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What GPU stages need from libtensord, without a GPU (docs/fastpath.md,
+ * "GPU stages"): eventfd fences a producer signals, td_fence_wait() on
+ * good and bad fences, fences that are waited for (the consumer never
+ * reads early), producers that die before signalling, per-slot ring
+ * fences, and loans and slots aligned for host-pointer imports.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "tensord/tensord.h"
+#include "testchild.h"
+#include "testutil.h"
+
+#define BYTES (64u * 1024)
+
+static struct td_client *connect_to(const struct tu_daemon *d)
+{
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+
+	cr_assert_eq(td_client_connect(d->sock, &c, &e), 0, "%s", e.reason);
+	return c;
+}
+
+/* ---- td_fence_* on their own ---- */
+
+Test(gpu, an_eventfd_fence_waits_until_signalled_and_stays_signalled)
+{
+	struct td_error e = {0};
+	int fd = td_fence_create();
+
+	cr_assert_geq(fd, 0);
+	cr_assert(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+	cr_assert_eq(td_fence_wait(fd, 0, &e), -ETIMEDOUT);
+	cr_assert_eq(td_fence_wait(fd, 30, &e), -ETIMEDOUT);
+	cr_assert(strstr(e.reason, "did not signal within 30 ms"), "%s",
+		  e.reason);
+	cr_assert_eq(td_fence_signal(fd, &e), 0, "%s", e.reason);
+	/* waiting never consumes the signal: every reader sees it */
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(td_fence_wait(fd, 0, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_fence_wait(fd, -1, &e), 0, "%s", e.reason);
+	close(fd);
+}
+
+Test(gpu, bad_fences_are_refused_with_a_reason)
+{
+	struct td_error e = {0};
+	char path[] = "/tmp/td-fence-XXXXXX";
+	int file = mkstemp(path), p[2];
+
+	cr_assert_geq(file, 0);
+	unlink(path);
+	/* a plain file polls readable at once: it must not pass as signalled */
+	cr_assert_eq(td_fence_wait(file, -1, &e), -EINVAL);
+	cr_assert(strstr(e.reason, "not an eventfd or sync_file"), "%s",
+		  e.reason);
+	cr_assert_eq(td_fence_signal(file, &e), -EINVAL);
+	cr_assert(pipe(p) == 0);
+	cr_assert_eq(td_fence_wait(p[0], 0, &e), -EINVAL, "%s", e.reason);
+	close(p[0]);
+	close(p[1]);
+	/* a closed descriptor */
+	close(file);
+	cr_assert_eq(td_fence_wait(file, -1, &e), -EBADF);
+	cr_assert(strstr(e.reason, "not an open descriptor"), "%s", e.reason);
+	cr_assert_eq(td_fence_signal(file, &e), -EBADF);
+	cr_assert_eq(td_fence_wait(-1, -1, &e), -EBADF);
+}
+
+/*
+ * A real sync_file without a GPU: the kernel's sw_sync timeline (debugfs,
+ * CONFIG_SW_SYNC). Its ioctls are not in the uapi headers.
+ */
+struct sw_sync_create_fence_data {
+	uint32_t value;
+	char name[32];
+	int32_t fence;
+};
+#define SW_SYNC_IOC_CREATE_FENCE _IOWR('W', 0, struct sw_sync_create_fence_data)
+#define SW_SYNC_IOC_INC _IOW('W', 1, uint32_t)
+#define SW_SYNC_PATH "/sys/kernel/debug/sync/sw_sync"
+
+Test(gpu, a_sync_file_fence_is_waited_published_and_signalled_by_its_timeline)
+{
+	struct tu_daemon d;
+	struct td_error e = {0};
+	struct td_tensor *t;
+	const uint64_t shape[1] = {4};
+	const uint8_t bytes[4] = {1, 2, 3, 4};
+
+	if (access(SW_SYNC_PATH, R_OK | W_OK) != 0)
+		cr_skip_test("kernel feature missing: " SW_SYNC_PATH " (sw_sync, "
+			     "CONFIG_SW_SYNC with debugfs) is absent, so no "
+			     "sync_file can be made without a GPU driver");
+	tu_daemon_start(&d, "warn");
+	int tl = open(SW_SYNC_PATH, O_RDWR | O_CLOEXEC);
+	cr_assert_geq(tl, 0);
+	struct sw_sync_create_fence_data f = {.value = 1, .name = "td"};
+	cr_assert_eq(ioctl(tl, SW_SYNC_IOC_CREATE_FENCE, &f), 0);
+	cr_assert_eq(td_fence_wait(f.fence, 20, &e), -ETIMEDOUT);
+	cr_assert(strstr(e.reason, "(sync_file) did not signal within 20 ms"),
+		  "%s", e.reason);
+	cr_assert_eq(td_fence_signal(f.fence, &e), -EINVAL);
+	cr_assert(strstr(e.reason, "its driver signals it"), "%s", e.reason);
+	struct td_client *c = connect_to(&d);
+	struct td_publish p = {.name = "gpu/sync", .flags = TD_PUBLISH_FENCE,
+			       .dtype = TD_TENSOR_U8, .ndim = 1,
+			       .shape = shape, .fence_fd = f.fence};
+	cr_assert_eq(td_client_put(c, &p, bytes, 4, NULL, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_client_get(c, "gpu/sync", &t, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_tensor_fence_wait(t, 0), -ETIMEDOUT);
+	uint32_t one = 1;
+	cr_assert_eq(ioctl(tl, SW_SYNC_IOC_INC, &one), 0);
+	cr_assert_eq(td_tensor_fence_wait(t, -1), 0);
+	cr_assert_eq(td_fence_wait(f.fence, 0, &e), 0, "%s", e.reason);
+	td_tensor_release(t);
+	td_client_close(c);
+	close(f.fence);
+	close(tl);
+	tu_daemon_stop(&d, true);
+}
+
+/* ---- fences through the daemon ---- */
+
+struct fenced {
+	int go[2];   /* parent -> producer: signal now */
+	int ready[2]; /* producer -> parent: published */
+	bool signal; /* false: die without signalling */
+};
+
+/*
+ * Producer: a recyclable loan (its mapping stays after publish, like a
+ * GPU's imported memory), published with an eventfd fence BEFORE the
+ * bytes are written; writes them and signals only when told (or dies).
+ */
+static void fenced_producer(const struct tu_daemon *d, void *arg)
+{
+	struct fenced *f = arg;
+	struct td_client *c = open_client(d);
+	struct td_alloc *a;
+	const uint64_t size = BYTES, shape[1] = {BYTES / 4};
+	struct td_error e = {0};
+	int fence = td_fence_create();
+	uint32_t *w;
+
+	CK(fence >= 0);
+	CK(td_client_alloc_ex(c, 1, &size, TD_ALLOC_RECYCLE, &a, &e) == 0);
+	w = td_alloc_data(a, 0);
+	struct td_publish p = {.name = "gpu/fenced", .flags = TD_PUBLISH_FENCE,
+			       .dtype = TD_TENSOR_U32, .ndim = 1,
+			       .shape = shape, .fence_fd = fence};
+	CK(td_client_publish_alloc(c, a, &p, NULL, &e) == 0);
+	say(f->ready[1]);
+	hear(f->go[0]);
+	if (!f->signal)
+		_exit(0); /* dies: the daemon still holds the fence */
+	/* the "device" finishes only now */
+	for (uint32_t i = 0; i < BYTES / 4; i++)
+		w[i] = 0xC0DE0000u + i;
+	CK(td_fence_signal(fence, &e) == 0);
+	close(fence);
+	say(f->ready[1]);
+	hear(f->go[0]); /* keep the version until the parent read it */
+	td_client_close(c);
+}
+
+/* A daemon and a fenced producer that has published; its pid. */
+static pid_t start_fenced(struct tu_daemon *d, struct fenced *f, bool signal)
+{
+	pid_t pid;
+
+	tu_daemon_start(d, "warn");
+	cr_assert(pipe(f->go) == 0 && pipe(f->ready) == 0);
+	f->signal = signal;
+	pid = spawn(d, fenced_producer, f);
+	hear(f->ready[0]);
+	return pid;
+}
+
+static void fenced_done(struct fenced *f)
+{
+	close(f->go[0]);
+	close(f->go[1]);
+	close(f->ready[0]);
+	close(f->ready[1]);
+}
+
+Test(gpu, a_consumer_waits_for_a_delayed_fence_and_reads_the_final_bytes)
+{
+	struct tu_daemon d;
+	struct td_tensor *t;
+	struct td_error e = {0};
+	struct fenced f;
+	pid_t pid = start_fenced(&d, &f, true);
+	struct td_client *c = connect_to(&d);
+
+	cr_assert_eq(td_client_get(c, "gpu/fenced", &t, &e), 0, "%s",
+		     e.reason);
+	cr_assert(td_tensor_has_fence(t));
+	cr_assert_geq(td_tensor_fence_fd(t), 0);
+	cr_assert_eq(td_tensor_plane_kind(t, 0), TD_PLANE_MEMFD);
+	cr_assert_eq(td_tensor_plane_kind(t, 1), 0);
+	/* published, not written: the fence holds the consumer back */
+	cr_assert_eq(td_tensor_fence_wait(t, 0), -ETIMEDOUT);
+	cr_assert_eq(td_tensor_fence_wait(t, 50), -ETIMEDOUT);
+	const uint32_t *w = td_tensor_plane_data(t, 0);
+	cr_assert_eq(w[1], 0, "nothing written before the signal");
+	say(f.go[1]); /* now the producer writes and signals */
+	cr_assert_eq(td_tensor_fence_wait(t, -1), 0);
+	/* whatever the timing, a wait that returned 0 means all is there */
+	for (uint32_t i = 0; i < BYTES / 4; i++)
+		cr_assert_eq(w[i], 0xC0DE0000u + i, "word %u", i);
+	hear(f.ready[0]);
+	td_tensor_release(t);
+	td_client_close(c);
+	say(f.go[1]);
+	cr_assert_eq(reap(pid), 0);
+	fenced_done(&f);
+	tu_daemon_stop(&d, true);
+}
+
+Test(gpu, a_fence_whose_producer_died_unsignalled_times_out_clearly)
+{
+	struct tu_daemon d;
+	struct td_tensor *t;
+	struct td_error e = {0};
+	struct fenced f;
+	pid_t pid = start_fenced(&d, &f, false);
+
+	say(f.go[1]);
+	cr_assert_eq(reap(pid), 0); /* gone without signalling */
+	struct td_client *c = connect_to(&d);
+	/* the version stays (it was published) with its never-signalled
+	 * fence: the consumer's bounded wait says so */
+	cr_assert_eq(td_client_get(c, "gpu/fenced", &t, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_fence_wait(td_tensor_fence_fd(t), 100, &e),
+		     -ETIMEDOUT);
+	cr_assert(strstr(e.reason, "eventfd) did not signal within 100 ms"),
+		  "%s", e.reason);
+	td_tensor_release(t);
+	td_client_close(c);
+	fenced_done(&f);
+	tu_daemon_stop(&d, true);
+}
+
+Test(gpu, publishing_a_bad_fence_is_refused_with_a_reason)
+{
+	struct tu_daemon d;
+	struct td_error e = {0};
+	char path[] = "/tmp/td-fence-XXXXXX";
+	const uint64_t shape[1] = {4};
+	const uint8_t bytes[4] = {1, 2, 3, 4};
+
+	tu_daemon_start(&d, "warn");
+	int file = mkstemp(path);
+	cr_assert_geq(file, 0);
+	unlink(path);
+	struct td_client *c = connect_to(&d);
+	struct td_publish p = {.name = "gpu/bad", .flags = TD_PUBLISH_FENCE,
+			       .dtype = TD_TENSOR_U8, .ndim = 1,
+			       .shape = shape, .fence_fd = file};
+	cr_assert_eq(td_client_put(c, &p, bytes, 4, NULL, &e), -EINVAL);
+	cr_assert(strstr(e.reason, "fence fd is not an eventfd or sync_file"),
+		  "%s", e.reason);
+	/* a closed fd (a high number nothing reuses meanwhile) */
+	cr_assert_eq(dup2(file, 900), 900);
+	close(900);
+	close(file);
+	p.fence_fd = 900;
+	int rc = td_client_put(c, &p, bytes, 4, NULL, &e);
+	cr_assert_eq(rc, -EBADF, "%d %s", rc, e.reason);
+	cr_assert(strstr(e.reason, "fence fd 900: fence fd is not an open "
+			 "descriptor"), "%s", e.reason);
+	/* nothing was published; the daemon is fine */
+	struct td_entry en;
+	cr_assert_eq(td_client_stat(c, "gpu/bad", &en, &e), -ENOENT);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+static void alloc_and_die(const struct tu_daemon *d, void *arg)
+{
+	struct td_client *c = open_client(d);
+	const uint64_t size = 96 * 1024;
+	struct td_alloc *a;
+
+	(void)arg;
+	CK(td_client_alloc(c, 1, &size, &a, NULL) == 0);
+	memset(td_alloc_data(a, 0), 7, size);
+	_exit(0); /* dies before publishing (or signalling anything) */
+}
+
+Test(gpu, a_producer_that_dies_before_publishing_leaves_nothing_held)
+{
+	static const char *const extra[] = {"--max-bytes", "128K", NULL};
+	struct tu_daemon d;
+	struct td_alloc *a;
+	struct td_error e = {0};
+	const uint64_t size = 96 * 1024;
+
+	tu_daemon_start_args(&d, "warn", extra);
+	cr_assert_eq(reap(spawn(&d, alloc_and_die, NULL)), 0);
+	/* 96 KiB of a 128 KiB budget again: only if the loan was dropped
+	 * (the daemon notices the hang-up before our next request) */
+	struct td_client *c = connect_to(&d);
+	int rc = -1;
+	for (int i = 0; i < 200 && rc != 0; i++) {
+		rc = td_client_alloc(c, 1, &size, &a, &e);
+		if (rc)
+			usleep(10000);
+	}
+	cr_assert_eq(rc, 0, "%s", e.reason);
+	td_alloc_free(a);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/* ---- ring fences ---- */
+
+struct ringf {
+	int go[2], ready[2];
+	bool signal;
+};
+
+static void ring_fenced_producer(const struct tu_daemon *d, void *arg)
+{
+	struct ringf *f = arg;
+	struct td_client *c = open_client(d);
+	const uint64_t shape[1] = {BYTES / 4};
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U32, .ndim = 1,
+				    .shape = shape, .slot_count = 3,
+				    .reader_count = 1};
+	struct td_ring *r;
+	struct td_slot s;
+	uint64_t v;
+
+	CK(td_ring_create(c, "gpu/ring", &desc, &r, NULL) == 0);
+	say(f->ready[1]);
+	hear(f->go[0]); /* subscribed */
+	CK(td_ring_acquire(r, -1, &s) == 0);
+	CK(td_ring_publish_fenced(r, &v) == 0);
+	CK_EQ(td_ring_fence_signal(r, v + 1), -ENOENT);
+	say(f->ready[1]);
+	hear(f->go[0]);
+	if (!f->signal)
+		_exit(0); /* dies with the fence pending */
+	uint32_t *w = s.planes[0];
+	for (uint32_t i = 0; i < BYTES / 4; i++)
+		w[i] = (uint32_t)v * 1000003u + i;
+	CK(td_ring_fence_signal(r, v) == 0);
+	CK_EQ(td_ring_fence_signal(r, v), -EALREADY);
+	hear(f->go[0]);
+	td_ring_close(r);
+	td_client_close(c);
+}
+
+static void ring_fenced(bool signal)
+{
+	struct tu_daemon d;
+	struct td_sub *s;
+	struct td_view v;
+	struct td_error e = {0};
+	struct ringf f = {.signal = signal};
+
+	tu_daemon_start(&d, "warn");
+	cr_assert(pipe(f.go) == 0 && pipe(f.ready) == 0);
+	pid_t pid = spawn(&d, ring_fenced_producer, &f);
+	hear(f.ready[0]);
+	struct td_client *c = connect_to(&d);
+	cr_assert_eq(td_ring_subscribe(c, "gpu/ring", 5000, &s, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_sub_fence_wait(s, 0), -EINVAL, "no view held");
+	say(f.go[1]);
+	hear(f.ready[0]); /* published, fence pending */
+	cr_assert_eq(td_sub_next(s, 5000, &v), 0);
+	cr_assert_eq(td_sub_fence_wait(s, 0), -ETIMEDOUT);
+	cr_assert_eq(td_sub_fence_wait(s, 30), -ETIMEDOUT);
+	/* a plain GET is not answered with an unsignalled version */
+	struct td_tensor *t;
+	cr_assert_eq(td_client_get_version(c, "gpu/ring", v.version, &t, &e),
+		     -EAGAIN);
+	cr_assert(strstr(e.reason, "fence has not signalled"), "%s",
+		  e.reason);
+	say(f.go[1]);
+	if (signal) {
+		cr_assert_eq(td_sub_fence_wait(s, -1), 0);
+		const uint32_t *w = v.planes[0];
+		for (uint32_t i = 0; i < BYTES / 4; i++)
+			cr_assert_eq(w[i], (uint32_t)v.version * 1000003u + i);
+		cr_assert_eq(td_client_get_version(c, "gpu/ring", v.version,
+						   &t, &e),
+			     0, "%s", e.reason);
+		td_tensor_release(t);
+		say(f.go[1]);
+	} else {
+		/* waits forever only until the daemon closes the ring */
+		cr_assert_eq(td_sub_fence_wait(s, -1), -EPIPE);
+	}
+	cr_assert_eq(reap(pid), 0);
+	td_sub_close(s);
+	td_client_close(c);
+	close(f.go[0]);
+	close(f.go[1]);
+	close(f.ready[0]);
+	close(f.ready[1]);
+	tu_daemon_stop(&d, true);
+}
+
+Test(gpu, a_ring_slot_fence_is_waited_then_its_bytes_are_whole)
+{
+	ring_fenced(true);
+}
+
+Test(gpu, a_ring_producer_that_dies_with_a_pending_fence_unblocks_readers)
+{
+	ring_fenced(false);
+}
+
+/* ---- alignment for host-pointer imports ---- */
+
+Test(gpu, loans_and_ring_slots_are_aligned_to_their_size)
+{
+	struct tu_daemon d;
+	struct td_error e = {0};
+	struct td_alloc *a;
+	const uint64_t sizes[3] = {64 * 1024, 3 * 256 * 1024, 4u << 20};
+
+	tu_daemon_start(&d, "warn");
+	struct td_client *c = connect_to(&d);
+	/* a size that is a multiple of A (<= 2 MiB) maps A-aligned */
+	cr_assert_eq(td_client_alloc(c, 3, sizes, &a, &e), 0, "%s", e.reason);
+	cr_assert_eq((uintptr_t)td_alloc_data(a, 0) % (64 * 1024), 0);
+	cr_assert_eq((uintptr_t)td_alloc_data(a, 1) % (256 * 1024), 0);
+	cr_assert_eq((uintptr_t)td_alloc_data(a, 2) % (2u << 20), 0);
+	memset(td_alloc_data(a, 2), 1, 4u << 20); /* all of it is mapped */
+	td_alloc_free(a);
+
+	const uint64_t shape[1] = {2 * 512 * 1024 / 4};
+	const uint64_t planes[2] = {512 * 1024, 512 * 1024};
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U32, .ndim = 1,
+				    .shape = shape, .plane_count = 2,
+				    .plane_sizes = planes, .slot_count = 3,
+				    .reader_count = 1};
+	struct td_ring *r;
+	struct td_sub *s;
+	struct td_slot sl;
+	struct td_view v;
+	cr_assert_eq(td_ring_create(c, "gpu/al", &desc, &r, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_ring_subscribe(c, "gpu/al", 0, &s, &e), 0, "%s",
+		     e.reason);
+	for (int k = 0; k < 5; k++) {
+		cr_assert_eq(td_ring_acquire(r, 0, &sl), 0);
+		for (uint32_t i = 0; i < 2; i++)
+			cr_assert_eq((uintptr_t)sl.planes[i] % (512 * 1024), 0,
+				     "slot %u plane %u", sl.index, i);
+		cr_assert_eq(td_ring_publish(r, NULL), 0);
+		cr_assert_eq(td_sub_next(s, 0, &v), 0);
+		cr_assert_eq(td_sub_fence_wait(s, 0), 0, "unfenced: no wait");
+		for (uint32_t i = 0; i < 2; i++)
+			cr_assert_eq((uintptr_t)v.planes[i] % (512 * 1024), 0);
+	}
+	td_sub_close(s);
+	td_ring_close(r);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}

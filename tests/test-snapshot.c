@@ -1,0 +1,773 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Snapshots (tensord --snapshot, docs/snapshot.md): a restart restores
+ * the same bytes, versions, flags and metadata; the file is a Hurray file
+ * any reader opens; a SIGKILL at every step of a save leaves a whole
+ * snapshot; a corrupt one is moved aside and the daemon starts empty; a
+ * tensor that fails the PUBLISH checks is skipped alone; both file I/O
+ * engines (TENSORD_IO=uring|sync) and the fallback when io_uring is
+ * forbidden. Small tensors (MiB); the GiB figures are bench/'s.
+ *
+ * No wall-clock thresholds: waits are polls with a generous bound.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tensord/hrry.h"
+#include "tensord/tensord.h"
+#include "testclient.h"
+#include "testutil.h"
+
+#define WAIT_MS 20000
+
+struct snapdir {
+	char dir[64];
+	char file[128];
+	char log[128];
+};
+
+static void snapdir_make(struct snapdir *s)
+{
+	snprintf(s->dir, sizeof(s->dir), "/tmp/td-snap-XXXXXX");
+	cr_assert_not_null(mkdtemp(s->dir));
+	snprintf(s->file, sizeof(s->file), "%s/snap.hrry", s->dir);
+	snprintf(s->log, sizeof(s->log), "%s/log", s->dir);
+}
+
+static void snapdir_rm(struct snapdir *s)
+{
+	DIR *d = opendir(s->dir);
+	struct dirent *e;
+	char p[400];
+
+	cr_assert_not_null(d);
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", s->dir, e->d_name);
+		unlink(p);
+	}
+	closedir(d);
+	rmdir(s->dir);
+}
+
+/* A file in the folder whose name starts with prefix (NULL: none). */
+static bool dir_has(const struct snapdir *s, const char *prefix)
+{
+	DIR *d = opendir(s->dir);
+	struct dirent *e;
+	bool found = false;
+
+	cr_assert_not_null(d);
+	while ((e = readdir(d)))
+		if (!strncmp(e->d_name, prefix, strlen(prefix)))
+			found = true;
+	closedir(d);
+	return found;
+}
+
+static bool log_has(const struct snapdir *s, const char *text)
+{
+	char *l = tu_slurp(s->log);
+	bool r = strstr(l, text) != NULL;
+
+	free(l);
+	return r;
+}
+
+static void start(struct tu_daemon *d, struct snapdir *s, const char *io,
+		  const char *interval)
+{
+	const char *extra[] = {"--snapshot", s->file, "--snapshot-interval",
+			       interval, NULL};
+
+	cr_assert_eq(setenv("TENSORD_IO", io, 1), 0);
+	tu_daemon_start_log(d, "info", extra, s->log, NULL);
+}
+
+static struct td_client *conn(const struct tu_daemon *d)
+{
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+
+	cr_assert_eq(td_client_connect(d->sock, &c, &e), 0, "%s", e.reason);
+	return c;
+}
+
+/* The bytes of (name, version): any restored tensor can be checked. */
+static uint8_t byte_of(const char *name, uint64_t version, size_t i)
+{
+	uint8_t h = 0;
+
+	for (const char *p = name; *p; p++)
+		h = (uint8_t)(h * 31 + (uint8_t)*p);
+	return (uint8_t)(h + version * 13 + i * 7);
+}
+
+struct tensor {
+	const char *name;
+	uint32_t dtype;
+	uint32_t ndim;
+	uint64_t shape[2];
+	size_t len;
+	uint32_t flags;
+	const char *meta;
+	bool fence;
+	uint64_t version; /* filled by put */
+};
+
+/* A dense 1-D (s1 == 0) or 2-D tensor of len bytes, no flags or meta. */
+static struct tensor mk(const char *name, uint32_t dtype, uint64_t s0,
+			uint64_t s1, size_t len)
+{
+	struct tensor t = {.name = name,
+			   .dtype = dtype,
+			   .ndim = s1 ? 2 : 1,
+			   .shape = {s0, s1},
+			   .len = len};
+
+	return t;
+}
+
+/*
+ * Publish t from a memfd of ours whose bytes are those of its next
+ * version (the daemon's counter, known from the previous reply: next is
+ * passed in), so byte_of() holds for it.
+ */
+static void put(struct td_client *c, struct tensor *t, uint64_t next)
+{
+	int fd = memfd_create("t", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	int ev = t->fence ? eventfd(1, EFD_CLOEXEC) : -1;
+	uint8_t *b = malloc(t->len ? t->len : 1);
+	struct td_publish p = {
+		.name = t->name,
+		.flags = t->flags | (t->fence ? TD_PUBLISH_FENCE : 0),
+		.dtype = t->dtype,
+		.ndim = t->ndim,
+		.shape = t->shape,
+		.fd_count = 1,
+		.fds = &fd,
+		.fence_fd = ev,
+		.meta = t->meta,
+		.meta_len = t->meta ? strlen(t->meta) : 0,
+	};
+	struct td_error e = {0};
+
+	cr_assert_geq(fd, 0);
+	for (size_t i = 0; i < t->len; i++)
+		b[i] = byte_of(t->name, next, i);
+	cr_assert_eq(write(fd, b, t->len), (ssize_t)t->len);
+	cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	cr_assert_eq(td_client_publish(c, &p, &t->version, &e), 0, "%s: %s",
+		     t->name, e.reason);
+	cr_assert_eq(t->version, next, "%s: version %llu, expected %llu",
+		     t->name, (unsigned long long)t->version,
+		     (unsigned long long)next);
+	free(b);
+	close(fd);
+	if (ev >= 0)
+		close(ev);
+}
+
+/* What GET returns for t: its bytes, version, dtype, shape, meta, flags. */
+static void check(struct td_client *c, const struct tensor *t)
+{
+	struct td_tensor *x;
+	struct td_error e = {0};
+	const uint8_t *b;
+
+	cr_assert_eq(td_client_get(c, t->name, &x, &e), 0, "%s: %s", t->name,
+		     e.reason);
+	cr_assert_eq(td_tensor_version(x), t->version, "%s", t->name);
+	cr_assert_eq(td_tensor_dtype(x), t->dtype, "%s", t->name);
+	cr_assert_eq(td_tensor_ndim(x), t->ndim, "%s", t->name);
+	for (uint32_t k = 0; k < t->ndim; k++)
+		cr_assert_eq(td_tensor_shape(x)[k], t->shape[k]);
+	cr_assert_eq(td_tensor_bytes(x), t->len, "%s", t->name);
+	b = td_tensor_plane_data(x, 0);
+	for (size_t i = 0; i < t->len; i++)
+		cr_assert_eq(b[i], byte_of(t->name, t->version, i),
+			     "%s byte %zu", t->name, i);
+	tc_check_rest(c, x, t->name, t->meta, t->fence, t->flags, WAIT_MS);
+}
+
+static size_t count(struct td_client *c)
+{
+	struct td_entry *list;
+	struct td_error e = {0};
+	size_t n;
+
+	cr_assert_eq(td_client_list(c, "", &list, &n, &e), 0, "%s", e.reason);
+	td_entry_list_free(list, n);
+	return n;
+}
+
+/* The version the daemon hands out next (a throw-away put, deleted). */
+static uint64_t next_version(struct td_client *c)
+{
+	static const uint64_t shape = 1;
+	struct td_publish p = {.name = "probe",
+			       .dtype = TD_TENSOR_U8,
+			       .ndim = 1,
+			       .shape = &shape};
+	struct td_error e = {0};
+	uint8_t b = 0;
+	uint64_t v;
+
+	cr_assert_eq(td_client_put(c, &p, &b, 1, &v, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_delete(c, p.name, NULL, &e), 0, "%s",
+		     e.reason);
+	return v + 1;
+}
+
+/* Every kind the store holds: plain, typed, pinned with metadata, empty,
+ * fenced, replaced; and one deleted. */
+#define NSET 6
+static void put_set(struct td_client *c, struct tensor *set)
+{
+	struct td_error e = {0};
+	uint64_t v = next_version(c);
+	struct tensor tmp;
+
+	set[0] = mk("a/plain", TD_TENSOR_U8, 4096, 0, 4096);
+	set[1] = mk("a/f32", TD_TENSOR_F32, 3, 5, 60);
+	set[2] = mk("a/pinned", TD_TENSOR_U8, 77, 0, 77);
+	set[2].flags = TD_PUBLISH_PIN;
+	set[2].meta = "{\"k\": \"v\"}";
+	set[3] = mk("a/empty", TD_TENSOR_U8, 0, 0, 0);
+	set[4] = mk("a/fenced", TD_TENSOR_U16, 64, 0, 128);
+	set[4].fence = true;
+	set[5] = mk("a/replaced", TD_TENSOR_U8, 100, 0, 100);
+	for (unsigned i = 0; i < NSET; i++)
+		put(c, &set[i], v++);
+	set[5].shape[0] = set[5].len = 3000;
+	put(c, &set[5], v++);
+	tmp = mk("a/deleted", TD_TENSOR_U8, 10, 0, 10);
+	put(c, &tmp, v++);
+	cr_assert_eq(td_client_delete(c, tmp.name, NULL, &e), 0);
+}
+
+/* The file any Hurray reader sees: our names, dtypes, shapes, bytes. */
+static void check_file(const char *path, const struct tensor *set,
+		       unsigned n)
+{
+	struct td_hrry_transport tr;
+	struct td_hrry_file_reader *r = NULL;
+	struct td_hrry_err e = {0};
+	uint64_t kvn = 0, tn = 0;
+	bool format = false;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	cr_assert_geq(fd, 0, "%s: %s", path, strerror(errno));
+	cr_assert_eq(td_hrry_transport_fd(fd, &tr), 0);
+	cr_assert_eq(td_hrry_file_reader_new(&tr, &r, &e), 0, "%s: %s",
+		     td_hrry_error_name(e.kind), e.reason);
+	cr_assert_eq(td_hrry_file_reader_tensor_count(r, &tn), 0);
+	cr_assert_eq(tn, n, "%llu Hurray tensors", (unsigned long long)tn);
+	for (unsigned i = 0; i < n; i++) {
+		struct td_hrry_tensor t = {0};
+		const uint8_t *b;
+
+		cr_assert_eq(td_hrry_file_reader_read_tensor(
+				     r, set[i].name, strlen(set[i].name), &t,
+				     &e),
+			     0, "%s: %s: %s", set[i].name,
+			     td_hrry_error_name(e.kind), e.reason);
+		cr_assert_eq(t.data_len, set[i].len, "%s", set[i].name);
+		if (set[i].dtype == TD_TENSOR_F32) {
+			cr_assert_eq(t.desc.type_tag, TD_HRRY_TYPE_FLOAT32);
+			cr_assert_eq(t.desc.rank, 2);
+			cr_assert_eq(t.desc.shape[0], 3);
+			cr_assert_eq(t.desc.shape[1], 5);
+		}
+		b = t.data;
+		for (size_t k = 0; k < set[i].len; k++)
+			cr_assert_eq(b[k], byte_of(set[i].name,
+						   set[i].version, k));
+		td_hrry_tensor_fini(&t);
+	}
+	cr_assert_eq(td_hrry_file_reader_kv_count(r, &kvn), 0);
+	for (uint64_t i = 0; i < kvn; i++) {
+		struct td_hrry_kv_entry kv;
+
+		cr_assert_eq(td_hrry_file_reader_kv_entry(r, i, &kv), 0);
+		if (kv.key_len == 16 && !memcmp(kv.key, "tensord.snapshot", 16))
+			format = kv.value.kind == TD_HRRY_KV_UINT64 &&
+				 kv.value.u64_value == 1;
+	}
+	cr_assert(format, "no KV tensord.snapshot = 1");
+	td_hrry_file_reader_free(&r);
+	close(fd);
+}
+
+static bool uring_here(void)
+{
+	struct io_uring ring;
+	int rc = io_uring_queue_init(4, &ring, 0);
+
+	if (rc < 0)
+		return false;
+	io_uring_queue_exit(&ring);
+	return true;
+}
+
+static void need_uring(void)
+{
+	if (!uring_here())
+		cr_skip_test("io_uring is not available to this process "
+			     "(io_uring_queue_init failed): the io_uring "
+			     "path cannot be exercised here");
+}
+
+static const char *engine_line(const char *io)
+{
+	return !strcmp(io, "uring") ? "file I/O: io_uring"
+				    : "file I/O: sync";
+}
+
+static void restart_restores(const char *io)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	struct tensor set[NSET];
+	struct td_client *c;
+	struct tensor after = mk("a/after", TD_TENSOR_U8, 8, 0, 8);
+	uint64_t maxv = 0;
+
+	snapdir_make(&s);
+	start(&d, &s, io, "30");
+	cr_assert(log_has(&s, engine_line(io)), "%s", tu_slurp(s.log));
+	c = conn(&d);
+	put_set(c, set);
+	td_client_close(c);
+	/* no save yet (30 s); the clean stop writes it */
+	cr_assert(!dir_has(&s, "snap.hrry"));
+	tu_daemon_stop(&d, true);
+	cr_assert(log_has(&s, "saved 6 tensors"), "%s", tu_slurp(s.log));
+	check_file(s.file, set, NSET);
+
+	start(&d, &s, io, "30");
+	c = conn(&d);
+	cr_assert_eq(count(c), NSET);
+	for (unsigned i = 0; i < NSET; i++) {
+		check(c, &set[i]);
+		if (set[i].version > maxv)
+			maxv = set[i].version;
+	}
+	/* the version counter came back: newer is still newer */
+	put(c, &after, next_version(c));
+	cr_assert_gt(after.version, maxv + 1);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert(log_has(&s, "restored 6 of 6 tensors"), "%s",
+		  tu_slurp(s.log));
+	cr_assert(!dir_has(&s, "snap.hrry.tmp"));
+	snapdir_rm(&s);
+}
+
+Test(snapshot, a_restart_restores_bytes_versions_and_metadata_sync)
+{
+	restart_restores("sync");
+}
+
+Test(snapshot, a_restart_restores_bytes_versions_and_metadata_uring)
+{
+	need_uring();
+	restart_restores("uring");
+}
+
+/* ---- SIGKILL during a save ---- */
+
+/*
+ * Whatever snapshot is on disk: a Hurray file whose every version is
+ * whole (byte_of), holding at least the base names.
+ */
+static void check_any(struct snapdir *s, const char *io, unsigned base)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_entry *list;
+	struct td_error e = {0};
+	size_t n;
+
+	start(&d, s, io, "30");
+	c = conn(&d);
+	cr_assert_eq(td_client_list(c, "", &list, &n, &e), 0, "%s", e.reason);
+	cr_assert_geq(n, base, "%zu tensors after a kill", n);
+	for (size_t i = 0; i < n; i++) {
+		struct tensor t = mk(list[i].name, list[i].dtype,
+				     list[i].bytes, 0, list[i].bytes);
+
+		t.version = list[i].version;
+		check(c, &t);
+	}
+	td_entry_list_free(list, n);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	/* the cut save's temp file went at start */
+	cr_assert(!dir_has(s, "snap.hrry.tmp"));
+}
+
+/* KV tensord.next_version of the snapshot on disk. */
+static uint64_t file_next_version(const char *path)
+{
+	struct td_hrry_transport tr;
+	struct td_hrry_file_reader *r = NULL;
+	struct td_hrry_err e = {0};
+	uint64_t kvn = 0, v = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	cr_assert_geq(fd, 0, "%s: %s", path, strerror(errno));
+	cr_assert_eq(td_hrry_transport_fd(fd, &tr), 0);
+	cr_assert_eq(td_hrry_file_reader_new(&tr, &r, &e), 0, "%s: %s",
+		     td_hrry_error_name(e.kind), e.reason);
+	cr_assert_eq(td_hrry_file_reader_kv_count(r, &kvn), 0);
+	for (uint64_t i = 0; i < kvn; i++) {
+		struct td_hrry_kv_entry kv;
+
+		cr_assert_eq(td_hrry_file_reader_kv_entry(r, i, &kv), 0);
+		if (kv.key_len == 20 &&
+		    !memcmp(kv.key, "tensord.next_version", 20))
+			v = kv.value.u64_value;
+	}
+	td_hrry_file_reader_free(&r);
+	close(fd);
+	cr_assert_gt(v, 0, "no KV tensord.next_version");
+	return v;
+}
+
+static void kill_every_step(const char *io)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor base[3] = {
+		mk("k/one", TD_TENSOR_U8, 1536 << 10, 0, 1536 << 10),
+		mk("k/two", TD_TENSOR_U8, 1536 << 10, 0, 1536 << 10),
+		mk("k/three", TD_TENSOR_U8, 100, 0, 100),
+	};
+	unsigned killed = 0, n;
+	bool completed = false;
+
+	snapdir_make(&s);
+	start(&d, &s, io, "30");
+	c = conn(&d);
+	n = (unsigned)next_version(c);
+	for (unsigned i = 0; i < 3; i++)
+		put(c, &base[i], n++);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert(log_has(&s, "saved 3 tensors"));
+
+	for (unsigned step = 1; !completed && step < 200; step++) {
+		char knob[16];
+		struct tensor t = mk("k/new", TD_TENSOR_U8, 3 << 20, 0,
+				     3 << 20);
+		int st;
+
+		cr_assert_eq(truncate(s.log, 0), 0);
+		snprintf(knob, sizeof(knob), "%u", step);
+		setenv("TD_TEST_SNAPSHOT_KILL_AT", knob, 1);
+		start(&d, &s, io, "0");
+		unsetenv("TD_TEST_SNAPSHOT_KILL_AT");
+		/*
+		 * the put is the only change: a save starts after its reply
+		 * (interval 0), and its version is the counter on disk
+		 */
+		c = conn(&d);
+		put(c, &t, file_next_version(s.file));
+		td_client_close(c);
+		/* killed at that step, or the save ran to its end */
+		for (int i = 0; i < WAIT_MS / 10; i++) {
+			if (waitpid(d.pid, &st, WNOHANG) == d.pid) {
+				cr_assert(WIFSIGNALED(st) &&
+						  WTERMSIG(st) == SIGKILL,
+					  "status %#x", st);
+				d.pid = 0;
+				break;
+			}
+			if (log_has(&s, "snapshot: saved")) {
+				completed = true;
+				break;
+			}
+			usleep(10000);
+		}
+		if (completed) {
+			tu_daemon_stop(&d, true);
+		} else {
+			cr_assert_eq(d.pid, 0, "neither killed nor saved");
+			unlink(d.sock);
+			rmdir(d.dir);
+			killed++;
+		}
+		check_any(&s, io, 3);
+	}
+	cr_assert(completed, "the save never completed");
+	/* header, records, KV/index, fsync, rename, folder fsync at least */
+	cr_assert_geq(killed, 5, "only %u kill points", killed);
+	snapdir_rm(&s);
+}
+
+Test(snapshot, sigkill_at_every_step_of_a_save_keeps_a_whole_snapshot_sync,
+     .timeout = 240)
+{
+	kill_every_step("sync");
+}
+
+Test(snapshot, sigkill_at_every_step_of_a_save_keeps_a_whole_snapshot_uring,
+     .timeout = 240)
+{
+	need_uring();
+	kill_every_step("uring");
+}
+
+/* ---- bad snapshots ---- */
+
+/* A saved snapshot of set, the daemon stopped. */
+static void saved(struct snapdir *s, struct tensor *set)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+
+	snapdir_make(s);
+	start(&d, s, "sync", "30");
+	c = conn(&d);
+	put_set(c, set);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+static void starts_empty_and_moves_aside(struct snapdir *s,
+					 const char *reason)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+
+	cr_assert_eq(truncate(s->log, 0), 0);
+	start(&d, s, "sync", "30");
+	c = conn(&d);
+	cr_assert_eq(count(c), 0);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert(log_has(s, reason), "want \"%s\": %s", reason,
+		  tu_slurp(s->log));
+	cr_assert(log_has(s, "moved aside to"), "%s", tu_slurp(s->log));
+	cr_assert(dir_has(s, "snap.hrry.corrupt-"));
+	/* nothing changed: no new snapshot was written in its place */
+	cr_assert(access(s->file, F_OK) < 0);
+}
+
+Test(snapshot, a_corrupt_index_starts_empty_and_moves_the_file_aside)
+{
+	struct snapdir s;
+	struct tensor set[NSET];
+	uint8_t *b;
+	size_t len;
+	uint64_t io;
+	FILE *f;
+
+	saved(&s, set);
+	b = tu_read_file(s.file, &len);
+	memcpy(&io, b + len - 40, 8); /* trailer: index_offset */
+	b[io + 12] ^= 0x20;           /* a byte inside the first name */
+	f = fopen(s.file, "wb");
+	cr_assert_eq(fwrite(b, 1, len, f), len);
+	fclose(f);
+	free(b);
+	starts_empty_and_moves_aside(&s, "IndexCrc32cMismatch");
+	snapdir_rm(&s);
+}
+
+Test(snapshot, garbage_and_truncated_files_start_empty)
+{
+	struct snapdir s;
+	struct tensor set[NSET];
+	FILE *f;
+
+	saved(&s, set);
+	cr_assert_eq(truncate(s.file, 1000), 0);
+	starts_empty_and_moves_aside(&s, "at byte");
+	f = fopen(s.file, "wb");
+	fputs("not a Hurray file at all, but long enough to have a header "
+	      "and a trailer, if it were one............................",
+	      f);
+	fclose(f);
+	starts_empty_and_moves_aside(&s, "InvalidFileMagic");
+	snapdir_rm(&s);
+}
+
+/* Where the value of KV key in the file starts (after its tag). */
+static size_t find_kv(const uint8_t *b, size_t len, const char *key)
+{
+	size_t k = strlen(key);
+
+	for (size_t i = 2; i + k + 1 < len; i++)
+		if (b[i - 2] == (k & 0xff) && b[i - 1] == k >> 8 &&
+		    !memcmp(b + i, key, k))
+			return i + k + 1;
+	cr_assert_fail("KV key %s not in the file", key);
+	return 0;
+}
+
+Test(snapshot, a_version_that_fails_the_publish_checks_is_skipped_alone)
+{
+	struct snapdir s;
+	struct tensor set[NSET];
+	struct tu_daemon d;
+	struct td_client *c;
+	uint8_t *b;
+	size_t len, at;
+	FILE *f;
+
+	saved(&s, set);
+	/* a/plain's blob now says dma-buf: its memfd fails PUBLISH */
+	b = tu_read_file(s.file, &len);
+	at = find_kv(b, len, "tensord:a/plain#blob") + 4; /* u32 length */
+	cr_assert_eq(b[at + 24], 1, "storage_kind of a memfd tensor");
+	b[at + 24] = 2;
+	f = fopen(s.file, "wb");
+	cr_assert_eq(fwrite(b, 1, len, f), len);
+	fclose(f);
+	free(b);
+	cr_assert_eq(truncate(s.log, 0), 0);
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	cr_assert_eq(count(c), NSET - 1);
+	for (unsigned i = 1; i < NSET; i++)
+		check(c, &set[i]);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert(log_has(&s, "not restoring \"a/plain\""), "%s",
+		  tu_slurp(s.log));
+	cr_assert(log_has(&s, "storage_kind"), "%s", tu_slurp(s.log));
+	cr_assert(log_has(&s, "restored 5 of 6 tensors"), "%s",
+		  tu_slurp(s.log));
+	snapdir_rm(&s);
+}
+
+/* ---- the engine choice ---- */
+
+/* In the daemon's child: io_uring_setup answers EPERM (like systemd's
+ * SystemCallFilter= or a container's seccomp profile). */
+static void forbid_io_uring(void)
+{
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+			 offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = {sizeof(f) / sizeof(f[0]), f};
+
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
+		_exit(125);
+}
+
+Test(snapshot, a_forbidden_io_uring_falls_back_and_says_why)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor t = mk("f/x", TD_TENSOR_U8, 5000, 0, 5000);
+	const char *extra[] = {"--snapshot", s.file, NULL};
+
+	snapdir_make(&s);
+	cr_assert_eq(setenv("TENSORD_IO", "auto", 1), 0);
+	tu_daemon_start_log(&d, "info", extra, s.log, forbid_io_uring);
+	c = conn(&d);
+	put(c, &t, next_version(c));
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert(log_has(&s, "file I/O: sync (pread/pwrite): io_uring "
+			      "unavailable: io_uring_setup is forbidden"),
+		  "%s", tu_slurp(s.log));
+	cr_assert(log_has(&s, "saved 1 tensors"), "%s", tu_slurp(s.log));
+	/* and what it wrote comes back */
+	cr_assert_eq(truncate(s.log, 0), 0);
+	tu_daemon_start_log(&d, "info", extra, s.log, forbid_io_uring);
+	c = conn(&d);
+	check(c, &t);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	snapdir_rm(&s);
+}
+
+static int run_daemon(const char *sock, const char *snap)
+{
+	const char *bin = getenv("TD_TENSORD");
+	char *argv[] = {(char *)bin, "--socket", (char *)sock, "--snapshot",
+			(char *)snap, NULL};
+	char *out;
+	int rc;
+
+	cr_assert_not_null(bin);
+	rc = tu_run_capture(argv, &out);
+	free(out);
+	return rc;
+}
+
+Test(snapshot, a_bad_tensord_io_or_a_missing_folder_stops_the_start)
+{
+	struct snapdir s;
+	char sock[160], missing[160];
+
+	snapdir_make(&s);
+	snprintf(sock, sizeof(sock), "%s/td.sock", s.dir);
+	snprintf(missing, sizeof(missing), "%s/no/such/snap.hrry", s.dir);
+	cr_assert_eq(setenv("TENSORD_IO", "fast", 1), 0);
+	cr_assert_eq(run_daemon(sock, s.file), 1);
+	cr_assert_eq(setenv("TENSORD_IO", "sync", 1), 0);
+	cr_assert_eq(run_daemon(sock, missing), 1);
+	unsetenv("TENSORD_IO");
+	snapdir_rm(&s);
+}
+
+/* ---- saving while clients work ---- */
+
+Test(snapshot, saves_while_clients_replace_tensors_stay_whole)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor big = mk("w/big", TD_TENSOR_U8, 8 << 20, 0, 8 << 20);
+	struct tensor small = mk("w/small", TD_TENSOR_U8, 64, 0, 64);
+
+	snapdir_make(&s);
+	/*
+	 * Interval 0: a save starts right after each change, so most of
+	 * these requests meet one in progress (8 MiB is 32 loop
+	 * iterations of the sync engine). Every save holds the versions it
+	 * writes; what ends up on disk is whole whatever was replaced.
+	 */
+	start(&d, &s, "sync", "0");
+	c = conn(&d);
+	for (unsigned i = 0; i < 20; i++) {
+		put(c, &big, next_version(c));
+		put(c, &small, next_version(c));
+		check(c, &small);
+		check(c, &big);
+	}
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert(log_has(&s, "snapshot: saved"), "%s", tu_slurp(s.log));
+	check_any(&s, "sync", 2);
+	snapdir_rm(&s);
+}

@@ -1,0 +1,223 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The Vulkan examples (examples/vulkan/) against a private daemon, on
+ * whatever Vulkan device is there: lavapipe (Mesa's CPU driver) on
+ * machines without a GPU. A program exits 77 when no Vulkan driver is
+ * installed at all; the tests then skip and say so.
+ */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#define NO_DRIVER 77
+
+static char *example(const char *name)
+{
+	static char path[4][4096];
+	static int n;
+	const char *root = getenv("TD_BUILD_ROOT");
+	char *p = path[n++ % 4];
+
+	cr_assert(root, "TD_BUILD_ROOT is set by meson");
+	snprintf(p, sizeof(path[0]), "%s/examples/vulkan/example-%s", root,
+		 name);
+	cr_assert(access(p, X_OK) == 0, "%s is built", p);
+	return p;
+}
+
+static void daemon_up(struct tu_daemon *d)
+{
+	tu_daemon_start(d, "warn");
+	cr_assert(setenv("TENSORD_SOCKET", d->sock, 1) == 0);
+}
+
+/* Run argv, stdout and stderr into *out; skip when there is no driver. */
+static int run(struct tu_daemon *d, char **argv, char **out)
+{
+	int rc = tu_run_capture_all(argv, out);
+
+	if (rc == NO_DRIVER) {
+		tu_daemon_stop(d, true);
+		cr_skip_test("no Vulkan driver on this machine (install "
+			     "mesa-vulkan-drivers for lavapipe): %s", *out);
+	}
+	return rc;
+}
+
+/* The consumer imported the mapped plane itself: the two pointers agree. */
+static void assert_same_pages(const char *out)
+{
+	const char *at = strstr(out, "imported ");
+	void *imp = NULL, *map = NULL;
+
+	cr_assert(at, "%s", out);
+	cr_assert_eq(sscanf(at, "imported %p == mapped plane %p", &imp, &map),
+		     2, "%s", out);
+	cr_assert_eq(imp, map, "%s", out);
+}
+
+Test(vulkan, the_consumer_shader_reduces_what_the_producer_shader_wrote)
+{
+	struct tu_daemon d;
+	char *out;
+
+	daemon_up(&d);
+	char *prod[] = {example("vk-producer"), "gpu/t", "3", "1048576", NULL};
+	cr_assert_eq(run(&d, prod, &out), 0, "%s", out);
+	cr_assert(strstr(out, "published gpu/t version 3 frame 2"), "%s", out);
+	free(out);
+	/* GPU result == CPU reduction of the same pages == the formula */
+	char *cons[] = {example("vk-consumer"), "gpu/t", "2", "2000", NULL};
+	cr_assert_eq(run(&d, cons, &out), 0, "%s", out);
+	cr_assert(strstr(out, "gpu/t version 3 frame 2 on "), "%s", out);
+	cr_assert(strstr(out, ": match\n"), "%s", out);
+	assert_same_pages(out);
+	free(out);
+	tu_daemon_stop(&d, true);
+}
+
+static int reap_status(pid_t pid)
+{
+	int st;
+
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Wait for "published NAME version 1" from the producer; skip w/o driver */
+static void await_publish(struct tu_daemon *d, pid_t pid, FILE *f)
+{
+	char line[256];
+
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, "published ", 10) == 0)
+			return;
+	fclose(f);
+	int rc = reap_status(pid);
+	if (rc == NO_DRIVER) {
+		tu_daemon_stop(d, true);
+		cr_skip_test("no Vulkan driver on this machine (install "
+			     "mesa-vulkan-drivers for lavapipe)");
+	}
+	cr_assert_fail("the producer ended (status %d) without publishing",
+		       rc);
+}
+
+Test(vulkan, the_consumer_waits_for_a_fence_the_producer_delays)
+{
+	struct tu_daemon d;
+	FILE *f;
+	char *out;
+
+	daemon_up(&d);
+	/* published at once, GPU work only after 400 ms, then signalled:
+	 * until then the buffer holds zeros, not the frame */
+	char *prod[] = {example("vk-producer"), "gpu/slow", "1", "1048576",
+			"400", NULL};
+	pid_t pid = tu_spawn_stdout(prod, &f);
+	await_publish(&d, pid, f);
+	/* a consumer that will not wait long enough reads nothing */
+	char *impatient[] = {example("vk-consumer"), "gpu/slow", "0", "2000",
+			     "20", NULL};
+	cr_assert_eq(run(&d, impatient, &out), 1, "%s", out);
+	cr_assert(strstr(out, "gpu/slow version 1: fence fd"), "%s", out);
+	cr_assert(strstr(out, "did not signal within 20 ms"), "%s", out);
+	cr_assert_null(strstr(out, "gpu sum"), "%s", out);
+	free(out);
+	/* one that waits sees the whole frame (an early read: sum 0) */
+	char *cons[] = {example("vk-consumer"), "gpu/slow", "0", "2000", NULL};
+	cr_assert_eq(run(&d, cons, &out), 0, "%s", out);
+	cr_assert(strstr(out, ": match\n"), "%s", out);
+	assert_same_pages(out);
+	free(out);
+	fclose(f);
+	cr_assert_eq(reap_status(pid), 0);
+	tu_daemon_stop(&d, true);
+}
+
+Test(vulkan, a_producer_that_dies_before_signalling_times_consumers_out)
+{
+	struct tu_daemon d;
+	char *out;
+
+	daemon_up(&d);
+	char *prod[] = {example("vk-producer"), "gpu/dead", "1", "65536", "0",
+			"die", NULL};
+	cr_assert_eq(run(&d, prod, &out), 3, "%s", out);
+	cr_assert(strstr(out, "dying before signalling frame 0"), "%s", out);
+	free(out);
+	/* the version is published, its fence will never signal */
+	char *cons[] = {example("vk-consumer"), "gpu/dead", "0", "2000", "200",
+			NULL};
+	cr_assert_eq(run(&d, cons, &out), 1, "%s", out);
+	cr_assert(strstr(out, "(eventfd) did not signal within 200 ms") ||
+			  strstr(out, "(sync_file) did not signal within 200 ms"),
+		  "%s", out);
+	free(out);
+	tu_daemon_stop(&d, true);
+}
+
+/* "<who>: slot N imported at ADDR..., ino I off O" -> "ino I off O" */
+static int slot_places(const char *out, const char *who, char where[][64],
+		       int max)
+{
+	char key[64];
+	int n = 0;
+
+	snprintf(key, sizeof(key), "%s: slot ", who);
+	for (const char *p = strstr(out, key); p; p = strstr(p + 1, key)) {
+		unsigned slot;
+		const char *ino = strstr(p, "ino ");
+
+		cr_assert(ino && sscanf(p + strlen(key), "%u", &slot) == 1);
+		cr_assert_lt(slot, (unsigned)max);
+		sscanf(ino, "%63[^\n]", where[slot]);
+		n++;
+	}
+	return n;
+}
+
+Test(vulkan, a_ring_joins_two_shaders_with_slots_imported_once)
+{
+	struct tu_daemon d;
+	char *out;
+	char prod_at[3][64] = {{0}}, cons_at[3][64] = {{0}};
+
+	daemon_up(&d);
+	char *argv[] = {example("vk-pipeline"), "ring", "gpu/ring", "1048576",
+			"12", NULL};
+	cr_assert_eq(run(&d, argv, &out), 0, "%s", out);
+	cr_assert(strstr(out, "consumer: 12 of 12 frames match the formula"),
+		  "%s", out);
+	cr_assert(strstr(out, "bytes copied 0\n"), "%s", out);
+	/* every slot used is imported once by each side, at most 3 */
+	int np = slot_places(out, "producer", prod_at, 3);
+	int nc = slot_places(out, "consumer", cons_at, 3);
+	cr_assert(np >= 1 && np <= 3 && nc >= 1 && nc <= 3, "%s", out);
+	char line[64];
+	snprintf(line, sizeof(line), "producer: %d slot imports for 12 frames,",
+		 np);
+	cr_assert(strstr(out, line), "%s", out);
+	/* both stages' imported pointers are the same memfd pages */
+	for (int i = 0; i < 3; i++)
+		if (cons_at[i][0])
+			cr_assert_str_eq(cons_at[i], prod_at[i], "slot %d: %s", i,
+					 out);
+	free(out);
+
+	/* the in-process baseline computes the same and copies every byte */
+	char *copy[] = {example("vk-pipeline"), "copy", "65536", "3", NULL};
+	cr_assert_eq(run(&d, copy, &out), 0, "%s", out);
+	cr_assert(strstr(out, "copy: 3 of 3 frames match the formula"), "%s",
+		  out);
+	cr_assert(strstr(out, "bytes copied 196608\n"), "%s", out);
+	free(out);
+	tu_daemon_stop(&d, true);
+}

@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: MIT */
+/* Checks shared by the suites that restart a daemon (libtensord users). */
+#ifndef TD_TESTS_TESTCLIENT_H
+#define TD_TESTS_TESTCLIENT_H
+
+#include <criterion/criterion.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "tensord/tensord.h"
+
+/*
+ * What a GET of `name` (t, released here) must carry besides its bytes:
+ * the metadata, a fence (waited for) or none, and the PUBLISH flags STAT
+ * reports.
+ */
+static inline void tc_check_rest(struct td_client *c, struct td_tensor *t,
+				 const char *name, const char *meta,
+				 bool fence, uint32_t flags, int wait_ms)
+{
+	struct td_entry ent = {0};
+	struct td_error e = {0};
+	const void *m;
+	size_t ml;
+
+	m = td_tensor_meta(t, &ml);
+	cr_assert_eq(ml, meta ? strlen(meta) : 0, "%s", name);
+	if (ml)
+		cr_assert_eq(memcmp(m, meta, ml), 0, "%s", name);
+	cr_assert_eq(td_tensor_has_fence(t), fence, "%s", name);
+	if (fence)
+		cr_assert_eq(td_tensor_fence_wait(t, wait_ms), 0, "%s", name);
+	td_tensor_release(t);
+	cr_assert_eq(td_client_stat(c, name, &ent, &e), 0, "%s", e.reason);
+	cr_assert_eq(ent.flags, flags, "%s", name);
+	td_entry_fini(&ent);
+}
+
+#endif

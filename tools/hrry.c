@@ -1,0 +1,700 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tensorctl and Hurray files (specs/hurray.md): `inspect FILE.hrry`
+ * (recognised by its magic), `load FILE.hrry [--prefix P]` and
+ * `save -o FILE.hrry [NAMES...]`, all over <tensord/hrry.h>.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include "hrry.h"
+#include "output.h"
+#include "td-json.h"
+#include "tensorctl.h"
+
+int inspect_hrry_sniff(const uint8_t *buf, size_t len)
+{
+	return len >= 8 && !memcmp(buf, "HRRYFILE", 8);
+}
+
+/* Does argv name a Hurray file (by --format, extension or, for load,
+ * the magic of the existing file)? */
+int tctl_hrry_wanted(int argc, char **argv, int by_magic)
+{
+	const char *file = NULL, *format = NULL;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
+		if (!strcmp(a, "--format"))
+			format = v;
+		else if (!strncmp(a, "--format=", 9))
+			format = a + 9;
+		else if (!strcmp(a, "-o") || !strcmp(a, "--output"))
+			file = v;
+		else if (!strncmp(a, "--output=", 9))
+			file = a + 9;
+		else if (!strncmp(a, "-o", 2))
+			file = a + 2;
+		else
+			continue;
+		if (format)
+			return !strcmp(format, "hrry");
+	}
+	for (int i = 1; !file && i < argc; i++)
+		if (argv[i][0] != '-')
+			file = argv[i];
+	if (!file)
+		return 0;
+	size_t n = strlen(file);
+	if (n >= 5 && !strcmp(file + n - 5, ".hrry"))
+		return 1;
+	if (!by_magic)
+		return 0;
+	/* load of an existing file: its magic decides */
+	uint8_t magic[8];
+	int fd = open(file, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t got = pread(fd, magic, sizeof(magic), 0);
+	close(fd);
+	return got == 8 && inspect_hrry_sniff(magic, 8);
+}
+
+/* ---- inspect ---- */
+
+static void hex(FILE *f, const uint8_t *p, size_t n)
+{
+	fputc('"', f);
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, "%02x", p[i]);
+	fputc('"', f);
+}
+
+/* JSON numbers are exact only up to 2^53: larger ones as strings */
+static void json_u64(FILE *f, uint64_t v)
+{
+	if (v > (UINT64_C(1) << 53))
+		fprintf(f, "\"%" PRIu64 "\"", v);
+	else
+		fprintf(f, "%" PRIu64, v);
+}
+
+static void json_i64(FILE *f, int64_t v)
+{
+	if (v > (INT64_C(1) << 53) || v < -(INT64_C(1) << 53))
+		fprintf(f, "\"%" PRId64 "\"", v);
+	else
+		fprintf(f, "%" PRId64, v);
+}
+
+static const char *kv_kind_name(enum td_hrry_kv_kind k)
+{
+	static const char *const names[] = {
+		NULL,    "string", "int64", "uint64",
+		"float64", "bool", "bytes", "array"};
+	return (unsigned)k < 8 ? names[k] : "unknown";
+}
+
+static void kv_value(FILE *f, const struct td_hrry_kv_value *v, int json)
+{
+	switch (v->kind) {
+	case TD_HRRY_KV_STRING:
+		if (json)
+			td_json_str(f, (const char *)v->data, v->data_len);
+		else
+			fprintf(f, "\"%.*s\"", (int)v->data_len,
+				(const char *)v->data);
+		break;
+	case TD_HRRY_KV_INT64:
+		if (json)
+			json_i64(f, v->i64_value);
+		else
+			fprintf(f, "%" PRId64, v->i64_value);
+		break;
+	case TD_HRRY_KV_UINT64:
+		if (json)
+			json_u64(f, v->u64_value);
+		else
+			fprintf(f, "%" PRIu64, v->u64_value);
+		break;
+	case TD_HRRY_KV_FLOAT64:
+		if (json)
+			td_json_double(f, v->f64_value);
+		else
+			fprintf(f, "%.17g", v->f64_value);
+		break;
+	case TD_HRRY_KV_BOOL:
+		fputs(v->bool_value ? "true" : "false", f);
+		break;
+	case TD_HRRY_KV_BYTES:
+		hex(f, v->data, v->data_len);
+		break;
+	case TD_HRRY_KV_ARRAY:
+		fputc('[', f);
+		for (size_t k = 0; k < v->item_count; k++) {
+			if (k)
+				fputc(',', f);
+			kv_value(f, &v->items[k], json);
+		}
+		fputc(']', f);
+		break;
+	}
+}
+
+static void type_name(FILE *f, uint8_t tag, int json)
+{
+	const char *n = td_hrry_type_name(tag);
+	if (n)
+		fprintf(f, json ? "\"%s\"" : "%s", n);
+	else
+		fprintf(f, json ? "\"0x%02x\"" : "0x%02x", tag);
+}
+
+/* One index entry: its status, from the checks of §13 steps 7-11. */
+static void inspect_entry(struct td_hrry_file_reader *r, uint64_t i,
+			  int json)
+{
+	struct td_hrry_entry e;
+	struct td_hrry_desc *d = malloc(sizeof(*d));
+	struct td_hrry_err err = {0};
+	const char *status = "ok";
+	int rc;
+
+	td_hrry_file_reader_entry(r, i, &e);
+	rc = d ? td_hrry_file_reader_read_descriptor(r, e.name, e.name_len, d,
+						     &err) :
+		 -ENOMEM;
+	bool decoded = rc == 0;
+	if (rc == 0)
+		rc = td_hrry_rcore_check_supported(&e, d, &err);
+	if (rc == -ENOTSUP)
+		status = "unsupported";
+	else if (rc)
+		status = "invalid";
+	if (json) {
+		printf("%s{\"name\":", i ? "," : "");
+		td_json_str(stdout, e.name, e.name_len);
+		printf(",\"status\":\"%s\",\"dtype\":", status);
+		if (decoded)
+			type_name(stdout, d->type_tag, 1);
+		else
+			printf("null");
+		printf(",\"shape\":");
+		if (decoded) {
+			printf("[");
+			for (uint32_t k = 0; k < d->rank; k++) {
+				if (k)
+					printf(",");
+				json_u64(stdout, d->shape[k]);
+			}
+			printf("]");
+		} else {
+			printf("null");
+		}
+		printf(",\"data_offset\":%" PRIu64 ",\"data_length\":%" PRIu64,
+		       e.data_offset, e.data_length);
+		if (rc) {
+			printf(",\"error\":{\"kind\":\"%s\",\"reason\":",
+			       td_hrry_error_name(err.kind));
+			td_json_cstr(stdout, err.reason);
+			printf("}");
+		} else {
+			printf(",\"error\":null");
+		}
+		printf("}");
+	} else {
+		printf("  %.*s: ", (int)e.name_len, e.name);
+		if (decoded) {
+			type_name(stdout, d->type_tag, 0);
+			printf(" [");
+			for (uint32_t k = 0; k < d->rank; k++)
+				printf("%s%" PRIu64, k ? "," : "", d->shape[k]);
+			printf("] %s", td_hrry_layout_name(d->layout_tag) ?
+					       td_hrry_layout_name(d->layout_tag) :
+					       "?");
+			if (d->layout_tag == TD_HRRY_LAYOUT_COMPOSITE)
+				printf(" rule %u, %u member(s)", d->rule,
+				       d->member_count);
+		}
+		printf(", descriptor @%" PRIu64 "+%u, data @%" PRIu64
+		       "+%" PRIu64 ": %s",
+		       e.descriptor_offset, e.descriptor_length, e.data_offset,
+		       e.data_length, status);
+		if (rc)
+			printf(" (%s: %s)", td_hrry_error_name(err.kind),
+			       err.reason);
+		printf("\n");
+	}
+	free(d);
+}
+
+static int open_failed(const struct td_hrry_err *e, int json, const char *what)
+{
+	if (json) {
+		printf("{\"error\":{\"kind\":\"%s\",\"offset\":%" PRIu64
+		       ",\"reason\":",
+		       td_hrry_error_name(e->kind), e->offset);
+		td_json_cstr(stdout, e->reason);
+		printf("}}\n");
+	} else {
+		fprintf(stderr, "tensorctl: %s: refused: %s at offset %" PRIu64
+				": %s\n",
+			what, td_hrry_error_name(e->kind), e->offset,
+			e->reason ? e->reason : "");
+	}
+	return TCTL_REFUSED;
+}
+
+int inspect_hrry(const uint8_t *buf, size_t len, int json)
+{
+	struct td_hrry_transport t;
+	struct td_hrry_file_reader *r;
+	struct td_hrry_err e = {0};
+	uint64_t n, io, il;
+	uint32_t crc;
+
+	if (td_hrry_transport_mem(buf, len, &t) < 0) {
+		fprintf(stderr, "tensorctl: out of memory\n");
+		return TCTL_USAGE;
+	}
+	if (td_hrry_file_reader_new(&t, &r, &e) < 0)
+		return open_failed(&e, json, "file");
+	td_hrry_file_reader_index(r, &io, &il, &crc);
+	uint32_t a = td_hrry_file_reader_alignment(r);
+	uint32_t flags = td_hrry_file_reader_flags(r);
+	if (json)
+		printf("{\"kind\":\"hrry\",\"alignment\":%u,\"flags\":%u,"
+		       "\"index\":{\"offset\":%" PRIu64 ",\"length\":%" PRIu64
+		       ",\"crc32c\":%u},\"kv\":[",
+		       a, flags, io, il, crc);
+	else
+		printf("HRRYFILE 1.x: alignment %u, flags 0x%x, index @%" PRIu64
+		       "+%" PRIu64 " crc32c 0x%08x\n",
+		       a, flags, io, il, crc);
+	td_hrry_file_reader_kv_count(r, &n);
+	if (!json)
+		printf("kv: %" PRIu64 " entr%s\n", n, n == 1 ? "y" : "ies");
+	for (uint64_t i = 0; i < n; i++) {
+		struct td_hrry_kv_entry kv;
+		if (td_hrry_file_reader_kv_entry(r, i, &kv) < 0)
+			continue; /* out of memory for array items */
+		if (json) {
+			printf("%s{\"key\":", i ? "," : "");
+			td_json_str(stdout, kv.key, kv.key_len);
+			printf(",\"type\":\"%s\",\"value\":",
+			       kv_kind_name(kv.value.kind));
+			kv_value(stdout, &kv.value, 1);
+			printf("}");
+		} else {
+			printf("  %.*s (%s) = ", (int)kv.key_len, kv.key,
+			       kv_kind_name(kv.value.kind));
+			kv_value(stdout, &kv.value, 0);
+			printf("\n");
+		}
+	}
+	td_hrry_file_reader_tensor_count(r, &n);
+	if (json)
+		printf("],\"tensors\":[");
+	else
+		printf("tensors: %" PRIu64 "\n", n);
+	for (uint64_t i = 0; i < n; i++)
+		inspect_entry(r, i, json);
+	if (json)
+		printf("]}\n");
+	td_hrry_file_reader_free(&r);
+	return TCTL_OK;
+}
+
+/* ---- load ---- */
+
+struct loaded {
+	struct td_client *c;
+	struct json_object *published, *refused; /* --json */
+	char **names; /* published, for all-or-nothing */
+	uint64_t *versions;
+	uint64_t count, refusals;
+};
+
+/* Results are gathered and printed at the end, so a load rolled back
+ * reports nothing as loaded. */
+static void refused(struct loaded *l, const char *name, size_t len,
+		    const char *kind, const char *reason)
+{
+	struct json_object *j = json_object_new_object();
+	l->refusals++;
+	json_object_object_add(j, "name",
+			       json_object_new_string_len(name, (int)len));
+	json_object_object_add(j, "kind", json_object_new_string(kind));
+	json_object_object_add(j, "reason", json_object_new_string(reason));
+	json_object_array_add(l->refused, j);
+}
+
+static void published(struct loaded *l, const char *name, uint64_t version,
+		      const struct td_hrry_desc *d, uint32_t dtype)
+{
+	struct json_object *j = json_object_new_object(),
+			   *shape = json_object_new_array();
+	for (uint32_t k = 0; k < d->rank; k++)
+		json_object_array_add(shape,
+				      json_object_new_uint64(d->shape[k]));
+	json_object_object_add(j, "name", json_object_new_string(name));
+	json_object_object_add(j, "version", json_object_new_uint64(version));
+	json_object_object_add(j, "dtype",
+			       json_object_new_string(
+				       td_tensor_dtype_name(dtype)));
+	json_object_object_add(j, "shape", shape);
+	json_object_array_add(l->published, j);
+}
+
+static const char *jstr(struct json_object *o, const char *key)
+{
+	struct json_object *v = NULL;
+	json_object_object_get_ex(o, key, &v);
+	return json_object_get_string(v);
+}
+
+static void print_loaded(const struct loaded *l, const char *path)
+{
+	for (size_t i = 0; i < json_object_array_length(l->published); i++) {
+		struct json_object *j =
+			json_object_array_get_idx(l->published, i), *v, *sh;
+		json_object_object_get_ex(j, "version", &v);
+		json_object_object_get_ex(j, "shape", &sh);
+		printf("%s version %" PRIu64 " %s(", jstr(j, "name"),
+		       json_object_get_uint64(v), jstr(j, "dtype"));
+		for (size_t k = 0; k < json_object_array_length(sh); k++)
+			printf("%s%" PRIu64, k ? "," : "",
+			       json_object_get_uint64(
+				       json_object_array_get_idx(sh, k)));
+		printf(")\n");
+	}
+	for (size_t i = 0; i < json_object_array_length(l->refused); i++) {
+		struct json_object *j = json_object_array_get_idx(l->refused, i);
+		printf("refused %s: %s: %s\n", jstr(j, "name"), jstr(j, "kind"),
+		       jstr(j, "reason"));
+	}
+	printf("%s: %" PRIu64 " published, %" PRIu64 " refused\n", path,
+	       l->count, l->refusals);
+}
+
+/* Publish one supported, non-head tensor; TCTL_ status. */
+static int load_one(struct loaded *l, struct td_hrry_file_reader *r,
+		    const struct td_hrry_entry *e,
+		    const struct td_hrry_desc *d, const char *prefix)
+{
+	char name[TD_NAME_MAX + 1];
+	struct td_error err = {0};
+	struct td_hrry_err he = {0};
+	struct td_alloc *a;
+	uint64_t size, version;
+	int rc;
+
+	snprintf(name, sizeof(name), "%s%.*s", prefix, (int)e->name_len,
+		 e->name);
+	td_hrry_dense_size(d, &size); /* checked by the support check */
+	rc = td_client_alloc(l->c, 1, &size, &a, &err);
+	if (rc < 0)
+		return tctl_refused(name, rc, &err);
+	/* straight from the file into the shared buffer: one copy */
+	rc = td_hrry_file_reader_read_tensor_into(r, e->name, e->name_len,
+						  td_alloc_data(a, 0), size,
+						  NULL, &he);
+	if (rc < 0) {
+		td_alloc_free(a);
+		return tctl_fail(TCTL_REFUSED, "input", -rc, "%s: %s: %s",
+				 name, td_hrry_error_name(he.kind), he.reason);
+	}
+	uint32_t dtype = (uint32_t)td_hrry_type_to_dtype(d->type_tag);
+	struct td_publish p = {
+		.name = name, .dtype = dtype, .ndim = d->rank,
+		.shape = d->shape};
+	rc = td_client_publish_alloc(l->c, a, &p, &version, &err);
+	if (rc < 0)
+		return tctl_refused(name, rc, &err);
+	l->names[l->count] = strdup(name);
+	l->versions[l->count++] = version;
+	published(l, name, version, d, dtype);
+	return TCTL_OK;
+}
+
+/* All or nothing (as for .tgm): a failure deletes what was published,
+ * newest first. */
+static void unpublish(struct loaded *l)
+{
+	uint64_t removed = 0;
+	for (uint64_t i = l->count; i-- > 0;)
+		if (l->names[i])
+			removed += (uint64_t)tctl_roll_back_one(
+				l->c, l->names[i], l->versions[i]);
+	fprintf(stderr,
+		"tensorctl: %" PRIu64 " tensor(s) published before the "
+		"failure, %" PRIu64 " removed again (--partial keeps them)\n",
+		l->count, removed);
+}
+
+int cmd_load_hrry(int argc, char **argv)
+{
+	enum { O_PREFIX = TCTL_OPT_FIRST_OWN, O_PARTIAL, O_FORMAT };
+	static const struct option opts[] = {
+		{"prefix", required_argument, NULL, O_PREFIX},
+		{"partial", no_argument, NULL, O_PARTIAL},
+		{"format", required_argument, NULL, O_FORMAT},
+		TCTL_COMMON_OPTIONS};
+	const char *path, *prefix = "";
+	bool partial = false;
+	struct td_hrry_transport t;
+	struct td_hrry_file_reader *r = NULL;
+	struct td_hrry_err e = {0};
+	struct td_hrry_desc *d = NULL;
+	struct loaded l = {0};
+	uint64_t n;
+	int fd, rc, o;
+
+	while ((o = tctl_getopt(argc, argv, "", opts, &rc)) != -1) {
+		if (o == O_PREFIX)
+			prefix = optarg;
+		else if (o == O_PARTIAL)
+			partial = true;
+		else if (o != O_FORMAT)
+			return rc;
+	}
+	if (argc - optind != 1)
+		return tctl_usage("load", "needs one FILE.hrry");
+	path = argv[optind];
+	if (strlen(prefix) >= TD_NAME_MAX)
+		return tctl_usage("load", "--prefix is longer than a name");
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return tctl_fail(TCTL_REFUSED, "io", errno, "%s: %s", path,
+				 strerror(errno));
+	rc = td_hrry_transport_map_fd(fd, &t);
+	if (rc == -EINVAL) /* empty, or not a regular file */
+		rc = td_hrry_transport_fd(fd, &t);
+	close(fd);
+	if (rc < 0)
+		return tctl_fail(TCTL_REFUSED, "io", -rc, "%s: %s", path,
+				 strerror(-rc));
+	if (td_hrry_file_reader_new(&t, &r, &e) < 0)
+		return open_failed(&e, tctl_json, path);
+	td_hrry_file_reader_tensor_count(r, &n);
+	d = malloc(sizeof(*d));
+	l.names = calloc(n ? n : 1, sizeof(*l.names));
+	l.versions = calloc(n ? n : 1, sizeof(*l.versions));
+	if (!d || !l.names || !l.versions) {
+		rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
+		goto out;
+	}
+	rc = tctl_connect(&l.c);
+	if (rc)
+		goto out;
+	l.published = json_object_new_array();
+	l.refused = json_object_new_array();
+	for (uint64_t i = 0; i < n; i++) {
+		struct td_hrry_entry en;
+		td_hrry_file_reader_entry(r, i, &en);
+		memset(&e, 0, sizeof(e));
+		int r2 = td_hrry_file_reader_read_descriptor(r, en.name,
+							     en.name_len, d,
+							     &e);
+		if (!r2)
+			r2 = td_hrry_rcore_check_supported(&en, d, &e);
+		if (r2) {
+			refused(&l, en.name, en.name_len,
+				td_hrry_error_name(e.kind), e.reason);
+			continue;
+		}
+		if (d->layout_tag == TD_HRRY_LAYOUT_COMPOSITE)
+			continue; /* its members carry the data */
+		if (strlen(prefix) + en.name_len > TD_NAME_MAX ||
+		    memchr(en.name, 0, en.name_len)) {
+			refused(&l, en.name, en.name_len, "InvalidArgument",
+				"name too long for tensord or holds a NUL");
+			continue;
+		}
+		rc = load_one(&l, r, &en, d, prefix);
+		if (rc) {
+			if (!partial)
+				unpublish(&l);
+			goto out;
+		}
+	}
+	if (tctl_json) {
+		struct json_object *j = json_object_new_object();
+		json_object_object_add(j, "published", l.published);
+		json_object_object_add(j, "refused", l.refused);
+		l.published = l.refused = NULL;
+		rc = tctl_json_print(j);
+	} else {
+		print_loaded(&l, path);
+		rc = TCTL_OK;
+	}
+out:
+	json_object_put(l.published);
+	json_object_put(l.refused);
+	for (uint64_t i = 0; l.names && i < l.count; i++)
+		free(l.names[i]);
+	free(l.names);
+	free(l.versions);
+	free(d);
+	td_hrry_file_reader_free(&r);
+	td_client_close(l.c);
+	return rc;
+}
+
+/* ---- save ---- */
+
+struct save {
+	struct td_client *c;
+	struct td_hrry_file_writer *w;
+	struct td_hrry_desc *d;
+	struct tctl_out out;
+	bool out_failed; /* tctl_out_write reported it already */
+	size_t count;
+};
+
+/* The writer's transport: the shared output rules (output.h). */
+static int out_write(void *ctx, const void *buf, size_t len, size_t *put)
+{
+	struct save *s = ctx;
+	if (tctl_out_write(&s->out, buf, len)) {
+		s->out_failed = true;
+		return -EIO;
+	}
+	*put = len;
+	return 0;
+}
+
+static int writer_failed(struct save *s, const char *what,
+			 const struct td_hrry_err *he)
+{
+	if (s->out_failed)
+		return TCTL_REFUSED;
+	return tctl_fail(TCTL_REFUSED, "input", -he->code, "%s: %s: %s", what,
+			 td_hrry_error_name(he->kind), he->reason);
+}
+
+static int save_one(struct save *s, const char *name)
+{
+	struct td_error e = {0};
+	struct td_hrry_err he = {0};
+	struct td_tensor *t;
+	const char *why;
+	int rc = td_client_get(s->c, name, &t, &e);
+
+	if (rc < 0)
+		return tctl_refused(name, rc, &e);
+	rc = td_tensor_fence_wait(t, -1);
+	why = rc < 0 ? "its fence failed" : tctl_dense_unsavable(t);
+	if (!why && td_tensor_ndim(t) > TD_HRRY_MAX_RANK)
+		why = "it has more than 64 dimensions";
+	if (!why &&
+	    td_hrry_desc_init_dense(s->d,
+				    td_hrry_type_from_dtype(td_tensor_dtype(t)),
+				    td_tensor_ndim(t), td_tensor_shape(t)))
+		why = "its dtype has no Hurray type";
+	if (why) {
+		td_tensor_release(t);
+		return tctl_fail(TCTL_REFUSED, "input", EINVAL,
+				 "%s: cannot be saved: %s", name, why);
+	}
+	const void *bufs[1] = {td_tensor_plane_data(t, 0)};
+	rc = td_hrry_file_writer_write_tensor(s->w, name, strlen(name), s->d,
+					      bufs, &he);
+	td_tensor_release(t);
+	if (rc < 0)
+		return writer_failed(s, name, &he);
+	s->count++;
+	return TCTL_OK;
+}
+
+int cmd_save_hrry(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"output", required_argument, NULL, 'o'},
+		{"format", required_argument, NULL, 'f'},
+		TCTL_COMMON_OPTIONS};
+	const char *path = NULL;
+	struct save s = {0};
+	struct td_entry *list = NULL;
+	size_t list_n = 0;
+	struct td_hrry_err he = {0};
+	int rc, o, opened = 0;
+
+	while ((o = tctl_getopt(argc, argv, "o:", opts, &rc)) != -1) {
+		if (o == 'o')
+			path = optarg;
+		else if (o != 'f')
+			return rc;
+	}
+	if (!path)
+		return tctl_usage("save", "needs -o FILE (- for stdout)");
+	s.d = malloc(sizeof(*s.d));
+	if (!s.d)
+		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
+	rc = tctl_connect(&s.c);
+	if (rc)
+		goto out;
+	if (optind == argc) {
+		struct td_error e = {0};
+		int r = td_client_list(s.c, NULL, &list, &list_n, &e);
+		if (r < 0) {
+			rc = tctl_refused("list", r, &e);
+			goto out;
+		}
+	}
+	rc = tctl_out_open(&s.out, path, TCTL_OUT_BINARY, 0);
+	if (rc)
+		goto out;
+	opened = 1;
+	struct td_hrry_transport t = {.ctx = &s, .write = out_write};
+	if (td_hrry_file_writer_new(&t, NULL, &s.w, &he) < 0) {
+		rc = writer_failed(&s, path, &he);
+		goto out;
+	}
+	/* one forward pass: each tensor is fetched, written, released */
+	for (int i = optind; i < argc && !rc; i++)
+		rc = save_one(&s, argv[i]);
+	for (size_t i = 0; i < list_n && !rc; i++)
+		if (!(list[i].flags & TD_ENTRY_RING))
+			rc = save_one(&s, list[i].name);
+	if (rc)
+		goto out;
+	if (td_hrry_file_writer_finish(s.w, NULL, 0, &he) < 0) {
+		rc = writer_failed(&s, path, &he);
+		goto out;
+	}
+	uint64_t bytes = s.out.written;
+	opened = 0;
+	rc = tctl_out_commit(&s.out);
+	/* with -o - the file is the output: nothing else on stdout */
+	if (!rc && strcmp(path, "-")) {
+		if (tctl_json) {
+			struct json_object *j = json_object_new_object();
+			json_object_object_add(j, "path",
+					       json_object_new_string(path));
+			json_object_object_add(j, "tensors",
+					       json_object_new_uint64(s.count));
+			json_object_object_add(j, "bytes",
+					       json_object_new_uint64(bytes));
+			rc = tctl_json_print(j);
+		} else {
+			printf("%s: %zu tensor(s), %" PRIu64 " bytes\n", path,
+			       s.count, bytes);
+		}
+	}
+out:
+	td_hrry_file_writer_free(&s.w);
+	if (opened)
+		tctl_out_abort(&s.out);
+	td_entry_list_free(list, list_n);
+	td_client_close(s.c);
+	free(s.d);
+	return rc;
+}

@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: MIT */
+/* What `tensorctl save` shares between its formats (.tgm, .hrry). */
+#include "tensorctl.h"
+
+const char *tctl_dense_unsavable(const struct td_tensor *t)
+{
+	uint64_t want = td_tensor_dtype_size(td_tensor_dtype(t));
+	const uint64_t *shape = td_tensor_shape(t);
+	const int64_t *st;
+	uint32_t n, ndim = td_tensor_ndim(t);
+
+	if (td_tensor_quant(t, NULL, NULL, NULL, NULL) != -2)
+		return "it is quantized (the file has no place for the "
+		       "scales)";
+	st = td_tensor_strides(t, &n);
+	for (uint32_t k = ndim; k-- > 0;) {
+		if (st && (uint64_t)st[k] != want)
+			return "its strides are not dense C order";
+		if (__builtin_mul_overflow(want, shape[k], &want))
+			return "its size overflows";
+	}
+	if (td_tensor_plane_count(t) > 1)
+		return "it has more than one plane";
+	if (td_tensor_bytes(t) != want)
+		return "its bytes do not match its shape";
+	return NULL;
+}

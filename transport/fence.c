@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+#include "fence.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+int td__fence_kind(int fd, const char **why)
+{
+	char path[64], link[64];
+	ssize_t n;
+
+	if (fd < 0 || fcntl(fd, F_GETFD) < 0) {
+		*why = "fence fd is not an open descriptor";
+		return -EBADF;
+	}
+	/*
+	 * eventfds and sync_files are anonymous inodes that fstat cannot tell
+	 * apart; their /proc link names the kind ("anon_inode:[eventfd]",
+	 * "anon_inode:sync_file").
+	 */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n < 0) {
+		*why = "cannot inspect the fence fd (/proc/self/fd)";
+		return -errno;
+	}
+	link[n] = 0;
+	if (strcmp(link, "anon_inode:[eventfd]") == 0)
+		return TD__FENCE_EVENTFD;
+	if (strcmp(link, "anon_inode:sync_file") == 0)
+		return TD__FENCE_SYNC_FILE;
+	*why = "fence fd is not an eventfd or sync_file";
+	return -EINVAL;
+}
