@@ -175,6 +175,7 @@ void td__catalog_delete(struct td__peer *p, const struct td__req *rq)
 	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
 		      (size_t)len, NULL, 0);
 	td__notify(s, TD_EVENT_DELETED, v);
+	td__version_retire(s, v);
 	td__version_unref(s, v); /* leased versions live on, unlisted */
 }
 
@@ -185,7 +186,9 @@ static void watch_free(struct td__peer *p, struct td__watch *w)
 	td__list_del(&w->link);
 	td__list_del(&w->slink);
 	p->n_watches--;
+	td__tenant_sub(p->uid, TD__LIM_WATCHES, 1);
 	free(w);
+	td__d->store->freed++;
 }
 
 void td__catalog_watch(struct td__peer *p, const struct td__req *rq)
@@ -197,6 +200,7 @@ void td__catalog_watch(struct td__peer *p, const struct td__req *rq)
 	struct td__store *s = td__d->store;
 	struct td_wire_watch_rep r;
 	struct td__watch *w;
+	char why[256];
 	int64_t len;
 
 	if (td__peer_bad_body(p, h, rc, &e))
@@ -224,7 +228,17 @@ void td__catalog_watch(struct td__peer *p, const struct td__req *rq)
 			       TD__MAX_WATCHES);
 		return;
 	}
+	rc = td__tenant_check(p->uid, TD__LIM_WATCHES, 1, why, sizeof(why));
+	if (rc < 0) {
+		td__peer_error(p, h->opcode, h->request_id, rc, "WATCH: %s",
+			       why);
+		return;
+	}
 	w = calloc(1, sizeof(*w));
+	if (w && td__tenant_add(p->uid, TD__LIM_WATCHES, 1) < 0) {
+		free(w);
+		w = NULL;
+	}
 	if (!w) {
 		td__peer_nomem(p, h);
 		return;

@@ -10,6 +10,9 @@
  *   dispatch.c  the opcode table: every request to its handler
  *   store.c ... the store's files (store.h), ring.c the rings
  *   plane.c     descriptor policy: plane checks, seals, memfds
+ *   cred.c      whom the daemon may pull fds from (the connected process,
+ *               while its credentials are still the connection's)
+ *   tenant.c    per-uid limits and the descriptor reserve
  *
  * docs/architecture.md has one paragraph per file and the order of their
  * dependencies.
@@ -83,6 +86,19 @@ int td__log_level_parse(const char *name);
 /* Close the fds that are >= 0 and set them to -1. */
 void td__close_fds(int *fds, unsigned n);
 
+/*
+ * At most one log line per interval for something a client can cause over
+ * and over (EMFILE at accept, refused pidfd imports): the log stays small
+ * whatever the load. The caller reports r->suppressed in the line it
+ * logs and resets it.
+ */
+struct td__ratelimit {
+	uint64_t next_ms; /* CLOCK_MONOTONIC ms before which lines are held */
+	unsigned long suppressed;
+};
+#define TD__LOG_INTERVAL_MS 10000
+bool td__ratelimit_ok(struct td__ratelimit *r, unsigned interval_ms);
+
 /* ---- per-peer limits (docs/protocol.md, "Limits") ---- */
 
 #define TD__MAX_LEASES 4096 /* leases held by one connection */
@@ -105,6 +121,28 @@ void td__close_fds(int *fds, unsigned n);
 #define TD__MAX_FDS_INFLIGHT 128
 #define TD__MAX_GROUPS 32 /* supplementary gids kept per peer (policy) */
 
+/* ---- per-uid limits (tenant.c, docs/policy.md §5) ---- */
+
+enum td__lim {
+	TD__LIM_CONNS,   /* connections */
+	TD__LIM_FDS,     /* descriptors held for the uid */
+	TD__LIM_LEASES,  /* leases (GET, ring GET) */
+	TD__LIM_PINNED,  /* bytes of other uids' versions it holds leased */
+	TD__LIM_WATCHES,
+	TD__LIM_WAITERS, /* parked GETs */
+	TD__LIM_RINGS,
+	TD__LIM_QUEUED,  /* bytes of replies queued to its connections */
+	TD__LIM_COUNT
+};
+extern const char *const td__lim_names[TD__LIM_COUNT]; /* policy.c */
+/* Limits in bytes take N[K|M|G|T]; the others are plain counts. */
+static inline bool td__lim_is_bytes(int k)
+{
+	return k == TD__LIM_PINNED || k == TD__LIM_QUEUED;
+}
+/* descriptors root and the daemon's uid keep for accepting and answering */
+#define TD__FD_SLACK 16
+
 /* ---- daemon ---- */
 
 struct td__opts {
@@ -112,9 +150,15 @@ struct td__opts {
 	uint32_t import;         /* enum td_import: AUTO or forced */
 	uint64_t max_bytes;      /* 0 = unlimited */
 	uint64_t uid_max_bytes;  /* per-uid default quota, 0 = none */
+	bool uid_max_bytes_set;  /* --uid-max-bytes given */
+	/* --uid-limit KEY=N: for every uid without a policy limit line */
+	uint64_t uid_limit[TD__LIM_COUNT];
+	unsigned uid_limit_set; /* bit per enum td__lim */
 	const char *policy_path; /* NULL = everyone may do everything */
 	int socket_mode;         /* chmod of the socket file, -1 = umask */
 	gid_t socket_gid;        /* chown of the socket file, -1 = ours */
+	/* $TENSORD_TEST_NO_PEERPIDFD: take the pidfd_open fallback (tests) */
+	bool no_peerpidfd;
 	const char *snapshot_path;     /* --snapshot, NULL = none */
 	uint64_t snapshot_interval_ms; /* --snapshot-interval */
 };
@@ -195,6 +239,12 @@ struct td__peer {
 	unsigned ngroups;
 	unsigned fds_inflight; /* sent since the socket was last seen empty */
 	int pidfd; /* the peer's pidfd (SO_PEERPIDFD or pidfd_open), -1 */
+	/*
+	 * pidfd names the very process that connected (SO_PEERPIDFD). Without
+	 * it (pidfd_open by number, which a reused pid could fool) HELLO's
+	 * probe must prove the process holds this connection's other end.
+	 */
+	bool pidfd_exact;
 	bool hello;
 	bool dead;       /* marked for the reaper; sends are dropped */
 	bool writable_wait;
@@ -202,6 +252,8 @@ struct td__peer {
 	struct td__list txq;
 	size_t txq_bytes;
 	unsigned txq_count;
+	unsigned txq_fds;  /* our dups held by queued messages */
+	unsigned fds_held; /* socket and pidfd, counted for uid (tenant.c) */
 	/* owned by store.c */
 	struct td__list leases, allocs, watches, waiters;
 	unsigned n_leases, n_allocs, n_watches, n_waiters;
@@ -257,6 +309,52 @@ bool td__peer_bad_body(struct td__peer *p, const struct td_wire_hdr *h,
 /* HELLO: import negotiation and the daemon's limits. */
 td__handler td__peer_hello;
 
+/* ---- cred.c (docs/reliability.md, "Trust model") ---- */
+
+/*
+ * May the daemon pull fds from p's process now: it is alive, its real,
+ * effective and saved uid and gid equal the connection's SO_PEERCRED, and
+ * it is dumpable (what the kernel asks of that uid pulling by itself).
+ * Call it after pulling and before using what was pulled: a change in
+ * between is then seen. 0, or -EPERM/-ESRCH with a reason in why.
+ */
+int td__peer_pull_check(const struct td__peer *p, char *why, size_t cap);
+/*
+ * Is fd (pulled from p's process) the other end of p's connection? 0,
+ * -ESRCH when it is not, other -errno when it cannot be told (no
+ * unix_diag in the kernel).
+ */
+int td__peer_is_other_end(const struct td__peer *p, int fd);
+
+/* ---- tenant.c ---- */
+
+/* Root and the daemon's own uid: the reserve is theirs, no default limits. */
+bool td__uid_is_admin(uid_t uid);
+/* Compute the defaults; fds_open: the daemon's own descriptors now. */
+void td__tenants_init(struct td__daemon *d, unsigned fds_open);
+void td__tenants_fini(void);
+/*
+ * Would n more of k fit uid's limit (and, for fds, the daemon's reserve)?
+ * 0, -EDQUOT (the uid's limit) or -EMFILE (the reserve) with the numbers
+ * in why.
+ */
+int td__tenant_check(uid_t uid, enum td__lim k, uint64_t n, char *why,
+		     size_t cap);
+/* Count n more of k for uid (no check). 0 or -ENOMEM. */
+int td__tenant_add(uid_t uid, enum td__lim k, uint64_t n);
+/* check, then add */
+int td__tenant_take(uid_t uid, enum td__lim k, uint64_t n, char *why,
+		    size_t cap);
+void td__tenant_sub(uid_t uid, enum td__lim k, uint64_t n);
+uint64_t td__tenant_held(uid_t uid, enum td__lim k);
+uint64_t td__tenant_limit(uid_t uid, enum td__lim k); /* 0 = none */
+uint64_t td__tenant_fds(void); /* held for all clients together */
+/*
+ * uid's byte quota: its quota line, else --uid-max-bytes, else half of
+ * --max-bytes for uids other than root and the daemon's (0 = none).
+ */
+uint64_t td__tenant_quota(uid_t uid);
+
 /* ---- the store (store.h has its records) ---- */
 
 /* store.c */
@@ -283,6 +381,11 @@ void td__store_uncharge(uid_t uid, uint64_t bytes);
 bool td__store_name_taken(struct td_wire_str name);
 /* Release what a dying peer holds, one file each. */
 void td__store_peer_gone(struct td__peer *p);
+/*
+ * more records were freed (e.g. dropped connections); past a threshold
+ * the tables shrink and free heap goes back to the system (malloc_trim).
+ */
+void td__store_trim(unsigned more);
 void td__loan_peer_gone(struct td__peer *p);
 void td__lease_peer_gone(struct td__peer *p);
 void td__catalog_peer_gone(struct td__peer *p);
@@ -388,8 +491,10 @@ int td__plane_readonly(int fd, int *out_fd, const char **why);
 #define TD__POLICY_MAX_LINE 1024
 #define TD__POLICY_MAX_RULES 1024 /* allow lines */
 #define TD__POLICY_MAX_QUOTAS 1024
+#define TD__POLICY_MAX_LIMITS 4096 /* limit lines */
 
-enum { TD__PERM_READ = 1, TD__PERM_WRITE = 2 };
+/* DMABUF: may publish dma-buf planes (consumers could write into them) */
+enum { TD__PERM_READ = 1, TD__PERM_WRITE = 2, TD__PERM_DMABUF = 4 };
 enum { TD__WHO_ANY = 0, TD__WHO_UID = 1, TD__WHO_GID = 2 };
 
 struct td__rule {
@@ -405,11 +510,20 @@ struct td__quota {
 	uint64_t bytes;
 };
 
+/* limit uid=N KEY VALUE */
+struct td__limit {
+	uint32_t uid;
+	uint32_t key; /* enum td__lim */
+	uint64_t value;
+};
+
 struct td__policy {
 	struct td__rule *rules;
 	unsigned nrules;
 	struct td__quota *quotas;
 	unsigned nquotas;
+	struct td__limit *limits;
+	unsigned nlimits;
 };
 
 /* Who asks: a peer's SO_PEERCRED uid/gid and SO_PEERGROUPS. */
@@ -440,5 +554,12 @@ bool td__policy_any(const struct td__policy *pol, const struct td__cred *c,
 /* uid's quota line, else dflt (0 = none). pol may be NULL. */
 uint64_t td__policy_quota(const struct td__policy *pol, uid_t uid,
 			  uint64_t dflt);
+/* A limit's VALUE (key: enum td__lim): N[K|M|G|T] for the byte limits, a
+ * plain number for the counts. 0 or -EINVAL. */
+int td__policy_limit_value(int key, const char *p, size_t len,
+			   uint64_t *out);
+/* uid's `limit` line for key into *v (0 = none): true when there is one. */
+bool td__policy_limit(const struct td__policy *pol, uid_t uid,
+		      enum td__lim key, uint64_t *v);
 
 #endif

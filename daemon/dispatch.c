@@ -100,6 +100,7 @@ static void dispatch(struct td__peer *p, size_t n, int *fds, unsigned nfds)
 	}
 	rq = (struct td__req){&h, d->rx + TD_WIRE_HDR_LEN, fds, nfds, op};
 	op->fn(p, &rq);
+	td__store_trim(0); /* after a burst of RELEASEs, memory goes back */
 }
 
 /* A peer about to be freed: what it holds, one file at a time. */
@@ -110,6 +111,8 @@ static void peer_gone(struct td__peer *p)
 	td__catalog_peer_gone(p);
 	td__store_peer_gone(p);
 	td__ring_peer_gone(p);
+	/* a connection is a few records itself (peer, poll, queue) */
+	td__store_trim(4);
 }
 
 void td__dispatch_init(void)

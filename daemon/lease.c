@@ -41,15 +41,29 @@ static bool held_by_client(const struct td__vfd *f, uint32_t held_count,
 
 /*
  * A lease record of p, on its list (a released one reused: no allocation
- * in the steady state). 0, -ENOBUFS (p's budget) or -ENOMEM.
+ * in the steady state), pinning pin bytes of another uid's version. 0,
+ * -ENOBUFS (p's budget), -EDQUOT (its uid's leases or pinned limit, the
+ * reason in why) or -ENOMEM.
  */
-static int lease_new(struct td__store *s, struct td__peer *p,
-		     struct td__lease **out)
+static int lease_new(struct td__store *s, struct td__peer *p, uint64_t pin,
+		     struct td__lease **out, char *why, size_t cap)
 {
 	struct td__lease *l;
+	int rc;
 
 	if (p->n_leases >= TD__MAX_LEASES)
 		return -ENOBUFS;
+	rc = td__tenant_check(p->uid, TD__LIM_LEASES, 1, why, cap);
+	if (rc == 0)
+		rc = td__tenant_check(p->uid, TD__LIM_PINNED, pin, why, cap);
+	if (rc < 0)
+		return rc;
+	/* the uid has an entry (its connection): these cannot fail */
+	if (td__tenant_add(p->uid, TD__LIM_LEASES, 1) < 0 ||
+	    td__tenant_add(p->uid, TD__LIM_PINNED, pin) < 0) {
+		td__tenant_sub(p->uid, TD__LIM_LEASES, 1);
+		return -ENOMEM;
+	}
 	if (!td__list_empty(&s->free_leases)) {
 		l = td__container_of(s->free_leases.next, struct td__lease,
 				     link);
@@ -57,12 +71,16 @@ static int lease_new(struct td__store *s, struct td__peer *p,
 		s->n_free_leases--;
 	} else {
 		l = malloc(sizeof(*l));
-		if (!l)
+		if (!l) {
+			td__tenant_sub(p->uid, TD__LIM_LEASES, 1);
+			td__tenant_sub(p->uid, TD__LIM_PINNED, pin);
 			return -ENOMEM;
+		}
 	}
 	l->id = s->next_lease++;
 	l->v = NULL;
 	l->ring = NULL;
+	l->pinned = pin;
 	td__list_add_tail(&p->leases, &l->link);
 	p->n_leases++;
 	*out = l;
@@ -79,14 +97,26 @@ static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 	int fds[TD__TABLE_MAX];
 	unsigned nsend = 0;
 	struct td__lease *l;
+	char why[256];
 	int64_t len;
 	int rc;
 
-	rc = lease_new(s, p, &l);
+	/* a reader holding another uid's version pins those bytes */
+	rc = lease_new(s, p, v->uid != p->uid ? v->acct : 0, &l, why,
+		       sizeof(why));
 	if (rc == -ENOBUFS) {
 		td__peer_error(p, op, request_id, -ENOBUFS,
 			       "too many leases on this connection (max %d)",
 			       TD__MAX_LEASES);
+		return;
+	}
+	if (rc == -EDQUOT) {
+		td__peer_error(p, op, request_id, rc,
+			       "GET \"%.*s\" (%llu bytes of uid %u): %s; "
+			       "release leases first",
+			       (int)v->name_len, v->name,
+			       (unsigned long long)v->acct, (unsigned)v->uid,
+			       why);
 		return;
 	}
 	if (rc < 0) {
@@ -97,6 +127,7 @@ static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 	v->used = ++s->tick;
 	v->refs++;
 	v->lease_count++;
+	v->foreign_leases += v->uid != p->uid;
 
 	r = (struct td_wire_get_rep){
 		.version = v->number,
@@ -130,13 +161,17 @@ static void lease_drop(struct td__store *s, struct td__peer *p,
 		td__ring_unlease(l->ring, l->slot);
 	} else {
 		l->v->lease_count--;
+		l->v->foreign_leases -= l->v->uid != p->uid;
 		td__version_unref(s, l->v);
 	}
+	td__tenant_sub(p->uid, TD__LIM_LEASES, 1);
+	td__tenant_sub(p->uid, TD__LIM_PINNED, l->pinned);
 	if (s->n_free_leases < LEASE_CACHE) {
 		td__list_add_tail(&s->free_leases, &l->link);
 		s->n_free_leases++;
 	} else {
 		free(l);
+		s->freed++;
 	}
 }
 
@@ -145,7 +180,8 @@ static int lease_ring(struct td__peer *p, struct td__ring *r, uint32_t slot,
 		      uint64_t *id)
 {
 	struct td__lease *l;
-	int rc = lease_new(td__d->store, p, &l);
+	int rc = lease_new(td__d->store, p, 0, &l, td__d->reason,
+			   sizeof(td__d->reason));
 
 	if (rc < 0)
 		return rc;
@@ -160,6 +196,7 @@ static void waiter_free(struct td__waiter *w)
 	td__list_del(&w->link);
 	td__list_del(&w->slink);
 	w->peer->n_waiters--;
+	td__tenant_sub(w->peer->uid, TD__LIM_WAITERS, 1);
 	TD__SPARE_PUT(&td__d->store->spare_waiters, w, struct td__waiter, link);
 }
 
@@ -299,6 +336,8 @@ static void get_park(struct td__peer *p, const struct td__req *rq,
 	const struct td_wire_hdr *h = rq->h;
 	struct td__store *s = td__d->store;
 	struct td__waiter *w;
+	char why[256];
+	int rc;
 
 	assert(rq->op->flags & TD__OP_PARKS);
 	if (p->n_waiters >= TD__MAX_WAITERS) {
@@ -308,8 +347,17 @@ static void get_park(struct td__peer *p, const struct td__req *rq,
 			       TD__MAX_WAITERS);
 		return;
 	}
+	rc = td__tenant_check(p->uid, TD__LIM_WAITERS, 1, why, sizeof(why));
+	if (rc < 0) {
+		td__peer_error(p, h->opcode, h->request_id, rc,
+			       "GET cannot wait: %s", why);
+		return;
+	}
 	w = TD__SPARE_NEW(&s->spare_waiters, struct td__waiter, link);
-	if (!w) {
+	if (!w || td__tenant_add(p->uid, TD__LIM_WAITERS, 1) < 0) {
+		if (w)
+			TD__SPARE_PUT(&s->spare_waiters, w, struct td__waiter,
+				      link);
 		td__peer_nomem(p, h);
 		return;
 	}

@@ -130,8 +130,19 @@ static int alloc_create(struct td__store *s, struct td__peer *p,
 {
 	struct td__room room;
 	const char *why = NULL;
+	char lim[256];
+	unsigned nfresh = 0;
 	int rc, fd;
 
+	/* a plane is a descriptor whatever its size (zero-byte ones too) */
+	for (uint32_t i = 0; i < a->count; i++)
+		nfresh += a->fds[i].fd < 0;
+	rc = td__tenant_check(p->uid, TD__LIM_FDS, nfresh, lim, sizeof(lim));
+	if (rc < 0) {
+		td__peer_error(p, h->opcode, h->request_id, rc,
+			       "ALLOC of %u planes: %s", nfresh, lim);
+		return rc;
+	}
 	/* evicting first frees the memory the planes are about to take */
 	if (td__store_make_room(s, p->uid, fresh, NULL, false, &room) < 0) {
 		td__store_room_error(p, h, fresh, &room);
@@ -148,7 +159,7 @@ static int alloc_create(struct td__store *s, struct td__peer *p,
 				       strerror(-rc));
 			return rc;
 		}
-		td__vfd_set(s, &a->fds[i], fd, true);
+		td__vfd_set(s, &a->fds[i], fd, true, a->uid);
 		a->fds[i].size = a->sizes[i];
 	}
 	if (td__acct_add(s, a->uid, fresh) < 0) {

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What every daemon file reaches: the log and the one daemon instance
- * (set by main.c). Kept apart from main.c so that no file depends on the
+ * What every daemon file reaches: the log (and its rate limit for what a
+ * client can cause over and over) and the one daemon instance (set by
+ * main.c). Kept apart from main.c so that no file depends on the
  * program's entry point.
  */
 #include "daemon.h"
@@ -9,6 +10,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 int td__log_level = TD_LOG_INFO;
 struct td__daemon *td__d;
@@ -28,6 +30,20 @@ void td__log(int level, const char *fmt, ...)
 	fputc('\n', stderr);
 }
 
+bool td__ratelimit_ok(struct td__ratelimit *r, unsigned interval_ms)
+{
+	struct timespec ts;
+	uint64_t now;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	if (r->next_ms && now < r->next_ms) {
+		r->suppressed++;
+		return false;
+	}
+	r->next_ms = now + interval_ms;
+	return true;
+}
 
 int td__log_level_parse(const char *name)
 {

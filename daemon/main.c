@@ -9,6 +9,7 @@
 #include "sd.h"
 #include "snapshot.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <grp.h>
@@ -42,7 +43,18 @@ static void usage(FILE *f)
 		"suffixes\n"
 		"                        K, M, G, T (powers of 1024)\n"
 		"  -u, --uid-max-bytes N plane bytes one uid may hold "
-		"(default quota)\n"
+		"(default quota;\n"
+		"                        without it: half of --max-bytes for "
+		"uids\n"
+		"                        other than root and tensord's own)\n"
+		"      --uid-limit KEY=N what one uid (not root or tensord's "
+		"own) may\n"
+		"                        make the daemon hold: KEY\n"
+		"                        conns, fds, leases, pinned (bytes), "
+		"watches,\n"
+		"                        waiters, rings, queued (bytes); "
+		"0 = none;\n"
+		"                        repeatable (docs/policy.md)\n"
 		"  -p, --policy FILE     who may read/write which names, "
 		"quotas\n"
 		"                        (docs/policy.md)\n"
@@ -65,6 +77,42 @@ static void usage(FILE *f)
 		"Runs in the foreground and logs to stderr. SIGINT/SIGTERM "
 		"stop it\n"
 		"cleanly (the socket file is removed).\n");
+}
+
+/* --uid-limit KEY=N (N[K|M|G|T] for the byte limits). 0 or -EINVAL. */
+static int parse_limit(const char *s, struct td__opts *o)
+{
+	const char *eq = strchr(s, '=');
+
+	if (!eq)
+		return -EINVAL;
+	for (int k = 0; k < TD__LIM_COUNT; k++) {
+		if (strlen(td__lim_names[k]) != (size_t)(eq - s) ||
+		    strncmp(s, td__lim_names[k], (size_t)(eq - s)))
+			continue;
+		if (td__policy_limit_value(k, eq + 1, strlen(eq + 1),
+					   &o->uid_limit[k]) < 0)
+			return -EINVAL;
+		o->uid_limit_set |= 1u << k;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+/* The daemon's open descriptors now (its own: log, loop, signals...). */
+static unsigned fds_open(void)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	struct dirent *e;
+	unsigned n = 0;
+
+	if (!dir)
+		return 32;
+	while ((e = readdir(dir)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(dir);
+	return n; /* the DIR's own fd is one more than will stay: slack */
 }
 
 /* --socket-group: a group name or number. 0 or -EINVAL. */
@@ -155,6 +203,7 @@ static const struct option long_opts[] = {
 	{"socket-group", required_argument, NULL, 2},
 	{"snapshot", required_argument, NULL, 3},
 	{"snapshot-interval", required_argument, NULL, 4},
+	{"uid-limit", required_argument, NULL, 5},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, 'V'},
 	{NULL, 0, NULL, 0},
@@ -194,6 +243,7 @@ static int parse_opt(int c, const char *arg, struct td__opts *o)
 		return 0;
 	case 'm':
 	case 'u':
+		o->uid_max_bytes_set |= c == 'u';
 		if (td__size_parse(arg, strlen(arg),
 				   c == 'm' ? &o->max_bytes
 					    : &o->uid_max_bytes) < 0) {
@@ -204,6 +254,16 @@ static int parse_opt(int c, const char *arg, struct td__opts *o)
 		return 0;
 	case 'p':
 		o->policy_path = arg;
+		return 0;
+	case 5:
+		if (parse_limit(arg, o) < 0) {
+			fprintf(stderr,
+				"tensord: --uid-limit: want KEY=N with KEY "
+				"conns, fds, leases, pinned, watches, waiters, "
+				"rings or queued: %s\n",
+				arg);
+			return 2;
+		}
 		return 0;
 	case 1:
 		errno = 0;
@@ -300,6 +360,7 @@ static int start(struct td__daemon *d, uv_signal_t *sigint,
 		    td__policy_load(d->opts.policy_path, d->policy) < 0)
 			return -1;
 	}
+	td__tenants_init(d, fds_open());
 	/*
 	 * restore before listening: clients never see a half-filled store;
 	 * the fd store, when it restored, is newer than any snapshot
@@ -313,6 +374,16 @@ static int start(struct td__daemon *d, uv_signal_t *sigint,
 	    td__server_start(d) < 0)
 		return -1;
 	td__sd_ready(d);
+	/*
+	 * Root pulls fds with root's privileges and holds every tenant's
+	 * memory; the checks in cred.c keep pidfd import from being turned
+	 * against a third process, but a dedicated user is the first line.
+	 */
+	if (geteuid() == 0)
+		td__log(TD_LOG_WARN,
+			"running as root: run tensord as a dedicated user "
+			"(the systemd unit's User=tensord); see "
+			"docs/reliability.md, \"Trust model\"");
 	td__log(TD_LOG_INFO, "pid %d, import %s, max-bytes %" PRIu64,
 		(int)d->pid,
 		import == TD_IMPORT_AUTO    ? "auto"
@@ -340,6 +411,7 @@ static void stop(struct td__daemon *d)
 	if (d->pidfd >= 0)
 		close(d->pidfd);
 	td__sd_fini();
+	td__tenants_fini();
 	td__policy_fini(d->policy);
 	free(d->policy);
 }
@@ -372,6 +444,7 @@ int main(int argc, char **argv)
 					  sizeof(pathbuf));
 	if (o.max_bytes == UINT64_MAX)
 		d->opts.max_bytes = default_max_bytes();
+	d->opts.no_peerpidfd = getenv("TENSORD_TEST_NO_PEERPIDFD") != NULL;
 	d->pid = getpid();
 	td__list_init(&d->peers);
 	raise_nofile();

@@ -53,6 +53,18 @@ static void txmsg_free(struct txmsg *m)
 	free(m);
 }
 
+/* Take m off p's queue, give back what it held, free it. */
+static void txq_drop(struct td__peer *p, struct txmsg *m)
+{
+	td__list_del(&m->link);
+	p->txq_count--;
+	p->txq_bytes -= m->len;
+	p->txq_fds -= m->nfds;
+	td__tenant_sub(p->uid, TD__LIM_QUEUED, m->len);
+	td__tenant_sub(p->uid, TD__LIM_FDS, m->nfds);
+	txmsg_free(m);
+}
+
 /* ---- lifetime ---- */
 
 static const struct td__peer_handlers *handlers;
@@ -74,12 +86,13 @@ static void drop(struct td__peer *p)
 	handlers->gone(p);
 	while (!td__list_empty(&p->txq)) {
 		l = p->txq.next;
-		td__list_del(l);
-		txmsg_free(td__container_of(l, struct txmsg, link));
+		txq_drop(p, td__container_of(l, struct txmsg, link));
 	}
 	if (p->pidfd >= 0)
 		close(p->pidfd);
 	p->pidfd = -1;
+	td__tenant_sub(p->uid, TD__LIM_CONNS, 1);
+	td__tenant_sub(p->uid, TD__LIM_FDS, p->fds_held);
 	td__list_del(&p->link);
 	/*
 	 * uv_close() stops and forgets the fd at once, so the socket can be
@@ -231,9 +244,21 @@ static int enqueue(struct td__peer *p, const uint8_t *buf, size_t len,
 {
 	struct txmsg *m;
 
+	char why[256];
+
 	if (p->txq_count >= TD__TXQ_MAX_MSGS ||
-	    p->txq_bytes + len > TD__TXQ_MAX_BYTES)
+	    p->txq_bytes + len > TD__TXQ_MAX_BYTES ||
+	    p->txq_fds + p->fds_inflight + nfds > TD__MAX_FDS_INFLIGHT)
 		return -ENOBUFS;
+	/* the uid's queued bytes and descriptors, all its connections */
+	if (td__tenant_check(p->uid, TD__LIM_QUEUED, len, why,
+			     sizeof(why)) < 0 ||
+	    td__tenant_check(p->uid, TD__LIM_FDS, nfds, why, sizeof(why)) <
+		    0) {
+		td__log(TD_LOG_INFO, "peer pid %d: cannot queue a reply: %s",
+			(int)p->pid, why);
+		return -EDQUOT;
+	}
 	m = malloc(sizeof(*m) + len);
 	if (!m)
 		return -ENOMEM;
@@ -252,9 +277,16 @@ static int enqueue(struct td__peer *p, const uint8_t *buf, size_t len,
 		}
 		m->nfds++;
 	}
+	if (td__tenant_add(p->uid, TD__LIM_QUEUED, len) < 0 ||
+	    td__tenant_add(p->uid, TD__LIM_FDS, m->nfds) < 0) {
+		td__tenant_sub(p->uid, TD__LIM_QUEUED, len);
+		txmsg_free(m);
+		return -ENOMEM;
+	}
 	td__list_add_tail(&p->txq, &m->link);
 	p->txq_count++;
 	p->txq_bytes += len;
+	p->txq_fds += m->nfds;
 	return 0;
 }
 
@@ -291,7 +323,9 @@ void td__peer_send(struct td__peer *p, uint16_t op, uint32_t flags,
 	}
 	rc = enqueue(p, d->tx, len, fds, nfds);
 	if (rc < 0) {
-		td__peer_kill(p, rc == -ENOBUFS ? "outgoing queue over budget"
+		td__peer_kill(p, rc == -ENOBUFS  ? "outgoing queue over budget"
+				 : rc == -EDQUOT ? "the uid's queued replies "
+						   "are over its limit"
 						 : "cannot queue a reply");
 		return;
 	}
@@ -361,14 +395,40 @@ static void flush(struct td__peer *p)
 			td__peer_kill(p, send_why(n));
 			return;
 		}
-		td__list_del(&m->link);
-		p->txq_count--;
-		p->txq_bytes -= m->len;
-		txmsg_free(m);
+		txq_drop(p, m);
 	}
 }
 
 /* ---- HELLO ---- */
+
+/*
+ * Whether the daemon may import from p by pidfd, given the probe fd it
+ * pulled: the process behind p->pidfd is the one holding this connection
+ * (certain with SO_PEERPIDFD; otherwise the pulled probe must be the
+ * other end of the connection, which a process that merely reused the
+ * pid does not hold) and its credentials are still the connection's
+ * (td__peer_pull_check). 0, or -errno with a reason in why.
+ */
+static int probe_trusted(struct td__peer *p, int fd, char *why, size_t cap)
+{
+	int rc;
+
+	if (!p->pidfd_exact) {
+		rc = td__peer_is_other_end(p, fd);
+		if (rc < 0) {
+			snprintf(why, cap,
+				 rc == -ESRCH
+					 ? "the probe fd is not this "
+					   "connection's socket (pid reused?)"
+					 : "without SO_PEERPIDFD the connected "
+					   "process cannot be proved (no "
+					   "unix_diag: %s)",
+				 strerror(-rc));
+			return -EPERM;
+		}
+	}
+	return td__peer_pull_check(p, why, cap);
+}
 
 /* What this daemon serves beyond version 1 (docs/protocol.md §6.1). */
 #define TD__FEATURES                                                          \
@@ -386,6 +446,7 @@ void td__peer_hello(struct td__peer *p, const struct td__req *rq)
 	struct td_wire_hello_rep r;
 	struct td_err e = {0};
 	uint32_t in = TD_IMPORT_SCM;
+	char why[192];
 	int64_t len;
 	int rc, fd;
 
@@ -424,8 +485,23 @@ void td__peer_hello(struct td__peer *p, const struct td__req *rq)
 		fd = m.probe_fd >= 0 ? td__pidfd_getfd(p->pidfd, m.probe_fd)
 				     : -EBADF;
 		if (fd >= 0) {
+			rc = probe_trusted(p, fd, why, sizeof(why));
 			close(fd);
-			in = TD_IMPORT_PIDFD;
+			if (rc == 0)
+				in = TD_IMPORT_PIDFD;
+			else if (must) {
+				td__peer_error(p, h->opcode, h->request_id,
+					       -EPERM,
+					       "pidfd import required but "
+					       "refused: %s",
+					       why);
+				return;
+			} else {
+				td__log(TD_LOG_DEBUG,
+					"peer pid %d: importing by "
+					"SCM_RIGHTS: %s",
+					(int)p->pid, why);
+			}
 		} else if (must) {
 			td__peer_error(p, h->opcode, h->request_id, -EPERM,
 				       "pidfd import required but "
@@ -593,11 +669,61 @@ static void peer_groups(struct td__peer *p)
 	p->ngroups = len / sizeof(gid_t);
 }
 
+/*
+ * A connection over its uid's limits or into the daemon's reserve: one
+ * error datagram that names the limit (the client library reads it as
+ * the answer to its HELLO), then the socket is closed. Logged at most once
+ * per interval, whatever the rate of attempts.
+ */
+static void refuse_conn(int fd, const struct ucred *cr, int status,
+			const char *why)
+{
+	static struct td__ratelimit rl;
+	uint8_t buf[TD_WIRE_HDR_LEN + TD_WIRE_MAX_REASON + 16];
+	struct td_wire_error e = {{why, (uint16_t)strlen(why)}};
+	int64_t len = td_wire_error_encode(&e, buf + TD_WIRE_HDR_LEN,
+					   sizeof(buf) - TD_WIRE_HDR_LEN);
+	struct td_wire_hdr h = {
+		.magic = TD_WIRE_MAGIC,
+		.version = TD_WIRE_VERSION,
+		.opcode = TD_OP_HELLO,
+		.flags = TD_WIRE_F_REPLY,
+		.body_len = len < 0 ? 0 : (uint32_t)len,
+		.status = status,
+	};
+
+	td_wire_hdr_encode(&h, buf);
+	(void)!send(fd, buf, TD_WIRE_HDR_LEN + h.body_len,
+		    MSG_DONTWAIT | MSG_NOSIGNAL);
+	/*
+	 * Read what it sent already (its HELLO): closing with unread data
+	 * makes the client's next read fail with ECONNRESET before it sees
+	 * the reason. Bounded; its fds are closed.
+	 */
+	for (int i = 0; i < 4; i++) {
+		int fds[TD_WIRE_MAX_FDS];
+		struct td__scm_rx rx = {.fds = fds, .cap = TD_WIRE_MAX_FDS};
+
+		if (td__scm_recv(fd, buf, sizeof(buf), MSG_DONTWAIT, &rx) <= 0)
+			break;
+		td__close_fds(fds, rx.nfds);
+	}
+	close(fd);
+	if (td__ratelimit_ok(&rl, TD__LOG_INTERVAL_MS)) {
+		td__log(TD_LOG_WARN,
+			"refused a connection of pid %d uid %u: %s (%lu more "
+			"refused since the last such line)",
+			(int)cr->pid, (unsigned)cr->uid, why, rl.suppressed);
+		rl.suppressed = 0;
+	}
+}
+
 int td__peer_take_fd(struct td__daemon *d, int fd)
 {
 	struct td__peer *p = calloc(1, sizeof(*p));
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
+	char why[256];
 	int pfd = -1, rc;
 
 	if (!p) {
@@ -617,6 +743,16 @@ int td__peer_take_fd(struct td__daemon *d, int fd)
 		rc = -errno;
 		goto fail;
 	}
+	/* before anything else is made for it: 2 fds with its pidfd */
+	rc = td__tenant_check(cred.uid, TD__LIM_CONNS, 1, why, sizeof(why));
+	if (rc == 0)
+		rc = td__tenant_check(cred.uid, TD__LIM_FDS, 2, why,
+				      sizeof(why));
+	if (rc < 0) {
+		free(p);
+		refuse_conn(fd, &cred, rc, why);
+		return rc;
+	}
 	p->pid = cred.pid;
 	p->uid = cred.uid;
 	p->gid = cred.gid;
@@ -625,12 +761,15 @@ int td__peer_take_fd(struct td__daemon *d, int fd)
 	 * SO_PEERPIDFD (Linux 6.5) names the process that connected. The
 	 * fallback pidfd_open(pid) races: the client may have exited and its
 	 * pid been reused in between, and the pidfd would then name another
-	 * process. Pulls only ever use numbers that process' peer sent, and
-	 * the probe in HELLO fails if the process is not that client, so the
-	 * window cannot import foreign fds by design, but it is documented.
+	 * process. So without SO_PEERPIDFD HELLO imports by pidfd only once
+	 * the probe fd pulled through it proves to be this connection's other
+	 * end (probe_trusted).
 	 */
 	len = sizeof(pfd);
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pfd, &len) < 0) {
+	if (!d->opts.no_peerpidfd &&
+	    getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pfd, &len) == 0) {
+		p->pidfd_exact = true;
+	} else {
 		pfd = td__pidfd_open(p->pid);
 		if (pfd < 0)
 			pfd = -1;
@@ -638,9 +777,17 @@ int td__peer_take_fd(struct td__daemon *d, int fd)
 			fcntl(pfd, F_SETFD, FD_CLOEXEC);
 	}
 	p->pidfd = pfd;
-	rc = uv_poll_init(d->loop, &p->poll, fd);
-	if (rc < 0)
+	p->fds_held = pfd >= 0 ? 2 : 1;
+	rc = td__tenant_add(p->uid, TD__LIM_CONNS, 1);
+	if (rc == 0)
+		rc = td__tenant_add(p->uid, TD__LIM_FDS, p->fds_held);
+	if (rc == 0)
+		rc = uv_poll_init(d->loop, &p->poll, fd);
+	if (rc < 0) {
+		td__tenant_sub(p->uid, TD__LIM_CONNS, 1);
+		td__tenant_sub(p->uid, TD__LIM_FDS, p->fds_held);
 		goto fail;
+	}
 	p->poll.data = p;
 	td__list_add_tail(&d->peers, &p->link);
 	update_poll(p);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The access policy (--policy FILE, docs/policy.md): which uids and gids
- * may read or write which name prefixes, and per-uid byte quotas. The
+ * may read or write which name prefixes (and publish dma-bufs under
+ * them), per-uid byte quotas and per-uid limits (tenant.c). The
  * parser takes a buffer and does no I/O, so the fuzz target and the tests
  * drive it directly; every count and length it reads is bounded by a
  * TD__POLICY_MAX_* cap.
@@ -17,6 +18,14 @@
 #include <unistd.h>
 
 #define MAX_TOKENS 4
+
+/* the KEYs of limit lines (and of --uid-limit) */
+const char *const td__lim_names[TD__LIM_COUNT] = {
+	[TD__LIM_CONNS] = "conns",     [TD__LIM_FDS] = "fds",
+	[TD__LIM_LEASES] = "leases",   [TD__LIM_PINNED] = "pinned",
+	[TD__LIM_WATCHES] = "watches", [TD__LIM_WAITERS] = "waiters",
+	[TD__LIM_RINGS] = "rings",     [TD__LIM_QUEUED] = "queued",
+};
 
 struct tok {
 	const char *p;
@@ -46,6 +55,15 @@ static int parse_id(const char *p, size_t len, uint32_t *out)
 	return 0;
 }
 
+int td__policy_limit_value(int key, const char *p, size_t len,
+			   uint64_t *out)
+{
+	/* counts are plain decimal numbers: no suffix */
+	if (!td__lim_is_bytes(key) && len && strchr("KkMmGgTt", p[len - 1]))
+		return -EINVAL;
+	return td__size_parse(p, len, out);
+}
+
 /* "uid=N", "gid=N" or "any". */
 static int parse_who(const struct tok *t, uint8_t *kind, uint32_t *id)
 {
@@ -61,6 +79,60 @@ static int parse_who(const struct tok *t, uint8_t *kind, uint32_t *id)
 	else
 		return -EINVAL;
 	return parse_id(t->p + 4, t->len - 4, id);
+}
+
+/* "uid=N" only (quota and limit lines are per uid). 0 or -EINVAL. */
+static int parse_uid(const struct tok *t, uint32_t *uid)
+{
+	uint8_t kind;
+
+	if (parse_who(t, &kind, uid) < 0 || kind != TD__WHO_UID)
+		return -EINVAL;
+	return 0;
+}
+
+/* limit uid=N KEY VALUE */
+static int parse_limit(struct td__policy *pol, const struct tok *t,
+		       unsigned n, const char **why)
+{
+	struct td__limit l = {0};
+	int k;
+
+	if (n != 4) {
+		*why = "want: limit uid=N KEY VALUE";
+		return -EINVAL;
+	}
+	if (parse_uid(&t[1], &l.uid) < 0) {
+		*why = "a limit is per uid: uid=N";
+		return -EINVAL;
+	}
+	for (k = 0; k < TD__LIM_COUNT; k++)
+		if (tok_is(&t[2], td__lim_names[k]))
+			break;
+	if (k == TD__LIM_COUNT) {
+		*why = "KEY must be conns, fds, leases, pinned, "
+		       "watches, waiters, rings or queued";
+		return -EINVAL;
+	}
+	l.key = (uint32_t)k;
+	/* byte limits take suffixes; counts are plain numbers */
+	if (td__policy_limit_value(k, t[3].p, t[3].len, &l.value) < 0) {
+		*why = td__lim_is_bytes(k) ? "VALUE must be N[K|M|G|T]"
+					   : "VALUE must be a number";
+		return -EINVAL;
+	}
+	for (unsigned i = 0; i < pol->nlimits; i++)
+		if (pol->limits[i].uid == l.uid &&
+		    pol->limits[i].key == l.key) {
+			*why = "second limit of that KEY for the same uid";
+			return -EINVAL;
+		}
+	if (pol->nlimits >= TD__POLICY_MAX_LIMITS) {
+		*why = "too many limit lines";
+		return -E2BIG;
+	}
+	pol->limits[pol->nlimits++] = l;
+	return 0;
 }
 
 static int parse_line(struct td__policy *pol, const struct tok *t,
@@ -83,8 +155,10 @@ static int parse_line(struct td__policy *pol, const struct tok *t,
 			r.perm = TD__PERM_WRITE;
 		else if (tok_is(&t[2], "rw"))
 			r.perm = TD__PERM_READ | TD__PERM_WRITE;
+		else if (tok_is(&t[2], "dmabuf"))
+			r.perm = TD__PERM_DMABUF;
 		else {
-			*why = "PERM must be r, w or rw";
+			*why = "PERM must be r, w, rw or dmabuf";
 			return -EINVAL;
 		}
 		/* "*" is every name; anything else is a LIST-style prefix */
@@ -110,14 +184,12 @@ static int parse_line(struct td__policy *pol, const struct tok *t,
 	}
 	if (tok_is(&t[0], "quota")) {
 		struct td__quota q;
-		uint8_t kind;
 
 		if (n != 3) {
 			*why = "want: quota uid=N BYTES";
 			return -EINVAL;
 		}
-		if (parse_who(&t[1], &kind, &q.uid) < 0 ||
-		    kind != TD__WHO_UID) {
+		if (parse_uid(&t[1], &q.uid) < 0) {
 			*why = "a quota is per uid: uid=N";
 			return -EINVAL;
 		}
@@ -137,7 +209,9 @@ static int parse_line(struct td__policy *pol, const struct tok *t,
 		pol->quotas[pol->nquotas++] = q;
 		return 0;
 	}
-	*why = "unknown keyword (want allow or quota)";
+	if (tok_is(&t[0], "limit"))
+		return parse_limit(pol, t, n, why);
+	*why = "unknown keyword (want allow, quota or limit)";
 	return -EINVAL;
 }
 
@@ -155,7 +229,8 @@ int td__policy_parse(const char *buf, size_t len, struct td__policy *pol,
 	}
 	pol->rules = calloc(TD__POLICY_MAX_RULES, sizeof(*pol->rules));
 	pol->quotas = calloc(TD__POLICY_MAX_QUOTAS, sizeof(*pol->quotas));
-	if (!pol->rules || !pol->quotas) {
+	pol->limits = calloc(TD__POLICY_MAX_LIMITS, sizeof(*pol->limits));
+	if (!pol->rules || !pol->quotas || !pol->limits) {
 		*why = "out of memory";
 		rc = -ENOMEM;
 		goto fail;
@@ -223,6 +298,7 @@ void td__policy_fini(struct td__policy *pol)
 		return;
 	free(pol->rules);
 	free(pol->quotas);
+	free(pol->limits);
 	*pol = (struct td__policy){0};
 }
 
@@ -271,8 +347,9 @@ int td__policy_load(const char *path, struct td__policy *pol)
 	if (rc < 0)
 		td__log(TD_LOG_ERROR, "--policy %s:%u: %s", path, line, why);
 	else
-		td__log(TD_LOG_INFO, "policy %s: %u allow rules, %u quotas",
-			path, pol->nrules, pol->nquotas);
+		td__log(TD_LOG_INFO,
+			"policy %s: %u allow rules, %u quotas, %u limits",
+			path, pol->nrules, pol->nquotas, pol->nlimits);
 out:
 	free(buf);
 	close(fd);
@@ -328,4 +405,16 @@ uint64_t td__policy_quota(const struct td__policy *pol, uid_t uid,
 		if (pol->quotas[i].uid == (uint32_t)uid)
 			return pol->quotas[i].bytes;
 	return dflt;
+}
+
+bool td__policy_limit(const struct td__policy *pol, uid_t uid,
+		      enum td__lim key, uint64_t *v)
+{
+	for (unsigned i = 0; pol && i < pol->nlimits; i++)
+		if (pol->limits[i].uid == (uint32_t)uid &&
+		    pol->limits[i].key == (uint32_t)key) {
+			*v = pol->limits[i].value;
+			return true;
+		}
+	return false;
 }

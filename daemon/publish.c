@@ -110,6 +110,7 @@ static int pub_check_blob(struct pub *x)
 static int pub_take_fds(struct pub *x, int *fds, unsigned nfds)
 {
 	struct td__peer *p = x->p;
+	bool pulled = false;
 
 	for (uint32_t i = 0; i < x->ntab; i++) {
 		if (x->alloc && i < x->alloc->count) {
@@ -155,6 +156,73 @@ static int pub_take_fds(struct pub *x, int *fds, unsigned nfds)
 					i, x->m.fds[i], strerror(-rc));
 		}
 		x->own[i] = true;
+		pulled = true;
+	}
+	/*
+	 * After the pulls, before anything uses what was pulled: a process
+	 * that changed credentials (a setuid exec) in between is seen here
+	 * (cred.c). Such a connection imports by SCM_RIGHTS from then on.
+	 */
+	if (pulled && td__peer_pull_check(p, x->why, sizeof(x->why)) < 0) {
+		static struct td__ratelimit rl;
+		char why[sizeof(x->why)];
+
+		memcpy(why, x->why, sizeof(why));
+		p->import_in = TD_IMPORT_SCM;
+		if (td__ratelimit_ok(&rl, TD__LOG_INTERVAL_MS)) {
+			td__log(TD_LOG_WARN,
+				"peer pid %d uid %u: pidfd import refused: "
+				"%s (%lu more since the last such line)",
+				(int)p->pid, (unsigned)p->uid, why,
+				rl.suppressed);
+			rl.suppressed = 0;
+		}
+		return pub_fail(x, -EPERM,
+				"pidfd import refused: %s; attach the fds "
+				"(SCM_RIGHTS)",
+				why);
+	}
+	return 0;
+}
+
+/*
+ * Step 5b: what the uid may hold. dma-buf planes need the policy's
+ * dmabuf permission (a dma-buf cannot be handed out read-only, see
+ * docs/reliability.md); every descriptor the version keeps counts
+ * against the uid's fds limit.
+ */
+static int pub_check_tenant(struct pub *x)
+{
+	struct td__peer *p = x->p;
+	unsigned n = 0;
+	bool dmabuf = false;
+	int rc;
+
+	for (uint32_t i = 0; i < x->ntab; i++) {
+		bool recyc = x->alloc && x->alloc->recycle &&
+			     i < x->alloc->count;
+
+		n += x->own[i];
+		/* a recyclable plane keeps a read-only reopen besides */
+		n += recyc && x->alloc->fds[i].ro < 0 && x->is_plane[i];
+		dmabuf = dmabuf || (x->is_plane[i] &&
+				    x->info[i].type == TD__PLANE_DMABUF);
+	}
+	if (dmabuf &&
+	    !td__access_may(p, TD__PERM_DMABUF, x->m.name.ptr, x->m.name.len))
+		return pub_fail(x, -EACCES,
+				"uid %u may not publish dma-buf planes as "
+				"\"%.*s\" (policy %s: allow ... dmabuf): "
+				"consumers could write into them",
+				(unsigned)p->uid, (int)x->m.name.len,
+				x->m.name.ptr, td__d->opts.policy_path);
+	rc = td__tenant_check(p->uid, TD__LIM_FDS, n, x->why,
+			      sizeof(x->why));
+	if (rc < 0) {
+		char why[sizeof(x->why)];
+
+		memcpy(why, x->why, sizeof(why));
+		return pub_fail(x, rc, "PUBLISH: %s", why);
 	}
 	return 0;
 }
@@ -398,7 +466,7 @@ static void pub_move_fds(struct pub *x, struct td__version *ver)
 			td__vfd_move(&ver->fds[i], &x->alloc->fds[i]);
 		} else {
 			td__vfd_set(s, &ver->fds[i], x->tab[i],
-				    x->is_plane[i]);
+				    x->is_plane[i], x->p->uid);
 			x->own[i] = false;
 		}
 		/* consumers get the read-only description (same inode) */
@@ -406,6 +474,7 @@ static void pub_move_fds(struct pub *x, struct td__version *ver)
 			/* and the writable one stays */
 			ver->fds[i].ro = x->ro[i];
 			x->ro[i] = -1;
+			td__tenant_add(x->p->uid, TD__LIM_FDS, 1);
 		} else if (x->ro[i] >= 0) {
 			close(ver->fds[i].fd);
 			ver->fds[i].fd = x->ro[i];
@@ -454,8 +523,10 @@ static void pub_commit(struct pub *x, struct td__version *ver)
 	td__store_changed();
 	td__list_add_tail(&s->versions, &ver->all);
 	old = td__name_set(s, ver);
-	if (old)
+	if (old) {
+		td__version_retire(s, old);
 		td__version_unref(s, old);
+	}
 	td__log(TD_LOG_DEBUG, "published %.*s version %llu (%u fds)",
 		(int)ver->name_len, ver->name,
 		(unsigned long long)ver->number, ver->nfds);
@@ -500,7 +571,8 @@ void td__publish(struct td__peer *p, const struct td__req *rq)
 	for (uint32_t i = 0; i < TD__TABLE_MAX; i++)
 		x.tab[i] = x.ro[i] = -1;
 	if (pub_request(&x, rq, rq->nfds) < 0 || pub_check_blob(&x) < 0 ||
-	    pub_take_fds(&x, rq->fds, rq->nfds) < 0 || pub_check_fds(&x) < 0)
+	    pub_take_fds(&x, rq->fds, rq->nfds) < 0 || pub_check_fds(&x) < 0 ||
+	    pub_check_tenant(&x) < 0)
 		goto out;
 	old = td__name_lookup(s, x.m.name);
 	if (pub_room(&x, old) < 0 || pub_seal(&x) < 0)
@@ -579,7 +651,7 @@ static void restore_commit(struct pub *x, const struct td_state_entry *ent,
 	for (uint32_t i = 0; i < x->ntab; i++) {
 		struct td__vfd *f = &ver->fds[i];
 
-		td__vfd_set(s, f, x->tab[i], x->is_plane[i]);
+		td__vfd_set(s, f, x->tab[i], x->is_plane[i], 0);
 		x->own[i] = false;
 		/* id 0: not from the fd store (a snapshot): store it now */
 		if (!ent->fd_ids[i])

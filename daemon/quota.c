@@ -47,7 +47,7 @@ int td__acct_add(struct td__store *s, uid_t uid, uint64_t n)
 			s->uids_cap = cap;
 		}
 		u = &s->uids[s->nuids++];
-		*u = (struct td__uidacct){uid, 0};
+		*u = (struct td__uidacct){uid, 0, 0};
 	}
 	u->bytes += n;
 	s->total += n;
@@ -56,9 +56,14 @@ int td__acct_add(struct td__store *s, uid_t uid, uint64_t n)
 
 void td__acct_sub(struct td__store *s, uid_t uid, uint64_t n)
 {
+	s->total -= n;
+	td__acct_sub_uid(s, uid, n);
+}
+
+void td__acct_sub_uid(struct td__store *s, uid_t uid, uint64_t n)
+{
 	struct td__uidacct *u = uid_find(s, uid);
 
-	s->total -= n;
 	if (!u)
 		return;
 	/* clamped: a version charged to the total only (restore) */
@@ -71,13 +76,50 @@ bool td__acct_fits(const struct td__store *s, uid_t uid, uint64_t n)
 {
 	const struct td__daemon *d = s->d;
 	uint64_t max = d->opts.max_bytes, t = s->total;
-	uint64_t qmax = td__policy_quota(d->policy, uid,
-					 d->opts.uid_max_bytes);
+	uint64_t qmax = td__tenant_quota(uid);
 	uint64_t mine = td__acct_bytes(s, uid);
 
 	return !(max && (t + n < t || t + n > max)) &&
 	       !(qmax && (mine + n < mine || mine + n > qmax));
 }
+/*
+ * Fairness when --max-bytes is short (docs/policy.md §4): an allocation
+ * by uid evicts its own versions, or those of uids holding more than a
+ * fair share, max_bytes / the number of uids holding bytes.
+ */
+bool td__acct_evictable(const struct td__store *s, uid_t owner, uid_t uid,
+			bool over_uid, uint64_t fair)
+{
+	const struct td__uidacct *u;
+
+	if (owner == uid)
+		return true;
+	if (over_uid)
+		return false;
+	u = uid_find(s, owner);
+	return u && u->bytes > u->picked + fair;
+}
+
+void td__acct_pick(struct td__store *s, uid_t owner, uint64_t n)
+{
+	struct td__uidacct *u = uid_find(s, owner);
+
+	if (u)
+		u->picked += n;
+}
+
+void td__acct_unpick_all(struct td__store *s)
+{
+	for (size_t i = 0; i < s->nuids; i++)
+		s->uids[i].picked = 0;
+}
+
+uint64_t td__acct_fair_share(const struct td__store *s, uid_t uid)
+{
+	return s->d->opts.max_bytes /
+	       (uint64_t)(s->nuids + (uid_find(s, uid) ? 0 : 1));
+}
+
 bool td__acct_over_max(const struct td__store *s, uint64_t add,
 		       uint64_t freed)
 {

@@ -36,6 +36,8 @@
 #endif
 
 #define MAX_RINGS TD__MAX_RINGS
+/* descriptors a ring holds: hdr_rw, hdr_ro, rd_rw, data_rw, data_ro */
+#define RING_FDS 5
 #define MAX_RINGS_PER_PEER 16 /* rings one connection produces */
 #define MAX_SUBS_PER_PEER 64  /* subscriptions of one connection */
 
@@ -62,6 +64,7 @@ struct ring {
 	unsigned subs;
 	uid_t uid;     /* the producer's, charged with acct */
 	uint64_t acct; /* bytes counted against --max-bytes and the quota */
+	bool counted;  /* one ring and RING_FDS fds counted for uid */
 	struct row_owner rows[TD_RING_MAX_READERS];
 	/* GET leases (store leases) per slot: the daemon's own count, which
 	 * it stores into hdr->slots[].leases; a ring lives while any exists */
@@ -194,6 +197,10 @@ static void ring_free(struct ring *r)
 	td__list_del(&r->link);
 	ring_count--;
 	td__store_uncharge(r->uid, r->acct);
+	if (r->counted) {
+		td__tenant_sub(r->uid, TD__LIM_RINGS, 1);
+		td__tenant_sub(r->uid, TD__LIM_FDS, RING_FDS);
+	}
 	if (r->hdr)
 		munmap(r->hdr, TD_RING_HDR_LEN);
 	if (r->rd)
@@ -336,6 +343,7 @@ void td__ring_create(struct td__peer *p, const struct td__req *rq)
 	struct td_err e = {0};
 	struct ring *r;
 	const char *why = NULL;
+	char lim[256];
 	unsigned subs;
 	int rc = td_wire_ring_create_req_decode(rq->body, h->body_len, &m, &e);
 
@@ -370,6 +378,17 @@ void td__ring_create(struct td__peer *p, const struct td__req *rq)
 			       MAX_RINGS_PER_PEER, MAX_RINGS);
 		return;
 	}
+	/* the uid's rings and the five memfd descriptors of this one */
+	rc = td__tenant_check(p->uid, TD__LIM_RINGS, 1, lim, sizeof(lim));
+	if (rc == 0)
+		rc = td__tenant_check(p->uid, TD__LIM_FDS, RING_FDS, lim,
+				      sizeof(lim));
+	if (rc < 0) {
+		td__peer_error(p, h->opcode, h->request_id, rc,
+			       "RING_CREATE \"%.*s\": %s", (int)m.name.len,
+			       m.name.ptr, lim);
+		return;
+	}
 	r = calloc(1, sizeof(*r));
 	if (!r) {
 		td__peer_nomem(p, h);
@@ -399,6 +418,15 @@ void td__ring_create(struct td__peer *p, const struct td__req *rq)
 		}
 		r->uid = p->uid;
 		r->acct = bytes;
+		if (td__tenant_add(p->uid, TD__LIM_RINGS, 1) < 0 ||
+		    td__tenant_add(p->uid, TD__LIM_FDS, RING_FDS) < 0) {
+			td__tenant_sub(p->uid, TD__LIM_RINGS, 1);
+			ring_free(r);
+			td__peer_error(p, h->opcode, h->request_id, -ENOMEM,
+				       "out of memory");
+			return;
+		}
+		r->counted = true;
 		rc = ring_build(r, m.flags & TD_WIRE_RING_HUGE, &why);
 	}
 	if (rc < 0) {
@@ -897,7 +925,16 @@ static int lease_if(struct td__peer *p, uint16_t op, uint64_t request_id,
 				       "too many leases on this connection "
 				       "(max %d)",
 				       TD__MAX_LEASES);
-		else
+		else if (rc == -EDQUOT) {
+			/* the reason is in td__d->reason, which the reply
+			 * is formatted into: copy it out first */
+			char why[256];
+
+			snprintf(why, sizeof(why), "%.255s", td__d->reason);
+			td__peer_error(p, op, request_id, rc,
+				       "GET of ring \"%.*s\": %s",
+				       (int)r->name_len, r->name, why);
+		} else
 			td__peer_error(p, op, request_id, rc, "out of memory");
 		return 1;
 	}

@@ -24,7 +24,55 @@ struct td__server {
 	bool bound;   /* we created the socket file (remove it on stop) */
 	bool polling; /* poll is initialised (close through libuv) */
 	struct sockaddr_un sa;
+	/*
+	 * Out of descriptors (EMFILE/ENFILE) or memory at accept: the
+	 * listening socket stays readable, so polling it would spin. It is
+	 * not polled for backoff_ms (doubling up to BACKOFF_MAX_MS while it
+	 * keeps failing), and the failure is logged once per interval.
+	 */
+	uv_timer_t backoff;
+	bool backoff_ready;
+	unsigned backoff_ms;
+	struct td__ratelimit rl;
+	uint64_t accepts, refused, backoffs; /* logged at stop */
+	unsigned closing; /* handles whose close callback is due */
 };
+
+#define BACKOFF_MIN_MS 50
+#define BACKOFF_MAX_MS 1000
+
+static void on_accept(uv_poll_t *h, int status, int events);
+
+static void on_backoff(uv_timer_t *t)
+{
+	struct td__server *s = t->data;
+
+	uv_poll_start(&s->poll, UV_READABLE, on_accept);
+}
+
+/* Stop polling the listening socket for a while after err. */
+static void back_off(struct td__daemon *d, struct td__server *s, int err)
+{
+	s->backoffs++;
+	if (!s->backoff_ready) {
+		uv_timer_init(d->loop, &s->backoff);
+		s->backoff.data = s;
+		s->backoff_ready = true;
+	}
+	if (td__ratelimit_ok(&s->rl, TD__LOG_INTERVAL_MS)) {
+		td__log(TD_LOG_WARN,
+			"accept4: %s: not accepting for %u ms (%lu more such "
+			"pauses since the last line; clients hold %llu fds)",
+			strerror(err), s->backoff_ms, s->rl.suppressed,
+			(unsigned long long)td__tenant_fds());
+		s->rl.suppressed = 0;
+	}
+	uv_poll_stop(&s->poll);
+	uv_timer_start(&s->backoff, on_backoff, s->backoff_ms, 0);
+	s->backoff_ms = s->backoff_ms * 2 > BACKOFF_MAX_MS
+				? BACKOFF_MAX_MS
+				: s->backoff_ms * 2;
+}
 
 static void on_accept(uv_poll_t *h, int status, int events)
 {
@@ -41,16 +89,25 @@ static void on_accept(uv_poll_t *h, int status, int events)
 		int fd = accept4(s->fd, NULL, NULL,
 				 SOCK_CLOEXEC | SOCK_NONBLOCK);
 
+		s->accepts++;
 		if (fd < 0) {
-			if (errno == EINTR || errno == ECONNABORTED)
+			int e = errno;
+
+			if (e == EINTR || e == ECONNABORTED)
 				continue;
-			if (errno != EAGAIN)
+			if (e == EMFILE || e == ENFILE || e == ENOBUFS ||
+			    e == ENOMEM) {
+				back_off(d, s, e);
+				return;
+			}
+			if (e != EAGAIN)
 				td__log(TD_LOG_WARN, "accept4: %s",
-					strerror(errno));
+					strerror(e));
 			return;
 		}
+		s->backoff_ms = BACKOFF_MIN_MS;
 		if (td__peer_take_fd(d, fd) < 0)
-			td__log(TD_LOG_WARN, "cannot set up a connection");
+			s->refused++; /* logged there, rate-limited */
 	}
 	(void)events;
 }
@@ -128,6 +185,7 @@ int td__server_start(struct td__daemon *d)
 	if (!s)
 		return -ENOMEM;
 	s->fd = -1;
+	s->backoff_ms = BACKOFF_MIN_MS;
 	d->server = s;
 	rc = td__sd_take_listen_fd();
 	if (rc >= 0)
@@ -204,8 +262,11 @@ int td__server_start(struct td__daemon *d)
 
 static void on_closed(uv_handle_t *h)
 {
-	struct td__server *s = td__container_of(h, struct td__server, poll);
+	struct td__server *s = h->data;
 
+	/* the last of the (one or two) handles frees the server */
+	if (--s->closing)
+		return;
 	close(s->fd);
 	free(s);
 }
@@ -219,8 +280,17 @@ void td__server_stop(struct td__daemon *d)
 	d->server = NULL;
 	if (s->bound)
 		unlink(s->sa.sun_path);
+	td__log(TD_LOG_INFO,
+		"accept4 calls %llu, connections refused for limits %llu, "
+		"pauses for lack of descriptors %llu",
+		(unsigned long long)s->accepts, (unsigned long long)s->refused,
+		(unsigned long long)s->backoffs);
 	if (s->polling) {
+		s->poll.data = s;
+		s->closing = s->backoff_ready ? 2 : 1;
 		uv_close((uv_handle_t *)&s->poll, on_closed);
+		if (s->backoff_ready)
+			uv_close((uv_handle_t *)&s->backoff, on_closed);
 		return;
 	}
 	if (s->fd >= 0)

@@ -10,6 +10,7 @@
 #include "snapshot.h" /* td__store_snap_hold */
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -90,8 +91,10 @@ void *td__spare_new(struct td__spares *sp, size_t size, size_t off)
 
 void td__spare_put(struct td__spares *sp, void *r, size_t off)
 {
-	if (!spare_keep(sp, (struct td__list *)(void *)((char *)r + off)))
+	if (!spare_keep(sp, (struct td__list *)(void *)((char *)r + off))) {
 		free(r);
+		td__d->store->freed++;
+	}
 }
 
 static void spares_fini(struct td__spares *sp, size_t off)
@@ -134,8 +137,10 @@ struct td__version *td__version_new(struct td__store *s, size_t data_len)
 
 void td__version_put(struct td__store *s, struct td__version *v)
 {
-	if (!spare_keep(&s->spare_versions, &v->all))
+	if (!spare_keep(&s->spare_versions, &v->all)) {
 		free(v);
+		s->freed++;
+	}
 }
 /* ---- buffer ids and the descriptors of versions ---- */
 
@@ -172,12 +177,15 @@ static void buf_unref(struct td__store *s, dev_t dev, ino_t ino)
 }
 
 /* Take ownership of fd as a stored plane (tracked) or fence. */
-void td__vfd_set(struct td__store *s, struct td__vfd *f, int fd, bool plane)
+void td__vfd_set(struct td__store *s, struct td__vfd *f, int fd, bool plane,
+		 uid_t uid)
 {
 	struct stat st;
 
 	f->fd = fd;
 	f->ro = -1;
+	f->uid = uid;
+	td__tenant_add(uid, TD__LIM_FDS, 1);
 	f->size = 0;
 	f->tracked = false;
 	if (plane && fstat(fd, &st) == 0) {
@@ -193,11 +201,14 @@ void td__vfd_set(struct td__store *s, struct td__vfd *f, int fd, bool plane)
 
 void td__vfd_close(struct td__store *s, struct td__vfd *f)
 {
-	if (f->ro >= 0)
+	if (f->ro >= 0) {
 		close(f->ro);
+		td__tenant_sub(f->uid, TD__LIM_FDS, 1);
+	}
 	f->ro = -1;
 	if (f->fd < 0)
 		return;
+	td__tenant_sub(f->uid, TD__LIM_FDS, 1);
 	if (f->tracked)
 		buf_unref(s, f->dev, f->ino);
 	if (f->sid)
@@ -280,7 +291,10 @@ void td__version_unref(struct td__store *s, struct td__version *v)
 	for (uint32_t i = 0; i < v->nfds; i++)
 		if (v->fds[i].ro < 0)
 			td__vfd_close(s, &v->fds[i]);
-	td__acct_sub(s, v->uid, v->acct);
+	if (v->unowned)
+		s->total -= v->acct; /* uid's count let go at retire */
+	else
+		td__acct_sub(s, v->uid, v->acct);
 	for (uint32_t i = 0; i < v->nfds; i++)
 		if (v->fds[i].fd >= 0)
 			td__freebuf_keep(s, v->owner, v->uid, &v->fds[i]);
@@ -288,6 +302,15 @@ void td__version_unref(struct td__store *s, struct td__version *v)
 	td__log(TD_LOG_DEBUG, "freed %.*s version %llu", (int)v->name_len,
 		v->name, (unsigned long long)v->number);
 	td__version_put(s, v);
+}
+
+void td__version_retire(struct td__store *s, struct td__version *v)
+{
+	if (v->lease_count && v->foreign_leases == v->lease_count &&
+	    !v->unowned) {
+		td__acct_sub_uid(s, v->uid, v->acct);
+		v->unowned = true;
+	}
 }
 
 int td__name_cmp(const char *a, size_t alen, const char *b, size_t blen)
@@ -437,7 +460,9 @@ void td__name_remove(struct td__store *s, const struct td__version *v)
  * quota. `old` is the version a PUBLISH replaces: it goes anyway, so its
  * bytes count as free when nobody leases it, and it is never picked.
  * Otherwise the least recently used versions that nobody leases and
- * nobody pinned are evicted (only uid's own when uid's quota is short) -
+ * nobody pinned are evicted: only uid's own when uid's quota is short;
+ * for --max-bytes also those of uids above a fair share of it, until
+ * they are down to it (td__acct_evictable, docs/policy.md §4) -
  * with `dry` only picked and unpicked, so a PUBLISH can check before it
  * seals and evict after. 0, or -ENOSPC/-EDQUOT with *why filled.
  */
@@ -447,15 +472,18 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 {
 	struct td__daemon *d = s->d;
 	uint64_t max = d->opts.max_bytes;
-	uint64_t qmax = td__policy_quota(d->policy, uid,
-					 d->opts.uid_max_bytes);
+	uint64_t qmax = td__tenant_quota(uid);
 	uint64_t total = s->total, mine = td__acct_bytes(s, uid);
+	uint64_t fair = td__acct_fair_share(s, uid);
 	int rc = 0;
 
 	if (old && old->refs == 1) {
 		total -= old->acct;
 		if (old->uid == uid)
 			mine -= old->acct;
+	} else if (old && old->uid == uid && !old->unowned &&
+		   old->foreign_leases == old->lease_count) {
+		mine -= old->acct; /* it leaves uid's count (retire) */
 	}
 	for (;;) {
 		bool over_total = max && (total + add < total ||
@@ -473,7 +501,8 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 			struct td__freebuf *f =
 				td__container_of(l, struct td__freebuf, slink);
 
-			if (!f->evict && (!over_uid || f->uid == uid))
+			if (!f->evict && td__acct_evictable(s, f->uid, uid,
+							    over_uid, fair))
 				fb = f;
 		}
 		if (fb) {
@@ -481,6 +510,7 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 			total -= fb->f.size;
 			if (fb->uid == uid)
 				mine -= fb->f.size;
+			td__acct_pick(s, fb->uid, fb->f.size);
 			continue;
 		}
 		for (size_t i = 0; i < s->count; i++) {
@@ -488,7 +518,8 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 
 			if (v == old || v->evict || v->refs != 1 ||
 			    (v->flags & TD_WIRE_PUB_PIN) ||
-			    (over_uid && v->uid != uid))
+			    !td__acct_evictable(s, v->uid, uid, over_uid,
+						fair))
 				continue;
 			if (!lru || v->used < lru->used)
 				lru = v;
@@ -503,7 +534,9 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 		total -= lru->acct;
 		if (lru->uid == uid)
 			mine -= lru->acct;
+		td__acct_pick(s, lru->uid, lru->acct);
 	}
+	td__acct_unpick_all(s);
 	/* unpick (dry, or failed: evict nothing) or evict what was picked */
 	for (struct td__list *l = s->freebufs.next, *n; l != &s->freebufs;
 	     l = n) {
@@ -642,6 +675,53 @@ void td__store_free(struct td__daemon *d)
 	s->count = 0;
 	d->store = NULL;
 	uv_close((uv_handle_t *)&s->timer, on_timer_closed);
+}
+
+/*
+ * Memory goes back after a burst (issue 18): once TRIM_RECORDS records
+ * beyond the spare lists were freed (leases, versions, watches, parked
+ * GETs, whole connections), the lease spares go down to TRIM_KEEP_LEASES
+ * (a burst spreads them over the heap, each pinning a page), the name
+ * and buffer tables shrink to fit and malloc_trim() hands free heap pages
+ * back to the system. A warm handoff frees nothing, so it never gets
+ * here.
+ */
+#define TRIM_RECORDS 256
+#define TRIM_KEEP_LEASES 64
+
+static void *shrink(void *a, size_t count, size_t *cap, size_t size)
+{
+	void *n;
+
+	if (*cap <= 64 || count >= *cap / 4)
+		return a;
+	n = realloc(a, (*cap / 2) * size);
+	if (!n)
+		return a;
+	*cap /= 2;
+	return n;
+}
+
+void td__store_trim(unsigned more)
+{
+	struct td__store *s = td__d->store;
+
+	if (!s)
+		return;
+	s->freed += more;
+	if (s->freed < TRIM_RECORDS)
+		return;
+	s->freed = 0;
+	while (s->n_free_leases > TRIM_KEEP_LEASES) {
+		struct td__list *l = s->free_leases.prev;
+
+		td__list_del(l);
+		s->n_free_leases--;
+		free(td__container_of(l, struct td__lease, link));
+	}
+	s->names = shrink(s->names, s->count, &s->cap, sizeof(*s->names));
+	s->bufs = shrink(s->bufs, s->nbufs, &s->bufs_cap, sizeof(*s->bufs));
+	malloc_trim(0);
 }
 
 /* ---- persistence (sd.h, fdstore.c) ---- */

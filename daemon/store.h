@@ -51,6 +51,7 @@ struct td__vfd {
 	dev_t dev;
 	ino_t ino;
 	uint64_t sid; /* systemd fd-store id (fdstore.c), 0 = not stored */
+	uid_t uid;    /* whose descriptors fd and ro are (tenant.c) */
 };
 
 struct td__version {
@@ -58,6 +59,13 @@ struct td__version {
 	uint64_t number;
 	unsigned refs; /* 1 while current + 1 per lease */
 	uint32_t lease_count;
+	uint32_t foreign_leases; /* of them, held by uids other than uid */
+	/*
+	 * Retired while only other uids held it leased: its bytes left
+	 * uid's quota (they count as those readers' pinned bytes) and stay
+	 * in --max-bytes only.
+	 */
+	bool unowned;
 	uint32_t flags;
 	uint32_t dtype, ndim;
 	uint64_t shape[TD_WIRE_MAX_DIMS];
@@ -86,6 +94,7 @@ struct td__version {
 struct td__lease {
 	struct td__list link; /* peer->leases */
 	uint64_t id;
+	uint64_t pinned; /* bytes counted as the holder's pinned (tenant.c) */
 	struct td__version *v;     /* NULL for a lease on a ring slot: */
 	struct td__ring *ring; /* ring.c holds the slot (td__ring_unlease) */
 	uint32_t slot;
@@ -154,6 +163,7 @@ struct td__spares {
 struct td__uidacct {
 	uid_t uid;
 	uint64_t bytes;
+	uint64_t picked; /* td__store_make_room(): bytes of it picked */
 };
 
 
@@ -192,6 +202,7 @@ struct td__store {
 	 */
 	struct td__list versions;
 	struct td__list freebufs; /* struct td__freebuf.slink, oldest first */
+	uint64_t freed; /* records given back to malloc since the last trim */
 };
 
 /* ---- store.c ---- */
@@ -221,8 +232,10 @@ struct td__version *td__version_retired(struct td__store *s,
 					struct td_wire_str n,
 					uint64_t number);
 
-/* Take ownership of fd as a stored plane (tracked) or fence. */
-void td__vfd_set(struct td__store *s, struct td__vfd *f, int fd, bool plane);
+/* Take ownership of fd as a stored plane (tracked) or fence, one of
+ * uid's descriptors (tenant.c). */
+void td__vfd_set(struct td__store *s, struct td__vfd *f, int fd, bool plane,
+		 uid_t uid);
 void td__vfd_close(struct td__store *s, struct td__vfd *f);
 /* Move src (its fds, its buffer-table reference) into dst. */
 void td__vfd_move(struct td__vfd *dst, struct td__vfd *src);
@@ -251,6 +264,12 @@ struct td__version *td__name_set(struct td__store *s,
 				 struct td__version *v);
 /* v is no longer current (DELETE, eviction); its reference stays. */
 void td__name_remove(struct td__store *s, const struct td__version *v);
+/*
+ * v leaves its name (replaced or deleted; before its reference is
+ * dropped). When only other uids hold it leased, its bytes stop counting
+ * against its publisher's quota: they are those readers' pinned bytes.
+ */
+void td__version_retire(struct td__store *s, struct td__version *v);
 
 /* Tell the watchers of v's name (TD_EVENT_*). */
 void td__notify(struct td__store *s, uint32_t event,
@@ -274,6 +293,20 @@ uint64_t td__acct_bytes(const struct td__store *s, uid_t uid);
 /* Charge n bytes to uid and the total. -ENOMEM leaves both unchanged. */
 int td__acct_add(struct td__store *s, uid_t uid, uint64_t n);
 void td__acct_sub(struct td__store *s, uid_t uid, uint64_t n);
+/* Take n off uid's count only (the total keeps them). */
+void td__acct_sub_uid(struct td__store *s, uid_t uid, uint64_t n);
+/*
+ * May an allocation by uid evict what owner holds? Its own, always;
+ * another uid's only for --max-bytes (not for uid's quota), and only
+ * while that uid holds more than fair (less what is picked of it).
+ */
+bool td__acct_evictable(const struct td__store *s, uid_t owner, uid_t uid,
+			bool over_uid, uint64_t fair);
+/* n bytes of owner picked for eviction; td__acct_unpick_all() after. */
+void td__acct_pick(struct td__store *s, uid_t owner, uint64_t n);
+void td__acct_unpick_all(struct td__store *s);
+/* --max-bytes / the uids holding bytes (uid counted if it holds none). */
+uint64_t td__acct_fair_share(const struct td__store *s, uid_t uid);
 /* Would n more bytes charged to uid fit --max-bytes and uid's quota? */
 bool td__acct_fits(const struct td__store *s, uid_t uid, uint64_t n);
 /* Would add more bytes (freed fewer) pass --max-bytes? */

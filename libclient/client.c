@@ -360,6 +360,35 @@ int td__send(struct td_client *c, uint16_t op, size_t body_len)
 	return rc < 0 ? rc : msg_send(c, op, ++c->next_id, body_len, NULL, 0);
 }
 
+/*
+ * A connection the daemon refused at accept (a per-uid limit, or its
+ * descriptor reserve) gets one error reply with request_id 0, then the
+ * hang-up. Is that in rep (just received)?
+ */
+static bool refusal(const struct td__msg *rep)
+{
+	return (rep->hdr.flags & TD_WIRE_F_REPLY) &&
+	       rep->hdr.request_id == 0 && rep->hdr.status < 0;
+}
+
+/* After a failed send: the refusal the daemon left before hanging up. */
+static int pending_refusal(struct td_client *c, struct td__msg *rep)
+{
+	struct td__scm_rx rx = {.fds = rep->fds, .cap = TD_WIRE_MAX_FDS};
+	ssize_t n = td__scm_recv(c->sock, c->rbuf, TD_WIRE_MAX_MSG,
+				 MSG_DONTWAIT, &rx);
+
+	rep->nfds = n < 0 ? 0 : rx.nfds;
+	td__msg_close_fds(rep);
+	if (n < TD_WIRE_HDR_LEN ||
+	    td_wire_hdr_decode(c->rbuf, (size_t)n, &rep->hdr, NULL) < 0 ||
+	    !refusal(rep))
+		return -1;
+	rep->body = c->rbuf + TD_WIRE_HDR_LEN;
+	rep->body_len = rep->hdr.body_len;
+	return 0;
+}
+
 int td__call(struct td_client *c, uint16_t op, size_t body_len,
 	     const int *fds, unsigned nfds, struct td__msg *rep,
 	     struct td_error *err)
@@ -381,6 +410,8 @@ int td__call_paced(struct td_client *c, uint16_t op, size_t body_len,
 		return rc;
 	id = ++c->next_id;
 	rc = msg_send(c, op, id, body_len, fds, nfds);
+	if (rc < 0 && pending_refusal(c, rep) == 0)
+		return reply_error(rep, rep->hdr.status, err);
 	if (rc < 0)
 		return td__fail(err, rc, "send %s: %s", td_wire_op_name(op),
 				strerror(-rc));
@@ -388,11 +419,18 @@ int td__call_paced(struct td_client *c, uint16_t op, size_t body_len,
 		reply_poll(c, pace, &plan);
 	for (;;) {
 		rc = msg_recv(c, rep);
+		/*
+		 * A daemon that closes a socket with our request unread makes
+		 * the first read fail (ECONNRESET) before the datagram it
+		 * left: read that one too.
+		 */
+		if (rc == -ECONNRESET && pending_refusal(c, rep) == 0)
+			return reply_error(rep, rep->hdr.status, err);
 		if (rc < 0)
 			return td__fail(err, rc, "receive %s reply: %s",
 					td_wire_op_name(op), strerror(-rc));
 		if ((rep->hdr.flags & TD_WIRE_F_REPLY) &&
-		    rep->hdr.request_id == id)
+		    (rep->hdr.request_id == id || refusal(rep)))
 			break;
 		msg_aside(c, rep);
 	}
@@ -618,6 +656,7 @@ static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 			c->path_out = TD_IMPORT_PIDFD;
 		}
 	}
+	c->pidfd_forced = pref == TD_IMPORT_PIDFD;
 	if (pref == TD_IMPORT_PIDFD &&
 	    (c->path_out != TD_IMPORT_PIDFD || c->path_in != TD_IMPORT_PIDFD))
 		return td__fail(err, -EPERM,

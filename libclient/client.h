@@ -71,6 +71,7 @@ struct td_client {
 	int dead;             /* sticky -errno after a framing violation */
 	int daemon_pidfd;     /* -1 when none */
 	uint32_t path_in;     /* enum td_import */
+	bool pidfd_forced;    /* TENSORD_IMPORT=pidfd: never fall back */
 	uint32_t path_out;
 	/* hello.features: TD_WIRE_FEAT_* this daemon serves (td__has) */
 	struct td_wire_hello_rep hello;

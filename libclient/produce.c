@@ -709,6 +709,18 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 			      ? pt.ntab
 			      : 0,
 		      &m, err);
+	/*
+	 * The daemon refuses to pull (-EPERM) when this process no longer
+	 * has the credentials it connected with (a setuid exec, setresuid)
+	 * or the kernel says no: send the same request with the fds
+	 * attached, and attach them from now on (it switched too).
+	 */
+	if (rc == -EPERM && c->path_in == TD_IMPORT_PIDFD &&
+	    !c->pidfd_forced) {
+		c->path_in = TD_IMPORT_SCM;
+		rc = td__call(c, TD_OP_PUBLISH, (size_t)n, pt.tab, pt.ntab, &m,
+			      err);
+	}
 	if (rc < 0)
 		goto out;
 	rc = td_wire_publish_rep_decode(m.body, m.body_len, &rep, NULL);

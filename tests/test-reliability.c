@@ -73,16 +73,7 @@ static bool root(void)
 
 static bool log_has(const char *needle)
 {
-	size_t len;
-	uint8_t *buf = tu_try_read_file(D.log, &len);
-	bool found;
-
-	if (!buf)
-		return false;
-	buf[len] = 0;
-	found = strstr((char *)buf, needle) != NULL;
-	free(buf);
-	return found;
+	return tdc_log_count(&D, needle) > 0;
 }
 
 /* ---- client helpers (work in forked children too: no cr_assert) ---- */
@@ -898,6 +889,47 @@ Test(reliability, the_policy_parser_reads_rules_quotas_and_comments)
 	td__policy_fini(&pol); /* idempotent */
 }
 
+Test(reliability, the_policy_parser_reads_limits_and_the_dmabuf_permission)
+{
+	struct td__policy pol;
+	const char *why = NULL;
+	unsigned line;
+	uint64_t v = 0;
+	struct td__cred u1001 = {1001, 1001, NULL, 0};
+	struct td__cred u7 = {7, 7, NULL, 0};
+
+	cr_assert_eq(parse("allow uid=1001 rw cam/\n"
+			   "allow uid=1001 dmabuf cam/gpu/\n"
+			   "limit uid=7 conns 4\n"
+			   "limit uid=7 fds 100   # planes too\n"
+			   "limit uid=7 pinned 64M\n"
+			   "limit uid=7 queued 1k\n"
+			   "limit uid=1001 leases 0\n",
+			   &pol, &line, &why),
+		     0, "line %u: %s", line, why);
+	cr_assert_eq(pol.nrules, 2);
+	cr_assert_eq(pol.nlimits, 5);
+	/* dmabuf is its own permission: rw does not grant it */
+	cr_assert(td__policy_allows(&pol, &u1001, TD__PERM_DMABUF,
+				    "cam/gpu/0", 9));
+	cr_assert(!td__policy_allows(&pol, &u1001, TD__PERM_DMABUF,
+				     "cam/0", 5));
+	cr_assert(td__policy_allows(&pol, &u1001, TD__PERM_WRITE,
+				    "cam/gpu/x", 9));
+	cr_assert(!td__policy_allows(&pol, &u7, TD__PERM_DMABUF, "cam/gpu/0",
+				     9));
+	cr_assert(td__policy_limit(&pol, 7, TD__LIM_CONNS, &v) && v == 4);
+	cr_assert(td__policy_limit(&pol, 7, TD__LIM_FDS, &v) && v == 100);
+	cr_assert(td__policy_limit(&pol, 7, TD__LIM_PINNED, &v) &&
+		  v == 64ull << 20);
+	cr_assert(td__policy_limit(&pol, 7, TD__LIM_QUEUED, &v) && v == 1024);
+	cr_assert(td__policy_limit(&pol, 1001, TD__LIM_LEASES, &v) && v == 0);
+	cr_assert(!td__policy_limit(&pol, 7, TD__LIM_LEASES, &v));
+	cr_assert(!td__policy_limit(&pol, 8, TD__LIM_CONNS, &v));
+	cr_assert(!td__policy_limit(NULL, 7, TD__LIM_CONNS, &v));
+	td__policy_fini(&pol);
+}
+
 Test(reliability, the_policy_parser_refuses_each_bad_line_naming_it)
 {
 	static const struct {
@@ -923,6 +955,16 @@ Test(reliability, the_policy_parser_refuses_each_bad_line_naming_it)
 		{"quota uid=1 99999999999999999999", -EINVAL, 1, "BYTES"},
 		{"quota uid=1 99999999999G", -EINVAL, 1, "BYTES"},
 		{"quota uid=1 1G\nquota uid=1 2G", -EINVAL, 2, "second"},
+		{"allow uid=1 rwdmabuf a/", -EINVAL, 1, "PERM"},
+		{"limit uid=1 conns", -EINVAL, 1, "want: limit"},
+		{"limit gid=1 conns 4", -EINVAL, 1, "per uid"},
+		{"limit any fds 4", -EINVAL, 1, "per uid"},
+		{"limit uid=1 bytes 4", -EINVAL, 1, "KEY must be"},
+		{"limit uid=1 conns 4K", -EINVAL, 1, "a number"},
+		{"limit uid=1 fds -1", -EINVAL, 1, "a number"},
+		{"limit uid=1 pinned 1X", -EINVAL, 1, "N[K|M|G|T]"},
+		{"limit uid=1 fds 1\nlimit uid=1 fds 2", -EINVAL, 2,
+		 "second limit"},
 	};
 	struct td__policy pol;
 	const char *why;

@@ -48,7 +48,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			(void)td__policy_allows(&pol, &c, TD__PERM_WRITE,
 						names[i], strlen(names[i]));
 			(void)td__policy_any(&pol, &c, TD__PERM_WRITE);
+			(void)td__policy_allows(&pol, &c, TD__PERM_DMABUF,
+						names[i], strlen(names[i]));
 			(void)td__policy_quota(&pol, c.uid, 1);
+			for (int k = 0; k < TD__LIM_COUNT; k++) {
+				uint64_t v;
+
+				(void)td__policy_limit(&pol, c.uid,
+						       (enum td__lim)k, &v);
+			}
 		}
 	td__policy_fini(&pol);
 	return 0;

@@ -81,6 +81,39 @@ long tdc_rss_kb(pid_t pid)
 	return kb;
 }
 
+unsigned tdc_log_count(const struct tdc_daemon *d, const char *needle)
+{
+	FILE *f = fopen(d->log, "re");
+	char *buf = NULL;
+	size_t cap = 0, len = 0;
+	unsigned n = 0;
+
+	if (!f)
+		return 0;
+	for (;;) {
+		if (len + 4096 + 1 > cap) {
+			char *b = realloc(buf, cap = 2 * cap + 8192);
+
+			if (!b)
+				break;
+			buf = b;
+		}
+		size_t got = fread(buf + len, 1, cap - len - 1, f);
+
+		if (!got)
+			break;
+		len += got;
+	}
+	fclose(f);
+	if (!buf)
+		return 0;
+	buf[len] = 0;
+	for (const char *s = buf; (s = strstr(s, needle)); s++)
+		n++;
+	free(buf);
+	return n;
+}
+
 int tdc_fd_settle(pid_t pid, int want, int tries)
 {
 	int n = tdc_fd_count(pid);

@@ -39,6 +39,8 @@ int tdc_stop(struct tdc_daemon *d, int keep_dir);
 int tdc_connect(const char *path);
 /* Open fds of pid (/proc/PID/fd), -errno when unreadable. */
 int tdc_fd_count(pid_t pid);
+/* How many times needle is in d's log (0 when it cannot be read). */
+unsigned tdc_log_count(const struct tdc_daemon *d, const char *needle);
 /* VmRSS of pid in KiB, -errno. */
 long tdc_rss_kb(pid_t pid);
 /*

@@ -1,0 +1,281 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Per-uid limits on what a client can make the daemon hold (issue 18,
+ * docs/policy.md §5): connections, descriptors, leases, bytes pinned by
+ * leases on other uids' versions, watches, parked GETs, rings and queued
+ * reply bytes; and the daemon's reserve of descriptors, kept for root and
+ * its own uid so that an operator can still list, put and get, and the
+ * offenders' connections can still be closed, whatever the tenants hold.
+ *
+ * Each uid's counts live in a small table (linear search: uids are few,
+ * and the table keeps its capacity, so a warm handoff allocates nothing).
+ * A uid's limits are resolved when its entry is made: the policy's
+ * `limit uid=N KEY V` line; else, for every uid but root and the
+ * daemon's own (which have none), `--uid-limit KEY=V` or the built-in
+ * default.
+ */
+#include "daemon.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+/* What each kind counts, for the refusal. */
+static const char *const what[TD__LIM_COUNT] = {
+	[TD__LIM_CONNS] = "connections",
+	[TD__LIM_FDS] = "descriptors (connections, planes, fences, rings, "
+			"queued replies)",
+	[TD__LIM_LEASES] = "leases",
+	[TD__LIM_PINNED] = "bytes of other uids' versions it holds leased",
+	[TD__LIM_WATCHES] = "watches",
+	[TD__LIM_WAITERS] = "parked GETs",
+	[TD__LIM_RINGS] = "rings",
+	[TD__LIM_QUEUED] = "bytes of replies queued to it",
+};
+
+struct tenant {
+	uid_t uid;
+	uint64_t held[TD__LIM_COUNT];
+	uint64_t limit[TD__LIM_COUNT]; /* 0 = none */
+};
+
+static struct {
+	struct td__daemon *d;
+	struct tenant *t;
+	size_t n, cap;
+	uint64_t fds;   /* every tenant's, together */
+	uint64_t dflt[TD__LIM_COUNT]; /* for uids that are not admins */
+	uint64_t fd_limit, fd_base, fd_reserve;
+} T;
+
+bool td__uid_is_admin(uid_t uid)
+{
+	return uid == 0 || uid == geteuid();
+}
+
+static uint64_t resolve(uid_t uid, enum td__lim k)
+{
+	const struct td__daemon *d = T.d;
+	uint64_t v;
+
+	if (td__policy_limit(d->policy, uid, k, &v))
+		return v;
+	/* T.dflt holds --uid-limit where given */
+	return td__uid_is_admin(uid) ? 0 : T.dflt[k];
+}
+
+static struct tenant *find(uid_t uid)
+{
+	for (size_t i = 0; i < T.n; i++)
+		if (T.t[i].uid == uid)
+			return &T.t[i];
+	return NULL;
+}
+
+static struct tenant *get(uid_t uid)
+{
+	struct tenant *t = find(uid);
+
+	if (t)
+		return t;
+	if (T.n == T.cap) {
+		size_t cap = T.cap ? T.cap * 2 : 16;
+		struct tenant *a = realloc(T.t, cap * sizeof(*a));
+
+		if (!a)
+			return NULL;
+		T.t = a;
+		T.cap = cap;
+	}
+	t = &T.t[T.n++];
+	memset(t, 0, sizeof(*t));
+	t->uid = uid;
+	for (int k = 0; k < TD__LIM_COUNT; k++)
+		t->limit[k] = resolve(uid, (enum td__lim)k);
+	return t;
+}
+
+uint64_t td__tenant_limit(uid_t uid, enum td__lim k)
+{
+	const struct tenant *t = find(uid);
+
+	return t ? t->limit[k] : resolve(uid, k);
+}
+
+uint64_t td__tenant_held(uid_t uid, enum td__lim k)
+{
+	const struct tenant *t = find(uid);
+
+	return t ? t->held[k] : 0;
+}
+
+int td__tenant_check(uid_t uid, enum td__lim k, uint64_t n, char *why,
+		     size_t cap)
+{
+	const struct tenant *t = find(uid);
+	uint64_t held = t ? t->held[k] : 0;
+	uint64_t lim = t ? t->limit[k] : resolve(uid, k);
+
+	if (lim && (held + n < held || held + n > lim)) {
+		snprintf(why, cap,
+			 "uid %u is at its %s limit: %llu %s held, %llu more "
+			 "asked, limit %llu",
+			 (unsigned)uid, td__lim_names[k],
+			 (unsigned long long)held, what[k],
+			 (unsigned long long)n, (unsigned long long)lim);
+		return -EDQUOT;
+	}
+	if (k == TD__LIM_FDS && n) {
+		/*
+		 * The reserve: past fd_limit - fd_reserve only root and the
+		 * daemon's own uid get descriptors, and they stop a few short
+		 * of the limit, which accepting and answering need.
+		 */
+		bool admin = td__uid_is_admin(uid);
+		uint64_t room = T.fd_limit - T.fd_base -
+				(admin ? TD__FD_SLACK : T.fd_reserve);
+
+		if (T.fds + n > room) {
+			snprintf(why, cap,
+				 "the daemon is down to its reserve of "
+				 "descriptors (%llu of %llu in use by clients, "
+				 "%llu kept for root and its own uid)",
+				 (unsigned long long)T.fds,
+				 (unsigned long long)(T.fd_limit - T.fd_base),
+				 (unsigned long long)T.fd_reserve);
+			return -EMFILE;
+		}
+	}
+	return 0;
+}
+
+int td__tenant_add(uid_t uid, enum td__lim k, uint64_t n)
+{
+	struct tenant *t;
+
+	if (!n)
+		return 0;
+	t = get(uid);
+	if (!t)
+		return -ENOMEM;
+	t->held[k] += n;
+	if (k == TD__LIM_FDS)
+		T.fds += n;
+	return 0;
+}
+
+int td__tenant_take(uid_t uid, enum td__lim k, uint64_t n, char *why,
+		    size_t cap)
+{
+	int rc = td__tenant_check(uid, k, n, why, cap);
+
+	if (rc == 0 && td__tenant_add(uid, k, n) < 0) {
+		snprintf(why, cap, "out of memory");
+		rc = -ENOMEM;
+	}
+	return rc;
+}
+
+void td__tenant_sub(uid_t uid, enum td__lim k, uint64_t n)
+{
+	struct tenant *t = find(uid);
+	bool empty = true;
+
+	if (!t || !n)
+		return;
+	n = n < t->held[k] ? n : t->held[k];
+	t->held[k] -= n;
+	if (k == TD__LIM_FDS)
+		T.fds -= n;
+	for (int i = 0; i < TD__LIM_COUNT; i++)
+		empty = empty && t->held[i] == 0;
+	/* the table keeps its capacity: no heap call on the next add */
+	if (empty)
+		*t = T.t[--T.n];
+}
+
+uint64_t td__tenant_fds(void)
+{
+	return T.fds;
+}
+
+void td__tenants_init(struct td__daemon *d, unsigned fds_open)
+{
+	struct rlimit rl;
+	uint64_t budget;
+
+	T.d = d;
+	T.fd_limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
+				     rl.rlim_cur != RLIM_INFINITY
+			     ? (uint64_t)rl.rlim_cur
+			     : 1024;
+	T.fd_base = fds_open;
+	if (T.fd_base + 2 * TD__FD_SLACK > T.fd_limit)
+		T.fd_base = T.fd_limit > 2 * TD__FD_SLACK
+				    ? T.fd_limit - 2 * TD__FD_SLACK
+				    : 0;
+	/* 1/16 of the limit, at least 64 and at most 4096 */
+	T.fd_reserve = T.fd_limit / 16;
+	T.fd_reserve = T.fd_reserve < 64     ? 64
+		       : T.fd_reserve > 4096 ? 4096
+					     : T.fd_reserve;
+	if (T.fd_base + T.fd_reserve + TD__FD_SLACK > T.fd_limit)
+		T.fd_reserve = T.fd_limit - T.fd_base - TD__FD_SLACK;
+	budget = T.fd_limit - T.fd_base - T.fd_reserve;
+	/*
+	 * Defaults for uids other than root and the daemon's own: a quarter
+	 * of what clients may hold, so that one uid never takes it all;
+	 * connections at 1/32 of the descriptors (each holds 2).
+	 */
+	T.dflt[TD__LIM_FDS] = budget / 4 ? budget / 4 : 1;
+	T.dflt[TD__LIM_CONNS] = budget / 32 < 8      ? 8
+				: budget / 32 > 1024 ? 1024
+						     : budget / 32;
+	T.dflt[TD__LIM_LEASES] = 16384;
+	T.dflt[TD__LIM_PINNED] = d->opts.max_bytes / 4;
+	T.dflt[TD__LIM_WATCHES] = 4096;
+	T.dflt[TD__LIM_WAITERS] = 4096;
+	T.dflt[TD__LIM_RINGS] = TD__MAX_RINGS / 4;
+	T.dflt[TD__LIM_QUEUED] = 64u << 20;
+	for (int k = 0; k < TD__LIM_COUNT; k++)
+		if (d->opts.uid_limit_set & (1u << k))
+			T.dflt[k] = d->opts.uid_limit[k];
+	td__log(TD_LOG_INFO,
+		"descriptors: limit %llu, %llu kept for root and uid %u; "
+		"each other uid without a limit line: conns %llu, fds %llu, "
+		"leases %llu, pinned %llu, bytes %llu",
+		(unsigned long long)T.fd_limit,
+		(unsigned long long)T.fd_reserve, (unsigned)geteuid(),
+		(unsigned long long)T.dflt[TD__LIM_CONNS],
+		(unsigned long long)T.dflt[TD__LIM_FDS],
+		(unsigned long long)T.dflt[TD__LIM_LEASES],
+		(unsigned long long)T.dflt[TD__LIM_PINNED],
+		(unsigned long long)(d->opts.uid_max_bytes_set
+					     ? d->opts.uid_max_bytes
+					     : d->opts.max_bytes / 2));
+}
+
+uint64_t td__tenant_quota(uid_t uid)
+{
+	const struct td__daemon *d = T.d;
+
+	if (!d)
+		return 0;
+	if (d->opts.uid_max_bytes_set)
+		return td__policy_quota(d->policy, uid, d->opts.uid_max_bytes);
+	/* without --uid-max-bytes: half the cap for uids but the admins */
+	return td__policy_quota(d->policy, uid,
+				td__uid_is_admin(uid) ? 0
+						      : d->opts.max_bytes / 2);
+}
+
+void td__tenants_fini(void)
+{
+	free(T.t);
+	T.t = NULL;
+	T.n = T.cap = 0;
+	T.fds = 0;
+}
