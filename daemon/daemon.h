@@ -157,10 +157,21 @@ struct td__opts {
 	const char *policy_path; /* NULL = everyone may do everything */
 	int socket_mode;         /* chmod of the socket file, -1 = umask */
 	gid_t socket_gid;        /* chown of the socket file, -1 = ours */
+	const char *http_addr;   /* --http, NULL = no HTTP store */
+	const char *http_prefix; /* --http-prefix, NULL = nothing exported */
+	unsigned http_max_connections, http_timeout; /* s */
 	/* $TENSORD_TEST_NO_PEERPIDFD: take the pidfd_open fallback (tests) */
 	bool no_peerpidfd;
 	const char *snapshot_path;     /* --snapshot, NULL = none */
 	uint64_t snapshot_interval_ms; /* --snapshot-interval */
+};
+
+/* Counters for /metrics (http.c); replies indexed by opcode. */
+#define TD__STAT_OPS 16
+struct td__stats {
+	uint64_t replies[TD__STAT_OPS][2]; /* [op][status < 0] */
+	uint64_t evictions;
+	uint64_t refused_access, refused_space, refused_quota;
 };
 
 struct td__store;
@@ -178,6 +189,7 @@ struct td__daemon {
 	uv_idle_t reaper;      /* drops peers marked dead, outside callbacks */
 	bool reaper_on;
 	uint64_t requests; /* datagrams received from all peers (RING_STAT) */
+	struct td__stats stats;
 	/* scratch, see the file comment */
 	uint8_t rx[TD_WIRE_MAX_MSG];
 	uint8_t tx[TD_WIRE_MAX_MSG];
@@ -219,6 +231,13 @@ struct td__op {
 
 /* Install the dispatcher as peer.c's handlers and the ring hooks. */
 void td__dispatch_init(void);
+
+/* ---- http.c (docs/zarr.md): the read-only HTTP store ---- */
+
+/* Listen on --http when given (0), or -1 after logging why. */
+int td__http_start(struct td__daemon *d);
+/* Close every HTTP connection (their leases) and the listener. */
+void td__http_stop(struct td__daemon *d);
 
 /* ---- server.c ---- */
 
@@ -495,7 +514,7 @@ int td__plane_readonly(int fd, int *out_fd, const char **why);
 
 /* DMABUF: may publish dma-buf planes (consumers could write into them) */
 enum { TD__PERM_READ = 1, TD__PERM_WRITE = 2, TD__PERM_DMABUF = 4 };
-enum { TD__WHO_ANY = 0, TD__WHO_UID = 1, TD__WHO_GID = 2 };
+enum { TD__WHO_ANY = 0, TD__WHO_UID = 1, TD__WHO_GID = 2, TD__WHO_HTTP = 3 };
 
 struct td__rule {
 	uint8_t kind; /* TD__WHO_* */
@@ -548,6 +567,9 @@ int td__policy_load(const char *path, struct td__policy *pol);
 bool td__policy_allows(const struct td__policy *pol,
 		       const struct td__cred *c, unsigned perm,
 		       const char *name, size_t len);
+/* Does an `allow http` line grant reading name (HTTP readers)? */
+bool td__policy_allows_http(const struct td__policy *pol, const char *name,
+			    size_t len);
 /* Does any rule grant perm to c, on any prefix? */
 bool td__policy_any(const struct td__policy *pol, const struct td__cred *c,
 		    unsigned perm);

@@ -62,6 +62,21 @@ static void usage(FILE *f)
 		"(e.g. 0660)\n"
 		"      --socket-group G  group (name or number) of the "
 		"socket file\n"
+		"      --http ADDR       serve tensors read-only over HTTP "
+		"(Zarr v3, v2,\n"
+		"                        /metrics) on 127.0.0.1:PORT, "
+		"[::1]:PORT,\n"
+		"                        unix:PATH or another numeric "
+		"ADDRESS:PORT;\n"
+		"                        no authentication (docs/zarr.md)\n"
+		"      --http-prefix P   export the names under P (default: "
+		"none;\n"
+		"                        \"\" = every name)\n"
+		"      --http-max-connections N  open HTTP connections "
+		"(default 256)\n"
+		"      --http-timeout S  idle HTTP connections close after S "
+		"seconds\n"
+		"                        (default 30)\n"
 		"      --snapshot FILE   keep every tensor in FILE (a Hurray "
 		"file):\n"
 		"                        restored at start, saved after "
@@ -204,10 +219,50 @@ static const struct option long_opts[] = {
 	{"snapshot", required_argument, NULL, 3},
 	{"snapshot-interval", required_argument, NULL, 4},
 	{"uid-limit", required_argument, NULL, 5},
+	{"http", required_argument, NULL, 20},
+	{"http-prefix", required_argument, NULL, 21},
+	{"http-max-connections", required_argument, NULL, 22},
+	{"http-timeout", required_argument, NULL, 23},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, 'V'},
 	{NULL, 0, NULL, 0},
 };
+
+/* The --http options (docs/zarr.md). 0, or the exit status. */
+static int parse_http_opt(int c, const char *arg, struct td__opts *o)
+{
+	char *end;
+	long v;
+
+	switch (c) {
+	case 20:
+		o->http_addr = arg;
+		return 0;
+	case 21:
+		if (*arg && td_wire_name_check(arg, strlen(arg), true, NULL) < 0) {
+			fprintf(stderr, "tensord: --http-prefix: not a valid "
+					"name prefix: %s\n",
+				arg);
+			return 2;
+		}
+		o->http_prefix = arg;
+		return 0;
+	default:
+		errno = 0;
+		v = strtol(arg, &end, 10);
+		if (errno || end == arg || *end || v < 1 || v > 65536) {
+			fprintf(stderr, "tensord: --%s: want 1 to 65536\n",
+				c == 22 ? "http-max-connections"
+					: "http-timeout");
+			return 2;
+		}
+		if (c == 22)
+			o->http_max_connections = (unsigned)v;
+		else
+			o->http_timeout = (unsigned)v;
+		return 0;
+	}
+}
 
 /* One option's value into o. 0, or the exit status after a message. */
 static int parse_opt(int c, const char *arg, struct td__opts *o)
@@ -297,6 +352,11 @@ static int parse_opt(int c, const char *arg, struct td__opts *o)
 		}
 		o->snapshot_interval_ms = secs * 1000;
 		return 0;
+	case 20:
+	case 21:
+	case 22:
+	case 23:
+		return parse_http_opt(c, arg, o);
 	case 'h':
 		usage(stdout);
 		return -1;
@@ -371,6 +431,7 @@ static int start(struct td__daemon *d, uv_signal_t *sigint,
 	    (d->opts.snapshot_path &&
 	     td__snapshot_start(d, d->opts.snapshot_path,
 				d->opts.snapshot_interval_ms, rc > 0) < 0) ||
+	    td__http_start(d) < 0 ||
 	    td__server_start(d) < 0)
 		return -1;
 	td__sd_ready(d);
@@ -399,6 +460,7 @@ static void stop(struct td__daemon *d)
 	td__sd_stopping(d);
 	/* order: stop accepting, drop peers (their leases), then the store */
 	td__server_stop(d);
+	td__http_stop(d);
 	td__peer_drop_all(d);
 	td__snapshot_fini(); /* the final save, while the store is whole */
 	td__fdstore_fini(); /* the final image, before the store lets go */
@@ -422,6 +484,8 @@ int main(int argc, char **argv)
 			     .max_bytes = UINT64_MAX,
 			     .socket_mode = -1,
 			     .socket_gid = (gid_t)-1,
+			     .http_max_connections = 256,
+			     .http_timeout = 30,
 			     .snapshot_interval_ms =
 				     TD__SNAPSHOT_INTERVAL_S * 1000ull};
 	char pathbuf[4096];

@@ -306,6 +306,15 @@ void td__peer_send(struct td__peer *p, uint16_t op, uint32_t flags,
 		.status = status,
 	};
 	size_t len = TD_WIRE_HDR_LEN + body_len;
+
+	if (op < TD__STAT_OPS)
+		d->stats.replies[op][status < 0]++;
+	if (status == -EACCES)
+		d->stats.refused_access++;
+	else if (status == -ENOSPC)
+		d->stats.refused_space++;
+	else if (status == -EDQUOT)
+		d->stats.refused_quota++;
 	ssize_t n;
 	int rc;
 

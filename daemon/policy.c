@@ -64,11 +64,11 @@ int td__policy_limit_value(int key, const char *p, size_t len,
 	return td__size_parse(p, len, out);
 }
 
-/* "uid=N", "gid=N" or "any". */
+/* "uid=N", "gid=N", "any" or "http". */
 static int parse_who(const struct tok *t, uint8_t *kind, uint32_t *id)
 {
-	if (tok_is(t, "any")) {
-		*kind = TD__WHO_ANY;
+	if (tok_is(t, "any") || tok_is(t, "http")) {
+		*kind = tok_is(t, "any") ? TD__WHO_ANY : TD__WHO_HTTP;
 		*id = 0;
 		return 0;
 	}
@@ -146,7 +146,7 @@ static int parse_line(struct td__policy *pol, const struct tok *t,
 			return -EINVAL;
 		}
 		if (parse_who(&t[1], &r.kind, &r.id) < 0) {
-			*why = "WHO must be uid=N, gid=N or any";
+			*why = "WHO must be uid=N, gid=N, any or http";
 			return -EINVAL;
 		}
 		if (tok_is(&t[2], "r"))
@@ -159,6 +159,10 @@ static int parse_line(struct td__policy *pol, const struct tok *t,
 			r.perm = TD__PERM_DMABUF;
 		else {
 			*why = "PERM must be r, w, rw or dmabuf";
+			return -EINVAL;
+		}
+		if (r.kind == TD__WHO_HTTP && r.perm != TD__PERM_READ) {
+			*why = "http may only read (PERM r)";
 			return -EINVAL;
 		}
 		/* "*" is every name; anything else is a LIST-style prefix */
@@ -356,8 +360,12 @@ out:
 	return rc;
 }
 
+/* c NULL: an HTTP reader, which matches `http` lines only; those match
+ * nobody on the socket. */
 static bool who_matches(const struct td__rule *r, const struct td__cred *c)
 {
+	if (!c || r->kind == TD__WHO_HTTP)
+		return !c && r->kind == TD__WHO_HTTP;
 	switch (r->kind) {
 	case TD__WHO_ANY:
 		return true;
@@ -386,6 +394,12 @@ bool td__policy_allows(const struct td__policy *pol,
 			return true;
 	}
 	return false;
+}
+
+bool td__policy_allows_http(const struct td__policy *pol, const char *name,
+			    size_t len)
+{
+	return td__policy_allows(pol, NULL, TD__PERM_READ, name, len);
 }
 
 bool td__policy_any(const struct td__policy *pol, const struct td__cred *c,

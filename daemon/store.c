@@ -569,6 +569,7 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 			(unsigned long long)v->number,
 			(unsigned long long)v->acct, (unsigned)v->uid,
 			(unsigned)uid);
+		s->d->stats.evictions++;
 		td__name_remove(s, v); /* s->names[i] is the next one now */
 		td__store_changed(); /* the set of current versions changed */
 		td__notify(s, TD_EVENT_DELETED, v);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "json-int.h"
+#include "td-zarr.h"
 #include "tgm-cbor.h"
 
 /* A conversion under way: the first refusal's reason. */
@@ -309,24 +310,33 @@ static int finish(struct json_object *o, char **json, size_t *json_len)
 	return 0;
 }
 
-static int convert(const cbor_item_t *it, bool attrs, char **json,
-                   size_t *json_len, struct td_err *err)
+/* it (NULL: an empty object) as a json-c tree in *o. */
+static int convert_obj(const cbor_item_t *it, bool attrs,
+                       struct json_object **o, struct td_err *err)
 {
 	struct conv c = {NULL};
-	struct json_object *o = NULL;
-	int rc = it ? item(&c, it, attrs, &o) : 0;
+	int rc = it ? item(&c, it, attrs, o) : 0;
 
 	if (rc == -EBADMSG)
 		return td__err_set(err, TD_ERR_MALFORMED, NULL, false, 0, 0,
 		                   c.why);
 	if (rc == 0 && !it)
-		o = json_object_new_object(); /* "{}" */
-	if (rc == 0 && !o && !it)
+		*o = json_object_new_object();
+	if (rc == 0 && !*o && !it)
 		rc = -ENOMEM;
-	if (rc < 0) {
+	if (rc < 0)
 		td__err_set(err, TD_ERR_IO, NULL, false, 0, 0, "out of memory");
+	return rc;
+}
+
+static int convert(const cbor_item_t *it, bool attrs, char **json,
+                   size_t *json_len, struct td_err *err)
+{
+	struct json_object *o = NULL;
+	int rc = convert_obj(it, attrs, &o, err);
+
+	if (rc < 0)
 		return rc;
-	}
 	rc = finish(o, json, json_len);
 	if (rc < 0)
 		td__err_set(err, TD_ERR_IO, NULL, false, 0, 0, "out of memory");
@@ -350,4 +360,58 @@ int td_json_tgm_attrs(const struct td_tgm_meta *m, size_t i, char **json,
                       size_t *json_len, struct td_err *err)
 {
 	return convert(td__tgm_meta_base(m, i), true, json, json_len, err);
+}
+
+int td_json_tgm_attrs_obj(const struct td_tgm_meta *m, size_t i,
+                          struct json_object **out, struct td_err *err)
+{
+	*out = NULL;
+	return convert_obj(td__tgm_meta_base(m, i), true, out, err);
+}
+
+int td_json_tgm_extra_obj(const struct td_tgm_meta *m,
+                          struct json_object **out, struct td_err *err)
+{
+	const cbor_item_t *x = m ? td__tgm_meta_get(m, "_extra_") : NULL;
+
+	*out = NULL;
+	if (x && !cbor_isa_map(x))
+		x = NULL; /* not a map: nothing to spread into attributes */
+	return convert_obj(x, false, out, err);
+}
+
+int td_json_tgm_params_obj(const uint8_t *desc, size_t len,
+                           struct json_object **out, struct td_err *err)
+{
+	cbor_item_t *it;
+	struct json_object *o = NULL;
+	int rc = td__tgm_cbor_load(desc, len, &it, NULL, err);
+
+	*out = NULL;
+	if (rc < 0)
+		return rc;
+	rc = convert_obj(cbor_isa_map(it) ? it : NULL, false, &o, err);
+	cbor_decref(&it);
+	if (rc < 0)
+		return rc;
+	{
+		/* keep only the keys the descriptor reader does not know */
+		const char *drop[64];
+		size_t nd = 0;
+
+		const char *k;
+		struct json_object *v;
+
+		TD_JSON_EACH(o, k, v)
+			if (td__tgm_desc_key_known(k) && nd < 64)
+				drop[nd++] = k;
+		for (size_t i = 0; i < nd; i++)
+			json_object_object_del(o, drop[i]);
+	}
+	if (!json_object_object_length(o)) {
+		json_object_put(o);
+		return 0;
+	}
+	*out = o;
+	return 0;
 }

@@ -61,6 +61,20 @@ int td_json_tgm_attrs(const struct td_tgm_meta *m, size_t i, char **json,
                       size_t *json_len, struct td_err *err);
 
 /*
+ * The same as json-c trees (*out a new reference; see td-zarr.h): base[i]
+ * without `_reserved_` ({} when none); the message's `_extra_` map ({}
+ * when absent or not a map); the keys of a type-9 descriptor that are no
+ * descriptor field (codec parameters), *out NULL when there are none.
+ */
+struct json_object;
+int td_json_tgm_attrs_obj(const struct td_tgm_meta *m, size_t i,
+                          struct json_object **out, struct td_err *err);
+int td_json_tgm_extra_obj(const struct td_tgm_meta *m,
+                          struct json_object **out, struct td_err *err);
+int td_json_tgm_params_obj(const uint8_t *desc, size_t len,
+                           struct json_object **out, struct td_err *err);
+
+/*
  * A JSON object text (RFC 8259, read by json-c in strict mode with UTF-8
  * checked, at most TD_TGM_CBOR_MAX_DEPTH levels of values) as one CBOR map
  * in *cbor (malloc'ed). Returns 1 when converted; 0 when the text is

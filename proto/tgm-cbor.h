@@ -38,6 +38,10 @@ size_t td__cbor_string_copy(const cbor_item_t *it, uint8_t *dst);
 /* base[i] of a metadata frame, borrowed from m; NULL when none. */
 const cbor_item_t *td__tgm_meta_base(const struct td_tgm_meta *m, size_t i);
 
+/* The top-level value under key of a metadata frame; NULL when none. */
+const cbor_item_t *td__tgm_meta_get(const struct td_tgm_meta *m,
+                                    const char *key);
+
 /* Is key one of the descriptor keys upstream's deserialiser knows? */
 bool td__tgm_desc_key_known(const char *key);
 

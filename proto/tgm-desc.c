@@ -328,10 +328,12 @@ fail:
 	return rc;
 }
 
+static int check_layout(const struct td_tgm_desc *d, uint64_t data_len,
+                        struct td_err *err);
+
 int td_tgm_desc_check_import(const struct td_tgm_desc *d, uint64_t data_len,
                              struct td_err *err)
 {
-	uint64_t want = 1, stride = 1;
 	unsigned width = td_tgm_dtype_width(d->dtype);
 
 	if (strcmp(d->type, "ntensor"))
@@ -342,22 +344,45 @@ int td_tgm_desc_check_import(const struct td_tgm_desc *d, uint64_t data_len,
 		return td__err_set(err, TD_ERR_UNSUPPORTED_REQUIREMENT, "dtype",
 		                   false, 0, 0,
 		                   "dtype has no tensord equivalent");
+	return check_layout(d, data_len, err);
+}
+
+int td_tgm_desc_check_plain(const struct td_tgm_desc *d, uint64_t data_len,
+                            struct td_err *err)
+{
+	if (strcmp(d->type, "ntensor"))
+		return td__err_set(err, TD_ERR_UNSUPPORTED_REQUIREMENT, "type",
+		                   false, 0, 0, "object type is not ntensor");
+	if (!td_tgm_dtype_width(d->dtype))
+		return td__err_set(err, TD_ERR_UNSUPPORTED_REQUIREMENT, "dtype",
+		                   false, 0, 0,
+		                   "dtype has no whole-byte element");
+	return check_layout(d, data_len, err);
+}
+
+/* The encoding, mask and layout part of the checks above. */
+static int check_layout(const struct td_tgm_desc *d, uint64_t data_len,
+                        struct td_err *err)
+{
+	uint64_t want = 1, stride = 1;
+	unsigned width = td_tgm_dtype_width(d->dtype);
+
 	if (strcmp(d->encoding, "none"))
 		return td__err_set(err, TD_ERR_UNSUPPORTED_REQUIREMENT,
 		                   "encoding", false, 0, 0,
-		                   "encoded objects are not imported");
+		                   "encoded objects are not supported");
 	if (strcmp(d->filter, "none"))
 		return td__err_set(err, TD_ERR_UNSUPPORTED_REQUIREMENT,
 		                   "filter", false, 0, 0,
-		                   "filtered objects are not imported");
+		                   "filtered objects are not supported");
 	if (strcmp(d->compression, "none"))
 		return td__err_set(err, TD_ERR_UNSUPPORTED_REQUIREMENT,
 		                   "compression", false, 0, 0,
-		                   "compressed objects are not imported");
+		                   "compressed objects are not supported");
 	if (d->has_masks)
 		return td__err_set(err, TD_ERR_UNSUPPORTED_REQUIREMENT, "masks",
 		                   false, 0, 0,
-		                   "masked objects are not imported");
+		                   "masked objects are not supported");
 	if (d->ndim != d->shape_count || d->strides_count != d->shape_count)
 		return td__err_set(err, TD_ERR_MALFORMED, "ndim", true, d->ndim,
 		                   0, "ndim, shape and strides disagree");
@@ -443,6 +468,12 @@ void td_tgm_meta_free(struct td_tgm_meta *m)
 size_t td_tgm_meta_base_count(const struct td_tgm_meta *m)
 {
 	return m && m->base ? cbor_array_size(m->base) : 0;
+}
+
+const cbor_item_t *td__tgm_meta_get(const struct td_tgm_meta *m,
+                                    const char *key)
+{
+	return td__cbor_map_get(m->root, key);
 }
 
 const cbor_item_t *td__tgm_meta_base(const struct td_tgm_meta *m, size_t i)

@@ -142,6 +142,14 @@ int td_tgm_object_decode(const struct td_tgm_frame *fr, struct td_tgm_object *o,
 int td_tgm_desc_check_import(const struct td_tgm_desc *d, uint64_t data_len,
                              struct td_err *err);
 
+/*
+ * The same checks for a reader that keeps the element type (Zarr export):
+ * any dtype with whole-byte elements (bfloat16 and complex too, not
+ * bitmask); the rest as td_tgm_desc_check_import().
+ */
+int td_tgm_desc_check_plain(const struct td_tgm_desc *d, uint64_t data_len,
+                            struct td_err *err);
+
 /* Width in bytes of a dtype (bitmask: 0, packed bits), 0 when unknown. */
 unsigned td_tgm_dtype_width(enum td_tgm_dtype t);
 /* Wire name ("float32"), NULL for UNKNOWN. */
@@ -190,6 +198,14 @@ int td_tgm_object_name(const struct td_tgm_meta *m, size_t i,
  * '_' per UTF-8 sequence), and the second '.' of any ".." becomes '_'.
  */
 void td_tgm_name_sanitize(const char *in, char *out, size_t cap);
+
+/*
+ * The spec's rules alone (§18), for Zarr node names: '/' '\\' and control
+ * characters become '_', empty becomes '_', all-dots / "__x" /
+ * "zarr.json" get the prefix "v_"; other bytes (UTF-8) stay. Cut to
+ * cap - 1 bytes at a character boundary, NUL-terminated.
+ */
+void td_tgm_node_name(const char *in, char *out, size_t cap);
 
 /*
  * Make names[0..count) distinct in object order (§18, tensord rule): the

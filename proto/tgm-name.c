@@ -177,6 +177,31 @@ void td_tgm_name_sanitize(const char *in, char *out, size_t cap)
 	out[o] = 0;
 }
 
+void td_tgm_node_name(const char *in, char *out, size_t cap)
+{
+	size_t len = strlen(in), o = 0;
+	const char *pre = !len ? "_" : needs_prefix(in, len) ? "v_" : "";
+
+	if (!cap)
+		return;
+	for (; *pre && o + 1 < cap; pre++)
+		out[o++] = *pre;
+	size_t i = 0;
+
+	for (; i < len && o + 1 < cap; i++)
+		out[o++] = spec_byte((unsigned char)in[i]);
+	/* cut: never end inside a UTF-8 sequence (the last one goes) */
+	if (i < len) {
+		size_t k = o;
+
+		while (k && ((unsigned char)out[k - 1] & 0xc0) == 0x80)
+			k--;
+		if (k && ((unsigned char)out[k - 1] & 0xc0) == 0xc0)
+			o = k - 1;
+	}
+	out[o] = 0;
+}
+
 static bool name_taken(char **names, size_t upto, const char *s)
 {
 	for (size_t j = 0; j < upto; j++)

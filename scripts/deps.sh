@@ -5,11 +5,26 @@ set -eu
 
 PKGS="meson ninja-build pkg-config gcc clang libclang-rt-14-dev
 libuv1-dev liburing-dev libxxhash-dev libcriterion-dev libcbor-dev
-libjson-c-dev
+libjson-c-dev libmicrohttpd-dev
 iceoryx libiceoryx-binding-c-dev gnuplot-nox
-python3 systemd valgrind scdoc
+python3 systemd valgrind scdoc curl bc
 libvulkan-dev mesa-vulkan-drivers glslc
-python3-dev python3-numpy python3-pytest python3-torch"
+python3-dev python3-numpy python3-pytest python3-torch
+python3-zarr python3-dask python3-distributed python3-xarray python3-fsspec
+python3-aiohttp"
+
+# The Zarr v3 reader the tests use (zarrita 0.7.5, zarr.md §12.1): npm ci
+# from the committed lockfile into tests/zarr/node_modules. Node and npm
+# come from Debian when they are not there (a Node 20 that ships npm is
+# kept as it is).
+zarrita() {
+	dir="$(cd "$(dirname "$0")/.." && pwd)/tests/zarr"
+	[ -f "$dir/node_modules/zarrita/package.json" ] &&
+		grep -q '"version": "0.7.5"' \
+			"$dir/node_modules/zarrita/package.json" && return 0
+	echo "deps: npm ci in tests/zarr (zarrita 0.7.5)" >&2
+	(cd "$dir" && npm ci --no-audit --no-fund --ignore-scripts >&2)
+}
 
 missing=""
 for p in $PKGS; do
@@ -18,7 +33,11 @@ for p in $PKGS; do
 		missing="$missing $p"
 	fi
 done
-[ -z "$missing" ] && exit 0
+command -v npm >/dev/null 2>&1 || missing="$missing nodejs npm"
+if [ -z "$missing" ]; then
+	zarrita
+	exit 0
+fi
 
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -27,3 +46,4 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 # shellcheck disable=SC2086
 $SUDO apt-get install -y -qq --no-install-recommends $missing >&2
+zarrita

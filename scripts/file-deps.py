@@ -3,6 +3,7 @@
 """Which object file of a program uses a symbol another one defines.
 
 Usage: file-deps.py OBJ...   (e.g. build/daemon/tensord.p/*.o)
+       file-deps.py DIR      (every *.o in DIR: the suite's form)
 
 Reads `nm` of each object: the symbols it defines (text, data, bss) and
 the ones it leaves undefined. An edge a -> b means a uses something b
@@ -64,6 +65,9 @@ def sccs(nodes, edges):
 
 
 def main(objs):
+    if len(objs) == 1 and os.path.isdir(objs[0]):
+        objs = sorted(os.path.join(objs[0], f) for f in os.listdir(objs[0])
+                      if f.endswith(".o"))
     if not objs:
         print(__doc__.strip(), file=sys.stderr)
         return 2

@@ -7,6 +7,8 @@
 
 struct td_malloc_counts {
 	uint64_t malloc, calloc, realloc, free, memalign;
+	/* bytes the kernel moved for sendfile() (the HTTP store's bodies) */
+	uint64_t sendfile_bytes;
 };
 
 #endif

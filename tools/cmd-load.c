@@ -23,29 +23,7 @@
 #include "tgm.h"
 #include "wire.h"
 
-/* Room left after sanitising for a duplicate suffix ("_" + counter). */
-#define BASE_NAME_MAX (TD_NAME_MAX - 15)
-
-struct obj {
-	struct td_tgm_object o;
-	const struct td_tgm_meta *meta; /* where its attributes are */
-	size_t meta_index;              /* its entry in meta's base */
-	uint32_t dtype;                 /* enum td_tensor_dtype */
-	bool swap;                      /* big-endian source: byte-swap */
-	char name[TD_NAME_MAX + 1];
-	char *attrs; /* JSON, malloc'ed */
-	size_t attrs_len;
-};
-
-struct load {
-	const char *path;
-	uint64_t msg_index;
-	struct obj *objs;
-	size_t count, cap;
-	struct td_tgm_meta *header, *footer;
-	struct td_tgm_meta **preceders; /* owned, one per type-8 frame */
-	size_t preceder_count;
-};
+#include "tgm-load.h"
 
 static uint32_t blob_dtype(enum td_tgm_dtype t)
 {
@@ -77,11 +55,7 @@ static uint32_t blob_dtype(enum td_tgm_dtype t)
 	}
 }
 
-/* Print "tensorctl: FILE: message N[ object I]: what" and refuse. */
-static int refuse(const struct load *l, long obj, const char *fmt, ...)
-        __attribute__((format(printf, 3, 4)));
-
-static int refuse(const struct load *l, long obj, const char *fmt, ...)
+int tctl_tgm_refuse(const struct load *l, long obj, const char *fmt, ...)
 {
 	char what[1024], where[64] = "";
 	va_list ap;
@@ -121,13 +95,12 @@ static int meta_frame(struct load *l, const struct td_tgm_frame *fr,
 	int rc = td_tgm_meta_new(fr->payload, fr->payload_len, out, &e);
 
 	if (rc < 0)
-		return refuse(l, -1, "%s frame at offset %" PRIu64 ": %s",
+		return tctl_tgm_refuse(l, -1, "%s frame at offset %" PRIu64 ": %s",
 		              fr->name, fr->offset, e.reason);
 	return 0;
 }
 
-/* Walk the message: objects, metadata frames, hashes. */
-static int collect(struct load *l, const uint8_t *msg, size_t len)
+int tctl_tgm_collect(struct load *l, const uint8_t *msg, size_t len)
 {
 	struct td_tgm_meta *pending = NULL;
 	struct td_tgm_walk it;
@@ -137,7 +110,7 @@ static int collect(struct load *l, const uint8_t *msg, size_t len)
 
 	rc = td_tgm_walk_init(msg, len, &it, &e);
 	if (rc < 0)
-		return refuse(l, -1, "%s at offset %" PRIu64, e.reason,
+		return tctl_tgm_refuse(l, -1, "%s at offset %" PRIu64, e.reason,
 		              e.offset);
 	while ((rc = td_tgm_walk_next(&it, &fr, &e)) == 1) {
 		struct td_tgm_meta **slot = NULL;
@@ -145,7 +118,7 @@ static int collect(struct load *l, const uint8_t *msg, size_t len)
 
 		/* a frame that says it is hashed must match its hash */
 		if (fr.has_hash && td_tgm_frame_verify(&fr, NULL, &e) < 0)
-			return refuse(l, -1,
+			return tctl_tgm_refuse(l, -1,
 			              "%s frame at offset %" PRIu64
 			              ": hash mismatch",
 			              fr.name, fr.offset);
@@ -161,7 +134,7 @@ static int collect(struct load *l, const uint8_t *msg, size_t len)
 			        realloc(l->preceders,
 			                (l->preceder_count + 1) * sizeof(*p));
 			if (!p)
-				return refuse(l, -1, "out of memory");
+				return tctl_tgm_refuse(l, -1, "out of memory");
 			l->preceders = p;
 			p[l->preceder_count] = NULL;
 			rc = meta_frame(l, &fr, &p[l->preceder_count]);
@@ -188,7 +161,7 @@ static int collect(struct load *l, const uint8_t *msg, size_t len)
 			size_t cap = l->cap ? 2 * l->cap : 8;
 			struct obj *n = realloc(l->objs, cap * sizeof(*n));
 			if (!n)
-				return refuse(l, -1, "out of memory");
+				return tctl_tgm_refuse(l, -1, "out of memory");
 			l->objs = n;
 			l->cap = cap;
 		}
@@ -196,7 +169,7 @@ static int collect(struct load *l, const uint8_t *msg, size_t len)
 		memset(ob, 0, sizeof(*ob));
 		rc = td_tgm_object_decode(&fr, &ob->o, &e);
 		if (rc < 0)
-			return refuse(l, (long)l->count,
+			return tctl_tgm_refuse(l, (long)l->count,
 			              "descriptor: %s%s%s at offset %" PRIu64,
 			              e.field ? e.field : "",
 			              e.field ? ": " : "", e.reason, e.offset);
@@ -206,7 +179,7 @@ static int collect(struct load *l, const uint8_t *msg, size_t len)
 		l->count++;
 	}
 	if (rc < 0)
-		return refuse(l, -1, "%s at offset %" PRIu64, e.reason,
+		return tctl_tgm_refuse(l, -1, "%s at offset %" PRIu64, e.reason,
 		              e.offset);
 	return 0;
 }
@@ -228,12 +201,12 @@ static int prepare(struct load *l, const char *variable_key,
 			const char *v = field_value(d, e.field);
 
 			if (v)
-				rc = refuse(l, (long)i,
+				rc = tctl_tgm_refuse(l, (long)i,
 				            "%s \"%s\" is not "
 				            "supported (%s)",
 				            e.field, v, e.reason);
 			else
-				rc = refuse(l, (long)i, "%s: %s", e.field,
+				rc = tctl_tgm_refuse(l, (long)i, "%s: %s", e.field,
 				            e.reason);
 			break;
 		}
@@ -244,27 +217,9 @@ static int prepare(struct load *l, const char *variable_key,
 		    d->byte_order != TD_TGM_ORDER_NATIVE)
 			ob->swap = (d->byte_order == TD_TGM_ORDER_BIG) !=
 			           (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__);
-		/* attributes: a preceder, else the footer (streaming, where
-		 * the header's base is written before any object), else the
-		 * header */
-		if (!ob->meta) {
-			ob->meta = l->footer && td_tgm_meta_base_count(
-			                                l->footer) > i
-			                   ? l->footer
-			                   : l->header;
-		}
-		rc = td_tgm_object_name(ob->meta, ob->meta_index, ob->o.cbor,
-		                        ob->o.cbor_len, variable_key, raw,
-		                        sizeof(raw), &e);
-		if (rc < 0) {
-			rc = refuse(l, (long)i, "descriptor: %s", e.reason);
+		rc = tctl_tgm_obj_name(l, i, variable_key, raw, sizeof(raw));
+		if (rc)
 			break;
-		}
-		/* object_<i> counts objects, not base entries (a preceder's
-		 * entry is its base[0]) */
-		if (rc == 0)
-			snprintf(raw, sizeof(raw), "object_%zu", i);
-		rc = 0;
 		/* main() checked that the prefix leaves room */
 		memcpy(ob->name, prefix, plen);
 		td_tgm_name_sanitize(raw, ob->name + plen,
@@ -272,11 +227,11 @@ static int prepare(struct load *l, const char *variable_key,
 		rc = td_json_tgm_attrs(ob->meta, ob->meta_index, &ob->attrs,
 		                       &ob->attrs_len, &e);
 		if (rc < 0) {
-			rc = refuse(l, (long)i, "metadata: %s", e.reason);
+			rc = tctl_tgm_refuse(l, (long)i, "metadata: %s", e.reason);
 			break;
 		}
 		if (ob->attrs_len > TD_WIRE_MAX_META)
-			rc = refuse(l, (long)i,
+			rc = tctl_tgm_refuse(l, (long)i,
 			            "metadata is %zu bytes as JSON, more "
 			            "than a tensor carries (%u)",
 			            ob->attrs_len, TD_WIRE_MAX_META);
@@ -284,7 +239,31 @@ static int prepare(struct load *l, const char *variable_key,
 	return rc;
 }
 
-static void copy_swapped(uint8_t *dst, const uint8_t *src, uint64_t len,
+int tctl_tgm_obj_name(struct load *l, size_t i, const char *variable_key,
+                      char *raw, size_t cap)
+{
+	struct obj *ob = &l->objs[i];
+	struct td_err e = {0};
+	int rc;
+
+	/* attributes: a preceder, else the footer (streaming, where the
+	 * header's base is written before any object), else the header */
+	if (!ob->meta)
+		ob->meta = l->footer && td_tgm_meta_base_count(l->footer) > i
+		                   ? l->footer
+		                   : l->header;
+	rc = td_tgm_object_name(ob->meta, ob->meta_index, ob->o.cbor,
+	                        ob->o.cbor_len, variable_key, raw, cap, &e);
+	if (rc < 0)
+		return tctl_tgm_refuse(l, (long)i, "descriptor: %s", e.reason);
+	/* object_<i> counts objects, not base entries (a preceder's entry
+	 * is its base[0]) */
+	if (rc == 0)
+		snprintf(raw, cap, "object_%zu", i);
+	return 0;
+}
+
+void tctl_copy_swapped(uint8_t *dst, const uint8_t *src, uint64_t len,
                          unsigned width)
 {
 	for (uint64_t i = 0; i < len; i += width)
@@ -309,7 +288,7 @@ static int publish_one(struct obj *ob, struct td_client *c,
 	dst = td_alloc_data(a, 0);
 	/* the data may sit at any alignment: bytes only */
 	if (ob->swap)
-		copy_swapped(dst, ob->o.data, size,
+		tctl_copy_swapped(dst, ob->o.data, size,
 		             td_tgm_dtype_width(d->dtype));
 	else if (size)
 		memcpy(dst, ob->o.data, size);
@@ -439,7 +418,7 @@ static int publish(struct obj **objs, size_t n, struct td_client *c,
 	return rc;
 }
 
-static void load_fini(struct load *l)
+void tctl_tgm_load_fini(struct load *l)
 {
 	for (size_t i = 0; i < l->count; i++)
 		free(l->objs[i].attrs);
@@ -585,7 +564,7 @@ static int load_tgm(int argc, char **argv)
 			ls = nls;
 		}
 		ls[nl] = (struct load){.path = lo.path, .msg_index = idx};
-		rc = collect(&ls[nl], buf + sp.offset, sp.length);
+		rc = tctl_tgm_collect(&ls[nl], buf + sp.offset, sp.length);
 		if (!rc)
 			rc = prepare(&ls[nl], lo.variable_key, lo.prefix);
 		nl++;
@@ -614,7 +593,7 @@ static int load_tgm(int argc, char **argv)
 		}
 	}
 	for (size_t i = 0; i < nl; i++)
-		load_fini(&ls[i]);
+		tctl_tgm_load_fini(&ls[i]);
 	free(ls);
 	free(objs);
 	free(buf);

@@ -439,6 +439,27 @@ static void unpublish(struct loaded *l)
 		l->count, removed);
 }
 
+int tctl_hrry_transport(const char *path, struct td_hrry_transport *t,
+			int *fd)
+{
+	int rc;
+
+	*fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (*fd < 0)
+		return tctl_fail(TCTL_REFUSED, "io", errno, "%s: %s", path,
+				 strerror(errno));
+	rc = td_hrry_transport_map_fd(*fd, t);
+	if (rc == -EINVAL) /* empty, or not a regular file: pread */
+		rc = td_hrry_transport_fd(*fd, t);
+	if (rc < 0) {
+		close(*fd);
+		*fd = -1;
+		return tctl_fail(TCTL_REFUSED, "io", -rc, "%s: %s", path,
+				 strerror(-rc));
+	}
+	return TCTL_OK;
+}
+
 int cmd_load_hrry(int argc, char **argv)
 {
 	enum { O_PREFIX = TCTL_OPT_FIRST_OWN, O_PARTIAL, O_FORMAT };
@@ -470,19 +491,13 @@ int cmd_load_hrry(int argc, char **argv)
 	path = argv[optind];
 	if (strlen(prefix) >= TD_NAME_MAX)
 		return tctl_usage("load", "--prefix is longer than a name");
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return tctl_fail(TCTL_REFUSED, "io", errno, "%s: %s", path,
-				 strerror(errno));
-	rc = td_hrry_transport_map_fd(fd, &t);
-	if (rc == -EINVAL) /* empty, or not a regular file */
-		rc = td_hrry_transport_fd(fd, &t);
-	close(fd);
-	if (rc < 0)
-		return tctl_fail(TCTL_REFUSED, "io", -rc, "%s: %s", path,
-				 strerror(-rc));
-	if (td_hrry_file_reader_new(&t, &r, &e) < 0)
+	rc = tctl_hrry_transport(path, &t, &fd);
+	if (rc)
+		return rc;
+	if (td_hrry_file_reader_new(&t, &r, &e) < 0) {
+		close(fd);
 		return open_failed(&e, tctl_json, path);
+	}
 	td_hrry_file_reader_tensor_count(r, &n);
 	d = malloc(sizeof(*d));
 	l.names = calloc(n ? n : 1, sizeof(*l.names));
@@ -544,6 +559,7 @@ out:
 	free(l.versions);
 	free(d);
 	td_hrry_file_reader_free(&r);
+	close(fd);
 	td_client_close(l.c);
 	return rc;
 }

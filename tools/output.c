@@ -56,6 +56,11 @@ int tctl_interrupted(void)
 	return got_signal;
 }
 
+void tctl_write_guard(int on)
+{
+	in_write = on ? 1 : 0;
+}
+
 static int fail_io(const struct tctl_out *o, int err, const char *what)
 {
 	if ((err == EINTR || err == EPIPE) && got_signal)

@@ -74,5 +74,12 @@ void tctl_out_abort(struct tctl_out *o);
 void tctl_signals_init(void);
 /* The signal that interrupted a write, 0 when none. */
 int tctl_interrupted(void);
+/*
+ * A write of its own (zarr export's folder) under the same signal rule:
+ * between tctl_write_guard(1) and (0) the signals above only set
+ * tctl_interrupted() and end blocking calls with EINTR; the writer stops,
+ * removes what it made and returns.
+ */
+void tctl_write_guard(int on);
 
 #endif

@@ -73,6 +73,9 @@ int cmd_rm(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
 int cmd_load(int argc, char **argv);
 int cmd_save(int argc, char **argv);
+int cmd_zarr(int argc, char **argv);
+/* zarr import (cmd-zarr-import.c); argv[0] is "zarr" */
+int cmd_zarr_import(int argc, char **argv);
 
 /* --socket PATH (global or per command); NULL = the library's default */
 extern const char *tctl_socket;
@@ -110,6 +113,14 @@ int inspect_hrry_sniff(const uint8_t *buf, size_t len);
  * a .hrry name, or with by_magic an existing file with the magic) */
 int tctl_hrry_wanted(int argc, char **argv, int by_magic);
 int cmd_load_hrry(int argc, char **argv);
+/*
+ * A reader transport over path (mapped; read by pread when it cannot be
+ * mapped) in *t, the file's descriptor in *fd: close it after the reader
+ * is freed (the pread transport borrows it). TCTL_OK or reported.
+ */
+struct td_hrry_transport;
+int tctl_hrry_transport(const char *path, struct td_hrry_transport *t,
+			int *fd);
 /* Delete name if STAT still shows version (a failed load's roll back);
  * 1 when removed, else says why on stderr (cmd-load.c). */
 int tctl_roll_back_one(struct td_client *c, const char *name,

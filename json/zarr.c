@@ -1,0 +1,727 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Zarr v3 and v2 metadata for single-chunk arrays (td-zarr.h): json-c
+ * objects built here, printed with sorted keys by td_zarr_text().
+ */
+#include "td-zarr.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bytes.h"
+#include "json-int.h"
+
+static const struct td_zarr_type types[] = {
+	{"bool", "|b1", 1, 'b', -1, TD_TGM_DTYPE_UNKNOWN},
+	{"int8", "|i1", 1, 'i', 1, TD_TGM_INT8},
+	{"int16", "<i2", 2, 'i', 3, TD_TGM_INT16},
+	{"int32", "<i4", 4, 'i', 5, TD_TGM_INT32},
+	{"int64", "<i8", 8, 'i', 7, TD_TGM_INT64},
+	{"uint8", "|u1", 1, 'u', 0, TD_TGM_UINT8},
+	{"uint16", "<u2", 2, 'u', 2, TD_TGM_UINT16},
+	{"uint32", "<u4", 4, 'u', 4, TD_TGM_UINT32},
+	{"uint64", "<u8", 8, 'u', 6, TD_TGM_UINT64},
+	{"float16", "<f2", 2, 'f', 8, TD_TGM_FLOAT16},
+	{"float32", "<f4", 4, 'f', 9, TD_TGM_FLOAT32},
+	{"float64", "<f8", 8, 'f', 10, TD_TGM_FLOAT64},
+	{"bfloat16", NULL, 2, 'f', -1, TD_TGM_BFLOAT16},
+	{"complex64", "<c8", 8, 'c', -1, TD_TGM_COMPLEX64},
+	{"complex128", "<c16", 16, 'c', -1, TD_TGM_COMPLEX128},
+};
+#define NTYPES (sizeof(types) / sizeof(types[0]))
+
+const struct td_zarr_type *td_zarr_type_by_name(const char *name)
+{
+	for (size_t i = 0; name && i < NTYPES; i++)
+		if (!strcmp(types[i].name, name))
+			return &types[i];
+	return NULL;
+}
+
+const struct td_zarr_type *td_zarr_type_by_blob(uint32_t code)
+{
+	for (size_t i = 0; i < NTYPES; i++)
+		if (types[i].blob >= 0 && (uint32_t)types[i].blob == code)
+			return &types[i];
+	return NULL;
+}
+
+const struct td_zarr_type *td_zarr_type_by_tgm(enum td_tgm_dtype t)
+{
+	for (size_t i = 0; t != TD_TGM_DTYPE_UNKNOWN && i < NTYPES; i++)
+		if (types[i].tgm == t)
+			return &types[i];
+	return NULL;
+}
+
+void td_zarr_array_fini(struct td_zarr_array *a)
+{
+	json_object_put(a->attrs);
+	a->attrs = NULL;
+}
+
+int td_zarr_chunk_bytes(const struct td_zarr_array *a, uint64_t *bytes)
+{
+	uint64_t n = a->type->size;
+
+	for (uint32_t k = 0; k < a->ndim; k++)
+		if (__builtin_mul_overflow(n, a->shape[k], &n))
+			return -EOVERFLOW;
+	*bytes = n;
+	return 0;
+}
+
+int td_zarr_chunk_key(const struct td_zarr_array *a, bool v2, char *buf,
+                      size_t cap)
+{
+	size_t o = 0;
+
+	for (uint32_t k = 0; k < a->ndim; k++)
+		if (!a->shape[k])
+			return 0;
+	if (cap < 2 + 2 * (size_t)a->ndim)
+		return -ENAMETOOLONG;
+	if (v2) {
+		buf[o++] = '0';
+		for (uint32_t k = 1; k < a->ndim; k++) {
+			buf[o++] = '.';
+			buf[o++] = '0';
+		}
+	} else {
+		buf[o++] = 'c';
+		for (uint32_t k = 0; k < a->ndim; k++) {
+			buf[o++] = '/';
+			buf[o++] = '0';
+		}
+	}
+	buf[o] = 0;
+	return 1;
+}
+
+static struct json_object *u64_array(const uint64_t *v, uint32_t n,
+                                     bool zero_as_one)
+{
+	struct json_object *arr = json_object_new_array_ext((int)n);
+
+	for (uint32_t k = 0; arr && k < n; k++)
+		json_object_array_add(arr, json_object_new_uint64(
+		                                   zero_as_one && !v[k] ? 1
+		                                                        : v[k]));
+	return arr;
+}
+
+/* "NaN" for floats, ["NaN","NaN"] for complex, 0, false (zarr.md §8). */
+static struct json_object *fill_value(const struct td_zarr_type *t)
+{
+	struct json_object *arr;
+
+	switch (t->kind) {
+	case 'b':
+		return json_object_new_boolean(0);
+	case 'f':
+		return json_object_new_string("NaN");
+	case 'c':
+		arr = json_object_new_array_ext(2);
+		json_object_array_add(arr, json_object_new_string("NaN"));
+		json_object_array_add(arr, json_object_new_string("NaN"));
+		return arr;
+	default:
+		return json_object_new_int(0);
+	}
+}
+
+static struct json_object *named(const char *name, struct json_object *conf)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "name", json_object_new_string(name));
+	json_object_object_add(o, "configuration", conf);
+	return o;
+}
+
+static struct json_object *attrs_or_empty(struct json_object *attrs)
+{
+	return attrs ? json_object_get(attrs) : json_object_new_object();
+}
+
+struct json_object *td_zarr_v3_array(const struct td_zarr_array *a)
+{
+	struct json_object *o = json_object_new_object(), *c, *codecs;
+
+	json_object_object_add(o, "zarr_format", json_object_new_int(3));
+	json_object_object_add(o, "node_type", json_object_new_string("array"));
+	json_object_object_add(o, "shape", u64_array(a->shape, a->ndim, false));
+	json_object_object_add(o, "data_type",
+	                       json_object_new_string(a->type->name));
+	c = json_object_new_object();
+	json_object_object_add(c, "chunk_shape",
+	                       u64_array(a->shape, a->ndim, true));
+	json_object_object_add(o, "chunk_grid", named("regular", c));
+	c = json_object_new_object();
+	json_object_object_add(c, "separator", json_object_new_string("/"));
+	json_object_object_add(o, "chunk_key_encoding", named("default", c));
+	json_object_object_add(o, "fill_value", fill_value(a->type));
+	c = json_object_new_object();
+	json_object_object_add(c, "endian", json_object_new_string("little"));
+	codecs = json_object_new_array_ext(1);
+	json_object_array_add(codecs, named("bytes", c));
+	json_object_object_add(o, "codecs", codecs);
+	json_object_object_add(o, "attributes", attrs_or_empty(a->attrs));
+	return o;
+}
+
+struct json_object *td_zarr_v3_group(struct json_object *gattrs,
+                                     const struct td_zarr_array *arrs,
+                                     size_t n)
+{
+	struct json_object *o = json_object_new_object();
+	struct json_object *cm = json_object_new_object();
+	struct json_object *md = json_object_new_object();
+
+	for (size_t i = 0; i < n; i++)
+		json_object_object_add(md, arrs[i].name,
+		                       td_zarr_v3_array(&arrs[i]));
+	json_object_object_add(cm, "kind", json_object_new_string("inline"));
+	json_object_object_add(cm, "must_understand",
+	                       json_object_new_boolean(0));
+	json_object_object_add(cm, "metadata", md);
+	json_object_object_add(o, "attributes", attrs_or_empty(gattrs));
+	json_object_object_add(o, "consolidated_metadata", cm);
+	json_object_object_add(o, "node_type", json_object_new_string("group"));
+	json_object_object_add(o, "zarr_format", json_object_new_int(3));
+	return o;
+}
+
+struct json_object *td_zarr_v2_array(const struct td_zarr_array *a)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "zarr_format", json_object_new_int(2));
+	json_object_object_add(o, "shape", u64_array(a->shape, a->ndim, false));
+	json_object_object_add(o, "chunks", u64_array(a->shape, a->ndim, true));
+	json_object_object_add(o, "dtype", json_object_new_string(
+	                                           a->type->v2 ? a->type->v2
+	                                                       : "|V2"));
+	json_object_object_add(o, "compressor", NULL);
+	json_object_object_add(o, "filters", NULL);
+	json_object_object_add(o, "fill_value", fill_value(a->type));
+	json_object_object_add(o, "order", json_object_new_string("C"));
+	json_object_object_add(o, "dimension_separator",
+	                       json_object_new_string("."));
+	return o;
+}
+
+struct json_object *td_zarr_v2_attrs(const struct td_zarr_array *a)
+{
+	struct json_object *o = json_object_new_object(), *dims;
+	char d[TD_ZARR_NAME_MAX + 48];
+	const char *key;
+	struct json_object *val;
+
+	if (a->attrs)
+		TD_JSON_EACH(a->attrs, key, val)
+			json_object_object_add(o, key, json_object_get(val));
+	dims = json_object_new_array_ext((int)a->ndim);
+	for (uint32_t k = 0; k < a->ndim; k++) {
+		/* "/" is in no node name: never another array's name */
+		snprintf(d, sizeof(d), "%s/%" PRIu32, a->name, k);
+		json_object_array_add(dims, json_object_new_string(d));
+	}
+	json_object_object_add(o, "_ARRAY_DIMENSIONS", dims);
+	return o;
+}
+
+struct json_object *td_zarr_v2_group(void)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "zarr_format", json_object_new_int(2));
+	return o;
+}
+
+struct json_object *td_zarr_v2_consolidated(struct json_object *gattrs,
+                                            const struct td_zarr_array *arrs,
+                                            size_t n)
+{
+	struct json_object *o = json_object_new_object();
+	struct json_object *md = json_object_new_object();
+	char key[sizeof(arrs->name) + 16];
+
+	json_object_object_add(md, ".zgroup", td_zarr_v2_group());
+	json_object_object_add(md, ".zattrs", attrs_or_empty(gattrs));
+	for (size_t i = 0; i < n; i++) {
+		snprintf(key, sizeof(key), "%s/.zarray", arrs[i].name);
+		json_object_object_add(md, key, td_zarr_v2_array(&arrs[i]));
+		snprintf(key, sizeof(key), "%s/.zattrs", arrs[i].name);
+		json_object_object_add(md, key, td_zarr_v2_attrs(&arrs[i]));
+	}
+	json_object_object_add(o, "metadata", md);
+	json_object_object_add(o, "zarr_consolidated_format",
+	                       json_object_new_int(1));
+	return o;
+}
+
+/* ---- tensord tensors ---- */
+
+static void add_str(struct json_object *o, const char *k, const char *v)
+{
+	if (v && *v)
+		json_object_object_add(o, k, json_object_new_string(v));
+}
+
+struct json_object *td_zarr_tensor_attrs(const struct td_zarr_tensor *t)
+{
+	static const char *const keys[5] = {
+	        "_tensord_format", "_tensord_color_space",
+	        "_tensord_color_transfer", "_tensord_color_encoding",
+	        "_tensord_color_range"};
+	struct json_object *o = NULL;
+	const char *why;
+
+	/* metadata that is a JSON object (what load and import store)
+	 * gives its keys; anything else is kept whole */
+	if (t->meta_len &&
+	    td_zarr_json_parse(t->meta, t->meta_len, &o, &why) == 0 &&
+	    !json_object_is_type(o, json_type_object)) {
+		json_object_put(o);
+		o = NULL;
+	}
+	if (!o) {
+		o = json_object_new_object();
+		if (t->meta_len && td__utf8_valid(t->meta, t->meta_len)) {
+			json_object_object_add(
+			        o, "_tensord_meta",
+			        json_object_new_string_len(t->meta,
+			                                   (int)t->meta_len));
+		} else if (t->meta_len) {
+			char *hex = malloc(2 * t->meta_len + 1);
+
+			for (size_t i = 0; hex && i < t->meta_len; i++)
+				sprintf(hex + 2 * i, "%02x",
+				        ((const unsigned char *)t->meta)[i]);
+			add_str(o, "_tensord_meta_hex", hex);
+			free(hex);
+		}
+	}
+	add_str(o, "_tensord_name", t->name);
+	for (int i = 0; i < 5; i++)
+		add_str(o, keys[i], t->strings[i]);
+	if (t->quant_axis != -2) {
+		struct json_object *q = json_object_new_object();
+		struct json_object *a = json_object_new_array();
+
+		json_object_object_add(q, "axis",
+		                       json_object_new_int(t->quant_axis));
+		for (uint32_t i = 0; i < t->nscales; i++)
+			json_object_array_add(
+			        a, json_object_new_double(t->scales[i]));
+		json_object_object_add(q, "scales", a);
+		a = json_object_new_array();
+		for (uint32_t i = 0; i < t->nzero_points; i++)
+			json_object_array_add(
+			        a, json_object_new_int(t->zero_points[i]));
+		json_object_object_add(q, "zero_points", a);
+		json_object_object_add(o, "_tensord_quant", q);
+	}
+	return o;
+}
+
+struct json_object *td_zarr_tensor_group(const struct td_zarr_array *arrs,
+                                         size_t n)
+{
+	struct json_object *o = json_object_new_object();
+	struct json_object *v = json_object_new_array();
+
+	for (size_t i = 0; i < n; i++)
+		json_object_array_add(v, json_object_new_string(arrs[i].name));
+	json_object_object_add(o, "_tensord_variables", v);
+	return o;
+}
+
+/* ---- printing with sorted keys ---- */
+
+static int key_cmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A copy of o whose objects have their keys in byte order. */
+static struct json_object *sorted(struct json_object *o, int *bad)
+{
+	struct json_object *out;
+	const char **keys, *key;
+	struct json_object *val;
+	size_t n = 0;
+	double d;
+
+	switch (json_object_get_type(o)) {
+	case json_type_object:
+		keys = malloc(
+		        ((size_t)json_object_object_length(o) + 1) *
+		        sizeof(*keys));
+		out = json_object_new_object();
+		if (!keys || !out) {
+			free(keys);
+			json_object_put(out);
+			*bad = 1;
+			return NULL;
+		}
+		TD_JSON_EACH(o, key, val)
+			keys[n++] = key;
+		qsort(keys, n, sizeof(*keys), key_cmp);
+		for (size_t i = 0; i < n; i++)
+			json_object_object_add(
+			        out, keys[i],
+			        sorted(json_object_object_get(o, keys[i]),
+			               bad));
+		free(keys);
+		return out;
+	case json_type_array:
+		n = json_object_array_length(o);
+		out = json_object_new_array_ext((int)n);
+		if (!out) {
+			*bad = 1;
+			return NULL;
+		}
+		for (size_t i = 0; i < n; i++)
+			json_object_array_add(
+			        out,
+			        sorted(json_object_array_get_idx(o, i), bad));
+		return out;
+	case json_type_double:
+		d = json_object_get_double(o);
+		if (isnan(d))
+			return json_object_new_string("NaN");
+		if (isinf(d))
+			return json_object_new_string(d > 0 ? "Infinity"
+			                                    : "-Infinity");
+		return json_object_get(o);
+	default:
+		return json_object_get(o);
+	}
+}
+
+char *td_zarr_text(struct json_object *o, size_t *len)
+{
+	int bad = 0;
+	struct json_object *s = sorted(o, &bad);
+	const char *t;
+	size_t l;
+	char *out = NULL;
+
+	if (bad) {
+		json_object_put(s);
+		return NULL;
+	}
+	t = json_object_to_json_string_length(s, TD_JSON_FLAGS, &l);
+	if (t)
+		out = strndup(t, l);
+	if (out && len)
+		*len = l;
+	json_object_put(s);
+	return out;
+}
+
+/* ---- reading ---- */
+
+static bool finite_tree(struct json_object *o)
+{
+	const char *key;
+	struct json_object *val;
+
+	switch (json_object_get_type(o)) {
+	case json_type_double:
+		return isfinite(json_object_get_double(o));
+	case json_type_array:
+		for (size_t i = 0; i < json_object_array_length(o); i++)
+			if (!finite_tree(json_object_array_get_idx(o, i)))
+				return false;
+		return true;
+	case json_type_object:
+		TD_JSON_EACH(o, key, val)
+			if (!finite_tree(val))
+				return false;
+		return true;
+	default:
+		return true;
+	}
+}
+
+int td_zarr_json_parse(const char *text, size_t len, struct json_object **out,
+                       const char **why)
+{
+	struct json_tokener *tok = json_tokener_new_ex(TD_TGM_CBOR_MAX_DEPTH);
+	struct json_object *o;
+	size_t end;
+
+	*out = NULL;
+	if (!tok) {
+		*why = "out of memory";
+		return -ENOMEM;
+	}
+	json_tokener_set_flags(tok, JSON_TOKENER_STRICT |
+	                                    JSON_TOKENER_VALIDATE_UTF8);
+	o = json_tokener_parse_ex(tok, text, (int)len);
+	end = json_tokener_get_parse_end(tok);
+	if (json_tokener_get_error(tok) != json_tokener_success || !o) {
+		*why = json_tokener_error_desc(json_tokener_get_error(tok));
+		if (json_tokener_get_error(tok) == json_tokener_continue)
+			*why = "JSON ends early";
+		json_object_put(o);
+		json_tokener_free(tok);
+		return -EBADMSG;
+	}
+	json_tokener_free(tok);
+	while (end < len && strchr(" \t\r\n", text[end]))
+		end++;
+	if (end != len || memchr(text, 0, len)) {
+		*why = "bytes after the JSON value";
+		json_object_put(o);
+		return -EBADMSG;
+	}
+	if (!finite_tree(o)) {
+		/* json-c reads NaN, Infinity and overflowing numbers even in
+		 * strict mode */
+		*why = "a NaN or Infinity token, or a number out of range";
+		json_object_put(o);
+		return -EBADMSG;
+	}
+	*out = o;
+	return 0;
+}
+
+static struct json_object *member(struct json_object *o, const char *k)
+{
+	struct json_object *v = NULL;
+
+	return json_object_object_get_ex(o, k, &v) ? v : NULL;
+}
+
+static bool is_str(struct json_object *o, const char *s)
+{
+	return json_object_is_type(o, json_type_string) &&
+	       !strcmp(json_object_get_string(o), s);
+}
+
+/* {"name": NAME, "configuration": {...}} with only those members. */
+static struct json_object *named_conf(struct json_object *o, const char *name)
+{
+	struct json_object *c = member(o, "configuration");
+
+	if (!json_object_is_type(o, json_type_object) ||
+	    !is_str(member(o, "name"), name) ||
+	    json_object_object_length(o) != (c ? 2 : 1))
+		return NULL;
+	/* without configuration: o itself, which has none of the
+	 * configuration's members either */
+	return !c ? o : json_object_is_type(c, json_type_object) ? c : NULL;
+}
+
+static bool float_fill_ok(struct json_object *v, unsigned size)
+{
+	const char *s;
+	size_t l;
+
+	if (json_object_is_type(v, json_type_int) ||
+	    json_object_is_type(v, json_type_double))
+		return true;
+	if (!json_object_is_type(v, json_type_string))
+		return false;
+	s = json_object_get_string(v);
+	if (!strcmp(s, "NaN") || !strcmp(s, "Infinity") ||
+	    !strcmp(s, "-Infinity"))
+		return true;
+	l = strlen(s);
+	if (l != 2 + 2 * (size_t)size || strncmp(s, "0x", 2))
+		return false;
+	return strspn(s + 2, "0123456789abcdefABCDEF") == l - 2;
+}
+
+static bool fill_ok(struct json_object *v, const struct td_zarr_type *t)
+{
+	int64_t i;
+
+	switch (t->kind) {
+	case 'b':
+		return json_object_is_type(v, json_type_boolean);
+	case 'f':
+		return float_fill_ok(v, t->size);
+	case 'c':
+		return json_object_is_type(v, json_type_array) &&
+		       json_object_array_length(v) == 2 &&
+		       float_fill_ok(json_object_array_get_idx(v, 0),
+		                     t->size / 2) &&
+		       float_fill_ok(json_object_array_get_idx(v, 1),
+		                     t->size / 2);
+	default:
+		if (!json_object_is_type(v, json_type_int))
+			return false;
+		/* json-c keeps -2^63 .. 2^64-1 exactly; check the range */
+		errno = 0;
+		i = json_object_get_int64(v);
+		if (t->kind == 'u') {
+			if (i < 0 && !errno)
+				return false;
+			if (t->size == 8)
+				return true;
+			return (uint64_t)i < (UINT64_C(1) << (8 * t->size));
+		}
+		if (errno)
+			return false; /* above INT64_MAX */
+		if (t->size == 8)
+			return true;
+		return i >= -(INT64_C(1) << (8 * t->size - 1)) &&
+		       i < (INT64_C(1) << (8 * t->size - 1));
+	}
+}
+
+#define FAIL(rc_, ...)                                                        \
+	do {                                                                  \
+		snprintf(why, cap, __VA_ARGS__);                              \
+		return (rc_);                                                 \
+	} while (0)
+
+static int read_shape(struct json_object *o, uint64_t *shape, uint32_t *n,
+                      bool positive)
+{
+	size_t len;
+
+	if (!json_object_is_type(o, json_type_array))
+		return -1;
+	len = json_object_array_length(o);
+	if (len > TD_ZARR_MAX_DIMS)
+		return -2;
+	for (size_t k = 0; k < len; k++) {
+		struct json_object *v = json_object_array_get_idx(o, k);
+		int64_t x;
+
+		if (!json_object_is_type(v, json_type_int))
+			return -1;
+		x = json_object_get_int64(v);
+		if (x < 0 || (positive && x == 0))
+			return -1;
+		shape[k] = (uint64_t)x;
+	}
+	*n = (uint32_t)len;
+	return 0;
+}
+
+int td_zarr_array_read(struct json_object *meta, struct td_zarr_array *a,
+                       bool *big_endian, char *sep, char *why, size_t cap)
+{
+	static const char *const known[] = {
+	        "zarr_format", "node_type",          "shape",
+	        "data_type",   "chunk_grid",         "chunk_key_encoding",
+	        "fill_value",  "codecs",             "attributes",
+	        "dimension_names", "storage_transformers"};
+	struct json_object *v, *c, *codec, *val;
+	const char *key;
+	uint64_t chunk[TD_ZARR_MAX_DIMS];
+	uint32_t cn = 0;
+	const char *s;
+	int rc;
+
+	*big_endian = false;
+	if (!json_object_is_type(meta, json_type_object))
+		FAIL(-EBADMSG, "zarr.json is not a JSON object");
+	TD_JSON_EACH(meta, key, val) {
+		bool ok = false;
+
+		for (size_t i = 0; i < sizeof(known) / sizeof(*known); i++)
+			ok |= !strcmp(key, known[i]);
+		if (!ok && !(json_object_is_type(val, json_type_object) &&
+		             json_object_is_type(
+		                     member(val, "must_understand"),
+		                     json_type_boolean) &&
+		             !json_object_get_boolean(
+		                     member(val, "must_understand"))))
+			FAIL(-EBADMSG, "unknown member \"%s\"", key);
+	}
+	v = member(meta, "zarr_format");
+	if (!json_object_is_type(v, json_type_int) ||
+	    json_object_get_int64(v) != 3)
+		FAIL(-EBADMSG, "zarr_format is not 3");
+	if (!is_str(member(meta, "node_type"), "array"))
+		FAIL(-EBADMSG, "node_type is not \"array\"");
+	rc = read_shape(member(meta, "shape"), a->shape, &a->ndim, false);
+	if (rc == -2)
+		FAIL(-ENOTSUP, "more than %d dimensions", TD_ZARR_MAX_DIMS);
+	if (rc)
+		FAIL(-EBADMSG, "shape is not a list of integers >= 0");
+	v = member(meta, "data_type");
+	if (!json_object_is_type(v, json_type_string))
+		FAIL(-EBADMSG, "data_type is missing or not a string");
+	s = json_object_get_string(v);
+	a->type = td_zarr_type_by_name(s);
+	if (!a->type)
+		FAIL(-ENOTSUP, "data_type \"%s\" is not supported", s);
+	c = named_conf(member(meta, "chunk_grid"), "regular");
+	if (!c || read_shape(member(c, "chunk_shape"), chunk, &cn, true))
+		FAIL(-EBADMSG, "chunk_grid is not regular with chunk_shape "
+		               "entries > 0");
+	if (cn != a->ndim)
+		FAIL(-EBADMSG, "chunk_shape has rank %" PRIu32 ", shape %" PRIu32,
+		     cn, a->ndim);
+	for (uint32_t k = 0; k < cn; k++)
+		if (chunk[k] != (a->shape[k] ? a->shape[k] : 1))
+			FAIL(-ENOTSUP, "more than one chunk (chunk_shape "
+			               "differs from shape in dimension %" PRIu32
+			               ")",
+			     k);
+	v = member(meta, "chunk_key_encoding");
+	c = named_conf(v, "default");
+	if (!c)
+		FAIL(-ENOTSUP, "chunk_key_encoding is not \"default\"");
+	*sep = '/';
+	if (member(c, "separator")) {
+		if (is_str(member(c, "separator"), "."))
+			*sep = '.';
+		else if (!is_str(member(c, "separator"), "/"))
+			FAIL(-EBADMSG, "chunk key separator is not / or .");
+	}
+	v = member(meta, "fill_value");
+	if (!v || !fill_ok(v, a->type))
+		FAIL(-EBADMSG, "fill_value is missing or not valid for %s",
+		     a->type->name);
+	v = member(meta, "codecs");
+	if (!json_object_is_type(v, json_type_array) ||
+	    !json_object_array_length(v))
+		FAIL(-EBADMSG, "codecs is missing or empty");
+	codec = json_object_array_get_idx(v, 0);
+	if (json_object_is_type(codec, json_type_object) &&
+	    !is_str(member(codec, "name"), "bytes"))
+		FAIL(-ENOTSUP, "codec \"%s\" is not supported (only bytes)",
+		     json_object_get_string(member(codec, "name")));
+	if (json_object_array_length(v) != 1)
+		FAIL(-ENOTSUP, "codecs other than bytes are not supported "
+		               "(%zu codecs)",
+		     json_object_array_length(v));
+	c = named_conf(codec, "bytes");
+	if (!c)
+		FAIL(-EBADMSG, "the bytes codec is malformed");
+	v = member(c, "endian");
+	if (v && !is_str(v, "little") && !is_str(v, "big"))
+		FAIL(-EBADMSG, "bytes codec endian is neither little nor big");
+	if (!v && a->type->size > 1)
+		FAIL(-EBADMSG, "bytes codec has no endian for %s",
+		     a->type->name);
+	*big_endian = v && is_str(v, "big") && a->type->size > 1;
+	v = member(meta, "storage_transformers");
+	if (v && !(json_object_is_type(v, json_type_array) &&
+	           !json_object_array_length(v)))
+		FAIL(-ENOTSUP, "storage transformers are not supported");
+	v = member(meta, "dimension_names");
+	if (v && (!json_object_is_type(v, json_type_array) ||
+	          json_object_array_length(v) != a->ndim))
+		FAIL(-EBADMSG, "dimension_names does not have one entry per "
+		               "dimension");
+	v = member(meta, "attributes");
+	if (v && !json_object_is_type(v, json_type_object))
+		FAIL(-EBADMSG, "attributes is not an object");
+	a->attrs = v ? json_object_get(v) : NULL;
+	return 0;
+}

@@ -1,0 +1,1594 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Zarr (issue 13): metadata bytes and refusals of json/zarr.c, node names,
+ * tensorctl zarr export (daemon tensors and .tgm files) and import, each
+ * hierarchy checked by the strict structure checker (scripts/zarr-check.py)
+ * and read back by zarrita 0.7.5 (tests/zarr/, installed by
+ * scripts/deps.sh) with every value compared byte for byte against what
+ * went in. A missing reader fails the test and says so.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include "td-zarr.h"
+#include "tensord/tensord.h"
+#include "testutil.h"
+#include "zarrtest.h"
+
+/* ---- metadata ---- */
+
+static struct td_zarr_array arr(const char *name, const char *type,
+                                uint32_t ndim, const uint64_t *shape)
+{
+	struct td_zarr_array a = {.ndim = ndim};
+
+	snprintf(a.name, sizeof(a.name), "%s", name);
+	a.type = td_zarr_type_by_name(type);
+	cr_assert(a.type, "%s", type);
+	if (ndim)
+		memcpy(a.shape, shape, ndim * sizeof(*shape));
+	return a;
+}
+
+static char *text(struct json_object *o)
+{
+	char *t = td_zarr_text(o, NULL);
+
+	json_object_put(o);
+	cr_assert(t);
+	return t;
+}
+
+Test(meta, array_matches_the_spec_example)
+{
+	static const uint64_t shape[] = {2, 3};
+	struct td_zarr_array a = arr("t", "float32", 2, shape);
+	char *t;
+
+	a.attrs = json_object_new_object();
+	json_object_object_add(a.attrs, "units", json_object_new_string("K"));
+	json_object_object_add(a.attrs, "_tensogram_filter",
+	                       json_object_new_string("none"));
+	t = text(td_zarr_v3_array(&a));
+	/* zarr.md §4 without dimension_names: keys sorted, compact */
+	cr_assert_str_eq(
+	        t, "{\"attributes\":{\"_tensogram_filter\":\"none\",\"units\":"
+	           "\"K\"},\"chunk_grid\":{\"configuration\":{\"chunk_shape\":"
+	           "[2,3]},\"name\":\"regular\"},\"chunk_key_encoding\":{"
+	           "\"configuration\":{\"separator\":\"/\"},\"name\":"
+	           "\"default\"},\"codecs\":[{\"configuration\":{\"endian\":"
+	           "\"little\"},\"name\":\"bytes\"}],\"data_type\":\"float32\","
+	           "\"fill_value\":\"NaN\",\"node_type\":\"array\",\"shape\":"
+	           "[2,3],\"zarr_format\":3}");
+	free(t);
+	td_zarr_array_fini(&a);
+}
+
+Test(meta, fill_values_per_type)
+{
+	static const struct {
+		const char *type, *fill;
+	} cases[] = {{"bool", "false"},     {"int64", "0"},
+	             {"uint8", "0"},         {"float16", "\"NaN\""},
+	             {"bfloat16", "\"NaN\""}, {"float64", "\"NaN\""},
+	             {"complex64", "[\"NaN\",\"NaN\"]"}};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		struct td_zarr_array a = arr("x", cases[i].type, 0, NULL);
+		char *t = text(td_zarr_v3_array(&a)), want[64];
+
+		snprintf(want, sizeof(want), "\"fill_value\":%s,",
+		         cases[i].fill);
+		cr_assert(strstr(t, want), "%s: %s", cases[i].type, t);
+		free(t);
+	}
+}
+
+Test(meta, chunk_keys_and_shapes)
+{
+	static const uint64_t s6[] = {6}, s23[] = {2, 3}, s03[] = {0, 3},
+	                      s4[] = {1, 1, 1, 1};
+	struct td_zarr_array a;
+	char key[64], *t;
+	uint64_t n;
+
+	a = arr("x", "uint8", 1, s6);
+	cr_assert_eq(td_zarr_chunk_key(&a, false, key, sizeof(key)), 1);
+	cr_assert_str_eq(key, "c/0");
+	a = arr("x", "uint8", 2, s23);
+	cr_assert_eq(td_zarr_chunk_key(&a, false, key, sizeof(key)), 1);
+	cr_assert_str_eq(key, "c/0/0");
+	cr_assert_eq(td_zarr_chunk_key(&a, true, key, sizeof(key)), 1);
+	cr_assert_str_eq(key, "0.0");
+	a = arr("x", "uint8", 4, s4);
+	cr_assert_eq(td_zarr_chunk_key(&a, false, key, sizeof(key)), 1);
+	cr_assert_str_eq(key, "c/0/0/0/0");
+	/* 0-d: exactly "c" (zarr.md §7), chunk_shape [] */
+	a = arr("x", "int32", 0, NULL);
+	cr_assert_eq(td_zarr_chunk_key(&a, false, key, sizeof(key)), 1);
+	cr_assert_str_eq(key, "c");
+	cr_assert_eq(td_zarr_chunk_bytes(&a, &n), 0);
+	cr_assert_eq(n, 4);
+	t = text(td_zarr_v3_array(&a));
+	cr_assert(strstr(t, "\"chunk_shape\":[]"), "%s", t);
+	cr_assert(strstr(t, "\"shape\":[]"), "%s", t);
+	free(t);
+	/* zero-size: chunk_shape 0 -> 1, no chunk at all */
+	a = arr("x", "float32", 2, s03);
+	cr_assert_eq(td_zarr_chunk_key(&a, false, key, sizeof(key)), 0);
+	cr_assert_eq(td_zarr_chunk_bytes(&a, &n), 0);
+	cr_assert_eq(n, 0);
+	t = text(td_zarr_v3_array(&a));
+	cr_assert(strstr(t, "\"chunk_shape\":[1,3]"), "%s", t);
+	cr_assert(strstr(t, "\"shape\":[0,3]"), "%s", t);
+	free(t);
+}
+
+Test(meta, non_finite_attributes_become_sentinels)
+{
+	struct json_object *o = json_object_new_object();
+	char *t;
+
+	json_object_object_add(o, "b", json_object_new_double(NAN));
+	json_object_object_add(o, "a", json_object_new_double(-INFINITY));
+	json_object_object_add(o, "c", json_object_new_double(INFINITY));
+	t = text(o);
+	cr_assert_str_eq(t, "{\"a\":\"-Infinity\",\"b\":\"NaN\",\"c\":"
+	                    "\"Infinity\"}");
+	free(t);
+}
+
+Test(meta, group_consolidates_every_array)
+{
+	static const uint64_t s[] = {2};
+	struct td_zarr_array as[2] = {arr("b", "int8", 1, s),
+	                              arr("a", "uint16", 1, s)};
+	struct json_object *g = json_object_new_object();
+	char *t;
+
+	t = text(td_zarr_v3_group(g, as, 2));
+	cr_assert(!strncmp(t, "{\"attributes\":{},\"consolidated_metadata\":"
+	                      "{\"kind\":\"inline\",\"metadata\":{\"a\":{",
+	                   strlen("{\"attributes\":{},\"consolidated_metadata\":"
+	                          "{\"kind\":\"inline\",\"metadata\":{\"a\":{")),
+	          "%s", t);
+	cr_assert(strstr(t, "},\"must_understand\":false},\"node_type\":"
+	                    "\"group\",\"zarr_format\":3}"),
+	          "%s", t);
+	free(t);
+	t = text(td_zarr_v3_group(g, NULL, 0));
+	cr_assert(strstr(t, "\"metadata\":{}"), "%s", t);
+	free(t);
+	/* v2: consolidated keys and xarray's dimension names */
+	t = text(td_zarr_v2_consolidated(g, as, 2));
+	cr_assert(strstr(t, "\"a/.zarray\":{\"chunks\":[2],\"compressor\":"
+	                    "null,\"dimension_separator\":\".\",\"dtype\":"
+	                    "\"<u2\",\"fill_value\":0,\"filters\":null,"
+	                    "\"order\":\"C\",\"shape\":[2],\"zarr_format\":2}"),
+	          "%s", t);
+	cr_assert(strstr(t, "\"b/.zattrs\":{\"_ARRAY_DIMENSIONS\":[\"b/0\"]}"),
+	          "%s", t);
+	cr_assert(strstr(t, "\"zarr_consolidated_format\":1}"), "%s", t);
+	free(t);
+	json_object_put(g);
+}
+
+/* td_zarr_array_read() of a zarr.json text: its result and reason. */
+static int read_meta(const char *json, char *why, size_t cap, bool *big)
+{
+	struct td_zarr_array a = {0};
+	struct json_object *o;
+	const char *w;
+	char sep;
+	int rc = td_zarr_json_parse(json, strlen(json), &o, &w);
+
+	if (rc < 0) {
+		snprintf(why, cap, "%s", w);
+		return rc;
+	}
+	rc = td_zarr_array_read(o, &a, big, &sep, why, cap);
+	json_object_put(o);
+	td_zarr_array_fini(&a);
+	return rc;
+}
+
+#define ARR_HEAD                                                              \
+	"{\"zarr_format\":3,\"node_type\":\"array\",\"shape\":[2],"           \
+	"\"chunk_grid\":{\"name\":\"regular\",\"configuration\":{"            \
+	"\"chunk_shape\":[2]}},\"chunk_key_encoding\":{\"name\":\"default\"," \
+	"\"configuration\":{\"separator\":\"/\"}},"
+
+Test(meta, read_accepts_and_refuses_with_reasons)
+{
+	static const struct {
+		const char *json;
+		int rc;
+		const char *why;
+	} cases[] = {
+	        {ARR_HEAD "\"data_type\":\"float32\",\"fill_value\":\"NaN\","
+	                  "\"codecs\":[{\"name\":\"bytes\",\"configuration\":"
+	                  "{\"endian\":\"big\"}}]}",
+	         0, NULL},
+	        {ARR_HEAD "\"data_type\":\"float64\",\"fill_value\":"
+	                  "\"-Infinity\",\"codecs\":[{\"name\":\"bytes\","
+	                  "\"configuration\":{\"endian\":\"little\"}}]}",
+	         0, NULL},
+	        {ARR_HEAD "\"data_type\":\"float32\",\"fill_value\":"
+	                  "\"0x7fc00000\",\"codecs\":[{\"name\":\"bytes\","
+	                  "\"configuration\":{\"endian\":\"little\"}}],"
+	                  "\"x\":{\"must_understand\":false}}",
+	         0, NULL},
+	        {ARR_HEAD "\"data_type\":\"float32\",\"fill_value\":NaN,"
+	                  "\"codecs\":[]}",
+	         -EBADMSG, NULL},
+	        {ARR_HEAD "\"data_type\":\"float32\",\"fill_value\":0,"
+	                  "\"codecs\":[{\"name\":\"gzip\",\"configuration\":"
+	                  "{\"level\":1}}]}",
+	         -ENOTSUP, "codec \"gzip\""},
+	        {ARR_HEAD "\"data_type\":\"float32\",\"fill_value\":0,"
+	                  "\"codecs\":[{\"name\":\"bytes\",\"configuration\":"
+	                  "{\"endian\":\"little\"}},{\"name\":\"crc32c\"}]}",
+	         -ENOTSUP, "codecs other than bytes"},
+	        {ARR_HEAD "\"data_type\":\"r24\",\"fill_value\":0,"
+	                  "\"codecs\":[]}",
+	         -ENOTSUP, "data_type \"r24\""},
+	        {ARR_HEAD "\"data_type\":\"float32\",\"fill_value\":0,"
+	                  "\"codecs\":[{\"name\":\"bytes\"}]}",
+	         -EBADMSG, "no endian"},
+	        {ARR_HEAD "\"data_type\":\"uint8\",\"fill_value\":256,"
+	                  "\"codecs\":[{\"name\":\"bytes\"}]}",
+	         -EBADMSG, "fill_value"},
+	        {ARR_HEAD "\"data_type\":\"uint8\",\"fill_value\":0,"
+	                  "\"codecs\":[{\"name\":\"bytes\"}],\"extra\":1}",
+	         -EBADMSG, "unknown member \"extra\""},
+	        {"{\"zarr_format\":2,\"node_type\":\"array\"}", -EBADMSG,
+	         "zarr_format"},
+	        {"{\"zarr_format\":3,\"node_type\":\"array\",\"shape\":[4],"
+	         "\"data_type\":\"uint8\",\"chunk_grid\":{\"name\":"
+	         "\"regular\",\"configuration\":{\"chunk_shape\":[2]}}}",
+	         -ENOTSUP, "more than one chunk"},
+	        {"{\"zarr_format\":3,\"node_type\":\"array\",\"shape\":[4],"
+	         "\"data_type\":\"uint8\",\"chunk_grid\":{\"name\":\"regular\","
+	         "\"configuration\":{\"chunk_shape\":[4,1]}}}",
+	         -EBADMSG, "rank"},
+	        {"{\"a\":1} x", -EBADMSG, NULL},
+	};
+	char why[256];
+	bool big;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		int rc;
+
+		why[0] = 0;
+		rc = read_meta(cases[i].json, why, sizeof(why), &big);
+		cr_assert_eq(rc, cases[i].rc, "case %zu: %d (%s)", i, rc, why);
+		if (cases[i].why)
+			cr_assert(strstr(why, cases[i].why), "case %zu: %s", i,
+			          why);
+		if (i == 0)
+			cr_assert(big, "endian big is read");
+	}
+}
+
+/* ---- names (tensogram.md §18) ---- */
+
+Test(names, node_names_are_sanitised)
+{
+	static const char *const cases[][2] = {
+	        {"a/b", "a_b"},           {"a\\b", "a_b"},
+	        {"", "_"},                {"..", "v_.."},
+	        {"...", "v_..."},         {"__x", "v___x"},
+	        {"zarr.json", "v_zarr.json"}, {"cam/left", "cam_left"},
+	        {"tab\there", "tab_here"}, {"temp\xc3\xa9rature", "temp\xc3\xa9rature"},
+	        {"_x", "_x"},
+	};
+	char out[64];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		td_tgm_node_name(cases[i][0], out, sizeof(out));
+		cr_assert_str_eq(out, cases[i][1], "'%s'", cases[i][0]);
+	}
+	/* a cut never ends inside a UTF-8 sequence */
+	td_tgm_node_name("ab\xc3\xa9", out, 4);
+	cr_assert_str_eq(out, "ab");
+}
+
+/* ---- export and import against a daemon ---- */
+
+static struct tu_daemon d;
+
+static void start(void)
+{
+	tu_daemon_start(&d, "warn");
+	zt_setup(&d);
+}
+
+static void stop(void)
+{
+	zt_teardown();
+	tu_daemon_stop(&d, false);
+}
+
+/* name, dtype, shape text, element bytes */
+struct put {
+	const char *name, *dtype, *shape, *zdtype;
+	uint32_t ndim;
+	uint64_t dims[4];
+	const void *bytes;
+	size_t len;
+};
+
+static const float f32v[] = {1.5f, -2.25f, 0.0f, 3.0f, -0.5f, 1024.0f};
+static const int64_t i64v[] = {INT64_MIN, -1, 9007199254740993LL, INT64_MAX};
+static const uint16_t f16v[] = {0x3e00, 0xc080, 0x7c00, 0xfc00, 0x7e00};
+static const int16_t i16v[] = {-32768, 7, 32767};
+static const double f64v[] = {0.125, -1e300};
+static const uint8_t u8v[] = {200};
+
+static const struct put puts_[] = {
+        {"cam/left", "f32", "2,3", "float32", 2, {2, 3}, f32v, sizeof(f32v)},
+        {"cam_left", "i64", "4", "int64", 1, {4}, i64v, sizeof(i64v)},
+        {"half", "f16", "5", "float16", 1, {5}, f16v, sizeof(f16v)},
+        {"small", "i16", "1,3", "int16", 2, {1, 3}, i16v, sizeof(i16v)},
+        {"wide", "f64", "2,1,1", "float64", 3, {2, 1, 1}, f64v, sizeof(f64v)},
+        {"scalar", "u8", "", "uint8", 0, {0}, u8v, sizeof(u8v)},
+        {"empty", "f32", "0,3", "float32", 2, {0, 3}, NULL, 0},
+};
+#define NPUTS (sizeof(puts_) / sizeof(*puts_))
+/* node names: cam/left -> cam_left, the real cam_left gets a suffix */
+static const char *const nodes[NPUTS] = {"cam_left", "cam_left_1", "half",
+                                         "small",    "wide",       "scalar",
+                                         "empty"};
+
+static void put_all(void)
+{
+	for (size_t i = 0; i < NPUTS; i++) {
+		char *raw = zt_write_raw(nodes[i], puts_[i].bytes, puts_[i].len);
+
+		zt_ok("put '%s' --dtype %s --shape '%s' %s", puts_[i].name,
+		      puts_[i].dtype, puts_[i].shape, raw);
+		free(raw);
+	}
+}
+
+/* The expectations file for zarrita: every put, under its node name. */
+static char *expect_puts(bool with_attrs)
+{
+	struct zt_expect *x = zt_expect_new();
+
+	for (size_t i = 0; i < NPUTS; i++) {
+		char attrs[128];
+
+		snprintf(attrs, sizeof(attrs), "{\"_tensord_name\":\"%s\"}",
+		         puts_[i].name);
+		zt_expect_array(x, nodes[i], puts_[i].zdtype, puts_[i].ndim,
+		                puts_[i].dims, nodes[i],
+		                with_attrs ? attrs : NULL);
+	}
+	return zt_expect_done(x, NULL);
+}
+
+Test(export, daemon_tensors_read_back_by_zarrita, .init = start, .fini = stop)
+{
+	char *exp, *out;
+
+	put_all();
+	zt_ok("zarr export %s/x", zt_dir);
+	zt_check_dir("x");
+	exp = expect_puts(true);
+	zt_zarrita("x", exp);
+	/* the group lists the arrays in the daemon's (name) order */
+	out = zt_file("x/zarr.json");
+	cr_assert(strstr(out, "\"_tensord_variables\":[\"cam_left\","
+	                      "\"cam_left_1\",\"empty\",\"half\","
+	                      "\"scalar\",\"small\",\"wide\"]"),
+	          "%s", out);
+	free(out);
+	free(exp);
+}
+
+Test(export, is_byte_stable_and_never_half_written, .init = start,
+     .fini = stop)
+{
+	char *out;
+
+	put_all();
+	zt_ok("zarr export %s/a", zt_dir);
+	zt_ok("zarr export %s/b cam/left half scalar empty", zt_dir);
+	zt_ok("zarr export %s/c cam/left half scalar empty", zt_dir);
+	/* equal inputs, equal bytes */
+	cr_assert_eq(zt_sh(&out, "diff -r %s/b %s/c", zt_dir, zt_dir), 0,
+	             "%s", out);
+	free(out);
+	cr_assert_eq(zt_sh(&out, "test -d %s/b/small", zt_dir), 1);
+	free(out);
+	/* an existing, non-empty target is refused and left alone */
+	cr_assert_eq(zt_ctl(&out, "zarr export %s/a small", zt_dir), 1);
+	cr_assert(strstr(out, "is not empty"), "%s", out);
+	free(out);
+	cr_assert_eq(zt_sh(&out, "test -d %s/a/half && ls -a %s | grep -c "
+	                         "tensorctl",
+	                   zt_dir, zt_dir),
+	             1, "no temporary folder is left: %s", out);
+	free(out);
+	/* a missing tensor: nothing is written */
+	cr_assert_eq(zt_ctl(&out, "zarr export %s/d nosuch", zt_dir), 1);
+	free(out);
+	cr_assert_eq(zt_sh(&out, "test -e %s/d", zt_dir), 1);
+	free(out);
+}
+
+Test(export, semi_planar_is_refused, .init = start, .fini = stop)
+{
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	struct td_alloc *a;
+	struct td_publish p = {0};
+	uint64_t size = 64 * 48 * 3 / 2, shape[] = {48, 64}, v;
+	struct td_plane planes[2] = {{0, 0, 64, 64 * 48},
+	                             {0, 64 * 48, 64, 64 * 24}};
+	char *out;
+	int rc;
+
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_alloc(c, 1, &size, &a, &e), 0, "%s", e.reason);
+	memset(td_alloc_data(a, 0), 7, size);
+	p.name = "cam/nv12";
+	p.dtype = TD_TENSOR_U8;
+	p.ndim = 2;
+	p.shape = shape;
+	p.format = "NV12";
+	p.plane_count = 2;
+	p.planes = planes;
+	rc = td_client_publish_alloc(c, a, &p, &v, &e);
+	td_client_close(c);
+	cr_assert_eq(rc, 0, "%s", e.reason);
+	cr_assert_eq(zt_ctl(&out, "zarr export %s/x cam/nv12", zt_dir), 1);
+	cr_assert(strstr(out, "cam/nv12: cannot be exported: a semi-planar "
+	                      "format has no single-array form"),
+	          "%s", out);
+	free(out);
+}
+
+Test(import, export_then_import_gives_the_same_tensors, .init = start,
+     .fini = stop)
+{
+	char *out;
+
+	put_all();
+	zt_ok("zarr export %s/x", zt_dir);
+	zt_ok("zarr import %s/x --prefix back/", zt_dir);
+	for (size_t i = 0; i < NPUTS; i++) {
+		char *raw = zt_path(nodes[i]);
+
+		cr_assert_eq(zt_ctl(&out, "get back/%s -o %s.got", nodes[i],
+		                    raw),
+		             0, "%s", out);
+		free(out);
+		cr_assert_eq(zt_sh(&out, "cmp %s %s.got", raw, raw), 0,
+		             "%s: %s", nodes[i], out);
+		free(out);
+		free(raw);
+	}
+	cr_assert_eq(zt_ctl(&out, "stat back/small --json"), 0);
+	cr_assert(strstr(out, "\"shape\":[1,3]"), "%s", out);
+	free(out);
+	/* and the re-export reads the same */
+	zt_ok("zarr export %s/y back/cam_left back/scalar", zt_dir);
+	zt_check_dir("y");
+}
+
+/* A hand-made array folder: zarr.json text and an optional chunk. */
+static void handmade(const char *store, const char *name, const char *meta,
+                     const char *key, const void *chunk, size_t len)
+{
+	char *p;
+
+	zt_ok_sh("mkdir -p %s/%s/%s && printf '%%s' '{\"zarr_format\":3,"
+	         "\"node_type\":\"group\"}' > %s/%s/zarr.json",
+	         zt_dir, store, name, zt_dir, store);
+	p = zt_path2(store, name, "zarr.json");
+	zt_put_file(p, meta, strlen(meta));
+	free(p);
+	if (key) {
+		char dir[512];
+
+		snprintf(dir, sizeof(dir), "%s/%s/%s/%s", zt_dir, store, name,
+		         key);
+		*strrchr(dir, '/') = 0;
+		zt_ok_sh("mkdir -p %s", dir);
+		p = zt_path2(store, name, key);
+		zt_put_file(p, chunk, len);
+		free(p);
+	}
+}
+
+#define META(type, shape, chunk, fill, endian)                                \
+	"{\"zarr_format\":3,\"node_type\":\"array\",\"shape\":" shape         \
+	",\"data_type\":\"" type "\",\"chunk_grid\":{\"name\":\"regular\","   \
+	"\"configuration\":{\"chunk_shape\":" chunk "}},"                     \
+	"\"chunk_key_encoding\":{\"name\":\"default\",\"configuration\":{"    \
+	"\"separator\":\"/\"}},\"fill_value\":" fill ",\"codecs\":[{"         \
+	"\"name\":\"bytes\",\"configuration\":{\"endian\":\"" endian          \
+	"\"}}],\"attributes\":{\"units\":\"K\"}}"
+
+Test(import, hand_made_stores, .init = start, .fini = stop)
+{
+	static const uint8_t be_f32[] = {0x3f, 0xc0, 0, 0, 0xc0, 0x10, 0, 0,
+	                                 0x40, 0x40, 0, 0};
+	static const float le_f32[] = {1.5f, -2.25f, 3.0f};
+	static const uint8_t be_i16[] = {0x01, 0x02};
+	static const int32_t zero_d = -7;
+	char *out, *got;
+	size_t len;
+
+	handmade("h", "big", META("float32", "[3]", "[3]", "\"Infinity\"", "big"),
+	         "c/0", be_f32, sizeof(be_f32));
+	handmade("h", "big0d", META("int16", "[]", "[]", "-5", "big"), "c",
+	         be_i16, sizeof(be_i16));
+	handmade("h", "upstream0d", META("int32", "[]", "[]", "0", "little"),
+	         "c/0", &zero_d, sizeof(zero_d));
+	handmade("h", "nothing", META("float64", "[0,3]", "[1,3]", "\"NaN\"",
+	                              "little"),
+	         NULL, NULL, 0);
+	handmade("h", "hexfill", META("float32", "[1]", "[1]",
+	                              "\"0x7fc00000\"", "little"),
+	         "c/0", le_f32, 4);
+	cr_assert_eq(zt_ctl(&out, "zarr import %s/h --prefix h/", zt_dir), 0,
+	             "%s", out);
+	free(out);
+	/* big-endian swapped to host order */
+	got = zt_get("h/big", &len);
+	cr_assert_eq(len, sizeof(le_f32));
+	cr_assert_arr_eq(got, le_f32, sizeof(le_f32));
+	free(got);
+	got = zt_get("h/big0d", &len);
+	cr_assert_eq(len, 2);
+	cr_assert_eq(*(int16_t *)(void *)got, 0x0102);
+	free(got);
+	got = zt_get("h/upstream0d", &len);
+	cr_assert_eq(len, 4);
+	cr_assert_eq(*(int32_t *)(void *)got, -7);
+	free(got);
+	got = zt_get("h/nothing", &len);
+	cr_assert_eq(len, 0);
+	free(got);
+	/* attributes become the tensor's metadata */
+	cr_assert_eq(zt_ctl(&out, "stat h/big --json"), 0);
+	cr_assert(strstr(out, "{\\\"units\\\":\\\"K\\\"}"), "%s", out);
+	free(out);
+}
+
+Test(import, refusals_name_the_reason, .init = start, .fini = stop)
+{
+	static const uint8_t six[32] = {0}; /* chunks up to 28 bytes */
+	static const struct {
+		const char *meta, *key;
+		size_t len;
+		const char *why;
+	} cases[] = {
+	        {"{\"zarr_format\":3,\"node_type\":\"array\",\"shape\":[6],"
+	         "\"data_type\":\"float32\",\"chunk_grid\":{\"name\":"
+	         "\"regular\",\"configuration\":{\"chunk_shape\":[6]}},"
+	         "\"chunk_key_encoding\":{\"name\":\"default\"},"
+	         "\"fill_value\":0,\"codecs\":[{\"name\":\"bytes\","
+	         "\"configuration\":{\"endian\":\"little\"}},{\"name\":"
+	         "\"gzip\",\"configuration\":{\"level\":5}}]}",
+	         "c/0", 24, "codecs other than bytes are not supported"},
+	        {META("complex64", "[3]", "[3]", "[\"NaN\",\"NaN\"]", "little"),
+	         "c/0", 24, "data_type complex64 has no tensord dtype"},
+	        {META("float32", "[6]", "[6]", "\"NaN\"", "little"), "c/0", 20,
+	         "expected 24 bytes (6 elements x 4 bytes/element), got 20"},
+	        {META("float32", "[6]", "[6]", "\"NaN\"", "little"), "c/0", 28,
+	         "expected 24 bytes (6 elements x 4 bytes/element), got 28"},
+	        {"{\"zarr_format\":3,\"node_type\":\"array\",\"fill_value\":"
+	         "NaN}",
+	         NULL, 0, "not strict JSON"},
+	};
+	char *out;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		char store[16];
+
+		snprintf(store, sizeof(store), "r%zu", i);
+		handmade(store, "a", cases[i].meta, cases[i].key, six,
+		         cases[i].len);
+		cr_assert_eq(zt_ctl(&out, "zarr import %s/%s", zt_dir, store),
+		             1, "case %zu: %s", i, out);
+		cr_assert(strstr(out, cases[i].why), "case %zu: %s", i, out);
+		free(out);
+		/* nothing was published */
+		cr_assert_eq(zt_ctl(&out, "stat a"), 1, "case %zu", i);
+		free(out);
+	}
+}
+
+/* ---- .tgm sources ---- */
+
+static const char *tgm_vector(const char *name)
+{
+	static char path[4200];
+	const char *dir = tu_vectors_path("tgm");
+
+	if (!dir)
+		cr_skip_test("upstream vectors folder absent: %s not checked",
+		             name);
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return path;
+}
+
+Test(export, tgm_files_read_back_by_zarrita, .init = start, .fini = stop)
+{
+	static const struct {
+		const char *file, *names[2], *types[2];
+		uint32_t ndim[2];
+		uint64_t shape[2][2];
+		const char *group;
+	} cases[] = {
+	        {"metadata_parity.tgm", {"2t", "msl"}, {"float32", "float64"},
+	         {2, 1}, {{2, 3}, {4, 0}},
+	         "{\"_tensogram_variables\":[\"2t\",\"msl\"],"
+	         "\"_tensogram_wire_version\":3,\"source\":\"parity-fixture\"}"},
+	        {"mars_metadata.tgm", {"object_0", NULL}, {NULL, NULL}, {0, 0},
+	         {{0}}, NULL},
+	};
+	char *out;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		const char *path = tgm_vector(cases[i].file);
+		struct zt_expect *x = zt_expect_new();
+		char *exp, dir[64];
+
+		snprintf(dir, sizeof(dir), "t%zu", i);
+		zt_ok("zarr export %s/%s --from %s", zt_dir, dir, path);
+		zt_check_dir(dir);
+		/* the values: load the same file, get the bytes back */
+		zt_ok("load %s --prefix %s/", path, dir);
+		for (size_t k = 0; k < 2 && cases[i].names[k]; k++) {
+			char name[160], *raw;
+
+			snprintf(name, sizeof(name), "%s/%s", dir,
+			         cases[i].names[k]);
+			raw = zt_path(name);
+			zt_ok_sh("mkdir -p %s/%s", zt_dir, dir);
+			zt_ok("get %s -o %s", name, raw);
+			if (cases[i].types[k])
+				zt_expect_array(x, cases[i].names[k],
+				                cases[i].types[k],
+				                cases[i].ndim[k],
+				                cases[i].shape[k], name, NULL);
+			free(raw);
+		}
+		if (cases[i].types[0]) {
+			exp = zt_expect_done(x, cases[i].group);
+			zt_zarrita(dir, exp);
+			free(exp);
+		} else {
+			free(zt_expect_done(x, NULL));
+			out = zt_file("t1/zarr.json");
+			cr_assert(strstr(out, "\"object_0\":{"), "%s", out);
+			free(out);
+		}
+	}
+	/* a later message, and one past the end */
+	cr_assert_eq(zt_ctl(&out, "zarr export %s/m9 --from %s --message 9",
+	                    zt_dir, tgm_vector("two-msg.tgm")),
+	             1);
+	cr_assert(strstr(out, "no message 9 (the file has 2)"), "%s", out);
+	free(out);
+	zt_ok("zarr export %s/m1 --from %s --message 1", zt_dir,
+	      tgm_vector("two-msg.tgm"));
+	zt_check_dir("m1");
+}
+
+Test(export, tgm_name_key_and_duplicates, .init = start, .fini = stop)
+{
+	const char *path = tgm_vector("metadata_parity.tgm");
+	char *out;
+
+	/* --name-key comes first in the chain: both objects have mars.class
+	 * ("od", "ea") */
+	zt_ok("zarr export %s/k --from %s --name-key mars.class", zt_dir,
+	      path);
+	zt_check_dir("k");
+	out = zt_file("k/zarr.json");
+	cr_assert(strstr(out, "\"_tensogram_variables\":[\"od\",\"ea\"]"),
+	          "%s", out);
+	free(out);
+	/* a key both objects lack: the default chain */
+	zt_ok("zarr export %s/k2 --from %s --name-key no.such", zt_dir, path);
+	out = zt_file("k2/zarr.json");
+	cr_assert(strstr(out, "\"_tensogram_variables\":[\"2t\",\"msl\"]"),
+	          "%s", out);
+	free(out);
+}
+
+/* ---- the HTTP store ---- */
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+static unsigned short port;
+static char base[64];
+
+/* A free loopback port (the kernel's pick; closed again). */
+static unsigned short free_port(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sl = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert(fd >= 0);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+	close(fd);
+	return ntohs(sa.sin_port);
+}
+
+/* The daemon with --http on a loopback port and more arguments. */
+static void start_http_args(const char *const *more)
+{
+	char addr[32];
+	const char *args[16] = {"--http", addr};
+	unsigned n = 2;
+
+	port = free_port();
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", port);
+	snprintf(base, sizeof(base), "http://127.0.0.1:%u", port);
+	for (; more && *more; more++)
+		args[n++] = *more;
+	args[n] = NULL;
+	tu_daemon_start_args(&d, "warn", args);
+	zt_setup(&d);
+}
+
+static void start_http(void)
+{
+	static const char *const more[] = {"--http-prefix", "", NULL};
+
+	start_http_args(more);
+}
+
+static int connect_tcp(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+	                         .sin_port = htons(port)};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert(fd >= 0);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0,
+	             "connect: %s", strerror(errno));
+	return fd;
+}
+
+/* Send req on fd, read the answer to EOF into *resp (NUL-terminated). */
+static size_t exchange(int fd, const char *req, char **resp)
+{
+	size_t cap = 1 << 16, len = 0;
+	char *b = malloc(cap + 1);
+	ssize_t r;
+
+	cr_assert(b);
+	cr_assert_eq(send(fd, req, strlen(req), MSG_NOSIGNAL),
+	             (ssize_t)strlen(req));
+	while ((r = recv(fd, b + len, cap - len, 0)) > 0) {
+		len += (size_t)r;
+		if (len == cap) {
+			b = realloc(b, (cap *= 2) + 1);
+			cr_assert(b);
+		}
+	}
+	close(fd);
+	b[len] = 0;
+	*resp = b;
+	return len;
+}
+
+/* One request to the store: METHOD PATH with extra header lines. */
+static size_t http(const char *method, const char *path, const char *hdrs,
+                   char **resp)
+{
+	char req[1024];
+
+	snprintf(req, sizeof(req),
+	         "%s %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n%s\r\n",
+	         method, path, hdrs ? hdrs : "");
+	return exchange(connect_tcp(), req, resp);
+}
+
+static int status_of(const char *resp)
+{
+	int code = 0;
+
+	cr_assert_eq(sscanf(resp, "HTTP/1.1 %d", &code), 1, "%s", resp);
+	return code;
+}
+
+static const char *body_of(const char *resp)
+{
+	const char *b = strstr(resp, "\r\n\r\n");
+
+	cr_assert(b, "%s", resp);
+	return b + 4;
+}
+
+/* GET path: 200 and its body (malloc'ed, *len bytes). */
+static char *get_ok(const char *path, size_t *len)
+{
+	char *resp, *body;
+	size_t n = http("GET", path, NULL, &resp);
+	const char *b = body_of(resp);
+
+	cr_assert_eq(status_of(resp), 200, "%s: %s", path, resp);
+	*len = n - (size_t)(b - resp);
+	body = malloc(*len + 1);
+	memcpy(body, b, *len);
+	body[*len] = 0;
+	free(resp);
+	return body;
+}
+
+Test(http, zarr_v3_as_an_export_would_write_it, .init = start_http,
+     .fini = stop)
+{
+	char url[192], *exp;
+
+	put_all();
+	zt_ok("zarr export %s/x", zt_dir);
+	/* every key the same bytes as the exported file */
+	for (size_t i = 0; i <= NPUTS; i++) {
+		char rel[128], path[160], *want, *got;
+		size_t len;
+
+		if (i == NPUTS)
+			snprintf(rel, sizeof(rel), "zarr.json");
+		else
+			snprintf(rel, sizeof(rel), "%s/zarr.json", nodes[i]);
+		snprintf(path, sizeof(path), "/zarr/%s", rel);
+		snprintf(url, sizeof(url), "x/%s", rel);
+		want = zt_file(url);
+		got = get_ok(path, &len);
+		cr_assert_str_eq(got, want, "%s", path);
+		free(want);
+		free(got);
+	}
+	snprintf(url, sizeof(url), "%s/zarr", base);
+	zt_check(url);
+	exp = expect_puts(true);
+	zt_zarrita(url, exp);
+	free(exp);
+}
+
+Test(http, rules_of_zarr_md_10, .init = start_http, .fini = stop)
+{
+	static const char *const missing[] = {
+	        "/zarr/",         "/zarr/cam_left",   "/zarr/cam_left/",
+	        "/zarr/cam_left/c", "/zarr/cam_left/c/0", "/zarr/nosuch/zarr.json",
+	        "/zarr/scalar/c/0", "/zarr/empty/c/0/0", "/zarr-v2/cam_left/0",
+	        "/", "/zarr",     "/zarr/cam_left/zarr.json/x"};
+	static const char *const methods[] = {"POST", "PUT", "DELETE", "PATCH",
+	                                      "OPTIONS"};
+	char *resp;
+	const char *b;
+
+	put_all();
+	for (size_t i = 0; i < sizeof(missing) / sizeof(*missing); i++) {
+		http("GET", missing[i], NULL, &resp);
+		cr_assert_eq(status_of(resp), 404, "%s: %s", missing[i], resp);
+		free(resp);
+	}
+	for (size_t i = 0; i < sizeof(methods) / sizeof(*methods); i++) {
+		http(methods[i], "/zarr/zarr.json", "Content-Length: 0\r\n",
+		     &resp);
+		cr_assert_eq(status_of(resp), 405, "%s: %s", methods[i], resp);
+		cr_assert(strstr(resp, "Allow: GET, HEAD\r\n"), "%s", resp);
+		free(resp);
+	}
+	/* HEAD: the length, no body */
+	http("HEAD", "/zarr/cam_left/c/0/0", NULL, &resp);
+	cr_assert_eq(status_of(resp), 200);
+	cr_assert(strstr(resp, "Content-Length: 24\r\n"), "%s", resp);
+	cr_assert_str_eq(body_of(resp), "");
+	free(resp);
+	/* ranges: exactly the slice, with Content-Range */
+	http("GET", "/zarr/cam_left/c/0/0", "Range: bytes=4-11\r\n", &resp);
+	cr_assert_eq(status_of(resp), 206, "%s", resp);
+	cr_assert(strstr(resp, "Content-Range: bytes 4-11/24\r\n"), "%s", resp);
+	cr_assert(strstr(resp, "Content-Length: 8\r\n"), "%s", resp);
+	b = body_of(resp);
+	cr_assert_arr_eq(b, (const char *)f32v + 4, 8);
+	free(resp);
+	http("GET", "/zarr/cam_left/c/0/0", "Range: bytes=20-\r\n", &resp);
+	cr_assert_eq(status_of(resp), 206);
+	cr_assert(strstr(resp, "Content-Range: bytes 20-23/24\r\n"), "%s", resp);
+	cr_assert_arr_eq(body_of(resp), (const char *)f32v + 20, 4);
+	free(resp);
+	http("GET", "/zarr/cam_left/c/0/0", "Range: bytes=-3\r\n", &resp);
+	cr_assert_eq(status_of(resp), 206);
+	cr_assert(strstr(resp, "Content-Range: bytes 21-23/24\r\n"), "%s", resp);
+	free(resp);
+	http("GET", "/zarr/cam_left/c/0/0", "Range: bytes=10-999\r\n", &resp);
+	cr_assert_eq(status_of(resp), 206);
+	cr_assert(strstr(resp, "Content-Range: bytes 10-23/24\r\n"), "%s", resp);
+	free(resp);
+	/* metadata keys take ranges too */
+	http("GET", "/zarr/zarr.json", "Range: bytes=0-0\r\n", &resp);
+	cr_assert_eq(status_of(resp), 206);
+	cr_assert_str_eq(body_of(resp), "{");
+	free(resp);
+	/* unsatisfiable: 416 with the length, never the whole body */
+	for (int i = 0; i < 3; i++) {
+		static const char *const bad[] = {"Range: bytes=-0\r\n",
+		                                  "Range: bytes=24-\r\n",
+		                                  "Range: bytes=5-2\r\n"};
+
+		http("GET", "/zarr/cam_left/c/0/0", bad[i], &resp);
+		cr_assert_eq(status_of(resp), 416, "%s: %s", bad[i], resp);
+		cr_assert(strstr(resp, "Content-Range: bytes */24\r\n"), "%s",
+		          resp);
+		free(resp);
+	}
+	/* ETag = name + version; a matching If-None-Match is 304 */
+	http("GET", "/zarr/cam_left/c/0/0", NULL, &resp);
+	cr_assert(strstr(resp, "ETag: \"cam/left@1\"\r\n"), "%s", resp);
+	free(resp);
+	http("GET", "/zarr/cam_left/c/0/0", "If-None-Match: \"cam/left@1\"\r\n",
+	     &resp);
+	cr_assert_eq(status_of(resp), 304, "%s", resp);
+	free(resp);
+	/* the 0-d chunk is exactly "c"; the v2 view's keys */
+	http("GET", "/zarr/scalar/c", NULL, &resp);
+	cr_assert_eq(status_of(resp), 200);
+	cr_assert_eq((unsigned char)body_of(resp)[0], 200);
+	free(resp);
+	http("GET", "/zarr-v2/cam_left/0.0", NULL, &resp);
+	cr_assert_eq(status_of(resp), 200);
+	cr_assert_arr_eq(body_of(resp), (const char *)f32v, 24);
+	free(resp);
+	http("GET", "/zarr-v2/scalar/0", NULL, &resp);
+	cr_assert_eq(status_of(resp), 200);
+	free(resp);
+	http("GET", "/zarr-v2/.zgroup", NULL, &resp);
+	cr_assert_str_eq(body_of(resp), "{\"zarr_format\":2}");
+	free(resp);
+	/* keep-alive: two requests on one connection, both answered */
+	exchange(connect_tcp(),
+	         "GET /zarr/zarr.json HTTP/1.1\r\nHost: t\r\n\r\n"
+	         "GET /zarr/cam_left/c/0/0 HTTP/1.1\r\nHost: t\r\n"
+	         "Connection: close\r\n\r\n",
+	         &resp);
+	b = strstr(resp, "HTTP/1.1 200");
+	cr_assert(b && strstr(b + 1, "HTTP/1.1 200"), "%s", resp);
+	cr_assert(!strstr(resp, "Connection: close\r\n\r\n{"), "%s", resp);
+	free(resp);
+}
+
+Test(http, prefix_and_policy_decide_what_is_served, .fini = stop)
+{
+	const char *pol = "/tmp/td-zarr-policy";
+	static const char text[] = "allow any rw *\n"
+	                           "allow http r pub/a\n";
+	const char *const more[] = {"--http-prefix", "pub/", "--policy", pol,
+	                            NULL};
+	char *body, *out;
+	size_t len;
+
+	zt_put_file(pol, text, sizeof(text) - 1);
+	start_http_args(more);
+	zt_ok_sh("printf abcd > %s/four", zt_dir);
+	zt_ok("put pub/a --dtype u8 --shape 4 %s/four", zt_dir);
+	zt_ok("put pub/b --dtype u8 --shape 4 %s/four", zt_dir);
+	zt_ok("put priv/c --dtype u8 --shape 4 %s/four", zt_dir);
+	body = get_ok("/zarr/zarr.json", &len);
+	cr_assert(strstr(body, "\"_tensord_variables\":[\"pub_a\"]"), "%s",
+	          body);
+	free(body);
+	http("GET", "/zarr/pub_b/zarr.json", NULL, &out);
+	cr_assert_eq(status_of(out), 404);
+	free(out);
+	http("GET", "/zarr/priv_c/c/0", NULL, &out);
+	cr_assert_eq(status_of(out), 404);
+	free(out);
+	unlink(pol);
+	/* an http line that would write is refused at start */
+	zt_put_file(pol, "allow http rw pub/\n", 19);
+	cr_assert_eq(zt_sh(&out, "'%s' --socket %s/x.sock --policy %s",
+	                   getenv("TD_TENSORD"), zt_dir, pol),
+	             1, "%s", out);
+	cr_assert(strstr(out, "http may only read"), "%s", out);
+	free(out);
+	unlink(pol);
+}
+
+Test(http, nothing_is_served_without_a_prefix, .fini = stop)
+{
+	char *body;
+	size_t len;
+
+	start_http_args(NULL);
+	put_all();
+	body = get_ok("/zarr/zarr.json", &len);
+	cr_assert(strstr(body, "\"_tensord_variables\":[]"), "%s", body);
+	cr_assert(strstr(body, "\"metadata\":{}"), "%s", body);
+	free(body);
+	body = get_ok("/zarr-v2/.zmetadata", &len);
+	cr_assert(strstr(body, "\"metadata\":{\".zattrs\":{\"_tensord_"
+	                       "variables\":[]},\".zgroup\":{\"zarr_format\":"
+	                       "2}}"),
+	          "%s", body);
+	free(body);
+}
+
+Test(http, a_unix_socket_address, .fini = stop)
+{
+	char addr[64], *resp, req[] = "GET /zarr/zarr.json HTTP/1.1\r\n"
+	                               "Host: t\r\nConnection: close\r\n\r\n";
+	const char *more[] = {"--http", addr, "--http-prefix", "", NULL};
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd;
+
+	snprintf(addr, sizeof(addr), "unix:/tmp/td-zarr-%d.sock", getpid());
+	tu_daemon_start_args(&d, "warn", more);
+	zt_setup(&d);
+	put_all();
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", addr + 5);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	exchange(fd, req, &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	cr_assert(strstr(resp, "\"cam_left\""), "%s", resp);
+	free(resp);
+}
+
+/* The value of the sample that starts with `line` in metrics text m. */
+static unsigned long long metric_value(const char *m, const char *line)
+{
+	char l[256];
+	const char *p;
+
+	/* a sample line, not the # HELP line naming it */
+	snprintf(l, sizeof(l), "\n%s", line);
+	p = strstr(m, l);
+	cr_assert(p, "no %s in:\n%s", line, m);
+	return strtoull(p + strlen(l), NULL, 10);
+}
+
+/* A 64 MiB tensor of one byte value. */
+static void put_filled(const char *name, int byte, size_t len)
+{
+	char *p = malloc(len);
+	char path[128];
+
+	memset(p, byte, len);
+	snprintf(path, sizeof(path), "%s/fill.bin", zt_dir);
+	zt_put_file(path, p, len);
+	free(p);
+	zt_ok("put %s --dtype u8 --shape %zu %s", name, len, path);
+}
+
+Test(http, a_response_keeps_its_version_whole, .init = start_http,
+     .fini = stop)
+{
+	const size_t len = 64u << 20;
+	char head[4096], *rest, *m;
+	size_t got = 0, mlen;
+	ssize_t r;
+	int fd;
+
+	put_filled("big", 'A', len);
+	fd = connect_tcp();
+	snprintf(head, sizeof(head), "GET /zarr/big/c/0 HTTP/1.1\r\nHost: t\r\n"
+	                             "Connection: close\r\n\r\n");
+	cr_assert(send(fd, head, strlen(head), 0) > 0);
+	/* a little of the body, then a new version and a delete meanwhile */
+	r = recv(fd, head, sizeof(head), MSG_WAITALL);
+	cr_assert_eq(r, (ssize_t)sizeof(head));
+	put_filled("big", 'B', len);
+	m = get_ok("/metrics", &mlen);
+	cr_assert(strstr(m, "tensord_bytes 134217728\n"),
+	          "both versions are held while the response runs: %s", m);
+	cr_assert_eq(metric_value(m, "tensord_http_leases "), 1);
+	free(m);
+	zt_ok("rm big");
+	rest = malloc(len + 8192);
+	cr_assert(rest);
+	while ((r = recv(fd, rest + got, len + 8192 - got, 0)) > 0)
+		got += (size_t)r;
+	close(fd);
+	{
+		const char *b = strstr(head, "\r\n\r\n") + 4;
+		size_t first = sizeof(head) - (size_t)(b - head);
+
+		cr_assert(strstr(head, "Content-Length: 67108864\r\n"));
+		cr_assert_eq(first + got, len, "the whole chunk");
+		for (size_t i = 0; i < first; i++)
+			cr_assert_eq(b[i], 'A');
+		for (size_t i = 0; i < got; i++)
+			if (rest[i] != 'A')
+				cr_assert_fail("byte %zu is %c, not A (v1)",
+				               first + i, rest[i]);
+	}
+	free(rest);
+	/* the lease is gone with the response: the bytes are freed */
+	for (int i = 0; i < 200; i++) {
+		m = get_ok("/metrics", &mlen);
+		if (strstr(m, "tensord_bytes 0\n"))
+			break;
+		free(m);
+		m = NULL;
+		usleep(10000);
+	}
+	cr_assert(m, "version 1 was not freed after its response");
+	free(m);
+}
+
+Test(http, metrics_count_what_happened, .fini = stop)
+{
+	static const char *const more[] = {"--http-prefix", "", "--max-bytes",
+	                                   "1M", NULL};
+	char *m, *out;
+	size_t mlen;
+
+	start_http_args(more);
+	put_filled("fill/a", 'a', 600u << 10);
+	put_filled("fill/b", 'b', 600u << 10); /* evicts fill/a */
+	put_all();
+	cr_assert_eq(zt_ctl(&out, "get nosuch -o /dev/null"), 1);
+	free(out);
+	{
+		char path[128];
+
+		snprintf(path, sizeof(path), "%s/big.bin", zt_dir);
+		zt_ok_sh("head -c 2097152 /dev/zero > %s", path);
+		cr_assert_eq(zt_ctl(&out, "put toobig --dtype u8 --shape "
+		                          "2097152 %s",
+		                    path),
+		             1);
+		free(out);
+	}
+	free(get_ok("/zarr/zarr.json", &mlen));
+	http("GET", "/zarr/nosuch/zarr.json", NULL, &out);
+	free(out);
+	m = get_ok("/metrics", &mlen);
+	cr_assert_eq(metric_value(m, "tensord_tensors "), NPUTS + 1, "%s", m);
+	cr_assert_eq(metric_value(m, "tensord_evictions_total "), 1);
+	cr_assert_eq(metric_value(m, "tensord_bytes "),
+	             (600u << 10) + sizeof(f32v) + sizeof(i64v) +
+	                     sizeof(f16v) + sizeof(i16v) + sizeof(f64v) +
+	                     sizeof(u8v));
+	cr_assert_eq(metric_value(m, "tensord_requests_total{op=\"PUBLISH\","
+	                             "result=\"ok\"} "),
+	             NPUTS + 2);
+	cr_assert_eq(metric_value(m, "tensord_requests_total{op=\"GET\","
+	                             "result=\"error\"} "),
+	             1);
+	cr_assert_eq(metric_value(m, "tensord_refusals_total{reason="
+	                             "\"space\"} "),
+	             1);
+	cr_assert_eq(metric_value(m, "tensord_http_responses_total{code="
+	                             "\"404\"} "),
+	             1);
+	cr_assert_eq(metric_value(m, "tensord_http_responses_total{code="
+	                             "\"200\"} "),
+	             1);
+	cr_assert_eq(metric_value(m, "tensord_clients "), 0);
+	cr_assert_eq(metric_value(m, "tensord_leases "), 0);
+	cr_assert_eq(metric_value(m, "tensord_ring_handoffs "), 0);
+	free(m);
+}
+
+Test(http, many_readers_and_slow_clients, .fini = stop)
+{
+	enum { READERS = 200, SLOW = 40 };
+	static const char *const more[] = {"--http-prefix", "",
+	                                   "--http-timeout", "2", NULL};
+	static int fds[READERS], slow[SLOW];
+	static size_t got[READERS];
+	static char *bufs[READERS];
+	const size_t len = 1u << 20;
+	char req[] = "GET /zarr/big/c/0 HTTP/1.1\r\nHost: t\r\n"
+	             "Connection: close\r\n\r\n";
+	char *big, *resp, *m;
+	size_t mlen;
+	unsigned done = 0;
+
+	start_http_args(more);
+	put_filled("big", 'Z', len);
+	/* slowloris: headers that never end */
+	for (int i = 0; i < SLOW; i++) {
+		slow[i] = connect_tcp();
+		cr_assert(send(slow[i], "GET /zarr/zarr.json HTTP/1.1\r\nHo", 32,
+		               MSG_NOSIGNAL) == 32);
+	}
+	/* a header larger than the limit is refused, not buffered */
+	big = malloc(40000);
+	memset(big, 'a', 40000);
+	memcpy(big, "GET /zarr/zarr.json HTTP/1.1\r\nX-Big: ", 37);
+	memcpy(big + 40000 - 5, "\r\n\r\n", 5);
+	exchange(connect_tcp(), big, &resp);
+	free(big);
+	cr_assert(!strncmp(resp, "HTTP/1.1 431", 12) || !*resp,
+	          "an oversized header: %.200s", resp);
+	free(resp);
+	/* 200 readers at once, each reading the whole chunk */
+	for (int i = 0; i < READERS; i++) {
+		fds[i] = connect_tcp();
+		cr_assert(send(fds[i], req, strlen(req), MSG_NOSIGNAL) > 0);
+		bufs[i] = malloc(len + 4096);
+		cr_assert(bufs[i]);
+	}
+	/* bounded: every round reads what is there; 60 s at most */
+	for (int round = 0; round < 60000 && done < READERS; round++) {
+		struct pollfd pf[READERS];
+
+		for (int i = 0; i < READERS; i++)
+			pf[i] = (struct pollfd){fds[i], POLLIN, 0};
+		poll(pf, READERS, 1);
+		for (int i = 0; i < READERS; i++) {
+			ssize_t r;
+
+			if (fds[i] < 0 || !pf[i].revents)
+				continue;
+			r = recv(fds[i], bufs[i] + got[i],
+			         len + 4096 - got[i], MSG_DONTWAIT);
+			if (r > 0) {
+				got[i] += (size_t)r;
+				continue;
+			}
+			if (r < 0 && (errno == EAGAIN || errno == EINTR))
+				continue;
+			close(fds[i]);
+			fds[i] = -1;
+			done++;
+		}
+	}
+	cr_assert_eq(done, READERS, "readers left unfinished");
+	for (int i = 0; i < READERS; i++) {
+		const char *b;
+
+		bufs[i][got[i]] = 0;
+		cr_assert_eq(status_of(bufs[i]), 200, "reader %d", i);
+		b = strstr(bufs[i], "\r\n\r\n") + 4;
+		cr_assert_eq(got[i] - (size_t)(b - bufs[i]), len, "reader %d",
+		             i);
+		for (size_t k = 0; k < len; k += 4099)
+			cr_assert_eq(b[k], 'Z');
+		free(bufs[i]);
+	}
+	/* the slow ones are cut by the per-connection timeout (2 s; wait
+	 * at most 30 s) */
+	for (int i = 0; i < SLOW; i++) {
+		struct pollfd pf = {slow[i], POLLIN, 0};
+		char c[256];
+
+		cr_assert_eq(poll(&pf, 1, 30000), 1, "slow client %d kept", i);
+		while (recv(slow[i], c, sizeof(c), 0) > 0)
+			;
+		close(slow[i]);
+	}
+	/* and the daemon still answers on both sides */
+	m = get_ok("/metrics", &mlen);
+	cr_assert_eq(metric_value(m, "tensord_http_responses_total{code="
+	                             "\"200\"} "),
+	             READERS);
+	free(m);
+	zt_ok("stat big");
+}
+
+Test(http, dask_and_xarray_read_the_v2_view, .init = start_http,
+     .fini = stop, .timeout = 240)
+{
+	const char *src = getenv("TD_SOURCE_ROOT");
+	char *exp, *out;
+	int rc;
+
+	put_all();
+	/* the expected values: what tensorctl get returns */
+	for (size_t i = 0; i < NPUTS; i++) {
+		char *raw = zt_path(nodes[i]);
+
+		zt_ok("get '%s' -o %s", puts_[i].name, raw);
+		free(raw);
+	}
+	exp = expect_puts(false);
+	rc = zt_sh(&out, "/usr/bin/python3 '%s/tests/zarr/dask-read.py' "
+	                 "'%s/zarr-v2' '%s'",
+	           src, base, exp);
+	cr_assert_neq(rc, 2, "%s", out);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_assert(strstr(out, "6 reduction(s) equal on 2 workers, xarray "
+	                      "lists 7 array(s)"),
+	          "%s", out);
+	free(out);
+	free(exp);
+}
+
+/* ---- the checkers themselves fail on what they must catch ---- */
+
+Test(checkers, catch_what_zarrita_lets_through, .init = start, .fini = stop)
+{
+	static const struct {
+		const char *damage, *says;
+	} cases[] = {
+	        {"truncate -s 20 D/cam_left/c/0/0",
+	         "chunk c/0/0 is 20 bytes, expected 24"},
+	        {"printf x > D/cam_left/c/0/1", "files ["},
+	        {"sed -i 's/\"NaN\"/NaN/' D/cam_left/zarr.json",
+	         "not strict JSON"},
+	        {"sed -i 's/\"chunk_shape\":\\[2,3\\]/\"chunk_shape\":[2]/' "
+	         "D/cam_left/zarr.json",
+	         "chunk_grid is not regular"},
+	        {"sed -i 's/\"zarr_format\":3}$/\"zarr_format\":3,\"x\":1}/' "
+	         "D/cam_left/zarr.json",
+	         "unknown top-level member 'x'"},
+	        {"sed -i 's/\"endian\":\"little\"//' D/half/zarr.json",
+	         "no endian"},
+	        {"mv D/scalar/c D/scalar/c0", "files ["},
+	        {"printf x > D/stray", "a group holds a file other than"},
+	};
+	const char *src = getenv("TD_SOURCE_ROOT");
+	char *out, *exp;
+
+	put_all();
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		char dir[32], cmd[512];
+		const char *p = cases[i].damage;
+		size_t o = 0;
+
+		snprintf(dir, sizeof(dir), "d%zu", i);
+		zt_ok("zarr export %s/%s", zt_dir, dir);
+		/* D is the export's folder */
+		for (; *p && o < sizeof(cmd) - 64; p++) {
+			if (*p == 'D' && (p[1] == '/' || !p[1]))
+				o += (size_t)snprintf(cmd + o, sizeof(cmd) - o,
+				                      "%s/%s", zt_dir, dir);
+			else
+				cmd[o++] = *p;
+		}
+		cmd[o] = 0;
+		zt_ok_sh("%s", cmd);
+		cr_assert_eq(zt_sh(&out, "/usr/bin/python3 "
+		                         "'%s/scripts/zarr-check.py' %s/%s",
+		                   src, zt_dir, dir),
+		             1, "case %zu passed the checker: %s", i, out);
+		cr_assert(strstr(out, cases[i].says), "case %zu: %s", i, out);
+		free(out);
+	}
+	/* zarrita's comparison fails on one changed byte */
+	zt_ok("zarr export %s/v", zt_dir);
+	zt_ok_sh("printf '\\377' | dd of=%s/v/small/c/0/0 bs=1 seek=2 "
+	         "conv=notrunc status=none",
+	         zt_dir);
+	exp = expect_puts(false);
+	cr_assert_eq(zt_sh(&out, "node '%s/tests/zarr/zarrita-read.mjs' "
+	                         "%s/v '%s'",
+	                   src, zt_dir, exp),
+	             1, "%s", out);
+	cr_assert(strstr(out, "small: values differ"), "%s", out);
+	free(out);
+	free(exp);
+}
+
+#include "malloc-count.h"
+
+/*
+ * Zero copy: the daemon runs under tests/malloc-count.c, which counts the
+ * bytes sendfile() moves. ASan cannot take that shim (it replaces malloc),
+ * so this test is built into the plain suite only (as test-recycle.c).
+ */
+#ifndef __SANITIZE_ADDRESS__
+#include <sys/mman.h>
+
+Test(http, chunk_bodies_go_by_sendfile, .fini = stop)
+{
+	static const char *const more[] = {"--http-prefix", "", NULL};
+	const char *shim = getenv("TD_MALLOC_COUNT");
+	const size_t len = 4u << 20;
+	volatile struct td_malloc_counts *n;
+	char path[32] = "/tmp/td-sendfile-XXXXXX", *resp;
+	uint64_t before;
+	void *p;
+	int fd;
+
+	cr_assert(shim, "TD_MALLOC_COUNT is not set (run through meson test)");
+	fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, 4096), 0);
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	cr_assert_neq(p, MAP_FAILED);
+	close(fd);
+	n = p;
+	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
+	cr_assert_eq(setenv("TD_MALLOC_COUNT_FILE", path, 1), 0);
+	start_http_args(more);
+	unsetenv("LD_PRELOAD");
+	unsetenv("TD_MALLOC_COUNT_FILE");
+	put_filled("big", 'S', len);
+	before = n->sendfile_bytes;
+	for (int i = 0; i < 3; i++) {
+		size_t got = http("GET", "/zarr/big/c/0", NULL, &resp);
+
+		cr_assert_eq(status_of(resp), 200);
+		cr_assert_eq(got - (size_t)(body_of(resp) - resp), len);
+		free(resp);
+	}
+	http("GET", "/zarr/big/c/0", "Range: bytes=1000-1999\r\n", &resp);
+	cr_assert_eq(status_of(resp), 206);
+	free(resp);
+	/* every body byte, and only those, went by sendfile() */
+	cr_assert_eq(n->sendfile_bytes - before, 3 * len + 1000);
+	munmap(p, 4096);
+	unlink(path);
+}
+#endif
+
+Test(export, big_endian_tgm_objects_are_swapped)
+{
+	/* multi_object.tgm: three big-endian objects (vectors README) */
+	static const float f[] = {1.5f, 2.5f};
+	static const int64_t i[] = {100, -200, 300};
+	static const uint8_t u[] = {10, 20, 30, 40, 50};
+	const char *path = tgm_vector("multi_object.tgm");
+	char *b;
+
+	zt_setup(NULL);
+	zt_ok_sh("'%s' zarr export %s/m --from %s", getenv("TD_TENSORCTL"),
+	         zt_dir, path);
+	zt_check_dir("m");
+	b = zt_file("m/object_0/c/0");
+	cr_assert_arr_eq(b, f, sizeof(f));
+	free(b);
+	b = zt_file("m/object_1/c/0");
+	cr_assert_arr_eq(b, i, sizeof(i));
+	free(b);
+	b = zt_file("m/object_2/c/0");
+	cr_assert_arr_eq(b, u, sizeof(u));
+	free(b);
+	b = zt_file("m/object_1/zarr.json");
+	cr_assert(strstr(b, "\"data_type\":\"int64\""), "%s", b);
+	free(b);
+	zt_teardown();
+}
+
+Test(http, bad_addresses_stop_the_daemon_with_a_reason)
+{
+	static const struct {
+		const char *args, *says;
+		int status;
+	} cases[] = {
+	        {"--http localhost:8080", "names are not resolved", 1},
+	        {"--http 127.0.0.1:99999", "bad port", 1},
+	        {"--http '[::1' ", "not a numeric", 1},
+	        {"--http 127.0.0.1", "want 127.0.0.1:PORT", 1},
+	        {"--http unix:", "unix: path empty", 1},
+	        {"--http-prefix ../x", "not a valid name prefix", 2},
+	        {"--http-timeout 0", "want 1 to 65536", 2},
+	};
+	char *out;
+
+	zt_setup(NULL);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		int rc = zt_sh(&out, "'%s' --socket %s/s.sock %s",
+		               getenv("TD_TENSORD"), zt_dir, cases[i].args);
+
+		cr_assert_eq(rc, cases[i].status, "%s: %s", cases[i].args, out);
+		cr_assert(strstr(out, cases[i].says), "%s: %s", cases[i].args,
+		          out);
+		free(out);
+	}
+	zt_teardown();
+}
+
+Test(export, hurray_files_read_back_by_zarrita, .init = start, .fini = stop)
+{
+	struct zt_expect *x = zt_expect_new();
+	char *exp, *out;
+
+	/* a file written by tensorctl save, read without the daemon */
+	put_all();
+	zt_ok("save -o %s/t.hrry", zt_dir);
+	zt_ok_sh("'%s' zarr export %s/h --from %s/t.hrry",
+	         getenv("TD_TENSORCTL"), zt_dir, zt_dir);
+	zt_check_dir("h");
+	for (size_t i = 0; i < NPUTS; i++) {
+		char attrs[128];
+
+		snprintf(attrs, sizeof(attrs), "{\"_tensord_name\":\"%s\"}",
+		         puts_[i].name);
+		zt_expect_array(x, nodes[i], puts_[i].zdtype, puts_[i].ndim,
+		                puts_[i].dims, nodes[i], attrs);
+	}
+	exp = zt_expect_done(x, NULL);
+	zt_zarrita("h", exp);
+	free(exp);
+	/* the upstream vector: its KV becomes a group attribute */
+	{
+		const char *dir = tu_vectors_path("hurray");
+		char *root;
+
+		if (!dir)
+			cr_skip_test("upstream vectors folder absent: "
+			             "basic.hrry not checked");
+		zt_ok_sh("'%s' zarr export %s/b --from %s/golden/basic.hrry",
+		         getenv("TD_TENSORCTL"), zt_dir, dir);
+		zt_check_dir("b");
+		root = zt_file("b/zarr.json");
+		cr_assert(strstr(root, "\"_tensord_hurray_kv\":{\"producer\":"
+		                       "\"hurray-conformance\",\"tensor_"
+		                       "count\":2}"),
+		          "%s", root);
+		cr_assert(strstr(root, "\"_tensord_variables\":[\"weights\","
+		                       "\"bias\"]"),
+		          "%s", root);
+		free(root);
+	}
+	/* a .tgm option with a Hurray file is a usage error */
+	cr_assert_eq(zt_sh(&out, "'%s' zarr export %s/c --from %s/t.hrry "
+	                         "--name-key x",
+	                   getenv("TD_TENSORCTL"), zt_dir, zt_dir),
+	             2, "%s", out);
+	free(out);
+}
+
+Test(export, a_tgm_file_without_messages_is_an_empty_group)
+{
+	char *root;
+
+	zt_setup(NULL);
+	zt_ok_sh(": > %s/none.tgm && '%s' zarr export %s/e --from %s/none.tgm",
+	         zt_dir, getenv("TD_TENSORCTL"), zt_dir, zt_dir);
+	zt_check_dir("e");
+	root = zt_file("e/zarr.json");
+	cr_assert_str_eq(root, "{\"attributes\":{},\"consolidated_metadata\":"
+	                       "{\"kind\":\"inline\",\"metadata\":{},"
+	                       "\"must_understand\":false},\"node_type\":"
+	                       "\"group\",\"zarr_format\":3}");
+	free(root);
+	zt_teardown();
+}
+
+Test(http, the_connection_limit_holds_back_new_connections, .fini = stop)
+{
+	static const char *const more[] = {"--http-prefix", "",
+	                                   "--http-max-connections", "2",
+	                                   NULL};
+	const char req[] = "GET /metrics HTTP/1.1\r\nHost: t\r\n"
+	                   "Connection: close\r\n\r\n";
+	struct pollfd pf;
+	char *resp;
+	int a, b, c;
+
+	start_http_args(more);
+	a = connect_tcp();
+	b = connect_tcp();
+	/* both slots are taken: a third connection waits in the backlog */
+	c = connect_tcp();
+	cr_assert(send(c, req, strlen(req), MSG_NOSIGNAL) > 0);
+	pf = (struct pollfd){c, POLLIN, 0};
+	cr_assert_eq(poll(&pf, 1, 300), 0, "served past the limit");
+	/* a slot frees: it is served, next to the one still open */
+	close(a);
+	pf = (struct pollfd){c, POLLIN, 0};
+	cr_assert_eq(poll(&pf, 1, 20000), 1, "never served");
+	exchange(c, "", &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	cr_assert_eq(metric_value(resp, "tensord_http_connections "), 2,
+	             "%s", resp);
+	free(resp);
+	close(b);
+}

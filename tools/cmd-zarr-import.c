@@ -1,0 +1,399 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tensorctl zarr import: every array of a Zarr v3 group as a published
+ * tensor (docs/zarr.md §2). Everything is read and checked (strict JSON,
+ * one regular chunk, the bytes codec only, byte counts) before anything
+ * is published; big-endian arrays are swapped.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include "td-zarr.h"
+#include "tensorctl.h"
+#include "wire.h"
+
+struct imp {
+	struct td_zarr_array a;
+	char tensor[TD_NAME_MAX + 1];
+	uint8_t *data;
+	uint64_t len;
+	char *meta;
+};
+
+/* All of dirfd/path, at most max bytes (more: -EFBIG). */
+static int read_at(int dirfd, const char *path, uint64_t max, uint8_t **out,
+                   uint64_t *len)
+{
+	int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	struct stat st;
+	uint8_t *b;
+	uint64_t got = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+	}
+	if ((uint64_t)st.st_size > max) {
+		close(fd);
+		*len = (uint64_t)st.st_size;
+		return -EFBIG;
+	}
+	b = malloc((size_t)st.st_size + 1);
+	while (b && got < (uint64_t)st.st_size) {
+		ssize_t r = read(fd, b + got, (size_t)st.st_size - got);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (uint64_t)r;
+	}
+	close(fd);
+	if (!b)
+		return -ENOMEM;
+	if (got != (uint64_t)st.st_size) {
+		free(b);
+		return -EIO;
+	}
+	b[got] = 0;
+	*out = b;
+	*len = got;
+	return 0;
+}
+
+static int read_json_at(int dirfd, const char *path, struct json_object **o,
+                        char *why, size_t cap)
+{
+	uint8_t *b;
+	uint64_t len;
+	const char *w;
+	int rc = read_at(dirfd, path, 16u << 20, &b, &len);
+
+	if (rc < 0) {
+		snprintf(why, cap, "%s: %s", path, strerror(-rc));
+		return rc;
+	}
+	rc = td_zarr_json_parse((const char *)b, len, o, &w);
+	if (rc < 0)
+		snprintf(why, cap, "%s: not strict JSON: %s", path, w);
+	free(b);
+	return rc;
+}
+
+/* Attributes without tensord's and tensogram's own keys, as tensor
+ * metadata: the `_tensord_meta` text, else a JSON object, else none. */
+static int import_meta(struct imp *m)
+{
+	struct json_object *o = json_object_new_object(), *v;
+	const char *t;
+
+	if (m->a.attrs && (v = json_object_object_get(m->a.attrs,
+	                                              "_tensord_meta")) &&
+	    json_object_is_type(v, json_type_string)) {
+		m->meta = strdup(json_object_get_string(v));
+		json_object_put(o);
+		return m->meta ? 0 : -ENOMEM;
+	}
+	if (m->a.attrs) {
+		const char *k;
+		struct json_object *val;
+
+		TD_JSON_EACH(m->a.attrs, k, val)
+			if (strncmp(k, "_tensord_", 9) &&
+			    strncmp(k, "_tensogram_", 11))
+				json_object_object_add(o, k,
+				                       json_object_get(val));
+	}
+	if (json_object_object_length(o)) {
+		t = json_object_to_json_string_ext(
+		        o, JSON_C_TO_STRING_PLAIN |
+		                   JSON_C_TO_STRING_NOSLASHESCAPE);
+		m->meta = t ? strdup(t) : NULL;
+		json_object_put(o);
+		return m->meta ? 0 : -ENOMEM;
+	}
+	json_object_put(o);
+	return 0;
+}
+
+/* One array folder: metadata, chunk, checks. 1 done, 0 skipped, -errno. */
+static int import_array(int top, const char *name, const char *prefix,
+                        struct imp *m, char *why, size_t cap)
+{
+	char path[TD_ZARR_NAME_MAX + 64], key[2 + 2 * TD_ZARR_MAX_DIMS + 1];
+	struct json_object *meta = NULL;
+	uint64_t want;
+	bool big;
+	char sep;
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/zarr.json", name);
+	rc = read_json_at(top, path, &meta, why, cap);
+	if (rc < 0)
+		return rc;
+	rc = td_zarr_array_read(meta, &m->a, &big, &sep, why, cap);
+	json_object_put(meta);
+	if (rc < 0)
+		return rc;
+	if (m->a.type->blob < 0) {
+		snprintf(why, cap, "data_type %s has no tensord dtype",
+		         m->a.type->name);
+		return -ENOTSUP;
+	}
+	if (td_zarr_chunk_bytes(&m->a, &want) < 0) {
+		snprintf(why, cap, "its size overflows");
+		return -EOVERFLOW;
+	}
+	snprintf(m->tensor, sizeof(m->tensor), "%s", prefix);
+	td_tgm_name_sanitize(name, m->tensor + strlen(prefix),
+	                     sizeof(m->tensor) - strlen(prefix));
+	rc = import_meta(m);
+	if (rc < 0)
+		return rc;
+	rc = td_zarr_chunk_key(&m->a, false, key, sizeof(key));
+	if (rc == 0)
+		return 1; /* zero-size: no chunk, nothing to read */
+	for (char *p = key; *p; p++)
+		if (*p == '/')
+			*p = sep;
+	snprintf(path, sizeof(path), "%s/%s", name, key);
+	rc = read_at(top, path, want, &m->data, &m->len);
+	if ((rc == -ENOENT || rc == -EISDIR) && m->a.ndim == 0) {
+		/* upstream's 0-d form (zarr.md §7) */
+		snprintf(path, sizeof(path), "%s/c%c0", name, sep);
+		rc = read_at(top, path, want, &m->data, &m->len);
+	}
+	if (rc == -ENOENT)
+		return 0;
+	if (rc == -EFBIG || (!rc && m->len != want)) {
+		snprintf(why, cap,
+		         "expected %" PRIu64 " bytes (%" PRIu64
+		         " elements x %u bytes/element), got %" PRIu64,
+		         want, want / m->a.type->size, m->a.type->size, m->len);
+		return -EBADMSG;
+	}
+	if (rc < 0) {
+		snprintf(why, cap, "%s: %s", path, strerror(-rc));
+		return rc;
+	}
+	/* big-endian: each element reversed in place */
+	for (uint64_t i = 0; big && i < m->len; i += m->a.type->size)
+		for (unsigned k = 0, w = m->a.type->size; k < w / 2; k++) {
+			uint8_t t = m->data[i + k];
+
+			m->data[i + k] = m->data[i + w - 1 - k];
+			m->data[i + w - 1 - k] = t;
+		}
+	return 1;
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Child folders of the group holding a zarr.json, sorted. */
+static int list_arrays(const char *dir, char ***out, size_t *n)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char **v = NULL;
+	size_t cap = 0;
+
+	*n = 0;
+	if (!d)
+		return -errno;
+	while ((e = readdir(d))) {
+		struct stat st;
+		char p[PATH_MAX];
+
+		if (e->d_name[0] == '.' && (!e->d_name[1] ||
+		                            (e->d_name[1] == '.' && !e->d_name[2])))
+			continue;
+		snprintf(p, sizeof(p), "%s/%s/zarr.json", dir, e->d_name);
+		if (stat(p, &st) < 0)
+			continue;
+		if (*n == cap) {
+			char **nv = realloc(v, (cap = cap ? 2 * cap : 16) *
+			                               sizeof(*v));
+			if (!nv)
+				break;
+			v = nv;
+		}
+		v[(*n)++] = strdup(e->d_name);
+	}
+	closedir(d);
+	if (*n)
+		qsort(v, *n, sizeof(*v), name_cmp);
+	*out = v;
+	return 0;
+}
+
+static int publish_imp(struct td_client *c, struct imp *m, uint64_t *version)
+{
+	struct td_publish p = {0};
+	struct td_error e = {0};
+	struct td_alloc *a;
+	uint64_t size = m->len;
+	int rc = td_client_alloc(c, 1, &size, &a, &e);
+
+	if (rc < 0)
+		return tctl_refused(m->tensor, rc, &e);
+	if (m->len)
+		memcpy(td_alloc_data(a, 0), m->data, m->len);
+	p.name = m->tensor;
+	p.dtype = (uint32_t)m->a.type->blob;
+	p.ndim = m->a.ndim;
+	p.shape = m->a.shape;
+	p.meta = m->meta;
+	p.meta_len = m->meta ? strlen(m->meta) : 0;
+	rc = td_client_publish_alloc(c, a, &p, version, &e);
+	return rc < 0 ? tctl_refused(m->tensor, rc, &e) : TCTL_OK;
+}
+
+/* Publish every read array in order; the count before a refusal is
+ * printed. TCTL_ status. */
+static int publish_all(struct td_client *c, struct imp *ims, size_t n)
+{
+	struct json_object *out = json_object_new_array();
+	size_t done = 0;
+	int rc = TCTL_OK;
+
+	for (size_t i = 0; !rc && i < n; i++) {
+		uint64_t v = 0;
+
+		if (!ims[i].tensor[0])
+			continue;
+		rc = publish_imp(c, &ims[i], &v);
+		if (rc)
+			break;
+		done++;
+		if (tctl_json) {
+			struct json_object *j = json_object_new_object();
+
+			json_object_object_add(
+			        j, "name", json_object_new_string(ims[i].tensor));
+			json_object_object_add(j, "version",
+			                       json_object_new_uint64(v));
+			json_object_array_add(out, j);
+		} else {
+			printf("%s version %" PRIu64 " %s ", ims[i].tensor, v,
+			       td_tensor_dtype_name((uint32_t)ims[i].a.type->blob));
+			tctl_print_shape(stdout, ims[i].a.shape, ims[i].a.ndim,
+			                 0);
+			printf("\n");
+		}
+	}
+	if (rc && done)
+		fprintf(stderr, "tensorctl: %zu array(s) published before "
+		                "this failure\n",
+		        done);
+	if (!rc && tctl_json) {
+		struct json_object *j = json_object_new_object();
+
+		json_object_object_add(j, "published", json_object_get(out));
+		rc = tctl_json_print(j);
+	}
+	json_object_put(out);
+	return rc;
+}
+
+int cmd_zarr_import(int argc, char **argv)
+{
+	enum { O_PREFIX = TCTL_OPT_FIRST_OWN };
+	static const struct option opts[] = {
+	        {"prefix", required_argument, NULL, O_PREFIX},
+	        TCTL_COMMON_OPTIONS};
+	const char *prefix = "", *dir, *w;
+	struct json_object *root = NULL;
+	struct imp *ims = NULL;
+	char **names = NULL, why[512];
+	size_t n = 0;
+	struct td_client *c = NULL;
+	int top = -1, rc, o;
+
+	while ((o = tctl_getopt(argc, argv, "", opts, &rc)) != -1) {
+		if (o != O_PREFIX)
+			return rc;
+		prefix = optarg;
+	}
+	if (argc - optind != 1)
+		return tctl_usage("zarr", "import needs one DIR");
+	if (*prefix && (strlen(prefix) > TD_NAME_MAX - 16 ||
+	                td_wire_name_check(prefix, strlen(prefix), true, &w)))
+		return tctl_usage("zarr", "bad --prefix '%s'", prefix);
+	dir = argv[optind];
+	top = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (top < 0)
+		return tctl_fail(TCTL_REFUSED, "io", errno, "%s: %s", dir,
+		                 strerror(errno));
+	rc = read_json_at(top, "zarr.json", &root, why, sizeof(why));
+	if (!rc && (!json_object_is_type(root, json_type_object) ||
+	            !json_object_is_type(json_object_object_get(root,
+	                                                        "node_type"),
+	                                 json_type_string) ||
+	            strcmp(json_object_get_string(
+	                           json_object_object_get(root, "node_type")),
+	                   "group"))) {
+		snprintf(why, sizeof(why), "zarr.json: the root is not a group");
+		rc = -EBADMSG;
+	}
+	if (rc < 0) {
+		rc = tctl_fail(TCTL_REFUSED, "input", -rc, "%s: %s", dir, why);
+		goto done;
+	}
+	if (list_arrays(dir, &names, &n) < 0 ||
+	    !(ims = calloc(n ? n : 1, sizeof(*ims)))) {
+		rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM, "%s: cannot list",
+		               dir);
+		goto done;
+	}
+	/* everything is read and checked before anything is published */
+	for (size_t i = 0; i < n; i++) {
+		int r = import_array(top, names[i], prefix, &ims[i], why,
+		                     sizeof(why));
+
+		if (r < 0) {
+			rc = tctl_fail(TCTL_REFUSED, "input", -r, "%s/%s: %s",
+			               dir, names[i], why);
+			goto done;
+		}
+		if (r == 0) {
+			fprintf(stderr,
+			        "tensorctl: %s/%s: no chunk, skipped\n", dir,
+			        names[i]);
+			ims[i].tensor[0] = 0;
+		}
+	}
+	rc = tctl_connect(&c);
+	if (!rc)
+		rc = publish_all(c, ims, n);
+done:
+	json_object_put(root);
+	for (size_t i = 0; i < n; i++) {
+		free(names[i]);
+		if (ims) {
+			td_zarr_array_fini(&ims[i].a);
+			free(ims[i].data);
+			free(ims[i].meta);
+		}
+	}
+	free(names);
+	free(ims);
+	td_client_close(c);
+	close(top);
+	return rc;
+}
+

@@ -1,0 +1,961 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tensorctl zarr export / import: a Zarr v3 directory hierarchy of tensors
+ * (../shared/specs/zarr.md, tensogram.md §18). One group, one
+ * single-chunk, little-endian, uncompressed array per tensor; metadata
+ * from json/td-zarr.h. Export writes a new folder beside DIR and renames it
+ * into place, so DIR appears whole or not at all.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include "bytes.h"
+#include "hrry.h"
+#include "input.h"
+#include "output.h"
+#include "td-json.h"
+#include "td-zarr.h"
+#include "tensorctl.h"
+#include "tgm-load.h"
+
+/* One array to write: metadata and where its chunk bytes are. */
+struct zsrc {
+	struct td_zarr_array a;
+	const uint8_t *data; /* chunk bytes as the source holds them */
+	uint64_t len;
+	unsigned swap;  /* element width to byte-swap, 0: none */
+	uint8_t *owned; /* a repacked copy behind data, or NULL */
+};
+
+struct zset {
+	struct zsrc *s;
+	size_t n;
+	struct json_object *gattrs;
+};
+
+static void zset_fini(struct zset *z)
+{
+	for (size_t i = 0; i < z->n; i++) {
+		td_zarr_array_fini(&z->s[i].a);
+		free(z->s[i].owned);
+	}
+	free(z->s);
+	json_object_put(z->gattrs);
+}
+
+/* The arrays' metadata side by side (borrowing attrs), for the group. */
+static struct td_zarr_array *arrays_of(const struct zset *z)
+{
+	struct td_zarr_array *arrs = calloc(z->n ? z->n : 1, sizeof(*arrs));
+
+	for (size_t i = 0; arrs && i < z->n; i++)
+		arrs[i] = z->s[i].a;
+	return arrs;
+}
+
+/* ---- writing a hierarchy ---- */
+
+static int write_all(int fd, const uint8_t *p, uint64_t len)
+{
+	while (len) {
+		ssize_t w = write(fd, p, len > (1u << 30) ? (1u << 30) : len);
+
+		if (tctl_interrupted())
+			return -EINTR;
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		p += w;
+		len -= (uint64_t)w;
+	}
+	return 0;
+}
+
+/* A new file at dirfd/name holding the bytes (swapped per element). */
+static int write_file(int dirfd, const char *name, const uint8_t *p,
+                      uint64_t len, unsigned swap)
+{
+	int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+	                0644);
+	int rc = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (!swap) {
+		rc = write_all(fd, p, len);
+	} else {
+		static uint8_t buf[1 << 20];
+		uint64_t step = sizeof(buf) - sizeof(buf) % swap;
+
+		for (uint64_t o = 0; !rc && o < len; o += step) {
+			uint64_t n = len - o < step ? len - o : step;
+
+			tctl_copy_swapped(buf, p + o, n, swap);
+			rc = write_all(fd, buf, n);
+		}
+	}
+	if (!rc && fsync(fd) < 0)
+		rc = -errno;
+	if (close(fd) < 0 && !rc)
+		rc = -errno;
+	return rc;
+}
+
+static int write_json(int dirfd, const char *name, struct json_object *o)
+{
+	size_t len;
+	char *t = td_zarr_text(o, &len);
+	int rc = t ? write_file(dirfd, name, (const uint8_t *)t, len, 0)
+	           : -ENOMEM;
+
+	free(t);
+	json_object_put(o);
+	return rc;
+}
+
+/* mkdir + open as a folder; fd or -errno. */
+static int subdir(int dirfd, const char *name)
+{
+	int fd;
+
+	if (mkdirat(dirfd, name, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+/* The chunk file under the array folder adir: c/0/…/0 (c for 0-d). */
+static int write_chunk(int adir, const struct zsrc *s)
+{
+	char key[2 + 2 * TD_ZARR_MAX_DIMS + 1];
+	int rc = td_zarr_chunk_key(&s->a, false, key, sizeof(key));
+	int fd = adir, next;
+	char *seg, *save = NULL, *last = NULL;
+
+	if (rc <= 0)
+		return rc; /* no chunk for a zero-size array */
+	rc = 0;
+	for (seg = strtok_r(key, "/", &save); seg;
+	     seg = strtok_r(NULL, "/", &save)) {
+		if (last) {
+			next = subdir(fd, last);
+			if (fd != adir)
+				close(fd);
+			if (next < 0)
+				return next;
+			fd = next;
+		}
+		last = seg;
+	}
+	rc = write_file(fd, last, s->data, s->len, s->swap);
+	if (!rc && fsync(fd) < 0)
+		rc = -errno;
+	if (fd != adir)
+		close(fd);
+	return rc;
+}
+
+static int rm_entry(const char *p, const struct stat *st, int flag,
+                    struct FTW *f)
+{
+	(void)st;
+	(void)f;
+	return (flag == FTW_DP ? rmdir(p) : unlink(p)) < 0 ? -1 : 0;
+}
+
+static int write_tree(int top, const struct zset *z)
+{
+	int rc;
+
+	/* the root group with every array's metadata inline */
+	{
+		struct td_zarr_array *arrs = arrays_of(z);
+
+		if (!arrs)
+			return -ENOMEM;
+		rc = write_json(top, "zarr.json",
+		                td_zarr_v3_group(z->gattrs, arrs, z->n));
+		free(arrs);
+	}
+	for (size_t i = 0; !rc && i < z->n; i++) {
+		int adir = tctl_interrupted() ? -EINTR
+		                              : subdir(top, z->s[i].a.name);
+
+		if (adir < 0)
+			return adir;
+		rc = write_json(adir, "zarr.json", td_zarr_v3_array(&z->s[i].a));
+		if (!rc)
+			rc = write_chunk(adir, &z->s[i]);
+		if (!rc && fsync(adir) < 0)
+			rc = -errno;
+		close(adir);
+	}
+	if (!rc && fsync(top) < 0)
+		rc = -errno;
+	return rc;
+}
+
+/* DIR must not exist, or be an empty folder (rename replaces it). */
+static int check_target(const char *dir)
+{
+	struct stat st;
+	DIR *d;
+	struct dirent *e;
+	int n = 0;
+
+	if (lstat(dir, &st) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISDIR(st.st_mode))
+		return -ENOTDIR;
+	d = opendir(dir);
+	if (!d)
+		return -errno;
+	while ((e = readdir(d)))
+		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+	closedir(d);
+	return n ? -ENOTEMPTY : 0;
+}
+
+static int export_write(const char *dir, const struct zset *z)
+{
+	char tmp[PATH_MAX], parent[PATH_MAX], base[PATH_MAX];
+	size_t dl = strlen(dir);
+	int rc = check_target(dir), top, pfd;
+	const char *slash;
+
+	while (dl > 1 && dir[dl - 1] == '/')
+		dl--;
+	/* the temporary folder: hidden, beside DIR, named like output.c's
+	 * temporary files */
+	snprintf(parent, sizeof(parent), "%.*s", (int)dl, dir);
+	slash = strrchr(parent, '/');
+	snprintf(base, sizeof(base), "%s", slash ? slash + 1 : parent);
+	if (slash)
+		parent[slash - parent + 1] = 0;
+	else
+		parent[0] = 0;
+	if (rc == -ENOTDIR || rc == -ENOTEMPTY)
+		return tctl_fail(TCTL_REFUSED, "io", -rc,
+		                 "%s: %s (export writes a new folder)", dir,
+		                 rc == -ENOTDIR ? "exists and is not a folder"
+		                                : "is not empty");
+	if (rc < 0 ||
+	    snprintf(tmp, sizeof(tmp), "%s.tensorctl-%d-%s-XXXXXX", parent,
+	             (int)getpid(), base) >= (int)sizeof(tmp))
+		return tctl_fail(TCTL_REFUSED, "io", rc ? -rc : ENAMETOOLONG,
+		                 "%s: %s", dir,
+		                 strerror(rc ? -rc : ENAMETOOLONG));
+	tctl_write_guard(1);
+	if (!mkdtemp(tmp)) {
+		tctl_write_guard(0);
+		return tctl_fail(TCTL_REFUSED, "io", errno, "%s: %s", tmp,
+		                 strerror(errno));
+	}
+	top = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	rc = top < 0 ? -errno : write_tree(top, z);
+	if (top >= 0)
+		close(top);
+	if (!rc && tctl_interrupted())
+		rc = -EINTR;
+	if (!rc && chmod(tmp, 0755) < 0)
+		rc = -errno;
+	if (!rc && rename(tmp, dir) < 0)
+		rc = -errno;
+	tctl_write_guard(0);
+	if (rc) {
+		nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+		if (rc == -EINTR && tctl_interrupted())
+			return tctl_fail(TCTL_REFUSED, "interrupted", EINTR,
+			                 "%s: interrupted by signal %d, nothing "
+			                 "written",
+			                 dir, tctl_interrupted());
+		return tctl_fail(TCTL_REFUSED, "io", -rc, "%s: %s", dir,
+		                 strerror(-rc));
+	}
+	pfd = open(*parent ? parent : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (pfd >= 0) {
+		fsync(pfd);
+		close(pfd);
+	}
+	return TCTL_OK;
+}
+
+static int print_exported(const char *dir, const struct zset *z)
+{
+	if (tctl_json) {
+		struct json_object *j = json_object_new_object();
+		struct json_object *arr = json_object_new_array();
+
+		for (size_t i = 0; i < z->n; i++)
+			json_object_array_add(
+			        arr, json_object_new_string(z->s[i].a.name));
+		json_object_object_add(j, "path", json_object_new_string(dir));
+		json_object_object_add(j, "arrays", arr);
+		return tctl_json_print(j);
+	}
+	printf("%s: %zu array(s)\n", dir, z->n);
+	for (size_t i = 0; i < z->n; i++)
+		printf("  %s\n", z->s[i].a.name);
+	return TCTL_OK;
+}
+
+/* ---- names ---- */
+
+/* Distinct node names in order (tensogram.md §18 suffixes). */
+static int unique_names(struct zset *z)
+{
+	char **names = calloc(z->n ? z->n : 1, sizeof(*names));
+	int rc;
+
+	if (!names)
+		return -ENOMEM;
+	for (size_t i = 0; i < z->n; i++)
+		names[i] = z->s[i].a.name;
+	rc = td_tgm_names_unique(names, z->n, sizeof(z->s->a.name));
+	free(names);
+	return rc;
+}
+
+static int grow(struct zset *z, size_t n)
+{
+	z->s = calloc(n ? n : 1, sizeof(*z->s));
+	return z->s ? 0 : -ENOMEM;
+}
+
+/* ---- from the daemon ---- */
+
+static int semi_planar(const char *fmt)
+{
+	static const char *const sp[] = {"NV12", "NV21", "NV16", "NV61",
+	                                 "NV24", "NV42", "P010", "P016"};
+
+	for (size_t i = 0; i < sizeof(sp) / sizeof(*sp); i++)
+		if (!strcasecmp(fmt, sp[i]))
+			return 1;
+	return 0;
+}
+
+/* Gather a strided single plane into C order. */
+static void gather(uint8_t *dst, const uint8_t *src, const uint64_t *shape,
+                   const int64_t *st, uint32_t ndim, unsigned size)
+{
+	uint64_t idx[TD_ZARR_MAX_DIMS] = {0}, total = 1;
+
+	for (uint32_t k = 0; k < ndim; k++)
+		total *= shape[k];
+	for (uint64_t e = 0; e < total; e++) {
+		int64_t off = 0;
+
+		for (uint32_t k = 0; k < ndim; k++)
+			off += (int64_t)idx[k] * st[k];
+		memcpy(dst + e * size, src + off, size);
+		for (uint32_t k = ndim; k-- > 0;) {
+			if (++idx[k] < shape[k])
+				break;
+			idx[k] = 0;
+		}
+	}
+}
+
+/* The chunk bytes of t: its plane, or a contiguous copy. NULL or why not. */
+static const char *tensor_chunk(struct zsrc *s, const struct td_tensor *t)
+{
+	uint32_t np = td_tensor_plane_count(t), ns = 0;
+	const int64_t *st = td_tensor_strides(t, &ns);
+	const char *fmt = td_tensor_string(t, TD_TENSOR_FORMAT);
+	uint64_t want, have = 0;
+	bool dense = true;
+
+	if (td_zarr_chunk_bytes(&s->a, &want))
+		return "its size overflows";
+	s->len = want;
+	if (semi_planar(fmt))
+		return "a semi-planar format has no single-array form";
+	if (st) {
+		uint64_t d = s->a.type->size;
+
+		for (uint32_t k = ns; k-- > 0;) {
+			dense &= (uint64_t)st[k] == d || s->a.shape[k] <= 1;
+			d *= s->a.shape[k];
+		}
+	}
+	if (np == 1 && dense) {
+		if (td_tensor_plane_size(t, 0) < want)
+			return "its plane is smaller than its shape";
+		s->data = td_tensor_plane_data(t, 0);
+		return NULL;
+	}
+	if (!want)
+		return NULL;
+	s->owned = malloc(want);
+	if (!s->owned)
+		return "out of memory";
+	s->data = s->owned;
+	if (np == 1) {
+		/* strided: check every element lies inside the plane */
+		int64_t hi = 0;
+
+		for (uint32_t k = 0; k < ns; k++) {
+			if (st[k] < 0)
+				return "it has negative strides";
+			hi += (int64_t)(s->a.shape[k] - 1) * st[k];
+		}
+		if ((uint64_t)hi + s->a.type->size > td_tensor_plane_size(t, 0))
+			return "its strides reach past its plane";
+		gather(s->owned, td_tensor_plane_data(t, 0), s->a.shape, st,
+		       s->a.ndim, s->a.type->size);
+		return NULL;
+	}
+	/* planar: the planes one after the other, each packed */
+	for (uint32_t p = 0; p < np; p++)
+		have += td_tensor_plane_size(t, p);
+	if (have != want || !dense)
+		return "its planes are padded (not supported)";
+	have = 0;
+	for (uint32_t p = 0; p < np; p++) {
+		uint64_t l = td_tensor_plane_size(t, p);
+
+		if (l)
+			memcpy(s->owned + have, td_tensor_plane_data(t, p), l);
+		have += l;
+	}
+	return NULL;
+}
+
+static void add_str(struct json_object *o, const char *k, const char *v)
+{
+	if (v && *v)
+		json_object_object_add(o, k, json_object_new_string(v));
+}
+
+/* The tensor's attributes (td_zarr_tensor_attrs()). */
+static struct json_object *tensor_attrs(const struct td_tensor *t,
+                                        const char *name)
+{
+	struct td_zarr_tensor zt = {.name = name};
+
+	zt.meta = td_tensor_meta(t, &zt.meta_len);
+	for (int i = 0; i < 5; i++)
+		zt.strings[i] = td_tensor_string(t, (enum td_tensor_string)i);
+	zt.quant_axis = td_tensor_quant(t, &zt.scales, &zt.nscales,
+	                                &zt.zero_points, &zt.nzero_points);
+	return td_zarr_tensor_attrs(&zt);
+}
+
+static int from_daemon(struct td_client *c, char **names, size_t n,
+                       struct td_tensor **ts, struct zset *z)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct zsrc *s = &z->s[z->n];
+		struct td_error e = {0};
+		const char *why;
+		int r = td_client_get(c, names[i], &ts[i], &e);
+
+		if (r < 0)
+			return tctl_refused(names[i], r, &e);
+		r = td_tensor_fence_wait(ts[i], -1);
+		if (r < 0)
+			return tctl_fail(TCTL_REFUSED, "fence", -r,
+			                 "%s: fence: %s", names[i],
+			                 strerror(-r));
+		s->a.type = td_zarr_type_by_blob(td_tensor_dtype(ts[i]));
+		s->a.ndim = td_tensor_ndim(ts[i]);
+		if (!s->a.type || s->a.ndim > TD_ZARR_MAX_DIMS)
+			return tctl_fail(TCTL_REFUSED, "input", ENOTSUP,
+			                 "%s: cannot be exported: %s", names[i],
+			                 !s->a.type ? "its dtype has no Zarr type"
+			                            : "too many dimensions");
+		memcpy(s->a.shape, td_tensor_shape(ts[i]),
+		       s->a.ndim * sizeof(uint64_t));
+		td_tgm_node_name(names[i], s->a.name, TD_ZARR_NAME_MAX + 1);
+		z->n++;
+		why = tensor_chunk(s, ts[i]);
+		if (why)
+			return tctl_fail(TCTL_REFUSED, "input", ENOTSUP,
+			                 "%s: cannot be exported: %s", names[i],
+			                 why);
+		s->a.attrs = tensor_attrs(ts[i], names[i]);
+	}
+	if (unique_names(z) < 0)
+		return tctl_fail(TCTL_REFUSED, "input", ENAMETOOLONG,
+		                 "names do not fit with their suffixes");
+	{
+		struct td_zarr_array *arrs = arrays_of(z);
+
+		if (!arrs)
+			return tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+			                 "out of memory");
+		z->gattrs = td_zarr_tensor_group(arrs, z->n);
+		free(arrs);
+	}
+	return TCTL_OK;
+}
+
+static int export_daemon(const char *dir, char **names, size_t n)
+{
+	struct td_client *c = NULL;
+	struct td_entry *list = NULL;
+	size_t count = 0;
+	struct td_tensor **ts = NULL;
+	struct zset z = {0};
+	char **all = NULL;
+	int rc = tctl_connect(&c);
+
+	if (rc)
+		return rc;
+	if (!n) {
+		struct td_error e = {0};
+		int r = td_client_list(c, "", &list, &count, &e);
+
+		if (r < 0) {
+			rc = tctl_refused("list", r, &e);
+			goto out;
+		}
+		all = calloc(count ? count : 1, sizeof(*all));
+		if (!all) {
+			rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+			               "out of memory");
+			goto out;
+		}
+		for (size_t i = 0; i < count; i++)
+			all[i] = list[i].name;
+		names = all;
+		n = count;
+	}
+	ts = calloc(n ? n : 1, sizeof(*ts));
+	if (!ts || grow(&z, n) < 0) {
+		rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
+		goto out;
+	}
+	rc = from_daemon(c, names, n, ts, &z);
+	if (!rc)
+		rc = export_write(dir, &z);
+	if (!rc)
+		rc = print_exported(dir, &z);
+out:
+	zset_fini(&z);
+	for (size_t i = 0; ts && i < n; i++)
+		td_tensor_release(ts[i]);
+	free(ts);
+	free(all);
+	td_entry_list_free(list, count);
+	td_client_close(c);
+	return rc;
+}
+
+/* ---- from a .tgm file ---- */
+
+static int tgm_object(struct load *l, size_t i, const char *name_key,
+                      struct zsrc *s)
+{
+	struct obj *ob = &l->objs[i];
+	const struct td_tgm_desc *d = &ob->o.desc;
+	struct json_object *params = NULL;
+	struct td_err e = {0};
+	char raw[1024];
+	int rc;
+
+	if (td_tgm_desc_check_plain(d, ob->o.data_len, &e) < 0)
+		return tctl_tgm_refuse(l, (long)i, "%s%s%s%s: %s", e.field,
+		                       e.field ? " " : "",
+		                       !e.field             ? ""
+		                       : !strcmp(e.field, "dtype") ? d->dtype_name
+		                       : !strcmp(e.field, "encoding") ? d->encoding
+		                       : !strcmp(e.field, "filter") ? d->filter
+		                       : !strcmp(e.field, "compression")
+		                               ? d->compression
+		                               : "",
+		                       "", e.reason);
+	s->a.type = td_zarr_type_by_tgm(d->dtype);
+	if (!s->a.type || d->shape_count > TD_ZARR_MAX_DIMS)
+		return tctl_tgm_refuse(l, (long)i, "dtype %s is not supported",
+		                       d->dtype_name);
+	s->a.ndim = d->shape_count;
+	memcpy(s->a.shape, d->shape, s->a.ndim * sizeof(uint64_t));
+	s->data = ob->o.data;
+	s->len = ob->o.data_len;
+	if (s->a.type->size > 1 && d->byte_order != TD_TGM_ORDER_NATIVE &&
+	    (d->byte_order == TD_TGM_ORDER_BIG) !=
+	            (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__))
+		/* complex: each component separately */
+		s->swap = s->a.type->kind == 'c' ? s->a.type->size / 2
+		                                 : s->a.type->size;
+	rc = tctl_tgm_obj_name(l, i, name_key, raw, sizeof(raw));
+	if (rc)
+		return rc;
+	td_tgm_node_name(raw, s->a.name, TD_ZARR_NAME_MAX + 1);
+	if (td_json_tgm_attrs_obj(ob->meta, ob->meta_index, &s->a.attrs, &e) <
+	            0 ||
+	    td_json_tgm_params_obj(ob->o.cbor, ob->o.cbor_len, &params, &e) <
+	            0)
+		return tctl_tgm_refuse(l, (long)i, "metadata: %s", e.reason);
+	if (params)
+		json_object_object_add(s->a.attrs, "_tensogram_params", params);
+	add_str(s->a.attrs, "_tensogram_encoding", d->encoding);
+	add_str(s->a.attrs, "_tensogram_filter", d->filter);
+	add_str(s->a.attrs, "_tensogram_compression", d->compression);
+	return TCTL_OK;
+}
+
+static int from_tgm(struct load *l, const char *name_key, struct zset *z)
+{
+	struct json_object *vars = json_object_new_array();
+	struct td_err e = {0};
+	int rc = TCTL_OK;
+
+	if (td_json_tgm_extra_obj(l->header ? l->header : l->footer,
+	                          &z->gattrs, &e) < 0)
+		return tctl_tgm_refuse(l, -1, "metadata: %s", e.reason);
+	if (grow(z, l->count) < 0)
+		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
+	for (size_t i = 0; !rc && i < l->count; i++) {
+		rc = tgm_object(l, i, name_key, &z->s[i]);
+		z->n++;
+	}
+	if (!rc && unique_names(z) < 0)
+		rc = tctl_fail(TCTL_REFUSED, "input", ENAMETOOLONG,
+		               "names do not fit with their suffixes");
+	for (size_t i = 0; !rc && i < z->n; i++)
+		json_object_array_add(vars,
+		                      json_object_new_string(z->s[i].a.name));
+	json_object_object_add(z->gattrs, "_tensogram_variables", vars);
+	json_object_object_add(z->gattrs, "_tensogram_wire_version",
+	                       json_object_new_int(3));
+	return rc;
+}
+
+static int export_tgm(const char *dir, const char *path, uint64_t message,
+                      const char *name_key, uint64_t max_bytes)
+{
+	struct td_tgm_scanner sc;
+	struct td_tgm_span sp;
+	struct load l = {.path = path, .msg_index = message};
+	struct zset z = {0};
+	uint64_t idx = 0;
+	uint8_t *buf;
+	size_t len;
+	int found = 0, rc = tctl_read_input(path, max_bytes, &buf, &len);
+
+	if (rc)
+		return rc;
+	td_tgm_scan_init(buf, len, &sc);
+	while (td_tgm_scan_next(&sc, &sp) == 1) {
+		if (idx++ != message)
+			continue;
+		found = 1;
+		rc = tctl_tgm_collect(&l, buf + sp.offset, sp.length);
+		if (!rc)
+			rc = from_tgm(&l, name_key, &z);
+		break;
+	}
+	if (!found && idx) {
+		rc = tctl_fail(TCTL_REFUSED, "input", ERANGE,
+		               "%s: no message %" PRIu64 " (the file has %" PRIu64
+		               ")",
+		               path, message, idx);
+	} else if (!found) {
+		/* no message at all: an empty group (tensogram.md §18) */
+		z.gattrs = json_object_new_object();
+	}
+	if (!rc)
+		rc = export_write(dir, &z);
+	if (!rc)
+		rc = print_exported(dir, &z);
+	zset_fini(&z);
+	tctl_tgm_load_fini(&l);
+	free(buf);
+	return rc;
+}
+
+/* ---- from a Hurray file ---- */
+
+/* A KV value as JSON (bytes as hex, non-finite floats as sentinels). */
+static struct json_object *kv_json(const struct td_hrry_kv_value *v)
+{
+	struct json_object *a;
+	char *hex;
+
+	switch (v->kind) {
+	case TD_HRRY_KV_STRING:
+		return json_object_new_string_len((const char *)v->data,
+		                                  (int)v->data_len);
+	case TD_HRRY_KV_INT64:
+		return json_object_new_int64(v->i64_value);
+	case TD_HRRY_KV_UINT64:
+		return json_object_new_uint64(v->u64_value);
+	case TD_HRRY_KV_FLOAT64:
+		return json_object_new_double(v->f64_value);
+	case TD_HRRY_KV_BOOL:
+		return json_object_new_boolean(v->bool_value);
+	case TD_HRRY_KV_BYTES:
+		hex = malloc(2 * v->data_len + 1);
+		if (!hex)
+			return NULL;
+		hex[0] = 0;
+		for (size_t i = 0; i < v->data_len; i++)
+			sprintf(hex + 2 * i, "%02x", v->data[i]);
+		a = json_object_new_string(hex);
+		free(hex);
+		return a;
+	case TD_HRRY_KV_ARRAY:
+		a = json_object_new_array();
+		for (size_t i = 0; i < v->item_count; i++)
+			json_object_array_add(a, kv_json(&v->items[i]));
+		return a;
+	}
+	return NULL;
+}
+
+/* The file's KV as one object (_tensord_hurray_kv), NULL when none. */
+static struct json_object *hrry_kv(const struct td_hrry_file_reader *r)
+{
+	struct json_object *o;
+	uint64_t n = 0;
+
+	td_hrry_file_reader_kv_count(r, &n);
+	if (!n)
+		return NULL;
+	o = json_object_new_object();
+	for (uint64_t i = 0; i < n; i++) {
+		struct td_hrry_kv_entry e;
+		char key[1024];
+
+		td_hrry_file_reader_kv_entry(r, i, &e);
+		snprintf(key, sizeof(key), "%.*s", (int)e.key_len, e.key);
+		json_object_object_add(o, key, kv_json(&e.value));
+	}
+	return o;
+}
+
+/*
+ * Every tensor of a Hurray file: composite heads own no data and give no
+ * array (their members are tensors of their own); an unsupported tensor
+ * is refused, naming its kind. ts[] keeps each tensor's data alive.
+ */
+static int from_hrry(const char *path, struct td_hrry_file_reader *r,
+                     struct td_hrry_tensor *ts, uint64_t n, struct zset *z)
+{
+	struct td_hrry_desc *d = malloc(sizeof(*d));
+	struct json_object *kv;
+	int rc = TCTL_OK;
+
+	if (!d || grow(z, n) < 0) {
+		free(d);
+		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
+	}
+	for (uint64_t i = 0; !rc && i < n; i++) {
+		struct td_hrry_err e = {0};
+		struct td_hrry_entry en;
+		struct zsrc *s = &z->s[z->n];
+		char name[TD_ZARR_NAME_MAX + 1];
+
+		td_hrry_file_reader_entry(r, i, &en);
+		snprintf(name, sizeof(name), "%.*s", (int)en.name_len,
+		         en.name);
+		if (td_hrry_file_reader_read_descriptor(r, en.name, en.name_len,
+		                                        d, &e) < 0 ||
+		    td_hrry_desc_supported(d, &e) < 0) {
+			rc = tctl_fail(TCTL_REFUSED, "input", -e.code,
+			               "%s: %s: cannot be exported: %s (%s)",
+			               path, name, e.reason,
+			               td_hrry_error_name(e.kind));
+			break;
+		}
+		if (d->layout_tag == TD_HRRY_LAYOUT_COMPOSITE)
+			continue; /* its members carry the data */
+		s->a.type = td_zarr_type_by_blob(
+		        (uint32_t)td_hrry_type_to_dtype(d->type_tag));
+		if (!s->a.type || d->rank > TD_ZARR_MAX_DIMS) {
+			rc = tctl_fail(TCTL_REFUSED, "input", ENOTSUP,
+			               "%s: %s: cannot be exported: %s", path,
+			               name,
+			               !s->a.type ? "its type has no Zarr type"
+			                          : "too many dimensions");
+			break;
+		}
+		if (td_hrry_file_reader_read_tensor(r, en.name, en.name_len,
+		                                    &ts[z->n], &e) < 0) {
+			rc = tctl_fail(TCTL_REFUSED, "input", -e.code,
+			               "%s: %s: %s (%s)", path, name, e.reason,
+			               td_hrry_error_name(e.kind));
+			break;
+		}
+		s->a.ndim = d->rank;
+		memcpy(s->a.shape, d->shape, d->rank * sizeof(uint64_t));
+		s->data = ts[z->n].data;
+		s->len = ts[z->n].data_len;
+		td_tgm_node_name(name, s->a.name, TD_ZARR_NAME_MAX + 1);
+		s->a.attrs = json_object_new_object();
+		add_str(s->a.attrs, "_tensord_name", name);
+		z->n++;
+		/* Hurray data is little-endian, as the chunk is */
+		if (td_zarr_chunk_bytes(&s->a, &s->len) < 0 ||
+		    s->len != ts[z->n - 1].data_len) {
+			rc = tctl_fail(TCTL_REFUSED, "input", EBADMSG,
+			               "%s: %s: data length differs from its "
+			               "shape",
+			               path, name);
+			break;
+		}
+	}
+	free(d);
+	if (!rc && unique_names(z) < 0)
+		rc = tctl_fail(TCTL_REFUSED, "input", ENAMETOOLONG,
+		               "names do not fit with their suffixes");
+	if (!rc) {
+		struct td_zarr_array *arrs = arrays_of(z);
+
+		if (!arrs)
+			return tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+			                 "out of memory");
+		z->gattrs = td_zarr_tensor_group(arrs, z->n);
+		free(arrs);
+		kv = hrry_kv(r);
+		if (kv)
+			json_object_object_add(z->gattrs, "_tensord_hurray_kv",
+			                       kv);
+	}
+	return rc;
+}
+
+static int export_hrry(const char *dir, const char *path)
+{
+	struct td_hrry_transport t;
+	struct td_hrry_file_reader *r = NULL;
+	struct td_hrry_err e = {0};
+	struct td_hrry_tensor *ts = NULL;
+	struct zset z = {0};
+	uint64_t n = 0;
+	int fd, rc = tctl_hrry_transport(path, &t, &fd);
+
+	if (rc)
+		return rc;
+	rc = td_hrry_file_reader_new(&t, &r, &e);
+	if (rc < 0) {
+		close(fd);
+		return tctl_fail(TCTL_REFUSED, "input", -rc, "%s: %s (%s)",
+		                 path, e.reason, td_hrry_error_name(e.kind));
+	}
+	td_hrry_file_reader_tensor_count(r, &n);
+	ts = calloc(n ? n : 1, sizeof(*ts));
+	rc = ts ? from_hrry(path, r, ts, n, &z)
+	        : tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
+	if (!rc)
+		rc = export_write(dir, &z);
+	if (!rc)
+		rc = print_exported(dir, &z);
+	for (uint64_t i = 0; ts && i < n; i++)
+		td_hrry_tensor_fini(&ts[i]);
+	free(ts);
+	zset_fini(&z);
+	td_hrry_file_reader_free(&r);
+	close(fd);
+	return rc;
+}
+
+static bool is_hrry(const char *path)
+{
+	size_t n = strlen(path);
+	uint8_t magic[8];
+	int fd;
+	bool yes;
+
+	if (n >= 5 && !strcmp(path + n - 5, ".hrry"))
+		return true;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	yes = read(fd, magic, 8) == 8 && inspect_hrry_sniff(magic, 8);
+	close(fd);
+	return yes;
+}
+
+static int cmd_export(int argc, char **argv)
+{
+	enum {
+		O_FROM = TCTL_OPT_FIRST_OWN,
+		O_MESSAGE,
+		O_NAME_KEY,
+		O_MAX_BYTES,
+	};
+	static const struct option opts[] = {
+	        {"from", required_argument, NULL, O_FROM},
+	        {"message", required_argument, NULL, O_MESSAGE},
+	        {"name-key", required_argument, NULL, O_NAME_KEY},
+	        {"max-bytes", required_argument, NULL, O_MAX_BYTES},
+	        TCTL_COMMON_OPTIONS};
+	const char *from = NULL, *name_key = NULL;
+	uint64_t message = 0, max_bytes = TCTL_STREAM_MAX;
+	int rc, o;
+
+	while ((o = tctl_getopt(argc, argv, "", opts, &rc)) != -1) {
+		switch (o) {
+		case O_FROM:
+			from = optarg;
+			break;
+		case O_MESSAGE:
+			if (tctl_parse_u64(optarg, &message))
+				return tctl_usage("zarr", "bad --message '%s'",
+				                  optarg);
+			break;
+		case O_NAME_KEY:
+			name_key = optarg;
+			break;
+		case O_MAX_BYTES:
+			if (tctl_parse_size(optarg, &max_bytes))
+				return tctl_usage("zarr", "bad --max-bytes '%s'",
+				                  optarg);
+			break;
+		default:
+			return rc;
+		}
+	}
+	if (optind >= argc)
+		return tctl_usage("zarr", "export needs DIR");
+	if (from && optind + 1 != argc)
+		return tctl_usage("zarr", "export --from takes no NAMES");
+	if (!from && (name_key || message))
+		return tctl_usage("zarr", "--name-key and --message need "
+		                          "--from FILE.tgm");
+	if (from && is_hrry(from)) {
+		if (name_key || message)
+			return tctl_usage("zarr", "--name-key and --message "
+			                          "are for .tgm files");
+		return export_hrry(argv[optind], from);
+	}
+	if (from)
+		return export_tgm(argv[optind], from, message, name_key,
+		                  max_bytes);
+	return export_daemon(argv[optind], argv + optind + 1,
+	                     (size_t)(argc - optind - 1));
+}
+
+int cmd_zarr(int argc, char **argv)
+{
+	/* the subcommand's argv starts with "zarr" for messages and help */
+	if (argc >= 2 && !strcmp(argv[1], "export")) {
+		argv[1] = argv[0];
+		return cmd_export(argc - 1, argv + 1);
+	}
+	if (argc >= 2 && !strcmp(argv[1], "import")) {
+		argv[1] = argv[0];
+		return cmd_zarr_import(argc - 1, argv + 1);
+	}
+	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+		tctl_help("zarr", stdout);
+		return TCTL_OK;
+	}
+	return tctl_usage("zarr", "needs export or import");
+}
