@@ -43,17 +43,47 @@ struct bench_env {
 	int verbose;
 };
 
+/*
+ * What a run measures (main.c):
+ *   PINGPONG: one consumer; the method acks, the producer times each
+ *             round trip (the original bench).
+ *   FANOUT:   `consumers` consumers; the method only hands over, the
+ *             harness acks (a shared counter, futex), the producer times
+ *             publish to the last consumer's ack.
+ *   PACED:    `consumers` consumers; the producer publishes at a fixed
+ *             rate with a CLOCK_MONOTONIC stamp in the payload, nobody
+ *             acks, each consumer times stamp to wake (one-way latency).
+ */
+enum bench_kind {
+	BENCH_PINGPONG = 0,
+	BENCH_FANOUT = 1,
+	BENCH_PACED = 2,
+};
+
+#define BENCH_MAX_CONSUMERS 4
+
 /* One run, as the children (and prepare/unprepare in the parent) see it. */
 struct bench_run {
 	const struct bench_env *env;
 	size_t size;        /* payload bytes: a multiple of 8, >= 16 */
 	int write;          /* 1: producer writes every byte, consumer checks all */
 	enum bench_role role;
+	enum bench_kind kind;
+	unsigned consumers; /* consumers of this run (1 for PINGPONG) */
+	unsigned index;     /* a consumer's index, 0..consumers-1 */
 	unsigned run_id;    /* unique within this invocation */
 	int fds[2];         /* method's pre-fork pair; -1 when unused */
+	void *shm;          /* method's pre-fork shared mapping, or NULL */
+	size_t shm_len;
 	void *priv;         /* method state inside one child */
 	char why[BENCH_WHY_MAX]; /* reason of the last failure */
 };
+
+/* The method acks itself only in PINGPONG runs (FANOUT: the harness). */
+static inline int bench_method_acks(const struct bench_run *r)
+{
+	return r->kind == BENCH_PINGPONG;
+}
 
 struct bench_method {
 	const char *name; /* short, used on the command line and in JSON */
@@ -79,6 +109,15 @@ struct bench_method {
 	int (*consumer_step)(struct bench_run *r, uint64_t seq);
 	/* Child: tear down what setup() made; also after a failed setup. */
 	void (*teardown)(struct bench_run *r);
+	/*
+	 * Parent: the pid of the helper process this method's handoffs go
+	 * through (tensord, RouDi), whose CPU time counts with the run's;
+	 * -1 (or NULL) when there is none.
+	 */
+	int (*service_pid)(void);
+	/* nonzero: it runs FANOUT and PACED runs (several consumers, no ack
+	 * of its own) */
+	int streams;
 };
 
 extern const struct bench_method bench_socket_copy;
@@ -87,6 +126,10 @@ extern const struct bench_method bench_iceoryx_wait;
 extern const struct bench_method bench_iceoryx_poll;
 extern const struct bench_method bench_tensord;
 extern const struct bench_method bench_tensord_ring; /* m-ring.c */
+extern const struct bench_method bench_tensord_scm;  /* m-tensord.c */
+extern const struct bench_method bench_tensord_ring_sleep; /* m-ring.c */
+extern const struct bench_method bench_bare_futex;   /* m-bare.c */
+extern const struct bench_method bench_bare_spin;
 
 /* ---- helpers shared by the methods (common.c) ---- */
 
@@ -116,6 +159,15 @@ void bench_payload_write(void *buf, size_t size, uint64_t seq, int write);
 /* 0 when buf carries seq as written above, -EBADMSG otherwise. */
 int bench_payload_check(const void *buf, size_t size, uint64_t seq,
 			int write);
+/*
+ * PACED runs (main.c sets bench_paced in the children; nowrite only):
+ * bench_payload_write also stores its CLOCK_MONOTONIC time at offset 8,
+ * last, just before the handoff; bench_payload_check accepts any seq >=
+ * the one asked (a consumer of a "latest" channel may skip), and records
+ * the seq it found and now - that stamp, read first thing on wake.
+ */
+extern int bench_paced;
+extern uint64_t bench_seen_seq, bench_seen_lat_ns;
 /* Touch every page for writing so no first-touch fault is timed. */
 void bench_prefault(void *buf, size_t size);
 

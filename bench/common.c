@@ -42,6 +42,9 @@ static uint8_t pattern(uint64_t seq)
 	return (uint8_t)((seq % 255u) + 1u);
 }
 
+int bench_paced;
+uint64_t bench_seen_seq, bench_seen_lat_ns;
+
 void bench_payload_write(void *buf, size_t size, uint64_t seq, int write)
 {
 	uint8_t *p = buf;
@@ -51,6 +54,11 @@ void bench_payload_write(void *buf, size_t size, uint64_t seq, int write)
 		memset(p, pattern(seq), size);
 	memcpy(p, &seq, 8);
 	memcpy(p + size - 8, &tail, 8);
+	if (bench_paced && size >= 24) {
+		uint64_t now = bench_now_ns();
+
+		memcpy(p + 8, &now, 8);
+	}
 }
 
 int bench_payload_check(const void *buf, size_t size, uint64_t seq,
@@ -59,6 +67,18 @@ int bench_payload_check(const void *buf, size_t size, uint64_t seq,
 	const uint8_t *p = buf;
 	uint64_t head, tail;
 
+	if (bench_paced && size >= 24) {
+		uint64_t now = bench_now_ns(), stamp;
+
+		memcpy(&stamp, p + 8, 8);
+		memcpy(&head, p, 8);
+		memcpy(&tail, p + size - 8, 8);
+		if (head < seq || tail != ~head || stamp > now)
+			return -EBADMSG;
+		bench_seen_seq = head;
+		bench_seen_lat_ns = now - stamp;
+		return 0;
+	}
 	memcpy(&head, p, 8);
 	memcpy(&tail, p + size - 8, 8);
 	if (head != seq || tail != ~seq)

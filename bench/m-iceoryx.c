@@ -264,6 +264,11 @@ static int iox_can_run(const struct bench_env *env, size_t size, char *why,
 	return 0;
 }
 
+static int iox_service_pid(void)
+{
+	return roudi_pid;
+}
+
 struct iox_priv {
 	int poll;
 	iox_pub_storage_t pub_st;
@@ -302,13 +307,17 @@ static int iox_setup(struct bench_run *r, int poll)
 	iox_sub_options_init(&so);
 	so.queueCapacity = 4;
 	so.historyRequest = 0;
-	x->pub = iox_pub_init(&x->pub_st, "tdbench", prod ? "data" : "ack",
-			      inst, &po);
-	x->sub = iox_sub_init(&x->sub_st, "tdbench", prod ? "ack" : "data",
-			      inst, &so);
-	if (!x->pub || !x->sub)
+	/* FANOUT, PACED: data only (the harness acks), to every consumer */
+	if (prod || bench_method_acks(r))
+		x->pub = iox_pub_init(&x->pub_st, "tdbench",
+				      prod ? "data" : "ack", inst, &po);
+	if (!prod || bench_method_acks(r))
+		x->sub = iox_sub_init(&x->sub_st, "tdbench",
+				      prod ? "ack" : "data", inst, &so);
+	if ((!x->pub && (prod || bench_method_acks(r))) ||
+	    (!x->sub && (!prod || bench_method_acks(r))))
 		return bench_fail(r, -EIO, "iceoryx publisher/subscriber");
-	if (!poll) {
+	if (!poll && x->sub) {
 		x->ws = iox_ws_init(&x->ws_st);
 		if (!x->ws ||
 		    iox_ws_attach_subscriber_state(x->ws, x->sub,
@@ -344,9 +353,9 @@ static int iox_setup(struct bench_run *r, int poll)
 	/* Both directions connected before anything is published (with
 	 * historyCapacity 0 an early sample would be lost). */
 	end = bench_now_ns() + SETUP_TIMEOUT_NS;
-	while (!iox_pub_has_subscribers(x->pub) ||
-	       iox_sub_get_subscription_state(x->sub) !=
-		       SubscribeState_SUBSCRIBED) {
+	while ((x->pub && !iox_pub_has_subscribers(x->pub)) ||
+	       (x->sub && iox_sub_get_subscription_state(x->sub) !=
+				  SubscribeState_SUBSCRIBED)) {
 		if (bench_now_ns() > end)
 			return bench_fail(r, -ETIMEDOUT,
 					  "iceoryx: peer not connected "
@@ -406,6 +415,8 @@ static int iox_producer_step(struct bench_run *r, uint64_t seq)
 				  r->size, (int)res);
 	bench_payload_write(p, r->size, seq, r->write);
 	iox_pub_publish_chunk(x->pub, p);
+	if (!bench_method_acks(r))
+		return 0;
 	rc = take(r, x, &ack);
 	if (rc < 0)
 		return rc;
@@ -430,6 +441,8 @@ static int iox_consumer_step(struct bench_run *r, uint64_t seq)
 	iox_sub_release_chunk(x->sub, p);
 	if (rc < 0)
 		return bench_fail(r, rc, "payload %" PRIu64 " corrupt", seq);
+	if (!bench_method_acks(r))
+		return 0;
 	if (iox_pub_loan_chunk(x->pub, &ack, sizeof(seq)) !=
 	    AllocationResult_SUCCESS)
 		return bench_fail(r, -ENOMEM, "iceoryx: no ack chunk");
@@ -476,6 +489,8 @@ const struct bench_method bench_iceoryx_wait = {
 	.producer_step = iox_producer_step,
 	.consumer_step = iox_consumer_step,
 	.teardown = iox_teardown,
+	.service_pid = iox_service_pid,
+	.streams = 1,
 };
 
 const struct bench_method bench_iceoryx_poll = {
@@ -489,4 +504,5 @@ const struct bench_method bench_iceoryx_poll = {
 	.producer_step = iox_producer_step,
 	.consumer_step = iox_consumer_step,
 	.teardown = iox_teardown,
+	.service_pid = iox_service_pid,
 };

@@ -35,21 +35,34 @@
 
 #include <tensord/tensord.h>
 
+/* One daemon for both ring methods: refcounted start/stop. */
 static int ring_daemon = -1;
+static int ring_refs, ring_rc;
+static char ring_why[BENCH_WHY_MAX];
 static char ring_sock[300];
 
 static int ring_start(const struct bench_env *env, char *why, size_t why_len)
 {
-	return bench_tensord_start(env, "tensord-ring", ring_sock,
-				   sizeof(ring_sock), &ring_daemon, why,
-				   why_len);
+	if (ring_refs++ == 0)
+		ring_rc = bench_tensord_start(env, "tensord-ring", ring_sock,
+					      sizeof(ring_sock), &ring_daemon,
+					      ring_why, sizeof(ring_why));
+	snprintf(why, why_len, "%s", ring_why);
+	return ring_rc;
 }
 
 static void ring_stop(void)
 {
+	if (ring_refs > 0 && --ring_refs > 0)
+		return;
 	if (ring_daemon > 0)
 		bench_reap(ring_daemon, 5000);
 	ring_daemon = -1;
+}
+
+static int ring_service_pid(void)
+{
+	return ring_daemon;
 }
 
 static int ring_can_run(const struct bench_env *env, size_t size, char *why,
@@ -78,9 +91,10 @@ static int ring_setup(struct bench_run *r)
 		.dtype = TD_TENSOR_U8,
 		.ndim = 1,
 		.shape = &size,
-		/* ping-pong needs latest + one; a spare up to 64 MiB */
+		/* ping-pong needs latest + one; a spare up to 64 MiB; a
+		 * reader holds at most one: consumers + 2 never wait */
 		.slot_count = prod && r->size <= (64u << 20) ? 3 : 2,
-		.reader_count = 1,
+		.reader_count = r->consumers,
 	};
 	char out[64], in[64];
 	struct td_error err;
@@ -97,15 +111,31 @@ static int ring_setup(struct bench_run *r)
 	if (rc < 0)
 		return bench_fail(r, rc, "td_client_connect: %.200s",
 				  err.reason);
+	if (r->consumers > 1)
+		desc.slot_count = r->consumers + 2;
+	/* without the ring's own ack (FANOUT, PACED): only the data ring */
+	if (!bench_method_acks(r) && !prod)
+		goto subscribe;
 	rc = td_ring_create(x->c, out, &desc, &x->out, &err);
 	if (rc < 0)
 		return bench_fail(r, rc, "td_ring_create %s: %.200s", out,
 				  err.reason);
+	if (!bench_method_acks(r))
+		return 0;
+subscribe:
 	rc = td_ring_subscribe(x->c, in, 30000, &x->in, &err);
 	if (rc < 0)
 		return bench_fail(r, rc, "td_ring_subscribe %s: %.200s", in,
 				  err.reason);
 	return 0;
+}
+
+/* tensord-ring-sleep: TENSORD_RING_SPIN_US=0, every wait a futex sleep */
+static int ring_setup_sleep(struct bench_run *r)
+{
+	if (setenv("TENSORD_RING_SPIN_US", "0", 1) < 0)
+		return bench_fail(r, -errno, "setenv: %s", strerror(errno));
+	return ring_setup(r);
 }
 
 static int ring_producer_step(struct bench_run *r, uint64_t seq)
@@ -121,6 +151,8 @@ static int ring_producer_step(struct bench_run *r, uint64_t seq)
 		return bench_fail(r, rc, "td_ring_acquire: %s", strerror(-rc));
 	bench_payload_write(s.planes[0], r->size, seq, r->write);
 	td_ring_publish(x->out, NULL);
+	if (!bench_method_acks(r))
+		return 0;
 	rc = td_sub_next(x->in, -1, &v);
 	if (rc < 0)
 		return bench_fail(r, rc, "td_sub_next(ack): %s",
@@ -151,7 +183,7 @@ static int ring_consumer_step(struct bench_run *r, uint64_t seq)
 		rc = bench_fail(r, -EBADMSG, "payload %" PRIu64 " corrupt",
 				seq);
 	td_sub_release(x->in);
-	if (rc < 0)
+	if (rc < 0 || !bench_method_acks(r))
 		return rc;
 	rc = td_ring_acquire(x->out, -1, &s);
 	if (rc < 0)
@@ -188,4 +220,21 @@ const struct bench_method bench_tensord_ring = {
 	.producer_step = ring_producer_step,
 	.consumer_step = ring_consumer_step,
 	.teardown = ring_teardown,
+	.service_pid = ring_service_pid,
+	.streams = 1,
+};
+
+const struct bench_method bench_tensord_ring_sleep = {
+	.name = "tensord-ring-sleep",
+	.desc = "as tensord-ring with TENSORD_RING_SPIN_US=0: no polling, "
+		"every wait sleeps on the futex at once",
+	.start = ring_start,
+	.stop = ring_stop,
+	.can_run = ring_can_run,
+	.setup = ring_setup_sleep,
+	.producer_step = ring_producer_step,
+	.consumer_step = ring_consumer_step,
+	.teardown = ring_teardown,
+	.service_pid = ring_service_pid,
+	.streams = 1,
 };

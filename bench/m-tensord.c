@@ -3,17 +3,23 @@
  * tensord through its public client API (libclient/include/tensord/tensord.h),
  * against a daemon the bench starts on a socket in its temp dir.
  *
- * Producer: td_client_alloc_ex(TD_ALLOC_RECYCLE) one plane -> write ->
+ * Producer: td_client_alloc_ex(TD_ALLOC_STREAM) one plane -> write ->
  * td_client_publish_alloc(), what a streaming user of the plain API does
- * (docs/fastpath.md, "Recycled loans"). Once the version before is
- * replaced and released, the daemon hands its buffer back: the producer
- * alternates two buffers it keeps mapped, with no fd, mmap or fresh
- * memory per handoff (only the first two handoffs of a run take
- * first-touch faults).
+ * (docs/fastpath.md, "Recycled loans" and "Streams"). Once the version
+ * before is replaced and released, the daemon hands its buffer back, in
+ * the PUBLISH reply: the producer alternates two buffers it keeps mapped,
+ * with no fd, mmap or fresh memory per handoff (only the first two
+ * handoffs of a run take first-touch faults), and one round trip.
  * Consumer: td_client_get_newer(last version, wait forever) -> check the
- * bytes in place -> td_tensor_release() -> ack. Its mapping cache (by
- * buffer id) hits those two buffers, so it maps nothing per handoff
+ * bytes in place -> td_tensor_release_nowait() -> ack. Its mapping cache
+ * (by buffer id) hits those two buffers, so it maps nothing per handoff
  * either; the cache is dropped with the client at the end of the run.
+ * So a handoff is three requests: PUBLISH and GET round trips, a RELEASE
+ * nobody waits for.
+ *
+ * tensord-scm: the same with TENSORD_IMPORT=scm in both children, the
+ * path a daemon running as its own user serves (descriptors travel with
+ * SCM_RIGHTS; warm, none travels at all).
  *
  * Ack: tensord has no reply channel, so the consumer acks with 8 bytes on
  * an AF_UNIX SOCK_SEQPACKET socketpair the harness made (one syscall each
@@ -34,25 +40,41 @@
 
 #include <tensord/tensord.h>
 
+/* One daemon for tensord and tensord-scm: refcounted start/stop. */
 static int daemon_pid = -1;
+static int daemon_refs, daemon_rc;
+static char daemon_why[BENCH_WHY_MAX];
 static char sock_path[300];
 
 static int td_start(const struct bench_env *env, char *why, size_t why_len)
 {
-	return bench_tensord_start(env, "tensord", sock_path,
-				   sizeof(sock_path), &daemon_pid, why,
-				   why_len);
+	if (daemon_refs++ == 0)
+		daemon_rc = bench_tensord_start(env, "tensord", sock_path,
+						sizeof(sock_path), &daemon_pid,
+						daemon_why,
+						sizeof(daemon_why));
+	snprintf(why, why_len, "%s", daemon_why);
+	return daemon_rc;
 }
 
 static void td_stop(void)
 {
+	if (daemon_refs > 0 && --daemon_refs > 0)
+		return;
 	if (daemon_pid > 0)
 		bench_reap(daemon_pid, 5000);
 	daemon_pid = -1;
 }
 
+static int td_service_pid(void)
+{
+	return daemon_pid;
+}
+
 static int td_prepare(struct bench_run *r)
 {
+	if (!bench_method_acks(r))
+		return 0;
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, r->fds) < 0)
 		return bench_fail(r, -errno, "socketpair: %s",
 				  strerror(errno));
@@ -75,7 +97,7 @@ struct td_priv {
 	char name[64];
 };
 
-static int td_setup(struct bench_run *r)
+static int td_setup_as(struct bench_run *r, const char *import)
 {
 	struct td_priv *x = calloc(1, sizeof(*x));
 	int mine = r->role == BENCH_PRODUCER ? 0 : 1;
@@ -86,14 +108,27 @@ static int td_setup(struct bench_run *r)
 		return bench_fail(r, -ENOMEM, "out of memory");
 	r->priv = x;
 	x->ack = r->fds[mine];
-	close(r->fds[!mine]);
+	if (r->fds[!mine] >= 0)
+		close(r->fds[!mine]);
 	r->fds[0] = r->fds[1] = -1;
+	if (import && setenv("TENSORD_IMPORT", import, 1) < 0)
+		return bench_fail(r, -errno, "setenv: %s", strerror(errno));
 	snprintf(x->name, sizeof(x->name), "bench/run%u", r->run_id);
 	rc = td_client_connect(sock_path, &x->c, &err);
 	if (rc < 0)
 		return bench_fail(r, rc, "td_client_connect: %.200s",
 				  err.reason);
 	return 0;
+}
+
+static int td_setup(struct bench_run *r)
+{
+	return td_setup_as(r, NULL);
+}
+
+static int td_setup_scm(struct bench_run *r)
+{
+	return td_setup_as(r, "scm");
 }
 
 static int td_producer_step(struct bench_run *r, uint64_t seq)
@@ -106,7 +141,7 @@ static int td_producer_step(struct bench_run *r, uint64_t seq)
 	void *p;
 	int rc;
 
-	rc = td_client_alloc_ex(x->c, 1, &size, TD_ALLOC_RECYCLE, &a, &err);
+	rc = td_client_alloc_ex(x->c, 1, &size, TD_ALLOC_STREAM, &a, &err);
 	if (rc < 0)
 		return bench_fail(r, rc, "td_client_alloc_ex: %.200s",
 				  err.reason);
@@ -125,6 +160,8 @@ static int td_producer_step(struct bench_run *r, uint64_t seq)
 	if (rc < 0)
 		return bench_fail(r, rc, "td_client_publish_alloc: %.200s",
 				  err.reason);
+	if (!bench_method_acks(r))
+		return 0;
 	rc = bench_ack_recv(x->ack, seq);
 	if (rc < 0)
 		return bench_fail(r, rc, "ack %" PRIu64 ": %s", seq,
@@ -152,8 +189,8 @@ static int td_consumer_step(struct bench_run *r, uint64_t seq)
 	else if (bench_payload_check(p, r->size, seq, r->write) < 0)
 		rc = bench_fail(r, -EBADMSG, "payload %" PRIu64 " corrupt",
 				seq);
-	td_tensor_release(t);
-	if (rc < 0)
+	td_tensor_release_nowait(t);
+	if (rc < 0 || !bench_method_acks(r))
 		return rc;
 	rc = bench_ack_send(x->ack, seq);
 	if (rc < 0)
@@ -185,9 +222,9 @@ static void td_teardown(struct bench_run *r)
 const struct bench_method bench_tensord = {
 	.name = "tensord",
 	.desc = "tensord public client API, daemon started by the bench: "
-		"td_client_alloc_ex(TD_ALLOC_RECYCLE)/write/"
+		"td_client_alloc_ex(TD_ALLOC_STREAM)/write/"
 		"td_client_publish_alloc, "
-		"td_client_get_newer/check/td_tensor_release; "
+		"td_client_get_newer/check/td_tensor_release_nowait; "
 		"ack: 8 bytes on an AF_UNIX SOCK_SEQPACKET socketpair",
 	.start = td_start,
 	.stop = td_stop,
@@ -197,4 +234,21 @@ const struct bench_method bench_tensord = {
 	.producer_step = td_producer_step,
 	.consumer_step = td_consumer_step,
 	.teardown = td_teardown,
+	.service_pid = td_service_pid,
+	.streams = 1,
+};
+
+/* The same daemon, both children on the SCM_RIGHTS path. */
+const struct bench_method bench_tensord_scm = {
+	.name = "tensord-scm",
+	.desc = "as tensord, with TENSORD_IMPORT=scm in producer and "
+		"consumer (descriptors by SCM_RIGHTS, as across users)",
+	.start = td_start,
+	.prepare = td_prepare,
+	.unprepare = td_unprepare,
+	.setup = td_setup_scm,
+	.producer_step = td_producer_step,
+	.consumer_step = td_consumer_step,
+	.teardown = td_teardown,
+	.service_pid = td_service_pid,
 };

@@ -9,6 +9,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <ftw.h>
 #include <getopt.h>
 #include <poll.h>
@@ -65,22 +69,35 @@ const struct bench_method bench_tensord_ring = {
 	.name = "tensord-ring", .desc = "tensord fast path (rings)",
 	.start = td_unbuilt,
 };
+const struct bench_method bench_tensord_scm = {
+	.name = "tensord-scm", .desc = "tensord public client API, SCM path",
+	.start = td_unbuilt,
+};
+const struct bench_method bench_tensord_ring_sleep = {
+	.name = "tensord-ring-sleep", .desc = "tensord rings, no polling",
+	.start = td_unbuilt,
+};
 #endif
 
 static const struct bench_method *const all_methods[] = {
 	&bench_tensord,
+	&bench_tensord_scm,
 	&bench_tensord_ring,
+	&bench_tensord_ring_sleep,
 	&bench_iceoryx_wait,
 	&bench_iceoryx_poll,
 	&bench_socket_copy,
 	&bench_fd_pass,
+	&bench_bare_futex,
+	&bench_bare_spin,
 };
 #define METHOD_COUNT (sizeof(all_methods) / sizeof(all_methods[0]))
 
 /* ---- process-wide state for the exit paths ---- */
 
 static pid_t main_pid;
-static volatile pid_t child_pids[2] = { -1, -1 };
+static volatile pid_t child_pids[1 + BENCH_MAX_CONSUMERS] = {-1, -1, -1, -1,
+							     -1};
 static int method_started[METHOD_COUNT];
 static struct bench_env env;
 
@@ -97,7 +114,7 @@ static void cleanup(void)
 {
 	if (getpid() != main_pid)
 		return;
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 1 + BENCH_MAX_CONSUMERS; i++) {
 		if (child_pids[i] > 0) {
 			kill(child_pids[i], SIGKILL);
 			waitpid(child_pids[i], NULL, 0);
@@ -143,6 +160,8 @@ struct opts {
 	const char *json, *png, *markdown;
 	int smoke;
 	int tap;
+	int kinds; /* bit 0 pingpong, 1 fanout, 2 paced */
+	size_t paced_size;
 };
 
 static int parse_size(const char *s, size_t *out)
@@ -188,22 +207,38 @@ static int parse_sizes(const char *arg, struct opts *o)
 	return o->size_count ? 0 : -EINVAL;
 }
 
-static int parse_modes(const char *arg)
+/* A comma list of words into bits (words[i] -> 1 << i); -1 on an
+ * unknown word. */
+static int parse_words(const char *arg, const char *const *words,
+		       size_t nwords)
 {
 	char *dup = strdup(arg), *save = NULL;
-	int modes = 0;
+	int bits = 0;
 
-	for (char *t = strtok_r(dup, ",", &save); t;
+	for (char *t = strtok_r(dup, ",", &save); t && bits >= 0;
 	     t = strtok_r(NULL, ",", &save)) {
-		if (strcmp(t, "write") == 0)
-			modes |= 2;
-		else if (strcmp(t, "nowrite") == 0)
-			modes |= 1;
-		else
-			modes = -1000;
+		size_t i = 0;
+
+		while (i < nwords && strcmp(t, words[i]) != 0)
+			i++;
+		bits = i < nwords ? bits | (1 << i) : -1;
 	}
 	free(dup);
-	return modes;
+	return bits;
+}
+
+static int parse_modes(const char *arg)
+{
+	static const char *const w[] = {"nowrite", "write"};
+
+	return parse_words(arg, w, 2);
+}
+
+static int parse_kinds(const char *arg)
+{
+	static const char *const w[] = {"pingpong", "fanout", "paced"};
+
+	return parse_words(arg, w, 3);
 }
 
 static void usage(FILE *f)
@@ -212,8 +247,10 @@ static void usage(FILE *f)
 "usage: tensord-bench [options]\n"
 "Ping-pong handoff benchmark: producer publishes, consumer gets, checks,\n"
 "releases and acks; the producer times the round trip.\n\n"
-"  --methods LIST   comma list of: tensord tensord-ring iceoryx-wait\n"
-"                   iceoryx-poll socket-copy fd-pass (default: all)\n"
+"  --methods LIST   comma list of: tensord tensord-scm tensord-ring\n"
+"                   tensord-ring-sleep iceoryx-wait iceoryx-poll\n"
+"                   socket-copy fd-pass bare-futex bare-spin (default:\n"
+"                   all)\n"
 "  --sizes LIST     payload sizes, e.g. 64,4K,1M (default:\n"
 "                   64,4K,1M,16M,64M,1G)\n"
 "  --modes LIST     write (producer writes every byte, consumer checks\n"
@@ -233,6 +270,10 @@ static void usage(FILE *f)
 "  --markdown FILE  ratio and median tables (for bench/README.md)\n"
 "  --tensord PATH   daemon binary (default %s)\n"
 "  --roudi PATH     iox-roudi binary (default %s)\n"
+"  --kinds LIST     pingpong, fanout (1 -> 4 consumers, publish to the\n"
+"                   last ack, sizes <= 64 MiB), paced (1 kHz and 30 Hz,\n"
+"                   1 and 4 consumers, one-way latency); default all\n"
+"  --paced-size N   payload of the paced runs (default 4K; nowrite)\n"
 "  --smoke          seconds-long check: sizes 64,4K,64K, 30 iterations;\n"
 "                   exit 1 unless every available method completed and\n"
 "                   every payload was verified\n"
@@ -260,6 +301,10 @@ static void usage(FILE *f)
  */
 static uint64_t default_iters(size_t size, int write)
 {
+	/* above 64 MiB a copying method moves a GiB per handoff even
+	 * here: fewer of them (the ratios there are to the handoff) */
+	if (!write && size > (64u << 20))
+		return 60;
 	if (!write && size > (1u << 20))
 		return 200;
 	if (size <= (4u << 10))
@@ -301,32 +346,64 @@ static uint64_t default_warmup(size_t size, int write)
 
 /* ---- one run ---- */
 
+#define BENCH_MAX_CHILDREN (1 + BENCH_MAX_CONSUMERS)
+
+/* Shared by the parent and a run's children (one mapping per round). */
 struct shared {
-	int rc[2];
-	char why[2][BENCH_WHY_MAX];
-	uint64_t verified;
+	int rc[BENCH_MAX_CHILDREN];
+	char why[BENCH_MAX_CHILDREN][BENCH_WHY_MAX];
+	uint64_t verified[BENCH_MAX_CONSUMERS];
 	uint64_t loop_ns;
+	/* CPU time (user + system, all threads) in the measured window:
+	 * each child's own, and the method's helper process (tensord,
+	 * RouDi) as the producer saw it */
+	uint64_t cpu_ns[BENCH_MAX_CHILDREN];
+	uint64_t svc_ns;
+	int svc_pid;
+	_Atomic uint32_t bar[2]; /* setup and end barriers: arrivals */
+	_Atomic uint32_t abort;  /* a child failed before a barrier */
+	_Atomic uint32_t acks;   /* FANOUT: consumer acks so far (futex) */
+	uint64_t lat_count[BENCH_MAX_CONSUMERS]; /* PACED: samples each */
+	/* PINGPONG, FANOUT: n round trips; PACED: n latencies per consumer */
 	uint64_t samples[];
 };
 
-/* Both children write one byte and wait for the other's, so neither
- * starts timing (or tears down) before the peer is ready. */
-static int barrier(struct bench_run *r, int ctl, const char *what)
+static long futex(_Atomic uint32_t *w, int op, uint32_t val,
+		  const struct timespec *ts)
 {
-	struct pollfd p = { .fd = ctl, .events = POLLIN };
-	char c = 'r';
-	int n;
+	return syscall(SYS_futex, w, op, val, ts, NULL, 0);
+}
 
-	if (send(ctl, &c, 1, MSG_NOSIGNAL) != 1)
-		return bench_fail(r, -EPIPE, "%s barrier: peer gone", what);
-	do
-		n = poll(&p, 1, 120000);
-	while (n < 0 && errno == EINTR);
-	if (n == 0)
-		return bench_fail(r, -ETIMEDOUT, "%s barrier: peer silent "
-				  "for 120 s", what);
-	if (recv(ctl, &c, 1, 0) != 1)
-		return bench_fail(r, -EPIPE, "%s barrier: peer failed", what);
+/*
+ * Every child arrives and waits for all n, so nobody starts timing (or
+ * tears down) before every peer is ready. A child that failed arrives
+ * with abort set, so nobody waits for it; 120 s without the rest fails.
+ */
+static int barrier(struct bench_run *r, struct shared *sh, int which,
+		   unsigned n, int failed, const char *what)
+{
+	_Atomic uint32_t *b = &sh->bar[which];
+	uint64_t end = bench_now_ns() + 120000000000ull;
+	uint32_t v;
+
+	if (failed)
+		atomic_store(&sh->abort, 1);
+	if (atomic_fetch_add(b, 1) + 1 == n) {
+		futex(b, FUTEX_WAKE, INT32_MAX, NULL);
+	} else {
+		while ((v = atomic_load(b)) < n && !atomic_load(&sh->abort)) {
+			struct timespec ts = {0, 100000000};
+
+			if (bench_now_ns() > end)
+				return bench_fail(r, -ETIMEDOUT, "%s barrier: "
+						  "peers silent for 120 s",
+						  what);
+			futex(b, FUTEX_WAIT, v, &ts);
+		}
+	}
+	if (!failed && atomic_load(&sh->abort))
+		return bench_fail(r, -EPIPE, "%s barrier: a peer failed",
+				  what);
 	return 0;
 }
 
@@ -341,11 +418,128 @@ static void pin_to(int cpu)
 	sched_setaffinity(0, sizeof(set), &set);
 }
 
-static void __attribute__((noreturn))
-child_main(const struct bench_method *m, struct bench_run *r, int ctl,
-	   struct shared *sh, uint64_t warmup, uint64_t n, int cpu)
+/* CPU time of this process (every thread), ns. */
+static uint64_t cpu_self_ns(void)
 {
-	uint64_t total = warmup + n, t_start = 0, t_end = 0, done = 0;
+	struct timespec ts;
+
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* CPU time of process pid (every thread), ns; 0 when unknown. */
+static uint64_t cpu_of_ns(int pid)
+{
+	struct timespec ts;
+	clockid_t clk;
+
+	if (pid <= 0 || clock_getcpuclockid(pid, &clk) != 0 ||
+	    clock_gettime(clk, &ts) < 0)
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* One knob per run that the harness, not the method, owns. */
+struct run_plan {
+	enum bench_kind kind;
+	unsigned consumers;
+	double rate_hz; /* PACED */
+};
+
+static void producer_loop(const struct bench_method *m, struct bench_run *r,
+			  struct shared *sh, const struct run_plan *pl,
+			  uint64_t warmup, uint64_t n, int *rcp)
+{
+	uint64_t total = warmup + n, t_start = 0, t_end = 0, cpu0 = 0,
+		 svc0 = 0, t_first = bench_now_ns() + 1000000;
+	uint64_t period = pl->kind == BENCH_PACED ?
+		(uint64_t)(1e9 / pl->rate_hz) : 0;
+	int rc = *rcp;
+
+	for (uint64_t i = 0; rc == 0 && i < total; i++) {
+		uint64_t t0, t1;
+
+		if (i == warmup) {
+			cpu0 = cpu_self_ns();
+			svc0 = cpu_of_ns(sh->svc_pid);
+		}
+		if (period) {
+			uint64_t at = t_first + i * period;
+			struct timespec ts = {(time_t)(at / 1000000000u),
+					      (long)(at % 1000000000u)};
+
+			while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME,
+					       &ts, NULL) == EINTR)
+				;
+		}
+		t0 = bench_now_ns();
+		rc = m->producer_step(r, i + 1);
+		if (rc == 0 && pl->kind == BENCH_FANOUT) {
+			/* until the last consumer's ack of this one */
+			uint32_t want = (uint32_t)((i + 1) * pl->consumers), v;
+
+			while ((v = atomic_load(&sh->acks)) < want)
+				futex(&sh->acks, FUTEX_WAIT, v, NULL);
+		}
+		t1 = bench_now_ns();
+		if (i == warmup)
+			t_start = t0;
+		if (i >= warmup && !period)
+			sh->samples[i - warmup] = t1 - t0;
+		t_end = t1;
+	}
+	if (rc == 0) {
+		sh->cpu_ns[0] = cpu_self_ns() - cpu0;
+		sh->svc_ns = cpu_of_ns(sh->svc_pid) - svc0;
+		sh->loop_ns = t_end - t_start;
+	}
+	*rcp = rc;
+}
+
+static void consumer_loop(const struct bench_method *m, struct bench_run *r,
+			  struct shared *sh, const struct run_plan *pl,
+			  uint64_t warmup, uint64_t n, int *rcp)
+{
+	uint64_t total = warmup + n, done = 0, cpu0 = 0, lat = 0;
+	uint64_t *mine = sh->samples + (uint64_t)r->index * n;
+	int rc = *rcp, measuring = 0;
+
+	/* PACED: a consumer of a "latest" channel may skip; it goes on from
+	 * what it got, and ends with the last message */
+	for (uint64_t seq = 1; rc == 0 && seq <= total;) {
+		if (!measuring && seq > warmup) {
+			measuring = 1;
+			cpu0 = cpu_self_ns();
+		}
+		rc = m->consumer_step(r, seq);
+		if (rc < 0)
+			break;
+		done++;
+		if (pl->kind != BENCH_PACED) {
+			seq++;
+		} else {
+			if (bench_seen_seq > warmup && lat < n)
+				mine[lat++] = bench_seen_lat_ns;
+			seq = bench_seen_seq + 1;
+		}
+		if (pl->kind == BENCH_FANOUT &&
+		    (atomic_fetch_add(&sh->acks, 1) + 1) % pl->consumers == 0)
+			futex(&sh->acks, FUTEX_WAKE, 1, NULL);
+	}
+	if (rc == 0)
+		sh->cpu_ns[1 + r->index] = measuring ? cpu_self_ns() - cpu0 : 0;
+	sh->verified[r->index] = done;
+	sh->lat_count[r->index] = lat;
+	*rcp = rc;
+}
+
+static void __attribute__((noreturn))
+child_main(const struct bench_method *m, struct bench_run *r,
+	   struct shared *sh, const struct run_plan *pl, uint64_t warmup,
+	   uint64_t n, int cpu)
+{
+	unsigned slot = r->role == BENCH_PRODUCER ? 0 : 1 + r->index;
+	unsigned nchild = 1 + pl->consumers;
 	int rc;
 
 	/* A child must not outlive the harness. */
@@ -353,36 +547,28 @@ child_main(const struct bench_method *m, struct bench_run *r, int ctl,
 	if (getppid() != main_pid)
 		_exit(3);
 	pin_to(cpu);
+	bench_paced = pl->kind == BENCH_PACED;
 	rc = m->setup(r);
-	if (rc == 0)
-		rc = barrier(r, ctl, "setup");
-	for (uint64_t i = 0; rc == 0 && i < total; i++) {
-		if (r->role == BENCH_PRODUCER) {
-			uint64_t t0 = bench_now_ns(), t1;
+	{
+		int b = barrier(r, sh, 0, nchild, rc < 0, "setup");
 
-			rc = m->producer_step(r, i + 1);
-			t1 = bench_now_ns();
-			if (i == warmup)
-				t_start = t0;
-			if (i >= warmup)
-				sh->samples[i - warmup] = t1 - t0;
-			t_end = t1;
-		} else {
-			rc = m->consumer_step(r, i + 1);
-			if (rc == 0)
-				done++;
-		}
+		if (rc == 0)
+			rc = b;
 	}
-	if (rc == 0)
-		rc = barrier(r, ctl, "end");
-	if (r->role == BENCH_PRODUCER)
-		sh->loop_ns = t_end - t_start;
-	else
-		sh->verified = done;
+	if (rc == 0 && r->role == BENCH_PRODUCER)
+		producer_loop(m, r, sh, pl, warmup, n, &rc);
+	else if (rc == 0)
+		consumer_loop(m, r, sh, pl, warmup, n, &rc);
+	{
+		int b = barrier(r, sh, 1, nchild, rc < 0, "end");
+
+		if (rc == 0)
+			rc = b;
+	}
 	if (m->teardown)
 		m->teardown(r);
-	sh->rc[r->role] = rc;
-	memcpy(sh->why[r->role], r->why, BENCH_WHY_MAX);
+	sh->rc[slot] = rc;
+	memcpy(sh->why[slot], r->why, BENCH_WHY_MAX);
 	/* exit(), not _exit(): iceoryx deregisters in static destructors. */
 	exit(rc ? 1 : 0);
 }
@@ -399,6 +585,8 @@ static void stats(struct bench_result *res, uint64_t *s, uint64_t n)
 	double sum = 0;
 	uint64_t k;
 
+	if (!n)
+		return;
 	qsort(s, n, sizeof(*s), cmp_u64);
 	for (uint64_t i = 0; i < n; i++)
 		sum += (double)s[i];
@@ -412,96 +600,38 @@ static void stats(struct bench_result *res, uint64_t *s, uint64_t n)
 	res->p99_ns = (double)s[k ? k - 1 : 0];
 }
 
-/*
- * One round of one method: fork the pair, n measured round trips after
- * res->warmup excluded ones. On success the samples go to out[0..n) and
- * the counters in res grow; on failure res->status and res->why say so.
- */
-static void run_one(const struct bench_method *m, struct bench_result *res,
-		    const struct opts *o, unsigned run_id, uint64_t n,
-		    uint64_t *out)
+/* Supervise the children until all exited: one failing leaves the rest
+ * 3 s before they are killed (they may be blocked on it), the whole run
+ * gets o->run_timeout seconds. Sleeps in poll() on pidfds so it does not
+ * wake the pinned CPUs. */
+static void supervise(struct bench_result *res, const struct opts *o,
+		      unsigned nchild)
 {
-	uint64_t warmup = res->warmup;
-	size_t shlen = sizeof(struct shared) + n * sizeof(uint64_t);
-	struct shared *sh;
-	struct bench_run r;
-	int ctl[2], status[2] = { 0, 0 }, exited[2] = { 0, 0 };
-	int pidfd[2] = { -1, -1 };
+	int status, exited[BENCH_MAX_CHILDREN] = {0};
+	int pidfd[BENCH_MAX_CHILDREN];
 	uint64_t deadline, grace = 0;
+	unsigned left = nchild;
 
-	memset(&r, 0, sizeof(r));
-	r.env = &env;
-	r.size = res->size;
-	r.write = res->write;
-	r.run_id = run_id;
-	r.fds[0] = r.fds[1] = -1;
-
-	sh = mmap(NULL, shlen, PROT_READ | PROT_WRITE,
-		  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (sh == MAP_FAILED) {
-		res->status = BENCH_FAILED;
-		snprintf(res->why, sizeof(res->why), "mmap results: %s",
-			 strerror(errno));
-		return;
-	}
-	sh->rc[0] = sh->rc[1] = -EINTR;
-	snprintf(sh->why[0], BENCH_WHY_MAX, "producer died");
-	snprintf(sh->why[1], BENCH_WHY_MAX, "consumer died");
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) < 0) {
-		res->status = BENCH_FAILED;
-		snprintf(res->why, sizeof(res->why), "socketpair: %s",
-			 strerror(errno));
-		munmap(sh, shlen);
-		return;
-	}
-	if (m->prepare && m->prepare(&r) < 0) {
-		res->status = BENCH_FAILED;
-		snprintf(res->why, sizeof(res->why), "prepare: %.200s", r.why);
-		goto out;
-	}
-	fflush(stdout);
-	fflush(stderr);
-	for (int role = BENCH_CONSUMER; role >= BENCH_PRODUCER; role--) {
-		pid_t pid = fork();
-
-		if (pid < 0) {
-			res->status = BENCH_FAILED;
-			snprintf(res->why, sizeof(res->why), "fork: %s",
-				 strerror(errno));
-			goto out;
-		}
-		if (pid == 0) {
-			close(ctl[!role]);
-			r.role = (enum bench_role)role;
-			child_main(m, &r, ctl[role], sh, warmup, n,
-				   o->pin ? o->cpu[role] : -1);
-		}
-		child_pids[role] = pid;
-	}
-
-	/* Supervise: a run ends when both children exited; one failing
-	 * leaves the other 3 s before it is killed (it may be blocked on the
-	 * peer), and the whole run gets o->run_timeout seconds. The parent
-	 * sleeps in poll() on pidfds so it does not wake the pinned CPUs. */
-	for (int i = 0; i < 2; i++)
+	for (unsigned i = 0; i < nchild; i++)
 		pidfd[i] = (int)syscall(SYS_pidfd_open, child_pids[i], 0);
 	deadline = bench_now_ns() + (uint64_t)o->run_timeout * 1000000000u;
-	while (!exited[0] || !exited[1]) {
-		struct pollfd pf[2];
+	while (left) {
+		struct pollfd pf[BENCH_MAX_CHILDREN];
 		uint64_t now, until;
 		nfds_t npf = 0;
 		int any = 0, ms;
 
-		for (int i = 0; i < 2; i++) {
+		for (unsigned i = 0; i < nchild; i++) {
 			if (exited[i])
 				continue;
-			if (waitpid(child_pids[i], &status[i], WNOHANG) ==
+			if (waitpid(child_pids[i], &status, WNOHANG) ==
 			    child_pids[i]) {
 				exited[i] = 1;
+				left--;
 				child_pids[i] = -1;
 				any = 1;
-				if (!WIFEXITED(status[i]) ||
-				    WEXITSTATUS(status[i]) != 0)
+				if ((!WIFEXITED(status) ||
+				     WEXITSTATUS(status) != 0) && !grace)
 					grace = bench_now_ns() + 3000000000u;
 			} else if (pidfd[i] >= 0) {
 				pf[npf].fd = pidfd[i];
@@ -513,7 +643,7 @@ static void run_one(const struct bench_method *m, struct bench_result *res,
 			continue;
 		now = bench_now_ns();
 		if (now > deadline || (grace && now > grace)) {
-			for (int i = 0; i < 2; i++)
+			for (unsigned i = 0; i < nchild; i++)
 				if (!exited[i])
 					kill(child_pids[i], SIGKILL);
 			if (!grace) {
@@ -529,37 +659,138 @@ static void run_one(const struct bench_method *m, struct bench_result *res,
 		until = grace && grace < deadline ? grace : deadline;
 		ms = until - now > 1000000000ull ? 1000 :
 			(int)((until - now) / 1000000u) + 1;
-		if (npf == (nfds_t)(!exited[0] + !exited[1]))
+		if (npf == (nfds_t)left)
 			poll(pf, npf, ms); /* a pidfd polls readable on exit */
 		else
 			usleep(2000); /* no pidfd (old kernel): plain polling */
 	}
-	for (int i = 0; i < 2; i++)
+	for (unsigned i = 0; i < nchild; i++)
 		if (pidfd[i] >= 0)
 			close(pidfd[i]);
+}
 
-	if (res->status == BENCH_FAILED) {
-		/* timed out: reason already set */
-	} else if (sh->rc[0] || sh->rc[1]) {
+/* The children's outcome into res; 0 when the round counts. */
+static int collect(struct bench_result *res, const struct shared *sh,
+		   const struct run_plan *pl, uint64_t warmup, uint64_t n)
+{
+	unsigned nchild = 1 + pl->consumers;
+
+	for (unsigned i = 0; i < nchild; i++) {
+		if (!sh->rc[i])
+			continue;
+		res->status = BENCH_FAILED;
+		snprintf(res->why, sizeof(res->why), "%s%.0u: %.200s",
+			 i ? "consumer " : "producer", i, sh->why[i]);
+		return -1;
+	}
+	for (unsigned c = 0; c < pl->consumers; c++) {
+		/* PACED: each consumer got the last one, maybe not all */
+		if (pl->kind == BENCH_PACED ? sh->verified[c] > 0 :
+		    sh->verified[c] == warmup + n)
+			continue;
 		res->status = BENCH_FAILED;
 		snprintf(res->why, sizeof(res->why),
-			 "producer: %.110s; consumer: %.110s",
-			 sh->rc[0] ? sh->why[0] : "ok",
-			 sh->rc[1] ? sh->why[1] : "ok");
-	} else if (sh->verified != warmup + n) {
-		res->status = BENCH_FAILED;
-		snprintf(res->why, sizeof(res->why),
-			 "consumer verified %llu of %llu payloads",
-			 (unsigned long long)sh->verified,
+			 "consumer %u verified %llu of %llu payloads", c,
+			 (unsigned long long)sh->verified[c],
 			 (unsigned long long)(warmup + n));
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * One round of one method: fork the producer and the consumers, n
+ * measured iterations after res->warmup excluded ones. On success the
+ * samples go to out (PINGPONG, FANOUT: n round trips; PACED: the
+ * latencies of every consumer, *outn of them) and the counters in res
+ * grow; on failure res->status and res->why say so.
+ */
+static void run_one(const struct bench_method *m, struct bench_result *res,
+		    const struct opts *o, const struct run_plan *pl,
+		    unsigned run_id, uint64_t n, uint64_t *out, uint64_t *outn)
+{
+	uint64_t warmup = res->warmup;
+	unsigned nchild = 1 + pl->consumers;
+	size_t shlen = sizeof(struct shared) +
+		       (size_t)pl->consumers * n * sizeof(uint64_t);
+	struct shared *sh;
+	struct bench_run r;
+
+	*outn = 0;
+	memset(&r, 0, sizeof(r));
+	r.env = &env;
+	r.size = res->size;
+	r.write = res->write;
+	r.run_id = run_id;
+	r.kind = pl->kind;
+	r.consumers = pl->consumers;
+	r.fds[0] = r.fds[1] = -1;
+
+	sh = mmap(NULL, shlen, PROT_READ | PROT_WRITE,
+		  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (sh == MAP_FAILED) {
+		res->status = BENCH_FAILED;
+		snprintf(res->why, sizeof(res->why), "mmap results: %s",
+			 strerror(errno));
+		return;
+	}
+	for (unsigned i = 0; i < nchild; i++) {
+		sh->rc[i] = -EINTR;
+		snprintf(sh->why[i], BENCH_WHY_MAX, "died");
+	}
+	sh->svc_pid = m->service_pid ? m->service_pid() : -1;
+	if (m->prepare && m->prepare(&r) < 0) {
+		res->status = BENCH_FAILED;
+		snprintf(res->why, sizeof(res->why), "prepare: %.200s", r.why);
+		goto out;
+	}
+	fflush(stdout);
+	fflush(stderr);
+	for (unsigned k = nchild; k-- > 0;) {
+		pid_t pid = fork();
+
+		if (pid < 0) {
+			res->status = BENCH_FAILED;
+			snprintf(res->why, sizeof(res->why), "fork: %s",
+				 strerror(errno));
+			goto out;
+		}
+		if (pid == 0) {
+			int cpu = -1;
+
+			r.role = k ? BENCH_CONSUMER : BENCH_PRODUCER;
+			r.index = k ? k - 1 : 0;
+			/* one consumer: its own CPU; several: unpinned */
+			if (o->pin && (k == 0 || pl->consumers == 1))
+				cpu = o->cpu[k ? 1 : 0];
+			child_main(m, &r, sh, pl, warmup, n, cpu);
+		}
+		child_pids[k] = pid;
+	}
+	supervise(res, o, nchild);
+	if (res->status == BENCH_FAILED ||
+	    collect(res, sh, pl, warmup, n) < 0)
+		goto out;
+	for (unsigned c = 0; c < pl->consumers; c++) {
+		res->verified += sh->verified[c];
+		res->cpu_cons_ns += sh->cpu_ns[1 + c];
+	}
+	res->loop_s += (double)sh->loop_ns / 1e9;
+	res->cpu_prod_ns += sh->cpu_ns[0];
+	res->cpu_svc_ns += sh->svc_ns;
+	res->rounds++;
+	if (pl->kind == BENCH_PACED) {
+		for (unsigned c = 0; c < pl->consumers; c++) {
+			memcpy(out + *outn, sh->samples + (uint64_t)c * n,
+			       sh->lat_count[c] * sizeof(uint64_t));
+			*outn += sh->lat_count[c];
+		}
 	} else {
-		res->verified += sh->verified;
-		res->loop_s += (double)sh->loop_ns / 1e9;
-		res->rounds++;
 		memcpy(out, sh->samples, n * sizeof(uint64_t));
+		*outn = n;
 	}
 out:
-	for (int i = 0; i < 2; i++) {
+	for (unsigned i = 0; i < nchild; i++) {
 		if (child_pids[i] > 0) {
 			kill(child_pids[i], SIGKILL);
 			waitpid(child_pids[i], NULL, 0);
@@ -568,8 +799,6 @@ out:
 	}
 	if (m->unprepare)
 		m->unprepare(&r);
-	close(ctl[0]);
-	close(ctl[1]);
 	munmap(sh, shlen);
 }
 
@@ -577,7 +806,17 @@ out:
 
 static void tap_line(const struct bench_result *r, size_t n)
 {
-	const char *mode = r->write ? "write" : "nowrite";
+	char mode[48];
+
+	if (r->kind == BENCH_PINGPONG)
+		snprintf(mode, sizeof(mode), "%s", r->write ? "write" :
+			 "nowrite");
+	else if (r->kind == BENCH_FANOUT)
+		snprintf(mode, sizeof(mode), "fan-out 1->%u %s", r->consumers,
+			 r->write ? "write" : "nowrite");
+	else
+		snprintf(mode, sizeof(mode), "paced %.0f Hz 1->%u",
+			 r->rate_hz, r->consumers);
 
 	if (r->status == BENCH_OK)
 		printf("ok %zu - %s %s %zu B: %llu payloads verified\n", n,
@@ -619,6 +858,135 @@ static int want_method(const struct opts *o, const char *name)
 	return yes;
 }
 
+/* Measured and warm-up counts of a run of plan pl (o's counts for
+ * PINGPONG; --iters/--warmup/--scale apply to all). */
+static void counts(const struct opts *o, const struct run_plan *pl,
+		   size_t size, int write, uint64_t *n, uint64_t *w)
+{
+	if (pl->kind == BENCH_PACED) {
+		/* 2 s at 1 kHz, 3 s at 30 Hz; smoke: a few messages */
+		*n = o->smoke ? (pl->rate_hz > 100 ? 30 : 4) :
+			(uint64_t)((pl->rate_hz > 100 ? 2000 : 90) * o->scale);
+		*w = o->smoke ? 2 : (pl->rate_hz > 100 ? 100 : 5);
+		if (o->iters > 0 && !o->smoke)
+			*n = (uint64_t)o->iters;
+		return;
+	}
+	*n = o->iters > 0 ? (uint64_t)o->iters :
+		(uint64_t)((double)default_iters(size, write) * o->scale);
+	*w = o->warmup >= 0 ? (uint64_t)o->warmup :
+		default_warmup(size, write);
+	/* four consumers check every byte: a quarter of the iterations */
+	if (pl->kind == BENCH_FANOUT && o->iters <= 0 && *n >= 8)
+		*n /= 4;
+}
+
+/*
+ * Every method that runs plan pl at (size, write): rounds interleaved
+ * across the methods, the order rotating, so load that comes and goes
+ * on the machine is spread over all of them. Returns the failures.
+ */
+static int run_group(struct bench_report *rep, const struct opts *o,
+		     const int *start_rc, char (*start_why)[BENCH_WHY_MAX],
+		     FILE *table, const struct run_plan *pl, size_t size,
+		     int write, unsigned *run_id)
+{
+	struct bench_result *group = rep->results + rep->result_count;
+	uint64_t n, w, rounds, done = 0, *samples, *got;
+	size_t gn = 0;
+	int failed = 0;
+
+	counts(o, pl, size, write, &n, &w);
+	if (n < 1)
+		n = 1;
+	rounds = pl->kind == BENCH_PACED ? 1 :
+		((uint64_t)o->rounds < n ? (uint64_t)o->rounds : n);
+	for (size_t i = 0; i < METHOD_COUNT; i++) {
+		const struct bench_method *m = all_methods[i];
+		struct bench_result *res;
+
+		if (!want_method(o, m->name) ||
+		    (pl->kind != BENCH_PINGPONG && !m->streams))
+			continue;
+		if (rep->result_count == BENCH_MAX_RESULTS)
+			break;
+		res = &rep->results[rep->result_count++];
+		gn++;
+		memset(res, 0, sizeof(*res));
+		res->method = m;
+		res->size = size;
+		res->write = write;
+		res->kind = pl->kind;
+		res->consumers = pl->consumers;
+		res->rate_hz = pl->rate_hz;
+		res->samples = n;
+		res->warmup = w;
+		res->status = BENCH_OK;
+		if (start_rc[i] < 0) {
+			res->status = start_rc[i] == -ENOENT ||
+				start_rc[i] == -ENOSYS ? BENCH_NA :
+				BENCH_FAILED;
+			snprintf(res->why, sizeof(res->why), "%s",
+				 start_why[i]);
+		} else if (m->can_run &&
+			   m->can_run(&env, size, res->why,
+				      sizeof(res->why)) < 0) {
+			res->status = BENCH_NA;
+		}
+	}
+	if (!gn)
+		return 0;
+	samples = calloc(gn * n * pl->consumers, sizeof(uint64_t));
+	got = calloc(gn, sizeof(uint64_t));
+	if (!samples || !got) {
+		perror("bench: samples");
+		exit(1);
+	}
+	for (uint64_t rd = 0; rd < rounds; rd++) {
+		uint64_t k = n / rounds + (rd < n % rounds);
+
+		for (size_t j = 0; j < gn; j++) {
+			size_t g = (j + rd) % gn;
+			struct bench_result *res = &group[g];
+			uint64_t outn = 0;
+
+			if (res->status != BENCH_OK)
+				continue;
+			run_one(res->method, res, o, pl, ++*run_id, k,
+				samples + g * n * pl->consumers + got[g],
+				&outn);
+			got[g] += outn;
+		}
+		done += k;
+	}
+	for (size_t g = 0; g < gn; g++) {
+		struct bench_result *res = &group[g];
+
+		if (res->status == BENCH_OK) {
+			stats(res, samples + g * n * pl->consumers, got[g]);
+			res->delivered = got[g];
+			res->handoffs_per_s =
+				res->loop_s > 0 ? (double)n / res->loop_s : 0;
+			res->gbytes_per_s =
+				res->handoffs_per_s * (double)res->size / 1e9;
+			res->cpu_ns = (double)(res->cpu_prod_ns +
+					       res->cpu_cons_ns +
+					       res->cpu_svc_ns) /
+				      (double)n;
+		}
+		if (res->status == BENCH_FAILED)
+			failed++;
+		report_line(table, res);
+		if (o->tap)
+			tap_line(res, (size_t)(res - rep->results) + 1);
+		fflush(table);
+		fflush(stdout);
+	}
+	free(samples);
+	free(got);
+	return failed;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -638,6 +1006,8 @@ int main(int argc, char **argv)
 		{ "tensord", required_argument, NULL, 'T' },
 		{ "roudi", required_argument, NULL, 'R' },
 		{ "smoke", no_argument, NULL, 'Z' },
+		{ "kinds", required_argument, NULL, 'K' },
+		{ "paced-size", required_argument, NULL, 'Q' },
 		{ "tap", no_argument, NULL, 'A' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -648,7 +1018,8 @@ int main(int argc, char **argv)
 	};
 	struct opts o = {
 		.modes = 3, .iters = -1, .warmup = -1, .scale = 1.0, .rounds = 3,
-		.pin = 1, .cpu = { -1, -1 }, .run_timeout = 300,
+		.pin = 1, .cpu = { -1, -1 }, .run_timeout = 300, .kinds = 7,
+		.paced_size = 4096,
 	};
 	static struct bench_report rep;
 	char start_why[METHOD_COUNT][BENCH_WHY_MAX];
@@ -656,7 +1027,6 @@ int main(int argc, char **argv)
 	int c, failed = 0, sizes_given = 0;
 	FILE *table;
 	unsigned run_id = 0;
-	uint64_t *samples = NULL;
 
 	main_pid = getpid();
 	rep.started_ns = bench_now_ns();
@@ -699,6 +1069,21 @@ int main(int argc, char **argv)
 		case 'T': env.tensord_path = optarg; break;
 		case 'R': env.roudi_path = optarg; break;
 		case 'Z': o.smoke = 1; break;
+		case 'K':
+			o.kinds = parse_kinds(optarg);
+			if (o.kinds <= 0) {
+				fprintf(stderr, "bad --kinds (pingpong,fanout,"
+					"paced)\n");
+				return 2;
+			}
+			break;
+		case 'Q':
+			if (parse_size(optarg, &o.paced_size) < 0 ||
+			    o.paced_size < 24) {
+				fprintf(stderr, "bad --paced-size\n");
+				return 2;
+			}
+			break;
 		case 'A': o.tap = 1; break;
 		case 'v': env.verbose = 1; break;
 		case 'h': usage(stdout); return 0;
@@ -782,103 +1167,42 @@ int main(int argc, char **argv)
 	}
 
 	table = o.tap ? stderr : stdout;
-	fprintf(table, "%-13s %-7s %10s %12s %12s %8s %10s\n", "method", "mode",
-	       "size", "median_us", "p99_us", "samples", "GB/s");
-	for (size_t si = 0; si < o.size_count; si++) {
-		size_t size = o.sizes[si];
-		for (int write = 1; write >= 0; write--) {
-			uint64_t n = o.iters > 0 ? (uint64_t)o.iters :
-				(uint64_t)((double)default_iters(size, write) *
-					   o.scale);
-			uint64_t w = o.warmup >= 0 ? (uint64_t)o.warmup :
-				default_warmup(size, write);
-			struct bench_result *group = rep.results +
-						     rep.result_count;
-			size_t gn = 0;
-			uint64_t rounds, done = 0;
-
-			if (n < 1)
-				n = 1;
-			rounds = (uint64_t)o.rounds < n ?
-				(uint64_t)o.rounds : n;
-
-			if (!(o.modes & (write ? 2 : 1)))
-				continue;
-			for (size_t i = 0; i < METHOD_COUNT; i++) {
-				const struct bench_method *m = all_methods[i];
-				struct bench_result *res;
-
-				if (!want_method(&o, m->name))
-					continue;
-				if (rep.result_count == BENCH_MAX_RESULTS)
-					break;
-				res = &rep.results[rep.result_count++];
-				gn++;
-				memset(res, 0, sizeof(*res));
-				res->method = m;
-				res->size = size;
-				res->write = write;
-				res->samples = n;
-				res->warmup = w;
-				res->status = BENCH_OK;
-				if (start_rc[i] < 0) {
-					res->status = start_rc[i] == -ENOENT ||
-						start_rc[i] == -ENOSYS ?
-						BENCH_NA : BENCH_FAILED;
-					snprintf(res->why, sizeof(res->why),
-						 "%s", start_why[i]);
-				} else if (m->can_run &&
-					   m->can_run(&env, size, res->why,
-						      sizeof(res->why)) < 0) {
-					res->status = BENCH_NA;
-				}
-			}
-			/* Interleave: every method runs a slice of the
-			 * iterations per round, the order rotating, so load
-			 * that comes and goes on the machine is spread over
-			 * all methods instead of landing on one. */
-			samples = realloc(samples, gn * n * sizeof(uint64_t));
-			if (!samples) {
-				perror("bench: samples");
-				return 1;
-			}
-			for (uint64_t rd = 0; rd < rounds; rd++) {
-				uint64_t k = n / rounds + (rd < n % rounds);
-
-				for (size_t j = 0; j < gn; j++) {
-					size_t g = (j + rd) % gn;
-					struct bench_result *res = &group[g];
-
-					if (res->status != BENCH_OK)
-						continue;
-					run_one(res->method, res, &o, ++run_id,
-						k, samples + g * n + done);
-				}
-				done += k;
-			}
-			for (size_t g = 0; g < gn; g++) {
-				struct bench_result *res = &group[g];
-
-				if (res->status == BENCH_OK) {
-					stats(res, samples + g * n, n);
-					res->handoffs_per_s = res->loop_s > 0 ?
-						(double)n / res->loop_s : 0;
-					res->gbytes_per_s =
-						res->handoffs_per_s *
-						(double)res->size / 1e9;
-				}
-				if (res->status == BENCH_FAILED)
-					failed++;
-				report_line(table, res);
-				if (o.tap)
-					tap_line(res, (size_t)(res -
-							      rep.results) + 1);
-				fflush(table);
-				fflush(stdout);
-			}
-		}
-	}
-	free(samples);
+	fprintf(table, "%-13s %-7s %10s %12s %12s %8s %10s %9s\n", "method",
+		"mode", "size", "median_us", "p99_us", "samples", "GB/s",
+		"cpu_us");
+	/* ping-pong: every method, every size and mode */
+	for (size_t si = 0; (o.kinds & 1) && si < o.size_count; si++)
+		for (int write = 1; write >= 0; write--)
+			if (o.modes & (write ? 2 : 1))
+				failed += run_group(&rep, &o, start_rc,
+						    start_why, table,
+						    &(struct run_plan){
+							    BENCH_PINGPONG, 1,
+							    0},
+						    o.sizes[si], write,
+						    &run_id);
+	/* fan-out 1 -> 4: publish to the last consumer's ack */
+	for (size_t si = 0; (o.kinds & 2) && si < o.size_count; si++)
+		for (int write = 1; write >= 0; write--)
+			if ((o.modes & (write ? 2 : 1)) &&
+			    o.sizes[si] <= (64u << 20))
+				failed += run_group(&rep, &o, start_rc,
+						    start_why, table,
+						    &(struct run_plan){
+							    BENCH_FANOUT,
+							    BENCH_MAX_CONSUMERS,
+							    0},
+						    o.sizes[si], write,
+						    &run_id);
+	/* paced streams: one-way latency and CPU per message */
+	for (int ri = 0; (o.kinds & 4) && ri < 2; ri++)
+		for (unsigned nc = 1; nc <= BENCH_MAX_CONSUMERS; nc += 3)
+			failed += run_group(&rep, &o, start_rc, start_why,
+					    table,
+					    &(struct run_plan){
+						    BENCH_PACED, nc,
+						    ri ? 30.0 : 1000.0},
+					    o.paced_size, 0, &run_id);
 
 	report_loadavg(rep.load_end, sizeof(rep.load_end));
 	if (o.json && report_json(o.json, &rep, &env) < 0)

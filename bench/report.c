@@ -54,21 +54,35 @@ void report_loadavg(char *buf, size_t len)
 	fclose(f);
 }
 
+/* "write", "nowrite", "fan4-write", "1000Hz-x4": what a run measured. */
+static const char *run_label(const struct bench_result *r, char *buf,
+			     size_t len)
+{
+	if (r->kind == BENCH_PINGPONG)
+		snprintf(buf, len, "%s", mode_name(r->write));
+	else if (r->kind == BENCH_FANOUT)
+		snprintf(buf, len, "fan%u-%s", r->consumers,
+			 mode_name(r->write));
+	else
+		snprintf(buf, len, "%.0fHz-x%u", r->rate_hz, r->consumers);
+	return buf;
+}
+
 void report_line(FILE *f, const struct bench_result *r)
 {
-	char sz[32];
+	char sz[32], lb[32];
 
 	size_label(r->size, sz, sizeof(sz));
+	run_label(r, lb, sizeof(lb));
 	if (r->status != BENCH_OK) {
-		fprintf(f, "%-13s %-7s %10s  %s: %s\n", r->method->name,
-			mode_name(r->write), sz, status_name(r->status),
-			r->why);
+		fprintf(f, "%-13s %-7s %10s  %s: %s\n", r->method->name, lb,
+			sz, status_name(r->status), r->why);
 		return;
 	}
-	fprintf(f, "%-13s %-7s %10s %12.2f %12.2f %8llu %10.3f\n",
-		r->method->name, mode_name(r->write), sz, r->median_ns / 1e3,
-		r->p99_ns / 1e3, (unsigned long long)r->samples,
-		r->gbytes_per_s);
+	fprintf(f, "%-13s %-7s %10s %12.2f %12.2f %8llu %10.3f %9.2f\n",
+		r->method->name, lb, sz, r->median_ns / 1e3, r->p99_ns / 1e3,
+		(unsigned long long)r->delivered, r->gbytes_per_s,
+		r->cpu_ns / 1e3);
 }
 
 /* First "key<sep>value" line of a /proc file, value trimmed. */
@@ -157,7 +171,15 @@ int report_json(const char *path, const struct bench_report *rep,
 	else
 		fprintf(f, "null");
 	fprintf(f, ",\n  \"units\": {\"round_trip\": \"ns, CLOCK_MONOTONIC, "
-		   "producer side, one publish + consumer ack\", "
+		   "producer side, one publish + consumer ack (fanout: "
+		   "the last of the consumers' acks)\", "
+		   "\"one_way\": \"ns, paced runs: consumer's "
+		   "CLOCK_MONOTONIC on wake - producer's stamp in the "
+		   "payload, every consumer's every message\", "
+		   "\"cpu_ns\": \"user+system CPU of producer, consumers "
+		   "and service (tensord or RouDi) over the measured "
+		   "windows; per_handoff = their sum / samples (per message "
+		   "when paced)\", "
 		   "\"gbytes_per_s\": \"1e9 bytes per second delivered\"},\n");
 	fprintf(f, "  \"modes\": {\"write\": \"producer writes every "
 		   "payload byte, consumer checks every byte\", "
@@ -177,6 +199,12 @@ int report_json(const char *path, const struct bench_report *rep,
 
 		fprintf(f, "%s\n    {\"method\": ", i ? "," : "");
 		td_json_cstr(f, r->method->name);
+		fprintf(f, ", \"kind\": \"%s\", \"consumers\": %u",
+			r->kind == BENCH_PINGPONG ? "pingpong" :
+			r->kind == BENCH_FANOUT ? "fanout" : "paced",
+			r->consumers);
+		if (r->kind == BENCH_PACED)
+			fprintf(f, ", \"rate_hz\": %.0f", r->rate_hz);
 		fprintf(f, ", \"mode\": \"%s\", \"size\": %zu, "
 			   "\"status\": \"%s\"",
 			mode_name(r->write), r->size, status_name(r->status));
@@ -188,17 +216,25 @@ int report_json(const char *path, const struct bench_report *rep,
 		}
 		fprintf(f, ", \"rounds\": %llu, \"warmup_per_round\": %llu, "
 			   "\"samples\": %llu, \"verified\": %llu,\n     "
-			   "\"rtt_ns\": "
+			   "\"%s\": "
 			   "{\"median\": %.0f, \"p99\": %.0f, \"mean\": %.0f, "
-			   "\"min\": %.0f, \"max\": %.0f},\n     "
+			   "\"min\": %.0f, \"max\": %.0f, \"count\": %llu},"
+			   "\n     "
 			   "\"loop_s\": %.6f, \"handoffs_per_s\": %.1f, "
-			   "\"gbytes_per_s\": %.4f}",
+			   "\"gbytes_per_s\": %.4f,\n     \"cpu_ns\": "
+			   "{\"per_handoff\": %.0f, \"producer\": %llu, "
+			   "\"consumers\": %llu, \"service\": %llu}}",
 			(unsigned long long)r->rounds,
 			(unsigned long long)r->warmup,
 			(unsigned long long)r->samples,
-			(unsigned long long)r->verified, r->median_ns,
-			r->p99_ns, r->mean_ns, r->min_ns, r->max_ns,
-			r->loop_s, r->handoffs_per_s, r->gbytes_per_s);
+			(unsigned long long)r->verified,
+			r->kind == BENCH_PACED ? "one_way_ns" : "rtt_ns",
+			r->median_ns, r->p99_ns, r->mean_ns, r->min_ns,
+			r->max_ns, (unsigned long long)r->delivered,
+			r->loop_s, r->handoffs_per_s, r->gbytes_per_s,
+			r->cpu_ns, (unsigned long long)r->cpu_prod_ns,
+			(unsigned long long)r->cpu_cons_ns,
+			(unsigned long long)r->cpu_svc_ns);
 	}
 	fprintf(f, "\n  ]\n}\n");
 	if (fclose(f) != 0) {
@@ -208,18 +244,30 @@ int report_json(const char *path, const struct bench_report *rep,
 	return 0;
 }
 
-static const struct bench_result *find(const struct bench_report *rep,
-				       const char *method, size_t size,
-				       int write)
+/* The run of method of that kind (PACED: at rate, size ignored). */
+static const struct bench_result *
+find_k(const struct bench_report *rep, const char *method, size_t size,
+       int write, enum bench_kind kind, unsigned consumers, double rate)
 {
 	for (size_t i = 0; i < rep->result_count; i++) {
 		const struct bench_result *r = &rep->results[i];
 
-		if (r->size == size && r->write == write &&
-		    strcmp(r->method->name, method) == 0)
+		if (r->kind != kind || strcmp(r->method->name, method) != 0)
+			continue;
+		if (kind == BENCH_PACED ? r->consumers == consumers &&
+						  r->rate_hz == rate
+					: r->size == size && r->write == write)
 			return r;
 	}
 	return NULL;
+}
+
+/* A ping-pong run. */
+static const struct bench_result *find(const struct bench_report *rep,
+				       const char *method, size_t size,
+				       int write)
+{
+	return find_k(rep, method, size, write, BENCH_PINGPONG, 1, 0);
 }
 
 /* Sizes in order of first appearance. */
@@ -231,6 +279,8 @@ static size_t sizes_of(const struct bench_report *rep, size_t *out,
 	for (size_t i = 0; i < rep->result_count; i++) {
 		size_t j;
 
+		if (rep->results[i].kind != BENCH_PINGPONG)
+			continue;
 		for (j = 0; j < n && out[j] != rep->results[i].size; j++)
 			;
 		if (j == n && n < max)
@@ -319,6 +369,56 @@ static void ratio_tables(FILE *f, const struct bench_report *rep,
 }
 
 /*
+ * One target row "name / base ≤ 1.0× at every size up to 64 MiB" of
+ * runs of kind in mode w: the worst ratio, and each size over 1.0.
+ */
+static void worst_row(FILE *f, const struct bench_report *rep,
+		      const char *target, const char *name, const char *base,
+		      enum bench_kind kind, int w, const size_t *sizes,
+		      size_t ns)
+{
+	const size_t cap = 64u << 20;
+	double worst = -1;
+	size_t worst_size = 0, over = 0, missing = 0;
+	char list[256] = "", a[32];
+	unsigned nc = kind == BENCH_FANOUT ? BENCH_MAX_CONSUMERS : 1;
+
+	for (size_t s = 0; s < ns; s++) {
+		double v;
+
+		if (sizes[s] > cap)
+			continue;
+		v = ratio_of(find_k(rep, name, sizes[s], w, kind, nc, 0),
+			     find_k(rep, base, sizes[s], w, kind, nc, 0));
+		if (v < 0) {
+			missing++;
+			continue;
+		}
+		if (v > worst) {
+			worst = v;
+			worst_size = sizes[s];
+		}
+		if (v > 1.0) {
+			size_t l = strlen(list);
+
+			snprintf(list + l, sizeof(list) - l, "%s%s %.2f",
+				 over ? ", " : "",
+				 size_label(sizes[s], a, sizeof(a)), v);
+			over++;
+		}
+	}
+	if (worst < 0) {
+		fprintf(f, "| %s | %s | n/a | not measured |\n", target,
+			mode_name(w));
+		return;
+	}
+	fprintf(f, "| %s | %s | worst %.2f× (%s) | %s%s%s |\n", target,
+		mode_name(w), worst, size_label(worst_size, a, sizeof(a)),
+		over ? "**missed**: " : "met", list,
+		missing ? "; some sizes not measured" : "");
+}
+
+/*
  * The issue-5 targets for one tensord method, computed from this run's
  * medians (nothing here is typed in by hand): at most 1.0x iceoryx-wait
  * at every size up to 64 MiB, the largest size at most 1.5x the smallest
@@ -334,47 +434,9 @@ static void targets_table(FILE *f, const struct bench_report *rep,
 	fprintf(f, "### %s against the issue-5 targets (this run)\n\n"
 		   "| target | mode | measured | verdict |\n"
 		   "|---|---|---|---|\n", name);
-	for (int w = 1; w >= 0; w--) {
-		double worst = -1;
-		size_t worst_size = 0, over = 0, missing = 0;
-		char list[256] = "";
-
-		for (size_t s = 0; s < ns; s++) {
-			double v;
-
-			if (sizes[s] > cap)
-				continue;
-			v = ratio_of(find(rep, name, sizes[s], w),
-				     find(rep, "iceoryx-wait", sizes[s], w));
-			if (v < 0) {
-				missing++;
-				continue;
-			}
-			if (v > worst) {
-				worst = v;
-				worst_size = sizes[s];
-			}
-			if (v > 1.0) {
-				size_t l = strlen(list);
-
-				snprintf(list + l, sizeof(list) - l, "%s%s %.2f",
-					 over ? ", " : "",
-					 size_label(sizes[s], a, sizeof(a)), v);
-				over++;
-			}
-		}
-		if (worst < 0) {
-			fprintf(f, "| ≤ 1.0× iceoryx-wait, 64 B-64 MiB | %s | "
-				   "n/a | not measured |\n", mode_name(w));
-			continue;
-		}
-		fprintf(f, "| ≤ 1.0× iceoryx-wait, 64 B-64 MiB | %s | worst "
-			   "%.2f× (%s) | %s%s%s%s |\n",
-			mode_name(w), worst,
-			size_label(worst_size, a, sizeof(a)),
-			over ? "**missed**: " : "met", list,
-			missing ? "; some sizes not measured" : "", "");
-	}
+	for (int w = 1; w >= 0; w--)
+		worst_row(f, rep, "≤ 1.0× iceoryx-wait, 64 B-64 MiB", name,
+			  "iceoryx-wait", BENCH_PINGPONG, w, sizes, ns);
 	if (ns >= 2) {
 		double v = ratio_of(find(rep, name, sizes[ns - 1], 0),
 				    find(rep, name, sizes[0], 0));
@@ -405,66 +467,220 @@ static void targets_table(FILE *f, const struct bench_report *rep,
 	fputc('\n', f);
 }
 
-/* Every method's median (p99) in µs, or its delivered GB/s, per size. */
+enum cell { CELL_MEDIAN, CELL_GBPS, CELL_CPU };
+
+/*
+ * Every method's median (p99) in µs, its delivered GB/s or its CPU per
+ * handoff in µs, per size, for runs of kind (only the methods that ran
+ * one get a column).
+ */
 static void value_table(FILE *f, const struct bench_report *rep,
-			const size_t *sizes, size_t ns, int w, bool median)
+			const size_t *sizes, size_t ns, int w, enum cell what,
+			enum bench_kind kind)
 {
+	static const char *const title[] = {
+		"Median round trip in µs (p99)",
+		"Delivered GB/s (1e9 bytes/s)",
+		"CPU per handoff in µs (producer + consumers + tensord or "
+		"RouDi, user + system)",
+	};
+	unsigned nc = kind == BENCH_FANOUT ? BENCH_MAX_CONSUMERS : 1;
+	bool col[BENCH_MAX_METHODS] = {false};
 	char sz[32];
 
-	fprintf(f, median ? "\n### Median round trip in µs (p99), mode %s\n\n"
-			  : "\n### Delivered GB/s (1e9 bytes/s), mode %s\n\n",
+	for (size_t m = 0; m < rep->method_count; m++)
+		for (size_t s = 0; s < ns && !col[m]; s++)
+			col[m] = find_k(rep, rep->methods[m]->name, sizes[s], w,
+					kind, nc, 0) != NULL;
+	fprintf(f, "\n### %s%s, mode %s\n\n",
+		kind == BENCH_FANOUT ? "Fan-out 1→4: " : "", title[what],
 		mode_name(w));
 	fprintf(f, "| size |");
 	for (size_t m = 0; m < rep->method_count; m++)
-		fprintf(f, " %s |", rep->methods[m]->name);
+		if (col[m])
+			fprintf(f, " %s |", rep->methods[m]->name);
 	fprintf(f, "\n|---|");
 	for (size_t m = 0; m < rep->method_count; m++)
-		fprintf(f, "---|");
+		if (col[m])
+			fprintf(f, "---|");
 	fputc('\n', f);
 	for (size_t s = 0; s < ns; s++) {
+		bool any = false;
+
+		for (size_t m = 0; m < rep->method_count && !any; m++)
+			any = find_k(rep, rep->methods[m]->name, sizes[s], w,
+				     kind, nc, 0) != NULL;
+		if (!any)
+			continue;
 		fprintf(f, "| %s |", size_label(sizes[s], sz, sizeof(sz)));
 		for (size_t m = 0; m < rep->method_count; m++) {
-			const struct bench_result *r =
-				find(rep, rep->methods[m]->name, sizes[s], w);
+			const struct bench_result *r = find_k(
+				rep, rep->methods[m]->name, sizes[s], w, kind,
+				nc, 0);
 
+			if (!col[m])
+				continue;
 			if (!r)
 				fprintf(f, " |");
 			else if (r->status != BENCH_OK)
 				fprintf(f, " %s |", status_name(r->status));
-			else if (median)
+			else if (what == CELL_MEDIAN)
 				fprintf(f, " %.1f (%.1f) |", r->median_ns / 1e3,
 					r->p99_ns / 1e3);
-			else
+			else if (what == CELL_GBPS)
 				fprintf(f, " %.4f |", r->gbytes_per_s);
+			else
+				fprintf(f, " %.1f |", r->cpu_ns / 1e3);
 		}
 		fputc('\n', f);
 	}
+}
+
+/* Paced streams: one-way latency and CPU per message, every method. */
+static void paced_table(FILE *f, const struct bench_report *rep)
+{
+	fprintf(f, "\n### Paced streams: one-way latency in µs, CPU per "
+		   "message in µs\n\n"
+		   "| rate | consumers | method | p50 | p99 | max | CPU/msg "
+		   "| latencies |\n|---|---|---|---|---|---|---|---|\n");
+	for (size_t i = 0; i < rep->result_count; i++) {
+		const struct bench_result *r = &rep->results[i];
+
+		if (r->kind != BENCH_PACED)
+			continue;
+		fprintf(f, "| %.0f Hz | %u | %s |", r->rate_hz, r->consumers,
+			r->method->name);
+		if (r->status != BENCH_OK)
+			fprintf(f, " %s | | | | |\n", status_name(r->status));
+		else
+			fprintf(f, " %.1f | %.1f | %.1f | %.1f | %llu |\n",
+				r->median_ns / 1e3, r->p99_ns / 1e3,
+				r->max_ns / 1e3, r->cpu_ns / 1e3,
+				(unsigned long long)r->delivered);
+	}
+}
+
+/* A ratio row "a / b ≤ limit" of two ping-pong runs. */
+static void limit_row(FILE *f, const struct bench_report *rep,
+		      const char *target, const char *a, const char *b,
+		      size_t size, int w, double limit)
+{
+	double v = ratio_of(find(rep, a, size, w), find(rep, b, size, w));
+
+	fprintf(f, "| %s | %s | ", target, mode_name(w));
+	if (v < 0)
+		fprintf(f, "n/a | not measured |\n");
+	else
+		fprintf(f, "%.2f× | %s |\n", v,
+			v <= limit ? "met" : "**missed**");
+}
+
+/*
+ * The issue-16 targets, computed from this run: the plain API against
+ * iceoryx-wait on both import paths, fan-out, paced streams (latency
+ * AND CPU), the ring against the bare limits.
+ */
+static void targets16_table(FILE *f, const struct bench_report *rep,
+			    const size_t *sizes, size_t ns)
+{
+	static const struct {
+		const char *name, *what;
+		enum bench_kind kind;
+	} rows[] = {
+		{"tensord", "plain API", BENCH_PINGPONG},
+		{"tensord-scm", "plain API", BENCH_PINGPONG},
+		{"tensord-ring", "fan-out 1→4", BENCH_FANOUT},
+		{"tensord", "fan-out 1→4", BENCH_FANOUT},
+	};
+	char t[160];
+
+	fprintf(f, "### Issue-16 targets (this run)\n\n"
+		   "| target | mode | measured | verdict |\n"
+		   "|---|---|---|---|\n");
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		for (int w = 1; w >= 0; w--) {
+			snprintf(t, sizeof(t), "%s `%s` ≤ 1.0× iceoryx-wait%s, "
+				 "64 B-64 MiB", rows[i].what, rows[i].name,
+				 rows[i].kind == BENCH_FANOUT ? "'s 1→4" : "");
+			worst_row(f, rep, t, rows[i].name, "iceoryx-wait",
+				  rows[i].kind, w, sizes, ns);
+		}
+	for (int ri = 0; ri < 2; ri++)
+		for (unsigned nc = 1; nc <= BENCH_MAX_CONSUMERS; nc += 3) {
+			double hz = ri ? 30 : 1000;
+			const struct bench_result *a = find_k(
+				rep, "tensord-ring", 0, 0, BENCH_PACED, nc, hz);
+			const struct bench_result *b = find_k(
+				rep, "iceoryx-wait", 0, 0, BENCH_PACED, nc, hz);
+
+			fprintf(f, "| paced %.0f Hz 1→%u: ring p50, p99 ≤ "
+				   "iceoryx-wait's and CPU/msg ≤ 1.0× | "
+				   "nowrite | ", hz, nc);
+			if (!a || !b || a->status != BENCH_OK ||
+			    b->status != BENCH_OK || b->cpu_ns <= 0) {
+				fprintf(f, "n/a | not measured |\n");
+				continue;
+			}
+			fprintf(f, "p50 %.1f/%.1f µs, p99 %.1f/%.1f µs, CPU "
+				   "%.2f× | %s%s%s%s |\n",
+				a->median_ns / 1e3, b->median_ns / 1e3,
+				a->p99_ns / 1e3, b->p99_ns / 1e3,
+				a->cpu_ns / b->cpu_ns,
+				a->median_ns <= b->median_ns &&
+						a->p99_ns <= b->p99_ns &&
+						a->cpu_ns <= b->cpu_ns
+					? "met"
+					: "**missed**:",
+				a->median_ns > b->median_ns ? " p50" : "",
+				a->p99_ns > b->p99_ns ? " p99" : "",
+				a->cpu_ns > b->cpu_ns ? " CPU" : "");
+		}
+	limit_row(f, rep, "ring ≤ 2× bare-spin at 64 B", "tensord-ring",
+		  "bare-spin", 64, 0, 2.0);
+	limit_row(f, rep, "ring, TENSORD_RING_SPIN_US=0, ≤ 1.2× bare-futex "
+		  "at 64 B", "tensord-ring-sleep", "bare-futex", 64, 0, 1.2);
+	fputc('\n', f);
+}
+
+/* The methods that get their own target and ratio tables. */
+static bool is_tensord(const char *name)
+{
+	return strcmp(name, "tensord") == 0 ||
+	       strcmp(name, "tensord-scm") == 0 ||
+	       strcmp(name, "tensord-ring") == 0;
 }
 
 int report_markdown(const char *path, const struct bench_report *rep)
 {
 	FILE *f = fopen(path, "we");
 	size_t sizes[64], ns = sizes_of(rep, sizes, 64);
-	char sz[32];
+	char sz[32], lb[32];
 
 	if (!f) {
 		fprintf(stderr, "bench: %s: %s\n", path, strerror(errno));
 		return -errno;
 	}
 	/* the targets, then one set of ratio tables per tensord method
-	 * (API, fast path) */
+	 * (API on both import paths, fast path) */
+	targets16_table(f, rep, sizes, ns);
 	for (size_t m = 0; m < rep->method_count; m++)
-		if (strncmp(rep->methods[m]->name, "tensord", 7) == 0)
+		if (is_tensord(rep->methods[m]->name))
 			targets_table(f, rep, rep->methods[m]->name, sizes,
 				      ns);
 	for (size_t m = 0; m < rep->method_count; m++)
-		if (strncmp(rep->methods[m]->name, "tensord", 7) == 0)
+		if (is_tensord(rep->methods[m]->name))
 			ratio_tables(f, rep, rep->methods[m]->name, sizes, ns);
 
 	for (int w = 1; w >= 0; w--) {
-		value_table(f, rep, sizes, ns, w, true);
-		value_table(f, rep, sizes, ns, w, false);
+		value_table(f, rep, sizes, ns, w, CELL_MEDIAN, BENCH_PINGPONG);
+		value_table(f, rep, sizes, ns, w, CELL_CPU, BENCH_PINGPONG);
+		value_table(f, rep, sizes, ns, w, CELL_GBPS, BENCH_PINGPONG);
 	}
+	for (int w = 1; w >= 0; w--) {
+		value_table(f, rep, sizes, ns, w, CELL_MEDIAN, BENCH_FANOUT);
+		value_table(f, rep, sizes, ns, w, CELL_CPU, BENCH_FANOUT);
+	}
+	paced_table(f, rep);
 
 	fprintf(f, "\n### Not measured\n\n");
 	{
@@ -486,7 +702,7 @@ int report_markdown(const char *path, const struct bench_report *rep)
 			fprintf(f, "- %s (%s, from %s %s): %s\n",
 				r->method->name, status_name(r->status),
 				size_label(r->size, sz, sizeof(sz)),
-				mode_name(r->write), r->why);
+				run_label(r, lb, sizeof(lb)), r->why);
 			none = 0;
 		}
 		if (none)

@@ -25,13 +25,21 @@ struct bench_result {
 	uint64_t verified; /* payloads the consumer checked (warm-ups too) */
 	/* round trip, nanoseconds */
 	double median_ns, p99_ns, mean_ns, min_ns, max_ns;
+	enum bench_kind kind;
+	unsigned consumers;
+	double rate_hz;     /* PACED */
+	uint64_t delivered; /* samples taken (PACED: latencies, all consumers) */
+	/* CPU time (user + system) in the measured windows, summed over the
+	 * rounds: producer, consumers, the helper process (tensord, RouDi) */
+	uint64_t cpu_prod_ns, cpu_cons_ns, cpu_svc_ns;
+	double cpu_ns;         /* all three per measured handoff or message */
 	double loop_s;         /* wall time of the measured iterations, summed */
 	double handoffs_per_s; /* samples / loop_s */
 	double gbytes_per_s;   /* handoffs_per_s * size / 1e9 */
 };
 
 #define BENCH_MAX_RESULTS 512
-#define BENCH_MAX_METHODS 8
+#define BENCH_MAX_METHODS 12
 
 struct bench_report {
 	const struct bench_method *methods[BENCH_MAX_METHODS];

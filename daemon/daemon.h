@@ -296,6 +296,8 @@ struct td__peer {
 	unsigned n_leases, n_allocs, n_watches, n_waiters;
 	struct td__list freebufs; /* its recyclable buffers, oldest first */
 	unsigned n_freebufs;
+	/* the alloc the last PUBLISH with TD_WIRE_PUB_LOAN lent, 0 none */
+	uint64_t loan_id;
 };
 
 /*

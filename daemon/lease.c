@@ -474,7 +474,9 @@ void td__lease_release(struct td__peer *p, const struct td__req *rq)
 		if (ls->id != m.lease_id)
 			continue;
 		lease_drop(s, p, ls);
-		td__peer_done(p, h);
+		/* QUIET: the client does not wait for a success reply */
+		if (!(m.flags & TD_WIRE_REL_QUIET))
+			td__peer_done(p, h);
 		return;
 	}
 	td__peer_error(p, h->opcode, h->request_id, -ENOENT,

@@ -25,8 +25,8 @@ void td__loan_free(struct td__store *s, struct td__alloc *a)
  * holds mapped (held ids) first, else any of that size. Oldest first.
  */
 static struct td__freebuf *freebuf_pick(struct td__peer *p, uint64_t size,
-				    const struct td_wire_alloc_req *m,
-				    bool *held)
+					const struct td_wire_alloc_req *m,
+					bool *held)
 {
 	struct td__freebuf *any = NULL;
 
@@ -170,6 +170,82 @@ static int alloc_create(struct td__store *s, struct td__peer *p,
 	return 0;
 }
 
+/* An unpublished alloc's recycled planes back to the free list. */
+static void loan_return(struct td__store *s, struct td__peer *p,
+			struct td__alloc *a)
+{
+	td__list_del(&a->link);
+	p->n_allocs--;
+	td__acct_sub(s, a->uid, a->acct);
+	a->acct = 0;
+	for (uint32_t i = 0; i < a->count; i++)
+		if (a->fds[i].fd >= 0)
+			td__freebuf_keep(s, p, a->uid, &a->fds[i]);
+	td__loan_free(s, a);
+}
+
+/* The loan p was lent last goes back (TD_WIRE_ALLOC_UNLOAN). */
+static void loan_unlend(struct td__store *s, struct td__peer *p)
+{
+	struct td__alloc *a = p->loan_id ? td__loan_find(p, p->loan_id) : NULL;
+
+	p->loan_id = 0;
+	if (a)
+		loan_return(s, p, a);
+}
+
+/* The reply's planes: fd -1 for a held one, else the fd to send. */
+static void loan_reply(const struct td__alloc *a, const bool *held,
+		       struct td_wire_alloc_rep *r, int *fds, unsigned *nfds)
+{
+	*nfds = 0;
+	for (uint32_t i = 0; i < a->count; i++) {
+		/* the client maps a held buffer already: no fd for it */
+		r->fds[i].fd = held[i] ? -1 : a->fds[i].fd;
+		r->fds[i].buffer_id = a->fds[i].buffer_id;
+		if (!held[i])
+			fds[(*nfds)++] = a->fds[i].fd;
+	}
+	r->alloc_id = a->id;
+	r->fd_count = a->count;
+}
+
+void td__loan_lend(struct td__peer *p, uint32_t count, const uint64_t *sizes,
+		   uint32_t held_count, const uint64_t *held_ids,
+		   struct td_wire_alloc_rep *r, int *fds, unsigned *nfds)
+{
+	struct td__store *s = td__d->store;
+	struct td_wire_alloc_req m = {.flags = TD_WIRE_ALLOC_RECYCLE,
+				      .plane_count = count,
+				      .held_count = held_count};
+	bool held[TD_WIRE_MAX_PLANES] = {false};
+	struct td__alloc *a;
+
+	r->alloc_id = 0;
+	r->fd_count = 0;
+	*nfds = 0;
+	p->loan_id = 0;
+	if (p->n_allocs >= TD__MAX_ALLOCS || !p->n_freebufs)
+		return;
+	memcpy(m.sizes, sizes, count * sizeof(*sizes));
+	memcpy(m.held, held_ids, held_count * sizeof(*held_ids));
+	a = TD__SPARE_NEW(&s->spare_allocs, struct td__alloc, link);
+	if (!a)
+		return;
+	a->id = s->next_alloc++;
+	a->uid = p->uid;
+	a->recycle = true;
+	td__list_add_tail(&p->allocs, &a->link);
+	p->n_allocs++;
+	/* only what the free list holds: a loan never makes a plane */
+	if (alloc_recycled(s, p, a, &m, held) > 0) {
+		loan_return(s, p, a);
+		return;
+	}
+	p->loan_id = a->id;
+	loan_reply(a, held, r, fds, nfds);
+}
+
 void td__loan_alloc(struct td__peer *p, const struct td__req *rq)
 {
 	const struct td_wire_hdr *h = rq->h;
@@ -187,6 +263,8 @@ void td__loan_alloc(struct td__peer *p, const struct td__req *rq)
 
 	if (td__peer_bad_body(p, h, rc, &e))
 		return;
+	if (m.flags & TD_WIRE_ALLOC_UNLOAN)
+		loan_unlend(s, p);
 	if (alloc_check(p, rq, &m) < 0)
 		return;
 	a = TD__SPARE_NEW(&s->spare_allocs, struct td__alloc, link);
@@ -201,17 +279,9 @@ void td__loan_alloc(struct td__peer *p, const struct td__req *rq)
 		td__loan_free(s, a);
 		return;
 	}
-	for (uint32_t i = 0; i < a->count; i++) {
-		/* the client maps a held buffer already: no fd for it */
-		r.fds[i].fd = held[i] ? -1 : a->fds[i].fd;
-		r.fds[i].buffer_id = a->fds[i].buffer_id;
-		if (!held[i])
-			fds[nsend++] = a->fds[i].fd;
-	}
+	loan_reply(a, held, &r, fds, &nsend);
 	td__list_add_tail(&p->allocs, &a->link);
 	p->n_allocs++;
-	r.alloc_id = a->id;
-	r.fd_count = a->count;
 	len = td_wire_alloc_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
 	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
 		      (size_t)len, fds,
@@ -233,6 +303,8 @@ struct td__alloc *td__loan_find(struct td__peer *p, uint64_t id)
 
 void td__loan_done(struct td__peer *p, struct td__alloc *a)
 {
+	if (a->id == p->loan_id)
+		p->loan_id = 0;
 	td__list_del(&a->link);
 	p->n_allocs--;
 	td__loan_free(td__d->store, a);

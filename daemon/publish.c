@@ -244,10 +244,26 @@ static int pub_check_fds(struct pub *x)
 						i, why);
 			continue;
 		}
-		rc = td__plane_probe(x->tab[i], &x->info[i], &why);
-		if (rc < 0)
-			return pub_fail(x, rc, "fd table entry %u: %s", i,
-					why);
+		if (x->alloc && i < x->alloc->count &&
+		    x->alloc->fds[i].tracked) {
+			/*
+			 * A plane this daemon made (td__plane_create): a
+			 * memfd of the size asked, size-sealed since, whose
+			 * file it stat()ed then. No syscall to learn it
+			 * again on every handoff.
+			 */
+			const struct td__vfd *f = &x->alloc->fds[i];
+
+			x->info[i] = (struct td__plane_info){
+				.type = TD__PLANE_MEMFD, .size = f->size,
+				.dev = f->dev, .ino = f->ino};
+		} else {
+			rc = td__plane_probe(x->tab[i], &x->info[i], &why);
+			if (rc < 0)
+				return pub_fail(x, rc,
+						"fd table entry %u: %s", i,
+						why);
+		}
 		bool dmabuf = x->info[i].type == TD__PLANE_DMABUF;
 
 		if (dmabuf != (v->storage_kind == TD_STORAGE_DMABUF))
@@ -473,8 +489,12 @@ static void pub_commit(struct pub *x, struct td__version *ver)
 	struct td__daemon *d = td__d;
 	struct td__store *s = d->store;
 	struct td__peer *p = x->p;
-	struct td_wire_publish_rep r;
+	struct td_wire_publish_rep r = {0};
 	struct td__version *old;
+	uint64_t sizes[TD_WIRE_MAX_PLANES];
+	uint32_t nsizes = 0;
+	int fds[TD_WIRE_MAX_PLANES];
+	unsigned nfds = 0;
 	int64_t len;
 
 	pub_move_fds(x, ver);
@@ -482,6 +502,11 @@ static void pub_commit(struct pub *x, struct td__version *ver)
 	ver->uid = p->uid;
 	ver->used = ++s->tick;
 	if (x->alloc) {
+		/* a loan is lent only for a recyclable alloc's sizes */
+		if (x->alloc->recycle) {
+			nsizes = x->alloc->count;
+			memcpy(sizes, x->alloc->sizes, nsizes * sizeof(*sizes));
+		}
 		ver->acct += x->alloc->acct;
 		x->alloc->acct = 0; /* moved to the version */
 		td__loan_done(p, x->alloc);
@@ -505,12 +530,26 @@ static void pub_commit(struct pub *x, struct td__version *ver)
 	td__log(TD_LOG_DEBUG, "published %.*s version %llu (%u fds)",
 		(int)ver->name_len, ver->name,
 		(unsigned long long)ver->number, ver->nfds);
+	/*
+	 * Parked GETs first: the consumer waiting for this version is woken
+	 * before the producer, whose reply would otherwise make it runnable
+	 * on the CPU the daemon runs on and delay the consumer's wake-up
+	 * behind it. (A GET parked on this same connection is answered
+	 * before this reply: parked GETs are answered when they complete,
+	 * §1.) Watchers are still told after the reply (§6.9).
+	 */
+	td__lease_wake(s, ver);
 	r.version = ver->number;
+	/* the version before went back to the free list just now, if free */
+	r.has_loan = x->m.flags & TD_WIRE_PUB_LOAN;
+	if (r.has_loan && nsizes)
+		td__loan_lend(p, nsizes, sizes, x->m.held_count, x->m.held,
+			      &r.loan, fds, &nfds);
 	len = td_wire_publish_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
 	td__peer_send(p, x->h->opcode, TD_WIRE_F_REPLY, x->h->request_id, 0,
-		      (size_t)len, NULL, 0);
+		      (size_t)len, fds,
+		      (x->m.flags & TD_WIRE_PUB_LOAN_SCM) ? nfds : 0);
 	td__notify(s, TD_EVENT_PUBLISHED, ver);
-	td__lease_wake(s, ver);
 }
 
 /* Everything a PUBLISH did not keep is closed (the request's too). */

@@ -251,8 +251,8 @@ void td__freebuf_drop(struct td__store *s, struct td__freebuf *fb)
  * free list makes way beyond TD__MAX_FREEBUFS); otherwise closed. f is
  * consumed either way.
  */
-static void freebuf_keep(struct td__store *s, struct td__peer *p, uid_t uid,
-			 struct td__vfd *f)
+void td__freebuf_keep(struct td__store *s, struct td__peer *p, uid_t uid,
+		      struct td__vfd *f)
 {
 	struct td__freebuf *fb = NULL;
 
@@ -297,7 +297,7 @@ void td__version_unref(struct td__store *s, struct td__version *v)
 		td__acct_sub(s, v->uid, v->acct);
 	for (uint32_t i = 0; i < v->nfds; i++)
 		if (v->fds[i].fd >= 0)
-			freebuf_keep(s, v->owner, v->uid, &v->fds[i]);
+			td__freebuf_keep(s, v->owner, v->uid, &v->fds[i]);
 	td__list_del(&v->all);
 	td__log(TD_LOG_DEBUG, "freed %.*s version %llu", (int)v->name_len,
 		v->name, (unsigned long long)v->number);

@@ -243,6 +243,13 @@ void td__vfd_move(struct td__vfd *dst, struct td__vfd *src);
 int td__vfd_out(const struct td__vfd *f);
 
 void td__freebuf_drop(struct td__store *s, struct td__freebuf *fb);
+/*
+ * A recyclable buffer back to p's free list, charged to uid again, when
+ * p is alive and the bytes fit the limits; otherwise closed. f is
+ * consumed either way.
+ */
+void td__freebuf_keep(struct td__store *s, struct td__peer *p, uid_t uid,
+		      struct td__vfd *f);
 
 int td__name_cmp(const char *a, size_t alen, const char *b, size_t blen);
 /* Index of the first name >= key (exact match when *found). */
@@ -313,6 +320,16 @@ void td__loan_free(struct td__store *s, struct td__alloc *a);
 struct td__alloc *td__loan_find(struct td__peer *p, uint64_t id);
 /* A published alloc: off p's list and freed (its bytes moved on). */
 void td__loan_done(struct td__peer *p, struct td__alloc *a);
+/*
+ * After a PUBLISH with TD_WIRE_PUB_LOAN of a recyclable alloc of `count`
+ * planes of `sizes`: lend the next alloc of those sizes from p's free
+ * list (held: the ids the client maps) into *r and fds[*nfds] (the
+ * planes not held), and remember it in p->loan_id. Never makes a new
+ * plane: r->alloc_id 0 (no loan) when the free list lacks one.
+ */
+void td__loan_lend(struct td__peer *p, uint32_t count, const uint64_t *sizes,
+		   uint32_t held_count, const uint64_t *held,
+		   struct td_wire_alloc_rep *r, int *fds, unsigned *nfds);
 
 /* ---- lease.c ---- */
 

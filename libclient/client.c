@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +110,7 @@ static void client_free(struct td_client *c)
 	td__loop_close(c);
 	/* Every tensor is gone (refs == 0), so every map is idle. */
 	td__maps_drop(c, true);
+	td__next_loan_forget(c);
 	td__loans_drop(c, true);
 	if (c->sock >= 0)
 		close(c->sock);
@@ -336,6 +338,40 @@ int td__reply_error(const struct td__msg *m, int status,
 static int reconnect(struct td_client *c, struct td_error *err);
 static int reconnect_now(struct td_client *c, struct td_error *err);
 
+int64_t td__now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/*
+ * Before a blocking receive: poll the socket as planned from the recent
+ * waits of this kind (docs/fastpath.md, "Waiting"), so that a reply that
+ * comes within microseconds does not cost a sleep and a wake-up. Bounded
+ * per wait; long waits (a paced stream's GET) sleep at once.
+ */
+static void reply_poll(struct td_client *c, struct td_pace *p,
+		       struct td_pace_plan *w)
+{
+	int64_t now = td__now_ns();
+
+	td_pace_plan(p, now, w);
+	for (;;) {
+		struct pollfd pf = {.fd = c->sock, .events = POLLIN};
+		enum td_pace_step step = td_pace_step(w, now);
+
+		if (step == TD_PACE_SLEEP || poll(&pf, 1, 0) != 0)
+			return;
+		if (step == TD_PACE_YIELD)
+			sched_yield();
+		else
+			td__cpu_relax();
+		now = td__now_ns();
+	}
+}
+
 static int client_usable(struct td_client *c, struct td_error *err)
 {
 	if (c->sock < 0)
@@ -386,6 +422,14 @@ int td__call(struct td_client *c, uint16_t op, size_t body_len,
 	     const int *fds, unsigned nfds, struct td__msg *rep,
 	     struct td_error *err)
 {
+	return td__call_paced(c, op, body_len, fds, nfds, NULL, rep, err);
+}
+
+int td__call_paced(struct td_client *c, uint16_t op, size_t body_len,
+		   const int *fds, unsigned nfds, struct td_pace *pace,
+		   struct td__msg *rep, struct td_error *err)
+{
+	struct td_pace_plan plan;
 	uint64_t id;
 	int rc;
 
@@ -400,6 +444,8 @@ int td__call(struct td_client *c, uint16_t op, size_t body_len,
 	if (rc < 0)
 		return td__fail(err, rc, "send %s: %s", td_wire_op_name(op),
 				strerror(-rc));
+	if (pace)
+		reply_poll(c, pace, &plan);
 	for (;;) {
 		rc = td__msg_recv(c, rep, 0);
 		/*
@@ -417,6 +463,8 @@ int td__call(struct td_client *c, uint16_t op, size_t body_len,
 			break;
 		td__msg_aside(c, rep);
 	}
+	if (pace)
+		td_pace_done(pace, &plan, td__now_ns());
 	if (rep->hdr.status < 0) {
 		rc = rep->hdr.status;
 		td__msg_close_fds(rep);
@@ -585,7 +633,8 @@ static int import_pref(uint32_t *pref, struct td_error *err)
 #define TD__CLIENT_FEATURES                                                   \
 	(TD_WIRE_FEAT_CAT_KINDS | TD_WIRE_FEAT_CAT_RECYCLE |                  \
 	 TD_WIRE_FEAT_ALLOC_RECYCLE | TD_WIRE_FEAT_GET_HELD |                 \
-	 TD_WIRE_FEAT_STATUS | TD_WIRE_FEAT_RING_WAKE)
+	 TD_WIRE_FEAT_STATUS | TD_WIRE_FEAT_RING_WAKE |                 \
+	 TD_WIRE_FEAT_PUB_LOAN | TD_WIRE_FEAT_RELEASE_QUIET)
 
 static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 {
@@ -810,6 +859,7 @@ int td_client_connect_ex(const char *path, uint32_t flags,
 	c->daemon_pidfd = -1;
 	c->epfd = -1;
 	c->efd = -1;
+	td__pace_init_env(&c->pace_get);
 	pthread_mutex_init(&c->lock, NULL);
 	c->rbuf = malloc(TD_WIRE_MAX_MSG);
 	c->sbuf = malloc(TD_WIRE_MAX_MSG);

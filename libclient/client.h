@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pace.h"
 #include "tensord/tensord.h"
 #include "wire.h"
 
@@ -123,6 +124,13 @@ struct td_client {
 	unsigned idle_maps;   /* maps with refs == 0 */
 	struct td__loanbuf *loans; /* recyclable loan buffers */
 	unsigned idle_loans;       /* loans with busy == false */
+	/*
+	 * The next loan a PUBLISH reply lent (TD_WIRE_PUB_LOAN), not yet
+	 * handed out; unloan: the daemon still holds one this client
+	 * dropped, to be returned by the next ALLOC (TD_WIRE_ALLOC_UNLOAN).
+	 */
+	struct td_alloc *next_loan;
+	bool unloan;
 	uint64_t clock;
 	/* TD_CLIENT_RECONNECT (client.c) */
 	bool reconnect;
@@ -131,6 +139,13 @@ struct td_client {
 	char path[108]; /* the socket path connected to */
 	struct td__watchrec *watches;
 	uint64_t next_watch; /* application watch ids */
+	/*
+	 * How the reply to a GET that may park is waited for (pace.h, as
+	 * ring waits): it comes when another client publishes, so polling
+	 * for it briefly saves a wake-up. Other replies are not polled for:
+	 * the daemon has to run to make them, on the CPU a poll would take.
+	 */
+	struct td_pace pace_get;
 	uint8_t *rbuf; /* TD_WIRE_MAX_MSG receive buffer */
 	uint8_t *sbuf; /* TD_WIRE_MAX_MSG send buffer */
 };
@@ -162,6 +177,10 @@ void td__client_unref(struct td_client *c); /* lock NOT held */
 int td__call(struct td_client *c, uint16_t op, size_t body_len,
 	     const int *fds, unsigned nfds, struct td__msg *rep,
 	     struct td_error *err);
+/* td__call, polling for the reply first as planned by pace (NULL: not). */
+int td__call_paced(struct td_client *c, uint16_t op, size_t body_len,
+		   const int *fds, unsigned nfds, struct td_pace *pace,
+		   struct td__msg *rep, struct td_error *err);
 void td__msg_close_fds(struct td__msg *m);
 /* Send one request without waiting: its reply is dropped when it comes. */
 int td__send(struct td_client *c, uint16_t op, size_t body_len,
@@ -214,6 +233,28 @@ void td__map_put(struct td_client *c, struct td__map *m);
 void td__maps_drop(struct td_client *c, bool all);
 /* Drop the idle recyclable loan buffers (all: every one). Returns how many. */
 unsigned td__loans_drop(struct td_client *c, bool all);
+/* Forget the lent next loan without a message (the client is going). */
+void td__next_loan_forget(struct td_client *c);
+
+/*
+ * A wait plan from $TENSORD_RING_SPIN_US / $TENSORD_RING_SPIN_MAX_US
+ * (defaults 20 and 200 us; docs/fastpath.md, "Waiting"): rings and the
+ * replies of the socket alike.
+ */
+void td__pace_init_env(struct td_pace *p);
+
+/* CLOCK_MONOTONIC in ns. */
+int64_t td__now_ns(void);
+
+/* The spin-wait hint of the CPU (PAUSE, YIELD); nothing elsewhere. */
+static inline void td__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield" ::: "memory");
+#endif
+}
 
 /*
  * 0 when the connection can be used, reconnecting first when it broke and

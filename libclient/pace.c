@@ -20,7 +20,7 @@ void td_pace_plan(const struct td_pace *p, int64_t now,
 	int64_t e = p->avg;
 
 	w->start = now;
-	w->nap_until = 0;
+	w->yield_at = now + TD_PACE_YIELD_NS;
 	if (p->base == 0) {
 		/* spinning is off: sleep at once, no prediction either */
 		w->spin_until = now;
@@ -33,22 +33,25 @@ void td_pace_plan(const struct td_pace *p, int64_t now,
 		w->spin_until = now + clamp(e + e / 2, p->base, p->cap);
 	} else {
 		/*
-		 * Long, regular waits: sleep until a little before the
-		 * expected arrival, then spin across it. The timer's own
-		 * wake-up latency is hidden in the lead; a partner that
-		 * comes early still finds us asleep and wakes us.
+		 * Long, regular waits (a paced stream, a big frame being
+		 * written): sleep at once, the partner's publish wakes us.
+		 * Napping until just before the expected arrival and
+		 * polling across it won the wake-up latency, but cost the
+		 * arrival's jitter in polling per wait (up to 500 us, ten
+		 * times the futex wake it saved on the VM of
+		 * bench/README.md): a stream's CPU per message matters as
+		 * much as its latency.
 		 */
-		int64_t lead = clamp(e / 8, p->base, TD_PACE_LEAD_MAX);
-
-		w->nap_until = now + e - lead;
-		w->spin_until = now + e + lead;
+		w->spin_until = now;
 	}
 }
 
-enum td_pace_step td_pace_step(const struct td_pace_plan *w, int64_t now)
+enum td_pace_step td_pace_step(struct td_pace_plan *w, int64_t now)
 {
-	if (w->nap_until && now < w->nap_until)
-		return TD_PACE_NAP;
+	if (now < w->spin_until && now >= w->yield_at) {
+		w->yield_at = now + TD_PACE_YIELD_NS;
+		return TD_PACE_YIELD;
+	}
 	if (now < w->spin_until)
 		return TD_PACE_SPIN;
 	return TD_PACE_SLEEP;

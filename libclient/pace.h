@@ -5,14 +5,14 @@
  * asks for a plan when a wait starts and reports how long it took when it
  * ends; tests drive it with made-up clocks.
  *
- * A wait has up to three phases:
- *   nap    futex sleep with a timeout, ending a little before the partner
- *          is expected (only when waits are long and regular);
+ * A wait has up to two phases:
  *   spin   poll the control block (the partner answers within it);
- *   sleep  futex sleep until woken (the partner is late or idle).
+ *   sleep  futex sleep until woken (the partner is late, idle, or its
+ *          waits are long: there polling would cost more CPU than the
+ *          wake-up it saves).
  * The expected wait is a moving average of the recent waits of this ring
- * or subscription. Spinning never exceeds 2 x `lead` (nap then spin) or
- * `cap` (spin only), so the CPU a waiter burns is bounded per wait.
+ * or subscription. Spinning never exceeds `cap`, so the CPU a waiter
+ * burns is bounded per wait.
  */
 #ifndef TD_LIBCLIENT_PACE_H
 #define TD_LIBCLIENT_PACE_H
@@ -26,25 +26,32 @@ struct td_pace {
 	int64_t avg;  /* ns: moving average of recent waits; 0 = none yet */
 };
 
+/*
+ * A spinning waiter gives its CPU away (sched_yield) after this long and
+ * then this often: a partner answering within microseconds never sees it,
+ * and waiters that outnumber the CPUs (four consumers of a fan-out on two)
+ * let the ones they wait for run instead of spinning them off the CPU.
+ */
+#define TD_PACE_YIELD_NS 5000ll /* 5 us */
+
 /* Waits expected longer than this are not predicted (idle partner). */
 #define TD_PACE_PREDICT_MAX 100000000ll /* 100 ms */
-/* Longest spin on each side of an expected arrival after a nap. */
-#define TD_PACE_LEAD_MAX 250000ll /* 250 us */
 
 struct td_pace_plan {
 	int64_t start;      /* when the wait began */
-	int64_t nap_until;  /* 0: no nap */
-	int64_t spin_until; /* spin while now < this (after any nap) */
+	int64_t spin_until; /* spin while now < this, then sleep */
+	int64_t yield_at;   /* next sched_yield while spinning */
 };
 
-enum td_pace_step { TD_PACE_SPIN, TD_PACE_NAP, TD_PACE_SLEEP };
+enum td_pace_step { TD_PACE_SPIN, TD_PACE_YIELD, TD_PACE_SLEEP };
 
 void td_pace_init(struct td_pace *p, int64_t base_ns, int64_t cap_ns);
 /* The plan for a wait that starts now (nothing was there). */
 void td_pace_plan(const struct td_pace *p, int64_t now,
 		  struct td_pace_plan *w);
-/* What to do at `now` (still nothing there). */
-enum td_pace_step td_pace_step(const struct td_pace_plan *w, int64_t now);
+/* What to do at `now` (still nothing there): spin once (a pause), spin
+ * giving the CPU away once (sched_yield), or sleep. */
+enum td_pace_step td_pace_step(struct td_pace_plan *w, int64_t now);
 /* The wait ended at `now` with something to take: learn from it. */
 void td_pace_done(struct td_pace *p, const struct td_pace_plan *w,
 		  int64_t now);

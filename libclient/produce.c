@@ -28,6 +28,7 @@ struct td_alloc {
 	 * loan cache (lb), which keeps them after publish.
 	 */
 	bool recycle;
+	bool stream; /* TD_ALLOC_STREAM: its PUBLISH asks for the next loan */
 	int fds[TD_WIRE_MAX_PLANES];
 	void *addr[TD_WIRE_MAX_PLANES];
 	uint64_t size[TD_WIRE_MAX_PLANES];
@@ -148,6 +149,45 @@ int td_alloc_fd(const struct td_alloc *a, uint32_t i)
 	return a && i < a->count ? a->fds[i] : -1;
 }
 
+/* ---- the next loan, lent by a PUBLISH reply (TD_WIRE_PUB_LOAN) ---- */
+
+static bool next_loan_fits(const struct td_alloc *a, uint32_t plane_count,
+			   const uint64_t *sizes)
+{
+	if (a->count != plane_count)
+		return false;
+	for (uint32_t i = 0; i < plane_count; i++)
+		if (a->size[i] != sizes[i])
+			return false;
+	return true;
+}
+
+/*
+ * Not wanted (other sizes): its buffers go idle, still mapped, and the
+ * next ALLOC tells the daemon to take the loan back (UNLOAN), which may
+ * then lend them again without an fd.
+ */
+static void next_loan_drop(struct td_client *c)
+{
+	struct td_alloc *a = c->next_loan;
+
+	if (!a)
+		return;
+	c->next_loan = NULL;
+	c->unloan = true;
+	for (uint32_t i = 0; i < a->count; i++)
+		if (a->lb[i])
+			loanbuf_idle(c, a->lb[i]);
+	free(a);
+}
+
+void td__next_loan_forget(struct td_client *c)
+{
+	/* its buffers are in c->loans, which the caller drops */
+	free(c->next_loan);
+	c->next_loan = NULL;
+}
+
 /*
  * One ALLOC round trip (lock held); recycle: ask for a recyclable loan,
  * advertising the idle buffers of the loan cache. Fills a.
@@ -235,6 +275,51 @@ static int alloc_plane(struct td_client *c, struct td_alloc *a, uint32_t i,
 	return 0;
 }
 
+/*
+ * An ALLOC reply body (from ALLOC, or a PUBLISH reply's loan) into a:
+ * plane_count planes of sizes, the attached fds in m. 0 or -errno.
+ */
+static int alloc_take(struct td_client *c, struct td_alloc *a,
+		      const struct td_wire_alloc_rep *rep,
+		      uint32_t plane_count, const uint64_t *sizes,
+		      bool recycle, struct td__msg *m, struct td_error *err)
+{
+	unsigned nfd = 0, k = 0;
+	int rc;
+
+	for (uint32_t i = 0; i < rep->fd_count; i++)
+		nfd += rep->fds[i].fd >= 0;
+	if (rep->fd_count != plane_count ||
+	    (c->path_out == TD_IMPORT_SCM && m->nfds != nfd))
+		return td__fail(err, -EPROTO, "bad ALLOC reply: fd count");
+	a->alloc_id = rep->alloc_id;
+	a->epoch = c->epoch; /* void after a reconnect (TD_CLIENT_RECONNECT) */
+	a->recycle = recycle;
+	for (uint32_t i = 0; i < plane_count; i++) {
+		int *scm = NULL;
+
+		/* attached fds come in order, one per plane not held */
+		if (rep->fds[i].fd >= 0)
+			scm = k < m->nfds ? &m->fds[k++] : NULL;
+		rc = alloc_plane(c, a, i, sizes[i], &rep->fds[i], scm, err);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* Up to TD_WIRE_MAX_HELD idle loan buffers: what the client maps. */
+static uint32_t loans_held(const struct td_client *c, uint64_t *held)
+{
+	uint32_t n = 0;
+
+	for (struct td__loanbuf *b = c->loans; b && n < TD_WIRE_MAX_HELD;
+	     b = b->next)
+		if (!b->busy)
+			held[n++] = b->buffer_id;
+	return n;
+}
+
 static int alloc_call(struct td_client *c, struct td_alloc *a,
 		      uint32_t plane_count, const uint64_t *sizes,
 		      bool recycle, struct td_error *err)
@@ -243,7 +328,6 @@ static int alloc_call(struct td_client *c, struct td_alloc *a,
 	struct td_wire_alloc_rep rep;
 	struct td_err e = {0};
 	struct td__msg m = {0};
-	unsigned nfd = 0, k = 0;
 	int64_t len;
 	int rc;
 
@@ -251,12 +335,11 @@ static int alloc_call(struct td_client *c, struct td_alloc *a,
 		req.sizes[i] = sizes[i];
 	if (c->path_out == TD_IMPORT_SCM)
 		req.flags |= TD_WIRE_REQ_SCM;
+	if (c->unloan)
+		req.flags |= TD_WIRE_ALLOC_UNLOAN;
 	if (recycle) {
 		req.flags |= TD_WIRE_ALLOC_RECYCLE;
-		for (struct td__loanbuf *b = c->loans;
-		     b && req.held_count < TD_WIRE_MAX_HELD; b = b->next)
-			if (!b->busy)
-				req.held[req.held_count++] = b->buffer_id;
+		req.held_count = loans_held(c, req.held);
 	}
 	len = td_wire_alloc_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
 				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
@@ -265,30 +348,14 @@ static int alloc_call(struct td_client *c, struct td_alloc *a,
 	rc = td__call(c, TD_OP_ALLOC, (size_t)len, NULL, 0, &m, err);
 	if (rc < 0)
 		return rc;
+	c->unloan = false; /* the daemon took it back before this ALLOC */
 	rc = td_wire_alloc_rep_decode(m.body, m.body_len, &rep, &e);
-	for (uint32_t i = 0; rc == 0 && i < rep.fd_count; i++)
-		nfd += rep.fds[i].fd >= 0;
-	if (rc < 0 || rep.fd_count != plane_count ||
-	    (c->path_out == TD_IMPORT_SCM && m.nfds != nfd)) {
+	if (rc < 0)
 		rc = td__fail(err, -EPROTO, "bad ALLOC reply: %s",
-			      e.reason ? e.reason : "fd count");
-		goto out;
-	}
-	a->alloc_id = rep.alloc_id;
-	a->epoch = c->epoch;
-	a->recycle = recycle;
-	for (uint32_t i = 0; i < plane_count; i++) {
-		int *scm = NULL;
-
-		/* attached fds come in order, one per plane not held */
-		if (rep.fds[i].fd >= 0)
-			scm = k < m.nfds ? &m.fds[k++] : NULL;
-		rc = alloc_plane(c, a, i, sizes[i], &rep.fds[i], scm, err);
-		if (rc < 0)
-			goto out;
-	}
-	rc = 0;
-out:
+			      e.reason ? e.reason : "?");
+	else
+		rc = alloc_take(c, a, &rep, plane_count, sizes, recycle, &m,
+				err);
 	td__msg_close_fds(&m);
 	return rc;
 }
@@ -305,7 +372,7 @@ int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
 	    !sizes)
 		return td__fail(err, -EINVAL, "plane count must be 1..%d",
 				TD_WIRE_MAX_PLANES);
-	if (flags & ~TD_ALLOC_RECYCLE)
+	if (flags & ~(TD_ALLOC_RECYCLE | TD_ALLOC_STREAM))
 		return td__fail(err, -EINVAL, "unknown alloc flags %#x",
 				flags);
 	*out = NULL;
@@ -320,11 +387,24 @@ int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
 	a->c = c;
 	pthread_mutex_lock(&c->lock);
 	/* a daemon that predates recyclable loans lends plain ones */
-	recycle = (flags & TD_ALLOC_RECYCLE) &&
+	recycle = (flags & (TD_ALLOC_RECYCLE | TD_ALLOC_STREAM)) &&
 		  td__has(c, TD_WIRE_FEAT_ALLOC_RECYCLE);
+	if (c->next_loan && (flags & TD_ALLOC_STREAM) &&
+	    next_loan_fits(c->next_loan, plane_count, sizes)) {
+		/* lent by the last PUBLISH reply: no round trip */
+		free(a);
+		a = c->next_loan;
+		c->next_loan = NULL;
+		td__client_ref(c);
+		pthread_mutex_unlock(&c->lock);
+		*out = a;
+		return 0;
+	}
+	next_loan_drop(c);
 	rc = alloc_call(c, a, plane_count, sizes, recycle, err);
 	if (rc < 0)
 		goto fail;
+	a->stream = recycle && (flags & TD_ALLOC_STREAM);
 	td__client_ref(c);
 	pthread_mutex_unlock(&c->lock);
 	*out = a;
@@ -534,9 +614,48 @@ static int64_t publish_blob(const struct td_publish *p,
 	return n;
 }
 
+/*
+ * A published recyclable loan a: its buffers go idle in the cache (it
+ * owns them now, not the loan); then the next loan the reply lent, if
+ * any, is kept for the next td_client_alloc_ex of the same sizes.
+ */
+static void publish_done(struct td_client *c, struct td_alloc *a,
+			 const struct td_wire_publish_rep *rep,
+			 struct td__msg *m)
+{
+	struct td_alloc *next;
+
+	for (uint32_t i = 0; i < a->count; i++) {
+		if (!a->lb[i])
+			continue;
+		loanbuf_idle(c, a->lb[i]);
+		a->lb[i] = NULL;
+		a->fds[i] = -1;
+	}
+	if (!rep->has_loan || !rep->loan.alloc_id)
+		return;
+	next = calloc(1, sizeof(*next));
+	if (next) {
+		for (uint32_t i = 0; i < TD_WIRE_MAX_PLANES; i++)
+			next->fds[i] = -1;
+		next->c = c;
+	}
+	if (next)
+		next->stream = true;
+	if (!next || alloc_take(c, next, &rep->loan, a->count, a->size, true,
+				m, NULL) < 0) {
+		/* the daemon holds it: give it back with the next ALLOC */
+		if (next)
+			alloc_free_locked(next);
+		c->unloan = true;
+		return;
+	}
+	c->next_loan = next;
+}
+
 static int publish_send(struct td_client *c, const struct td_publish *p,
-			const struct pub_ctx *x, uint64_t *version,
-			struct td_error *err)
+			const struct pub_ctx *x, struct td_alloc *a,
+			uint64_t *version, struct td_error *err)
 {
 	struct pub_table pt;
 	struct td_wire_publish_req req = {0};
@@ -568,14 +687,30 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 	req.fd_count = pt.ntab;
 	for (uint32_t i = 0; i < pt.ntab; i++)
 		req.fds[i] = pt.tab[i];
+	/* the next loan in the reply, unless one is waiting already */
+	if (a && a->stream && !c->next_loan &&
+	    td__has(c, TD_WIRE_FEAT_PUB_LOAN)) {
+		req.flags |= TD_WIRE_PUB_LOAN;
+		if (c->path_out == TD_IMPORT_SCM)
+			req.flags |= TD_WIRE_PUB_LOAN_SCM;
+		req.held_count = loans_held(c, req.held);
+	}
 	n = td_wire_publish_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
 				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	if (n < 0) {
 		rc = td__fail(err, (int)n, "PUBLISH does not fit a message");
 		goto out;
 	}
+	/*
+	 * On the SCM path the fd table rides along, except when it is
+	 * exactly a loan's planes: the daemon has those (§6.3).
+	 */
 	rc = td__call(c, TD_OP_PUBLISH, (size_t)n, pt.tab,
-		      c->path_in == TD_IMPORT_SCM ? pt.ntab : 0, &m, err);
+		      c->path_in == TD_IMPORT_SCM &&
+				      !(x->identity && pt.ntab == x->nbuf)
+			      ? pt.ntab
+			      : 0,
+		      &m, err);
 	/*
 	 * The daemon refuses to pull (-EPERM) when this process no longer
 	 * has the credentials it connected with (a setuid exec, setresuid)
@@ -591,12 +726,14 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 	if (rc < 0)
 		goto out;
 	rc = td_wire_publish_rep_decode(m.body, m.body_len, &rep, NULL);
-	if (rc < 0) {
+	if (rc < 0 || rep.has_loan != !!(req.flags & TD_WIRE_PUB_LOAN)) {
 		rc = td__fail(err, -EPROTO, "bad PUBLISH reply");
 		goto out;
 	}
 	if (version)
 		*version = rep.version;
+	if (a)
+		publish_done(c, a, &rep, &m);
 out:
 	td__msg_close_fds(&m);
 	free(blob);
@@ -629,7 +766,7 @@ int td_client_publish(struct td_client *c, const struct td_publish *p,
 	x.buf_fds = p->fds;
 	x.buf_len = lens;
 	pthread_mutex_lock(&c->lock);
-	rc = publish_send(c, p, &x, version, err);
+	rc = publish_send(c, p, &x, NULL, version, err);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }
@@ -669,15 +806,7 @@ int td_client_publish_alloc(struct td_client *c, struct td_alloc *a,
 	 * one (published: idle in the cache; refused: dropped with the loan).
 	 */
 	alloc_unmap(a);
-	rc = publish_send(c, p, &x, version, err);
-	for (uint32_t i = 0; rc == 0 && i < a->count; i++) {
-		if (!a->lb[i])
-			continue;
-		/* the cache owns them now, not the loan */
-		loanbuf_idle(c, a->lb[i]);
-		a->lb[i] = NULL;
-		a->fds[i] = -1;
-	}
+	rc = publish_send(c, p, &x, a, version, err);
 	alloc_free_locked(a);
 	pthread_mutex_unlock(&c->lock);
 	td__client_unref(c);

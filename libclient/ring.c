@@ -21,6 +21,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -56,26 +57,11 @@ _Static_assert(TD_RING_BACKING_THP == TD_WIRE_RING_THP, "backing");
 
 /* ---- small helpers ---- */
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield" ::: "memory");
-#endif
-}
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static int64_t deadline_of(int timeout_ms)
 {
-	return timeout_ms < 0 ? -1 : now_ns() + (int64_t)timeout_ms * 1000000;
+	return timeout_ms < 0 ? -1 : td__now_ns() + (int64_t)timeout_ms * 1000000;
 }
 
 /*
@@ -89,7 +75,7 @@ static int futex_wait_until(_Atomic uint32_t *w, uint32_t val,
 	struct timespec ts, *tp = NULL;
 
 	if (deadline >= 0) {
-		int64_t left = deadline - now_ns();
+		int64_t left = deadline - td__now_ns();
 
 		if (left <= 0)
 			return -ETIMEDOUT;
@@ -123,7 +109,7 @@ static int64_t env_us(const char *name, int64_t dflt)
  * history (0: always sleep at once, nothing adaptive);
  * $TENSORD_RING_SPIN_MAX_US the longest poll once waits are known short.
  */
-static void pace_init(struct td_pace *p)
+void td__pace_init_env(struct td_pace *p)
 {
 	td_pace_init(p, env_us("TENSORD_RING_SPIN_US", DEFAULT_SPIN_US),
 		     env_us("TENSORD_RING_SPIN_MAX_US", DEFAULT_SPIN_MAX_US));
@@ -131,25 +117,23 @@ static void pace_init(struct td_pace *p)
 
 /*
  * One step of a wait that found nothing: spin (true, after a pause), or
- * false with *until set to when to stop sleeping: the nap's end, or the
- * caller's deadline (-1: none). The plan starts on the first call.
+ * false with *until set to when to stop sleeping: the caller's deadline
+ * (-1: none). The plan starts on the first call.
  */
 static bool pace_wait(const struct td_pace *p, struct td_pace_plan *w,
 		      int64_t deadline, int64_t *until)
 {
-	int64_t now = now_ns();
+	int64_t now = td__now_ns();
 
 	if (!w->start)
 		td_pace_plan(p, now, w);
 	switch (td_pace_step(w, now)) {
 	case TD_PACE_SPIN:
-		cpu_relax();
+		td__cpu_relax();
 		return true;
-	case TD_PACE_NAP:
-		*until = deadline >= 0 && deadline < w->nap_until
-				 ? deadline
-				 : w->nap_until;
-		return false;
+	case TD_PACE_YIELD:
+		sched_yield();
+		return true;
 	default:
 		*until = deadline;
 		return false;
@@ -384,7 +368,7 @@ int td_ring_create(struct td_client *c, const char *name,
 	ring->next_version = 1;
 	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
 		ring->wake_fd[i] = -1;
-	pace_init(&ring->pace);
+	td__pace_init_env(&ring->pace);
 
 	pthread_mutex_lock(&c->lock);
 	if (c->path_out == TD_IMPORT_SCM)
@@ -599,7 +583,7 @@ static int pick(struct td_ring *r)
 /* The caller's deadline (-1: none) has passed. */
 static bool past(int64_t deadline)
 {
-	return deadline >= 0 && now_ns() >= deadline;
+	return deadline >= 0 && td__now_ns() >= deadline;
 }
 
 int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
@@ -641,7 +625,7 @@ int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
 			if (s >= 0)
 				break;
 		}
-		td_pace_done(&r->pace, &plan, now_ns());
+		td_pace_done(&r->pace, &plan, td__now_ns());
 	}
 	r->cur = (uint32_t)s;
 	slot_fill(&r->m, r->cur, slot);
@@ -756,7 +740,7 @@ int td_ring_subscribe(struct td_client *c, const char *name, int timeout_ms,
 	if (!sub)
 		return td__fail(err, -ENOMEM, "out of memory");
 	sub->efd = -1;
-	pace_init(&sub->pace);
+	td__pace_init_env(&sub->pace);
 	q.name = (struct td_wire_str){name, (uint16_t)strlen(name)};
 	pthread_mutex_lock(&c->lock);
 	q.flags = c->path_out == TD_IMPORT_SCM ? TD_WIRE_REQ_SCM : 0;
@@ -774,7 +758,7 @@ int td_ring_subscribe(struct td_client *c, const char *name, int timeout_ms,
 			      &rep, err);
 		if (rc != -ENOENT || timeout_ms == 0)
 			break;
-		if (deadline >= 0 && now_ns() >= deadline) {
+		if (deadline >= 0 && td__now_ns() >= deadline) {
 			rc = td__fail(err, -ETIMEDOUT,
 				      "no ring named \"%s\" within %d ms",
 				      name, timeout_ms);
@@ -899,7 +883,7 @@ int td_sub_next(struct td_sub *s, int timeout_ms, struct td_view *view)
 		rc = try_hold(s, latest, view);
 		if (rc != 0) {
 			if (rc > 0 && plan.start)
-				td_pace_done(&s->pace, &plan, now_ns());
+				td_pace_done(&s->pace, &plan, td__now_ns());
 			return rc < 0 ? -EBADMSG : 0;
 		}
 		if (latest != atomic_load(&h->latest))

@@ -264,18 +264,28 @@ static void tensor_free_locked(struct td_tensor *t)
 	free(t);
 }
 
-static int send_release(struct td_client *c, uint64_t lease_id, bool nowait)
+/*
+ * RELEASE. quiet (to a daemon that serves TD_WIRE_FEAT_RELEASE_QUIET):
+ * without waiting, the request on the socket is ordered before this
+ * connection's next one. nowait: a path that must not block (an
+ * asynchronous GET's reply): sent without waiting, its reply dropped
+ * when it comes.
+ */
+static int send_release(struct td_client *c, uint64_t lease_id, bool quiet,
+			bool nowait)
 {
 	struct td_wire_release_req req = {.lease_id = lease_id};
 	struct td__msg m;
 	int64_t len;
 	int rc;
 
+	if (quiet && td__has(c, TD_WIRE_FEAT_RELEASE_QUIET))
+		req.flags = TD_WIRE_REL_QUIET;
 	len = td_wire_release_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
 					 TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	if (len < 0)
 		return (int)len;
-	if (nowait)
+	if (nowait || req.flags)
 		return td__send(c, TD_OP_RELEASE, (size_t)len, NULL);
 	rc = td__call(c, TD_OP_RELEASE, (size_t)len, NULL, 0, &m, NULL);
 	if (rc == 0)
@@ -283,7 +293,7 @@ static int send_release(struct td_client *c, uint64_t lease_id, bool nowait)
 	return rc;
 }
 
-void td_tensor_release(struct td_tensor *t)
+static void tensor_release(struct td_tensor *t, bool quiet)
 {
 	struct td_client *c;
 
@@ -296,10 +306,20 @@ void td_tensor_release(struct td_tensor *t)
 	 * daemon's side; there is nothing to tell it then.
 	 */
 	if (c->sock >= 0 && !c->dead && t->epoch == c->epoch)
-		send_release(c, t->lease_id, false);
+		send_release(c, t->lease_id, quiet, false);
 	tensor_free_locked(t);
 	pthread_mutex_unlock(&c->lock);
 	td__client_unref(c);
+}
+
+void td_tensor_release(struct td_tensor *t)
+{
+	tensor_release(t, false);
+}
+
+void td_tensor_release_nowait(struct td_tensor *t)
+{
+	tensor_release(t, true);
 }
 
 static char *str_dup(struct td_str s)
@@ -581,7 +601,7 @@ out:
 		tensor_free_locked(t);
 	/* a lease granted but not handed out must not outlive this call */
 	if (leased)
-		send_release(c, rep.lease_id, nowait);
+		send_release(c, rep.lease_id, false, nowait);
 	return rc;
 }
 
@@ -602,7 +622,9 @@ static int get_common(struct td_client *c, const char *name, uint32_t mode,
 		rc = td__fail(err, -EINVAL, "bad tensor name");
 		goto out;
 	}
-	rc = td__call(c, TD_OP_GET, (size_t)len, NULL, 0, &m, err);
+	/* a GET that may park waits for another client's PUBLISH */
+	rc = td__call_paced(c, TD_OP_GET, (size_t)len, NULL, 0,
+			    timeout_ms ? &c->pace_get : NULL, &m, err);
 	if (rc == 0)
 		rc = td__get_reply(c, &m, false, out, err);
 out:

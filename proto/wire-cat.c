@@ -20,33 +20,6 @@
 #define CAT_FLAGS (TD_WIRE_CAT_KINDS | TD_WIRE_CAT_RECYCLE)
 #define ENT_FLAGS (TD_WIRE_PUB_PIN | TD_WIRE_ENT_RING | TD_WIRE_ENT_RECYCLE)
 
-/*
- * Flags appended to a message after version 1 shipped: absent means 0.
- * Exactly four bytes left are the field; any other remainder is left for
- * td_wire_rd_end() to refuse as trailing bytes. A present 0 is refused so
- * that every body has one encoding (the encoder leaves 0 out).
- */
-static uint32_t rd_opt_flags(struct td_wire_rd *rd, uint32_t known,
-			     const char *field)
-{
-	size_t at = rd->off;
-	uint32_t v;
-
-	if (rd->rc || rd->len - rd->off != 4)
-		return 0;
-	v = td__wire_rd_flags(rd, known, field);
-	if (!rd->rc && v == 0)
-		td__wire_rd_fail(rd, TD_ERR_MALFORMED, field, v, at,
-			"optional flags of 0 are sent by leaving them out");
-	return v;
-}
-
-static void wr_opt_flags(struct td_wire_wr *wr, uint32_t v)
-{
-	if (v)
-		td_wire_wr_u32(wr, v);
-}
-
 /* ---- LIST ---- */
 
 int64_t td_wire_list_req_encode(const struct td_wire_list_req *m,
@@ -60,7 +33,7 @@ int64_t td_wire_list_req_encode(const struct td_wire_list_req *m,
 	td_wire_wr_init(&wr, buf, cap);
 	td_wire_wr_str(&wr, m->prefix.ptr, m->prefix.len);
 	td_wire_wr_str(&wr, m->after.ptr, m->after.len);
-	wr_opt_flags(&wr, m->flags);
+	td__wire_wr_opt_flags(&wr, m->flags);
 	return td__wire_wr_done(&wr);
 }
 
@@ -72,7 +45,7 @@ int td_wire_list_req_decode(const uint8_t *body, size_t len,
 	td_wire_rd_init(&rd, body, len, err);
 	m->prefix = td__wire_rd_name(&rd, true, true, "prefix");
 	m->after = td__wire_rd_name(&rd, false, true, "after");
-	m->flags = rd_opt_flags(&rd, CAT_FLAGS, "flags");
+	m->flags = td__wire_rd_opt_flags(&rd, CAT_FLAGS, "flags");
 	return td_wire_rd_end(&rd);
 }
 
@@ -236,7 +209,7 @@ int64_t td_wire_stat_req_encode(const struct td_wire_stat_req *m,
 		return -EINVAL;
 	td_wire_wr_init(&wr, buf, cap);
 	td_wire_wr_str(&wr, m->name.ptr, m->name.len);
-	wr_opt_flags(&wr, m->flags);
+	td__wire_wr_opt_flags(&wr, m->flags);
 	return td__wire_wr_done(&wr);
 }
 
@@ -247,7 +220,7 @@ int td_wire_stat_req_decode(const uint8_t *body, size_t len,
 
 	td_wire_rd_init(&rd, body, len, err);
 	m->name = td__wire_rd_name(&rd, false, false, "name");
-	m->flags = rd_opt_flags(&rd, CAT_FLAGS, "flags");
+	m->flags = td__wire_rd_opt_flags(&rd, CAT_FLAGS, "flags");
 	return td_wire_rd_end(&rd);
 }
 

@@ -24,6 +24,13 @@ void td__wire_rd_enum(struct td_wire_rd *rd, uint32_t v, uint32_t min,
 /* A u32 of flags, no bits outside known. */
 uint32_t td__wire_rd_flags(struct td_wire_rd *rd, uint32_t known,
 			   const char *field);
+/*
+ * Flags appended to a body after version 1: absent (the body ends) = 0,
+ * a present 0 refused (one encoding per body), exactly four bytes.
+ */
+uint32_t td__wire_rd_opt_flags(struct td_wire_rd *rd, uint32_t known,
+			       const char *field);
+void td__wire_wr_opt_flags(struct td_wire_wr *wr, uint32_t v);
 /* A count bounded by its cap (the array it fills). */
 uint32_t td__wire_rd_count(struct td_wire_rd *rd, uint32_t max,
 			   const char *field);

@@ -378,6 +378,33 @@ uint32_t td__wire_rd_count(struct td_wire_rd *rd, uint32_t max,
 	return v;
 }
 
+/*
+ * Flags appended to a message after version 1 shipped: absent means 0.
+ * Exactly four bytes left are the field; any other remainder is left for
+ * td_wire_rd_end() to refuse as trailing bytes. A present 0 is refused so
+ * that every body has one encoding (the encoder leaves 0 out).
+ */
+uint32_t td__wire_rd_opt_flags(struct td_wire_rd *rd, uint32_t known,
+				 const char *field)
+{
+	size_t at = rd->off;
+	uint32_t v;
+
+	if (rd->rc || rd->len - rd->off != 4)
+		return 0;
+	v = td__wire_rd_flags(rd, known, field);
+	if (!rd->rc && v == 0)
+		td__wire_rd_fail(rd, TD_ERR_MALFORMED, field, v, at,
+			"optional flags of 0 are sent by leaving them out");
+	return v;
+}
+
+void td__wire_wr_opt_flags(struct td_wire_wr *wr, uint32_t v)
+{
+	if (v)
+		td_wire_wr_u32(wr, v);
+}
+
 /* ---- HELLO ---- */
 
 /* The optional features word at the end of both HELLO bodies. */
@@ -492,7 +519,9 @@ int td_wire_hello_rep_decode(const uint8_t *body, size_t len,
 
 /* ---- ALLOC ---- */
 
-#define ALLOC_FLAGS (TD_WIRE_REQ_SCM | TD_WIRE_ALLOC_RECYCLE)
+#define ALLOC_FLAGS                                                           \
+	(TD_WIRE_REQ_SCM | TD_WIRE_ALLOC_RECYCLE | TD_WIRE_ALLOC_UNLOAN)
+#define PUB_FLAGS (TD_WIRE_PUB_PIN | TD_WIRE_PUB_LOAN | TD_WIRE_PUB_LOAN_SCM)
 
 /*
  * Held buffer ids (ALLOC and GET, optional trailing field): a list of
@@ -663,7 +692,11 @@ int64_t td_wire_publish_req_encode(const struct td_wire_publish_req *m,
 
 	if (m->fd_count > TD_WIRE_MAX_PLANES + 1 ||
 	    m->name.len > TD_WIRE_MAX_NAME || m->meta.len > TD_WIRE_MAX_META ||
-	    m->blob.len > TD_WIRE_MAX_BLOB)
+	    m->blob.len > TD_WIRE_MAX_BLOB || (m->flags & ~PUB_FLAGS) ||
+	    ((m->flags & TD_WIRE_PUB_LOAN_SCM) &&
+	     !(m->flags & TD_WIRE_PUB_LOAN)) ||
+	    (m->held_count && !(m->flags & TD_WIRE_PUB_LOAN)) ||
+	    !held_list_ok(m->held_count, m->held))
 		return -EINVAL;
 	td_wire_wr_init(&wr, buf, cap);
 	td_wire_wr_str(&wr, m->name.ptr, m->name.len);
@@ -674,6 +707,7 @@ int64_t td_wire_publish_req_encode(const struct td_wire_publish_req *m,
 	td_wire_wr_u32(&wr, m->fd_count);
 	for (uint32_t i = 0; i < m->fd_count; i++)
 		td_wire_wr_i32(&wr, m->fds[i]);
+	wr_held(&wr, m->held_count, m->held);
 	return td__wire_wr_done(&wr);
 }
 
@@ -685,7 +719,7 @@ int td_wire_publish_req_decode(const uint8_t *body, size_t len,
 
 	td_wire_rd_init(&rd, body, len, err);
 	m->name = td__wire_rd_name(&rd, false, false, "name");
-	m->flags = td__wire_rd_flags(&rd, TD_WIRE_PUB_PIN, "flags");
+	m->flags = td__wire_rd_flags(&rd, PUB_FLAGS, "flags");
 	m->alloc_id = td_wire_rd_u64(&rd, "alloc_id");
 	m->meta = td_wire_rd_bytes(&rd, TD_WIRE_MAX_META, "meta");
 	m->blob = td_wire_rd_bytes(&rd, TD_WIRE_MAX_BLOB, "blob");
@@ -693,6 +727,13 @@ int td_wire_publish_req_decode(const uint8_t *body, size_t len,
 		td__wire_rd_count(&rd, TD_WIRE_MAX_PLANES + 1, "fd_count");
 	for (uint32_t i = 0; i < m->fd_count && !rd.rc; i++)
 		m->fds[i] = td_wire_rd_i32(&rd, "fds");
+	if (!rd.rc && (m->flags & TD_WIRE_PUB_LOAN_SCM) &&
+	    !(m->flags & TD_WIRE_PUB_LOAN))
+		td__wire_rd_fail(&rd, TD_ERR_MALFORMED, "flags", m->flags, 0,
+				 "LOAN_SCM without LOAN");
+	m->held_count = rd_held(&rd, !(m->flags & TD_WIRE_PUB_LOAN),
+				"held buffer ids without the LOAN flag",
+				m->held);
 	return td_wire_rd_end(&rd);
 }
 
@@ -715,7 +756,51 @@ int td__wire_u64_decode(const uint8_t *body, size_t len, uint64_t *v,
 	return td_wire_rd_end(&rd);
 }
 
-TD__WIRE_U64_CODEC(publish_rep, version)
+int64_t td_wire_publish_rep_encode(const struct td_wire_publish_rep *m,
+				   uint8_t *buf, size_t cap)
+{
+	struct td_wire_wr wr;
+
+	if (m->has_loan && m->loan.fd_count > TD_WIRE_MAX_PLANES)
+		return -EINVAL;
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_u64(&wr, m->version);
+	if (m->has_loan) {
+		td_wire_wr_u64(&wr, m->loan.alloc_id);
+		td__wire_wr_fdents(&wr, m->loan.fd_count, m->loan.fds);
+	}
+	return td__wire_wr_done(&wr);
+}
+
+/*
+ * The loan section is present when bytes follow the version (only in
+ * reply to TD_WIRE_PUB_LOAN); no loan is alloc_id 0 with no planes.
+ */
+int td_wire_publish_rep_decode(const uint8_t *body, size_t len,
+			       struct td_wire_publish_rep *m,
+			       struct td_err *err)
+{
+	struct td_wire_rd rd;
+	size_t at;
+
+	td_wire_rd_init(&rd, body, len, err);
+	m->version = td_wire_rd_u64(&rd, "version");
+	/* fewer bytes than alloc_id + fd_count are trailing bytes */
+	m->has_loan = !rd.rc && rd.len - rd.off >= 12;
+	m->loan.alloc_id = 0;
+	m->loan.fd_count = 0;
+	if (m->has_loan) {
+		m->loan.alloc_id = td_wire_rd_u64(&rd, "alloc_id");
+		at = rd.off;
+		m->loan.fd_count =
+			td__wire_rd_fdents(&rd, TD_WIRE_MAX_PLANES, m->loan.fds);
+		if (!rd.rc && !m->loan.alloc_id != !m->loan.fd_count)
+			td__wire_rd_fail(&rd, TD_ERR_MALFORMED, "fd_count",
+					 m->loan.fd_count, at,
+					 "a loan has planes, no loan has none");
+	}
+	return td_wire_rd_end(&rd);
+}
 
 /* ---- GET ---- */
 
@@ -792,7 +877,30 @@ int td_wire_get_rep_decode(const uint8_t *body, size_t len,
 
 /* ---- RELEASE ---- */
 
-TD__WIRE_U64_CODEC(release_req, lease_id)
+int64_t td_wire_release_req_encode(const struct td_wire_release_req *m,
+				   uint8_t *buf, size_t cap)
+{
+	struct td_wire_wr wr;
+
+	if (m->flags & ~TD_WIRE_REL_QUIET)
+		return -EINVAL;
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_u64(&wr, m->lease_id);
+	td__wire_wr_opt_flags(&wr, m->flags);
+	return td__wire_wr_done(&wr);
+}
+
+int td_wire_release_req_decode(const uint8_t *body, size_t len,
+			       struct td_wire_release_req *m,
+			       struct td_err *err)
+{
+	struct td_wire_rd rd;
+
+	td_wire_rd_init(&rd, body, len, err);
+	m->lease_id = td_wire_rd_u64(&rd, "lease_id");
+	m->flags = td__wire_rd_opt_flags(&rd, TD_WIRE_REL_QUIET, "flags");
+	return td_wire_rd_end(&rd);
+}
 
 /* ---- error replies ---- */
 

@@ -164,6 +164,8 @@ void td_wire_wr_bytes(struct td_wire_wr *wr, const void *p, size_t len);
 #define TD_WIRE_FEAT_CAT_RECYCLE 0x2u   /* ... and TD_WIRE_CAT_RECYCLE */
 #define TD_WIRE_FEAT_ALLOC_RECYCLE 0x4u /* ALLOC flag TD_WIRE_ALLOC_RECYCLE */
 #define TD_WIRE_FEAT_GET_HELD 0x8u      /* held ids on GET */
+#define TD_WIRE_FEAT_PUB_LOAN 0x10u     /* PUBLISH flag TD_WIRE_PUB_LOAN */
+#define TD_WIRE_FEAT_RELEASE_QUIET 0x20u /* RELEASE flag TD_WIRE_REL_QUIET */
 
 /* HELLO request */
 struct td_wire_hello_req {
@@ -209,12 +211,18 @@ struct td_wire_fdent {
  * producer's connection when the version is retired and unleased.
  */
 #define TD_WIRE_ALLOC_RECYCLE 0x2u
+/*
+ * ALLOC request flag (TD_WIRE_FEAT_PUB_LOAN): before this ALLOC, the
+ * loan the last TD_WIRE_PUB_LOAN reply lent goes back to the free list
+ * (the client will not use it: other sizes). No-op when it was published.
+ */
+#define TD_WIRE_ALLOC_UNLOAN 0x4u
 /* buffer ids a RECYCLE ALLOC or an SCM GET may advertise (the client
  * holds them mapped) */
 #define TD_WIRE_MAX_HELD 16
 
 struct td_wire_alloc_req {
-	uint32_t flags;       /* TD_WIRE_REQ_SCM | TD_WIRE_ALLOC_RECYCLE */
+	uint32_t flags; /* TD_WIRE_REQ_SCM | TD_WIRE_ALLOC_RECYCLE | _UNLOAN */
 	uint32_t plane_count; /* <= TD_WIRE_MAX_PLANES */
 	uint64_t sizes[TD_WIRE_MAX_PLANES];
 	/*
@@ -238,18 +246,43 @@ struct td_wire_alloc_rep {
 };
 
 #define TD_WIRE_PUB_PIN 0x1u /* never evict this version */
+/*
+ * PUBLISH flag (TD_WIRE_FEAT_PUB_LOAN, docs/protocol.md §6.3): the reply
+ * also carries the producer's next recyclable loan of the same plane
+ * sizes, taken from its free list (alloc_id 0 when there is none), so a
+ * streaming producer makes one round trip per handoff instead of two.
+ */
+#define TD_WIRE_PUB_LOAN 0x2u
+/* with TD_WIRE_PUB_LOAN: attach the loan's fds (the client's
+ * TD_WIRE_REQ_SCM of ALLOC; PUBLISH's bit 0x1 is PIN) */
+#define TD_WIRE_PUB_LOAN_SCM 0x4u
 
 struct td_wire_publish_req {
 	struct td_wire_str name;
-	uint32_t flags;
+	uint32_t flags; /* TD_WIRE_PUB_PIN | TD_WIRE_PUB_LOAN | _LOAN_SCM */
 	uint64_t alloc_id; /* 0: the planes are the producer's own fds */
 	struct td_wire_bytes meta;
 	struct td_wire_bytes blob; /* reference mode, pid = producer */
 	uint32_t fd_count;         /* <= TD_WIRE_MAX_PLANES + 1 (fence) */
 	int32_t fds[TD_WIRE_MAX_PLANES + 1]; /* producer fd numbers */
+	/*
+	 * Optional trailing field, only with TD_WIRE_PUB_LOAN: u32
+	 * held_count (1..TD_WIRE_MAX_HELD; absent = 0), u64 held[]: the
+	 * buffer ids the client holds mapped, as for ALLOC.
+	 */
+	uint32_t held_count;
+	uint64_t held[TD_WIRE_MAX_HELD];
 };
+/*
+ * PUBLISH reply: the version, then, only in reply to TD_WIRE_PUB_LOAN,
+ * an ALLOC reply body (the loan; alloc_id 0 and no planes: no loan),
+ * whose fds are attached with TD_WIRE_PUB_LOAN_SCM as an ALLOC reply's
+ * with TD_WIRE_REQ_SCM (held planes: fd -1, nothing attached).
+ */
 struct td_wire_publish_rep {
 	uint64_t version;
+	bool has_loan; /* the reply carries the loan section */
+	struct td_wire_alloc_rep loan;
 };
 
 enum td_wire_get_mode {
@@ -290,8 +323,17 @@ struct td_wire_get_rep {
 	struct td_wire_fdent fds[TD_WIRE_MAX_PLANES + 1];
 };
 
+/*
+ * RELEASE flag, an optional trailing u32 (TD_WIRE_FEAT_RELEASE_QUIET;
+ * absent = 0, a present 0 is refused): no reply when the release
+ * succeeds (a failure is still answered). The client does not wait for
+ * the daemon; the request is ordered before its next one.
+ */
+#define TD_WIRE_REL_QUIET 0x1u
+
 struct td_wire_release_req {
 	uint64_t lease_id;
+	uint32_t flags; /* TD_WIRE_REL_QUIET */
 };
 
 /*

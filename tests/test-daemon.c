@@ -584,7 +584,8 @@ DTest(hello_without_feature_bits_gets_the_version_1_reply)
 		     TD_WIRE_FEAT_CAT_KINDS | TD_WIRE_FEAT_CAT_RECYCLE |
 			     TD_WIRE_FEAT_ALLOC_RECYCLE |
 			     TD_WIRE_FEAT_GET_HELD | TD_WIRE_FEAT_STATUS |
-			     TD_WIRE_FEAT_RING_WAKE);
+			     TD_WIRE_FEAT_RING_WAKE | TD_WIRE_FEAT_PUB_LOAN |
+			     TD_WIRE_FEAT_RELEASE_QUIET);
 	close_msg_fds(m);
 	close(sock);
 }
@@ -1021,7 +1022,7 @@ DTest(get_of_a_missing_name_is_enoent)
 DTest(release_of_an_unknown_lease_is_enoent)
 {
 	int sock = conn_hello(&D, TD_IMPORT_AUTO);
-	struct td_wire_release_req r = {12345};
+	struct td_wire_release_req r = {.lease_id = 12345};
 	int64_t n = td_wire_release_req_encode(&r, BODY, BODY_CAP);
 
 	send_req(sock, TD_OP_RELEASE, 42, (size_t)n, NULL, 0);
@@ -1132,7 +1133,7 @@ DTest(a_leased_version_outlives_delete_and_its_producer)
 	int base = daemon_fd_count(&D);
 	int cons = conn_hello(&D, TD_IMPORT_AUTO);
 	int prod = conn_hello(&D, TD_IMPORT_AUTO);
-	struct td_wire_release_req rel;
+	struct td_wire_release_req rel = {0};
 	struct td_wire_get_rep rep;
 	int fd;
 	int64_t n;
@@ -1300,7 +1301,7 @@ Test(daemon, max_bytes_refuses_over_quota_with_enospc,
 		close(fd);
 	}
 	for (int i = 0; i < 2; i++) {
-		struct td_wire_release_req rel = {lease[i]};
+		struct td_wire_release_req rel = {.lease_id = lease[i]};
 
 		n = td_wire_release_req_encode(&rel, BODY, BODY_CAP);
 		send_req(sock, TD_OP_RELEASE, 97, (size_t)n, NULL, 0);
@@ -1504,4 +1505,138 @@ DTest(ring_wake_refuses_foreign_ids_and_bad_bodies_and_keeps_no_fd)
 	close(efd);
 	close(sock);
 	assert_serving();
+}
+
+/* ---- fewer round trips: PUBLISH lends the next loan, quiet RELEASE ---- */
+
+/* A RECYCLE ALLOC of one 4096-byte plane (fds attached, closed here). */
+static struct td_wire_alloc_rep alloc_recycle(int sock, uint64_t id,
+					      uint32_t flags)
+{
+	struct td_wire_alloc_req ar = {
+		.flags = TD_WIRE_REQ_SCM | TD_WIRE_ALLOC_RECYCLE | flags,
+		.plane_count = 1, .sizes = {4096}};
+	struct td_wire_alloc_rep rep;
+	int64_t n = td_wire_alloc_req_encode(&ar, BODY, BODY_CAP);
+	struct msg *m;
+
+	send_req(sock, TD_OP_ALLOC, id, (size_t)n, NULL, 0);
+	m = reply(sock, TD_OP_ALLOC, id);
+	cr_assert_eq(m->h.status, 0, "ALLOC: %s", m->reason);
+	cr_assert_eq(td_wire_alloc_rep_decode(m->body, m->h.body_len, &rep,
+					      NULL),
+		     0);
+	close_msg_fds(m);
+	return rep;
+}
+
+/*
+ * PUBLISH alloc_id as name with flags (TD_WIRE_PUB_LOAN...) and held
+ * ids; the reply decoded into *rep, its attached fd count returned.
+ */
+static unsigned publish_loan(int sock, uint64_t id, uint64_t alloc_id,
+			     uint32_t flags, uint64_t held,
+			     struct td_wire_publish_rep *rep, size_t *body_len)
+{
+	size_t bl = ref_blob(blobbuf, sizeof(blobbuf), 4096, 0,
+			     (uint32_t)getpid(), -1);
+	struct td_wire_publish_req r = {
+		.name = {"loan/x", 6},
+		.flags = flags,
+		.alloc_id = alloc_id,
+		.blob = {blobbuf, (uint32_t)bl},
+		.held_count = held ? 1 : 0,
+		.held = {held},
+	};
+	int64_t len = td_wire_publish_req_encode(&r, BODY, BODY_CAP);
+	unsigned nfds;
+	struct msg *m;
+
+	cr_assert(len > 0);
+	send_req(sock, TD_OP_PUBLISH, id, (size_t)len, NULL, 0);
+	m = reply(sock, TD_OP_PUBLISH, id);
+	cr_assert_eq(m->h.status, 0, "PUBLISH: %s", m->reason);
+	cr_assert_eq(td_wire_publish_rep_decode(m->body, m->h.body_len, rep,
+						NULL),
+		     0);
+	*body_len = m->h.body_len;
+	nfds = m->nfds;
+	close_msg_fds(m);
+	return nfds;
+}
+
+DTest(publish_lends_the_next_loan_only_from_the_free_list)
+{
+	int sock = conn_hello(&D, TD_IMPORT_AUTO);
+	const uint32_t lf = TD_WIRE_PUB_LOAN | TD_WIRE_PUB_LOAN_SCM;
+	struct td_wire_publish_rep rep;
+	struct td_wire_alloc_rep a1, a2, a3;
+	size_t bl;
+
+	/* v1: nothing retired yet, so no loan (never a new plane) */
+	a1 = alloc_recycle(sock, 100, 0);
+	cr_assert_eq(publish_loan(sock, 101, a1.alloc_id, lf, 0, &rep, &bl),
+		     0);
+	cr_assert(rep.has_loan);
+	cr_assert_eq(rep.loan.alloc_id, 0);
+	/* v2 retires v1, unleased: its buffer is lent, with its fd */
+	a2 = alloc_recycle(sock, 102, 0);
+	cr_assert_eq(publish_loan(sock, 103, a2.alloc_id, lf, 0, &rep, &bl),
+		     1);
+	cr_assert_neq(rep.loan.alloc_id, 0);
+	cr_assert_eq(rep.loan.fd_count, 1);
+	cr_assert_geq(rep.loan.fds[0].fd, 0);
+	cr_assert_eq(rep.loan.fds[0].buffer_id, a1.fds[0].buffer_id);
+	/* publishing the loan lends v2's buffer; held: no fd for it */
+	cr_assert_eq(publish_loan(sock, 104, rep.loan.alloc_id, lf,
+				  a2.fds[0].buffer_id, &rep, &bl),
+		     0);
+	cr_assert_eq(rep.loan.fd_count, 1);
+	cr_assert_eq(rep.loan.fds[0].fd, -1);
+	cr_assert_eq(rep.loan.fds[0].buffer_id, a2.fds[0].buffer_id);
+	/* UNLOAN: that loan goes back to the free list, and this ALLOC
+	 * gets the very buffer */
+	a3 = alloc_recycle(sock, 105, TD_WIRE_ALLOC_UNLOAN);
+	cr_assert_eq(a3.fds[0].buffer_id, a2.fds[0].buffer_id);
+	/* a client that does not ask (every version-1 client) gets the
+	 * version-1 reply: the version alone */
+	cr_assert_eq(publish_loan(sock, 106, a3.alloc_id, 0, 0, &rep, &bl),
+		     0);
+	cr_assert_eq(bl, 8);
+	cr_assert_not(rep.has_loan);
+	/* LOAN_SCM alone, held ids without LOAN: malformed */
+	{
+		uint8_t b[64];
+		struct td_wire_publish_req r = {.name = {"loan/x", 6},
+						.flags = TD_WIRE_PUB_LOAN_SCM};
+
+		cr_assert_eq(td_wire_publish_req_encode(&r, b, sizeof(b)),
+			     -EINVAL);
+	}
+	close(sock);
+}
+
+DTest(a_quiet_release_is_not_answered_unless_it_fails)
+{
+	int sock = conn_hello(&D, TD_IMPORT_AUTO);
+	struct td_wire_release_req rel = {.flags = TD_WIRE_REL_QUIET};
+	struct td_wire_get_rep rep;
+	int64_t n;
+
+	publish_bytes(sock, "quiet/t", 4096, 3, false);
+	get_req(sock, 110, "quiet/t", TD_GET_LATEST, 0, 0, TD_WIRE_REQ_SCM);
+	close(get_plane(reply(sock, TD_OP_GET, 110), -1, &rep));
+	rel.lease_id = rep.lease_id;
+	n = td_wire_release_req_encode(&rel, BODY, BODY_CAP);
+	cr_assert_eq(n, 12);
+	send_req(sock, TD_OP_RELEASE, 111, (size_t)n, NULL, 0);
+	/* the next message is the answer to the next request: none for 111,
+	 * and the lease is gone (the same id again is unknown) */
+	send_req(sock, TD_OP_RELEASE, 112, (size_t)n, NULL, 0);
+	expect_error(sock, TD_OP_RELEASE, 112, -ENOENT, "no lease");
+	/* a present flags word of 0 is a second encoding: refused */
+	td__put_le32(BODY + 8, 0);
+	send_req(sock, TD_OP_RELEASE, 113, 12, NULL, 0);
+	expect_error(sock, TD_OP_RELEASE, 113, -EBADMSG, NULL);
+	close(sock);
 }

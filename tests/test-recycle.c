@@ -415,7 +415,7 @@ Test(recycle, plain_loans_are_still_write_sealed_and_never_recycled)
 	{
 		uint64_t size = 8 * KIB;
 
-		cr_assert_eq(td_client_alloc_ex(prod, 1, &size, 0x2, &a, &e),
+		cr_assert_eq(td_client_alloc_ex(prod, 1, &size, 0x4, &a, &e),
 			     -EINVAL);
 	}
 
@@ -692,7 +692,7 @@ static const char *fd_kind(int fd)
 /* Release lease id on a raw connection; asserts the empty reply. */
 static void raw_release(int sock, uint64_t id, uint64_t lease)
 {
-	struct td_wire_release_req q = {lease};
+	struct td_wire_release_req q = {.lease_id = lease};
 	struct rawrep r;
 	int64_t n = td_wire_release_req_encode(&q, rawbuf + TD_WIRE_HDR_LEN,
 					       sizeof(rawbuf) -
@@ -994,6 +994,105 @@ Test(recycle, a_daemon_without_feature_bits_is_still_reached)
 	liar_get(true);
 }
 
+/* ---- streams: one round trip per tensor on each side ---- */
+
+/* Datagrams the daemon received so far (RING_STAT of ring `name`). */
+static uint64_t daemon_requests(struct td_client *c, const char *name)
+{
+	struct td_ring_stat st;
+	struct td_error e = {0};
+
+	cr_assert_eq(td_client_ring_stat(c, name, &st, &e), 0, "%s",
+		     e.reason);
+	return st.daemon_requests;
+}
+
+/*
+ * One stream handoff: TD_ALLOC_STREAM loan (lent by the last PUBLISH
+ * reply once warm), write, PUBLISH; GET NEWER, check, release (nowait:
+ * td_tensor_release_nowait).
+ */
+static uint64_t stream_handoff(struct td_client *prod, struct td_client *cons,
+			       uint64_t last, uint8_t b, bool nowait)
+{
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+	uint64_t v;
+
+	publish(prod, loan(prod, 16 * KIB, TD_ALLOC_STREAM), "st/x", b);
+	cr_assert_eq(td_client_get_newer(cons, "st/x", last, 1000, &t, &e), 0,
+		     "%s", e.reason);
+	cr_assert(all_bytes(td_tensor_plane_data(t, 0), 16 * KIB, b));
+	v = td_tensor_version(t);
+	if (nowait)
+		td_tensor_release_nowait(t);
+	else
+		td_tensor_release(t);
+	return v;
+}
+
+/*
+ * Warm, a stream handoff is three requests to the daemon (PUBLISH, GET,
+ * RELEASE): no ALLOC, because each PUBLISH reply lent the next loan, from
+ * the buffer of the version it replaced; and no fd and no mapping on
+ * either side. Counted by the daemon itself (RING_STAT counts every
+ * datagram it received). The release waits here, so that the daemon has
+ * ended the lease before the next PUBLISH, which then finds the buffer
+ * free: with td_tensor_release_nowait the two connections race, and a
+ * PUBLISH that wins lends nothing (the next call makes an ALLOC).
+ */
+static void stream_trips(const char *import)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_ring *r = NULL;
+	struct td_error e = {0};
+	uint64_t size = 64, last = 0, before;
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = &size};
+	int fds, maps;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = conn(&d, import);
+	cons = conn(&d, import);
+	cr_assert_eq(td_ring_create(prod, "st/counter", &desc, &r, &e), 0,
+		     "%s", e.reason);
+	for (unsigned i = 0; i < 4; i++)
+		last = stream_handoff(prod, cons, last, (uint8_t)(i + 1),
+				      false);
+	fds = tu_fd_count();
+	maps = tu_buf_map_count();
+	before = daemon_requests(prod, "st/counter");
+	for (unsigned i = 0; i < 100; i++)
+		last = stream_handoff(prod, cons, last, (uint8_t)(i + 9),
+				      false);
+	/* 3 per handoff, and the RING_STAT that reads the count */
+	cr_assert_eq(daemon_requests(prod, "st/counter") - before, 301);
+	cr_assert_eq(tu_fd_count(), fds);
+	cr_assert_eq(tu_buf_map_count(), maps);
+	/* nowait: the same bytes, whatever the race lends */
+	for (unsigned i = 0; i < 100; i++)
+		last = stream_handoff(prod, cons, last, (uint8_t)(i + 3),
+				      true);
+	/* other sizes: the lent loan goes back (UNLOAN) and is lent again */
+	td_alloc_free(loan(prod, 8 * KIB, TD_ALLOC_STREAM));
+	last = stream_handoff(prod, cons, last, 77, false);
+	td_ring_close(r);
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+Test(recycle, a_warm_stream_handoff_is_three_requests_pidfd)
+{
+	stream_trips("pidfd");
+}
+
+Test(recycle, a_warm_stream_handoff_is_three_requests_scm)
+{
+	stream_trips("scm");
+}
+
 /* ---- no per-handoff allocation in the daemon ---- */
 
 /*
@@ -1065,7 +1164,11 @@ static void handoffs(struct td_client *prod, struct td_client *cons,
 		publish(prod, loan(prod, 16 * KIB, flags), "heap/x", b);
 		t = get(cons, "heap/x");
 		cr_assert(all_bytes(td_tensor_plane_data(t, 0), 16 * KIB, b));
-		td_tensor_release(t);
+		/* a stream's consumer does not wait for RELEASE */
+		if (flags & TD_ALLOC_STREAM)
+			td_tensor_release_nowait(t);
+		else
+			td_tensor_release(t);
 	}
 }
 
@@ -1118,6 +1221,16 @@ Test(recycle, the_daemon_allocates_nothing_per_recycled_handoff_pidfd)
 Test(recycle, the_daemon_allocates_nothing_per_recycled_handoff_scm)
 {
 	no_heap_calls("scm", "scm", TD_ALLOC_RECYCLE);
+}
+
+Test(recycle, the_daemon_allocates_nothing_per_stream_handoff_pidfd)
+{
+	no_heap_calls("pidfd", "pidfd", TD_ALLOC_STREAM);
+}
+
+Test(recycle, the_daemon_allocates_nothing_per_stream_handoff_scm)
+{
+	no_heap_calls("scm", "scm", TD_ALLOC_STREAM);
 }
 
 Test(recycle, the_daemon_allocates_nothing_per_plain_handoff)

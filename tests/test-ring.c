@@ -236,9 +236,13 @@ Test(ring, waits_are_planned_from_recent_waits_and_bounded)
 	/* no history: the short base poll, then sleep */
 	td_pace_init(&p, 20 * us, 200 * us);
 	td_pace_plan(&p, 1000000, &w);
-	cr_assert_eq(w.nap_until, 0);
 	cr_assert_eq(w.spin_until, 1000000 + 20 * us);
 	cr_assert_eq(td_pace_step(&w, 1000000), TD_PACE_SPIN);
+	/* spinning gives the CPU away after 5 us, then every 5 us */
+	cr_assert_eq(td_pace_step(&w, 1000000 + 4 * us), TD_PACE_SPIN);
+	cr_assert_eq(td_pace_step(&w, 1000000 + 5 * us), TD_PACE_YIELD);
+	cr_assert_eq(td_pace_step(&w, 1000000 + 6 * us), TD_PACE_SPIN);
+	cr_assert_eq(td_pace_step(&w, 1000000 + 10 * us), TD_PACE_YIELD);
 	cr_assert_eq(td_pace_step(&w, 1000000 + 20 * us), TD_PACE_SLEEP);
 
 	/* the first wait seeds the average, later ones move it by 1/4 */
@@ -250,27 +254,25 @@ Test(ring, waits_are_planned_from_recent_waits_and_bounded)
 	}
 	cr_assert(p.avg >= 40 * us && p.avg < 41 * us, "avg %lld",
 		  (long long)p.avg);
-	/* short regular waits: spin 1.5x the usual wait, no nap */
+	/* short regular waits: spin 1.5x the usual wait */
 	td_pace_plan(&p, 0, &w);
-	cr_assert_eq(w.nap_until, 0);
 	cr_assert_eq(w.spin_until, p.avg + p.avg / 2);
 
-	/* long regular waits (1 ms): nap to 1/8 before, spin across */
-	p.avg = 1000 * us;
+	/* long regular waits (a 1 kHz or 30 Hz stream): no polling at all,
+	 * sleep at once (CPU per message counts as much as latency) */
+	for (int64_t e = 1000 * us; e <= 33000 * us; e += 32000 * us) {
+		p.avg = e;
+		td_pace_plan(&p, 7, &w);
+		cr_assert_eq(w.spin_until, 7);
+		cr_assert_eq(td_pace_step(&w, 7), TD_PACE_SLEEP);
+	}
+	/* just over the cap (1.5 x 140 us > 200 us): sleep too */
+	p.avg = 140 * us;
 	td_pace_plan(&p, 0, &w);
-	cr_assert_eq(w.nap_until, 875 * us);
-	cr_assert_eq(w.spin_until, 1125 * us);
-	cr_assert_eq(td_pace_step(&w, 0), TD_PACE_NAP);
-	cr_assert_eq(td_pace_step(&w, 875 * us), TD_PACE_SPIN);
-	cr_assert_eq(td_pace_step(&w, 1125 * us), TD_PACE_SLEEP);
-	/* the spin around an arrival is capped (20 ms waits: 250 us) */
-	p.avg = 20000 * us;
-	td_pace_plan(&p, 0, &w);
-	cr_assert_eq(w.spin_until - w.nap_until, 2 * TD_PACE_LEAD_MAX);
+	cr_assert_eq(td_pace_step(&w, 0), TD_PACE_SLEEP);
 	/* an idle partner (over 100 ms): back to the base poll */
 	p.avg = 150000 * us;
 	td_pace_plan(&p, 0, &w);
-	cr_assert_eq(w.nap_until, 0);
 	cr_assert_eq(w.spin_until, 20 * us);
 
 	/* spinning off: sleep at once, nothing learnt */
@@ -503,6 +505,25 @@ static int proc_fd_count(pid_t pid)
 	return n;
 }
 
+/*
+ * The daemon's fd count once it is steady: tu_daemon_start()'s probe
+ * connection may still be open in the daemon until it reads the hang-up.
+ */
+static int settled_fd_count(pid_t pid)
+{
+	int n = proc_fd_count(pid);
+
+	for (int i = 0; i < 200; i++) {
+		usleep(20000);
+		int m = proc_fd_count(pid);
+
+		if (m == n)
+			return n;
+		n = m;
+	}
+	return n;
+}
+
 Test(ring, steady_state_handoff_passes_no_fd_and_no_mmap)
 {
 	struct tu_daemon d;
@@ -513,7 +534,7 @@ Test(ring, steady_state_handoff_passes_no_fd_and_no_mmap)
 	tu_daemon_start(&d, "warn");
 	cr_assert(pipe2(pp.to_c, O_CLOEXEC) == 0);
 	cr_assert(pipe2(pp.to_p, O_CLOEXEC) == 0);
-	dfds = proc_fd_count(d.pid);
+	dfds = settled_fd_count(d.pid);
 	p = spawn(&d, pp_producer, &pp);
 	c = spawn(&d, pp_consumer, &pp);
 	cr_assert_eq(reap(p), 0, "producer failed");

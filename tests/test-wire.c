@@ -836,10 +836,10 @@ Test(wire, enum_and_flag_values_outside_their_sets_are_malformed)
 	cr_assert_eq(patched_decode(K_HELLO_REQ, 0, TD_IMPORT_AUTO), 0);
 	cr_assert_eq(patched_decode(K_HELLO_REP, 4, 0), -EBADMSG);
 	cr_assert_eq(patched_decode(K_HELLO_REP, 8, 2), -EBADMSG);
-	cr_assert_eq(patched_decode(K_ALLOC_REQ, 0, 4), -EBADMSG);
+	cr_assert_eq(patched_decode(K_ALLOC_REQ, 0, 8), -EBADMSG);
 	cr_assert_eq(patched_decode(K_GET_REQ, name_end, 3), -EBADMSG);
 	cr_assert_eq(patched_decode(K_GET_REQ, name_end + 4, 4), -EBADMSG);
-	cr_assert_eq(patched_decode(K_PUBLISH_REQ, name_end, 2), -EBADMSG);
+	cr_assert_eq(patched_decode(K_PUBLISH_REQ, name_end, 8), -EBADMSG);
 	cr_assert_eq(patched_decode(K_NOTIFY, 8, 0), -EBADMSG);
 	cr_assert_eq(patched_decode(K_NOTIFY, 8, 3), -EBADMSG);
 	cr_assert_eq(patched_decode(K_WATCH_REQ, 2 + 4, 2), -EBADMSG);
@@ -1347,7 +1347,7 @@ Test(wire, bad_held_ids_are_refused_with_a_reason)
 	cr_assert_eq(td_wire_alloc_req_encode(&m, body, sizeof(body)),
 		     -EINVAL);
 	m = recycle_req;
-	m.flags |= 0x4;
+	m.flags |= 0x8;
 	cr_assert_eq(td_wire_alloc_req_encode(&m, body, sizeof(body)),
 		     -EINVAL);
 }

@@ -5,9 +5,12 @@
  * N handoffs through the socket path (GET + RELEASE of one published
  * tensor: a lease taken and dropped each time, the client's mapping
  * cached) and N through a ring (acquire, write, publish, next, check,
- * release). The daemon's fd count and RSS are read after a warm-up and at
- * the end; any fd growth, RSS growth beyond --rss-slack KiB, a wrong byte
- * or a failed call exits 1. The default suite runs a short count; the
+ * release), then N fanned out to four consumers on each of two paths:
+ * "stream" (the plain API as a stream: TD_ALLOC_STREAM loans lent in the
+ * PUBLISH reply, four clients GET NEWER and release without waiting) and
+ * "fan-ring" (one ring, four subscriptions). The daemon's fd count and
+ * RSS are read after a warm-up and at the end; any fd growth, RSS growth
+ * beyond --rss-slack KiB, a wrong byte or a failed call exits 1. The default suite runs a short count; the
  * million is `td-soak --handoffs 1000000` (docs/reliability.md).
  */
 #include <errno.h>
@@ -120,10 +123,104 @@ static int ring_path(struct td_client *c, const struct tdc_daemon *d,
 	return 0;
 }
 
+#define FAN 4
+
+static int stream_path(struct td_client *c, struct td_client *const *cons,
+		       const struct tdc_daemon *d, struct sample *a,
+		       struct sample *b)
+{
+	uint64_t shape[1] = {LEN}, size = LEN, last[FAN] = {0};
+	struct td_publish p = {.name = "soak/s", .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape};
+	struct td_error e = {0};
+	int rc;
+
+	for (uint64_t i = 0; i < warmup + handoffs; i++) {
+		struct td_alloc *al;
+
+		if (i == warmup)
+			sample(d, a);
+		rc = td_client_alloc_ex(c, 1, &size, TD_ALLOC_STREAM, &al, &e);
+		if (rc < 0)
+			return fail("stream alloc", rc, &e);
+		memcpy(td_alloc_data(al, 0), &i, sizeof(i));
+		rc = td_client_publish_alloc(c, al, &p, NULL, &e);
+		if (rc < 0)
+			return fail("stream publish", rc, &e);
+		for (int k = 0; k < FAN; k++) {
+			struct td_tensor *t;
+
+			rc = td_client_get_newer(cons[k], "soak/s", last[k],
+						 -1, &t, &e);
+			if (rc < 0)
+				return fail("stream get", rc, &e);
+			last[k] = td_tensor_version(t);
+			if (memcmp(td_tensor_plane_data(t, 0), &i,
+				   sizeof(i)) != 0)
+				return fail("stream bytes differ", -EILSEQ,
+					    NULL);
+			td_tensor_release_nowait(t);
+		}
+	}
+	sample(d, b);
+	return 0;
+}
+
+static int fan_ring_path(struct td_client *c, const struct tdc_daemon *d,
+			 struct sample *a, struct sample *b)
+{
+	uint64_t shape[1] = {LEN};
+	struct td_ring_desc rd = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				  .shape = shape, .slot_count = FAN + 2,
+				  .reader_count = FAN};
+	struct td_error e = {0};
+	struct td_ring *r;
+	struct td_sub *s[FAN];
+	int rc;
+
+	rc = td_ring_create(c, "soak/fan", &rd, &r, &e);
+	if (rc < 0)
+		return fail("fan ring create", rc, &e);
+	for (int k = 0; k < FAN; k++) {
+		rc = td_ring_subscribe(c, "soak/fan", 0, &s[k], &e);
+		if (rc < 0)
+			return fail("fan ring subscribe", rc, &e);
+	}
+	for (uint64_t i = 0; i < warmup + handoffs; i++) {
+		struct td_slot slot;
+
+		if (i == warmup)
+			sample(d, a);
+		rc = td_ring_acquire(r, -1, &slot);
+		if (rc < 0)
+			return fail("fan ring acquire", rc, NULL);
+		memcpy(slot.planes[0], &i, sizeof(i));
+		rc = td_ring_publish(r, NULL);
+		if (rc < 0)
+			return fail("fan ring publish", rc, NULL);
+		for (int k = 0; k < FAN; k++) {
+			struct td_view v;
+
+			rc = td_sub_next(s[k], -1, &v);
+			if (rc < 0)
+				return fail("fan sub next", rc, NULL);
+			if (memcmp(v.planes[0], &i, sizeof(i)) != 0)
+				return fail("fan ring bytes differ", -EILSEQ,
+					    NULL);
+			td_sub_release(s[k]);
+		}
+	}
+	sample(d, b);
+	for (int k = 0; k < FAN; k++)
+		td_sub_close(s[k]);
+	td_ring_close(r);
+	return 0;
+}
+
 static int report(const char *path, const struct sample *a,
 		  const struct sample *b)
 {
-	printf("  %-6s %" PRIu64 " handoffs: daemon fds %d -> %d, "
+	printf("  %-8s %" PRIu64 " handoffs: daemon fds %d -> %d, "
 	       "RSS %ld -> %ld KiB\n",
 	       path, handoffs, a->fds, b->fds, a->rss, b->rss);
 	if (a->fds < 0 || a->rss < 0 || b->fds != a->fds ||
@@ -146,9 +243,9 @@ int main(int argc, char **argv)
 	static const char *const extra[] = {"--max-bytes", "64M", NULL};
 	struct tdc_opts opts = {.log_level = "warn", .extra = extra};
 	struct tdc_daemon d;
-	struct td_client *c;
+	struct td_client *c, *cons[FAN] = {NULL};
 	struct td_error e = {0};
-	struct sample sa, sb, ra, rb;
+	struct sample sa, sb, ra, rb, ta, tb, fa, fb;
 	int ch, rc, bad = 0;
 
 	while ((ch = getopt_long(argc, argv, "", o, NULL)) != -1) {
@@ -168,8 +265,17 @@ int main(int argc, char **argv)
 	rc = td_client_connect(d.sock, &c, &e);
 	if (rc < 0)
 		return fail("connect", rc, &e);
+	for (int k = 0; k < FAN; k++) {
+		rc = td_client_connect(d.sock, &cons[k], &e);
+		if (rc < 0)
+			return fail("connect", rc, &e);
+	}
 	bad |= socket_path(c, &d, &sa, &sb);
 	bad |= ring_path(c, &d, &ra, &rb);
+	bad |= stream_path(c, cons, &d, &ta, &tb);
+	bad |= fan_ring_path(c, &d, &fa, &fb);
+	for (int k = 0; k < FAN; k++)
+		td_client_close(cons[k]);
 	td_client_close(c);
 	rc = tdc_stop(&d, 0);
 	if (bad)
@@ -177,6 +283,8 @@ int main(int argc, char **argv)
 	printf("td-soak:\n");
 	bad |= report("socket", &sa, &sb);
 	bad |= report("ring", &ra, &rb);
+	bad |= report("stream", &ta, &tb);
+	bad |= report("fan-ring", &fa, &fb);
 	if (rc != 0) {
 		fprintf(stderr, "td-soak: tensord exit %d\n", rc);
 		bad = 1;

@@ -198,7 +198,7 @@ static size_t valid(unsigned nfds)
 		break;
 	}
 	case TD_OP_RELEASE: {
-		struct td_wire_release_req r = {rnd() % 64};
+		struct td_wire_release_req r = {.lease_id = rnd() % 64};
 		n = td_wire_release_req_encode(&r, b, cap);
 		break;
 	}

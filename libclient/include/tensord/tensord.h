@@ -317,9 +317,23 @@ TD_EXPORT int td_client_alloc(struct td_client *c, uint32_t plane_count,
  * a plain loan.
  */
 #define TD_ALLOC_RECYCLE 0x1u
+/*
+ * td_client_alloc_ex() flag: a recyclable loan (implies TD_ALLOC_RECYCLE)
+ * whose PUBLISH also asks the daemon to lend the next loan of the same
+ * sizes in its reply (docs/fastpath.md, "Streams: one round trip per
+ * tensor"): the next td_client_alloc_ex() with TD_ALLOC_STREAM and those
+ * sizes sends nothing. The lent loan is an unpublished alloc of this
+ * client (counted against the limits, not evictable) until it is
+ * published or a td_client_alloc_ex() of other sizes or flags hands it
+ * back to the free list. The daemon lends only buffers its free list
+ * holds, never a new one; without them (or from a daemon that predates
+ * the flag) the next call makes an ALLOC round trip as before.
+ */
+#define TD_ALLOC_STREAM 0x2u
 
 /*
- * td_client_alloc() with flags (0 or TD_ALLOC_RECYCLE; others -EINVAL).
+ * td_client_alloc() with flags (0, TD_ALLOC_RECYCLE, TD_ALLOC_STREAM;
+ * others -EINVAL).
  * Returns 0 and the loan in *out, or -errno.
  */
 TD_EXPORT int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
@@ -395,6 +409,17 @@ TD_EXPORT int td_client_get_newer(struct td_client *c, const char *name,
  * drops them all now.
  */
 TD_EXPORT void td_tensor_release(struct td_tensor *t);
+
+/*
+ * As td_tensor_release(), without waiting for the daemon's answer (a
+ * stream's consumer saves a round trip per handoff): the RELEASE is on
+ * the socket when this returns and the daemon ends the lease before it
+ * serves this connection's next request, but another connection (or a
+ * ring's producer) may still see the lease held for a moment. A daemon
+ * that does not serve quiet releases (HELLO feature
+ * TD_WIRE_FEAT_RELEASE_QUIET) gets a plain RELEASE. Accepts NULL.
+ */
+TD_EXPORT void td_tensor_release_nowait(struct td_tensor *t);
 
 /*
  * Unmap and close every cached mapping no tensor uses, and every kept
