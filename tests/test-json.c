@@ -313,18 +313,21 @@ Test(json, texts_json_c_would_not_keep_exactly_stay_whole)
 
 static char *nested(int levels, const char *inner)
 {
-	size_t n = (size_t)levels * 6 + strlen(inner) + 1;
-	char *s = malloc(n), *p = s;
+	size_t il = strlen(inner), at = 0;
+	char *s = malloc((size_t)levels * 6 + il + 1);
 
 	cr_assert_not_null(s);
 	if (!s) /* for the compiler, which does not know cr_assert returns */
 		abort();
+	for (int i = 0; i < levels; i++) {
+		memcpy(s + at, "{\"a\":", 5);
+		at += 5;
+	}
+	memcpy(s + at, inner, il);
+	at += il;
 	for (int i = 0; i < levels; i++)
-		p += sprintf(p, "{\"a\":");
-	p += sprintf(p, "%s", inner);
-	for (int i = 0; i < levels; i++)
-		*p++ = '}';
-	*p = 0;
+		s[at++] = '}';
+	s[at] = 0;
 	return s;
 }
 
