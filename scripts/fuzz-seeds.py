@@ -19,6 +19,8 @@ if m:
 # is there (TD_VECTORS_DIR, else ../shared/vectors beside the checkout)
 # its golden Hurray files seed fuzz-hrry too.
 if name == "hrry":
+    # its own seeds sit in a meson variable the pattern above cannot see
+    seeds.append(os.path.join(root, "tests", "data", "hrry-seeds"))
     vectors = os.environ.get("TD_VECTORS_DIR",
                              os.path.join(root, "..", "shared", "vectors"))
     golden = os.path.join(vectors, "hurray", "golden")
