@@ -7,6 +7,7 @@
 #include "store.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -145,12 +146,12 @@ void td__catalog_delete(struct td__peer *p, const struct td__req *rq)
 	const struct td_wire_hdr *h = rq->h;
 	struct td__daemon *d = td__d;
 	struct td__store *s = d->store;
-	struct td_wire_name_req m;
+	struct td_wire_delete_req m;
 	struct td_wire_delete_rep r;
 	struct td_err e = {0};
 	struct td__version *v;
 	int64_t len;
-	int rc = td_wire_name_req_decode(rq->body, h->body_len, &m, &e);
+	int rc = td_wire_delete_req_decode(rq->body, h->body_len, &m, &e);
 
 	if (td__peer_bad_body(p, h, rc, &e))
 		return;
@@ -166,6 +167,14 @@ void td__catalog_delete(struct td__peer *p, const struct td__req *rq)
 	}
 	if (!v) {
 		no_tensor(p, h, m.name);
+		return;
+	}
+	if (m.version && v->number != m.version) {
+		td__peer_error(p, h->opcode, h->request_id, -ESTALE,
+			       "\"%.*s\" is at version %" PRIu64
+			       ", not %" PRIu64 ": kept",
+			       (int)m.name.len, m.name.ptr, v->number,
+			       m.version);
 		return;
 	}
 	td__name_remove(s, v);

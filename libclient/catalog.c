@@ -61,17 +61,6 @@ static int entry_copy(struct td_entry *dst, const struct td_wire_entry *src)
 	return 0;
 }
 
-/* Encode a name request body into c->sbuf; body length or -EINVAL. */
-static int64_t name_req(struct td_client *c, const char *name)
-{
-	struct td_wire_name_req req = {
-		.name = {name, (uint16_t)name_len(name)},
-	};
-
-	return td_wire_name_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
-				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
-}
-
 /* The LIST/STAT flags to send: the entry kinds this daemon marks. */
 static uint32_t cat_flags(const struct td_client *c)
 {
@@ -210,18 +199,29 @@ int td_client_list(struct td_client *c, const char *prefix,
 	return 0;
 }
 
-int td_client_delete(struct td_client *c, const char *name, uint64_t *version,
-		     struct td_error *err)
+/* DELETE; if_version 0: whatever is current (the request of version 1) */
+static int delete_name(struct td_client *c, const char *name,
+		       uint64_t if_version, uint64_t *version,
+		       struct td_error *err)
 {
+	struct td_wire_delete_req req = {
+		.name = {name, (uint16_t)name_len(name)},
+		.version = if_version,
+	};
 	struct td_wire_delete_rep rep;
 	struct td__msg m = {0};
 	int64_t len;
 	int rc;
 
-	if (!c || !name)
-		return td__fail(err, -EINVAL, "missing argument");
 	pthread_mutex_lock(&c->lock);
-	len = name_req(c, name);
+	if (if_version && !td__has(c, TD_WIRE_FEAT_DELETE_IF)) {
+		rc = td__fail(err, -EOPNOTSUPP,
+			      "this daemon cannot delete a version only "
+			      "while it is current");
+		goto out;
+	}
+	len = td_wire_delete_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
+					TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	if (len < 0) {
 		rc = td__fail(err, -EINVAL, "bad tensor name");
 		goto out;
@@ -239,6 +239,22 @@ out:
 	td__msg_close_fds(&m);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
+}
+
+int td_client_delete(struct td_client *c, const char *name, uint64_t *version,
+		     struct td_error *err)
+{
+	if (!c || !name)
+		return td__fail(err, -EINVAL, "missing argument");
+	return delete_name(c, name, 0, version, err);
+}
+
+int td_client_delete_version(struct td_client *c, const char *name,
+			     uint64_t version, struct td_error *err)
+{
+	if (!c || !name || !version)
+		return td__fail(err, -EINVAL, "missing argument");
+	return delete_name(c, name, version, NULL, err);
 }
 
 int td__watch_send(struct td_client *c, const char *name, uint32_t flags,

@@ -634,7 +634,8 @@ static int import_pref(uint32_t *pref, struct td_error *err)
 	(TD_WIRE_FEAT_CAT_KINDS | TD_WIRE_FEAT_CAT_RECYCLE |                  \
 	 TD_WIRE_FEAT_ALLOC_RECYCLE | TD_WIRE_FEAT_GET_HELD |                 \
 	 TD_WIRE_FEAT_STATUS | TD_WIRE_FEAT_RING_WAKE |                 \
-	 TD_WIRE_FEAT_PUB_LOAN | TD_WIRE_FEAT_RELEASE_QUIET)
+	 TD_WIRE_FEAT_PUB_LOAN | TD_WIRE_FEAT_RELEASE_QUIET |              \
+	 TD_WIRE_FEAT_DELETE_IF)
 
 static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 {

@@ -224,6 +224,43 @@ int td_wire_stat_req_decode(const uint8_t *body, size_t len,
 	return td_wire_rd_end(&rd);
 }
 
+int64_t td_wire_delete_req_encode(const struct td_wire_delete_req *m,
+				  uint8_t *buf, size_t cap)
+{
+	struct td_wire_wr wr;
+
+	if (m->name.len > TD_WIRE_MAX_NAME)
+		return -EINVAL;
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_str(&wr, m->name.ptr, m->name.len);
+	if (m->version)
+		td_wire_wr_u64(&wr, m->version);
+	return td__wire_wr_done(&wr);
+}
+
+int td_wire_delete_req_decode(const uint8_t *body, size_t len,
+			      struct td_wire_delete_req *m,
+			      struct td_err *err)
+{
+	struct td_wire_rd rd;
+	size_t at;
+
+	td_wire_rd_init(&rd, body, len, err);
+	m->name = td__wire_rd_name(&rd, false, false, "name");
+	m->version = 0;
+	at = rd.off;
+	/* exactly 8 bytes more are the condition; other remainders are
+	 * trailing bytes for td_wire_rd_end() */
+	if (!rd.rc && rd.len - rd.off == 8) {
+		m->version = td_wire_rd_u64(&rd, "version");
+		if (!rd.rc && m->version == 0)
+			td__wire_rd_fail(&rd, TD_ERR_MALFORMED, "version", 0,
+					 at, "a DELETE for any version leaves "
+					     "the version out");
+	}
+	return td_wire_rd_end(&rd);
+}
+
 TD__WIRE_U64_CODEC(delete_rep, version)
 
 /* ---- WATCH / UNWATCH / NOTIFY ---- */

@@ -166,6 +166,8 @@ void td_wire_wr_bytes(struct td_wire_wr *wr, const void *p, size_t len);
 #define TD_WIRE_FEAT_GET_HELD 0x8u      /* held ids on GET */
 #define TD_WIRE_FEAT_PUB_LOAN 0x10u     /* PUBLISH flag TD_WIRE_PUB_LOAN */
 #define TD_WIRE_FEAT_RELEASE_QUIET 0x20u /* RELEASE flag TD_WIRE_REL_QUIET */
+/* 0x40 TD_WIRE_FEAT_STATUS, 0x80 TD_WIRE_FEAT_RING_WAKE: wire-status.h */
+#define TD_WIRE_FEAT_DELETE_IF 0x100u   /* DELETE's `version` condition */
 
 /* HELLO request */
 struct td_wire_hello_req {
@@ -396,6 +398,18 @@ struct td_wire_stat_req {
 };
 /* STAT reply body = one entry; DELETE reply = u64 version removed */
 
+/*
+ * DELETE request (TD_WIRE_FEAT_DELETE_IF, docs/protocol.md §6.7): the
+ * name, then an optional u64: remove the name only while that is its
+ * current version (-ESTALE otherwise). Absent = 0 = whatever is current;
+ * a present 0 is refused (one encoding per body). The body of version 1
+ * is td_wire_name_req, which this decodes too.
+ */
+struct td_wire_delete_req {
+	struct td_wire_str name;
+	uint64_t version;
+};
+
 #define TD_WIRE_WATCH_PREFIX 0x1u
 struct td_wire_watch_req {
 	struct td_wire_str name; /* a name, or a prefix with the flag */
@@ -454,6 +468,7 @@ TD_WIRE_CODEC(entry)
 TD_WIRE_CODEC(watch_req)
 TD_WIRE_CODEC(watch_rep)
 TD_WIRE_CODEC(notify)
+TD_WIRE_CODEC(delete_req)
 TD_WIRE_CODEC(delete_rep)
 TD_WIRE_CODEC(unwatch_req)
 TD_WIRE_CODEC(error)

@@ -74,6 +74,7 @@ SEEDS = {
     'notify': hdr('NOTIFY', F_NOTIFY, u64(1) + u32(1) + u64(4) + s('cam/0'),
                   req=0),
     'delete_rep': hdr('DELETE', F_REPLY, u64(4)),
+    'delete_req': hdr('DELETE', 0, s('cam/0') + u64(4)),
     'error': hdr('GET', F_REPLY, s('no tensor named "cam/9"'), status=-2),
     # rings in the catalogue (§6.6): the optional flags, the RING bit
     'stat_req': hdr('STAT', 0, s('cam/0') + u32(CAT_KINDS)),

@@ -585,7 +585,8 @@ DTest(hello_without_feature_bits_gets_the_version_1_reply)
 			     TD_WIRE_FEAT_ALLOC_RECYCLE |
 			     TD_WIRE_FEAT_GET_HELD | TD_WIRE_FEAT_STATUS |
 			     TD_WIRE_FEAT_RING_WAKE | TD_WIRE_FEAT_PUB_LOAN |
-			     TD_WIRE_FEAT_RELEASE_QUIET);
+			     TD_WIRE_FEAT_RELEASE_QUIET |
+			     TD_WIRE_FEAT_DELETE_IF);
 	close_msg_fds(m);
 	close(sock);
 }

@@ -1027,6 +1027,44 @@ Test(handoff, delete_and_replace_while_leased_keep_the_bytes)
 	daemon_stop(&d);
 }
 
+/* The undo of one's own publish never removes someone else's newer one */
+Test(handoff, delete_of_a_version_only_while_it_is_current)
+{
+	struct td_error e = {0};
+	struct td_entry ent = {0};
+	struct td_client *c;
+	struct daemon d;
+	uint64_t v1, gone = 0;
+
+	daemon_start(&d);
+	c = client_open(&d);
+	parent_put(c, "undo/a", 64, 1);
+	cr_assert_eq(td_client_stat(c, "undo/a", &ent, &e), 0);
+	v1 = ent.version;
+	td_entry_fini(&ent);
+	parent_put(c, "undo/a", 64, 2); /* "someone else" replaces it */
+
+	cr_assert_eq(td_client_delete_version(c, "undo/a", v1, &e), -ESTALE);
+	cr_assert(strstr(e.reason, "kept"), "%s", e.reason);
+	cr_assert_eq(td_client_stat(c, "undo/a", &ent, &e), 0,
+		     "the newer version stays");
+	cr_assert_eq(ent.version, v1 + 1);
+	cr_assert_eq(td_client_delete_version(c, "undo/a", ent.version, &e),
+		     0, "%s", e.reason);
+	td_entry_fini(&ent);
+	cr_assert_eq(td_client_stat(c, "undo/a", &ent, &e), -ENOENT);
+	cr_assert_eq(td_client_delete_version(c, "undo/a", v1 + 1, &e),
+		     -ENOENT);
+	cr_assert_eq(td_client_delete_version(c, "undo/a", 0, &e), -EINVAL);
+	/* the unconditional DELETE of version 1 is unchanged */
+	parent_put(c, "undo/b", 64, 3);
+	cr_assert_eq(td_client_delete(c, "undo/b", &gone, &e), 0);
+	cr_assert(gone > 0);
+
+	td_client_close(c);
+	daemon_stop(&d);
+}
+
 Test(handoff, sigkill_of_a_consumer_releases_its_leases)
 {
 	struct lease_pipes lp = {.name = "lease/k", .seed = 31, .len = 4096};

@@ -178,6 +178,7 @@ enum kind {
 	K_DELETE_REP,
 	K_ERROR,
 	K_STAT_REQ,
+	K_DELETE_REQ,
 	K_COUNT,
 };
 
@@ -186,6 +187,7 @@ static const char *const kind_names[K_COUNT] = {
 	"publish_rep", "get_req", "get_rep", "release_req", "list_req",
 	"list_rep", "name_req", "entry", "watch_req", "watch_rep",
 	"unwatch_req", "notify", "delete_rep", "error", "stat_req",
+	"delete_req",
 };
 
 union msg {
@@ -208,6 +210,7 @@ union msg {
 	struct td_wire_delete_rep delete_rep;
 	struct td_wire_error error;
 	struct td_wire_stat_req stat_req;
+	struct td_wire_delete_req delete_req;
 };
 
 static const uint8_t blob_bytes[40] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
@@ -314,6 +317,9 @@ static void sample_msg(enum kind k, union msg *m)
 	case K_STAT_REQ: /* the form of version 1: no flags */
 		m->stat_req.name = STR("cam/0/frame");
 		break;
+	case K_DELETE_REQ: /* the form of version 1: no condition */
+		m->delete_req = (struct td_wire_delete_req){STR("cam/0"), 0};
+		break;
 	case K_COUNT:
 		break;
 	}
@@ -361,6 +367,8 @@ static int64_t encode_any(enum kind k, const union msg *m, uint8_t *b,
 		return td_wire_error_encode(&m->error, b, cap);
 	case K_STAT_REQ:
 		return td_wire_stat_req_encode(&m->stat_req, b, cap);
+	case K_DELETE_REQ:
+		return td_wire_delete_req_encode(&m->delete_req, b, cap);
 	case K_LIST_REP:
 	case K_COUNT:
 		break;
@@ -468,6 +476,9 @@ static int decode_any(enum kind k, const uint8_t *b, size_t len,
 		break;
 	case K_STAT_REQ:
 		rc = td_wire_stat_req_decode(b, len, &m.stat_req, e);
+		break;
+	case K_DELETE_REQ:
+		rc = td_wire_delete_req_decode(b, len, &m.delete_req, e);
 		break;
 	case K_LIST_REP: {
 		struct td_wire_list_rd lr;
@@ -1148,6 +1159,44 @@ Test(wire, list_and_stat_flags_are_optional_and_canonical)
 	td__put_le32(body + n - 4, 0);
 	cr_assert_eq(td_wire_stat_req_decode(body, (size_t)n, &sg, &e),
 		     -EBADMSG);
+}
+
+/* DELETE's optional version condition (docs/protocol.md §6.7) */
+Test(wire, delete_condition_is_optional_and_canonical)
+{
+	struct td_wire_delete_req d = {STR("cam/0"), 0}, g;
+	struct td_err e;
+	int64_t n, old;
+
+	/* without a condition: the bytes of version 1, a name_req body */
+	old = td_wire_delete_req_encode(&d, body, sizeof(body));
+	cr_assert_eq(old, 2 + 5);
+	cr_assert_eq(td_wire_delete_req_decode(body, (size_t)old, &g, &e), 0);
+	cr_assert_eq(g.version, 0);
+	d.version = 0x0102030405060708ull;
+	n = td_wire_delete_req_encode(&d, body, sizeof(body));
+	cr_assert_eq(n, old + 8);
+	cr_assert_eq(td__le64(body + old), 0x0102030405060708ull);
+	cr_assert_eq(td_wire_delete_req_decode(body, (size_t)n, &g, &e), 0);
+	cr_assert_eq(g.version, 0x0102030405060708ull);
+	cr_assert_eq(g.name.len, 5);
+	/* a present 0 would be a second encoding of "any version" */
+	memset(body + old, 0, 8);
+	cr_assert_eq(td_wire_delete_req_decode(body, (size_t)n, &g, &e),
+		     -EBADMSG);
+	cr_assert_str_eq(e.field, "version");
+	cr_assert_eq(e.offset, (uint64_t)old);
+	/* any other remainder is trailing bytes */
+	for (size_t extra = 1; extra <= 9; extra++) {
+		if (extra == 8)
+			continue;
+		memset(body + old, 1, extra);
+		cr_assert_eq(td_wire_delete_req_decode(body,
+						       (size_t)old + extra,
+						       &g, &e),
+			     -EBADMSG, "%zu extra", extra);
+		cr_assert_eq(e.offset, (uint64_t)old);
+	}
 }
 
 Test(wire, ring_entries_round_trip_and_other_flag_bits_are_refused)

@@ -303,33 +303,25 @@ static int publish_one(struct obj *ob, struct td_client *c,
 }
 
 /*
- * Undo one publish. DELETE removes a name's current version whatever it
- * is, so a version is deleted only while STAT still shows it as ours
- * (someone else's newer one stays). 1 when it was removed.
+ * Undo one publish: delete the version only while it is the name's
+ * current one, in one request, so a newer version someone else published
+ * meanwhile stays. 1 when it was removed.
  */
 int tctl_roll_back_one(struct td_client *c, const char *name,
 		       uint64_t version)
 {
-	struct td_entry ent = {0};
-	uint64_t gone = 0;
-	int removed = 0;
-	int rc = td_client_stat(c, name, &ent, NULL);
+	struct td_error e = {0};
+	int rc = td_client_delete_version(c, name, version, &e);
 
-	if (rc == 0 && ent.version == version &&
-	    td_client_delete(c, name, &gone, NULL) == 0)
-		removed = 1;
-	else
-		fprintf(stderr,
-			"tensorctl: %s version %" PRIu64 " not rolled "
-			"back (%s)\n",
-			name, version, rc ? "gone already" : "replaced since");
-	if (gone && gone != version)
-		fprintf(stderr,
-			"tensorctl: %s: version %" PRIu64 " was "
-			"published meanwhile and deleted\n",
-			name, gone);
-	td_entry_fini(&ent);
-	return removed;
+	if (rc == 0)
+		return 1;
+	fprintf(stderr,
+		"tensorctl: %s version %" PRIu64 " not rolled back (%s)\n",
+		name, version,
+		rc == -ENOENT ? "gone already"
+		: rc == -ESTALE ? "replaced since"
+				: e.reason);
+	return 0;
 }
 
 /* Undo the first n publishes, newest first; how many were removed. */

@@ -91,6 +91,7 @@ static void bodies(const uint8_t *b, size_t len)
 	TRY(watch_rep);
 	TRY(unwatch_req);
 	TRY(notify);
+	TRY(delete_req);
 	TRY(delete_rep);
 	TRY(error);
 	TRY(status_req);

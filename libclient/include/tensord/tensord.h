@@ -593,6 +593,17 @@ TD_EXPORT void td_entry_list_free(struct td_entry *list, size_t count);
 TD_EXPORT int td_client_delete(struct td_client *c, const char *name,
 			       uint64_t *version, struct td_error *err);
 
+/*
+ * Remove name only while version is its current version: the undo of
+ * one's own publish that never removes a newer version someone else
+ * published meanwhile. Returns 0, -ENOENT, -ESTALE (another version is
+ * current; nothing removed), -EOPNOTSUPP (a daemon that predates this),
+ * or -errno. version must not be 0.
+ */
+TD_EXPORT int td_client_delete_version(struct td_client *c, const char *name,
+				       uint64_t version,
+				       struct td_error *err);
+
 /* ---- watching ---- */
 
 #define TD_WATCH_PREFIX 0x1u /* name is a prefix */
