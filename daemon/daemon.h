@@ -479,7 +479,9 @@ unsigned td__ring_list(struct td_wire_str prefix, struct td_wire_str after,
  * Serve a GET (enum td_wire_get_mode) from r: lease a slot and reply.
  * 1: answered (the lease, or an error reply); 0: nothing to lease yet (no
  * version, none newer); -EAGAIN: the latest version is being rewritten,
- * its publish is on the way. EXACT is always answered.
+ * its publish is on the way; -EINPROGRESS: the latest version is
+ * published but its slot fence has not signalled. EXACT is always
+ * answered.
  */
 int td__ring_try_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 		     uint32_t flags, uint32_t mode, uint64_t version,

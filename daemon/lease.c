@@ -234,7 +234,14 @@ static void on_timer(uv_timer_t *t)
 		n = l->next;
 		if (w->deadline > now)
 			continue;
-		if (w->rewrite)
+		if (w->fence)
+			td__peer_error(w->peer, TD_OP_GET, w->request_id,
+				       -ETIMEDOUT,
+				       "ring \"%.*s\": its latest version is "
+				       "published but its fence did not "
+				       "signal within %u ms",
+				       (int)w->len, w->name, w->timeout_ms);
+		else if (w->rewrite)
 			td__peer_error(w->peer, TD_OP_GET, w->request_id,
 				       -ETIMEDOUT,
 				       "ring \"%.*s\": the producer started "
@@ -327,12 +334,14 @@ static void get_refuse(struct td__peer *p, const struct td_wire_hdr *h,
 
 /*
  * Park the GET until a PUBLISH (td__lease_wake), the ring poll or its
- * deadline answers it. rewrite: only because a ring's latest slot is
- * being rewritten.
+ * deadline answers it. rw: td__ring_try_get's -EAGAIN (a ring's latest
+ * slot is being rewritten) or -EINPROGRESS (its fence is pending), else 0.
  */
 static void get_park(struct td__peer *p, const struct td__req *rq,
-		     const struct td_wire_get_req *m, bool ring, bool rewrite)
+		     const struct td_wire_get_req *m, bool ring, int rw)
 {
+	bool rewrite = rw == -EAGAIN;
+
 	const struct td_wire_hdr *h = rq->h;
 	struct td__store *s = td__d->store;
 	struct td__waiter *w;
@@ -370,6 +379,7 @@ static void get_park(struct td__peer *p, const struct td__req *rq,
 	memcpy(w->held, m->held, m->held_count * sizeof(*m->held));
 	w->timeout_ms = m->timeout_ms;
 	w->rewrite = rewrite && m->timeout_ms < RING_REWRITE_WAIT_MS;
+	w->fence = rw == -EINPROGRESS;
 	w->deadline = m->timeout_ms == TD_WIRE_WAIT_FOREVER
 			      ? UINT64_MAX
 			      : uv_now(td__d->loop) +
@@ -392,7 +402,7 @@ void td__lease_get(struct td__peer *p, const struct td__req *rq)
 	struct td_err e = {0};
 	struct td__ring *ring = NULL;
 	struct td__version *v;
-	bool rewrite = false;
+	int rw = 0; /* td__ring_try_get's -EAGAIN or -EINPROGRESS */
 	int rc = td_wire_get_req_decode(rq->body, h->body_len, &m, &e);
 
 	if (td__peer_bad_body(p, h, rc, &e))
@@ -407,17 +417,22 @@ void td__lease_get(struct td__peer *p, const struct td__req *rq)
 				      m.mode, m.version, ring);
 		if (rc > 0)
 			return;
-		rewrite = rc == -EAGAIN;
+		rw = rc < 0 ? rc : 0;
 	}
 	if (m.mode == TD_GET_EXACT)
 		get_exact(p, h, &m, v);
 	else if (v && (m.mode == TD_GET_LATEST || v->number > m.version))
 		reply_get(p, h->opcode, h->request_id, m.flags, m.held_count,
 			  m.held, v);
-	else if (m.timeout_ms == 0 && !rewrite)
+	else if (m.timeout_ms == 0 && rw == -EINPROGRESS)
+		td__peer_error(p, h->opcode, h->request_id, -EAGAIN,
+			       "ring \"%.*s\": its latest version is "
+			       "published but its fence has not signalled yet",
+			       (int)m.name.len, m.name.ptr);
+	else if (m.timeout_ms == 0 && rw != -EAGAIN)
 		get_refuse(p, h, &m, ring != NULL);
 	else
-		get_park(p, rq, &m, ring != NULL, rewrite);
+		get_park(p, rq, &m, ring != NULL, rw);
 }
 
 /*

@@ -1123,10 +1123,15 @@ int td__ring_try_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 			return 0;
 		if (lease_if(p, op, request_id, flags, r, s, v))
 			return 1;
-		/* latest unchanged but its slot unpublished: the producer
-		 * is rewriting it (nobody else wanted it) */
+		/* latest unchanged: its version waits for its fence, or its
+		 * slot is unpublished (the producer is rewriting it because
+		 * nobody else wanted it) */
 		if (atomic_load(&h->latest) == latest)
-			return -EAGAIN;
+			return atomic_load(&h->slots[s].version) == v &&
+					       atomic_load(&h->slots[s].fence) ==
+						       TD_RING_FENCE_PENDING
+				       ? -EINPROGRESS
+				       : -EAGAIN;
 	}
 	return -EAGAIN;
 }

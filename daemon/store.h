@@ -148,6 +148,8 @@ struct td__waiter {
 	uint32_t timeout_ms;
 	/* parked only because a ring's latest slot was being rewritten */
 	bool rewrite;
+	/* parked while a ring's latest version waited for its fence */
+	bool fence;
 	uint16_t len;
 	char name[TD_WIRE_MAX_NAME + 1];
 };

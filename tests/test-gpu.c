@@ -395,6 +395,17 @@ static void ring_fenced(bool signal)
 		     -EAGAIN);
 	cr_assert(strstr(e.reason, "fence has not signalled"), "%s",
 		  e.reason);
+	/* nor a LATEST one, at once with timeout 0 (not after the 1 s a
+	 * slot being rewritten is waited for) */
+	cr_assert_eq(td_client_get(c, "gpu/ring", &t, &e), -EAGAIN);
+	cr_assert(strstr(e.reason, "fence has not signalled"), "%s",
+		  e.reason);
+	/* a waiting GET waits for the fence, and its timeout says so */
+	cr_assert_eq(td_client_get_newer(c, "gpu/ring", v.version - 1, 50, &t,
+					 &e),
+		     -ETIMEDOUT);
+	cr_assert(strstr(e.reason, "fence did not signal within 50 ms"),
+		  "%s", e.reason);
 	say(f.go[1]);
 	if (signal) {
 		cr_assert_eq(td_sub_fence_wait(s, -1), 0);
