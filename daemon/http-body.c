@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <linux/magic.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,6 +169,11 @@ static bool version_node(struct td__version *v, struct td__http_node *n,
 	     bv.strings[TD_BLOB_FORMAT].len);
 	if (td_zarr_walk_init(&n->w, &n->a, &src))
 		return false;
+	/* export waits for the fence; the loop cannot, so a chunk is
+	 * refused (503) until it has signalled */
+	n->fence = bv.fence_fd >= 0 && (uint32_t)bv.fence_fd < v->nfds
+	                   ? v->fds[bv.fence_fd].fd
+	                   : -1;
 	n->v = v;
 	n->raw = v->name;
 	n->raw_len = v->name_len;
@@ -195,6 +201,7 @@ static bool ring_node(struct td__ring *r, struct td__http_node *n, bool attrs)
 	if (td_zarr_walk_init(&n->w, &n->a, &src))
 		return false;
 	n->ring = r;
+	n->fence = -1; /* td__ring_lease_latest() checks the slot's */
 	n->raw = e.name.ptr;
 	n->raw_len = e.name.len;
 	n->repack = true; /* its slot's bytes are read, never sent by fd */
@@ -420,6 +427,13 @@ static struct hold *lease(struct td__http_node *n, uint64_t *version,
 
 	*code = MHD_HTTP_SERVICE_UNAVAILABLE;
 	*why = "out of memory\n";
+	if (h && n->fence >= 0 &&
+	    poll(&(struct pollfd){.fd = n->fence, .events = POLLIN}, 1, 0) !=
+	            1) {
+		free(h);
+		*why = "its fence has not signalled yet; retry\n";
+		return NULL;
+	}
 	if (!h)
 		return NULL;
 	if (n->ring) {

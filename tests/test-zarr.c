@@ -16,8 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <linux/udmabuf.h>
 #include <json-c/json.h>
 
 #include "td-zarr.h"
@@ -1591,4 +1595,378 @@ Test(http, the_connection_limit_holds_back_new_connections, .fini = stop)
 	             "%s", resp);
 	free(resp);
 	close(b);
+}
+
+/* ---- repacked chunks: strided, planar, rings ---- */
+
+/* Publish one alloc buffer of `size` bytes (filled by pat) as a tensor. */
+static void publish_buf(struct td_client *c, struct td_publish *p,
+                        uint64_t size, uint8_t (*pat)(uint64_t))
+{
+	struct td_error e = {0};
+	struct td_alloc *a;
+	uint8_t *b;
+
+	cr_assert_eq(td_client_alloc(c, 1, &size, &a, &e), 0, "%s", e.reason);
+	b = td_alloc_data(a, 0);
+	for (uint64_t i = 0; i < size; i++)
+		b[i] = pat(i);
+	cr_assert_eq(td_client_publish_alloc(c, a, p, NULL, &e), 0, "%s: %s",
+	             p->name, e.reason);
+}
+
+static uint8_t pat13(uint64_t i)
+{
+	return (uint8_t)(i * 13 + 1);
+}
+
+/* A chunk over HTTP (v3 key rel under /zarr/NODE/) equals the exported
+ * file and want (len bytes), and v2's chunk is the same. */
+static void chunk_is(const char *node, const char *key3, const char *key2,
+                     const uint8_t *want, size_t len)
+{
+	char path[256], *got, *file;
+	size_t glen, flen;
+
+	snprintf(path, sizeof(path), "%s/x/%s/%s", zt_dir, node, key3);
+	file = (char *)tu_read_file(path, &flen);
+	cr_assert_eq(flen, len, "%s: exported %zu bytes", path, flen);
+	cr_assert(!memcmp(file, want, len), "%s: export gathered wrong", path);
+	snprintf(path, sizeof(path), "/zarr/%s/%s", node, key3);
+	got = get_ok(path, &glen);
+	cr_assert_eq(glen, len, "%s: %zu bytes", path, glen);
+	cr_assert(!memcmp(got, want, len), "%s: not the export's bytes", path);
+	free(got);
+	snprintf(path, sizeof(path), "/zarr-v2/%s/%s", node, key2);
+	got = get_ok(path, &glen);
+	cr_assert(glen == len && !memcmp(got, want, len), "%s", path);
+	free(got);
+	free(file);
+}
+
+Test(http, repacked_chunks_are_what_export_writes, .init = start_http,
+     .fini = stop)
+{
+	static const char *const nodes_[] = {"rep_dense", "rep_pitch",
+	                                     "rep_planar", "rep_ring",
+	                                     "rep_transposed"};
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	struct td_ring *ring;
+	struct td_slot slot;
+	uint8_t pitch[40], tr[12], planar[24], ringb[24], dense[6] = {0};
+	char *out, *exp, url[160];
+	size_t len;
+
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	{
+		/* u16 [4,5] rows 16 bytes apart (a row pitch) */
+		uint64_t shape[] = {4, 5};
+		int64_t st[] = {16, 2};
+		struct td_plane pl = {0, 0, 0, 64};
+		struct td_publish p = {.name = "rep/pitch", .dtype = TD_TENSOR_U16,
+		                       .ndim = 2, .shape = shape, .strides = st,
+		                       .plane_count = 1, .planes = &pl};
+
+		publish_buf(c, &p, 64, pat13);
+		for (uint64_t r = 0, o = 0; r < 4; r++)
+			for (uint64_t k = 0; k < 10; k++)
+				pitch[o++] = pat13(r * 16 + k);
+	}
+	{
+		/* u8 [3,4] in column-major order: runs of one byte */
+		uint64_t shape[] = {3, 4};
+		int64_t st[] = {1, 3};
+		struct td_plane pl = {0, 0, 0, 12};
+		struct td_publish p = {.name = "rep/transposed",
+		                       .dtype = TD_TENSOR_U8, .ndim = 2,
+		                       .shape = shape, .strides = st,
+		                       .plane_count = 1, .planes = &pl};
+
+		publish_buf(c, &p, 12, pat13);
+		for (uint64_t r = 0; r < 3; r++)
+			for (uint64_t k = 0; k < 4; k++)
+				tr[r * 4 + k] = pat13(r + 3 * k);
+	}
+	{
+		/* rgb8_planar [3,2,4]: three packed planes, 64 bytes apart;
+		 * and the same with padded rows, which export refuses */
+		uint64_t shape[] = {3, 2, 4};
+		struct td_plane pl[3] = {{0, 0, 4, 8}, {0, 64, 4, 8},
+		                         {0, 128, 4, 8}};
+		struct td_plane pad[3] = {{0, 0, 8, 16}, {0, 64, 8, 16},
+		                          {0, 128, 8, 16}};
+		struct td_publish p = {.name = "rep/planar", .dtype = TD_TENSOR_U8,
+		                       .ndim = 3, .shape = shape,
+		                       .format = "rgb8_planar", .plane_count = 3,
+		                       .planes = pl};
+
+		publish_buf(c, &p, 192, pat13);
+		for (uint64_t i = 0; i < 24; i++)
+			planar[i] = pat13((i / 8) * 64 + i % 8);
+		p.name = "rep/padded";
+		p.planes = pad;
+		publish_buf(c, &p, 192, pat13);
+	}
+	{
+		/* a ring of f32 [2,3] in two planes; its latest version */
+		uint64_t shape[] = {2, 3}, sizes[] = {12, 12};
+		struct td_ring_desc rd = {.dtype = TD_TENSOR_F32, .ndim = 2,
+		                          .shape = shape, .plane_count = 2,
+		                          .plane_sizes = sizes};
+
+		cr_assert_eq(td_ring_create(c, "rep/ring", &rd, &ring, &e), 0,
+		             "%s", e.reason);
+		for (int v = 0; v < 2; v++) {
+			cr_assert_eq(td_ring_acquire(ring, -1, &slot), 0);
+			for (uint64_t i = 0; i < 24; i++)
+				ringb[i] = (uint8_t)(v * 100 + i);
+			memcpy(slot.planes[0], ringb, 12);
+			memcpy(slot.planes[1], ringb + 12, 12);
+			cr_assert_eq(td_ring_publish(ring, NULL), 0);
+		}
+	}
+	{
+		char *raw = zt_write_raw("rep_dense", dense, sizeof(dense));
+
+		zt_ok("put rep/dense --dtype u8 --shape 6 %s", raw);
+		free(raw);
+	}
+	/* export refuses the padded one, so the store leaves it out */
+	cr_assert_eq(zt_ctl(&out, "zarr export %s/y rep/padded", zt_dir), 1);
+	cr_assert(strstr(out, "rep/padded: cannot be exported: its planes are "
+	                      "padded"),
+	          "%s", out);
+	free(out);
+	zt_ok("zarr export %s/x rep/dense rep/pitch rep/planar rep/ring "
+	      "rep/transposed",
+	      zt_dir);
+	/* every metadata key the exported bytes */
+	for (size_t i = 0; i <= 5; i++) {
+		char rel[128], path[160], *want, *got;
+
+		snprintf(rel, sizeof(rel), "%s%szarr.json", i < 5 ? nodes_[i] : "",
+		         i < 5 ? "/" : "");
+		snprintf(path, sizeof(path), "/zarr/%s", rel);
+		snprintf(url, sizeof(url), "x/%s", rel);
+		want = zt_file(url);
+		got = get_ok(path, &len);
+		cr_assert_str_eq(got, want, "%s", path);
+		free(want);
+		free(got);
+	}
+	out = get_ok("/zarr-v2/.zmetadata", &len);
+	cr_assert(strstr(out, "rep_ring/.zarray") &&
+	                  strstr(out, "rep_pitch/.zarray") &&
+	                  !strstr(out, "rep_padded"),
+	          "%s", out);
+	free(out);
+	chunk_is("rep_pitch", "c/0/0", "0.0", pitch, sizeof(pitch));
+	chunk_is("rep_transposed", "c/0/0", "0.0", tr, sizeof(tr));
+	chunk_is("rep_planar", "c/0/0/0", "0.0.0", planar, sizeof(planar));
+	chunk_is("rep_ring", "c/0/0", "0.0", ringb, sizeof(ringb));
+	chunk_is("rep_dense", "c/0", "0", dense, sizeof(dense));
+	http("GET", "/zarr/rep_padded/c/0/0/0", NULL, &out);
+	cr_assert_eq(status_of(out), 404, "%s", out);
+	free(out);
+	/* Range, HEAD and ETag on the repacked bytes */
+	http("GET", "/zarr/rep_pitch/c/0/0", "Range: bytes=3-9\r\n", &out);
+	cr_assert_eq(status_of(out), 206, "%s", out);
+	cr_assert(strstr(out, "Content-Range: bytes 3-9/40\r\n"), "%s", out);
+	cr_assert(!memcmp(body_of(out), pitch + 3, 7));
+	free(out);
+	http("GET", "/zarr/rep_ring/c/0/0", "Range: bytes=-5\r\n", &out);
+	cr_assert(strstr(out, "Content-Range: bytes 19-23/24\r\n"), "%s", out);
+	cr_assert(!memcmp(body_of(out), ringb + 19, 5));
+	free(out);
+	http("GET", "/zarr/rep_ring/c/0/0", "Range: bytes=24-\r\n", &out);
+	cr_assert_eq(status_of(out), 416, "%s", out);
+	free(out);
+	len = http("HEAD", "/zarr/rep_transposed/c/0/0", NULL, &out);
+	cr_assert(strstr(out, "Content-Length: 12\r\n"), "%s", out);
+	cr_assert_eq(len, (size_t)(body_of(out) - out), "HEAD has no body");
+	free(out);
+	http("GET", "/zarr/rep_ring/c/0/0", "If-None-Match: \"rep/ring@2\"\r\n",
+	     &out);
+	cr_assert_eq(status_of(out), 304, "%s", out);
+	free(out);
+	/* the structure checker and zarrita over the store */
+	snprintf(url, sizeof(url), "%s/zarr", base);
+	zt_check(url);
+	{
+		static const uint64_t s1[] = {6}, s2[] = {4, 5}, s3[] = {3, 2, 4},
+		                      s4[] = {2, 3}, s5[] = {3, 4};
+		const uint8_t *vals[] = {dense, pitch, planar, ringb, tr};
+		const size_t lens[] = {6, 40, 24, 24, 12};
+		const char *types[] = {"uint8", "uint16", "uint8", "float32",
+		                       "uint8"};
+		const uint64_t *shapes[] = {s1, s2, s3, s4, s5};
+		const uint32_t ndims[] = {1, 2, 3, 2, 2};
+		struct zt_expect *x = zt_expect_new();
+
+		for (size_t i = 0; i < 5; i++) {
+			free(zt_write_raw(nodes_[i], vals[i], lens[i]));
+			zt_expect_array(x, nodes_[i], types[i], ndims[i],
+			                shapes[i], nodes_[i], NULL);
+		}
+		exp = zt_expect_done(x, NULL);
+	}
+	zt_zarrita(url, exp);
+	free(exp);
+	td_ring_close(ring);
+	td_client_close(c);
+}
+
+static uint8_t pat_a(uint64_t i)
+{
+	return (uint8_t)('A' + (i % 8192 >= 8000)); /* 'B' in the padding */
+}
+
+static uint8_t pat_c(uint64_t i)
+{
+	(void)i;
+	return 'C';
+}
+
+Test(http, a_repacked_response_keeps_its_version_whole, .init = start_http,
+     .fini = stop)
+{
+	/* u8 [4096, 8000] with rows 8192 bytes apart: 31.25 MiB repacked */
+	const size_t rows = 4096, cols = 8000, len = rows * cols;
+	uint64_t shape[] = {rows, cols}, size = rows * 8192;
+	int64_t st[] = {8192, 1};
+	struct td_plane pl = {0, 0, 0, rows * 8192};
+	struct td_publish p = {.name = "big", .dtype = TD_TENSOR_U8,
+	                       .ndim = 2, .shape = shape, .strides = st,
+	                       .plane_count = 1, .planes = &pl};
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	char head[4096], *rest, *m;
+	size_t got = 0, mlen;
+	ssize_t r;
+	int fd;
+
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	publish_buf(c, &p, size, pat_a);
+	fd = connect_tcp();
+	snprintf(head, sizeof(head), "GET /zarr/big/c/0/0 HTTP/1.1\r\n"
+	                             "Host: t\r\nConnection: close\r\n\r\n");
+	cr_assert(send(fd, head, strlen(head), 0) > 0);
+	r = recv(fd, head, sizeof(head), MSG_WAITALL);
+	cr_assert_eq(r, (ssize_t)sizeof(head));
+	/* a new version, then the name deleted, while the body is sent */
+	publish_buf(c, &p, size, pat_c);
+	m = get_ok("/metrics", &mlen);
+	cr_assert_eq(metric_value(m, "tensord_http_leases "), 1, "%s", m);
+	cr_assert_eq(metric_value(m, "tensord_bytes "), 2 * size, "%s", m);
+	free(m);
+	zt_ok("rm big");
+	rest = malloc(len + 8192);
+	cr_assert(rest);
+	while ((r = recv(fd, rest + got, len + 8192 - got, 0)) > 0)
+		got += (size_t)r;
+	close(fd);
+	{
+		const char *b = strstr(head, "\r\n\r\n") + 4;
+		size_t first = sizeof(head) - (size_t)(b - head);
+		char cl[64];
+
+		snprintf(cl, sizeof(cl), "Content-Length: %zu\r\n", len);
+		cr_assert(strstr(head, cl), "%s", head);
+		cr_assert_eq(first + got, len, "the whole chunk");
+		for (size_t i = 0; i < first; i++)
+			cr_assert_eq(b[i], 'A');
+		for (size_t i = 0; i < got; i++)
+			if (rest[i] != 'A')
+				cr_assert_fail("byte %zu is %c, not A (v1)",
+				               first + i, rest[i]);
+	}
+	free(rest);
+	td_client_close(c);
+	/* the lease went with the response: both versions are freed */
+	for (int i = 0; i < 200; i++) {
+		m = get_ok("/metrics", &mlen);
+		if (strstr(m, "tensord_bytes 0\n") &&
+		    strstr(m, "tensord_http_leases 0\n"))
+			break;
+		free(m);
+		m = NULL;
+		usleep(10000);
+	}
+	cr_assert(m, "version 1 was not freed after its response");
+	free(m);
+}
+
+Test(http, dmabuf_planes_are_left_out, .init = start_http, .fini = stop)
+{
+	struct udmabuf_create cr = {.flags = UDMABUF_FLAGS_CLOEXEC,
+	                            .size = 4096};
+	uint64_t shape[] = {4096};
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	struct td_publish p = {.name = "db/t", .dtype = TD_TENSOR_U8,
+	                       .ndim = 1, .shape = shape, .fd_count = 1};
+	char *out;
+	size_t len;
+	int mfd, dev, dbuf;
+
+	if (access("/dev/udmabuf", R_OK | W_OK) != 0)
+		cr_skip_test("kernel feature missing: /dev/udmabuf (the "
+		             "udmabuf driver) is absent, so no dma-buf can be "
+		             "made here; the HTTP store's dma-buf rule not "
+		             "exercised");
+	mfd = memfd_create("td-test-udmabuf", MFD_ALLOW_SEALING | MFD_CLOEXEC);
+	cr_assert(mfd >= 0 && ftruncate(mfd, 4096) == 0);
+	cr_assert_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+	dev = open("/dev/udmabuf", O_RDWR | O_CLOEXEC);
+	cr_assert(dev >= 0);
+	cr.memfd = (uint32_t)mfd;
+	dbuf = ioctl(dev, UDMABUF_CREATE, &cr);
+	cr_assert(dbuf >= 0, "UDMABUF_CREATE: %s", strerror(errno));
+	p.fds = &dbuf;
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_publish(c, &p, NULL, &e), 0, "%s", e.reason);
+	/* not read on the loop: neither listed nor served */
+	out = get_ok("/zarr/zarr.json", &len);
+	cr_assert(!strstr(out, "db_t"), "%s", out);
+	free(out);
+	http("GET", "/zarr/db_t/c/0", NULL, &out);
+	cr_assert_eq(status_of(out), 404, "%s", out);
+	free(out);
+	td_client_close(c);
+	close(dbuf);
+	close(dev);
+	close(mfd);
+}
+
+Test(http, a_chunk_waits_for_its_fence, .init = start_http, .fini = stop)
+{
+	uint64_t shape[] = {16}, one = 1;
+	struct td_publish p = {.name = "fenced", .dtype = TD_TENSOR_U8,
+	                       .ndim = 1, .shape = shape,
+	                       .flags = TD_PUBLISH_FENCE};
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	char *out;
+	size_t len;
+
+	p.fence_fd = eventfd(0, EFD_CLOEXEC);
+	cr_assert(p.fence_fd >= 0);
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	publish_buf(c, &p, 16, pat13);
+	/* listed (its metadata does not depend on the bytes), not sent */
+	out = get_ok("/zarr/fenced/zarr.json", &len);
+	free(out);
+	http("GET", "/zarr/fenced/c/0", NULL, &out);
+	cr_assert_eq(status_of(out), 503, "%s", out);
+	cr_assert(strstr(out, "fence has not signalled"), "%s", out);
+	free(out);
+	cr_assert_eq(write(p.fence_fd, &one, sizeof(one)), 8);
+	out = get_ok("/zarr/fenced/c/0", &len);
+	cr_assert_eq(len, 16);
+	for (size_t i = 0; i < 16; i++)
+		cr_assert_eq((uint8_t)out[i], pat13(i));
+	free(out);
+	close(p.fence_fd);
+	td_client_close(c);
 }
