@@ -1970,3 +1970,65 @@ Test(http, a_chunk_waits_for_its_fence, .init = start_http, .fini = stop)
 	close(p.fence_fd);
 	td_client_close(c);
 }
+
+/* ---- import: all or nothing ---- */
+
+Test(import, all_or_nothing_unless_partial, .fini = stop)
+{
+	static const char *const more[] = {"--max-bytes", "1M", NULL};
+	static const uint8_t four[4] = {1, 2, 3, 4};
+	const size_t big = 2u << 20;
+	uint8_t *two = calloc(1, big);
+	char *out;
+
+	tu_daemon_start_args(&d, "warn", more);
+	zt_setup(&d);
+	/* a bad array after good ones: refused before anything is published */
+	handmade("v", "a", META("uint8", "[4]", "[4]", "0", "little"), "c/0",
+	         four, 4);
+	handmade("v", "b", META("uint8", "[4]", "[4]", "0", "little"), "c/0",
+	         four, 4);
+	handmade("v", "c", META("uint8", "[4]", "[4]", "0", "little"), "c/0",
+	         four, 3);
+	cr_assert_eq(zt_ctl(&out, "zarr import %s/v --prefix v/", zt_dir), 1);
+	cr_assert(strstr(out, "expected 4 bytes"), "%s", out);
+	free(out);
+	/* a daemon refusal after good ones (c is over --max-bytes): the good
+	 * ones are deleted again */
+	handmade("p", "a", META("uint8", "[4]", "[4]", "0", "little"), "c/0",
+	         four, 4);
+	handmade("p", "b", META("uint8", "[4]", "[4]", "0", "little"), "c/0",
+	         four, 4);
+	handmade("p", "c", META("uint8", "[2097152]", "[2097152]", "0",
+	                        "little"),
+	         "c/0", two, big);
+	cr_assert_eq(zt_ctl(&out, "zarr import %s/p --prefix p/", zt_dir), 1);
+	cr_assert(strstr(out, "2 array(s) published before this failure; 2 "
+	                      "deleted again"),
+	          "%s", out);
+	free(out);
+	cr_assert_eq(zt_ctl(&out, "ls"), 0);
+	cr_assert(!strstr(out, "v/") && !strstr(out, "p/"),
+	          "nothing of either import remains: %s", out);
+	free(out);
+	/* --partial keeps them */
+	cr_assert_eq(zt_ctl(&out, "zarr import %s/p --prefix p/ --partial",
+	                    zt_dir),
+	             1);
+	cr_assert(strstr(out, "2 array(s) published before this failure, "
+	                      "kept (--partial)"),
+	          "%s", out);
+	cr_assert(strstr(out, "p/a version") && strstr(out, "p/b version"),
+	          "%s", out);
+	free(out);
+	{
+		size_t len;
+		char *got = zt_get("p/b", &len);
+
+		cr_assert(len == 4 && !memcmp(got, four, 4));
+		free(got);
+	}
+	cr_assert_eq(zt_ctl(&out, "stat p/c"), 1);
+	free(out);
+	free(two);
+}
