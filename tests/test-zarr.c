@@ -2032,3 +2032,69 @@ Test(import, all_or_nothing_unless_partial, .fini = stop)
 	free(out);
 	free(two);
 }
+
+/* ---- /metrics: access refusals ---- */
+
+Test(http, access_refusals_are_counted_exactly, .fini = stop)
+{
+	static const char text[] = "allow uid=65534 rw pub/\n"
+	                           "allow http r pub/a\n";
+	char pol[64], *m, *out;
+	const char *const more[] = {"--http-prefix", "pub/", "--policy", pol,
+	                            "--socket-mode", "0666", NULL};
+	size_t len;
+
+	/* the daemon's own uid is never refused: a second uid is */
+	cr_assert_eq(geteuid(), 0, "this test runs as root (as CI does)");
+	snprintf(pol, sizeof(pol), "/tmp/td-zarr-policy-%d", (int)getpid());
+	zt_put_file(pol, text, sizeof(text) - 1);
+	start_http_args(more);
+	unlink(pol);
+	zt_ok_sh("chmod 0711 %s && chmod 0755 %s && printf abcd > %s/four",
+	         d.dir, zt_dir, zt_dir);
+	zt_ok("put pub/a --dtype u8 --shape 4 %s/four", zt_dir);
+	zt_ok("put pub/b --dtype u8 --shape 4 %s/four", zt_dir);
+	/* uid 65534: two writes and a read the policy refuses, one write
+	 * it grants */
+	for (int i = 0; i < 4; i++) {
+		static const char *const cmd[] = {
+		        "put priv/c --dtype u8 --shape 4 %s/four",
+		        "put pub/d --dtype u8 --shape 4 %s/four",
+		        "put other/e --dtype u8 --shape 4 %s/four",
+		        "stat priv/none"};
+		char args[256];
+
+		snprintf(args, sizeof(args), cmd[i], zt_dir);
+		cr_assert_eq(zt_sh(&out,
+		                   "setpriv --reuid=65534 --regid=65534 "
+		                   "--clear-groups '%s' --socket '%s' %s",
+		                   getenv("TD_TENSORCTL"), d.sock, args),
+		             i == 1 ? 0 : 1, "%s: %s", args, out);
+		cr_assert(i == 1 || strstr(out, "may not"), "%s", out);
+		free(out);
+	}
+	m = get_ok("/metrics", &len);
+	cr_assert_eq(metric_value(m, "tensord_refusals_total{reason="
+	                             "\"access\"} "),
+	             3, "%s", m);
+	free(m);
+	/*
+	 * HTTP names outside the prefix or denied to `http` are missing
+	 * keys, not refusals: counting them would let any HTTP client learn
+	 * from /metrics that a hidden name exists.
+	 */
+	http("GET", "/zarr/pub_b/zarr.json", NULL, &out);
+	cr_assert_eq(status_of(out), 404, "%s", out);
+	free(out);
+	http("GET", "/zarr-v2/priv_c/.zarray", NULL, &out);
+	cr_assert_eq(status_of(out), 404, "%s", out);
+	free(out);
+	m = get_ok("/metrics", &len);
+	cr_assert_eq(metric_value(m, "tensord_refusals_total{reason="
+	                             "\"access\"} "),
+	             3, "%s", m);
+	cr_assert_eq(metric_value(m, "tensord_http_responses_total{code="
+	                             "\"404\"} "),
+	             2, "%s", m);
+	free(m);
+}
