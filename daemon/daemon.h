@@ -484,7 +484,7 @@ unsigned td__ring_list(struct td_wire_str prefix, struct td_wire_str after,
 int td__ring_try_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 		     uint32_t flags, uint32_t mode, uint64_t version,
 		     struct td__ring *r);
-/* The byte sizes of r's planes into size[TD_WIRE_RING_MAX_PLANES]; the count. */
+/* r's plane sizes into size[TD_WIRE_RING_MAX_PLANES]; their count. */
 uint32_t td__ring_planes(struct td__ring *r, uint64_t *size);
 /* A leased slot: the ring's read-only data memfd (r's, valid while the
  * lease is) and where each plane of the slot is in it. */

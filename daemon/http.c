@@ -74,7 +74,8 @@ static enum MHD_Result json_body(struct MHD_Connection *c,
 
 	json_object_put(o);
 	if (!t)
-		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
+		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
+				     "out of memory\n");
 	rg = td__http_range(c, len, &a, &n);
 	if (rg < 0) {
 		free(t);
@@ -89,12 +90,15 @@ static enum MHD_Result json_body(struct MHD_Connection *c,
 		free(t);
 		return MHD_NO;
 	}
-	return td__http_queue(c, td__http_finish(r, rg, a, n, len, "application/json", NULL), r);
+	return td__http_queue(c,
+			      td__http_finish(r, rg, a, n, len,
+					      "application/json", NULL),
+			      r);
 }
 
 /* "/NODE/REST" in path: the node and REST, or NULL. */
-static struct td__http_node *find_node(struct td__http_node *ns, size_t n, const char *path,
-			      const char **rest)
+static struct td__http_node *find_node(struct td__http_node *ns, size_t n,
+				       const char *path, const char **rest)
 {
 	const char *slash = strchr(path, '/');
 
@@ -124,7 +128,7 @@ static enum MHD_Result zarr(struct MHD_Connection *c, const char *path,
 	if (td__http_nodes(&ns, &n, strstr(path, "zarr.json") ||
 					 strstr(path, ".z")) < 0)
 		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
-			    "out of memory\n");
+				     "out of memory\n");
 	if (!v2 && !strcmp(path, "zarr.json")) {
 		g = group_attrs(ns, n, &arrs);
 		o = g ? td_zarr_v3_group(g, arrs, n) : NULL;
@@ -188,7 +192,7 @@ static enum MHD_Result metrics(struct MHD_Connection *c)
 
 	if (!f)
 		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
-			    "out of memory\n");
+				     "out of memory\n");
 	for (struct td__list *l = d->peers.next; l != &d->peers; l = l->next) {
 		clients++;
 		leases += td__container_of(l, struct td__peer, link)->n_leases;
@@ -240,13 +244,14 @@ static enum MHD_Result metrics(struct MHD_Connection *c)
 	fprintf(f, "tensord_http_responses_total{code=\"other\"} %" PRIu64 "\n",
 		td__http_stats.other);
 	metric(f, "tensord_http_leases", "gauge",
-	       "Versions held by HTTP responses being sent.", td__http_stats.leases);
+	       "Versions and ring slots held by HTTP responses being sent.",
+	       td__http_stats.leases);
 	metric(f, "tensord_http_connections", "gauge",
 	       "Open HTTP connections.", connections());
 	if (fclose(f) != 0) {
 		free(buf);
 		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
-			    "out of memory\n");
+				     "out of memory\n");
 	}
 	r = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
 	if (!r) {
@@ -284,7 +289,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 	    strcmp(method, MHD_HTTP_METHOD_HEAD)) {
 		*upload_len = 0; /* a body is not read: answered at once */
 		return td__http_text(c, MHD_HTTP_METHOD_NOT_ALLOWED,
-			    "read-only: GET and HEAD only\n");
+				     "read-only: GET and HEAD only\n");
 	}
 	if (!strcmp(url, "/metrics"))
 		return metrics(c);

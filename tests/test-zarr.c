@@ -847,6 +847,27 @@ static char *get_ok(const char *path, size_t *len)
 	return body;
 }
 
+/* The root zarr.json and every node's over HTTP are the bytes export
+ * wrote into zt_dir/dir. */
+static void metadata_as_exported(const char *dir, const char *const *nodes_,
+                                 size_t n)
+{
+	for (size_t i = 0; i <= n; i++) {
+		char rel[300], path[320], url[320], *want, *got;
+		size_t len;
+
+		snprintf(rel, sizeof(rel), "%s%szarr.json",
+		         i < n ? nodes_[i] : "", i < n ? "/" : "");
+		snprintf(path, sizeof(path), "/zarr/%s", rel);
+		snprintf(url, sizeof(url), "%s/%s", dir, rel);
+		want = zt_file(url);
+		got = get_ok(path, &len);
+		cr_assert_str_eq(got, want, "%s", path);
+		free(want);
+		free(got);
+	}
+}
+
 Test(http, zarr_v3_as_an_export_would_write_it, .init = start_http,
      .fini = stop)
 {
@@ -855,22 +876,7 @@ Test(http, zarr_v3_as_an_export_would_write_it, .init = start_http,
 	put_all();
 	zt_ok("zarr export %s/x", zt_dir);
 	/* every key the same bytes as the exported file */
-	for (size_t i = 0; i <= NPUTS; i++) {
-		char rel[128], path[160], *want, *got;
-		size_t len;
-
-		if (i == NPUTS)
-			snprintf(rel, sizeof(rel), "zarr.json");
-		else
-			snprintf(rel, sizeof(rel), "%s/zarr.json", nodes[i]);
-		snprintf(path, sizeof(path), "/zarr/%s", rel);
-		snprintf(url, sizeof(url), "x/%s", rel);
-		want = zt_file(url);
-		got = get_ok(path, &len);
-		cr_assert_str_eq(got, want, "%s", path);
-		free(want);
-		free(got);
-	}
+	metadata_as_exported("x", nodes, NPUTS);
 	snprintf(url, sizeof(url), "%s/zarr", base);
 	zt_check(url);
 	exp = expect_puts(true);
@@ -1085,28 +1091,31 @@ static void put_filled(const char *name, int byte, size_t len)
 	zt_ok("put %s --dtype u8 --shape %zu %s", name, len, path);
 }
 
-Test(http, a_response_keeps_its_version_whole, .init = start_http,
-     .fini = stop)
+/*
+ * GET path (a chunk of len bytes, all 'A'), read its first 4 KiB, then
+ * replace() publishes a new version of "big" (both versions held: held
+ * bytes) and "big" is deleted; the rest of the body must still be the
+ * first version, whole. Then the lease goes and every byte is freed.
+ */
+static void keeps_its_version(const char *path, size_t len, uint64_t held,
+                              void (*replace)(void *), void *arg)
 {
-	const size_t len = 64u << 20;
 	char head[4096], *rest, *m;
 	size_t got = 0, mlen;
 	ssize_t r;
-	int fd;
+	int fd = connect_tcp();
 
-	put_filled("big", 'A', len);
-	fd = connect_tcp();
-	snprintf(head, sizeof(head), "GET /zarr/big/c/0 HTTP/1.1\r\nHost: t\r\n"
-	                             "Connection: close\r\n\r\n");
+	snprintf(head, sizeof(head),
+	         "GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+	         path);
 	cr_assert(send(fd, head, strlen(head), 0) > 0);
-	/* a little of the body, then a new version and a delete meanwhile */
 	r = recv(fd, head, sizeof(head), MSG_WAITALL);
 	cr_assert_eq(r, (ssize_t)sizeof(head));
-	put_filled("big", 'B', len);
+	replace(arg);
 	m = get_ok("/metrics", &mlen);
-	cr_assert(strstr(m, "tensord_bytes 134217728\n"),
-	          "both versions are held while the response runs: %s", m);
-	cr_assert_eq(metric_value(m, "tensord_http_leases "), 1);
+	cr_assert_eq(metric_value(m, "tensord_bytes "), held,
+	             "both versions are held while the response runs: %s", m);
+	cr_assert_eq(metric_value(m, "tensord_http_leases "), 1, "%s", m);
 	free(m);
 	zt_ok("rm big");
 	rest = malloc(len + 8192);
@@ -1117,8 +1126,10 @@ Test(http, a_response_keeps_its_version_whole, .init = start_http,
 	{
 		const char *b = strstr(head, "\r\n\r\n") + 4;
 		size_t first = sizeof(head) - (size_t)(b - head);
+		char cl[64];
 
-		cr_assert(strstr(head, "Content-Length: 67108864\r\n"));
+		snprintf(cl, sizeof(cl), "Content-Length: %zu\r\n", len);
+		cr_assert(strstr(head, cl), "%s", head);
 		cr_assert_eq(first + got, len, "the whole chunk");
 		for (size_t i = 0; i < first; i++)
 			cr_assert_eq(b[i], 'A');
@@ -1131,7 +1142,8 @@ Test(http, a_response_keeps_its_version_whole, .init = start_http,
 	/* the lease is gone with the response: the bytes are freed */
 	for (int i = 0; i < 200; i++) {
 		m = get_ok("/metrics", &mlen);
-		if (strstr(m, "tensord_bytes 0\n"))
+		if (strstr(m, "tensord_bytes 0\n") &&
+		    strstr(m, "tensord_http_leases 0\n"))
 			break;
 		free(m);
 		m = NULL;
@@ -1139,6 +1151,20 @@ Test(http, a_response_keeps_its_version_whole, .init = start_http,
 	}
 	cr_assert(m, "version 1 was not freed after its response");
 	free(m);
+}
+
+static void put_big_b(void *arg)
+{
+	put_filled("big", 'B', *(const size_t *)arg);
+}
+
+Test(http, a_response_keeps_its_version_whole, .init = start_http,
+     .fini = stop)
+{
+	size_t len = 64u << 20;
+
+	put_filled("big", 'A', len);
+	keeps_its_version("/zarr/big/c/0", len, 2 * len, put_big_b, &len);
 }
 
 Test(http, metrics_count_what_happened, .fini = stop)
@@ -1742,19 +1768,7 @@ Test(http, repacked_chunks_are_what_export_writes, .init = start_http,
 	      "rep/transposed",
 	      zt_dir);
 	/* every metadata key the exported bytes */
-	for (size_t i = 0; i <= 5; i++) {
-		char rel[128], path[160], *want, *got;
-
-		snprintf(rel, sizeof(rel), "%s%szarr.json", i < 5 ? nodes_[i] : "",
-		         i < 5 ? "/" : "");
-		snprintf(path, sizeof(path), "/zarr/%s", rel);
-		snprintf(url, sizeof(url), "x/%s", rel);
-		want = zt_file(url);
-		got = get_ok(path, &len);
-		cr_assert_str_eq(got, want, "%s", path);
-		free(want);
-		free(got);
-	}
+	metadata_as_exported("x", nodes_, 5);
 	out = get_ok("/zarr-v2/.zmetadata", &len);
 	cr_assert(strstr(out, "rep_ring/.zarray") &&
 	                  strstr(out, "rep_pitch/.zarray") &&
@@ -1828,73 +1842,38 @@ static uint8_t pat_c(uint64_t i)
 	return 'C';
 }
 
+struct republish {
+	struct td_client *c;
+	struct td_publish *p;
+	uint64_t size;
+};
+
+static void publish_c(void *arg)
+{
+	struct republish *rp = arg;
+
+	publish_buf(rp->c, rp->p, rp->size, pat_c);
+}
+
 Test(http, a_repacked_response_keeps_its_version_whole, .init = start_http,
      .fini = stop)
 {
 	/* u8 [4096, 8000] with rows 8192 bytes apart: 31.25 MiB repacked */
-	const size_t rows = 4096, cols = 8000, len = rows * cols;
+	const size_t rows = 4096, cols = 8000;
 	uint64_t shape[] = {rows, cols}, size = rows * 8192;
 	int64_t st[] = {8192, 1};
 	struct td_plane pl = {0, 0, 0, rows * 8192};
 	struct td_publish p = {.name = "big", .dtype = TD_TENSOR_U8,
 	                       .ndim = 2, .shape = shape, .strides = st,
 	                       .plane_count = 1, .planes = &pl};
-	struct td_client *c = NULL;
 	struct td_error e = {0};
-	char head[4096], *rest, *m;
-	size_t got = 0, mlen;
-	ssize_t r;
-	int fd;
+	struct republish rp = {NULL, &p, size};
 
-	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
-	publish_buf(c, &p, size, pat_a);
-	fd = connect_tcp();
-	snprintf(head, sizeof(head), "GET /zarr/big/c/0/0 HTTP/1.1\r\n"
-	                             "Host: t\r\nConnection: close\r\n\r\n");
-	cr_assert(send(fd, head, strlen(head), 0) > 0);
-	r = recv(fd, head, sizeof(head), MSG_WAITALL);
-	cr_assert_eq(r, (ssize_t)sizeof(head));
-	/* a new version, then the name deleted, while the body is sent */
-	publish_buf(c, &p, size, pat_c);
-	m = get_ok("/metrics", &mlen);
-	cr_assert_eq(metric_value(m, "tensord_http_leases "), 1, "%s", m);
-	cr_assert_eq(metric_value(m, "tensord_bytes "), 2 * size, "%s", m);
-	free(m);
-	zt_ok("rm big");
-	rest = malloc(len + 8192);
-	cr_assert(rest);
-	while ((r = recv(fd, rest + got, len + 8192 - got, 0)) > 0)
-		got += (size_t)r;
-	close(fd);
-	{
-		const char *b = strstr(head, "\r\n\r\n") + 4;
-		size_t first = sizeof(head) - (size_t)(b - head);
-		char cl[64];
-
-		snprintf(cl, sizeof(cl), "Content-Length: %zu\r\n", len);
-		cr_assert(strstr(head, cl), "%s", head);
-		cr_assert_eq(first + got, len, "the whole chunk");
-		for (size_t i = 0; i < first; i++)
-			cr_assert_eq(b[i], 'A');
-		for (size_t i = 0; i < got; i++)
-			if (rest[i] != 'A')
-				cr_assert_fail("byte %zu is %c, not A (v1)",
-				               first + i, rest[i]);
-	}
-	free(rest);
-	td_client_close(c);
-	/* the lease went with the response: both versions are freed */
-	for (int i = 0; i < 200; i++) {
-		m = get_ok("/metrics", &mlen);
-		if (strstr(m, "tensord_bytes 0\n") &&
-		    strstr(m, "tensord_http_leases 0\n"))
-			break;
-		free(m);
-		m = NULL;
-		usleep(10000);
-	}
-	cr_assert(m, "version 1 was not freed after its response");
-	free(m);
+	cr_assert_eq(td_client_connect(d.sock, &rp.c, &e), 0, "%s", e.reason);
+	publish_buf(rp.c, &p, size, pat_a);
+	keeps_its_version("/zarr/big/c/0/0", rows * cols, 2 * size, publish_c,
+	                  &rp);
+	td_client_close(rp.c);
 }
 
 Test(http, dmabuf_planes_are_left_out, .init = start_http, .fini = stop)
