@@ -286,6 +286,90 @@ Test(meta, read_accepts_and_refuses_with_reasons)
 
 /* ---- names (tensogram.md §18) ---- */
 
+/* Every chunk byte through td_zarr_walk_at(): (plane, offset) pairs. */
+static void walk_all(const struct td_zarr_walk *w, uint32_t *planes,
+                     uint64_t *offs)
+{
+	for (uint64_t pos = 0, n; pos < w->len; pos += n) {
+		uint32_t p;
+		uint64_t off;
+
+		n = td_zarr_walk_at(w, pos, &p, &off);
+		cr_assert(n >= 1 && n <= w->len - pos, "pos %llu: %llu",
+		          (unsigned long long)pos, (unsigned long long)n);
+		for (uint64_t k = 0; k < n; k++) {
+			planes[pos + k] = p;
+			offs[pos + k] = off + k;
+		}
+	}
+}
+
+Test(meta, walk_layouts_and_refusals)
+{
+	static const uint64_t shape[] = {3, 2};
+	struct td_zarr_array a = arr("x", "uint16", 2, shape);
+	struct td_zarr_walk w;
+	uint64_t one[] = {64}, three[] = {4, 0, 8}, offs[12];
+	uint32_t planes[12];
+	int64_t pitch[] = {16, 2}, tr[] = {2, 6}, neg[] = {-16, 2},
+	        far[] = {INT64_MAX, 2};
+	struct td_zarr_src s = {.nplanes = 1, .plane_size = one};
+
+	/* dense: plane 0 from its first byte */
+	cr_assert_null(td_zarr_walk_init(&w, &a, &s));
+	cr_assert_eq(w.layout, TD_ZARR_DENSE);
+	cr_assert_eq(w.len, 12);
+	/* a row pitch: runs of one row (4 bytes) 16 bytes apart */
+	s.nstrides = 2;
+	s.strides = pitch;
+	cr_assert_null(td_zarr_walk_init(&w, &a, &s));
+	cr_assert_eq(w.layout, TD_ZARR_STRIDED);
+	cr_assert_eq(w.run, 4);
+	walk_all(&w, planes, offs);
+	for (uint64_t i = 0; i < 12; i++)
+		cr_assert_eq(offs[i], (i / 4) * 16 + i % 4, "byte %llu",
+		             (unsigned long long)i);
+	/* transposed: element runs */
+	s.strides = tr;
+	cr_assert_null(td_zarr_walk_init(&w, &a, &s));
+	cr_assert_eq(w.run, 2);
+	walk_all(&w, planes, offs);
+	for (uint64_t e = 0; e < 6; e++)
+		cr_assert_eq(offs[2 * e], (e / 2) * 2 + (e % 2) * 6);
+	/* refusals, each with its reason */
+	s.strides = neg;
+	cr_assert_str_eq(td_zarr_walk_init(&w, &a, &s),
+	                 "it has negative strides");
+	s.strides = far;
+	cr_assert_str_eq(td_zarr_walk_init(&w, &a, &s),
+	                 "its strides reach past its plane");
+	s.strides = pitch;
+	one[0] = 2 * 16 + 2 + 1; /* the last element one byte short */
+	cr_assert_str_eq(td_zarr_walk_init(&w, &a, &s),
+	                 "its strides reach past its plane");
+	s.nstrides = 0;
+	one[0] = 11;
+	cr_assert_str_eq(td_zarr_walk_init(&w, &a, &s),
+	                 "its plane is smaller than its shape");
+	s.format = "nv12";
+	cr_assert_str_eq(td_zarr_walk_init(&w, &a, &s),
+	                 "a semi-planar format has no single-array form");
+	/* planar: packed planes in order, an empty one skipped */
+	s.format = "";
+	s.nplanes = 3;
+	s.plane_size = three;
+	cr_assert_null(td_zarr_walk_init(&w, &a, &s));
+	cr_assert_eq(w.layout, TD_ZARR_PLANAR);
+	walk_all(&w, planes, offs);
+	for (uint64_t i = 0; i < 12; i++) {
+		cr_assert_eq(planes[i], i < 4 ? 0 : 2);
+		cr_assert_eq(offs[i], i < 4 ? i : i - 4);
+	}
+	three[2] = 9;
+	cr_assert_str_eq(td_zarr_walk_init(&w, &a, &s),
+	                 "its planes are padded (not supported)");
+}
+
 Test(names, node_names_are_sanitised)
 {
 	static const char *const cases[][2] = {
