@@ -314,6 +314,7 @@ struct body {
 	/* the last window read: plane wp's bytes [woff, woff + wlen) */
 	uint32_t wp;
 	uint64_t woff, wlen;
+	bool far; /* consecutive runs lie a window or more apart */
 	uint8_t win[WINDOW];
 };
 
@@ -334,7 +335,9 @@ static bool plane_read(struct body *b, uint32_t p, uint64_t off, uint8_t *dst,
 	uint64_t want;
 	ssize_t r;
 
-	if (n >= WINDOW)
+	/* long runs, and short ones too far apart for a window to hold
+	 * the next (a transposed view): read where they are */
+	if (n >= WINDOW || b->far)
 		return pread_full(b->fd[p], dst, n, b->off[p] + off) ==
 		       (ssize_t)n;
 	if (!b->wlen || p != b->wp || off < b->woff ||
@@ -407,6 +410,8 @@ static struct MHD_Response *repacked(const struct td__http_node *n,
 	memcpy(b->off, n->off, sizeof(b->off));
 	b->start = start;
 	b->wlen = 0;
+	b->far = n->w.layout == TD_ZARR_STRIDED && n->w.outer &&
+	         (uint64_t)n->w.st[n->w.outer - 1] >= WINDOW;
 	r = MHD_create_response_from_callback(len, block, body_read, b,
 	                                      body_free);
 	if (!r)
