@@ -1757,14 +1757,15 @@ static void chunk_is(const char *node, const char *key3, const char *key2,
 Test(http, repacked_chunks_are_what_export_writes, .init = start_http,
      .fini = stop)
 {
-	static const char *const nodes_[] = {"rep_dense", "rep_pitch",
-	                                     "rep_planar", "rep_ring",
-	                                     "rep_transposed"};
+	static const char *const nodes_[] = {"rep_dense",  "rep_far",
+	                                     "rep_pitch",  "rep_planar",
+	                                     "rep_ring",   "rep_transposed"};
 	struct td_client *c = NULL;
 	struct td_error e = {0};
 	struct td_ring *ring;
 	struct td_slot slot;
-	uint8_t pitch[40], tr[12], planar[24], ringb[24], dense[6] = {0};
+	uint8_t pitch[40], tr[12], far[12], planar[24], ringb[24],
+	        dense[6] = {0};
 	char *out, *exp, url[160];
 	size_t len;
 
@@ -1797,6 +1798,14 @@ Test(http, repacked_chunks_are_what_export_writes, .init = start_http,
 		for (uint64_t r = 0; r < 3; r++)
 			for (uint64_t k = 0; k < 4; k++)
 				tr[r * 4 + k] = pat13(r + 3 * k);
+		/* the same with columns 4 KiB apart: one read per byte */
+		st[1] = 4096;
+		pl.size = 3 * 4096 + 3;
+		p.name = "rep/far";
+		publish_buf(c, &p, 4 * 4096, pat13);
+		for (uint64_t r = 0; r < 3; r++)
+			for (uint64_t k = 0; k < 4; k++)
+				far[r * 4 + k] = pat13(r + 4096 * k);
 	}
 	{
 		/* rgb8_planar [3,2,4]: three packed planes, 64 bytes apart;
@@ -1848,11 +1857,11 @@ Test(http, repacked_chunks_are_what_export_writes, .init = start_http,
 	                      "padded"),
 	          "%s", out);
 	free(out);
-	zt_ok("zarr export %s/x rep/dense rep/pitch rep/planar rep/ring "
-	      "rep/transposed",
+	zt_ok("zarr export %s/x rep/dense rep/far rep/pitch rep/planar "
+	      "rep/ring rep/transposed",
 	      zt_dir);
 	/* every metadata key the exported bytes */
-	metadata_as_exported("x", nodes_, 5);
+	metadata_as_exported("x", nodes_, 6);
 	out = get_ok("/zarr-v2/.zmetadata", &len);
 	cr_assert(strstr(out, "rep_ring/.zarray") &&
 	                  strstr(out, "rep_pitch/.zarray") &&
@@ -1861,6 +1870,7 @@ Test(http, repacked_chunks_are_what_export_writes, .init = start_http,
 	free(out);
 	chunk_is("rep_pitch", "c/0/0", "0.0", pitch, sizeof(pitch));
 	chunk_is("rep_transposed", "c/0/0", "0.0", tr, sizeof(tr));
+	chunk_is("rep_far", "c/0/0", "0.0", far, sizeof(far));
 	chunk_is("rep_planar", "c/0/0/0", "0.0.0", planar, sizeof(planar));
 	chunk_is("rep_ring", "c/0/0", "0.0", ringb, sizeof(ringb));
 	chunk_is("rep_dense", "c/0", "0", dense, sizeof(dense));
@@ -1894,15 +1904,15 @@ Test(http, repacked_chunks_are_what_export_writes, .init = start_http,
 	{
 		static const uint64_t s1[] = {6}, s2[] = {4, 5}, s3[] = {3, 2, 4},
 		                      s4[] = {2, 3}, s5[] = {3, 4};
-		const uint8_t *vals[] = {dense, pitch, planar, ringb, tr};
-		const size_t lens[] = {6, 40, 24, 24, 12};
-		const char *types[] = {"uint8", "uint16", "uint8", "float32",
-		                       "uint8"};
-		const uint64_t *shapes[] = {s1, s2, s3, s4, s5};
-		const uint32_t ndims[] = {1, 2, 3, 2, 2};
+		const uint8_t *vals[] = {dense, far, pitch, planar, ringb, tr};
+		const size_t lens[] = {6, 12, 40, 24, 24, 12};
+		const char *types[] = {"uint8", "uint8",   "uint16",
+		                       "uint8", "float32", "uint8"};
+		const uint64_t *shapes[] = {s1, s5, s2, s3, s4, s5};
+		const uint32_t ndims[] = {1, 2, 2, 3, 2, 2};
 		struct zt_expect *x = zt_expect_new();
 
-		for (size_t i = 0; i < 5; i++) {
+		for (size_t i = 0; i < 6; i++) {
 			free(zt_write_raw(nodes_[i], vals[i], lens[i]));
 			zt_expect_array(x, nodes_[i], types[i], ndims[i],
 			                shapes[i], nodes_[i], NULL);
