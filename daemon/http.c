@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The read-only HTTP store (`tensord --http ADDR`, docs/zarr.md): the
- * current tensors as a Zarr v3 hierarchy under /zarr/, the same as Zarr v2
- * under /zarr-v2/, and Prometheus text at /metrics.
+ * current tensors and the rings' latest versions as a Zarr v3 hierarchy
+ * under /zarr/, the same as Zarr v2 under /zarr-v2/, and Prometheus text
+ * at /metrics.
  *
  * libmicrohttpd parses HTTP; it runs without a thread of its own, from the
  * daemon's libuv loop: its epoll fd sits on a uv_poll_t and its timeout on
