@@ -486,7 +486,24 @@ unsigned td__ring_list(struct td_wire_str prefix, struct td_wire_str after,
 int td__ring_try_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 		     uint32_t flags, uint32_t mode, uint64_t version,
 		     struct td__ring *r);
-/* A GET lease on r's slot ends (RELEASE, disconnect). */
+/* r's plane sizes into size[TD_WIRE_RING_MAX_PLANES]; their count. */
+uint32_t td__ring_planes(struct td__ring *r, uint64_t *size);
+/* A leased slot: the ring's read-only data memfd (r's, valid while the
+ * lease is) and where each plane of the slot is in it. */
+struct td__ring_slot {
+	uint32_t slot;
+	uint64_t version;
+	int fd;
+	uint64_t off[TD_WIRE_RING_MAX_PLANES];
+};
+/*
+ * Lease r's latest slot without a connection, as a GET of r's name does
+ * (the HTTP store): 0 and *out; -ENOENT no version yet; -EAGAIN the slot
+ * is being rewritten or its fence has not signalled; -EBADMSG a corrupt
+ * header. Ended with td__ring_unlease(r, out->slot).
+ */
+int td__ring_lease_latest(struct td__ring *r, struct td__ring_slot *out);
+/* A GET lease on r's slot ends (RELEASE, disconnect, HTTP response). */
 void td__ring_unlease(struct td__ring *r, uint32_t slot);
 /* Start the 1 ms poll of parked ring GETs (td__ring_hooks.poll). */
 void td__ring_poll_arm(void);

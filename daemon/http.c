@@ -1,23 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The read-only HTTP store (`tensord --http ADDR`, docs/zarr.md): the
- * current tensors as a Zarr v3 hierarchy under /zarr/, the same as Zarr v2
- * under /zarr-v2/, and Prometheus text at /metrics.
+ * current tensors and the rings' latest versions as a Zarr v3 hierarchy
+ * under /zarr/, the same as Zarr v2 under /zarr-v2/, and Prometheus text
+ * at /metrics.
  *
  * libmicrohttpd parses HTTP; it runs without a thread of its own, from the
  * daemon's libuv loop: its epoll fd sits on a uv_poll_t and its timeout on
- * a uv_timer_t, and both call MHD_run(). Chunk bodies are fd-backed
- * responses on a duplicate of the plane's memfd, so the kernel moves the
- * bytes (sendfile) and they never pass through a buffer of ours; the
- * version is leased (a reference, like a GET) until the response is done,
- * so a version replaced meanwhile is still sent whole. Metadata is built
- * per request by json/zarr.c, byte for byte what `tensorctl zarr export`
- * writes.
+ * a uv_timer_t, and both call MHD_run(). Chunks come from http-body.c
+ * (by sendfile, or repacked), leased until their response is done.
+ * Metadata is built per request by json/zarr.c, byte for byte what
+ * `tensorctl zarr export` writes.
  *
  * Only names under --http-prefix are served (none without it) and, with
  * --policy, only those an `allow http r PREFIX` line grants.
  */
-#include "store.h"
+#include "http.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -36,8 +34,6 @@
 
 #include <json-c/json.h>
 
-#include "blob.h"
-#include "td-zarr.h"
 
 /* Bytes of request state per connection (headers included): a request
  * whose headers do not fit is answered 431 and closed. */
@@ -56,166 +52,7 @@ static struct http H = {.lfd = -1};
 
 static unsigned connections(void);
 
-/* One exported tensor: its array and where its chunk is. */
-struct node {
-	struct td__version *v;
-	struct td_zarr_array a;
-	int fd;          /* the plane's descriptor (borrowed) */
-	uint64_t offset; /* of the chunk in fd */
-	uint64_t len;    /* chunk bytes */
-};
-
-/* A response's lease on a version, dropped when the response is done. */
-struct hold {
-	struct td__version *v;
-};
-
-/* ---- what is exported ---- */
-
-static bool exported(const struct td__version *v)
-{
-	const struct td__daemon *d = td__d;
-	const char *pre = d->opts.http_prefix;
-	size_t pl = pre ? strlen(pre) : 0;
-
-	if (!pre || v->name_len < pl || memcmp(v->name, pre, pl))
-		return false;
-	return !d->policy ||
-	       td__policy_allows_http(d->policy, v->name, v->name_len);
-}
-
-/* Tensor metadata of v for its attributes (strings copied to NUL-end). */
-static struct json_object *attrs_of(const struct td__version *v,
-				    const struct td_blob_view *bv)
-{
-	char name[TD_WIRE_MAX_NAME + 1], strs[5][TD_WIRE_MAX_NAME + 1];
-	float scales[64];
-	int32_t zps[64];
-	struct td_zarr_tensor t = {.name = name,
-				   .meta = v->meta,
-				   .meta_len = v->meta_len,
-				   .quant_axis = -2};
-
-	memcpy(name, v->name, v->name_len);
-	name[v->name_len] = 0;
-	for (int i = 0; i < 5; i++) {
-		size_t l = bv->strings[i].len < TD_WIRE_MAX_NAME
-				   ? bv->strings[i].len
-				   : TD_WIRE_MAX_NAME;
-
-		memcpy(strs[i], bv->strings[i].ptr, l);
-		strs[i][l] = 0;
-		t.strings[i] = strs[i];
-	}
-	if (bv->quant_scales_len) {
-		t.quant_axis = bv->quant_axis;
-		t.nscales = bv->quant_scales_len < 64 ? bv->quant_scales_len
-						      : 64;
-		t.nzero_points = bv->quant_zero_points_len < 64
-					 ? bv->quant_zero_points_len
-					 : 64;
-		for (uint32_t i = 0; i < t.nscales; i++)
-			scales[i] = td_blob_quant_scale(bv, i);
-		for (uint32_t i = 0; i < t.nzero_points; i++)
-			zps[i] = td_blob_quant_zero_point(bv, i);
-		t.scales = scales;
-		t.zero_points = zps;
-	}
-	return td_zarr_tensor_attrs(&t);
-}
-
-/*
- * v as a node when it can be served from one fd without copying: a
- * dtype with a Zarr type, one dense plane in a regular file (a memfd; a
- * dma-buf or an inline plane cannot be sent by the kernel).
- */
-static bool node_of(struct td__version *v, struct node *n, bool attrs)
-{
-	struct td_blob_view bv;
-	struct td_blob_plane pl;
-	struct td_err e = {0};
-	struct stat st;
-	uint64_t dense;
-
-	memset(n, 0, sizeof(*n));
-	if (td_blob_decode(v->blob, v->blob_len, &bv, &e) < 0 ||
-	    bv.plane_count != 1 || td_blob_plane_get(&bv, 0, &pl) < 0 ||
-	    pl.handle < 0 || (uint64_t)pl.handle >= v->nfds)
-		return false;
-	n->a.type = td_zarr_type_by_blob(bv.dtype);
-	n->a.ndim = bv.ndim;
-	if (!n->a.type || bv.ndim > TD_ZARR_MAX_DIMS)
-		return false;
-	for (uint32_t k = 0; k < bv.ndim; k++)
-		n->a.shape[k] = td_blob_shape(&bv, k);
-	if (td_zarr_chunk_bytes(&n->a, &n->len) < 0)
-		return false;
-	dense = n->a.type->size;
-	for (uint32_t k = bv.strides_len; k-- > 0;) {
-		if (n->a.shape[k] > 1 && td_blob_stride(&bv, k) != (int64_t)dense)
-			return false;
-		dense *= n->a.shape[k];
-	}
-	n->fd = td__vfd_out(&v->fds[pl.handle]);
-	n->offset = pl.offset;
-	if (n->len > pl.size || fstat(n->fd, &st) < 0 ||
-	    !S_ISREG(st.st_mode) || n->offset + n->len > (uint64_t)st.st_size)
-		return false;
-	n->v = v;
-	if (!attrs)
-		return true;
-	n->a.attrs = attrs_of(v, &bv);
-	return n->a.attrs != NULL;
-}
-
-static void nodes_free(struct node *ns, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		td_zarr_array_fini(&ns[i].a);
-	free(ns);
-}
-
-/*
- * Every exported tensor in name order, named as an export names them;
- * attrs: with their attributes (metadata keys; a chunk needs none).
- */
-static int nodes_build(struct node **out, size_t *count, bool attrs)
-{
-	struct td__store *s = td__d->store;
-	struct node *ns = calloc(s->count ? s->count : 1, sizeof(*ns));
-	char **names = calloc(s->count ? s->count : 1, sizeof(*names));
-	size_t n = 0;
-	int rc = 0;
-
-	if (!ns || !names) {
-		free(ns);
-		free(names);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < s->count; i++) {
-		struct td__version *v = s->names[i];
-		char name[TD_WIRE_MAX_NAME + 1];
-
-		if (!exported(v) || !node_of(v, &ns[n], attrs))
-			continue;
-		memcpy(name, v->name, v->name_len);
-		name[v->name_len] = 0;
-		td_tgm_node_name(name, ns[n].a.name, TD_ZARR_NAME_MAX + 1);
-		names[n] = ns[n].a.name;
-		n++;
-	}
-	rc = td_tgm_names_unique(names, n, sizeof(ns->a.name));
-	free(names);
-	if (rc < 0) {
-		nodes_free(ns, n);
-		return rc;
-	}
-	*out = ns;
-	*count = n;
-	return 0;
-}
-
-static struct json_object *group_attrs(struct node *ns, size_t n,
+static struct json_object *group_attrs(struct td__http_node *ns, size_t n,
 				       struct td_zarr_array **arrs)
 {
 	*arrs = calloc(n ? n : 1, sizeof(**arrs));
@@ -224,130 +61,6 @@ static struct json_object *group_attrs(struct node *ns, size_t n,
 	for (size_t i = 0; i < n; i++)
 		(*arrs)[i] = ns[i].a;
 	return td_zarr_tensor_group(*arrs, n);
-}
-
-/* ---- responses ---- */
-
-static struct http_stats {
-	uint64_t by_code[6]; /* 200 206 304 404 405 416 */
-	uint64_t other;
-	uint64_t leases; /* responses holding a version now */
-} stats;
-
-static void count(unsigned code)
-{
-	static const unsigned codes[] = {200, 206, 304, 404, 405, 416};
-
-	for (size_t i = 0; i < 6; i++)
-		if (codes[i] == code) {
-			stats.by_code[i]++;
-			return;
-		}
-	stats.other++;
-}
-
-static enum MHD_Result queue(struct MHD_Connection *c, unsigned code,
-			     struct MHD_Response *r)
-{
-	enum MHD_Result res;
-
-	if (!r)
-		return MHD_NO;
-	count(code);
-	res = MHD_queue_response(c, code, r);
-	MHD_destroy_response(r);
-	return res;
-}
-
-static enum MHD_Result text(struct MHD_Connection *c, unsigned code,
-			    const char *msg)
-{
-	struct MHD_Response *r = MHD_create_response_from_buffer(
-		strlen(msg), (void *)(uintptr_t)msg, MHD_RESPMEM_PERSISTENT);
-
-	if (r && code == 405)
-		MHD_add_response_header(r, "Allow", "GET, HEAD");
-	if (r)
-		MHD_add_response_header(r, "Content-Type", "text/plain");
-	return queue(c, code, r);
-}
-
-/*
- * The Range header against a body of len bytes (RFC 9110): 0 none, 1 a
- * satisfiable range in [*a, *a + *n), -1 unsatisfiable (or a form this
- * server does not serve: several ranges).
- */
-static int range(struct MHD_Connection *c, uint64_t len, uint64_t *a,
-		 uint64_t *n)
-{
-	const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-						    "Range");
-	unsigned long long x = 0, y = 0;
-	char *end;
-
-	if (!h)
-		return 0;
-	if (strncmp(h, "bytes=", 6) || strchr(h, ','))
-		return -1;
-	h += 6;
-	if (*h == '-') {
-		/* the last y bytes */
-		errno = 0;
-		y = strtoull(h + 1, &end, 10);
-		if (errno || end == h + 1 || *end || !y || !len)
-			return -1;
-		*n = y < len ? y : len;
-		*a = len - *n;
-		return 1;
-	}
-	errno = 0;
-	x = strtoull(h, &end, 10);
-	if (errno || end == h || *end != '-' || x >= len)
-		return -1;
-	h = end + 1;
-	if (!*h) {
-		y = len - 1;
-	} else {
-		y = strtoull(h, &end, 10);
-		if (errno || *end || y < x)
-			return -1;
-		if (y >= len)
-			y = len - 1;
-	}
-	*a = x;
-	*n = y - x + 1;
-	return 1;
-}
-
-static enum MHD_Result unsatisfiable(struct MHD_Connection *c, uint64_t len)
-{
-	struct MHD_Response *r =
-		MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
-	char cr[64];
-
-	snprintf(cr, sizeof(cr), "bytes */%" PRIu64, len);
-	if (r)
-		MHD_add_response_header(r, "Content-Range", cr);
-	return queue(c, MHD_HTTP_RANGE_NOT_SATISFIABLE, r);
-}
-
-/* Add Content-Range and the common headers; 200 or 206. */
-static unsigned finish(struct MHD_Response *r, int ranged, uint64_t a,
-		       uint64_t n, uint64_t len, const char *type,
-		       const char *etag)
-{
-	char cr[96];
-
-	MHD_add_response_header(r, "Accept-Ranges", "bytes");
-	MHD_add_response_header(r, "Content-Type", type);
-	if (etag)
-		MHD_add_response_header(r, "ETag", etag);
-	if (!ranged)
-		return MHD_HTTP_OK;
-	snprintf(cr, sizeof(cr), "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, a,
-		 a + n - 1, len);
-	MHD_add_response_header(r, "Content-Range", cr);
-	return MHD_HTTP_PARTIAL_CONTENT;
 }
 
 /* A JSON document (json-c object, dropped) as the body. */
@@ -362,11 +75,12 @@ static enum MHD_Result json_body(struct MHD_Connection *c,
 
 	json_object_put(o);
 	if (!t)
-		return text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
-	rg = range(c, len, &a, &n);
+		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
+				     "out of memory\n");
+	rg = td__http_range(c, len, &a, &n);
 	if (rg < 0) {
 		free(t);
-		return unsatisfiable(c, len);
+		return td__http_unsatisfiable(c, len);
 	}
 	if (rg == 0)
 		n = len;
@@ -377,65 +91,15 @@ static enum MHD_Result json_body(struct MHD_Connection *c,
 		free(t);
 		return MHD_NO;
 	}
-	return queue(c, finish(r, rg, a, n, len, "application/json", NULL), r);
-}
-
-/* The chunk of node n, from its fd, leased until the response ends. */
-static enum MHD_Result chunk_body(struct MHD_Connection *c, struct node *n,
-				  void **con_cls)
-{
-	const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-						      "If-None-Match");
-	struct MHD_Response *r;
-	struct hold *hd;
-	uint64_t a = 0, len = 0;
-	char etag[TD_WIRE_MAX_NAME + 48];
-	int rg = range(c, n->len, &a, &len), fd;
-
-	snprintf(etag, sizeof(etag), "\"%.*s@%" PRIu64 "\"",
-		 (int)n->v->name_len, n->v->name, n->v->number);
-	if (inm && !strcmp(inm, etag)) {
-		r = MHD_create_response_from_buffer(0, NULL,
-						    MHD_RESPMEM_PERSISTENT);
-		if (r)
-			MHD_add_response_header(r, "ETag", etag);
-		return queue(c, MHD_HTTP_NOT_MODIFIED, r);
-	}
-	if (rg < 0)
-		return unsatisfiable(c, n->len);
-	if (rg == 0)
-		len = n->len;
-	hd = malloc(sizeof(*hd));
-	fd = hd ? fcntl(n->fd, F_DUPFD_CLOEXEC, 3) : -1;
-	if (fd < 0) {
-		free(hd);
-		return text(c, MHD_HTTP_SERVICE_UNAVAILABLE,
-			    "out of descriptors\n");
-	}
-	/* MHD owns (and closes) fd; sendfile() reads it at an offset */
-	r = MHD_create_response_from_fd_at_offset64(len, fd,
-						    n->offset + a);
-	if (!r) {
-		close(fd);
-		free(hd);
-		return MHD_NO;
-	}
-	/* the lease: a reference like a GET's, so neither eviction nor a
-	 * newer version frees the bytes while they are being sent */
-	hd->v = n->v;
-	n->v->refs++;
-	n->v->lease_count++;
-	stats.leases++;
-	*con_cls = hd;
-	return queue(c,
-		     finish(r, rg, a, len, n->len, "application/octet-stream",
-			    etag),
-		     r);
+	return td__http_queue(c,
+			      td__http_finish(r, rg, a, n, len,
+					      "application/json", NULL),
+			      r);
 }
 
 /* "/NODE/REST" in path: the node and REST, or NULL. */
-static struct node *find_node(struct node *ns, size_t n, const char *path,
-			      const char **rest)
+static struct td__http_node *find_node(struct td__http_node *ns, size_t n,
+				       const char *path, const char **rest)
 {
 	const char *slash = strchr(path, '/');
 
@@ -453,7 +117,7 @@ static struct node *find_node(struct node *ns, size_t n, const char *path,
 static enum MHD_Result zarr(struct MHD_Connection *c, const char *path,
 			    bool v2, void **con_cls)
 {
-	struct node *ns = NULL, *nd;
+	struct td__http_node *ns = NULL, *nd;
 	struct td_zarr_array *arrs = NULL;
 	struct json_object *g, *o = NULL;
 	const char *rest = NULL;
@@ -462,10 +126,10 @@ static enum MHD_Result zarr(struct MHD_Connection *c, const char *path,
 	enum MHD_Result res;
 
 	/* metadata keys are zarr.json and .z*; anything else is a chunk */
-	if (nodes_build(&ns, &n, strstr(path, "zarr.json") ||
+	if (td__http_nodes(&ns, &n, strstr(path, "zarr.json") ||
 					 strstr(path, ".z")) < 0)
-		return text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
-			    "out of memory\n");
+		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
+				     "out of memory\n");
 	if (!v2 && !strcmp(path, "zarr.json")) {
 		g = group_attrs(ns, n, &arrs);
 		o = g ? td_zarr_v3_group(g, arrs, n) : NULL;
@@ -487,22 +151,22 @@ static enum MHD_Result zarr(struct MHD_Connection *c, const char *path,
 			o = td_zarr_v2_attrs(&nd->a);
 		else if (td_zarr_chunk_key(&nd->a, v2, key, sizeof(key)) == 1 &&
 			 !strcmp(rest, key)) {
-			res = chunk_body(c, nd, con_cls);
-			nodes_free(ns, n);
+			res = td__http_chunk(c, nd, con_cls);
+			td__http_nodes_free(ns, n);
 			return res;
 		}
 	} else {
 		goto missing;
 	}
 	free(arrs);
-	nodes_free(ns, n);
+	td__http_nodes_free(ns, n);
 	if (!o)
-		return text(c, MHD_HTTP_NOT_FOUND, "no such key\n");
+		return td__http_text(c, MHD_HTTP_NOT_FOUND, "no such key\n");
 	return json_body(c, o);
 missing:
 	free(arrs);
-	nodes_free(ns, n);
-	return text(c, MHD_HTTP_NOT_FOUND, "no such key\n");
+	td__http_nodes_free(ns, n);
+	return td__http_text(c, MHD_HTTP_NOT_FOUND, "no such key\n");
 }
 
 /* ---- /metrics ---- */
@@ -516,7 +180,6 @@ static void metric(FILE *f, const char *name, const char *type,
 
 static enum MHD_Result metrics(struct MHD_Connection *c)
 {
-	static const unsigned codes[] = {200, 206, 304, 404, 405, 416};
 	static struct td__ring *rl[TD__MAX_RINGS];
 	struct td__daemon *d = td__d;
 	struct td__store *s = d->store;
@@ -529,8 +192,8 @@ static enum MHD_Result metrics(struct MHD_Connection *c)
 	FILE *f = open_memstream(&buf, &len);
 
 	if (!f)
-		return text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
-			    "out of memory\n");
+		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
+				     "out of memory\n");
 	for (struct td__list *l = d->peers.next; l != &d->peers; l = l->next) {
 		clients++;
 		leases += td__container_of(l, struct td__peer, link)->n_leases;
@@ -578,17 +241,18 @@ static enum MHD_Result metrics(struct MHD_Connection *c)
 	for (size_t i = 0; i < 6; i++)
 		fprintf(f, "tensord_http_responses_total{code=\"%u\"} %" PRIu64
 			   "\n",
-			codes[i], stats.by_code[i]);
+			td__http_codes[i], td__http_stats.by_code[i]);
 	fprintf(f, "tensord_http_responses_total{code=\"other\"} %" PRIu64 "\n",
-		stats.other);
+		td__http_stats.other);
 	metric(f, "tensord_http_leases", "gauge",
-	       "Versions held by HTTP responses being sent.", stats.leases);
+	       "Versions and ring slots held by HTTP responses being sent.",
+	       td__http_stats.leases);
 	metric(f, "tensord_http_connections", "gauge",
 	       "Open HTTP connections.", connections());
 	if (fclose(f) != 0) {
 		free(buf);
-		return text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
-			    "out of memory\n");
+		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
+				     "out of memory\n");
 	}
 	r = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
 	if (!r) {
@@ -597,7 +261,7 @@ static enum MHD_Result metrics(struct MHD_Connection *c)
 	}
 	MHD_add_response_header(r, "Content-Type",
 				"text/plain; version=0.0.4");
-	return queue(c, MHD_HTTP_OK, r);
+	return td__http_queue(c, MHD_HTTP_OK, r);
 }
 
 /* ---- libmicrohttpd callbacks ---- */
@@ -625,8 +289,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 	if (strcmp(method, MHD_HTTP_METHOD_GET) &&
 	    strcmp(method, MHD_HTTP_METHOD_HEAD)) {
 		*upload_len = 0; /* a body is not read: answered at once */
-		return text(c, MHD_HTTP_METHOD_NOT_ALLOWED,
-			    "read-only: GET and HEAD only\n");
+		return td__http_text(c, MHD_HTTP_METHOD_NOT_ALLOWED,
+				     "read-only: GET and HEAD only\n");
 	}
 	if (!strcmp(url, "/metrics"))
 		return metrics(c);
@@ -634,23 +298,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 		return zarr(c, url + 6, false, con_cls);
 	if (!strncmp(url, "/zarr-v2/", 9))
 		return zarr(c, url + 9, true, con_cls);
-	return text(c, MHD_HTTP_NOT_FOUND, "no such key\n");
+	return td__http_text(c, MHD_HTTP_NOT_FOUND, "no such key\n");
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 			 enum MHD_RequestTerminationCode why)
 {
-	struct hold *hd = *con_cls;
-
 	(void)cls;
 	(void)c;
 	(void)why;
-	if (!hd || *con_cls == &announced) /* no lease held */
-		return;
-	hd->v->lease_count--;
-	stats.leases--;
-	td__version_unref(td__d->store, hd->v);
-	free(hd);
+	/* a sendfile response's lease (a repacked one's goes with it) */
+	if (*con_cls && *con_cls != &announced)
+		td__http_hold_drop(*con_cls);
 	*con_cls = NULL;
 }
 

@@ -1020,6 +1020,22 @@ static void reply_lease(struct td__peer *p, uint16_t op, uint64_t request_id,
 		      (flags & TD_WIRE_REQ_SCM) ? 1 : 0);
 }
 
+/*
+ * Hold slot s if it still holds `version`, readable: a lease carries no
+ * fence, so a version whose fence has not signalled is not handed out yet
+ * (the GET waits, as for a slot being rewritten). true: held.
+ */
+static bool slot_take(struct ring *r, uint32_t s, uint64_t version)
+{
+	slot_lease(r, s);
+	if (atomic_load(&r->hdr->slots[s].version) != version ||
+	    atomic_load(&r->hdr->slots[s].fence) == TD_RING_FENCE_PENDING) {
+		slot_unlease(r, s);
+		return false;
+	}
+	return true;
+}
+
 /* Lease slot s if it still holds `version`; 1 answered, 0 it moved on. */
 static int lease_if(struct td__peer *p, uint16_t op, uint64_t request_id,
 		    uint32_t flags, struct ring *r, uint32_t s,
@@ -1028,15 +1044,8 @@ static int lease_if(struct td__peer *p, uint16_t op, uint64_t request_id,
 	uint64_t id;
 	int rc;
 
-	slot_lease(r, s);
-	/* a GET reply carries no fence: a version whose fence has not
-	 * signalled is not handed out yet (the GET waits, as for a slot
-	 * being rewritten) */
-	if (atomic_load(&r->hdr->slots[s].version) != version ||
-	    atomic_load(&r->hdr->slots[s].fence) == TD_RING_FENCE_PENDING) {
-		slot_unlease(r, s);
+	if (!slot_take(r, s, version))
 		return 0;
-	}
 	rc = hooks->lease(p, handle_of(r), s, &id);
 	if (rc < 0) {
 		slot_unlease(r, s);
@@ -1132,6 +1141,47 @@ int td__ring_try_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 						       TD_RING_FENCE_PENDING
 				       ? -EINPROGRESS
 				       : -EAGAIN;
+	}
+	return -EAGAIN;
+}
+
+uint32_t td__ring_planes(struct td__ring *x, uint64_t *size)
+{
+	const struct ring *r = ring_of(x);
+
+	memcpy(size, r->g.plane_size, r->g.plane_count * sizeof(*size));
+	return r->g.plane_count;
+}
+
+int td__ring_lease_latest(struct td__ring *x, struct td__ring_slot *out)
+{
+	struct ring *r = ring_of(x);
+	struct td_ring_hdr *h = r->hdr;
+
+	keep_latest(r);
+	/* as td__ring_try_get: a few tries while the producer moves on */
+	for (int tries = 0; tries < 8; tries++) {
+		uint64_t latest = atomic_load(&h->latest), v;
+		uint32_t s;
+		int rc = td_ring_latest_unpack(latest, r->g.slot_count, &s,
+					       &v);
+
+		if (rc < 0)
+			return -EBADMSG;
+		if (rc == 0)
+			return -ENOENT;
+		if (slot_take(r, s, v)) {
+			out->slot = s;
+			out->version = v;
+			out->fd = r->data_ro;
+			/* cannot overflow: checked when the ring was made */
+			for (uint32_t i = 0; i < r->g.plane_count; i++)
+				out->off[i] = (uint64_t)s * r->g.slot_stride +
+					      r->g.plane_off[i];
+			return 0;
+		}
+		if (atomic_load(&h->latest) == latest)
+			return -EAGAIN;
 	}
 	return -EAGAIN;
 }

@@ -85,6 +85,58 @@ int td_zarr_chunk_key(const struct td_zarr_array *a, bool v2, char *buf,
                       size_t cap);
 
 /*
+ * How a tensor's planes make its one chunk (docs/zarr.md, "The mapping").
+ * `tensorctl zarr export` and the daemon's HTTP store both decide and walk
+ * it here, so they refuse the same tensors and give the same bytes.
+ */
+#define TD_ZARR_MAX_PLANES 8
+
+enum td_zarr_layout {
+	TD_ZARR_DENSE,   /* plane 0 holds the chunk from its first byte */
+	TD_ZARR_STRIDED, /* one plane, gathered by its byte strides */
+	TD_ZARR_PLANAR,  /* the planes one after the other, each packed */
+};
+
+/* What the tensor says about its bytes. */
+struct td_zarr_src {
+	const char *format;       /* the blob's format ("" or NULL: none) */
+	uint32_t nstrides;        /* 0 (dense C order) or ndim */
+	const int64_t *strides;   /* byte strides */
+	uint32_t nplanes;         /* 1 .. TD_ZARR_MAX_PLANES */
+	const uint64_t *plane_size;
+};
+
+struct td_zarr_walk {
+	enum td_zarr_layout layout;
+	uint64_t len; /* chunk bytes */
+	uint32_t nplanes;
+	uint64_t plane_size[TD_ZARR_MAX_PLANES];
+	/* strided: dimensions [0, outer) are walked; the rest is one run of
+	 * `run` contiguous bytes */
+	uint32_t outer;
+	uint64_t run;
+	uint64_t shape[TD_ZARR_MAX_DIMS];
+	int64_t st[TD_ZARR_MAX_DIMS];
+};
+
+/*
+ * Decide the layout of a's chunk from s: NULL with *w ready, or the
+ * reason the tensor cannot be exported ("a semi-planar format has no
+ * single-array form", "its planes are padded (not supported)", ...).
+ */
+const char *td_zarr_walk_init(struct td_zarr_walk *w,
+                              const struct td_zarr_array *a,
+                              const struct td_zarr_src *s);
+
+/*
+ * Where chunk byte pos (< w->len) lies: its plane and the offset in that
+ * plane. Returns how many chunk bytes from pos follow contiguously there
+ * (at least 1, at most w->len - pos).
+ */
+uint64_t td_zarr_walk_at(const struct td_zarr_walk *w, uint64_t pos,
+                         uint32_t *plane, uint64_t *off);
+
+/*
  * json-c objects (new references; NULL only on ENOMEM). Group attributes
  * `gattrs` are borrowed.
  *   v3 array zarr.json        td_zarr_v3_array()

@@ -16,8 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <linux/udmabuf.h>
 #include <json-c/json.h>
 
 #include "td-zarr.h"
@@ -281,6 +285,90 @@ Test(meta, read_accepts_and_refuses_with_reasons)
 }
 
 /* ---- names (tensogram.md §18) ---- */
+
+/* Every chunk byte through td_zarr_walk_at(): (plane, offset) pairs. */
+static void walk_all(const struct td_zarr_walk *w, uint32_t *planes,
+                     uint64_t *offs)
+{
+	for (uint64_t pos = 0, n; pos < w->len; pos += n) {
+		uint32_t p;
+		uint64_t off;
+
+		n = td_zarr_walk_at(w, pos, &p, &off);
+		cr_assert(n >= 1 && n <= w->len - pos, "pos %llu: %llu",
+		          (unsigned long long)pos, (unsigned long long)n);
+		for (uint64_t k = 0; k < n; k++) {
+			planes[pos + k] = p;
+			offs[pos + k] = off + k;
+		}
+	}
+}
+
+Test(meta, walk_layouts_and_refusals)
+{
+	static const uint64_t shape[] = {3, 2};
+	struct td_zarr_array a = arr("x", "uint16", 2, shape);
+	struct td_zarr_walk w;
+	uint64_t one[] = {64}, three[] = {4, 0, 8}, offs[12];
+	uint32_t planes[12];
+	int64_t pitch[] = {16, 2}, tr[] = {2, 6}, neg[] = {-16, 2},
+	        far[] = {INT64_MAX, 2};
+	struct td_zarr_src s = {.nplanes = 1, .plane_size = one};
+
+	/* dense: plane 0 from its first byte */
+	cr_assert_null(td_zarr_walk_init(&w, &a, &s));
+	cr_assert_eq(w.layout, TD_ZARR_DENSE);
+	cr_assert_eq(w.len, 12);
+	/* a row pitch: runs of one row (4 bytes) 16 bytes apart */
+	s.nstrides = 2;
+	s.strides = pitch;
+	cr_assert_null(td_zarr_walk_init(&w, &a, &s));
+	cr_assert_eq(w.layout, TD_ZARR_STRIDED);
+	cr_assert_eq(w.run, 4);
+	walk_all(&w, planes, offs);
+	for (uint64_t i = 0; i < 12; i++)
+		cr_assert_eq(offs[i], (i / 4) * 16 + i % 4, "byte %llu",
+		             (unsigned long long)i);
+	/* transposed: element runs */
+	s.strides = tr;
+	cr_assert_null(td_zarr_walk_init(&w, &a, &s));
+	cr_assert_eq(w.run, 2);
+	walk_all(&w, planes, offs);
+	for (uint64_t e = 0; e < 6; e++)
+		cr_assert_eq(offs[2 * e], (e / 2) * 2 + (e % 2) * 6);
+	/* refusals, each with its reason */
+	s.strides = neg;
+	cr_assert_str_eq(td_zarr_walk_init(&w, &a, &s),
+	                 "it has negative strides");
+	s.strides = far;
+	cr_assert_str_eq(td_zarr_walk_init(&w, &a, &s),
+	                 "its strides reach past its plane");
+	s.strides = pitch;
+	one[0] = 2 * 16 + 2 + 1; /* the last element one byte short */
+	cr_assert_str_eq(td_zarr_walk_init(&w, &a, &s),
+	                 "its strides reach past its plane");
+	s.nstrides = 0;
+	one[0] = 11;
+	cr_assert_str_eq(td_zarr_walk_init(&w, &a, &s),
+	                 "its plane is smaller than its shape");
+	s.format = "nv12";
+	cr_assert_str_eq(td_zarr_walk_init(&w, &a, &s),
+	                 "a semi-planar format has no single-array form");
+	/* planar: packed planes in order, an empty one skipped */
+	s.format = "";
+	s.nplanes = 3;
+	s.plane_size = three;
+	cr_assert_null(td_zarr_walk_init(&w, &a, &s));
+	cr_assert_eq(w.layout, TD_ZARR_PLANAR);
+	walk_all(&w, planes, offs);
+	for (uint64_t i = 0; i < 12; i++) {
+		cr_assert_eq(planes[i], i < 4 ? 0 : 2);
+		cr_assert_eq(offs[i], i < 4 ? i : i - 4);
+	}
+	three[2] = 9;
+	cr_assert_str_eq(td_zarr_walk_init(&w, &a, &s),
+	                 "its planes are padded (not supported)");
+}
 
 Test(names, node_names_are_sanitised)
 {
@@ -843,6 +931,27 @@ static char *get_ok(const char *path, size_t *len)
 	return body;
 }
 
+/* The root zarr.json and every node's over HTTP are the bytes export
+ * wrote into zt_dir/dir. */
+static void metadata_as_exported(const char *dir, const char *const *nodes_,
+                                 size_t n)
+{
+	for (size_t i = 0; i <= n; i++) {
+		char rel[300], path[320], url[320], *want, *got;
+		size_t len;
+
+		snprintf(rel, sizeof(rel), "%s%szarr.json",
+		         i < n ? nodes_[i] : "", i < n ? "/" : "");
+		snprintf(path, sizeof(path), "/zarr/%s", rel);
+		snprintf(url, sizeof(url), "%s/%s", dir, rel);
+		want = zt_file(url);
+		got = get_ok(path, &len);
+		cr_assert_str_eq(got, want, "%s", path);
+		free(want);
+		free(got);
+	}
+}
+
 Test(http, zarr_v3_as_an_export_would_write_it, .init = start_http,
      .fini = stop)
 {
@@ -851,22 +960,7 @@ Test(http, zarr_v3_as_an_export_would_write_it, .init = start_http,
 	put_all();
 	zt_ok("zarr export %s/x", zt_dir);
 	/* every key the same bytes as the exported file */
-	for (size_t i = 0; i <= NPUTS; i++) {
-		char rel[128], path[160], *want, *got;
-		size_t len;
-
-		if (i == NPUTS)
-			snprintf(rel, sizeof(rel), "zarr.json");
-		else
-			snprintf(rel, sizeof(rel), "%s/zarr.json", nodes[i]);
-		snprintf(path, sizeof(path), "/zarr/%s", rel);
-		snprintf(url, sizeof(url), "x/%s", rel);
-		want = zt_file(url);
-		got = get_ok(path, &len);
-		cr_assert_str_eq(got, want, "%s", path);
-		free(want);
-		free(got);
-	}
+	metadata_as_exported("x", nodes, NPUTS);
 	snprintf(url, sizeof(url), "%s/zarr", base);
 	zt_check(url);
 	exp = expect_puts(true);
@@ -1081,28 +1175,31 @@ static void put_filled(const char *name, int byte, size_t len)
 	zt_ok("put %s --dtype u8 --shape %zu %s", name, len, path);
 }
 
-Test(http, a_response_keeps_its_version_whole, .init = start_http,
-     .fini = stop)
+/*
+ * GET path (a chunk of len bytes, all 'A'), read its first 4 KiB, then
+ * replace() publishes a new version of "big" (both versions held: held
+ * bytes) and "big" is deleted; the rest of the body must still be the
+ * first version, whole. Then the lease goes and every byte is freed.
+ */
+static void keeps_its_version(const char *path, size_t len, uint64_t held,
+                              void (*replace)(void *), void *arg)
 {
-	const size_t len = 64u << 20;
 	char head[4096], *rest, *m;
 	size_t got = 0, mlen;
 	ssize_t r;
-	int fd;
+	int fd = connect_tcp();
 
-	put_filled("big", 'A', len);
-	fd = connect_tcp();
-	snprintf(head, sizeof(head), "GET /zarr/big/c/0 HTTP/1.1\r\nHost: t\r\n"
-	                             "Connection: close\r\n\r\n");
+	snprintf(head, sizeof(head),
+	         "GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+	         path);
 	cr_assert(send(fd, head, strlen(head), 0) > 0);
-	/* a little of the body, then a new version and a delete meanwhile */
 	r = recv(fd, head, sizeof(head), MSG_WAITALL);
 	cr_assert_eq(r, (ssize_t)sizeof(head));
-	put_filled("big", 'B', len);
+	replace(arg);
 	m = get_ok("/metrics", &mlen);
-	cr_assert(strstr(m, "tensord_bytes 134217728\n"),
-	          "both versions are held while the response runs: %s", m);
-	cr_assert_eq(metric_value(m, "tensord_http_leases "), 1);
+	cr_assert_eq(metric_value(m, "tensord_bytes "), held,
+	             "both versions are held while the response runs: %s", m);
+	cr_assert_eq(metric_value(m, "tensord_http_leases "), 1, "%s", m);
 	free(m);
 	zt_ok("rm big");
 	rest = malloc(len + 8192);
@@ -1113,8 +1210,10 @@ Test(http, a_response_keeps_its_version_whole, .init = start_http,
 	{
 		const char *b = strstr(head, "\r\n\r\n") + 4;
 		size_t first = sizeof(head) - (size_t)(b - head);
+		char cl[64];
 
-		cr_assert(strstr(head, "Content-Length: 67108864\r\n"));
+		snprintf(cl, sizeof(cl), "Content-Length: %zu\r\n", len);
+		cr_assert(strstr(head, cl), "%s", head);
 		cr_assert_eq(first + got, len, "the whole chunk");
 		for (size_t i = 0; i < first; i++)
 			cr_assert_eq(b[i], 'A');
@@ -1127,7 +1226,8 @@ Test(http, a_response_keeps_its_version_whole, .init = start_http,
 	/* the lease is gone with the response: the bytes are freed */
 	for (int i = 0; i < 200; i++) {
 		m = get_ok("/metrics", &mlen);
-		if (strstr(m, "tensord_bytes 0\n"))
+		if (strstr(m, "tensord_bytes 0\n") &&
+		    strstr(m, "tensord_http_leases 0\n"))
 			break;
 		free(m);
 		m = NULL;
@@ -1135,6 +1235,20 @@ Test(http, a_response_keeps_its_version_whole, .init = start_http,
 	}
 	cr_assert(m, "version 1 was not freed after its response");
 	free(m);
+}
+
+static void put_big_b(void *arg)
+{
+	put_filled("big", 'B', *(const size_t *)arg);
+}
+
+Test(http, a_response_keeps_its_version_whole, .init = start_http,
+     .fini = stop)
+{
+	size_t len = 64u << 20;
+
+	put_filled("big", 'A', len);
+	keeps_its_version("/zarr/big/c/0", len, 2 * len, put_big_b, &len);
 }
 
 Test(http, metrics_count_what_happened, .fini = stop)
@@ -1591,4 +1705,469 @@ Test(http, the_connection_limit_holds_back_new_connections, .fini = stop)
 	             "%s", resp);
 	free(resp);
 	close(b);
+}
+
+/* ---- repacked chunks: strided, planar, rings ---- */
+
+/* Publish one alloc buffer of `size` bytes (filled by pat) as a tensor. */
+static void publish_buf(struct td_client *c, struct td_publish *p,
+                        uint64_t size, uint8_t (*pat)(uint64_t))
+{
+	struct td_error e = {0};
+	struct td_alloc *a;
+	uint8_t *b;
+
+	cr_assert_eq(td_client_alloc(c, 1, &size, &a, &e), 0, "%s", e.reason);
+	b = td_alloc_data(a, 0);
+	for (uint64_t i = 0; i < size; i++)
+		b[i] = pat(i);
+	cr_assert_eq(td_client_publish_alloc(c, a, p, NULL, &e), 0, "%s: %s",
+	             p->name, e.reason);
+}
+
+static uint8_t pat13(uint64_t i)
+{
+	return (uint8_t)(i * 13 + 1);
+}
+
+/* A chunk over HTTP (v3 key rel under /zarr/NODE/) equals the exported
+ * file and want (len bytes), and v2's chunk is the same. */
+static void chunk_is(const char *node, const char *key3, const char *key2,
+                     const uint8_t *want, size_t len)
+{
+	char path[256], *got, *file;
+	size_t glen, flen;
+
+	snprintf(path, sizeof(path), "%s/x/%s/%s", zt_dir, node, key3);
+	file = (char *)tu_read_file(path, &flen);
+	cr_assert_eq(flen, len, "%s: exported %zu bytes", path, flen);
+	cr_assert(!memcmp(file, want, len), "%s: export gathered wrong", path);
+	snprintf(path, sizeof(path), "/zarr/%s/%s", node, key3);
+	got = get_ok(path, &glen);
+	cr_assert_eq(glen, len, "%s: %zu bytes", path, glen);
+	cr_assert(!memcmp(got, want, len), "%s: not the export's bytes", path);
+	free(got);
+	snprintf(path, sizeof(path), "/zarr-v2/%s/%s", node, key2);
+	got = get_ok(path, &glen);
+	cr_assert(glen == len && !memcmp(got, want, len), "%s", path);
+	free(got);
+	free(file);
+}
+
+Test(http, repacked_chunks_are_what_export_writes, .init = start_http,
+     .fini = stop)
+{
+	static const char *const nodes_[] = {"rep_dense",  "rep_far",
+	                                     "rep_pitch",  "rep_planar",
+	                                     "rep_ring",   "rep_transposed"};
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	struct td_ring *ring;
+	struct td_slot slot;
+	uint8_t pitch[40], tr[12], far[12], planar[24], ringb[24],
+	        dense[6] = {0};
+	char *out, *exp, url[160];
+	size_t len;
+
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	{
+		/* u16 [4,5] rows 16 bytes apart (a row pitch) */
+		uint64_t shape[] = {4, 5};
+		int64_t st[] = {16, 2};
+		struct td_plane pl = {0, 0, 0, 64};
+		struct td_publish p = {.name = "rep/pitch", .dtype = TD_TENSOR_U16,
+		                       .ndim = 2, .shape = shape, .strides = st,
+		                       .plane_count = 1, .planes = &pl};
+
+		publish_buf(c, &p, 64, pat13);
+		for (uint64_t r = 0, o = 0; r < 4; r++)
+			for (uint64_t k = 0; k < 10; k++)
+				pitch[o++] = pat13(r * 16 + k);
+	}
+	{
+		/* u8 [3,4] in column-major order: runs of one byte */
+		uint64_t shape[] = {3, 4};
+		int64_t st[] = {1, 3};
+		struct td_plane pl = {0, 0, 0, 12};
+		struct td_publish p = {.name = "rep/transposed",
+		                       .dtype = TD_TENSOR_U8, .ndim = 2,
+		                       .shape = shape, .strides = st,
+		                       .plane_count = 1, .planes = &pl};
+
+		publish_buf(c, &p, 12, pat13);
+		for (uint64_t r = 0; r < 3; r++)
+			for (uint64_t k = 0; k < 4; k++)
+				tr[r * 4 + k] = pat13(r + 3 * k);
+		/* the same with columns 4 KiB apart: one read per byte */
+		st[1] = 4096;
+		pl.size = 3 * 4096 + 3;
+		p.name = "rep/far";
+		publish_buf(c, &p, 4 * 4096, pat13);
+		for (uint64_t r = 0; r < 3; r++)
+			for (uint64_t k = 0; k < 4; k++)
+				far[r * 4 + k] = pat13(r + 4096 * k);
+	}
+	{
+		/* rgb8_planar [3,2,4]: three packed planes, 64 bytes apart;
+		 * and the same with padded rows, which export refuses */
+		uint64_t shape[] = {3, 2, 4};
+		struct td_plane pl[3] = {{0, 0, 4, 8}, {0, 64, 4, 8},
+		                         {0, 128, 4, 8}};
+		struct td_plane pad[3] = {{0, 0, 8, 16}, {0, 64, 8, 16},
+		                          {0, 128, 8, 16}};
+		struct td_publish p = {.name = "rep/planar", .dtype = TD_TENSOR_U8,
+		                       .ndim = 3, .shape = shape,
+		                       .format = "rgb8_planar", .plane_count = 3,
+		                       .planes = pl};
+
+		publish_buf(c, &p, 192, pat13);
+		for (uint64_t i = 0; i < 24; i++)
+			planar[i] = pat13((i / 8) * 64 + i % 8);
+		p.name = "rep/padded";
+		p.planes = pad;
+		publish_buf(c, &p, 192, pat13);
+	}
+	{
+		/* a ring of f32 [2,3] in two planes; its latest version */
+		uint64_t shape[] = {2, 3}, sizes[] = {12, 12};
+		struct td_ring_desc rd = {.dtype = TD_TENSOR_F32, .ndim = 2,
+		                          .shape = shape, .plane_count = 2,
+		                          .plane_sizes = sizes};
+
+		cr_assert_eq(td_ring_create(c, "rep/ring", &rd, &ring, &e), 0,
+		             "%s", e.reason);
+		for (int v = 0; v < 2; v++) {
+			cr_assert_eq(td_ring_acquire(ring, -1, &slot), 0);
+			for (uint64_t i = 0; i < 24; i++)
+				ringb[i] = (uint8_t)(v * 100 + i);
+			memcpy(slot.planes[0], ringb, 12);
+			memcpy(slot.planes[1], ringb + 12, 12);
+			cr_assert_eq(td_ring_publish(ring, NULL), 0);
+		}
+	}
+	{
+		char *raw = zt_write_raw("rep_dense", dense, sizeof(dense));
+
+		zt_ok("put rep/dense --dtype u8 --shape 6 %s", raw);
+		free(raw);
+	}
+	/* export refuses the padded one, so the store leaves it out */
+	cr_assert_eq(zt_ctl(&out, "zarr export %s/y rep/padded", zt_dir), 1);
+	cr_assert(strstr(out, "rep/padded: cannot be exported: its planes are "
+	                      "padded"),
+	          "%s", out);
+	free(out);
+	zt_ok("zarr export %s/x rep/dense rep/far rep/pitch rep/planar "
+	      "rep/ring rep/transposed",
+	      zt_dir);
+	/* every metadata key the exported bytes */
+	metadata_as_exported("x", nodes_, 6);
+	out = get_ok("/zarr-v2/.zmetadata", &len);
+	cr_assert(strstr(out, "rep_ring/.zarray") &&
+	                  strstr(out, "rep_pitch/.zarray") &&
+	                  !strstr(out, "rep_padded"),
+	          "%s", out);
+	free(out);
+	chunk_is("rep_pitch", "c/0/0", "0.0", pitch, sizeof(pitch));
+	chunk_is("rep_transposed", "c/0/0", "0.0", tr, sizeof(tr));
+	chunk_is("rep_far", "c/0/0", "0.0", far, sizeof(far));
+	chunk_is("rep_planar", "c/0/0/0", "0.0.0", planar, sizeof(planar));
+	chunk_is("rep_ring", "c/0/0", "0.0", ringb, sizeof(ringb));
+	chunk_is("rep_dense", "c/0", "0", dense, sizeof(dense));
+	http("GET", "/zarr/rep_padded/c/0/0/0", NULL, &out);
+	cr_assert_eq(status_of(out), 404, "%s", out);
+	free(out);
+	/* Range, HEAD and ETag on the repacked bytes */
+	http("GET", "/zarr/rep_pitch/c/0/0", "Range: bytes=3-9\r\n", &out);
+	cr_assert_eq(status_of(out), 206, "%s", out);
+	cr_assert(strstr(out, "Content-Range: bytes 3-9/40\r\n"), "%s", out);
+	cr_assert(!memcmp(body_of(out), pitch + 3, 7));
+	free(out);
+	http("GET", "/zarr/rep_ring/c/0/0", "Range: bytes=-5\r\n", &out);
+	cr_assert(strstr(out, "Content-Range: bytes 19-23/24\r\n"), "%s", out);
+	cr_assert(!memcmp(body_of(out), ringb + 19, 5));
+	free(out);
+	http("GET", "/zarr/rep_ring/c/0/0", "Range: bytes=24-\r\n", &out);
+	cr_assert_eq(status_of(out), 416, "%s", out);
+	free(out);
+	len = http("HEAD", "/zarr/rep_transposed/c/0/0", NULL, &out);
+	cr_assert(strstr(out, "Content-Length: 12\r\n"), "%s", out);
+	cr_assert_eq(len, (size_t)(body_of(out) - out), "HEAD has no body");
+	free(out);
+	http("GET", "/zarr/rep_ring/c/0/0", "If-None-Match: \"rep/ring@2\"\r\n",
+	     &out);
+	cr_assert_eq(status_of(out), 304, "%s", out);
+	free(out);
+	/* the structure checker and zarrita over the store */
+	snprintf(url, sizeof(url), "%s/zarr", base);
+	zt_check(url);
+	{
+		static const uint64_t s1[] = {6}, s2[] = {4, 5}, s3[] = {3, 2, 4},
+		                      s4[] = {2, 3}, s5[] = {3, 4};
+		const uint8_t *vals[] = {dense, far, pitch, planar, ringb, tr};
+		const size_t lens[] = {6, 12, 40, 24, 24, 12};
+		const char *types[] = {"uint8", "uint8",   "uint16",
+		                       "uint8", "float32", "uint8"};
+		const uint64_t *shapes[] = {s1, s5, s2, s3, s4, s5};
+		const uint32_t ndims[] = {1, 2, 2, 3, 2, 2};
+		struct zt_expect *x = zt_expect_new();
+
+		for (size_t i = 0; i < 6; i++) {
+			free(zt_write_raw(nodes_[i], vals[i], lens[i]));
+			zt_expect_array(x, nodes_[i], types[i], ndims[i],
+			                shapes[i], nodes_[i], NULL);
+		}
+		exp = zt_expect_done(x, NULL);
+	}
+	zt_zarrita(url, exp);
+	free(exp);
+	td_ring_close(ring);
+	td_client_close(c);
+}
+
+static uint8_t pat_a(uint64_t i)
+{
+	return (uint8_t)('A' + (i % 8192 >= 8000)); /* 'B' in the padding */
+}
+
+static uint8_t pat_c(uint64_t i)
+{
+	(void)i;
+	return 'C';
+}
+
+struct republish {
+	struct td_client *c;
+	struct td_publish *p;
+	uint64_t size;
+};
+
+static void publish_c(void *arg)
+{
+	struct republish *rp = arg;
+
+	publish_buf(rp->c, rp->p, rp->size, pat_c);
+}
+
+Test(http, a_repacked_response_keeps_its_version_whole, .init = start_http,
+     .fini = stop)
+{
+	/* u8 [4096, 8000] with rows 8192 bytes apart: 31.25 MiB repacked */
+	const size_t rows = 4096, cols = 8000;
+	uint64_t shape[] = {rows, cols}, size = rows * 8192;
+	int64_t st[] = {8192, 1};
+	struct td_plane pl = {0, 0, 0, rows * 8192};
+	struct td_publish p = {.name = "big", .dtype = TD_TENSOR_U8,
+	                       .ndim = 2, .shape = shape, .strides = st,
+	                       .plane_count = 1, .planes = &pl};
+	struct td_error e = {0};
+	struct republish rp = {NULL, &p, size};
+
+	cr_assert_eq(td_client_connect(d.sock, &rp.c, &e), 0, "%s", e.reason);
+	publish_buf(rp.c, &p, size, pat_a);
+	keeps_its_version("/zarr/big/c/0/0", rows * cols, 2 * size, publish_c,
+	                  &rp);
+	td_client_close(rp.c);
+}
+
+Test(http, dmabuf_planes_are_left_out, .init = start_http, .fini = stop)
+{
+	struct udmabuf_create cr = {.flags = UDMABUF_FLAGS_CLOEXEC,
+	                            .size = 4096};
+	uint64_t shape[] = {4096};
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	struct td_publish p = {.name = "db/t", .dtype = TD_TENSOR_U8,
+	                       .ndim = 1, .shape = shape, .fd_count = 1};
+	char *out;
+	size_t len;
+	int mfd, dev, dbuf;
+
+	if (access("/dev/udmabuf", R_OK | W_OK) != 0)
+		cr_skip_test("kernel feature missing: /dev/udmabuf (the "
+		             "udmabuf driver) is absent, so no dma-buf can be "
+		             "made here; the HTTP store's dma-buf rule not "
+		             "exercised");
+	mfd = memfd_create("td-test-udmabuf", MFD_ALLOW_SEALING | MFD_CLOEXEC);
+	cr_assert(mfd >= 0 && ftruncate(mfd, 4096) == 0);
+	cr_assert_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+	dev = open("/dev/udmabuf", O_RDWR | O_CLOEXEC);
+	cr_assert(dev >= 0);
+	cr.memfd = (uint32_t)mfd;
+	dbuf = ioctl(dev, UDMABUF_CREATE, &cr);
+	cr_assert(dbuf >= 0, "UDMABUF_CREATE: %s", strerror(errno));
+	p.fds = &dbuf;
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_publish(c, &p, NULL, &e), 0, "%s", e.reason);
+	/* not read on the loop: neither listed nor served */
+	out = get_ok("/zarr/zarr.json", &len);
+	cr_assert(!strstr(out, "db_t"), "%s", out);
+	free(out);
+	http("GET", "/zarr/db_t/c/0", NULL, &out);
+	cr_assert_eq(status_of(out), 404, "%s", out);
+	free(out);
+	td_client_close(c);
+	close(dbuf);
+	close(dev);
+	close(mfd);
+}
+
+Test(http, a_chunk_waits_for_its_fence, .init = start_http, .fini = stop)
+{
+	uint64_t shape[] = {16}, one = 1;
+	struct td_publish p = {.name = "fenced", .dtype = TD_TENSOR_U8,
+	                       .ndim = 1, .shape = shape,
+	                       .flags = TD_PUBLISH_FENCE};
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	char *out;
+	size_t len;
+
+	p.fence_fd = eventfd(0, EFD_CLOEXEC);
+	cr_assert(p.fence_fd >= 0);
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	publish_buf(c, &p, 16, pat13);
+	/* listed (its metadata does not depend on the bytes), not sent */
+	out = get_ok("/zarr/fenced/zarr.json", &len);
+	free(out);
+	http("GET", "/zarr/fenced/c/0", NULL, &out);
+	cr_assert_eq(status_of(out), 503, "%s", out);
+	cr_assert(strstr(out, "fence has not signalled"), "%s", out);
+	free(out);
+	cr_assert_eq(write(p.fence_fd, &one, sizeof(one)), 8);
+	out = get_ok("/zarr/fenced/c/0", &len);
+	cr_assert_eq(len, 16);
+	for (size_t i = 0; i < 16; i++)
+		cr_assert_eq((uint8_t)out[i], pat13(i));
+	free(out);
+	close(p.fence_fd);
+	td_client_close(c);
+}
+
+/* ---- import: all or nothing ---- */
+
+Test(import, all_or_nothing_unless_partial, .fini = stop)
+{
+	static const char *const more[] = {"--max-bytes", "1M", NULL};
+	static const uint8_t four[4] = {1, 2, 3, 4};
+	const size_t big = 2u << 20;
+	uint8_t *two = calloc(1, big);
+	char *out;
+
+	tu_daemon_start_args(&d, "warn", more);
+	zt_setup(&d);
+	/* a bad array after good ones: refused before anything is published */
+	handmade("v", "a", META("uint8", "[4]", "[4]", "0", "little"), "c/0",
+	         four, 4);
+	handmade("v", "b", META("uint8", "[4]", "[4]", "0", "little"), "c/0",
+	         four, 4);
+	handmade("v", "c", META("uint8", "[4]", "[4]", "0", "little"), "c/0",
+	         four, 3);
+	cr_assert_eq(zt_ctl(&out, "zarr import %s/v --prefix v/", zt_dir), 1);
+	cr_assert(strstr(out, "expected 4 bytes"), "%s", out);
+	free(out);
+	/* a daemon refusal after good ones (c is over --max-bytes): the good
+	 * ones are deleted again */
+	handmade("p", "a", META("uint8", "[4]", "[4]", "0", "little"), "c/0",
+	         four, 4);
+	handmade("p", "b", META("uint8", "[4]", "[4]", "0", "little"), "c/0",
+	         four, 4);
+	handmade("p", "c", META("uint8", "[2097152]", "[2097152]", "0",
+	                        "little"),
+	         "c/0", two, big);
+	cr_assert_eq(zt_ctl(&out, "zarr import %s/p --prefix p/", zt_dir), 1);
+	cr_assert(strstr(out, "2 array(s) published before this failure; 2 "
+	                      "deleted again"),
+	          "%s", out);
+	free(out);
+	cr_assert_eq(zt_ctl(&out, "ls"), 0);
+	cr_assert(!strstr(out, "v/") && !strstr(out, "p/"),
+	          "nothing of either import remains: %s", out);
+	free(out);
+	/* --partial keeps them */
+	cr_assert_eq(zt_ctl(&out, "zarr import %s/p --prefix p/ --partial",
+	                    zt_dir),
+	             1);
+	cr_assert(strstr(out, "2 array(s) published before this failure, "
+	                      "kept (--partial)"),
+	          "%s", out);
+	cr_assert(strstr(out, "p/a version") && strstr(out, "p/b version"),
+	          "%s", out);
+	free(out);
+	{
+		size_t len;
+		char *got = zt_get("p/b", &len);
+
+		cr_assert(len == 4 && !memcmp(got, four, 4));
+		free(got);
+	}
+	cr_assert_eq(zt_ctl(&out, "stat p/c"), 1);
+	free(out);
+	free(two);
+}
+
+/* ---- /metrics: access refusals ---- */
+
+Test(http, access_refusals_are_counted_exactly, .fini = stop)
+{
+	static const char text[] = "allow uid=65534 rw pub/\n"
+	                           "allow http r pub/a\n";
+	char pol[64], *m, *out;
+	const char *const more[] = {"--http-prefix", "pub/", "--policy", pol,
+	                            "--socket-mode", "0666", NULL};
+	size_t len;
+
+	/* the daemon's own uid is never refused: a second uid is */
+	cr_assert_eq(geteuid(), 0, "this test runs as root (as CI does)");
+	snprintf(pol, sizeof(pol), "/tmp/td-zarr-policy-%d", (int)getpid());
+	zt_put_file(pol, text, sizeof(text) - 1);
+	start_http_args(more);
+	unlink(pol);
+	zt_ok_sh("chmod 0711 %s && chmod 0755 %s && printf abcd > %s/four",
+	         d.dir, zt_dir, zt_dir);
+	zt_ok("put pub/a --dtype u8 --shape 4 %s/four", zt_dir);
+	zt_ok("put pub/b --dtype u8 --shape 4 %s/four", zt_dir);
+	/* uid 65534: two writes and a read the policy refuses, one write
+	 * it grants */
+	for (int i = 0; i < 4; i++) {
+		static const char *const cmd[] = {
+		        "put priv/c --dtype u8 --shape 4 %s/four",
+		        "put pub/d --dtype u8 --shape 4 %s/four",
+		        "put other/e --dtype u8 --shape 4 %s/four",
+		        "stat priv/none"};
+		char args[256];
+
+		snprintf(args, sizeof(args), cmd[i], zt_dir);
+		cr_assert_eq(zt_sh(&out,
+		                   "setpriv --reuid=65534 --regid=65534 "
+		                   "--clear-groups '%s' --socket '%s' %s",
+		                   getenv("TD_TENSORCTL"), d.sock, args),
+		             i == 1 ? 0 : 1, "%s: %s", args, out);
+		cr_assert(i == 1 || strstr(out, "may not"), "%s", out);
+		free(out);
+	}
+	m = get_ok("/metrics", &len);
+	cr_assert_eq(metric_value(m, "tensord_refusals_total{reason="
+	                             "\"access\"} "),
+	             3, "%s", m);
+	free(m);
+	/*
+	 * HTTP names outside the prefix or denied to `http` are missing
+	 * keys, not refusals: counting them would let any HTTP client learn
+	 * from /metrics that a hidden name exists.
+	 */
+	http("GET", "/zarr/pub_b/zarr.json", NULL, &out);
+	cr_assert_eq(status_of(out), 404, "%s", out);
+	free(out);
+	http("GET", "/zarr-v2/priv_c/.zarray", NULL, &out);
+	cr_assert_eq(status_of(out), 404, "%s", out);
+	free(out);
+	m = get_ok("/metrics", &len);
+	cr_assert_eq(metric_value(m, "tensord_refusals_total{reason="
+	                             "\"access\"} "),
+	             3, "%s", m);
+	cr_assert_eq(metric_value(m, "tensord_http_responses_total{code="
+	                             "\"404\"} "),
+	             2, "%s", m);
+	free(m);
 }

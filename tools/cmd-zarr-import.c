@@ -3,7 +3,8 @@
  * tensorctl zarr import: every array of a Zarr v3 group as a published
  * tensor (docs/zarr.md §2). Everything is read and checked (strict JSON,
  * one regular chunk, the bytes codec only, byte counts) before anything
- * is published; big-endian arrays are swapped.
+ * is published; big-endian arrays are swapped. All or nothing, as load:
+ * a daemon refusal part-way deletes what was published, unless --partial.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -263,20 +264,31 @@ static int publish_imp(struct td_client *c, struct imp *m, uint64_t *version)
 	return rc < 0 ? tctl_refused(m->tensor, rc, &e) : TCTL_OK;
 }
 
-/* Publish every read array in order; the count before a refusal is
- * printed. TCTL_ status. */
-static int publish_all(struct td_client *c, struct imp *ims, size_t n)
+static void print_imp(const struct imp *m, uint64_t version)
+{
+	printf("%s version %" PRIu64 " %s ", m->tensor, version,
+	       td_tensor_dtype_name((uint32_t)m->a.type->blob));
+	tctl_print_shape(stdout, m->a.shape, m->a.ndim, 0);
+	printf("\n");
+}
+
+/* Publish every read array in order; all or nothing unless partial: a
+ * refusal deletes what was published again, newest first, as load does
+ * (tctl_roll_back_one()). TCTL_ status. */
+static int publish_all(struct td_client *c, struct imp *ims, size_t n,
+                       bool partial)
 {
 	struct json_object *out = json_object_new_array();
-	size_t done = 0;
-	int rc = TCTL_OK;
+	uint64_t *versions = calloc(n ? n : 1, sizeof(*versions));
+	size_t done = 0, removed = 0, i;
+	int rc = versions ? TCTL_OK
+	                  : tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+	                              "out of memory");
 
-	for (size_t i = 0; !rc && i < n; i++) {
-		uint64_t v = 0;
-
+	for (i = 0; !rc && i < n; i++) {
 		if (!ims[i].tensor[0])
 			continue;
-		rc = publish_imp(c, &ims[i], &v);
+		rc = publish_imp(c, &ims[i], &versions[i]);
 		if (rc)
 			break;
 		done++;
@@ -285,21 +297,28 @@ static int publish_all(struct td_client *c, struct imp *ims, size_t n)
 
 			json_object_object_add(
 			        j, "name", json_object_new_string(ims[i].tensor));
-			json_object_object_add(j, "version",
-			                       json_object_new_uint64(v));
+			json_object_object_add(
+			        j, "version", json_object_new_uint64(versions[i]));
 			json_object_array_add(out, j);
-		} else {
-			printf("%s version %" PRIu64 " %s ", ims[i].tensor, v,
-			       td_tensor_dtype_name((uint32_t)ims[i].a.type->blob));
-			tctl_print_shape(stdout, ims[i].a.shape, ims[i].a.ndim,
-			                 0);
-			printf("\n");
 		}
 	}
-	if (rc && done)
+	if (rc && done && partial) {
 		fprintf(stderr, "tensorctl: %zu array(s) published before "
-		                "this failure\n",
+		                "this failure, kept (--partial)\n",
 		        done);
+	} else if (rc && done) {
+		while (i-- > 0)
+			if (ims[i].tensor[0])
+				removed += (size_t)tctl_roll_back_one(
+				        c, ims[i].tensor, versions[i]);
+		fprintf(stderr, "tensorctl: %zu array(s) published before "
+		                "this failure; %zu deleted again\n",
+		        done, removed);
+	}
+	/* under --json the error object is the whole answer */
+	for (i = 0; (!rc || partial) && !tctl_json && i < n; i++)
+		if (ims[i].tensor[0] && versions[i])
+			print_imp(&ims[i], versions[i]);
 	if (!rc && tctl_json) {
 		struct json_object *j = json_object_new_object();
 
@@ -307,15 +326,18 @@ static int publish_all(struct td_client *c, struct imp *ims, size_t n)
 		rc = tctl_json_print(j);
 	}
 	json_object_put(out);
+	free(versions);
 	return rc;
 }
 
 int cmd_zarr_import(int argc, char **argv)
 {
-	enum { O_PREFIX = TCTL_OPT_FIRST_OWN };
+	enum { O_PREFIX = TCTL_OPT_FIRST_OWN, O_PARTIAL };
 	static const struct option opts[] = {
 	        {"prefix", required_argument, NULL, O_PREFIX},
+	        {"partial", no_argument, NULL, O_PARTIAL},
 	        TCTL_COMMON_OPTIONS};
+	bool partial = false;
 	const char *prefix = "", *dir, *w;
 	struct json_object *root = NULL;
 	struct imp *ims = NULL;
@@ -325,9 +347,12 @@ int cmd_zarr_import(int argc, char **argv)
 	int top = -1, rc, o;
 
 	while ((o = tctl_getopt(argc, argv, "", opts, &rc)) != -1) {
-		if (o != O_PREFIX)
+		if (o == O_PARTIAL)
+			partial = true;
+		else if (o == O_PREFIX)
+			prefix = optarg;
+		else
 			return rc;
-		prefix = optarg;
 	}
 	if (argc - optind != 1)
 		return tctl_usage("zarr", "import needs one DIR");
@@ -379,7 +404,7 @@ int cmd_zarr_import(int argc, char **argv)
 	}
 	rc = tctl_connect(&c);
 	if (!rc)
-		rc = publish_all(c, ims, n);
+		rc = publish_all(c, ims, n, partial);
 done:
 	json_object_put(root);
 	for (size_t i = 0; i < n; i++) {

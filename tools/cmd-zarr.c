@@ -336,100 +336,39 @@ static int grow(struct zset *z, size_t n)
 
 /* ---- from the daemon ---- */
 
-static int semi_planar(const char *fmt)
-{
-	static const char *const sp[] = {"NV12", "NV21", "NV16", "NV61",
-	                                 "NV24", "NV42", "P010", "P016"};
-
-	for (size_t i = 0; i < sizeof(sp) / sizeof(*sp); i++)
-		if (!strcasecmp(fmt, sp[i]))
-			return 1;
-	return 0;
-}
-
-/* Gather a strided single plane into C order. */
-static void gather(uint8_t *dst, const uint8_t *src, const uint64_t *shape,
-                   const int64_t *st, uint32_t ndim, unsigned size)
-{
-	uint64_t idx[TD_ZARR_MAX_DIMS] = {0}, total = 1;
-
-	for (uint32_t k = 0; k < ndim; k++)
-		total *= shape[k];
-	for (uint64_t e = 0; e < total; e++) {
-		int64_t off = 0;
-
-		for (uint32_t k = 0; k < ndim; k++)
-			off += (int64_t)idx[k] * st[k];
-		memcpy(dst + e * size, src + off, size);
-		for (uint32_t k = ndim; k-- > 0;) {
-			if (++idx[k] < shape[k])
-				break;
-			idx[k] = 0;
-		}
-	}
-}
-
 /* The chunk bytes of t: its plane, or a contiguous copy. NULL or why not. */
 static const char *tensor_chunk(struct zsrc *s, const struct td_tensor *t)
 {
-	uint32_t np = td_tensor_plane_count(t), ns = 0;
-	const int64_t *st = td_tensor_strides(t, &ns);
-	const char *fmt = td_tensor_string(t, TD_TENSOR_FORMAT);
-	uint64_t want, have = 0;
-	bool dense = true;
+	uint64_t sizes[TD_ZARR_MAX_PLANES];
+	struct td_zarr_src src = {.format = td_tensor_string(t, TD_TENSOR_FORMAT),
+	                          .nplanes = td_tensor_plane_count(t),
+	                          .plane_size = sizes};
+	struct td_zarr_walk w;
+	const char *why;
 
-	if (td_zarr_chunk_bytes(&s->a, &want))
-		return "its size overflows";
-	s->len = want;
-	if (semi_planar(fmt))
-		return "a semi-planar format has no single-array form";
-	if (st) {
-		uint64_t d = s->a.type->size;
-
-		for (uint32_t k = ns; k-- > 0;) {
-			dense &= (uint64_t)st[k] == d || s->a.shape[k] <= 1;
-			d *= s->a.shape[k];
-		}
-	}
-	if (np == 1 && dense) {
-		if (td_tensor_plane_size(t, 0) < want)
-			return "its plane is smaller than its shape";
+	src.strides = td_tensor_strides(t, &src.nstrides);
+	for (uint32_t p = 0; p < src.nplanes && p < TD_ZARR_MAX_PLANES; p++)
+		sizes[p] = td_tensor_plane_size(t, p);
+	why = td_zarr_walk_init(&w, &s->a, &src);
+	if (why)
+		return why;
+	s->len = w.len;
+	if (w.layout == TD_ZARR_DENSE) {
 		s->data = td_tensor_plane_data(t, 0);
 		return NULL;
 	}
-	if (!want)
-		return NULL;
-	s->owned = malloc(want);
+	s->owned = malloc(w.len);
 	if (!s->owned)
 		return "out of memory";
 	s->data = s->owned;
-	if (np == 1) {
-		/* strided: check every element lies inside the plane */
-		int64_t hi = 0;
+	/* gathered as the HTTP store sends it */
+	for (uint64_t pos = 0, n; pos < w.len; pos += n) {
+		uint32_t p;
+		uint64_t off;
 
-		for (uint32_t k = 0; k < ns; k++) {
-			if (st[k] < 0)
-				return "it has negative strides";
-			hi += (int64_t)(s->a.shape[k] - 1) * st[k];
-		}
-		if ((uint64_t)hi + s->a.type->size > td_tensor_plane_size(t, 0))
-			return "its strides reach past its plane";
-		gather(s->owned, td_tensor_plane_data(t, 0), s->a.shape, st,
-		       s->a.ndim, s->a.type->size);
-		return NULL;
-	}
-	/* planar: the planes one after the other, each packed */
-	for (uint32_t p = 0; p < np; p++)
-		have += td_tensor_plane_size(t, p);
-	if (have != want || !dense)
-		return "its planes are padded (not supported)";
-	have = 0;
-	for (uint32_t p = 0; p < np; p++) {
-		uint64_t l = td_tensor_plane_size(t, p);
-
-		if (l)
-			memcpy(s->owned + have, td_tensor_plane_data(t, p), l);
-		have += l;
+		n = td_zarr_walk_at(&w, pos, &p, &off);
+		memcpy(s->owned + pos,
+		       (const uint8_t *)td_tensor_plane_data(t, p) + off, n);
 	}
 	return NULL;
 }

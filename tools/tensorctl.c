@@ -83,18 +83,20 @@ static const struct cmd {
 	{"zarr", cmd_zarr,
 	 "zarr export DIR [NAMES...] | zarr export DIR --from FILE.tgm "
 	 "[--message N] [--name-key K] | zarr export DIR --from FILE.hrry | "
-	 "zarr import DIR [--prefix P]",
+	 "zarr import DIR [--prefix P] [--partial]",
 	 "Write tensors (NAMES, or every tensor), the objects of one .tgm\n"
 	 "message or the tensors of a Hurray file as a Zarr v3 hierarchy in\n"
 	 "DIR (one group, one single-chunk array per tensor), or publish\n"
-	 "every array of such a hierarchy.\n"
+	 "every array of such a hierarchy (all or nothing: a refusal\n"
+	 "deletes what was published, unless --partial).\n"
 	 "DIR must not exist or be empty; it appears whole or not at all.\n"
 	 "  --from FILE     export a .tgm message or a .hrry file (no daemon\n"
 	 "                  needed; Hurray by name or magic)\n"
 	 "  --message N     which message of FILE (default 0)\n"
 	 "  --name-key K    dotted metadata path tried first for names\n"
 	 "  --max-bytes N   read a stream up to N bytes (default 1G)\n"
-	 "  --prefix P      import: put P before every name\n"},
+	 "  --prefix P      import: put P before every name\n"
+	 "  --partial       import: keep what was published before a refusal\n"},
 };
 
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))

@@ -1,0 +1,532 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the HTTP store exports and its chunk bodies (http.h, docs/zarr.md).
+ *
+ * The exported set is what `tensorctl zarr export` of the same names
+ * writes: the current tensors and the live rings under --http-prefix (and
+ * granted by `allow http r` lines), in name order, each laid out by
+ * td_zarr_walk_init() -- the rule export uses -- and left out when export
+ * would refuse it. A tensor with a dma-buf plane is left out too: reading
+ * one means mapping device memory and syncing it on the daemon's loop.
+ *
+ * A chunk is leased (a version's reference, or a ring slot's lease, as a
+ * GET takes) until its response is done, so a version replaced meanwhile
+ * is still sent whole. A dense chunk in a tmpfs memfd is a response on a
+ * duplicate of the fd that the kernel sends (sendfile); any other chunk is
+ * repacked: a callback response pread()s the plane bytes, in C order, into
+ * the response's buffer, one block per call. pread() of a file cannot
+ * fault: a plane that is short (or unreadable) ends the response with an
+ * error instead, and the connection is closed.
+ */
+#include "http.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/magic.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include "blob.h"
+
+#ifndef HUGETLBFS_MAGIC
+#define HUGETLBFS_MAGIC 0x958458f6
+#endif
+
+/* Bytes a repacked response produces per callback. */
+#define BLOCK (64u << 10)
+/* Runs of plane bytes shorter than this are read through a window. */
+#define WINDOW 4096u
+
+/* ---- what is exported ---- */
+
+static bool exported(const char *name, size_t len)
+{
+	const struct td__daemon *d = td__d;
+	const char *pre = d->opts.http_prefix;
+	size_t pl = pre ? strlen(pre) : 0;
+
+	if (!pre || len < pl || memcmp(name, pre, pl))
+		return false;
+	return !d->policy || td__policy_allows_http(d->policy, name, len);
+}
+
+/* NUL-terminated copy of a string of at most TD_WIRE_MAX_NAME bytes. */
+static void cstr(char *out, const char *p, size_t len)
+{
+	if (len > TD_WIRE_MAX_NAME)
+		len = TD_WIRE_MAX_NAME;
+	memcpy(out, p, len);
+	out[len] = 0;
+}
+
+/* The attributes of a tensor (bv) or of a ring (bv NULL: a ring's GET
+ * carries no metadata, strings or quantization). */
+static struct json_object *attrs_of(const struct td__http_node *n,
+                                    const struct td__version *v,
+                                    const struct td_blob_view *bv)
+{
+	char name[TD_WIRE_MAX_NAME + 1], strs[5][TD_WIRE_MAX_NAME + 1];
+	float scales[64];
+	int32_t zps[64];
+	struct td_zarr_tensor t = {.name = name, .quant_axis = -2};
+
+	cstr(name, n->raw, n->raw_len);
+	if (!bv)
+		return td_zarr_tensor_attrs(&t);
+	t.meta = v->meta;
+	t.meta_len = v->meta_len;
+	for (int i = 0; i < 5; i++) {
+		cstr(strs[i], bv->strings[i].ptr, bv->strings[i].len);
+		t.strings[i] = strs[i];
+	}
+	if (bv->quant_scales_len) {
+		t.quant_axis = bv->quant_axis;
+		t.nscales =
+		        bv->quant_scales_len < 64 ? bv->quant_scales_len : 64;
+		t.nzero_points = bv->quant_zero_points_len < 64
+		                         ? bv->quant_zero_points_len
+		                         : 64;
+		for (uint32_t i = 0; i < t.nscales; i++)
+			scales[i] = td_blob_quant_scale(bv, i);
+		for (uint32_t i = 0; i < t.nzero_points; i++)
+			zps[i] = td_blob_quant_zero_point(bv, i);
+		t.scales = scales;
+		t.zero_points = zps;
+	}
+	return td_zarr_tensor_attrs(&t);
+}
+
+/*
+ * Plane p of v into n: its memfd and offset, its size into *size. false
+ * for what is not served: an inline plane (the store holds none), a
+ * dma-buf, a plane past the end of its file.
+ */
+static bool plane_of(struct td__version *v, const struct td_blob_view *bv,
+                     uint32_t p, struct td__http_node *n, uint64_t *size)
+{
+	struct td_blob_plane pl;
+	struct statfs sfs;
+	struct stat st;
+	int fd;
+
+	if (td_blob_plane_get(bv, p, &pl) < 0 || pl.handle < 0 ||
+	    (uint64_t)pl.handle >= v->nfds)
+		return false;
+	fd = td__vfd_out(&v->fds[pl.handle]);
+	if (fstat(fd, &st) < 0 || fstatfs(fd, &sfs) < 0 ||
+	    !S_ISREG(st.st_mode) || pl.offset > (uint64_t)st.st_size ||
+	    pl.size > (uint64_t)st.st_size - pl.offset)
+		return false;
+	/* the kernel sends tmpfs files; hugetlbfs ones are read */
+	if ((unsigned long)sfs.f_type == HUGETLBFS_MAGIC)
+		n->repack = true;
+	else if ((unsigned long)sfs.f_type != TMPFS_MAGIC)
+		return false;
+	n->fd[p] = fd;
+	n->off[p] = pl.offset;
+	*size = pl.size;
+	return true;
+}
+
+/* v as a node, laid out as export lays it out; false when not served. */
+static bool version_node(struct td__version *v, struct td__http_node *n,
+                         bool attrs)
+{
+	struct td_blob_view bv;
+	struct td_err e = {0};
+	uint64_t sizes[TD_ZARR_MAX_PLANES];
+	int64_t strides[TD_ZARR_MAX_DIMS];
+	char fmt[TD_WIRE_MAX_NAME + 1];
+	struct td_zarr_src src = {
+	        .format = fmt, .plane_size = sizes, .strides = strides};
+
+	if (td_blob_decode(v->blob, v->blob_len, &bv, &e) < 0 ||
+	    bv.plane_count > TD_ZARR_MAX_PLANES ||
+	    bv.strides_len > TD_ZARR_MAX_DIMS)
+		return false;
+	n->a.type = td_zarr_type_by_blob(bv.dtype);
+	n->a.ndim = bv.ndim;
+	if (!n->a.type || bv.ndim > TD_ZARR_MAX_DIMS)
+		return false;
+	for (uint32_t k = 0; k < bv.ndim; k++)
+		n->a.shape[k] = td_blob_shape(&bv, k);
+	for (uint32_t k = 0; k < bv.strides_len; k++)
+		strides[k] = td_blob_stride(&bv, k);
+	src.nstrides = bv.strides_len;
+	src.nplanes = bv.plane_count;
+	for (uint32_t p = 0; p < bv.plane_count; p++)
+		if (!plane_of(v, &bv, p, n, &sizes[p]))
+			return false;
+	cstr(fmt, bv.strings[TD_BLOB_FORMAT].ptr,
+	     bv.strings[TD_BLOB_FORMAT].len);
+	if (td_zarr_walk_init(&n->w, &n->a, &src))
+		return false;
+	/* export waits for the fence; the loop cannot, so a chunk is
+	 * refused (503) until it has signalled */
+	n->fence = bv.fence_fd >= 0 && (uint32_t)bv.fence_fd < v->nfds
+	                   ? v->fds[bv.fence_fd].fd
+	                   : -1;
+	n->v = v;
+	n->raw = v->name;
+	n->raw_len = v->name_len;
+	if (!attrs)
+		return true;
+	n->a.attrs = attrs_of(n, v, &bv);
+	return n->a.attrs != NULL;
+}
+
+/* A ring as a node: its latest version, as a GET of its name gives it. */
+static bool ring_node(struct td__ring *r, struct td__http_node *n, bool attrs)
+{
+	struct td_wire_entry e;
+	uint64_t sizes[TD_WIRE_RING_MAX_PLANES];
+	struct td_zarr_src src = {.format = "", .plane_size = sizes};
+
+	td__ring_entry(r, false, &e);
+	n->a.type = td_zarr_type_by_blob(e.dtype);
+	n->a.ndim = e.ndim;
+	/* no version yet: a GET (so an export) of it is refused */
+	if (!e.version || !n->a.type || e.ndim > TD_ZARR_MAX_DIMS)
+		return false;
+	memcpy(n->a.shape, e.shape, e.ndim * sizeof(*e.shape));
+	src.nplanes = td__ring_planes(r, sizes);
+	if (td_zarr_walk_init(&n->w, &n->a, &src))
+		return false;
+	n->ring = r;
+	n->fence = -1; /* td__ring_lease_latest() checks the slot's */
+	n->raw = e.name.ptr;
+	n->raw_len = e.name.len;
+	n->repack = true; /* its slot's bytes are read, never sent by fd */
+	if (!attrs)
+		return true;
+	n->a.attrs = attrs_of(n, NULL, NULL);
+	return n->a.attrs != NULL;
+}
+
+void td__http_nodes_free(struct td__http_node *ns, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		td_zarr_array_fini(&ns[i].a);
+	free(ns);
+}
+
+int td__http_nodes(struct td__http_node **out, size_t *count, bool attrs)
+{
+	static struct td__ring *rl[TD__MAX_RINGS];
+	struct td__store *s = td__d->store;
+	struct td_wire_str none = {"", 0};
+	unsigned nr = td__ring_list(none, none, rl), j = 0;
+	struct td__http_node *ns = calloc(s->count + nr + 1, sizeof(*ns));
+	char **names = calloc(s->count + nr + 1, sizeof(*names));
+	size_t n = 0, i = 0;
+	int rc;
+
+	if (!ns || !names) {
+		free(ns);
+		free(names);
+		return -ENOMEM;
+	}
+	/* tensors and rings merged in name order, as LIST gives them */
+	while (i < s->count || j < nr) {
+		struct td__version *v = i < s->count ? s->names[i] : NULL;
+		struct td_wire_entry re;
+		struct td__http_node *nd = &ns[n];
+		bool ok;
+
+		if (j < nr)
+			td__ring_entry(rl[j], false, &re);
+		if (v &&
+		    (j == nr || td__name_cmp(v->name, v->name_len, re.name.ptr,
+		                             re.name.len) < 0)) {
+			i++;
+			ok = exported(v->name, v->name_len) &&
+			     version_node(v, nd, attrs);
+		} else {
+			j++;
+			ok = exported(re.name.ptr, re.name.len) &&
+			     ring_node(rl[j - 1], nd, attrs);
+		}
+		if (!ok) {
+			td_zarr_array_fini(&nd->a);
+			memset(nd, 0, sizeof(*nd));
+			continue;
+		}
+		{
+			char name[TD_WIRE_MAX_NAME + 1];
+
+			cstr(name, nd->raw, nd->raw_len);
+			td_tgm_node_name(name, nd->a.name,
+			                 TD_ZARR_NAME_MAX + 1);
+		}
+		names[n] = nd->a.name;
+		n++;
+	}
+	rc = td_tgm_names_unique(names, n, sizeof(ns->a.name));
+	free(names);
+	if (rc < 0) {
+		td__http_nodes_free(ns, n);
+		return rc;
+	}
+	*out = ns;
+	*count = n;
+	return 0;
+}
+
+/* ---- leases ---- */
+
+/* A chunk response's lease: a tensor's version or a ring's slot. */
+struct hold {
+	struct td__version *v;
+	struct td__ring *ring;
+	uint32_t slot;
+};
+
+void td__http_hold_drop(void *hold)
+{
+	struct hold *h = hold;
+
+	if (h->v) {
+		h->v->lease_count--;
+		td__version_unref(td__d->store, h->v);
+	} else {
+		td__ring_unlease(h->ring, h->slot);
+	}
+	td__http_stats.leases--;
+	free(h);
+}
+
+/* ---- repacked bodies ---- */
+
+struct body {
+	struct hold *h;
+	struct td_zarr_walk w;
+	int fd[TD_ZARR_MAX_PLANES]; /* borrowed: they live while h does */
+	uint64_t off[TD_ZARR_MAX_PLANES];
+	uint64_t start; /* of the body in the chunk (a range) */
+	/* the last window read: plane wp's bytes [woff, woff + wlen) */
+	uint32_t wp;
+	uint64_t woff, wlen;
+	bool far; /* consecutive runs lie a window or more apart */
+	uint8_t win[WINDOW];
+};
+
+static ssize_t pread_full(int fd, uint8_t *dst, uint64_t n, uint64_t at)
+{
+	ssize_t r;
+
+	do
+		r = pread(fd, dst, n, (off_t)at);
+	while (r < 0 && errno == EINTR);
+	return r;
+}
+
+/* n bytes of plane p at off into dst; false when the plane is short. */
+static bool plane_read(struct body *b, uint32_t p, uint64_t off, uint8_t *dst,
+                       uint64_t n)
+{
+	uint64_t want;
+	ssize_t r;
+
+	/* long runs, and short ones too far apart for a window to hold
+	 * the next (a transposed view): read where they are */
+	if (n >= WINDOW || b->far)
+		return pread_full(b->fd[p], dst, n, b->off[p] + off) ==
+		       (ssize_t)n;
+	if (!b->wlen || p != b->wp || off < b->woff ||
+	    off + n > b->woff + b->wlen) {
+		want = b->w.plane_size[p] - off;
+		if (want > WINDOW)
+			want = WINDOW;
+		r = pread_full(b->fd[p], b->win, want, b->off[p] + off);
+		if (r < (ssize_t)n)
+			return false;
+		b->wp = p;
+		b->woff = off;
+		b->wlen = (uint64_t)r;
+	}
+	memcpy(dst, b->win + (off - b->woff), n);
+	return true;
+}
+
+/* MHD's content reader: up to max bytes of the body from pos. */
+static ssize_t body_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct body *b = cls;
+	size_t done = 0;
+
+	pos += b->start;
+	while (done < max) {
+		uint32_t p;
+		uint64_t off, n = td_zarr_walk_at(&b->w, pos, &p, &off);
+
+		if (n > max - done)
+			n = max - done;
+		if (!plane_read(b, p, off, (uint8_t *)buf + done, n)) {
+			td__log(TD_LOG_WARN,
+			        "http: plane %u ended early or could not be "
+			        "read; response cut",
+			        p);
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		}
+		done += n;
+		pos += n;
+	}
+	return (ssize_t)done;
+}
+
+static void body_free(void *cls)
+{
+	struct body *b = cls;
+
+	td__http_hold_drop(b->h);
+	free(b);
+}
+
+/* A repacked response of len bytes from start; takes h (NULL: not). */
+static struct MHD_Response *repacked(const struct td__http_node *n,
+                                     struct hold *h, uint64_t start,
+                                     uint64_t len)
+{
+	struct body *b = malloc(sizeof(*b));
+	struct MHD_Response *r;
+	/* short runs cost a syscall each: smaller blocks keep each callback
+	 * (and the loop's pause for it) short */
+	size_t block =
+	        n->w.layout == TD_ZARR_STRIDED && n->w.run < 64 ? 8192 : BLOCK;
+
+	if (!b)
+		return NULL;
+	b->h = h;
+	b->w = n->w;
+	memcpy(b->fd, n->fd, sizeof(b->fd));
+	memcpy(b->off, n->off, sizeof(b->off));
+	b->start = start;
+	b->wlen = 0;
+	b->far = n->w.layout == TD_ZARR_STRIDED && n->w.outer &&
+	         (uint64_t)n->w.st[n->w.outer - 1] >= WINDOW;
+	r = MHD_create_response_from_callback(len, block, body_read, b,
+	                                      body_free);
+	if (!r)
+		free(b);
+	return r;
+}
+
+/* ---- chunks ---- */
+
+/* Lease n's chunk into a new hold (n's ring fds and offsets filled in);
+ * NULL with *why when it cannot be had now. */
+static struct hold *lease(struct td__http_node *n, uint64_t *version,
+                          unsigned *code, const char **why)
+{
+	struct hold *h = calloc(1, sizeof(*h));
+	struct td__ring_slot rs;
+	int rc;
+
+	*code = MHD_HTTP_SERVICE_UNAVAILABLE;
+	*why = "out of memory\n";
+	if (h && n->fence >= 0 &&
+	    poll(&(struct pollfd){.fd = n->fence, .events = POLLIN}, 1, 0) !=
+	            1) {
+		free(h);
+		*why = "its fence has not signalled yet; retry\n";
+		return NULL;
+	}
+	if (!h)
+		return NULL;
+	if (n->ring) {
+		rc = td__ring_lease_latest(n->ring, &rs);
+		if (rc < 0) {
+			free(h);
+			if (rc == -EAGAIN)
+				*why = "the ring's latest version is being "
+				       "rewritten; retry\n";
+			else
+				*code = MHD_HTTP_NOT_FOUND,
+				*why = "no such key\n";
+			return NULL;
+		}
+		h->ring = n->ring;
+		h->slot = rs.slot;
+		*version = rs.version;
+		for (uint32_t p = 0; p < n->w.nplanes; p++) {
+			n->fd[p] = rs.fd;
+			n->off[p] = rs.off[p];
+		}
+	} else {
+		/* a reference like a GET's: neither eviction nor a newer
+		 * version frees the bytes while they are being sent */
+		h->v = n->v;
+		n->v->refs++;
+		n->v->lease_count++;
+		*version = n->v->number;
+	}
+	td__http_stats.leases++;
+	return h;
+}
+
+enum MHD_Result td__http_chunk(struct MHD_Connection *c,
+                               struct td__http_node *n, void **con_cls)
+{
+	const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+	                                              "If-None-Match");
+	struct MHD_Response *r = NULL;
+	uint64_t a = 0, len = 0, version = 0;
+	char etag[TD_WIRE_MAX_NAME + 48];
+	const char *why;
+	unsigned code;
+	struct hold *h = lease(n, &version, &code, &why);
+	int rg, fd;
+
+	if (!h)
+		return td__http_text(c, code, why);
+	snprintf(etag, sizeof(etag), "\"%.*s@%" PRIu64 "\"", (int)n->raw_len,
+	         n->raw, version);
+	if (inm && !strcmp(inm, etag)) {
+		td__http_hold_drop(h);
+		r = MHD_create_response_from_buffer(0, NULL,
+		                                    MHD_RESPMEM_PERSISTENT);
+		if (r)
+			MHD_add_response_header(r, "ETag", etag);
+		return td__http_queue(c, MHD_HTTP_NOT_MODIFIED, r);
+	}
+	rg = td__http_range(c, n->w.len, &a, &len);
+	if (rg < 0) {
+		td__http_hold_drop(h);
+		return td__http_unsatisfiable(c, n->w.len);
+	}
+	if (rg == 0)
+		len = n->w.len;
+	if (n->repack || n->w.layout != TD_ZARR_DENSE) {
+		/* the response owns h from here, and drops it when freed */
+		r = repacked(n, h, a, len);
+	} else if ((fd = fcntl(n->fd[0], F_DUPFD_CLOEXEC, 3)) >= 0) {
+		/* MHD owns (and closes) fd; sendfile() reads it at an
+		 * offset. h stays with the request (on_completed). */
+		r = MHD_create_response_from_fd_at_offset64(len, fd,
+		                                            n->off[0] + a);
+		if (!r)
+			close(fd);
+		else
+			*con_cls = h;
+	} else {
+		td__http_hold_drop(h);
+		return td__http_text(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+		                     "out of descriptors\n");
+	}
+	if (!r) {
+		td__http_hold_drop(h);
+		return MHD_NO;
+	}
+	return td__http_queue(c,
+	                      td__http_finish(r, rg, a, len, n->w.len,
+	                                      "application/octet-stream", etag),
+	                      r);
+}

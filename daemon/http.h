@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The HTTP store's files (docs/zarr.md; not installed), in call order:
+ *
+ *   http.c        libmicrohttpd in the loop, routing, metadata, /metrics
+ *   http-body.c   what is exported and the chunk bodies: by sendfile()
+ *                 from a dense memfd plane, or repacked (pread into the
+ *                 response's buffer) from strided, planar and ring ones
+ *   http-reply.c  replies: status counts, Range, common headers
+ */
+#ifndef TD_DAEMON_HTTP_H
+#define TD_DAEMON_HTTP_H
+
+#include "store.h"
+
+#include <microhttpd.h>
+
+#include "td-zarr.h"
+
+/* ---- http-reply.c ---- */
+
+#define TD__HTTP_CODES 6 /* 200 206 304 404 405 416 */
+
+struct td__http_stats {
+	uint64_t by_code[TD__HTTP_CODES];
+	uint64_t other;
+	uint64_t leases; /* responses holding a version or ring slot now */
+};
+extern struct td__http_stats td__http_stats;
+extern const unsigned td__http_codes[TD__HTTP_CODES];
+
+/* Queue r with code (counted) and drop our reference; MHD_NO if !r. */
+enum MHD_Result td__http_queue(struct MHD_Connection *c, unsigned code,
+                               struct MHD_Response *r);
+/* A short text/plain reply (405 adds Allow). */
+enum MHD_Result td__http_text(struct MHD_Connection *c, unsigned code,
+                              const char *msg);
+/*
+ * The Range header against a body of len bytes (RFC 9110): 0 none, 1 a
+ * satisfiable range in [*a, *a + *n), -1 unsatisfiable (or a form this
+ * server does not serve: several ranges).
+ */
+int td__http_range(struct MHD_Connection *c, uint64_t len, uint64_t *a,
+                   uint64_t *n);
+/* 416 with Content-Range: bytes * /len. */
+enum MHD_Result td__http_unsatisfiable(struct MHD_Connection *c, uint64_t len);
+/* Content-Range (ranged) and the common headers; 200 or 206. */
+unsigned td__http_finish(struct MHD_Response *r, int ranged, uint64_t a,
+                         uint64_t n, uint64_t len, const char *type,
+                         const char *etag);
+
+/* ---- http-body.c ---- */
+
+/* One exported tensor or ring: its array and where its chunk is. */
+struct td__http_node {
+	struct td_zarr_array a;
+	struct td__version *v; /* a tensor's current version, or NULL */
+	struct td__ring *ring; /* or a live ring */
+	const char *raw;       /* the tensor's own name (borrowed) */
+	uint16_t raw_len;
+	bool repack;           /* never by sendfile (a ring, hugetlbfs) */
+	int fence;             /* a tensor's acquire fence (borrowed), or -1 */
+	struct td_zarr_walk w; /* the chunk in the planes */
+	int fd[TD_ZARR_MAX_PLANES];       /* tensor planes' memfds (borrowed) */
+	uint64_t off[TD_ZARR_MAX_PLANES]; /* where each plane starts */
+};
+
+/*
+ * Every exported tensor and ring in name order, named as an export names
+ * them; attrs: with their attributes (metadata keys; a chunk needs none).
+ */
+int td__http_nodes(struct td__http_node **out, size_t *count, bool attrs);
+void td__http_nodes_free(struct td__http_node *ns, size_t n);
+/* The chunk of n, leased until the response ends (*con_cls: the lease of
+ * a sendfile response, dropped by td__http_hold_drop()). */
+enum MHD_Result td__http_chunk(struct MHD_Connection *c,
+                               struct td__http_node *n, void **con_cls);
+void td__http_hold_drop(void *hold);
+
+#endif
