@@ -6,8 +6,7 @@
  * writes: the current tensors and the live rings under --http-prefix (and
  * granted by `allow http r` lines), in name order, each laid out by
  * td_zarr_walk_init() -- the rule export uses -- and left out when export
- * would refuse it. A tensor with a dma-buf plane is left out too: reading
- * one means mapping device memory and syncing it on the daemon's loop.
+ * would refuse it.
  *
  * A chunk is leased (a version's reference, or a ring slot's lease, as a
  * GET takes) until its response is done, so a version replaced meanwhile
@@ -16,7 +15,11 @@
  * repacked: a callback response pread()s the plane bytes, in C order, into
  * the response's buffer, one block per call. pread() of a file cannot
  * fault: a plane that is short (or unreadable) ends the response with an
- * error instead, and the connection is closed.
+ * error instead, and the connection is closed. A dma-buf has no pread():
+ * it is mapped read-only for the response, which starts only once poll()
+ * says its writers are done (else 503, as for a pending fence, so the
+ * DMA_BUF_IOCTL_SYNC bracket around the reads does not wait on the loop);
+ * a dma-buf cannot shrink, so its mapping cannot fault either.
  */
 #include "http.h"
 
@@ -28,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -35,9 +39,13 @@
 #include <json-c/json.h>
 
 #include "blob.h"
+#include "os.h"
 
 #ifndef HUGETLBFS_MAGIC
 #define HUGETLBFS_MAGIC 0x958458f6
+#endif
+#ifndef DMA_BUF_MAGIC
+#define DMA_BUF_MAGIC 0x444d4142
 #endif
 
 /* Bytes a repacked response produces per callback. */
@@ -105,9 +113,9 @@ static struct json_object *attrs_of(const struct td__http_node *n,
 }
 
 /*
- * Plane p of v into n: its memfd and offset, its size into *size. false
- * for what is not served: an inline plane (the store holds none), a
- * dma-buf, a plane past the end of its file.
+ * Plane p of v into n: its memfd or dma-buf and offset, its size into
+ * *size. false for what is not served: an inline plane (the store holds
+ * none), a plane past the end of its file.
  */
 static bool plane_of(struct td__version *v, const struct td_blob_view *bv,
                      uint32_t p, struct td__http_node *n, uint64_t *size)
@@ -121,8 +129,22 @@ static bool plane_of(struct td__version *v, const struct td_blob_view *bv,
 	    (uint64_t)pl.handle >= v->nfds)
 		return false;
 	fd = td__vfd_out(&v->fds[pl.handle]);
-	if (fstat(fd, &st) < 0 || fstatfs(fd, &sfs) < 0 ||
-	    !S_ISREG(st.st_mode) || pl.offset > (uint64_t)st.st_size ||
+	if (fstatfs(fd, &sfs) < 0)
+		return false;
+	if ((unsigned long)sfs.f_type == DMA_BUF_MAGIC) {
+		/* its size is what SEEK_END says (fstat gives none); the
+		 * publish checked the plane against it already */
+		off_t end = lseek(fd, 0, SEEK_END);
+
+		if (end < 0 || pl.offset > (uint64_t)end ||
+		    pl.size > (uint64_t)end - pl.offset)
+			return false;
+		n->repack = true;
+		n->dmabuf |= 1u << p;
+		goto found;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    pl.offset > (uint64_t)st.st_size ||
 	    pl.size > (uint64_t)st.st_size - pl.offset)
 		return false;
 	/* the kernel sends tmpfs files; hugetlbfs ones are read */
@@ -130,6 +152,7 @@ static bool plane_of(struct td__version *v, const struct td_blob_view *bv,
 		n->repack = true;
 	else if ((unsigned long)sfs.f_type != TMPFS_MAGIC)
 		return false;
+found:
 	n->fd[p] = fd;
 	n->off[p] = pl.offset;
 	*size = pl.size;
@@ -310,6 +333,9 @@ struct body {
 	struct td_zarr_walk w;
 	int fd[TD_ZARR_MAX_PLANES]; /* borrowed: they live while h does */
 	uint64_t off[TD_ZARR_MAX_PLANES];
+	/* dma-buf planes: mapped read-only, inside a SYNC_START/END */
+	uint8_t *map[TD_ZARR_MAX_PLANES];
+	size_t map_len[TD_ZARR_MAX_PLANES];
 	uint64_t start; /* of the body in the chunk (a range) */
 	/* the last window read: plane wp's bytes [woff, woff + wlen) */
 	uint32_t wp;
@@ -335,6 +361,10 @@ static bool plane_read(struct body *b, uint32_t p, uint64_t off, uint8_t *dst,
 	uint64_t want;
 	ssize_t r;
 
+	if (b->map[p]) {
+		memcpy(dst, b->map[p] + b->off[p] + off, n);
+		return true;
+	}
 	/* long runs, and short ones too far apart for a window to hold
 	 * the next (a transposed view): read where they are */
 	if (n >= WINDOW || b->far)
@@ -382,10 +412,54 @@ static ssize_t body_read(void *cls, uint64_t pos, char *buf, size_t max)
 	return (ssize_t)done;
 }
 
+/* Unmap b's dma-buf planes, ending each one's read bracket. */
+static void body_unmap(struct body *b)
+{
+	for (uint32_t p = 0; p < TD_ZARR_MAX_PLANES; p++) {
+		if (!b->map[p])
+			continue;
+		(void)td__dmabuf_sync(b->fd[p], false);
+		munmap(b->map[p], b->map_len[p]);
+		b->map[p] = NULL;
+	}
+}
+
+/* Map n's dma-buf planes into b, each inside a read bracket; false when
+ * one cannot be. */
+static bool body_map(struct body *b, const struct td__http_node *n)
+{
+	long page = sysconf(_SC_PAGESIZE);
+
+	for (uint32_t p = 0; p < n->w.nplanes; p++) {
+		uint64_t end = n->off[p] + n->w.plane_size[p];
+		void *m;
+
+		if (!(n->dmabuf & (1u << p)) || !n->w.plane_size[p])
+			continue;
+		b->map_len[p] = (size_t)((end + (uint64_t)page - 1) &
+		                         ~((uint64_t)page - 1));
+		m = mmap(NULL, b->map_len[p], PROT_READ, MAP_SHARED, n->fd[p],
+		         0);
+		if (m == MAP_FAILED) {
+			td__log(TD_LOG_WARN, "http: mmap of a dma-buf plane: %s",
+			        strerror(errno));
+			return false;
+		}
+		b->map[p] = m;
+		if (td__dmabuf_sync(n->fd[p], true) < 0) {
+			munmap(m, b->map_len[p]);
+			b->map[p] = NULL;
+			return false;
+		}
+	}
+	return true;
+}
+
 static void body_free(void *cls)
 {
 	struct body *b = cls;
 
+	body_unmap(b);
 	td__http_hold_drop(b->h);
 	free(b);
 }
@@ -395,7 +469,7 @@ static struct MHD_Response *repacked(const struct td__http_node *n,
                                      struct hold *h, uint64_t start,
                                      uint64_t len)
 {
-	struct body *b = malloc(sizeof(*b));
+	struct body *b = calloc(1, sizeof(*b));
 	struct MHD_Response *r;
 	/* short runs cost a syscall each: smaller blocks keep each callback
 	 * (and the loop's pause for it) short */
@@ -412,10 +486,17 @@ static struct MHD_Response *repacked(const struct td__http_node *n,
 	b->wlen = 0;
 	b->far = n->w.layout == TD_ZARR_STRIDED && n->w.outer &&
 	         (uint64_t)n->w.st[n->w.outer - 1] >= WINDOW;
+	if (n->dmabuf && !body_map(b, n)) {
+		body_unmap(b);
+		free(b);
+		return NULL;
+	}
 	r = MHD_create_response_from_callback(len, block, body_read, b,
 	                                      body_free);
-	if (!r)
+	if (!r) {
+		body_unmap(b);
 		free(b);
+	}
 	return r;
 }
 
@@ -441,6 +522,16 @@ static struct hold *lease(struct td__http_node *n, uint64_t *version,
 	}
 	if (!h)
 		return NULL;
+	/* a dma-buf's writers (its implicit fences) must be done first, so
+	 * that the read bracket does not wait on the loop */
+	for (uint32_t p = 0; p < n->w.nplanes; p++)
+		if ((n->dmabuf & (1u << p)) &&
+		    poll(&(struct pollfd){.fd = n->fd[p], .events = POLLIN}, 1,
+		         0) != 1) {
+			free(h);
+			*why = "its dma-buf is still being written; retry\n";
+			return NULL;
+		}
 	if (n->ring) {
 		rc = td__ring_lease_latest(n->ring, &rs);
 		if (rc < 0) {

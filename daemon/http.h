@@ -58,7 +58,8 @@ struct td__http_node {
 	struct td__ring *ring; /* or a live ring */
 	const char *raw;       /* the tensor's own name (borrowed) */
 	uint16_t raw_len;
-	bool repack;           /* never by sendfile (a ring, hugetlbfs) */
+	bool repack;           /* never by sendfile (a ring, hugetlbfs, dma-buf) */
+	uint32_t dmabuf;       /* bit p: plane p is a dma-buf, read mapped */
 	int fence;             /* a tensor's acquire fence (borrowed), or -1 */
 	struct td_zarr_walk w; /* the chunk in the planes */
 	int fd[TD_ZARR_MAX_PLANES];       /* tensor planes' memfds (borrowed) */

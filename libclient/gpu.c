@@ -87,20 +87,6 @@ int td__plane_kind(int fd)
 	}
 }
 
-int td__dmabuf_sync(int fd, bool start)
-{
-	struct dma_buf_sync s = {
-		.flags = DMA_BUF_SYNC_READ |
-			 (start ? DMA_BUF_SYNC_START : DMA_BUF_SYNC_END),
-	};
-	int rc;
-
-	do
-		rc = ioctl(fd, DMA_BUF_IOCTL_SYNC, &s);
-	while (rc < 0 && (errno == EINTR || errno == EAGAIN));
-	return rc < 0 ? -errno : 0;
-}
-
 /* ---- fences ---- */
 
 int td_fence_create(void)

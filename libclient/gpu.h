@@ -23,10 +23,4 @@ void *td__mmap_natural(size_t len, int prot, int flags, int fd, off_t off);
 /* TD_PLANE_* of an open buffer fd (fstatfs), 0 when unknown. */
 int td__plane_kind(int fd);
 
-/*
- * DMA_BUF_IOCTL_SYNC READ start (start true) or end on a dma-buf fd.
- * 0 or -errno (EINTR/EAGAIN retried).
- */
-int td__dmabuf_sync(int fd, bool start);
-
 #endif

@@ -14,6 +14,7 @@
 #include "bytes.h"
 #include "client.h"
 #include "gpu.h"
+#include "os.h"
 
 struct td__tplane {
 	const uint8_t *data;

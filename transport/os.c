@@ -4,8 +4,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/dma-buf.h>
 #include <linux/futex.h>
 #include <stdio.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -107,4 +109,18 @@ int td__reopen_ro(int fd)
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	ro = open(path, O_RDONLY | O_CLOEXEC);
 	return ro < 0 ? -errno : ro;
+}
+
+int td__dmabuf_sync(int fd, bool start)
+{
+	struct dma_buf_sync s = {
+		.flags = DMA_BUF_SYNC_READ |
+			 (start ? DMA_BUF_SYNC_START : DMA_BUF_SYNC_END),
+	};
+	int rc;
+
+	do
+		rc = ioctl(fd, DMA_BUF_IOCTL_SYNC, &s);
+	while (rc < 0 && (errno == EINTR || errno == EAGAIN));
+	return rc < 0 ? -errno : 0;
 }

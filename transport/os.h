@@ -9,6 +9,7 @@
 #ifndef TD_TRANSPORT_OS_H
 #define TD_TRANSPORT_OS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <time.h>
@@ -50,5 +51,12 @@ int td__memfd_seal_size(int fd);
  * nor add seals. A new fd or -errno.
  */
 int td__reopen_ro(int fd);
+
+/*
+ * DMA_BUF_IOCTL_SYNC READ start (start true) or end on a dma-buf fd:
+ * the bracket of CPU reads through a mapping of it. 0 or -errno
+ * (EINTR/EAGAIN retried).
+ */
+int td__dmabuf_sync(int fd, bool start);
 
 #endif
