@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * transport/: the Linux calls both sides make on descriptors and shared
- * words - pidfds, futexes, sized and sealed memfds - written once and
+ * words - pidfds, futexes, sized and sealed memfds, dma-buf read
+ * brackets - written once and
  * linked into the daemon and the client library (docs/architecture.md
  * says why here: proto/ makes no syscalls, and these are what the
  * transport of a tensor is made of). Errors are -errno.
