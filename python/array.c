@@ -269,9 +269,15 @@ OwnerObject *tdpy_owner_new(enum owner_kind kind, PyObject *parent)
 	return o;
 }
 
+OwnerObject *tdpy_owner_root(OwnerObject *o)
+{
+	return o->kind == OWNER_PLANE ? (OwnerObject *)o->parent : o;
+}
+
 /* End what the owner holds in libtensord (lease, unpublished loan). */
 static void owner_release(OwnerObject *o)
 {
+	o = tdpy_owner_root(o);
 	struct td_tensor *t = o->t;
 	struct td_alloc *a = o->a;
 
@@ -287,7 +293,8 @@ static void owner_release(OwnerObject *o)
 
 static void owner_dealloc(OwnerObject *o)
 {
-	owner_release(o);
+	if (o->kind != OWNER_PLANE) /* a plane's lease is its parent's */
+		owner_release(o);
 	if (o->map)
 		munmap(o->map, o->map_len);
 	PyMem_Free(o->heap);
@@ -326,6 +333,11 @@ static int owner_getbuffer(OwnerObject *o, Py_buffer *view, int flags)
 	const char *fmt = buffer_format(o->dtype);
 	unsigned isz = td_tensor_dtype_size(o->dtype);
 
+	if (o->plane_count > 1) {
+		PyErr_SetString(PyExc_BufferError, "a tensor of several "
+				"planes: use the buffer of each plane");
+		return -1;
+	}
 	if ((flags & PyBUF_WRITABLE) && !o->writable) {
 		PyErr_SetString(PyExc_BufferError,
 				"a tensord view is read-only");
@@ -388,6 +400,12 @@ static PyObject *owner_array_interface(OwnerObject *o, void *unused)
 
 	if (!d)
 		return NULL;
+	if (o->plane_count > 1) {
+		Py_DECREF(d);
+		PyErr_SetString(PyExc_AttributeError, "a tensor of several "
+				"planes has an __array_interface__ per plane");
+		return NULL;
+	}
 	shape = PyTuple_New(o->ndim);
 	strides = PyTuple_New(o->ndim);
 	if (!shape || !strides)
@@ -415,12 +433,13 @@ out:
 /* The fd of the buffer behind the tensor (borrowed: valid while held). */
 static PyObject *owner_fileno(OwnerObject *o, PyObject *unused)
 {
+	OwnerObject *r = tdpy_owner_root(o);
 	int fd = -1;
 
-	if (o->kind == OWNER_LEASE && o->t)
-		fd = td_tensor_plane_fd(o->t, 0);
-	else if (o->kind == OWNER_LOAN && o->a)
-		fd = td_alloc_fd(o->a, 0);
+	if (r->kind == OWNER_LEASE && r->t)
+		fd = td_tensor_plane_fd(r->t, o->plane);
+	else if (r->kind == OWNER_LOAN && r->a)
+		fd = td_alloc_fd(r->a, 0);
 	if (fd < 0) {
 		PyErr_SetString(PyExc_ValueError, "no buffer fd: released, "
 				"published, or a ring slot");
@@ -445,6 +464,7 @@ static PyObject *owner_release_m(OwnerObject *o, PyObject *unused)
 
 static PyObject *get_held(OwnerObject *o, void *unused)
 {
+	o = tdpy_owner_root(o);
 	bool held = (o->kind == OWNER_LEASE && o->t) ||
 		    (o->kind == OWNER_LOAN && o->a);
 
@@ -595,6 +615,7 @@ static void dl_capsule_free(PyObject *cap)
  */
 static int dl_place(OwnerObject *o, PyArrayObject *a, struct dl_ctx *x)
 {
+	OwnerObject *r = tdpy_owner_root(o);
 	char *p = PyArray_DATA(a);
 	uint64_t off;
 	int fd, rc;
@@ -609,7 +630,7 @@ static int dl_place(OwnerObject *o, PyArrayObject *a, struct dl_ctx *x)
 				"ring's name for a DLPack export");
 		return -1;
 	}
-	if (!o->t) {
+	if (!r->t) {
 		PyErr_SetString(PyExc_BufferError,
 				"the lease was released: no DLPack export");
 		return -1;
@@ -624,7 +645,7 @@ static int dl_place(OwnerObject *o, PyArrayObject *a, struct dl_ctx *x)
 		x->mt.dl_tensor.data = (char *)x->heap + (p - o->data);
 		return 0;
 	}
-	fd = td_tensor_plane_fd(o->t, 0);
+	fd = td_tensor_plane_fd(r->t, o->plane);
 	rc = file_offset_of(o->map, &off);
 	if (rc < 0) {
 		errno = -rc;

@@ -849,7 +849,7 @@ PyMODINIT_FUNC PyInit_tensord(void)
 	    PyStructSequence_InitType2(&entry_type, &entry_desc) < 0 ||
 	    PyType_Ready(&tdpy_client_type) < 0 ||
 	    PyType_Ready(&tdpy_watch_type) < 0 || tdpy_array_init(m) < 0 ||
-	    tdpy_ring_init(m) < 0)
+	    tdpy_ring_init(m) < 0 || tdpy_planes_init(m) < 0)
 		goto fail;
 	tdpy_error = add_exc(m, "Error", NULL);
 	if (!tdpy_error)

@@ -24,6 +24,7 @@
 #endif
 #include <numpy/arrayobject.h>
 #include <stdbool.h>
+#include <tensord/blob.h>
 #include <tensord/tensord.h>
 
 /* Most dimensions a tensor has here (blob and wire both cap at 16). */
@@ -45,7 +46,11 @@ enum owner_kind {
 	OWNER_LOAN,  /* alloc(): writable until published */
 	OWNER_SLOT,  /* Ring.acquire(): writable ring slot */
 	OWNER_VIEW,  /* Subscription.next(): read-only ring slot */
+	OWNER_PLANE, /* one plane of a multi-plane LEASE or LOAN (parent) */
 };
+
+/* Most planes of a tensor the binding views (image formats have 4). */
+#define TDPY_MAX_PLANES 4
 
 typedef struct {
 	PyObject_HEAD
@@ -70,10 +75,15 @@ typedef struct {
 	PyObject *name;       /* str */
 	PyObject *metadata;   /* bytes */
 	Py_ssize_t exports;   /* live buffer-protocol exports */
+	uint32_t plane;       /* PLANE: its index in the parent's tensor */
+	uint32_t plane_count; /* LEASE, LOAN: > 1 when viewed as Planes */
+	uint64_t plane_off[TDPY_MAX_PLANES];  /* LOAN: planes in buffer 0 */
+	uint64_t plane_size[TDPY_MAX_PLANES];
 } OwnerObject;
 
 extern PyTypeObject tdpy_client_type, tdpy_owner_type, tdpy_array_type;
 extern PyTypeObject tdpy_ring_type, tdpy_sub_type, tdpy_watch_type;
+extern PyTypeObject tdpy_planes_type;
 extern PyObject *tdpy_error;
 
 /* Raise the tensord.Error subclass for rc (-errno) with e's reason. */
@@ -127,6 +137,17 @@ OwnerObject *tdpy_owner_new(enum owner_kind kind, PyObject *parent);
 PyObject *tdpy_owner_array(OwnerObject *o);
 /* The Owner at the end of obj's .base chain, NULL (TypeError) if none. */
 OwnerObject *tdpy_owner_of(PyObject *obj);
+/* The owner holding the lease or loan: o, or a PLANE's parent. */
+OwnerObject *tdpy_owner_root(OwnerObject *o);
+/* A tensord.Planes over root (a reference taken) and its plane arrays
+ * (the tuple's reference is stolen); NULL on error. */
+PyObject *tdpy_planes_new(OwnerObject *root, PyObject *arrays,
+			  const char *format);
+/* A new PLANE owner of root: its index, names and dtype set. */
+OwnerObject *tdpy_plane_owner(OwnerObject *root, uint32_t i);
+/* alloc() of a multi-plane image format: a writable tensord.Planes over
+ * one loan (o is consumed). */
+PyObject *tdpy_alloc_planes(ClientObject *self, OwnerObject *o);
 /* Own read-only mapping of the pages of a libtensord mapping of fd. */
 int tdpy_map_dup(const void *data, uint64_t size, int fd, void **map,
 		 size_t *map_len);
@@ -163,5 +184,6 @@ PyObject *tdpy_exit_close(PyObject *self, PyObject *args);
 /* Registration of the ring types into the module. */
 int tdpy_ring_init(PyObject *m);
 int tdpy_array_init(PyObject *m);
+int tdpy_planes_init(PyObject *m);
 
 #endif
