@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dlpack.h"
@@ -450,9 +451,10 @@ static PyObject *owner_fileno(OwnerObject *o, PyObject *unused)
 
 static PyObject *owner_do_release(OwnerObject *o)
 {
-	if (o->kind == OWNER_VIEW)
-		tdpy_sub_view_release(o->parent, o->version);
-	else
+	if (o->kind == OWNER_VIEW) {
+		if (tdpy_sub_view_release(o->parent, o->version) < 0)
+			return NULL;
+	} else
 		owner_release(o);
 	Py_RETURN_NONE;
 }
@@ -577,6 +579,7 @@ struct dl_ctx {
 	void *priv;     /* copy-on-write mapping, or NULL */
 	size_t priv_len;
 	void *heap;     /* private copy of an inline plane */
+	PyObject *sub;  /* a ring view's Subscription (kept by keep) */
 	int64_t shape[TDPY_MAX_DIMS];
 	int64_t strides[TDPY_MAX_DIMS];
 };
@@ -590,6 +593,8 @@ static void dl_deleter(DLManagedTensor *mt)
 	if (x->priv)
 		munmap(x->priv, x->priv_len);
 	g = PyGILState_Ensure();
+	if (x->sub)
+		tdpy_sub_export_gone(x->sub);
 	Py_XDECREF(x->keep);
 	PyMem_RawFree(x->heap);
 	PyGILState_Release(g);
@@ -607,28 +612,67 @@ static void dl_capsule_free(PyObject *cap)
 }
 
 /*
+ * A MAP_PRIVATE (copy-on-write) mapping of fd over the owner's bytes,
+ * which start at file offset `at`: x's data is where p (inside the
+ * owner's bytes) lies in it. Offsets in units of the file's pages (huge
+ * pages on hugetlbfs: its st_blksize).
+ */
+static int dl_map_cow(struct dl_ctx *x, OwnerObject *o, int fd, uint64_t at,
+		      const char *p)
+{
+	uint64_t align = (uint64_t)sysconf(_SC_PAGESIZE), lo, len;
+	struct stat st;
+
+	if (fstat(fd, &st) == 0 && st.st_blksize > 0 &&
+	    (uint64_t)st.st_blksize > align &&
+	    !(st.st_blksize & (st.st_blksize - 1)))
+		align = (uint64_t)st.st_blksize;
+	lo = at & ~(align - 1);
+	len = (at - lo + o->size + align - 1) & ~(align - 1);
+	x->priv = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd,
+		       (off_t)lo);
+	if (x->priv == MAP_FAILED) {
+		x->priv = NULL;
+		PyErr_SetFromErrno(PyExc_OSError);
+		return -1;
+	}
+	x->priv_len = len;
+	x->mt.dl_tensor.data = (char *)x->priv + (at - lo) + (p - o->data);
+	return 0;
+}
+
+/*
  * Where DLPack's data lives: writable owners export their own pages; a
- * read-only lease exports a MAP_PRIVATE (copy-on-write) mapping of the
- * same file range: reads share the page-cache pages (no copy), a write
- * by the consumer (torch tensors are writable) faults in a private page
- * that no other process ever sees, instead of crashing on PROT_READ.
+ * read-only lease or ring view exports a MAP_PRIVATE (copy-on-write)
+ * mapping of the same file range: reads share the page-cache pages (no
+ * copy), a write by the consumer (torch tensors are writable) faults in
+ * a private page that no other process ever sees, instead of crashing
+ * on PROT_READ. A ring view's slot stays held while the export lives.
  */
 static int dl_place(OwnerObject *o, PyArrayObject *a, struct dl_ctx *x)
 {
 	OwnerObject *r = tdpy_owner_root(o);
 	char *p = PyArray_DATA(a);
 	uint64_t off;
-	int fd, rc;
+	int rc;
 
 	if (o->writable || PyArray_NBYTES(a) == 0) {
 		x->mt.dl_tensor.data = p;
 		return 0;
 	}
 	if (o->kind == OWNER_VIEW) {
-		PyErr_SetString(PyExc_BufferError, "a ring subscriber's view "
-				"has no file to map copy-on-write: get() the "
-				"ring's name for a DLPack export");
-		return -1;
+		if (o->fd < 0 || tdpy_sub_export(o->parent, o->version) < 0) {
+			if (!PyErr_Occurred())
+				PyErr_SetString(PyExc_BufferError, "no file "
+						"to map this ring view");
+			return -1;
+		}
+		if (dl_map_cow(x, o, o->fd, o->plane_off[0], p) < 0) {
+			tdpy_sub_export_gone(o->parent);
+			return -1;
+		}
+		x->sub = o->parent;
+		return 0;
 	}
 	if (!r->t) {
 		PyErr_SetString(PyExc_BufferError,
@@ -645,23 +689,14 @@ static int dl_place(OwnerObject *o, PyArrayObject *a, struct dl_ctx *x)
 		x->mt.dl_tensor.data = (char *)x->heap + (p - o->data);
 		return 0;
 	}
-	fd = td_tensor_plane_fd(r->t, o->plane);
 	rc = file_offset_of(o->map, &off);
 	if (rc < 0) {
 		errno = -rc;
 		PyErr_SetFromErrno(PyExc_OSError);
 		return -1;
 	}
-	x->priv = mmap(NULL, o->map_len, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE, fd, (off_t)off);
-	if (x->priv == MAP_FAILED) {
-		x->priv = NULL;
-		PyErr_SetFromErrno(PyExc_OSError);
-		return -1;
-	}
-	x->priv_len = o->map_len;
-	x->mt.dl_tensor.data = (char *)x->priv + (p - (char *)o->map);
-	return 0;
+	return dl_map_cow(x, o, td_tensor_plane_fd(r->t, o->plane),
+			  off + (uint64_t)(o->data - (char *)o->map), p);
 }
 
 static PyObject *array_dlpack(PyObject *self, PyObject *args, PyObject *kw)

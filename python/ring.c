@@ -45,6 +45,7 @@ typedef struct {
 	bool busy;        /* next() waits with the GIL released */
 	unsigned views;   /* live arrays over slots */
 	uint64_t held;    /* version of the view held, 0 none */
+	unsigned exports; /* live DLPack exports of the held view */
 	PyObject *name;
 	/* poll() mode: a waiter thread takes views */
 	bool async;
@@ -382,12 +383,55 @@ static void sub_release_held(SubObject *sub)
 	sub->held = 0;
 }
 
-void tdpy_sub_view_release(PyObject *obj, uint64_t version)
+/*
+ * A DLPack export of the held view keeps its slot held (the exported
+ * tensor maps the slot's file copy-on-write, so a rewrite of the slot
+ * would show through the pages it did not write): giving the view back
+ * waits until every such tensor is gone.
+ */
+static bool sub_exported(SubObject *sub)
+{
+	struct td_error e = {.code = -EBUSY};
+
+	if (!sub->exports)
+		return false;
+	snprintf(e.reason, sizeof(e.reason), "the held view (version %llu) "
+		 "is exported through DLPack (%u tensors alive); its slot "
+		 "stays held until they are gone (del them)",
+		 (unsigned long long)sub->held, sub->exports);
+	tdpy_raise(-EBUSY, &e, "subscription");
+	return true;
+}
+
+int tdpy_sub_view_release(PyObject *obj, uint64_t version)
 {
 	SubObject *sub = (SubObject *)obj;
 
-	if (sub->s && !sub->busy && sub->held == version)
+	if (sub->s && !sub->busy && sub->held == version) {
+		if (sub_exported(sub))
+			return -1;
 		sub_release_held(sub);
+	}
+	return 0;
+}
+
+int tdpy_sub_export(PyObject *obj, uint64_t version)
+{
+	SubObject *sub = (SubObject *)obj;
+
+	if (!sub->s || sub->held != version) {
+		PyErr_SetString(PyExc_BufferError, "this ring view was "
+				"released (its slot may be rewritten): no "
+				"DLPack export");
+		return -1;
+	}
+	sub->exports++;
+	return 0;
+}
+
+void tdpy_sub_export_gone(PyObject *obj)
+{
+	((SubObject *)obj)->exports--;
 }
 
 static PyObject *view_array(SubObject *sub, const struct td_view *v)
@@ -398,6 +442,8 @@ static PyObject *view_array(SubObject *sub, const struct td_view *v)
 	if (!o)
 		return NULL;
 	sub->views++;
+	/* where DLPack maps the slot copy-on-write (array.c, dl_place) */
+	o->fd = td_sub_plane_fd(sub->s, v, 0, &o->plane_off[0]);
 	o->version = v->version;
 	o->dtype = v->dtype;
 	o->name = sub->name;
@@ -474,7 +520,7 @@ static PyObject *sub_poll(SubObject *sub, PyObject *unused)
 {
 	PyObject *r = NULL;
 
-	if (!sub_usable(sub) || sub_start(sub) < 0)
+	if (!sub_usable(sub) || sub_exported(sub) || sub_start(sub) < 0)
 		return NULL;
 	pthread_mutex_lock(&sub->mu);
 	if (sub->state == W_READY) {
@@ -533,7 +579,7 @@ static PyObject *sub_wait(SubObject *sub, int ms)
 	struct td_view v;
 	int rc = 0;
 
-	if (!sub_usable(sub))
+	if (!sub_usable(sub) || sub_exported(sub))
 		return NULL;
 	if (!sub->async) {
 		sub->busy = true;
@@ -603,7 +649,7 @@ static PyObject *sub_iternext(SubObject *sub)
 
 static PyObject *sub_release_m(SubObject *sub, PyObject *unused)
 {
-	if (!sub_usable(sub))
+	if (!sub_usable(sub) || sub_exported(sub))
 		return NULL;
 	sub_release_held(sub);
 	Py_RETURN_NONE;

@@ -79,6 +79,8 @@ typedef struct {
 	uint32_t plane_count; /* LEASE, LOAN: > 1 when viewed as Planes */
 	uint64_t plane_off[TDPY_MAX_PLANES];  /* LOAN: planes in buffer 0 */
 	uint64_t plane_size[TDPY_MAX_PLANES];
+	int fd;               /* VIEW: the ring's data file, the plane at
+			       * plane_off[0] (the subscription's fd) */
 } OwnerObject;
 
 extern PyTypeObject tdpy_client_type, tdpy_owner_type, tdpy_array_type;
@@ -154,7 +156,13 @@ int tdpy_map_dup(const void *data, uint64_t size, int fd, void **map,
 
 /* Ring views: the subscription drops its count when one dies. */
 void tdpy_sub_view_gone(PyObject *sub);
-void tdpy_sub_view_release(PyObject *sub, uint64_t version);
+/* -1 (tensord.Error EBUSY) while a DLPack export holds the view. */
+int tdpy_sub_view_release(PyObject *sub, uint64_t version);
+/* A DLPack export of the held view `version` begins (-1 with BufferError
+ * when that view is no longer held) or ends: the slot stays held, and
+ * next(), poll() and release() refuse, while any export lives. */
+int tdpy_sub_export(PyObject *sub, uint64_t version);
+void tdpy_sub_export_gone(PyObject *sub);
 void tdpy_ring_view_gone(PyObject *ring);
 
 /* Metadata: None, bytes-like or str (UTF-8), into a held Py_buffer. */
