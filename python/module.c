@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <math.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -202,34 +203,47 @@ static PyObject *event_new(const struct td_event *ev)
 }
 
 /*
- * Events libtensord queued while another call waited leave the socket
- * unreadable: move them to self->pending and wake fileno() so an event
- * loop never sleeps on them. Errors are left for the next poll().
+ * td_client_process() delivers watch events here (the GIL is not held
+ * during it): they join self->pending, where poll() and each Watch take
+ * them. An event that cannot be stored (no memory) is dropped; the
+ * binding has nowhere to raise it from.
  */
-void tdpy_client_drain(ClientObject *self)
+static void on_event(struct td_client *c, const struct td_event *ev,
+		     void *ud)
 {
-	struct td_client *c = self->c;
-	bool got = false;
+	ClientObject *self = ud;
+	PyGILState_STATE g = PyGILState_Ensure();
+	PyObject *e = event_new(ev);
 
-	if (!c || !self->watch_count || self->busy)
-		return;
-	for (;;) {
-		struct td_event ev;
-		PyObject *e;
+	if (!e || PyList_Append(self->pending, e) < 0)
+		PyErr_Clear();
+	Py_XDECREF(e);
+	PyGILState_Release(g);
+	(void)c;
+}
 
-		if (td_client_next_event(c, 0, &ev, NULL) < 0)
-			break;
-		e = event_new(&ev);
-		if (!e || PyList_Append(self->pending, e) < 0) {
-			Py_XDECREF(e);
-			PyErr_Clear();
-			break;
-		}
-		Py_DECREF(e);
-		got = true;
-	}
-	if (got || PyList_GET_SIZE(self->pending))
+/*
+ * Everything libtensord has for this client, without waiting: its one
+ * piece of event logic, td_client_process(), with the GIL released.
+ * Events go to self->pending; fileno() is woken while any are there.
+ * rc >= 0, or -1 with the exception set.
+ */
+static int client_process(ClientObject *self, const char *what)
+{
+	struct td_error e = {0};
+	struct td_client *c = tdpy_client_enter(self);
+	int rc;
+
+	if (!c)
+		return -1;
+	TDPY_CALL(self, rc, td_client_process(c, &e));
+	if (PyList_GET_SIZE(self->pending))
 		tdpy_client_wake(self);
+	if (rc < 0) {
+		tdpy_raise(rc, &e, what);
+		return -1;
+	}
+	return rc;
 }
 
 static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
@@ -262,8 +276,10 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 	self->pending = PyList_New(0);
 	self->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	self->epfd = epoll_create1(EPOLL_CLOEXEC);
+	/* libtensord's own descriptor: readable while it has work queued */
 	sock = td_client_fd(self->c);
 	if (!self->pending || self->evfd < 0 || self->epfd < 0 || sock < 0 ||
+	    td_client_set_event_handler(self->c, on_event, self) < 0 ||
 	    epoll_ctl(self->epfd, EPOLL_CTL_ADD, sock, &ee) < 0 ||
 	    epoll_ctl(self->epfd, EPOLL_CTL_ADD, self->evfd, &ee) < 0) {
 		if (!PyErr_Occurred())
@@ -482,52 +498,31 @@ static PyObject *client_fileno(ClientObject *self, PyObject *unused)
 	return PyLong_FromLong(self->epfd);
 }
 
-/* Every queued event, without waiting; clears fileno()'s readiness. */
+/*
+ * Every queued event, without waiting; clears fileno()'s readiness. A
+ * broken connection raises once the events that came before are given.
+ */
 static PyObject *client_poll(ClientObject *self, PyObject *unused)
 {
-	struct td_error e = {0};
-	struct td_event ev;
-	struct td_client *c;
+	PyObject *r, *fresh;
 	uint64_t n;
-	PyObject *r;
-	int rc;
 
 	if (!self->c) {
 		PyErr_SetString(PyExc_ValueError, "the client is closed");
 		return NULL;
 	}
-	if (read(self->evfd, &n, sizeof(n)) < 0) {
-		/* EAGAIN: nothing signalled */
-	}
-	r = self->pending;
-	self->pending = PyList_New(0);
-	if (!self->pending) {
-		self->pending = r;
-		return NULL;
-	}
-	for (;;) {
-		PyObject *x;
-
-		c = tdpy_client_enter(self);
-		if (!c)
-			break;
-		Py_BEGIN_ALLOW_THREADS
-		rc = td_client_next_event(c, 0, &ev, &e);
-		Py_END_ALLOW_THREADS
-		tdpy_client_leave(self);
-		if (rc == -ETIMEDOUT)
-			break;
-		if (rc < 0) {
-			Py_DECREF(r);
-			return tdpy_raise(rc, &e, "poll");
-		}
-		x = event_new(&ev);
-		if (!x || PyList_Append(r, x) < 0) {
-			Py_XDECREF(x);
-			Py_DECREF(r);
+	if (client_process(self, "poll") < 0) {
+		if (!self->pending || !PyList_GET_SIZE(self->pending))
 			return NULL;
-		}
-		Py_DECREF(x);
+		PyErr_Clear(); /* the next call raises it again */
+	}
+	fresh = PyList_New(0);
+	if (!fresh)
+		return NULL;
+	r = self->pending;
+	self->pending = fresh;
+	if (read(self->evfd, &n, sizeof(n)) < 0) {
+		/* EAGAIN: it was not signalled */
 	}
 	return r;
 }
@@ -569,7 +564,6 @@ static PyObject *client_watch(ClientObject *self, PyObject *args,
 	w->client = self;
 	w->id = id;
 	w->open = true;
-	self->watch_count++;
 	return (PyObject *)w;
 }
 
@@ -581,7 +575,6 @@ static void watch_end(WatchObject *w)
 	if (!w->open)
 		return;
 	w->open = false;
-	w->client->watch_count--;
 	if (!w->client->c)
 		return;
 	c = tdpy_client_enter(w->client);
@@ -606,33 +599,49 @@ static PyObject *watch_close(WatchObject *w, PyObject *unused)
 	Py_RETURN_NONE;
 }
 
-/* This watch's next event, waiting up to ms (-1 forever). */
+/* Take this watch's first event out of pending; NULL if none (no
+ * exception). Events of other watches stay for them (or poll()). */
+static PyObject *watch_take(WatchObject *w)
+{
+	PyObject *pending = w->client->pending;
+
+	for (Py_ssize_t i = 0; i < PyList_GET_SIZE(pending); i++) {
+		PyObject *it = PyList_GET_ITEM(pending, i);
+		PyObject *id = PyStructSequence_GET_ITEM(it, 3);
+
+		if (PyLong_AsUnsignedLongLong(id) == w->id) {
+			Py_INCREF(it);
+			PySequence_DelItem(pending, i);
+			return it;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * This watch's next event, waiting up to ms (-1 forever): what
+ * td_client_process() delivers, and between deliveries a wait for
+ * libtensord's descriptor with the GIL released.
+ */
 static PyObject *watch_wait(WatchObject *w, int ms)
 {
 	ClientObject *cl = w->client;
 	struct timespec t0, now;
+	PyObject *x;
 
 	if (!w->open)
 		return PyErr_Format(PyExc_ValueError, "the watch is closed");
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
-		struct td_error e = {0};
-		struct td_event ev;
-		struct td_client *c;
+		struct pollfd pfd = {.events = POLLIN};
 		int left = ms, rc;
-		PyObject *x;
 
-		/* events of this watch read by an earlier call come first */
-		for (Py_ssize_t i = 0; i < PyList_GET_SIZE(cl->pending); i++) {
-			PyObject *it = PyList_GET_ITEM(cl->pending, i);
-			PyObject *id = PyStructSequence_GET_ITEM(it, 3);
-
-			if (PyLong_AsUnsignedLongLong(id) == w->id) {
-				Py_INCREF(it);
-				PySequence_DelItem(cl->pending, i);
-				return it;
-			}
-		}
+		x = watch_take(w);
+		if (x || client_process(cl, "watch") < 0)
+			return x;
+		x = watch_take(w);
+		if (x)
+			return x;
 		if (ms > 0) {
 			clock_gettime(CLOCK_MONOTONIC, &now);
 			left = ms - (int)((now.tv_sec - t0.tv_sec) * 1000 +
@@ -640,24 +649,19 @@ static PyObject *watch_wait(WatchObject *w, int ms)
 			if (left < 0)
 				left = 0;
 		}
-		c = tdpy_client_enter(cl);
-		if (!c)
+		if (left == 0)
+			return tdpy_raise(-ETIMEDOUT, NULL, "watch: no event");
+		if (!tdpy_client_enter(cl))
 			return NULL;
+		pfd.fd = td_client_fd(cl->c);
 		Py_BEGIN_ALLOW_THREADS
-		rc = td_client_next_event(c, left, &ev, &e);
+		rc = poll(&pfd, 1, left);
 		Py_END_ALLOW_THREADS
 		tdpy_client_leave(cl);
-		if (rc < 0)
-			return tdpy_raise(rc, &e, "watch");
-		x = event_new(&ev);
-		if (!x || ev.watch_id == w->id)
-			return x;
-		/* another watch's: keep it for that one (or poll()) */
-		rc = PyList_Append(cl->pending, x);
-		Py_DECREF(x);
-		if (rc < 0)
+		if (rc < 0 && errno != EINTR)
+			return PyErr_SetFromErrno(PyExc_OSError);
+		if (rc < 0 && PyErr_CheckSignals() < 0)
 			return NULL;
-		tdpy_client_wake(cl);
 	}
 }
 

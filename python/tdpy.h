@@ -35,10 +35,11 @@ typedef struct {
 	struct td_client *c; /* NULL once closed (or pending close) */
 	struct td_client *handle; /* the handle, until really closed */
 	unsigned busy;       /* calls in flight with the GIL released */
-	int epfd;            /* fileno(): the socket + evfd, -1 when none */
-	int evfd;            /* eventfd: queued events, ready subscriptions */
-	unsigned watch_count;
-	PyObject *pending;   /* list of Events read but not yet returned */
+	int epfd;            /* fileno(): td_client_fd, evfd and polled
+			      * subscriptions' eventfds; -1 when none */
+	int evfd;            /* eventfd: readable while pending has Events */
+	PyObject *pending;   /* Events td_client_process() delivered, not
+			      * yet returned (by poll() or a Watch) */
 } ClientObject;
 
 enum owner_kind {
@@ -98,11 +99,10 @@ int tdpy_conv_timeout(PyObject *o, void *out); /* int * (ms, -1) */
 /* Checked entry to a client call: NULL (ValueError set) when closed. */
 struct td_client *tdpy_client_enter(ClientObject *self);
 void tdpy_client_leave(ClientObject *self);
-/* After a call: move events libtensord queued into self->pending. */
-void tdpy_client_drain(ClientObject *self);
 /*
  * Run a libtensord call on an entered client with the GIL released,
- * then leave it and move events queued meanwhile to self->pending.
+ * then leave it. Watch events that arrive meanwhile stay queued in
+ * libtensord, whose td_client_fd() (inside fileno()) stays readable.
  */
 #define TDPY_CALL(self, rc, expr)                                            \
 	do {                                                                 \
@@ -110,8 +110,6 @@ void tdpy_client_drain(ClientObject *self);
 		rc = (expr);                                                 \
 		Py_END_ALLOW_THREADS                                         \
 		tdpy_client_leave(self);                                     \
-		if (rc >= 0)                                                 \
-			tdpy_client_drain(self);                             \
 	} while (0)
 
 /* Wake fileno() readers (an eventfd write). */
