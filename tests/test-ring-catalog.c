@@ -822,6 +822,7 @@ Test(ring_catalog, a_version_1_client_sees_a_ring_as_a_plain_entry)
  * td_sub_plane_fd: a subscriber's own copy-on-write mapping of a held
  * slot reads the slot's bytes, and its writes reach neither the producer
  * nor another subscriber. The fd is the subscription's (closed with it).
+ * td_tensor_plane_offset says the same of a GET's plane.
  */
 Test(ring_catalog, a_held_slot_maps_copy_on_write_through_its_plane_fd)
 {
@@ -831,7 +832,9 @@ Test(ring_catalog, a_held_slot_maps_copy_on_write_through_its_plane_fd)
 	struct td_ring *r;
 	struct td_sub *s, *s2;
 	struct td_view v, v2, bad;
-	struct stat st;
+	struct td_tensor *t;
+	struct stat st, st2;
+	uint8_t byte[2];
 	uint64_t off = 0, lo;
 	uint8_t *m;
 	int fd;
@@ -866,6 +869,18 @@ Test(ring_catalog, a_held_slot_maps_copy_on_write_through_its_plane_fd)
 		     "a view of another subscription");
 	cr_assert_eq(td_sub_plane_fd(NULL, &v, 0, &off), -EINVAL);
 	munmap(m, off - lo + size);
+	/* a GET of the ring leases the same slot: same file, same offset */
+	cr_assert_eq(td_client_get(c, "cow/r", &t, NULL), 0);
+	cr_assert_eq(td_tensor_version(t), 2);
+	cr_assert_eq(td_tensor_plane_offset(t, 0), off);
+	cr_assert_eq(fstat(td_tensor_plane_fd(t, 0), &st2), 0);
+	cr_assert(st2.st_ino == st.st_ino && st2.st_dev == st.st_dev);
+	cr_assert_eq(pread(td_tensor_plane_fd(t, 0), byte, 2, (off_t)off + 1),
+		     2);
+	cr_assert(byte[0] == ((const uint8_t *)v.planes[0])[1] &&
+		  byte[1] == ((const uint8_t *)v.planes[0])[2]);
+	cr_assert_eq(td_tensor_plane_offset(t, 1), 0, "out of range");
+	td_tensor_release(t);
 	/* the producer's next version still arrives intact */
 	cr_assert_eq(td_sub_release(s), 0);
 	cr_assert_eq(td_sub_release(s2), 0);

@@ -473,6 +473,13 @@ TD_EXPORT uint64_t td_tensor_plane_stride(const struct td_tensor *t,
 					  uint32_t i);
 /* Buffer fd behind plane i (borrowed; valid while t lives), -1 if none. */
 TD_EXPORT int td_tensor_plane_fd(const struct td_tensor *t, uint32_t i);
+/*
+ * Byte offset of plane i inside its buffer, the file td_tensor_plane_fd()
+ * refers to (for a mapping of one's own, e.g. copy-on-write); 0 for an
+ * inline plane or i out of range.
+ */
+TD_EXPORT uint64_t td_tensor_plane_offset(const struct td_tensor *t,
+					  uint32_t i);
 /* Sum of plane sizes. */
 TD_EXPORT uint64_t td_tensor_bytes(const struct td_tensor *t);
 
