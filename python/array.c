@@ -3,13 +3,9 @@
  * Owners (the memory behind arrays) and tensord.Array, the ndarray
  * subclass every tensor comes back as; DLPack export.
  *
- * Why the binding maps a lease's pages itself: release() must be callable
- * while views are alive (the array it is called on is one), and after it
- * libtensord may unmap its mapping at any time (its cache is bounded, and
- * td_client_close() empties it). So an Owner duplicates libtensord's
- * mapping of the plane (mremap with old size 0: a second mapping of the
- * same shared pages, no copy) and views point there: the lease ends when
- * asked, the pages stay mapped until the last view dies.
+ * The pages behind a lease's views are the binding's own mapping of the
+ * plane's file (maps.c: why, and its cache); loans and ring slots have
+ * theirs (tensor.c, ring.c).
  */
 #include "tdpy.h"
 
@@ -24,11 +20,6 @@
 
 /* Data pointer of zero-byte arrays: numpy allocates when given NULL. */
 static char zero_size_data[1];
-
-static uintptr_t page_mask(void)
-{
-	return (uintptr_t)sysconf(_SC_PAGESIZE) - 1;
-}
 
 /* ---- dtypes, shapes ---- */
 
@@ -194,66 +185,6 @@ big:
 	return -1;
 }
 
-/* ---- own mappings ---- */
-
-/* File offset of the mapping that holds addr (/proc/self/maps). */
-static int file_offset_of(const void *addr, uint64_t *off)
-{
-	uintptr_t a = (uintptr_t)addr;
-	FILE *f = fopen("/proc/self/maps", "re");
-	char line[512];
-	int rc = -ENOENT;
-
-	if (!f)
-		return -errno;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi;
-		unsigned long long pgoff;
-
-		if (sscanf(line, "%lx-%lx %*s %llx", &lo, &hi, &pgoff) != 3)
-			continue;
-		if (a >= lo && a < hi) {
-			*off = pgoff + (a - lo);
-			rc = 0;
-			break;
-		}
-	}
-	fclose(f);
-	return rc;
-}
-
-int tdpy_map_dup(const void *data, uint64_t size, int fd, void **map,
-		 size_t *map_len)
-{
-	uintptr_t mask = page_mask();
-	uintptr_t lo = (uintptr_t)data & ~mask;
-	uintptr_t hi = ((uintptr_t)data + size + mask) & ~mask;
-	uint64_t off;
-	void *p;
-
-	/* mremap(old_size 0) maps the same shared pages a second time */
-	p = mremap((void *)lo, 0, hi - lo, MREMAP_MAYMOVE);
-	if (p == MAP_FAILED) {
-		/* libtensord fell back to a private read-only mapping (old
-		 * kernels refuse shared maps of write-sealed memfds): map
-		 * the file again the same way, still the same pages */
-		int rc = file_offset_of((void *)lo, &off);
-
-		if (rc < 0)
-			return rc;
-		p = mmap(NULL, hi - lo, PROT_READ, MAP_SHARED, fd,
-			 (off_t)off);
-		if (p == MAP_FAILED && (errno == EPERM || errno == EACCES))
-			p = mmap(NULL, hi - lo, PROT_READ, MAP_PRIVATE, fd,
-				 (off_t)off);
-		if (p == MAP_FAILED)
-			return -errno;
-	}
-	*map = p;
-	*map_len = hi - lo;
-	return 0;
-}
-
 /* ---- Owner ---- */
 
 OwnerObject *tdpy_owner_new(enum owner_kind kind, PyObject *parent)
@@ -285,8 +216,10 @@ static void owner_release(OwnerObject *o)
 	o->t = NULL;
 	o->a = NULL;
 	if (t || a) {
+		/* no wait for the daemon's answer: it ends the lease before
+		 * it serves this client's next request (a round trip less) */
 		Py_BEGIN_ALLOW_THREADS
-		td_tensor_release(t);
+		td_tensor_release_nowait(t);
 		td_alloc_free(a);
 		Py_END_ALLOW_THREADS
 	}
@@ -298,6 +231,7 @@ static void owner_dealloc(OwnerObject *o)
 		owner_release(o);
 	if (o->map)
 		munmap(o->map, o->map_len);
+	tdpy_map_put(o->cache);
 	PyMem_Free(o->heap);
 	if (o->kind == OWNER_VIEW)
 		tdpy_sub_view_gone(o->parent);
@@ -653,8 +587,6 @@ static int dl_place(OwnerObject *o, PyArrayObject *a, struct dl_ctx *x)
 {
 	OwnerObject *r = tdpy_owner_root(o);
 	char *p = PyArray_DATA(a);
-	uint64_t off;
-	int rc;
 
 	if (o->writable || PyArray_NBYTES(a) == 0) {
 		x->mt.dl_tensor.data = p;
@@ -667,7 +599,7 @@ static int dl_place(OwnerObject *o, PyArrayObject *a, struct dl_ctx *x)
 						"to map this ring view");
 			return -1;
 		}
-		if (dl_map_cow(x, o, o->fd, o->plane_off[0], p) < 0) {
+		if (dl_map_cow(x, o, o->fd, o->file_off, p) < 0) {
 			tdpy_sub_export_gone(o->parent);
 			return -1;
 		}
@@ -689,14 +621,8 @@ static int dl_place(OwnerObject *o, PyArrayObject *a, struct dl_ctx *x)
 		x->mt.dl_tensor.data = (char *)x->heap + (p - o->data);
 		return 0;
 	}
-	rc = file_offset_of(o->map, &off);
-	if (rc < 0) {
-		errno = -rc;
-		PyErr_SetFromErrno(PyExc_OSError);
-		return -1;
-	}
 	return dl_map_cow(x, o, td_tensor_plane_fd(r->t, o->plane),
-			  off + (uint64_t)(o->data - (char *)o->map), p);
+			  o->file_off, p);
 }
 
 static PyObject *array_dlpack(PyObject *self, PyObject *args, PyObject *kw)

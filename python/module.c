@@ -158,6 +158,7 @@ static void client_really_close(ClientObject *self)
 	if (self->evfd >= 0)
 		close(self->evfd);
 	self->epfd = self->evfd = -1;
+	tdpy_maps_detach(self);
 	Py_BEGIN_ALLOW_THREADS
 	td_client_close(h);
 	Py_END_ALLOW_THREADS
@@ -486,7 +487,7 @@ static PyObject *client_trim(ClientObject *self, PyObject *unused)
 	if (!c)
 		return NULL;
 	TDPY_CALL(self, rc, td_client_trim(c));
-	return PyLong_FromLong(rc);
+	return PyLong_FromLong(rc + tdpy_maps_trim(self));
 }
 
 static PyObject *client_fileno(ClientObject *self, PyObject *unused)

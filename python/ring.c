@@ -374,7 +374,7 @@ static PyObject *view_array(SubObject *sub, const struct td_view *v)
 		return NULL;
 	sub->views++;
 	/* where DLPack maps the slot copy-on-write (array.c, dl_place) */
-	o->fd = td_sub_plane_fd(sub->s, v, 0, &o->plane_off[0]);
+	o->fd = td_sub_plane_fd(sub->s, v, 0, &o->file_off);
 	o->version = v->version;
 	o->dtype = v->dtype;
 	o->name = sub->name;

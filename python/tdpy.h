@@ -30,6 +30,8 @@
 /* Most dimensions a tensor has here (blob and wire both cap at 16). */
 #define TDPY_MAX_DIMS TD_ENTRY_MAX_DIMS
 
+struct tdpy_map; /* maps.c: a cached mapping of a leased plane */
+
 typedef struct {
 	PyObject_HEAD
 	struct td_client *c; /* NULL once closed (or pending close) */
@@ -40,6 +42,8 @@ typedef struct {
 	int evfd;            /* eventfd: readable while pending has Events */
 	PyObject *pending;   /* Events td_client_process() delivered, not
 			      * yet returned (by poll() or a Watch) */
+	struct tdpy_map *maps; /* leased planes' mappings, recent first */
+	unsigned idle_maps;    /* of them, used by no view */
 } ClientObject;
 
 enum owner_kind {
@@ -59,8 +63,10 @@ typedef struct {
 	PyObject *parent;     /* Client, Ring or Subscription (owned ref) */
 	struct td_tensor *t;  /* LEASE: NULL once released */
 	struct td_alloc *a;   /* LOAN: NULL once published or freed */
-	void *map;            /* own mapping (LEASE, LOAN), page aligned */
+	void *map;            /* own mapping (LOAN), page aligned */
 	size_t map_len;
+	struct tdpy_map *cache; /* LEASE, PLANE of one: the mapping used */
+	uint64_t file_off;    /* LEASE, PLANE, VIEW: data's offset in fd */
 	void *heap;           /* LEASE of an inline plane: a private copy */
 	char *data;           /* first byte of the tensor */
 	uint64_t size;        /* bytes of its plane */
@@ -80,8 +86,8 @@ typedef struct {
 	uint32_t plane_count; /* LEASE, LOAN: > 1 when viewed as Planes */
 	uint64_t plane_off[TDPY_MAX_PLANES];  /* LOAN: planes in buffer 0 */
 	uint64_t plane_size[TDPY_MAX_PLANES];
-	int fd;               /* VIEW: the ring's data file, the plane at
-			       * plane_off[0] (the subscription's fd) */
+	int fd;               /* VIEW: the ring's data file (the
+			       * subscription's fd) */
 } OwnerObject;
 
 extern PyTypeObject tdpy_client_type, tdpy_owner_type, tdpy_array_type;
@@ -148,9 +154,18 @@ OwnerObject *tdpy_plane_owner(OwnerObject *root, uint32_t i);
 /* alloc() of a multi-plane image format: a writable tensord.Planes over
  * one loan (o is consumed). */
 PyObject *tdpy_alloc_planes(ClientObject *self, OwnerObject *o);
-/* Own read-only mapping of the pages of a libtensord mapping of fd. */
-int tdpy_map_dup(const void *data, uint64_t size, int fd, void **map,
-		 size_t *map_len);
+/*
+ * A read-only mapping of [off, off + size) of fd from cl's cache (maps.c)
+ * or new: 0 with *m (give it back with tdpy_map_put) and *data, or
+ * -errno. tdpy_maps_trim unmaps the idle ones (returns how many);
+ * tdpy_maps_detach, at close, too, and leaves the used ones to their
+ * last put.
+ */
+int tdpy_map_get(ClientObject *cl, int fd, uint64_t off, uint64_t size,
+		 struct tdpy_map **m, char **data);
+void tdpy_map_put(struct tdpy_map *m);
+int tdpy_maps_trim(ClientObject *cl);
+void tdpy_maps_detach(ClientObject *cl);
 
 /* Ring views: the subscription drops its count when one dies. */
 void tdpy_sub_view_gone(PyObject *sub);

@@ -414,8 +414,9 @@ static int lease_layout(OwnerObject *o, struct td_tensor *t, uint32_t i)
 	return 0;
 }
 
-/* Point o at plane i of t: our own mapping of its pages (no copy), or a
- * private copy of an inline plane libtensord already copied. */
+/* Point o at plane i of t: the binding's own mapping of its pages (no
+ * copy; maps.c), or a private copy of an inline plane libtensord
+ * already copied. */
 static int lease_map(OwnerObject *o, struct td_tensor *t, uint32_t i)
 {
 	const void *data = td_tensor_plane_data(t, i);
@@ -430,15 +431,12 @@ static int lease_map(OwnerObject *o, struct td_tensor *t, uint32_t i)
 		memcpy(o->heap, data, o->size);
 		o->data = o->heap;
 	} else if (o->size) {
-		rc = tdpy_map_dup(data, o->size, td_tensor_plane_fd(t, i),
-				  &o->map, &o->map_len);
-		if (rc < 0) {
-			tdpy_raise(rc, NULL, "get: map");
-			return -1;
-		}
-		o->data = (char *)o->map +
-			  ((uintptr_t)data & ((uintptr_t)sysconf(
-						      _SC_PAGESIZE) - 1));
+		o->file_off = td_tensor_plane_offset(t, i);
+		rc = tdpy_map_get((ClientObject *)tdpy_owner_root(o)->parent,
+				  td_tensor_plane_fd(t, i), o->file_off,
+				  o->size, &o->cache, &o->data);
+		if (rc < 0)
+			return raise_int(rc, "get: map");
 	}
 	return 0;
 }

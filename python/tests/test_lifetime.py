@@ -166,3 +166,28 @@ def test_a_dlpack_tensor_keeps_the_lease(client):
     del t
     gc.collect()
     assert leases(client, "lt/dl") == 0
+
+
+def test_gets_of_one_buffer_reuse_a_cached_mapping_until_trim(client):
+    want = np.arange(1 << 16, dtype=np.uint8)
+    client.put("lt/cache", want)
+    a = client.get("lt/cache")
+    addr = a.ctypes.data
+    a.release()
+    del a
+    gc.collect()
+    # no view left, the mapping stays cached: the next get of the same
+    # buffer reads through it (page tables filled), not a new one
+    b = client.get("lt/cache")
+    assert b.ctypes.data == addr
+    np.testing.assert_array_equal(b, want)
+    # a new version is another buffer: another mapping, its own bytes
+    client.put("lt/cache", want[::-1].copy())
+    c = client.get("lt/cache")
+    assert c.ctypes.data != addr
+    np.testing.assert_array_equal(c, want[::-1])
+    np.testing.assert_array_equal(b, want)
+    del b, c
+    gc.collect()
+    assert client.trim() >= 2
+    assert mapping_of(addr) is None
