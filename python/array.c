@@ -721,16 +721,6 @@ static PyObject *array_release(PyObject *self, PyObject *unused)
 	return o ? owner_do_release(o) : NULL;
 }
 
-static PyObject *array_exit(PyObject *self, PyObject *args)
-{
-	PyObject *r = array_release(self, NULL);
-
-	if (!r)
-		return NULL;
-	Py_DECREF(r);
-	Py_RETURN_FALSE;
-}
-
 /* Results of ufuncs and reductions own new memory: plain ndarrays. */
 static PyObject *array_wrap(PyObject *self, PyObject *args)
 {
@@ -756,7 +746,7 @@ static PyMethodDef array_methods[] = {
 	{"release", array_release, METH_NOARGS,
 	 "End the lease now (also ends it for every other view)."},
 	{"__enter__", tdpy_enter, METH_NOARGS, NULL},
-	{"__exit__", array_exit, METH_VARARGS, NULL},
+	{"__exit__", tdpy_exit_release, METH_VARARGS, NULL},
 	{"__array_wrap__", array_wrap, METH_VARARGS, NULL},
 	{NULL},
 };

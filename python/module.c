@@ -333,14 +333,25 @@ PyObject *tdpy_enter(PyObject *self, PyObject *unused)
 	return self;
 }
 
-PyObject *tdpy_exit_close(PyObject *self, PyObject *args)
+/* __exit__ calling self.<method>(), never swallowing the exception. */
+static PyObject *exit_calling(PyObject *self, const char *method)
 {
-	PyObject *r = PyObject_CallMethod(self, "close", NULL);
+	PyObject *r = PyObject_CallMethod(self, method, NULL);
 
 	if (!r)
 		return NULL;
 	Py_DECREF(r);
 	Py_RETURN_FALSE;
+}
+
+PyObject *tdpy_exit_close(PyObject *self, PyObject *args)
+{
+	return exit_calling(self, "close");
+}
+
+PyObject *tdpy_exit_release(PyObject *self, PyObject *args)
+{
+	return exit_calling(self, "release");
 }
 
 static PyObject *client_closed(ClientObject *self, void *unused)

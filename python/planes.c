@@ -14,7 +14,6 @@
 
 #include <errno.h>
 #include <string.h>
-#include <sys/mman.h>
 
 typedef struct {
 	PyObject_HEAD
@@ -72,8 +71,6 @@ PyObject *tdpy_alloc_planes(ClientObject *self, OwnerObject *o)
 	uint32_t n = td_format_plane_count(fmt);
 	struct td_plane_layout l[TDPY_MAX_PLANES];
 	uint64_t shape[TDPY_MAX_DIMS], size = 0;
-	struct td_error e = {0};
-	struct td_client *c;
 	PyObject *arrays;
 	int rc;
 
@@ -102,24 +99,8 @@ PyObject *tdpy_alloc_planes(ClientObject *self, OwnerObject *o)
 	o->plane_count = n;
 	o->size = size;
 	o->row_pitch = l[0].stride; /* the same for every plane */
-	c = tdpy_client_enter(self);
-	if (!c)
+	if (tdpy_loan_open(self, o, size) < 0)
 		goto fail;
-	TDPY_CALL(self, rc, td_client_alloc(c, 1, &size, &o->a, &e));
-	if (rc < 0) {
-		tdpy_raise(rc, &e, "alloc");
-		goto fail;
-	}
-	/* our own shared mapping, made private at publish (client_publish) */
-	o->map = size ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED,
-			     td_alloc_fd(o->a, 0), 0)
-		      : NULL;
-	if (o->map == MAP_FAILED) {
-		o->map = NULL;
-		PyErr_SetFromErrno(PyExc_OSError);
-		goto fail;
-	}
-	o->map_len = size;
 	arrays = PyTuple_New(n);
 	for (uint32_t i = 0; arrays && i < n; i++) {
 		OwnerObject *p = tdpy_plane_owner(o, i);
@@ -209,16 +190,6 @@ static PyObject *planes_release(PlanesObject *p, PyObject *unused)
 	return PyObject_CallMethod((PyObject *)p->root, "release", NULL);
 }
 
-static PyObject *planes_exit(PlanesObject *p, PyObject *args)
-{
-	PyObject *r = planes_release(p, NULL);
-
-	if (!r)
-		return NULL;
-	Py_DECREF(r);
-	Py_RETURN_FALSE;
-}
-
 static PyObject *planes_repr(PlanesObject *p)
 {
 	return PyUnicode_FromFormat("<tensord.Planes %U v%llu, %zd planes>",
@@ -236,7 +207,7 @@ static PyMethodDef planes_methods[] = {
 	{"release", (PyCFunction)planes_release, METH_NOARGS,
 	 "End the lease now (for every plane view)."},
 	{"__enter__", tdpy_enter, METH_NOARGS, NULL},
-	{"__exit__", (PyCFunction)planes_exit, METH_VARARGS, NULL},
+	{"__exit__", tdpy_exit_release, METH_VARARGS, NULL},
 	{NULL},
 };
 

@@ -151,6 +151,9 @@ PyObject *tdpy_planes_new(OwnerObject *root, PyObject *arrays,
 			  const char *format);
 /* A new PLANE owner of root: its index, names and dtype set. */
 OwnerObject *tdpy_plane_owner(OwnerObject *root, uint32_t i);
+/* Give o (a LOAN) a loan of size bytes, mapped shared and writable by
+ * the binding (o->map, o->data). 0, or -1 with the exception set. */
+int tdpy_loan_open(ClientObject *self, OwnerObject *o, uint64_t size);
 /* alloc() of a multi-plane image format: a writable tensord.Planes over
  * one loan (o is consumed). */
 PyObject *tdpy_alloc_planes(ClientObject *self, OwnerObject *o);
@@ -201,6 +204,8 @@ PyMODINIT_FUNC PyInit_tensord(void);
 /* __enter__ returning self; __exit__ calling self.close() (no swallow). */
 PyObject *tdpy_enter(PyObject *self, PyObject *unused);
 PyObject *tdpy_exit_close(PyObject *self, PyObject *args);
+/* __exit__ calling self.release(). */
+PyObject *tdpy_exit_release(PyObject *self, PyObject *args);
 
 /* Registration of the ring types into the module. */
 int tdpy_ring_init(PyObject *m);

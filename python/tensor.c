@@ -176,6 +176,37 @@ static int loan_format(OwnerObject *o, PyObject *format, npy_intp isz)
 	return 0;
 }
 
+int tdpy_loan_open(ClientObject *self, OwnerObject *o, uint64_t size)
+{
+	struct td_error e = {0};
+	struct td_client *c = tdpy_client_enter(self);
+	int rc;
+
+	if (!c)
+		return -1;
+	TDPY_CALL(self, rc, td_client_alloc(c, 1, &size, &o->a, &e));
+	if (rc < 0) {
+		tdpy_raise(rc, &e, "alloc");
+		return -1;
+	}
+	/* our own shared mapping: libtensord unmaps its own at publish,
+	 * while views of this one must stay valid after (publish turns it
+	 * copy-on-write, see client_publish) */
+	o->size = size;
+	if (!size)
+		return 0;
+	o->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED,
+		      td_alloc_fd(o->a, 0), 0);
+	if (o->map == MAP_FAILED) {
+		o->map = NULL;
+		PyErr_SetFromErrno(PyExc_OSError);
+		return -1;
+	}
+	o->map_len = size;
+	o->data = o->map;
+	return 0;
+}
+
 /*
  * alloc(name, shape, dtype, strides=None, format=None): a writable Array
  * over a loan.
@@ -186,14 +217,12 @@ PyObject *tdpy_client_alloc(ClientObject *self, PyObject *args,
 	static char *kwlist[] = {"name", "shape", "dtype", "strides", "format",
 				 NULL};
 	PyObject *shape_o, *strides_o = Py_None, *format = Py_None;
-	struct td_error e = {0};
-	struct td_client *c;
 	OwnerObject *o;
 	const char *n;
 	uint32_t dtype;
 	uint64_t size;
 	npy_intp isz;
-	int rc, fd, nst;
+	int nst;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO&|OO", kwlist,
 					 tdpy_conv_name, &n, &shape_o,
@@ -230,30 +259,8 @@ PyObject *tdpy_client_alloc(ClientObject *self, PyObject *args,
 		goto fail;
 	if (o->format && td_format_plane_count(PyUnicode_AsUTF8(o->format)) > 1)
 		return tdpy_alloc_planes(self, o);
-	c = tdpy_client_enter(self);
-	if (!c)
+	if (tdpy_loan_open(self, o, size) < 0)
 		goto fail;
-	TDPY_CALL(self, rc, td_client_alloc(c, 1, &size, &o->a, &e));
-	if (rc < 0) {
-		tdpy_raise(rc, &e, "alloc");
-		goto fail;
-	}
-	/* our own shared mapping: libtensord unmaps its own at publish,
-	 * while views of this one must stay valid after (publish turns it
-	 * copy-on-write, see client_publish) */
-	o->size = size;
-	if (size) {
-		fd = td_alloc_fd(o->a, 0);
-		o->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED,
-			      fd, 0);
-		if (o->map == MAP_FAILED) {
-			o->map = NULL;
-			PyErr_SetFromErrno(PyExc_OSError);
-			goto fail;
-		}
-		o->map_len = size;
-		o->data = o->map;
-	}
 	return tdpy_owner_array(o);
 fail:
 	Py_DECREF(o);

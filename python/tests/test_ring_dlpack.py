@@ -25,6 +25,14 @@ def publish(ring, k):
     return ring.publish()
 
 
+def ring_with_frame(client, name, slots):
+    """A ring, a subscription, and frame 1 published into it."""
+    ring = client.ring_create(name, SHAPE, "f32", slots=slots)
+    sub = client.subscribe(name)
+    publish(ring, 1)
+    return ring, sub
+
+
 def file_offset(addr):
     m = mapping_of(addr)
     return m["inode"], m["offset"] + addr - m["lo"]
@@ -75,9 +83,7 @@ def test_torch_shares_the_slots_pages_and_its_writes_stay_private(daemon,
 
 def test_the_slot_stays_held_while_an_exported_tensor_lives(client):
     torch = need_torch()
-    ring = client.ring_create("rd/b", SHAPE, "f32", slots=3)
-    sub = client.subscribe("rd/b")
-    publish(ring, 1)
+    ring, sub = ring_with_frame(client, "rd/b", 3)
     view = sub.next(5)
     t = torch.from_dlpack(view[8:16])
     # the producer goes on and never rewrites the held slot under t
@@ -103,9 +109,7 @@ def test_the_slot_stays_held_while_an_exported_tensor_lives(client):
 
 def test_a_closed_subscription_waits_for_its_exported_tensors(client):
     torch = need_torch()
-    ring = client.ring_create("rd/c", SHAPE, "f32", slots=3)
-    sub = client.subscribe("rd/c")
-    publish(ring, 1)
+    ring, sub = ring_with_frame(client, "rd/c", 3)
     t = torch.from_dlpack(sub.next(5))
     sub.close()
     assert client.ring_stat("rd/c")["subscribers"] == 1
