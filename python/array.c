@@ -207,9 +207,9 @@ OwnerObject *tdpy_owner_root(OwnerObject *o)
 }
 
 /* End what the owner holds in libtensord (lease, unpublished loan). */
-static void owner_release(OwnerObject *o)
+static void owner_release(OwnerObject *plane_or_root)
 {
-	o = tdpy_owner_root(o);
+	OwnerObject *o = tdpy_owner_root(plane_or_root);
 	struct td_tensor *t = o->t;
 	struct td_alloc *a = o->a;
 
@@ -400,11 +400,10 @@ static PyObject *owner_release_m(OwnerObject *o, PyObject *unused)
 
 static PyObject *get_held(OwnerObject *o, void *unused)
 {
-	o = tdpy_owner_root(o);
-	bool held = (o->kind == OWNER_LEASE && o->t) ||
-		    (o->kind == OWNER_LOAN && o->a);
+	OwnerObject *r = tdpy_owner_root(o);
 
-	return PyBool_FromLong(held);
+	return PyBool_FromLong((r->kind == OWNER_LEASE && r->t) ||
+			       (r->kind == OWNER_LOAN && r->a));
 }
 
 static PyObject *get_dtype_name(OwnerObject *o, void *unused)
@@ -414,8 +413,10 @@ static PyObject *get_dtype_name(OwnerObject *o, void *unused)
 	return PyUnicode_FromString(n ? n : "?");
 }
 
+/* A plane's version and metadata are its root's (publish sets them). */
 static PyObject *get_version(OwnerObject *o, void *unused)
 {
+	o = tdpy_owner_root(o);
 	return PyLong_FromUnsignedLongLong(o->version);
 }
 
@@ -429,6 +430,7 @@ static PyObject *get_name(OwnerObject *o, void *unused)
 
 static PyObject *get_metadata(OwnerObject *o, void *unused)
 {
+	o = tdpy_owner_root(o);
 	if (!o->metadata)
 		return PyBytes_FromStringAndSize("", 0);
 	Py_INCREF(o->metadata);

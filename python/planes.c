@@ -34,8 +34,6 @@ OwnerObject *tdpy_plane_owner(OwnerObject *root, uint32_t i)
 	p->writable = root->writable;
 	p->name = root->name;
 	Py_XINCREF(p->name);
-	p->metadata = root->metadata;
-	Py_XINCREF(p->metadata);
 	return p;
 }
 

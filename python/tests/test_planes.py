@@ -131,7 +131,8 @@ def test_planar_rgb_gives_one_channel_per_plane(client):
     for c, plane in enumerate(p):
         assert plane.shape == (4, 5) and plane.flags.writeable
         plane[:] = want[c]
-    client.publish(p[2])  # any plane of the loan publishes it
+    v = client.publish(p[2], metadata=b"rgb")  # any plane publishes it
+    assert p.version == v and p[0].version == v and p[1].metadata == b"rgb"
     g = client.get("pl/rgbp")
     assert [x.shape for x in g] == [(4, 5)] * 3
     for c in range(3):
