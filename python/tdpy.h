@@ -6,11 +6,14 @@
  *  - Client (module.c): one libtensord handle; its put, alloc, publish
  *    and get are tensor.c's.
  *  - Owner (array.c): the memory behind arrays (a lease, a loan, a ring
- *    slot or a subscriber's view). Every tensord.Array has one at the end
- *    of its .base chain, so the memory lives as long as any view of it.
+ *    slot, a subscriber's view, or one plane of a lease or loan). Every
+ *    tensord.Array has one at the end of its .base chain, so the memory
+ *    lives as long as any view of it.
  *  - Array (array.c): a numpy.ndarray subclass adding .version,
  *    .metadata, release(), __dlpack__ and __dlpack_device__.
+ *  - Planes (planes.c): a tensor of several planes, one Array per plane.
  *  - Watch (module.c), Ring and Subscription (ring.c).
+ *  - maps.c: the client's cache of the mappings behind leases.
  */
 #ifndef TDPY_H
 #define TDPY_H
