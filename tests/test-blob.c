@@ -1022,6 +1022,11 @@ Test(blob, format_plane_layout_gives_each_planes_array)
 	cr_assert_eq(l.need, 2 * 8 + 6);
 	cr_assert_eq(td_format_plane_layout("NV12", 0, 2, nv12, 0, 0, &l), 0);
 	cr_assert(l.shape[0] == 5 && l.stride == 6 && l.need == 30);
+	/* NV16: H chroma rows; NV24: 2H rows of W (2W bytes a chroma line) */
+	cr_assert_eq(td_format_plane_layout("NV16", 0, 2, nv12, 1, 0, &l), 0);
+	cr_assert(l.shape[0] == 5 && l.shape[1] == 6);
+	cr_assert_eq(td_format_plane_layout("NV24", 0, 2, nv12, 1, 0, &l), 0);
+	cr_assert(l.shape[0] == 10 && l.shape[1] == 6 && l.need == 60);
 	/* packed f32 rgb8 grid: channels stay a dimension */
 	cr_assert_eq(td_format_plane_layout("rgb8", 9, 3, rgb, 0, 64, &l), 0);
 	cr_assert(l.ndim == 3 && l.shape[2] == 3 && l.strides[1] == 12 &&
