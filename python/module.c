@@ -740,14 +740,14 @@ static PyMethodDef client_methods[] = {
 	{"alloc", (PyCFunction)(void (*)(void))tdpy_client_alloc,
 	 METH_VARARGS | METH_KEYWORDS,
 	 "alloc(name, shape, dtype, strides=None, format=None) -> writable "
-	 "Array"},
+	 "Array (a Planes of them for a format of several planes)"},
 	{"publish", (PyCFunction)(void (*)(void))tdpy_client_publish,
 	 METH_VARARGS | METH_KEYWORDS,
-	 "publish(array, metadata=None, pin=False) -> version"},
+	 "publish(array_or_planes, metadata=None, pin=False) -> version"},
 	{"get", (PyCFunction)(void (*)(void))tdpy_client_get,
 	 METH_VARARGS | METH_KEYWORDS,
 	 "get(name, version=None, newer_than=None, timeout=None) -> "
-	 "read-only Array"},
+	 "read-only Array (a Planes of them for a tensor of several planes)"},
 	{"stat", (PyCFunction)client_stat, METH_VARARGS,
 	 "stat(name) -> Entry"},
 	{"ls", (PyCFunction)client_ls, METH_VARARGS,

@@ -68,6 +68,10 @@ def test_nv12_planes_are_views_of_the_producers_file(daemon, client):
     # U and V as pairs: a reshape, still a view
     pairs = uv.reshape(H // 2, W // 2, 2)
     assert np.shares_memory(pairs, uv)
+    u, v = uv.reshape(uv.shape[0], -1, 2).transpose(2, 0, 1)  # the docs'
+    assert np.shares_memory(u, uv) and np.shares_memory(v, uv)
+    np.testing.assert_array_equal(u, want_uv()[:, 0::2])
+    np.testing.assert_array_equal(v, want_uv()[:, 1::2])
 
 
 def test_the_lease_ends_when_the_last_plane_view_dies(daemon, client):
@@ -147,6 +151,13 @@ def test_a_planes_lease_has_no_single_buffer(daemon, client):
     p = client.get("pl/buf")
     with pytest.raises(BufferError):
         memoryview(p.lease)
+    with pytest.raises(AttributeError):
+        p.lease.__array_interface__
+    # each plane's lease has them
+    mv = memoryview(p[1].lease)
+    assert mv.readonly and mv.shape == p[1].shape
+    assert mv.strides == p[1].strides
+    assert p[1].lease.__array_interface__["shape"] == p[1].shape
     assert os.fstat(p[1].lease.fileno()).st_size >= PITCH * H * 3 // 2
 
 
