@@ -739,7 +739,8 @@ static PyMethodDef client_methods[] = {
 	 "put(name, array, metadata=None, pin=False) -> version"},
 	{"alloc", (PyCFunction)(void (*)(void))tdpy_client_alloc,
 	 METH_VARARGS | METH_KEYWORDS,
-	 "alloc(name, shape, dtype, strides=None, format=None) -> writable "
+	 "alloc(name, shape, dtype, strides=None, format=None, recycle=False)"
+	 " -> writable "
 	 "Array (a Planes of them for a format of several planes)"},
 	{"publish", (PyCFunction)(void (*)(void))tdpy_client_publish,
 	 METH_VARARGS | METH_KEYWORDS,

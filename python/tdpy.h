@@ -79,6 +79,7 @@ typedef struct {
 	npy_intp shape[TDPY_MAX_DIMS];
 	npy_intp strides[TDPY_MAX_DIMS];
 	bool explicit_strides; /* LOAN: publish these strides */
+	uint32_t alloc_flags; /* LOAN: TD_ALLOC_RECYCLE or 0 */
 	PyObject *format;     /* LOAN: image format (str) or NULL */
 	uint64_t row_pitch;   /* LOAN with format: the plane's stride */
 	bool writable;

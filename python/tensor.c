@@ -184,7 +184,8 @@ int tdpy_loan_open(ClientObject *self, OwnerObject *o, uint64_t size)
 
 	if (!c)
 		return -1;
-	TDPY_CALL(self, rc, td_client_alloc(c, 1, &size, &o->a, &e));
+	TDPY_CALL(self, rc, td_client_alloc_ex(c, 1, &size, o->alloc_flags,
+					       &o->a, &e));
 	if (rc < 0) {
 		tdpy_raise(rc, &e, "alloc");
 		return -1;
@@ -208,30 +209,32 @@ int tdpy_loan_open(ClientObject *self, OwnerObject *o, uint64_t size)
 }
 
 /*
- * alloc(name, shape, dtype, strides=None, format=None): a writable Array
- * over a loan.
+ * alloc(name, shape, dtype, strides=None, format=None, recycle=False): a
+ * writable Array over a loan (recycle: TD_ALLOC_RECYCLE, a buffer of an
+ * earlier version of this client's when one is free).
  */
 PyObject *tdpy_client_alloc(ClientObject *self, PyObject *args,
 			    PyObject *kw)
 {
 	static char *kwlist[] = {"name", "shape", "dtype", "strides", "format",
-				 NULL};
+				 "recycle", NULL};
 	PyObject *shape_o, *strides_o = Py_None, *format = Py_None;
 	OwnerObject *o;
 	const char *n;
 	uint32_t dtype;
 	uint64_t size;
 	npy_intp isz;
-	int nst;
+	int nst, recycle = 0;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO&|OO", kwlist,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO&|OOp", kwlist,
 					 tdpy_conv_name, &n, &shape_o,
 					 tdpy_conv_dtype, &dtype, &strides_o,
-					 &format))
+					 &format, &recycle))
 		return NULL;
 	o = tdpy_owner_new(OWNER_LOAN, (PyObject *)self);
 	if (!o)
 		return NULL;
+	o->alloc_flags = recycle ? TD_ALLOC_RECYCLE : 0;
 	o->dtype = dtype;
 	o->writable = true;
 	o->name = PyUnicode_FromString(n);

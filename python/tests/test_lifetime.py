@@ -3,6 +3,7 @@
 points at unmapped memory: after release(), after Client.close(), after
 a subscription or ring is closed."""
 import gc
+import os
 import time
 
 import numpy as np
@@ -191,3 +192,27 @@ def test_gets_of_one_buffer_reuse_a_cached_mapping_until_trim(client):
     gc.collect()
     assert client.trim() >= 2
     assert mapping_of(addr) is None
+
+
+def test_a_recycled_loans_next_version_reads_through_the_cached_mapping(
+        daemon, client):
+    with tensord.Client(daemon.sock) as prod:
+        def publish(k):
+            w = prod.alloc("lt/rec", (4096,), "u32", recycle=True)
+            w[:] = k
+            return prod.publish(w)
+
+        publish(1)
+        a = client.get("lt/rec")
+        addr, ino = a.ctypes.data, os.fstat(a.lease.fileno()).st_ino
+        a.release()
+        del a
+        gc.collect()
+        # a request of this client's: the daemon has ended the lease
+        assert client.stat("lt/rec").lease_count == 0
+        publish(2)  # version 1 replaced and released: its buffer is free
+        v3 = publish(3)  # and carries version 3
+        b = client.get("lt/rec")
+        assert b.version == v3 and (b == 3).all()
+        assert os.fstat(b.lease.fileno()).st_ino == ino
+        assert b.ctypes.data == addr  # the same mapping, page tables warm
