@@ -7,7 +7,9 @@
  *
  * Prints each publish event under NAME's watch, and fetches each newer
  * version with td_client_get_newer_async() (a GET the daemon parks until
- * a version comes), until version COUNT was read. td_client_fd() polls
+ * a version comes), until version COUNT was read and its event printed
+ * (the GET's answer and the event are two messages: either may come
+ * first). td_client_fd() polls
  * readable whenever the handle has work, even work queued while another
  * call waited; td_client_process() runs the callbacks. The same fd goes
  * into libuv (uv_poll_t), GLib (g_unix_fd_add) or asyncio (add_reader).
@@ -22,7 +24,7 @@
 #include <tensord/tensord.h>
 
 static const char *name;
-static uint64_t want;
+static uint64_t want, read_v, seen; /* versions asked, read, announced */
 static int done, failed;
 
 static void on_event(struct td_client *c, const struct td_event *ev,
@@ -33,6 +35,10 @@ static void on_event(struct td_client *c, const struct td_event *ev,
 	printf("event: %s %s version %llu\n",
 	       ev->type == TD_EVENT_TYPE_PUBLISHED ? "published" : "deleted",
 	       ev->name, (unsigned long long)ev->version);
+	if (ev->version > seen)
+		seen = ev->version;
+	if (read_v >= want && seen >= read_v)
+		done = 1;
 }
 
 static void on_tensor(struct td_client *c, int status, struct td_tensor *t,
@@ -51,7 +57,8 @@ static void on_tensor(struct td_client *c, int status, struct td_tensor *t,
 	       (unsigned long long)td_tensor_bytes(t));
 	td_tensor_release(t);
 	if (v >= want) {
-		done = 1;
+		read_v = v;
+		done = seen >= v; /* else its event is still on the way */
 		return;
 	}
 	/* Ask for the next one; the answer comes through the loop again. */

@@ -18,6 +18,7 @@ struct ringmap {
 	struct td_ring_hdr *hdr;
 	struct td_ring_readers *rd;
 	uint8_t *data;
+	int data_fd; /* a subscriber's data memfd (td_sub_plane_fd), or -1 */
 };
 
 struct td_ring {

@@ -150,6 +150,9 @@ static void ringmap_unmap(struct ringmap *m)
 		munmap(m->rd, TD_RING_READERS_LEN);
 	if (m->data)
 		munmap(m->data, m->g.data_len);
+	if (m->data_fd >= 0)
+		close(m->data_fd);
+	m->data_fd = -1;
 	m->hdr = NULL;
 	m->rd = NULL;
 	m->data = NULL;
@@ -215,6 +218,7 @@ static int ringmap_take(struct td_client *c, struct td__msg *rep,
 	struct td_err e = {0};
 	int rc;
 
+	m->data_fd = -1;
 	for (unsigned i = 0; i < TD_WIRE_MAX_FDS; i++)
 		scm[i] = i < rep->nfds ? rep->fds[i] : -1;
 	rep->nfds = 0; /* ours now, in scm[] */
@@ -264,9 +268,14 @@ static int ringmap_take(struct td_client *c, struct td__msg *rep,
 	m->rd = maps[1];
 	m->data = maps[2];
 	maps[0] = maps[1] = maps[2] = NULL;
+	if (!producer) {
+		/* td_sub_plane_fd(): a copy-on-write map of a slot needs it */
+		m->data_fd = fds[2];
+		fds[2] = -1;
+	}
 	rc = 0;
 out:
-	/* mappings keep the files alive: no descriptor stays open here */
+	/* mappings keep the files alive: no other descriptor stays open */
 	for (unsigned i = 0; i < TD_WIRE_RING_FDS; i++) {
 		if (fds[i] >= 0)
 			close(fds[i]);
@@ -812,6 +821,18 @@ int td_sub_release(struct td_sub *s)
 	s->holding = false;
 	row_clear(s);
 	return 0;
+}
+
+int td_sub_plane_fd(const struct td_sub *s, const struct td_view *v,
+		    uint32_t i, uint64_t *offset)
+{
+	if (!s || !v || !offset || s->m.data_fd < 0 ||
+	    v->slot >= s->m.g.slot_count || i >= s->m.g.plane_count ||
+	    v->planes[i] != s->m.data + (size_t)v->slot * s->m.g.slot_stride +
+				    s->m.g.plane_off[i])
+		return -EINVAL;
+	*offset = (uint64_t)v->slot * s->m.g.slot_stride + s->m.g.plane_off[i];
+	return s->m.data_fd;
 }
 
 static void view_fill(const struct td_sub *s, uint32_t slot, uint64_t v,

@@ -21,6 +21,7 @@ struct td__tplane {
 	uint8_t *copy; /* an inline plane's bytes, owned */
 	uint64_t size;
 	uint64_t stride;
+	uint64_t offset; /* inside its buffer (the fd's file), 0 inline */
 	int fd;
 	int kind; /* TD_PLANE_*, 0 inline */
 };
@@ -481,6 +482,7 @@ static int tensor_import(struct td_client *c, struct td_tensor *t,
 		if (!p.size)
 			t->planes[i].data = NULL;
 		t->planes[i].fd = mp->fd;
+		t->planes[i].offset = p.offset;
 		t->planes[i].kind = mp->kind;
 	}
 	/* CPU reads of a dma-buf between SYNC_START and SYNC_END (release) */
@@ -739,6 +741,11 @@ uint64_t td_tensor_plane_stride(const struct td_tensor *t, uint32_t i)
 int td_tensor_plane_fd(const struct td_tensor *t, uint32_t i)
 {
 	return i < t->plane_count ? t->planes[i].fd : -1;
+}
+
+uint64_t td_tensor_plane_offset(const struct td_tensor *t, uint32_t i)
+{
+	return i < t->plane_count ? t->planes[i].offset : 0;
 }
 
 uint64_t td_tensor_bytes(const struct td_tensor *t)

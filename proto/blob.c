@@ -407,13 +407,69 @@ static int rows_need(uint64_t rows, uint64_t row_bytes, uint64_t stride,
 	return 0;
 }
 
+/* Why plane_grid refused a shape (td_blob_plane_need names the field). */
+enum grid_refusal {
+	GRID_OK,
+	GRID_NDIM,     /* rank is not the format's */
+	GRID_CHANNELS, /* the channel dimension is not the format's */
+	GRID_OVERFLOW,
+};
+
+/*
+ * The rows plane i of image format f holds (spec §11.4): *rows rows of
+ * *row bytes, as the array shape[0..*nd) with *inner elements per row
+ * after the row index (packed: W and channels; otherwise W). One piece
+ * of logic for the checks (td_blob_plane_need) and for readers and
+ * writers (td_format_plane_layout).
+ */
+static enum grid_refusal plane_grid(const struct format *f, uint64_t elem,
+				    uint32_t ndim, const uint64_t *shape,
+				    uint32_t i, struct td_plane_layout *l)
+{
+	uint64_t h, w, rows, row;
+
+	if (ndim != f->ndim)
+		return GRID_NDIM;
+	if (f->layout == PLANAR) {
+		if (shape[0] != f->channels)
+			return GRID_CHANNELS;
+		h = shape[1];
+		w = shape[2];
+	} else {
+		h = shape[0];
+		w = shape[1];
+		if (f->ndim == 3 && shape[2] != f->channels)
+			return GRID_CHANNELS;
+	}
+	rows = h;
+	if (td__mul_ovf(w, elem, &row))
+		return GRID_OVERFLOW;
+	if (f->layout == PACKED && td__mul_ovf(row, f->channels, &row))
+		return GRID_OVERFLOW;
+	if (f->layout == SEMI_PLANAR && i == 1) {
+		if (f->uv_rows == 0)
+			rows = h / 2 + (h & 1);
+		else if (f->uv_rows == 2 && td__mul_ovf(h, 2, &rows))
+			return GRID_OVERFLOW;
+	}
+	l->ndim = f->layout == PACKED ? f->ndim : 2;
+	l->shape[0] = rows;
+	l->shape[1] = w;
+	l->shape[2] = f->channels;
+	l->strides[2] = (int64_t)elem;
+	l->strides[1] = (int64_t)(l->ndim == 3 ? elem * f->channels : elem);
+	l->row_bytes = row;
+	return GRID_OK;
+}
+
 int td_blob_plane_need(const struct td_blob_view *v, uint32_t i,
 		       const struct td_blob_plane *plane, uint64_t *need,
 		       struct td_err *err)
 {
 	const uint64_t elem = td_dtype_size(v->dtype);
 	const struct td_str fstr = v->strings[TD_BLOB_FORMAT];
-	uint64_t n;
+	struct td_plane_layout l;
+	uint64_t n, shape[3] = {0};
 
 	if (elem == 0)
 		return td__err_set(err, TD_ERR_NOT_IMPLEMENTED, "dtype", true,
@@ -447,39 +503,27 @@ int td_blob_plane_need(const struct td_blob_view *v, uint32_t i,
 	if (!f)
 		return td__err_set(err, TD_ERR_NOT_IMPLEMENTED, "format", false,
 				   0, v->r_strings, "unknown image format");
-	if (v->ndim != f->ndim)
+	for (uint32_t d = 0; d < v->ndim && d < 3; d++)
+		shape[d] = td_blob_shape(v, d);
+	switch (plane_grid(f, elem, v->ndim, shape, i, &l)) {
+	case GRID_OK:
+		break;
+	case GRID_NDIM:
 		return invalid(err, "ndim", true, v->ndim, OFF_NDIM,
 			       "shape rank does not match the image format");
-	uint64_t h, w, rows, row;
-	if (f->layout == PLANAR) {
-		if (td_blob_shape(v, 0) != f->channels)
-			return invalid(err, "shape", true, td_blob_shape(v, 0),
+	case GRID_CHANNELS:
+		if (f->layout == PLANAR)
+			return invalid(err, "shape", true, shape[0],
 				       v->r_shape,
 				       "planar channel count does not match "
 				       "the image format");
-		h = td_blob_shape(v, 1);
-		w = td_blob_shape(v, 2);
-	} else {
-		h = td_blob_shape(v, 0);
-		w = td_blob_shape(v, 1);
-		if (f->ndim == 3 && td_blob_shape(v, 2) != f->channels)
-			return invalid(err, "shape", true, td_blob_shape(v, 2),
-				       v->r_shape + 16,
-				       "channel count does not match the "
-				       "image format");
-	}
-	rows = h;
-	if (td__mul_ovf(w, elem, &row))
+		return invalid(err, "shape", true, shape[2], v->r_shape + 16,
+			       "channel count does not match the image "
+			       "format");
+	case GRID_OVERFLOW:
 		goto overflow;
-	if (f->layout == PACKED && td__mul_ovf(row, f->channels, &row))
-		goto overflow;
-	if (f->layout == SEMI_PLANAR && i == 1) {
-		if (f->uv_rows == 0)
-			rows = h / 2 + (h & 1);
-		else if (f->uv_rows == 2 && td__mul_ovf(h, 2, &rows))
-			goto overflow;
 	}
-	if (rows_need(rows, row, plane->stride, need) < 0)
+	if (rows_need(l.shape[0], l.row_bytes, plane->stride, need) < 0)
 		return invalid(err, "stride", true, plane->stride, v->r_planes,
 			       "plane stride is smaller than a row or the "
 			       "plane span overflows");
@@ -487,6 +531,52 @@ int td_blob_plane_need(const struct td_blob_view *v, uint32_t i,
 overflow:
 	return invalid(err, "shape", false, 0, v->r_shape,
 		       "layout size overflows 64 bits");
+}
+
+unsigned td_format_plane_count(const char *format)
+{
+	if (!format)
+		return 0;
+	return td_blob_format_planes(
+		(struct td_str){format, (uint32_t)strnlen(format, 64)});
+}
+
+int td_format_plane_layout(const char *format, uint32_t dtype, uint32_t ndim,
+			   const uint64_t *shape, uint32_t i, uint64_t stride,
+			   struct td_plane_layout *out)
+{
+	const uint64_t elem = td_dtype_size(dtype);
+	const struct format *f;
+	struct td_plane_layout l = {0};
+	size_t len;
+
+	if (!format || !out || (ndim && !shape) || elem == 0)
+		return -EINVAL;
+	len = strnlen(format, 64);
+	if (len == 0 || len == 64)
+		return -EINVAL;
+	f = format_find((struct td_str){format, (uint32_t)len});
+	if (!f)
+		return -ENOTSUP;
+	if (i >= f->planes)
+		return -EINVAL;
+	switch (plane_grid(f, elem, ndim, shape, i, &l)) {
+	case GRID_OK:
+		break;
+	case GRID_OVERFLOW:
+		return -EOVERFLOW;
+	default:
+		return -EINVAL;
+	}
+	if (stride == 0)
+		stride = l.row_bytes;
+	if (stride > INT64_MAX ||
+	    rows_need(l.shape[0], l.row_bytes, stride, &l.need) < 0)
+		return stride < l.row_bytes ? -EINVAL : -EOVERFLOW;
+	l.strides[0] = (int64_t)stride;
+	l.stride = stride;
+	*out = l;
+	return 0;
 }
 
 static int check_quant(const struct td_blob_view *v, struct td_err *err)

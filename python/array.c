@@ -3,13 +3,9 @@
  * Owners (the memory behind arrays) and tensord.Array, the ndarray
  * subclass every tensor comes back as; DLPack export.
  *
- * Why the binding maps a lease's pages itself: release() must be callable
- * while views are alive (the array it is called on is one), and after it
- * libtensord may unmap its mapping at any time (its cache is bounded, and
- * td_client_close() empties it). So an Owner duplicates libtensord's
- * mapping of the plane (mremap with old size 0: a second mapping of the
- * same shared pages, no copy) and views point there: the lease ends when
- * asked, the pages stay mapped until the last view dies.
+ * The pages behind a lease's views are the binding's own mapping of the
+ * plane's file (maps.c: why, and its cache); loans and ring slots have
+ * theirs (tensor.c, ring.c).
  */
 #include "tdpy.h"
 
@@ -17,17 +13,13 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dlpack.h"
 
 /* Data pointer of zero-byte arrays: numpy allocates when given NULL. */
 static char zero_size_data[1];
-
-static uintptr_t page_mask(void)
-{
-	return (uintptr_t)sysconf(_SC_PAGESIZE) - 1;
-}
 
 /* ---- dtypes, shapes ---- */
 
@@ -193,66 +185,6 @@ big:
 	return -1;
 }
 
-/* ---- own mappings ---- */
-
-/* File offset of the mapping that holds addr (/proc/self/maps). */
-static int file_offset_of(const void *addr, uint64_t *off)
-{
-	uintptr_t a = (uintptr_t)addr;
-	FILE *f = fopen("/proc/self/maps", "re");
-	char line[512];
-	int rc = -ENOENT;
-
-	if (!f)
-		return -errno;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi;
-		unsigned long long pgoff;
-
-		if (sscanf(line, "%lx-%lx %*s %llx", &lo, &hi, &pgoff) != 3)
-			continue;
-		if (a >= lo && a < hi) {
-			*off = pgoff + (a - lo);
-			rc = 0;
-			break;
-		}
-	}
-	fclose(f);
-	return rc;
-}
-
-int tdpy_map_dup(const void *data, uint64_t size, int fd, void **map,
-		 size_t *map_len)
-{
-	uintptr_t mask = page_mask();
-	uintptr_t lo = (uintptr_t)data & ~mask;
-	uintptr_t hi = ((uintptr_t)data + size + mask) & ~mask;
-	uint64_t off;
-	void *p;
-
-	/* mremap(old_size 0) maps the same shared pages a second time */
-	p = mremap((void *)lo, 0, hi - lo, MREMAP_MAYMOVE);
-	if (p == MAP_FAILED) {
-		/* libtensord fell back to a private read-only mapping (old
-		 * kernels refuse shared maps of write-sealed memfds): map
-		 * the file again the same way, still the same pages */
-		int rc = file_offset_of((void *)lo, &off);
-
-		if (rc < 0)
-			return rc;
-		p = mmap(NULL, hi - lo, PROT_READ, MAP_SHARED, fd,
-			 (off_t)off);
-		if (p == MAP_FAILED && (errno == EPERM || errno == EACCES))
-			p = mmap(NULL, hi - lo, PROT_READ, MAP_PRIVATE, fd,
-				 (off_t)off);
-		if (p == MAP_FAILED)
-			return -errno;
-	}
-	*map = p;
-	*map_len = hi - lo;
-	return 0;
-}
-
 /* ---- Owner ---- */
 
 OwnerObject *tdpy_owner_new(enum owner_kind kind, PyObject *parent)
@@ -269,17 +201,25 @@ OwnerObject *tdpy_owner_new(enum owner_kind kind, PyObject *parent)
 	return o;
 }
 
-/* End what the owner holds in libtensord (lease, unpublished loan). */
-static void owner_release(OwnerObject *o)
+OwnerObject *tdpy_owner_root(OwnerObject *o)
 {
+	return o->kind == OWNER_PLANE ? (OwnerObject *)o->parent : o;
+}
+
+/* End what the owner holds in libtensord (lease, unpublished loan). */
+static void owner_release(OwnerObject *plane_or_root)
+{
+	OwnerObject *o = tdpy_owner_root(plane_or_root);
 	struct td_tensor *t = o->t;
 	struct td_alloc *a = o->a;
 
 	o->t = NULL;
 	o->a = NULL;
 	if (t || a) {
+		/* no wait for the daemon's answer: it ends the lease before
+		 * it serves this client's next request (a round trip less) */
 		Py_BEGIN_ALLOW_THREADS
-		td_tensor_release(t);
+		td_tensor_release_nowait(t);
 		td_alloc_free(a);
 		Py_END_ALLOW_THREADS
 	}
@@ -287,9 +227,11 @@ static void owner_release(OwnerObject *o)
 
 static void owner_dealloc(OwnerObject *o)
 {
-	owner_release(o);
+	if (o->kind != OWNER_PLANE) /* a plane's lease is its parent's */
+		owner_release(o);
 	if (o->map)
 		munmap(o->map, o->map_len);
+	tdpy_map_put(o->cache);
 	PyMem_Free(o->heap);
 	if (o->kind == OWNER_VIEW)
 		tdpy_sub_view_gone(o->parent);
@@ -326,6 +268,11 @@ static int owner_getbuffer(OwnerObject *o, Py_buffer *view, int flags)
 	const char *fmt = buffer_format(o->dtype);
 	unsigned isz = td_tensor_dtype_size(o->dtype);
 
+	if (o->plane_count > 1) {
+		PyErr_SetString(PyExc_BufferError, "a tensor of several "
+				"planes: use the buffer of each plane");
+		return -1;
+	}
 	if ((flags & PyBUF_WRITABLE) && !o->writable) {
 		PyErr_SetString(PyExc_BufferError,
 				"a tensord view is read-only");
@@ -388,6 +335,12 @@ static PyObject *owner_array_interface(OwnerObject *o, void *unused)
 
 	if (!d)
 		return NULL;
+	if (o->plane_count > 1) {
+		Py_DECREF(d);
+		PyErr_SetString(PyExc_AttributeError, "a tensor of several "
+				"planes has an __array_interface__ per plane");
+		return NULL;
+	}
 	shape = PyTuple_New(o->ndim);
 	strides = PyTuple_New(o->ndim);
 	if (!shape || !strides)
@@ -415,12 +368,13 @@ out:
 /* The fd of the buffer behind the tensor (borrowed: valid while held). */
 static PyObject *owner_fileno(OwnerObject *o, PyObject *unused)
 {
+	OwnerObject *r = tdpy_owner_root(o);
 	int fd = -1;
 
-	if (o->kind == OWNER_LEASE && o->t)
-		fd = td_tensor_plane_fd(o->t, 0);
-	else if (o->kind == OWNER_LOAN && o->a)
-		fd = td_alloc_fd(o->a, 0);
+	if (r->kind == OWNER_LEASE && r->t)
+		fd = td_tensor_plane_fd(r->t, o->plane);
+	else if (r->kind == OWNER_LOAN && r->a)
+		fd = td_alloc_fd(r->a, 0);
 	if (fd < 0) {
 		PyErr_SetString(PyExc_ValueError, "no buffer fd: released, "
 				"published, or a ring slot");
@@ -431,9 +385,10 @@ static PyObject *owner_fileno(OwnerObject *o, PyObject *unused)
 
 static PyObject *owner_do_release(OwnerObject *o)
 {
-	if (o->kind == OWNER_VIEW)
-		tdpy_sub_view_release(o->parent, o->version);
-	else
+	if (o->kind == OWNER_VIEW) {
+		if (tdpy_sub_view_release(o->parent, o->version) < 0)
+			return NULL;
+	} else
 		owner_release(o);
 	Py_RETURN_NONE;
 }
@@ -445,10 +400,10 @@ static PyObject *owner_release_m(OwnerObject *o, PyObject *unused)
 
 static PyObject *get_held(OwnerObject *o, void *unused)
 {
-	bool held = (o->kind == OWNER_LEASE && o->t) ||
-		    (o->kind == OWNER_LOAN && o->a);
+	OwnerObject *r = tdpy_owner_root(o);
 
-	return PyBool_FromLong(held);
+	return PyBool_FromLong((r->kind == OWNER_LEASE && r->t) ||
+			       (r->kind == OWNER_LOAN && r->a));
 }
 
 static PyObject *get_dtype_name(OwnerObject *o, void *unused)
@@ -458,8 +413,10 @@ static PyObject *get_dtype_name(OwnerObject *o, void *unused)
 	return PyUnicode_FromString(n ? n : "?");
 }
 
+/* A plane's version and metadata are its root's (publish sets them). */
 static PyObject *get_version(OwnerObject *o, void *unused)
 {
+	o = tdpy_owner_root(o);
 	return PyLong_FromUnsignedLongLong(o->version);
 }
 
@@ -473,6 +430,7 @@ static PyObject *get_name(OwnerObject *o, void *unused)
 
 static PyObject *get_metadata(OwnerObject *o, void *unused)
 {
+	o = tdpy_owner_root(o);
 	if (!o->metadata)
 		return PyBytes_FromStringAndSize("", 0);
 	Py_INCREF(o->metadata);
@@ -557,6 +515,7 @@ struct dl_ctx {
 	void *priv;     /* copy-on-write mapping, or NULL */
 	size_t priv_len;
 	void *heap;     /* private copy of an inline plane */
+	PyObject *sub;  /* a ring view's Subscription (kept by keep) */
 	int64_t shape[TDPY_MAX_DIMS];
 	int64_t strides[TDPY_MAX_DIMS];
 };
@@ -570,6 +529,8 @@ static void dl_deleter(DLManagedTensor *mt)
 	if (x->priv)
 		munmap(x->priv, x->priv_len);
 	g = PyGILState_Ensure();
+	if (x->sub)
+		tdpy_sub_export_gone(x->sub);
 	Py_XDECREF(x->keep);
 	PyMem_RawFree(x->heap);
 	PyGILState_Release(g);
@@ -587,29 +548,67 @@ static void dl_capsule_free(PyObject *cap)
 }
 
 /*
+ * A MAP_PRIVATE (copy-on-write) mapping of fd over the owner's bytes,
+ * which start at file offset `at`: x's data is where p (inside the
+ * owner's bytes) lies in it. Offsets in units of the file's pages (huge
+ * pages on hugetlbfs: its st_blksize).
+ */
+static int dl_map_cow(struct dl_ctx *x, OwnerObject *o, int fd, uint64_t at,
+		      const char *p)
+{
+	uint64_t align = (uint64_t)sysconf(_SC_PAGESIZE), lo, len;
+	struct stat st;
+
+	if (fstat(fd, &st) == 0 && st.st_blksize > 0 &&
+	    (uint64_t)st.st_blksize > align &&
+	    !(st.st_blksize & (st.st_blksize - 1)))
+		align = (uint64_t)st.st_blksize;
+	lo = at & ~(align - 1);
+	len = (at - lo + o->size + align - 1) & ~(align - 1);
+	x->priv = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd,
+		       (off_t)lo);
+	if (x->priv == MAP_FAILED) {
+		x->priv = NULL;
+		PyErr_SetFromErrno(PyExc_OSError);
+		return -1;
+	}
+	x->priv_len = len;
+	x->mt.dl_tensor.data = (char *)x->priv + (at - lo) + (p - o->data);
+	return 0;
+}
+
+/*
  * Where DLPack's data lives: writable owners export their own pages; a
- * read-only lease exports a MAP_PRIVATE (copy-on-write) mapping of the
- * same file range: reads share the page-cache pages (no copy), a write
- * by the consumer (torch tensors are writable) faults in a private page
- * that no other process ever sees, instead of crashing on PROT_READ.
+ * read-only lease or ring view exports a MAP_PRIVATE (copy-on-write)
+ * mapping of the same file range: reads share the page-cache pages (no
+ * copy), a write by the consumer (torch tensors are writable) faults in
+ * a private page that no other process ever sees, instead of crashing
+ * on PROT_READ. A ring view's slot stays held while the export lives.
  */
 static int dl_place(OwnerObject *o, PyArrayObject *a, struct dl_ctx *x)
 {
+	OwnerObject *r = tdpy_owner_root(o);
 	char *p = PyArray_DATA(a);
-	uint64_t off;
-	int fd, rc;
 
 	if (o->writable || PyArray_NBYTES(a) == 0) {
 		x->mt.dl_tensor.data = p;
 		return 0;
 	}
 	if (o->kind == OWNER_VIEW) {
-		PyErr_SetString(PyExc_BufferError, "a ring subscriber's view "
-				"has no file to map copy-on-write: get() the "
-				"ring's name for a DLPack export");
-		return -1;
+		if (o->fd < 0 || tdpy_sub_export(o->parent, o->version) < 0) {
+			if (!PyErr_Occurred())
+				PyErr_SetString(PyExc_BufferError, "no file "
+						"to map this ring view");
+			return -1;
+		}
+		if (dl_map_cow(x, o, o->fd, o->file_off, p) < 0) {
+			tdpy_sub_export_gone(o->parent);
+			return -1;
+		}
+		x->sub = o->parent;
+		return 0;
 	}
-	if (!o->t) {
+	if (!r->t) {
 		PyErr_SetString(PyExc_BufferError,
 				"the lease was released: no DLPack export");
 		return -1;
@@ -624,23 +623,8 @@ static int dl_place(OwnerObject *o, PyArrayObject *a, struct dl_ctx *x)
 		x->mt.dl_tensor.data = (char *)x->heap + (p - o->data);
 		return 0;
 	}
-	fd = td_tensor_plane_fd(o->t, 0);
-	rc = file_offset_of(o->map, &off);
-	if (rc < 0) {
-		errno = -rc;
-		PyErr_SetFromErrno(PyExc_OSError);
-		return -1;
-	}
-	x->priv = mmap(NULL, o->map_len, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE, fd, (off_t)off);
-	if (x->priv == MAP_FAILED) {
-		x->priv = NULL;
-		PyErr_SetFromErrno(PyExc_OSError);
-		return -1;
-	}
-	x->priv_len = o->map_len;
-	x->mt.dl_tensor.data = (char *)x->priv + (p - (char *)o->map);
-	return 0;
+	return dl_map_cow(x, o, td_tensor_plane_fd(r->t, o->plane),
+			  o->file_off, p);
 }
 
 static PyObject *array_dlpack(PyObject *self, PyObject *args, PyObject *kw)
@@ -739,16 +723,6 @@ static PyObject *array_release(PyObject *self, PyObject *unused)
 	return o ? owner_do_release(o) : NULL;
 }
 
-static PyObject *array_exit(PyObject *self, PyObject *args)
-{
-	PyObject *r = array_release(self, NULL);
-
-	if (!r)
-		return NULL;
-	Py_DECREF(r);
-	Py_RETURN_FALSE;
-}
-
 /* Results of ufuncs and reductions own new memory: plain ndarrays. */
 static PyObject *array_wrap(PyObject *self, PyObject *args)
 {
@@ -774,7 +748,7 @@ static PyMethodDef array_methods[] = {
 	{"release", array_release, METH_NOARGS,
 	 "End the lease now (also ends it for every other view)."},
 	{"__enter__", tdpy_enter, METH_NOARGS, NULL},
-	{"__exit__", array_exit, METH_VARARGS, NULL},
+	{"__exit__", tdpy_exit_release, METH_VARARGS, NULL},
 	{"__array_wrap__", array_wrap, METH_VARARGS, NULL},
 	{NULL},
 };

@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <math.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -157,6 +158,7 @@ static void client_really_close(ClientObject *self)
 	if (self->evfd >= 0)
 		close(self->evfd);
 	self->epfd = self->evfd = -1;
+	tdpy_maps_detach(self);
 	Py_BEGIN_ALLOW_THREADS
 	td_client_close(h);
 	Py_END_ALLOW_THREADS
@@ -202,34 +204,47 @@ static PyObject *event_new(const struct td_event *ev)
 }
 
 /*
- * Events libtensord queued while another call waited leave the socket
- * unreadable: move them to self->pending and wake fileno() so an event
- * loop never sleeps on them. Errors are left for the next poll().
+ * td_client_process() delivers watch events here (the GIL is not held
+ * during it): they join self->pending, where poll() and each Watch take
+ * them. An event that cannot be stored (no memory) is dropped; the
+ * binding has nowhere to raise it from.
  */
-void tdpy_client_drain(ClientObject *self)
+static void on_event(struct td_client *c, const struct td_event *ev,
+		     void *ud)
 {
-	struct td_client *c = self->c;
-	bool got = false;
+	ClientObject *self = ud;
+	PyGILState_STATE g = PyGILState_Ensure();
+	PyObject *e = event_new(ev);
 
-	if (!c || !self->watch_count || self->busy)
-		return;
-	for (;;) {
-		struct td_event ev;
-		PyObject *e;
+	if (!e || PyList_Append(self->pending, e) < 0)
+		PyErr_Clear();
+	Py_XDECREF(e);
+	PyGILState_Release(g);
+	(void)c;
+}
 
-		if (td_client_next_event(c, 0, &ev, NULL) < 0)
-			break;
-		e = event_new(&ev);
-		if (!e || PyList_Append(self->pending, e) < 0) {
-			Py_XDECREF(e);
-			PyErr_Clear();
-			break;
-		}
-		Py_DECREF(e);
-		got = true;
-	}
-	if (got || PyList_GET_SIZE(self->pending))
+/*
+ * Everything libtensord has for this client, without waiting: its one
+ * piece of event logic, td_client_process(), with the GIL released.
+ * Events go to self->pending; fileno() is woken while any are there.
+ * rc >= 0, or -1 with the exception set.
+ */
+static int client_process(ClientObject *self, const char *what)
+{
+	struct td_error e = {0};
+	struct td_client *c = tdpy_client_enter(self);
+	int rc;
+
+	if (!c)
+		return -1;
+	TDPY_CALL(self, rc, td_client_process(c, &e));
+	if (PyList_GET_SIZE(self->pending))
 		tdpy_client_wake(self);
+	if (rc < 0) {
+		tdpy_raise(rc, &e, what);
+		return -1;
+	}
+	return rc;
 }
 
 static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
@@ -262,8 +277,10 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 	self->pending = PyList_New(0);
 	self->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	self->epfd = epoll_create1(EPOLL_CLOEXEC);
+	/* libtensord's own descriptor: readable while it has work queued */
 	sock = td_client_fd(self->c);
 	if (!self->pending || self->evfd < 0 || self->epfd < 0 || sock < 0 ||
+	    td_client_set_event_handler(self->c, on_event, self) < 0 ||
 	    epoll_ctl(self->epfd, EPOLL_CTL_ADD, sock, &ee) < 0 ||
 	    epoll_ctl(self->epfd, EPOLL_CTL_ADD, self->evfd, &ee) < 0) {
 		if (!PyErr_Occurred())
@@ -316,14 +333,25 @@ PyObject *tdpy_enter(PyObject *self, PyObject *unused)
 	return self;
 }
 
-PyObject *tdpy_exit_close(PyObject *self, PyObject *args)
+/* __exit__ calling self.<method>(), never swallowing the exception. */
+static PyObject *exit_calling(PyObject *self, const char *method)
 {
-	PyObject *r = PyObject_CallMethod(self, "close", NULL);
+	PyObject *r = PyObject_CallMethod(self, method, NULL);
 
 	if (!r)
 		return NULL;
 	Py_DECREF(r);
 	Py_RETURN_FALSE;
+}
+
+PyObject *tdpy_exit_close(PyObject *self, PyObject *args)
+{
+	return exit_calling(self, "close");
+}
+
+PyObject *tdpy_exit_release(PyObject *self, PyObject *args)
+{
+	return exit_calling(self, "release");
 }
 
 static PyObject *client_closed(ClientObject *self, void *unused)
@@ -470,7 +498,7 @@ static PyObject *client_trim(ClientObject *self, PyObject *unused)
 	if (!c)
 		return NULL;
 	TDPY_CALL(self, rc, td_client_trim(c));
-	return PyLong_FromLong(rc);
+	return PyLong_FromLong(rc + tdpy_maps_trim(self));
 }
 
 static PyObject *client_fileno(ClientObject *self, PyObject *unused)
@@ -482,52 +510,31 @@ static PyObject *client_fileno(ClientObject *self, PyObject *unused)
 	return PyLong_FromLong(self->epfd);
 }
 
-/* Every queued event, without waiting; clears fileno()'s readiness. */
+/*
+ * Every queued event, without waiting; clears fileno()'s readiness. A
+ * broken connection raises once the events that came before are given.
+ */
 static PyObject *client_poll(ClientObject *self, PyObject *unused)
 {
-	struct td_error e = {0};
-	struct td_event ev;
-	struct td_client *c;
+	PyObject *r, *fresh;
 	uint64_t n;
-	PyObject *r;
-	int rc;
 
 	if (!self->c) {
 		PyErr_SetString(PyExc_ValueError, "the client is closed");
 		return NULL;
 	}
-	if (read(self->evfd, &n, sizeof(n)) < 0) {
-		/* EAGAIN: nothing signalled */
-	}
-	r = self->pending;
-	self->pending = PyList_New(0);
-	if (!self->pending) {
-		self->pending = r;
-		return NULL;
-	}
-	for (;;) {
-		PyObject *x;
-
-		c = tdpy_client_enter(self);
-		if (!c)
-			break;
-		Py_BEGIN_ALLOW_THREADS
-		rc = td_client_next_event(c, 0, &ev, &e);
-		Py_END_ALLOW_THREADS
-		tdpy_client_leave(self);
-		if (rc == -ETIMEDOUT)
-			break;
-		if (rc < 0) {
-			Py_DECREF(r);
-			return tdpy_raise(rc, &e, "poll");
-		}
-		x = event_new(&ev);
-		if (!x || PyList_Append(r, x) < 0) {
-			Py_XDECREF(x);
-			Py_DECREF(r);
+	if (client_process(self, "poll") < 0) {
+		if (!self->pending || !PyList_GET_SIZE(self->pending))
 			return NULL;
-		}
-		Py_DECREF(x);
+		PyErr_Clear(); /* the next call raises it again */
+	}
+	fresh = PyList_New(0);
+	if (!fresh)
+		return NULL;
+	r = self->pending;
+	self->pending = fresh;
+	if (read(self->evfd, &n, sizeof(n)) < 0) {
+		/* EAGAIN: it was not signalled */
 	}
 	return r;
 }
@@ -569,7 +576,6 @@ static PyObject *client_watch(ClientObject *self, PyObject *args,
 	w->client = self;
 	w->id = id;
 	w->open = true;
-	self->watch_count++;
 	return (PyObject *)w;
 }
 
@@ -581,7 +587,6 @@ static void watch_end(WatchObject *w)
 	if (!w->open)
 		return;
 	w->open = false;
-	w->client->watch_count--;
 	if (!w->client->c)
 		return;
 	c = tdpy_client_enter(w->client);
@@ -606,33 +611,49 @@ static PyObject *watch_close(WatchObject *w, PyObject *unused)
 	Py_RETURN_NONE;
 }
 
-/* This watch's next event, waiting up to ms (-1 forever). */
+/* Take this watch's first event out of pending; NULL if none (no
+ * exception). Events of other watches stay for them (or poll()). */
+static PyObject *watch_take(WatchObject *w)
+{
+	PyObject *pending = w->client->pending;
+
+	for (Py_ssize_t i = 0; i < PyList_GET_SIZE(pending); i++) {
+		PyObject *it = PyList_GET_ITEM(pending, i);
+		PyObject *id = PyStructSequence_GET_ITEM(it, 3);
+
+		if (PyLong_AsUnsignedLongLong(id) == w->id) {
+			Py_INCREF(it);
+			PySequence_DelItem(pending, i);
+			return it;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * This watch's next event, waiting up to ms (-1 forever): what
+ * td_client_process() delivers, and between deliveries a wait for
+ * libtensord's descriptor with the GIL released.
+ */
 static PyObject *watch_wait(WatchObject *w, int ms)
 {
 	ClientObject *cl = w->client;
 	struct timespec t0, now;
+	PyObject *x;
 
 	if (!w->open)
 		return PyErr_Format(PyExc_ValueError, "the watch is closed");
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
-		struct td_error e = {0};
-		struct td_event ev;
-		struct td_client *c;
+		struct pollfd pfd = {.events = POLLIN};
 		int left = ms, rc;
-		PyObject *x;
 
-		/* events of this watch read by an earlier call come first */
-		for (Py_ssize_t i = 0; i < PyList_GET_SIZE(cl->pending); i++) {
-			PyObject *it = PyList_GET_ITEM(cl->pending, i);
-			PyObject *id = PyStructSequence_GET_ITEM(it, 3);
-
-			if (PyLong_AsUnsignedLongLong(id) == w->id) {
-				Py_INCREF(it);
-				PySequence_DelItem(cl->pending, i);
-				return it;
-			}
-		}
+		x = watch_take(w);
+		if (x || client_process(cl, "watch") < 0)
+			return x;
+		x = watch_take(w);
+		if (x)
+			return x;
 		if (ms > 0) {
 			clock_gettime(CLOCK_MONOTONIC, &now);
 			left = ms - (int)((now.tv_sec - t0.tv_sec) * 1000 +
@@ -640,24 +661,19 @@ static PyObject *watch_wait(WatchObject *w, int ms)
 			if (left < 0)
 				left = 0;
 		}
-		c = tdpy_client_enter(cl);
-		if (!c)
+		if (left == 0)
+			return tdpy_raise(-ETIMEDOUT, NULL, "watch: no event");
+		if (!tdpy_client_enter(cl))
 			return NULL;
+		pfd.fd = td_client_fd(cl->c);
 		Py_BEGIN_ALLOW_THREADS
-		rc = td_client_next_event(c, left, &ev, &e);
+		rc = poll(&pfd, 1, left);
 		Py_END_ALLOW_THREADS
 		tdpy_client_leave(cl);
-		if (rc < 0)
-			return tdpy_raise(rc, &e, "watch");
-		x = event_new(&ev);
-		if (!x || ev.watch_id == w->id)
-			return x;
-		/* another watch's: keep it for that one (or poll()) */
-		rc = PyList_Append(cl->pending, x);
-		Py_DECREF(x);
-		if (rc < 0)
+		if (rc < 0 && errno != EINTR)
+			return PyErr_SetFromErrno(PyExc_OSError);
+		if (rc < 0 && PyErr_CheckSignals() < 0)
 			return NULL;
-		tdpy_client_wake(cl);
 	}
 }
 
@@ -723,15 +739,16 @@ static PyMethodDef client_methods[] = {
 	 "put(name, array, metadata=None, pin=False) -> version"},
 	{"alloc", (PyCFunction)(void (*)(void))tdpy_client_alloc,
 	 METH_VARARGS | METH_KEYWORDS,
-	 "alloc(name, shape, dtype, strides=None, format=None) -> writable "
-	 "Array"},
+	 "alloc(name, shape, dtype, strides=None, format=None, recycle=False)"
+	 " -> writable "
+	 "Array (a Planes of them for a format of several planes)"},
 	{"publish", (PyCFunction)(void (*)(void))tdpy_client_publish,
 	 METH_VARARGS | METH_KEYWORDS,
-	 "publish(array, metadata=None, pin=False) -> version"},
+	 "publish(array_or_planes, metadata=None, pin=False) -> version"},
 	{"get", (PyCFunction)(void (*)(void))tdpy_client_get,
 	 METH_VARARGS | METH_KEYWORDS,
 	 "get(name, version=None, newer_than=None, timeout=None) -> "
-	 "read-only Array"},
+	 "read-only Array (a Planes of them for a tensor of several planes)"},
 	{"stat", (PyCFunction)client_stat, METH_VARARGS,
 	 "stat(name) -> Entry"},
 	{"ls", (PyCFunction)client_ls, METH_VARARGS,
@@ -849,7 +866,7 @@ PyMODINIT_FUNC PyInit_tensord(void)
 	    PyStructSequence_InitType2(&entry_type, &entry_desc) < 0 ||
 	    PyType_Ready(&tdpy_client_type) < 0 ||
 	    PyType_Ready(&tdpy_watch_type) < 0 || tdpy_array_init(m) < 0 ||
-	    tdpy_ring_init(m) < 0)
+	    tdpy_ring_init(m) < 0 || tdpy_planes_init(m) < 0)
 		goto fail;
 	tdpy_error = add_exc(m, "Error", NULL);
 	if (!tdpy_error)

@@ -7,19 +7,18 @@
  * the last such array dies: an array never points at unmapped memory.
  *
  * Rings wake readers with a futex, which no event loop can poll. For
- * asyncio, Subscription.poll() starts a waiter thread that takes the next
- * view (td_sub_next, 100 ms at a time so close() never waits longer) and
- * signals the client's fileno(); the loop thread then takes it from
- * poll(). The subscription is used by one thread at a time as libtensord
- * requires: the waiter only runs while the loop thread holds no view.
+ * asyncio, Subscription.poll() uses libtensord's event-loop readers: the
+ * subscription's eventfd (td_sub_fd, which the producer's publish writes
+ * while the subscription waits by fd) joins Client.fileno()'s epoll set,
+ * and td_sub_poll() takes the next view without waiting. Not
+ * td_sub_set_handler(): its td_client_process() gives the held view back
+ * whenever a newer one exists, which a DLPack export must prevent.
  */
 #include "tdpy.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <pthread.h>
 #include <string.h>
-#include <time.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 typedef struct {
@@ -35,8 +34,6 @@ typedef struct {
 	PyObject *name;
 } RingObject;
 
-enum wait_state { W_ARMED, W_READY, W_TAKEN, W_DONE };
-
 typedef struct {
 	PyObject_HEAD
 	ClientObject *client;
@@ -45,17 +42,9 @@ typedef struct {
 	bool busy;        /* next() waits with the GIL released */
 	unsigned views;   /* live arrays over slots */
 	uint64_t held;    /* version of the view held, 0 none */
+	unsigned exports; /* live DLPack exports of the held view */
 	PyObject *name;
-	/* poll() mode: a waiter thread takes views */
-	bool async;
-	bool stop;
-	pthread_t th;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	enum wait_state state;
-	int rc;
-	struct td_view view;
-	int evfd; /* the client's eventfd, duplicated */
+	int efd;          /* poll() mode: td_sub_fd (in the client's epoll) */
 } SubObject;
 
 static PyObject *busy_error(void)
@@ -277,9 +266,7 @@ PyObject *tdpy_client_subscribe(ClientObject *self, PyObject *args,
 		return NULL;
 	memset((char *)sub + sizeof(PyObject), 0,
 	       sizeof(*sub) - sizeof(PyObject));
-	sub->evfd = -1;
-	pthread_mutex_init(&sub->mu, NULL);
-	pthread_cond_init(&sub->cv, NULL);
+	sub->efd = -1;
 	Py_INCREF(self);
 	sub->client = self;
 	sub->name = PyUnicode_FromString(name);
@@ -296,59 +283,13 @@ PyObject *tdpy_client_subscribe(ClientObject *self, PyObject *args,
 	return (PyObject *)sub;
 }
 
-static void *sub_waiter(void *arg)
-{
-	SubObject *sub = arg;
-
-	pthread_mutex_lock(&sub->mu);
-	while (!sub->stop) {
-		struct td_view v;
-		uint64_t one = 1;
-		int rc;
-
-		if (sub->state != W_ARMED) {
-			pthread_cond_wait(&sub->cv, &sub->mu);
-			continue;
-		}
-		pthread_mutex_unlock(&sub->mu);
-		rc = td_sub_next(sub->s, 100, &v);
-		pthread_mutex_lock(&sub->mu);
-		if (rc == -ETIMEDOUT)
-			continue;
-		sub->view = v;
-		sub->rc = rc;
-		sub->state = W_READY;
-		pthread_cond_broadcast(&sub->cv);
-		if (write(sub->evfd, &one, sizeof(one)) < 0) {
-			/* saturated: readable anyway */
-		}
-	}
-	pthread_mutex_unlock(&sub->mu);
-	return NULL;
-}
-
-static void sub_stop_waiter(SubObject *sub)
-{
-	if (!sub->async)
-		return;
-	pthread_mutex_lock(&sub->mu);
-	sub->stop = true;
-	pthread_cond_broadcast(&sub->cv);
-	pthread_mutex_unlock(&sub->mu);
-	Py_BEGIN_ALLOW_THREADS
-	pthread_join(sub->th, NULL);
-	Py_END_ALLOW_THREADS
-	sub->async = false;
-	if (sub->evfd >= 0)
-		close(sub->evfd);
-	sub->evfd = -1;
-}
-
 static void sub_really_close(SubObject *sub)
 {
 	struct td_sub *s = sub->s;
 
-	sub_stop_waiter(sub);
+	if (sub->efd >= 0 && sub->client->epfd >= 0)
+		epoll_ctl(sub->client->epfd, EPOLL_CTL_DEL, sub->efd, NULL);
+	sub->efd = -1; /* td_sub_close() closes it */
 	sub->s = NULL;
 	if (s) {
 		Py_BEGIN_ALLOW_THREADS
@@ -365,29 +306,63 @@ void tdpy_sub_view_gone(PyObject *obj)
 		sub_really_close(sub);
 }
 
-/* Give the held view back (either mode). */
+/* Give the held view back. */
 static void sub_release_held(SubObject *sub)
 {
-	if (sub->async) {
-		pthread_mutex_lock(&sub->mu);
-		if (sub->state == W_TAKEN) {
-			td_sub_release(sub->s);
-			sub->state = W_ARMED;
-			pthread_cond_broadcast(&sub->cv);
-		}
-		pthread_mutex_unlock(&sub->mu);
-	} else if (sub->held) {
+	if (sub->held)
 		td_sub_release(sub->s);
-	}
 	sub->held = 0;
 }
 
-void tdpy_sub_view_release(PyObject *obj, uint64_t version)
+/*
+ * A DLPack export of the held view keeps its slot held (the exported
+ * tensor maps the slot's file copy-on-write, so a rewrite of the slot
+ * would show through the pages it did not write): giving the view back
+ * waits until every such tensor is gone.
+ */
+static bool sub_exported(SubObject *sub)
+{
+	struct td_error e = {.code = -EBUSY};
+
+	if (!sub->exports)
+		return false;
+	snprintf(e.reason, sizeof(e.reason), "the held view (version %llu) "
+		 "is exported through DLPack (%u tensors alive); its slot "
+		 "stays held until they are gone (del them)",
+		 (unsigned long long)sub->held, sub->exports);
+	tdpy_raise(-EBUSY, &e, "subscription");
+	return true;
+}
+
+int tdpy_sub_view_release(PyObject *obj, uint64_t version)
 {
 	SubObject *sub = (SubObject *)obj;
 
-	if (sub->s && !sub->busy && sub->held == version)
+	if (sub->s && !sub->busy && sub->held == version) {
+		if (sub_exported(sub))
+			return -1;
 		sub_release_held(sub);
+	}
+	return 0;
+}
+
+int tdpy_sub_export(PyObject *obj, uint64_t version)
+{
+	SubObject *sub = (SubObject *)obj;
+
+	if (!sub->s || sub->held != version) {
+		PyErr_SetString(PyExc_BufferError, "this ring view was "
+				"released (its slot may be rewritten): no "
+				"DLPack export");
+		return -1;
+	}
+	sub->exports++;
+	return 0;
+}
+
+void tdpy_sub_export_gone(PyObject *obj)
+{
+	((SubObject *)obj)->exports--;
 }
 
 static PyObject *view_array(SubObject *sub, const struct td_view *v)
@@ -398,6 +373,8 @@ static PyObject *view_array(SubObject *sub, const struct td_view *v)
 	if (!o)
 		return NULL;
 	sub->views++;
+	/* where DLPack maps the slot copy-on-write (array.c, dl_place) */
+	o->fd = td_sub_plane_fd(sub->s, v, 0, &o->file_off);
 	o->version = v->version;
 	o->dtype = v->dtype;
 	o->name = sub->name;
@@ -432,130 +409,70 @@ static SubObject *sub_usable(SubObject *sub)
 	return sub;
 }
 
-/* Take the waiter's view (mu held, state READY). */
-static PyObject *sub_take(SubObject *sub)
-{
-	int rc = sub->rc;
-
-	sub->state = rc < 0 ? W_DONE : W_TAKEN;
-	if (rc < 0)
-		return tdpy_raise(rc, NULL, "next");
-	sub->held = sub->view.version;
-	return view_array(sub, &sub->view);
-}
-
+/* poll() mode: the subscription's eventfd joins Client.fileno(). */
 static int sub_start(SubObject *sub)
 {
-	if (sub->async)
+	struct epoll_event ee = {.events = EPOLLIN};
+	int fd;
+
+	if (sub->efd >= 0)
 		return 0;
-	if (sub->client->evfd < 0) {
+	if (sub->client->epfd < 0) {
 		PyErr_SetString(PyExc_ValueError, "the client is closed");
 		return -1;
 	}
-	sub_release_held(sub);
-	sub->evfd = fcntl(sub->client->evfd, F_DUPFD_CLOEXEC, 0);
-	if (sub->evfd < 0) {
+	sub->busy = true;
+	Py_BEGIN_ALLOW_THREADS
+	fd = td_sub_fd(sub->s); /* one RING_WAKE round trip, once */
+	Py_END_ALLOW_THREADS
+	sub->busy = false;
+	if (fd < 0) {
+		tdpy_raise(fd, NULL, "poll: the ring's eventfd");
+		return -1;
+	}
+	if (epoll_ctl(sub->client->epfd, EPOLL_CTL_ADD, fd, &ee) < 0) {
 		PyErr_SetFromErrno(PyExc_OSError);
 		return -1;
 	}
-	sub->state = W_ARMED;
-	sub->stop = false;
-	if (pthread_create(&sub->th, NULL, sub_waiter, sub)) {
-		close(sub->evfd);
-		sub->evfd = -1;
-		PyErr_SetString(PyExc_OSError, "cannot start a thread");
-		return -1;
-	}
-	sub->async = true;
+	sub->efd = fd;
 	return 0;
 }
 
+/* Without waiting: give the held view back, take the next or None. */
 static PyObject *sub_poll(SubObject *sub, PyObject *unused)
 {
-	PyObject *r = NULL;
+	struct td_view v;
+	int rc;
 
-	if (!sub_usable(sub) || sub_start(sub) < 0)
+	if (!sub_usable(sub) || sub_exported(sub) || sub_start(sub) < 0)
 		return NULL;
-	pthread_mutex_lock(&sub->mu);
-	if (sub->state == W_READY) {
-		r = sub_take(sub);
-	} else if (sub->state == W_TAKEN) {
-		/* like next(): polling again gives the held view back */
-		td_sub_release(sub->s);
-		sub->held = 0;
-		sub->state = W_ARMED;
-		pthread_cond_broadcast(&sub->cv);
-	}
-	pthread_mutex_unlock(&sub->mu);
-	if (!r && !PyErr_Occurred())
+	sub->held = 0; /* td_sub_poll() releases it */
+	rc = td_sub_poll(sub->s, &v);
+	if (rc == -EAGAIN)
 		Py_RETURN_NONE;
-	return r;
-}
-
-/*
- * Without the GIL: wait up to ms for the waiter's view and take it. The
- * mutex is never held while taking the GIL (a thread holding the GIL may
- * be waiting for the mutex). Returns the waiter's rc (state READY) or
- * the condition wait's error; *st is the state found.
- */
-static int sub_wait_ready(SubObject *sub, int ms, enum wait_state *st,
-			  struct td_view *v)
-{
-	struct timespec dl;
-	int rc = 0;
-
-	clock_gettime(CLOCK_REALTIME, &dl);
-	if (ms > 0) {
-		dl.tv_sec += ms / 1000;
-		dl.tv_nsec += (long)(ms % 1000) * 1000000;
-		if (dl.tv_nsec >= 1000000000) {
-			dl.tv_sec++;
-			dl.tv_nsec -= 1000000000;
-		}
-	}
-	pthread_mutex_lock(&sub->mu);
-	while (sub->state == W_ARMED && rc == 0)
-		rc = ms < 0 ? pthread_cond_wait(&sub->cv, &sub->mu) :
-			      pthread_cond_timedwait(&sub->cv, &sub->mu, &dl);
-	*st = sub->state;
-	if (sub->state == W_READY) {
-		rc = sub->rc;
-		*v = sub->view;
-		sub->state = rc < 0 ? W_DONE : W_TAKEN;
-	}
-	pthread_mutex_unlock(&sub->mu);
-	return rc;
+	if (rc < 0)
+		return tdpy_raise(rc, NULL, "poll");
+	sub->held = v.version;
+	return view_array(sub, &v);
 }
 
 static PyObject *sub_wait(SubObject *sub, int ms)
 {
-	enum wait_state st;
 	struct td_view v;
-	int rc = 0;
+	int rc;
 
-	if (!sub_usable(sub))
+	if (!sub_usable(sub) || sub_exported(sub))
 		return NULL;
-	if (!sub->async) {
-		sub->busy = true;
-		Py_BEGIN_ALLOW_THREADS
-		rc = td_sub_next(sub->s, ms, &v);
-		Py_END_ALLOW_THREADS
-		sub->busy = false;
-		sub->held = 0;
-		if (rc < 0)
-			return tdpy_raise(rc, NULL, "next");
-		sub->held = v.version;
-		return view_array(sub, &v);
-	}
-	sub_release_held(sub);
 	sub->busy = true;
 	Py_BEGIN_ALLOW_THREADS
-	rc = sub_wait_ready(sub, ms, &st, &v);
+	rc = td_sub_next(sub->s, ms, &v);
 	Py_END_ALLOW_THREADS
 	sub->busy = false;
-	if (st != W_READY)
-		return tdpy_raise(rc == ETIMEDOUT ? -ETIMEDOUT : -EPIPE, NULL,
-				  "next");
+	sub->held = 0;
+	/* a sleep in td_sub_next() disarms the eventfd: wake fileno() so
+	 * that the loop's next poll() arms it again */
+	if (sub->efd >= 0)
+		(void)!write(sub->efd, &(uint64_t){1}, sizeof(uint64_t));
 	if (rc < 0)
 		return tdpy_raise(rc, NULL, "next");
 	sub->held = v.version;
@@ -603,7 +520,7 @@ static PyObject *sub_iternext(SubObject *sub)
 
 static PyObject *sub_release_m(SubObject *sub, PyObject *unused)
 {
-	if (!sub_usable(sub))
+	if (!sub_usable(sub) || sub_exported(sub))
 		return NULL;
 	sub_release_held(sub);
 	Py_RETURN_NONE;
@@ -614,7 +531,6 @@ static PyObject *sub_close(SubObject *sub, PyObject *unused)
 	if (sub->busy)
 		return busy_error();
 	sub->closed = true;
-	sub_stop_waiter(sub);
 	if (!sub->views)
 		sub_really_close(sub);
 	Py_RETURN_NONE;
@@ -623,8 +539,6 @@ static PyObject *sub_close(SubObject *sub, PyObject *unused)
 static void sub_dealloc(SubObject *sub)
 {
 	sub_really_close(sub);
-	pthread_mutex_destroy(&sub->mu);
-	pthread_cond_destroy(&sub->cv);
 	Py_XDECREF(sub->client);
 	Py_XDECREF(sub->name);
 	PyObject_Free(sub);

@@ -6,11 +6,14 @@
  *  - Client (module.c): one libtensord handle; its put, alloc, publish
  *    and get are tensor.c's.
  *  - Owner (array.c): the memory behind arrays (a lease, a loan, a ring
- *    slot or a subscriber's view). Every tensord.Array has one at the end
- *    of its .base chain, so the memory lives as long as any view of it.
+ *    slot, a subscriber's view, or one plane of a lease or loan). Every
+ *    tensord.Array has one at the end of its .base chain, so the memory
+ *    lives as long as any view of it.
  *  - Array (array.c): a numpy.ndarray subclass adding .version,
  *    .metadata, release(), __dlpack__ and __dlpack_device__.
+ *  - Planes (planes.c): a tensor of several planes, one Array per plane.
  *  - Watch (module.c), Ring and Subscription (ring.c).
+ *  - maps.c: the client's cache of the mappings behind leases.
  */
 #ifndef TDPY_H
 #define TDPY_H
@@ -24,20 +27,26 @@
 #endif
 #include <numpy/arrayobject.h>
 #include <stdbool.h>
+#include <tensord/blob.h>
 #include <tensord/tensord.h>
 
 /* Most dimensions a tensor has here (blob and wire both cap at 16). */
 #define TDPY_MAX_DIMS TD_ENTRY_MAX_DIMS
+
+struct tdpy_map; /* maps.c: a cached mapping of a leased plane */
 
 typedef struct {
 	PyObject_HEAD
 	struct td_client *c; /* NULL once closed (or pending close) */
 	struct td_client *handle; /* the handle, until really closed */
 	unsigned busy;       /* calls in flight with the GIL released */
-	int epfd;            /* fileno(): the socket + evfd, -1 when none */
-	int evfd;            /* eventfd: queued events, ready subscriptions */
-	unsigned watch_count;
-	PyObject *pending;   /* list of Events read but not yet returned */
+	int epfd;            /* fileno(): td_client_fd, evfd and polled
+			      * subscriptions' eventfds; -1 when none */
+	int evfd;            /* eventfd: readable while pending has Events */
+	PyObject *pending;   /* Events td_client_process() delivered, not
+			      * yet returned (by poll() or a Watch) */
+	struct tdpy_map *maps; /* leased planes' mappings, recent first */
+	unsigned idle_maps;    /* of them, used by no view */
 } ClientObject;
 
 enum owner_kind {
@@ -45,7 +54,11 @@ enum owner_kind {
 	OWNER_LOAN,  /* alloc(): writable until published */
 	OWNER_SLOT,  /* Ring.acquire(): writable ring slot */
 	OWNER_VIEW,  /* Subscription.next(): read-only ring slot */
+	OWNER_PLANE, /* one plane of a multi-plane LEASE or LOAN (parent) */
 };
+
+/* Most planes of a tensor the binding views (image formats have 4). */
+#define TDPY_MAX_PLANES 4
 
 typedef struct {
 	PyObject_HEAD
@@ -53,8 +66,10 @@ typedef struct {
 	PyObject *parent;     /* Client, Ring or Subscription (owned ref) */
 	struct td_tensor *t;  /* LEASE: NULL once released */
 	struct td_alloc *a;   /* LOAN: NULL once published or freed */
-	void *map;            /* own mapping (LEASE, LOAN), page aligned */
+	void *map;            /* own mapping (LOAN), page aligned */
 	size_t map_len;
+	struct tdpy_map *cache; /* LEASE, PLANE of one: the mapping used */
+	uint64_t file_off;    /* LEASE, PLANE, VIEW: data's offset in fd */
 	void *heap;           /* LEASE of an inline plane: a private copy */
 	char *data;           /* first byte of the tensor */
 	uint64_t size;        /* bytes of its plane */
@@ -64,16 +79,24 @@ typedef struct {
 	npy_intp shape[TDPY_MAX_DIMS];
 	npy_intp strides[TDPY_MAX_DIMS];
 	bool explicit_strides; /* LOAN: publish these strides */
+	uint32_t alloc_flags; /* LOAN: TD_ALLOC_RECYCLE or 0 */
 	PyObject *format;     /* LOAN: image format (str) or NULL */
 	uint64_t row_pitch;   /* LOAN with format: the plane's stride */
 	bool writable;
 	PyObject *name;       /* str */
 	PyObject *metadata;   /* bytes */
 	Py_ssize_t exports;   /* live buffer-protocol exports */
+	uint32_t plane;       /* PLANE: its index in the parent's tensor */
+	uint32_t plane_count; /* LEASE, LOAN: > 1 when viewed as Planes */
+	uint64_t plane_off[TDPY_MAX_PLANES];  /* LOAN: planes in buffer 0 */
+	uint64_t plane_size[TDPY_MAX_PLANES];
+	int fd;               /* VIEW: the ring's data file (the
+			       * subscription's fd) */
 } OwnerObject;
 
 extern PyTypeObject tdpy_client_type, tdpy_owner_type, tdpy_array_type;
 extern PyTypeObject tdpy_ring_type, tdpy_sub_type, tdpy_watch_type;
+extern PyTypeObject tdpy_planes_type;
 extern PyObject *tdpy_error;
 
 /* Raise the tensord.Error subclass for rc (-errno) with e's reason. */
@@ -86,11 +109,10 @@ int tdpy_conv_timeout(PyObject *o, void *out); /* int * (ms, -1) */
 /* Checked entry to a client call: NULL (ValueError set) when closed. */
 struct td_client *tdpy_client_enter(ClientObject *self);
 void tdpy_client_leave(ClientObject *self);
-/* After a call: move events libtensord queued into self->pending. */
-void tdpy_client_drain(ClientObject *self);
 /*
  * Run a libtensord call on an entered client with the GIL released,
- * then leave it and move events queued meanwhile to self->pending.
+ * then leave it. Watch events that arrive meanwhile stay queued in
+ * libtensord, whose td_client_fd() (inside fileno()) stays readable.
  */
 #define TDPY_CALL(self, rc, expr)                                            \
 	do {                                                                 \
@@ -98,8 +120,6 @@ void tdpy_client_drain(ClientObject *self);
 		rc = (expr);                                                 \
 		Py_END_ALLOW_THREADS                                         \
 		tdpy_client_leave(self);                                     \
-		if (rc >= 0)                                                 \
-			tdpy_client_drain(self);                             \
 	} while (0)
 
 /* Wake fileno() readers (an eventfd write). */
@@ -127,13 +147,42 @@ OwnerObject *tdpy_owner_new(enum owner_kind kind, PyObject *parent);
 PyObject *tdpy_owner_array(OwnerObject *o);
 /* The Owner at the end of obj's .base chain, NULL (TypeError) if none. */
 OwnerObject *tdpy_owner_of(PyObject *obj);
-/* Own read-only mapping of the pages of a libtensord mapping of fd. */
-int tdpy_map_dup(const void *data, uint64_t size, int fd, void **map,
-		 size_t *map_len);
+/* The owner holding the lease or loan: o, or a PLANE's parent. */
+OwnerObject *tdpy_owner_root(OwnerObject *o);
+/* A tensord.Planes over root (a reference taken) and its plane arrays
+ * (the tuple's reference is stolen); NULL on error. */
+PyObject *tdpy_planes_new(OwnerObject *root, PyObject *arrays,
+			  const char *format);
+/* A new PLANE owner of root: its index, names and dtype set. */
+OwnerObject *tdpy_plane_owner(OwnerObject *root, uint32_t i);
+/* Give o (a LOAN) a loan of size bytes, mapped shared and writable by
+ * the binding (o->map, o->data). 0, or -1 with the exception set. */
+int tdpy_loan_open(ClientObject *self, OwnerObject *o, uint64_t size);
+/* alloc() of a multi-plane image format: a writable tensord.Planes over
+ * one loan (o is consumed). */
+PyObject *tdpy_alloc_planes(ClientObject *self, OwnerObject *o);
+/*
+ * A read-only mapping of [off, off + size) of fd from cl's cache (maps.c)
+ * or new: 0 with *m (give it back with tdpy_map_put) and *data, or
+ * -errno. tdpy_maps_trim unmaps the idle ones (returns how many);
+ * tdpy_maps_detach, at close, too, and leaves the used ones to their
+ * last put.
+ */
+int tdpy_map_get(ClientObject *cl, int fd, uint64_t off, uint64_t size,
+		 struct tdpy_map **m, char **data);
+void tdpy_map_put(struct tdpy_map *m);
+int tdpy_maps_trim(ClientObject *cl);
+void tdpy_maps_detach(ClientObject *cl);
 
 /* Ring views: the subscription drops its count when one dies. */
 void tdpy_sub_view_gone(PyObject *sub);
-void tdpy_sub_view_release(PyObject *sub, uint64_t version);
+/* -1 (tensord.Error EBUSY) while a DLPack export holds the view. */
+int tdpy_sub_view_release(PyObject *sub, uint64_t version);
+/* A DLPack export of the held view `version` begins (-1 with BufferError
+ * when that view is no longer held) or ends: the slot stays held, and
+ * next(), poll() and release() refuse, while any export lives. */
+int tdpy_sub_export(PyObject *sub, uint64_t version);
+void tdpy_sub_export_gone(PyObject *sub);
 void tdpy_ring_view_gone(PyObject *ring);
 
 /* Metadata: None, bytes-like or str (UTF-8), into a held Py_buffer. */
@@ -159,9 +208,12 @@ PyMODINIT_FUNC PyInit_tensord(void);
 /* __enter__ returning self; __exit__ calling self.close() (no swallow). */
 PyObject *tdpy_enter(PyObject *self, PyObject *unused);
 PyObject *tdpy_exit_close(PyObject *self, PyObject *args);
+/* __exit__ calling self.release(). */
+PyObject *tdpy_exit_release(PyObject *self, PyObject *args);
 
 /* Registration of the ring types into the module. */
 int tdpy_ring_init(PyObject *m);
 int tdpy_array_init(PyObject *m);
+int tdpy_planes_init(PyObject *m);
 
 #endif

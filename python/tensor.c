@@ -132,33 +132,43 @@ fail:
 
 /*
  * An image format (format="rgb8") publishes a row pitch as the plane's
- * stride, the way cameras describe it, instead of blob strides: then
- * every stride but the first must be dense.
+ * stride, the way cameras describe it, instead of blob strides: then the
+ * strides must be dense C order but for the row dimension's (dimension
+ * 1 of a planar [C, H, W] grid, whose planes are H rows apart, else 0).
  */
 static int loan_format(OwnerObject *o, PyObject *format, npy_intp isz)
 {
-	npy_intp dense[TDPY_MAX_DIMS];
-	uint64_t bytes;
+	npy_intp want[TDPY_MAX_DIMS];
+	const char *f;
+	int row;
 
+	/* an unknown format is the daemon's to refuse, with its reason */
 	if (!PyUnicode_Check(format)) {
 		PyErr_SetString(PyExc_TypeError, "format must be a str");
 		return -1;
 	}
+	f = PyUnicode_AsUTF8(format);
+	if (!f)
+		return -1;
 	if (o->ndim < 2) {
 		PyErr_SetString(PyExc_ValueError,
 				"an image format needs 2 or more dimensions");
 		return -1;
 	}
+	row = td_format_plane_count(f) > 1 && o->ndim == 3 ? 1 : 0;
 	if (o->explicit_strides) {
-		tdpy_dense(o->ndim, o->shape, isz, dense, &bytes);
-		if (memcmp(dense + 1, o->strides + 1,
-			   sizeof(npy_intp) * (o->ndim - 1))) {
+		want[o->ndim - 1] = isz;
+		for (int k = o->ndim - 2; k >= 0; k--)
+			want[k] = k == row ? o->strides[row]
+					   : want[k + 1] * o->shape[k + 1];
+		if (memcmp(want, o->strides, sizeof(npy_intp) * o->ndim)) {
 			PyErr_SetString(PyExc_ValueError, "with a format only "
-					"the first stride (the row pitch) may "
-					"be padded");
+					"the row pitch (the first stride; the "
+					"second of a planar grid) may be "
+					"padded");
 			return -1;
 		}
-		o->row_pitch = (uint64_t)o->strides[0];
+		o->row_pitch = (uint64_t)o->strides[row];
 		o->explicit_strides = false;
 	}
 	Py_INCREF(format);
@@ -166,33 +176,65 @@ static int loan_format(OwnerObject *o, PyObject *format, npy_intp isz)
 	return 0;
 }
 
+int tdpy_loan_open(ClientObject *self, OwnerObject *o, uint64_t size)
+{
+	struct td_error e = {0};
+	struct td_client *c = tdpy_client_enter(self);
+	int rc;
+
+	if (!c)
+		return -1;
+	TDPY_CALL(self, rc, td_client_alloc_ex(c, 1, &size, o->alloc_flags,
+					       &o->a, &e));
+	if (rc < 0) {
+		tdpy_raise(rc, &e, "alloc");
+		return -1;
+	}
+	/* our own shared mapping: libtensord unmaps its own at publish,
+	 * while views of this one must stay valid after (publish turns it
+	 * copy-on-write, see client_publish) */
+	o->size = size;
+	if (!size)
+		return 0;
+	o->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED,
+		      td_alloc_fd(o->a, 0), 0);
+	if (o->map == MAP_FAILED) {
+		o->map = NULL;
+		PyErr_SetFromErrno(PyExc_OSError);
+		return -1;
+	}
+	o->map_len = size;
+	o->data = o->map;
+	return 0;
+}
+
 /*
- * alloc(name, shape, dtype, strides=None, format=None): a writable Array
- * over a loan.
+ * alloc(name, shape, dtype, strides=None, format=None, recycle=False): a
+ * writable Array over a loan (recycle: TD_ALLOC_RECYCLE, a buffer of an
+ * earlier version of this client's when one is free).
  */
 PyObject *tdpy_client_alloc(ClientObject *self, PyObject *args,
 			    PyObject *kw)
 {
 	static char *kwlist[] = {"name", "shape", "dtype", "strides", "format",
-				 NULL};
+				 "recycle", NULL};
 	PyObject *shape_o, *strides_o = Py_None, *format = Py_None;
-	struct td_error e = {0};
-	struct td_client *c;
 	OwnerObject *o;
 	const char *n;
 	uint32_t dtype;
 	uint64_t size;
 	npy_intp isz;
-	int rc, fd, nst;
+	int nst, recycle = 0;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO&|OO", kwlist,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO&|OOp", kwlist,
 					 tdpy_conv_name, &n, &shape_o,
 					 tdpy_conv_dtype, &dtype, &strides_o,
-					 &format))
+					 &format, &recycle))
 		return NULL;
 	o = tdpy_owner_new(OWNER_LOAN, (PyObject *)self);
 	if (!o)
 		return NULL;
+	o->alloc_flags = recycle ? TD_ALLOC_RECYCLE : 0;
 	o->dtype = dtype;
 	o->writable = true;
 	o->name = PyUnicode_FromString(n);
@@ -218,30 +260,10 @@ PyObject *tdpy_client_alloc(ClientObject *self, PyObject *args,
 	}
 	if (format != Py_None && loan_format(o, format, isz) < 0)
 		goto fail;
-	c = tdpy_client_enter(self);
-	if (!c)
+	if (o->format && td_format_plane_count(PyUnicode_AsUTF8(o->format)) > 1)
+		return tdpy_alloc_planes(self, o);
+	if (tdpy_loan_open(self, o, size) < 0)
 		goto fail;
-	TDPY_CALL(self, rc, td_client_alloc(c, 1, &size, &o->a, &e));
-	if (rc < 0) {
-		tdpy_raise(rc, &e, "alloc");
-		goto fail;
-	}
-	/* our own shared mapping: libtensord unmaps its own at publish,
-	 * while views of this one must stay valid after (publish turns it
-	 * copy-on-write, see client_publish) */
-	o->size = size;
-	if (size) {
-		fd = td_alloc_fd(o->a, 0);
-		o->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED,
-			      fd, 0);
-		if (o->map == MAP_FAILED) {
-			o->map = NULL;
-			PyErr_SetFromErrno(PyExc_OSError);
-			goto fail;
-		}
-		o->map_len = size;
-		o->data = o->map;
-	}
 	return tdpy_owner_array(o);
 fail:
 	Py_DECREF(o);
@@ -254,7 +276,7 @@ PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 {
 	static char *kwlist[] = {"array", "metadata", "pin", NULL};
 	PyObject *arr, *meta = NULL;
-	struct td_plane plane = {0};
+	struct td_plane planes[TDPY_MAX_PLANES] = {{0}};
 	struct td_publish p = {0};
 	struct td_error e = {0};
 	struct td_client *c;
@@ -268,9 +290,15 @@ PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Op", kwlist, &arr,
 					 &meta, &pin))
 		return NULL;
-	o = tdpy_owner_of(arr);
+	if (PyObject_TypeCheck(arr, &tdpy_planes_type))
+		arr = PyObject_GetAttrString(arr, "lease");
+	else
+		Py_INCREF(arr);
+	o = arr ? tdpy_owner_of(arr) : NULL;
+	Py_XDECREF(arr); /* a Planes or an array keeps its root alive */
 	if (!o)
 		return NULL;
+	o = tdpy_owner_root(o);
 	if (o->kind != OWNER_LOAN || o->parent != (PyObject *)self) {
 		PyErr_SetString(PyExc_ValueError, "publish() takes an array "
 				"from this client's alloc()");
@@ -309,11 +337,17 @@ PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 		    o->explicit_strides ? o->strides : NULL);
 	if (o->format)
 		p.format = PyUnicode_AsUTF8(o->format);
-	if (o->row_pitch) {
-		plane.stride = o->row_pitch;
-		plane.size = o->size;
-		p.plane_count = 1;
-		p.planes = &plane;
+	for (uint32_t i = 0; i < o->plane_count; i++)
+		planes[i] = (struct td_plane){.offset = o->plane_off[i],
+					      .stride = o->row_pitch,
+					      .size = o->plane_size[i]};
+	if (!o->plane_count && o->row_pitch) {
+		planes[0].stride = o->row_pitch;
+		planes[0].size = o->size;
+	}
+	if (o->plane_count || o->row_pitch) {
+		p.plane_count = o->plane_count ? o->plane_count : 1;
+		p.planes = planes;
 	}
 	a = o->a;
 	o->a = NULL; /* consumed on success and on failure */
@@ -327,19 +361,136 @@ PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 	return PyLong_FromUnsignedLongLong(version);
 }
 
-/* A read-only Array over a tensor got from the daemon (t is consumed). */
+static int raise_int(int rc, const char *what)
+{
+	tdpy_raise(rc, NULL, what);
+	return -1;
+}
+
+/*
+ * Shape and strides of plane i of t into o. A plane of a multi-plane
+ * image has the rows the blob spec gives it (td_format_plane_layout:
+ * NV12's Y and interleaved UV, one channel per plane of a planar
+ * format). A single-plane image is packed rows at the plane's stride,
+ * its blob strides unused (the blob spec's plane_need); otherwise the
+ * blob's strides, or dense C order when it has none.
+ */
+static int lease_layout(OwnerObject *o, struct td_tensor *t, uint32_t i)
+{
+	const char *fmt = td_tensor_string(t, TD_TENSOR_FORMAT);
+	npy_intp isz = td_tensor_dtype_size(o->dtype);
+	const uint64_t *shape = td_tensor_shape(t);
+	uint32_t ndim = td_tensor_ndim(t), nst = 0;
+	struct td_plane_layout l;
+	const int64_t *st;
+	uint64_t span;
+	int rc;
+
+	if (ndim > TDPY_MAX_DIMS)
+		return raise_int(-EPROTO, "get: too many dimensions");
+	for (uint32_t k = 0; k < ndim; k++)
+		if (shape[k] > (uint64_t)NPY_MAX_INTP)
+			return raise_int(-EOVERFLOW, "get: dimension");
+	o->size = td_tensor_plane_size(t, i);
+	if (fmt[0] && td_tensor_plane_count(t) > 1) {
+		rc = td_format_plane_layout(fmt, o->dtype, ndim, shape, i,
+					    td_tensor_plane_stride(t, i), &l);
+		if (rc < 0 || l.need > o->size)
+			return raise_int(rc < 0 ? rc : -EPROTO, "get: plane layout");
+		o->ndim = (int)l.ndim;
+		for (int k = 0; k < o->ndim; k++) {
+			o->shape[k] = (npy_intp)l.shape[k];
+			o->strides[k] = (npy_intp)l.strides[k];
+		}
+		return 0;
+	}
+	o->ndim = (int)ndim;
+	for (int k = 0; k < o->ndim; k++)
+		o->shape[k] = (npy_intp)shape[k];
+	st = td_tensor_strides(t, &nst);
+	if (tdpy_dense(o->ndim, o->shape, isz, o->strides, &span) < 0)
+		return raise_int(-EOVERFLOW, "get: tensor size");
+	if (fmt[0]) {
+		if (td_tensor_plane_stride(t, i) && o->ndim >= 1)
+			o->strides[0] = (npy_intp)td_tensor_plane_stride(t, i);
+	} else if (st) {
+		for (int k = 0; k < o->ndim; k++)
+			o->strides[k] = (npy_intp)st[k];
+	}
+	if (tdpy_span(o->ndim, o->shape, o->strides, isz, &span) < 0)
+		return -1;
+	if (span > o->size)
+		return raise_int(-EPROTO, "get: layout larger than its plane");
+	return 0;
+}
+
+/* Point o at plane i of t: the binding's own mapping of its pages (no
+ * copy; maps.c), or a private copy of an inline plane libtensord
+ * already copied. */
+static int lease_map(OwnerObject *o, struct td_tensor *t, uint32_t i)
+{
+	const void *data = td_tensor_plane_data(t, i);
+	int rc;
+
+	if (o->size && td_tensor_plane_fd(t, i) < 0) {
+		o->heap = PyMem_Malloc(o->size);
+		if (!o->heap) {
+			PyErr_NoMemory();
+			return -1;
+		}
+		memcpy(o->heap, data, o->size);
+		o->data = o->heap;
+	} else if (o->size) {
+		o->file_off = td_tensor_plane_offset(t, i);
+		rc = tdpy_map_get((ClientObject *)tdpy_owner_root(o)->parent,
+				  td_tensor_plane_fd(t, i), o->file_off,
+				  o->size, &o->cache, &o->data);
+		if (rc < 0)
+			return raise_int(rc, "get: map");
+	}
+	return 0;
+}
+
+/* A tensord.Planes: one read-only Array per plane, sharing o's lease. */
+static PyObject *lease_planes(OwnerObject *o, struct td_tensor *t)
+{
+	uint32_t n = td_tensor_plane_count(t);
+	PyObject *arrays, *r;
+
+	if (n > TDPY_MAX_PLANES) {
+		Py_DECREF(o);
+		return tdpy_raise(-EPROTO, NULL, "get: too many planes");
+	}
+	o->plane_count = n;
+	arrays = PyTuple_New(n);
+	for (uint32_t i = 0; arrays && i < n; i++) {
+		OwnerObject *p = tdpy_plane_owner(o, i);
+		PyObject *a = NULL;
+
+		if (p && lease_layout(p, t, i) == 0 && lease_map(p, t, i) == 0)
+			a = tdpy_owner_array(p);
+		else
+			Py_XDECREF(p);
+		if (!a)
+			Py_CLEAR(arrays);
+		else
+			PyTuple_SET_ITEM(arrays, i, a);
+	}
+	r = arrays ? tdpy_planes_new(o, arrays,
+				     td_tensor_string(t, TD_TENSOR_FORMAT))
+		   : NULL;
+	Py_DECREF(o);
+	return r;
+}
+
+/* A read-only Array over a tensor got from the daemon (t is consumed);
+ * a tensord.Planes for a tensor of several planes. */
 static PyObject *lease_array(ClientObject *self, struct td_tensor *t,
 			     const char *name)
 {
 	OwnerObject *o = tdpy_owner_new(OWNER_LEASE, (PyObject *)self);
-	const uint64_t *shape = td_tensor_shape(t);
-	const int64_t *st;
-	const void *data, *meta;
-	uint32_t nst = 0;
-	uint64_t span;
-	npy_intp isz;
+	const void *meta;
 	size_t mlen;
-	int rc;
 
 	if (!o) {
 		td_tensor_release(t);
@@ -348,81 +499,19 @@ static PyObject *lease_array(ClientObject *self, struct td_tensor *t,
 	o->t = t;
 	o->version = td_tensor_version(t);
 	o->dtype = td_tensor_dtype(t);
-	o->ndim = (int)td_tensor_ndim(t);
 	o->name = PyUnicode_FromString(name);
 	meta = td_tensor_meta(t, &mlen);
 	o->metadata = PyBytes_FromStringAndSize(meta, (Py_ssize_t)mlen);
 	if (!o->name || !o->metadata)
 		goto fail;
-	isz = td_tensor_dtype_size(o->dtype);
-	if (!isz) {
+	if (!td_tensor_dtype_size(o->dtype)) {
 		tdpy_raise(-EPROTO, NULL, "get: unknown dtype");
 		goto fail;
 	}
-	if (td_tensor_plane_count(t) != 1) {
-		struct td_error e = {.code = -ENOTSUP};
-
-		snprintf(e.reason, sizeof(e.reason), "a tensor of %u planes "
-			 "(an image format) is not one array; the binding "
-			 "maps single-plane tensors",
-			 td_tensor_plane_count(t));
-		tdpy_raise(-ENOTSUP, &e, "get");
+	if (td_tensor_plane_count(t) > 1)
+		return lease_planes(o, t);
+	if (lease_layout(o, t, 0) < 0 || lease_map(o, t, 0) < 0)
 		goto fail;
-	}
-	if (o->ndim > TDPY_MAX_DIMS) {
-		tdpy_raise(-EPROTO, NULL, "get: too many dimensions");
-		goto fail;
-	}
-	for (int i = 0; i < o->ndim; i++) {
-		if (shape[i] > (uint64_t)NPY_MAX_INTP) {
-			tdpy_raise(-EOVERFLOW, NULL, "get: dimension");
-			goto fail;
-		}
-		o->shape[i] = (npy_intp)shape[i];
-	}
-	/* an image (a format) is packed rows at the plane's stride, its
-	 * blob strides unused (the blob spec's plane_need); otherwise the
-	 * blob's strides, or dense C order when it has none */
-	st = td_tensor_strides(t, &nst);
-	if (tdpy_dense(o->ndim, o->shape, isz, o->strides, &span) < 0) {
-		tdpy_raise(-EOVERFLOW, NULL, "get: tensor size");
-		goto fail;
-	}
-	if (td_tensor_string(t, TD_TENSOR_FORMAT)[0]) {
-		if (td_tensor_plane_stride(t, 0) && o->ndim >= 1)
-			o->strides[0] = (npy_intp)td_tensor_plane_stride(t, 0);
-	} else if (st) {
-		for (int i = 0; i < o->ndim; i++)
-			o->strides[i] = (npy_intp)st[i];
-	}
-	o->size = td_tensor_plane_size(t, 0);
-	if (tdpy_span(o->ndim, o->shape, o->strides, isz, &span) < 0)
-		goto fail;
-	if (span > o->size) {
-		tdpy_raise(-EPROTO, NULL, "get: layout larger than its plane");
-		goto fail;
-	}
-	data = td_tensor_plane_data(t, 0);
-	if (o->size && td_tensor_plane_fd(t, 0) < 0) {
-		/* an inline plane: libtensord already holds a copy */
-		o->heap = PyMem_Malloc(o->size);
-		if (!o->heap) {
-			PyErr_NoMemory();
-			goto fail;
-		}
-		memcpy(o->heap, data, o->size);
-		o->data = o->heap;
-	} else if (o->size) {
-		rc = tdpy_map_dup(data, o->size, td_tensor_plane_fd(t, 0),
-				  &o->map, &o->map_len);
-		if (rc < 0) {
-			tdpy_raise(rc, NULL, "get: map");
-			goto fail;
-		}
-		o->data = (char *)o->map +
-			  ((uintptr_t)data & ((uintptr_t)sysconf(
-						      _SC_PAGESIZE) - 1));
-	}
 	return tdpy_owner_array(o);
 fail:
 	Py_DECREF(o);

@@ -1005,6 +1005,47 @@ Test(blob, reference_plane_need_matches_layout)
 	free(buf);
 }
 
+/* What readers view each plane as: the grid plane_need checks. */
+Test(blob, format_plane_layout_gives_each_planes_array)
+{
+	const uint64_t nv12[] = {5, 6}, rgb[] = {4, 3, 3}, pl[] = {3, 4, 5};
+	struct td_plane_layout l;
+
+	cr_assert_eq(td_format_plane_count("NV12"), 2);
+	cr_assert_eq(td_format_plane_count("rgba8_planar"), 4);
+	cr_assert_eq(td_format_plane_count(""), 1);
+	cr_assert_eq(td_format_plane_count("h264"), 0);
+	/* NV12 5x6, pitch 8: Y 5 rows, UV ceil(5/2) = 3 rows of 6 bytes */
+	cr_assert_eq(td_format_plane_layout("NV12", 0, 2, nv12, 1, 8, &l), 0);
+	cr_assert(l.ndim == 2 && l.shape[0] == 3 && l.shape[1] == 6);
+	cr_assert(l.strides[0] == 8 && l.strides[1] == 1);
+	cr_assert_eq(l.need, 2 * 8 + 6);
+	cr_assert_eq(td_format_plane_layout("NV12", 0, 2, nv12, 0, 0, &l), 0);
+	cr_assert(l.shape[0] == 5 && l.stride == 6 && l.need == 30);
+	/* NV16: H chroma rows; NV24: 2H rows of W (2W bytes a chroma line) */
+	cr_assert_eq(td_format_plane_layout("NV16", 0, 2, nv12, 1, 0, &l), 0);
+	cr_assert(l.shape[0] == 5 && l.shape[1] == 6);
+	cr_assert_eq(td_format_plane_layout("NV24", 0, 2, nv12, 1, 0, &l), 0);
+	cr_assert(l.shape[0] == 10 && l.shape[1] == 6 && l.need == 60);
+	/* packed f32 rgb8 grid: channels stay a dimension */
+	cr_assert_eq(td_format_plane_layout("rgb8", 9, 3, rgb, 0, 64, &l), 0);
+	cr_assert(l.ndim == 3 && l.shape[2] == 3 && l.strides[1] == 12 &&
+		  l.strides[2] == 4 && l.need == 3 * 64 + 36);
+	cr_assert_eq(td_format_plane_layout("rgb8_planar", 0, 3, pl, 2, 0, &l),
+		     0);
+	cr_assert(l.ndim == 2 && l.shape[0] == 4 && l.shape[1] == 5);
+	/* refusals */
+	cr_assert_eq(td_format_plane_layout("NV12", 0, 2, nv12, 2, 0, &l),
+		     -EINVAL);
+	cr_assert_eq(td_format_plane_layout("NV12", 0, 2, nv12, 0, 5, &l),
+		     -EINVAL);
+	cr_assert_eq(td_format_plane_layout("rgb8", 0, 3, pl, 0, 0, &l),
+		     -EINVAL);
+	cr_assert_eq(td_format_plane_layout("h264", 0, 2, nv12, 0, 0, &l),
+		     -ENOTSUP);
+	cr_assert_eq(td_format_plane_layout("", 0, 2, nv12, 0, 0, &l), -EINVAL);
+}
+
 /* ---- tensorctl inspect --json drives the built binary ---- */
 
 static char *inspect(const char *rel, int *status)

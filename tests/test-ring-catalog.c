@@ -17,8 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -811,6 +813,82 @@ Test(ring_catalog, a_version_1_client_sees_a_ring_as_a_plain_entry)
 	cr_assert_eq(ent.version, 1);
 
 	close(sock);
+	td_ring_close(r);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * td_sub_plane_fd: a subscriber's own copy-on-write mapping of a held
+ * slot reads the slot's bytes, and its writes reach neither the producer
+ * nor another subscriber. The fd is the subscription's (closed with it).
+ * td_tensor_plane_offset says the same of a GET's plane.
+ */
+Test(ring_catalog, a_held_slot_maps_copy_on_write_through_its_plane_fd)
+{
+	const uint64_t size = 3 * 4096 + 100;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_sub *s, *s2;
+	struct td_view v, v2, bad;
+	struct td_tensor *t;
+	struct stat st, st2;
+	uint8_t byte[2];
+	uint64_t off = 0, lo;
+	uint8_t *m;
+	int fd;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	r = make_ring(c, "cow/r", 4, size);
+	cr_assert_eq(td_ring_subscribe(c, "cow/r", 0, &s, NULL), 0);
+	cr_assert_eq(td_ring_subscribe(c, "cow/r", 0, &s2, NULL), 0);
+	publish_pattern(r, 1);
+	publish_pattern(r, 2);
+	cr_assert_eq(td_sub_next(s, 0, &v), 0);
+	cr_assert_eq(td_sub_next(s2, 0, &v2), 0);
+	fd = td_sub_plane_fd(s, &v, 0, &off);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(fstat(fd, &st), 0);
+	cr_assert_eq(fcntl(fd, F_GETFL) & O_ACCMODE, O_RDONLY);
+	cr_assert_geq((uint64_t)st.st_size, off + size);
+	lo = off & ~(uint64_t)4095;
+	m = mmap(NULL, off - lo + size, PROT_READ | PROT_WRITE, MAP_PRIVATE,
+		 fd, (off_t)lo);
+	cr_assert_neq(m, MAP_FAILED);
+	cr_assert(pattern_ok(m + (off - lo), size, 2), "the slot's bytes");
+	memset(m + (off - lo), 0xee, size);
+	cr_assert(pattern_ok(v.planes[0], size, 2), "not written through");
+	cr_assert(pattern_ok(v2.planes[0], size, 2), "nor for another one");
+	cr_assert_eq(td_sub_plane_fd(s, &v, 1, &off), -EINVAL);
+	bad = v;
+	bad.slot = 64;
+	cr_assert_eq(td_sub_plane_fd(s, &bad, 0, &off), -EINVAL);
+	cr_assert_eq(td_sub_plane_fd(s2, &v, 0, &off), -EINVAL,
+		     "a view of another subscription");
+	cr_assert_eq(td_sub_plane_fd(NULL, &v, 0, &off), -EINVAL);
+	munmap(m, off - lo + size);
+	/* a GET of the ring leases the same slot: same file, same offset */
+	cr_assert_eq(td_client_get(c, "cow/r", &t, NULL), 0);
+	cr_assert_eq(td_tensor_version(t), 2);
+	cr_assert_eq(td_tensor_plane_offset(t, 0), off);
+	cr_assert_eq(fstat(td_tensor_plane_fd(t, 0), &st2), 0);
+	cr_assert(st2.st_ino == st.st_ino && st2.st_dev == st.st_dev);
+	cr_assert_eq(pread(td_tensor_plane_fd(t, 0), byte, 2, (off_t)off + 1),
+		     2);
+	cr_assert(byte[0] == ((const uint8_t *)v.planes[0])[1] &&
+		  byte[1] == ((const uint8_t *)v.planes[0])[2]);
+	cr_assert_eq(td_tensor_plane_offset(t, 1), 0, "out of range");
+	td_tensor_release(t);
+	/* the producer's next version still arrives intact */
+	cr_assert_eq(td_sub_release(s), 0);
+	cr_assert_eq(td_sub_release(s2), 0);
+	publish_pattern(r, 3);
+	cr_assert_eq(td_sub_next(s, 0, &v), 0);
+	cr_assert(v.version == 3 && pattern_ok(v.planes[0], size, 3));
+	td_sub_close(s2);
+	td_sub_close(s);
 	td_ring_close(r);
 	td_client_close(c);
 	tu_daemon_stop(&d, true);

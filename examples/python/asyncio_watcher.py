@@ -42,7 +42,7 @@ async def main(prefix, events, ring, last):
 
         loop.add_reader(client.fileno(), on_readable)
         if sub is not None:
-            sub.poll()  # starts its waiter
+            sub.poll()  # waits by fd from now (joins client.fileno())
         print("ready", flush=True)
         try:
             await asyncio.wait_for(done, 60)

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: MIT
 """Watches, fileno()/poll() for event loops, rings and subscriptions."""
+import asyncio
 import select
+import threading
 import time
 
 import numpy as np
@@ -95,13 +97,13 @@ def test_ring_handoff_in_place(client):
     with pytest.raises(ValueError):
         view[0, 0] = 9
     assert view.tolist() == [[1, 2, 3], [4, 5, 6]]
-    # a subscriber's slot has no file to map copy-on-write
-    with pytest.raises(BufferError, match="get"):
-        view.__dlpack__()
     # a GET of the ring's name leases its latest slot, with DLPack
     g = client.get("rg/a")
     assert g.version == v and g.tolist() == view.tolist()
     sub.release()
+    # a released view's slot may be rewritten: no DLPack export of it
+    with pytest.raises(BufferError, match="released"):
+        view.__dlpack__()
     with pytest.raises(tensord.Timeout):
         sub.next(0)
     with pytest.raises(tensord.Error):
@@ -188,3 +190,72 @@ def test_one_subscription_is_not_used_by_two_threads_at_once(client):
     assert t.error is None and t.result.version == 1
     sub.close()
     ring.close()
+
+
+def test_asyncio_drives_a_watch_and_a_subscription_through_add_reader(
+        daemon, client):
+    ring = client.ring_create("as/r", (4,), "u32", slots=4)
+    sub = client.subscribe("as/r")
+    watch = client.watch("as/t/")
+    producer = tensord.Client(daemon.sock)
+    events, frames = [], []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        def on_readable():
+            events.extend(client.poll())
+            while (view := sub.poll()) is not None:
+                frames.append((view.version, view.tolist()))
+            if (len(events) == 3 and frames and frames[-1][0] == 3
+                    and not done.done()):
+                done.set_result(None)
+
+        loop.add_reader(client.fileno(), on_readable)
+        threads = threading.active_count()
+        assert sub.poll() is None  # waits by fd from now: no thread
+        assert threading.active_count() == threads
+
+        async def produce():
+            for k in (1, 2, 3):
+                await asyncio.sleep(0.01)
+                producer.put(f"as/t/{k}", np.full(2, k, np.int8))
+                slot = ring.acquire(5)
+                slot[:] = k
+                del slot
+                ring.publish()
+
+        task = asyncio.ensure_future(produce())
+        try:
+            await asyncio.wait_for(done, 30)
+        finally:
+            loop.remove_reader(client.fileno())
+        await task
+
+    asyncio.run(main())
+    assert [(e.type, e.name, e.watch_id) for e in events] == [
+        ("published", f"as/t/{k}", watch.id) for k in (1, 2, 3)]
+    assert [client.stat(e.name).version for e in events] == [
+        e.version for e in events]
+    # the latest version, never a torn or repeated one
+    assert [v for v, _ in frames] == sorted({v for v, _ in frames})
+    assert frames[-1] == (3, [3] * 4)
+    assert all(vals == [v] * 4 for v, vals in frames)
+    producer.close()
+    watch.close()
+    sub.close()
+    ring.close()
+
+
+def test_a_waiting_watch_does_not_hold_the_client(client):
+    watch = client.watch("wt/")
+    t = InThread(lambda: watch.next(30))
+    time.sleep(0.05)  # let it wait (the test holds either way)
+    # this thread's calls on the same client go on meanwhile
+    v = client.put("wt/x", np.zeros(3, np.uint8))
+    assert client.stat("wt/x").version == v
+    t.finish()
+    assert t.error is None
+    assert (t.result.name, t.result.version) == ("wt/x", v)
+    watch.close()

@@ -45,6 +45,15 @@ def test_ring_pipeline(daemon):
     assert 1 <= seen <= 200
 
 
+def test_nv12_planes(daemon):
+    out = example(daemon, "nv12.py", "cam/nv12", 640, 480, 704)
+    assert out == [
+        "producer: NV12 640x480 pitch 704, version 1",
+        "consumer: NV12 version 1, planes [(480, 640), (240, 640)] "
+        "strides [(704, 1), (704, 1)]",
+        "consumer: mean Y 16 U 128 V 64"]
+
+
 def test_torch_handoff(daemon):
     need_torch()
     out = example(daemon, "torch_handoff.py", "th/x")

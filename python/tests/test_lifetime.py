@@ -3,6 +3,7 @@
 points at unmapped memory: after release(), after Client.close(), after
 a subscription or ring is closed."""
 import gc
+import os
 import time
 
 import numpy as np
@@ -166,3 +167,52 @@ def test_a_dlpack_tensor_keeps_the_lease(client):
     del t
     gc.collect()
     assert leases(client, "lt/dl") == 0
+
+
+def test_gets_of_one_buffer_reuse_a_cached_mapping_until_trim(client):
+    want = np.arange(1 << 16, dtype=np.uint8)
+    client.put("lt/cache", want)
+    a = client.get("lt/cache")
+    addr = a.ctypes.data
+    a.release()
+    del a
+    gc.collect()
+    # no view left, the mapping stays cached: the next get of the same
+    # buffer reads through it (page tables filled), not a new one
+    b = client.get("lt/cache")
+    assert b.ctypes.data == addr
+    np.testing.assert_array_equal(b, want)
+    # a new version is another buffer: another mapping, its own bytes
+    client.put("lt/cache", want[::-1].copy())
+    c = client.get("lt/cache")
+    assert c.ctypes.data != addr
+    np.testing.assert_array_equal(c, want[::-1])
+    np.testing.assert_array_equal(b, want)
+    del b, c
+    gc.collect()
+    assert client.trim() >= 2
+    assert mapping_of(addr) is None
+
+
+def test_a_recycled_loans_next_version_reads_through_the_cached_mapping(
+        daemon, client):
+    with tensord.Client(daemon.sock) as prod:
+        def publish(k):
+            w = prod.alloc("lt/rec", (4096,), "u32", recycle=True)
+            w[:] = k
+            return prod.publish(w)
+
+        publish(1)
+        a = client.get("lt/rec")
+        addr, ino = a.ctypes.data, os.fstat(a.lease.fileno()).st_ino
+        a.release()
+        del a
+        gc.collect()
+        # a request of this client's: the daemon has ended the lease
+        assert client.stat("lt/rec").lease_count == 0
+        publish(2)  # version 1 replaced and released: its buffer is free
+        v3 = publish(3)  # and carries version 3
+        b = client.get("lt/rec")
+        assert b.version == v3 and (b == 3).all()
+        assert os.fstat(b.lease.fileno()).st_ino == ino
+        assert b.ctypes.data == addr  # the same mapping, page tables warm

@@ -206,6 +206,40 @@ TD_FORMAT_API int64_t td_blob_encode(const struct td_blob_desc *desc,
                                      uint8_t *buf, size_t cap,
                                      struct td_err *err);
 
+/*
+ * Where an image's pixels lie in one plane (spec 11.4), as an array: the
+ * rows of that plane at its stride. What td_blob_check() and the daemon
+ * require plane i to hold, and what a reader can view it as.
+ */
+struct td_plane_layout {
+	uint32_t ndim;       /* 2, or 3 for packed formats with channels */
+	uint64_t shape[3];   /* rows, elements per row, channels */
+	int64_t strides[3];  /* bytes; strides[0] is the row stride */
+	uint64_t stride;     /* the row stride (the plane's stride) */
+	uint64_t row_bytes;  /* bytes of one row's pixels */
+	uint64_t need;       /* bytes the plane spans: (rows-1)*stride+row */
+};
+
+/*
+ * Planes of an image format ("NV12": 2), 1 for "" (not an image), 0 for
+ * a format tensord does not know or NULL.
+ */
+TD_FORMAT_API unsigned td_format_plane_count(const char *format);
+
+/*
+ * The layout of plane i of an image of `format` (non-empty), dtype and
+ * addressing grid shape[0, ndim) (spec 11.4: NV12 [H, W], rgb8 [H, W, 3],
+ * rgb8_planar [3, H, W]) whose rows are `stride` bytes apart (0: rows
+ * packed). NV12's chroma plane is ceil(H/2) rows of W elements (U and V
+ * interleaved), a planar format's plane i is channel i. 0 and *out;
+ * -EINVAL a shape that is not the format's grid, i out of range or a
+ * stride smaller than a row; -ENOTSUP an unknown format; -EOVERFLOW.
+ */
+TD_FORMAT_API int td_format_plane_layout(const char *format, uint32_t dtype,
+                                         uint32_t ndim, const uint64_t *shape,
+                                         uint32_t i, uint64_t stride,
+                                         struct td_plane_layout *out);
+
 /* Element size of a dtype code in bytes, 0 when unknown. */
 TD_FORMAT_API unsigned td_dtype_size(uint32_t dtype);
 /* Lower-case name ("f32"), NULL when unknown; and the reverse (-1 unknown). */

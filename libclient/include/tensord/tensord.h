@@ -473,6 +473,13 @@ TD_EXPORT uint64_t td_tensor_plane_stride(const struct td_tensor *t,
 					  uint32_t i);
 /* Buffer fd behind plane i (borrowed; valid while t lives), -1 if none. */
 TD_EXPORT int td_tensor_plane_fd(const struct td_tensor *t, uint32_t i);
+/*
+ * Byte offset of plane i inside its buffer, the file td_tensor_plane_fd()
+ * refers to (for a mapping of one's own, e.g. copy-on-write); 0 for an
+ * inline plane or i out of range.
+ */
+TD_EXPORT uint64_t td_tensor_plane_offset(const struct td_tensor *t,
+					  uint32_t i);
 /* Sum of plane sizes. */
 TD_EXPORT uint64_t td_tensor_bytes(const struct td_tensor *t);
 
@@ -794,6 +801,21 @@ TD_EXPORT int td_sub_release(struct td_sub *s);
  * view is held; -EBADMSG a fence word no producer writes.
  */
 TD_EXPORT int td_sub_fence_wait(struct td_sub *s, int timeout_ms);
+/*
+ * Where plane i of view v (a view of this subscription) lies in the
+ * ring's data file: returns that file's descriptor (read-only; borrowed,
+ * valid until td_sub_close(); never read from or close it) and the
+ * plane's byte offset in it in *offset. For a consumer that needs its
+ * own mapping of a slot: mmap(MAP_PRIVATE, PROT_READ | PROT_WRITE) of it
+ * shares the slot's pages for reading (no copy) and gives the mapping
+ * private pages where it is written, never seen by the producer or
+ * other subscribers. Its bytes are the version's only while the view is
+ * held (td_sub_release() or the next td_sub_next() lets the producer
+ * rewrite the slot). -EINVAL for NULL, a plane out of range or a view
+ * of another subscription.
+ */
+TD_EXPORT int td_sub_plane_fd(const struct td_sub *s, const struct td_view *v,
+			      uint32_t i, uint64_t *offset);
 /* End the subscription (releases the view held). Accepts NULL. */
 TD_EXPORT void td_sub_close(struct td_sub *s);
 
