@@ -10,10 +10,11 @@
  *   producer  pick a slot that is not the latest and that no reader row
  *             (nor the daemon) holds -> write -> version, latest, seq++ ->
  *             FUTEX_WAKE only if some reader sleeps
- *   consumer  read latest -> store it in our row (held) -> re-read the
- *             slot's version: unchanged means the producer saw our hold
- *             or had not started to reuse the slot (Dekker / seqlock
- *             check, both sides seq_cst) -> read in place -> clear held
+ *   consumer  read latest -> store it in our row (held) -> re-read
+ *             latest (a subscription's first hold: the slot's version):
+ *             unchanged means the producer saw our hold or had not
+ *             started to reuse the slot (Dekker / seqlock check, both
+ *             sides seq_cst) -> read in place -> clear held
  *
  * Every value read from shared memory is checked against the geometry the
  * daemon sent (a private copy): a producer that writes garbage makes
@@ -123,8 +124,15 @@ void td__pace_init_env(struct td_pace *p)
 static bool pace_wait(const struct td_pace *p, struct td_pace_plan *w,
 		      int64_t deadline, int64_t *until)
 {
-	int64_t now = td__now_ns();
+	int64_t now;
 
+	if (w->start && ++w->polls < TD_PACE_POLLS_PER_CLOCK) {
+		/* spinning (a plan that sleeps returns before this) */
+		td__cpu_relax();
+		return true;
+	}
+	w->polls = 0;
+	now = td__now_ns();
 	if (!w->start)
 		td_pace_plan(p, now, w);
 	switch (td_pace_step(w, now)) {
@@ -847,7 +855,18 @@ static int try_hold(struct td_sub *s, uint64_t latest, struct td_view *view)
 	if (rc <= 0 || v <= s->last_version)
 		return rc < 0 ? rc : 0;
 	atomic_store(&s->row->held, slot);
-	if (atomic_load(&h->slots[slot].version) != v) {
+	/*
+	 * Validate the hold (docs/fastpath.md, "Why a held slot is never
+	 * rewritten"). A subscriber that took a version before re-reads
+	 * `latest`, on the line it polls anyway: unchanged means the
+	 * producer cannot be reusing the slot, since it reuses a slot only
+	 * after moving `latest` away from it, or rewrites the latest slot
+	 * only once every row took that version, ours included. Our first
+	 * hold checks the slot's version: a row the daemon just reset may
+	 * have been read as "took everything" by a producer mid-rewrite.
+	 */
+	if (s->last_version ? atomic_load(&h->latest) != latest
+			    : atomic_load(&h->slots[slot].version) != v) {
 		/* the producer is rewriting it (latest has moved on, or
 		 * it is the latest slot being rewritten for the next
 		 * version: then seq moves when that is published) */

@@ -721,7 +721,17 @@ Test(ring, the_latest_slot_is_reused_only_once_every_reader_took_it)
 	pattern_fill(s.planes[0], n, 3);
 	/* mid-rewrite there is nothing to take (a already had 2) */
 	cr_assert_eq(td_sub_next(a, 0, &v), -ETIMEDOUT);
+	/* a subscriber arriving now finds `latest` still naming version
+	 * 2, whose slot is being rewritten: its first hold checks the
+	 * slot's version and refuses it (docs/fastpath.md) */
+	b = subscribe(c, "t/reuse");
+	cr_assert_eq(td_sub_next(b, 0, &w), -ETIMEDOUT,
+		     "a new subscriber took a slot being rewritten");
 	cr_assert_eq(td_ring_publish(r, NULL), 0);
+	cr_assert_eq(td_sub_next(b, 0, &w), 0);
+	cr_assert_eq(w.version, 3);
+	cr_assert(pattern_ok(w.planes[0], n, 3));
+	td_sub_close(b);
 	cr_assert_eq(td_sub_next(a, 0, &v), 0);
 	cr_assert_eq(v.version, 3);
 	cr_assert_eq(v.slot, s1);
