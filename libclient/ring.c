@@ -806,7 +806,7 @@ static void row_clear(struct td_sub *s)
 {
 	struct td_ring_readers *rd = s->m.rd;
 
-	atomic_store(&s->row->held, TD_RING_NONE);
+	atomic_store(&s->row->held, TD_RING_RELEASED);
 	if (atomic_load(&rd->prod_waiting)) {
 		atomic_fetch_add(&rd->release_seq, 1);
 		td__futex_wake((const uint32_t *)&rd->release_seq, 1);
@@ -850,11 +850,16 @@ static int try_hold(struct td_sub *s, uint64_t latest, struct td_view *view)
 	struct td_ring_hdr *h = s->m.hdr;
 	uint32_t slot;
 	uint64_t v;
+	bool by_latest;
 	int rc = td_ring_latest_unpack(latest, s->m.g.slot_count, &slot, &v);
 
 	if (rc <= 0 || v <= s->last_version)
 		return rc < 0 ? rc : 0;
-	atomic_store(&s->row->held, slot);
+	/* the value it replaces says who wrote our row last: we
+	 * (TD_RING_RELEASED) or the daemon (TD_RING_NONE, a reset) */
+	by_latest = atomic_exchange(&s->row->held, slot) ==
+			    TD_RING_RELEASED &&
+		    s->last_version;
 	/*
 	 * Validate the hold (docs/fastpath.md, "Why a held slot is never
 	 * rewritten"). A subscriber that took a version before re-reads
@@ -862,11 +867,13 @@ static int try_hold(struct td_sub *s, uint64_t latest, struct td_view *view)
 	 * producer cannot be reusing the slot, since it reuses a slot only
 	 * after moving `latest` away from it, or rewrites the latest slot
 	 * only once every row took that version, ours included. Our first
-	 * hold checks the slot's version: a row the daemon just reset may
-	 * have been read as "took everything" by a producer mid-rewrite.
+	 * hold, or one through a row the daemon reset or freed since we
+	 * cleared it (a connection that is gone), checks the slot's
+	 * version: a producer mid-rewrite may have read such a row's
+	 * `taken` as "took everything".
 	 */
-	if (s->last_version ? atomic_load(&h->latest) != latest
-			    : atomic_load(&h->slots[slot].version) != v) {
+	if (by_latest ? atomic_load(&h->latest) != latest
+		      : atomic_load(&h->slots[slot].version) != v) {
 		/* the producer is rewriting it (latest has moved on, or
 		 * it is the latest slot being rewritten for the next
 		 * version: then seq moves when that is published) */
