@@ -10,11 +10,12 @@
  *   producer  pick a slot that is not the latest and that no reader row
  *             (nor the daemon) holds -> write -> version, latest, seq++ ->
  *             FUTEX_WAKE only if some reader sleeps
- *   consumer  read latest -> store it in our row (held) -> re-read
- *             latest (a subscription's first hold: the slot's version):
- *             unchanged means the producer saw our hold or had not
- *             started to reuse the slot (Dekker / seqlock check, both
- *             sides seq_cst) -> read in place -> clear held
+ *   consumer  read latest -> exchange it into our row (held) -> re-read
+ *             latest (a first hold, or one through a row the daemon
+ *             reset: the slot's version): unchanged means the producer
+ *             saw our hold or had not started to reuse the slot (Dekker
+ *             / seqlock check, both sides seq_cst) -> read in place ->
+ *             clear held
  *
  * Every value read from shared memory is checked against the geometry the
  * daemon sent (a private copy): a producer that writes garbage makes
