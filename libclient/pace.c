@@ -21,6 +21,7 @@ void td_pace_plan(const struct td_pace *p, int64_t now,
 
 	w->start = now;
 	w->yield_at = now + TD_PACE_YIELD_NS;
+	w->polls = 0;
 	if (p->base == 0) {
 		/* spinning is off: sleep at once, no prediction either */
 		w->spin_until = now;

@@ -41,7 +41,16 @@ struct td_pace_plan {
 	int64_t start;      /* when the wait began */
 	int64_t spin_until; /* spin while now < this, then sleep */
 	int64_t yield_at;   /* next sched_yield while spinning */
+	uint32_t polls;     /* polls since the clock was last read */
 };
+
+/*
+ * A spinning waiter reads the clock once every this many polls: a poll is
+ * a few loads and a pause, the clock read as long as several of them, and
+ * the partner's store is seen that much later. Overshoots a plan's
+ * deadlines by a few polls at most (well under a microsecond).
+ */
+#define TD_PACE_POLLS_PER_CLOCK 8u
 
 enum td_pace_step { TD_PACE_SPIN, TD_PACE_YIELD, TD_PACE_SLEEP };
 

@@ -10,10 +10,12 @@
  *   producer  pick a slot that is not the latest and that no reader row
  *             (nor the daemon) holds -> write -> version, latest, seq++ ->
  *             FUTEX_WAKE only if some reader sleeps
- *   consumer  read latest -> store it in our row (held) -> re-read the
- *             slot's version: unchanged means the producer saw our hold
- *             or had not started to reuse the slot (Dekker / seqlock
- *             check, both sides seq_cst) -> read in place -> clear held
+ *   consumer  read latest -> exchange it into our row (held) -> re-read
+ *             latest (a first hold, or one through a row the daemon
+ *             reset: the slot's version): unchanged means the producer
+ *             saw our hold or had not started to reuse the slot (Dekker
+ *             / seqlock check, both sides seq_cst) -> read in place ->
+ *             clear held
  *
  * Every value read from shared memory is checked against the geometry the
  * daemon sent (a private copy): a producer that writes garbage makes
@@ -123,8 +125,15 @@ void td__pace_init_env(struct td_pace *p)
 static bool pace_wait(const struct td_pace *p, struct td_pace_plan *w,
 		      int64_t deadline, int64_t *until)
 {
-	int64_t now = td__now_ns();
+	int64_t now;
 
+	if (w->start && ++w->polls < TD_PACE_POLLS_PER_CLOCK) {
+		/* spinning (a plan that sleeps returns before this) */
+		td__cpu_relax();
+		return true;
+	}
+	w->polls = 0;
+	now = td__now_ns();
 	if (!w->start)
 		td_pace_plan(p, now, w);
 	switch (td_pace_step(w, now)) {
@@ -807,7 +816,7 @@ static void row_clear(struct td_sub *s)
 {
 	struct td_ring_readers *rd = s->m.rd;
 
-	atomic_store(&s->row->held, TD_RING_NONE);
+	atomic_store(&s->row->held, TD_RING_RELEASED);
 	if (atomic_load(&rd->prod_waiting)) {
 		atomic_fetch_add(&rd->release_seq, 1);
 		td__futex_wake((const uint32_t *)&rd->release_seq, 1);
@@ -863,12 +872,30 @@ static int try_hold(struct td_sub *s, uint64_t latest, struct td_view *view)
 	struct td_ring_hdr *h = s->m.hdr;
 	uint32_t slot;
 	uint64_t v;
+	bool by_latest;
 	int rc = td_ring_latest_unpack(latest, s->m.g.slot_count, &slot, &v);
 
 	if (rc <= 0 || v <= s->last_version)
 		return rc < 0 ? rc : 0;
-	atomic_store(&s->row->held, slot);
-	if (atomic_load(&h->slots[slot].version) != v) {
+	/* the value it replaces says who wrote our row last: we
+	 * (TD_RING_RELEASED) or the daemon (TD_RING_NONE, a reset) */
+	by_latest = atomic_exchange(&s->row->held, slot) ==
+			    TD_RING_RELEASED &&
+		    s->last_version;
+	/*
+	 * Validate the hold (docs/fastpath.md, "Why a held slot is never
+	 * rewritten"). A subscriber that took a version before re-reads
+	 * `latest`, on the line it polls anyway: unchanged means the
+	 * producer cannot be reusing the slot, since it reuses a slot only
+	 * after moving `latest` away from it, or rewrites the latest slot
+	 * only once every row took that version, ours included. Our first
+	 * hold, or one through a row the daemon reset or freed since we
+	 * cleared it (a connection that is gone), checks the slot's
+	 * version: a producer mid-rewrite may have read such a row's
+	 * `taken` as "took everything".
+	 */
+	if (by_latest ? atomic_load(&h->latest) != latest
+		      : atomic_load(&h->slots[slot].version) != v) {
 		/* the producer is rewriting it (latest has moved on, or
 		 * it is the latest slot being rewritten for the next
 		 * version: then seq moves when that is published) */

@@ -47,8 +47,13 @@
 #define TD_RING_PAGE 4096u
 #define TD_RING_HUGE_PAGE (2u << 20)
 
-/* row.held when the row holds nothing. */
+/* row.held when the row holds nothing: as the daemon leaves it (a free
+ * or reset row), and as its subscriber leaves it. Any value that is not
+ * a slot index holds nothing; the two tell a subscriber, by what its
+ * next hold's exchange replaces, whether the daemon reset its row since
+ * (docs/fastpath.md, "Why a held slot is never rewritten"). */
 #define TD_RING_NONE UINT32_MAX
+#define TD_RING_RELEASED (UINT32_MAX - 1)
 /* row.taken of a row nobody owns: it never stops the producer reusing the
  * latest slot (a new subscriber's row starts at 0: "took nothing yet"). */
 #define TD_RING_TAKEN_ANY UINT64_MAX
@@ -106,7 +111,7 @@ struct td_ring_hdr {
 #define TD_RING_WAIT_FD 2u    /* waits for its eventfd (an event loop) */
 
 struct td_ring_row {
-	_Atomic uint32_t held;    /* slot index or TD_RING_NONE */
+	_Atomic uint32_t held;    /* slot index, TD_RING_NONE or _RELEASED */
 	_Atomic uint32_t waiting; /* 0 or TD_RING_WAIT_* */
 	/* newest version this reader took (policy for reusing the latest
 	 * slot, see docs/fastpath.md; `held` alone guards the bytes) */

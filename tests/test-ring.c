@@ -10,6 +10,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -721,7 +722,17 @@ Test(ring, the_latest_slot_is_reused_only_once_every_reader_took_it)
 	pattern_fill(s.planes[0], n, 3);
 	/* mid-rewrite there is nothing to take (a already had 2) */
 	cr_assert_eq(td_sub_next(a, 0, &v), -ETIMEDOUT);
+	/* a subscriber arriving now finds `latest` still naming version
+	 * 2, whose slot is being rewritten: its first hold checks the
+	 * slot's version and refuses it (docs/fastpath.md) */
+	b = subscribe(c, "t/reuse");
+	cr_assert_eq(td_sub_next(b, 0, &w), -ETIMEDOUT,
+		     "a new subscriber took a slot being rewritten");
 	cr_assert_eq(td_ring_publish(r, NULL), 0);
+	cr_assert_eq(td_sub_next(b, 0, &w), 0);
+	cr_assert_eq(w.version, 3);
+	cr_assert(pattern_ok(w.planes[0], n, 3));
+	td_sub_close(b);
 	cr_assert_eq(td_sub_next(a, 0, &v), 0);
 	cr_assert_eq(v.version, 3);
 	cr_assert_eq(v.slot, s1);
@@ -914,8 +925,8 @@ Test(ring, subscribers_see_closed_when_the_producer_exits)
 
 /* ---- a hostile producer ---- */
 
-/* Our own writable mapping of the ring header, found by its memfd name. */
-static struct td_ring_hdr *find_header(void)
+/* Our own writable mapping of a ring memfd, found by its name. */
+static void *find_mapping(const char *memfd_name)
 {
 	FILE *f = fopen("/proc/self/maps", "r");
 	char line[512];
@@ -926,15 +937,83 @@ static struct td_ring_hdr *find_header(void)
 		unsigned long lo, hi;
 		char perms[8];
 
-		if (!strstr(line, "memfd:tensord-ring-hdr"))
+		if (!strstr(line, memfd_name))
 			continue;
 		if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 &&
 		    perms[1] == 'w')
 			at = (void *)lo;
 	}
 	fclose(f);
-	cr_assert(at, "no writable ring header mapping");
+	cr_assert(at, "no writable %s mapping", memfd_name);
 	return at;
+}
+
+static struct td_ring_hdr *find_header(void)
+{
+	return find_mapping("memfd:tensord-ring-hdr");
+}
+
+/*
+ * A row the daemon reset or freed under a live subscription (its
+ * connection gone) no longer says what that subscriber took, so the
+ * producer may rewrite the latest slot it was about to hold. The
+ * subscriber sees its row's `taken` is not what it stored and checks the
+ * slot's version instead of trusting `latest` (docs/fastpath.md, "Why a
+ * held slot is never rewritten").
+ */
+Test(ring, a_subscriber_whose_row_was_reset_checks_the_slot_version)
+{
+	const uint64_t n = 8192;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_sub *a;
+	struct td_ring_readers *rd;
+	struct td_slot s;
+	struct td_view v;
+	uint32_t s2, row = TD_RING_MAX_READERS;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	r = make_ring(c, "t/reset", 3, n, 0);
+	a = subscribe(c, "t/reset");
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	pattern_fill(s.planes[0], n, 1);
+	cr_assert_eq(td_ring_publish(r, NULL), 0);
+	cr_assert_eq(td_sub_next(a, 0, &v), 0);
+	cr_assert_eq(v.version, 1);
+	cr_assert_eq(td_sub_release(a), 0);
+	/* a took 1, not 2: version 2 goes to another slot */
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	s2 = s.index;
+	pattern_fill(s.planes[0], n, 2);
+	cr_assert_eq(td_ring_publish(r, NULL), 0);
+
+	/* the daemon's reset of a's row, as when a's connection is gone */
+	rd = find_mapping("memfd:tensord-ring-readers");
+	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
+		if (atomic_load(&rd->rows[i].taken) == 1)
+			row = i;
+	cr_assert_lt(row, TD_RING_MAX_READERS, "a's row not found");
+	/* what the daemon's reset writes (daemon/ring.c) */
+	atomic_store(&rd->rows[row].held, TD_RING_NONE);
+	atomic_store(&rd->rows[row].taken, TD_RING_TAKEN_ANY);
+	/* every row "took" 2 now: its slot is rewritten in place */
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	cr_assert_eq(s.index, s2, "the latest slot was not rewritten");
+	pattern_fill(s.planes[0], n, 3);
+	/* `latest` still names version 2 in that slot: a must not take it */
+	cr_assert_eq(td_sub_next(a, 0, &v), -ETIMEDOUT,
+		     "took version %" PRIu64 " from a slot being rewritten",
+		     v.version);
+	cr_assert_eq(td_ring_publish(r, NULL), 0);
+	cr_assert_eq(td_sub_next(a, 0, &v), 0);
+	cr_assert_eq(v.version, 3);
+	cr_assert(pattern_ok(v.planes[0], n, 3));
+	td_sub_close(a);
+	td_ring_close(r);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
 }
 
 struct evil {
