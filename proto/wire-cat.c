@@ -178,16 +178,13 @@ int td_wire_list_rep_next(struct td_wire_list_rd *lr, struct td_wire_entry *e)
 
 /* ---- STAT / DELETE ---- */
 
+/* a name_req body is a DELETE's without its condition */
 int64_t td_wire_name_req_encode(const struct td_wire_name_req *m,
 				uint8_t *buf, size_t cap)
 {
-	struct td_wire_wr wr;
+	struct td_wire_delete_req d = {m->name, 0};
 
-	if (m->name.len > TD_WIRE_MAX_NAME)
-		return -EINVAL;
-	td_wire_wr_init(&wr, buf, cap);
-	td_wire_wr_str(&wr, m->name.ptr, m->name.len);
-	return td__wire_wr_done(&wr);
+	return td_wire_delete_req_encode(&d, buf, cap);
 }
 
 int td_wire_name_req_decode(const uint8_t *body, size_t len,
