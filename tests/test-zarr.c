@@ -8,6 +8,7 @@
  * went in. A missing reader fails the test and says so.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -2298,6 +2299,102 @@ Test(http, a_new_ring_of_the_same_name_has_a_new_etag, .init = start_http,
 	cr_assert(!memcmp(body_of(out), "yyyy", 4));
 	free(out);
 	free(tag);
+	td_ring_close(ring);
+	td_client_close(c);
+}
+
+static int daemon_fds(void)
+{
+	char path[64];
+	struct dirent *de;
+	DIR *dir;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)d.pid);
+	dir = opendir(path);
+	cr_assert(dir, "%s: %s", path, strerror(errno));
+	while ((de = readdir(dir)))
+		n += de->d_name[0] != '.';
+	closedir(dir);
+	return n;
+}
+
+/*
+ * Clients that go away in the middle of repacked bodies (a ring's slot,
+ * a strided tensor) and of a sendfile one: every lease goes back, the
+ * daemon keeps no descriptor of theirs, and it serves on.
+ */
+Test(http, clients_that_leave_mid_body_leave_nothing_held,
+     .init = start_http, .fini = stop)
+{
+	static const char *const paths[] = {"/zarr/gone_r/c/0",
+	                                     "/zarr/gone_s/c/0/0",
+	                                     "/zarr/gone_d/c/0"};
+	uint64_t rshape[] = {4u << 20}, rsizes[] = {4u << 20};
+	struct td_ring_desc rd = {.dtype = TD_TENSOR_U8, .ndim = 1,
+	                          .shape = rshape, .plane_count = 1,
+	                          .plane_sizes = rsizes};
+	uint64_t shape[] = {1024, 4000};
+	int64_t st[] = {4096, 1};
+	struct td_plane pl = {0, 0, 0, 1024 * 4096};
+	struct td_publish p = {.name = "gone/s", .dtype = TD_TENSOR_U8,
+	                       .ndim = 2, .shape = shape, .strides = st,
+	                       .plane_count = 1, .planes = &pl};
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	struct td_ring *ring;
+	struct td_slot slot;
+	char *m, *out;
+	size_t len;
+	int fds0;
+
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_ring_create(c, "gone/r", &rd, &ring, &e), 0, "%s",
+	             e.reason);
+	cr_assert_eq(td_ring_acquire(ring, -1, &slot), 0);
+	memset(slot.planes[0], 'r', 4u << 20);
+	cr_assert_eq(td_ring_publish(ring, NULL), 0);
+	publish_buf(c, &p, 1024 * 4096, pat13);
+	put_filled("gone/d", 'D', 8u << 20);
+	fds0 = daemon_fds();
+	for (int round = 0; round < 3; round++)
+		for (size_t i = 0; i < 3; i++) {
+			char req[256], head[8192];
+			int fd = connect_tcp();
+
+			snprintf(req, sizeof(req),
+			         "GET %s HTTP/1.1\r\nHost: t\r\n\r\n", paths[i]);
+			cr_assert(send(fd, req, strlen(req), 0) > 0);
+			cr_assert_eq(recv(fd, head, sizeof(head), MSG_WAITALL),
+			             (ssize_t)sizeof(head));
+			/* a reset, not an orderly close */
+			setsockopt(fd, SOL_SOCKET, SO_LINGER,
+			           &(struct linger){1, 0},
+			           sizeof(struct linger));
+			close(fd);
+		}
+	/* the daemon notices each on its next write; /metrics comes after */
+	for (int tries = 0;; tries++) {
+		m = get_ok("/metrics", &len);
+		if (metric_value(m, "tensord_http_leases ") == 0 &&
+		    metric_value(m, "tensord_http_connections ") <= 1)
+			break;
+		cr_assert(tries < 2000, "leases still held: %s", m);
+		free(m);
+		usleep(5000);
+	}
+	free(m);
+	cr_assert_eq(daemon_fds(), fds0);
+	/* every slot can be written again: no lease is left on any */
+	for (int v = 0; v < 8; v++) {
+		cr_assert_eq(td_ring_acquire(ring, 0, &slot), 0, "version %d", v);
+		memset(slot.planes[0], 'a' + v, 4u << 20);
+		cr_assert_eq(td_ring_publish(ring, NULL), 0);
+	}
+	out = get_ok("/zarr/gone_r/c/0", &len);
+	cr_assert_eq(len, 4u << 20);
+	cr_assert_eq(out[0], 'h');
+	free(out);
 	td_ring_close(ring);
 	td_client_close(c);
 }
