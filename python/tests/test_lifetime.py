@@ -156,6 +156,24 @@ def test_close_while_another_thread_waits_closes_after_it(daemon, client):
         assert leases(other, "lt/wait") == 0
 
 
+def test_a_view_got_while_closing_is_unmapped_when_it_dies(daemon, client):
+    # the get() returns after close() took effect: its mapping must not
+    # join the closed client's cache, where nothing would ever unmap it
+    v = client.put("lt/late", np.zeros(1 << 14, dtype=np.uint8))
+    t = InThread(lambda: client.get("lt/late", newer_than=v, timeout=60))
+    time.sleep(0.2)
+    client.close()
+    with tensord.Client(daemon.sock) as other:
+        other.put("lt/late", np.full(1 << 14, 7, dtype=np.uint8))
+    got = t.finish().result
+    assert (got == 7).all()
+    addr = got.ctypes.data
+    assert mapping_of(addr) is not None
+    del got, t
+    gc.collect()
+    assert mapping_of(addr) is None, "the mapping outlived its last view"
+
+
 def test_a_dlpack_tensor_keeps_the_lease(client):
     client.put("lt/dl", np.arange(8, dtype=np.float32))
     a = client.get("lt/dl")
