@@ -174,6 +174,30 @@ def test_a_view_got_while_closing_is_unmapped_when_it_dies(daemon, client):
     assert mapping_of(addr) is None, "the mapping outlived its last view"
 
 
+def test_a_forked_child_cannot_end_the_parents_lease(client):
+    client.put("lt/fork", np.arange(8.0))
+    a = client.get("lt/fork")
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            del a
+            gc.collect()  # the view dies in the child: nothing is sent
+            try:
+                client.stat("lt/fork")
+            except tensord.Error as e:
+                code = 0 if "ECHILD" in str(e) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert leases(client, "lt/fork") == 1
+    assert a.tolist() == list(range(8))
+    del a
+    gc.collect()
+    assert leases(client, "lt/fork") == 0
+
+
 def test_a_dlpack_tensor_keeps_the_lease(client):
     client.put("lt/dl", np.arange(8, dtype=np.float32))
     a = client.get("lt/dl")
