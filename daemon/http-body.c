@@ -607,7 +607,7 @@ enum MHD_Result td__http_chunk(struct MHD_Connection *c,
 	if (!h)
 		return td__http_text(c, code, why);
 	etag_of(etag, sizeof(etag), n, version, ring_id);
-	if (inm && !strcmp(inm, etag)) {
+	if (td__http_etag_matches(inm, etag)) {
 		td__http_hold_drop(h);
 		r = MHD_create_response_from_buffer(0, NULL,
 		                                    MHD_RESPMEM_PERSISTENT);
