@@ -2449,3 +2449,30 @@ Test(http, ranges_and_if_none_match_per_rfc_9110, .init = start_http,
 	free(resp);
 	free(tag);
 }
+
+/*
+ * A request with a body (a GET that carries one, as some clients send,
+ * or another method): the body is not read, the request is answered,
+ * and nothing stays held.
+ */
+Test(http, requests_with_a_body_are_answered, .init = start_http,
+     .fini = stop)
+{
+	char *resp, *m;
+	size_t len;
+
+	put_filled("body", 'Y', 16);
+	http("GET", "/zarr/body/c/0", "Content-Length: 5\r\n\r\nhello", &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	cr_assert_str_eq(body_of(resp), "YYYYYYYYYYYYYYYY");
+	free(resp);
+	http("GET", "/zarr/zarr.json", "Content-Length: 3\r\n\r\nabc", &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	free(resp);
+	http("POST", "/zarr/body/c/0", "Content-Length: 4\r\n\r\nabcd", &resp);
+	cr_assert_eq(status_of(resp), 405, "%s", resp);
+	free(resp);
+	m = get_ok("/metrics", &len);
+	cr_assert_eq(metric_value(m, "tensord_http_leases "), 0, "%s", m);
+	free(m);
+}
