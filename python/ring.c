@@ -350,7 +350,9 @@ int tdpy_sub_export(PyObject *obj, uint64_t version)
 {
 	SubObject *sub = (SubObject *)obj;
 
-	if (!sub->s || sub->held != version) {
+	/* busy: next() in another thread gave the held view back before
+	 * it waits (sub->held is only updated when it returns) */
+	if (!sub->s || sub->busy || sub->held != version) {
 		PyErr_SetString(PyExc_BufferError, "this ring view was "
 				"released (its slot may be rewritten): no "
 				"DLPack export");
