@@ -283,7 +283,8 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 		return -1;
 	}
 	self->c = self->handle;
-	self->pending = PyList_New(0);
+	/* a closed client connected again: its old list goes */
+	Py_XSETREF(self->pending, PyList_New(0));
 	self->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	self->epfd = epoll_create1(EPOLL_CLOEXEC);
 	/* libtensord's own descriptor: readable while it has work queued */

@@ -198,6 +198,25 @@ def test_a_forked_child_cannot_end_the_parents_lease(client):
     assert leases(client, "lt/fork") == 0
 
 
+def test_connecting_a_closed_client_again_leaks_nothing(daemon):
+    c = tensord.Client(daemon.sock)
+
+    def lists():
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if type(o) is list)
+
+    c.close()
+    c.__init__(daemon.sock)
+    before = lists()
+    for _ in range(50):
+        c.close()
+        c.__init__(daemon.sock)
+    assert lists() - before < 10, "each reconnect left a list behind"
+    c.put("lt/again", np.zeros(2))
+    assert c.get("lt/again").tolist() == [0.0, 0.0]
+    c.close()
+
+
 def test_a_dlpack_tensor_keeps_the_lease(client):
     client.put("lt/dl", np.arange(8, dtype=np.float32))
     a = client.get("lt/dl")
