@@ -493,6 +493,7 @@ uint32_t td__ring_planes(struct td__ring *r, uint64_t *size);
 struct td__ring_slot {
 	uint32_t slot;
 	uint64_t version;
+	uint64_t ring_id; /* never reused while the daemon runs */
 	int fd;
 	uint64_t off[TD_WIRE_RING_MAX_PLANES];
 };

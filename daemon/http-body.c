@@ -32,8 +32,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -505,7 +507,7 @@ static struct MHD_Response *repacked(const struct td__http_node *n,
 /* Lease n's chunk into a new hold (n's ring fds and offsets filled in);
  * NULL with *why when it cannot be had now. */
 static struct hold *lease(struct td__http_node *n, uint64_t *version,
-                          unsigned *code, const char **why)
+                          uint64_t *ring_id, unsigned *code, const char **why)
 {
 	struct hold *h = calloc(1, sizeof(*h));
 	struct td__ring_slot rs;
@@ -547,6 +549,7 @@ static struct hold *lease(struct td__http_node *n, uint64_t *version,
 		h->ring = n->ring;
 		h->slot = rs.slot;
 		*version = rs.version;
+		*ring_id = rs.ring_id;
 		for (uint32_t p = 0; p < n->w.nplanes; p++) {
 			n->fd[p] = rs.fd;
 			n->off[p] = rs.off[p];
@@ -563,24 +566,48 @@ static struct hold *lease(struct td__http_node *n, uint64_t *version,
 	return h;
 }
 
+/*
+ * A strong ETag must change whenever the bytes may: versions count again
+ * from 1 in a ring made anew under the same name, and in a daemon started
+ * again without a snapshot, so the tag also names this daemon's run (a
+ * random token) and, for a ring, the ring (ids are never reused).
+ */
+static void etag_of(char *out, size_t cap, const struct td__http_node *n,
+                    uint64_t version, uint64_t ring_id)
+{
+	static uint32_t run;
+
+	while (!run) {
+		if (getrandom(&run, sizeof(run), GRND_NONBLOCK) !=
+		    (ssize_t)sizeof(run))
+			run = (uint32_t)time(NULL) ^ ((uint32_t)getpid() << 16);
+	}
+	if (n->ring)
+		snprintf(out, cap, "\"%.*s@%" PRIu64 ".%08" PRIx32 ".r%" PRIu64
+		         "\"",
+		         (int)n->raw_len, n->raw, version, run, ring_id);
+	else
+		snprintf(out, cap, "\"%.*s@%" PRIu64 ".%08" PRIx32 "\"",
+		         (int)n->raw_len, n->raw, version, run);
+}
+
 enum MHD_Result td__http_chunk(struct MHD_Connection *c,
                                struct td__http_node *n, void **con_cls)
 {
 	const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
 	                                              "If-None-Match");
 	struct MHD_Response *r = NULL;
-	uint64_t a = 0, len = 0, version = 0;
-	char etag[TD_WIRE_MAX_NAME + 48];
+	uint64_t a = 0, len = 0, version = 0, ring_id = 0;
+	char etag[TD_WIRE_MAX_NAME + 80];
 	const char *why;
 	unsigned code;
-	struct hold *h = lease(n, &version, &code, &why);
+	struct hold *h = lease(n, &version, &ring_id, &code, &why);
 	int rg, fd;
 
 	if (!h)
 		return td__http_text(c, code, why);
-	snprintf(etag, sizeof(etag), "\"%.*s@%" PRIu64 "\"", (int)n->raw_len,
-	         n->raw, version);
-	if (inm && !strcmp(inm, etag)) {
+	etag_of(etag, sizeof(etag), n, version, ring_id);
+	if (td__http_etag_matches(inm, etag)) {
 		td__http_hold_drop(h);
 		r = MHD_create_response_from_buffer(0, NULL,
 		                                    MHD_RESPMEM_PERSISTENT);

@@ -284,14 +284,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 		*con_cls = &announced;
 		return MHD_YES;
 	}
-	if (*con_cls == &announced)
+	if (*con_cls == &announced) {
+		/* a body (a GET may carry one) is not read: each piece
+		 * is dropped, and the call after the last one answers
+		 * (libmicrohttpd takes no response while a body comes) */
+		if (*upload_len) {
+			*upload_len = 0;
+			return MHD_YES;
+		}
 		*con_cls = NULL;
+	}
 	if (strcmp(method, MHD_HTTP_METHOD_GET) &&
-	    strcmp(method, MHD_HTTP_METHOD_HEAD)) {
-		*upload_len = 0; /* a body is not read: answered at once */
+	    strcmp(method, MHD_HTTP_METHOD_HEAD))
 		return td__http_text(c, MHD_HTTP_METHOD_NOT_ALLOWED,
 				     "read-only: GET and HEAD only\n");
-	}
 	if (!strcmp(url, "/metrics"))
 		return metrics(c);
 	if (!strncmp(url, "/zarr/", 6))

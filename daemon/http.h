@@ -42,6 +42,9 @@ enum MHD_Result td__http_text(struct MHD_Connection *c, unsigned code,
  */
 int td__http_range(struct MHD_Connection *c, uint64_t len, uint64_t *a,
                    uint64_t *n);
+/* Whether If-None-Match (NULL: absent) names etag: "*", or a list of
+ * tags compared weakly (RFC 9110). */
+bool td__http_etag_matches(const char *inm, const char *etag);
 /* 416 with Content-Range: bytes * /len. */
 enum MHD_Result td__http_unsatisfiable(struct MHD_Connection *c, uint64_t len);
 /* Content-Range (ranged) and the common headers; 200 or 206. */

@@ -1173,6 +1173,7 @@ int td__ring_lease_latest(struct td__ring *x, struct td__ring_slot *out)
 		if (slot_take(r, s, v)) {
 			out->slot = s;
 			out->version = v;
+			out->ring_id = r->id;
 			out->fd = r->data_ro;
 			/* cannot overflow: checked when the ring was made */
 			for (uint32_t i = 0; i < r->g.plane_count; i++)

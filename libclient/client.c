@@ -372,10 +372,36 @@ static void reply_poll(struct td_client *c, struct td_pace *p,
 	}
 }
 
+/* forks of this process so far, as its children count them */
+static unsigned fork_gen;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void on_fork_child(void)
+{
+	fork_gen++;
+}
+
+static void fork_watch(void)
+{
+	pthread_atfork(NULL, NULL, on_fork_child);
+}
+
+bool td__client_foreign(const struct td_client *c)
+{
+	return c->fork_gen != fork_gen;
+}
+
 static int client_usable(struct td_client *c, struct td_error *err)
 {
 	if (c->sock < 0)
 		return td__fail(err, -ENOTCONN, "client is closed");
+	/* a child of fork() shares the parent's socket: its requests and
+	 * releases would mix with the parent's (and end its leases) */
+	if (td__client_foreign(c))
+		return td__fail(err, -ECHILD,
+				"this connection belongs to process %d; "
+				"a child of fork() connects on its own",
+				(int)c->pid);
 	if (c->dead && c->reconnect)
 		return reconnect(c, err);
 	if (c->dead)
@@ -868,6 +894,9 @@ int td_client_connect_ex(const char *path, uint32_t flags,
 		rc = td__fail(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
+	pthread_once(&fork_once, fork_watch);
+	c->pid = getpid();
+	c->fork_gen = fork_gen;
 	c->reconnect = flags & TD_CLIENT_RECONNECT;
 	c->pref = pref;
 	memcpy(c->path, sa.sun_path, sizeof(c->path));

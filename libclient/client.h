@@ -4,6 +4,7 @@
 #define TD_LIBCLIENT_CLIENT_H
 
 #include <pthread.h>
+#include <sys/types.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -99,6 +100,8 @@ struct td_client {
 	int sock;             /* -1 once closed */
 	int dead;             /* sticky -errno after a framing violation */
 	int daemon_pidfd;     /* -1 when none */
+	pid_t pid;            /* the process that connected: its own */
+	unsigned fork_gen;    /* td__client_foreign() */
 	uint32_t path_in;     /* enum td_import */
 	bool pidfd_forced;    /* TENSORD_IMPORT=pidfd: never fall back */
 	uint32_t path_out;
@@ -256,6 +259,13 @@ static inline void td__cpu_relax(void)
 #endif
 }
 
+/*
+ * Whether c was made by another process: this one is a child of fork()
+ * that inherited it, whose socket is the parent's, so it neither sends
+ * nor reads on it. No system call: a pthread_atfork() child handler
+ * counts forks.
+ */
+bool td__client_foreign(const struct td_client *c);
 /*
  * 0 when the connection can be used, reconnecting first when it broke and
  * TD_CLIENT_RECONNECT is set (lock held); else -errno with *err.

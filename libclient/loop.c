@@ -206,6 +206,8 @@ static int read_ready(struct td_client *c)
 
 	if (c->sock < 0)
 		return -ENOTCONN;
+	if (td__client_foreign(c))
+		return -ECHILD; /* the parent's replies are not ours */
 	/* broken: reconnects here with TD_CLIENT_RECONNECT */
 	if (c->dead)
 		rc = td__client_usable(c, NULL);

@@ -142,7 +142,11 @@ int tdpy_map_get(ClientObject *cl, int fd, uint64_t off, uint64_t size,
 	m->off = lo;
 	m->len = (size_t)(hi - lo);
 	m->refs = 1;
-	push_front(cl, m);
+	/* a call that waited returns after close() took effect: the
+	 * closed client's cache would keep the mapping for ever, so it
+	 * goes with its last owner (tdpy_map_put, m->cl NULL) */
+	if (cl->handle)
+		push_front(cl, m);
 found:
 	*out = m;
 	*data = (char *)m->addr + (off - m->off);

@@ -115,6 +115,15 @@ int tdpy_conv_timeout(PyObject *o, void *out)
 	return 1;
 }
 
+int tdpy_timeout_arg(PyObject *args, PyObject *kw, int *ms)
+{
+	static char *kwlist[] = {"timeout", NULL};
+	PyObject *to = Py_None;
+
+	return PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &to) &&
+	       tdpy_conv_timeout(to, ms);
+}
+
 int tdpy_meta_get(PyObject *o, Py_buffer *b)
 {
 	memset(b, 0, sizeof(*b));
@@ -274,7 +283,8 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 		return -1;
 	}
 	self->c = self->handle;
-	self->pending = PyList_New(0);
+	/* a closed client connected again: its old list goes */
+	Py_XSETREF(self->pending, PyList_New(0));
 	self->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	self->epfd = epoll_create1(EPOLL_CLOEXEC);
 	/* libtensord's own descriptor: readable while it has work queued */
@@ -677,13 +687,11 @@ static PyObject *watch_wait(WatchObject *w, int ms)
 	}
 }
 
-static PyObject *watch_next_m(WatchObject *w, PyObject *args)
+static PyObject *watch_next_m(WatchObject *w, PyObject *args, PyObject *kw)
 {
-	PyObject *to = Py_None;
 	int ms;
 
-	if (!PyArg_ParseTuple(args, "|O", &to) ||
-	    !tdpy_conv_timeout(to, &ms))
+	if (!tdpy_timeout_arg(args, kw, &ms))
 		return NULL;
 	return watch_wait(w, ms);
 }
@@ -699,7 +707,8 @@ static PyObject *watch_get_id(WatchObject *w, void *unused)
 }
 
 static PyMethodDef watch_methods[] = {
-	{"next", (PyCFunction)watch_next_m, METH_VARARGS,
+	{"next", (PyCFunction)(void (*)(void))watch_next_m,
+	 METH_VARARGS | METH_KEYWORDS,
 	 "next(timeout=None): the next Event; tensord.Timeout if none came"},
 	{"close", (PyCFunction)watch_close, METH_NOARGS, "stop watching"},
 	{"__enter__", tdpy_enter, METH_NOARGS, NULL},

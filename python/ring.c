@@ -142,16 +142,15 @@ static RingObject *ring_usable(RingObject *ring)
 	return ring;
 }
 
-static PyObject *ring_acquire(RingObject *ring, PyObject *args)
+static PyObject *ring_acquire(RingObject *ring, PyObject *args,
+			     PyObject *kw)
 {
-	PyObject *to = Py_None;
 	struct td_slot slot;
 	OwnerObject *o;
 	uint64_t bytes;
 	int ms = -1, rc;
 
-	if (!PyArg_ParseTuple(args, "|O", &to) ||
-	    !tdpy_conv_timeout(to, &ms) || !ring_usable(ring))
+	if (!tdpy_timeout_arg(args, kw, &ms) || !ring_usable(ring))
 		return NULL;
 	ring->busy = true;
 	Py_BEGIN_ALLOW_THREADS
@@ -217,7 +216,8 @@ static PyObject *ring_get_name(RingObject *ring, void *unused)
 }
 
 static PyMethodDef ring_methods[] = {
-	{"acquire", (PyCFunction)ring_acquire, METH_VARARGS,
+	{"acquire", (PyCFunction)(void (*)(void))ring_acquire,
+	 METH_VARARGS | METH_KEYWORDS,
 	 "acquire(timeout=None) -> writable Array over a free slot"},
 	{"publish", (PyCFunction)ring_publish, METH_NOARGS,
 	 "Publish the acquired slot; returns its version."},
@@ -350,7 +350,9 @@ int tdpy_sub_export(PyObject *obj, uint64_t version)
 {
 	SubObject *sub = (SubObject *)obj;
 
-	if (!sub->s || sub->held != version) {
+	/* busy: next() in another thread gave the held view back before
+	 * it waits (sub->held is only updated when it returns) */
+	if (!sub->s || sub->busy || sub->held != version) {
 		PyErr_SetString(PyExc_BufferError, "this ring view was "
 				"released (its slot may be rewritten): no "
 				"DLPack export");
@@ -479,13 +481,11 @@ static PyObject *sub_wait(SubObject *sub, int ms)
 	return view_array(sub, &v);
 }
 
-static PyObject *sub_next_m(SubObject *sub, PyObject *args)
+static PyObject *sub_next_m(SubObject *sub, PyObject *args, PyObject *kw)
 {
-	PyObject *to = Py_None;
 	int ms;
 
-	if (!PyArg_ParseTuple(args, "|O", &to) ||
-	    !tdpy_conv_timeout(to, &ms))
+	if (!tdpy_timeout_arg(args, kw, &ms))
 		return NULL;
 	return sub_wait(sub, ms);
 }
@@ -551,7 +551,8 @@ static PyObject *sub_get_name(SubObject *sub, void *unused)
 }
 
 static PyMethodDef sub_methods[] = {
-	{"next", (PyCFunction)sub_next_m, METH_VARARGS,
+	{"next", (PyCFunction)(void (*)(void))sub_next_m,
+	 METH_VARARGS | METH_KEYWORDS,
 	 "next(timeout=None) -> read-only Array of the next version "
 	 "(gives the held one back first); Timeout, or Error EPIPE once "
 	 "the producer closed the ring"},

@@ -105,6 +105,9 @@ PyObject *tdpy_raise(int rc, const struct td_error *e, const char *what);
 /* Argument converters (PyArg "O&"): str name, timeout in seconds. */
 int tdpy_conv_name(PyObject *o, void *out);    /* const char ** */
 int tdpy_conv_timeout(PyObject *o, void *out); /* int * (ms, -1) */
+/* The one optional argument `timeout` (seconds or None, positional or
+ * keyword) of next() and acquire(): 1 and *ms, or 0 with an exception. */
+int tdpy_timeout_arg(PyObject *args, PyObject *kw, int *ms);
 
 /* Checked entry to a client call: NULL (ValueError set) when closed. */
 struct td_client *tdpy_client_enter(ClientObject *self);

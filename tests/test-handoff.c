@@ -1646,3 +1646,48 @@ Test(handoff, tensorctl_put_get_ls_stat_rm_end_to_end)
 	unlink(outp);
 	daemon_stop(&d);
 }
+
+/*
+ * A child of fork() inherits the parent's connection: a request of its
+ * would share the parent's socket (its reply may reach either process),
+ * and its release of an inherited tensor would end the parent's lease
+ * while the parent reads it. The connection belongs to the process that
+ * made it: in the child every call fails (-ECHILD) and a release sends
+ * nothing.
+ */
+Test(handoff, a_forked_child_cannot_use_or_end_the_parents_connection)
+{
+	struct td_error e = {0};
+	struct td_entry ent = {0};
+	struct td_tensor *t;
+	struct td_client *c;
+	struct daemon d;
+	int status;
+	pid_t pid;
+
+	daemon_start(&d);
+	c = client_open(&d);
+	parent_put(c, "fork/a", 64, 1);
+	cr_assert_eq(td_client_get(c, "fork/a", &t, &e), 0, "%s", e.reason);
+	pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		struct td_entry ce = {0};
+		int ok = td_client_stat(c, "fork/a", &ce, NULL) == -ECHILD;
+
+		td_tensor_release(t); /* must not end the parent's lease */
+		_exit(ok ? 0 : 1);
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "the child's call was not refused with -ECHILD");
+	cr_assert_eq(td_client_stat(c, "fork/a", &ent, &e), 0, "%s", e.reason);
+	cr_assert_eq(ent.lease_count, 1, "the child ended the parent's lease");
+	td_entry_fini(&ent);
+	td_tensor_release(t);
+	cr_assert_eq(td_client_stat(c, "fork/a", &ent, &e), 0, "%s", e.reason);
+	cr_assert_eq(ent.lease_count, 0);
+	td_entry_fini(&ent);
+	td_client_close(c);
+	daemon_stop(&d);
+}

@@ -114,6 +114,32 @@ def test_ring_handoff_in_place(client):
     assert g.tolist() == [[1, 2, 3], [4, 5, 6]]
 
 
+def test_timeouts_are_keywords_as_documented(client):
+    # docs/python.md: ring.acquire(timeout=None), sub.next(timeout=1),
+    # and Watch.next(timeout=...) as its docstring says
+    ring = client.ring_create("rg/kw", (4,), "u8", slots=3)
+    sub = client.subscribe("rg/kw", timeout=5)
+    w = client.watch("rg/kwt")
+    slot = ring.acquire(timeout=None)
+    slot[:] = 3
+    del slot
+    v = ring.publish()
+    view = sub.next(timeout=1)
+    assert view.version == v and view.tolist() == [3] * 4
+    del view
+    with pytest.raises(tensord.Timeout):
+        sub.next(timeout=0)
+    with pytest.raises(tensord.Timeout):
+        w.next(timeout=0)
+    client.put("rg/kwt", np.zeros(2))
+    assert w.next(timeout=5).name == "rg/kwt"
+    with pytest.raises(TypeError):
+        sub.next(wait=1)
+    w.close()
+    sub.close()
+    ring.close()
+
+
 def test_a_producers_slot_shares_pages_with_subscribers(client):
     ring = client.ring_create("rg/b", (8,), "f32", slots=4)
     sub = client.subscribe("rg/b")

@@ -156,6 +156,67 @@ def test_close_while_another_thread_waits_closes_after_it(daemon, client):
         assert leases(other, "lt/wait") == 0
 
 
+def test_a_view_got_while_closing_is_unmapped_when_it_dies(daemon, client):
+    # the get() returns after close() took effect: its mapping must not
+    # join the closed client's cache, where nothing would ever unmap it
+    v = client.put("lt/late", np.zeros(1 << 14, dtype=np.uint8))
+    t = InThread(lambda: client.get("lt/late", newer_than=v, timeout=60))
+    time.sleep(0.2)
+    client.close()
+    with tensord.Client(daemon.sock) as other:
+        other.put("lt/late", np.full(1 << 14, 7, dtype=np.uint8))
+    got = t.finish().result
+    assert (got == 7).all()
+    addr = got.ctypes.data
+    assert mapping_of(addr) is not None
+    del got, t
+    gc.collect()
+    assert mapping_of(addr) is None, "the mapping outlived its last view"
+
+
+def test_a_forked_child_cannot_end_the_parents_lease(client):
+    client.put("lt/fork", np.arange(8.0))
+    a = client.get("lt/fork")
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            del a
+            gc.collect()  # the view dies in the child: nothing is sent
+            try:
+                client.stat("lt/fork")
+            except tensord.Error as e:
+                code = 0 if "ECHILD" in str(e) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert leases(client, "lt/fork") == 1
+    assert a.tolist() == list(range(8))
+    del a
+    gc.collect()
+    assert leases(client, "lt/fork") == 0
+
+
+def test_connecting_a_closed_client_again_leaks_nothing(daemon):
+    c = tensord.Client(daemon.sock)
+
+    def lists():
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if type(o) is list)
+
+    c.close()
+    c.__init__(daemon.sock)
+    before = lists()
+    for _ in range(50):
+        c.close()
+        c.__init__(daemon.sock)
+    assert lists() - before < 10, "each reconnect left a list behind"
+    c.put("lt/again", np.zeros(2))
+    assert c.get("lt/again").tolist() == [0.0, 0.0]
+    c.close()
+
+
 def test_a_dlpack_tensor_keeps_the_lease(client):
     client.put("lt/dl", np.arange(8, dtype=np.float32))
     a = client.get("lt/dl")

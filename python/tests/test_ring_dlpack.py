@@ -4,12 +4,13 @@ share the slot's pages (a copy-on-write mapping of the ring's file, no
 copy), their writes stay private, and the slot stays held as long as an
 exported tensor lives."""
 import gc
+import time
 
 import numpy as np
 import pytest
 import tensord
 
-from conftest import mapping_of, need_torch, run_py
+from conftest import InThread, mapping_of, need_torch, run_py
 
 SHAPE = (64, 256)  # 64 KiB of f32: several pages
 
@@ -119,4 +120,23 @@ def test_a_closed_subscription_waits_for_its_exported_tensors(client):
     del t
     gc.collect()
     assert client.ring_stat("rd/c")["subscribers"] == 0
+    ring.close()
+
+
+def test_no_export_while_another_thread_waits_in_next(client):
+    # next() gives the held slot back before it waits: while it waits
+    # the old view is no longer held, so it cannot be exported (the
+    # exported tensor's slot could be rewritten under it)
+    ring, sub = ring_with_frame(client, "rd/t", 3)
+    view = sub.next(5)
+    waiter = InThread(lambda: sub.next(30))
+    time.sleep(0.3)  # let it give the slot back and sleep
+    with pytest.raises(BufferError):
+        view.__dlpack__()
+    publish(ring, 2)
+    got = waiter.finish().result
+    assert got.version == 2
+    del got, view
+    gc.collect()
+    sub.close()
     ring.close()

@@ -113,6 +113,14 @@ struct td_client_info {
  * Returns 0 and a new handle in *out (free it with td_client_close()), or
  * -errno: -ENOENT/-ECONNREFUSED no daemon, -EINVAL bad $TENSORD_IMPORT or
  * path too long, -EPERM forced pidfd impossible, -EPROTO a bad reply.
+ *
+ * A connection belongs to the process that made it. A child of fork()
+ * that inherits it shares the parent's socket: there every call that
+ * talks to the daemon fails with -ECHILD, releasing a tensor or loan
+ * sends nothing (the parent's leases stay), and td_client_close() only
+ * frees the child's copy; the child connects on its own. (Rings and
+ * subscriptions are shared memory: an inherited one is the parent's
+ * too, so only one of the two processes may use it.)
  */
 TD_EXPORT int td_client_connect(const char *socket_path,
 				struct td_client **out, struct td_error *err);
