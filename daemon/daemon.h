@@ -500,8 +500,8 @@ struct td__ring_slot {
 /*
  * Lease r's latest slot without a connection, as a GET of r's name does
  * (the HTTP store): 0 and *out; -ENOENT no version yet; -EAGAIN the slot
- * is being rewritten or its fence has not signalled; -EBADMSG a corrupt
- * header. Ended with td__ring_unlease(r, out->slot).
+ * is being rewritten; -EINPROGRESS its fence has not signalled; -EBADMSG
+ * a corrupt header. Ended with td__ring_unlease(r, out->slot).
  */
 int td__ring_lease_latest(struct td__ring *r, struct td__ring_slot *out);
 /* A GET lease on r's slot ends (RELEASE, disconnect, HTTP response). */

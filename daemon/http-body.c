@@ -541,6 +541,10 @@ static struct hold *lease(struct td__http_node *n, uint64_t *version,
 			if (rc == -EAGAIN)
 				*why = "the ring's latest version is being "
 				       "rewritten; retry\n";
+			else if (rc == -EINPROGRESS)
+				*why = "the ring's latest version is published "
+				       "but its fence has not signalled yet; "
+				       "retry\n";
 			else
 				*code = MHD_HTTP_NOT_FOUND,
 				*why = "no such key\n";
@@ -625,6 +629,12 @@ enum MHD_Result td__http_chunk(struct MHD_Connection *c,
 	if (n->repack || n->w.layout != TD_ZARR_DENSE) {
 		/* the response owns h from here, and drops it when freed */
 		r = repacked(n, h, a, len);
+		if (!r) {
+			td__http_hold_drop(h);
+			return td__http_text(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+			                     "the chunk's planes cannot be "
+			                     "read now; retry\n");
+		}
 	} else if ((fd = fcntl(n->fd[0], F_DUPFD_CLOEXEC, 3)) >= 0) {
 		/* MHD owns (and closes) fd; sendfile() reads it at an
 		 * offset. h stays with the request (on_completed). */

@@ -1037,16 +1037,14 @@ static bool slot_take(struct ring *r, uint32_t s, uint64_t version)
 }
 
 /* Lease slot s if it still holds `version`; 1 answered, 0 it moved on. */
-static int lease_if(struct td__peer *p, uint16_t op, uint64_t request_id,
-		    uint32_t flags, struct ring *r, uint32_t s,
-		    uint64_t version)
+/* Lease slot s, taken for version by slot_take(), to p and reply. */
+static void lease_taken(struct td__peer *p, uint16_t op, uint64_t request_id,
+			uint32_t flags, struct ring *r, uint32_t s,
+			uint64_t version)
 {
 	uint64_t id;
-	int rc;
+	int rc = hooks->lease(p, handle_of(r), s, &id);
 
-	if (!slot_take(r, s, version))
-		return 0;
-	rc = hooks->lease(p, handle_of(r), s, &id);
 	if (rc < 0) {
 		slot_unlease(r, s);
 		if (rc == -ENOBUFS)
@@ -1065,10 +1063,62 @@ static int lease_if(struct td__peer *p, uint16_t op, uint64_t request_id,
 				       (int)r->name_len, r->name, why);
 		} else
 			td__peer_error(p, op, request_id, rc, "out of memory");
-		return 1;
+		return;
 	}
 	reply_lease(p, op, request_id, flags, r, s, version, id);
+}
+
+/* Lease slot s if it still holds `version`; 1 answered, 0 it moved on. */
+static int lease_if(struct td__peer *p, uint16_t op, uint64_t request_id,
+		    uint32_t flags, struct ring *r, uint32_t s,
+		    uint64_t version)
+{
+	if (!slot_take(r, s, version))
+		return 0;
+	lease_taken(p, op, request_id, flags, r, s, version);
 	return 1;
+}
+
+/*
+ * Take (slot_take) the latest slot if its version is newer than after:
+ * 1 taken (*slot, *version), -ENOENT none (newer), -EBADMSG the header
+ * names a slot past the ring (*slot: which), -EAGAIN the latest slot is
+ * being rewritten, -EINPROGRESS its version waits for its fence. A
+ * mismatch means the producer moved on between our two reads; a few
+ * tries, then the caller's poll or refusal takes over, so a producer
+ * that publishes without pause cannot hold the loop.
+ */
+static int take_latest(struct ring *r, uint64_t after, uint32_t *slot,
+		       uint64_t *version)
+{
+	struct td_ring_hdr *h = r->hdr;
+
+	for (int tries = 0; tries < 8; tries++) {
+		uint64_t latest = atomic_load(&h->latest), v;
+		uint32_t s;
+		int rc = td_ring_latest_unpack(latest, r->g.slot_count, &s,
+					       &v);
+
+		*slot = s;
+		if (rc < 0)
+			return -EBADMSG;
+		if (rc == 0 || v <= after)
+			return -ENOENT;
+		if (slot_take(r, s, v)) {
+			*version = v;
+			return 1;
+		}
+		/* latest unchanged: its version waits for its fence, or its
+		 * slot is unpublished (the producer is rewriting it because
+		 * nobody else wanted it) */
+		if (atomic_load(&h->latest) == latest)
+			return atomic_load(&h->slots[s].version) == v &&
+					       atomic_load(&h->slots[s].fence) ==
+						       TD_RING_FENCE_PENDING
+				       ? -EINPROGRESS
+				       : -EAGAIN;
+	}
+	return -EAGAIN;
 }
 
 int td__ring_try_get(struct td__peer *p, uint16_t op, uint64_t request_id,
@@ -1077,6 +1127,9 @@ int td__ring_try_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 {
 	struct ring *r = ring_of(x);
 	struct td_ring_hdr *h = r->hdr;
+	uint32_t slot;
+	uint64_t v;
+	int rc;
 
 	if (td_dtype_size(r->dtype) == 0) {
 		td__peer_error(p, op, request_id, -ENOTSUP,
@@ -1109,40 +1162,21 @@ int td__ring_try_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 			       r->name, (unsigned long long)latest_version(r));
 		return 1;
 	}
-	/*
-	 * A mismatch means the producer moved on between our two reads; a
-	 * few tries, then the poll (or the caller's refusal) takes over, so
-	 * a producer that publishes without pause cannot hold the loop.
-	 */
-	for (int tries = 0; tries < 8; tries++) {
-		uint64_t latest = atomic_load(&h->latest), v;
-		uint32_t s;
-		int rc = td_ring_latest_unpack(latest, r->g.slot_count, &s,
-					       &v);
-
-		if (rc < 0) {
-			td__peer_error(p, op, request_id, -EBADMSG,
-				       "ring \"%.*s\": its header names slot "
-				       "%u of %u (a corrupt producer)",
-				       (int)r->name_len, r->name, s,
-				       r->g.slot_count);
-			return 1;
-		}
-		if (rc == 0 || (mode == TD_GET_NEWER && v <= version))
-			return 0;
-		if (lease_if(p, op, request_id, flags, r, s, v))
-			return 1;
-		/* latest unchanged: its version waits for its fence, or its
-		 * slot is unpublished (the producer is rewriting it because
-		 * nobody else wanted it) */
-		if (atomic_load(&h->latest) == latest)
-			return atomic_load(&h->slots[s].version) == v &&
-					       atomic_load(&h->slots[s].fence) ==
-						       TD_RING_FENCE_PENDING
-				       ? -EINPROGRESS
-				       : -EAGAIN;
+	rc = take_latest(r, mode == TD_GET_NEWER ? version : 0, &slot, &v);
+	if (rc == -EBADMSG) {
+		td__peer_error(p, op, request_id, -EBADMSG,
+			       "ring \"%.*s\": its header names slot %u of %u "
+			       "(a corrupt producer)",
+			       (int)r->name_len, r->name, slot,
+			       r->g.slot_count);
+		return 1;
 	}
-	return -EAGAIN;
+	if (rc == -ENOENT)
+		return 0;
+	if (rc < 0)
+		return rc;
+	lease_taken(p, op, request_id, flags, r, slot, v);
+	return 1;
 }
 
 uint32_t td__ring_planes(struct td__ring *x, uint64_t *size)
@@ -1156,33 +1190,21 @@ uint32_t td__ring_planes(struct td__ring *x, uint64_t *size)
 int td__ring_lease_latest(struct td__ring *x, struct td__ring_slot *out)
 {
 	struct ring *r = ring_of(x);
-	struct td_ring_hdr *h = r->hdr;
+	uint32_t s;
+	uint64_t v;
+	int rc;
 
 	keep_latest(r);
-	/* as td__ring_try_get: a few tries while the producer moves on */
-	for (int tries = 0; tries < 8; tries++) {
-		uint64_t latest = atomic_load(&h->latest), v;
-		uint32_t s;
-		int rc = td_ring_latest_unpack(latest, r->g.slot_count, &s,
-					       &v);
-
-		if (rc < 0)
-			return -EBADMSG;
-		if (rc == 0)
-			return -ENOENT;
-		if (slot_take(r, s, v)) {
-			out->slot = s;
-			out->version = v;
-			out->ring_id = r->id;
-			out->fd = r->data_ro;
-			/* cannot overflow: checked when the ring was made */
-			for (uint32_t i = 0; i < r->g.plane_count; i++)
-				out->off[i] = (uint64_t)s * r->g.slot_stride +
-					      r->g.plane_off[i];
-			return 0;
-		}
-		if (atomic_load(&h->latest) == latest)
-			return -EAGAIN;
-	}
-	return -EAGAIN;
+	rc = take_latest(r, 0, &s, &v);
+	if (rc < 0)
+		return rc;
+	out->slot = s;
+	out->version = v;
+	out->ring_id = r->id;
+	out->fd = r->data_ro;
+	/* cannot overflow: checked when the ring was made */
+	for (uint32_t i = 0; i < r->g.plane_count; i++)
+		out->off[i] = (uint64_t)s * r->g.slot_stride +
+			      r->g.plane_off[i];
+	return 0;
 }

@@ -2081,6 +2081,40 @@ Test(http, a_chunk_waits_for_its_fence, .init = start_http, .fini = stop)
 	td_client_close(c);
 }
 
+/* A ring's latest slot published with a pending fence: 503 naming it */
+Test(http, a_ring_chunk_waits_for_its_slot_fence, .init = start_http,
+     .fini = stop)
+{
+	uint64_t shape[] = {4}, sizes[] = {4}, v = 0;
+	struct td_ring_desc rd = {.dtype = TD_TENSOR_U8, .ndim = 1,
+	                          .shape = shape, .plane_count = 1,
+	                          .plane_sizes = sizes};
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	struct td_ring *ring;
+	struct td_slot slot;
+	char *out;
+	size_t len;
+
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_ring_create(c, "rf/r", &rd, &ring, &e), 0, "%s",
+	             e.reason);
+	cr_assert_eq(td_ring_acquire(ring, -1, &slot), 0);
+	memset(slot.planes[0], 7, 4);
+	cr_assert_eq(td_ring_publish_fenced(ring, &v), 0);
+	http("GET", "/zarr/rf_r/c/0", NULL, &out);
+	cr_assert_eq(status_of(out), 503, "%s", out);
+	cr_assert(strstr(out, "fence has not signalled"), "%s", out);
+	free(out);
+	cr_assert_eq(td_ring_fence_signal(ring, v), 0);
+	out = get_ok("/zarr/rf_r/c/0", &len);
+	cr_assert_eq(len, 4);
+	cr_assert_eq(memcmp(out, "\7\7\7\7", 4), 0);
+	free(out);
+	td_ring_close(ring);
+	td_client_close(c);
+}
+
 /* ---- import: all or nothing ---- */
 
 Test(import, all_or_nothing_unless_partial, .fini = stop)
