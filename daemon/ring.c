@@ -1036,7 +1036,6 @@ static bool slot_take(struct ring *r, uint32_t s, uint64_t version)
 	return true;
 }
 
-/* Lease slot s if it still holds `version`; 1 answered, 0 it moved on. */
 /* Lease slot s, taken for version by slot_take(), to p and reply. */
 static void lease_taken(struct td__peer *p, uint16_t op, uint64_t request_id,
 			uint32_t flags, struct ring *r, uint32_t s,
@@ -1050,8 +1049,7 @@ static void lease_taken(struct td__peer *p, uint16_t op, uint64_t request_id,
 		if (rc == -ENOBUFS)
 			td__peer_error(p, op, request_id, rc,
 				       "too many leases on this connection "
-				       "(max %d)",
-				       TD__MAX_LEASES);
+				       "(max %d)", TD__MAX_LEASES);
 		else if (rc == -EDQUOT) {
 			/* the reason is in td__d->reason, which the reply
 			 * is formatted into: copy it out first */
@@ -1068,25 +1066,13 @@ static void lease_taken(struct td__peer *p, uint16_t op, uint64_t request_id,
 	reply_lease(p, op, request_id, flags, r, s, version, id);
 }
 
-/* Lease slot s if it still holds `version`; 1 answered, 0 it moved on. */
-static int lease_if(struct td__peer *p, uint16_t op, uint64_t request_id,
-		    uint32_t flags, struct ring *r, uint32_t s,
-		    uint64_t version)
-{
-	if (!slot_take(r, s, version))
-		return 0;
-	lease_taken(p, op, request_id, flags, r, s, version);
-	return 1;
-}
-
 /*
  * Take (slot_take) the latest slot if its version is newer than after:
  * 1 taken (*slot, *version), -ENOENT none (newer), -EBADMSG the header
- * names a slot past the ring (*slot: which), -EAGAIN the latest slot is
- * being rewritten, -EINPROGRESS its version waits for its fence. A
- * mismatch means the producer moved on between our two reads; a few
- * tries, then the caller's poll or refusal takes over, so a producer
- * that publishes without pause cannot hold the loop.
+ * names a slot past the ring (*slot), -EAGAIN the latest slot is being
+ * rewritten, -EINPROGRESS its fence is pending. A mismatch means the
+ * producer moved on between our two reads: a few tries, then the
+ * caller's poll or refusal, so a busy producer cannot hold the loop.
  */
 static int take_latest(struct ring *r, uint64_t after, uint32_t *slot,
 		       uint64_t *version)
@@ -1143,8 +1129,11 @@ int td__ring_try_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 		/* any slot that holds it now; never waits */
 		for (uint32_t s = 0; version && s < r->g.slot_count; s++)
 			if (atomic_load(&h->slots[s].version) == version &&
-			    lease_if(p, op, request_id, flags, r, s, version))
+			    slot_take(r, s, version)) {
+				lease_taken(p, op, request_id, flags, r, s,
+					    version);
 				return 1;
+			}
 		for (uint32_t s = 0; version && s < r->g.slot_count; s++)
 			if (atomic_load(&h->slots[s].version) == version) {
 				td__peer_error(p, op, request_id, -EAGAIN,
