@@ -400,21 +400,33 @@ static void many_consumer(const struct tu_daemon *d, void *arg)
 	td_client_close(c);
 }
 
-Test(ring, bytes_arrive_intact_across_many_handoffs)
+/*
+ * A daemon, then a producer and a consumer child of it (arg to both),
+ * which must both exit 0; `ready` (the consumer says it subscribed) is
+ * made first and closed after.
+ */
+static void pair_run(child_fn producer, child_fn consumer, void *arg,
+		     int ready[2])
 {
 	struct tu_daemon d;
-	struct many m;
 	pid_t p, c;
 
 	tu_daemon_start(&d, "warn");
-	cr_assert(pipe2(m.ready, O_CLOEXEC) == 0);
-	p = spawn(&d, many_producer, &m);
-	c = spawn(&d, many_consumer, &m);
+	cr_assert(pipe2(ready, O_CLOEXEC) == 0);
+	p = spawn(&d, producer, arg);
+	c = spawn(&d, consumer, arg);
 	cr_assert_eq(reap(c), 0, "consumer failed");
 	cr_assert_eq(reap(p), 0, "producer failed");
-	close(m.ready[0]);
-	close(m.ready[1]);
+	close(ready[0]);
+	close(ready[1]);
 	tu_daemon_stop(&d, true);
+}
+
+Test(ring, bytes_arrive_intact_across_many_handoffs)
+{
+	struct many m;
+
+	pair_run(many_producer, many_consumer, &m, m.ready);
 }
 
 /* ---- every wait a sleep: no wake-up lost ---- */
@@ -522,31 +534,18 @@ static void sleepy_consumer(const struct tu_daemon *d, void *arg)
 	td_client_close(c);
 }
 
-static void sleepy_run(bool by_fd)
-{
-	struct tu_daemon d;
-	struct sleepy y = {.by_fd = by_fd};
-	pid_t p, c;
-
-	tu_daemon_start(&d, "warn");
-	cr_assert(pipe2(y.ready, O_CLOEXEC) == 0);
-	p = spawn(&d, sleepy_producer, &y);
-	c = spawn(&d, sleepy_consumer, &y);
-	cr_assert_eq(reap(c), 0, "consumer failed");
-	cr_assert_eq(reap(p), 0, "producer failed");
-	close(y.ready[0]);
-	close(y.ready[1]);
-	tu_daemon_stop(&d, true);
-}
-
 Test(ring, no_wake_up_is_lost_when_both_sides_sleep_at_once)
 {
-	sleepy_run(false);
+	struct sleepy y = {.by_fd = false};
+
+	pair_run(sleepy_producer, sleepy_consumer, &y, y.ready);
 }
 
 Test(ring, no_wake_up_is_lost_when_the_subscriber_waits_by_fd)
 {
-	sleepy_run(true);
+	struct sleepy y = {.by_fd = true};
+
+	pair_run(sleepy_producer, sleepy_consumer, &y, y.ready);
 }
 
 /* ---- steady state: no fd, no mmap, no socket message ---- */
