@@ -76,7 +76,7 @@ static bool sub_news(const struct td_sub *s)
 
 	if (atomic_load(&h->flags) & TD_RING_CLOSED)
 		return true;
-	return td_ring_latest_unpack(atomic_load(&h->latest),
+	return td_ring_latest_unpack(td_ring_latest_recheck(h),
 				     s->m.g.slot_count, &slot, &v) != 0 &&
 	       v > s->last_version;
 }

@@ -11,11 +11,12 @@
  *             (nor the daemon) holds -> write -> version, latest, seq++ ->
  *             FUTEX_WAKE only if some reader sleeps
  *   consumer  read latest -> exchange it into our row (held) -> re-read
- *             latest (a first hold, or one through a row the daemon
- *             reset: the slot's version): unchanged means the producer
- *             saw our hold or had not started to reuse the slot (Dekker
- *             / seqlock check, both sides seq_cst) -> read in place ->
- *             clear held
+ *             seq, then latest (a first hold, or one through a row the
+ *             daemon reset: the slot's version): unchanged means the
+ *             producer saw our hold or had not started to reuse the slot
+ *             (Dekker pair on held and seq, whose bump is the publish's
+ *             seq_cst step; latest itself is a release store) -> read in
+ *             place -> clear held
  *
  * Every value read from shared memory is checked against the geometry the
  * daemon sent (a private copy): a producer that writes garbage makes
@@ -666,9 +667,13 @@ static int publish(struct td_ring *r, uint32_t fence, uint64_t *version)
 	 * version see this or a later signal) */
 	atomic_store_explicit(&h->slots[s].fence, fence, memory_order_relaxed);
 	/* release: the slot's bytes before its version, version before
-	 * latest; seq_cst from here on for the sleepers check below */
+	 * latest. The seq_cst bump of seq orders both before the loads
+	 * that follow (the sleepers check below, the next pick's look at
+	 * the rows): subscribers check against seq, then latest
+	 * (td_ring_latest_recheck), so latest needs no fence of its own */
 	atomic_store_explicit(&h->slots[s].version, v, memory_order_release);
-	atomic_store(&h->latest, td_ring_latest_pack(v, s));
+	atomic_store_explicit(&h->latest, td_ring_latest_pack(v, s),
+			      memory_order_release);
 	atomic_fetch_add(&h->seq, 1);
 	/* the only syscall of a handoff, and only when a reader sleeps */
 	wake_readers(r);
@@ -894,7 +899,7 @@ static int try_hold(struct td_sub *s, uint64_t latest, struct td_view *view)
 	 * version: a producer mid-rewrite may have read such a row's
 	 * `taken` as "took everything".
 	 */
-	if (by_latest ? atomic_load(&h->latest) != latest
+	if (by_latest ? td_ring_latest_recheck(h) != latest
 		      : atomic_load(&h->slots[slot].version) != v) {
 		/* the producer is rewriting it (latest has moved on, or
 		 * it is the latest slot being rewritten for the next
@@ -949,7 +954,7 @@ int td_sub_next(struct td_sub *s, int timeout_ms, struct td_view *view)
 		/* announce the sleep, then check once more (Dekker with the
 		 * producer's publish-then-check-sleepers) */
 		atomic_store(&s->row->waiting, 1);
-		if (atomic_load(&h->latest) == latest &&
+		if (td_ring_latest_recheck(h) == latest &&
 		    !(atomic_load(&h->flags) & TD_RING_CLOSED))
 			futex_wait_until(&h->seq, seq, until);
 		atomic_store(&s->row->waiting, 0);

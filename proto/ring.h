@@ -183,6 +183,23 @@ static inline uint64_t td_ring_latest_pack(uint64_t version, uint32_t slot)
 }
 
 /*
+ * Read `latest` to check a decision a subscriber made from an earlier
+ * read of it (its hold, its sleep): `seq` first, then `latest`. The
+ * producer stores `latest` with release order only and then bumps `seq`,
+ * a seq_cst read-modify-write, which is what its store-load orders rest
+ * on; a seq_cst load of `seq` here either comes before that bump in the
+ * single total order, so the producer's later loads (of `held`, of
+ * `waiting`) see what this subscriber stored before it, or reads from it
+ * (or a later bump), so this load of `latest` sees the new value
+ * (docs/fastpath.md, "Why a held slot is never rewritten").
+ */
+static inline uint64_t td_ring_latest_recheck(const struct td_ring_hdr *h)
+{
+	(void)atomic_load(&h->seq);
+	return atomic_load(&h->latest);
+}
+
+/*
  * Split a `latest` word read from shared memory. 0 when it names no
  * version yet (*version = 0), 1 with *slot < slot_count and *version > 0,
  * -EBADMSG when the slot index is out of range (a corrupt header).

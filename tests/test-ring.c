@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -399,21 +400,152 @@ static void many_consumer(const struct tu_daemon *d, void *arg)
 	td_client_close(c);
 }
 
-Test(ring, bytes_arrive_intact_across_many_handoffs)
+/*
+ * A daemon, then a producer and a consumer child of it (arg to both),
+ * which must both exit 0; `ready` (the consumer says it subscribed) is
+ * made first and closed after.
+ */
+static void pair_run(child_fn producer, child_fn consumer, void *arg,
+		     int ready[2])
 {
 	struct tu_daemon d;
-	struct many m;
 	pid_t p, c;
 
 	tu_daemon_start(&d, "warn");
-	cr_assert(pipe2(m.ready, O_CLOEXEC) == 0);
-	p = spawn(&d, many_producer, &m);
-	c = spawn(&d, many_consumer, &m);
+	cr_assert(pipe2(ready, O_CLOEXEC) == 0);
+	p = spawn(&d, producer, arg);
+	c = spawn(&d, consumer, arg);
 	cr_assert_eq(reap(c), 0, "consumer failed");
 	cr_assert_eq(reap(p), 0, "producer failed");
-	close(m.ready[0]);
-	close(m.ready[1]);
+	close(ready[0]);
+	close(ready[1]);
 	tu_daemon_stop(&d, true);
+}
+
+Test(ring, bytes_arrive_intact_across_many_handoffs)
+{
+	struct many m;
+
+	pair_run(many_producer, many_consumer, &m, m.ready);
+}
+
+/* ---- every wait a sleep: no wake-up lost ---- */
+
+#define SLEEPY 1000 /* rounds of two versions */
+#define SLEEPY_SIZE 4096
+
+/*
+ * Both sides sleep at once (TENSORD_RING_SPIN_US=0) in a ping-pong: the
+ * producer publishes two versions on a two-slot ring, then sleeps until
+ * the subscriber acks the second on a ring the other way; the subscriber
+ * acks every version it takes. So each round goes through every
+ * store-then-load pair of docs/fastpath.md: a subscriber asleep for a
+ * publish (futex on seq, or its eventfd: `waiting` against the publish),
+ * and the producer asleep for a slot (the latest is one, the subscriber
+ * still holds the other: `prod_waiting` against the release). Nothing
+ * else wakes either side, so a lost wake-up is a wait that runs into its
+ * 20 s bound and fails the child.
+ */
+struct sleepy {
+	int ready[2]; /* subscriber -> producer: subscribed */
+	bool by_fd;   /* the subscriber waits through td_sub_fd */
+};
+
+static void sleepy_producer(const struct tu_daemon *d, void *arg)
+{
+	struct sleepy *y = arg;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_sub *ack;
+	struct td_slot s;
+	struct td_view a;
+	uint64_t v = 0, got;
+
+	CK_EQ(setenv("TENSORD_RING_SPIN_US", "0", 1), 0);
+	c = open_client(d);
+	r = make_ring(c, "t/sleepy", 2, SLEEPY_SIZE, 0);
+	hear(y->ready[0]);
+	ack = subscribe(c, "t/sleepy-ack");
+	for (int round = 0; round < SLEEPY; round++) {
+		for (int k = 0; k < 2; k++) {
+			CK_EQ(td_ring_acquire(r, 20000, &s), 0);
+			pattern_fill(s.planes[0], SLEEPY_SIZE, ++v);
+			CK_EQ(td_ring_publish(r, &got), 0);
+			CK_EQ(got, v);
+		}
+		do {
+			CK_EQ(td_sub_next(ack, 20000, &a), 0);
+			memcpy(&got, a.planes[0], sizeof(got));
+			CK(got <= v);
+		} while (got < v);
+	}
+	td_sub_close(ack);
+	_exit(0); /* the daemon closes the ring */
+}
+
+/* The next version or the end, waiting through the subscription's fd. */
+static int sleepy_next_by_fd(struct td_sub *sub, int fd, struct td_view *v)
+{
+	for (;;) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		int rc = td_sub_poll(sub, v);
+
+		if (rc != -EAGAIN)
+			return rc;
+		CK_EQ(poll(&p, 1, 20000), 1);
+	}
+}
+
+static void sleepy_consumer(const struct tu_daemon *d, void *arg)
+{
+	struct sleepy *y = arg;
+	struct td_client *c;
+	struct td_sub *sub;
+	struct td_ring *ack;
+	struct td_slot s;
+	struct td_view v;
+	uint64_t last = 0, seen = 0;
+	int fd = -1, rc;
+
+	CK_EQ(setenv("TENSORD_RING_SPIN_US", "0", 1), 0);
+	c = open_client(d);
+	ack = make_ring(c, "t/sleepy-ack", 2, sizeof(uint64_t), 0);
+	sub = subscribe(c, "t/sleepy");
+	if (y->by_fd)
+		CK((fd = td_sub_fd(sub)) >= 0);
+	say(y->ready[1]);
+	/* the view stays held while acking: the producer's next slot
+	 * waits for our next call */
+	while ((rc = y->by_fd ? sleepy_next_by_fd(sub, fd, &v)
+			      : td_sub_next(sub, 20000, &v)) == 0) {
+		CK(v.version > last);
+		CK(pattern_ok(v.planes[0], SLEEPY_SIZE, v.version));
+		last = v.version;
+		seen++;
+		CK_EQ(td_ring_acquire(ack, 20000, &s), 0);
+		memcpy(s.planes[0], &v.version, sizeof(v.version));
+		CK_EQ(td_ring_publish(ack, NULL), 0);
+	}
+	CK_EQ(rc, -EPIPE);
+	CK_EQ(last, 2 * SLEEPY);
+	CK(seen >= SLEEPY);
+	td_sub_close(sub);
+	td_ring_close(ack);
+	td_client_close(c);
+}
+
+Test(ring, no_wake_up_is_lost_when_both_sides_sleep_at_once)
+{
+	struct sleepy y = {.by_fd = false};
+
+	pair_run(sleepy_producer, sleepy_consumer, &y, y.ready);
+}
+
+Test(ring, no_wake_up_is_lost_when_the_subscriber_waits_by_fd)
+{
+	struct sleepy y = {.by_fd = true};
+
+	pair_run(sleepy_producer, sleepy_consumer, &y, y.ready);
 }
 
 /* ---- steady state: no fd, no mmap, no socket message ---- */
