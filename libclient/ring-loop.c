@@ -22,7 +22,9 @@ void td__sub_unlink(struct td_sub *s)
 	for (struct td_sub **pp = &c->subs; *pp; pp = &(*pp)->lnext)
 		if (*pp == s) {
 			*pp = s->lnext;
-			if (c->epfd >= 0)
+			/* a child of fork() shares the parent's epoll
+			 * set: taking the fd out would take it out there */
+			if (c->epfd >= 0 && !td__client_foreign(c))
 				epoll_ctl(c->epfd, EPOLL_CTL_DEL, s->efd, NULL);
 			break;
 		}
@@ -100,6 +102,8 @@ int td_sub_poll(struct td_sub *s, struct td_view *view)
 
 	if (!s || !view || s->efd < 0)
 		return -EINVAL;
+	if (td__client_foreign(s->c))
+		return -ECHILD;
 	(void)!read(s->efd, &n, sizeof(n)); /* EAGAIN: nothing pending */
 	atomic_store(&s->row->waiting, 0);
 	rc = td_sub_next(s, 0, view);

@@ -614,6 +614,8 @@ int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
 
 	if (!r || !slot)
 		return -EINVAL;
+	if (td__client_foreign(r->c))
+		return -ECHILD; /* the parent's slots: see td_client_connect */
 	if (r->cur != TD_RING_NONE) {
 		slot_fill(&r->m, r->cur, slot);
 		return 0;
@@ -660,6 +662,8 @@ static int publish(struct td_ring *r, uint32_t fence, uint64_t *version)
 
 	if (!r || r->cur == TD_RING_NONE)
 		return -EINVAL;
+	if (td__client_foreign(r->c))
+		return -ECHILD;
 	h = r->m.hdr;
 	s = r->cur;
 	v = r->next_version++;
@@ -731,7 +735,9 @@ void td_ring_close(struct td_ring *r)
 		return;
 	c = r->c;
 	pthread_mutex_lock(&c->lock);
-	if (r->epoch == c->epoch) /* else the id means nothing there */
+	/* else the id means nothing there, or (a child of fork()) it is the
+	 * parent's ring: only the child's copy is freed */
+	if (r->epoch == c->epoch && !td__client_foreign(c))
 		send_close(c, r->id);
 	pthread_mutex_unlock(&c->lock);
 	ringmap_unmap(&r->m);
@@ -832,6 +838,9 @@ int td_sub_release(struct td_sub *s)
 {
 	if (!s || !s->holding)
 		return -EINVAL;
+	/* a child of fork(): the row is the parent's, and so is the hold */
+	if (td__client_foreign(s->c))
+		return -ECHILD;
 	s->holding = false;
 	row_clear(s);
 	return 0;
@@ -926,6 +935,8 @@ int td_sub_next(struct td_sub *s, int timeout_ms, struct td_view *view)
 
 	if (!s || !view)
 		return -EINVAL;
+	if (td__client_foreign(s->c))
+		return -ECHILD;
 	if (s->holding)
 		td_sub_release(s);
 	h = s->m.hdr;
@@ -994,12 +1005,12 @@ void td_sub_close(struct td_sub *s)
 
 	if (!s)
 		return;
-	if (s->holding)
-		td_sub_release(s);
 	c = s->c;
+	if (s->holding)
+		td_sub_release(s); /* not in a child of fork(): -ECHILD */
 	pthread_mutex_lock(&c->lock);
 	td__sub_unlink(s);
-	if (s->epoch == c->epoch)
+	if (s->epoch == c->epoch && !td__client_foreign(c))
 		send_close(c, s->id);
 	pthread_mutex_unlock(&c->lock);
 	ringmap_unmap(&s->m);

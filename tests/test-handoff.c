@@ -1691,3 +1691,65 @@ Test(handoff, a_forked_child_cannot_use_or_end_the_parents_connection)
 	td_client_close(c);
 	daemon_stop(&d);
 }
+
+/* Rings are shared memory: a child must not take or give back the
+ * parent's slots, nor close the parent's ring or subscription */
+Test(handoff, a_forked_child_cannot_use_the_parents_ring)
+{
+	uint64_t shape[1] = {64};
+	struct td_ring_desc rd = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				  .shape = shape, .slot_count = 3,
+				  .reader_count = 1};
+	struct td_error e = {0};
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_sub *sub;
+	struct td_slot slot;
+	struct td_view v, v2;
+	struct daemon d;
+	int status;
+	pid_t pid;
+
+	daemon_start(&d);
+	c = client_open(&d);
+	cr_assert_eq(td_ring_create(c, "fork/r", &rd, &r, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_ring_subscribe(c, "fork/r", 5000, &sub, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_ring_acquire(r, -1, &slot), 0);
+	memset(slot.planes[0], 5, 64);
+	cr_assert_eq(td_ring_publish(r, NULL), 0);
+	cr_assert_eq(td_sub_next(sub, 5000, &v), 0);
+	pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		struct td_slot cs;
+		struct td_view cv;
+		int ok = td_ring_acquire(r, 0, &cs) == -ECHILD &&
+			 td_sub_next(sub, 0, &cv) == -ECHILD &&
+			 td_sub_release(sub) == -ECHILD;
+
+		td_sub_close(sub); /* frees the child's copy only */
+		td_ring_close(r);
+		_exit(ok ? 0 : 1);
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "the child's ring calls were not refused with -ECHILD");
+	/* the parent's hold is still in the ring: however often the
+	 * producer publishes, it never rewrites the held slot */
+	for (int i = 0; i < 8; i++) {
+		cr_assert_eq(td_ring_acquire(r, 5000, &slot), 0);
+		memset(slot.planes[0], 6, 64);
+		cr_assert_eq(td_ring_publish(r, NULL), 0);
+	}
+	cr_assert_eq(((const uint8_t *)v.planes[0])[63], 5,
+		     "the child gave the parent's hold back");
+	cr_assert_eq(td_sub_next(sub, 5000, &v2), 0,
+		     "the child closed the subscription");
+	cr_assert_eq(((const uint8_t *)v2.planes[0])[0], 6);
+	td_sub_close(sub);
+	td_ring_close(r);
+	td_client_close(c);
+	daemon_stop(&d);
+}

@@ -277,3 +277,36 @@ def test_a_recycled_loans_next_version_reads_through_the_cached_mapping(
         assert b.version == v3 and (b == 3).all()
         assert os.fstat(b.lease.fileno()).st_ino == ino
         assert b.ctypes.data == addr  # the same mapping, page tables warm
+
+
+def test_a_forked_child_cannot_use_the_parents_ring(client):
+    ring = client.ring_create("lt/fring", (4,), "u8", slots=3)
+    sub = client.subscribe("lt/fring")
+    ring.acquire(5)[:] = 7
+    ring.publish()
+    view = sub.next(5)
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            sub.release()  # gives nothing back: the hold is the parent's
+            for call in (lambda: ring.acquire(0), lambda: sub.next(0),
+                         lambda: sub.poll()):
+                try:
+                    call()
+                    code = 1
+                except tensord.Error as e:
+                    if "ECHILD" not in str(e):
+                        code = 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    # the parent's hold is still in the ring: however often the producer
+    # publishes, it never rewrites the held slot
+    for i in range(8):
+        ring.acquire(5)[:] = 8 + i
+        v2 = ring.publish()
+    assert view.tolist() == [7, 7, 7, 7]
+    nxt = sub.next(5)
+    assert nxt.version == v2 and nxt.tolist() == [15] * 4

@@ -118,9 +118,10 @@ struct td_client_info {
  * that inherits it shares the parent's socket: there every call that
  * talks to the daemon fails with -ECHILD, releasing a tensor or loan
  * sends nothing (the parent's leases stay), and td_client_close() only
- * frees the child's copy; the child connects on its own. (Rings and
- * subscriptions are shared memory: an inherited one is the parent's
- * too, so only one of the two processes may use it.)
+ * frees the child's copy; the child connects on its own. Likewise an
+ * inherited ring or subscription: td_ring_acquire(), td_ring_publish(),
+ * td_sub_next(), td_sub_poll() and td_sub_release() return -ECHILD in
+ * the child, and td_ring_close()/td_sub_close() free only its copy.
  */
 TD_EXPORT int td_client_connect(const char *socket_path,
 				struct td_client **out, struct td_error *err);
