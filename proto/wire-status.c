@@ -169,6 +169,35 @@ int td_wire_ring_wake_rep_decode(const uint8_t *body, size_t len,
 	return td_wire_rd_end(&rd);
 }
 
+int64_t td_wire_follow_rep_encode(const struct td_wire_follow_rep *m,
+				  uint8_t *buf, size_t cap)
+{
+	struct td_wire_wr wr;
+
+	if (m->fd_count > TD_WIRE_FOLLOW_FDS)
+		return -EINVAL;
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_u64(&wr, m->id);
+	td_wire_wr_u32(&wr, m->entry_count);
+	td_wire_wr_u32(&wr, m->layout);
+	td__wire_wr_fdents(&wr, m->fd_count, m->fds);
+	return td__wire_wr_done(&wr);
+}
+
+int td_wire_follow_rep_decode(const uint8_t *body, size_t len,
+			      struct td_wire_follow_rep *m,
+			      struct td_err *err)
+{
+	struct td_wire_rd rd;
+
+	td_wire_rd_init(&rd, body, len, err);
+	m->id = td_wire_rd_u64(&rd, "id");
+	m->entry_count = td_wire_rd_u32(&rd, "entry_count");
+	m->layout = td_wire_rd_u32(&rd, "layout");
+	m->fd_count = td__wire_rd_fdents(&rd, TD_WIRE_FOLLOW_FDS, m->fds);
+	return td_wire_rd_end(&rd);
+}
+
 const char *td_wire_refusal_name(uint32_t kind)
 {
 	static const char *const names[TD_REFUSED_KINDS] = {

@@ -116,6 +116,31 @@ int td_wire_ring_wake_rep_decode(const uint8_t *body, size_t len,
 				 struct td_wire_ring_wake_rep *m,
 				 struct td_err *err);
 
+/*
+ * FOLLOW (docs/protocol.md §13), served with TD_WIRE_FEAT_FOLLOW: a
+ * consumer that takes each new version of a name from shared memory
+ * (proto/follow.h). Request: td_wire_ring_sub_req (name, flags
+ * TD_WIRE_REQ_SCM). Reply: the follow's id, the bell's entry count, and
+ * two fds: the bell (read-only) and the follower's row (read-write).
+ * FOLLOW_CLOSE: td_wire_ring_close_req (the follow's id), empty reply.
+ */
+#define TD_WIRE_FEAT_FOLLOW 0x200u
+#define TD_WIRE_FOLLOW_FDS 2 /* bell, row */
+
+struct td_wire_follow_rep {
+	uint64_t id;
+	uint32_t entry_count; /* == TD_FOLLOW_ENTRIES of its layout */
+	uint32_t layout;      /* TD_FOLLOW_LAYOUT */
+	uint32_t fd_count;    /* == TD_WIRE_FOLLOW_FDS */
+	struct td_wire_fdent fds[TD_WIRE_FOLLOW_FDS];
+};
+
+int64_t td_wire_follow_rep_encode(const struct td_wire_follow_rep *m,
+				  uint8_t *buf, size_t cap);
+int td_wire_follow_rep_decode(const uint8_t *body, size_t len,
+			      struct td_wire_follow_rep *m,
+			      struct td_err *err);
+
 /* "permission", "quota", "input"; NULL when out of range. */
 const char *td_wire_refusal_name(uint32_t kind);
 

@@ -992,6 +992,10 @@ const char *td_wire_op_name(uint16_t op)
 		return "STATUS";
 	case TD_OP_RING_WAKE:
 		return "RING_WAKE";
+	case TD_OP_FOLLOW:
+		return "FOLLOW";
+	case TD_OP_FOLLOW_CLOSE:
+		return "FOLLOW_CLOSE";
 	case TD_OP_RING_CREATE:
 		return "RING_CREATE";
 	case TD_OP_RING_SUBSCRIBE:

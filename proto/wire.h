@@ -60,6 +60,9 @@ enum td_wire_op {
 	TD_OP_STATUS = 15,
 	/* ring wake-ups through eventfds (proto/wire-status.h) */
 	TD_OP_RING_WAKE = 16,
+	/* following a name without a message per version (wire-status.h) */
+	TD_OP_FOLLOW = 17,
+	TD_OP_FOLLOW_CLOSE = 18,
 	TD_OP_NOTIFY = 0x100, /* daemon -> client only */
 };
 

@@ -1056,7 +1056,9 @@ Test(wire, opcode_names)
 	cr_assert_str_eq(td_wire_op_name(TD_OP_RING_STAT), "RING_STAT");
 	cr_assert_str_eq(td_wire_op_name(TD_OP_STATUS), "STATUS");
 	cr_assert_str_eq(td_wire_op_name(TD_OP_RING_WAKE), "RING_WAKE");
-	cr_assert_str_eq(td_wire_op_name(17), "UNKNOWN");
+	cr_assert_str_eq(td_wire_op_name(TD_OP_FOLLOW), "FOLLOW");
+	cr_assert_str_eq(td_wire_op_name(TD_OP_FOLLOW_CLOSE), "FOLLOW_CLOSE");
+	cr_assert_str_eq(td_wire_op_name(19), "UNKNOWN");
 }
 
 Test(wire, opcodes_and_flags_have_their_documented_values)
@@ -1743,6 +1745,28 @@ Test(wire, status_reply_round_trips_and_refuses_truncation_and_forged_counts)
 		     -EINVAL);
 	buf[0] = TD_WIRE_MAX_FDS + 1;
 	cr_assert_eq(td_wire_ring_wake_rep_decode(buf, 4, &wg, &e),
+		     -EOVERFLOW);
+	/* FOLLOW reply: round trip, truncation, fd count over its cap */
+	struct td_wire_follow_rep f = {.id = 9, .entry_count = 16,
+				       .layout = 1, .fd_count = 2,
+				       .fds = {{5, 0}, {6, 0}}};
+	struct td_wire_follow_rep fg;
+	n = td_wire_follow_rep_encode(&f, buf, sizeof(buf));
+	cr_assert_gt(n, 0);
+	cr_assert_eq(td_wire_follow_rep_decode(buf, (size_t)n, &fg, &e), 0);
+	cr_assert_eq(fg.id, 9);
+	cr_assert_eq(fg.entry_count, 16);
+	cr_assert_eq(fg.fd_count, 2);
+	cr_assert_eq(fg.fds[1].fd, 6);
+	for (int64_t i = 0; i < n; i++)
+		cr_assert_lt(td_wire_follow_rep_decode(buf, (size_t)i, &fg,
+						       NULL),
+			     0);
+	f.fd_count = TD_WIRE_FOLLOW_FDS + 1;
+	cr_assert_eq(td_wire_follow_rep_encode(&f, buf, sizeof(buf)),
+		     -EINVAL);
+	buf[16] = TD_WIRE_FOLLOW_FDS + 1;
+	cr_assert_eq(td_wire_follow_rep_decode(buf, (size_t)n, &fg, &e),
 		     -EOVERFLOW);
 	/* the request: flags must be 0 */
 	struct td_wire_status_req rq = {.flags = 1};

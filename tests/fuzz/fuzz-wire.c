@@ -96,6 +96,7 @@ static void bodies(const uint8_t *b, size_t len)
 	TRY(error);
 	TRY(status_req);
 	TRY(ring_wake_rep);
+	TRY(follow_rep);
 	list_rep(b, len);
 	status_rep(b, len);
 }

@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * proto/follow: the shared-memory layout of a FOLLOW (docs/fastpath.md,
+ * "Following a name"): a plain-API consumer of a stream that takes each
+ * new version of a name without a message to the daemon.
+ *
+ * The daemon keeps, per followed name, one "bell" memfd:
+ *
+ *   header   written by the daemon only; followers map it read-only. A
+ *            hot line (seq, the futex word; latest, which version and
+ *            which entry) and TD_FOLLOW_ENTRIES entries, each the body
+ *            of the GET reply a consumer would have received for one
+ *            version, with every fd left out (fd -1: the consumer maps
+ *            the buffer from its own cache, by buffer id).
+ *
+ * and per follower one "row" memfd of one page, read-write for that
+ * follower and the daemon only: which version it holds, whether it
+ * sleeps. A follower can write only its own row.
+ *
+ * A hold is a lease the daemon learns about only when it needs to: when
+ * a version stops being the latest (replaced, deleted, evicted) the
+ * daemon scans the rows and takes a reference on the version for every
+ * row that holds it, dropped once the row holds something else. The
+ * order is the ring's (docs/fastpath.md, "Why a held slot is never
+ * rewritten"): daemon *store latest; bump seq; load held* against
+ * follower *exchange held; load seq; load latest*.
+ *
+ * All words are native-endian C11 atomics: a bell never leaves the host.
+ * Every index read from shared memory is bounds-checked by its reader.
+ */
+#ifndef TD_PROTO_FOLLOW_H
+#define TD_PROTO_FOLLOW_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TD_FOLLOW_MAGIC 0x574c4654u /* "TFLW" little-endian */
+#define TD_FOLLOW_LAYOUT 1
+
+#define TD_FOLLOW_PAGE 4096u
+/* Entries in a bell: the latest version's and those of held versions.
+ * Never more are needed than rows + 1; when all are in use the latest
+ * version is named with TD_FOLLOW_ENTRY_NONE and followers GET it. */
+#define TD_FOLLOW_ENTRIES 16u
+#define TD_FOLLOW_ENTRY_LEN 4096u /* header + body, one page */
+#define TD_FOLLOW_ENTRY_BODY (TD_FOLLOW_ENTRY_LEN - 16u)
+/* Followers of one name at a time. */
+#define TD_FOLLOW_MAX_ROWS 64u
+
+/* latest's entry byte when the version has no entry: its reply would not
+ * fit, it carries a fence (an fd), or every entry is in use. A follower
+ * takes such a version with a GET of that exact version. */
+#define TD_FOLLOW_ENTRY_NONE 0xffu
+
+/* row.held of a row that holds nothing */
+#define TD_FOLLOW_NONE 0u
+
+/* row.waiting */
+#define TD_FOLLOW_WAIT_FUTEX 1u /* asleep on header.seq */
+
+struct td_follow_hdr {
+	/* written once by the daemon; informational (followers use the
+	 * FOLLOW reply) */
+	uint32_t magic;
+	uint32_t layout;
+	uint32_t entry_count;
+	uint32_t entry_len;
+	uint8_t pad0[48];
+	/* the line written on every version */
+	_Alignas(64) _Atomic uint32_t seq; /* futex word: +1 per change */
+	_Atomic uint32_t flags;            /* reserved, 0 */
+	/* version << 8 | entry; 0 = the name has no version now */
+	_Atomic uint64_t latest;
+	uint8_t pad1[48];
+};
+
+struct td_follow_entry {
+	/* the version whose reply body this is; 0 while written */
+	_Atomic uint64_t version;
+	uint32_t len; /* body bytes */
+	uint32_t pad;
+	uint8_t body[TD_FOLLOW_ENTRY_BODY];
+};
+
+struct td_follow_row {
+	/* the version this follower reads, TD_FOLLOW_NONE for none */
+	_Alignas(64) _Atomic uint64_t held;
+	_Atomic uint32_t waiting; /* 0 or TD_FOLLOW_WAIT_FUTEX */
+	uint32_t pad;
+};
+
+_Static_assert(offsetof(struct td_follow_hdr, seq) == 64, "hot line");
+_Static_assert(sizeof(struct td_follow_hdr) <= TD_FOLLOW_PAGE, "hdr page");
+_Static_assert(sizeof(struct td_follow_entry) == TD_FOLLOW_ENTRY_LEN,
+	       "entry layout");
+_Static_assert(sizeof(struct td_follow_row) <= TD_FOLLOW_PAGE, "row page");
+
+/* File sizes: the header page, then the entries; a row is one page. */
+#define TD_FOLLOW_BELL_LEN                                                    \
+	(TD_FOLLOW_PAGE + TD_FOLLOW_ENTRIES * TD_FOLLOW_ENTRY_LEN)
+#define TD_FOLLOW_ROW_LEN TD_FOLLOW_PAGE
+
+static inline struct td_follow_entry *td_follow_entry_at(void *bell,
+							 uint32_t e)
+{
+	return (struct td_follow_entry *)((uint8_t *)bell + TD_FOLLOW_PAGE +
+					  (size_t)e * TD_FOLLOW_ENTRY_LEN);
+}
+
+static inline uint64_t td_follow_latest_pack(uint64_t version, uint32_t entry)
+{
+	return version << 8 | (entry & 0xffu);
+}
+
+/*
+ * Re-read `latest` to check a hold or a sleep decided on an earlier read:
+ * `seq` first (the daemon stores latest with release order, then bumps
+ * seq, a seq_cst read-modify-write), as td_ring_latest_recheck.
+ */
+static inline uint64_t td_follow_latest_recheck(const struct td_follow_hdr *h)
+{
+	(void)atomic_load(&((struct td_follow_hdr *)h)->seq);
+	return atomic_load(&((struct td_follow_hdr *)h)->latest);
+}
+
+#endif
