@@ -443,7 +443,15 @@ bool td__access_check(struct td__peer *p, const struct td_wire_hdr *h,
 td__handler td__loan_alloc, td__publish, td__lease_get, td__lease_release,
 	td__catalog_list, td__catalog_stat, td__catalog_delete,
 	td__catalog_watch, td__catalog_unwatch, td__ring_create,
-	td__ring_subscribe, td__ring_close, td__ring_stat, td__ring_wake;
+	td__ring_subscribe, td__ring_close, td__ring_stat, td__ring_wake,
+	td__follow, td__follow_close;
+
+/* ---- follow.c (docs/fastpath.md, "Following a name") ---- */
+
+/* Register the store's bell hooks (td__store_bell_set). */
+void td__follow_init(void);
+/* End a dying peer's follows (their holds, rows, emptied bells). */
+void td__follow_peer_gone(struct td__peer *p);
 
 /* ---- ring.c (docs/fastpath.md) ---- */
 

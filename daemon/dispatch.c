@@ -31,6 +31,8 @@ static const struct td__op ops[] = {
 	{TD_OP_RING_STAT, R, 0, td__ring_stat},
 	{TD_OP_STATUS, 0, 0, td__status},
 	{TD_OP_RING_WAKE, 0, TD__OP_FDS, td__ring_wake},
+	{TD_OP_FOLLOW, R, 0, td__follow},
+	{TD_OP_FOLLOW_CLOSE, 0, 0, td__follow_close},
 };
 
 #undef R
@@ -113,6 +115,7 @@ static void peer_gone(struct td__peer *p)
 	td__catalog_peer_gone(p);
 	td__store_peer_gone(p);
 	td__ring_peer_gone(p);
+	td__follow_peer_gone(p);
 	/* a connection is a few records itself (peer, poll, queue) */
 	td__store_trim(4);
 }
@@ -124,4 +127,5 @@ void td__dispatch_init(void)
 
 	td__peer_handlers_set(&handlers);
 	td__lease_init();
+	td__follow_init();
 }

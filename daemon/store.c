@@ -54,6 +54,20 @@ void td__store_changed(void)
 		keeper->changed();
 }
 
+/* ---- followed names' hooks (follow.c, struct td__store_bell) ---- */
+
+static const struct td__store_bell *bell;
+
+void td__store_bell_set(const struct td__store_bell *b)
+{
+	bell = b;
+}
+
+static bool bell_pins(const struct td__version *v)
+{
+	return bell && v && bell->pins(v);
+}
+
 /* ---- spare records (no per-handoff allocation in the steady state) ---- */
 
 static struct td__list *spare_take(struct td__spares *sp)
@@ -438,6 +452,8 @@ struct td__version *td__name_set(struct td__store *s, struct td__version *v)
 		s->count++;
 	}
 	s->names[at] = v;
+	if (bell)
+		bell->changed(v, old);
 	return old;
 }
 
@@ -451,6 +467,8 @@ void td__name_remove(struct td__store *s, const struct td__version *v)
 	memmove(&s->names[at], &s->names[at + 1],
 		(s->count - at - 1) * sizeof(*s->names));
 	s->count--;
+	if (bell)
+		bell->changed(NULL, (struct td__version *)v);
 }
 
 /* ---- eviction (quota.c counts the bytes, this picks what goes) ---- */
@@ -477,7 +495,12 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 	uint64_t fair = td__acct_fair_share(s, uid);
 	int rc = 0;
 
-	if (old && old->refs == 1) {
+	if (bell)
+		bell->sweep(); /* holds let go of free their versions now */
+	/* a followed version may be held right now: its bytes stay counted */
+	if (bell_pins(old)) {
+		/* nothing freed for sure */
+	} else if (old && old->refs == 1) {
 		total -= old->acct;
 		if (old->uid == uid)
 			mine -= old->acct;
@@ -517,6 +540,7 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 			struct td__version *v = s->names[i];
 
 			if (v == old || v->evict || v->refs != 1 ||
+			    bell_pins(v) ||
 			    (v->flags & TD_WIRE_PUB_PIN) ||
 			    !td__acct_evictable(s, v->uid, uid, over_uid,
 						fair))

@@ -209,6 +209,23 @@ struct td__store {
 
 /* ---- store.c ---- */
 
+/*
+ * Followed names (follow.c registers these, so store.c calls no file
+ * above it): `changed` when a name's current version changes (now the
+ * new one or NULL, gone the one it replaced or removed, either NULL),
+ * called inside td__name_set/td__name_remove before gone's reference is
+ * dropped; `pins` whether v is a followed name's current version (which
+ * a follower may read at any moment, so it is neither evicted nor
+ * counted as freed by a PUBLISH that replaces it); `sweep` drops the
+ * holds followers have let go of, before room is looked for.
+ */
+struct td__store_bell {
+	void (*changed)(struct td__version *now, struct td__version *gone);
+	bool (*pins)(const struct td__version *v);
+	void (*sweep)(void);
+};
+void td__store_bell_set(const struct td__store_bell *b);
+
 /* Persistence (struct td__store_keeper): a published version's fd goes
  * to the fd store (its id, 0 = not stored); a restored one adopts its
  * stored id (0 or -errno); the set of current versions changed. */

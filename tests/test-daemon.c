@@ -586,7 +586,7 @@ DTest(hello_without_feature_bits_gets_the_version_1_reply)
 			     TD_WIRE_FEAT_GET_HELD | TD_WIRE_FEAT_STATUS |
 			     TD_WIRE_FEAT_RING_WAKE | TD_WIRE_FEAT_PUB_LOAN |
 			     TD_WIRE_FEAT_RELEASE_QUIET |
-			     TD_WIRE_FEAT_DELETE_IF);
+			     TD_WIRE_FEAT_DELETE_IF | TD_WIRE_FEAT_FOLLOW);
 	close_msg_fds(m);
 	close(sock);
 }

@@ -1,0 +1,506 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * FOLLOW and FOLLOW_CLOSE (docs/protocol.md §13, docs/fastpath.md
+ * "Following a name"): plain-API consumers of a stream that take each
+ * new version of a name from shared memory, with no message per version.
+ *
+ * Per followed name a bell (proto/follow.h): the daemon writes the
+ * current version's GET reply into an entry, stores `latest`, bumps
+ * `seq` and wakes sleepers, inside td__name_set/td__name_remove (the
+ * store's hooks, struct td__store_bell). Per follower a row memfd of its
+ * own: which version it holds. When a version stops being current the
+ * rows are scanned and every hold found becomes a reference on the
+ * version (and a lease in STAT), dropped by sweep() once the row holds
+ * something else: at the bell's next change, before room is looked for,
+ * and when the follower leaves.
+ */
+#include "store.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "follow.h"
+#include "os.h"
+#include "wire-status.h"
+
+#define MAX_BELLS 256           /* followed names in the daemon */
+#define MAX_FOLLOWS_PER_PEER 64 /* follows of one connection */
+#define CTL_MEMFD                                                             \
+	(TD__MEMFD_SEALABLE | TD__MEMFD_RESERVE | TD__MEMFD_SEAL_SIZE)
+
+struct follower {
+	struct td__peer *peer; /* NULL: the row is free */
+	uint64_t id;
+	int row_fd;
+	struct td_follow_row *row;
+	/* the retired version this row holds, referenced, or NULL */
+	struct td__version *held;
+};
+
+struct bell {
+	struct td__list link;
+	int fd_rw, fd_ro;
+	struct td_follow_hdr *hdr;
+	uint64_t cur; /* the version `latest` names, 0 none */
+	const struct td__version *cur_v;
+	uint64_t entry_of[TD_FOLLOW_ENTRIES]; /* version in each entry */
+	unsigned followers;
+	struct follower rows[TD_FOLLOW_MAX_ROWS];
+	uint16_t name_len;
+	char name[TD_WIRE_MAX_NAME + 1];
+};
+
+static struct td__list bells = {&bells, &bells};
+static unsigned bell_count;
+static uint64_t next_id = 1;
+
+static struct bell *bell_named(const char *name, size_t len)
+{
+	for (struct td__list *l = bells.next; l != &bells; l = l->next) {
+		struct bell *b = td__container_of(l, struct bell, link);
+
+		if (b->name_len == len && memcmp(b->name, name, len) == 0)
+			return b;
+	}
+	return NULL;
+}
+
+/* ---- holds ---- */
+
+static void hold_drop(struct follower *f)
+{
+	struct td__version *v = f->held;
+
+	f->held = NULL;
+	v->lease_count--;
+	td__version_unref(td__d->store, v);
+}
+
+/* Drop the holds of b's rows that now hold something else. */
+static void bell_sweep(struct bell *b)
+{
+	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++) {
+		struct follower *f = &b->rows[i];
+
+		if (f->held && atomic_load(&f->row->held) != f->held->number)
+			hold_drop(f);
+	}
+}
+
+/*
+ * v stopped being `latest` (the store and bump are done): every row that
+ * holds it now keeps it (a follower whose hold comes later sees the new
+ * `latest` when it checks, and lets go).
+ */
+static void bell_retire(struct bell *b, struct td__version *v)
+{
+	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++) {
+		struct follower *f = &b->rows[i];
+
+		if (!f->peer || f->held ||
+		    atomic_load(&f->row->held) != v->number)
+			continue;
+		f->held = v;
+		v->refs++;
+		v->lease_count++;
+	}
+}
+
+/* ---- entries ---- */
+
+static bool entry_busy(const struct bell *b, uint32_t e)
+{
+	uint64_t n = b->entry_of[e];
+
+	if (n == 0)
+		return false;
+	if (n == b->cur)
+		return true;
+	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
+		if (b->rows[i].held && b->rows[i].held->number == n)
+			return true;
+	return false;
+}
+
+/*
+ * Write v's GET reply, every fd left out, into a free entry: its index,
+ * or TD_FOLLOW_ENTRY_NONE when v has a fence (an fd no entry can carry),
+ * its reply does not fit, or every entry is held.
+ */
+static uint32_t entry_write(struct bell *b, const struct td__version *v)
+{
+	struct td_wire_get_rep r = {
+		.version = v->number,
+		.meta = {v->meta, v->meta_len},
+		.blob = {v->blob, v->blob_len},
+		.fd_count = v->nfds,
+	};
+	struct td_follow_entry *ent;
+	uint32_t e;
+	int64_t len;
+
+	for (uint32_t i = 0; i < v->nfds; i++) {
+		if (!v->fds[i].tracked)
+			return TD_FOLLOW_ENTRY_NONE; /* a fence */
+		r.fds[i].fd = -1;
+		r.fds[i].buffer_id = v->fds[i].buffer_id;
+	}
+	for (e = 0; e < TD_FOLLOW_ENTRIES && entry_busy(b, e); e++)
+		;
+	if (e == TD_FOLLOW_ENTRIES)
+		return TD_FOLLOW_ENTRY_NONE;
+	ent = td_follow_entry_at(b->hdr, e);
+	/* nobody holds the entry's version: a seqlock only for a follower
+	 * whose connection is gone and still reads (it re-checks) */
+	atomic_store_explicit(&ent->version, 0, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	len = td_wire_get_rep_encode(&r, ent->body, sizeof(ent->body));
+	if (len < 0) {
+		b->entry_of[e] = 0;
+		return TD_FOLLOW_ENTRY_NONE;
+	}
+	ent->len = (uint32_t)len;
+	atomic_store_explicit(&ent->version, v->number, memory_order_release);
+	b->entry_of[e] = v->number;
+	return e;
+}
+
+/* ---- a change of the current version ---- */
+
+static void bell_wake(struct bell *b)
+{
+	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
+		if (b->rows[i].peer && atomic_load(&b->rows[i].row->waiting)) {
+			td__futex_wake((const uint32_t *)&b->hdr->seq,
+				       INT_MAX);
+			return;
+		}
+}
+
+/* now becomes `latest` (NULL: the name has none), gone is retired. */
+static void bell_set(struct bell *b, struct td__version *now,
+		     struct td__version *gone)
+{
+	uint32_t e = TD_FOLLOW_ENTRY_NONE;
+
+	bell_sweep(b);
+	if (now)
+		e = entry_write(b, now);
+	b->cur = now ? now->number : 0;
+	b->cur_v = now;
+	atomic_store_explicit(&b->hdr->latest,
+			      now ? td_follow_latest_pack(now->number, e) : 0,
+			      memory_order_release);
+	atomic_fetch_add(&b->hdr->seq, 1);
+	if (gone)
+		bell_retire(b, gone);
+	bell_wake(b);
+}
+
+static void on_changed(struct td__version *now, struct td__version *gone)
+{
+	const struct td__version *v = now ? now : gone;
+	struct bell *b;
+
+	if (!v || td__list_empty(&bells))
+		return;
+	b = bell_named(v->name, v->name_len);
+	if (!b || (!now && b->cur_v != gone))
+		return;
+	bell_set(b, now, gone);
+}
+
+static bool on_pins(const struct td__version *v)
+{
+	const struct bell *b;
+
+	if (td__list_empty(&bells))
+		return false;
+	b = bell_named(v->name, v->name_len);
+	return b && b->cur_v == v;
+}
+
+static void on_sweep(void)
+{
+	for (struct td__list *l = bells.next; l != &bells; l = l->next)
+		bell_sweep(td__container_of(l, struct bell, link));
+}
+
+/* ---- bells and rows ---- */
+
+static void bell_free(struct bell *b)
+{
+	td__list_del(&b->link);
+	bell_count--;
+	munmap(b->hdr, TD_FOLLOW_BELL_LEN);
+	close(b->fd_rw);
+	close(b->fd_ro);
+	free(b);
+}
+
+static struct bell *bell_new(struct td_wire_str name, const char **why)
+{
+	struct bell *b = calloc(1, sizeof(*b));
+	void *p;
+
+	if (!b) {
+		*why = "out of memory";
+		return NULL;
+	}
+	b->fd_ro = -1;
+	b->fd_rw = td__memfd_new("tensord-follow", TD_FOLLOW_BELL_LEN,
+				 CTL_MEMFD, why);
+	if (b->fd_rw < 0)
+		goto fail;
+	b->fd_ro = td__reopen_ro(b->fd_rw);
+	if (b->fd_ro < 0) {
+		*why = "cannot reopen the memfd read-only (is /proc mounted?)";
+		goto fail;
+	}
+	p = mmap(NULL, TD_FOLLOW_BELL_LEN, PROT_READ | PROT_WRITE, MAP_SHARED,
+		 b->fd_rw, 0);
+	if (p == MAP_FAILED) {
+		*why = "cannot map the bell";
+		goto fail;
+	}
+	b->hdr = p;
+	b->hdr->magic = TD_FOLLOW_MAGIC;
+	b->hdr->layout = TD_FOLLOW_LAYOUT;
+	b->hdr->entry_count = TD_FOLLOW_ENTRIES;
+	b->hdr->entry_len = TD_FOLLOW_ENTRY_LEN;
+	b->name_len = name.len;
+	memcpy(b->name, name.ptr, name.len);
+	td__list_add_tail(&bells, &b->link);
+	bell_count++;
+	return b;
+fail:
+	if (b->fd_rw >= 0)
+		close(b->fd_rw);
+	if (b->fd_ro >= 0)
+		close(b->fd_ro);
+	free(b);
+	return NULL;
+}
+
+/*
+ * A follower leaves: its hold, its row, the bell when it was the last
+ * (true: b is freed).
+ */
+static bool follower_end(struct bell *b, struct follower *f)
+{
+	if (f->held)
+		hold_drop(f);
+	munmap(f->row, TD_FOLLOW_ROW_LEN);
+	close(f->row_fd);
+	td__tenant_sub(f->peer->uid, TD__LIM_FDS, 1);
+	*f = (struct follower){.row_fd = -1};
+	if (--b->followers)
+		return false;
+	bell_free(b);
+	return true;
+}
+
+static unsigned peer_follows(const struct td__peer *p)
+{
+	unsigned n = 0;
+
+	for (struct td__list *l = bells.next; l != &bells; l = l->next) {
+		struct bell *b = td__container_of(l, struct bell, link);
+
+		for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
+			n += b->rows[i].peer == p;
+	}
+	return n;
+}
+
+static int row_make(struct follower *f, const char **why)
+{
+	void *p;
+
+	f->row_fd = td__memfd_new("tensord-follow-row", TD_FOLLOW_ROW_LEN,
+				  CTL_MEMFD, why);
+	if (f->row_fd < 0)
+		return f->row_fd;
+	p = mmap(NULL, TD_FOLLOW_ROW_LEN, PROT_READ | PROT_WRITE, MAP_SHARED,
+		 f->row_fd, 0);
+	if (p == MAP_FAILED) {
+		*why = "cannot map the row";
+		close(f->row_fd);
+		f->row_fd = -1;
+		return -ENOMEM;
+	}
+	f->row = p;
+	atomic_store(&f->row->held, TD_FOLLOW_NONE);
+	atomic_store(&f->row->waiting, 0);
+	return 0;
+}
+
+/* ---- requests ---- */
+
+/* Room for one more follow of p: 0, or the refusal sent and -errno. */
+static int follow_admit(struct td__peer *p, const struct td_wire_hdr *h,
+			struct td_wire_str name)
+{
+	char lim[256];
+	int rc;
+
+	if (td__ring_find(name)) {
+		td__peer_error(p, h->opcode, h->request_id, -EINVAL,
+			       "\"%.*s\" is a ring: subscribe to it",
+			       (int)name.len, name.ptr);
+		return -EINVAL;
+	}
+	if (peer_follows(p) >= MAX_FOLLOWS_PER_PEER) {
+		td__peer_error(p, h->opcode, h->request_id, -ENOBUFS,
+			       "too many follows on this connection (max %d)",
+			       MAX_FOLLOWS_PER_PEER);
+		return -ENOBUFS;
+	}
+	if (!bell_named(name.ptr, name.len) && bell_count >= MAX_BELLS) {
+		td__peer_error(p, h->opcode, h->request_id, -ENOBUFS,
+			       "too many followed names in the daemon "
+			       "(max %d)", MAX_BELLS);
+		return -ENOBUFS;
+	}
+	rc = td__tenant_check(p->uid, TD__LIM_FDS, 1, lim, sizeof(lim));
+	if (rc < 0)
+		td__peer_error(p, h->opcode, h->request_id, rc, "FOLLOW: %s",
+			       lim);
+	return rc;
+}
+
+static void reply_follow(struct td__peer *p, const struct td_wire_hdr *h,
+			 uint32_t req_flags, const struct bell *b,
+			 const struct follower *f)
+{
+	struct td__daemon *d = td__d;
+	int fds[TD_WIRE_FOLLOW_FDS] = {b->fd_ro, f->row_fd};
+	struct td_wire_follow_rep m = {
+		.id = f->id,
+		.entry_count = TD_FOLLOW_ENTRIES,
+		.layout = TD_FOLLOW_LAYOUT,
+		.fd_count = TD_WIRE_FOLLOW_FDS,
+		.fds = {{fds[0], 0}, {fds[1], 0}},
+	};
+	int64_t len = td_wire_follow_rep_encode(&m, TD__TX_BODY(d),
+						TD__TX_CAP);
+
+	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
+		      len < 0 ? 0 : (size_t)len, fds,
+		      (req_flags & TD_WIRE_REQ_SCM) ? TD_WIRE_FOLLOW_FDS : 0);
+}
+
+void td__follow(struct td__peer *p, const struct td__req *rq)
+{
+	const struct td_wire_hdr *h = rq->h;
+	struct td_wire_ring_sub_req m;
+	struct td_err e = {0};
+	const char *why = NULL;
+	struct follower *f = NULL;
+	struct bell *b;
+	bool fresh = false;
+	int rc = td_wire_ring_sub_req_decode(rq->body, h->body_len, &m, &e);
+
+	if (td__peer_bad_body(p, h, rc, &e))
+		return;
+	if (!td__access_check(p, h, rq->op->perm, m.name) ||
+	    follow_admit(p, h, m.name) < 0)
+		return;
+	b = bell_named(m.name.ptr, m.name.len);
+	if (!b) {
+		b = bell_new(m.name, &why);
+		if (!b) {
+			td__peer_error(p, h->opcode, h->request_id, -ENOMEM,
+				       "FOLLOW: %s", why);
+			return;
+		}
+		fresh = true;
+	}
+	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS && !f; i++)
+		if (!b->rows[i].peer)
+			f = &b->rows[i];
+	if (!f) {
+		td__peer_error(p, h->opcode, h->request_id, -EBUSY,
+			       "\"%.*s\" has all its %u follower rows in use",
+			       (int)m.name.len, m.name.ptr,
+			       TD_FOLLOW_MAX_ROWS);
+		return;
+	}
+	rc = row_make(f, &why);
+	if (rc < 0 || td__tenant_add(p->uid, TD__LIM_FDS, 1) < 0) {
+		if (rc == 0) {
+			munmap(f->row, TD_FOLLOW_ROW_LEN);
+			close(f->row_fd);
+			f->row_fd = -1;
+		}
+		if (fresh)
+			bell_free(b);
+		td__peer_error(p, h->opcode, h->request_id, -ENOMEM,
+			       "FOLLOW: %s", why ? why : "out of memory");
+		return;
+	}
+	f->peer = p;
+	f->id = next_id++;
+	b->followers++;
+	if (fresh) {
+		struct td__version *cur =
+			td__name_lookup(td__d->store, m.name);
+
+		if (cur)
+			bell_set(b, cur, NULL);
+	}
+	reply_follow(p, h, m.flags, b, f);
+}
+
+void td__follow_close(struct td__peer *p, const struct td__req *rq)
+{
+	const struct td_wire_hdr *h = rq->h;
+	struct td_wire_ring_close_req m;
+	struct td_err e = {0};
+	int rc = td_wire_ring_close_req_decode(rq->body, h->body_len, &m, &e);
+
+	if (td__peer_bad_body(p, h, rc, &e))
+		return;
+	for (struct td__list *l = bells.next; l != &bells; l = l->next) {
+		struct bell *b = td__container_of(l, struct bell, link);
+
+		for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++) {
+			if (b->rows[i].peer != p || b->rows[i].id != m.id)
+				continue;
+			follower_end(b, &b->rows[i]);
+			td__peer_send(p, h->opcode, TD_WIRE_F_REPLY,
+				      h->request_id, 0, 0, NULL, 0);
+			return;
+		}
+	}
+	td__peer_error(p, h->opcode, h->request_id, -ENOENT,
+		       "no follow %llu on this connection",
+		       (unsigned long long)m.id);
+}
+
+void td__follow_peer_gone(struct td__peer *p)
+{
+	struct td__list *l, *n;
+
+	for (l = bells.next; l != &bells; l = n) {
+		struct bell *b = td__container_of(l, struct bell, link);
+
+		n = l->next;
+		for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
+			if (b->rows[i].peer == p &&
+			    follower_end(b, &b->rows[i]))
+				break;
+	}
+}
+
+void td__follow_init(void)
+{
+	static const struct td__store_bell hooks = {on_changed, on_pins,
+						    on_sweep};
+
+	td__store_bell_set(&hooks);
+}
