@@ -219,6 +219,17 @@ int td__reply_error(const struct td__msg *m, int status,
  */
 int td__get_reply(struct td_client *c, struct td__msg *m, bool nowait,
 		  struct td_tensor **out, struct td_error *err);
+/*
+ * tensor.c: a tensor from a follow entry's GET reply body (every fd left
+ * out: its buffers come from the mapping cache), held through f's row.
+ * -ENOENT when a buffer is not mapped here (err untouched). Lock held.
+ */
+struct td_follow;
+int td__tensor_from_entry(struct td_client *c, const uint8_t *body,
+			  size_t len, uint64_t version, struct td_follow *f,
+			  struct td_tensor **out, struct td_error *err);
+/* follow.c: a tensor held through f's row is released (lock held). */
+void td__follow_let_go(struct td_follow *f);
 /* tensor.c: encode a GET request into c->sbuf; returns the body length. */
 int64_t td__get_encode(struct td_client *c, const char *name, uint32_t mode,
 		       uint64_t version, uint32_t timeout_ms);

@@ -56,6 +56,19 @@ struct td_sub {
 	struct td_sub *lnext; /* c->subs, while a handler is set */
 };
 
+/* ring.c: waiting, shared with follow.c (docs/fastpath.md, "Waiting") */
+/* now + timeout_ms in ns, -1 for a negative timeout (none) */
+int64_t td__deadline_of(int timeout_ms);
+/* the deadline (-1: none) has passed */
+bool td__past(int64_t deadline);
+/* Sleep while *w == val (a shared futex), until deadline (-1: none):
+ * 0 woken or changed, -ETIMEDOUT. */
+int td__futex_wait_until(_Atomic uint32_t *w, uint32_t val, int64_t deadline);
+/* One step of a wait that found nothing: spin (true), or false with
+ * *until the deadline to sleep to. The plan starts on the first call. */
+bool td__pace_wait(const struct td_pace *p, struct td_pace_plan *w,
+		   int64_t deadline, int64_t *until);
+
 /* ring-loop.c: off the client's handler list and its epoll set (lock
  * held). */
 void td__sub_unlink(struct td_sub *s);

@@ -62,7 +62,7 @@ _Static_assert(TD_RING_BACKING_THP == TD_WIRE_RING_THP, "backing");
 
 
 
-static int64_t deadline_of(int timeout_ms)
+int64_t td__deadline_of(int timeout_ms)
 {
 	return timeout_ms < 0 ? -1 : td__now_ns() + (int64_t)timeout_ms * 1000000;
 }
@@ -72,8 +72,8 @@ static int64_t deadline_of(int timeout_ms)
  * PRIVATE flag): the word lives in a memfd mapped by other processes.
  * 0 woken (or the word had changed), -ETIMEDOUT.
  */
-static int futex_wait_until(_Atomic uint32_t *w, uint32_t val,
-			    int64_t deadline)
+int td__futex_wait_until(_Atomic uint32_t *w, uint32_t val,
+			  int64_t deadline)
 {
 	struct timespec ts, *tp = NULL;
 
@@ -123,8 +123,8 @@ void td__pace_init_env(struct td_pace *p)
  * false with *until set to when to stop sleeping: the caller's deadline
  * (-1: none). The plan starts on the first call.
  */
-static bool pace_wait(const struct td_pace *p, struct td_pace_plan *w,
-		      int64_t deadline, int64_t *until)
+bool td__pace_wait(const struct td_pace *p, struct td_pace_plan *w,
+		   int64_t deadline, int64_t *until)
 {
 	int64_t now;
 
@@ -600,7 +600,7 @@ static int pick(struct td_ring *r)
 }
 
 /* The caller's deadline (-1: none) has passed. */
-static bool past(int64_t deadline)
+bool td__past(int64_t deadline)
 {
 	return deadline >= 0 && td__now_ns() >= deadline;
 }
@@ -625,23 +625,23 @@ int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
 	if (s < 0) {
 		if (timeout_ms == 0)
 			return -ETIMEDOUT;
-		deadline = deadline_of(timeout_ms);
+		deadline = td__deadline_of(timeout_ms);
 		for (;;) {
 			uint32_t w = atomic_load(&rd->release_seq);
 
 			s = pick(r);
 			if (s >= 0)
 				break;
-			if (past(deadline))
+			if (td__past(deadline))
 				return -ETIMEDOUT;
-			if (pace_wait(&r->pace, &plan, deadline, &until))
+			if (td__pace_wait(&r->pace, &plan, deadline, &until))
 				continue;
 			/* announce the sleep, then look once more (Dekker
 			 * with the reader's clear-then-check) */
 			atomic_store(&rd->prod_waiting, 1);
 			s = pick(r);
 			if (s < 0)
-				futex_wait_until(&rd->release_seq, w, until);
+				td__futex_wait_until(&rd->release_seq, w, until);
 			atomic_store(&rd->prod_waiting, 0);
 			if (s >= 0)
 				break;
@@ -757,7 +757,7 @@ int td_ring_subscribe(struct td_client *c, const char *name, int timeout_ms,
 	struct td_wire_ring_rep r = {0};
 	struct td_sub *sub;
 	struct td__msg rep;
-	int64_t deadline = deadline_of(timeout_ms), len;
+	int64_t deadline = td__deadline_of(timeout_ms), len;
 	int rc;
 
 	if (!c || !out)
@@ -957,17 +957,17 @@ int td_sub_next(struct td_sub *s, int timeout_ms, struct td_view *view)
 		if (timeout_ms == 0)
 			return -ETIMEDOUT;
 		if (deadline == -2)
-			deadline = deadline_of(timeout_ms);
-		if (past(deadline))
+			deadline = td__deadline_of(timeout_ms);
+		if (td__past(deadline))
 			return -ETIMEDOUT;
-		if (pace_wait(&s->pace, &plan, deadline, &until))
+		if (td__pace_wait(&s->pace, &plan, deadline, &until))
 			continue;
 		/* announce the sleep, then check once more (Dekker with the
 		 * producer's publish-then-check-sleepers) */
 		atomic_store(&s->row->waiting, 1);
 		if (td_ring_latest_recheck(h) == latest &&
 		    !(atomic_load(&h->flags) & TD_RING_CLOSED))
-			futex_wait_until(&h->seq, seq, until);
+			td__futex_wait_until(&h->seq, seq, until);
 		atomic_store(&s->row->waiting, 0);
 	}
 }
@@ -980,7 +980,7 @@ int td_sub_fence_wait(struct td_sub *s, int timeout_ms)
 	if (!s || !s->holding)
 		return -EINVAL;
 	f = &s->m.hdr->slots[s->held_slot].fence;
-	deadline = deadline_of(timeout_ms);
+	deadline = td__deadline_of(timeout_ms);
 	for (;;) {
 		/* acquire: the signal's release orders the device's bytes */
 		uint32_t v = atomic_load_explicit(f, memory_order_acquire);
@@ -993,9 +993,9 @@ int td_sub_fence_wait(struct td_sub *s, int timeout_ms)
 		if (v != TD_RING_FENCE_PENDING)
 			return v == TD_RING_FENCE_ABANDONED ? -EPIPE
 							    : -EBADMSG;
-		if (timeout_ms == 0 || past(deadline))
+		if (timeout_ms == 0 || td__past(deadline))
 			return -ETIMEDOUT;
-		futex_wait_until(f, TD_RING_FENCE_PENDING, deadline);
+		td__futex_wait_until(f, TD_RING_FENCE_PENDING, deadline);
 	}
 }
 

@@ -50,6 +50,8 @@ struct td_tensor {
 	struct td__map *maps[TD_WIRE_MAX_PLANES];
 	/* maps[i] is a dma-buf whose CPU access was started (SYNC_START) */
 	bool synced[TD_WIRE_MAX_PLANES];
+	/* held through a follow's row (lease_id 0), not a lease */
+	struct td_follow *follow;
 };
 
 /* ---- mapping cache ---- */
@@ -136,6 +138,8 @@ int td__map_get(struct td_client *c, uint64_t buffer_id, int32_t remote,
 		*out = m;
 		return 0; /* an attached duplicate is closed by the caller */
 	}
+	if (remote < 0 && !scm)
+		return -ENOENT; /* left out, and not mapped here */
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
@@ -305,9 +309,12 @@ static void tensor_release(struct td_tensor *t, bool quiet)
 	pthread_mutex_lock(&c->lock);
 	/*
 	 * A closed or broken connection already ended the lease on the
-	 * daemon's side; there is nothing to tell it then.
+	 * daemon's side; there is nothing to tell it then. A follow's
+	 * hold is one store to its row.
 	 */
-	if (c->sock >= 0 && !c->dead && t->epoch == c->epoch)
+	if (t->follow)
+		td__follow_let_go(t->follow);
+	else if (c->sock >= 0 && !c->dead && t->epoch == c->epoch)
 		send_release(c, t->lease_id, quiet, false);
 	tensor_free_locked(t);
 	pthread_mutex_unlock(&c->lock);
@@ -388,7 +395,7 @@ static int tensor_describe(struct td_tensor *t, const struct td_blob_view *v,
 static int tensor_import(struct td_client *c, struct td_tensor *t,
 			 const struct td_wire_get_rep *rep,
 			 const struct td_blob_view *v, struct td__msg *m,
-			 struct td_error *err)
+			 bool cache_only, struct td_error *err)
 {
 	struct td__map *tab[TD_WIRE_MAX_PLANES + 1] = {0};
 	/* the span of each fd-table entry the planes use (windows) */
@@ -424,8 +431,9 @@ static int tensor_import(struct td_client *c, struct td_tensor *t,
 	}
 	cur = TD_BLOB_CURSOR_INIT;
 	for (uint32_t i = 0; i < rep->fd_count; i++) {
-		/* left out because this client said it maps that buffer */
-		bool omitted = scm_path && rep->fds[i].fd < 0;
+		/* left out because this client said it maps that buffer,
+		 * or a follow's entry (which carries no fd at all) */
+		bool omitted = (scm_path || cache_only) && rep->fds[i].fd < 0;
 		int *scm = !omitted && k < m->nfds ? &m->fds[k++] : NULL;
 
 		if (v->fence_fd >= 0 && (uint32_t)v->fence_fd == i) {
@@ -441,6 +449,8 @@ static int tensor_import(struct td_client *c, struct td_tensor *t,
 		}
 		rc = td__map_get(c, rep->fds[i].buffer_id, rep->fds[i].fd, scm,
 				 lo[i] > hi[i] ? 0 : lo[i], hi[i], &tab[i]);
+		if (rc == -ENOENT && cache_only)
+			return -ENOENT; /* the caller GETs it instead */
 		if (rc < 0 && omitted)
 			return td__fail(err, -EPROTO, "GET reply left out "
 					"buffer %u (id %llu), which is not "
@@ -550,23 +560,21 @@ int64_t td__get_encode(struct td_client *c, const char *name, uint32_t mode,
 				      TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 }
 
-int td__get_reply(struct td_client *c, struct td__msg *m, bool nowait,
-		  struct td_tensor **out, struct td_error *err)
+/*
+ * A tensor from a decoded GET reply (or a follow's entry: cache_only,
+ * every fd left out). Lock held; -ENOENT in cache_only when a buffer is
+ * not mapped here (nothing reported in err).
+ */
+static int tensor_build(struct td_client *c, const struct td_wire_get_rep *rp,
+			struct td__msg *m, bool cache_only,
+			struct td_tensor **out, struct td_error *err)
 {
-	struct td_wire_get_rep rep;
+	const struct td_wire_get_rep rep = *rp;
 	struct td_blob_view v;
 	struct td_tensor *t = NULL;
 	struct td_err e = {0};
-	bool leased = false;
 	int rc;
 
-	rc = td_wire_get_rep_decode(m->body, m->body_len, &rep, &e);
-	if (rc < 0) {
-		rc = td__fail(err, -EPROTO, "bad GET reply: %s",
-			      e.reason ? e.reason : "");
-		goto out;
-	}
-	leased = true;
 	rc = td_blob_decode(rep.blob.ptr, rep.blob.len, &v, &e);
 	if (rc == 0)
 		rc = td_blob_check(&v, rep.fd_count, &e);
@@ -591,20 +599,54 @@ int td__get_reply(struct td_client *c, struct td__msg *m, bool nowait,
 		td__fail(err, rc, "out of memory");
 		goto out;
 	}
-	rc = tensor_import(c, t, &rep, &v, m, err);
+	rc = tensor_import(c, t, &rep, &v, m, cache_only, err);
 	if (rc < 0)
 		goto out;
 	td__client_ref(c);
 	*out = t;
 	t = NULL;
-	leased = false;
 out:
-	td__msg_close_fds(m);
 	if (t)
 		tensor_free_locked(t);
+	return rc;
+}
+
+int td__get_reply(struct td_client *c, struct td__msg *m, bool nowait,
+		  struct td_tensor **out, struct td_error *err)
+{
+	struct td_wire_get_rep rep;
+	struct td_err e = {0};
+	int rc;
+
+	rc = td_wire_get_rep_decode(m->body, m->body_len, &rep, &e);
+	if (rc < 0) {
+		td__msg_close_fds(m);
+		return td__fail(err, -EPROTO, "bad GET reply: %s",
+				e.reason ? e.reason : "");
+	}
+	rc = tensor_build(c, &rep, m, false, out, err);
+	td__msg_close_fds(m);
 	/* a lease granted but not handed out must not outlive this call */
-	if (leased)
+	if (rc < 0)
 		send_release(c, rep.lease_id, false, nowait);
+	return rc;
+}
+
+int td__tensor_from_entry(struct td_client *c, const uint8_t *body,
+			  size_t len, uint64_t version, struct td_follow *f,
+			  struct td_tensor **out, struct td_error *err)
+{
+	struct td_wire_get_rep rep;
+	struct td__msg none = {0};
+	struct td_err e = {0};
+	int rc = td_wire_get_rep_decode(body, len, &rep, &e);
+
+	if (rc < 0 || rep.version != version || rep.lease_id != 0)
+		return td__fail(err, -EPROTO, "bad follow entry: %s",
+				e.reason ? e.reason : "version");
+	rc = tensor_build(c, &rep, &none, true, out, err);
+	if (rc == 0)
+		(*out)->follow = f;
 	return rc;
 }
 

@@ -407,6 +407,47 @@ TD_EXPORT int td_client_get_newer(struct td_client *c, const char *name,
 				  struct td_tensor **out, struct td_error *err);
 
 /*
+ * Following a name (docs/fastpath.md, "Following a name"): a consumer of
+ * a stream that takes each new version without a message to the daemon.
+ * The daemon writes each new version's description into shared memory
+ * and wakes the followers; a follower holds the version through a row
+ * of its own that the daemon honours as a lease, and maps its buffers
+ * from this client's mapping cache. A buffer not mapped here yet (the
+ * first versions; every version of a producer that does not recycle
+ * its buffers, td_client_alloc_ex) and a version with a fence are
+ * taken with a GET of that exact version instead: the same tensor,
+ * one round trip. A stream of TD_ALLOC_STREAM versions settles on no
+ * message at all on the consumer's side.
+ *
+ * The name needs not exist yet; a deleted name is followed on to its
+ * next version. While followed, a name's current version is not
+ * evicted, and the version a PUBLISH replaces still counts against the
+ * limits until no follower holds it.
+ * Returns 0 and *out (end it with td_follow_close()), -EOPNOTSUPP when
+ * the daemon does not serve FOLLOW, -EINVAL for a ring name (use
+ * td_ring_subscribe()), -EACCES, -EBUSY (64 followers of that name), or
+ * -errno.
+ */
+struct td_follow;
+TD_EXPORT int td_client_follow(struct td_client *c, const char *name,
+			       struct td_follow **out, struct td_error *err);
+/*
+ * The newest version of the followed name newer than the last one this
+ * follow returned (versions in between are skipped), waiting up to
+ * timeout_ms (-1 forever; 0: -EAGAIN at once when there is none). *out
+ * is a tensor as td_client_get() gives; end it with td_tensor_release()
+ * (or _nowait: for a tensor taken from shared memory either is one store,
+ * no message) before the next call, which returns -EBUSY otherwise.
+ * -ETIMEDOUT, -EPIPE when the connection is gone (follow again on a
+ * new one), -ECHILD in a child of fork(). One thread at a time.
+ */
+TD_EXPORT int td_follow_next(struct td_follow *f, int timeout_ms,
+			     struct td_tensor **out, struct td_error *err);
+/* End a follow (after the last tensor it gave is released, if one is
+ * still held). Accepts NULL. */
+TD_EXPORT void td_follow_close(struct td_follow *f);
+
+/*
  * Release a tensor: tells the daemon the lease is over and drops this
  * tensor's references to its mappings. Accepts NULL.
  *

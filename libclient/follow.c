@@ -1,0 +1,406 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libtensord: following a name (docs/fastpath.md, "Following a name";
+ * layout proto/follow.h). FOLLOW once; then each version is taken from
+ * the daemon's bell with a few atomics on this follow's own row, and
+ * its buffers come from the client's mapping cache. A version whose
+ * entry is missing or whose buffers are not mapped here is taken with a
+ * GET of that exact version, held meanwhile through the row so the
+ * daemon keeps it.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "follow.h"
+#include "ring-int.h"
+#include "wire-status.h"
+
+/* A sleeping follower looks at its connection this often: a daemon that
+ * is gone writes no bell. */
+#define HUP_CHECK_NS 1000000000ll
+
+struct td_follow {
+	struct td_client *c;
+	uint64_t id;
+	uint32_t epoch; /* c->epoch of the connection that followed */
+	const struct td_follow_hdr *hdr; /* the bell, read-only */
+	struct td_follow_row *row;
+	uint64_t last; /* newest version returned */
+	struct td_pace pace;
+	bool out;     /* a tensor held through the row is not released */
+	bool closing; /* td_follow_close() waits for that release */
+	char name[TD_WIRE_MAX_NAME + 1];
+	uint8_t body[TD_FOLLOW_ENTRY_BODY]; /* an entry, copied */
+};
+
+static void follow_unmap(struct td_follow *f)
+{
+	if (f->hdr)
+		munmap((void *)f->hdr, TD_FOLLOW_BELL_LEN);
+	if (f->row)
+		munmap(f->row, TD_FOLLOW_ROW_LEN);
+}
+
+/* Map the reply's two fds: the bell read-only, the row read-write. */
+static int follow_take(struct td_client *c, struct td__msg *rep,
+		       struct td_follow *f, struct td_error *err)
+{
+	static const size_t lens[TD_WIRE_FOLLOW_FDS] = {TD_FOLLOW_BELL_LEN,
+							TD_FOLLOW_ROW_LEN};
+	struct td_wire_follow_rep r;
+	struct td_err e = {0};
+	void *maps[TD_WIRE_FOLLOW_FDS] = {NULL, NULL};
+	int scm[TD_WIRE_MAX_FDS];
+	int rc;
+
+	for (unsigned i = 0; i < TD_WIRE_MAX_FDS; i++)
+		scm[i] = i < rep->nfds ? rep->fds[i] : -1;
+	rep->nfds = 0; /* ours now, in scm[] */
+	rc = td_wire_follow_rep_decode(rep->body, rep->body_len, &r, &e);
+	if (rc == 0 && (r.fd_count != TD_WIRE_FOLLOW_FDS ||
+			r.entry_count != TD_FOLLOW_ENTRIES ||
+			r.layout != TD_FOLLOW_LAYOUT))
+		rc = -EBADMSG;
+	if (rc < 0) {
+		rc = td__fail(err, -EBADMSG, "FOLLOW reply: %s",
+			      e.reason ? e.reason : "another layout");
+		goto out;
+	}
+	f->id = r.id;
+	for (unsigned i = 0; i < TD_WIRE_FOLLOW_FDS; i++) {
+		int fd = -1;
+
+		rc = td__import_fd(c, r.fds[i].fd, &scm[i], &fd);
+		if (rc < 0) {
+			rc = td__fail(err, rc, "import FOLLOW fd: %s",
+				      strerror(-rc));
+			goto out;
+		}
+		maps[i] = mmap(NULL, lens[i],
+			       i ? PROT_READ | PROT_WRITE : PROT_READ,
+			       MAP_SHARED | MAP_POPULATE, fd, 0);
+		rc = -errno;
+		close(fd); /* the mapping keeps the file */
+		if (maps[i] == MAP_FAILED) {
+			maps[i] = NULL;
+			rc = td__fail(err, rc, "map FOLLOW fd: %s",
+				      strerror(-rc));
+			goto out;
+		}
+	}
+	f->hdr = maps[0];
+	f->row = maps[1];
+	maps[0] = maps[1] = NULL;
+	rc = 0;
+out:
+	for (unsigned i = 0; i < TD_WIRE_FOLLOW_FDS; i++)
+		if (maps[i])
+			munmap(maps[i], lens[i]);
+	for (unsigned i = 0; i < TD_WIRE_MAX_FDS; i++)
+		if (scm[i] >= 0)
+			close(scm[i]);
+	return rc;
+}
+
+/* FOLLOW_CLOSE, lock held; errors are moot (the peer may be gone). */
+static void send_close(struct td_client *c, uint64_t id)
+{
+	struct td_wire_ring_close_req q = {id};
+	struct td_error e;
+	struct td__msg rep;
+	int64_t len;
+
+	if (c->sock < 0 || c->dead)
+		return;
+	len = td_wire_ring_close_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
+					    TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+	if (len >= 0 &&
+	    td__call(c, TD_OP_FOLLOW_CLOSE, (size_t)len, NULL, 0, &rep, &e) ==
+		    0)
+		td__msg_close_fds(&rep);
+}
+
+int td_client_follow(struct td_client *c, const char *name,
+		     struct td_follow **out, struct td_error *err)
+{
+	struct td_wire_ring_sub_req q;
+	struct td_follow *f;
+	struct td__msg rep;
+	int64_t len;
+	int rc;
+
+	if (!c || !name || !out)
+		return td__fail(err, -EINVAL, "missing argument");
+	*out = NULL;
+	if (strnlen(name, TD_WIRE_MAX_NAME + 1) > TD_WIRE_MAX_NAME)
+		return td__fail(err, -EINVAL, "name longer than %d bytes",
+				TD_WIRE_MAX_NAME);
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return td__fail(err, -ENOMEM, "out of memory");
+	td__pace_init_env(&f->pace);
+	strcpy(f->name, name);
+	q.name = (struct td_wire_str){f->name, (uint16_t)strlen(name)};
+	pthread_mutex_lock(&c->lock);
+	rc = td__client_usable(c, err);
+	if (rc == 0 && !td__has(c, TD_WIRE_FEAT_FOLLOW))
+		rc = td__fail(err, -EOPNOTSUPP,
+			      "the daemon does not serve FOLLOW");
+	if (rc < 0)
+		goto fail;
+	q.flags = c->path_out == TD_IMPORT_SCM ? TD_WIRE_REQ_SCM : 0;
+	len = td_wire_ring_sub_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
+					  TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+	if (len < 0) {
+		rc = td__fail(err, -EINVAL, "bad tensor name");
+		goto fail;
+	}
+	rc = td__call(c, TD_OP_FOLLOW, (size_t)len, NULL, 0, &rep, err);
+	if (rc < 0)
+		goto fail;
+	rc = follow_take(c, &rep, f, err);
+	if (rc < 0) {
+		if (f->id)
+			send_close(c, f->id);
+		goto fail;
+	}
+	f->c = c;
+	f->epoch = c->epoch;
+	td__client_ref(c);
+	pthread_mutex_unlock(&c->lock);
+	*out = f;
+	return 0;
+fail:
+	pthread_mutex_unlock(&c->lock);
+	follow_unmap(f);
+	free(f);
+	return rc;
+}
+
+/* ---- taking a version ---- */
+
+static void row_clear(struct td_follow *f)
+{
+	atomic_store(&f->row->held, TD_FOLLOW_NONE);
+}
+
+/*
+ * Copy entry e if it holds version v (a seqlock read: the daemon never
+ * rewrites the entry of a version a validated hold names; this guards a
+ * follower the daemon no longer counts). Its length, or 0.
+ */
+static size_t entry_copy(struct td_follow *f, uint32_t e, uint64_t v)
+{
+	const struct td_follow_entry *ent;
+	uint32_t len;
+
+	if (e >= TD_FOLLOW_ENTRIES)
+		return 0;
+	ent = td_follow_entry_at((void *)f->hdr, e);
+	if (atomic_load_explicit(&((struct td_follow_entry *)ent)->version,
+				 memory_order_acquire) != v)
+		return 0;
+	len = ent->len;
+	if (len > sizeof(f->body))
+		return 0;
+	memcpy(f->body, ent->body, len);
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(&((struct td_follow_entry *)ent)->version,
+				 memory_order_relaxed) != v)
+		return 0;
+	return len;
+}
+
+/*
+ * Version v, held and validated through the row: a tensor from its entry
+ * when every buffer is mapped here, else a GET of exactly v (the row
+ * keeps v alive meanwhile). 0, -ENOENT (v is gone: look again), -errno.
+ */
+static int take(struct td_follow *f, uint64_t v, uint32_t e,
+		struct td_tensor **out, struct td_error *err)
+{
+	struct td_client *c = f->c;
+	size_t len = entry_copy(f, e, v);
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&c->lock);
+	if (len)
+		rc = td__tensor_from_entry(c, f->body, len, v, f, out, err);
+	if (rc == 0)
+		f->out = true;
+	pthread_mutex_unlock(&c->lock);
+	if (rc != -ENOENT) {
+		if (rc < 0)
+			row_clear(f);
+		return rc;
+	}
+	rc = td_client_get_version(c, f->name, v, out, err);
+	row_clear(f);
+	return rc;
+}
+
+/* The connection this follow was made on is gone (or going). */
+static bool conn_gone(struct td_follow *f)
+{
+	struct td_client *c = f->c;
+	struct pollfd p;
+	bool gone;
+
+	pthread_mutex_lock(&c->lock);
+	gone = c->sock < 0 || c->dead || c->epoch != f->epoch;
+	p = (struct pollfd){.fd = c->sock, .events = 0};
+	pthread_mutex_unlock(&c->lock);
+	return gone || (poll(&p, 1, 0) == 1 && (p.revents & POLLHUP));
+}
+
+/* Sleep on the bell's seq (announced in the row), a slice at a time. */
+static void sleep_on(struct td_follow *f, uint32_t seq, uint64_t latest,
+		     int64_t until)
+{
+	int64_t slice = td__now_ns() + HUP_CHECK_NS;
+
+	if (until < 0 || until > slice)
+		until = slice;
+	atomic_store(&f->row->waiting, TD_FOLLOW_WAIT_FUTEX);
+	if (td_follow_latest_recheck(f->hdr) == latest)
+		td__futex_wait_until((_Atomic uint32_t *)&f->hdr->seq, seq,
+				     until);
+	atomic_store(&f->row->waiting, 0);
+}
+
+static int next_check(struct td_follow *f, struct td_error *err)
+{
+	struct td_client *c = f->c;
+	int rc = 0;
+
+	if (td__client_foreign(c))
+		return td__fail(err, -ECHILD, "this follow belongs to the "
+				"parent of fork()");
+	pthread_mutex_lock(&c->lock);
+	if (f->out)
+		rc = td__fail(err, -EBUSY, "release the tensor this follow "
+			      "gave last before taking the next");
+	else if (c->sock < 0 || c->dead || c->epoch != f->epoch)
+		rc = td__fail(err, -EPIPE, "the connection that followed "
+			      "\"%s\" is gone: follow it again", f->name);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+int td_follow_next(struct td_follow *f, int timeout_ms,
+		   struct td_tensor **out, struct td_error *err)
+{
+	struct td_pace_plan plan = {0};
+	int64_t deadline = -2, until, next_hup = 0;
+	int rc;
+
+	if (!f || !out)
+		return td__fail(err, -EINVAL, "missing argument");
+	*out = NULL;
+	rc = next_check(f, err);
+	if (rc < 0)
+		return rc;
+	for (;;) {
+		uint32_t seq = atomic_load(&((struct td_follow_hdr *)f->hdr)
+						    ->seq);
+		uint64_t latest = atomic_load(
+			&((struct td_follow_hdr *)f->hdr)->latest);
+		uint64_t v = latest >> 8;
+
+		if (v > f->last) {
+			/* hold, then check `latest` did not move (the
+			 * daemon scans the rows after it moves it) */
+			atomic_exchange(&f->row->held, v);
+			if (td_follow_latest_recheck(f->hdr) != latest) {
+				row_clear(f);
+				continue;
+			}
+			rc = take(f, v, (uint32_t)(latest & 0xffu), out, err);
+			if (rc == -ENOENT)
+				continue;
+			if (rc == 0) {
+				f->last = v;
+				if (plan.start)
+					td_pace_done(&f->pace, &plan,
+						     td__now_ns());
+			}
+			return rc;
+		}
+		if (timeout_ms == 0)
+			return td__fail(err, -EAGAIN, "no version of \"%s\" "
+					"newer than %llu", f->name,
+					(unsigned long long)f->last);
+		if (deadline == -2)
+			deadline = td__deadline_of(timeout_ms);
+		if (td__past(deadline))
+			return td__fail(err, -ETIMEDOUT, "no version of \"%s\" "
+					"newer than %llu within %d ms",
+					f->name, (unsigned long long)f->last,
+					timeout_ms);
+		if (td__pace_wait(&f->pace, &plan, deadline, &until))
+			continue;
+		if (td__now_ns() >= next_hup) {
+			if (conn_gone(f))
+				return td__fail(err, -EPIPE, "the connection "
+						"that followed \"%s\" is gone: "
+						"follow it again", f->name);
+			next_hup = td__now_ns() + HUP_CHECK_NS;
+		}
+		sleep_on(f, seq, latest, until);
+	}
+}
+
+/* ---- the end ---- */
+
+/* Lock held: the row lets go, the daemon is told, the memory goes. */
+static void follow_finish(struct td_follow *f)
+{
+	struct td_client *c = f->c;
+
+	/* a child of fork() shares the parent's row: it frees its copy */
+	if (!td__client_foreign(c)) {
+		row_clear(f);
+		if (f->epoch == c->epoch)
+			send_close(c, f->id);
+	}
+	follow_unmap(f);
+	free(f);
+}
+
+void td__follow_let_go(struct td_follow *f)
+{
+	if (!td__client_foreign(f->c))
+		row_clear(f);
+	f->out = false;
+	if (f->closing) {
+		struct td_client *c = f->c;
+
+		follow_finish(f);
+		/* the follow's reference; the tensor's is dropped after */
+		c->refs--;
+	}
+}
+
+void td_follow_close(struct td_follow *f)
+{
+	struct td_client *c;
+
+	if (!f)
+		return;
+	c = f->c;
+	pthread_mutex_lock(&c->lock);
+	if (f->out) {
+		/* the tensor still reads through the row: its release ends
+		 * the follow */
+		f->closing = true;
+		pthread_mutex_unlock(&c->lock);
+		return;
+	}
+	follow_finish(f);
+	pthread_mutex_unlock(&c->lock);
+	td__client_unref(c);
+}
