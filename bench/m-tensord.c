@@ -21,6 +21,11 @@
  * path a daemon running as its own user serves (descriptors travel with
  * SCM_RIGHTS; warm, none travels at all).
  *
+ * tensord-follow, tensord-follow-scm: the same producer; the consumer
+ * follows the name (td_client_follow, td_follow_next -> check ->
+ * td_tensor_release; docs/fastpath.md, "Following a name"): warm, a
+ * handoff is the producer's PUBLISH and nothing from the consumer.
+ *
  * Ack: tensord has no reply channel, so the consumer acks with 8 bytes on
  * an AF_UNIX SOCK_SEQPACKET socketpair the harness made (one syscall each
  * way, as in the socket baselines). The fast path (ring/control block)
@@ -30,6 +35,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,12 +98,13 @@ static void td_unprepare(struct bench_run *r)
 
 struct td_priv {
 	struct td_client *c;
+	struct td_follow *f; /* consumer of tensord-follow */
 	int ack;
 	uint64_t last; /* consumer: version last seen */
 	char name[64];
 };
 
-static int td_setup_as(struct bench_run *r, const char *import)
+static int td_setup_as(struct bench_run *r, const char *import, bool follow)
 {
 	struct td_priv *x = calloc(1, sizeof(*x));
 	int mine = r->role == BENCH_PRODUCER ? 0 : 1;
@@ -118,17 +125,33 @@ static int td_setup_as(struct bench_run *r, const char *import)
 	if (rc < 0)
 		return bench_fail(r, rc, "td_client_connect: %.200s",
 				  err.reason);
+	if (follow && r->role != BENCH_PRODUCER) {
+		rc = td_client_follow(x->c, x->name, &x->f, &err);
+		if (rc < 0)
+			return bench_fail(r, rc, "td_client_follow: %.200s",
+					  err.reason);
+	}
 	return 0;
 }
 
 static int td_setup(struct bench_run *r)
 {
-	return td_setup_as(r, NULL);
+	return td_setup_as(r, NULL, false);
 }
 
 static int td_setup_scm(struct bench_run *r)
 {
-	return td_setup_as(r, "scm");
+	return td_setup_as(r, "scm", false);
+}
+
+static int td_setup_follow(struct bench_run *r)
+{
+	return td_setup_as(r, NULL, true);
+}
+
+static int td_setup_follow_scm(struct bench_run *r)
+{
+	return td_setup_as(r, "scm", true);
 }
 
 static int td_producer_step(struct bench_run *r, uint64_t seq)
@@ -177,9 +200,14 @@ static int td_consumer_step(struct bench_run *r, uint64_t seq)
 	const void *p;
 	int rc;
 
-	rc = td_client_get_newer(x->c, x->name, x->last, -1, &t, &err);
+	if (x->f)
+		rc = td_follow_next(x->f, -1, &t, &err);
+	else
+		rc = td_client_get_newer(x->c, x->name, x->last, -1, &t, &err);
 	if (rc < 0)
-		return bench_fail(r, rc, "td_client_get_newer: %.200s",
+		return bench_fail(r, rc, "%s: %.200s",
+				  x->f ? "td_follow_next"
+				       : "td_client_get_newer",
 				  err.reason);
 	x->last = td_tensor_version(t);
 	p = td_tensor_plane_data(t, 0);
@@ -212,6 +240,7 @@ static void td_teardown(struct bench_run *r)
 	 */
 	if (x->c && r->role == BENCH_PRODUCER)
 		td_client_delete(x->c, x->name, NULL, NULL);
+	td_follow_close(x->f);
 	td_client_close(x->c);
 	if (x->ack >= 0)
 		close(x->ack);
@@ -247,6 +276,36 @@ const struct bench_method bench_tensord_scm = {
 	.prepare = td_prepare,
 	.unprepare = td_unprepare,
 	.setup = td_setup_scm,
+	.producer_step = td_producer_step,
+	.consumer_step = td_consumer_step,
+	.teardown = td_teardown,
+	.service_pid = td_service_pid,
+};
+
+/* The same producer; consumers follow the name. */
+const struct bench_method bench_tensord_follow = {
+	.name = "tensord-follow",
+	.desc = "as tensord, consumers td_client_follow/td_follow_next/"
+		"check/td_tensor_release (shared memory, no message)",
+	.start = td_start,
+	.prepare = td_prepare,
+	.unprepare = td_unprepare,
+	.setup = td_setup_follow,
+	.producer_step = td_producer_step,
+	.consumer_step = td_consumer_step,
+	.teardown = td_teardown,
+	.service_pid = td_service_pid,
+	.streams = 1,
+};
+
+const struct bench_method bench_tensord_follow_scm = {
+	.name = "tensord-follow-scm",
+	.desc = "as tensord-follow, with TENSORD_IMPORT=scm in producer and "
+		"consumers",
+	.start = td_start,
+	.prepare = td_prepare,
+	.unprepare = td_unprepare,
+	.setup = td_setup_follow_scm,
 	.producer_step = td_producer_step,
 	.consumer_step = td_consumer_step,
 	.teardown = td_teardown,

@@ -77,11 +77,22 @@ const struct bench_method bench_tensord_ring_sleep = {
 	.name = "tensord-ring-sleep", .desc = "tensord rings, no polling",
 	.start = td_unbuilt,
 };
+const struct bench_method bench_tensord_follow = {
+	.name = "tensord-follow", .desc = "tensord plain API, following",
+	.start = td_unbuilt,
+};
+const struct bench_method bench_tensord_follow_scm = {
+	.name = "tensord-follow-scm",
+	.desc = "tensord plain API, following, SCM path",
+	.start = td_unbuilt,
+};
 #endif
 
 static const struct bench_method *const all_methods[] = {
 	&bench_tensord,
 	&bench_tensord_scm,
+	&bench_tensord_follow,
+	&bench_tensord_follow_scm,
 	&bench_tensord_ring,
 	&bench_tensord_ring_sleep,
 	&bench_iceoryx_wait,
@@ -247,10 +258,10 @@ static void usage(FILE *f)
 "usage: tensord-bench [options]\n"
 "Ping-pong handoff benchmark: producer publishes, consumer gets, checks,\n"
 "releases and acks; the producer times the round trip.\n\n"
-"  --methods LIST   comma list of: tensord tensord-scm tensord-ring\n"
-"                   tensord-ring-sleep iceoryx-wait iceoryx-poll\n"
-"                   socket-copy fd-pass bare-futex bare-spin (default:\n"
-"                   all)\n"
+"  --methods LIST   comma list of: tensord tensord-scm tensord-follow\n"
+"                   tensord-follow-scm tensord-ring tensord-ring-sleep\n"
+"                   iceoryx-wait iceoryx-poll socket-copy fd-pass\n"
+"                   bare-futex bare-spin (default: all)\n"
 "  --sizes LIST     payload sizes, e.g. 64,4K,1M (default:\n"
 "                   64,4K,1M,16M,64M,1G)\n"
 "  --modes LIST     write (producer writes every byte, consumer checks\n"
