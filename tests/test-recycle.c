@@ -1153,16 +1153,22 @@ static void heap_daemon_stop(struct tu_daemon *d, struct heap *h)
 	unlink(h->path);
 }
 
-/* n handoffs: ALLOC, write, PUBLISH; GET, read, RELEASE. */
+/* n handoffs: ALLOC, write, PUBLISH; GET (or, with f, the follow's
+ * next), read, RELEASE. */
 static void handoffs(struct td_client *prod, struct td_client *cons,
-		     unsigned n, uint32_t flags)
+		     struct td_follow *f, unsigned n, uint32_t flags)
 {
 	for (unsigned i = 0; i < n; i++) {
 		uint8_t b = (uint8_t)(i * 7 + 1);
-		struct td_tensor *t;
+		struct td_error e = {0};
+		struct td_tensor *t = NULL;
 
 		publish(prod, loan(prod, 16 * KIB, flags), "heap/x", b);
-		t = get(cons, "heap/x");
+		if (f)
+			cr_assert_eq(td_follow_next(f, 5000, &t, &e), 0, "%s",
+				     e.reason);
+		else
+			t = get(cons, "heap/x");
 		cr_assert(all_bytes(td_tensor_plane_data(t, 0), 16 * KIB, b));
 		/* a stream's consumer does not wait for RELEASE */
 		if (flags & TD_ALLOC_STREAM)
@@ -1187,30 +1193,42 @@ static void handoffs(struct td_client *prod, struct td_client *cons,
  * replies, which these clients always do before the next request. The
  * counts are read after a reply, so the daemon is idle in epoll_wait.
  */
-static void no_heap_calls(const char *producer, const char *consumer,
-			  uint32_t flags)
+static void no_heap_calls_as(const char *producer, const char *consumer,
+			     uint32_t flags, bool follow)
 {
 	struct tu_daemon d;
 	struct heap h;
 	struct td_client *prod, *cons;
+	struct td_follow *f = NULL;
+	struct td_error e = {0};
 	uint64_t allocs, frees;
 
 	heap_daemon_start(&d, &h);
 	prod = conn(&d, producer);
 	cons = conn(&d, consumer);
-	handoffs(prod, cons, 100, flags);
+	if (follow)
+		cr_assert_eq(td_client_follow(cons, "heap/x", &f, &e), 0,
+			     "%s", e.reason);
+	handoffs(prod, cons, f, 100, flags);
 	allocs = heap_allocs(&h);
 	frees = h.n->free;
-	handoffs(prod, cons, 1000, flags);
+	handoffs(prod, cons, f, 1000, flags);
 	cr_assert_eq(heap_allocs(&h) - allocs, 0,
 		     "%llu heap allocations in 1000 warm handoffs",
 		     (unsigned long long)(heap_allocs(&h) - allocs));
 	cr_assert_eq(h.n->free - frees, 0,
 		     "%llu frees in 1000 warm handoffs",
 		     (unsigned long long)(h.n->free - frees));
+	td_follow_close(f);
 	td_client_close(cons);
 	td_client_close(prod);
 	heap_daemon_stop(&d, &h);
+}
+
+static void no_heap_calls(const char *producer, const char *consumer,
+			  uint32_t flags)
+{
+	no_heap_calls_as(producer, consumer, flags, false);
 }
 
 Test(recycle, the_daemon_allocates_nothing_per_recycled_handoff_pidfd)
@@ -1236,5 +1254,12 @@ Test(recycle, the_daemon_allocates_nothing_per_stream_handoff_scm)
 Test(recycle, the_daemon_allocates_nothing_per_plain_handoff)
 {
 	no_heap_calls("pidfd", "pidfd", 0);
+}
+
+/* A follower's handoff (docs/fastpath.md, "Following a name"): the
+ * bell's entry, latest, the row scan, all in memory made at FOLLOW. */
+Test(recycle, the_daemon_allocates_nothing_per_followed_handoff)
+{
+	no_heap_calls_as("pidfd", "scm", TD_ALLOC_STREAM, true);
 }
 #endif /* !__SANITIZE_ADDRESS__ */

@@ -8,7 +8,9 @@
  * release), then N fanned out to four consumers on each of two paths:
  * "stream" (the plain API as a stream: TD_ALLOC_STREAM loans lent in the
  * PUBLISH reply, four clients GET NEWER and release without waiting) and
- * "fan-ring" (one ring, four subscriptions). The daemon's fd count and
+ * "fan-ring" (one ring, four subscriptions), and "follow" (the same
+ * stream taken by four followers of the name: td_follow_next, release).
+ * The daemon's fd count and
  * RSS are read after a warm-up and at the end; any fd growth, RSS growth
  * beyond --rss-slack KiB, a wrong byte or a failed call exits 1. The default suite runs a short count; the
  * million is `td-soak --handoffs 1000000` (docs/reliability.md).
@@ -166,6 +168,48 @@ static int stream_path(struct td_client *c, struct td_client *const *cons,
 	return 0;
 }
 
+static int follow_path(struct td_client *c, struct td_client *const *cons,
+		       const struct tdc_daemon *d, struct sample *a,
+		       struct sample *b)
+{
+	uint64_t shape[1] = {LEN}, size = LEN;
+	struct td_publish p = {.name = "soak/f", .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape};
+	struct td_follow *f[FAN] = {NULL};
+	struct td_error e = {0};
+	int rc = 0;
+
+	for (int k = 0; k < FAN && rc == 0; k++)
+		rc = td_client_follow(cons[k], "soak/f", &f[k], &e);
+	for (uint64_t i = 0; rc == 0 && i < warmup + handoffs; i++) {
+		struct td_alloc *al;
+
+		if (i == warmup)
+			sample(d, a);
+		rc = td_client_alloc_ex(c, 1, &size, TD_ALLOC_STREAM, &al, &e);
+		if (rc == 0) {
+			memcpy(td_alloc_data(al, 0), &i, sizeof(i));
+			rc = td_client_publish_alloc(c, al, &p, NULL, &e);
+		}
+		for (int k = 0; k < FAN && rc == 0; k++) {
+			struct td_tensor *t = NULL;
+
+			rc = td_follow_next(f[k], -1, &t, &e);
+			if (rc == 0 && memcmp(td_tensor_plane_data(t, 0), &i,
+					      sizeof(i)) != 0)
+				rc = -EILSEQ;
+			td_tensor_release(t); /* NULL after a failure */
+		}
+	}
+	if (rc == 0)
+		sample(d, b); /* the follows still open, as at the warm-up */
+	for (int k = 0; k < FAN; k++)
+		td_follow_close(f[k]);
+	if (rc < 0)
+		return fail("follow", rc, rc == -EILSEQ ? NULL : &e);
+	return 0;
+}
+
 static int fan_ring_path(struct td_client *c, const struct tdc_daemon *d,
 			 struct sample *a, struct sample *b)
 {
@@ -245,7 +289,7 @@ int main(int argc, char **argv)
 	struct tdc_daemon d;
 	struct td_client *c, *cons[FAN] = {NULL};
 	struct td_error e = {0};
-	struct sample sa, sb, ra, rb, ta, tb, fa, fb;
+	struct sample sa, sb, ra, rb, ta, tb, fa, fb, wa, wb;
 	int ch, rc, bad = 0;
 
 	while ((ch = getopt_long(argc, argv, "", o, NULL)) != -1) {
@@ -274,6 +318,7 @@ int main(int argc, char **argv)
 	bad |= ring_path(c, &d, &ra, &rb);
 	bad |= stream_path(c, cons, &d, &ta, &tb);
 	bad |= fan_ring_path(c, &d, &fa, &fb);
+	bad |= follow_path(c, cons, &d, &wa, &wb);
 	for (int k = 0; k < FAN; k++)
 		td_client_close(cons[k]);
 	td_client_close(c);
@@ -285,6 +330,7 @@ int main(int argc, char **argv)
 	bad |= report("ring", &ra, &rb);
 	bad |= report("stream", &ta, &tb);
 	bad |= report("fan-ring", &fa, &fb);
+	bad |= report("follow", &wa, &wb);
 	if (rc != 0) {
 		fprintf(stderr, "td-soak: tensord exit %d\n", rc);
 		bad = 1;
