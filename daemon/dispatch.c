@@ -33,6 +33,7 @@ static const struct td__op ops[] = {
 	{TD_OP_RING_WAKE, 0, TD__OP_FDS, td__ring_wake},
 	{TD_OP_FOLLOW, R, 0, td__follow},
 	{TD_OP_FOLLOW_CLOSE, 0, 0, td__follow_close},
+	{TD_OP_FOLLOW_WAKE, 0, TD__OP_FDS, td__follow_wake},
 };
 
 #undef R

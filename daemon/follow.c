@@ -36,6 +36,7 @@ struct follower {
 	struct td__peer *peer; /* NULL: the row is free */
 	uint64_t id;
 	int row_fd;
+	int wake_fd; /* FOLLOW_WAKE's eventfd, -1 none */
 	struct td_follow_row *row;
 	/* the retired version this row holds, referenced, or NULL */
 	struct td__version *held;
@@ -173,12 +174,22 @@ static uint32_t entry_write(struct bell *b, const struct td__version *v)
 
 static void bell_wake(struct bell *b)
 {
-	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
-		if (b->rows[i].peer && atomic_load(&b->rows[i].row->waiting)) {
-			td__futex_wake((const uint32_t *)&b->hdr->seq,
-				       INT_MAX);
-			return;
-		}
+	bool futex = false;
+
+	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++) {
+		struct follower *f = &b->rows[i];
+		uint32_t w;
+
+		if (!f->peer)
+			continue;
+		w = atomic_load(&f->row->waiting);
+		futex |= w == TD_FOLLOW_WAIT_FUTEX;
+		if (w == TD_FOLLOW_WAIT_FD && f->wake_fd >= 0)
+			(void)!write(f->wake_fd, &(uint64_t){1},
+				     sizeof(uint64_t));
+	}
+	if (futex)
+		td__futex_wake((const uint32_t *)&b->hdr->seq, INT_MAX);
 }
 
 /* now becomes `latest` (NULL: the name has none), gone is retired. */
@@ -296,8 +307,10 @@ static bool follower_end(struct bell *b, struct follower *f)
 		hold_drop(f);
 	munmap(f->row, TD_FOLLOW_ROW_LEN);
 	close(f->row_fd);
-	td__tenant_sub(f->peer->uid, TD__LIM_FDS, 1);
-	*f = (struct follower){.row_fd = -1};
+	td__tenant_sub(f->peer->uid, TD__LIM_FDS, 1 + (f->wake_fd >= 0));
+	if (f->wake_fd >= 0)
+		close(f->wake_fd);
+	*f = (struct follower){.row_fd = -1, .wake_fd = -1};
 	if (--b->followers)
 		return false;
 	bell_free(b);
@@ -445,6 +458,7 @@ void td__follow(struct td__peer *p, const struct td__req *rq)
 	}
 	f->peer = p;
 	f->id = next_id++;
+	f->wake_fd = -1;
 	b->followers++;
 	if (fresh) {
 		struct td__version *cur =
@@ -456,30 +470,87 @@ void td__follow(struct td__peer *p, const struct td__req *rq)
 	reply_follow(p, h, m.flags, b, f);
 }
 
+/* p's follow with that id, or NULL (*bp its bell). */
+static struct follower *follower_of(struct td__peer *p, uint64_t id,
+				    struct bell **bp)
+{
+	for (struct td__list *l = bells.next; l != &bells; l = l->next) {
+		struct bell *b = td__container_of(l, struct bell, link);
+
+		for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
+			if (b->rows[i].peer == p && b->rows[i].id == id) {
+				*bp = b;
+				return &b->rows[i];
+			}
+	}
+	return NULL;
+}
+
 void td__follow_close(struct td__peer *p, const struct td__req *rq)
 {
 	const struct td_wire_hdr *h = rq->h;
 	struct td_wire_ring_close_req m;
 	struct td_err e = {0};
+	struct follower *f;
+	struct bell *b;
 	int rc = td_wire_ring_close_req_decode(rq->body, h->body_len, &m, &e);
 
 	if (td__peer_bad_body(p, h, rc, &e))
 		return;
-	for (struct td__list *l = bells.next; l != &bells; l = l->next) {
-		struct bell *b = td__container_of(l, struct bell, link);
-
-		for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++) {
-			if (b->rows[i].peer != p || b->rows[i].id != m.id)
-				continue;
-			follower_end(b, &b->rows[i]);
-			td__peer_send(p, h->opcode, TD_WIRE_F_REPLY,
-				      h->request_id, 0, 0, NULL, 0);
-			return;
-		}
+	f = follower_of(p, m.id, &b);
+	if (!f) {
+		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
+			       "no follow %llu on this connection",
+			       (unsigned long long)m.id);
+		return;
 	}
-	td__peer_error(p, h->opcode, h->request_id, -ENOENT,
-		       "no follow %llu on this connection",
-		       (unsigned long long)m.id);
+	follower_end(b, f);
+	td__peer_done(p, h);
+}
+
+void td__follow_wake(struct td__peer *p, const struct td__req *rq)
+{
+	const struct td_wire_hdr *h = rq->h;
+	struct td_wire_ring_close_req m;
+	struct td_err e = {0};
+	struct follower *f;
+	struct bell *b;
+	char lim[256];
+	int rc = td_wire_ring_close_req_decode(rq->body, h->body_len, &m, &e);
+
+	if (td__peer_bad_body(p, h, rc, &e))
+		goto out;
+	f = follower_of(p, m.id, &b);
+	if (!f) {
+		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
+			       "FOLLOW_WAKE: no follow %llu on this "
+			       "connection", (unsigned long long)m.id);
+		goto out;
+	}
+	if (rq->nfds != 1 || !td__is_eventfd(rq->fds[0])) {
+		td__peer_error(p, h->opcode, h->request_id, -EINVAL,
+			       "FOLLOW_WAKE attaches exactly one eventfd");
+		goto out;
+	}
+	if (f->wake_fd < 0) {
+		rc = td__tenant_check(p->uid, TD__LIM_FDS, 1, lim,
+				      sizeof(lim));
+		if (rc == 0)
+			rc = td__tenant_add(p->uid, TD__LIM_FDS, 1);
+		if (rc < 0) {
+			td__peer_error(p, h->opcode, h->request_id, rc,
+				       "FOLLOW_WAKE: %s", lim);
+			goto out;
+		}
+	} else {
+		close(f->wake_fd);
+	}
+	f->wake_fd = rq->fds[0];
+	rq->fds[0] = -1;
+	td__peer_done(p, h);
+out:
+	/* what was attached and not kept (a kept fd is -1 now) */
+	td__close_fds(rq->fds, rq->nfds);
 }
 
 void td__follow_peer_gone(struct td__peer *p)

@@ -622,19 +622,6 @@ void td__ring_close(struct td__peer *p, const struct td__req *rq)
 }
 
 /* Is fd an eventfd? Anonymous inodes tell their kind in /proc only. */
-static bool is_eventfd(int fd)
-{
-	char path[64], link[64];
-	ssize_t n;
-
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	n = readlink(path, link, sizeof(link) - 1);
-	if (n < 0)
-		return false;
-	link[n] = 0;
-	return strcmp(link, "anon_inode:[eventfd]") == 0;
-}
-
 /* RING_WAKE from a subscriber: its eventfd becomes its row's wake-up. */
 static void wake_register(struct td__peer *p, const struct td__req *rq,
 			  struct ring *r, uint32_t row)
@@ -642,7 +629,7 @@ static void wake_register(struct td__peer *p, const struct td__req *rq,
 	const struct td_wire_hdr *h = rq->h;
 	struct row_owner *o = &r->rows[row];
 
-	if (rq->nfds != 1 || !is_eventfd(rq->fds[0])) {
+	if (rq->nfds != 1 || !td__is_eventfd(rq->fds[0])) {
 		td__peer_error(p, h->opcode, h->request_id, -EINVAL,
 			       "RING_WAKE: a subscription attaches exactly "
 			       "one eventfd");

@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -31,6 +32,7 @@ struct td_follow {
 	struct td_follow_row *row;
 	uint64_t last; /* newest version returned */
 	struct td_pace pace;
+	int efd;      /* td_follow_fd()'s eventfd, -1 until then */
 	bool out;     /* a tensor held through the row is not released */
 	bool closing; /* td_follow_close() waits for that release */
 	char name[TD_WIRE_MAX_NAME + 1];
@@ -143,6 +145,7 @@ int td_client_follow(struct td_client *c, const char *name,
 	if (!f)
 		return td__fail(err, -ENOMEM, "out of memory");
 	td__pace_init_env(&f->pace);
+	f->efd = -1;
 	strcpy(f->name, name);
 	q.name = (struct td_wire_str){f->name, (uint16_t)strlen(name)};
 	pthread_mutex_lock(&c->lock);
@@ -179,6 +182,46 @@ fail:
 	follow_unmap(f);
 	free(f);
 	return rc;
+}
+
+/* ---- event loops ---- */
+
+int td_follow_fd(struct td_follow *f)
+{
+	struct td_wire_ring_close_req q;
+	struct td_client *c;
+	struct td__msg rep;
+	int64_t len;
+	int fd, rc;
+
+	if (!f)
+		return -EINVAL;
+	if (f->efd >= 0)
+		return f->efd;
+	c = f->c;
+	if (td__client_foreign(c))
+		return -ECHILD;
+	fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (fd < 0)
+		return -errno;
+	q.id = f->id;
+	pthread_mutex_lock(&c->lock);
+	rc = f->epoch == c->epoch ? 0 : -EPIPE; /* the old daemon's */
+	len = td_wire_ring_close_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
+					    TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+	if (rc == 0)
+		rc = len < 0 ? (int)len
+			     : td__call(c, TD_OP_FOLLOW_WAKE, (size_t)len,
+					&fd, 1, &rep, NULL);
+	if (rc == 0)
+		td__msg_close_fds(&rep);
+	pthread_mutex_unlock(&c->lock);
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	f->efd = fd;
+	return fd;
 }
 
 /* ---- taking a version ---- */
@@ -354,6 +397,41 @@ int td_follow_next(struct td_follow *f, int timeout_ms,
 	}
 }
 
+/*
+ * Wait by fd from now: announce it, then look once more (the daemon
+ * moves latest, then reads `waiting`), and make the fd readable at once
+ * when a newer version is already there.
+ */
+static void follow_arm(struct td_follow *f)
+{
+	atomic_store(&f->row->waiting, TD_FOLLOW_WAIT_FD);
+	if (td_follow_latest_recheck(f->hdr) >> 8 > f->last)
+		(void)!write(f->efd, &(uint64_t){1}, sizeof(uint64_t));
+}
+
+int td_follow_poll(struct td_follow *f, struct td_tensor **out,
+		   struct td_error *err)
+{
+	int rc;
+
+	if (!f || !out)
+		return td__fail(err, -EINVAL, "missing argument");
+	*out = NULL;
+	if (f->efd < 0)
+		return td__fail(err, -EINVAL, "td_follow_fd() first");
+	if (td__client_foreign(f->c))
+		return td__fail(err, -ECHILD, "this follow belongs to the "
+				"parent of fork()");
+	(void)!read(f->efd, &(uint64_t){0}, sizeof(uint64_t));
+	atomic_store(&f->row->waiting, 0);
+	rc = td_follow_next(f, 0, out, err);
+	/* armed again also while the tensor is read: the next version
+	 * makes the fd readable */
+	if (rc == 0 || rc == -EAGAIN)
+		follow_arm(f);
+	return rc;
+}
+
 /* ---- the end ---- */
 
 /* Lock held: the row lets go, the daemon is told, the memory goes. */
@@ -368,6 +446,8 @@ static void follow_finish(struct td_follow *f)
 			send_close(c, f->id);
 	}
 	follow_unmap(f);
+	if (f->efd >= 0)
+		close(f->efd);
 	free(f);
 }
 

@@ -58,6 +58,7 @@
 
 /* row.waiting */
 #define TD_FOLLOW_WAIT_FUTEX 1u /* asleep on header.seq */
+#define TD_FOLLOW_WAIT_FD 2u    /* waits for its eventfd (FOLLOW_WAKE) */
 
 struct td_follow_hdr {
 	/* written once by the daemon; informational (followers use the
@@ -86,7 +87,7 @@ struct td_follow_entry {
 struct td_follow_row {
 	/* the version this follower reads, TD_FOLLOW_NONE for none */
 	_Alignas(64) _Atomic uint64_t held;
-	_Atomic uint32_t waiting; /* 0 or TD_FOLLOW_WAIT_FUTEX */
+	_Atomic uint32_t waiting; /* 0 or TD_FOLLOW_WAIT_* */
 	uint32_t pad;
 };
 

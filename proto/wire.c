@@ -996,6 +996,8 @@ const char *td_wire_op_name(uint16_t op)
 		return "FOLLOW";
 	case TD_OP_FOLLOW_CLOSE:
 		return "FOLLOW_CLOSE";
+	case TD_OP_FOLLOW_WAKE:
+		return "FOLLOW_WAKE";
 	case TD_OP_RING_CREATE:
 		return "RING_CREATE";
 	case TD_OP_RING_SUBSCRIBE:

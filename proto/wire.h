@@ -63,6 +63,7 @@ enum td_wire_op {
 	/* following a name without a message per version (wire-status.h) */
 	TD_OP_FOLLOW = 17,
 	TD_OP_FOLLOW_CLOSE = 18,
+	TD_OP_FOLLOW_WAKE = 19,
 	TD_OP_NOTIFY = 0x100, /* daemon -> client only */
 };
 

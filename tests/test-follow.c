@@ -11,6 +11,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -332,6 +333,58 @@ Test(follow, no_wake_up_is_lost, .timeout = 120)
 
 		put(c, "fw/ping", 64, TD_ALLOC_STREAM, (uint8_t)i);
 		t = next(f, -1);
+		cr_assert(all_bytes(t, (uint8_t)i), "round %u", i);
+		td_tensor_release(t);
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "the echo failed (status %d)", status);
+	unsetenv("TENSORD_RING_SPIN_US");
+	td_follow_close(f);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * An event-loop follower (td_follow_fd, poll(2), td_follow_poll) in a
+ * ping-pong with the echo process: each round's version arrives through
+ * the eventfd the daemon writes; nothing else would wake the poll (no
+ * timeout: a dropped write hangs it, and the test's timeout fails it).
+ */
+Test(follow, an_event_loop_follower_is_woken_by_its_fd, .timeout = 120)
+{
+	const unsigned rounds = 300;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_follow *f;
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+	int fd, status;
+	pid_t pid;
+
+	cr_assert_eq(setenv("TENSORD_RING_SPIN_US", "0", 1), 0);
+	tu_daemon_start_args(&d, "warn", small_cap);
+	c = conn(&d, "scm");
+	f = follow(c, "fw/pong");
+	cr_assert_eq(td_follow_poll(f, &t, &e), -EINVAL, "before the fd");
+	fd = td_follow_fd(f);
+	cr_assert_geq(fd, 0, "%s", strerror(-fd));
+	cr_assert_eq(td_follow_fd(f), fd, "one eventfd per follow");
+	cr_assert_eq(td_follow_poll(f, &t, &e), -EAGAIN);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0)
+		echo_run(&d, rounds);
+	for (unsigned i = 1; i <= rounds; i++) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		int rc;
+
+		put(c, "fw/ping", 64, TD_ALLOC_STREAM, (uint8_t)i);
+		do {
+			cr_assert_eq(poll(&p, 1, -1), 1);
+			rc = td_follow_poll(f, &t, &e);
+		} while (rc == -EAGAIN);
+		cr_assert_eq(rc, 0, "%s", e.reason);
 		cr_assert(all_bytes(t, (uint8_t)i), "round %u", i);
 		td_tensor_release(t);
 	}

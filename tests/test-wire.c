@@ -1058,7 +1058,8 @@ Test(wire, opcode_names)
 	cr_assert_str_eq(td_wire_op_name(TD_OP_RING_WAKE), "RING_WAKE");
 	cr_assert_str_eq(td_wire_op_name(TD_OP_FOLLOW), "FOLLOW");
 	cr_assert_str_eq(td_wire_op_name(TD_OP_FOLLOW_CLOSE), "FOLLOW_CLOSE");
-	cr_assert_str_eq(td_wire_op_name(19), "UNKNOWN");
+	cr_assert_str_eq(td_wire_op_name(TD_OP_FOLLOW_WAKE), "FOLLOW_WAKE");
+	cr_assert_str_eq(td_wire_op_name(20), "UNKNOWN");
 }
 
 Test(wire, opcodes_and_flags_have_their_documented_values)

@@ -10,6 +10,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <string.h>
 #include <unistd.h>
 
 #ifndef SYS_pidfd_open
@@ -109,6 +110,19 @@ int td__reopen_ro(int fd)
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	ro = open(path, O_RDONLY | O_CLOEXEC);
 	return ro < 0 ? -errno : ro;
+}
+
+bool td__is_eventfd(int fd)
+{
+	char path[64], link[64];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n < 0)
+		return false;
+	link[n] = 0;
+	return strcmp(link, "anon_inode:[eventfd]") == 0;
 }
 
 int td__dmabuf_sync(int fd, bool start)

@@ -53,6 +53,9 @@ int td__memfd_seal_size(int fd);
  */
 int td__reopen_ro(int fd);
 
+/* Whether fd is an eventfd (its /proc/self/fd link). */
+bool td__is_eventfd(int fd);
+
 /*
  * DMA_BUF_IOCTL_SYNC READ start (start true) or end on a dma-buf fd:
  * the bracket of CPU reads through a mapping of it. 0 or -errno
