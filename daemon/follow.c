@@ -40,6 +40,7 @@ struct follower {
 	struct td_follow_row *row;
 	/* the retired version this row holds, referenced, or NULL */
 	struct td__version *held;
+	uint64_t pinned; /* held's bytes counted as the peer uid's pinned */
 };
 
 struct bell {
@@ -72,12 +73,38 @@ static struct bell *bell_named(const char *name, size_t len)
 
 /* ---- holds ---- */
 
+/*
+ * A hold counts as a lease of the follower's uid, as a GET's does
+ * (lease.c): one lease, and another uid's bytes as pinned. It cannot be
+ * refused (the follower holds already), so FOLLOW checks for room for
+ * one lease first, and a uid is over its limits by at most one version
+ * per follow, which refuses its next GET.
+ */
+static void hold_take(struct follower *f, struct td__version *v)
+{
+	uid_t uid = f->peer->uid;
+
+	f->held = v;
+	f->pinned = v->uid != uid ? v->acct : 0;
+	v->refs++;
+	v->lease_count++;
+	v->foreign_leases += v->uid != uid;
+	/* the uid has an entry (its connection): these cannot fail */
+	(void)td__tenant_add(uid, TD__LIM_LEASES, 1);
+	(void)td__tenant_add(uid, TD__LIM_PINNED, f->pinned);
+}
+
 static void hold_drop(struct follower *f)
 {
 	struct td__version *v = f->held;
+	uid_t uid = f->peer->uid;
 
 	f->held = NULL;
 	v->lease_count--;
+	v->foreign_leases -= v->uid != uid;
+	td__tenant_sub(uid, TD__LIM_LEASES, 1);
+	td__tenant_sub(uid, TD__LIM_PINNED, f->pinned);
+	f->pinned = 0;
 	td__version_unref(td__d->store, v);
 }
 
@@ -105,9 +132,7 @@ static void bell_retire(struct bell *b, struct td__version *v)
 		if (!f->peer || f->held ||
 		    atomic_load(&f->row->held) != v->number)
 			continue;
-		f->held = v;
-		v->refs++;
-		v->lease_count++;
+		hold_take(f, v);
 	}
 }
 
@@ -380,6 +405,10 @@ static int follow_admit(struct td__peer *p, const struct td_wire_hdr *h,
 		return -ENOBUFS;
 	}
 	rc = td__tenant_check(p->uid, TD__LIM_FDS, 1, lim, sizeof(lim));
+	/* room for the lease its hold may become (hold_take) */
+	if (rc == 0)
+		rc = td__tenant_check(p->uid, TD__LIM_LEASES, 1, lim,
+				      sizeof(lim));
 	if (rc < 0)
 		td__peer_error(p, h->opcode, h->request_id, rc, "FOLLOW: %s",
 			       lim);

@@ -714,7 +714,15 @@ Test(hostile, fd_exhaustion_by_many_uids_leaves_the_operator_its_reserve)
 
 /* ---- a tenant in a child, driven step by step through pipes ---- */
 
-enum { W_PUT, W_GET_KEEP, W_ALLOC_KEEP, W_WATCH, W_EXIT };
+enum {
+	W_PUT,
+	W_GET_KEEP,
+	W_ALLOC_KEEP,
+	W_WATCH,
+	W_STREAM_PUT,  /* a TD_ALLOC_STREAM alloc, published */
+	W_FOLLOW_TAKE, /* release the follow's last tensor, take the next */
+	W_EXIT
+};
 
 struct wcmd {
 	int op;
@@ -738,6 +746,34 @@ struct worker {
 
 #define W_MAX_CONNS 64
 #define W_MAX_HELD 20000
+
+static int stream_put(struct td_client *c, const char *name, uint32_t size,
+		      struct td_error *e)
+{
+	uint64_t sz = size, shape[1] = {size};
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape, .fence_fd = -1};
+	struct td_alloc *a = NULL;
+	int rc = td_client_alloc_ex(c, 1, &sz, TD_ALLOC_STREAM, &a, e);
+
+	return rc < 0 ? rc : td_client_publish_alloc(c, a, &p, NULL, e);
+}
+
+/* One follow per worker (of the first name asked): the tensor it gave
+ * last is released, the next one taken and kept. */
+static int follow_take(struct td_client *c, const char *name,
+		       struct td_error *e)
+{
+	static struct td_follow *f;
+	static struct td_tensor *t;
+	int rc = f ? 0 : td_client_follow(c, name, &f, e);
+
+	if (rc < 0)
+		return rc;
+	td_tensor_release(t);
+	t = NULL;
+	return td_follow_next(f, 5000, &t, e);
+}
 
 static void worker_main(const struct tu_daemon *td, void *arg)
 {
@@ -785,6 +821,10 @@ static void worker_main(const struct tu_daemon *td, void *arg)
 
 				r.rc = td_client_watch(cc, m.name, 0, &id,
 						       &e);
+			} else if (m.op == W_STREAM_PUT) {
+				r.rc = stream_put(cc, m.name, m.size, &e);
+			} else if (m.op == W_FOLLOW_TAKE) {
+				r.rc = follow_take(cc, m.name, &e);
 			} else {
 				_exit(0);
 			}
@@ -838,6 +878,59 @@ static void worker_stop(struct worker *w)
 #define MiB (1u << 20)
 
 /* ---- readers pin memory ---- */
+
+/*
+ * A follower's hold is a lease of its uid once the version it holds is
+ * replaced (docs/fastpath.md, "Following a name"): it counts against the
+ * uid's leases and pinned limits like a GET's, so the next GET over the
+ * limit is refused, and a uid with no lease left cannot follow.
+ */
+Test(hostile, a_followers_hold_counts_as_its_uids_lease)
+{
+	struct worker prod, reader;
+	char why[TD_WIRE_MAX_REASON + 1];
+	int rc;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=60001 rw pub/\n"
+			     "allow uid=65534 r pub/\n"
+			     "limit uid=65534 leases 2\n",
+			     NULL, NULL),
+		 0, "info");
+	worker_start(&prod, 60001, 1);
+	worker_start(&reader, NOBODY, 1);
+	cr_assert_eq(wdo(&prod, W_PUT, "pub/x", 4096, 1, why, sizeof(why)),
+		     0, "%s", why);
+	/*
+	 * A stream alternates two buffers: the follower takes the first
+	 * two versions by GET (it maps their buffers then), the third from
+	 * shared memory, held through its row.
+	 */
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/f", MiB, 1, why,
+				 sizeof(why)),
+			     0, "%s", why);
+		cr_assert_eq(wdo(&reader, W_FOLLOW_TAKE, "pub/f", 0, 1, why,
+				 sizeof(why)),
+			     0, "follow: %s", why);
+	}
+	cr_assert_eq(wdo(&reader, W_GET_KEEP, "pub/x", 0, 1, why,
+			 sizeof(why)),
+		     0, "one lease: %s", why);
+	/* the followed version is replaced while held: the second lease */
+	cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/f", MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	rc = wdo(&reader, W_GET_KEEP, "pub/x", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, -EDQUOT, "the hold was not counted: %d %s", rc, why);
+	cr_assert(strstr(why, "leases limit: 2 leases held"), "%s", why);
+	victim_works("victim/follow", "a follower's holds");
+	worker_stop(&reader);
+	worker_stop(&prod);
+	stop();
+	unlink(policy_path);
+}
 
 Test(hostile, a_reader_pins_only_its_share_and_never_the_producers_quota)
 {
