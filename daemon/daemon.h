@@ -8,7 +8,8 @@
  *   peer.c      one connection: recvmsg/sendmsg with SCM_RIGHTS, the
  *               outgoing queue, HELLO and import negotiation
  *   dispatch.c  the opcode table: every request to its handler
- *   store.c ... the store's files (store.h), ring.c the rings
+ *   store.c ... the store's files (store.h), ring.c the rings,
+ *               follow.c followed names
  *   plane.c     descriptor policy: plane checks, seals, memfds
  *   cred.c      whom the daemon may pull fds from (the connected process,
  *               while its credentials are still the connection's)
