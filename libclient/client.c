@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "blob.h"
@@ -605,6 +606,47 @@ int td__import_fd(struct td_client *c, int32_t remote, int *scm, int *fd)
 		return -EPROTO;
 	*fd = td__pidfd_getfd(c->daemon_pidfd, remote);
 	return *fd < 0 ? *fd : 0;
+}
+
+int td__call_id(struct td_client *c, uint16_t op, uint64_t id,
+		const int *fds, unsigned nfds)
+{
+	struct td_wire_ring_close_req q = {id};
+	struct td__msg rep;
+	int64_t len = td_wire_ring_close_req_encode(
+		&q, c->sbuf + TD_WIRE_HDR_LEN, TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+	int rc;
+
+	if (len < 0)
+		return (int)len;
+	rc = td__call(c, op, (size_t)len, fds, nfds, &rep, NULL);
+	if (rc == 0)
+		td__msg_close_fds(&rep);
+	return rc;
+}
+
+int td__wake_fd(struct td_client *c, uint16_t op, uint64_t id, uint32_t epoch,
+		uint32_t feature)
+{
+	int rc, fd;
+
+	if (td__client_foreign(c))
+		return -ECHILD;
+	fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (fd < 0)
+		return -errno;
+	pthread_mutex_lock(&c->lock);
+	rc = td__has(c, feature) ? 0 : -EOPNOTSUPP;
+	if (rc == 0 && epoch != c->epoch)
+		rc = -ECONNRESET; /* made on a connection that is gone */
+	if (rc == 0)
+		rc = td__call_id(c, op, id, &fd, 1);
+	pthread_mutex_unlock(&c->lock);
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	return fd;
 }
 
 /* ---- connect ---- */

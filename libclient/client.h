@@ -234,6 +234,22 @@ void td__follow_let_go(struct td_follow *f);
 int64_t td__get_encode(struct td_client *c, const char *name, uint32_t mode,
 		       uint64_t version, uint32_t timeout_ms);
 
+/*
+ * A request whose body is one u64 id (RING_CLOSE, RING_WAKE, FOLLOW_CLOSE,
+ * FOLLOW_WAKE) with nfds fds attached; the reply's fds are closed. Lock
+ * held. 0 or -errno.
+ */
+int td__call_id(struct td_client *c, uint16_t op, uint64_t id,
+		const int *fds, unsigned nfds);
+/*
+ * A new eventfd sent with a wake-up request (RING_WAKE, FOLLOW_WAKE) for
+ * id, made on the connection of epoch, served with HELLO feature
+ * `feature`: the fd, or -errno (-EOPNOTSUPP, -ECONNRESET, -ECHILD in a
+ * child of fork(); nothing left open). No lock held.
+ */
+int td__wake_fd(struct td_client *c, uint16_t op, uint64_t id, uint32_t epoch,
+		uint32_t feature);
+
 /* Import daemon fd `remote` (pidfd path) or take `scm` (SCM path): -> fd. */
 int td__import_fd(struct td_client *c, int32_t remote, int *scm, int *fd);
 

@@ -12,7 +12,6 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -111,19 +110,8 @@ out:
 /* FOLLOW_CLOSE, lock held; errors are moot (the peer may be gone). */
 static void send_close(struct td_client *c, uint64_t id)
 {
-	struct td_wire_ring_close_req q = {id};
-	struct td_error e;
-	struct td__msg rep;
-	int64_t len;
-
-	if (c->sock < 0 || c->dead)
-		return;
-	len = td_wire_ring_close_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
-					    TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
-	if (len >= 0 &&
-	    td__call(c, TD_OP_FOLLOW_CLOSE, (size_t)len, NULL, 0, &rep, &e) ==
-		    0)
-		td__msg_close_fds(&rep);
+	if (c->sock >= 0 && !c->dead)
+		(void)td__call_id(c, TD_OP_FOLLOW_CLOSE, id, NULL, 0);
 }
 
 int td_client_follow(struct td_client *c, const char *name,
@@ -188,39 +176,16 @@ fail:
 
 int td_follow_fd(struct td_follow *f)
 {
-	struct td_wire_ring_close_req q;
-	struct td_client *c;
-	struct td__msg rep;
-	int64_t len;
-	int fd, rc;
+	int fd;
 
 	if (!f)
 		return -EINVAL;
 	if (f->efd >= 0)
 		return f->efd;
-	c = f->c;
-	if (td__client_foreign(c))
-		return -ECHILD;
-	fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (fd < 0)
-		return -errno;
-	q.id = f->id;
-	pthread_mutex_lock(&c->lock);
-	rc = f->epoch == c->epoch ? 0 : -EPIPE; /* the old daemon's */
-	len = td_wire_ring_close_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
-					    TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
-	if (rc == 0)
-		rc = len < 0 ? (int)len
-			     : td__call(c, TD_OP_FOLLOW_WAKE, (size_t)len,
-					&fd, 1, &rep, NULL);
-	if (rc == 0)
-		td__msg_close_fds(&rep);
-	pthread_mutex_unlock(&c->lock);
-	if (rc < 0) {
-		close(fd);
-		return rc;
-	}
-	f->efd = fd;
+	fd = td__wake_fd(f->c, TD_OP_FOLLOW_WAKE, f->id, f->epoch,
+			 TD_WIRE_FEAT_FOLLOW);
+	if (fd >= 0)
+		f->efd = fd;
 	return fd;
 }
 

@@ -33,39 +33,16 @@ void td__sub_unlink(struct td_sub *s)
 
 int td_sub_fd(struct td_sub *s)
 {
-	struct td_wire_ring_close_req q;
-	struct td_client *c;
-	struct td__msg rep;
-	int64_t len;
-	int rc, fd;
+	int fd;
 
 	if (!s)
 		return -EINVAL;
 	if (s->efd >= 0)
 		return s->efd;
-	c = s->c;
-	fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (fd < 0)
-		return -errno;
-	q.id = s->id;
-	pthread_mutex_lock(&c->lock);
-	rc = td__has(c, TD_WIRE_FEAT_RING_WAKE) ? 0 : -EOPNOTSUPP;
-	if (rc == 0 && s->epoch != c->epoch)
-		rc = -ECONNRESET; /* the old daemon's subscription */
-	len = td_wire_ring_close_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
-					    TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
-	if (rc == 0)
-		rc = len < 0 ? (int)len
-			     : td__call(c, TD_OP_RING_WAKE, (size_t)len, &fd,
-					1, &rep, NULL);
-	if (rc == 0)
-		td__msg_close_fds(&rep);
-	pthread_mutex_unlock(&c->lock);
-	if (rc < 0) {
-		close(fd);
-		return rc;
-	}
-	s->efd = fd;
+	fd = td__wake_fd(s->c, TD_OP_RING_WAKE, s->id, s->epoch,
+			 TD_WIRE_FEAT_RING_WAKE);
+	if (fd >= 0)
+		s->efd = fd;
 	return fd;
 }
 

@@ -303,18 +303,9 @@ out:
 /* RING_CLOSE id, lock held; errors are moot (the peer may be gone). */
 static void send_close(struct td_client *c, uint64_t id)
 {
-	struct td_wire_ring_close_req q = {id};
-	struct td_error e;
-	struct td__msg rep;
-	int64_t len;
-
-	if (!id || c->sock < 0 || c->dead)
-		return; /* id 0: the reply did not even decode */
-	len = td_wire_ring_close_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
-					    TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
-	if (len >= 0 &&
-	    td__call(c, TD_OP_RING_CLOSE, (size_t)len, NULL, 0, &rep, &e) == 0)
-		td__msg_close_fds(&rep);
+	/* id 0: the reply did not even decode */
+	if (id && c->sock >= 0 && !c->dead)
+		(void)td__call_id(c, TD_OP_RING_CLOSE, id, NULL, 0);
 }
 
 static bool name_ok(const char *name, struct td_error *err, int *rc)

@@ -450,7 +450,9 @@ TD_EXPORT int td_follow_next(struct td_follow *f, int timeout_ms,
  * last one returned, or a connection gone. td_follow_poll() is
  * td_follow_next() with no wait that arms the fd when it finds nothing
  * (-EAGAIN). A daemon that goes away writes no eventfd: watch
- * td_client_fd() too. -EOPNOTSUPP: the daemon does not serve it.
+ * td_client_fd() too. td_follow_fd() returns -EOPNOTSUPP when the
+ * daemon does not serve it, -ECONNRESET when the follow's connection is
+ * gone, -ECHILD in a child of fork().
  */
 TD_EXPORT int td_follow_fd(struct td_follow *f);
 TD_EXPORT int td_follow_poll(struct td_follow *f, struct td_tensor **out,
