@@ -302,47 +302,66 @@ static void echo_run(const struct tu_daemon *d, unsigned rounds)
 	_exit(0);
 }
 
+/* One side of a ping-pong: this process publishes ping and follows pong,
+ * an echo process (echo_run) the other way round; both always sleep at
+ * once (TENSORD_RING_SPIN_US=0). */
+struct pingpong {
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_follow *f;
+	pid_t echo;
+};
+
+static void pingpong_start(struct pingpong *pp, const char *import,
+			   unsigned rounds)
+{
+	cr_assert_eq(setenv("TENSORD_RING_SPIN_US", "0", 1), 0);
+	tu_daemon_start_args(&pp->d, "warn", small_cap);
+	pp->c = conn(&pp->d, import);
+	pp->f = follow(pp->c, "fw/pong");
+	pp->echo = fork();
+	cr_assert_geq(pp->echo, 0);
+	if (pp->echo == 0)
+		echo_run(&pp->d, rounds);
+}
+
+static void pingpong_end(struct pingpong *pp)
+{
+	int status;
+
+	cr_assert_eq(waitpid(pp->echo, &status, 0), pp->echo);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "the echo failed (status %d)", status);
+	unsetenv("TENSORD_RING_SPIN_US");
+	td_follow_close(pp->f);
+	td_client_close(pp->c);
+	tu_daemon_stop(&pp->d, true);
+}
+
 /*
  * A ping-pong between two processes that each follow the other's name
- * and always sleep at once (TENSORD_RING_SPIN_US=0): every round both
- * sides sleep, and only the daemon's wake-up at the other's PUBLISH
- * wakes them. A lost wake-up costs a follower its whole sleep slice
- * (1 s: it then looks at its connection and finds the version), so 500
- * rounds with wake-ups dropped take over 500 s and the test's timeout
- * fails them; every round must also see exactly its own version.
+ * and always sleep at once: every round both sides sleep, and only the
+ * daemon's wake-up at the other's PUBLISH wakes them. A lost wake-up
+ * costs a follower its whole sleep slice (1 s: it then looks at its
+ * connection and finds the version), so 500 rounds with wake-ups dropped
+ * take over 500 s and the test's timeout fails them; every round must
+ * also see exactly its own version.
  */
 Test(follow, no_wake_up_is_lost, .timeout = 120)
 {
 	const unsigned rounds = 500;
-	struct tu_daemon d;
-	struct td_client *c;
-	struct td_follow *f;
-	int status;
-	pid_t pid;
+	struct pingpong pp;
 
-	cr_assert_eq(setenv("TENSORD_RING_SPIN_US", "0", 1), 0);
-	tu_daemon_start_args(&d, "warn", small_cap);
-	c = conn(&d, "pidfd");
-	f = follow(c, "fw/pong");
-	pid = fork();
-	cr_assert_geq(pid, 0);
-	if (pid == 0)
-		echo_run(&d, rounds);
+	pingpong_start(&pp, "pidfd", rounds);
 	for (unsigned i = 1; i <= rounds; i++) {
 		struct td_tensor *t;
 
-		put(c, "fw/ping", 64, TD_ALLOC_STREAM, (uint8_t)i);
-		t = next(f, -1);
+		put(pp.c, "fw/ping", 64, TD_ALLOC_STREAM, (uint8_t)i);
+		t = next(pp.f, -1);
 		cr_assert(all_bytes(t, (uint8_t)i), "round %u", i);
 		td_tensor_release(t);
 	}
-	cr_assert_eq(waitpid(pid, &status, 0), pid);
-	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-		  "the echo failed (status %d)", status);
-	unsetenv("TENSORD_RING_SPIN_US");
-	td_follow_close(f);
-	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	pingpong_end(&pp);
 }
 
 /*
@@ -354,47 +373,31 @@ Test(follow, no_wake_up_is_lost, .timeout = 120)
 Test(follow, an_event_loop_follower_is_woken_by_its_fd, .timeout = 120)
 {
 	const unsigned rounds = 300;
-	struct tu_daemon d;
-	struct td_client *c;
-	struct td_follow *f;
+	struct pingpong pp;
 	struct td_tensor *t = NULL;
 	struct td_error e = {0};
-	int fd, status;
-	pid_t pid;
+	int fd;
 
-	cr_assert_eq(setenv("TENSORD_RING_SPIN_US", "0", 1), 0);
-	tu_daemon_start_args(&d, "warn", small_cap);
-	c = conn(&d, "scm");
-	f = follow(c, "fw/pong");
-	cr_assert_eq(td_follow_poll(f, &t, &e), -EINVAL, "before the fd");
-	fd = td_follow_fd(f);
+	pingpong_start(&pp, "scm", rounds);
+	cr_assert_eq(td_follow_poll(pp.f, &t, &e), -EINVAL, "before the fd");
+	fd = td_follow_fd(pp.f);
 	cr_assert_geq(fd, 0, "%s", strerror(-fd));
-	cr_assert_eq(td_follow_fd(f), fd, "one eventfd per follow");
-	cr_assert_eq(td_follow_poll(f, &t, &e), -EAGAIN);
-	pid = fork();
-	cr_assert_geq(pid, 0);
-	if (pid == 0)
-		echo_run(&d, rounds);
+	cr_assert_eq(td_follow_fd(pp.f), fd, "one eventfd per follow");
+	cr_assert_eq(td_follow_poll(pp.f, &t, &e), -EAGAIN);
 	for (unsigned i = 1; i <= rounds; i++) {
 		struct pollfd p = {.fd = fd, .events = POLLIN};
 		int rc;
 
-		put(c, "fw/ping", 64, TD_ALLOC_STREAM, (uint8_t)i);
+		put(pp.c, "fw/ping", 64, TD_ALLOC_STREAM, (uint8_t)i);
 		do {
 			cr_assert_eq(poll(&p, 1, -1), 1);
-			rc = td_follow_poll(f, &t, &e);
+			rc = td_follow_poll(pp.f, &t, &e);
 		} while (rc == -EAGAIN);
 		cr_assert_eq(rc, 0, "%s", e.reason);
 		cr_assert(all_bytes(t, (uint8_t)i), "round %u", i);
 		td_tensor_release(t);
 	}
-	cr_assert_eq(waitpid(pid, &status, 0), pid);
-	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-		  "the echo failed (status %d)", status);
-	unsetenv("TENSORD_RING_SPIN_US");
-	td_follow_close(f);
-	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	pingpong_end(&pp);
 }
 
 /* ---- the daemon stays the authority ---- */
