@@ -142,7 +142,9 @@ static size_t valid(unsigned nfds)
 	uint8_t *b = msg + TD_WIRE_HDR_LEN;
 	size_t cap = TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN;
 	int64_t n = 0;
-	uint16_t op = (uint16_t)(1 + rnd() % 10);
+	/* the version-1 requests, and FOLLOW, FOLLOW_CLOSE, FOLLOW_WAKE */
+	uint16_t op = (uint16_t)(rnd() % 4 ? 1 + rnd() % 10
+					   : TD_OP_FOLLOW + rnd() % 3);
 
 	switch (op) {
 	case TD_OP_HELLO: {
@@ -218,6 +220,18 @@ static size_t valid(unsigned nfds)
 		n = td_wire_watch_req_encode(&r, b, cap);
 		break;
 	}
+	case TD_OP_FOLLOW: {
+		struct td_wire_ring_sub_req r = {a_name(),
+						 (uint32_t)(rnd() & 1)};
+		n = td_wire_ring_sub_req_encode(&r, b, cap);
+		break;
+	}
+	case TD_OP_FOLLOW_CLOSE:
+	case TD_OP_FOLLOW_WAKE: {
+		struct td_wire_ring_close_req r = {rnd() % 16};
+		n = td_wire_ring_close_req_encode(&r, b, cap);
+		break;
+	}
 	default: {
 		struct td_wire_unwatch_req r = {rnd() % 16};
 		n = td_wire_unwatch_req_encode(&r, b, cap);
@@ -267,7 +281,7 @@ static size_t mutate(size_t len)
 		return len + add;
 	}
 	case 5: /* a random opcode, rings and notify included */ {
-		uint16_t op = (uint16_t)(rnd() % 3 ? rnd() % 16 : 0x100);
+		uint16_t op = (uint16_t)(rnd() % 3 ? rnd() % 20 : 0x100);
 
 		memcpy(msg + 6, &op, 2);
 		return len;
@@ -289,7 +303,7 @@ static size_t random_dgram(void)
 	/* often a plausible header so the body decoders are reached */
 	if (len >= TD_WIRE_HDR_LEN && rnd() % 2) {
 		uint32_t bl = (uint32_t)(len - TD_WIRE_HDR_LEN), z = 0;
-		uint16_t v = 1, op = (uint16_t)(rnd() % 16);
+		uint16_t v = 1, op = (uint16_t)(rnd() % 20);
 
 		memcpy(msg, "TDW1", 4);
 		memcpy(msg + 4, &v, 2);
