@@ -122,16 +122,20 @@ static void bell_sweep(struct bell *b)
 /*
  * v stopped being `latest` (the store and bump are done): every row that
  * holds it now keeps it (a follower whose hold comes later sees the new
- * `latest` when it checks, and lets go).
+ * `latest` when it checks, and lets go). A row may have let go of an
+ * older retired version and taken v since the sweep that began this
+ * change: the old hold goes, or v would be kept for nobody.
  */
 static void bell_retire(struct bell *b, struct td__version *v)
 {
 	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++) {
 		struct follower *f = &b->rows[i];
 
-		if (!f->peer || f->held ||
+		if (!f->peer || f->held == v ||
 		    atomic_load(&f->row->held) != v->number)
 			continue;
+		if (f->held)
+			hold_drop(f);
 		hold_take(f, v);
 	}
 }
