@@ -11,11 +11,13 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -483,6 +485,65 @@ Test(follow, a_followed_version_is_not_evicted)
 	cr_assert_eq(td_client_alloc(prod, 1, &big, &a, &e), 0,
 		     "unfollowed, it is evicted: %s", e.reason);
 	td_alloc_free(a);
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+/* Publish fd (size bytes, the caller's memfd) as name: the version. */
+static uint64_t put_fd(struct td_client *c, const char *name, int fd,
+		       uint64_t size)
+{
+	struct td_error e = {0};
+	uint64_t shape[1] = {size}, v = 0;
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape, .fd_count = 1,
+			       .fds = &fd, .fence_fd = -1};
+
+	cr_assert_eq(td_client_publish(c, &p, &v, &e), 0, "%s", e.reason);
+	return v;
+}
+
+/*
+ * A hold the follower let go is dropped at the daemon's next look, which
+ * a search for room makes first: the room it finds counts what that
+ * look freed. (One sealed memfd published again and again: the follower
+ * maps it once, by GET, and takes the later versions from the bell.)
+ */
+Test(follow, the_room_an_alloc_finds_counts_the_holds_let_go)
+{
+	static const char *const cap[] = {"--max-bytes", "3M", NULL};
+	const uint64_t mib = 1024 * KIB, two = 2 * mib;
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_follow *f;
+	struct td_tensor *t;
+	struct td_alloc *a = NULL;
+	struct td_error e = {0};
+	uint64_t v;
+	int fd;
+
+	tu_daemon_start_args(&d, "warn", cap);
+	prod = conn(&d, "pidfd");
+	cons = conn(&d, "pidfd");
+	fd = memfd_create("fw-room", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, (off_t)mib), 0);
+	cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	f = follow(cons, "fw/room");
+	put_fd(prod, "fw/room", fd, mib);
+	td_tensor_release(next(f, 5000)); /* by GET: now mapped here */
+	v = put_fd(prod, "fw/room", fd, mib);
+	t = next(f, 5000);
+	cr_assert_eq(td_tensor_version(t), v);
+	/* replaced while held: 2 MiB of versions; then let go */
+	put_fd(prod, "fw/room", fd, mib);
+	td_tensor_release(t);
+	cr_assert_eq(td_client_alloc(prod, 1, &two, &a, &e), 0,
+		     "the released hold still counted: %s", e.reason);
+	td_alloc_free(a);
+	close(fd);
+	td_follow_close(f);
 	td_client_close(cons);
 	td_client_close(prod);
 	tu_daemon_stop(&d, true);
