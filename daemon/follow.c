@@ -217,8 +217,7 @@ static void bell_wake(struct bell *b)
 		w = atomic_load(&f->row->waiting);
 		futex |= w == TD_FOLLOW_WAIT_FUTEX;
 		if (w == TD_FOLLOW_WAIT_FD && f->wake_fd >= 0)
-			(void)!write(f->wake_fd, &(uint64_t){1},
-				     sizeof(uint64_t));
+			(void)td__timerfd_fire(f->wake_fd);
 	}
 	if (futex)
 		td__futex_wake((const uint32_t *)&b->hdr->seq, INT_MAX);
@@ -596,9 +595,11 @@ void td__follow_wake(struct td__peer *p, const struct td__req *rq)
 			       "connection", (unsigned long long)m.id);
 		goto out;
 	}
-	if (rq->nfds != 1 || !td__is_eventfd(rq->fds[0])) {
+	/* not an eventfd: its holder could make it blocking and fill it,
+	 * and the daemon's write would then block (td__timerfd_fire) */
+	if (rq->nfds != 1 || !td__is_timerfd(rq->fds[0])) {
 		td__peer_error(p, h->opcode, h->request_id, -EINVAL,
-			       "FOLLOW_WAKE attaches exactly one eventfd");
+			       "FOLLOW_WAKE attaches exactly one timerfd");
 		goto out;
 	}
 	if (f->wake_fd < 0) {

@@ -12,11 +12,12 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "follow.h"
+#include "os.h"
 #include "ring-int.h"
 #include "wire-status.h"
 
@@ -32,7 +33,7 @@ struct td_follow {
 	struct td_follow_row *row;
 	uint64_t last; /* newest version returned */
 	struct td_pace pace;
-	int efd;      /* td_follow_fd()'s eventfd, -1 until then */
+	int efd;      /* td_follow_fd()'s timerfd, -1 until then */
 	bool out;     /* a tensor held through the row is not released */
 	bool closing; /* td_follow_close() waits for that release */
 	char name[TD_WIRE_MAX_NAME + 1];
@@ -201,7 +202,8 @@ int td_follow_fd(struct td_follow *f)
 	c = f->c;
 	if (td__client_foreign(c))
 		return -ECHILD;
-	fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	/* a timerfd, not an eventfd: the daemon's wake-up cannot block */
+	fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 	if (fd < 0)
 		return -errno;
 	q.id = f->id;
@@ -406,7 +408,7 @@ static void follow_arm(struct td_follow *f)
 {
 	atomic_store(&f->row->waiting, TD_FOLLOW_WAIT_FD);
 	if (td_follow_latest_recheck(f->hdr) >> 8 > f->last)
-		(void)!write(f->efd, &(uint64_t){1}, sizeof(uint64_t));
+		(void)td__timerfd_fire(f->efd);
 }
 
 int td_follow_poll(struct td_follow *f, struct td_tensor **out,

@@ -350,8 +350,8 @@ Test(follow, no_wake_up_is_lost, .timeout = 120)
 /*
  * An event-loop follower (td_follow_fd, poll(2), td_follow_poll) in a
  * ping-pong with the echo process: each round's version arrives through
- * the eventfd the daemon writes; nothing else would wake the poll (no
- * timeout: a dropped write hangs it, and the test's timeout fails it).
+ * the timerfd the daemon fires; nothing else would wake the poll (no
+ * timeout: a dropped wake-up hangs it, and the test's timeout fails it).
  */
 Test(follow, an_event_loop_follower_is_woken_by_its_fd, .timeout = 120)
 {
@@ -371,7 +371,7 @@ Test(follow, an_event_loop_follower_is_woken_by_its_fd, .timeout = 120)
 	cr_assert_eq(td_follow_poll(f, &t, &e), -EINVAL, "before the fd");
 	fd = td_follow_fd(f);
 	cr_assert_geq(fd, 0, "%s", strerror(-fd));
-	cr_assert_eq(td_follow_fd(f), fd, "one eventfd per follow");
+	cr_assert_eq(td_follow_fd(f), fd, "one timerfd per follow");
 	cr_assert_eq(td_follow_poll(f, &t, &e), -EAGAIN);
 	pid = fork();
 	cr_assert_geq(pid, 0);
@@ -396,6 +396,49 @@ Test(follow, an_event_loop_follower_is_woken_by_its_fd, .timeout = 120)
 	unsetenv("TENSORD_RING_SPIN_US");
 	td_follow_close(f);
 	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * A follower's wake-up fd is shared with the follower, which can make it
+ * blocking and try to fill it (an eventfd's write would then wait for a
+ * read that never comes). The daemon's wake-up never blocks on it: the
+ * producer's PUBLISH is answered, later ones too, and the follower is
+ * still woken.
+ */
+Test(follow, a_follower_cannot_block_the_daemon_on_its_wake_fd,
+     .timeout = 60)
+{
+	const uint64_t full = 0xfffffffffffffffeull;
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_follow *f;
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+	struct pollfd p;
+	int fd;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = conn(&d, "scm");
+	cons = conn(&d, "scm");
+	f = follow(cons, "fw/wake");
+	fd = td_follow_fd(f);
+	cr_assert_geq(fd, 0, "%s", strerror(-fd));
+	cr_assert_eq(td_follow_poll(f, &t, &e), -EAGAIN); /* waits by fd */
+	/* hostile: blocking, and as full as it will go (an eventfd takes
+	 * the write; a fd nobody but the owner can fill refuses it) */
+	cr_assert_eq(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK), 0);
+	(void)!write(fd, &full, sizeof(full));
+	put(prod, "fw/wake", 64, TD_ALLOC_STREAM, 1);
+	put(prod, "fw/wake", 64, TD_ALLOC_STREAM, 2);
+	p = (struct pollfd){.fd = fd, .events = POLLIN};
+	cr_assert_eq(poll(&p, 1, 5000), 1, "the follower was not woken");
+	cr_assert_eq(td_follow_poll(f, &t, &e), 0, "%s", e.reason);
+	cr_assert(all_bytes(t, 2));
+	td_tensor_release(t);
+	td_follow_close(f);
+	td_client_close(cons);
+	td_client_close(prod);
 	tu_daemon_stop(&d, true);
 }
 

@@ -10,6 +10,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/timerfd.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -112,7 +113,8 @@ int td__reopen_ro(int fd)
 	return ro < 0 ? -errno : ro;
 }
 
-bool td__is_eventfd(int fd)
+/* Whether fd's /proc/self/fd link is `want` (an anonymous inode's). */
+static bool fd_link_is(int fd, const char *want)
 {
 	char path[64], link[64];
 	ssize_t n;
@@ -122,7 +124,25 @@ bool td__is_eventfd(int fd)
 	if (n < 0)
 		return false;
 	link[n] = 0;
-	return strcmp(link, "anon_inode:[eventfd]") == 0;
+	return strcmp(link, want) == 0;
+}
+
+bool td__is_eventfd(int fd)
+{
+	return fd_link_is(fd, "anon_inode:[eventfd]");
+}
+
+bool td__is_timerfd(int fd)
+{
+	return fd_link_is(fd, "anon_inode:[timerfd]");
+}
+
+int td__timerfd_fire(int fd)
+{
+	/* relative, one nanosecond: expired at once, never repeated */
+	static const struct itimerspec now = {.it_value = {0, 1}};
+
+	return timerfd_settime(fd, 0, &now, NULL) < 0 ? -errno : 0;
 }
 
 int td__dmabuf_sync(int fd, bool start)

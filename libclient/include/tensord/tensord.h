@@ -444,12 +444,12 @@ TD_EXPORT int td_client_follow(struct td_client *c, const char *name,
 TD_EXPORT int td_follow_next(struct td_follow *f, int timeout_ms,
 			     struct td_tensor **out, struct td_error *err);
 /*
- * Event loops: td_follow_fd() gives an eventfd (made and registered with
+ * Event loops: td_follow_fd() gives a timerfd (made and registered with
  * the daemon on the first call, owned by the follow) that polls readable
  * when td_follow_poll() may have something: a version newer than the
  * last one returned, or a connection gone. td_follow_poll() is
  * td_follow_next() with no wait that arms the fd when it finds nothing
- * (-EAGAIN). A daemon that goes away writes no eventfd: watch
+ * (-EAGAIN). A daemon that goes away fires no timerfd: watch
  * td_client_fd() too. -EOPNOTSUPP: the daemon does not serve it.
  */
 TD_EXPORT int td_follow_fd(struct td_follow *f);
