@@ -113,28 +113,18 @@ int td__reopen_ro(int fd)
 	return ro < 0 ? -errno : ro;
 }
 
-/* Whether fd's /proc/self/fd link is `want` (an anonymous inode's). */
-static bool fd_link_is(int fd, const char *want)
+bool td__is_timerfd(int fd)
 {
 	char path[64], link[64];
 	ssize_t n;
 
+	/* anonymous inodes tell their kind in /proc only */
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	n = readlink(path, link, sizeof(link) - 1);
 	if (n < 0)
 		return false;
 	link[n] = 0;
-	return strcmp(link, want) == 0;
-}
-
-bool td__is_eventfd(int fd)
-{
-	return fd_link_is(fd, "anon_inode:[eventfd]");
-}
-
-bool td__is_timerfd(int fd)
-{
-	return fd_link_is(fd, "anon_inode:[timerfd]");
+	return strcmp(link, "anon_inode:[timerfd]") == 0;
 }
 
 int td__timerfd_fire(int fd)

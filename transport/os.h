@@ -53,8 +53,7 @@ int td__memfd_seal_size(int fd);
  */
 int td__reopen_ro(int fd);
 
-/* Whether fd is an eventfd, a timerfd (its /proc/self/fd link). */
-bool td__is_eventfd(int fd);
+/* Whether fd is a timerfd (its /proc/self/fd link). */
 bool td__is_timerfd(int fd);
 
 /*

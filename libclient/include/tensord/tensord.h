@@ -884,16 +884,16 @@ TD_EXPORT void td_sub_close(struct td_sub *s);
 /* ---- rings in an event loop ----
  *
  * A subscription can be woken through a descriptor instead of a futex:
- * td_sub_fd() gives it an eventfd (registered with the daemon, which hands
+ * td_sub_fd() gives it a timerfd (registered with the daemon, which hands
  * it to the producer once); while the subscription waits by fd, the
- * producer's td_ring_publish() writes that eventfd, beside the futex wake
+ * producer's td_ring_publish() fires that timerfd, beside the futex wake
  * it does for sleeping readers. The handoff itself stays free of messages
- * to the daemon: only the first publish after a new eventfd appears asks
+ * to the daemon: only the first publish after a new timerfd appears asks
  * the daemon for it.
  */
 
 /*
- * The subscription's eventfd, made and registered on first call: it polls
+ * The subscription's timerfd, made and registered on first call: it polls
  * readable when a version newer than the last one taken is published, or
  * the ring closes, while the subscription is armed (td_sub_poll() arms
  * it). Borrowed: closed by td_sub_close(). Returns the fd, -EOPNOTSUPP
@@ -921,7 +921,7 @@ typedef void (*td_sub_fn)(struct td_sub *s, int status,
 			  const struct td_view *view, void *ud);
 /*
  * Deliver this subscription's versions to fn from td_client_process() of
- * its client: its eventfd joins td_client_fd(). fn NULL takes it out
+ * its client: its timerfd joins td_client_fd(). fn NULL takes it out
  * again. A version already published is delivered at the next
  * td_client_process(). 0, or the errors of td_sub_fd().
  */
