@@ -12,7 +12,6 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/timerfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -189,40 +188,19 @@ fail:
 
 int td_follow_fd(struct td_follow *f)
 {
-	struct td_wire_ring_close_req q;
-	struct td_client *c;
-	struct td__msg rep;
-	int64_t len;
-	int fd, rc;
+	int fd;
 
 	if (!f)
 		return -EINVAL;
 	if (f->efd >= 0)
 		return f->efd;
-	c = f->c;
-	if (td__client_foreign(c))
+	if (td__client_foreign(f->c))
 		return -ECHILD;
-	/* a timerfd, not an eventfd: the daemon's wake-up cannot block */
-	fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-	if (fd < 0)
-		return -errno;
-	q.id = f->id;
-	pthread_mutex_lock(&c->lock);
-	rc = f->epoch == c->epoch ? 0 : -EPIPE; /* the old daemon's */
-	len = td_wire_ring_close_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
-					    TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
-	if (rc == 0)
-		rc = len < 0 ? (int)len
-			     : td__call(c, TD_OP_FOLLOW_WAKE, (size_t)len,
-					&fd, 1, &rep, NULL);
-	if (rc == 0)
-		td__msg_close_fds(&rep);
-	pthread_mutex_unlock(&c->lock);
-	if (rc < 0) {
-		close(fd);
-		return rc;
-	}
-	f->efd = fd;
+	/* the old daemon's follow: -EPIPE */
+	fd = td__wake_fd_new(f->c, TD_OP_FOLLOW_WAKE, f->id, 0, f->epoch,
+			     -EPIPE);
+	if (fd >= 0)
+		f->efd = fd;
 	return fd;
 }
 

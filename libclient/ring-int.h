@@ -72,5 +72,9 @@ bool td__pace_wait(const struct td_pace *p, struct td_pace_plan *w,
 /* ring-loop.c: off the client's handler list and its epoll set (lock
  * held). */
 void td__sub_unlink(struct td_sub *s);
+/* ring-loop.c: a timerfd registered with the daemon by op (RING_WAKE,
+ * FOLLOW_WAKE) for id; lock not held. The fd or -errno. */
+int td__wake_fd_new(struct td_client *c, uint16_t op, uint64_t id,
+		    uint32_t feature, uint32_t epoch, int stale_rc);
 
 #endif

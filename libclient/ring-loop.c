@@ -32,35 +32,34 @@ void td__sub_unlink(struct td_sub *s)
 	s->lnext = NULL;
 }
 
-int td_sub_fd(struct td_sub *s)
+/*
+ * A wake-up fd for id, registered with the daemon by op (RING_WAKE,
+ * FOLLOW_WAKE): the fd, or -errno. A timerfd, not an eventfd: firing it
+ * cannot block the producer or the daemon (td__timerfd_fire). feature:
+ * the HELLO bit op needs (0: none); epoch: the connection id belongs to,
+ * stale_rc what another one gets.
+ */
+int td__wake_fd_new(struct td_client *c, uint16_t op, uint64_t id,
+		    uint32_t feature, uint32_t epoch, int stale_rc)
 {
-	struct td_wire_ring_close_req q;
-	struct td_client *c;
+	struct td_wire_ring_close_req q = {id};
 	struct td__msg rep;
 	int64_t len;
 	int rc, fd;
 
-	if (!s)
-		return -EINVAL;
-	if (s->efd >= 0)
-		return s->efd;
-	c = s->c;
-	/* a timerfd, not an eventfd: firing it cannot block the producer
-	 * or the daemon (td__timerfd_fire) */
 	fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 	if (fd < 0)
 		return -errno;
-	q.id = s->id;
 	pthread_mutex_lock(&c->lock);
-	rc = td__has(c, TD_WIRE_FEAT_RING_WAKE) ? 0 : -EOPNOTSUPP;
-	if (rc == 0 && s->epoch != c->epoch)
-		rc = -ECONNRESET; /* the old daemon's subscription */
+	rc = !feature || td__has(c, feature) ? 0 : -EOPNOTSUPP;
+	if (rc == 0 && epoch != c->epoch)
+		rc = stale_rc;
 	len = td_wire_ring_close_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
 					    TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	if (rc == 0)
 		rc = len < 0 ? (int)len
-			     : td__call(c, TD_OP_RING_WAKE, (size_t)len, &fd,
-					1, &rep, NULL);
+			     : td__call(c, op, (size_t)len, &fd, 1, &rep,
+					NULL);
 	if (rc == 0)
 		td__msg_close_fds(&rep);
 	pthread_mutex_unlock(&c->lock);
@@ -68,7 +67,22 @@ int td_sub_fd(struct td_sub *s)
 		close(fd);
 		return rc;
 	}
-	s->efd = fd;
+	return fd;
+}
+
+int td_sub_fd(struct td_sub *s)
+{
+	int fd;
+
+	if (!s)
+		return -EINVAL;
+	if (s->efd >= 0)
+		return s->efd;
+	/* the old daemon's subscription: -ECONNRESET */
+	fd = td__wake_fd_new(s->c, TD_OP_RING_WAKE, s->id,
+			     TD_WIRE_FEAT_RING_WAKE, s->epoch, -ECONNRESET);
+	if (fd >= 0)
+		s->efd = fd;
 	return fd;
 }
 
