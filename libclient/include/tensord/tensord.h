@@ -452,7 +452,9 @@ TD_EXPORT int td_follow_next(struct td_follow *f, int timeout_ms,
  * last one returned, or a connection gone. td_follow_poll() is
  * td_follow_next() with no wait that arms the fd when it finds nothing
  * (-EAGAIN). A daemon that goes away fires no timerfd: watch
- * td_client_fd() too. -EOPNOTSUPP: the daemon does not serve it.
+ * td_client_fd() too. -EOPNOTSUPP: the daemon does not serve it. The fd
+ * is a timerfd, which the daemon's wake-up cannot block on (an eventfd's
+ * write can): poll it, never write() it.
  */
 TD_EXPORT int td_follow_fd(struct td_follow *f);
 TD_EXPORT int td_follow_poll(struct td_follow *f, struct td_tensor **out,
@@ -898,7 +900,9 @@ TD_EXPORT void td_sub_close(struct td_sub *s);
  * The subscription's timerfd, made and registered on first call: it polls
  * readable when a version newer than the last one taken is published, or
  * the ring closes, while the subscription is armed (td_sub_poll() arms
- * it). Borrowed: closed by td_sub_close(). Returns the fd, -EOPNOTSUPP
+ * it; it reads what it needs). A timerfd, so that firing it cannot block
+ * the producer (an eventfd's write can): poll it, never write() it.
+ * Borrowed: closed by td_sub_close(). Returns the fd, -EOPNOTSUPP
  * from a daemon without RING_WAKE, -ENOBUFS when the ring already has 16
  * such readers, or -errno.
  */
