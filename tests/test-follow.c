@@ -23,6 +23,8 @@
 #include <unistd.h>
 
 #include "tensord/tensord.h"
+#include "follow.h"
+#include "wire.h"
 #include "testutil.h"
 
 #define KIB 1024u
@@ -534,17 +536,136 @@ Test(follow, a_followed_version_is_not_evicted)
 }
 
 /* Publish fd (size bytes, the caller's memfd) as name: the version. */
-static uint64_t put_fd(struct td_client *c, const char *name, int fd,
-		       uint64_t size)
+static uint64_t put_fd_meta(struct td_client *c, const char *name, int fd,
+			    uint64_t size, const void *meta, size_t meta_len)
 {
 	struct td_error e = {0};
 	uint64_t shape[1] = {size}, v = 0;
 	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
 			       .ndim = 1, .shape = shape, .fd_count = 1,
-			       .fds = &fd, .fence_fd = -1};
+			       .fds = &fd, .fence_fd = -1, .meta = meta,
+			       .meta_len = meta_len};
 
 	cr_assert_eq(td_client_publish(c, &p, &v, &e), 0, "%s", e.reason);
 	return v;
+}
+
+static uint64_t put_fd(struct td_client *c, const char *name, int fd,
+		       uint64_t size)
+{
+	return put_fd_meta(c, name, fd, size, NULL, 0);
+}
+
+/* A sealed memfd of size bytes of b. */
+static int sealed_memfd(uint64_t size, uint8_t b)
+{
+	int fd = memfd_create("fw-plane", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	uint8_t *p;
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, (off_t)size), 0);
+	p = mmap(NULL, (size_t)size, PROT_WRITE, MAP_SHARED, fd, 0);
+	cr_assert_neq(p, MAP_FAILED);
+	memset(p, b, (size_t)size);
+	munmap(p, (size_t)size);
+	cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	return fd;
+}
+
+/*
+ * The versions whose entry the bell cannot carry come by a GET of that
+ * exact version (one more request, counted by the daemon), right: a
+ * reply over 4080 bytes (16 KiB of metadata), a version with a fence,
+ * and a version published while all 16 entries hold versions followers
+ * keep. Otherwise a mapped
+ * buffer's version comes from the bell with no request. (One sealed
+ * memfd published again and again: mapped once, by the first GET.)
+ */
+Test(follow, versions_without_an_entry_come_by_get)
+{
+	static uint8_t meta[TD_WIRE_MAX_META];
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_follow *f[TD_FOLLOW_ENTRIES + 1];
+	struct td_tensor *t[TD_FOLLOW_ENTRIES + 1];
+	struct td_ring *r;
+	const void *m;
+	size_t mlen;
+	uint64_t v, before;
+	int fd;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = conn(&d, "pidfd");
+	cons = conn(&d, "pidfd");
+	r = counter_ring(prod, "fw/count");
+	fd = sealed_memfd(4 * KIB, 0x5a);
+	for (unsigned i = 0; i <= TD_FOLLOW_ENTRIES; i++)
+		f[i] = follow(cons, "fw/e");
+	put_fd(prod, "fw/e", fd, 4 * KIB);
+	td_tensor_release(next(f[0], 5000)); /* by GET: now mapped here */
+	/* a reply that does not fit an entry */
+	memset(meta, 0xc3, sizeof(meta));
+	v = put_fd_meta(prod, "fw/e", fd, 4 * KIB, meta, sizeof(meta));
+	before = daemon_requests(prod, "fw/count");
+	t[0] = next(f[0], 5000);
+	cr_assert_eq(daemon_requests(prod, "fw/count") - before, 2,
+		     "not taken by GET (and the count's own request)");
+	cr_assert_eq(td_tensor_version(t[0]), v);
+	m = td_tensor_meta(t[0], &mlen);
+	cr_assert(mlen == sizeof(meta) && memcmp(m, meta, mlen) == 0);
+	td_tensor_release(t[0]);
+	/* a fence: an fd, which no entry carries */
+	{
+		int fence = td_fence_create();
+		struct td_error e = {0};
+		uint64_t shape[1] = {4 * KIB};
+		struct td_publish p = {.name = "fw/e",
+				       .flags = TD_PUBLISH_FENCE,
+				       .dtype = TD_TENSOR_U8, .ndim = 1,
+				       .shape = shape, .fd_count = 1,
+				       .fds = &fd, .fence_fd = fence};
+
+		cr_assert_geq(fence, 0);
+		cr_assert_eq(td_fence_signal(fence, &e), 0, "%s", e.reason);
+		cr_assert_eq(td_client_publish(prod, &p, &v, &e), 0, "%s",
+			     e.reason);
+		close(fence);
+		before = daemon_requests(prod, "fw/count");
+		t[0] = next(f[0], 5000);
+		cr_assert_eq(daemon_requests(prod, "fw/count") - before, 2,
+			     "a fenced version not taken by GET");
+		cr_assert_eq(td_tensor_version(t[0]), v);
+		cr_assert_geq(td_tensor_fence_fd(t[0]), 0, "its fence lost");
+		cr_assert_eq(td_tensor_fence_wait(t[0], 0), 0);
+		td_tensor_release(t[0]);
+	}
+	/* sixteen versions, each kept by a follow: from the bell */
+	for (unsigned i = 0; i < TD_FOLLOW_ENTRIES; i++) {
+		v = put_fd(prod, "fw/e", fd, 4 * KIB);
+		before = daemon_requests(prod, "fw/count");
+		t[i] = next(f[i], 5000);
+		cr_assert_eq(daemon_requests(prod, "fw/count") - before, 1,
+			     "version %u not from the bell", i);
+		cr_assert_eq(td_tensor_version(t[i]), v);
+	}
+	/* every entry is a kept version's or the current one's: by GET */
+	v = put_fd(prod, "fw/e", fd, 4 * KIB);
+	before = daemon_requests(prod, "fw/count");
+	t[TD_FOLLOW_ENTRIES] = next(f[TD_FOLLOW_ENTRIES], 5000);
+	cr_assert_eq(daemon_requests(prod, "fw/count") - before, 2,
+		     "an entry was rewritten under a kept version");
+	cr_assert_eq(td_tensor_version(t[TD_FOLLOW_ENTRIES]), v);
+	cr_assert(all_bytes(t[TD_FOLLOW_ENTRIES], 0x5a));
+	for (unsigned i = 0; i <= TD_FOLLOW_ENTRIES; i++) {
+		cr_assert(all_bytes(t[i], 0x5a));
+		td_tensor_release(t[i]);
+		td_follow_close(f[i]);
+	}
+	close(fd);
+	td_ring_close(r);
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
 }
 
 /*
