@@ -713,6 +713,41 @@ Test(follow, the_room_an_alloc_finds_counts_the_holds_let_go)
 	tu_daemon_stop(&d, true);
 }
 
+/*
+ * The client may be closed before its follow and the follow's tensor:
+ * the tensor stays readable, the follow answers -EPIPE, and closing both
+ * afterwards frees everything (tu_daemon_stop counts fds and mappings;
+ * ASan the memory).
+ */
+Test(follow, a_client_closed_first_leaves_its_follow_and_tensor_usable)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_follow *f;
+	struct td_tensor *t, *u = NULL;
+	struct td_error e = {0};
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = conn(&d, "pidfd");
+	cons = conn(&d, "pidfd");
+	f = follow(cons, "fw/cc");
+	for (unsigned i = 0; i < 3; i++) {
+		put(prod, "fw/cc", 4 * KIB, TD_ALLOC_STREAM, (uint8_t)i);
+		td_tensor_release(next(f, 5000));
+	}
+	put(prod, "fw/cc", 4 * KIB, TD_ALLOC_STREAM, 0x33);
+	t = next(f, 5000); /* from the bell, held through the row */
+	td_client_close(cons);
+	cr_assert(all_bytes(t, 0x33));
+	td_tensor_release(t);
+	cr_assert_eq(td_follow_next(f, 0, &u, &e), -EPIPE, "%s", e.reason);
+	td_follow_close(f);
+	/* the daemon ended that follow with the connection */
+	put(prod, "fw/cc", 4 * KIB, TD_ALLOC_STREAM, 0x34);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
 /* Refusals: a ring name, a bad name, a child of fork(). */
 Test(follow, refusals)
 {
