@@ -29,6 +29,7 @@
 
 #define MAX_BELLS 256           /* followed names in the daemon */
 #define MAX_FOLLOWS_PER_PEER 64 /* follows of one connection */
+#define BELL_FDS 2              /* a bell's descriptors: fd_rw, fd_ro */
 #define CTL_MEMFD                                                             \
 	(TD__MEMFD_SEALABLE | TD__MEMFD_RESERVE | TD__MEMFD_SEAL_SIZE)
 
@@ -51,6 +52,8 @@ struct bell {
 	const struct td__version *cur_v;
 	uint64_t entry_of[TD_FOLLOW_ENTRIES]; /* version in each entry */
 	unsigned followers;
+	/* whose fds count holds the bell's descriptors: a follower's */
+	uid_t uid;
 	struct follower rows[TD_FOLLOW_MAX_ROWS];
 	uint16_t name_len;
 	char name[TD_WIRE_MAX_NAME + 1];
@@ -122,16 +125,20 @@ static void bell_sweep(struct bell *b)
 /*
  * v stopped being `latest` (the store and bump are done): every row that
  * holds it now keeps it (a follower whose hold comes later sees the new
- * `latest` when it checks, and lets go).
+ * `latest` when it checks, and lets go). A row may have let go of an
+ * older retired version and taken v since the sweep that began this
+ * change: the old hold goes, or v would be kept for nobody.
  */
 static void bell_retire(struct bell *b, struct td__version *v)
 {
 	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++) {
 		struct follower *f = &b->rows[i];
 
-		if (!f->peer || f->held ||
+		if (!f->peer || f->held == v ||
 		    atomic_load(&f->row->held) != v->number)
 			continue;
+		if (f->held)
+			hold_drop(f);
 		hold_take(f, v);
 	}
 }
@@ -210,8 +217,7 @@ static void bell_wake(struct bell *b)
 		w = atomic_load(&f->row->waiting);
 		futex |= w == TD_FOLLOW_WAIT_FUTEX;
 		if (w == TD_FOLLOW_WAIT_FD && f->wake_fd >= 0)
-			(void)!write(f->wake_fd, &(uint64_t){1},
-				     sizeof(uint64_t));
+			(void)td__timerfd_fire(f->wake_fd);
 	}
 	if (futex)
 		td__futex_wake((const uint32_t *)&b->hdr->seq, INT_MAX);
@@ -323,21 +329,49 @@ fail:
 }
 
 /*
+ * The last follower of uid left b: the bell's descriptors count against
+ * a remaining follower's uid from now on (it may go over its limit by
+ * those two; they stay where they were if its count cannot be had).
+ */
+static void bell_recharge(struct bell *b, uid_t gone)
+{
+	const struct td__peer *p = NULL;
+
+	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++) {
+		if (!b->rows[i].peer)
+			continue;
+		if (b->rows[i].peer->uid == gone)
+			return;
+		p = b->rows[i].peer;
+	}
+	if (p && td__tenant_add(p->uid, TD__LIM_FDS, BELL_FDS) == 0) {
+		td__tenant_sub(gone, TD__LIM_FDS, BELL_FDS);
+		b->uid = p->uid;
+	}
+}
+
+/*
  * A follower leaves: its hold, its row, the bell when it was the last
  * (true: b is freed).
  */
 static bool follower_end(struct bell *b, struct follower *f)
 {
+	uid_t uid = f->peer->uid;
+
 	if (f->held)
 		hold_drop(f);
 	munmap(f->row, TD_FOLLOW_ROW_LEN);
 	close(f->row_fd);
-	td__tenant_sub(f->peer->uid, TD__LIM_FDS, 1 + (f->wake_fd >= 0));
+	td__tenant_sub(uid, TD__LIM_FDS, 1 + (f->wake_fd >= 0));
 	if (f->wake_fd >= 0)
 		close(f->wake_fd);
 	*f = (struct follower){.row_fd = -1, .wake_fd = -1};
-	if (--b->followers)
+	if (--b->followers) {
+		if (b->uid == uid)
+			bell_recharge(b, uid);
 		return false;
+	}
+	td__tenant_sub(b->uid, TD__LIM_FDS, BELL_FDS);
 	bell_free(b);
 	return true;
 }
@@ -383,6 +417,8 @@ static int row_make(struct follower *f, const char **why)
 static int follow_admit(struct td__peer *p, const struct td_wire_hdr *h,
 			struct td_wire_str name)
 {
+	/* a row, and the bell's descriptors when this follow makes it */
+	unsigned fds = bell_named(name.ptr, name.len) ? 1 : 1 + BELL_FDS;
 	char lim[256];
 	int rc;
 
@@ -398,13 +434,13 @@ static int follow_admit(struct td__peer *p, const struct td_wire_hdr *h,
 			       MAX_FOLLOWS_PER_PEER);
 		return -ENOBUFS;
 	}
-	if (!bell_named(name.ptr, name.len) && bell_count >= MAX_BELLS) {
+	if (fds > 1 && bell_count >= MAX_BELLS) {
 		td__peer_error(p, h->opcode, h->request_id, -ENOBUFS,
 			       "too many followed names in the daemon "
 			       "(max %d)", MAX_BELLS);
 		return -ENOBUFS;
 	}
-	rc = td__tenant_check(p->uid, TD__LIM_FDS, 1, lim, sizeof(lim));
+	rc = td__tenant_check(p->uid, TD__LIM_FDS, fds, lim, sizeof(lim));
 	/* room for the lease its hold may become (hold_take) */
 	if (rc == 0)
 		rc = td__tenant_check(p->uid, TD__LIM_LEASES, 1, lim,
@@ -445,6 +481,7 @@ void td__follow(struct td__peer *p, const struct td__req *rq)
 	struct follower *f = NULL;
 	struct bell *b;
 	bool fresh = false;
+	unsigned fds = 1;
 	int rc = td_wire_ring_sub_req_decode(rq->body, h->body_len, &m, &e);
 
 	if (td__peer_bad_body(p, h, rc, &e))
@@ -460,7 +497,9 @@ void td__follow(struct td__peer *p, const struct td__req *rq)
 				       "FOLLOW: %s", why);
 			return;
 		}
+		b->uid = p->uid;
 		fresh = true;
+		fds += BELL_FDS;
 	}
 	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS && !f; i++)
 		if (!b->rows[i].peer)
@@ -473,7 +512,7 @@ void td__follow(struct td__peer *p, const struct td__req *rq)
 		return;
 	}
 	rc = row_make(f, &why);
-	if (rc < 0 || td__tenant_add(p->uid, TD__LIM_FDS, 1) < 0) {
+	if (rc < 0 || td__tenant_add(p->uid, TD__LIM_FDS, fds) < 0) {
 		if (rc == 0) {
 			munmap(f->row, TD_FOLLOW_ROW_LEN);
 			close(f->row_fd);
@@ -556,9 +595,11 @@ void td__follow_wake(struct td__peer *p, const struct td__req *rq)
 			       "connection", (unsigned long long)m.id);
 		goto out;
 	}
-	if (rq->nfds != 1 || !td__is_eventfd(rq->fds[0])) {
+	/* not an eventfd: its holder could make it blocking and fill it,
+	 * and the daemon's write would then block (td__timerfd_fire) */
+	if (rq->nfds != 1 || !td__is_timerfd(rq->fds[0])) {
 		td__peer_error(p, h->opcode, h->request_id, -EINVAL,
-			       "FOLLOW_WAKE attaches exactly one eventfd");
+			       "FOLLOW_WAKE attaches exactly one timerfd");
 		goto out;
 	}
 	if (f->wake_fd < 0) {

@@ -580,8 +580,7 @@ static void ring_close(struct ring *r)
 	/* event-loop readers learn it through their eventfd */
 	for (uint32_t i = 0; i < r->reader_count; i++)
 		if (r->rows[i].wake_gen)
-			(void)!write(r->rows[i].wake_fd, &(uint64_t){1},
-				     sizeof(uint64_t));
+			(void)td__timerfd_fire(r->rows[i].wake_fd);
 	td__log(TD_LOG_DEBUG, "ring %.*s #%llu closed, %u subscribers",
 		(int)r->name_len, r->name, (unsigned long long)r->id, r->subs);
 }
@@ -621,23 +620,26 @@ void td__ring_close(struct td__peer *p, const struct td__req *rq)
 		       (unsigned long long)m.id);
 }
 
-/* Is fd an eventfd? Anonymous inodes tell their kind in /proc only. */
-/* RING_WAKE from a subscriber: its eventfd becomes its row's wake-up. */
+/*
+ * RING_WAKE from a subscriber: its timerfd becomes its row's wake-up. Not
+ * an eventfd: the subscriber shares it and could make it blocking and
+ * fill it, and the producer's or the daemon's write would block for good.
+ */
 static void wake_register(struct td__peer *p, const struct td__req *rq,
 			  struct ring *r, uint32_t row)
 {
 	const struct td_wire_hdr *h = rq->h;
 	struct row_owner *o = &r->rows[row];
 
-	if (rq->nfds != 1 || !td__is_eventfd(rq->fds[0])) {
+	if (rq->nfds != 1 || !td__is_timerfd(rq->fds[0])) {
 		td__peer_error(p, h->opcode, h->request_id, -EINVAL,
 			       "RING_WAKE: a subscription attaches exactly "
-			       "one eventfd");
+			       "one timerfd");
 		return;
 	}
 	if (!o->wake_gen && r->wakes == MAX_WAKE_FDS) {
 		td__peer_error(p, h->opcode, h->request_id, -ENOBUFS,
-			       "RING_WAKE: ring has %d eventfd readers",
+			       "RING_WAKE: ring has %d timerfd readers",
 			       MAX_WAKE_FDS);
 		return;
 	}

@@ -491,12 +491,15 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 	struct td__daemon *d = s->d;
 	uint64_t max = d->opts.max_bytes;
 	uint64_t qmax = td__tenant_quota(uid);
-	uint64_t total = s->total, mine = td__acct_bytes(s, uid);
-	uint64_t fair = td__acct_fair_share(s, uid);
+	uint64_t total, mine, fair;
 	int rc = 0;
 
+	/* holds let go of free their versions now, before the count */
 	if (bell)
-		bell->sweep(); /* holds let go of free their versions now */
+		bell->sweep();
+	total = s->total;
+	mine = td__acct_bytes(s, uid);
+	fair = td__acct_fair_share(s, uid);
 	/* a followed version may be held right now: its bytes stay counted */
 	if (bell_pins(old)) {
 		/* nothing freed for sure */

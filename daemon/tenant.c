@@ -27,7 +27,7 @@
 static const char *const what[TD__LIM_COUNT] = {
 	[TD__LIM_CONNS] = "connections",
 	[TD__LIM_FDS] = "descriptors (connections, planes, fences, rings, "
-			"queued replies)",
+			"follows, queued replies)",
 	[TD__LIM_LEASES] = "leases",
 	[TD__LIM_PINNED] = "bytes of other uids' versions it holds leased",
 	[TD__LIM_WATCHES] = "watches",

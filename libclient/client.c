@@ -15,7 +15,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
-#include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "blob.h"
@@ -632,7 +632,9 @@ int td__wake_fd(struct td_client *c, uint16_t op, uint64_t id, uint32_t epoch,
 
 	if (td__client_foreign(c))
 		return -ECHILD;
-	fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	/* a timerfd, not an eventfd: firing it (td__timerfd_fire) cannot
+	 * block the producer or the daemon, whatever its owner does */
+	fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 	if (fd < 0)
 		return -errno;
 	pthread_mutex_lock(&c->lock);

@@ -242,7 +242,7 @@ int64_t td__get_encode(struct td_client *c, const char *name, uint32_t mode,
 int td__call_id(struct td_client *c, uint16_t op, uint64_t id,
 		const int *fds, unsigned nfds);
 /*
- * A new eventfd sent with a wake-up request (RING_WAKE, FOLLOW_WAKE) for
+ * A new timerfd sent with a wake-up request (RING_WAKE, FOLLOW_WAKE) for
  * id, made on the connection of epoch, served with HELLO feature
  * `feature`: the fd, or -errno (-EOPNOTSUPP, -ECONNRESET, -ECHILD in a
  * child of fork(); nothing left open). No lock held.

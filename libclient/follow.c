@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "follow.h"
+#include "os.h"
 #include "ring-int.h"
 #include "wire-status.h"
 
@@ -31,7 +32,7 @@ struct td_follow {
 	struct td_follow_row *row;
 	uint64_t last; /* newest version returned */
 	struct td_pace pace;
-	int efd;      /* td_follow_fd()'s eventfd, -1 until then */
+	int efd;      /* td_follow_fd()'s timerfd, -1 until then */
 	bool out;     /* a tensor held through the row is not released */
 	bool closing; /* td_follow_close() waits for that release */
 	char name[TD_WIRE_MAX_NAME + 1];
@@ -371,7 +372,7 @@ static void follow_arm(struct td_follow *f)
 {
 	atomic_store(&f->row->waiting, TD_FOLLOW_WAIT_FD);
 	if (td_follow_latest_recheck(f->hdr) >> 8 > f->last)
-		(void)!write(f->efd, &(uint64_t){1}, sizeof(uint64_t));
+		(void)td__timerfd_fire(f->efd);
 }
 
 int td_follow_poll(struct td_follow *f, struct td_tensor **out,

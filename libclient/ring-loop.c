@@ -1,16 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libtensord ring subscriptions in an event loop: an eventfd per
- * subscription (RING_WAKE, docs/protocol.md §12) that the producer writes
+ * libtensord ring subscriptions in an event loop: a timerfd per
+ * subscription (RING_WAKE, docs/protocol.md §12) that the producer fires
  * while the subscription waits by fd, td_sub_poll(), and the handlers
  * td_client_process() calls.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
+#include "os.h"
 #include "ring-int.h"
 #include "wire-status.h"
 
@@ -69,7 +70,7 @@ static void sub_arm(struct td_sub *s)
 {
 	atomic_store(&s->row->waiting, TD_RING_WAIT_FD);
 	if (sub_news(s))
-		(void)!write(s->efd, &(uint64_t){1}, sizeof(uint64_t));
+		(void)td__timerfd_fire(s->efd);
 }
 
 int td_sub_poll(struct td_sub *s, struct td_view *view)

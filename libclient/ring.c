@@ -512,8 +512,7 @@ static void wake_readers(struct td_ring *r)
 			fetched = true;
 		}
 		if (gen && gen == r->wake_gen[i] && r->wake_fd[i] >= 0)
-			(void)!write(r->wake_fd[i], &(uint64_t){1},
-				     sizeof(uint64_t));
+			(void)td__timerfd_fire(r->wake_fd[i]);
 	}
 }
 

@@ -58,7 +58,7 @@
 
 /* row.waiting */
 #define TD_FOLLOW_WAIT_FUTEX 1u /* asleep on header.seq */
-#define TD_FOLLOW_WAIT_FD 2u    /* waits for its eventfd (FOLLOW_WAKE) */
+#define TD_FOLLOW_WAIT_FD 2u    /* waits for its timerfd (FOLLOW_WAKE) */
 
 struct td_follow_hdr {
 	/* written once by the daemon; informational (followers use the

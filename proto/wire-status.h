@@ -123,8 +123,8 @@ int td_wire_ring_wake_rep_decode(const uint8_t *body, size_t len,
  * TD_WIRE_REQ_SCM). Reply: the follow's id, the bell's entry count, and
  * two fds: the bell (read-only) and the follower's row (read-write).
  * FOLLOW_CLOSE: td_wire_ring_close_req (the follow's id), empty reply.
- * FOLLOW_WAKE: td_wire_ring_close_req (the follow's id) with one eventfd
- * attached, which the daemon writes at a change of the name while the
+ * FOLLOW_WAKE: td_wire_ring_close_req (the follow's id) with one timerfd
+ * attached, which the daemon fires at a change of the name while the
  * row waits by fd (TD_FOLLOW_WAIT_FD); empty reply.
  */
 #define TD_WIRE_FEAT_FOLLOW 0x200u

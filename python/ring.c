@@ -8,7 +8,7 @@
  *
  * Rings wake readers with a futex, which no event loop can poll. For
  * asyncio, Subscription.poll() uses libtensord's event-loop readers: the
- * subscription's eventfd (td_sub_fd, which the producer's publish writes
+ * subscription's timerfd (td_sub_fd, which the producer's publish fires
  * while the subscription waits by fd) joins Client.fileno()'s epoll set,
  * and td_sub_poll() takes the next view without waiting. Not
  * td_sub_set_handler(): its td_client_process() gives the held view back
@@ -411,7 +411,7 @@ static SubObject *sub_usable(SubObject *sub)
 	return sub;
 }
 
-/* poll() mode: the subscription's eventfd joins Client.fileno(). */
+/* poll() mode: the subscription's timerfd joins Client.fileno(). */
 static int sub_start(SubObject *sub)
 {
 	struct epoll_event ee = {.events = EPOLLIN};
@@ -429,7 +429,7 @@ static int sub_start(SubObject *sub)
 	Py_END_ALLOW_THREADS
 	sub->busy = false;
 	if (fd < 0) {
-		tdpy_raise(fd, NULL, "poll: the ring's eventfd");
+		tdpy_raise(fd, NULL, "poll: the ring's timerfd");
 		return -1;
 	}
 	if (epoll_ctl(sub->client->epfd, EPOLL_CTL_ADD, fd, &ee) < 0) {
@@ -471,7 +471,7 @@ static PyObject *sub_wait(SubObject *sub, int ms)
 	Py_END_ALLOW_THREADS
 	sub->busy = false;
 	sub->held = 0;
-	/* a sleep in td_sub_next() disarms the eventfd: wake fileno() so
+	/* a sleep in td_sub_next() disarms the timerfd: wake fileno() so
 	 * that the loop's next poll() arms it again */
 	if (sub->efd >= 0)
 		(void)!write(sub->efd, &(uint64_t){1}, sizeof(uint64_t));

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -1504,6 +1505,57 @@ DTest(ring_wake_refuses_foreign_ids_and_bad_bodies_and_keeps_no_fd)
 		nap_ms(1);
 	cr_assert_eq(daemon_fd_count(&D), base);
 	close(efd);
+	close(sock);
+	assert_serving();
+}
+
+/* ---- FOLLOW_WAKE ---- */
+
+/*
+ * A follow's wake-up fd is a timerfd: an eventfd is refused, because its
+ * sender could make it blocking and fill it, and the daemon's write would
+ * block (follow::a_follower_cannot_block_the_daemon_on_its_wake_fd). No
+ * fd is kept for a refusal.
+ */
+DTest(follow_wake_takes_a_timerfd_and_refuses_an_eventfd)
+{
+	int sock = conn_hello(&D, TD_IMPORT_AUTO);
+	int base = daemon_fd_count(&D);
+	int efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	struct td_wire_ring_sub_req f = {.name = {"fw/raw", 6},
+					 .flags = TD_WIRE_REQ_SCM};
+	struct td_wire_follow_rep r;
+	struct td_wire_ring_close_req q;
+	struct msg *m;
+	int64_t n = td_wire_ring_sub_req_encode(&f, BODY, BODY_CAP);
+
+	cr_assert(efd >= 0 && tfd >= 0);
+	send_req(sock, TD_OP_FOLLOW, 1, (size_t)n, NULL, 0);
+	m = reply(sock, TD_OP_FOLLOW, 1);
+	cr_assert_eq(m->h.status, 0, "FOLLOW: %s", m->reason);
+	cr_assert_eq(td_wire_follow_rep_decode(m->body, m->h.body_len, &r,
+					       NULL),
+		     0);
+	close_msg_fds(m);
+	q.id = r.id;
+	n = td_wire_ring_close_req_encode(&q, BODY, BODY_CAP);
+	send_req(sock, TD_OP_FOLLOW_WAKE, 2, (size_t)n, &efd, 1);
+	expect_error(sock, TD_OP_FOLLOW_WAKE, 2, -EINVAL, "timerfd");
+	send_req(sock, TD_OP_FOLLOW_WAKE, 3, (size_t)n, &tfd, 1);
+	m = reply(sock, TD_OP_FOLLOW_WAKE, 3);
+	cr_assert_eq(m->h.status, 0, "FOLLOW_WAKE: %s", m->reason);
+	close_msg_fds(m);
+	/* the follow's end closes the kept timerfd, bell and row too */
+	send_req(sock, TD_OP_FOLLOW_CLOSE, 4, (size_t)n, NULL, 0);
+	m = reply(sock, TD_OP_FOLLOW_CLOSE, 4);
+	cr_assert_eq(m->h.status, 0, "FOLLOW_CLOSE: %s", m->reason);
+	close_msg_fds(m);
+	for (int i = 0; i < 2000 && daemon_fd_count(&D) != base; i++)
+		nap_ms(1);
+	cr_assert_eq(daemon_fd_count(&D), base);
+	close(efd);
+	close(tfd);
 	close(sock);
 	assert_serving();
 }

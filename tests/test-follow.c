@@ -11,16 +11,20 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "tensord/tensord.h"
+#include "follow.h"
+#include "wire.h"
 #include "testutil.h"
 
 #define KIB 1024u
@@ -367,8 +371,8 @@ Test(follow, no_wake_up_is_lost, .timeout = 120)
 /*
  * An event-loop follower (td_follow_fd, poll(2), td_follow_poll) in a
  * ping-pong with the echo process: each round's version arrives through
- * the eventfd the daemon writes; nothing else would wake the poll (no
- * timeout: a dropped write hangs it, and the test's timeout fails it).
+ * the timerfd the daemon fires; nothing else would wake the poll (no
+ * timeout: a dropped wake-up hangs it, and the test's timeout fails it).
  */
 Test(follow, an_event_loop_follower_is_woken_by_its_fd, .timeout = 120)
 {
@@ -382,7 +386,7 @@ Test(follow, an_event_loop_follower_is_woken_by_its_fd, .timeout = 120)
 	cr_assert_eq(td_follow_poll(pp.f, &t, &e), -EINVAL, "before the fd");
 	fd = td_follow_fd(pp.f);
 	cr_assert_geq(fd, 0, "%s", strerror(-fd));
-	cr_assert_eq(td_follow_fd(pp.f), fd, "one eventfd per follow");
+	cr_assert_eq(td_follow_fd(pp.f), fd, "one timerfd per follow");
 	cr_assert_eq(td_follow_poll(pp.f, &t, &e), -EAGAIN);
 	for (unsigned i = 1; i <= rounds; i++) {
 		struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -398,6 +402,49 @@ Test(follow, an_event_loop_follower_is_woken_by_its_fd, .timeout = 120)
 		td_tensor_release(t);
 	}
 	pingpong_end(&pp);
+}
+
+/*
+ * A follower's wake-up fd is shared with the follower, which can make it
+ * blocking and try to fill it (an eventfd's write would then wait for a
+ * read that never comes). The daemon's wake-up never blocks on it: the
+ * producer's PUBLISH is answered, later ones too, and the follower is
+ * still woken.
+ */
+Test(follow, a_follower_cannot_block_the_daemon_on_its_wake_fd,
+     .timeout = 60)
+{
+	const uint64_t full = 0xfffffffffffffffeull;
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_follow *f;
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+	struct pollfd p;
+	int fd;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = conn(&d, "scm");
+	cons = conn(&d, "scm");
+	f = follow(cons, "fw/wake");
+	fd = td_follow_fd(f);
+	cr_assert_geq(fd, 0, "%s", strerror(-fd));
+	cr_assert_eq(td_follow_poll(f, &t, &e), -EAGAIN); /* waits by fd */
+	/* hostile: blocking, and as full as it will go (an eventfd takes
+	 * the write; a fd nobody but the owner can fill refuses it) */
+	cr_assert_eq(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK), 0);
+	(void)!write(fd, &full, sizeof(full));
+	put(prod, "fw/wake", 64, TD_ALLOC_STREAM, 1);
+	put(prod, "fw/wake", 64, TD_ALLOC_STREAM, 2);
+	p = (struct pollfd){.fd = fd, .events = POLLIN};
+	cr_assert_eq(poll(&p, 1, 5000), 1, "the follower was not woken");
+	cr_assert_eq(td_follow_poll(f, &t, &e), 0, "%s", e.reason);
+	cr_assert(all_bytes(t, 2));
+	td_tensor_release(t);
+	td_follow_close(f);
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
 }
 
 /* ---- the daemon stays the authority ---- */
@@ -487,6 +534,219 @@ Test(follow, a_followed_version_is_not_evicted)
 		     "unfollowed, it is evicted: %s", e.reason);
 	td_alloc_free(a);
 	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+/* Publish fd (size bytes, the caller's memfd) as name: the version. */
+static uint64_t put_fd_meta(struct td_client *c, const char *name, int fd,
+			    uint64_t size, const void *meta, size_t meta_len)
+{
+	struct td_error e = {0};
+	uint64_t shape[1] = {size}, v = 0;
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape, .fd_count = 1,
+			       .fds = &fd, .fence_fd = -1, .meta = meta,
+			       .meta_len = meta_len};
+
+	cr_assert_eq(td_client_publish(c, &p, &v, &e), 0, "%s", e.reason);
+	return v;
+}
+
+static uint64_t put_fd(struct td_client *c, const char *name, int fd,
+		       uint64_t size)
+{
+	return put_fd_meta(c, name, fd, size, NULL, 0);
+}
+
+/* A sealed memfd of size bytes of b. */
+static int sealed_memfd(uint64_t size, uint8_t b)
+{
+	int fd = memfd_create("fw-plane", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	uint8_t *p;
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, (off_t)size), 0);
+	p = mmap(NULL, (size_t)size, PROT_WRITE, MAP_SHARED, fd, 0);
+	cr_assert_neq(p, MAP_FAILED);
+	memset(p, b, (size_t)size);
+	munmap(p, (size_t)size);
+	cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	return fd;
+}
+
+/*
+ * The versions whose entry the bell cannot carry come by a GET of that
+ * exact version (one more request, counted by the daemon), right: a
+ * reply over 4080 bytes (16 KiB of metadata), a version with a fence,
+ * and a version published while all 16 entries hold versions followers
+ * keep. Otherwise a mapped
+ * buffer's version comes from the bell with no request. (One sealed
+ * memfd published again and again: mapped once, by the first GET.)
+ */
+Test(follow, versions_without_an_entry_come_by_get)
+{
+	static uint8_t meta[TD_WIRE_MAX_META];
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_follow *f[TD_FOLLOW_ENTRIES + 1];
+	struct td_tensor *t[TD_FOLLOW_ENTRIES + 1];
+	struct td_ring *r;
+	const void *m;
+	size_t mlen;
+	uint64_t v, before;
+	int fd;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = conn(&d, "pidfd");
+	cons = conn(&d, "pidfd");
+	r = counter_ring(prod, "fw/count");
+	fd = sealed_memfd(4 * KIB, 0x5a);
+	for (unsigned i = 0; i <= TD_FOLLOW_ENTRIES; i++)
+		f[i] = follow(cons, "fw/e");
+	put_fd(prod, "fw/e", fd, 4 * KIB);
+	td_tensor_release(next(f[0], 5000)); /* by GET: now mapped here */
+	/* a reply that does not fit an entry */
+	memset(meta, 0xc3, sizeof(meta));
+	v = put_fd_meta(prod, "fw/e", fd, 4 * KIB, meta, sizeof(meta));
+	before = daemon_requests(prod, "fw/count");
+	t[0] = next(f[0], 5000);
+	cr_assert_eq(daemon_requests(prod, "fw/count") - before, 2,
+		     "not taken by GET (and the count's own request)");
+	cr_assert_eq(td_tensor_version(t[0]), v);
+	m = td_tensor_meta(t[0], &mlen);
+	cr_assert(mlen == sizeof(meta) && memcmp(m, meta, mlen) == 0);
+	td_tensor_release(t[0]);
+	/* a fence: an fd, which no entry carries */
+	{
+		int fence = td_fence_create();
+		struct td_error e = {0};
+		uint64_t shape[1] = {4 * KIB};
+		struct td_publish p = {.name = "fw/e",
+				       .flags = TD_PUBLISH_FENCE,
+				       .dtype = TD_TENSOR_U8, .ndim = 1,
+				       .shape = shape, .fd_count = 1,
+				       .fds = &fd, .fence_fd = fence};
+
+		cr_assert_geq(fence, 0);
+		cr_assert_eq(td_fence_signal(fence, &e), 0, "%s", e.reason);
+		cr_assert_eq(td_client_publish(prod, &p, &v, &e), 0, "%s",
+			     e.reason);
+		close(fence);
+		before = daemon_requests(prod, "fw/count");
+		t[0] = next(f[0], 5000);
+		cr_assert_eq(daemon_requests(prod, "fw/count") - before, 2,
+			     "a fenced version not taken by GET");
+		cr_assert_eq(td_tensor_version(t[0]), v);
+		cr_assert_geq(td_tensor_fence_fd(t[0]), 0, "its fence lost");
+		cr_assert_eq(td_tensor_fence_wait(t[0], 0), 0);
+		td_tensor_release(t[0]);
+	}
+	/* sixteen versions, each kept by a follow: from the bell */
+	for (unsigned i = 0; i < TD_FOLLOW_ENTRIES; i++) {
+		v = put_fd(prod, "fw/e", fd, 4 * KIB);
+		before = daemon_requests(prod, "fw/count");
+		t[i] = next(f[i], 5000);
+		cr_assert_eq(daemon_requests(prod, "fw/count") - before, 1,
+			     "version %u not from the bell", i);
+		cr_assert_eq(td_tensor_version(t[i]), v);
+	}
+	/* every entry is a kept version's or the current one's: by GET */
+	v = put_fd(prod, "fw/e", fd, 4 * KIB);
+	before = daemon_requests(prod, "fw/count");
+	t[TD_FOLLOW_ENTRIES] = next(f[TD_FOLLOW_ENTRIES], 5000);
+	cr_assert_eq(daemon_requests(prod, "fw/count") - before, 2,
+		     "an entry was rewritten under a kept version");
+	cr_assert_eq(td_tensor_version(t[TD_FOLLOW_ENTRIES]), v);
+	cr_assert(all_bytes(t[TD_FOLLOW_ENTRIES], 0x5a));
+	for (unsigned i = 0; i <= TD_FOLLOW_ENTRIES; i++) {
+		cr_assert(all_bytes(t[i], 0x5a));
+		td_tensor_release(t[i]);
+		td_follow_close(f[i]);
+	}
+	close(fd);
+	td_ring_close(r);
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * A hold the follower let go is dropped at the daemon's next look, which
+ * a search for room makes first: the room it finds counts what that
+ * look freed. (One sealed memfd published again and again: the follower
+ * maps it once, by GET, and takes the later versions from the bell.)
+ */
+Test(follow, the_room_an_alloc_finds_counts_the_holds_let_go)
+{
+	static const char *const cap[] = {"--max-bytes", "3M", NULL};
+	const uint64_t mib = 1024 * KIB, two = 2 * mib;
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_follow *f;
+	struct td_tensor *t;
+	struct td_alloc *a = NULL;
+	struct td_error e = {0};
+	uint64_t v;
+	int fd;
+
+	tu_daemon_start_args(&d, "warn", cap);
+	prod = conn(&d, "pidfd");
+	cons = conn(&d, "pidfd");
+	fd = memfd_create("fw-room", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, (off_t)mib), 0);
+	cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	f = follow(cons, "fw/room");
+	put_fd(prod, "fw/room", fd, mib);
+	td_tensor_release(next(f, 5000)); /* by GET: now mapped here */
+	v = put_fd(prod, "fw/room", fd, mib);
+	t = next(f, 5000);
+	cr_assert_eq(td_tensor_version(t), v);
+	/* replaced while held: 2 MiB of versions; then let go */
+	put_fd(prod, "fw/room", fd, mib);
+	td_tensor_release(t);
+	cr_assert_eq(td_client_alloc(prod, 1, &two, &a, &e), 0,
+		     "the released hold still counted: %s", e.reason);
+	td_alloc_free(a);
+	close(fd);
+	td_follow_close(f);
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * The client may be closed before its follow and the follow's tensor:
+ * the tensor stays readable, the follow answers -EPIPE, and closing both
+ * afterwards frees everything (tu_daemon_stop counts fds and mappings;
+ * ASan the memory).
+ */
+Test(follow, a_client_closed_first_leaves_its_follow_and_tensor_usable)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_follow *f;
+	struct td_tensor *t, *u = NULL;
+	struct td_error e = {0};
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = conn(&d, "pidfd");
+	cons = conn(&d, "pidfd");
+	f = follow(cons, "fw/cc");
+	for (unsigned i = 0; i < 3; i++) {
+		put(prod, "fw/cc", 4 * KIB, TD_ALLOC_STREAM, (uint8_t)i);
+		td_tensor_release(next(f, 5000));
+	}
+	put(prod, "fw/cc", 4 * KIB, TD_ALLOC_STREAM, 0x33);
+	t = next(f, 5000); /* from the bell, held through the row */
+	td_client_close(cons);
+	cr_assert(all_bytes(t, 0x33));
+	td_tensor_release(t);
+	cr_assert_eq(td_follow_next(f, 0, &u, &e), -EPIPE, "%s", e.reason);
+	td_follow_close(f);
+	/* the daemon ended that follow with the connection */
+	put(prod, "fw/cc", 4 * KIB, TD_ALLOC_STREAM, 0x34);
 	td_client_close(prod);
 	tu_daemon_stop(&d, true);
 }

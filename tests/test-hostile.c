@@ -721,6 +721,7 @@ enum {
 	W_WATCH,
 	W_STREAM_PUT,  /* a TD_ALLOC_STREAM alloc, published */
 	W_FOLLOW_TAKE, /* release the follow's last tensor, take the next */
+	W_FOLLOW,      /* one more follow of name, kept */
 	W_EXIT
 };
 
@@ -825,6 +826,11 @@ static void worker_main(const struct tu_daemon *td, void *arg)
 				r.rc = stream_put(cc, m.name, m.size, &e);
 			} else if (m.op == W_FOLLOW_TAKE) {
 				r.rc = follow_take(cc, m.name, &e);
+			} else if (m.op == W_FOLLOW) {
+				struct td_follow *f;
+
+				/* ends with the worker's connection */
+				r.rc = td_client_follow(cc, m.name, &f, &e);
 			} else {
 				_exit(0);
 			}
@@ -928,6 +934,80 @@ Test(hostile, a_followers_hold_counts_as_its_uids_lease)
 	victim_works("victim/follow", "a follower's holds");
 	worker_stop(&reader);
 	worker_stop(&prod);
+	stop();
+	unlink(policy_path);
+}
+
+/*
+ * The bell a FOLLOW makes is two descriptors of the daemon's: they count
+ * against the follower's fds limit (with its row), so following many
+ * names cannot take the daemon's descriptors past what the limits allow.
+ * They come back when the follower goes.
+ */
+Test(hostile, a_followers_bells_count_against_its_descriptors)
+{
+	struct worker fol;
+	struct td_client *c;
+	struct td_follow *f = NULL;
+	struct td_error e = {0};
+	char why[TD_WIRE_MAX_REASON + 1];
+	int fds0;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	/* the connection (socket, pidfd) and two fresh follows: 2 + 2 x 3 */
+	start_ex(with_policy("allow uid=65534 r pub/\n"
+			     "limit uid=65534 fds 9\n",
+			     NULL, NULL),
+		 0, "info");
+	fds0 = tdc_fd_count(D.pid);
+	for (int round = 0; round < 2; round++) {
+		worker_start(&fol, NOBODY, 1);
+		cr_assert_eq(wdo(&fol, W_FOLLOW, "pub/a", 0, 1, why,
+				 sizeof(why)),
+			     0, "%s", why);
+		cr_assert_eq(wdo(&fol, W_FOLLOW, "pub/b", 0, 1, why,
+				 sizeof(why)),
+			     0, "%s", why);
+		cr_assert_eq(wdo(&fol, W_FOLLOW, "pub/c", 0, 1, why,
+				 sizeof(why)),
+			     -EDQUOT, "a third bell: %s", why);
+		cr_assert(strstr(why, "fds limit: 8 descriptors"), "%s", why);
+		/* a name followed already costs one more row only */
+		cr_assert_eq(wdo(&fol, W_FOLLOW, "pub/a", 0, 1, why,
+				 sizeof(why)),
+			     0, "%s", why);
+		worker_stop(&fol);
+		/* its end is served before the next worker's connection */
+		cr_assert_eq(tdc_fd_settle(D.pid, fds0, 500), fds0);
+	}
+	/*
+	 * A bell root made: nobody's follow of it costs its row; when
+	 * root's follow ends, the bell's two move to nobody (2 + 1 + 3 +
+	 * 2), and they go with its last follow.
+	 */
+	c = cli();
+	fds0 = tdc_fd_count(D.pid); /* and root's connection */
+	cr_assert_eq(td_client_follow(c, "pub/r", &f, &e), 0, "%s", e.reason);
+	worker_start(&fol, NOBODY, 1);
+	cr_assert_eq(wdo(&fol, W_FOLLOW, "pub/r", 0, 1, why, sizeof(why)), 0,
+		     "%s", why);
+	cr_assert_eq(wdo(&fol, W_FOLLOW, "pub/a", 0, 1, why, sizeof(why)), 0,
+		     "%s", why);
+	td_follow_close(f);
+	cr_assert_eq(wdo(&fol, W_FOLLOW, "pub/b", 0, 1, why, sizeof(why)),
+		     -EDQUOT, "the bell root made moved to nobody: %s", why);
+	cr_assert(strstr(why, "fds limit: 8 descriptors"), "%s", why);
+	worker_stop(&fol);
+	cr_assert_eq(tdc_fd_settle(D.pid, fds0, 500), fds0);
+	worker_start(&fol, NOBODY, 1);
+	cr_assert_eq(wdo(&fol, W_FOLLOW, "pub/a", 0, 1, why, sizeof(why)), 0,
+		     "%s", why);
+	cr_assert_eq(wdo(&fol, W_FOLLOW, "pub/b", 0, 1, why, sizeof(why)), 0,
+		     "nobody's count came back: %s", why);
+	worker_stop(&fol);
+	td_client_close(c);
+	victim_works("victim/follow", "bells");
 	stop();
 	unlink(policy_path);
 }

@@ -1055,6 +1055,60 @@ Test(ring, subscribers_see_closed_when_the_producer_exits)
 	tu_daemon_stop(&d, true);
 }
 
+/*
+ * A subscriber's wake-up fd is shared with the subscriber, which can make
+ * it blocking and try to fill it (an eventfd's write would then wait for
+ * a read that never comes). Neither the producer's publish nor the
+ * daemon's close of the ring blocks on it, and the subscriber is still
+ * woken by both.
+ */
+Test(ring, a_subscriber_cannot_block_the_producer_or_daemon_on_its_wake_fd,
+     .timeout = 60)
+{
+	const uint64_t full = 0xfffffffffffffffeull;
+	struct tu_daemon d;
+	struct td_client *pc, *sc;
+	struct td_ring *r;
+	struct td_sub *sub;
+	struct td_slot slot;
+	struct td_view v;
+	struct pollfd p;
+	int fd;
+
+	tu_daemon_start(&d, "warn");
+	pc = open_client(&d);
+	sc = open_client(&d);
+	r = make_ring(pc, "t/wake", 3, 64, 0);
+	sub = subscribe(sc, "t/wake");
+	fd = td_sub_fd(sub);
+	cr_assert_geq(fd, 0, "%s", strerror(-fd));
+	cr_assert_eq(td_sub_poll(sub, &v), -EAGAIN); /* waits by fd */
+	/* hostile: blocking, and as full as it will go (an eventfd takes
+	 * the write; a fd nobody but the owner can fill refuses it) */
+	cr_assert_eq(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK), 0);
+	(void)!write(fd, &full, sizeof(full));
+	cr_assert_eq(td_ring_acquire(r, 5000, &slot), 0);
+	pattern_fill(slot.planes[0], 64, 1);
+	cr_assert_eq(td_ring_publish(r, NULL), 0);
+	p = (struct pollfd){.fd = fd, .events = POLLIN};
+	cr_assert_eq(poll(&p, 1, 5000), 1, "the publish did not wake it");
+	cr_assert_eq(td_sub_poll(sub, &v), 0);
+	cr_assert(pattern_ok(v.planes[0], 64, v.version));
+	cr_assert_eq(td_sub_release(sub), 0);
+	/* its own reads would block now: non-blocking for the next look */
+	cr_assert_eq(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+	cr_assert_eq(td_sub_poll(sub, &v), -EAGAIN);
+	cr_assert_eq(fcntl(fd, F_SETFL, 0), 0);
+	(void)!write(fd, &full, sizeof(full));
+	td_ring_close(r); /* the daemon wakes event-loop readers */
+	cr_assert_eq(poll(&p, 1, 5000), 1, "the close did not wake it");
+	cr_assert_eq(td_sub_poll(sub, &v), -EPIPE);
+	td_sub_close(sub);
+	td_client_close(sc);
+	td_client_close(pc);
+	tu_daemon_stop(&d, true);
+}
+
 /* ---- a hostile producer ---- */
 
 /* Our own writable mapping of a ring memfd, found by its name. */

@@ -10,6 +10,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/timerfd.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -112,17 +113,26 @@ int td__reopen_ro(int fd)
 	return ro < 0 ? -errno : ro;
 }
 
-bool td__is_eventfd(int fd)
+bool td__is_timerfd(int fd)
 {
 	char path[64], link[64];
 	ssize_t n;
 
+	/* anonymous inodes tell their kind in /proc only */
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	n = readlink(path, link, sizeof(link) - 1);
 	if (n < 0)
 		return false;
 	link[n] = 0;
-	return strcmp(link, "anon_inode:[eventfd]") == 0;
+	return strcmp(link, "anon_inode:[timerfd]") == 0;
+}
+
+int td__timerfd_fire(int fd)
+{
+	/* relative, one nanosecond: expired at once, never repeated */
+	static const struct itimerspec now = {.it_value = {0, 1}};
+
+	return timerfd_settime(fd, 0, &now, NULL) < 0 ? -errno : 0;
 }
 
 int td__dmabuf_sync(int fd, bool start)

@@ -53,8 +53,17 @@ int td__memfd_seal_size(int fd);
  */
 int td__reopen_ro(int fd);
 
-/* Whether fd is an eventfd (its /proc/self/fd link). */
-bool td__is_eventfd(int fd);
+/* Whether fd is a timerfd (its /proc/self/fd link). */
+bool td__is_timerfd(int fd);
+
+/*
+ * Make timerfd fd readable now (a one-shot expiry). Unlike an eventfd's
+ * write, this never blocks and nobody can fill the fd first, whatever the
+ * other holders of the file do with it (O_NONBLOCK is theirs to change):
+ * how a process wakes another's event loop through a fd they share. 0 or
+ * -errno.
+ */
+int td__timerfd_fire(int fd);
 
 /*
  * DMA_BUF_IOCTL_SYNC READ start (start true) or end on a dma-buf fd:

@@ -21,6 +21,13 @@
  * the daemon's ring lifecycle (create, rows, close, the memory of rings
  * outliving their producer) under the same chaos, fd and RSS checks.
  *
+ * --follows F adds F followers (docs/fastpath.md, "Following a name"):
+ * each follows a random name, verifies every version it takes (from the
+ * daemon's bell or by GET), holds some a while, sometimes deletes the
+ * name, and after a few versions closes the follow (sometimes with the
+ * tensor still out) and follows another; chaos clients follow too, and
+ * die holding. A held version recycled under a follower is a mismatch.
+ *
  * Half the loans are recyclable (TD_ALLOC_RECYCLE, docs/fastpath.md
  * "Recycled loans"), of power-of-two sizes so that buffers come back:
  * a buffer recycled while a consumer still leases its version would show
@@ -59,6 +66,7 @@ struct cfg {
 	uint64_t victim_seed;
 	bool keep_cache; /* keep libtensord's mapping cache (see consume) */
 	unsigned rings;  /* ring producers, and as many ring consumers */
+	unsigned follows; /* followers */
 };
 
 static struct cfg C = {
@@ -78,7 +86,7 @@ static struct tdc_daemon D;
 static atomic_bool stop_now;
 static atomic_uint_fast64_t n_pub, n_pub_bytes, n_full, n_got, n_bytes,
 	n_miss, n_err, n_kills, n_conn, n_empty, n_rings, n_ring_pub,
-	n_ring_got, n_ring_gets, n_ring_miss;
+	n_ring_got, n_ring_gets, n_ring_miss, n_follow_got, n_follow_del;
 
 static double now_s(void)
 {
@@ -255,6 +263,55 @@ static int consume(struct td_client *c, uint64_t *s)
 	if (atomic_fetch_add(&n_got, 1) + 1 >= C.handoffs)
 		atomic_store(&stop_now, true);
 	return 0;
+}
+
+/* ---- followers ---- */
+
+/* Follow a random name for a few versions; 0 or -errno. */
+static int follow_consume(struct td_client *c, uint64_t *s)
+{
+	unsigned takes = 1 + (unsigned)(rnd(s) % 32);
+	struct td_follow *f = NULL;
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+	char name[64];
+	int rc;
+
+	pname(name, sizeof(name), (unsigned)(rnd(s) % C.producers),
+	      (unsigned)(rnd(s) % C.names));
+	rc = td_client_follow(c, name, &f, &e);
+	if (rc == -ENOBUFS || rc == -EBUSY)
+		return 0; /* the daemon's caps on follows: not a bug */
+	if (rc < 0) {
+		fprintf(stderr, "td-stress: follow %s: %s\n", name, e.reason);
+		return rc;
+	}
+	for (unsigned i = 0; i < takes && !atomic_load(&stop_now); i++) {
+		rc = td_follow_next(f, 20, &t, &e);
+		if (rc == -ETIMEDOUT || rc == -ENOSPC || rc == -EDQUOT)
+			continue; /* a quiet name; or a GET with no room */
+		if (rc < 0) {
+			fprintf(stderr, "td-stress: follow next %s: %s\n",
+				name, e.reason);
+			break;
+		}
+		rc = verify(t, name);
+		if (rc < 0)
+			break;
+		atomic_fetch_add(&n_follow_got, 1);
+		if ((rnd(s) & 7) == 0) /* held while producers go on */
+			tdc_nap_ms((long)(rnd(s) % 3));
+		if ((rnd(s) & 15) == 0 &&
+		    td_client_delete(c, name, NULL, NULL) == 0)
+			atomic_fetch_add(&n_follow_del, 1);
+		if (i + 1 == takes && (rnd(s) & 1))
+			break; /* closed with the tensor out */
+		td_tensor_release(t);
+		t = NULL;
+	}
+	td_follow_close(f);
+	td_tensor_release(t);
+	return rc == -ETIMEDOUT || rc == -ENOSPC || rc == -EDQUOT ? 0 : rc;
 }
 
 /* ---- rings ---- */
@@ -449,7 +506,7 @@ static int ring_consume(struct td_client *c, uint64_t *s)
 	return rc;
 }
 
-enum role { PRODUCER, CONSUMER, RING_PRODUCER, RING_CONSUMER };
+enum role { PRODUCER, CONSUMER, RING_PRODUCER, RING_CONSUMER, FOLLOWER };
 
 struct worker {
 	pthread_t th;
@@ -472,13 +529,15 @@ static void *work(void *arg)
 	}
 	atomic_fetch_add(&n_conn, 1);
 	static const char *const what[] = {"produce", "consume",
-					   "ring produce", "ring consume"};
+					   "ring produce", "ring consume",
+					   "follow"};
 
 	while (!atomic_load(&stop_now)) {
 		switch (w->role) {
 		case PRODUCER: rc = produce(c, w->index, &s); break;
 		case CONSUMER: rc = consume(c, &s); break;
 		case RING_PRODUCER: rc = ring_produce(c, w->index, &s); break;
+		case FOLLOWER: rc = follow_consume(c, &s); break;
 		default: rc = ring_consume(c, &s); break;
 		}
 		if (rc < 0) {
@@ -501,7 +560,9 @@ static int victim(void)
 	if (td_client_connect(C.victim_sock, &c, &e) < 0)
 		return 0;
 	for (;;) {
-		if (C.rings && (s & 6) == 6)
+		if (C.follows && (s & 24) == 24)
+			follow_consume(c, &s);
+		else if (C.rings && (s & 6) == 6)
 			ring_produce(c, (unsigned)(rnd(&s) % C.rings), &s);
 		else if (C.rings && (s & 6) == 4)
 			ring_consume(c, &s);
@@ -521,10 +582,10 @@ static int victim(void)
 static void *chaos(void *arg)
 {
 	uint64_t s = C.seed ^ 0xC4A05;
-	char seed[24], np[16], nn[16], ms[24], nr[16];
+	char seed[24], np[16], nn[16], ms[24], nr[16], nf[16];
 	char *argv[] = {"td-stress", "--victim", seed, "--socket", D.sock,
 			"--producers", np, "--names", nn, "--max-size", ms,
-			"--rings", nr, NULL};
+			"--rings", nr, "--follows", nf, NULL};
 	extern char **environ;
 
 	(void)arg;
@@ -532,6 +593,7 @@ static void *chaos(void *arg)
 	snprintf(nn, sizeof(nn), "%u", C.names);
 	snprintf(ms, sizeof(ms), "%" PRIu64, C.max_size);
 	snprintf(nr, sizeof(nr), "%u", C.rings);
+	snprintf(nf, sizeof(nf), "%u", C.follows);
 	for (unsigned i = 0; i < C.chaos && !atomic_load(&stop_now); i++) {
 		pid_t pid;
 
@@ -621,7 +683,7 @@ static void usage(FILE *f)
 		"                 [--seconds S] [--chaos KILLS] [--seed X]\n"
 		"                 [--tensord PATH] [--tensorctl PATH] "
 		"[--rss-slack BYTES]\n"
-		"                 [--keep-cache] [--rings R]\n"
+		"                 [--keep-cache] [--rings R] [--follows F]\n"
 		"defaults: 64 producers, 448 consumers, 4 names each, 64 MiB, "
 		"--max-bytes 2G,\n"
 		"20000 handoffs or 60 s. $TD_TENSORD_WRAP wraps the daemon "
@@ -631,7 +693,7 @@ static void usage(FILE *f)
 		"Consumers drop their cached mappings\nafter each get "
 		"(stale buffers stay alive outside --max-bytes) unless\n"
 		"--keep-cache. --rings R: R ring producers and R ring "
-		"consumers besides.\n");
+		"consumers besides.\n--follows F: F followers besides.\n");
 }
 
 /* N[K|M|G] */
@@ -659,7 +721,8 @@ static int parse(int argc, char **argv)
 		{"tensorctl", 1, NULL, 't'}, {"help", 0, NULL, 'h'},
 		{"rss-slack", 1, NULL, 'r'}, {"victim", 1, NULL, 'V'},
 		{"socket", 1, NULL, 'o'},    {"keep-cache", 0, NULL, 'K'},
-		{"rings", 1, NULL, 'R'},     {NULL, 0, NULL, 0},
+		{"rings", 1, NULL, 'R'},     {"follows", 1, NULL, 'F'},
+		{NULL, 0, NULL, 0},
 	};
 	int ch;
 
@@ -683,12 +746,13 @@ static int parse(int argc, char **argv)
 		case 'o': C.victim_sock = optarg; break;
 		case 'K': C.keep_cache = true; break;
 		case 'R': C.rings = (unsigned)strtoul(optarg, NULL, 0); break;
+		case 'F': C.follows = (unsigned)strtoul(optarg, NULL, 0); break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return -EINVAL;
 		}
 	}
 	if (!C.producers || !C.consumers || !C.names || !C.max_size ||
-	    C.producers + C.consumers + 2 * C.rings > 4096 ||
+	    C.producers + C.consumers + 2 * C.rings + C.follows > 4096 ||
 	    C.rings > 256 || C.seconds <= 0) {
 		usage(stderr);
 		return -EINVAL;
@@ -724,7 +788,7 @@ int main(int argc, char **argv)
 	}
 	fd0 = tdc_fd_count(D.pid);
 	rss0 = tdc_rss_kb(D.pid);
-	nw = C.producers + C.consumers + 2 * C.rings;
+	nw = C.producers + C.consumers + 2 * C.rings + C.follows;
 	w = calloc(nw, sizeof(*w));
 	if (!w)
 		return 1;
@@ -739,11 +803,13 @@ int main(int argc, char **argv)
 		w[i].role = i < C.producers ? PRODUCER
 			    : i < pc	      ? CONSUMER
 			    : i < pc + C.rings ? RING_PRODUCER
-					       : RING_CONSUMER;
+			    : i < pc + 2 * C.rings ? RING_CONSUMER
+						   : FOLLOWER;
 		w[i].index = w[i].role == PRODUCER	 ? i
 			     : w[i].role == CONSUMER	 ? i - C.producers
 			     : w[i].role == RING_PRODUCER ? i - pc
-							  : i - pc - C.rings;
+			     : w[i].role == RING_CONSUMER ? i - pc - C.rings
+							  : i - pc - 2 * C.rings;
 		if (pthread_create(&w[i].th, &attr, work, &w[i]) != 0) {
 			fprintf(stderr, "td-stress: pthread_create failed\n");
 			atomic_store(&stop_now, true);
@@ -806,6 +872,10 @@ int main(int argc, char **argv)
 		       atomic_load(&n_rings), atomic_load(&n_ring_pub),
 		       atomic_load(&n_ring_got), atomic_load(&n_ring_gets),
 		       atomic_load(&n_ring_miss));
+	if (C.follows)
+		printf("  follows     %" PRIuFAST64 " versions verified by "
+		       "followers, %" PRIuFAST64 " names deleted by them\n",
+		       atomic_load(&n_follow_got), atomic_load(&n_follow_del));
 	printf("  chaos       %" PRIuFAST64 " clients SIGKILLed\n",
 	       atomic_load(&n_kills));
 	printf("  tensorctl ls answered %u times during the load (slowest "
@@ -828,6 +898,7 @@ int main(int argc, char **argv)
 	    atomic_load(&n_got) == 0 || deleted < 0 || !ls_n || rss1 < 0 ||
 	    (C.rings && (atomic_load(&n_ring_got) == 0 ||
 			 atomic_load(&n_ring_gets) == 0)) ||
+	    (C.follows && atomic_load(&n_follow_got) == 0) ||
 	    rss1 > rss0 + (long)C.rss_slack_kb)
 		return 1;
 	/* the log is kept only when something went wrong */

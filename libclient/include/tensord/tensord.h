@@ -420,9 +420,11 @@ TD_EXPORT int td_client_get_newer(struct td_client *c, const char *name,
  * message at all on the consumer's side.
  *
  * The name needs not exist yet; a deleted name is followed on to its
- * next version. While followed, a name's current version is not
- * evicted, and the version a PUBLISH replaces still counts against the
- * limits until no follower holds it.
+ * next version (a ring made under the name meanwhile is not followed:
+ * nothing comes until it ends and the name is published again). While
+ * followed, a name's current version is not evicted, and the version a
+ * PUBLISH replaces still counts against the limits until no follower
+ * holds it.
  * Returns 0 and *out (end it with td_follow_close()), -EOPNOTSUPP when
  * the daemon does not serve FOLLOW, -EINVAL for a ring name (use
  * td_ring_subscribe()), -EACCES, -EBUSY (64 followers of that name), or
@@ -444,15 +446,17 @@ TD_EXPORT int td_client_follow(struct td_client *c, const char *name,
 TD_EXPORT int td_follow_next(struct td_follow *f, int timeout_ms,
 			     struct td_tensor **out, struct td_error *err);
 /*
- * Event loops: td_follow_fd() gives an eventfd (made and registered with
+ * Event loops: td_follow_fd() gives a timerfd (made and registered with
  * the daemon on the first call, owned by the follow) that polls readable
  * when td_follow_poll() may have something: a version newer than the
  * last one returned, or a connection gone. td_follow_poll() is
  * td_follow_next() with no wait that arms the fd when it finds nothing
- * (-EAGAIN). A daemon that goes away writes no eventfd: watch
- * td_client_fd() too. td_follow_fd() returns -EOPNOTSUPP when the
- * daemon does not serve it, -ECONNRESET when the follow's connection is
- * gone, -ECHILD in a child of fork().
+ * (-EAGAIN). A daemon that goes away fires no timerfd: watch
+ * td_client_fd() too. The fd is a timerfd, which the daemon's wake-up
+ * cannot block on (an eventfd's write can): poll it, never write() it.
+ * td_follow_fd() returns -EOPNOTSUPP when the daemon does not serve it,
+ * -ECONNRESET when the follow's connection is gone, -ECHILD in a child
+ * of fork().
  */
 TD_EXPORT int td_follow_fd(struct td_follow *f);
 TD_EXPORT int td_follow_poll(struct td_follow *f, struct td_tensor **out,
@@ -886,19 +890,21 @@ TD_EXPORT void td_sub_close(struct td_sub *s);
 /* ---- rings in an event loop ----
  *
  * A subscription can be woken through a descriptor instead of a futex:
- * td_sub_fd() gives it an eventfd (registered with the daemon, which hands
+ * td_sub_fd() gives it a timerfd (registered with the daemon, which hands
  * it to the producer once); while the subscription waits by fd, the
- * producer's td_ring_publish() writes that eventfd, beside the futex wake
+ * producer's td_ring_publish() fires that timerfd, beside the futex wake
  * it does for sleeping readers. The handoff itself stays free of messages
- * to the daemon: only the first publish after a new eventfd appears asks
+ * to the daemon: only the first publish after a new timerfd appears asks
  * the daemon for it.
  */
 
 /*
- * The subscription's eventfd, made and registered on first call: it polls
+ * The subscription's timerfd, made and registered on first call: it polls
  * readable when a version newer than the last one taken is published, or
  * the ring closes, while the subscription is armed (td_sub_poll() arms
- * it). Borrowed: closed by td_sub_close(). Returns the fd, -EOPNOTSUPP
+ * it; it reads what it needs). A timerfd, so that firing it cannot block
+ * the producer (an eventfd's write can): poll it, never write() it.
+ * Borrowed: closed by td_sub_close(). Returns the fd, -EOPNOTSUPP
  * from a daemon without RING_WAKE, -ENOBUFS when the ring already has 16
  * such readers, or -errno.
  */
@@ -923,7 +929,7 @@ typedef void (*td_sub_fn)(struct td_sub *s, int status,
 			  const struct td_view *view, void *ud);
 /*
  * Deliver this subscription's versions to fn from td_client_process() of
- * its client: its eventfd joins td_client_fd(). fn NULL takes it out
+ * its client: its timerfd joins td_client_fd(). fn NULL takes it out
  * again. A version already published is delivered at the next
  * td_client_process(). 0, or the errors of td_sub_fd().
  */
