@@ -256,6 +256,14 @@ static void on_changed(struct td__version *now, struct td__version *gone)
 	bell_set(b, now, gone);
 }
 
+/*
+ * Whether v is a followed name's current version that a row holds now:
+ * the store neither evicts it nor counts it as freed by the PUBLISH that
+ * replaces it. One nobody holds goes like any unleased version; a hold
+ * that lands between this look and the eviction's retire scan is kept
+ * by that scan (a lease of the follower's uid), and its bytes stay until
+ * the follower lets go.
+ */
 static bool on_pins(const struct td__version *v)
 {
 	const struct bell *b;
@@ -263,7 +271,13 @@ static bool on_pins(const struct td__version *v)
 	if (td__list_empty(&bells))
 		return false;
 	b = bell_named(v->name, v->name_len);
-	return b && b->cur_v == v;
+	if (!b || b->cur_v != v)
+		return false;
+	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
+		if (b->rows[i].peer &&
+		    atomic_load(&b->rows[i].row->held) == v->number)
+			return true;
+	return false;
 }
 
 static void on_sweep(void)

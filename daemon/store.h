@@ -214,9 +214,9 @@ struct td__store {
  * above it): `changed` when a name's current version changes (now the
  * new one or NULL, gone the one it replaced or removed, either NULL),
  * called inside td__name_set/td__name_remove before gone's reference is
- * dropped; `pins` whether v is a followed name's current version (which
- * a follower may read at any moment, so it is neither evicted nor
- * counted as freed by a PUBLISH that replaces it); `sweep` drops the
+ * dropped; `pins` whether v is a followed name's current version that a
+ * follower holds now (so it is neither evicted nor counted as freed by a
+ * PUBLISH that replaces it, as a leased version); `sweep` drops the
  * holds followers have let go of, before room is looked for.
  */
 struct td__store_bell {

@@ -508,36 +508,6 @@ Test(follow, a_dead_follower_pins_nothing)
 	tu_daemon_stop(&d, true);
 }
 
-/*
- * A followed name's current version is not evicted to make room (a
- * follower may be reading it); without the follow it is.
- */
-Test(follow, a_followed_version_is_not_evicted)
-{
-	static const char *const cap[] = {"--max-bytes", "1M", NULL};
-	struct tu_daemon d;
-	struct td_client *prod, *cons;
-	struct td_follow *f;
-	struct td_alloc *a = NULL;
-	struct td_error e = {0};
-	uint64_t big = 700 * KIB;
-
-	tu_daemon_start_args(&d, "warn", cap);
-	prod = conn(&d, "pidfd");
-	cons = conn(&d, "pidfd");
-	put(prod, "fw/a", big, 0, 1);
-	f = follow(cons, "fw/a");
-	cr_assert_eq(td_client_alloc(prod, 1, &big, &a, &e), -ENOSPC,
-		     "the followed version was evicted");
-	td_follow_close(f);
-	cr_assert_eq(td_client_alloc(prod, 1, &big, &a, &e), 0,
-		     "unfollowed, it is evicted: %s", e.reason);
-	td_alloc_free(a);
-	td_client_close(cons);
-	td_client_close(prod);
-	tu_daemon_stop(&d, true);
-}
-
 /* Publish fd (size bytes, the caller's memfd) as name: the version. */
 static uint64_t put_fd_meta(struct td_client *c, const char *name, int fd,
 			    uint64_t size, const void *meta, size_t meta_len)
@@ -573,6 +543,48 @@ static int sealed_memfd(uint64_t size, uint8_t b)
 	munmap(p, (size_t)size);
 	cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
 	return fd;
+}
+
+/*
+ * A followed name's current version that a follower holds is not evicted
+ * to make room (the follower reads it); once the follower lets go it is,
+ * followed or not, like any version nobody leases. The follower takes it
+ * from shared memory (the producer publishes the same memfd again, which
+ * the follower mapped when it took the first version by GET).
+ */
+Test(follow, a_held_current_version_is_not_evicted)
+{
+	static const char *const cap[] = {"--max-bytes", "1M", NULL};
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_follow *f;
+	struct td_tensor *t;
+	struct td_alloc *a = NULL;
+	struct td_error e = {0};
+	uint64_t small = 300 * KIB, big = 800 * KIB, v;
+	int fd;
+
+	tu_daemon_start_args(&d, "warn", cap);
+	prod = conn(&d, "pidfd");
+	cons = conn(&d, "pidfd");
+	fd = sealed_memfd(small, 7);
+	f = follow(cons, "fw/a");
+	put_fd(prod, "fw/a", fd, small);
+	td_tensor_release(next(f, 5000)); /* by GET: now mapped here */
+	v = put_fd(prod, "fw/a", fd, small);
+	t = next(f, 5000); /* from shared memory, held by the row */
+	cr_assert_eq(td_tensor_version(t), v);
+	cr_assert_eq(td_client_alloc(prod, 1, &big, &a, &e), -ENOSPC,
+		     "the held version was evicted");
+	td_tensor_release(t);
+	cr_assert_eq(td_client_alloc(prod, 1, &big, &a, &e), 0,
+		     "a followed version nobody holds stays: %s", e.reason);
+	td_alloc_free(a);
+	close(fd);
+	td_follow_close(f);
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
 }
 
 /*

@@ -421,10 +421,9 @@ TD_EXPORT int td_client_get_newer(struct td_client *c, const char *name,
  *
  * The name needs not exist yet; a deleted name is followed on to its
  * next version (a ring made under the name meanwhile is not followed:
- * nothing comes until it ends and the name is published again). While
- * followed, a name's current version is not evicted, and the version a
- * PUBLISH replaces still counts against the limits until no follower
- * holds it.
+ * nothing comes until it ends and the name is published again). A
+ * version a follower holds is leased: not evicted, not recycled, and it
+ * counts against the limits until the follower lets go.
  * Returns 0 and *out (end it with td_follow_close()), -EOPNOTSUPP when
  * the daemon does not serve FOLLOW, -EINVAL for a ring name (use
  * td_ring_subscribe()), -EACCES, -EBUSY (64 followers of that name), or
