@@ -230,6 +230,9 @@ int td__tensor_from_entry(struct td_client *c, const uint8_t *body,
 			  struct td_tensor **out, struct td_error *err);
 /* follow.c: a tensor held through f's row is released (lock held). */
 void td__follow_let_go(struct td_follow *f);
+/* tensor.c: t, got by a GET for f, is f's tensor (lock held): its
+ * release ends its lease and lets f go on. */
+void td__tensor_follow(struct td_tensor *t, struct td_follow *f);
 /* tensor.c: encode a GET request into c->sbuf; returns the body length. */
 int64_t td__get_encode(struct td_client *c, const char *name, uint32_t mode,
 		       uint64_t version, uint32_t timeout_ms);

@@ -249,6 +249,14 @@ static int take(struct td_follow *f, uint64_t v, uint32_t e,
 	}
 	rc = td_client_get_version(c, f->name, v, out, err);
 	row_clear(f);
+	if (rc == 0) {
+		/* a lease, but the follow's all the same: the next call waits
+		 * for its release (-EBUSY), as for a tensor from the entry */
+		pthread_mutex_lock(&c->lock);
+		td__tensor_follow(*out, f);
+		f->out = true;
+		pthread_mutex_unlock(&c->lock);
+	}
 	return rc;
 }
 

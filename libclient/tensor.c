@@ -50,7 +50,8 @@ struct td_tensor {
 	struct td__map *maps[TD_WIRE_MAX_PLANES];
 	/* maps[i] is a dma-buf whose CPU access was started (SYNC_START) */
 	bool synced[TD_WIRE_MAX_PLANES];
-	/* held through a follow's row (lease_id 0), not a lease */
+	/* the follow that gave it: held through its row (lease_id 0), or
+	 * a lease got by GET for it (td__tensor_follow) */
 	struct td_follow *follow;
 };
 
@@ -310,12 +311,14 @@ static void tensor_release(struct td_tensor *t, bool quiet)
 	/*
 	 * A closed or broken connection already ended the lease on the
 	 * daemon's side; there is nothing to tell it then. A follow's
-	 * hold is one store to its row.
+	 * hold is one store to its row; a lease a follow got by GET is
+	 * released as any, and then its follow goes on (or ends).
 	 */
+	if ((t->lease_id || !t->follow) && c->sock >= 0 && !c->dead &&
+	    t->epoch == c->epoch)
+		send_release(c, t->lease_id, quiet, false);
 	if (t->follow)
 		td__follow_let_go(t->follow);
-	else if (c->sock >= 0 && !c->dead && t->epoch == c->epoch)
-		send_release(c, t->lease_id, quiet, false);
 	tensor_free_locked(t);
 	pthread_mutex_unlock(&c->lock);
 	td__client_unref(c);
@@ -630,6 +633,11 @@ int td__get_reply(struct td_client *c, struct td__msg *m, bool nowait,
 	if (rc < 0)
 		send_release(c, rep.lease_id, false, nowait);
 	return rc;
+}
+
+void td__tensor_follow(struct td_tensor *t, struct td_follow *f)
+{
+	t->follow = f;
 }
 
 int td__tensor_from_entry(struct td_client *c, const uint8_t *body,

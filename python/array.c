@@ -207,7 +207,7 @@ OwnerObject *tdpy_owner_root(OwnerObject *o)
 }
 
 /* End what the owner holds in libtensord (lease, unpublished loan). */
-static void owner_release(OwnerObject *plane_or_root)
+void tdpy_owner_release(OwnerObject *plane_or_root)
 {
 	OwnerObject *o = tdpy_owner_root(plane_or_root);
 	struct td_tensor *t = o->t;
@@ -217,18 +217,21 @@ static void owner_release(OwnerObject *plane_or_root)
 	o->a = NULL;
 	if (t || a) {
 		/* no wait for the daemon's answer: it ends the lease before
-		 * it serves this client's next request (a round trip less) */
+		 * it serves this client's next request (a round trip less);
+		 * a follow's hold is one store to its row */
 		Py_BEGIN_ALLOW_THREADS
 		td_tensor_release_nowait(t);
 		td_alloc_free(a);
 		Py_END_ALLOW_THREADS
 	}
+	if (o->follow)
+		tdpy_follow_let_go(o->follow, o);
 }
 
 static void owner_dealloc(OwnerObject *o)
 {
 	if (o->kind != OWNER_PLANE) /* a plane's lease is its parent's */
-		owner_release(o);
+		tdpy_owner_release(o);
 	if (o->map)
 		munmap(o->map, o->map_len);
 	tdpy_map_put(o->cache);
@@ -241,6 +244,7 @@ static void owner_dealloc(OwnerObject *o)
 	Py_XDECREF(o->name);
 	Py_XDECREF(o->metadata);
 	Py_XDECREF(o->format);
+	Py_XDECREF(o->follow);
 	PyObject_Free(o);
 }
 
@@ -388,8 +392,10 @@ static PyObject *owner_do_release(OwnerObject *o)
 	if (o->kind == OWNER_VIEW) {
 		if (tdpy_sub_view_release(o->parent, o->version) < 0)
 			return NULL;
+	} else if (tdpy_follow_exported(tdpy_owner_root(o)) < 0) {
+		return NULL;
 	} else
-		owner_release(o);
+		tdpy_owner_release(o);
 	Py_RETURN_NONE;
 }
 
@@ -516,6 +522,7 @@ struct dl_ctx {
 	size_t priv_len;
 	void *heap;     /* private copy of an inline plane */
 	PyObject *sub;  /* a ring view's Subscription (kept by keep) */
+	OwnerObject *lease; /* a followed lease's root (kept by keep) */
 	int64_t shape[TDPY_MAX_DIMS];
 	int64_t strides[TDPY_MAX_DIMS];
 };
@@ -531,6 +538,8 @@ static void dl_deleter(DLManagedTensor *mt)
 	g = PyGILState_Ensure();
 	if (x->sub)
 		tdpy_sub_export_gone(x->sub);
+	if (x->lease)
+		x->lease->dl_exports--;
 	Py_XDECREF(x->keep);
 	PyMem_RawFree(x->heap);
 	PyGILState_Release(g);
@@ -621,10 +630,17 @@ static int dl_place(OwnerObject *o, PyArrayObject *a, struct dl_ctx *x)
 		}
 		memcpy(x->heap, o->heap, o->size);
 		x->mt.dl_tensor.data = (char *)x->heap + (p - o->data);
-		return 0;
+	} else if (dl_map_cow(x, o, td_tensor_plane_fd(r->t, o->plane),
+			      o->file_off, p) < 0) {
+		return -1;
 	}
-	return dl_map_cow(x, o, td_tensor_plane_fd(r->t, o->plane),
-			  o->file_off, p);
+	/* a followed lease stays held while the export lives: the
+	 * follow's next() and release() refuse until it is gone */
+	if (r->follow) {
+		r->dl_exports++;
+		x->lease = r;
+	}
+	return 0;
 }
 
 static PyObject *array_dlpack(PyObject *self, PyObject *args, PyObject *kw)

@@ -2,8 +2,9 @@
 /*
  * The tensord Python module: errors, Client, Watch, events and entries
  * (the Client's put, alloc, publish and get are in tensor.c, its rings
- * in ring.c, arrays and DLPack in array.c). Owns no protocol logic: everything goes through libtensord's public
- * API. Every call that may wait on the daemon releases the GIL.
+ * in ring.c, follow in follow.c, arrays and DLPack in array.c). Owns no
+ * protocol logic: everything goes through libtensord's public API.
+ * Every call that may wait on the daemon releases the GIL.
  */
 #define TDPY_MODULE_C
 #include "tdpy.h"
@@ -748,8 +749,8 @@ static PyMethodDef client_methods[] = {
 	 "put(name, array, metadata=None, pin=False) -> version"},
 	{"alloc", (PyCFunction)(void (*)(void))tdpy_client_alloc,
 	 METH_VARARGS | METH_KEYWORDS,
-	 "alloc(name, shape, dtype, strides=None, format=None, recycle=False)"
-	 " -> writable "
+	 "alloc(name, shape, dtype, strides=None, format=None, recycle=False,"
+	 " stream=False) -> writable "
 	 "Array (a Planes of them for a format of several planes)"},
 	{"publish", (PyCFunction)(void (*)(void))tdpy_client_publish,
 	 METH_VARARGS | METH_KEYWORDS,
@@ -782,6 +783,9 @@ static PyMethodDef client_methods[] = {
 	 "subscribe(name, timeout=None) -> Subscription"},
 	{"ring_stat", (PyCFunction)tdpy_client_ring_stat, METH_VARARGS,
 	 "ring_stat(name) -> dict"},
+	{"follow", (PyCFunction)tdpy_client_follow, METH_VARARGS,
+	 "follow(name) -> Follow (each new version of name, taken without "
+	 "a message to the daemon)"},
 	{NULL},
 };
 
@@ -875,7 +879,8 @@ PyMODINIT_FUNC PyInit_tensord(void)
 	    PyStructSequence_InitType2(&entry_type, &entry_desc) < 0 ||
 	    PyType_Ready(&tdpy_client_type) < 0 ||
 	    PyType_Ready(&tdpy_watch_type) < 0 || tdpy_array_init(m) < 0 ||
-	    tdpy_ring_init(m) < 0 || tdpy_planes_init(m) < 0)
+	    tdpy_ring_init(m) < 0 || tdpy_planes_init(m) < 0 ||
+	    tdpy_follow_init(m) < 0)
 		goto fail;
 	tdpy_error = add_exc(m, "Error", NULL);
 	if (!tdpy_error)

@@ -47,11 +47,11 @@ typedef struct {
 	int efd;          /* poll() mode: td_sub_fd (in the client's epoll) */
 } SubObject;
 
-static PyObject *busy_error(void)
+PyObject *tdpy_busy_error(void)
 {
 	PyErr_SetString(PyExc_RuntimeError, "used by another thread at "
-			"the same time (one thread at a time per ring or "
-			"subscription)");
+			"the same time (one thread at a time per ring, "
+			"subscription or follow)");
 	return NULL;
 }
 
@@ -138,7 +138,7 @@ static RingObject *ring_usable(RingObject *ring)
 		return NULL;
 	}
 	if (ring->busy)
-		return (RingObject *)busy_error();
+		return (RingObject *)tdpy_busy_error();
 	return ring;
 }
 
@@ -407,7 +407,7 @@ static SubObject *sub_usable(SubObject *sub)
 		return NULL;
 	}
 	if (sub->busy)
-		return (SubObject *)busy_error();
+		return (SubObject *)tdpy_busy_error();
 	return sub;
 }
 
@@ -529,7 +529,7 @@ static PyObject *sub_release_m(SubObject *sub, PyObject *unused)
 static PyObject *sub_close(SubObject *sub, PyObject *unused)
 {
 	if (sub->busy)
-		return busy_error();
+		return tdpy_busy_error();
 	sub->closed = true;
 	if (!sub->views)
 		sub_really_close(sub);

@@ -12,7 +12,8 @@
  *  - Array (array.c): a numpy.ndarray subclass adding .version,
  *    .metadata, release(), __dlpack__ and __dlpack_device__.
  *  - Planes (planes.c): a tensor of several planes, one Array per plane.
- *  - Watch (module.c), Ring and Subscription (ring.c).
+ *  - Watch (module.c), Ring and Subscription (ring.c), Follow
+ *    (follow.c).
  *  - maps.c: the client's cache of the mappings behind leases.
  */
 #ifndef TDPY_H
@@ -79,7 +80,7 @@ typedef struct {
 	npy_intp shape[TDPY_MAX_DIMS];
 	npy_intp strides[TDPY_MAX_DIMS];
 	bool explicit_strides; /* LOAN: publish these strides */
-	uint32_t alloc_flags; /* LOAN: TD_ALLOC_RECYCLE or 0 */
+	uint32_t alloc_flags; /* LOAN: TD_ALLOC_RECYCLE, _STREAM or 0 */
 	PyObject *format;     /* LOAN: image format (str) or NULL */
 	uint64_t row_pitch;   /* LOAN with format: the plane's stride */
 	bool writable;
@@ -92,11 +93,13 @@ typedef struct {
 	uint64_t plane_size[TDPY_MAX_PLANES];
 	int fd;               /* VIEW: the ring's data file (the
 			       * subscription's fd) */
+	PyObject *follow;     /* LEASE from Follow.next(): that Follow */
+	unsigned dl_exports;  /* LEASE of a follow: live DLPack exports */
 } OwnerObject;
 
 extern PyTypeObject tdpy_client_type, tdpy_owner_type, tdpy_array_type;
 extern PyTypeObject tdpy_ring_type, tdpy_sub_type, tdpy_watch_type;
-extern PyTypeObject tdpy_planes_type;
+extern PyTypeObject tdpy_planes_type, tdpy_follow_type;
 extern PyObject *tdpy_error;
 
 /* Raise the tensord.Error subclass for rc (-errno) with e's reason. */
@@ -146,6 +149,8 @@ int tdpy_span(int ndim, const npy_intp *shape, const npy_intp *strides,
 
 /* A new Owner of kind, parent referenced; fields zero. */
 OwnerObject *tdpy_owner_new(enum owner_kind kind, PyObject *parent);
+/* End what the owner (or its root) holds: lease, unpublished loan. */
+void tdpy_owner_release(OwnerObject *plane_or_root);
 /* An Array over o's tensor, o's reference is stolen (NULL on error). */
 PyObject *tdpy_owner_array(OwnerObject *o);
 /* The Owner at the end of obj's .base chain, NULL (TypeError) if none. */
@@ -177,6 +182,9 @@ void tdpy_map_put(struct tdpy_map *m);
 int tdpy_maps_trim(ClientObject *cl);
 void tdpy_maps_detach(ClientObject *cl);
 
+/* RuntimeError: a Ring, Subscription or Follow used by two threads. */
+PyObject *tdpy_busy_error(void);
+
 /* Ring views: the subscription drops its count when one dies. */
 void tdpy_sub_view_gone(PyObject *sub);
 /* -1 (tensord.Error EBUSY) while a DLPack export holds the view. */
@@ -188,6 +196,14 @@ int tdpy_sub_export(PyObject *sub, uint64_t version);
 void tdpy_sub_export_gone(PyObject *sub);
 void tdpy_ring_view_gone(PyObject *ring);
 
+/* Follows (follow.c): o, a lease root, holds what the follow gave last;
+ * o ends (released or dead): the follow holds nothing any more. */
+void tdpy_follow_hold(PyObject *follow, OwnerObject *o);
+void tdpy_follow_let_go(PyObject *follow, OwnerObject *o);
+/* -1 (tensord.Error EBUSY) while DLPack exports of root (a followed
+ * lease) live: its hold stays until they are gone. */
+int tdpy_follow_exported(OwnerObject *root);
+
 /* Metadata: None, bytes-like or str (UTF-8), into a held Py_buffer. */
 int tdpy_meta_get(PyObject *o, Py_buffer *b);
 
@@ -198,6 +214,12 @@ PyObject *tdpy_client_alloc(ClientObject *self, PyObject *args,
 PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 			      PyObject *kw);
 PyObject *tdpy_client_get(ClientObject *self, PyObject *args, PyObject *kw);
+/* A read-only Array (a Planes for several planes) over t, which is
+ * consumed; follow: the Follow that gave t, or NULL. */
+PyObject *tdpy_lease_array(ClientObject *self, struct td_tensor *t,
+			   const char *name, PyObject *follow);
+/* Client.follow(), in follow.c. */
+PyObject *tdpy_client_follow(ClientObject *self, PyObject *args);
 
 /* Client methods made in ring.c. */
 PyObject *tdpy_client_ring_create(ClientObject *self, PyObject *args,
@@ -218,5 +240,6 @@ PyObject *tdpy_exit_release(PyObject *self, PyObject *args);
 int tdpy_ring_init(PyObject *m);
 int tdpy_array_init(PyObject *m);
 int tdpy_planes_init(PyObject *m);
+int tdpy_follow_init(PyObject *m);
 
 #endif

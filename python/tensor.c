@@ -209,32 +209,35 @@ int tdpy_loan_open(ClientObject *self, OwnerObject *o, uint64_t size)
 }
 
 /*
- * alloc(name, shape, dtype, strides=None, format=None, recycle=False): a
- * writable Array over a loan (recycle: TD_ALLOC_RECYCLE, a buffer of an
- * earlier version of this client's when one is free).
+ * alloc(name, shape, dtype, strides=None, format=None, recycle=False,
+ * stream=False): a writable Array over a loan (recycle: TD_ALLOC_RECYCLE,
+ * a buffer of an earlier version of this client's when one is free;
+ * stream: TD_ALLOC_STREAM, which also has the next loan lent by the
+ * publish, so a warm stream's alloc sends nothing).
  */
 PyObject *tdpy_client_alloc(ClientObject *self, PyObject *args,
 			    PyObject *kw)
 {
 	static char *kwlist[] = {"name", "shape", "dtype", "strides", "format",
-				 "recycle", NULL};
+				 "recycle", "stream", NULL};
 	PyObject *shape_o, *strides_o = Py_None, *format = Py_None;
 	OwnerObject *o;
 	const char *n;
 	uint32_t dtype;
 	uint64_t size;
 	npy_intp isz;
-	int nst, recycle = 0;
+	int nst, recycle = 0, stream = 0;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO&|OOp", kwlist,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO&|OOpp", kwlist,
 					 tdpy_conv_name, &n, &shape_o,
 					 tdpy_conv_dtype, &dtype, &strides_o,
-					 &format, &recycle))
+					 &format, &recycle, &stream))
 		return NULL;
 	o = tdpy_owner_new(OWNER_LOAN, (PyObject *)self);
 	if (!o)
 		return NULL;
-	o->alloc_flags = recycle ? TD_ALLOC_RECYCLE : 0;
+	o->alloc_flags = stream ? TD_ALLOC_STREAM :
+			 recycle ? TD_ALLOC_RECYCLE : 0;
 	o->dtype = dtype;
 	o->writable = true;
 	o->name = PyUnicode_FromString(n);
@@ -483,10 +486,10 @@ static PyObject *lease_planes(OwnerObject *o, struct td_tensor *t)
 	return r;
 }
 
-/* A read-only Array over a tensor got from the daemon (t is consumed);
- * a tensord.Planes for a tensor of several planes. */
-static PyObject *lease_array(ClientObject *self, struct td_tensor *t,
-			     const char *name)
+/* A read-only Array over a tensor got from the daemon or a follow (t is
+ * consumed); a tensord.Planes for a tensor of several planes. */
+PyObject *tdpy_lease_array(ClientObject *self, struct td_tensor *t,
+			   const char *name, PyObject *follow)
 {
 	OwnerObject *o = tdpy_owner_new(OWNER_LEASE, (PyObject *)self);
 	const void *meta;
@@ -497,6 +500,12 @@ static PyObject *lease_array(ClientObject *self, struct td_tensor *t,
 		return NULL;
 	}
 	o->t = t;
+	if (follow) {
+		/* the Follow's hold is this owner's until it is released */
+		Py_INCREF(follow);
+		o->follow = follow;
+		tdpy_follow_hold(follow, o);
+	}
 	o->version = td_tensor_version(t);
 	o->dtype = td_tensor_dtype(t);
 	o->name = PyUnicode_FromString(name);
@@ -576,5 +585,5 @@ PyObject *tdpy_client_get(ClientObject *self, PyObject *args, PyObject *kw)
 		TDPY_CALL(self, rc, get_appearing(c, name, ms, &t, &e));
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "get");
-	return lease_array(self, t, name);
+	return tdpy_lease_array(self, t, name, NULL);
 }

@@ -269,6 +269,48 @@ Test(follow, newest_first_plain_versions_and_a_deleted_name)
 	tu_daemon_stop(&d, true);
 }
 
+/*
+ * A version taken by GET (a plain producer's fresh buffer) is the
+ * follow's tensor as much as one from the bell: the next call returns
+ * -EBUSY until it is released, its release ends its lease, and
+ * td_follow_close() waits for it.
+ */
+Test(follow, a_tensor_taken_by_get_is_held_as_the_follows)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons, *other;
+	struct td_follow *f;
+	struct td_tensor *t, *u = NULL;
+	struct td_error e = {0};
+	uint64_t v1, v2;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = conn(&d, "pidfd");
+	cons = conn(&d, "pidfd");
+	other = conn(&d, "pidfd");
+	f = follow(cons, "fw/get");
+	v1 = put(prod, "fw/get", 4 * KIB, 0, 1);
+	t = next(f, 5000);
+	cr_assert_eq(td_tensor_version(t), v1);
+	v2 = put(prod, "fw/get", 4 * KIB, 0, 2);
+	cr_assert_eq(td_follow_next(f, 0, &u, &e), -EBUSY,
+		     "a second tensor while the first is held");
+	cr_assert_null(u);
+	td_tensor_release(t);
+	cr_assert_eq(td_client_get_version(other, "fw/get", v1, &u, &e),
+		     -ENOENT, "the lease outlived the release");
+	u = next(f, 0);
+	cr_assert_eq(td_tensor_version(u), v2);
+	cr_assert(all_bytes(u, 2));
+	td_follow_close(f);
+	cr_assert(all_bytes(u, 2), "the tensor outlives the follow");
+	td_tensor_release(u);
+	td_client_close(other);
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
 /* ---- sleeping followers ---- */
 
 /* The echo side of a ping-pong, in a child: follow ping, publish each

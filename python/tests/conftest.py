@@ -134,6 +134,31 @@ class InThread(threading.Thread):
         return self
 
 
+def child_refuses(give_back, *calls):
+    """In a child of fork(): give_back() must not fail, and each call
+    must raise tensord.Error ECHILD (the parent's objects are not the
+    child's to use). Asserts so in the parent."""
+    import errno
+    import tensord
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            give_back()
+            for call in calls:
+                try:
+                    call()
+                    code = 1
+                except tensord.Error as e:
+                    if e.errno != errno.ECHILD:
+                        code = 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, \
+        f"the child used the parent's object (status {status:#x})"
+
+
 def mapping_of(addr):
     """The /proc/self/maps line holding addr: dict or None."""
     with open("/proc/self/maps") as f:

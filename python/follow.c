@@ -1,0 +1,298 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tensord.Follow: following a name (libtensord's td_client_follow,
+ * docs/fastpath.md "Following a name"). Each next() is a tensor as get()
+ * gives (tensor.c's tdpy_lease_array), taken from the daemon's shared
+ * memory with no message once the stream is warm.
+ *
+ * The hold: libtensord lets a follow hold one tensor, which must be
+ * released before the next td_follow_next(). Like a Subscription, next()
+ * gives the held one back first (its views stay mapped: the binding's
+ * own mapping, maps.c), and refuses (EBUSY) while a DLPack export of it
+ * lives, because such an export reads the buffer the hold protects.
+ * Otherwise the hold lasts as long as the tensor's Lease (any view of it)
+ * or until release(); `held` below points at that Lease, which clears it
+ * when it ends (tdpy_follow_let_go).
+ */
+#include "tdpy.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <time.h>
+
+/* A wait without deadline looks at Python's signals this often, so that
+ * Ctrl-C ends `for t in follow:`; libtensord does not return on EINTR. */
+#define SIGNAL_SLICE_MS 100
+
+typedef struct {
+	PyObject_HEAD
+	ClientObject *client;
+	struct td_follow *f; /* NULL once closed */
+	PyObject *name;
+	OwnerObject *held;   /* the Lease of the tensor last given while it
+			      * holds (not a reference: it clears this) */
+	uint64_t last;       /* version last given, 0 if none */
+	bool busy;           /* next() waiting with the GIL released */
+} FollowObject;
+
+PyObject *tdpy_client_follow(ClientObject *self, PyObject *args)
+{
+	struct td_error e = {0};
+	struct td_client *c;
+	FollowObject *fo;
+	const char *name;
+	int rc;
+
+	if (!PyArg_ParseTuple(args, "O&", tdpy_conv_name, &name))
+		return NULL;
+	fo = PyObject_New(FollowObject, &tdpy_follow_type);
+	if (!fo)
+		return NULL;
+	memset((char *)fo + sizeof(PyObject), 0,
+	       sizeof(*fo) - sizeof(PyObject));
+	Py_INCREF(self);
+	fo->client = self;
+	fo->name = PyUnicode_FromString(name);
+	c = fo->name ? tdpy_client_enter(self) : NULL;
+	if (!c) {
+		Py_DECREF(fo);
+		return NULL;
+	}
+	TDPY_CALL(self, rc, td_client_follow(c, name, &fo->f, &e));
+	if (rc < 0) {
+		Py_DECREF(fo);
+		return tdpy_raise(rc, &e, "follow");
+	}
+	return (PyObject *)fo;
+}
+
+void tdpy_follow_hold(PyObject *obj, OwnerObject *o)
+{
+	((FollowObject *)obj)->held = o;
+}
+
+void tdpy_follow_let_go(PyObject *obj, OwnerObject *o)
+{
+	FollowObject *fo = (FollowObject *)obj;
+
+	if (fo->held == o)
+		fo->held = NULL;
+}
+
+int tdpy_follow_exported(OwnerObject *root)
+{
+	struct td_error e = {.code = -EBUSY};
+
+	if (!root->follow || !root->dl_exports || !root->t)
+		return 0;
+	snprintf(e.reason, sizeof(e.reason), "the followed tensor (version "
+		 "%llu) is exported through DLPack (%u tensors alive); it "
+		 "stays held until they are gone (del them)",
+		 (unsigned long long)root->version, root->dl_exports);
+	tdpy_raise(-EBUSY, &e, "follow");
+	return -1;
+}
+
+static FollowObject *follow_usable(FollowObject *fo)
+{
+	if (!fo->f) {
+		PyErr_SetString(PyExc_ValueError, "the follow is closed");
+		return NULL;
+	}
+	if (fo->busy)
+		return (FollowObject *)tdpy_busy_error();
+	return fo;
+}
+
+/*
+ * Usable, then busy, with the held tensor given back (its views stay
+ * mapped): 0, or -1 (not busy) when closed, busy, or while a DLPack
+ * export holds it (EBUSY). Busy first: the release lets the GIL go, and
+ * another thread must not take a tensor meanwhile.
+ */
+static int give_back(FollowObject *fo)
+{
+	OwnerObject *o = fo->held;
+
+	if (!follow_usable(fo))
+		return -1;
+	if (o && tdpy_follow_exported(o) < 0)
+		return -1;
+	fo->busy = true;
+	if (o)
+		tdpy_owner_release(o); /* clears fo->held */
+	return 0;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * td_follow_next() with the GIL released, in slices of SIGNAL_SLICE_MS
+ * between which Python's signal handlers run. 0 and *t, -ETIMEDOUT (ms
+ * passed; also for ms 0, where libtensord says -EAGAIN: the binding's
+ * one exception for "none came in time", tensord.Timeout), -EINTR with
+ * the handler's exception set, or -errno.
+ */
+static int wait_next(FollowObject *fo, int ms, struct td_tensor **t,
+		     struct td_error *e)
+{
+	int64_t deadline = ms < 0 ? -1 : now_ms() + ms;
+	int rc;
+
+	for (;;) {
+		int64_t left = ms < 0 ? SIGNAL_SLICE_MS : deadline - now_ms();
+
+		if (left > SIGNAL_SLICE_MS)
+			left = SIGNAL_SLICE_MS;
+		if (left < 0)
+			left = 0;
+		Py_BEGIN_ALLOW_THREADS
+		rc = td_follow_next(fo->f, (int)left, t, e);
+		Py_END_ALLOW_THREADS
+		if (rc != -ETIMEDOUT && rc != -EAGAIN)
+			return rc;
+		if (ms >= 0 && now_ms() >= deadline)
+			break;
+		if (PyErr_CheckSignals() < 0)
+			return -EINTR;
+	}
+	snprintf(e->reason, sizeof(e->reason), "no version of \"%s\" newer "
+		 "than %llu within %d ms", PyUnicode_AsUTF8(fo->name),
+		 (unsigned long long)fo->last, ms);
+	return -ETIMEDOUT;
+}
+
+static PyObject *follow_wait(FollowObject *fo, int ms)
+{
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+	int rc;
+
+	if (give_back(fo) < 0)
+		return NULL;
+	rc = wait_next(fo, ms, &t, &e);
+	fo->busy = false;
+	if (rc == -EINTR)
+		return NULL;
+	if (rc < 0)
+		return tdpy_raise(rc, &e, "next");
+	fo->last = td_tensor_version(t);
+	return tdpy_lease_array(fo->client, t, PyUnicode_AsUTF8(fo->name),
+				(PyObject *)fo);
+}
+
+static PyObject *follow_next_m(FollowObject *fo, PyObject *args,
+			       PyObject *kw)
+{
+	int ms;
+
+	if (!tdpy_timeout_arg(args, kw, &ms))
+		return NULL;
+	return follow_wait(fo, ms);
+}
+
+/* for t in follow: each next version, for ever (errors raise). */
+static PyObject *follow_iternext(FollowObject *fo)
+{
+	return follow_wait(fo, -1);
+}
+
+static PyObject *follow_release_m(FollowObject *fo, PyObject *unused)
+{
+	if (give_back(fo) < 0)
+		return NULL;
+	fo->busy = false;
+	Py_RETURN_NONE;
+}
+
+/* libtensord defers the end while a tensor it gave is held: that
+ * tensor's release ends it. */
+static void follow_really_close(FollowObject *fo)
+{
+	struct td_follow *f = fo->f;
+
+	fo->f = NULL;
+	if (f) {
+		Py_BEGIN_ALLOW_THREADS
+		td_follow_close(f);
+		Py_END_ALLOW_THREADS
+	}
+}
+
+static PyObject *follow_close(FollowObject *fo, PyObject *unused)
+{
+	if (fo->busy)
+		return tdpy_busy_error();
+	follow_really_close(fo);
+	Py_RETURN_NONE;
+}
+
+static void follow_dealloc(FollowObject *fo)
+{
+	/* every Lease it gave holds a reference: none is left */
+	follow_really_close(fo);
+	Py_XDECREF(fo->client);
+	Py_XDECREF(fo->name);
+	PyObject_Free(fo);
+}
+
+static PyObject *follow_get_name(FollowObject *fo, void *unused)
+{
+	Py_INCREF(fo->name);
+	return fo->name;
+}
+
+static PyObject *follow_get_closed(FollowObject *fo, void *unused)
+{
+	return PyBool_FromLong(!fo->f);
+}
+
+static PyMethodDef follow_methods[] = {
+	{"next", (PyCFunction)(void (*)(void))follow_next_m,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "next(timeout=None) -> the newest version newer than the last one "
+	 "given, as get() gives it (gives the held one back first); "
+	 "tensord.Timeout if none came (timeout=0: do not wait)"},
+	{"release", (PyCFunction)follow_release_m, METH_NOARGS,
+	 "Give the tensor last given back now (its views stay readable)."},
+	{"close", (PyCFunction)follow_close, METH_NOARGS,
+	 "Stop following (the end waits for a tensor still held)."},
+	{"__enter__", tdpy_enter, METH_NOARGS, NULL},
+	{"__exit__", tdpy_exit_close, METH_VARARGS, NULL},
+	{NULL},
+};
+
+static PyGetSetDef follow_getset[] = {
+	{"name", (getter)follow_get_name, NULL, "the followed name", NULL},
+	{"closed", (getter)follow_get_closed, NULL,
+	 "whether close() was called", NULL},
+	{NULL},
+};
+
+PyTypeObject tdpy_follow_type = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "tensord.Follow",
+	.tp_doc = "Following a name (Client.follow): each new version without "
+		  "a message to the daemon; iterating gives each next one.",
+	.tp_basicsize = sizeof(FollowObject),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_dealloc = (destructor)follow_dealloc,
+	.tp_iter = PyObject_SelfIter,
+	.tp_iternext = (iternextfunc)follow_iternext,
+	.tp_methods = follow_methods,
+	.tp_getset = follow_getset,
+};
+
+int tdpy_follow_init(PyObject *m)
+{
+	if (PyType_Ready(&tdpy_follow_type) < 0)
+		return -1;
+	Py_INCREF(&tdpy_follow_type);
+	return PyModule_AddObject(m, "Follow", (PyObject *)&tdpy_follow_type);
+}

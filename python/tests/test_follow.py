@@ -1,0 +1,386 @@
+# SPDX-License-Identifier: MIT
+"""Client.follow(): each new version of a name as get() gives it, taken
+from the daemon's shared memory without a message once the stream is
+warm (docs/fastpath.md, "Following a name"; docs/python.md, "Following
+a name"). The producer is a second client of this process unless a
+fork is the point."""
+import errno
+import gc
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import tensord
+
+from conftest import (InThread, child_refuses, fd_count, map_count,
+                      mapping_of, need_torch)
+
+N = 16 * 1024  # bytes per version
+
+
+@pytest.fixture
+def prod(daemon):
+    with tensord.Client(daemon.sock) as c:
+        yield c
+
+
+def publish(prod, name, b, n=N, meta=None):
+    """A TD_ALLOC_STREAM version of n bytes, all b: (version, inode)."""
+    w = prod.alloc(name, (n,), "u8", stream=True)
+    w[:] = b
+    ino = os.fstat(w.lease.fileno()).st_ino
+    return prod.publish(w, metadata=meta), ino
+
+
+def warm(prod, f, name, rounds=4):
+    """The follower maps the buffers the stream alternates."""
+    for i in range(rounds):
+        v, _ = publish(prod, name, i)
+        t = f.next(5)
+        assert t.version == v
+        t.release()
+
+
+def holding(client, prod, name, b):
+    """A warm follow of name holding a new version of bytes b: the
+    follow, that version, the tensor."""
+    f = client.follow(name)
+    warm(prod, f, name)
+    v, _ = publish(prod, name, b)
+    t = f.next(5)
+    assert t.version == v and (t == b).all()
+    return f, v, t
+
+
+@pytest.fixture
+def other(daemon):
+    """A third client, which asks the daemon which versions it keeps."""
+    with tensord.Client(daemon.sock) as c:
+        yield c
+
+
+def test_values_versions_and_the_newest_first(client, prod):
+    v1 = prod.put("fo/v", np.arange(12, dtype=np.float32).reshape(3, 4),
+                  metadata=b"one")
+    with client.follow("fo/v") as f:
+        assert isinstance(f, tensord.Follow) and f.name == "fo/v"
+        a = f.next(timeout=0)  # the current version first
+        assert type(a) is tensord.Array
+        assert a.version == v1 and a.name == "fo/v" and a.metadata == b"one"
+        assert a.dtype == np.float32 and a.shape == (3, 4)
+        np.testing.assert_array_equal(a, np.arange(12).reshape(3, 4))
+        assert a.flags.writeable is False
+        with pytest.raises(ValueError):
+            a[0, 0] = 1
+        for k in (2, 3, 4):
+            v = prod.put("fo/v", np.full((3, 4), k, np.float32))
+        b = f.next(timeout=0)  # those in between are skipped
+        assert b.version == v and (b == 4).all()
+        # next() gave the previous tensor back; its views stay readable
+        assert not a.lease.held and b.lease.held
+        assert a[2, 3] == 11
+        prod.rm("fo/v")  # a deleted name is followed on
+        v = prod.put("fo/v", np.full((3, 4), 5, np.float32))
+        c = f.next(5)
+        assert c.version == v and (c == 5).all()
+    assert f.closed
+    with pytest.raises(ValueError, match="closed"):
+        f.next(0)
+    assert (c == 5).all()  # the tensor outlives the follow
+
+
+def test_timeouts_raise_tensord_timeout(client, prod):
+    f = client.follow("fo/t")
+    for call in (lambda: f.next(0), lambda: f.next(timeout=0),
+                 lambda: f.next(0.05), lambda: f.next(timeout=0.05)):
+        with pytest.raises(tensord.Timeout) as ei:
+            call()
+        assert ei.value.errno == errno.ETIMEDOUT
+        assert "fo/t" in ei.value.reason
+    with pytest.raises(TypeError):
+        f.next(wait=1)
+    with pytest.raises(TypeError):
+        f.next("1")
+    with pytest.raises(ValueError):
+        f.next(-1)
+    v, _ = publish(prod, "fo/t", 3)
+    assert f.next(timeout=0).version == v
+
+
+def test_next_waits_with_the_gil_released(client, prod):
+    f = client.follow("fo/gil")
+    # if next() held the GIL this thread could not publish before the
+    # waiter's own timeout: the waiter would raise Timeout
+    waiter = InThread(lambda: f.next(timeout=20))
+    time.sleep(0.2)
+    v, _ = publish(prod, "fo/gil", 7)
+    got = waiter.finish().result
+    assert waiter.error is None, waiter.error
+    assert got.version == v and (got == 7).all()
+    # a second thread is refused while one waits
+    waiter = InThread(lambda: f.next(timeout=20))
+    time.sleep(0.2)
+    with pytest.raises(RuntimeError, match="another thread"):
+        f.next(0)
+    with pytest.raises(RuntimeError):
+        f.close()
+    publish(prod, "fo/gil", 8)
+    assert waiter.finish().result.version == v + 1
+
+
+def test_a_signal_handler_interrupts_a_wait_without_deadline(client, prod):
+    class Interrupted(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Interrupted(len(published))
+
+    def watchdog():
+        # a wait deaf to signals returns only for a version: the
+        # handler runs after one (the test fails rather than hangs)
+        while not done.wait(15):
+            publish(prod, "fo/sig", 1)
+            published.append(1)
+
+    f = client.follow("fo/sig")
+    done, published = threading.Event(), []
+    dog = InThread(watchdog)
+    old = signal.signal(signal.SIGALRM, handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(Interrupted) as ei:
+            f.next()  # forever, but for the handler
+        assert ei.value.args == (0,), "the handler waited for a version"
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(Interrupted) as ei:
+            for _ in f:
+                pass
+        assert ei.value.args == (0,), "the handler waited for a version"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        done.set()
+        dog.finish()
+    with pytest.raises(tensord.Timeout):
+        f.next(0)  # still usable
+
+
+def test_iteration_gives_each_newest_version(client, prod):
+    f = client.follow("fo/it")
+    got = []
+    for k in range(5):
+        publish(prod, "fo/it", 10 + k)
+        t = next(iter(f))
+        got.append((t.version, int(t[0]), int(t[-1])))
+    assert got == [(k + 1, 10 + k, 10 + k) for k in range(5)]
+    # a for loop holds the previous tensor while it asks for the next
+    seen = []
+    publish(prod, "fo/it", 20)
+    for t in f:
+        seen.append(int(t[0]))
+        if len(seen) == 3:
+            break
+        publish(prod, "fo/it", 21 + len(seen) - 1)
+    assert seen == [20, 21, 22]
+
+
+def test_a_followed_tensor_is_the_producers_buffer(client, prod):
+    f = client.follow("fo/zc")
+    warm(prod, f, "fo/zc")
+    v, ino = publish(prod, "fo/zc", 0x5a, meta=b"zc")
+    t = f.next(5)
+    assert t.version == v and t.metadata == b"zc"
+    assert (t == 0x5a).all()
+    m = mapping_of(t.ctypes.data)
+    # the very file the producer wrote, read-only, not a copy
+    assert m is not None and m["inode"] == ino, m
+    assert "memfd:" in m["path"] and "w" not in m["perms"]
+    assert os.fstat(t.lease.fileno()).st_ino == ino
+    assert m["offset"] + (t.ctypes.data - m["lo"]) == 0
+    # DLPack too: a copy-on-write mapping of the same file
+    d = np.from_dlpack(t)
+    dm = mapping_of(d.ctypes.data)
+    assert dm["inode"] == ino and dm["perms"].endswith("p")
+    np.testing.assert_array_equal(d, t)
+
+
+@pytest.mark.parametrize("path", ["pidfd", "scm"])
+def test_a_warm_stream_sends_the_daemon_nothing_from_the_follower(
+        daemon, path, monkeypatch):
+    # RING_STAT's count of every datagram the daemon received: per warm
+    # handoff only the producer's PUBLISH (which lends the next loan)
+    monkeypatch.setenv("TENSORD_IMPORT", path)
+    with tensord.Client(daemon.sock) as prod, \
+            tensord.Client(daemon.sock) as cons:
+        assert cons.info()["path_out"] == path
+        counter = prod.ring_create("fo/counter", (64,), "u8")
+        f = cons.follow("fo/x")
+        before = fds = maps = None
+        for i in range(104):
+            b = (i * 5 + 1) & 0xff
+            v, _ = publish(prod, "fo/x", b)
+            t = f.next(5)
+            assert t.version == v and (t == b).all(), i
+            del t
+            if i == 3:
+                fds, maps = fd_count(), map_count()
+                before = prod.ring_stat("fo/counter")["daemon_requests"]
+        after = prod.ring_stat("fo/counter")["daemon_requests"]
+        # 100 PUBLISHes and the RING_STAT that read the count
+        assert after - before == 101
+        assert fd_count() == fds and map_count() == maps
+        f.close()
+        counter.close()
+
+
+def test_the_hold_keeps_the_bytes_while_a_view_lives(client, prod, other):
+    f, v1, t = holding(client, prod, "fo/h", 0xa1)
+    view = t[100:200]
+    del t
+    gc.collect()
+    # twenty newer versions go to other buffers: the held bytes stay
+    for i in range(20):
+        publish(prod, "fo/h", 0x10 + i)
+    assert (view == 0xa1).all()
+    assert view.lease.held
+    with other.get("fo/h", version=v1) as g:  # the daemon keeps v1
+        assert (g == 0xa1).all()
+    # the last view dies: the hold ends, and the daemon lets v1 go at
+    # the name's next change
+    del view
+    gc.collect()
+    publish(prod, "fo/h", 0x77)
+    with pytest.raises(tensord.NotFound):
+        other.get("fo/h", version=v1)
+    newest = f.next(5)
+    assert (newest == 0x77).all()
+
+
+def test_a_dlpack_export_keeps_the_hold_and_next_refuses(client, prod):
+    f, _, t = holding(client, prod, "fo/dl", 0x31)
+    d = np.from_dlpack(t[8:16])
+    for i in range(10):
+        publish(prod, "fo/dl", 0x40 + i)
+    assert (d == 0x31).all()
+    # giving the tensor back would let its buffer be rewritten under d
+    for give_back in (lambda: f.next(0), f.release, t.release):
+        with pytest.raises(tensord.Error, match="DLPack") as ei:
+            give_back()
+        assert ei.value.errno == errno.EBUSY
+    del t
+    gc.collect()
+    assert (d == 0x31).all()
+    del d
+    gc.collect()
+    latest = f.next(5)  # free again: the newest version
+    assert (latest == 0x49).all()
+    f.release()
+    assert not latest.lease.held
+    # a tensor given back has nothing to export any more
+    with pytest.raises(BufferError, match="released"):
+        latest.__dlpack__()
+
+
+def test_torch_keeps_the_hold(client, prod):
+    torch = need_torch()
+    f = client.follow("fo/torch")
+    warm(prod, f, "fo/torch")
+    publish(prod, "fo/torch", 9)
+    t = torch.from_dlpack(f.next(5))
+    for i in range(6):
+        publish(prod, "fo/torch", 50 + i)
+    assert int(t.sum()) == 9 * N
+    with pytest.raises(tensord.Error, match="DLPack"):
+        f.next(0)
+    del t
+    gc.collect()
+    assert int(f.next(0)[0]) == 55
+
+
+def test_close_while_a_tensor_lives(client, prod, other):
+    f, v1, t = holding(client, prod, "fo/c", 0xc1)
+    f.close()
+    f.close()  # idempotent
+    assert f.closed
+    with pytest.raises(ValueError, match="closed"):
+        f.release()
+    # the hold outlives the close: the version is kept, its bytes stay
+    for i in range(6):
+        publish(prod, "fo/c", i)
+    assert (t == 0xc1).all() and t.lease.held
+    other.get("fo/c", version=v1).release()
+    del f
+    gc.collect()
+    assert (t == 0xc1).all()
+    t.release()  # ends the follow in libtensord
+    publish(prod, "fo/c", 0xc2)
+    with pytest.raises(tensord.NotFound):
+        other.get("fo/c", version=v1)
+
+
+def test_a_client_closed_under_a_follow(client, prod):
+    f = client.follow("fo/cc")
+    publish(prod, "fo/cc", 4)
+    t = f.next(5)
+    client.close()
+    assert (t == 4).all()
+    with pytest.raises(tensord.Error) as ei:
+        f.next(0)
+    assert ei.value.errno == errno.EPIPE
+    del t
+    gc.collect()
+    f.close()
+
+
+def test_a_forked_child_cannot_use_the_parents_follow(client, prod, other):
+    f, v1, t = holding(client, prod, "fo/fork", 7)
+    publish(prod, "fo/fork", 8)
+    # release() there gives nothing back: the hold is the parent's
+    child_refuses(f.release, lambda: f.next(0), lambda: f.next(timeout=1),
+                  lambda: next(iter(f)))
+    # the parent's hold is still there: the daemon keeps v1
+    for i in range(6):
+        publish(prod, "fo/fork", 20 + i)
+    assert (t == 7).all() and t.lease.held
+    other.get("fo/fork", version=v1).release()
+    nxt = f.next(5)  # and the child took nothing of the parent's
+    assert (nxt == 25).all()
+
+
+def test_multi_plane_names_come_as_planes(client, prod):
+    f = client.follow("fo/nv12")
+    p = prod.alloc("fo/nv12", (48, 64), "u8", strides=(80, 1),
+                   format="NV12")
+    y, uv = p
+    y[:] = 16
+    uv[:] = 128
+    v = prod.publish(p)
+    got = f.next(5)
+    assert isinstance(got, tensord.Planes) and got.version == v
+    gy, guv = got
+    assert gy.shape == (48, 64) and guv.shape == (24, 64)
+    assert (gy == 16).all() and (guv == 128).all()
+    assert got.held
+    del got, gy
+    gc.collect()
+    assert guv.lease.held  # any plane view keeps the hold
+    f.release()
+    assert not guv.lease.held
+
+
+def test_refusals(client, prod):
+    ring = prod.ring_create("fo/ring", (4,), "u8")
+    with pytest.raises(tensord.Error) as ei:
+        client.follow("fo/ring")
+    assert ei.value.errno == errno.EINVAL and "ring" in ei.value.reason
+    with pytest.raises(TypeError):
+        client.follow(b"fo/x")
+    with pytest.raises(ValueError):
+        client.follow("x" * 5000)
+    ring.close()
+    client.close()
+    with pytest.raises(ValueError, match="closed"):
+        client.follow("fo/x")
