@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 typedef struct {
@@ -474,7 +475,9 @@ static PyObject *sub_wait(SubObject *sub, int ms)
 	/* a sleep in td_sub_next() disarms the timerfd: wake fileno() so
 	 * that the loop's next poll() arms it again */
 	if (sub->efd >= 0)
-		(void)!write(sub->efd, &(uint64_t){1}, sizeof(uint64_t));
+		(void)timerfd_settime(sub->efd, 0,
+				      &(struct itimerspec){.it_value = {0, 1}},
+				      NULL); /* a timerfd: armed, not written */
 	if (rc < 0)
 		return tdpy_raise(rc, NULL, "next");
 	sub->held = v.version;

@@ -182,13 +182,22 @@ def test_subscription_poll_wakes_fileno(daemon, client):
             assert readable(fd, 10)
     assert view.version == v and view.tolist() == [3] * 4
     view.release()
-    # next() works in poll mode too
+    # next() works in poll mode too; one that slept (the publish then
+    # woke its futex, not the poll fd) wakes fileno() on its return, so
+    # that the loop's next poll() arms the waiter again
+    assert sub.poll() is None  # armed, the fd drained
+    client.poll()
+    assert not readable(fd, 0.05)
+    t = InThread(lambda: sub.next(10))
+    time.sleep(0.2)  # asleep in next()
     s = ring.acquire()
     s[:] = 4
     del s
     v2 = ring.publish()
-    w = sub.next(10)
+    w = t.finish().result
     assert w.version == v2 and w.tolist() == [4] * 4
+    assert readable(fd, 10)
+    assert sub.poll() is None
     sub.close()
     ring.close()
 
