@@ -18,6 +18,8 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
 #include <time.h>
 
 /* A wait without deadline looks at Python's signals this often, so that
@@ -33,6 +35,8 @@ typedef struct {
 			      * holds (not a reference: it clears this) */
 	uint64_t last;       /* version last given, 0 if none */
 	bool busy;           /* next() waiting with the GIL released */
+	int efd;             /* poll() mode: td_follow_fd, in the client's
+			      * epoll set (Client.fileno()); -1 before */
 } FollowObject;
 
 PyObject *tdpy_client_follow(ClientObject *self, PyObject *args)
@@ -52,6 +56,7 @@ PyObject *tdpy_client_follow(ClientObject *self, PyObject *args)
 	       sizeof(*fo) - sizeof(PyObject));
 	Py_INCREF(self);
 	fo->client = self;
+	fo->efd = -1;
 	fo->name = PyUnicode_FromString(name);
 	c = fo->name ? tdpy_client_enter(self) : NULL;
 	if (!c) {
@@ -178,6 +183,12 @@ static PyObject *follow_wait(FollowObject *fo, int ms)
 		return NULL;
 	rc = wait_next(fo, ms, &t, &e);
 	fo->busy = false;
+	/* a sleep in td_follow_next() disarms the poll() waiter: wake
+	 * fileno() so that the loop's next poll() arms it again */
+	if (fo->efd >= 0)
+		(void)timerfd_settime(fo->efd, 0,
+				      &(struct itimerspec){.it_value = {0, 1}},
+				      NULL);
 	if (rc == -EINTR)
 		return NULL;
 	if (rc < 0)
@@ -195,6 +206,60 @@ static PyObject *follow_next_m(FollowObject *fo, PyObject *args,
 	if (!tdpy_timeout_arg(args, kw, &ms))
 		return NULL;
 	return follow_wait(fo, ms);
+}
+
+/* poll() mode: the follow's timerfd joins Client.fileno(). */
+static int follow_start(FollowObject *fo)
+{
+	struct epoll_event ee = {.events = EPOLLIN};
+	int fd;
+
+	if (fo->efd >= 0)
+		return 0;
+	if (fo->client->epfd < 0) {
+		PyErr_SetString(PyExc_ValueError, "the client is closed");
+		return -1;
+	}
+	fo->busy = true;
+	Py_BEGIN_ALLOW_THREADS
+	fd = td_follow_fd(fo->f); /* one FOLLOW_WAKE round trip, once */
+	Py_END_ALLOW_THREADS
+	fo->busy = false;
+	if (fd < 0) {
+		tdpy_raise(fd, NULL, "poll: the follow's timerfd");
+		return -1;
+	}
+	if (epoll_ctl(fo->client->epfd, EPOLL_CTL_ADD, fd, &ee) < 0) {
+		PyErr_SetFromErrno(PyExc_OSError);
+		return -1;
+	}
+	fo->efd = fd;
+	return 0;
+}
+
+/*
+ * Without waiting: give the held tensor back, take the next or None. In
+ * an event loop: Client.fileno() polls readable when this may have
+ * something (the daemon fires the follow's timerfd at a change of the
+ * name while it waits by fd).
+ */
+static PyObject *follow_poll_m(FollowObject *fo, PyObject *unused)
+{
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+	int rc;
+
+	if (!follow_usable(fo) || follow_start(fo) < 0 || give_back(fo) < 0)
+		return NULL;
+	rc = td_follow_poll(fo->f, &t, &e);
+	fo->busy = false;
+	if (rc == -EAGAIN)
+		Py_RETURN_NONE;
+	if (rc < 0)
+		return tdpy_raise(rc, &e, "poll");
+	fo->last = td_tensor_version(t);
+	return tdpy_lease_array(fo->client, t, PyUnicode_AsUTF8(fo->name),
+				(PyObject *)fo);
 }
 
 /* for t in follow: each next version, for ever (errors raise). */
@@ -217,6 +282,9 @@ static void follow_really_close(FollowObject *fo)
 {
 	struct td_follow *f = fo->f;
 
+	if (fo->efd >= 0 && fo->client->epfd >= 0)
+		epoll_ctl(fo->client->epfd, EPOLL_CTL_DEL, fo->efd, NULL);
+	fo->efd = -1; /* td_follow_close() closes it */
 	fo->f = NULL;
 	if (f) {
 		Py_BEGIN_ALLOW_THREADS
@@ -259,6 +327,9 @@ static PyMethodDef follow_methods[] = {
 	 "next(timeout=None) -> the newest version newer than the last one "
 	 "given, as get() gives it (gives the held one back first); "
 	 "tensord.Timeout if none came (timeout=0: do not wait)"},
+	{"poll", (PyCFunction)follow_poll_m, METH_NOARGS,
+	 "Without waiting: the next version or None (gives the held one "
+	 "back first); Client.fileno() wakes when there may be one"},
 	{"release", (PyCFunction)follow_release_m, METH_NOARGS,
 	 "Give the tensor last given back now (its views stay readable)."},
 	{"close", (PyCFunction)follow_close, METH_NOARGS,

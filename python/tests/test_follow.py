@@ -384,3 +384,90 @@ def test_refusals(client, prod):
     client.close()
     with pytest.raises(ValueError, match="closed"):
         client.follow("fo/x")
+
+
+def readable(fd, timeout):
+    import select
+    return bool(select.select([fd], [], [], timeout)[0])
+
+
+def test_poll_wakes_fileno_for_each_version(client, prod):
+    """In an event loop: Follow.poll() takes without waiting; the
+    daemon's wake-up of the follow makes Client.fileno() readable (no
+    thread, no message), and a next() that slept wakes it on return so
+    that the loop arms the waiter again."""
+    fd = client.fileno()
+    with client.follow("fo/poll") as f:
+        assert f.poll() is None  # armed
+        client.poll()
+        assert not readable(fd, 0.05)
+        for b in (5, 6, 7):
+            v, _ = publish(prod, "fo/poll", b)
+            assert readable(fd, 10), "fileno() was not woken"
+            t = None
+            while t is None:
+                client.poll()
+                t = f.poll()
+                if t is None:
+                    assert readable(fd, 10)
+            assert t.version == v and (t == b).all()
+            t.release()
+        assert f.poll() is None  # armed again, the fd drained
+        client.poll()
+        assert not readable(fd, 0.05)
+        th = InThread(lambda: f.next(10))
+        time.sleep(0.2)  # asleep in next(): the daemon wakes its futex
+        v, _ = publish(prod, "fo/poll", 8)
+        t = th.finish().result
+        assert t.version == v and (t == 8).all()
+        assert readable(fd, 10), "next() did not wake fileno()"
+        assert f.poll() is None
+
+
+def test_an_asyncio_loop_follows_without_threads(daemon, client):
+    """loop.add_reader(client.fileno()) and Follow.poll(): every version
+    published (by another process) reaches the callback in order."""
+    import asyncio
+
+    got = []
+    f = client.follow("fo/aio")
+    pid = os.fork()
+    if pid == 0:  # the producer: 20 versions, a little apart
+        code = 0
+        try:
+            with tensord.Client(daemon.sock) as p:
+                for i in range(1, 21):
+                    time.sleep(0.01)
+                    w = p.alloc("fo/aio", (64,), "u8", stream=True)
+                    w[:] = i
+                    p.publish(w)
+        except BaseException:  # noqa: BLE001 (reported by the status)
+            code = 1
+        os._exit(code)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        def on_readable():
+            client.poll()
+            t = f.poll()
+            while t is not None:
+                got.append(int(t[0]))
+                t.release()
+                if got[-1] == 20 and not done.done():
+                    done.set_result(None)
+                t = f.poll()
+
+        assert f.poll() is None  # arms the waiter before the loop waits
+        loop.add_reader(client.fileno(), on_readable)
+        try:
+            await asyncio.wait_for(done, 60)
+        finally:
+            loop.remove_reader(client.fileno())
+
+    asyncio.run(main())
+    _, status = os.waitpid(pid, 0)
+    assert status == 0
+    assert got == sorted(set(got)) and got[-1] == 20
+    f.close()
