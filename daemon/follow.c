@@ -30,6 +30,10 @@
 #define MAX_BELLS 256           /* followed names in the daemon */
 #define MAX_FOLLOWS_PER_PEER 64 /* follows of one connection */
 #define BELL_FDS 2              /* a bell's descriptors: fd_rw, fd_ro */
+/* followed names one uid may pay for, so that one uid cannot take every
+ * bell of the daemon (as rings: TD__MAX_RINGS / 4 per uid by default;
+ * root and the daemon's uid, the operators, have no such limit) */
+#define MAX_BELLS_PER_UID (MAX_BELLS / 4)
 #define CTL_MEMFD                                                             \
 	(TD__MEMFD_SEALABLE | TD__MEMFD_RESERVE | TD__MEMFD_SEAL_SIZE)
 
@@ -428,6 +432,16 @@ static int row_make(struct follower *f, const char **why)
 /* ---- requests ---- */
 
 /* Room for one more follow of p: 0, or the refusal sent and -errno. */
+/* Bells whose descriptors uid pays for. */
+static unsigned uid_bells(uid_t uid)
+{
+	unsigned n = 0;
+
+	for (struct td__list *l = bells.next; l != &bells; l = l->next)
+		n += td__container_of(l, struct bell, link)->uid == uid;
+	return n;
+}
+
 static int follow_admit(struct td__peer *p, const struct td_wire_hdr *h,
 			struct td_wire_str name)
 {
@@ -453,6 +467,15 @@ static int follow_admit(struct td__peer *p, const struct td_wire_hdr *h,
 			       "too many followed names in the daemon "
 			       "(max %d)", MAX_BELLS);
 		return -ENOBUFS;
+	}
+	if (fds > 1 && !td__uid_is_admin(p->uid) &&
+	    uid_bells(p->uid) >= MAX_BELLS_PER_UID) {
+		td__peer_error(p, h->opcode, h->request_id, -EDQUOT,
+			       "uid %u pays for %d followed names already "
+			       "(max %d): follow one of those, or end a follow",
+			       (unsigned)p->uid, MAX_BELLS_PER_UID,
+			       MAX_BELLS_PER_UID);
+		return -EDQUOT;
 	}
 	rc = td__tenant_check(p->uid, TD__LIM_FDS, fds, lim, sizeof(lim));
 	/* room for the lease its hold may become (hold_take) */

@@ -722,6 +722,7 @@ enum {
 	W_STREAM_PUT,  /* a TD_ALLOC_STREAM alloc, published */
 	W_FOLLOW_TAKE, /* release the follow's last tensor, take the next */
 	W_FOLLOW,      /* one more follow of name, kept */
+	W_FOLLOW_NEW,  /* follow NAME0 .. NAME<count-1>, kept */
 	W_EXIT
 };
 
@@ -826,6 +827,12 @@ static void worker_main(const struct tu_daemon *td, void *arg)
 				r.rc = stream_put(cc, m.name, m.size, &e);
 			} else if (m.op == W_FOLLOW_TAKE) {
 				r.rc = follow_take(cc, m.name, &e);
+			} else if (m.op == W_FOLLOW_NEW) {
+				struct td_follow *f;
+				char n[80];
+
+				snprintf(n, sizeof(n), "%s%u", m.name, r.done);
+				r.rc = td_client_follow(cc, n, &f, &e);
 			} else if (m.op == W_FOLLOW) {
 				struct td_follow *f;
 
@@ -884,6 +891,42 @@ static void worker_stop(struct worker *w)
 #define MiB (1u << 20)
 
 /* ---- readers pin memory ---- */
+
+/*
+ * One uid cannot take every followed name of the daemon (256): it pays
+ * for at most 64 bells; a name someone else pays for it may still follow.
+ */
+Test(hostile, a_uid_pays_for_at_most_a_quarter_of_the_followed_names)
+{
+	struct worker a, b;
+	char why[TD_WIRE_MAX_REASON + 1];
+	int rc;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow any r f/\n"
+			     "limit uid=65534 fds 1000\n"
+			     "limit uid=60001 fds 1000\n",
+			     NULL, NULL),
+		 0, "info");
+	worker_start(&a, NOBODY, 2);
+	worker_start(&b, 60001, 1);
+	cr_assert_eq(wdo(&a, W_FOLLOW_NEW, "f/a", 0, 64, why, sizeof(why)), 0,
+		     "%s", why);
+	rc = wdo(&a, W_FOLLOW_NEW, "f/x", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, -EDQUOT, "a 65th followed name: %d %s", rc, why);
+	cr_assert(strstr(why, "pays for 64 followed names"), "%s", why);
+	/* another uid makes a bell; the first may follow it (paying a row) */
+	cr_assert_eq(wdo(&b, W_FOLLOW_NEW, "f/b", 0, 1, why, sizeof(why)), 0,
+		     "%s", why);
+	cr_assert_eq(wdo(&a, W_FOLLOW_NEW, "f/b", 0, 1, why, sizeof(why)), 0,
+		     "following a name another uid pays for: %s", why);
+	victim_works("victim/bells", "a uid's followed names");
+	worker_stop(&b);
+	worker_stop(&a);
+	stop();
+	unlink(policy_path);
+}
 
 /*
  * A follower's hold is a lease of its uid once the version it holds is
