@@ -41,6 +41,26 @@ static struct td_client *conn(const struct tu_daemon *d, const char *import)
 	return c;
 }
 
+/* A private daemon with cap (tensord arguments), a producer and a
+ * consumer client, both on the import path named. */
+static void pair_start(struct tu_daemon *d, const char *const *cap,
+		       const char *import, struct td_client **prod,
+		       struct td_client **cons)
+{
+	tu_daemon_start_args(d, "warn", cap);
+	*prod = conn(d, import);
+	*cons = conn(d, import);
+}
+
+/* Both clients closed, the daemon stopped (fds and mappings checked). */
+static void pair_stop(struct tu_daemon *d, struct td_client *prod,
+		      struct td_client *cons)
+{
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(d, true);
+}
+
 static struct td_follow *follow(struct td_client *c, const char *name)
 {
 	struct td_follow *f = NULL;
@@ -127,9 +147,7 @@ static void one_request(const char *import)
 	uint64_t before = 0;
 	int fds = 0, maps = 0;
 
-	tu_daemon_start_args(&d, "warn", small_cap);
-	prod = conn(&d, import);
-	cons = conn(&d, import);
+	pair_start(&d, small_cap, import, &prod, &cons);
 	r = counter_ring(prod, "fw/counter");
 	f = follow(cons, "fw/x");
 	for (unsigned i = 0; i < 104; i++) {
@@ -152,9 +170,7 @@ static void one_request(const char *import)
 	cr_assert_eq(tu_buf_map_count(), maps);
 	td_follow_close(f);
 	td_ring_close(r);
-	td_client_close(cons);
-	td_client_close(prod);
-	tu_daemon_stop(&d, true);
+	pair_stop(&d, prod, cons);
 }
 
 Test(follow, a_warm_followed_handoff_is_one_request_pidfd)
@@ -182,9 +198,7 @@ Test(follow, a_held_version_is_never_recycled)
 	struct td_error e = {0};
 	uint64_t v1;
 
-	tu_daemon_start_args(&d, "warn", small_cap);
-	prod = conn(&d, "pidfd");
-	cons = conn(&d, "pidfd");
+	pair_start(&d, small_cap, "pidfd", &prod, &cons);
 	other = conn(&d, "pidfd");
 	f = follow(cons, "fw/held");
 	/* warm: the follower maps both buffers the stream alternates */
@@ -215,9 +229,7 @@ Test(follow, a_held_version_is_never_recycled)
 	td_tensor_release(t);
 	td_follow_close(f);
 	td_client_close(other);
-	td_client_close(cons);
-	td_client_close(prod);
-	tu_daemon_stop(&d, true);
+	pair_stop(&d, prod, cons);
 }
 
 /*
@@ -235,9 +247,7 @@ Test(follow, newest_first_plain_versions_and_a_deleted_name)
 	struct td_error e = {0};
 	uint64_t v;
 
-	tu_daemon_start_args(&d, "warn", small_cap);
-	prod = conn(&d, "scm");
-	cons = conn(&d, "scm");
+	pair_start(&d, small_cap, "scm", &prod, &cons);
 	v = put(prod, "fw/n", 4 * KIB, 0, 1);
 	f = follow(cons, "fw/n");
 	t = next(f, 0);
@@ -264,9 +274,7 @@ Test(follow, newest_first_plain_versions_and_a_deleted_name)
 	td_follow_close(f);
 	cr_assert(all_bytes(t, 5));
 	td_tensor_release(t);
-	td_client_close(cons);
-	td_client_close(prod);
-	tu_daemon_stop(&d, true);
+	pair_stop(&d, prod, cons);
 }
 
 /*
@@ -284,9 +292,7 @@ Test(follow, a_tensor_taken_by_get_is_held_as_the_follows)
 	struct td_error e = {0};
 	uint64_t v1, v2;
 
-	tu_daemon_start_args(&d, "warn", small_cap);
-	prod = conn(&d, "pidfd");
-	cons = conn(&d, "pidfd");
+	pair_start(&d, small_cap, "pidfd", &prod, &cons);
 	other = conn(&d, "pidfd");
 	f = follow(cons, "fw/get");
 	v1 = put(prod, "fw/get", 4 * KIB, 0, 1);
@@ -306,9 +312,7 @@ Test(follow, a_tensor_taken_by_get_is_held_as_the_follows)
 	cr_assert(all_bytes(u, 2), "the tensor outlives the follow");
 	td_tensor_release(u);
 	td_client_close(other);
-	td_client_close(cons);
-	td_client_close(prod);
-	tu_daemon_stop(&d, true);
+	pair_stop(&d, prod, cons);
 }
 
 /* ---- sleeping followers ---- */
@@ -465,9 +469,7 @@ Test(follow, a_follower_cannot_block_the_daemon_on_its_wake_fd,
 	struct pollfd p;
 	int fd;
 
-	tu_daemon_start_args(&d, "warn", small_cap);
-	prod = conn(&d, "scm");
-	cons = conn(&d, "scm");
+	pair_start(&d, small_cap, "scm", &prod, &cons);
 	f = follow(cons, "fw/wake");
 	fd = td_follow_fd(f);
 	cr_assert_geq(fd, 0, "%s", strerror(-fd));
@@ -484,9 +486,7 @@ Test(follow, a_follower_cannot_block_the_daemon_on_its_wake_fd,
 	cr_assert(all_bytes(t, 2));
 	td_tensor_release(t);
 	td_follow_close(f);
-	td_client_close(cons);
-	td_client_close(prod);
-	tu_daemon_stop(&d, true);
+	pair_stop(&d, prod, cons);
 }
 
 /* ---- the daemon stays the authority ---- */
@@ -606,9 +606,7 @@ Test(follow, a_held_current_version_is_not_evicted)
 	uint64_t small = 300 * KIB, big = 800 * KIB, v;
 	int fd;
 
-	tu_daemon_start_args(&d, "warn", cap);
-	prod = conn(&d, "pidfd");
-	cons = conn(&d, "pidfd");
+	pair_start(&d, cap, "pidfd", &prod, &cons);
 	fd = sealed_memfd(small, 7);
 	f = follow(cons, "fw/a");
 	put_fd(prod, "fw/a", fd, small);
@@ -624,9 +622,7 @@ Test(follow, a_held_current_version_is_not_evicted)
 	td_alloc_free(a);
 	close(fd);
 	td_follow_close(f);
-	td_client_close(cons);
-	td_client_close(prod);
-	tu_daemon_stop(&d, true);
+	pair_stop(&d, prod, cons);
 }
 
 /*
@@ -651,9 +647,7 @@ Test(follow, versions_without_an_entry_come_by_get)
 	uint64_t v, before;
 	int fd;
 
-	tu_daemon_start_args(&d, "warn", small_cap);
-	prod = conn(&d, "pidfd");
-	cons = conn(&d, "pidfd");
+	pair_start(&d, small_cap, "pidfd", &prod, &cons);
 	r = counter_ring(prod, "fw/count");
 	fd = sealed_memfd(4 * KIB, 0x5a);
 	for (unsigned i = 0; i <= TD_FOLLOW_ENTRIES; i++)
@@ -720,9 +714,7 @@ Test(follow, versions_without_an_entry_come_by_get)
 	}
 	close(fd);
 	td_ring_close(r);
-	td_client_close(cons);
-	td_client_close(prod);
-	tu_daemon_stop(&d, true);
+	pair_stop(&d, prod, cons);
 }
 
 /*
@@ -744,9 +736,7 @@ Test(follow, the_room_an_alloc_finds_counts_the_holds_let_go)
 	uint64_t v;
 	int fd;
 
-	tu_daemon_start_args(&d, "warn", cap);
-	prod = conn(&d, "pidfd");
-	cons = conn(&d, "pidfd");
+	pair_start(&d, cap, "pidfd", &prod, &cons);
 	fd = memfd_create("fw-room", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	cr_assert_geq(fd, 0);
 	cr_assert_eq(ftruncate(fd, (off_t)mib), 0);
@@ -765,9 +755,7 @@ Test(follow, the_room_an_alloc_finds_counts_the_holds_let_go)
 	td_alloc_free(a);
 	close(fd);
 	td_follow_close(f);
-	td_client_close(cons);
-	td_client_close(prod);
-	tu_daemon_stop(&d, true);
+	pair_stop(&d, prod, cons);
 }
 
 /*
@@ -784,9 +772,7 @@ Test(follow, a_client_closed_first_leaves_its_follow_and_tensor_usable)
 	struct td_tensor *t, *u = NULL;
 	struct td_error e = {0};
 
-	tu_daemon_start_args(&d, "warn", small_cap);
-	prod = conn(&d, "pidfd");
-	cons = conn(&d, "pidfd");
+	pair_start(&d, small_cap, "pidfd", &prod, &cons);
 	f = follow(cons, "fw/cc");
 	for (unsigned i = 0; i < 3; i++) {
 		put(prod, "fw/cc", 4 * KIB, TD_ALLOC_STREAM, (uint8_t)i);
@@ -817,9 +803,7 @@ Test(follow, refusals)
 	int status;
 	pid_t pid;
 
-	tu_daemon_start_args(&d, "warn", small_cap);
-	prod = conn(&d, "pidfd");
-	cons = conn(&d, "pidfd");
+	pair_start(&d, small_cap, "pidfd", &prod, &cons);
 	r = counter_ring(prod, "fw/ring");
 	cr_assert_eq(td_client_follow(cons, "fw/ring", &f, &e), -EINVAL);
 	cr_assert(strstr(e.reason, "ring"), "%s", e.reason);
@@ -842,9 +826,7 @@ Test(follow, refusals)
 	td_tensor_release(t);
 	td_follow_close(f);
 	td_ring_close(r);
-	td_client_close(cons);
-	td_client_close(prod);
-	tu_daemon_stop(&d, true);
+	pair_stop(&d, prod, cons);
 }
 
 /*
