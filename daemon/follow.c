@@ -11,8 +11,8 @@
  * own: which version it holds. When a version stops being current the
  * rows are scanned and every hold found becomes a reference on the
  * version (and a lease in STAT), dropped by sweep() once the row holds
- * something else: at the bell's next change, before room is looked for,
- * and when the follower leaves.
+ * something else: at the bell's next change, when a search for room
+ * comes up short, and when the follower leaves.
  */
 #include "store.h"
 

@@ -474,6 +474,29 @@ void td__name_remove(struct td__store *s, const struct td__version *v)
 /* ---- eviction (quota.c counts the bytes, this picks what goes) ---- */
 
 /*
+ * The bytes in use for make_room: in all (*total) and uid's (*mine),
+ * less what `old` (the version a PUBLISH replaces) frees for sure.
+ */
+static void room_count(struct td__store *s, uid_t uid,
+		       const struct td__version *old, uint64_t *total,
+		       uint64_t *mine)
+{
+	*total = s->total;
+	*mine = td__acct_bytes(s, uid);
+	/* a followed version held right now stays counted */
+	if (bell_pins(old)) {
+		/* nothing freed for sure */
+	} else if (old && old->refs == 1) {
+		*total -= old->acct;
+		if (old->uid == uid)
+			*mine -= old->acct;
+	} else if (old && old->uid == uid && !old->unowned &&
+		   old->foreign_leases == old->lease_count) {
+		*mine -= old->acct; /* it leaves uid's count (retire) */
+	}
+}
+
+/*
  * Room for `add` more bytes charged to uid, under --max-bytes and uid's
  * quota. `old` is the version a PUBLISH replaces: it goes anyway, so its
  * bytes count as free when nobody leases it, and it is never picked.
@@ -494,23 +517,21 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 	uint64_t total, mine, fair;
 	int rc = 0;
 
-	/* holds let go of free their versions now, before the count */
-	if (bell)
+	for (bool swept = false;; swept = true) {
+		room_count(s, uid, old, &total, &mine);
+		if (swept || !bell ||
+		    (!(max && (total + add < total || total + add > max)) &&
+		     !(qmax && (mine + add < mine || mine + add > qmax))))
+			break;
+		/*
+		 * Short of room: the holds followers let go of free their
+		 * versions now, and the count starts again. Only then, so
+		 * that a PUBLISH with room to spare does not scan every
+		 * follower row of the daemon.
+		 */
 		bell->sweep();
-	total = s->total;
-	mine = td__acct_bytes(s, uid);
-	fair = td__acct_fair_share(s, uid);
-	/* a followed version may be held right now: its bytes stay counted */
-	if (bell_pins(old)) {
-		/* nothing freed for sure */
-	} else if (old && old->refs == 1) {
-		total -= old->acct;
-		if (old->uid == uid)
-			mine -= old->acct;
-	} else if (old && old->uid == uid && !old->unowned &&
-		   old->foreign_leases == old->lease_count) {
-		mine -= old->acct; /* it leaves uid's count (retire) */
 	}
+	fair = td__acct_fair_share(s, uid);
 	for (;;) {
 		bool over_total = max && (total + add < total ||
 					  total + add > max);

@@ -217,7 +217,8 @@ struct td__store {
  * dropped; `pins` whether v is a followed name's current version that a
  * follower holds now (so it is neither evicted nor counted as freed by a
  * PUBLISH that replaces it, as a leased version); `sweep` drops the
- * holds followers have let go of, before room is looked for.
+ * holds followers have let go of, when a search for room comes up
+ * short (then it counts again).
  */
 struct td__store_bell {
 	void (*changed)(struct td__version *now, struct td__version *gone);

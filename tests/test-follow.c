@@ -726,7 +726,8 @@ Test(follow, versions_without_an_entry_come_by_get)
 Test(follow, the_room_an_alloc_finds_counts_the_holds_let_go)
 {
 	static const char *const cap[] = {"--max-bytes", "3M", NULL};
-	const uint64_t mib = 1024 * KIB, two = 2 * mib;
+	/* more than evicting the current version alone makes room for */
+	const uint64_t mib = 1024 * KIB, two = 2 * mib + mib / 2;
 	struct tu_daemon d;
 	struct td_client *prod, *cons;
 	struct td_follow *f;
