@@ -142,6 +142,7 @@ void td_client_close(struct td_client *c)
 		return;
 	/* asynchronous GETs still waiting are told, then forgotten */
 	td__loop_cancel(c);
+	td__gf_close_all(c);
 	pthread_mutex_lock(&c->lock);
 	/*
 	 * Closing the socket ends the daemon's side at once (leases, watches,
@@ -909,6 +910,7 @@ int td_client_connect_ex(const char *path, uint32_t flags,
 	struct td_client *c;
 	socklen_t salen = 0;
 	uint32_t pref = TD_IMPORT_AUTO;
+	const char *gf;
 	int rc;
 
 	if (!out)
@@ -942,6 +944,7 @@ int td_client_connect_ex(const char *path, uint32_t flags,
 	c->pid = getpid();
 	c->fork_gen = fork_gen;
 	c->reconnect = flags & TD_CLIENT_RECONNECT;
+	c->gf_off = (gf = getenv("TENSORD_GET_FOLLOW")) && !strcmp(gf, "0");
 	c->pref = pref;
 	memcpy(c->path, sa.sun_path, sizeof(c->path));
 	rc = sock_open(&sa, salen, err);

@@ -94,6 +94,25 @@ struct td__msg {
 	unsigned nfds;
 };
 
+/*
+ * td_client_get_newer served by a follow of the name (follow.c;
+ * docs/fastpath.md, "get_newer rides a follow"): a name the client asked
+ * for again, newer than what it got last, is followed, so a consumer
+ * loop of the plain API takes each version without a message. Two
+ * follows a name: the tensor got last may still be held while the next
+ * is asked for.
+ */
+#define TD__GF_NAMES 4
+#define TD__GF_FOLLOWS 2
+struct td__gf {
+	char name[TD_WIRE_MAX_NAME + 1]; /* "" = a free slot */
+	uint64_t last; /* the version get_newer gave for it last */
+	uint64_t used; /* c->gf_clock at its last use: the oldest goes */
+	struct td_follow *f[TD__GF_FOLLOWS]; /* made when first needed */
+	bool no;   /* FOLLOW refused: always the GET path for it */
+	bool busy; /* a call is taking through one of its follows */
+};
+
 struct td_client {
 	pthread_mutex_t lock; /* everything below */
 	unsigned refs;        /* the handle + every live tensor and loan */
@@ -149,6 +168,9 @@ struct td_client {
 	 * the daemon has to run to make them, on the CPU a poll would take.
 	 */
 	struct td_pace pace_get;
+	struct td__gf gf[TD__GF_NAMES];
+	uint64_t gf_clock;
+	bool gf_off; /* TENSORD_GET_FOLLOW=0: get_newer always GETs */
 	uint8_t *rbuf; /* TD_WIRE_MAX_MSG receive buffer */
 	uint8_t *sbuf; /* TD_WIRE_MAX_MSG send buffer */
 };
@@ -230,6 +252,19 @@ int td__tensor_from_entry(struct td_client *c, const uint8_t *body,
 			  struct td_tensor **out, struct td_error *err);
 /* follow.c: a tensor held through f's row is released (lock held). */
 void td__follow_let_go(struct td_follow *f);
+/*
+ * follow.c: td_client_get_newer through a follow of the name (lock NOT
+ * held). *served false: nothing was done (or it turned out the GET path
+ * is needed: the name has no version now), and *timeout_ms is what is
+ * left of the wait; true: the result is the return value.
+ */
+int td__gf_get_newer(struct td_client *c, const char *name, uint64_t after,
+		     int *timeout_ms, struct td_tensor **out,
+		     struct td_error *err, bool *served);
+/* follow.c: a GET NEWER of name gave version v (lock NOT held). */
+void td__gf_note(struct td_client *c, const char *name, uint64_t v);
+/* follow.c: end every follow get_newer made (lock NOT held). */
+void td__gf_close_all(struct td_client *c);
 /* tensor.c: t, got by a GET for f, is f's tensor (lock held): its
  * release ends its lease and lets f go on. */
 void td__tensor_follow(struct td_tensor *t, struct td_follow *f);

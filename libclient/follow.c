@@ -308,19 +308,20 @@ static int next_check(struct td_follow *f, struct td_error *err)
 	return rc;
 }
 
-int td_follow_next(struct td_follow *f, int timeout_ms,
-		   struct td_tensor **out, struct td_error *err)
+/*
+ * The latest version newer than `after`, waiting up to timeout_ms. For
+ * get_newer (gf: *served is set): -ETIMEDOUT also for timeout 0, and a
+ * name with no version now, or a connection that is gone, leaves it to
+ * the GET path (*served false) with *left the wait that remains.
+ */
+static int follow_wait(struct td_follow *f, uint64_t after, int timeout_ms,
+		       struct td_tensor **out, struct td_error *err,
+		       bool *served, int *left)
 {
 	struct td_pace_plan plan = {0};
 	int64_t deadline = -2, until, next_hup = 0;
 	int rc;
 
-	if (!f || !out)
-		return td__fail(err, -EINVAL, "missing argument");
-	*out = NULL;
-	rc = next_check(f, err);
-	if (rc < 0)
-		return rc;
 	for (;;) {
 		uint32_t seq = atomic_load(&((struct td_follow_hdr *)f->hdr)
 						    ->seq);
@@ -328,7 +329,7 @@ int td_follow_next(struct td_follow *f, int timeout_ms,
 			&((struct td_follow_hdr *)f->hdr)->latest);
 		uint64_t v = latest >> 8;
 
-		if (v > f->last) {
+		if (v > after) {
 			/* hold, then check `latest` did not move (the
 			 * daemon scans the rows after it moves it) */
 			atomic_exchange(&f->row->held, v);
@@ -347,21 +348,27 @@ int td_follow_next(struct td_follow *f, int timeout_ms,
 			}
 			return rc;
 		}
+		if (served && !latest)
+			goto get_path; /* a parked GET also sees a ring */
 		if (timeout_ms == 0)
-			return td__fail(err, -EAGAIN, "no version of \"%s\" "
-					"newer than %llu", f->name,
-					(unsigned long long)f->last);
+			return td__fail(err, served ? -ETIMEDOUT : -EAGAIN,
+					"no version of \"%s\" newer than %llu",
+					f->name, (unsigned long long)after);
 		if (deadline == -2)
 			deadline = td__deadline_of(timeout_ms);
 		if (td__past(deadline))
 			return td__fail(err, -ETIMEDOUT, "no version of \"%s\" "
 					"newer than %llu within %d ms",
-					f->name, (unsigned long long)f->last,
+					f->name, (unsigned long long)after,
 					timeout_ms);
 		if (td__pace_wait(&f->pace, &plan, deadline, &until))
 			continue;
 		if (td__now_ns() >= next_hup) {
-			if (conn_gone(f))
+			bool gone = conn_gone(f);
+
+			if (gone && served)
+				goto get_path;
+			if (gone)
 				return td__fail(err, -EPIPE, "the connection "
 						"that followed \"%s\" is gone: "
 						"follow it again", f->name);
@@ -369,6 +376,28 @@ int td_follow_next(struct td_follow *f, int timeout_ms,
 		}
 		sleep_on(f, seq, latest, until);
 	}
+get_path:
+	*served = false;
+	if (deadline >= 0) {
+		int64_t ms = (deadline - td__now_ns()) / 1000000;
+
+		*left = ms > 0 ? (int)ms : 0;
+	}
+	return 0;
+}
+
+int td_follow_next(struct td_follow *f, int timeout_ms,
+		   struct td_tensor **out, struct td_error *err)
+{
+	int rc;
+
+	if (!f || !out)
+		return td__fail(err, -EINVAL, "missing argument");
+	*out = NULL;
+	rc = next_check(f, err);
+	if (rc < 0)
+		return rc;
+	return follow_wait(f, f->last, timeout_ms, out, err, NULL, NULL);
 }
 
 /*
@@ -457,4 +486,147 @@ void td_follow_close(struct td_follow *f)
 	follow_finish(f);
 	pthread_mutex_unlock(&c->lock);
 	td__client_unref(c);
+}
+
+/* ---- get_newer rides a follow (client.h, struct td__gf) ---- */
+
+/* Lock held: the slot of name, or NULL. */
+static struct td__gf *gf_find(struct td_client *c, const char *name)
+{
+	for (unsigned i = 0; i < TD__GF_NAMES; i++)
+		if (c->gf[i].name[0] && !strcmp(c->gf[i].name, name))
+			return &c->gf[i];
+	return NULL;
+}
+
+/* Lock held: a follow of g that holds nothing, or NULL to make one
+ * (*slot where). -1: none free and no room for one. */
+static int gf_pick(struct td__gf *g, struct td_follow **f)
+{
+	int room = -1;
+
+	for (int i = 0; i < TD__GF_FOLLOWS; i++) {
+		if (g->f[i] && !g->f[i]->out) {
+			*f = g->f[i];
+			return i;
+		}
+		if (!g->f[i] && room < 0)
+			room = i;
+	}
+	*f = NULL;
+	return room;
+}
+
+int td__gf_get_newer(struct td_client *c, const char *name, uint64_t after,
+		     int *timeout_ms, struct td_tensor **out,
+		     struct td_error *err, bool *served)
+{
+	struct td_follow *f = NULL;
+	struct td__gf *g;
+	int i, rc = 0;
+	bool made = false;
+
+	*served = false;
+	if (!c || !name || !out || c->gf_off || td__client_foreign(c))
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	g = gf_find(c, name);
+	/* a name got before, asked for again: newer than what it got last
+	 * (a consumer's loop), or once its follows are made, anything */
+	if (!g || g->no || g->busy || c->sock < 0 || c->dead ||
+	    !td__has(c, TD_WIRE_FEAT_FOLLOW) ||
+	    (after != g->last && !g->f[0]) || (i = gf_pick(g, &f)) < 0) {
+		pthread_mutex_unlock(&c->lock);
+		return 0;
+	}
+	g->busy = true;
+	g->used = ++c->gf_clock;
+	pthread_mutex_unlock(&c->lock);
+	if (!f) {
+		/* refused (a ring, the policy, a limit): the GET path */
+		made = td_client_follow(c, name, &f, NULL) == 0;
+		if (!made)
+			f = NULL;
+	}
+	if (f && next_check(f, NULL) == 0) {
+		*served = true;
+		*out = NULL;
+		rc = follow_wait(f, after, *timeout_ms, out, err, served,
+				 timeout_ms);
+	}
+	pthread_mutex_lock(&c->lock);
+	g->busy = false;
+	if (!f)
+		g->no = true;
+	else if (made)
+		g->f[i] = f;
+	if (*served && rc == 0)
+		g->last = td_tensor_version(*out);
+	/* a follow of a connection that is gone ends (made anew after a
+	 * reconnect) */
+	if (f && !*served && f->epoch != c->epoch && !f->out)
+		g->f[i] = NULL;
+	else
+		f = NULL;
+	pthread_mutex_unlock(&c->lock);
+	if (f)
+		td_follow_close(f);
+	return rc;
+}
+
+void td__gf_note(struct td_client *c, const char *name, uint64_t v)
+{
+	struct td_follow *gone[TD__GF_FOLLOWS] = {NULL};
+	struct td__gf *g;
+
+	if (strlen(name) > TD_WIRE_MAX_NAME)
+		return;
+	pthread_mutex_lock(&c->lock);
+	g = c->gf_off ? NULL : gf_find(c, name);
+	if (!g && !c->gf_off) {
+		/* a free slot, else the least recently used one that no
+		 * call uses and whose follows hold nothing */
+		for (unsigned i = 0; i < TD__GF_NAMES; i++) {
+			struct td__gf *x = &c->gf[i];
+			bool held = x->busy;
+
+			for (int k = 0; k < TD__GF_FOLLOWS; k++)
+				held |= x->f[k] && x->f[k]->out;
+			if (!x->name[0]) {
+				g = x;
+				break;
+			}
+			if (!held && (!g || x->used < g->used))
+				g = x;
+		}
+		if (g) {
+			memcpy(gone, g->f, sizeof(gone));
+			memset(g, 0, sizeof(*g));
+			strcpy(g->name, name);
+		}
+	}
+	if (g) {
+		g->last = v;
+		g->used = ++c->gf_clock;
+	}
+	pthread_mutex_unlock(&c->lock);
+	for (int k = 0; k < TD__GF_FOLLOWS; k++)
+		td_follow_close(gone[k]);
+}
+
+void td__gf_close_all(struct td_client *c)
+{
+	struct td_follow *f[TD__GF_NAMES * TD__GF_FOLLOWS];
+	unsigned n = 0;
+
+	pthread_mutex_lock(&c->lock);
+	for (unsigned i = 0; i < TD__GF_NAMES; i++) {
+		for (int k = 0; k < TD__GF_FOLLOWS; k++)
+			if (c->gf[i].f[k])
+				f[n++] = c->gf[i].f[k];
+		memset(&c->gf[i], 0, sizeof(c->gf[i]));
+	}
+	pthread_mutex_unlock(&c->lock);
+	while (n)
+		td_follow_close(f[--n]);
 }

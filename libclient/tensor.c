@@ -702,11 +702,20 @@ int td_client_get_newer(struct td_client *c, const char *name,
 			uint64_t after, int timeout_ms,
 			struct td_tensor **out, struct td_error *err)
 {
-	/* an int never reaches UINT32_MAX, so a finite wait stays finite */
-	uint32_t t = timeout_ms < 0 ? TD_WIRE_WAIT_FOREVER
-				    : (uint32_t)timeout_ms;
+	bool served;
+	int rc = td__gf_get_newer(c, name, after, &timeout_ms, out, err,
+				  &served);
 
-	return get_common(c, name, TD_GET_NEWER, after, t, out, err);
+	if (served)
+		return rc;
+	/* an int never reaches UINT32_MAX, so a finite wait stays finite */
+	rc = get_common(c, name, TD_GET_NEWER, after,
+			timeout_ms < 0 ? TD_WIRE_WAIT_FOREVER
+				       : (uint32_t)timeout_ms,
+			out, err);
+	if (rc == 0)
+		td__gf_note(c, name, (*out)->version);
+	return rc;
 }
 
 /* ---- accessors ---- */

@@ -866,3 +866,162 @@ Test(follow, a_sleeping_follower_hears_the_daemon_go, .timeout = 60)
 		  "the follower did not hear the daemon go (status %d)",
 		  status);
 }
+
+/* ---- td_client_get_newer rides a follow ---- */
+
+static struct td_tensor *newer(struct td_client *c, const char *name,
+			       uint64_t after, int timeout_ms)
+{
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+
+	cr_assert_eq(td_client_get_newer(c, name, after, timeout_ms, &t, &e),
+		     0, "%s", e.reason);
+	return t;
+}
+
+/*
+ * A name td_client_get_newer is asked for again, newer than what it gave
+ * last, is followed (docs/fastpath.md, "get_newer rides a follow"), and
+ * the call keeps its meaning: -ETIMEDOUT with nothing newer (at once and
+ * after a wait, with no message to the daemon), the tensor got last may
+ * still be held (a second follow, then the GET path), and once followed
+ * any `after` gives the current version. The daemon's datagram count
+ * shows which path served.
+ */
+Test(follow, get_newer_rides_a_follow_and_keeps_its_meaning)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_tensor *t, *held[3], *u = NULL;
+	struct td_error e = {0};
+	struct td_ring *r;
+	uint64_t v[5], before;
+
+	pair_start(&d, small_cap, "pidfd", &prod, &cons);
+	r = counter_ring(prod, "gn/counter");
+	v[1] = put(prod, "gn/x", 4 * KIB, TD_ALLOC_STREAM, 1);
+	t = newer(cons, "gn/x", 0, 1000); /* a GET: the name is noted */
+	cr_assert_eq(td_tensor_version(t), v[1]);
+	td_tensor_release(t);
+	before = daemon_requests(prod, "gn/counter");
+	cr_assert_eq(td_client_get_newer(cons, "gn/x", v[1], 0, &u, &e),
+		     -ETIMEDOUT, "%s", e.reason);
+	cr_assert(u == NULL && strstr(e.reason, "gn/x"), "%s", e.reason);
+	cr_assert_eq(td_client_get_newer(cons, "gn/x", v[1], 30, &u, &e),
+		     -ETIMEDOUT, "%s", e.reason);
+	/* the FOLLOW the first made, and this RING_STAT: no GET */
+	cr_assert_eq(daemon_requests(prod, "gn/counter") - before, 2);
+	for (unsigned i = 2; i <= 4; i++) {
+		v[i] = put(prod, "gn/x", 4 * KIB, TD_ALLOC_STREAM,
+			   (uint8_t)i);
+		held[i - 2] = newer(cons, "gn/x", v[i - 1], 1000);
+		cr_assert_eq(td_tensor_version(held[i - 2]), v[i]);
+	}
+	for (unsigned i = 2; i <= 4; i++) {
+		cr_assert(all_bytes(held[i - 2], (uint8_t)i), "version %u", i);
+		td_tensor_release(held[i - 2]);
+	}
+	t = newer(cons, "gn/x", 0, 0);
+	cr_assert_eq(td_tensor_version(t), v[4]);
+	cr_assert(all_bytes(t, 4));
+	td_tensor_release(t);
+	td_ring_close(r);
+	pair_stop(&d, prod, cons);
+}
+
+/*
+ * A child: after 200 ms, delete name and make it a ring, then publish
+ * 0x5a into it every 5 ms until killed.
+ */
+static void become_ring(const struct tu_daemon *d, const char *name)
+{
+	struct td_client *c = NULL;
+	struct td_ring *r = NULL;
+	uint64_t size = 64;
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = &size};
+
+	usleep(200000);
+	if (td_client_connect(d->sock, &c, NULL) < 0 ||
+	    td_client_delete(c, name, NULL, NULL) < 0 ||
+	    td_ring_create(c, name, &desc, &r, NULL) < 0)
+		_exit(1);
+	for (;;) {
+		struct td_slot s;
+
+		if (td_ring_acquire(r, 1000, &s) < 0)
+			_exit(2);
+		memset(s.planes[0], 0x5a, 64);
+		td_ring_publish(r, NULL);
+		usleep(5000);
+	}
+}
+
+/*
+ * A get_newer waiting on its follow when the name is deleted and made a
+ * ring goes on as the GET it stands for: the daemon serves a parked GET
+ * a ring's versions, which no bell names.
+ */
+Test(follow, a_get_newer_riding_a_follow_sees_its_name_become_a_ring,
+     .timeout = 60)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_tensor *t, *u = NULL;
+	struct td_error e = {0};
+	uint64_t v1;
+	int status;
+	pid_t pid;
+
+	pair_start(&d, small_cap, "pidfd", &prod, &cons);
+	v1 = put(prod, "gn/r", 64, TD_ALLOC_STREAM, 1);
+	td_tensor_release(newer(cons, "gn/r", 0, 1000));
+	/* followed from here */
+	cr_assert_eq(td_client_get_newer(cons, "gn/r", v1, 0, &u, &e),
+		     -ETIMEDOUT, "%s", e.reason);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0)
+		become_ring(&d, "gn/r");
+	t = newer(cons, "gn/r", v1, 20000);
+	cr_assert_gt(td_tensor_version(t), v1);
+	cr_assert(all_bytes(t, 0x5a));
+	td_tensor_release(t);
+	kill(pid, SIGKILL);
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFSIGNALED(status), "the ring's producer failed (%d)",
+		  status);
+	pair_stop(&d, prod, cons);
+}
+
+/*
+ * A client closed while a tensor get_newer took through its follow is
+ * held: the tensor stays readable until released, and nothing leaks
+ * (tu_daemon_stop counts fds and buffer mappings).
+ */
+Test(follow, a_client_closed_with_a_get_newer_tensor_held)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_tensor *t;
+	uint64_t v = 0;
+
+	pair_start(&d, small_cap, "scm", &prod, &cons);
+	for (unsigned i = 0; i < 4; i++) {
+		uint64_t w = put(prod, "gn/c", 4 * KIB, TD_ALLOC_STREAM,
+				 (uint8_t)(i + 1));
+
+		t = newer(cons, "gn/c", v, 1000);
+		cr_assert_eq(td_tensor_version(t), w);
+		v = w;
+		if (i < 3)
+			td_tensor_release(t);
+	}
+	td_client_close(cons);
+	cr_assert(all_bytes(t, 4));
+	td_tensor_release(t);
+	put(prod, "gn/c", 4 * KIB, TD_ALLOC_STREAM, 9);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}

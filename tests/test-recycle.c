@@ -1032,8 +1032,8 @@ static uint64_t stream_handoff(struct td_client *prod, struct td_client *cons,
 }
 
 /*
- * Warm, a stream handoff is three requests to the daemon (PUBLISH, GET,
- * RELEASE): no ALLOC, because each PUBLISH reply lent the next loan, from
+ * Warm, a stream handoff on the GET path (TENSORD_GET_FOLLOW=0) is three
+ * requests to the daemon (PUBLISH, GET, RELEASE): no ALLOC, because each PUBLISH reply lent the next loan, from
  * the buffer of the version it replaced; and no fd and no mapping on
  * either side. Counted by the daemon itself (RING_STAT counts every
  * datagram it received). The release waits here, so that the daemon has
@@ -1041,7 +1041,7 @@ static uint64_t stream_handoff(struct td_client *prod, struct td_client *cons,
  * free: with td_tensor_release_nowait the two connections race, and a
  * PUBLISH that wins lends nothing (the next call makes an ALLOC).
  */
-static void stream_trips(const char *import)
+static void stream_trips(const char *import, bool ride)
 {
 	struct tu_daemon d;
 	struct td_client *prod, *cons;
@@ -1054,6 +1054,7 @@ static void stream_trips(const char *import)
 
 	tu_daemon_start_args(&d, "warn", small_cap);
 	prod = conn(&d, import);
+	cr_assert_eq(setenv("TENSORD_GET_FOLLOW", ride ? "1" : "0", 1), 0);
 	cons = conn(&d, import);
 	cr_assert_eq(td_ring_create(prod, "st/counter", &desc, &r, &e), 0,
 		     "%s", e.reason);
@@ -1066,8 +1067,13 @@ static void stream_trips(const char *import)
 	for (unsigned i = 0; i < 100; i++)
 		last = stream_handoff(prod, cons, last, (uint8_t)(i + 9),
 				      false);
-	/* 3 per handoff, and the RING_STAT that reads the count */
-	cr_assert_eq(daemon_requests(prod, "st/counter") - before, 301);
+	/*
+	 * 3 per handoff on the GET path, and the RING_STAT that reads the
+	 * count; riding a follow (docs/fastpath.md, "get_newer rides a
+	 * follow"), the PUBLISH alone
+	 */
+	cr_assert_eq(daemon_requests(prod, "st/counter") - before,
+		     ride ? 101 : 301);
 	cr_assert_eq(tu_fd_count(), fds);
 	cr_assert_eq(tu_buf_map_count(), maps);
 	/* nowait: the same bytes, whatever the race lends */
@@ -1085,12 +1091,22 @@ static void stream_trips(const char *import)
 
 Test(recycle, a_warm_stream_handoff_is_three_requests_pidfd)
 {
-	stream_trips("pidfd");
+	stream_trips("pidfd", false);
 }
 
 Test(recycle, a_warm_stream_handoff_is_three_requests_scm)
 {
-	stream_trips("scm");
+	stream_trips("scm", false);
+}
+
+Test(recycle, a_warm_get_newer_handoff_is_one_request_pidfd)
+{
+	stream_trips("pidfd", true);
+}
+
+Test(recycle, a_warm_get_newer_handoff_is_one_request_scm)
+{
+	stream_trips("scm", true);
 }
 
 /* ---- no per-handoff allocation in the daemon ---- */
