@@ -14,8 +14,11 @@
  * bytes in place -> td_tensor_release_nowait() -> ack. Its mapping cache
  * (by buffer id) hits those two buffers, so it maps nothing per handoff
  * either; the cache is dropped with the client at the end of the run.
- * So a handoff is three requests: PUBLISH and GET round trips, a RELEASE
- * nobody waits for.
+ * So a handoff was three requests: PUBLISH and GET round trips, a
+ * RELEASE nobody waits for. Since td_client_get_newer follows a name it
+ * is asked for again (docs/fastpath.md, "get_newer rides a follow"), the
+ * consumer's side sends nothing once warm, as tensord-follow's;
+ * tensord-get keeps the GET path measured (TENSORD_GET_FOLLOW=0).
  *
  * tensord-scm: the same with TENSORD_IMPORT=scm in both children, the
  * path a daemon running as its own user serves (descriptors travel with
@@ -142,6 +145,15 @@ static int td_setup(struct bench_run *r)
 static int td_setup_scm(struct bench_run *r)
 {
 	return td_setup_as(r, "scm", false);
+}
+
+/* tensord-get: the GET path the plain API took before it followed by
+ * itself (TENSORD_GET_FOLLOW=0, read at connect) */
+static int td_setup_get(struct bench_run *r)
+{
+	if (setenv("TENSORD_GET_FOLLOW", "0", 1) < 0)
+		return bench_fail(r, -errno, "setenv: %s", strerror(errno));
+	return td_setup_as(r, NULL, false);
 }
 
 static int td_setup_follow(struct bench_run *r)
@@ -276,6 +288,21 @@ const struct bench_method bench_tensord_scm = {
 	.prepare = td_prepare,
 	.unprepare = td_unprepare,
 	.setup = td_setup_scm,
+	.producer_step = td_producer_step,
+	.consumer_step = td_consumer_step,
+	.teardown = td_teardown,
+	.service_pid = td_service_pid,
+};
+
+/* The same, every consumer call a GET (no following by itself). */
+const struct bench_method bench_tensord_get = {
+	.name = "tensord-get",
+	.desc = "as tensord, with TENSORD_GET_FOLLOW=0: every "
+		"td_client_get_newer a GET round trip and a RELEASE",
+	.start = td_start,
+	.prepare = td_prepare,
+	.unprepare = td_unprepare,
+	.setup = td_setup_get,
 	.producer_step = td_producer_step,
 	.consumer_step = td_consumer_step,
 	.teardown = td_teardown,

@@ -86,11 +86,16 @@ const struct bench_method bench_tensord_follow_scm = {
 	.desc = "tensord plain API, following, SCM path",
 	.start = td_unbuilt,
 };
+const struct bench_method bench_tensord_get = {
+	.name = "tensord-get", .desc = "tensord plain API, GET path",
+	.start = td_unbuilt,
+};
 #endif
 
 static const struct bench_method *const all_methods[] = {
 	&bench_tensord,
 	&bench_tensord_scm,
+	&bench_tensord_get,
 	&bench_tensord_follow,
 	&bench_tensord_follow_scm,
 	&bench_tensord_ring,
@@ -258,8 +263,9 @@ static void usage(FILE *f)
 "usage: tensord-bench [options]\n"
 "Ping-pong handoff benchmark: producer publishes, consumer gets, checks,\n"
 "releases and acks; the producer times the round trip.\n\n"
-"  --methods LIST   comma list of: tensord tensord-scm tensord-follow\n"
-"                   tensord-follow-scm tensord-ring tensord-ring-sleep\n"
+"  --methods LIST   comma list of: tensord tensord-scm tensord-get\n"
+"                   tensord-follow tensord-follow-scm tensord-ring\n"
+"                   tensord-ring-sleep\n"
 "                   iceoryx-wait iceoryx-poll socket-copy fd-pass\n"
 "                   bare-futex bare-spin (default: all)\n"
 "  --sizes LIST     payload sizes, e.g. 64,4K,1M (default:\n"
@@ -875,9 +881,16 @@ static void counts(const struct opts *o, const struct run_plan *pl,
 		   size_t size, int write, uint64_t *n, uint64_t *w)
 {
 	if (pl->kind == BENCH_PACED) {
-		/* 2 s at 1 kHz, 3 s at 30 Hz; smoke: a few messages */
+		/*
+		 * 2 s at 1 kHz, 3 s at 30 Hz; smoke: a few messages. Never
+		 * under 200 messages (6.7 s at 30 Hz), whatever --scale: a
+		 * p99 of fewer is the largest sample or the one below, one
+		 * hiccup of a shared machine, and its verdict a coin toss.
+		 */
 		*n = o->smoke ? (pl->rate_hz > 100 ? 30 : 4) :
 			(uint64_t)((pl->rate_hz > 100 ? 2000 : 90) * o->scale);
+		if (!o->smoke && *n < 200)
+			*n = 200;
 		*w = o->smoke ? 2 : (pl->rate_hz > 100 ? 100 : 5);
 		if (o->iters > 0 && !o->smoke)
 			*n = (uint64_t)o->iters;

@@ -589,10 +589,12 @@ static void targets16_table(FILE *f, const struct bench_report *rep,
 	} rows[] = {
 		{"tensord", "plain API", BENCH_PINGPONG},
 		{"tensord-scm", "plain API", BENCH_PINGPONG},
+		{"tensord-get", "plain API, GET path", BENCH_PINGPONG},
 		{"tensord-follow", "plain API, following", BENCH_PINGPONG},
 		{"tensord-follow-scm", "plain API, following", BENCH_PINGPONG},
 		{"tensord-ring", "fan-out 1→4", BENCH_FANOUT},
 		{"tensord", "fan-out 1→4", BENCH_FANOUT},
+		{"tensord-get", "fan-out 1→4, GET path", BENCH_FANOUT},
 		{"tensord-follow", "fan-out 1→4, following", BENCH_FANOUT},
 	};
 	char t[160];
@@ -650,6 +652,7 @@ static bool is_tensord(const char *name)
 {
 	return strcmp(name, "tensord") == 0 ||
 	       strcmp(name, "tensord-scm") == 0 ||
+	       strcmp(name, "tensord-get") == 0 ||
 	       strcmp(name, "tensord-follow") == 0 ||
 	       strcmp(name, "tensord-follow-scm") == 0 ||
 	       strcmp(name, "tensord-ring") == 0;

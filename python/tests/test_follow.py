@@ -236,6 +236,34 @@ def test_a_warm_stream_sends_the_daemon_nothing_from_the_follower(
         counter.close()
 
 
+@pytest.mark.parametrize("path", ["pidfd", "scm"])
+def test_a_get_newer_than_loop_follows_by_itself(daemon, path, monkeypatch):
+    # the plain loop, written the usual way: the array got last is still
+    # bound while the next is asked for (docs/fastpath.md, "get_newer
+    # rides a follow"); warm, per handoff only the producer's PUBLISH
+    monkeypatch.setenv("TENSORD_IMPORT", path)
+    with tensord.Client(daemon.sock) as prod, \
+            tensord.Client(daemon.sock) as cons:
+        counter = prod.ring_create("fo/gcounter", (64,), "u8")
+        before = fds = maps = None
+        t, last = None, 0
+        for i in range(106):
+            b = (i * 7 + 3) & 0xff
+            v, _ = publish(prod, "fo/g", b)
+            t = cons.get("fo/g", newer_than=last, timeout=5)
+            assert t.version == v and (t == b).all(), i
+            last = t.version
+            if i == 5:
+                fds, maps = fd_count(), map_count()
+                before = prod.ring_stat("fo/gcounter")["daemon_requests"]
+        after = prod.ring_stat("fo/gcounter")["daemon_requests"]
+        # 100 PUBLISHes and the RING_STAT that read the count
+        assert after - before == 101
+        assert fd_count() == fds and map_count() == maps
+        del t
+        counter.close()
+
+
 def test_the_hold_keeps_the_bytes_while_a_view_lives(client, prod, other):
     f, v1, t = holding(client, prod, "fo/h", 0xa1)
     view = t[100:200]

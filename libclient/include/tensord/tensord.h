@@ -401,6 +401,16 @@ TD_EXPORT int td_client_get_version(struct td_client *c, const char *name,
  * The first version of name newer than `after`, waiting up to timeout_ms
  * milliseconds for one to be published (-1 = forever, 0 = do not wait).
  * -ETIMEDOUT when none came. Blocks the handle while it waits.
+ *
+ * Asked for a name again, newer than the version it gave last (a
+ * consumer's loop), it follows the name (td_client_follow, below) and
+ * takes later versions from shared memory: warm, no message to the
+ * daemon, and the wait no longer blocks the handle. Same results as the
+ * GET; up to 4 names per handle, 2 follows each (the tensor got last may
+ * still be held); with more held, while the name has no version (it may
+ * become a ring) or when the daemon refuses FOLLOW, it sends the GET.
+ * $TENSORD_GET_FOLLOW=0 at connect: always the GET (docs/fastpath.md,
+ * "get_newer rides a follow").
  */
 TD_EXPORT int td_client_get_newer(struct td_client *c, const char *name,
 				  uint64_t after, int timeout_ms,
