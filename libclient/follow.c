@@ -574,6 +574,37 @@ int td__gf_get_newer(struct td_client *c, const char *name, uint64_t after,
 	return rc;
 }
 
+/*
+ * Lock held: a slot for a name not noted yet. A free one; else the least
+ * recently used one without follows; else one whose follows hold nothing
+ * and that no call used for a while (TD__GF_STALE calls of any name).
+ * NULL: the new name stays on the GET path, so names that come and go
+ * never make a busy follow end and start again.
+ */
+#define TD__GF_STALE (4 * TD__GF_NAMES)
+static struct td__gf *gf_room(struct td_client *c)
+{
+	struct td__gf *bare = NULL, *stale = NULL;
+
+	for (unsigned i = 0; i < TD__GF_NAMES; i++) {
+		struct td__gf *x = &c->gf[i];
+		bool held = x->busy;
+
+		if (!x->name[0])
+			return x;
+		for (int k = 0; k < TD__GF_FOLLOWS; k++)
+			held |= x->f[k] && x->f[k]->out;
+		if (held)
+			continue;
+		if (!x->f[0] && !x->f[1] && (!bare || x->used < bare->used))
+			bare = x;
+		if ((x->f[0] || x->f[1]) && x->used + TD__GF_STALE < c->gf_clock &&
+		    (!stale || x->used < stale->used))
+			stale = x;
+	}
+	return bare ? bare : stale;
+}
+
 void td__gf_note(struct td_client *c, const char *name, uint64_t v)
 {
 	struct td_follow *gone[TD__GF_FOLLOWS] = {NULL};
@@ -584,21 +615,7 @@ void td__gf_note(struct td_client *c, const char *name, uint64_t v)
 	pthread_mutex_lock(&c->lock);
 	g = c->gf_off ? NULL : gf_find(c, name);
 	if (!g && !c->gf_off) {
-		/* a free slot, else the least recently used one that no
-		 * call uses and whose follows hold nothing */
-		for (unsigned i = 0; i < TD__GF_NAMES; i++) {
-			struct td__gf *x = &c->gf[i];
-			bool held = x->busy;
-
-			for (int k = 0; k < TD__GF_FOLLOWS; k++)
-				held |= x->f[k] && x->f[k]->out;
-			if (!x->name[0]) {
-				g = x;
-				break;
-			}
-			if (!held && (!g || x->used < g->used))
-				g = x;
-		}
+		g = gf_room(c);
 		if (g) {
 			memcpy(gone, g->f, sizeof(gone));
 			memset(g, 0, sizeof(*g));

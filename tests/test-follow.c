@@ -931,6 +931,50 @@ Test(follow, get_newer_rides_a_follow_and_keeps_its_meaning)
 }
 
 /*
+ * Names asked for once or twice do not push out a followed name in use:
+ * after six other names, the followed one is still served with no
+ * message (no GET, no FOLLOW made again).
+ */
+Test(follow, get_newer_keeps_a_busy_follow_when_other_names_come_and_go)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_tensor *t;
+	struct td_ring *r;
+	char name[32];
+	uint64_t v, before;
+
+	pair_start(&d, small_cap, "pidfd", &prod, &cons);
+	r = counter_ring(prod, "gn/counter");
+	v = put(prod, "gn/a", 4 * KIB, TD_ALLOC_STREAM, 1);
+	td_tensor_release(newer(cons, "gn/a", 0, 1000));
+	for (unsigned i = 2; i < 5; i++) {
+		/* followed from the second; the buffers get mapped */
+		uint64_t w = put(prod, "gn/a", 4 * KIB, TD_ALLOC_STREAM,
+				 (uint8_t)i);
+
+		t = newer(cons, "gn/a", v, 1000);
+		cr_assert_eq(td_tensor_version(t), w);
+		td_tensor_release(t);
+		v = w;
+	}
+	for (unsigned i = 0; i < 6; i++) {
+		snprintf(name, sizeof(name), "gn/other%u", i);
+		put(prod, name, 64, 0, (uint8_t)i);
+		td_tensor_release(newer(cons, name, 0, 1000));
+	}
+	put(prod, "gn/a", 4 * KIB, TD_ALLOC_STREAM, 0x77);
+	before = daemon_requests(prod, "gn/counter");
+	t = newer(cons, "gn/a", v, 1000);
+	cr_assert(all_bytes(t, 0x77));
+	td_tensor_release(t);
+	/* the RING_STAT alone */
+	cr_assert_eq(daemon_requests(prod, "gn/counter") - before, 1);
+	td_ring_close(r);
+	pair_stop(&d, prod, cons);
+}
+
+/*
  * A child: after 200 ms, delete name and make it a ring, then publish
  * 0x5a into it every 5 ms until killed.
  */
