@@ -108,6 +108,8 @@ static const struct bench_method *const all_methods[] = {
 	&bench_bare_spin,
 };
 #define METHOD_COUNT (sizeof(all_methods) / sizeof(all_methods[0]))
+_Static_assert(METHOD_COUNT <= BENCH_MAX_METHODS,
+	       "the report keeps BENCH_MAX_METHODS methods");
 
 /* ---- process-wide state for the exit paths ---- */
 

@@ -39,7 +39,7 @@ struct bench_result {
 };
 
 #define BENCH_MAX_RESULTS 512
-#define BENCH_MAX_METHODS 12
+#define BENCH_MAX_METHODS 16
 
 struct bench_report {
 	const struct bench_method *methods[BENCH_MAX_METHODS];
