@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -972,6 +973,78 @@ Test(follow, get_newer_keeps_a_busy_follow_when_other_names_come_and_go)
 	cr_assert_eq(daemon_requests(prod, "gn/counter") - before, 1);
 	td_ring_close(r);
 	pair_stop(&d, prod, cons);
+}
+
+/*
+ * Two threads share one handle and loop get_newer on one name while a
+ * producer publishes: one rides the follows, the other finds them busy
+ * and takes the GET path; each sees versions that only grow, each with
+ * its own bytes (version v carries byte v - v0).
+ */
+struct gn_loop {
+	struct td_client *c;
+	uint64_t v0, last_v;
+	unsigned got, bad;
+};
+
+static void *gn_loop_run(void *arg)
+{
+	struct gn_loop *l = arg;
+	uint64_t after = 0;
+	while (after < l->last_v) {
+		struct td_tensor *t = NULL;
+		const uint8_t *p;
+		uint64_t v;
+
+		if (td_client_get_newer(l->c, "gn/mt", after, 5000, &t,
+					NULL) < 0) {
+			l->bad++;
+			break;
+		}
+		v = td_tensor_version(t);
+		p = td_tensor_plane_data(t, 0);
+		if (v <= after || p[0] != (uint8_t)(v - l->v0) ||
+		    p[4095] != (uint8_t)(v - l->v0))
+			l->bad++;
+		after = v;
+		l->got++;
+		td_tensor_release(t);
+	}
+	return NULL;
+}
+
+Test(follow, two_threads_loop_get_newer_on_one_handle, .timeout = 60)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct gn_loop l[2];
+	pthread_t th[2];
+	uint64_t v0, v = 0;
+
+	pair_start(&d, small_cap, "pidfd", &prod, &cons);
+	v0 = put(prod, "gn/mt", 4 * KIB, TD_ALLOC_STREAM, 0);
+	for (int i = 0; i < 2; i++) {
+		l[i] = (struct gn_loop){cons, v0, v0 + 400, 0, 0};
+		cr_assert_eq(pthread_create(&th[i], NULL, gn_loop_run, &l[i]),
+			     0);
+	}
+	for (unsigned i = 1; i <= 400; i++) {
+		v = put(prod, "gn/mt", 4 * KIB, TD_ALLOC_STREAM, (uint8_t)i);
+		cr_assert_eq(v, v0 + i, "versions of one name count by one");
+		if (i % 8 == 0)
+			usleep(200);
+	}
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(pthread_join(th[i], NULL), 0);
+		cr_assert_eq(l[i].bad, 0, "thread %d: %u bad of %u", i,
+			     l[i].bad, l[i].got);
+		cr_assert_gt(l[i].got, 0);
+	}
+	/* fds and buffer mappings (bells, rows, planes) are counted; not
+	 * every mapping: glibc keeps the threads' stacks and arenas */
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, false);
 }
 
 /*
