@@ -115,8 +115,8 @@ static void send_close(struct td_client *c, uint64_t id)
 		(void)td__call_id(c, TD_OP_FOLLOW_CLOSE, id, NULL, 0);
 }
 
-int td_client_follow(struct td_client *c, const char *name,
-		     struct td_follow **out, struct td_error *err)
+static int follow_make(struct td_client *c, const char *name,
+		       struct td_follow **out, struct td_error *err)
 {
 	struct td_wire_ring_sub_req q;
 	struct td_follow *f;
@@ -170,6 +170,21 @@ fail:
 	pthread_mutex_unlock(&c->lock);
 	follow_unmap(f);
 	free(f);
+	return rc;
+}
+
+static unsigned gf_shed(struct td_client *c);
+
+int td_client_follow(struct td_client *c, const char *name,
+		     struct td_follow **out, struct td_error *err)
+{
+	int rc = follow_make(c, name, out, err);
+
+	/* a daemon limit (follows of the connection, bells or descriptors
+	 * of the uid, rows of the name): the follows get_newer made by
+	 * itself give way, as if it had never made them */
+	if ((rc == -ENOBUFS || rc == -EDQUOT || rc == -EBUSY) && gf_shed(c))
+		rc = follow_make(c, name, out, err);
 	return rc;
 }
 
@@ -544,7 +559,7 @@ int td__gf_get_newer(struct td_client *c, const char *name, uint64_t after,
 	pthread_mutex_unlock(&c->lock);
 	if (!f) {
 		/* refused (a ring, the policy, a limit): the GET path */
-		made = td_client_follow(c, name, &f, NULL) == 0;
+		made = follow_make(c, name, &f, NULL) == 0;
 		if (!made)
 			f = NULL;
 	}
@@ -629,6 +644,32 @@ void td__gf_note(struct td_client *c, const char *name, uint64_t v)
 	pthread_mutex_unlock(&c->lock);
 	for (int k = 0; k < TD__GF_FOLLOWS; k++)
 		td_follow_close(gone[k]);
+}
+
+/*
+ * End the follows get_newer made that nothing holds and no call uses
+ * (their names go on by the GET, and follow again when there is room).
+ * How many. Lock NOT held.
+ */
+static unsigned gf_shed(struct td_client *c)
+{
+	struct td_follow *f[TD__GF_NAMES * TD__GF_FOLLOWS];
+	unsigned n = 0, shed;
+
+	if (!c)
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	for (unsigned i = 0; i < TD__GF_NAMES; i++)
+		for (int k = 0; k < TD__GF_FOLLOWS && !c->gf[i].busy; k++)
+			if (c->gf[i].f[k] && !c->gf[i].f[k]->out) {
+				f[n++] = c->gf[i].f[k];
+				c->gf[i].f[k] = NULL;
+			}
+	pthread_mutex_unlock(&c->lock);
+	shed = n;
+	while (n)
+		td_follow_close(f[--n]);
+	return shed;
 }
 
 void td__gf_close_all(struct td_client *c)

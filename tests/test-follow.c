@@ -1142,3 +1142,48 @@ Test(follow, a_client_closed_with_a_get_newer_tensor_held)
 	td_client_close(prod);
 	tu_daemon_stop(&d, true);
 }
+
+/*
+ * The follows get_newer made count toward the daemon's limit of follows
+ * on one connection (64), so they give way: a handle whose get_newer
+ * loops follow four names, two follows each, can still make all 64
+ * follows it could make before get_newer followed by itself. The names
+ * go back to the GET path and keep their results.
+ */
+Test(follow, get_newer_follows_give_way_to_explicit_follows)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_follow *f[64];
+	struct td_tensor *t, *held[4];
+	char name[32];
+	uint64_t v[4];
+
+	pair_start(&d, small_cap, "pidfd", &prod, &cons);
+	for (unsigned n = 0; n < 4; n++) {
+		snprintf(name, sizeof(name), "gn/way%u", n);
+		v[n] = put(prod, name, 64, 0, 1);
+		td_tensor_release(newer(cons, name, 0, 1000));
+		/* the first follow, held; then the second */
+		put(prod, name, 64, 0, 2);
+		held[n] = newer(cons, name, v[n], 1000);
+		v[n] = td_tensor_version(held[n]);
+		put(prod, name, 64, 0, 3);
+		t = newer(cons, name, v[n], 1000);
+		v[n] = td_tensor_version(t);
+		td_tensor_release(t);
+		td_tensor_release(held[n]);
+	}
+	for (unsigned i = 0; i < 64; i++)
+		f[i] = follow(cons, "gn/wayx");
+	for (unsigned n = 0; n < 4; n++) {
+		snprintf(name, sizeof(name), "gn/way%u", n);
+		put(prod, name, 64, 0, 4);
+		t = newer(cons, name, v[n], 1000);
+		cr_assert(td_tensor_version(t) > v[n] && all_bytes(t, 4));
+		td_tensor_release(t);
+	}
+	for (unsigned i = 0; i < 64; i++)
+		td_follow_close(f[i]);
+	pair_stop(&d, prod, cons);
+}
