@@ -1187,3 +1187,94 @@ Test(follow, get_newer_follows_give_way_to_explicit_follows)
 		td_follow_close(f[i]);
 	pair_stop(&d, prod, cons);
 }
+
+/*
+ * TD_CLIENT_RECONNECT: the daemon a get_newer loop followed through goes
+ * and another comes on the same path. The loop sees what the GET path
+ * shows (the call that finds the daemon gone fails, a later one
+ * reconnects), then follows again on the new connection with the new
+ * daemon's versions and bytes; the old follows leave no fd or mapping.
+ */
+static void link_to(const char *link, const char *target)
+{
+	char tmp[128];
+
+	snprintf(tmp, sizeof(tmp), "%s.new", link);
+	unlink(tmp);
+	cr_assert_eq(symlink(target, tmp), 0);
+	cr_assert_eq(rename(tmp, link), 0);
+}
+
+Test(follow, a_get_newer_loop_goes_on_after_a_daemon_restart,
+     .timeout = 60)
+{
+	struct tu_daemon d1, d2;
+	struct td_client *c, *p;
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+	struct td_ring *r;
+	char link[64];
+	int fds0 = tu_fd_count(), maps0 = tu_buf_map_count(), st, rc;
+	uint64_t v = 0, before;
+
+	snprintf(link, sizeof(link), "/tmp/td-gn-restart-%d.sock",
+		 (int)getpid());
+	tu_daemon_start_args(&d1, "warn", small_cap);
+	link_to(link, d1.sock);
+	cr_assert_eq(td_client_connect_ex(link, TD_CLIENT_RECONNECT, &c, &e),
+		     0, "%s", e.reason);
+	p = conn(&d1, "pidfd");
+	for (unsigned i = 1; i <= 3; i++) {
+		uint64_t w = put(p, "gn/rs", 4 * KIB, TD_ALLOC_STREAM,
+				 (uint8_t)i);
+
+		t = newer(c, "gn/rs", v, 1000);
+		cr_assert(td_tensor_version(t) == w && all_bytes(t, (uint8_t)i));
+		td_tensor_release(t);
+		v = w;
+	}
+	td_client_close(p);
+	cr_assert_eq(kill(d1.pid, SIGKILL), 0);
+	cr_assert_eq(waitpid(d1.pid, &st, 0), d1.pid);
+	unlink(d1.sock);
+	rmdir(d1.dir);
+	rc = td_client_get_newer(c, "gn/rs", v, 200, &t, &e);
+	cr_assert(rc == -ECONNRESET || rc == -EPIPE, "%d %s", rc, e.reason);
+
+	tu_daemon_start_args(&d2, "warn", small_cap);
+	link_to(link, d2.sock);
+	p = conn(&d2, "pidfd");
+	v = 0;
+	for (unsigned i = 1; i <= 4; i++) {
+		uint64_t w = put(p, "gn/rs", 4 * KIB, TD_ALLOC_STREAM,
+				 (uint8_t)(0x40 + i));
+
+		t = newer(c, "gn/rs", v, 1000);
+		cr_assert(td_tensor_version(t) == w &&
+				  all_bytes(t, (uint8_t)(0x40 + i)),
+			  "turn %u: version %llu", i,
+			  (unsigned long long)td_tensor_version(t));
+		td_tensor_release(t);
+		v = w;
+	}
+	/* followed again: a handoff is the PUBLISH alone (and RING_STAT) */
+	r = counter_ring(p, "gn/counter");
+	put(p, "gn/rs", 4 * KIB, TD_ALLOC_STREAM, 0x77);
+	before = daemon_requests(p, "gn/counter");
+	t = newer(c, "gn/rs", v, 1000);
+	cr_assert(all_bytes(t, 0x77));
+	td_tensor_release(t);
+	cr_assert_eq(daemon_requests(p, "gn/counter") - before, 1);
+	td_ring_close(r);
+	td_client_close(c);
+	td_client_close(p);
+	/* not tu_daemon_stop: c was open when d2 started */
+	cr_assert_eq(kill(d2.pid, SIGTERM), 0);
+	cr_assert_eq(waitpid(d2.pid, &st, 0), d2.pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+	unlink(d2.sock);
+	rmdir(d2.dir);
+	unlink(link);
+	cr_assert_eq(tu_fd_count(), fds0);
+	cr_assert_eq(tu_buf_map_count(), maps0);
+}
