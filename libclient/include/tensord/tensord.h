@@ -409,6 +409,8 @@ TD_EXPORT int td_client_get_version(struct td_client *c, const char *name,
  * GET; up to 4 names per handle, 2 follows each (the tensor got last may
  * still be held); with more held, while the name has no version (it may
  * become a ring) or when the daemon refuses FOLLOW, it sends the GET.
+ * Its idle follows end when a td_client_follow of the handle meets a
+ * daemon limit, so that one is made as before.
  * $TENSORD_GET_FOLLOW=0 at connect: always the GET (docs/fastpath.md,
  * "get_newer rides a follow").
  */
