@@ -932,6 +932,25 @@ Test(follow, get_newer_rides_a_follow_and_keeps_its_meaning)
 }
 
 /*
+ * One more version of name, got by a get_newer newer than `after` that
+ * rides its follow: no message to the daemon (counted on the producer's
+ * ring "gn/counter": the RING_STAT that reads the count alone).
+ */
+static void followed_handoff(struct td_client *prod, struct td_client *cons,
+			     const char *name, uint64_t after)
+{
+	struct td_tensor *t;
+	uint64_t before;
+
+	put(prod, name, 4 * KIB, TD_ALLOC_STREAM, 0x77);
+	before = daemon_requests(prod, "gn/counter");
+	t = newer(cons, name, after, 1000);
+	cr_assert(all_bytes(t, 0x77));
+	td_tensor_release(t);
+	cr_assert_eq(daemon_requests(prod, "gn/counter") - before, 1);
+}
+
+/*
  * Names asked for once or twice do not push out a followed name in use:
  * after six other names, the followed one is still served with no
  * message (no GET, no FOLLOW made again).
@@ -943,7 +962,7 @@ Test(follow, get_newer_keeps_a_busy_follow_when_other_names_come_and_go)
 	struct td_tensor *t;
 	struct td_ring *r;
 	char name[32];
-	uint64_t v, before;
+	uint64_t v;
 
 	pair_start(&d, small_cap, "pidfd", &prod, &cons);
 	r = counter_ring(prod, "gn/counter");
@@ -964,13 +983,7 @@ Test(follow, get_newer_keeps_a_busy_follow_when_other_names_come_and_go)
 		put(prod, name, 64, 0, (uint8_t)i);
 		td_tensor_release(newer(cons, name, 0, 1000));
 	}
-	put(prod, "gn/a", 4 * KIB, TD_ALLOC_STREAM, 0x77);
-	before = daemon_requests(prod, "gn/counter");
-	t = newer(cons, "gn/a", v, 1000);
-	cr_assert(all_bytes(t, 0x77));
-	td_tensor_release(t);
-	/* the RING_STAT alone */
-	cr_assert_eq(daemon_requests(prod, "gn/counter") - before, 1);
+	followed_handoff(prod, cons, "gn/a", v);
 	td_ring_close(r);
 	pair_stop(&d, prod, cons);
 }
@@ -1195,16 +1208,6 @@ Test(follow, get_newer_follows_give_way_to_explicit_follows)
  * reconnects), then follows again on the new connection with the new
  * daemon's versions and bytes; the old follows leave no fd or mapping.
  */
-static void link_to(const char *link, const char *target)
-{
-	char tmp[128];
-
-	snprintf(tmp, sizeof(tmp), "%s.new", link);
-	unlink(tmp);
-	cr_assert_eq(symlink(target, tmp), 0);
-	cr_assert_eq(rename(tmp, link), 0);
-}
-
 Test(follow, a_get_newer_loop_goes_on_after_a_daemon_restart,
      .timeout = 60)
 {
@@ -1215,12 +1218,12 @@ Test(follow, a_get_newer_loop_goes_on_after_a_daemon_restart,
 	struct td_ring *r;
 	char link[64];
 	int fds0 = tu_fd_count(), maps0 = tu_buf_map_count(), st, rc;
-	uint64_t v = 0, before;
+	uint64_t v = 0;
 
 	snprintf(link, sizeof(link), "/tmp/td-gn-restart-%d.sock",
 		 (int)getpid());
 	tu_daemon_start_args(&d1, "warn", small_cap);
-	link_to(link, d1.sock);
+	tu_link_to(link, d1.sock);
 	cr_assert_eq(td_client_connect_ex(link, TD_CLIENT_RECONNECT, &c, &e),
 		     0, "%s", e.reason);
 	p = conn(&d1, "pidfd");
@@ -1242,7 +1245,7 @@ Test(follow, a_get_newer_loop_goes_on_after_a_daemon_restart,
 	cr_assert(rc == -ECONNRESET || rc == -EPIPE, "%d %s", rc, e.reason);
 
 	tu_daemon_start_args(&d2, "warn", small_cap);
-	link_to(link, d2.sock);
+	tu_link_to(link, d2.sock);
 	p = conn(&d2, "pidfd");
 	v = 0;
 	for (unsigned i = 1; i <= 4; i++) {
@@ -1259,12 +1262,7 @@ Test(follow, a_get_newer_loop_goes_on_after_a_daemon_restart,
 	}
 	/* followed again: a handoff is the PUBLISH alone (and RING_STAT) */
 	r = counter_ring(p, "gn/counter");
-	put(p, "gn/rs", 4 * KIB, TD_ALLOC_STREAM, 0x77);
-	before = daemon_requests(p, "gn/counter");
-	t = newer(c, "gn/rs", v, 1000);
-	cr_assert(all_bytes(t, 0x77));
-	td_tensor_release(t);
-	cr_assert_eq(daemon_requests(p, "gn/counter") - before, 1);
+	followed_handoff(p, c, "gn/rs", v);
 	td_ring_close(r);
 	td_client_close(c);
 	td_client_close(p);

@@ -406,15 +406,6 @@ Test(loop, sub_poll_takes_a_version_published_before_it_armed)
 
 /* ---- TD_CLIENT_RECONNECT ---- */
 
-static void link_to(const char *link, const char *target)
-{
-	char tmp[128];
-	snprintf(tmp, sizeof(tmp), "%s.new", link);
-	unlink(tmp);
-	cr_assert_eq(symlink(target, tmp), 0);
-	cr_assert_eq(rename(tmp, link), 0);
-}
-
 static void kill_daemon(struct tu_daemon *d)
 {
 	int st;
@@ -432,7 +423,7 @@ Test(loop, reconnect_after_a_restart_rewatches_and_tells_the_application)
 	int fds0 = tu_fd_count(), bufmaps0 = tu_buf_map_count();
 	struct tu_daemon d1, d2;
 	tu_daemon_start(&d1, "warn");
-	link_to(link, d1.sock);
+	tu_link_to(link, d1.sock);
 
 	struct td_client *c, *p;
 	struct td_error e = {0};
@@ -472,7 +463,7 @@ Test(loop, reconnect_after_a_restart_rewatches_and_tells_the_application)
 
 	/* back: the next call reconnects and watches again */
 	tu_daemon_start(&d2, "warn");
-	link_to(link, d2.sock);
+	tu_link_to(link, d2.sock);
 	int rc = td_client_stat(c, "r/old", &ent, &e);
 	cr_assert_eq(rc, -ENOENT, "the new daemon answers: %d %s", rc,
 		     e.reason);

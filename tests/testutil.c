@@ -331,3 +331,13 @@ const char *tu_vectors_or_skip(const char *sub, const char *what)
 	snprintf(dir, sizeof(dir), "%s", p);
 	return dir;
 }
+
+void tu_link_to(const char *link, const char *target)
+{
+	char tmp[128];
+
+	snprintf(tmp, sizeof(tmp), "%s.new", link);
+	unlink(tmp);
+	cr_assert_eq(symlink(target, tmp), 0);
+	cr_assert_eq(rename(tmp, link), 0);
+}

@@ -90,6 +90,9 @@ void tu_daemon_start_log(struct tu_daemon *d, const char *log_level,
  * where tu_daemon_start() found it.
  */
 void tu_daemon_stop(struct tu_daemon *d, bool check_maps);
+/* Point the symlink `link` at target, atomically (rename(2)): a socket
+ * path that a restarted daemon takes over. */
+void tu_link_to(const char *link, const char *target);
 
 /*
  * Run $TD_TENSORCTL --socket d->sock ARGS... (NULL-ended) with stdout and
