@@ -365,6 +365,12 @@ static int follow_wait(struct td_follow *f, uint64_t after, int timeout_ms,
 		}
 		if (served && !latest)
 			goto get_path; /* a parked GET also sees a ring */
+		/* nothing newer: for get_newer, a daemon that is gone says so
+		 * as the GET would (else a poll with timeout 0 would time out
+		 * for ever on a bell nobody writes, and never reconnect) */
+		if (served && (timeout_ms == 0 || td__past(deadline)) &&
+		    conn_gone(f))
+			goto get_path;
 		if (timeout_ms == 0)
 			return td__fail(err, served ? -ETIMEDOUT : -EAGAIN,
 					"no version of \"%s\" newer than %llu",
