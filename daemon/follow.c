@@ -442,11 +442,47 @@ static unsigned uid_bells(uid_t uid)
 	return n;
 }
 
-static int follow_admit(struct td__peer *p, const struct td_wire_hdr *h,
-			struct td_wire_str name)
+/* Rows of b in use. */
+static unsigned bell_rows(const struct bell *b)
 {
+	unsigned n = 0;
+
+	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
+		n += b->rows[i].peer != NULL;
+	return n;
+}
+
+/*
+ * A spare follow (TD_WIRE_FOLLOW_SPARE: one td_client_get_newer made by
+ * itself, which can do without) takes no more than half of the name's
+ * rows and of the bells, the daemon's and its uid's: the other half
+ * stays for follows that ask without the flag. -ENOBUFS with a reply.
+ */
+static int spare_admit(struct td__peer *p, const struct td_wire_hdr *h,
+		       const struct bell *b)
+{
+	const char *what = NULL;
+
+	if (b && bell_rows(b) >= TD_FOLLOW_MAX_ROWS / 2)
+		what = "the name's follower rows";
+	else if (!b && bell_count >= MAX_BELLS / 2)
+		what = "the daemon's followed names";
+	else if (!b && !td__uid_is_admin(p->uid) &&
+		 uid_bells(p->uid) >= MAX_BELLS_PER_UID / 2)
+		what = "the followed names its uid pays for";
+	if (!what)
+		return 0;
+	td__peer_error(p, h->opcode, h->request_id, -ENOBUFS,
+		       "a spare follow takes at most half of %s", what);
+	return -ENOBUFS;
+}
+
+static int follow_admit(struct td__peer *p, const struct td_wire_hdr *h,
+			struct td_wire_str name, bool spare)
+{
+	const struct bell *b = bell_named(name.ptr, name.len);
 	/* a row, and the bell's descriptors when this follow makes it */
-	unsigned fds = bell_named(name.ptr, name.len) ? 1 : 1 + BELL_FDS;
+	unsigned fds = b ? 1 : 1 + BELL_FDS;
 	char lim[256];
 	int rc;
 
@@ -456,6 +492,8 @@ static int follow_admit(struct td__peer *p, const struct td_wire_hdr *h,
 			       (int)name.len, name.ptr);
 		return -EINVAL;
 	}
+	if (spare && spare_admit(p, h, b) < 0)
+		return -ENOBUFS;
 	if (peer_follows(p) >= MAX_FOLLOWS_PER_PEER) {
 		td__peer_error(p, h->opcode, h->request_id, -ENOBUFS,
 			       "too many follows on this connection (max %d)",
@@ -524,7 +562,7 @@ void td__follow(struct td__peer *p, const struct td__req *rq)
 	if (td__peer_bad_body(p, h, rc, &e))
 		return;
 	if (!td__access_check(p, h, rq->op->perm, m.name) ||
-	    follow_admit(p, h, m.name) < 0)
+	    follow_admit(p, h, m.name, m.flags & TD_WIRE_FOLLOW_SPARE) < 0)
 		return;
 	b = bell_named(m.name.ptr, m.name.len);
 	if (!b) {

@@ -501,6 +501,12 @@ void td__ring_subscribe(struct td__peer *p, const struct td__req *rq)
 
 	if (td__peer_bad_body(p, h, rc, &e))
 		return;
+	if (m.flags & TD_WIRE_FOLLOW_SPARE) { /* FOLLOW's alone */
+		td__peer_error(p, h->opcode, h->request_id, -EBADMSG,
+			       "RING_SUBSCRIBE: flags: unknown bits %#x",
+			       (unsigned)TD_WIRE_FOLLOW_SPARE);
+		return;
+	}
 	r = readable_ring(p, rq, m.name);
 	if (!r)
 		return;

@@ -115,7 +115,9 @@ static void send_close(struct td_client *c, uint64_t id)
 		(void)td__call_id(c, TD_OP_FOLLOW_CLOSE, id, NULL, 0);
 }
 
-static int follow_make(struct td_client *c, const char *name,
+/* FOLLOW name; spare: one get_newer can do without (TD_WIRE_FOLLOW_SPARE,
+ * where the daemon serves it) */
+static int follow_make(struct td_client *c, const char *name, bool spare,
 		       struct td_follow **out, struct td_error *err)
 {
 	struct td_wire_ring_sub_req q;
@@ -145,6 +147,8 @@ static int follow_make(struct td_client *c, const char *name,
 	if (rc < 0)
 		goto fail;
 	q.flags = c->path_out == TD_IMPORT_SCM ? TD_WIRE_REQ_SCM : 0;
+	if (spare && td__has(c, TD_WIRE_FEAT_FOLLOW_SPARE))
+		q.flags |= TD_WIRE_FOLLOW_SPARE;
 	len = td_wire_ring_sub_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
 					  TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	if (len < 0) {
@@ -178,13 +182,13 @@ static unsigned gf_shed(struct td_client *c);
 int td_client_follow(struct td_client *c, const char *name,
 		     struct td_follow **out, struct td_error *err)
 {
-	int rc = follow_make(c, name, out, err);
+	int rc = follow_make(c, name, false, out, err);
 
 	/* a daemon limit (follows of the connection, bells or descriptors
 	 * of the uid, rows of the name): the follows get_newer made by
 	 * itself give way, as if it had never made them */
 	if ((rc == -ENOBUFS || rc == -EDQUOT || rc == -EBUSY) && gf_shed(c))
-		rc = follow_make(c, name, out, err);
+		rc = follow_make(c, name, false, out, err);
 	return rc;
 }
 
@@ -565,7 +569,7 @@ int td__gf_get_newer(struct td_client *c, const char *name, uint64_t after,
 	pthread_mutex_unlock(&c->lock);
 	if (!f) {
 		/* refused (a ring, the policy, a limit): the GET path */
-		made = follow_make(c, name, &f, NULL) == 0;
+		made = follow_make(c, name, true, &f, NULL) == 0;
 		if (!made)
 			f = NULL;
 	}

@@ -458,7 +458,10 @@ int td_wire_ring_sub_req_decode(const uint8_t *body, size_t len,
 
 	td_wire_rd_init(&rd, body, len, err);
 	m->name = td__wire_rd_name(&rd, false, false, "name");
-	m->flags = td__wire_rd_flags(&rd, TD_WIRE_REQ_SCM, "flags");
+	/* FOLLOW's spare flag; RING_SUBSCRIBE takes SCM alone (daemon) */
+	m->flags = td__wire_rd_flags(&rd,
+				     TD_WIRE_REQ_SCM | TD_WIRE_FOLLOW_SPARE,
+				     "flags");
 	return td_wire_rd_end(&rd);
 }
 

@@ -129,6 +129,8 @@ int td_wire_ring_wake_rep_decode(const uint8_t *body, size_t len,
  */
 #define TD_WIRE_FEAT_FOLLOW 0x200u
 #define TD_WIRE_FOLLOW_FDS 2 /* bell, row */
+/* FOLLOW's TD_WIRE_FOLLOW_SPARE flag (wire.h) is served */
+#define TD_WIRE_FEAT_FOLLOW_SPARE 0x400u
 
 struct td_wire_follow_rep {
 	uint64_t id;

@@ -210,6 +210,15 @@ struct td_wire_fdent {
 
 /* Request flags shared by fd-returning requests (ALLOC, GET) */
 #define TD_WIRE_REQ_SCM 0x1u /* attach the fds with SCM_RIGHTS */
+/*
+ * FOLLOW request flag, served with TD_WIRE_FEAT_FOLLOW_SPARE
+ * (wire-status.h): a follow the client can do without (the one
+ * td_client_get_newer makes by itself), admitted only while it leaves
+ * at least half of the name's rows and of the bells (the daemon's, the
+ * uid's) to follows that ask without it; -ENOBUFS otherwise.
+ * RING_SUBSCRIBE, which shares the request body, refuses it.
+ */
+#define TD_WIRE_FOLLOW_SPARE 0x2u
 
 /*
  * ALLOC request flag: a recyclable loan (docs/fastpath.md, "Recycled

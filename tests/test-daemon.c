@@ -587,7 +587,8 @@ DTest(hello_without_feature_bits_gets_the_version_1_reply)
 			     TD_WIRE_FEAT_GET_HELD | TD_WIRE_FEAT_STATUS |
 			     TD_WIRE_FEAT_RING_WAKE | TD_WIRE_FEAT_PUB_LOAN |
 			     TD_WIRE_FEAT_RELEASE_QUIET |
-			     TD_WIRE_FEAT_DELETE_IF | TD_WIRE_FEAT_FOLLOW);
+			     TD_WIRE_FEAT_DELETE_IF | TD_WIRE_FEAT_FOLLOW |
+			     TD_WIRE_FEAT_FOLLOW_SPARE);
 	close_msg_fds(m);
 	close(sock);
 }
@@ -1510,6 +1511,20 @@ DTest(ring_wake_refuses_foreign_ids_and_bad_bodies_and_keeps_no_fd)
 }
 
 /* ---- FOLLOW_WAKE ---- */
+
+/* RING_SUBSCRIBE shares FOLLOW's body but not its spare flag. */
+DTest(ring_subscribe_refuses_follows_spare_flag)
+{
+	int sock = conn_hello(&D, TD_IMPORT_AUTO);
+	struct td_wire_ring_sub_req f = {.name = {"rs/x", 4},
+					 .flags = TD_WIRE_FOLLOW_SPARE};
+	int64_t n = td_wire_ring_sub_req_encode(&f, BODY, BODY_CAP);
+
+	send_req(sock, TD_OP_RING_SUBSCRIBE, 1, (size_t)n, NULL, 0);
+	expect_error(sock, TD_OP_RING_SUBSCRIBE, 1, -EBADMSG, "flags");
+	close(sock);
+	assert_serving();
+}
 
 /*
  * A follow's wake-up fd is a timerfd: an eventfd is refused, because its

@@ -1061,6 +1061,48 @@ Test(follow, two_threads_loop_get_newer_on_one_handle, .timeout = 60)
 }
 
 /*
+ * The follows get_newer makes by itself are spare (TD_WIRE_FOLLOW_SPARE):
+ * 40 consumer handles looping on one name take at most half of its 64
+ * rows (the others stay on the GET path, with the same results), so 32
+ * explicit follows of the name still find a row.
+ */
+Test(follow, get_newer_follows_leave_half_the_rows_to_explicit_follows,
+     .timeout = 60)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons[40], *ex;
+	struct td_follow *f[33];
+	struct td_error e = {0};
+	uint64_t v0, v1;
+
+	pair_start(&d, small_cap, "pidfd", &prod, &ex);
+	v0 = put(prod, "gn/many", 64, TD_ALLOC_STREAM, 1);
+	for (unsigned i = 0; i < 40; i++) {
+		cons[i] = conn(&d, "pidfd");
+		td_tensor_release(newer(cons[i], "gn/many", 0, 1000));
+	}
+	v1 = put(prod, "gn/many", 64, TD_ALLOC_STREAM, 2);
+	for (unsigned i = 0; i < 40; i++) {
+		struct td_tensor *t = newer(cons[i], "gn/many", v0, 1000);
+
+		cr_assert_eq(td_tensor_version(t), v1);
+		cr_assert(all_bytes(t, 2), "consumer %u", i);
+		td_tensor_release(t);
+	}
+	for (unsigned i = 0; i < 32; i++)
+		cr_assert_eq(td_client_follow(ex, "gn/many", &f[i], &e), 0,
+			     "explicit follow %u: %s", i, e.reason);
+	/* now every row is in use */
+	cr_assert_eq(td_client_follow(ex, "gn/many", &f[32], &e), -EBUSY,
+		     "%s", e.reason);
+	for (unsigned i = 0; i < 32; i++)
+		td_follow_close(f[i]);
+	for (unsigned i = 0; i < 40; i++)
+		td_client_close(cons[i]);
+	pair_stop(&d, prod, ex);
+}
+
+/*
  * A child: after 200 ms, delete name and make it a ring, then publish
  * 0x5a into it every 5 ms until killed.
  */

@@ -338,6 +338,15 @@ Test(ring, wire_messages_round_trip_and_refuse_truncation)
 		     -EINVAL);
 	r.fd_count = 4;
 	cr_assert_eq(td_wire_ring_rep_encode(&r, b, sizeof(b)), -EINVAL);
+	/* FOLLOW's spare flag decodes; a bit nobody defined does not */
+	s.flags = TD_WIRE_REQ_SCM | TD_WIRE_FOLLOW_SPARE;
+	ROUND_TRIP(ring_sub_req, s, s2);
+	cr_assert_eq(s2.flags, TD_WIRE_REQ_SCM | TD_WIRE_FOLLOW_SPARE);
+	s.flags = 0x4;
+	n = td_wire_ring_sub_req_encode(&s, b, sizeof(b));
+	cr_assert(n > 0);
+	cr_assert_eq(td_wire_ring_sub_req_decode(b, (size_t)n, &s2, NULL),
+		     -EBADMSG);
 }
 
 /* ---- bytes, many handoffs ---- */

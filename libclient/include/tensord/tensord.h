@@ -410,7 +410,9 @@ TD_EXPORT int td_client_get_version(struct td_client *c, const char *name,
  * still be held); with more held, while the name has no version (it may
  * become a ring) or when the daemon refuses FOLLOW, it sends the GET.
  * Its idle follows end when a td_client_follow of the handle meets a
- * daemon limit, so that one is made as before.
+ * daemon limit, so that one is made as before; and its follows take at
+ * most half of a name's follower rows and of the daemon's followed
+ * names (a spare FOLLOW), so other handles' td_client_follow find room.
  * $TENSORD_GET_FOLLOW=0 at connect: always the GET (docs/fastpath.md,
  * "get_newer rides a follow").
  */
