@@ -307,6 +307,7 @@ const struct bench_method bench_tensord_get = {
 	.consumer_step = td_consumer_step,
 	.teardown = td_teardown,
 	.service_pid = td_service_pid,
+	.streams = 1,
 };
 
 /* The same producer; consumers follow the name. */
