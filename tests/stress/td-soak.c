@@ -127,12 +127,15 @@ static int ring_path(struct td_client *c, const struct tdc_daemon *d,
 
 #define FAN 4
 
+/* A TD_ALLOC_STREAM stream to four td_client_get_newer loops: the GET
+ * path (consumers connected with TENSORD_GET_FOLLOW=0) or riding a
+ * follow (docs/fastpath.md, "get_newer rides a follow"). */
 static int stream_path(struct td_client *c, struct td_client *const *cons,
-		       const struct tdc_daemon *d, struct sample *a,
-		       struct sample *b)
+		       const char *name, const struct tdc_daemon *d,
+		       struct sample *a, struct sample *b)
 {
 	uint64_t shape[1] = {LEN}, size = LEN, last[FAN] = {0};
-	struct td_publish p = {.name = "soak/s", .dtype = TD_TENSOR_U8,
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
 			       .ndim = 1, .shape = shape};
 	struct td_error e = {0};
 	int rc;
@@ -152,8 +155,8 @@ static int stream_path(struct td_client *c, struct td_client *const *cons,
 		for (int k = 0; k < FAN; k++) {
 			struct td_tensor *t;
 
-			rc = td_client_get_newer(cons[k], "soak/s", last[k],
-						 -1, &t, &e);
+			rc = td_client_get_newer(cons[k], name, last[k], -1,
+						 &t, &e);
 			if (rc < 0)
 				return fail("stream get", rc, &e);
 			last[k] = td_tensor_version(t);
@@ -287,9 +290,9 @@ int main(int argc, char **argv)
 	static const char *const extra[] = {"--max-bytes", "64M", NULL};
 	struct tdc_opts opts = {.log_level = "warn", .extra = extra};
 	struct tdc_daemon d;
-	struct td_client *c, *cons[FAN] = {NULL};
+	struct td_client *c, *cons[FAN] = {NULL}, *riders[FAN] = {NULL};
 	struct td_error e = {0};
-	struct sample sa, sb, ra, rb, ta, tb, fa, fb, wa, wb;
+	struct sample sa, sb, ra, rb, ta, tb, ga, gb, fa, fb, wa, wb;
 	int ch, rc, bad = 0;
 
 	while ((ch = getopt_long(argc, argv, "", o, NULL)) != -1) {
@@ -310,17 +313,27 @@ int main(int argc, char **argv)
 	if (rc < 0)
 		return fail("connect", rc, &e);
 	for (int k = 0; k < FAN; k++) {
+		rc = td_client_connect(d.sock, &riders[k], &e);
+		if (rc < 0)
+			return fail("connect", rc, &e);
+	}
+	/* these GET every version (the follow path follows explicitly) */
+	setenv("TENSORD_GET_FOLLOW", "0", 1);
+	for (int k = 0; k < FAN; k++) {
 		rc = td_client_connect(d.sock, &cons[k], &e);
 		if (rc < 0)
 			return fail("connect", rc, &e);
 	}
 	bad |= socket_path(c, &d, &sa, &sb);
 	bad |= ring_path(c, &d, &ra, &rb);
-	bad |= stream_path(c, cons, &d, &ta, &tb);
+	bad |= stream_path(c, cons, "soak/s", &d, &ta, &tb);
+	bad |= stream_path(c, riders, "soak/g", &d, &ga, &gb);
 	bad |= fan_ring_path(c, &d, &fa, &fb);
 	bad |= follow_path(c, cons, &d, &wa, &wb);
-	for (int k = 0; k < FAN; k++)
+	for (int k = 0; k < FAN; k++) {
 		td_client_close(cons[k]);
+		td_client_close(riders[k]);
+	}
 	td_client_close(c);
 	rc = tdc_stop(&d, 0);
 	if (bad)
@@ -329,6 +342,7 @@ int main(int argc, char **argv)
 	bad |= report("socket", &sa, &sb);
 	bad |= report("ring", &ra, &rb);
 	bad |= report("stream", &ta, &tb);
+	bad |= report("stream-ride", &ga, &gb);
 	bad |= report("fan-ring", &fa, &fb);
 	bad |= report("follow", &wa, &wb);
 	if (rc != 0) {
