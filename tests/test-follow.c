@@ -1026,7 +1026,7 @@ static void *gn_loop_run(void *arg)
 	return NULL;
 }
 
-Test(follow, two_threads_loop_get_newer_on_one_handle, .timeout = 60)
+Test(follow, two_threads_loop_get_newer_on_one_handle)
 {
 	struct tu_daemon d;
 	struct td_client *prod, *cons;
@@ -1066,8 +1066,7 @@ Test(follow, two_threads_loop_get_newer_on_one_handle, .timeout = 60)
  * rows (the others stay on the GET path, with the same results), so 32
  * explicit follows of the name still find a row.
  */
-Test(follow, get_newer_follows_leave_half_the_rows_to_explicit_follows,
-     .timeout = 60)
+Test(follow, get_newer_follows_leave_half_the_rows_to_explicit_follows)
 {
 	struct tu_daemon d;
 	struct td_client *prod, *cons[40], *ex;
@@ -1135,8 +1134,7 @@ static void become_ring(const struct tu_daemon *d, const char *name)
  * ring goes on as the GET it stands for: the daemon serves a parked GET
  * a ring's versions, which no bell names.
  */
-Test(follow, a_get_newer_riding_a_follow_sees_its_name_become_a_ring,
-     .timeout = 60)
+Test(follow, a_get_newer_riding_a_follow_sees_its_name_become_a_ring)
 {
 	struct tu_daemon d;
 	struct td_client *prod, *cons;
@@ -1252,8 +1250,7 @@ Test(follow, get_newer_follows_give_way_to_explicit_follows)
  * one reconnects; it follows again on the new connection with the new
  * daemon's versions and bytes; the old follows leave no fd or mapping.
  */
-Test(follow, a_get_newer_loop_goes_on_after_a_daemon_restart,
-     .timeout = 60)
+Test(follow, a_get_newer_loop_goes_on_after_a_daemon_restart)
 {
 	struct tu_daemon d1, d2;
 	struct td_client *c, *p;
