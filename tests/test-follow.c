@@ -26,6 +26,7 @@
 #include "tensord/tensord.h"
 #include "follow.h"
 #include "wire.h"
+#include "testclient.h"
 #include "testutil.h"
 
 #define KIB 1024u
@@ -110,16 +111,6 @@ static struct td_tensor *next(struct td_follow *f, int timeout_ms)
 	return t;
 }
 
-static uint64_t daemon_requests(struct td_client *c, const char *ring)
-{
-	struct td_ring_stat st;
-	struct td_error e = {0};
-
-	cr_assert_eq(td_client_ring_stat(c, ring, &st, &e), 0, "%s",
-		     e.reason);
-	return st.daemon_requests;
-}
-
 static struct td_ring *counter_ring(struct td_client *c, const char *name)
 {
 	uint64_t size = 64;
@@ -162,11 +153,11 @@ static void one_request(const char *import)
 		if (i == 3) {
 			fds = tu_fd_count();
 			maps = tu_buf_map_count();
-			before = daemon_requests(prod, "fw/counter");
+			before = tc_daemon_requests(prod, "fw/counter");
 		}
 	}
 	/* one per handoff, and the RING_STAT that reads the count */
-	cr_assert_eq(daemon_requests(prod, "fw/counter") - before, 101);
+	cr_assert_eq(tc_daemon_requests(prod, "fw/counter") - before, 101);
 	cr_assert_eq(tu_fd_count(), fds);
 	cr_assert_eq(tu_buf_map_count(), maps);
 	td_follow_close(f);
@@ -658,9 +649,9 @@ Test(follow, versions_without_an_entry_come_by_get)
 	/* a reply that does not fit an entry */
 	memset(meta, 0xc3, sizeof(meta));
 	v = put_fd_meta(prod, "fw/e", fd, 4 * KIB, meta, sizeof(meta));
-	before = daemon_requests(prod, "fw/count");
+	before = tc_daemon_requests(prod, "fw/count");
 	t[0] = next(f[0], 5000);
-	cr_assert_eq(daemon_requests(prod, "fw/count") - before, 2,
+	cr_assert_eq(tc_daemon_requests(prod, "fw/count") - before, 2,
 		     "not taken by GET (and the count's own request)");
 	cr_assert_eq(td_tensor_version(t[0]), v);
 	m = td_tensor_meta(t[0], &mlen);
@@ -682,9 +673,9 @@ Test(follow, versions_without_an_entry_come_by_get)
 		cr_assert_eq(td_client_publish(prod, &p, &v, &e), 0, "%s",
 			     e.reason);
 		close(fence);
-		before = daemon_requests(prod, "fw/count");
+		before = tc_daemon_requests(prod, "fw/count");
 		t[0] = next(f[0], 5000);
-		cr_assert_eq(daemon_requests(prod, "fw/count") - before, 2,
+		cr_assert_eq(tc_daemon_requests(prod, "fw/count") - before, 2,
 			     "a fenced version not taken by GET");
 		cr_assert_eq(td_tensor_version(t[0]), v);
 		cr_assert_geq(td_tensor_fence_fd(t[0]), 0, "its fence lost");
@@ -694,17 +685,17 @@ Test(follow, versions_without_an_entry_come_by_get)
 	/* sixteen versions, each kept by a follow: from the bell */
 	for (unsigned i = 0; i < TD_FOLLOW_ENTRIES; i++) {
 		v = put_fd(prod, "fw/e", fd, 4 * KIB);
-		before = daemon_requests(prod, "fw/count");
+		before = tc_daemon_requests(prod, "fw/count");
 		t[i] = next(f[i], 5000);
-		cr_assert_eq(daemon_requests(prod, "fw/count") - before, 1,
+		cr_assert_eq(tc_daemon_requests(prod, "fw/count") - before, 1,
 			     "version %u not from the bell", i);
 		cr_assert_eq(td_tensor_version(t[i]), v);
 	}
 	/* every entry is a kept version's or the current one's: by GET */
 	v = put_fd(prod, "fw/e", fd, 4 * KIB);
-	before = daemon_requests(prod, "fw/count");
+	before = tc_daemon_requests(prod, "fw/count");
 	t[TD_FOLLOW_ENTRIES] = next(f[TD_FOLLOW_ENTRIES], 5000);
-	cr_assert_eq(daemon_requests(prod, "fw/count") - before, 2,
+	cr_assert_eq(tc_daemon_requests(prod, "fw/count") - before, 2,
 		     "an entry was rewritten under a kept version");
 	cr_assert_eq(td_tensor_version(t[TD_FOLLOW_ENTRIES]), v);
 	cr_assert(all_bytes(t[TD_FOLLOW_ENTRIES], 0x5a));
@@ -905,14 +896,14 @@ Test(follow, get_newer_rides_a_follow_and_keeps_its_meaning)
 	t = newer(cons, "gn/x", 0, 1000); /* a GET: the name is noted */
 	cr_assert_eq(td_tensor_version(t), v[1]);
 	td_tensor_release(t);
-	before = daemon_requests(prod, "gn/counter");
+	before = tc_daemon_requests(prod, "gn/counter");
 	cr_assert_eq(td_client_get_newer(cons, "gn/x", v[1], 0, &u, &e),
 		     -ETIMEDOUT, "%s", e.reason);
 	cr_assert(u == NULL && strstr(e.reason, "gn/x"), "%s", e.reason);
 	cr_assert_eq(td_client_get_newer(cons, "gn/x", v[1], 30, &u, &e),
 		     -ETIMEDOUT, "%s", e.reason);
 	/* the FOLLOW the first made, and this RING_STAT: no GET */
-	cr_assert_eq(daemon_requests(prod, "gn/counter") - before, 2);
+	cr_assert_eq(tc_daemon_requests(prod, "gn/counter") - before, 2);
 	for (unsigned i = 2; i <= 4; i++) {
 		v[i] = put(prod, "gn/x", 4 * KIB, TD_ALLOC_STREAM,
 			   (uint8_t)i);
@@ -943,11 +934,11 @@ static void followed_handoff(struct td_client *prod, struct td_client *cons,
 	uint64_t before;
 
 	put(prod, name, 4 * KIB, TD_ALLOC_STREAM, 0x77);
-	before = daemon_requests(prod, "gn/counter");
+	before = tc_daemon_requests(prod, "gn/counter");
 	t = newer(cons, name, after, 1000);
 	cr_assert(all_bytes(t, 0x77));
 	td_tensor_release(t);
-	cr_assert_eq(daemon_requests(prod, "gn/counter") - before, 1);
+	cr_assert_eq(tc_daemon_requests(prod, "gn/counter") - before, 1);
 }
 
 /*

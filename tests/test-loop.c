@@ -17,6 +17,7 @@
 
 #include <tensord/tensord.h>
 
+#include "testclient.h"
 #include "testutil.h"
 
 /* Hang guard only: nothing about speed is asserted. */
@@ -309,13 +310,6 @@ static void ring_put(struct td_ring *r, uint8_t byte)
 	cr_assert_eq(td_ring_publish(r, NULL), 0);
 }
 
-static uint64_t daemon_requests(struct td_client *c, const char *name)
-{
-	struct td_ring_stat st;
-	cr_assert_eq(td_client_ring_stat(c, name, &st, NULL), 0);
-	return st.daemon_requests;
-}
-
 Test(loop, ring_versions_wake_the_fd_and_reach_the_handler)
 {
 	struct pair x;
@@ -352,14 +346,14 @@ Test(loop, ring_versions_wake_the_fd_and_reach_the_handler)
 	cr_assert_eq(w.calls, 1, "no new version, no call");
 
 	/* warm: handoffs send the daemon nothing, whoever waits by fd */
-	uint64_t before = daemon_requests(pc, "loop/ring");
+	uint64_t before = tc_daemon_requests(pc, "loop/ring");
 	for (int i = 0; i < 50; i++) {
 		ring_put(r, (uint8_t)(20 + i));
 		cr_assert_eq(readable(c, 0), 1, "publish %d wakes", i);
 		cr_assert_eq(td_client_process(c, NULL), 1);
 		cr_assert_eq(w.first, 20 + i);
 	}
-	cr_assert_eq(daemon_requests(pc, "loop/ring"), before + 1,
+	cr_assert_eq(tc_daemon_requests(pc, "loop/ring"), before + 1,
 		     "only the RING_STAT itself reached the daemon");
 	cr_assert_eq(w.last, 51);
 

@@ -33,6 +33,7 @@
 #include "malloc-count.h"
 #include "scm.h"
 #include "tensord/tensord.h"
+#include "testclient.h"
 #include "testutil.h"
 #include "wire.h"
 
@@ -996,16 +997,6 @@ Test(recycle, a_daemon_without_feature_bits_is_still_reached)
 
 /* ---- streams: one round trip per tensor on each side ---- */
 
-/* Datagrams the daemon received so far (RING_STAT of ring `name`). */
-static uint64_t daemon_requests(struct td_client *c, const char *name)
-{
-	struct td_ring_stat st;
-	struct td_error e = {0};
-
-	cr_assert_eq(td_client_ring_stat(c, name, &st, &e), 0, "%s",
-		     e.reason);
-	return st.daemon_requests;
-}
 
 /*
  * One stream handoff: TD_ALLOC_STREAM loan (lent by the last PUBLISH
@@ -1063,7 +1054,7 @@ static void stream_trips(const char *import, bool ride)
 				      false);
 	fds = tu_fd_count();
 	maps = tu_buf_map_count();
-	before = daemon_requests(prod, "st/counter");
+	before = tc_daemon_requests(prod, "st/counter");
 	for (unsigned i = 0; i < 100; i++)
 		last = stream_handoff(prod, cons, last, (uint8_t)(i + 9),
 				      false);
@@ -1072,7 +1063,7 @@ static void stream_trips(const char *import, bool ride)
 	 * count; riding a follow (docs/fastpath.md, "get_newer rides a
 	 * follow"), the PUBLISH alone
 	 */
-	cr_assert_eq(daemon_requests(prod, "st/counter") - before,
+	cr_assert_eq(tc_daemon_requests(prod, "st/counter") - before,
 		     ride ? 101 : 301);
 	cr_assert_eq(tu_fd_count(), fds);
 	cr_assert_eq(tu_buf_map_count(), maps);

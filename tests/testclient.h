@@ -37,4 +37,17 @@ static inline void tc_check_rest(struct td_client *c, struct td_tensor *t,
 	td_entry_fini(&ent);
 }
 
+/* Datagrams the daemon has received so far: RING_STAT of ring `name`,
+ * which counts every request (that RING_STAT included). */
+static inline uint64_t tc_daemon_requests(struct td_client *c,
+					  const char *name)
+{
+	struct td_ring_stat st;
+	struct td_error e = {0};
+
+	cr_assert_eq(td_client_ring_stat(c, name, &st, &e), 0, "%s",
+		     e.reason);
+	return st.daemon_requests;
+}
+
 #endif
