@@ -25,6 +25,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,9 +81,18 @@ struct ring_priv {
 	struct td_client *c;
 	struct td_ring *out; /* producer: data; consumer: ack */
 	struct td_sub *in;   /* producer: ack; consumer: data */
+	bool lockstep;       /* the ack is the consumer's release */
 };
 
-static int ring_setup(struct bench_run *r)
+/* The ring's own ack: a 16-byte ring back, unless the ack is the release. */
+static int ring_acks(const struct bench_run *r)
+{
+	const struct ring_priv *x = r->priv;
+
+	return bench_method_acks(r) && !x->lockstep;
+}
+
+static int ring_setup_as(struct bench_run *r, bool lockstep)
 {
 	struct ring_priv *x = calloc(1, sizeof(*x));
 	int prod = r->role == BENCH_PRODUCER;
@@ -102,6 +112,7 @@ static int ring_setup(struct bench_run *r)
 
 	if (!x)
 		return bench_fail(r, -ENOMEM, "out of memory");
+	x->lockstep = lockstep;
 	r->priv = x;
 	snprintf(out, sizeof(out), "bench/%s%u", prod ? "data" : "ack",
 		 r->run_id);
@@ -113,14 +124,15 @@ static int ring_setup(struct bench_run *r)
 				  err.reason);
 	if (r->consumers > 1)
 		desc.slot_count = r->consumers + 2;
-	/* without the ring's own ack (FANOUT, PACED): only the data ring */
-	if (!bench_method_acks(r) && !prod)
+	/* without the ring's own ack (FANOUT, PACED, lock step): only the
+	 * data ring */
+	if (!ring_acks(r) && !prod)
 		goto subscribe;
 	rc = td_ring_create(x->c, out, &desc, &x->out, &err);
 	if (rc < 0)
 		return bench_fail(r, rc, "td_ring_create %s: %.200s", out,
 				  err.reason);
-	if (!bench_method_acks(r))
+	if (!ring_acks(r))
 		return 0;
 subscribe:
 	rc = td_ring_subscribe(x->c, in, 30000, &x->in, &err);
@@ -128,6 +140,17 @@ subscribe:
 		return bench_fail(r, rc, "td_ring_subscribe %s: %.200s", in,
 				  err.reason);
 	return 0;
+}
+
+static int ring_setup(struct bench_run *r)
+{
+	return ring_setup_as(r, false);
+}
+
+/* tensord-ring-lockstep: the producer waits for the release */
+static int ring_setup_lockstep(struct bench_run *r)
+{
+	return ring_setup_as(r, true);
 }
 
 /* tensord-ring-sleep: TENSORD_RING_SPIN_US=0, every wait a futex sleep */
@@ -150,7 +173,13 @@ static int ring_producer_step(struct bench_run *r, uint64_t seq)
 	if (rc < 0)
 		return bench_fail(r, rc, "td_ring_acquire: %s", strerror(-rc));
 	bench_payload_write(s.planes[0], r->size, seq, r->write);
-	td_ring_publish(x->out, NULL);
+	td_ring_publish(x->out, &got);
+	if (x->lockstep && bench_method_acks(r)) {
+		rc = td_ring_wait_read(x->out, got, -1);
+		return rc < 0 ? bench_fail(r, rc, "td_ring_wait_read: %s",
+					   strerror(-rc))
+			      : 0;
+	}
 	if (!bench_method_acks(r))
 		return 0;
 	rc = td_sub_next(x->in, -1, &v);
@@ -183,7 +212,7 @@ static int ring_consumer_step(struct bench_run *r, uint64_t seq)
 		rc = bench_fail(r, -EBADMSG, "payload %" PRIu64 " corrupt",
 				seq);
 	td_sub_release(x->in);
-	if (rc < 0 || !bench_method_acks(r))
+	if (rc < 0 || !ring_acks(r))
 		return rc;
 	rc = td_ring_acquire(x->out, -1, &s);
 	if (rc < 0)
@@ -237,4 +266,19 @@ const struct bench_method bench_tensord_ring_sleep = {
 	.teardown = ring_teardown,
 	.service_pid = ring_service_pid,
 	.streams = 1,
+};
+
+const struct bench_method bench_tensord_ring_lockstep = {
+	.name = "tensord-ring-lockstep",
+	.desc = "as tensord-ring, with the consumer's td_sub_release as the "
+		"ack: the producer waits in td_ring_wait_read (ping-pong "
+		"only; no ring back)",
+	.start = ring_start,
+	.stop = ring_stop,
+	.can_run = ring_can_run,
+	.setup = ring_setup_lockstep,
+	.producer_step = ring_producer_step,
+	.consumer_step = ring_consumer_step,
+	.teardown = ring_teardown,
+	.service_pid = ring_service_pid,
 };

@@ -77,6 +77,11 @@ const struct bench_method bench_tensord_ring_sleep = {
 	.name = "tensord-ring-sleep", .desc = "tensord rings, no polling",
 	.start = td_unbuilt,
 };
+const struct bench_method bench_tensord_ring_lockstep = {
+	.name = "tensord-ring-lockstep",
+	.desc = "tensord rings, the release as the ack",
+	.start = td_unbuilt,
+};
 const struct bench_method bench_tensord_follow = {
 	.name = "tensord-follow", .desc = "tensord plain API, following",
 	.start = td_unbuilt,
@@ -100,6 +105,7 @@ static const struct bench_method *const all_methods[] = {
 	&bench_tensord_follow_scm,
 	&bench_tensord_ring,
 	&bench_tensord_ring_sleep,
+	&bench_tensord_ring_lockstep,
 	&bench_iceoryx_wait,
 	&bench_iceoryx_poll,
 	&bench_socket_copy,

@@ -595,52 +595,109 @@ bool td__past(int64_t deadline)
 	return deadline >= 0 && td__now_ns() >= deadline;
 }
 
-int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
+/*
+ * The producer's wait for its readers: until look(r, arg) finds what it
+ * wants (>= 0, returned), at most timeout_ms. Polls as its pace plans,
+ * then sleeps on release_seq with prod_waiting = why (TD_RING_PROD_*): a
+ * subscriber bumps it and wakes when it releases, or for _READ also when
+ * it takes; the daemon when it frees or resets a row. -ETIMEDOUT.
+ */
+static int prod_wait(struct td_ring *r, int timeout_ms, uint32_t why,
+		     int (*look)(struct td_ring *r, uint64_t arg), uint64_t arg)
 {
-	struct td_ring_readers *rd;
+	struct td_ring_readers *rd = r->m.rd;
 	struct td_pace_plan plan = {0};
 	int64_t deadline, until;
+	int got = look(r, arg);
+
+	if (got >= 0)
+		return got;
+	if (timeout_ms == 0)
+		return -ETIMEDOUT;
+	deadline = td__deadline_of(timeout_ms);
+	for (;;) {
+		uint32_t w = atomic_load(&rd->release_seq);
+
+		got = look(r, arg);
+		if (got >= 0)
+			break;
+		if (td__past(deadline))
+			return -ETIMEDOUT;
+		if (td__pace_wait(&r->pace, &plan, deadline, &until))
+			continue;
+		/* announce the sleep, then look once more (Dekker with the
+		 * reader's clear-then-check) */
+		atomic_store(&rd->prod_waiting, why);
+		got = look(r, arg);
+		if (got < 0)
+			td__futex_wait_until(&rd->release_seq, w, until);
+		atomic_store(&rd->prod_waiting, 0);
+		if (got >= 0)
+			break;
+	}
+	td_pace_done(&r->pace, &plan, td__now_ns());
+	return got;
+}
+
+static int pick_look(struct td_ring *r, uint64_t arg)
+{
+	(void)arg;
+	return pick(r);
+}
+
+int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
+{
 	int s;
 
 	if (!r || !slot)
 		return -EINVAL;
 	if (td__client_foreign(r->c))
 		return -ECHILD; /* the parent's slots: see td_client_connect */
-	if (r->cur != TD_RING_NONE) {
-		slot_fill(&r->m, r->cur, slot);
-		return 0;
+	if (r->cur == TD_RING_NONE) {
+		s = prod_wait(r, timeout_ms, TD_RING_PROD_SLOT, pick_look, 0);
+		if (s < 0)
+			return s;
+		r->cur = (uint32_t)s;
 	}
-	rd = r->m.rd;
-	s = pick(r);
-	if (s < 0) {
-		if (timeout_ms == 0)
-			return -ETIMEDOUT;
-		deadline = td__deadline_of(timeout_ms);
-		for (;;) {
-			uint32_t w = atomic_load(&rd->release_seq);
-
-			s = pick(r);
-			if (s >= 0)
-				break;
-			if (td__past(deadline))
-				return -ETIMEDOUT;
-			if (td__pace_wait(&r->pace, &plan, deadline, &until))
-				continue;
-			/* announce the sleep, then look once more (Dekker
-			 * with the reader's clear-then-check) */
-			atomic_store(&rd->prod_waiting, 1);
-			s = pick(r);
-			if (s < 0)
-				td__futex_wait_until(&rd->release_seq, w, until);
-			atomic_store(&rd->prod_waiting, 0);
-			if (s >= 0)
-				break;
-		}
-		td_pace_done(&r->pace, &plan, td__now_ns());
-	}
-	r->cur = (uint32_t)s;
 	slot_fill(&r->m, r->cur, slot);
 	return 0;
+}
+
+/*
+ * 0 when every reader row has read version v: took it or a newer one, and
+ * holds it no more; -1 while one has not. A row holds v while its `held`
+ * slot still carries version v (a held slot is never rewritten, so a
+ * slot that carries another version is not v's). A free row (taken
+ * TD_RING_TAKEN_ANY) has nothing to read; a new one (taken 0) has.
+ */
+static int read_look(struct td_ring *r, uint64_t v)
+{
+	const struct td_ring_readers *rd = r->m.rd;
+	const struct td_ring_hdr *h = r->m.hdr;
+
+	for (uint32_t i = 0; i < r->m.reader_count; i++) {
+		uint64_t taken = atomic_load(&rd->rows[i].taken);
+		uint32_t held;
+
+		if (taken == TD_RING_TAKEN_ANY)
+			continue;
+		if (taken < v)
+			return -1;
+		held = atomic_load(&rd->rows[i].held);
+		if (taken == v && held < r->m.g.slot_count &&
+		    atomic_load(&h->slots[held].version) == v)
+			return -1;
+	}
+	return 0;
+}
+
+int td_ring_wait_read(struct td_ring *r, uint64_t version, int timeout_ms)
+{
+	if (!r || !version || version >= r->next_version)
+		return -EINVAL;
+	if (td__client_foreign(r->c))
+		return -ECHILD;
+	return prod_wait(r, timeout_ms, TD_RING_PROD_READ, read_look, version);
 }
 
 /* Publish the acquired slot with its fence word set to `fence`. */
@@ -812,16 +869,21 @@ fail:
 	return rc;
 }
 
-/* Drop our hold; wake the producer if it sleeps for a free slot. */
+/* Wake the producer asleep on release_seq. */
+static void prod_wake(struct td_ring_readers *rd)
+{
+	atomic_fetch_add(&rd->release_seq, 1);
+	td__futex_wake((const uint32_t *)&rd->release_seq, 1);
+}
+
+/* Drop our hold; wake the producer if it sleeps for its readers. */
 static void row_clear(struct td_sub *s)
 {
 	struct td_ring_readers *rd = s->m.rd;
 
 	atomic_store(&s->row->held, TD_RING_RELEASED);
-	if (atomic_load(&rd->prod_waiting)) {
-		atomic_fetch_add(&rd->release_seq, 1);
-		td__futex_wake((const uint32_t *)&rd->release_seq, 1);
-	}
+	if (atomic_load(&rd->prod_waiting))
+		prod_wake(rd);
 }
 
 int td_sub_release(struct td_sub *s)
@@ -911,7 +973,12 @@ static int try_hold(struct td_sub *s, uint64_t latest, struct td_view *view)
 	s->last_version = v;
 	/* after the hold is validated: the producer may rewrite this slot
 	 * once every reader took it and none holds it */
-	atomic_store_explicit(&s->row->taken, v, memory_order_release);
+	atomic_store(&s->row->taken, v);
+	/* a producer asleep in td_ring_wait_read() for a version we skipped
+	 * is done: seq_cst store, then look (Dekker with its announce, then
+	 * look, as row_clear) */
+	if (atomic_load(&s->m.rd->prod_waiting) == TD_RING_PROD_READ)
+		prod_wake(s->m.rd);
 	view_fill(s, slot, v, view);
 	return 1;
 }

@@ -123,10 +123,14 @@ struct td_ring_row {
 	uint8_t pad[44]; /* one row per cache line */
 };
 
+/* readers.prod_waiting: 0, or what the producer sleeps for */
+#define TD_RING_PROD_SLOT 1u /* a free slot (td_ring_acquire) */
+#define TD_RING_PROD_READ 2u /* its readers' takes (td_ring_wait_read) */
+
 struct td_ring_readers {
 	/* futex word the producer sleeps on when every slot is held */
 	_Alignas(64) _Atomic uint32_t release_seq;
-	_Atomic uint32_t prod_waiting; /* 1 while the producer sleeps */
+	_Atomic uint32_t prod_waiting; /* TD_RING_PROD_* while it sleeps */
 	uint8_t pad[56];
 	struct td_ring_row rows[TD_RING_MAX_READERS];
 };

@@ -194,6 +194,27 @@ static PyObject *ring_publish(RingObject *ring, PyObject *unused)
 	return PyLong_FromUnsignedLongLong(v);
 }
 
+static PyObject *ring_wait_read(RingObject *ring, PyObject *args,
+				PyObject *kw)
+{
+	static char *kwlist[] = {"version", "timeout", NULL};
+	unsigned long long v;
+	PyObject *to = Py_None;
+	int ms = -1, rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "K|O", kwlist, &v, &to) ||
+	    !tdpy_conv_timeout(to, &ms) || !ring_usable(ring))
+		return NULL;
+	ring->busy = true;
+	Py_BEGIN_ALLOW_THREADS
+	rc = td_ring_wait_read(ring->r, v, ms);
+	Py_END_ALLOW_THREADS
+	ring->busy = false;
+	if (rc < 0)
+		return tdpy_raise(rc, NULL, "wait_read");
+	Py_RETURN_NONE;
+}
+
 static PyObject *ring_close(RingObject *ring, PyObject *unused)
 {
 	ring->closed = true;
@@ -222,6 +243,10 @@ static PyMethodDef ring_methods[] = {
 	 "acquire(timeout=None) -> writable Array over a free slot"},
 	{"publish", (PyCFunction)ring_publish, METH_NOARGS,
 	 "Publish the acquired slot; returns its version."},
+	{"wait_read", (PyCFunction)(void (*)(void))ring_wait_read,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "wait_read(version, timeout=None): return once every subscriber "
+	 "read that version and released it (tensord.Timeout if not)"},
 	{"close", (PyCFunction)ring_close, METH_NOARGS,
 	 "End the ring (deferred while arrays over its slots live)."},
 	{"__enter__", tdpy_enter, METH_NOARGS, NULL},

@@ -930,6 +930,240 @@ Test(ring, the_latest_slot_is_reused_only_once_every_reader_took_it)
 	tu_daemon_stop(&d, true);
 }
 
+/* ---- lock step: the producer waits for its readers ---- */
+
+/*
+ * In-process, every call non-blocking: td_ring_wait_read() answers 0
+ * exactly when every subscriber of the moment has taken the version (or
+ * a newer one) and holds it no more.
+ */
+Test(ring, wait_read_waits_for_every_reader_to_read_and_release)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_sub *a, *b, *n;
+	struct td_slot s;
+	struct td_view v;
+	uint64_t ver;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	r = make_ring(c, "t/lock", 4, 64, 0);
+	cr_assert_eq(td_ring_wait_read(r, 1, 0), -EINVAL, "not published");
+	cr_assert_eq(td_ring_wait_read(r, 0, 0), -EINVAL);
+	cr_assert_eq(td_ring_wait_read(NULL, 1, 0), -EINVAL);
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	cr_assert_eq(td_ring_publish(r, &ver), 0);
+	cr_assert_eq(td_ring_wait_read(r, ver, 0), 0, "no subscriber");
+
+	a = subscribe(c, "t/lock");
+	b = subscribe(c, "t/lock");
+	cr_assert_eq(td_ring_wait_read(r, 1, 0), -ETIMEDOUT,
+		     "new subscribers have not read the latest version");
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	cr_assert_eq(td_ring_publish(r, &ver), 0);
+	cr_assert_eq(ver, 2);
+	cr_assert_eq(td_sub_next(a, 0, &v), 0);
+	cr_assert_eq(v.version, 2);
+	cr_assert_eq(td_ring_wait_read(r, 2, 0), -ETIMEDOUT, "a holds it");
+	cr_assert_eq(td_sub_release(a), 0);
+	cr_assert_eq(td_ring_wait_read(r, 2, 0), -ETIMEDOUT, "b never took");
+	cr_assert_eq(td_ring_wait_read(r, 2, 30), -ETIMEDOUT);
+	cr_assert_eq(td_sub_next(b, 0, &v), 0);
+	cr_assert_eq(td_ring_wait_read(r, 2, 0), -ETIMEDOUT, "b holds it");
+	cr_assert_eq(td_sub_release(b), 0);
+	cr_assert_eq(td_ring_wait_read(r, 2, 0), 0);
+	cr_assert_eq(td_ring_wait_read(r, 1, 0), 0, "older: read too");
+	cr_assert_eq(td_ring_wait_read(r, 3, 0), -EINVAL);
+
+	/* versions 3 and 4; both take 4: 3 counts as read while they
+	 * still hold 4 (they moved past it), 4 only once released */
+	for (int k = 0; k < 2; k++) {
+		cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+		cr_assert_eq(td_ring_publish(r, &ver), 0);
+	}
+	cr_assert_eq(td_sub_next(a, 0, &v), 0);
+	cr_assert_eq(v.version, 4);
+	cr_assert_eq(td_ring_wait_read(r, 3, 0), -ETIMEDOUT, "b is behind");
+	cr_assert_eq(td_sub_next(b, 0, &v), 0);
+	cr_assert_eq(td_ring_wait_read(r, 3, 0), 0, "both past 3");
+	cr_assert_eq(td_ring_wait_read(r, 4, 0), -ETIMEDOUT);
+	/* a subscriber that leaves stops counting */
+	td_sub_close(b);
+	cr_assert_eq(td_ring_wait_read(r, 4, 0), -ETIMEDOUT, "a holds 4");
+	cr_assert_eq(td_sub_release(a), 0);
+	cr_assert_eq(td_ring_wait_read(r, 4, 0), 0, "b still counted");
+	/* one that arrives counts until it read */
+	n = subscribe(c, "t/lock");
+	cr_assert_eq(td_ring_wait_read(r, 4, 0), -ETIMEDOUT);
+	cr_assert_eq(td_sub_next(n, 0, &v), 0);
+	cr_assert_eq(v.version, 4);
+	td_sub_close(n);
+	cr_assert_eq(td_ring_wait_read(r, 4, 0), 0);
+
+	td_sub_close(a);
+	td_ring_close(r);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+#define LOCKSTEP 2000
+
+/*
+ * Across processes with every wait a sleep (TENSORD_RING_SPIN_US=0): a
+ * producer that publishes a version only once the last one was read
+ * makes the subscriber see every version, none skipped, and wakes from
+ * its sleep on the subscriber's release alone (nothing else wakes it: a
+ * lost wake-up is a 20 s wait that fails the child). The subscriber also
+ * checks that a version's bytes are never rewritten while it holds them.
+ */
+struct lock {
+	int ready[2]; /* subscriber -> producer: subscribed */
+};
+
+static void lock_producer(const struct tu_daemon *d, void *arg)
+{
+	struct lock *k = arg;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_slot s;
+	uint64_t v;
+
+	CK_EQ(setenv("TENSORD_RING_SPIN_US", "0", 1), 0);
+	c = open_client(d);
+	r = make_ring(c, "t/lockstep", 2, 4096, 0);
+	hear(k->ready[0]);
+	for (uint64_t i = 1; i <= LOCKSTEP; i++) {
+		CK_EQ(td_ring_acquire(r, 20000, &s), 0);
+		pattern_fill(s.planes[0], 4096, i);
+		CK_EQ(td_ring_publish(r, &v), 0);
+		CK_EQ(v, i);
+		CK_EQ(td_ring_wait_read(r, v, 20000), 0);
+	}
+	td_ring_close(r);
+	td_client_close(c);
+	_exit(0);
+}
+
+static void lock_consumer(const struct tu_daemon *d, void *arg)
+{
+	struct lock *k = arg;
+	struct td_client *c;
+	struct td_sub *sub;
+	struct td_view v;
+	uint64_t last = 0;
+	int rc;
+
+	CK_EQ(setenv("TENSORD_RING_SPIN_US", "0", 1), 0);
+	c = open_client(d);
+	sub = subscribe(c, "t/lockstep");
+	say(k->ready[1]);
+	while ((rc = td_sub_next(sub, 20000, &v)) == 0) {
+		CK_EQ(v.version, last + 1);
+		CK(pattern_ok(v.planes[0], 4096, v.version));
+		last = v.version;
+		CK_EQ(td_sub_release(sub), 0);
+	}
+	CK_EQ(rc, -EPIPE);
+	CK_EQ(last, LOCKSTEP);
+	td_sub_close(sub);
+	td_client_close(c);
+	_exit(0);
+}
+
+Test(ring, a_lock_step_producer_is_woken_by_the_release_and_skips_nothing)
+{
+	struct lock k;
+
+	pair_run(lock_producer, lock_consumer, &k, k.ready);
+}
+
+/*
+ * A producer asleep in td_ring_wait_read() for a version its subscriber
+ * skips is woken by the take of the newer one: the subscriber holds that
+ * until the producer has returned, so no release can be what woke it.
+ */
+struct skip {
+	int ready[2]; /* subscriber -> producer: subscribed */
+	int go[2];    /* producer -> subscriber: 1 and 2 published */
+	int done[2];  /* producer -> subscriber: wait_read returned */
+};
+
+static void skip_producer(const struct tu_daemon *d, void *arg)
+{
+	struct skip *k = arg;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_slot s;
+
+	CK_EQ(setenv("TENSORD_RING_SPIN_US", "0", 1), 0);
+	c = open_client(d);
+	r = make_ring(c, "t/skip", 4, 64, 0);
+	hear(k->ready[0]);
+	for (int i = 0; i < 2; i++) {
+		CK_EQ(td_ring_acquire(r, 0, &s), 0);
+		CK_EQ(td_ring_publish(r, NULL), 0);
+	}
+	say(k->go[1]);
+	/* no deadline: a missed wake is caught by the subscriber's bound */
+	CK_EQ(td_ring_wait_read(r, 1, -1), 0);
+	say(k->done[1]);
+	td_ring_close(r);
+	td_client_close(c);
+	_exit(0);
+}
+
+static void skip_consumer(const struct tu_daemon *d, void *arg)
+{
+	struct skip *k = arg;
+	struct td_client *c;
+	struct td_sub *sub;
+	struct td_view v;
+
+	c = open_client(d);
+	sub = subscribe(c, "t/skip");
+	say(k->ready[1]);
+	hear(k->go[0]);
+	/* let the producer fall asleep first (a poll would see the take
+	 * anyway; this makes the sleep the likely case, not a condition) */
+	usleep(50000);
+	CK_EQ(td_sub_next(sub, 20000, &v), 0);
+	CK_EQ(v.version, 2);
+	{
+		/* still holding version 2; only its take can wake the
+		 * producer (its close would, too late for this bound) */
+		struct pollfd p = {.fd = k->done[0], .events = POLLIN};
+
+		CK_EQ(poll(&p, 1, 10000), 1);
+	}
+	td_sub_close(sub);
+	td_client_close(c);
+	_exit(0);
+}
+
+Test(ring, a_producer_waiting_for_a_skipped_version_wakes_on_the_take)
+{
+	struct skip k;
+	struct tu_daemon d;
+	pid_t p, c;
+
+	tu_daemon_start(&d, "warn");
+	cr_assert(pipe2(k.ready, O_CLOEXEC) == 0);
+	cr_assert(pipe2(k.go, O_CLOEXEC) == 0);
+	cr_assert(pipe2(k.done, O_CLOEXEC) == 0);
+	p = spawn(&d, skip_producer, &k);
+	c = spawn(&d, skip_consumer, &k);
+	cr_assert_eq(reap(p), 0, "producer failed");
+	cr_assert_eq(reap(c), 0, "consumer failed");
+	for (int i = 0; i < 2; i++) {
+		close(k.ready[i]);
+		close(k.go[i]);
+		close(k.done[i]);
+	}
+	tu_daemon_stop(&d, true);
+}
+
 /* ---- crashes ---- */
 
 struct kill9 {

@@ -294,3 +294,55 @@ def test_a_waiting_watch_does_not_hold_the_client(client):
     assert t.error is None
     assert (t.result.name, t.result.version) == ("wt/x", v)
     watch.close()
+
+
+def test_wait_read_returns_once_every_subscriber_read_and_released(client):
+    # docs/python.md: ring.wait_read(version, timeout=None)
+    ring = client.ring_create("rg/ls", (4,), "u8", slots=2)
+    sub = client.subscribe("rg/ls", timeout=5)
+    slot = ring.acquire(timeout=5)
+    slot[:] = 1
+    del slot
+    v = ring.publish()
+    with pytest.raises(tensord.Timeout):
+        ring.wait_read(v, timeout=0)  # not taken yet
+    view = sub.next(timeout=1)
+    with pytest.raises(tensord.Timeout):
+        ring.wait_read(v, timeout=0)  # held
+    del view
+    sub.release()
+    assert ring.wait_read(v, timeout=0) is None
+    with pytest.raises(tensord.Error):
+        ring.wait_read(v + 1)  # not published
+    with pytest.raises(TypeError):
+        ring.wait_read()
+    sub.close()
+    ring.close()
+
+
+def test_a_lock_step_producer_thread_makes_the_subscriber_see_every_version(
+        client):
+    n = 300
+    ring = client.ring_create("rg/lstep", (16,), "u8", slots=2)
+    sub = client.subscribe("rg/lstep", timeout=5)
+    seen = []
+
+    def consume():
+        for view in sub:
+            seen.append((view.version, int(view[0])))
+            del view
+            sub.release()
+
+    t = threading.Thread(target=consume)
+    t.start()
+    for i in range(1, n + 1):
+        slot = ring.acquire(timeout=5)
+        slot[:] = i % 256
+        del slot
+        v = ring.publish()
+        ring.wait_read(v, timeout=10)
+    ring.close()
+    t.join(10)
+    assert not t.is_alive()
+    assert seen == [(i, i % 256) for i in range(1, n + 1)]
+    sub.close()

@@ -827,6 +827,21 @@ TD_EXPORT int td_ring_acquire(struct td_ring *r, int timeout_ms,
  */
 TD_EXPORT int td_ring_publish(struct td_ring *r, uint64_t *version);
 /*
+ * Wait until every subscriber has read `version` (one this producer
+ * published): taken it or a newer version, and released it (or moved
+ * on), waiting up to timeout_ms (-1 forever, 0 just look). For a
+ * producer that wants each version consumed before it goes on (lock
+ * step; an answer with no bytes): the readers' releases are the answer,
+ * so nothing else crosses back. Polls, then sleeps, like
+ * td_ring_acquire(). The subscribers counted are those of the moment: one
+ * that subscribes meanwhile counts once it is there (it reads the latest
+ * version), one that closes or dies stops counting; with none, 0 at once.
+ * GETs of the ring do not count. 0, -ETIMEDOUT, -EINVAL a version not
+ * published yet (or 0).
+ */
+TD_EXPORT int td_ring_wait_read(struct td_ring *r, uint64_t version,
+				int timeout_ms);
+/*
  * td_ring_publish() with the slot's fence pending: for a producer whose
  * device is still writing the slot (a GPU queue). Subscribers get the
  * version at once and wait in td_sub_fence_wait() until the producer
