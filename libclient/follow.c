@@ -361,9 +361,7 @@ static int follow_wait(struct td_follow *f, uint64_t after, int timeout_ms,
 				continue;
 			if (rc == 0) {
 				f->last = v;
-				if (plan.start)
-					td_pace_done(&f->pace, &plan,
-						     td__now_ns());
+				td_pace_end(&f->pace, &plan, td__now_ns);
 			}
 			return rc;
 		}

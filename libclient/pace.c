@@ -20,6 +20,7 @@ void td_pace_plan(const struct td_pace *p, int64_t now,
 	int64_t e = p->avg;
 
 	w->start = now;
+	w->last = now;
 	w->yield_at = now + TD_PACE_YIELD_NS;
 	w->polls = 0;
 	if (p->base == 0) {
@@ -49,6 +50,7 @@ void td_pace_plan(const struct td_pace *p, int64_t now,
 
 enum td_pace_step td_pace_step(struct td_pace_plan *w, int64_t now)
 {
+	w->last = now < w->spin_until ? now : 0;
 	if (now < w->spin_until && now >= w->yield_at) {
 		w->yield_at = now + TD_PACE_YIELD_NS;
 		return TD_PACE_YIELD;
@@ -67,4 +69,11 @@ void td_pace_done(struct td_pace *p, const struct td_pace_plan *w,
 		return;
 	/* 1/4 weight: a few waits to adapt, one outlier moves it little */
 	p->avg = p->avg ? p->avg + (d - p->avg) / 4 : (d > 0 ? d : 1);
+}
+
+void td_pace_end(struct td_pace *p, const struct td_pace_plan *w,
+		 int64_t (*clock)(void))
+{
+	if (w->start)
+		td_pace_done(p, w, w->last ? w->last : clock());
 }

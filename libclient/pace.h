@@ -42,6 +42,9 @@ struct td_pace_plan {
 	int64_t spin_until; /* spin while now < this, then sleep */
 	int64_t yield_at;   /* next sched_yield while spinning */
 	uint32_t polls;     /* polls since the clock was last read */
+	/* the last clock read the plan was given (td_pace_plan,
+	 * td_pace_step), 0 once a step said sleep */
+	int64_t last;
 };
 
 /*
@@ -64,5 +67,14 @@ enum td_pace_step td_pace_step(struct td_pace_plan *w, int64_t now);
 /* The wait ended at `now` with something to take: learn from it. */
 void td_pace_done(struct td_pace *p, const struct td_pace_plan *w,
 		  int64_t now);
+/*
+ * The wait ended with something to take: td_pace_done at its last clock
+ * read if it ended polling (at most TD_PACE_POLLS_PER_CLOCK polls early,
+ * well under a microsecond, so no clock read stands between the
+ * partner's store and the caller), at clock() if it slept. Nothing for a
+ * plan never started (start 0: found at the first look).
+ */
+void td_pace_end(struct td_pace *p, const struct td_pace_plan *w,
+		 int64_t (*clock)(void));
 
 #endif

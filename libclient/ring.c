@@ -635,7 +635,7 @@ static int prod_wait(struct td_ring *r, int timeout_ms, uint32_t why,
 		if (got >= 0)
 			break;
 	}
-	td_pace_done(&r->pace, &plan, td__now_ns());
+	td_pace_end(&r->pace, &plan, td__now_ns);
 	return got;
 }
 
@@ -1003,8 +1003,8 @@ int td_sub_next(struct td_sub *s, int timeout_ms, struct td_view *view)
 
 		rc = try_hold(s, latest, view);
 		if (rc != 0) {
-			if (rc > 0 && plan.start)
-				td_pace_done(&s->pace, &plan, td__now_ns());
+			if (rc > 0)
+				td_pace_end(&s->pace, &plan, td__now_ns);
 			return rc < 0 ? -EBADMSG : 0;
 		}
 		if (latest != atomic_load(&h->latest))

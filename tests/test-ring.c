@@ -229,6 +229,14 @@ Test(ring, geometry_is_checked_and_bounded)
  * Wait planning (libclient/pace.c) with made-up clocks: no timing is
  * measured, the plans are exact arithmetic.
  */
+static int clock_reads;
+
+static int64_t fake_clock(void)
+{
+	clock_reads++;
+	return 1000000 + 43 * 1000;
+}
+
 Test(ring, waits_are_planned_from_recent_waits_and_bounded)
 {
 	const int64_t us = 1000;
@@ -276,6 +284,26 @@ Test(ring, waits_are_planned_from_recent_waits_and_bounded)
 	p.avg = 150000 * us;
 	td_pace_plan(&p, 0, &w);
 	cr_assert_eq(w.spin_until, 20 * us);
+
+	/* a wait that ends polling is dated by its last clock read, so
+	 * no clock read lies between the partner's store and the caller;
+	 * one that slept reads the clock; one never begun learns nothing */
+	td_pace_init(&p, 20 * us, 200 * us);
+	td_pace_plan(&p, 1000000, &w);
+	cr_assert_eq(td_pace_step(&w, 1000000 + 3 * us), TD_PACE_SPIN);
+	clock_reads = 0;
+	td_pace_end(&p, &w, fake_clock);
+	cr_assert_eq(clock_reads, 0, "a polling wait read the clock");
+	cr_assert_eq(p.avg, 3 * us);
+	td_pace_plan(&p, 1000000, &w);
+	cr_assert_eq(td_pace_step(&w, 1000000 + 30 * us), TD_PACE_SLEEP);
+	td_pace_end(&p, &w, fake_clock); /* woke at fake_clock()'s 1.043 ms */
+	cr_assert_eq(clock_reads, 1);
+	cr_assert_eq(p.avg, 3 * us + (43 * us - 3 * us) / 4);
+	w.start = 0;
+	td_pace_end(&p, &w, fake_clock);
+	cr_assert_eq(clock_reads, 1);
+	cr_assert_eq(p.avg, 13 * us);
 
 	/* spinning off: sleep at once, nothing learnt */
 	td_pace_init(&p, 0, 200 * us);
