@@ -1726,6 +1726,7 @@ Test(handoff, a_forked_child_cannot_use_the_parents_ring)
 		struct td_slot cs;
 		struct td_view cv;
 		int ok = td_ring_acquire(r, 0, &cs) == -ECHILD &&
+			 td_ring_wait_read(r, 1, 0) == -ECHILD &&
 			 td_sub_next(sub, 0, &cv) == -ECHILD &&
 			 td_sub_release(sub) == -ECHILD;
 

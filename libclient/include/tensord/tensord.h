@@ -120,8 +120,9 @@ struct td_client_info {
  * sends nothing (the parent's leases stay), and td_client_close() only
  * frees the child's copy; the child connects on its own. Likewise an
  * inherited ring or subscription: td_ring_acquire(), td_ring_publish(),
- * td_sub_next(), td_sub_poll() and td_sub_release() return -ECHILD in
- * the child, and td_ring_close()/td_sub_close() free only its copy.
+ * td_ring_wait_read(), td_sub_next(), td_sub_poll() and td_sub_release()
+ * return -ECHILD in the child, and td_ring_close()/td_sub_close() free
+ * only its copy.
  */
 TD_EXPORT int td_client_connect(const char *socket_path,
 				struct td_client **out, struct td_error *err);
@@ -837,7 +838,7 @@ TD_EXPORT int td_ring_publish(struct td_ring *r, uint64_t *version);
  * that subscribes meanwhile counts once it is there (it reads the latest
  * version), one that closes or dies stops counting; with none, 0 at once.
  * GETs of the ring do not count. 0, -ETIMEDOUT, -EINVAL a version not
- * published yet (or 0).
+ * published yet (or 0), -ECHILD in a child of fork().
  */
 TD_EXPORT int td_ring_wait_read(struct td_ring *r, uint64_t version,
 				int timeout_ms);
