@@ -5,7 +5,7 @@
  * N handoffs through the socket path (GET + RELEASE of one published
  * tensor: a lease taken and dropped each time, the client's mapping
  * cached) and N through a ring (acquire, write, publish, next, check,
- * release), then N fanned out to four consumers on each of two paths:
+ * release, and td_ring_wait_read: lock step), then N fanned out to four consumers on each of two paths:
  * "stream" (the plain API as a stream: TD_ALLOC_STREAM loans lent in the
  * PUBLISH reply, four clients GET NEWER and release without waiting) and
  * "fan-ring" (one ring, four subscriptions), and "follow" (the same
@@ -91,6 +91,7 @@ static int ring_path(struct td_client *c, const struct tdc_daemon *d,
 	struct td_error e = {0};
 	struct td_ring *r;
 	struct td_sub *s;
+	uint64_t ver;
 	int rc;
 
 	rc = td_ring_create(c, "soak/ring", &rd, &r, &e);
@@ -109,7 +110,7 @@ static int ring_path(struct td_client *c, const struct tdc_daemon *d,
 		if (rc < 0)
 			return fail("ring acquire", rc, NULL);
 		memcpy(slot.planes[0], &i, sizeof(i));
-		rc = td_ring_publish(r, NULL);
+		rc = td_ring_publish(r, &ver);
 		if (rc < 0)
 			return fail("ring publish", rc, NULL);
 		rc = td_sub_next(s, -1, &v);
@@ -117,7 +118,13 @@ static int ring_path(struct td_client *c, const struct tdc_daemon *d,
 			return fail("sub next", rc, NULL);
 		if (memcmp(v.planes[0], &i, sizeof(i)) != 0)
 			return fail("ring bytes differ", -EILSEQ, NULL);
+		/* in lock step: read once released, not before */
+		if (td_ring_wait_read(r, ver, 0) != -ETIMEDOUT)
+			return fail("read while held", -EPROTO, NULL);
 		td_sub_release(s);
+		rc = td_ring_wait_read(r, ver, 0);
+		if (rc < 0)
+			return fail("ring wait_read", rc, NULL);
 	}
 	sample(d, b);
 	td_sub_close(s);
