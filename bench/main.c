@@ -273,7 +273,7 @@ static void usage(FILE *f)
 "releases and acks; the producer times the round trip.\n\n"
 "  --methods LIST   comma list of: tensord tensord-scm tensord-get\n"
 "                   tensord-follow tensord-follow-scm tensord-ring\n"
-"                   tensord-ring-sleep\n"
+"                   tensord-ring-sleep tensord-ring-lockstep\n"
 "                   iceoryx-wait iceoryx-poll socket-copy fd-pass\n"
 "                   bare-futex bare-spin (default: all)\n"
 "  --sizes LIST     payload sizes, e.g. 64,4K,1M (default:\n"
