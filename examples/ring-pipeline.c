@@ -3,7 +3,7 @@
  * ring-pipeline: a producer and a subscriber process streaming frames
  * through a ring, the fast path (docs/fastpath.md).
  *
- *   ring-pipeline NAME [FRAMES]
+ *   ring-pipeline NAME [FRAMES [lockstep]]
  *
  * The parent creates the ring and writes FRAMES frames of 1 MiB, every
  * u32 of frame i set to i. A child process subscribes and reads frames in
@@ -11,6 +11,10 @@
  * numbers only increase: a slow reader skips frames, it never sees a torn
  * one. After the setup, a frame costs no message to the daemon, no fd and
  * no mapping: the slots are mapped once.
+ *
+ * With "lockstep" the producer waits after each frame until the
+ * subscriber read it and released it (td_ring_wait_read): nothing is
+ * skipped, and the release is the only answer that crosses back.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -60,12 +64,14 @@ static int subscriber(const char *name, int ready_fd)
 
 int main(int argc, char **argv)
 {
-	if (argc < 2 || argc > 3) {
-		fprintf(stderr, "usage: %s NAME [FRAMES]\n", argv[0]);
+	if (argc < 2 || argc > 4) {
+		fprintf(stderr, "usage: %s NAME [FRAMES [lockstep]]\n",
+			argv[0]);
 		return 2;
 	}
 	const char *name = argv[1];
-	long frames = argc == 3 ? strtol(argv[2], NULL, 10) : 100;
+	long frames = argc >= 3 ? strtol(argv[2], NULL, 10) : 100;
+	int lockstep = argc == 4 && strcmp(argv[3], "lockstep") == 0;
 
 	struct td_error err;
 	struct td_client *c;
@@ -106,7 +112,13 @@ int main(int argc, char **argv)
 		uint32_t *w = slot.planes[0];
 		for (size_t k = 0; k < WORDS; k++)
 			w[k] = (uint32_t)i;
-		td_ring_publish(r, NULL);
+		uint64_t version;
+		td_ring_publish(r, &version);
+		/* lock step: on once the subscriber read and released it */
+		if (lockstep && td_ring_wait_read(r, version, 5000) < 0) {
+			fprintf(stderr, "producer: frame %ld not read\n", i);
+			break;
+		}
 	}
 	printf("producer: %ld frames written\n", frames);
 	fflush(stdout);

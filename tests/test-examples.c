@@ -73,6 +73,23 @@ Test(examples, ring_pipeline_streams_whole_frames_to_the_end)
 	tu_daemon_stop(&d, true);
 }
 
+Test(examples, ring_pipeline_in_lock_step_delivers_every_frame)
+{
+	struct tu_daemon d;
+	char *out;
+	daemon_up(&d);
+	char *argv[] = {example("ring-pipeline"), "cam/ring", "200",
+			"lockstep", NULL};
+	cr_assert_eq(tu_run_capture(argv, &out), 0, "%s", out);
+	cr_assert(strstr(out, "producer: 200 frames written"), "%s", out);
+	/* the producer waited for each frame: none skipped */
+	cr_assert(strstr(out, "subscriber: 200 frames read, last frame 199, "
+			      "all whole (end: Broken pipe)"),
+		  "%s", out);
+	free(out);
+	tu_daemon_stop(&d, true);
+}
+
 Test(examples, follow_pipeline_streams_whole_frames_to_the_end)
 {
 	struct tu_daemon d;
