@@ -181,6 +181,14 @@ def map_count():
         return sum(1 for _ in f)
 
 
+def memfd_map_count():
+    # mappings of memfds (tensor planes, ring slots, follow bells): what a
+    # handoff could leak. The total also moves with the allocators' own
+    # arenas (pymalloc unmaps an empty one; ASan maps as it likes).
+    with open("/proc/self/maps") as f:
+        return sum(1 for line in f if "/memfd:" in line)
+
+
 def rss_kib():
     with open("/proc/self/status") as f:
         for line in f:
