@@ -182,6 +182,11 @@ struct opts {
 	size_t paced_size;
 };
 
+/* Rounds per run unless --rounds says otherwise. */
+#define DEFAULT_ROUNDS 3
+_Static_assert(DEFAULT_ROUNDS <= BENCH_MAX_ROUNDS,
+	       "a result keeps BENCH_MAX_ROUNDS round medians");
+
 static int parse_size(const char *s, size_t *out)
 {
 	char *end;
@@ -279,7 +284,8 @@ static void usage(FILE *f)
 "  --scale F        multiply the default iteration counts by F\n"
 "  --rounds R       split each run into R rounds interleaved across the\n"
 "                   methods (order rotating), each with its own setup and\n"
-"                   warm-up (default 3)\n"
+"                   warm-up (default %d, at most %d); ratios pair the\n"
+"                   methods' rounds\n"
 "  --cpus A,B       pin producer to A, consumer to B (default: first two\n"
 "                   allowed CPUs)\n"
 "  --no-pin         do not pin\n"
@@ -301,7 +307,8 @@ static void usage(FILE *f)
 "  -v, --verbose\n"
 "Environment: TD_BENCH_TENSORD (daemon binary), TD_BENCH_KEEP=1 (keep the\n"
 "temp dir with the RouDi and tensord logs).\n",
-		TD_BENCH_TENSORD_DEFAULT, TD_BENCH_ROUDI_DEFAULT);
+		DEFAULT_ROUNDS, BENCH_MAX_ROUNDS, TD_BENCH_TENSORD_DEFAULT,
+		TD_BENCH_ROUDI_DEFAULT);
 }
 
 /*
@@ -599,6 +606,15 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* The median of n > 0 samples (the mean of the middle two when n is
+ * even); sorts s. */
+static double median_of(uint64_t *s, uint64_t n)
+{
+	qsort(s, n, sizeof(*s), cmp_u64);
+	return n % 2 ? (double)s[n / 2] :
+		((double)s[n / 2 - 1] + (double)s[n / 2]) / 2;
+}
+
 static void stats(struct bench_result *res, uint64_t *s, uint64_t n)
 {
 	double sum = 0;
@@ -606,14 +622,12 @@ static void stats(struct bench_result *res, uint64_t *s, uint64_t n)
 
 	if (!n)
 		return;
-	qsort(s, n, sizeof(*s), cmp_u64);
+	res->median_ns = median_of(s, n);
 	for (uint64_t i = 0; i < n; i++)
 		sum += (double)s[i];
 	res->min_ns = (double)s[0];
 	res->max_ns = (double)s[n - 1];
 	res->mean_ns = sum / (double)n;
-	res->median_ns = n % 2 ? (double)s[n / 2] :
-		((double)s[n / 2 - 1] + (double)s[n / 2]) / 2;
 	/* nearest rank: the smallest sample >= 99 % of all */
 	k = (99 * n + 99) / 100;
 	res->p99_ns = (double)s[k ? k - 1 : 0];
@@ -981,6 +995,13 @@ static int run_group(struct bench_report *rep, const struct opts *o,
 			run_one(res->method, res, o, pl, ++*run_id, k,
 				samples + g * n * pl->consumers + got[g],
 				&outn);
+			/* this round's own median, for ratios paired round
+			 * by round (rounds <= o->rounds <= the cap) */
+			if (res->status == BENCH_OK && outn)
+				res->round_median_ns[res->rounds - 1] =
+					median_of(samples + g * n *
+						  pl->consumers + got[g],
+						  outn);
 			got[g] += outn;
 		}
 		done += k;
@@ -1043,7 +1064,8 @@ int main(int argc, char **argv)
 		64, 4u << 10, 1u << 20, 16u << 20, 64u << 20, 1u << 30,
 	};
 	struct opts o = {
-		.modes = 3, .iters = -1, .warmup = -1, .scale = 1.0, .rounds = 3,
+		.modes = 3, .iters = -1, .warmup = -1, .scale = 1.0,
+		.rounds = DEFAULT_ROUNDS,
 		.pin = 1, .cpu = { -1, -1 }, .run_timeout = 300, .kinds = 7,
 		.paced_size = 4096,
 	};
@@ -1115,6 +1137,10 @@ int main(int argc, char **argv)
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
+	}
+	if (o.rounds > BENCH_MAX_ROUNDS) {
+		fprintf(stderr, "bad --rounds: at most %d\n", BENCH_MAX_ROUNDS);
+		return 2;
 	}
 	if (optind != argc || o.iters == 0 || o.scale <= 0 || o.rounds < 1 ||
 	    o.run_timeout <= 0) {
