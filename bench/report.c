@@ -114,6 +114,53 @@ static void proc_field(const char *path, const char *key, char *out,
 	fclose(f);
 }
 
+/* One element of "results". */
+static void json_result(FILE *f, const struct bench_result *r)
+{
+	fprintf(f, "\n    {\"method\": ");
+	td_json_cstr(f, r->method->name);
+	fprintf(f, ", \"kind\": \"%s\", \"consumers\": %u",
+		r->kind == BENCH_PINGPONG ? "pingpong" :
+		r->kind == BENCH_FANOUT ? "fanout" : "paced",
+		r->consumers);
+	if (r->kind == BENCH_PACED)
+		fprintf(f, ", \"rate_hz\": %.0f", r->rate_hz);
+	fprintf(f, ", \"mode\": \"%s\", \"size\": %zu, "
+		   "\"status\": \"%s\"",
+		mode_name(r->write), r->size, status_name(r->status));
+	if (r->status != BENCH_OK) {
+		fprintf(f, ", \"reason\": ");
+		td_json_cstr(f, r->why);
+		fprintf(f, "}");
+		return;
+	}
+	fprintf(f, ", \"rounds\": %llu, \"round_median_ns\": [",
+		(unsigned long long)r->rounds);
+	for (uint64_t k = 0; k < r->rounds && k < BENCH_MAX_ROUNDS; k++)
+		fprintf(f, "%s%.1f", k ? ", " : "",
+			r->round_median_ns[k]);
+	fprintf(f, "], \"warmup_per_round\": %llu, "
+		   "\"samples\": %llu, \"verified\": %llu,\n     "
+		   "\"%s\": "
+		   "{\"median\": %.0f, \"p99\": %.0f, \"mean\": %.0f, "
+		   "\"min\": %.0f, \"max\": %.0f, \"count\": %llu},"
+		   "\n     "
+		   "\"loop_s\": %.6f, \"handoffs_per_s\": %.1f, "
+		   "\"gbytes_per_s\": %.4f,\n     \"cpu_ns\": "
+		   "{\"per_handoff\": %.0f, \"producer\": %llu, "
+		   "\"consumers\": %llu, \"service\": %llu}}",
+		(unsigned long long)r->warmup,
+		(unsigned long long)r->samples,
+		(unsigned long long)r->verified,
+		r->kind == BENCH_PACED ? "one_way_ns" : "rtt_ns",
+		r->median_ns, r->p99_ns, r->mean_ns, r->min_ns,
+		r->max_ns, (unsigned long long)r->delivered,
+		r->loop_s, r->handoffs_per_s, r->gbytes_per_s,
+		r->cpu_ns, (unsigned long long)r->cpu_prod_ns,
+		(unsigned long long)r->cpu_cons_ns,
+		(unsigned long long)r->cpu_svc_ns);
+}
+
 int report_json(const char *path, const struct bench_report *rep,
 		const struct bench_env *env)
 {
@@ -198,50 +245,8 @@ int report_json(const char *path, const struct bench_report *rep,
 	fprintf(f, "\n  },\n  \"duration_s\": %.1f,\n  \"results\": [",
 		(double)(bench_now_ns() - rep->started_ns) / 1e9);
 	for (size_t i = 0; i < rep->result_count; i++) {
-		const struct bench_result *r = &rep->results[i];
-
-		fprintf(f, "%s\n    {\"method\": ", i ? "," : "");
-		td_json_cstr(f, r->method->name);
-		fprintf(f, ", \"kind\": \"%s\", \"consumers\": %u",
-			r->kind == BENCH_PINGPONG ? "pingpong" :
-			r->kind == BENCH_FANOUT ? "fanout" : "paced",
-			r->consumers);
-		if (r->kind == BENCH_PACED)
-			fprintf(f, ", \"rate_hz\": %.0f", r->rate_hz);
-		fprintf(f, ", \"mode\": \"%s\", \"size\": %zu, "
-			   "\"status\": \"%s\"",
-			mode_name(r->write), r->size, status_name(r->status));
-		if (r->status != BENCH_OK) {
-			fprintf(f, ", \"reason\": ");
-			td_json_cstr(f, r->why);
-			fprintf(f, "}");
-			continue;
-		}
-		fprintf(f, ", \"rounds\": %llu, \"round_median_ns\": [",
-			(unsigned long long)r->rounds);
-		for (uint64_t k = 0; k < r->rounds && k < BENCH_MAX_ROUNDS; k++)
-			fprintf(f, "%s%.1f", k ? ", " : "",
-				r->round_median_ns[k]);
-		fprintf(f, "], \"warmup_per_round\": %llu, "
-			   "\"samples\": %llu, \"verified\": %llu,\n     "
-			   "\"%s\": "
-			   "{\"median\": %.0f, \"p99\": %.0f, \"mean\": %.0f, "
-			   "\"min\": %.0f, \"max\": %.0f, \"count\": %llu},"
-			   "\n     "
-			   "\"loop_s\": %.6f, \"handoffs_per_s\": %.1f, "
-			   "\"gbytes_per_s\": %.4f,\n     \"cpu_ns\": "
-			   "{\"per_handoff\": %.0f, \"producer\": %llu, "
-			   "\"consumers\": %llu, \"service\": %llu}}",
-			(unsigned long long)r->warmup,
-			(unsigned long long)r->samples,
-			(unsigned long long)r->verified,
-			r->kind == BENCH_PACED ? "one_way_ns" : "rtt_ns",
-			r->median_ns, r->p99_ns, r->mean_ns, r->min_ns,
-			r->max_ns, (unsigned long long)r->delivered,
-			r->loop_s, r->handoffs_per_s, r->gbytes_per_s,
-			r->cpu_ns, (unsigned long long)r->cpu_prod_ns,
-			(unsigned long long)r->cpu_cons_ns,
-			(unsigned long long)r->cpu_svc_ns);
+		fprintf(f, "%s", i ? "," : "");
+		json_result(f, &rep->results[i]);
 	}
 	fprintf(f, "\n  ]\n}\n");
 	if (fclose(f) != 0) {
