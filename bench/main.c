@@ -188,6 +188,11 @@ struct opts {
 	size_t paced_size;
 };
 
+/* Rounds per run unless --rounds says otherwise. */
+#define DEFAULT_ROUNDS 3
+_Static_assert(DEFAULT_ROUNDS <= BENCH_MAX_ROUNDS,
+	       "a result keeps BENCH_MAX_ROUNDS round medians");
+
 static int parse_size(const char *s, size_t *out)
 {
 	char *end;
@@ -285,7 +290,8 @@ static void usage(FILE *f)
 "  --scale F        multiply the default iteration counts by F\n"
 "  --rounds R       split each run into R rounds interleaved across the\n"
 "                   methods (order rotating), each with its own setup and\n"
-"                   warm-up (default 3)\n"
+"                   warm-up (default %d, at most %d); ratios pair the\n"
+"                   methods' rounds\n"
 "  --cpus A,B       pin producer to A, consumer to B (default: first two\n"
 "                   allowed CPUs)\n"
 "  --no-pin         do not pin\n"
@@ -307,7 +313,8 @@ static void usage(FILE *f)
 "  -v, --verbose\n"
 "Environment: TD_BENCH_TENSORD (daemon binary), TD_BENCH_KEEP=1 (keep the\n"
 "temp dir with the RouDi and tensord logs).\n",
-		TD_BENCH_TENSORD_DEFAULT, TD_BENCH_ROUDI_DEFAULT);
+		DEFAULT_ROUNDS, BENCH_MAX_ROUNDS, TD_BENCH_TENSORD_DEFAULT,
+		TD_BENCH_ROUDI_DEFAULT);
 }
 
 /*
@@ -605,6 +612,15 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* The median of n > 0 samples (the mean of the middle two when n is
+ * even); sorts s. */
+static double median_of(uint64_t *s, uint64_t n)
+{
+	qsort(s, n, sizeof(*s), cmp_u64);
+	return n % 2 ? (double)s[n / 2] :
+		((double)s[n / 2 - 1] + (double)s[n / 2]) / 2;
+}
+
 static void stats(struct bench_result *res, uint64_t *s, uint64_t n)
 {
 	double sum = 0;
@@ -612,14 +628,12 @@ static void stats(struct bench_result *res, uint64_t *s, uint64_t n)
 
 	if (!n)
 		return;
-	qsort(s, n, sizeof(*s), cmp_u64);
+	res->median_ns = median_of(s, n);
 	for (uint64_t i = 0; i < n; i++)
 		sum += (double)s[i];
 	res->min_ns = (double)s[0];
 	res->max_ns = (double)s[n - 1];
 	res->mean_ns = sum / (double)n;
-	res->median_ns = n % 2 ? (double)s[n / 2] :
-		((double)s[n / 2 - 1] + (double)s[n / 2]) / 2;
 	/* nearest rank: the smallest sample >= 99 % of all */
 	k = (99 * n + 99) / 100;
 	res->p99_ns = (double)s[k ? k - 1 : 0];
@@ -987,6 +1001,13 @@ static int run_group(struct bench_report *rep, const struct opts *o,
 			run_one(res->method, res, o, pl, ++*run_id, k,
 				samples + g * n * pl->consumers + got[g],
 				&outn);
+			/* this round's own median, for ratios paired round
+			 * by round (rounds <= o->rounds <= the cap) */
+			if (res->status == BENCH_OK && outn)
+				res->round_median_ns[res->rounds - 1] =
+					median_of(samples + g * n *
+						  pl->consumers + got[g],
+						  outn);
 			got[g] += outn;
 		}
 		done += k;
@@ -1049,9 +1070,9 @@ int main(int argc, char **argv)
 		64, 4u << 10, 1u << 20, 16u << 20, 64u << 20, 1u << 30,
 	};
 	struct opts o = {
-		.modes = 3, .iters = -1, .warmup = -1, .scale = 1.0, .rounds = 3,
-		.pin = 1, .cpu = { -1, -1 }, .run_timeout = 300, .kinds = 7,
-		.paced_size = 4096,
+		.modes = 3, .iters = -1, .warmup = -1, .scale = 1.0,
+		.rounds = DEFAULT_ROUNDS, .pin = 1, .cpu = { -1, -1 },
+		.run_timeout = 300, .kinds = 7, .paced_size = 4096,
 	};
 	static struct bench_report rep;
 	char start_why[METHOD_COUNT][BENCH_WHY_MAX];
@@ -1122,8 +1143,9 @@ int main(int argc, char **argv)
 		default: usage(stderr); return 2;
 		}
 	}
+	/* --rounds: at most the round medians a result keeps */
 	if (optind != argc || o.iters == 0 || o.scale <= 0 || o.rounds < 1 ||
-	    o.run_timeout <= 0) {
+	    o.rounds > BENCH_MAX_ROUNDS || o.run_timeout <= 0) {
 		usage(stderr);
 		return 2;
 	}

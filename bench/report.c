@@ -114,6 +114,53 @@ static void proc_field(const char *path, const char *key, char *out,
 	fclose(f);
 }
 
+/* One element of "results". */
+static void json_result(FILE *f, const struct bench_result *r)
+{
+	fprintf(f, "\n    {\"method\": ");
+	td_json_cstr(f, r->method->name);
+	fprintf(f, ", \"kind\": \"%s\", \"consumers\": %u",
+		r->kind == BENCH_PINGPONG ? "pingpong" :
+		r->kind == BENCH_FANOUT ? "fanout" : "paced",
+		r->consumers);
+	if (r->kind == BENCH_PACED)
+		fprintf(f, ", \"rate_hz\": %.0f", r->rate_hz);
+	fprintf(f, ", \"mode\": \"%s\", \"size\": %zu, "
+		   "\"status\": \"%s\"",
+		mode_name(r->write), r->size, status_name(r->status));
+	if (r->status != BENCH_OK) {
+		fprintf(f, ", \"reason\": ");
+		td_json_cstr(f, r->why);
+		fprintf(f, "}");
+		return;
+	}
+	fprintf(f, ", \"rounds\": %llu, \"round_median_ns\": [",
+		(unsigned long long)r->rounds);
+	for (uint64_t k = 0; k < r->rounds && k < BENCH_MAX_ROUNDS; k++)
+		fprintf(f, "%s%.1f", k ? ", " : "",
+			r->round_median_ns[k]);
+	fprintf(f, "], \"warmup_per_round\": %llu, "
+		   "\"samples\": %llu, \"verified\": %llu,\n     "
+		   "\"%s\": "
+		   "{\"median\": %.0f, \"p99\": %.0f, \"mean\": %.0f, "
+		   "\"min\": %.0f, \"max\": %.0f, \"count\": %llu},"
+		   "\n     "
+		   "\"loop_s\": %.6f, \"handoffs_per_s\": %.1f, "
+		   "\"gbytes_per_s\": %.4f,\n     \"cpu_ns\": "
+		   "{\"per_handoff\": %.0f, \"producer\": %llu, "
+		   "\"consumers\": %llu, \"service\": %llu}}",
+		(unsigned long long)r->warmup,
+		(unsigned long long)r->samples,
+		(unsigned long long)r->verified,
+		r->kind == BENCH_PACED ? "one_way_ns" : "rtt_ns",
+		r->median_ns, r->p99_ns, r->mean_ns, r->min_ns,
+		r->max_ns, (unsigned long long)r->delivered,
+		r->loop_s, r->handoffs_per_s, r->gbytes_per_s,
+		r->cpu_ns, (unsigned long long)r->cpu_prod_ns,
+		(unsigned long long)r->cpu_cons_ns,
+		(unsigned long long)r->cpu_svc_ns);
+}
+
 int report_json(const char *path, const struct bench_report *rep,
 		const struct bench_env *env)
 {
@@ -180,6 +227,9 @@ int report_json(const char *path, const struct bench_report *rep,
 		   "and service (tensord or RouDi) over the measured "
 		   "windows; per_handoff = their sum / samples (per message "
 		   "when paced)\", "
+		   "\"round_median_ns\": \"each round's own median of "
+		   "rtt_ns (paced: one_way_ns, one round), rounds of them; "
+		   "ratios of two runs of a group pair their rounds\", "
 		   "\"gbytes_per_s\": \"1e9 bytes per second delivered\"},\n");
 	fprintf(f, "  \"modes\": {\"write\": \"producer writes every "
 		   "payload byte, consumer checks every byte\", "
@@ -195,46 +245,8 @@ int report_json(const char *path, const struct bench_report *rep,
 	fprintf(f, "\n  },\n  \"duration_s\": %.1f,\n  \"results\": [",
 		(double)(bench_now_ns() - rep->started_ns) / 1e9);
 	for (size_t i = 0; i < rep->result_count; i++) {
-		const struct bench_result *r = &rep->results[i];
-
-		fprintf(f, "%s\n    {\"method\": ", i ? "," : "");
-		td_json_cstr(f, r->method->name);
-		fprintf(f, ", \"kind\": \"%s\", \"consumers\": %u",
-			r->kind == BENCH_PINGPONG ? "pingpong" :
-			r->kind == BENCH_FANOUT ? "fanout" : "paced",
-			r->consumers);
-		if (r->kind == BENCH_PACED)
-			fprintf(f, ", \"rate_hz\": %.0f", r->rate_hz);
-		fprintf(f, ", \"mode\": \"%s\", \"size\": %zu, "
-			   "\"status\": \"%s\"",
-			mode_name(r->write), r->size, status_name(r->status));
-		if (r->status != BENCH_OK) {
-			fprintf(f, ", \"reason\": ");
-			td_json_cstr(f, r->why);
-			fprintf(f, "}");
-			continue;
-		}
-		fprintf(f, ", \"rounds\": %llu, \"warmup_per_round\": %llu, "
-			   "\"samples\": %llu, \"verified\": %llu,\n     "
-			   "\"%s\": "
-			   "{\"median\": %.0f, \"p99\": %.0f, \"mean\": %.0f, "
-			   "\"min\": %.0f, \"max\": %.0f, \"count\": %llu},"
-			   "\n     "
-			   "\"loop_s\": %.6f, \"handoffs_per_s\": %.1f, "
-			   "\"gbytes_per_s\": %.4f,\n     \"cpu_ns\": "
-			   "{\"per_handoff\": %.0f, \"producer\": %llu, "
-			   "\"consumers\": %llu, \"service\": %llu}}",
-			(unsigned long long)r->rounds,
-			(unsigned long long)r->warmup,
-			(unsigned long long)r->samples,
-			(unsigned long long)r->verified,
-			r->kind == BENCH_PACED ? "one_way_ns" : "rtt_ns",
-			r->median_ns, r->p99_ns, r->mean_ns, r->min_ns,
-			r->max_ns, (unsigned long long)r->delivered,
-			r->loop_s, r->handoffs_per_s, r->gbytes_per_s,
-			r->cpu_ns, (unsigned long long)r->cpu_prod_ns,
-			(unsigned long long)r->cpu_cons_ns,
-			(unsigned long long)r->cpu_svc_ns);
+		fprintf(f, "%s", i ? "," : "");
+		json_result(f, &rep->results[i]);
 	}
 	fprintf(f, "\n  ]\n}\n");
 	if (fclose(f) != 0) {
@@ -289,24 +301,113 @@ static size_t sizes_of(const struct bench_report *rep, size_t *out,
 	return n;
 }
 
-static double ratio_of(const struct bench_result *a,
-		       const struct bench_result *b)
+/*
+ * A ratio a / b of two runs' medians; med < 0: not measured.
+ * Paired (rounds >= 2): a and b ran in the same group (kind, size, mode,
+ * consumers), where round k of every method runs next to round k of the
+ * others under the same machine state; med is the median over the rounds
+ * of a's round-k median / b's, lo and hi the least and greatest of those
+ * per-round ratios, so drift between rounds cancels. Otherwise (one
+ * round, different groups such as two sizes) the ratio of the pooled
+ * medians: rounds 0, lo = hi = med.
+ */
+struct ratio {
+	double med, lo, hi;
+	unsigned rounds;
+};
+
+static int cmp_double(const void *a, const void *b)
 {
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static bool paired(const struct bench_result *a, const struct bench_result *b)
+{
+	if (a->kind == BENCH_PACED || a->kind != b->kind ||
+	    a->size != b->size || a->write != b->write ||
+	    a->consumers != b->consumers || a->rounds != b->rounds ||
+	    a->rounds < 2 || a->rounds > BENCH_MAX_ROUNDS)
+		return false;
+	for (uint64_t k = 0; k < a->rounds; k++)
+		if (a->round_median_ns[k] <= 0 || b->round_median_ns[k] <= 0)
+			return false;
+	return true;
+}
+
+static struct ratio ratio_of(const struct bench_result *a,
+			     const struct bench_result *b)
+{
+	struct ratio v = {-1, -1, -1, 0};
+	double q[BENCH_MAX_ROUNDS];
+	unsigned n;
+
 	if (!a || !b || a->status != BENCH_OK || b->status != BENCH_OK ||
 	    b->median_ns <= 0)
-		return -1;
-	return a->median_ns / b->median_ns;
+		return v;
+	if (!paired(a, b)) {
+		v.med = v.lo = v.hi = a->median_ns / b->median_ns;
+		return v;
+	}
+	n = (unsigned)a->rounds;
+	for (unsigned k = 0; k < n; k++)
+		q[k] = a->round_median_ns[k] / b->round_median_ns[k];
+	qsort(q, n, sizeof(q[0]), cmp_double);
+	v.rounds = n;
+	v.lo = q[0];
+	v.hi = q[n - 1];
+	v.med = n % 2 ? q[n / 2] : (q[n / 2 - 1] + q[n / 2]) / 2;
+	return v;
+}
+
+/* The range of v straddles limit: some rounds on each side of it. */
+static bool within_noise(struct ratio v, double limit)
+{
+	return v.rounds && v.lo <= limit && v.hi > limit;
+}
+
+/* "1.03× (0.91–1.12 over 5 rounds)" or "2.60× (pooled)"; prec digits;
+ * at (may be NULL) names where: "1.03× at 1 MiB (...)". */
+static const char *ratio_text(struct ratio v, int prec, const char *at,
+			      char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "%.*f×%s%s", prec, v.med, at ? " at " : "",
+			 at ? at : "");
+
+	if (n < 0 || (size_t)n >= len)
+		return buf;
+	if (v.rounds)
+		snprintf(buf + n, len - (size_t)n, " (%.*f–%.*f over %u "
+			 "rounds)", prec, v.lo, prec, v.hi, v.rounds);
+	else
+		snprintf(buf + n, len - (size_t)n, " (pooled)");
+	return buf;
+}
+
+/* The verdict of "v <= limit" (at_least: "v >= limit") by the median
+ * ratio; "within noise" notes a per-round range across the limit. */
+static void verdict(FILE *f, struct ratio v, double limit, bool at_least,
+		    const char *missed)
+{
+	bool met = at_least ? v.med >= limit : v.med <= limit;
+	bool noise = v.rounds && (at_least ? v.lo < limit && v.hi >= limit
+				  : within_noise(v, limit));
+
+	fprintf(f, "%s%s", met ? "met" : missed,
+		noise ? " (within noise)" : "");
 }
 
 static void ratio_cell(FILE *f, const struct bench_result *a,
 		       const struct bench_result *b)
 {
-	double v = ratio_of(a, b);
+	struct ratio v = ratio_of(a, b);
 
-	if (v < 0)
+	if (v.med < 0)
 		fprintf(f, " n/a |");
 	else /* two decimals, but never rounded to 0.00 below 1 */
-		fprintf(f, v >= 1 ? " %.2f |" : " %.2g |", v);
+		fprintf(f, v.med >= 1 ? " %.2f%s |" : " %.2g%s |", v.med,
+			v.rounds ? "" : " †");
 }
 
 /* The ratio tables of one tensord method (name) against the baselines. */
@@ -327,7 +428,9 @@ static void ratio_tables(FILE *f, const struct bench_report *rep,
 		}
 	}
 	fprintf(f, "### %s: ratios of median round trips (< 1: %s is "
-		   "faster)\n\n", name, name);
+		   "faster)\n\nEach cell: the median over rounds of the "
+		   "per-round ratio; †: the ratio of the pooled medians "
+		   "(runs not paired round by round).\n\n", name, name);
 	if (!any || any->status != BENCH_OK)
 		fprintf(f, "The %s column is not filled yet: %s.\n\n", name,
 			any ? any->why : "the method was not part of this run");
@@ -370,7 +473,9 @@ static void ratio_tables(FILE *f, const struct bench_report *rep,
 
 /*
  * One target row "name / base ≤ 1.0× at every size up to 64 MiB" of
- * runs of kind in mode w: the worst ratio, and each size over 1.0.
+ * runs of kind in mode w: the worst median ratio with its per-round
+ * range, each size over 1.0, and the sizes whose rounds fall on both
+ * sides of it.
  */
 static void worst_row(FILE *f, const struct bench_report *rep,
 		      const char *target, const char *name, const char *base,
@@ -378,44 +483,69 @@ static void worst_row(FILE *f, const struct bench_report *rep,
 		      size_t ns)
 {
 	const size_t cap = 64u << 20;
-	double worst = -1;
-	size_t worst_size = 0, over = 0, missing = 0;
-	char list[256] = "", a[32];
-	unsigned nc = kind == BENCH_FANOUT ? BENCH_MAX_CONSUMERS : 1;
+	struct ratio worst = {-1, -1, -1, 0};
+	size_t worst_size = 0, over = 0, noisy = 0, missing = 0;
+	char list[512] = "", near[512] = "", a[32], t[96];
 
 	for (size_t s = 0; s < ns; s++) {
-		double v;
+		unsigned nc = kind == BENCH_FANOUT ? BENCH_MAX_CONSUMERS : 1;
+		struct ratio v;
+		size_t n;
 
 		if (sizes[s] > cap)
 			continue;
 		v = ratio_of(find_k(rep, name, sizes[s], w, kind, nc, 0),
 			     find_k(rep, base, sizes[s], w, kind, nc, 0));
-		if (v < 0) {
+		if (v.med < 0) {
 			missing++;
 			continue;
 		}
-		if (v > worst) {
+		if (v.med > worst.med) {
 			worst = v;
 			worst_size = sizes[s];
 		}
-		if (v > 1.0) {
-			size_t l = strlen(list);
-
-			snprintf(list + l, sizeof(list) - l, "%s%s %.2f",
-				 over ? ", " : "",
-				 size_label(sizes[s], a, sizeof(a)), v);
-			over++;
+		size_label(sizes[s], a, sizeof(a));
+		if (v.med > 1.0) {
+			n = strlen(list);
+			snprintf(list + n, sizeof(list) - n, "%s%s %.2f%s",
+				 over++ ? ", " : "", a, v.med,
+				 within_noise(v, 1.0) ? " (within noise)" : "");
+		} else if (within_noise(v, 1.0)) {
+			n = strlen(near);
+			snprintf(near + n, sizeof(near) - n, "%s%s %.2f",
+				 noisy++ ? ", " : "", a, v.med);
 		}
 	}
-	if (worst < 0) {
+	if (worst.med < 0) {
 		fprintf(f, "| %s | %s | n/a | not measured |\n", target,
 			mode_name(w));
 		return;
 	}
-	fprintf(f, "| %s | %s | worst %.2f× (%s) | %s%s%s |\n", target,
-		mode_name(w), worst, size_label(worst_size, a, sizeof(a)),
+	fprintf(f, "| %s | %s | worst %s | %s%s%s%s%s |\n", target,
+		mode_name(w),
+		ratio_text(worst, 2, size_label(worst_size, a, sizeof(a)), t,
+			   sizeof(t)),
 		over ? "**missed**: " : "met", list,
+		noisy ? "; within noise: " : "", near,
 		missing ? "; some sizes not measured" : "");
+}
+
+/* A target row "a / b ≤ limit" of two runs in mode w. */
+static void limit_row(FILE *f, const char *target,
+		      const struct bench_result *a,
+		      const struct bench_result *b, int w, double limit)
+{
+	struct ratio v = ratio_of(a, b);
+	char t[96];
+
+	fprintf(f, "| %s | %s | ", target, mode_name(w));
+	if (v.med < 0) {
+		fprintf(f, "n/a | not measured |\n");
+		return;
+	}
+	fprintf(f, "%s | ", ratio_text(v, 2, NULL, t, sizeof(t)));
+	verdict(f, v, limit, false, "**missed**");
+	fprintf(f, " |\n");
 }
 
 /*
@@ -429,7 +559,7 @@ static void targets_table(FILE *f, const struct bench_report *rep,
 			  const char *name, const size_t *sizes, size_t ns)
 {
 	const size_t cap = 64u << 20;
-	char a[32], b[32];
+	char a[32], b[32], t[96];
 
 	fprintf(f, "### %s against the issue-5 targets (this run)\n\n"
 		   "| target | mode | measured | verdict |\n"
@@ -438,31 +568,26 @@ static void targets_table(FILE *f, const struct bench_report *rep,
 		worst_row(f, rep, "≤ 1.0× iceoryx-wait, 64 B-64 MiB", name,
 			  "iceoryx-wait", BENCH_PINGPONG, w, sizes, ns);
 	if (ns >= 2) {
-		double v = ratio_of(find(rep, name, sizes[ns - 1], 0),
-				    find(rep, name, sizes[0], 0));
-
-		fprintf(f, "| %s ≤ 1.5× %s (handoff only) | nowrite | ",
-			size_label(sizes[ns - 1], a, sizeof(a)),
-			size_label(sizes[0], b, sizeof(b)));
-		if (v < 0)
-			fprintf(f, "n/a | not measured |\n");
-		else
-			fprintf(f, "%.2f× | %s |\n", v,
-				v <= 1.5 ? "met" : "**missed**");
+		snprintf(t, sizeof(t), "%s ≤ 1.5× %s (handoff only)",
+			 size_label(sizes[ns - 1], a, sizeof(a)),
+			 size_label(sizes[0], b, sizeof(b)));
+		limit_row(f, t, find(rep, name, sizes[ns - 1], 0),
+			  find(rep, name, sizes[0], 0), 0, 1.5);
 	}
 	for (int w = 0; w <= 1; w++) {
-		double v = ratio_of(find(rep, "socket-copy", cap, w),
-				    find(rep, name, cap, w));
+		struct ratio v = ratio_of(find(rep, "socket-copy", cap, w),
+					  find(rep, name, cap, w));
 
 		fprintf(f, "| ≥ 100× faster than socket-copy at 64 MiB | %s | ",
 			mode_name(w));
-		if (v < 0)
+		if (v.med < 0) {
 			fprintf(f, "n/a | not measured |\n");
-		else
-			fprintf(f, "%.1f× | %s |\n", v,
-				v >= 100 ? "met"
-				: w ? "missed (both write and read every byte)"
-				    : "**missed**");
+			continue;
+		}
+		fprintf(f, "%s | ", ratio_text(v, 1, NULL, t, sizeof(t)));
+		verdict(f, v, 100, true, w ? "missed (both write and read "
+				     "every byte)" : "**missed**");
+		fprintf(f, " |\n");
 	}
 	fputc('\n', f);
 }
@@ -560,21 +685,6 @@ static void paced_table(FILE *f, const struct bench_report *rep)
 	}
 }
 
-/* A ratio row "a / b ≤ limit" of two ping-pong runs. */
-static void limit_row(FILE *f, const struct bench_report *rep,
-		      const char *target, const char *a, const char *b,
-		      size_t size, int w, double limit)
-{
-	double v = ratio_of(find(rep, a, size, w), find(rep, b, size, w));
-
-	fprintf(f, "| %s | %s | ", target, mode_name(w));
-	if (v < 0)
-		fprintf(f, "n/a | not measured |\n");
-	else
-		fprintf(f, "%.2f× | %s |\n", v,
-			v <= limit ? "met" : "**missed**");
-}
-
 /*
  * The issue-16 targets, computed from this run: the plain API against
  * iceoryx-wait on both import paths, fan-out, paced streams (latency
@@ -640,10 +750,12 @@ static void targets16_table(FILE *f, const struct bench_report *rep,
 				a->p99_ns > b->p99_ns ? " p99" : "",
 				a->cpu_ns > b->cpu_ns ? " CPU" : "");
 		}
-	limit_row(f, rep, "ring ≤ 2× bare-spin at 64 B", "tensord-ring",
-		  "bare-spin", 64, 0, 2.0);
-	limit_row(f, rep, "ring, TENSORD_RING_SPIN_US=0, ≤ 1.2× bare-futex "
-		  "at 64 B", "tensord-ring-sleep", "bare-futex", 64, 0, 1.2);
+	limit_row(f, "ring ≤ 2× bare-spin at 64 B",
+		  find(rep, "tensord-ring", 64, 0),
+		  find(rep, "bare-spin", 64, 0), 0, 2.0);
+	limit_row(f, "ring, TENSORD_RING_SPIN_US=0, ≤ 1.2× bare-futex at 64 B",
+		  find(rep, "tensord-ring-sleep", 64, 0),
+		  find(rep, "bare-futex", 64, 0), 0, 1.2);
 	fputc('\n', f);
 }
 
@@ -668,6 +780,16 @@ int report_markdown(const char *path, const struct bench_report *rep)
 		fprintf(stderr, "bench: %s: %s\n", path, strerror(errno));
 		return -errno;
 	}
+	fprintf(f, "Ratios and verdicts: the ratio of two runs of the same "
+		   "kind, size and mode is the median over the rounds of the "
+		   "per-round ratio (round k of every method ran back to "
+		   "back), shown with the least and greatest per-round ratio, "
+		   "e.g. `1.03× (0.91–1.12 over 5 rounds)`; with a single "
+		   "round, or across sizes, it is the ratio of the two pooled "
+		   "medians, `(pooled)`. A verdict goes by the median ratio; "
+		   "*within noise* marks a ratio whose rounds fall on both "
+		   "sides of the limit. Paced rows compare pooled latencies "
+		   "and CPU.\n\n");
 	/* the targets, then one set of ratio tables per tensord method
 	 * (API on both import paths, fast path) */
 	targets16_table(f, rep, sizes, ns);

@@ -13,6 +13,9 @@ enum bench_status {
 	BENCH_FAILED = 2, /* ran and failed; why says why */
 };
 
+/* Most rounds a run may be split into (--rounds; round_median_ns). */
+#define BENCH_MAX_ROUNDS 32
+
 struct bench_result {
 	const struct bench_method *method;
 	size_t size;
@@ -25,6 +28,10 @@ struct bench_result {
 	uint64_t verified; /* payloads the consumer checked (warm-ups too) */
 	/* round trip, nanoseconds */
 	double median_ns, p99_ns, mean_ns, min_ns, max_ns;
+	/* each round's own median, rounds of them (PACED, one round: that
+	 * of every latency): the ratios of two runs of one group pair them
+	 * round by round (report.c, ratio_of) */
+	double round_median_ns[BENCH_MAX_ROUNDS];
 	enum bench_kind kind;
 	unsigned consumers;
 	double rate_hz;     /* PACED */

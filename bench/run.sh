@@ -28,7 +28,9 @@ mkdir -p "$OUT"
 		sed 's/^/  /'
 } >"$OUT/machine.txt"
 
-"$BUILDDIR/bench/tensord-bench" \
+# Five rounds: verdicts pair the methods' rounds (the median of five
+# per-round ratios, with their range); later arguments override it.
+"$BUILDDIR/bench/tensord-bench" --rounds 5 \
 	--json "$OUT/results.json" \
 	--png "$OUT/rtt.png" \
 	--markdown "$OUT/summary.md" "$@"
