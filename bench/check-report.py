@@ -16,10 +16,13 @@ import subprocess
 import sys
 import tempfile
 
-METHODS = "tensord-ring,tensord-ring-sleep,bare-spin,bare-futex"
+METHODS = ("tensord-ring,tensord-ring-sleep,tensord-ring-lockstep,"
+           "bare-spin,bare-futex")
 # (markdown target, numerator, denominator, limit): issue 16's limit rows
 ROWS = [
     ("ring ≤ 2× bare-spin at 64 B", "tensord-ring", "bare-spin", 2.0),
+    ("ring in lock step (`tensord-ring-lockstep`) ≤ 2× bare-spin at 64 B",
+     "tensord-ring-lockstep", "bare-spin", 2.0),
     ("ring, TENSORD_RING_SPIN_US=0, ≤ 1.2× bare-futex at 64 B",
      "tensord-ring-sleep", "bare-futex", 1.2),
 ]

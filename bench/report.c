@@ -753,6 +753,12 @@ static void targets16_table(FILE *f, const struct bench_report *rep,
 	limit_row(f, "ring ≤ 2× bare-spin at 64 B",
 		  find(rep, "tensord-ring", 64, 0),
 		  find(rep, "bare-spin", 64, 0), 0, 2.0);
+	/* the same shape as the bare spin: one handoff, and an answer
+	 * without bytes (the release; docs/fastpath.md, "Lock step") */
+	limit_row(f, "ring in lock step (`tensord-ring-lockstep`) ≤ 2× "
+		     "bare-spin at 64 B",
+		  find(rep, "tensord-ring-lockstep", 64, 0),
+		  find(rep, "bare-spin", 64, 0), 0, 2.0);
 	limit_row(f, "ring, TENSORD_RING_SPIN_US=0, ≤ 1.2× bare-futex at 64 B",
 		  find(rep, "tensord-ring-sleep", 64, 0),
 		  find(rep, "bare-futex", 64, 0), 0, 1.2);
