@@ -53,6 +53,9 @@ enum td_pace_step td_pace_step(struct td_pace_plan *w, int64_t now)
 	w->last = now < w->spin_until ? now : 0;
 	if (now < w->spin_until && now >= w->yield_at) {
 		w->yield_at = now + TD_PACE_YIELD_NS;
+		/* the CPU given away may come back much later: a wait
+		 * that ends after this is dated by a fresh read */
+		w->last = 0;
 		return TD_PACE_YIELD;
 	}
 	if (now < w->spin_until)

@@ -43,7 +43,7 @@ struct td_pace_plan {
 	int64_t yield_at;   /* next sched_yield while spinning */
 	uint32_t polls;     /* polls since the clock was last read */
 	/* the last clock read the plan was given (td_pace_plan,
-	 * td_pace_step), 0 once a step said sleep */
+	 * td_pace_step), 0 once a step said sleep or yield */
 	int64_t last;
 };
 
@@ -71,7 +71,8 @@ void td_pace_done(struct td_pace *p, const struct td_pace_plan *w,
  * The wait ended with something to take: td_pace_done at its last clock
  * read if it ended polling (at most TD_PACE_POLLS_PER_CLOCK polls early,
  * well under a microsecond, so no clock read stands between the
- * partner's store and the caller), at clock() if it slept. Nothing for a
+ * partner's store and the caller), at clock() if it slept or gave its
+ * CPU away since that read (either may last far longer). Nothing for a
  * plan never started (start 0: found at the first look).
  */
 void td_pace_end(struct td_pace *p, const struct td_pace_plan *w,

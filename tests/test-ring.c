@@ -304,6 +304,13 @@ Test(ring, waits_are_planned_from_recent_waits_and_bounded)
 	td_pace_end(&p, &w, fake_clock);
 	cr_assert_eq(clock_reads, 1);
 	cr_assert_eq(p.avg, 13 * us);
+	/* one that gave its CPU away since its last read may have waited
+	 * far longer too (four waiters on two CPUs): a fresh read */
+	td_pace_plan(&p, 1000000, &w);
+	cr_assert_eq(td_pace_step(&w, 1000000 + 6 * us), TD_PACE_YIELD);
+	td_pace_end(&p, &w, fake_clock);
+	cr_assert_eq(clock_reads, 2, "a wait that yielded was not re-read");
+	cr_assert_eq(p.avg, 13 * us + (43 * us - 13 * us) / 4);
 
 	/* spinning off: sleep at once, nothing learnt */
 	td_pace_init(&p, 0, 200 * us);
