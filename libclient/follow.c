@@ -361,7 +361,16 @@ static int follow_wait(struct td_follow *f, uint64_t after, int timeout_ms,
 				continue;
 			if (rc == 0) {
 				f->last = v;
-				td_pace_end(&f->pace, &plan, td__now_ns);
+				/* a fresh read, not td_pace_end's last one:
+				 * a follow's waits (tens of us, several
+				 * followers per CPU) are near the plan's sleep
+				 * bound, where a waiter preempted after its
+				 * last read would be learnt as short and poll
+				 * where it should sleep; and one read is
+				 * nothing to a handoff through the daemon */
+				if (plan.start)
+					td_pace_done(&f->pace, &plan,
+						     td__now_ns());
 			}
 			return rc;
 		}
