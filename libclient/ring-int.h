@@ -28,7 +28,12 @@ struct td_ring {
 	uint64_t next_version;
 	uint32_t cur;  /* acquired slot, TD_RING_NONE */
 	uint32_t last; /* latest published slot, TD_RING_NONE */
-	struct td_pace pace;
+	/* the version last published in each slot: private, since pick()
+	 * zeroes the shared version of a slot it looks at even when a
+	 * reader holds it (td_ring_wait_read) */
+	uint64_t published[TD_RING_MAX_SLOTS];
+	struct td_pace pace;      /* td_ring_acquire's waits */
+	struct td_pace read_pace; /* td_ring_wait_read's (the readers' work) */
 	uint32_t epoch; /* c->epoch of the connection that made it */
 	/* event-loop readers' eventfds by row (RING_WAKE), -1 none; valid
 	 * while the row's wake_gen equals ours */

@@ -379,6 +379,7 @@ int td_ring_create(struct td_client *c, const char *name,
 	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
 		ring->wake_fd[i] = -1;
 	td__pace_init_env(&ring->pace);
+	td__pace_init_env(&ring->read_pace);
 
 	pthread_mutex_lock(&c->lock);
 	if (c->path_out == TD_IMPORT_SCM)
@@ -602,8 +603,9 @@ bool td__past(int64_t deadline)
  * subscriber bumps it and wakes when it releases, or for _READ also when
  * it takes; the daemon when it frees or resets a row. -ETIMEDOUT.
  */
-static int prod_wait(struct td_ring *r, int timeout_ms, uint32_t why,
-		     int (*look)(struct td_ring *r, uint64_t arg), uint64_t arg)
+static int prod_wait(struct td_ring *r, struct td_pace *pace, int timeout_ms,
+		     uint32_t why, int (*look)(struct td_ring *r, uint64_t arg),
+		     uint64_t arg)
 {
 	struct td_ring_readers *rd = r->m.rd;
 	struct td_pace_plan plan = {0};
@@ -623,7 +625,7 @@ static int prod_wait(struct td_ring *r, int timeout_ms, uint32_t why,
 			break;
 		if (td__past(deadline))
 			return -ETIMEDOUT;
-		if (td__pace_wait(&r->pace, &plan, deadline, &until))
+		if (td__pace_wait(pace, &plan, deadline, &until))
 			continue;
 		/* announce the sleep, then look once more (Dekker with the
 		 * reader's clear-then-check) */
@@ -635,7 +637,7 @@ static int prod_wait(struct td_ring *r, int timeout_ms, uint32_t why,
 		if (got >= 0)
 			break;
 	}
-	td_pace_end(&r->pace, &plan, td__now_ns);
+	td_pace_end(pace, &plan, td__now_ns);
 	return got;
 }
 
@@ -654,7 +656,8 @@ int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
 	if (td__client_foreign(r->c))
 		return -ECHILD; /* the parent's slots: see td_client_connect */
 	if (r->cur == TD_RING_NONE) {
-		s = prod_wait(r, timeout_ms, TD_RING_PROD_SLOT, pick_look, 0);
+		s = prod_wait(r, &r->pace, timeout_ms, TD_RING_PROD_SLOT,
+			      pick_look, 0);
 		if (s < 0)
 			return s;
 		r->cur = (uint32_t)s;
@@ -665,15 +668,16 @@ int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
 
 /*
  * 0 when every reader row has read version v: took it or a newer one, and
- * holds it no more; -1 while one has not. A row holds v while its `held`
- * slot still carries version v (a held slot is never rewritten, so a
- * slot that carries another version is not v's). A free row (taken
- * TD_RING_TAKEN_ANY) has nothing to read; a new one (taken 0) has.
+ * holds it no more; -1 while one has not. A row that took v holds it
+ * while its `held` slot is the one v was published in (by our private
+ * record: the shared version word of a held slot may read 0, see
+ * published[]; a held slot is never republished, so a slot published
+ * since is not v's). A free row (taken TD_RING_TAKEN_ANY) has nothing to
+ * read; a new one (taken 0) has.
  */
 static int read_look(struct td_ring *r, uint64_t v)
 {
 	const struct td_ring_readers *rd = r->m.rd;
-	const struct td_ring_hdr *h = r->m.hdr;
 
 	for (uint32_t i = 0; i < r->m.reader_count; i++) {
 		uint64_t taken = atomic_load(&rd->rows[i].taken);
@@ -685,7 +689,7 @@ static int read_look(struct td_ring *r, uint64_t v)
 			return -1;
 		held = atomic_load(&rd->rows[i].held);
 		if (taken == v && held < r->m.g.slot_count &&
-		    atomic_load(&h->slots[held].version) == v)
+		    r->published[held] == v)
 			return -1;
 	}
 	return 0;
@@ -697,7 +701,16 @@ int td_ring_wait_read(struct td_ring *r, uint64_t version, int timeout_ms)
 		return -EINVAL;
 	if (td__client_foreign(r->c))
 		return -ECHILD;
-	return prod_wait(r, timeout_ms, TD_RING_PROD_READ, read_look, version);
+	/*
+	 * Mid-rewrite of the latest slot (acquired by reuse_latest, not yet
+	 * published): every row had taken the latest version and none held
+	 * it then, so every version up to it was read; nobody can take them
+	 * any more (a subscriber arriving now waits for the publish).
+	 */
+	if (r->cur != TD_RING_NONE && r->cur == r->last)
+		return 0;
+	return prod_wait(r, &r->read_pace, timeout_ms, TD_RING_PROD_READ,
+			 read_look, version);
 }
 
 /* Publish the acquired slot with its fence word set to `fence`. */
@@ -726,6 +739,7 @@ static int publish(struct td_ring *r, uint32_t fence, uint64_t *version)
 	atomic_store_explicit(&h->latest, td_ring_latest_pack(v, s),
 			      memory_order_release);
 	atomic_fetch_add(&h->seq, 1);
+	r->published[s] = v;
 	/* the only syscall of a handoff, and only when a reader sleeps */
 	wake_readers(r);
 	r->last = s;
@@ -876,6 +890,22 @@ static void prod_wake(struct td_ring_readers *rd)
 	td__futex_wake((const uint32_t *)&rd->release_seq, 1);
 }
 
+/*
+ * Our row's `taken` = v (seq_cst: the store half of the take's wake), but
+ * never into a row the daemon freed under us (TAKEN_ANY: our connection
+ * is gone, the row no longer ours): it would count there, for
+ * td_ring_wait_read and the rewrite of the latest slot, as a reader that
+ * nobody moves on or frees again.
+ */
+static void taken_store(struct td_ring_row *row, uint64_t v)
+{
+	uint64_t t = atomic_load(&row->taken);
+
+	while (t != TD_RING_TAKEN_ANY &&
+	       !atomic_compare_exchange_weak(&row->taken, &t, v))
+		;
+}
+
 /* Drop our hold; wake the producer if it sleeps for its readers. */
 static void row_clear(struct td_sub *s)
 {
@@ -973,7 +1003,7 @@ static int try_hold(struct td_sub *s, uint64_t latest, struct td_view *view)
 	s->last_version = v;
 	/* after the hold is validated: the producer may rewrite this slot
 	 * once every reader took it and none holds it */
-	atomic_store(&s->row->taken, v);
+	taken_store(s->row, v);
 	/* a producer asleep in td_ring_wait_read() for a version we skipped
 	 * is done: seq_cst store, then look (Dekker with its announce, then
 	 * look, as row_clear) */

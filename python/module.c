@@ -116,6 +116,22 @@ int tdpy_conv_timeout(PyObject *o, void *out)
 	return 1;
 }
 
+int tdpy_conv_version(PyObject *o, void *out)
+{
+	unsigned long long v;
+
+	if (!PyLong_Check(o)) {
+		PyErr_Format(PyExc_TypeError, "a version is an int, not %.100s",
+			     Py_TYPE(o)->tp_name);
+		return 0;
+	}
+	v = PyLong_AsUnsignedLongLong(o); /* OverflowError: < 0, >= 2**64 */
+	if (v == (unsigned long long)-1 && PyErr_Occurred())
+		return 0;
+	*(uint64_t *)out = v;
+	return 1;
+}
+
 int tdpy_timeout_arg(PyObject *args, PyObject *kw, int *ms)
 {
 	static char *kwlist[] = {"timeout", NULL};

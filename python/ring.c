@@ -132,6 +132,15 @@ void tdpy_ring_view_gone(PyObject *obj)
 		ring_really_close(ring);
 }
 
+/* After a wait: a close() another thread asked for meanwhile, unless an
+ * array over a slot still needs the ring (then its end closes it). */
+static void ring_unbusy(RingObject *ring)
+{
+	ring->busy = false;
+	if (ring->closed && !ring->views)
+		ring_really_close(ring);
+}
+
 static RingObject *ring_usable(RingObject *ring)
 {
 	if (ring->closed) {
@@ -158,8 +167,10 @@ static PyObject *ring_acquire(RingObject *ring, PyObject *args,
 	rc = td_ring_acquire(ring->r, ms, &slot);
 	Py_END_ALLOW_THREADS
 	ring->busy = false;
-	if (rc < 0)
+	if (rc < 0) {
+		ring_unbusy(ring);
 		return tdpy_raise(rc, NULL, "acquire");
+	}
 	o = tdpy_owner_new(OWNER_SLOT, (PyObject *)ring);
 	if (!o)
 		return NULL;
@@ -198,18 +209,19 @@ static PyObject *ring_wait_read(RingObject *ring, PyObject *args,
 				PyObject *kw)
 {
 	static char *kwlist[] = {"version", "timeout", NULL};
-	unsigned long long v;
+	uint64_t v;
 	PyObject *to = Py_None;
 	int ms = -1, rc;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "K|O", kwlist, &v, &to) ||
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O", kwlist,
+					 tdpy_conv_version, &v, &to) ||
 	    !tdpy_conv_timeout(to, &ms) || !ring_usable(ring))
 		return NULL;
 	ring->busy = true;
 	Py_BEGIN_ALLOW_THREADS
 	rc = td_ring_wait_read(ring->r, v, ms);
 	Py_END_ALLOW_THREADS
-	ring->busy = false;
+	ring_unbusy(ring);
 	if (rc < 0)
 		return tdpy_raise(rc, NULL, "wait_read");
 	Py_RETURN_NONE;

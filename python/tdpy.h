@@ -108,6 +108,8 @@ PyObject *tdpy_raise(int rc, const struct td_error *e, const char *what);
 /* Argument converters (PyArg "O&"): str name, timeout in seconds. */
 int tdpy_conv_name(PyObject *o, void *out);    /* const char ** */
 int tdpy_conv_timeout(PyObject *o, void *out); /* int * (ms, -1) */
+/* uint64_t *: an int in 0..2**64-1 (TypeError, OverflowError) */
+int tdpy_conv_version(PyObject *o, void *out);
 /* The one optional argument `timeout` (seconds or None, positional or
  * keyword) of next() and acquire(): 1 and *ms, or 0 with an exception. */
 int tdpy_timeout_arg(PyObject *args, PyObject *kw, int *ms);

@@ -546,7 +546,7 @@ PyObject *tdpy_client_get(ClientObject *self, PyObject *args, PyObject *kw)
 	struct td_error e = {0};
 	struct td_tensor *t = NULL;
 	struct td_client *c;
-	unsigned long long v = 0;
+	uint64_t v = 0;
 	const char *name;
 	int ms = -1, rc;
 
@@ -562,14 +562,7 @@ PyObject *tdpy_client_get(ClientObject *self, PyObject *args, PyObject *kw)
 	if (!tdpy_conv_timeout(to, &ms))
 		return NULL;
 	if (ver != Py_None || newer != Py_None) {
-		PyObject *x = ver != Py_None ? ver : newer;
-
-		if (!PyLong_Check(x))
-			return PyErr_Format(PyExc_TypeError, "a version is "
-					    "an int, not %.100s",
-					    Py_TYPE(x)->tp_name);
-		v = PyLong_AsUnsignedLongLong(x);
-		if (PyErr_Occurred())
+		if (!tdpy_conv_version(ver != Py_None ? ver : newer, &v))
 			return NULL;
 	}
 	c = tdpy_client_enter(self);

@@ -1043,6 +1043,86 @@ Test(ring, wait_read_waits_for_every_reader_to_read_and_release)
 	tu_daemon_stop(&d, true);
 }
 
+/*
+ * pick() zeroes the shared version word of every non-latest slot it looks
+ * at, held or not: an older version a reader still holds must not look
+ * read because of it (wait_read goes by what was published where).
+ */
+Test(ring, wait_read_of_an_older_version_still_held_after_an_acquire)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_sub *a;
+	struct td_slot s;
+	struct td_view v;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	r = make_ring(c, "t/zero", 3, 64, 0);
+	a = subscribe(c, "t/zero");
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	cr_assert_eq(td_ring_publish(r, NULL), 0); /* v1 */
+	cr_assert_eq(td_sub_next(a, 0, &v), 0);
+	cr_assert_eq(v.version, 1); /* a holds v1 */
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	cr_assert_eq(td_ring_publish(r, NULL), 0); /* v2 */
+	cr_assert_eq(td_ring_wait_read(r, 1, 0), -ETIMEDOUT, "a holds v1");
+	/* the next acquire looks at v1's slot (held: skipped) */
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	cr_assert_eq(td_ring_wait_read(r, 1, 0), -ETIMEDOUT,
+		     "a still holds v1, but wait_read says it was read");
+	cr_assert_eq(td_sub_release(a), 0);
+	cr_assert_eq(td_ring_wait_read(r, 1, 0), 0);
+	td_sub_close(a);
+	td_ring_close(r);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * Between an acquire that rewrites the latest slot and its publish, the
+ * versions up to the latest were read by every reader of that moment
+ * (the rewrite waits for it), and nobody can take them any more: a
+ * subscriber arriving then does not hold the answer up.
+ */
+Test(ring, wait_read_between_a_reusing_acquire_and_publish)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_sub *a, *n;
+	struct td_slot s;
+	struct td_view v;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	r = make_ring(c, "t/reuse-read", 4, 64, 0);
+	a = subscribe(c, "t/reuse-read");
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	cr_assert_eq(td_ring_publish(r, NULL), 0); /* v1 */
+	cr_assert_eq(td_sub_next(a, 0, &v), 0);
+	cr_assert_eq(td_sub_release(a), 0);
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0); /* reuses v1's slot */
+	n = subscribe(c, "t/reuse-read");
+	cr_assert_eq(td_sub_next(n, 0, &v), -ETIMEDOUT, "v1 is being rewritten");
+	cr_assert_eq(td_ring_wait_read(r, 1, 0), 0,
+		     "waits for a reader that cannot read v1");
+	cr_assert_eq(td_ring_publish(r, NULL), 0); /* v2 */
+	cr_assert_eq(td_ring_wait_read(r, 2, 0), -ETIMEDOUT, "nobody took v2");
+	cr_assert_eq(td_sub_next(n, 0, &v), 0);
+	cr_assert_eq(v.version, 2);
+	cr_assert_eq(td_sub_next(a, 0, &v), 0);
+	td_sub_release(a);
+	td_sub_release(n);
+	cr_assert_eq(td_ring_wait_read(r, 2, 0), 0);
+	td_sub_close(n);
+	td_sub_close(a);
+	td_ring_close(r);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
 #define LOCKSTEP 2000
 
 /*
@@ -1474,6 +1554,57 @@ Test(ring, a_subscriber_whose_row_was_reset_checks_the_slot_version)
 	cr_assert_eq(td_sub_next(a, 0, &v), 0);
 	cr_assert_eq(v.version, 3);
 	cr_assert(pattern_ok(v.planes[0], n, 3));
+	td_sub_close(a);
+	td_ring_close(r);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * A subscription whose row the daemon freed under it (its connection
+ * gone) takes on, but must not write what it took into the free row:
+ * there it would count as a reader that nobody moves on or frees again,
+ * and every later td_ring_wait_read would wait for it.
+ */
+Test(ring, a_subscriber_whose_row_was_freed_does_not_count_for_wait_read)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_sub *a;
+	struct td_ring_readers *rd;
+	struct td_slot s;
+	struct td_view v;
+	uint64_t ver;
+	uint32_t row = TD_RING_MAX_READERS;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	r = make_ring(c, "t/freed", 3, 64, 0);
+	a = subscribe(c, "t/freed");
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	cr_assert_eq(td_ring_publish(r, NULL), 0);
+	cr_assert_eq(td_sub_next(a, 0, &v), 0);
+	cr_assert_eq(td_sub_release(a), 0);
+	rd = find_mapping("memfd:tensord-ring-readers");
+	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
+		if (atomic_load(&rd->rows[i].taken) == 1)
+			row = i;
+	cr_assert_lt(row, TD_RING_MAX_READERS, "a's row not found");
+	/* what the daemon's free of a row writes (daemon/ring.c) */
+	atomic_store(&rd->rows[row].held, TD_RING_NONE);
+	atomic_store(&rd->rows[row].taken, TD_RING_TAKEN_ANY);
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	cr_assert_eq(td_ring_publish(r, &ver), 0);
+	cr_assert_eq(td_sub_next(a, 0, &v), 0);
+	cr_assert_eq(v.version, ver);
+	cr_assert_eq(td_sub_release(a), 0);
+	cr_assert_eq(atomic_load(&rd->rows[row].taken), TD_RING_TAKEN_ANY,
+		     "a wrote what it took into a freed row");
+	/* a version a never takes: nobody is left to read it */
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	cr_assert_eq(td_ring_publish(r, &ver), 0);
+	cr_assert_eq(td_ring_wait_read(r, ver, 0), 0);
 	td_sub_close(a);
 	td_ring_close(r);
 	td_client_close(c);

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Watches, fileno()/poll() for event loops, rings and subscriptions."""
 import asyncio
+import errno
 import select
 import threading
 import time
@@ -345,4 +346,35 @@ def test_a_lock_step_producer_thread_makes_the_subscriber_see_every_version(
     t.join(10)
     assert not t.is_alive()
     assert seen == [(i, i % 256) for i in range(1, n + 1)]
+    sub.close()
+
+
+def test_wait_read_refuses_versions_that_are_not_u64(client):
+    ring = client.ring_create("rg/lsv", (4,), "u8", slots=2)
+    for bad, exc in ((-1, OverflowError), (2**64 + 1, OverflowError),
+                     (1.0, TypeError), ("1", TypeError)):
+        with pytest.raises(exc):
+            ring.wait_read(bad, timeout=0)
+    ring.close()
+
+
+def test_a_close_asked_during_wait_read_is_carried_out_after_it(client):
+    # close() from another thread while wait_read waits: deferred, then
+    # done when the wait ends (the subscriber sees the ring closed)
+    ring = client.ring_create("rg/lsc", (4,), "u8", slots=2)
+    sub = client.subscribe("rg/lsc", timeout=5)
+    slot = ring.acquire(timeout=5)
+    del slot
+    v = ring.publish()
+    t = threading.Thread(target=lambda: time.sleep(0.2) or ring.close())
+    t.start()
+    with pytest.raises(tensord.Timeout):
+        ring.wait_read(v, timeout=1)  # nobody reads: the wait times out
+    t.join()
+    view = sub.next(timeout=1)  # the version published before the close
+    assert view.version == v
+    del view
+    with pytest.raises(tensord.Error) as e:
+        sub.next(timeout=5)
+    assert e.value.errno == errno.EPIPE
     sub.close()

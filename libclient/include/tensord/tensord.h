@@ -837,7 +837,10 @@ TD_EXPORT int td_ring_publish(struct td_ring *r, uint64_t *version);
  * td_ring_acquire(). The subscribers counted are those of the moment: one
  * that subscribes meanwhile counts once it is there (it reads the latest
  * version), one that closes or dies stops counting; with none, 0 at once.
- * GETs of the ring do not count. 0, -ETIMEDOUT, -EINVAL a version not
+ * While an acquired slot rewrites the latest version (every subscriber
+ * had read it; none can take it any more), every version up to it counts
+ * as read. GETs of the ring do not count. A subscriber that never reads
+ * holds the answer up until the timeout. 0, -ETIMEDOUT, -EINVAL a version not
  * published yet (or 0), -ECHILD in a child of fork().
  */
 TD_EXPORT int td_ring_wait_read(struct td_ring *r, uint64_t version,
