@@ -129,6 +129,17 @@ static bool pattern_ok(const uint8_t *p, uint64_t n, uint64_t version)
 	return true;
 }
 
+/* Publish the next version, not waiting for a slot; returns it. */
+static uint64_t put(struct td_ring *r)
+{
+	struct td_slot s;
+	uint64_t v = 0;
+
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	cr_assert_eq(td_ring_publish(r, &v), 0);
+	return v;
+}
+
 /* ---- pure helpers (proto/ring) ---- */
 
 Test(ring, geometry_is_checked_and_bounded)
@@ -978,7 +989,6 @@ Test(ring, wait_read_waits_for_every_reader_to_read_and_release)
 	struct td_client *c;
 	struct td_ring *r;
 	struct td_sub *a, *b, *n;
-	struct td_slot s;
 	struct td_view v;
 	uint64_t ver;
 
@@ -988,17 +998,14 @@ Test(ring, wait_read_waits_for_every_reader_to_read_and_release)
 	cr_assert_eq(td_ring_wait_read(r, 1, 0), -EINVAL, "not published");
 	cr_assert_eq(td_ring_wait_read(r, 0, 0), -EINVAL);
 	cr_assert_eq(td_ring_wait_read(NULL, 1, 0), -EINVAL);
-	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
-	cr_assert_eq(td_ring_publish(r, &ver), 0);
+	ver = put(r);
 	cr_assert_eq(td_ring_wait_read(r, ver, 0), 0, "no subscriber");
 
 	a = subscribe(c, "t/lock");
 	b = subscribe(c, "t/lock");
 	cr_assert_eq(td_ring_wait_read(r, 1, 0), -ETIMEDOUT,
 		     "new subscribers have not read the latest version");
-	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
-	cr_assert_eq(td_ring_publish(r, &ver), 0);
-	cr_assert_eq(ver, 2);
+	cr_assert_eq(put(r), 2);
 	cr_assert_eq(td_sub_next(a, 0, &v), 0);
 	cr_assert_eq(v.version, 2);
 	cr_assert_eq(td_ring_wait_read(r, 2, 0), -ETIMEDOUT, "a holds it");
@@ -1014,10 +1021,8 @@ Test(ring, wait_read_waits_for_every_reader_to_read_and_release)
 
 	/* versions 3 and 4; both take 4: 3 counts as read while they
 	 * still hold 4 (they moved past it), 4 only once released */
-	for (int k = 0; k < 2; k++) {
-		cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
-		cr_assert_eq(td_ring_publish(r, &ver), 0);
-	}
+	cr_assert_eq(put(r), 3);
+	cr_assert_eq(put(r), 4);
 	cr_assert_eq(td_sub_next(a, 0, &v), 0);
 	cr_assert_eq(v.version, 4);
 	cr_assert_eq(td_ring_wait_read(r, 3, 0), -ETIMEDOUT, "b is behind");
@@ -1061,12 +1066,10 @@ Test(ring, wait_read_of_an_older_version_still_held_after_an_acquire)
 	c = open_client(&d);
 	r = make_ring(c, "t/zero", 3, 64, 0);
 	a = subscribe(c, "t/zero");
-	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
-	cr_assert_eq(td_ring_publish(r, NULL), 0); /* v1 */
+	cr_assert_eq(put(r), 1);
 	cr_assert_eq(td_sub_next(a, 0, &v), 0);
 	cr_assert_eq(v.version, 1); /* a holds v1 */
-	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
-	cr_assert_eq(td_ring_publish(r, NULL), 0); /* v2 */
+	cr_assert_eq(put(r), 2);
 	cr_assert_eq(td_ring_wait_read(r, 1, 0), -ETIMEDOUT, "a holds v1");
 	/* the next acquire looks at v1's slot (held: skipped) */
 	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
@@ -1099,8 +1102,7 @@ Test(ring, wait_read_between_a_reusing_acquire_and_publish)
 	c = open_client(&d);
 	r = make_ring(c, "t/reuse-read", 4, 64, 0);
 	a = subscribe(c, "t/reuse-read");
-	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
-	cr_assert_eq(td_ring_publish(r, NULL), 0); /* v1 */
+	cr_assert_eq(put(r), 1);
 	cr_assert_eq(td_sub_next(a, 0, &v), 0);
 	cr_assert_eq(td_sub_release(a), 0);
 	cr_assert_eq(td_ring_acquire(r, 0, &s), 0); /* reuses v1's slot */
@@ -1498,6 +1500,26 @@ static struct td_ring_hdr *find_header(void)
 }
 
 /*
+ * What the daemon's reset or free of a row writes (daemon/ring.c), to the
+ * row that took version `taken`, as when its connection is gone. Returns
+ * the row.
+ */
+static uint32_t row_free(uint64_t taken)
+{
+	struct td_ring_readers *rd =
+		find_mapping("memfd:tensord-ring-readers");
+	uint32_t row = TD_RING_MAX_READERS;
+
+	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
+		if (atomic_load(&rd->rows[i].taken) == taken)
+			row = i;
+	cr_assert_lt(row, TD_RING_MAX_READERS, "the row not found");
+	atomic_store(&rd->rows[row].held, TD_RING_NONE);
+	atomic_store(&rd->rows[row].taken, TD_RING_TAKEN_ANY);
+	return row;
+}
+
+/*
  * A row the daemon reset or freed under a live subscription (its
  * connection gone) no longer says what that subscriber took, so the
  * producer may rewrite the latest slot it was about to hold. The
@@ -1512,10 +1534,9 @@ Test(ring, a_subscriber_whose_row_was_reset_checks_the_slot_version)
 	struct td_client *c;
 	struct td_ring *r;
 	struct td_sub *a;
-	struct td_ring_readers *rd;
 	struct td_slot s;
 	struct td_view v;
-	uint32_t s2, row = TD_RING_MAX_READERS;
+	uint32_t s2;
 
 	tu_daemon_start(&d, "warn");
 	c = open_client(&d);
@@ -1534,14 +1555,7 @@ Test(ring, a_subscriber_whose_row_was_reset_checks_the_slot_version)
 	cr_assert_eq(td_ring_publish(r, NULL), 0);
 
 	/* the daemon's reset of a's row, as when a's connection is gone */
-	rd = find_mapping("memfd:tensord-ring-readers");
-	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
-		if (atomic_load(&rd->rows[i].taken) == 1)
-			row = i;
-	cr_assert_lt(row, TD_RING_MAX_READERS, "a's row not found");
-	/* what the daemon's reset writes (daemon/ring.c) */
-	atomic_store(&rd->rows[row].held, TD_RING_NONE);
-	atomic_store(&rd->rows[row].taken, TD_RING_TAKEN_ANY);
+	row_free(1);
 	/* every row "took" 2 now: its slot is rewritten in place */
 	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
 	cr_assert_eq(s.index, s2, "the latest slot was not rewritten");
@@ -1573,38 +1587,27 @@ Test(ring, a_subscriber_whose_row_was_freed_does_not_count_for_wait_read)
 	struct td_ring *r;
 	struct td_sub *a;
 	struct td_ring_readers *rd;
-	struct td_slot s;
 	struct td_view v;
 	uint64_t ver;
-	uint32_t row = TD_RING_MAX_READERS;
+	uint32_t row;
 
 	tu_daemon_start(&d, "warn");
 	c = open_client(&d);
 	r = make_ring(c, "t/freed", 3, 64, 0);
 	a = subscribe(c, "t/freed");
-	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
-	cr_assert_eq(td_ring_publish(r, NULL), 0);
+	cr_assert_eq(put(r), 1);
 	cr_assert_eq(td_sub_next(a, 0, &v), 0);
 	cr_assert_eq(td_sub_release(a), 0);
 	rd = find_mapping("memfd:tensord-ring-readers");
-	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
-		if (atomic_load(&rd->rows[i].taken) == 1)
-			row = i;
-	cr_assert_lt(row, TD_RING_MAX_READERS, "a's row not found");
-	/* what the daemon's free of a row writes (daemon/ring.c) */
-	atomic_store(&rd->rows[row].held, TD_RING_NONE);
-	atomic_store(&rd->rows[row].taken, TD_RING_TAKEN_ANY);
-	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
-	cr_assert_eq(td_ring_publish(r, &ver), 0);
+	row = row_free(1); /* as when a's connection is gone */
+	ver = put(r);
 	cr_assert_eq(td_sub_next(a, 0, &v), 0);
 	cr_assert_eq(v.version, ver);
 	cr_assert_eq(td_sub_release(a), 0);
 	cr_assert_eq(atomic_load(&rd->rows[row].taken), TD_RING_TAKEN_ANY,
 		     "a wrote what it took into a freed row");
 	/* a version a never takes: nobody is left to read it */
-	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
-	cr_assert_eq(td_ring_publish(r, &ver), 0);
-	cr_assert_eq(td_ring_wait_read(r, ver, 0), 0);
+	cr_assert_eq(td_ring_wait_read(r, put(r), 0), 0);
 	td_sub_close(a);
 	td_ring_close(r);
 	td_client_close(c);
