@@ -186,10 +186,15 @@ struct opts {
 	int tap;
 	int kinds; /* bit 0 pingpong, 1 fanout, 2 paced */
 	size_t paced_size;
+	double rates[4]; /* paced, Hz */
+	size_t rate_count;
 };
 
 /* Rounds per run unless --rounds says otherwise. */
 #define DEFAULT_ROUNDS 3
+/* Fewest messages in a round of a paced run (per consumer): a p99 of
+ * fewer latencies is the largest one or the one below it. */
+#define PACED_ROUND_MIN 200
 _Static_assert(DEFAULT_ROUNDS <= BENCH_MAX_ROUNDS,
 	       "a result keeps BENCH_MAX_ROUNDS round medians");
 
@@ -270,6 +275,28 @@ static int parse_kinds(const char *arg)
 	return parse_words(arg, w, 3);
 }
 
+/* --rates: a comma list of 1 to 4 rates in Hz, each 1-100000. */
+static int parse_rates(const char *arg, struct opts *o)
+{
+	char *dup = strdup(arg), *save = NULL;
+	int rc = 0;
+
+	o->rate_count = 0;
+	for (char *t = strtok_r(dup, ",", &save); t && rc == 0;
+	     t = strtok_r(NULL, ",", &save)) {
+		char *end;
+		double hz = strtod(t, &end);
+
+		if (end == t || *end || !(hz >= 1 && hz <= 100000) ||
+		    o->rate_count == 4)
+			rc = -EINVAL;
+		else
+			o->rates[o->rate_count++] = hz;
+	}
+	free(dup);
+	return rc == 0 && o->rate_count ? 0 : -EINVAL;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -291,7 +318,8 @@ static void usage(FILE *f)
 "  --rounds R       split each run into R rounds interleaved across the\n"
 "                   methods (order rotating), each with its own setup and\n"
 "                   warm-up (default %d, at most %d); ratios pair the\n"
-"                   methods' rounds\n"
+"                   methods' rounds; a paced run gets at most one round\n"
+"                   per %d messages\n"
 "  --cpus A,B       pin producer to A, consumer to B (default: first two\n"
 "                   allowed CPUs)\n"
 "  --no-pin         do not pin\n"
@@ -305,6 +333,8 @@ static void usage(FILE *f)
 "                   last ack, sizes <= 64 MiB), paced (1 kHz and 30 Hz,\n"
 "                   1 and 4 consumers, one-way latency); default all\n"
 "  --paced-size N   payload of the paced runs (default 4K; nowrite)\n"
+"  --rates LIST     rates of the paced runs in Hz (default 1000,30;\n"
+"                   counts as for 1 kHz above 100 Hz, else as for 30 Hz)\n"
 "  --smoke          seconds-long check: sizes 64,4K,64K, 30 iterations;\n"
 "                   exit 1 unless every available method completed and\n"
 "                   every payload was verified\n"
@@ -313,7 +343,8 @@ static void usage(FILE *f)
 "  -v, --verbose\n"
 "Environment: TD_BENCH_TENSORD (daemon binary), TD_BENCH_KEEP=1 (keep the\n"
 "temp dir with the RouDi and tensord logs).\n",
-		DEFAULT_ROUNDS, BENCH_MAX_ROUNDS, TD_BENCH_TENSORD_DEFAULT,
+		DEFAULT_ROUNDS, BENCH_MAX_ROUNDS, PACED_ROUND_MIN,
+		TD_BENCH_TENSORD_DEFAULT,
 		TD_BENCH_ROUDI_DEFAULT);
 }
 
@@ -621,10 +652,18 @@ static double median_of(uint64_t *s, uint64_t n)
 		((double)s[n / 2 - 1] + (double)s[n / 2]) / 2;
 }
 
+/* The p99 of n > 0 sorted samples by nearest rank: the smallest sample
+ * >= 99 % of all. */
+static double p99_of(const uint64_t *s, uint64_t n)
+{
+	uint64_t k = (99 * n + 99) / 100;
+
+	return (double)s[k ? k - 1 : 0];
+}
+
 static void stats(struct bench_result *res, uint64_t *s, uint64_t n)
 {
 	double sum = 0;
-	uint64_t k;
 
 	if (!n)
 		return;
@@ -634,9 +673,7 @@ static void stats(struct bench_result *res, uint64_t *s, uint64_t n)
 	res->min_ns = (double)s[0];
 	res->max_ns = (double)s[n - 1];
 	res->mean_ns = sum / (double)n;
-	/* nearest rank: the smallest sample >= 99 % of all */
-	k = (99 * n + 99) / 100;
-	res->p99_ns = (double)s[k ? k - 1 : 0];
+	res->p99_ns = p99_of(s, n);
 }
 
 /* Supervise the children until all exited: one failing leaves the rest
@@ -945,8 +982,13 @@ static int run_group(struct bench_report *rep, const struct opts *o,
 	counts(o, pl, size, write, &n, &w);
 	if (n < 1)
 		n = 1;
-	rounds = pl->kind == BENCH_PACED ? 1 :
-		((uint64_t)o->rounds < n ? (uint64_t)o->rounds : n);
+	/* paced: a round needs PACED_ROUND_MIN messages for a p99 that is
+	 * not just its largest latency */
+	rounds = pl->kind == BENCH_PACED ? n / PACED_ROUND_MIN : n;
+	if (rounds > (uint64_t)o->rounds)
+		rounds = (uint64_t)o->rounds;
+	if (rounds < 1)
+		rounds = 1;
 	for (size_t i = 0; i < METHOD_COUNT; i++) {
 		const struct bench_method *m = all_methods[i];
 		struct bench_result *res;
@@ -994,20 +1036,29 @@ static int run_group(struct bench_report *rep, const struct opts *o,
 		for (size_t j = 0; j < gn; j++) {
 			size_t g = (j + rd) % gn;
 			struct bench_result *res = &group[g];
-			uint64_t outn = 0;
+			uint64_t outn = 0, *mine, cpu0;
 
 			if (res->status != BENCH_OK)
 				continue;
-			run_one(res->method, res, o, pl, ++*run_id, k,
-				samples + g * n * pl->consumers + got[g],
+			mine = samples + g * n * pl->consumers + got[g];
+			cpu0 = res->cpu_prod_ns + res->cpu_cons_ns +
+			       res->cpu_svc_ns;
+			run_one(res->method, res, o, pl, ++*run_id, k, mine,
 				&outn);
-			/* this round's own median, for ratios paired round
+			/* this round's own figures, for ratios paired round
 			 * by round (rounds <= o->rounds <= the cap) */
-			if (res->status == BENCH_OK && outn)
-				res->round_median_ns[res->rounds - 1] =
-					median_of(samples + g * n *
-						  pl->consumers + got[g],
-						  outn);
+			if (res->status == BENCH_OK && outn) {
+				uint64_t rd1 = res->rounds - 1;
+
+				res->round_median_ns[rd1] =
+					median_of(mine, outn); /* sorts */
+				res->round_p99_ns[rd1] = p99_of(mine, outn);
+				res->round_cpu_ns[rd1] =
+					(double)(res->cpu_prod_ns +
+						 res->cpu_cons_ns +
+						 res->cpu_svc_ns - cpu0) /
+					(double)k;
+			}
 			got[g] += outn;
 		}
 		done += k;
@@ -1061,6 +1112,7 @@ int main(int argc, char **argv)
 		{ "smoke", no_argument, NULL, 'Z' },
 		{ "kinds", required_argument, NULL, 'K' },
 		{ "paced-size", required_argument, NULL, 'Q' },
+		{ "rates", required_argument, NULL, 'H' },
 		{ "tap", no_argument, NULL, 'A' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -1073,6 +1125,7 @@ int main(int argc, char **argv)
 		.modes = 3, .iters = -1, .warmup = -1, .scale = 1.0,
 		.rounds = DEFAULT_ROUNDS, .pin = 1, .cpu = { -1, -1 },
 		.run_timeout = 300, .kinds = 7, .paced_size = 4096,
+		.rates = {1000, 30}, .rate_count = 2,
 	};
 	static struct bench_report rep;
 	char start_why[METHOD_COUNT][BENCH_WHY_MAX];
@@ -1134,6 +1187,13 @@ int main(int argc, char **argv)
 			if (parse_size(optarg, &o.paced_size) < 0 ||
 			    o.paced_size < 24) {
 				fprintf(stderr, "bad --paced-size\n");
+				return 2;
+			}
+			break;
+		case 'H':
+			if (parse_rates(optarg, &o) < 0) {
+				fprintf(stderr, "bad --rates (1 to 4 rates in "
+					"Hz, 1-100000)\n");
 				return 2;
 			}
 			break;
@@ -1249,13 +1309,13 @@ int main(int argc, char **argv)
 						    o.sizes[si], write,
 						    &run_id);
 	/* paced streams: one-way latency and CPU per message */
-	for (int ri = 0; (o.kinds & 4) && ri < 2; ri++)
+	for (size_t ri = 0; (o.kinds & 4) && ri < o.rate_count; ri++)
 		for (unsigned nc = 1; nc <= BENCH_MAX_CONSUMERS; nc += 3)
 			failed += run_group(&rep, &o, start_rc, start_why,
 					    table,
 					    &(struct run_plan){
 						    BENCH_PACED, nc,
-						    ri ? 30.0 : 1000.0},
+						    o.rates[ri]},
 					    o.paced_size, 0, &run_id);
 
 	report_loadavg(rep.load_end, sizeof(rep.load_end));

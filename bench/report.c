@@ -114,6 +114,16 @@ static void proc_field(const char *path, const char *key, char *out,
 	fclose(f);
 }
 
+/* "name": [each round's figure], (%.17g: what the ratios divided) */
+static void json_rounds(FILE *f, const char *name, const double *v,
+			uint64_t rounds)
+{
+	fprintf(f, "\"%s\": [", name);
+	for (uint64_t k = 0; k < rounds && k < BENCH_MAX_ROUNDS; k++)
+		fprintf(f, "%s%.17g", k ? ", " : "", v[k]);
+	fprintf(f, "], ");
+}
+
 /* One element of "results". */
 static void json_result(FILE *f, const struct bench_result *r)
 {
@@ -134,12 +144,13 @@ static void json_result(FILE *f, const struct bench_result *r)
 		fprintf(f, "}");
 		return;
 	}
-	fprintf(f, ", \"rounds\": %llu, \"round_median_ns\": [",
-		(unsigned long long)r->rounds);
-	for (uint64_t k = 0; k < r->rounds && k < BENCH_MAX_ROUNDS; k++)
-		fprintf(f, "%s%.1f", k ? ", " : "",
-			r->round_median_ns[k]);
-	fprintf(f, "], \"warmup_per_round\": %llu, "
+	fprintf(f, ", \"rounds\": %llu, ", (unsigned long long)r->rounds);
+	json_rounds(f, "round_median_ns", r->round_median_ns, r->rounds);
+	if (r->kind == BENCH_PACED) {
+		json_rounds(f, "round_p99_ns", r->round_p99_ns, r->rounds);
+		json_rounds(f, "round_cpu_ns", r->round_cpu_ns, r->rounds);
+	}
+	fprintf(f, "\"warmup_per_round\": %llu, "
 		   "\"samples\": %llu, \"verified\": %llu,\n     "
 		   "\"%s\": "
 		   "{\"median\": %.0f, \"p99\": %.0f, \"mean\": %.0f, "
@@ -228,8 +239,13 @@ int report_json(const char *path, const struct bench_report *rep,
 		   "windows; per_handoff = their sum / samples (per message "
 		   "when paced)\", "
 		   "\"round_median_ns\": \"each round's own median of "
-		   "rtt_ns (paced: one_way_ns, one round), rounds of them; "
+		   "rtt_ns (paced: its p50 of one_way_ns), rounds of them; "
 		   "ratios of two runs of a group pair their rounds\", "
+		   "\"round_p99_ns\": \"paced: each round's p99 of "
+		   "one_way_ns (nearest rank), paired like round_median_ns\", "
+		   "\"round_cpu_ns\": \"paced: each round's CPU per "
+		   "message (producer + consumers + service), paired like "
+		   "round_median_ns\", "
 		   "\"gbytes_per_s\": \"1e9 bytes per second delivered\"},\n");
 	fprintf(f, "  \"modes\": {\"write\": \"producer writes every "
 		   "payload byte, consumer checks every byte\", "
@@ -302,19 +318,36 @@ static size_t sizes_of(const struct bench_report *rep, size_t *out,
 }
 
 /*
- * A ratio a / b of two runs' medians; med < 0: not measured.
+ * A ratio a / b of one figure of two runs (their medians; paced runs
+ * also their p99s or CPU per message); med < 0: not measured.
  * Paired (rounds >= 2): a and b ran in the same group (kind, size, mode,
- * consumers), where round k of every method runs next to round k of the
- * others under the same machine state; med is the median over the rounds
- * of a's round-k median / b's, lo and hi the least and greatest of those
- * per-round ratios, so drift between rounds cancels. Otherwise (one
- * round, different groups such as two sizes) the ratio of the pooled
- * medians: rounds 0, lo = hi = med.
+ * consumers, rate), where round k of every method runs next to round k
+ * of the others under the same machine state; med is the median over the
+ * rounds of a's round-k figure / b's, lo and hi the least and greatest
+ * of those per-round ratios, so drift between rounds cancels. Otherwise
+ * (one round, different groups such as two sizes) the ratio of the
+ * pooled figures: rounds 0, lo = hi = med.
  */
 struct ratio {
 	double med, lo, hi;
 	unsigned rounds;
 };
+
+enum figure { FIG_MEDIAN, FIG_P99, FIG_CPU };
+
+/* The figure g of r over all its rounds (pooled). */
+static double pooled_of(const struct bench_result *r, enum figure g)
+{
+	return g == FIG_P99 ? r->p99_ns : g == FIG_CPU ? r->cpu_ns :
+							 r->median_ns;
+}
+
+/* The figure g of each of r's rounds. */
+static const double *rounds_of(const struct bench_result *r, enum figure g)
+{
+	return g == FIG_P99 ? r->round_p99_ns :
+	       g == FIG_CPU ? r->round_cpu_ns : r->round_median_ns;
+}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -323,42 +356,55 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static bool paired(const struct bench_result *a, const struct bench_result *b)
+static bool paired(const struct bench_result *a, const struct bench_result *b,
+		   enum figure g)
 {
-	if (a->kind == BENCH_PACED || a->kind != b->kind ||
-	    a->size != b->size || a->write != b->write ||
-	    a->consumers != b->consumers || a->rounds != b->rounds ||
+	const double *qa = rounds_of(a, g), *qb = rounds_of(b, g);
+
+	if (a->kind != b->kind || a->size != b->size ||
+	    a->write != b->write || a->consumers != b->consumers ||
+	    a->rate_hz != b->rate_hz || a->rounds != b->rounds ||
 	    a->rounds < 2 || a->rounds > BENCH_MAX_ROUNDS)
 		return false;
 	for (uint64_t k = 0; k < a->rounds; k++)
-		if (a->round_median_ns[k] <= 0 || b->round_median_ns[k] <= 0)
+		if (qa[k] <= 0 || qb[k] <= 0)
 			return false;
 	return true;
 }
 
-static struct ratio ratio_of(const struct bench_result *a,
-			     const struct bench_result *b)
+static struct ratio ratio_fig(const struct bench_result *a,
+			      const struct bench_result *b, enum figure g)
 {
 	struct ratio v = {-1, -1, -1, 0};
 	double q[BENCH_MAX_ROUNDS];
+	const double *qa, *qb;
 	unsigned n;
 
 	if (!a || !b || a->status != BENCH_OK || b->status != BENCH_OK ||
-	    b->median_ns <= 0)
+	    pooled_of(b, g) <= 0)
 		return v;
-	if (!paired(a, b)) {
-		v.med = v.lo = v.hi = a->median_ns / b->median_ns;
+	if (!paired(a, b, g)) {
+		v.med = v.lo = v.hi = pooled_of(a, g) / pooled_of(b, g);
 		return v;
 	}
 	n = (unsigned)a->rounds;
+	qa = rounds_of(a, g);
+	qb = rounds_of(b, g);
 	for (unsigned k = 0; k < n; k++)
-		q[k] = a->round_median_ns[k] / b->round_median_ns[k];
+		q[k] = qa[k] / qb[k];
 	qsort(q, n, sizeof(q[0]), cmp_double);
 	v.rounds = n;
 	v.lo = q[0];
 	v.hi = q[n - 1];
 	v.med = n % 2 ? q[n / 2] : (q[n / 2 - 1] + q[n / 2]) / 2;
 	return v;
+}
+
+/* The ratio of two runs' median round trips (latencies). */
+static struct ratio ratio_of(const struct bench_result *a,
+			     const struct bench_result *b)
+{
+	return ratio_fig(a, b, FIG_MEDIAN);
 }
 
 /* The range of v straddles limit: some rounds on each side of it. */
@@ -396,6 +442,49 @@ static void verdict(FILE *f, struct ratio v, double limit, bool at_least,
 
 	fprintf(f, "%s%s", met ? "met" : missed,
 		noise ? " (within noise)" : "");
+}
+
+/*
+ * The verdict of several ratios against one limit ("≤"), each named
+ * (a size, a figure): those over it, missed, "(within noise)" where
+ * their rounds straddle the limit, and those met whose rounds do.
+ */
+struct tally {
+	char over[512], near[512];
+	unsigned nover, nnear;
+};
+
+/* with_value: the name followed by the median ratio ("4 KiB 1.20") */
+static void tally_add(struct tally *t, const char *name, struct ratio v,
+		      double limit, bool with_value)
+{
+	bool over = v.med > limit, noise = within_noise(v, limit);
+	char *list = over ? t->over : t->near;
+	size_t n = strlen(list), len = sizeof(t->over);
+	unsigned *count = over ? &t->nover : &t->nnear;
+	int k;
+
+	if (!over && !noise)
+		return;
+	k = snprintf(list + n, len - n, "%s%s", (*count)++ ? ", " : "", name);
+	if (k < 0 || (size_t)k >= len - n)
+		return;
+	n += (size_t)k;
+	if (with_value) {
+		k = snprintf(list + n, len - n, " %.2f", v.med);
+		if (k < 0 || (size_t)k >= len - n)
+			return;
+		n += (size_t)k;
+	}
+	if (over && noise)
+		snprintf(list + n, len - n, " (within noise)");
+}
+
+/* "met", "**missed**: 4 KiB 1.20", then "; within noise: 64 B 1.00" */
+static void tally_print(FILE *f, const struct tally *t)
+{
+	fprintf(f, "%s%s%s%s", t->nover ? "**missed**: " : "met", t->over,
+		t->nnear ? "; within noise: " : "", t->near);
 }
 
 static void ratio_cell(FILE *f, const struct bench_result *a,
@@ -484,13 +573,13 @@ static void worst_row(FILE *f, const struct bench_report *rep,
 {
 	const size_t cap = 64u << 20;
 	struct ratio worst = {-1, -1, -1, 0};
-	size_t worst_size = 0, over = 0, noisy = 0, missing = 0;
-	char list[512] = "", near[512] = "", a[32], t[96];
+	size_t worst_size = 0, missing = 0;
+	struct tally tl = {.nover = 0};
+	char a[32], t[96];
 
 	for (size_t s = 0; s < ns; s++) {
 		unsigned nc = kind == BENCH_FANOUT ? BENCH_MAX_CONSUMERS : 1;
 		struct ratio v;
-		size_t n;
 
 		if (sizes[s] > cap)
 			continue;
@@ -504,30 +593,19 @@ static void worst_row(FILE *f, const struct bench_report *rep,
 			worst = v;
 			worst_size = sizes[s];
 		}
-		size_label(sizes[s], a, sizeof(a));
-		if (v.med > 1.0) {
-			n = strlen(list);
-			snprintf(list + n, sizeof(list) - n, "%s%s %.2f%s",
-				 over++ ? ", " : "", a, v.med,
-				 within_noise(v, 1.0) ? " (within noise)" : "");
-		} else if (within_noise(v, 1.0)) {
-			n = strlen(near);
-			snprintf(near + n, sizeof(near) - n, "%s%s %.2f",
-				 noisy++ ? ", " : "", a, v.med);
-		}
+		tally_add(&tl, size_label(sizes[s], a, sizeof(a)), v, 1.0,
+			  true);
 	}
 	if (worst.med < 0) {
 		fprintf(f, "| %s | %s | n/a | not measured |\n", target,
 			mode_name(w));
 		return;
 	}
-	fprintf(f, "| %s | %s | worst %s | %s%s%s%s%s |\n", target,
-		mode_name(w),
+	fprintf(f, "| %s | %s | worst %s | ", target, mode_name(w),
 		ratio_text(worst, 2, size_label(worst_size, a, sizeof(a)), t,
-			   sizeof(t)),
-		over ? "**missed**: " : "met", list,
-		noisy ? "; within noise: " : "", near,
-		missing ? "; some sizes not measured" : "");
+			   sizeof(t)));
+	tally_print(f, &tl);
+	fprintf(f, "%s |\n", missing ? "; some sizes not measured" : "");
 }
 
 /* A target row "a / b ≤ limit" of two runs in mode w. */
@@ -686,6 +764,59 @@ static void paced_table(FILE *f, const struct bench_report *rep)
 }
 
 /*
+ * The paced target at rate hz to nc consumers: the ring's p50, p99 and
+ * CPU per message each at most iceoryx-wait's, every one a ratio paired
+ * round by round like the others (the pooled µs beside them), or with
+ * one round the pooled figures.
+ */
+static void paced_row(FILE *f, const struct bench_report *rep, double hz,
+		      unsigned nc)
+{
+	static const struct {
+		const char *name;
+		enum figure g;
+	} fig[] = {{"p50", FIG_MEDIAN}, {"p99", FIG_P99}, {"CPU", FIG_CPU}};
+	const struct bench_result *a = find_k(rep, "tensord-ring", 0, 0,
+					      BENCH_PACED, nc, hz);
+	const struct bench_result *b = find_k(rep, "iceoryx-wait", 0, 0,
+					      BENCH_PACED, nc, hz);
+	struct ratio v[3];
+	struct tally tl = {.nover = 0};
+	bool any_paired = false;
+	char t[96];
+
+	fprintf(f, "| paced %.0f Hz 1→%u: ring p50, p99 ≤ iceoryx-wait's and "
+		   "CPU/msg ≤ 1.0× | nowrite | ", hz, nc);
+	for (size_t i = 0; i < 3; i++) {
+		v[i] = ratio_fig(a, b, fig[i].g);
+		if (v[i].med < 0) {
+			fprintf(f, "n/a | not measured |\n");
+			return;
+		}
+		any_paired |= v[i].rounds > 0;
+		tally_add(&tl, fig[i].name, v[i], 1.0, false);
+	}
+	if (any_paired) {
+		for (size_t i = 0; i < 3; i++)
+			fprintf(f, "%s%s %s", i ? ", " : "", fig[i].name,
+				ratio_text(v[i], 2, NULL, t, sizeof(t)));
+		fprintf(f, "; pooled p50 %.1f/%.1f µs, p99 %.1f/%.1f µs, "
+			   "CPU %.1f/%.1f µs | ",
+			a->median_ns / 1e3, b->median_ns / 1e3,
+			a->p99_ns / 1e3, b->p99_ns / 1e3, a->cpu_ns / 1e3,
+			b->cpu_ns / 1e3);
+	} else {
+		fprintf(f, "%s: p50 %.1f/%.1f µs, p99 %.1f/%.1f µs, CPU "
+			   "%.2f× | ",
+			a->rounds == 1 ? "one pooled round" : "pooled",
+			a->median_ns / 1e3, b->median_ns / 1e3,
+			a->p99_ns / 1e3, b->p99_ns / 1e3, v[2].med);
+	}
+	tally_print(f, &tl);
+	fprintf(f, " |\n");
+}
+
+/*
  * The issue-16 targets, computed from this run: the plain API against
  * iceoryx-wait on both import paths, fan-out, paced streams (latency
  * AND CPU), the ring against the bare limits.
@@ -721,35 +852,8 @@ static void targets16_table(FILE *f, const struct bench_report *rep,
 				  rows[i].kind, w, sizes, ns);
 		}
 	for (int ri = 0; ri < 2; ri++)
-		for (unsigned nc = 1; nc <= BENCH_MAX_CONSUMERS; nc += 3) {
-			double hz = ri ? 30 : 1000;
-			const struct bench_result *a = find_k(
-				rep, "tensord-ring", 0, 0, BENCH_PACED, nc, hz);
-			const struct bench_result *b = find_k(
-				rep, "iceoryx-wait", 0, 0, BENCH_PACED, nc, hz);
-
-			fprintf(f, "| paced %.0f Hz 1→%u: ring p50, p99 ≤ "
-				   "iceoryx-wait's and CPU/msg ≤ 1.0× | "
-				   "nowrite | ", hz, nc);
-			if (!a || !b || a->status != BENCH_OK ||
-			    b->status != BENCH_OK || b->cpu_ns <= 0) {
-				fprintf(f, "n/a | not measured |\n");
-				continue;
-			}
-			fprintf(f, "p50 %.1f/%.1f µs, p99 %.1f/%.1f µs, CPU "
-				   "%.2f× | %s%s%s%s |\n",
-				a->median_ns / 1e3, b->median_ns / 1e3,
-				a->p99_ns / 1e3, b->p99_ns / 1e3,
-				a->cpu_ns / b->cpu_ns,
-				a->median_ns <= b->median_ns &&
-						a->p99_ns <= b->p99_ns &&
-						a->cpu_ns <= b->cpu_ns
-					? "met"
-					: "**missed**:",
-				a->median_ns > b->median_ns ? " p50" : "",
-				a->p99_ns > b->p99_ns ? " p99" : "",
-				a->cpu_ns > b->cpu_ns ? " CPU" : "");
-		}
+		for (unsigned nc = 1; nc <= BENCH_MAX_CONSUMERS; nc += 3)
+			paced_row(f, rep, ri ? 30 : 1000, nc);
 	limit_row(f, "ring ≤ 2× bare-spin at 64 B",
 		  find(rep, "tensord-ring", 64, 0),
 		  find(rep, "bare-spin", 64, 0), 0, 2.0);
@@ -794,8 +898,10 @@ int report_markdown(const char *path, const struct bench_report *rep)
 		   "round, or across sizes, it is the ratio of the two pooled "
 		   "medians, `(pooled)`. A verdict goes by the median ratio; "
 		   "*within noise* marks a ratio whose rounds fall on both "
-		   "sides of the limit. Paced rows compare pooled latencies "
-		   "and CPU.\n\n");
+		   "sides of the limit. Paced rows pair the rounds the same "
+		   "way for p50, p99 and CPU per message, each against 1.0× "
+		   "(a paced run has one round per 200 messages at most; "
+		   "with one, `one pooled round`).\n\n");
 	/* the targets, then one set of ratio tables per tensord method
 	 * (API on both import paths, fast path) */
 	targets16_table(f, rep, sizes, ns);

@@ -28,10 +28,14 @@ struct bench_result {
 	uint64_t verified; /* payloads the consumer checked (warm-ups too) */
 	/* round trip, nanoseconds */
 	double median_ns, p99_ns, mean_ns, min_ns, max_ns;
-	/* each round's own median, rounds of them (PACED, one round: that
-	 * of every latency): the ratios of two runs of one group pair them
-	 * round by round (report.c, ratio_of) */
+	/* each round's own median, rounds of them (PACED: the round's p50
+	 * of every consumer's latencies): the ratios of two runs of one
+	 * group pair them round by round (report.c, ratio_of) */
 	double round_median_ns[BENCH_MAX_ROUNDS];
+	/* PACED: each round's p99 of the latencies and its CPU per
+	 * message (all processes), paired like round_median_ns */
+	double round_p99_ns[BENCH_MAX_ROUNDS];
+	double round_cpu_ns[BENCH_MAX_ROUNDS];
 	enum bench_kind kind;
 	unsigned consumers;
 	double rate_hz;     /* PACED */

@@ -9,6 +9,7 @@
 #include "report.h"
 
 #include <criterion/criterion.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -39,8 +40,39 @@ static void add(const struct bench_method *m, size_t size, int write,
 		r->round_median_ns[k] = rm[k];
 }
 
-/* The markdown of rep, as one string (freed by the caller). */
-static char *markdown(void)
+/* Pooled figures of a paced run (ns) and each round's: p50, p99, CPU
+ * per message. */
+struct figs {
+	double p50, p99, cpu;
+};
+
+static void add_paced(const struct bench_method *m, double hz, unsigned nc,
+		      struct figs pooled, unsigned rounds, const double *p50,
+		      const double *p99, const double *cpu)
+{
+	struct bench_result *r = &rep.results[rep.result_count++];
+
+	memset(r, 0, sizeof(*r));
+	r->method = m;
+	r->size = 4096;
+	r->kind = BENCH_PACED;
+	r->consumers = nc;
+	r->rate_hz = hz;
+	r->status = BENCH_OK;
+	r->rounds = rounds;
+	r->median_ns = r->mean_ns = r->min_ns = pooled.p50;
+	r->p99_ns = r->max_ns = pooled.p99;
+	r->cpu_ns = pooled.cpu;
+	for (unsigned k = 0; k < rounds; k++) {
+		r->round_median_ns[k] = p50[k];
+		r->round_p99_ns[k] = p99[k];
+		r->round_cpu_ns[k] = cpu[k];
+	}
+}
+
+/* What report_markdown (json: report_json) wrote of rep, as one string
+ * (freed by the caller). */
+static char *written(bool json)
 {
 	char path[] = "/tmp/td-test-report-XXXXXX";
 	int fd = mkstemp(path);
@@ -50,7 +82,10 @@ static char *markdown(void)
 
 	cr_assert(fd >= 0);
 	close(fd);
-	cr_assert_eq(report_markdown(path, &rep), 0);
+	if (json)
+		cr_assert_eq(report_json(path, &rep, NULL), 0);
+	else
+		cr_assert_eq(report_markdown(path, &rep), 0);
 	f = fopen(path, "re");
 	cr_assert(f);
 	fseek(f, 0, SEEK_END);
@@ -61,6 +96,11 @@ static char *markdown(void)
 	fclose(f);
 	unlink(path);
 	return buf;
+}
+
+static char *markdown(void)
+{
+	return written(false);
 }
 
 static void setup(void)
@@ -92,6 +132,47 @@ static void setup(void)
 	/* 4 KiB write: rounds differ (a run cut short): pooled, 0.8 */
 	add(&ring, 4096, 1, 80, 2, (const double[]){1, 1});
 	add(&iox, 4096, 1, 100, 3, (const double[]){1000, 1000, 1000});
+
+	/* paced 1 kHz 1->1, met: per round p50 0.5, 0.6, 0.45; p99 0.25,
+	 * 0.5, 0.4; CPU 0.8, 0.9, 1.0 (at the limit, not over it) */
+	add_paced(&ring, 1000, 1, (struct figs){52000, 150000, 9000}, 3,
+		  (const double[]){50000, 60000, 45000},
+		  (const double[]){100000, 200000, 160000},
+		  (const double[]){8000, 9000, 10000});
+	add_paced(&iox, 1000, 1, (struct figs){100000, 400000, 10000}, 3,
+		  (const double[]){100000, 100000, 100000},
+		  (const double[]){400000, 400000, 400000},
+		  (const double[]){10000, 10000, 10000});
+	/* paced 1 kHz 1->4, missed by p99: 1.2, 1.1, 1.2 per round, where
+	 * the pooled p99s (280 against 300 µs) would call it met */
+	add_paced(&ring, 1000, 4, (struct figs){45000, 280000, 6000}, 3,
+		  (const double[]){40000, 45000, 50000},
+		  (const double[]){300000, 330000, 360000},
+		  (const double[]){5000, 6000, 7000});
+	add_paced(&iox, 1000, 4, (struct figs){50000, 300000, 10000}, 3,
+		  (const double[]){50000, 50000, 50000},
+		  (const double[]){250000, 300000, 300000},
+		  (const double[]){10000, 10000, 10000});
+	/* paced 30 Hz 1->1, five rounds: p50 0.9, 1.1, 0.95, 1.05, 1.2
+	 * (median 1.05: missed, within noise; pooled 98/100 µs would say
+	 * met), p99 0.9, 1.1, 0.95, 1.05, 1.0 (median 1.0: met, within
+	 * noise), CPU 0.5 every round */
+	add_paced(&ring, 30, 1, (struct figs){98000, 200000, 5000}, 5,
+		  (const double[]){90000, 110000, 95000, 105000, 120000},
+		  (const double[]){180000, 220000, 190000, 210000, 200000},
+		  (const double[]){5000, 5000, 5000, 5000, 5000});
+	add_paced(&iox, 30, 1, (struct figs){100000, 200000, 10000}, 5,
+		  (const double[]){100000, 100000, 100000, 100000, 100000},
+		  (const double[]){200000, 200000, 200000, 200000, 200000},
+		  (const double[]){10000, 10000, 10000, 10000, 10000});
+	/* paced 30 Hz 1->4, one round: the pooled figures, whatever the
+	 * round's say */
+	add_paced(&ring, 30, 4, (struct figs){120000, 150000, 4000}, 1,
+		  (const double[]){1}, (const double[]){1},
+		  (const double[]){1});
+	add_paced(&iox, 30, 4, (struct figs){100000, 300000, 10000}, 1,
+		  (const double[]){1000}, (const double[]){1000},
+		  (const double[]){1000});
 }
 
 TestSuite(report, .init = setup);
@@ -145,4 +226,85 @@ Test(report, limit_rows_by_the_median)
 			 "(within noise) |"),
 		  "%s", md);
 	free(md);
+}
+
+Test(report, paced_rows_pair_p50_p99_and_cpu)
+{
+	char *md = markdown();
+
+	cr_expect(strstr(md, "| paced 1000 Hz 1→1: ring p50, p99 ≤ "
+			 "iceoryx-wait's and CPU/msg ≤ 1.0× | nowrite | "
+			 "p50 0.50× (0.45–0.60 over 3 rounds), "
+			 "p99 0.40× (0.25–0.50 over 3 rounds), "
+			 "CPU 0.90× (0.80–1.00 over 3 rounds); "
+			 "pooled p50 52.0/100.0 µs, p99 150.0/400.0 µs, "
+			 "CPU 9.0/10.0 µs | met |\n"),
+		  "%s", md);
+	/* the per-round p99s miss where the pooled ones would not */
+	cr_expect(strstr(md, "| paced 1000 Hz 1→4: ring p50, p99 ≤ "
+			 "iceoryx-wait's and CPU/msg ≤ 1.0× | nowrite | "
+			 "p50 0.90× (0.80–1.00 over 3 rounds), "
+			 "p99 1.20× (1.10–1.20 over 3 rounds), "
+			 "CPU 0.60× (0.50–0.70 over 3 rounds); "
+			 "pooled p50 45.0/50.0 µs, p99 280.0/300.0 µs, "
+			 "CPU 6.0/10.0 µs | **missed**: p99 |\n"),
+		  "%s", md);
+	free(md);
+}
+
+Test(report, paced_rows_within_noise)
+{
+	char *md = markdown();
+
+	cr_expect(strstr(md, "| paced 30 Hz 1→1: ring p50, p99 ≤ "
+			 "iceoryx-wait's and CPU/msg ≤ 1.0× | nowrite | "
+			 "p50 1.05× (0.90–1.20 over 5 rounds), "
+			 "p99 1.00× (0.90–1.10 over 5 rounds), "
+			 "CPU 0.50× (0.50–0.50 over 5 rounds); "
+			 "pooled p50 98.0/100.0 µs, p99 200.0/200.0 µs, "
+			 "CPU 5.0/10.0 µs | **missed**: p50 (within noise); "
+			 "within noise: p99 |\n"),
+		  "%s", md);
+	free(md);
+}
+
+Test(report, paced_row_of_one_round_is_pooled)
+{
+	char *md = markdown();
+
+	cr_expect(strstr(md, "| paced 30 Hz 1→4: ring p50, p99 ≤ "
+			 "iceoryx-wait's and CPU/msg ≤ 1.0× | nowrite | "
+			 "one pooled round: p50 120.0/100.0 µs, p99 "
+			 "150.0/300.0 µs, CPU 0.40× | **missed**: p50 |\n"),
+		  "%s", md);
+	free(md);
+}
+
+Test(report, paced_row_not_measured)
+{
+	char *md;
+
+	/* iceoryx-wait's 30 Hz 1->4 run n/a: no ratio at all */
+	rep.results[rep.result_count - 1].status = BENCH_NA;
+	md = markdown();
+	cr_expect(strstr(md, "| paced 30 Hz 1→4: ring p50, p99 ≤ "
+			 "iceoryx-wait's and CPU/msg ≤ 1.0× | nowrite | n/a | "
+			 "not measured |\n"),
+		  "%s", md);
+	free(md);
+}
+
+Test(report, paced_json_keeps_every_round)
+{
+	char *js = written(true);
+
+	cr_expect(strstr(js, "\"round_median_ns\": [40000, 45000, 50000], "
+			 "\"round_p99_ns\": [300000, 330000, 360000], "
+			 "\"round_cpu_ns\": [5000, 6000, 7000], "),
+		  "%s", js);
+	/* ping-pong runs keep their round medians only */
+	cr_expect(strstr(js, "\"round_median_ns\": [90, 100, 110], "
+			 "\"warmup_per_round\""),
+		  "%s", js);
+	free(js);
 }
