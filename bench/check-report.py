@@ -4,14 +4,17 @@
 measured run keeps one median per round, and a target's ratio of two runs
 of the same group is the median of the per-round ratios (with their range
 and the verdict by that median), or the ratio of the pooled medians with
-a single round. Asserts no timing: the expected figures come from the
-run's own JSON.
+a single round. The same for paced runs (1 kHz, ring against
+iceoryx-wait): one round per 200 messages at most, each round's p50, p99
+and CPU per message kept, and the paced verdict rows paired from them.
+Asserts no timing: the expected figures come from the run's own JSON.
 
 Usage: check-report.py BENCH   (the tensord-bench binary; needs the
 tensord-ring method, i.e. a build with libtensord and the daemon)
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -33,12 +36,10 @@ def fail(msg):
     sys.exit(1)
 
 
-def run(bench, tmp, rounds):
+def run(bench, tmp, args):
     js, md = os.path.join(tmp, "r.json"), os.path.join(tmp, "r.md")
-    cmd = [bench, "--methods", METHODS, "--kinds", "pingpong", "--sizes",
-           "64", "--modes", "nowrite", "--iters", str(60 * rounds),
-           "--warmup", "20", "--rounds", str(rounds), "--json", js,
-           "--markdown", md, "--timeout", "60"]
+    cmd = [bench] + args + ["--json", js, "--markdown", md, "--timeout",
+                            "60"]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True)
     if p.returncode != 0:
@@ -109,6 +110,105 @@ def check_rows(by, md, rounds):
         print(f"ok: {target}: {want}, {verdict}")
 
 
+PACED_METHODS = "tensord-ring,iceoryx-wait"
+PACED_FIGS = (("p50", "round_median_ns"), ("p99", "round_p99_ns"),
+              ("CPU", "round_cpu_ns"))
+
+
+def check_paced_rounds(r, rounds):
+    """A paced result's per-round figures against its pooled ones."""
+    name = f"{r['method']} 1→{r['consumers']}"
+    if r["rounds"] != rounds:
+        fail(f"{name}: {r['rounds']} rounds, expected {rounds}")
+    ow, cpu = r["one_way_ns"], r["cpu_ns"]["per_handoff"]
+    for _, key in PACED_FIGS:
+        v = r.get(key)
+        if not isinstance(v, list) or len(v) != rounds:
+            fail(f"{name}: {key} {v!r} has not {rounds} entries")
+    for p50, p99, c in zip(r["round_median_ns"], r["round_p99_ns"],
+                           r["round_cpu_ns"]):
+        if not ow["min"] <= p50 <= p99 <= ow["max"] or c <= 0:
+            fail(f"{name}: round p50 {p50}, p99 {p99}, CPU {c} do not fit "
+                 f"the pooled latencies [{ow['min']}, {ow['max']}]")
+    # equal rounds (n / rounds messages each): the pooled CPU per message
+    # is the mean of the rounds' (the JSON rounds per_handoff to 1 ns)
+    mean = sum(r["round_cpu_ns"]) / rounds
+    if abs(mean - cpu) > .5 + 1e-6 * cpu:
+        fail(f"{name}: rounds' CPU/msg {r['round_cpu_ns']} average "
+             f"{mean}, pooled {cpu}")
+    if rounds == 1:
+        for (fig, key), pooled in zip(PACED_FIGS, (ow["median"], ow["p99"],
+                                                    cpu)):
+            if abs(r[key][0] - pooled) > .5:
+                fail(f"{name}: the one round's {fig} {r[key][0]} is not "
+                     f"the pooled {pooled}")
+
+
+def check_paced(results, md, rounds):
+    by = {}
+    for r in results:
+        if r["kind"] != "paced" or r["rate_hz"] != 1000:
+            fail(f"unexpected run {r}")
+        if r["status"] == "ok":
+            check_paced_rounds(r, rounds)
+        elif r["status"] != "n/a":
+            fail(f"{r['method']} 1→{r['consumers']}: {r}")
+        by[(r["method"], r["consumers"])] = r
+    for nc in (1, 4):
+        row = row_of(md, f"paced 1000 Hz 1→{nc}: ring p50, p99 ≤ "
+                         "iceoryx-wait's and CPU/msg ≤ 1.0×")
+        a, b = by.get(("tensord-ring", nc)), by.get(("iceoryx-wait", nc))
+        if a is None or a["status"] != "ok":
+            fail(f"tensord-ring 1→{nc} did not run: {a}")
+        if b is None or b["status"] != "ok":
+            # iceoryx not built here: the row must say so
+            if not row.endswith("| nowrite | n/a | not measured |"):
+                fail(f"row {row!r}: iceoryx-wait {b}")
+            print(f"ok: paced 1→{nc}: not measured ({b and b['reason']})")
+            continue
+        over, near, cells = [], [], []
+        for fig, key in PACED_FIGS:
+            q = [x / y for x, y in zip(a[key], b[key])]
+            med, lo, hi = median(q), min(q), max(q)
+            noise = rounds >= 2 and lo <= 1.0 < hi
+            if med > 1.0:
+                over.append(fig + (" (within noise)" if noise else ""))
+            elif noise:
+                near.append(fig)
+            cells.append(f"{fig} {med:.2f}× ({lo:.2f}–{hi:.2f} over "
+                         f"{rounds} rounds)")
+        verdict = ("**missed**: " + ", ".join(over)) if over else "met"
+        if near:
+            verdict += "; within noise: " + ", ".join(near)
+        if rounds >= 2:
+            want = ", ".join(cells) + "; pooled p50 "
+            # the pooled µs: the JSON rounds them to 1 ns, compare loosely
+            m = re.search(r"; pooled p50 ([\d.]+)/([\d.]+) µs, p99 "
+                          r"([\d.]+)/([\d.]+) µs, CPU ([\d.]+)/([\d.]+) "
+                          r"µs \| ", row)
+            if not m:
+                fail(f"row {row!r}: no pooled figures")
+            got = [float(x) for x in m.groups()]
+            exp = [a["one_way_ns"]["median"], b["one_way_ns"]["median"],
+                   a["one_way_ns"]["p99"], b["one_way_ns"]["p99"],
+                   a["cpu_ns"]["per_handoff"], b["cpu_ns"]["per_handoff"]]
+            for g, e in zip(got, exp):
+                if abs(g - e / 1e3) > .051:
+                    fail(f"row {row!r}: pooled {got}, JSON {exp} ns")
+        else:
+            # one round: its figures are the pooled ones, unrounded
+            want = (f"one pooled round: p50 "
+                    f"{a['round_median_ns'][0] / 1e3:.1f}/"
+                    f"{b['round_median_ns'][0] / 1e3:.1f} µs, p99 "
+                    f"{a['round_p99_ns'][0] / 1e3:.1f}/"
+                    f"{b['round_p99_ns'][0] / 1e3:.1f} µs, CPU "
+                    f"{a['round_cpu_ns'][0] / b['round_cpu_ns'][0]:.2f}× | ")
+        want = "| nowrite | " + want
+        if want not in row or not row.endswith(f"| {verdict} |"):
+            fail(f"row {row!r}: expected {want!r} ... {verdict!r}")
+        print(f"ok: paced 1→{nc}, {rounds} round(s): {verdict}")
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__)
@@ -116,8 +216,17 @@ def main():
     bench = sys.argv[1]
     with tempfile.TemporaryDirectory() as tmp:
         for rounds in (3, 1):
-            results, md = run(bench, tmp, rounds)
+            results, md = run(bench, tmp, [
+                "--methods", METHODS, "--kinds", "pingpong", "--sizes",
+                "64", "--modes", "nowrite", "--iters", str(60 * rounds),
+                "--warmup", "20", "--rounds", str(rounds)])
             check_rows(check_rounds(results, rounds), md, rounds)
+        # 400 messages: 2 rounds of 200 though 3 were asked; 399: one
+        for iters, rounds in ((400, 2), (399, 1)):
+            results, md = run(bench, tmp, [
+                "--methods", PACED_METHODS, "--kinds", "paced", "--rates",
+                "1000", "--iters", str(iters), "--rounds", "3"])
+            check_paced(results, md, rounds)
     p = subprocess.run([bench, "--rounds", "33"], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)
     if p.returncode != 2:
