@@ -115,10 +115,24 @@ struct bench_method {
 	 * -1 (or NULL) when there is none.
 	 */
 	int (*service_pid)(void);
-	/* nonzero: it runs FANOUT and PACED runs (several consumers, no ack
-	 * of its own) */
-	int streams;
+	/*
+	 * The kinds it runs besides PINGPONG (which every method runs), as
+	 * BENCH_KIND() bits: FANOUT and PACED have several consumers and no
+	 * ack of the method's own. 0: ping-pong only.
+	 */
+	unsigned kinds;
 };
+
+/* A kind's bit in bench_method.kinds. */
+#define BENCH_KIND(k) (1u << (k))
+/* Both multi-consumer kinds. */
+#define BENCH_STREAMS (BENCH_KIND(BENCH_FANOUT) | BENCH_KIND(BENCH_PACED))
+
+static inline int bench_method_runs(const struct bench_method *m,
+				    enum bench_kind kind)
+{
+	return kind == BENCH_PINGPONG || (m->kinds & BENCH_KIND(kind)) != 0;
+}
 
 extern const struct bench_method bench_socket_copy;
 extern const struct bench_method bench_fd_pass;

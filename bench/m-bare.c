@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The physical limits, no library: a shared anonymous mapping (made by
- * the parent before fork, so both children have it) holds two 32-bit
- * words and the payload. The producer writes the payload, stores seq in
- * the data word and hands over; the consumer waits for that word,
- * checks the payload in place, and stores seq in the ack word.
+ * the parent before fork, so every child has it) holds the 32-bit words
+ * and the payload. The producer writes the payload, stores seq in the
+ * data word and hands over; a consumer waits for that word, checks the
+ * payload in place, and (ping-pong) stores seq in the ack word.
  *
  *   bare-futex: every wait is FUTEX_WAIT and every handoff a FUTEX_WAKE
  *               (the partner is always asleep): one blocking wake-up
@@ -15,6 +15,28 @@
  *               keeps both CPUs busy.
  *
  * Every other method reads as a ratio to these in the same run.
+ *
+ * bare-futex also runs the multi-consumer kinds, as their floor; the
+ * harness acks there (bench_method_acks() is false), the producer wakes
+ * every waiter of the data word:
+ *
+ *   fan-out: one payload; the harness waits for every consumer's ack
+ *            before the next step, so nothing is rewritten under a
+ *            reader.
+ *   paced:   nobody waits for the consumers, and one may fall behind
+ *            and take the newest seq (latest value). Two payload slots
+ *            alternate by seq parity, and a seqlock keeps a reader from
+ *            accepting a torn one: the producer stores seq in the
+ *            writing word before it writes slot seq & 1, and in the data
+ *            word after. A reader takes the data word d, checks slot
+ *            d & 1 and re-reads the writing word: once that reached
+ *            d + 2 the slot may have been rewritten under it, and it
+ *            reads again. It sleeps in FUTEX_WAIT while nothing newer
+ *            than what it asks for is there.
+ *
+ * bare-spin stays ping-pong only: four spinning consumers and a spinning
+ * producer on this machine's two CPUs would measure the scheduler, not a
+ * limit.
  */
 #include "bench.h"
 
@@ -28,12 +50,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define BARE_HDR 4096 /* the words' page; the payload follows */
+#define BARE_HDR 4096 /* the words' page; the payload slots follow */
 
 struct bare_words {
-	_Atomic uint32_t data; /* seq of the last handoff */
-	char pad[60];          /* the two words on their own lines */
-	_Atomic uint32_t ack;  /* seq the consumer acknowledged */
+	_Atomic uint32_t data;    /* seq of the last handoff */
+	_Atomic uint32_t writing; /* PACED: seq whose slot is being written */
+	char pad[56];             /* the ack word on its own line */
+	_Atomic uint32_t ack;     /* seq the consumer acknowledged */
 };
 
 static int bare_can_run(const struct bench_env *env, size_t size, char *why,
@@ -48,9 +71,21 @@ static int bare_can_run(const struct bench_env *env, size_t size, char *why,
 	return 0;
 }
 
+/* PACED: two slots (see the top); else one. */
+static unsigned bare_slots(const struct bench_run *r)
+{
+	return r->kind == BENCH_PACED ? 2 : 1;
+}
+
+/* The payload slot of seq. */
+static char *bare_slot(const struct bench_run *r, uint64_t seq)
+{
+	return (char *)r->shm + BARE_HDR + (seq % bare_slots(r)) * r->size;
+}
+
 static int bare_prepare(struct bench_run *r)
 {
-	size_t len = BARE_HDR + r->size;
+	size_t len = BARE_HDR + bare_slots(r) * r->size;
 	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
 		       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 
@@ -71,7 +106,7 @@ static void bare_unprepare(struct bench_run *r)
 
 static int bare_setup(struct bench_run *r)
 {
-	/* both sides' page-table entries, before anything is timed */
+	/* every side's page-table entries, before anything is timed */
 	bench_prefault(r->shm, r->shm_len);
 	return 0;
 }
@@ -81,9 +116,10 @@ static void futex_wait(_Atomic uint32_t *w, uint32_t val)
 	syscall(SYS_futex, w, FUTEX_WAIT, val, NULL, NULL, 0);
 }
 
-static void futex_wake(_Atomic uint32_t *w)
+/* Wake every consumer (one in ping-pong) or the producer. */
+static void futex_wake(_Atomic uint32_t *w, unsigned n)
 {
-	syscall(SYS_futex, w, FUTEX_WAKE, 1, NULL, NULL, 0);
+	syscall(SYS_futex, w, FUTEX_WAKE, (int)n, NULL, NULL, 0);
 }
 
 /* Until *w == want: spinning, or asleep on the futex. */
@@ -99,34 +135,76 @@ static void bare_wait(_Atomic uint32_t *w, uint32_t want, int spin)
 	}
 }
 
-static void bare_post(_Atomic uint32_t *w, uint32_t val, int spin)
+static void bare_post(_Atomic uint32_t *w, uint32_t val, int spin,
+		      unsigned waiters)
 {
 	atomic_store_explicit(w, val, memory_order_release);
 	if (!spin)
-		futex_wake(w);
+		futex_wake(w, waiters);
 }
 
 static int bare_producer(struct bench_run *r, uint64_t seq, int spin)
 {
 	struct bare_words *w = r->shm;
 
-	bench_payload_write((char *)r->shm + BARE_HDR, r->size, seq,
-			    r->write);
-	bare_post(&w->data, (uint32_t)seq, spin);
-	bare_wait(&w->ack, (uint32_t)seq, spin);
+	if (r->kind == BENCH_PACED) {
+		/* a reader of slot seq & 1 (seq - 2) sees this before any
+		 * byte of seq there */
+		atomic_store_explicit(&w->writing, (uint32_t)seq,
+				      memory_order_relaxed);
+		atomic_thread_fence(memory_order_release);
+	}
+	bench_payload_write(bare_slot(r, seq), r->size, seq, r->write);
+	bare_post(&w->data, (uint32_t)seq, spin, r->consumers);
+	if (bench_method_acks(r))
+		bare_wait(&w->ack, (uint32_t)seq, spin);
 	return 0;
+}
+
+/*
+ * PACED: the newest seq >= want, asleep until there is one; a slot the
+ * producer began to rewrite while it was checked is read again.
+ */
+static int bare_latest(struct bench_run *r, uint64_t want)
+{
+	struct bare_words *w = r->shm;
+
+	for (;;) {
+		uint32_t d = atomic_load_explicit(&w->data,
+						  memory_order_acquire);
+		int rc;
+
+		if ((int32_t)(d - (uint32_t)want) < 0) {
+			futex_wait(&w->data, d);
+			continue;
+		}
+		rc = bench_payload_check(bare_slot(r, d), r->size, want,
+					 r->write);
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&w->writing, memory_order_relaxed) -
+		    d >= 2)
+			continue;
+		/* what the slot holds must be the seq the word named */
+		if (rc < 0 || (uint32_t)bench_seen_seq != d)
+			return bench_fail(r, -EBADMSG, "payload %" PRIu32
+					  " corrupt", d);
+		return 0;
+	}
 }
 
 static int bare_consumer(struct bench_run *r, uint64_t seq, int spin)
 {
 	struct bare_words *w = r->shm;
 
+	if (r->kind == BENCH_PACED)
+		return bare_latest(r, seq);
 	bare_wait(&w->data, (uint32_t)seq, spin);
-	if (bench_payload_check((char *)r->shm + BARE_HDR, r->size, seq,
+	if (bench_payload_check(bare_slot(r, seq), r->size, seq,
 				r->write) < 0)
 		return bench_fail(r, -EBADMSG, "payload %" PRIu64 " corrupt",
 				  seq);
-	bare_post(&w->ack, (uint32_t)seq, spin);
+	if (bench_method_acks(r))
+		bare_post(&w->ack, (uint32_t)seq, spin, 1);
 	return 0;
 }
 
@@ -153,15 +231,18 @@ static int spin_consumer(struct bench_run *r, uint64_t seq)
 const struct bench_method bench_bare_futex = {
 	.name = "bare-futex",
 	.desc = "limit: shared memory, a futex wait and wake per direction, "
-		"no library",
+		"no library (fan-out, paced: the producer wakes every "
+		"consumer)",
 	.can_run = bare_can_run,
 	.prepare = bare_prepare,
 	.unprepare = bare_unprepare,
 	.setup = bare_setup,
 	.producer_step = futex_producer,
 	.consumer_step = futex_consumer,
+	.kinds = BENCH_STREAMS,
 };
 
+/* ping-pong only (see the top) */
 const struct bench_method bench_bare_spin = {
 	.name = "bare-spin",
 	.desc = "limit: shared memory, both sides spin on a word per "

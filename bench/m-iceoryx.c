@@ -490,7 +490,7 @@ const struct bench_method bench_iceoryx_wait = {
 	.consumer_step = iox_consumer_step,
 	.teardown = iox_teardown,
 	.service_pid = iox_service_pid,
-	.streams = 1,
+	.kinds = BENCH_STREAMS,
 };
 
 const struct bench_method bench_iceoryx_poll = {

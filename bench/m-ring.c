@@ -250,7 +250,7 @@ const struct bench_method bench_tensord_ring = {
 	.consumer_step = ring_consumer_step,
 	.teardown = ring_teardown,
 	.service_pid = ring_service_pid,
-	.streams = 1,
+	.kinds = BENCH_STREAMS,
 };
 
 const struct bench_method bench_tensord_ring_sleep = {
@@ -265,7 +265,7 @@ const struct bench_method bench_tensord_ring_sleep = {
 	.consumer_step = ring_consumer_step,
 	.teardown = ring_teardown,
 	.service_pid = ring_service_pid,
-	.streams = 1,
+	.kinds = BENCH_STREAMS,
 };
 
 const struct bench_method bench_tensord_ring_lockstep = {

@@ -276,7 +276,7 @@ const struct bench_method bench_tensord = {
 	.consumer_step = td_consumer_step,
 	.teardown = td_teardown,
 	.service_pid = td_service_pid,
-	.streams = 1,
+	.kinds = BENCH_STREAMS,
 };
 
 /* The same daemon, both children on the SCM_RIGHTS path. */
@@ -307,7 +307,7 @@ const struct bench_method bench_tensord_get = {
 	.consumer_step = td_consumer_step,
 	.teardown = td_teardown,
 	.service_pid = td_service_pid,
-	.streams = 1,
+	.kinds = BENCH_STREAMS,
 };
 
 /* The same producer; consumers follow the name. */
@@ -323,7 +323,7 @@ const struct bench_method bench_tensord_follow = {
 	.consumer_step = td_consumer_step,
 	.teardown = td_teardown,
 	.service_pid = td_service_pid,
-	.streams = 1,
+	.kinds = BENCH_STREAMS,
 };
 
 const struct bench_method bench_tensord_follow_scm = {

@@ -993,8 +993,7 @@ static int run_group(struct bench_report *rep, const struct opts *o,
 		const struct bench_method *m = all_methods[i];
 		struct bench_result *res;
 
-		if (!want_method(o, m->name) ||
-		    (pl->kind != BENCH_PINGPONG && !m->streams))
+		if (!want_method(o, m->name) || !bench_method_runs(m, pl->kind))
 			continue;
 		if (rep->result_count == BENCH_MAX_RESULTS)
 			break;
