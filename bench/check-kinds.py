@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Checks which runs tensord-bench makes of the methods whose matrix is
+not "everything": bare-futex runs fan-out 1->4 and paced streams (the
+floor of those cells) and verifies every payload there, bare-spin stays
+ping-pong only, socket-copy is n/a above 64 MiB with its reason, and the
+Markdown's fan-out and paced tables show bare-futex and not bare-spin.
+A smoke run (seconds); asserts no timing.
+
+Usage: check-kinds.py BENCH   (the tensord-bench binary; needs no
+library: the bare limits and the socket copy are always built)
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+METHODS = "bare-futex,bare-spin,socket-copy"
+ITERS, WARMUP, ROUNDS = 30, 3, 3  # ping-pong and fan-out; warm-up a round
+BIG = 1 << 30
+
+
+def fail(msg):
+    print("FAIL:", msg)
+    sys.exit(1)
+
+
+def run(bench, tmp):
+    js, md = os.path.join(tmp, "k.json"), os.path.join(tmp, "k.md")
+    cmd = [bench, "--smoke", "--methods", METHODS, "--sizes", f"64,{BIG}",
+           "--iters", str(ITERS), "--warmup", str(WARMUP), "--rounds",
+           str(ROUNDS), "--timeout", "20", "--json", js, "--markdown", md]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True)
+    if p.returncode != 0:
+        fail(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stdout}")
+    with open(js) as f:
+        res = json.load(f)["results"]
+    with open(md) as f:
+        return res, f.read()
+
+
+def runs(results, method, kind=None):
+    return [r for r in results if r["method"] == method and
+            (kind is None or r["kind"] == kind)]
+
+
+def check_json(results):
+    fan = runs(results, "bare-futex", "fanout")
+    # fan-out runs sizes up to 64 MiB: 64 B in both modes
+    if sorted(r["mode"] for r in fan) != ["nowrite", "write"] or \
+            any(r["size"] != 64 or r["consumers"] != 4 for r in fan):
+        fail(f"bare-futex fan-out runs: {fan}")
+    for r in fan:
+        want = 4 * (ITERS + ROUNDS * WARMUP)
+        if r["status"] != "ok" or r["verified"] != want:
+            fail(f"bare-futex fan-out {r['mode']}: every consumer must "
+                 f"verify every payload: {r}")
+    paced = runs(results, "bare-futex", "paced")
+    got = sorted((r["rate_hz"], r["consumers"]) for r in paced)
+    if got != [(30, 1), (30, 4), (1000, 1), (1000, 4)]:
+        fail(f"bare-futex paced runs (rate, consumers): {got}")
+    for r in paced:
+        # a latest-value consumer may skip, never check nothing
+        if r["status"] != "ok" or r["verified"] < r["consumers"] or \
+                r["one_way_ns"]["count"] < 1:
+            fail(f"bare-futex paced {r['rate_hz']} Hz 1->"
+                 f"{r['consumers']}: {r}")
+    for m in ("bare-spin", "socket-copy"):
+        other = [r for r in runs(results, m) if r["kind"] != "pingpong"]
+        if other:
+            fail(f"{m} runs only ping-pong, ran {other}")
+        if not any(r["status"] == "ok" and r["size"] == 64
+                   for r in runs(results, m, "pingpong")):
+            fail(f"{m} did not run ping-pong at 64 B")
+    for m, words in (("socket-copy", "socket copy runs up to 64 MiB"),
+                     ("bare-futex", "bare limits run up to 64 MiB")):
+        big = [r for r in runs(results, m, "pingpong") if r["size"] == BIG]
+        if len(big) != 2 or any(r["status"] != "n/a" or
+                                words not in r["reason"] for r in big):
+            fail(f"{m} at 1 GiB must be n/a ({words}): {big}")
+
+
+def table(md, title):
+    """The lines of the Markdown table under the heading title."""
+    at = md.find(title)
+    if at < 0:
+        fail(f"no table '{title}' in the Markdown")
+    lines = md[at:].split("\n")[2:]
+    return lines[:next((i for i, l in enumerate(lines)
+                        if not l.startswith("|")), len(lines))]
+
+
+def check_markdown(md):
+    for w in ("write", "nowrite"):
+        head = table(md, f"### Fan-out 1→4: Median round trip in µs "
+                     f"(p99), mode {w}\n")[0]
+        if "| bare-futex |" not in head or "bare-spin" in head:
+            fail(f"fan-out {w} table columns: {head}")
+    rows = table(md, "### Paced streams")[2:]
+    if sum("| bare-futex |" in r for r in rows) != 4 or \
+            any("bare-spin" in r for r in rows):
+        fail("paced table rows: " + "\n".join(rows))
+    notes = md[md.find("### Not measured"):]
+    if "- socket-copy (n/a, from 1 GiB" not in notes:
+        fail("'Not measured' does not list socket-copy at 1 GiB:\n" + notes)
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__)
+        sys.exit(2)
+    with tempfile.TemporaryDirectory() as tmp:
+        results, md = run(sys.argv[1], tmp)
+    check_json(results)
+    check_markdown(md)
+    print("ok: bare-futex in fan-out and paced runs with every payload "
+          "verified; bare-spin and socket-copy ping-pong only; "
+          "socket-copy n/a at 1 GiB")
+
+
+if __name__ == "__main__":
+    main()
