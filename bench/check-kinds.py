@@ -10,35 +10,22 @@ A smoke run (seconds); asserts no timing.
 Usage: check-kinds.py BENCH   (the tensord-bench binary; needs no
 library: the bare limits and the socket copy are always built)
 """
-import json
-import os
-import subprocess
 import sys
 import tempfile
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from benchrun import fail, run_bench  # noqa: E402
 
 METHODS = "bare-futex,bare-spin,socket-copy"
 ITERS, WARMUP, ROUNDS = 30, 3, 3  # ping-pong and fan-out; warm-up a round
 BIG = 1 << 30
 
 
-def fail(msg):
-    print("FAIL:", msg)
-    sys.exit(1)
-
-
 def run(bench, tmp):
-    js, md = os.path.join(tmp, "k.json"), os.path.join(tmp, "k.md")
-    cmd = [bench, "--smoke", "--methods", METHODS, "--sizes", f"64,{BIG}",
-           "--iters", str(ITERS), "--warmup", str(WARMUP), "--rounds",
-           str(ROUNDS), "--timeout", "20", "--json", js, "--markdown", md]
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True)
-    if p.returncode != 0:
-        fail(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stdout}")
-    with open(js) as f:
-        res = json.load(f)["results"]
-    with open(md) as f:
-        return res, f.read()
+    return run_bench(bench, ["--smoke", "--methods", METHODS, "--sizes",
+                             f"64,{BIG}", "--iters", str(ITERS), "--warmup",
+                             str(WARMUP), "--rounds", str(ROUNDS),
+                             "--timeout", "20"], tmp)
 
 
 def runs(results, method, kind=None):
@@ -92,12 +79,17 @@ def table(md, title):
                         if not l.startswith("|")), len(lines))]
 
 
-def check_markdown(md):
+def check_fanout_tables(md):
     for w in ("write", "nowrite"):
-        head = table(md, f"### Fan-out 1→4: Median round trip in µs "
-                     f"(p99), mode {w}\n")[0]
-        if "| bare-futex |" not in head or "bare-spin" in head:
-            fail(f"fan-out {w} table columns: {head}")
+        rows = table(md, f"### Fan-out 1→4: Median round trip in µs "
+                     f"(p99), mode {w}\n")
+        if "| bare-futex |" not in rows[0] or "bare-spin" in rows[0] or \
+                not any(r.startswith("| 64 B |") for r in rows):
+            fail(f"fan-out {w} table: " + "\n".join(rows))
+
+
+def check_markdown(md):
+    check_fanout_tables(md)
     rows = table(md, "### Paced streams")[2:]
     if sum("| bare-futex |" in r for r in rows) != 4 or \
             any("bare-spin" in r for r in rows):
@@ -113,8 +105,12 @@ def main():
         sys.exit(2)
     with tempfile.TemporaryDirectory() as tmp:
         results, md = run(sys.argv[1], tmp)
-    check_json(results)
-    check_markdown(md)
+        check_json(results)
+        check_markdown(md)
+        # without ping-pong runs the fan-out tables still get their sizes
+        check_fanout_tables(run_bench(sys.argv[1], [
+            "--smoke", "--kinds", "fanout", "--methods", METHODS,
+            "--sizes", "64", "--timeout", "20"], tmp)[1])
     print("ok: bare-futex in fan-out and paced runs with every payload "
           "verified; bare-spin and socket-copy ping-pong only; "
           "socket-copy n/a at 1 GiB")

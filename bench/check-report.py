@@ -12,12 +12,13 @@ Asserts no timing: the expected figures come from the run's own JSON.
 Usage: check-report.py BENCH   (the tensord-bench binary; needs the
 tensord-ring method, i.e. a build with libtensord and the daemon)
 """
-import json
-import os
 import re
 import subprocess
 import sys
 import tempfile
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from benchrun import fail, run_bench  # noqa: E402
 
 METHODS = ("tensord-ring,tensord-ring-sleep,tensord-ring-lockstep,"
            "bare-spin,bare-futex")
@@ -31,23 +32,8 @@ ROWS = [
 ]
 
 
-def fail(msg):
-    print("FAIL:", msg)
-    sys.exit(1)
-
-
 def run(bench, tmp, args):
-    js, md = os.path.join(tmp, "r.json"), os.path.join(tmp, "r.md")
-    cmd = [bench] + args + ["--json", js, "--markdown", md, "--timeout",
-                            "60"]
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True)
-    if p.returncode != 0:
-        fail(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stdout}")
-    with open(js) as f:
-        res = json.load(f)["results"]
-    with open(md) as f:
-        return res, f.read()
+    return run_bench(bench, args + ["--timeout", "60"], tmp)
 
 
 def median(v):

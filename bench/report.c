@@ -298,7 +298,8 @@ static const struct bench_result *find(const struct bench_report *rep,
 	return find_k(rep, method, size, write, BENCH_PINGPONG, 1, 0);
 }
 
-/* Sizes in order of first appearance. */
+/* Sizes of the ping-pong and fan-out runs in order of first appearance
+ * (a paced run's size is --paced-size, no size of the matrix). */
 static size_t sizes_of(const struct bench_report *rep, size_t *out,
 		       size_t max)
 {
@@ -307,7 +308,7 @@ static size_t sizes_of(const struct bench_report *rep, size_t *out,
 	for (size_t i = 0; i < rep->result_count; i++) {
 		size_t j;
 
-		if (rep->results[i].kind != BENCH_PINGPONG)
+		if (rep->results[i].kind == BENCH_PACED)
 			continue;
 		for (j = 0; j < n && out[j] != rep->results[i].size; j++)
 			;
