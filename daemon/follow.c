@@ -219,6 +219,8 @@ static void bell_wake(struct bell *b)
 		if (!f->peer)
 			continue;
 		w = atomic_load(&f->row->waiting);
+		if (w == TD_FOLLOW_WAIT_ROW)
+			td__futex_wake_word(&f->row->waiting, w);
 		futex |= w == TD_FOLLOW_WAIT_FUTEX;
 		if (w == TD_FOLLOW_WAIT_FD && f->wake_fd >= 0)
 			(void)td__timerfd_fire(f->wake_fd);

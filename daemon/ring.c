@@ -446,6 +446,10 @@ void td__ring_create(struct td__peer *p, const struct td__req *rq)
 			       m.name.ptr, why, strerror(-rc));
 		return;
 	}
+	/* before anyone subscribes: every reader of this ring may sleep on
+	 * its own row, since its producer says it wakes rows */
+	if (m.flags & TD_WIRE_RING_ROW_WAKE)
+		atomic_fetch_or(&r->hdr->flags, TD_RING_ROW_WAKE);
 	r->id = next_id++;
 	r->producer = p;
 	r->dtype = m.dtype;
@@ -572,6 +576,9 @@ static void ring_close(struct ring *r)
 	atomic_fetch_or(&r->hdr->flags, TD_RING_CLOSED);
 	atomic_fetch_add(&r->hdr->seq, 1);
 	td__futex_wake((const uint32_t *)&r->hdr->seq, INT_MAX);
+	/* and those asleep on their own rows (TD_RING_ROW_WAKE) */
+	for (uint32_t i = 0; i < r->reader_count; i++)
+		td__futex_wake_word(&r->rd->rows[i].waiting, TD_RING_WAIT_ROW);
 	/* readers waiting on a fence it will never signal see CLOSED now */
 	for (uint32_t s = 0; s < r->g.slot_count; s++) {
 		uint32_t pending = TD_RING_FENCE_PENDING;

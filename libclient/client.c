@@ -706,7 +706,7 @@ static int import_pref(uint32_t *pref, struct td_error *err)
 	 TD_WIRE_FEAT_ALLOC_RECYCLE | TD_WIRE_FEAT_GET_HELD |                 \
 	 TD_WIRE_FEAT_STATUS | TD_WIRE_FEAT_RING_WAKE |                 \
 	 TD_WIRE_FEAT_PUB_LOAN | TD_WIRE_FEAT_RELEASE_QUIET |              \
-	 TD_WIRE_FEAT_DELETE_IF)
+	 TD_WIRE_FEAT_DELETE_IF | TD_WIRE_FEAT_WAKE_ROWS)
 
 static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 {
@@ -945,6 +945,7 @@ int td_client_connect_ex(const char *path, uint32_t flags,
 	c->fork_gen = fork_gen;
 	c->reconnect = flags & TD_CLIENT_RECONNECT;
 	c->gf_off = (gf = getenv("TENSORD_GET_FOLLOW")) && !strcmp(gf, "0");
+	c->rows_off = (gf = getenv("TENSORD_WAKE_ROWS")) && !strcmp(gf, "0");
 	c->pref = pref;
 	memcpy(c->path, sa.sun_path, sizeof(c->path));
 	rc = sock_open(&sa, salen, err);

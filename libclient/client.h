@@ -11,6 +11,7 @@
 
 #include "pace.h"
 #include "tensord/tensord.h"
+#include "wire-status.h"
 #include "wire.h"
 
 /* Unused mappings kept per client (the policy in tensord.h). */
@@ -171,6 +172,9 @@ struct td_client {
 	struct td__gf gf[TD__GF_NAMES];
 	uint64_t gf_clock;
 	bool gf_off; /* TENSORD_GET_FOLLOW=0: get_newer always GETs */
+	/* TENSORD_WAKE_ROWS=0: ring and follow sleepers share one futex
+	 * word (what libtensord did before TD_WIRE_FEAT_WAKE_ROWS) */
+	bool rows_off;
 	uint8_t *rbuf; /* TD_WIRE_MAX_MSG receive buffer */
 	uint8_t *sbuf; /* TD_WIRE_MAX_MSG send buffer */
 };
@@ -182,6 +186,16 @@ struct td_client {
 static inline bool td__has(const struct td_client *c, uint32_t f)
 {
 	return (c->hello.features & f) == f;
+}
+
+/*
+ * Do this client's ring readers and followers sleep on their own row's
+ * word (docs/fastpath.md, "One futex word per sleeper")? Only with a
+ * daemon that wakes such rows too.
+ */
+static inline bool td__wake_rows(const struct td_client *c)
+{
+	return !c->rows_off && td__has(c, TD_WIRE_FEAT_WAKE_ROWS);
 }
 
 /* Fill *err (may be NULL) and return code. fmt describes a local failure. */

@@ -35,6 +35,7 @@ struct td_follow {
 	int efd;      /* td_follow_fd()'s timerfd, -1 until then */
 	bool out;     /* a tensor held through the row is not released */
 	bool closing; /* td_follow_close() waits for that release */
+	bool own_word; /* sleeps on row->waiting (td__wake_rows) */
 	char name[TD_WIRE_MAX_NAME + 1];
 	uint8_t body[TD_FOLLOW_ENTRY_BODY]; /* an entry, copied */
 };
@@ -73,6 +74,7 @@ static int follow_take(struct td_client *c, struct td__msg *rep,
 		goto out;
 	}
 	f->id = r.id;
+	f->own_word = td__wake_rows(c);
 	for (unsigned i = 0; i < TD_WIRE_FOLLOW_FDS; i++) {
 		int fd = -1;
 
@@ -293,19 +295,31 @@ static bool conn_gone(struct td_follow *f)
 	return gone || (poll(&p, 1, 0) == 1 && (p.revents & POLLHUP));
 }
 
-/* Sleep on the bell's seq (announced in the row), a slice at a time. */
+/*
+ * Sleep, announced in the row, a slice at a time: on the row's own word
+ * when the daemon wakes rows (f->own_word, TD_WIRE_FEAT_WAKE_ROWS), else
+ * on the bell's seq with every other follower of the name (ring.c's
+ * sleep_on says why one word each).
+ */
 static void sleep_on(struct td_follow *f, uint32_t seq, uint64_t latest,
 		     int64_t until)
 {
 	int64_t slice = td__now_ns() + HUP_CHECK_NS;
+	_Atomic uint32_t *w = &f->row->waiting;
 
 	if (until < 0 || until > slice)
 		until = slice;
-	atomic_store(&f->row->waiting, TD_FOLLOW_WAIT_FUTEX);
-	if (td_follow_latest_recheck(f->hdr) == latest)
-		td__futex_wait_until((_Atomic uint32_t *)&f->hdr->seq, seq,
-				     until);
-	atomic_store(&f->row->waiting, 0);
+	atomic_store(w, f->own_word ? TD_FOLLOW_WAIT_ROW
+				    : TD_FOLLOW_WAIT_FUTEX);
+	if (td_follow_latest_recheck(f->hdr) == latest &&
+	    atomic_load((_Atomic uint32_t *)&f->hdr->seq) == seq) {
+		if (f->own_word)
+			td__futex_wait_until(w, TD_FOLLOW_WAIT_ROW, until);
+		else
+			td__futex_wait_until(
+				(_Atomic uint32_t *)&f->hdr->seq, seq, until);
+	}
+	atomic_store(w, 0);
 }
 
 static int next_check(struct td_follow *f, struct td_error *err)

@@ -59,6 +59,9 @@
 /* row.waiting */
 #define TD_FOLLOW_WAIT_FUTEX 1u /* asleep on header.seq */
 #define TD_FOLLOW_WAIT_FD 2u    /* waits for its timerfd (FOLLOW_WAKE) */
+/* asleep on this row's own `waiting` word, with a daemon that serves
+ * TD_WIRE_FEAT_WAKE_ROWS: the daemon swaps it to 0 and wakes that word */
+#define TD_FOLLOW_WAIT_ROW 4u
 
 struct td_follow_hdr {
 	/* written once by the daemon; informational (followers use the

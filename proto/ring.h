@@ -32,7 +32,8 @@
 #include <stdint.h>
 
 #define TD_RING_MAGIC 0x474e5254u /* "TRNG" little-endian */
-#define TD_RING_LAYOUT 3 /* 2: row.taken; 3: row.wake_gen, waiting 2 */
+/* 2: row.taken; 3: row.wake_gen, waiting 2; 4: waiting 4, TD_RING_ROW_WAKE */
+#define TD_RING_LAYOUT 4
 
 /* Named caps. */
 #define TD_RING_MAX_SLOTS 64   /* slot index fits the low 8 bits of latest */
@@ -63,6 +64,10 @@
 /* the daemon serves GETs of the ring: keep the latest version readable
  * (policy like row.taken; the slot's `leases` word guards the bytes) */
 #define TD_RING_KEEP_LATEST 0x2u
+/* set at RING_CREATE (TD_WIRE_RING_ROW_WAKE): the producer and the daemon
+ * wake a reader asleep on its own row (TD_RING_WAIT_ROW); without it every
+ * sleeper shares header.seq (TD_RING_WAIT_FUTEX), as before layout 4 */
+#define TD_RING_ROW_WAKE 0x4u
 
 struct td_ring_slot_state {
 	/* version published in this slot; 0 while being written or never */
@@ -100,7 +105,7 @@ struct td_ring_hdr {
 	uint8_t pad0[32];
 	/* one cache line written on every publish */
 	_Alignas(64) _Atomic uint32_t seq; /* futex word: +1 per publish */
-	_Atomic uint32_t flags;            /* TD_RING_CLOSED */
+	_Atomic uint32_t flags; /* TD_RING_CLOSED, _KEEP_LATEST, _ROW_WAKE */
 	_Atomic uint64_t latest;           /* version << 8 | slot; 0 = none */
 	uint8_t pad1[48];
 	struct td_ring_slot_state slots[TD_RING_MAX_SLOTS];
@@ -109,6 +114,9 @@ struct td_ring_hdr {
 /* row.waiting */
 #define TD_RING_WAIT_FUTEX 1u /* asleep on header.seq */
 #define TD_RING_WAIT_FD 2u    /* waits for its eventfd (an event loop) */
+/* asleep on this row's own `waiting` word (header flag TD_RING_ROW_WAKE):
+ * a waker swaps it to 0, then wakes that word (td_row_wake) */
+#define TD_RING_WAIT_ROW 4u
 
 struct td_ring_row {
 	_Atomic uint32_t held;    /* slot index, TD_RING_NONE or _RELEASED */

@@ -364,7 +364,9 @@ int td_wire_ring_create_req_decode(const uint8_t *body, size_t len,
 
 	td_wire_rd_init(&rd, body, len, err);
 	m->name = td__wire_rd_name(&rd, false, false, "name");
-	m->flags = td__wire_rd_flags(&rd, TD_WIRE_REQ_SCM | TD_WIRE_RING_HUGE,
+	m->flags = td__wire_rd_flags(&rd,
+				     TD_WIRE_REQ_SCM | TD_WIRE_RING_HUGE |
+					     TD_WIRE_RING_ROW_WAKE,
 				     "flags");
 	m->slot_count = td_wire_rd_u32(&rd, "slot_count");
 	m->reader_count = td_wire_rd_u32(&rd, "reader_count");

@@ -131,6 +131,13 @@ int td_wire_ring_wake_rep_decode(const uint8_t *body, size_t len,
 #define TD_WIRE_FOLLOW_FDS 2 /* bell, row */
 /* FOLLOW's TD_WIRE_FOLLOW_SPARE flag (wire.h) is served */
 #define TD_WIRE_FEAT_FOLLOW_SPARE 0x400u
+/*
+ * Readers asleep on their own row's word (docs/fastpath.md, "One futex
+ * word per sleeper"): RING_CREATE's TD_WIRE_RING_ROW_WAKE is served, the
+ * daemon wakes a ring's TD_RING_WAIT_ROW rows when the ring closes, and a
+ * bell's TD_FOLLOW_WAIT_ROW rows at every change.
+ */
+#define TD_WIRE_FEAT_WAKE_ROWS 0x800u
 
 struct td_wire_follow_rep {
 	uint64_t id;

@@ -170,7 +170,8 @@ void td_wire_wr_bytes(struct td_wire_wr *wr, const void *p, size_t len);
 #define TD_WIRE_FEAT_GET_HELD 0x8u      /* held ids on GET */
 #define TD_WIRE_FEAT_PUB_LOAN 0x10u     /* PUBLISH flag TD_WIRE_PUB_LOAN */
 #define TD_WIRE_FEAT_RELEASE_QUIET 0x20u /* RELEASE flag TD_WIRE_REL_QUIET */
-/* 0x40 TD_WIRE_FEAT_STATUS, 0x80 TD_WIRE_FEAT_RING_WAKE: wire-status.h */
+/* 0x40 TD_WIRE_FEAT_STATUS, 0x80 TD_WIRE_FEAT_RING_WAKE, 0x200 _FOLLOW,
+ * 0x400 _FOLLOW_SPARE, 0x800 _WAKE_ROWS: wire-status.h */
 #define TD_WIRE_FEAT_DELETE_IF 0x100u   /* DELETE's `version` condition */
 
 /* HELLO request */
@@ -495,13 +496,16 @@ TD_WIRE_CODEC(error)
 
 /* RING_CREATE request flags (with TD_WIRE_REQ_SCM) */
 #define TD_WIRE_RING_HUGE 0x2u /* back the slots with huge pages if any */
+/* the producer wakes readers asleep on their own rows: the daemon sets
+ * TD_RING_ROW_WAKE in the header (TD_WIRE_FEAT_WAKE_ROWS) */
+#define TD_WIRE_RING_ROW_WAKE 0x4u
 /* ring reply flags: what backs the slots */
 #define TD_WIRE_RING_HUGETLB 0x1u /* MFD_HUGETLB pages */
 #define TD_WIRE_RING_THP 0x2u     /* tmpfs, MADV_HUGEPAGE advised */
 
 struct td_wire_ring_create_req {
 	struct td_wire_str name;
-	uint32_t flags;        /* TD_WIRE_REQ_SCM | TD_WIRE_RING_HUGE */
+	uint32_t flags; /* TD_WIRE_REQ_SCM | TD_WIRE_RING_HUGE | _ROW_WAKE */
 	uint32_t slot_count;   /* 2..64 */
 	uint32_t reader_count; /* 1..32 */
 	uint32_t dtype;

@@ -389,11 +389,12 @@ static void pingpong_end(struct pingpong *pp)
  * take over 500 s and the test's timeout fails them; every round must
  * also see exactly its own version.
  */
-Test(follow, no_wake_up_is_lost, .timeout = 120)
+static void no_wake_up_lost(const char *wake_rows)
 {
 	const unsigned rounds = 500;
 	struct pingpong pp;
 
+	cr_assert_eq(setenv("TENSORD_WAKE_ROWS", wake_rows, 1), 0);
 	pingpong_start(&pp, "pidfd", rounds);
 	for (unsigned i = 1; i <= rounds; i++) {
 		struct td_tensor *t;
@@ -404,6 +405,114 @@ Test(follow, no_wake_up_is_lost, .timeout = 120)
 		td_tensor_release(t);
 	}
 	pingpong_end(&pp);
+	unsetenv("TENSORD_WAKE_ROWS");
+}
+
+/* Each follower asleep on its own row's word (the default) */
+Test(follow, no_wake_up_is_lost, .timeout = 120)
+{
+	no_wake_up_lost("1");
+}
+
+/* ... and all on the bell's seq, as libtensord did before
+ * TD_WIRE_FEAT_WAKE_ROWS (and does with TENSORD_WAKE_ROWS=0) */
+Test(follow, no_wake_up_is_lost_on_the_shared_word, .timeout = 120)
+{
+	no_wake_up_lost("0");
+}
+
+struct sleeper {
+	struct td_follow *f;
+	int rc;
+	uint64_t version;
+};
+
+static void *sleeper_run(void *arg)
+{
+	struct sleeper *z = arg;
+	struct td_tensor *t = NULL;
+
+	z->rc = td_follow_next(z->f, -1, &t, NULL);
+	if (z->rc == 0) {
+		z->version = td_tensor_version(t);
+		td_tensor_release(t);
+	}
+	return NULL;
+}
+
+/* This process's writable mapping of a follower's row. */
+static struct td_follow_row *row_mapping(void)
+{
+	FILE *m = fopen("/proc/self/maps", "r");
+	char line[512];
+	void *at = NULL;
+
+	cr_assert(m);
+	while (fgets(line, sizeof(line), m)) {
+		unsigned long lo, hi;
+		char perms[8];
+
+		if (strstr(line, "memfd:tensord-follow-row") &&
+		    sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 &&
+		    perms[1] == 'w')
+			at = (void *)lo;
+	}
+	fclose(m);
+	cr_assert(at, "no follower row mapped");
+	return at;
+}
+
+/*
+ * A follower that sleeps says in its row on which word: its own row's
+ * (TD_FOLLOW_WAIT_ROW), which the daemon swaps and wakes, or the bell's
+ * seq shared by every follower of the name (TD_FOLLOW_WAIT_FUTEX, with
+ * TENSORD_WAKE_ROWS=0). Either way the next version wakes it; that no
+ * wake-up is ever lost is no_wake_up_is_lost's (here a lost one would
+ * only cost the 1 s sleep slice).
+ */
+static void follower_sleeps_on(const char *wake_rows, uint32_t asleep)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_follow_row *row;
+	struct sleeper z = {.rc = 1};
+	pthread_t th;
+	uint64_t v;
+	int k;
+
+	cr_assert_eq(setenv("TENSORD_RING_SPIN_US", "0", 1), 0);
+	cr_assert_eq(setenv("TENSORD_WAKE_ROWS", wake_rows, 1), 0);
+	pair_start(&d, small_cap, "pidfd", &prod, &cons);
+	put(prod, "fw/sleep", 64, TD_ALLOC_STREAM, 1);
+	z.f = follow(cons, "fw/sleep");
+	td_tensor_release(next(z.f, 0));
+	row = row_mapping();
+	cr_assert_eq(pthread_create(&th, NULL, sleeper_run, &z), 0);
+	for (k = 0; k < 20000 && atomic_load(&row->waiting) != asleep; k++)
+		usleep(1000);
+	cr_assert_eq(atomic_load(&row->waiting), asleep);
+	v = put(prod, "fw/sleep", 64, TD_ALLOC_STREAM, 2);
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_assert_eq(z.rc, 0);
+	cr_assert_eq(z.version, v);
+	unsetenv("TENSORD_WAKE_ROWS");
+	unsetenv("TENSORD_RING_SPIN_US");
+	td_follow_close(z.f);
+	/* fds and buffer mappings are counted; not every mapping: glibc
+	 * keeps the thread's stack and arena */
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, false);
+}
+
+Test(follow, a_sleeping_follower_sleeps_on_its_own_row)
+{
+	follower_sleeps_on("1", TD_FOLLOW_WAIT_ROW);
+}
+
+Test(follow, followers_share_the_bell_word_when_row_wake_ups_are_off)
+{
+	follower_sleeps_on("0", TD_FOLLOW_WAIT_FUTEX);
 }
 
 /*

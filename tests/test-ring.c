@@ -11,7 +11,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <linux/futex.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1366,8 +1368,9 @@ static void cl_consumer(const struct tu_daemon *d, void *arg)
 	CK_EQ(td_sub_next(sub, 20000, &v), 0);
 	CK_EQ(v.version, 1);
 	say(x->waiting[1]);
-	/* asleep on the futex when the producer dies */
-	CK_EQ(td_sub_next(sub, 20000, &v), -EPIPE);
+	/* asleep on the futex when the producer dies, with no deadline: a
+	 * close that wakes nobody hangs it, and the test's timeout fails */
+	CK_EQ(td_sub_next(sub, -1, &v), -EPIPE);
 	CK_EQ(td_sub_next(sub, 0, &v), -EPIPE);
 	td_sub_close(sub);
 	td_client_close(c);
@@ -1386,7 +1389,7 @@ static void cl_producer(const struct tu_daemon *d, void *arg)
 	_exit(0); /* no close: an exit is all the daemon sees */
 }
 
-Test(ring, subscribers_see_closed_when_the_producer_exits)
+Test(ring, subscribers_see_closed_when_the_producer_exits, .timeout = 60)
 {
 	struct tu_daemon d;
 	struct closing x;
@@ -1792,4 +1795,171 @@ Test(ring, bad_requests_are_refused_with_reasons)
 	td_ring_close(r);
 	td_client_close(c);
 	tu_daemon_stop(&d, true);
+}
+
+/* ---- one futex word per sleeper (docs/fastpath.md) ---- */
+
+#define SLEEPERS 4
+
+struct sleeper {
+	const struct tu_daemon *d;
+	pthread_t t;
+	int rc;
+	uint64_t version;
+};
+
+static void *sleeper_run(void *arg)
+{
+	struct sleeper *z = arg;
+	struct td_client *c = open_client(z->d);
+	struct td_sub *sub = subscribe(c, "t/rows");
+	struct td_view v;
+
+	/* no deadline: a wake-up that never comes hangs it, and the test's
+	 * timeout fails (a bounded wait would find the version after it) */
+	z->rc = td_sub_next(sub, -1, &v);
+	z->version = z->rc == 0 ? v.version : 0;
+	td_sub_close(sub);
+	td_client_close(c);
+	return NULL;
+}
+
+/* Rows whose `waiting` is w, once n of them are (at most 20 s). */
+static unsigned rows_at(struct td_ring_readers *rd, uint32_t w, unsigned n)
+{
+	unsigned got = 0;
+
+	for (int k = 0; k < 20000; k++, usleep(1000)) {
+		got = 0;
+		for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
+			got += atomic_load(&rd->rows[i].waiting) == w;
+		if (got >= n)
+			break;
+	}
+	return got;
+}
+
+/*
+ * Four readers asleep (no polling) in four threads, each on its own
+ * connection; one publish must wake every one of them. With TENSORD_WAKE_ROWS=0 the producer does not
+ * ask for row wake-ups, so the ring has no TD_RING_ROW_WAKE and every
+ * reader sleeps on the header's seq, as before layout 4.
+ */
+static void sleepers_all_woken(const char *wake_rows, uint32_t flag,
+			       uint32_t asleep)
+{
+	struct sleeper z[SLEEPERS];
+	struct td_ring_readers *rd;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	uint64_t v;
+
+	cr_assert_eq(setenv("TENSORD_RING_SPIN_US", "0", 1), 0);
+	cr_assert_eq(setenv("TENSORD_WAKE_ROWS", wake_rows, 1), 0);
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	r = make_ring(c, "t/rows", 2, 64, 0);
+	cr_assert_eq(atomic_load(&find_header()->flags) & TD_RING_ROW_WAKE,
+		     flag);
+	rd = find_mapping("memfd:tensord-ring-readers");
+	for (int i = 0; i < SLEEPERS; i++) {
+		z[i] = (struct sleeper){.d = &d, .rc = 1};
+		cr_assert_eq(pthread_create(&z[i].t, NULL, sleeper_run, &z[i]),
+			     0);
+	}
+	cr_assert_eq(rows_at(rd, asleep, SLEEPERS), SLEEPERS,
+		     "every reader says it sleeps (waiting %u)", asleep);
+	v = put(r);
+	for (int i = 0; i < SLEEPERS; i++) {
+		cr_assert_eq(pthread_join(z[i].t, NULL), 0);
+		cr_assert_eq(z[i].rc, 0, "reader %d: %d", i, z[i].rc);
+		cr_assert_eq(z[i].version, v, "reader %d", i);
+	}
+	/* fds and buffer mappings are counted; not every mapping: glibc
+	 * keeps the threads' stacks and arenas */
+	td_ring_close(r);
+	td_client_close(c);
+	tu_daemon_stop(&d, false);
+}
+
+Test(ring, every_reader_asleep_on_its_own_row_is_woken_by_one_publish,
+     .timeout = 60)
+{
+	sleepers_all_woken("1", TD_RING_ROW_WAKE, TD_RING_WAIT_ROW);
+}
+
+Test(ring, readers_share_the_seq_word_when_row_wake_ups_are_off,
+     .timeout = 60)
+{
+	sleepers_all_woken("0", 0, TD_RING_WAIT_FUTEX);
+}
+
+struct old_reader {
+	_Atomic uint32_t *seq, *waiting;
+	uint32_t seen;
+	long rc;
+	int err;
+};
+
+/* What a reader of libtensord before layout 4 does to sleep. */
+static void *old_reader_run(void *arg)
+{
+	struct old_reader *o = arg;
+	struct timespec ts = {10, 0};
+
+	atomic_store(o->waiting, TD_RING_WAIT_FUTEX);
+	o->rc = syscall(SYS_futex, o->seq, FUTEX_WAIT, o->seen, &ts, NULL, 0);
+	o->err = o->rc < 0 ? errno : 0;
+	atomic_store(o->waiting, 0);
+	return NULL;
+}
+
+/*
+ * A ring made with row wake-ups may still have a reader of an older
+ * libtensord, asleep on seq with `waiting` at 1: the publish still wakes
+ * seq for it. Its sleep is raced against the publish (it may see seq move
+ * before it sleeps, EAGAIN), so it is tried until one really slept; a
+ * wake-up that never came is its 10 s timeout.
+ */
+Test(ring, a_reader_asleep_on_seq_is_woken_on_a_ring_with_row_wake_ups)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_ring_hdr *h;
+	struct td_ring_readers *rd;
+	bool slept = false;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	r = make_ring(c, "t/old", 2, 64, 0);
+	h = find_header();
+	rd = find_mapping("memfd:tensord-ring-readers");
+	cr_assert(atomic_load(&h->flags) & TD_RING_ROW_WAKE);
+	for (int k = 0; k < 20 && !slept; k++) {
+		/* the last row of the ring: nobody's, as an older reader's */
+		struct old_reader o = {
+			.seq = &h->seq,
+			.waiting = &rd->rows[h->reader_count - 1].waiting,
+			.seen = atomic_load(&h->seq),
+		};
+		pthread_t t;
+
+		cr_assert_eq(pthread_create(&t, NULL, old_reader_run, &o), 0);
+		cr_assert_eq(rows_at(rd, TD_RING_WAIT_FUTEX, 1), 1);
+		usleep(20000); /* let it reach the futex; else it is retried */
+		put(r);
+		cr_assert_eq(pthread_join(t, NULL), 0);
+		cr_assert(o.rc == 0 || o.err == EAGAIN,
+			  "the older reader was not woken (%s)",
+			  strerror(o.err));
+		slept = o.rc == 0;
+	}
+	cr_assert(slept, "the older reader never got to sleep");
+	/* fds and buffer mappings are counted; not every mapping: glibc
+	 * keeps the threads' stacks and arenas */
+	td_ring_close(r);
+	td_client_close(c);
+	tu_daemon_stop(&d, false);
 }

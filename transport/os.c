@@ -53,6 +53,16 @@ void td__futex_wake(const uint32_t *w, int n)
 	syscall(SYS_futex, w, FUTEX_WAKE, n, NULL, NULL, 0);
 }
 
+bool td__futex_wake_word(_Atomic uint32_t *w, uint32_t asleep)
+{
+	uint32_t v = asleep;
+
+	if (!atomic_compare_exchange_strong(w, &v, 0))
+		return false;
+	td__futex_wake((const uint32_t *)w, 1);
+	return true;
+}
+
 int td__memfd_seal_size(int fd)
 {
 	return fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0 ? -errno

@@ -10,6 +10,7 @@
 #ifndef TD_TRANSPORT_OS_H
 #define TD_TRANSPORT_OS_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -30,6 +31,14 @@ int td__pidfd_getfd(int pidfd, int fd);
 int td__futex_wait(const uint32_t *w, uint32_t val,
 		   const struct timespec *rel);
 void td__futex_wake(const uint32_t *w, int n);
+/*
+ * One sleeper per word (a ring's or a bell's row): the sleeper stores
+ * `asleep` in its own word *w, checks once more that there is nothing to
+ * take, and sleeps while *w == asleep. The waker swaps `asleep` for 0, so
+ * a sleep not yet begun does not begin, and wakes the one sleeper. False
+ * when *w did not hold `asleep` (nobody asleep there, or woken already).
+ */
+bool td__futex_wake_word(_Atomic uint32_t *w, uint32_t asleep);
 
 enum {
 	TD__MEMFD_SEALABLE = 1, /* MFD_ALLOW_SEALING */
