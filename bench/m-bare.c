@@ -17,8 +17,12 @@
  * Every other method reads as a ratio to these in the same run.
  *
  * bare-futex also runs the multi-consumer kinds, as their floor; the
- * harness acks there (bench_method_acks() is false), the producer wakes
- * every waiter of the data word:
+ * harness acks there (bench_method_acks() is false). Every consumer has
+ * a data word of its own, on its own line, which the producer stores and
+ * wakes in turn: one wake per sleeper, as iceoryx posts one semaphore per
+ * subscriber, and as tensord's readers sleep since they were measured
+ * waking later from one word shared by all (docs/fastpath.md, "One futex
+ * word per sleeper"):
  *
  *   fan-out: one payload; the harness waits for every consumer's ack
  *            before the next step, so nothing is rewritten under a
@@ -52,10 +56,16 @@
 
 #define BARE_HDR 4096 /* the words' page; the payload slots follow */
 
+struct bare_line {
+	_Atomic uint32_t w;
+	char pad[60];
+};
+
 struct bare_words {
-	_Atomic uint32_t data;    /* seq of the last handoff */
+	/* seq of the last handoff, one word per consumer (ping-pong: [0]) */
+	struct bare_line data[BENCH_MAX_CONSUMERS];
 	_Atomic uint32_t writing; /* PACED: seq whose slot is being written */
-	char pad[56];             /* the ack word on its own line */
+	char pad[60];             /* the ack word on its own line */
 	_Atomic uint32_t ack;     /* seq the consumer acknowledged */
 };
 
@@ -116,10 +126,10 @@ static void futex_wait(_Atomic uint32_t *w, uint32_t val)
 	syscall(SYS_futex, w, FUTEX_WAIT, val, NULL, NULL, 0);
 }
 
-/* Wake every consumer (one in ping-pong) or the producer. */
-static void futex_wake(_Atomic uint32_t *w, unsigned n)
+/* Wake the one sleeper of w: a consumer, or the producer. */
+static void futex_wake(_Atomic uint32_t *w)
 {
-	syscall(SYS_futex, w, FUTEX_WAKE, (int)n, NULL, NULL, 0);
+	syscall(SYS_futex, w, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
 /* Until *w == want: spinning, or asleep on the futex. */
@@ -135,12 +145,11 @@ static void bare_wait(_Atomic uint32_t *w, uint32_t want, int spin)
 	}
 }
 
-static void bare_post(_Atomic uint32_t *w, uint32_t val, int spin,
-		      unsigned waiters)
+static void bare_post(_Atomic uint32_t *w, uint32_t val, int spin)
 {
 	atomic_store_explicit(w, val, memory_order_release);
 	if (!spin)
-		futex_wake(w, waiters);
+		futex_wake(w);
 }
 
 static int bare_producer(struct bench_run *r, uint64_t seq, int spin)
@@ -155,7 +164,8 @@ static int bare_producer(struct bench_run *r, uint64_t seq, int spin)
 		atomic_thread_fence(memory_order_release);
 	}
 	bench_payload_write(bare_slot(r, seq), r->size, seq, r->write);
-	bare_post(&w->data, (uint32_t)seq, spin, r->consumers);
+	for (unsigned i = 0; i < r->consumers; i++)
+		bare_post(&w->data[i].w, (uint32_t)seq, spin);
 	if (bench_method_acks(r))
 		bare_wait(&w->ack, (uint32_t)seq, spin);
 	return 0;
@@ -168,14 +178,14 @@ static int bare_producer(struct bench_run *r, uint64_t seq, int spin)
 static int bare_latest(struct bench_run *r, uint64_t want)
 {
 	struct bare_words *w = r->shm;
+	_Atomic uint32_t *mine = &w->data[r->index].w;
 
 	for (;;) {
-		uint32_t d = atomic_load_explicit(&w->data,
-						  memory_order_acquire);
+		uint32_t d = atomic_load_explicit(mine, memory_order_acquire);
 		int rc;
 
 		if ((int32_t)(d - (uint32_t)want) < 0) {
-			futex_wait(&w->data, d);
+			futex_wait(mine, d);
 			continue;
 		}
 		rc = bench_payload_check(bare_slot(r, d), r->size, want,
@@ -198,13 +208,13 @@ static int bare_consumer(struct bench_run *r, uint64_t seq, int spin)
 
 	if (r->kind == BENCH_PACED)
 		return bare_latest(r, seq);
-	bare_wait(&w->data, (uint32_t)seq, spin);
+	bare_wait(&w->data[r->index].w, (uint32_t)seq, spin);
 	if (bench_payload_check(bare_slot(r, seq), r->size, seq,
 				r->write) < 0)
 		return bench_fail(r, -EBADMSG, "payload %" PRIu64 " corrupt",
 				  seq);
 	if (bench_method_acks(r))
-		bare_post(&w->ack, (uint32_t)seq, spin, 1);
+		bare_post(&w->ack, (uint32_t)seq, spin);
 	return 0;
 }
 
@@ -231,8 +241,8 @@ static int spin_consumer(struct bench_run *r, uint64_t seq)
 const struct bench_method bench_bare_futex = {
 	.name = "bare-futex",
 	.desc = "limit: shared memory, a futex wait and wake per direction, "
-		"no library (fan-out, paced: the producer wakes every "
-		"consumer)",
+		"no library (fan-out, paced: a word per consumer, stored "
+		"and woken in turn)",
 	.can_run = bare_can_run,
 	.prepare = bare_prepare,
 	.unprepare = bare_unprepare,
