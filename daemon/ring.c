@@ -251,7 +251,7 @@ static void *map_ctl(int fd, size_t len)
 }
 
 /* Everything but the name and the producer; -errno with *why. */
-static int ring_build(struct ring *r, bool huge, const char **why)
+static int ring_build(struct ring *r, uint32_t flags, const char **why)
 {
 	int rc;
 
@@ -263,7 +263,8 @@ static int ring_build(struct ring *r, bool huge, const char **why)
 				 CTL_MEMFD, why);
 	if (r->rd_rw < 0)
 		return r->rd_rw;
-	rc = data_create(r->g.data_len, huge, &r->flags, &r->data_rw, why);
+	rc = data_create(r->g.data_len, flags & TD_WIRE_RING_HUGE, &r->flags,
+			 &r->data_rw, why);
 	if (rc < 0)
 		return rc;
 	r->hdr_ro = reopen_ro(r->hdr_rw, why);
@@ -284,6 +285,9 @@ static int ring_build(struct ring *r, bool huge, const char **why)
 	r->hdr->reader_count = r->reader_count;
 	r->hdr->slot_stride = r->g.slot_stride;
 	r->hdr->data_len = r->g.data_len;
+	/* its producer wakes rows: every reader may sleep on its own */
+	if (flags & TD_WIRE_RING_ROW_WAKE)
+		atomic_store(&r->hdr->flags, TD_RING_ROW_WAKE);
 	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++) {
 		atomic_store(&r->rd->rows[i].held, TD_RING_NONE);
 		atomic_store(&r->rd->rows[i].taken, TD_RING_TAKEN_ANY);
@@ -436,7 +440,7 @@ void td__ring_create(struct td__peer *p, const struct td__req *rq)
 			return;
 		}
 		r->counted = true;
-		rc = ring_build(r, m.flags & TD_WIRE_RING_HUGE, &why);
+		rc = ring_build(r, m.flags, &why);
 	}
 	if (rc < 0) {
 		/* the error is sent after every fd of the ring is closed */
@@ -446,10 +450,6 @@ void td__ring_create(struct td__peer *p, const struct td__req *rq)
 			       m.name.ptr, why, strerror(-rc));
 		return;
 	}
-	/* before anyone subscribes: every reader of this ring may sleep on
-	 * its own row, since its producer says it wakes rows */
-	if (m.flags & TD_WIRE_RING_ROW_WAKE)
-		atomic_fetch_or(&r->hdr->flags, TD_RING_ROW_WAKE);
 	r->id = next_id++;
 	r->producer = p;
 	r->dtype = m.dtype;
@@ -576,7 +576,6 @@ static void ring_close(struct ring *r)
 	atomic_fetch_or(&r->hdr->flags, TD_RING_CLOSED);
 	atomic_fetch_add(&r->hdr->seq, 1);
 	td__futex_wake((const uint32_t *)&r->hdr->seq, INT_MAX);
-	/* and those asleep on their own rows (TD_RING_ROW_WAKE) */
 	for (uint32_t i = 0; i < r->reader_count; i++)
 		td__futex_wake_word(&r->rd->rows[i].waiting, TD_RING_WAIT_ROW);
 	/* readers waiting on a fence it will never signal see CLOSED now */
