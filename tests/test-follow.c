@@ -440,28 +440,6 @@ static void *sleeper_run(void *arg)
 	return NULL;
 }
 
-/* This process's writable mapping of a follower's row. */
-static struct td_follow_row *row_mapping(void)
-{
-	FILE *m = fopen("/proc/self/maps", "r");
-	char line[512];
-	void *at = NULL;
-
-	cr_assert(m);
-	while (fgets(line, sizeof(line), m)) {
-		unsigned long lo, hi;
-		char perms[8];
-
-		if (strstr(line, "memfd:tensord-follow-row") &&
-		    sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 &&
-		    perms[1] == 'w')
-			at = (void *)lo;
-	}
-	fclose(m);
-	cr_assert(at, "no follower row mapped");
-	return at;
-}
-
 /*
  * A follower that sleeps says in its row on which word: its own row's
  * (TD_FOLLOW_WAIT_ROW), which the daemon swaps and wakes, or the bell's
@@ -486,7 +464,7 @@ static void follower_sleeps_on(const char *wake_rows, uint32_t asleep)
 	put(prod, "fw/sleep", 64, TD_ALLOC_STREAM, 1);
 	z.f = follow(cons, "fw/sleep");
 	td_tensor_release(next(z.f, 0));
-	row = row_mapping();
+	row = tu_find_mapping("memfd:tensord-follow-row");
 	cr_assert_eq(pthread_create(&th, NULL, sleeper_run, &z), 0);
 	for (k = 0; k < 20000 && atomic_load(&row->waiting) != asleep; k++)
 		usleep(1000);

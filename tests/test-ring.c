@@ -1474,32 +1474,9 @@ Test(ring, a_subscriber_cannot_block_the_producer_or_daemon_on_its_wake_fd,
 
 /* ---- a hostile producer ---- */
 
-/* Our own writable mapping of a ring memfd, found by its name. */
-static void *find_mapping(const char *memfd_name)
-{
-	FILE *f = fopen("/proc/self/maps", "r");
-	char line[512];
-	void *at = NULL;
-
-	cr_assert(f);
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi;
-		char perms[8];
-
-		if (!strstr(line, memfd_name))
-			continue;
-		if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 &&
-		    perms[1] == 'w')
-			at = (void *)lo;
-	}
-	fclose(f);
-	cr_assert(at, "no writable %s mapping", memfd_name);
-	return at;
-}
-
 static struct td_ring_hdr *find_header(void)
 {
-	return find_mapping("memfd:tensord-ring-hdr");
+	return tu_find_mapping("memfd:tensord-ring-hdr");
 }
 
 /*
@@ -1510,7 +1487,7 @@ static struct td_ring_hdr *find_header(void)
 static uint32_t row_free(uint64_t taken)
 {
 	struct td_ring_readers *rd =
-		find_mapping("memfd:tensord-ring-readers");
+		tu_find_mapping("memfd:tensord-ring-readers");
 	uint32_t row = TD_RING_MAX_READERS;
 
 	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
@@ -1601,7 +1578,7 @@ Test(ring, a_subscriber_whose_row_was_freed_does_not_count_for_wait_read)
 	cr_assert_eq(put(r), 1);
 	cr_assert_eq(td_sub_next(a, 0, &v), 0);
 	cr_assert_eq(td_sub_release(a), 0);
-	rd = find_mapping("memfd:tensord-ring-readers");
+	rd = tu_find_mapping("memfd:tensord-ring-readers");
 	row = row_free(1); /* as when a's connection is gone */
 	ver = put(r);
 	cr_assert_eq(td_sub_next(a, 0, &v), 0);
@@ -1862,7 +1839,7 @@ static void sleepers_all_woken(const char *wake_rows, uint32_t flag,
 	r = make_ring(c, "t/rows", 2, 64, 0);
 	cr_assert_eq(atomic_load(&find_header()->flags) & TD_RING_ROW_WAKE,
 		     flag);
-	rd = find_mapping("memfd:tensord-ring-readers");
+	rd = tu_find_mapping("memfd:tensord-ring-readers");
 	for (int i = 0; i < SLEEPERS; i++) {
 		z[i] = (struct sleeper){.d = &d, .rc = 1};
 		cr_assert_eq(pthread_create(&z[i].t, NULL, sleeper_run, &z[i]),
@@ -1935,7 +1912,7 @@ Test(ring, a_reader_asleep_on_seq_is_woken_on_a_ring_with_row_wake_ups)
 	c = open_client(&d);
 	r = make_ring(c, "t/old", 2, 64, 0);
 	h = find_header();
-	rd = find_mapping("memfd:tensord-ring-readers");
+	rd = tu_find_mapping("memfd:tensord-ring-readers");
 	cr_assert(atomic_load(&h->flags) & TD_RING_ROW_WAKE);
 	for (int k = 0; k < 20 && !slept; k++) {
 		/* the last row of the ring: nobody's, as an older reader's */

@@ -120,6 +120,28 @@ int tu_buf_map_count(void)
 	return count_maps(true);
 }
 
+void *tu_find_mapping(const char *memfd_name)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	void *at = NULL;
+
+	cr_assert(f);
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		char perms[8];
+
+		if (!strstr(line, memfd_name))
+			continue;
+		if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 &&
+		    perms[1] == 'w')
+			at = (void *)lo;
+	}
+	fclose(f);
+	cr_assert(at, "no writable %s mapping", memfd_name);
+	return at;
+}
+
 static int run_capture(char *const argv[], char **out, bool with_stderr)
 {
 	int p[2], status;

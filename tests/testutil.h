@@ -35,6 +35,9 @@ int tu_map_count(void);
  * memory).
  */
 int tu_buf_map_count(void);
+/* This process's writable mapping of a memfd, by the name /proc/self/maps
+ * gives it ("memfd:tensord-ring-hdr"); the last one, asserted to exist. */
+void *tu_find_mapping(const char *memfd_name);
 /*
  * Whether every mapping can be compared. Under ASan its allocator maps a
  * region the first time a size class is used and keeps it, so there only
