@@ -536,7 +536,7 @@ void td__ring_subscribe(struct td__peer *p, const struct td__req *rq)
 	 * new subscriber took nothing yet, so the producer keeps the latest
 	 * version readable for it */
 	atomic_store(&r->rd->rows[row].held, TD_RING_NONE);
-	atomic_store(&r->rd->rows[row].waiting, 0);
+	td__futex_unwait_word(&r->rd->rows[row].waiting, TD_RING_WAIT_ROW);
 	atomic_store(&r->rd->rows[row].taken, 0);
 	r->rows[row].peer = p;
 	r->rows[row].sub_id = next_id++;
@@ -560,7 +560,7 @@ static void row_clear(struct ring *r, uint32_t row)
 		atomic_store(&rd->rows[row].wake_gen, 0);
 	}
 	atomic_store(&rd->rows[row].held, TD_RING_NONE);
-	atomic_store(&rd->rows[row].waiting, 0);
+	td__futex_unwait_word(&rd->rows[row].waiting, TD_RING_WAIT_ROW);
 	atomic_store(&rd->rows[row].taken, TD_RING_TAKEN_ANY);
 	/* the producer may be asleep waiting for exactly this slot */
 	if (atomic_load(&rd->prod_waiting)) {

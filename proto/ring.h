@@ -115,7 +115,7 @@ struct td_ring_hdr {
 #define TD_RING_WAIT_FUTEX 1u /* asleep on header.seq */
 #define TD_RING_WAIT_FD 2u    /* waits for its eventfd (an event loop) */
 /* asleep on this row's own `waiting` word (header flag TD_RING_ROW_WAKE):
- * a waker swaps it to 0, then wakes that word (td_row_wake) */
+ * a waker swaps it to 0, then wakes that word (td__futex_wake_word) */
 #define TD_RING_WAIT_ROW 4u
 
 struct td_ring_row {

@@ -26,6 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "client.h"
 #include "pace.h"
 #include "ring.h"
 #include "wire.h"
@@ -337,7 +338,8 @@ Test(ring, wire_messages_round_trip_and_refuse_truncation)
 {
 	struct td_wire_ring_create_req q = {
 		.name = {"cam/left", 8},
-		.flags = TD_WIRE_REQ_SCM | TD_WIRE_RING_HUGE,
+		.flags = TD_WIRE_REQ_SCM | TD_WIRE_RING_HUGE |
+			 TD_WIRE_RING_ROW_WAKE,
 		.slot_count = 4,
 		.reader_count = 2,
 		.dtype = 9,
@@ -360,6 +362,7 @@ Test(ring, wire_messages_round_trip_and_refuse_truncation)
 	int64_t n;
 
 	ROUND_TRIP(ring_create_req, q, q2);
+	cr_assert_eq(q2.flags, q.flags);
 	cr_assert_eq(q2.plane_sizes[1], 64);
 	cr_assert_eq(q2.shape[2], 3);
 	ROUND_TRIP(ring_rep, r, r2);
@@ -1939,4 +1942,145 @@ Test(ring, a_reader_asleep_on_seq_is_woken_on_a_ring_with_row_wake_ups)
 	td_ring_close(r);
 	td_client_close(c);
 	tu_daemon_stop(&d, false);
+}
+
+/*
+ * The wake of a row at 4 is a swap to 0 and a wake: a publish does it,
+ * and so does the daemon when the ring closes (a row set by hand, as a
+ * reader about to sleep leaves it; the readers' memfd stays mapped by
+ * a subscription while the producer closes).
+ */
+Test(ring, a_row_at_4_is_swapped_to_0_by_the_publish_and_by_the_close)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_sub *sub;
+	struct td_ring_readers *rd;
+	_Atomic uint32_t *w;
+	uint32_t last;
+	int k;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	r = make_ring(c, "t/swap", 2, 64, 0);
+	sub = subscribe(c, "t/swap");
+	last = find_header()->reader_count - 1;
+	rd = tu_find_mapping("memfd:tensord-ring-readers");
+	w = &rd->rows[last].waiting;
+	atomic_store(w, TD_RING_WAIT_ROW);
+	put(r);
+	cr_assert_eq(atomic_load(w), 0, "the publish left the row at 4");
+	atomic_store(w, TD_RING_WAIT_ROW);
+	td_ring_close(r);
+	/* the producer's mappings are gone: the subscription's is left */
+	rd = tu_find_mapping("memfd:tensord-ring-readers");
+	w = &rd->rows[last].waiting;
+	for (k = 0; k < 20000 && atomic_load(w); k++)
+		usleep(1000);
+	cr_assert_eq(atomic_load(w), 0, "the close left the row at 4");
+	td_sub_close(sub);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+struct orphan {
+	struct td_sub *sub;
+	pthread_t t;
+	int rc;
+};
+
+static void *orphan_run(void *arg)
+{
+	struct orphan *o = arg;
+	struct td_view v;
+
+	o->rc = td_sub_next(o->sub, -1, &v);
+	return NULL;
+}
+
+/* Until row 0's `waiting` reads w (at most 20 s). */
+static void row0_at(struct td_ring_readers *rd, uint32_t w)
+{
+	for (int k = 0; k < 20000 && atomic_load(&rd->rows[0].waiting) != w;
+	     k++)
+		usleep(1000);
+	cr_assert_eq(atomic_load(&rd->rows[0].waiting), w);
+}
+
+/*
+ * A reader's thread asleep in td_sub_next when the daemon drops its
+ * connection (as it drops a peer it disconnects): the daemon frees the
+ * row and gives it to the next subscriber, while that thread still
+ * sleeps on the row's word. Neither may be stranded: the free wakes the
+ * old sleeper (no waker looks at a row that reads 0), and a publish wakes
+ * every thread asleep on the word, not just one, which could be the old
+ * one. No deadline: a lost wake-up hangs, and the timeout fails it.
+ * Without a next owner the old sleeper must still be woken by the next
+ * publish, which looks only at rows at 4.
+ */
+static void orphaned(bool next_owner)
+{
+	struct tu_daemon d;
+	struct td_client *cp, *ca, *cb;
+	struct td_ring_readers *rd;
+	struct td_ring *r;
+	struct orphan a = {.rc = 1}, b = {.rc = 1};
+	uint64_t size = 64;
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = &size, .slot_count = 2,
+				    .reader_count = 1};
+
+	cr_assert_eq(setenv("TENSORD_RING_SPIN_US", "0", 1), 0);
+	tu_daemon_start(&d, "warn");
+	cp = open_client(&d);
+	cr_assert_eq(td_ring_create(cp, "t/orphan", &desc, &r, NULL), 0);
+	rd = tu_find_mapping("memfd:tensord-ring-readers");
+	ca = open_client(&d);
+	a.sub = subscribe(ca, "t/orphan");
+	cr_assert_eq(pthread_create(&a.t, NULL, orphan_run, &a), 0);
+	row0_at(rd, TD_RING_WAIT_ROW);
+	/* the daemon sees the connection end and frees row 0 */
+	cr_assert_eq(shutdown(ca->sock, SHUT_RDWR), 0);
+	for (int k = 0; k < 20000 &&
+			atomic_load(&rd->rows[0].taken) != TD_RING_TAKEN_ANY;
+	     k++)
+		usleep(1000);
+	cr_assert_eq(atomic_load(&rd->rows[0].taken), TD_RING_TAKEN_ANY);
+	/* A, woken by the free, found nothing and sleeps on the row again */
+	row0_at(rd, TD_RING_WAIT_ROW);
+	if (next_owner) {
+		/* B gets row 0 and sleeps beside A */
+		cb = open_client(&d);
+		b.sub = subscribe(cb, "t/orphan");
+		cr_assert_eq(pthread_create(&b.t, NULL, orphan_run, &b), 0);
+		row0_at(rd, TD_RING_WAIT_ROW);
+	}
+	usleep(50000); /* asleep in the futex (a later sleep is woken too) */
+	put(r);
+	if (next_owner) {
+		cr_assert_eq(pthread_join(b.t, NULL), 0);
+		cr_assert_eq(b.rc, 0, "the row's new owner: %d", b.rc);
+		td_sub_close(b.sub);
+		td_client_close(cb);
+	}
+	cr_assert_eq(pthread_join(a.t, NULL), 0);
+	td_sub_close(a.sub);
+	td_client_close(ca);
+	td_ring_close(r);
+	td_client_close(cp);
+	/* fds and buffer mappings are counted; not every mapping: glibc
+	 * keeps the threads' stacks and arenas */
+	tu_daemon_stop(&d, false);
+}
+
+Test(ring, a_row_freed_under_a_sleeper_strands_neither_it_nor_the_next,
+     .timeout = 60)
+{
+	orphaned(true);
+}
+
+Test(ring, a_row_freed_under_a_sleeper_does_not_strand_it, .timeout = 60)
+{
+	orphaned(false);
 }

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/dma-buf.h>
 #include <linux/futex.h>
 #include <stdio.h>
@@ -59,8 +60,14 @@ bool td__futex_wake_word(_Atomic uint32_t *w, uint32_t asleep)
 
 	if (!atomic_compare_exchange_strong(w, &v, 0))
 		return false;
-	td__futex_wake((const uint32_t *)w, 1);
+	td__futex_wake((const uint32_t *)w, INT_MAX);
 	return true;
+}
+
+void td__futex_unwait_word(_Atomic uint32_t *w, uint32_t asleep)
+{
+	if (atomic_exchange(w, 0) == asleep)
+		td__futex_wake((const uint32_t *)w, INT_MAX);
 }
 
 int td__memfd_seal_size(int fd)

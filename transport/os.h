@@ -32,13 +32,23 @@ int td__futex_wait(const uint32_t *w, uint32_t val,
 		   const struct timespec *rel);
 void td__futex_wake(const uint32_t *w, int n);
 /*
- * One sleeper per word (a ring's or a bell's row): the sleeper stores
+ * A word per sleeper (a ring's or a bell's row): the sleeper stores
  * `asleep` in its own word *w, checks once more that there is nothing to
  * take, and sleeps while *w == asleep. The waker swaps `asleep` for 0, so
- * a sleep not yet begun does not begin, and wakes the one sleeper. False
- * when *w did not hold `asleep` (nobody asleep there, or woken already).
+ * a sleep not yet begun does not begin, and wakes every thread asleep on
+ * the word: normally one, but a thread of an owner whose row was freed
+ * under it may still sleep there beside the row's next owner, and a wake
+ * of one could go to it. False when *w did not hold `asleep` (nobody
+ * asleep there, or woken already).
  */
 bool td__futex_wake_word(_Atomic uint32_t *w, uint32_t asleep);
+/*
+ * A row changes hands (freed, given to a new owner): *w becomes 0 whatever
+ * it held, and if that was `asleep`, every thread asleep on it is woken (a
+ * thread of the last owner, its connection dropped under it, would else
+ * sleep on for good: no waker looks at a word that reads 0).
+ */
+void td__futex_unwait_word(_Atomic uint32_t *w, uint32_t asleep);
 
 enum {
 	TD__MEMFD_SEALABLE = 1, /* MFD_ALLOW_SEALING */
