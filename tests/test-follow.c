@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "tensord/tensord.h"
+#include "client.h"
 #include "follow.h"
 #include "wire.h"
 #include "testclient.h"
@@ -448,7 +449,8 @@ static void *sleeper_run(void *arg)
  * wake-up is ever lost is no_wake_up_is_lost's (here a lost one would
  * only cost the 1 s sleep slice).
  */
-static void follower_sleeps_on(const char *wake_rows, uint32_t asleep)
+static void follower_sleeps_on(const char *wake_rows, bool old_daemon,
+			       uint32_t asleep)
 {
 	struct tu_daemon d;
 	struct td_client *prod, *cons;
@@ -461,6 +463,10 @@ static void follower_sleeps_on(const char *wake_rows, uint32_t asleep)
 	cr_assert_eq(setenv("TENSORD_RING_SPIN_US", "0", 1), 0);
 	cr_assert_eq(setenv("TENSORD_WAKE_ROWS", wake_rows, 1), 0);
 	pair_start(&d, small_cap, "pidfd", &prod, &cons);
+	/* as if the daemon's HELLO predated the feature: the daemon would
+	 * not wake a row at 4, so the follower must not sleep there */
+	if (old_daemon)
+		cons->hello.features &= ~TD_WIRE_FEAT_WAKE_ROWS;
 	put(prod, "fw/sleep", 64, TD_ALLOC_STREAM, 1);
 	z.f = follow(cons, "fw/sleep");
 	td_tensor_release(next(z.f, 0));
@@ -485,12 +491,17 @@ static void follower_sleeps_on(const char *wake_rows, uint32_t asleep)
 
 Test(follow, a_sleeping_follower_sleeps_on_its_own_row)
 {
-	follower_sleeps_on("1", TD_FOLLOW_WAIT_ROW);
+	follower_sleeps_on("1", false, TD_FOLLOW_WAIT_ROW);
+}
+
+Test(follow, a_follower_of_an_older_daemon_sleeps_on_the_bell_word)
+{
+	follower_sleeps_on("1", true, TD_FOLLOW_WAIT_FUTEX);
 }
 
 Test(follow, followers_share_the_bell_word_when_row_wake_ups_are_off)
 {
-	follower_sleeps_on("0", TD_FOLLOW_WAIT_FUTEX);
+	follower_sleeps_on("0", false, TD_FOLLOW_WAIT_FUTEX);
 }
 
 /*

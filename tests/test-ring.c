@@ -1825,8 +1825,8 @@ static unsigned rows_at(struct td_ring_readers *rd, uint32_t w, unsigned n)
  * ask for row wake-ups, so the ring has no TD_RING_ROW_WAKE and every
  * reader sleeps on the header's seq, as before layout 4.
  */
-static void sleepers_all_woken(const char *wake_rows, uint32_t flag,
-			       uint32_t asleep)
+static void sleepers_all_woken(const char *wake_rows, bool old_daemon,
+			       uint32_t flag, uint32_t asleep)
 {
 	struct sleeper z[SLEEPERS];
 	struct td_ring_readers *rd;
@@ -1839,6 +1839,9 @@ static void sleepers_all_woken(const char *wake_rows, uint32_t flag,
 	cr_assert_eq(setenv("TENSORD_WAKE_ROWS", wake_rows, 1), 0);
 	tu_daemon_start(&d, "warn");
 	c = open_client(&d);
+	/* as if the daemon's HELLO predated the feature */
+	if (old_daemon)
+		c->hello.features &= ~TD_WIRE_FEAT_WAKE_ROWS;
 	r = make_ring(c, "t/rows", 2, 64, 0);
 	cr_assert_eq(atomic_load(&find_header()->flags) & TD_RING_ROW_WAKE,
 		     flag);
@@ -1866,13 +1869,21 @@ static void sleepers_all_woken(const char *wake_rows, uint32_t flag,
 Test(ring, every_reader_asleep_on_its_own_row_is_woken_by_one_publish,
      .timeout = 60)
 {
-	sleepers_all_woken("1", TD_RING_ROW_WAKE, TD_RING_WAIT_ROW);
+	sleepers_all_woken("1", false, TD_RING_ROW_WAKE, TD_RING_WAIT_ROW);
+}
+
+/* a producer asks for row wake-ups only of a daemon that names the
+ * feature (an older one would neither set the flag nor wake rows) */
+Test(ring, readers_share_the_seq_word_of_a_ring_made_with_an_older_daemon,
+     .timeout = 60)
+{
+	sleepers_all_woken("1", true, 0, TD_RING_WAIT_FUTEX);
 }
 
 Test(ring, readers_share_the_seq_word_when_row_wake_ups_are_off,
      .timeout = 60)
 {
-	sleepers_all_woken("0", 0, TD_RING_WAIT_FUTEX);
+	sleepers_all_woken("0", false, 0, TD_RING_WAIT_FUTEX);
 }
 
 struct old_reader {
