@@ -132,6 +132,31 @@ static bool pattern_ok(const uint8_t *p, uint64_t n, uint64_t version)
 	return true;
 }
 
+/*
+ * The set-up many tests below share: a daemon, a client, a ring of
+ * `slots` slots of `size` bytes named `name`, and one subscription.
+ */
+static void one_sub_open(struct tu_daemon *d, struct td_client **c,
+			 struct td_ring **r, struct td_sub **a,
+			 const char *name, uint32_t slots, uint64_t size)
+{
+	tu_daemon_start(d, "warn");
+	*c = open_client(d);
+	*r = make_ring(*c, name, slots, size, 0);
+	*a = subscribe(*c, name);
+}
+
+/* ... and its tear-down (r NULL: closed already), fds and mappings
+ * checked. */
+static void one_sub_close(struct tu_daemon *d, struct td_client *c,
+			  struct td_ring *r, struct td_sub *a)
+{
+	td_sub_close(a);
+	td_ring_close(r);
+	td_client_close(c);
+	tu_daemon_stop(d, true);
+}
+
 /* Publish the next version, not waiting for a slot; returns it. */
 static uint64_t put(struct td_ring *r)
 {
@@ -885,10 +910,7 @@ Test(ring, the_latest_slot_is_reused_only_once_every_reader_took_it)
 	uint64_t ver;
 	uint32_t s1, sx;
 
-	tu_daemon_start(&d, "warn");
-	c = open_client(&d);
-	r = make_ring(c, "t/reuse", 3, n, 0);
-	a = subscribe(c, "t/reuse");
+	one_sub_open(&d, &c, &r, &a, "t/reuse", 3, n);
 	/* the leak check at the end counts exactly these (testutil.h) */
 	cr_assert_eq(tu_buf_map_count(), d.bufmaps0 + 6,
 		     "producer + subscriber map 3 memfds each");
@@ -975,10 +997,7 @@ Test(ring, the_latest_slot_is_reused_only_once_every_reader_took_it)
 	cr_assert_eq(s.index, sx, "a departed reader still counted");
 	cr_assert_eq(td_ring_publish(r, NULL), 0);
 
-	td_sub_close(a);
-	td_ring_close(r);
-	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	one_sub_close(&d, c, r, a);
 }
 
 /* ---- lock step: the producer waits for its readers ---- */
@@ -1047,10 +1066,7 @@ Test(ring, wait_read_waits_for_every_reader_to_read_and_release)
 	td_sub_close(n);
 	cr_assert_eq(td_ring_wait_read(r, 4, 0), 0);
 
-	td_sub_close(a);
-	td_ring_close(r);
-	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	one_sub_close(&d, c, r, a);
 }
 
 /*
@@ -1067,10 +1083,7 @@ Test(ring, wait_read_of_an_older_version_still_held_after_an_acquire)
 	struct td_slot s;
 	struct td_view v;
 
-	tu_daemon_start(&d, "warn");
-	c = open_client(&d);
-	r = make_ring(c, "t/zero", 3, 64, 0);
-	a = subscribe(c, "t/zero");
+	one_sub_open(&d, &c, &r, &a, "t/zero", 3, 64);
 	cr_assert_eq(put(r), 1);
 	cr_assert_eq(td_sub_next(a, 0, &v), 0);
 	cr_assert_eq(v.version, 1); /* a holds v1 */
@@ -1082,10 +1095,7 @@ Test(ring, wait_read_of_an_older_version_still_held_after_an_acquire)
 		     "a still holds v1, but wait_read says it was read");
 	cr_assert_eq(td_sub_release(a), 0);
 	cr_assert_eq(td_ring_wait_read(r, 1, 0), 0);
-	td_sub_close(a);
-	td_ring_close(r);
-	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	one_sub_close(&d, c, r, a);
 }
 
 /*
@@ -1103,10 +1113,7 @@ Test(ring, wait_read_between_a_reusing_acquire_and_publish)
 	struct td_slot s;
 	struct td_view v;
 
-	tu_daemon_start(&d, "warn");
-	c = open_client(&d);
-	r = make_ring(c, "t/reuse-read", 4, 64, 0);
-	a = subscribe(c, "t/reuse-read");
+	one_sub_open(&d, &c, &r, &a, "t/reuse-read", 4, 64);
 	cr_assert_eq(put(r), 1);
 	cr_assert_eq(td_sub_next(a, 0, &v), 0);
 	cr_assert_eq(td_sub_release(a), 0);
@@ -1124,10 +1131,7 @@ Test(ring, wait_read_between_a_reusing_acquire_and_publish)
 	td_sub_release(n);
 	cr_assert_eq(td_ring_wait_read(r, 2, 0), 0);
 	td_sub_close(n);
-	td_sub_close(a);
-	td_ring_close(r);
-	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	one_sub_close(&d, c, r, a);
 }
 
 #define LOCKSTEP 2000
@@ -1521,10 +1525,7 @@ Test(ring, a_subscriber_whose_row_was_reset_checks_the_slot_version)
 	struct td_view v;
 	uint32_t s2;
 
-	tu_daemon_start(&d, "warn");
-	c = open_client(&d);
-	r = make_ring(c, "t/reset", 3, n, 0);
-	a = subscribe(c, "t/reset");
+	one_sub_open(&d, &c, &r, &a, "t/reset", 3, n);
 	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
 	pattern_fill(s.planes[0], n, 1);
 	cr_assert_eq(td_ring_publish(r, NULL), 0);
@@ -1551,10 +1552,7 @@ Test(ring, a_subscriber_whose_row_was_reset_checks_the_slot_version)
 	cr_assert_eq(td_sub_next(a, 0, &v), 0);
 	cr_assert_eq(v.version, 3);
 	cr_assert(pattern_ok(v.planes[0], n, 3));
-	td_sub_close(a);
-	td_ring_close(r);
-	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	one_sub_close(&d, c, r, a);
 }
 
 /*
@@ -1574,10 +1572,7 @@ Test(ring, a_subscriber_whose_row_was_freed_does_not_count_for_wait_read)
 	uint64_t ver;
 	uint32_t row;
 
-	tu_daemon_start(&d, "warn");
-	c = open_client(&d);
-	r = make_ring(c, "t/freed", 3, 64, 0);
-	a = subscribe(c, "t/freed");
+	one_sub_open(&d, &c, &r, &a, "t/freed", 3, 64);
 	cr_assert_eq(put(r), 1);
 	cr_assert_eq(td_sub_next(a, 0, &v), 0);
 	cr_assert_eq(td_sub_release(a), 0);
@@ -1591,10 +1586,7 @@ Test(ring, a_subscriber_whose_row_was_freed_does_not_count_for_wait_read)
 		     "a wrote what it took into a freed row");
 	/* a version a never takes: nobody is left to read it */
 	cr_assert_eq(td_ring_wait_read(r, put(r), 0), 0);
-	td_sub_close(a);
-	td_ring_close(r);
-	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	one_sub_close(&d, c, r, a);
 }
 
 struct evil {
@@ -1972,10 +1964,7 @@ Test(ring, a_row_at_4_is_swapped_to_0_by_the_publish_and_by_the_close)
 	uint32_t last;
 	int k;
 
-	tu_daemon_start(&d, "warn");
-	c = open_client(&d);
-	r = make_ring(c, "t/swap", 2, 64, 0);
-	sub = subscribe(c, "t/swap");
+	one_sub_open(&d, &c, &r, &sub, "t/swap", 2, 64);
 	last = find_header()->reader_count - 1;
 	rd = tu_find_mapping("memfd:tensord-ring-readers");
 	w = &rd->rows[last].waiting;
@@ -1990,9 +1979,7 @@ Test(ring, a_row_at_4_is_swapped_to_0_by_the_publish_and_by_the_close)
 	for (k = 0; k < 20000 && atomic_load(w); k++)
 		usleep(1000);
 	cr_assert_eq(atomic_load(w), 0, "the close left the row at 4");
-	td_sub_close(sub);
-	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	one_sub_close(&d, c, NULL, sub);
 }
 
 struct orphan {
