@@ -144,6 +144,7 @@ extern const struct bench_method bench_tensord_scm;  /* m-tensord.c */
 extern const struct bench_method bench_tensord_follow;     /* m-tensord.c */
 extern const struct bench_method bench_tensord_follow_scm; /* m-tensord.c */
 extern const struct bench_method bench_tensord_get; /* m-tensord.c */
+extern const struct bench_method bench_tensord_nowait; /* m-tensord.c */
 extern const struct bench_method bench_tensord_ring_sleep; /* m-ring.c */
 extern const struct bench_method bench_tensord_ring_lockstep; /* m-ring.c */
 extern const struct bench_method bench_bare_futex;   /* m-bare.c */

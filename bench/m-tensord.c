@@ -10,6 +10,10 @@
  * the PUBLISH reply: the producer alternates two buffers it keeps mapped,
  * with no fd, mmap or fresh memory per handoff (only the first two
  * handoffs of a run take first-touch faults), and one round trip.
+ * tensord-nowait: the same producer with td_client_publish_alloc_nowait()
+ * (docs/fastpath.md, "A publish nobody waits for"): the reply, and the
+ * loan in it, is read at the next alloc, so the producer goes from its
+ * PUBLISH straight to waiting for the acks.
  * Consumer: td_client_get_newer(last version, wait forever) -> check the
  * bytes in place -> td_tensor_release_nowait() -> ack. Its mapping cache
  * (by buffer id) hits those two buffers, so it maps nothing per handoff
@@ -103,6 +107,7 @@ struct td_priv {
 	struct td_client *c;
 	struct td_follow *f; /* consumer of tensord-follow */
 	int ack;
+	bool nowait; /* producer: td_client_publish_alloc_nowait */
 	uint64_t last; /* consumer: version last seen */
 	char name[64];
 };
@@ -140,6 +145,16 @@ static int td_setup_as(struct bench_run *r, const char *import, bool follow)
 static int td_setup(struct bench_run *r)
 {
 	return td_setup_as(r, NULL, false);
+}
+
+/* tensord-nowait: the producer waits for no PUBLISH reply */
+static int td_setup_nowait(struct bench_run *r)
+{
+	int rc = td_setup_as(r, NULL, false);
+
+	if (rc == 0)
+		((struct td_priv *)r->priv)->nowait = true;
+	return rc;
 }
 
 static int td_setup_scm(struct bench_run *r)
@@ -191,10 +206,13 @@ static int td_producer_step(struct bench_run *r, uint64_t seq)
 	pub.dtype = TD_TENSOR_U8;
 	pub.ndim = 1;
 	pub.shape = shape;
-	rc = td_client_publish_alloc(x->c, a, &pub, &version, &err);
+	if (x->nowait)
+		rc = td_client_publish_alloc_nowait(x->c, a, &pub, &err);
+	else
+		rc = td_client_publish_alloc(x->c, a, &pub, &version, &err);
 	if (rc < 0)
-		return bench_fail(r, rc, "td_client_publish_alloc: %.200s",
-				  err.reason);
+		return bench_fail(r, rc, "td_client_publish_alloc%s: %.200s",
+				  x->nowait ? "_nowait" : "", err.reason);
 	if (!bench_method_acks(r))
 		return 0;
 	rc = bench_ack_recv(x->ack, seq);
@@ -292,6 +310,23 @@ const struct bench_method bench_tensord_scm = {
 	.consumer_step = td_consumer_step,
 	.teardown = td_teardown,
 	.service_pid = td_service_pid,
+};
+
+/* The same, the producer waiting for no PUBLISH reply. */
+const struct bench_method bench_tensord_nowait = {
+	.name = "tensord-nowait",
+	.desc = "as tensord, the producer publishing with "
+		"td_client_publish_alloc_nowait (the reply read at the next "
+		"alloc)",
+	.start = td_start,
+	.prepare = td_prepare,
+	.unprepare = td_unprepare,
+	.setup = td_setup_nowait,
+	.producer_step = td_producer_step,
+	.consumer_step = td_consumer_step,
+	.teardown = td_teardown,
+	.service_pid = td_service_pid,
+	.kinds = BENCH_KIND(BENCH_FANOUT),
 };
 
 /* The same, every consumer call a GET (no following by itself). */

@@ -95,11 +95,17 @@ const struct bench_method bench_tensord_get = {
 	.name = "tensord-get", .desc = "tensord plain API, GET path",
 	.start = td_unbuilt,
 };
+const struct bench_method bench_tensord_nowait = {
+	.name = "tensord-nowait",
+	.desc = "tensord plain API, PUBLISH without waiting",
+	.start = td_unbuilt,
+};
 #endif
 
 static const struct bench_method *const all_methods[] = {
 	&bench_tensord,
 	&bench_tensord_scm,
+	&bench_tensord_nowait,
 	&bench_tensord_get,
 	&bench_tensord_follow,
 	&bench_tensord_follow_scm,
@@ -303,8 +309,9 @@ static void usage(FILE *f)
 "usage: tensord-bench [options]\n"
 "Ping-pong handoff benchmark: producer publishes, consumer gets, checks,\n"
 "releases and acks; the producer times the round trip.\n\n"
-"  --methods LIST   comma list of: tensord tensord-scm tensord-get\n"
-"                   tensord-follow tensord-follow-scm tensord-ring\n"
+"  --methods LIST   comma list of: tensord tensord-scm tensord-nowait\n"
+"                   tensord-get tensord-follow tensord-follow-scm\n"
+"                   tensord-ring\n"
 "                   tensord-ring-sleep tensord-ring-lockstep\n"
 "                   iceoryx-wait iceoryx-poll socket-copy fd-pass\n"
 "                   bare-futex bare-spin (default: all)\n"

@@ -836,6 +836,8 @@ static void targets16_table(FILE *f, const struct bench_report *rep,
 		{"tensord-follow-scm", "plain API, following", BENCH_PINGPONG},
 		{"tensord-ring", "fan-out 1→4", BENCH_FANOUT},
 		{"tensord", "fan-out 1→4", BENCH_FANOUT},
+		{"tensord-nowait", "fan-out 1→4, publish without waiting",
+		 BENCH_FANOUT},
 		{"tensord-get", "fan-out 1→4, GET path", BENCH_FANOUT},
 		{"tensord-follow", "fan-out 1→4, following", BENCH_FANOUT},
 	};
@@ -876,6 +878,7 @@ static bool is_tensord(const char *name)
 	return strcmp(name, "tensord") == 0 ||
 	       strcmp(name, "tensord-scm") == 0 ||
 	       strcmp(name, "tensord-get") == 0 ||
+	       strcmp(name, "tensord-nowait") == 0 ||
 	       strcmp(name, "tensord-follow") == 0 ||
 	       strcmp(name, "tensord-follow-scm") == 0 ||
 	       strcmp(name, "tensord-ring") == 0;

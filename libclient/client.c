@@ -163,6 +163,7 @@ void td_client_close(struct td_client *c)
 	}
 	c->ev_tail = NULL;
 	td__loop_close(c);
+	td__pub_forget(c, -ENOTCONN);
 	td__maps_drop(c, false);
 	td__loans_drop(c, false);
 	pthread_mutex_unlock(&c->lock);
@@ -211,6 +212,8 @@ static int conn_broken(struct td_client *c, int code)
 {
 	if (!c->dead)
 		c->dead = code;
+	/* nor the PUBLISH sent without waiting */
+	td__pub_forget(c, code);
 	/* GETs waiting for a reply will not get one on this connection */
 	td__loop_fail(c, code);
 	return code;
@@ -314,6 +317,11 @@ void td__msg_aside(struct td_client *c, struct td__msg *m)
 {
 	if ((m->hdr.flags & TD_WIRE_F_REPLY) && td__loop_reply(c, m))
 		return;
+	if ((m->hdr.flags & TD_WIRE_F_REPLY) && c->pub_id &&
+	    m->hdr.request_id == c->pub_id) {
+		td__pub_answered(c, m);
+		return;
+	}
 	if (m->hdr.opcode == TD_OP_NOTIFY && (m->hdr.flags & TD_WIRE_F_NOTIFY))
 		queue_notify(c, m);
 	/* stray replies (none are expected) and their fds are dropped */
@@ -457,21 +465,38 @@ int td__call_paced(struct td_client *c, uint16_t op, size_t body_len,
 		   const int *fds, unsigned nfds, struct td_pace *pace,
 		   struct td__msg *rep, struct td_error *err)
 {
-	struct td_pace_plan plan;
 	uint64_t id;
+	int rc = td__request(c, op, body_len, fds, nfds, &id, rep, err);
+
+	return rc < 0 ? rc : td__reply(c, op, id, pace, rep, err);
+}
+
+int td__request(struct td_client *c, uint16_t op, size_t body_len,
+		const int *fds, unsigned nfds, uint64_t *id,
+		struct td__msg *rep, struct td_error *err)
+{
 	int rc;
 
 	rep->nfds = 0;
 	rc = client_usable(c, err);
 	if (rc < 0)
 		return rc;
-	id = ++c->next_id;
-	rc = msg_send(c, op, id, body_len, fds, nfds);
+	*id = ++c->next_id;
+	rc = msg_send(c, op, *id, body_len, fds, nfds);
 	if (rc < 0 && pending_refusal(c, rep) == 0)
 		return td__reply_error(rep, rep->hdr.status, err);
 	if (rc < 0)
 		return td__fail(err, rc, "send %s: %s", td_wire_op_name(op),
 				strerror(-rc));
+	return 0;
+}
+
+int td__reply(struct td_client *c, uint16_t op, uint64_t id,
+	      struct td_pace *pace, struct td__msg *rep, struct td_error *err)
+{
+	struct td_pace_plan plan;
+	int rc;
+
 	if (pace)
 		reply_poll(c, pace, &plan);
 	for (;;) {

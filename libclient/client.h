@@ -154,6 +154,17 @@ struct td_client {
 	 */
 	struct td_alloc *next_loan;
 	bool unloan;
+	/*
+	 * td_client_publish_alloc_nowait (produce.c): the PUBLISH sent and
+	 * not answered yet (pub_id 0: none) and its loan until then;
+	 * pub_err: a failure read and not yet returned (code 0: none);
+	 * pub_version: what the last one answered published.
+	 */
+	uint64_t pub_id;
+	struct td_alloc *pub_alloc;
+	uint32_t pub_flags;
+	uint64_t pub_version;
+	struct td_error pub_err;
 	uint64_t clock;
 	/* TD_CLIENT_RECONNECT (client.c) */
 	bool reconnect;
@@ -220,6 +231,16 @@ int td__call(struct td_client *c, uint16_t op, size_t body_len,
 int td__call_paced(struct td_client *c, uint16_t op, size_t body_len,
 		   const int *fds, unsigned nfds, struct td_pace *pace,
 		   struct td__msg *rep, struct td_error *err);
+/*
+ * td__call in two halves, for a request whose reply is read later:
+ * td__request sends it and gives its id; td__reply waits for the reply
+ * to id (as td__call does, other messages set aside meanwhile).
+ */
+int td__request(struct td_client *c, uint16_t op, size_t body_len,
+		const int *fds, unsigned nfds, uint64_t *id,
+		struct td__msg *rep, struct td_error *err);
+int td__reply(struct td_client *c, uint16_t op, uint64_t id,
+	      struct td_pace *pace, struct td__msg *rep, struct td_error *err);
 void td__msg_close_fds(struct td__msg *m);
 /* Send one request without waiting: its reply is dropped when it comes. */
 int td__send(struct td_client *c, uint16_t op, size_t body_len,
@@ -317,6 +338,12 @@ void td__maps_drop(struct td_client *c, bool all);
 unsigned td__loans_drop(struct td_client *c, bool all);
 /* Forget the lent next loan without a message (the client is going). */
 void td__next_loan_forget(struct td_client *c);
+/* The reply to the PUBLISH of td_client_publish_alloc_nowait, read while
+ * waiting for another (lock held): take its outcome, close its fds. */
+void td__pub_answered(struct td_client *c, struct td__msg *m);
+/* The connection it was sent on is gone (lock held): forget it, its
+ * outcome unknown (code: what the next producing call returns). */
+void td__pub_forget(struct td_client *c, int code);
 
 /*
  * A wait plan from $TENSORD_RING_SPIN_US / $TENSORD_RING_SPIN_MAX_US

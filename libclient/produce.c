@@ -360,6 +360,9 @@ static int alloc_call(struct td_client *c, struct td_alloc *a,
 	return rc;
 }
 
+static int pub_settle(struct td_client *c, uint64_t *version,
+		      struct td_error *err);
+
 int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
 		       const uint64_t *sizes, uint32_t flags,
 		       struct td_alloc **out, struct td_error *err)
@@ -386,6 +389,10 @@ int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
 		a->fds[i] = -1;
 	a->c = c;
 	pthread_mutex_lock(&c->lock);
+	/* the loan a PUBLISH sent without waiting lends, or its failure */
+	rc = pub_settle(c, NULL, err);
+	if (rc < 0)
+		goto fail;
 	/* a daemon that predates recyclable loans lends plain ones */
 	recycle = (flags & (TD_ALLOC_RECYCLE | TD_ALLOC_STREAM)) &&
 		  td__has(c, TD_WIRE_FEAT_ALLOC_RECYCLE);
@@ -653,19 +660,123 @@ static void publish_done(struct td_client *c, struct td_alloc *a,
 	c->next_loan = next;
 }
 
+/* A PUBLISH reply m to a request with flags: its version, its loan. */
+static int publish_reply(struct td_client *c, struct td_alloc *a,
+			 uint32_t flags, struct td__msg *m, uint64_t *version,
+			 struct td_error *err)
+{
+	struct td_wire_publish_rep rep;
+	int rc = td_wire_publish_rep_decode(m->body, m->body_len, &rep, NULL);
+
+	if (rc < 0 || rep.has_loan != !!(flags & TD_WIRE_PUB_LOAN))
+		return td__fail(err, -EPROTO, "bad PUBLISH reply");
+	if (version)
+		*version = rep.version;
+	if (a)
+		publish_done(c, a, &rep, m);
+	return 0;
+}
+
+/* ---- a PUBLISH nobody waits for (td_client_publish_alloc_nowait) ---- */
+
+void td__pub_answered(struct td_client *c, struct td__msg *m)
+{
+	struct td_alloc *a = c->pub_alloc;
+	struct td_error e = {0};
+	int rc;
+
+	c->pub_id = 0;
+	c->pub_alloc = NULL;
+	if (m->hdr.status < 0)
+		rc = td__reply_error(m, m->hdr.status, &e);
+	else if (m->hdr.status > 0)
+		rc = td__fail(&e, -EPROTO, "reply status %d > 0",
+			      m->hdr.status);
+	else
+		rc = publish_reply(c, a, c->pub_flags, m, &c->pub_version, &e);
+	/* published: its buffers went idle above; refused: they go */
+	alloc_free_locked(a);
+	td__msg_close_fds(m);
+	if (rc < 0 && !c->pub_err.code)
+		td__fail(&c->pub_err, rc, "PUBLISH sent without waiting: %s",
+			 e.reason);
+}
+
+void td__pub_forget(struct td_client *c, int code)
+{
+	if (!c->pub_id)
+		return;
+	c->pub_id = 0;
+	alloc_free_locked(c->pub_alloc);
+	c->pub_alloc = NULL;
+	if (!c->pub_err.code)
+		td__fail(&c->pub_err, code,
+			 "the connection ended before the daemon answered the "
+			 "PUBLISH sent without waiting (it may or may not "
+			 "have been published): %s",
+			 strerror(-code));
+}
+
+/*
+ * Before the next producing call (lock held): wait for the answer to the
+ * PUBLISH sent without waiting, if it is still on its way (the receive
+ * sets aside whatever comes before it), then return a failure of it not
+ * returned yet, once; or 0 and the version the last one published.
+ */
+static int pub_settle(struct td_client *c, uint64_t *version,
+		      struct td_error *err)
+{
+	struct td__msg m = {0};
+	int rc;
+
+	while (c->pub_id) {
+		rc = td__msg_recv(c, &m, 0);
+		if (rc < 0)
+			td__pub_forget(c, rc);
+		else
+			td__msg_aside(c, &m);
+	}
+	if (c->pub_err.code) {
+		rc = c->pub_err.code;
+		if (err)
+			*err = c->pub_err;
+		c->pub_err = (struct td_error){0};
+		return rc;
+	}
+	if (version)
+		*version = c->pub_version;
+	return 0;
+}
+
+int td_client_publish_wait(struct td_client *c, uint64_t *version,
+			   struct td_error *err)
+{
+	int rc;
+
+	if (!c)
+		return td__fail(err, -EINVAL, "missing argument");
+	pthread_mutex_lock(&c->lock);
+	rc = pub_settle(c, version, err);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
 static int publish_send(struct td_client *c, const struct td_publish *p,
 			const struct pub_ctx *x, struct td_alloc *a,
-			uint64_t *version, struct td_error *err)
+			uint64_t *version, bool nowait, struct td_error *err)
 {
 	struct pub_table pt;
 	struct td_wire_publish_req req = {0};
-	struct td_wire_publish_rep rep;
 	struct td__msg m = {0};
 	uint8_t *blob = NULL;
 	unsigned esz = 0;
 	int64_t n;
 	int rc;
 
+	/* an earlier PUBLISH sent without waiting: answered first */
+	rc = pub_settle(c, NULL, err);
+	if (rc < 0)
+		return rc;
 	rc = publish_check(p, &esz, err);
 	if (rc == 0)
 		rc = publish_table(p, x, &pt, err);
@@ -701,6 +812,24 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 		rc = td__fail(err, (int)n, "PUBLISH does not fit a message");
 		goto out;
 	}
+	if (nowait) {
+		uint64_t id;
+
+		/*
+		 * Its -EPERM would come too late to send it again with the
+		 * fds: attach them whenever the daemon would pull some.
+		 */
+		rc = td__request(c, TD_OP_PUBLISH, (size_t)n, pt.tab,
+				 x->identity && pt.ntab == x->nbuf ? 0
+								   : pt.ntab,
+				 &id, &m, err);
+		if (rc == 0) {
+			c->pub_id = id;
+			c->pub_alloc = a;
+			c->pub_flags = req.flags;
+		}
+		goto out;
+	}
 	/*
 	 * On the SCM path the fd table rides along, except when it is
 	 * exactly a loan's planes: the daemon has those (§6.3).
@@ -723,17 +852,8 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 		rc = td__call(c, TD_OP_PUBLISH, (size_t)n, pt.tab, pt.ntab, &m,
 			      err);
 	}
-	if (rc < 0)
-		goto out;
-	rc = td_wire_publish_rep_decode(m.body, m.body_len, &rep, NULL);
-	if (rc < 0 || rep.has_loan != !!(req.flags & TD_WIRE_PUB_LOAN)) {
-		rc = td__fail(err, -EPROTO, "bad PUBLISH reply");
-		goto out;
-	}
-	if (version)
-		*version = rep.version;
-	if (a)
-		publish_done(c, a, &rep, &m);
+	if (rc == 0)
+		rc = publish_reply(c, a, req.flags, &m, version, err);
 out:
 	td__msg_close_fds(&m);
 	free(blob);
@@ -766,14 +886,14 @@ int td_client_publish(struct td_client *c, const struct td_publish *p,
 	x.buf_fds = p->fds;
 	x.buf_len = lens;
 	pthread_mutex_lock(&c->lock);
-	rc = publish_send(c, p, &x, NULL, version, err);
+	rc = publish_send(c, p, &x, NULL, version, false, err);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }
 
-int td_client_publish_alloc(struct td_client *c, struct td_alloc *a,
-			    const struct td_publish *p, uint64_t *version,
-			    struct td_error *err)
+static int publish_alloc(struct td_client *c, struct td_alloc *a,
+			 const struct td_publish *p, uint64_t *version,
+			 bool nowait, struct td_error *err)
 {
 	struct pub_ctx x = {.storage_kind = TD_STORAGE_SHM, .identity = true};
 	int rc;
@@ -806,11 +926,27 @@ int td_client_publish_alloc(struct td_client *c, struct td_alloc *a,
 	 * one (published: idle in the cache; refused: dropped with the loan).
 	 */
 	alloc_unmap(a);
-	rc = publish_send(c, p, &x, a, version, err);
-	alloc_free_locked(a);
+	rc = publish_send(c, p, &x, a, version, nowait, err);
+	/* sent without waiting: the loan is kept until the answer */
+	if (rc < 0 || !nowait)
+		alloc_free_locked(a);
 	pthread_mutex_unlock(&c->lock);
 	td__client_unref(c);
 	return rc;
+}
+
+int td_client_publish_alloc(struct td_client *c, struct td_alloc *a,
+			    const struct td_publish *p, uint64_t *version,
+			    struct td_error *err)
+{
+	return publish_alloc(c, a, p, version, false, err);
+}
+
+int td_client_publish_alloc_nowait(struct td_client *c, struct td_alloc *a,
+				   const struct td_publish *p,
+				   struct td_error *err)
+{
+	return publish_alloc(c, a, p, NULL, true, err);
 }
 
 int td_client_put(struct td_client *c, const struct td_publish *p,

@@ -17,6 +17,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -519,7 +520,7 @@ static void scm_steady(const char *producer, const char *consumer)
 	struct td_client *prod, *cons;
 	struct td_tensor *t;
 	unsigned long in0, cold;
-	int fds, maps;
+	int fds = 0, maps = 0;
 
 	tu_daemon_start_args(&d, "warn", small_cap);
 	prod = conn(&d, producer);
@@ -1041,7 +1042,7 @@ static void stream_trips(const char *import, bool ride)
 	uint64_t size = 64, last = 0, before;
 	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
 				    .shape = &size};
-	int fds, maps;
+	int fds = 0, maps = 0;
 
 	tu_daemon_start_args(&d, "warn", small_cap);
 	prod = conn(&d, import);
@@ -1098,6 +1099,196 @@ Test(recycle, a_warm_get_newer_handoff_is_one_request_pidfd)
 Test(recycle, a_warm_get_newer_handoff_is_one_request_scm)
 {
 	stream_trips("scm", true);
+}
+
+/* ---- a PUBLISH nobody waits for (td_client_publish_alloc_nowait) ---- */
+
+/* Fill a loan with byte b and publish it without waiting for the reply. */
+static void publish_nowait(struct td_client *c, struct td_alloc *a,
+			   const char *name, uint8_t b)
+{
+	uint64_t shape[1] = {td_alloc_size(a, 0)};
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape};
+	struct td_error e = {0};
+
+	memset(td_alloc_data(a, 0), b, (size_t)shape[0]);
+	cr_assert_eq(td_client_publish_alloc_nowait(c, a, &p, &e), 0, "%s",
+		     e.reason);
+}
+
+/*
+ * A stream producer that never waits for its PUBLISH replies still gets
+ * the next loan from each (read at its next td_client_alloc_ex): warm,
+ * a handoff to a consumer riding a follow is the PUBLISH alone, no ALLOC,
+ * no fd, no mapping; every version carries its own bytes, and
+ * td_client_publish_wait() names the version the consumer got last. A
+ * lent loan lost with the reply would show as an ALLOC per handoff.
+ */
+static void nowait_trips(const char *import)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_ring *r = NULL;
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+	uint64_t size = 64, last = 0, before = 0, v = 0;
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = &size};
+	int fds = 0, maps = 0;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = conn(&d, import);
+	cr_assert_eq(setenv("TENSORD_GET_FOLLOW", "1", 1), 0);
+	cons = conn(&d, import);
+	cr_assert_eq(td_ring_create(prod, "nw/counter", &desc, &r, &e), 0,
+		     "%s", e.reason);
+	for (unsigned i = 0; i < 104; i++) {
+		if (i == 4) {
+			fds = tu_fd_count();
+			maps = tu_buf_map_count();
+			before = tc_daemon_requests(prod, "nw/counter");
+		}
+		publish_nowait(prod, loan(prod, 16 * KIB, TD_ALLOC_STREAM),
+			       "nw/x", (uint8_t)(i + 1));
+		cr_assert_eq(td_client_get_newer(cons, "nw/x", last, -1, &t,
+						 &e),
+			     0, "%s", e.reason);
+		cr_assert(all_bytes(td_tensor_plane_data(t, 0), 16 * KIB,
+				    (uint8_t)(i + 1)),
+			  "handoff %u", i);
+		last = td_tensor_version(t);
+		td_tensor_release(t);
+	}
+	/* the PUBLISHes and the RING_STAT that reads the count */
+	cr_assert_eq(tc_daemon_requests(prod, "nw/counter") - before, 101);
+	cr_assert_eq(tu_fd_count(), fds);
+	cr_assert_eq(tu_buf_map_count(), maps);
+	cr_assert_eq(td_client_publish_wait(prod, &v, &e), 0, "%s", e.reason);
+	cr_assert_eq(v, last);
+	td_ring_close(r);
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+Test(recycle, a_stream_published_without_waiting_is_one_request_pidfd)
+{
+	nowait_trips("pidfd");
+}
+
+Test(recycle, a_stream_published_without_waiting_is_one_request_scm)
+{
+	nowait_trips("scm");
+}
+
+/*
+ * A PUBLISH the daemon refuses (a ring has the name) fails the next
+ * producing call, once, with the daemon's reason; nothing else is lost:
+ * the call after works. Here the reply is read by a STAT in between
+ * (set aside while it waits for its own), and the failure waits for the
+ * alloc all the same.
+ */
+Test(recycle, a_refused_publish_sent_without_waiting_fails_the_next_call)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r = NULL;
+	struct td_alloc *a = NULL;
+	struct td_entry ent = {0};
+	struct td_error e = {0};
+	uint64_t size = 64, v = 1;
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = &size};
+
+	tu_daemon_start(&d, "warn");
+	c = conn(&d, "pidfd");
+	cr_assert_eq(td_ring_create(c, "nw/ring", &desc, &r, &e), 0, "%s",
+		     e.reason);
+	publish_nowait(c, loan(c, 4 * KIB, TD_ALLOC_STREAM), "nw/ring", 1);
+	cr_assert_eq(td_client_stat(c, "nw/ring", &ent, &e), 0, "%s",
+		     e.reason);
+	td_entry_fini(&ent);
+	cr_assert_eq(td_client_alloc_ex(c, 1, &size, TD_ALLOC_STREAM, &a, &e),
+		     -EEXIST);
+	cr_assert_null(a);
+	cr_assert(strstr(e.reason, "without waiting") &&
+		  strstr(e.reason, "ring"), "%s", e.reason);
+	/* returned once: the rest goes on */
+	cr_assert_eq(td_client_publish_wait(c, &v, &e), 0, "%s", e.reason);
+	cr_assert_eq(v, 0, "no PUBLISH without waiting got through");
+	publish_nowait(c, loan(c, 4 * KIB, TD_ALLOC_STREAM), "nw/plain", 7);
+	cr_assert_eq(td_client_publish_wait(c, &v, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_stat(c, "nw/plain", &ent, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(ent.version, v);
+	td_entry_fini(&ent);
+	td_ring_close(r);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/* The daemon's end, without tu_daemon_stop's clean-exit check. */
+static void daemon_kill(struct tu_daemon *d)
+{
+	cr_assert_eq(kill(d->pid, SIGKILL), 0);
+	cr_assert_eq(waitpid(d->pid, NULL, 0), d->pid);
+	unlink(d->sock);
+	rmdir(d->dir);
+}
+
+/*
+ * The reply a STAT set aside is the answer: the daemon may be gone
+ * afterwards and td_client_publish_wait() still has the version.
+ */
+Test(recycle, a_publish_answer_read_by_another_call_is_kept)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_entry ent = {0};
+	struct td_error e = {0};
+	uint64_t v = 0;
+
+	tu_daemon_start(&d, "warn");
+	c = conn(&d, "pidfd");
+	publish_nowait(c, loan(c, 4 * KIB, TD_ALLOC_STREAM), "nw/kept", 3);
+	cr_assert_eq(td_client_stat(c, "nw/kept", &ent, &e), 0, "%s",
+		     e.reason);
+	daemon_kill(&d);
+	cr_assert_eq(td_client_publish_wait(c, &v, &e), 0, "%s", e.reason);
+	cr_assert_eq(v, ent.version);
+	td_entry_fini(&ent);
+	td_client_close(c);
+	cr_assert_eq(tu_fd_count(), d.fds0);
+	cr_assert_eq(tu_buf_map_count(), d.bufmaps0);
+}
+
+/*
+ * A daemon that ends before it answers (stopped, then killed, so it
+ * never read the request): the next call says so, the loan kept for
+ * the answer is freed (no fd, no mapping left).
+ */
+Test(recycle, a_publish_the_daemon_never_answered_is_reported_and_freed)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_alloc *a;
+	struct td_error e = {0};
+	uint64_t v = 0;
+
+	tu_daemon_start(&d, "warn");
+	c = conn(&d, "pidfd");
+	a = loan(c, 4 * KIB, TD_ALLOC_STREAM);
+	cr_assert_eq(kill(d.pid, SIGSTOP), 0);
+	publish_nowait(c, a, "nw/lost", 5);
+	daemon_kill(&d);
+	cr_assert_lt(td_client_publish_wait(c, &v, &e), 0);
+	cr_assert(strstr(e.reason, "may or may not"), "%s", e.reason);
+	/* once */
+	cr_assert_eq(td_client_publish_wait(c, &v, &e), 0, "%s", e.reason);
+	td_client_close(c);
+	cr_assert_eq(tu_fd_count(), d.fds0);
+	cr_assert_eq(tu_buf_map_count(), d.bufmaps0);
 }
 
 /* ---- no per-handoff allocation in the daemon ---- */

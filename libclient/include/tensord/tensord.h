@@ -371,6 +371,39 @@ TD_EXPORT int td_client_publish_alloc(struct td_client *c, struct td_alloc *a,
 				      uint64_t *version, struct td_error *err);
 
 /*
+ * td_client_publish_alloc() without waiting for the daemon's answer
+ * (docs/fastpath.md, "A publish nobody waits for"): returns 0 once the
+ * request is on the socket, so a producer that goes on to wait for its
+ * consumers is not woken in between by the reply. The library reads the
+ * answer when it comes in (while it waits for any other reply, or in
+ * td_client_process()) and at the latest at the next
+ * td_client_alloc_ex(), td_client_alloc(), td_client_publish*(),
+ * td_client_put() or td_client_publish_wait() of this client, which wait
+ * for it first: one such PUBLISH is on its way at a time. A
+ * TD_ALLOC_STREAM loan's next loan, lent in that answer, is handed out
+ * by the next td_client_alloc_ex() as with td_client_publish_alloc().
+ * A failure (the daemon refused it, or the connection ended before it
+ * answered: then it may or may not have been published) is returned
+ * once, by the first of those calls, which then does nothing else (a
+ * loan passed to it is consumed, as on any failure). Consumes the loan.
+ * Returns 0, or -errno when the request could not be sent (or an earlier
+ * failure, as above).
+ */
+TD_EXPORT int td_client_publish_alloc_nowait(struct td_client *c,
+					     struct td_alloc *a,
+					     const struct td_publish *p,
+					     struct td_error *err);
+
+/*
+ * Wait for the answer to this client's td_client_publish_alloc_nowait()
+ * if it has not come yet. Returns 0 and in *version (may be NULL) the
+ * version the last such PUBLISH published (0 when none was made), or the
+ * failure of one not returned yet (see above).
+ */
+TD_EXPORT int td_client_publish_wait(struct td_client *c, uint64_t *version,
+				     struct td_error *err);
+
+/*
  * Convenience: allocate one buffer of len bytes, copy data into it and
  * publish it as one plane described by p (p->fds, planes ignored).
  * Returns 0 and *version (may be NULL), or -errno.
