@@ -1291,6 +1291,52 @@ Test(recycle, a_publish_the_daemon_never_answered_is_reported_and_freed)
 	cr_assert_eq(tu_buf_map_count(), d.bufmaps0);
 }
 
+/*
+ * A child of fork() shares the socket: its alloc must not read the
+ * parent's answer (-ECHILD before the socket is touched). Were the
+ * child to take it, the parent's wait would never end: the timeout
+ * fails the test then.
+ */
+Test(recycle, a_child_of_fork_leaves_the_parents_publish_answer, .timeout = 60)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_alloc *a;
+	struct td_entry ent = {0};
+	struct td_error e = {0};
+	uint64_t v = 0, size = 64;
+	int st;
+	pid_t pid;
+
+	tu_daemon_start(&d, "warn");
+	c = conn(&d, "pidfd");
+	a = loan(c, 4 * KIB, TD_ALLOC_STREAM);
+	cr_assert_eq(kill(d.pid, SIGSTOP), 0);
+	publish_nowait(c, a, "nw/forked", 9);
+	fflush(NULL);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct td_alloc *b = NULL;
+
+		kill(d.pid, SIGCONT);
+		_exit(td_client_alloc_ex(c, 1, &size, TD_ALLOC_STREAM, &b,
+					 NULL) == -ECHILD
+			      ? 0
+			      : 1);
+	}
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %#x", st);
+	cr_assert_eq(kill(d.pid, SIGCONT), 0);
+	cr_assert_eq(td_client_publish_wait(c, &v, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_stat(c, "nw/forked", &ent, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(ent.version, v);
+	td_entry_fini(&ent);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
 /* ---- no per-handoff allocation in the daemon ---- */
 
 /*
