@@ -61,7 +61,7 @@ struct td_sub {
 	struct td_sub *lnext; /* c->subs, while a handler is set */
 };
 
-/* ring.c: waiting, shared with follow.c (docs/fastpath.md, "Waiting") */
+/* wait.c: waiting, shared with follow.c (docs/fastpath.md, "Waiting") */
 /* now + timeout_ms in ns, -1 for a negative timeout (none) */
 int64_t td__deadline_of(int timeout_ms);
 /* the deadline (-1: none) has passed */
@@ -73,6 +73,11 @@ int td__futex_wait_until(_Atomic uint32_t *w, uint32_t val, int64_t deadline);
  * *until the deadline to sleep to. The plan starts on the first call. */
 bool td__pace_wait(const struct td_pace *p, struct td_pace_plan *w,
 		   int64_t deadline, int64_t *until);
+/* The connection made at `epoch` is gone or going (closed, dead, made
+ * anew, or hung up on: POLLHUP). Locks c; one poll(2). */
+bool td__conn_gone(struct td_client *c, uint32_t epoch);
+/* How often a waiter looks for that (a poll(2) each time) at most. */
+#define TD__HUP_CHECK_NS 1000000000ll
 
 /* ring-loop.c: off the client's handler list and its epoll set (lock
  * held). */
