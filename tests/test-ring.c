@@ -2209,6 +2209,49 @@ static void changed_hands(bool asleep)
 	tu_daemon_stop(&d, false);
 }
 
+/*
+ * An event-loop reader armed on its timerfd when the daemon drops its
+ * connection: the daemon's free fires the timerfd (no publish comes),
+ * and td_sub_poll ends the subscription with -EPIPE, writing nothing
+ * into the freed row. No deadline on the wait: a timerfd never fired
+ * hangs, and the timeout fails it.
+ */
+Test(ring, an_event_loop_reader_learns_its_row_was_freed, .timeout = 60)
+{
+	struct tu_daemon d;
+	struct td_client *cp, *ca;
+	struct td_ring_readers *rd;
+	struct td_ring *r;
+	struct td_sub *a;
+	struct td_view v;
+	struct pollfd p;
+	int fd;
+
+	tu_daemon_start(&d, "warn");
+	cp = open_client(&d);
+	r = make_ring(cp, "t/loop-freed", 2, 64, 0);
+	rd = tu_find_mapping("memfd:tensord-ring-readers");
+	ca = open_client(&d);
+	a = subscribe(ca, "t/loop-freed");
+	fd = td_sub_fd(a);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(td_sub_poll(a, &v), -EAGAIN); /* armed */
+	cr_assert_eq(atomic_load(&rd->rows[0].waiting) & TD_RING_LOW,
+		     TD_RING_WAIT_FD);
+	cr_assert_eq(shutdown(ca->sock, SHUT_RDWR), 0);
+	p = (struct pollfd){.fd = fd, .events = POLLIN};
+	cr_assert_eq(poll(&p, 1, -1), 1);
+	cr_assert_eq(td_sub_poll(a, &v), -EPIPE);
+	cr_assert_eq(atomic_load(&rd->rows[0].held), TD_RING_NONE);
+	cr_assert_eq(atomic_load(&rd->rows[0].waiting), 0);
+	cr_assert_eq(atomic_load(&rd->rows[0].taken), TD_RING_TAKEN_ANY);
+	td_sub_close(a);
+	td_client_close(ca);
+	td_ring_close(r);
+	td_client_close(cp);
+	tu_daemon_stop(&d, false);
+}
+
 Test(ring, an_orphan_asleep_on_seq_is_woken_and_never_writes_its_old_row,
      .timeout = 60)
 {
