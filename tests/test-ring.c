@@ -2043,6 +2043,28 @@ static void row0_at(struct td_ring_readers *rd, uint32_t w)
 }
 
 /*
+ * Tear down what the orphan tests open: B's subscription and client (b
+ * NULL: none), A's, the ring and the producer's client. fds and buffer
+ * mappings are counted; not every mapping: glibc keeps the threads'
+ * stacks and arenas.
+ */
+static void orphan_close(struct tu_daemon *d, struct td_client *cp,
+			 struct td_ring *r, struct td_client *ca,
+			 struct td_sub *a, struct td_client *cb,
+			 struct td_sub *b)
+{
+	if (b) {
+		td_sub_close(b);
+		td_client_close(cb);
+	}
+	td_sub_close(a);
+	td_client_close(ca);
+	td_ring_close(r);
+	td_client_close(cp);
+	tu_daemon_stop(d, false);
+}
+
+/*
  * A reader's thread asleep in td_sub_next when the daemon drops its
  * connection (as it drops a peer it disconnects): the daemon frees the
  * row and wakes the sleeper (no waker looks at a row whose low bits read
@@ -2093,15 +2115,7 @@ static void orphaned(bool tokens)
 	put(r);
 	cr_assert_eq(pthread_join(b.t, NULL), 0);
 	cr_assert_eq(b.rc, 0, "the row's new owner: %d", b.rc);
-	td_sub_close(b.sub);
-	td_client_close(cb);
-	td_sub_close(a.sub);
-	td_client_close(ca);
-	td_ring_close(r);
-	td_client_close(cp);
-	/* fds and buffer mappings are counted; not every mapping: glibc
-	 * keeps the threads' stacks and arenas */
-	tu_daemon_stop(&d, false);
+	orphan_close(&d, cp, r, ca, a.sub, cb, b.sub);
 }
 
 Test(ring, a_row_freed_under_a_sleeper_wakes_it_to_epipe, .timeout = 60)
@@ -2200,13 +2214,7 @@ static void changed_hands(bool asleep)
 	cr_assert_eq(td_ring_held_slot(atomic_load(&rd->rows[0].held)),
 		     v.slot);
 	cr_assert_eq(atomic_load(&rd->rows[0].taken), ver);
-	td_sub_close(b);
-	td_client_close(cb);
-	td_sub_close(a.sub);
-	td_client_close(ca);
-	td_ring_close(r);
-	td_client_close(cp);
-	tu_daemon_stop(&d, false);
+	orphan_close(&d, cp, r, ca, a.sub, cb, b);
 }
 
 /*
@@ -2245,11 +2253,7 @@ Test(ring, an_event_loop_reader_learns_its_row_was_freed, .timeout = 60)
 	cr_assert_eq(atomic_load(&rd->rows[0].held), TD_RING_NONE);
 	cr_assert_eq(atomic_load(&rd->rows[0].waiting), 0);
 	cr_assert_eq(atomic_load(&rd->rows[0].taken), TD_RING_TAKEN_ANY);
-	td_sub_close(a);
-	td_client_close(ca);
-	td_ring_close(r);
-	td_client_close(cp);
-	tu_daemon_stop(&d, false);
+	orphan_close(&d, cp, r, ca, a, NULL, NULL);
 }
 
 Test(ring, an_orphan_asleep_on_seq_is_woken_and_never_writes_its_old_row,
