@@ -28,6 +28,7 @@
 
 #include "client.h"
 #include "pace.h"
+#include "ring-int.h"
 #include "ring.h"
 #include "wire.h"
 #include "tensord/tensord.h"
@@ -1939,6 +1940,48 @@ static void *old_reader_run(void *arg)
  * before it sleeps, EAGAIN), so it is tried until one really slept; a
  * wake-up that never came is its 10 s timeout.
  */
+/*
+ * A reader of an older libtensord on a ring with owner tokens writes its
+ * row's words whole (token 0) over the daemon's tokened ones: its first
+ * hold replaces the fresh `held`, its first take the fresh `taken`. The
+ * producer reads the low bits and the fresh mark alike, so it sees the
+ * hold, counts the take (td_ring_wait_read) and, once the version is
+ * released, rewrites the latest slot in place.
+ */
+Test(ring, a_reader_without_tokens_works_on_a_ring_with_them)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_sub *a;
+	struct td_ring_readers *rd;
+	struct td_view v;
+	struct td_slot s;
+	uint32_t slot;
+
+	one_sub_open(&d, &c, &r, &a, "t/mixed", 3, 64);
+	cr_assert(atomic_load(&find_header()->flags) & TD_RING_ROW_OWNER);
+	rd = tu_find_mapping("memfd:tensord-ring-readers");
+	cr_assert_eq(atomic_load(&rd->rows[0].taken),
+		     TD_RING_TAKEN_FRESH | td_ring_owner_of(a->id));
+	a->tok = 0; /* as a reader that predates tokens */
+	cr_assert_eq(td_ring_wait_read(r, put(r), 0), -ETIMEDOUT,
+		     "the fresh mark counted as a take");
+	cr_assert_eq(td_sub_next(a, 0, &v), 0);
+	slot = v.slot;
+	cr_assert_eq(atomic_load(&rd->rows[0].held), slot, "a whole word");
+	cr_assert_eq(atomic_load(&rd->rows[0].taken), 1);
+	cr_assert_eq(td_ring_wait_read(r, 1, 0), -ETIMEDOUT, "held");
+	cr_assert_eq(td_sub_release(a), 0);
+	cr_assert_eq(td_ring_wait_read(r, 1, 0), 0);
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	cr_assert_eq(s.index, slot, "the latest slot not rewritten");
+	cr_assert_eq(td_ring_publish(r, NULL), 0);
+	cr_assert_eq(td_sub_next(a, 0, &v), 0);
+	cr_assert_eq(v.version, 2);
+	one_sub_close(&d, c, r, a);
+}
+
 Test(ring, a_reader_asleep_on_seq_is_woken_on_a_ring_with_row_wake_ups)
 {
 	struct tu_daemon d;
