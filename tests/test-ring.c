@@ -135,16 +135,32 @@ static bool pattern_ok(const uint8_t *p, uint64_t n, uint64_t version)
 
 /*
  * The set-up many tests below share: a daemon, a client, a ring of
- * `slots` slots of `size` bytes named `name`, and one subscription.
+ * `slots` slots of `size` bytes named `name`, and one subscription; the
+ * ring's rows with owner tokens (TD_RING_ROW_OWNER) or, as if the
+ * daemon's HELLO predated them, without.
  */
+static void sub_open(struct tu_daemon *d, struct td_client **c,
+		     struct td_ring **r, struct td_sub **a, const char *name,
+		     uint32_t slots, uint64_t size, bool tokens)
+{
+	const struct td_ring_hdr *h;
+
+	tu_daemon_start(d, "warn");
+	*c = open_client(d);
+	if (!tokens)
+		(*c)->hello.features &= ~TD_WIRE_FEAT_ROW_OWNER;
+	*r = make_ring(*c, name, slots, size, 0);
+	h = tu_find_mapping("memfd:tensord-ring-hdr");
+	cr_assert_eq(atomic_load(&h->flags) & TD_RING_ROW_OWNER,
+		     tokens ? TD_RING_ROW_OWNER : 0);
+	*a = subscribe(*c, name);
+}
+
 static void one_sub_open(struct tu_daemon *d, struct td_client **c,
 			 struct td_ring **r, struct td_sub **a,
 			 const char *name, uint32_t slots, uint64_t size)
 {
-	tu_daemon_start(d, "warn");
-	*c = open_client(d);
-	*r = make_ring(*c, name, slots, size, 0);
-	*a = subscribe(*c, name);
+	sub_open(d, c, r, a, name, slots, size, true);
 }
 
 /* ... and its tear-down (r NULL: closed already), fds and mappings
@@ -1529,14 +1545,7 @@ Test(ring, a_subscriber_whose_row_was_reset_checks_the_slot_version)
 	struct td_ring_readers *rd;
 	uint32_t s2;
 
-	tu_daemon_start(&d, "warn");
-	c = open_client(&d);
-	/* as if the daemon's HELLO predated owner tokens */
-	c->hello.features &= ~TD_WIRE_FEAT_ROW_OWNER;
-	r = make_ring(c, "t/reset", 3, n, 0);
-	cr_assert_eq(atomic_load(&find_header()->flags) & TD_RING_ROW_OWNER,
-		     0);
-	a = subscribe(c, "t/reset");
+	sub_open(&d, &c, &r, &a, "t/reset", 3, n, false);
 	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
 	pattern_fill(s.planes[0], n, 1);
 	cr_assert_eq(td_ring_publish(r, NULL), 0);
@@ -1588,14 +1597,7 @@ static void freed_row(bool tokens)
 	struct td_view v;
 	uint32_t row;
 
-	tu_daemon_start(&d, "warn");
-	c = open_client(&d);
-	if (!tokens)
-		c->hello.features &= ~TD_WIRE_FEAT_ROW_OWNER;
-	r = make_ring(c, "t/freed", 3, 64, 0);
-	cr_assert_eq(atomic_load(&find_header()->flags) & TD_RING_ROW_OWNER,
-		     tokens ? TD_RING_ROW_OWNER : 0);
-	a = subscribe(c, "t/freed");
+	sub_open(&d, &c, &r, &a, "t/freed", 3, 64, tokens);
 	cr_assert_eq(put(r), 1);
 	cr_assert_eq(td_sub_next(a, 0, &v), 0);
 	cr_assert_eq(td_sub_release(a), 0);
@@ -1960,7 +1962,6 @@ Test(ring, a_reader_without_tokens_works_on_a_ring_with_them)
 	uint32_t slot;
 
 	one_sub_open(&d, &c, &r, &a, "t/mixed", 3, 64);
-	cr_assert(atomic_load(&find_header()->flags) & TD_RING_ROW_OWNER);
 	rd = tu_find_mapping("memfd:tensord-ring-readers");
 	cr_assert_eq(atomic_load(&rd->rows[0].taken),
 		     TD_RING_TAKEN_FRESH | td_ring_owner_of(a->id));
