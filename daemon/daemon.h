@@ -518,6 +518,20 @@ void td__ring_unlease(struct td__ring *r, uint32_t slot);
 /* Start the 1 ms poll of parked ring GETs (td__ring_hooks.poll). */
 void td__ring_poll_arm(void);
 
+/* ---- ring-row.c: the shared words of a ring's reader rows ---- */
+
+struct td_ring_hdr;
+struct td_ring_readers;
+/* Row i goes to the subscription sub_id (its token, on a ring with
+ * TD_RING_ROW_OWNER), holding and having taken nothing. */
+void td__ring_row_give(struct td_ring_hdr *h, struct td_ring_readers *rd,
+		       uint32_t i, uint64_t sub_id);
+/* Row i is nobody's: holds nothing, never stops the producer. */
+void td__ring_row_free(struct td_ring_hdr *h, struct td_ring_readers *rd,
+		       uint32_t i);
+/* Wake the readers asleep on their own rows among the first n. */
+void td__ring_rows_wake(struct td_ring_readers *rd, uint32_t n);
+
 /* ---- audit.c: what peer.c reports for operators ---- */
 
 /* Record what STATUS shows of a new peer (its command name). */

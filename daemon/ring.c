@@ -285,13 +285,14 @@ static int ring_build(struct ring *r, uint32_t flags, const char **why)
 	r->hdr->reader_count = r->reader_count;
 	r->hdr->slot_stride = r->g.slot_stride;
 	r->hdr->data_len = r->g.data_len;
-	/* its producer wakes rows: every reader may sleep on its own */
-	if (flags & TD_WIRE_RING_ROW_WAKE)
-		atomic_store(&r->hdr->flags, TD_RING_ROW_WAKE);
-	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++) {
-		atomic_store(&r->rd->rows[i].held, TD_RING_NONE);
-		atomic_store(&r->rd->rows[i].taken, TD_RING_TAKEN_ANY);
-	}
+	/* its producer wakes rows (every reader may sleep on its own) and
+	 * reads owner tokens in them */
+	atomic_store(&r->hdr->flags,
+		     (flags & TD_WIRE_RING_ROW_WAKE ? TD_RING_ROW_WAKE : 0) |
+			     (flags & TD_WIRE_RING_ROW_OWNER ? TD_RING_ROW_OWNER
+							     : 0));
+	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
+		td__ring_row_free(r->hdr, r->rd, i);
 	return 0;
 }
 
@@ -532,14 +533,11 @@ void td__ring_subscribe(struct td__peer *p, const struct td__req *rq)
 			       (int)m.name.len, m.name.ptr, r->reader_count);
 		return;
 	}
-	/* a free row holds nothing (cleared when its last owner left); a
-	 * new subscriber took nothing yet, so the producer keeps the latest
-	 * version readable for it */
-	atomic_store(&r->rd->rows[row].held, TD_RING_NONE);
-	td__futex_unwait_word(&r->rd->rows[row].waiting, TD_RING_WAIT_ROW);
-	atomic_store(&r->rd->rows[row].taken, 0);
 	r->rows[row].peer = p;
 	r->rows[row].sub_id = next_id++;
+	/* a new subscriber took nothing yet: the producer keeps the latest
+	 * version readable for it */
+	td__ring_row_give(r->hdr, r->rd, row, r->rows[row].sub_id);
 	r->subs++;
 	reply_ring(p, h, r, r->rows[row].sub_id, row, m.flags,
 		   (const int[]){r->hdr_ro, r->rd_rw, r->data_ro});
@@ -553,19 +551,14 @@ static void row_clear(struct ring *r, uint32_t row)
 	r->rows[row].peer = NULL;
 	r->rows[row].sub_id = 0;
 	r->subs--;
+	td__ring_row_free(r->hdr, rd, row);
 	if (r->rows[row].wake_gen) {
+		/* a thread of it that waits by fd finds the row freed */
+		(void)td__timerfd_fire(r->rows[row].wake_fd);
 		close(r->rows[row].wake_fd);
 		r->rows[row].wake_gen = 0;
 		r->wakes--;
 		atomic_store(&rd->rows[row].wake_gen, 0);
-	}
-	atomic_store(&rd->rows[row].held, TD_RING_NONE);
-	td__futex_unwait_word(&rd->rows[row].waiting, TD_RING_WAIT_ROW);
-	atomic_store(&rd->rows[row].taken, TD_RING_TAKEN_ANY);
-	/* the producer may be asleep waiting for exactly this slot */
-	if (atomic_load(&rd->prod_waiting)) {
-		atomic_fetch_add(&rd->release_seq, 1);
-		td__futex_wake((const uint32_t *)&rd->release_seq, INT_MAX);
 	}
 }
 
@@ -576,8 +569,7 @@ static void ring_close(struct ring *r)
 	atomic_fetch_or(&r->hdr->flags, TD_RING_CLOSED);
 	atomic_fetch_add(&r->hdr->seq, 1);
 	td__futex_wake((const uint32_t *)&r->hdr->seq, INT_MAX);
-	for (uint32_t i = 0; i < r->reader_count; i++)
-		td__futex_wake_word(&r->rd->rows[i].waiting, TD_RING_WAIT_ROW);
+	td__ring_rows_wake(r->rd, r->reader_count);
 	/* readers waiting on a fence it will never signal see CLOSED now */
 	for (uint32_t s = 0; s < r->g.slot_count; s++) {
 		uint32_t pending = TD_RING_FENCE_PENDING;

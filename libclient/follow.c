@@ -9,7 +9,6 @@
  * daemon keeps it.
  */
 #include <errno.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -20,9 +19,8 @@
 #include "ring-int.h"
 #include "wire-status.h"
 
-/* A sleeping follower looks at its connection this often: a daemon that
- * is gone writes no bell. */
-#define HUP_CHECK_NS 1000000000ll
+/* A sleeping follower looks at its connection every TD__HUP_CHECK_NS: a
+ * daemon that is gone writes no bell. */
 
 struct td_follow {
 	struct td_client *c;
@@ -284,15 +282,7 @@ static int take(struct td_follow *f, uint64_t v, uint32_t e,
 /* The connection this follow was made on is gone (or going). */
 static bool conn_gone(struct td_follow *f)
 {
-	struct td_client *c = f->c;
-	struct pollfd p;
-	bool gone;
-
-	pthread_mutex_lock(&c->lock);
-	gone = c->sock < 0 || c->dead || c->epoch != f->epoch;
-	p = (struct pollfd){.fd = c->sock, .events = 0};
-	pthread_mutex_unlock(&c->lock);
-	return gone || (poll(&p, 1, 0) == 1 && (p.revents & POLLHUP));
+	return td__conn_gone(f->c, f->epoch);
 }
 
 /*
@@ -304,7 +294,7 @@ static bool conn_gone(struct td_follow *f)
 static void sleep_on(struct td_follow *f, uint32_t seq, uint64_t latest,
 		     int64_t until)
 {
-	int64_t slice = td__now_ns() + HUP_CHECK_NS;
+	int64_t slice = td__now_ns() + TD__HUP_CHECK_NS;
 	_Atomic uint32_t *w = &f->row->waiting;
 
 	if (until < 0 || until > slice)
@@ -418,7 +408,7 @@ static int follow_wait(struct td_follow *f, uint64_t after, int timeout_ms,
 				return td__fail(err, -EPIPE, "the connection "
 						"that followed \"%s\" is gone: "
 						"follow it again", f->name);
-			next_hup = td__now_ns() + HUP_CHECK_NS;
+			next_hup = td__now_ns() + TD__HUP_CHECK_NS;
 		}
 		sleep_on(f, seq, latest, until);
 	}

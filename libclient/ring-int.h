@@ -53,6 +53,14 @@ struct td_sub {
 	uint32_t dtype, ndim;
 	uint64_t shape[TD_RING_MAX_DIMS];
 	uint32_t epoch; /* c->epoch of the connection that subscribed */
+	/* our token in the row's words (TD_RING_ROW_OWNER), 0 none; and the
+	 * `taken` we stored last, which only we write while the row is ours */
+	uint32_t tok;
+	uint64_t taken;
+	/* the row is no longer ours (the daemon freed it, or gave it away;
+	 * or, without a token, our connection is gone): td_sub_next says
+	 * -EPIPE and nothing writes the row again */
+	bool gone;
 	/* event loops (td_sub_fd, td_sub_set_handler) */
 	int efd; /* -1 until td_sub_fd() */
 	td_sub_fn fn;
@@ -61,7 +69,7 @@ struct td_sub {
 	struct td_sub *lnext; /* c->subs, while a handler is set */
 };
 
-/* ring.c: waiting, shared with follow.c (docs/fastpath.md, "Waiting") */
+/* wait.c: waiting, shared with follow.c (docs/fastpath.md, "Waiting") */
 /* now + timeout_ms in ns, -1 for a negative timeout (none) */
 int64_t td__deadline_of(int timeout_ms);
 /* the deadline (-1: none) has passed */
@@ -73,6 +81,17 @@ int td__futex_wait_until(_Atomic uint32_t *w, uint32_t val, int64_t deadline);
  * *until the deadline to sleep to. The plan starts on the first call. */
 bool td__pace_wait(const struct td_pace *p, struct td_pace_plan *w,
 		   int64_t deadline, int64_t *until);
+/* The connection made at `epoch` is gone or going (closed, dead, made
+ * anew, or hung up on: POLLHUP). Locks c; one poll(2). */
+bool td__conn_gone(struct td_client *c, uint32_t epoch);
+/* How often a waiter looks for that (a poll(2) each time) at most. */
+#define TD__HUP_CHECK_NS 1000000000ll
+
+/* ring.c: set a word of s's row (held, waiting) to `low`, keeping its
+ * owner token: false, writing nothing, once the row is no longer s's
+ * (s->gone). *was (if not NULL): the word it replaced. */
+bool td__sub_row_set(struct td_sub *s, _Atomic uint32_t *w, uint32_t low,
+		     uint32_t *was);
 
 /* ring-loop.c: off the client's handler list and its epoll set (lock
  * held). */

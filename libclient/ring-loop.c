@@ -47,14 +47,17 @@ int td_sub_fd(struct td_sub *s)
 	return fd;
 }
 
-/* Is there a version newer than the last one taken, or the end? */
+/* Is there a version newer than the last one taken, or the end (of the
+ * ring, or of our row: the daemon freed it or gave it away)? */
 static bool sub_news(const struct td_sub *s)
 {
 	const struct td_ring_hdr *h = s->m.hdr;
 	uint64_t v;
 	uint32_t slot;
 
-	if (atomic_load(&h->flags) & TD_RING_CLOSED)
+	if (s->gone || (atomic_load(&h->flags) & TD_RING_CLOSED) ||
+	    (s->tok && atomic_load(&s->row->held) >> TD_RING_TOKEN_SHIFT !=
+			       s->tok))
 		return true;
 	return td_ring_latest_unpack(td_ring_latest_recheck(h),
 				     s->m.g.slot_count, &slot, &v) != 0 &&
@@ -68,8 +71,8 @@ static bool sub_news(const struct td_sub *s)
  */
 static void sub_arm(struct td_sub *s)
 {
-	atomic_store(&s->row->waiting, TD_RING_WAIT_FD);
-	if (sub_news(s))
+	if (!td__sub_row_set(s, &s->row->waiting, TD_RING_WAIT_FD, NULL) ||
+	    sub_news(s))
 		(void)td__timerfd_fire(s->efd);
 }
 
@@ -83,7 +86,7 @@ int td_sub_poll(struct td_sub *s, struct td_view *view)
 	if (td__client_foreign(s->c))
 		return -ECHILD;
 	(void)!read(s->efd, &n, sizeof(n)); /* EAGAIN: nothing pending */
-	atomic_store(&s->row->waiting, 0);
+	(void)td__sub_row_set(s, &s->row->waiting, 0, NULL);
 	rc = td_sub_next(s, 0, view);
 	if (rc == -ETIMEDOUT) {
 		sub_arm(s);

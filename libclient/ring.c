@@ -53,102 +53,6 @@ _Static_assert(TD_RING_BACKING_THP == TD_WIRE_RING_THP, "backing");
 
 #define DEFAULT_SLOTS 4
 #define DEFAULT_READERS 4
-/* How long a waiter polls the control block before it sleeps (spin_ns()). */
-#define DEFAULT_SPIN_US 20
-/* Longest spin-only window once waits are known to be short (pace.h). */
-#define DEFAULT_SPIN_MAX_US 200
-
-/* ---- small helpers ---- */
-
-
-
-int64_t td__deadline_of(int timeout_ms)
-{
-	return timeout_ms < 0 ? -1 : td__now_ns() + (int64_t)timeout_ms * 1000000;
-}
-
-/*
- * Sleep while *w == val, until deadline (-1: none). Shared futex (no
- * PRIVATE flag): the word lives in a memfd mapped by other processes.
- * 0 woken (or the word had changed), -ETIMEDOUT.
- */
-int td__futex_wait_until(_Atomic uint32_t *w, uint32_t val,
-			  int64_t deadline)
-{
-	struct timespec ts, *tp = NULL;
-
-	if (deadline >= 0) {
-		int64_t left = deadline - td__now_ns();
-
-		if (left <= 0)
-			return -ETIMEDOUT;
-		ts.tv_sec = left / 1000000000;
-		ts.tv_nsec = left % 1000000000;
-		tp = &ts;
-	}
-	return td__futex_wait((const uint32_t *)w, val, tp);
-}
-
-/* A microsecond count from the environment, or dflt. */
-static int64_t env_us(const char *name, int64_t dflt)
-{
-	const char *e = getenv(name);
-	char *end;
-	unsigned long v;
-
-	if (!e || !*e)
-		return dflt * 1000;
-	v = strtoul(e, &end, 10);
-	if (*end || v > 1000000ul)
-		return dflt * 1000;
-	return (int64_t)v * 1000;
-}
-
-/*
- * How a waiter waits (pace.h). A partner on another CPU often answers
- * within microseconds, while a futex sleep plus wake-up costs tens of
- * microseconds (more in VMs): a short bounded poll saves that (the
- * adaptive-mutex trade). $TENSORD_RING_SPIN_US sets the poll with no
- * history (0: always sleep at once, nothing adaptive);
- * $TENSORD_RING_SPIN_MAX_US the longest poll once waits are known short.
- */
-void td__pace_init_env(struct td_pace *p)
-{
-	td_pace_init(p, env_us("TENSORD_RING_SPIN_US", DEFAULT_SPIN_US),
-		     env_us("TENSORD_RING_SPIN_MAX_US", DEFAULT_SPIN_MAX_US));
-}
-
-/*
- * One step of a wait that found nothing: spin (true, after a pause), or
- * false with *until set to when to stop sleeping: the caller's deadline
- * (-1: none). The plan starts on the first call.
- */
-bool td__pace_wait(const struct td_pace *p, struct td_pace_plan *w,
-		   int64_t deadline, int64_t *until)
-{
-	int64_t now;
-
-	if (w->start && ++w->polls < TD_PACE_POLLS_PER_CLOCK) {
-		/* spinning (a plan that sleeps returns before this) */
-		td__cpu_relax();
-		return true;
-	}
-	w->polls = 0;
-	now = td__now_ns();
-	if (!w->start)
-		td_pace_plan(p, now, w);
-	switch (td_pace_step(w, now)) {
-	case TD_PACE_SPIN:
-		td__cpu_relax();
-		return true;
-	case TD_PACE_YIELD:
-		sched_yield();
-		return true;
-	default:
-		*until = deadline;
-		return false;
-	}
-}
 
 /* ---- mapping ---- */
 
@@ -387,6 +291,9 @@ int td_ring_create(struct td_client *c, const char *name,
 	/* wake_readers() wakes rows: readers may sleep on their own */
 	if (td__wake_rows(c))
 		q.flags |= TD_WIRE_RING_ROW_WAKE;
+	/* the rows' owner tokens are read below (td_ring_held_slot, ...) */
+	if (td__has(c, TD_WIRE_FEAT_ROW_OWNER))
+		q.flags |= TD_WIRE_RING_ROW_OWNER;
 	len = td_wire_ring_create_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
 					     TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	if (len < 0) {
@@ -502,12 +409,13 @@ static void wake_readers(struct td_ring *r)
 	bool fetched = false;
 
 	for (uint32_t i = 0; i < r->m.reader_count; i++) {
+		/* the low 8 bits: the high ones are the owner's token */
 		uint32_t w = atomic_load(&rd->rows[i].waiting);
 
-		if (w == TD_RING_WAIT_ROW)
+		if ((w & TD_RING_LOW) == TD_RING_WAIT_ROW)
 			td__futex_wake_word(&rd->rows[i].waiting, w);
 		else
-			any |= w;
+			any |= w & TD_RING_LOW;
 	}
 	if (any & TD_RING_WAIT_FUTEX)
 		td__futex_wake((const uint32_t *)&r->m.hdr->seq, INT_MAX);
@@ -516,7 +424,8 @@ static void wake_readers(struct td_ring *r)
 	for (uint32_t i = 0; i < r->m.reader_count; i++) {
 		uint32_t gen;
 
-		if (atomic_load(&rd->rows[i].waiting) != TD_RING_WAIT_FD)
+		if ((atomic_load(&rd->rows[i].waiting) & TD_RING_LOW) !=
+		    TD_RING_WAIT_FD)
 			continue;
 		gen = atomic_load(&rd->rows[i].wake_gen);
 		if (gen && gen != r->wake_gen[i] && !fetched) {
@@ -536,8 +445,8 @@ static bool all_took(const struct td_ring *r, uint32_t s, uint64_t v)
 	    (atomic_load(&r->m.hdr->flags) & TD_RING_KEEP_LATEST))
 		return false;
 	for (uint32_t i = 0; i < r->m.reader_count; i++)
-		if (atomic_load(&rd->rows[i].held) == s ||
-		    atomic_load(&rd->rows[i].taken) < v)
+		if (td_ring_held_slot(atomic_load(&rd->rows[i].held)) == s ||
+		    td_ring_took(atomic_load(&rd->rows[i].taken)) < v)
 			return false;
 	return true;
 }
@@ -593,18 +502,13 @@ static int pick(struct td_ring *r)
 			continue;
 		atomic_store(&h->slots[s].version, 0);
 		for (uint32_t i = 0; i < r->m.reader_count && !held; i++)
-			held = atomic_load(&rd->rows[i].held) == s;
+			held = td_ring_held_slot(
+				       atomic_load(&rd->rows[i].held)) == s;
 		if (held || atomic_load(&h->slots[s].leases))
 			continue;
 		return (int)s;
 	}
 	return -1;
-}
-
-/* The caller's deadline (-1: none) has passed. */
-bool td__past(int64_t deadline)
-{
-	return deadline >= 0 && td__now_ns() >= deadline;
 }
 
 /*
@@ -696,9 +600,9 @@ static int read_look(struct td_ring *r, uint64_t v)
 
 		if (taken == TD_RING_TAKEN_ANY)
 			continue;
-		if (taken < v)
+		if (td_ring_took(taken) < v)
 			return -1;
-		held = atomic_load(&rd->rows[i].held);
+		held = td_ring_held_slot(atomic_load(&rd->rows[i].held));
 		if (taken == v && held < r->m.g.slot_count &&
 		    r->published[held] == v)
 			return -1;
@@ -880,6 +784,10 @@ int td_ring_subscribe(struct td_client *c, const char *name, int timeout_ms,
 	sub->id = r.id;
 	sub->epoch = c->epoch;
 	sub->row = &sub->m.rd->rows[r.row];
+	if (atomic_load(&sub->m.hdr->flags) & TD_RING_ROW_OWNER) {
+		sub->tok = td_ring_owner_of(r.id);
+		sub->taken = TD_RING_TAKEN_FRESH | sub->tok;
+	}
 	sub->dtype = r.dtype;
 	sub->ndim = r.ndim;
 	memcpy(sub->shape, r.shape, sizeof(sub->shape));
@@ -901,28 +809,74 @@ static void prod_wake(struct td_ring_readers *rd)
 	td__futex_wake((const uint32_t *)&rd->release_seq, 1);
 }
 
+bool td__sub_row_set(struct td_sub *s, _Atomic uint32_t *w, uint32_t low,
+		     uint32_t *was)
+{
+	uint32_t cur;
+
+	if (s->gone)
+		return false;
+	if (!s->tok) {
+		cur = atomic_exchange(w, low);
+	} else {
+		/* only a compare-exchange that finds our token writes: the
+		 * daemon changes it, in the same word, when the row changes
+		 * hands (docs/fastpath.md, "A row that changed hands") */
+		cur = atomic_load(w);
+		do {
+			if (cur >> TD_RING_TOKEN_SHIFT != s->tok) {
+				s->gone = true;
+				return false;
+			}
+		} while (!atomic_compare_exchange_weak(
+			w, &cur, td_ring_owned(s->tok, low)));
+	}
+	if (was)
+		*was = cur;
+	return true;
+}
+
 /*
  * Our row's `taken` = v (seq_cst: the store half of the take's wake), but
- * never into a row the daemon freed under us (TAKEN_ANY: our connection
- * is gone, the row no longer ours): it would count there, for
+ * never into a row that is no longer ours: false then (s->gone). With a
+ * token, a compare-exchange from the value we stored last: nobody else
+ * writes `taken` while the row is ours, and once the daemon resets it,
+ * it never again reads that value (a fresh mark of another token, ANY,
+ * or a version its next owner took, newer than any we took before the
+ * hold this take validates). Without one, at least never into a row
+ * the daemon freed (TAKEN_ANY): it would count there, for
  * td_ring_wait_read and the rewrite of the latest slot, as a reader that
  * nobody moves on or frees again.
  */
-static void taken_store(struct td_ring_row *row, uint64_t v)
+static bool taken_store(struct td_sub *s, uint64_t v)
 {
-	uint64_t t = atomic_load(&row->taken);
+	_Atomic uint64_t *w = &s->row->taken;
+	uint64_t t;
 
-	while (t != TD_RING_TAKEN_ANY &&
-	       !atomic_compare_exchange_weak(&row->taken, &t, v))
-		;
+	if (s->tok) {
+		t = s->taken;
+		if (!atomic_compare_exchange_strong(w, &t, v))
+			s->gone = true;
+	} else {
+		t = atomic_load(w);
+		while (t != TD_RING_TAKEN_ANY &&
+		       !atomic_compare_exchange_weak(w, &t, v))
+			;
+		if (t == TD_RING_TAKEN_ANY)
+			s->gone = true;
+	}
+	s->taken = v;
+	return !s->gone;
 }
 
-/* Drop our hold; wake the producer if it sleeps for its readers. */
+/* Drop our hold (unless the row is no longer ours: the daemon dropped it
+ * then); wake the producer if it sleeps for its readers. */
 static void row_clear(struct td_sub *s)
 {
 	struct td_ring_readers *rd = s->m.rd;
 
-	atomic_store(&s->row->held, TD_RING_RELEASED);
+	if (!td__sub_row_set(s, &s->row->held, TD_RING_RELEASED, NULL))
+		return;
 	if (atomic_load(&rd->prod_waiting))
 		prod_wake(rd);
 }
@@ -972,22 +926,25 @@ static void view_fill(const struct td_sub *s, uint32_t slot, uint64_t v,
 
 /*
  * Hold the latest version if it is newer than the last one returned.
- * 1 held, 0 nothing newer, -EBADMSG a slot index out of range.
+ * 1 held, 0 nothing newer, -EBADMSG a slot index out of range, -EPIPE
+ * the row is no longer ours (s->gone; nothing written to it).
  */
 static int try_hold(struct td_sub *s, uint64_t latest, struct td_view *view)
 {
 	struct td_ring_hdr *h = s->m.hdr;
-	uint32_t slot;
+	uint32_t slot, was;
 	uint64_t v;
 	bool by_latest;
 	int rc = td_ring_latest_unpack(latest, s->m.g.slot_count, &slot, &v);
 
 	if (rc <= 0 || v <= s->last_version)
 		return rc < 0 ? rc : 0;
+	if (!td__sub_row_set(s, &s->row->held, slot, &was))
+		return -EPIPE;
 	/* the value it replaces says who wrote our row last: we
 	 * (TD_RING_RELEASED) or the daemon (TD_RING_NONE, a reset) */
-	by_latest = atomic_exchange(&s->row->held, slot) ==
-			    TD_RING_RELEASED &&
+	by_latest = td_ring_held_slot(was) ==
+			    td_ring_held_slot(TD_RING_RELEASED) &&
 		    s->last_version;
 	/*
 	 * Validate the hold (docs/fastpath.md, "Why a held slot is never
@@ -1009,12 +966,23 @@ static int try_hold(struct td_sub *s, uint64_t latest, struct td_view *view)
 		row_clear(s);
 		return 0;
 	}
+	/* after the hold is validated: the producer may rewrite this slot
+	 * once every reader took it and none holds it. A row reset since
+	 * the hold was validated holds nothing for us any more. */
+	if (!taken_store(s, v)) {
+		/* without a token we found the row free (the daemon's
+		 * TAKEN_ANY) after our exchange put a hold there: take it
+		 * back as the daemon left it, unless written since */
+		uint32_t mine = slot;
+
+		if (!s->tok)
+			atomic_compare_exchange_strong(&s->row->held, &mine,
+						       TD_RING_NONE);
+		return -EPIPE;
+	}
 	s->holding = true;
 	s->held_slot = slot;
 	s->last_version = v;
-	/* after the hold is validated: the producer may rewrite this slot
-	 * once every reader took it and none holds it */
-	taken_store(s->row, v);
 	/* a producer asleep in td_ring_wait_read() for a version we skipped
 	 * is done: seq_cst store, then look (Dekker with its announce, then
 	 * look, as row_clear) */
@@ -1042,16 +1010,21 @@ static void sleep_on(struct td_sub *s, uint32_t seq, uint64_t latest,
 	_Atomic uint32_t *w = &s->row->waiting;
 	bool own = atomic_load(&h->flags) & TD_RING_ROW_WAKE;
 
-	atomic_store(w, own ? TD_RING_WAIT_ROW : TD_RING_WAIT_FUTEX);
+	/* no sleep on a row that is no longer ours: the daemon woke it */
+	if (!td__sub_row_set(s, w, own ? TD_RING_WAIT_ROW : TD_RING_WAIT_FUTEX,
+			     NULL))
+		return;
 	if (td_ring_latest_recheck(h) == latest &&
 	    atomic_load(&h->seq) == seq &&
 	    !(atomic_load(&h->flags) & TD_RING_CLOSED)) {
 		if (own)
-			td__futex_wait_until(w, TD_RING_WAIT_ROW, until);
+			td__futex_wait_until(
+				w, td_ring_owned(s->tok, TD_RING_WAIT_ROW),
+				until);
 		else
 			td__futex_wait_until(&h->seq, seq, until);
 	}
-	atomic_store(w, 0);
+	(void)td__sub_row_set(s, w, 0, NULL);
 }
 
 int td_sub_next(struct td_sub *s, int timeout_ms, struct td_view *view)
@@ -1072,11 +1045,13 @@ int td_sub_next(struct td_sub *s, int timeout_ms, struct td_view *view)
 		uint32_t seq = atomic_load(&h->seq);
 		uint64_t latest = atomic_load(&h->latest);
 
+		if (s->gone)
+			return -EPIPE;
 		rc = try_hold(s, latest, view);
 		if (rc != 0) {
 			if (rc > 0)
 				td_pace_end(&s->pace, &plan, td__now_ns);
-			return rc < 0 ? -EBADMSG : 0;
+			return rc < 0 ? rc : 0;
 		}
 		if (latest != atomic_load(&h->latest))
 			continue; /* moved while we looked: look again */
@@ -1091,6 +1066,12 @@ int td_sub_next(struct td_sub *s, int timeout_ms, struct td_view *view)
 		if (td__pace_wait(&s->pace, &plan, deadline, &until))
 			continue;
 		sleep_on(s, seq, latest, until);
+		/* without a token (a ring of an older producer or daemon)
+		 * only our connection tells whether the row is still ours:
+		 * a look after each sleep, before the row is written again
+		 * (the daemon wakes a row it frees or gives away) */
+		if (!s->tok && td__conn_gone(s->c, s->epoch))
+			s->gone = true;
 	}
 }
 

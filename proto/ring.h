@@ -32,8 +32,9 @@
 #include <stdint.h>
 
 #define TD_RING_MAGIC 0x474e5254u /* "TRNG" little-endian */
-/* 2: row.taken; 3: row.wake_gen, waiting 2; 4: waiting 4, TD_RING_ROW_WAKE */
-#define TD_RING_LAYOUT 4
+/* 2: row.taken; 3: row.wake_gen, waiting 2; 4: waiting 4, TD_RING_ROW_WAKE;
+ * 5: owner tokens in held and waiting, taken's fresh mark, _ROW_OWNER */
+#define TD_RING_LAYOUT 5
 
 /* Named caps. */
 #define TD_RING_MAX_SLOTS 64   /* slot index fits the low 8 bits of latest */
@@ -58,6 +59,10 @@
 /* row.taken of a row nobody owns: it never stops the producer reusing the
  * latest slot (a new subscriber's row starts at 0: "took nothing yet"). */
 #define TD_RING_TAKEN_ANY UINT64_MAX
+/* row.taken of a row just given to the owner `tok` (TD_RING_ROW_OWNER):
+ * took nothing yet, like 0, but the owner's own (no version reaches 2^56:
+ * `latest` packs it above 8 bits) */
+#define TD_RING_TAKEN_FRESH (UINT64_C(0xfe) << 56)
 
 /* header.flags */
 #define TD_RING_CLOSED 0x1u /* the producer is gone: no more versions */
@@ -68,6 +73,16 @@
  * wake a reader asleep on its own row (TD_RING_WAIT_ROW); without it every
  * sleeper shares header.seq (TD_RING_WAIT_FUTEX), as before layout 4 */
 #define TD_RING_ROW_WAKE 0x4u
+/*
+ * set at RING_CREATE (TD_WIRE_RING_ROW_OWNER): every row the daemon gives
+ * out carries its owner's token (td_ring_owner_of) in the high 24 bits of
+ * `held` and `waiting`, and `taken` starts at TD_RING_TAKEN_FRESH | token.
+ * A subscriber writes its row only by compare-exchanges that expect its
+ * token (or its own last `taken`), so none lands in a row the daemon freed
+ * or gave to someone else since (docs/fastpath.md, "A row that changed
+ * hands"). The low 8 bits mean what the whole word meant before.
+ */
+#define TD_RING_ROW_OWNER 0x8u
 
 struct td_ring_slot_state {
 	/* version published in this slot; 0 while being written or never */
@@ -143,6 +158,46 @@ struct td_ring_readers {
 	struct td_ring_row rows[TD_RING_MAX_READERS];
 };
 
+/* ---- row words with owner tokens (TD_RING_ROW_OWNER) ---- */
+
+#define TD_RING_TOKEN_SHIFT 8
+#define TD_RING_LOW 0xffu
+/* the token of a free row's `held` (TD_RING_NONE) and never an owner's */
+#define TD_RING_TOKEN_FREE 0xffffffu
+
+/* The token of the subscription `sub_id` (the daemon's id for it, which
+ * both sides know): 1 .. 0xfffffe, never 0 (a free row's `waiting`) nor
+ * TD_RING_TOKEN_FREE. Consecutive subscriptions have different tokens;
+ * two ids 2^24 - 2 apart share one. */
+static inline uint32_t td_ring_owner_of(uint64_t sub_id)
+{
+	return (uint32_t)(sub_id % (TD_RING_TOKEN_FREE - 1)) + 1;
+}
+
+/* A row word (held, waiting) of the owner tok, low bits `low`. */
+static inline uint32_t td_ring_owned(uint32_t tok, uint32_t low)
+{
+	return tok << TD_RING_TOKEN_SHIFT | (low & TD_RING_LOW);
+}
+
+/* The slot a row's `held` holds, any other value (TD_RING_NONE's or
+ * _RELEASED's low byte) holding nothing. The same for a word with a
+ * token and one without: slot indices and both marks fit 8 bits. */
+static inline uint32_t td_ring_held_slot(uint32_t held)
+{
+	return held & TD_RING_LOW;
+}
+
+/* What a row's `taken` says was taken: a fresh mark is nothing (0). */
+static inline uint64_t td_ring_took(uint64_t taken)
+{
+	return taken != TD_RING_TAKEN_ANY && taken >= TD_RING_TAKEN_FRESH
+		       ? 0
+		       : taken;
+}
+
+_Static_assert(TD_RING_MAX_SLOTS <= (TD_RING_NONE & TD_RING_LOW) - 1,
+	       "slot indices, NONE and RELEASED differ in the low byte");
 _Static_assert(sizeof(_Atomic uint32_t) == 4 && sizeof(_Atomic uint64_t) == 8,
 	       "lock-free atomics of plain size");
 _Static_assert(offsetof(struct td_ring_hdr, seq) == 64, "hot line");

@@ -366,7 +366,8 @@ int td_wire_ring_create_req_decode(const uint8_t *body, size_t len,
 	m->name = td__wire_rd_name(&rd, false, false, "name");
 	m->flags = td__wire_rd_flags(&rd,
 				     TD_WIRE_REQ_SCM | TD_WIRE_RING_HUGE |
-					     TD_WIRE_RING_ROW_WAKE,
+					     TD_WIRE_RING_ROW_WAKE |
+					     TD_WIRE_RING_ROW_OWNER,
 				     "flags");
 	m->slot_count = td_wire_rd_u32(&rd, "slot_count");
 	m->reader_count = td_wire_rd_u32(&rd, "reader_count");

@@ -138,6 +138,12 @@ int td_wire_ring_wake_rep_decode(const uint8_t *body, size_t len,
  * bell's TD_FOLLOW_WAIT_ROW rows at every change.
  */
 #define TD_WIRE_FEAT_WAKE_ROWS 0x800u
+/*
+ * Rows with owner tokens (docs/fastpath.md, "A row that changed hands"):
+ * RING_CREATE's TD_WIRE_RING_ROW_OWNER is served; the daemon then gives a
+ * ring's rows out with td_ring_owner_of(the subscription's id) in them.
+ */
+#define TD_WIRE_FEAT_ROW_OWNER 0x1000u
 
 struct td_wire_follow_rep {
 	uint64_t id;

@@ -499,13 +499,17 @@ TD_WIRE_CODEC(error)
 /* the producer wakes readers asleep on their own rows: the daemon sets
  * TD_RING_ROW_WAKE in the header (TD_WIRE_FEAT_WAKE_ROWS) */
 #define TD_WIRE_RING_ROW_WAKE 0x4u
+/* the producer reads owner tokens in rows: the daemon gives rows out with
+ * them and sets TD_RING_ROW_OWNER in the header (TD_WIRE_FEAT_ROW_OWNER) */
+#define TD_WIRE_RING_ROW_OWNER 0x8u
 /* ring reply flags: what backs the slots */
 #define TD_WIRE_RING_HUGETLB 0x1u /* MFD_HUGETLB pages */
 #define TD_WIRE_RING_THP 0x2u     /* tmpfs, MADV_HUGEPAGE advised */
 
 struct td_wire_ring_create_req {
 	struct td_wire_str name;
-	uint32_t flags; /* TD_WIRE_REQ_SCM | TD_WIRE_RING_HUGE | _ROW_WAKE */
+	uint32_t flags; /* TD_WIRE_REQ_SCM | TD_WIRE_RING_HUGE | _ROW_WAKE
+			 * | _ROW_OWNER */
 	uint32_t slot_count;   /* 2..64 */
 	uint32_t reader_count; /* 1..32 */
 	uint32_t dtype;

@@ -595,7 +595,8 @@ static PyMethodDef sub_methods[] = {
 	 METH_VARARGS | METH_KEYWORDS,
 	 "next(timeout=None) -> read-only Array of the next version "
 	 "(gives the held one back first); Timeout, or Error EPIPE once "
-	 "the producer closed the ring"},
+	 "the producer closed the ring or the subscription is gone (its "
+	 "connection dropped)"},
 	{"poll", (PyCFunction)sub_poll, METH_NOARGS,
 	 "Without waiting: the next view or None; wakes Client.fileno()"},
 	{"release", (PyCFunction)sub_release_m, METH_NOARGS,

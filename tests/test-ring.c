@@ -28,6 +28,7 @@
 
 #include "client.h"
 #include "pace.h"
+#include "ring-int.h"
 #include "ring.h"
 #include "wire.h"
 #include "tensord/tensord.h"
@@ -134,16 +135,32 @@ static bool pattern_ok(const uint8_t *p, uint64_t n, uint64_t version)
 
 /*
  * The set-up many tests below share: a daemon, a client, a ring of
- * `slots` slots of `size` bytes named `name`, and one subscription.
+ * `slots` slots of `size` bytes named `name`, and one subscription; the
+ * ring's rows with owner tokens (TD_RING_ROW_OWNER) or, as if the
+ * daemon's HELLO predated them, without.
  */
+static void sub_open(struct tu_daemon *d, struct td_client **c,
+		     struct td_ring **r, struct td_sub **a, const char *name,
+		     uint32_t slots, uint64_t size, bool tokens)
+{
+	const struct td_ring_hdr *h;
+
+	tu_daemon_start(d, "warn");
+	*c = open_client(d);
+	if (!tokens)
+		(*c)->hello.features &= ~TD_WIRE_FEAT_ROW_OWNER;
+	*r = make_ring(*c, name, slots, size, 0);
+	h = tu_find_mapping("memfd:tensord-ring-hdr");
+	cr_assert_eq(atomic_load(&h->flags) & TD_RING_ROW_OWNER,
+		     tokens ? TD_RING_ROW_OWNER : 0);
+	*a = subscribe(*c, name);
+}
+
 static void one_sub_open(struct tu_daemon *d, struct td_client **c,
 			 struct td_ring **r, struct td_sub **a,
 			 const char *name, uint32_t slots, uint64_t size)
 {
-	tu_daemon_start(d, "warn");
-	*c = open_client(d);
-	*r = make_ring(*c, name, slots, size, 0);
-	*a = subscribe(*c, name);
+	sub_open(d, c, r, a, name, slots, size, true);
 }
 
 /* ... and its tear-down (r NULL: closed already), fds and mappings
@@ -1509,10 +1526,12 @@ static uint32_t row_free(uint64_t taken)
 /*
  * A row the daemon reset or freed under a live subscription (its
  * connection gone) no longer says what that subscriber took, so the
- * producer may rewrite the latest slot it was about to hold. The
- * subscriber sees its row's `taken` is not what it stored and checks the
- * slot's version instead of trusting `latest` (docs/fastpath.md, "Why a
- * held slot is never rewritten").
+ * producer may rewrite the latest slot it was about to hold. On a ring
+ * without owner tokens (an older daemon or producer) the subscriber
+ * cannot tell at once: it sees its row's `held` is not what it stored
+ * and checks the slot's version instead of trusting `latest`
+ * (docs/fastpath.md, "Why a held slot is never rewritten"), and stops
+ * at the free row's `taken`.
  */
 Test(ring, a_subscriber_whose_row_was_reset_checks_the_slot_version)
 {
@@ -1523,9 +1542,10 @@ Test(ring, a_subscriber_whose_row_was_reset_checks_the_slot_version)
 	struct td_sub *a;
 	struct td_slot s;
 	struct td_view v;
+	struct td_ring_readers *rd;
 	uint32_t s2;
 
-	one_sub_open(&d, &c, &r, &a, "t/reset", 3, n);
+	sub_open(&d, &c, &r, &a, "t/reset", 3, n, false);
 	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
 	pattern_fill(s.planes[0], n, 1);
 	cr_assert_eq(td_ring_publish(r, NULL), 0);
@@ -1549,19 +1569,25 @@ Test(ring, a_subscriber_whose_row_was_reset_checks_the_slot_version)
 		     "took version %" PRIu64 " from a slot being rewritten",
 		     v.version);
 	cr_assert_eq(td_ring_publish(r, NULL), 0);
-	cr_assert_eq(td_sub_next(a, 0, &v), 0);
-	cr_assert_eq(v.version, 3);
-	cr_assert(pattern_ok(v.planes[0], n, 3));
+	/* the hold is validated, then the free row's `taken` (TAKEN_ANY)
+	 * says the row is not a's: no version, and the hold taken back */
+	cr_assert_eq(td_sub_next(a, 0, &v), -EPIPE);
+	cr_assert_eq(td_sub_next(a, 0, &v), -EPIPE, "the end stays");
+	rd = tu_find_mapping("memfd:tensord-ring-readers");
+	cr_assert_eq(atomic_load(&rd->rows[0].held), TD_RING_NONE);
 	one_sub_close(&d, c, r, a);
 }
 
 /*
  * A subscription whose row the daemon freed under it (its connection
- * gone) takes on, but must not write what it took into the free row:
- * there it would count as a reader that nobody moves on or frees again,
- * and every later td_ring_wait_read would wait for it.
+ * gone) ends with -EPIPE and writes nothing into the free row: what it
+ * took would count there as a reader that nobody moves on or frees
+ * again (every later td_ring_wait_read would wait for it), and a hold
+ * would pin a slot. With owner tokens the hold's compare-exchange fails;
+ * without (an older daemon or producer) the free row's `taken` stops it
+ * after its hold, which it takes back.
  */
-Test(ring, a_subscriber_whose_row_was_freed_does_not_count_for_wait_read)
+static void freed_row(bool tokens)
 {
 	struct tu_daemon d;
 	struct td_client *c;
@@ -1569,24 +1595,34 @@ Test(ring, a_subscriber_whose_row_was_freed_does_not_count_for_wait_read)
 	struct td_sub *a;
 	struct td_ring_readers *rd;
 	struct td_view v;
-	uint64_t ver;
 	uint32_t row;
 
-	one_sub_open(&d, &c, &r, &a, "t/freed", 3, 64);
+	sub_open(&d, &c, &r, &a, "t/freed", 3, 64, tokens);
 	cr_assert_eq(put(r), 1);
 	cr_assert_eq(td_sub_next(a, 0, &v), 0);
 	cr_assert_eq(td_sub_release(a), 0);
 	rd = tu_find_mapping("memfd:tensord-ring-readers");
 	row = row_free(1); /* as when a's connection is gone */
-	ver = put(r);
-	cr_assert_eq(td_sub_next(a, 0, &v), 0);
-	cr_assert_eq(v.version, ver);
-	cr_assert_eq(td_sub_release(a), 0);
+	put(r);
+	cr_assert_eq(td_sub_next(a, 0, &v), -EPIPE);
+	cr_assert_eq(td_sub_release(a), -EINVAL, "a holds nothing");
 	cr_assert_eq(atomic_load(&rd->rows[row].taken), TD_RING_TAKEN_ANY,
 		     "a wrote what it took into a freed row");
+	cr_assert_eq(atomic_load(&rd->rows[row].held), TD_RING_NONE,
+		     "a left a hold in a freed row");
 	/* a version a never takes: nobody is left to read it */
 	cr_assert_eq(td_ring_wait_read(r, put(r), 0), 0);
 	one_sub_close(&d, c, r, a);
+}
+
+Test(ring, a_subscriber_whose_row_was_freed_ends_and_writes_nothing)
+{
+	freed_row(true);
+}
+
+Test(ring, a_subscriber_of_an_older_daemon_whose_row_was_freed_ends_too)
+{
+	freed_row(false);
 }
 
 struct evil {
@@ -1804,7 +1840,8 @@ static unsigned rows_at(struct td_ring_readers *rd, uint32_t w, unsigned n)
 	for (int k = 0; k < 20000; k++, usleep(1000)) {
 		got = 0;
 		for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
-			got += atomic_load(&rd->rows[i].waiting) == w;
+			got += (atomic_load(&rd->rows[i].waiting) &
+				TD_RING_LOW) == w;
 		if (got >= n)
 			break;
 	}
@@ -1905,6 +1942,47 @@ static void *old_reader_run(void *arg)
  * before it sleeps, EAGAIN), so it is tried until one really slept; a
  * wake-up that never came is its 10 s timeout.
  */
+/*
+ * A reader of an older libtensord on a ring with owner tokens writes its
+ * row's words whole (token 0) over the daemon's tokened ones: its first
+ * hold replaces the fresh `held`, its first take the fresh `taken`. The
+ * producer reads the low bits and the fresh mark alike, so it sees the
+ * hold, counts the take (td_ring_wait_read) and, once the version is
+ * released, rewrites the latest slot in place.
+ */
+Test(ring, a_reader_without_tokens_works_on_a_ring_with_them)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_sub *a;
+	struct td_ring_readers *rd;
+	struct td_view v;
+	struct td_slot s;
+	uint32_t slot;
+
+	one_sub_open(&d, &c, &r, &a, "t/mixed", 3, 64);
+	rd = tu_find_mapping("memfd:tensord-ring-readers");
+	cr_assert_eq(atomic_load(&rd->rows[0].taken),
+		     TD_RING_TAKEN_FRESH | td_ring_owner_of(a->id));
+	a->tok = 0; /* as a reader that predates tokens */
+	cr_assert_eq(td_ring_wait_read(r, put(r), 0), -ETIMEDOUT,
+		     "the fresh mark counted as a take");
+	cr_assert_eq(td_sub_next(a, 0, &v), 0);
+	slot = v.slot;
+	cr_assert_eq(atomic_load(&rd->rows[0].held), slot, "a whole word");
+	cr_assert_eq(atomic_load(&rd->rows[0].taken), 1);
+	cr_assert_eq(td_ring_wait_read(r, 1, 0), -ETIMEDOUT, "held");
+	cr_assert_eq(td_sub_release(a), 0);
+	cr_assert_eq(td_ring_wait_read(r, 1, 0), 0);
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	cr_assert_eq(s.index, slot, "the latest slot not rewritten");
+	cr_assert_eq(td_ring_publish(r, NULL), 0);
+	cr_assert_eq(td_sub_next(a, 0, &v), 0);
+	cr_assert_eq(v.version, 2);
+	one_sub_close(&d, c, r, a);
+}
+
 Test(ring, a_reader_asleep_on_seq_is_woken_on_a_ring_with_row_wake_ups)
 {
 	struct tu_daemon d;
@@ -1997,27 +2075,50 @@ static void *orphan_run(void *arg)
 	return NULL;
 }
 
-/* Until row 0's `waiting` reads w (at most 20 s). */
+/* Until the low bits of row 0's `waiting` read w (at most 20 s; the
+ * high ones are its owner's token). */
 static void row0_at(struct td_ring_readers *rd, uint32_t w)
 {
-	for (int k = 0; k < 20000 && atomic_load(&rd->rows[0].waiting) != w;
+	for (int k = 0; k < 20000 && (atomic_load(&rd->rows[0].waiting) &
+				      TD_RING_LOW) != w;
 	     k++)
 		usleep(1000);
-	cr_assert_eq(atomic_load(&rd->rows[0].waiting), w);
+	cr_assert_eq(atomic_load(&rd->rows[0].waiting) & TD_RING_LOW, w);
+}
+
+/*
+ * Tear down what the orphan tests open: B's subscription and client (b
+ * NULL: none), A's, the ring and the producer's client. fds and buffer
+ * mappings are counted; not every mapping: glibc keeps the threads'
+ * stacks and arenas.
+ */
+static void orphan_close(struct tu_daemon *d, struct td_client *cp,
+			 struct td_ring *r, struct td_client *ca,
+			 struct td_sub *a, struct td_client *cb,
+			 struct td_sub *b)
+{
+	if (b) {
+		td_sub_close(b);
+		td_client_close(cb);
+	}
+	td_sub_close(a);
+	td_client_close(ca);
+	td_ring_close(r);
+	td_client_close(cp);
+	tu_daemon_stop(d, false);
 }
 
 /*
  * A reader's thread asleep in td_sub_next when the daemon drops its
  * connection (as it drops a peer it disconnects): the daemon frees the
- * row and gives it to the next subscriber, while that thread still
- * sleeps on the row's word. Neither may be stranded: the free wakes the
- * old sleeper (no waker looks at a row that reads 0), and a publish wakes
- * every thread asleep on the word, not just one, which could be the old
- * one. No deadline: a lost wake-up hangs, and the timeout fails it.
- * Without a next owner the old sleeper must still be woken by the next
- * publish, which looks only at rows at 4.
+ * row and wakes the sleeper (no waker looks at a row whose low bits read
+ * 0), which finds the row no longer its own and ends with -EPIPE, writing
+ * nothing there: with owner tokens its compare-exchange finds another
+ * token; without (an older daemon) it looks at its connection after
+ * every sleep. The row's next owner sleeps on it and is woken as ever.
+ * No deadline: a lost wake-up hangs, and the timeout fails it.
  */
-static void orphaned(bool next_owner)
+static void orphaned(bool tokens)
 {
 	struct tu_daemon d;
 	struct td_client *cp, *ca, *cb;
@@ -2032,53 +2133,180 @@ static void orphaned(bool next_owner)
 	cr_assert_eq(setenv("TENSORD_RING_SPIN_US", "0", 1), 0);
 	tu_daemon_start(&d, "warn");
 	cp = open_client(&d);
+	if (!tokens)
+		cp->hello.features &= ~TD_WIRE_FEAT_ROW_OWNER;
 	cr_assert_eq(td_ring_create(cp, "t/orphan", &desc, &r, NULL), 0);
+	cr_assert_eq(atomic_load(&find_header()->flags) & TD_RING_ROW_OWNER,
+		     tokens ? TD_RING_ROW_OWNER : 0);
 	rd = tu_find_mapping("memfd:tensord-ring-readers");
 	ca = open_client(&d);
 	a.sub = subscribe(ca, "t/orphan");
 	cr_assert_eq(pthread_create(&a.t, NULL, orphan_run, &a), 0);
 	row0_at(rd, TD_RING_WAIT_ROW);
-	/* the daemon sees the connection end and frees row 0 */
+	/* the daemon sees the connection end, frees row 0 and wakes A */
+	cr_assert_eq(shutdown(ca->sock, SHUT_RDWR), 0);
+	cr_assert_eq(pthread_join(a.t, NULL), 0);
+	cr_assert_eq(a.rc, -EPIPE, "the orphan: %d", a.rc);
+	cr_assert_eq(atomic_load(&rd->rows[0].taken), TD_RING_TAKEN_ANY);
+	cr_assert_eq(atomic_load(&rd->rows[0].held), TD_RING_NONE);
+	cr_assert_eq(atomic_load(&rd->rows[0].waiting), 0);
+	/* B gets row 0 and sleeps there */
+	cb = open_client(&d);
+	b.sub = subscribe(cb, "t/orphan");
+	cr_assert_eq(pthread_create(&b.t, NULL, orphan_run, &b), 0);
+	row0_at(rd, TD_RING_WAIT_ROW);
+	usleep(50000); /* asleep in the futex (a later sleep is woken too) */
+	put(r);
+	cr_assert_eq(pthread_join(b.t, NULL), 0);
+	cr_assert_eq(b.rc, 0, "the row's new owner: %d", b.rc);
+	orphan_close(&d, cp, r, ca, a.sub, cb, b.sub);
+}
+
+Test(ring, a_row_freed_under_a_sleeper_wakes_it_to_epipe, .timeout = 60)
+{
+	orphaned(true);
+}
+
+Test(ring, a_row_freed_under_a_sleeper_of_an_older_daemon_wakes_it_to_epipe,
+     .timeout = 60)
+{
+	orphaned(false);
+}
+
+/*
+ * The orphan A looks at its row only after the daemon gave it to B, and
+ * the producer published since: A must end with -EPIPE and leave B's row
+ * exactly as B has it (`held` guards B's bytes, `taken` is B's place in
+ * the producer's reuse of the latest slot and its td_ring_wait_read,
+ * `waiting` says whether B sleeps; docs/fastpath.md, "A row that changed
+ * hands"). `asleep`: A slept on seq when its connection was dropped (a
+ * ring without row wake-ups), and the daemon's free of its row wakes it
+ * (no deadline: a missed wake hangs, and the timeout fails it); else A
+ * took a version before.
+ */
+static void changed_hands(bool asleep)
+{
+	struct tu_daemon d;
+	struct td_client *cp, *ca, *cb;
+	struct td_ring_readers *rd;
+	struct td_ring *r;
+	struct orphan a = {.rc = 1};
+	struct td_sub *b;
+	struct td_view v;
+	uint32_t held, waiting;
+	uint64_t taken, ver;
+	uint64_t size = 64;
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = &size, .slot_count = 2,
+				    .reader_count = 1};
+
+	cr_assert_eq(setenv("TENSORD_RING_SPIN_US", "0", 1), 0);
+	/* every reader sleeps on seq, which the daemon's free leaves */
+	cr_assert_eq(setenv("TENSORD_WAKE_ROWS", "0", 1), 0);
+	tu_daemon_start(&d, "warn");
+	cp = open_client(&d);
+	cr_assert_eq(td_ring_create(cp, "t/hands", &desc, &r, NULL), 0);
+	cr_assert_eq(atomic_load(&find_header()->flags),
+		     TD_RING_ROW_OWNER);
+	rd = tu_find_mapping("memfd:tensord-ring-readers");
+	ca = open_client(&d);
+	a.sub = subscribe(ca, "t/hands");
+	if (asleep) {
+		cr_assert_eq(pthread_create(&a.t, NULL, orphan_run, &a), 0);
+		row0_at(rd, TD_RING_WAIT_FUTEX);
+		usleep(50000); /* A asleep in the futex */
+	} else {
+		put(r);
+		cr_assert_eq(td_sub_next(a.sub, 0, &v), 0);
+		cr_assert_eq(td_sub_release(a.sub), 0);
+	}
+	/* the daemon sees A's connection end and frees row 0 */
 	cr_assert_eq(shutdown(ca->sock, SHUT_RDWR), 0);
 	for (int k = 0; k < 20000 &&
 			atomic_load(&rd->rows[0].taken) != TD_RING_TAKEN_ANY;
 	     k++)
 		usleep(1000);
 	cr_assert_eq(atomic_load(&rd->rows[0].taken), TD_RING_TAKEN_ANY);
-	/* A, woken by the free, found nothing and sleeps on the row again */
-	row0_at(rd, TD_RING_WAIT_ROW);
-	if (next_owner) {
-		/* B gets row 0 and sleeps beside A */
-		cb = open_client(&d);
-		b.sub = subscribe(cb, "t/orphan");
-		cr_assert_eq(pthread_create(&b.t, NULL, orphan_run, &b), 0);
-		row0_at(rd, TD_RING_WAIT_ROW);
+	if (asleep) {
+		cr_assert_eq(pthread_join(a.t, NULL), 0);
+		cr_assert_eq(a.rc, -EPIPE, "the orphan: %d", a.rc);
 	}
-	usleep(50000); /* asleep in the futex (a later sleep is woken too) */
-	put(r);
-	if (next_owner) {
-		cr_assert_eq(pthread_join(b.t, NULL), 0);
-		cr_assert_eq(b.rc, 0, "the row's new owner: %d", b.rc);
-		td_sub_close(b.sub);
-		td_client_close(cb);
-	}
-	cr_assert_eq(pthread_join(a.t, NULL), 0);
-	td_sub_close(a.sub);
-	td_client_close(ca);
-	td_ring_close(r);
-	td_client_close(cp);
-	/* fds and buffer mappings are counted; not every mapping: glibc
-	 * keeps the threads' stacks and arenas */
-	tu_daemon_stop(&d, false);
+	/* ... and gives it to B */
+	cb = open_client(&d);
+	b = subscribe(cb, "t/hands");
+	if (!asleep)
+		cr_assert_eq(td_sub_next(b, 0, &v), 0, "B takes version 1");
+	cr_assert_eq(td_sub_next(b, 0, &v), -ETIMEDOUT);
+	held = atomic_load(&rd->rows[0].held);
+	taken = atomic_load(&rd->rows[0].taken);
+	waiting = atomic_load(&rd->rows[0].waiting);
+	cr_assert_eq(td_ring_took(taken), asleep ? 0 : 1);
+	ver = put(r);
+	a.rc = td_sub_next(a.sub, 0, &v);
+	cr_assert_eq(a.rc, -EPIPE, "the orphan: %d", a.rc);
+	cr_assert_eq(atomic_load(&rd->rows[0].held), held,
+		     "the orphan wrote `held` of B's row: %#x, B left %#x",
+		     atomic_load(&rd->rows[0].held), held);
+	cr_assert_eq(atomic_load(&rd->rows[0].taken), taken,
+		     "the orphan wrote `taken` of B's row: %#" PRIx64
+		     ", B left %#" PRIx64,
+		     atomic_load(&rd->rows[0].taken), taken);
+	cr_assert_eq(atomic_load(&rd->rows[0].waiting), waiting);
+	/* B takes the version as its own, into its row */
+	cr_assert_eq(td_sub_next(b, 0, &v), 0);
+	cr_assert_eq(v.version, ver);
+	cr_assert_eq(td_ring_held_slot(atomic_load(&rd->rows[0].held)),
+		     v.slot);
+	cr_assert_eq(atomic_load(&rd->rows[0].taken), ver);
+	orphan_close(&d, cp, r, ca, a.sub, cb, b);
 }
 
-Test(ring, a_row_freed_under_a_sleeper_strands_neither_it_nor_the_next,
+/*
+ * An event-loop reader armed on its timerfd when the daemon drops its
+ * connection: the daemon's free fires the timerfd (no publish comes),
+ * and td_sub_poll ends the subscription with -EPIPE, writing nothing
+ * into the freed row. No deadline on the wait: a timerfd never fired
+ * hangs, and the timeout fails it.
+ */
+Test(ring, an_event_loop_reader_learns_its_row_was_freed, .timeout = 60)
+{
+	struct tu_daemon d;
+	struct td_client *cp, *ca;
+	struct td_ring_readers *rd;
+	struct td_ring *r;
+	struct td_sub *a;
+	struct td_view v;
+	struct pollfd p;
+	int fd;
+
+	tu_daemon_start(&d, "warn");
+	cp = open_client(&d);
+	r = make_ring(cp, "t/loop-freed", 2, 64, 0);
+	rd = tu_find_mapping("memfd:tensord-ring-readers");
+	ca = open_client(&d);
+	a = subscribe(ca, "t/loop-freed");
+	fd = td_sub_fd(a);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(td_sub_poll(a, &v), -EAGAIN); /* armed */
+	cr_assert_eq(atomic_load(&rd->rows[0].waiting) & TD_RING_LOW,
+		     TD_RING_WAIT_FD);
+	cr_assert_eq(shutdown(ca->sock, SHUT_RDWR), 0);
+	p = (struct pollfd){.fd = fd, .events = POLLIN};
+	cr_assert_eq(poll(&p, 1, -1), 1);
+	cr_assert_eq(td_sub_poll(a, &v), -EPIPE);
+	cr_assert_eq(atomic_load(&rd->rows[0].held), TD_RING_NONE);
+	cr_assert_eq(atomic_load(&rd->rows[0].waiting), 0);
+	cr_assert_eq(atomic_load(&rd->rows[0].taken), TD_RING_TAKEN_ANY);
+	orphan_close(&d, cp, r, ca, a, NULL, NULL);
+}
+
+Test(ring, an_orphan_asleep_on_seq_is_woken_and_never_writes_its_old_row,
      .timeout = 60)
 {
-	orphaned(true);
+	changed_hands(true);
 }
 
-Test(ring, a_row_freed_under_a_sleeper_does_not_strand_it, .timeout = 60)
+Test(ring, a_subscription_whose_row_changed_hands_never_writes_it)
 {
-	orphaned(false);
+	changed_hands(false);
 }

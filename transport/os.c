@@ -58,16 +58,21 @@ bool td__futex_wake_word(_Atomic uint32_t *w, uint32_t asleep)
 {
 	uint32_t v = asleep;
 
-	if (!atomic_compare_exchange_strong(w, &v, 0))
+	/* the high bits (a ring row's owner token) stay */
+	if (!atomic_compare_exchange_strong(w, &v, asleep & ~0xffu))
 		return false;
 	td__futex_wake((const uint32_t *)w, INT_MAX);
 	return true;
 }
 
-void td__futex_unwait_word(_Atomic uint32_t *w, uint32_t asleep)
+uint32_t td__futex_unwait_word(_Atomic uint32_t *w, uint32_t to,
+			       uint32_t asleep)
 {
-	if (atomic_exchange(w, 0) == asleep)
+	uint32_t was = atomic_exchange(w, to);
+
+	if ((was & 0xffu) == asleep)
 		td__futex_wake((const uint32_t *)w, INT_MAX);
+	return was;
 }
 
 int td__memfd_seal_size(int fd)

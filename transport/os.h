@@ -39,16 +39,21 @@ void td__futex_wake(const uint32_t *w, int n);
  * the word: normally one, but a thread of an owner whose row was freed
  * under it may still sleep there beside the row's next owner, and a wake
  * of one could go to it. False when *w did not hold `asleep` (nobody
- * asleep there, or woken already).
+ * asleep there, or woken already). `asleep` is the whole word as the
+ * waker read it: bits above the low 8 (a ring row's owner token,
+ * TD_RING_ROW_OWNER) stay as they were, only the low 8 become 0.
  */
 bool td__futex_wake_word(_Atomic uint32_t *w, uint32_t asleep);
 /*
- * A row changes hands (freed, given to a new owner): *w becomes 0 whatever
- * it held, and if that was `asleep`, every thread asleep on it is woken (a
+ * A row changes hands (freed, given to a new owner): *w becomes `to`
+ * whatever it held (0, or the new owner's token with low bits 0), and if
+ * its low 8 bits were `asleep`, every thread asleep on it is woken (a
  * thread of the last owner, its connection dropped under it, would else
- * sleep on for good: no waker looks at a word that reads 0).
+ * sleep on for good: no waker looks at a word whose low bits read 0).
+ * Returns the word it replaced.
  */
-void td__futex_unwait_word(_Atomic uint32_t *w, uint32_t asleep);
+uint32_t td__futex_unwait_word(_Atomic uint32_t *w, uint32_t to,
+			       uint32_t asleep);
 
 enum {
 	TD__MEMFD_SEALABLE = 1, /* MFD_ALLOW_SEALING */

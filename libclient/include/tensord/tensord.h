@@ -918,8 +918,11 @@ TD_EXPORT int td_ring_subscribe(struct td_client *c, const char *name,
  * the last one returned, waiting up to timeout_ms (-1 forever, 0 not at
  * all). Its bytes cannot change until td_sub_release() or the next call.
  * Returns 0 and *view, -ETIMEDOUT, -EPIPE the producer closed the ring
- * (after its last version was returned), -EBADMSG the control block holds
- * values no producer writes (a corrupt or hostile producer).
+ * (after its last version was returned) or the subscription is gone (its
+ * connection was dropped and the daemon freed its reader row: it never
+ * writes that row again, nor takes a version through it; subscribe
+ * anew), -EBADMSG the control block holds values no producer writes (a
+ * corrupt or hostile producer).
  */
 TD_EXPORT int td_sub_next(struct td_sub *s, int timeout_ms,
 			  struct td_view *view);
@@ -979,15 +982,18 @@ TD_EXPORT int td_sub_fd(struct td_sub *s);
  * clears the fd, releases the view held, and takes the latest newer
  * version. Returns 0 and *view (the subscription stays armed, so the next
  * version makes the fd readable again), -EAGAIN nothing newer (armed:
- * the fd becomes readable when there is), -EPIPE the ring is closed,
- * -EBADMSG, or -EINVAL without td_sub_fd().
+ * the fd becomes readable when there is), -EPIPE the ring is closed or
+ * the subscription gone (as for td_sub_next(): the fd becomes readable
+ * when the daemon frees its row), -EBADMSG, or -EINVAL without
+ * td_sub_fd().
  */
 TD_EXPORT int td_sub_poll(struct td_sub *s, struct td_view *view);
 
 /*
  * Called by td_client_process() with no lock held: status 0 and the view
  * (held until a newer version is delivered, td_sub_release() or
- * td_sub_close()), or once at the end: -EPIPE the ring closed, -EBADMSG.
+ * td_sub_close()), or once at the end: -EPIPE the ring closed or the
+ * subscription gone, -EBADMSG.
  * It may close its own subscription, not another one with a handler.
  */
 typedef void (*td_sub_fn)(struct td_sub *s, int status,

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A ring's reader rows as the daemon hands them out and takes them back
+ * (docs/fastpath.md, "The daemon stays the authority" and "A row that
+ * changed hands"). ring.c decides whose row is whose; this file writes
+ * the shared words.
+ */
+#include "daemon.h"
+#include "os.h"
+#include "ring.h"
+
+#include <limits.h>
+
+/*
+ * The row's `waiting` becomes `to` (0 or a token), and a thread of the
+ * last owner that sleeps is woken: on the row's own word (4), or on seq
+ * with the ring's other sleepers on it (1; a wake without a change of seq:
+ * they find nothing and sleep again). No waker looks at a row whose low
+ * bits read 0, so a sleeper left there would sleep on for good; woken, it
+ * finds the row changed hands.
+ */
+static void row_unwait(struct td_ring_hdr *h, struct td_ring_row *row,
+		       uint32_t to)
+{
+	uint32_t was = td__futex_unwait_word(&row->waiting, to,
+					     TD_RING_WAIT_ROW);
+
+	if ((was & TD_RING_LOW) == TD_RING_WAIT_FUTEX)
+		td__futex_wake((const uint32_t *)&h->seq, INT_MAX);
+}
+
+/*
+ * Row `i` goes to the subscription sub_id: holds nothing, took nothing
+ * (the producer keeps the latest version readable for it). On a ring with
+ * TD_RING_ROW_OWNER the words carry the new owner's token, so a thread of
+ * the last owner finds it changed at its next compare-exchange and writes
+ * nothing here. A thread of the last owner asleep on the row is woken.
+ */
+void td__ring_row_give(struct td_ring_hdr *h, struct td_ring_readers *rd,
+		       uint32_t i, uint64_t sub_id)
+{
+	struct td_ring_row *row = &rd->rows[i];
+	uint32_t tok = 0;
+
+	if (atomic_load(&h->flags) & TD_RING_ROW_OWNER)
+		tok = td_ring_owner_of(sub_id);
+	atomic_store(&row->held, tok ? td_ring_owned(tok, TD_RING_NONE)
+				     : TD_RING_NONE);
+	row_unwait(h, row, td_ring_owned(tok, 0));
+	atomic_store(&row->taken, tok ? TD_RING_TAKEN_FRESH | tok : 0);
+}
+
+/*
+ * Row `i` is nobody's (its subscription ended, or is being set up): it
+ * holds nothing, its `taken` never stops the producer, a sleeper of the
+ * last owner is woken, and so is a producer that waits for a slot.
+ */
+void td__ring_row_free(struct td_ring_hdr *h, struct td_ring_readers *rd,
+		       uint32_t i)
+{
+	struct td_ring_row *row = &rd->rows[i];
+
+	atomic_store(&row->held, TD_RING_NONE);
+	row_unwait(h, row, 0);
+	atomic_store(&row->taken, TD_RING_TAKEN_ANY);
+	/* the producer may be asleep waiting for exactly this slot */
+	if (atomic_load(&rd->prod_waiting)) {
+		atomic_fetch_add(&rd->release_seq, 1);
+		td__futex_wake((const uint32_t *)&rd->release_seq, INT_MAX);
+	}
+}
+
+/* Wake every reader asleep on its own row (the ring closed). */
+void td__ring_rows_wake(struct td_ring_readers *rd, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t w = atomic_load(&rd->rows[i].waiting);
+
+		if ((w & TD_RING_LOW) == TD_RING_WAIT_ROW)
+			td__futex_wake_word(&rd->rows[i].waiting, w);
+	}
+}
