@@ -57,6 +57,7 @@ struct td_sub {
 	 * `taken` we stored last, which only we write while the row is ours */
 	uint32_t tok;
 	uint64_t taken;
+	uint32_t held_word; /* with a token: the `held` word we stored last */
 	/* the row is no longer ours (the daemon freed it, or gave it away;
 	 * or, without a token, our connection is gone): td_sub_next says
 	 * -EPIPE and nothing writes the row again */
