@@ -189,6 +189,7 @@ struct opts {
 	int run_timeout;
 	const char *json, *png, *markdown;
 	int smoke;
+	int settle; /* wait for an idle machine before each round */
 	int tap;
 	int kinds; /* bit 0 pingpong, 1 fanout, 2 paced */
 	size_t paced_size;
@@ -330,6 +331,10 @@ static void usage(FILE *f)
 "  --cpus A,B       pin producer to A, consumer to B (default: first two\n"
 "                   allowed CPUs)\n"
 "  --no-pin         do not pin\n"
+"  --no-settle      start each round at once (default: wait, at most 3 s,\n"
+"                   until the CPUs are idle: what the run before left\n"
+"                   behind, e.g. the kernel freeing a GiB, is not this\n"
+"                   run's; --smoke never waits)\n"
 "  --timeout S      kill a run after S seconds (default 300)\n"
 "  --json FILE      write every figure as JSON\n"
 "  --png FILE       plot round trip vs size (gnuplot)\n"
@@ -510,6 +515,52 @@ static uint64_t cpu_of_ns(int pid)
 	    clock_gettime(clk, &ts) < 0)
 		return 0;
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Busy and total jiffies of every CPU so far (/proc/stat's first line). */
+static int cpu_jiffies(uint64_t *busy, uint64_t *total)
+{
+	unsigned long long v[8] = {0};
+	FILE *f = fopen("/proc/stat", "re");
+	int n;
+
+	if (!f)
+		return -1;
+	n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0],
+		   &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]);
+	fclose(f);
+	if (n != 8)
+		return -1;
+	*total = 0;
+	for (int i = 0; i < 8; i++)
+		*total += v[i];
+	*busy = *total - v[3] - v[4]; /* less idle and iowait */
+	return 0;
+}
+
+/*
+ * Before a round: wait (at most 3 s) until the machine is idle: under a
+ * tenth of the CPUs busy over 50 ms. The run before leaves work behind
+ * that is not this run's handoff: a connection that ends with a lent
+ * 1 GiB loan is freed in the daemon's loop after the children are gone,
+ * and the kernel takes ~100 ms of CPU to free a GiB of pages, while a
+ * 1 GiB round measures 100 handoffs of ~20 us (the 1 GiB target is
+ * "handoff only").
+ */
+static void settle(void)
+{
+	const struct timespec win = {0, 50000000};
+
+	for (int i = 0; i < 60; i++) {
+		uint64_t b0, t0, b1, t1;
+
+		if (cpu_jiffies(&b0, &t0) < 0)
+			return;
+		nanosleep(&win, NULL);
+		if (cpu_jiffies(&b1, &t1) < 0 || t1 == t0 ||
+		    (b1 - b0) * 10 < t1 - t0)
+			return;
+	}
 }
 
 /* One knob per run that the harness, not the method, owns. */
@@ -825,6 +876,8 @@ static void run_one(const struct bench_method *m, struct bench_result *res,
 		snprintf(sh->why[i], BENCH_WHY_MAX, "died");
 	}
 	sh->svc_pid = m->service_pid ? m->service_pid() : -1;
+	if (o->settle && !o->smoke)
+		settle();
 	if (m->prepare && m->prepare(&r) < 0) {
 		res->status = BENCH_FAILED;
 		snprintf(res->why, sizeof(res->why), "prepare: %.200s", r.why);
@@ -1112,6 +1165,7 @@ int main(int argc, char **argv)
 		{ "rounds", required_argument, NULL, 'r' },
 		{ "cpus", required_argument, NULL, 'c' },
 		{ "no-pin", no_argument, NULL, 'P' },
+		{ "no-settle", no_argument, NULL, 1000 },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "json", required_argument, NULL, 'j' },
 		{ "png", required_argument, NULL, 'p' },
@@ -1132,7 +1186,7 @@ int main(int argc, char **argv)
 	};
 	struct opts o = {
 		.modes = 3, .iters = -1, .warmup = -1, .scale = 1.0,
-		.rounds = DEFAULT_ROUNDS, .pin = 1, .cpu = { -1, -1 },
+		.rounds = DEFAULT_ROUNDS, .pin = 1, .settle = 1, .cpu = { -1, -1 },
 		.run_timeout = 300, .kinds = 7, .paced_size = 4096,
 		.rates = {1000, 30}, .rate_count = 2,
 	};
@@ -1177,6 +1231,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'P': o.pin = 0; break;
+		case 1000: o.settle = 0; break;
 		case 't': o.run_timeout = atoi(optarg); break;
 		case 'j': o.json = optarg; break;
 		case 'p': o.png = optarg; break;
