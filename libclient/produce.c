@@ -833,6 +833,8 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 			c->pub_id = id;
 			c->pub_alloc = a;
 			c->pub_flags = req.flags;
+			/* the version is this one's (0 unless it makes one) */
+			c->pub_version = 0;
 		}
 		goto out;
 	}

@@ -1337,6 +1337,39 @@ Test(recycle, a_child_of_fork_leaves_the_parents_publish_answer, .timeout = 60)
 	tu_daemon_stop(&d, true);
 }
 
+/*
+ * The version td_client_publish_wait() gives is the last PUBLISH sent
+ * without waiting's: after one the daemon refused (its failure returned
+ * by the alloc that read it), 0, not the version an earlier one made.
+ */
+Test(recycle, a_refused_publish_sent_without_waiting_has_no_version)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r = NULL;
+	struct td_alloc *a = NULL;
+	struct td_error e = {0};
+	uint64_t size = 64, v = 0;
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = &size};
+
+	tu_daemon_start(&d, "warn");
+	c = conn(&d, "pidfd");
+	cr_assert_eq(td_ring_create(c, "nw/ring", &desc, &r, &e), 0, "%s",
+		     e.reason);
+	publish_nowait(c, loan(c, 4 * KIB, TD_ALLOC_STREAM), "nw/made", 1);
+	cr_assert_eq(td_client_publish_wait(c, &v, &e), 0, "%s", e.reason);
+	cr_assert_neq(v, 0);
+	publish_nowait(c, loan(c, 4 * KIB, TD_ALLOC_STREAM), "nw/ring", 2);
+	cr_assert_eq(td_client_alloc_ex(c, 1, &size, 0, &a, &e), -EEXIST);
+	cr_assert_eq(td_client_publish_wait(c, &v, &e), 0, "%s", e.reason);
+	cr_assert_eq(v, 0, "the refused PUBLISH made no version, got %llu",
+		     (unsigned long long)v);
+	td_ring_close(r);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
 /* ---- no per-handoff allocation in the daemon ---- */
 
 /*
