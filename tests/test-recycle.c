@@ -1370,6 +1370,48 @@ Test(recycle, a_refused_publish_sent_without_waiting_has_no_version)
 	tu_daemon_stop(&d, true);
 }
 
+/*
+ * td_client_trim() while a PUBLISH sent without waiting is unanswered
+ * must leave the loan buffers that PUBLISH told the daemon are held
+ * here: its reply lends them back without an fd. Were they dropped, the
+ * lent loan could not be taken and every tensor would cost an ALLOC
+ * (and fds and mappings) again.
+ */
+Test(recycle, a_trim_before_the_publish_answer_keeps_the_lent_loan)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r = NULL;
+	struct td_error e = {0};
+	uint64_t size = 64, before = 0, v = 0;
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = &size};
+	int fds = 0, maps = 0;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	c = conn(&d, "pidfd");
+	cr_assert_eq(td_ring_create(c, "nw/counter", &desc, &r, &e), 0,
+		     "%s", e.reason);
+	for (unsigned i = 0; i < 24; i++) {
+		if (i == 4) {
+			fds = tu_fd_count();
+			maps = tu_buf_map_count();
+			before = tc_daemon_requests(c, "nw/counter");
+		}
+		publish_nowait(c, loan(c, 16 * KIB, TD_ALLOC_STREAM), "nw/t",
+			       (uint8_t)(i + 1));
+		td_client_trim(c);
+	}
+	/* the PUBLISHes and the RING_STAT that reads the count */
+	cr_assert_eq(tc_daemon_requests(c, "nw/counter") - before, 21);
+	cr_assert_eq(tu_fd_count(), fds);
+	cr_assert_eq(tu_buf_map_count(), maps);
+	cr_assert_eq(td_client_publish_wait(c, &v, &e), 0, "%s", e.reason);
+	td_ring_close(r);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
 /* ---- no per-handoff allocation in the daemon ---- */
 
 /*
