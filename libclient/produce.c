@@ -916,8 +916,11 @@ static int publish_alloc(struct td_client *c, struct td_alloc *a,
 	x.buf_len = a->size;
 	x.alloc_id = a->alloc_id;
 	pthread_mutex_lock(&c->lock);
+	/* the failure of an earlier PUBLISH sent without waiting comes first */
+	rc = pub_settle(c, NULL, err);
 	/* a loan of a connection that is gone names nothing in this daemon */
-	rc = td__client_usable(c, err);
+	if (rc == 0)
+		rc = td__client_usable(c, err);
 	if (rc == 0 && a->epoch != c->epoch)
 		rc = td__fail(err, -ECONNRESET, "the loan was made before the "
 			      "client reconnected");

@@ -1412,6 +1412,57 @@ Test(recycle, a_trim_before_the_publish_answer_keeps_the_lent_loan)
 	tu_daemon_stop(&d, true);
 }
 
+/*
+ * TD_CLIENT_RECONNECT: the daemon goes before it answers a PUBLISH sent
+ * without waiting, and a STAT notices. After the restart the next
+ * producing call, here the PUBLISH of a loan the old daemon made, is the
+ * one that says so (the loan consumed); the alloc after it works on the
+ * new connection, and nothing of the lost loans is left.
+ */
+Test(recycle, a_publish_answer_lost_to_a_reconnect_fails_the_first_call_only)
+{
+	char link[64];
+	struct tu_daemon d1, d2;
+	struct td_client *c;
+	struct td_alloc *a, *b;
+	struct td_entry ent = {0};
+	struct td_error e = {0};
+	uint64_t shape[1] = {4 * KIB}, v = 0;
+	struct td_publish p = {.name = "nw/again", .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape};
+	int fds0 = tu_fd_count(), bufmaps0 = tu_buf_map_count();
+
+	snprintf(link, sizeof(link), "/tmp/td-nw-reconnect-%d.sock",
+		 (int)getpid());
+	tu_daemon_start(&d1, "warn");
+	tu_link_to(link, d1.sock);
+	cr_assert_eq(setenv("TENSORD_IMPORT", "pidfd", 1), 0);
+	cr_assert_eq(td_client_connect_ex(link, TD_CLIENT_RECONNECT, &c, &e),
+		     0, "%s", e.reason);
+	a = loan(c, 4 * KIB, TD_ALLOC_STREAM);
+	b = loan(c, 4 * KIB, TD_ALLOC_STREAM);
+	cr_assert_eq(kill(d1.pid, SIGSTOP), 0);
+	publish_nowait(c, a, "nw/again", 1);
+	daemon_kill(&d1);
+	cr_assert_lt(td_client_stat(c, "nw/again", &ent, NULL), 0);
+	tu_daemon_start(&d2, "warn");
+	tu_link_to(link, d2.sock);
+	cr_assert_lt(td_client_publish_alloc_nowait(c, b, &p, &e), 0);
+	cr_assert(strstr(e.reason, "may or may not"), "%s", e.reason);
+	/* said once: the rest goes on */
+	publish_nowait(c, loan(c, 4 * KIB, TD_ALLOC_STREAM), "nw/again", 2);
+	cr_assert_eq(td_client_publish_wait(c, &v, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_stat(c, "nw/again", &ent, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(ent.version, v);
+	td_entry_fini(&ent);
+	td_client_close(c);
+	daemon_kill(&d2);
+	unlink(link);
+	cr_assert_eq(tu_fd_count(), fds0);
+	cr_assert_eq(tu_buf_map_count(), bufmaps0);
+}
+
 /* ---- no per-handoff allocation in the daemon ---- */
 
 /*
