@@ -729,8 +729,9 @@ static int pub_settle(struct td_client *c, uint64_t *version,
 	struct td__msg m = {0};
 	int rc;
 
-	/* a child of fork(): the answer on the socket is the parent's */
-	if (c->pub_id && td__client_foreign(c))
+	/* a child of fork(): the answer on the socket, or the failure
+	 * read already, is the parent's */
+	if ((c->pub_id || c->pub_err.code) && td__client_foreign(c))
 		return td__fail(err, -ECHILD,
 				"this connection belongs to process %d; a "
 				"child of fork() connects on its own",

@@ -1463,6 +1463,54 @@ Test(recycle, a_publish_answer_lost_to_a_reconnect_fails_the_first_call_only)
 	cr_assert_eq(tu_buf_map_count(), bufmaps0);
 }
 
+/*
+ * The refusal of the parent's PUBLISH, read (by a STAT) before fork()
+ * and not returned yet, is the parent's: the child's alloc fails with
+ * -ECHILD, as every call of the child on that connection, and the
+ * parent's next producing call still gets it.
+ */
+Test(recycle, a_child_of_fork_is_not_given_the_parents_publish_failure)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r = NULL;
+	struct td_alloc *a = NULL;
+	struct td_entry ent = {0};
+	struct td_error e = {0};
+	uint64_t size = 64;
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = &size};
+	int st;
+	pid_t pid;
+
+	tu_daemon_start(&d, "warn");
+	c = conn(&d, "pidfd");
+	cr_assert_eq(td_ring_create(c, "nw/ring", &desc, &r, &e), 0, "%s",
+		     e.reason);
+	publish_nowait(c, loan(c, 4 * KIB, TD_ALLOC_STREAM), "nw/ring", 1);
+	cr_assert_eq(td_client_stat(c, "nw/ring", &ent, &e), 0, "%s",
+		     e.reason);
+	td_entry_fini(&ent);
+	fflush(NULL);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct td_alloc *b = NULL;
+
+		_exit(td_client_alloc_ex(c, 1, &size, TD_ALLOC_STREAM, &b,
+					 NULL) == -ECHILD
+			      ? 0
+			      : 1);
+	}
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %#x", st);
+	cr_assert_eq(td_client_alloc_ex(c, 1, &size, TD_ALLOC_STREAM, &a, &e),
+		     -EEXIST, "%s", e.reason);
+	td_ring_close(r);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
 /* ---- no per-handoff allocation in the daemon ---- */
 
 /*
