@@ -1183,6 +1183,27 @@ Test(recycle, a_stream_published_without_waiting_is_one_request_scm)
 }
 
 /*
+ * A daemon, a pidfd client of it and a ring of that name in *r: a
+ * PUBLISH of the name is refused (-EEXIST); its RING_STAT counts the
+ * daemon's requests (tc_daemon_requests).
+ */
+static struct td_client *ring_named(struct tu_daemon *d, const char *name,
+				    struct td_ring **r)
+{
+	uint64_t size = 64;
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = &size};
+	struct td_error e = {0};
+	struct td_client *c;
+
+	tu_daemon_start(d, "warn");
+	c = conn(d, "pidfd");
+	cr_assert_eq(td_ring_create(c, name, &desc, r, &e), 0, "%s",
+		     e.reason);
+	return c;
+}
+
+/*
  * A PUBLISH the daemon refuses (a ring has the name) fails the next
  * producing call, once, with the daemon's reason; nothing else is lost:
  * the call after works. Here the reply is read by a STAT in between
@@ -1198,13 +1219,8 @@ Test(recycle, a_refused_publish_sent_without_waiting_fails_the_next_call)
 	struct td_entry ent = {0};
 	struct td_error e = {0};
 	uint64_t size = 64, v = 1;
-	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
-				    .shape = &size};
 
-	tu_daemon_start(&d, "warn");
-	c = conn(&d, "pidfd");
-	cr_assert_eq(td_ring_create(c, "nw/ring", &desc, &r, &e), 0, "%s",
-		     e.reason);
+	c = ring_named(&d, "nw/ring", &r);
 	publish_nowait(c, loan(c, 4 * KIB, TD_ALLOC_STREAM), "nw/ring", 1);
 	cr_assert_eq(td_client_stat(c, "nw/ring", &ent, &e), 0, "%s",
 		     e.reason);
@@ -1350,13 +1366,8 @@ Test(recycle, a_refused_publish_sent_without_waiting_has_no_version)
 	struct td_alloc *a = NULL;
 	struct td_error e = {0};
 	uint64_t size = 64, v = 0;
-	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
-				    .shape = &size};
 
-	tu_daemon_start(&d, "warn");
-	c = conn(&d, "pidfd");
-	cr_assert_eq(td_ring_create(c, "nw/ring", &desc, &r, &e), 0, "%s",
-		     e.reason);
+	c = ring_named(&d, "nw/ring", &r);
 	publish_nowait(c, loan(c, 4 * KIB, TD_ALLOC_STREAM), "nw/made", 1);
 	cr_assert_eq(td_client_publish_wait(c, &v, &e), 0, "%s", e.reason);
 	cr_assert_neq(v, 0);
@@ -1383,15 +1394,10 @@ Test(recycle, a_trim_before_the_publish_answer_keeps_the_lent_loan)
 	struct td_client *c;
 	struct td_ring *r = NULL;
 	struct td_error e = {0};
-	uint64_t size = 64, before = 0, v = 0;
-	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
-				    .shape = &size};
+	uint64_t before = 0, v = 0;
 	int fds = 0, maps = 0;
 
-	tu_daemon_start_args(&d, "warn", small_cap);
-	c = conn(&d, "pidfd");
-	cr_assert_eq(td_ring_create(c, "nw/counter", &desc, &r, &e), 0,
-		     "%s", e.reason);
+	c = ring_named(&d, "nw/counter", &r);
 	for (unsigned i = 0; i < 24; i++) {
 		if (i == 4) {
 			fds = tu_fd_count();
@@ -1478,15 +1484,10 @@ Test(recycle, a_child_of_fork_is_not_given_the_parents_publish_failure)
 	struct td_entry ent = {0};
 	struct td_error e = {0};
 	uint64_t size = 64;
-	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
-				    .shape = &size};
 	int st;
 	pid_t pid;
 
-	tu_daemon_start(&d, "warn");
-	c = conn(&d, "pidfd");
-	cr_assert_eq(td_ring_create(c, "nw/ring", &desc, &r, &e), 0, "%s",
-		     e.reason);
+	c = ring_named(&d, "nw/ring", &r);
 	publish_nowait(c, loan(c, 4 * KIB, TD_ALLOC_STREAM), "nw/ring", 1);
 	cr_assert_eq(td_client_stat(c, "nw/ring", &ent, &e), 0, "%s",
 		     e.reason);
