@@ -158,7 +158,7 @@ struct td_client {
 	 * td_client_publish_alloc_nowait (produce.c): the PUBLISH sent and
 	 * not answered yet (pub_id 0: none) and its loan until then;
 	 * pub_err: a failure read and not yet returned (code 0: none);
-	 * pub_version: what the last one answered published.
+	 * pub_version: what the last one published (0: none, or not known).
 	 */
 	uint64_t pub_id;
 	struct td_alloc *pub_alloc;

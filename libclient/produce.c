@@ -729,8 +729,9 @@ static int pub_settle(struct td_client *c, uint64_t *version,
 	struct td__msg m = {0};
 	int rc;
 
-	/* a child of fork(): the answer on the socket is the parent's */
-	if (c->pub_id && td__client_foreign(c))
+	/* a child of fork(): the answer on the socket, or the failure
+	 * read already, is the parent's */
+	if ((c->pub_id || c->pub_err.code) && td__client_foreign(c))
 		return td__fail(err, -ECHILD,
 				"this connection belongs to process %d; a "
 				"child of fork() connects on its own",
@@ -833,6 +834,8 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 			c->pub_id = id;
 			c->pub_alloc = a;
 			c->pub_flags = req.flags;
+			/* the version is this one's (0 unless it makes one) */
+			c->pub_version = 0;
 		}
 		goto out;
 	}
@@ -914,8 +917,11 @@ static int publish_alloc(struct td_client *c, struct td_alloc *a,
 	x.buf_len = a->size;
 	x.alloc_id = a->alloc_id;
 	pthread_mutex_lock(&c->lock);
+	/* the failure of an earlier PUBLISH sent without waiting comes first */
+	rc = pub_settle(c, NULL, err);
 	/* a loan of a connection that is gone names nothing in this daemon */
-	rc = td__client_usable(c, err);
+	if (rc == 0)
+		rc = td__client_usable(c, err);
 	if (rc == 0 && a->epoch != c->epoch)
 		rc = td__fail(err, -ECONNRESET, "the loan was made before the "
 			      "client reconnected");

@@ -243,7 +243,13 @@ int td_client_trim(struct td_client *c)
 	pthread_mutex_lock(&c->lock);
 	before = c->idle_maps;
 	td__maps_drop(c, false);
-	before += td__loans_drop(c, false);
+	/*
+	 * Not while a PUBLISH sent without waiting asks for the next loan:
+	 * it told the daemon these buffers are held here, and its reply may
+	 * lend them back without an fd.
+	 */
+	if (!c->pub_id || !(c->pub_flags & TD_WIRE_PUB_LOAN))
+		before += td__loans_drop(c, false);
 	pthread_mutex_unlock(&c->lock);
 	return (int)before;
 }

@@ -1183,6 +1183,27 @@ Test(recycle, a_stream_published_without_waiting_is_one_request_scm)
 }
 
 /*
+ * A daemon, a pidfd client of it and a ring of that name in *r: a
+ * PUBLISH of the name is refused (-EEXIST); its RING_STAT counts the
+ * daemon's requests (tc_daemon_requests).
+ */
+static struct td_client *ring_named(struct tu_daemon *d, const char *name,
+				    struct td_ring **r)
+{
+	uint64_t size = 64;
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = &size};
+	struct td_error e = {0};
+	struct td_client *c;
+
+	tu_daemon_start(d, "warn");
+	c = conn(d, "pidfd");
+	cr_assert_eq(td_ring_create(c, name, &desc, r, &e), 0, "%s",
+		     e.reason);
+	return c;
+}
+
+/*
  * A PUBLISH the daemon refuses (a ring has the name) fails the next
  * producing call, once, with the daemon's reason; nothing else is lost:
  * the call after works. Here the reply is read by a STAT in between
@@ -1198,13 +1219,8 @@ Test(recycle, a_refused_publish_sent_without_waiting_fails_the_next_call)
 	struct td_entry ent = {0};
 	struct td_error e = {0};
 	uint64_t size = 64, v = 1;
-	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
-				    .shape = &size};
 
-	tu_daemon_start(&d, "warn");
-	c = conn(&d, "pidfd");
-	cr_assert_eq(td_ring_create(c, "nw/ring", &desc, &r, &e), 0, "%s",
-		     e.reason);
+	c = ring_named(&d, "nw/ring", &r);
 	publish_nowait(c, loan(c, 4 * KIB, TD_ALLOC_STREAM), "nw/ring", 1);
 	cr_assert_eq(td_client_stat(c, "nw/ring", &ent, &e), 0, "%s",
 		     e.reason);
@@ -1333,6 +1349,165 @@ Test(recycle, a_child_of_fork_leaves_the_parents_publish_answer, .timeout = 60)
 		     e.reason);
 	cr_assert_eq(ent.version, v);
 	td_entry_fini(&ent);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * The version td_client_publish_wait() gives is the last PUBLISH sent
+ * without waiting's: after one the daemon refused (its failure returned
+ * by the alloc that read it), 0, not the version an earlier one made.
+ */
+Test(recycle, a_refused_publish_sent_without_waiting_has_no_version)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r = NULL;
+	struct td_alloc *a = NULL;
+	struct td_error e = {0};
+	uint64_t size = 64, v = 0;
+
+	c = ring_named(&d, "nw/ring", &r);
+	publish_nowait(c, loan(c, 4 * KIB, TD_ALLOC_STREAM), "nw/made", 1);
+	cr_assert_eq(td_client_publish_wait(c, &v, &e), 0, "%s", e.reason);
+	cr_assert_neq(v, 0);
+	publish_nowait(c, loan(c, 4 * KIB, TD_ALLOC_STREAM), "nw/ring", 2);
+	cr_assert_eq(td_client_alloc_ex(c, 1, &size, 0, &a, &e), -EEXIST);
+	cr_assert_eq(td_client_publish_wait(c, &v, &e), 0, "%s", e.reason);
+	cr_assert_eq(v, 0, "the refused PUBLISH made no version, got %llu",
+		     (unsigned long long)v);
+	td_ring_close(r);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * td_client_trim() while a PUBLISH sent without waiting is unanswered
+ * must leave the loan buffers that PUBLISH told the daemon are held
+ * here: its reply lends them back without an fd. Were they dropped, the
+ * lent loan could not be taken and every tensor would cost an ALLOC
+ * (and fds and mappings) again.
+ */
+Test(recycle, a_trim_before_the_publish_answer_keeps_the_lent_loan)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r = NULL;
+	struct td_error e = {0};
+	uint64_t before = 0, v = 0;
+	int fds = 0, maps = 0;
+
+	c = ring_named(&d, "nw/counter", &r);
+	for (unsigned i = 0; i < 24; i++) {
+		if (i == 4) {
+			fds = tu_fd_count();
+			maps = tu_buf_map_count();
+			before = tc_daemon_requests(c, "nw/counter");
+		}
+		publish_nowait(c, loan(c, 16 * KIB, TD_ALLOC_STREAM), "nw/t",
+			       (uint8_t)(i + 1));
+		td_client_trim(c);
+	}
+	/* the PUBLISHes and the RING_STAT that reads the count */
+	cr_assert_eq(tc_daemon_requests(c, "nw/counter") - before, 21);
+	cr_assert_eq(tu_fd_count(), fds);
+	cr_assert_eq(tu_buf_map_count(), maps);
+	cr_assert_eq(td_client_publish_wait(c, &v, &e), 0, "%s", e.reason);
+	td_ring_close(r);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * TD_CLIENT_RECONNECT: the daemon goes before it answers a PUBLISH sent
+ * without waiting, and a STAT notices. After the restart the next
+ * producing call, here the PUBLISH of a loan the old daemon made, is the
+ * one that says so (the loan consumed); the alloc after it works on the
+ * new connection, and nothing of the lost loans is left.
+ */
+Test(recycle, a_publish_answer_lost_to_a_reconnect_fails_the_first_call_only)
+{
+	char link[64];
+	struct tu_daemon d1, d2;
+	struct td_client *c;
+	struct td_alloc *a, *b;
+	struct td_entry ent = {0};
+	struct td_error e = {0};
+	uint64_t shape[1] = {4 * KIB}, v = 0;
+	struct td_publish p = {.name = "nw/again", .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape};
+	int fds0 = tu_fd_count(), bufmaps0 = tu_buf_map_count();
+
+	snprintf(link, sizeof(link), "/tmp/td-nw-reconnect-%d.sock",
+		 (int)getpid());
+	tu_daemon_start(&d1, "warn");
+	tu_link_to(link, d1.sock);
+	cr_assert_eq(setenv("TENSORD_IMPORT", "pidfd", 1), 0);
+	cr_assert_eq(td_client_connect_ex(link, TD_CLIENT_RECONNECT, &c, &e),
+		     0, "%s", e.reason);
+	a = loan(c, 4 * KIB, TD_ALLOC_STREAM);
+	b = loan(c, 4 * KIB, TD_ALLOC_STREAM);
+	cr_assert_eq(kill(d1.pid, SIGSTOP), 0);
+	publish_nowait(c, a, "nw/again", 1);
+	daemon_kill(&d1);
+	cr_assert_lt(td_client_stat(c, "nw/again", &ent, NULL), 0);
+	tu_daemon_start(&d2, "warn");
+	tu_link_to(link, d2.sock);
+	cr_assert_lt(td_client_publish_alloc_nowait(c, b, &p, &e), 0);
+	cr_assert(strstr(e.reason, "may or may not"), "%s", e.reason);
+	/* said once: the rest goes on */
+	publish_nowait(c, loan(c, 4 * KIB, TD_ALLOC_STREAM), "nw/again", 2);
+	cr_assert_eq(td_client_publish_wait(c, &v, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_stat(c, "nw/again", &ent, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(ent.version, v);
+	td_entry_fini(&ent);
+	td_client_close(c);
+	daemon_kill(&d2);
+	unlink(link);
+	cr_assert_eq(tu_fd_count(), fds0);
+	cr_assert_eq(tu_buf_map_count(), bufmaps0);
+}
+
+/*
+ * The refusal of the parent's PUBLISH, read (by a STAT) before fork()
+ * and not returned yet, is the parent's: the child's alloc fails with
+ * -ECHILD, as every call of the child on that connection, and the
+ * parent's next producing call still gets it.
+ */
+Test(recycle, a_child_of_fork_is_not_given_the_parents_publish_failure)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r = NULL;
+	struct td_alloc *a = NULL;
+	struct td_entry ent = {0};
+	struct td_error e = {0};
+	uint64_t size = 64;
+	int st;
+	pid_t pid;
+
+	c = ring_named(&d, "nw/ring", &r);
+	publish_nowait(c, loan(c, 4 * KIB, TD_ALLOC_STREAM), "nw/ring", 1);
+	cr_assert_eq(td_client_stat(c, "nw/ring", &ent, &e), 0, "%s",
+		     e.reason);
+	td_entry_fini(&ent);
+	fflush(NULL);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct td_alloc *b = NULL;
+
+		_exit(td_client_alloc_ex(c, 1, &size, TD_ALLOC_STREAM, &b,
+					 NULL) == -ECHILD
+			      ? 0
+			      : 1);
+	}
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %#x", st);
+	cr_assert_eq(td_client_alloc_ex(c, 1, &size, TD_ALLOC_STREAM, &a, &e),
+		     -EEXIST, "%s", e.reason);
+	td_ring_close(r);
 	td_client_close(c);
 	tu_daemon_stop(&d, true);
 }

@@ -538,7 +538,9 @@ TD_EXPORT void td_tensor_release_nowait(struct td_tensor *t);
 
 /*
  * Unmap and close every cached mapping no tensor uses, and every kept
- * buffer of recyclable loans no loan uses. Returns how many.
+ * buffer of recyclable loans no loan uses (those not while the answer to
+ * a td_client_publish_alloc_nowait() that may lend them back is still to
+ * come). Returns how many.
  */
 TD_EXPORT int td_client_trim(struct td_client *c);
 
