@@ -338,6 +338,9 @@ void td__maps_drop(struct td_client *c, bool all);
 unsigned td__loans_drop(struct td_client *c, bool all);
 /* Forget the lent next loan without a message (the client is going). */
 void td__next_loan_forget(struct td_client *c);
+/* A new connection (lock held): the lent loan named an alloc of the old
+ * daemon; drop it (its buffers idle), and forget a give-back. */
+void td__next_loan_reset(struct td_client *c);
 /* The reply to the PUBLISH of td_client_publish_alloc_nowait, read while
  * waiting for another (lock held): take its outcome, close its fds. */
 void td__pub_answered(struct td_client *c, struct td__msg *m);

@@ -181,6 +181,14 @@ static void next_loan_drop(struct td_client *c)
 	free(a);
 }
 
+void td__next_loan_reset(struct td_client *c)
+{
+	/* its buffers go idle, with the rest of the old daemon's ids */
+	next_loan_drop(c);
+	/* and the new daemon lent this client nothing to give back */
+	c->unloan = false;
+}
+
 void td__next_loan_forget(struct td_client *c)
 {
 	/* its buffers are in c->loans, which the caller drops */
@@ -391,6 +399,10 @@ int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
 	pthread_mutex_lock(&c->lock);
 	/* the loan a PUBLISH sent without waiting lends, or its failure */
 	rc = pub_settle(c, NULL, err);
+	/* a broken connection first: its lent loan names nothing in the
+	 * daemon a reconnect reaches (which forgets it) */
+	if (rc == 0 && c->dead)
+		rc = td__client_usable(c, err);
 	if (rc < 0)
 		goto fail;
 	/* a daemon that predates recyclable loans lends plain ones */
@@ -805,8 +817,13 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 	req.fd_count = pt.ntab;
 	for (uint32_t i = 0; i < pt.ntab; i++)
 		req.fds[i] = pt.tab[i];
-	/* the next loan in the reply, unless one is waiting already */
-	if (a && a->stream && !c->next_loan &&
+	/*
+	 * The next loan in the reply, unless one is waiting already, or one
+	 * this client could not take is still to be given back (the next
+	 * ALLOC does): the daemon keeps one lent loan per connection, and
+	 * would forget that one and later take back this one.
+	 */
+	if (a && a->stream && !c->next_loan && !c->unloan &&
 	    td__has(c, TD_WIRE_FEAT_PUB_LOAN)) {
 		req.flags |= TD_WIRE_PUB_LOAN;
 		if (c->path_out == TD_IMPORT_SCM)

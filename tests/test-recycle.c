@@ -1470,6 +1470,45 @@ Test(recycle, a_publish_answer_lost_to_a_reconnect_fails_the_first_call_only)
 }
 
 /*
+ * TD_CLIENT_RECONNECT: the loan the last PUBLISH reply lent named an
+ * alloc of the old daemon. After the restart the next stream alloc must
+ * ask the new daemon, not hand that one out (its PUBLISH would fail with
+ * -ECONNRESET); nothing is left to give back either.
+ */
+Test(recycle, a_lent_loan_of_the_old_daemon_is_not_handed_out_after_a_reconnect)
+{
+	char link[64];
+	struct tu_daemon d1, d2;
+	struct td_client *c;
+	struct td_entry ent = {0};
+	struct td_error e = {0};
+	int fds0 = tu_fd_count(), bufmaps0 = tu_buf_map_count();
+
+	snprintf(link, sizeof(link), "/tmp/td-nl-reconnect-%d.sock",
+		 (int)getpid());
+	tu_daemon_start(&d1, "warn");
+	tu_link_to(link, d1.sock);
+	cr_assert_eq(setenv("TENSORD_IMPORT", "pidfd", 1), 0);
+	cr_assert_eq(td_client_connect_ex(link, TD_CLIENT_RECONNECT, &c, &e),
+		     0, "%s", e.reason);
+	/* two versions: the second PUBLISH lends the first one's buffer */
+	publish(c, loan(c, 4 * KIB, TD_ALLOC_STREAM), "nl/x", 1);
+	publish(c, loan(c, 4 * KIB, TD_ALLOC_STREAM), "nl/x", 2);
+	daemon_kill(&d1);
+	tu_daemon_start(&d2, "warn");
+	tu_link_to(link, d2.sock);
+	/* the STAT notices the old connection is gone and makes a new one */
+	cr_assert_lt(td_client_stat(c, "nl/x", &ent, NULL), 0);
+	cr_assert_eq(publish(c, loan(c, 4 * KIB, TD_ALLOC_STREAM), "nl/x", 3),
+		     1, "the new daemon's first version");
+	td_client_close(c);
+	daemon_kill(&d2);
+	unlink(link);
+	cr_assert_eq(tu_fd_count(), fds0);
+	cr_assert_eq(tu_buf_map_count(), bufmaps0);
+}
+
+/*
  * The refusal of the parent's PUBLISH, read (by a STAT) before fork()
  * and not returned yet, is the parent's: the child's alloc fails with
  * -ECHILD, as every call of the child on that connection, and the
@@ -1508,6 +1547,62 @@ Test(recycle, a_child_of_fork_is_not_given_the_parents_publish_failure)
 	cr_assert_eq(td_client_alloc_ex(c, 1, &size, TD_ALLOC_STREAM, &a, &e),
 		     -EEXIST, "%s", e.reason);
 	td_ring_close(r);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/* This client's allocs as the daemon counts them (STATUS). */
+static uint32_t daemon_allocs(struct td_client *c)
+{
+	struct td_status *st = NULL;
+	struct td_error e = {0};
+	uint32_t n = UINT32_MAX;
+
+	cr_assert_eq(td_client_status(c, &st, &e), 0, "%s", e.reason);
+	for (size_t i = 0; i < st->client_count; i++)
+		if (st->clients[i].pid == (uint32_t)getpid())
+			n = st->clients[i].allocs;
+	td_status_free(st);
+	cr_assert_neq(n, UINT32_MAX, "this client is not in STATUS");
+	return n;
+}
+
+/*
+ * A lent loan the client could not take (the buffer it was lent by id
+ * left its loan cache in between: here the cache's eviction, as the
+ * publish's own buffer goes idle) is to be given back by the next
+ * ALLOC. A PUBLISH in between must not ask for another: the daemon
+ * keeps one lent loan per connection, so the first would stay an
+ * unpublished alloc until the connection ends, and the give-back would
+ * then return the second, which the client may be writing into.
+ */
+Test(recycle, a_loan_not_taken_is_given_back_before_another_is_asked_for)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_alloc *a, *b, *x;
+	char name[16];
+
+	tu_daemon_start(&d, "warn");
+	c = conn(&d, "pidfd");
+	/* a full loan cache, ev/0's buffer the oldest */
+	for (unsigned i = 0; i < 16; i++) {
+		snprintf(name, sizeof(name), "ev/%u", i);
+		publish(c, loan(c, 4 * KIB, TD_ALLOC_RECYCLE), name,
+			(uint8_t)i);
+	}
+	a = loan(c, 4 * KIB, TD_ALLOC_STREAM);
+	b = loan(c, 4 * KIB, TD_ALLOC_STREAM);
+	/* ev/0's buffer goes to the free list: what the next PUBLISH lends,
+	 * by id, as the client says it maps it */
+	cr_assert_eq(td_client_delete(c, "ev/0", NULL, NULL), 0);
+	publish(c, a, "ev/a", 1); /* a's buffer idle: ev/0's evicted */
+	cr_assert_eq(daemon_allocs(c), 2, "b and the loan not taken");
+	publish(c, b, "ev/b", 2);
+	x = loan(c, 4 * KIB, TD_ALLOC_STREAM);
+	cr_assert_eq(daemon_allocs(c), 1,
+		     "the loan not taken was given back: only x is left");
+	td_alloc_free(x);
 	td_client_close(c);
 	tu_daemon_stop(&d, true);
 }
