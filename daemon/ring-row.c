@@ -17,7 +17,11 @@
  * with the ring's other sleepers on it (1; a wake without a change of seq:
  * they find nothing and sleep again). No waker looks at a row whose low
  * bits read 0, so a sleeper left there would sleep on for good; woken, it
- * finds the row changed hands.
+ * finds the row changed hands. Called after the row's other words are
+ * written: a woken thread (or one whose sleep never begins) returns, and
+ * its caller may look at the row, only once it reads as the daemon leaves
+ * it: the thread's end of sleep reads `waiting` as this swap left it, so
+ * it sees every store before the swap.
  */
 static void row_unwait(struct td_ring_hdr *h, struct td_ring_row *row,
 		       uint32_t to)
@@ -46,8 +50,8 @@ void td__ring_row_give(struct td_ring_hdr *h, struct td_ring_readers *rd,
 		tok = td_ring_owner_of(sub_id);
 	atomic_store(&row->held, tok ? td_ring_owned(tok, TD_RING_NONE)
 				     : TD_RING_NONE);
-	row_unwait(h, row, td_ring_owned(tok, 0));
 	atomic_store(&row->taken, tok ? TD_RING_TAKEN_FRESH | tok : 0);
+	row_unwait(h, row, td_ring_owned(tok, 0));
 }
 
 /*
@@ -61,8 +65,8 @@ void td__ring_row_free(struct td_ring_hdr *h, struct td_ring_readers *rd,
 	struct td_ring_row *row = &rd->rows[i];
 
 	atomic_store(&row->held, TD_RING_NONE);
-	row_unwait(h, row, 0);
 	atomic_store(&row->taken, TD_RING_TAKEN_ANY);
+	row_unwait(h, row, 0);
 	/* the producer may be asleep waiting for exactly this slot */
 	if (atomic_load(&rd->prod_waiting)) {
 		atomic_fetch_add(&rd->release_seq, 1);
