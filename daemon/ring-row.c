@@ -14,8 +14,8 @@
 /*
  * The row's `waiting` becomes `to` (0 or a token), and a thread of the
  * last owner that sleeps is woken: on the row's own word (4), or on seq
- * with the ring's other sleepers on it (1; a wake without a change of seq:
- * they find nothing and sleep again). No waker looks at a row whose low
+ * with the ring's other sleepers on it (1; seq moves, and they find
+ * nothing new and sleep again). No waker looks at a row whose low
  * bits read 0, so a sleeper left there would sleep on for good; woken, it
  * finds the row changed hands. Called after the row's other words are
  * written: a woken thread (or one whose sleep never begins) returns, and
@@ -29,8 +29,16 @@ static void row_unwait(struct td_ring_hdr *h, struct td_ring_row *row,
 	uint32_t was = td__futex_unwait_word(&row->waiting, to,
 					     TD_RING_WAIT_ROW);
 
-	if ((was & TD_RING_LOW) == TD_RING_WAIT_FUTEX)
+	/*
+	 * A change of seq first: a sleeper that checked seq but has not
+	 * entered FUTEX_WAIT yet would miss a bare wake and, seq unchanged,
+	 * sleep for good. The others on seq find nothing new and sleep
+	 * again (seq only ever says "look again"; the close bumps it too).
+	 */
+	if ((was & TD_RING_LOW) == TD_RING_WAIT_FUTEX) {
+		atomic_fetch_add(&h->seq, 1);
 		td__futex_wake((const uint32_t *)&h->seq, INT_MAX);
+	}
 }
 
 /*

@@ -2262,6 +2262,46 @@ static void changed_hands(bool asleep)
 }
 
 /*
+ * A reader asleep on seq (an older libtensord, TENSORD_WAKE_ROWS=0)
+ * whose row the daemon frees may have checked seq and not yet entered
+ * FUTEX_WAIT: a wake of seq alone then finds nobody, and with seq
+ * unchanged the sleep that follows never ends (no waker looks at a row
+ * that reads 0). The daemon's free changes seq before its wake. The
+ * sleeper's announcement is made by hand, the moment between its check
+ * and its sleep frozen: seq must have moved once the row reads free.
+ */
+Test(ring, freeing_a_row_asleep_on_seq_moves_seq, .timeout = 60)
+{
+	struct tu_daemon d;
+	struct td_client *cp, *ca;
+	struct td_ring_readers *rd;
+	struct td_ring_hdr *h;
+	struct td_ring *r;
+	struct td_sub *a;
+	uint32_t seq;
+
+	tu_daemon_start(&d, "warn");
+	cp = open_client(&d);
+	r = make_ring(cp, "t/seq-freed", 2, 64, 0);
+	h = tu_find_mapping("memfd:tensord-ring-hdr");
+	rd = tu_find_mapping("memfd:tensord-ring-readers");
+	ca = open_client(&d);
+	a = subscribe(ca, "t/seq-freed");
+	atomic_store(&rd->rows[0].waiting,
+		     (atomic_load(&rd->rows[0].waiting) & ~TD_RING_LOW) |
+			     TD_RING_WAIT_FUTEX);
+	seq = atomic_load(&h->seq);
+	cr_assert_eq(shutdown(ca->sock, SHUT_RDWR), 0);
+	/* no deadline: a free that never comes hangs, the timeout fails it */
+	while (atomic_load(&rd->rows[0].waiting) != 0 ||
+	       atomic_load(&rd->rows[0].taken) != TD_RING_TAKEN_ANY)
+		usleep(1000);
+	cr_assert_neq(atomic_load(&h->seq), seq,
+		      "a sleep on seq that had not begun would never end");
+	orphan_close(&d, cp, r, ca, a, NULL, NULL);
+}
+
+/*
  * An event-loop reader armed on its timerfd when the daemon drops its
  * connection: the daemon's free fires the timerfd (no publish comes),
  * and td_sub_poll ends the subscription with -EPIPE, writing nothing
