@@ -2092,6 +2092,28 @@ static void row0_at(struct td_ring_readers *rd, uint32_t w)
  * mappings are counted; not every mapping: glibc keeps the threads'
  * stacks and arenas.
  */
+/*
+ * A daemon, a producer's client cp with a two-slot ring `name`, and a
+ * reader's client ca subscribed to it (a, row 0): what orphan_close()
+ * ends. Returns the readers page.
+ */
+static struct td_ring_readers *orphan_open(struct tu_daemon *d,
+					   struct td_client **cp,
+					   struct td_ring **r,
+					   struct td_client **ca,
+					   struct td_sub **a, const char *name)
+{
+	struct td_ring_readers *rd;
+
+	tu_daemon_start(d, "warn");
+	*cp = open_client(d);
+	*r = make_ring(*cp, name, 2, 64, 0);
+	rd = tu_find_mapping("memfd:tensord-ring-readers");
+	*ca = open_client(d);
+	*a = subscribe(*ca, name);
+	return rd;
+}
+
 static void orphan_close(struct tu_daemon *d, struct td_client *cp,
 			 struct td_ring *r, struct td_client *ca,
 			 struct td_sub *a, struct td_client *cb,
@@ -2280,13 +2302,8 @@ Test(ring, freeing_a_row_asleep_on_seq_moves_seq, .timeout = 60)
 	struct td_sub *a;
 	uint32_t seq;
 
-	tu_daemon_start(&d, "warn");
-	cp = open_client(&d);
-	r = make_ring(cp, "t/seq-freed", 2, 64, 0);
+	rd = orphan_open(&d, &cp, &r, &ca, &a, "t/seq-freed");
 	h = tu_find_mapping("memfd:tensord-ring-hdr");
-	rd = tu_find_mapping("memfd:tensord-ring-readers");
-	ca = open_client(&d);
-	a = subscribe(ca, "t/seq-freed");
 	atomic_store(&rd->rows[0].waiting,
 		     (atomic_load(&rd->rows[0].waiting) & ~TD_RING_LOW) |
 			     TD_RING_WAIT_FUTEX);
@@ -2319,12 +2336,7 @@ Test(ring, an_event_loop_reader_learns_its_row_was_freed, .timeout = 60)
 	struct pollfd p;
 	int fd;
 
-	tu_daemon_start(&d, "warn");
-	cp = open_client(&d);
-	r = make_ring(cp, "t/loop-freed", 2, 64, 0);
-	rd = tu_find_mapping("memfd:tensord-ring-readers");
-	ca = open_client(&d);
-	a = subscribe(ca, "t/loop-freed");
+	rd = orphan_open(&d, &cp, &r, &ca, &a, "t/loop-freed");
 	fd = td_sub_fd(a);
 	cr_assert_geq(fd, 0);
 	cr_assert_eq(td_sub_poll(a, &v), -EAGAIN); /* armed */
