@@ -49,6 +49,7 @@
 #include <linux/futex.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -81,10 +82,26 @@ static int bare_can_run(const struct bench_env *env, size_t size, char *why,
 	return 0;
 }
 
-/* PACED: two slots (see the top); else one. */
+/*
+ * PACED: two slots (see the top); else one, or two that alternate by
+ * seq parity with TD_BENCH_BARE_SLOTS=2: the floor of a design that
+ * keeps the last payload readable while the next one is written (the
+ * plain API's current version), twice the working set of one reused
+ * buffer (bench/README.md, "The plain API's 16 MiB write"). The ack
+ * comes before the next write either way, so nothing is rewritten
+ * under a reader.
+ */
 static unsigned bare_slots(const struct bench_run *r)
 {
-	return r->kind == BENCH_PACED ? 2 : 1;
+	/* read once (by bare_prepare, before the fork), not per handoff */
+	static int two = -1;
+
+	if (two < 0) {
+		const char *e = getenv("TD_BENCH_BARE_SLOTS");
+
+		two = e && strcmp(e, "2") == 0;
+	}
+	return r->kind == BENCH_PACED || two ? 2 : 1;
 }
 
 /* The payload slot of seq. */

@@ -202,6 +202,9 @@ struct opts {
 /* Fewest messages in a round of a paced run (per consumer): a p99 of
  * fewer latencies is the largest one or the one below it. */
 #define PACED_ROUND_MIN 200
+/* Fewest rounds of a paced run unless --rounds asks for fewer: its
+ * verdicts pair them (the median of the per-round ratios). */
+#define PACED_ROUNDS_MIN 3
 _Static_assert(DEFAULT_ROUNDS <= BENCH_MAX_ROUNDS,
 	       "a result keeps BENCH_MAX_ROUNDS round medians");
 
@@ -354,7 +357,9 @@ static void usage(FILE *f)
 "                   table on stderr\n"
 "  -v, --verbose\n"
 "Environment: TD_BENCH_TENSORD (daemon binary), TD_BENCH_KEEP=1 (keep the\n"
-"temp dir with the RouDi and tensord logs).\n",
+"temp dir with the RouDi and tensord logs), TD_BENCH_BARE_SLOTS=2 (the\n"
+"bare ping-pong and fan-out alternate two payload slots, as a store that\n"
+"keeps the last payload readable must).\n",
 		DEFAULT_ROUNDS, BENCH_MAX_ROUNDS, PACED_ROUND_MIN,
 		TD_BENCH_TENSORD_DEFAULT,
 		TD_BENCH_ROUDI_DEFAULT);
@@ -1005,14 +1010,21 @@ static void counts(const struct opts *o, const struct run_plan *pl,
 	if (pl->kind == BENCH_PACED) {
 		/*
 		 * 2 s at 1 kHz, 3 s at 30 Hz; smoke: a few messages. Never
-		 * under 200 messages (6.7 s at 30 Hz), whatever --scale: a
-		 * p99 of fewer is the largest sample or the one below, one
-		 * hiccup of a shared machine, and its verdict a coin toss.
+		 * under PACED_ROUNDS_MIN rounds of PACED_ROUND_MIN messages
+		 * (20 s at 30 Hz; fewer when --rounds asks for fewer),
+		 * whatever --scale: a p99 of fewer than 200 is the largest
+		 * sample or the one below, one hiccup of a shared machine,
+		 * and a verdict from one such round a coin toss (the 30 Hz
+		 * rows read one pooled round each before).
 		 */
+		const uint64_t floor = PACED_ROUND_MIN *
+			(uint64_t)(o->rounds < PACED_ROUNDS_MIN ?
+					   o->rounds : PACED_ROUNDS_MIN);
+
 		*n = o->smoke ? (pl->rate_hz > 100 ? 30 : 4) :
 			(uint64_t)((pl->rate_hz > 100 ? 2000 : 90) * o->scale);
-		if (!o->smoke && *n < 200)
-			*n = 200;
+		if (!o->smoke && *n < floor)
+			*n = floor;
 		*w = o->smoke ? 2 : (pl->rate_hz > 100 ? 100 : 5);
 		if (o->iters > 0 && !o->smoke)
 			*n = (uint64_t)o->iters;
