@@ -3,13 +3,17 @@
  * tensord through its public client API (libclient/include/tensord/tensord.h),
  * against a daemon the bench starts on a socket in its temp dir.
  *
- * Producer: td_client_alloc_ex(TD_ALLOC_STREAM) one plane -> write ->
- * td_client_publish_alloc(), what a streaming user of the plain API does
- * (docs/fastpath.md, "Recycled loans" and "Streams"). Once the version
- * before is replaced and released, the daemon hands its buffer back, in
- * the PUBLISH reply: the producer alternates two buffers it keeps mapped,
- * with no fd, mmap or fresh memory per handoff (only the first two
- * handoffs of a run take first-touch faults), and one round trip.
+ * Producer: td_client_alloc_ex(TD_ALLOC_REWRITE) one plane -> write ->
+ * td_client_publish_alloc(), what a streaming user of the plain API whose
+ * producer waits for its consumers does (docs/fastpath.md, "Recycled
+ * loans", "Streams", "Rewriting the latest version"). Below 8 MiB that is
+ * a stream: once the version before is replaced and released, the daemon
+ * hands its buffer back in the PUBLISH reply, the producer alternates two
+ * buffers it keeps mapped, with no fd, mmap or fresh memory per handoff
+ * (only the first two handoffs of a run take first-touch faults), and one
+ * round trip. From 8 MiB the ALLOC takes back the version the consumer
+ * has released: one buffer, warm in the caches, for an ALLOC round trip
+ * more.
  * tensord-nowait: the same producer with td_client_publish_alloc_nowait()
  * (docs/fastpath.md, "A publish nobody waits for"): the reply, and the
  * loan in it, is read at the next alloc, so the producer goes from its
@@ -191,7 +195,7 @@ static int td_producer_step(struct bench_run *r, uint64_t seq)
 	void *p;
 	int rc;
 
-	rc = td_client_alloc_ex(x->c, 1, &size, TD_ALLOC_STREAM, &a, &err);
+	rc = td_client_alloc_ex(x->c, 1, &size, TD_ALLOC_REWRITE, &a, &err);
 	if (rc < 0)
 		return bench_fail(r, rc, "td_client_alloc_ex: %.200s",
 				  err.reason);
@@ -281,7 +285,7 @@ static void td_teardown(struct bench_run *r)
 const struct bench_method bench_tensord = {
 	.name = "tensord",
 	.desc = "tensord public client API, daemon started by the bench: "
-		"td_client_alloc_ex(TD_ALLOC_STREAM)/write/"
+		"td_client_alloc_ex(TD_ALLOC_REWRITE)/write/"
 		"td_client_publish_alloc, "
 		"td_client_get_newer/check/td_tensor_release_nowait; "
 		"ack: 8 bytes on an AF_UNIX SOCK_SEQPACKET socketpair",

@@ -299,6 +299,17 @@ struct td__peer {
 	unsigned n_freebufs;
 	/* the alloc the last PUBLISH with TD_WIRE_PUB_LOAN lent, 0 none */
 	uint64_t loan_id;
+	/*
+	 * Rewriting the latest version (TD_WIRE_ALLOC_REWRITE, loan.c): the
+	 * version this connection published last from a REWRITE alloc
+	 * (rw_len 0: none yet) and, while rw_alloc is nonzero, the alloc
+	 * that took that version's buffers back, on store->rewrites: a GET
+	 * of rw_name then waits for its publish.
+	 */
+	struct td__list rw_link;
+	uint64_t rw_number, rw_alloc;
+	uint16_t rw_len;
+	char rw_name[TD_WIRE_MAX_NAME + 1];
 };
 
 /*

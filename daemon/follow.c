@@ -231,7 +231,7 @@ static void bell_wake(struct bell *b)
 
 /* now becomes `latest` (NULL: the name has none), gone is retired. */
 static void bell_set(struct bell *b, struct td__version *now,
-		     struct td__version *gone)
+		     struct td__version *gone, bool quiet)
 {
 	uint32_t e = TD_FOLLOW_ENTRY_NONE;
 
@@ -243,13 +243,27 @@ static void bell_set(struct bell *b, struct td__version *now,
 	atomic_store_explicit(&b->hdr->latest,
 			      now ? td_follow_latest_pack(now->number, e) : 0,
 			      memory_order_release);
-	atomic_fetch_add(&b->hdr->seq, 1);
+	/*
+	 * quiet (a rewrite, loan.c): latest is 0 until the next publish,
+	 * which bumps seq and wakes; a follower that looks meanwhile finds
+	 * nothing to take. Its hold of gone, if one raced in, is still
+	 * found by the scan below: the fence stands where the seq bump's
+	 * full barrier stands otherwise, between the store of latest and
+	 * the loads of the rows (a follower stores its hold, then re-reads
+	 * latest).
+	 */
+	if (quiet)
+		atomic_thread_fence(memory_order_seq_cst);
+	else
+		atomic_fetch_add(&b->hdr->seq, 1);
 	if (gone)
 		bell_retire(b, gone);
-	bell_wake(b);
+	if (!quiet)
+		bell_wake(b);
 }
 
-static void on_changed(struct td__version *now, struct td__version *gone)
+static void on_changed(struct td__version *now, struct td__version *gone,
+		       bool quiet)
 {
 	const struct td__version *v = now ? now : gone;
 	struct bell *b;
@@ -259,7 +273,7 @@ static void on_changed(struct td__version *now, struct td__version *gone)
 	b = bell_named(v->name, v->name_len);
 	if (!b || (!now && b->cur_v != gone))
 		return;
-	bell_set(b, now, gone);
+	bell_set(b, now, gone, quiet);
 }
 
 /*
@@ -610,7 +624,7 @@ void td__follow(struct td__peer *p, const struct td__req *rq)
 			td__name_lookup(td__d->store, m.name);
 
 		if (cur)
-			bell_set(b, cur, NULL);
+			bell_set(b, cur, NULL, false);
 	}
 	reply_follow(p, h, m.flags, b, f);
 }

@@ -244,7 +244,7 @@ static void on_timer(uv_timer_t *t)
 		else if (w->rewrite)
 			td__peer_error(w->peer, TD_OP_GET, w->request_id,
 				       -ETIMEDOUT,
-				       "ring \"%.*s\": the producer started "
+				       "\"%.*s\": its producer started "
 				       "rewriting its latest version and "
 				       "published nothing within %d ms",
 				       (int)w->len, w->name,
@@ -419,6 +419,10 @@ void td__lease_get(struct td__peer *p, const struct td__req *rq)
 			return;
 		rw = rc < 0 ? rc : 0;
 	}
+	/* its producer took the latest version back to rewrite it (loan.c):
+	 * its next one is on its way, as with a ring's rewrite */
+	if (!v && !ring && td__rewrite_pending(m.name))
+		rw = -EAGAIN;
 	if (m.mode == TD_GET_EXACT)
 		get_exact(p, h, &m, v);
 	else if (v && (m.mode == TD_GET_LATEST || v->number > m.version))

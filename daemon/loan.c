@@ -20,15 +20,24 @@ void td__loan_free(struct td__store *s, struct td__alloc *a)
 	TD__SPARE_PUT(&s->spare_allocs, a, struct td__alloc, link);
 }
 
+static bool held_in(const struct td_wire_alloc_req *m, uint64_t id)
+{
+	for (uint32_t i = 0; i < m->held_count; i++)
+		if (m->held[i] == id)
+			return true;
+	return false;
+}
+
 /*
- * A free buffer of p for a plane of `size` bytes: one the client says it
- * holds mapped (held ids) first, else any of that size. Oldest first.
+ * A free buffer of p for a plane of `size` bytes: `prefer` (the buffer
+ * a rewrite took back, 0 none) first, then one the client says it holds
+ * mapped (held ids), else any of that size. Oldest first.
  */
 static struct td__freebuf *freebuf_pick(struct td__peer *p, uint64_t size,
 					const struct td_wire_alloc_req *m,
-					bool *held)
+					uint64_t prefer, bool *held)
 {
-	struct td__freebuf *any = NULL;
+	struct td__freebuf *any = NULL, *mapped = NULL;
 
 	for (struct td__list *l = p->freebufs.next; l != &p->freebufs;
 	     l = l->next) {
@@ -37,16 +46,85 @@ static struct td__freebuf *freebuf_pick(struct td__peer *p, uint64_t size,
 
 		if (fb->f.size != size)
 			continue;
-		for (uint32_t i = 0; i < m->held_count; i++)
-			if (m->held[i] == fb->f.buffer_id) {
-				*held = true;
-				return fb;
-			}
+		if (prefer && fb->f.buffer_id == prefer) {
+			mapped = fb;
+			break;
+		}
+		if (!mapped && held_in(m, fb->f.buffer_id))
+			mapped = fb;
 		if (!any)
 			any = fb;
+		if (mapped && !prefer)
+			break;
 	}
-	*held = false;
-	return any;
+	*held = mapped ? held_in(m, mapped->f.buffer_id) : false;
+	return mapped ? mapped : any;
+}
+
+/* ---- rewriting the latest version (TD_WIRE_ALLOC_REWRITE) ---- */
+
+static void rewrite_end(struct td__peer *p)
+{
+	td__list_del(&p->rw_link);
+	td__list_init(&p->rw_link);
+	p->rw_alloc = 0;
+}
+
+void td__rewrite_published(struct td__peer *p, const struct td__version *v)
+{
+	p->rw_len = v->name_len;
+	memcpy(p->rw_name, v->name, v->name_len);
+	p->rw_number = v->number;
+}
+
+bool td__rewrite_pending(struct td_wire_str name)
+{
+	const struct td__list *head = &td__d->store->rewrites;
+
+	for (const struct td__list *l = head->next; l != head; l = l->next) {
+		const struct td__peer *p =
+			td__container_of(l, struct td__peer, rw_link);
+
+		if (p->rw_len == name.len &&
+		    memcmp(p->rw_name, name.ptr, name.len) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The version p published last from a REWRITE alloc, taken back when it
+ * is still current, recyclable, of exactly m's planes, and nobody holds
+ * it: no lease, no follower's row, no snapshot (each a reference). It
+ * stops being current (no event: its name's next version is on its way)
+ * and, once unreferenced, its buffers go to p's free list, where
+ * freebuf_pick prefers them: prefer[i] is plane i's buffer id. Returns
+ * the planes taken back, 0 none.
+ */
+static uint32_t rewrite_take(struct td__store *s, struct td__peer *p,
+			     const struct td_wire_alloc_req *m,
+			     uint64_t *prefer)
+{
+	struct td_wire_str n = {p->rw_name, p->rw_len};
+	struct td__version *v;
+
+	if (!p->rw_len)
+		return 0;
+	v = td__name_lookup(s, n);
+	if (!v || v->number != p->rw_number || !v->recycle || v->owner != p ||
+	    v->lease_count || v->refs != 1 || v->nfds != m->plane_count ||
+	    td__version_pinned(v))
+		return 0;
+	for (uint32_t i = 0; i < v->nfds; i++) {
+		if (v->fds[i].fd < 0 || v->fds[i].size != m->sizes[i])
+			return 0;
+		prefer[i] = v->fds[i].buffer_id;
+	}
+	td__name_withdraw(s, v);
+	td__store_changed();
+	td__version_retire(s, v);
+	td__version_unref(s, v);
+	return m->plane_count;
 }
 
 /* The request itself, before anything is taken. 0 or an error reply. */
@@ -96,13 +174,16 @@ static int alloc_check(struct td__peer *p, const struct td__req *rq,
  */
 static uint64_t alloc_recycled(struct td__store *s, struct td__peer *p,
 			       struct td__alloc *a,
-			       const struct td_wire_alloc_req *m, bool *held)
+			       const struct td_wire_alloc_req *m,
+			       const uint64_t *prefer, bool *held)
 {
 	uint64_t fresh = 0;
 
 	for (uint32_t i = 0; i < m->plane_count; i++) {
 		struct td__freebuf *fb =
-			a->recycle ? freebuf_pick(p, m->sizes[i], m, &held[i])
+			a->recycle ? freebuf_pick(p, m->sizes[i], m,
+						  prefer ? prefer[i] : 0,
+						  &held[i])
 				   : NULL;
 
 		a->sizes[i] = m->sizes[i];
@@ -238,7 +319,7 @@ void td__loan_lend(struct td__peer *p, uint32_t count, const uint64_t *sizes,
 	td__list_add_tail(&p->allocs, &a->link);
 	p->n_allocs++;
 	/* only what the free list holds: a loan never makes a plane */
-	if (alloc_recycled(s, p, a, &m, held) > 0) {
+	if (alloc_recycled(s, p, a, &m, NULL, held) > 0) {
 		loan_return(s, p, a);
 		return;
 	}
@@ -257,6 +338,7 @@ void td__loan_alloc(struct td__peer *p, const struct td__req *rq)
 	struct td__alloc *a;
 	int fds[TD_WIRE_MAX_PLANES];
 	bool held[TD_WIRE_MAX_PLANES] = {false};
+	uint64_t prefer[TD_WIRE_MAX_PLANES] = {0};
 	unsigned nsend = 0;
 	int64_t len;
 	int rc = td_wire_alloc_req_decode(rq->body, h->body_len, &m, &e);
@@ -275,7 +357,20 @@ void td__loan_alloc(struct td__peer *p, const struct td__req *rq)
 	a->id = s->next_alloc++;
 	a->uid = p->uid;
 	a->recycle = m.flags & TD_WIRE_ALLOC_RECYCLE;
-	if (alloc_create(s, p, h, a, alloc_recycled(s, p, a, &m, held)) < 0) {
+	a->rewrite = a->recycle && (m.flags & TD_WIRE_ALLOC_REWRITE);
+	/* a rewrite alloc dropped unpublished stops holding its name up */
+	if (a->rewrite && p->rw_alloc)
+		rewrite_end(p);
+	if (a->rewrite && rewrite_take(s, p, &m, prefer)) {
+		p->rw_alloc = a->id;
+		td__list_add_tail(&s->rewrites, &p->rw_link);
+	}
+	if (alloc_create(s, p, h, a,
+			 alloc_recycled(s, p, a, &m,
+					p->rw_alloc == a->id ? prefer : NULL,
+					held)) < 0) {
+		if (p->rw_alloc == a->id)
+			rewrite_end(p);
 		td__loan_free(s, a);
 		return;
 	}
@@ -305,6 +400,9 @@ void td__loan_done(struct td__peer *p, struct td__alloc *a)
 {
 	if (a->id == p->loan_id)
 		p->loan_id = 0;
+	/* published or dropped: the name is not being rewritten any more */
+	if (a->id == p->rw_alloc)
+		rewrite_end(p);
 	td__list_del(&a->link);
 	p->n_allocs--;
 	td__loan_free(td__d->store, a);

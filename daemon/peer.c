@@ -449,7 +449,7 @@ static int probe_trusted(struct td__peer *p, int fd, char *why, size_t cap)
 	 TD_WIRE_FEAT_PUB_LOAN | TD_WIRE_FEAT_RELEASE_QUIET |              \
 	 TD_WIRE_FEAT_DELETE_IF | TD_WIRE_FEAT_FOLLOW |                       \
 	 TD_WIRE_FEAT_FOLLOW_SPARE | TD_WIRE_FEAT_WAKE_ROWS |                 \
-	 TD_WIRE_FEAT_ROW_OWNER)
+	 TD_WIRE_FEAT_ROW_OWNER | TD_WIRE_FEAT_REWRITE)
 
 void td__peer_hello(struct td__peer *p, const struct td__req *rq)
 {
@@ -752,6 +752,7 @@ int td__peer_take_fd(struct td__daemon *d, int fd)
 	td__list_init(&p->txq);
 	td__list_init(&p->leases);
 	td__list_init(&p->allocs);
+	td__list_init(&p->rw_link);
 	td__list_init(&p->watches);
 	td__list_init(&p->waiters);
 	td__list_init(&p->freebufs);

@@ -496,6 +496,7 @@ static void pub_commit(struct pub *x, struct td__version *ver)
 	int fds[TD_WIRE_MAX_PLANES];
 	unsigned nfds = 0;
 	int64_t len;
+	bool rewrite = x->alloc && x->alloc->rewrite;
 
 	pub_move_fds(x, ver);
 	ver->acct = x->acct;
@@ -513,6 +514,8 @@ static void pub_commit(struct pub *x, struct td__version *ver)
 		x->alloc = NULL;
 	}
 	ver->number = s->next_version++;
+	if (rewrite)
+		td__rewrite_published(p, ver);
 	/*
 	 * into systemd's fd store before the reply (fdstore.c); not a
 	 * recyclable version, whose bytes are not sealed (its fd ids stay 0,

@@ -68,6 +68,11 @@ static bool bell_pins(const struct td__version *v)
 	return bell && v && bell->pins(v);
 }
 
+bool td__version_pinned(const struct td__version *v)
+{
+	return bell_pins(v);
+}
+
 /* ---- spare records (no per-handoff allocation in the steady state) ---- */
 
 static struct td__list *spare_take(struct td__spares *sp)
@@ -453,11 +458,12 @@ struct td__version *td__name_set(struct td__store *s, struct td__version *v)
 	}
 	s->names[at] = v;
 	if (bell)
-		bell->changed(v, old);
+		bell->changed(v, old, false);
 	return old;
 }
 
-void td__name_remove(struct td__store *s, const struct td__version *v)
+static void name_drop(struct td__store *s, const struct td__version *v,
+		      bool quiet)
 {
 	bool found;
 	size_t at = td__name_find(s, v->name, v->name_len, &found);
@@ -468,7 +474,17 @@ void td__name_remove(struct td__store *s, const struct td__version *v)
 		(s->count - at - 1) * sizeof(*s->names));
 	s->count--;
 	if (bell)
-		bell->changed(NULL, (struct td__version *)v);
+		bell->changed(NULL, (struct td__version *)v, quiet);
+}
+
+void td__name_remove(struct td__store *s, const struct td__version *v)
+{
+	name_drop(s, v, false);
+}
+
+void td__name_withdraw(struct td__store *s, const struct td__version *v)
+{
+	name_drop(s, v, true);
 }
 
 /* ---- eviction (quota.c counts the bytes, this picks what goes) ---- */
@@ -679,6 +695,7 @@ int td__store_new(struct td__daemon *d)
 	td__list_init(&s->versions);
 	td__list_init(&s->freebufs);
 	td__list_init(&s->waiters);
+	td__list_init(&s->rewrites);
 	td__list_init(&s->spare_allocs.head);
 	td__list_init(&s->spare_versions.head);
 	td__list_init(&s->spare_freebufs.head);

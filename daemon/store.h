@@ -104,6 +104,7 @@ struct td__alloc {
 	struct td__list link; /* peer->allocs */
 	uint64_t id;
 	bool recycle; /* TD_WIRE_ALLOC_RECYCLE */
+	bool rewrite; /* TD_WIRE_ALLOC_REWRITE: its version may be taken back */
 	uint32_t count;
 	uint64_t acct;
 	uid_t uid;
@@ -177,6 +178,8 @@ struct td__store {
 	struct td__buf *bufs;
 	size_t nbufs, bufs_cap;
 	struct td__list watches, waiters;
+	/* peers whose latest version is being rewritten (peer->rw_link) */
+	struct td__list rewrites;
 	uv_timer_t timer; /* earliest parked-GET deadline */
 	uint64_t total;   /* accounted bytes */
 	struct td__uidacct *uids; /* accounted bytes per uid (nonzero only) */
@@ -221,7 +224,10 @@ struct td__store {
  * short (then it counts again).
  */
 struct td__store_bell {
-	void (*changed)(struct td__version *now, struct td__version *gone);
+	/* quiet: a rewrite took gone back (loan.c); its next version is on
+	 * its way, so nobody is woken for the gap */
+	void (*changed)(struct td__version *now, struct td__version *gone,
+			bool quiet);
 	bool (*pins)(const struct td__version *v);
 	void (*sweep)(void);
 };
@@ -247,6 +253,8 @@ struct td__version *td__version_new(struct td__store *s, size_t data_len);
 void td__version_put(struct td__store *s, struct td__version *v);
 /* Drop one reference; the last one frees the version (see above). */
 void td__version_unref(struct td__store *s, struct td__version *v);
+/* Whether a follower's row holds v, the current version of its name. */
+bool td__version_pinned(const struct td__version *v);
 /* A retired version of n still alive (leased), or NULL. */
 struct td__version *td__version_retired(struct td__store *s,
 					struct td_wire_str n,
@@ -284,6 +292,8 @@ struct td__version *td__name_set(struct td__store *s,
 				 struct td__version *v);
 /* v is no longer current (DELETE, eviction); its reference stays. */
 void td__name_remove(struct td__store *s, const struct td__version *v);
+/* The same for a rewrite (loan.c): followers are not woken for it. */
+void td__name_withdraw(struct td__store *s, const struct td__version *v);
 /*
  * v leaves its name (replaced or deleted; before its reference is
  * dropped). When only other uids hold it leased, its bytes stop counting
@@ -350,6 +360,11 @@ void td__loan_done(struct td__peer *p, struct td__alloc *a);
 void td__loan_lend(struct td__peer *p, uint32_t count, const uint64_t *sizes,
 		   uint32_t held_count, const uint64_t *held,
 		   struct td_wire_alloc_rep *r, int *fds, unsigned *nfds);
+/* A PUBLISH of a REWRITE alloc made v: the version p's next REWRITE
+ * ALLOC may take back. */
+void td__rewrite_published(struct td__peer *p, const struct td__version *v);
+/* Whether a producer is rewriting the latest version of name now. */
+bool td__rewrite_pending(struct td_wire_str name);
 
 /* ---- lease.c ---- */
 

@@ -732,7 +732,7 @@ static int import_pref(uint32_t *pref, struct td_error *err)
 	 TD_WIRE_FEAT_STATUS | TD_WIRE_FEAT_RING_WAKE |                 \
 	 TD_WIRE_FEAT_PUB_LOAN | TD_WIRE_FEAT_RELEASE_QUIET |              \
 	 TD_WIRE_FEAT_DELETE_IF | TD_WIRE_FEAT_WAKE_ROWS |                    \
-	 TD_WIRE_FEAT_ROW_OWNER)
+	 TD_WIRE_FEAT_ROW_OWNER | TD_WIRE_FEAT_REWRITE)
 
 static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 {
@@ -973,6 +973,7 @@ int td_client_connect_ex(const char *path, uint32_t flags,
 	c->reconnect = flags & TD_CLIENT_RECONNECT;
 	c->gf_off = (gf = getenv("TENSORD_GET_FOLLOW")) && !strcmp(gf, "0");
 	c->rows_off = (gf = getenv("TENSORD_WAKE_ROWS")) && !strcmp(gf, "0");
+	c->rewrite_min = td__rewrite_min_env();
 	c->pref = pref;
 	memcpy(c->path, sa.sun_path, sizeof(c->path));
 	rc = sock_open(&sa, salen, err);

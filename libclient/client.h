@@ -155,6 +155,11 @@ struct td_client {
 	struct td_alloc *next_loan;
 	bool unloan;
 	/*
+	 * TD_ALLOC_REWRITE (produce.c): loans of fewer bytes than this are
+	 * plain stream loans ($TENSORD_REWRITE_MIN, bytes).
+	 */
+	uint64_t rewrite_min;
+	/*
 	 * td_client_publish_alloc_nowait (produce.c): the PUBLISH sent and
 	 * not answered yet (pub_id 0: none) and its loan until then;
 	 * pub_err: a failure read and not yet returned (code 0: none);
@@ -341,6 +346,8 @@ void td__next_loan_forget(struct td_client *c);
 /* A new connection (lock held): the lent loan named an alloc of the old
  * daemon; drop it (its buffers idle), and forget a give-back. */
 void td__next_loan_reset(struct td_client *c);
+/* $TENSORD_REWRITE_MIN, or the default (produce.c). */
+uint64_t td__rewrite_min_env(void);
 /* The reply to the PUBLISH of td_client_publish_alloc_nowait, read while
  * waiting for another (lock held): take its outcome, close its fds. */
 void td__pub_answered(struct td_client *c, struct td__msg *m);

@@ -29,6 +29,7 @@ struct td_alloc {
 	 */
 	bool recycle;
 	bool stream; /* TD_ALLOC_STREAM: its PUBLISH asks for the next loan */
+	bool rewrite; /* TD_ALLOC_REWRITE sent: the next loan is an ALLOC */
 	int fds[TD_WIRE_MAX_PLANES];
 	void *addr[TD_WIRE_MAX_PLANES];
 	uint64_t size[TD_WIRE_MAX_PLANES];
@@ -330,7 +331,7 @@ static uint32_t loans_held(const struct td_client *c, uint64_t *held)
 
 static int alloc_call(struct td_client *c, struct td_alloc *a,
 		      uint32_t plane_count, const uint64_t *sizes,
-		      bool recycle, struct td_error *err)
+		      bool recycle, bool rewrite, struct td_error *err)
 {
 	struct td_wire_alloc_req req = {.plane_count = plane_count};
 	struct td_wire_alloc_rep rep;
@@ -349,6 +350,8 @@ static int alloc_call(struct td_client *c, struct td_alloc *a,
 		req.flags |= TD_WIRE_ALLOC_RECYCLE;
 		req.held_count = loans_held(c, req.held);
 	}
+	if (recycle && rewrite)
+		req.flags |= TD_WIRE_ALLOC_REWRITE;
 	len = td_wire_alloc_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
 				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	if (len < 0)
@@ -371,19 +374,56 @@ static int alloc_call(struct td_client *c, struct td_alloc *a,
 static int pub_settle(struct td_client *c, uint64_t *version,
 		      struct td_error *err);
 
+/*
+ * Below this (all planes), TD_ALLOC_REWRITE is TD_ALLOC_STREAM: the ALLOC
+ * round trip it costs per tensor (~15 us on the VM of bench/README.md)
+ * buys back more than it costs only once two buffers no longer stay in
+ * the caches (bench/README.md, "Rewriting the latest version").
+ */
+#define REWRITE_MIN_DEFAULT (8ull << 20)
+
+uint64_t td__rewrite_min_env(void)
+{
+	const char *e = getenv("TENSORD_REWRITE_MIN");
+	char *end;
+	unsigned long long v;
+
+	if (!e || !*e)
+		return REWRITE_MIN_DEFAULT;
+	v = strtoull(e, &end, 10);
+	return *end ? REWRITE_MIN_DEFAULT : (uint64_t)v;
+}
+
+/* Whether an alloc of these planes asks the daemon for a rewrite. */
+static bool rewrite_wanted(const struct td_client *c, uint32_t flags,
+			   bool recycle, uint32_t plane_count,
+			   const uint64_t *sizes)
+{
+	uint64_t sum = 0;
+
+	if (!(flags & TD_ALLOC_REWRITE) || !recycle ||
+	    !td__has(c, TD_WIRE_FEAT_REWRITE))
+		return false;
+	for (uint32_t i = 0; i < plane_count; i++)
+		sum += sizes[i];
+	return sum >= c->rewrite_min;
+}
+
 int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
 		       const uint64_t *sizes, uint32_t flags,
 		       struct td_alloc **out, struct td_error *err)
 {
 	struct td_alloc *a = NULL;
-	bool recycle;
+	bool recycle, rewrite;
 	int rc;
 
 	if (!c || !out || !plane_count || plane_count > TD_WIRE_MAX_PLANES ||
 	    !sizes)
 		return td__fail(err, -EINVAL, "plane count must be 1..%d",
 				TD_WIRE_MAX_PLANES);
-	if (flags & ~(TD_ALLOC_RECYCLE | TD_ALLOC_STREAM))
+	if (flags & TD_ALLOC_REWRITE)
+		flags |= TD_ALLOC_STREAM;
+	if (flags & ~(TD_ALLOC_RECYCLE | TD_ALLOC_STREAM | TD_ALLOC_REWRITE))
 		return td__fail(err, -EINVAL, "unknown alloc flags %#x",
 				flags);
 	*out = NULL;
@@ -408,7 +448,8 @@ int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
 	/* a daemon that predates recyclable loans lends plain ones */
 	recycle = (flags & (TD_ALLOC_RECYCLE | TD_ALLOC_STREAM)) &&
 		  td__has(c, TD_WIRE_FEAT_ALLOC_RECYCLE);
-	if (c->next_loan && (flags & TD_ALLOC_STREAM) &&
+	rewrite = rewrite_wanted(c, flags, recycle, plane_count, sizes);
+	if (c->next_loan && (flags & TD_ALLOC_STREAM) && !rewrite &&
 	    next_loan_fits(c->next_loan, plane_count, sizes)) {
 		/* lent by the last PUBLISH reply: no round trip */
 		free(a);
@@ -420,10 +461,11 @@ int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
 		return 0;
 	}
 	next_loan_drop(c);
-	rc = alloc_call(c, a, plane_count, sizes, recycle, err);
+	rc = alloc_call(c, a, plane_count, sizes, recycle, rewrite, err);
 	if (rc < 0)
 		goto fail;
 	a->stream = recycle && (flags & TD_ALLOC_STREAM);
+	a->rewrite = rewrite;
 	td__client_ref(c);
 	pthread_mutex_unlock(&c->lock);
 	*out = a;
@@ -823,7 +865,7 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 	 * ALLOC does): the daemon keeps one lent loan per connection, and
 	 * would forget that one and later take back this one.
 	 */
-	if (a && a->stream && !c->next_loan && !c->unloan &&
+	if (a && a->stream && !a->rewrite && !c->next_loan && !c->unloan &&
 	    td__has(c, TD_WIRE_FEAT_PUB_LOAN)) {
 		req.flags |= TD_WIRE_PUB_LOAN;
 		if (c->path_out == TD_IMPORT_SCM)

@@ -520,7 +520,8 @@ int td_wire_hello_rep_decode(const uint8_t *body, size_t len,
 /* ---- ALLOC ---- */
 
 #define ALLOC_FLAGS                                                           \
-	(TD_WIRE_REQ_SCM | TD_WIRE_ALLOC_RECYCLE | TD_WIRE_ALLOC_UNLOAN)
+	(TD_WIRE_REQ_SCM | TD_WIRE_ALLOC_RECYCLE | TD_WIRE_ALLOC_UNLOAN |      \
+	 TD_WIRE_ALLOC_REWRITE)
 #define PUB_FLAGS (TD_WIRE_PUB_PIN | TD_WIRE_PUB_LOAN | TD_WIRE_PUB_LOAN_SCM)
 
 /*
@@ -607,7 +608,8 @@ int64_t td_wire_alloc_req_encode(const struct td_wire_alloc_req *m,
 	struct td_wire_wr wr;
 
 	if (m->plane_count > TD_WIRE_MAX_PLANES || (m->flags & ~ALLOC_FLAGS) ||
-	    (m->held_count && !(m->flags & TD_WIRE_ALLOC_RECYCLE)) ||
+	    ((m->held_count || (m->flags & TD_WIRE_ALLOC_REWRITE)) &&
+	     !(m->flags & TD_WIRE_ALLOC_RECYCLE)) ||
 	    !held_list_ok(m->held_count, m->held))
 		return -EINVAL;
 	td_wire_wr_init(&wr, buf, cap);
@@ -627,6 +629,10 @@ int td_wire_alloc_req_decode(const uint8_t *body, size_t len,
 
 	td_wire_rd_init(&rd, body, len, err);
 	m->flags = td__wire_rd_flags(&rd, ALLOC_FLAGS, "flags");
+	if (!rd.rc && (m->flags & TD_WIRE_ALLOC_REWRITE) &&
+	    !(m->flags & TD_WIRE_ALLOC_RECYCLE))
+		td__wire_rd_fail(&rd, TD_ERR_MALFORMED, "flags", m->flags, 0,
+				 "REWRITE without the RECYCLE flag");
 	m->plane_count =
 		td__wire_rd_count(&rd, TD_WIRE_MAX_PLANES, "plane_count");
 	for (uint32_t i = 0; i < m->plane_count && !rd.rc; i++)

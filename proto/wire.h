@@ -173,6 +173,8 @@ void td_wire_wr_bytes(struct td_wire_wr *wr, const void *p, size_t len);
 /* 0x40 TD_WIRE_FEAT_STATUS, 0x80 TD_WIRE_FEAT_RING_WAKE, 0x200 _FOLLOW,
  * 0x400 _FOLLOW_SPARE, 0x800 _WAKE_ROWS: wire-status.h */
 #define TD_WIRE_FEAT_DELETE_IF 0x100u   /* DELETE's `version` condition */
+/* 0x1000 TD_WIRE_FEAT_ROW_OWNER: wire-status.h */
+#define TD_WIRE_FEAT_REWRITE 0x2000u    /* ALLOC flag TD_WIRE_ALLOC_REWRITE */
 
 /* HELLO request */
 struct td_wire_hello_req {
@@ -233,6 +235,17 @@ struct td_wire_fdent {
  * (the client will not use it: other sizes). No-op when it was published.
  */
 #define TD_WIRE_ALLOC_UNLOAN 0x4u
+/*
+ * ALLOC request flag (TD_WIRE_FEAT_REWRITE; with RECYCLE only): the
+ * version this connection published last from a REWRITE alloc, when it
+ * is still the current version of its name and nobody holds it (no
+ * lease, no follower's hold), stops being current and its buffers make
+ * this alloc (docs/fastpath.md, "Rewriting the latest version"). Until
+ * this alloc is published or dropped, a GET of that name waits for the
+ * publish as a GET of a ring being rewritten does. Otherwise an ordinary
+ * RECYCLE ALLOC.
+ */
+#define TD_WIRE_ALLOC_REWRITE 0x8u
 /* buffer ids a RECYCLE ALLOC or an SCM GET may advertise (the client
  * holds them mapped) */
 #define TD_WIRE_MAX_HELD 16

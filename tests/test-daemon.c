@@ -589,7 +589,8 @@ DTest(hello_without_feature_bits_gets_the_version_1_reply)
 			     TD_WIRE_FEAT_RELEASE_QUIET |
 			     TD_WIRE_FEAT_DELETE_IF | TD_WIRE_FEAT_FOLLOW |
 			     TD_WIRE_FEAT_FOLLOW_SPARE |
-			     TD_WIRE_FEAT_WAKE_ROWS | TD_WIRE_FEAT_ROW_OWNER);
+			     TD_WIRE_FEAT_WAKE_ROWS | TD_WIRE_FEAT_ROW_OWNER |
+			     TD_WIRE_FEAT_REWRITE);
 	close_msg_fds(m);
 	close(sock);
 }

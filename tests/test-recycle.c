@@ -31,9 +31,11 @@
 
 #include "blob.h"
 #include "bytes.h"
+#include "client.h"
 #include "malloc-count.h"
 #include "scm.h"
 #include "tensord/tensord.h"
+#include "testchild.h"
 #include "testclient.h"
 #include "testutil.h"
 #include "wire.h"
@@ -417,7 +419,7 @@ Test(recycle, plain_loans_are_still_write_sealed_and_never_recycled)
 	{
 		uint64_t size = 8 * KIB;
 
-		cr_assert_eq(td_client_alloc_ex(prod, 1, &size, 0x4, &a, &e),
+		cr_assert_eq(td_client_alloc_ex(prod, 1, &size, 0x8, &a, &e),
 			     -EINVAL);
 	}
 
@@ -1607,6 +1609,320 @@ Test(recycle, a_loan_not_taken_is_given_back_before_another_is_asked_for)
 	tu_daemon_stop(&d, true);
 }
 
+/* ---- rewriting the latest version (TD_ALLOC_REWRITE) ---- */
+
+/*
+ * Clients of d whose TD_ALLOC_REWRITE applies at every size (the default
+ * floor, 8 MiB, would make these tests map 8 MiB buffers for nothing).
+ */
+static struct td_client *rw_conn(const struct tu_daemon *d,
+				 const char *import)
+{
+	struct td_client *c;
+
+	cr_assert_eq(setenv("TENSORD_REWRITE_MIN", "0", 1), 0);
+	c = conn(d, import);
+	unsetenv("TENSORD_REWRITE_MIN");
+	return c;
+}
+
+/* name's current version by STAT, or the STAT's -errno. */
+static int64_t current_of(struct td_client *c, const char *name)
+{
+	struct td_entry ent = {0};
+	struct td_error e = {0};
+	int rc = td_client_stat(c, name, &ent, &e);
+	int64_t v = rc < 0 ? rc : (int64_t)ent.version;
+
+	if (rc == 0)
+		td_entry_fini(&ent);
+	return v;
+}
+
+static void rewrite_takes_back(const char *import)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_alloc *a1, *a2;
+	struct td_tensor *t;
+	struct td_error e = {0};
+	const void *seen;
+	void *addr1;
+	uint64_t v1, v2;
+	int fd1, fds, maps, rc;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = rw_conn(&d, import);
+	cons = conn(&d, import);
+
+	a1 = loan(prod, 64 * KIB, TD_ALLOC_REWRITE);
+	addr1 = td_alloc_data(a1, 0);
+	fd1 = td_alloc_fd(a1, 0);
+	v1 = publish(prod, a1, "rw/x", 1);
+	t = get(cons, "rw/x");
+	seen = td_tensor_plane_data(t, 0);
+	cr_assert(all_bytes(seen, 64 * KIB, 1));
+	td_tensor_release(t);
+
+	/* nobody holds v1: the next loan is v1's own buffer, no new fd,
+	 * no new mapping, and v1 is no longer current */
+	fds = tu_fd_count();
+	maps = tu_buf_map_count();
+	a2 = loan(prod, 64 * KIB, TD_ALLOC_REWRITE);
+	cr_assert_eq(td_alloc_fd(a2, 0), fd1);
+	cr_assert_eq(td_alloc_data(a2, 0), addr1);
+	cr_assert_eq(tu_fd_count(), fds);
+	cr_assert_eq(tu_buf_map_count(), maps);
+	cr_assert_eq(current_of(cons, "rw/x"), -ENOENT);
+	cr_assert_eq(td_client_get_version(cons, "rw/x", v1, &t, &e),
+		     -ENOENT);
+	/* a GET of the name waits for the next version, as for a ring
+	 * being rewritten: here nothing comes within its second */
+	e = (struct td_error){0};
+	rc = td_client_get(cons, "rw/x", &t, &e);
+	cr_assert_eq(rc, -ETIMEDOUT, "%d %s", rc, e.reason);
+	cr_assert(strstr(e.reason, "started rewriting"), "%s", e.reason);
+
+	v2 = publish(prod, a2, "rw/x", 2);
+	cr_assert_gt(v2, v1);
+	cr_assert_eq(current_of(cons, "rw/x"), (int64_t)v2);
+	/* the consumer's cached mapping of the same buffer */
+	t = get(cons, "rw/x");
+	cr_assert_eq(td_tensor_plane_data(t, 0), seen);
+	cr_assert(all_bytes(seen, 64 * KIB, 2));
+	td_tensor_release(t);
+
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+Test(recycle, a_rewrite_takes_back_the_latest_version_pidfd, .timeout = 30)
+{
+	rewrite_takes_back("pidfd");
+}
+
+Test(recycle, a_rewrite_takes_back_the_latest_version_scm, .timeout = 30)
+{
+	rewrite_takes_back("scm");
+}
+
+/* A child's GET of rw/x: the byte 9 of version *arg. */
+static void parked_get_child(const struct tu_daemon *d, void *arg)
+{
+	struct td_client *c = open_client(d);
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+
+	CK_EQ(td_client_get(c, "rw/x", &t, &e), 0);
+	CK_EQ(td_tensor_version(t), *(const uint64_t *)arg);
+	CK_EQ(*(const uint8_t *)td_tensor_plane_data(t, 0), 9);
+	td_tensor_release(t);
+	td_client_close(c);
+}
+
+/* A GET during the rewrite is answered by the publish that ends it. */
+Test(recycle, a_get_during_a_rewrite_gets_the_next_version, .timeout = 30)
+{
+	struct tu_daemon d;
+	struct td_client *prod;
+	struct td_alloc *a;
+	uint64_t v1, v2;
+	uint32_t parked = 0;
+	pid_t child;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = rw_conn(&d, "pidfd");
+	v1 = publish(prod, loan(prod, 16 * KIB, TD_ALLOC_REWRITE), "rw/x", 1);
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	cr_assert_eq(current_of(prod, "rw/x"), -ENOENT, "taken back");
+	v2 = v1 + 1; /* the daemon numbers versions in publish order */
+	child = spawn(&d, parked_get_child, &v2);
+	/* the child's GET is parked in the daemon before the publish */
+	for (int i = 0; i < 2000 && parked == 0; i++) {
+		struct td_status *st = NULL;
+
+		usleep(2000);
+		if (td_client_status(prod, &st, NULL) < 0)
+			continue;
+		for (size_t k = 0; k < st->client_count; k++)
+			parked += st->clients[k].waiters;
+		td_status_free(st);
+	}
+	cr_assert_eq(parked, 1);
+	cr_assert_eq(publish(prod, a, "rw/x", 9), v2);
+	cr_assert_eq(reap(child), 0);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * What keeps a version from being taken back: a lease, a follower's
+ * hold, and a version that is not this connection's latest any more
+ * (another producer replaced it). Each time the loan is another buffer
+ * and the current version stays readable with its bytes.
+ */
+Test(recycle, a_held_or_replaced_version_is_not_rewritten)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *other, *cons;
+	struct td_follow *f = NULL;
+	struct td_alloc *a;
+	struct td_tensor *t;
+	struct td_error e = {0};
+	uint64_t v;
+	int fd1;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = rw_conn(&d, "pidfd");
+	other = conn(&d, "pidfd");
+	cons = conn(&d, "scm");
+
+	/* leased */
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	fd1 = td_alloc_fd(a, 0);
+	v = publish(prod, a, "rw/x", 1);
+	t = get(cons, "rw/x");
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	cr_assert_neq(td_alloc_fd(a, 0), fd1);
+	cr_assert_eq(current_of(cons, "rw/x"), (int64_t)v);
+	memset(td_alloc_data(a, 0), 5, 16 * KIB);
+	cr_assert(all_bytes(td_tensor_plane_data(t, 0), 16 * KIB, 1));
+	td_tensor_release(t);
+
+	/* held by a follower's row (no lease) */
+	fd1 = td_alloc_fd(a, 0);
+	v = publish(prod, a, "rw/x", 2);
+	cr_assert_eq(td_client_follow(cons, "rw/x", &f, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_follow_next(f, 5000, &t, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_tensor_version(t), v);
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	cr_assert_neq(td_alloc_fd(a, 0), fd1);
+	cr_assert_eq(current_of(cons, "rw/x"), (int64_t)v);
+	memset(td_alloc_data(a, 0), 6, 16 * KIB);
+	cr_assert(all_bytes(td_tensor_plane_data(t, 0), 16 * KIB, 2));
+	td_tensor_release(t);
+	td_follow_close(f);
+
+	/* replaced by another connection's version: that one stays */
+	publish(prod, a, "rw/x", 3);
+	v = publish(other, loan(other, 16 * KIB, TD_ALLOC_RECYCLE), "rw/x",
+		    4);
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	cr_assert_eq(current_of(cons, "rw/x"), (int64_t)v);
+	t = get(cons, "rw/x");
+	cr_assert(all_bytes(td_tensor_plane_data(t, 0), 16 * KIB, 4));
+	td_tensor_release(t);
+	td_alloc_free(a);
+
+	td_client_close(cons);
+	td_client_close(other);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * A rewrite ends with its connection, or when its alloc is dropped and
+ * the next REWRITE alloc comes: a GET then answers at once (the name
+ * has no version until the producer publishes one again) instead of
+ * waiting for a publish that will not come.
+ */
+Test(recycle, a_rewrite_ends_with_its_producer, .timeout = 30)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_alloc *a;
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = rw_conn(&d, "pidfd");
+	cons = conn(&d, "pidfd");
+	publish(prod, loan(prod, 16 * KIB, TD_ALLOC_REWRITE), "rw/x", 1);
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	cr_assert_eq(current_of(cons, "rw/x"), -ENOENT);
+	td_alloc_free(a);
+	/* another alloc: the dropped one's rewrite is over */
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	cr_assert_eq(td_client_get(cons, "rw/x", &t, &e), -ENOENT, "%s",
+		     e.reason);
+	publish(prod, a, "rw/x", 2);
+	t = get(cons, "rw/x");
+	cr_assert(all_bytes(td_tensor_plane_data(t, 0), 16 * KIB, 2));
+	td_tensor_release(t);
+
+	/* taken back, then the producer goes */
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	cr_assert_eq(current_of(cons, "rw/x"), -ENOENT);
+	td_alloc_free(a);
+	td_client_close(prod);
+	e = (struct td_error){0};
+	cr_assert_eq(td_client_get(cons, "rw/x", &t, &e), -ENOENT, "%s",
+		     e.reason);
+	td_client_close(cons);
+	tu_daemon_stop(&d, true);
+}
+
+/* Against a daemon whose HELLO predates the flag: a stream loan. */
+Test(recycle, a_rewrite_of_an_older_daemon_is_a_stream_loan)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_alloc *a;
+	uint64_t v;
+	int fd1;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = rw_conn(&d, "pidfd");
+	cons = conn(&d, "pidfd");
+	prod->hello.features &= ~TD_WIRE_FEAT_REWRITE;
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	fd1 = td_alloc_fd(a, 0);
+	v = publish(prod, a, "rw/x", 1);
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	cr_assert_neq(td_alloc_fd(a, 0), fd1);
+	cr_assert_eq(current_of(cons, "rw/x"), (int64_t)v);
+	td_alloc_free(a);
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+/* Below $TENSORD_REWRITE_MIN the flag is TD_ALLOC_STREAM. */
+Test(recycle, a_rewrite_below_its_floor_is_a_stream_loan)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_alloc *a;
+	uint64_t v;
+	int fd1;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	cr_assert_eq(setenv("TENSORD_REWRITE_MIN", "65536", 1), 0);
+	prod = conn(&d, "pidfd");
+	unsetenv("TENSORD_REWRITE_MIN");
+	cons = conn(&d, "pidfd");
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	fd1 = td_alloc_fd(a, 0);
+	v = publish(prod, a, "rw/x", 1);
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	cr_assert_neq(td_alloc_fd(a, 0), fd1);
+	cr_assert_eq(current_of(cons, "rw/x"), (int64_t)v);
+	td_alloc_free(a);
+	/* at the floor it rewrites */
+	a = loan(prod, 64 * KIB, TD_ALLOC_REWRITE);
+	fd1 = td_alloc_fd(a, 0);
+	publish(prod, a, "rw/y", 1);
+	a = loan(prod, 64 * KIB, TD_ALLOC_REWRITE);
+	cr_assert_eq(td_alloc_fd(a, 0), fd1);
+	cr_assert_eq(current_of(cons, "rw/y"), -ENOENT);
+	td_alloc_free(a);
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
 /* ---- no per-handoff allocation in the daemon ---- */
 
 /*
@@ -1768,6 +2084,37 @@ Test(recycle, the_daemon_allocates_nothing_per_stream_handoff_scm)
 Test(recycle, the_daemon_allocates_nothing_per_plain_handoff)
 {
 	no_heap_calls("pidfd", "pidfd", 0);
+}
+
+/*
+ * Rewriting (TD_ALLOC_REWRITE, every size): each ALLOC takes the version
+ * before back (the waiting RELEASE ended its lease first), so the
+ * withdrawal from the names, the bell and the free list run 1000 times.
+ */
+Test(recycle, the_daemon_allocates_nothing_per_rewrite_handoff)
+{
+	struct td_client *prod;
+	struct td_alloc *a;
+	int fd;
+
+	cr_assert_eq(setenv("TENSORD_REWRITE_MIN", "0", 1), 0);
+	no_heap_calls("pidfd", "scm", TD_ALLOC_REWRITE);
+	/* and it rewrote: the same buffer twice in a row */
+	{
+		struct tu_daemon d;
+
+		tu_daemon_start_args(&d, "warn", small_cap);
+		prod = conn(&d, "pidfd");
+		unsetenv("TENSORD_REWRITE_MIN");
+		a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+		fd = td_alloc_fd(a, 0);
+		publish(prod, a, "heap/x", 1);
+		a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+		cr_assert_eq(td_alloc_fd(a, 0), fd);
+		td_alloc_free(a);
+		td_client_close(prod);
+		tu_daemon_stop(&d, true);
+	}
 }
 
 /* A follower's handoff (docs/fastpath.md, "Following a name"): the

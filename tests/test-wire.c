@@ -1356,6 +1356,31 @@ static int held_patched(size_t off, uint64_t v, bool wide,
 	return td_wire_alloc_req_decode(body, (size_t)n, &g, e);
 }
 
+/* REWRITE takes back a recyclable version: only with RECYCLE */
+Test(wire, alloc_rewrite_needs_the_recycle_flag)
+{
+	struct td_wire_alloc_req m = recycle_req, g;
+	struct td_err e = {0};
+	int64_t n;
+
+	m.flags |= TD_WIRE_ALLOC_REWRITE;
+	n = td_wire_alloc_req_encode(&m, body, sizeof(body));
+	cr_assert_gt(n, 0);
+	cr_assert_eq(td_wire_alloc_req_decode(body, (size_t)n, &g, &e), 0);
+	cr_assert_eq(g.flags, m.flags);
+	m.flags = TD_WIRE_ALLOC_REWRITE;
+	m.held_count = 0;
+	cr_assert_eq(td_wire_alloc_req_encode(&m, body, sizeof(body)),
+		     -EINVAL);
+	/* the same body by hand: flags REWRITE, one plane of 4096 */
+	td__put_le32(body, TD_WIRE_ALLOC_REWRITE);
+	td__put_le32(body + 4, 1);
+	td__put_le64(body + 8, 4096);
+	cr_assert_eq(td_wire_alloc_req_decode(body, 16, &g, &e), -EBADMSG);
+	cr_assert_str_eq(e.reason, "REWRITE without the RECYCLE flag");
+	cr_assert_str_eq(e.field, "flags");
+}
+
 Test(wire, bad_held_ids_are_refused_with_a_reason)
 {
 	struct td_wire_alloc_req m = recycle_req;
@@ -1399,7 +1424,7 @@ Test(wire, bad_held_ids_are_refused_with_a_reason)
 	cr_assert_eq(td_wire_alloc_req_encode(&m, body, sizeof(body)),
 		     -EINVAL);
 	m = recycle_req;
-	m.flags |= 0x8;
+	m.flags |= 0x10;
 	cr_assert_eq(td_wire_alloc_req_encode(&m, body, sizeof(body)),
 		     -EINVAL);
 }

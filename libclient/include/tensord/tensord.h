@@ -340,10 +340,32 @@ TD_EXPORT int td_client_alloc(struct td_client *c, uint32_t plane_count,
  * the flag) the next call makes an ALLOC round trip as before.
  */
 #define TD_ALLOC_STREAM 0x2u
+/*
+ * td_client_alloc_ex() flag: a stream loan (implies TD_ALLOC_STREAM) that
+ * may rewrite the buffers of the latest version (docs/fastpath.md,
+ * "Rewriting the latest version"), as a ring's producer does: when the
+ * version this client published last from a TD_ALLOC_REWRITE loan is
+ * still the current version of its name and nobody holds it (every lease
+ * released, no follower's hold), the ALLOC takes that version back (it
+ * stops being current; a GET of the name then waits for the next publish,
+ * at most a second) and lends its buffers, warm in the caches: a
+ * ping-pong of large tensors then uses one buffer instead of alternating
+ * two. Otherwise the loan comes from the free list as for
+ * TD_ALLOC_RECYCLE. It costs an ALLOC round trip per tensor that
+ * TD_ALLOC_STREAM saves, so loans of fewer bytes than $TENSORD_REWRITE_MIN
+ * (default 8 MiB, all planes together) are plain stream loans. Meant for
+ * a producer that waits for its consumers between tensors (ping-pong,
+ * lock step, fan-out with acknowledgements): a reader that comes after
+ * the producer's next ALLOC does not get the version before it. One
+ * rewritten name per connection: the ALLOC names no tensor, it takes
+ * back the one this connection published last with the flag. A daemon
+ * that predates the flag gives a stream loan.
+ */
+#define TD_ALLOC_REWRITE 0x4u
 
 /*
- * td_client_alloc() with flags (0, TD_ALLOC_RECYCLE, TD_ALLOC_STREAM;
- * others -EINVAL).
+ * td_client_alloc() with flags (0, TD_ALLOC_RECYCLE, TD_ALLOC_STREAM,
+ * TD_ALLOC_REWRITE; others -EINVAL).
  * Returns 0 and the loan in *out, or -errno.
  */
 TD_EXPORT int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
