@@ -6,14 +6,14 @@
  * Producer: td_client_alloc_ex(TD_ALLOC_REWRITE) one plane -> write ->
  * td_client_publish_alloc(), what a streaming user of the plain API whose
  * producer waits for its consumers does (docs/fastpath.md, "Recycled
- * loans", "Streams", "Rewriting the latest version"). Below 8 MiB that is
- * a stream: once the version before is replaced and released, the daemon
+ * loans", "Streams", "Rewriting the latest version"). Mostly that is a
+ * stream: once the version before is replaced and released, the daemon
  * hands its buffer back in the PUBLISH reply, the producer alternates two
  * buffers it keeps mapped, with no fd, mmap or fresh memory per handoff
  * (only the first two handoffs of a run take first-touch faults), and one
- * round trip. From 8 MiB the ALLOC takes back the version the consumer
- * has released: one buffer, warm in the caches, for an ALLOC round trip
- * more.
+ * round trip. From 8 MiB in write mode (the producer writes for longer
+ * than 200 us) the ALLOC takes back the version the consumer has
+ * released: one buffer, warm in the caches, for an ALLOC round trip more.
  * tensord-nowait: the same producer with td_client_publish_alloc_nowait()
  * (docs/fastpath.md, "A publish nobody waits for"): the reply, and the
  * loan in it, is read at the next alloc, so the producer goes from its

@@ -288,6 +288,40 @@ void td__lease_wake(struct td__store *s, struct td__version *v)
 	rearm(s);
 }
 
+void td__lease_rewrite_over(struct td__store *s, const char *name,
+			    uint16_t len)
+{
+	struct td__list *l, *n;
+
+	for (l = s->waiters.next; l != &s->waiters; l = n) {
+		struct td__waiter *w =
+			td__container_of(l, struct td__waiter, slink);
+
+		n = l->next;
+		if (!w->rewrite || w->peer->dead || w->len != len ||
+		    memcmp(w->name, name, len) != 0)
+			continue;
+		/* what the GET answers without a rewrite in progress */
+		if (w->mode == TD_GET_NEWER)
+			td__peer_error(w->peer, TD_OP_GET, w->request_id,
+				       -ETIMEDOUT,
+				       "no version of \"%.*s\" newer than "
+				       "%llu: its producer stopped rewriting "
+				       "it without a publish",
+				       (int)len, name,
+				       (unsigned long long)w->version);
+		else
+			td__peer_error(w->peer, TD_OP_GET, w->request_id,
+				       -ENOENT,
+				       "no tensor named \"%.*s\": its "
+				       "producer stopped rewriting it without "
+				       "a publish",
+				       (int)len, name);
+		waiter_free(w);
+	}
+	rearm(s);
+}
+
 /* GET EXACT: the current version or a retired one still leased. */
 static void get_exact(struct td__peer *p, const struct td_wire_hdr *h,
 		      const struct td_wire_get_req *m, struct td__version *v)

@@ -63,11 +63,14 @@ static struct td__freebuf *freebuf_pick(struct td__peer *p, uint64_t size,
 
 /* ---- rewriting the latest version (TD_WIRE_ALLOC_REWRITE) ---- */
 
-static void rewrite_end(struct td__peer *p)
+/* published: by this alloc's PUBLISH, which answers the parked GETs */
+static void rewrite_end(struct td__peer *p, bool published)
 {
 	td__list_del(&p->rw_link);
 	td__list_init(&p->rw_link);
 	p->rw_alloc = 0;
+	if (!published)
+		td__lease_rewrite_over(td__d->store, p->rw_name, p->rw_len);
 }
 
 void td__rewrite_published(struct td__peer *p, const struct td__version *v)
@@ -292,7 +295,7 @@ static void loan_reply(const struct td__alloc *a, const bool *held,
 }
 
 void td__loan_lend(struct td__peer *p, uint32_t count, const uint64_t *sizes,
-		   uint32_t held_count, const uint64_t *held_ids,
+		   bool rewrite, uint32_t held_count, const uint64_t *held_ids,
 		   struct td_wire_alloc_rep *r, int *fds, unsigned *nfds)
 {
 	struct td__store *s = td__d->store;
@@ -316,6 +319,8 @@ void td__loan_lend(struct td__peer *p, uint32_t count, const uint64_t *sizes,
 	a->id = s->next_alloc++;
 	a->uid = p->uid;
 	a->recycle = true;
+	/* lent after a REWRITE alloc's publish: rewritable as that was */
+	a->rewrite = rewrite;
 	td__list_add_tail(&p->allocs, &a->link);
 	p->n_allocs++;
 	/* only what the free list holds: a loan never makes a plane */
@@ -357,11 +362,13 @@ void td__loan_alloc(struct td__peer *p, const struct td__req *rq)
 	a->id = s->next_alloc++;
 	a->uid = p->uid;
 	a->recycle = m.flags & TD_WIRE_ALLOC_RECYCLE;
-	a->rewrite = a->recycle && (m.flags & TD_WIRE_ALLOC_REWRITE);
+	a->rewrite = a->recycle && (m.flags & (TD_WIRE_ALLOC_REWRITE |
+					       TD_WIRE_ALLOC_REWRITABLE));
 	/* a rewrite alloc dropped unpublished stops holding its name up */
-	if (a->rewrite && p->rw_alloc)
-		rewrite_end(p);
-	if (a->rewrite && rewrite_take(s, p, &m, prefer)) {
+	if (a->recycle && (m.flags & TD_WIRE_ALLOC_REWRITE) && p->rw_alloc)
+		rewrite_end(p, false);
+	if (a->recycle && (m.flags & TD_WIRE_ALLOC_REWRITE) &&
+	    rewrite_take(s, p, &m, prefer)) {
 		p->rw_alloc = a->id;
 		td__list_add_tail(&s->rewrites, &p->rw_link);
 	}
@@ -370,7 +377,7 @@ void td__loan_alloc(struct td__peer *p, const struct td__req *rq)
 					p->rw_alloc == a->id ? prefer : NULL,
 					held)) < 0) {
 		if (p->rw_alloc == a->id)
-			rewrite_end(p);
+			rewrite_end(p, false);
 		td__loan_free(s, a);
 		return;
 	}
@@ -400,9 +407,10 @@ void td__loan_done(struct td__peer *p, struct td__alloc *a)
 {
 	if (a->id == p->loan_id)
 		p->loan_id = 0;
-	/* published or dropped: the name is not being rewritten any more */
+	/* published (pub_commit): the name is not being rewritten any more
+	 * (td__loan_peer_gone ends a rewrite its connection takes along) */
 	if (a->id == p->rw_alloc)
-		rewrite_end(p);
+		rewrite_end(p, true);
 	td__list_del(&a->link);
 	p->n_allocs--;
 	td__loan_free(td__d->store, a);
@@ -411,6 +419,8 @@ void td__loan_done(struct td__peer *p, struct td__alloc *a)
 /* Unpublished allocs die with their producer. */
 void td__loan_peer_gone(struct td__peer *p)
 {
+	if (p->rw_alloc)
+		rewrite_end(p, false);
 	while (!td__list_empty(&p->allocs))
 		td__loan_done(p, td__container_of(p->allocs.next,
 						  struct td__alloc, link));

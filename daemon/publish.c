@@ -546,8 +546,8 @@ static void pub_commit(struct pub *x, struct td__version *ver)
 	/* the version before went back to the free list just now, if free */
 	r.has_loan = x->m.flags & TD_WIRE_PUB_LOAN;
 	if (r.has_loan && nsizes)
-		td__loan_lend(p, nsizes, sizes, x->m.held_count, x->m.held,
-			      &r.loan, fds, &nfds);
+		td__loan_lend(p, nsizes, sizes, rewrite, x->m.held_count,
+			      x->m.held, &r.loan, fds, &nfds);
 	len = td_wire_publish_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
 	td__peer_send(p, x->h->opcode, TD_WIRE_F_REPLY, x->h->request_id, 0,
 		      (size_t)len, fds,

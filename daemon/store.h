@@ -353,12 +353,13 @@ void td__loan_done(struct td__peer *p, struct td__alloc *a);
 /*
  * After a PUBLISH with TD_WIRE_PUB_LOAN of a recyclable alloc of `count`
  * planes of `sizes`: lend the next alloc of those sizes from p's free
- * list (held: the ids the client maps) into *r and fds[*nfds] (the
+ * list (held: the ids the client maps; rewrite: the published alloc was
+ * a REWRITE one, and so is the loan) into *r and fds[*nfds] (the
  * planes not held), and remember it in p->loan_id. Never makes a new
  * plane: r->alloc_id 0 (no loan) when the free list lacks one.
  */
 void td__loan_lend(struct td__peer *p, uint32_t count, const uint64_t *sizes,
-		   uint32_t held_count, const uint64_t *held,
+		   bool rewrite, uint32_t held_count, const uint64_t *held,
 		   struct td_wire_alloc_rep *r, int *fds, unsigned *nfds);
 /* A PUBLISH of a REWRITE alloc made v: the version p's next REWRITE
  * ALLOC may take back. */
@@ -370,5 +371,9 @@ bool td__rewrite_pending(struct td_wire_str name);
 
 /* Serve every parked GET that v (just published) satisfies. */
 void td__lease_wake(struct td__store *s, struct td__version *v);
+/* A rewrite of name ended without its publish (loan.c): GETs that wait
+ * only because of it get what they would have got without it. */
+void td__lease_rewrite_over(struct td__store *s, const char *name,
+			    uint16_t len);
 
 #endif

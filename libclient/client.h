@@ -159,6 +159,10 @@ struct td_client {
 	 * plain stream loans ($TENSORD_REWRITE_MIN, bytes).
 	 */
 	uint64_t rewrite_min;
+	/* alloc to publish of the last TD_ALLOC_REWRITE loan, 0 none yet;
+	 * shorter than rewrite_fill_ns ($TENSORD_REWRITE_FILL_US): a stream
+	 * loan */
+	int64_t rw_fill_ns, rewrite_fill_ns;
 	/*
 	 * td_client_publish_alloc_nowait (produce.c): the PUBLISH sent and
 	 * not answered yet (pub_id 0: none) and its loan until then;
@@ -346,8 +350,9 @@ void td__next_loan_forget(struct td_client *c);
 /* A new connection (lock held): the lent loan named an alloc of the old
  * daemon; drop it (its buffers idle), and forget a give-back. */
 void td__next_loan_reset(struct td_client *c);
-/* $TENSORD_REWRITE_MIN, or the default (produce.c). */
-uint64_t td__rewrite_min_env(void);
+/* c->rewrite_min and rewrite_fill_ns from $TENSORD_REWRITE_MIN and
+ * $TENSORD_REWRITE_FILL_US, or the defaults (produce.c). */
+void td__rewrite_env(struct td_client *c);
 /* The reply to the PUBLISH of td_client_publish_alloc_nowait, read while
  * waiting for another (lock held): take its outcome, close its fds. */
 void td__pub_answered(struct td_client *c, struct td__msg *m);

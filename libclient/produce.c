@@ -30,6 +30,8 @@ struct td_alloc {
 	bool recycle;
 	bool stream; /* TD_ALLOC_STREAM: its PUBLISH asks for the next loan */
 	bool rewrite; /* TD_ALLOC_REWRITE sent: the next loan is an ALLOC */
+	bool rw_asked; /* TD_ALLOC_REWRITE given: its fill time is kept */
+	int64_t handed_ns; /* when td_client_alloc_ex returned it */
 	int fds[TD_WIRE_MAX_PLANES];
 	void *addr[TD_WIRE_MAX_PLANES];
 	uint64_t size[TD_WIRE_MAX_PLANES];
@@ -331,7 +333,7 @@ static uint32_t loans_held(const struct td_client *c, uint64_t *held)
 
 static int alloc_call(struct td_client *c, struct td_alloc *a,
 		      uint32_t plane_count, const uint64_t *sizes,
-		      bool recycle, bool rewrite, struct td_error *err)
+		      bool recycle, uint32_t rewrite, struct td_error *err)
 {
 	struct td_wire_alloc_req req = {.plane_count = plane_count};
 	struct td_wire_alloc_rep rep;
@@ -350,8 +352,8 @@ static int alloc_call(struct td_client *c, struct td_alloc *a,
 		req.flags |= TD_WIRE_ALLOC_RECYCLE;
 		req.held_count = loans_held(c, req.held);
 	}
-	if (recycle && rewrite)
-		req.flags |= TD_WIRE_ALLOC_REWRITE;
+	if (recycle)
+		req.flags |= rewrite; /* TD_WIRE_ALLOC_REWRITE, _REWRITABLE */
 	len = td_wire_alloc_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
 				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	if (len < 0)
@@ -378,24 +380,44 @@ static int pub_settle(struct td_client *c, uint64_t *version,
  * Below this (all planes), TD_ALLOC_REWRITE is TD_ALLOC_STREAM: the ALLOC
  * round trip it costs per tensor (~15 us on the VM of bench/README.md)
  * buys back more than it costs only once two buffers no longer stay in
- * the caches (bench/README.md, "Rewriting the latest version").
+ * the caches (docs/fastpath.md, "Rewriting the latest version").
  */
 #define REWRITE_MIN_DEFAULT (8ull << 20)
+/*
+ * Nor before the producer spent this long between the alloc and the
+ * publish of its last TD_ALLOC_REWRITE loan: what the warm buffer saves
+ * is a share of the time spent writing it, so a producer that hands big
+ * tensors over without writing them (or writes a few bytes) would only
+ * pay the round trip. 200 us: ten round trips; a 16 MiB fill takes ~1 ms.
+ */
+#define REWRITE_FILL_US 200
 
-uint64_t td__rewrite_min_env(void)
+static uint64_t env_u64(const char *name, uint64_t dflt)
 {
-	const char *e = getenv("TENSORD_REWRITE_MIN");
+	const char *e = getenv(name);
 	char *end;
 	unsigned long long v;
 
 	if (!e || !*e)
-		return REWRITE_MIN_DEFAULT;
+		return dflt;
 	v = strtoull(e, &end, 10);
-	return *end ? REWRITE_MIN_DEFAULT : (uint64_t)v;
+	return *end ? dflt : (uint64_t)v;
 }
 
-/* Whether an alloc of these planes asks the daemon for a rewrite. */
-static bool rewrite_wanted(const struct td_client *c, uint32_t flags,
+void td__rewrite_env(struct td_client *c)
+{
+	c->rewrite_min = env_u64("TENSORD_REWRITE_MIN", REWRITE_MIN_DEFAULT);
+	c->rewrite_fill_ns =
+		(int64_t)env_u64("TENSORD_REWRITE_FILL_US", REWRITE_FILL_US) *
+		1000;
+}
+
+/*
+ * Whether a loan of these planes is a rewritable one (its ALLOC carries
+ * TD_WIRE_ALLOC_REWRITE, and a loan a PUBLISH of it lends is one too):
+ * what the daemon may take back for the next.
+ */
+static bool rewrite_marked(const struct td_client *c, uint32_t flags,
 			   bool recycle, uint32_t plane_count,
 			   const uint64_t *sizes)
 {
@@ -409,12 +431,19 @@ static bool rewrite_wanted(const struct td_client *c, uint32_t flags,
 	return sum >= c->rewrite_min;
 }
 
+/* Whether to ask for the take-back now: an ALLOC round trip instead of
+ * the loan the last PUBLISH lent, worth it after a long enough fill. */
+static bool rewrite_now(const struct td_client *c, bool marked)
+{
+	return marked && c->rw_fill_ns >= c->rewrite_fill_ns;
+}
+
 int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
 		       const uint64_t *sizes, uint32_t flags,
 		       struct td_alloc **out, struct td_error *err)
 {
 	struct td_alloc *a = NULL;
-	bool recycle, rewrite;
+	bool recycle, marked, rewrite;
 	int rc;
 
 	if (!c || !out || !plane_count || plane_count > TD_WIRE_MAX_PLANES ||
@@ -448,24 +477,33 @@ int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
 	/* a daemon that predates recyclable loans lends plain ones */
 	recycle = (flags & (TD_ALLOC_RECYCLE | TD_ALLOC_STREAM)) &&
 		  td__has(c, TD_WIRE_FEAT_ALLOC_RECYCLE);
-	rewrite = rewrite_wanted(c, flags, recycle, plane_count, sizes);
+	marked = rewrite_marked(c, flags, recycle, plane_count, sizes);
+	rewrite = rewrite_now(c, marked);
 	if (c->next_loan && (flags & TD_ALLOC_STREAM) && !rewrite &&
 	    next_loan_fits(c->next_loan, plane_count, sizes)) {
 		/* lent by the last PUBLISH reply: no round trip */
 		free(a);
 		a = c->next_loan;
 		c->next_loan = NULL;
+		a->rw_asked = flags & TD_ALLOC_REWRITE;
+		a->handed_ns = a->rw_asked ? td__now_ns() : 0;
 		td__client_ref(c);
 		pthread_mutex_unlock(&c->lock);
 		*out = a;
 		return 0;
 	}
 	next_loan_drop(c);
-	rc = alloc_call(c, a, plane_count, sizes, recycle, rewrite, err);
+	rc = alloc_call(c, a, plane_count, sizes, recycle,
+			rewrite  ? TD_WIRE_ALLOC_REWRITE
+			: marked ? TD_WIRE_ALLOC_REWRITABLE
+				 : 0,
+			err);
 	if (rc < 0)
 		goto fail;
 	a->stream = recycle && (flags & TD_ALLOC_STREAM);
 	a->rewrite = rewrite;
+	a->rw_asked = flags & TD_ALLOC_REWRITE;
+	a->handed_ns = a->rw_asked ? td__now_ns() : 0;
 	td__client_ref(c);
 	pthread_mutex_unlock(&c->lock);
 	*out = a;
@@ -996,6 +1034,8 @@ static int publish_alloc(struct td_client *c, struct td_alloc *a,
 	 * recyclable loan is not sealed and keeps its mappings for the next
 	 * one (published: idle in the cache; refused: dropped with the loan).
 	 */
+	if (a->rw_asked)
+		c->rw_fill_ns = td__now_ns() - a->handed_ns;
 	alloc_unmap(a);
 	rc = publish_send(c, p, &x, a, version, nowait, err);
 	/* sent without waiting: the loan is kept until the answer */

@@ -521,7 +521,8 @@ int td_wire_hello_rep_decode(const uint8_t *body, size_t len,
 
 #define ALLOC_FLAGS                                                           \
 	(TD_WIRE_REQ_SCM | TD_WIRE_ALLOC_RECYCLE | TD_WIRE_ALLOC_UNLOAN |      \
-	 TD_WIRE_ALLOC_REWRITE)
+	 TD_WIRE_ALLOC_REWRITE | TD_WIRE_ALLOC_REWRITABLE)
+#define ALLOC_REWRITE_FLAGS (TD_WIRE_ALLOC_REWRITE | TD_WIRE_ALLOC_REWRITABLE)
 #define PUB_FLAGS (TD_WIRE_PUB_PIN | TD_WIRE_PUB_LOAN | TD_WIRE_PUB_LOAN_SCM)
 
 /*
@@ -608,7 +609,7 @@ int64_t td_wire_alloc_req_encode(const struct td_wire_alloc_req *m,
 	struct td_wire_wr wr;
 
 	if (m->plane_count > TD_WIRE_MAX_PLANES || (m->flags & ~ALLOC_FLAGS) ||
-	    ((m->held_count || (m->flags & TD_WIRE_ALLOC_REWRITE)) &&
+	    ((m->held_count || (m->flags & ALLOC_REWRITE_FLAGS)) &&
 	     !(m->flags & TD_WIRE_ALLOC_RECYCLE)) ||
 	    !held_list_ok(m->held_count, m->held))
 		return -EINVAL;
@@ -629,7 +630,7 @@ int td_wire_alloc_req_decode(const uint8_t *body, size_t len,
 
 	td_wire_rd_init(&rd, body, len, err);
 	m->flags = td__wire_rd_flags(&rd, ALLOC_FLAGS, "flags");
-	if (!rd.rc && (m->flags & TD_WIRE_ALLOC_REWRITE) &&
+	if (!rd.rc && (m->flags & ALLOC_REWRITE_FLAGS) &&
 	    !(m->flags & TD_WIRE_ALLOC_RECYCLE))
 		td__wire_rd_fail(&rd, TD_ERR_MALFORMED, "flags", m->flags, 0,
 				 "REWRITE without the RECYCLE flag");

@@ -246,6 +246,13 @@ struct td_wire_fdent {
  * RECYCLE ALLOC.
  */
 #define TD_WIRE_ALLOC_REWRITE 0x8u
+/*
+ * ALLOC request flag (TD_WIRE_FEAT_REWRITE; with RECYCLE only): the alloc
+ * is rewritable as with TD_WIRE_ALLOC_REWRITE (its PUBLISH makes the
+ * version the one a later REWRITE ALLOC may take back, and a loan that
+ * PUBLISH lends is rewritable too), but nothing is taken back now.
+ */
+#define TD_WIRE_ALLOC_REWRITABLE 0x10u
 /* buffer ids a RECYCLE ALLOC or an SCM GET may advertise (the client
  * holds them mapped) */
 #define TD_WIRE_MAX_HELD 16

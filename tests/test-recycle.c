@@ -1612,8 +1612,9 @@ Test(recycle, a_loan_not_taken_is_given_back_before_another_is_asked_for)
 /* ---- rewriting the latest version (TD_ALLOC_REWRITE) ---- */
 
 /*
- * Clients of d whose TD_ALLOC_REWRITE applies at every size (the default
- * floor, 8 MiB, would make these tests map 8 MiB buffers for nothing).
+ * Clients of d whose TD_ALLOC_REWRITE applies at every size and fill
+ * time (the defaults, 8 MiB and 200 us between alloc and publish, would
+ * make these tests map 8 MiB buffers and sleep for nothing).
  */
 static struct td_client *rw_conn(const struct tu_daemon *d,
 				 const char *import)
@@ -1621,8 +1622,10 @@ static struct td_client *rw_conn(const struct tu_daemon *d,
 	struct td_client *c;
 
 	cr_assert_eq(setenv("TENSORD_REWRITE_MIN", "0", 1), 0);
+	cr_assert_eq(setenv("TENSORD_REWRITE_FILL_US", "0", 1), 0);
 	c = conn(d, import);
 	unsetenv("TENSORD_REWRITE_MIN");
+	unsetenv("TENSORD_REWRITE_FILL_US");
 	return c;
 }
 
@@ -1707,6 +1710,73 @@ Test(recycle, a_rewrite_takes_back_the_latest_version_scm, .timeout = 30)
 	rewrite_takes_back("scm");
 }
 
+/*
+ * Nor before the producer spent $TENSORD_REWRITE_FILL_US (here the
+ * default, 200 us) between the alloc and the publish of its last such
+ * loan: a producer that does not fill its tensors gains nothing.
+ */
+Test(recycle, a_rewrite_waits_for_a_producer_that_fills_its_tensors)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_alloc *a;
+	uint64_t v;
+	int fd_a, fd_b;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	cr_assert_eq(setenv("TENSORD_REWRITE_MIN", "0", 1), 0);
+	prod = conn(&d, "pidfd");
+	unsetenv("TENSORD_REWRITE_MIN");
+	cons = conn(&d, "pidfd");
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	fd_a = td_alloc_fd(a, 0);
+	publish(prod, a, "rw/x", 1);
+	/* filled at once: not taken back (v1 unleased, but nothing asks),
+	 * a new buffer */
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	fd_b = td_alloc_fd(a, 0);
+	cr_assert_neq(fd_b, fd_a);
+	/* filled at once: the PUBLISH lends v1's buffer, the next alloc
+	 * takes it with no message, and v2 stays current */
+	v = publish(prod, a, "rw/x", 2);
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	cr_assert_eq(td_alloc_fd(a, 0), fd_a, "the lent loan");
+	cr_assert_eq(current_of(cons, "rw/x"), (int64_t)v);
+	/* held well past 200 us before its publish: the next alloc asks
+	 * for the take-back, and gets the buffer it just published */
+	usleep(5000);
+	publish(prod, a, "rw/x", 3);
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	cr_assert_eq(td_alloc_fd(a, 0), fd_a, "taken back");
+	cr_assert_eq(current_of(cons, "rw/x"), -ENOENT);
+	td_alloc_free(a);
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+/* The number of GETs parked in d (STATUS), once it is `want`, or the
+ * last count after about 4 s. */
+static uint32_t parked_gets(struct td_client *c, uint32_t want)
+{
+	uint32_t parked = 0;
+
+	for (int i = 0; i < 2000; i++) {
+		struct td_status *st = NULL;
+
+		usleep(2000);
+		if (td_client_status(c, &st, NULL) < 0)
+			continue;
+		parked = 0;
+		for (size_t k = 0; k < st->client_count; k++)
+			parked += st->clients[k].waiters;
+		td_status_free(st);
+		if (parked == want)
+			break;
+	}
+	return parked;
+}
+
 /* A child's GET of rw/x: the byte 9 of version *arg. */
 static void parked_get_child(const struct tu_daemon *d, void *arg)
 {
@@ -1728,7 +1798,6 @@ Test(recycle, a_get_during_a_rewrite_gets_the_next_version, .timeout = 30)
 	struct td_client *prod;
 	struct td_alloc *a;
 	uint64_t v1, v2;
-	uint32_t parked = 0;
 	pid_t child;
 
 	tu_daemon_start_args(&d, "warn", small_cap);
@@ -1739,19 +1808,47 @@ Test(recycle, a_get_during_a_rewrite_gets_the_next_version, .timeout = 30)
 	v2 = v1 + 1; /* the daemon numbers versions in publish order */
 	child = spawn(&d, parked_get_child, &v2);
 	/* the child's GET is parked in the daemon before the publish */
-	for (int i = 0; i < 2000 && parked == 0; i++) {
-		struct td_status *st = NULL;
-
-		usleep(2000);
-		if (td_client_status(prod, &st, NULL) < 0)
-			continue;
-		for (size_t k = 0; k < st->client_count; k++)
-			parked += st->clients[k].waiters;
-		td_status_free(st);
-	}
-	cr_assert_eq(parked, 1);
+	cr_assert_eq(parked_gets(prod, 1), 1);
 	cr_assert_eq(publish(prod, a, "rw/x", 9), v2);
 	cr_assert_eq(reap(child), 0);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+/* A child's GET of rw/x answered -ENOENT by the end of the rewrite. */
+static void abandoned_get_child(const struct tu_daemon *d, void *arg)
+{
+	struct td_client *c = open_client(d);
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+
+	(void)arg;
+	CK_EQ(td_client_get(c, "rw/x", &t, &e), -ENOENT);
+	CK(strstr(e.reason, "stopped rewriting it without a publish"));
+	td_client_close(c);
+}
+
+/* A GET parked on a rewrite that ends without a publish (the loan is
+ * dropped, the producer's next REWRITE alloc) is answered then. */
+Test(recycle, a_get_parked_on_an_abandoned_rewrite_is_answered, .timeout = 30)
+{
+	struct tu_daemon d;
+	struct td_client *prod;
+	struct td_alloc *a;
+	pid_t child;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = rw_conn(&d, "pidfd");
+	publish(prod, loan(prod, 16 * KIB, TD_ALLOC_REWRITE), "rw/x", 1);
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	/* a GET that would wait up to the rewrite's second: its end
+	 * answers it at once, as the GET would have been without it */
+	child = spawn(&d, abandoned_get_child, NULL);
+	cr_assert_eq(parked_gets(prod, 1), 1);
+	td_alloc_free(a);
+	a = loan(prod, 32 * KIB, TD_ALLOC_REWRITE);
+	cr_assert_eq(reap(child), 0);
+	td_alloc_free(a);
 	td_client_close(prod);
 	tu_daemon_stop(&d, true);
 }
@@ -1900,8 +1997,10 @@ Test(recycle, a_rewrite_below_its_floor_is_a_stream_loan)
 
 	tu_daemon_start_args(&d, "warn", small_cap);
 	cr_assert_eq(setenv("TENSORD_REWRITE_MIN", "65536", 1), 0);
+	cr_assert_eq(setenv("TENSORD_REWRITE_FILL_US", "0", 1), 0);
 	prod = conn(&d, "pidfd");
 	unsetenv("TENSORD_REWRITE_MIN");
+	unsetenv("TENSORD_REWRITE_FILL_US");
 	cons = conn(&d, "pidfd");
 	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
 	fd1 = td_alloc_fd(a, 0);
@@ -2098,6 +2197,7 @@ Test(recycle, the_daemon_allocates_nothing_per_rewrite_handoff)
 	int fd;
 
 	cr_assert_eq(setenv("TENSORD_REWRITE_MIN", "0", 1), 0);
+	cr_assert_eq(setenv("TENSORD_REWRITE_FILL_US", "0", 1), 0);
 	no_heap_calls("pidfd", "scm", TD_ALLOC_REWRITE);
 	/* and it rewrote: the same buffer twice in a row */
 	{
@@ -2106,6 +2206,7 @@ Test(recycle, the_daemon_allocates_nothing_per_rewrite_handoff)
 		tu_daemon_start_args(&d, "warn", small_cap);
 		prod = conn(&d, "pidfd");
 		unsetenv("TENSORD_REWRITE_MIN");
+		unsetenv("TENSORD_REWRITE_FILL_US");
 		a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
 		fd = td_alloc_fd(a, 0);
 		publish(prod, a, "heap/x", 1);

@@ -1424,7 +1424,7 @@ Test(wire, bad_held_ids_are_refused_with_a_reason)
 	cr_assert_eq(td_wire_alloc_req_encode(&m, body, sizeof(body)),
 		     -EINVAL);
 	m = recycle_req;
-	m.flags |= 0x10;
+	m.flags |= 0x20;
 	cr_assert_eq(td_wire_alloc_req_encode(&m, body, sizeof(body)),
 		     -EINVAL);
 }

@@ -352,8 +352,12 @@ TD_EXPORT int td_client_alloc(struct td_client *c, uint32_t plane_count,
  * ping-pong of large tensors then uses one buffer instead of alternating
  * two. Otherwise the loan comes from the free list as for
  * TD_ALLOC_RECYCLE. It costs an ALLOC round trip per tensor that
- * TD_ALLOC_STREAM saves, so loans of fewer bytes than $TENSORD_REWRITE_MIN
- * (default 8 MiB, all planes together) are plain stream loans. Meant for
+ * TD_ALLOC_STREAM saves, so the take-back is asked for only for loans of
+ * at least $TENSORD_REWRITE_MIN bytes (default 8 MiB, all planes
+ * together) when the producer spent at least $TENSORD_REWRITE_FILL_US
+ * (default 200) microseconds between the alloc and the publish of its
+ * last such loan (it writes its tensors); otherwise the loan is a stream
+ * loan. Meant for
  * a producer that waits for its consumers between tensors (ping-pong,
  * lock step, fan-out with acknowledgements): a reader that comes after
  * the producer's next ALLOC does not get the version before it. One
