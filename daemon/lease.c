@@ -288,8 +288,11 @@ void td__lease_wake(struct td__store *s, struct td__version *v)
 	rearm(s);
 }
 
-void td__lease_rewrite_over(struct td__store *s, const char *name,
-			    uint16_t len)
+/* store.c's hook (td__store_rewrite_over): a rewrite of name ended
+ * without its publish; GETs that wait only because of it get what they
+ * would have got without it. */
+static void rewrite_over(struct td__store *s, const char *name,
+			 uint16_t len)
 {
 	struct td__list *l, *n;
 
@@ -559,4 +562,5 @@ void td__lease_init(void)
 	static const struct td__ring_hooks hooks = {lease_ring, ring_poll};
 
 	td__ring_hooks_set(&hooks);
+	td__store_rewrite_hook_set(rewrite_over);
 }

@@ -70,7 +70,7 @@ static void rewrite_end(struct td__peer *p, bool published)
 	td__list_init(&p->rw_link);
 	p->rw_alloc = 0;
 	if (!published)
-		td__lease_rewrite_over(td__d->store, p->rw_name, p->rw_len);
+		td__store_rewrite_over(td__d->store, p->rw_name, p->rw_len);
 }
 
 void td__rewrite_published(struct td__peer *p, const struct td__version *v)

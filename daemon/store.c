@@ -73,6 +73,22 @@ bool td__version_pinned(const struct td__version *v)
 	return bell_pins(v);
 }
 
+/* ---- a rewrite that ended without its publish (lease.c's hook) ---- */
+
+static td__store_rewrite_fn *rewrite_hook;
+
+void td__store_rewrite_hook_set(td__store_rewrite_fn *fn)
+{
+	rewrite_hook = fn;
+}
+
+void td__store_rewrite_over(struct td__store *s, const char *name,
+			    uint16_t len)
+{
+	if (rewrite_hook)
+		rewrite_hook(s, name, len);
+}
+
 /* ---- spare records (no per-handoff allocation in the steady state) ---- */
 
 static struct td__list *spare_take(struct td__spares *sp)

@@ -233,6 +233,17 @@ struct td__store_bell {
 };
 void td__store_bell_set(const struct td__store_bell *b);
 
+/*
+ * A rewrite of name ended without its publish (loan.c): the parked GETs
+ * that wait only because of it are answered by the hook lease.c sets
+ * (calls point down the list above; this one goes up through it).
+ */
+typedef void td__store_rewrite_fn(struct td__store *s, const char *name,
+				  uint16_t len);
+void td__store_rewrite_hook_set(td__store_rewrite_fn *fn);
+void td__store_rewrite_over(struct td__store *s, const char *name,
+			    uint16_t len);
+
 /* Persistence (struct td__store_keeper): a published version's fd goes
  * to the fd store (its id, 0 = not stored); a restored one adopts its
  * stored id (0 or -errno); the set of current versions changed. */
@@ -371,9 +382,6 @@ bool td__rewrite_pending(struct td_wire_str name);
 
 /* Serve every parked GET that v (just published) satisfies. */
 void td__lease_wake(struct td__store *s, struct td__version *v);
-/* A rewrite of name ended without its publish (loan.c): GETs that wait
- * only because of it get what they would have got without it. */
-void td__lease_rewrite_over(struct td__store *s, const char *name,
-			    uint16_t len);
+
 
 #endif
