@@ -70,8 +70,28 @@ static void rewrite_end(struct td__peer *p)
 	p->rw_alloc = 0;
 }
 
+/*
+ * p's rewrite is over (its alloc published, dropped or superseded, or
+ * its connection gone). When its name still has no version, the one
+ * taken back was in effect deleted: watchers are told, as for DELETE
+ * (the take-back itself told nobody, its next version being due).
+ */
+static void rewrite_drop(struct td__peer *p)
+{
+	struct td__store *s = td__d->store;
+	struct td_wire_str n = {p->rw_name, p->rw_len};
+
+	if (!p->rw_alloc)
+		return;
+	rewrite_end(p);
+	if (!td__name_lookup(s, n))
+		td__notify_name(s, TD_EVENT_DELETED, n, p->rw_number);
+}
+
 void td__rewrite_published(struct td__peer *p, const struct td__version *v)
 {
+	/* its own publish, or that of another REWRITE alloc of p's */
+	rewrite_drop(p);
 	p->rw_len = v->name_len;
 	memcpy(p->rw_name, v->name, v->name_len);
 	p->rw_number = v->number;
@@ -80,12 +100,16 @@ void td__rewrite_published(struct td__peer *p, const struct td__version *v)
 bool td__rewrite_pending(struct td_wire_str name)
 {
 	const struct td__list *head = &td__d->store->rewrites;
+	uint64_t now = uv_now(td__d->loop);
 
 	for (const struct td__list *l = head->next; l != head; l = l->next) {
 		const struct td__peer *p =
 			td__container_of(l, struct td__peer, rw_link);
 
-		if (p->rw_len == name.len &&
+		/* a loan dropped unpublished (td_alloc_free sends nothing)
+		 * holds the name up no longer than a ring's rewrite */
+		if (now - p->rw_since < TD__REWRITE_WAIT_MS &&
+		    p->rw_len == name.len &&
 		    memcmp(p->rw_name, name.ptr, name.len) == 0)
 			return true;
 	}
@@ -359,10 +383,11 @@ void td__loan_alloc(struct td__peer *p, const struct td__req *rq)
 	a->recycle = m.flags & TD_WIRE_ALLOC_RECYCLE;
 	a->rewrite = a->recycle && (m.flags & TD_WIRE_ALLOC_REWRITE);
 	/* a rewrite alloc dropped unpublished stops holding its name up */
-	if (a->rewrite && p->rw_alloc)
-		rewrite_end(p);
+	if (a->rewrite)
+		rewrite_drop(p);
 	if (a->rewrite && rewrite_take(s, p, &m, prefer)) {
 		p->rw_alloc = a->id;
+		p->rw_since = uv_now(d->loop);
 		td__list_add_tail(&s->rewrites, &p->rw_link);
 	}
 	if (alloc_create(s, p, h, a,
@@ -370,7 +395,7 @@ void td__loan_alloc(struct td__peer *p, const struct td__req *rq)
 					p->rw_alloc == a->id ? prefer : NULL,
 					held)) < 0) {
 		if (p->rw_alloc == a->id)
-			rewrite_end(p);
+			rewrite_drop(p);
 		td__loan_free(s, a);
 		return;
 	}
@@ -400,9 +425,8 @@ void td__loan_done(struct td__peer *p, struct td__alloc *a)
 {
 	if (a->id == p->loan_id)
 		p->loan_id = 0;
-	/* published or dropped: the name is not being rewritten any more */
-	if (a->id == p->rw_alloc)
-		rewrite_end(p);
+	/* a rewrite's end is the caller's: td__rewrite_published, or the
+	 * connection's end below */
 	td__list_del(&a->link);
 	p->n_allocs--;
 	td__loan_free(td__d->store, a);
@@ -411,6 +435,7 @@ void td__loan_done(struct td__peer *p, struct td__alloc *a)
 /* Unpublished allocs die with their producer. */
 void td__loan_peer_gone(struct td__peer *p)
 {
+	rewrite_drop(p);
 	while (!td__list_empty(&p->allocs))
 		td__loan_done(p, td__container_of(p->allocs.next,
 						  struct td__alloc, link));

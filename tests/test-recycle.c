@@ -1864,6 +1864,104 @@ Test(recycle, a_rewrite_ends_with_its_producer, .timeout = 30)
 	tu_daemon_stop(&d, true);
 }
 
+/* The next event of w: type and version, of name. */
+static void event_is(struct td_client *w, uint32_t type, const char *name,
+		     uint64_t version)
+{
+	struct td_event ev;
+	struct td_error e = {0};
+
+	cr_assert_eq(td_client_next_event(w, 5000, &ev, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(ev.type, type, "%s version %llu: event %u", ev.name,
+		     (unsigned long long)ev.version, ev.type);
+	cr_assert_str_eq(ev.name, name);
+	cr_assert_eq(ev.version, version);
+}
+
+/*
+ * A take-back tells watchers nothing: the next version is on its way.
+ * When it does not come (the producer publishes the loan under another
+ * name, drops it, or goes), the version taken back was deleted, and the
+ * watchers hear so - else they would believe it current for ever.
+ */
+Test(recycle, a_rewrite_that_ends_unpublished_is_a_delete, .timeout = 30)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *w;
+	struct td_alloc *a;
+	uint64_t id, v1, v2, v3;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = rw_conn(&d, "pidfd");
+	w = conn(&d, "pidfd");
+	cr_assert_eq(td_client_watch(w, "rw/", TD_WATCH_PREFIX, &id, NULL),
+		     0);
+
+	/* taken back and published again: only PUBLISHED events */
+	v1 = publish(prod, loan(prod, 16 * KIB, TD_ALLOC_REWRITE), "rw/x", 1);
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	v2 = publish(prod, a, "rw/x", 2);
+	event_is(w, TD_EVENT_TYPE_PUBLISHED, "rw/x", v1);
+	event_is(w, TD_EVENT_TYPE_PUBLISHED, "rw/x", v2);
+
+	/* taken back, published under another name */
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	v3 = publish(prod, a, "rw/y", 3);
+	event_is(w, TD_EVENT_TYPE_DELETED, "rw/x", v2);
+	event_is(w, TD_EVENT_TYPE_PUBLISHED, "rw/y", v3);
+
+	/* taken back, dropped: the next REWRITE alloc shows it */
+	td_alloc_free(loan(prod, 16 * KIB, TD_ALLOC_REWRITE));
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	event_is(w, TD_EVENT_TYPE_DELETED, "rw/y", v3);
+	v1 = publish(prod, a, "rw/x", 4);
+	event_is(w, TD_EVENT_TYPE_PUBLISHED, "rw/x", v1);
+
+	/* taken back, then the producer goes */
+	td_alloc_free(loan(prod, 16 * KIB, TD_ALLOC_REWRITE));
+	td_client_close(prod);
+	event_is(w, TD_EVENT_TYPE_DELETED, "rw/x", v1);
+
+	td_client_close(w);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * td_alloc_free sends nothing: a REWRITE loan dropped on a connection
+ * that stays and makes no other REWRITE alloc holds its name up no
+ * longer than a ring's rewrite (a second). After that a GET of the name
+ * answers as for any name with no version instead of waiting a second
+ * for a publish that is not coming.
+ */
+Test(recycle, a_dropped_rewrite_holds_its_name_a_second_at_most,
+     .timeout = 30)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+	int rc;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = rw_conn(&d, "pidfd");
+	cons = conn(&d, "pidfd");
+	publish(prod, loan(prod, 16 * KIB, TD_ALLOC_REWRITE), "rw/x", 1);
+	td_alloc_free(loan(prod, 16 * KIB, TD_ALLOC_REWRITE));
+	cr_assert_eq(current_of(cons, "rw/x"), -ENOENT);
+	/* within the second: the GET waits for the publish (none comes) */
+	rc = td_client_get(cons, "rw/x", &t, &e);
+	cr_assert_eq(rc, -ETIMEDOUT, "%d %s", rc, e.reason);
+	/* that GET took the second: the name is not being rewritten now */
+	usleep(100 * 1000);
+	e = (struct td_error){0};
+	rc = td_client_get(cons, "rw/x", &t, &e);
+	cr_assert_eq(rc, -ENOENT, "%d %s", rc, e.reason);
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
 /* Against a daemon whose HELLO predates the flag: a stream loan. */
 Test(recycle, a_rewrite_of_an_older_daemon_is_a_stream_loan)
 {
