@@ -97,6 +97,21 @@ void td__rewrite_published(struct td__peer *p, const struct td__version *v)
 	p->rw_number = v->number;
 }
 
+void td__rewrite_superseded(const struct td__version *v)
+{
+	struct td__list *head = &td__d->store->rewrites;
+
+	for (struct td__list *l = head->next, *n; l != head; l = n) {
+		struct td__peer *p =
+			td__container_of(l, struct td__peer, rw_link);
+
+		n = l->next;
+		if (p->rw_len == v->name_len &&
+		    memcmp(p->rw_name, v->name, v->name_len) == 0)
+			rewrite_end(p);
+	}
+}
+
 bool td__rewrite_pending(struct td_wire_str name)
 {
 	const struct td__list *head = &td__d->store->rewrites;

@@ -528,6 +528,7 @@ static void pub_commit(struct pub *x, struct td__version *ver)
 		td__version_retire(s, old);
 		td__version_unref(s, old);
 	}
+	td__rewrite_superseded(ver);
 	td__log(TD_LOG_DEBUG, "published %.*s version %llu (%u fds)",
 		(int)ver->name_len, ver->name,
 		(unsigned long long)ver->number, ver->nfds);

@@ -374,6 +374,12 @@ void td__loan_lend(struct td__peer *p, uint32_t count, const uint64_t *sizes,
  * next REWRITE ALLOC may take back. A rewrite of p in progress ends.
  */
 void td__rewrite_published(struct td__peer *p, const struct td__version *v);
+/*
+ * v is the current version of its name now: a rewrite of that name in
+ * progress is over (its producer's publish is just another version, and
+ * the name's end is v's, not the one taken back).
+ */
+void td__rewrite_superseded(const struct td__version *v);
 /* Whether a producer is rewriting the latest version of name now (for
  * TD__REWRITE_WAIT_MS at most). */
 bool td__rewrite_pending(struct td_wire_str name);

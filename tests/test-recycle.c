@@ -1822,6 +1822,23 @@ Test(recycle, a_held_or_replaced_version_is_not_rewritten)
 	tu_daemon_stop(&d, true);
 }
 
+/* Until STATUS shows n clients connected (a bounded wait). */
+static void clients_down_to(struct td_client *c, size_t n)
+{
+	size_t now = SIZE_MAX;
+
+	for (int i = 0; i < 2000 && now != n; i++) {
+		struct td_status *st = NULL;
+
+		if (i)
+			usleep(2000);
+		cr_assert_eq(td_client_status(c, &st, NULL), 0);
+		now = st->client_count;
+		td_status_free(st);
+	}
+	cr_assert_eq(now, n);
+}
+
 /*
  * A rewrite ends with its connection, or when its alloc is dropped and
  * the next REWRITE alloc comes: a GET then answers at once (the name
@@ -1857,6 +1874,8 @@ Test(recycle, a_rewrite_ends_with_its_producer, .timeout = 30)
 	cr_assert_eq(current_of(cons, "rw/x"), -ENOENT);
 	td_alloc_free(a);
 	td_client_close(prod);
+	/* the daemon reads the hang-up on another socket than the GET */
+	clients_down_to(cons, 1);
 	e = (struct td_error){0};
 	cr_assert_eq(td_client_get(cons, "rw/x", &t, &e), -ENOENT, "%s",
 		     e.reason);
@@ -1918,10 +1937,21 @@ Test(recycle, a_rewrite_that_ends_unpublished_is_a_delete, .timeout = 30)
 	v1 = publish(prod, a, "rw/x", 4);
 	event_is(w, TD_EVENT_TYPE_PUBLISHED, "rw/x", v1);
 
+	/* taken back, then another producer's version and its delete:
+	 * the name's end is that one's, told once */
+	td_alloc_free(loan(prod, 16 * KIB, TD_ALLOC_REWRITE));
+	v2 = publish(w, loan(w, 16 * KIB, TD_ALLOC_RECYCLE), "rw/x", 5);
+	cr_assert_eq(td_client_delete(w, "rw/x", NULL, NULL), 0);
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	v3 = publish(prod, a, "rw/z", 6);
+	event_is(w, TD_EVENT_TYPE_PUBLISHED, "rw/x", v2);
+	event_is(w, TD_EVENT_TYPE_DELETED, "rw/x", v2);
+	event_is(w, TD_EVENT_TYPE_PUBLISHED, "rw/z", v3);
+
 	/* taken back, then the producer goes */
 	td_alloc_free(loan(prod, 16 * KIB, TD_ALLOC_REWRITE));
 	td_client_close(prod);
-	event_is(w, TD_EVENT_TYPE_DELETED, "rw/x", v1);
+	event_is(w, TD_EVENT_TYPE_DELETED, "rw/z", v3);
 
 	td_client_close(w);
 	tu_daemon_stop(&d, true);
