@@ -133,7 +133,9 @@ bool td__rewrite_pending(struct td_wire_str name)
 
 /*
  * The version p published last from a REWRITE alloc, taken back when it
- * is still current, recyclable, of exactly m's planes, and nobody holds
+ * is still current, recyclable, of exactly m's planes, p's uid may still
+ * write its name (a policy reloaded since may have taken that away: the
+ * take-back deletes it for a while, or for good), and nobody holds
  * it: no lease, no follower's row, no snapshot (each a reference). It
  * stops being current (no event: its name's next version is on its way)
  * and, once unreferenced, its buffers go to p's free list, where
@@ -152,7 +154,8 @@ static uint32_t rewrite_take(struct td__store *s, struct td__peer *p,
 	v = td__name_lookup(s, n);
 	if (!v || v->number != p->rw_number || !v->recycle || v->owner != p ||
 	    v->lease_count || v->refs != 1 || v->nfds != m->plane_count ||
-	    td__version_pinned(v))
+	    td__version_pinned(v) ||
+	    !td__access_may(p, TD__PERM_WRITE, n.ptr, n.len))
 		return 0;
 	for (uint32_t i = 0; i < v->nfds; i++) {
 		if (v->fds[i].fd < 0 || v->fds[i].size != m->sizes[i])
