@@ -36,6 +36,7 @@
 #include "daemonctl.h"
 #include "scm.h"
 #include "testchild.h"
+#include "testclient.h"
 #include "testutil.h"
 #include "blob.h"
 #include "wire.h"
@@ -1133,26 +1134,22 @@ static bool holds(const char *name, uint8_t b)
 	return rc == 0;
 }
 
-/* The policy file rewritten, then SIGHUP and a wait (bounded) for it. */
+static uint64_t reloads_of(const struct td_status *st)
+{
+	return st->policy_reloads;
+}
+
+/* The policy file rewritten, then SIGHUP and a wait for it. */
 static void policy_reload(struct td_client *c, const char *text)
 {
-	uint64_t seen = 0;
 	FILE *f = fopen(policy_path, "w");
 
 	cr_assert(f);
 	fputs(text, f);
 	cr_assert_eq(fclose(f), 0);
 	cr_assert_eq(kill(D.pid, SIGHUP), 0);
-	for (int i = 0; i < 2000 && seen == 0; i++) {
-		struct td_status *st = NULL;
-
-		if (i)
-			usleep(5000);
-		cr_assert_eq(td_client_status(c, &st, NULL), 0);
-		seen = st->policy_reloads;
-		td_status_free(st);
-	}
-	cr_assert_eq(seen, 1, "the policy was not reloaded");
+	cr_assert_eq(tc_status_until(c, reloads_of, 1), 1,
+		     "the policy was not reloaded");
 }
 
 /*

@@ -1822,21 +1822,9 @@ Test(recycle, a_held_or_replaced_version_is_not_rewritten)
 	tu_daemon_stop(&d, true);
 }
 
-/* Until STATUS shows n clients connected (a bounded wait). */
-static void clients_down_to(struct td_client *c, size_t n)
+static uint64_t clients_of(const struct td_status *st)
 {
-	size_t now = SIZE_MAX;
-
-	for (int i = 0; i < 2000 && now != n; i++) {
-		struct td_status *st = NULL;
-
-		if (i)
-			usleep(2000);
-		cr_assert_eq(td_client_status(c, &st, NULL), 0);
-		now = st->client_count;
-		td_status_free(st);
-	}
-	cr_assert_eq(now, n);
+	return st->client_count;
 }
 
 /*
@@ -1875,7 +1863,7 @@ Test(recycle, a_rewrite_ends_with_its_producer, .timeout = 30)
 	td_alloc_free(a);
 	td_client_close(prod);
 	/* the daemon reads the hang-up on another socket than the GET */
-	clients_down_to(cons, 1);
+	cr_assert_eq(tc_status_until(cons, clients_of, 1), 1);
 	e = (struct td_error){0};
 	cr_assert_eq(td_client_get(cons, "rw/x", &t, &e), -ENOENT, "%s",
 		     e.reason);
