@@ -304,10 +304,11 @@ struct td__peer {
 	 * version this connection published last from a REWRITE alloc
 	 * (rw_len 0: none yet) and, while rw_alloc is nonzero, the alloc
 	 * that took that version's buffers back, on store->rewrites: a GET
-	 * of rw_name then waits for its publish.
+	 * of rw_name then waits for its publish, for TD__REWRITE_WAIT_MS
+	 * from rw_since (uv_now() at the take-back) at most.
 	 */
 	struct td__list rw_link;
-	uint64_t rw_number, rw_alloc;
+	uint64_t rw_number, rw_alloc, rw_since;
 	uint16_t rw_len;
 	char rw_name[TD_WIRE_MAX_NAME + 1];
 };

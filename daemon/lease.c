@@ -15,12 +15,11 @@
 #define LEASE_CACHE 1024
 
 /*
- * How long a GET that does not wait (timeout 0) waits anyway for a ring
- * version whose slot is being rewritten: that version is on its way, and
- * refusing would make GET of a busy ring fail at random.
+ * A GET that does not wait (timeout 0) waits anyway, TD__REWRITE_WAIT_MS
+ * (store.h) at most, for a ring version whose slot is being rewritten:
+ * that version is on its way, and refusing would make GET of a busy ring
+ * fail at random.
  */
-#define RING_REWRITE_WAIT_MS 1000
-
 
 /*
  * Whether the reply may leave out entry f: a plane buffer the SCM client
@@ -248,7 +247,7 @@ static void on_timer(uv_timer_t *t)
 				       "rewriting its latest version and "
 				       "published nothing within %d ms",
 				       (int)w->len, w->name,
-				       RING_REWRITE_WAIT_MS);
+				       TD__REWRITE_WAIT_MS);
 		else if (w->mode == TD_GET_NEWER)
 			td__peer_error(w->peer, TD_OP_GET, w->request_id,
 				       -ETIMEDOUT,
@@ -415,12 +414,12 @@ static void get_park(struct td__peer *p, const struct td__req *rq,
 	w->held_count = m->held_count;
 	memcpy(w->held, m->held, m->held_count * sizeof(*m->held));
 	w->timeout_ms = m->timeout_ms;
-	w->rewrite = rewrite && m->timeout_ms < RING_REWRITE_WAIT_MS;
+	w->rewrite = rewrite && m->timeout_ms < TD__REWRITE_WAIT_MS;
 	w->fence = rw == -EINPROGRESS;
 	w->deadline = m->timeout_ms == TD_WIRE_WAIT_FOREVER
 			      ? UINT64_MAX
 			      : uv_now(td__d->loop) +
-					(w->rewrite ? RING_REWRITE_WAIT_MS
+					(w->rewrite ? TD__REWRITE_WAIT_MS
 						    : m->timeout_ms);
 	w->len = m->name.len;
 	memcpy(w->name, m->name.ptr, m->name.len);

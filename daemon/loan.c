@@ -63,32 +63,78 @@ static struct td__freebuf *freebuf_pick(struct td__peer *p, uint64_t size,
 
 /* ---- rewriting the latest version (TD_WIRE_ALLOC_REWRITE) ---- */
 
-/* published: by this alloc's PUBLISH, which answers the parked GETs */
-static void rewrite_end(struct td__peer *p, bool published)
+/*
+ * answer: the name got no version (the rewrite ended without one): the
+ * GETs parked only for it get what they would have got without it (a
+ * publish of the name answered them itself)
+ */
+static void rewrite_end(struct td__peer *p, bool answer)
 {
 	td__list_del(&p->rw_link);
 	td__list_init(&p->rw_link);
 	p->rw_alloc = 0;
-	if (!published)
+	if (answer)
 		td__store_rewrite_over(td__d->store, p->rw_name, p->rw_len);
+}
+
+/*
+ * p's rewrite is over (its alloc published, dropped or superseded, or
+ * its connection gone). When its name still has no version, the one
+ * taken back was in effect deleted: watchers are told, as for DELETE
+ * (the take-back itself told nobody, its next version being due).
+ */
+static void rewrite_drop(struct td__peer *p)
+{
+	struct td__store *s = td__d->store;
+	struct td_wire_str n = {p->rw_name, p->rw_len};
+
+	bool gone;
+
+	if (!p->rw_alloc)
+		return;
+	gone = !td__name_lookup(s, n);
+	rewrite_end(p, gone);
+	if (gone)
+		td__notify_name(s, TD_EVENT_DELETED, n, p->rw_number);
 }
 
 void td__rewrite_published(struct td__peer *p, const struct td__version *v)
 {
+	/* its own publish, or that of another REWRITE alloc of p's */
+	rewrite_drop(p);
 	p->rw_len = v->name_len;
 	memcpy(p->rw_name, v->name, v->name_len);
 	p->rw_number = v->number;
 }
 
+void td__rewrite_superseded(const struct td__version *v)
+{
+	struct td__list *head = &td__d->store->rewrites;
+
+	for (struct td__list *l = head->next, *n; l != head; l = n) {
+		struct td__peer *p =
+			td__container_of(l, struct td__peer, rw_link);
+
+		n = l->next;
+		if (p->rw_len == v->name_len &&
+		    memcmp(p->rw_name, v->name, v->name_len) == 0)
+			rewrite_end(p, false);
+	}
+}
+
 bool td__rewrite_pending(struct td_wire_str name)
 {
 	const struct td__list *head = &td__d->store->rewrites;
+	uint64_t now = uv_now(td__d->loop);
 
 	for (const struct td__list *l = head->next; l != head; l = l->next) {
 		const struct td__peer *p =
 			td__container_of(l, struct td__peer, rw_link);
 
-		if (p->rw_len == name.len &&
+		/* a loan dropped unpublished (td_alloc_free sends nothing)
+		 * holds the name up no longer than a ring's rewrite */
+		if (now - p->rw_since < TD__REWRITE_WAIT_MS &&
+		    p->rw_len == name.len &&
 		    memcmp(p->rw_name, name.ptr, name.len) == 0)
 			return true;
 	}
@@ -97,7 +143,9 @@ bool td__rewrite_pending(struct td_wire_str name)
 
 /*
  * The version p published last from a REWRITE alloc, taken back when it
- * is still current, recyclable, of exactly m's planes, and nobody holds
+ * is still current, recyclable, of exactly m's planes, p's uid may still
+ * write its name (a policy reloaded since may have taken that away: the
+ * take-back deletes it for a while, or for good), and nobody holds
  * it: no lease, no follower's row, no snapshot (each a reference). It
  * stops being current (no event: its name's next version is on its way)
  * and, once unreferenced, its buffers go to p's free list, where
@@ -116,7 +164,8 @@ static uint32_t rewrite_take(struct td__store *s, struct td__peer *p,
 	v = td__name_lookup(s, n);
 	if (!v || v->number != p->rw_number || !v->recycle || v->owner != p ||
 	    v->lease_count || v->refs != 1 || v->nfds != m->plane_count ||
-	    td__version_pinned(v))
+	    td__version_pinned(v) ||
+	    !td__access_may(p, TD__PERM_WRITE, n.ptr, n.len))
 		return 0;
 	for (uint32_t i = 0; i < v->nfds; i++) {
 		if (v->fds[i].fd < 0 || v->fds[i].size != m->sizes[i])
@@ -365,11 +414,12 @@ void td__loan_alloc(struct td__peer *p, const struct td__req *rq)
 	a->rewrite = a->recycle && (m.flags & (TD_WIRE_ALLOC_REWRITE |
 					       TD_WIRE_ALLOC_REWRITABLE));
 	/* a rewrite alloc dropped unpublished stops holding its name up */
-	if (a->recycle && (m.flags & TD_WIRE_ALLOC_REWRITE) && p->rw_alloc)
-		rewrite_end(p, false);
+	if (a->recycle && (m.flags & TD_WIRE_ALLOC_REWRITE))
+		rewrite_drop(p);
 	if (a->recycle && (m.flags & TD_WIRE_ALLOC_REWRITE) &&
 	    rewrite_take(s, p, &m, prefer)) {
 		p->rw_alloc = a->id;
+		p->rw_since = uv_now(d->loop);
 		td__list_add_tail(&s->rewrites, &p->rw_link);
 	}
 	if (alloc_create(s, p, h, a,
@@ -377,7 +427,7 @@ void td__loan_alloc(struct td__peer *p, const struct td__req *rq)
 					p->rw_alloc == a->id ? prefer : NULL,
 					held)) < 0) {
 		if (p->rw_alloc == a->id)
-			rewrite_end(p, false);
+			rewrite_drop(p);
 		td__loan_free(s, a);
 		return;
 	}
@@ -407,10 +457,8 @@ void td__loan_done(struct td__peer *p, struct td__alloc *a)
 {
 	if (a->id == p->loan_id)
 		p->loan_id = 0;
-	/* published (pub_commit): the name is not being rewritten any more
-	 * (td__loan_peer_gone ends a rewrite its connection takes along) */
-	if (a->id == p->rw_alloc)
-		rewrite_end(p, true);
+	/* a rewrite's end is the caller's: td__rewrite_published, or the
+	 * connection's end below */
 	td__list_del(&a->link);
 	p->n_allocs--;
 	td__loan_free(td__d->store, a);
@@ -419,8 +467,7 @@ void td__loan_done(struct td__peer *p, struct td__alloc *a)
 /* Unpublished allocs die with their producer. */
 void td__loan_peer_gone(struct td__peer *p)
 {
-	if (p->rw_alloc)
-		rewrite_end(p, false);
+	rewrite_drop(p);
 	while (!td__list_empty(&p->allocs))
 		td__loan_done(p, td__container_of(p->allocs.next,
 						  struct td__alloc, link));

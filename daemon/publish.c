@@ -514,8 +514,6 @@ static void pub_commit(struct pub *x, struct td__version *ver)
 		x->alloc = NULL;
 	}
 	ver->number = s->next_version++;
-	if (rewrite)
-		td__rewrite_published(p, ver);
 	/*
 	 * into systemd's fd store before the reply (fdstore.c); not a
 	 * recyclable version, whose bytes are not sealed (its fd ids stay 0,
@@ -530,6 +528,7 @@ static void pub_commit(struct pub *x, struct td__version *ver)
 		td__version_retire(s, old);
 		td__version_unref(s, old);
 	}
+	td__rewrite_superseded(ver);
 	td__log(TD_LOG_DEBUG, "published %.*s version %llu (%u fds)",
 		(int)ver->name_len, ver->name,
 		(unsigned long long)ver->number, ver->nfds);
@@ -552,6 +551,10 @@ static void pub_commit(struct pub *x, struct td__version *ver)
 	td__peer_send(p, x->h->opcode, TD_WIRE_F_REPLY, x->h->request_id, 0,
 		      (size_t)len, fds,
 		      (x->m.flags & TD_WIRE_PUB_LOAN_SCM) ? nfds : 0);
+	/* after the reply, as events are: the name a rewrite of p's gave
+	 * up (other than ver's) is told deleted first */
+	if (rewrite)
+		td__rewrite_published(p, ver);
 	td__notify(s, TD_EVENT_PUBLISHED, ver);
 }
 

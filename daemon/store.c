@@ -418,19 +418,26 @@ static bool name_matches(const struct td__watch *w, const char *name,
 void td__notify(struct td__store *s, uint32_t event,
 		   const struct td__version *v)
 {
+	td__notify_name(s, event, (struct td_wire_str){v->name, v->name_len},
+			v->number);
+}
+
+void td__notify_name(struct td__store *s, uint32_t event,
+		     struct td_wire_str name, uint64_t number)
+{
 	struct td__daemon *d = s->d;
 
 	for (struct td__list *l = s->watches.next; l != &s->watches;
 	     l = l->next) {
 		struct td__watch *w =
 			td__container_of(l, struct td__watch, slink);
-		struct td_wire_notify n = {
-			w->id, event, v->number, {v->name, v->name_len}};
+		struct td_wire_notify n = {w->id, event, number, name};
 		int64_t len;
 
-		if (w->peer->dead || !name_matches(w, v->name, v->name_len) ||
-		    !td__access_may(w->peer, TD__PERM_READ, v->name,
-				    v->name_len))
+		if (w->peer->dead ||
+		    !name_matches(w, name.ptr, name.len) ||
+		    !td__access_may(w->peer, TD__PERM_READ, name.ptr,
+				    name.len))
 			continue;
 		len = td_wire_notify_encode(&n, TD__TX_BODY(d), TD__TX_CAP);
 		if (len >= 0)

@@ -315,6 +315,9 @@ void td__version_retire(struct td__store *s, struct td__version *v);
 /* Tell the watchers of v's name (TD_EVENT_*). */
 void td__notify(struct td__store *s, uint32_t event,
 		const struct td__version *v);
+/* The same for version `number` of name, which is gone already. */
+void td__notify_name(struct td__store *s, uint32_t event,
+		     struct td_wire_str name, uint64_t number);
 
 /* What a td__store_make_room() shortage was, for the reply. */
 struct td__room {
@@ -372,10 +375,25 @@ void td__loan_done(struct td__peer *p, struct td__alloc *a);
 void td__loan_lend(struct td__peer *p, uint32_t count, const uint64_t *sizes,
 		   bool rewrite, uint32_t held_count, const uint64_t *held,
 		   struct td_wire_alloc_rep *r, int *fds, unsigned *nfds);
-/* A PUBLISH of a REWRITE alloc made v: the version p's next REWRITE
- * ALLOC may take back. */
+/*
+ * How long a name whose latest version a producer took back to rewrite
+ * it stays "being rewritten" (a GET waits for its publish), as for a
+ * ring's latest slot (lease.c).
+ */
+#define TD__REWRITE_WAIT_MS 1000
+/*
+ * A PUBLISH of a REWRITE alloc made v (after its reply): the version p's
+ * next REWRITE ALLOC may take back. A rewrite of p in progress ends.
+ */
 void td__rewrite_published(struct td__peer *p, const struct td__version *v);
-/* Whether a producer is rewriting the latest version of name now. */
+/*
+ * v is the current version of its name now: a rewrite of that name in
+ * progress is over (its producer's publish is just another version, and
+ * the name's end is v's, not the one taken back).
+ */
+void td__rewrite_superseded(const struct td__version *v);
+/* Whether a producer is rewriting the latest version of name now (for
+ * TD__REWRITE_WAIT_MS at most). */
 bool td__rewrite_pending(struct td_wire_str name);
 
 /* ---- lease.c ---- */

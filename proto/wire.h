@@ -238,10 +238,11 @@ struct td_wire_fdent {
 /*
  * ALLOC request flag (TD_WIRE_FEAT_REWRITE; with RECYCLE only): the
  * version this connection published last from a REWRITE alloc, when it
- * is still the current version of its name and nobody holds it (no
- * lease, no follower's hold), stops being current and its buffers make
- * this alloc (docs/fastpath.md, "Rewriting the latest version"). Until
- * this alloc is published or dropped, a GET of that name waits for the
+ * is still the current version of its name, the uid may still write
+ * that name, and nobody holds it (no lease, no follower's hold), stops
+ * being current and its buffers make this alloc (docs/fastpath.md,
+ * "Rewriting the latest version"). Until this alloc is published or
+ * dropped, for a second at most, a GET of that name waits for the
  * publish as a GET of a ring being rewritten does. Otherwise an ordinary
  * RECYCLE ALLOC.
  */

@@ -36,6 +36,7 @@
 #include "daemonctl.h"
 #include "scm.h"
 #include "testchild.h"
+#include "testclient.h"
 #include "testutil.h"
 #include "blob.h"
 #include "wire.h"
@@ -723,6 +724,8 @@ enum {
 	W_FOLLOW_TAKE, /* release the follow's last tensor, take the next */
 	W_FOLLOW,      /* one more follow of name, kept */
 	W_FOLLOW_NEW,  /* follow NAME0 .. NAME<count-1>, kept */
+	W_REWRITE_PUT, /* a TD_ALLOC_REWRITE alloc, published */
+	W_REWRITE_KEEP, /* a TD_ALLOC_REWRITE alloc, kept unpublished */
 	W_EXIT
 };
 
@@ -750,13 +753,13 @@ struct worker {
 #define W_MAX_HELD 20000
 
 static int stream_put(struct td_client *c, const char *name, uint32_t size,
-		      struct td_error *e)
+		      struct td_error *e, uint32_t flags)
 {
 	uint64_t sz = size, shape[1] = {size};
 	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
 			       .ndim = 1, .shape = shape, .fence_fd = -1};
 	struct td_alloc *a = NULL;
-	int rc = td_client_alloc_ex(c, 1, &sz, TD_ALLOC_STREAM, &a, e);
+	int rc = td_client_alloc_ex(c, 1, &sz, flags, &a, e);
 
 	return rc < 0 ? rc : td_client_publish_alloc(c, a, &p, NULL, e);
 }
@@ -824,7 +827,20 @@ static void worker_main(const struct tu_daemon *td, void *arg)
 				r.rc = td_client_watch(cc, m.name, 0, &id,
 						       &e);
 			} else if (m.op == W_STREAM_PUT) {
-				r.rc = stream_put(cc, m.name, m.size, &e);
+				r.rc = stream_put(cc, m.name, m.size, &e,
+						  TD_ALLOC_STREAM);
+			} else if (m.op == W_REWRITE_PUT) {
+				r.rc = stream_put(cc, m.name, m.size, &e,
+						  TD_ALLOC_REWRITE);
+			} else if (m.op == W_REWRITE_KEEP) {
+				uint64_t size = m.size;
+
+				CK(nallocs < 256);
+				r.rc = td_client_alloc_ex(cc, 1, &size,
+							  TD_ALLOC_REWRITE,
+							  &allocs[nallocs],
+							  &e);
+				nallocs += r.rc == 0;
 			} else if (m.op == W_FOLLOW_TAKE) {
 				r.rc = follow_take(cc, m.name, &e);
 			} else if (m.op == W_FOLLOW_NEW) {
@@ -1116,6 +1132,68 @@ static bool holds(const char *name, uint8_t b)
 
 	td_client_close(c);
 	return rc == 0;
+}
+
+static uint64_t reloads_of(const struct td_status *st)
+{
+	return st->policy_reloads;
+}
+
+/* The policy file rewritten, then SIGHUP and a wait for it. */
+static void policy_reload(struct td_client *c, const char *text)
+{
+	FILE *f = fopen(policy_path, "w");
+
+	cr_assert(f);
+	fputs(text, f);
+	cr_assert_eq(fclose(f), 0);
+	cr_assert_eq(kill(D.pid, SIGHUP), 0);
+	cr_assert_eq(tc_status_until(c, reloads_of, 1), 1,
+		     "the policy was not reloaded");
+}
+
+/*
+ * TD_ALLOC_REWRITE takes back only what its uid may still write: once a
+ * reloaded policy leaves it read access to its old name, it may not
+ * DELETE or replace that version, and no more may it withdraw it.
+ */
+Test(hostile, a_rewrite_withdraws_only_what_its_uid_may_write)
+{
+	struct td_client *c;
+	struct worker w;
+	struct td_entry ent = {0};
+	struct td_error e = {0};
+	char why[TD_WIRE_MAX_REASON + 1];
+	uint64_t v;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=65534 rw n/\nallow uid=65534 rw m/\n",
+			     NULL, NULL),
+		 0, "info");
+	c = cli();
+	cr_assert_eq(setenv("TENSORD_REWRITE_MIN", "0", 1), 0);
+	worker_start(&w, NOBODY, 1);
+	unsetenv("TENSORD_REWRITE_MIN");
+	cr_assert_eq(wdo(&w, W_REWRITE_PUT, "n/x", 4096, 1, why, sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(td_client_stat(c, "n/x", &ent, &e), 0, "%s", e.reason);
+	v = ent.version;
+	td_entry_fini(&ent);
+
+	policy_reload(c, "allow uid=65534 r n/\nallow uid=65534 rw m/\n");
+	/* its uid may still write m/: the ALLOC itself is allowed */
+	cr_assert_eq(wdo(&w, W_REWRITE_KEEP, "", 4096, 1, why, sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(td_client_stat(c, "n/x", &ent, &e), 0,
+		     "n/x withdrawn by a uid that may not write it: %s",
+		     e.reason);
+	cr_assert_eq(ent.version, v);
+	td_entry_fini(&ent);
+	worker_stop(&w);
+	td_client_close(c);
+	stop();
+	unlink(policy_path);
 }
 
 Test(hostile, an_allocation_evicts_only_its_own_or_above_a_fair_share)

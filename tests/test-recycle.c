@@ -1755,26 +1755,19 @@ Test(recycle, a_rewrite_waits_for_a_producer_that_fills_its_tensors)
 	tu_daemon_stop(&d, true);
 }
 
-/* The number of GETs parked in d (STATUS), once it is `want`, or the
- * last count after about 4 s. */
-static uint32_t parked_gets(struct td_client *c, uint32_t want)
+/* GETs parked in the daemon, every client's (STATUS; tc_status_until) */
+static uint64_t waiters_of(const struct td_status *st)
 {
-	uint32_t parked = 0;
+	uint64_t n = 0;
 
-	for (int i = 0; i < 2000; i++) {
-		struct td_status *st = NULL;
+	for (size_t k = 0; k < st->client_count; k++)
+		n += st->clients[k].waiters;
+	return n;
+}
 
-		usleep(2000);
-		if (td_client_status(c, &st, NULL) < 0)
-			continue;
-		parked = 0;
-		for (size_t k = 0; k < st->client_count; k++)
-			parked += st->clients[k].waiters;
-		td_status_free(st);
-		if (parked == want)
-			break;
-	}
-	return parked;
+static uint64_t clients_of(const struct td_status *st)
+{
+	return st->client_count;
 }
 
 /* A child's GET of rw/x: the byte 9 of version *arg. */
@@ -1808,7 +1801,7 @@ Test(recycle, a_get_during_a_rewrite_gets_the_next_version, .timeout = 30)
 	v2 = v1 + 1; /* the daemon numbers versions in publish order */
 	child = spawn(&d, parked_get_child, &v2);
 	/* the child's GET is parked in the daemon before the publish */
-	cr_assert_eq(parked_gets(prod, 1), 1);
+	cr_assert_eq(tc_status_until(prod, waiters_of, 1), 1);
 	cr_assert_eq(publish(prod, a, "rw/x", 9), v2);
 	cr_assert_eq(reap(child), 0);
 	td_client_close(prod);
@@ -1844,7 +1837,7 @@ Test(recycle, a_get_parked_on_an_abandoned_rewrite_is_answered, .timeout = 30)
 	/* a GET that would wait up to the rewrite's second: its end
 	 * answers it at once, as the GET would have been without it */
 	child = spawn(&d, abandoned_get_child, NULL);
-	cr_assert_eq(parked_gets(prod, 1), 1);
+	cr_assert_eq(tc_status_until(prod, waiters_of, 1), 1);
 	td_alloc_free(a);
 	a = loan(prod, 32 * KIB, TD_ALLOC_REWRITE);
 	cr_assert_eq(reap(child), 0);
@@ -1954,6 +1947,8 @@ Test(recycle, a_rewrite_ends_with_its_producer, .timeout = 30)
 	cr_assert_eq(current_of(cons, "rw/x"), -ENOENT);
 	td_alloc_free(a);
 	td_client_close(prod);
+	/* the daemon reads the hang-up on another socket than the GET */
+	cr_assert_eq(tc_status_until(cons, clients_of, 1), 1);
 	e = (struct td_error){0};
 	cr_assert_eq(td_client_get(cons, "rw/x", &t, &e), -ENOENT, "%s",
 		     e.reason);
@@ -1961,26 +1956,141 @@ Test(recycle, a_rewrite_ends_with_its_producer, .timeout = 30)
 	tu_daemon_stop(&d, true);
 }
 
+/* The next event of w: type and version, of name. */
+static void event_is(struct td_client *w, uint32_t type, const char *name,
+		     uint64_t version)
+{
+	struct td_event ev;
+	struct td_error e = {0};
+
+	cr_assert_eq(td_client_next_event(w, 5000, &ev, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(ev.type, type, "%s version %llu: event %u", ev.name,
+		     (unsigned long long)ev.version, ev.type);
+	cr_assert_str_eq(ev.name, name);
+	cr_assert_eq(ev.version, version);
+}
+
+/*
+ * A take-back tells watchers nothing: the next version is on its way.
+ * When it does not come (the producer publishes the loan under another
+ * name, drops it, or goes), the version taken back was deleted, and the
+ * watchers hear so - else they would believe it current for ever.
+ */
+Test(recycle, a_rewrite_that_ends_unpublished_is_a_delete, .timeout = 30)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *w;
+	struct td_alloc *a;
+	uint64_t id, v1, v2, v3;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = rw_conn(&d, "pidfd");
+	w = conn(&d, "pidfd");
+	cr_assert_eq(td_client_watch(w, "rw/", TD_WATCH_PREFIX, &id, NULL),
+		     0);
+
+	/* taken back and published again: only PUBLISHED events */
+	v1 = publish(prod, loan(prod, 16 * KIB, TD_ALLOC_REWRITE), "rw/x", 1);
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	v2 = publish(prod, a, "rw/x", 2);
+	event_is(w, TD_EVENT_TYPE_PUBLISHED, "rw/x", v1);
+	event_is(w, TD_EVENT_TYPE_PUBLISHED, "rw/x", v2);
+
+	/* taken back, published under another name */
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	v3 = publish(prod, a, "rw/y", 3);
+	event_is(w, TD_EVENT_TYPE_DELETED, "rw/x", v2);
+	event_is(w, TD_EVENT_TYPE_PUBLISHED, "rw/y", v3);
+
+	/* taken back, dropped: the next REWRITE alloc shows it */
+	td_alloc_free(loan(prod, 16 * KIB, TD_ALLOC_REWRITE));
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	event_is(w, TD_EVENT_TYPE_DELETED, "rw/y", v3);
+	v1 = publish(prod, a, "rw/x", 4);
+	event_is(w, TD_EVENT_TYPE_PUBLISHED, "rw/x", v1);
+
+	/* taken back, then another producer's version and its delete:
+	 * the name's end is that one's, told once */
+	td_alloc_free(loan(prod, 16 * KIB, TD_ALLOC_REWRITE));
+	v2 = publish(w, loan(w, 16 * KIB, TD_ALLOC_RECYCLE), "rw/x", 5);
+	cr_assert_eq(td_client_delete(w, "rw/x", NULL, NULL), 0);
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
+	v3 = publish(prod, a, "rw/z", 6);
+	event_is(w, TD_EVENT_TYPE_PUBLISHED, "rw/x", v2);
+	event_is(w, TD_EVENT_TYPE_DELETED, "rw/x", v2);
+	event_is(w, TD_EVENT_TYPE_PUBLISHED, "rw/z", v3);
+
+	/* taken back, then the producer goes */
+	td_alloc_free(loan(prod, 16 * KIB, TD_ALLOC_REWRITE));
+	td_client_close(prod);
+	event_is(w, TD_EVENT_TYPE_DELETED, "rw/z", v3);
+
+	td_client_close(w);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * td_alloc_free sends nothing: a REWRITE loan dropped on a connection
+ * that stays and makes no other REWRITE alloc holds its name up no
+ * longer than a ring's rewrite (a second). After that a GET of the name
+ * answers as for any name with no version instead of waiting a second
+ * for a publish that is not coming.
+ */
+Test(recycle, a_dropped_rewrite_holds_its_name_a_second_at_most,
+     .timeout = 30)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+	int rc;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = rw_conn(&d, "pidfd");
+	cons = conn(&d, "pidfd");
+	publish(prod, loan(prod, 16 * KIB, TD_ALLOC_REWRITE), "rw/x", 1);
+	td_alloc_free(loan(prod, 16 * KIB, TD_ALLOC_REWRITE));
+	cr_assert_eq(current_of(cons, "rw/x"), -ENOENT);
+	/* within the second: the GET waits for the publish (none comes) */
+	rc = td_client_get(cons, "rw/x", &t, &e);
+	cr_assert_eq(rc, -ETIMEDOUT, "%d %s", rc, e.reason);
+	/* that GET took the second: the name is not being rewritten now */
+	usleep(100 * 1000);
+	e = (struct td_error){0};
+	rc = td_client_get(cons, "rw/x", &t, &e);
+	cr_assert_eq(rc, -ENOENT, "%d %s", rc, e.reason);
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+/* prod's TD_ALLOC_REWRITE loans of size are a stream's: the next one is
+ * another buffer, and the version published stays current. */
+static void rewrite_is_a_stream(struct td_client *prod,
+				struct td_client *cons, uint64_t size)
+{
+	struct td_alloc *a = loan(prod, size, TD_ALLOC_REWRITE);
+	int fd1 = td_alloc_fd(a, 0);
+	uint64_t v = publish(prod, a, "rw/x", 1);
+
+	a = loan(prod, size, TD_ALLOC_REWRITE);
+	cr_assert_neq(td_alloc_fd(a, 0), fd1);
+	cr_assert_eq(current_of(cons, "rw/x"), (int64_t)v);
+	td_alloc_free(a);
+}
+
 /* Against a daemon whose HELLO predates the flag: a stream loan. */
 Test(recycle, a_rewrite_of_an_older_daemon_is_a_stream_loan)
 {
 	struct tu_daemon d;
 	struct td_client *prod, *cons;
-	struct td_alloc *a;
-	uint64_t v;
-	int fd1;
 
 	tu_daemon_start_args(&d, "warn", small_cap);
 	prod = rw_conn(&d, "pidfd");
 	cons = conn(&d, "pidfd");
 	prod->hello.features &= ~TD_WIRE_FEAT_REWRITE;
-	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
-	fd1 = td_alloc_fd(a, 0);
-	v = publish(prod, a, "rw/x", 1);
-	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
-	cr_assert_neq(td_alloc_fd(a, 0), fd1);
-	cr_assert_eq(current_of(cons, "rw/x"), (int64_t)v);
-	td_alloc_free(a);
+	rewrite_is_a_stream(prod, cons, 16 * KIB);
 	td_client_close(cons);
 	td_client_close(prod);
 	tu_daemon_stop(&d, true);
@@ -1992,7 +2102,6 @@ Test(recycle, a_rewrite_below_its_floor_is_a_stream_loan)
 	struct tu_daemon d;
 	struct td_client *prod, *cons;
 	struct td_alloc *a;
-	uint64_t v;
 	int fd1;
 
 	tu_daemon_start_args(&d, "warn", small_cap);
@@ -2002,13 +2111,7 @@ Test(recycle, a_rewrite_below_its_floor_is_a_stream_loan)
 	unsetenv("TENSORD_REWRITE_MIN");
 	unsetenv("TENSORD_REWRITE_FILL_US");
 	cons = conn(&d, "pidfd");
-	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
-	fd1 = td_alloc_fd(a, 0);
-	v = publish(prod, a, "rw/x", 1);
-	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
-	cr_assert_neq(td_alloc_fd(a, 0), fd1);
-	cr_assert_eq(current_of(cons, "rw/x"), (int64_t)v);
-	td_alloc_free(a);
+	rewrite_is_a_stream(prod, cons, 16 * KIB);
 	/* at the floor it rewrites */
 	a = loan(prod, 64 * KIB, TD_ALLOC_REWRITE);
 	fd1 = td_alloc_fd(a, 0);

@@ -7,8 +7,33 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tensord/tensord.h"
+
+/*
+ * Until a STATUS field (read by `field`) is `want`: a bounded wait (a
+ * hang guard), for what the daemon does on its own time (a hang-up read
+ * on another socket, a SIGHUP). The last value seen.
+ */
+static inline uint64_t tc_status_until(struct td_client *c,
+				       uint64_t (*field)(
+					       const struct td_status *),
+				       uint64_t want)
+{
+	uint64_t seen = ~want;
+
+	for (int i = 0; i < 2000 && seen != want; i++) {
+		struct td_status *st = NULL;
+
+		if (i)
+			usleep(5000);
+		cr_assert_eq(td_client_status(c, &st, NULL), 0);
+		seen = field(st);
+		td_status_free(st);
+	}
+	return seen;
+}
 
 /*
  * What a GET of `name` (t, released here) must carry besides its bytes:
