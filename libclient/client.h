@@ -368,13 +368,18 @@ static inline void td__cpu_relax(void)
 #endif
 }
 
+/* forks of this process so far, as its children count them (client.c) */
+extern unsigned td__fork_gen;
 /*
  * Whether c was made by another process: this one is a child of fork()
  * that inherited it, whose socket is the parent's, so it neither sends
  * nor reads on it. No system call: a pthread_atfork() child handler
- * counts forks.
+ * counts forks. Inline: every ring call on the fast path checks it.
  */
-bool td__client_foreign(const struct td_client *c);
+static inline bool td__client_foreign(const struct td_client *c)
+{
+	return c->fork_gen != td__fork_gen;
+}
 /*
  * 0 when the connection can be used, reconnecting first when it broke and
  * TD_CLIENT_RECONNECT is set (lock held); else -errno with *err.
