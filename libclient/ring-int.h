@@ -35,6 +35,7 @@ struct td_ring {
 	struct td_pace pace;      /* td_ring_acquire's waits */
 	struct td_pace read_pace; /* td_ring_wait_read's (the readers' work) */
 	uint32_t epoch; /* c->epoch of the connection that made it */
+	int prod_row; /* its entry in c->prod_rows, -1 none */
 	/* event-loop readers' eventfds by row (RING_WAKE), -1 none; valid
 	 * while the row's wake_gen equals ours */
 	int wake_fd[TD_RING_MAX_READERS];

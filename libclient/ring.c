@@ -227,6 +227,44 @@ static bool name_ok(const char *name, struct td_error *err, int *rc)
 
 /* ---- producer ---- */
 
+/*
+ * Register r's reader rows with its client (lock held), for the prefetch
+ * in try_hold: a client that subscribes to one ring and produces another
+ * (a pipeline stage; the bench's ping-pong, whose answer is a ring back)
+ * acquires a slot of its own ring soon after it takes a version, and that
+ * acquire reads the rows its readers wrote since. The first rings only:
+ * it is a hint.
+ */
+static void prod_rows_add(struct td_ring *r)
+{
+	struct td_client *c = r->c;
+
+	for (int i = 0; i < TD__PROD_ROWS; i++) {
+		if (atomic_load_explicit(&c->prod_rows[i],
+					 memory_order_relaxed))
+			continue;
+		atomic_store_explicit(&c->prod_row_n[i],
+				      r->m.reader_count < TD__PROD_ROW_LINES
+					      ? r->m.reader_count
+					      : TD__PROD_ROW_LINES,
+				      memory_order_relaxed);
+		atomic_store_explicit(&c->prod_rows[i],
+				      (const void *)r->m.rd->rows,
+				      memory_order_relaxed);
+		r->prod_row = i;
+		return;
+	}
+}
+
+/* Take it off again, before the rows are unmapped (lock held). */
+static void prod_rows_del(struct td_ring *r)
+{
+	if (r->prod_row >= 0)
+		atomic_store_explicit(&r->c->prod_rows[r->prod_row], NULL,
+				      memory_order_relaxed);
+	r->prod_row = -1;
+}
+
 int td_ring_create(struct td_client *c, const char *name,
 		   const struct td_ring_desc *desc, struct td_ring **out,
 		   struct td_error *err)
@@ -279,6 +317,7 @@ int td_ring_create(struct td_client *c, const char *name,
 	if (!ring)
 		return td__fail(err, -ENOMEM, "out of memory");
 	ring->cur = ring->last = TD_RING_NONE;
+	ring->prod_row = -1;
 	ring->next_version = 1;
 	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
 		ring->wake_fd[i] = -1;
@@ -312,6 +351,7 @@ int td_ring_create(struct td_client *c, const char *name,
 	ring->id = r.id;
 	ring->epoch = c->epoch;
 	ring->c = c;
+	prod_rows_add(ring);
 	td__client_ref(c);
 	pthread_mutex_unlock(&c->lock);
 	*out = ring;
@@ -726,6 +766,7 @@ void td_ring_close(struct td_ring *r)
 	 * parent's ring: only the child's copy is freed */
 	if (r->epoch == c->epoch && !td__client_foreign(c))
 		send_close(c, r->id);
+	prod_rows_del(r);
 	pthread_mutex_unlock(&c->lock);
 	ringmap_unmap(&r->m);
 	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
@@ -951,6 +992,39 @@ static void view_fill(const struct td_sub *s, uint32_t slot, uint64_t v,
 }
 
 /*
+ * Ask the caches for what comes next, before the hold's exchange, which
+ * waits for our row's line (the producer read it last: a trip between
+ * the CPUs): the first line of each plane of `slot`, which the caller
+ * reads, and the reader rows of the rings this client produces
+ * (prod_rows_add), which its next td_ring_acquire reads. These lines
+ * then cross from the other CPUs while the exchange waits, not one after
+ * another after it. A prefetch is a hint to the cache only: it reads
+ * nothing the program sees and never faults, so it changes no order and
+ * no value, and a line written after it is fetched again by the real
+ * read, as without it (docs/fastpath.md, "Why the two-ring round trip is
+ * not at 2x").
+ */
+static void prefetch_hold(const struct td_sub *s, uint32_t slot)
+{
+	const struct ringmap *m = &s->m;
+	const struct td_client *c = s->c;
+
+	for (uint32_t i = 0; i < m->g.plane_count; i++)
+		__builtin_prefetch(m->data + (size_t)slot * m->g.slot_stride +
+				   m->g.plane_off[i]);
+	for (int i = 0; i < TD__PROD_ROWS; i++) {
+		const struct td_ring_row *row = atomic_load_explicit(
+			&c->prod_rows[i], memory_order_relaxed);
+		uint32_t n = atomic_load_explicit(&c->prod_row_n[i],
+						  memory_order_relaxed);
+
+		for (uint32_t k = 0; row && k < n && k < TD__PROD_ROW_LINES;
+		     k++)
+			__builtin_prefetch(row + k);
+	}
+}
+
+/*
  * Hold the latest version if it is newer than the last one returned.
  * 1 held, 0 nothing newer, -EBADMSG a slot index out of range, -EPIPE
  * the row is no longer ours (s->gone; nothing written to it).
@@ -965,20 +1039,7 @@ static int try_hold(struct td_sub *s, uint64_t latest, struct td_view *view)
 
 	if (rc <= 0 || v <= s->last_version)
 		return rc < 0 ? rc : 0;
-	/*
-	 * Ask for the slot's first line of each plane now, so that it
-	 * crosses from the producer's CPU while the exchange below waits
-	 * for our row's line (which the producer read last: one more trip
-	 * between the CPUs either way). A prefetch is only a hint to the
-	 * cache: it reads nothing the program sees and cannot fault, so it
-	 * changes no order below, and a line the producer writes after it
-	 * is fetched again by the caller's own reads, as without it. It
-	 * took the read of a 64 B payload off the ping-pong's path
-	 * (docs/fastpath.md, "Why the two-ring round trip is not at 2x").
-	 */
-	for (uint32_t i = 0; i < s->m.g.plane_count; i++)
-		__builtin_prefetch(s->m.data + (size_t)slot * s->m.g.slot_stride +
-				   s->m.g.plane_off[i]);
+	prefetch_hold(s, slot);
 	if (!td__sub_row_set(s, &s->row->held, slot, &was))
 		return -EPIPE;
 	/* the value it replaces says who wrote our row last: we
