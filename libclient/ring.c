@@ -1002,7 +1002,7 @@ static void view_fill(const struct td_sub *s, uint32_t slot, uint64_t v,
  * nothing the program sees and never faults, so it changes no order and
  * no value, and a line written after it is fetched again by the real
  * read, as without it (docs/fastpath.md, "Why the two-ring round trip is
- * not at 2x").
+ * not at 2×").
  */
 static void prefetch_hold(const struct td_sub *s, uint32_t slot)
 {
