@@ -71,6 +71,14 @@ struct td_sub {
 	struct td_sub *lnext; /* c->subs, while a handler is set */
 };
 
+/* ring-map.c: decode a CREATE/SUBSCRIBE reply, import and map its three
+ * fds (rep's fds are consumed): 0 or -errno with a reason. */
+int td__ringmap_take(struct td_client *c, struct td__msg *rep,
+		     struct td_wire_ring_rep *r, bool producer,
+		     struct ringmap *m, struct td_error *err);
+/* ... and unmap them (and close a subscriber's data fd). */
+void td__ringmap_unmap(struct ringmap *m);
+
 /* wait.c: waiting, shared with follow.c (docs/fastpath.md, "Waiting") */
 /* now + timeout_ms in ns, -1 for a negative timeout (none) */
 int64_t td__deadline_of(int timeout_ms);
