@@ -4,8 +4,8 @@
  *
  * Creating and subscribing are ordinary request/reply calls that bring
  * three descriptors (header, readers, data); they are mapped at once,
- * page tables populated, and closed. After that a handoff touches only the
- * shared control block:
+ * page tables populated, and closed (ring-map.c). After that a handoff
+ * touches only the shared control block:
  *
  *   producer  pick a slot that is not the latest and that no reader row
  *             (nor the daemon) holds -> write -> version, latest, seq++ ->
