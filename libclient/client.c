@@ -383,22 +383,17 @@ static void reply_poll(struct td_client *c, struct td_pace *p,
 }
 
 /* forks of this process so far, as its children count them */
-static unsigned fork_gen;
+unsigned td__fork_gen;
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
 static void on_fork_child(void)
 {
-	fork_gen++;
+	td__fork_gen++;
 }
 
 static void fork_watch(void)
 {
 	pthread_atfork(NULL, NULL, on_fork_child);
-}
-
-bool td__client_foreign(const struct td_client *c)
-{
-	return c->fork_gen != fork_gen;
 }
 
 static int client_usable(struct td_client *c, struct td_error *err)
@@ -969,7 +964,7 @@ int td_client_connect_ex(const char *path, uint32_t flags,
 	}
 	pthread_once(&fork_once, fork_watch);
 	c->pid = getpid();
-	c->fork_gen = fork_gen;
+	c->fork_gen = td__fork_gen;
 	c->reconnect = flags & TD_CLIENT_RECONNECT;
 	c->gf_off = (gf = getenv("TENSORD_GET_FOLLOW")) && !strcmp(gf, "0");
 	c->rows_off = (gf = getenv("TENSORD_WAKE_ROWS")) && !strcmp(gf, "0");

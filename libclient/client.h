@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <sys/types.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -114,6 +115,11 @@ struct td__gf {
 	bool busy; /* a call is taking through one of its follows */
 };
 
+/* rings of one client whose reader rows td_sub_next prefetches */
+#define TD__PROD_ROWS 4
+/* rows of one ring it prefetches at most */
+#define TD__PROD_ROW_LINES 4
+
 struct td_client {
 	pthread_mutex_t lock; /* everything below */
 	unsigned refs;        /* the handle + every live tensor and loan */
@@ -122,6 +128,17 @@ struct td_client {
 	int daemon_pidfd;     /* -1 when none */
 	pid_t pid;            /* the process that connected: its own */
 	unsigned fork_gen;    /* td__client_foreign() */
+	/*
+	 * The reader rows of the rings this client produces (td_ring_create:
+	 * the first row of each, at most TD__PROD_ROWS rings; NULL where
+	 * none) and how many rows of each to prefetch. td_sub_next
+	 * prefetches them when it finds a new version (ring.c, try_hold).
+	 * Written with the lock held, read without it: the values are only
+	 * ever prefetched, and a prefetch of a ring closed meanwhile reads
+	 * nothing and cannot fault.
+	 */
+	_Atomic(const void *) prod_rows[TD__PROD_ROWS];
+	_Atomic uint32_t prod_row_n[TD__PROD_ROWS];
 	uint32_t path_in;     /* enum td_import */
 	bool pidfd_forced;    /* TENSORD_IMPORT=pidfd: never fall back */
 	uint32_t path_out;
@@ -380,13 +397,18 @@ static inline void td__cpu_relax(void)
 #endif
 }
 
+/* forks of this process so far, as its children count them (client.c) */
+extern unsigned td__fork_gen;
 /*
  * Whether c was made by another process: this one is a child of fork()
  * that inherited it, whose socket is the parent's, so it neither sends
  * nor reads on it. No system call: a pthread_atfork() child handler
- * counts forks.
+ * counts forks. Inline: every ring call on the fast path checks it.
  */
-bool td__client_foreign(const struct td_client *c);
+static inline bool td__client_foreign(const struct td_client *c)
+{
+	return c->fork_gen != td__fork_gen;
+}
 /*
  * 0 when the connection can be used, reconnecting first when it broke and
  * TD_CLIENT_RECONNECT is set (lock held); else -errno with *err.

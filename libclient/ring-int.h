@@ -35,6 +35,7 @@ struct td_ring {
 	struct td_pace pace;      /* td_ring_acquire's waits */
 	struct td_pace read_pace; /* td_ring_wait_read's (the readers' work) */
 	uint32_t epoch; /* c->epoch of the connection that made it */
+	int prod_row; /* its entry in c->prod_rows, -1 none */
 	/* event-loop readers' eventfds by row (RING_WAKE), -1 none; valid
 	 * while the row's wake_gen equals ours */
 	int wake_fd[TD_RING_MAX_READERS];
@@ -69,6 +70,14 @@ struct td_sub {
 	bool ended;        /* the handler was told the end */
 	struct td_sub *lnext; /* c->subs, while a handler is set */
 };
+
+/* ring-map.c: decode a CREATE/SUBSCRIBE reply, import and map its three
+ * fds (rep's fds are consumed): 0 or -errno with a reason. */
+int td__ringmap_take(struct td_client *c, struct td__msg *rep,
+		     struct td_wire_ring_rep *r, bool producer,
+		     struct ringmap *m, struct td_error *err);
+/* ... and unmap them (and close a subscriber's data fd). */
+void td__ringmap_unmap(struct ringmap *m);
 
 /* wait.c: waiting, shared with follow.c (docs/fastpath.md, "Waiting") */
 /* now + timeout_ms in ns, -1 for a negative timeout (none) */

@@ -4,8 +4,8 @@
  *
  * Creating and subscribing are ordinary request/reply calls that bring
  * three descriptors (header, readers, data); they are mapped at once,
- * page tables populated, and closed. After that a handoff touches only the
- * shared control block:
+ * page tables populated, and closed (ring-map.c). After that a handoff
+ * touches only the shared control block:
  *
  *   producer  pick a slot that is not the latest and that no reader row
  *             (nor the daemon) holds -> write -> version, latest, seq++ ->
@@ -40,169 +40,12 @@
 #include "ring.h"
 #include "wire-status.h"
 
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
-#endif
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-
 _Static_assert(TD_SLOT_MAX_PLANES == TD_RING_MAX_PLANES, "plane cap");
 _Static_assert(TD_RING_BACKING_HUGETLB == TD_WIRE_RING_HUGETLB, "backing");
 _Static_assert(TD_RING_BACKING_THP == TD_WIRE_RING_THP, "backing");
 
 #define DEFAULT_SLOTS 4
 #define DEFAULT_READERS 4
-
-/* ---- mapping ---- */
-
-static void ringmap_unmap(struct ringmap *m)
-{
-	if (m->hdr)
-		munmap(m->hdr, TD_RING_HDR_LEN);
-	if (m->rd)
-		munmap(m->rd, TD_RING_READERS_LEN);
-	if (m->data)
-		munmap(m->data, m->g.data_len);
-	if (m->data_fd >= 0)
-		close(m->data_fd);
-	m->data_fd = -1;
-	m->hdr = NULL;
-	m->rd = NULL;
-	m->data = NULL;
-}
-
-/* mmap fd (at least len bytes long) and fill its page tables now. */
-static void *map_populated(int fd, size_t len, bool writable, bool thp)
-{
-	struct stat st;
-	void *p;
-
-	/* a file shorter than the mapping would SIGBUS on access */
-	if (fstat(fd, &st) < 0 || st.st_size < 0 ||
-	    (uint64_t)st.st_size < len) {
-		errno = EBADMSG;
-		return NULL;
-	}
-	/* slots whose planes are multiples of A start A-aligned (gpu.h) */
-	p = td__mmap_natural(len,
-			     writable ? PROT_READ | PROT_WRITE : PROT_READ,
-			     MAP_SHARED, fd, 0);
-	if (p == MAP_FAILED)
-		return NULL;
-	if (thp)
-		madvise(p, len, MADV_HUGEPAGE);
-	/*
-	 * First touch of a page costs a fault (tens of microseconds per
-	 * 4 KiB in a VM): take them all now, not in the first handoffs.
-	 * MADV_POPULATE_* (5.14) fault without touching (a read maps the
-	 * already allocated shmem page writable too: no dirty tracking).
-	 */
-	(void)madvise(p, len,
-		      writable ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
-	/*
-	 * Then read one byte of every page anyway. Populated page tables
-	 * are not enough under a hypervisor that shadows them (nested
-	 * virtualisation): the first access through each new PTE still
-	 * exits to it. Measured on the 2-vCPU VM of bench/README.md: the
-	 * first memset of a populated 1 GiB mapping took 2.1 s, the next
-	 * 0.05 s; after this loop the first one takes 0.05 s too. On bare
-	 * metal the loop costs about a millisecond per GiB, once.
-	 */
-	for (size_t off = 0; off < len; off += TD_RING_PAGE)
-		(void)*(volatile const uint8_t *)((uint8_t *)p + off);
-	return p;
-}
-
-/*
- * Decode a CREATE/SUBSCRIBE reply, import and map its three fds. rep's fds
- * are consumed. 0 or -errno with a reason.
- */
-static int ringmap_take(struct td_client *c, struct td__msg *rep,
-			struct td_wire_ring_rep *r, bool producer,
-			struct ringmap *m, struct td_error *err)
-{
-	static const char *const what[TD_WIRE_RING_FDS] = {"header",
-							   "readers", "data"};
-	const size_t lens[TD_WIRE_RING_FDS] = {TD_RING_HDR_LEN,
-					       TD_RING_READERS_LEN, 0};
-	int fds[TD_WIRE_RING_FDS] = {-1, -1, -1};
-	int scm[TD_WIRE_MAX_FDS];
-	void *maps[TD_WIRE_RING_FDS] = {NULL, NULL, NULL};
-	struct td_err e = {0};
-	int rc;
-
-	m->data_fd = -1;
-	for (unsigned i = 0; i < TD_WIRE_MAX_FDS; i++)
-		scm[i] = i < rep->nfds ? rep->fds[i] : -1;
-	rep->nfds = 0; /* ours now, in scm[] */
-	rc = td_wire_ring_rep_decode(rep->body, rep->body_len, r, &e);
-	if (rc < 0) {
-		rc = td__fail(err, -EBADMSG, "ring reply: %s: %s",
-			      e.field ? e.field : "body",
-			      e.reason ? e.reason : "invalid");
-		goto out;
-	}
-	m->g = (struct td_ring_geom){
-		.slot_count = r->slot_count,
-		.plane_count = r->plane_count,
-		.slot_stride = r->slot_stride,
-		.data_len = r->data_len,
-	};
-	memcpy(m->g.plane_off, r->plane_off, sizeof(m->g.plane_off));
-	memcpy(m->g.plane_size, r->plane_size, sizeof(m->g.plane_size));
-	m->reader_count = r->reader_count;
-	m->backing = r->flags;
-	if (td_ring_geom_check(&m->g) < 0 || r->fd_count != TD_WIRE_RING_FDS ||
-	    r->reader_count < 1 || r->reader_count > TD_RING_MAX_READERS ||
-	    (!producer && r->row >= r->reader_count) ||
-	    r->data_len > SIZE_MAX) {
-		rc = td__fail(err, -EBADMSG, "ring reply: bad geometry");
-		goto out;
-	}
-	for (unsigned i = 0; i < TD_WIRE_RING_FDS; i++) {
-		size_t len = i == 2 ? (size_t)r->data_len : lens[i];
-		bool wr = producer || i == 1;
-
-		rc = td__import_fd(c, r->fds[i].fd, &scm[i], &fds[i]);
-		if (rc < 0) {
-			rc = td__fail(err, rc, "import ring %s fd: %s",
-				      what[i], strerror(-rc));
-			goto out;
-		}
-		maps[i] = map_populated(fds[i], len, wr,
-					i == 2 && (r->flags & TD_WIRE_RING_THP));
-		if (!maps[i]) {
-			rc = td__fail(err, -errno, "map ring %s: %s", what[i],
-				      strerror(errno));
-			goto out;
-		}
-	}
-	m->hdr = maps[0];
-	m->rd = maps[1];
-	m->data = maps[2];
-	maps[0] = maps[1] = maps[2] = NULL;
-	if (!producer) {
-		/* td_sub_plane_fd(): a copy-on-write map of a slot needs it */
-		m->data_fd = fds[2];
-		fds[2] = -1;
-	}
-	rc = 0;
-out:
-	/* mappings keep the files alive: no other descriptor stays open */
-	for (unsigned i = 0; i < TD_WIRE_RING_FDS; i++) {
-		if (fds[i] >= 0)
-			close(fds[i]);
-		if (maps[i])
-			munmap(maps[i], i == 0   ? TD_RING_HDR_LEN
-					: i == 1 ? TD_RING_READERS_LEN
-						 : (size_t)r->data_len);
-	}
-	for (unsigned i = 0; i < TD_WIRE_MAX_FDS; i++)
-		if (scm[i] >= 0)
-			close(scm[i]);
-	return rc;
-}
 
 /* RING_CLOSE id, lock held; errors are moot (the peer may be gone). */
 static void send_close(struct td_client *c, uint64_t id)
@@ -226,6 +69,44 @@ static bool name_ok(const char *name, struct td_error *err, int *rc)
 }
 
 /* ---- producer ---- */
+
+/*
+ * Register r's reader rows with its client (lock held), for the prefetch
+ * in try_hold: a client that subscribes to one ring and produces another
+ * (a pipeline stage; the bench's ping-pong, whose answer is a ring back)
+ * acquires a slot of its own ring soon after it takes a version, and that
+ * acquire reads the rows its readers wrote since. The first rings only:
+ * it is a hint.
+ */
+static void prod_rows_add(struct td_ring *r)
+{
+	struct td_client *c = r->c;
+
+	for (int i = 0; i < TD__PROD_ROWS; i++) {
+		if (atomic_load_explicit(&c->prod_rows[i],
+					 memory_order_relaxed))
+			continue;
+		atomic_store_explicit(&c->prod_row_n[i],
+				      r->m.reader_count < TD__PROD_ROW_LINES
+					      ? r->m.reader_count
+					      : TD__PROD_ROW_LINES,
+				      memory_order_relaxed);
+		atomic_store_explicit(&c->prod_rows[i],
+				      (const void *)r->m.rd->rows,
+				      memory_order_relaxed);
+		r->prod_row = i;
+		return;
+	}
+}
+
+/* Take it off again, before the rows are unmapped (lock held). */
+static void prod_rows_del(struct td_ring *r)
+{
+	if (r->prod_row >= 0)
+		atomic_store_explicit(&r->c->prod_rows[r->prod_row], NULL,
+				      memory_order_relaxed);
+	r->prod_row = -1;
+}
 
 int td_ring_create(struct td_client *c, const char *name,
 		   const struct td_ring_desc *desc, struct td_ring **out,
@@ -279,6 +160,7 @@ int td_ring_create(struct td_client *c, const char *name,
 	if (!ring)
 		return td__fail(err, -ENOMEM, "out of memory");
 	ring->cur = ring->last = TD_RING_NONE;
+	ring->prod_row = -1;
 	ring->next_version = 1;
 	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
 		ring->wake_fd[i] = -1;
@@ -303,7 +185,7 @@ int td_ring_create(struct td_client *c, const char *name,
 	rc = td__call(c, TD_OP_RING_CREATE, (size_t)len, NULL, 0, &rep, err);
 	if (rc < 0)
 		goto fail;
-	rc = ringmap_take(c, &rep, &r, true, &ring->m, err);
+	rc = td__ringmap_take(c, &rep, &r, true, &ring->m, err);
 	if (rc < 0) {
 		/* the daemon made it: end it there too */
 		send_close(c, r.id);
@@ -312,6 +194,7 @@ int td_ring_create(struct td_client *c, const char *name,
 	ring->id = r.id;
 	ring->epoch = c->epoch;
 	ring->c = c;
+	prod_rows_add(ring);
 	td__client_ref(c);
 	pthread_mutex_unlock(&c->lock);
 	*out = ring;
@@ -322,16 +205,23 @@ fail:
 	return rc;
 }
 
+/*
+ * Fill a slot (or view, below) field by field, planes past plane_count
+ * zero: a memset of the struct first compiles to `rep stos`, whose
+ * start-up cost was a quarter of td_sub_next's time in a one-CPU loop of
+ * handoffs (perf, cpu-clock samples).
+ */
 static void slot_fill(const struct ringmap *m, uint32_t s, struct td_slot *o)
 {
 	uint8_t *base = m->data + (size_t)s * m->g.slot_stride;
 
-	memset(o, 0, sizeof(*o));
 	o->index = s;
 	o->plane_count = m->g.plane_count;
-	for (uint32_t i = 0; i < m->g.plane_count; i++) {
-		o->planes[i] = base + m->g.plane_off[i];
-		o->sizes[i] = m->g.plane_size[i];
+	for (uint32_t i = 0; i < TD_SLOT_MAX_PLANES; i++) {
+		bool in = i < m->g.plane_count;
+
+		o->planes[i] = in ? base + m->g.plane_off[i] : NULL;
+		o->sizes[i] = in ? m->g.plane_size[i] : 0;
 	}
 }
 
@@ -571,8 +461,12 @@ int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
 	if (td__client_foreign(r->c))
 		return -ECHILD; /* the parent's slots: see td_client_connect */
 	if (r->cur == TD_RING_NONE) {
-		s = prod_wait(r, &r->pace, timeout_ms, TD_RING_PROD_SLOT,
-			      pick_look, 0);
+		/* a free slot at once, the usual case, without prod_wait's
+		 * call through a pointer (it looks again before waiting) */
+		s = pick(r);
+		if (s < 0)
+			s = prod_wait(r, &r->pace, timeout_ms,
+				      TD_RING_PROD_SLOT, pick_look, 0);
 		if (s < 0)
 			return s;
 		r->cur = (uint32_t)s;
@@ -715,8 +609,9 @@ void td_ring_close(struct td_ring *r)
 	 * parent's ring: only the child's copy is freed */
 	if (r->epoch == c->epoch && !td__client_foreign(c))
 		send_close(c, r->id);
+	prod_rows_del(r);
 	pthread_mutex_unlock(&c->lock);
-	ringmap_unmap(&r->m);
+	td__ringmap_unmap(&r->m);
 	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
 		if (r->wake_fd[i] >= 0)
 			close(r->wake_fd[i]);
@@ -776,7 +671,7 @@ int td_ring_subscribe(struct td_client *c, const char *name, int timeout_ms,
 	}
 	if (rc < 0)
 		goto fail;
-	rc = ringmap_take(c, &rep, &r, false, &sub->m, err);
+	rc = td__ringmap_take(c, &rep, &r, false, &sub->m, err);
 	if (rc < 0) {
 		send_close(c, r.id);
 		goto fail;
@@ -924,17 +819,52 @@ static void view_fill(const struct td_sub *s, uint32_t slot, uint64_t v,
 	const struct ringmap *m = &s->m;
 	const uint8_t *base = m->data + (size_t)slot * m->g.slot_stride;
 
-	memset(o, 0, sizeof(*o));
+	/* no memset: see slot_fill */
 	o->version = v;
 	o->slot = slot;
 	o->plane_count = m->g.plane_count;
-	for (uint32_t i = 0; i < m->g.plane_count; i++) {
-		o->planes[i] = base + m->g.plane_off[i];
-		o->sizes[i] = m->g.plane_size[i];
+	for (uint32_t i = 0; i < TD_SLOT_MAX_PLANES; i++) {
+		bool in = i < m->g.plane_count;
+
+		o->planes[i] = in ? base + m->g.plane_off[i] : NULL;
+		o->sizes[i] = in ? m->g.plane_size[i] : 0;
 	}
 	o->dtype = s->dtype;
 	o->ndim = s->ndim;
 	o->shape = s->shape;
+}
+
+/*
+ * Ask the caches for what comes next, before the hold's exchange, which
+ * waits for our row's line (the producer read it last: a trip between
+ * the CPUs): the first line of each plane of `slot`, which the caller
+ * reads, and the reader rows of the rings this client produces
+ * (prod_rows_add), which its next td_ring_acquire reads. These lines
+ * then cross from the other CPUs while the exchange waits, not one after
+ * another after it. A prefetch is a hint to the cache only: it reads
+ * nothing the program sees and never faults, so it changes no order and
+ * no value, and a line written after it is fetched again by the real
+ * read, as without it (docs/fastpath.md, "Why the two-ring round trip is
+ * not at 2×").
+ */
+static void prefetch_hold(const struct td_sub *s, uint32_t slot)
+{
+	const struct ringmap *m = &s->m;
+	const struct td_client *c = s->c;
+
+	for (uint32_t i = 0; i < m->g.plane_count; i++)
+		__builtin_prefetch(m->data + (size_t)slot * m->g.slot_stride +
+				   m->g.plane_off[i]);
+	for (int i = 0; i < TD__PROD_ROWS; i++) {
+		const struct td_ring_row *row = atomic_load_explicit(
+			&c->prod_rows[i], memory_order_relaxed);
+		uint32_t n = atomic_load_explicit(&c->prod_row_n[i],
+						  memory_order_relaxed);
+
+		for (uint32_t k = 0; row && k < n && k < TD__PROD_ROW_LINES;
+		     k++)
+			__builtin_prefetch(row + k);
+	}
 }
 
 /*
@@ -952,6 +882,7 @@ static int try_hold(struct td_sub *s, uint64_t latest, struct td_view *view)
 
 	if (rc <= 0 || v <= s->last_version)
 		return rc < 0 ? rc : 0;
+	prefetch_hold(s, slot);
 	if (!td__sub_row_set(s, &s->row->held, slot, &was))
 		return -EPIPE;
 	/* the value it replaces says who wrote our row last: we
@@ -1129,7 +1060,7 @@ void td_sub_close(struct td_sub *s)
 	if (s->epoch == c->epoch && !td__client_foreign(c))
 		send_close(c, s->id);
 	pthread_mutex_unlock(&c->lock);
-	ringmap_unmap(&s->m);
+	td__ringmap_unmap(&s->m);
 	if (s->efd >= 0)
 		close(s->efd);
 	free(s);

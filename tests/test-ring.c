@@ -907,6 +907,50 @@ Test(ring, producer_waits_while_every_slot_is_held_or_latest)
 	hold_run(2);
 }
 
+/*
+ * A hold prefetches the reader rows of the rings its client produces
+ * (docs/fastpath.md, "Why the two-ring round trip is not at 2×"): the
+ * client lists the first TD__PROD_ROWS of them, and a closed ring leaves
+ * its entry to the next one made (else the list would fill for good and
+ * name unmapped rows).
+ */
+Test(ring, a_client_lists_its_own_rings_rows_until_they_close)
+{
+	struct td_ring *r[TD__PROD_ROWS + 1];
+	struct tu_daemon d;
+	struct td_client *c;
+	char name[32];
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	for (int i = 0; i <= TD__PROD_ROWS; i++) {
+		snprintf(name, sizeof(name), "t/rows%d", i);
+		r[i] = make_ring(c, name, 2, 64, 0);
+	}
+	for (int i = 0; i < TD__PROD_ROWS; i++) {
+		cr_assert_eq(atomic_load(&c->prod_rows[i]),
+			     (const void *)r[i]->m.rd->rows);
+		cr_assert_eq(atomic_load(&c->prod_row_n[i]),
+			     TD__PROD_ROW_LINES, "4 readers (the default)");
+		cr_assert_eq(r[i]->prod_row, i);
+	}
+	cr_assert_eq(r[TD__PROD_ROWS]->prod_row, -1, "the list is full");
+
+	td_ring_close(r[1]);
+	cr_assert_null(atomic_load(&c->prod_rows[1]));
+	r[1] = make_ring(c, "t/rows-again", 2, 64, 0);
+	cr_assert_eq(r[1]->prod_row, 1, "a closed ring's entry is free again");
+	cr_assert_eq(atomic_load(&c->prod_rows[1]),
+		     (const void *)r[1]->m.rd->rows);
+
+	for (int i = 0; i <= TD__PROD_ROWS; i++)
+		td_ring_close(r[i]);
+	for (int i = 0; i < TD__PROD_ROWS; i++)
+		cr_assert_null(atomic_load(&c->prod_rows[i]));
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
 /* ---- reuse of the latest slot ---- */
 
 /*
