@@ -87,7 +87,6 @@ static void rewrite_drop(struct td__peer *p)
 {
 	struct td__store *s = td__d->store;
 	struct td_wire_str n = {p->rw_name, p->rw_len};
-
 	bool gone;
 
 	if (!p->rw_alloc)

@@ -367,6 +367,9 @@ void td__next_loan_forget(struct td_client *c);
 /* A new connection (lock held): the lent loan named an alloc of the old
  * daemon; drop it (its buffers idle), and forget a give-back. */
 void td__next_loan_reset(struct td_client *c);
+/* An unsigned count from the environment, or dflt when it is unset,
+ * not a number or over max (wait.c). */
+uint64_t td__env_u64(const char *name, uint64_t dflt, uint64_t max);
 /* c->rewrite_min and rewrite_fill_ns from $TENSORD_REWRITE_MIN and
  * $TENSORD_REWRITE_FILL_US, or the defaults (produce.c). */
 void td__rewrite_env(struct td_client *c);

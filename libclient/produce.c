@@ -392,24 +392,21 @@ static int pub_settle(struct td_client *c, uint64_t *version,
  */
 #define REWRITE_FILL_US 200
 
-static uint64_t env_u64(const char *name, uint64_t dflt)
-{
-	const char *e = getenv(name);
-	char *end;
-	unsigned long long v;
-
-	if (!e || !*e)
-		return dflt;
-	v = strtoull(e, &end, 10);
-	return *end ? dflt : (uint64_t)v;
-}
-
 void td__rewrite_env(struct td_client *c)
 {
-	c->rewrite_min = env_u64("TENSORD_REWRITE_MIN", REWRITE_MIN_DEFAULT);
-	c->rewrite_fill_ns =
-		(int64_t)env_u64("TENSORD_REWRITE_FILL_US", REWRITE_FILL_US) *
-		1000;
+	c->rewrite_min = td__env_u64("TENSORD_REWRITE_MIN",
+				     REWRITE_MIN_DEFAULT, UINT64_MAX);
+	c->rewrite_fill_ns = (int64_t)td__env_u64("TENSORD_REWRITE_FILL_US",
+						  REWRITE_FILL_US,
+						  INT64_MAX / 1000) *
+			     1000;
+}
+
+/* a's hand-out: a TD_ALLOC_REWRITE loan's fill time starts now */
+static void loan_handed(struct td_alloc *a, uint32_t flags)
+{
+	a->rw_asked = flags & TD_ALLOC_REWRITE;
+	a->handed_ns = a->rw_asked ? td__now_ns() : 0;
 }
 
 /*
@@ -485,8 +482,7 @@ int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
 		free(a);
 		a = c->next_loan;
 		c->next_loan = NULL;
-		a->rw_asked = flags & TD_ALLOC_REWRITE;
-		a->handed_ns = a->rw_asked ? td__now_ns() : 0;
+		loan_handed(a, flags);
 		td__client_ref(c);
 		pthread_mutex_unlock(&c->lock);
 		*out = a;
@@ -502,8 +498,7 @@ int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
 		goto fail;
 	a->stream = recycle && (flags & TD_ALLOC_STREAM);
 	a->rewrite = rewrite;
-	a->rw_asked = flags & TD_ALLOC_REWRITE;
-	a->handed_ns = a->rw_asked ? td__now_ns() : 0;
+	loan_handed(a, flags);
 	td__client_ref(c);
 	pthread_mutex_unlock(&c->lock);
 	*out = a;

@@ -50,19 +50,22 @@ int td__futex_wait_until(_Atomic uint32_t *w, uint32_t val,
 	return td__futex_wait((const uint32_t *)w, val, tp);
 }
 
-/* A microsecond count from the environment, or dflt. */
-static int64_t env_us(const char *name, int64_t dflt)
+uint64_t td__env_u64(const char *name, uint64_t dflt, uint64_t max)
 {
 	const char *e = getenv(name);
 	char *end;
-	unsigned long v;
+	unsigned long long v;
 
 	if (!e || !*e)
-		return dflt * 1000;
-	v = strtoul(e, &end, 10);
-	if (*end || v > 1000000ul)
-		return dflt * 1000;
-	return (int64_t)v * 1000;
+		return dflt;
+	v = strtoull(e, &end, 10);
+	return *end || v > max ? dflt : (uint64_t)v;
+}
+
+/* A microsecond count (at most a second) from the environment, in ns. */
+static int64_t env_us(const char *name, int64_t dflt)
+{
+	return (int64_t)td__env_u64(name, (uint64_t)dflt, 1000000) * 1000;
 }
 
 /*
