@@ -586,8 +586,12 @@ int td__plane_probe(int fd, struct td__plane_info *pi, const char **why);
 int td__fence_check(int fd, const char **why);
 /* Write-seal a memfd for publishing. 0 or -errno with *why. */
 int td__plane_seal(int fd, const char **why);
-/* memfd_create + ftruncate + fallocate + SHRINK|GROW seals. */
-int td__plane_create(uint64_t size, int *out_fd, const char **why);
+/*
+ * memfd_create + ftruncate + SHRINK|GROW seals, and fallocate when
+ * `reserve` (else the client that asked reserves it: TD_WIRE_ALLOC_RESERVE).
+ */
+int td__plane_create(uint64_t size, bool reserve, int *out_fd,
+		     const char **why);
 /*
  * A read-only descriptor of a sealed memfd for consumers (fchmod 0444 and
  * a fresh O_RDONLY open), so a consumer can neither write through the fd

@@ -255,10 +255,14 @@ static uint64_t alloc_recycled(struct td__store *s, struct td__peer *p,
 	return fresh;
 }
 
-/* Room for `fresh` new bytes, then the new planes. 0 or an error reply. */
+/*
+ * Room for `fresh` new bytes, then the new planes, reserved here unless
+ * the client reserves them (unreserved non-NULL: TD_WIRE_ALLOC_RESERVE;
+ * bit i set for each new plane of nonzero size). 0 or an error reply.
+ */
 static int alloc_create(struct td__store *s, struct td__peer *p,
 			const struct td_wire_hdr *h, struct td__alloc *a,
-			uint64_t fresh)
+			uint64_t fresh, uint32_t *unreserved)
 {
 	struct td__room room;
 	const char *why = NULL;
@@ -283,7 +287,7 @@ static int alloc_create(struct td__store *s, struct td__peer *p,
 	for (uint32_t i = 0; i < a->count; i++) {
 		if (a->fds[i].fd >= 0)
 			continue;
-		rc = td__plane_create(a->sizes[i], &fd, &why);
+		rc = td__plane_create(a->sizes[i], !unreserved, &fd, &why);
 		if (rc < 0) {
 			td__peer_error(p, h->opcode, h->request_id, rc,
 				       "plane %u (%llu bytes): %s: %s", i,
@@ -293,6 +297,8 @@ static int alloc_create(struct td__store *s, struct td__peer *p,
 		}
 		td__vfd_set(s, &a->fds[i], fd, true, a->uid);
 		a->fds[i].size = a->sizes[i];
+		if (unreserved && a->sizes[i])
+			*unreserved |= 1u << i;
 	}
 	if (td__acct_add(s, a->uid, fresh) < 0) {
 		td__peer_nomem(p, h);
@@ -392,6 +398,7 @@ void td__loan_alloc(struct td__peer *p, const struct td__req *rq)
 	int fds[TD_WIRE_MAX_PLANES];
 	bool held[TD_WIRE_MAX_PLANES] = {false};
 	uint64_t prefer[TD_WIRE_MAX_PLANES] = {0};
+	uint32_t unreserved = 0;
 	unsigned nsend = 0;
 	int64_t len;
 	int rc = td_wire_alloc_req_decode(rq->body, h->body_len, &m, &e);
@@ -424,13 +431,16 @@ void td__loan_alloc(struct td__peer *p, const struct td__req *rq)
 	if (alloc_create(s, p, h, a,
 			 alloc_recycled(s, p, a, &m,
 					p->rw_alloc == a->id ? prefer : NULL,
-					held)) < 0) {
+					held),
+			 (m.flags & TD_WIRE_ALLOC_RESERVE) ? &unreserved
+							   : NULL) < 0) {
 		if (p->rw_alloc == a->id)
 			rewrite_drop(p);
 		td__loan_free(s, a);
 		return;
 	}
 	loan_reply(a, held, &r, fds, &nsend);
+	r.unreserved = unreserved;
 	td__list_add_tail(&p->allocs, &a->link);
 	p->n_allocs++;
 	len = td_wire_alloc_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);

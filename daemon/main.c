@@ -195,8 +195,8 @@ static void close_walk(uv_handle_t *h, void *arg)
 /*
  * Without --max-bytes, half of physical memory. Planes live in tmpfs,
  * which has no limit of its own: an unbounded daemon lets one client's
- * ALLOC (fallocate'd up front) take every page of the machine, and the
- * OOM killer then picks someone else. 0 still means unlimited, on request.
+ * ALLOC (reserved up front, by the daemon or the client) take every page
+ * of the machine, and the OOM killer then picks someone else. 0 still means unlimited, on request.
  */
 static uint64_t default_max_bytes(void)
 {

@@ -123,11 +123,12 @@ int td__plane_seal(int fd, const char **why)
 	return 0;
 }
 
-int td__plane_create(uint64_t size, int *out_fd, const char **why)
+int td__plane_create(uint64_t size, bool reserve, int *out_fd,
+		     const char **why)
 {
 	int fd = td__memfd_new("tensord-plane", size,
-			       TD__MEMFD_SEALABLE | TD__MEMFD_RESERVE |
-				       TD__MEMFD_SEAL_SIZE,
+			       TD__MEMFD_SEALABLE | TD__MEMFD_SEAL_SIZE |
+				       (reserve ? TD__MEMFD_RESERVE : 0),
 			       why);
 
 	if (fd < 0)

@@ -155,7 +155,7 @@ static int restore_plane(struct reader *rd, const char *hname, size_t hlen,
 		goto out;
 	}
 	td_hrry_buffer_range(&ent, &d, rd->c.alignment, 0, &off, &len);
-	rc = td__plane_create(size, &fd, &pwhy);
+	rc = td__plane_create(size, true, &fd, &pwhy);
 	if (rc < 0)
 		goto perr;
 	/* never mapped here: written through the bounce buffers */

@@ -7,6 +7,7 @@
  * fds also ride along with SCM_RIGHTS.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -32,6 +33,8 @@ struct td_alloc {
 	bool rewrite; /* TD_ALLOC_REWRITE sent: the next loan is an ALLOC */
 	bool rw_asked; /* TD_ALLOC_REWRITE given: its fill time is kept */
 	int64_t handed_ns; /* when td_client_alloc_ex returned it */
+	/* planes the daemon left for this client to reserve (bit i) */
+	uint32_t unreserved;
 	int fds[TD_WIRE_MAX_PLANES];
 	void *addr[TD_WIRE_MAX_PLANES];
 	uint64_t size[TD_WIRE_MAX_PLANES];
@@ -348,6 +351,9 @@ static int alloc_call(struct td_client *c, struct td_alloc *a,
 		req.flags |= TD_WIRE_REQ_SCM;
 	if (c->unloan)
 		req.flags |= TD_WIRE_ALLOC_UNLOAN;
+	/* new planes' memory is reserved here, not in the daemon's loop */
+	if (td__has(c, TD_WIRE_FEAT_RESERVE))
+		req.flags |= TD_WIRE_ALLOC_RESERVE;
 	if (recycle) {
 		req.flags |= TD_WIRE_ALLOC_RECYCLE;
 		req.held_count = loans_held(c, req.held);
@@ -369,8 +375,40 @@ static int alloc_call(struct td_client *c, struct td_alloc *a,
 	else
 		rc = alloc_take(c, a, &rep, plane_count, sizes, recycle, &m,
 				err);
+	a->unreserved = rep.unreserved;
 	td__msg_close_fds(&m);
 	return rc;
+}
+
+/*
+ * The memory of the planes the daemon made for this client unreserved
+ * (TD_WIRE_ALLOC_RESERVE): taken now, so that a machine short of memory
+ * answers with an error here and not with SIGBUS at a write later; here
+ * and not in the daemon, whose loop every other client waits on while
+ * the kernel allocates and clears a big plane (docs/protocol.md §6.2).
+ * Without the client's lock. 0 or -errno.
+ */
+static int alloc_reserve(struct td_alloc *a, struct td_error *err)
+{
+	for (uint32_t i = 0; i < a->count; i++) {
+		int rc;
+
+		if (!(a->unreserved & (1u << i)))
+			continue;
+		/* interrupted, it has allocated part: again from the start */
+		do
+			rc = fallocate(a->fds[i], 0, 0, (off_t)a->size[i]);
+		while (rc < 0 && errno == EINTR);
+		if (rc < 0) {
+			rc = -errno;
+			return td__fail(err, rc,
+					"reserve %llu bytes for plane %u: %s",
+					(unsigned long long)a->size[i], i,
+					strerror(-rc));
+		}
+	}
+	a->unreserved = 0;
+	return 0;
 }
 
 static int pub_settle(struct td_client *c, uint64_t *version,
@@ -498,9 +536,15 @@ int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
 		goto fail;
 	a->stream = recycle && (flags & TD_ALLOC_STREAM);
 	a->rewrite = rewrite;
-	loan_handed(a, flags);
 	td__client_ref(c);
 	pthread_mutex_unlock(&c->lock);
+	rc = alloc_reserve(a, err);
+	if (rc < 0) {
+		/* unpublished: the daemon never lends these buffers again */
+		td_alloc_free(a);
+		return rc;
+	}
+	loan_handed(a, flags);
 	*out = a;
 	return 0;
 fail:

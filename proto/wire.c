@@ -521,7 +521,8 @@ int td_wire_hello_rep_decode(const uint8_t *body, size_t len,
 
 #define ALLOC_FLAGS                                                           \
 	(TD_WIRE_REQ_SCM | TD_WIRE_ALLOC_RECYCLE | TD_WIRE_ALLOC_UNLOAN |      \
-	 TD_WIRE_ALLOC_REWRITE | TD_WIRE_ALLOC_REWRITABLE)
+	 TD_WIRE_ALLOC_REWRITE | TD_WIRE_ALLOC_REWRITABLE |                  \
+	 TD_WIRE_ALLOC_RESERVE)
 #define ALLOC_REWRITE_FLAGS (TD_WIRE_ALLOC_REWRITE | TD_WIRE_ALLOC_REWRITABLE)
 #define PUB_FLAGS (TD_WIRE_PUB_PIN | TD_WIRE_PUB_LOAN | TD_WIRE_PUB_LOAN_SCM)
 
@@ -666,16 +667,41 @@ uint32_t td__wire_rd_fdents(struct td_wire_rd *rd, uint32_t max,
 	return n;
 }
 
+/*
+ * The planes an unreserved mask may name: those of the reply (bit i <
+ * fd_count) that come with a descriptor (fd >= 0: a plane the client
+ * already maps was not made now). NULL when it fits, else why not.
+ */
+static const char *unreserved_bad(uint32_t mask, uint32_t fd_count,
+				  const struct td_wire_fdent *fds)
+{
+	for (uint32_t i = 0; i < 32; i++) {
+		if (!(mask & (1u << i)))
+			continue;
+		if (i >= fd_count)
+			return "unreserved names a plane the reply does not "
+			       "have";
+		if (fds[i].fd < 0)
+			return "unreserved names a plane the client holds "
+			       "(fd -1), which was not made now";
+	}
+	return NULL;
+}
+
 int64_t td_wire_alloc_rep_encode(const struct td_wire_alloc_rep *m,
 				 uint8_t *buf, size_t cap)
 {
 	struct td_wire_wr wr;
 
-	if (m->fd_count > TD_WIRE_MAX_PLANES)
+	if (m->fd_count > TD_WIRE_MAX_PLANES ||
+	    unreserved_bad(m->unreserved, m->fd_count, m->fds))
 		return -EINVAL;
 	td_wire_wr_init(&wr, buf, cap);
 	td_wire_wr_u64(&wr, m->alloc_id);
 	td__wire_wr_fdents(&wr, m->fd_count, m->fds);
+	/* optional: left out when 0, so the body is as before */
+	if (m->unreserved)
+		td_wire_wr_u32(&wr, m->unreserved);
 	return td__wire_wr_done(&wr);
 }
 
@@ -683,10 +709,27 @@ int td_wire_alloc_rep_decode(const uint8_t *body, size_t len,
 			     struct td_wire_alloc_rep *m, struct td_err *err)
 {
 	struct td_wire_rd rd;
+	const char *why;
+	size_t at;
 
 	td_wire_rd_init(&rd, body, len, err);
 	m->alloc_id = td_wire_rd_u64(&rd, "alloc_id");
 	m->fd_count = td__wire_rd_fdents(&rd, TD_WIRE_MAX_PLANES, m->fds);
+	m->unreserved = 0;
+	/* fewer bytes than a u32 are trailing bytes, refused below */
+	if (!rd.rc && rd.len - rd.off >= 4) {
+		at = rd.off;
+		m->unreserved = td_wire_rd_u32(&rd, "unreserved");
+		if (!m->unreserved)
+			td__wire_rd_fail(&rd, TD_ERR_MALFORMED, "unreserved",
+					 0, at,
+					 "an empty unreserved mask is sent "
+					 "by leaving it out");
+		else if ((why = unreserved_bad(m->unreserved, m->fd_count,
+					       m->fds)))
+			td__wire_rd_fail(&rd, TD_ERR_INVALID_ARGUMENT,
+					 "unreserved", m->unreserved, at, why);
+	}
 	return td_wire_rd_end(&rd);
 }
 
@@ -768,7 +811,9 @@ int64_t td_wire_publish_rep_encode(const struct td_wire_publish_rep *m,
 {
 	struct td_wire_wr wr;
 
-	if (m->has_loan && m->loan.fd_count > TD_WIRE_MAX_PLANES)
+	/* a loan makes no plane: nothing in it is unreserved */
+	if (m->has_loan && (m->loan.fd_count > TD_WIRE_MAX_PLANES ||
+			    m->loan.unreserved))
 		return -EINVAL;
 	td_wire_wr_init(&wr, buf, cap);
 	td_wire_wr_u64(&wr, m->version);
@@ -796,6 +841,7 @@ int td_wire_publish_rep_decode(const uint8_t *body, size_t len,
 	m->has_loan = !rd.rc && rd.len - rd.off >= 12;
 	m->loan.alloc_id = 0;
 	m->loan.fd_count = 0;
+	m->loan.unreserved = 0;
 	if (m->has_loan) {
 		m->loan.alloc_id = td_wire_rd_u64(&rd, "alloc_id");
 		at = rd.off;

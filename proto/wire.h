@@ -175,6 +175,7 @@ void td_wire_wr_bytes(struct td_wire_wr *wr, const void *p, size_t len);
 #define TD_WIRE_FEAT_DELETE_IF 0x100u   /* DELETE's `version` condition */
 /* 0x1000 TD_WIRE_FEAT_ROW_OWNER: wire-status.h */
 #define TD_WIRE_FEAT_REWRITE 0x2000u    /* ALLOC flag TD_WIRE_ALLOC_REWRITE */
+#define TD_WIRE_FEAT_RESERVE 0x4000u    /* ALLOC flag TD_WIRE_ALLOC_RESERVE */
 
 /* HELLO request */
 struct td_wire_hello_req {
@@ -254,6 +255,15 @@ struct td_wire_fdent {
  * PUBLISH lends is rewritable too), but nothing is taken back now.
  */
 #define TD_WIRE_ALLOC_REWRITABLE 0x10u
+/*
+ * ALLOC request flag (TD_WIRE_FEAT_RESERVE): the client reserves the
+ * memory of the planes this ALLOC makes (fallocate on its own fd before
+ * it writes; docs/protocol.md §6.2). The daemon sizes and seals them as
+ * ever but leaves their pages unallocated, so making a big plane does not
+ * stop its loop for every other client, and the reply names them
+ * (td_wire_alloc_rep.unreserved). Recycled planes were reserved when made.
+ */
+#define TD_WIRE_ALLOC_RESERVE 0x20u
 /* buffer ids a RECYCLE ALLOC or an SCM GET may advertise (the client
  * holds them mapped) */
 #define TD_WIRE_MAX_HELD 16
@@ -280,6 +290,13 @@ struct td_wire_alloc_rep {
 	uint64_t alloc_id;
 	uint32_t fd_count;
 	struct td_wire_fdent fds[TD_WIRE_MAX_PLANES];
+	/*
+	 * Optional trailing u32, only in reply to TD_WIRE_ALLOC_RESERVE (left
+	 * out when 0): bit i, plane i was made for this ALLOC and its memory
+	 * is not reserved; the client reserves it. Only planes with fd >= 0.
+	 * Never in a PUBLISH reply's loan (a loan makes no plane).
+	 */
+	uint32_t unreserved;
 };
 
 #define TD_WIRE_PUB_PIN 0x1u /* never evict this version */

@@ -590,7 +590,7 @@ DTest(hello_without_feature_bits_gets_the_version_1_reply)
 			     TD_WIRE_FEAT_DELETE_IF | TD_WIRE_FEAT_FOLLOW |
 			     TD_WIRE_FEAT_FOLLOW_SPARE |
 			     TD_WIRE_FEAT_WAKE_ROWS | TD_WIRE_FEAT_ROW_OWNER |
-			     TD_WIRE_FEAT_REWRITE);
+			     TD_WIRE_FEAT_REWRITE | TD_WIRE_FEAT_RESERVE);
 	close_msg_fds(m);
 	close(sock);
 }
@@ -1573,6 +1573,42 @@ DTest(follow_wake_takes_a_timerfd_and_refuses_an_eventfd)
 	cr_assert_eq(daemon_fd_count(&D), base);
 	close(efd);
 	close(tfd);
+	close(sock);
+	assert_serving();
+}
+
+/*
+ * TD_WIRE_ALLOC_RESERVE (§6.2): the new planes' memory is left to the
+ * client and the reply names them; without it the daemon reserves them.
+ * A plane of 0 bytes has nothing to reserve.
+ */
+DTest(alloc_leaves_new_planes_to_a_client_that_reserves_them)
+{
+	int sock = conn_hello(&D, TD_IMPORT_SCM);
+	struct td_wire_alloc_req ar = {.plane_count = 2, .sizes = {1 << 20, 0}};
+	struct td_wire_alloc_rep rep;
+	struct stat st;
+	struct msg *m;
+	int64_t n;
+
+	for (int self = 1; self >= 0; self--) {
+		ar.flags = TD_WIRE_REQ_SCM | (self ? TD_WIRE_ALLOC_RESERVE : 0);
+		n = td_wire_alloc_req_encode(&ar, BODY, BODY_CAP);
+		send_req(sock, TD_OP_ALLOC, 95 + self, (size_t)n, NULL, 0);
+		m = reply(sock, TD_OP_ALLOC, 95 + self);
+		cr_assert_eq(m->h.status, 0, "%s", m->reason);
+		cr_assert_eq(td_wire_alloc_rep_decode(m->body, m->h.body_len,
+						      &rep, NULL),
+			     0);
+		cr_assert_eq(rep.unreserved, self ? 0x1u : 0u);
+		cr_assert_eq(m->nfds, 2);
+		cr_assert_eq(fstat(m->fds[0], &st), 0);
+		if (self)
+			cr_assert_eq(st.st_blocks, 0, "the daemon reserved it");
+		else
+			cr_assert_geq((uint64_t)st.st_blocks * 512, 1u << 20);
+		close_msg_fds(m);
+	}
 	close(sock);
 	assert_serving();
 }

@@ -23,6 +23,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -494,20 +495,74 @@ Test(reliability, sigkill_at_random_points_leaks_nothing_and_shows_no_half_tenso
 
 /* ---- admission, quotas and eviction ---- */
 
+/* Bytes of memory the file of fd holds now (its allocated blocks). */
+static uint64_t held_bytes(int fd)
+{
+	struct stat st;
+
+	cr_assert_eq(fstat(fd, &st), 0);
+	return (uint64_t)st.st_blocks * 512;
+}
+
+/*
+ * Every page is there before the producer writes: reserved by libtensord
+ * (the daemon leaves a new plane's memory to the client that asks for it,
+ * test-daemon.c), and only what a plane needs.
+ */
 Test(reliability, alloc_planes_are_backed_up_front)
 {
+	const uint64_t sizes[3] = {8u << 20, 0, 3 * 4096 + 1};
 	struct td_client *c;
 	struct td_alloc *a;
 	struct td_error e = {0};
-	uint64_t size = 8u << 20;
-	struct stat st;
 
 	start(NULL, 0, 0);
 	c = cli();
-	cr_assert_eq(td_client_alloc(c, 1, &size, &a, &e), 0, "%s", e.reason);
-	/* fallocate'd: every page is there before the producer writes */
-	cr_assert_eq(fstat(td_alloc_fd(a, 0), &st), 0);
-	cr_assert_geq((uint64_t)st.st_blocks * 512, size);
+	cr_assert_eq(td_client_alloc(c, 3, sizes, &a, &e), 0, "%s", e.reason);
+	cr_assert_geq(held_bytes(td_alloc_fd(a, 0)), sizes[0]);
+	cr_assert_eq(held_bytes(td_alloc_fd(a, 1)), 0);
+	cr_assert_geq(held_bytes(td_alloc_fd(a, 2)), sizes[2]);
+	td_alloc_free(a);
+	cr_assert_eq(td_client_alloc_ex(c, 1, sizes, TD_ALLOC_STREAM, &a, &e),
+		     0, "%s", e.reason);
+	cr_assert_geq(held_bytes(td_alloc_fd(a, 0)), sizes[0]);
+	td_alloc_free(a);
+	td_client_close(c);
+	stop();
+}
+
+/*
+ * A machine short of memory (here a seccomp filter answers ENOSPC to
+ * fallocate): the ALLOC fails with the reason, nothing stays open or
+ * mapped here, and the connection goes on.
+ */
+Test(reliability, an_alloc_whose_memory_cannot_be_reserved_fails_cleanly)
+{
+	const uint64_t big = 4u << 20, none = 0;
+	struct td_client *c;
+	struct td_alloc *a = NULL;
+	struct td_error e = {0};
+	int fds, maps, rc;
+
+	start(NULL, 0, 0);
+	c = cli();
+	fds = tu_fd_count();
+	maps = tu_buf_map_count();
+	rc = tu_deny_syscall(__NR_fallocate, ENOSPC);
+	if (rc < 0) {
+		td_client_close(c);
+		stop();
+		cr_skip_test("the kernel refuses seccomp filters: %s",
+			     strerror(-rc));
+	}
+	rc = td_client_alloc(c, 1, &big, &a, &e);
+	cr_assert_eq(rc, -ENOSPC, "%d %s", rc, e.reason);
+	cr_assert_null(a);
+	cr_assert_str_eq(e.reason, "reserve 4194304 bytes for plane 0: No "
+				   "space left on device");
+	cr_assert_eq(tu_fd_count(), fds);
+	cr_assert_eq(tu_buf_map_count(), maps);
+	cr_assert_eq(td_client_alloc(c, 1, &none, &a, &e), 0, "%s", e.reason);
 	td_alloc_free(a);
 	td_client_close(c);
 	stop();

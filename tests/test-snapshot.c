@@ -15,15 +15,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -667,17 +664,7 @@ Test(snapshot, a_version_that_fails_the_publish_checks_is_skipped_alone)
  * SystemCallFilter= or a container's seccomp profile). */
 static void forbid_io_uring(void)
 {
-	struct sock_filter f[] = {
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
-			 offsetof(struct seccomp_data, nr)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-	};
-	struct sock_fprog prog = {sizeof(f) / sizeof(f[0]), f};
-
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
+	if (tu_deny_syscall(__NR_io_uring_setup, EPERM) < 0)
 		_exit(125);
 }
 

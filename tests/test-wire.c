@@ -256,7 +256,7 @@ static void sample_msg(enum kind k, union msg *m)
 		break;
 	case K_ALLOC_REP:
 		m->alloc_rep = (struct td_wire_alloc_rep){
-			77, 2, {{10, 1000}, {11, 1001}}};
+			77, 2, {{10, 1000}, {11, 1001}}, 0};
 		break;
 	case K_PUBLISH_REQ:
 		m->publish_req = (struct td_wire_publish_req){
@@ -1424,9 +1424,74 @@ Test(wire, bad_held_ids_are_refused_with_a_reason)
 	cr_assert_eq(td_wire_alloc_req_encode(&m, body, sizeof(body)),
 		     -EINVAL);
 	m = recycle_req;
-	m.flags |= 0x20;
+	m.flags |= 0x40;
 	cr_assert_eq(td_wire_alloc_req_encode(&m, body, sizeof(body)),
 		     -EINVAL);
+}
+
+/* An ALLOC reply's optional unreserved mask (TD_WIRE_ALLOC_RESERVE). */
+Test(wire, alloc_reply_unreserved_mask_round_trips_and_is_checked)
+{
+	struct td_wire_alloc_rep r = {.alloc_id = 5,
+				      .fd_count = 3,
+				      .fds = {{10, 1}, {-1, 2}, {12, 3}},
+				      .unreserved = 0x5},
+				 g;
+	struct td_wire_publish_rep pr = {.version = 9, .has_loan = true};
+	struct td_err e;
+	int64_t n = td_wire_alloc_rep_encode(&r, body, sizeof(body)), n0;
+
+	cr_assert_gt(n, 0);
+	cr_assert_eq(td_wire_alloc_rep_decode(body, (size_t)n, &g, &e), 0);
+	cr_assert_eq(g.unreserved, 0x5);
+	cr_assert_eq(g.fd_count, 3);
+	/* left out when 0: the body a daemon without it sends */
+	r.unreserved = 0;
+	n0 = td_wire_alloc_rep_encode(&r, body, sizeof(body));
+	cr_assert_eq(n0, n - 4);
+	g.unreserved = 7;
+	cr_assert_eq(td_wire_alloc_rep_decode(body, (size_t)n0, &g, &e), 0);
+	cr_assert_eq(g.unreserved, 0);
+	/* a present 0, a plane the client holds, a plane past the reply */
+	td__put_le32(body + n0, 0);
+	cr_assert_eq(td_wire_alloc_rep_decode(body, (size_t)n, &g, &e),
+		     -EBADMSG);
+	cr_assert_str_eq(e.reason, "an empty unreserved mask is sent by "
+				   "leaving it out");
+	cr_assert_eq(e.offset, (uint64_t)n0);
+	td__put_le32(body + n0, 0x2);
+	cr_assert_eq(td_wire_alloc_rep_decode(body, (size_t)n, &g, &e),
+		     -EINVAL);
+	cr_assert_str_eq(e.field, "unreserved");
+	cr_assert_str_eq(e.reason, "unreserved names a plane the client "
+				   "holds (fd -1), which was not made now");
+	td__put_le32(body + n0, 0x8);
+	cr_assert_eq(td_wire_alloc_rep_decode(body, (size_t)n, &g, &e),
+		     -EINVAL);
+	cr_assert_str_eq(e.reason,
+			 "unreserved names a plane the reply does not have");
+	/* fewer bytes than the mask are trailing bytes */
+	cr_assert_eq(td_wire_alloc_rep_decode(body, (size_t)n0 + 2, &g, &e),
+		     -EBADMSG);
+	/* the encoders refuse what the decoder would, and a loan's mask */
+	r.unreserved = 0x2;
+	cr_assert_eq(td_wire_alloc_rep_encode(&r, body, sizeof(body)),
+		     -EINVAL);
+	r.unreserved = 0x8;
+	cr_assert_eq(td_wire_alloc_rep_encode(&r, body, sizeof(body)),
+		     -EINVAL);
+	pr.loan = (struct td_wire_alloc_rep){
+		.alloc_id = 4, .fd_count = 1, .fds = {{3, 8}}, .unreserved = 1};
+	cr_assert_eq(td_wire_publish_rep_encode(&pr, body, sizeof(body)),
+		     -EINVAL);
+	/* the flag is known, and needs no other */
+	cr_assert_gt(td_wire_alloc_req_encode(
+			     &(struct td_wire_alloc_req){
+				     .flags = TD_WIRE_ALLOC_RESERVE,
+				     .plane_count = 1,
+				     .sizes = {1 << 20}},
+			     body, sizeof(body)),
+		     0);
 }
 
 /* An SCM consumer's GET advertising the buffers it has mapped (§6.4). */

@@ -26,6 +26,12 @@ const char *tu_vectors_path(const char *sub);
 const char *tu_vectors_or_skip(const char *sub, const char *what);
 
 /* Number of open fds in this process (/proc/self/fd). */
+/*
+ * From now on, in this process and the children it makes, syscall nr
+ * fails with err (a seccomp filter, as systemd's SystemCallFilter= or a
+ * container profile makes). 0, or -errno when filters are unavailable.
+ */
+int tu_deny_syscall(long nr, int err);
 int tu_fd_count(void);
 /* Number of mappings in this process (/proc/self/maps lines). */
 int tu_map_count(void);
