@@ -969,7 +969,7 @@ int td_client_connect_ex(const char *path, uint32_t flags,
 	c->reconnect = flags & TD_CLIENT_RECONNECT;
 	c->gf_off = (gf = getenv("TENSORD_GET_FOLLOW")) && !strcmp(gf, "0");
 	c->rows_off = (gf = getenv("TENSORD_WAKE_ROWS")) && !strcmp(gf, "0");
-	td__rewrite_env(c);
+	td__produce_env(c);
 	c->pref = pref;
 	memcpy(c->path, sa.sun_path, sizeof(c->path));
 	rc = sock_open(&sa, salen, err);

@@ -180,6 +180,9 @@ struct td_client {
 	 * shorter than rewrite_fill_ns ($TENSORD_REWRITE_FILL_US): a stream
 	 * loan */
 	int64_t rw_fill_ns, rewrite_fill_ns;
+	/* new planes reserved here (TD_WIRE_ALLOC_RESERVE), not in the
+	 * daemon; $TENSORD_ALLOC_RESERVE=daemon: false */
+	bool reserve_self;
 	/*
 	 * td_client_publish_alloc_nowait (produce.c): the PUBLISH sent and
 	 * not answered yet (pub_id 0: none) and its loan until then;
@@ -371,8 +374,9 @@ void td__next_loan_reset(struct td_client *c);
  * not a number or over max (wait.c). */
 uint64_t td__env_u64(const char *name, uint64_t dflt, uint64_t max);
 /* c->rewrite_min and rewrite_fill_ns from $TENSORD_REWRITE_MIN and
- * $TENSORD_REWRITE_FILL_US, or the defaults (produce.c). */
-void td__rewrite_env(struct td_client *c);
+ * $TENSORD_REWRITE_FILL_US, c->reserve_self from $TENSORD_ALLOC_RESERVE,
+ * or the defaults (produce.c). */
+void td__produce_env(struct td_client *c);
 /* The reply to the PUBLISH of td_client_publish_alloc_nowait, read while
  * waiting for another (lock held): take its outcome, close its fds. */
 void td__pub_answered(struct td_client *c, struct td__msg *m);

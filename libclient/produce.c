@@ -352,7 +352,7 @@ static int alloc_call(struct td_client *c, struct td_alloc *a,
 	if (c->unloan)
 		req.flags |= TD_WIRE_ALLOC_UNLOAN;
 	/* new planes' memory is reserved here, not in the daemon's loop */
-	if (td__has(c, TD_WIRE_FEAT_RESERVE))
+	if (c->reserve_self && td__has(c, TD_WIRE_FEAT_RESERVE))
 		req.flags |= TD_WIRE_ALLOC_RESERVE;
 	if (recycle) {
 		req.flags |= TD_WIRE_ALLOC_RECYCLE;
@@ -430,14 +430,18 @@ static int pub_settle(struct td_client *c, uint64_t *version,
  */
 #define REWRITE_FILL_US 200
 
-void td__rewrite_env(struct td_client *c)
+void td__produce_env(struct td_client *c)
 {
+	const char *env;
+
 	c->rewrite_min = td__env_u64("TENSORD_REWRITE_MIN",
 				     REWRITE_MIN_DEFAULT, UINT64_MAX);
 	c->rewrite_fill_ns = (int64_t)td__env_u64("TENSORD_REWRITE_FILL_US",
 						  REWRITE_FILL_US,
 						  INT64_MAX / 1000) *
 			     1000;
+	env = getenv("TENSORD_ALLOC_RESERVE");
+	c->reserve_self = !env || strcmp(env, "daemon") != 0;
 }
 
 /* a's hand-out: a TD_ALLOC_REWRITE loan's fill time starts now */
