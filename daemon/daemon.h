@@ -587,6 +587,16 @@ int td__fence_check(int fd, const char **why);
 /* Write-seal a memfd for publishing. 0 or -errno with *why. */
 int td__plane_seal(int fd, const char **why);
 /*
+ * closer.c: the close of a descriptor that may free TD__CLOSER_MIN bytes
+ * or more goes to a thread (docs/architecture.md, "Threads"); started
+ * before anything holds a plane, stopped after the store is gone (it
+ * closes what is queued first). Without the thread, close(2) here.
+ */
+#define TD__CLOSER_MIN (4ull << 20)
+void td__closer_start(void);
+void td__closer_close(int fd, uint64_t size);
+void td__closer_stop(void);
+/*
  * memfd_create + ftruncate + SHRINK|GROW seals, and fallocate when
  * `reserve` (else the client that asked reserves it: TD_WIRE_ALLOC_RESERVE).
  */

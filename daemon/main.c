@@ -399,6 +399,7 @@ static int start(struct td__daemon *d, uv_signal_t *sigint,
 	uint32_t import = d->opts.import;
 	int rc;
 
+	td__closer_start();
 	d->pidfd = import == TD_IMPORT_SCM ? -1 : td__pidfd_open(d->pid);
 	if (d->pidfd < 0 && import != TD_IMPORT_SCM)
 		td__log(TD_LOG_WARN, "pidfd_open(self): %s; clients receive "
@@ -467,6 +468,7 @@ static void stop(struct td__daemon *d)
 	td__fdstore_fini(); /* the final image, before the store lets go */
 	td__store_free(d);
 	td__fdstore_free();
+	td__closer_stop(); /* after every plane's close */
 	uv_walk(d->loop, close_walk, NULL);
 	uv_run(d->loop, UV_RUN_DEFAULT);
 	if (uv_loop_close(d->loop) < 0)

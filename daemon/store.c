@@ -234,6 +234,16 @@ void td__vfd_set(struct td__store *s, struct td__vfd *f, int fd, bool plane,
 	f->buffer_id = s->next_buf++;
 }
 
+/* The memory a plane's close may free: its charge, else its pages. */
+static uint64_t plane_bytes(const struct td__vfd *f)
+{
+	struct stat st;
+
+	if (f->size)
+		return f->size;
+	return fstat(f->fd, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
+}
+
 void td__vfd_close(struct td__store *s, struct td__vfd *f)
 {
 	if (f->ro >= 0) {
@@ -249,7 +259,8 @@ void td__vfd_close(struct td__store *s, struct td__vfd *f)
 	if (f->sid)
 		fd_drop(f->sid);
 	f->sid = 0;
-	close(f->fd);
+	/* a big plane's pages may be freed by this close: not on the loop */
+	td__closer_close(f->fd, f->tracked ? plane_bytes(f) : 0);
 	f->fd = -1;
 }
 

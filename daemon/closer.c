@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The last close of a big plane, off the loop (docs/architecture.md,
+ * "Threads").
+ *
+ * Closing the daemon's descriptor of a memfd nobody else holds or maps
+ * any more is the kernel freeing every page of it, inside close(2): 140-
+ * 160 ms for 1 GiB on the VM of bench/README.md (tensord-stallbench),
+ * during which the loop would serve no client. A plane of
+ * TD__CLOSER_MIN bytes or more is therefore handed to one thread whose
+ * only job is close(2): the loop writes the descriptor's number into a
+ * pipe and forgets it; the thread reads it and closes it. The number stays
+ * taken until then, so the loop cannot be given it again while the
+ * thread still has to close it. Everything else the close means (the
+ * uid's descriptor count, the buffer table, the fd store) is done on the
+ * loop before, as for any close. No thread (pthread_create or pipe2
+ * refused, or $TENSORD_CLOSER=0) or a full pipe: the loop closes it
+ * itself, as it did before.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+static struct {
+	bool on;
+	int rd, wr; /* the pipe: the thread reads, the loop writes */
+	pthread_t thread;
+} cl = {.rd = -1, .wr = -1};
+
+static void *closer_main(void *arg)
+{
+	int fd;
+
+	(void)arg;
+	for (;;) {
+		ssize_t n = read(cl.rd, &fd, sizeof(fd));
+
+		if (n == (ssize_t)sizeof(fd))
+			close(fd);
+		else if (n < 0 && errno == EINTR)
+			continue;
+		else
+			return NULL; /* end of file: td__closer_stop() */
+	}
+}
+
+void td__closer_start(void)
+{
+	pthread_attr_t at;
+	sigset_t all, old;
+	int p[2], rc;
+
+	const char *env = getenv("TENSORD_CLOSER");
+
+	if (cl.on)
+		return;
+	/* for a baseline (tensord-stallbench): the close on the loop */
+	if (env && !strcmp(env, "0")) {
+		td__log(TD_LOG_INFO, "big planes are closed on the loop "
+				     "(TENSORD_CLOSER=0)");
+		return;
+	}
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		td__log(TD_LOG_WARN, "big planes are closed on the loop: "
+				     "pipe2: %s",
+			strerror(errno));
+		return;
+	}
+	/* a full pipe is a close on the loop, never a wait */
+	(void)fcntl(p[1], F_SETFL, O_NONBLOCK);
+	cl.rd = p[0];
+	cl.wr = p[1];
+	/* signals stay the loop's: the thread starts with all blocked */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pthread_attr_init(&at);
+	pthread_attr_setstacksize(&at, 64u << 10);
+	rc = pthread_create(&cl.thread, &at, closer_main, NULL);
+	pthread_attr_destroy(&at);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc) {
+		td__log(TD_LOG_WARN, "big planes are closed on the loop: "
+				     "pthread_create: %s",
+			strerror(rc));
+		close(cl.rd);
+		close(cl.wr);
+		cl.rd = cl.wr = -1;
+		return;
+	}
+	/* named for ps and /proc/PID/task/TID/comm */
+	pthread_setname_np(cl.thread, "td-closer");
+	cl.on = true;
+}
+
+void td__closer_close(int fd, uint64_t size)
+{
+	if (fd < 0)
+		return;
+	if (cl.on && size >= TD__CLOSER_MIN &&
+	    write(cl.wr, &fd, sizeof(fd)) == (ssize_t)sizeof(fd))
+		return;
+	close(fd);
+}
+
+void td__closer_stop(void)
+{
+	if (!cl.on)
+		return;
+	/* the thread closes what is queued, reads the end, and returns */
+	close(cl.wr);
+	pthread_join(cl.thread, NULL);
+	close(cl.rd);
+	cl.rd = cl.wr = -1;
+	cl.on = false;
+}
