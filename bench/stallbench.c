@@ -1,0 +1,337 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tensord-stallbench: what one client's big ALLOCs cost every other
+ * client of the daemon (docs/protocol.md §6.2, "Who reserves").
+ *
+ * One daemon; a client B sends one small request at a time (STAT of a
+ * name that does not exist: one round trip, nothing else), timing each,
+ * while a client A, in its own process:
+ *
+ *   alloc    makes --planes fresh planes of --mib MiB (td_client_alloc,
+ *            each a new memfd whose memory must be reserved), keeping
+ *            them unpublished;
+ *   free     then disconnects: the daemon closes those planes, the last
+ *            reference to their memory, and the kernel frees it.
+ *
+ * Two daemons of this build: one as it runs by default, one with
+ * $TENSORD_CLOSER=0 (planes closed on its loop). Each round runs A and B
+ * against both, back to back in rotating order: "now", the default
+ * daemon with A's library reserving new planes itself
+ * (TD_WIRE_ALLOC_RESERVE); "before", the other daemon with
+ * $TENSORD_ALLOC_RESERVE=daemon in A (the daemon reserves, and closes on
+ * its loop: what tensord did before both). The alloc phase shows the
+ * reservation, the free phase the close. Reported: B's request latency
+ * in each phase (median, p99, max, count) and the time A's allocs took,
+ * and the ratio now/before of B's p99 and max per phase, the median of
+ * the per-round ratios. Nothing is asserted.
+ */
+#include "bench.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <tensord/tensord.h>
+
+#define MAX_ROUNDS 32
+#define MAX_SAMPLES 200000
+/* B goes on measuring this long after A has gone (its planes' free) */
+#define FREE_TAIL_NS 300000000ull
+
+enum { MODE_NOW, MODE_BEFORE, NMODES };
+enum { PH_ALLOC, PH_FREE, NPHASES };
+static const char *const mode_name[NMODES] = {"now", "before"};
+static const char *const phase_name[NPHASES] = {"alloc", "free"};
+
+struct phase {
+	uint64_t *ns;
+	size_t n;
+};
+
+struct cell {
+	struct phase ph[NPHASES];
+	uint64_t alloc_ns; /* A's allocs, from its own clock */
+};
+
+static struct cell cells[MAX_ROUNDS][NMODES];
+
+static void die(const char *what, const char *why)
+{
+	fprintf(stderr, "tensord-stallbench: %s: %s\n", what, why);
+	exit(1);
+}
+
+static void put_u64(int fd, uint64_t v)
+{
+	if (bench_write_all(fd, &v, sizeof(v)) < 0)
+		_exit(3);
+}
+
+/* A: connect, say so, allocs on 'go', report, wait, drop everything. */
+static void client_a(const char *sock, int mode, uint64_t size,
+		     unsigned planes, int rd, int wr)
+{
+	struct td_alloc *a[64];
+	struct td_client *c;
+	struct td_error e = {0};
+	uint64_t t0, go;
+
+	if (mode == MODE_BEFORE)
+		setenv("TENSORD_ALLOC_RESERVE", "daemon", 1);
+	else
+		unsetenv("TENSORD_ALLOC_RESERVE");
+	if (td_client_connect(sock, &c, &e) < 0) {
+		fprintf(stderr, "A: connect: %s\n", e.reason);
+		_exit(2);
+	}
+	put_u64(wr, 0);
+	if (bench_read_all(rd, &go, sizeof(go)) < 0)
+		_exit(3);
+	t0 = bench_now_ns();
+	for (unsigned i = 0; i < planes; i++)
+		if (td_client_alloc(c, 1, &size, &a[i], &e) < 0) {
+			fprintf(stderr, "A: alloc: %s\n", e.reason);
+			_exit(2);
+		}
+	put_u64(wr, bench_now_ns() - t0);
+	if (bench_read_all(rd, &go, sizeof(go)) < 0)
+		_exit(3);
+	for (unsigned i = 0; i < planes; i++)
+		td_alloc_free(a[i]);
+	td_client_close(c);
+	_exit(0);
+}
+
+/* One request of B, timed. */
+static uint64_t probe(struct td_client *b)
+{
+	struct td_entry ent;
+	struct td_error e = {0};
+	uint64_t t0 = bench_now_ns();
+	int rc = td_client_stat(b, "stall/none", &ent, &e);
+
+	if (rc != -ENOENT)
+		die("B: STAT", rc < 0 ? e.reason : "the name exists");
+	return bench_now_ns() - t0;
+}
+
+static void sample(struct phase *p, uint64_t ns)
+{
+	if (!p->ns)
+		p->ns = calloc(MAX_SAMPLES, sizeof(*p->ns));
+	if (!p->ns)
+		die("B", "out of memory");
+	if (p->n < MAX_SAMPLES)
+		p->ns[p->n++] = ns;
+}
+
+static bool readable(int fd)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+
+	return poll(&p, 1, 0) == 1;
+}
+
+static void one_run(const char *sock, struct td_client *b, int mode,
+		    uint64_t size, unsigned planes, struct cell *cell)
+{
+	int to_a[2], from_a[2], st; /* socketpairs: bench_*_all send/recv */
+	uint64_t v = 0, gone = 0;
+	pid_t pid;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, to_a) < 0 ||
+	    socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, from_a) < 0)
+		die("socketpair", strerror(errno));
+	pid = fork();
+	if (pid < 0)
+		die("fork", strerror(errno));
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(to_a[1]);
+		close(from_a[0]);
+		client_a(sock, mode, size, planes, to_a[0], from_a[1]);
+	}
+	close(to_a[0]);
+	close(from_a[1]);
+	if (bench_read_all(from_a[0], &v, sizeof(v)) < 0)
+		die("A", "did not connect");
+	bench_write_all(to_a[1], &v, sizeof(v));
+	/* the alloc phase: until A says its allocs are done */
+	while (!readable(from_a[0]))
+		sample(&cell->ph[PH_ALLOC], probe(b));
+	if (bench_read_all(from_a[0], &cell->alloc_ns, sizeof(uint64_t)) < 0)
+		die("A", "failed its allocs");
+	/* the free phase: from A's drop until well after it has gone */
+	bench_write_all(to_a[1], &v, sizeof(v));
+	for (;;) {
+		sample(&cell->ph[PH_FREE], probe(b));
+		if (!gone && waitpid(pid, &st, WNOHANG) == pid) {
+			if (!WIFEXITED(st) || WEXITSTATUS(st))
+				die("A", "exited with an error");
+			gone = bench_now_ns();
+		}
+		if (gone && bench_now_ns() - gone > FREE_TAIL_NS)
+			break;
+	}
+	close(to_a[1]);
+	close(from_a[0]);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static uint64_t pct(const uint64_t *s, size_t n, double q)
+{
+	size_t i = (size_t)(q * (double)(n - 1) + 0.5);
+
+	return n ? s[i] : 0;
+}
+
+static double median_d(double *v, unsigned n)
+{
+	for (unsigned i = 1; i < n; i++)
+		for (unsigned j = i; j > 0 && v[j - 1] > v[j]; j--) {
+			double t = v[j];
+
+			v[j] = v[j - 1];
+			v[j - 1] = t;
+		}
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void usage(void)
+{
+	fprintf(stderr,
+		"usage: tensord-stallbench [--mib M] [--planes N] "
+		"[--rounds R] [--tensord PATH]\n"
+		"B's request latency while A makes N fresh planes of M MiB "
+		"(default 256 x 4), then drops them; A reserving new planes "
+		"itself against the daemon doing it, R rounds (default 5).\n");
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{"mib", required_argument, NULL, 's'},
+		{"planes", required_argument, NULL, 'p'},
+		{"rounds", required_argument, NULL, 'r'},
+		{"tensord", required_argument, NULL, 't'},
+		{NULL, 0, NULL, 0}};
+	struct bench_env env = {.tensord_path = TD_STALLBENCH_TENSORD_DEFAULT};
+	static const char *const tag[NMODES] = {"now", "before"};
+	uint64_t size = 256ull << 20;
+	unsigned planes = 4, rounds = 5;
+	char sock[NMODES][300], why[BENCH_WHY_MAX];
+	struct td_client *b[NMODES];
+	struct td_error e = {0};
+	double ratio[NPHASES][2][MAX_ROUNDS];
+	int pid[NMODES], o;
+
+	while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		if (o == 's')
+			size = strtoull(optarg, NULL, 10) << 20;
+		else if (o == 'p')
+			planes = (unsigned)atoi(optarg);
+		else if (o == 'r')
+			rounds = (unsigned)atoi(optarg);
+		else if (o == 't')
+			env.tensord_path = optarg;
+		else
+			usage();
+	}
+	if (!size || !planes || planes > 64 || !rounds ||
+	    rounds > MAX_ROUNDS)
+		usage();
+	snprintf(env.tmpdir, sizeof(env.tmpdir), "/tmp/td-stall-XXXXXX");
+	if (!mkdtemp(env.tmpdir))
+		die("mkdtemp", strerror(errno));
+	for (int m = 0; m < NMODES; m++) {
+		if (m == MODE_BEFORE)
+			setenv("TENSORD_CLOSER", "0", 1);
+		if (bench_tensord_start(&env, tag[m], sock[m], sizeof(sock[m]),
+					&pid[m], why, sizeof(why)) < 0)
+			die("tensord", why);
+		unsetenv("TENSORD_CLOSER");
+		if (td_client_connect(sock[m], &b[m], &e) < 0)
+			die("B: connect", e.reason);
+	}
+	for (unsigned r = 0; r < rounds; r++)
+		for (int k = 0; k < NMODES; k++) {
+			int m = (int)((r + (unsigned)k) % NMODES);
+
+			one_run(sock[m], b[m], m, size, planes, &cells[r][m]);
+		}
+	for (int m = 0; m < NMODES; m++) {
+		td_client_close(b[m]);
+		bench_reap(pid[m], 5000);
+		unlink(sock[m]);
+		snprintf(why, sizeof(why), "%.200s/%s.log", env.tmpdir, tag[m]);
+		unlink(why);
+	}
+	rmdir(env.tmpdir);
+
+	printf("B's STAT round trip in µs while A makes %u planes of %" PRIu64
+	       " MiB, then drops them (%u rounds; now: the default daemon, "
+	       "A reserving; before: TENSORD_CLOSER=0, "
+	       "TENSORD_ALLOC_RESERVE=daemon)\n\n",
+	       planes, size >> 20, rounds);
+	printf("| daemon | phase | requests | median | p99 | max | A's allocs "
+	       "(ms, median) |\n|---|---|---|---|---|---|---|\n");
+	for (int m = 0; m < NMODES; m++)
+		for (int ph = 0; ph < NPHASES; ph++) {
+			struct phase all = {0};
+			double am[MAX_ROUNDS];
+
+			for (unsigned r = 0; r < rounds; r++) {
+				struct phase *p = &cells[r][m].ph[ph];
+
+				for (size_t i = 0; i < p->n; i++)
+					sample(&all, p->ns[i]);
+				am[r] = (double)cells[r][m].alloc_ns / 1e6;
+			}
+			qsort(all.ns, all.n, sizeof(*all.ns), cmp_u64);
+			printf("| %s | %s | %zu | %.1f | %.1f | %.1f | %.1f |\n",
+			       mode_name[m], phase_name[ph], all.n,
+			       (double)pct(all.ns, all.n, 0.5) / 1e3,
+			       (double)pct(all.ns, all.n, 0.99) / 1e3,
+			       (double)pct(all.ns, all.n, 1.0) / 1e3,
+			       median_d(am, rounds));
+			free(all.ns);
+		}
+	for (unsigned r = 0; r < rounds; r++)
+		for (int ph = 0; ph < NPHASES; ph++) {
+			uint64_t q[NMODES][2];
+
+			for (int m = 0; m < NMODES; m++) {
+				struct phase *p = &cells[r][m].ph[ph];
+
+				qsort(p->ns, p->n, sizeof(*p->ns), cmp_u64);
+				q[m][0] = pct(p->ns, p->n, 0.99);
+				q[m][1] = pct(p->ns, p->n, 1.0);
+			}
+			for (int k = 0; k < 2; k++)
+				ratio[ph][k][r] = (double)q[MODE_NOW][k] /
+						  (double)q[MODE_BEFORE][k];
+		}
+	printf("\nnow / before, median of %u paired rounds:", rounds);
+	for (int ph = 0; ph < NPHASES; ph++)
+		printf(" %s phase p99 %.3fx, max %.3fx%s", phase_name[ph],
+		       median_d(ratio[ph][0], rounds),
+		       median_d(ratio[ph][1], rounds),
+		       ph + 1 < NPHASES ? ";" : "\n");
+	return 0;
+}
