@@ -217,8 +217,10 @@ static void ring_free(struct ring *r)
 	close_fd(&r->hdr_rw);
 	close_fd(&r->hdr_ro);
 	close_fd(&r->rd_rw);
-	close_fd(&r->data_rw);
 	close_fd(&r->data_ro);
+	/* the slots' pages may go with this close: not on the loop */
+	td__closer_close(r->data_rw, r->g.data_len);
+	r->data_rw = -1;
 	td__log(TD_LOG_DEBUG, "ring %.*s #%llu freed", (int)r->name_len,
 		r->name, (unsigned long long)r->id);
 	free(r);

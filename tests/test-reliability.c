@@ -1170,6 +1170,45 @@ static int ring_make(struct td_client *c, const char *name, uint64_t bytes,
 	return td_ring_create(c, name, &d, out, e);
 }
 
+/*
+ * A ring's slots too, when the ring ends (daemon/ring.c, ring_free) with
+ * nobody mapping them: its producer, in a child, makes it and exits
+ * without closing it (a producer that closes it first still maps the
+ * slots when the daemon lets go, and frees them itself at its munmap).
+ */
+Test(reliability, a_big_rings_slots_are_freed_by_the_closer_thread)
+{
+	long t0;
+	int fds0, st;
+	pid_t pid;
+
+	start(NULL, 0, 0);
+	t0 = thread_ticks(D.pid, "td-closer");
+	cr_assert_geq(t0, 0, "the daemon has no td-closer thread");
+	fds0 = tdc_fd_count(D.pid);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		int rc;
+		struct td_client *c = cli_try(&rc);
+		struct td_ring *r;
+		struct td_error e = {0};
+
+		_exit(c && ring_make(c, "big/ring", 256u << 20, &r, &e) == 0
+			      ? 0
+			      : 1);
+	}
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the producer failed");
+	cr_assert_eq(tdc_fd_settle(D.pid, fds0, 20000), fds0);
+	for (int i = 0; i < 1000 && thread_ticks(D.pid, "td-closer") <= t0;
+	     i++)
+		usleep(10000);
+	cr_assert_gt(thread_ticks(D.pid, "td-closer"), t0,
+		     "freeing the ring's 512 MiB took the closer no CPU time");
+	stop();
+}
+
 static void ring_policy_child(void *arg)
 {
 	struct td_client *c;
