@@ -603,6 +603,14 @@ void td__closer_stop(void);
 int td__plane_create(uint64_t size, bool reserve, int *out_fd,
 		     const char **why);
 /*
+ * A ring's slots memfd: hugetlbfs pages when `huge` and the machine has
+ * them, else tmpfs (MADV_HUGEPAGE advised when `huge`), allocated now
+ * when `reserve`; size sealed. *flags: TD_WIRE_RING_HUGETLB, _THP,
+ * _UNRESERVED. 0 or -errno with *why.
+ */
+int td__plane_create_ring(uint64_t len, bool huge, bool reserve,
+			  uint32_t *flags, int *out, const char **why);
+/*
  * A read-only descriptor of a sealed memfd for consumers (fchmod 0444 and
  * a fresh O_RDONLY open), so a consumer can neither write through the fd
  * nor re-open it read-write. 0 and *out_fd (new, CLOEXEC) or -errno.

@@ -161,3 +161,74 @@ int td__plane_readonly(int fd, int *out_fd, const char **why)
 	*out_fd = ro;
 	return 0;
 }
+
+/*
+ * Fault every page of a tmpfs memfd in through a mapping advised
+ * MADV_HUGEPAGE: fallocate() alone allocates small pages unless
+ * shmem_enabled is "always", while a fault in an advised mapping may take
+ * a huge one. What the kernel gives is its choice; this only asks.
+ */
+static int populate_thp(int fd, uint64_t len)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	int rc = 0;
+
+	if (p == MAP_FAILED)
+		return -errno;
+	madvise(p, len, MADV_HUGEPAGE);
+	if (madvise(p, len, MADV_POPULATE_WRITE) < 0)
+		rc = -errno;
+	munmap(p, len);
+	return rc;
+}
+
+/*
+ * A ring's slots: pre-allocated before any handoff, so that neither side
+ * ever takes a first-touch allocation (or a SIGBUS under memory
+ * pressure) while handing off; here (reserve), or by the producer right
+ * after the reply (TD_WIRE_RING_RESERVE: *flags has _UNRESERVED).
+ */
+int td__plane_create_ring(uint64_t len, bool huge, bool reserve,
+			  uint32_t *flags, int *out, const char **why)
+{
+	/*
+	 * SHRINK: nobody can cut pages from under a mapping (SIGBUS in the
+	 * others). Not WRITE: the producer rewrites slots for ever.
+	 */
+	const unsigned seal = TD__MEMFD_SEALABLE | TD__MEMFD_SEAL_SIZE;
+	int fd, rc;
+
+	*flags = 0;
+	/* hugetlbfs pages, if the machine has that many reserved */
+	fd = huge ? td__memfd_new("tensord-ring-data", len,
+				  seal | TD__MEMFD_HUGETLB | TD__MEMFD_RESERVE,
+				  why)
+		  : -1;
+	if (fd >= 0) {
+		*flags = TD_WIRE_RING_HUGETLB;
+		goto done;
+	}
+	fd = td__memfd_new("tensord-ring-data", len, TD__MEMFD_SEALABLE, why);
+	if (fd < 0)
+		return fd;
+	if (!reserve)
+		/* the producer's mapping advises and populates (§10) */
+		*flags = TD_WIRE_RING_UNRESERVED |
+			 (huge ? TD_WIRE_RING_THP : 0);
+	else if (huge && populate_thp(fd, len) == 0)
+		*flags = TD_WIRE_RING_THP;
+	else if (fallocate(fd, 0, 0, (off_t)len) < 0) {
+		rc = -errno;
+		*why = "cannot reserve memory for the ring";
+		close(fd);
+		return rc;
+	}
+	if ((rc = td__memfd_seal_size(fd)) < 0) {
+		*why = "cannot seal the memfd size";
+		close(fd);
+		return rc;
+	}
+done:
+	*out = fd;
+	return 0;
+}

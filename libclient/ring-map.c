@@ -5,6 +5,7 @@
  * ring"), page tables populated before the first handoff.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -39,8 +40,20 @@ void td__ringmap_unmap(struct ringmap *m)
 	m->data = NULL;
 }
 
-/* mmap fd (at least len bytes long) and fill its page tables now. */
-static void *map_populated(int fd, size_t len, bool writable, bool thp)
+static void *unmap_fail(void *p, size_t len, int e)
+{
+	munmap(p, len);
+	errno = e;
+	return NULL;
+}
+
+/*
+ * mmap fd (at least len bytes long) and fill its page tables now;
+ * reserve: the daemon left its memory unallocated (TD_WIRE_RING_UNRESERVED),
+ * so filling them must allocate every page, or fail with errno.
+ */
+static void *map_populated(int fd, size_t len, bool writable, bool thp,
+			   bool reserve)
 {
 	struct stat st;
 	void *p;
@@ -65,8 +78,22 @@ static void *map_populated(int fd, size_t len, bool writable, bool thp)
 	 * MADV_POPULATE_* (5.14) fault without touching (a read maps the
 	 * already allocated shmem page writable too: no dirty tracking).
 	 */
-	(void)madvise(p, len,
-		      writable ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+	/*
+	 * Small pages: fallocate allocates them in a batch (about half the
+	 * time of faulting them in one by one here); huge ones come from a
+	 * fault in the advised mapping, which must then succeed.
+	 */
+	if (reserve && !thp && fallocate(fd, 0, 0, (off_t)len) < 0)
+		return unmap_fail(p, len, errno);
+	if (madvise(p, len,
+		    writable ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) < 0 &&
+	    reserve && thp) {
+		/* before 5.14 there is none: fallocate (small pages) */
+		int e = errno;
+
+		if (e != EINVAL || fallocate(fd, 0, 0, (off_t)len) < 0)
+			return unmap_fail(p, len, e != EINVAL ? e : errno);
+	}
 	/*
 	 * Then read one byte of every page anyway. Populated page tables
 	 * are not enough under a hypervisor that shadows them (nested
@@ -116,7 +143,7 @@ int td__ringmap_take(struct td_client *c, struct td__msg *rep,
 	memcpy(m->g.plane_off, r->plane_off, sizeof(m->g.plane_off));
 	memcpy(m->g.plane_size, r->plane_size, sizeof(m->g.plane_size));
 	m->reader_count = r->reader_count;
-	m->backing = r->flags;
+	m->backing = r->flags & (TD_WIRE_RING_HUGETLB | TD_WIRE_RING_THP);
 	if (td_ring_geom_check(&m->g) < 0 || r->fd_count != TD_WIRE_RING_FDS ||
 	    r->reader_count < 1 || r->reader_count > TD_RING_MAX_READERS ||
 	    (!producer && r->row >= r->reader_count) ||
@@ -126,7 +153,7 @@ int td__ringmap_take(struct td_client *c, struct td__msg *rep,
 	}
 	for (unsigned i = 0; i < TD_WIRE_RING_FDS; i++) {
 		size_t len = i == 2 ? (size_t)r->data_len : lens[i];
-		bool wr = producer || i == 1;
+		bool wr = producer || i == 1, reserve;
 
 		rc = td__import_fd(c, r->fds[i].fd, &scm[i], &fds[i]);
 		if (rc < 0) {
@@ -134,8 +161,17 @@ int td__ringmap_take(struct td_client *c, struct td__msg *rep,
 				      what[i], strerror(-rc));
 			goto out;
 		}
+		reserve = i == 2 && producer &&
+			  (r->flags & TD_WIRE_RING_UNRESERVED);
 		maps[i] = map_populated(fds[i], len, wr,
-					i == 2 && (r->flags & TD_WIRE_RING_THP));
+					i == 2 && (r->flags & TD_WIRE_RING_THP),
+					reserve);
+		if (!maps[i] && reserve) {
+			rc = -errno;
+			rc = td__fail(err, rc, "reserve the ring's %zu bytes of "
+				      "slots: %s", len, strerror(-rc));
+			goto out;
+		}
 		if (!maps[i]) {
 			rc = td__fail(err, -errno, "map ring %s: %s", what[i],
 				      strerror(errno));

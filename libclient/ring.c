@@ -176,6 +176,9 @@ int td_ring_create(struct td_client *c, const char *name,
 	/* the rows' owner tokens are read below (td_ring_held_slot, ...) */
 	if (td__has(c, TD_WIRE_FEAT_ROW_OWNER))
 		q.flags |= TD_WIRE_RING_ROW_OWNER;
+	/* the slots' memory is allocated by our mapping, not the daemon */
+	if (c->reserve_self && td__has(c, TD_WIRE_FEAT_RESERVE))
+		q.flags |= TD_WIRE_RING_RESERVE;
 	len = td_wire_ring_create_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
 					     TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	if (len < 0) {

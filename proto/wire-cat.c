@@ -367,7 +367,8 @@ int td_wire_ring_create_req_decode(const uint8_t *body, size_t len,
 	m->flags = td__wire_rd_flags(&rd,
 				     TD_WIRE_REQ_SCM | TD_WIRE_RING_HUGE |
 					     TD_WIRE_RING_ROW_WAKE |
-					     TD_WIRE_RING_ROW_OWNER,
+					     TD_WIRE_RING_ROW_OWNER |
+					     TD_WIRE_RING_RESERVE,
 				     "flags");
 	m->slot_count = td_wire_rd_u32(&rd, "slot_count");
 	m->reader_count = td_wire_rd_u32(&rd, "reader_count");
@@ -420,7 +421,10 @@ int td_wire_ring_rep_decode(const uint8_t *body, size_t len,
 	td_wire_rd_init(&rd, body, len, err);
 	m->id = td_wire_rd_u64(&rd, "id");
 	m->flags = td__wire_rd_flags(
-		&rd, TD_WIRE_RING_HUGETLB | TD_WIRE_RING_THP, "flags");
+		&rd,
+		TD_WIRE_RING_HUGETLB | TD_WIRE_RING_THP |
+			TD_WIRE_RING_UNRESERVED,
+		"flags");
 	m->row = td_wire_rd_u32(&rd, "row");
 	m->reader_count = td_wire_rd_u32(&rd, "reader_count");
 	m->slot_count = td_wire_rd_u32(&rd, "slot_count");

@@ -175,7 +175,8 @@ void td_wire_wr_bytes(struct td_wire_wr *wr, const void *p, size_t len);
 #define TD_WIRE_FEAT_DELETE_IF 0x100u   /* DELETE's `version` condition */
 /* 0x1000 TD_WIRE_FEAT_ROW_OWNER: wire-status.h */
 #define TD_WIRE_FEAT_REWRITE 0x2000u    /* ALLOC flag TD_WIRE_ALLOC_REWRITE */
-#define TD_WIRE_FEAT_RESERVE 0x4000u    /* ALLOC flag TD_WIRE_ALLOC_RESERVE */
+/* ALLOC flag TD_WIRE_ALLOC_RESERVE, RING_CREATE flag TD_WIRE_RING_RESERVE */
+#define TD_WIRE_FEAT_RESERVE 0x4000u
 
 /* HELLO request */
 struct td_wire_hello_req {
@@ -540,14 +541,19 @@ TD_WIRE_CODEC(error)
 /* the producer reads owner tokens in rows: the daemon gives rows out with
  * them and sets TD_RING_ROW_OWNER in the header (TD_WIRE_FEAT_ROW_OWNER) */
 #define TD_WIRE_RING_ROW_OWNER 0x8u
+/* the producer reserves the slots' memory itself (TD_WIRE_FEAT_RESERVE,
+ * docs/protocol.md §10): the daemon makes them without allocating it */
+#define TD_WIRE_RING_RESERVE 0x10u
 /* ring reply flags: what backs the slots */
 #define TD_WIRE_RING_HUGETLB 0x1u /* MFD_HUGETLB pages */
 #define TD_WIRE_RING_THP 0x2u     /* tmpfs, MADV_HUGEPAGE advised */
+/* only to TD_WIRE_RING_RESERVE: the slots' memory is not allocated yet */
+#define TD_WIRE_RING_UNRESERVED 0x4u
 
 struct td_wire_ring_create_req {
 	struct td_wire_str name;
 	uint32_t flags; /* TD_WIRE_REQ_SCM | TD_WIRE_RING_HUGE | _ROW_WAKE
-			 * | _ROW_OWNER */
+			 * | _ROW_OWNER | _RESERVE */
 	uint32_t slot_count;   /* 2..64 */
 	uint32_t reader_count; /* 1..32 */
 	uint32_t dtype;
@@ -560,7 +566,7 @@ struct td_wire_ring_create_req {
 /* RING_CREATE and RING_SUBSCRIBE reply: the geometry and three fds. */
 struct td_wire_ring_rep {
 	uint64_t id;           /* ring id (create) or subscription id */
-	uint32_t flags;        /* TD_WIRE_RING_HUGETLB | TD_WIRE_RING_THP */
+	uint32_t flags;        /* TD_WIRE_RING_HUGETLB | _THP | _UNRESERVED */
 	uint32_t row;          /* the subscriber's reader row; producer: -1 */
 	uint32_t reader_count;
 	uint32_t slot_count;

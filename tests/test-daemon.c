@@ -1613,6 +1613,48 @@ DTest(alloc_leaves_new_planes_to_a_client_that_reserves_them)
 	assert_serving();
 }
 
+/*
+ * The same for a ring's slots (§10): TD_WIRE_RING_RESERVE leaves their
+ * memory to the producer and the reply says so; without it the daemon
+ * allocates it before it answers.
+ */
+DTest(ring_create_leaves_the_slots_to_a_producer_that_reserves_them)
+{
+	int sock = conn_hello(&D, TD_IMPORT_SCM);
+	struct td_wire_ring_create_req q = {
+		.dtype = 0, .ndim = 1, .shape = {1 << 20}, .slot_count = 2,
+		.reader_count = 1, .plane_count = 1, .plane_sizes = {1 << 20}};
+	struct td_wire_ring_rep rep;
+	struct stat st;
+	struct msg *m;
+	int64_t n;
+
+	for (int self = 1; self >= 0; self--) {
+		q.name = self ? (struct td_wire_str){"rr/self", 7}
+			      : (struct td_wire_str){"rr/daemon", 9};
+		q.flags = TD_WIRE_REQ_SCM | (self ? TD_WIRE_RING_RESERVE : 0);
+		n = td_wire_ring_create_req_encode(&q, BODY, BODY_CAP);
+		send_req(sock, TD_OP_RING_CREATE, 97 + self, (size_t)n, NULL,
+			 0);
+		m = reply(sock, TD_OP_RING_CREATE, 97 + self);
+		cr_assert_eq(m->h.status, 0, "%s", m->reason);
+		cr_assert_eq(td_wire_ring_rep_decode(m->body, m->h.body_len,
+						     &rep, NULL),
+			     0);
+		cr_assert_eq(!!(rep.flags & TD_WIRE_RING_UNRESERVED), self);
+		cr_assert_eq(m->nfds, 3);
+		cr_assert_eq(fstat(m->fds[2], &st), 0);
+		if (self)
+			cr_assert_eq(st.st_blocks, 0, "the daemon reserved it");
+		else
+			cr_assert_geq((uint64_t)st.st_blocks * 512,
+				      rep.data_len);
+		close_msg_fds(m);
+	}
+	close(sock);
+	assert_serving();
+}
+
 /* ---- fewer round trips: PUBLISH lends the next loan, quiet RELEASE ---- */
 
 /* A RECYCLE ALLOC of one 4096-byte plane (fds attached, closed here). */

@@ -1209,6 +1209,102 @@ Test(reliability, a_big_rings_slots_are_freed_by_the_closer_thread)
 	stop();
 }
 
+/* Bytes allocated to the daemon's memfd named name (the first found). */
+static uint64_t daemon_memfd_bytes(const char *name)
+{
+	char dir[64], path[384], link[256];
+	struct dirent *t;
+	struct stat st;
+	uint64_t bytes = 0;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)D.pid);
+	d = opendir(dir);
+	cr_assert(d, "%s: %s", dir, strerror(errno));
+	while ((t = readdir(d)) && !bytes) {
+		ssize_t n;
+
+		snprintf(path, sizeof(path), "%s/%s", dir, t->d_name);
+		n = readlink(path, link, sizeof(link) - 1);
+		if (n <= 0)
+			continue;
+		link[n] = 0;
+		if (strstr(link, name) && stat(path, &st) == 0)
+			bytes = (uint64_t)st.st_blocks * 512;
+	}
+	closedir(d);
+	return bytes;
+}
+
+/*
+ * The producer reserves its ring's slots (TD_WIRE_RING_RESERVE): small
+ * pages by fallocate on its descriptor, huge ones through its advised
+ * mapping (MADV_POPULATE_WRITE); they are all allocated once
+ * td_ring_create returns, as the daemon's descriptor of them shows. When
+ * that fails (here seccomp filters answer ENOSPC to fallocate and ENOMEM
+ * to MADV_POPULATE_WRITE), the create fails with the reason, nothing
+ * stays open or mapped here, and the daemon ends the ring; with
+ * $TENSORD_ALLOC_RESERVE=daemon the daemon reserves them.
+ */
+Test(reliability, a_producer_reserves_its_rings_slots_or_fails_cleanly)
+{
+	uint64_t shape[1] = {1u << 20};
+	struct td_ring_desc huge = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = shape, .slot_count = 2,
+				    .flags = TD_RING_HUGE_PAGES};
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_error e = {0};
+	int fds, maps, dfds, rc;
+
+	start(NULL, 0, 0);
+	c = cli();
+	cr_assert_eq(ring_make(c, "res/a", 1u << 20, &r, &e), 0, "%s",
+		     e.reason);
+	cr_assert_geq(daemon_memfd_bytes("tensord-ring-data"), 2u << 20);
+	td_ring_close(r);
+	fds = tu_fd_count();
+	maps = tu_buf_map_count();
+	dfds = tdc_fd_count(D.pid);
+	rc = tu_deny_syscall(__NR_fallocate, ENOSPC);
+	if (rc == 0)
+		rc = tu_deny_syscall_arg(__NR_madvise, 2, MADV_POPULATE_WRITE,
+					 ENOMEM);
+	if (rc < 0) {
+		td_client_close(c);
+		stop();
+		cr_skip_test("the kernel refuses seccomp filters: %s",
+			     strerror(-rc));
+	}
+	rc = ring_make(c, "res/b", 1u << 20, &r, &e);
+	cr_assert_eq(rc, -ENOSPC, "%d %s", rc, e.reason);
+	cr_assert(strstr(e.reason, "reserve the ring's 2097152 bytes of "
+				   "slots: No space left on device"),
+		  "%s", e.reason);
+	rc = td_ring_create(c, "res/c", &huge, &r, &e);
+	/* hugetlbfs pages, where the machine has some, are the daemon's */
+	if (rc == 0) {
+		cr_assert_eq(td_ring_backing(r), TD_RING_BACKING_HUGETLB);
+		td_ring_close(r);
+	} else {
+		cr_assert_eq(rc, -ENOMEM, "%d %s", rc, e.reason);
+		cr_assert(strstr(e.reason, "Cannot allocate memory"), "%s",
+			  e.reason);
+	}
+	cr_assert_eq(tu_fd_count(), fds);
+	cr_assert_eq(tu_buf_map_count(), maps);
+	cr_assert_eq(tdc_fd_settle(D.pid, dfds, 20000), dfds);
+	td_client_close(c);
+	cr_assert_eq(setenv("TENSORD_ALLOC_RESERVE", "daemon", 1), 0);
+	c = cli();
+	cr_assert_eq(ring_make(c, "res/b", 1u << 20, &r, &e), 0, "%s",
+		     e.reason);
+	td_ring_close(r);
+	td_client_close(c);
+	unsetenv("TENSORD_ALLOC_RESERVE");
+	stop();
+}
+
 static void ring_policy_child(void *arg)
 {
 	struct td_client *c;

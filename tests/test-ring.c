@@ -424,6 +424,19 @@ Test(ring, wire_messages_round_trip_and_refuse_truncation)
 	cr_assert(n > 0);
 	cr_assert_eq(td_wire_ring_create_req_decode(b, (size_t)n, &q2, NULL),
 		     -EBADMSG);
+	/* the producer reserving its slots, and the reply that says so */
+	q.flags = TD_WIRE_RING_RESERVE | TD_WIRE_RING_HUGE;
+	ROUND_TRIP(ring_create_req, q, q2);
+	cr_assert_eq(q2.flags, TD_WIRE_RING_RESERVE | TD_WIRE_RING_HUGE);
+	r.flags = TD_WIRE_RING_THP | TD_WIRE_RING_UNRESERVED;
+	ROUND_TRIP(ring_rep, r, r2);
+	cr_assert_eq(r2.flags, TD_WIRE_RING_THP | TD_WIRE_RING_UNRESERVED);
+	r.flags = 0x8; /* unknown reply flag */
+	n = td_wire_ring_rep_encode(&r, b, sizeof(b));
+	cr_assert(n > 0);
+	cr_assert_eq(td_wire_ring_rep_decode(b, (size_t)n, &r2, NULL),
+		     -EBADMSG);
+	r.flags = TD_WIRE_RING_THP;
 	q.flags = 0;
 	q.name = (struct td_wire_str){"../x", 4};
 	n = td_wire_ring_create_req_encode(&q, b, sizeof(b));

@@ -84,6 +84,17 @@ char *tu_slurp(const char *path)
 	return s;
 }
 
+/* Install f (n instructions); 0 or -errno. */
+static int seccomp_install(struct sock_filter *f, unsigned short n)
+{
+	struct sock_fprog prog = {n, f};
+
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
+		return -errno;
+	return 0;
+}
+
 int tu_deny_syscall(long nr, int err)
 {
 	struct sock_filter f[] = {
@@ -94,12 +105,29 @@ int tu_deny_syscall(long nr, int err)
 			 SECCOMP_RET_ERRNO | ((uint32_t)err & SECCOMP_RET_DATA)),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 	};
-	struct sock_fprog prog = {sizeof(f) / sizeof(f[0]), f};
 
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
-		return -errno;
-	return 0;
+	return seccomp_install(f, sizeof(f) / sizeof(f[0]));
+}
+
+int tu_deny_syscall_arg(long nr, unsigned argi, uint32_t value, int err)
+{
+	/* the low half of a 64-bit argument comes first (little-endian) */
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+			 offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr, 0, 3),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+			 (uint32_t)(offsetof(struct seccomp_data, args) +
+				    argi * sizeof(uint64_t))),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, value, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K,
+			 SECCOMP_RET_ERRNO | ((uint32_t)err & SECCOMP_RET_DATA)),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+
+	if (argi > 5)
+		return -EINVAL;
+	return seccomp_install(f, sizeof(f) / sizeof(f[0]));
 }
 
 int tu_fd_count(void)

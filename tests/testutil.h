@@ -32,6 +32,8 @@ const char *tu_vectors_or_skip(const char *sub, const char *what);
  * container profile makes). 0, or -errno when filters are unavailable.
  */
 int tu_deny_syscall(long nr, int err);
+/* The same, only when its argument argi (its low 32 bits) is value. */
+int tu_deny_syscall_arg(long nr, unsigned argi, uint32_t value, int err);
 int tu_fd_count(void);
 /* Number of mappings in this process (/proc/self/maps lines). */
 int tu_map_count(void);
