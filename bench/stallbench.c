@@ -9,8 +9,9 @@
  *
  *   alloc    makes --planes fresh planes of --mib MiB (td_client_alloc,
  *            each a new memfd whose memory must be reserved), keeping
- *            them unpublished;
- *   free     then disconnects: the daemon closes those planes, the last
+ *            them unpublished; with --ring, one ring of --planes slots;
+ *   free     then exits: the kernel unmaps them, then closes A's
+ *            socket; the daemon closes its descriptors of them, the last
  *            reference to their memory, and the kernel frees it.
  *
  * Two daemons of this build: one as it runs by default, one with
@@ -76,7 +77,34 @@ static void put_u64(int fd, uint64_t v)
 		_exit(3);
 }
 
-/* A: connect, say so, allocs on 'go', report, wait, drop everything. */
+static bool ring_mode; /* --ring: A makes one ring instead */
+
+/* A's buffers: planes allocs, or one ring of planes slots. */
+static void make_buffers(struct td_client *c, uint64_t size, unsigned planes,
+			 struct td_alloc **a)
+{
+	uint64_t shape[1] = {size};
+	struct td_ring_desc d = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				 .shape = shape, .slot_count = planes};
+	struct td_ring *r;
+	struct td_error e = {0};
+
+	if (ring_mode && td_ring_create(c, "stall/ring", &d, &r, &e) < 0) {
+		fprintf(stderr, "A: ring: %s\n", e.reason);
+		_exit(2);
+	}
+	for (unsigned i = 0; !ring_mode && i < planes; i++)
+		if (td_client_alloc(c, 1, &size, &a[i], &e) < 0) {
+			fprintf(stderr, "A: alloc: %s\n", e.reason);
+			_exit(2);
+		}
+}
+
+/*
+ * A: connect, say so, make its buffers on 'go', report, wait, and exit
+ * without a word: the kernel unmaps A's buffers before it closes A's
+ * socket, so the daemon's close of them is the last reference.
+ */
 static void client_a(const char *sock, int mode, uint64_t size,
 		     unsigned planes, int rd, int wr)
 {
@@ -97,17 +125,10 @@ static void client_a(const char *sock, int mode, uint64_t size,
 	if (bench_read_all(rd, &go, sizeof(go)) < 0)
 		_exit(3);
 	t0 = bench_now_ns();
-	for (unsigned i = 0; i < planes; i++)
-		if (td_client_alloc(c, 1, &size, &a[i], &e) < 0) {
-			fprintf(stderr, "A: alloc: %s\n", e.reason);
-			_exit(2);
-		}
+	make_buffers(c, size, planes, a);
 	put_u64(wr, bench_now_ns() - t0);
 	if (bench_read_all(rd, &go, sizeof(go)) < 0)
 		_exit(3);
-	for (unsigned i = 0; i < planes; i++)
-		td_alloc_free(a[i]);
-	td_client_close(c);
 	_exit(0);
 }
 
@@ -215,11 +236,12 @@ static double median_d(double *v, unsigned n)
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: tensord-stallbench [--mib M] [--planes N] "
+		"usage: tensord-stallbench [--mib M] [--planes N] [--ring] "
 		"[--rounds R] [--tensord PATH]\n"
 		"B's request latency while A makes N fresh planes of M MiB "
-		"(default 256 x 4), then drops them; A reserving new planes "
-		"itself against the daemon doing it, R rounds (default 5).\n");
+		"(default 256 x 4; --ring: one ring of N slots), then exits; "
+		"the daemon as it runs now against it as before (the daemon "
+		"reserving and freeing on its loop), R rounds (default 5).\n");
 	exit(2);
 }
 
@@ -230,6 +252,7 @@ int main(int argc, char **argv)
 		{"planes", required_argument, NULL, 'p'},
 		{"rounds", required_argument, NULL, 'r'},
 		{"tensord", required_argument, NULL, 't'},
+		{"ring", no_argument, NULL, 'R'},
 		{NULL, 0, NULL, 0}};
 	struct bench_env env = {.tensord_path = TD_STALLBENCH_TENSORD_DEFAULT};
 	static const char *const tag[NMODES] = {"now", "before"};
@@ -250,11 +273,13 @@ int main(int argc, char **argv)
 			rounds = (unsigned)atoi(optarg);
 		else if (o == 't')
 			env.tensord_path = optarg;
+		else if (o == 'R')
+			ring_mode = true;
 		else
 			usage();
 	}
 	if (!size || !planes || planes > 64 || !rounds ||
-	    rounds > MAX_ROUNDS)
+	    rounds > MAX_ROUNDS || (ring_mode && planes < 2))
 		usage();
 	snprintf(env.tmpdir, sizeof(env.tmpdir), "/tmp/td-stall-XXXXXX");
 	if (!mkdtemp(env.tmpdir))
@@ -284,11 +309,12 @@ int main(int argc, char **argv)
 	}
 	rmdir(env.tmpdir);
 
-	printf("B's STAT round trip in µs while A makes %u planes of %" PRIu64
-	       " MiB, then drops them (%u rounds; now: the default daemon, "
+	printf("B's STAT round trip in µs while A makes %u %s of %" PRIu64
+	       " MiB, then exits (%u rounds; now: the default daemon, "
 	       "A reserving; before: TENSORD_CLOSER=0, "
 	       "TENSORD_ALLOC_RESERVE=daemon)\n\n",
-	       planes, size >> 20, rounds);
+	       planes, ring_mode ? "ring slots" : "planes", size >> 20,
+	       rounds);
 	printf("| daemon | phase | requests | median | p99 | max | A's allocs "
 	       "(ms, median) |\n|---|---|---|---|---|---|---|\n");
 	for (int m = 0; m < NMODES; m++)
