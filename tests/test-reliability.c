@@ -622,6 +622,21 @@ static long thread_ticks(pid_t pid, const char *name)
 }
 
 /*
+ * The daemon is back at fds0 descriptors, and its td-closer thread has
+ * spent CPU time since it had t0 ticks: it freed what (the pages go
+ * after the descriptor, so this waits for them; not a measurement).
+ */
+static void closer_freed(int fds0, long t0, const char *what)
+{
+	cr_assert_eq(tdc_fd_settle(D.pid, fds0, 20000), fds0);
+	for (int i = 0; i < 1000 && thread_ticks(D.pid, "td-closer") <= t0;
+	     i++)
+		usleep(10000);
+	cr_assert_gt(thread_ticks(D.pid, "td-closer"), t0,
+		     "freeing %s took the closer thread no CPU time", what);
+}
+
+/*
  * The close that frees a big plane's memory (the daemon held its last
  * reference) is the closer thread's, not the loop's (daemon/closer.c):
  * that thread's CPU time grows by the kernel's freeing of 512 MiB, and
@@ -649,13 +664,7 @@ Test(reliability, a_big_planes_last_close_is_the_closer_threads)
 		     e.reason);
 	cr_assert_eq(td_client_delete(c, "big/x", NULL, &e), 0, "%s",
 		     e.reason);
-	cr_assert_eq(tdc_fd_settle(D.pid, fds0, 20000), fds0);
-	/* the pages go after the descriptor: a wait, not a measurement */
-	for (int i = 0; i < 1000 && thread_ticks(D.pid, "td-closer") <= t0;
-	     i++)
-		usleep(10000);
-	cr_assert_gt(thread_ticks(D.pid, "td-closer"), t0,
-		     "freeing 512 MiB took the closer thread no CPU time");
+	closer_freed(fds0, t0, "a 512 MiB plane");
 	td_client_close(c);
 	stop();
 }
@@ -1200,12 +1209,7 @@ Test(reliability, a_big_rings_slots_are_freed_by_the_closer_thread)
 	}
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the producer failed");
-	cr_assert_eq(tdc_fd_settle(D.pid, fds0, 20000), fds0);
-	for (int i = 0; i < 1000 && thread_ticks(D.pid, "td-closer") <= t0;
-	     i++)
-		usleep(10000);
-	cr_assert_gt(thread_ticks(D.pid, "td-closer"), t0,
-		     "freeing the ring's 512 MiB took the closer no CPU time");
+	closer_freed(fds0, t0, "a ring's 512 MiB of slots");
 	stop();
 }
 
