@@ -9,7 +9,9 @@
  * during which the loop would serve no client. A plane of
  * TD__CLOSER_MIN bytes or more is therefore handed to one thread whose
  * only job is close(2): the loop writes the descriptor's number into a
- * pipe and forgets it; the thread reads it and closes it. The number stays
+ * pipe and forgets it; the thread reads it and closes it. At most
+ * TD__CLOSER_BACKLOG bytes (half of --max-bytes when that is less) wait
+ * there at once; past that the loop closes, as below. The number stays
  * taken until then, so the loop cannot be given it again while the
  * thread still has to close it. Everything else the close means (the
  * uid's descriptor count, the buffer table, the fd store) is done on the
@@ -21,33 +23,58 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "daemon.h"
 
+/* what the loop hands the thread: a descriptor and what it may free */
+struct job {
+	int fd;
+	uint64_t bytes;
+};
+
 static struct {
 	bool on;
 	int rd, wr; /* the pipe: the thread reads, the loop writes */
 	pthread_t thread;
+	/* handed and not closed yet: the loop adds, the thread subtracts */
+	_Atomic uint64_t backlog;
 } cl = {.rd = -1, .wr = -1};
 
 static void *closer_main(void *arg)
 {
-	int fd;
+	struct job j;
 
 	(void)arg;
 	for (;;) {
-		ssize_t n = read(cl.rd, &fd, sizeof(fd));
+		ssize_t n = read(cl.rd, &j, sizeof(j));
 
-		if (n == (ssize_t)sizeof(fd))
-			close(fd);
-		else if (n < 0 && errno == EINTR)
+		if (n == (ssize_t)sizeof(j)) {
+			close(j.fd);
+			atomic_fetch_sub(&cl.backlog, j.bytes);
+		} else if (n < 0 && errno == EINTR) {
 			continue;
-		else
+		} else {
 			return NULL; /* end of file: td__closer_stop() */
+		}
 	}
+}
+
+/*
+ * The most memory queued for the thread at once: the store has uncharged
+ * it already, so this much more than --max-bytes may still be held for
+ * a moment. Past it the loop closes itself (and waits, as before): a
+ * client that frees faster than the thread can cannot grow the queue.
+ */
+static uint64_t backlog_cap(void)
+{
+	uint64_t max = td__d ? td__d->opts.max_bytes : 0;
+
+	return max && max / 2 < TD__CLOSER_BACKLOG ? max / 2
+						   : TD__CLOSER_BACKLOG;
 }
 
 void td__closer_start(void)
@@ -100,11 +127,18 @@ void td__closer_start(void)
 
 void td__closer_close(int fd, uint64_t size)
 {
+	struct job j = {fd, size};
+
 	if (fd < 0)
 		return;
 	if (cl.on && size >= TD__CLOSER_MIN &&
-	    write(cl.wr, &fd, sizeof(fd)) == (ssize_t)sizeof(fd))
-		return;
+	    atomic_load(&cl.backlog) + size <= backlog_cap()) {
+		/* before the write: the thread may subtract it at once */
+		atomic_fetch_add(&cl.backlog, size);
+		if (write(cl.wr, &j, sizeof(j)) == (ssize_t)sizeof(j))
+			return;
+		atomic_fetch_sub(&cl.backlog, size);
+	}
 	close(fd);
 }
 

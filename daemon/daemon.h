@@ -593,6 +593,8 @@ int td__plane_seal(int fd, const char **why);
  * closes what is queued first). Without the thread, close(2) here.
  */
 #define TD__CLOSER_MIN (4ull << 20)
+/* at most this much memory queued for the closer at once (closer.c) */
+#define TD__CLOSER_BACKLOG (1ull << 30)
 void td__closer_start(void);
 void td__closer_close(int fd, uint64_t size);
 void td__closer_stop(void);

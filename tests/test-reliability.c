@@ -669,6 +669,47 @@ Test(reliability, a_big_planes_last_close_is_the_closer_threads)
 	stop();
 }
 
+/* A memfd of len bytes, all allocated. */
+static int full_memfd(uint64_t len)
+{
+	int fd = memfd_create("closer-test", MFD_CLOEXEC);
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(fallocate(fd, 0, 0, (off_t)len), 0, "%s",
+		     strerror(errno));
+	return fd;
+}
+
+/*
+ * daemon/closer.c, linked in: the thread's queue holds half of
+ * --max-bytes at most (the store has uncharged what waits there). With
+ * 1 GiB, a 256 MiB memfd goes to the thread, and a 768 MiB one right
+ * after is past the cap: td__closer_close closes it itself, so it is
+ * gone when the call returns (while the thread is still freeing the
+ * first); small ones never wait either.
+ */
+Test(reliability, the_closers_queue_is_bounded_by_half_of_max_bytes)
+{
+	struct td__daemon dd = {0};
+	int first, big, small;
+
+	dd.opts.max_bytes = 1ull << 30;
+	td__d = &dd;
+	td__closer_start();
+	first = full_memfd(256ull << 20);
+	big = full_memfd(768ull << 20);
+	small = full_memfd(1u << 20);
+	td__closer_close(first, 256ull << 20);
+	td__closer_close(big, 768ull << 20);
+	cr_assert_eq(fcntl(big, F_GETFD), -1, "the 768 MiB one was queued");
+	cr_assert_eq(errno, EBADF);
+	td__closer_close(small, 1u << 20);
+	cr_assert_eq(fcntl(small, F_GETFD), -1);
+	td__closer_stop(); /* joins: the first is closed by now */
+	cr_assert_eq(fcntl(first, F_GETFD), -1);
+	td__d = NULL;
+}
+
 static const char *const max12k[] = {"--max-bytes", "12K", NULL};
 
 Test(reliability, lru_eviction_makes_room_for_a_new_version)
