@@ -79,11 +79,10 @@ static uint64_t backlog_cap(void)
 
 void td__closer_start(void)
 {
+	const char *env = getenv("TENSORD_CLOSER");
 	pthread_attr_t at;
 	sigset_t all, old;
 	int p[2], rc;
-
-	const char *env = getenv("TENSORD_CLOSER");
 
 	if (cl.on)
 		return;
