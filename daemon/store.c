@@ -222,8 +222,10 @@ void td__vfd_set(struct td__store *s, struct td__vfd *f, int fd, bool plane,
 	f->uid = uid;
 	td__tenant_add(uid, TD__LIM_FDS, 1);
 	f->size = 0;
+	f->file_len = 0;
 	f->tracked = false;
 	if (plane && fstat(fd, &st) == 0) {
+		f->file_len = st.st_size > 0 ? (uint64_t)st.st_size : 0;
 		f->dev = st.st_dev;
 		f->ino = st.st_ino;
 		f->tracked = true;
@@ -232,16 +234,6 @@ void td__vfd_set(struct td__store *s, struct td__vfd *f, int fd, bool plane,
 	}
 	/* fences share one anonymous inode: never a shared id */
 	f->buffer_id = s->next_buf++;
-}
-
-/* The memory a plane's close may free: its charge, else its pages. */
-static uint64_t plane_bytes(const struct td__vfd *f)
-{
-	struct stat st;
-
-	if (f->size)
-		return f->size;
-	return fstat(f->fd, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
 }
 
 void td__vfd_close(struct td__store *s, struct td__vfd *f)
@@ -260,7 +252,7 @@ void td__vfd_close(struct td__store *s, struct td__vfd *f)
 		fd_drop(f->sid);
 	f->sid = 0;
 	/* a big plane's pages may be freed by this close: not on the loop */
-	td__closer_close(f->fd, f->tracked ? plane_bytes(f) : 0);
+	td__closer_close(f->fd, f->size ? f->size : f->file_len);
 	f->fd = -1;
 }
 

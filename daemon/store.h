@@ -46,6 +46,9 @@ struct td__vfd {
 	 */
 	int ro;
 	uint64_t size; /* recyclable: bytes charged for the buffer */
+	/* a plane's file size when taken (td__vfd_set), what its close may
+	 * free at most (closer.c); 0 for fences */
+	uint64_t file_len;
 	uint64_t buffer_id;
 	bool tracked; /* counted in the buf table (planes, not fences) */
 	dev_t dev;
