@@ -281,6 +281,18 @@ static struct msg *reply(int sock, uint16_t op, uint64_t id)
 	return M;
 }
 
+/* Send the request whose body is in BODY and take its reply, a success. */
+static struct msg *call_ok(int sock, uint16_t op, uint64_t id, int64_t n)
+{
+	struct msg *m;
+
+	cr_assert_gt(n, 0, "encode");
+	send_req(sock, op, id, (size_t)n, NULL, 0);
+	m = reply(sock, op, id);
+	cr_assert_eq(m->h.status, 0, "%s", m->reason);
+	return m;
+}
+
 static void expect_error(int sock, uint16_t op, uint64_t id, int status,
 			 const char *needle)
 {
@@ -1589,14 +1601,11 @@ DTest(alloc_leaves_new_planes_to_a_client_that_reserves_them)
 	struct td_wire_alloc_rep rep;
 	struct stat st;
 	struct msg *m;
-	int64_t n;
 
 	for (int self = 1; self >= 0; self--) {
 		ar.flags = TD_WIRE_REQ_SCM | (self ? TD_WIRE_ALLOC_RESERVE : 0);
-		n = td_wire_alloc_req_encode(&ar, BODY, BODY_CAP);
-		send_req(sock, TD_OP_ALLOC, 95 + self, (size_t)n, NULL, 0);
-		m = reply(sock, TD_OP_ALLOC, 95 + self);
-		cr_assert_eq(m->h.status, 0, "%s", m->reason);
+		m = call_ok(sock, TD_OP_ALLOC, 95 + self,
+			    td_wire_alloc_req_encode(&ar, BODY, BODY_CAP));
 		cr_assert_eq(td_wire_alloc_rep_decode(m->body, m->h.body_len,
 						      &rep, NULL),
 			     0);
@@ -1627,17 +1636,13 @@ DTest(ring_create_leaves_the_slots_to_a_producer_that_reserves_them)
 	struct td_wire_ring_rep rep;
 	struct stat st;
 	struct msg *m;
-	int64_t n;
 
 	for (int self = 1; self >= 0; self--) {
 		q.name = self ? (struct td_wire_str){"rr/self", 7}
 			      : (struct td_wire_str){"rr/daemon", 9};
 		q.flags = TD_WIRE_REQ_SCM | (self ? TD_WIRE_RING_RESERVE : 0);
-		n = td_wire_ring_create_req_encode(&q, BODY, BODY_CAP);
-		send_req(sock, TD_OP_RING_CREATE, 97 + self, (size_t)n, NULL,
-			 0);
-		m = reply(sock, TD_OP_RING_CREATE, 97 + self);
-		cr_assert_eq(m->h.status, 0, "%s", m->reason);
+		m = call_ok(sock, TD_OP_RING_CREATE, 97 + self,
+			    td_wire_ring_create_req_encode(&q, BODY, BODY_CAP));
 		cr_assert_eq(td_wire_ring_rep_decode(m->body, m->h.body_len,
 						     &rep, NULL),
 			     0);
