@@ -337,7 +337,9 @@ static void usage(FILE *f)
 "  --no-settle      start each round at once (default: wait, at most 3 s,\n"
 "                   until the CPUs are idle: what the run before left\n"
 "                   behind, e.g. the kernel freeing a GiB, is not this\n"
-"                   run's; --smoke never waits)\n"
+"                   run's; and halfway through the warm-up, as long as\n"
+"                   the round had run, at most 0.3 s; --smoke never\n"
+"                   waits)\n"
 "  --timeout S      kill a run after S seconds (default 300)\n"
 "  --json FILE      write every figure as JSON\n"
 "  --png FILE       plot round trip vs size (gnuplot)\n"
@@ -410,10 +412,11 @@ static uint64_t default_warmup(size_t size, int write)
 	 * clean-up competes for this machine's two CPUs for a while: the
 	 * first 10-30 handoffs of the next round are slower whatever the
 	 * method. Large sizes warm up longer (cheap in nowrite mode, where
-	 * no method copies above 64 MiB).
+	 * no method copies above 64 MiB): 100, so that after the wait in
+	 * the middle (settle_warm) 50 handoffs let the waiters relearn.
 	 */
 	if (!write && size > (1u << 20))
-		return 30;
+		return 100;
 	if (write && size > (64u << 20))
 		return 3;
 	if (size <= (64u << 10))
@@ -568,6 +571,34 @@ static void settle(void)
 	}
 }
 
+/*
+ * Halfway through a round's warm-up the producer waits as long as the
+ * child had run until then (setup included), at most WARM_SETTLE_MAX_NS
+ * (off with --no-settle and --smoke). A 1 GiB round's first handoffs
+ * make two planes (~0.5 s of CPU reserving 2 GiB); for the next 60-300
+ * ms the plain API's handoffs ran at 30-60 us, then at their 64 B figure,
+ * 17-19 us (bench/README.md, "How each run is made"), and the 1 GiB
+ * target is "handoff only". Halfway, not at the end: a waiter that just
+ * waited that long sleeps through its next ~20 waits (libclient/pace.c
+ * learns a moving average), and the second half of the warm-up is where
+ * it relearns to poll. A 64 B round has run for a few ms by then, and
+ * waits that long.
+ */
+#define WARM_SETTLE_MAX_NS 300000000ull
+static int warm_settle;
+/* in a child: when it started, before its method's setup */
+static uint64_t t_child;
+
+static void settle_warm(uint64_t warm_ns)
+{
+	uint64_t d = warm_ns < WARM_SETTLE_MAX_NS ? warm_ns : WARM_SETTLE_MAX_NS;
+	struct timespec ts = {(time_t)(d / 1000000000u),
+			      (long)(d % 1000000000u)};
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
 /* One knob per run that the harness, not the method, owns. */
 struct run_plan {
 	enum bench_kind kind;
@@ -588,6 +619,8 @@ static void producer_loop(const struct bench_method *m, struct bench_run *r,
 	for (uint64_t i = 0; rc == 0 && i < total; i++) {
 		uint64_t t0, t1;
 
+		if (i == warmup / 2 && warmup >= 2 && warm_settle && !period)
+			settle_warm(bench_now_ns() - t_child);
 		if (i == warmup) {
 			cpu0 = cpu_self_ns();
 			svc0 = cpu_of_ns(sh->svc_pid);
@@ -671,6 +704,7 @@ child_main(const struct bench_method *m, struct bench_run *r,
 	unsigned nchild = 1 + pl->consumers;
 	int rc;
 
+	t_child = bench_now_ns();
 	/* A child must not outlive the harness. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != main_pid)
@@ -1328,6 +1362,7 @@ int main(int argc, char **argv)
 	rep.argc = argc;
 	rep.argv = argv;
 	rep.smoke = o.smoke;
+	warm_settle = o.settle && !o.smoke;
 
 	for (size_t i = 0; i < METHOD_COUNT; i++) {
 		const struct bench_method *m = all_methods[i];
