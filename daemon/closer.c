@@ -30,10 +30,12 @@
 
 #include "daemon.h"
 
-/* what the loop hands the thread: a descriptor and what it may free */
+/* what the loop hands the thread: a descriptor and what it may free
+ * (no padding: every byte written to the pipe is set, which valgrind
+ * checks) */
 struct job {
-	int fd;
 	uint64_t bytes;
+	int64_t fd;
 };
 
 static struct {
@@ -53,7 +55,7 @@ static void *closer_main(void *arg)
 		ssize_t n = read(cl.rd, &j, sizeof(j));
 
 		if (n == (ssize_t)sizeof(j)) {
-			close(j.fd);
+			close((int)j.fd);
 			atomic_fetch_sub(&cl.backlog, j.bytes);
 		} else if (n < 0 && errno == EINTR) {
 			continue;
@@ -126,7 +128,7 @@ void td__closer_start(void)
 
 void td__closer_close(int fd, uint64_t size)
 {
-	struct job j = {fd, size};
+	struct job j = {size, fd};
 
 	if (fd < 0)
 		return;
