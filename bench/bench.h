@@ -167,6 +167,11 @@ int bench_fail(struct bench_run *r, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 uint64_t bench_now_ns(void);
+/* qsort order of uint64_t; the q-quantile of n sorted samples by nearest
+ * rank (0 when n is 0); the median of n doubles (sorts v) */
+int bench_cmp_u64(const void *a, const void *b);
+uint64_t bench_pct(const uint64_t *s, size_t n, double q);
+double bench_median_d(double *v, unsigned n);
 
 /*
  * Payload contract (all methods): the first 8 bytes hold seq, the last 8

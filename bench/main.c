@@ -736,18 +736,11 @@ child_main(const struct bench_method *m, struct bench_run *r,
 	exit(rc ? 1 : 0);
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /* The median of n > 0 samples (the mean of the middle two when n is
  * even); sorts s. */
 static double median_of(uint64_t *s, uint64_t n)
 {
-	qsort(s, n, sizeof(*s), cmp_u64);
+	qsort(s, n, sizeof(*s), bench_cmp_u64);
 	return n % 2 ? (double)s[n / 2] :
 		((double)s[n / 2 - 1] + (double)s[n / 2]) / 2;
 }

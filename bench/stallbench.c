@@ -207,32 +207,6 @@ static void one_run(const char *sock, struct td_client *b, int mode,
 	close(from_a[0]);
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static uint64_t pct(const uint64_t *s, size_t n, double q)
-{
-	size_t i = (size_t)(q * (double)(n - 1) + 0.5);
-
-	return n ? s[i] : 0;
-}
-
-static double median_d(double *v, unsigned n)
-{
-	for (unsigned i = 1; i < n; i++)
-		for (unsigned j = i; j > 0 && v[j - 1] > v[j]; j--) {
-			double t = v[j];
-
-			v[j] = v[j - 1];
-			v[j - 1] = t;
-		}
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static void usage(void)
 {
 	fprintf(stderr,
@@ -329,13 +303,13 @@ int main(int argc, char **argv)
 					sample(&all, p->ns[i]);
 				am[r] = (double)cells[r][m].alloc_ns / 1e6;
 			}
-			qsort(all.ns, all.n, sizeof(*all.ns), cmp_u64);
+			qsort(all.ns, all.n, sizeof(*all.ns), bench_cmp_u64);
 			printf("| %s | %s | %zu | %.1f | %.1f | %.1f | %.1f |\n",
 			       mode_name[m], phase_name[ph], all.n,
-			       (double)pct(all.ns, all.n, 0.5) / 1e3,
-			       (double)pct(all.ns, all.n, 0.99) / 1e3,
-			       (double)pct(all.ns, all.n, 1.0) / 1e3,
-			       median_d(am, rounds));
+			       (double)bench_pct(all.ns, all.n, 0.5) / 1e3,
+			       (double)bench_pct(all.ns, all.n, 0.99) / 1e3,
+			       (double)bench_pct(all.ns, all.n, 1.0) / 1e3,
+			       bench_median_d(am, rounds));
 			free(all.ns);
 		}
 	for (unsigned r = 0; r < rounds; r++)
@@ -345,9 +319,9 @@ int main(int argc, char **argv)
 			for (int m = 0; m < NMODES; m++) {
 				struct phase *p = &cells[r][m].ph[ph];
 
-				qsort(p->ns, p->n, sizeof(*p->ns), cmp_u64);
-				q[m][0] = pct(p->ns, p->n, 0.99);
-				q[m][1] = pct(p->ns, p->n, 1.0);
+				qsort(p->ns, p->n, sizeof(*p->ns), bench_cmp_u64);
+				q[m][0] = bench_pct(p->ns, p->n, 0.99);
+				q[m][1] = bench_pct(p->ns, p->n, 1.0);
 			}
 			for (int k = 0; k < 2; k++)
 				ratio[ph][k][r] = (double)q[MODE_NOW][k] /
@@ -356,8 +330,8 @@ int main(int argc, char **argv)
 	printf("\nnow / before, median of %u paired rounds:", rounds);
 	for (int ph = 0; ph < NPHASES; ph++)
 		printf(" %s phase p99 %.3fx, max %.3fx%s", phase_name[ph],
-		       median_d(ratio[ph][0], rounds),
-		       median_d(ratio[ph][1], rounds),
+		       bench_median_d(ratio[ph][0], rounds),
+		       bench_median_d(ratio[ph][1], rounds),
 		       ph + 1 < NPHASES ? ";" : "\n");
 	return 0;
 }
