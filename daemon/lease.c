@@ -10,6 +10,11 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <xxhash.h>
 
 /* Released lease records kept for reuse (struct td__store.free_leases). */
 #define LEASE_CACHE 1024
@@ -194,16 +199,50 @@ static void waiter_free(struct td__waiter *w)
 {
 	td__list_del(&w->link);
 	td__list_del(&w->slink);
+	td__list_del(&w->blink);
 	w->peer->n_waiters--;
 	td__tenant_sub(w->peer->uid, TD__LIM_WAITERS, 1);
 	TD__SPARE_PUT(&td__d->store->spare_waiters, w, struct td__waiter, link);
 }
 
+/*
+ * The seed of the bucket hash (struct td__store.wait_buckets), random
+ * per daemon: a client cannot pick names that all land in the bucket of
+ * another client's name.
+ */
+static uint64_t wait_seed;
+
+static struct td__list *wait_bucket(struct td__store *s, const char *name,
+				    size_t len)
+{
+	uint64_t h = XXH3_64bits_withSeed(name, len, wait_seed);
+
+	return &s->wait_buckets[h & (TD__WAIT_BUCKETS - 1)];
+}
+
 static void on_timer(uv_timer_t *t);
 
+/* The timer fires by `deadline` (ms, uv_now()'s clock); never later than
+ * it was set for. */
+static void timer_arm(struct td__store *s, uint64_t deadline)
+{
+	uint64_t now = uv_now(s->d->loop);
+
+	if (deadline >= s->timer_due)
+		return;
+	s->timer_due = deadline;
+	uv_timer_start(&s->timer, on_timer,
+		       deadline > now ? deadline - now : 0, 0);
+}
+
+/*
+ * The timer for the earliest deadline of the parked GETs: a walk over all
+ * of them, so only when the timer fired (not when a GET is served: a
+ * PUBLISH must not cost the number of GETs parked in the daemon).
+ */
 static void rearm(struct td__store *s)
 {
-	uint64_t next = UINT64_MAX, now = uv_now(s->d->loop);
+	uint64_t next = UINT64_MAX;
 
 	for (struct td__list *l = s->waiters.next; l != &s->waiters;
 	     l = l->next) {
@@ -213,11 +252,10 @@ static void rearm(struct td__store *s)
 		if (w->deadline < next)
 			next = w->deadline;
 	}
-	if (next == UINT64_MAX) {
-		uv_timer_stop(&s->timer);
-		return;
-	}
-	uv_timer_start(&s->timer, on_timer, next > now ? next - now : 0, 0);
+	uv_timer_stop(&s->timer);
+	s->timer_due = UINT64_MAX;
+	if (next != UINT64_MAX)
+		timer_arm(s, next);
 }
 
 static void on_timer(uv_timer_t *t)
@@ -268,11 +306,11 @@ static void on_timer(uv_timer_t *t)
 
 void td__lease_wake(struct td__store *s, struct td__version *v)
 {
-	struct td__list *l, *n;
+	struct td__list *b = wait_bucket(s, v->name, v->name_len), *l, *n;
 
-	for (l = s->waiters.next; l != &s->waiters; l = n) {
+	for (l = b->next; l != b; l = n) {
 		struct td__waiter *w =
-			td__container_of(l, struct td__waiter, slink);
+			td__container_of(l, struct td__waiter, blink);
 
 		n = l->next;
 		if (w->peer->dead || w->len != v->name_len ||
@@ -284,7 +322,6 @@ void td__lease_wake(struct td__store *s, struct td__version *v)
 			  w->held_count, w->held, v);
 		waiter_free(w);
 	}
-	rearm(s);
 }
 
 /* store.c's hook (td__store_rewrite_over): a rewrite of name ended
@@ -293,11 +330,11 @@ void td__lease_wake(struct td__store *s, struct td__version *v)
 static void rewrite_over(struct td__store *s, const char *name,
 			 uint16_t len)
 {
-	struct td__list *l, *n;
+	struct td__list *b = wait_bucket(s, name, len), *l, *n;
 
-	for (l = s->waiters.next; l != &s->waiters; l = n) {
+	for (l = b->next; l != b; l = n) {
 		struct td__waiter *w =
-			td__container_of(l, struct td__waiter, slink);
+			td__container_of(l, struct td__waiter, blink);
 
 		n = l->next;
 		if (!w->rewrite || w->peer->dead || w->len != len ||
@@ -321,7 +358,6 @@ static void rewrite_over(struct td__store *s, const char *name,
 				       (int)len, name);
 		waiter_free(w);
 	}
-	rearm(s);
 }
 
 /* GET EXACT: the current version or a retired one still leased. */
@@ -425,8 +461,9 @@ static void get_park(struct td__peer *p, const struct td__req *rq,
 	memcpy(w->name, m->name.ptr, m->name.len);
 	td__list_add_tail(&p->waiters, &w->link);
 	td__list_add_tail(&s->waiters, &w->slink);
+	td__list_add_tail(wait_bucket(s, w->name, w->len), &w->blink);
 	p->n_waiters++;
-	rearm(s);
+	timer_arm(s, w->deadline);
 	if (ring)
 		td__ring_poll_arm();
 }
@@ -483,7 +520,7 @@ static bool ring_poll(void)
 {
 	struct td__store *s = td__d->store;
 	struct td__list *l, *n;
-	bool any = false, served = false;
+	bool any = false;
 
 	for (l = s->waiters.next; l != &s->waiters; l = n) {
 		struct td__waiter *w =
@@ -500,13 +537,10 @@ static bool ring_poll(void)
 		if (td__ring_try_get(w->peer, TD_OP_GET, w->request_id,
 				     w->flags, w->mode, w->version, r) > 0) {
 			waiter_free(w);
-			served = true;
 			continue;
 		}
 		any = true;
 	}
-	if (served)
-		rearm(s);
 	return any;
 }
 
@@ -543,7 +577,6 @@ void td__lease_release(struct td__peer *p, const struct td__req *rq)
 void td__lease_peer_gone(struct td__peer *p)
 {
 	struct td__store *s = td__d->store;
-	bool parked = !td__list_empty(&p->waiters);
 
 	while (!td__list_empty(&p->leases))
 		lease_drop(s, p,
@@ -552,8 +585,6 @@ void td__lease_peer_gone(struct td__peer *p)
 	while (!td__list_empty(&p->waiters))
 		waiter_free(td__container_of(p->waiters.next,
 					     struct td__waiter, link));
-	if (parked)
-		rearm(s);
 }
 
 void td__lease_init(void)
@@ -562,4 +593,7 @@ void td__lease_init(void)
 
 	td__ring_hooks_set(&hooks);
 	td__store_rewrite_hook_set(rewrite_over);
+	if (getrandom(&wait_seed, sizeof(wait_seed), GRND_NONBLOCK) !=
+	    (ssize_t)sizeof(wait_seed))
+		wait_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 }

@@ -721,6 +721,9 @@ int td__store_new(struct td__daemon *d)
 	td__list_init(&s->versions);
 	td__list_init(&s->freebufs);
 	td__list_init(&s->waiters);
+	for (unsigned i = 0; i < TD__WAIT_BUCKETS; i++)
+		td__list_init(&s->wait_buckets[i]);
+	s->timer_due = UINT64_MAX;
 	td__list_init(&s->rewrites);
 	td__list_init(&s->spare_allocs.head);
 	td__list_init(&s->spare_versions.head);

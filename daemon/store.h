@@ -139,9 +139,12 @@ struct td__watch {
 	char name[TD_WIRE_MAX_NAME + 1];
 };
 
+#define TD__WAIT_BUCKETS 1024 /* a power of two */
+
 struct td__waiter {
 	struct td__list link;  /* peer->waiters */
 	struct td__list slink; /* store->waiters */
+	struct td__list blink; /* store->wait_buckets[], by name (lease.c) */
 	struct td__peer *peer;
 	uint64_t request_id;
 	uint32_t mode, flags;
@@ -181,9 +184,19 @@ struct td__store {
 	struct td__buf *bufs;
 	size_t nbufs, bufs_cap;
 	struct td__list watches, waiters;
+	/*
+	 * Parked GETs again, by a seeded hash of their name (lease.c): a
+	 * PUBLISH looks at the GETs of one bucket, not at every GET parked
+	 * in the daemon, so GETs parked on other names cost it nothing.
+	 */
+	struct td__list wait_buckets[TD__WAIT_BUCKETS];
 	/* peers whose latest version is being rewritten (peer->rw_link) */
 	struct td__list rewrites;
 	uv_timer_t timer; /* earliest parked-GET deadline */
+	/* when `timer` fires (uv_now() ms), UINT64_MAX: stopped. Served GETs
+	 * do not rearm it: it may fire for a GET that is gone, and then looks
+	 * for the next deadline (lease.c) */
+	uint64_t timer_due;
 	uint64_t total;   /* accounted bytes */
 	struct td__uidacct *uids; /* accounted bytes per uid (nonzero only) */
 	size_t nuids, uids_cap;

@@ -1059,6 +1059,109 @@ DTest(get_newer_times_out_with_etimedout)
 	close(sock);
 }
 
+/* A receive that fails after 10 s instead of hanging the test. */
+static void recv_timeout(int sock)
+{
+	struct timeval tv = {10, 0};
+
+	cr_assert_eq(setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)),
+		     0);
+}
+
+/*
+ * Parked GETs are found by the hash of their name (daemon/lease.c): 1280
+ * of them on 1280 names, more than the 1024 buckets, so names share
+ * buckets whatever the daemon's seed. Each publish answers its own name's
+ * GET and no other, in publish order on each connection.
+ */
+DTest(parked_gets_on_many_names_each_wake_for_their_own_name)
+{
+	enum { CONNS = 5, PER = 256 };
+	int prod = conn_hello(&D, TD_IMPORT_SCM), cons[CONNS];
+	char name[32];
+
+	for (int c = 0; c < CONNS; c++) {
+		cons[c] = conn_hello(&D, TD_IMPORT_AUTO);
+		recv_timeout(cons[c]);
+		for (int k = 0; k < PER; k++) {
+			snprintf(name, sizeof(name), "bk/%d", c * PER + k);
+			get_req(cons[c], 1000 + (uint64_t)k, name,
+				TD_GET_NEWER, 0, 60000, 0);
+		}
+	}
+	/* every GET is parked before the first publish: a STAT on each
+	 * connection is answered after them */
+	for (int c = 0; c < CONNS; c++) {
+		name_req(cons[c], TD_OP_STAT, 9, "bk/none", 7);
+		cr_assert_eq(reply(cons[c], TD_OP_STAT, 9)->h.status, -ENOENT);
+	}
+	/* the connections' GETs interleaved: bucket neighbours of other
+	 * connections come and go between them */
+	for (int k = 0; k < PER; k++)
+		for (int c = 0; c < CONNS; c++) {
+			struct td_wire_get_rep rep;
+			struct msg *m;
+			uint64_t v;
+
+			snprintf(name, sizeof(name), "bk/%d", c * PER + k);
+			v = publish_bytes(prod, name, 64, (uint8_t)k, true);
+			m = reply(cons[c], TD_OP_GET, 1000 + (uint64_t)k);
+			cr_assert_eq(m->h.status, 0, "%s: %s", name, m->reason);
+			cr_assert_eq(td_wire_get_rep_decode(m->body,
+							    m->h.body_len,
+							    &rep, NULL),
+				     0);
+			cr_assert_eq(rep.version, v, "%s", name);
+			close_msg_fds(m);
+		}
+	for (int c = 0; c < CONNS; c++)
+		close(cons[c]);
+	close(prod);
+}
+
+/*
+ * The deadline timer is not rearmed when a GET is served (a PUBLISH must
+ * not walk every parked GET): it may fire for a GET that is gone, and
+ * must then still find the next deadline. And a shorter deadline parked
+ * after a longer one moves it earlier.
+ */
+DTest(parked_get_deadlines_hold_when_other_gets_are_served)
+{
+	int prod = conn_hello(&D, TD_IMPORT_SCM);
+	int cons = conn_hello(&D, TD_IMPORT_AUTO);
+	uint64_t v;
+
+	recv_timeout(cons);
+	/* armed for 100 ms, served, then 300 ms must still time out */
+	get_req(cons, 70, "dl/a", TD_GET_NEWER, 0, 100, 0);
+	get_req(cons, 71, "dl/b", TD_GET_NEWER, 0, 300, 0);
+	name_req(cons, TD_OP_STAT, 9, "dl/none", 7); /* both parked now */
+	cr_assert_eq(reply(cons, TD_OP_STAT, 9)->h.status, -ENOENT);
+	v = publish_bytes(prod, "dl/a", 64, 1, true);
+	cr_assert_eq(reply(cons, TD_OP_GET, 70)->h.status, 0);
+	close_msg_fds(M);
+	expect_error(cons, TD_OP_GET, 71, -ETIMEDOUT, "within 300 ms");
+	/* armed for a minute, then for 50 ms: the 50 ms one times out
+	 * first, the other is still parked and answered by a publish */
+	get_req(cons, 72, "dl/c", TD_GET_NEWER, 0, 60000, 0);
+	get_req(cons, 73, "dl/d", TD_GET_NEWER, 0, 50, 0);
+	expect_error(cons, TD_OP_GET, 73, -ETIMEDOUT, "within 50 ms");
+	v = publish_bytes(prod, "dl/c", 64, 2, true);
+	{
+		struct td_wire_get_rep rep;
+		struct msg *m = reply(cons, TD_OP_GET, 72);
+
+		cr_assert_eq(m->h.status, 0, "%s", m->reason);
+		cr_assert_eq(td_wire_get_rep_decode(m->body, m->h.body_len,
+						    &rep, NULL),
+			     0);
+		cr_assert_eq(rep.version, v);
+		close_msg_fds(m);
+	}
+	close(cons);
+	close(prod);
+}
+
 /* Map fd read-only and check every byte. */
 static void assert_bytes(int fd, size_t len, uint8_t byte)
 {
