@@ -1068,6 +1068,19 @@ static void recv_timeout(int sock)
 		     0);
 }
 
+/* The reply to GET id on sock, a success: its version (fds closed). */
+static uint64_t get_version_ok(int sock, uint64_t id, const char *what)
+{
+	struct td_wire_get_rep rep;
+	struct msg *m = reply(sock, TD_OP_GET, id);
+
+	cr_assert_eq(m->h.status, 0, "%s: %s", what, m->reason);
+	cr_assert_eq(td_wire_get_rep_decode(m->body, m->h.body_len, &rep, NULL),
+		     0);
+	close_msg_fds(m);
+	return rep.version;
+}
+
 /*
  * Parked GETs are found by the hash of their name (daemon/lease.c): 1280
  * of them on 1280 names, more than the 1024 buckets, so names share
@@ -1099,20 +1112,13 @@ DTest(parked_gets_on_many_names_each_wake_for_their_own_name)
 	 * connections come and go between them */
 	for (int k = 0; k < PER; k++)
 		for (int c = 0; c < CONNS; c++) {
-			struct td_wire_get_rep rep;
-			struct msg *m;
 			uint64_t v;
 
 			snprintf(name, sizeof(name), "bk/%d", c * PER + k);
 			v = publish_bytes(prod, name, 64, (uint8_t)k, true);
-			m = reply(cons[c], TD_OP_GET, 1000 + (uint64_t)k);
-			cr_assert_eq(m->h.status, 0, "%s: %s", name, m->reason);
-			cr_assert_eq(td_wire_get_rep_decode(m->body,
-							    m->h.body_len,
-							    &rep, NULL),
-				     0);
-			cr_assert_eq(rep.version, v, "%s", name);
-			close_msg_fds(m);
+			cr_assert_eq(get_version_ok(cons[c],
+						    1000 + (uint64_t)k, name),
+				     v, "%s", name);
 		}
 	for (int c = 0; c < CONNS; c++)
 		close(cons[c]);
@@ -1138,8 +1144,7 @@ DTest(parked_get_deadlines_hold_when_other_gets_are_served)
 	name_req(cons, TD_OP_STAT, 9, "dl/none", 7); /* both parked now */
 	cr_assert_eq(reply(cons, TD_OP_STAT, 9)->h.status, -ENOENT);
 	v = publish_bytes(prod, "dl/a", 64, 1, true);
-	cr_assert_eq(reply(cons, TD_OP_GET, 70)->h.status, 0);
-	close_msg_fds(M);
+	cr_assert_eq(get_version_ok(cons, 70, "dl/a"), v);
 	expect_error(cons, TD_OP_GET, 71, -ETIMEDOUT, "within 300 ms");
 	/* armed for a minute, then for 50 ms: the 50 ms one times out
 	 * first, the other is still parked and answered by a publish */
@@ -1147,17 +1152,7 @@ DTest(parked_get_deadlines_hold_when_other_gets_are_served)
 	get_req(cons, 73, "dl/d", TD_GET_NEWER, 0, 50, 0);
 	expect_error(cons, TD_OP_GET, 73, -ETIMEDOUT, "within 50 ms");
 	v = publish_bytes(prod, "dl/c", 64, 2, true);
-	{
-		struct td_wire_get_rep rep;
-		struct msg *m = reply(cons, TD_OP_GET, 72);
-
-		cr_assert_eq(m->h.status, 0, "%s", m->reason);
-		cr_assert_eq(td_wire_get_rep_decode(m->body, m->h.body_len,
-						    &rep, NULL),
-			     0);
-		cr_assert_eq(rep.version, v);
-		close_msg_fds(m);
-	}
+	cr_assert_eq(get_version_ok(cons, 72, "dl/c"), v);
 	close(cons);
 	close(prod);
 }
