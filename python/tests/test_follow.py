@@ -466,10 +466,15 @@ def test_an_asyncio_loop_follows_without_threads(daemon, client):
 
     got = []
     f = client.follow("fo/aio")
+    go_r, go_w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the producer: 20 versions, a little apart
         code = 0
         try:
+            os.close(go_w)
+            # not before the loop waits: else the first poll below
+            # may already find version 1
+            os.read(go_r, 1)
             with tensord.Client(daemon.sock) as p:
                 for i in range(1, 21):
                     time.sleep(0.01)
@@ -496,12 +501,17 @@ def test_an_asyncio_loop_follows_without_threads(daemon, client):
 
         assert f.poll() is None  # arms the waiter before the loop waits
         loop.add_reader(client.fileno(), on_readable)
+        os.write(go_w, b"g")
         try:
             await asyncio.wait_for(done, 60)
         finally:
             loop.remove_reader(client.fileno())
 
-    asyncio.run(main())
+    os.close(go_r)
+    try:
+        asyncio.run(main())
+    finally:
+        os.close(go_w)
     _, status = os.waitpid(pid, 0)
     assert status == 0
     assert got == sorted(set(got)) and got[-1] == 20
