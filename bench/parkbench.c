@@ -12,11 +12,20 @@
  *           every one on a name of its own that nobody publishes
  *           (td_client_get_newer_async), before the phase starts.
  *
+ * With --ring, the producer has also made a ring ("park/ring") it never
+ * publishes to, and in the parked phase one more GET NEWER waits on it:
+ * the daemon retries a GET parked on a ring every millisecond (a ring's
+ * producer publishes through shared memory, unseen by the daemon).
+ *
  * Reported: the producer's round trip in each phase (median, p90, p99
- * over all rounds) and parked/idle of the medians, the median of the
- * per-round ratios. Nothing is asserted. A daemon that walks every parked
- * GET on every PUBLISH shows a ratio that grows with conns x per; one
- * that looks only at the GETs of the published name, about 1.
+ * over all rounds), the daemon's CPU time per publish in each phase
+ * (/proc/PID/schedstat, everything it did while the phase ran: the
+ * publishes and any timer), the daemon's CPU while everything is parked
+ * and nothing is published (QUIET_MS a round), and parked/idle of the
+ * medians, the median of the per-round ratios. Nothing is asserted. A daemon that walks
+ * every parked GET on every PUBLISH, or on every retry of a ring GET,
+ * shows ratios that grow with conns x per; one that looks only at the
+ * GETs of the published name (and the ring's), about 1.
  */
 #include "bench.h"
 
@@ -33,6 +42,8 @@
 
 #define MAX_ROUNDS 32
 #define MAX_CONNS 512
+/* ms the daemon is watched with everything parked and nothing published */
+#define QUIET_MS 500
 
 enum { IDLE, PARKED, NPHASES };
 static const char *const phase_name[NPHASES] = {"idle", "parked"};
@@ -77,15 +88,33 @@ static void publish_n(struct td_client *p, unsigned n, uint64_t *ns)
 	}
 }
 
+/* ns the process has run on a CPU (/proc/PID/schedstat), 0 if unknown */
+static uint64_t cpu_ns_of(int pid)
+{
+	char path[64];
+	unsigned long long ns = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/schedstat", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (fscanf(f, "%llu", &ns) != 1)
+		ns = 0;
+	fclose(f);
+	return ns;
+}
+
 static void usage(void)
 {
 	fprintf(stderr,
 		"usage: tensord-parkbench [--conns N] [--per K] "
-		"[--publishes P] [--rounds R] [--tensord PATH]\n"
+		"[--publishes P] [--rounds R] [--ring] [--tensord PATH]\n"
 		"A producer's publish round trip with nothing parked and with "
 		"N clients x K GETs parked on other names (default 16 x 256, "
 		"the default per-uid limit of 4096 parked GETs), P publishes "
-		"a phase (default 2000), R rounds (default 5).\n");
+		"a phase (default 2000), R rounds (default 5); --ring: one more "
+		"GET parked on a ring nobody publishes to.\n");
 	exit(2);
 }
 
@@ -97,10 +126,14 @@ int main(int argc, char **argv)
 		{"publishes", required_argument, NULL, 'n'},
 		{"rounds", required_argument, NULL, 'r'},
 		{"tensord", required_argument, NULL, 't'},
+		{"ring", no_argument, NULL, 'g'},
 		{NULL, 0, NULL, 0}};
 	struct bench_env env = {.tensord_path = TD_PARKBENCH_TENSORD_DEFAULT};
 	unsigned conns = 16, per = 256, pubs = 2000, rounds = 5;
-	static struct td_client *cs[MAX_CONNS];
+	bool ring = false;
+	struct td_ring *rg = NULL;
+	uint64_t cpu[NPHASES] = {0}, quiet = 0;
+	static struct td_client *cs[MAX_CONNS + 1];
 	double ratio[MAX_ROUNDS];
 	char sock[300], why[BENCH_WHY_MAX];
 	struct td_client *p;
@@ -120,6 +153,8 @@ int main(int argc, char **argv)
 			rounds = (unsigned)atoi(optarg);
 		else if (o == 't')
 			env.tensord_path = optarg;
+		else if (o == 'g')
+			ring = true;
 		else
 			usage();
 	}
@@ -139,12 +174,24 @@ int main(int argc, char **argv)
 		die("tensord", why);
 	if (td_client_connect(sock, &p, &e) < 0)
 		die("producer: connect", e.reason);
+	if (ring) {
+		uint64_t shape[1] = {64};
+		struct td_ring_desc d = {.dtype = TD_TENSOR_U8,
+					 .ndim = 1,
+					 .shape = shape};
+
+		if (td_ring_create(p, "park/ring", &d, &rg, &e) < 0)
+			die("ring", e.reason);
+	}
 	for (unsigned r = 0; r < rounds; r++) {
 		uint64_t *at[NPHASES] = {ns[IDLE] + (size_t)r * pubs,
 					 ns[PARKED] + (size_t)r * pubs};
 		double med[NPHASES];
+		uint64_t c0;
 
+		c0 = cpu_ns_of(pid);
 		publish_n(p, pubs, at[IDLE]);
+		cpu[IDLE] += cpu_ns_of(pid) - c0;
 		for (unsigned c = 0; c < conns; c++) {
 			if (td_client_connect(sock, &cs[c], &e) < 0)
 				die("parker: connect", e.reason);
@@ -163,8 +210,25 @@ int main(int argc, char **argv)
 			    -ENOENT)
 				die("parker: STAT", e.reason);
 		}
+		if (ring) {
+			/* a connection of its own: the others are full */
+			if (td_client_connect(sock, &cs[conns], &e) < 0)
+				die("ring parker: connect", e.reason);
+			if (td_client_get_newer_async(cs[conns], "park/ring",
+						      0, -1, on_get, NULL,
+						      &e) < 0 ||
+			    td_client_stat(cs[conns], "park/none", &ent,
+					   &e) != -ENOENT)
+				die("park on the ring", e.reason);
+		}
+		c0 = cpu_ns_of(pid);
 		publish_n(p, pubs, at[PARKED]);
-		for (unsigned c = 0; c < conns; c++)
+		cpu[PARKED] += cpu_ns_of(pid) - c0;
+		/* nothing published: what the parked GETs cost by themselves */
+		c0 = cpu_ns_of(pid);
+		usleep(QUIET_MS * 1000);
+		quiet += cpu_ns_of(pid) - c0;
+		for (unsigned c = 0; c < conns + ring; c++)
 			td_client_close(cs[c]);
 		for (int ph = 0; ph < NPHASES; ph++) {
 			qsort(at[ph], pubs, sizeof(uint64_t), bench_cmp_u64);
@@ -172,6 +236,8 @@ int main(int argc, char **argv)
 		}
 		ratio[r] = med[PARKED] / med[IDLE];
 	}
+	if (rg)
+		td_ring_close(rg);
 	td_client_close(p);
 	bench_reap(pid, 5000);
 	unlink(sock);
@@ -180,23 +246,30 @@ int main(int argc, char **argv)
 	rmdir(env.tmpdir);
 
 	printf("A producer's publish round trip in µs, nothing parked and "
-	       "%u x %u GETs parked on other names (%u publishes a phase, "
+	       "%u x %u GETs parked on other names%s (%u publishes a phase, "
 	       "%u rounds)\n\n",
-	       conns, per, pubs, rounds);
-	printf("| phase | publishes | median | p90 | p99 |\n"
-	       "|---|---|---|---|---|\n");
+	       conns, per, ring ? " and one on a ring" : "", pubs, rounds);
+	printf("| phase | publishes | median | p90 | p99 | daemon CPU µs "
+	       "per publish |\n"
+	       "|---|---|---|---|---|---|\n");
 	for (int ph = 0; ph < NPHASES; ph++) {
 		size_t n = (size_t)pubs * rounds;
 
 		qsort(ns[ph], n, sizeof(uint64_t), bench_cmp_u64);
-		printf("| %s | %zu | %.1f | %.1f | %.1f |\n", phase_name[ph],
-		       n, (double)bench_pct(ns[ph], n, 0.5) / 1e3,
+		printf("| %s | %zu | %.1f | %.1f | %.1f | %.1f |\n",
+		       phase_name[ph], n,
+		       (double)bench_pct(ns[ph], n, 0.5) / 1e3,
 		       (double)bench_pct(ns[ph], n, 0.9) / 1e3,
-		       (double)bench_pct(ns[ph], n, 0.99) / 1e3);
+		       (double)bench_pct(ns[ph], n, 0.99) / 1e3,
+		       (double)cpu[ph] / 1e3 / (double)n);
 		free(ns[ph]);
 	}
+	printf("\nThe daemon's CPU with everything parked and nothing "
+	       "published for %u ms a round: %.2f%% of a CPU\n",
+	       QUIET_MS, (double)quiet / 1e4 / QUIET_MS / rounds);
 	printf("\nparked / idle, median round trip: %.2f× (median of %u "
-	       "per-round ratios)\n",
-	       bench_median_d(ratio, rounds), rounds);
+	       "per-round ratios); daemon CPU per publish: %.2f×\n",
+	       bench_median_d(ratio, rounds), rounds,
+	       cpu[IDLE] ? (double)cpu[PARKED] / (double)cpu[IDLE] : 0.0);
 	return 0;
 }

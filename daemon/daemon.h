@@ -424,9 +424,9 @@ void td__store_uncharge(uid_t uid, uint64_t bytes);
  * a name is a tensor or a live ring, never both (td__store_name_taken
  * for RING_CREATE, td__ring_find for PUBLISH). GET leases on a ring slot
  * are store leases (per-peer budget, RELEASE, disconnect) that call back
- * into ring.c; parked GETs on a ring are store waiters that a 1 ms ring
- * poll retries while any of them names a live ring (struct
- * td__ring_hooks).
+ * into ring.c; parked GETs on a ring are store waiters, kept on a list of
+ * their own that a 1 ms ring poll retries while any of them names a live
+ * ring (struct td__ring_hooks).
  */
 bool td__store_name_taken(struct td_wire_str name);
 /* Release what a dying peer holds, one file each. */
@@ -482,6 +482,9 @@ struct td__ring_hooks {
 	int (*lease)(struct td__peer *p, struct td__ring *r, uint32_t slot,
 		     uint64_t *id);
 	bool (*poll)(void);
+	/* a ring was made: GETs parked on its name join the poll; true if
+	 * any did */
+	bool (*adopt)(struct td_wire_str name);
 };
 void td__ring_hooks_set(const struct td__ring_hooks *h);
 /* Clear a dying peer's reader rows; close the rings it produces. */

@@ -200,6 +200,7 @@ static void waiter_free(struct td__waiter *w)
 	td__list_del(&w->link);
 	td__list_del(&w->slink);
 	td__list_del(&w->blink);
+	td__list_del(&w->rlink);
 	w->peer->n_waiters--;
 	td__tenant_sub(w->peer->uid, TD__LIM_WAITERS, 1);
 	TD__SPARE_PUT(&td__d->store->spare_waiters, w, struct td__waiter, link);
@@ -462,10 +463,13 @@ static void get_park(struct td__peer *p, const struct td__req *rq,
 	td__list_add_tail(&p->waiters, &w->link);
 	td__list_add_tail(&s->waiters, &w->slink);
 	td__list_add_tail(wait_bucket(s, w->name, w->len), &w->blink);
+	td__list_init(&w->rlink);
 	p->n_waiters++;
 	timer_arm(s, w->deadline);
-	if (ring)
+	if (ring) {
+		td__list_add_tail(&s->ring_waiters, &w->rlink);
 		td__ring_poll_arm();
+	}
 }
 
 void td__lease_get(struct td__peer *p, const struct td__req *rq)
@@ -513,8 +517,9 @@ void td__lease_get(struct td__peer *p, const struct td__req *rq)
 }
 
 /*
- * ring.c's hook: retry every parked GET that names a live ring; true
- * while any does.
+ * ring.c's hook: retry every parked GET that names a live ring (those
+ * on store->ring_waiters, not every GET parked in the daemon); true while
+ * any does.
  */
 static bool ring_poll(void)
 {
@@ -522,23 +527,49 @@ static bool ring_poll(void)
 	struct td__list *l, *n;
 	bool any = false;
 
-	for (l = s->waiters.next; l != &s->waiters; l = n) {
+	for (l = s->ring_waiters.next; l != &s->ring_waiters; l = n) {
 		struct td__waiter *w =
-			td__container_of(l, struct td__waiter, slink);
+			td__container_of(l, struct td__waiter, rlink);
 		struct td__ring *r;
 
 		n = l->next;
 		if (w->peer->dead)
 			continue;
-		/* a name with no live ring stays an ordinary parked GET */
 		r = td__ring_find((struct td_wire_str){w->name, w->len});
-		if (!r)
+		if (!r) {
+			/* the ring is gone: an ordinary parked GET again,
+			 * until a ring of its name is made (ring_adopt) */
+			td__list_del(&w->rlink);
 			continue;
+		}
 		if (td__ring_try_get(w->peer, TD_OP_GET, w->request_id,
 				     w->flags, w->mode, w->version, r) > 0) {
 			waiter_free(w);
 			continue;
 		}
+		any = true;
+	}
+	return any;
+}
+
+/*
+ * ring.c's hook: the ring `name` was just made. The GETs parked on its
+ * name before it existed join the ring poll; true if there are any.
+ */
+static bool ring_adopt(struct td_wire_str name)
+{
+	struct td__store *s = td__d->store;
+	struct td__list *b = wait_bucket(s, name.ptr, name.len);
+	bool any = false;
+
+	for (struct td__list *l = b->next; l != b; l = l->next) {
+		struct td__waiter *w =
+			td__container_of(l, struct td__waiter, blink);
+
+		if (w->len != name.len || memcmp(w->name, name.ptr, w->len))
+			continue;
+		if (td__list_empty(&w->rlink))
+			td__list_add_tail(&s->ring_waiters, &w->rlink);
 		any = true;
 	}
 	return any;
@@ -589,7 +620,8 @@ void td__lease_peer_gone(struct td__peer *p)
 
 void td__lease_init(void)
 {
-	static const struct td__ring_hooks hooks = {lease_ring, ring_poll};
+	static const struct td__ring_hooks hooks = {lease_ring, ring_poll,
+						    ring_adopt};
 
 	td__ring_hooks_set(&hooks);
 	td__store_rewrite_hook_set(rewrite_over);

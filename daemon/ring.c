@@ -97,6 +97,8 @@ static uint64_t next_id = 1;
  */
 static uv_timer_t keep_timer, poll_timer;
 static bool timers_ready;
+/* lease.c's side of GETs on a ring (td__ring_hooks_set) */
+static const struct td__ring_hooks *hooks;
 
 /* How long the latest slot stays kept after the last GET or RELEASE. */
 #define KEEP_MS 1000
@@ -287,6 +289,26 @@ static void reply_ring(struct td__peer *p, const struct td_wire_hdr *h,
 
 /* ---- requests ---- */
 
+/* One meaning per name, so GET and STAT are unambiguous: false (the
+ * error sent) when a tensor or a live ring has it. */
+static bool name_free(struct td__peer *p, const struct td_wire_hdr *h,
+		      struct td_wire_str name)
+{
+	if (td__store_name_taken(name)) {
+		td__peer_error(p, h->opcode, h->request_id, -EEXIST,
+			       "a tensor named \"%.*s\" exists", (int)name.len,
+			       name.ptr);
+		return false;
+	}
+	if (ring_named(name)) {
+		td__peer_error(p, h->opcode, h->request_id, -EEXIST,
+			       "a ring named \"%.*s\" exists", (int)name.len,
+			       name.ptr);
+		return false;
+	}
+	return true;
+}
+
 void td__ring_create(struct td__peer *p, const struct td__req *rq)
 {
 	const struct td_wire_hdr *h = rq->h;
@@ -308,19 +330,8 @@ void td__ring_create(struct td__peer *p, const struct td__req *rq)
 	}
 	if (!td__access_check(p, h, rq->op->perm, m.name))
 		return;
-	/* one meaning per name, so GET and STAT are unambiguous */
-	if (td__store_name_taken(m.name)) {
-		td__peer_error(p, h->opcode, h->request_id, -EEXIST,
-			       "a tensor named \"%.*s\" exists",
-			       (int)m.name.len, m.name.ptr);
+	if (!name_free(p, h, m.name))
 		return;
-	}
-	if (ring_named(m.name)) {
-		td__peer_error(p, h->opcode, h->request_id, -EEXIST,
-			       "a ring named \"%.*s\" exists", (int)m.name.len,
-			       m.name.ptr);
-		return;
-	}
 	if (ring_count >= MAX_RINGS ||
 	    peer_rings(p, &subs) >= MAX_RINGS_PER_PEER) {
 		td__peer_error(p, h->opcode, h->request_id, -ENOBUFS,
@@ -406,7 +417,8 @@ void td__ring_create(struct td__peer *p, const struct td__req *rq)
 	reply_ring(p, h, r, r->id, UINT32_MAX, m.flags,
 		   (const int[]){r->hdr_rw, r->rd_rw, r->data_rw});
 	/* GETs parked on this name before it existed */
-	td__ring_poll_arm();
+	if (hooks->adopt((struct td_wire_str){r->name, r->name_len}))
+		td__ring_poll_arm();
 }
 
 /*
@@ -685,8 +697,6 @@ void td__ring_stat(struct td__peer *p, const struct td__req *rq)
 }
 
 /* ---- entry points ---- */
-
-static const struct td__ring_hooks *hooks;
 
 void td__ring_hooks_set(const struct td__ring_hooks *h)
 {

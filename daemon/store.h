@@ -145,6 +145,9 @@ struct td__waiter {
 	struct td__list link;  /* peer->waiters */
 	struct td__list slink; /* store->waiters */
 	struct td__list blink; /* store->wait_buckets[], by name (lease.c) */
+	/* store->ring_waiters while its name is a live ring (lease.c);
+	 * self-linked otherwise */
+	struct td__list rlink;
 	struct td__peer *peer;
 	uint64_t request_id;
 	uint32_t mode, flags;
@@ -190,6 +193,12 @@ struct td__store {
 	 * in the daemon, so GETs parked on other names cost it nothing.
 	 */
 	struct td__list wait_buckets[TD__WAIT_BUCKETS];
+	/*
+	 * The parked GETs whose name is a live ring (rlink), the only ones
+	 * the 1 ms ring poll retries: a GET parked on a ring must not cost
+	 * the daemon a walk over every GET parked on other names (lease.c).
+	 */
+	struct td__list ring_waiters;
 	/* peers whose latest version is being rewritten (peer->rw_link) */
 	struct td__list rewrites;
 	uv_timer_t timer; /* earliest parked-GET deadline */

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -603,6 +604,122 @@ Test(ring_catalog, get_modes_on_a_ring_and_waiting_for_a_publish)
 	close(x.go[1]);
 	close(x.done[0]);
 	close(x.done[1]);
+	td_client_close(pc);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/* An async GET's outcome (td_client_get_newer_async). */
+struct parked {
+	int calls;
+	int status;
+	uint64_t version;
+	bool pattern; /* the ring pattern of its version, all 4096 bytes */
+	uint8_t first; /* a tensor's first byte */
+	char reason[TD_REASON_MAX + 1];
+};
+
+static void on_parked(struct td_client *c, int status, struct td_tensor *t,
+		      const struct td_error *err, void *ud)
+{
+	struct parked *g = ud;
+
+	(void)c;
+	g->calls++;
+	g->status = status;
+	snprintf(g->reason, sizeof(g->reason), "%s", err ? err->reason : "");
+	if (t) {
+		const uint8_t *b = td_tensor_plane_data(t, 0);
+
+		g->version = td_tensor_version(t);
+		g->first = b ? b[0] : 0;
+		g->pattern = b && td_tensor_plane_size(t, 0) == 4096 &&
+			     pattern_ok(b, 4096, g->version);
+		td_tensor_release(t);
+	}
+}
+
+/* Park an async GET NEWER than `after` on name, then make sure the daemon
+ * has parked it: a STAT after it is answered, the GET is not. */
+static void park(struct td_client *c, const char *name, uint64_t after,
+		 struct parked *g)
+{
+	struct td_entry ent;
+	struct td_error e = {0};
+
+	*g = (struct parked){0};
+	cr_assert_eq(td_client_get_newer_async(c, name, after, -1, on_parked,
+					       g, &e),
+		     0, "%s", e.reason);
+	cr_assert_eq(td_client_stat(c, "nothing/here", &ent, &e), -ENOENT);
+	cr_assert_geq(td_client_process(c, NULL), 0);
+	cr_assert_eq(g->calls, 0, "parked, not answered: %d %s", g->status,
+		     g->reason);
+}
+
+/* Process c's replies until g's GET is answered (20 s at most). */
+static void answered(struct td_client *c, struct parked *g)
+{
+	while (!g->calls) {
+		struct pollfd p = {.fd = td_client_fd(c), .events = POLLIN};
+
+		cr_assert_gt(poll(&p, 1, 20000), 0, "the parked GET hangs");
+		cr_assert_geq(td_client_process(c, NULL), 0);
+	}
+}
+
+/*
+ * The daemon retries only the GETs parked on a live ring every
+ * millisecond, not every GET parked in it: a GET joins that poll when its
+ * name becomes a ring, parked before the ring was made or after the ring
+ * of its name closed, and leaves it, still parked, when the ring closes.
+ */
+Test(ring_catalog, gets_parked_on_a_name_follow_the_rings_made_and_closed_there)
+{
+	struct tu_daemon d;
+	struct td_client *c, *pc;
+	struct td_ring *r;
+	struct parked g;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	pc = open_client(&d);
+
+	/* parked on a name that is nothing yet; then a ring is made */
+	park(c, "ad/r", 0, &g);
+	r = make_ring(pc, "ad/r", 2, 4096);
+	publish_pattern(r, 1);
+	answered(c, &g);
+	cr_assert_eq(g.status, 0, "%s", g.reason);
+	cr_assert_eq(g.version, 1);
+	cr_assert(g.pattern, "the bytes of the ring's version 1");
+
+	/* parked on the live ring, which closes: still parked, and served
+	 * by the next ring of the name */
+	park(c, "ad/r", 1, &g);
+	td_ring_close(r);
+	usleep(20000); /* the poll finds the ring gone (either way is right) */
+	cr_assert_geq(td_client_process(c, NULL), 0);
+	cr_assert_eq(g.calls, 0, "a GET outlives the ring it waited on");
+	r = make_ring(pc, "ad/r", 2, 4096);
+	publish_pattern(r, 1);
+	publish_pattern(r, 2);
+	answered(c, &g);
+	cr_assert_eq(g.status, 0, "%s", g.reason);
+	cr_assert_eq(g.version, 2);
+	cr_assert(g.pattern, "the bytes of the new ring's version 2");
+	td_ring_close(r);
+
+	/* parked on a ring that closes; then a tensor of the name */
+	r = make_ring(pc, "ad/t", 2, 4096);
+	park(c, "ad/t", 0, &g);
+	td_ring_close(r);
+	usleep(20000);
+	put_tensor(pc, "ad/t");
+	answered(c, &g);
+	cr_assert_eq(g.status, 0, "%s", g.reason);
+	cr_assert_eq(g.first, 1, "the tensor's bytes");
+
 	td_client_close(pc);
 	td_client_close(c);
 	tu_daemon_stop(&d, true);
