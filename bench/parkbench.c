@@ -21,7 +21,10 @@
  * over all rounds), the daemon's CPU time per publish in each phase
  * (/proc/PID/schedstat, everything it did while the phase ran: the
  * publishes and any timer), the daemon's CPU while everything is parked
- * and nothing is published (QUIET_MS a round), and parked/idle of the
+ * and nothing is published (QUIET_MS a round; with --timed, while one
+ * more client loops over GETs of 1 ms that time out, and then per such
+ * GET: each timeout is the daemon's deadline timer firing), and
+ * parked/idle of the
  * medians, the median of the per-round ratios. Nothing is asserted. A daemon that walks
  * every parked GET on every PUBLISH, or on every retry of a ring GET,
  * shows ratios that grow with conns x per; one that looks only at the
@@ -88,6 +91,28 @@ static void publish_n(struct td_client *p, unsigned n, uint64_t *ns)
 	}
 }
 
+/* GETs of 1 ms on a name nobody publishes, one after the other, for ms
+ * milliseconds on a client of its own; how many */
+static unsigned timed_gets(const char *sock, unsigned ms)
+{
+	uint64_t end = bench_now_ns() + (uint64_t)ms * 1000000;
+	struct td_client *c;
+	struct td_tensor *t;
+	struct td_error e = {0};
+	unsigned n = 0;
+
+	if (td_client_connect(sock, &c, &e) < 0)
+		die("timed: connect", e.reason);
+	while (bench_now_ns() < end) {
+		if (td_client_get_newer(c, "park/timed", 0, 1, &t, &e) !=
+		    -ETIMEDOUT)
+			die("timed GET", e.reason);
+		n++;
+	}
+	td_client_close(c);
+	return n;
+}
+
 /* ns the process has run on a CPU (/proc/PID/schedstat), 0 if unknown */
 static uint64_t cpu_ns_of(int pid)
 {
@@ -109,12 +134,14 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: tensord-parkbench [--conns N] [--per K] "
-		"[--publishes P] [--rounds R] [--ring] [--tensord PATH]\n"
+		"[--publishes P] [--rounds R] [--ring] [--timed] "
+		"[--tensord PATH]\n"
 		"A producer's publish round trip with nothing parked and with "
 		"N clients x K GETs parked on other names (default 16 x 256, "
 		"the default per-uid limit of 4096 parked GETs), P publishes "
 		"a phase (default 2000), R rounds (default 5); --ring: one more "
-		"GET parked on a ring nobody publishes to.\n");
+		"GET parked on a ring nobody publishes to; --timed: while all "
+		"is parked, one more client loops over GETs of 1 ms.\n");
 	exit(2);
 }
 
@@ -127,10 +154,12 @@ int main(int argc, char **argv)
 		{"rounds", required_argument, NULL, 'r'},
 		{"tensord", required_argument, NULL, 't'},
 		{"ring", no_argument, NULL, 'g'},
+		{"timed", no_argument, NULL, 'm'},
 		{NULL, 0, NULL, 0}};
 	struct bench_env env = {.tensord_path = TD_PARKBENCH_TENSORD_DEFAULT};
 	unsigned conns = 16, per = 256, pubs = 2000, rounds = 5;
-	bool ring = false;
+	bool ring = false, timed = false;
+	unsigned ntimed = 0;
 	struct td_ring *rg = NULL;
 	uint64_t cpu[NPHASES] = {0}, quiet = 0;
 	static struct td_client *cs[MAX_CONNS + 1];
@@ -155,9 +184,14 @@ int main(int argc, char **argv)
 			env.tensord_path = optarg;
 		else if (o == 'g')
 			ring = true;
+		else if (o == 'm')
+			timed = true;
 		else
 			usage();
 	}
+	/* the timed GETs are GET requests, not a follow (read at connect) */
+	if (timed && setenv("TENSORD_GET_FOLLOW", "0", 1) < 0)
+		die("setenv", strerror(errno));
 	if (!conns || conns > MAX_CONNS || !per || per > 256 || pubs < 2 ||
 	    !rounds || rounds > MAX_ROUNDS)
 		usage();
@@ -226,7 +260,10 @@ int main(int argc, char **argv)
 		cpu[PARKED] += cpu_ns_of(pid) - c0;
 		/* nothing published: what the parked GETs cost by themselves */
 		c0 = cpu_ns_of(pid);
-		usleep(QUIET_MS * 1000);
+		if (timed)
+			ntimed += timed_gets(sock, QUIET_MS);
+		else
+			usleep(QUIET_MS * 1000);
 		quiet += cpu_ns_of(pid) - c0;
 		for (unsigned c = 0; c < conns + ring; c++)
 			td_client_close(cs[c]);
@@ -265,8 +302,13 @@ int main(int argc, char **argv)
 		free(ns[ph]);
 	}
 	printf("\nThe daemon's CPU with everything parked and nothing "
-	       "published for %u ms a round: %.2f%% of a CPU\n",
-	       QUIET_MS, (double)quiet / 1e4 / QUIET_MS / rounds);
+	       "published for %u ms a round%s: %.2f%% of a CPU\n",
+	       QUIET_MS, timed ? " (one client's GETs of 1 ms meanwhile)" : "",
+	       (double)quiet / 1e4 / QUIET_MS / rounds);
+	if (timed)
+		printf("meanwhile one client's GETs of 1 ms: %u, the daemon's "
+		       "CPU per GET %.1f µs\n",
+		       ntimed, ntimed ? (double)quiet / 1e3 / ntimed : 0.0);
 	printf("\nparked / idle, median round trip: %.2f× (median of %u "
 	       "per-round ratios); daemon CPU per publish: %.2f×\n",
 	       bench_median_d(ratio, rounds), rounds,

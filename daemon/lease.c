@@ -195,10 +195,87 @@ static int lease_ring(struct td__peer *p, struct td__ring *r, uint32_t slot,
 	return 0;
 }
 
+/* ---- the deadlines of parked GETs: a binary min-heap (store->due) ---- */
+
+static void due_set(struct td__store *s, size_t i, struct td__waiter *w)
+{
+	s->due[i] = w;
+	w->due_at = i + 1;
+}
+
+static void due_up(struct td__store *s, size_t i)
+{
+	struct td__waiter *w = s->due[i];
+
+	while (i > 0 && s->due[(i - 1) / 2]->deadline > w->deadline) {
+		due_set(s, i, s->due[(i - 1) / 2]);
+		i = (i - 1) / 2;
+	}
+	due_set(s, i, w);
+}
+
+static void due_down(struct td__store *s, size_t i)
+{
+	struct td__waiter *w = s->due[i];
+
+	for (;;) {
+		size_t c = 2 * i + 1;
+
+		if (c >= s->ndue)
+			break;
+		if (c + 1 < s->ndue &&
+		    s->due[c + 1]->deadline < s->due[c]->deadline)
+			c++;
+		if (s->due[c]->deadline >= w->deadline)
+			break;
+		due_set(s, i, s->due[c]);
+		i = c;
+	}
+	due_set(s, i, w);
+}
+
+/* Room for one more (before the GET is parked): 0, or -ENOMEM. */
+static int due_reserve(struct td__store *s)
+{
+	size_t cap = s->due_cap ? s->due_cap * 2 : 64;
+	struct td__waiter **n;
+
+	if (s->ndue < s->due_cap)
+		return 0;
+	n = realloc(s->due, cap * sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	s->due = n;
+	s->due_cap = cap;
+	return 0;
+}
+
+static void due_push(struct td__store *s, struct td__waiter *w)
+{
+	s->due[s->ndue++] = w;
+	due_up(s, s->ndue - 1);
+}
+
+static void due_remove(struct td__store *s, struct td__waiter *w)
+{
+	size_t i = w->due_at - 1;
+	struct td__waiter *last = s->due[--s->ndue];
+
+	w->due_at = 0;
+	if (last == w)
+		return;
+	due_set(s, i, last);
+	if (i > 0 && s->due[(i - 1) / 2]->deadline > last->deadline)
+		due_up(s, i);
+	else
+		due_down(s, i);
+}
+
 static void waiter_free(struct td__waiter *w)
 {
 	td__list_del(&w->link);
-	td__list_del(&w->slink);
+	if (w->due_at)
+		due_remove(td__d->store, w);
 	td__list_del(&w->blink);
 	td__list_del(&w->rlink);
 	w->peer->n_waiters--;
@@ -237,41 +314,26 @@ static void timer_arm(struct td__store *s, uint64_t deadline)
 }
 
 /*
- * The timer for the earliest deadline of the parked GETs: a walk over all
- * of them, so only when the timer fired (not when a GET is served: a
- * PUBLISH must not cost the number of GETs parked in the daemon).
+ * The timer for the earliest deadline of the parked GETs, the top of the
+ * heap; only when the timer fired (a served GET leaves the timer as it
+ * is: it may fire for a GET that is gone, and then looks again).
  */
 static void rearm(struct td__store *s)
 {
-	uint64_t next = UINT64_MAX;
-
-	for (struct td__list *l = s->waiters.next; l != &s->waiters;
-	     l = l->next) {
-		struct td__waiter *w =
-			td__container_of(l, struct td__waiter, slink);
-
-		if (w->deadline < next)
-			next = w->deadline;
-	}
 	uv_timer_stop(&s->timer);
 	s->timer_due = UINT64_MAX;
-	if (next != UINT64_MAX)
-		timer_arm(s, next);
+	if (s->ndue)
+		timer_arm(s, s->due[0]->deadline);
 }
 
 static void on_timer(uv_timer_t *t)
 {
 	struct td__store *s = t->data;
 	uint64_t now = uv_now(s->d->loop);
-	struct td__list *l, *n;
 
-	for (l = s->waiters.next; l != &s->waiters; l = n) {
-		struct td__waiter *w =
-			td__container_of(l, struct td__waiter, slink);
+	while (s->ndue && s->due[0]->deadline <= now) {
+		struct td__waiter *w = s->due[0];
 
-		n = l->next;
-		if (w->deadline > now)
-			continue;
 		if (w->fence)
 			td__peer_error(w->peer, TD_OP_GET, w->request_id,
 				       -ETIMEDOUT,
@@ -422,6 +484,11 @@ static void get_park(struct td__peer *p, const struct td__req *rq,
 	int rc;
 
 	assert(rq->op->flags & TD__OP_PARKS);
+	/* the heap's room first: nothing to undo if there is none */
+	if (m->timeout_ms != TD_WIRE_WAIT_FOREVER && due_reserve(s) < 0) {
+		td__peer_nomem(p, h);
+		return;
+	}
 	if (p->n_waiters >= TD__MAX_WAITERS) {
 		td__peer_error(p, h->opcode, h->request_id, -EAGAIN,
 			       "too many parked GETs on this connection "
@@ -461,9 +528,11 @@ static void get_park(struct td__peer *p, const struct td__req *rq,
 	w->len = m->name.len;
 	memcpy(w->name, m->name.ptr, m->name.len);
 	td__list_add_tail(&p->waiters, &w->link);
-	td__list_add_tail(&s->waiters, &w->slink);
 	td__list_add_tail(wait_bucket(s, w->name, w->len), &w->blink);
 	td__list_init(&w->rlink);
+	w->due_at = 0;
+	if (w->deadline != UINT64_MAX)
+		due_push(s, w);
 	p->n_waiters++;
 	timer_arm(s, w->deadline);
 	if (ring) {

@@ -720,7 +720,6 @@ int td__store_new(struct td__daemon *d)
 	td__list_init(&s->free_leases);
 	td__list_init(&s->versions);
 	td__list_init(&s->freebufs);
-	td__list_init(&s->waiters);
 	for (unsigned i = 0; i < TD__WAIT_BUCKETS; i++)
 		td__list_init(&s->wait_buckets[i]);
 	td__list_init(&s->ring_waiters);
@@ -753,6 +752,7 @@ static void on_timer_closed(uv_handle_t *h)
 	spares_fini(&s->spare_freebufs, offsetof(struct td__freebuf, link));
 	spares_fini(&s->spare_waiters, offsetof(struct td__waiter, link));
 	free(s->bufs);
+	free(s->due);
 	free(s->uids); /* kept at its capacity when every uid is back at 0 */
 	free(s);
 }
@@ -817,6 +817,7 @@ void td__store_trim(unsigned more)
 	}
 	s->names = shrink(s->names, s->count, &s->cap, sizeof(*s->names));
 	s->bufs = shrink(s->bufs, s->nbufs, &s->bufs_cap, sizeof(*s->bufs));
+	s->due = shrink(s->due, s->ndue, &s->due_cap, sizeof(*s->due));
 	malloc_trim(0);
 }
 

@@ -143,7 +143,8 @@ struct td__watch {
 
 struct td__waiter {
 	struct td__list link;  /* peer->waiters */
-	struct td__list slink; /* store->waiters */
+	/* 1 + its index in store->due, 0 when it is not there (no deadline) */
+	size_t due_at;
 	struct td__list blink; /* store->wait_buckets[], by name (lease.c) */
 	/* store->ring_waiters while its name is a live ring (lease.c);
 	 * self-linked otherwise */
@@ -186,7 +187,15 @@ struct td__store {
 	size_t count, cap;
 	struct td__buf *bufs;
 	size_t nbufs, bufs_cap;
-	struct td__list watches, waiters;
+	struct td__list watches;
+	/*
+	 * The parked GETs with a deadline, a binary min-heap by deadline
+	 * (lease.c): the timer finds the next one to expire at the top, so
+	 * a GET that times out costs log(n), not a walk over every GET
+	 * parked in the daemon. GETs that wait forever are not in it.
+	 */
+	struct td__waiter **due;
+	size_t ndue, due_cap;
 	/*
 	 * Parked GETs again, by a seeded hash of their name (lease.c): a
 	 * PUBLISH looks at the GETs of one bucket, not at every GET parked

@@ -1157,6 +1157,96 @@ DTest(parked_get_deadlines_hold_when_other_gets_are_served)
 	close(prod);
 }
 
+/*
+ * The deadlines are a heap (daemon/lease.c): GETs parked in any order
+ * time out in the order of their deadlines, and GETs leaving it from the
+ * middle (their connection closed, or served by a publish) leave the rest
+ * in order. Another connection parks 48 GETs of a minute, then cons 48
+ * whose timeouts are 60 + 25 * perm[k] ms (perm: a shuffle of 0..47),
+ * which climb above them, and 16 that wait forever; the other connection
+ * closes, so its GETs leave from all over the heap with cons's shorter
+ * ones moved into their places, and the 8 of cons with the longest
+ * timeouts are served by publishes. Every other one must time out,
+ * timeouts in increasing order (25 ms apart, more than the daemon takes
+ * to park them all), and the forever ones stay parked.
+ */
+DTest(parked_get_deadlines_expire_in_order_around_removals)
+{
+	enum { N = 48, FOREVER = 16, SERVED = 8, STEP = 25 };
+	int prod = conn_hello(&D, TD_IMPORT_SCM);
+	int cons = conn_hello(&D, TD_IMPORT_AUTO);
+	int other = conn_hello(&D, TD_IMPORT_AUTO);
+	unsigned perm[N], seen = 0, last = 0;
+	bool done[N] = {0};
+	char name[32];
+
+	recv_timeout(cons);
+	for (unsigned k = 0; k < N; k++)
+		perm[k] = k;
+	for (unsigned k = N - 1; k > 0; k--) { /* a fixed shuffle */
+		unsigned j = (k * 2654435761u + 12345u) % (k + 1), t = perm[k];
+
+		perm[k] = perm[j];
+		perm[j] = t;
+	}
+	for (unsigned k = 0; k < N; k++) {
+		snprintf(name, sizeof(name), "hp/o%u", k);
+		get_req(other, 4000 + k, name, TD_GET_NEWER, 0, 60000 + k, 0);
+	}
+	name_req(other, TD_OP_STAT, 9, "hp/none", 7);
+	cr_assert_eq(reply(other, TD_OP_STAT, 9)->h.status, -ENOENT);
+	for (unsigned k = 0; k < N; k++) {
+		snprintf(name, sizeof(name), "hp/%u", k);
+		get_req(cons, 3000 + k, name, TD_GET_NEWER, 0,
+			60 + STEP * perm[k], 0);
+		if (k < FOREVER) {
+			snprintf(name, sizeof(name), "hp/f%u", k);
+			get_req(cons, 5000 + k, name, TD_GET_NEWER, 0,
+				TD_WIRE_WAIT_FOREVER, 0);
+		}
+	}
+	name_req(cons, TD_OP_STAT, 9, "hp/none", 7);
+	cr_assert_eq(reply(cons, TD_OP_STAT, 9)->h.status, -ENOENT);
+	close(other); /* its 48 leave the heap from wherever they are */
+	for (unsigned k = 0; k < N; k++)
+		if (perm[k] >= N - SERVED) {
+			snprintf(name, sizeof(name), "hp/%u", k);
+			publish_bytes(prod, name, 64, 1, true);
+		}
+	while (seen < N) {
+		unsigned k;
+
+		cr_assert_eq(recv_msg(cons, M), 0, "a GET is lost");
+		cr_assert_eq(M->h.opcode, TD_OP_GET);
+		k = (unsigned)(M->h.request_id - 3000);
+		cr_assert_lt(k, N, "GET #%llu answered",
+			     (unsigned long long)M->h.request_id);
+		cr_assert(!done[k], "GET %u answered twice", k);
+		done[k] = true;
+		seen++;
+		if (perm[k] >= N - SERVED) {
+			cr_assert_eq(M->h.status, 0, "%u: %s", k, M->reason);
+			close_msg_fds(M);
+			continue;
+		}
+		cr_assert_eq(M->h.status, -ETIMEDOUT, "%u: %s", k, M->reason);
+		cr_assert_geq(perm[k], last,
+			      "a %u ms GET timed out after a %u ms one",
+			      60 + STEP * perm[k], 60 + STEP * last);
+		last = perm[k];
+	}
+	/* the forever ones are still parked: each answered by its publish */
+	for (unsigned k = 0; k < FOREVER; k++) {
+		uint64_t v;
+
+		snprintf(name, sizeof(name), "hp/f%u", k);
+		v = publish_bytes(prod, name, 64, 2, true);
+		cr_assert_eq(get_version_ok(cons, 5000 + k, name), v);
+	}
+	close(cons);
+	close(prod);
+}
+
 /* Map fd read-only and check every byte. */
 static void assert_bytes(int fd, size_t len, uint8_t byte)
 {
