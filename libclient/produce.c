@@ -692,11 +692,13 @@ static int publish_table(const struct td_publish *p, const struct pub_ctx *x,
 
 /*
  * The blob of p into blob[TD_WIRE_MAX_BLOB], refused here when the
- * daemon would refuse it (§9.5). Its length, or -errno.
+ * daemon would refuse it (§9.5). pid: the client's (no getpid() call per
+ * publish: a system call, and a client is never used after a fork). Its
+ * length, or -errno.
  */
 static int64_t publish_blob(const struct td_publish *p,
 			    const struct pub_ctx *x, unsigned esz,
-			    struct pub_table *pt, uint8_t *blob,
+			    struct pub_table *pt, uint32_t pid, uint8_t *blob,
 			    struct td_error *err)
 {
 	const char *s[TD_BLOB_STRING_COUNT] = {
@@ -721,7 +723,7 @@ static int64_t publish_blob(const struct td_publish *p,
 		}
 	}
 	d.storage_kind = x->storage_kind;
-	d.pid = (uint32_t)getpid();
+	d.pid = pid;
 	d.fence_fd = pt->fence;
 	d.dtype = p->dtype;
 	d.ndim = p->ndim;
@@ -927,7 +929,7 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 	blob = malloc(TD_WIRE_MAX_BLOB);
 	if (!blob)
 		return td__fail(err, -ENOMEM, "out of memory");
-	n = publish_blob(p, x, esz, &pt, blob, err);
+	n = publish_blob(p, x, esz, &pt, (uint32_t)c->pid, blob, err);
 	if (n < 0) {
 		rc = (int)n;
 		goto out;
