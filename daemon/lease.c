@@ -237,16 +237,12 @@ static void due_down(struct td__store *s, size_t i)
 /* Room for one more (before the GET is parked): 0, or -ENOMEM. */
 static int due_reserve(struct td__store *s)
 {
-	size_t cap = s->due_cap ? s->due_cap * 2 : 64;
-	struct td__waiter **n;
+	struct td__waiter **n =
+		td__table_room(s->due, s->ndue, &s->due_cap, sizeof(*n));
 
-	if (s->ndue < s->due_cap)
-		return 0;
-	n = realloc(s->due, cap * sizeof(*n));
 	if (!n)
 		return -ENOMEM;
 	s->due = n;
-	s->due_cap = cap;
 	return 0;
 }
 

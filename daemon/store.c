@@ -188,14 +188,10 @@ static uint64_t buf_ref(struct td__store *s, dev_t dev, ino_t ino)
 			s->bufs[i].refs++;
 			return s->bufs[i].id;
 		}
-	if (s->nbufs == s->bufs_cap) {
-		size_t cap = s->bufs_cap ? s->bufs_cap * 2 : 64;
-		b = realloc(s->bufs, cap * sizeof(*b));
-		if (!b)
-			return s->next_buf++; /* unshared id: still correct */
-		s->bufs = b;
-		s->bufs_cap = cap;
-	}
+	b = td__table_room(s->bufs, s->nbufs, &s->bufs_cap, sizeof(*b));
+	if (!b)
+		return s->next_buf++; /* unshared id: still correct */
+	s->bufs = b;
 	b = &s->bufs[s->nbufs++];
 	*b = (struct td__buf){dev, ino, s->next_buf++, 1};
 	return b->id;
@@ -455,19 +451,27 @@ bool td__store_name_taken(struct td_wire_str name)
 
 /* ---- the sorted name table ---- */
 
+void *td__table_room(void *a, size_t count, size_t *cap, size_t size)
+{
+	size_t n = *cap ? *cap * 2 : 64;
+	void *b;
+
+	if (count < *cap)
+		return a;
+	b = realloc(a, n * size);
+	if (b)
+		*cap = n;
+	return b;
+}
+
 int td__name_reserve(struct td__store *s)
 {
-	size_t cap;
-	struct td__version **n;
+	struct td__version **n =
+		td__table_room(s->names, s->count, &s->cap, sizeof(*n));
 
-	if (s->count < s->cap)
-		return 0;
-	cap = s->cap ? s->cap * 2 : 64;
-	n = realloc(s->names, cap * sizeof(*n));
 	if (!n)
 		return -ENOMEM;
 	s->names = n;
-	s->cap = cap;
 	return 0;
 }
 

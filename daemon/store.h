@@ -330,6 +330,10 @@ size_t td__name_find(const struct td__store *s, const char *key, size_t len,
 		     bool *found);
 struct td__version *td__name_lookup(struct td__store *s,
 				    struct td_wire_str n);
+/* Table a of *cap elements of size bytes, count of them used, with room
+ * for one more: a itself, or a doubled (64 at first) with *cap updated,
+ * or NULL with both untouched. */
+void *td__table_room(void *a, size_t count, size_t *cap, size_t size);
 /* Room for one more name (0 or -ENOMEM), then v as its name's current. */
 int td__name_reserve(struct td__store *s);
 /* v becomes its name's current version; the one it replaces, or NULL. */
