@@ -155,10 +155,11 @@ int main(int argc, char **argv)
 		{"tensord", required_argument, NULL, 't'},
 		{"ring", no_argument, NULL, 'g'},
 		{"timed", no_argument, NULL, 'm'},
+		{"watches", no_argument, NULL, 'w'},
 		{NULL, 0, NULL, 0}};
 	struct bench_env env = {.tensord_path = TD_PARKBENCH_TENSORD_DEFAULT};
 	unsigned conns = 16, per = 256, pubs = 2000, rounds = 5;
-	bool ring = false, timed = false;
+	bool ring = false, timed = false, watches = false;
 	unsigned ntimed = 0;
 	struct td_ring *rg = NULL;
 	uint64_t cpu[NPHASES] = {0}, quiet = 0;
@@ -186,6 +187,8 @@ int main(int argc, char **argv)
 			ring = true;
 		else if (o == 'm')
 			timed = true;
+		else if (o == 'w')
+			watches = true;
 		else
 			usage();
 	}
@@ -234,10 +237,17 @@ int main(int argc, char **argv)
 
 				snprintf(name, sizeof(name), "park/%u/%u/%u", r,
 					 c, k);
-				if (td_client_get_newer_async(cs[c], name, 0,
-							      -1, on_get, NULL,
-							      &e) < 0)
+				if (watches) {
+					uint64_t id;
+
+					if (td_client_watch(cs[c], name, 0, &id,
+							    &e) < 0)
+						die("watch", e.reason);
+				} else if (td_client_get_newer_async(
+						   cs[c], name, 0, -1, on_get,
+						   NULL, &e) < 0) {
 					die("park", e.reason);
+				}
 			}
 			/* a round trip after them: all are parked */
 			if (td_client_stat(cs[c], "park/none", &ent, &e) !=

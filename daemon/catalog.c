@@ -193,7 +193,7 @@ void td__catalog_delete(struct td__peer *p, const struct td__req *rq)
 static void watch_free(struct td__peer *p, struct td__watch *w)
 {
 	td__list_del(&w->link);
-	td__list_del(&w->slink);
+	td__watch_del(td__d->store, w);
 	p->n_watches--;
 	td__tenant_sub(p->uid, TD__LIM_WATCHES, 1);
 	free(w);
@@ -258,7 +258,7 @@ void td__catalog_watch(struct td__peer *p, const struct td__req *rq)
 	w->len = m.name.len;
 	memcpy(w->name, m.name.ptr, m.name.len);
 	td__list_add_tail(&p->watches, &w->link);
-	td__list_add_tail(&s->watches, &w->slink);
+	td__watch_add(s, w);
 	p->n_watches++;
 	r.watch_id = w->id;
 	len = td_wire_watch_rep_encode(&r, TD__TX_BODY(td__d), TD__TX_CAP);

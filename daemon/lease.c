@@ -10,11 +10,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
-
-#include <xxhash.h>
 
 /* Released lease records kept for reuse (struct td__store.free_leases). */
 #define LEASE_CACHE 1024
@@ -279,19 +275,11 @@ static void waiter_free(struct td__waiter *w)
 	TD__SPARE_PUT(&td__d->store->spare_waiters, w, struct td__waiter, link);
 }
 
-/*
- * The seed of the bucket hash (struct td__store.wait_buckets), random
- * per daemon: a client cannot pick names that all land in the bucket of
- * another client's name.
- */
-static uint64_t wait_seed;
-
+/* The bucket of struct td__store.wait_buckets of name (its seeded hash) */
 static struct td__list *wait_bucket(struct td__store *s, const char *name,
 				    size_t len)
 {
-	uint64_t h = XXH3_64bits_withSeed(name, len, wait_seed);
-
-	return &s->wait_buckets[h & (TD__WAIT_BUCKETS - 1)];
+	return td__name_bucket(s, s->wait_buckets, name, len);
 }
 
 static void on_timer(uv_timer_t *t);
@@ -690,7 +678,4 @@ void td__lease_init(void)
 
 	td__ring_hooks_set(&hooks);
 	td__store_rewrite_hook_set(rewrite_over);
-	if (getrandom(&wait_seed, sizeof(wait_seed), GRND_NONBLOCK) !=
-	    (ssize_t)sizeof(wait_seed))
-		wait_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 }

@@ -13,8 +13,12 @@
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <xxhash.h>
 
 /* Released records of one kind kept at most (struct td__spares). */
 #define SPARE_MAX 64
@@ -406,12 +410,27 @@ struct td__version *td__name_lookup(struct td__store *s, struct td_wire_str n)
 
 /* ---- watchers' events (WATCH itself is catalog.c) ---- */
 
-static bool name_matches(const struct td__watch *w, const char *name,
-			 uint16_t len)
+struct td__list *td__name_bucket(struct td__store *s, struct td__list *table,
+				 const char *name, size_t len)
 {
+	uint64_t h = XXH3_64bits_withSeed(name, len, s->name_seed);
+
+	return &table[h & (TD__WAIT_BUCKETS - 1)];
+}
+
+void td__watch_add(struct td__store *s, struct td__watch *w)
+{
+	td__list_add_tail(td__name_bucket(s, s->watch_buckets, w->name, w->len),
+			  &w->slink);
 	if (w->prefix)
-		return len >= w->len && memcmp(name, w->name, w->len) == 0;
-	return len == w->len && memcmp(name, w->name, len) == 0;
+		s->prefix_lens[w->len]++;
+}
+
+void td__watch_del(struct td__store *s, struct td__watch *w)
+{
+	td__list_del(&w->slink);
+	if (w->prefix)
+		s->prefix_lens[w->len]--;
 }
 
 void td__notify(struct td__store *s, uint32_t event,
@@ -421,28 +440,40 @@ void td__notify(struct td__store *s, uint32_t event,
 			v->number);
 }
 
-void td__notify_name(struct td__store *s, uint32_t event,
-		     struct td_wire_str name, uint64_t number)
+/* The watches of bucket b that match name through its first k bytes:
+ * prefix watches of length k, and at k = name.len exact ones too. */
+static void notify_bucket(struct td__store *s, struct td__list *b, size_t k,
+			  uint32_t event, struct td_wire_str name,
+			  uint64_t number)
 {
-	struct td__daemon *d = s->d;
-
-	for (struct td__list *l = s->watches.next; l != &s->watches;
-	     l = l->next) {
+	for (struct td__list *l = b->next; l != b; l = l->next) {
 		struct td__watch *w =
 			td__container_of(l, struct td__watch, slink);
 		struct td_wire_notify n = {w->id, event, number, name};
 		int64_t len;
 
-		if (w->peer->dead ||
-		    !name_matches(w, name.ptr, name.len) ||
+		if (w->len != k || (!w->prefix && k != name.len) ||
+		    memcmp(w->name, name.ptr, k) != 0 || w->peer->dead ||
 		    !td__access_may(w->peer, TD__PERM_READ, name.ptr,
 				    name.len))
 			continue;
-		len = td_wire_notify_encode(&n, TD__TX_BODY(d), TD__TX_CAP);
+		len = td_wire_notify_encode(&n, TD__TX_BODY(s->d), TD__TX_CAP);
 		if (len >= 0)
 			td__peer_send(w->peer, TD_OP_NOTIFY, TD_WIRE_F_NOTIFY,
 				      0, 0, (size_t)len, NULL, 0);
 	}
+}
+
+void td__notify_name(struct td__store *s, uint32_t event,
+		     struct td_wire_str name, uint64_t number)
+{
+	/* the prefixes some prefix watch has the length of, then the name */
+	for (size_t k = 0; k <= name.len; k++)
+		if (k == name.len || s->prefix_lens[k])
+			notify_bucket(s,
+				      td__name_bucket(s, s->watch_buckets,
+						      name.ptr, k),
+				      k, event, name, number);
 }
 bool td__store_name_taken(struct td_wire_str name)
 {
@@ -720,7 +751,11 @@ int td__store_new(struct td__daemon *d)
 	if (!s)
 		return -ENOMEM;
 	s->d = d;
-	td__list_init(&s->watches);
+	for (unsigned i = 0; i < TD__WAIT_BUCKETS; i++)
+		td__list_init(&s->watch_buckets[i]);
+	if (getrandom(&s->name_seed, sizeof(s->name_seed), GRND_NONBLOCK) !=
+	    (ssize_t)sizeof(s->name_seed))
+		s->name_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 	td__list_init(&s->free_leases);
 	td__list_init(&s->versions);
 	td__list_init(&s->freebufs);

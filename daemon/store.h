@@ -131,7 +131,8 @@ struct td__freebuf {
 
 struct td__watch {
 	struct td__list link;  /* peer->watches */
-	struct td__list slink; /* store->watches */
+	/* store->watch_buckets[], by the hash of its name or prefix */
+	struct td__list slink;
 	struct td__peer *peer;
 	uint64_t id;
 	bool prefix;
@@ -187,7 +188,17 @@ struct td__store {
 	size_t count, cap;
 	struct td__buf *bufs;
 	size_t nbufs, bufs_cap;
-	struct td__list watches;
+	/*
+	 * Watches by a seeded hash of their name, or of their prefix
+	 * (td__watch_add): a PUBLISH looks at its name's bucket and at the
+	 * buckets of its prefixes of the lengths some prefix watch has
+	 * (prefix_lens), not at every watch in the daemon.
+	 */
+	struct td__list watch_buckets[TD__WAIT_BUCKETS];
+	uint32_t prefix_lens[TD_WIRE_MAX_NAME + 1]; /* prefix watches */
+	/* the seed of the name hashes (td__name_bucket), random per daemon:
+	 * a client cannot pick names that all land in another's bucket */
+	uint64_t name_seed;
 	/*
 	 * The parked GETs with a deadline, a binary min-heap by deadline
 	 * (lease.c): the timer finds the next one to expire at the top, so
@@ -330,6 +341,12 @@ size_t td__name_find(const struct td__store *s, const char *key, size_t len,
 		     bool *found);
 struct td__version *td__name_lookup(struct td__store *s,
 				    struct td_wire_str n);
+/* The bucket of name[0..len) in a table of TD__WAIT_BUCKETS lists. */
+struct td__list *td__name_bucket(struct td__store *s, struct td__list *table,
+				 const char *name, size_t len);
+/* A WATCH joins and leaves the store's buckets (catalog.c). */
+void td__watch_add(struct td__store *s, struct td__watch *w);
+void td__watch_del(struct td__store *s, struct td__watch *w);
 /* Table a of *cap elements of size bytes, count of them used, with room
  * for one more: a itself, or a doubled (64 at first) with *cap updated,
  * or NULL with both untouched. */

@@ -496,3 +496,137 @@ Test(loop, reconnect_after_a_restart_rewatches_and_tells_the_application)
 	cr_assert_eq(tu_fd_count(), fds0);
 	cr_assert_eq(tu_buf_map_count(), bufmaps0);
 }
+
+/* ---- which watches an event reaches (daemon/store.c, td__notify_name) ---- */
+
+/* The watch ids of every event c has received so far, in order, into ids
+ * (at most cap); each event's name must be `name` (NULL: any). A STAT
+ * first: the daemon sends a connection's events in order, so its reply
+ * comes after every event already sent to c. */
+static int drain_events(struct td_client *c, const char *name, uint64_t *ids,
+			int cap)
+{
+	struct td_entry ent;
+	struct td_event ev;
+	int n = 0;
+
+	cr_assert_eq(td_client_stat(c, "none/such", &ent, NULL), -ENOENT);
+	while (td_client_next_event(c, 0, &ev, NULL) == 0) {
+		cr_assert_lt(n, cap, "more events than watches");
+		cr_assert_eq(ev.type, TD_EVENT_TYPE_PUBLISHED);
+		if (name)
+			cr_assert_str_eq(ev.name, name);
+		ids[n++] = ev.watch_id;
+	}
+	return n;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Publish name and check that exactly the watches want[0..n) fired. */
+static void expect_watches(struct td_client *w, struct td_client *p,
+			   const char *name, uint64_t *want, int n)
+{
+	uint64_t got[16];
+	int k;
+
+	put(p, name, 1);
+	k = drain_events(w, name, got, 16);
+	cr_assert_eq(k, n, "%s: %d events, want %d", name, k, n);
+	qsort(got, (size_t)k, sizeof(*got), cmp_u64);
+	qsort(want, (size_t)n, sizeof(*want), cmp_u64);
+	for (int i = 0; i < n; i++)
+		cr_assert_eq(got[i], want[i], "%s: event %d", name, i);
+}
+
+/*
+ * Watches are found by the hash of their name, and prefix watches by the
+ * hash of their prefix at each length some prefix watch has: an exact
+ * watch fires for its name only, a prefix watch for every name it
+ * begins (its own full name, and "" for all), never for a shorter name;
+ * two prefix watches of one length both fire, and either one unwatched
+ * leaves the other firing.
+ */
+Test(loop, an_event_reaches_exactly_the_watches_of_its_name_and_prefixes)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *w = x.c, *p = x.p;
+	const char *pre[] = {"", "wx/", "wx/", "wx/1", "wx/12", "wx/123",
+			     "wx/1234", "wy/"};
+	uint64_t exact[200], pid[8], want[16];
+
+	for (int i = 0; i < 200; i++) {
+		char name[16];
+		snprintf(name, sizeof(name), "wx/%d", i);
+		cr_assert_eq(td_client_watch(w, name, 0, &exact[i], NULL), 0);
+	}
+	for (int i = 0; i < 8; i++)
+		cr_assert_eq(td_client_watch(w, pre[i], TD_WATCH_PREFIX,
+					     &pid[i], NULL),
+			     0);
+	/* wx/5: its own, "", both "wx/" */
+	want[0] = exact[5], want[1] = pid[0], want[2] = pid[1];
+	want[3] = pid[2];
+	expect_watches(w, p, "wx/5", want, 4);
+	/* wx/123: its own and every prefix but wx/1234 and wy/ */
+	want[0] = exact[123];
+	for (int i = 0; i < 6; i++)
+		want[1 + i] = pid[i];
+	expect_watches(w, p, "wx/123", want, 7);
+	/* a name no exact watch has: "" only */
+	want[0] = pid[0];
+	expect_watches(w, p, "wz", want, 1);
+	/* one "wx/" and "wx/12" gone: the other "wx/" still fires */
+	cr_assert_eq(td_client_unwatch(w, pid[1], NULL), 0);
+	cr_assert_eq(td_client_unwatch(w, pid[4], NULL), 0);
+	want[0] = exact[12], want[1] = pid[0], want[2] = pid[2];
+	want[3] = pid[3];
+	expect_watches(w, p, "wx/12", want, 4);
+	pair_down(&x);
+}
+
+/*
+ * 1250 exact watches on five connections, more than the daemon's 1024
+ * buckets, so names share buckets whatever its seed: each publish reaches
+ * the one watch of its name, on its connection, in publish order.
+ */
+Test(loop, exact_watches_on_many_names_each_fire_for_their_own_name)
+{
+	enum { CONNS = 5, PER = 250 };
+	struct tu_daemon d;
+	struct td_client *w[CONNS], *p;
+	static uint64_t ids[CONNS][PER], got[PER];
+	char name[16];
+
+	tu_daemon_start(&d, "warn");
+	p = open_client(&d);
+	for (int c = 0; c < CONNS; c++) {
+		w[c] = open_client(&d);
+		for (int k = 0; k < PER; k++) {
+			snprintf(name, sizeof(name), "wb/%d", c * PER + k);
+			cr_assert_eq(td_client_watch(w[c], name, 0,
+						     &ids[c][k], NULL),
+				     0);
+		}
+	}
+	for (int k = 0; k < PER; k++)
+		for (int c = 0; c < CONNS; c++) {
+			snprintf(name, sizeof(name), "wb/%d", c * PER + k);
+			put(p, name, (uint8_t)k);
+		}
+	for (int c = 0; c < CONNS; c++) {
+		cr_assert_eq(drain_events(w[c], NULL, got, PER), PER);
+		for (int k = 0; k < PER; k++)
+			cr_assert_eq(got[k], ids[c][k], "connection %d, %d", c,
+				     k);
+		td_client_close(w[c]);
+	}
+	td_client_close(p);
+	tu_daemon_stop(&d, true);
+}
