@@ -134,14 +134,15 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: tensord-parkbench [--conns N] [--per K] "
-		"[--publishes P] [--rounds R] [--ring] [--timed] "
+		"[--publishes P] [--rounds R] [--ring] [--timed] [--watches] "
 		"[--tensord PATH]\n"
 		"A producer's publish round trip with nothing parked and with "
 		"N clients x K GETs parked on other names (default 16 x 256, "
 		"the default per-uid limit of 4096 parked GETs), P publishes "
 		"a phase (default 2000), R rounds (default 5); --ring: one more "
 		"GET parked on a ring nobody publishes to; --timed: while all "
-		"is parked, one more client loops over GETs of 1 ms.\n");
+		"is parked, one more client loops over GETs of 1 ms; --watches: "
+		"the clients watch their names instead of parking GETs.\n");
 	exit(2);
 }
 
