@@ -1172,9 +1172,14 @@ Test(hostile, a_rewrite_withdraws_only_what_its_uid_may_write)
 			     NULL, NULL),
 		 0, "info");
 	c = cli();
+	/* the worker asks for the take-back at every size and fill time
+	 * (else its loans, published at once, are a stream's, and the
+	 * check below would hold whatever the daemon did) */
 	cr_assert_eq(setenv("TENSORD_REWRITE_MIN", "0", 1), 0);
+	cr_assert_eq(setenv("TENSORD_REWRITE_FILL_US", "0", 1), 0);
 	worker_start(&w, NOBODY, 1);
 	unsetenv("TENSORD_REWRITE_MIN");
+	unsetenv("TENSORD_REWRITE_FILL_US");
 	cr_assert_eq(wdo(&w, W_REWRITE_PUT, "n/x", 4096, 1, why, sizeof(why)),
 		     0, "%s", why);
 	cr_assert_eq(td_client_stat(c, "n/x", &ent, &e), 0, "%s", e.reason);

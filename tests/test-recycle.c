@@ -1711,9 +1711,11 @@ Test(recycle, a_rewrite_takes_back_the_latest_version_scm, .timeout = 30)
 }
 
 /*
- * Nor before the producer spent $TENSORD_REWRITE_FILL_US (here the
- * default, 200 us) between the alloc and the publish of its last such
- * loan: a producer that does not fill its tensors gains nothing.
+ * Nor before the producer spent $TENSORD_REWRITE_FILL_US (default
+ * 200 us) between the alloc and the publish of its last such loan: a
+ * producer that does not fill its tensors gains nothing. Here 100 ms,
+ * so that "at once" stays at once on a loaded machine under ASan (CI
+ * once took more than 200 us between a loan and its publish).
  */
 Test(recycle, a_rewrite_waits_for_a_producer_that_fills_its_tensors)
 {
@@ -1725,8 +1727,10 @@ Test(recycle, a_rewrite_waits_for_a_producer_that_fills_its_tensors)
 
 	tu_daemon_start_args(&d, "warn", small_cap);
 	cr_assert_eq(setenv("TENSORD_REWRITE_MIN", "0", 1), 0);
+	cr_assert_eq(setenv("TENSORD_REWRITE_FILL_US", "100000", 1), 0);
 	prod = conn(&d, "pidfd");
 	unsetenv("TENSORD_REWRITE_MIN");
+	unsetenv("TENSORD_REWRITE_FILL_US");
 	cons = conn(&d, "pidfd");
 	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
 	fd_a = td_alloc_fd(a, 0);
@@ -1742,9 +1746,9 @@ Test(recycle, a_rewrite_waits_for_a_producer_that_fills_its_tensors)
 	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
 	cr_assert_eq(td_alloc_fd(a, 0), fd_a, "the lent loan");
 	cr_assert_eq(current_of(cons, "rw/x"), (int64_t)v);
-	/* held well past 200 us before its publish: the next alloc asks
+	/* held well past 100 ms before its publish: the next alloc asks
 	 * for the take-back, and gets the buffer it just published */
-	usleep(5000);
+	usleep(150000);
 	publish(prod, a, "rw/x", 3);
 	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
 	cr_assert_eq(td_alloc_fd(a, 0), fd_a, "taken back");
