@@ -401,6 +401,8 @@ static bool follower_end(struct bell *b, struct follower *f)
 		close(f->wake_fd);
 	*f = (struct follower){.row_fd = -1, .wake_fd = -1};
 	if (--b->followers) {
+		atomic_store_explicit(&b->hdr->followers, b->followers,
+				      memory_order_relaxed);
 		if (b->uid == uid)
 			bell_recharge(b, uid);
 		return false;
@@ -619,6 +621,8 @@ void td__follow(struct td__peer *p, const struct td__req *rq)
 	f->id = next_id++;
 	f->wake_fd = -1;
 	b->followers++;
+	atomic_store_explicit(&b->hdr->followers, b->followers,
+			      memory_order_relaxed);
 	if (fresh) {
 		struct td__version *cur =
 			td__name_lookup(td__d->store, m.name);

@@ -30,6 +30,9 @@ struct td_follow {
 	struct td_follow_row *row;
 	uint64_t last; /* newest version returned */
 	struct td_pace pace;
+	/* when a wait next looks at the connection (a lock and a poll):
+	 * once a TD__HUP_CHECK_NS however many waits, not once a wait */
+	int64_t hup_at;
 	int efd;      /* td_follow_fd()'s timerfd, -1 until then */
 	bool out;     /* a tensor held through the row is not released */
 	bool closing; /* td_follow_close() waits for that release */
@@ -294,11 +297,11 @@ static bool conn_gone(struct td_follow *f)
 static void sleep_on(struct td_follow *f, uint32_t seq, uint64_t latest,
 		     int64_t until)
 {
-	int64_t slice = td__now_ns() + TD__HUP_CHECK_NS;
 	_Atomic uint32_t *w = &f->row->waiting;
 
-	if (until < 0 || until > slice)
-		until = slice;
+	/* up to the next look at the connection (follow_wait) */
+	if (until < 0 || until > f->hup_at)
+		until = f->hup_at;
 	atomic_store(w, f->own_word ? TD_FOLLOW_WAIT_ROW
 				    : TD_FOLLOW_WAIT_FUTEX);
 	if (td_follow_latest_recheck(f->hdr) == latest &&
@@ -342,9 +345,12 @@ static int follow_wait(struct td_follow *f, uint64_t after, int timeout_ms,
 		       bool *served, int *left)
 {
 	struct td_pace_plan plan = {0};
-	int64_t deadline = -2, until, next_hup = 0;
+	int64_t deadline = -2, until;
 	int rc;
 
+	/* how many wait with this one (a fan-out's): a crowd sleeps */
+	f->pace.waiters = atomic_load_explicit(&f->hdr->followers,
+					       memory_order_relaxed);
 	for (;;) {
 		uint32_t seq = atomic_load(&((struct td_follow_hdr *)f->hdr)
 						    ->seq);
@@ -399,7 +405,10 @@ static int follow_wait(struct td_follow *f, uint64_t after, int timeout_ms,
 					timeout_ms);
 		if (td__pace_wait(&f->pace, &plan, deadline, &until))
 			continue;
-		if (td__now_ns() >= next_hup) {
+		/* a daemon that is gone writes no bell: a sleeper looks at
+		 * its connection at least once a second, and a stream's
+		 * waits (tens of microseconds) not each time */
+		if (td__now_ns() >= f->hup_at) {
 			bool gone = conn_gone(f);
 
 			if (gone && served)
@@ -408,7 +417,7 @@ static int follow_wait(struct td_follow *f, uint64_t after, int timeout_ms,
 				return td__fail(err, -EPIPE, "the connection "
 						"that followed \"%s\" is gone: "
 						"follow it again", f->name);
-			next_hup = td__now_ns() + TD__HUP_CHECK_NS;
+			f->hup_at = td__now_ns() + TD__HUP_CHECK_NS;
 		}
 		sleep_on(f, seq, latest, until);
 	}

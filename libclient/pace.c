@@ -12,6 +12,13 @@ void td_pace_init(struct td_pace *p, int64_t base_ns, int64_t cap_ns)
 	p->base = base_ns > 0 ? base_ns : 0;
 	p->cap = cap_ns > p->base ? cap_ns : p->base;
 	p->avg = 0;
+	p->waiters = 0;
+	p->cpus = 0;
+}
+
+bool td_pace_crowded(const struct td_pace *p)
+{
+	return p->cpus && p->waiters >= p->cpus;
 }
 
 void td_pace_plan(const struct td_pace *p, int64_t now,
@@ -25,6 +32,15 @@ void td_pace_plan(const struct td_pace *p, int64_t now,
 	w->polls = 0;
 	if (p->base == 0) {
 		/* spinning is off: sleep at once, no prediction either */
+		w->spin_until = now;
+	} else if (td_pace_crowded(p)) {
+		/*
+		 * As many waiters as CPUs (four followers of a fan-out on
+		 * two): who polls takes the CPU the producer and the
+		 * daemon need to make the handoff, yielding or not. The
+		 * waits still teach the average (td_pace_done), for when
+		 * the crowd thins.
+		 */
 		w->spin_until = now;
 	} else if (e == 0 || e > TD_PACE_PREDICT_MAX) {
 		/* no history, or an idle partner: the short bounded poll */

@@ -24,6 +24,14 @@ struct td_pace {
 	int64_t base; /* ns: spin this long with no history; 0 = never */
 	int64_t cap;  /* ns: longest spin-only window */
 	int64_t avg;  /* ns: moving average of recent waits; 0 = none yet */
+	/*
+	 * Waiters of the same handoff, the caller's count before a wait (a
+	 * bell's followers), 0 unknown; and the machine's CPUs, 0 unknown.
+	 * As many waiters as CPUs sleep at once: a poll could then only
+	 * take a CPU from the producer (and the daemon) they wait for.
+	 */
+	uint32_t waiters;
+	uint32_t cpus;
 };
 
 /*
@@ -58,6 +66,8 @@ struct td_pace_plan {
 enum td_pace_step { TD_PACE_SPIN, TD_PACE_YIELD, TD_PACE_SLEEP };
 
 void td_pace_init(struct td_pace *p, int64_t base_ns, int64_t cap_ns);
+/* Whether p's waiters are as many as the CPUs (see struct td_pace). */
+bool td_pace_crowded(const struct td_pace *p);
 /* The plan for a wait that starts now (nothing was there). */
 void td_pace_plan(const struct td_pace *p, int64_t now,
 		  struct td_pace_plan *w);

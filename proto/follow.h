@@ -70,7 +70,11 @@ struct td_follow_hdr {
 	uint32_t layout;
 	uint32_t entry_count;
 	uint32_t entry_len;
-	uint8_t pad0[48];
+	/* followers of the name now (rows in use), stored by the daemon at
+	 * every FOLLOW and follow end; 0 from a daemon before it: unknown.
+	 * A follower plans its poll with it (docs/fastpath.md, "Waiting") */
+	_Atomic uint32_t followers;
+	uint8_t pad0[44];
 	/* the line written on every version */
 	_Alignas(64) _Atomic uint32_t seq; /* futex word: +1 per change */
 	_Atomic uint32_t flags;            /* reserved, 0 */

@@ -489,6 +489,93 @@ static void follower_sleeps_on(const char *wake_rows, bool old_daemon,
 	tu_daemon_stop(&d, false);
 }
 
+/* This thread's CPU time, in ns. */
+static int64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	cr_assert_eq(clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts), 0);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The bell's header, mapped read-only here: the one bell of this test. */
+static const struct td_follow_hdr *bell_hdr(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	unsigned long lo = 0;
+
+	cr_assert(f);
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, "memfd:tensord-follow (deleted)"))
+			cr_assert_eq(sscanf(line, "%lx-", &lo), 1);
+	fclose(f);
+	cr_assert(lo, "no bell mapping");
+	return (const struct td_follow_hdr *)lo;
+}
+
+/* How long a follower with nothing to take burnt in 150 ms of waiting. */
+static int64_t wait_cpu_ns(struct td_follow *f)
+{
+	struct td_tensor *t = NULL;
+	int64_t t0 = thread_cpu_ns();
+
+	cr_assert_eq(td_follow_next(f, 150, &t, NULL), -ETIMEDOUT);
+	return thread_cpu_ns() - t0;
+}
+
+/*
+ * The bell says how many follow the name, and as many followers as CPUs
+ * ($TENSORD_CPUS here, 2) sleep at once instead of polling
+ * (docs/fastpath.md, "Waiting"): four consumers of a fan-out on two CPUs
+ * that poll take the CPU the producer and the daemon need. A poll as
+ * long as the wait ($TENSORD_RING_SPIN_US at its 1 s bound) shows as
+ * the CPU time of the thread that waits: most of the 150 ms alone, next
+ * to nothing in a crowd.
+ */
+Test(follow, followers_as_many_as_the_cpus_sleep_at_once, .timeout = 60)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_follow *f1, *f2;
+	const struct td_follow_hdr *h;
+	int64_t alone, crowd;
+
+	cr_assert_eq(setenv("TENSORD_RING_SPIN_US", "1000000", 1), 0);
+	cr_assert_eq(setenv("TENSORD_RING_SPIN_MAX_US", "1000000", 1), 0);
+	cr_assert_eq(setenv("TENSORD_CPUS", "2", 1), 0);
+	pair_start(&d, small_cap, "pidfd", &prod, &cons);
+	put(prod, "fw/crowd", 64, TD_ALLOC_STREAM, 1);
+	f1 = follow(cons, "fw/crowd");
+	td_tensor_release(next(f1, 0));
+	h = bell_hdr();
+	cr_assert_eq(atomic_load(&h->followers), 1);
+	alone = wait_cpu_ns(f1);
+	cr_assert_gt(alone, 10000000, "a lone follower polled %lld ns",
+		     (long long)alone);
+
+	f2 = follow(cons, "fw/crowd");
+	cr_assert_eq(atomic_load(&h->followers), 2);
+	crowd = wait_cpu_ns(f1);
+	cr_assert_lt(crowd, 5000000, "a crowded follower polled %lld ns",
+		     (long long)crowd);
+	/* the crowd is woken by the publish all the same */
+	put(prod, "fw/crowd", 64, TD_ALLOC_STREAM, 2);
+	td_tensor_release(next(f1, 5000));
+	td_tensor_release(next(f2, 5000));
+
+	td_follow_close(f2);
+	cr_assert_eq(atomic_load(&h->followers), 1);
+	alone = wait_cpu_ns(f1);
+	cr_assert_gt(alone, 10000000, "alone again, polled %lld ns",
+		     (long long)alone);
+	unsetenv("TENSORD_RING_SPIN_US");
+	unsetenv("TENSORD_RING_SPIN_MAX_US");
+	unsetenv("TENSORD_CPUS");
+	td_follow_close(f1);
+	pair_stop(&d, prod, cons);
+}
+
 Test(follow, a_sleeping_follower_sleeps_on_its_own_row)
 {
 	follower_sleeps_on("1", false, TD_FOLLOW_WAIT_ROW);

@@ -374,6 +374,25 @@ Test(ring, waits_are_planned_from_recent_waits_and_bounded)
 	cr_assert_eq(td_pace_step(&w, 5), TD_PACE_SLEEP);
 	td_pace_done(&p, &w, 500);
 	cr_assert_eq(p.avg, 0);
+
+	/* as many waiters as CPUs (a fan-out's followers): sleep at once
+	 * even where the waits are short, and still learn them; fewer, or
+	 * a count not known (0), plan as before */
+	td_pace_init(&p, 20 * us, 200 * us);
+	p.avg = 40 * us;
+	p.cpus = 2;
+	for (uint32_t n = 0; n <= 4; n++) {
+		p.waiters = n;
+		td_pace_plan(&p, 1000, &w);
+		cr_assert_eq(td_pace_step(&w, 1000),
+			     n >= 2 ? TD_PACE_SLEEP : TD_PACE_SPIN, "%u", n);
+		cr_assert_eq(w.spin_until, n >= 2 ? 1000 : 1000 + 60 * us);
+	}
+	td_pace_done(&p, &w, 1000 + 80 * us);
+	cr_assert_eq(p.avg, 40 * us + (80 * us - 40 * us) / 4);
+	p.cpus = 0;
+	td_pace_plan(&p, 1000, &w);
+	cr_assert_eq(td_pace_step(&w, 1000), TD_PACE_SPIN, "CPUs unknown");
 }
 
 Test(ring, wire_messages_round_trip_and_refuse_truncation)
