@@ -194,6 +194,9 @@ struct td__daemon {
 	struct td__opts opts;
 	pid_t pid;
 	int pidfd; /* pidfd_open(getpid()), sent in HELLO replies; -1 */
+	/* CPUs of the host (td__cpus): parked GETs answered together
+	 * that are as many are a crowd (lease.c, TD_WIRE_F_CROWD) */
+	uint32_t cpus;
 	struct td__server *server;
 	struct td__store *store;
 	struct td__policy *policy; /* --policy, NULL without */
@@ -278,6 +281,7 @@ struct td__peer {
 	 */
 	bool pidfd_exact;
 	bool hello;
+	uint32_t features; /* the TD_WIRE_FEAT_* its HELLO named */
 	bool dead;       /* marked for the reaper; sends are dropped */
 	bool writable_wait;
 	uint32_t import_in; /* TD_IMPORT_PIDFD or TD_IMPORT_SCM */

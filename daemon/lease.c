@@ -89,7 +89,7 @@ static int lease_new(struct td__store *s, struct td__peer *p, uint64_t pin,
 
 static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 		      uint32_t flags, uint32_t held_count,
-		      const uint64_t *held, struct td__version *v)
+		      const uint64_t *held, struct td__version *v, bool crowd)
 {
 	struct td__daemon *d = td__d;
 	struct td__store *s = d->store;
@@ -147,8 +147,9 @@ static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 	}
 	len = td_wire_get_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
 	/* cannot fail: blob and meta were bounded when published */
-	td__peer_send(p, op, TD_WIRE_F_REPLY, request_id, 0,
-		      len < 0 ? 0 : (size_t)len, fds,
+	crowd = crowd && (p->features & TD_WIRE_FEAT_GET_CROWD);
+	td__peer_send(p, op, TD_WIRE_F_REPLY | (crowd ? TD_WIRE_F_CROWD : 0),
+		      request_id, 0, len < 0 ? 0 : (size_t)len, fds,
 		      (flags & TD_WIRE_REQ_SCM) ? nsend : 0);
 }
 
@@ -351,22 +352,40 @@ static void on_timer(uv_timer_t *t)
 	rearm(s);
 }
 
+/* Whether v answers the GET w parked. */
+static bool wake_answers(const struct td__waiter *w,
+			 const struct td__version *v)
+{
+	return !w->peer->dead && w->len == v->name_len &&
+	       memcmp(w->name, v->name, w->len) == 0 &&
+	       (w->mode != TD_GET_NEWER || v->number > w->version);
+}
+
+/*
+ * v answers the GETs parked on its name. As many as the host has CPUs,
+ * or more, are a crowd (a fan-out's consumers): each reply says so, and
+ * those clients sleep at once for their next reply instead of polling
+ * the CPUs this daemon and the producer need (docs/fastpath.md,
+ * "Waiting").
+ */
 void td__lease_wake(struct td__store *s, struct td__version *v)
 {
 	struct td__list *b = wait_bucket(s, v->name, v->name_len), *l, *n;
+	uint32_t answered = 0;
 
+	for (l = b->next; l != b; l = l->next)
+		answered += wake_answers(
+			td__container_of(l, struct td__waiter, blink), v);
 	for (l = b->next; l != b; l = n) {
 		struct td__waiter *w =
 			td__container_of(l, struct td__waiter, blink);
 
 		n = l->next;
-		if (w->peer->dead || w->len != v->name_len ||
-		    memcmp(w->name, v->name, w->len) != 0)
-			continue;
-		if (w->mode == TD_GET_NEWER && v->number <= w->version)
+		if (!wake_answers(w, v))
 			continue;
 		reply_get(w->peer, TD_OP_GET, w->request_id, w->flags,
-			  w->held_count, w->held, v);
+			  w->held_count, w->held, v,
+			  td__d->cpus && answered >= td__d->cpus);
 		waiter_free(w);
 	}
 }
@@ -418,7 +437,7 @@ static void get_exact(struct td__peer *p, const struct td_wire_hdr *h,
 		x = v;
 	if (x)
 		reply_get(p, h->opcode, h->request_id, m->flags, m->held_count,
-			  m->held, x);
+			  m->held, x, false);
 	else if (v)
 		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
 			       "version %llu of \"%.*s\" is neither "
@@ -557,7 +576,7 @@ void td__lease_get(struct td__peer *p, const struct td__req *rq)
 		get_exact(p, h, &m, v);
 	else if (v && (m.mode == TD_GET_LATEST || v->number > m.version))
 		reply_get(p, h->opcode, h->request_id, m.flags, m.held_count,
-			  m.held, v);
+			  m.held, v, false);
 	else if (m.timeout_ms == 0 && rw == -EINPROGRESS)
 		td__peer_error(p, h->opcode, h->request_id, -EAGAIN,
 			       "ring \"%.*s\": its latest version is "

@@ -400,6 +400,7 @@ static int start(struct td__daemon *d, uv_signal_t *sigint,
 	int rc;
 
 	td__closer_start();
+	d->cpus = td__cpus();
 	d->pidfd = import == TD_IMPORT_SCM ? -1 : td__pidfd_open(d->pid);
 	if (d->pidfd < 0 && import != TD_IMPORT_SCM)
 		td__log(TD_LOG_WARN, "pidfd_open(self): %s; clients receive "

@@ -450,7 +450,7 @@ static int probe_trusted(struct td__peer *p, int fd, char *why, size_t cap)
 	 TD_WIRE_FEAT_DELETE_IF | TD_WIRE_FEAT_FOLLOW |                       \
 	 TD_WIRE_FEAT_FOLLOW_SPARE | TD_WIRE_FEAT_WAKE_ROWS |                 \
 	 TD_WIRE_FEAT_ROW_OWNER | TD_WIRE_FEAT_REWRITE |                    \
-	 TD_WIRE_FEAT_RESERVE)
+	 TD_WIRE_FEAT_RESERVE | TD_WIRE_FEAT_GET_CROWD)
 
 void td__peer_hello(struct td__peer *p, const struct td__req *rq)
 {
@@ -527,6 +527,7 @@ void td__peer_hello(struct td__peer *p, const struct td__req *rq)
 		}
 	}
 	p->hello = true;
+	p->features = m.features;
 	p->import_in = in;
 	r = (struct td_wire_hello_rep){
 		.daemon_pid = (uint32_t)d->pid,

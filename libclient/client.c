@@ -511,8 +511,12 @@ int td__reply(struct td_client *c, uint16_t op, uint64_t id,
 			break;
 		td__msg_aside(c, rep);
 	}
-	if (pace)
+	if (pace) {
 		td_pace_done(pace, &plan, td__now_ns());
+		/* answered with a crowd: the next wait sleeps at once */
+		pace->waiters = (rep->hdr.flags & TD_WIRE_F_CROWD) ? UINT32_MAX
+								   : 0;
+	}
 	if (rep->hdr.status < 0) {
 		rc = rep->hdr.status;
 		td__msg_close_fds(rep);
@@ -728,7 +732,7 @@ static int import_pref(uint32_t *pref, struct td_error *err)
 	 TD_WIRE_FEAT_PUB_LOAN | TD_WIRE_FEAT_RELEASE_QUIET |              \
 	 TD_WIRE_FEAT_DELETE_IF | TD_WIRE_FEAT_WAKE_ROWS |                    \
 	 TD_WIRE_FEAT_ROW_OWNER | TD_WIRE_FEAT_REWRITE |                    \
-	 TD_WIRE_FEAT_RESERVE)
+	 TD_WIRE_FEAT_RESERVE | TD_WIRE_FEAT_GET_CROWD)
 
 static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 {

@@ -10,10 +10,8 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "client.h"
 #include "os.h"
@@ -71,29 +69,6 @@ static int64_t env_us(const char *name, int64_t dflt)
 }
 
 /*
- * The CPUs the producer, the daemon and the waiters of a handoff share:
- * $TENSORD_CPUS (a container held to fewer than the host has), else
- * those online, read once (not this thread's affinity: a consumer
- * pinned to one CPU still leaves the others to them). 0 unknown.
- */
-static uint32_t cpus_online(void)
-{
-	static _Atomic uint32_t n;
-	uint32_t v = (uint32_t)td__env_u64("TENSORD_CPUS", 0, UINT32_MAX);
-	long got;
-
-	if (v)
-		return v;
-	v = atomic_load_explicit(&n, memory_order_relaxed);
-	if (v)
-		return v;
-	got = sysconf(_SC_NPROCESSORS_ONLN);
-	v = got > 0 && got < UINT32_MAX ? (uint32_t)got : 0;
-	atomic_store_explicit(&n, v, memory_order_relaxed);
-	return v;
-}
-
-/*
  * How a waiter waits (pace.h). A partner on another CPU often answers
  * within microseconds, while a futex sleep plus wake-up costs tens of
  * microseconds (more in VMs): a short bounded poll saves that (the
@@ -105,7 +80,7 @@ void td__pace_init_env(struct td_pace *p)
 {
 	td_pace_init(p, env_us("TENSORD_RING_SPIN_US", DEFAULT_SPIN_US),
 		     env_us("TENSORD_RING_SPIN_MAX_US", DEFAULT_SPIN_MAX_US));
-	p->cpus = cpus_online();
+	p->cpus = td__cpus();
 }
 
 /*

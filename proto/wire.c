@@ -29,7 +29,7 @@ enum {
 	HOFF_STATUS = 28,
 };
 
-#define HDR_FLAGS_KNOWN (TD_WIRE_F_REPLY | TD_WIRE_F_NOTIFY)
+#define HDR_FLAGS_KNOWN (TD_WIRE_F_REPLY | TD_WIRE_F_NOTIFY | TD_WIRE_F_CROWD)
 
 /* One fd-table entry as described by the daemon: i32 fd + u64 buffer_id. */
 #define FDENT_LEN 12

@@ -39,6 +39,10 @@
 /* Header flags */
 #define TD_WIRE_F_REPLY 0x1u  /* a reply to request_id */
 #define TD_WIRE_F_NOTIFY 0x2u /* unsolicited notification (request_id 0) */
+/* on a GET reply, to a client that named TD_WIRE_FEAT_GET_CROWD: one
+ * change answered this GET and as many others parked, or more, as the
+ * daemon's host has CPUs (docs/protocol.md §6.4) */
+#define TD_WIRE_F_CROWD 0x4u
 
 enum td_wire_op {
 	TD_OP_HELLO = 1,
@@ -177,6 +181,8 @@ void td_wire_wr_bytes(struct td_wire_wr *wr, const void *p, size_t len);
 #define TD_WIRE_FEAT_REWRITE 0x2000u    /* ALLOC flag TD_WIRE_ALLOC_REWRITE */
 /* ALLOC flag TD_WIRE_ALLOC_RESERVE, RING_CREATE flag TD_WIRE_RING_RESERVE */
 #define TD_WIRE_FEAT_RESERVE 0x4000u
+/* header flag TD_WIRE_F_CROWD on GET replies; a client names it too */
+#define TD_WIRE_FEAT_GET_CROWD 0x8000u
 
 /* HELLO request */
 struct td_wire_hello_req {

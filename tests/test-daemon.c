@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "blob.h"
+#include "os.h"
 #include "bytes.h"
 #include "scm.h"
 #include "testutil.h"
@@ -320,10 +321,13 @@ static int conn(const struct daemon *d)
 	return fd;
 }
 
-static struct td_wire_hello_rep hello_pref(int sock, uint32_t pref,
-					   int probe, int *daemon_pidfd)
+/* HELLO naming these feature bits (0: none, a version-1 body). */
+static struct td_wire_hello_rep hello_feat(int sock, uint32_t pref,
+					   int probe, uint32_t features,
+					   int *daemon_pidfd)
 {
-	struct td_wire_hello_req r = {pref, probe, {"test-daemon", 11}, 0};
+	struct td_wire_hello_req r = {pref, probe, {"test-daemon", 11},
+				      features};
 	struct td_wire_hello_rep rep;
 	int64_t n = td_wire_hello_req_encode(&r, BODY, BODY_CAP);
 	struct msg *m;
@@ -340,6 +344,12 @@ static struct td_wire_hello_rep hello_pref(int sock, uint32_t pref,
 	else
 		close_msg_fds(m);
 	return rep;
+}
+
+static struct td_wire_hello_rep hello_pref(int sock, uint32_t pref,
+					   int probe, int *daemon_pidfd)
+{
+	return hello_feat(sock, pref, probe, 0, daemon_pidfd);
 }
 
 /* A connection after HELLO (import as the daemon decides). */
@@ -602,7 +612,8 @@ DTest(hello_without_feature_bits_gets_the_version_1_reply)
 			     TD_WIRE_FEAT_DELETE_IF | TD_WIRE_FEAT_FOLLOW |
 			     TD_WIRE_FEAT_FOLLOW_SPARE |
 			     TD_WIRE_FEAT_WAKE_ROWS | TD_WIRE_FEAT_ROW_OWNER |
-			     TD_WIRE_FEAT_REWRITE | TD_WIRE_FEAT_RESERVE);
+			     TD_WIRE_FEAT_REWRITE | TD_WIRE_FEAT_RESERVE |
+			     TD_WIRE_FEAT_GET_CROWD);
 	close_msg_fds(m);
 	close(sock);
 }
@@ -1122,6 +1133,87 @@ DTest(parked_gets_on_many_names_each_wake_for_their_own_name)
 		}
 	for (int c = 0; c < CONNS; c++)
 		close(cons[c]);
+	close(prod);
+}
+
+/* A connection whose HELLO names the features given. */
+static int conn_features(const struct daemon *d, uint32_t features)
+{
+	int sock = conn(d);
+
+	cr_assert(hello_feat(sock, TD_IMPORT_SCM, -1, features, NULL).features &
+		  TD_WIRE_FEAT_GET_CROWD);
+	recv_timeout(sock);
+	return sock;
+}
+
+/* The header flags of the (successful) reply to GET id on sock. */
+static uint32_t get_flags(int sock, uint64_t id)
+{
+	struct msg *m = reply(sock, TD_OP_GET, id);
+
+	cr_assert_eq(m->h.status, 0, "GET: %s", m->reason);
+	close_msg_fds(m);
+	return m->h.flags;
+}
+
+/*
+ * One change that answers as many parked GETs as the host has CPUs, or
+ * more, marks each reply TD_WIRE_F_CROWD (its clients then sleep at once
+ * for their next reply, docs/fastpath.md "Waiting"), but only to
+ * connections whose HELLO named TD_WIRE_FEAT_GET_CROWD: an older client
+ * refuses header flags it does not know. Fewer parked GETs, or a GET
+ * answered at once: no mark.
+ */
+DTest(gets_answered_together_by_as_many_as_the_cpus_are_a_crowd)
+{
+	int n = (int)td__cpus(), prod = conn_hello(&D, TD_IMPORT_SCM);
+	int old = conn_hello(&D, TD_IMPORT_SCM), *cons = calloc(n, sizeof(int));
+	uint64_t v;
+
+	cr_assert(n > 0 && cons);
+	recv_timeout(old);
+	v = publish_bytes(prod, "cw/x", 64, 1, true);
+	for (int i = 0; i < n; i++)
+		cons[i] = conn_features(&D, TD_WIRE_FEAT_GET_CROWD);
+	/* n that name the feature and one that does not: a crowd */
+	for (int i = 0; i <= n; i++) {
+		get_req(i < n ? cons[i] : old, 10, "cw/x", TD_GET_NEWER, v,
+			60000, 0);
+		/* parked before the publish: the STAT is answered after */
+		name_req(i < n ? cons[i] : old, TD_OP_STAT, 11, "cw/none", 7);
+		cr_assert_eq(reply(i < n ? cons[i] : old, TD_OP_STAT, 11)
+				     ->h.status,
+			     -ENOENT);
+	}
+	v = publish_bytes(prod, "cw/x", 64, 2, true);
+	for (int i = 0; i < n; i++)
+		cr_assert(get_flags(cons[i], 10) & TD_WIRE_F_CROWD,
+			  "consumer %d of %d", i, n);
+	cr_assert_eq(get_flags(old, 10), TD_WIRE_F_REPLY,
+		     "a client without the feature");
+	/* exactly n parked are a crowd, n - 1 (where n > 1) are not */
+	for (int k = 0; k < 2; k++) {
+		for (int i = k; i < n; i++) {
+			get_req(cons[i], 12, "cw/x", TD_GET_NEWER, v, 60000, 0);
+			name_req(cons[i], TD_OP_STAT, 13, "cw/none", 7);
+			cr_assert_eq(reply(cons[i], TD_OP_STAT, 13)->h.status,
+				     -ENOENT);
+		}
+		v = publish_bytes(prod, "cw/x", 64, (uint8_t)(3 + k), true);
+		for (int i = k; i < n; i++)
+			cr_assert_eq(get_flags(cons[i], 12),
+				     TD_WIRE_F_REPLY |
+					     (k ? 0 : TD_WIRE_F_CROWD),
+				     "%d of %d parked", n - k, n);
+	}
+	/* nor one answered at once */
+	get_req(cons[0], 14, "cw/x", TD_GET_NEWER, 0, 60000, 0);
+	cr_assert_eq(get_flags(cons[0], 14), TD_WIRE_F_REPLY);
+	for (int i = 0; i < n; i++)
+		close(cons[i]);
+	free(cons);
+	close(old);
 	close(prod);
 }
 

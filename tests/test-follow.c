@@ -26,6 +26,7 @@
 #include "tensord/tensord.h"
 #include "client.h"
 #include "follow.h"
+#include "os.h"
 #include "wire.h"
 #include "testclient.h"
 #include "testutil.h"
@@ -489,15 +490,6 @@ static void follower_sleeps_on(const char *wake_rows, bool old_daemon,
 	tu_daemon_stop(&d, false);
 }
 
-/* This thread's CPU time, in ns. */
-static int64_t thread_cpu_ns(void)
-{
-	struct timespec ts;
-
-	cr_assert_eq(clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts), 0);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* The bell's header, mapped read-only here: the one bell of this test. */
 static const struct td_follow_hdr *bell_hdr(void)
 {
@@ -518,10 +510,10 @@ static const struct td_follow_hdr *bell_hdr(void)
 static int64_t wait_cpu_ns(struct td_follow *f)
 {
 	struct td_tensor *t = NULL;
-	int64_t t0 = thread_cpu_ns();
+	int64_t t0 = tu_thread_cpu_ns();
 
 	cr_assert_eq(td_follow_next(f, 150, &t, NULL), -ETIMEDOUT);
-	return thread_cpu_ns() - t0;
+	return tu_thread_cpu_ns() - t0;
 }
 
 /*
@@ -574,6 +566,116 @@ Test(follow, followers_as_many_as_the_cpus_sleep_at_once, .timeout = 60)
 	unsetenv("TENSORD_CPUS");
 	td_follow_close(f1);
 	pair_stop(&d, prod, cons);
+}
+
+/* GETs parked in the daemon, every client's (STATUS) */
+static uint64_t parked_gets(const struct td_status *st)
+{
+	uint64_t n = 0;
+
+	for (size_t k = 0; k < st->client_count; k++)
+		n += st->clients[k].waiters;
+	return n;
+}
+
+struct getter {
+	struct td_client *c;
+	uint64_t after;
+	int rc;
+	int64_t cpu_ns; /* the thread's CPU time in its GET */
+};
+
+static void *getter_run(void *arg)
+{
+	struct getter *g = arg;
+	struct td_tensor *t = NULL;
+	int64_t t0 = tu_thread_cpu_ns();
+
+	g->rc = td_client_get_newer(g->c, "fw/gets", g->after, 150, &t, NULL);
+	g->cpu_ns = tu_thread_cpu_ns() - t0;
+	if (g->rc == 0)
+		td_tensor_release(t);
+	return NULL;
+}
+
+/* n getters' GETs, parked together, answered by one publish (v + 1). */
+static void gets_answered(struct td_client *prod, struct getter *g, int n,
+			  struct td_client *st, uint64_t v)
+{
+	pthread_t th[64];
+
+	for (int i = 0; i < n; i++) {
+		g[i].after = v;
+		cr_assert_eq(pthread_create(&th[i], NULL, getter_run, &g[i]),
+			     0);
+	}
+	cr_assert_eq(tc_status_until(st, parked_gets, (uint64_t)n),
+		     (uint64_t)n);
+	put(prod, "fw/gets", 64, TD_ALLOC_STREAM, (uint8_t)v);
+	for (int i = 0; i < n; i++) {
+		cr_assert_eq(pthread_join(th[i], NULL), 0);
+		cr_assert_eq(g[i].rc, 0, "getter %d", i);
+	}
+}
+
+/*
+ * The GET path's crowd (TENSORD_GET_FOLLOW=0: get_newer parks GETs):
+ * replies to as many parked GETs as the CPUs, answered by one publish,
+ * say so (TD_WIRE_F_CROWD), and the next reply wait of each of those
+ * clients sleeps at once. With polling as long as the wait (1 s), a
+ * 150 ms wait that times out burns most of it alone, next to nothing
+ * after a crowd.
+ */
+Test(follow, get_replies_to_a_crowd_make_the_next_wait_sleep, .timeout = 60)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *st;
+	struct getter g[64] = {0};
+	int n = (int)td__cpus();
+	uint64_t v;
+
+	cr_assert(n > 0);
+	if (n > 64) {
+		n = 64;
+		cr_assert_eq(setenv("TENSORD_CPUS", "64", 1), 0);
+	}
+	cr_assert_eq(setenv("TENSORD_RING_SPIN_US", "1000000", 1), 0);
+	cr_assert_eq(setenv("TENSORD_RING_SPIN_MAX_US", "1000000", 1), 0);
+	cr_assert_eq(setenv("TENSORD_GET_FOLLOW", "0", 1), 0);
+	pair_start(&d, small_cap, "pidfd", &prod, &st);
+	for (int i = 0; i < n; i++)
+		g[i].c = conn(&d, "pidfd");
+	unsetenv("TENSORD_GET_FOLLOW");
+	v = put(prod, "fw/gets", 64, TD_ALLOC_STREAM, 1);
+
+	gets_answered(prod, g, n, st, v++);
+	for (int i = 0; i < n; i++)
+		cr_assert_eq(g[i].c->pace_get.waiters, UINT32_MAX, "%d", i);
+	g[0].after = v;
+	getter_run(&g[0]);
+	cr_assert_eq(g[0].rc, -ETIMEDOUT);
+	cr_assert_lt(g[0].cpu_ns, 5000000, "after a crowd, polled %lld ns",
+		     (long long)g[0].cpu_ns);
+	/* answered alone: it polls again (a crowd of one CPU aside) */
+	if (n > 1) {
+		gets_answered(prod, g, 1, st, v++);
+		cr_assert_eq(g[0].c->pace_get.waiters, 0);
+		g[0].after = v;
+		getter_run(&g[0]);
+		cr_assert_eq(g[0].rc, -ETIMEDOUT);
+		cr_assert_gt(g[0].cpu_ns, 10000000, "alone, polled %lld ns",
+			     (long long)g[0].cpu_ns);
+	}
+	unsetenv("TENSORD_RING_SPIN_US");
+	unsetenv("TENSORD_RING_SPIN_MAX_US");
+	unsetenv("TENSORD_CPUS");
+	for (int i = 0; i < n; i++)
+		td_client_close(g[i].c);
+	/* fds and buffer mappings are counted; not every mapping: glibc
+	 * keeps the threads' stacks */
+	td_client_close(st);
+	td_client_close(prod);
+	tu_daemon_stop(&d, false);
 }
 
 Test(follow, a_sleeping_follower_sleeps_on_its_own_row)

@@ -7,7 +7,9 @@
 #include <limits.h>
 #include <linux/dma-buf.h>
 #include <linux/futex.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -21,6 +23,29 @@
 #ifndef SYS_pidfd_getfd
 #define SYS_pidfd_getfd 438
 #endif
+
+uint32_t td__cpus(void)
+{
+	static _Atomic uint32_t online;
+	const char *e = getenv("TENSORD_CPUS");
+	uint32_t v;
+	long got;
+
+	if (e && *e) {
+		char *end;
+		unsigned long n = strtoul(e, &end, 10);
+
+		if (!*end && n > 0 && n < UINT32_MAX)
+			return (uint32_t)n;
+	}
+	v = atomic_load_explicit(&online, memory_order_relaxed);
+	if (v)
+		return v;
+	got = sysconf(_SC_NPROCESSORS_ONLN);
+	v = got > 0 && got < UINT32_MAX ? (uint32_t)got : 0;
+	atomic_store_explicit(&online, v, memory_order_relaxed);
+	return v;
+}
 
 int td__pidfd_open(pid_t pid)
 {

@@ -18,6 +18,13 @@
 
 /* pidfd_open(pid, 0): a pidfd (CLOEXEC) or -errno. */
 int td__pidfd_open(pid_t pid);
+/*
+ * The CPUs the processes of a handoff share: $TENSORD_CPUS (a container
+ * held to fewer than its host has), else those online, read once (not
+ * the caller's affinity: a consumer pinned to one CPU still leaves the
+ * others to the producer and the daemon). 0 unknown.
+ */
+uint32_t td__cpus(void);
 /* pidfd_getfd(pidfd, fd, 0): a new CLOEXEC fd, -ESRCH for pidfd < 0. */
 int td__pidfd_getfd(int pidfd, int fd);
 
