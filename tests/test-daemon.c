@@ -1797,7 +1797,7 @@ DTest(ring_wake_refuses_foreign_ids_and_bad_bodies_and_keeps_no_fd)
 	expect_error(sock, TD_OP_RING_WAKE, 3, -ENODATA, NULL);
 	/* every attached fd was closed again */
 	for (int i = 0; i < 2000 && daemon_fd_count(&D) != base; i++)
-		nap_ms(1);
+		nap_ms(10);
 	cr_assert_eq(daemon_fd_count(&D), base);
 	close(efd);
 	close(sock);
@@ -1861,7 +1861,7 @@ DTest(follow_wake_takes_a_timerfd_and_refuses_an_eventfd)
 	cr_assert_eq(m->h.status, 0, "FOLLOW_CLOSE: %s", m->reason);
 	close_msg_fds(m);
 	for (int i = 0; i < 2000 && daemon_fd_count(&D) != base; i++)
-		nap_ms(1);
+		nap_ms(10);
 	cr_assert_eq(daemon_fd_count(&D), base);
 	close(efd);
 	close(tfd);

@@ -318,7 +318,7 @@ Test(gpu, a_producer_that_dies_before_publishing_leaves_nothing_held)
 	 * (the daemon notices the hang-up before our next request) */
 	struct td_client *c = connect_to(&d);
 	int rc = -1;
-	for (int i = 0; i < 200 && rc != 0; i++) {
+	for (int i = 0; i < 2000 && rc != 0; i++) {
 		rc = td_client_alloc(c, 1, &size, &a, &e);
 		if (rc)
 			usleep(10000);

@@ -775,17 +775,18 @@ static int proc_fd_count(pid_t pid)
 /*
  * The daemon's fd count once it is steady: tu_daemon_start()'s probe
  * connection may still be open in the daemon until it reads the hang-up.
+ * Three equal reads 100 ms apart (a daemon stalled for a moment would
+ * pass two quick ones with the probe still counted), at most 20 s.
  */
 static int settled_fd_count(pid_t pid)
 {
-	int n = proc_fd_count(pid);
+	int n = proc_fd_count(pid), same = 1;
 
-	for (int i = 0; i < 200; i++) {
-		usleep(20000);
+	for (int i = 0; i < 200 && same < 3; i++) {
+		usleep(100000);
 		int m = proc_fd_count(pid);
 
-		if (m == n)
-			return n;
+		same = m == n ? same + 1 : 1;
 		n = m;
 	}
 	return n;

@@ -1246,7 +1246,7 @@ static void keeps_its_version(const char *path, size_t len, uint64_t held,
 	}
 	free(rest);
 	/* the lease is gone with the response: the bytes are freed */
-	for (int i = 0; i < 200; i++) {
+	for (int i = 0; i < 2000; i++) {
 		m = get_ok("/metrics", &mlen);
 		if (strstr(m, "tensord_bytes 0\n") &&
 		    strstr(m, "tensord_http_leases 0\n"))

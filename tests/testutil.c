@@ -4,7 +4,6 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
-#include <time.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,14 +128,6 @@ int tu_deny_syscall_arg(long nr, unsigned argi, uint32_t value, int err)
 	if (argi > 5)
 		return -EINVAL;
 	return seccomp_install(f, sizeof(f) / sizeof(f[0]));
-}
-
-int64_t tu_thread_cpu_ns(void)
-{
-	struct timespec ts;
-
-	cr_assert_eq(clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts), 0);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 int tu_fd_count(void)

@@ -35,8 +35,6 @@ int tu_deny_syscall(long nr, int err);
 /* The same, only when its argument argi (its low 32 bits) is value. */
 int tu_deny_syscall_arg(long nr, unsigned argi, uint32_t value, int err);
 int tu_fd_count(void);
-/* The calling thread's CPU time, in ns (CLOCK_THREAD_CPUTIME_ID). */
-int64_t tu_thread_cpu_ns(void);
 /* Number of mappings in this process (/proc/self/maps lines). */
 int tu_map_count(void);
 /*

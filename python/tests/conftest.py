@@ -120,13 +120,23 @@ class InThread(threading.Thread):
     def __init__(self, fn):
         super().__init__(daemon=True)
         self.fn, self.result, self.error = fn, None, None
+        self.calling = threading.Event()
         self.start()
 
     def run(self):
         try:
+            self.calling.set()
             self.result = self.fn()
         except Exception as e:  # noqa: BLE001 (handed to the test)
             self.error = e
+
+    def inside(self, settle=0.2):
+        """Once the thread is in fn()'s blocking call: it has started
+        (however late a loaded machine starts it), and holding the GIL it
+        goes from the event straight into the call, where it lets the
+        GIL go; settle is for what the call does before it blocks."""
+        assert self.calling.wait(60), "the thread did not start"
+        time.sleep(settle)
 
     def finish(self, timeout=60):
         self.join(timeout)

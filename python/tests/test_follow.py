@@ -120,11 +120,20 @@ def test_next_waits_with_the_gil_released(client, prod):
     got = waiter.finish().result
     assert waiter.error is None, waiter.error
     assert got.version == v and (got == 7).all()
-    # a second thread is refused while one waits
+    # a second thread is refused while one waits: until the waiter is
+    # inside next() this thread times out, then it is refused (a sleep
+    # would not prove the waiter got there on a loaded machine)
     waiter = InThread(lambda: f.next(timeout=20))
-    time.sleep(0.2)
-    with pytest.raises(RuntimeError, match="another thread"):
-        f.next(0)
+    refused = None
+    for _ in range(10000):
+        try:
+            f.next(0)
+        except RuntimeError as e:
+            refused = e
+            break
+        except tensord.Timeout:
+            time.sleep(0.001)
+    assert refused is not None and "another thread" in str(refused)
     with pytest.raises(RuntimeError):
         f.close()
     publish(prod, "fo/gil", 8)

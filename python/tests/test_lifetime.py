@@ -4,7 +4,6 @@ points at unmapped memory: after release(), after Client.close(), after
 a subscription or ring is closed."""
 import gc
 import os
-import time
 
 import numpy as np
 import pytest
@@ -142,7 +141,7 @@ def test_ring_close_waits_for_its_last_slot_array(client):
 def test_close_while_another_thread_waits_closes_after_it(daemon, client):
     v = client.put("lt/wait", np.zeros(4))
     t = InThread(lambda: client.get("lt/wait", newer_than=v, timeout=60))
-    time.sleep(0.2)  # let it park in the daemon (either way is correct)
+    t.inside()  # in get(); parked in the daemon or not, either is right
     client.close()   # returns at once: the handle closes after the call
     assert client.closed
     with pytest.raises(ValueError, match="closed"):
@@ -161,7 +160,7 @@ def test_a_view_got_while_closing_is_unmapped_when_it_dies(daemon, client):
     # join the closed client's cache, where nothing would ever unmap it
     v = client.put("lt/late", np.zeros(1 << 14, dtype=np.uint8))
     t = InThread(lambda: client.get("lt/late", newer_than=v, timeout=60))
-    time.sleep(0.2)
+    t.inside()
     client.close()
     with tensord.Client(daemon.sock) as other:
         other.put("lt/late", np.full(1 << 14, 7, dtype=np.uint8))

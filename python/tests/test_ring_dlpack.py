@@ -4,7 +4,6 @@ share the slot's pages (a copy-on-write mapping of the ring's file, no
 copy), their writes stay private, and the slot stays held as long as an
 exported tensor lives."""
 import gc
-import time
 
 import numpy as np
 import pytest
@@ -130,7 +129,7 @@ def test_no_export_while_another_thread_waits_in_next(client):
     ring, sub = ring_with_frame(client, "rd/t", 3)
     view = sub.next(5)
     waiter = InThread(lambda: sub.next(30))
-    time.sleep(0.3)  # let it give the slot back and sleep
+    waiter.inside(0.3)  # let it give the slot back and sleep
     with pytest.raises(BufferError):
         view.__dlpack__()
     publish(ring, 2)
