@@ -581,7 +581,7 @@ static void *follow_timeout(void *arg)
  * longer than the wait ($TENSORD_RING_SPIN_US at its 1 s bound), a lone
  * follower never sleeps in its 500 ms wait, a crowded one sleeps in it.
  */
-Test(follow, followers_as_many_as_the_cpus_sleep_at_once, .timeout = 60)
+Test(follow, followers_as_many_as_the_cpus_sleep_at_once)
 {
 	struct tu_daemon d;
 	struct td_client *prod, *cons;
@@ -678,7 +678,7 @@ static void gets_answered(struct td_client *prod, struct getter *g, int n,
  * clients sleeps at once. With a poll longer than the wait (1 s), a
  * 500 ms wait that times out sleeps after a crowd and never alone.
  */
-Test(follow, get_replies_to_a_crowd_make_the_next_wait_sleep, .timeout = 60)
+Test(follow, get_replies_to_a_crowd_make_the_next_wait_sleep)
 {
 	struct tu_daemon d;
 	struct td_client *prod, *st;
