@@ -1774,15 +1774,61 @@ static uint64_t clients_of(const struct td_status *st)
 	return st->client_count;
 }
 
-/* A child's GET of rw/x: the byte 9 of version *arg. */
-static void parked_get_child(const struct tu_daemon *d, void *arg)
+/*
+ * A child that GETs within a rewrite's second: connected before the
+ * take-back (a fork and a connect are no part of that second on a loaded
+ * machine), it says so on ready and GETs when it hears go.
+ */
+struct rw_getter {
+	int ready[2], go[2];
+	uint64_t version; /* the one its GET must get */
+};
+
+static pid_t rw_getter_start(const struct tu_daemon *d, child_fn fn,
+			     struct rw_getter *g)
+{
+	pid_t pid;
+	char b;
+
+	cr_assert_eq(pipe2(g->ready, O_CLOEXEC), 0);
+	cr_assert_eq(pipe2(g->go, O_CLOEXEC), 0);
+	pid = spawn(d, fn, g);
+	close(g->ready[1]);
+	close(g->go[0]);
+	cr_assert_eq(read(g->ready[0], &b, 1), 1, "the child died");
+	return pid;
+}
+
+/* After the take-back: the child's GET goes now. */
+static void rw_getter_go(struct rw_getter *g)
+{
+	char b = 1;
+
+	cr_assert_eq(write(g->go[1], &b, 1), 1);
+	close(g->go[1]);
+	close(g->ready[0]);
+}
+
+static struct td_client *rw_getter_ready(const struct tu_daemon *d,
+					 struct rw_getter *g)
 {
 	struct td_client *c = open_client(d);
+
+	say(g->ready[1]);
+	hear(g->go[0]);
+	return c;
+}
+
+/* A child's GET of rw/x: the byte 9 of version g->version. */
+static void parked_get_child(const struct tu_daemon *d, void *arg)
+{
+	struct rw_getter *g = arg;
+	struct td_client *c = rw_getter_ready(d, g);
 	struct td_tensor *t = NULL;
 	struct td_error e = {0};
 
 	CK_EQ(td_client_get(c, "rw/x", &t, &e), 0);
-	CK_EQ(td_tensor_version(t), *(const uint64_t *)arg);
+	CK_EQ(td_tensor_version(t), g->version);
 	CK_EQ(*(const uint8_t *)td_tensor_plane_data(t, 0), 9);
 	td_tensor_release(t);
 	td_client_close(c);
@@ -1794,19 +1840,21 @@ Test(recycle, a_get_during_a_rewrite_gets_the_next_version, .timeout = 30)
 	struct tu_daemon d;
 	struct td_client *prod;
 	struct td_alloc *a;
-	uint64_t v1, v2;
+	struct rw_getter g;
+	uint64_t v1;
 	pid_t child;
 
 	tu_daemon_start_args(&d, "warn", small_cap);
 	prod = rw_conn(&d, "pidfd");
 	v1 = publish(prod, loan(prod, 16 * KIB, TD_ALLOC_REWRITE), "rw/x", 1);
+	g.version = v1 + 1; /* the daemon numbers versions in publish order */
+	child = rw_getter_start(&d, parked_get_child, &g);
 	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
 	cr_assert_eq(current_of(prod, "rw/x"), -ENOENT, "taken back");
-	v2 = v1 + 1; /* the daemon numbers versions in publish order */
-	child = spawn(&d, parked_get_child, &v2);
+	rw_getter_go(&g);
 	/* the child's GET is parked in the daemon before the publish */
 	cr_assert_eq(tc_status_until(prod, waiters_of, 1), 1);
-	cr_assert_eq(publish(prod, a, "rw/x", 9), v2);
+	cr_assert_eq(publish(prod, a, "rw/x", 9), g.version);
 	cr_assert_eq(reap(child), 0);
 	td_client_close(prod);
 	tu_daemon_stop(&d, true);
@@ -1815,11 +1863,10 @@ Test(recycle, a_get_during_a_rewrite_gets_the_next_version, .timeout = 30)
 /* A child's GET of rw/x answered -ENOENT by the end of the rewrite. */
 static void abandoned_get_child(const struct tu_daemon *d, void *arg)
 {
-	struct td_client *c = open_client(d);
+	struct td_client *c = rw_getter_ready(d, arg);
 	struct td_tensor *t = NULL;
 	struct td_error e = {0};
 
-	(void)arg;
 	CK_EQ(td_client_get(c, "rw/x", &t, &e), -ENOENT);
 	CK(strstr(e.reason, "stopped rewriting it without a publish"));
 	td_client_close(c);
@@ -1832,15 +1879,17 @@ Test(recycle, a_get_parked_on_an_abandoned_rewrite_is_answered, .timeout = 30)
 	struct tu_daemon d;
 	struct td_client *prod;
 	struct td_alloc *a;
+	struct rw_getter g;
 	pid_t child;
 
 	tu_daemon_start_args(&d, "warn", small_cap);
 	prod = rw_conn(&d, "pidfd");
 	publish(prod, loan(prod, 16 * KIB, TD_ALLOC_REWRITE), "rw/x", 1);
+	child = rw_getter_start(&d, abandoned_get_child, &g);
 	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
 	/* a GET that would wait up to the rewrite's second: its end
 	 * answers it at once, as the GET would have been without it */
-	child = spawn(&d, abandoned_get_child, NULL);
+	rw_getter_go(&g);
 	cr_assert_eq(tc_status_until(prod, waiters_of, 1), 1);
 	td_alloc_free(a);
 	a = loan(prod, 32 * KIB, TD_ALLOC_REWRITE);
