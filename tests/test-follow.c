@@ -621,16 +621,6 @@ Test(follow, followers_as_many_as_the_cpus_sleep_at_once)
 	tu_daemon_stop(&d, false);
 }
 
-/* GETs parked in the daemon, every client's (STATUS) */
-static uint64_t parked_gets(const struct td_status *st)
-{
-	uint64_t n = 0;
-
-	for (size_t k = 0; k < st->client_count; k++)
-		n += st->clients[k].waiters;
-	return n;
-}
-
 struct getter {
 	struct td_client *c;
 	uint64_t after;
@@ -662,7 +652,7 @@ static void gets_answered(struct td_client *prod, struct getter *g, int n,
 		cr_assert_eq(pthread_create(&th[i], NULL, getter_run, &g[i]),
 			     0);
 	}
-	cr_assert_eq(tc_status_until(st, parked_gets, (uint64_t)n),
+	cr_assert_eq(tc_status_until(st, tc_waiters, (uint64_t)n),
 		     (uint64_t)n);
 	put(prod, "fw/gets", 64, TD_ALLOC_STREAM, (uint8_t)v);
 	for (int i = 0; i < n; i++) {

@@ -1759,16 +1759,6 @@ Test(recycle, a_rewrite_waits_for_a_producer_that_fills_its_tensors)
 	tu_daemon_stop(&d, true);
 }
 
-/* GETs parked in the daemon, every client's (STATUS; tc_status_until) */
-static uint64_t waiters_of(const struct td_status *st)
-{
-	uint64_t n = 0;
-
-	for (size_t k = 0; k < st->client_count; k++)
-		n += st->clients[k].waiters;
-	return n;
-}
-
 static uint64_t clients_of(const struct td_status *st)
 {
 	return st->client_count;
@@ -1853,7 +1843,7 @@ Test(recycle, a_get_during_a_rewrite_gets_the_next_version, .timeout = 30)
 	cr_assert_eq(current_of(prod, "rw/x"), -ENOENT, "taken back");
 	rw_getter_go(&g);
 	/* the child's GET is parked in the daemon before the publish */
-	cr_assert_eq(tc_status_until(prod, waiters_of, 1), 1);
+	cr_assert_eq(tc_status_until(prod, tc_waiters, 1), 1);
 	cr_assert_eq(publish(prod, a, "rw/x", 9), g.version);
 	cr_assert_eq(reap(child), 0);
 	td_client_close(prod);
@@ -1890,7 +1880,7 @@ Test(recycle, a_get_parked_on_an_abandoned_rewrite_is_answered, .timeout = 30)
 	/* a GET that would wait up to the rewrite's second: its end
 	 * answers it at once, as the GET would have been without it */
 	rw_getter_go(&g);
-	cr_assert_eq(tc_status_until(prod, waiters_of, 1), 1);
+	cr_assert_eq(tc_status_until(prod, tc_waiters, 1), 1);
 	td_alloc_free(a);
 	a = loan(prod, 32 * KIB, TD_ALLOC_REWRITE);
 	cr_assert_eq(reap(child), 0);

@@ -35,6 +35,16 @@ static inline uint64_t tc_status_until(struct td_client *c,
 	return seen;
 }
 
+/* GETs parked in the daemon, every client's (a tc_status_until field) */
+static inline uint64_t tc_waiters(const struct td_status *st)
+{
+	uint64_t n = 0;
+
+	for (size_t k = 0; k < st->client_count; k++)
+		n += st->clients[k].waiters;
+	return n;
+}
+
 /*
  * What a GET of `name` (t, released here) must carry besides its bytes:
  * the metadata, a fence (waited for) or none, and the PUBLISH flags STAT
