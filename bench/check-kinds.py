@@ -4,7 +4,8 @@
 not "everything": bare-futex runs fan-out 1->4 and paced streams (the
 floor of those cells) and verifies every payload there, bare-spin stays
 ping-pong only, socket-copy is n/a above 64 MiB with its reason, and the
-Markdown's fan-out and paced tables show bare-futex and not bare-spin.
+Markdown's fan-out and paced tables show bare-futex and not bare-spin,
+and the fan-out's CPU by process is the JSON's split of the same run.
 A smoke run (seconds); asserts no timing.
 
 Usage: check-kinds.py BENCH   (the tensord-bench binary; needs no
@@ -88,6 +89,30 @@ def check_fanout_tables(md):
             fail(f"fan-out {w} table: " + "\n".join(rows))
 
 
+def check_cpu_split(md, results):
+    """Each fan-out cell "producer / consumers / service" is that run's
+    JSON totals scaled to its CPU per handoff, and sums to it."""
+    for w in ("write", "nowrite"):
+        rows = table(md, "### Fan-out 1→4: CPU per handoff by process in "
+                     f"µs: producer / consumers (all) / tensord or RouDi, "
+                     f"mode {w}\n")
+        head = [c.strip() for c in rows[0].strip("|").split("|")]
+        r = next(r for r in runs(results, "bare-futex", "fanout")
+                 if r["mode"] == w and r["size"] == 64)
+        cpu = r["cpu_ns"]
+        total = cpu["producer"] + cpu["consumers"] + cpu["service"]
+        cells = [c.strip() for c in next(
+            x for x in rows if x.startswith("| 64 B |")).strip("|")
+            .split("|")]
+        got = [float(v) for v in cells[head.index("bare-futex")].split("/")]
+        want = [cpu[k] * cpu["per_handoff"] / total / 1e3
+                for k in ("producer", "consumers", "service")]
+        if total <= 0 or any(abs(g - x) > 0.051 for g, x in
+                             zip(got, want)) or len(got) != 3 or \
+                abs(sum(got) - cpu["per_handoff"] / 1e3) > 0.2:
+            fail(f"fan-out {w} CPU by process {got}, JSON {cpu}")
+
+
 def check_markdown(md):
     check_fanout_tables(md)
     rows = table(md, "### Paced streams")[2:]
@@ -107,13 +132,14 @@ def main():
         results, md = run(sys.argv[1], tmp)
         check_json(results)
         check_markdown(md)
+        check_cpu_split(md, results)
         # without ping-pong runs the fan-out tables still get their sizes
         check_fanout_tables(run_bench(sys.argv[1], [
             "--smoke", "--kinds", "fanout", "--methods", METHODS,
             "--sizes", "64", "--timeout", "20"], tmp)[1])
     print("ok: bare-futex in fan-out and paced runs with every payload "
           "verified; bare-spin and socket-copy ping-pong only; "
-          "socket-copy n/a at 1 GiB")
+          "socket-copy n/a at 1 GiB; fan-out CPU split as in the JSON")
 
 
 if __name__ == "__main__":

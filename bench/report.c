@@ -671,12 +671,21 @@ static void targets_table(FILE *f, const struct bench_report *rep,
 	fputc('\n', f);
 }
 
-enum cell { CELL_MEDIAN, CELL_GBPS, CELL_CPU };
+enum cell { CELL_MEDIAN, CELL_GBPS, CELL_CPU, CELL_CPU_SPLIT };
+
+/* One process role's share of r's CPU per handoff, in µs: the role's
+ * total over the measured windows scaled as the sum is (cpu_ns). */
+static double cpu_part_us(const struct bench_result *r, uint64_t role_ns)
+{
+	uint64_t sum = r->cpu_prod_ns + r->cpu_cons_ns + r->cpu_svc_ns;
+
+	return sum ? (double)role_ns * r->cpu_ns / (double)sum / 1e3 : 0;
+}
 
 /*
  * Every method's median (p99) in µs, its delivered GB/s or its CPU per
- * handoff in µs, per size, for runs of kind (only the methods that ran
- * one get a column).
+ * handoff in µs (in all, or by process), per size, for runs of kind (only
+ * the methods that ran one get a column).
  */
 static void value_table(FILE *f, const struct bench_report *rep,
 			const size_t *sizes, size_t ns, int w, enum cell what,
@@ -687,6 +696,8 @@ static void value_table(FILE *f, const struct bench_report *rep,
 		"Delivered GB/s (1e9 bytes/s)",
 		"CPU per handoff in µs (producer + consumers + tensord or "
 		"RouDi, user + system)",
+		"CPU per handoff by process in µs: producer / consumers "
+		"(all) / tensord or RouDi",
 	};
 	unsigned nc = kind == BENCH_FANOUT ? BENCH_MAX_CONSUMERS : 1;
 	bool col[BENCH_MAX_METHODS] = {false};
@@ -733,8 +744,13 @@ static void value_table(FILE *f, const struct bench_report *rep,
 					r->p99_ns / 1e3);
 			else if (what == CELL_GBPS)
 				fprintf(f, " %.4f |", r->gbytes_per_s);
-			else
+			else if (what == CELL_CPU)
 				fprintf(f, " %.1f |", r->cpu_ns / 1e3);
+			else
+				fprintf(f, " %.1f / %.1f / %.1f |",
+					cpu_part_us(r, r->cpu_prod_ns),
+					cpu_part_us(r, r->cpu_cons_ns),
+					cpu_part_us(r, r->cpu_svc_ns));
 		}
 		fputc('\n', f);
 	}
@@ -925,6 +941,9 @@ int report_markdown(const char *path, const struct bench_report *rep)
 	for (int w = 1; w >= 0; w--) {
 		value_table(f, rep, sizes, ns, w, CELL_MEDIAN, BENCH_FANOUT);
 		value_table(f, rep, sizes, ns, w, CELL_CPU, BENCH_FANOUT);
+		/* where it goes: a daemon's hop is its own column */
+		value_table(f, rep, sizes, ns, w, CELL_CPU_SPLIT,
+			    BENCH_FANOUT);
 	}
 	paced_table(f, rep);
 
