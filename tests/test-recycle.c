@@ -33,6 +33,7 @@
 #include "bytes.h"
 #include "client.h"
 #include "malloc-count.h"
+#include "rawclient.h"
 #include "scm.h"
 #include "tensord/tensord.h"
 #include "testchild.h"
@@ -579,63 +580,7 @@ Test(recycle, an_scm_consumer_of_a_pidfd_producer_receives_no_fd)
 	scm_steady("pidfd", "scm");
 }
 
-/* ---- a raw SCM client, to send held ids libtensord would not ---- */
-
-static uint8_t rawbuf[TD_WIRE_MAX_MSG];
-
-struct rawrep {
-	struct td_wire_hdr h;
-	int fds[TD_WIRE_MAX_FDS];
-	unsigned nfds;
-};
-
-static void raw_send(int sock, uint16_t op, uint64_t id, size_t body_len)
-{
-	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, op, 0, 0, id,
-				(uint32_t)body_len, 0};
-
-	td_wire_hdr_encode(&h, rawbuf);
-	cr_assert_eq(td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN + body_len,
-				  NULL, 0, 0),
-		     (ssize_t)(TD_WIRE_HDR_LEN + body_len));
-}
-
-static void raw_recv(int sock, struct rawrep *r)
-{
-	struct td__scm_rx rx = {.fds = r->fds, .cap = TD_WIRE_MAX_FDS};
-	ssize_t n = td__scm_recv(sock, rawbuf, sizeof(rawbuf), 0, &rx);
-
-	cr_assert_gt(n, 0);
-	cr_assert_eq(td_wire_hdr_decode(rawbuf, (size_t)n, &r->h, NULL), 0);
-	r->nfds = rx.nfds;
-	cr_assert_eq(r->nfds, r->h.fd_count);
-}
-
-/* Connect and HELLO asking for SCM_RIGHTS both ways. */
-static int raw_scm_conn(const struct tu_daemon *d)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	struct td_wire_hello_req hr = {TD_IMPORT_SCM, -1, {"liar", 4}, 0};
-	struct td_wire_hello_rep rep;
-	struct rawrep r;
-	int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	int64_t n;
-
-	cr_assert_geq(sock, 0);
-	memcpy(sa.sun_path, d->sock, sizeof(d->sock));
-	cr_assert_eq(connect(sock, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	n = td_wire_hello_req_encode(&hr, rawbuf + TD_WIRE_HDR_LEN,
-				     sizeof(rawbuf) - TD_WIRE_HDR_LEN);
-	raw_send(sock, TD_OP_HELLO, 1, (size_t)n);
-	raw_recv(sock, &r);
-	cr_assert_eq(r.h.status, 0);
-	cr_assert_eq(td_wire_hello_rep_decode(rawbuf + TD_WIRE_HDR_LEN,
-					      r.h.body_len, &rep, NULL),
-		     0);
-	cr_assert_eq(rep.import_in, TD_IMPORT_SCM);
-	td__scm_close(r.fds, r.nfds);
-	return sock;
-}
+/* ---- a raw SCM client (rawclient.h), to send held ids libtensord would not ---- */
 
 /* A raw GET LATEST of name with held ids; the reply decoded into *g. */
 static void raw_get(int sock, uint64_t id, const char *name, uint32_t flags,
