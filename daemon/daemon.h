@@ -379,6 +379,11 @@ int td__peer_pull_check(const struct td__peer *p, char *why, size_t cap);
  * unix_diag in the kernel).
  */
 int td__peer_is_other_end(const struct td__peer *p, int fd);
+/*
+ * Do a and b hold the same credentials as the policy sees them (uid, gid
+ * and supplementary groups)? Then no policy rule can tell them apart.
+ */
+bool td__peer_same_creds(const struct td__peer *a, const struct td__peer *b);
 
 /* ---- tenant.c ---- */
 

@@ -99,6 +99,7 @@ static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 	struct td__lease *l;
 	char why[256];
 	int64_t len;
+	bool expose;
 	int rc;
 
 	/* a reader holding another uid's version pins those bytes */
@@ -136,7 +137,11 @@ static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 		.blob = {v->blob, v->blob_len},
 		.fd_count = v->nfds,
 	};
+	/* a recyclable buffer another principal reads stays bound to this
+	 * name (docs/fastpath.md, "Across names") */
+	expose = v->recycle && v->owner && !td__peer_same_creds(v->owner, p);
 	for (uint32_t i = 0; i < v->nfds; i++) {
+		v->fds[i].exposed |= expose;
 		r.fds[i].fd = td__vfd_out(&v->fds[i]);
 		r.fds[i].buffer_id = v->fds[i].buffer_id;
 		/* held ids come only with TD_WIRE_REQ_SCM (wire decoder) */

@@ -29,12 +29,27 @@ static bool held_in(const struct td_wire_alloc_req *m, uint64_t id)
 }
 
 /*
- * A free buffer of p for a plane of `size` bytes: `prefer` (the buffer
- * a rewrite took back, 0 none) first, then one the client says it holds
- * mapped (held ids), else any of that size. Oldest first.
+ * May a buffer bound to `bound` (exposed: a reader with other
+ * credentials was sent it under that name) be lent to alloc a? Only to
+ * an alloc of that very name (docs/fastpath.md, "Across names").
+ */
+static bool bound_ok(bool exposed, struct td_wire_str bound,
+		     const struct td__alloc *a)
+{
+	return !exposed ||
+	       (a->name_len && bound.len == a->name_len &&
+		memcmp(bound.ptr, a->name, bound.len) == 0);
+}
+
+/*
+ * A free buffer of p for a plane of `size` bytes that alloc a may have:
+ * `prefer` (the buffer a rewrite took back, 0 none) first, then one the
+ * client says it holds mapped (held ids), else any of that size. Oldest
+ * first.
  */
 static struct td__freebuf *freebuf_pick(struct td__peer *p, uint64_t size,
 					const struct td_wire_alloc_req *m,
+					const struct td__alloc *a,
 					uint64_t prefer, bool *held)
 {
 	struct td__freebuf *any = NULL, *mapped = NULL;
@@ -44,7 +59,9 @@ static struct td__freebuf *freebuf_pick(struct td__peer *p, uint64_t size,
 		struct td__freebuf *fb =
 			td__container_of(l, struct td__freebuf, link);
 
-		if (fb->f.size != size)
+		if (fb->f.size != size ||
+		    !bound_ok(fb->f.exposed,
+			      (struct td_wire_str){fb->name, fb->name_len}, a))
 			continue;
 		if (prefer && fb->f.buffer_id == prefer) {
 			mapped = fb;
@@ -148,12 +165,13 @@ bool td__rewrite_pending(struct td_wire_str name)
  * it: no lease, no follower's row, no snapshot (each a reference). It
  * stops being current (no event: its name's next version is on its way)
  * and, once unreferenced, its buffers go to p's free list, where
- * freebuf_pick prefers them: prefer[i] is plane i's buffer id. Returns
- * the planes taken back, 0 none.
+ * freebuf_pick prefers them: prefer[i] is plane i's buffer id. Not when
+ * a buffer of it may not be lent to alloc a (bound_ok). Returns the
+ * planes taken back, 0 none.
  */
 static uint32_t rewrite_take(struct td__store *s, struct td__peer *p,
 			     const struct td_wire_alloc_req *m,
-			     uint64_t *prefer)
+			     const struct td__alloc *a, uint64_t *prefer)
 {
 	struct td_wire_str n = {p->rw_name, p->rw_len};
 	struct td__version *v;
@@ -167,7 +185,8 @@ static uint32_t rewrite_take(struct td__store *s, struct td__peer *p,
 	    !td__access_may(p, TD__PERM_WRITE, n.ptr, n.len))
 		return 0;
 	for (uint32_t i = 0; i < v->nfds; i++) {
-		if (v->fds[i].fd < 0 || v->fds[i].size != m->sizes[i])
+		if (v->fds[i].fd < 0 || v->fds[i].size != m->sizes[i] ||
+		    !bound_ok(v->fds[i].exposed, n, a))
 			return 0;
 		prefer[i] = v->fds[i].buffer_id;
 	}
@@ -208,7 +227,15 @@ static int alloc_check(struct td__peer *p, const struct td__req *rq,
 			       TD__MAX_ALLOCS);
 		return -ENOBUFS;
 	}
-	/* an ALLOC names no tensor yet: any name it may write will do */
+	if ((m->flags & TD_WIRE_ALLOC_NAMED) &&
+	    !td__access_may(p, rq->op->perm, m->name.ptr, m->name.len)) {
+		td__peer_error(p, h->opcode, h->request_id, -EACCES,
+			       "uid %u may not write \"%.*s\" (policy %s)",
+			       (unsigned)p->uid, (int)m->name.len, m->name.ptr,
+			       td__d->opts.policy_path);
+		return -EACCES;
+	}
+	/* an unnamed ALLOC: any name it may write will do */
 	if (!td__access_any(p, rq->op->perm)) {
 		td__peer_error(p, h->opcode, h->request_id, -EACCES,
 			       "uid %u may not write any name (policy %s)",
@@ -232,7 +259,7 @@ static uint64_t alloc_recycled(struct td__store *s, struct td__peer *p,
 
 	for (uint32_t i = 0; i < m->plane_count; i++) {
 		struct td__freebuf *fb =
-			a->recycle ? freebuf_pick(p, m->sizes[i], m,
+			a->recycle ? freebuf_pick(p, m->sizes[i], m, a,
 						  prefer ? prefer[i] : 0,
 						  &held[i])
 				   : NULL;
@@ -318,7 +345,9 @@ static void loan_return(struct td__store *s, struct td__peer *p,
 	a->acct = 0;
 	for (uint32_t i = 0; i < a->count; i++)
 		if (a->fds[i].fd >= 0)
-			td__freebuf_keep(s, p, a->uid, &a->fds[i]);
+			td__freebuf_keep(s, p, a->uid, &a->fds[i],
+					 (struct td_wire_str){a->name,
+							      a->name_len});
 	td__loan_free(s, a);
 }
 
@@ -348,8 +377,17 @@ static void loan_reply(const struct td__alloc *a, const bool *held,
 	r->fd_count = a->count;
 }
 
+/* a's name (len 0: unnamed) */
+static void alloc_name(struct td__alloc *a, struct td_wire_str name)
+{
+	a->name_len = (uint16_t)name.len;
+	if (name.len)
+		memcpy(a->name, name.ptr, name.len);
+}
+
 void td__loan_lend(struct td__peer *p, uint32_t count, const uint64_t *sizes,
-		   bool rewrite, uint32_t held_count, const uint64_t *held_ids,
+		   bool rewrite, struct td_wire_str name,
+		   uint32_t held_count, const uint64_t *held_ids,
 		   struct td_wire_alloc_rep *r, int *fds, unsigned *nfds)
 {
 	struct td__store *s = td__d->store;
@@ -375,6 +413,8 @@ void td__loan_lend(struct td__peer *p, uint32_t count, const uint64_t *sizes,
 	a->recycle = true;
 	/* lent after a REWRITE alloc's publish: rewritable as that was */
 	a->rewrite = rewrite;
+	/* and after a named one's, for the same name */
+	alloc_name(a, name);
 	td__list_add_tail(&p->allocs, &a->link);
 	p->n_allocs++;
 	/* only what the free list holds: a loan never makes a plane */
@@ -419,11 +459,12 @@ void td__loan_alloc(struct td__peer *p, const struct td__req *rq)
 	a->recycle = m.flags & TD_WIRE_ALLOC_RECYCLE;
 	a->rewrite = a->recycle && (m.flags & (TD_WIRE_ALLOC_REWRITE |
 					       TD_WIRE_ALLOC_REWRITABLE));
+	alloc_name(a, m.name);
 	/* a rewrite alloc dropped unpublished stops holding its name up */
 	if (a->recycle && (m.flags & TD_WIRE_ALLOC_REWRITE))
 		rewrite_drop(p);
 	if (a->recycle && (m.flags & TD_WIRE_ALLOC_REWRITE) &&
-	    rewrite_take(s, p, &m, prefer)) {
+	    rewrite_take(s, p, &m, a, prefer)) {
 		p->rw_alloc = a->id;
 		p->rw_since = uv_now(d->loop);
 		td__list_add_tail(&s->rewrites, &p->rw_link);

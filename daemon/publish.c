@@ -380,6 +380,18 @@ static int pub_request(struct pub *x, const struct td__req *rq,
 			return pub_fail(x, -ENOENT,
 					"no alloc %llu on this connection",
 					(unsigned long long)x->m.alloc_id);
+		/* a named alloc's bytes may be readable under that name
+		 * already (docs/fastpath.md, "Across names") */
+		if (x->alloc->name_len &&
+		    (x->alloc->name_len != x->m.name.len ||
+		     memcmp(x->alloc->name, x->m.name.ptr, x->m.name.len)))
+			return pub_fail(x, -EINVAL,
+					"alloc %llu is for \"%.*s\", not "
+					"\"%.*s\"",
+					(unsigned long long)x->alloc->id,
+					(int)x->alloc->name_len,
+					x->alloc->name, (int)x->m.name.len,
+					x->m.name.ptr);
 	}
 	if (nfds && nfds != x->m.fd_count)
 		return pub_fail(x, -EINVAL,
@@ -497,6 +509,7 @@ static void pub_commit(struct pub *x, struct td__version *ver)
 	unsigned nfds = 0;
 	int64_t len;
 	bool rewrite = x->alloc && x->alloc->rewrite;
+	bool named = x->alloc && x->alloc->name_len;
 
 	pub_move_fds(x, ver);
 	ver->acct = x->acct;
@@ -545,8 +558,11 @@ static void pub_commit(struct pub *x, struct td__version *ver)
 	/* the version before went back to the free list just now, if free */
 	r.has_loan = x->m.flags & TD_WIRE_PUB_LOAN;
 	if (r.has_loan && nsizes)
-		td__loan_lend(p, nsizes, sizes, rewrite, x->m.held_count,
-			      x->m.held, &r.loan, fds, &nfds);
+		td__loan_lend(p, nsizes, sizes, rewrite,
+			      (struct td_wire_str){ver->name,
+						   named ? ver->name_len : 0},
+			      x->m.held_count, x->m.held, &r.loan, fds,
+			      &nfds);
 	len = td_wire_publish_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
 	td__peer_send(p, x->h->opcode, TD_WIRE_F_REPLY, x->h->request_id, 0,
 		      (size_t)len, fds,

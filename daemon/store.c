@@ -220,6 +220,7 @@ void td__vfd_set(struct td__store *s, struct td__vfd *f, int fd, bool plane,
 	f->fd = fd;
 	f->ro = -1;
 	f->uid = uid;
+	f->exposed = false;
 	td__tenant_add(uid, TD__LIM_FDS, 1);
 	f->size = 0;
 	f->file_len = 0;
@@ -290,14 +291,16 @@ void td__freebuf_drop(struct td__store *s, struct td__freebuf *fb)
  * consumed either way.
  */
 void td__freebuf_keep(struct td__store *s, struct td__peer *p, uid_t uid,
-		      struct td__vfd *f)
+		      struct td__vfd *f, struct td_wire_str name)
 {
 	struct td__freebuf *fb = NULL;
 
 	if (p && !p->dead && p->n_freebufs >= TD__MAX_FREEBUFS)
 		td__freebuf_drop(s, td__container_of(p->freebufs.next,
 						 struct td__freebuf, link));
-	if (!p || p->dead || !td__acct_fits(s, uid, f->size) ||
+	/* an exposed buffer bound to no name is lent to nobody again */
+	if (!p || p->dead || (f->exposed && !name.len) ||
+	    !td__acct_fits(s, uid, f->size) ||
 	    !(fb = TD__SPARE_NEW(&s->spare_freebufs, struct td__freebuf,
 				 link)) ||
 	    td__acct_add(s, uid, f->size) < 0) {
@@ -314,6 +317,9 @@ void td__freebuf_keep(struct td__store *s, struct td__peer *p, uid_t uid,
 	td__vfd_move(&fb->f, f);
 	fb->peer = p;
 	fb->uid = uid;
+	fb->name_len = fb->f.exposed ? (uint16_t)name.len : 0;
+	if (fb->name_len)
+		memcpy(fb->name, name.ptr, name.len);
 	td__list_add_tail(&p->freebufs, &fb->link);
 	td__list_add_tail(&s->freebufs, &fb->slink);
 	p->n_freebufs++;
@@ -335,7 +341,9 @@ void td__version_unref(struct td__store *s, struct td__version *v)
 		td__acct_sub(s, v->uid, v->acct);
 	for (uint32_t i = 0; i < v->nfds; i++)
 		if (v->fds[i].fd >= 0)
-			td__freebuf_keep(s, v->owner, v->uid, &v->fds[i]);
+			td__freebuf_keep(s, v->owner, v->uid, &v->fds[i],
+					 (struct td_wire_str){v->name,
+							      v->name_len});
 	td__list_del(&v->all);
 	td__log(TD_LOG_DEBUG, "freed %.*s version %llu", (int)v->name_len,
 		v->name, (unsigned long long)v->number);

@@ -55,6 +55,12 @@ struct td__vfd {
 	ino_t ino;
 	uint64_t sid; /* systemd fd-store id (fdstore.c), 0 = not stored */
 	uid_t uid;    /* whose descriptors fd and ro are (tenant.c) */
+	/*
+	 * A recyclable buffer sent to a reader with credentials other than
+	 * its producer's: bound for good to the name it was sent under, lent
+	 * only to an alloc of that name (docs/fastpath.md, "Across names").
+	 */
+	bool exposed;
 };
 
 struct td__version {
@@ -113,6 +119,9 @@ struct td__alloc {
 	uid_t uid;
 	struct td__vfd fds[TD_WIRE_MAX_PLANES];
 	uint64_t sizes[TD_WIRE_MAX_PLANES];
+	/* the name it may be published as (TD_WIRE_ALLOC_NAMED), 0: any */
+	uint16_t name_len;
+	char name[TD_WIRE_MAX_NAME + 1];
 };
 
 /*
@@ -127,6 +136,9 @@ struct td__freebuf {
 	struct td__vfd f; /* fd writable, ro its read-only reopen */
 	uid_t uid;
 	bool evict; /* picked by td__store_make_room() */
+	/* f.exposed: the name it is bound to */
+	uint16_t name_len;
+	char name[TD_WIRE_MAX_NAME + 1];
 };
 
 struct td__watch {
@@ -332,8 +344,10 @@ void td__freebuf_drop(struct td__store *s, struct td__freebuf *fb);
  * p is alive and the bytes fit the limits; otherwise closed. f is
  * consumed either way.
  */
+/* name: what an exposed f is bound to (the name it carried or was lent
+ * for; docs/fastpath.md, "Across names") */
 void td__freebuf_keep(struct td__store *s, struct td__peer *p, uid_t uid,
-		      struct td__vfd *f);
+		      struct td__vfd *f, struct td_wire_str name);
 
 int td__name_cmp(const char *a, size_t alen, const char *b, size_t blen);
 /* Index of the first name >= key (exact match when *found). */
@@ -423,12 +437,14 @@ void td__loan_done(struct td__peer *p, struct td__alloc *a);
  * After a PUBLISH with TD_WIRE_PUB_LOAN of a recyclable alloc of `count`
  * planes of `sizes`: lend the next alloc of those sizes from p's free
  * list (held: the ids the client maps; rewrite: the published alloc was
- * a REWRITE one, and so is the loan) into *r and fds[*nfds] (the
+ * a REWRITE one, and so is the loan; name: the published alloc was
+ * named, and so is the loan, len 0 none) into *r and fds[*nfds] (the
  * planes not held), and remember it in p->loan_id. Never makes a new
  * plane: r->alloc_id 0 (no loan) when the free list lacks one.
  */
 void td__loan_lend(struct td__peer *p, uint32_t count, const uint64_t *sizes,
-		   bool rewrite, uint32_t held_count, const uint64_t *held,
+		   bool rewrite, struct td_wire_str name,
+		   uint32_t held_count, const uint64_t *held,
 		   struct td_wire_alloc_rep *r, int *fds, unsigned *nfds);
 /*
  * How long a name whose latest version a producer took back to rewrite

@@ -39,6 +39,9 @@ struct td_alloc {
 	void *addr[TD_WIRE_MAX_PLANES];
 	uint64_t size[TD_WIRE_MAX_PLANES];
 	struct td__loanbuf *lb[TD_WIRE_MAX_PLANES];
+	/* td_client_alloc_named: the only name it may be published as */
+	uint16_t name_len;
+	char name[TD_WIRE_MAX_NAME + 1];
 };
 
 /* ---- the recyclable loan cache (lock held) ---- */
@@ -158,9 +161,11 @@ int td_alloc_fd(const struct td_alloc *a, uint32_t i)
 /* ---- the next loan, lent by a PUBLISH reply (TD_WIRE_PUB_LOAN) ---- */
 
 static bool next_loan_fits(const struct td_alloc *a, uint32_t plane_count,
-			   const uint64_t *sizes)
+			   const uint64_t *sizes, const struct td_alloc *want)
 {
-	if (a->count != plane_count)
+	/* a loan lent after a named alloc's publish is for that name */
+	if (a->count != plane_count || a->name_len != want->name_len ||
+	    memcmp(a->name, want->name, want->name_len))
 		return false;
 	for (uint32_t i = 0; i < plane_count; i++)
 		if (a->size[i] != sizes[i])
@@ -360,6 +365,12 @@ static int alloc_call(struct td_client *c, struct td_alloc *a,
 	}
 	if (recycle)
 		req.flags |= rewrite; /* TD_WIRE_ALLOC_REWRITE, _REWRITABLE */
+	/* a daemon that predates named allocs gets none: the name is
+	 * checked here at publish all the same */
+	if (a->name_len && td__has(c, TD_WIRE_FEAT_ALLOC_NAME)) {
+		req.flags |= TD_WIRE_ALLOC_NAMED;
+		req.name = (struct td_wire_str){a->name, a->name_len};
+	}
 	len = td_wire_alloc_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
 				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	if (len < 0)
@@ -477,13 +488,19 @@ static bool rewrite_now(const struct td_client *c, bool marked)
 	return marked && c->rw_fill_ns >= c->rewrite_fill_ns;
 }
 
-int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
-		       const uint64_t *sizes, uint32_t flags,
-		       struct td_alloc **out, struct td_error *err)
+int td_client_alloc_named(struct td_client *c, const char *name,
+			  uint32_t plane_count, const uint64_t *sizes,
+			  uint32_t flags, struct td_alloc **out,
+			  struct td_error *err)
 {
 	struct td_alloc *a = NULL;
 	bool recycle, marked, rewrite;
+	size_t name_len = name ? strlen(name) : 0;
+	const char *why;
 	int rc;
+
+	if (name && td_wire_name_check(name, name_len, false, &why) < 0)
+		return td__fail(err, -EINVAL, "bad tensor name: %s", why);
 
 	if (!c || !out || !plane_count || plane_count > TD_WIRE_MAX_PLANES ||
 	    !sizes)
@@ -504,6 +521,8 @@ int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
 	for (uint32_t i = 0; i < TD_WIRE_MAX_PLANES; i++)
 		a->fds[i] = -1;
 	a->c = c;
+	a->name_len = (uint16_t)name_len;
+	memcpy(a->name, name ? name : "", name_len);
 	pthread_mutex_lock(&c->lock);
 	/* the loan a PUBLISH sent without waiting lends, or its failure */
 	rc = pub_settle(c, NULL, err);
@@ -519,7 +538,7 @@ int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
 	marked = rewrite_marked(c, flags, recycle, plane_count, sizes);
 	rewrite = rewrite_now(c, marked);
 	if (c->next_loan && (flags & TD_ALLOC_STREAM) && !rewrite &&
-	    next_loan_fits(c->next_loan, plane_count, sizes)) {
+	    next_loan_fits(c->next_loan, plane_count, sizes, a)) {
 		/* lent by the last PUBLISH reply: no round trip */
 		free(a);
 		a = c->next_loan;
@@ -555,6 +574,14 @@ fail:
 	alloc_free_locked(a);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
+}
+
+int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
+		       const uint64_t *sizes, uint32_t flags,
+		       struct td_alloc **out, struct td_error *err)
+{
+	return td_client_alloc_named(c, NULL, plane_count, sizes, flags, out,
+				     err);
 }
 
 int td_client_alloc(struct td_client *c, uint32_t plane_count,
@@ -783,6 +810,9 @@ static void publish_done(struct td_client *c, struct td_alloc *a,
 		for (uint32_t i = 0; i < TD_WIRE_MAX_PLANES; i++)
 			next->fds[i] = -1;
 		next->c = c;
+		/* lent for the name a was published as (daemon: the same) */
+		next->name_len = a->name_len;
+		memcpy(next->name, a->name, a->name_len);
 	}
 	if (next)
 		next->stream = true;
@@ -1053,6 +1083,13 @@ static int publish_alloc(struct td_client *c, struct td_alloc *a,
 		if (a)
 			td_alloc_free(a);
 		return td__fail(err, -EINVAL, "missing argument");
+	}
+	if (a->name_len && (!p->name || strlen(p->name) != a->name_len ||
+			    memcmp(p->name, a->name, a->name_len))) {
+		rc = td__fail(err, -EINVAL, "the loan is for \"%s\", not "
+			      "\"%s\"", a->name, p->name ? p->name : "");
+		td_alloc_free(a);
+		return rc;
 	}
 	x.nbuf = a->count;
 	x.buf_fds = a->fds;

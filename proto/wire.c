@@ -522,7 +522,7 @@ int td_wire_hello_rep_decode(const uint8_t *body, size_t len,
 #define ALLOC_FLAGS                                                           \
 	(TD_WIRE_REQ_SCM | TD_WIRE_ALLOC_RECYCLE | TD_WIRE_ALLOC_UNLOAN |      \
 	 TD_WIRE_ALLOC_REWRITE | TD_WIRE_ALLOC_REWRITABLE |                  \
-	 TD_WIRE_ALLOC_RESERVE)
+	 TD_WIRE_ALLOC_RESERVE | TD_WIRE_ALLOC_NAMED)
 #define ALLOC_REWRITE_FLAGS (TD_WIRE_ALLOC_REWRITE | TD_WIRE_ALLOC_REWRITABLE)
 #define PUB_FLAGS (TD_WIRE_PUB_PIN | TD_WIRE_PUB_LOAN | TD_WIRE_PUB_LOAN_SCM)
 
@@ -612,13 +612,17 @@ int64_t td_wire_alloc_req_encode(const struct td_wire_alloc_req *m,
 	if (m->plane_count > TD_WIRE_MAX_PLANES || (m->flags & ~ALLOC_FLAGS) ||
 	    ((m->held_count || (m->flags & ALLOC_REWRITE_FLAGS)) &&
 	     !(m->flags & TD_WIRE_ALLOC_RECYCLE)) ||
-	    !held_list_ok(m->held_count, m->held))
+	    !held_list_ok(m->held_count, m->held) ||
+	    ((m->flags & TD_WIRE_ALLOC_NAMED) &&
+	     (!m->name.len || m->name.len > TD_WIRE_MAX_NAME)))
 		return -EINVAL;
 	td_wire_wr_init(&wr, buf, cap);
 	td_wire_wr_u32(&wr, m->flags);
 	td_wire_wr_u32(&wr, m->plane_count);
 	for (uint32_t i = 0; i < m->plane_count; i++)
 		td_wire_wr_u64(&wr, m->sizes[i]);
+	if (m->flags & TD_WIRE_ALLOC_NAMED)
+		td_wire_wr_str(&wr, m->name.ptr, m->name.len);
 	/* optional: left out when empty, so a version-1 body is unchanged */
 	wr_held(&wr, m->held_count, m->held);
 	return td__wire_wr_done(&wr);
@@ -639,6 +643,9 @@ int td_wire_alloc_req_decode(const uint8_t *body, size_t len,
 		td__wire_rd_count(&rd, TD_WIRE_MAX_PLANES, "plane_count");
 	for (uint32_t i = 0; i < m->plane_count && !rd.rc; i++)
 		m->sizes[i] = td_wire_rd_u64(&rd, "sizes");
+	m->name = (struct td_wire_str){NULL, 0};
+	if (m->flags & TD_WIRE_ALLOC_NAMED)
+		m->name = td__wire_rd_name(&rd, false, false, "name");
 	m->held_count = rd_held(&rd, !(m->flags & TD_WIRE_ALLOC_RECYCLE),
 				"held buffer ids without the RECYCLE flag",
 				m->held);

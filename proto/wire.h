@@ -183,6 +183,8 @@ void td_wire_wr_bytes(struct td_wire_wr *wr, const void *p, size_t len);
 #define TD_WIRE_FEAT_RESERVE 0x4000u
 /* header flag TD_WIRE_F_CROWD on GET replies; a client names it too */
 #define TD_WIRE_FEAT_GET_CROWD 0x8000u
+/* ALLOC flag TD_WIRE_ALLOC_NAMED (loans bound to a name) */
+#define TD_WIRE_FEAT_ALLOC_NAME 0x10000u
 
 /* HELLO request */
 struct td_wire_hello_req {
@@ -271,6 +273,16 @@ struct td_wire_fdent {
  * (td_wire_alloc_rep.unreserved). Recycled planes were reserved when made.
  */
 #define TD_WIRE_ALLOC_RESERVE 0x20u
+/*
+ * ALLOC request flag (TD_WIRE_FEAT_ALLOC_NAME): the request names the
+ * tensor its loan will be published as (td_wire_alloc_req.name, right
+ * after the sizes). The uid must be allowed to write that name, the
+ * alloc may be published under that name only, and a recyclable buffer
+ * a reader with other credentials was sent under that name may be lent
+ * to it (docs/fastpath.md, "Across names"); an ALLOC without a name is
+ * lent only buffers no such reader was sent.
+ */
+#define TD_WIRE_ALLOC_NAMED 0x40u
 /* buffer ids a RECYCLE ALLOC or an SCM GET may advertise (the client
  * holds them mapped) */
 #define TD_WIRE_MAX_HELD 16
@@ -279,6 +291,8 @@ struct td_wire_alloc_req {
 	uint32_t flags; /* TD_WIRE_REQ_SCM | TD_WIRE_ALLOC_RECYCLE | _UNLOAN */
 	uint32_t plane_count; /* <= TD_WIRE_MAX_PLANES */
 	uint64_t sizes[TD_WIRE_MAX_PLANES];
+	/* only with TD_WIRE_ALLOC_NAMED: a tensor name (u16 length, bytes) */
+	struct td_wire_str name;
 	/*
 	 * Optional trailing field (added after version 1): u32 held_count
 	 * (1..TD_WIRE_MAX_HELD; absent = 0), u64 held[held_count]. Only with

@@ -42,6 +42,7 @@ def entry(name, ver, shape, meta=b'', flags=0):
 CAT_KINDS, ENT_RING = 1, 2
 # recyclable loans (docs/fastpath.md, "Recycled loans")
 ALLOC_RECYCLE, CAT_RECYCLE, ENT_RECYCLE = 2, 2, 4
+ALLOC_NAMED = 0x40  # TD_WIRE_ALLOC_NAMED (docs/protocol.md §6.2)
 
 
 # A small reference-mode blob is not needed for the codec: blob bytes are
@@ -98,6 +99,11 @@ SEEDS = {
     # SCM consumers (§6.4): GET with the optional held ids (with the SCM
     # flag), and its reply leaving the held buffer out (fd -1) while the
     # fence stays attached
+    # a named alloc (§6.2, ALLOC_NAMED): the name right after the sizes,
+    # before the optional held ids
+    'alloc_req_named': hdr('ALLOC', 0, u32(ALLOC_RECYCLE | ALLOC_NAMED) +
+                           u32(1) + u64(4096) + s('cam/0') + u32(1) +
+                           u64(7)),
     'get_req_held': hdr('GET', 0, s('cam/0') + u32(0) + u32(1) + u64(0) +
                         u32(0) + u32(2) + u64(7) + u64(9)),
     'get_rep_held': hdr('GET', F_REPLY, u64(6) + u64(2) + by(b'') +

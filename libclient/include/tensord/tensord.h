@@ -375,6 +375,28 @@ TD_EXPORT int td_client_alloc(struct td_client *c, uint32_t plane_count,
 TD_EXPORT int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
 				 const uint64_t *sizes, uint32_t flags,
 				 struct td_alloc **out, struct td_error *err);
+/*
+ * td_client_alloc_ex() for a loan that will be published as `name` (NULL:
+ * td_client_alloc_ex() itself), and only as that name: another is
+ * refused with -EINVAL. The uid must be allowed to write the name
+ * (-EACCES here, not at publish). For recyclable loans it matters whom
+ * the buffers were shown to (docs/fastpath.md, "Across names"): a buffer
+ * the daemon sent to a reader with other credentials (uid, gid, groups)
+ * stays bound to the name it was read under, and only a loan named so
+ * may have it again; an unnamed loan gets only buffers no such reader
+ * was sent. So a producer whose readers run as other users names its
+ * recyclable loans to keep them recycled, and nothing it writes under
+ * one name reaches a reader of another through a buffer that reader
+ * mapped. The next loan a named TD_ALLOC_STREAM loan's PUBLISH lends is
+ * for the same name. From a daemon that predates named allocs the name
+ * is checked here only.
+ * Returns 0 and the loan in *out, or -errno.
+ */
+TD_EXPORT int td_client_alloc_named(struct td_client *c, const char *name,
+				    uint32_t plane_count,
+				    const uint64_t *sizes, uint32_t flags,
+				    struct td_alloc **out,
+				    struct td_error *err);
 /* Writable bytes of buffer i, NULL when i is out of range or size is 0. */
 TD_EXPORT void *td_alloc_data(struct td_alloc *a, uint32_t i);
 /* Size requested for buffer i, 0 when out of range. */

@@ -1,0 +1,458 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Recyclable loans across names (docs/fastpath.md, "Across names"): a
+ * buffer the daemon sent to a reader with other credentials stays bound
+ * to the name it was read under. The reader here is user nobody in a
+ * forked child, allowed by the policy to read cam/ only; it keeps every
+ * buffer it was sent mapped, as a hostile reader would. The producer
+ * (root, the daemon's own uid) then writes a secret under priv/ from an
+ * unnamed recyclable loan, a rewrite take-back and a stream's lent loan:
+ * none of them may land in a buffer the reader still maps. Loans named
+ * for the name (td_client_alloc_named) still get those buffers back, and
+ * may be published under that name only, which the daemon enforces too
+ * (a raw client). tu_daemon_stop() checks fds and memfd mappings.
+ *
+ * Needs root (a second uid for the reader).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <grp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "rawclient.h"
+#include "tensord/tensord.h"
+#include "testchild.h"
+#include "testutil.h"
+
+#define NOBODY 65534
+#define SIZE 4096u
+#define SECRET 'S'
+
+/* ---- the reader: user nobody, driven through a pipe ---- */
+
+struct rcmd {
+	char op; /* 'g' get, 'c' check, 'd' denied get, 'a' alloc, 'q' */
+	uint8_t byte;
+	char name[64];
+};
+
+struct reader {
+	int cmd[2], rep[2];
+	pid_t pid;
+};
+
+#define MAX_KEPT 64
+
+/*
+ * 'g': GET name (its bytes all `byte`), keep the plane's fd mapped,
+ * release; answers the inode. 'c': 1 when no byte of any kept mapping
+ * is `byte`, else 0. 'd': -rc of a GET of name. 'a': -rc of a named
+ * recyclable alloc of name.
+ */
+static void reader_main(const struct tu_daemon *d, void *arg)
+{
+	struct reader *r = arg;
+	const uint8_t *kept[MAX_KEPT];
+	unsigned nkept = 0;
+	struct td_client *c;
+
+	CK(setgroups(0, NULL) == 0);
+	CK(setgid(NOBODY) == 0);
+	CK(setuid(NOBODY) == 0);
+	c = open_client(d);
+	for (;;) {
+		struct td_entry ent = {0};
+		struct td_error e = {0};
+		struct td_tensor *t = NULL;
+		struct td_alloc *a = NULL;
+		uint64_t ans = 0, size = SIZE;
+		struct rcmd m;
+		struct stat st;
+		int fd;
+
+		CK(read(r->cmd[0], &m, sizeof(m)) == (ssize_t)sizeof(m));
+		switch (m.op) {
+		case 'g':
+			CK(nkept < MAX_KEPT);
+			CK(td_client_get(c, m.name, &t, &e) == 0);
+			fd = dup(td_tensor_plane_fd(t, 0));
+			CK(fd >= 0 && fstat(fd, &st) == 0 && st.st_size == SIZE);
+			kept[nkept] = mmap(NULL, SIZE, PROT_READ, MAP_SHARED,
+					   fd, 0);
+			CK(kept[nkept] != MAP_FAILED);
+			for (unsigned i = 0; i < SIZE; i++)
+				CK_EQ(kept[nkept][i], m.byte);
+			nkept++;
+			td_tensor_release(t);
+			/* answered after the RELEASE: the lease is gone */
+			CK(td_client_stat(c, m.name, &ent, &e) == 0);
+			td_entry_fini(&ent);
+			ans = st.st_ino;
+			break;
+		case 'c':
+			ans = 1;
+			for (unsigned k = 0; k < nkept; k++)
+				for (unsigned i = 0; i < SIZE; i++)
+					if (kept[k][i] == m.byte)
+						ans = 0;
+			break;
+		case 'd':
+			ans = (uint64_t)-td_client_get(c, m.name, &t, &e);
+			if (t)
+				td_tensor_release(t);
+			break;
+		case 'a':
+			ans = (uint64_t)-td_client_alloc_named(
+				c, m.name, 1, &size, TD_ALLOC_RECYCLE, &a, &e);
+			td_alloc_free(a);
+			break;
+		default:
+			td_client_close(c);
+			return; /* the fds and mappings go with the process */
+		}
+		CK(write(r->rep[1], &ans, sizeof(ans)) == (ssize_t)sizeof(ans));
+	}
+}
+
+static uint64_t ask(struct reader *r, char op, const char *name,
+		    uint8_t byte)
+{
+	struct rcmd m = {.op = op, .byte = byte};
+	uint64_t ans;
+
+	snprintf(m.name, sizeof(m.name), "%s", name ? name : "");
+	cr_assert_eq(write(r->cmd[1], &m, sizeof(m)), (ssize_t)sizeof(m));
+	cr_assert_eq(read(r->rep[0], &ans, sizeof(ans)),
+		     (ssize_t)sizeof(ans), "the reader died; see stderr");
+	return ans;
+}
+
+/* The reader GETs name (all bytes b) and keeps it mapped: its inode. */
+static ino_t reader_get(struct reader *r, const char *name, uint8_t b)
+{
+	return (ino_t)ask(r, 'g', name, b);
+}
+
+/* Nothing the reader keeps mapped shows the secret. */
+static void reader_clean(struct reader *r, int line)
+{
+	cr_assert_eq(ask(r, 'c', NULL, SECRET), 1,
+		     "line %d: the reader sees the secret", line);
+}
+
+/* ---- the daemon, under a policy that lets nobody read cam/ only ---- */
+
+struct world {
+	struct tu_daemon d;
+	char policy[64];
+	struct reader r;
+};
+
+static void world_start(struct world *w)
+{
+	const char *args[] = {"--socket-mode", "0666", "--policy", w->policy,
+			      NULL};
+	static const char rules[] = "allow uid=65534 r cam/\n";
+	int fd;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root: the reader runs as another uid");
+	snprintf(w->policy, sizeof(w->policy), "/tmp/td-names-XXXXXX");
+	fd = mkstemp(w->policy);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, rules, sizeof(rules) - 1),
+		     (ssize_t)sizeof(rules) - 1);
+	close(fd);
+	cr_assert_eq(chmod(w->policy, 0644), 0);
+	tu_daemon_start_args(&w->d, "warn", args);
+	/* nobody must reach the socket */
+	cr_assert_eq(chmod(w->d.dir, 0755), 0);
+	cr_assert_eq(pipe(w->r.cmd), 0);
+	cr_assert_eq(pipe(w->r.rep), 0);
+	w->r.pid = spawn(&w->d, reader_main, &w->r);
+}
+
+static void world_stop(struct world *w)
+{
+	struct rcmd q = {.op = 'q'};
+
+	cr_assert_eq(write(w->r.cmd[1], &q, sizeof(q)), (ssize_t)sizeof(q));
+	cr_assert_eq(reap(w->r.pid), 0, "the reader failed; see stderr");
+	for (int i = 0; i < 2; i++) {
+		close(w->r.cmd[i]);
+		close(w->r.rep[i]);
+	}
+	unlink(w->policy);
+	tu_daemon_stop(&w->d, true);
+}
+
+/* ---- the producer: root ---- */
+
+static struct td_client *producer(const struct tu_daemon *d,
+				  const char *import)
+{
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+
+	cr_assert_eq(setenv("TENSORD_IMPORT", import, 1), 0);
+	cr_assert_eq(td_client_connect(d->sock, &c, &e), 0, "%s", e.reason);
+	return c;
+}
+
+/* A loan of one SIZE plane for name (NULL: unnamed) with flags. */
+static struct td_alloc *loan(struct td_client *c, const char *name,
+			     uint32_t flags)
+{
+	struct td_alloc *a = NULL;
+	struct td_error e = {0};
+	uint64_t size = SIZE;
+
+	cr_assert_eq(td_client_alloc_named(c, name, 1, &size, flags, &a, &e),
+		     0, "%s", e.reason);
+	return a;
+}
+
+static ino_t loan_ino(const struct td_alloc *a)
+{
+	struct stat st;
+
+	cr_assert_eq(fstat(td_alloc_fd(a, 0), &st), 0);
+	return st.st_ino;
+}
+
+/* Fill a with b and publish it as name: 0 and *v, or -errno. */
+static int publish(struct td_client *c, struct td_alloc *a, const char *name,
+		   uint8_t b, uint64_t *v)
+{
+	uint64_t shape[1] = {SIZE};
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape};
+	struct td_error e = {0};
+
+	memset(td_alloc_data(a, 0), b, SIZE);
+	return td_client_publish_alloc(c, a, &p, v, &e);
+}
+
+static uint64_t publish_ok(struct td_client *c, struct td_alloc *a,
+			   const char *name, uint8_t b)
+{
+	uint64_t v = 0;
+
+	cr_assert_eq(publish(c, a, name, b, &v), 0, "publish %s", name);
+	return v;
+}
+
+static uint64_t current(struct td_client *c, const char *name)
+{
+	struct td_entry ent = {0};
+	struct td_error e = {0};
+	uint64_t v;
+
+	cr_assert_eq(td_client_stat(c, name, &ent, &e), 0, "%s", e.reason);
+	v = ent.version;
+	td_entry_fini(&ent);
+	return v;
+}
+
+/* ---- the tests ---- */
+
+static void unnamed_loans(const char *import)
+{
+	struct world w;
+	struct td_client *c;
+	struct td_alloc *a;
+	ino_t seen;
+
+	world_start(&w);
+	c = producer(&w.d, import);
+	a = loan(c, NULL, TD_ALLOC_RECYCLE);
+	seen = loan_ino(a);
+	publish_ok(c, a, "cam/x", 'A');
+	cr_assert_eq(reader_get(&w.r, "cam/x", 'A'), seen);
+	/* the next version retires it: free, bound to cam/x */
+	publish_ok(c, loan(c, NULL, 0), "cam/x", 'B');
+
+	/* an unnamed loan, and one named for another name: not that one */
+	a = loan(c, NULL, TD_ALLOC_RECYCLE);
+	cr_assert_neq(loan_ino(a), seen, "an unnamed loan got a buffer the "
+		      "reader of cam/x maps");
+	publish_ok(c, a, "priv/y", SECRET);
+	a = loan(c, "priv/z", TD_ALLOC_RECYCLE);
+	cr_assert_neq(loan_ino(a), seen);
+	publish_ok(c, a, "priv/z", SECRET);
+	reader_clean(&w.r, __LINE__);
+	cr_assert_eq(ask(&w.r, 'd', "priv/y", 0), EACCES);
+
+	/* a loan named cam/x gets it back: still recycled */
+	a = loan(c, "cam/x", TD_ALLOC_RECYCLE);
+	cr_assert_eq(loan_ino(a), seen, "a loan for cam/x was not recycled");
+	publish_ok(c, a, "cam/x", 'C');
+	publish_ok(c, loan(c, NULL, 0), "cam/x", 'D');
+	/* and may be published under that name only */
+	a = loan(c, "cam/x", TD_ALLOC_RECYCLE);
+	cr_assert_eq(loan_ino(a), seen);
+	cr_assert_eq(publish(c, a, "priv/y", 'E', NULL), -EINVAL);
+	cr_assert_eq(current(c, "priv/y") < current(c, "cam/x"), true);
+	td_client_close(c);
+	world_stop(&w);
+}
+
+Test(loan_names, an_unnamed_loan_never_gets_a_buffer_another_uid_maps_pidfd)
+{
+	unnamed_loans("pidfd");
+}
+
+Test(loan_names, an_unnamed_loan_never_gets_a_buffer_another_uid_maps_scm)
+{
+	unnamed_loans("scm");
+}
+
+Test(loan_names, a_rewrite_takes_back_only_for_its_own_name)
+{
+	struct world w;
+	struct td_client *c;
+	struct td_alloc *a;
+	uint64_t v;
+	ino_t seen;
+
+	/* every REWRITE loan asks for the take-back */
+	cr_assert_eq(setenv("TENSORD_REWRITE_MIN", "1", 1), 0);
+	cr_assert_eq(setenv("TENSORD_REWRITE_FILL_US", "0", 1), 0);
+	world_start(&w);
+	c = producer(&w.d, "auto");
+	a = loan(c, NULL, TD_ALLOC_REWRITE);
+	seen = loan_ino(a);
+	publish_ok(c, a, "cam/r", 'A');
+	cr_assert_eq(reader_get(&w.r, "cam/r", 'A'), seen);
+
+	/* named for cam/r: the version is taken back, its buffer rewritten */
+	a = loan(c, "cam/r", TD_ALLOC_REWRITE);
+	cr_assert_eq(loan_ino(a), seen, "no take-back for cam/r's own loan");
+	v = publish_ok(c, a, "cam/r", 'C');
+
+	/* unnamed: no take-back, cam/r stays as it is */
+	a = loan(c, NULL, TD_ALLOC_REWRITE);
+	cr_assert_neq(loan_ino(a), seen, "an unnamed rewrite took back a "
+		      "buffer the reader of cam/r maps");
+	cr_assert_eq(current(c, "cam/r"), v);
+	publish_ok(c, a, "priv/r", SECRET);
+	reader_clean(&w.r, __LINE__);
+	td_client_close(c);
+	world_stop(&w);
+	unsetenv("TENSORD_REWRITE_MIN");
+	unsetenv("TENSORD_REWRITE_FILL_US");
+}
+
+/*
+ * A stream read by another uid: named, it settles on a few buffers (the
+ * PUBLISH replies lend them back); unnamed, every loan is a buffer that
+ * uid was never sent.
+ */
+static void stream(const char *name, bool named)
+{
+	struct world w;
+	struct td_client *c;
+	ino_t inos[24];
+	unsigned distinct = 0;
+
+	world_start(&w);
+	c = producer(&w.d, "auto");
+	for (unsigned i = 0; i < 24; i++) {
+		struct td_alloc *a =
+			loan(c, named ? name : NULL, TD_ALLOC_STREAM);
+		bool known = false;
+
+		inos[i] = loan_ino(a);
+		for (unsigned k = 0; k < i; k++)
+			known |= inos[k] == inos[i];
+		distinct += !known;
+		publish_ok(c, a, name, (uint8_t)('a' + i % 20));
+		cr_assert_eq(reader_get(&w.r, name, (uint8_t)('a' + i % 20)),
+			     inos[i]);
+	}
+	if (named) {
+		cr_assert_leq(distinct, 3, "a named stream used %u buffers",
+			      distinct);
+	} else {
+		cr_assert_eq(distinct, 24, "an unnamed stream reused a buffer "
+			     "the reader maps");
+		/* and writing elsewhere from it shows the reader nothing */
+		publish_ok(c, loan(c, NULL, TD_ALLOC_STREAM), "priv/s",
+			   SECRET);
+		reader_clean(&w.r, __LINE__);
+	}
+	td_client_close(c);
+	world_stop(&w);
+}
+
+Test(loan_names, a_named_stream_read_by_another_uid_stays_recycled)
+{
+	stream("cam/s", true);
+}
+
+Test(loan_names, an_unnamed_stream_read_by_another_uid_is_never_recycled)
+{
+	stream("cam/s", false);
+}
+
+Test(loan_names, a_named_alloc_needs_write_permission_on_its_name)
+{
+	struct world w;
+
+	world_start(&w);
+	/* nobody may read cam/ but write nothing */
+	cr_assert_eq(ask(&w.r, 'a', "cam/x", 0), EACCES);
+	world_stop(&w);
+}
+
+/* The daemon refuses a named alloc's PUBLISH under another name itself. */
+Test(loan_names, the_daemon_refuses_a_named_loan_under_another_name)
+{
+	struct td_wire_alloc_req q = {
+		.flags = TD_WIRE_REQ_SCM | TD_WIRE_ALLOC_RECYCLE |
+			 TD_WIRE_ALLOC_NAMED,
+		.plane_count = 1,
+		.sizes = {SIZE},
+		.name = {"cam/x", 5}};
+	struct td_wire_publish_req p = {.name = {"priv/y", 6}};
+	struct td_wire_alloc_rep ar;
+	struct td_wire_error er;
+	struct rawrep r;
+	struct world w;
+	int64_t n;
+	int sock;
+
+	world_start(&w);
+	sock = raw_scm_conn(&w.d);
+	n = td_wire_alloc_req_encode(&q, rawbuf + TD_WIRE_HDR_LEN,
+				     sizeof(rawbuf) - TD_WIRE_HDR_LEN);
+	cr_assert_gt(n, 0);
+	raw_send(sock, TD_OP_ALLOC, 2, (size_t)n);
+	raw_recv(sock, &r);
+	cr_assert_eq(r.h.status, 0);
+	cr_assert_eq(td_wire_alloc_rep_decode(rawbuf + TD_WIRE_HDR_LEN,
+					      r.h.body_len, &ar, NULL),
+		     0);
+	td__scm_close(r.fds, r.nfds);
+	p.alloc_id = ar.alloc_id;
+	n = td_wire_publish_req_encode(&p, rawbuf + TD_WIRE_HDR_LEN,
+				       sizeof(rawbuf) - TD_WIRE_HDR_LEN);
+	cr_assert_gt(n, 0);
+	raw_send(sock, TD_OP_PUBLISH, 3, (size_t)n);
+	raw_recv(sock, &r);
+	cr_assert_eq(r.h.status, -EINVAL);
+	cr_assert_eq(td_wire_error_decode(rawbuf + TD_WIRE_HDR_LEN,
+					  r.h.body_len, &er, NULL),
+		     0);
+	cr_assert(memmem(er.reason.ptr, er.reason.len, "is for \"cam/x\"",
+			 14),
+		  "%.*s", (int)er.reason.len, er.reason.ptr);
+	td__scm_close(r.fds, r.nfds);
+	close(sock);
+	world_stop(&w);
+}
