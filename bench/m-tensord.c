@@ -3,7 +3,7 @@
  * tensord through its public client API (libclient/include/tensord/tensord.h),
  * against a daemon the bench starts on a socket in its temp dir.
  *
- * Producer: td_client_alloc_ex(TD_ALLOC_REWRITE) one plane -> write ->
+ * Producer: td_client_alloc_named(TD_ALLOC_REWRITE) one plane -> write ->
  * td_client_publish_alloc(), what a streaming user of the plain API whose
  * producer waits for its consumers does (docs/fastpath.md, "Recycled
  * loans", "Streams", "Rewriting the latest version"). Mostly that is a
@@ -195,9 +195,10 @@ static int td_producer_step(struct bench_run *r, uint64_t seq)
 	void *p;
 	int rc;
 
-	rc = td_client_alloc_ex(x->c, 1, &size, TD_ALLOC_REWRITE, &a, &err);
+	rc = td_client_alloc_named(x->c, x->name, 1, &size, TD_ALLOC_REWRITE,
+				   &a, &err);
 	if (rc < 0)
-		return bench_fail(r, rc, "td_client_alloc_ex: %.200s",
+		return bench_fail(r, rc, "td_client_alloc_named: %.200s",
 				  err.reason);
 	p = td_alloc_data(a, 0);
 	if (!p) {
@@ -285,7 +286,7 @@ static void td_teardown(struct bench_run *r)
 const struct bench_method bench_tensord = {
 	.name = "tensord",
 	.desc = "tensord public client API, daemon started by the bench: "
-		"td_client_alloc_ex(TD_ALLOC_REWRITE)/write/"
+		"td_client_alloc_named(TD_ALLOC_REWRITE)/write/"
 		"td_client_publish_alloc, "
 		"td_client_get_newer/check/td_tensor_release_nowait; "
 		"ack: 8 bytes on an AF_UNIX SOCK_SEQPACKET socketpair",

@@ -82,8 +82,8 @@ static int produce(struct td_client *c, const char *name, long frames)
 		struct td_alloc *a;
 		uint32_t *w;
 
-		if (td_client_alloc_ex(c, 1, &size, TD_ALLOC_STREAM, &a,
-				       &err) < 0 ||
+		if (td_client_alloc_named(c, name, 1, &size, TD_ALLOC_STREAM,
+					  &a, &err) < 0 ||
 		    !(w = td_alloc_data(a, 0))) {
 			fprintf(stderr, "producer: %s\n", err.reason);
 			return 1;

@@ -180,12 +180,17 @@ int tdpy_loan_open(ClientObject *self, OwnerObject *o, uint64_t size)
 {
 	struct td_error e = {0};
 	struct td_client *c = tdpy_client_enter(self);
+	const char *name;
 	int rc;
 
 	if (!c)
 		return -1;
-	TDPY_CALL(self, rc, td_client_alloc_ex(c, 1, &size, o->alloc_flags,
-					       &o->a, &e));
+	/* publish() uses o->name: a recyclable loan is named for it, so its
+	 * buffers stay recycled when readers of other uids mapped them
+	 * (docs/fastpath.md, "Across names") */
+	name = o->alloc_flags && o->name ? PyUnicode_AsUTF8(o->name) : NULL;
+	TDPY_CALL(self, rc, td_client_alloc_named(c, name, 1, &size,
+						  o->alloc_flags, &o->a, &e));
 	if (rc < 0) {
 		tdpy_raise(rc, &e, "alloc");
 		return -1;

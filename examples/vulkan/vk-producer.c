@@ -77,8 +77,8 @@ int main(int argc, char **argv)
 		int fence = -1;
 		bool sync_file = v.sync_fd && delay_ms == 0;
 
-		if (td_client_alloc_ex(c, 1, &bytes, TD_ALLOC_RECYCLE, &a,
-				       &err) < 0)
+		if (td_client_alloc_named(c, name, 1, &bytes, TD_ALLOC_RECYCLE,
+					  &a, &err) < 0)
 			return fail("alloc", &err);
 		/* the loan's pages become the GPU's buffer: no staging copy */
 		if (vkx_import(&v, td_alloc_data(a, 0), bytes, &buf) < 0)
