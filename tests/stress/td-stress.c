@@ -29,7 +29,8 @@
  * die holding. A held version recycled under a follower is a mismatch.
  *
  * Half the loans are recyclable (TD_ALLOC_RECYCLE, docs/fastpath.md
- * "Recycled loans"), of power-of-two sizes so that buffers come back:
+ * "Recycled loans"; half of those named for their tensor, "Across
+ * names"), of power-of-two sizes so that buffers come back:
  * a buffer recycled while a consumer still leases its version would show
  * up as a digest mismatch.
  */
@@ -180,8 +181,10 @@ static int produce(struct td_client *c, unsigned self, uint64_t *s)
 			size &= size - 1;
 		shape[0] = size;
 	}
-	rc = td_client_alloc_ex(c, 1, &size,
-				recycle ? TD_ALLOC_RECYCLE : 0, &a, &e);
+	/* half the recyclable ones named for their tensor ("Across names") */
+	rc = td_client_alloc_named(c, recycle && (rnd(s) & 1) ? name : NULL, 1,
+				   &size, recycle ? TD_ALLOC_RECYCLE : 0, &a,
+				   &e);
 	if (rc == -ENOSPC || rc == -EDQUOT) {
 		/* everything is leased right now: back-pressure, not a bug */
 		atomic_fetch_add(&n_full, 1);
