@@ -17,6 +17,9 @@
 #include "wire.h"
 
 static uint8_t rawbuf[TD_WIRE_MAX_MSG];
+/* where a request's or reply's body goes, and its room */
+#define RAW_BODY (rawbuf + TD_WIRE_HDR_LEN)
+#define RAW_CAP (sizeof(rawbuf) - TD_WIRE_HDR_LEN)
 
 struct rawrep {
 	struct td_wire_hdr h;
@@ -46,6 +49,18 @@ static inline void raw_recv(int sock, struct rawrep *r)
 	cr_assert_eq(r->nfds, r->h.fd_count);
 }
 
+/* A request of body_len bytes (in rawbuf after the header) and its
+ * reply into *r (its body in rawbuf): the reply's status. */
+static inline int32_t raw_call(int sock, uint16_t op, uint64_t id,
+			       int64_t body_len, struct rawrep *r)
+{
+	cr_assert_geq(body_len, 0, "encode: %lld", (long long)body_len);
+	raw_send(sock, op, id, (size_t)body_len);
+	raw_recv(sock, r);
+	cr_assert_eq(r->h.request_id, id);
+	return r->h.status;
+}
+
 /* Connect and HELLO asking for SCM_RIGHTS both ways. */
 static inline int raw_scm_conn(const struct tu_daemon *d)
 {
@@ -59,13 +74,10 @@ static inline int raw_scm_conn(const struct tu_daemon *d)
 	cr_assert_geq(sock, 0);
 	memcpy(sa.sun_path, d->sock, sizeof(d->sock));
 	cr_assert_eq(connect(sock, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	n = td_wire_hello_req_encode(&hr, rawbuf + TD_WIRE_HDR_LEN,
-				     sizeof(rawbuf) - TD_WIRE_HDR_LEN);
-	raw_send(sock, TD_OP_HELLO, 1, (size_t)n);
-	raw_recv(sock, &r);
-	cr_assert_eq(r.h.status, 0);
-	cr_assert_eq(td_wire_hello_rep_decode(rawbuf + TD_WIRE_HDR_LEN,
-					      r.h.body_len, &rep, NULL),
+	n = td_wire_hello_req_encode(&hr, RAW_BODY, RAW_CAP);
+	cr_assert_eq(raw_call(sock, TD_OP_HELLO, 1, n, &r), 0);
+	cr_assert_eq(td_wire_hello_rep_decode(RAW_BODY, r.h.body_len, &rep,
+					      NULL),
 		     0);
 	cr_assert_eq(rep.import_in, TD_IMPORT_SCM);
 	td__scm_close(r.fds, r.nfds);

@@ -429,25 +429,16 @@ Test(loan_names, the_daemon_refuses_a_named_loan_under_another_name)
 
 	world_start(&w);
 	sock = raw_scm_conn(&w.d);
-	n = td_wire_alloc_req_encode(&q, rawbuf + TD_WIRE_HDR_LEN,
-				     sizeof(rawbuf) - TD_WIRE_HDR_LEN);
-	cr_assert_gt(n, 0);
-	raw_send(sock, TD_OP_ALLOC, 2, (size_t)n);
-	raw_recv(sock, &r);
-	cr_assert_eq(r.h.status, 0);
-	cr_assert_eq(td_wire_alloc_rep_decode(rawbuf + TD_WIRE_HDR_LEN,
-					      r.h.body_len, &ar, NULL),
+	n = td_wire_alloc_req_encode(&q, RAW_BODY, RAW_CAP);
+	cr_assert_eq(raw_call(sock, TD_OP_ALLOC, 2, n, &r), 0);
+	cr_assert_eq(td_wire_alloc_rep_decode(RAW_BODY, r.h.body_len, &ar,
+					      NULL),
 		     0);
 	td__scm_close(r.fds, r.nfds);
 	p.alloc_id = ar.alloc_id;
-	n = td_wire_publish_req_encode(&p, rawbuf + TD_WIRE_HDR_LEN,
-				       sizeof(rawbuf) - TD_WIRE_HDR_LEN);
-	cr_assert_gt(n, 0);
-	raw_send(sock, TD_OP_PUBLISH, 3, (size_t)n);
-	raw_recv(sock, &r);
-	cr_assert_eq(r.h.status, -EINVAL);
-	cr_assert_eq(td_wire_error_decode(rawbuf + TD_WIRE_HDR_LEN,
-					  r.h.body_len, &er, NULL),
+	n = td_wire_publish_req_encode(&p, RAW_BODY, RAW_CAP);
+	cr_assert_eq(raw_call(sock, TD_OP_PUBLISH, 3, n, &r), -EINVAL);
+	cr_assert_eq(td_wire_error_decode(RAW_BODY, r.h.body_len, &er, NULL),
 		     0);
 	cr_assert(memmem(er.reason.ptr, er.reason.len, "is for \"cam/x\"",
 			 14),
