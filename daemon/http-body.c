@@ -11,8 +11,9 @@
  * A chunk is leased (a version's reference, or a ring slot's lease, as a
  * GET takes) until its response is done, so a version replaced meanwhile
  * is still sent whole. A dense chunk in a tmpfs memfd is a response on a
- * duplicate of the fd that the kernel sends (sendfile); any other chunk is
- * repacked: a callback response pread()s the plane bytes, in C order, into
+ * duplicate of the fd that the kernel sends (sendfile), unless it is
+ * recyclable (its pages are written again once it is free, and a socket
+ * queue may still hold them); any other chunk is repacked: a callback response pread()s the plane bytes, in C order, into
  * the response's buffer, one block per call. pread() of a file cannot
  * fault: a plane that is short (or unreadable) ends the response with an
  * error instead, and the connection is closed. A dma-buf has no pread():
@@ -190,6 +191,14 @@ static bool version_node(struct td__version *v, struct td__http_node *n,
 	for (uint32_t p = 0; p < bv.plane_count; p++)
 		if (!plane_of(v, &bv, p, n, &sizes[p]))
 			return false;
+	/*
+	 * A recyclable version's buffer is written again once it is free,
+	 * while a sendfile()d response's pages may still wait in the
+	 * client's socket queue after its lease ended: copied instead
+	 * (docs/fastpath.md, "Across names").
+	 */
+	if (v->recycle)
+		n->repack = true;
 	cstr(fmt, bv.strings[TD_BLOB_FORMAT].ptr,
 	     bv.strings[TD_BLOB_FORMAT].len);
 	if (td_zarr_walk_init(&n->w, &n->a, &src))
