@@ -200,11 +200,3 @@ int td__peer_is_other_end(const struct td__peer *p, int fd)
 		       ? 0
 		       : -ESRCH;
 }
-
-bool td__peer_same_creds(const struct td__peer *a, const struct td__peer *b)
-{
-	return a->uid == b->uid && a->gid == b->gid &&
-	       a->ngroups == b->ngroups &&
-	       memcmp(a->groups, b->groups, a->ngroups * sizeof(*a->groups)) ==
-		       0;
-}

@@ -379,11 +379,6 @@ int td__peer_pull_check(const struct td__peer *p, char *why, size_t cap);
  * unix_diag in the kernel).
  */
 int td__peer_is_other_end(const struct td__peer *p, int fd);
-/*
- * Do a and b hold the same credentials as the policy sees them (uid, gid
- * and supplementary groups)? Then no policy rule can tell them apart.
- */
-bool td__peer_same_creds(const struct td__peer *a, const struct td__peer *b);
 
 /* ---- tenant.c ---- */
 
@@ -456,6 +451,8 @@ void td__lease_init(void);
 bool td__access_may(const struct td__peer *p, unsigned perm,
 		    const char *name, size_t len);
 /* May p do perm on some name? */
+/* May p read every name (no --policy, or the daemon's own uid)? */
+bool td__access_reads_all(const struct td__peer *p);
 bool td__access_any(const struct td__peer *p, unsigned perm);
 /* td__access_may, else the -EACCES reply and false. */
 bool td__access_check(struct td__peer *p, const struct td_wire_hdr *h,

@@ -137,9 +137,10 @@ static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 		.blob = {v->blob, v->blob_len},
 		.fd_count = v->nfds,
 	};
-	/* a recyclable buffer another principal reads stays bound to this
-	 * name (docs/fastpath.md, "Across names") */
-	expose = v->recycle && v->owner && !td__peer_same_creds(v->owner, p);
+	/* a recyclable buffer read by a connection that may not read every
+	 * name stays bound to this one (docs/fastpath.md, "Across names") */
+	expose = v->recycle && v->owner && v->owner != p &&
+		 !td__access_reads_all(p);
 	for (uint32_t i = 0; i < v->nfds; i++) {
 		v->fds[i].exposed |= expose;
 		r.fds[i].fd = td__vfd_out(&v->fds[i]);

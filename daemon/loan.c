@@ -45,24 +45,31 @@ static bool bound_ok(bool exposed, struct td_wire_str bound,
  * A free buffer of p for a plane of `size` bytes that alloc a may have:
  * `prefer` (the buffer a rewrite took back, 0 none) first, then one the
  * client says it holds mapped (held ids), else any of that size. Oldest
- * first.
+ * first. *bound: the oldest of that size it may not have (NULL none).
  */
 static struct td__freebuf *freebuf_pick(struct td__peer *p, uint64_t size,
 					const struct td_wire_alloc_req *m,
 					const struct td__alloc *a,
-					uint64_t prefer, bool *held)
+					uint64_t prefer, bool *held,
+					struct td__freebuf **bound)
 {
 	struct td__freebuf *any = NULL, *mapped = NULL;
 
+	*bound = NULL;
 	for (struct td__list *l = p->freebufs.next; l != &p->freebufs;
 	     l = l->next) {
 		struct td__freebuf *fb =
 			td__container_of(l, struct td__freebuf, link);
 
-		if (fb->f.size != size ||
-		    !bound_ok(fb->f.exposed,
-			      (struct td_wire_str){fb->name, fb->name_len}, a))
+		if (fb->f.size != size)
 			continue;
+		if (!bound_ok(fb->f.exposed,
+			      (struct td_wire_str){fb->name, fb->name_len},
+			      a)) {
+			if (!*bound)
+				*bound = fb;
+			continue;
+		}
 		if (prefer && fb->f.buffer_id == prefer) {
 			mapped = fb;
 			break;
@@ -165,9 +172,10 @@ bool td__rewrite_pending(struct td_wire_str name)
  * it: no lease, no follower's row, no snapshot (each a reference). It
  * stops being current (no event: its name's next version is on its way)
  * and, once unreferenced, its buffers go to p's free list, where
- * freebuf_pick prefers them: prefer[i] is plane i's buffer id. Not when
- * a buffer of it may not be lent to alloc a (bound_ok). Returns the
- * planes taken back, 0 none.
+ * freebuf_pick prefers them: prefer[i] is plane i's buffer id. Not for
+ * an alloc named for another name (it may be published as that one
+ * only), nor when a buffer of it may not be lent to alloc a (bound_ok).
+ * Returns the planes taken back, 0 none.
  */
 static uint32_t rewrite_take(struct td__store *s, struct td__peer *p,
 			     const struct td_wire_alloc_req *m,
@@ -179,6 +187,10 @@ static uint32_t rewrite_take(struct td__store *s, struct td__peer *p,
 	if (!p->rw_len)
 		return 0;
 	v = td__name_lookup(s, n);
+	/* a named alloc may be published as its name only */
+	if (a->name_len && (a->name_len != n.len ||
+			    memcmp(a->name, n.ptr, n.len)))
+		return 0;
 	if (!v || v->number != p->rw_number || !v->recycle || v->owner != p ||
 	    v->lease_count || v->refs != 1 || v->nfds != m->plane_count ||
 	    td__version_pinned(v) ||
@@ -258,14 +270,23 @@ static uint64_t alloc_recycled(struct td__store *s, struct td__peer *p,
 	uint64_t fresh = 0;
 
 	for (uint32_t i = 0; i < m->plane_count; i++) {
+		struct td__freebuf *bound = NULL;
 		struct td__freebuf *fb =
 			a->recycle ? freebuf_pick(p, m->sizes[i], m, a,
 						  prefer ? prefer[i] : 0,
-						  &held[i])
+						  &held[i], &bound)
 				   : NULL;
 
 		a->sizes[i] = m->sizes[i];
 		a->fds[i].fd = a->fds[i].ro = -1;
+		/*
+		 * An unnamed alloc that finds only buffers bound to a name
+		 * will not take them (nor will the next): the oldest goes,
+		 * so an unnamed stream read by others holds no more than
+		 * one would that never recycled ("Across names").
+		 */
+		if (!fb && bound && !a->name_len)
+			td__freebuf_drop(s, bound);
 		if (!fb) {
 			fresh += m->sizes[i];
 			continue;

@@ -56,8 +56,8 @@ struct td__vfd {
 	uint64_t sid; /* systemd fd-store id (fdstore.c), 0 = not stored */
 	uid_t uid;    /* whose descriptors fd and ro are (tenant.c) */
 	/*
-	 * A recyclable buffer sent to a reader with credentials other than
-	 * its producer's: bound for good to the name it was sent under, lent
+	 * A recyclable buffer sent to another connection that may not read
+	 * every name: bound for good to the name it was sent under, lent
 	 * only to an alloc of that name (docs/fastpath.md, "Across names").
 	 */
 	bool exposed;

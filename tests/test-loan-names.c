@@ -7,10 +7,13 @@
  * buffer it was sent mapped, as a hostile reader would. The producer
  * (root, the daemon's own uid) then writes a secret under priv/ from an
  * unnamed recyclable loan, a rewrite take-back and a stream's lent loan:
- * none of them may land in a buffer the reader still maps. Loans named
- * for the name (td_client_alloc_named) still get those buffers back, and
- * may be published under that name only, which the daemon enforces too
- * (a raw client). tu_daemon_stop() checks fds and memfd mappings.
+ * none of them may land in a buffer the reader still maps. Nor from a
+ * producer with the reader's own credentials that may write priv/ but
+ * not read it, nor through the pages an HTTP response had queued. Loans
+ * named for the name (td_client_alloc_named) still get those buffers
+ * back, and may be published under that name only, which the daemon
+ * enforces too (a raw client). tu_daemon_stop() checks fds and memfd
+ * mappings.
  *
  * Needs root (a second uid for the reader).
  */
@@ -20,7 +23,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -36,7 +42,8 @@
 /* ---- the reader: user nobody, driven through a pipe ---- */
 
 struct rcmd {
-	char op; /* 'g' get, 'c' check, 'd' denied get, 'a' alloc, 'q' */
+	char op; /* 'g' get, 'c' check, 'd' denied get, 'a' alloc,
+		  * 'p' publish (a second connection), 'q' quit */
 	uint8_t byte;
 	char name[64];
 };
@@ -52,19 +59,22 @@ struct reader {
  * 'g': GET name (its bytes all `byte`), keep the plane's fd mapped,
  * release; answers the inode. 'c': 1 when no byte of any kept mapping
  * is `byte`, else 0. 'd': -rc of a GET of name. 'a': -rc of a named
- * recyclable alloc of name.
+ * recyclable alloc of name. 'p': publish an unnamed recyclable loan
+ * filled with `byte` as name from a second connection (a producer with
+ * the reader's credentials); answers its inode.
  */
 static void reader_main(const struct tu_daemon *d, void *arg)
 {
 	struct reader *r = arg;
 	const uint8_t *kept[MAX_KEPT];
 	unsigned nkept = 0;
-	struct td_client *c;
+	struct td_client *c, *pc;
 
 	CK(setgroups(0, NULL) == 0);
 	CK(setgid(NOBODY) == 0);
 	CK(setuid(NOBODY) == 0);
 	c = open_client(d);
+	pc = open_client(d);
 	for (;;) {
 		struct td_entry ent = {0};
 		struct td_error e = {0};
@@ -111,7 +121,22 @@ static void reader_main(const struct tu_daemon *d, void *arg)
 				c, m.name, 1, &size, TD_ALLOC_RECYCLE, &a, &e);
 			td_alloc_free(a);
 			break;
+		case 'p': {
+			uint64_t shape[1] = {SIZE};
+			struct td_publish pub = {.name = m.name,
+						 .dtype = TD_TENSOR_U8,
+						 .ndim = 1, .shape = shape};
+
+			CK(td_client_alloc_ex(pc, 1, &size, TD_ALLOC_RECYCLE,
+					      &a, &e) == 0);
+			CK(fstat(td_alloc_fd(a, 0), &st) == 0);
+			memset(td_alloc_data(a, 0), m.byte, SIZE);
+			CK(td_client_publish_alloc(pc, a, &pub, NULL, &e) == 0);
+			ans = st.st_ino;
+			break;
+		}
 		default:
+			td_client_close(pc);
 			td_client_close(c);
 			return; /* the fds and mappings go with the process */
 		}
@@ -153,20 +178,22 @@ struct world {
 	struct reader r;
 };
 
-static void world_start(struct world *w)
+/* extra: more tensord arguments (NULL-ended, at most 4; NULL none) */
+static void world_start_ex(struct world *w, const char *rules,
+			   const char *const *extra)
 {
-	const char *args[] = {"--socket-mode", "0666", "--policy", w->policy,
-			      NULL};
-	static const char rules[] = "allow uid=65534 r cam/\n";
+	const char *args[10] = {"--socket-mode", "0666", "--policy",
+				w->policy};
 	int fd;
 
+	for (int i = 0; extra && extra[i] && i < 4; i++)
+		args[4 + i] = extra[i];
 	if (geteuid() != 0)
 		cr_skip_test("needs root: the reader runs as another uid");
 	snprintf(w->policy, sizeof(w->policy), "/tmp/td-names-XXXXXX");
 	fd = mkstemp(w->policy);
 	cr_assert_geq(fd, 0);
-	cr_assert_eq(write(fd, rules, sizeof(rules) - 1),
-		     (ssize_t)sizeof(rules) - 1);
+	cr_assert_eq(write(fd, rules, strlen(rules)), (ssize_t)strlen(rules));
 	close(fd);
 	cr_assert_eq(chmod(w->policy, 0644), 0);
 	tu_daemon_start_args(&w->d, "warn", args);
@@ -175,6 +202,11 @@ static void world_start(struct world *w)
 	cr_assert_eq(pipe(w->r.cmd), 0);
 	cr_assert_eq(pipe(w->r.rep), 0);
 	w->r.pid = spawn(&w->d, reader_main, &w->r);
+}
+
+static void world_start(struct world *w)
+{
+	world_start_ex(w, "allow uid=65534 r cam/\n", NULL);
 }
 
 static void world_stop(struct world *w)
@@ -266,6 +298,7 @@ static void unnamed_loans(const char *import)
 	struct world w;
 	struct td_client *c;
 	struct td_alloc *a;
+	uint64_t v;
 	ino_t seen;
 
 	world_start(&w);
@@ -277,27 +310,31 @@ static void unnamed_loans(const char *import)
 	/* the next version retires it: free, bound to cam/x */
 	publish_ok(c, loan(c, NULL, 0), "cam/x", 'B');
 
-	/* an unnamed loan, and one named for another name: not that one */
-	a = loan(c, NULL, TD_ALLOC_RECYCLE);
-	cr_assert_neq(loan_ino(a), seen, "an unnamed loan got a buffer the "
-		      "reader of cam/x maps");
-	publish_ok(c, a, "priv/y", SECRET);
+	/* a loan named for another name does not get it */
 	a = loan(c, "priv/z", TD_ALLOC_RECYCLE);
 	cr_assert_neq(loan_ino(a), seen);
 	publish_ok(c, a, "priv/z", SECRET);
 	reader_clean(&w.r, __LINE__);
-	cr_assert_eq(ask(&w.r, 'd', "priv/y", 0), EACCES);
 
-	/* a loan named cam/x gets it back: still recycled */
+	/* a loan named cam/x does: still recycled */
 	a = loan(c, "cam/x", TD_ALLOC_RECYCLE);
 	cr_assert_eq(loan_ino(a), seen, "a loan for cam/x was not recycled");
 	publish_ok(c, a, "cam/x", 'C');
 	publish_ok(c, loan(c, NULL, 0), "cam/x", 'D');
-	/* and may be published under that name only */
+
+	/* an unnamed loan does not */
+	a = loan(c, NULL, TD_ALLOC_RECYCLE);
+	cr_assert_neq(loan_ino(a), seen, "an unnamed loan got a buffer the "
+		      "reader of cam/x maps");
+	publish_ok(c, a, "priv/y", SECRET);
+	reader_clean(&w.r, __LINE__);
+	cr_assert_eq(ask(&w.r, 'd', "priv/y", 0), EACCES);
+
+	/* a named loan may be published under its name only */
+	v = current(c, "priv/y");
 	a = loan(c, "cam/x", TD_ALLOC_RECYCLE);
-	cr_assert_eq(loan_ino(a), seen);
 	cr_assert_eq(publish(c, a, "priv/y", 'E', NULL), -EINVAL);
-	cr_assert_eq(current(c, "priv/y") < current(c, "cam/x"), true);
+	cr_assert_eq(current(c, "priv/y"), v);
 	td_client_close(c);
 	world_stop(&w);
 }
@@ -325,6 +362,12 @@ Test(loan_names, a_rewrite_takes_back_only_for_its_own_name)
 	cr_assert_eq(setenv("TENSORD_REWRITE_FILL_US", "0", 1), 0);
 	world_start(&w);
 	c = producer(&w.d, "auto");
+	/* a loan for cam/b does not take cam/a back (nobody read it) */
+	v = publish_ok(c, loan(c, "cam/a", TD_ALLOC_REWRITE), "cam/a", 'a');
+	a = loan(c, "cam/b", TD_ALLOC_REWRITE);
+	cr_assert_eq(current(c, "cam/a"), v, "cam/b's loan took cam/a back");
+	publish_ok(c, a, "cam/b", 'b');
+
 	a = loan(c, NULL, TD_ALLOC_REWRITE);
 	seen = loan_ino(a);
 	publish_ok(c, a, "cam/r", 'A');
@@ -334,6 +377,12 @@ Test(loan_names, a_rewrite_takes_back_only_for_its_own_name)
 	a = loan(c, "cam/r", TD_ALLOC_REWRITE);
 	cr_assert_eq(loan_ino(a), seen, "no take-back for cam/r's own loan");
 	v = publish_ok(c, a, "cam/r", 'C');
+
+	/* named for another name: no take-back either */
+	a = loan(c, "cam/q", TD_ALLOC_REWRITE);
+	cr_assert_neq(loan_ino(a), seen);
+	cr_assert_eq(current(c, "cam/r"), v);
+	td_alloc_free(a);
 
 	/* unnamed: no take-back, cam/r stays as it is */
 	a = loan(c, NULL, TD_ALLOC_REWRITE);
@@ -379,8 +428,16 @@ static void stream(const char *name, bool named)
 		cr_assert_leq(distinct, 3, "a named stream used %u buffers",
 			      distinct);
 	} else {
+		struct td_status *st = NULL;
+
 		cr_assert_eq(distinct, 24, "an unnamed stream reused a buffer "
 			     "the reader maps");
+		/* the buffers it may not have are dropped, not hoarded: the
+		 * current version and one free buffer at most */
+		cr_assert_eq(td_client_status(c, &st, NULL), 0);
+		cr_assert_leq(st->bytes, 2 * SIZE, "%llu bytes held",
+			      (unsigned long long)st->bytes);
+		td_status_free(st);
 		/* and writing elsewhere from it shows the reader nothing */
 		publish_ok(c, loan(c, NULL, TD_ALLOC_STREAM), "priv/s",
 			   SECRET);
@@ -445,5 +502,152 @@ Test(loan_names, the_daemon_refuses_a_named_loan_under_another_name)
 		  "%.*s", (int)er.reason.len, er.reason.ptr);
 	td__scm_close(r.fds, r.nfds);
 	close(sock);
+	world_stop(&w);
+}
+
+/*
+ * A producer with the reader's very credentials: the policy lets that uid
+ * write priv/ but not read it, so a connection of its own reading cam/x
+ * still binds the buffer (only the daemon's uid, or a daemon without a
+ * policy, reads every name).
+ */
+Test(loan_names, a_reader_with_the_producers_credentials_binds_too)
+{
+	struct world w;
+	ino_t seen;
+
+	world_start_ex(&w, "allow uid=65534 r cam/\nallow uid=65534 w cam/\n"
+			   "allow uid=65534 w priv/\n",
+		       NULL);
+	seen = (ino_t)ask(&w.r, 'p', "cam/x", 'A');
+	cr_assert_eq(reader_get(&w.r, "cam/x", 'A'), seen);
+	ask(&w.r, 'p', "cam/x", 'B'); /* retires A: its buffer is free */
+	cr_assert_neq((ino_t)ask(&w.r, 'p', "priv/y", SECRET), seen,
+		      "the same uid's unnamed loan got the buffer its reader "
+		      "maps");
+	reader_clean(&w.r, __LINE__);
+	cr_assert_eq(ask(&w.r, 'd', "priv/y", 0), EACCES);
+	world_stop(&w);
+}
+
+/* ---- the HTTP store: a response's queued pages ---- */
+
+static unsigned short http_port;
+
+static int tcp_to_daemon(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+				 .sin_port = htons(http_port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int big = 4 << 20;
+
+	cr_assert_geq(fd, 0);
+	/* room for the whole body: the response completes unread */
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+/* Everything until EOF (malloc'd, *len bytes). */
+static char *read_all(int fd, size_t *len)
+{
+	size_t cap = 1 << 20;
+	char *b = malloc(cap);
+	ssize_t r;
+
+	cr_assert(b);
+	*len = 0;
+	while ((r = recv(fd, b + *len, cap - *len, 0)) > 0) {
+		*len += (size_t)r;
+		if (*len == cap)
+			cr_assert((b = realloc(b, cap *= 2)));
+	}
+	return b;
+}
+
+static long http_leases(void)
+{
+	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: t\r\n"
+				  "Connection: close\r\n\r\n";
+	static const char key[] = "\ntensord_http_leases ";
+	int fd = tcp_to_daemon();
+	size_t n;
+	char *b, *p;
+	long v = -1;
+
+	cr_assert_eq(send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL),
+		     (ssize_t)sizeof(req) - 1);
+	b = read_all(fd, &n);
+	close(fd);
+	p = memmem(b, n, key, sizeof(key) - 1);
+	if (p)
+		v = strtol(p + sizeof(key) - 1, NULL, 10);
+	free(b);
+	return v;
+}
+
+/*
+ * An HTTP reader allowed cam/ asks for cam/x's chunk and reads nothing
+ * yet; the response completes into its socket's queue and lets the
+ * version go. The producer's next loan may then get that buffer (HTTP
+ * maps nothing): what the reader reads later must be cam/x's bytes, not
+ * what the producer wrote under priv/y since. A recyclable chunk is
+ * copied into the response, never sent from its pages (sendfile queues
+ * the pages themselves).
+ */
+Test(loan_names, an_http_response_never_carries_a_later_write)
+{
+	static const char req[] = "GET /zarr/cam_x/c/0 HTTP/1.1\r\n"
+				  "Host: t\r\nConnection: close\r\n\r\n";
+	char addr[32];
+	const char *http[] = {"--http", addr, "--http-prefix", "", NULL};
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sa);
+	struct world w;
+	struct td_client *c;
+	size_t n, secret = 0, body_len;
+	char *resp, *body;
+	int fd, h;
+
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+	close(fd);
+	http_port = ntohs(sa.sin_port);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", http_port);
+	world_start_ex(&w, "allow uid=65534 r cam/\nallow http r cam/\n",
+		       http);
+	c = producer(&w.d, "auto");
+	publish_ok(c, loan(c, NULL, TD_ALLOC_RECYCLE), "cam/x", 'A');
+
+	h = tcp_to_daemon();
+	cr_assert_eq(send(h, req, sizeof(req) - 1, MSG_NOSIGNAL),
+		     (ssize_t)sizeof(req) - 1);
+	/* a bounded wait for the response to be done (a hang guard) */
+	for (int i = 0; i < 500 && http_leases() != 0; i++)
+		usleep(10000);
+	cr_assert_eq(http_leases(), 0, "the response still holds cam/x");
+
+	publish_ok(c, loan(c, NULL, 0), "cam/x", 'B');
+	for (int i = 0; i < 4; i++)
+		publish_ok(c, loan(c, NULL, TD_ALLOC_RECYCLE), "priv/y",
+			   SECRET);
+
+	resp = read_all(h, &n);
+	close(h);
+	body = memmem(resp, n, "\r\n\r\n", 4);
+	cr_assert(body, "no HTTP response");
+	body += 4;
+	body_len = (size_t)(resp + n - body);
+	cr_assert_eq(body_len, SIZE);
+	for (size_t i = 0; i < body_len; i++)
+		secret += body[i] == SECRET;
+	cr_assert_eq(secret, 0, "the HTTP reader of cam/ got %zu bytes of "
+		     "priv/y", secret);
+	cr_assert_eq(body[0], 'A');
+	free(resp);
+	td_client_close(c);
 	world_stop(&w);
 }

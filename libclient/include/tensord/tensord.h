@@ -381,13 +381,13 @@ TD_EXPORT int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
  * refused with -EINVAL. The uid must be allowed to write the name
  * (-EACCES here, not at publish). For recyclable loans it matters whom
  * the buffers were shown to (docs/fastpath.md, "Across names"): a buffer
- * the daemon sent to a reader with other credentials (uid, gid, groups)
- * stays bound to the name it was read under, and only a loan named so
- * may have it again; an unnamed loan gets only buffers no such reader
- * was sent. So a producer whose readers run as other users names its
- * recyclable loans to keep them recycled, and nothing it writes under
- * one name reaches a reader of another through a buffer that reader
- * mapped. The next loan a named TD_ALLOC_STREAM loan's PUBLISH lends is
+ * the daemon sent to another connection that may not read every name
+ * (under a policy, any uid but the daemon's own) stays bound to the
+ * name it was read under, and only a loan named so may have it again;
+ * an unnamed loan gets only buffers no such reader was sent. So a
+ * producer under a policy names its recyclable loans to keep them
+ * recycled, and nothing it writes under one name reaches a reader of
+ * another through a buffer that reader mapped. The next loan a named TD_ALLOC_STREAM loan's PUBLISH lends is
  * for the same name. From a daemon that predates named allocs the name
  * is checked here only.
  * Returns 0 and the loan in *out, or -errno.
