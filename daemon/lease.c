@@ -142,7 +142,10 @@ static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 	expose = v->recycle && v->owner && v->owner != p &&
 		 !td__access_reads_all(p);
 	for (uint32_t i = 0; i < v->nfds; i++) {
-		v->fds[i].exposed |= expose;
+		if (expose && !v->fds[i].exposed) {
+			v->fds[i].exposed = true;
+			v->fds[i].exposed_at = d->stats.policy_reloads;
+		}
 		r.fds[i].fd = td__vfd_out(&v->fds[i]);
 		r.fds[i].buffer_id = v->fds[i].buffer_id;
 		/* held ids come only with TD_WIRE_REQ_SCM (wire decoder) */

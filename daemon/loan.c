@@ -29,16 +29,26 @@ static bool held_in(const struct td_wire_alloc_req *m, uint64_t id)
 }
 
 /*
- * May a buffer bound to `bound` (exposed: a reader with other
- * credentials was sent it under that name) be lent to alloc a? Only to
- * an alloc of that very name (docs/fastpath.md, "Across names").
+ * May buffer f, bound to `bound` when exposed (a reader that may not
+ * read every name was sent it under that name), be lent to alloc a?
+ * Exposed, only to an alloc of that very name, and only while no policy
+ * reload came after (it may have taken that reader's access to the
+ * name away: the reader maps the buffer still); and a named alloc only
+ * takes a buffer that carried its name alone, or none yet (its bytes
+ * may hold another name's where a tensor does not cover them), under a
+ * policy.
+ * docs/fastpath.md, "Across names".
  */
-static bool bound_ok(bool exposed, struct td_wire_str bound,
+static bool lendable(const struct td__vfd *f, struct td_wire_str bound,
 		     const struct td__alloc *a)
 {
-	return !exposed ||
-	       (a->name_len && bound.len == a->name_len &&
-		memcmp(bound.ptr, a->name, bound.len) == 0);
+	if (f->exposed && (f->exposed_at != td__d->stats.policy_reloads ||
+			   !a->name_len || bound.len != a->name_len ||
+			   memcmp(bound.ptr, a->name, bound.len)))
+		return false;
+	/* without a policy every reader may read every name */
+	return !a->name_len || !f->carried || !td__d->policy ||
+	       (!f->mixed && f->carried == a->name_tag);
 }
 
 /*
@@ -63,7 +73,7 @@ static struct td__freebuf *freebuf_pick(struct td__peer *p, uint64_t size,
 
 		if (fb->f.size != size)
 			continue;
-		if (!bound_ok(fb->f.exposed,
+		if (!lendable(&fb->f,
 			      (struct td_wire_str){fb->name, fb->name_len},
 			      a)) {
 			if (!*bound)
@@ -174,7 +184,7 @@ bool td__rewrite_pending(struct td_wire_str name)
  * and, once unreferenced, its buffers go to p's free list, where
  * freebuf_pick prefers them: prefer[i] is plane i's buffer id. Not for
  * an alloc named for another name (it may be published as that one
- * only), nor when a buffer of it may not be lent to alloc a (bound_ok).
+ * only), nor when a buffer of it may not be lent to alloc a (lendable).
  * Returns the planes taken back, 0 none.
  */
 static uint32_t rewrite_take(struct td__store *s, struct td__peer *p,
@@ -198,7 +208,7 @@ static uint32_t rewrite_take(struct td__store *s, struct td__peer *p,
 		return 0;
 	for (uint32_t i = 0; i < v->nfds; i++) {
 		if (v->fds[i].fd < 0 || v->fds[i].size != m->sizes[i] ||
-		    !bound_ok(v->fds[i].exposed, n, a))
+		    !lendable(&v->fds[i], n, a))
 			return 0;
 		prefer[i] = v->fds[i].buffer_id;
 	}
@@ -402,6 +412,7 @@ static void loan_reply(const struct td__alloc *a, const bool *held,
 static void alloc_name(struct td__alloc *a, struct td_wire_str name)
 {
 	a->name_len = (uint16_t)name.len;
+	a->name_tag = name.len ? td__name_tag(td__d->store, name) : 0;
 	if (name.len)
 		memcpy(a->name, name.ptr, name.len);
 }

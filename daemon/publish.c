@@ -476,6 +476,8 @@ static void pub_move_fds(struct pub *x, struct td__version *ver)
 	for (uint32_t i = 0; i < x->ntab; i++) {
 		if (x->alloc && i < x->alloc->count) {
 			td__vfd_move(&ver->fds[i], &x->alloc->fds[i]);
+			if (ver->recycle)
+				td__vfd_carry(s, &ver->fds[i], x->m.name);
 		} else {
 			td__vfd_set(s, &ver->fds[i], x->tab[i],
 				    x->is_plane[i], x->p->uid);

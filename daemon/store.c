@@ -221,6 +221,8 @@ void td__vfd_set(struct td__store *s, struct td__vfd *f, int fd, bool plane,
 	f->ro = -1;
 	f->uid = uid;
 	f->exposed = false;
+	f->carried = 0;
+	f->mixed = false;
 	td__tenant_add(uid, TD__LIM_FDS, 1);
 	f->size = 0;
 	f->file_len = 0;
@@ -298,8 +300,11 @@ void td__freebuf_keep(struct td__store *s, struct td__peer *p, uid_t uid,
 	if (p && !p->dead && p->n_freebufs >= TD__MAX_FREEBUFS)
 		td__freebuf_drop(s, td__container_of(p->freebufs.next,
 						 struct td__freebuf, link));
-	/* an exposed buffer bound to no name is lent to nobody again */
-	if (!p || p->dead || (f->exposed && !name.len) ||
+	/* an exposed buffer bound to no name, or exposed before a policy
+	 * reload, is lent to nobody again (loan.c, lendable) */
+	if (!p || p->dead ||
+	    (f->exposed && (!name.len || f->exposed_at !=
+					     td__d->stats.policy_reloads)) ||
 	    !td__acct_fits(s, uid, f->size) ||
 	    !(fb = TD__SPARE_NEW(&s->spare_freebufs, struct td__freebuf,
 				 link)) ||
@@ -417,6 +422,23 @@ struct td__version *td__name_lookup(struct td__store *s, struct td_wire_str n)
 }
 
 /* ---- watchers' events (WATCH itself is catalog.c) ---- */
+
+uint64_t td__name_tag(const struct td__store *s, struct td_wire_str name)
+{
+	/* another seed than the buckets' (their low bits are public) */
+	return XXH3_64bits_withSeed(name.ptr, name.len, ~s->name_seed) | 1;
+}
+
+void td__vfd_carry(const struct td__store *s, struct td__vfd *f,
+		   struct td_wire_str name)
+{
+	uint64_t tag = td__name_tag(s, name);
+
+	if (!f->carried)
+		f->carried = tag;
+	else if (f->carried != tag)
+		f->mixed = true;
+}
 
 struct td__list *td__name_bucket(struct td__store *s, struct td__list *table,
 				 const char *name, size_t len)

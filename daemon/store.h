@@ -61,6 +61,17 @@ struct td__vfd {
 	 * only to an alloc of that name (docs/fastpath.md, "Across names").
 	 */
 	bool exposed;
+	/* the policy reloads done when it was exposed: a reload since may
+	 * have taken the reader's access away, so it is lent no more */
+	uint64_t exposed_at;
+	/*
+	 * Recyclable: td__name_tag() of the name it was first published
+	 * under (0 never published), and whether it was published under
+	 * another since. Its bytes may hold what any of them wrote, so a
+	 * named alloc takes it only while it carried that name alone.
+	 */
+	uint64_t carried;
+	bool mixed;
 };
 
 struct td__version {
@@ -122,6 +133,7 @@ struct td__alloc {
 	/* the name it may be published as (TD_WIRE_ALLOC_NAMED), 0: any */
 	uint16_t name_len;
 	char name[TD_WIRE_MAX_NAME + 1];
+	uint64_t name_tag; /* td__name_tag(name) */
 };
 
 /*
@@ -338,6 +350,12 @@ void td__vfd_move(struct td__vfd *dst, struct td__vfd *src);
 /* What consumers get: the read-only reopen of a recyclable buffer. */
 int td__vfd_out(const struct td__vfd *f);
 
+/* A name's tag (nonzero; a keyed hash, so no client can aim at a
+ * collision): what td__vfd.carried records. */
+uint64_t td__name_tag(const struct td__store *s, struct td_wire_str name);
+/* A recyclable buffer published under name: td__vfd.carried, .mixed. */
+void td__vfd_carry(const struct td__store *s, struct td__vfd *f,
+		   struct td_wire_str name);
 void td__freebuf_drop(struct td__store *s, struct td__freebuf *fb);
 /*
  * A recyclable buffer back to p's free list, charged to uid again, when

@@ -19,6 +19,8 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +35,7 @@
 #include "rawclient.h"
 #include "tensord/tensord.h"
 #include "testchild.h"
+#include "testclient.h"
 #include "testutil.h"
 
 #define NOBODY 65534
@@ -362,12 +365,6 @@ Test(loan_names, a_rewrite_takes_back_only_for_its_own_name)
 	cr_assert_eq(setenv("TENSORD_REWRITE_FILL_US", "0", 1), 0);
 	world_start(&w);
 	c = producer(&w.d, "auto");
-	/* a loan for cam/b does not take cam/a back (nobody read it) */
-	v = publish_ok(c, loan(c, "cam/a", TD_ALLOC_REWRITE), "cam/a", 'a');
-	a = loan(c, "cam/b", TD_ALLOC_REWRITE);
-	cr_assert_eq(current(c, "cam/a"), v, "cam/b's loan took cam/a back");
-	publish_ok(c, a, "cam/b", 'b');
-
 	a = loan(c, NULL, TD_ALLOC_REWRITE);
 	seen = loan_ino(a);
 	publish_ok(c, a, "cam/r", 'A');
@@ -391,6 +388,12 @@ Test(loan_names, a_rewrite_takes_back_only_for_its_own_name)
 	cr_assert_eq(current(c, "cam/r"), v);
 	publish_ok(c, a, "priv/r", SECRET);
 	reader_clean(&w.r, __LINE__);
+
+	/* a loan for cam/b does not take cam/a back (nobody read it) */
+	v = publish_ok(c, loan(c, "cam/a", TD_ALLOC_REWRITE), "cam/a", 'a');
+	a = loan(c, "cam/b", TD_ALLOC_REWRITE);
+	cr_assert_eq(current(c, "cam/a"), v, "cam/b's loan took cam/a back");
+	publish_ok(c, a, "cam/b", 'b');
 	td_client_close(c);
 	world_stop(&w);
 	unsetenv("TENSORD_REWRITE_MIN");
@@ -648,6 +651,87 @@ Test(loan_names, an_http_response_never_carries_a_later_write)
 		     "priv/y", secret);
 	cr_assert_eq(body[0], 'A');
 	free(resp);
+	td_client_close(c);
+	world_stop(&w);
+}
+
+/*
+ * A recycled buffer holds what it carried last, where a tensor does not
+ * cover it (padding, a shorter tensor): a loan named cam/x never gets a
+ * buffer that carried priv/y, read or not.
+ */
+Test(loan_names, a_named_loan_gets_only_buffers_that_carried_its_name)
+{
+	struct world w;
+	struct td_client *c;
+	struct td_alloc *a;
+	ino_t priv, cam;
+
+	world_start(&w);
+	c = producer(&w.d, "auto");
+	a = loan(c, NULL, TD_ALLOC_RECYCLE);
+	priv = loan_ino(a);
+	publish_ok(c, a, "priv/y", SECRET);
+	a = loan(c, "cam/x", TD_ALLOC_RECYCLE);
+	cam = loan_ino(a);
+	publish_ok(c, a, "cam/x", 'A');
+	/* both retired: both free */
+	publish_ok(c, loan(c, NULL, 0), "priv/y", 'B');
+	publish_ok(c, loan(c, NULL, 0), "cam/x", 'C');
+
+	a = loan(c, "cam/x", TD_ALLOC_RECYCLE);
+	cr_assert_neq(loan_ino(a), priv, "cam/x's loan got priv/y's buffer");
+	cr_assert_eq(loan_ino(a), cam, "cam/x's own buffer was not recycled");
+	publish_ok(c, a, "cam/x", 'D');
+	cr_assert_eq(reader_get(&w.r, "cam/x", 'D'), cam);
+	reader_clean(&w.r, __LINE__);
+	td_client_close(c);
+	world_stop(&w);
+}
+
+/* Until a SIGHUP (bounded wait): the reloads the daemon counted. */
+static uint64_t reloads(const struct td_status *st)
+{
+	return st->policy_reloads;
+}
+
+/*
+ * A reload that takes a reader's access to priv/ away: the buffers it
+ * was sent under priv/ (and maps still) are lent to no loan again, not
+ * even one named priv/y.
+ */
+Test(loan_names, a_policy_reload_retires_the_buffers_readers_were_sent)
+{
+	static const char narrower[] = "allow uid=65534 r cam/\n";
+	struct world w;
+	struct td_client *c;
+	struct td_alloc *a;
+	ino_t seen;
+	int fd;
+
+	world_start_ex(&w, "allow uid=65534 r cam/\nallow uid=65534 r priv/\n",
+		       NULL);
+	c = producer(&w.d, "auto");
+	a = loan(c, "priv/y", TD_ALLOC_RECYCLE);
+	seen = loan_ino(a);
+	publish_ok(c, a, "priv/y", 'A');
+	cr_assert_eq(reader_get(&w.r, "priv/y", 'A'), seen);
+	publish_ok(c, loan(c, NULL, 0), "priv/y", 'B');
+
+	fd = open(w.policy, O_WRONLY | O_TRUNC);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, narrower, sizeof(narrower) - 1),
+		     (ssize_t)sizeof(narrower) - 1);
+	close(fd);
+	cr_assert_eq(kill(w.d.pid, SIGHUP), 0);
+	cr_assert_eq(tc_status_until(c, reloads, 1), 1, "no reload");
+	cr_assert_eq(ask(&w.r, 'd', "priv/y", 0), EACCES);
+
+	a = loan(c, "priv/y", TD_ALLOC_RECYCLE);
+	cr_assert_neq(loan_ino(a), seen, "a buffer the revoked reader maps "
+		      "was lent again");
+	publish_ok(c, a, "priv/y", SECRET);
+	reader_clean(&w.r, __LINE__);
 	td_client_close(c);
 	world_stop(&w);
 }

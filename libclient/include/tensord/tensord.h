@@ -384,10 +384,12 @@ TD_EXPORT int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
  * the daemon sent to another connection that may not read every name
  * (under a policy, any uid but the daemon's own) stays bound to the
  * name it was read under, and only a loan named so may have it again;
- * an unnamed loan gets only buffers no such reader was sent. So a
- * producer under a policy names its recyclable loans to keep them
- * recycled, and nothing it writes under one name reaches a reader of
- * another through a buffer that reader mapped. The next loan a named TD_ALLOC_STREAM loan's PUBLISH lends is
+ * an unnamed loan gets only buffers no such reader was sent. Under a
+ * policy a named loan also gets only buffers that carried its name
+ * alone (a recycled buffer holds what it carried last). So a producer
+ * under a policy names its recyclable loans to keep them recycled, and
+ * nothing it writes under one name reaches a reader of another through
+ * a buffer of its loans. The next loan a named TD_ALLOC_STREAM loan's PUBLISH lends is
  * for the same name. From a daemon that predates named allocs the name
  * is checked here only.
  * Returns 0 and the loan in *out, or -errno.
