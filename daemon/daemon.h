@@ -453,6 +453,9 @@ bool td__access_may(const struct td__peer *p, unsigned perm,
 /* May p do perm on some name? */
 /* May p read every name (no --policy, or the daemon's own uid)? */
 bool td__access_reads_all(const struct td__peer *p);
+/* May p read every name w may write (td__policy_covers)? */
+bool td__access_reads_writes_of(const struct td__peer *p,
+				const struct td__peer *w);
 bool td__access_any(const struct td__peer *p, unsigned perm);
 /* td__access_may, else the -EACCES reply and false. */
 bool td__access_check(struct td__peer *p, const struct td_wire_hdr *h,
@@ -694,6 +697,13 @@ bool td__policy_allows(const struct td__policy *pol,
 /* Does an `allow http` line grant reading name (HTTP readers)? */
 bool td__policy_allows_http(const struct td__policy *pol, const char *name,
 			    size_t len);
+/*
+ * May reader read every name writer may write (writer_all: writer may
+ * write every name, as the daemon's own uid may)?
+ */
+bool td__policy_covers(const struct td__policy *pol,
+		       const struct td__cred *reader,
+		       const struct td__cred *writer, bool writer_all);
 /* Does any rule grant perm to c, on any prefix? */
 bool td__policy_any(const struct td__policy *pol, const struct td__cred *c,
 		    unsigned perm);

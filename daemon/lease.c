@@ -99,7 +99,7 @@ static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 	struct td__lease *l;
 	char why[256];
 	int64_t len;
-	bool expose;
+	bool show, expose;
 	int rc;
 
 	/* a reader holding another uid's version pins those bytes */
@@ -137,15 +137,21 @@ static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 		.blob = {v->blob, v->blob_len},
 		.fd_count = v->nfds,
 	};
-	/* a recyclable buffer read by a connection that may not read every
-	 * name stays bound to this one (docs/fastpath.md, "Across names") */
-	expose = v->recycle && v->owner && v->owner != p &&
-		 !td__access_reads_all(p);
+	/*
+	 * A recyclable buffer shown to another connection that may not read
+	 * every name is remembered; one shown to a connection that may not
+	 * read every name its producer may write stays bound to this name
+	 * (docs/fastpath.md, "Across names").
+	 */
+	show = v->recycle && v->owner && v->owner != p &&
+	       !td__access_reads_all(p);
+	expose = show && !td__access_reads_writes_of(p, v->owner);
 	for (uint32_t i = 0; i < v->nfds; i++) {
-		if (expose && !v->fds[i].exposed) {
-			v->fds[i].exposed = true;
-			v->fds[i].exposed_at = d->stats.policy_reloads;
+		if (show && !v->fds[i].shown) {
+			v->fds[i].shown = true;
+			v->fds[i].shown_at = d->stats.policy_reloads;
 		}
+		v->fds[i].exposed |= expose;
 		r.fds[i].fd = td__vfd_out(&v->fds[i]);
 		r.fds[i].buffer_id = v->fds[i].buffer_id;
 		/* held ids come only with TD_WIRE_REQ_SCM (wire decoder) */

@@ -30,10 +30,11 @@ static bool held_in(const struct td_wire_alloc_req *m, uint64_t id)
 
 /*
  * May buffer f, bound to `bound` when exposed (a reader that may not
- * read every name was sent it under that name), be lent to alloc a?
- * Exposed, only to an alloc of that very name, and only while no policy
- * reload came after (it may have taken that reader's access to the
- * name away: the reader maps the buffer still); and a named alloc only
+ * read every name its producer may write was sent it under that name),
+ * be lent to alloc a? Not once a policy reload came after it was shown
+ * to another connection that may not read every name (it may have
+ * taken that reader's access away: the reader maps the buffer still);
+ * exposed, only to an alloc of that very name; and a named alloc only
  * takes a buffer that carried its name alone, or none yet (its bytes
  * may hold another name's where a tensor does not cover them), under a
  * policy.
@@ -42,8 +43,9 @@ static bool held_in(const struct td_wire_alloc_req *m, uint64_t id)
 static bool lendable(const struct td__vfd *f, struct td_wire_str bound,
 		     const struct td__alloc *a)
 {
-	if (f->exposed && (f->exposed_at != td__d->stats.policy_reloads ||
-			   !a->name_len || bound.len != a->name_len ||
+	if (f->shown && f->shown_at != td__d->stats.policy_reloads)
+		return false;
+	if (f->exposed && (!a->name_len || bound.len != a->name_len ||
 			   memcmp(bound.ptr, a->name, bound.len)))
 		return false;
 	/* without a policy every reader may read every name */

@@ -396,6 +396,25 @@ bool td__policy_allows(const struct td__policy *pol,
 	return false;
 }
 
+bool td__policy_covers(const struct td__policy *pol,
+			const struct td__cred *reader,
+			const struct td__cred *writer, bool writer_all)
+{
+	/* allows() of a prefix: some read rule's prefix is a prefix of it,
+	 * so every name under it is readable */
+	if (writer_all)
+		return td__policy_allows(pol, reader, TD__PERM_READ, "", 0);
+	for (unsigned i = 0; i < pol->nrules; i++) {
+		const struct td__rule *r = &pol->rules[i];
+
+		if ((r->perm & TD__PERM_WRITE) && who_matches(r, writer) &&
+		    !td__policy_allows(pol, reader, TD__PERM_READ, r->prefix,
+				       r->len))
+			return false;
+	}
+	return true;
+}
+
 bool td__policy_allows_http(const struct td__policy *pol, const char *name,
 			    size_t len)
 {

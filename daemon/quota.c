@@ -150,6 +150,17 @@ bool td__access_reads_all(const struct td__peer *p)
 	return !td__d->policy || p->uid == geteuid();
 }
 
+bool td__access_reads_writes_of(const struct td__peer *p,
+				const struct td__peer *w)
+{
+	struct td__cred rc = {p->uid, p->gid, p->groups, p->ngroups};
+	struct td__cred wc = {w->uid, w->gid, w->groups, w->ngroups};
+
+	return td__access_reads_all(p) ||
+	       td__policy_covers(td__d->policy, &rc, &wc,
+				 w->uid == geteuid());
+}
+
 bool td__access_any(const struct td__peer *p, unsigned perm)
 {
 	const struct td__policy *pol = td__d->policy;

@@ -57,13 +57,19 @@ struct td__vfd {
 	uid_t uid;    /* whose descriptors fd and ro are (tenant.c) */
 	/*
 	 * A recyclable buffer sent to another connection that may not read
-	 * every name: bound for good to the name it was sent under, lent
-	 * only to an alloc of that name (docs/fastpath.md, "Across names").
+	 * every name its producer may write: bound for good to the name it
+	 * was sent under, lent only to an alloc of that name
+	 * (docs/fastpath.md, "Across names").
 	 */
 	bool exposed;
-	/* the policy reloads done when it was exposed: a reload since may
-	 * have taken the reader's access away, so it is lent no more */
-	uint64_t exposed_at;
+	/*
+	 * Sent to another connection that may not read every name, exposed
+	 * or not (it may read all its producer writes), at shown_at policy
+	 * reloads: a reload since may have taken that reader's access
+	 * away, so it is lent no more.
+	 */
+	bool shown;
+	uint64_t shown_at;
 	/*
 	 * Recyclable: td__name_tag() of the name it was first published
 	 * under (0 never published), and whether it was published under

@@ -735,3 +735,51 @@ Test(loan_names, a_policy_reload_retires_the_buffers_readers_were_sent)
 	td_client_close(c);
 	world_stop(&w);
 }
+
+/*
+ * A reader that may read every name its producer may write (here the
+ * same uid, `rw cam/`) binds nothing: an old client's unnamed stream
+ * stays recycled. A policy reload retires what it was shown all the
+ * same (the new rules might not let it read what the buffers carry
+ * next).
+ */
+Test(loan_names, a_reader_of_all_its_producer_writes_binds_nothing)
+{
+	static const char rules[] = "allow uid=65534 rw cam/\n";
+	struct world w;
+	struct td_client *c;
+	ino_t inos[12];
+	unsigned distinct = 0;
+	ino_t after;
+	int fd;
+
+	world_start_ex(&w, rules, NULL);
+	for (unsigned i = 0; i < 12; i++) {
+		bool known = false;
+
+		inos[i] = (ino_t)ask(&w.r, 'p', "cam/s", (uint8_t)('a' + i));
+		cr_assert_eq(reader_get(&w.r, "cam/s", (uint8_t)('a' + i)),
+			     inos[i]);
+		for (unsigned k = 0; k < i; k++)
+			known |= inos[k] == inos[i];
+		distinct += !known;
+	}
+	cr_assert_leq(distinct, 3, "an unnamed stream read by a reader of all "
+		      "its writes used %u buffers", distinct);
+
+	/* the same rules reloaded: what was shown is lent no more */
+	fd = open(w.policy, O_WRONLY | O_TRUNC);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, rules, sizeof(rules) - 1),
+		     (ssize_t)sizeof(rules) - 1);
+	close(fd);
+	c = producer(&w.d, "auto");
+	cr_assert_eq(kill(w.d.pid, SIGHUP), 0);
+	cr_assert_eq(tc_status_until(c, reloads, 1), 1, "no reload");
+	after = (ino_t)ask(&w.r, 'p', "cam/s", 'z');
+	for (unsigned k = 0; k < 12; k++)
+		cr_assert_neq(after, inos[k], "a buffer shown before the "
+			      "reload was lent again");
+	td_client_close(c);
+	world_stop(&w);
+}

@@ -1047,6 +1047,47 @@ static int parse(const char *text, struct td__policy *pol, unsigned *line,
 	return td__policy_parse(text, strlen(text), pol, line, why);
 }
 
+/* td__policy_covers: may a reader read every name a writer may write? */
+static bool covers(const char *text, const struct td__cred *r,
+		   const struct td__cred *w, bool w_all)
+{
+	struct td__policy pol;
+	const char *why = NULL;
+	unsigned line;
+	bool yes;
+
+	cr_assert_eq(parse(text, &pol, &line, &why), 0, "line %u: %s", line,
+		     why);
+	yes = td__policy_covers(&pol, r, w, w_all);
+	td__policy_fini(&pol);
+	return yes;
+}
+
+Test(reliability, a_reader_covers_a_writer_only_under_a_shorter_prefix)
+{
+	struct td__cred u1 = {1, 1, NULL, 0}, u2 = {2, 2, NULL, 0};
+
+	cr_assert(covers("allow uid=1 rw cam/\n", &u1, &u1, false));
+	cr_assert(covers("allow uid=1 r cam/\nallow uid=1 w cam/x/\n", &u1,
+			 &u1, false));
+	cr_assert(!covers("allow uid=1 r cam/x/\nallow uid=1 w cam/\n", &u1,
+			  &u1, false));
+	/* a write-only grant */
+	cr_assert(!covers("allow uid=1 rw cam/\nallow uid=1 w priv/\n", &u1,
+			  &u1, false));
+	/* another uid's writes, and `any` counts for the writer */
+	cr_assert(covers("allow uid=2 r cam/\nallow uid=1 w cam/\n", &u2,
+			 &u1, false));
+	cr_assert(!covers("allow uid=2 r cam/\nallow uid=1 w cam/\n"
+			  "allow any w priv/\n",
+			  &u2, &u1, false));
+	/* a writer of every name (the daemon's uid): only `r *` covers */
+	cr_assert(!covers("allow uid=2 r cam/\n", &u2, &u1, true));
+	cr_assert(covers("allow uid=2 r *\n", &u2, &u1, true));
+	/* a writer that may write nothing is covered by anyone */
+	cr_assert(covers("allow uid=2 r cam/\n", &u2, &u1, false));
+}
+
 Test(reliability, the_policy_parser_reads_rules_quotas_and_comments)
 {
 	struct td__policy pol;

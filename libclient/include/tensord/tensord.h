@@ -382,8 +382,8 @@ TD_EXPORT int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
  * (-EACCES here, not at publish). For recyclable loans it matters whom
  * the buffers were shown to (docs/fastpath.md, "Across names"): a buffer
  * the daemon sent to another connection that may not read every name
- * (under a policy, any uid but the daemon's own) stays bound to the
- * name it was read under, and only a loan named so may have it again;
+ * this client may write (under a policy) stays bound to the name it
+ * was read under, and only a loan named so may have it again;
  * an unnamed loan gets only buffers no such reader was sent. Under a
  * policy a named loan also gets only buffers that carried its name
  * alone (a recycled buffer holds what it carried last). So a producer
