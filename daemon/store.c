@@ -728,6 +728,9 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 		td__name_remove(s, v); /* s->names[i] is the next one now */
 		td__store_changed(); /* the set of current versions changed */
 		td__notify(s, TD_EVENT_DELETED, v);
+		/* its recyclable buffers close: back on a free list they
+		 * would be charged again, and no room made (refs is 1) */
+		v->owner = NULL;
 		td__version_unref(s, v);
 	}
 	return rc;

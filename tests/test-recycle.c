@@ -431,6 +431,46 @@ Test(recycle, plain_loans_are_still_write_sealed_and_never_recycled)
 
 /* ---- memory: counted, dropped first, dropped with the producer ---- */
 
+/*
+ * An evicted recyclable version's buffers are closed, not put back on
+ * its producer's free list: there they would be charged again, and the
+ * eviction would have made no room.
+ */
+Test(recycle, evicting_a_recyclable_version_makes_room)
+{
+	static const char *const cap[] = {"--max-bytes", "1M", NULL};
+	static const char *const names[] = {"rec/a", "rec/b", "rec/c"};
+	struct tu_daemon d;
+	struct td_client *prod, *other;
+	struct td_alloc *big = NULL;
+	struct td_status *st = NULL;
+	struct td_error e = {0};
+	uint64_t size = 512 * KIB;
+
+	tu_daemon_start_args(&d, "warn", cap);
+	prod = conn(&d, "auto");
+	other = conn(&d, "auto");
+	/* 768 KiB of current versions, nothing free */
+	for (int i = 0; i < 3; i++)
+		publish(prod, loan(prod, 256 * KIB, TD_ALLOC_RECYCLE),
+			names[i], (uint8_t)i);
+	/* 512 KiB fit once one version (the oldest) is evicted */
+	cr_assert_eq(td_client_alloc(other, 1, &size, &big, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_client_stat(other, "rec/a", &(struct td_entry){0},
+				    &e),
+		     -ENOENT);
+	/* and the daemon holds no more than its limit */
+	cr_assert_eq(td_client_status(other, &st, &e), 0, "%s", e.reason);
+	cr_assert_leq(st->bytes, st->max_bytes, "%llu bytes held",
+		      (unsigned long long)st->bytes);
+	td_status_free(st);
+	td_alloc_free(big);
+	td_client_close(other);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
 Test(recycle, free_buffers_count_and_go_first_under_max_bytes)
 {
 	static const char *const cap[] = {"--max-bytes", "1M", NULL};
