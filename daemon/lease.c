@@ -99,7 +99,6 @@ static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 	struct td__lease *l;
 	char why[256];
 	int64_t len;
-	bool show, expose;
 	int rc;
 
 	/* a reader holding another uid's version pins those bytes */
@@ -137,21 +136,8 @@ static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 		.blob = {v->blob, v->blob_len},
 		.fd_count = v->nfds,
 	};
-	/*
-	 * A recyclable buffer shown to another connection that may not read
-	 * every name is remembered; one shown to a connection that may not
-	 * read every name its producer may write stays bound to this name
-	 * (docs/fastpath.md, "Across names").
-	 */
-	show = v->recycle && v->owner && v->owner != p &&
-	       !td__access_reads_all(p);
-	expose = show && !td__access_reads_writes_of(p, v->owner);
+	td__loan_shown(v, p);
 	for (uint32_t i = 0; i < v->nfds; i++) {
-		if (show && !v->fds[i].shown) {
-			v->fds[i].shown = true;
-			v->fds[i].shown_at = d->stats.policy_reloads;
-		}
-		v->fds[i].exposed |= expose;
 		r.fds[i].fd = td__vfd_out(&v->fds[i]);
 		r.fds[i].buffer_id = v->fds[i].buffer_id;
 		/* held ids come only with TD_WIRE_REQ_SCM (wire decoder) */

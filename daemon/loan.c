@@ -28,6 +28,32 @@ static bool held_in(const struct td_wire_alloc_req *m, uint64_t id)
 	return false;
 }
 
+bool td__alloc_is_for(const struct td__alloc *a, struct td_wire_str name)
+{
+	return a->name_len == name.len &&
+	       memcmp(a->name, name.ptr, name.len) == 0;
+}
+
+void td__loan_shown(struct td__version *v, const struct td__peer *p)
+{
+	bool unbound = false;
+
+	if (!v->recycle || !v->owner || v->owner == p ||
+	    td__access_reads_all(p))
+		return;
+	for (uint32_t i = 0; i < v->nfds; i++) {
+		if (!v->fds[i].shown) {
+			v->fds[i].shown = true;
+			v->fds[i].shown_at = td__d->stats.policy_reloads;
+		}
+		unbound |= !v->fds[i].exposed;
+	}
+	/* the rule scan only while there is something left to bind */
+	if (unbound && !td__access_reads_writes_of(p, v->owner))
+		for (uint32_t i = 0; i < v->nfds; i++)
+			v->fds[i].exposed = true;
+}
+
 /*
  * May buffer f, bound to `bound` when exposed (a reader that may not
  * read every name its producer may write was sent it under that name),
@@ -45,8 +71,7 @@ static bool lendable(const struct td__vfd *f, struct td_wire_str bound,
 {
 	if (f->shown && f->shown_at != td__d->stats.policy_reloads)
 		return false;
-	if (f->exposed && (!a->name_len || bound.len != a->name_len ||
-			   memcmp(bound.ptr, a->name, bound.len)))
+	if (f->exposed && (!a->name_len || !td__alloc_is_for(a, bound)))
 		return false;
 	/* without a policy every reader may read every name */
 	return !a->name_len || !f->carried || !td__d->policy ||
@@ -200,8 +225,7 @@ static uint32_t rewrite_take(struct td__store *s, struct td__peer *p,
 		return 0;
 	v = td__name_lookup(s, n);
 	/* a named alloc may be published as its name only */
-	if (a->name_len && (a->name_len != n.len ||
-			    memcmp(a->name, n.ptr, n.len)))
+	if (a->name_len && !td__alloc_is_for(a, n))
 		return 0;
 	if (!v || v->number != p->rw_number || !v->recycle || v->owner != p ||
 	    v->lease_count || v->refs != 1 || v->nfds != m->plane_count ||

@@ -383,8 +383,7 @@ static int pub_request(struct pub *x, const struct td__req *rq,
 		/* a named alloc's bytes may be readable under that name
 		 * already (docs/fastpath.md, "Across names") */
 		if (x->alloc->name_len &&
-		    (x->alloc->name_len != x->m.name.len ||
-		     memcmp(x->alloc->name, x->m.name.ptr, x->m.name.len)))
+		    !td__alloc_is_for(x->alloc, x->m.name))
 			return pub_fail(x, -EINVAL,
 					"alloc %llu is for \"%.*s\", not "
 					"\"%.*s\"",

@@ -455,6 +455,16 @@ bool td__acct_over_max(const struct td__store *s, uint64_t add,
 void td__loan_free(struct td__store *s, struct td__alloc *a);
 /* p's alloc with that id, or NULL. */
 struct td__alloc *td__loan_find(struct td__peer *p, uint64_t id);
+/* Is a named alloc for name (always false for an unnamed one, unless
+ * name is empty)? */
+bool td__alloc_is_for(const struct td__alloc *a, struct td_wire_str name);
+/*
+ * v is sent to p (a GET reply): a recyclable buffer shown to another
+ * connection that may not read every name is remembered (shown,
+ * shown_at), and bound to v's name (exposed) when p may not read every
+ * name v's producer may write (docs/fastpath.md, "Across names").
+ */
+void td__loan_shown(struct td__version *v, const struct td__peer *p);
 /* A published alloc: off p's list and freed (its bytes moved on). */
 void td__loan_done(struct td__peer *p, struct td__alloc *a);
 /*

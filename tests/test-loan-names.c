@@ -192,7 +192,8 @@ static void world_start_ex(struct world *w, const char *rules,
 	for (int i = 0; extra && extra[i] && i < 4; i++)
 		args[4 + i] = extra[i];
 	if (geteuid() != 0)
-		cr_skip_test("needs root: the reader runs as another uid");
+		cr_skip_test("needs CAP_SETUID (root): the reader runs as "
+			     "another uid");
 	snprintf(w->policy, sizeof(w->policy), "/tmp/td-names-XXXXXX");
 	fd = mkstemp(w->policy);
 	cr_assert_geq(fd, 0);
