@@ -82,6 +82,11 @@ struct ring_priv {
 	struct td_ring *out; /* producer: data; consumer: ack */
 	struct td_sub *in;   /* producer: ack; consumer: data */
 	bool lockstep;       /* the ack is the consumer's release */
+	/* tensord-stage-bound's producer: a named stream PUBLISH to the
+	 * daemon per handoff, nobody waiting for it */
+	struct td_alloc *stage;
+	bool stage_bound;
+	char stage_name[64];
 };
 
 /* The ring's own ack: a 16-byte ring back, unless the ack is the release. */
@@ -92,7 +97,8 @@ static int ring_acks(const struct bench_run *r)
 	return bench_method_acks(r) && !x->lockstep;
 }
 
-static int ring_setup_as(struct bench_run *r, bool lockstep)
+static int ring_setup_as(struct bench_run *r, bool lockstep,
+			 bool stage_bound)
 {
 	struct ring_priv *x = calloc(1, sizeof(*x));
 	int prod = r->role == BENCH_PRODUCER;
@@ -113,6 +119,9 @@ static int ring_setup_as(struct bench_run *r, bool lockstep)
 	if (!x)
 		return bench_fail(r, -ENOMEM, "out of memory");
 	x->lockstep = lockstep;
+	x->stage_bound = stage_bound && prod;
+	snprintf(x->stage_name, sizeof(x->stage_name), "bench/stage%u",
+		 r->run_id);
 	r->priv = x;
 	snprintf(out, sizeof(out), "bench/%s%u", prod ? "data" : "ack",
 		 r->run_id);
@@ -144,13 +153,66 @@ subscribe:
 
 static int ring_setup(struct bench_run *r)
 {
-	return ring_setup_as(r, false);
+	return ring_setup_as(r, false, false);
 }
 
 /* tensord-ring-lockstep: the producer waits for the release */
 static int ring_setup_lockstep(struct bench_run *r)
 {
-	return ring_setup_as(r, true);
+	return ring_setup_as(r, true, false);
+}
+
+/* tensord-stage-bound: the ring, plus the daemon's side of a publish */
+static int ring_setup_stage_bound(struct bench_run *r)
+{
+	return ring_setup_as(r, false, true);
+}
+
+/*
+ * tensord-stage-bound, producer: the daemon's part of a staged publish
+ * (docs/fastpath.md, "Not done: a followed publish without the daemon's
+ * hop"), which the ring does not have: a PUBLISH of a named stream loan
+ * nobody waits for, whose reply (the next loan) the next handoff's alloc
+ * reads, as a staged producer would. 64 bytes: the daemon touches no
+ * payload, so its work does not depend on the size.
+ */
+static int stage_alloc(struct bench_run *r)
+{
+	struct ring_priv *x = r->priv;
+	uint64_t size = 64;
+	struct td_error err;
+	int rc;
+
+	if (!x->stage_bound)
+		return 0;
+	rc = td_client_alloc_named(x->c, x->stage_name, 1, &size,
+				   TD_ALLOC_STREAM, &x->stage, &err);
+	return rc < 0 ? bench_fail(r, rc, "td_client_alloc_named: %.200s",
+				   err.reason)
+		      : 0;
+}
+
+static int stage_publish(struct bench_run *r)
+{
+	struct ring_priv *x = r->priv;
+	uint64_t shape[1] = {64};
+	struct td_publish pub;
+	struct td_error err;
+	int rc;
+
+	if (!x->stage)
+		return 0;
+	memset(&pub, 0, sizeof(pub));
+	pub.name = x->stage_name;
+	pub.dtype = TD_TENSOR_U8;
+	pub.ndim = 1;
+	pub.shape = shape;
+	rc = td_client_publish_alloc_nowait(x->c, x->stage, &pub, &err);
+	x->stage = NULL; /* consumed, published or not */
+	return rc < 0 ? bench_fail(r, rc,
+				   "td_client_publish_alloc_nowait: %.200s",
+				   err.reason)
+		      : 0;
 }
 
 /* tensord-ring-sleep: TENSORD_RING_SPIN_US=0, every wait a futex sleep */
@@ -169,11 +231,17 @@ static int ring_producer_step(struct bench_run *r, uint64_t seq)
 	uint64_t got;
 	int rc;
 
+	rc = stage_alloc(r);
+	if (rc < 0)
+		return rc;
 	rc = td_ring_acquire(x->out, -1, &s);
 	if (rc < 0)
 		return bench_fail(r, rc, "td_ring_acquire: %s", strerror(-rc));
 	bench_payload_write(s.planes[0], r->size, seq, r->write);
 	td_ring_publish(x->out, &got);
+	rc = stage_publish(r);
+	if (rc < 0)
+		return rc;
 	if (x->lockstep && bench_method_acks(r)) {
 		rc = td_ring_wait_read(x->out, got, -1);
 		return rc < 0 ? bench_fail(r, rc, "td_ring_wait_read: %s",
@@ -229,6 +297,9 @@ static void ring_teardown(struct bench_run *r)
 
 	if (!x)
 		return;
+	td_alloc_free(x->stage);
+	if (x->stage_bound)
+		td_client_delete(x->c, x->stage_name, NULL, NULL);
 	td_sub_close(x->in);
 	td_ring_close(x->out);
 	td_client_close(x->c);
@@ -281,4 +352,34 @@ const struct bench_method bench_tensord_ring_lockstep = {
 	.consumer_step = ring_consumer_step,
 	.teardown = ring_teardown,
 	.service_pid = ring_service_pid,
+};
+
+/* sizes the bound is measured at: those of the fan-out */
+static int stage_bound_can_run(const struct bench_env *env, size_t size,
+			       char *why, size_t why_len)
+{
+	(void)env;
+	if (size > (64u << 20)) {
+		snprintf(why, why_len, "a design's bound, measured up to "
+			 "64 MiB");
+		return -EFBIG;
+	}
+	return 0;
+}
+
+const struct bench_method bench_tensord_stage_bound = {
+	.name = "tensord-stage-bound",
+	.desc = "not a way to use tensord: the bound of a staged publish "
+		"(docs/fastpath.md), tensord-ring with the producer also "
+		"sending the daemon a PUBLISH of a named stream loan per "
+		"handoff that nobody waits for",
+	.start = ring_start,
+	.stop = ring_stop,
+	.can_run = stage_bound_can_run,
+	.setup = ring_setup_stage_bound,
+	.producer_step = ring_producer_step,
+	.consumer_step = ring_consumer_step,
+	.teardown = ring_teardown,
+	.service_pid = ring_service_pid,
+	.kinds = BENCH_KIND(BENCH_FANOUT),
 };

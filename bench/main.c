@@ -82,6 +82,11 @@ const struct bench_method bench_tensord_ring_lockstep = {
 	.desc = "tensord rings, the release as the ack",
 	.start = td_unbuilt,
 };
+const struct bench_method bench_tensord_stage_bound = {
+	.name = "tensord-stage-bound",
+	.desc = "the bound of a staged publish (rings and a PUBLISH)",
+	.start = td_unbuilt,
+};
 const struct bench_method bench_tensord_follow = {
 	.name = "tensord-follow", .desc = "tensord plain API, following",
 	.start = td_unbuilt,
@@ -112,6 +117,7 @@ static const struct bench_method *const all_methods[] = {
 	&bench_tensord_ring,
 	&bench_tensord_ring_sleep,
 	&bench_tensord_ring_lockstep,
+	&bench_tensord_stage_bound,
 	&bench_iceoryx_wait,
 	&bench_iceoryx_poll,
 	&bench_socket_copy,
@@ -317,6 +323,8 @@ static void usage(FILE *f)
 "                   tensord-get tensord-follow tensord-follow-scm\n"
 "                   tensord-ring\n"
 "                   tensord-ring-sleep tensord-ring-lockstep\n"
+"                   tensord-stage-bound (a design's bound, not a way\n"
+"                   to use tensord)\n"
 "                   iceoryx-wait iceoryx-poll socket-copy fd-pass\n"
 "                   bare-futex bare-spin (default: all)\n"
 "  --sizes LIST     payload sizes, e.g. 64,4K,1M (default:\n"
