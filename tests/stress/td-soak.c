@@ -9,18 +9,28 @@
  * "stream" (the plain API as a stream: TD_ALLOC_STREAM loans lent in the
  * PUBLISH reply, four clients GET NEWER and release without waiting) and
  * "fan-ring" (one ring, four subscriptions), and "follow" (the same
- * stream taken by four followers of the name: td_follow_next, release).
+ * stream taken by four followers of the name: td_follow_next, release),
+ * "named" (the stream with loans named for it, td_client_alloc_named);
+ * then, on a second daemon whose --policy lets the uid write a name it
+ * may not read (docs/fastpath.md, "Across names": every buffer a reader
+ * is sent is bound to its name), the named stream and an unnamed one
+ * ("bound-named", "bound-unnamed": recycled within the name, and a new
+ * buffer for every unnamed loan with the oldest closed).
  * The daemon's fd count and
  * RSS are read after a warm-up and at the end; any fd growth, RSS growth
  * beyond --rss-slack KiB, a wrong byte or a failed call exits 1. The default suite runs a short count; the
  * million is `td-soak --handoffs 1000000` (docs/reliability.md).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "daemonctl.h"
 #include "tensord/tensord.h"
@@ -134,14 +144,42 @@ static int ring_path(struct td_client *c, const struct tdc_daemon *d,
 
 #define FAN 4
 
-/* A TD_ALLOC_STREAM stream to four td_client_get_newer loops: the GET
- * path (consumers connected with TENSORD_GET_FOLLOW=0) or riding a
- * follow (docs/fastpath.md, "get_newer rides a follow"). */
+/*
+ * Buffers a stream's loans came from, by inode: more than a recycled
+ * stream ever has (a connection's free list keeps at most 16 of a size).
+ */
+#define SEEN 64
+struct seen {
+	ino_t ino[SEEN];
+	unsigned next;
+};
+
+/* 1 when t's buffer is one of s's, else 0 and it joins them; -1 no inode */
+static int buffer_seen(const struct td_tensor *t, struct seen *s)
+{
+	struct stat st;
+
+	if (fstat(td_tensor_plane_fd(t, 0), &st) < 0)
+		return -1;
+	for (unsigned j = 0; j < SEEN; j++)
+		if (s->ino[j] == st.st_ino)
+			return 1;
+	s->ino[s->next++ % SEEN] = st.st_ino;
+	return 0;
+}
+
+/*
+ * Counts, after the warm-up, the handoffs whose buffer (its inode, as the
+ * first consumer sees it) was none the stream had lent before: how many
+ * loans were new buffers, not recycled ones (*fresh).
+ */
 static int stream_path(struct td_client *c, struct td_client *const *cons,
-		       const char *name, const struct tdc_daemon *d,
-		       struct sample *a, struct sample *b)
+		       const char *name, bool named,
+		       const struct tdc_daemon *d, struct sample *a,
+		       struct sample *b, uint64_t *fresh)
 {
 	uint64_t shape[1] = {LEN}, size = LEN, last[FAN] = {0};
+	struct seen seen = {{0}, 0};
 	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
 			       .ndim = 1, .shape = shape};
 	struct td_error e = {0};
@@ -152,7 +190,10 @@ static int stream_path(struct td_client *c, struct td_client *const *cons,
 
 		if (i == warmup)
 			sample(d, a);
-		rc = td_client_alloc_ex(c, 1, &size, TD_ALLOC_STREAM, &al, &e);
+		rc = named ? td_client_alloc_named(c, name, 1, &size,
+						   TD_ALLOC_STREAM, &al, &e)
+			   : td_client_alloc_ex(c, 1, &size, TD_ALLOC_STREAM,
+						&al, &e);
 		if (rc < 0)
 			return fail("stream alloc", rc, &e);
 		memcpy(td_alloc_data(al, 0), &i, sizeof(i));
@@ -167,6 +208,9 @@ static int stream_path(struct td_client *c, struct td_client *const *cons,
 			if (rc < 0)
 				return fail("stream get", rc, &e);
 			last[k] = td_tensor_version(t);
+			if (k == 0 && buffer_seen(t, &seen) == 0 &&
+			    i >= warmup)
+				++*fresh;
 			if (memcmp(td_tensor_plane_data(t, 0), &i,
 				   sizeof(i)) != 0)
 				return fail("stream bytes differ", -EILSEQ,
@@ -274,7 +318,7 @@ static int fan_ring_path(struct td_client *c, const struct tdc_daemon *d,
 static int report(const char *path, const struct sample *a,
 		  const struct sample *b)
 {
-	printf("  %-8s %" PRIu64 " handoffs: daemon fds %d -> %d, "
+	printf("  %-13s %" PRIu64 " handoffs: daemon fds %d -> %d, "
 	       "RSS %ld -> %ld KiB\n",
 	       path, handoffs, a->fds, b->fds, a->rss, b->rss);
 	if (a->fds < 0 || a->rss < 0 || b->fds != a->fds ||
@@ -287,11 +331,89 @@ static int report(const char *path, const struct sample *a,
 	return 0;
 }
 
+/*
+ * A daemon of another uid (nobody) whose policy lets this uid write
+ * under "priv/" but not read it: its readers do not read every name it
+ * may write, so every buffer a GET shows them is bound to its name
+ * (docs/fastpath.md, "Across names"). The named stream is recycled
+ * within its name; each unnamed loan is a new buffer, the oldest bound
+ * one closed. Neither may grow the daemon. (The daemon's own uid reads
+ * every name, so the daemon cannot be this process's uid.)
+ */
+static int bound_paths(struct sample *na, struct sample *nb,
+		       struct sample *ua, struct sample *ub, uint64_t *fresh)
+{
+	char rules[128], pol[] = "/tmp/td-soak-policy-XXXXXX";
+	const char *extra[] = {"--max-bytes", "64M", "--policy", pol, NULL};
+	struct tdc_opts opts = {.log_level = "warn", .extra = extra,
+				.uid = 65534};
+	struct tdc_daemon d;
+	struct td_client *c = NULL, *cons[FAN] = {NULL};
+	struct td_error e = {0};
+	int fd = mkstemp(pol), rc, bad = 0, len;
+
+	if (fd < 0)
+		return fail("policy file", -errno, NULL);
+	len = snprintf(rules, sizeof(rules),
+		       "allow uid=%u rw soak/\nallow uid=%u w priv/\n",
+		       (unsigned)getuid(), (unsigned)getuid());
+	rc = fchmod(fd, 0644) == 0 && write(fd, rules, (size_t)len) == len
+		     ? 0
+		     : -EIO;
+	close(fd);
+	if (rc == 0)
+		rc = tdc_start(&d, NULL, &opts);
+	unlink(pol); /* read once, at start */
+	if (rc < 0)
+		return fail("start tensord --policy as nobody", rc, NULL);
+	rc = td_client_connect(d.sock, &c, &e);
+	for (int k = 0; k < FAN && rc == 0; k++)
+		rc = td_client_connect(d.sock, &cons[k], &e);
+	if (rc < 0)
+		bad = fail("connect", rc, &e);
+	if (!bad)
+		bad |= stream_path(c, cons, "soak/b", true, &d, na, nb,
+				   &fresh[0]);
+	if (!bad)
+		bad |= stream_path(c, cons, "soak/u", false, &d, ua, ub,
+				   &fresh[1]);
+	for (int k = 0; k < FAN; k++)
+		td_client_close(cons[k]);
+	td_client_close(c);
+	rc = tdc_stop(&d, 0);
+	if (rc != 0) {
+		fprintf(stderr, "td-soak: tensord --policy exit %d\n", rc);
+		bad = 1;
+	}
+	return bad;
+}
+
+/*
+ * Loans of a stream: recycled (all: false), so that after the warm-up
+ * at most a free list's worth of new buffers joins the ones it cycles
+ * through (a RELEASE another connection sent may be read after the
+ * PUBLISH that wanted its buffer), or a new buffer for each (all).
+ */
+#define FREE_LIST_MAX 16
+static int report_loans(const char *path, uint64_t fresh, bool all)
+{
+	printf("  %-13s new buffers lent: %" PRIu64 " of %" PRIu64 "\n",
+	       path, fresh, handoffs);
+	if (all ? fresh != handoffs : fresh > FREE_LIST_MAX) {
+		fprintf(stderr, "td-soak: %s: expected %s\n", path,
+			all ? "a new buffer for every loan"
+			    : "recycled loans");
+		return 1;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option o[] = {
 		{"handoffs", 1, NULL, 'n'},
 		{"rss-slack", 1, NULL, 'r'},
+		{"bound", 0, NULL, 'b'},
 		{NULL, 0, NULL, 0},
 	};
 	static const char *const extra[] = {"--max-bytes", "64M", NULL};
@@ -299,19 +421,43 @@ int main(int argc, char **argv)
 	struct tdc_daemon d;
 	struct td_client *c, *cons[FAN] = {NULL}, *riders[FAN] = {NULL};
 	struct td_error e = {0};
-	struct sample sa, sb, ra, rb, ta, tb, ga, gb, fa, fb, wa, wb;
+	struct sample sa, sb, ra, rb, ta, tb, ga, gb, fa, fb, wa, wb, na, nb;
+	struct sample ba, bb, ua, ub;
+	/* new buffers lent: stream, stream-ride, named, bound-named,
+	 * bound-unnamed */
+	uint64_t fresh[5] = {0};
 	int ch, rc, bad = 0;
+	bool bound = false;
 
 	while ((ch = getopt_long(argc, argv, "", o, NULL)) != -1) {
 		if (ch == 'n')
 			handoffs = strtoull(optarg, NULL, 0);
 		else if (ch == 'r')
 			rss_slack_kb = strtol(optarg, NULL, 0);
+		else if (ch == 'b')
+			bound = true;
 		else {
 			fprintf(stderr, "usage: td-soak [--handoffs N] "
-					"[--rss-slack KIB]\n");
+					"[--rss-slack KIB] [--bound]\n");
 			return 2;
 		}
+	}
+	/* these GET every version (the follow paths follow themselves) */
+	if (bound) {
+		if (geteuid() != 0) {
+			printf("td-soak --bound: not run: it starts a daemon "
+			       "as another uid, which needs root\n");
+			return 77; /* meson: skipped */
+		}
+		setenv("TENSORD_GET_FOLLOW", "0", 1);
+		if (bound_paths(&ba, &bb, &ua, &ub, &fresh[3]))
+			return 1;
+		printf("td-soak --bound:\n");
+		bad |= report("bound-named", &ba, &bb);
+		bad |= report("bound-unnamed", &ua, &ub);
+		bad |= report_loans("bound-named", fresh[3], false);
+		bad |= report_loans("bound-unnamed", fresh[4], true);
+		return bad;
 	}
 	rc = tdc_start(&d, NULL, &opts);
 	if (rc < 0)
@@ -333,8 +479,10 @@ int main(int argc, char **argv)
 	}
 	bad |= socket_path(c, &d, &sa, &sb);
 	bad |= ring_path(c, &d, &ra, &rb);
-	bad |= stream_path(c, cons, "soak/s", &d, &ta, &tb);
-	bad |= stream_path(c, riders, "soak/g", &d, &ga, &gb);
+	bad |= stream_path(c, cons, "soak/s", false, &d, &ta, &tb, &fresh[0]);
+	bad |= stream_path(c, riders, "soak/g", false, &d, &ga, &gb,
+			   &fresh[1]);
+	bad |= stream_path(c, cons, "soak/n", true, &d, &na, &nb, &fresh[2]);
 	bad |= fan_ring_path(c, &d, &fa, &fb);
 	bad |= follow_path(c, cons, &d, &wa, &wb);
 	for (int k = 0; k < FAN; k++) {
@@ -352,6 +500,10 @@ int main(int argc, char **argv)
 	bad |= report("stream-ride", &ga, &gb);
 	bad |= report("fan-ring", &fa, &fb);
 	bad |= report("follow", &wa, &wb);
+	bad |= report("named", &na, &nb);
+	bad |= report_loans("stream", fresh[0], false);
+	bad |= report_loans("stream-ride", fresh[1], false);
+	bad |= report_loans("named", fresh[2], false);
 	if (rc != 0) {
 		fprintf(stderr, "td-soak: tensord exit %d\n", rc);
 		bad = 1;
