@@ -278,9 +278,10 @@ struct td_wire_fdent {
  * tensor its loan will be published as (td_wire_alloc_req.name, right
  * after the sizes). The uid must be allowed to write that name, the
  * alloc may be published under that name only, and a recyclable buffer
- * a reader with other credentials was sent under that name may be lent
- * to it (docs/fastpath.md, "Across names"); an ALLOC without a name is
- * lent only buffers no such reader was sent.
+ * a reader that may not read every name its producer may write was
+ * sent under that name may be lent to it (docs/fastpath.md, "Across
+ * names"); an ALLOC without a name is lent only buffers no such reader
+ * was sent.
  */
 #define TD_WIRE_ALLOC_NAMED 0x40u
 /* buffer ids a RECYCLE ALLOC or an SCM GET may advertise (the client

@@ -186,8 +186,8 @@ int tdpy_loan_open(ClientObject *self, OwnerObject *o, uint64_t size)
 	if (!c)
 		return -1;
 	/* publish() uses o->name: a recyclable loan is named for it, so its
-	 * buffers stay recycled when readers of other uids mapped them
-	 * (docs/fastpath.md, "Across names") */
+	 * buffers stay recycled when readers that may not read every name
+	 * this uid may write mapped them (docs/fastpath.md, "Across names") */
 	name = o->alloc_flags && o->name ? PyUnicode_AsUTF8(o->name) : NULL;
 	TDPY_CALL(self, rc, td_client_alloc_named(c, name, 1, &size,
 						  o->alloc_flags, &o->a, &e));

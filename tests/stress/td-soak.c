@@ -10,9 +10,9 @@
  * PUBLISH reply, four clients GET NEWER and release without waiting) and
  * "fan-ring" (one ring, four subscriptions), and "follow" (the same
  * stream taken by four followers of the name: td_follow_next, release),
- * "named" (the stream with loans named for it, td_client_alloc_named);
- * then, on a second daemon whose --policy lets the uid write a name it
- * may not read (docs/fastpath.md, "Across names": every buffer a reader
+ * "named" (the stream with loans named for it, td_client_alloc_named).
+ * With --bound, and nothing else: a daemon of another uid whose --policy
+ * lets this uid write a name it may not read (docs/fastpath.md, "Across names": every buffer a reader
  * is sent is bound to its name), the named stream and an unnamed one
  * ("bound-named", "bound-unnamed": recycled within the name, and a new
  * buffer for every unnamed loan with the oldest closed).
