@@ -739,19 +739,62 @@ static PyObject *array_release(PyObject *self, PyObject *unused)
 	return o ? owner_do_release(o) : NULL;
 }
 
-/* Results of ufuncs and reductions own new memory: plain ndarrays. */
+/* Does obj's chain of bases end at a tensor's owner (a view of its
+ * pages), not at memory of its own? */
+static bool on_tensor_pages(PyObject *obj)
+{
+	PyObject *b = obj;
+
+	while (b && PyArray_Check(b))
+		b = PyArray_BASE((PyArrayObject *)b);
+	return b && Py_TYPE(b) == &tdpy_owner_type;
+}
+
+/* A tensord.Array over memory of its own as a plain ndarray (0-d, when
+ * scalar: a numpy scalar, as a plain ndarray's ufunc or reduction
+ * gives); steals arr. */
+static PyObject *plain(PyObject *arr, bool scalar)
+{
+	PyObject *v = arr;
+
+	if (on_tensor_pages(arr))
+		return arr;
+	if (Py_TYPE(arr) == &tdpy_array_type) {
+		v = PyArray_View((PyArrayObject *)arr, NULL, &PyArray_Type);
+		Py_DECREF(arr);
+	}
+	if (v && scalar && PyArray_NDIM((PyArrayObject *)v) == 0)
+		return PyArray_Return((PyArrayObject *)v);
+	return v;
+}
+
+/* Results of ufuncs and reductions own new memory: plain ndarrays
+ * (numpy may hand them over as this type, with a base of their own). */
 static PyObject *array_wrap(PyObject *self, PyObject *args)
 {
-	PyObject *arr, *ctx = NULL;
+	PyObject *arr, *ctx = NULL, *scalar = NULL;
 
-	if (!PyArg_ParseTuple(args, "O!|O", &PyArray_Type, &arr, &ctx))
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O!|OO", &PyArray_Type, &arr, &ctx,
+			      &scalar))
 		return NULL;
-	if (Py_TYPE(arr) == &tdpy_array_type &&
-	    !PyArray_BASE((PyArrayObject *)arr))
-		return PyArray_View((PyArrayObject *)arr, NULL,
-				    &PyArray_Type);
 	Py_INCREF(arr);
-	return arr;
+	return plain(arr, true);
+}
+
+/* copy() owns new memory too: a plain ndarray, not a tensord.Array whose
+ * .version would be an error */
+static PyObject *array_copy(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"order", NULL};
+	NPY_ORDER order = NPY_CORDER;
+	PyObject *c;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&", kwlist,
+					 PyArray_OrderConverter, &order))
+		return NULL;
+	c = PyArray_NewCopy((PyArrayObject *)self, order);
+	return c ? plain(c, false) : NULL;
 }
 
 static PyMethodDef array_methods[] = {
@@ -766,6 +809,9 @@ static PyMethodDef array_methods[] = {
 	{"__enter__", tdpy_enter, METH_NOARGS, NULL},
 	{"__exit__", tdpy_exit_release, METH_VARARGS, NULL},
 	{"__array_wrap__", array_wrap, METH_VARARGS, NULL},
+	{"copy", (PyCFunction)(void (*)(void))array_copy,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "A copy in memory of its own: a plain numpy.ndarray."},
 	{NULL},
 };
 

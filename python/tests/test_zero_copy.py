@@ -134,3 +134,29 @@ def test_buffer_protocol_and_array_interface_share_the_pages(daemon,
     ai = lease.__array_interface__
     assert ai["data"] == (a.ctypes.data, True)
     assert ai["shape"] == a.shape and ai["strides"] == a.strides
+
+
+def test_arithmetic_and_copies_are_plain_ndarrays_and_views_stay_on_the_lease(
+        client):
+    """docs/python.md: slices and reshapes are tensord.Array views of the
+    lease; results of arithmetic (memory of their own) are plain ndarrays,
+    reductions to one value numpy scalars, as for any ndarray."""
+    client.put("zc/plain", np.arange(6, dtype=np.float32).reshape(2, 3))
+    x = client.get("zc/plain")
+    for r in (x + 1, x * 2, np.add(x, 1), -x, x.copy(), x.copy(order="F"),
+              x.mean(axis=0), np.sqrt(x)):
+        assert type(r) is np.ndarray
+        assert not np.shares_memory(r, x)
+    np.testing.assert_array_equal(x + 1, np.arange(1, 7).reshape(2, 3))
+    assert x.copy(order="F").flags.f_contiguous
+    s = x.sum()
+    assert isinstance(s, np.float32) and s == 15
+    for v in (x[1:], x.reshape(3, 2), x.T, x[:, ::2]):
+        assert type(v) is tensord.Array
+        assert v.version == x.version and np.shares_memory(v, x)
+    # writing into a view of the lease's own type keeps it a view
+    a = client.alloc("zc/plain2", (4,), "f32")
+    np.add(a, 1, out=a)
+    assert type(a) is tensord.Array
+    assert client.publish(a) > 0
+    x.release()
