@@ -208,7 +208,12 @@ struct json_object *td_zarr_v2_array(const struct td_zarr_array *a)
 	                                                       : "|V2"));
 	json_object_object_add(o, "compressor", NULL);
 	json_object_object_add(o, "filters", NULL);
-	json_object_object_add(o, "fill_value", fill_value(a->type));
+	/* integers and bool: no fill value (null, which v2 allows; every
+	 * chunk is there). xarray reads a v2 fill value as "missing": with
+	 * 0 it would turn every 0 into NaN and the array into floats */
+	json_object_object_add(o, "fill_value",
+	                       strchr("fc", a->type->kind) ? fill_value(a->type)
+	                                                  : NULL);
 	json_object_object_add(o, "order", json_object_new_string("C"));
 	json_object_object_add(o, "dimension_separator",
 	                       json_object_new_string("."));

@@ -10,7 +10,8 @@ processes computes, for every non-empty array, the sum of its elements (as
 float64) and the maximum, from zarr arrays opened over HTTP (fsspec's HTTP
 store, consolidated metadata); the same reductions over the raw bytes are
 computed here with numpy, and they must be equal. Then xarray.open_zarr of
-the same URL must list every array. Debian's python3-zarr (2.x),
+the same URL must list every array and read each with its dtype and
+values as published. Debian's python3-zarr (2.x),
 python3-dask, python3-distributed, python3-xarray, python3-fsspec and
 python3-aiohttp; run with /usr/bin/python3. Exits 1 on any difference,
 2 when a package is missing (saying which).
@@ -89,8 +90,19 @@ def main():
         print(f"dask-read: xarray lists {sorted(ds.data_vars)}, expected "
               f"{sorted(expect)}")
         return 1
+    # xarray decodes a fill value as missing data: the values and dtypes
+    # it gives must still be the published ones (an integer fill of 0
+    # would make every 0 a NaN and the array float64)
+    for name, e in sorted(expect.items()):
+        raw = np.fromfile(e["raw"], dtype=NUMPY[e["dtype"]])
+        got = ds[name].values
+        if got.dtype != raw.dtype or not np.array_equal(
+                got.reshape(-1), raw, equal_nan=raw.dtype.kind == "f"):
+            print(f"dask-read: xarray {name}: {got.dtype} {got.reshape(-1)[:8]}"
+                  f", expected {raw.dtype} {raw[:8]}")
+            return 1
     print(f"dask-read: {url}: {len(want)} reduction(s) equal on 2 workers, "
-          f"xarray lists {len(expect)} array(s)")
+          f"xarray lists and reads {len(expect)} array(s) as published")
     return 0
 
 
