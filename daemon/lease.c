@@ -658,6 +658,17 @@ void td__lease_release(struct td__peer *p, const struct td__req *rq)
 
 	if (td__peer_bad_body(p, h, rc, &e))
 		return;
+	if (m.flags & TD_WIRE_REL_ALLOC) {
+		/* an alloc of this connection's, given up unpublished */
+		if (td__loan_give_back(p, m.lease_id) < 0)
+			td__peer_error(p, h->opcode, h->request_id, -ENOENT,
+				       "no unpublished alloc %llu on this "
+				       "connection",
+				       (unsigned long long)m.lease_id);
+		else if (!(m.flags & TD_WIRE_REL_QUIET))
+			td__peer_done(p, h);
+		return;
+	}
 	/* only this connection's leases: ids of others are not ours to end */
 	for (struct td__list *l = p->leases.next; l != &p->leases;
 	     l = l->next) {

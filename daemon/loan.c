@@ -572,6 +572,23 @@ void td__loan_done(struct td__peer *p, struct td__alloc *a)
 	td__loan_free(td__d->store, a);
 }
 
+/*
+ * RELEASE with TD_WIRE_REL_ALLOC: the client gave up unpublished alloc
+ * id, which goes as at the connection's end (its buffers closed; a
+ * rewrite it took back ends first). -ENOENT: no such alloc.
+ */
+int td__loan_give_back(struct td__peer *p, uint64_t id)
+{
+	struct td__alloc *a = td__loan_find(p, id);
+
+	if (!a)
+		return -ENOENT;
+	if (p->rw_alloc == id)
+		rewrite_drop(p);
+	td__loan_done(p, a);
+	return 0;
+}
+
 /* Unpublished allocs die with their producer. */
 void td__loan_peer_gone(struct td__peer *p)
 {

@@ -455,6 +455,8 @@ bool td__acct_over_max(const struct td__store *s, uint64_t add,
 void td__loan_free(struct td__store *s, struct td__alloc *a);
 /* p's alloc with that id, or NULL. */
 struct td__alloc *td__loan_find(struct td__peer *p, uint64_t id);
+/* RELEASE TD_WIRE_REL_ALLOC: an unpublished alloc given up; -ENOENT */
+int td__loan_give_back(struct td__peer *p, uint64_t id);
 /* Is a named alloc for name (always false for an unnamed one, unless
  * name is empty)? */
 bool td__alloc_is_for(const struct td__alloc *a, struct td_wire_str name);

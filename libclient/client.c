@@ -733,7 +733,7 @@ static int import_pref(uint32_t *pref, struct td_error *err)
 	 TD_WIRE_FEAT_DELETE_IF | TD_WIRE_FEAT_WAKE_ROWS |                    \
 	 TD_WIRE_FEAT_ROW_OWNER | TD_WIRE_FEAT_REWRITE |                    \
 	 TD_WIRE_FEAT_RESERVE | TD_WIRE_FEAT_GET_CROWD |                   \
-	 TD_WIRE_FEAT_ALLOC_NAME)
+	 TD_WIRE_FEAT_ALLOC_NAME | TD_WIRE_FEAT_ALLOC_FREE)
 
 static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 {

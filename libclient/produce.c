@@ -129,6 +129,31 @@ static void alloc_free_locked(struct td_alloc *a)
 	free(a);
 }
 
+/*
+ * Lock held: tell the daemon that unpublished alloc a is given up
+ * (RELEASE TD_WIRE_REL_ALLOC, quiet), or it would keep it, and count it
+ * against the connection's 64, until the connection ends. Nothing to
+ * tell for a loan of an earlier connection, a connection that is gone,
+ * a child of fork(), or a daemon that predates the flag.
+ */
+static void alloc_give_back(struct td_client *c, const struct td_alloc *a)
+{
+	struct td_wire_release_req req = {
+		.lease_id = a->alloc_id,
+		.flags = TD_WIRE_REL_QUIET | TD_WIRE_REL_ALLOC,
+	};
+	int64_t len;
+
+	if (!a->alloc_id || a->epoch != c->epoch || c->sock < 0 || c->dead ||
+	    td__client_foreign(c) || !td__has(c, TD_WIRE_FEAT_ALLOC_FREE) ||
+	    !td__has(c, TD_WIRE_FEAT_RELEASE_QUIET))
+		return;
+	len = td_wire_release_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
+					 TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+	if (len >= 0)
+		(void)td__send(c, TD_OP_RELEASE, (size_t)len, NULL);
+}
+
 void td_alloc_free(struct td_alloc *a)
 {
 	struct td_client *c;
@@ -136,8 +161,8 @@ void td_alloc_free(struct td_alloc *a)
 	if (!a)
 		return;
 	c = a->c;
-	/* no message: the daemon drops unpublished loans on disconnect */
 	pthread_mutex_lock(&c->lock);
+	alloc_give_back(c, a);
 	alloc_free_locked(a);
 	pthread_mutex_unlock(&c->lock);
 	td__client_unref(c);
@@ -861,7 +886,10 @@ void td__pub_answered(struct td_client *c, struct td__msg *m)
 			      m->hdr.status);
 	else
 		rc = publish_reply(c, a, c->pub_flags, m, &c->pub_version, &e);
-	/* published: its buffers went idle above; refused: they go */
+	/* published: its buffers went idle above; refused: they go, and
+	 * the daemon is told (it may still hold the alloc) */
+	if (rc < 0)
+		alloc_give_back(c, a);
 	alloc_free_locked(a);
 	td__msg_close_fds(m);
 	if (rc < 0 && !c->pub_err.code)
@@ -1105,6 +1133,7 @@ static int publish_alloc(struct td_client *c, struct td_alloc *a,
 		rc = td__fail(err, -ECONNRESET, "the loan was made before the "
 			      "client reconnected");
 	if (rc < 0) {
+		alloc_give_back(c, a);
 		alloc_free_locked(a);
 		pthread_mutex_unlock(&c->lock);
 		td__client_unref(c);
@@ -1120,7 +1149,10 @@ static int publish_alloc(struct td_client *c, struct td_alloc *a,
 		c->rw_fill_ns = td__now_ns() - a->handed_ns;
 	alloc_unmap(a);
 	rc = publish_send(c, p, &x, a, version, nowait, err);
-	/* sent without waiting: the loan is kept until the answer */
+	/* sent without waiting: the loan is kept until the answer; refused:
+	 * the daemon is told it is given up (it may still hold it) */
+	if (rc < 0)
+		alloc_give_back(c, a);
 	if (rc < 0 || !nowait)
 		alloc_free_locked(a);
 	pthread_mutex_unlock(&c->lock);

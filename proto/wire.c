@@ -942,7 +942,7 @@ int64_t td_wire_release_req_encode(const struct td_wire_release_req *m,
 {
 	struct td_wire_wr wr;
 
-	if (m->flags & ~TD_WIRE_REL_QUIET)
+	if (m->flags & ~(TD_WIRE_REL_QUIET | TD_WIRE_REL_ALLOC))
 		return -EINVAL;
 	td_wire_wr_init(&wr, buf, cap);
 	td_wire_wr_u64(&wr, m->lease_id);
@@ -958,7 +958,9 @@ int td_wire_release_req_decode(const uint8_t *body, size_t len,
 
 	td_wire_rd_init(&rd, body, len, err);
 	m->lease_id = td_wire_rd_u64(&rd, "lease_id");
-	m->flags = td__wire_rd_opt_flags(&rd, TD_WIRE_REL_QUIET, "flags");
+	m->flags = td__wire_rd_opt_flags(&rd, TD_WIRE_REL_QUIET |
+						      TD_WIRE_REL_ALLOC,
+					 "flags");
 	return td_wire_rd_end(&rd);
 }
 

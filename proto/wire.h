@@ -185,6 +185,8 @@ void td_wire_wr_bytes(struct td_wire_wr *wr, const void *p, size_t len);
 #define TD_WIRE_FEAT_GET_CROWD 0x8000u
 /* ALLOC flag TD_WIRE_ALLOC_NAMED (loans bound to a name) */
 #define TD_WIRE_FEAT_ALLOC_NAME 0x10000u
+/* RELEASE flag TD_WIRE_REL_ALLOC: an unpublished alloc given up */
+#define TD_WIRE_FEAT_ALLOC_FREE 0x20000u
 
 /* HELLO request */
 struct td_wire_hello_req {
@@ -406,10 +408,18 @@ struct td_wire_get_rep {
  * the daemon; the request is ordered before its next one.
  */
 #define TD_WIRE_REL_QUIET 0x1u
+/*
+ * RELEASE flag (TD_WIRE_FEAT_ALLOC_FREE): lease_id is the id of an
+ * unpublished alloc of this connection, which the client gives up: the
+ * daemon drops it and closes its buffers (never recycled: the client may
+ * have left them unreserved), as it would at the connection's end.
+ * -ENOENT when the connection has no such alloc.
+ */
+#define TD_WIRE_REL_ALLOC 0x2u
 
 struct td_wire_release_req {
-	uint64_t lease_id;
-	uint32_t flags; /* TD_WIRE_REL_QUIET */
+	uint64_t lease_id; /* with TD_WIRE_REL_ALLOC: an alloc id */
+	uint32_t flags;    /* TD_WIRE_REL_QUIET | TD_WIRE_REL_ALLOC */
 };
 
 /*

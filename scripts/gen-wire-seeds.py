@@ -104,6 +104,8 @@ SEEDS = {
     'alloc_req_named': hdr('ALLOC', 0, u32(ALLOC_RECYCLE | ALLOC_NAMED) +
                            u32(1) + u64(4096) + s('cam/0') + u32(1) +
                            u64(7)),
+    # an unpublished alloc given up (§6.5, REL_QUIET | REL_ALLOC)
+    'release_req_alloc': hdr('RELEASE', 0, u64(3) + u32(0x1 | 0x2)),
     'get_req_held': hdr('GET', 0, s('cam/0') + u32(0) + u32(1) + u64(0) +
                         u32(0) + u32(2) + u64(7) + u64(9)),
     'get_rep_held': hdr('GET', F_REPLY, u64(6) + u64(2) + by(b'') +

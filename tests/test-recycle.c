@@ -1594,6 +1594,90 @@ Test(recycle, a_loan_not_taken_is_given_back_before_another_is_asked_for)
 	tu_daemon_stop(&d, true);
 }
 
+/*
+ * An alloc the client gives up unpublished (td_alloc_free, or a publish
+ * of it that fails) is given back (RELEASE TD_WIRE_REL_ALLOC): the
+ * daemon used to keep it, counted against the connection's 64, until
+ * the connection ended, so a long-lived producer that ever dropped 64
+ * allocs could alloc nothing more (-ENOBUFS).
+ */
+Test(recycle, allocs_given_up_unpublished_are_given_back, .timeout = 60)
+{
+	static const uint32_t kinds[] = {0, TD_ALLOC_RECYCLE,
+					 TD_ALLOC_STREAM, TD_ALLOC_REWRITE};
+	uint64_t shape[2] = {64, 128};
+	struct td_publish bad = {.name = "gb/bad", .dtype = TD_TENSOR_U8,
+				 .ndim = 2, .shape = shape};
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_error e = {0};
+
+	tu_daemon_start(&d, "warn");
+	c = conn(&d, "pidfd");
+	for (unsigned k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+		for (unsigned i = 0; i < 100; i++)
+			td_alloc_free(loan(c, 4 * KIB, kinds[k]));
+		cr_assert_eq(daemon_allocs(c), 0, "kind %u", k);
+	}
+	/* a publish refused (8 KiB of shape in a 4 KiB plane) */
+	for (unsigned i = 0; i < 100; i++)
+		cr_assert_lt(td_client_publish_alloc(c, loan(c, 4 * KIB, 0),
+						     &bad, NULL, &e),
+			     0);
+	cr_assert_eq(daemon_allocs(c), 0);
+	/* and the connection allocs and publishes as ever */
+	cr_assert_gt(publish(c, loan(c, 4 * KIB, TD_ALLOC_STREAM), "gb/x", 7),
+		     0);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/* The daemon's side: only this connection's unpublished allocs. */
+Test(recycle, a_given_back_alloc_is_this_connections_and_unpublished)
+{
+	struct td_wire_alloc_req q = {.flags = TD_WIRE_REQ_SCM,
+				      .plane_count = 1, .sizes = {4 * KIB}};
+	struct td_wire_release_req rel = {.flags = TD_WIRE_REL_ALLOC};
+	struct td_wire_alloc_rep ar;
+	struct tu_daemon d;
+	struct rawrep r;
+	int a, b;
+
+	tu_daemon_start(&d, "warn");
+	a = raw_scm_conn(&d);
+	b = raw_scm_conn(&d);
+	cr_assert_eq(raw_call(a, TD_OP_ALLOC, 2,
+			      td_wire_alloc_req_encode(&q, RAW_BODY, RAW_CAP),
+			      &r),
+		     0);
+	cr_assert_eq(td_wire_alloc_rep_decode(RAW_BODY, r.h.body_len, &ar,
+					      NULL),
+		     0);
+	for (unsigned i = 0; i < r.nfds; i++)
+		close(r.fds[i]);
+	rel.lease_id = ar.alloc_id;
+	/* another connection cannot give it up */
+	cr_assert_eq(raw_call(b, TD_OP_RELEASE, 2,
+			      td_wire_release_req_encode(&rel, RAW_BODY,
+							 RAW_CAP),
+			      &r),
+		     -ENOENT);
+	/* its own can, once */
+	cr_assert_eq(raw_call(a, TD_OP_RELEASE, 3,
+			      td_wire_release_req_encode(&rel, RAW_BODY,
+							 RAW_CAP),
+			      &r),
+		     0);
+	cr_assert_eq(raw_call(a, TD_OP_RELEASE, 4,
+			      td_wire_release_req_encode(&rel, RAW_BODY,
+							 RAW_CAP),
+			      &r),
+		     -ENOENT);
+	close(a);
+	close(b);
+	tu_daemon_stop(&d, true);
+}
+
 /* ---- rewriting the latest version (TD_ALLOC_REWRITE) ---- */
 
 /*
@@ -2031,18 +2115,19 @@ Test(recycle, a_rewrite_that_ends_unpublished_is_a_delete, .timeout = 30)
 	event_is(w, TD_EVENT_TYPE_DELETED, "rw/x", v2);
 	event_is(w, TD_EVENT_TYPE_PUBLISHED, "rw/y", v3);
 
-	/* taken back, dropped: the next REWRITE alloc shows it */
+	/* taken back, given up: the name ends */
 	td_alloc_free(loan(prod, 16 * KIB, TD_ALLOC_REWRITE));
 	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
 	event_is(w, TD_EVENT_TYPE_DELETED, "rw/y", v3);
 	v1 = publish(prod, a, "rw/x", 4);
 	event_is(w, TD_EVENT_TYPE_PUBLISHED, "rw/x", v1);
 
-	/* taken back, then another producer's version and its delete:
-	 * the name's end is that one's, told once */
-	td_alloc_free(loan(prod, 16 * KIB, TD_ALLOC_REWRITE));
+	/* taken back, then another producer's version and its delete,
+	 * then given up: the name's end is that one's, told once */
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
 	v2 = publish(w, loan(w, 16 * KIB, TD_ALLOC_RECYCLE), "rw/x", 5);
 	cr_assert_eq(td_client_delete(w, "rw/x", NULL, NULL), 0);
+	td_alloc_free(a);
 	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
 	v3 = publish(prod, a, "rw/z", 6);
 	event_is(w, TD_EVENT_TYPE_PUBLISHED, "rw/x", v2);
@@ -2059,11 +2144,12 @@ Test(recycle, a_rewrite_that_ends_unpublished_is_a_delete, .timeout = 30)
 }
 
 /*
- * td_alloc_free sends nothing: a REWRITE loan dropped on a connection
- * that stays and makes no other REWRITE alloc holds its name up no
- * longer than a ring's rewrite (a second). After that a GET of the name
- * answers as for any name with no version instead of waiting a second
- * for a publish that is not coming.
+ * A REWRITE loan kept unpublished on a connection that stays and makes
+ * no other REWRITE alloc holds its name up no longer than a ring's
+ * rewrite (a second). After that a GET of the name answers as for any
+ * name with no version instead of waiting a second for a publish that
+ * is not coming. One given up (td_alloc_free tells the daemon) holds it
+ * up not at all.
  */
 Test(recycle, a_dropped_rewrite_holds_its_name_a_second_at_most,
      .timeout = 30)
@@ -2071,6 +2157,7 @@ Test(recycle, a_dropped_rewrite_holds_its_name_a_second_at_most,
 	struct tu_daemon d;
 	struct td_client *prod, *cons;
 	struct td_tensor *t = NULL;
+	struct td_alloc *a;
 	struct td_error e = {0};
 	int rc;
 
@@ -2078,13 +2165,20 @@ Test(recycle, a_dropped_rewrite_holds_its_name_a_second_at_most,
 	prod = rw_conn(&d, "pidfd");
 	cons = conn(&d, "pidfd");
 	publish(prod, loan(prod, 16 * KIB, TD_ALLOC_REWRITE), "rw/x", 1);
-	td_alloc_free(loan(prod, 16 * KIB, TD_ALLOC_REWRITE));
+	a = loan(prod, 16 * KIB, TD_ALLOC_REWRITE);
 	cr_assert_eq(current_of(cons, "rw/x"), -ENOENT);
 	/* within the second: the GET waits for the publish (none comes) */
 	rc = td_client_get(cons, "rw/x", &t, &e);
 	cr_assert_eq(rc, -ETIMEDOUT, "%d %s", rc, e.reason);
 	/* that GET took the second: the name is not being rewritten now */
 	usleep(100 * 1000);
+	e = (struct td_error){0};
+	rc = td_client_get(cons, "rw/x", &t, &e);
+	cr_assert_eq(rc, -ENOENT, "%d %s", rc, e.reason);
+	td_alloc_free(a);
+	/* given up at once: no wait at all */
+	publish(prod, loan(prod, 16 * KIB, TD_ALLOC_REWRITE), "rw/x", 2);
+	td_alloc_free(loan(prod, 16 * KIB, TD_ALLOC_REWRITE));
 	e = (struct td_error){0};
 	rc = td_client_get(cons, "rw/x", &t, &e);
 	cr_assert_eq(rc, -ENOENT, "%d %s", rc, e.reason);

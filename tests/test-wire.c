@@ -1909,3 +1909,26 @@ Test(wire, status_reply_round_trips_and_refuses_truncation_and_forged_counts)
 	n = td_wire_status_req_encode(&rq, buf, sizeof(buf));
 	cr_assert_lt(td_wire_status_req_decode(buf, (size_t)n, &rq, &e), 0);
 }
+
+/* RELEASE's flags: QUIET and ALLOC (an unpublished alloc given up) */
+Test(wire, release_alloc_flag_round_trip_and_refusals)
+{
+	struct td_wire_release_req m = {
+		.lease_id = 77, .flags = TD_WIRE_REL_QUIET | TD_WIRE_REL_ALLOC};
+	struct td_wire_release_req g;
+	struct td_err e = {0};
+	int64_t n = td_wire_release_req_encode(&m, body, sizeof(body));
+
+	cr_assert_eq(n, 8 + 4);
+	cr_assert_eq(td_wire_release_req_decode(body, (size_t)n, &g, &e), 0);
+	cr_assert_eq(g.lease_id, 77);
+	cr_assert_eq(g.flags, TD_WIRE_REL_QUIET | TD_WIRE_REL_ALLOC);
+	/* a flag nobody defined, in the decoder and the encoder */
+	td__put_le32(body + 8, 0x4);
+	cr_assert_eq(td_wire_release_req_decode(body, (size_t)n, &g, &e),
+		     -EBADMSG);
+	cr_assert_str_eq(e.field, "flags");
+	m.flags = 0x4;
+	cr_assert_eq(td_wire_release_req_encode(&m, body, sizeof(body)),
+		     -EINVAL);
+}

@@ -295,3 +295,19 @@ def test_a_forked_child_cannot_use_the_parents_ring(client):
     assert view.tolist() == [7, 7, 7, 7]
     nxt = sub.next(5)
     assert nxt.version == v2 and nxt.tolist() == [15] * 4
+
+
+def test_allocs_given_up_unpublished_do_not_use_up_the_connection(client):
+    """An alloc released, dropped or whose publish failed is given back to
+    the daemon: it used to keep each until the client disconnected, and
+    after 64 the client could allocate nothing more (ENOBUFS)."""
+    for _ in range(100):
+        client.alloc("lt/given", (16,), "u8").release()
+    for _ in range(100):
+        a = client.alloc("lt/given", (16,), "u8")
+        del a
+    for _ in range(100):
+        a = client.alloc("lt/given", (16,), "u8")
+        with pytest.raises(Exception):
+            client.publish(a, format="xyz")
+    assert client.put("lt/after", np.zeros(4, np.uint8)) > 0

@@ -406,7 +406,11 @@ TD_EXPORT void *td_alloc_data(struct td_alloc *a, uint32_t i);
 TD_EXPORT uint64_t td_alloc_size(const struct td_alloc *a, uint32_t i);
 /* The fd of buffer i (borrowed, valid until the loan ends), -1 if none. */
 TD_EXPORT int td_alloc_fd(const struct td_alloc *a, uint32_t i);
-/* Give a loan up unpublished. Accepts NULL. */
+/*
+ * Give a loan up unpublished. Accepts NULL. The daemon is told without
+ * waiting (a daemon that predates it keeps the alloc until the client
+ * disconnects), as it is for a loan whose publish failed.
+ */
 TD_EXPORT void td_alloc_free(struct td_alloc *a);
 
 /*
