@@ -797,7 +797,49 @@ static PyObject *array_copy(PyObject *self, PyObject *args, PyObject *kw)
 	return c ? plain(c, false) : NULL;
 }
 
+/* copy.copy() and copy.deepcopy() (numeric only: nothing deeper): as
+ * copy(), in the array's own order */
+static PyObject *array_copy_k(PyObject *self, PyObject *unused)
+{
+	PyObject *c = PyArray_NewCopy((PyArrayObject *)self, NPY_KEEPORDER);
+
+	(void)unused;
+	return c ? plain(c, false) : NULL;
+}
+
+/* pickle: as the plain ndarray it holds the values of, so what is
+ * unpickled owns its memory and is a plain ndarray (there is no lease
+ * to pickle) */
+static PyObject *array_reduce_as_plain(PyObject *self, PyObject *args,
+				       const char *how)
+{
+	PyObject *v = PyArray_View((PyArrayObject *)self, NULL, &PyArray_Type);
+	PyObject *m, *r;
+
+	if (!v)
+		return NULL;
+	m = PyObject_GetAttrString(v, how);
+	r = m ? PyObject_Call(m, args, NULL) : NULL;
+	Py_XDECREF(m);
+	Py_DECREF(v);
+	return r;
+}
+
+static PyObject *array_reduce(PyObject *self, PyObject *args)
+{
+	return array_reduce_as_plain(self, args, "__reduce__");
+}
+
+static PyObject *array_reduce_ex(PyObject *self, PyObject *args)
+{
+	return array_reduce_as_plain(self, args, "__reduce_ex__");
+}
+
 static PyMethodDef array_methods[] = {
+	{"__copy__", array_copy_k, METH_NOARGS, NULL},
+	{"__deepcopy__", array_copy_k, METH_O, NULL},
+	{"__reduce__", array_reduce, METH_VARARGS, NULL},
+	{"__reduce_ex__", array_reduce_ex, METH_VARARGS, NULL},
 	{"__dlpack__", (PyCFunction)(void (*)(void))array_dlpack,
 	 METH_VARARGS | METH_KEYWORDS,
 	 "DLPack 0.x capsule sharing the pages (copy-on-write for a "

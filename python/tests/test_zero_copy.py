@@ -2,8 +2,10 @@
 """Zero copy, proven from /proc/self/maps: a consumer's array lies in its
 mapping of the very file the producer wrote, and DLPack consumers share
 that file's pages copy-on-write."""
+import copy
 import ctypes
 import os
+import pickle
 
 import numpy as np
 import pytest
@@ -144,10 +146,14 @@ def test_arithmetic_and_copies_are_plain_ndarrays_and_views_stay_on_the_lease(
     client.put("zc/plain", np.arange(6, dtype=np.float32).reshape(2, 3))
     x = client.get("zc/plain")
     for r in (x + 1, x * 2, np.add(x, 1), -x, x.copy(), x.copy(order="F"),
-              x.mean(axis=0), np.sqrt(x)):
+              x.mean(axis=0), np.sqrt(x), copy.copy(x), copy.deepcopy(x),
+              pickle.loads(pickle.dumps(x)),
+              pickle.loads(pickle.dumps(x, protocol=5)),
+              pickle.loads(pickle.dumps(x[:, 1:]))):
         assert type(r) is np.ndarray
         assert not np.shares_memory(r, x)
     np.testing.assert_array_equal(x + 1, np.arange(1, 7).reshape(2, 3))
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(x)), x)
     assert x.copy(order="F").flags.f_contiguous
     s = x.sum()
     assert isinstance(s, np.float32) and s == 15
