@@ -501,16 +501,25 @@ PyObject *tdpy_owner_array(OwnerObject *o)
 	return arr;
 }
 
-OwnerObject *tdpy_owner_of(PyObject *obj)
+/* The tensor owner obj's chain of bases ends at, or NULL (memory of its
+ * own); sets no exception. */
+static OwnerObject *owner_at_base(PyObject *obj)
 {
 	PyObject *b = obj;
 
 	while (b && PyArray_Check(b))
 		b = PyArray_BASE((PyArrayObject *)b);
-	if (b && Py_TYPE(b) == &tdpy_owner_type)
-		return (OwnerObject *)b;
-	PyErr_SetString(PyExc_TypeError, "not a view of a tensord tensor");
-	return NULL;
+	return b && Py_TYPE(b) == &tdpy_owner_type ? (OwnerObject *)b : NULL;
+}
+
+OwnerObject *tdpy_owner_of(PyObject *obj)
+{
+	OwnerObject *o = owner_at_base(obj);
+
+	if (!o)
+		PyErr_SetString(PyExc_TypeError,
+				"not a view of a tensord tensor");
+	return o;
 }
 
 /* ---- DLPack ---- */
@@ -739,17 +748,6 @@ static PyObject *array_release(PyObject *self, PyObject *unused)
 	return o ? owner_do_release(o) : NULL;
 }
 
-/* Does obj's chain of bases end at a tensor's owner (a view of its
- * pages), not at memory of its own? */
-static bool on_tensor_pages(PyObject *obj)
-{
-	PyObject *b = obj;
-
-	while (b && PyArray_Check(b))
-		b = PyArray_BASE((PyArrayObject *)b);
-	return b && Py_TYPE(b) == &tdpy_owner_type;
-}
-
 /* A tensord.Array over memory of its own as a plain ndarray (0-d, when
  * scalar: a numpy scalar, as a plain ndarray's ufunc or reduction
  * gives); steals arr. */
@@ -757,7 +755,7 @@ static PyObject *plain(PyObject *arr, bool scalar)
 {
 	PyObject *v = arr;
 
-	if (on_tensor_pages(arr))
+	if (owner_at_base(arr)) /* a view of a tensor's pages */
 		return arr;
 	if (Py_TYPE(arr) == &tdpy_array_type) {
 		v = PyArray_View((PyArrayObject *)arr, NULL, &PyArray_Type);
