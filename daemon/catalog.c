@@ -157,6 +157,7 @@ void td__catalog_delete(struct td__peer *p, const struct td__req *rq)
 		return;
 	if (!td__access_check(p, h, rq->op->perm, m.name))
 		return;
+	td__store_settle(m.name.ptr, m.name.len);
 	v = td__name_lookup(s, m.name);
 	if (!v && td__ring_find(m.name)) {
 		td__peer_error(p, h->opcode, h->request_id, -EBUSY,

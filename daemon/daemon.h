@@ -315,6 +315,14 @@ struct td__peer {
 	uint64_t rw_number, rw_alloc, rw_since;
 	uint16_t rw_len;
 	char rw_name[TD_WIRE_MAX_NAME + 1];
+	/*
+	 * A staged publish (follow.c, docs/fastpath.md "A followed publish
+	 * without the daemon's hop"): the bell whose stage this connection
+	 * may fire (NULL none), and the last of its stages committed (alloc
+	 * id and version), which its FIRED notice is answered with.
+	 */
+	void *stage;
+	uint64_t fired_alloc, fired_version;
 };
 
 /*
@@ -466,7 +474,7 @@ td__handler td__loan_alloc, td__publish, td__lease_get, td__lease_release,
 	td__catalog_list, td__catalog_stat, td__catalog_delete,
 	td__catalog_watch, td__catalog_unwatch, td__ring_create,
 	td__ring_subscribe, td__ring_close, td__ring_stat, td__ring_wake,
-	td__follow, td__follow_close, td__follow_wake;
+	td__follow, td__follow_close, td__follow_wake, td__stage_page;
 
 /* ---- follow.c (docs/fastpath.md, "Following a name") ---- */
 
@@ -474,6 +482,10 @@ td__handler td__loan_alloc, td__publish, td__lease_get, td__lease_release,
 void td__follow_init(void);
 /* End a dying peer's follows (their holds, rows, emptied bells). */
 void td__follow_peer_gone(struct td__peer *p);
+/* Before each request of p: its stage, if fired, is committed. */
+void td__stage_owner(struct td__peer *p);
+/* p is going: its stage is committed if fired, else cancelled. */
+void td__stage_owner_gone(struct td__peer *p);
 
 /* ---- ring.c (docs/fastpath.md) ---- */
 

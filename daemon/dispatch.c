@@ -34,6 +34,7 @@ static const struct td__op ops[] = {
 	{TD_OP_FOLLOW, R, 0, td__follow},
 	{TD_OP_FOLLOW_CLOSE, 0, 0, td__follow_close},
 	{TD_OP_FOLLOW_WAKE, 0, TD__OP_FDS, td__follow_wake},
+	{TD_OP_STAGE_PAGE, 0, 0, td__stage_page},
 };
 
 #undef R
@@ -104,6 +105,9 @@ static void dispatch(struct td__peer *p, size_t n, int *fds, unsigned nfds)
 		}
 	}
 	rq = (struct td__req){&h, d->rx + TD_WIRE_HDR_LEN, fds, nfds, op};
+	/* a stage this peer fired is a publish that comes first */
+	if (p->stage)
+		td__stage_owner(p);
 	op->fn(p, &rq);
 	td__store_trim(0); /* after a burst of RELEASEs, memory goes back */
 }
@@ -111,6 +115,9 @@ static void dispatch(struct td__peer *p, size_t n, int *fds, unsigned nfds)
 /* A peer about to be freed: what it holds, one file at a time. */
 static void peer_gone(struct td__peer *p)
 {
+	/* a stage it fired is committed, else cancelled, before its loans go */
+	if (p->stage)
+		td__stage_owner_gone(p);
 	td__lease_peer_gone(p);
 	td__loan_peer_gone(p);
 	td__catalog_peer_gone(p);

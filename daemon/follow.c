@@ -48,9 +48,27 @@ struct follower {
 	uint64_t pinned; /* held's bytes counted as the peer uid's pinned */
 };
 
+/*
+ * A staged publish (docs/fastpath.md, "A followed publish without the
+ * daemon's hop"): owner's lent loan alloc_id, written into entry `entry`
+ * as version sv->number, which owner fires through the trigger page.
+ */
+struct stage {
+	struct td__peer *owner; /* NULL: nothing staged */
+	uint64_t alloc_id;
+	struct td__version *sv; /* what the commit makes current */
+	uint32_t entry;
+};
+
 struct bell {
 	struct td__list link;
 	int fd_rw, fd_ro;
+	struct stage st;
+	/* the trigger page of trig_owner (fds counted as its uid's), -1 */
+	int trig_rw, trig_ro;
+	struct td_follow_trigger *trig;
+	struct td__peer *trig_owner;
+	uid_t trig_uid;
 	struct td_follow_hdr *hdr;
 	uint64_t cur; /* the version `latest` names, 0 none */
 	const struct td__version *cur_v;
@@ -66,6 +84,10 @@ struct bell {
 static struct td__list bells = {&bells, &bells};
 static unsigned bell_count;
 static uint64_t next_id = 1;
+static uint32_t trig_gens; /* the last trigger page's generation */
+static unsigned stages;    /* bells with a stage: the timer runs */
+static uv_timer_t stage_timer;
+#define STAGE_SETTLE_MS 1000 /* a producer that fired and stalled */
 
 static struct bell *bell_named(const char *name, size_t len)
 {
@@ -155,7 +177,7 @@ static bool entry_busy(const struct bell *b, uint32_t e)
 
 	if (n == 0)
 		return false;
-	if (n == b->cur)
+	if (n == b->cur || (b->st.sv && n == b->st.sv->number))
 		return true;
 	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
 		if (b->rows[i].held && b->rows[i].held->number == n)
@@ -186,6 +208,10 @@ static uint32_t entry_write(struct bell *b, const struct td__version *v)
 		r.fds[i].fd = -1;
 		r.fds[i].buffer_id = v->fds[i].buffer_id;
 	}
+	/* a staged version's entry is written already, and may be read */
+	for (e = 0; e < TD_FOLLOW_ENTRIES; e++)
+		if (b->entry_of[e] == v->number)
+			return e;
 	for (e = 0; e < TD_FOLLOW_ENTRIES && entry_busy(b, e); e++)
 		;
 	if (e == TD_FOLLOW_ENTRIES)
@@ -208,7 +234,11 @@ static uint32_t entry_write(struct bell *b, const struct td__version *v)
 
 /* ---- a change of the current version ---- */
 
-static void bell_wake(struct bell *b)
+/*
+ * Wake the rows asleep for version `now` (0: the name has none); a row
+ * that took it already (from its stage) waits for a newer one.
+ */
+static void bell_wake(struct bell *b, uint64_t now)
 {
 	bool futex = false;
 
@@ -216,7 +246,9 @@ static void bell_wake(struct bell *b)
 		struct follower *f = &b->rows[i];
 		uint32_t w;
 
-		if (!f->peer)
+		if (!f->peer || (now && atomic_load_explicit(
+						&f->row->taken,
+						memory_order_relaxed) >= now))
 			continue;
 		w = atomic_load(&f->row->waiting);
 		if (w == TD_FOLLOW_WAIT_ROW)
@@ -259,7 +291,7 @@ static void bell_set(struct bell *b, struct td__version *now,
 	if (gone)
 		bell_retire(b, gone);
 	if (!quiet)
-		bell_wake(b);
+		bell_wake(b, now ? now->number : 0);
 }
 
 static void on_changed(struct td__version *now, struct td__version *gone,
@@ -306,10 +338,316 @@ static void on_sweep(void)
 		bell_sweep(td__container_of(l, struct bell, link));
 }
 
+/* ---- staged publishes (docs/fastpath.md, "A followed publish ...") ---- */
+
+static void stage_timer_arm(void);
+
+/* b's stage is over (committed or cancelled): followers stop seeing it. */
+static void stage_clear(struct bell *b)
+{
+	struct stage *st = &b->st;
+
+	atomic_store_explicit(&b->hdr->stage, 0, memory_order_release);
+	st->owner->stage = NULL;
+	if (st->sv) {
+		/* cancelled: its entry is free again, its number unused */
+		if (b->entry_of[st->entry] == st->sv->number &&
+		    b->cur != st->sv->number)
+			b->entry_of[st->entry] = 0;
+		td__version_put(td__d->store, st->sv);
+	}
+	*st = (struct stage){0};
+	stages--;
+}
+
+/* The owner fired b's stage: its version becomes the name's current. */
+static void stage_commit(struct bell *b)
+{
+	struct stage st = b->st;
+	struct td__alloc *a = td__loan_find(st.owner, st.alloc_id);
+
+	if (!a) {
+		/* cannot happen: every end of the loan settles first */
+		td__log(TD_LOG_ERROR, "staged %.*s version %llu lost its loan",
+			(int)b->name_len, b->name,
+			(unsigned long long)st.sv->number);
+		stage_clear(b);
+		return;
+	}
+	b->st.sv = NULL; /* the store's now */
+	st.owner->fired_alloc = st.alloc_id;
+	st.owner->fired_version = st.sv->number;
+	/* stays named (entry_busy) until td__name_set made it current */
+	td__publish_staged(st.owner, a, st.sv);
+	stage_clear(b);
+}
+
+/*
+ * Decide b's stage: committed when its producer fired it; else, with
+ * cancel, cancelled by the daemon's compare-exchange (which the
+ * producer's can no longer win), and committed when the producer's won
+ * just before. Without cancel a stage not fired stays.
+ */
+static void stage_settle(struct bell *b, bool cancel)
+{
+	uint64_t v = b->st.sv->number;
+	uint32_t fired = td_follow_trig(v, TD_FOLLOW_TRIG_FIRED);
+	uint32_t w = td_follow_trig(v, TD_FOLLOW_TRIG_STAGED);
+
+	if (atomic_load(&b->trig->word) == fired) {
+		stage_commit(b);
+		return;
+	}
+	if (!cancel)
+		return;
+	/* followers stop taking it first; a hold that raced in is the
+	 * producer's word against ours, decided below */
+	atomic_store(&b->hdr->stage, 0);
+	if (atomic_compare_exchange_strong(
+		    &b->trig->word, &w,
+		    td_follow_trig(v, TD_FOLLOW_TRIG_CANCELLED)) ||
+	    w != fired)
+		stage_clear(b); /* cancelled (or a word a producer garbled) */
+	else
+		stage_commit(b);
+}
+
+static void on_settle(const char *name, size_t len, bool cancel)
+{
+	struct td__list *l, *n;
+
+	if (!stages)
+		return;
+	for (l = bells.next; l != &bells; l = n) {
+		struct bell *b = td__container_of(l, struct bell, link);
+
+		n = l->next;
+		if (b->st.owner &&
+		    (!name || (b->name_len == len &&
+			       memcmp(b->name, name, len) == 0)))
+			stage_settle(b, cancel);
+	}
+}
+
+void td__stage_owner(struct td__peer *p)
+{
+	struct bell *b = p->stage;
+
+	stage_settle(b, false);
+}
+
+void td__stage_owner_gone(struct td__peer *p)
+{
+	stage_settle(p->stage, true);
+}
+
+static void on_stage_timer(uv_timer_t *t)
+{
+	(void)t;
+	/* a producer that fired and then stalled: committed within this */
+	on_settle(NULL, 0, false);
+	if (!stages)
+		uv_timer_stop(&stage_timer);
+}
+
+static void stage_timer_arm(void)
+{
+	if (!uv_is_active((uv_handle_t *)&stage_timer))
+		uv_timer_start(&stage_timer, on_stage_timer, STAGE_SETTLE_MS,
+			       STAGE_SETTLE_MS);
+}
+
+static void trig_free(struct bell *b)
+{
+	if (!b->trig)
+		return;
+	munmap(b->trig, TD_FOLLOW_TRIG_LEN);
+	close(b->trig_rw);
+	close(b->trig_ro);
+	td__tenant_sub(b->trig_uid, TD__LIM_FDS, BELL_FDS);
+	b->trig = NULL;
+	b->trig_rw = b->trig_ro = -1;
+	b->trig_owner = NULL;
+}
+
+/* b's trigger page for producer p: the one it has, else a new one. */
+static bool trig_for(struct bell *b, struct td__peer *p)
+{
+	const char *why = NULL;
+	char lim[256];
+	void *m;
+	int rw, ro;
+
+	if (b->trig && b->trig_owner == p)
+		return true;
+	if (td__tenant_check(p->uid, TD__LIM_FDS, BELL_FDS, lim,
+			     sizeof(lim)) < 0)
+		return false;
+	rw = td__memfd_new("tensord-trigger", TD_FOLLOW_TRIG_LEN, CTL_MEMFD,
+			   &why);
+	if (rw < 0)
+		return false;
+	ro = td__reopen_ro(rw);
+	m = ro < 0 ? MAP_FAILED
+		   : mmap(NULL, TD_FOLLOW_TRIG_LEN, PROT_READ | PROT_WRITE,
+			  MAP_SHARED, rw, 0);
+	if (m == MAP_FAILED || td__tenant_add(p->uid, TD__LIM_FDS,
+					      BELL_FDS) < 0) {
+		if (m != MAP_FAILED)
+			munmap(m, TD_FOLLOW_TRIG_LEN);
+		close(rw);
+		if (ro >= 0)
+			close(ro);
+		return false;
+	}
+	/* the old producer keeps its mapping of the old page, which
+	 * nobody reads any more */
+	trig_free(b);
+	b->trig = m;
+	b->trig_rw = rw;
+	b->trig_ro = ro;
+	b->trig_owner = p;
+	b->trig_uid = p->uid;
+	if (++trig_gens == 0)
+		trig_gens = 1;
+	atomic_store_explicit(&b->hdr->stage_gen, trig_gens,
+			      memory_order_relaxed);
+	return true;
+}
+
+/*
+ * May the loan a, lent after ver's publish, be staged as ver's next
+ * version? A named recyclable loan of ver's planes (no fence, no fd of
+ * the request's own), every buffer published before (its read-only
+ * reopen made), while followers follow the name and nothing else is
+ * staged there.
+ */
+static bool stage_fits(const struct bell *b, const struct td__alloc *a,
+		       const struct td__version *ver)
+{
+	if (!b || !b->followers || b->st.owner || !a || !a->recycle ||
+	    a->rewrite || !a->name_len || a->count != ver->nfds ||
+	    !ver->recycle || !td__alloc_is_for(
+				     a, (struct td_wire_str){ver->name,
+							     ver->name_len}))
+		return false;
+	for (uint32_t i = 0; i < a->count; i++)
+		if (a->fds[i].ro < 0 || a->fds[i].fd < 0 ||
+		    !ver->fds[i].tracked || a->fds[i].size != ver->fds[i].size)
+			return false;
+	return true;
+}
+
+/* The version a stage of a would commit: ver's descriptor, a's buffers. */
+static struct td__version *stage_version(const struct td__version *ver,
+					 const struct td__alloc *a)
+{
+	struct td__store *s = td__d->store;
+	struct td__version *sv =
+		td__version_new(s, ver->meta_len + ver->blob_len);
+
+	if (!sv)
+		return NULL;
+	sv->refs = 1;
+	sv->flags = ver->flags;
+	sv->dtype = ver->dtype;
+	sv->ndim = ver->ndim;
+	memcpy(sv->shape, ver->shape, sizeof(sv->shape));
+	sv->bytes = ver->bytes;
+	sv->name_len = ver->name_len;
+	memcpy(sv->name, ver->name, ver->name_len);
+	sv->meta = sv->data;
+	sv->meta_len = ver->meta_len;
+	memcpy(sv->meta, ver->meta, ver->meta_len);
+	sv->blob = sv->data + ver->meta_len;
+	sv->blob_len = ver->blob_len;
+	memcpy(sv->blob, ver->blob, ver->blob_len);
+	/* for the entry; the commit moves the loan's descriptors in */
+	sv->nfds = a->count;
+	for (uint32_t i = 0; i < a->count; i++)
+		sv->fds[i] = (struct td__vfd){.fd = -1, .ro = -1,
+					      .buffer_id = a->fds[i].buffer_id,
+					      .tracked = true};
+	sv->number = s->next_version++;
+	return sv;
+}
+
+static void on_offer(struct td__peer *p, const struct td__version *ver,
+		     struct td_wire_publish_rep *r)
+{
+	struct bell *b = td__list_empty(&bells)
+				 ? NULL
+				 : bell_named(ver->name, ver->name_len);
+	struct td__alloc *a = td__loan_find(p, r->loan.alloc_id);
+	struct td__version *sv;
+	uint32_t e;
+
+	if (p->stage || !stage_fits(b, a, ver) || !trig_for(b, p))
+		return;
+	sv = stage_version(ver, a);
+	if (!sv)
+		return;
+	e = entry_write(b, sv);
+	if (e == TD_FOLLOW_ENTRY_NONE) {
+		td__version_put(td__d->store, sv);
+		return;
+	}
+	b->st = (struct stage){p, a->id, sv, e};
+	p->stage = b;
+	stages++;
+	atomic_store(&b->trig->word,
+		     td_follow_trig(sv->number, TD_FOLLOW_TRIG_STAGED));
+	atomic_store_explicit(&b->hdr->stage,
+			      td_follow_latest_pack(sv->number, e),
+			      memory_order_release);
+	r->stage_version = sv->number;
+	r->stage_gen = atomic_load_explicit(&b->hdr->stage_gen,
+					    memory_order_relaxed);
+	stage_timer_arm();
+}
+
+/* STAGE_PAGE: the name's trigger page, to its producer or a follower. */
+void td__stage_page(struct td__peer *p, const struct td__req *rq)
+{
+	struct td__daemon *d = td__d;
+	const struct td_wire_hdr *h = rq->h;
+	struct td_wire_ring_sub_req m;
+	struct td_err e = {0};
+	struct td_wire_follow_rep r = {.layout = TD_FOLLOW_LAYOUT,
+				       .fd_count = 1};
+	struct bell *b;
+	bool follows = false;
+	int fd;
+	int64_t len;
+	int rc = td_wire_ring_sub_req_decode(rq->body, h->body_len, &m, &e);
+
+	if (td__peer_bad_body(p, h, rc, &e))
+		return;
+	b = bell_named(m.name.ptr, m.name.len);
+	for (uint32_t i = 0; b && i < TD_FOLLOW_MAX_ROWS && !follows; i++)
+		follows = b->rows[i].peer == p;
+	if (!b || !b->trig || (b->trig_owner != p && !follows)) {
+		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
+			       "STAGE_PAGE: \"%.*s\" has no trigger page for "
+			       "this connection",
+			       (int)m.name.len, m.name.ptr);
+		return;
+	}
+	/* the producer fires through it; a follower only reads it */
+	fd = b->trig_owner == p ? b->trig_rw : b->trig_ro;
+	r.id = atomic_load_explicit(&b->hdr->stage_gen, memory_order_relaxed);
+	r.fds[0] = (struct td_wire_fdent){fd, 0};
+	len = td_wire_follow_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
+	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
+		      len < 0 ? 0 : (size_t)len, &fd,
+		      (m.flags & TD_WIRE_REQ_SCM) ? 1 : 0);
+}
+
 /* ---- bells and rows ---- */
 
 static void bell_free(struct bell *b)
 {
+	trig_free(b);
 	td__list_del(&b->link);
 	bell_count--;
 	munmap(b->hdr, TD_FOLLOW_BELL_LEN);
@@ -327,7 +665,7 @@ static struct bell *bell_new(struct td_wire_str name, const char **why)
 		*why = "out of memory";
 		return NULL;
 	}
-	b->fd_ro = -1;
+	b->fd_ro = b->trig_rw = b->trig_ro = -1;
 	b->fd_rw = td__memfd_new("tensord-follow", TD_FOLLOW_BELL_LEN,
 				 CTL_MEMFD, why);
 	if (b->fd_rw < 0)
@@ -407,6 +745,10 @@ static bool follower_end(struct bell *b, struct follower *f)
 			bell_recharge(b, uid);
 		return false;
 	}
+	/* nobody left to take a stage: it goes (or, fired, is committed,
+	 * which writes this bell still) */
+	if (b->st.owner)
+		stage_settle(b, true);
 	td__tenant_sub(b->uid, TD__LIM_FDS, BELL_FDS);
 	bell_free(b);
 	return true;
@@ -726,6 +1068,9 @@ void td__follow_peer_gone(struct td__peer *p)
 		struct bell *b = td__container_of(l, struct bell, link);
 
 		n = l->next;
+		/* its page fires nothing of a later connection's */
+		if (b->trig_owner == p)
+			trig_free(b);
 		for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
 			if (b->rows[i].peer == p &&
 			    follower_end(b, &b->rows[i]))
@@ -736,7 +1081,10 @@ void td__follow_peer_gone(struct td__peer *p)
 void td__follow_init(void)
 {
 	static const struct td__store_bell hooks = {on_changed, on_pins,
-						    on_sweep};
+						    on_sweep, on_settle,
+						    on_offer};
 
+	uv_timer_init(td__d->loop, &stage_timer);
+	uv_unref((uv_handle_t *)&stage_timer);
 	td__store_bell_set(&hooks);
 }

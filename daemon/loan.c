@@ -223,6 +223,7 @@ static uint32_t rewrite_take(struct td__store *s, struct td__peer *p,
 
 	if (!p->rw_len)
 		return 0;
+	td__store_settle(n.ptr, n.len);
 	v = td__name_lookup(s, n);
 	/* a named alloc may be published as its name only */
 	if (a->name_len && !td__alloc_is_for(a, n))
@@ -413,6 +414,11 @@ static void loan_unlend(struct td__store *s, struct td__peer *p)
 {
 	struct td__alloc *a = p->loan_id ? td__loan_find(p, p->loan_id) : NULL;
 
+	/* a stage of it goes first (committed if fired: then a is gone) */
+	if (a && p->stage) {
+		td__store_settle(a->name, a->name_len);
+		a = td__loan_find(p, p->loan_id);
+	}
 	p->loan_id = 0;
 	if (a)
 		loan_return(s, p, a);
@@ -581,6 +587,11 @@ int td__loan_give_back(struct td__peer *p, uint64_t id)
 {
 	struct td__alloc *a = td__loan_find(p, id);
 
+	/* a stage of it goes first (committed if fired: then a is gone) */
+	if (a && p->stage) {
+		td__store_settle(a->name, a->name_len);
+		a = td__loan_find(p, id);
+	}
 	if (!a)
 		return -ENOENT;
 	if (p->rw_alloc == id)

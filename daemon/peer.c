@@ -451,7 +451,8 @@ static int probe_trusted(struct td__peer *p, int fd, char *why, size_t cap)
 	 TD_WIRE_FEAT_FOLLOW_SPARE | TD_WIRE_FEAT_WAKE_ROWS |                 \
 	 TD_WIRE_FEAT_ROW_OWNER | TD_WIRE_FEAT_REWRITE |                    \
 	 TD_WIRE_FEAT_RESERVE | TD_WIRE_FEAT_GET_CROWD |                    \
-	 TD_WIRE_FEAT_ALLOC_NAME | TD_WIRE_FEAT_ALLOC_FREE)
+	 TD_WIRE_FEAT_ALLOC_NAME | TD_WIRE_FEAT_ALLOC_FREE |                  \
+	 TD_WIRE_FEAT_STAGE)
 
 void td__peer_hello(struct td__peer *p, const struct td__req *rq)
 {

@@ -327,7 +327,8 @@ static struct td__version *pub_build(struct pub *x)
 	if (!ver)
 		return NULL;
 	ver->refs = 1;
-	ver->flags = x->m.flags;
+	/* the version keeps PIN; the rest are this request's */
+	ver->flags = x->m.flags & TD_WIRE_PUB_PIN;
 	ver->dtype = v->dtype;
 	ver->ndim = v->ndim;
 	for (uint32_t i = 0; i < v->ndim; i++)
@@ -374,7 +375,9 @@ static int pub_request(struct pub *x, const struct td__req *rq,
 	if (td__ring_find(x->m.name))
 		return pub_fail(x, -EEXIST, "a ring named \"%.*s\" exists",
 				(int)x->m.name.len, x->m.name.ptr);
-	if (x->m.alloc_id) {
+	/* a FIRED notice's alloc was committed (pub_fired) */
+	if (x->m.alloc_id && !((x->m.flags & TD_WIRE_PUB_FIRED) &&
+			       x->m.alloc_id == p->fired_alloc)) {
 		x->alloc = td__loan_find(p, x->m.alloc_id);
 		if (!x->alloc)
 			return pub_fail(x, -ENOENT,
@@ -496,38 +499,55 @@ static void pub_move_fds(struct pub *x, struct td__version *ver)
 	}
 }
 
-/* Steps 8-9: commit (nothing here fails), reply, tell and wake. */
-static void pub_commit(struct pub *x, struct td__version *ver)
+/*
+ * The reply to PUBLISH m of p (version `number`), with the next loan of
+ * `sizes` when m asked for one, staged when m can fire it (ver: the
+ * version whose descriptor a stage repeats, NULL none).
+ */
+static void pub_reply(struct td__peer *p, const struct td_wire_hdr *h,
+		      const struct td_wire_publish_req *m, uint64_t number,
+		      uint32_t nsizes, const uint64_t *sizes, bool rewrite,
+		      bool named, const struct td__version *ver)
 {
 	struct td__daemon *d = td__d;
-	struct td__store *s = d->store;
-	struct td__peer *p = x->p;
-	struct td_wire_publish_rep r = {0};
-	struct td__version *old;
-	uint64_t sizes[TD_WIRE_MAX_PLANES];
-	uint32_t nsizes = 0;
+	struct td_wire_publish_rep r = {.version = number};
 	int fds[TD_WIRE_MAX_PLANES];
 	unsigned nfds = 0;
 	int64_t len;
-	bool rewrite = x->alloc && x->alloc->rewrite;
-	bool named = x->alloc && x->alloc->name_len;
 
-	pub_move_fds(x, ver);
-	ver->acct = x->acct;
+	/* the version before went back to the free list just now, if free */
+	r.has_loan = m->flags & TD_WIRE_PUB_LOAN;
+	if (r.has_loan && nsizes)
+		td__loan_lend(p, nsizes, sizes, rewrite,
+			      (struct td_wire_str){m->name.ptr,
+						   named ? m->name.len : 0},
+			      m->held_count, m->held, &r.loan, fds, &nfds);
+	if (ver && r.loan.alloc_id && (m->flags & TD_WIRE_PUB_STAGE))
+		td__store_stage_offer(p, ver, &r);
+	len = td_wire_publish_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
+	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
+		      (size_t)len, fds,
+		      (m->flags & TD_WIRE_PUB_LOAN_SCM) ? nfds : 0);
+}
+
+/*
+ * Steps 8-9 of a version ver from alloc a (NULL: the request's fds):
+ * the store's part of a commit, which a PUBLISH and a staged publish's
+ * commit share. Nothing here fails.
+ */
+static void pub_insert(struct td__peer *p, struct td__version *ver,
+		       struct td__alloc *a)
+{
+	struct td__store *s = td__d->store;
+	struct td__version *old;
+
 	ver->uid = p->uid;
 	ver->used = ++s->tick;
-	if (x->alloc) {
-		/* a loan is lent only for a recyclable alloc's sizes */
-		if (x->alloc->recycle) {
-			nsizes = x->alloc->count;
-			memcpy(sizes, x->alloc->sizes, nsizes * sizeof(*sizes));
-		}
-		ver->acct += x->alloc->acct;
-		x->alloc->acct = 0; /* moved to the version */
-		td__loan_done(p, x->alloc);
-		x->alloc = NULL;
+	if (a) {
+		ver->acct += a->acct;
+		a->acct = 0; /* moved to the version */
+		td__loan_done(p, a);
 	}
-	ver->number = s->next_version++;
 	/*
 	 * into systemd's fd store before the reply (fdstore.c); not a
 	 * recyclable version, whose bytes are not sealed (its fd ids stay 0,
@@ -555,24 +575,81 @@ static void pub_commit(struct pub *x, struct td__version *ver)
 	 * §1.) Watchers are still told after the reply (§6.9).
 	 */
 	td__lease_wake(s, ver);
-	r.version = ver->number;
-	/* the version before went back to the free list just now, if free */
-	r.has_loan = x->m.flags & TD_WIRE_PUB_LOAN;
-	if (r.has_loan && nsizes)
-		td__loan_lend(p, nsizes, sizes, rewrite,
-			      (struct td_wire_str){ver->name,
-						   named ? ver->name_len : 0},
-			      x->m.held_count, x->m.held, &r.loan, fds,
-			      &nfds);
-	len = td_wire_publish_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
-	td__peer_send(p, x->h->opcode, TD_WIRE_F_REPLY, x->h->request_id, 0,
-		      (size_t)len, fds,
-		      (x->m.flags & TD_WIRE_PUB_LOAN_SCM) ? nfds : 0);
+}
+
+void td__publish_staged(struct td__peer *p, struct td__alloc *a,
+			struct td__version *sv)
+{
+	struct td__store *s = td__d->store;
+
+	sv->nfds = a->count;
+	sv->recycle = true;
+	sv->owner = p;
+	for (uint32_t i = 0; i < a->count; i++) {
+		td__vfd_move(&sv->fds[i], &a->fds[i]);
+		td__vfd_carry(s, &sv->fds[i],
+			      (struct td_wire_str){sv->name, sv->name_len});
+	}
+	sv->acct = 0;
+	pub_insert(p, sv, a);
+	td__notify(s, TD_EVENT_PUBLISHED, sv);
+}
+
+/* Steps 8-9: commit (nothing here fails), reply, tell and wake. */
+static void pub_commit(struct pub *x, struct td__version *ver)
+{
+	struct td__store *s = td__d->store;
+	struct td__peer *p = x->p;
+	uint64_t sizes[TD_WIRE_MAX_PLANES];
+	uint32_t nsizes = 0;
+	bool rewrite = x->alloc && x->alloc->rewrite;
+	bool named = x->alloc && x->alloc->name_len;
+
+	pub_move_fds(x, ver);
+	ver->acct = x->acct;
+	/* a loan is lent only for a recyclable alloc's sizes */
+	if (x->alloc && x->alloc->recycle) {
+		nsizes = x->alloc->count;
+		memcpy(sizes, x->alloc->sizes, nsizes * sizeof(*sizes));
+	}
+	ver->number = s->next_version++;
+	pub_insert(p, ver, x->alloc);
+	x->alloc = NULL;
+	pub_reply(p, x->h, &x->m, ver->number, nsizes, sizes, rewrite, named,
+		  ver);
 	/* after the reply, as events are: the name a rewrite of p's gave
 	 * up (other than ver's) is told deleted first */
 	if (rewrite)
 		td__rewrite_published(p, ver);
 	td__notify(s, TD_EVENT_PUBLISHED, ver);
+}
+
+/*
+ * The notice of a stage p fired (TD_WIRE_PUB_FIRED), committed already
+ * (td__stage_owner, before this request): answered with its version
+ * and the next loan. False: no such commit, a PUBLISH as any other.
+ */
+static bool pub_fired(struct pub *x)
+{
+	struct td__store *s = td__d->store;
+	struct td__peer *p = x->p;
+	const struct td__version *cur;
+	uint64_t sizes[TD_WIRE_MAX_PLANES];
+
+	if (!(x->m.flags & TD_WIRE_PUB_FIRED) || !p->fired_alloc ||
+	    p->fired_alloc != x->m.alloc_id)
+		return false;
+	p->fired_alloc = 0;
+	cur = td__name_lookup(s, x->m.name);
+	if (!cur || cur->number != p->fired_version || !cur->recycle ||
+	    cur->nfds > TD_WIRE_MAX_PLANES)
+		cur = NULL;
+	for (uint32_t i = 0; cur && i < cur->nfds; i++)
+		sizes[i] = cur->fds[i].size;
+	/* only named loans are staged */
+	pub_reply(p, x->h, &x->m, p->fired_version, cur ? cur->nfds : 0,
+		  sizes, false, true, cur);
+	return true;
 }
 
 /* Everything a PUBLISH did not keep is closed (the request's too). */
@@ -593,7 +670,19 @@ void td__publish(struct td__peer *p, const struct td__req *rq)
 
 	for (uint32_t i = 0; i < TD__TABLE_MAX; i++)
 		x.tab[i] = x.ro[i] = -1;
-	if (pub_request(&x, rq, rq->nfds) < 0 || pub_check_blob(&x) < 0 ||
+	if (pub_request(&x, rq, rq->nfds) < 0)
+		goto out;
+	if (pub_fired(&x))
+		goto out;
+	/* a staged publish of the name goes first, or goes (follow.c) */
+	td__store_settle(x.m.name.ptr, x.m.name.len);
+	/* the alloc may be the stage's, committed just now */
+	if (x.alloc && x.alloc != td__loan_find(p, x.m.alloc_id)) {
+		pub_fail(&x, -ENOENT, "no alloc %llu on this connection",
+			 (unsigned long long)x.m.alloc_id);
+		goto out;
+	}
+	if (pub_check_blob(&x) < 0 ||
 	    pub_take_fds(&x, rq->fds, rq->nfds) < 0 || pub_check_fds(&x) < 0 ||
 	    pub_check_tenant(&x) < 0)
 		goto out;

@@ -172,6 +172,8 @@ int td__policy_reload(struct td__daemon *d)
 			d->opts.policy_path);
 		return rc;
 	}
+	/* staged publishes were checked against the old policy: settled */
+	td__store_settle(NULL, 0);
 	/* one loop thread: no request sees half of either policy */
 	td__policy_fini(d->policy);
 	free(d->policy);

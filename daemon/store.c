@@ -505,8 +505,22 @@ void td__notify_name(struct td__store *s, uint32_t event,
 						      name.ptr, k),
 				      k, event, name, number);
 }
+void td__store_settle(const char *name, size_t len)
+{
+	if (bell)
+		bell->settle(name, len, true);
+}
+
+void td__store_stage_offer(struct td__peer *p, const struct td__version *ver,
+			   struct td_wire_publish_rep *r)
+{
+	if (bell)
+		bell->offer(p, ver, r);
+}
+
 bool td__store_name_taken(struct td_wire_str name)
 {
+	td__store_settle(name.ptr, name.len);
 	return td__name_lookup(td__d->store, name) != NULL;
 }
 

@@ -305,8 +305,29 @@ struct td__store_bell {
 			bool quiet);
 	bool (*pins)(const struct td__version *v);
 	void (*sweep)(void);
+	/* a staged publish of name (NULL: of every name) is settled:
+	 * committed if its producer fired it, else (cancel) cancelled */
+	void (*settle)(const char *name, size_t len, bool cancel);
+	/* a PUBLISH of p made ver and lends the loan in r: staged as the
+	 * name's next version if it may be (fills r's stage fields) */
+	void (*offer)(struct td__peer *p, const struct td__version *ver,
+		      struct td_wire_publish_rep *r);
 };
 void td__store_bell_set(const struct td__store_bell *b);
+/*
+ * Before a change of name other than a PUBLISH's commit (a PUBLISH, a
+ * DELETE, a ring, a rewrite's take-back, a policy reload: name NULL):
+ * a staged publish of it fired is committed first, one not fired is
+ * cancelled.
+ */
+void td__store_settle(const char *name, size_t len);
+/* bell->offer (publish.c calls no file above it) */
+void td__store_stage_offer(struct td__peer *p, const struct td__version *ver,
+			   struct td_wire_publish_rep *r);
+/* The commit of a fired stage (publish.c): sv, numbered already, takes
+ * alloc a's buffers and becomes its name's current version. */
+void td__publish_staged(struct td__peer *p, struct td__alloc *a,
+			struct td__version *sv);
 
 /*
  * A rewrite of name ended without its publish (loan.c): the parked GETs

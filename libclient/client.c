@@ -112,6 +112,7 @@ static void client_free(struct td_client *c)
 	/* Every tensor is gone (refs == 0), so every map is idle. */
 	td__maps_drop(c, true);
 	td__next_loan_forget(c);
+	td__stage_forget(c);
 	td__loans_drop(c, true);
 	if (c->sock >= 0)
 		close(c->sock);
@@ -733,7 +734,8 @@ static int import_pref(uint32_t *pref, struct td_error *err)
 	 TD_WIRE_FEAT_DELETE_IF | TD_WIRE_FEAT_WAKE_ROWS |                    \
 	 TD_WIRE_FEAT_ROW_OWNER | TD_WIRE_FEAT_REWRITE |                    \
 	 TD_WIRE_FEAT_RESERVE | TD_WIRE_FEAT_GET_CROWD |                   \
-	 TD_WIRE_FEAT_ALLOC_NAME | TD_WIRE_FEAT_ALLOC_FREE)
+	 TD_WIRE_FEAT_ALLOC_NAME | TD_WIRE_FEAT_ALLOC_FREE |                  \
+	 TD_WIRE_FEAT_STAGE)
 
 static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 {
@@ -974,6 +976,7 @@ int td_client_connect_ex(const char *path, uint32_t flags,
 	c->reconnect = flags & TD_CLIENT_RECONNECT;
 	c->gf_off = (gf = getenv("TENSORD_GET_FOLLOW")) && !strcmp(gf, "0");
 	c->rows_off = (gf = getenv("TENSORD_WAKE_ROWS")) && !strcmp(gf, "0");
+	c->stage_off = (gf = getenv("TENSORD_STAGE")) && !strcmp(gf, "0");
 	td__produce_env(c);
 	c->pref = pref;
 	memcpy(c->path, sa.sun_path, sizeof(c->path));

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "follow.h"
 #include "pace.h"
 #include "tensord/tensord.h"
 #include "wire-status.h"
@@ -215,6 +216,22 @@ struct td_client {
 	/* TENSORD_WAKE_ROWS=0: ring and follow sleepers share one futex
 	 * word (what libtensord did before TD_WIRE_FEAT_WAKE_ROWS) */
 	bool rows_off;
+	/*
+	 * Staged publishes (produce.c, docs/fastpath.md "A followed publish
+	 * without the daemon's hop"): the stage the last PUBLISH reply
+	 * offered (st_alloc 0: none), the trigger page that fires it
+	 * (st_page of generation st_pgen, for name st_pname), and the
+	 * descriptor of the last PUBLISH that asked for a stage (desc,
+	 * desc_len bytes): a stage repeats it, so only a publish with the
+	 * same one fires. stage_off: TENSORD_STAGE=0.
+	 */
+	uint64_t st_alloc, st_version;
+	uint32_t st_gen, st_pgen;
+	struct td_follow_trigger *st_page;
+	char st_pname[TD_WIRE_MAX_NAME + 1];
+	uint8_t *desc;
+	uint32_t desc_len, desc_cap;
+	bool stage_off;
 	uint8_t *rbuf; /* TD_WIRE_MAX_MSG receive buffer */
 	uint8_t *sbuf; /* TD_WIRE_MAX_MSG send buffer */
 };
@@ -367,6 +384,24 @@ void td__maps_drop(struct td_client *c, bool all);
 unsigned td__loans_drop(struct td_client *c, bool all);
 /* Forget the lent next loan without a message (the client is going). */
 void td__next_loan_forget(struct td_client *c);
+/* The trigger page and descriptor of staged publishes go (lock held or
+ * the client freed). */
+void td__stage_forget(struct td_client *c);
+/* stage.c: STAGE_PAGE, the name's trigger page mapped (lock held). */
+int td__stage_page_map(struct td_client *c, const char *name, bool rw,
+		       uint32_t *gen, void **page, struct td_error *err);
+/*
+ * stage.c (lock held): the PUBLISH flags req of loan alloc_id (named: a
+ * loan named for a name), published as
+ * name, adds: TD_WIRE_PUB_FIRED when it repeats the staged descriptor
+ * of the staged loan and fired its stage, TD_WIRE_PUB_STAGE when the
+ * daemon may stage its next loan. td__stage_note: the stage a reply
+ * offers.
+ */
+uint32_t td__stage_flags(struct td_client *c, uint64_t alloc_id, bool named,
+			 const char *name,
+			 const struct td_wire_publish_req *req);
+void td__stage_note(struct td_client *c, const struct td_wire_publish_rep *r);
 /* A new connection (lock held): the lent loan named an alloc of the old
  * daemon; drop it (its buffers idle), and forget a give-back. */
 void td__next_loan_reset(struct td_client *c);

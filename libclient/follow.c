@@ -37,12 +37,27 @@ struct td_follow {
 	bool out;     /* a tensor held through the row is not released */
 	bool closing; /* td_follow_close() waits for that release */
 	bool own_word; /* sleeps on row->waiting (td__wake_rows) */
+	/*
+	 * Staged publishes (docs/fastpath.md, "A followed publish without
+	 * the daemon's hop"): the name's trigger page, read-only, of
+	 * generation trig_gen (NULL none); trig_no, a generation it could
+	 * not have; stage_ok, whether it takes stages at all (the daemon
+	 * serves them, futex_waitv works, TENSORD_STAGE is not 0); skip, a
+	 * staged version it cannot take (a buffer it has not mapped): it
+	 * waits for its commit.
+	 */
+	const struct td_follow_trigger *trig;
+	uint32_t trig_gen, trig_no;
+	bool stage_ok;
+	uint64_t skip;
 	char name[TD_WIRE_MAX_NAME + 1];
 	uint8_t body[TD_FOLLOW_ENTRY_BODY]; /* an entry, copied */
 };
 
 static void follow_unmap(struct td_follow *f)
 {
+	if (f->trig)
+		munmap((void *)f->trig, TD_FOLLOW_TRIG_LEN);
 	if (f->hdr)
 		munmap((void *)f->hdr, TD_FOLLOW_BELL_LEN);
 	if (f->row)
@@ -76,6 +91,8 @@ static int follow_take(struct td_client *c, struct td__msg *rep,
 	}
 	f->id = r.id;
 	f->own_word = td__wake_rows(c);
+	f->stage_ok = f->own_word && !c->stage_off &&
+		      td__has(c, TD_WIRE_FEAT_STAGE);
 	for (unsigned i = 0; i < TD_WIRE_FOLLOW_FDS; i++) {
 		int fd = -1;
 
@@ -282,6 +299,88 @@ static int take(struct td_follow *f, uint64_t v, uint32_t e,
 	return rc;
 }
 
+/* The trigger page of the bell's stage generation gen, mapped here. */
+static bool trig_have(struct td_follow *f, uint32_t gen)
+{
+	struct td_client *c = f->c;
+	void *page = NULL;
+	uint32_t got = 0;
+
+	if (f->trig && f->trig_gen == gen)
+		return true;
+	if (!gen || gen == f->trig_no)
+		return false;
+	pthread_mutex_lock(&c->lock);
+	if (c->epoch != f->epoch ||
+	    td__stage_page_map(c, f->name, false, &got, &page, NULL) < 0 ||
+	    got != gen) {
+		if (page)
+			munmap(page, TD_FOLLOW_TRIG_LEN);
+		page = NULL;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (!page) {
+		/* not this one (a newer producer, or none): not again */
+		f->trig_no = gen;
+		return false;
+	}
+	if (f->trig)
+		munmap((void *)f->trig, TD_FOLLOW_TRIG_LEN);
+	f->trig = page;
+	f->trig_gen = gen;
+	return true;
+}
+
+/*
+ * A staged version newer than after that its producer fired, and this
+ * follower may take: its stage word (version << 8 | entry), else 0.
+ */
+static uint64_t stage_fired(struct td_follow *f, uint64_t after)
+{
+	struct td_follow_hdr *h = (struct td_follow_hdr *)f->hdr;
+	uint64_t st, v;
+
+	if (!f->stage_ok)
+		return 0;
+	st = atomic_load_explicit(&h->stage, memory_order_acquire);
+	v = st >> 8;
+	if (!st || v <= after || v == f->skip ||
+	    !trig_have(f, atomic_load_explicit(&h->stage_gen,
+					       memory_order_relaxed)))
+		return 0;
+	if (atomic_load((_Atomic uint32_t *)&f->trig->word) !=
+	    td_follow_trig(v, TD_FOLLOW_TRIG_FIRED))
+		return 0;
+	return st;
+}
+
+/*
+ * Staged version st >> 8, held through the row: a tensor from its entry
+ * when every buffer is mapped here. -ENOENT: not taken (the follower
+ * waits for the commit, which a GET would not find yet).
+ */
+static int take_staged(struct td_follow *f, uint64_t st,
+		       struct td_tensor **out, struct td_error *err)
+{
+	struct td_client *c = f->c;
+	uint64_t v = st >> 8;
+	size_t len = entry_copy(f, (uint32_t)(st & 0xffu), v);
+	int rc = -ENOENT;
+
+	if (len) {
+		pthread_mutex_lock(&c->lock);
+		rc = td__tensor_from_entry(c, f->body, len, v, f, out, err);
+		if (rc == 0)
+			f->out = true;
+		pthread_mutex_unlock(&c->lock);
+	}
+	if (rc < 0)
+		row_clear(f);
+	if (rc == -ENOENT)
+		f->skip = v;
+	return rc;
+}
+
 /* The connection this follow was made on is gone (or going). */
 static bool conn_gone(struct td_follow *f)
 {
@@ -295,9 +394,16 @@ static bool conn_gone(struct td_follow *f)
  * sleep_on says why one word each).
  */
 static void sleep_on(struct td_follow *f, uint32_t seq, uint64_t latest,
-		     int64_t until)
+		     uint64_t after, int64_t until)
 {
 	_Atomic uint32_t *w = &f->row->waiting;
+	/* a producer that fires wakes its trigger word, not the rows: read
+	 * before the last look, so a fire after it ends the sleep */
+	bool trig = f->stage_ok && f->trig &&
+		    f->trig_gen == atomic_load_explicit(&f->hdr->stage_gen,
+							memory_order_relaxed);
+	uint32_t tw = trig ? atomic_load((_Atomic uint32_t *)&f->trig->word)
+			   : 0;
 
 	/* up to the next look at the connection (follow_wait) */
 	if (until < 0 || until > f->hup_at)
@@ -305,12 +411,27 @@ static void sleep_on(struct td_follow *f, uint32_t seq, uint64_t latest,
 	atomic_store(w, f->own_word ? TD_FOLLOW_WAIT_ROW
 				    : TD_FOLLOW_WAIT_FUTEX);
 	if (td_follow_latest_recheck(f->hdr) == latest &&
-	    atomic_load((_Atomic uint32_t *)&f->hdr->seq) == seq) {
-		if (f->own_word)
+	    atomic_load((_Atomic uint32_t *)&f->hdr->seq) == seq &&
+	    !stage_fired(f, after)) {
+		if (trig) {
+			struct timespec ts = {until / 1000000000,
+					      until % 1000000000};
+
+			if (td__futex_wait2((const uint32_t *)w,
+					    TD_FOLLOW_WAIT_ROW,
+					    (const uint32_t *)&f->trig->word,
+					    tw, &ts) == -ENOSYS) {
+				/* no futex_waitv here: the daemon's wake */
+				f->stage_ok = false;
+				td__futex_wait_until(w, TD_FOLLOW_WAIT_ROW,
+						     until);
+			}
+		} else if (f->own_word) {
 			td__futex_wait_until(w, TD_FOLLOW_WAIT_ROW, until);
-		else
+		} else {
 			td__futex_wait_until(
 				(_Atomic uint32_t *)&f->hdr->seq, seq, until);
+		}
 	}
 	atomic_store(w, 0);
 }
@@ -346,6 +467,7 @@ static int follow_wait(struct td_follow *f, uint64_t after, int timeout_ms,
 {
 	struct td_pace_plan plan = {0};
 	int64_t deadline = -2, until;
+	uint64_t st;
 	int rc;
 
 	/* how many wait with this one (a fan-out's): a crowd sleeps */
@@ -371,6 +493,8 @@ static int follow_wait(struct td_follow *f, uint64_t after, int timeout_ms,
 				continue;
 			if (rc == 0) {
 				f->last = v;
+				atomic_store_explicit(&f->row->taken, v,
+						      memory_order_relaxed);
 				/* a fresh read, not td_pace_end's last one:
 				 * a follow's waits (tens of us, several
 				 * followers per CPU) are near the plan's sleep
@@ -378,6 +502,30 @@ static int follow_wait(struct td_follow *f, uint64_t after, int timeout_ms,
 				 * last read would be learnt as short and poll
 				 * where it should sleep; and one read is
 				 * nothing to a handoff through the daemon */
+				if (plan.start)
+					td_pace_done(&f->pace, &plan,
+						     td__now_ns());
+			}
+			return rc;
+		}
+		/* a stage its producer fired: the version before the daemon
+		 * commits it (its PUBLISH may not have been read yet) */
+		if ((st = stage_fired(f, after))) {
+			atomic_exchange(&f->row->held, st >> 8);
+			/* still staged, or committed (then latest names it) */
+			if (atomic_load(&((struct td_follow_hdr *)f->hdr)
+						  ->stage) != st &&
+			    td_follow_latest_recheck(f->hdr) >> 8 != st >> 8) {
+				row_clear(f);
+				continue;
+			}
+			rc = take_staged(f, st, out, err);
+			if (rc == -ENOENT)
+				continue;
+			if (rc == 0) {
+				f->last = st >> 8;
+				atomic_store_explicit(&f->row->taken, f->last,
+						      memory_order_relaxed);
 				if (plan.start)
 					td_pace_done(&f->pace, &plan,
 						     td__now_ns());
@@ -419,7 +567,7 @@ static int follow_wait(struct td_follow *f, uint64_t after, int timeout_ms,
 						"follow it again", f->name);
 			f->hup_at = td__now_ns() + TD__HUP_CHECK_NS;
 		}
-		sleep_on(f, seq, latest, until);
+		sleep_on(f, seq, latest, after, until);
 	}
 get_path:
 	*served = false;

@@ -233,10 +233,6 @@ void td__next_loan_forget(struct td_client *c)
 }
 
 /*
- * One ALLOC round trip (lock held); recycle: ask for a recyclable loan,
- * advertising the idle buffers of the loan cache. Fills a.
- */
-/*
  * Plane i of an ALLOC reply into a: a buffer this client holds reused
  * (fe->fd -1), else the new one imported (scm: its attached fd, NULL on
  * the pidfd path) and mapped. 0 or -errno.
@@ -364,6 +360,8 @@ static uint32_t loans_held(const struct td_client *c, uint64_t *held)
 	return n;
 }
 
+/* One ALLOC round trip (lock held); recycle: ask for a recyclable loan,
+ * advertising the idle buffers of the loan cache. Fills a. */
 static int alloc_call(struct td_client *c, struct td_alloc *a,
 		      uint32_t plane_count, const uint64_t *sizes,
 		      bool recycle, uint32_t rewrite, struct td_error *err)
@@ -850,6 +848,7 @@ static void publish_done(struct td_client *c, struct td_alloc *a,
 		return;
 	}
 	c->next_loan = next;
+	td__stage_note(c, rep); /* staged: fired if published alike */
 }
 
 /* A PUBLISH reply m to a request with flags: its version, its loan. */
@@ -1013,6 +1012,8 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 			req.flags |= TD_WIRE_PUB_LOAN_SCM;
 		req.held_count = loans_held(c, req.held);
 	}
+	req.flags |= td__stage_flags(c, a ? a->alloc_id : 0,
+				     a && a->name_len, p->name, &req);
 	n = td_wire_publish_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
 				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	if (n < 0) {

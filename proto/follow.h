@@ -81,6 +81,17 @@ struct td_follow_hdr {
 	/* version << 8 | entry; 0 = the name has no version now */
 	_Atomic uint64_t latest;
 	uint8_t pad1[48];
+	/*
+	 * The staged publish (docs/fastpath.md, "A followed publish
+	 * without the daemon's hop"), written by the daemon only: the
+	 * version a producer may fire, stage_version << 8 | entry (0:
+	 * none), and the generation of the trigger page that fires it
+	 * (STAGE_PAGE hands it out; a new producer, a new page). A
+	 * daemon before TD_WIRE_FEAT_STAGE leaves both 0.
+	 */
+	_Alignas(64) _Atomic uint64_t stage;
+	_Atomic uint32_t stage_gen;
+	uint32_t pad2;
 };
 
 struct td_follow_entry {
@@ -96,9 +107,40 @@ struct td_follow_row {
 	_Alignas(64) _Atomic uint64_t held;
 	_Atomic uint32_t waiting; /* 0 or TD_FOLLOW_WAIT_* */
 	uint32_t pad;
+	/* the newest version this follower took (it stores it; 0 from an
+	 * older library): a commit of a staged version wakes no row that
+	 * took it already from the stage */
+	_Atomic uint64_t taken;
 };
 
+/*
+ * A trigger page: one per staged name and producer, the page's only
+ * word written by that producer (read-write mapping) and the daemon;
+ * followers map it read-only and sleep on it beside their row
+ * (futex_waitv). word = (uint32_t)(version << 2) | TD_FOLLOW_TRIG_*: the
+ * daemon stores STAGED(v); the producer's compare-exchange makes it
+ * FIRED(v) when its next publish is the staged one, the daemon's makes
+ * it CANCELLED(v) when something else comes first; whoever wins
+ * decides. The producer wakes the word after it fires.
+ */
+#define TD_FOLLOW_TRIG_STAGED 1u
+#define TD_FOLLOW_TRIG_FIRED 2u
+#define TD_FOLLOW_TRIG_CANCELLED 3u
+
+struct td_follow_trigger {
+	_Alignas(64) _Atomic uint32_t word;
+	uint32_t pad;
+};
+
+#define TD_FOLLOW_TRIG_LEN TD_FOLLOW_PAGE
+
+static inline uint32_t td_follow_trig(uint64_t version, uint32_t state)
+{
+	return (uint32_t)(version << 2) | state;
+}
+
 _Static_assert(offsetof(struct td_follow_hdr, seq) == 64, "hot line");
+_Static_assert(offsetof(struct td_follow_hdr, stage) == 128, "stage line");
 _Static_assert(sizeof(struct td_follow_hdr) <= TD_FOLLOW_PAGE, "hdr page");
 _Static_assert(sizeof(struct td_follow_entry) == TD_FOLLOW_ENTRY_LEN,
 	       "entry layout");

@@ -144,6 +144,15 @@ int td_wire_ring_wake_rep_decode(const uint8_t *body, size_t len,
  * ring's rows out with td_ring_owner_of(the subscription's id) in them.
  */
 #define TD_WIRE_FEAT_ROW_OWNER 0x1000u
+/*
+ * Staged publishes (docs/protocol.md §13.3): PUBLISH's TD_WIRE_PUB_STAGE
+ * and TD_WIRE_PUB_FIRED, the bell's stage line, and STAGE_PAGE. Request:
+ * td_wire_ring_sub_req (the name; flags TD_WIRE_REQ_SCM). Reply: a
+ * td_wire_follow_rep with id = the page's generation, entry_count 0 and
+ * one fd: the name's trigger page, read-write to the producer whose
+ * stage it fires, read-only to a follower of the name.
+ */
+#define TD_WIRE_FEAT_STAGE 0x40000u
 
 struct td_wire_follow_rep {
 	uint64_t id;

@@ -524,7 +524,9 @@ int td_wire_hello_rep_decode(const uint8_t *body, size_t len,
 	 TD_WIRE_ALLOC_REWRITE | TD_WIRE_ALLOC_REWRITABLE |                  \
 	 TD_WIRE_ALLOC_RESERVE | TD_WIRE_ALLOC_NAMED)
 #define ALLOC_REWRITE_FLAGS (TD_WIRE_ALLOC_REWRITE | TD_WIRE_ALLOC_REWRITABLE)
-#define PUB_FLAGS (TD_WIRE_PUB_PIN | TD_WIRE_PUB_LOAN | TD_WIRE_PUB_LOAN_SCM)
+#define PUB_FLAGS                                                             \
+	(TD_WIRE_PUB_PIN | TD_WIRE_PUB_LOAN | TD_WIRE_PUB_LOAN_SCM |           \
+	 TD_WIRE_PUB_STAGE | TD_WIRE_PUB_FIRED)
 
 /*
  * Held buffer ids (ALLOC and GET, optional trailing field): a list of
@@ -750,8 +752,9 @@ int64_t td_wire_publish_req_encode(const struct td_wire_publish_req *m,
 	if (m->fd_count > TD_WIRE_MAX_PLANES + 1 ||
 	    m->name.len > TD_WIRE_MAX_NAME || m->meta.len > TD_WIRE_MAX_META ||
 	    m->blob.len > TD_WIRE_MAX_BLOB || (m->flags & ~PUB_FLAGS) ||
-	    ((m->flags & TD_WIRE_PUB_LOAN_SCM) &&
+	    ((m->flags & (TD_WIRE_PUB_LOAN_SCM | TD_WIRE_PUB_STAGE)) &&
 	     !(m->flags & TD_WIRE_PUB_LOAN)) ||
+	    ((m->flags & TD_WIRE_PUB_FIRED) && !m->alloc_id) ||
 	    (m->held_count && !(m->flags & TD_WIRE_PUB_LOAN)) ||
 	    !held_list_ok(m->held_count, m->held))
 		return -EINVAL;
@@ -788,6 +791,13 @@ int td_wire_publish_req_decode(const uint8_t *body, size_t len,
 	    !(m->flags & TD_WIRE_PUB_LOAN))
 		td__wire_rd_fail(&rd, TD_ERR_MALFORMED, "flags", m->flags, 0,
 				 "LOAN_SCM without LOAN");
+	if (!rd.rc && (m->flags & TD_WIRE_PUB_STAGE) &&
+	    !(m->flags & TD_WIRE_PUB_LOAN))
+		td__wire_rd_fail(&rd, TD_ERR_MALFORMED, "flags", m->flags, 0,
+				 "STAGE without LOAN");
+	if (!rd.rc && (m->flags & TD_WIRE_PUB_FIRED) && !m->alloc_id)
+		td__wire_rd_fail(&rd, TD_ERR_MALFORMED, "flags", m->flags, 0,
+				 "FIRED names no alloc");
 	m->held_count = rd_held(&rd, !(m->flags & TD_WIRE_PUB_LOAN),
 				"held buffer ids without the LOAN flag",
 				m->held);
@@ -828,6 +838,13 @@ int64_t td_wire_publish_rep_encode(const struct td_wire_publish_rep *m,
 		td_wire_wr_u64(&wr, m->loan.alloc_id);
 		td__wire_wr_fdents(&wr, m->loan.fd_count, m->loan.fds);
 	}
+	/* a stage only of a loan; left out when none */
+	if (m->stage_version && !(m->has_loan && m->loan.alloc_id))
+		return -EINVAL;
+	if (m->stage_version) {
+		td_wire_wr_u64(&wr, m->stage_version);
+		td_wire_wr_u32(&wr, m->stage_gen);
+	}
 	return td__wire_wr_done(&wr);
 }
 
@@ -858,6 +875,19 @@ int td_wire_publish_rep_decode(const uint8_t *body, size_t len,
 			td__wire_rd_fail(&rd, TD_ERR_MALFORMED, "fd_count",
 					 m->loan.fd_count, at,
 					 "a loan has planes, no loan has none");
+	}
+	m->stage_version = 0;
+	m->stage_gen = 0;
+	/* fewer bytes than the stage section are trailing bytes */
+	if (!rd.rc && m->has_loan && rd.len - rd.off >= 12) {
+		at = rd.off;
+		m->stage_version = td_wire_rd_u64(&rd, "stage_version");
+		m->stage_gen = td_wire_rd_u32(&rd, "stage_gen");
+		if (!rd.rc && (!m->stage_version || !m->loan.alloc_id))
+			td__wire_rd_fail(&rd, TD_ERR_MALFORMED,
+					 "stage_version", m->stage_version,
+					 at,
+					 "a stage names a version of a loan");
 	}
 	return td_wire_rd_end(&rd);
 }

@@ -68,6 +68,8 @@ enum td_wire_op {
 	TD_OP_FOLLOW = 17,
 	TD_OP_FOLLOW_CLOSE = 18,
 	TD_OP_FOLLOW_WAKE = 19,
+	/* wire-status.h, TD_WIRE_FEAT_STAGE */
+	TD_OP_STAGE_PAGE = 20,
 	TD_OP_NOTIFY = 0x100, /* daemon -> client only */
 };
 
@@ -334,6 +336,14 @@ struct td_wire_alloc_rep {
 /* with TD_WIRE_PUB_LOAN: attach the loan's fds (the client's
  * TD_WIRE_REQ_SCM of ALLOC; PUBLISH's bit 0x1 is PIN) */
 #define TD_WIRE_PUB_LOAN_SCM 0x4u
+/*
+ * PUBLISH flags (TD_WIRE_FEAT_STAGE, docs/protocol.md §13.3): with
+ * TD_WIRE_PUB_LOAN, STAGE says the client can fire a staged publish, so
+ * the reply may carry a stage section; FIRED says this PUBLISH is the
+ * notice of the stage of alloc_id that the client fired.
+ */
+#define TD_WIRE_PUB_STAGE 0x8u
+#define TD_WIRE_PUB_FIRED 0x10u
 
 struct td_wire_publish_req {
 	struct td_wire_str name;
@@ -361,6 +371,14 @@ struct td_wire_publish_rep {
 	uint64_t version;
 	bool has_loan; /* the reply carries the loan section */
 	struct td_wire_alloc_rep loan;
+	/*
+	 * Optional, after a loan, only in reply to TD_WIRE_PUB_STAGE: the
+	 * loan is staged as version stage_version of the name, fired
+	 * through the trigger page of generation stage_gen (STAGE_PAGE).
+	 * 0: not staged, and the section is left out.
+	 */
+	uint64_t stage_version;
+	uint32_t stage_gen;
 };
 
 enum td_wire_get_mode {

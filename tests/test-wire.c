@@ -1932,3 +1932,81 @@ Test(wire, release_alloc_flag_round_trip_and_refusals)
 	cr_assert_eq(td_wire_release_req_encode(&m, body, sizeof(body)),
 		     -EINVAL);
 }
+
+/*
+ * Staged publishes (TD_WIRE_FEAT_STAGE, docs/protocol.md §13.3): the
+ * PUBLISH flags STAGE (with LOAN only) and FIRED (with an alloc only),
+ * and the reply's stage section (after a loan only, never version 0),
+ * left out when nothing is staged so the body is what it was.
+ */
+Test(wire, staged_publish_flags_and_reply_section)
+{
+	struct td_wire_publish_req q = {
+		.name = {"cam/0", 5},
+		.flags = TD_WIRE_PUB_LOAN | TD_WIRE_PUB_STAGE | TD_WIRE_PUB_FIRED,
+		.alloc_id = 4,
+		.blob = {(const uint8_t *)"x", 1}},
+				   gq;
+	struct td_wire_publish_rep r = {
+		.version = 9,
+		.has_loan = true,
+		.loan = {.alloc_id = 4, .fd_count = 1, .fds = {{-1, 8}}},
+		.stage_version = 10,
+		.stage_gen = 2},
+				   g;
+	struct td_err e;
+	int64_t n = td_wire_publish_req_encode(&q, body, sizeof(body)), n0;
+	size_t flags_at = 2 + 5; /* after the name */
+
+	cr_assert_gt(n, 0);
+	cr_assert_eq(td_wire_publish_req_decode(body, (size_t)n, &gq, &e), 0);
+	cr_assert_eq(gq.flags, q.flags);
+	/* STAGE asks for a stage of the next loan: not without LOAN */
+	td__put_le32(body + flags_at, TD_WIRE_PUB_STAGE);
+	cr_assert_eq(td_wire_publish_req_decode(body, (size_t)n, &gq, &e),
+		     -EBADMSG);
+	cr_assert_str_eq(e.reason, "STAGE without LOAN");
+	q.flags = TD_WIRE_PUB_STAGE;
+	cr_assert_eq(td_wire_publish_req_encode(&q, body, sizeof(body)),
+		     -EINVAL);
+	/* FIRED is the notice of an alloc's stage: not without the alloc */
+	q.flags = TD_WIRE_PUB_FIRED;
+	q.alloc_id = 0;
+	cr_assert_eq(td_wire_publish_req_encode(&q, body, sizeof(body)),
+		     -EINVAL);
+	q.alloc_id = 4;
+	n = td_wire_publish_req_encode(&q, body, sizeof(body));
+	cr_assert_gt(n, 0);
+	td__put_le64(body + flags_at + 4, 0);
+	cr_assert_eq(td_wire_publish_req_decode(body, (size_t)n, &gq, &e),
+		     -EBADMSG);
+	cr_assert_str_eq(e.reason, "FIRED names no alloc");
+
+	n = td_wire_publish_rep_encode(&r, body, sizeof(body));
+	cr_assert_gt(n, 0);
+	cr_assert_eq(td_wire_publish_rep_decode(body, (size_t)n, &g, &e), 0);
+	cr_assert_eq(g.stage_version, 10);
+	cr_assert_eq(g.stage_gen, 2);
+	cr_assert_eq(g.loan.alloc_id, 4);
+	/* nothing staged: left out, the body a daemon before it sends */
+	r.stage_version = 0;
+	n0 = td_wire_publish_rep_encode(&r, body, sizeof(body));
+	cr_assert_eq(n0, n - 12);
+	g.stage_version = 7;
+	cr_assert_eq(td_wire_publish_rep_decode(body, (size_t)n0, &g, &e), 0);
+	cr_assert_eq(g.stage_version, 0);
+	/* a present version 0; fewer bytes than the section */
+	td__put_le64(body + n0, 0);
+	td__put_le32(body + n0 + 8, 2);
+	cr_assert_eq(td_wire_publish_rep_decode(body, (size_t)n, &g, &e),
+		     -EBADMSG);
+	cr_assert_str_eq(e.reason, "a stage names a version of a loan");
+	cr_assert_eq(e.offset, (uint64_t)n0);
+	cr_assert_eq(td_wire_publish_rep_decode(body, (size_t)n0 + 8, &g, &e),
+		     -EBADMSG);
+	/* a stage of no loan is refused both ways */
+	r.stage_version = 10;
+	r.loan = (struct td_wire_alloc_rep){0};
+	cr_assert_eq(td_wire_publish_rep_encode(&r, body, sizeof(body)),
+		     -EINVAL);
+}

@@ -74,6 +74,30 @@ int td__futex_wait(const uint32_t *w, uint32_t val,
 	return 0; /* EAGAIN (changed), EINTR, woken: the caller re-checks */
 }
 
+int td__futex_wait2(const uint32_t *w1, uint32_t v1, const uint32_t *w2,
+		    uint32_t v2, const struct timespec *abs)
+{
+#ifdef __NR_futex_waitv
+	/* shared futexes: no FUTEX_PRIVATE_FLAG */
+	struct futex_waitv fw[2] = {
+		{.val = v1, .uaddr = (uintptr_t)w1, .flags = FUTEX_32},
+		{.val = v2, .uaddr = (uintptr_t)w2, .flags = FUTEX_32},
+	};
+
+	if (syscall(__NR_futex_waitv, fw, 2, 0, abs, CLOCK_MONOTONIC) >= 0)
+		return 0;
+	if (errno == ETIMEDOUT)
+		return -ETIMEDOUT;
+	/* a kernel before 5.16, or a seccomp filter that refuses it */
+	if (errno == ENOSYS || errno == EPERM)
+		return -ENOSYS;
+	return 0; /* EAGAIN (changed), EINTR: the caller re-checks */
+#else
+	(void)w1, (void)v1, (void)w2, (void)v2, (void)abs;
+	return -ENOSYS;
+#endif
+}
+
 void td__futex_wake(const uint32_t *w, int n)
 {
 	syscall(SYS_futex, w, FUTEX_WAKE, n, NULL, NULL, 0);

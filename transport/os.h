@@ -39,6 +39,14 @@ int td__futex_wait(const uint32_t *w, uint32_t val,
 		   const struct timespec *rel);
 void td__futex_wake(const uint32_t *w, int n);
 /*
+ * Sleep while *w1 == v1 and *w2 == v2 (futex_waitv, Linux 5.16), until
+ * abs on CLOCK_MONOTONIC (NULL: no limit). 0 (woken, a word changed, a
+ * signal: the caller re-checks), -ETIMEDOUT, or -ENOSYS where the kernel
+ * or a seccomp filter does not have it.
+ */
+int td__futex_wait2(const uint32_t *w1, uint32_t v1, const uint32_t *w2,
+		    uint32_t v2, const struct timespec *abs);
+/*
  * A word per sleeper (a ring's or a bell's row): the sleeper stores
  * `asleep` in its own word *w, checks once more that there is nothing to
  * take, and sleeps while *w == asleep. The waker swaps `asleep` for 0, so

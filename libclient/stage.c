@@ -1,0 +1,192 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libtensord: staged publishes (docs/fastpath.md, "A followed publish
+ * without the daemon's hop"). When a followed name's stream PUBLISH
+ * lends the next loan, the daemon may stage it as the name's next
+ * version; the producer's next publish of that loan with the same
+ * descriptor fires it (a compare-exchange of the trigger page's word,
+ * then a wake of the followers asleep on it), and the PUBLISH that
+ * follows is only its notice. Both sides map the trigger page through
+ * STAGE_PAGE.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "follow.h"
+#include "os.h"
+#include "wire-status.h"
+
+/*
+ * STAGE_PAGE (lock held): the trigger page of name, mapped read-write
+ * (its producer) or read-only (a follower); *gen its generation.
+ */
+int td__stage_page_map(struct td_client *c, const char *name, bool rw,
+		       uint32_t *gen, void **page, struct td_error *err)
+{
+	struct td_wire_ring_sub_req q = {
+		.name = {name, (uint16_t)strlen(name)},
+		.flags = c->path_out == TD_IMPORT_SCM ? TD_WIRE_REQ_SCM : 0};
+	struct td_wire_follow_rep r;
+	struct td__msg rep = {0};
+	int scm = -1, fd = -1;
+	int64_t len;
+	void *m;
+	int rc;
+
+	len = td_wire_ring_sub_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
+					  TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+	if (len < 0)
+		return td__fail(err, -EINVAL, "bad tensor name");
+	rc = td__call(c, TD_OP_STAGE_PAGE, (size_t)len, NULL, 0, &rep, err);
+	if (rc < 0)
+		return rc;
+	if (rep.nfds) {
+		scm = rep.fds[0];
+		rep.fds[0] = -1;
+	}
+	if (td_wire_follow_rep_decode(rep.body, rep.body_len, &r, NULL) < 0 ||
+	    r.fd_count != 1 || !r.id) {
+		rc = td__fail(err, -EBADMSG, "bad STAGE_PAGE reply");
+		goto out;
+	}
+	rc = td__import_fd(c, r.fds[0].fd, &scm, &fd);
+	if (rc < 0) {
+		rc = td__fail(err, rc, "import the trigger page: %s",
+			      strerror(-rc));
+		goto out;
+	}
+	m = mmap(NULL, TD_FOLLOW_TRIG_LEN,
+		 rw ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+	rc = m == MAP_FAILED ? td__fail(err, -errno, "map the trigger page")
+			     : 0;
+	if (rc == 0) {
+		*page = m;
+		*gen = r.id;
+	}
+out:
+	td__msg_close_fds(&rep);
+	if (fd >= 0)
+		close(fd);
+	if (scm >= 0)
+		close(scm);
+	return rc;
+}
+
+void td__stage_forget(struct td_client *c)
+{
+	if (c->st_page)
+		munmap(c->st_page, TD_FOLLOW_TRIG_LEN);
+	c->st_page = NULL;
+	c->st_pgen = 0;
+	c->st_alloc = 0;
+	free(c->desc);
+	c->desc = NULL;
+	c->desc_len = c->desc_cap = 0;
+}
+
+/* What a stage repeats of a PUBLISH: its pin flag, meta and blob. */
+static bool desc_same(const struct td_client *c, uint32_t pin,
+		      const struct td_wire_bytes *meta,
+		      const struct td_wire_bytes *blob)
+{
+	return c->desc && c->desc_len == 8 + meta->len + blob->len &&
+	       !memcmp(c->desc, &pin, 4) && !memcmp(c->desc + 4, &meta->len, 4) &&
+	       (!meta->len || !memcmp(c->desc + 8, meta->ptr, meta->len)) &&
+	       !memcmp(c->desc + 8 + meta->len, blob->ptr, blob->len);
+}
+
+static void desc_keep(struct td_client *c, uint32_t pin,
+		      const struct td_wire_bytes *meta,
+		      const struct td_wire_bytes *blob)
+{
+	uint32_t n = 8 + meta->len + blob->len;
+
+	if (n > c->desc_cap) {
+		uint8_t *d = realloc(c->desc, n);
+
+		if (!d) {
+			c->desc_len = 0;
+			return;
+		}
+		c->desc = d;
+		c->desc_cap = n;
+	}
+	memcpy(c->desc, &pin, 4);
+	memcpy(c->desc + 4, &meta->len, 4);
+	if (meta->len)
+		memcpy(c->desc + 8, meta->ptr, meta->len);
+	memcpy(c->desc + 8 + meta->len, blob->ptr, blob->len);
+	c->desc_len = n;
+}
+
+/*
+ * Fire the stage of loan a, published as name with the staged
+ * descriptor: the producer's compare-exchange of the trigger word,
+ * then the wake of the followers asleep on it. False: not fired (the
+ * daemon cancelled it, or the page cannot be had): a plain PUBLISH.
+ */
+static bool stage_fire(struct td_client *c, const char *name)
+{
+	uint32_t w = td_follow_trig(c->st_version, TD_FOLLOW_TRIG_STAGED);
+	uint32_t gen = 0;
+	void *page = NULL;
+
+	if (!c->st_page || c->st_pgen != c->st_gen ||
+	    strcmp(c->st_pname, name)) {
+		if (td__stage_page_map(c, name, true, &gen, &page, NULL) < 0)
+			return false;
+		if (c->st_page)
+			munmap(c->st_page, TD_FOLLOW_TRIG_LEN);
+		c->st_page = page;
+		c->st_pgen = gen;
+		snprintf(c->st_pname, sizeof(c->st_pname), "%s", name);
+		if (gen != c->st_gen)
+			return false;
+	}
+	if (!atomic_compare_exchange_strong(
+		    &c->st_page->word, &w,
+		    td_follow_trig(c->st_version, TD_FOLLOW_TRIG_FIRED)))
+		return false;
+	td__futex_wake((const uint32_t *)&c->st_page->word, INT_MAX);
+	return true;
+}
+
+uint32_t td__stage_flags(struct td_client *c, uint64_t alloc_id, bool named,
+			 const char *name,
+			 const struct td_wire_publish_req *req)
+{
+	uint32_t pin = req->flags & TD_WIRE_PUB_PIN, add = 0;
+
+	/*
+	 * A staged loan published with the staged descriptor: fired here,
+	 * so its followers take it now; the PUBLISH is its notice. A stage
+	 * is offered once: whatever this publish is, it is spent.
+	 */
+	if (alloc_id && c->st_alloc == alloc_id &&
+	    desc_same(c, pin, &req->meta, &req->blob) && stage_fire(c, name))
+		add |= TD_WIRE_PUB_FIRED;
+	c->st_alloc = 0;
+	/* a named stream's: the daemon may stage its next loan */
+	if ((req->flags & TD_WIRE_PUB_LOAN) && named && !c->stage_off &&
+	    td__has(c, TD_WIRE_FEAT_STAGE)) {
+		add |= TD_WIRE_PUB_STAGE;
+		if (!(add & TD_WIRE_PUB_FIRED))
+			desc_keep(c, pin, &req->meta, &req->blob);
+	}
+	return add;
+}
+
+void td__stage_note(struct td_client *c, const struct td_wire_publish_rep *r)
+{
+	if (!r->stage_version)
+		return;
+	c->st_alloc = r->loan.alloc_id;
+	c->st_version = r->stage_version;
+	c->st_gen = r->stage_gen;
+}

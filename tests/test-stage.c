@@ -1,0 +1,437 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Staged publishes (docs/fastpath.md, "A followed publish without the
+ * daemon's hop"): when a followed name's stream PUBLISH lends the next
+ * loan, the daemon stages it as the name's next version; the producer's
+ * next publish of that loan with the same descriptor fires it, and its
+ * followers take it before the daemon has read the PUBLISH. The daemon
+ * stays the authority: it commits what was fired, cancels what was not
+ * when anything else comes first, and a producer that writes its
+ * trigger page by hand makes it do neither wrong.
+ *
+ * Several tests stop the daemon (SIGSTOP) to show what needs it and
+ * what does not. tu_daemon_stop() checks fds and memfd mappings.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tensord/tensord.h"
+#include "client.h"
+#include "follow.h"
+#include "testutil.h"
+
+#define NAME "cam/stage"
+#define SIZE 4096u
+
+static struct td_client *conn_env(const struct tu_daemon *d,
+				  const char *import, const char *stage)
+{
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+
+	cr_assert_eq(setenv("TENSORD_IMPORT", import, 1), 0);
+	cr_assert_eq(setenv("TENSORD_STAGE", stage, 1), 0);
+	cr_assert_eq(td_client_connect(d->sock, &c, &e), 0, "%s", e.reason);
+	cr_assert_eq(unsetenv("TENSORD_STAGE"), 0);
+	return c;
+}
+
+/* A named stream loan of name, filled with b. */
+static struct td_alloc *loan(struct td_client *c, const char *name, uint8_t b)
+{
+	uint64_t size = SIZE;
+	struct td_alloc *a = NULL;
+	struct td_error e = {0};
+
+	cr_assert_eq(td_client_alloc_named(c, name, 1, &size, TD_ALLOC_STREAM,
+					   &a, &e),
+		     0, "%s", e.reason);
+	memset(td_alloc_data(a, 0), b, SIZE);
+	return a;
+}
+
+static const uint64_t shape[1] = {SIZE};
+
+static struct td_publish pub_of(const char *name)
+{
+	return (struct td_publish){.name = name, .dtype = TD_TENSOR_U8,
+				   .ndim = 1, .shape = shape};
+}
+
+/* Publish a loan of name filled with b, waiting for the reply. */
+static uint64_t put(struct td_client *c, const char *name, uint8_t b)
+{
+	struct td_alloc *a = loan(c, name, b);
+	struct td_publish p = pub_of(name);
+	struct td_error e = {0};
+	uint64_t v = 0;
+
+	cr_assert_eq(td_client_publish_alloc(c, a, &p, &v, &e), 0, "%s",
+		     e.reason);
+	return v;
+}
+
+static bool all_bytes(const struct td_tensor *t, uint8_t b)
+{
+	const uint8_t *p = td_tensor_plane_data(t, 0);
+
+	for (uint64_t i = 0; i < td_tensor_plane_size(t, 0); i++)
+		if (p[i] != b)
+			return false;
+	return true;
+}
+
+/* The next version from f: its number, its bytes checked against b. */
+static uint64_t take(struct td_follow *f, uint8_t b)
+{
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+	uint64_t v;
+
+	cr_assert_eq(td_follow_next(f, 5000, &t, &e), 0, "%s", e.reason);
+	v = td_tensor_version(t);
+	cr_assert(all_bytes(t, b), "version %llu: not all 0x%02x",
+		  (unsigned long long)v, b);
+	td_tensor_release(t);
+	return v;
+}
+
+/* One handoff: publish b, then take it. */
+static void step(struct td_client *prod, struct td_follow *f, uint8_t b)
+{
+	uint64_t v = put(prod, NAME, b);
+
+	cr_assert_eq(take(f, b), v);
+}
+
+/*
+ * Rounds of publish and follow, until the producer has a stage; then a
+ * look with nothing newer, which maps the trigger page (STAGE_PAGE,
+ * once) as a follower that waits does.
+ */
+static void warm(struct td_client *prod, struct td_follow *f)
+{
+	struct td_tensor *t = NULL;
+
+	for (int i = 0; i < 12; i++)
+		step(prod, f, (uint8_t)(0x10 + i));
+	cr_assert_eq(td_follow_next(f, 0, &t, NULL), -EAGAIN);
+}
+
+static uint64_t stat_version(struct td_client *c, const char *name)
+{
+	struct td_entry en = {0};
+	struct td_error e = {0};
+	uint64_t v;
+
+	cr_assert_eq(td_client_stat(c, name, &en, &e), 0, "%s", e.reason);
+	/* a stream's version is a tensor: PUBLISH flags are not its flags */
+	cr_assert_eq(en.flags & TD_ENTRY_RING, 0u, "flags %#x", en.flags);
+	v = en.version;
+	td_entry_fini(&en);
+	return v;
+}
+
+struct waiter {
+	struct td_follow *f;
+	int timeout_ms, rc;
+	uint64_t version;
+	bool bytes_ok;
+	uint8_t b;
+};
+
+static void *wait_next(void *arg)
+{
+	struct waiter *w = arg;
+	struct td_tensor *t = NULL;
+
+	w->rc = td_follow_next(w->f, w->timeout_ms, &t, NULL);
+	if (w->rc == 0) {
+		w->version = td_tensor_version(t);
+		w->bytes_ok = all_bytes(t, w->b);
+		td_tensor_release(t);
+	}
+	return NULL;
+}
+
+/*
+ * With the daemon stopped, a follower asleep in td_follow_next takes the
+ * producer's next publish: the producer fires the stage and wakes it,
+ * and nothing of it waits for the daemon. Once the daemon runs again it
+ * commits that version: the producer's answer and STAT name it.
+ * stage: TENSORD_STAGE of the producer; "0" turns staging off, and then
+ * the follower times out while the daemon is stopped.
+ */
+static void stopped_daemon(const char *import, const char *stage)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_follow *f = NULL;
+	struct td_error e = {0};
+	struct waiter w = {.timeout_ms = 3000, .b = 0xa5};
+	struct td_alloc *a;
+	struct td_publish p = pub_of(NAME);
+	pthread_t th;
+	uint64_t v = 0, staged;
+	bool on = strcmp(stage, "0") != 0;
+
+	tu_daemon_start(&d, "warn");
+	prod = conn_env(&d, import, stage);
+	cons = conn_env(&d, import, "1");
+	cr_assert_eq(td_client_follow(cons, NAME, &f, &e), 0, "%s", e.reason);
+	put(prod, NAME, 0x01);
+	take(f, 0x01);
+	warm(prod, f);
+	staged = prod->st_alloc ? prod->st_version : 0;
+	cr_assert_eq(!!staged, on, "stage offered: %llu",
+		     (unsigned long long)staged);
+	if (!on)
+		w.timeout_ms = 400;
+	w.f = f;
+	cr_assert_eq(kill(d.pid, SIGSTOP), 0);
+	cr_assert_eq(pthread_create(&th, NULL, wait_next, &w), 0);
+	usleep(100 * 1000); /* the follower is asleep by now */
+	/* the loan is the one lent already: no request waits here */
+	a = loan(prod, NAME, 0xa5);
+	cr_assert_eq(td_client_publish_alloc_nowait(prod, a, &p, &e), 0,
+		     "%s", e.reason);
+	pthread_join(th, NULL);
+	cr_assert_eq(kill(d.pid, SIGCONT), 0);
+	if (on) {
+		cr_assert_eq(w.rc, 0, "follower: %d", w.rc);
+		cr_assert_eq(w.version, staged);
+		cr_assert(w.bytes_ok);
+	} else {
+		cr_assert_eq(w.rc, -ETIMEDOUT, "follower: %d", w.rc);
+	}
+	cr_assert_eq(td_client_publish_wait(prod, &v, &e), 0, "%s", e.reason);
+	cr_assert_eq(stat_version(cons, NAME), v);
+	if (on)
+		cr_assert_eq(v, staged);
+	else
+		cr_assert_eq(take(f, 0xa5), v);
+	/* and the stream goes on, from the stage or not */
+	for (int i = 0; i < 20; i++)
+		step(prod, f, (uint8_t)i);
+	td_follow_close(f);
+	td_client_close(cons);
+	td_client_close(prod);
+	/* fds and buffer mappings: a joined thread's stack stays cached */
+	tu_daemon_stop(&d, false);
+}
+
+Test(stage, a_fired_stage_is_taken_while_the_daemon_is_stopped_pidfd,
+     .timeout = 60)
+{
+	stopped_daemon("pidfd", "1");
+}
+
+Test(stage, a_fired_stage_is_taken_while_the_daemon_is_stopped_scm,
+     .timeout = 60)
+{
+	stopped_daemon("scm", "1");
+}
+
+Test(stage, without_a_stage_the_follower_waits_for_the_daemon,
+     .timeout = 60)
+{
+	stopped_daemon("pidfd", "0");
+}
+
+/*
+ * Another connection publishes the name between the stage and its fire:
+ * the daemon cancels the stage first (its compare-exchange wins), so the
+ * producer's publish of the staged loan goes the plain way, after the
+ * other one, and every follower sees the versions in order.
+ */
+Test(stage, another_publish_cancels_the_stage, .timeout = 60)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *other, *cons;
+	struct td_follow *f = NULL;
+	struct td_error e = {0};
+	uint64_t staged, vo, vp;
+
+	tu_daemon_start(&d, "warn");
+	prod = conn_env(&d, "pidfd", "1");
+	other = conn_env(&d, "pidfd", "1");
+	cons = conn_env(&d, "pidfd", "1");
+	cr_assert_eq(td_client_follow(cons, NAME, &f, &e), 0, "%s", e.reason);
+	put(prod, NAME, 0x01);
+	take(f, 0x01);
+	warm(prod, f);
+	cr_assert_neq(prod->st_alloc, 0u);
+	cr_assert_not_null(prod->st_page);
+	staged = prod->st_version;
+	vo = put(other, NAME, 0x77);
+	cr_assert_gt(vo, staged, "the other publish comes after the stage");
+	cr_assert_eq(atomic_load(&prod->st_page->word),
+		     td_follow_trig(staged, TD_FOLLOW_TRIG_CANCELLED));
+	cr_assert_eq(take(f, 0x77), vo);
+	vp = put(prod, NAME, 0x88);
+	cr_assert_gt(vp, vo);
+	cr_assert_eq(take(f, 0x88), vp);
+	cr_assert_eq(stat_version(cons, NAME), vp);
+	/* DELETE cancels a stage too; the next publish makes the name anew */
+	for (int i = 0; i < 4; i++)
+		step(prod, f, (uint8_t)i);
+	cr_assert_neq(prod->st_alloc, 0u);
+	staged = prod->st_version;
+	cr_assert_eq(td_client_delete(other, NAME, NULL, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(atomic_load(&prod->st_page->word),
+		     td_follow_trig(staged, TD_FOLLOW_TRIG_CANCELLED));
+	vp = put(prod, NAME, 0x99);
+	cr_assert_gt(vp, staged);
+	cr_assert_eq(take(f, 0x99), vp);
+	td_follow_close(f);
+	td_client_close(cons);
+	td_client_close(other);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * A producer that fires and never sends its PUBLISH (here: it writes
+ * FIRED into its trigger page by hand): the daemon commits the version
+ * within a second or two, or at once when the producer disconnects.
+ */
+static void fired_without_notice(bool disconnect)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_follow *f = NULL;
+	struct td_error e = {0};
+	uint64_t staged;
+	int i;
+
+	tu_daemon_start(&d, "warn");
+	prod = conn_env(&d, "pidfd", "1");
+	cons = conn_env(&d, "pidfd", "1");
+	cr_assert_eq(td_client_follow(cons, NAME, &f, &e), 0, "%s", e.reason);
+	put(prod, NAME, 0x01);
+	take(f, 0x01);
+	warm(prod, f);
+	cr_assert_neq(prod->st_alloc, 0u);
+	cr_assert_not_null(prod->st_page);
+	staged = prod->st_version;
+	cr_assert_neq(stat_version(cons, NAME), staged);
+	memset(td_alloc_data(prod->next_loan, 0), 0x5c, SIZE);
+	atomic_store(&prod->st_page->word,
+		     td_follow_trig(staged, TD_FOLLOW_TRIG_FIRED));
+	if (disconnect) {
+		td_client_close(prod);
+		prod = NULL;
+	}
+	/* committed by the daemon's timer (1 s) or at the disconnect */
+	for (i = 0; i < 100 && stat_version(cons, NAME) != staged; i++)
+		usleep(50 * 1000);
+	cr_assert_eq(stat_version(cons, NAME), staged, "not committed");
+	cr_assert_eq(take(f, 0x5c), staged);
+	if (prod) {
+		/* its library still holds the committed loan: publishing it
+		 * is refused, and the connection goes on */
+		struct td_alloc *a = loan(prod, NAME, 0x6d);
+		struct td_publish p = pub_of(NAME);
+
+		cr_assert_eq(td_client_publish_alloc(prod, a, &p, NULL, &e),
+			     -ENOENT, "%s", e.reason);
+		cr_assert_gt(put(prod, NAME, 0x6e), staged);
+		cr_assert_eq(take(f, 0x6e), stat_version(cons, NAME));
+		td_client_close(prod);
+	}
+	td_follow_close(f);
+	td_client_close(cons);
+	tu_daemon_stop(&d, true);
+}
+
+Test(stage, a_fired_stage_without_its_publish_is_committed_on_time,
+     .timeout = 60)
+{
+	fired_without_notice(false);
+}
+
+Test(stage, a_fired_stage_is_committed_when_its_producer_goes,
+     .timeout = 60)
+{
+	fired_without_notice(true);
+}
+
+/*
+ * A producer that scribbles on its trigger word: followers take nothing
+ * from it, the daemon cancels the stage at the producer's next publish,
+ * which goes the plain way, and staging starts again after it.
+ */
+Test(stage, a_garbled_trigger_word_is_cancelled, .timeout = 60)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_follow *f = NULL;
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+	uint64_t staged, v;
+
+	tu_daemon_start(&d, "warn");
+	prod = conn_env(&d, "scm", "1");
+	cons = conn_env(&d, "scm", "1");
+	cr_assert_eq(td_client_follow(cons, NAME, &f, &e), 0, "%s", e.reason);
+	put(prod, NAME, 0x01);
+	take(f, 0x01);
+	warm(prod, f);
+	cr_assert_not_null(prod->st_page);
+	staged = prod->st_version;
+	atomic_store(&prod->st_page->word, 0xdeadbeefu);
+	cr_assert_eq(td_follow_next(f, 300, &t, &e), -ETIMEDOUT,
+		     "a garbled word fired nothing");
+	v = put(prod, NAME, 0x42);
+	cr_assert_gt(v, staged);
+	cr_assert_eq(take(f, 0x42), v);
+	for (int i = 0; i < 6; i++)
+		step(prod, f, (uint8_t)i);
+	cr_assert_neq(prod->st_alloc, 0u, "staged again");
+	td_follow_close(f);
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * The staged loan given up (td_alloc_free): the daemon cancels its stage
+ * before it drops the loan, and the stream goes on.
+ */
+Test(stage, a_staged_loan_given_up_cancels_its_stage, .timeout = 60)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_follow *f = NULL;
+	struct td_error e = {0};
+	uint64_t staged;
+
+	tu_daemon_start(&d, "warn");
+	prod = conn_env(&d, "pidfd", "1");
+	cons = conn_env(&d, "pidfd", "1");
+	cr_assert_eq(td_client_follow(cons, NAME, &f, &e), 0, "%s", e.reason);
+	put(prod, NAME, 0x01);
+	take(f, 0x01);
+	warm(prod, f);
+	staged = prod->st_version;
+	cr_assert_not_null(prod->st_page);
+	td_alloc_free(loan(prod, NAME, 0x33));
+	/* the give-back is sent without waiting: a STAT is answered after */
+	cr_assert_neq(stat_version(prod, NAME), staged);
+	cr_assert_eq(atomic_load(&prod->st_page->word),
+		     td_follow_trig(staged, TD_FOLLOW_TRIG_CANCELLED));
+	for (int i = 0; i < 6; i++)
+		step(prod, f, (uint8_t)i);
+	td_follow_close(f);
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
