@@ -2307,6 +2307,9 @@ static void heap_daemon_stop(struct tu_daemon *d, struct heap *h)
 	unlink(h->path);
 }
 
+/* loans named for heap/x (staged publishes, when followed) */
+static bool heap_named;
+
 /* n handoffs: ALLOC, write, PUBLISH; GET (or, with f, the follow's
  * next), read, RELEASE. */
 static void handoffs(struct td_client *prod, struct td_client *cons,
@@ -2316,8 +2319,17 @@ static void handoffs(struct td_client *prod, struct td_client *cons,
 		uint8_t b = (uint8_t)(i * 7 + 1);
 		struct td_error e = {0};
 		struct td_tensor *t = NULL;
+		uint64_t size = 16 * KIB;
+		struct td_alloc *a = NULL;
 
-		publish(prod, loan(prod, 16 * KIB, flags), "heap/x", b);
+		if (heap_named)
+			cr_assert_eq(td_client_alloc_named(prod, "heap/x", 1,
+							   &size, flags, &a,
+							   &e),
+				     0, "%s", e.reason);
+		else
+			a = loan(prod, size, flags);
+		publish(prod, a, "heap/x", b);
 		if (f)
 			cr_assert_eq(td_follow_next(f, 5000, &t, &e), 0, "%s",
 				     e.reason);
@@ -2367,6 +2379,8 @@ static void no_heap_calls_as(const char *producer, const char *consumer,
 	allocs = heap_allocs(&h);
 	frees = h.n->free;
 	handoffs(prod, cons, f, 1000, flags);
+	/* a named followed stream is staged (the producer has a stage) */
+	cr_assert_eq(!!prod->st_alloc, heap_named && follow);
 	cr_assert_eq(heap_allocs(&h) - allocs, 0,
 		     "%llu heap allocations in 1000 warm handoffs",
 		     (unsigned long long)(heap_allocs(&h) - allocs));
@@ -2448,5 +2462,14 @@ Test(recycle, the_daemon_allocates_nothing_per_rewrite_handoff)
 Test(recycle, the_daemon_allocates_nothing_per_followed_handoff)
 {
 	no_heap_calls_as("pidfd", "scm", TD_ALLOC_STREAM, true);
+}
+
+/* Staged (docs/fastpath.md, "A followed publish without the daemon's
+ * hop"): each handoff stages the next loan (a version record from the
+ * spare list, the bell's entry) and commits it at the notice. */
+Test(recycle, the_daemon_allocates_nothing_per_staged_handoff)
+{
+	heap_named = true;
+	no_heap_calls_as("pidfd", "pidfd", TD_ALLOC_STREAM, true);
 }
 #endif /* !__SANITIZE_ADDRESS__ */
