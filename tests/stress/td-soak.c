@@ -10,7 +10,10 @@
  * PUBLISH reply, four clients GET NEWER and release without waiting) and
  * "fan-ring" (one ring, four subscriptions), and "follow" (the same
  * stream taken by four followers of the name: td_follow_next, release),
- * "named" (the stream with loans named for it, td_client_alloc_named).
+ * "named" (the stream with loans named for it, td_client_alloc_named),
+ * "staged" (the named stream taken by four get_newer loops, which ride
+ * follows: every publish fires the stage of the loan lent before it,
+ * docs/fastpath.md "A followed publish without the daemon's hop").
  * With --bound, and nothing else: a daemon of another uid whose --policy
  * lets this uid write a name it may not read (docs/fastpath.md, "Across names": every buffer a reader
  * is sent is bound to its name), the named stream and an unnamed one
@@ -32,6 +35,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "client.h" /* the producer's stage (staged path) */
 #include "daemonctl.h"
 #include "tensord/tensord.h"
 
@@ -421,11 +425,12 @@ int main(int argc, char **argv)
 	struct tdc_daemon d;
 	struct td_client *c, *cons[FAN] = {NULL}, *riders[FAN] = {NULL};
 	struct td_error e = {0};
-	struct sample sa, sb, ra, rb, ta, tb, ga, gb, fa, fb, wa, wb, na, nb;
+	struct sample sa, sb, ra, rb, ta, tb, ga, gb, fa, fb, wa, wb, na, nb, xa,
+		xb;
 	struct sample ba, bb, ua, ub;
 	/* new buffers lent: stream, stream-ride, named, bound-named,
 	 * bound-unnamed */
-	uint64_t fresh[5] = {0};
+	uint64_t fresh[6] = {0};
 	int ch, rc, bad = 0;
 	bool bound = false;
 
@@ -483,6 +488,11 @@ int main(int argc, char **argv)
 	bad |= stream_path(c, riders, "soak/g", false, &d, &ga, &gb,
 			   &fresh[1]);
 	bad |= stream_path(c, cons, "soak/n", true, &d, &na, &nb, &fresh[2]);
+	bad |= stream_path(c, riders, "soak/t", true, &d, &xa, &xb,
+			   &fresh[5]);
+	/* the staged path was staged: the producer holds a stage */
+	if (!bad && !c->st_alloc)
+		bad |= fail("staged: no stage offered", -ENOENT, NULL);
 	bad |= fan_ring_path(c, &d, &fa, &fb);
 	bad |= follow_path(c, cons, &d, &wa, &wb);
 	for (int k = 0; k < FAN; k++) {
@@ -501,9 +511,11 @@ int main(int argc, char **argv)
 	bad |= report("fan-ring", &fa, &fb);
 	bad |= report("follow", &wa, &wb);
 	bad |= report("named", &na, &nb);
+	bad |= report("staged", &xa, &xb);
 	bad |= report_loans("stream", fresh[0], false);
 	bad |= report_loans("stream-ride", fresh[1], false);
 	bad |= report_loans("named", fresh[2], false);
+	bad |= report_loans("staged", fresh[5], false);
 	if (rc != 0) {
 		fprintf(stderr, "td-soak: tensord exit %d\n", rc);
 		bad = 1;
