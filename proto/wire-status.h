@@ -145,8 +145,9 @@ int td_wire_ring_wake_rep_decode(const uint8_t *body, size_t len,
  */
 #define TD_WIRE_FEAT_ROW_OWNER 0x1000u
 /*
- * Staged publishes (docs/protocol.md §13.3): PUBLISH's TD_WIRE_PUB_STAGE
- * and TD_WIRE_PUB_FIRED, the bell's stage line, and STAGE_PAGE. Request:
+ * Staged publishes (docs/protocol.md §13, "Staged publishes"): PUBLISH's
+ * TD_WIRE_PUB_STAGE and TD_WIRE_PUB_FIRED, the bell's stage line, the
+ * row's `taken`, and STAGE_PAGE (opcode 20). Request:
  * td_wire_ring_sub_req (the name; flags TD_WIRE_REQ_SCM). Reply: a
  * td_wire_follow_rep with id = the page's generation, entry_count 0 and
  * one fd: the name's trigger page, read-write to the producer whose

@@ -337,10 +337,10 @@ struct td_wire_alloc_rep {
  * TD_WIRE_REQ_SCM of ALLOC; PUBLISH's bit 0x1 is PIN) */
 #define TD_WIRE_PUB_LOAN_SCM 0x4u
 /*
- * PUBLISH flags (TD_WIRE_FEAT_STAGE, docs/protocol.md §13.3): with
- * TD_WIRE_PUB_LOAN, STAGE says the client can fire a staged publish, so
- * the reply may carry a stage section; FIRED says this PUBLISH is the
- * notice of the stage of alloc_id that the client fired.
+ * PUBLISH flags (TD_WIRE_FEAT_STAGE, docs/protocol.md §13, "Staged
+ * publishes"): with TD_WIRE_PUB_LOAN, STAGE says the client can fire a
+ * staged publish, so the reply may carry a stage section; FIRED says
+ * this PUBLISH is the notice of the stage of alloc_id the client fired.
  */
 #define TD_WIRE_PUB_STAGE 0x8u
 #define TD_WIRE_PUB_FIRED 0x10u

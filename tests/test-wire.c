@@ -1934,7 +1934,8 @@ Test(wire, release_alloc_flag_round_trip_and_refusals)
 }
 
 /*
- * Staged publishes (TD_WIRE_FEAT_STAGE, docs/protocol.md §13.3): the
+ * Staged publishes (TD_WIRE_FEAT_STAGE, docs/protocol.md §13, "Staged
+ * publishes"): the
  * PUBLISH flags STAGE (with LOAN only) and FIRED (with an alloc only),
  * and the reply's stage section (after a loan only, never version 0),
  * left out when nothing is staged so the body is what it was.
