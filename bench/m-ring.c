@@ -170,8 +170,8 @@ static int ring_setup_stage_bound(struct bench_run *r)
 
 /*
  * tensord-stage-bound, producer: the daemon's part of a staged publish
- * (docs/fastpath.md, "Not done: a followed publish without the daemon's
- * hop"), which the ring does not have: a PUBLISH of a named stream loan
+ * (docs/fastpath.md, "A followed publish without the daemon's hop"),
+ * which the ring does not have: a PUBLISH of a named stream loan
  * nobody waits for, whose reply (the next loan) the next handoff's alloc
  * reads, as a staged producer would. 64 bytes: the daemon touches no
  * payload, so its work does not depend on the size.
