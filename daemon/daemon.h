@@ -322,6 +322,7 @@ struct td__peer {
 	 * id and version), which its FIRED notice is answered with.
 	 */
 	void *stage;
+	void *trig; /* its trigger page (follow.c), NULL until staged */
 	uint64_t fired_alloc, fired_version;
 };
 

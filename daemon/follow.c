@@ -64,11 +64,9 @@ struct bell {
 	struct td__list link;
 	int fd_rw, fd_ro;
 	struct stage st;
-	/* the trigger page of trig_owner (fds counted as its uid's), -1 */
-	int trig_rw, trig_ro;
-	struct td_follow_trigger *trig;
+	/* the producer whose trigger page the bell names (stage_gen), NULL
+	 * none: followers get that page, read-only (STAGE_PAGE) */
 	struct td__peer *trig_owner;
-	uid_t trig_uid;
 	struct td_follow_hdr *hdr;
 	uint64_t cur; /* the version `latest` names, 0 none */
 	const struct td__version *cur_v;
@@ -84,6 +82,19 @@ struct bell {
 static struct td__list bells = {&bells, &bells};
 static unsigned bell_count;
 static uint64_t next_id = 1;
+/*
+ * A producer's trigger page (td__peer.trig): one per connection that
+ * was ever staged, since a connection has one stage at a time; made at
+ * its first stage, freed with the connection. Its two fds count as its
+ * uid's.
+ */
+struct trig {
+	int rw, ro;
+	struct td_follow_trigger *map;
+	uint32_t gen;
+	uid_t uid;
+};
+
 static uint32_t trig_gens; /* the last trigger page's generation */
 static unsigned stages;    /* bells with a stage: the timer runs */
 static uv_timer_t stage_timer;
@@ -366,11 +377,18 @@ static void stage_commit(struct bell *b)
 	struct stage st = b->st;
 	struct td__alloc *a = td__loan_find(st.owner, st.alloc_id);
 
-	if (!a) {
-		/* cannot happen: every end of the loan settles first */
-		td__log(TD_LOG_ERROR, "staged %.*s version %llu lost its loan",
-			(int)b->name_len, b->name,
-			(unsigned long long)st.sv->number);
+	/*
+	 * The name may have gone meanwhile (an eviction: the fired version
+	 * comes after it, as a PUBLISH read after it would), and the table
+	 * may have filled since: room for it first. No memory: as a cancel,
+	 * and the producer's PUBLISH then goes the plain way.
+	 */
+	if (!a || td__name_reserve(td__d->store) < 0) {
+		/* no loan cannot happen: every end of it settles first */
+		td__log(TD_LOG_ERROR, "staged %.*s version %llu not committed: "
+			"%s", (int)b->name_len, b->name,
+			(unsigned long long)st.sv->number,
+			a ? "out of memory" : "its loan is gone");
 		stage_clear(b);
 		return;
 	}
@@ -393,8 +411,10 @@ static void stage_settle(struct bell *b, bool cancel)
 	uint64_t v = b->st.sv->number;
 	uint32_t fired = td_follow_trig(v, TD_FOLLOW_TRIG_FIRED);
 	uint32_t w = td_follow_trig(v, TD_FOLLOW_TRIG_STAGED);
+	struct td_follow_trigger *t =
+		((struct trig *)b->st.owner->trig)->map;
 
-	if (atomic_load(&b->trig->word) == fired) {
+	if (atomic_load(&t->word) == fired) {
 		stage_commit(b);
 		return;
 	}
@@ -404,7 +424,7 @@ static void stage_settle(struct bell *b, bool cancel)
 	 * producer's word against ours, decided below */
 	atomic_store(&b->hdr->stage, 0);
 	if (atomic_compare_exchange_strong(
-		    &b->trig->word, &w,
+		    &t->word, &w,
 		    td_follow_trig(v, TD_FOLLOW_TRIG_CANCELLED)) ||
 	    w != fired)
 		stage_clear(b); /* cancelled (or a word a producer garbled) */
@@ -457,62 +477,61 @@ static void stage_timer_arm(void)
 			       STAGE_SETTLE_MS);
 }
 
-static void trig_free(struct bell *b)
+/* p's trigger page goes with p (its stage settled already). */
+static void trig_free(struct td__peer *p)
 {
-	if (!b->trig)
+	struct trig *t = p->trig;
+
+	if (!t)
 		return;
-	munmap(b->trig, TD_FOLLOW_TRIG_LEN);
-	close(b->trig_rw);
-	close(b->trig_ro);
-	td__tenant_sub(b->trig_uid, TD__LIM_FDS, BELL_FDS);
-	b->trig = NULL;
-	b->trig_rw = b->trig_ro = -1;
-	b->trig_owner = NULL;
+	munmap(t->map, TD_FOLLOW_TRIG_LEN);
+	close(t->rw);
+	close(t->ro);
+	td__tenant_sub(t->uid, TD__LIM_FDS, BELL_FDS);
+	free(t);
+	p->trig = NULL;
 }
 
-/* b's trigger page for producer p: the one it has, else a new one. */
-static bool trig_for(struct bell *b, struct td__peer *p)
+/* p's trigger page: the one it has, else a new one (NULL: none). */
+static struct trig *trig_of(struct td__peer *p)
 {
 	const char *why = NULL;
+	struct trig *t = p->trig;
 	char lim[256];
-	void *m;
-	int rw, ro;
+	void *m = MAP_FAILED;
 
-	if (b->trig && b->trig_owner == p)
-		return true;
+	if (t)
+		return t;
 	if (td__tenant_check(p->uid, TD__LIM_FDS, BELL_FDS, lim,
-			     sizeof(lim)) < 0)
-		return false;
-	rw = td__memfd_new("tensord-trigger", TD_FOLLOW_TRIG_LEN, CTL_MEMFD,
-			   &why);
-	if (rw < 0)
-		return false;
-	ro = td__reopen_ro(rw);
-	m = ro < 0 ? MAP_FAILED
-		   : mmap(NULL, TD_FOLLOW_TRIG_LEN, PROT_READ | PROT_WRITE,
-			  MAP_SHARED, rw, 0);
-	if (m == MAP_FAILED || td__tenant_add(p->uid, TD__LIM_FDS,
-					      BELL_FDS) < 0) {
+			     sizeof(lim)) < 0 ||
+	    !(t = calloc(1, sizeof(*t))))
+		return NULL;
+	t->ro = -1;
+	t->rw = td__memfd_new("tensord-trigger", TD_FOLLOW_TRIG_LEN, CTL_MEMFD,
+			      &why);
+	if (t->rw >= 0)
+		t->ro = td__reopen_ro(t->rw);
+	if (t->ro >= 0)
+		m = mmap(NULL, TD_FOLLOW_TRIG_LEN, PROT_READ | PROT_WRITE,
+			 MAP_SHARED, t->rw, 0);
+	if (m == MAP_FAILED ||
+	    td__tenant_add(p->uid, TD__LIM_FDS, BELL_FDS) < 0) {
 		if (m != MAP_FAILED)
 			munmap(m, TD_FOLLOW_TRIG_LEN);
-		close(rw);
-		if (ro >= 0)
-			close(ro);
-		return false;
+		if (t->rw >= 0)
+			close(t->rw);
+		if (t->ro >= 0)
+			close(t->ro);
+		free(t);
+		return NULL;
 	}
-	/* the old producer keeps its mapping of the old page, which
-	 * nobody reads any more */
-	trig_free(b);
-	b->trig = m;
-	b->trig_rw = rw;
-	b->trig_ro = ro;
-	b->trig_owner = p;
-	b->trig_uid = p->uid;
+	t->map = m;
+	t->uid = p->uid;
 	if (++trig_gens == 0)
 		trig_gens = 1;
-	atomic_store_explicit(&b->hdr->stage_gen, trig_gens,
-			      memory_order_relaxed);
-	return true;
+	t->gen = trig_gens;
+	p->trig = t;
+	return t;
 }
 
 /*
@@ -580,9 +599,10 @@ static void on_offer(struct td__peer *p, const struct td__version *ver,
 				 : bell_named(ver->name, ver->name_len);
 	struct td__alloc *a = td__loan_find(p, r->loan.alloc_id);
 	struct td__version *sv;
+	struct trig *t;
 	uint32_t e;
 
-	if (p->stage || !stage_fits(b, a, ver) || !trig_for(b, p))
+	if (p->stage || !stage_fits(b, a, ver) || !(t = trig_of(p)))
 		return;
 	sv = stage_version(ver, a);
 	if (!sv)
@@ -595,14 +615,16 @@ static void on_offer(struct td__peer *p, const struct td__version *ver,
 	b->st = (struct stage){p, a->id, sv, e};
 	p->stage = b;
 	stages++;
-	atomic_store(&b->trig->word,
+	b->trig_owner = p;
+	atomic_store_explicit(&b->hdr->stage_gen, t->gen,
+			      memory_order_relaxed);
+	atomic_store(&t->map->word,
 		     td_follow_trig(sv->number, TD_FOLLOW_TRIG_STAGED));
 	atomic_store_explicit(&b->hdr->stage,
 			      td_follow_latest_pack(sv->number, e),
 			      memory_order_release);
 	r->stage_version = sv->number;
-	r->stage_gen = atomic_load_explicit(&b->hdr->stage_gen,
-					    memory_order_relaxed);
+	r->stage_gen = t->gen;
 	stage_timer_arm();
 }
 
@@ -615,6 +637,7 @@ void td__stage_page(struct td__peer *p, const struct td__req *rq)
 	struct td_err e = {0};
 	struct td_wire_follow_rep r = {.layout = TD_FOLLOW_LAYOUT,
 				       .fd_count = 1};
+	const struct trig *t = NULL;
 	struct bell *b;
 	bool follows = false;
 	int fd;
@@ -626,16 +649,21 @@ void td__stage_page(struct td__peer *p, const struct td__req *rq)
 	b = bell_named(m.name.ptr, m.name.len);
 	for (uint32_t i = 0; b && i < TD_FOLLOW_MAX_ROWS && !follows; i++)
 		follows = b->rows[i].peer == p;
-	if (!b || !b->trig || (b->trig_owner != p && !follows)) {
+	/* the producer's own page, to fire through; or, to a follower of
+	 * the name, the page of the producer the bell names, to read */
+	if (b && b->trig_owner == p)
+		t = p->trig;
+	else if (b && follows && b->trig_owner)
+		t = b->trig_owner->trig;
+	if (!t) {
 		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
 			       "STAGE_PAGE: \"%.*s\" has no trigger page for "
 			       "this connection",
 			       (int)m.name.len, m.name.ptr);
 		return;
 	}
-	/* the producer fires through it; a follower only reads it */
-	fd = b->trig_owner == p ? b->trig_rw : b->trig_ro;
-	r.id = atomic_load_explicit(&b->hdr->stage_gen, memory_order_relaxed);
+	fd = b->trig_owner == p ? t->rw : t->ro;
+	r.id = t->gen;
 	r.fds[0] = (struct td_wire_fdent){fd, 0};
 	len = td_wire_follow_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
 	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
@@ -647,7 +675,6 @@ void td__stage_page(struct td__peer *p, const struct td__req *rq)
 
 static void bell_free(struct bell *b)
 {
-	trig_free(b);
 	td__list_del(&b->link);
 	bell_count--;
 	munmap(b->hdr, TD_FOLLOW_BELL_LEN);
@@ -665,7 +692,7 @@ static struct bell *bell_new(struct td_wire_str name, const char **why)
 		*why = "out of memory";
 		return NULL;
 	}
-	b->fd_ro = b->trig_rw = b->trig_ro = -1;
+	b->fd_ro = -1;
 	b->fd_rw = td__memfd_new("tensord-follow", TD_FOLLOW_BELL_LEN,
 				 CTL_MEMFD, why);
 	if (b->fd_rw < 0)
@@ -1068,14 +1095,15 @@ void td__follow_peer_gone(struct td__peer *p)
 		struct bell *b = td__container_of(l, struct bell, link);
 
 		n = l->next;
-		/* its page fires nothing of a later connection's */
+		/* its page goes with it (below) */
 		if (b->trig_owner == p)
-			trig_free(b);
+			b->trig_owner = NULL;
 		for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
 			if (b->rows[i].peer == p &&
 			    follower_end(b, &b->rows[i]))
 				break;
 	}
+	trig_free(p);
 }
 
 void td__follow_init(void)

@@ -220,7 +220,7 @@ struct td_client {
 	 * Staged publishes (produce.c, docs/fastpath.md "A followed publish
 	 * without the daemon's hop"): the stage the last PUBLISH reply
 	 * offered (st_alloc 0: none), the trigger page that fires it
-	 * (st_page of generation st_pgen, for name st_pname), and the
+	 * (st_page of generation st_pgen: one per connection), and the
 	 * descriptor of the last PUBLISH that asked for a stage (desc,
 	 * desc_len bytes): a stage repeats it, so only a publish with the
 	 * same one fires. stage_off: TENSORD_STAGE=0.
@@ -228,7 +228,6 @@ struct td_client {
 	uint64_t st_alloc, st_version;
 	uint32_t st_gen, st_pgen;
 	struct td_follow_trigger *st_page;
-	char st_pname[TD_WIRE_MAX_NAME + 1];
 	uint8_t *desc;
 	uint32_t desc_len, desc_cap;
 	bool stage_off;

@@ -137,15 +137,14 @@ static bool stage_fire(struct td_client *c, const char *name)
 	uint32_t gen = 0;
 	void *page = NULL;
 
-	if (!c->st_page || c->st_pgen != c->st_gen ||
-	    strcmp(c->st_pname, name)) {
+	/* one page per connection (its generation), whatever the name */
+	if (!c->st_page || c->st_pgen != c->st_gen) {
 		if (td__stage_page_map(c, name, true, &gen, &page, NULL) < 0)
 			return false;
 		if (c->st_page)
 			munmap(c->st_page, TD_FOLLOW_TRIG_LEN);
 		c->st_page = page;
 		c->st_pgen = gen;
-		snprintf(c->st_pname, sizeof(c->st_pname), "%s", name);
 		if (gen != c->st_gen)
 			return false;
 	}

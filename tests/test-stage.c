@@ -13,19 +13,30 @@
  * what does not. tu_daemon_stop() checks fds and memfd mappings.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "tensord/tensord.h"
 #include "client.h"
 #include "follow.h"
+#include "scm.h"
 #include "testutil.h"
+#include "wire-status.h"
+#include "wire.h"
 
 #define NAME "cam/stage"
 #define SIZE 4096u
@@ -137,6 +148,22 @@ static uint64_t stat_version(struct td_client *c, const char *name)
 	v = en.version;
 	td_entry_fini(&en);
 	return v;
+}
+
+static int daemon_fds(const struct tu_daemon *d)
+{
+	char path[64];
+	struct dirent *de;
+	DIR *dir;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)d->pid);
+	dir = opendir(path);
+	cr_assert_not_null(dir);
+	while ((de = readdir(dir)))
+		n += de->d_name[0] != '.';
+	closedir(dir);
+	return n;
 }
 
 struct waiter {
@@ -430,6 +457,289 @@ Test(stage, a_staged_loan_given_up_cancels_its_stage, .timeout = 60)
 		     td_follow_trig(staged, TD_FOLLOW_TRIG_CANCELLED));
 	for (int i = 0; i < 6; i++)
 		step(prod, f, (uint8_t)i);
+	td_follow_close(f);
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * Two producers take turns on one followed name, two publishes each (so
+ * each gets loans, and stages that the other's publish cancels):
+ * versions stay in order, the bytes are each one's, and the daemon
+ * makes no trigger page per turn (one per producer connection).
+ */
+Test(stage, producers_taking_turns_stay_in_order_and_make_no_pages,
+     .timeout = 60)
+{
+	struct tu_daemon d;
+	struct td_client *pa, *pb, *cons;
+	struct td_follow *f = NULL;
+	struct td_error e = {0};
+	uint64_t last = 0;
+	uint32_t gen;
+	int fds0 = -1;
+
+	tu_daemon_start(&d, "warn");
+	pa = conn_env(&d, "pidfd", "1");
+	pb = conn_env(&d, "scm", "1");
+	cons = conn_env(&d, "pidfd", "1");
+	cr_assert_eq(td_client_follow(cons, NAME, &f, &e), 0, "%s", e.reason);
+	put(pa, NAME, 0x01);
+	take(f, 0x01);
+	warm(pa, f);
+	gen = pa->st_gen;
+	cr_assert_neq(gen, 0u);
+	for (int i = 0; i < 60; i++) {
+		struct td_client *p = (i / 2) % 2 ? pb : pa;
+		uint8_t b = (uint8_t)(0x40 + i);
+		uint64_t v = put(p, NAME, b);
+
+		cr_assert_gt(v, last);
+		cr_assert_eq(take(f, b), v);
+		last = v;
+		if (i == 15)
+			fds0 = daemon_fds(&d);
+	}
+	cr_assert_eq(daemon_fds(&d), fds0, "the turns made descriptors");
+	cr_assert_neq(pb->st_gen, 0u, "the other one was staged too");
+	cr_assert_neq(pb->st_gen, gen);
+	/* one of them alone again: staged again */
+	for (int i = 0; i < 4; i++)
+		step(pa, f, (uint8_t)i);
+	cr_assert_neq(pa->st_alloc, 0u);
+	cr_assert_eq(pa->st_gen, gen, "a new page for the same producer");
+	td_follow_close(f);
+	td_client_close(cons);
+	td_client_close(pb);
+	td_client_close(pa);
+	tu_daemon_stop(&d, true);
+}
+
+/* ---- hostile followers and the store's limits ---- */
+
+static uint64_t plain_put(struct td_client *c, const char *name,
+			  uint64_t size)
+{
+	struct td_alloc *a = NULL;
+	struct td_error e = {0};
+	uint64_t shp[1] = {size}, v = 0;
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shp};
+
+	cr_assert_eq(td_client_alloc(c, 1, &size, &a, &e), 0, "%s", e.reason);
+	memset(td_alloc_data(a, 0), 0x5a, (size_t)size);
+	if (td_client_publish_alloc(c, a, &p, &v, &e) < 0)
+		return 0;
+	return v;
+}
+
+static size_t names(struct td_client *c)
+{
+	struct td_entry *l = NULL;
+	struct td_error e = {0};
+	size_t n = 0;
+
+	cr_assert_eq(td_client_list(c, "", &l, &n, &e), 0, "%s", e.reason);
+	td_entry_list_free(l, n);
+	return n;
+}
+
+static bool has(struct td_client *c, const char *name)
+{
+	struct td_entry en = {0};
+	int rc = td_client_stat(c, name, &en, NULL);
+
+	td_entry_fini(&en);
+	return rc == 0;
+}
+
+/*
+ * A staged name evicted before its producer fires: the fired version
+ * comes after the eviction, as a PUBLISH read after it would, into a
+ * name table that other names filled meanwhile (64 names, its first
+ * capacity): the commit makes room for the name first (under ASan a
+ * commit that did not overflowed the table).
+ */
+Test(stage, a_fired_stage_of_an_evicted_name_commits_into_a_full_table,
+     .timeout = 60)
+{
+	static const char *const cap[] = {"--max-bytes", "400K", NULL};
+	struct tu_daemon d;
+	struct td_client *prod, *other, *cons;
+	struct td_follow *f = NULL;
+	struct td_error e = {0};
+	struct td_alloc *a;
+	struct td_publish p = pub_of(NAME);
+	uint64_t staged, v = 0, big = 4096;
+	char nm[32];
+	int k = 0;
+
+	tu_daemon_start_args(&d, "warn", cap);
+	prod = conn_env(&d, "pidfd", "1");
+	other = conn_env(&d, "pidfd", "1");
+	cons = conn_env(&d, "pidfd", "1");
+	cr_assert_eq(td_client_follow(cons, NAME, &f, &e), 0, "%s", e.reason);
+	put(prod, NAME, 0x01);
+	take(f, 0x01);
+	warm(prod, f);
+	staged = prod->st_version;
+	cr_assert_neq(prod->st_alloc, 0u);
+	a = loan(prod, NAME, 0x3c); /* the staged loan, filled */
+	while (names(other) < 63) {
+		snprintf(nm, sizeof(nm), "q/%03d", k++);
+		cr_assert_neq(plain_put(other, nm, 4096), 0u);
+	}
+	/* q/000 grows until the least recently used name, ours, goes */
+	while (has(other, NAME) && big < 400 * 1024) {
+		big += 4096;
+		cr_assert_neq(plain_put(other, "q/000", big), 0u);
+	}
+	cr_assert(!has(other, NAME), "the staged name was not evicted");
+	cr_assert_eq(td_client_delete(other, "q/000", NULL, &e), 0, "%s",
+		     e.reason);
+	while (names(other) < 64) {
+		snprintf(nm, sizeof(nm), "q/%03d", k++);
+		cr_assert_neq(plain_put(other, nm, 4096), 0u);
+	}
+	cr_assert_eq(td_client_publish_alloc(prod, a, &p, &v, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(v, staged);
+	cr_assert_eq(stat_version(other, NAME), staged);
+	cr_assert_eq(names(other), 65u);
+	cr_assert_eq(take(f, 0x3c), staged);
+	td_follow_close(f);
+	td_client_close(cons);
+	td_client_close(other);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+/* Which of the follower's descriptors can be opened writable again. */
+static int reopen_rw(int fd)
+{
+	char path[64];
+	int w;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	w = open(path, O_RDWR | O_CLOEXEC);
+	if (w >= 0) {
+		close(w);
+		return 0;
+	}
+	return -errno;
+}
+
+/* One raw request of the follower (no criterion in the child): the
+ * reply's n fds into fds, or -1. */
+static int raw_req_body(int sock, uint16_t op, uint64_t id, int64_t len,
+			const uint8_t *body, int *fds, unsigned n)
+{
+	static uint8_t buf[TD_WIRE_MAX_MSG];
+	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, op, 0, 0, id,
+				(uint32_t)len, 0};
+	int got[TD_WIRE_MAX_FDS];
+	struct td__scm_rx rx = {.fds = got, .cap = TD_WIRE_MAX_FDS};
+	ssize_t r;
+
+	if (len < 0)
+		return -1;
+	td_wire_hdr_encode(&h, buf);
+	memcpy(buf + TD_WIRE_HDR_LEN, body, (size_t)len);
+	if (td__scm_send(sock, buf, TD_WIRE_HDR_LEN + (size_t)len, NULL, 0,
+			 0) < 0)
+		return -1;
+	r = td__scm_recv(sock, buf, sizeof(buf), 0, &rx);
+	if (r < (ssize_t)TD_WIRE_HDR_LEN ||
+	    td_wire_hdr_decode(buf, (size_t)r, &h, NULL) < 0 || h.status ||
+	    rx.nfds < n)
+		return -1;
+	for (unsigned i = 0; i < n; i++)
+		fds[i] = got[i];
+	return 0;
+}
+
+/* The follower, as uid nobody: 0 when it could write neither file. */
+static int nobody_follower(const char *sock_path)
+{
+	static uint8_t req[TD_WIRE_MAX_MSG];
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct td_wire_hello_req hr = {TD_IMPORT_SCM, -1, {"nobody", 6}, 0};
+	struct td_wire_ring_sub_req q = {.name = {NAME, sizeof(NAME) - 1},
+					 .flags = TD_WIRE_REQ_SCM};
+	uint8_t *body = req + TD_WIRE_HDR_LEN;
+	size_t cap = sizeof(req) - TD_WIRE_HDR_LEN;
+	int sock, fds[2], trig, none[1];
+
+	if (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
+	    setresuid(65534, 65534, 65534) < 0)
+		return 10;
+	sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
+	if (sock < 0 || connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		return 11;
+	if (raw_req_body(sock, TD_OP_HELLO, 1,
+			 td_wire_hello_req_encode(&hr, body, cap), body, none,
+			 0) < 0 ||
+	    raw_req_body(sock, TD_OP_FOLLOW, 2,
+			 td_wire_ring_sub_req_encode(&q, body, cap), body,
+			 fds, 2) < 0 ||
+	    raw_req_body(sock, TD_OP_STAGE_PAGE, 3,
+			 td_wire_ring_sub_req_encode(&q, body, cap), body,
+			 &trig, 1) < 0)
+		return 12;
+	/* its own row is writable; the bell and the trigger page not */
+	if (reopen_rw(fds[1]) != 0)
+		return 13;
+	if (reopen_rw(fds[0]) != -EACCES)
+		return 14;
+	if (reopen_rw(trig) != -EACCES)
+		return 15;
+	if (mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, trig, 0) !=
+	    MAP_FAILED)
+		return 16;
+	return 0;
+}
+
+/*
+ * A follower is handed the bell and the trigger page read-only. The
+ * files are memfds, made mode 0777: reopened through /proc/self/fd a
+ * follower of another uid would get them read-write, and could fire the
+ * producer's stage (a version it had not finished) or point the bell's
+ * entries at another name's buffers. They are 0444 before they are
+ * handed out.
+ */
+Test(stage, a_follower_cannot_reopen_the_bell_or_the_trigger_page,
+     .timeout = 60)
+{
+	static const char *const mode[] = {"--socket-mode", "0666", NULL};
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_follow *f = NULL;
+	struct td_error e = {0};
+	int st = -1;
+	pid_t pid;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs CAP_SETUID (root): the follower runs as "
+			     "another uid");
+	tu_daemon_start_args(&d, "warn", mode);
+	cr_assert_eq(chmod(d.dir, 0755), 0);
+	prod = conn_env(&d, "pidfd", "1");
+	cons = conn_env(&d, "pidfd", "1");
+	cr_assert_eq(td_client_follow(cons, NAME, &f, &e), 0, "%s", e.reason);
+	put(prod, NAME, 0x01);
+	take(f, 0x01);
+	warm(prod, f);
+	cr_assert_neq(prod->st_alloc, 0u);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0)
+		_exit(nobody_follower(d.sock));
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "the nobody follower: status %#x (14: the bell, 15/16: "
+		  "the trigger page writable)", st);
 	td_follow_close(f);
 	td_client_close(cons);
 	td_client_close(prod);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <string.h>
@@ -179,6 +180,15 @@ int td__reopen_ro(int fd)
 	char path[64];
 	int ro;
 
+	/*
+	 * memfds are made mode 0777: whoever is handed the read-only
+	 * description could open /proc/self/fd/N again read-write. 0444
+	 * stops that for every uid but root (open descriptors keep their
+	 * access). Only the owner or root may chmod: EPERM leaves the mode
+	 * of a file that is someone else's (a producer's own memfd).
+	 */
+	if (fchmod(fd, 0444) < 0 && errno != EPERM)
+		return -errno;
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	ro = open(path, O_RDONLY | O_CLOEXEC);
 	return ro < 0 ? -errno : ro;

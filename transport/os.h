@@ -88,7 +88,9 @@ int td__memfd_seal_size(int fd);
 /*
  * A new read-only open file description of fd's file (/proc/self/fd/N
  * opened O_RDONLY | O_CLOEXEC): its holder can neither map it writable
- * nor add seals. A new fd or -errno.
+ * nor add seals, nor open the file again read-write: the file's mode
+ * becomes 0444 first (where fd's file is ours; descriptors open already
+ * keep their access). A new fd or -errno.
  */
 int td__reopen_ro(int fd);
 
