@@ -324,6 +324,7 @@ struct td__peer {
 	void *stage;
 	void *trig; /* its trigger page (follow.c), NULL until staged */
 	uint64_t fired_alloc, fired_version;
+	bool fired_rewrite; /* that alloc was rewritable (loan.c) */
 };
 
 /*

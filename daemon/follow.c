@@ -395,6 +395,7 @@ static void stage_commit(struct bell *b)
 	b->st.sv = NULL; /* the store's now */
 	st.owner->fired_alloc = st.alloc_id;
 	st.owner->fired_version = st.sv->number;
+	st.owner->fired_rewrite = a->rewrite;
 	/* stays named (entry_busy) until td__name_set made it current */
 	td__publish_staged(st.owner, a, st.sv);
 	stage_clear(b);
@@ -539,13 +540,15 @@ static struct trig *trig_of(struct td__peer *p)
  * version? A named recyclable loan of ver's planes (no fence, no fd of
  * the request's own), every buffer published before (its read-only
  * reopen made), while followers follow the name and nothing else is
- * staged there.
+ * staged there. A lent loan comes from the free list, never from a
+ * rewrite's take-back (an ALLOC's), so one lent after a rewritable
+ * publish may be staged too: its buffers are nobody's version.
  */
 static bool stage_fits(const struct bell *b, const struct td__alloc *a,
 		       const struct td__version *ver)
 {
 	if (!b || !b->followers || b->st.owner || !a || !a->recycle ||
-	    a->rewrite || !a->name_len || a->count != ver->nfds ||
+	    !a->name_len || a->count != ver->nfds ||
 	    !ver->recycle || !td__alloc_is_for(
 				     a, (struct td_wire_str){ver->name,
 							     ver->name_len}))

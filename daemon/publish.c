@@ -581,6 +581,7 @@ void td__publish_staged(struct td__peer *p, struct td__alloc *a,
 			struct td__version *sv)
 {
 	struct td__store *s = td__d->store;
+	bool rewrite = a->rewrite;
 
 	sv->nfds = a->count;
 	sv->recycle = true;
@@ -592,6 +593,9 @@ void td__publish_staged(struct td__peer *p, struct td__alloc *a,
 	}
 	sv->acct = 0;
 	pub_insert(p, sv, a);
+	/* a rewritable loan's version is the one p may take back next */
+	if (rewrite)
+		td__rewrite_published(p, sv);
 	td__notify(s, TD_EVENT_PUBLISHED, sv);
 }
 
@@ -646,9 +650,9 @@ static bool pub_fired(struct pub *x)
 		cur = NULL;
 	for (uint32_t i = 0; cur && i < cur->nfds; i++)
 		sizes[i] = cur->fds[i].size;
-	/* only named loans are staged */
+	/* only named loans are staged; a rewritable one lends another */
 	pub_reply(p, x->h, &x->m, p->fired_version, cur ? cur->nfds : 0,
-		  sizes, false, true, cur);
+		  sizes, p->fired_rewrite, true, cur);
 	return true;
 }
 

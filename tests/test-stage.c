@@ -54,6 +54,9 @@ static struct td_client *conn_env(const struct tu_daemon *d,
 	return c;
 }
 
+/* the producers' loans: TD_ALLOC_STREAM, or TD_ALLOC_REWRITE */
+static uint32_t loan_flags = TD_ALLOC_STREAM;
+
 /* A named stream loan of name, filled with b. */
 static struct td_alloc *loan(struct td_client *c, const char *name, uint8_t b)
 {
@@ -61,7 +64,7 @@ static struct td_alloc *loan(struct td_client *c, const char *name, uint8_t b)
 	struct td_alloc *a = NULL;
 	struct td_error e = {0};
 
-	cr_assert_eq(td_client_alloc_named(c, name, 1, &size, TD_ALLOC_STREAM,
+	cr_assert_eq(td_client_alloc_named(c, name, 1, &size, loan_flags,
 					   &a, &e),
 		     0, "%s", e.reason);
 	memset(td_alloc_data(a, 0), b, SIZE);
@@ -247,6 +250,16 @@ static void stopped_daemon(const char *import, const char *stage)
 	/* and the stream goes on, from the stage or not */
 	for (int i = 0; i < 20; i++)
 		step(prod, f, (uint8_t)i);
+	/* slow fills of rewritable loans: take-backs, through the daemon */
+	for (int i = 0; i < 6 && (loan_flags & TD_ALLOC_REWRITE); i++) {
+		a = loan(prod, NAME, (uint8_t)(0x60 + i));
+		usleep(2000);
+		cr_assert_eq(td_client_publish_alloc(prod, a, &p, &v, &e), 0,
+			     "%s", e.reason);
+		cr_assert_eq(take(f, (uint8_t)(0x60 + i)), v);
+	}
+	if (loan_flags & TD_ALLOC_REWRITE)
+		cr_assert_eq(prod->st_alloc, 0u, "a take-back was staged");
 	td_follow_close(f);
 	td_client_close(cons);
 	td_client_close(prod);
@@ -270,6 +283,20 @@ Test(stage, without_a_stage_the_follower_waits_for_the_daemon,
      .timeout = 60)
 {
 	stopped_daemon("pidfd", "0");
+}
+
+/*
+ * TD_ALLOC_REWRITE loans (large tensors, here every size): a producer
+ * that fills fast publishes the loan the last PUBLISH lent, which comes
+ * from the free list like a stream's, and is staged the same way; one
+ * that fills slowly asks for the take-back (an ALLOC), and goes on
+ * through the daemon.
+ */
+Test(stage, a_rewritable_loan_lent_by_a_publish_is_staged, .timeout = 60)
+{
+	cr_assert_eq(setenv("TENSORD_REWRITE_MIN", "1", 1), 0);
+	loan_flags = TD_ALLOC_REWRITE;
+	stopped_daemon("pidfd", "1");
 }
 
 /*
