@@ -843,6 +843,8 @@ static int sock_open(const struct sockaddr_un *sa, socklen_t salen,
 static void forget_ids(struct td_client *c)
 {
 	td__next_loan_reset(c);
+	/* nor did it stage anything: its alloc ids are not the old one's */
+	td__stage_forget(c);
 	td__maps_drop(c, false);
 	td__loans_drop(c, false);
 	for (struct td__map *m = c->maps; m; m = m->next)

@@ -221,10 +221,8 @@ void td__next_loan_reset(struct td_client *c)
 {
 	/* its buffers go idle, with the rest of the old daemon's ids */
 	next_loan_drop(c);
-	/* and the new daemon lent this client nothing to give back, and
-	 * staged nothing: its ids and pages are not the old one's */
+	/* and the new daemon lent this client nothing to give back */
 	c->unloan = false;
-	td__stage_forget(c);
 }
 
 void td__next_loan_forget(struct td_client *c)
