@@ -164,19 +164,7 @@ static void daemon_stop(struct daemon *d)
 
 static int daemon_fd_count(const struct daemon *d)
 {
-	char path[64];
-	struct dirent *e;
-	DIR *dir;
-	int n = 0;
-
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)d->pid);
-	dir = opendir(path);
-	cr_assert(dir);
-	while ((e = readdir(dir)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(dir);
-	return n;
+	return tu_pid_fd_count(d->pid);
 }
 
 /*

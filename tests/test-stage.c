@@ -13,7 +13,6 @@
  * what does not. tu_daemon_stop() checks fds and memfd mappings.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <errno.h>
@@ -139,6 +138,50 @@ static void warm(struct td_client *prod, struct td_follow *f)
 	cr_assert_eq(td_follow_next(f, 0, &t, NULL), -EAGAIN);
 }
 
+/*
+ * The cast of most tests: a daemon (tensord arguments args, NULL none),
+ * a producer on import path `import` with TENSORD_STAGE `stage`, maybe
+ * a second producer (other_import, NULL: none), a follower of NAME on
+ * `import`, and a warm stream: the producer has a stage.
+ */
+struct world {
+	struct tu_daemon d;
+	struct td_client *prod, *other, *cons;
+	struct td_follow *f;
+};
+
+static void world_start(struct world *w, const char *const *args,
+			const char *import, const char *stage,
+			const char *other_import)
+{
+	struct td_error e = {0};
+
+	*w = (struct world){0};
+	tu_daemon_start_args(&w->d, "warn", args);
+	w->prod = conn_env(&w->d, import, stage);
+	if (other_import)
+		w->other = conn_env(&w->d, other_import, "1");
+	w->cons = conn_env(&w->d, import, "1");
+	cr_assert_eq(td_client_follow(w->cons, NAME, &w->f, &e), 0, "%s",
+		     e.reason);
+	put(w->prod, NAME, 0x01);
+	take(w->f, 0x01);
+	warm(w->prod, w->f);
+}
+
+/* Everything closed (a client closed already is NULL), the daemon
+ * stopped: fds and buffer mappings checked, all mappings with maps. */
+static void world_stop(struct world *w, bool maps)
+{
+	td_follow_close(w->f);
+	td_client_close(w->cons);
+	if (w->other)
+		td_client_close(w->other);
+	if (w->prod)
+		td_client_close(w->prod);
+	tu_daemon_stop(&w->d, maps);
+}
+
 static uint64_t stat_version(struct td_client *c, const char *name)
 {
 	struct td_entry en = {0};
@@ -153,21 +196,6 @@ static uint64_t stat_version(struct td_client *c, const char *name)
 	return v;
 }
 
-static int daemon_fds(const struct tu_daemon *d)
-{
-	char path[64];
-	struct dirent *de;
-	DIR *dir;
-	int n = 0;
-
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)d->pid);
-	dir = opendir(path);
-	cr_assert_not_null(dir);
-	while ((de = readdir(dir)))
-		n += de->d_name[0] != '.';
-	closedir(dir);
-	return n;
-}
 
 struct waiter {
 	struct td_follow *f;
@@ -201,9 +229,9 @@ static void *wait_next(void *arg)
  */
 static void stopped_daemon(const char *import, const char *stage)
 {
-	struct tu_daemon d;
+	struct world wo;
 	struct td_client *prod, *cons;
-	struct td_follow *f = NULL;
+	struct td_follow *f;
 	struct td_error e = {0};
 	struct waiter w = {.timeout_ms = 3000, .b = 0xa5};
 	struct td_alloc *a;
@@ -212,20 +240,17 @@ static void stopped_daemon(const char *import, const char *stage)
 	uint64_t v = 0, staged;
 	bool on = strcmp(stage, "0") != 0;
 
-	tu_daemon_start(&d, "warn");
-	prod = conn_env(&d, import, stage);
-	cons = conn_env(&d, import, "1");
-	cr_assert_eq(td_client_follow(cons, NAME, &f, &e), 0, "%s", e.reason);
-	put(prod, NAME, 0x01);
-	take(f, 0x01);
-	warm(prod, f);
+	world_start(&wo, NULL, import, stage, NULL);
+	prod = wo.prod;
+	cons = wo.cons;
+	f = wo.f;
 	staged = prod->st_alloc ? prod->st_version : 0;
 	cr_assert_eq(!!staged, on, "stage offered: %llu",
 		     (unsigned long long)staged);
 	if (!on)
 		w.timeout_ms = 400;
 	w.f = f;
-	cr_assert_eq(kill(d.pid, SIGSTOP), 0);
+	cr_assert_eq(kill(wo.d.pid, SIGSTOP), 0);
 	cr_assert_eq(pthread_create(&th, NULL, wait_next, &w), 0);
 	usleep(100 * 1000); /* the follower is asleep by now */
 	/* the loan is the one lent already: no request waits here */
@@ -233,7 +258,7 @@ static void stopped_daemon(const char *import, const char *stage)
 	cr_assert_eq(td_client_publish_alloc_nowait(prod, a, &p, &e), 0,
 		     "%s", e.reason);
 	pthread_join(th, NULL);
-	cr_assert_eq(kill(d.pid, SIGCONT), 0);
+	cr_assert_eq(kill(wo.d.pid, SIGCONT), 0);
 	if (on) {
 		cr_assert_eq(w.rc, 0, "follower: %d", w.rc);
 		cr_assert_eq(w.version, staged);
@@ -260,11 +285,8 @@ static void stopped_daemon(const char *import, const char *stage)
 	}
 	if (loan_flags & TD_ALLOC_REWRITE)
 		cr_assert_eq(prod->st_alloc, 0u, "a take-back was staged");
-	td_follow_close(f);
-	td_client_close(cons);
-	td_client_close(prod);
 	/* fds and buffer mappings: a joined thread's stack stays cached */
-	tu_daemon_stop(&d, false);
+	world_stop(&wo, false);
 }
 
 Test(stage, a_fired_stage_is_taken_while_the_daemon_is_stopped_pidfd,
@@ -307,20 +329,17 @@ Test(stage, a_rewritable_loan_lent_by_a_publish_is_staged, .timeout = 60)
  */
 Test(stage, another_publish_cancels_the_stage, .timeout = 60)
 {
-	struct tu_daemon d;
+	struct world wo;
 	struct td_client *prod, *other, *cons;
-	struct td_follow *f = NULL;
+	struct td_follow *f;
 	struct td_error e = {0};
 	uint64_t staged, vo, vp;
 
-	tu_daemon_start(&d, "warn");
-	prod = conn_env(&d, "pidfd", "1");
-	other = conn_env(&d, "pidfd", "1");
-	cons = conn_env(&d, "pidfd", "1");
-	cr_assert_eq(td_client_follow(cons, NAME, &f, &e), 0, "%s", e.reason);
-	put(prod, NAME, 0x01);
-	take(f, 0x01);
-	warm(prod, f);
+	world_start(&wo, NULL, "pidfd", "1", "pidfd");
+	prod = wo.prod;
+	other = wo.other;
+	cons = wo.cons;
+	f = wo.f;
 	cr_assert_neq(prod->st_alloc, 0u);
 	cr_assert_not_null(prod->st_page);
 	staged = prod->st_version;
@@ -345,11 +364,7 @@ Test(stage, another_publish_cancels_the_stage, .timeout = 60)
 	vp = put(prod, NAME, 0x99);
 	cr_assert_gt(vp, staged);
 	cr_assert_eq(take(f, 0x99), vp);
-	td_follow_close(f);
-	td_client_close(cons);
-	td_client_close(other);
-	td_client_close(prod);
-	tu_daemon_stop(&d, true);
+	world_stop(&wo, true);
 }
 
 /*
@@ -359,20 +374,17 @@ Test(stage, another_publish_cancels_the_stage, .timeout = 60)
  */
 static void fired_without_notice(bool disconnect)
 {
-	struct tu_daemon d;
+	struct world wo;
 	struct td_client *prod, *cons;
-	struct td_follow *f = NULL;
+	struct td_follow *f;
 	struct td_error e = {0};
 	uint64_t staged;
 	int i;
 
-	tu_daemon_start(&d, "warn");
-	prod = conn_env(&d, "pidfd", "1");
-	cons = conn_env(&d, "pidfd", "1");
-	cr_assert_eq(td_client_follow(cons, NAME, &f, &e), 0, "%s", e.reason);
-	put(prod, NAME, 0x01);
-	take(f, 0x01);
-	warm(prod, f);
+	world_start(&wo, NULL, "pidfd", "1", NULL);
+	prod = wo.prod;
+	cons = wo.cons;
+	f = wo.f;
 	cr_assert_neq(prod->st_alloc, 0u);
 	cr_assert_not_null(prod->st_page);
 	staged = prod->st_version;
@@ -382,7 +394,7 @@ static void fired_without_notice(bool disconnect)
 		     td_follow_trig(staged, TD_FOLLOW_TRIG_FIRED));
 	if (disconnect) {
 		td_client_close(prod);
-		prod = NULL;
+		prod = wo.prod = NULL;
 	}
 	/* committed by the daemon's timer (1 s) or at the disconnect */
 	for (i = 0; i < 100 && stat_version(cons, NAME) != staged; i++)
@@ -399,11 +411,8 @@ static void fired_without_notice(bool disconnect)
 			     -ENOENT, "%s", e.reason);
 		cr_assert_gt(put(prod, NAME, 0x6e), staged);
 		cr_assert_eq(take(f, 0x6e), stat_version(cons, NAME));
-		td_client_close(prod);
 	}
-	td_follow_close(f);
-	td_client_close(cons);
-	tu_daemon_stop(&d, true);
+	world_stop(&wo, true);
 }
 
 Test(stage, a_fired_stage_without_its_publish_is_committed_on_time,
@@ -425,20 +434,16 @@ Test(stage, a_fired_stage_is_committed_when_its_producer_goes,
  */
 Test(stage, a_garbled_trigger_word_is_cancelled, .timeout = 60)
 {
-	struct tu_daemon d;
-	struct td_client *prod, *cons;
-	struct td_follow *f = NULL;
+	struct world wo;
+	struct td_client *prod;
+	struct td_follow *f;
 	struct td_tensor *t = NULL;
 	struct td_error e = {0};
 	uint64_t staged, v;
 
-	tu_daemon_start(&d, "warn");
-	prod = conn_env(&d, "scm", "1");
-	cons = conn_env(&d, "scm", "1");
-	cr_assert_eq(td_client_follow(cons, NAME, &f, &e), 0, "%s", e.reason);
-	put(prod, NAME, 0x01);
-	take(f, 0x01);
-	warm(prod, f);
+	world_start(&wo, NULL, "scm", "1", NULL);
+	prod = wo.prod;
+	f = wo.f;
 	cr_assert_not_null(prod->st_page);
 	staged = prod->st_version;
 	atomic_store(&prod->st_page->word, 0xdeadbeefu);
@@ -450,10 +455,7 @@ Test(stage, a_garbled_trigger_word_is_cancelled, .timeout = 60)
 	for (int i = 0; i < 6; i++)
 		step(prod, f, (uint8_t)i);
 	cr_assert_neq(prod->st_alloc, 0u, "staged again");
-	td_follow_close(f);
-	td_client_close(cons);
-	td_client_close(prod);
-	tu_daemon_stop(&d, true);
+	world_stop(&wo, true);
 }
 
 /*
@@ -462,19 +464,14 @@ Test(stage, a_garbled_trigger_word_is_cancelled, .timeout = 60)
  */
 Test(stage, a_staged_loan_given_up_cancels_its_stage, .timeout = 60)
 {
-	struct tu_daemon d;
-	struct td_client *prod, *cons;
-	struct td_follow *f = NULL;
-	struct td_error e = {0};
+	struct world wo;
+	struct td_client *prod;
+	struct td_follow *f;
 	uint64_t staged;
 
-	tu_daemon_start(&d, "warn");
-	prod = conn_env(&d, "pidfd", "1");
-	cons = conn_env(&d, "pidfd", "1");
-	cr_assert_eq(td_client_follow(cons, NAME, &f, &e), 0, "%s", e.reason);
-	put(prod, NAME, 0x01);
-	take(f, 0x01);
-	warm(prod, f);
+	world_start(&wo, NULL, "pidfd", "1", NULL);
+	prod = wo.prod;
+	f = wo.f;
 	staged = prod->st_version;
 	cr_assert_not_null(prod->st_page);
 	td_alloc_free(loan(prod, NAME, 0x33));
@@ -484,10 +481,7 @@ Test(stage, a_staged_loan_given_up_cancels_its_stage, .timeout = 60)
 		     td_follow_trig(staged, TD_FOLLOW_TRIG_CANCELLED));
 	for (int i = 0; i < 6; i++)
 		step(prod, f, (uint8_t)i);
-	td_follow_close(f);
-	td_client_close(cons);
-	td_client_close(prod);
-	tu_daemon_stop(&d, true);
+	world_stop(&wo, true);
 }
 
 /*
@@ -499,22 +493,17 @@ Test(stage, a_staged_loan_given_up_cancels_its_stage, .timeout = 60)
 Test(stage, producers_taking_turns_stay_in_order_and_make_no_pages,
      .timeout = 60)
 {
-	struct tu_daemon d;
-	struct td_client *pa, *pb, *cons;
-	struct td_follow *f = NULL;
-	struct td_error e = {0};
+	struct world wo;
+	struct td_client *pa, *pb;
+	struct td_follow *f;
 	uint64_t last = 0;
 	uint32_t gen;
 	int fds0 = -1;
 
-	tu_daemon_start(&d, "warn");
-	pa = conn_env(&d, "pidfd", "1");
-	pb = conn_env(&d, "scm", "1");
-	cons = conn_env(&d, "pidfd", "1");
-	cr_assert_eq(td_client_follow(cons, NAME, &f, &e), 0, "%s", e.reason);
-	put(pa, NAME, 0x01);
-	take(f, 0x01);
-	warm(pa, f);
+	world_start(&wo, NULL, "pidfd", "1", "scm");
+	pa = wo.prod;
+	pb = wo.other;
+	f = wo.f;
 	gen = pa->st_gen;
 	cr_assert_neq(gen, 0u);
 	for (int i = 0; i < 60; i++) {
@@ -526,9 +515,9 @@ Test(stage, producers_taking_turns_stay_in_order_and_make_no_pages,
 		cr_assert_eq(take(f, b), v);
 		last = v;
 		if (i == 15)
-			fds0 = daemon_fds(&d);
+			fds0 = tu_pid_fd_count(wo.d.pid);
 	}
-	cr_assert_eq(daemon_fds(&d), fds0, "the turns made descriptors");
+	cr_assert_eq(tu_pid_fd_count(wo.d.pid), fds0, "the turns made descriptors");
 	cr_assert_neq(pb->st_gen, 0u, "the other one was staged too");
 	cr_assert_neq(pb->st_gen, gen);
 	/* one of them alone again: staged again */
@@ -536,11 +525,7 @@ Test(stage, producers_taking_turns_stay_in_order_and_make_no_pages,
 		step(pa, f, (uint8_t)i);
 	cr_assert_neq(pa->st_alloc, 0u);
 	cr_assert_eq(pa->st_gen, gen, "a new page for the same producer");
-	td_follow_close(f);
-	td_client_close(cons);
-	td_client_close(pb);
-	td_client_close(pa);
-	tu_daemon_stop(&d, true);
+	world_stop(&wo, true);
 }
 
 /* ---- hostile followers and the store's limits ---- */
@@ -592,9 +577,9 @@ Test(stage, a_fired_stage_of_an_evicted_name_commits_into_a_full_table,
      .timeout = 60)
 {
 	static const char *const cap[] = {"--max-bytes", "400K", NULL};
-	struct tu_daemon d;
-	struct td_client *prod, *other, *cons;
-	struct td_follow *f = NULL;
+	struct world wo;
+	struct td_client *prod, *other;
+	struct td_follow *f;
 	struct td_error e = {0};
 	struct td_alloc *a;
 	struct td_publish p = pub_of(NAME);
@@ -602,14 +587,10 @@ Test(stage, a_fired_stage_of_an_evicted_name_commits_into_a_full_table,
 	char nm[32];
 	int k = 0;
 
-	tu_daemon_start_args(&d, "warn", cap);
-	prod = conn_env(&d, "pidfd", "1");
-	other = conn_env(&d, "pidfd", "1");
-	cons = conn_env(&d, "pidfd", "1");
-	cr_assert_eq(td_client_follow(cons, NAME, &f, &e), 0, "%s", e.reason);
-	put(prod, NAME, 0x01);
-	take(f, 0x01);
-	warm(prod, f);
+	world_start(&wo, cap, "pidfd", "1", "pidfd");
+	prod = wo.prod;
+	other = wo.other;
+	f = wo.f;
 	staged = prod->st_version;
 	cr_assert_neq(prod->st_alloc, 0u);
 	a = loan(prod, NAME, 0x3c); /* the staged loan, filled */
@@ -635,11 +616,7 @@ Test(stage, a_fired_stage_of_an_evicted_name_commits_into_a_full_table,
 	cr_assert_eq(stat_version(other, NAME), staged);
 	cr_assert_eq(names(other), 65u);
 	cr_assert_eq(take(f, 0x3c), staged);
-	td_follow_close(f);
-	td_client_close(cons);
-	td_client_close(other);
-	td_client_close(prod);
-	tu_daemon_stop(&d, true);
+	world_stop(&wo, true);
 }
 
 /* Which of the follower's descriptors can be opened writable again. */
@@ -740,35 +717,25 @@ Test(stage, a_follower_cannot_reopen_the_bell_or_the_trigger_page,
      .timeout = 60)
 {
 	static const char *const mode[] = {"--socket-mode", "0666", NULL};
-	struct tu_daemon d;
-	struct td_client *prod, *cons;
-	struct td_follow *f = NULL;
-	struct td_error e = {0};
+	struct world wo;
+	struct td_client *prod;
 	int st = -1;
 	pid_t pid;
 
 	if (geteuid() != 0)
 		cr_skip_test("needs CAP_SETUID (root): the follower runs as "
 			     "another uid");
-	tu_daemon_start_args(&d, "warn", mode);
-	cr_assert_eq(chmod(d.dir, 0755), 0);
-	prod = conn_env(&d, "pidfd", "1");
-	cons = conn_env(&d, "pidfd", "1");
-	cr_assert_eq(td_client_follow(cons, NAME, &f, &e), 0, "%s", e.reason);
-	put(prod, NAME, 0x01);
-	take(f, 0x01);
-	warm(prod, f);
+	world_start(&wo, mode, "pidfd", "1", NULL);
+	cr_assert_eq(chmod(wo.d.dir, 0755), 0);
+	prod = wo.prod;
 	cr_assert_neq(prod->st_alloc, 0u);
 	pid = fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0)
-		_exit(nobody_follower(d.sock));
+		_exit(nobody_follower(wo.d.sock));
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 		  "the nobody follower: status %#x (14: the bell, 15/16: "
 		  "the trigger page writable)", st);
-	td_follow_close(f);
-	td_client_close(cons);
-	td_client_close(prod);
-	tu_daemon_stop(&d, true);
+	world_stop(&wo, true);
 }

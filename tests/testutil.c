@@ -130,18 +130,32 @@ int tu_deny_syscall_arg(long nr, unsigned argi, uint32_t value, int err)
 	return seccomp_install(f, sizeof(f) / sizeof(f[0]));
 }
 
-int tu_fd_count(void)
+/* The entries of a /proc/PID/fd folder. */
+static int fd_entries(const char *path)
 {
-	DIR *d = opendir("/proc/self/fd");
+	DIR *d = opendir(path);
 	struct dirent *e;
 	int n = 0;
 
-	cr_assert(d);
+	cr_assert(d, "%s", path);
 	while ((e = readdir(d)))
 		if (e->d_name[0] != '.')
 			n++;
 	closedir(d);
-	return n - 1; /* the DIR's own fd */
+	return n;
+}
+
+int tu_fd_count(void)
+{
+	return fd_entries("/proc/self/fd") - 1; /* the DIR's own fd */
+}
+
+int tu_pid_fd_count(pid_t pid)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	return fd_entries(path);
 }
 
 static int count_maps(bool buffers_only)

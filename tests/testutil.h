@@ -35,6 +35,8 @@ int tu_deny_syscall(long nr, int err);
 /* The same, only when its argument argi (its low 32 bits) is value. */
 int tu_deny_syscall_arg(long nr, unsigned argi, uint32_t value, int err);
 int tu_fd_count(void);
+/* Descriptors another process (a daemon) has open now. */
+int tu_pid_fd_count(pid_t pid);
 /* Number of mappings in this process (/proc/self/maps lines). */
 int tu_map_count(void);
 /*
