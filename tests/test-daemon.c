@@ -10,7 +10,6 @@
  * errors turn the exit status non-zero, which the teardown checks).
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
