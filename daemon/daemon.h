@@ -322,6 +322,7 @@ struct td__peer {
 	 * id and version), which its FIRED notice is answered with.
 	 */
 	void *stage;
+	uint64_t stage_alloc; /* the alloc that stage is of */
 	void *trig; /* its trigger page (follow.c), NULL until staged */
 	uint64_t fired_alloc, fired_version;
 	bool fired_rewrite; /* that alloc was rewritable (loan.c) */

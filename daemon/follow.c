@@ -360,6 +360,7 @@ static void stage_clear(struct bell *b)
 
 	atomic_store_explicit(&b->hdr->stage, 0, memory_order_release);
 	st->owner->stage = NULL;
+	st->owner->stage_alloc = 0;
 	if (st->sv) {
 		/* cancelled: its entry is free again, its number unused */
 		if (b->entry_of[st->entry] == st->sv->number &&
@@ -617,6 +618,7 @@ static void on_offer(struct td__peer *p, const struct td__version *ver,
 	}
 	b->st = (struct stage){p, a->id, sv, e};
 	p->stage = b;
+	p->stage_alloc = a->id;
 	stages++;
 	b->trig_owner = p;
 	atomic_store_explicit(&b->hdr->stage_gen, t->gen,

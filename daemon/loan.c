@@ -414,8 +414,8 @@ static void loan_unlend(struct td__store *s, struct td__peer *p)
 {
 	struct td__alloc *a = p->loan_id ? td__loan_find(p, p->loan_id) : NULL;
 
-	/* a stage of it goes first (committed if fired: then a is gone) */
-	if (a && p->stage) {
+	/* its stage goes first (committed if fired: then a is gone) */
+	if (a && p->stage && p->stage_alloc == a->id) {
 		td__store_settle(a->name, a->name_len);
 		a = td__loan_find(p, p->loan_id);
 	}
@@ -587,8 +587,8 @@ int td__loan_give_back(struct td__peer *p, uint64_t id)
 {
 	struct td__alloc *a = td__loan_find(p, id);
 
-	/* a stage of it goes first (committed if fired: then a is gone) */
-	if (a && p->stage) {
+	/* its stage goes first (committed if fired: then a is gone) */
+	if (a && p->stage && p->stage_alloc == id) {
 		td__store_settle(a->name, a->name_len);
 		a = td__loan_find(p, id);
 	}

@@ -114,8 +114,9 @@ struct td_follow_row {
 };
 
 /*
- * A trigger page: one per staged name and producer, the page's only
- * word written by that producer (read-write mapping) and the daemon;
+ * A trigger page: one per producer connection the daemon staged (a
+ * connection has one stage at a time), its only word written by that
+ * producer (read-write mapping) and the daemon;
  * followers map it read-only and sleep on it beside their row
  * (futex_waitv). word = (uint32_t)(version << 2) | TD_FOLLOW_TRIG_*: the
  * daemon stores STAGED(v); the producer's compare-exchange makes it

@@ -739,3 +739,4 @@ Test(stage, a_follower_cannot_reopen_the_bell_or_the_trigger_page,
 		  "the trigger page writable)", st);
 	world_stop(&wo, true);
 }
+
