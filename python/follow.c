@@ -22,10 +22,6 @@
 #include <sys/timerfd.h>
 #include <time.h>
 
-/* A wait without deadline looks at Python's signals this often, so that
- * Ctrl-C ends `for t in follow:`; libtensord does not return on EINTR. */
-#define SIGNAL_SLICE_MS 100
-
 typedef struct {
 	PyObject_HEAD
 	ClientObject *client;
@@ -129,48 +125,38 @@ static int give_back(FollowObject *fo)
 	return 0;
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
+struct next_arg {
+	FollowObject *fo;
+	struct td_tensor **t;
+	struct td_error *e;
+};
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+static int next_slice(void *arg, int slice_ms)
+{
+	struct next_arg *n = arg;
+
+	return td_follow_next(n->fo->f, slice_ms, n->t, n->e);
 }
 
 /*
- * td_follow_next() with the GIL released, in slices of SIGNAL_SLICE_MS
- * between which Python's signal handlers run. 0 and *t, -ETIMEDOUT (ms
- * passed; also for ms 0, where libtensord says -EAGAIN: the binding's
- * one exception for "none came in time", tensord.Timeout), -EINTR with
- * the handler's exception set, or -errno.
+ * td_follow_next() with the GIL released, a slice at a time
+ * (tdpy_wait_sliced). 0 and *t, -ETIMEDOUT (ms passed; also for ms 0,
+ * where libtensord says -EAGAIN: the binding's one exception for "none
+ * came in time", tensord.Timeout), -EINTR with the handler's exception
+ * set, or -errno.
  */
 static int wait_next(FollowObject *fo, int ms, struct td_tensor **t,
 		     struct td_error *e)
 {
-	int64_t deadline = ms < 0 ? -1 : now_ms() + ms;
-	int rc;
+	struct next_arg n = {fo, t, e};
+	int rc = tdpy_wait_sliced(ms, next_slice, &n);
 
-	for (;;) {
-		int64_t left = ms < 0 ? SIGNAL_SLICE_MS : deadline - now_ms();
-
-		if (left > SIGNAL_SLICE_MS)
-			left = SIGNAL_SLICE_MS;
-		if (left < 0)
-			left = 0;
-		Py_BEGIN_ALLOW_THREADS
-		rc = td_follow_next(fo->f, (int)left, t, e);
-		Py_END_ALLOW_THREADS
-		if (rc != -ETIMEDOUT && rc != -EAGAIN)
-			return rc;
-		if (ms >= 0 && now_ms() >= deadline)
-			break;
-		if (PyErr_CheckSignals() < 0)
-			return -EINTR;
-	}
-	snprintf(e->reason, sizeof(e->reason), "no version of \"%s\" newer "
-		 "than %llu within %d ms", PyUnicode_AsUTF8(fo->name),
-		 (unsigned long long)fo->last, ms);
-	return -ETIMEDOUT;
+	if (rc == -ETIMEDOUT)
+		snprintf(e->reason, sizeof(e->reason),
+			 "no version of \"%s\" newer than %llu within %d ms",
+			 PyUnicode_AsUTF8(fo->name),
+			 (unsigned long long)fo->last, ms);
+	return rc;
 }
 
 static PyObject *follow_wait(FollowObject *fo, int ms)

@@ -164,6 +164,39 @@ int tdpy_meta_get(PyObject *o, Py_buffer *b)
 
 /* ---- Client ---- */
 
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int tdpy_wait_sliced(int ms, int (*fn)(void *arg, int slice_ms), void *arg)
+{
+	int64_t deadline = ms < 0 ? -1 : mono_ms() + ms;
+	int rc;
+
+	for (;;) {
+		int64_t left = ms < 0 ? TDPY_SIGNAL_SLICE_MS
+				      : deadline - mono_ms();
+
+		if (left > TDPY_SIGNAL_SLICE_MS)
+			left = TDPY_SIGNAL_SLICE_MS;
+		if (left < 0)
+			left = 0;
+		Py_BEGIN_ALLOW_THREADS
+		rc = fn(arg, (int)left);
+		Py_END_ALLOW_THREADS
+		if (rc != -ETIMEDOUT && rc != -EAGAIN)
+			return rc;
+		if (ms >= 0 && mono_ms() >= deadline)
+			return -ETIMEDOUT;
+		if (PyErr_CheckSignals() < 0)
+			return -EINTR;
+	}
+}
+
 struct td_client *tdpy_client_enter(ClientObject *self)
 {
 	if (!self->c) {

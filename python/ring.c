@@ -496,6 +496,19 @@ static PyObject *sub_poll(SubObject *sub, PyObject *unused)
 	return view_array(sub, &v);
 }
 
+struct sub_arg {
+	SubObject *sub;
+	struct td_view *v;
+};
+
+/* One slice of Subscription.next() (tdpy_wait_sliced). */
+static int sub_slice(void *arg, int slice_ms)
+{
+	struct sub_arg *a = arg;
+
+	return td_sub_next(a->sub->s, slice_ms, a->v);
+}
+
 static PyObject *sub_wait(SubObject *sub, int ms)
 {
 	struct td_view v;
@@ -504,9 +517,7 @@ static PyObject *sub_wait(SubObject *sub, int ms)
 	if (!sub_usable(sub) || sub_exported(sub))
 		return NULL;
 	sub->busy = true;
-	Py_BEGIN_ALLOW_THREADS
-	rc = td_sub_next(sub->s, ms, &v);
-	Py_END_ALLOW_THREADS
+	rc = tdpy_wait_sliced(ms, sub_slice, &(struct sub_arg){sub, &v});
 	sub->busy = false;
 	sub->held = 0;
 	/* a sleep in td_sub_next() disarms the timerfd: wake fileno() so
@@ -515,6 +526,8 @@ static PyObject *sub_wait(SubObject *sub, int ms)
 		(void)timerfd_settime(sub->efd, 0,
 				      &(struct itimerspec){.it_value = {0, 1}},
 				      NULL); /* a timerfd: armed, not written */
+	if (rc == -EINTR && PyErr_Occurred())
+		return NULL; /* a signal handler's exception */
 	if (rc < 0)
 		return tdpy_raise(rc, NULL, "next");
 	sub->held = v.version;

@@ -130,6 +130,17 @@ void tdpy_client_leave(ClientObject *self);
 		tdpy_client_leave(self);                                     \
 	} while (0)
 
+/*
+ * A wait of ms (-1: no limit) in slices of TDPY_SIGNAL_SLICE_MS: each a
+ * call fn(arg, slice_ms) with the GIL released, between which Python's
+ * signal handlers run, so that Ctrl-C ends it (libtensord does not
+ * return on EINTR). fn's result when it is neither -ETIMEDOUT nor
+ * -EAGAIN (none in that slice); -ETIMEDOUT once ms passed (at once for
+ * ms 0); -EINTR with the handler's exception set.
+ */
+#define TDPY_SIGNAL_SLICE_MS 100
+int tdpy_wait_sliced(int ms, int (*fn)(void *arg, int slice_ms), void *arg);
+
 /* Wake fileno() readers (an eventfd write). */
 void tdpy_client_wake(ClientObject *self);
 

@@ -8,6 +8,7 @@
 #include "tdpy.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -532,14 +533,44 @@ fail:
 	return NULL;
 }
 
-/* get(name, timeout=s): the latest version, waiting up to s for one. */
-static int get_appearing(struct td_client *c, const char *name, int ms,
-			 struct td_tensor **t, struct td_error *e)
-{
-	int rc = td_client_get(c, name, t, e);
+/* One slice of a get() that waits (tdpy_wait_sliced). */
+struct get_arg {
+	struct td_client *c;
+	const char *name;
+	uint64_t after;
+	bool appearing; /* get(name, timeout=s): the latest, or the first */
+	struct td_tensor **t;
+	struct td_error *e;
+};
 
-	if (rc == -ENOENT && ms != 0)
-		rc = td_client_get_newer(c, name, 0, ms, t, e);
+static int get_slice(void *arg, int slice_ms)
+{
+	struct get_arg *g = arg;
+	int rc = -ENOENT;
+
+	if (g->appearing)
+		rc = td_client_get(g->c, g->name, g->t, g->e);
+	if (rc == -ENOENT && (!g->appearing || slice_ms != 0))
+		rc = td_client_get_newer(g->c, g->name, g->after, slice_ms,
+					 g->t, g->e);
+	return rc;
+}
+
+/*
+ * get(name, newer_than=v) or get(name, timeout=s) waiting up to ms (-1:
+ * no limit), a slice at a time so that a signal handler ends it (-EINTR
+ * with its exception set).
+ */
+static int get_waiting(struct get_arg *g, int ms)
+{
+	int rc = tdpy_wait_sliced(ms, get_slice, g);
+
+	/* (get(name, timeout=0) of a name with none is -ENOENT, at once) */
+	if (rc == -ETIMEDOUT) {
+		snprintf(g->e->reason, sizeof(g->e->reason),
+			 "no version of \"%s\" newer than %llu within %d ms",
+			 g->name, (unsigned long long)g->after, ms);
+	}
 	return rc;
 }
 
@@ -573,14 +604,18 @@ PyObject *tdpy_client_get(ClientObject *self, PyObject *args, PyObject *kw)
 	c = tdpy_client_enter(self);
 	if (!c)
 		return NULL;
-	if (ver != Py_None)
+	if (ver != Py_None) {
 		TDPY_CALL(self, rc, td_client_get_version(c, name, v, &t, &e));
-	else if (newer != Py_None)
-		TDPY_CALL(self, rc, td_client_get_newer(c, name, v, ms, &t, &e));
-	else if (to == Py_None)
+	} else if (newer != Py_None || to != Py_None) {
+		struct get_arg g = {c, name, v, newer == Py_None, &t, &e};
+
+		rc = get_waiting(&g, ms);
+		tdpy_client_leave(self);
+	} else {
 		TDPY_CALL(self, rc, td_client_get(c, name, &t, &e));
-	else
-		TDPY_CALL(self, rc, get_appearing(c, name, ms, &t, &e));
+	}
+	if (rc == -EINTR && PyErr_Occurred())
+		return NULL; /* a signal handler's exception */
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "get");
 	return tdpy_lease_array(self, t, name, NULL);

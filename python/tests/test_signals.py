@@ -1,0 +1,88 @@
+"""Long waits end on a signal handler's exception (Ctrl-C): get(newer_than=)
+without a deadline, get(name, timeout=s) for a name that does not exist
+yet, and Subscription.next() without a deadline, as Follow.next() and
+Watch.next() do (docs/python.md, "Errors"). Each waits in slices with
+the GIL released, between which Python's handlers run."""
+
+import signal
+import threading
+
+import numpy as np
+import pytest
+import tensord
+
+from conftest import InThread
+
+
+class Interrupted(Exception):
+    pass
+
+
+def interrupted(wait, feed):
+    """Call wait() with a SIGALRM handler that raises after 0.2 s; a
+    watchdog thread calls feed() every 15 s, so a wait deaf to signals
+    ends (and the test fails) rather than hangs. What feed() had done
+    when the handler ran: 0 means the handler did not wait for it."""
+    fed = []
+
+    def handler(signum, frame):
+        raise Interrupted(len(fed))
+
+    def watchdog():
+        while not done.wait(15):
+            feed()
+            fed.append(1)
+
+    done = threading.Event()
+    dog = InThread(watchdog)
+    old = signal.signal(signal.SIGALRM, handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(Interrupted) as ei:
+            wait()
+        return ei.value.args[0]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        done.set()
+        dog.finish()
+
+
+def test_get_newer_than_without_deadline_ends_on_a_signal(client, daemon):
+    with tensord.Client(daemon.sock) as prod:
+        v = prod.put("sg/a", np.zeros(8, np.uint8))
+        assert interrupted(lambda: client.get("sg/a", newer_than=v),
+                           lambda: prod.put("sg/a", np.ones(8, np.uint8))) \
+            == 0, "the handler waited for a version"
+    # the client goes on: the version there, and timeouts as before
+    assert client.get("sg/a").version >= v
+    with pytest.raises(tensord.Timeout):
+        client.get("sg/a", newer_than=client.get("sg/a").version,
+                   timeout=0.05)
+
+
+def test_get_of_a_name_to_come_ends_on_a_signal(client, daemon):
+    with tensord.Client(daemon.sock) as prod:
+        assert interrupted(lambda: client.get("sg/b", timeout=60),
+                           lambda: prod.put("sg/b", np.ones(4, np.uint8))) \
+            == 0, "the handler waited for the name"
+    with pytest.raises(tensord.NotFound):
+        client.get("sg/never", timeout=0)
+    with pytest.raises(tensord.Timeout):
+        client.get("sg/never", timeout=0.05)
+
+
+def test_subscription_next_without_deadline_ends_on_a_signal(client):
+    ring = client.ring_create("sg/r", (4,), "u8", slots=3)
+    sub = client.subscribe("sg/r")
+
+    def feed():
+        ring.acquire(5)[:] = 1
+        ring.publish()
+
+    assert interrupted(lambda: sub.next(timeout=None), feed) == 0, \
+        "the handler waited for a version"
+    with pytest.raises(tensord.Timeout):
+        sub.next(0)
+    feed()
+    assert sub.next(5).tolist() == [1, 1, 1, 1]
