@@ -437,16 +437,20 @@ static void stage_settle(struct bell *b, bool cancel)
 static void on_settle(const char *name, size_t len, bool cancel)
 {
 	struct td__list *l, *n;
+	struct bell *b;
 
 	if (!stages)
 		return;
+	if (name) {
+		b = bell_named(name, len);
+		if (b && b->st.owner)
+			stage_settle(b, cancel);
+		return;
+	}
 	for (l = bells.next; l != &bells; l = n) {
-		struct bell *b = td__container_of(l, struct bell, link);
-
+		b = td__container_of(l, struct bell, link);
 		n = l->next;
-		if (b->st.owner &&
-		    (!name || (b->name_len == len &&
-			       memcmp(b->name, name, len) == 0)))
+		if (b->st.owner)
 			stage_settle(b, cancel);
 	}
 }
