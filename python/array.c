@@ -59,6 +59,8 @@ PyArray_Descr *tdpy_descr_of(uint32_t dtype)
 
 int tdpy_dtype_of(const PyArray_Descr *d)
 {
+	PyObject *n;
+
 	for (size_t i = 0; i < DTYPE_COUNT; i++) {
 		PyArray_Descr *t = PyArray_DescrFromType(dtype_table[i].npy);
 		bool same = t->kind == d->kind && t->elsize == d->elsize;
@@ -68,9 +70,17 @@ int tdpy_dtype_of(const PyArray_Descr *d)
 			     d->kind == 'f'))
 			return (int)dtype_table[i].td;
 	}
+	/* named as numpy names it (float128 for np.longdouble), not by
+	 * its kind and byte count, which read as a blob name ('f16') */
+	n = PyObject_Str((PyObject *)d);
+	if (!n)
+		return -1;
 	PyErr_Format(PyExc_TypeError, "tensord has no dtype for numpy's "
-		     "'%c%d' (kind '%c'): use u8..u64, i8..i64, f16, f32 "
-		     "or f64", d->kind, d->elsize, d->kind);
+		     "%U%s: the blob has no dtype code for it; use u8..u64, "
+		     "i8..i64, f16, f32 or f64", n,
+		     d->type_num == NPY_LONGDOUBLE ? " (np.longdouble)" :
+		     d->type_num == NPY_CLONGDOUBLE ? " (np.clongdouble)" : "");
+	Py_DECREF(n);
 	return -1;
 }
 
@@ -104,31 +114,44 @@ int tdpy_conv_dtype(PyObject *o, void *out)
 	return 1;
 }
 
-int tdpy_shape_parse(PyObject *o, npy_intp *shape, int *ndim)
+/* A sequence of at most TDPY_MAX_DIMS ints >= 0 (what: "dimension" or
+ * "stride", for the errors). */
+static int ints_parse(PyObject *o, npy_intp *out, int *n, const char *what)
 {
 	PyArray_Dims dims = {NULL, 0};
 
 	if (!PyArray_IntpConverter(o, &dims))
 		return -1;
 	if (dims.len > TDPY_MAX_DIMS) {
-		PyErr_Format(PyExc_ValueError, "%d dimensions, at most %d",
-			     dims.len, TDPY_MAX_DIMS);
+		PyErr_Format(PyExc_ValueError, "%d %ss, at most %d", dims.len,
+			     what, TDPY_MAX_DIMS);
 		goto fail;
 	}
 	for (int i = 0; i < dims.len; i++) {
 		if (dims.ptr[i] < 0) {
-			PyErr_SetString(PyExc_ValueError,
-					"negative dimension");
+			PyErr_Format(PyExc_ValueError, "negative %s %zd at "
+				     "index %d (%ss must be >= 0)", what,
+				     (Py_ssize_t)dims.ptr[i], i, what);
 			goto fail;
 		}
-		shape[i] = dims.ptr[i];
+		out[i] = dims.ptr[i];
 	}
-	*ndim = dims.len;
+	*n = dims.len;
 	PyDimMem_FREE(dims.ptr);
 	return 0;
 fail:
 	PyDimMem_FREE(dims.ptr);
 	return -1;
+}
+
+int tdpy_shape_parse(PyObject *o, npy_intp *shape, int *ndim)
+{
+	return ints_parse(o, shape, ndim, "dimension");
+}
+
+int tdpy_strides_parse(PyObject *o, npy_intp *strides, int *n)
+{
+	return ints_parse(o, strides, n, "stride");
 }
 
 int tdpy_dense(int ndim, const npy_intp *shape, npy_intp itemsize,
@@ -198,6 +221,8 @@ OwnerObject *tdpy_owner_new(enum owner_kind kind, PyObject *parent)
 	o->kind = kind;
 	Py_INCREF(parent);
 	o->parent = parent;
+	if (Py_TYPE(parent) == &tdpy_client_type)
+		o->conn = ((ClientObject *)parent)->conn;
 	return o;
 }
 
@@ -369,6 +394,23 @@ out:
 	return res;
 }
 
+/*
+ * Client.close() ends the client's leases and loans in the daemon (and a
+ * follow's holds), while their td_tensor and td_alloc stay (libtensord
+ * keeps them mapped until released): views stay readable, but nothing
+ * is held any more. So is a lease of an earlier connection of a client
+ * connected again.
+ */
+static bool owner_held(OwnerObject *r)
+{
+	ClientObject *cl = (ClientObject *)r->parent;
+
+	if (!(r->kind == OWNER_LEASE && r->t) &&
+	    !(r->kind == OWNER_LOAN && r->a))
+		return false;
+	return cl->c && cl->conn == r->conn;
+}
+
 /* The fd of the buffer behind the tensor (borrowed: valid while held). */
 static PyObject *owner_fileno(OwnerObject *o, PyObject *unused)
 {
@@ -406,10 +448,7 @@ static PyObject *owner_release_m(OwnerObject *o, PyObject *unused)
 
 static PyObject *get_held(OwnerObject *o, void *unused)
 {
-	OwnerObject *r = tdpy_owner_root(o);
-
-	return PyBool_FromLong((r->kind == OWNER_LEASE && r->t) ||
-			       (r->kind == OWNER_LOAN && r->a));
+	return PyBool_FromLong(owner_held(tdpy_owner_root(o)));
 }
 
 static PyObject *get_dtype_name(OwnerObject *o, void *unused)
@@ -626,9 +665,11 @@ static int dl_place(OwnerObject *o, PyArrayObject *a, struct dl_ctx *x)
 		x->sub = o->parent;
 		return 0;
 	}
-	if (!r->t) {
-		PyErr_SetString(PyExc_BufferError,
-				"the lease was released: no DLPack export");
+	/* an ended lease's bytes may be recycled under the consumer */
+	if (!owner_held(r)) {
+		PyErr_SetString(PyExc_BufferError, r->t ? "the lease ended "
+				"with its client's close(): no DLPack export"
+				: "the lease was released: no DLPack export");
 		return -1;
 	}
 	if (o->heap) {
@@ -683,15 +724,26 @@ static PyObject *array_dlpack(PyObject *self, PyObject *args, PyObject *kw)
 	if (!x)
 		return PyErr_NoMemory();
 	for (int i = 0; i < nd; i++) {
-		npy_intp s = PyArray_STRIDES(a)[i];
+		npy_intp s = PyArray_STRIDES(a)[i], n = PyArray_DIMS(a)[i];
 
 		if (s % d->elsize) {
 			PyErr_SetString(PyExc_BufferError, "a stride is not a "
 					"whole number of elements");
 			goto fail;
 		}
-		x->shape[i] = PyArray_DIMS(a)[i];
-		x->strides[i] = s / d->elsize;
+		/* DLPack 0.x has signed strides, but torch 1.13 aborts the
+		 * process on a negative one (numpy exports them): refused.
+		 * Over one element or none a stride moves nowhere: 0. */
+		if (s < 0 && n > 1) {
+			PyErr_Format(PyExc_BufferError, "negative stride %zd "
+				     "(dimension %d, a reversed view): no "
+				     "DLPack export; export a copy "
+				     "(np.ascontiguousarray)", (Py_ssize_t)s,
+				     i);
+			goto fail;
+		}
+		x->shape[i] = n;
+		x->strides[i] = s < 0 ? 0 : s / d->elsize;
 	}
 	if (dl_place(o, a, x) < 0)
 		goto fail;
@@ -833,6 +885,82 @@ static PyObject *array_reduce_ex(PyObject *self, PyObject *args)
 	return array_reduce_as_plain(self, args, "__reduce_ex__");
 }
 
+/*
+ * numpy's *_like functions make an array of the prototype's type over
+ * memory of its own (subok=True by default): a tensord.Array with no
+ * lease behind it, whose .version and release() could only raise. They
+ * give a plain ndarray here, as copies do (subok forced to False, given
+ * positionally or not); every other function is ndarray's.
+ */
+static const struct {
+	const char *name;
+	Py_ssize_t subok_at; /* subok's position */
+} like_table[] = {
+	{"empty_like", 3}, {"zeros_like", 3}, {"ones_like", 3},
+	{"full_like", 4},
+};
+#define LIKE_COUNT (sizeof(like_table) / sizeof(like_table[0]))
+static PyObject *like_funcs[LIKE_COUNT]; /* numpy's, found at import */
+static PyObject *ndarray_array_function; /* ndarray.__array_function__ */
+
+/* args and kw of a *_like call, subok set to False (new references). */
+static int like_plain(PyObject **args, PyObject **kw, Py_ssize_t at)
+{
+	Py_ssize_t n = PyTuple_GET_SIZE(*args);
+	PyObject *a, *k;
+
+	if (n > at) {
+		a = PyTuple_New(n);
+		for (Py_ssize_t i = 0; a && i < n; i++) {
+			PyObject *v = i == at ? Py_False
+					      : PyTuple_GET_ITEM(*args, i);
+
+			Py_INCREF(v);
+			PyTuple_SET_ITEM(a, i, v);
+		}
+		k = PyDict_Copy(*kw);
+	} else {
+		a = *args;
+		Py_INCREF(a);
+		k = PyDict_Copy(*kw);
+		if (k && PyDict_SetItemString(k, "subok", Py_False) < 0)
+			Py_CLEAR(k);
+	}
+	if (!a || !k) {
+		Py_XDECREF(a);
+		Py_XDECREF(k);
+		return -1;
+	}
+	*args = a;
+	*kw = k;
+	return 0;
+}
+
+static PyObject *array_function(PyObject *self, PyObject *args)
+{
+	PyObject *func, *types, *fargs, *fkw, *r;
+	Py_ssize_t at = -1;
+
+	if (!PyArg_ParseTuple(args, "OOO!O!:__array_function__", &func,
+			      &types, &PyTuple_Type, &fargs, &PyDict_Type,
+			      &fkw))
+		return NULL;
+	for (size_t i = 0; i < LIKE_COUNT; i++)
+		if (func == like_funcs[i])
+			at = like_table[i].subok_at;
+	if (at < 0)
+		return PyObject_CallFunctionObjArgs(ndarray_array_function,
+						    self, func, types, fargs,
+						    fkw, NULL);
+	if (like_plain(&fargs, &fkw, at) < 0)
+		return NULL;
+	r = PyObject_CallFunctionObjArgs(ndarray_array_function, self, func,
+					 types, fargs, fkw, NULL);
+	Py_DECREF(fargs);
+	Py_DECREF(fkw);
+	return r;
+}
+
 static PyMethodDef array_methods[] = {
 	{"__copy__", array_copy_k, METH_NOARGS, NULL},
 	{"__deepcopy__", array_copy_k, METH_O, NULL},
@@ -849,6 +977,7 @@ static PyMethodDef array_methods[] = {
 	{"__enter__", tdpy_enter, METH_NOARGS, NULL},
 	{"__exit__", tdpy_exit_release, METH_VARARGS, NULL},
 	{"__array_wrap__", array_wrap, METH_VARARGS, NULL},
+	{"__array_function__", array_function, METH_VARARGS, NULL},
 	{"copy", (PyCFunction)(void (*)(void))array_copy,
 	 METH_VARARGS | METH_KEYWORDS,
 	 "A copy in memory of its own: a plain numpy.ndarray."},
@@ -878,12 +1007,36 @@ PyTypeObject tdpy_array_type = {
 	.tp_getset = array_getset,
 };
 
+/* numpy's *_like functions and ndarray.__array_function__ (kept for
+ * the module's life). */
+static int like_init(void)
+{
+	PyObject *np;
+
+	if (ndarray_array_function)
+		return 0; /* a second import of the module */
+	np = PyImport_ImportModule("numpy");
+	if (!np)
+		return -1;
+	for (size_t i = 0; i < LIKE_COUNT; i++) {
+		like_funcs[i] = PyObject_GetAttrString(np, like_table[i].name);
+		if (!like_funcs[i]) {
+			Py_DECREF(np);
+			return -1;
+		}
+	}
+	Py_DECREF(np);
+	ndarray_array_function = PyObject_GetAttrString(
+		(PyObject *)&PyArray_Type, "__array_function__");
+	return ndarray_array_function ? 0 : -1;
+}
+
 int tdpy_array_init(PyObject *m)
 {
 	tdpy_array_type.tp_base = &PyArray_Type;
 	tdpy_array_type.tp_basicsize = PyArray_Type.tp_basicsize;
 	if (PyType_Ready(&tdpy_owner_type) < 0 ||
-	    PyType_Ready(&tdpy_array_type) < 0)
+	    PyType_Ready(&tdpy_array_type) < 0 || like_init() < 0)
 		return -1;
 	Py_INCREF(&tdpy_owner_type);
 	Py_INCREF(&tdpy_array_type);

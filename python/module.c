@@ -154,11 +154,25 @@ int tdpy_meta_get(PyObject *o, Py_buffer *b)
 					     PyBUF_SIMPLE)
 			 : -1;
 	}
-	if (PyObject_GetBuffer(o, b, PyBUF_SIMPLE) < 0) {
+	if (!PyObject_CheckBuffer(o)) {
 		PyErr_Format(PyExc_TypeError, "metadata must be bytes-like, "
 			     "str or None, not %.100s", Py_TYPE(o)->tp_name);
 		return -1;
 	}
+	if (PyObject_GetBuffer(o, b, PyBUF_SIMPLE) == 0)
+		return 0;
+	/* a buffer that is not one C-contiguous run of bytes (a strided
+	 * memoryview, a Fortran-order array): its bytes in C order, copied
+	 * (metadata is small, and copied into the blob anyway) */
+	PyErr_Clear();
+	o = PyBytes_FromObject(o);
+	if (!o)
+		return -1;
+	if (PyObject_GetBuffer(o, b, PyBUF_SIMPLE) < 0) {
+		Py_DECREF(o);
+		return -1;
+	}
+	Py_DECREF(o); /* b holds it */
 	return 0;
 }
 
@@ -333,6 +347,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 		return -1;
 	}
 	self->c = self->handle;
+	self->conn++; /* leases of an earlier connection stay ended */
 	/* a closed client connected again: its old list goes */
 	Py_XSETREF(self->pending, PyList_New(0));
 	self->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

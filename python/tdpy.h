@@ -48,6 +48,8 @@ typedef struct {
 			      * yet returned (by poll() or a Watch) */
 	struct tdpy_map *maps; /* leased planes' mappings, recent first */
 	unsigned idle_maps;    /* of them, used by no view */
+	uint64_t conn;         /* connections made (Client.__init__ again
+				* after close() makes another) */
 } ClientObject;
 
 enum owner_kind {
@@ -93,6 +95,7 @@ typedef struct {
 	uint64_t plane_size[TDPY_MAX_PLANES];
 	int fd;               /* VIEW: the ring's data file (the
 			       * subscription's fd) */
+	uint64_t conn;        /* LEASE, LOAN: the client's conn it came on */
 	PyObject *follow;     /* LEASE from Follow.next(): that Follow */
 	unsigned dl_exports;  /* LEASE of a follow: live DLPack exports */
 } OwnerObject;
@@ -153,6 +156,8 @@ int tdpy_dtype_of(const PyArray_Descr *d);
 int tdpy_conv_dtype(PyObject *o, void *out); /* uint32_t * */
 /* shape argument: an int or a sequence of ints >= 0. */
 int tdpy_shape_parse(PyObject *o, npy_intp *shape, int *ndim);
+/* strides argument (bytes): the same, "stride" in its errors. */
+int tdpy_strides_parse(PyObject *o, npy_intp *strides, int *n);
 /* Dense C-order byte strides; 0 and the byte count, -1 on overflow. */
 int tdpy_dense(int ndim, const npy_intp *shape, npy_intp itemsize,
 	       npy_intp *strides, uint64_t *bytes);

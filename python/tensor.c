@@ -256,7 +256,7 @@ PyObject *tdpy_client_alloc(ClientObject *self, PyObject *args,
 			goto fail;
 		}
 	} else {
-		if (tdpy_shape_parse(strides_o, o->strides, &nst) < 0)
+		if (tdpy_strides_parse(strides_o, o->strides, &nst) < 0)
 			goto fail;
 		if (nst != o->ndim) {
 			PyErr_SetString(PyExc_ValueError,

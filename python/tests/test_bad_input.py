@@ -272,3 +272,28 @@ def test_ten_thousand_ring_views_do_not_grow(client):
     assert_no_growth(step)
     sub.close()
     ring.close()
+
+
+def test_errors_name_what_was_wrong(client):
+    """A negative stride is a stride, not a dimension; a dtype with no
+    blob code is named as numpy names it (np.longdouble is float128, not
+    the blob's 'f16')."""
+    with pytest.raises(ValueError, match="negative stride -4 at index 0"):
+        client.alloc("bad/s", (4, 2), "u8", strides=(-4, 1))
+    with pytest.raises(ValueError, match="negative stride -1 at index 1"):
+        client.alloc("bad/s", (4, 2), "u8", strides=(2, -1))
+    with pytest.raises(ValueError, match="negative dimension -1 at index 1"):
+        client.alloc("bad/s", (4, -1), "u8")
+    ld = np.dtype(np.longdouble)
+    if ld.itemsize == 8:
+        pytest.skip("np.longdouble is float64 here: f64")
+    for call in (lambda: client.alloc("bad/ld", (2,), np.longdouble),
+                 lambda: client.put("bad/ld", np.zeros(2, np.longdouble)),
+                 lambda: client.ring_create("bad/ld", (2,), ld)):
+        with pytest.raises(TypeError) as ei:
+            call()
+        msg = str(ei.value)
+        assert ld.name in msg and "longdouble" in msg, msg
+        assert "no dtype code" in msg and "'f16'" not in msg, msg
+    with pytest.raises(TypeError, match="complex64: the blob has no"):
+        client.put("bad/c", np.zeros(2, np.complex64))

@@ -204,3 +204,21 @@ def test_ls_and_rm(client):
     assert client.rm("ls/a") == va
     with pytest.raises(tensord.NotFound):
         client.stat("ls/a")
+
+
+def test_metadata_of_any_buffer_is_taken_in_c_order(client):
+    """metadata takes any buffer: one that is not a C-contiguous run of
+    bytes (a strided memoryview, a Fortran-order array) is copied in C
+    order, as bytes(obj) would."""
+    raw = bytearray(b"abcdefgh")
+    mv = memoryview(raw)[::2]
+    assert not mv.contiguous
+    client.put("fid/mvmeta", np.zeros(1), metadata=mv)
+    assert client.get("fid/mvmeta").metadata == b"aceg"
+    f = np.asfortranarray(np.arange(6, dtype=np.uint8).reshape(2, 3))
+    w = client.alloc("fid/mvmeta2", (1,), "u8")
+    client.publish(w, metadata=f)
+    assert client.get("fid/mvmeta2").metadata == bytes(f) == \
+        bytes([0, 1, 2, 3, 4, 5])
+    with pytest.raises(TypeError, match="bytes-like"):
+        client.put("fid/mvmeta", np.zeros(1), metadata=[1, 2])

@@ -311,3 +311,46 @@ def test_allocs_given_up_unpublished_do_not_use_up_the_connection(client):
         with pytest.raises(Exception):
             client.publish(a, format="xyz")
     assert client.put("lt/after", np.zeros(4, np.uint8)) > 0
+
+
+def test_nothing_is_held_after_client_close(daemon, client):
+    """Client.close() ends every lease, loan and follow hold in the
+    daemon: .held says so (Lease, Planes, a followed tensor, a loan),
+    while the views stay mapped and readable. An ended lease exports no
+    DLPack tensor (its bytes may be recycled), as after release()."""
+    with tensord.Client(daemon.sock) as prod:
+        prod.put("lt/h", np.arange(4096, dtype=np.uint32))
+        p = prod.alloc("lt/hp", (8, 16), "u8", format="NV12")
+        p[0][:] = 3
+        p[1][:] = 4
+        prod.publish(p)
+        f = client.follow("lt/hf")
+        prod.put("lt/hf", np.full(64, 9, dtype=np.uint8))
+        ft = f.next(5)
+        a = client.get("lt/h")
+        planes = client.get("lt/hp")
+        y = planes[0]
+        w = client.alloc("lt/hw", (32,), "u8")
+        for held in (a.lease, planes, y.lease, ft.lease, w.lease):
+            assert held.held
+        client.close()
+        for held in (a.lease, planes, y.lease, ft.lease, w.lease):
+            assert not held.held, held
+        assert int(a[-1]) == 4095 and (y == 3).all() and (ft == 9).all()
+        w[:] = 1  # still our mapping
+        with pytest.raises(BufferError, match="close"):
+            np.from_dlpack(a)
+        with pytest.raises(BufferError, match="close"):
+            y.__dlpack__()
+        a.release()  # still fine, and still not held
+        assert not a.lease.held and int(a[1]) == 1
+        # the daemon holds nothing of the closed connection
+        assert prod.stat("lt/h").lease_count == 0
+        assert prod.stat("lt/hp").lease_count == 0
+        # connected again, the client's old leases stay ended
+        client.__init__(daemon.sock)
+        assert not planes.held and not ft.lease.held
+        b = client.get("lt/h")
+        assert b.lease.held and not y.lease.held
+        b.release()
+        del f, ft

@@ -6,12 +6,14 @@ import copy
 import ctypes
 import os
 import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensord
 
-from conftest import mapping_of, need_torch, run_py
+from conftest import child_env, mapping_of, need_torch, run_py
 
 PRODUCER = """
 import os, sys, numpy as np, tensord
@@ -166,3 +168,84 @@ def test_arithmetic_and_copies_are_plain_ndarrays_and_views_stay_on_the_lease(
     assert type(a) is tensord.Array
     assert client.publish(a) > 0
     x.release()
+
+
+def test_like_functions_give_plain_ndarrays(client):
+    """numpy's *_like functions make memory of their own: plain ndarrays
+    (subok forced off, however it is given), whose values are right;
+    numpy's other functions keep giving tensord.Array views."""
+    client.put("zc/like", np.arange(6, dtype=np.float32).reshape(2, 3))
+    x = client.get("zc/like")
+    made = {
+        "empty_like": np.empty_like(x),
+        "zeros_like": np.zeros_like(x),
+        "ones_like": np.ones_like(x),
+        "full_like": np.full_like(x, 7),
+        "zeros_like subok=True": np.zeros_like(x, subok=True),
+        "zeros_like positional subok": np.zeros_like(x, None, "K", True),
+        "full_like positional subok": np.full_like(x, 7, None, "K", True),
+        "zeros_like shape": np.zeros_like(x, shape=(4,)),
+        "ones_like dtype": np.ones_like(x[:, ::2], dtype=np.int16),
+    }
+    for what, r in made.items():
+        assert type(r) is np.ndarray, what
+        assert not np.shares_memory(r, x), what
+        r[...] = 1  # its own, writable memory
+    assert made["zeros_like shape"].shape == (4,)
+    assert made["ones_like dtype"].dtype == np.int16
+    assert made["ones_like dtype"].shape == (2, 2)
+    np.testing.assert_array_equal(np.zeros_like(x), np.zeros((2, 3)))
+    np.testing.assert_array_equal(np.full_like(x, 7), np.full((2, 3), 7))
+    assert np.ones_like(x).dtype == np.float32
+    for v in (np.reshape(x, (3, 2)), np.transpose(x), np.ravel(x),
+              np.swapaxes(x, 0, 1), x[:, 1:], np.asanyarray(x)):
+        assert type(v) is tensord.Array
+        assert v.lease is x.lease and np.shares_memory(v, x)
+    assert np.sum(x) == 15 and type(np.sort(x)) is np.ndarray
+    x.release()
+
+
+def test_dlpack_refuses_negative_strides(client):
+    """A reversed view has negative strides, which torch 1.13 aborts the
+    process on (numpy 1.24 exports them): a BufferError instead."""
+    client.put("zc/neg", np.arange(12, dtype=np.float32).reshape(3, 4))
+    x = client.get("zc/neg")
+    for v in (x[::-1], x[:, ::-2], np.flip(x)):
+        with pytest.raises(BufferError, match="negative stride"):
+            v.__dlpack__()
+        with pytest.raises(BufferError, match="negative stride"):
+            np.from_dlpack(v)
+    # over one element a stride moves nowhere: exported as 0
+    one = x[1:2, ::-1][:, :1]
+    assert one.strides[1] < 0
+    np.testing.assert_array_equal(np.from_dlpack(one), [[7.0]])
+    # what can be exported still is, and its copy of a reversed view too
+    np.testing.assert_array_equal(np.from_dlpack(x[::2]), x[::2])
+    np.testing.assert_array_equal(np.from_dlpack(x[::-1].copy()), x[::-1])
+
+
+TORCH_REVERSED = """
+import sys, torch, numpy as np, tensord
+x = tensord.Client().get(sys.argv[1])
+try:
+    torch.from_dlpack(x[::-1])
+    print("exported")
+except BufferError as e:
+    print("refused:", e)
+"""
+
+
+def test_torch_gets_an_error_for_a_reversed_view_not_an_abort(daemon,
+                                                              client):
+    """torch 1.13 aborts the whole process (an uncaught C++ exception)
+    on a DLPack tensor with a negative stride: in a child process, so
+    that an abort fails this test instead of killing pytest."""
+    need_torch()
+    client.put("zc/negt", np.arange(12, dtype=np.float32).reshape(3, 4))
+    r = subprocess.run([sys.executable, "-c", TORCH_REVERSED, "zc/negt"],
+                       env=child_env(daemon), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, \
+        f"the process died ({r.returncode}): {r.stderr[-2000:]}"
+    assert r.stdout.startswith("refused:") and "negative stride" in \
+        r.stdout, r.stdout + r.stderr
