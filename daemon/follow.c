@@ -541,33 +541,38 @@ static struct trig *trig_of(struct td__peer *p)
 }
 
 /*
- * May the loan a, lent after ver's publish, be staged as ver's next
- * version? A named recyclable loan of ver's planes (no fence, no fd of
- * the request's own), every buffer published before (its read-only
- * reopen made), while followers follow the name and nothing else is
- * staged there. A lent loan comes from the free list, never from a
- * rewrite's take-back (an ALLOC's), so one lent after a rewritable
- * publish may be staged too: its buffers are nobody's version.
+ * May loan a be staged as the next version of desc's name, repeating
+ * desc's descriptor? A named recyclable loan of desc's planes (no fence,
+ * no fd of the request's own), every buffer published before (its
+ * read-only reopen made), while followers follow the name and nothing
+ * else is staged there. desc is the version a PUBLISH just made (the
+ * loan its reply lends: from the free list, so nobody's version, even
+ * after a rewritable publish), or a copy of the version a REWRITE ALLOC
+ * took back (the loan is that version's buffers, which nobody holds).
  */
 static bool stage_fits(const struct bell *b, const struct td__alloc *a,
-		       const struct td__version *ver)
+		       const struct td__version *desc)
 {
 	if (!b || !b->followers || b->st.owner || !a || !a->recycle ||
-	    !a->name_len || a->count != ver->nfds ||
-	    !ver->recycle || !td__alloc_is_for(
-				     a, (struct td_wire_str){ver->name,
-							     ver->name_len}))
+	    !a->name_len || a->count != desc->nfds ||
+	    !desc->recycle || !td__alloc_is_for(
+				      a, (struct td_wire_str){desc->name,
+							      desc->name_len}))
 		return false;
 	for (uint32_t i = 0; i < a->count; i++)
 		if (a->fds[i].ro < 0 || a->fds[i].fd < 0 ||
-		    !ver->fds[i].tracked || a->fds[i].size != ver->fds[i].size)
+		    !desc->fds[i].tracked ||
+		    a->fds[i].size != desc->fds[i].size)
 			return false;
 	return true;
 }
 
-/* The version a stage of a would commit: ver's descriptor, a's buffers. */
-static struct td__version *stage_version(const struct td__version *ver,
-					 const struct td__alloc *a)
+/*
+ * A version record that repeats ver's descriptor (the store's spare
+ * list): the planes' sizes, no descriptors, no number yet. What a
+ * stage commits, once it has its loan's buffers.
+ */
+static struct td__version *stage_copy(const struct td__version *ver)
 {
 	struct td__store *s = td__d->store;
 	struct td__version *sv =
@@ -581,6 +586,7 @@ static struct td__version *stage_version(const struct td__version *ver,
 	sv->ndim = ver->ndim;
 	memcpy(sv->shape, ver->shape, sizeof(sv->shape));
 	sv->bytes = ver->bytes;
+	sv->recycle = ver->recycle;
 	sv->name_len = ver->name_len;
 	memcpy(sv->name, ver->name, ver->name_len);
 	sv->meta = sv->data;
@@ -589,32 +595,38 @@ static struct td__version *stage_version(const struct td__version *ver,
 	sv->blob = sv->data + ver->meta_len;
 	sv->blob_len = ver->blob_len;
 	memcpy(sv->blob, ver->blob, ver->blob_len);
+	sv->nfds = ver->nfds;
+	for (uint32_t i = 0; i < ver->nfds; i++)
+		sv->fds[i] = (struct td__vfd){.fd = -1, .ro = -1,
+					      .size = ver->fds[i].size,
+					      .tracked = ver->fds[i].tracked};
+	return sv;
+}
+
+/*
+ * Stage sv (stage_copy's; the stage's from now on, else put back) as
+ * the next version of its name on b, with alloc a's buffers: a number,
+ * an entry in the bell, STAGED in p's trigger page. *version and *gen
+ * name it (left 0 when not staged).
+ */
+static void stage_arm(struct td__peer *p, struct bell *b,
+		      const struct td__alloc *a, struct td__version *sv,
+		      uint64_t *version, uint32_t *gen)
+{
+	struct trig *t = trig_of(p);
+	uint32_t e;
+
+	if (!t) {
+		td__version_put(td__d->store, sv);
+		return;
+	}
 	/* for the entry; the commit moves the loan's descriptors in */
 	sv->nfds = a->count;
 	for (uint32_t i = 0; i < a->count; i++)
 		sv->fds[i] = (struct td__vfd){.fd = -1, .ro = -1,
 					      .buffer_id = a->fds[i].buffer_id,
 					      .tracked = true};
-	sv->number = s->next_version++;
-	return sv;
-}
-
-static void on_offer(struct td__peer *p, const struct td__version *ver,
-		     struct td_wire_publish_rep *r)
-{
-	struct bell *b = td__list_empty(&bells)
-				 ? NULL
-				 : bell_named(ver->name, ver->name_len);
-	struct td__alloc *a = td__loan_find(p, r->loan.alloc_id);
-	struct td__version *sv;
-	struct trig *t;
-	uint32_t e;
-
-	if (p->stage || !stage_fits(b, a, ver) || !(t = trig_of(p)))
-		return;
-	sv = stage_version(ver, a);
-	if (!sv)
-		return;
+	sv->number = td__d->store->next_version++;
 	e = entry_write(b, sv);
 	if (e == TD_FOLLOW_ENTRY_NONE) {
 		td__version_put(td__d->store, sv);
@@ -632,9 +644,50 @@ static void on_offer(struct td__peer *p, const struct td__version *ver,
 	atomic_store_explicit(&b->hdr->stage,
 			      td_follow_latest_pack(sv->number, e),
 			      memory_order_release);
-	r->stage_version = sv->number;
-	r->stage_gen = t->gen;
+	*version = sv->number;
+	*gen = t->gen;
 	stage_timer_arm();
+}
+
+static struct bell *bell_of(const struct td__version *v)
+{
+	return td__list_empty(&bells) ? NULL
+				      : bell_named(v->name, v->name_len);
+}
+
+/* A PUBLISH of p made ver and lends loan a (its reply's stage). */
+static void on_offer(struct td__peer *p, const struct td__version *ver,
+		     const struct td__alloc *a, uint64_t *version,
+		     uint32_t *gen)
+{
+	struct bell *b = bell_of(ver);
+	struct td__version *sv;
+
+	if (p->stage || !stage_fits(b, a, ver) || !(sv = stage_copy(ver)))
+		return;
+	stage_arm(p, b, a, sv, version, gen);
+}
+
+/* A REWRITE ALLOC takes ver back: its descriptor, if a stage may follow. */
+static struct td__version *on_keep(const struct td__version *ver)
+{
+	const struct bell *b = bell_of(ver);
+
+	return b && b->followers && !b->st.owner ? stage_copy(ver) : NULL;
+}
+
+/* ... and lends its buffers as loan a: staged if it may be (sv goes). */
+static void on_takeback(struct td__peer *p, struct td__version *sv,
+			const struct td__alloc *a, uint64_t *version,
+			uint32_t *gen)
+{
+	struct bell *b = bell_of(sv);
+
+	if (p->stage || !stage_fits(b, a, sv)) {
+		td__version_put(td__d->store, sv);
+		return;
+	}
+	stage_arm(p, b, a, sv, version, gen);
 }
 
 /* STAGE_PAGE: the name's trigger page, to its producer or a follower. */
@@ -1117,9 +1170,9 @@ void td__follow_peer_gone(struct td__peer *p)
 
 void td__follow_init(void)
 {
-	static const struct td__store_bell hooks = {on_changed, on_pins,
-						    on_sweep, on_settle,
-						    on_offer};
+	static const struct td__store_bell hooks = {
+		on_changed, on_pins, on_sweep, on_settle,
+		on_offer,   on_keep, on_takeback};
 
 	uv_timer_init(td__d->loop, &stage_timer);
 	uv_unref((uv_handle_t *)&stage_timer);

@@ -212,11 +212,14 @@ bool td__rewrite_pending(struct td_wire_str name)
  * freebuf_pick prefers them: prefer[i] is plane i's buffer id. Not for
  * an alloc named for another name (it may be published as that one
  * only), nor when a buffer of it may not be lent to alloc a (lendable).
+ * keep (non-NULL: the client can fire a stage): a copy of the version's
+ * descriptor, when its name is followed, for the stage of the loan.
  * Returns the planes taken back, 0 none.
  */
 static uint32_t rewrite_take(struct td__store *s, struct td__peer *p,
 			     const struct td_wire_alloc_req *m,
-			     const struct td__alloc *a, uint64_t *prefer)
+			     const struct td__alloc *a, uint64_t *prefer,
+			     struct td__version **keep)
 {
 	struct td_wire_str n = {p->rw_name, p->rw_len};
 	struct td__version *v;
@@ -239,6 +242,8 @@ static uint32_t rewrite_take(struct td__store *s, struct td__peer *p,
 			return 0;
 		prefer[i] = v->fds[i].buffer_id;
 	}
+	if (keep)
+		*keep = td__store_stage_keep(v);
 	td__name_withdraw(s, v);
 	td__store_changed();
 	td__version_retire(s, v);
@@ -504,6 +509,7 @@ void td__loan_alloc(struct td__peer *p, const struct td__req *rq)
 	uint64_t prefer[TD_WIRE_MAX_PLANES] = {0};
 	uint32_t unreserved = 0;
 	unsigned nsend = 0;
+	struct td__version *keep = NULL;
 	int64_t len;
 	int rc = td_wire_alloc_req_decode(rq->body, h->body_len, &m, &e);
 
@@ -528,7 +534,8 @@ void td__loan_alloc(struct td__peer *p, const struct td__req *rq)
 	if (a->recycle && (m.flags & TD_WIRE_ALLOC_REWRITE))
 		rewrite_drop(p);
 	if (a->recycle && (m.flags & TD_WIRE_ALLOC_REWRITE) &&
-	    rewrite_take(s, p, &m, a, prefer)) {
+	    rewrite_take(s, p, &m, a, prefer,
+			 (m.flags & TD_WIRE_ALLOC_STAGE) ? &keep : NULL)) {
 		p->rw_alloc = a->id;
 		p->rw_since = uv_now(d->loop);
 		td__list_add_tail(&s->rewrites, &p->rw_link);
@@ -542,12 +549,21 @@ void td__loan_alloc(struct td__peer *p, const struct td__req *rq)
 		if (p->rw_alloc == a->id)
 			rewrite_drop(p);
 		td__loan_free(s, a);
+		if (keep)
+			td__version_put(s, keep);
 		return;
 	}
 	loan_reply(a, held, &r, fds, &nsend);
 	r.unreserved = unreserved;
 	td__list_add_tail(&p->allocs, &a->link);
 	p->n_allocs++;
+	/* the buffers taken back, staged as the name's next version: its
+	 * followers take it when the producer fires, not at its PUBLISH */
+	if (keep && !unreserved)
+		td__store_stage_takeback(p, keep, a, &r.stage_version,
+					 &r.stage_gen);
+	else if (keep)
+		td__version_put(s, keep);
 	len = td_wire_alloc_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
 	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
 		      (size_t)len, fds,

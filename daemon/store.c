@@ -512,10 +512,26 @@ void td__store_settle(const char *name, size_t len)
 }
 
 void td__store_stage_offer(struct td__peer *p, const struct td__version *ver,
-			   struct td_wire_publish_rep *r)
+			   const struct td__alloc *a, uint64_t *version,
+			   uint32_t *gen)
 {
 	if (bell)
-		bell->offer(p, ver, r);
+		bell->offer(p, ver, a, version, gen);
+}
+
+struct td__version *td__store_stage_keep(const struct td__version *ver)
+{
+	return bell ? bell->keep(ver) : NULL;
+}
+
+void td__store_stage_takeback(struct td__peer *p, struct td__version *sv,
+			      const struct td__alloc *a, uint64_t *version,
+			      uint32_t *gen)
+{
+	if (bell)
+		bell->takeback(p, sv, a, version, gen);
+	else
+		td__version_put(td__d->store, sv);
 }
 
 bool td__store_name_taken(struct td_wire_str name)

@@ -308,10 +308,19 @@ struct td__store_bell {
 	/* a staged publish of name (NULL: of every name) is settled:
 	 * committed if its producer fired it, else (cancel) cancelled */
 	void (*settle)(const char *name, size_t len, bool cancel);
-	/* a PUBLISH of p made ver and lends the loan in r: staged as the
-	 * name's next version if it may be (fills r's stage fields) */
+	/* a PUBLISH of p made ver and lends loan a: staged as the name's
+	 * next version if it may be (*version, *gen: the stage) */
 	void (*offer)(struct td__peer *p, const struct td__version *ver,
-		      struct td_wire_publish_rep *r);
+		      const struct td__alloc *a, uint64_t *version,
+		      uint32_t *gen);
+	/* a REWRITE ALLOC takes ver back: a copy of its descriptor when a
+	 * stage of its buffers may follow, else NULL */
+	struct td__version *(*keep)(const struct td__version *ver);
+	/* ... and lends them as loan a: staged as the name's next version
+	 * with that descriptor if it may be (sv, keep's, goes either way) */
+	void (*takeback)(struct td__peer *p, struct td__version *sv,
+			 const struct td__alloc *a, uint64_t *version,
+			 uint32_t *gen);
 };
 void td__store_bell_set(const struct td__store_bell *b);
 /*
@@ -321,9 +330,15 @@ void td__store_bell_set(const struct td__store_bell *b);
  * cancelled.
  */
 void td__store_settle(const char *name, size_t len);
-/* bell->offer (publish.c calls no file above it) */
+/* bell->offer, ->keep, ->takeback (publish.c and loan.c call no file
+ * above them) */
 void td__store_stage_offer(struct td__peer *p, const struct td__version *ver,
-			   struct td_wire_publish_rep *r);
+			   const struct td__alloc *a, uint64_t *version,
+			   uint32_t *gen);
+struct td__version *td__store_stage_keep(const struct td__version *ver);
+void td__store_stage_takeback(struct td__peer *p, struct td__version *sv,
+			      const struct td__alloc *a, uint64_t *version,
+			      uint32_t *gen);
 /* The commit of a fired stage (publish.c): sv, numbered already, takes
  * alloc a's buffers and becomes its name's current version. */
 void td__publish_staged(struct td__peer *p, struct td__alloc *a,

@@ -219,11 +219,12 @@ struct td_client {
 	/*
 	 * Staged publishes (produce.c, docs/fastpath.md "A followed publish
 	 * without the daemon's hop"): the stage the last PUBLISH reply
-	 * offered (st_alloc 0: none), the trigger page that fires it
-	 * (st_page of generation st_pgen: one per connection), and the
-	 * descriptor of the last PUBLISH that asked for a stage (desc,
-	 * desc_len bytes): a stage repeats it, so only a publish with the
-	 * same one fires. stage_off: TENSORD_STAGE=0.
+	 * or REWRITE ALLOC reply offered (st_alloc 0: none), the trigger
+	 * page that fires it (st_page of generation st_pgen: one per
+	 * connection), and the name and descriptor of the last PUBLISH of a
+	 * named loan (desc, desc_len bytes): a stage repeats it, so only a
+	 * publish of the same name with the same one fires. stage_off:
+	 * TENSORD_STAGE=0.
 	 */
 	uint64_t st_alloc, st_version;
 	uint32_t st_gen, st_pgen;
@@ -401,6 +402,16 @@ uint32_t td__stage_flags(struct td_client *c, uint64_t alloc_id, bool named,
 			 const char *name,
 			 const struct td_wire_publish_req *req);
 void td__stage_note(struct td_client *c, const struct td_wire_publish_rep *r);
+/*
+ * stage.c (lock held): TD_WIRE_ALLOC_STAGE for ALLOC req when it is a
+ * REWRITE ALLOC of a name whose take-back the daemon may stage (the last
+ * publish kept was of that name), else 0; td__stage_note_alloc: the
+ * stage its reply offers.
+ */
+uint32_t td__stage_alloc_flag(const struct td_client *c,
+			      const struct td_wire_alloc_req *req);
+void td__stage_note_alloc(struct td_client *c,
+			  const struct td_wire_alloc_rep *r);
 /* A new connection (lock held): the lent loan named an alloc of the old
  * daemon; drop it (its buffers idle), and forget a give-back. */
 void td__next_loan_reset(struct td_client *c);

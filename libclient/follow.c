@@ -397,11 +397,16 @@ static void sleep_on(struct td_follow *f, uint32_t seq, uint64_t latest,
 		     uint64_t after, int64_t until)
 {
 	_Atomic uint32_t *w = &f->row->waiting;
-	/* a producer that fires wakes its trigger word, not the rows: read
-	 * before the last look, so a fire after it ends the sleep */
-	bool trig = f->stage_ok && f->trig &&
-		    f->trig_gen == atomic_load_explicit(&f->hdr->stage_gen,
-							memory_order_relaxed);
+	/*
+	 * A producer that fires wakes its trigger word, not the rows: read
+	 * before the last look, so a fire after it ends the sleep. Mapped
+	 * here once a producer of the name has staged (stage_gen), not
+	 * only when a stage is seen: a REWRITE ALLOC's stage comes while
+	 * its followers sleep already.
+	 */
+	uint32_t gen = atomic_load_explicit(&f->hdr->stage_gen,
+					    memory_order_relaxed);
+	bool trig = f->stage_ok && trig_have(f, gen);
 	uint32_t tw = trig ? atomic_load((_Atomic uint32_t *)&f->trig->word)
 			   : 0;
 
@@ -532,8 +537,13 @@ static int follow_wait(struct td_follow *f, uint64_t after, int timeout_ms,
 			}
 			return rc;
 		}
-		if (served && !latest)
-			goto get_path; /* a parked GET also sees a ring */
+		/* a parked GET also sees a ring; a staged take-back's
+		 * producer fires it (or its PUBLISH moves latest) */
+		if (served && !latest &&
+		    !atomic_load_explicit(&((struct td_follow_hdr *)f->hdr)
+						   ->stage,
+					  memory_order_relaxed))
+			goto get_path;
 		/* nothing newer: for get_newer, a daemon that is gone says so
 		 * as the GET would (else a poll with timeout 0 would time out
 		 * for ever on a bell nobody writes, and never reconnect) */

@@ -383,17 +383,17 @@ static int alloc_call(struct td_client *c, struct td_alloc *a,
 	if (c->reserve_self && td__has(c, TD_WIRE_FEAT_RESERVE))
 		req.flags |= TD_WIRE_ALLOC_RESERVE;
 	if (recycle) {
-		req.flags |= TD_WIRE_ALLOC_RECYCLE;
+		/* rewrite: TD_WIRE_ALLOC_REWRITE, _REWRITABLE or 0 */
+		req.flags |= TD_WIRE_ALLOC_RECYCLE | rewrite;
 		req.held_count = loans_held(c, req.held);
 	}
-	if (recycle)
-		req.flags |= rewrite; /* TD_WIRE_ALLOC_REWRITE, _REWRITABLE */
 	/* a daemon that predates named allocs gets none: the name is
 	 * checked here at publish all the same */
 	if (a->name_len && td__has(c, TD_WIRE_FEAT_ALLOC_NAME)) {
 		req.flags |= TD_WIRE_ALLOC_NAMED;
 		req.name = (struct td_wire_str){a->name, a->name_len};
 	}
+	req.flags |= td__stage_alloc_flag(c, &req); /* a take-back's */
 	len = td_wire_alloc_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
 				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	if (len < 0)
@@ -406,9 +406,9 @@ static int alloc_call(struct td_client *c, struct td_alloc *a,
 	if (rc < 0)
 		rc = td__fail(err, -EPROTO, "bad ALLOC reply: %s",
 			      e.reason ? e.reason : "?");
-	else
-		rc = alloc_take(c, a, &rep, plane_count, sizes, recycle, &m,
-				err);
+	else if (!(rc = alloc_take(c, a, &rep, plane_count, sizes, recycle,
+				   &m, err)))
+		td__stage_note_alloc(c, &rep); /* fired if published alike */
 	a->unreserved = rep.unreserved;
 	td__msg_close_fds(&m);
 	return rc;

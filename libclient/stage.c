@@ -90,22 +90,38 @@ void td__stage_forget(struct td_client *c)
 	c->desc_len = c->desc_cap = 0;
 }
 
-/* What a stage repeats of a PUBLISH: its pin flag, meta and blob. */
-static bool desc_same(const struct td_client *c, uint32_t pin,
-		      const struct td_wire_bytes *meta,
-		      const struct td_wire_bytes *blob)
+/*
+ * What a stage repeats of a PUBLISH: its name, pin flag, meta and blob,
+ * kept as u32 pin, u32 name length, u32 meta length, name, meta, blob.
+ */
+#define DESC_HDR 12u
+
+static bool desc_named(const struct td_client *c, const char *name,
+		       uint32_t len)
 {
-	return c->desc && c->desc_len == 8 + meta->len + blob->len &&
-	       !memcmp(c->desc, &pin, 4) && !memcmp(c->desc + 4, &meta->len, 4) &&
-	       (!meta->len || !memcmp(c->desc + 8, meta->ptr, meta->len)) &&
-	       !memcmp(c->desc + 8 + meta->len, blob->ptr, blob->len);
+	return c->desc && !memcmp(c->desc + 4, &len, 4) &&
+	       !memcmp(c->desc + DESC_HDR, name, len);
 }
 
-static void desc_keep(struct td_client *c, uint32_t pin,
+static bool desc_same(const struct td_client *c, const char *name,
+		      uint32_t pin, const struct td_wire_bytes *meta,
+		      const struct td_wire_bytes *blob)
+{
+	uint32_t nl = (uint32_t)strlen(name), at = DESC_HDR + nl;
+
+	return desc_named(c, name, nl) &&
+	       c->desc_len == at + meta->len + blob->len &&
+	       !memcmp(c->desc, &pin, 4) && !memcmp(c->desc + 8, &meta->len, 4) &&
+	       (!meta->len || !memcmp(c->desc + at, meta->ptr, meta->len)) &&
+	       !memcmp(c->desc + at + meta->len, blob->ptr, blob->len);
+}
+
+static void desc_keep(struct td_client *c, const char *name, uint32_t pin,
 		      const struct td_wire_bytes *meta,
 		      const struct td_wire_bytes *blob)
 {
-	uint32_t n = 8 + meta->len + blob->len;
+	uint32_t nl = (uint32_t)strlen(name), at = DESC_HDR + nl;
+	uint32_t n = at + meta->len + blob->len;
 
 	if (n > c->desc_cap) {
 		uint8_t *d = realloc(c->desc, n);
@@ -118,10 +134,12 @@ static void desc_keep(struct td_client *c, uint32_t pin,
 		c->desc_cap = n;
 	}
 	memcpy(c->desc, &pin, 4);
-	memcpy(c->desc + 4, &meta->len, 4);
+	memcpy(c->desc + 4, &nl, 4);
+	memcpy(c->desc + 8, &meta->len, 4);
+	memcpy(c->desc + DESC_HDR, name, nl);
 	if (meta->len)
-		memcpy(c->desc + 8, meta->ptr, meta->len);
-	memcpy(c->desc + 8 + meta->len, blob->ptr, blob->len);
+		memcpy(c->desc + at, meta->ptr, meta->len);
+	memcpy(c->desc + at + meta->len, blob->ptr, blob->len);
 	c->desc_len = n;
 }
 
@@ -168,17 +186,44 @@ uint32_t td__stage_flags(struct td_client *c, uint64_t alloc_id, bool named,
 	 * is offered once: whatever this publish is, it is spent.
 	 */
 	if (alloc_id && c->st_alloc == alloc_id &&
-	    desc_same(c, pin, &req->meta, &req->blob) && stage_fire(c, name))
+	    desc_same(c, name, pin, &req->meta, &req->blob) &&
+	    stage_fire(c, name))
 		add |= TD_WIRE_PUB_FIRED;
 	c->st_alloc = 0;
+	if (!named || c->stage_off || !td__has(c, TD_WIRE_FEAT_STAGE))
+		return add;
 	/* a named stream's: the daemon may stage its next loan */
-	if ((req->flags & TD_WIRE_PUB_LOAN) && named && !c->stage_off &&
-	    td__has(c, TD_WIRE_FEAT_STAGE)) {
+	if (req->flags & TD_WIRE_PUB_LOAN)
 		add |= TD_WIRE_PUB_STAGE;
-		if (!(add & TD_WIRE_PUB_FIRED))
-			desc_keep(c, pin, &req->meta, &req->blob);
-	}
+	/* what that stage, or a take-back's, repeats */
+	if (!(add & TD_WIRE_PUB_FIRED))
+		desc_keep(c, name, pin, &req->meta, &req->blob);
 	return add;
+}
+
+uint32_t td__stage_alloc_flag(const struct td_client *c,
+			      const struct td_wire_alloc_req *req)
+{
+	uint32_t need = TD_WIRE_ALLOC_RECYCLE | TD_WIRE_ALLOC_REWRITE |
+			TD_WIRE_ALLOC_NAMED;
+
+	return (req->flags & need) == need && !c->stage_off &&
+			       td__has(c, TD_WIRE_FEAT_STAGE) &&
+			       td__has(c, TD_WIRE_FEAT_STAGE_TAKEBACK) &&
+			       c->desc_len &&
+			       desc_named(c, req->name.ptr, req->name.len)
+		       ? TD_WIRE_ALLOC_STAGE
+		       : 0;
+}
+
+void td__stage_note_alloc(struct td_client *c,
+			  const struct td_wire_alloc_rep *r)
+{
+	if (!r->stage_version)
+		return;
+	c->st_alloc = r->alloc_id;
+	c->st_version = r->stage_version;
+	c->st_gen = r->stage_gen;
 }
 
 void td__stage_note(struct td_client *c, const struct td_wire_publish_rep *r)

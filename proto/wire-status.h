@@ -154,6 +154,11 @@ int td_wire_ring_wake_rep_decode(const uint8_t *body, size_t len,
  * stage it fires, read-only to a follower of the name.
  */
 #define TD_WIRE_FEAT_STAGE 0x40000u
+/*
+ * Staged take-backs (docs/protocol.md §13): ALLOC's TD_WIRE_ALLOC_STAGE
+ * and the ALLOC reply's stage section, with TD_WIRE_FEAT_STAGE.
+ */
+#define TD_WIRE_FEAT_STAGE_TAKEBACK 0x80000u
 
 struct td_wire_follow_rep {
 	uint64_t id;

@@ -522,8 +522,10 @@ int td_wire_hello_rep_decode(const uint8_t *body, size_t len,
 #define ALLOC_FLAGS                                                           \
 	(TD_WIRE_REQ_SCM | TD_WIRE_ALLOC_RECYCLE | TD_WIRE_ALLOC_UNLOAN |      \
 	 TD_WIRE_ALLOC_REWRITE | TD_WIRE_ALLOC_REWRITABLE |                  \
-	 TD_WIRE_ALLOC_RESERVE | TD_WIRE_ALLOC_NAMED)
+	 TD_WIRE_ALLOC_RESERVE | TD_WIRE_ALLOC_NAMED | TD_WIRE_ALLOC_STAGE)
 #define ALLOC_REWRITE_FLAGS (TD_WIRE_ALLOC_REWRITE | TD_WIRE_ALLOC_REWRITABLE)
+/* a staged take-back: of a REWRITE ALLOC of a name */
+#define ALLOC_STAGE_NEEDS (TD_WIRE_ALLOC_REWRITE | TD_WIRE_ALLOC_NAMED)
 #define PUB_FLAGS                                                             \
 	(TD_WIRE_PUB_PIN | TD_WIRE_PUB_LOAN | TD_WIRE_PUB_LOAN_SCM |           \
 	 TD_WIRE_PUB_STAGE | TD_WIRE_PUB_FIRED)
@@ -616,7 +618,9 @@ int64_t td_wire_alloc_req_encode(const struct td_wire_alloc_req *m,
 	     !(m->flags & TD_WIRE_ALLOC_RECYCLE)) ||
 	    !held_list_ok(m->held_count, m->held) ||
 	    ((m->flags & TD_WIRE_ALLOC_NAMED) &&
-	     (!m->name.len || m->name.len > TD_WIRE_MAX_NAME)))
+	     (!m->name.len || m->name.len > TD_WIRE_MAX_NAME)) ||
+	    ((m->flags & TD_WIRE_ALLOC_STAGE) &&
+	     (m->flags & ALLOC_STAGE_NEEDS) != ALLOC_STAGE_NEEDS))
 		return -EINVAL;
 	td_wire_wr_init(&wr, buf, cap);
 	td_wire_wr_u32(&wr, m->flags);
@@ -641,6 +645,10 @@ int td_wire_alloc_req_decode(const uint8_t *body, size_t len,
 	    !(m->flags & TD_WIRE_ALLOC_RECYCLE))
 		td__wire_rd_fail(&rd, TD_ERR_MALFORMED, "flags", m->flags, 0,
 				 "REWRITE without the RECYCLE flag");
+	if (!rd.rc && (m->flags & TD_WIRE_ALLOC_STAGE) &&
+	    (m->flags & ALLOC_STAGE_NEEDS) != ALLOC_STAGE_NEEDS)
+		td__wire_rd_fail(&rd, TD_ERR_MALFORMED, "flags", m->flags, 0,
+				 "STAGE without REWRITE and NAMED");
 	m->plane_count =
 		td__wire_rd_count(&rd, TD_WIRE_MAX_PLANES, "plane_count");
 	for (uint32_t i = 0; i < m->plane_count && !rd.rc; i++)
@@ -703,14 +711,20 @@ int64_t td_wire_alloc_rep_encode(const struct td_wire_alloc_rep *m,
 	struct td_wire_wr wr;
 
 	if (m->fd_count > TD_WIRE_MAX_PLANES ||
-	    unreserved_bad(m->unreserved, m->fd_count, m->fds))
+	    unreserved_bad(m->unreserved, m->fd_count, m->fds) ||
+	    (m->stage_version && (m->unreserved || !m->alloc_id)))
 		return -EINVAL;
 	td_wire_wr_init(&wr, buf, cap);
 	td_wire_wr_u64(&wr, m->alloc_id);
 	td__wire_wr_fdents(&wr, m->fd_count, m->fds);
-	/* optional: left out when 0, so the body is as before */
+	/* optional: left out when 0, so the body is as before; told
+	 * apart by their length (4 or 12 bytes), never both */
 	if (m->unreserved)
 		td_wire_wr_u32(&wr, m->unreserved);
+	if (m->stage_version) {
+		td_wire_wr_u64(&wr, m->stage_version);
+		td_wire_wr_u32(&wr, m->stage_gen);
+	}
 	return td__wire_wr_done(&wr);
 }
 
@@ -725,8 +739,20 @@ int td_wire_alloc_rep_decode(const uint8_t *body, size_t len,
 	m->alloc_id = td_wire_rd_u64(&rd, "alloc_id");
 	m->fd_count = td__wire_rd_fdents(&rd, TD_WIRE_MAX_PLANES, m->fds);
 	m->unreserved = 0;
+	m->stage_version = 0;
+	m->stage_gen = 0;
+	/* a stage section is 12 bytes, unreserved 4 */
+	if (!rd.rc && rd.len - rd.off == 12) {
+		at = rd.off;
+		m->stage_version = td_wire_rd_u64(&rd, "stage_version");
+		m->stage_gen = td_wire_rd_u32(&rd, "stage_gen");
+		if (!rd.rc && (!m->stage_version || !m->alloc_id))
+			td__wire_rd_fail(&rd, TD_ERR_MALFORMED,
+					 "stage_version", m->stage_version,
+					 at, "a stage names a version of a loan");
+	}
 	/* fewer bytes than a u32 are trailing bytes, refused below */
-	if (!rd.rc && rd.len - rd.off >= 4) {
+	else if (!rd.rc && rd.len - rd.off >= 4) {
 		at = rd.off;
 		m->unreserved = td_wire_rd_u32(&rd, "unreserved");
 		if (!m->unreserved)
@@ -830,7 +856,7 @@ int64_t td_wire_publish_rep_encode(const struct td_wire_publish_rep *m,
 
 	/* a loan makes no plane: nothing in it is unreserved */
 	if (m->has_loan && (m->loan.fd_count > TD_WIRE_MAX_PLANES ||
-			    m->loan.unreserved))
+			    m->loan.unreserved || m->loan.stage_version))
 		return -EINVAL;
 	td_wire_wr_init(&wr, buf, cap);
 	td_wire_wr_u64(&wr, m->version);
@@ -866,6 +892,8 @@ int td_wire_publish_rep_decode(const uint8_t *body, size_t len,
 	m->loan.alloc_id = 0;
 	m->loan.fd_count = 0;
 	m->loan.unreserved = 0;
+	m->loan.stage_version = 0;
+	m->loan.stage_gen = 0;
 	if (m->has_loan) {
 		m->loan.alloc_id = td_wire_rd_u64(&rd, "alloc_id");
 		at = rd.off;

@@ -288,6 +288,13 @@ struct td_wire_fdent {
  * was sent.
  */
 #define TD_WIRE_ALLOC_NAMED 0x40u
+/*
+ * ALLOC request flag (TD_WIRE_FEAT_STAGE_TAKEBACK, docs/protocol.md §13; with
+ * REWRITE and NAMED only): the client can fire a staged publish, so a
+ * take-back of a followed name may be staged, and the reply then carries
+ * a stage section (td_wire_alloc_rep.stage_version).
+ */
+#define TD_WIRE_ALLOC_STAGE 0x80u
 /* buffer ids a RECYCLE ALLOC or an SCM GET may advertise (the client
  * holds them mapped) */
 #define TD_WIRE_MAX_HELD 16
@@ -323,6 +330,16 @@ struct td_wire_alloc_rep {
 	 * Never in a PUBLISH reply's loan (a loan makes no plane).
 	 */
 	uint32_t unreserved;
+	/*
+	 * Optional, only in reply to TD_WIRE_ALLOC_STAGE, never with
+	 * unreserved (a take-back makes no plane): the loan is staged as
+	 * version stage_version of the name, fired through the trigger page
+	 * of generation stage_gen, as a PUBLISH reply's stage. 0: not
+	 * staged, and the section (u64, u32) is left out. Never in a
+	 * PUBLISH reply's loan (that reply has a stage section of its own).
+	 */
+	uint64_t stage_version;
+	uint32_t stage_gen;
 };
 
 #define TD_WIRE_PUB_PIN 0x1u /* never evict this version */

@@ -13,7 +13,7 @@ import sys
 
 MAGIC = 0x31574454
 OPS = dict(HELLO=1, ALLOC=2, PUBLISH=3, GET=4, RELEASE=5, LIST=6, STAT=7,
-           DELETE=8, WATCH=9, UNWATCH=10, NOTIFY=0x100)
+           DELETE=8, WATCH=9, UNWATCH=10, STAGE_PAGE=20, NOTIFY=0x100)
 F_REPLY, F_NOTIFY = 1, 2
 
 
@@ -43,6 +43,10 @@ CAT_KINDS, ENT_RING = 1, 2
 # recyclable loans (docs/fastpath.md, "Recycled loans")
 ALLOC_RECYCLE, CAT_RECYCLE, ENT_RECYCLE = 2, 2, 4
 ALLOC_NAMED = 0x40  # TD_WIRE_ALLOC_NAMED (docs/protocol.md §6.2)
+# staged publishes (§13): PUBLISH's LOAN, STAGE, FIRED; ALLOC's REWRITE,
+# STAGE
+PUB_LOAN, PUB_STAGE, PUB_FIRED = 0x2, 0x8, 0x10
+ALLOC_REWRITE, ALLOC_STAGE = 0x8, 0x80
 
 
 # A small reference-mode blob is not needed for the codec: blob bytes are
@@ -110,6 +114,21 @@ SEEDS = {
                         u32(0) + u32(2) + u64(7) + u64(9)),
     'get_rep_held': hdr('GET', F_REPLY, u64(6) + u64(2) + by(b'') +
                         by(BLOB) + fdents([(-1, 7), (11, 13)]), fds=1),
+    # staged publishes (§13): the notice of a fired stage, a reply that
+    # stages the next loan (version 10, trigger page generation 2), the
+    # trigger page asked for
+    'publish_req_fired': hdr('PUBLISH', 0, s('cam/0') +
+                             u32(PUB_LOAN | PUB_STAGE | PUB_FIRED) + u64(4) +
+                             by(b'') + by(b'x') + u32(0)),
+    'publish_rep_stage': hdr('PUBLISH', F_REPLY, u64(9) + u64(4) +
+                             fdents([(-1, 8)]) + u64(10) + u32(2)),
+    'stage_page_req': hdr('STAGE_PAGE', 0, s('cam/0') + u32(1)),
+    # a take-back that may be staged, and its reply with the stage
+    'alloc_req_stage': hdr('ALLOC', 0, u32(ALLOC_RECYCLE | ALLOC_REWRITE |
+                                           ALLOC_NAMED | ALLOC_STAGE) +
+                           u32(1) + u64(4096) + s('cam/0')),
+    'alloc_rep_stage': hdr('ALLOC', F_REPLY, u64(4) + fdents([(-1, 8)]) +
+                           u64(10) + u32(2)),
 }
 
 if __name__ == '__main__':

@@ -601,7 +601,8 @@ DTest(hello_without_feature_bits_gets_the_version_1_reply)
 			     TD_WIRE_FEAT_WAKE_ROWS | TD_WIRE_FEAT_ROW_OWNER |
 			     TD_WIRE_FEAT_REWRITE | TD_WIRE_FEAT_RESERVE |
 			     TD_WIRE_FEAT_GET_CROWD | TD_WIRE_FEAT_ALLOC_NAME |
-			     TD_WIRE_FEAT_ALLOC_FREE | TD_WIRE_FEAT_STAGE);
+			     TD_WIRE_FEAT_ALLOC_FREE | TD_WIRE_FEAT_STAGE |
+			     TD_WIRE_FEAT_STAGE_TAKEBACK);
 	close_msg_fds(m);
 	close(sock);
 }

@@ -2379,14 +2379,26 @@ static void no_heap_calls_as(const char *producer, const char *consumer,
 	allocs = heap_allocs(&h);
 	frees = h.n->free;
 	handoffs(prod, cons, f, 1000, flags);
-	/* a named followed stream is staged (the producer has a stage) */
-	cr_assert_eq(!!prod->st_alloc, heap_named && follow);
 	cr_assert_eq(heap_allocs(&h) - allocs, 0,
 		     "%llu heap allocations in 1000 warm handoffs",
 		     (unsigned long long)(heap_allocs(&h) - allocs));
 	cr_assert_eq(h.n->free - frees, 0,
 		     "%llu frees in 1000 warm handoffs",
 		     (unsigned long long)(h.n->free - frees));
+	/* a named followed stream is staged: a stream's next loan by the
+	 * PUBLISH (the producer has a stage now), a take-back by its ALLOC */
+	if ((flags & TD_ALLOC_REWRITE) && heap_named && follow) {
+		struct td_alloc *a = NULL;
+		uint64_t size = 16 * KIB;
+
+		cr_assert_eq(td_client_alloc_named(prod, "heap/x", 1, &size,
+						   flags, &a, &e),
+			     0, "%s", e.reason);
+		cr_assert_neq(prod->st_alloc, 0u, "the take-back not staged");
+		td_alloc_free(a);
+	} else {
+		cr_assert_eq(!!prod->st_alloc, heap_named && follow);
+	}
 	td_follow_close(f);
 	td_client_close(cons);
 	td_client_close(prod);
@@ -2471,5 +2483,17 @@ Test(recycle, the_daemon_allocates_nothing_per_staged_handoff)
 {
 	heap_named = true;
 	no_heap_calls_as("pidfd", "pidfd", TD_ALLOC_STREAM, true);
+}
+
+/* A staged take-back (a followed name's TD_ALLOC_REWRITE, every size):
+ * each ALLOC takes the version back and stages its buffers (a version
+ * record from the spare list, the descriptor copied, the bell's entry),
+ * and the notice commits it. */
+Test(recycle, the_daemon_allocates_nothing_per_staged_take_back)
+{
+	cr_assert_eq(setenv("TENSORD_REWRITE_MIN", "0", 1), 0);
+	cr_assert_eq(setenv("TENSORD_REWRITE_FILL_US", "0", 1), 0);
+	heap_named = true;
+	no_heap_calls_as("pidfd", "pidfd", TD_ALLOC_REWRITE, true);
 }
 #endif /* !__SANITIZE_ADDRESS__ */

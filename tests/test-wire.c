@@ -256,7 +256,9 @@ static void sample_msg(enum kind k, union msg *m)
 		break;
 	case K_ALLOC_REP:
 		m->alloc_rep = (struct td_wire_alloc_rep){
-			77, 2, {{10, 1000}, {11, 1001}}, 0};
+			.alloc_id = 77,
+			.fd_count = 2,
+			.fds = {{10, 1000}, {11, 1001}}};
 		break;
 	case K_PUBLISH_REQ:
 		m->publish_req = (struct td_wire_publish_req){
@@ -1271,6 +1273,11 @@ Test(wire, recycle_seeds_decode)
 		{"stat_req_recycle", K_STAT_REQ},
 		{"entry_recycle", K_ENTRY},
 		{"alloc_req_named", K_ALLOC_REQ},
+		/* staged publishes (§13) */
+		{"publish_req_fired", K_PUBLISH_REQ},
+		{"publish_rep_stage", K_PUBLISH_REP},
+		{"alloc_req_stage", K_ALLOC_REQ},
+		{"alloc_rep_stage", K_ALLOC_REP},
 	};
 
 	for (size_t i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++) {
@@ -2009,5 +2016,79 @@ Test(wire, staged_publish_flags_and_reply_section)
 	r.stage_version = 10;
 	r.loan = (struct td_wire_alloc_rep){0};
 	cr_assert_eq(td_wire_publish_rep_encode(&r, body, sizeof(body)),
+		     -EINVAL);
+}
+
+/* A staged take-back: ALLOC's STAGE flag, the ALLOC reply's stage. */
+Test(wire, staged_take_back_flag_and_alloc_reply_section)
+{
+	struct td_wire_alloc_req q = {
+		.flags = TD_WIRE_ALLOC_RECYCLE | TD_WIRE_ALLOC_REWRITE |
+			 TD_WIRE_ALLOC_NAMED | TD_WIRE_ALLOC_STAGE,
+		.plane_count = 1,
+		.sizes = {4096},
+		.name = {"cam/0", 5}},
+				 gq;
+	struct td_wire_alloc_rep r = {.alloc_id = 4,
+				      .fd_count = 1,
+				      .fds = {{-1, 8}},
+				      .stage_version = 10,
+				      .stage_gen = 2},
+				 g;
+	struct td_err e;
+	int64_t n = td_wire_alloc_req_encode(&q, body, sizeof(body)), n0;
+
+	cr_assert_gt(n, 0);
+	cr_assert_eq(td_wire_alloc_req_decode(body, (size_t)n, &gq, &e), 0);
+	cr_assert_eq(gq.flags, q.flags);
+	/* a stage is of a take-back of a name: not without both */
+	td__put_le32(body, q.flags & ~TD_WIRE_ALLOC_REWRITE);
+	cr_assert_eq(td_wire_alloc_req_decode(body, (size_t)n, &gq, &e),
+		     -EBADMSG);
+	cr_assert_str_eq(e.reason, "STAGE without REWRITE and NAMED");
+	q.flags &= ~TD_WIRE_ALLOC_NAMED;
+	cr_assert_eq(td_wire_alloc_req_encode(&q, body, sizeof(body)),
+		     -EINVAL);
+
+	n = td_wire_alloc_rep_encode(&r, body, sizeof(body));
+	cr_assert_gt(n, 0);
+	cr_assert_eq(td_wire_alloc_rep_decode(body, (size_t)n, &g, &e), 0);
+	cr_assert_eq(g.stage_version, 10);
+	cr_assert_eq(g.stage_gen, 2);
+	cr_assert_eq(g.unreserved, 0u);
+	/* nothing staged: left out, the body a daemon before it sends */
+	r.stage_version = 0;
+	n0 = td_wire_alloc_rep_encode(&r, body, sizeof(body));
+	cr_assert_eq(n0, n - 12);
+	g.stage_version = 7;
+	cr_assert_eq(td_wire_alloc_rep_decode(body, (size_t)n0, &g, &e), 0);
+	cr_assert_eq(g.stage_version, 0);
+	/* a present version 0 is refused */
+	td__put_le64(body + n0, 0);
+	td__put_le32(body + n0 + 8, 2);
+	cr_assert_eq(td_wire_alloc_rep_decode(body, (size_t)n, &g, &e),
+		     -EBADMSG);
+	cr_assert_str_eq(e.reason, "a stage names a version of a loan");
+	cr_assert_eq(e.offset, (uint64_t)n0);
+	/* a stage with unreserved planes, or of no loan: never encoded */
+	r.stage_version = 10;
+	r.fds[0].fd = 3;
+	r.unreserved = 1;
+	cr_assert_eq(td_wire_alloc_rep_encode(&r, body, sizeof(body)),
+		     -EINVAL);
+	r.unreserved = 0;
+	r.alloc_id = 0;
+	cr_assert_eq(td_wire_alloc_rep_encode(&r, body, sizeof(body)),
+		     -EINVAL);
+	/* and never inside a PUBLISH reply's loan */
+	cr_assert_eq(td_wire_publish_rep_encode(
+			     &(struct td_wire_publish_rep){
+				     .version = 9,
+				     .has_loan = true,
+				     .loan = {.alloc_id = 4,
+					      .fd_count = 1,
+					      .fds = {{-1, 8}},
+					      .stage_version = 3}},
+			     body, sizeof(body)),
 		     -EINVAL);
 }

@@ -521,8 +521,8 @@ TD_EXPORT int td_client_get_newer(struct td_client *c, const char *name,
  * taken with a GET of that exact version instead: the same tensor,
  * one round trip. A stream of TD_ALLOC_STREAM versions settles on no
  * message at all on the consumer's side. A stream of loans named for the
- * name (td_client_alloc_named with TD_ALLOC_STREAM, or TD_ALLOC_REWRITE
- * except after a take-back) is staged: its producer's publish wakes the
+ * name (td_client_alloc_named with TD_ALLOC_STREAM or TD_ALLOC_REWRITE,
+ * a take-back too) is staged: its producer's publish wakes the
  * followers itself, and they take the version before the daemon has
  * read that publish (docs/fastpath.md, "A followed publish without the
  * daemon's hop"; futex_waitv, Linux 5.16; $TENSORD_STAGE=0 at connect
