@@ -705,6 +705,30 @@ static const char *unreserved_bad(uint32_t mask, uint32_t fd_count,
 	return NULL;
 }
 
+/* A stage section (docs/protocol.md §13): u64 version, u32 generation;
+ * left out when version is 0. */
+static void wr_stage(struct td_wire_wr *wr, uint64_t version, uint32_t gen)
+{
+	if (!version)
+		return;
+	td_wire_wr_u64(wr, version);
+	td_wire_wr_u32(wr, gen);
+}
+
+/* ... read where one is (a loan's: alloc_id, which a stage needs). */
+static void rd_stage(struct td_wire_rd *rd, uint64_t alloc_id,
+		     uint64_t *version, uint32_t *gen)
+{
+	size_t at = rd->off;
+
+	*version = td_wire_rd_u64(rd, "stage_version");
+	*gen = td_wire_rd_u32(rd, "stage_gen");
+	if (!rd->rc && (!*version || !alloc_id))
+		td__wire_rd_fail(rd, TD_ERR_MALFORMED, "stage_version",
+				 *version, at,
+				 "a stage names a version of a loan");
+}
+
 int64_t td_wire_alloc_rep_encode(const struct td_wire_alloc_rep *m,
 				 uint8_t *buf, size_t cap)
 {
@@ -721,10 +745,7 @@ int64_t td_wire_alloc_rep_encode(const struct td_wire_alloc_rep *m,
 	 * apart by their length (4 or 12 bytes), never both */
 	if (m->unreserved)
 		td_wire_wr_u32(&wr, m->unreserved);
-	if (m->stage_version) {
-		td_wire_wr_u64(&wr, m->stage_version);
-		td_wire_wr_u32(&wr, m->stage_gen);
-	}
+	wr_stage(&wr, m->stage_version, m->stage_gen);
 	return td__wire_wr_done(&wr);
 }
 
@@ -742,15 +763,8 @@ int td_wire_alloc_rep_decode(const uint8_t *body, size_t len,
 	m->stage_version = 0;
 	m->stage_gen = 0;
 	/* a stage section is 12 bytes, unreserved 4 */
-	if (!rd.rc && rd.len - rd.off == 12) {
-		at = rd.off;
-		m->stage_version = td_wire_rd_u64(&rd, "stage_version");
-		m->stage_gen = td_wire_rd_u32(&rd, "stage_gen");
-		if (!rd.rc && (!m->stage_version || !m->alloc_id))
-			td__wire_rd_fail(&rd, TD_ERR_MALFORMED,
-					 "stage_version", m->stage_version,
-					 at, "a stage names a version of a loan");
-	}
+	if (!rd.rc && rd.len - rd.off == 12)
+		rd_stage(&rd, m->alloc_id, &m->stage_version, &m->stage_gen);
 	/* fewer bytes than a u32 are trailing bytes, refused below */
 	else if (!rd.rc && rd.len - rd.off >= 4) {
 		at = rd.off;
@@ -867,10 +881,7 @@ int64_t td_wire_publish_rep_encode(const struct td_wire_publish_rep *m,
 	/* a stage only of a loan; left out when none */
 	if (m->stage_version && !(m->has_loan && m->loan.alloc_id))
 		return -EINVAL;
-	if (m->stage_version) {
-		td_wire_wr_u64(&wr, m->stage_version);
-		td_wire_wr_u32(&wr, m->stage_gen);
-	}
+	wr_stage(&wr, m->stage_version, m->stage_gen);
 	return td__wire_wr_done(&wr);
 }
 
@@ -907,16 +918,9 @@ int td_wire_publish_rep_decode(const uint8_t *body, size_t len,
 	m->stage_version = 0;
 	m->stage_gen = 0;
 	/* fewer bytes than the stage section are trailing bytes */
-	if (!rd.rc && m->has_loan && rd.len - rd.off >= 12) {
-		at = rd.off;
-		m->stage_version = td_wire_rd_u64(&rd, "stage_version");
-		m->stage_gen = td_wire_rd_u32(&rd, "stage_gen");
-		if (!rd.rc && (!m->stage_version || !m->loan.alloc_id))
-			td__wire_rd_fail(&rd, TD_ERR_MALFORMED,
-					 "stage_version", m->stage_version,
-					 at,
-					 "a stage names a version of a loan");
-	}
+	if (!rd.rc && m->has_loan && rd.len - rd.off >= 12)
+		rd_stage(&rd, m->loan.alloc_id, &m->stage_version,
+			 &m->stage_gen);
 	return td_wire_rd_end(&rd);
 }
 
