@@ -9,6 +9,7 @@
 #include "os.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -813,6 +814,11 @@ int td__store_restore(const struct td_state_entry *ent, int *fds, char *why,
 	if (ent->blob.len < TD_BLOB_PID_OFFSET + 4) {
 		rc = pub_fail(&x, -ENODATA, "blob of %u bytes is too short",
 			      ent->blob.len);
+		goto out;
+	}
+	if (ent->version > TD__VERSION_MAX) {
+		rc = pub_fail(&x, -ERANGE, "version %" PRIu64 " is out of "
+			      "range (at most 2^62)", ent->version);
 		goto out;
 	}
 	blob = malloc(ent->blob.len);

@@ -110,6 +110,13 @@ int td__store_each(int (*fn)(void *arg, const struct td_state_entry *ent),
 /* Raise the version counter (restore); never lowers it. */
 void td__store_set_next_version(uint64_t next);
 /*
+ * The highest version number a state image or a snapshot may bring
+ * back: beyond it only a damaged file (the counter would wrap to 0,
+ * which names no version). Counting one a nanosecond takes 146 years
+ * to get there.
+ */
+#define TD__VERSION_MAX (UINT64_C(1) << 62)
+/*
  * Put a version back from an image entry and its fds (fd-table order,
  * consumed on success and failure), checked like a PUBLISH from a peer.
  * 0, or -errno with the reason in why.

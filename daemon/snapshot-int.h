@@ -57,6 +57,14 @@ struct td__snap_state {
 	bool timer_on;
 	bool dirty;
 	uint64_t last_ms; /* when the last save started */
+	/*
+	 * After a save that failed, or that left a version out for its
+	 * fence: the next waits this long at least (1 s, doubled each time
+	 * up to SNAP_BACKOFF_MAX_MS; 0 after a whole save), so a disk that
+	 * refuses, or a fence that never signals, is not hammered, even
+	 * with --snapshot-interval 0.
+	 */
+	uint64_t backoff_ms;
 	uint64_t kill_at, steps; /* test knob, TD_TEST_SNAPSHOT_KILL_AT */
 	bool stop_asked; /* SIGTERM/SIGINT while restoring */
 	bool final;      /* stopping: only the final save */
@@ -120,6 +128,8 @@ void td__snap_save_final(void);
 /* ---- snapshot-restore.c ---- */
 
 /* Read the snapshot back into the store (before the server starts). */
-void td__snap_restore(void);
+/* The snapshot back (snapshot-restore.c): 0, or -errno when the file is
+ * there but cannot be read (the daemon does not start then). */
+int td__snap_restore(void);
 
 #endif

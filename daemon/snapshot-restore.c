@@ -294,28 +294,41 @@ fail:
 	return rc;
 }
 
-/* Move a snapshot that cannot be read out of the way, keeping it. */
-static void move_aside(const char *reason)
+/*
+ * The snapshot under a second name, FILE.<kind>-<UTC time>[.n], never
+ * over an earlier one: moved there (keep false), or linked there too
+ * (keep: the next save replaces FILE, the old bytes stay). 0 or -1.
+ */
+static int stamped(const char *kind, bool keep, char *to, size_t cap)
 {
-	char to[4200], stamp[32];
+	char stamp[32];
 	time_t t = time(NULL);
 	struct tm tm;
 	int rc = -1;
 
 	gmtime_r(&t, &tm);
 	strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
-	/* never over an earlier one of the same second */
 	for (unsigned i = 0; i < 100 && rc < 0; i++) {
-		int n = snprintf(to, sizeof(to), "%s.corrupt-%s", td__snap.path,
+		int n = snprintf(to, cap, "%s.%s-%s", td__snap.path, kind,
 				 stamp);
 
 		if (i)
-			snprintf(to + n, sizeof(to) - (size_t)n, ".%u", i);
-		rc = renameat2(AT_FDCWD, td__snap.path, AT_FDCWD, to,
-			       RENAME_NOREPLACE);
+			snprintf(to + n, cap - (size_t)n, ".%u", i);
+		rc = keep ? link(td__snap.path, to)
+			  : renameat2(AT_FDCWD, td__snap.path, AT_FDCWD, to,
+				      RENAME_NOREPLACE);
 		if (rc < 0 && errno != EEXIST)
 			break;
 	}
+	return rc;
+}
+
+/* Move a snapshot that cannot be read out of the way, keeping it. */
+static void move_aside(const char *reason)
+{
+	char to[4200];
+	int rc = stamped("corrupt", false, to, sizeof(to));
+
 	if (rc == 0)
 		td__log(TD_LOG_WARN, "snapshot %s: %s; moved aside to %s; "
 				     "starting empty",
@@ -435,32 +448,40 @@ static void restore_versions(struct reader *rd, unsigned *done,
 	}
 }
 
-void td__snap_restore(void)
+int td__snap_restore(void)
 {
 	struct reader rd = {.fd = -1};
 	struct stat st;
-	char reason[300];
+	char reason[300], to[4200];
 	unsigned done = 0, total = 0;
 	uint64_t t0 = td__snap_now_ms();
 	uv_signal_t sig[2];
+	int err;
 
-	rd.fd = open(td__snap.path, O_RDONLY | O_CLOEXEC);
+	/* non-blocking: a FIFO there is opened, not waited on (and below,
+	 * moved aside); reads of a regular file do not care */
+	rd.fd = open(td__snap.path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (rd.fd < 0 && errno == ENOENT) {
+		td__log(TD_LOG_INFO, "snapshot %s does not exist yet; "
+				     "starting empty",
+			td__snap.path);
+		return 0;
+	}
 	if (rd.fd < 0) {
-		if (errno == ENOENT)
-			td__log(TD_LOG_INFO, "snapshot %s does not exist yet; "
-					     "starting empty",
-				td__snap.path);
-		else {
-			snprintf(reason, sizeof(reason), "cannot open: %s",
-				 strerror(errno));
-			move_aside(reason);
-		}
-		return;
+		/* a file we may not read (or cannot now: descriptors,
+		 * memory, I/O) is not damaged: starting without it would
+		 * let the next save replace it */
+		err = -errno;
+		td__log(TD_LOG_ERROR, "snapshot %s cannot be opened (%s): not "
+				      "starting; make it readable to the "
+				      "daemon's user, or move it away",
+			td__snap.path, strerror(-err));
+		return err;
 	}
 	if (fstat(rd.fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		reader_fini(&rd);
 		move_aside("not a regular file");
-		return;
+		return 0;
 	}
 	td__sd_notify(NULL, 0, "EXTEND_TIMEOUT_USEC=%llu\nSTATUS=restoring "
 			       "snapshot %s",
@@ -482,9 +503,25 @@ void td__snap_restore(void)
 		td__io_name(),
 		td__snap.stop_asked ? "; now stopping as asked" : "");
 	reader_fini(&rd);
+	/* what was left out (a tighter --max-bytes, a quota, a damaged
+	 * entry) would be gone from FILE after the next save: the file as
+	 * it was stays under a second name */
+	if (done < total) {
+		if (stamped("partial", true, to, sizeof(to)) == 0)
+			td__log(TD_LOG_WARN, "snapshot: %u tensors not "
+					     "restored; %s kept as %s",
+				total - done, td__snap.path, to);
+		else
+			td__log(TD_LOG_ERROR, "snapshot: %u tensors not "
+					      "restored, and keeping %s "
+					      "failed (%s): the next save "
+					      "replaces it",
+				total - done, td__snap.path, strerror(errno));
+	}
 out:
 	for (int i = 0; i < 2; i++)
 		uv_close((uv_handle_t *)&sig[i], NULL);
 	if (td__snap.stop_asked)
 		uv_stop(td__snap.d->loop); /* main's uv_run returns at once */
+	return 0;
 }

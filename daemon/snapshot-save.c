@@ -122,26 +122,47 @@ static void item_fini(struct item *it)
 
 static void arm(void);
 
+/* The pause before the next save after one that failed or left a
+ * fenced version out (td__snap.backoff_ms). */
+#define SNAP_BACKOFF_MS 1000u
+#define SNAP_BACKOFF_MAX_MS 60000u
+
+static void backoff_more(void)
+{
+	uint64_t b = td__snap.backoff_ms * 2;
+
+	td__snap.backoff_ms = !b ? SNAP_BACKOFF_MS
+				 : b > SNAP_BACKOFF_MAX_MS ? SNAP_BACKOFF_MAX_MS
+							   : b;
+}
+
 /* The end of a save, good or bad: nothing of it is in flight any more. */
 static void save_end(struct save *sv)
 {
 	uint64_t ms = td__snap_now_ms() - sv->t0;
+	/* a save abandoned for a newer one is not a failure */
+	bool failed = sv->phase != PH_DONE && !(sv->abort && !sv->err);
 
 	if (sv->fd >= 0)
 		close(sv->fd);
 	if (sv->dfd >= 0)
 		close(sv->dfd);
+	if (failed || sv->again)
+		backoff_more();
+	else if (sv->phase == PH_DONE)
+		td__snap.backoff_ms = 0;
 	if (sv->phase != PH_DONE) {
 		unlink(td__snap.tmp);
-		if (sv->abort && !sv->err)
+		if (!failed)
 			td__log(TD_LOG_DEBUG, "snapshot: save abandoned for a "
 					      "newer one");
 		else
 			td__log(TD_LOG_ERROR, "snapshot: saving %s failed: "
 					      "%s (%s); the previous one is "
-					      "kept; retried after the "
-					      "interval",
-				td__snap.path, sv->why, strerror(-sv->err));
+					      "kept; retried in %" PRIu64
+					      " s at the earliest",
+				td__snap.path, sv->why, strerror(-sv->err),
+				td__snap.backoff_ms / 1000);
 		td__snap.dirty = true;
 	} else {
 		td__log(TD_LOG_INFO, "snapshot: saved %" PRIu64 " tensors (%"
@@ -594,7 +615,13 @@ static void save_start(void)
 		save_fail(sv, -ENOMEM, "out of memory");
 		goto fail;
 	}
-	sv->fd = open(td__snap.tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+	/* made anew: never written through a link, a FIFO or a file
+	 * someone left there (a folder there fails with EEXIST) */
+	if (unlink(td__snap.tmp) < 0 && errno != ENOENT)
+		td__log(TD_LOG_DEBUG, "snapshot: unlink %s: %s", td__snap.tmp,
+			strerror(errno));
+	sv->fd = open(td__snap.tmp,
+		      O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
 		      0600);
 	if (sv->fd < 0) {
 		save_fail(sv, -errno, "cannot create %s", td__snap.tmp);
@@ -636,7 +663,9 @@ static void arm(void)
 	if (!td__snap.on || td__snap.final || td__snap.timer_on || cur)
 		return;
 	now = uv_now(td__snap.d->loop);
-	at = td__snap.last_ms + td__snap.interval_ms;
+	at = td__snap.last_ms + (td__snap.interval_ms > td__snap.backoff_ms
+					 ? td__snap.interval_ms
+					 : td__snap.backoff_ms);
 	td__snap.timer_on = true;
 	uv_timer_start(&td__snap.timer, on_timer, at > now ? at - now : 0, 0);
 }

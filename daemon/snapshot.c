@@ -63,8 +63,17 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 		td__log(TD_LOG_INFO, "snapshot: removed %s, left by a save "
 				     "that did not finish",
 			td__snap.tmp);
-	if (!fdstore_used)
-		td__snap_restore();
+	else if (errno != ENOENT)
+		td__log(TD_LOG_ERROR, "snapshot: cannot remove %s (%s): every "
+				      "save fails until it is gone",
+			td__snap.tmp, strerror(errno));
+	if (!fdstore_used && (rc = td__snap_restore()) < 0) {
+		td__snap.on = false;
+		uv_close((uv_handle_t *)&td__snap.timer, NULL);
+		td__io_fini();
+		td__snap_pool_fini();
+		goto fail;
+	}
 	uv_update_time(d->loop);
 	td__snap.last_ms = uv_now(d->loop);
 	if (fdstore_used) {

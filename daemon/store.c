@@ -10,6 +10,7 @@
 #include "snapshot.h" /* td__store_snap_hold */
 
 #include <errno.h>
+#include <inttypes.h>
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
@@ -968,6 +969,12 @@ void td__store_set_next_version(uint64_t next)
 {
 	struct td__store *s = td__d->store;
 
+	if (next > TD__VERSION_MAX) {
+		td__log(TD_LOG_WARN, "a restored version counter of %" PRIu64
+				     " is out of range; ignored",
+			next);
+		return;
+	}
 	if (next > s->next_version)
 		s->next_version = next;
 }

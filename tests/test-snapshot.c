@@ -727,6 +727,232 @@ Test(snapshot, a_bad_tensord_io_or_a_missing_folder_stops_the_start)
 	snapdir_rm(&s);
 }
 
+/* ---- a disk that refuses, a fence that never signals, odd files ---- */
+
+static unsigned log_count(const struct snapdir *s, const char *text)
+{
+	char *l = tu_slurp(s->log);
+	unsigned n = 0;
+
+	for (const char *p = l; (p = strstr(p, text)); p += strlen(text))
+		n++;
+	free(l);
+	return n;
+}
+
+/*
+ * With --snapshot-interval 0, a save that cannot even start (a folder
+ * where FILE.tmp goes) used to be retried from its own timer's callback
+ * in the same loop pass, for ever: no client served, SIGTERM never
+ * heard. Now a failed save waits 1 s, then 2, 4, ... before the next.
+ */
+Test(snapshot, a_save_that_cannot_start_backs_off_and_the_daemon_serves,
+     .timeout = 60)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor t = mk("b/x", TD_TENSOR_U8, 100, 0, 100);
+	char tmp[160];
+	unsigned fails;
+
+	snapdir_make(&s);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", s.file);
+	cr_assert_eq(mkdir(tmp, 0700), 0);
+	start(&d, &s, "sync", "0");
+	c = conn(&d);
+	put(c, &t, next_version(c));
+	usleep(2500 * 1000);
+	/* the loop still serves */
+	cr_assert_eq(count(c), 1);
+	td_client_close(c);
+	/* and hears SIGTERM (a wedged daemon times the test out here) */
+	tu_daemon_stop(&d, true);
+	fails = log_count(&s, "snapshot: saving");
+	cr_assert(fails >= 1 && fails <= 6, "%u failed saves in 2.5 s: %s",
+		  fails, tu_slurp(s.log));
+	cr_assert(log_has(&s, "cannot remove"), "%s", tu_slurp(s.log));
+	cr_assert(log_has(&s, "retried in 1 s at the earliest"), "%s",
+		  tu_slurp(s.log));
+	rmdir(tmp);
+	snapdir_rm(&s);
+}
+
+/*
+ * A version whose fence has not signalled is left out of a save, and
+ * the snapshot stays dirty; with interval 0 that made a full save after
+ * every save, about a thousand a second. Now the next one waits 1 s,
+ * then longer, and the version is saved once its fence signals.
+ */
+Test(snapshot, a_fence_that_does_not_signal_does_not_make_saves_loop,
+     .timeout = 60)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_error e = {0};
+	int fd = memfd_create("t", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	int ev = eventfd(0, EFD_CLOEXEC);
+	uint64_t shape[1] = {64}, one = 1;
+	struct td_publish p = {.name = "f/late",
+			       .flags = TD_PUBLISH_FENCE,
+			       .dtype = TD_TENSOR_U8,
+			       .ndim = 1,
+			       .shape = shape,
+			       .fd_count = 1,
+			       .fds = &fd,
+			       .fence_fd = ev};
+	unsigned saves;
+
+	cr_assert(fd >= 0 && ev >= 0);
+	cr_assert_eq(ftruncate(fd, 64), 0);
+	cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	snapdir_make(&s);
+	start(&d, &s, "sync", "0");
+	c = conn(&d);
+	cr_assert_eq(td_client_publish(c, &p, NULL, &e), 0, "%s", e.reason);
+	usleep(2500 * 1000);
+	saves = log_count(&s, "snapshot: saved");
+	cr_assert(saves >= 1 && saves <= 6, "%u saves in 2.5 s: %s", saves,
+		  tu_slurp(s.log));
+	cr_assert(log_has(&s, "saved 0 tensors"), "%s", tu_slurp(s.log));
+	/* signalled: the final save has it */
+	cr_assert_eq(write(ev, &one, sizeof(one)), (ssize_t)sizeof(one));
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert(log_has(&s, "saved 1 tensors"), "%s", tu_slurp(s.log));
+	close(fd);
+	close(ev);
+	snapdir_rm(&s);
+}
+
+/* A FIFO where the snapshot goes was opened blocking: the start hung,
+ * deaf to SIGTERM. Now it is moved aside like any file not a snapshot. */
+Test(snapshot, a_fifo_at_the_snapshot_path_is_moved_aside, .timeout = 60)
+{
+	struct snapdir s;
+
+	snapdir_make(&s);
+	fclose(fopen(s.log, "w"));
+	cr_assert_eq(mkfifo(s.file, 0600), 0);
+	starts_empty_and_moves_aside(&s, "not a regular file");
+	snapdir_rm(&s);
+}
+
+/*
+ * A snapshot the daemon cannot open for another reason than its absence
+ * (here a symbolic link to itself; a file its user may not read is the
+ * same) is not damaged: it is neither moved aside nor replaced, and the
+ * daemon does not start.
+ */
+Test(snapshot, a_snapshot_that_cannot_be_opened_stops_the_start)
+{
+	struct snapdir s;
+	char sock[160];
+	struct stat st;
+
+	snapdir_make(&s);
+	snprintf(sock, sizeof(sock), "%s/td.sock", s.dir);
+	cr_assert_eq(symlink("snap.hrry", s.file), 0);
+	cr_assert_eq(run_daemon(sock, s.file), 1);
+	cr_assert_eq(lstat(s.file, &st), 0);
+	cr_assert(S_ISLNK(st.st_mode), "the link was replaced");
+	cr_assert_not(dir_has(&s, "snap.hrry.corrupt-"));
+	snapdir_rm(&s);
+}
+
+/*
+ * Versions a restart leaves out (here: --max-bytes now smaller than one
+ * of them) used to vanish from the file at the next save. The file as it
+ * was stays under FILE.partial-<time>, whole.
+ */
+Test(snapshot, versions_left_out_at_a_restart_stay_in_a_kept_copy,
+     .timeout = 60)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor big = mk("p/big", TD_TENSOR_U8, 1 << 20, 0, 1 << 20);
+	struct tensor small = mk("p/small", TD_TENSOR_U8, 100, 0, 100);
+	struct tensor later = mk("p/later", TD_TENSOR_U8, 10, 0, 10);
+	const char *extra[] = {"--snapshot", s.file, "--snapshot-interval",
+			       "0", "--max-bytes", "65536", NULL};
+	char kept[400] = "";
+	DIR *dir;
+	struct dirent *de;
+
+	snapdir_make(&s);
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	put(c, &big, next_version(c));
+	put(c, &small, next_version(c));
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert_eq(truncate(s.log, 0), 0);
+	cr_assert_eq(setenv("TENSORD_IO", "sync", 1), 0);
+	tu_daemon_start_log(&d, "info", extra, s.log, NULL);
+	c = conn(&d);
+	cr_assert_eq(count(c), 1);
+	check(c, &small);
+	put(c, &later, next_version(c)); /* a save replaces FILE */
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert(log_has(&s, "not restoring \"p/big\""), "%s",
+		  tu_slurp(s.log));
+	cr_assert(log_has(&s, "1 tensors not restored"), "%s",
+		  tu_slurp(s.log));
+	dir = opendir(s.dir);
+	while ((de = readdir(dir)))
+		if (!strncmp(de->d_name, "snap.hrry.partial-", 18))
+			snprintf(kept, sizeof(kept), "%s/%s", s.dir,
+				 de->d_name);
+	closedir(dir);
+	cr_assert(kept[0], "no kept copy");
+	/* the copy has both tensors, bytes and all; FILE the ones
+	 * restored, and the one published since */
+	check_file(kept, (struct tensor[]){big, small}, 2);
+	check_file(s.file, (struct tensor[]){small, later}, 2);
+	snapdir_rm(&s);
+}
+
+/*
+ * The version counter in a snapshot (its KV has no checksum) set to
+ * 2^64 - 1: the next publishes got 2^64 - 1 and then 0, which no
+ * newer-than wait sees and the next start refused. A counter beyond
+ * 2^62 is ignored now, and versions go on from the restored ones.
+ */
+Test(snapshot, a_version_counter_out_of_range_is_ignored, .timeout = 60)
+{
+	struct snapdir s;
+	struct tensor set[NSET];
+	struct tu_daemon d;
+	struct td_client *c;
+	uint8_t *b;
+	size_t len, at;
+	uint64_t top = UINT64_MAX, v;
+	FILE *f;
+
+	saved(&s, set);
+	b = tu_read_file(s.file, &len);
+	at = find_kv(b, len, "tensord.next_version");
+	memcpy(b + at, &top, 8);
+	f = fopen(s.file, "wb");
+	cr_assert_eq(fwrite(b, 1, len, f), len);
+	fclose(f);
+	free(b);
+	cr_assert_eq(truncate(s.log, 0), 0);
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	cr_assert_eq(count(c), NSET);
+	v = next_version(c);
+	cr_assert(v > set[NSET - 1].version && v < 1000, "next version %llu",
+		  (unsigned long long)v);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert(log_has(&s, "out of range; ignored"), "%s", tu_slurp(s.log));
+	snapdir_rm(&s);
+}
+
 /* ---- saving while clients work ---- */
 
 Test(snapshot, saves_while_clients_replace_tensors_stay_whole)
