@@ -2136,6 +2136,55 @@ Test(hrry, short_reads_are_retried_and_a_short_file_is_unexpected_eof)
 	free(f);
 }
 
+/*
+ * A Hurray name tensord does not take (a space, or a tensord snapshot's
+ * extra plane "N#1") is listed as refused, and the rest is loaded: it
+ * used to reach the daemon, whose refusal rolled the whole load back.
+ */
+Test(hrry, tensorctl_load_refuses_names_tensord_does_not_take)
+{
+	struct tu_daemon d;
+	struct td_client *c = NULL;
+	struct hu_sink s = {0};
+	struct hu_raw r;
+	struct td_hrry_desc desc;
+	struct td_tensor *t = NULL;
+	uint8_t u3[3] = {7, 8, 9};
+	char path[] = "/tmp/td-hrry-XXXXXX", *out;
+	int fd = mkstemp(path);
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	cr_assert_eq(hu_raw_init(&r, &s, NULL), 0);
+	td_hrry_desc_init_dense(&desc, TD_HRRY_TYPE_UINT8, 1, (uint64_t[]){3});
+	cr_assert_eq(hu_raw_tensor(&r, "good", &desc, (const void *[]){u3}), 0);
+	cr_assert_eq(hu_raw_tensor(&r, "a b", &desc, (const void *[]){u3}), 0);
+	cr_assert_eq(hu_raw_tensor(&r, "N#1", &desc, (const void *[]){u3}), 0);
+	cr_assert_eq(hu_raw_finish(&r, NULL, 0), 0);
+	save_file(path, s.buf, s.len);
+	free(s.buf);
+	tu_daemon_start(&d, "error");
+	cr_assert_eq(td_client_connect(d.sock, &c, NULL), 0);
+	cr_assert_eq(tu_tensorctl(&d, &out, "load", path, "--prefix", "n/",
+				  "--json", NULL),
+		     0, "%s", out);
+	cr_assert_not_null(strstr(out, "{\"name\":\"n/good\",\"version\":"),
+			   "%s", out);
+	cr_assert_not_null(strstr(out, "{\"name\":\"a b\",\"kind\":"
+				       "\"InvalidArgument\""),
+			   "%s", out);
+	cr_assert_not_null(strstr(out, "{\"name\":\"N#1\",\"kind\":"
+				       "\"InvalidArgument\""),
+			   "%s", out);
+	free(out);
+	cr_assert_eq(td_client_get(c, "n/good", &t, NULL), 0);
+	cr_assert_eq(memcmp(td_tensor_plane_data(t, 0), u3, 3), 0);
+	td_tensor_release(t);
+	td_client_close(c);
+	unlink(path);
+	tu_daemon_stop(&d, false);
+}
+
 Test(hrry, tensorctl_load_is_all_or_nothing_unless_partial)
 {
 	struct tu_daemon d;

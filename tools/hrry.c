@@ -19,6 +19,7 @@
 #include "output.h"
 #include "td-json.h"
 #include "tensorctl.h"
+#include "wire.h"
 
 int inspect_hrry_sniff(const uint8_t *buf, size_t len)
 {
@@ -384,6 +385,17 @@ static void print_loaded(const struct loaded *l, const char *path)
 	       l->count, l->refusals);
 }
 
+/* prefix + e's name is a tensor name tensord takes (else *why). */
+static bool name_ok(const char *prefix, const struct td_hrry_entry *e,
+		    const char **why)
+{
+	char name[TD_NAME_MAX + 1];
+	int n = snprintf(name, sizeof(name), "%s%.*s", prefix,
+			 (int)e->name_len, e->name);
+
+	return td_wire_name_check(name, (size_t)n, false, why) == 0;
+}
+
 /* Publish one supported, non-head tensor; TCTL_ status. */
 static int load_one(struct loaded *l, struct td_hrry_file_reader *r,
 		    const struct td_hrry_entry *e,
@@ -476,6 +488,7 @@ int cmd_load_hrry(int argc, char **argv)
 	struct td_hrry_desc *d = NULL;
 	struct loaded l = {0};
 	uint64_t n;
+	const char *why;
 	int fd, rc, o;
 
 	while ((o = tctl_getopt(argc, argv, "", opts, &rc)) != -1) {
@@ -531,6 +544,14 @@ int cmd_load_hrry(int argc, char **argv)
 		    memchr(en.name, 0, en.name_len)) {
 			refused(&l, en.name, en.name_len, "InvalidArgument",
 				"name too long for tensord or holds a NUL");
+			continue;
+		}
+		/* checked here, not left to the daemon, whose refusal
+		 * would roll the whole load back (a tensord snapshot's
+		 * extra planes, "N#1", are such names) */
+		if (!name_ok(prefix, &en, &why)) {
+			refused(&l, en.name, en.name_len, "InvalidArgument",
+				why);
 			continue;
 		}
 		rc = load_one(&l, r, &en, d, prefix);
