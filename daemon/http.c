@@ -269,6 +269,25 @@ static enum MHD_Result metrics(struct MHD_Connection *c)
 /* *con_cls between the two calls for one request (no lease yet). */
 static char announced;
 
+/*
+ * libmicrohttpd's unescape, except that a %00 does not end the path: the
+ * handler reads the path as a C string, and "/zarr/zarr.json%00x" would
+ * be served as "/zarr/zarr.json". Such a path becomes "/%00", which
+ * names nothing (404).
+ */
+static size_t on_unescape(void *cls, struct MHD_Connection *c, char *uri)
+{
+	size_t n;
+
+	(void)cls;
+	(void)c;
+	n = MHD_http_unescape(uri);
+	if (strlen(uri) == n)
+		return n;
+	memcpy(uri, "/%00", 5); /* shorter than what held a %00 */
+	return 4;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 				  const char *url, const char *method,
 				  const char *version, const char *upload,
@@ -485,6 +504,7 @@ int td__http_start(struct td__daemon *d)
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_MEMORY,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
 		MHD_OPTION_EXTERNAL_LOGGER, on_log, NULL,
+		MHD_OPTION_UNESCAPE_CALLBACK, on_unescape, NULL,
 		MHD_OPTION_SIGPIPE_HANDLED_BY_APP, 1, MHD_OPTION_END);
 	if (!H.mhd) {
 		td__log(TD_LOG_ERROR, "--http %s: libmicrohttpd did not start",

@@ -990,7 +990,11 @@ Test(http, rules_of_zarr_md_10, .init = start_http, .fini = stop)
 	        "/zarr/",         "/zarr/cam_left",   "/zarr/cam_left/",
 	        "/zarr/cam_left/c", "/zarr/cam_left/c/0", "/zarr/nosuch/zarr.json",
 	        "/zarr/scalar/c/0", "/zarr/empty/c/0/0", "/zarr-v2/cam_left/0",
-	        "/", "/zarr",     "/zarr/cam_left/zarr.json/x"};
+	        "/", "/zarr",     "/zarr/cam_left/zarr.json/x",
+	        /* a %00 ended the path the handler read: served as
+	         * /zarr/zarr.json before */
+	        "/zarr/zarr.json%00", "/zarr/cam_left/zarr.json%00x",
+	        "/zarr-v2/cam_left/.zarray%00"};
 	static const char *const methods[] = {"POST", "PUT", "DELETE", "PATCH",
 	                                      "OPTIONS"};
 	char *resp;
