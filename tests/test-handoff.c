@@ -1608,6 +1608,15 @@ Test(handoff, tensorctl_put_get_ls_stat_rm_end_to_end)
 	cr_assert_eq(ctl(&d, NULL, "put", "ctl/t", "--dtype", "f32", "--shape",
 			 "2,4", in, NULL),
 		     1, "24 bytes are not f32 2x4");
+	/* an empty dimension, a sign or a blank is a bad shape, not 6 */
+	static const char *const bad[] = {",6", "6,", "2,,3", "+6", " 6",
+					  "-6", "2x", "x3"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+		cr_assert_eq(ctl(&d, &out, "put", "ctl/t", "--dtype", "u8",
+				 "--shape", bad[i], in, NULL),
+			     2, "shape '%s'", bad[i]);
+		free(out);
+	}
 	cr_assert_eq(ctl(&d, &out, "put", "ctl/t", "--dtype", "f32", "--shape",
 			 "2,3", "--meta", "hello", in, NULL),
 		     0);

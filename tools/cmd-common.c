@@ -95,7 +95,8 @@ int tctl_parse_u64(const char *s, uint64_t *v)
 	char *end;
 	unsigned long long x;
 
-	if (!s || !*s || *s == '-')
+	/* digits only: strtoull would also take blanks, '+' and '-' */
+	if (!s || *s < '0' || *s > '9')
 		return -EINVAL;
 	errno = 0;
 	x = strtoull(s, &end, 10);
@@ -105,19 +106,27 @@ int tctl_parse_u64(const char *s, uint64_t *v)
 	return 0;
 }
 
+/* "" is a scalar; else dimensions split by ',' or 'x', none empty (",6",
+ * "6,", "6,,2" are refused, not read as 6 or 6x2). */
 int tctl_parse_shape(const char *s, uint64_t *shape, uint32_t *ndim)
 {
-	char buf[512], *tok, *save = NULL;
 	uint32_t n = 0;
 
-	if (!s || strlen(s) >= sizeof(buf))
+	if (!s)
 		return -EINVAL;
-	strcpy(buf, s);
-	for (tok = strtok_r(buf, ",x", &save); tok;
-	     tok = strtok_r(NULL, ",x", &save)) {
-		if (n == TD_ENTRY_MAX_DIMS || tctl_parse_u64(tok, &shape[n]))
+	for (const char *p = s; *s;) {
+		size_t len = strcspn(p, ",x");
+		char tok[32];
+
+		if (!len || len >= sizeof(tok) || n == TD_ENTRY_MAX_DIMS)
 			return -EINVAL;
-		n++;
+		memcpy(tok, p, len);
+		tok[len] = 0;
+		if (tctl_parse_u64(tok, &shape[n++]))
+			return -EINVAL;
+		if (!p[len])
+			break;
+		p += len + 1;
 	}
 	*ndim = n;
 	return 0;
