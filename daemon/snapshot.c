@@ -20,10 +20,22 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 		       uint64_t interval_ms, bool fdstore_used)
 {
 	const char *knob = getenv("TD_TEST_SNAPSHOT_KILL_AT");
-	char *slash;
+	char *slash, *real = NULL;
 	struct stat st;
 	int rc;
 
+	/*
+	 * A symbolic link to a snapshot: the file it names is read and
+	 * replaced (FILE.tmp beside it), not the link, which a rename
+	 * would turn into a regular file while the target kept old bytes.
+	 */
+	if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) &&
+	    (real = realpath(path, NULL))) {
+		td__log(TD_LOG_INFO, "--snapshot %s is a link to %s: saving "
+				     "there",
+			path, real);
+		path = real;
+	}
 	td__snap.d = d;
 	td__snap.interval_ms = interval_ms;
 	td__snap.path = strdup(path);
@@ -83,8 +95,10 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 			path);
 		td__snapshot_dirty();
 	}
+	free(real);
 	return 0;
 fail:
+	free(real);
 	free(td__snap.path);
 	free(td__snap.tmp);
 	free(td__snap.dir);

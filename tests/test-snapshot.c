@@ -953,6 +953,43 @@ Test(snapshot, a_version_counter_out_of_range_is_ignored, .timeout = 60)
 	snapdir_rm(&s);
 }
 
+/*
+ * --snapshot naming a symbolic link to the snapshot: saves replace the
+ * file it names (FILE.tmp beside that), and the link stays a link; a
+ * rename over the link made it a regular file before, the target
+ * keeping its old bytes.
+ */
+Test(snapshot, a_link_to_the_snapshot_stays_a_link, .timeout = 60)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor a = mk("l/a", TD_TENSOR_U8, 10, 0, 10);
+	struct tensor b = mk("l/b", TD_TENSOR_U8, 20, 0, 20);
+	char link[160];
+	const char *extra[] = {"--snapshot", link, NULL};
+	struct stat st;
+
+	snapdir_make(&s);
+	snprintf(link, sizeof(link), "%s/link.hrry", s.dir);
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	put(c, &a, next_version(c));
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert_eq(symlink("snap.hrry", link), 0);
+	tu_daemon_start_log(&d, "info", extra, s.log, NULL);
+	c = conn(&d);
+	check(c, &a);
+	put(c, &b, next_version(c));
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert_eq(lstat(link, &st), 0);
+	cr_assert(S_ISLNK(st.st_mode), "the link became a file");
+	check_file(s.file, (struct tensor[]){a, b}, 2);
+	snapdir_rm(&s);
+}
+
 /* ---- saving while clients work ---- */
 
 Test(snapshot, saves_while_clients_replace_tensors_stay_whole)
