@@ -700,6 +700,21 @@ Test(import, refusals_name_the_reason, .init = start, .fini = stop)
 		cr_assert_eq(zt_ctl(&out, "stat a"), 1, "case %zu", i);
 		free(out);
 	}
+	/* a chunk that is a FIFO: refused, not waited on for ever */
+	{
+		char *p;
+
+		handmade("rf", "a",
+		         META("float32", "[6]", "[6]", "\"NaN\"", "little"),
+		         "c/0", six, 24);
+		p = zt_path2("rf", "a", "c/0");
+		cr_assert_eq(unlink(p), 0);
+		cr_assert_eq(mkfifo(p, 0600), 0);
+		free(p);
+		cr_assert_eq(zt_ctl(&out, "zarr import %s/rf", zt_dir), 1,
+		             "%s", out);
+		free(out);
+	}
 }
 
 /* ---- .tgm sources ---- */

@@ -35,8 +35,10 @@ struct imp {
 static int read_at(int dirfd, const char *path, uint64_t max, uint8_t **out,
                    uint64_t *len)
 {
-	int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	struct stat st;
+	/* non-blocking: a FIFO there is refused below, not waited on */
+	int fd = openat(dirfd, path,
+	                O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	struct stat st = {0};
 	uint8_t *b;
 	uint64_t got = 0;
 
