@@ -487,8 +487,29 @@ int td__request(struct td_client *c, uint16_t op, size_t body_len,
 	return 0;
 }
 
+static int reply_until(struct td_client *c, uint16_t op, uint64_t id,
+		       struct td_pace *pace, int64_t by, struct td__msg *rep,
+		       struct td_error *err);
+
 int td__reply(struct td_client *c, uint16_t op, uint64_t id,
 	      struct td_pace *pace, struct td__msg *rep, struct td_error *err)
+{
+	return reply_until(c, op, id, pace, -1, rep, err);
+}
+
+int td__call_by(struct td_client *c, uint16_t op, size_t body_len,
+		int64_t by, struct td__msg *rep, struct td_error *err)
+{
+	uint64_t id;
+	int rc = td__request(c, op, body_len, NULL, 0, &id, rep, err);
+
+	return rc < 0 ? rc : reply_until(c, op, id, NULL, by, rep, err);
+}
+
+/* by: the CLOCK_MONOTONIC ns the reply is waited for until, -1 ever. */
+static int reply_until(struct td_client *c, uint16_t op, uint64_t id,
+		       struct td_pace *pace, int64_t by, struct td__msg *rep,
+		       struct td_error *err)
 {
 	struct td_pace_plan plan;
 	int rc;
@@ -496,6 +517,16 @@ int td__reply(struct td_client *c, uint16_t op, uint64_t id,
 	if (pace)
 		reply_poll(c, pace, &plan);
 	for (;;) {
+		if (by >= 0) {
+			struct pollfd p = {.fd = c->sock, .events = POLLIN};
+			int64_t left = by - td__now_ns();
+
+			if (left <= 0 ||
+			    poll(&p, 1, (int)((left + 999999) / 1000000)) == 0)
+				return td__fail(err, -ETIMEDOUT,
+						"no %s reply in time",
+						td_wire_op_name(op));
+		}
 		rc = td__msg_recv(c, rep, 0);
 		/*
 		 * A daemon that closes a socket with our request unread makes

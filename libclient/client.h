@@ -287,6 +287,11 @@ int td__request(struct td_client *c, uint16_t op, size_t body_len,
 		struct td__msg *rep, struct td_error *err);
 int td__reply(struct td_client *c, uint16_t op, uint64_t id,
 	      struct td_pace *pace, struct td__msg *rep, struct td_error *err);
+/* td__call without fds, waiting for the reply until CLOCK_MONOTONIC ns
+ * `by` at most: -ETIMEDOUT then, and the reply, when it comes, is
+ * dropped as a stray one (td__msg_aside). */
+int td__call_by(struct td_client *c, uint16_t op, size_t body_len,
+		int64_t by, struct td__msg *rep, struct td_error *err);
 void td__msg_close_fds(struct td__msg *m);
 /* Send one request without waiting: its reply is dropped when it comes. */
 int td__send(struct td_client *c, uint16_t op, size_t body_len,
@@ -387,9 +392,11 @@ void td__next_loan_forget(struct td_client *c);
 /* The trigger page and descriptor of staged publishes go (lock held or
  * the client freed). */
 void td__stage_forget(struct td_client *c);
-/* stage.c: STAGE_PAGE, the name's trigger page mapped (lock held). */
+/* stage.c: STAGE_PAGE, the name's trigger page mapped (lock held); the
+ * reply waited for until `by` (td__call_by; -1 ever). */
 int td__stage_page_map(struct td_client *c, const char *name, bool rw,
-		       uint32_t *gen, void **page, struct td_error *err);
+		       int64_t by, uint32_t *gen, void **page,
+		       struct td_error *err);
 /*
  * stage.c (lock held): the PUBLISH flags req of loan alloc_id (named: a
  * loan named for a name), published as
@@ -402,6 +409,9 @@ uint32_t td__stage_flags(struct td_client *c, uint64_t alloc_id, bool named,
 			 const char *name,
 			 const struct td_wire_publish_req *req);
 void td__stage_note(struct td_client *c, const struct td_wire_publish_rep *r);
+/* stage.c: a PUBLISH failed: the descriptor it sent is not the name's
+ * last version's, which a take-back's stage repeats (lock held). */
+void td__stage_refused(struct td_client *c);
 /*
  * stage.c (lock held): TD_WIRE_ALLOC_STAGE for ALLOC req when it is a
  * REWRITE ALLOC of a name whose take-back the daemon may stage (the last
@@ -420,8 +430,14 @@ void td__next_loan_reset(struct td_client *c);
 uint64_t td__env_u64(const char *name, uint64_t dflt, uint64_t max);
 /* c->rewrite_min and rewrite_fill_ns from $TENSORD_REWRITE_MIN and
  * $TENSORD_REWRITE_FILL_US, c->reserve_self from $TENSORD_ALLOC_RESERVE,
- * or the defaults (produce.c). */
+ * or the defaults (rewrite.c). */
 void td__produce_env(struct td_client *c);
+/* rewrite.c: whether a loan of these planes is rewritable (flags, the
+ * alloc's); whether to ask for the take-back now (marked: that). */
+bool td__rewrite_marked(const struct td_client *c, uint32_t flags,
+			bool recycle, uint32_t plane_count,
+			const uint64_t *sizes);
+bool td__rewrite_now(const struct td_client *c, bool marked);
 /* The reply to the PUBLISH of td_client_publish_alloc_nowait, read while
  * waiting for another (lock held): take its outcome, close its fds. */
 void td__pub_answered(struct td_client *c, struct td__msg *m);

@@ -299,26 +299,40 @@ static int take(struct td_follow *f, uint64_t v, uint32_t e,
 	return rc;
 }
 
-/* The trigger page of the bell's stage generation gen, mapped here. */
-static bool trig_have(struct td_follow *f, uint32_t gen)
+/* What STAGE_PAGE may wait at least for its reply: a follow waits on
+ * its words, not on the daemon, so a daemon that does not answer (busy,
+ * stopped) delays it by this much beyond its own deadline at most. */
+#define TRIG_WAIT_NS (50 * 1000 * 1000)
+
+/*
+ * The trigger page of the bell's stage generation gen, mapped here; the
+ * daemon's answer waited for until `by` (CLOCK_MONOTONIC ns, or at
+ * least TRIG_WAIT_NS from now): none by then, asked again later.
+ */
+static bool trig_have(struct td_follow *f, uint32_t gen, int64_t by)
 {
 	struct td_client *c = f->c;
 	void *page = NULL;
 	uint32_t got = 0;
+	int64_t least = td__now_ns() + TRIG_WAIT_NS;
+	int rc = -1;
 
 	if (f->trig && f->trig_gen == gen)
 		return true;
 	if (!gen || gen == f->trig_no)
 		return false;
 	pthread_mutex_lock(&c->lock);
-	if (c->epoch != f->epoch ||
-	    td__stage_page_map(c, f->name, false, &got, &page, NULL) < 0 ||
-	    got != gen) {
-		if (page)
-			munmap(page, TD_FOLLOW_TRIG_LEN);
+	if (c->epoch == f->epoch)
+		rc = td__stage_page_map(c, f->name, false,
+					by < least ? least : by, &got, &page,
+					NULL);
+	if (rc == 0 && got != gen) {
+		munmap(page, TD_FOLLOW_TRIG_LEN);
 		page = NULL;
 	}
 	pthread_mutex_unlock(&c->lock);
+	if (rc == -ETIMEDOUT)
+		return false; /* a daemon slow to answer: later */
 	if (!page) {
 		/* not this one (a newer producer, or none): not again */
 		f->trig_no = gen;
@@ -345,8 +359,10 @@ static uint64_t stage_fired(struct td_follow *f, uint64_t after)
 	st = atomic_load_explicit(&h->stage, memory_order_acquire);
 	v = st >> 8;
 	if (!st || v <= after || v == f->skip ||
-	    !trig_have(f, atomic_load_explicit(&h->stage_gen,
-					       memory_order_relaxed)))
+	    !trig_have(f,
+		       atomic_load_explicit(&h->stage_gen,
+					    memory_order_relaxed),
+		       0))
 		return 0;
 	if (atomic_load((_Atomic uint32_t *)&f->trig->word) !=
 	    td_follow_trig(v, TD_FOLLOW_TRIG_FIRED))
@@ -406,13 +422,14 @@ static void sleep_on(struct td_follow *f, uint32_t seq, uint64_t latest,
 	 */
 	uint32_t gen = atomic_load_explicit(&f->hdr->stage_gen,
 					    memory_order_relaxed);
-	bool trig = f->stage_ok && trig_have(f, gen);
-	uint32_t tw = trig ? atomic_load((_Atomic uint32_t *)&f->trig->word)
-			   : 0;
+	bool trig;
+	uint32_t tw;
 
 	/* up to the next look at the connection (follow_wait) */
 	if (until < 0 || until > f->hup_at)
 		until = f->hup_at;
+	trig = f->stage_ok && trig_have(f, gen, until);
+	tw = trig ? atomic_load((_Atomic uint32_t *)&f->trig->word) : 0;
 	atomic_store(w, f->own_word ? TD_FOLLOW_WAIT_ROW
 				    : TD_FOLLOW_WAIT_FUTEX);
 	if (td_follow_latest_recheck(f->hdr) == latest &&

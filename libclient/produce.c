@@ -448,67 +448,11 @@ static int alloc_reserve(struct td_alloc *a, struct td_error *err)
 static int pub_settle(struct td_client *c, uint64_t *version,
 		      struct td_error *err);
 
-/*
- * Below this (all planes), TD_ALLOC_REWRITE is TD_ALLOC_STREAM: the ALLOC
- * round trip it costs per tensor (~15 us on the VM of bench/README.md)
- * buys back more than it costs only once two buffers no longer stay in
- * the caches (docs/fastpath.md, "Rewriting the latest version").
- */
-#define REWRITE_MIN_DEFAULT (8ull << 20)
-/*
- * Nor before the producer spent this long between the alloc and the
- * publish of its last TD_ALLOC_REWRITE loan: what the warm buffer saves
- * is a share of the time spent writing it, so a producer that hands big
- * tensors over without writing them (or writes a few bytes) would only
- * pay the round trip. 200 us: ten round trips; a 16 MiB fill takes ~1 ms.
- */
-#define REWRITE_FILL_US 200
-
-void td__produce_env(struct td_client *c)
-{
-	const char *env;
-
-	c->rewrite_min = td__env_u64("TENSORD_REWRITE_MIN",
-				     REWRITE_MIN_DEFAULT, UINT64_MAX);
-	c->rewrite_fill_ns = (int64_t)td__env_u64("TENSORD_REWRITE_FILL_US",
-						  REWRITE_FILL_US,
-						  INT64_MAX / 1000) *
-			     1000;
-	env = getenv("TENSORD_ALLOC_RESERVE");
-	c->reserve_self = !env || strcmp(env, "daemon") != 0;
-}
-
 /* a's hand-out: a TD_ALLOC_REWRITE loan's fill time starts now */
 static void loan_handed(struct td_alloc *a, uint32_t flags)
 {
 	a->rw_asked = flags & TD_ALLOC_REWRITE;
 	a->handed_ns = a->rw_asked ? td__now_ns() : 0;
-}
-
-/*
- * Whether a loan of these planes is a rewritable one (its ALLOC carries
- * TD_WIRE_ALLOC_REWRITE, and a loan a PUBLISH of it lends is one too):
- * what the daemon may take back for the next.
- */
-static bool rewrite_marked(const struct td_client *c, uint32_t flags,
-			   bool recycle, uint32_t plane_count,
-			   const uint64_t *sizes)
-{
-	uint64_t sum = 0;
-
-	if (!(flags & TD_ALLOC_REWRITE) || !recycle ||
-	    !td__has(c, TD_WIRE_FEAT_REWRITE))
-		return false;
-	for (uint32_t i = 0; i < plane_count; i++)
-		sum += sizes[i];
-	return sum >= c->rewrite_min;
-}
-
-/* Whether to ask for the take-back now: an ALLOC round trip instead of
- * the loan the last PUBLISH lent, worth it after a long enough fill. */
-static bool rewrite_now(const struct td_client *c, bool marked)
-{
-	return marked && c->rw_fill_ns >= c->rewrite_fill_ns;
 }
 
 int td_client_alloc_named(struct td_client *c, const char *name,
@@ -558,8 +502,8 @@ int td_client_alloc_named(struct td_client *c, const char *name,
 	/* a daemon that predates recyclable loans lends plain ones */
 	recycle = (flags & (TD_ALLOC_RECYCLE | TD_ALLOC_STREAM)) &&
 		  td__has(c, TD_WIRE_FEAT_ALLOC_RECYCLE);
-	marked = rewrite_marked(c, flags, recycle, plane_count, sizes);
-	rewrite = rewrite_now(c, marked);
+	marked = td__rewrite_marked(c, flags, recycle, plane_count, sizes);
+	rewrite = td__rewrite_now(c, marked);
 	if (c->next_loan && (flags & TD_ALLOC_STREAM) && !rewrite &&
 	    next_loan_fits(c->next_loan, plane_count, sizes, a)) {
 		/* lent by the last PUBLISH reply: no round trip */
@@ -887,8 +831,10 @@ void td__pub_answered(struct td_client *c, struct td__msg *m)
 		rc = publish_reply(c, a, c->pub_flags, m, &c->pub_version, &e);
 	/* published: its buffers went idle above; refused: they go, and
 	 * the daemon is told (it may still hold the alloc) */
-	if (rc < 0)
+	if (rc < 0) {
 		alloc_give_back(c, a);
+		td__stage_refused(c);
+	}
 	alloc_free_locked(a);
 	td__msg_close_fds(m);
 	if (rc < 0 && !c->pub_err.code)
@@ -1065,6 +1011,8 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 	if (rc == 0)
 		rc = publish_reply(c, a, req.flags, &m, version, err);
 out:
+	if (rc < 0)
+		td__stage_refused(c);
 	td__msg_close_fds(&m);
 	free(blob);
 	return rc;

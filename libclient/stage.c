@@ -27,7 +27,8 @@
  * (its producer) or read-only (a follower); *gen its generation.
  */
 int td__stage_page_map(struct td_client *c, const char *name, bool rw,
-		       uint32_t *gen, void **page, struct td_error *err)
+		       int64_t by, uint32_t *gen, void **page,
+		       struct td_error *err)
 {
 	struct td_wire_ring_sub_req q = {
 		.name = {name, (uint16_t)strlen(name)},
@@ -43,7 +44,7 @@ int td__stage_page_map(struct td_client *c, const char *name, bool rw,
 					  TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	if (len < 0)
 		return td__fail(err, -EINVAL, "bad tensor name");
-	rc = td__call(c, TD_OP_STAGE_PAGE, (size_t)len, NULL, 0, &rep, err);
+	rc = td__call_by(c, TD_OP_STAGE_PAGE, (size_t)len, by, &rep, err);
 	if (rc < 0)
 		return rc;
 	if (rep.nfds) {
@@ -157,7 +158,8 @@ static bool stage_fire(struct td_client *c, const char *name)
 
 	/* one page per connection (its generation), whatever the name */
 	if (!c->st_page || c->st_pgen != c->st_gen) {
-		if (td__stage_page_map(c, name, true, &gen, &page, NULL) < 0)
+		if (td__stage_page_map(c, name, true, -1, &gen, &page,
+				       NULL) < 0)
 			return false;
 		if (c->st_page)
 			munmap(c->st_page, TD_FOLLOW_TRIG_LEN);
@@ -199,6 +201,11 @@ uint32_t td__stage_flags(struct td_client *c, uint64_t alloc_id, bool named,
 	if (!(add & TD_WIRE_PUB_FIRED))
 		desc_keep(c, name, pin, &req->meta, &req->blob);
 	return add;
+}
+
+void td__stage_refused(struct td_client *c)
+{
+	c->desc_len = 0;
 }
 
 uint32_t td__stage_alloc_flag(const struct td_client *c,

@@ -439,6 +439,84 @@ Test(stage, get_newer_takes_a_staged_take_back_across_the_gap,
 }
 
 /*
+ * A PUBLISH the daemon refuses leaves the name's last version as it was,
+ * so the descriptor the library sent is not the one a take-back's stage
+ * repeats: it is forgotten. Kept, a later publish with that descriptor
+ * fired a stage of the older one (the daemon committed the older
+ * metadata, shape or dtype under the new version; a probe found it with
+ * a policy reload between two publishes). Here the refusal is a ring
+ * made under a loan's name before its publish.
+ */
+Test(stage, a_refused_publish_forgets_its_descriptor, .timeout = 60)
+{
+	struct world wo;
+	struct td_ring *ring = NULL;
+	struct td_alloc *a;
+	struct td_publish p = pub_of("cam/ringed");
+	struct td_error e = {0};
+	uint64_t rshape[1] = {4};
+	struct td_ring_desc rd = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				  .shape = rshape};
+
+	world_start(&wo, NULL, "pidfd", "1", NULL);
+	cr_assert_gt(wo.prod->desc_len, 0u, "the last publish was kept");
+	a = loan(wo.prod, "cam/ringed", 0x33);
+	cr_assert_eq(td_ring_create(wo.other ? wo.other : wo.cons,
+				    "cam/ringed", &rd, &ring, &e),
+		     0, "%s", e.reason);
+	cr_assert_eq(td_client_publish_alloc(wo.prod, a, &p, NULL, &e),
+		     -EEXIST, "%s", e.reason);
+	cr_assert_eq(wo.prod->desc_len, 0u, "a refused publish kept");
+	td_ring_close(ring);
+	/* and the stream goes on, staged again */
+	for (int i = 0; i < 4; i++)
+		step(wo.prod, wo.f, (uint8_t)(0x40 + i));
+	cr_assert_gt(wo.prod->desc_len, 0u);
+	world_stop(&wo, false);
+}
+
+/*
+ * A follower that has not mapped the producer's trigger page yet asks
+ * the daemon for it (STAGE_PAGE) when it first sees the stage; with the
+ * daemon stopped that request never returned, and td_follow_next
+ * ignored its timeout until the daemon ran again. Now the follow waits
+ * for that answer until its own deadline (50 ms at least), then times
+ * out as any follow does.
+ */
+Test(stage, a_follow_keeps_its_timeout_while_the_daemon_does_not_answer,
+     .timeout = 30)
+{
+	struct world wo;
+	struct td_client *late = NULL;
+	struct td_follow *f2 = NULL;
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+	struct td_alloc *a;
+	int rc;
+
+	cr_assert_eq(setenv("TENSORD_REWRITE_MIN", "1", 1), 0);
+	cr_assert_eq(setenv("TENSORD_REWRITE_FILL_US", "0", 1), 0);
+	loan_flags = TD_ALLOC_REWRITE;
+	world_start(&wo, NULL, "pidfd", "1", NULL);
+	/* a new follower: no trigger page mapped */
+	late = conn_env(&wo.d, "pidfd", "1");
+	cr_assert_eq(td_client_follow(late, NAME, &f2, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_follow_next(f2, 1000, &t, &e), 0, "%s", e.reason);
+	td_tensor_release(t);
+	a = loan(wo.prod, NAME, 0x5a); /* a take-back, staged */
+	cr_assert_neq(wo.prod->st_alloc, 0u);
+	cr_assert_eq(kill(wo.d.pid, SIGSTOP), 0);
+	rc = td_follow_next(f2, 500, &t, &e);
+	cr_assert_eq(kill(wo.d.pid, SIGCONT), 0);
+	cr_assert_eq(rc, -ETIMEDOUT, "%d: %s", rc, e.reason);
+	td_alloc_free(a);
+	td_follow_close(f2);
+	td_client_close(late);
+	world_stop(&wo, false);
+}
+
+/*
  * Another connection publishes the name between the stage and its fire:
  * the daemon cancels the stage first (its compare-exchange wins), so the
  * producer's publish of the staged loan goes the plain way, after the
