@@ -455,7 +455,8 @@ int td__snap_restore(void)
 	char reason[300], to[4200];
 	unsigned done = 0, total = 0;
 	uint64_t t0 = td__snap_now_ms();
-	uv_signal_t sig[2];
+	/* not on the stack: uv_close() finishes in a later loop turn */
+	static uv_signal_t sig[2];
 	int err;
 
 	/* non-blocking: a FIFO there is opened, not waited on (and below,
