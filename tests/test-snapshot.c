@@ -537,6 +537,17 @@ Test(snapshot, sigkill_at_every_step_of_a_save_keeps_a_whole_snapshot_uring,
 /* ---- bad snapshots ---- */
 
 /* A saved snapshot of set, the daemon stopped. */
+/* The file's bytes b (len, malloc'ed: freed), written back in place. */
+static void put_back(const char *path, uint8_t *b, size_t len)
+{
+	FILE *f = fopen(path, "wb");
+
+	cr_assert_not_null(f);
+	cr_assert_eq(fwrite(b, 1, len, f), len);
+	fclose(f);
+	free(b);
+}
+
 static void saved(struct snapdir *s, struct tensor *set)
 {
 	struct tu_daemon d;
@@ -577,16 +588,12 @@ Test(snapshot, a_corrupt_index_starts_empty_and_moves_the_file_aside)
 	uint8_t *b;
 	size_t len;
 	uint64_t io;
-	FILE *f;
 
 	saved(&s, set);
 	b = tu_read_file(s.file, &len);
 	memcpy(&io, b + len - 40, 8); /* trailer: index_offset */
 	b[io + 12] ^= 0x20;           /* a byte inside the first name */
-	f = fopen(s.file, "wb");
-	cr_assert_eq(fwrite(b, 1, len, f), len);
-	fclose(f);
-	free(b);
+	put_back(s.file, b, len);
 	starts_empty_and_moves_aside(&s, "IndexCrc32cMismatch");
 	snapdir_rm(&s);
 }
@@ -630,7 +637,6 @@ Test(snapshot, a_version_that_fails_the_publish_checks_is_skipped_alone)
 	struct td_client *c;
 	uint8_t *b;
 	size_t len, at;
-	FILE *f;
 
 	saved(&s, set);
 	/* a/plain's blob now says dma-buf: its memfd fails PUBLISH */
@@ -638,10 +644,7 @@ Test(snapshot, a_version_that_fails_the_publish_checks_is_skipped_alone)
 	at = find_kv(b, len, "tensord:a/plain#blob") + 4; /* u32 length */
 	cr_assert_eq(b[at + 24], 1, "storage_kind of a memfd tensor");
 	b[at + 24] = 2;
-	f = fopen(s.file, "wb");
-	cr_assert_eq(fwrite(b, 1, len, f), len);
-	fclose(f);
-	free(b);
+	put_back(s.file, b, len);
 	cr_assert_eq(truncate(s.log, 0), 0);
 	start(&d, &s, "sync", "30");
 	c = conn(&d);
@@ -930,16 +933,12 @@ Test(snapshot, a_version_counter_out_of_range_is_ignored, .timeout = 60)
 	uint8_t *b;
 	size_t len, at;
 	uint64_t top = UINT64_MAX, v;
-	FILE *f;
 
 	saved(&s, set);
 	b = tu_read_file(s.file, &len);
 	at = find_kv(b, len, "tensord.next_version");
 	memcpy(b + at, &top, 8);
-	f = fopen(s.file, "wb");
-	cr_assert_eq(fwrite(b, 1, len, f), len);
-	fclose(f);
-	free(b);
+	put_back(s.file, b, len);
 	cr_assert_eq(truncate(s.log, 0), 0);
 	start(&d, &s, "sync", "30");
 	c = conn(&d);
