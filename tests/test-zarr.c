@@ -1076,13 +1076,27 @@ Test(http, rules_of_zarr_md_10, .init = start_http, .fini = stop)
 	 * If-None-Match is 304 */
 	http("GET", "/zarr/cam_left/c/0/0", NULL, &resp);
 	{
-		char *tag = etag_in(resp), hdr[160];
+		char *tag = etag_in(resp), hdr[320];
 
 		cr_assert(!strncmp(tag, "\"cam/left@1.", 12), "%s", tag);
 		free(resp);
 		snprintf(hdr, sizeof(hdr), "If-None-Match: %s\r\n", tag);
 		http("GET", "/zarr/cam_left/c/0/0", hdr, &resp);
 		cr_assert_eq(status_of(resp), 304, "%s", resp);
+		/* RFC 9110 15.4.5: the 200's length or none; never 0 */
+		cr_assert(strstr(resp, "Content-Length: 24\r\n"), "%s", resp);
+		cr_assert_str_eq(body_of(resp), "");
+		free(resp);
+		/* and no body on the wire: the next response follows it */
+		snprintf(hdr, sizeof(hdr),
+		         "GET /zarr/cam_left/c/0/0 HTTP/1.1\r\nHost: t\r\n"
+		         "If-None-Match: %s\r\n\r\n"
+		         "GET /zarr-v2/.zgroup HTTP/1.1\r\nHost: t\r\n"
+		         "Connection: close\r\n\r\n", tag);
+		exchange(connect_tcp(), hdr, &resp);
+		cr_assert_eq(status_of(resp), 304, "%s", resp);
+		b = strstr(resp, "\r\n\r\n");
+		cr_assert(b && !strncmp(b + 4, "HTTP/1.1 200", 12), "%s", resp);
 		free(tag);
 	}
 	free(resp);
