@@ -1054,6 +1054,13 @@ Test(tensorctl, json_everywhere_errors_included)
 	cr_expect(starts(out, "{\"error\":{\"kind\":\"daemon\",\"errno\":2,"),
 		  "%s", out);
 	free(out);
+	/* no daemon is not a refusal of the daemon's */
+	cr_expect_eq(CTL(&d, &out, NULL, "--socket", "/nonexistent/t.sock",
+			 "--json", "ls"),
+		     1);
+	cr_expect(starts(out, "{\"error\":{\"kind\":\"connect\",\"errno\":2,"),
+		  "%s", out);
+	free(out);
 	cr_expect_eq(CTL(&d, &out, NULL, "get", "t", "--json", "-o", d.dir),
 		     0, "--json describes, it does not write");
 	free(out);

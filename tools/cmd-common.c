@@ -87,7 +87,14 @@ int tctl_connect(struct td_client **c)
 	struct td_error e = {0};
 	int rc = td_client_connect(tctl_socket, c, &e);
 
-	return rc < 0 ? tctl_refused("connect", rc, &e) : TCTL_OK;
+	/* no connection is not a refusal: scripts tell "start the daemon"
+	 * from "the daemon said no" by the kind */
+	if (rc >= 0)
+		return TCTL_OK;
+	if (e.reason[0])
+		return tctl_fail(TCTL_REFUSED, "connect", -rc, "%s", e.reason);
+	return tctl_fail(TCTL_REFUSED, "connect", -rc, "connect %s: %s",
+			 tctl_socket, strerror(-rc));
 }
 
 int tctl_parse_u64(const char *s, uint64_t *v)
