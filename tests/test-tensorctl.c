@@ -461,6 +461,14 @@ Test(tensorctl, directory_refused_and_socket_written_directly)
 	cr_expect_eq(CTL(&d, NULL, &err, "get", "t", "-o", d.dir), 1);
 	cr_expect(strstr(err, "Is a directory"), "%s", err);
 	free(err);
+	/* a /proc file is no output, and the message says why rather than
+	 * name the temporary file */
+	cr_expect_eq(CTL(&d, NULL, &err, "get", "t", "-o", "/proc/version"),
+		     1);
+	cr_expect(strstr(err, "/proc/version: a file of procfs is not an "
+			      "output"),
+		  "%s", err);
+	free(err);
 	path_in(sock, sizeof(sock), &d, "out.sock");
 	strcpy(sa.sun_path, sock);
 	ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

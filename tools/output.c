@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/resource.h>
+#include <sys/statfs.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -72,6 +74,27 @@ static int fail_io(const struct tctl_out *o, int err, const char *what)
 					 : "");
 	return tctl_fail(TCTL_REFUSED, "io", err, "%s: %s%s%s", o->path,
 			 what ? what : "", what ? ": " : "", strerror(err));
+}
+
+/* No temporary file could be made in dir, the output's folder. */
+static int fail_tmp(const struct tctl_out *o, int err, const char *dir)
+{
+	struct statfs sf;
+
+	if (fstatfs(o->dirfd, &sf) == 0 &&
+	    (sf.f_type == PROC_SUPER_MAGIC || sf.f_type == SYSFS_MAGIC))
+		return tctl_fail(TCTL_REFUSED, "io", err,
+				 "%s: a file of %s is not an output: a file "
+				 "is written to a temporary file beside it "
+				 "and renamed over it, which %s does not "
+				 "allow (%s)",
+				 o->path,
+				 sf.f_type == SYSFS_MAGIC ? "sysfs" : "procfs",
+				 dir, strerror(err));
+	return tctl_fail(TCTL_REFUSED, "io", err,
+			 "%s: no temporary file could be made in %s to "
+			 "write it and rename it over the path: %s",
+			 o->path, dir, strerror(err));
 }
 
 /* Whether uid could write a file of st (owner, its groups, others). */
@@ -224,7 +247,7 @@ static int open_replace(struct tctl_out *o, const struct stat *old, int exists)
 		int err = errno;
 
 		o->tmp[0] = 0;
-		return fail_io(o, err, "a temporary file beside it");
+		return fail_tmp(o, err, dir);
 	}
 	o->mode = TCTL_OUT_REPLACE;
 	if (exists) {
