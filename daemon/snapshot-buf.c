@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "bytes.h"
 #include "sd.h"
 
 struct td__snap_state td__snap;
@@ -78,7 +79,9 @@ static void on_slot(struct td__io_op *op, int64_t res)
 	struct slot *sl = td__container_of(op, struct slot, op);
 
 	if (sl->copying && res == (int64_t)op->len) {
-		/* the read half is in: now the write half */
+		/* the read half is in: its checksum, then the write half */
+		if (sl->crc_at)
+			sl->crc = td_hrry_crc32c(0, sl->p, op->len);
 		sl->copying = false;
 		op->kind = TD__IO_WRITE;
 		op->fd = sl->dst;
@@ -101,13 +104,14 @@ void td__snap_slot_write(struct slot *sl, int fd, uint64_t off, size_t len,
 				    .off = off,
 				    .done = on_slot};
 	sl->copying = false;
+	sl->crc_at = NULL;
 	sl->done = done;
 	sl->arg = arg;
 	td__io_submit(&sl->op);
 }
 
 void td__snap_slot_copy(struct slot *sl, int src, uint64_t soff, int dst,
-			uint64_t doff, size_t len,
+			uint64_t doff, size_t len, uint8_t *crc_at,
 			void (*done)(struct slot *, int64_t), void *arg)
 {
 	sl->op = (struct td__io_op){.kind = TD__IO_READ,
@@ -117,6 +121,7 @@ void td__snap_slot_copy(struct slot *sl, int src, uint64_t soff, int dst,
 				    .off = soff,
 				    .done = on_slot};
 	sl->copying = true;
+	sl->crc_at = crc_at;
 	sl->dst = dst;
 	sl->dst_off = doff;
 	sl->done = done;
@@ -204,8 +209,11 @@ struct copy {
 	unsigned busy;
 	int err;
 	int src, dst;
-	uint64_t at, end; /* the next source byte, the last one + 1 */
+	uint64_t start, at, end; /* the first source byte, the next one,
+				  * the last one + 1 */
 	int64_t shift;    /* destination offset - source offset */
+	const uint8_t *crcs; /* expected, one per CHUNK; or NULL */
+	uint64_t bad_at;     /* where the first mismatch's CHUNK starts */
 };
 
 static void copy_fill(struct copy *c);
@@ -216,6 +224,10 @@ static void on_copied(struct slot *sl, int64_t res)
 
 	if (res != (int64_t)sl->op.len && !c->err)
 		c->err = res < 0 ? (int)res : -ENODATA;
+	if (!c->err && sl->crc_at && td__le32(sl->crc_at) != sl->crc) {
+		c->err = -EBADMSG;
+		c->bad_at = (uint64_t)(sl->crc_at - c->crcs) / 4 * CHUNK;
+	}
 	td__snap_slot_put(sl);
 	c->busy--;
 	copy_fill(c);
@@ -229,23 +241,33 @@ static void copy_fill(struct copy *c)
 		uint64_t n = c->end - c->at > CHUNK ? CHUNK : c->end - c->at;
 
 		c->busy++;
+		/* the range starts each CHUNK the save's checksum covers */
 		td__snap_slot_copy(sl, c->src, c->at, c->dst,
 				   (uint64_t)((int64_t)c->at + c->shift),
-				   (size_t)n, on_copied, c);
+				   (size_t)n,
+				   c->crcs ? (uint8_t *)(uintptr_t)c->crcs +
+						     (c->at - c->start) /
+							     CHUNK * 4
+					   : NULL,
+				   on_copied, c);
 		c->at += n;
 	}
 }
 
 int td__snap_copy_range(int src, uint64_t off, int dst, uint64_t dst_off,
-			uint64_t len)
+			uint64_t len, const uint8_t *crcs, uint64_t *bad_at)
 {
 	struct copy c = {.src = src,
 			 .dst = dst,
+			 .start = off,
 			 .at = off,
 			 .end = off + len,
-			 .shift = (int64_t)(dst_off - off)};
+			 .shift = (int64_t)(dst_off - off),
+			 .crcs = crcs};
 
 	copy_fill(&c);
 	td__snap_run_while(count_busy, &c.busy);
+	if (c.err == -EBADMSG && bad_at)
+		*bad_at = c.bad_at;
 	return c.err;
 }

@@ -27,13 +27,31 @@
 #define KV_FORMAT "tensord.snapshot"
 #define KV_NEXT "tensord.next_version"
 #define KEY_PREFIX "tensord:"
-#define SNAP_FORMAT 1
+/*
+ * 2: every version has "#crc" (its KV values' CRC-32C, then one per MiB
+ * of each plane). 1 (before them) is still read, unchecked.
+ */
+#define SNAP_FORMAT 2
+#define SNAP_FORMAT_OLD 1
 #define FENCE_FILE UINT64_MAX /* "#files" value of the fence's entry */
 
 /* ---- snapshot-map.c: a version as Hurray tensors and KV keys ---- */
 
-enum field { F_VERSION, F_FLAGS, F_BLOB, F_META, F_FILES, F_COUNT_ };
+enum field { F_VERSION, F_FLAGS, F_BLOB, F_META, F_FILES, F_CRC, F_COUNT_ };
 extern const char *const td__snap_field_names[F_COUNT_];
+
+/*
+ * "#crc" (docs/snapshot.md, "Checksums"): 4 bytes (u32 LE) for the
+ * version's KV values, then 4 per CHUNK of each plane's file in fd-table
+ * order (the fence has none). td__snap_crc_len: its length for these
+ * file sizes; td__snap_meta_crc: the first value.
+ */
+uint64_t td__snap_crc_len(const uint64_t *fsize, uint32_t n);
+uint32_t td__snap_meta_crc(const char *name, size_t name_len,
+			   uint64_t version, uint64_t flags,
+			   const uint8_t *blob, uint32_t blob_len,
+			   const uint8_t *meta, uint32_t meta_len,
+			   const uint64_t *fsize, uint32_t n);
 
 /* Which version and field a key names: F_COUNT_ when not ours. */
 enum field td__snap_key_field(const struct td_hrry_kv_entry *k,
@@ -82,6 +100,13 @@ struct slot {
 	int dst;
 	uint64_t dst_off;
 	bool copying; /* the read half of a copy is running */
+	/*
+	 * A copy with crc_at set: crc is the CRC-32C of the bytes read,
+	 * taken between its read and its write; crc_at is the caller's
+	 * (where the save stores it, where the restore finds the expected).
+	 */
+	uint8_t *crc_at;
+	uint32_t crc;
 	void (*done)(struct slot *sl, int64_t res);
 	void *arg;
 };
@@ -94,9 +119,12 @@ void td__snap_slot_put(struct slot *sl);
 /* Write sl's len bytes to fd at off; done(sl, bytes or -errno) later. */
 void td__snap_slot_write(struct slot *sl, int fd, uint64_t off, size_t len,
 			 void (*done)(struct slot *, int64_t), void *arg);
-/* Copy len (<= CHUNK) bytes from src at soff to dst at doff through sl. */
+/*
+ * Copy len (<= CHUNK) bytes from src at soff to dst at doff through sl;
+ * crc_at: see struct slot (NULL: no checksum).
+ */
 void td__snap_slot_copy(struct slot *sl, int src, uint64_t soff, int dst,
-			uint64_t doff, size_t len,
+			uint64_t doff, size_t len, uint8_t *crc_at,
 			void (*done)(struct slot *, int64_t), void *arg);
 uint64_t td__snap_now_ms(void);
 /*
@@ -111,10 +139,13 @@ void td__snap_run_while(bool (*busy)(void *), void *arg);
 int td__snap_read_range(int fd, void *buf, uint64_t len, uint64_t off);
 /*
  * Copy [off, off + len) of src to dst at dst_off through the buffers,
- * all of them in flight. 0, -ENODATA (short) or -errno.
+ * all of them in flight. crcs, when not NULL: the CRC-32C (u32 LE) of
+ * each CHUNK of the range, checked as it goes. 0, -ENODATA (short),
+ * -EBADMSG (a checksum differs; *bad_at: the range's byte where that
+ * CHUNK starts) or -errno.
  */
 int td__snap_copy_range(int src, uint64_t off, int dst, uint64_t dst_off,
-			uint64_t len);
+			uint64_t len, const uint8_t *crcs, uint64_t *bad_at);
 
 /* ---- snapshot-save.c ---- */
 

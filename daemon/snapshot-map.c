@@ -11,8 +11,54 @@
 
 #include "bytes.h"
 
-const char *const td__snap_field_names[F_COUNT_] = {"version", "flags",
-						    "blob", "meta", "files"};
+const char *const td__snap_field_names[F_COUNT_] = {
+	"version", "flags", "blob", "meta", "files", "crc"};
+
+uint64_t td__snap_crc_len(const uint64_t *fsize, uint32_t n)
+{
+	uint64_t len = 4;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (fsize[i] != FENCE_FILE)
+			len += 4 * ((fsize[i] + CHUNK - 1) / CHUNK);
+	return len;
+}
+
+static uint32_t crc_u32(uint32_t crc, uint32_t v)
+{
+	uint8_t b[4];
+
+	td__put_le32(b, v);
+	return td_hrry_crc32c(crc, b, 4);
+}
+
+static uint32_t crc_u64(uint32_t crc, uint64_t v)
+{
+	uint8_t b[8];
+
+	td__put_le64(b, v);
+	return td_hrry_crc32c(crc, b, 8);
+}
+
+uint32_t td__snap_meta_crc(const char *name, size_t name_len,
+			   uint64_t version, uint64_t flags,
+			   const uint8_t *blob, uint32_t blob_len,
+			   const uint8_t *meta, uint32_t meta_len,
+			   const uint64_t *fsize, uint32_t n)
+{
+	uint32_t crc = crc_u32(0, (uint32_t)name_len);
+
+	crc = td_hrry_crc32c(crc, name, name_len);
+	crc = crc_u64(crc_u64(crc, version), flags);
+	crc = td_hrry_crc32c(crc_u32(crc, blob_len), blob, blob_len);
+	crc = crc_u32(crc, meta_len);
+	if (meta_len)
+		crc = td_hrry_crc32c(crc, meta, meta_len);
+	crc = crc_u32(crc, n);
+	for (uint32_t i = 0; i < n; i++)
+		crc = crc_u64(crc, fsize[i]);
+	return crc;
+}
 
 enum field td__snap_key_field(const struct td_hrry_kv_entry *k,
 			      const char **name, size_t *name_len)

@@ -22,10 +22,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bytes.h"
 #include "sd.h"
 
 struct reader {
 	int fd;
+	uint64_t format; /* tensord.snapshot: SNAP_FORMAT or _OLD */
 	struct td_hrry_rcore c;
 	void **bufs; /* what the core borrows */
 	size_t nbufs;
@@ -113,15 +115,17 @@ static void close_all(int *fds, uint32_t n)
 /*
  * One plane back: the Hurray tensor `hname` (checked by the core) into a
  * new sealed memfd of exactly `size` bytes; its read-only reopen in *out.
+ * crcs: its checksums, one per CHUNK (NULL: a file of format 1).
  */
 static int restore_plane(struct reader *rd, const char *hname, size_t hlen,
-			 uint64_t size, int *out, char *why, size_t cap)
+			 uint64_t size, const uint8_t *crcs, int *out,
+			 char *why, size_t cap)
 {
 	struct td_hrry_err e = {0};
 	struct td_hrry_entry ent;
 	struct td_hrry_desc d;
 	uint8_t *dbuf = NULL;
-	uint64_t idx, off, len;
+	uint64_t idx, off, len, bad = 0;
 	const char *pwhy = NULL;
 	int fd = -1, rc;
 
@@ -159,7 +163,15 @@ static int restore_plane(struct reader *rd, const char *hname, size_t hlen,
 	if (rc < 0)
 		goto perr;
 	/* never mapped here: written through the bounce buffers */
-	rc = td__snap_copy_range(rd->fd, off, fd, 0, len);
+	rc = td__snap_copy_range(rd->fd, off, fd, 0, len, crcs, &bad);
+	if (rc == -EBADMSG) {
+		snprintf(why, cap, "bytes %" PRIu64 "-%" PRIu64 " of Hurray "
+				   "tensor \"%.*s\" do not match their "
+				   "checksum (KV #crc): the file is damaged",
+			 bad, (bad + CHUNK < len ? bad + CHUNK : len) - 1,
+			 (int)hlen, hname);
+		goto out;
+	}
 	if (rc < 0) {
 		snprintf(why, cap, "reading \"%.*s\": %s", (int)hlen, hname,
 			 strerror(-rc));
@@ -201,12 +213,18 @@ static int restore_rec(struct reader *rd, const struct rec *r, char *why,
 	uint32_t n, first = UINT32_MAX;
 	int rc;
 
+	uint64_t fsize[TD_STATE_MAX_FDS];
+	const uint8_t *crcs = NULL;
+
 	for (int f = 0; f < F_COUNT_; f++) {
 		static const enum td_hrry_kv_kind want[F_COUNT_] = {
 			TD_HRRY_KV_UINT64, TD_HRRY_KV_UINT64,
-			TD_HRRY_KV_BYTES, TD_HRRY_KV_BYTES, TD_HRRY_KV_ARRAY};
+			TD_HRRY_KV_BYTES,  TD_HRRY_KV_BYTES,
+			TD_HRRY_KV_ARRAY,  TD_HRRY_KV_BYTES};
 
-		if (!r->have[f] && f == F_META)
+		if (!r->have[f] &&
+		    (f == F_META ||
+		     (f == F_CRC && rd->format == SNAP_FORMAT_OLD)))
 			continue;
 		if (!r->have[f] || r->v[f].kind != want[f]) {
 			snprintf(why, cap, "KV key #%s %s",
@@ -231,6 +249,40 @@ static int restore_rec(struct reader *rd, const struct rec *r, char *why,
 		snprintf(why, cap, "version 0, unknown flags, or a blob, "
 				   "metadata or fd table over its limit");
 		return -EINVAL;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		struct td_hrry_kv_value it;
+
+		td_hrry_kv_item(&r->v[F_FILES], i, &it);
+		fsize[i] = it.u64_value;
+	}
+	if (r->have[F_CRC]) {
+		/* before any value is believed: a flipped bit in a dtype or
+		 * a shape would otherwise restore as another tensor */
+		uint64_t want = td__snap_crc_len(fsize, n);
+
+		crcs = r->v[F_CRC].data;
+		if (r->v[F_CRC].data_len != want) {
+			snprintf(why, cap, "KV key #crc has %" PRIu64 " bytes, "
+					   "its fd table needs %" PRIu64,
+				 (uint64_t)r->v[F_CRC].data_len, want);
+			return -EBADMSG;
+		}
+		if (td__le32(crcs) !=
+		    td__snap_meta_crc(
+			    r->name, r->name_len, r->v[F_VERSION].u64_value,
+			    r->v[F_FLAGS].u64_value, r->v[F_BLOB].data,
+			    (uint32_t)r->v[F_BLOB].data_len,
+			    r->have[F_META] ? r->v[F_META].data : NULL,
+			    r->have[F_META] ? (uint32_t)r->v[F_META].data_len
+					    : 0,
+			    fsize, n)) {
+			snprintf(why, cap, "its KV values do not match their "
+					   "checksum (KV #crc): the file is "
+					   "damaged");
+			return -EBADMSG;
+		}
+		crcs += 4;
 	}
 	if (td_blob_decode(r->v[F_BLOB].data, r->v[F_BLOB].data_len, &bv,
 			   &be) < 0) {
@@ -273,7 +325,9 @@ static int restore_rec(struct reader *rd, const struct rec *r, char *why,
 					(int)r->name_len, r->name, i);
 		}
 		rc = restore_plane(rd, hname, (size_t)hlen, it.u64_value,
-				   &fds[i], why, cap);
+				   crcs, &fds[i], why, cap);
+		if (crcs)
+			crcs += 4 * ((it.u64_value + CHUNK - 1) / CHUNK);
 		if (rc < 0)
 			goto fail;
 	}
@@ -369,9 +423,12 @@ static int restore_open(struct reader *rd, const struct stat *st,
 	for (uint32_t i = 0; i < rd->c.kv_count; i++) {
 		td_hrry_rcore_kv(&rd->c, i, &k);
 		if (k.key_len == strlen(KV_FORMAT) &&
-		    !memcmp(k.key, KV_FORMAT, k.key_len))
+		    !memcmp(k.key, KV_FORMAT, k.key_len)) {
 			ours = k.value.kind == TD_HRRY_KV_UINT64 &&
-			       k.value.u64_value == SNAP_FORMAT;
+			       (k.value.u64_value == SNAP_FORMAT ||
+				k.value.u64_value == SNAP_FORMAT_OLD);
+			rd->format = ours ? k.value.u64_value : 0;
+		}
 		if (k.key_len == strlen(KV_NEXT) &&
 		    !memcmp(k.key, KV_NEXT, k.key_len) &&
 		    k.value.kind == TD_HRRY_KV_UINT64)
@@ -380,8 +437,8 @@ static int restore_open(struct reader *rd, const struct stat *st,
 	if (!ours) {
 		snprintf(reason, cap,
 			 "a Hurray file, but not a tensord snapshot "
-			 "(no KV %s = %d)",
-			 KV_FORMAT, SNAP_FORMAT);
+			 "(no KV %s = %d or %d)",
+			 KV_FORMAT, SNAP_FORMAT_OLD, SNAP_FORMAT);
 		return -EINVAL;
 	}
 	return 0;

@@ -53,6 +53,9 @@ struct item { /* one held version */
 	char *names[TD_STATE_MAX_FDS]; /* "name#i" of the other planes */
 	char *keys;                    /* the KV keys, back to back */
 	struct td_hrry_kv_value files[TD_STATE_MAX_FDS];
+	uint8_t *crcs; /* "#crc": filled as the planes are copied */
+	uint64_t crcs_len;
+	uint64_t crc_off[TD_STATE_MAX_FDS]; /* each plane's first in crcs */
 };
 
 enum phase { PH_WRITE, PH_DRAIN, PH_FSYNC, PH_DIRSYNC, PH_DONE };
@@ -74,6 +77,7 @@ struct save {
 	size_t stage_len;
 	uint64_t stage_off;
 	int plane; /* the current record's plane fd (borrowed) */
+	uint8_t *plane_crcs; /* its checksums, one per CHUNK */
 	unsigned inflight; /* slots submitted */
 	int err;
 	char why[200];
@@ -116,6 +120,7 @@ static void item_fini(struct item *it)
 	td__store_snap_unref(it->ref);
 	free(it->blob);
 	free(it->keys);
+	free(it->crcs);
 	for (uint32_t i = 0; i < TD_STATE_MAX_FDS; i++)
 		free(it->names[i]);
 }
@@ -246,6 +251,8 @@ static void on_written(struct slot *sl, int64_t res)
 			  sl->op.kind == TD__IO_READ ? "reading a plane"
 						     : "write",
 			  sl->op.len, sl->op.off);
+	else if (sl->crc_at)
+		td__put_le32(sl->crc_at, sl->crc);
 	sv->inflight--;
 	td__snap_slot_put(sl);
 	step();
@@ -314,16 +321,27 @@ static uint64_t emit(struct save *sv, const struct td_hrry_slice *s)
 	} else {
 		stage_flush(sv);
 		while (done < s->len) {
-			struct slot *sl = td__snap_slot_get();
+			struct slot *sl;
 			uint64_t n = s->len - done > CHUNK ? CHUNK
 							   : s->len - done;
 
+			/* a checksum per CHUNK of the plane: only whole
+			 * CHUNKs are taken, so every copy starts one */
+			if ((s->skip + done) % CHUNK) {
+				save_fail(sv, -EPROTO, "a plane's slice at %"
+					  PRIu64 " is not CHUNK-aligned",
+					  s->skip + done);
+				break;
+			}
+			sl = td__snap_slot_get();
 			if (!sl)
 				break;
 			sv->inflight++;
 			/* skip: where in the buffer this slice starts */
 			td__snap_slot_copy(sl, sv->plane, s->skip + done,
 					   sv->fd, sv->off + done, (size_t)n,
+					   sv->plane_crcs +
+						   (s->skip + done) / CHUNK * 4,
 					   on_written, sv);
 			done += n;
 		}
@@ -379,6 +397,7 @@ static int next_record(struct save *sv)
 	}
 	sv->nents++;
 	sv->plane = it->fds[i];
+	sv->plane_crcs = it->crcs + it->crc_off[i];
 	sv->bytes += it->fsize[i];
 	return 1;
 }
@@ -409,6 +428,9 @@ static void pump(struct save *sv)
 		rc = next_record(sv);
 		if (rc > 0 || rc < 0)
 			continue;
+		/* the KV holds the planes' checksums: every copy first */
+		if (sv->inflight)
+			return;
 		rc = td_hrry_wcore_begin_finish(&sv->w, sv->kv, sv->nkv,
 						sv->ents, sv->nents, NULL, &e);
 		if (rc < 0)
@@ -511,6 +533,22 @@ static int hold_one(void *arg, const struct td__snap_ver *v)
 	memcpy(it.blob, v->ent.blob.ptr, v->ent.blob.len);
 	/* the pid is the saving daemon's; a restore writes its own */
 	td__put_le32(it.blob + TD_BLOB_PID_OFFSET, 0);
+	it.crcs_len = td__snap_crc_len(it.fsize, v->ent.fd_count);
+	it.crcs = malloc((size_t)it.crcs_len);
+	if (!it.crcs)
+		goto nomem;
+	td__put_le32(it.crcs, td__snap_meta_crc(
+				      it.ent.name.ptr, it.ent.name.len,
+				      it.ent.version, it.ent.flags, it.blob,
+				      it.ent.blob.len,
+				      (const uint8_t *)it.ent.meta.ptr,
+				      it.ent.meta.len, it.fsize,
+				      v->ent.fd_count));
+	for (uint64_t i = 0, at = 4; i < v->ent.fd_count; i++) {
+		it.crc_off[i] = at;
+		if (it.fsize[i] != FENCE_FILE)
+			at += 4 * ((it.fsize[i] + CHUNK - 1) / CHUNK);
+	}
 	for (uint32_t i = 0; i < v->ent.fd_count; i++) {
 		it.files[i] = (struct td_hrry_kv_value){
 			.kind = TD_HRRY_KV_UINT64, .u64_value = it.fsize[i]};
@@ -529,14 +567,14 @@ nomem:
 	return -ENOMEM;
 }
 
-/* The KV section: the two file keys, then 4 or 5 keys per version. */
+/* The KV section: the two file keys, then 5 or 6 keys per version. */
 static int build_kv(struct save *sv, uint64_t next_version)
 {
 	size_t n = 2;
 	struct td_hrry_kv_entry *kv;
 
 	for (size_t i = 0; i < sv->n; i++)
-		n += sv->items[i].ent.meta.len ? 5 : 4;
+		n += sv->items[i].ent.meta.len ? 6 : 5;
 	kv = calloc(n, sizeof(*kv));
 	if (!kv)
 		return -ENOMEM;
@@ -568,6 +606,10 @@ static int build_kv(struct save *sv, uint64_t next_version)
 				k->value.item_kind = TD_HRRY_KV_UINT64;
 				k->value.items = it->files;
 				k->value.item_count = it->ent.fd_count;
+			} else if (f == F_CRC) {
+				k->value.kind = TD_HRRY_KV_BYTES;
+				k->value.data = it->crcs;
+				k->value.data_len = it->crcs_len;
 			} else {
 				k->value.kind = TD_HRRY_KV_BYTES;
 				k->value.data = f == F_BLOB ? it->blob

@@ -26,6 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "hrry.h" /* td_hrry_crc32c */
 #include "tensord/hrry.h"
 #include "tensord/tensord.h"
 #include "testclient.h"
@@ -306,9 +307,9 @@ static void check_file(const char *path, const struct tensor *set,
 		cr_assert_eq(td_hrry_file_reader_kv_entry(r, i, &kv), 0);
 		if (kv.key_len == 16 && !memcmp(kv.key, "tensord.snapshot", 16))
 			format = kv.value.kind == TD_HRRY_KV_UINT64 &&
-				 kv.value.u64_value == 1;
+				 kv.value.u64_value == 2;
 	}
-	cr_assert(format, "no KV tensord.snapshot = 1");
+	cr_assert(format, "no KV tensord.snapshot = 2");
 	td_hrry_file_reader_free(&r);
 	close(fd);
 }
@@ -629,6 +630,73 @@ static size_t find_kv(const uint8_t *b, size_t len, const char *key)
 	return 0;
 }
 
+static uint32_t crc_le(uint32_t crc, uint64_t v, size_t bytes)
+{
+	uint8_t b[8];
+
+	for (size_t i = 0; i < bytes; i++)
+		b[i] = (uint8_t)(v >> (8 * i));
+	return td_hrry_crc32c(crc, b, bytes);
+}
+
+/*
+ * The first value of NAME's KV key #crc made right again for its KV
+ * values as they are now, computed as docs/snapshot.md ("Checksums")
+ * writes it: for a test that damages a value on purpose and needs it
+ * believed, to reach the checks behind the checksum.
+ */
+static void fix_meta_crc(const char *path, const char *name)
+{
+	static const char *const field[] = {"version", "flags", "blob",
+					    "meta", "files"};
+	struct td_hrry_kv_value v[5] = {0};
+	struct td_hrry_transport tr;
+	struct td_hrry_file_reader *r = NULL;
+	struct td_hrry_err e = {0};
+	uint64_t kvn = 0;
+	uint32_t crc;
+	char key[200];
+	uint8_t *b;
+	size_t len, at;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(td_hrry_transport_fd(fd, &tr), 0);
+	cr_assert_eq(td_hrry_file_reader_new(&tr, &r, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_hrry_file_reader_kv_count(r, &kvn), 0);
+	for (uint64_t i = 0; i < kvn; i++) {
+		struct td_hrry_kv_entry kv;
+
+		cr_assert_eq(td_hrry_file_reader_kv_entry(r, i, &kv), 0);
+		for (int f = 0; f < 5; f++) {
+			snprintf(key, sizeof(key), "tensord:%s#%s", name,
+				 field[f]);
+			if (kv.key_len == strlen(key) &&
+			    !memcmp(kv.key, key, kv.key_len))
+				v[f] = kv.value;
+		}
+	}
+	crc = crc_le(0, strlen(name), 4);
+	crc = td_hrry_crc32c(crc, name, strlen(name));
+	crc = crc_le(crc_le(crc, v[0].u64_value, 8), v[1].u64_value, 8);
+	crc = crc_le(crc, v[2].data_len, 4);
+	crc = td_hrry_crc32c(crc, v[2].data, v[2].data_len);
+	crc = crc_le(crc, v[3].data_len, 4);
+	crc = td_hrry_crc32c(crc, v[3].data, v[3].data_len);
+	crc = crc_le(crc, v[4].item_count, 4);
+	for (size_t i = 0; i < v[4].item_count; i++)
+		crc = crc_le(crc, v[4].items[i].u64_value, 8);
+	td_hrry_file_reader_free(&r);
+	close(fd);
+	b = tu_read_file(path, &len);
+	snprintf(key, sizeof(key), "tensord:%s#crc", name);
+	at = find_kv(b, len, key) + 4; /* u32 length */
+	for (int i = 0; i < 4; i++)
+		b[at + i] = (uint8_t)(crc >> (8 * i));
+	put_back(path, b, len);
+}
+
 Test(snapshot, a_version_that_fails_the_publish_checks_is_skipped_alone)
 {
 	struct snapdir s;
@@ -645,6 +713,7 @@ Test(snapshot, a_version_that_fails_the_publish_checks_is_skipped_alone)
 	cr_assert_eq(b[at + 24], 1, "storage_kind of a memfd tensor");
 	b[at + 24] = 2;
 	put_back(s.file, b, len);
+	fix_meta_crc(s.file, "a/plain");
 	cr_assert_eq(truncate(s.log, 0), 0);
 	start(&d, &s, "sync", "30");
 	c = conn(&d);
@@ -658,6 +727,162 @@ Test(snapshot, a_version_that_fails_the_publish_checks_is_skipped_alone)
 	cr_assert(log_has(&s, "storage_kind"), "%s", tu_slurp(s.log));
 	cr_assert(log_has(&s, "restored 5 of 6 tensors"), "%s",
 		  tu_slurp(s.log));
+	snapdir_rm(&s);
+}
+
+/*
+ * A flipped bit in a version's KV values (here a/plain's dtype, which
+ * would restore the same bytes as another type) or in a plane's bytes:
+ * the version is not restored, the log says where, the others are, and
+ * the file stays as FILE.partial-<time>.
+ */
+static void damaged_is_skipped(struct snapdir *s, unsigned want_restored,
+			       const char *why)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	char line[200];
+
+	cr_assert_eq(truncate(s->log, 0), 0);
+	start(&d, s, "sync", "30");
+	c = conn(&d);
+	cr_assert_eq(count(c), want_restored);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert(log_has(s, why), "want \"%s\": %s", why, tu_slurp(s->log));
+	snprintf(line, sizeof(line), "restored %u of %u tensors",
+		 want_restored, want_restored + 1);
+	cr_assert(log_has(s, line), "%s", tu_slurp(s->log));
+	cr_assert(dir_has(s, "snap.hrry.partial-"));
+}
+
+Test(snapshot, a_flipped_bit_in_a_kv_value_is_caught_by_its_checksum)
+{
+	struct snapdir s;
+	struct tensor set[NSET];
+	struct tu_daemon d;
+	struct td_client *c;
+	uint8_t *b;
+	size_t len, at;
+
+	saved(&s, set);
+	b = tu_read_file(s.file, &len);
+	at = find_kv(b, len, "tensord:a/f32#blob") + 4; /* u32 length */
+	b[at + 12] ^= 0x01; /* the dtype: f32 would come back as another */
+	put_back(s.file, b, len);
+	damaged_is_skipped(&s, NSET - 1,
+			   "not restoring \"a/f32\": its KV values do not "
+			   "match their checksum (KV #crc)");
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	check(c, &set[0]);
+	for (unsigned i = 2; i < NSET; i++)
+		check(c, &set[i]);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	snapdir_rm(&s);
+}
+
+Test(snapshot, a_flipped_bit_in_a_plane_is_caught_by_its_checksum)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor big = mk("big", TD_TENSOR_U8, 5 << 19, 0, 5 << 19);
+	struct tensor small = mk("small", TD_TENSOR_U8, 100, 0, 100);
+	uint8_t *b, head[64];
+	size_t len, at = 0;
+
+	snapdir_make(&s);
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	put(c, &big, next_version(c));
+	put(c, &small, next_version(c));
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	/* big's bytes in the file: found by their pattern */
+	for (size_t i = 0; i < sizeof(head); i++)
+		head[i] = byte_of(big.name, big.version, i);
+	b = tu_read_file(s.file, &len);
+	for (size_t i = 0; i + sizeof(head) <= len && !at; i += 4096)
+		if (!memcmp(b + i, head, sizeof(head)))
+			at = i;
+	cr_assert(at, "big's bytes not found in the file");
+	b[at + (3 << 19) + 5] ^= 0x80; /* in its second MiB */
+	put_back(s.file, b, len);
+	damaged_is_skipped(&s, 1,
+			   "not restoring \"big\": bytes 1048576-2097151 of "
+			   "Hurray tensor \"big\" do not match their "
+			   "checksum (KV #crc)");
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	check(c, &small);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	snapdir_rm(&s);
+}
+
+/* Replace every occurrence of from (same length) in b. */
+static unsigned replace_all(uint8_t *b, size_t len, const char *from,
+			    const char *to)
+{
+	size_t k = strlen(from);
+	unsigned n = 0;
+
+	for (size_t i = 0; i + k <= len; i++)
+		if (!memcmp(b + i, from, k)) {
+			memcpy(b + i, to, k);
+			n++;
+		}
+	return n;
+}
+
+/*
+ * A snapshot of format 1 (before checksums: no #crc keys) restores
+ * unchecked; one that says format 2 and lacks them restores nothing.
+ */
+Test(snapshot, format_1_restores_without_checksums_format_2_needs_them)
+{
+	struct snapdir s;
+	struct tensor set[NSET];
+	struct tu_daemon d;
+	struct td_client *c;
+	uint8_t *b;
+	size_t len, at;
+
+	saved(&s, set);
+	b = tu_read_file(s.file, &len);
+	/* the keys gone (renamed to keys tensord does not know) */
+	cr_assert_eq(replace_all(b, len, "#crc", "#cr_"), NSET);
+	put_back(s.file, b, len);
+	cr_assert_eq(truncate(s.log, 0), 0);
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	cr_assert_eq(count(c), 0);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert(log_has(&s, "KV key #crc is missing"), "%s",
+		  tu_slurp(s.log));
+	snapdir_rm(&s);
+
+	saved(&s, set);
+	b = tu_read_file(s.file, &len);
+	cr_assert_eq(replace_all(b, len, "#crc", "#cr_"), NSET);
+	at = find_kv(b, len, "tensord.snapshot");
+	cr_assert_eq(b[at], 2);
+	b[at] = 1;
+	put_back(s.file, b, len);
+	cr_assert_eq(truncate(s.log, 0), 0);
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	cr_assert_eq(count(c), NSET);
+	for (unsigned i = 0; i < NSET; i++)
+		check(c, &set[i]);
+	next_version(c); /* a change: the stop saves */
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	/* and the next save writes format 2 again */
+	check_file(s.file, set, NSET);
 	snapdir_rm(&s);
 }
 
