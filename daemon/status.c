@@ -115,8 +115,8 @@ static void status_fill(struct td__peer *asker, bool all,
 		m->uids[m->uid_count++] = (struct td_wire_status_uid){
 			.uid = (uint32_t)uid,
 			.bytes = s->uids[i].bytes,
-			.quota = td__policy_quota(d->policy, uid,
-						  d->opts.uid_max_bytes),
+			/* the one the allocations are checked against */
+			.quota = td__tenant_quota(uid),
 			.pinned = pinned_bytes(s, uid),
 		};
 	}

@@ -229,6 +229,55 @@ Test(status, other_uids_see_only_their_own_clients)
 	done(&l);
 }
 
+/*
+ * Without --uid-max-bytes a uid other than root and the daemon's may use
+ * half of --max-bytes: status showed "none" (its own --uid-max-bytes
+ * default, 0) while the daemon refused at 4 MiB.
+ */
+Test(status, the_quota_in_force_is_shown_without_uid_max_bytes)
+{
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as a second uid");
+	struct logged l;
+	const char *extra[] = {"--socket-mode", "0666", "--max-bytes", "8M",
+			       NULL};
+	start(&l, extra);
+	struct td_client *c = cli(&l);
+	cr_assert_eq(put(c, "root/x", 64, false), 0);
+	chmod(l.d.dir, 0755);
+	pid_t pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		struct td_client *n = NULL;
+
+		if (setgroups(0, NULL) < 0 || setgid(NOBODY) < 0 ||
+		    setuid(NOBODY) < 0 ||
+		    td_client_connect(l.d.sock, &n, NULL) < 0)
+			_exit(2);
+		_exit(put(n, "nobody/x", 64, false) == 0 ? 0 : 3);
+	}
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d",
+		  WEXITSTATUS(st));
+	struct td_status *s = status(c);
+	int seen = 0;
+	for (size_t i = 0; i < s->uid_count; i++) {
+		if (s->uids[i].uid == NOBODY) {
+			cr_assert_eq(s->uids[i].quota, 4 << 20);
+			seen++;
+		} else if (s->uids[i].uid == 0) {
+			cr_assert_eq(s->uids[i].quota, 0, "root: none");
+			seen++;
+		}
+	}
+	cr_assert_eq(seen, 2);
+	td_status_free(s);
+	td_client_close(c);
+	stop(&l);
+	done(&l);
+}
+
 Test(status, ten_thousand_refusals_log_one_line_per_kind)
 {
 	struct logged l;
