@@ -1040,6 +1040,7 @@ Test(tensorctl, json_everywhere_errors_included)
 {
 	struct tu_daemon d;
 	char *out, *path = NULL;
+	struct stat st;
 	char in[160];
 
 	start(&d);
@@ -1069,8 +1070,26 @@ Test(tensorctl, json_everywhere_errors_included)
 	cr_expect(starts(out, "{\"error\":{\"kind\":\"connect\",\"errno\":2,"),
 		  "%s", out);
 	free(out);
-	cr_expect_eq(CTL(&d, &out, NULL, "get", "t", "--json", "-o", d.dir),
-		     0, "--json describes, it does not write");
+	/* --json with -o FILE: the file written, then described */
+	cr_expect(asprintf(&path, "%s/desc.bin", d.dir) > 0);
+	cr_expect_eq(CTL(&d, &out, NULL, "get", "t", "--json", "-o", path), 0);
+	cr_expect(starts(out, "{\"name\":\"t\","), "%s", out);
+	free(out);
+	cr_expect_eq(stat(path, &st), 0, "-o FILE is written with --json too");
+	cr_expect_gt(st.st_size, 0);
+	free(path);
+	/* ... and -o - is refused: bytes and JSON would share stdout */
+	cr_expect_eq(CTL(&d, &out, NULL, "get", "t", "--json", "-o", "-"), 2);
+	cr_expect(starts(out, "{\"error\":{\"kind\":\"usage\","), "%s",
+		  out);
+	free(out);
+	cr_expect_eq(CTL(&d, &out, NULL, "save", "t", "--json", "-o", "-"), 2);
+	cr_expect(starts(out, "{\"error\":{\"kind\":\"usage\","), "%s",
+		  out);
+	free(out);
+	cr_expect_eq(CTL(&d, &out, NULL, "save", "--json", "-o", "-",
+			 "--format", "hrry"),
+		     2);
 	free(out);
 	cr_expect(asprintf(&path, "%s/out.tgm", d.dir) > 0);
 	cr_expect_eq(CTL(&d, &out, NULL, "save", "t", "-o", path, "--json"),
@@ -1094,6 +1113,47 @@ Test(tensorctl, json_everywhere_errors_included)
 	free(out);
 	free(path);
 	unlink(in);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * A Hurray file on stdin is told by its magic (or --format hrry), as
+ * inspect tells it; a --format that is neither tgm nor hrry is refused
+ * by load and save (save wrote a .tgm for any word before).
+ */
+Test(tensorctl, hurray_on_stdin_and_formats_checked)
+{
+	struct tu_daemon d;
+	struct run r = {.in_fd = -1, .out_fd = -1};
+	char path[160], *out, *err;
+
+	start(&d);
+	path_in(path, sizeof(path), &d, "all.hrry");
+	cr_assert_eq(CTL(&d, NULL, NULL, "save", "-o", path), 0);
+	for (int k = 0; k < 2; k++) {
+		r.in_fd = open(path, O_RDONLY | O_CLOEXEC);
+		cr_assert_geq(r.in_fd, 0);
+		cr_expect_eq(CTL_R(&d, &r, &out, &err, "load", "-", "--prefix",
+				   k ? "f/" : "s/", k ? "--format" : "--partial",
+				   k ? "hrry" : NULL),
+			     0, "%s", err);
+		cr_expect(strstr(out, k ? "f/t version" : "s/t version"),
+			  "%s", out);
+		close(r.in_fd);
+		free(out);
+		free(err);
+	}
+	cr_expect_eq(CTL(&d, NULL, &err, "load", path, "--format", "zarr"), 2);
+	cr_expect(strstr(err, "bad --format 'zarr' (valid: tgm, hrry)"), "%s",
+		  err);
+	free(err);
+	path_in(path, sizeof(path), &d, "x.tgm");
+	cr_expect_eq(CTL(&d, NULL, &err, "save", "t", "-o", path, "--format",
+			 "tmg"),
+		     2);
+	cr_expect(strstr(err, "bad --format 'tmg'"), "%s", err);
+	cr_expect(access(path, F_OK) < 0, "nothing written");
+	free(err);
 	tu_daemon_stop(&d, false);
 }
 

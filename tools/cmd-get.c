@@ -132,6 +132,8 @@ int cmd_get(int argc, char **argv)
 				  "other");
 	if (have_tmo && !have_newer)
 		return tctl_usage("get", "--timeout goes with --newer");
+	if (tctl_json && out && !strcmp(out, "-"))
+		return tctl_usage("get", "--json and -o - both write to stdout");
 	timeout = have_tmo ? (int)tmo : -1;
 	rc = tctl_connect(&c);
 	if (rc)
@@ -150,10 +152,10 @@ int cmd_get(int argc, char **argv)
 	if (rc < 0)
 		rc = tctl_fail(TCTL_REFUSED, "fence", -rc, "%s: fence: %s",
 			       name, strerror(-rc));
-	else if (tctl_json)
-		describe(name, t);
-	else
+	else if (!tctl_json)
 		rc = write_planes(t, out);
+	else if (!out || !(rc = write_planes(t, out)))
+		describe(name, t); /* and with -o FILE, once it is written */
 	/* released before exit even after a signal stopped the write */
 	td_tensor_release(t);
 	td_client_close(c);

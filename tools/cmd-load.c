@@ -469,6 +469,7 @@ static int load_opts(int argc, char **argv, struct load_opts *lo)
 		O_PREFIX,
 		O_PARTIAL,
 		O_MAX_BYTES,
+		O_FORMAT,
 	};
 	static const struct option opts[] = {
 	        {"message", required_argument, NULL, O_MESSAGE},
@@ -476,6 +477,7 @@ static int load_opts(int argc, char **argv, struct load_opts *lo)
 	        {"prefix", required_argument, NULL, O_PREFIX},
 	        {"partial", no_argument, NULL, O_PARTIAL},
 	        {"max-bytes", required_argument, NULL, O_MAX_BYTES},
+	        {"format", required_argument, NULL, O_FORMAT},
 	        TCTL_COMMON_OPTIONS};
 	const char *why;
 	int rc, o;
@@ -502,6 +504,12 @@ static int load_opts(int argc, char **argv, struct load_opts *lo)
 			if (tctl_parse_size(optarg, &lo->max_bytes))
 				return tctl_usage("load", "bad --max-bytes '%s'",
 				                  optarg);
+			break;
+		case O_FORMAT:
+			/* hrry went to cmd_load_hrry() already */
+			if (strcmp(optarg, "tgm"))
+				return tctl_usage("load", "bad --format '%s' "
+				                  "(valid: tgm, hrry)", optarg);
 			break;
 		default:
 			return rc;
@@ -539,6 +547,12 @@ static int load_tgm(int argc, char **argv)
 	rc = tctl_read_input(lo.path, lo.max_bytes, &buf, &len);
 	if (rc)
 		return rc;
+	if (inspect_hrry_sniff(buf, len)) {
+		/* stdin (a file's magic chose before): a Hurray file */
+		rc = tctl_load_hrry_stdin(argc, argv, buf, len);
+		free(buf);
+		return rc;
+	}
 	td_tgm_scan_init(buf, len, &s);
 	for (; !rc && td_tgm_scan_next(&s, &sp) == 1; idx++) {
 		if (lo.one_message && idx != lo.message)

@@ -140,8 +140,13 @@ static int save_tgm(int argc, char **argv)
 		goto out;
 	}
 	while ((o = tctl_getopt(argc, argv, "o:", opts, &rc)) != -1) {
-		if (o == 'f')
-			continue; /* cmd_save() sent only "tgm" here */
+		if (o == 'f' && !strcmp(optarg, "tgm"))
+			continue; /* hrry went to cmd_save_hrry() already */
+		if (o == 'f') {
+			rc = tctl_usage("save", "bad --format '%s' (valid: tgm, "
+					"hrry)", optarg);
+			goto out;
+		}
 		if (o != 'o')
 			goto out;
 		out = optarg;
@@ -151,6 +156,10 @@ static int save_tgm(int argc, char **argv)
 	if (!n || !out) {
 		rc = tctl_usage("save", !n ? "needs at least one NAME"
 					   : "needs -o FILE (- for stdout)");
+		goto out;
+	}
+	if (tctl_json && !strcmp(out, "-")) {
+		rc = tctl_usage("save", "--json and -o - both write to stdout");
 		goto out;
 	}
 	rc = tctl_connect(&c);

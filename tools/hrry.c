@@ -16,6 +16,7 @@
 #include <json-c/json.h>
 
 #include "hrry.h"
+#include "input.h"
 #include "output.h"
 #include "td-json.h"
 #include "tensorctl.h"
@@ -253,7 +254,7 @@ static int open_failed(const struct td_hrry_err *e, int json, const char *what)
 	return TCTL_REFUSED;
 }
 
-int inspect_hrry(const uint8_t *buf, size_t len, int json)
+int inspect_hrry(const char *path, const uint8_t *buf, size_t len, int json)
 {
 	struct td_hrry_transport t;
 	struct td_hrry_file_reader *r;
@@ -266,7 +267,7 @@ int inspect_hrry(const uint8_t *buf, size_t len, int json)
 		return TCTL_USAGE;
 	}
 	if (td_hrry_file_reader_new(&t, &r, &e) < 0)
-		return open_failed(&e, json, "file");
+		return open_failed(&e, json, path);
 	td_hrry_file_reader_index(r, &io, &il, &crc);
 	uint32_t a = td_hrry_file_reader_alignment(r);
 	uint32_t flags = td_hrry_file_reader_flags(r);
@@ -472,13 +473,21 @@ int tctl_hrry_transport(const char *path, struct td_hrry_transport *t,
 	return TCTL_OK;
 }
 
-int cmd_load_hrry(int argc, char **argv)
+/*
+ * load of a Hurray file: by its path, or from stdin ("-": read into
+ * memory up to --max-bytes, as a .tgm stream is; buf: the bytes of stdin
+ * that cmd-load.c read already and found to be one).
+ */
+static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 {
-	enum { O_PREFIX = TCTL_OPT_FIRST_OWN, O_PARTIAL, O_FORMAT };
+	uint64_t max_bytes = TCTL_STREAM_MAX;
+	uint8_t *own = NULL;
+	enum { O_PREFIX = TCTL_OPT_FIRST_OWN, O_PARTIAL, O_FORMAT, O_MAXB };
 	static const struct option opts[] = {
 		{"prefix", required_argument, NULL, O_PREFIX},
 		{"partial", no_argument, NULL, O_PARTIAL},
 		{"format", required_argument, NULL, O_FORMAT},
+		{"max-bytes", required_argument, NULL, O_MAXB},
 		TCTL_COMMON_OPTIONS};
 	const char *path, *prefix = "";
 	bool partial = false;
@@ -496,19 +505,40 @@ int cmd_load_hrry(int argc, char **argv)
 			prefix = optarg;
 		else if (o == O_PARTIAL)
 			partial = true;
-		else if (o != O_FORMAT)
+		else if (o == O_FORMAT && strcmp(optarg, "hrry"))
+			return tctl_usage("load", "--format hrry, for a "
+					  "Hurray file");
+		else if (o == O_MAXB && tctl_parse_size(optarg, &max_bytes))
+			return tctl_usage("load", "bad --max-bytes '%s'",
+					  optarg);
+		else if (o != O_FORMAT && o != O_MAXB)
 			return rc;
 	}
 	if (argc - optind != 1)
-		return tctl_usage("load", "needs one FILE.hrry");
+		return tctl_usage("load", "needs one FILE.hrry (- for stdin)");
 	path = argv[optind];
 	if (strlen(prefix) >= TD_NAME_MAX)
 		return tctl_usage("load", "--prefix is longer than a name");
-	rc = tctl_hrry_transport(path, &t, &fd);
+	fd = -1;
+	if (!buf && !strcmp(path, "-")) {
+		rc = tctl_read_input(path, max_bytes, &own, &len);
+		if (rc)
+			return rc;
+		buf = own;
+	}
+	if (buf)
+		rc = td_hrry_transport_mem(buf, len, &t) < 0
+			     ? tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+					 "%s: out of memory", path)
+			     : TCTL_OK;
+	else
+		rc = tctl_hrry_transport(path, &t, &fd);
 	if (rc)
 		return rc;
 	if (td_hrry_file_reader_new(&t, &r, &e) < 0) {
-		close(fd);
+		if (fd >= 0)
+			close(fd);
+		free(own);
 		return open_failed(&e, tctl_json, path);
 	}
 	td_hrry_file_reader_tensor_count(r, &n);
@@ -580,9 +610,23 @@ out:
 	free(l.versions);
 	free(d);
 	td_hrry_file_reader_free(&r);
-	close(fd);
+	if (fd >= 0)
+		close(fd);
+	free(own);
 	td_client_close(l.c);
 	return rc;
+}
+
+int cmd_load_hrry(int argc, char **argv)
+{
+	return load_hrry(argc, argv, NULL, 0);
+}
+
+int tctl_load_hrry_stdin(int argc, char **argv, const uint8_t *buf,
+			 size_t len)
+{
+	optind = 0; /* the command line once more, with these options */
+	return load_hrry(argc, argv, buf, len);
 }
 
 /* ---- save ---- */
@@ -672,6 +716,8 @@ int cmd_save_hrry(int argc, char **argv)
 	}
 	if (!path)
 		return tctl_usage("save", "needs -o FILE (- for stdout)");
+	if (tctl_json && !strcmp(path, "-"))
+		return tctl_usage("save", "--json and -o - both write to stdout");
 	s.d = malloc(sizeof(*s.d));
 	if (!s.d)
 		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
@@ -722,8 +768,10 @@ int cmd_save_hrry(int argc, char **argv)
 					       json_object_new_uint64(bytes));
 			rc = tctl_json_print(j);
 		} else {
-			printf("%s: %zu tensor(s), %" PRIu64 " bytes\n", path,
-			       s.count, bytes);
+			char size[32];
+
+			printf("%s: %zu tensor(s), %s\n", path, s.count,
+			       tctl_size(size, bytes));
 		}
 	}
 out:

@@ -38,7 +38,7 @@ int cmd_inspect(int argc, char **argv)
 		return rc;
 	/* formats with a magic first; the blob has none and is the default */
 	if (inspect_hrry_sniff(buf, len))
-		rc = inspect_hrry(buf, len, tctl_json);
+		rc = inspect_hrry(argv[optind], buf, len, tctl_json);
 	else if (inspect_tgm_sniff(buf, len))
 		rc = inspect_tgm(buf, len, tctl_json);
 	else

@@ -50,23 +50,26 @@ static const struct cmd {
 	{"stat", cmd_stat, "stat NAME", "Describe the latest version of NAME.\n"},
 	{"rm", cmd_rm, "rm NAME", "Remove NAME (leased versions live on).\n"},
 	{"watch", cmd_watch, "watch NAME|PREFIX [--prefix] [--count N]",
-	 "One line per PUBLISHED/DELETED event.\n"
+	 "One line per event: published NAME VERSION, deleted NAME VERSION.\n"
 	 "  --prefix        NAME is a prefix\n"
 	 "  --count N       stop after N events\n"},
 	{"load", cmd_load,
 	 "load FILE.tgm|- [--message N] [--prefix P] [--variable-key K] "
-	 "[--partial] | load FILE.hrry [--prefix P] [--partial]",
+	 "[--partial] | load FILE.hrry|- [--prefix P] [--partial] "
+	 "[--format tgm|hrry]",
 	 "Publish every data object of every message of a .tgm file. All or\n"
 	 "nothing: everything is checked first, and when the daemon refuses an\n"
 	 "object the versions already published are deleted again.\n"
-	 "A Hurray file (by its .hrry name or its magic) publishes every\n"
+	 "A Hurray file (by its .hrry name, --format hrry, or its magic, on\n"
+	 "stdin too) publishes every\n"
 	 "tensor tensord supports (composite members under their own names)\n"
 	 "and lists each one it refused with the reason.\n"
 	 "  --message N     only message N (0 = the first)\n"
 	 "  --prefix P      put P before every name (e.g. run1/)\n"
 	 "  --variable-key K  dotted metadata path tried first for names\n"
 	 "  --partial       keep what was published before a refusal\n"
-	 "  --max-bytes N   read a stream up to N bytes (default 1G)\n"},
+	 "  --max-bytes N   read a stream up to N bytes (default 1G)\n"
+	 "  --format F      tgm or hrry (default: by the name or magic)\n"},
 	{"status", cmd_status, "status",
 	 "The daemon's version, uptime, tensors, bytes, rings, refusal and\n"
 	 "eviction counters, its clients (pid, uid, command, leases, bytes\n"
@@ -81,8 +84,9 @@ static const struct cmd {
 	 "  -o, --output F  where to write (- = stdout); see OUTPUTS\n"
 	 "  --format F      tgm or hrry (default: by the -o name)\n"},
 	{"zarr", cmd_zarr,
-	 "zarr export DIR [NAMES...] | zarr export DIR --from FILE.tgm "
-	 "[--message N] [--name-key K] | zarr export DIR --from FILE.hrry | "
+	 "zarr export DIR [NAMES...] | zarr export DIR --from FILE.tgm|- "
+	 "[--message N] [--name-key K] [--max-bytes N] | "
+	 "zarr export DIR --from FILE.hrry | "
 	 "zarr import DIR [--prefix P] [--partial]",
 	 "Write tensors (NAMES, or every tensor), the objects of one .tgm\n"
 	 "message or the tensors of a Hurray file as a Zarr v3 hierarchy in\n"

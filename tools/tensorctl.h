@@ -107,13 +107,16 @@ int inspect_tgm(const uint8_t *buf, size_t len, int json);
 int inspect_tgm_sniff(const uint8_t *buf, size_t len);
 
 /* Hurray files (hrry.c): inspect back end, load and save */
-int inspect_hrry(const uint8_t *buf, size_t len, int json);
+int inspect_hrry(const char *path, const uint8_t *buf, size_t len, int json);
 /* 1 when buf starts with the HRRYFILE magic */
 int inspect_hrry_sniff(const uint8_t *buf, size_t len);
 /* 1 when a load/save command line names a Hurray file (--format hrry,
  * a .hrry name, or with by_magic an existing file with the magic) */
 int tctl_hrry_wanted(int argc, char **argv, int by_magic);
 int cmd_load_hrry(int argc, char **argv);
+/* load -: stdin's bytes, read by the .tgm load, are a Hurray file */
+int tctl_load_hrry_stdin(int argc, char **argv, const uint8_t *buf,
+			 size_t len);
 /*
  * A reader transport over path (mapped; read by pread when it cannot be
  * mapped) in *t, the file's descriptor in *fd: close it after the reader
