@@ -1768,6 +1768,37 @@ Test(tgm, tensorctl_inspect_sniffs_tgm_after_leading_junk)
 	cr_assert_not_null(strstr(out, "\"kind\":\"tgm\""), "%s", out);
 	cr_assert_not_null(strstr(out, "\"scan\":[[3,"), "%s", out);
 	cr_assert_not_null(strstr(out, "\"walk_error\":null"), "%s", out);
+	/* the junk is listed, never silently passed over */
+	cr_assert_not_null(strstr(out, "\"skipped\":[[0,3]]"), "%s", out);
+	free(out);
+	unlink(path);
+}
+
+/* A whole message then a cut one: the cut tail is listed as skipped
+ * (the file read "end: clean" and nothing else before). */
+Test(tgm, tensorctl_inspect_lists_a_cut_last_message)
+{
+	const char *bin = getenv("TD_TENSORCTL");
+	char path[] = "/tmp/td-tgm-XXXXXX";
+	struct mb m = { .len = 0 };
+	char *argv[] = { (char *)bin, "inspect", path, NULL };
+	char *out = NULL, want[160];
+	size_t one;
+	int fd;
+
+	cr_assert_not_null(bin, "TD_TENSORCTL is not set");
+	mb_streaming(&m, 1, true, true, false);
+	one = m.len;
+	mb_put(&m, m.b, one - 30); /* the same message, cut */
+	fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, m.b, m.len), (ssize_t)m.len);
+	close(fd);
+	cr_assert_eq(tu_run_capture(argv, &out), 0, "%s", out);
+	snprintf(want, sizeof(want), "skipped: %zu bytes at offset %zu,",
+		 one - 30, one);
+	cr_assert_not_null(strstr(out, want), "%s", out);
+	cr_assert_not_null(strstr(out, "1 message(s)"), "%s", out);
 	free(out);
 	unlink(path);
 }

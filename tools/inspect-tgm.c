@@ -230,6 +230,45 @@ static void text_message(FILE *f, size_t idx, const uint8_t *buf,
 		fprintf(f, "  end: clean\n");
 }
 
+/*
+ * The bytes no whole message covers (spec §12: scan steps over junk, a
+ * cut or damaged message, and never reports them): listed, so that a
+ * file with a cut last message does not read as clean. Text: one line
+ * each; JSON: ,"skipped":[[offset,length],...].
+ */
+static void skipped(FILE *f, const uint8_t *buf, size_t len, int json)
+{
+	struct td_tgm_scanner s;
+	struct td_tgm_span sp;
+	uint64_t at = 0;
+	size_t k = 0;
+	int more = 1;
+
+	if (json)
+		fprintf(f, ",\"skipped\":[");
+	td_tgm_scan_init(buf, len, &s);
+	while (more) {
+		uint64_t end = len;
+
+		more = td_tgm_scan_next(&s, &sp) == 1;
+		if (more)
+			end = sp.offset;
+		if (end > at && json)
+			fprintf(f, "%s[%" PRIu64 ",%" PRIu64 "]", k ? "," : "",
+				at, end - at);
+		else if (end > at)
+			fprintf(f, "skipped: %" PRIu64 " bytes at offset %"
+				PRIu64 ", not part of a whole message (junk, "
+				"or a cut or damaged message)\n",
+				end - at, at);
+		k += end > at;
+		if (more)
+			at = sp.offset + sp.length;
+	}
+	if (json)
+		fprintf(f, "]");
+}
+
 int inspect_tgm(const uint8_t *buf, size_t len, int json)
 {
 	struct td_tgm_scanner s;
@@ -279,7 +318,10 @@ int inspect_tgm(const uint8_t *buf, size_t len, int json)
 		return TCTL_REFUSED;
 	}
 	if (json)
-		fprintf(f, "]}\n");
+		fprintf(f, "]");
+	skipped(f, buf, len, json);
+	if (json)
+		fprintf(f, "}\n");
 	else
 		fprintf(f, "%zu message(s)\n", n);
 	return bad ? TCTL_REFUSED : TCTL_OK;
