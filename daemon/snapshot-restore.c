@@ -201,6 +201,40 @@ out:
 	return rc;
 }
 
+/*
+ * Check a version's KV values against the first value of its #crc, before
+ * any is believed (a flipped bit in a dtype or a shape would otherwise
+ * restore as another tensor); *crcs: its planes' checksums then. 0, or
+ * -EBADMSG with the reason.
+ */
+static int rec_crc(const struct rec *r, const uint64_t *fsize, uint32_t n,
+		   const uint8_t **crcs, char *why, size_t cap)
+{
+	uint64_t want = td__snap_crc_len(fsize, n);
+	const uint8_t *c = r->v[F_CRC].data;
+
+	if (r->v[F_CRC].data_len != want) {
+		snprintf(why, cap, "KV key #crc has %" PRIu64 " bytes, its fd "
+				   "table needs %" PRIu64,
+			 (uint64_t)r->v[F_CRC].data_len, want);
+		return -EBADMSG;
+	}
+	if (td__le32(c) !=
+	    td__snap_meta_crc(r->name, r->name_len, r->v[F_VERSION].u64_value,
+			      r->v[F_FLAGS].u64_value, r->v[F_BLOB].data,
+			      (uint32_t)r->v[F_BLOB].data_len,
+			      r->have[F_META] ? r->v[F_META].data : NULL,
+			      r->have[F_META] ? (uint32_t)r->v[F_META].data_len
+					      : 0,
+			      fsize, n)) {
+		snprintf(why, cap, "its KV values do not match their checksum "
+				   "(KV #crc): the file is damaged");
+		return -EBADMSG;
+	}
+	*crcs = c + 4;
+	return 0;
+}
+
 /* Put one version back. 0, or -errno with the reason in why. */
 static int restore_rec(struct reader *rd, const struct rec *r, char *why,
 		       size_t cap)
@@ -256,34 +290,8 @@ static int restore_rec(struct reader *rd, const struct rec *r, char *why,
 		td_hrry_kv_item(&r->v[F_FILES], i, &it);
 		fsize[i] = it.u64_value;
 	}
-	if (r->have[F_CRC]) {
-		/* before any value is believed: a flipped bit in a dtype or
-		 * a shape would otherwise restore as another tensor */
-		uint64_t want = td__snap_crc_len(fsize, n);
-
-		crcs = r->v[F_CRC].data;
-		if (r->v[F_CRC].data_len != want) {
-			snprintf(why, cap, "KV key #crc has %" PRIu64 " bytes, "
-					   "its fd table needs %" PRIu64,
-				 (uint64_t)r->v[F_CRC].data_len, want);
-			return -EBADMSG;
-		}
-		if (td__le32(crcs) !=
-		    td__snap_meta_crc(
-			    r->name, r->name_len, r->v[F_VERSION].u64_value,
-			    r->v[F_FLAGS].u64_value, r->v[F_BLOB].data,
-			    (uint32_t)r->v[F_BLOB].data_len,
-			    r->have[F_META] ? r->v[F_META].data : NULL,
-			    r->have[F_META] ? (uint32_t)r->v[F_META].data_len
-					    : 0,
-			    fsize, n)) {
-			snprintf(why, cap, "its KV values do not match their "
-					   "checksum (KV #crc): the file is "
-					   "damaged");
-			return -EBADMSG;
-		}
-		crcs += 4;
-	}
+	if (r->have[F_CRC] && rec_crc(r, fsize, n, &crcs, why, cap) < 0)
+		return -EBADMSG;
 	if (td_blob_decode(r->v[F_BLOB].data, r->v[F_BLOB].data_len, &bv,
 			   &be) < 0) {
 		snprintf(why, cap, "blob: %s", be.reason ? be.reason : "bad");

@@ -474,6 +474,65 @@ int tctl_hrry_transport(const char *path, struct td_hrry_transport *t,
 }
 
 /*
+ * The transport of what load reads: the file at path; stdin ("-") read
+ * into *own up to max_bytes; or buf, stdin read already. *fd: the file's,
+ * or -1.
+ */
+static int load_input(const char *path, uint64_t max_bytes,
+		      const uint8_t *buf, size_t len,
+		      struct td_hrry_transport *t, int *fd, uint8_t **own)
+{
+	int rc;
+
+	*fd = -1;
+	if (!buf && !strcmp(path, "-")) {
+		rc = tctl_read_input(path, max_bytes, own, &len);
+		if (rc)
+			return rc;
+		buf = *own;
+	}
+	if (!buf)
+		return tctl_hrry_transport(path, t, fd);
+	if (td_hrry_transport_mem(buf, len, t) < 0) {
+		free(*own);
+		*own = NULL;
+		return tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+				 "%s: out of memory", path);
+	}
+	return TCTL_OK;
+}
+
+/* load's options (of a Hurray file): -1, or the status to exit with. */
+static int load_opts(int argc, char **argv, const char **prefix,
+		     bool *partial, uint64_t *max_bytes)
+{
+	enum { O_PREFIX = TCTL_OPT_FIRST_OWN, O_PARTIAL, O_FORMAT, O_MAXB };
+	static const struct option opts[] = {
+		{"prefix", required_argument, NULL, O_PREFIX},
+		{"partial", no_argument, NULL, O_PARTIAL},
+		{"format", required_argument, NULL, O_FORMAT},
+		{"max-bytes", required_argument, NULL, O_MAXB},
+		TCTL_COMMON_OPTIONS};
+	int rc, o;
+
+	while ((o = tctl_getopt(argc, argv, "", opts, &rc)) != -1) {
+		if (o == O_PREFIX)
+			*prefix = optarg;
+		else if (o == O_PARTIAL)
+			*partial = true;
+		else if (o == O_FORMAT && strcmp(optarg, "hrry"))
+			return tctl_usage("load", "--format hrry, for a "
+					  "Hurray file");
+		else if (o == O_MAXB && tctl_parse_size(optarg, max_bytes))
+			return tctl_usage("load", "bad --max-bytes '%s'",
+					  optarg);
+		else if (o != O_FORMAT && o != O_MAXB)
+			return rc;
+	}
+	return -1;
+}
+
+/*
  * load of a Hurray file: by its path, or from stdin ("-": read into
  * memory up to --max-bytes, as a .tgm stream is; buf: the bytes of stdin
  * that cmd-load.c read already and found to be one).
@@ -482,13 +541,6 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 {
 	uint64_t max_bytes = TCTL_STREAM_MAX;
 	uint8_t *own = NULL;
-	enum { O_PREFIX = TCTL_OPT_FIRST_OWN, O_PARTIAL, O_FORMAT, O_MAXB };
-	static const struct option opts[] = {
-		{"prefix", required_argument, NULL, O_PREFIX},
-		{"partial", no_argument, NULL, O_PARTIAL},
-		{"format", required_argument, NULL, O_FORMAT},
-		{"max-bytes", required_argument, NULL, O_MAXB},
-		TCTL_COMMON_OPTIONS};
 	const char *path, *prefix = "";
 	bool partial = false;
 	struct td_hrry_transport t;
@@ -498,41 +550,17 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 	struct loaded l = {0};
 	uint64_t n;
 	const char *why;
-	int fd, rc, o;
+	int fd, rc;
 
-	while ((o = tctl_getopt(argc, argv, "", opts, &rc)) != -1) {
-		if (o == O_PREFIX)
-			prefix = optarg;
-		else if (o == O_PARTIAL)
-			partial = true;
-		else if (o == O_FORMAT && strcmp(optarg, "hrry"))
-			return tctl_usage("load", "--format hrry, for a "
-					  "Hurray file");
-		else if (o == O_MAXB && tctl_parse_size(optarg, &max_bytes))
-			return tctl_usage("load", "bad --max-bytes '%s'",
-					  optarg);
-		else if (o != O_FORMAT && o != O_MAXB)
-			return rc;
-	}
+	rc = load_opts(argc, argv, &prefix, &partial, &max_bytes);
+	if (rc >= 0)
+		return rc;
 	if (argc - optind != 1)
 		return tctl_usage("load", "needs one FILE.hrry (- for stdin)");
 	path = argv[optind];
 	if (strlen(prefix) >= TD_NAME_MAX)
 		return tctl_usage("load", "--prefix is longer than a name");
-	fd = -1;
-	if (!buf && !strcmp(path, "-")) {
-		rc = tctl_read_input(path, max_bytes, &own, &len);
-		if (rc)
-			return rc;
-		buf = own;
-	}
-	if (buf)
-		rc = td_hrry_transport_mem(buf, len, &t) < 0
-			     ? tctl_fail(TCTL_REFUSED, "io", ENOMEM,
-					 "%s: out of memory", path)
-			     : TCTL_OK;
-	else
-		rc = tctl_hrry_transport(path, &t, &fd);
+	rc = load_input(path, max_bytes, buf, len, &t, &fd, &own);
 	if (rc)
 		return rc;
 	if (td_hrry_file_reader_new(&t, &r, &e) < 0) {
