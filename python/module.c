@@ -721,7 +721,7 @@ static PyObject *watch_wait(WatchObject *w, int ms)
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		struct pollfd pfd = {.events = POLLIN};
-		int left = ms, rc;
+		int left = ms, rc, err = 0;
 
 		x = watch_take(w);
 		if (x || client_process(cl, "watch") < 0)
@@ -738,16 +738,25 @@ static PyObject *watch_wait(WatchObject *w, int ms)
 		}
 		if (left == 0)
 			return tdpy_raise(-ETIMEDOUT, NULL, "watch: no event");
+		/* a slice at a time, as every wait: signal handlers run in
+		 * between, and a close() by another thread (deferred while
+		 * this call is in) is seen by the next client_process() */
+		if (left < 0 || left > TDPY_SIGNAL_SLICE_MS)
+			left = TDPY_SIGNAL_SLICE_MS;
 		if (!tdpy_client_enter(cl))
 			return NULL;
 		pfd.fd = td_client_fd(cl->c);
 		Py_BEGIN_ALLOW_THREADS
 		rc = poll(&pfd, 1, left);
+		if (rc < 0)
+			err = errno;
 		Py_END_ALLOW_THREADS
 		tdpy_client_leave(cl);
-		if (rc < 0 && errno != EINTR)
+		if (rc < 0 && err != EINTR) {
+			errno = err;
 			return PyErr_SetFromErrno(PyExc_OSError);
-		if (rc < 0 && PyErr_CheckSignals() < 0)
+		}
+		if (PyErr_CheckSignals() < 0)
 			return NULL;
 	}
 }

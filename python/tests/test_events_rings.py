@@ -378,3 +378,16 @@ def test_a_close_asked_during_wait_read_is_carried_out_after_it(client):
         sub.next(timeout=5)
     assert e.value.errno == errno.EPIPE
     sub.close()
+
+
+def test_a_watch_waiting_for_ever_ends_when_another_thread_closes(client):
+    # close() is deferred while a call is in; a Watch can deliver nothing
+    # on a closed client, so its wait must end rather than wait for an
+    # event that may never come (it waited in poll() with no limit)
+    watch = client.watch("wc/")
+    t = InThread(lambda: watch.next())
+    t.inside()
+    client.close()
+    t.finish(timeout=10)
+    assert isinstance(t.error, ValueError) and "closed" in str(t.error)
+
