@@ -620,6 +620,7 @@ typedef struct {
 	PyObject_HEAD
 	ClientObject *client;
 	uint64_t id;
+	uint64_t conn; /* the client's connection the watch is on */
 	bool open;
 } WatchObject;
 
@@ -650,6 +651,7 @@ static PyObject *client_watch(ClientObject *self, PyObject *args,
 	Py_INCREF(self);
 	w->client = self;
 	w->id = id;
+	w->conn = self->conn;
 	w->open = true;
 	return (PyObject *)w;
 }
@@ -662,7 +664,9 @@ static void watch_end(WatchObject *w)
 	if (!w->open)
 		return;
 	w->open = false;
-	if (!w->client->c)
+	/* ids are per connection: a client connected again may have
+	 * another watch of this id, which an UNWATCH would end */
+	if (!w->client->c || w->client->conn != w->conn)
 		return;
 	c = tdpy_client_enter(w->client);
 	TDPY_CALL(w->client, rc, td_client_unwatch(c, w->id, NULL));
@@ -722,6 +726,14 @@ static PyObject *watch_wait(WatchObject *w, int ms)
 	for (;;) {
 		struct pollfd pfd = {.events = POLLIN};
 		int left = ms, rc, err = 0;
+
+		/* (also between slices: another thread may close and
+		 * connect again; the new connection's events are not ours) */
+		if (cl->c && cl->conn != w->conn)
+			return PyErr_Format(PyExc_ValueError, "the watch's "
+					    "connection was closed (the client "
+					    "connected again since: watch "
+					    "anew)");
 
 		x = watch_take(w);
 		if (x || client_process(cl, "watch") < 0)
