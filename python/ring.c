@@ -17,6 +17,7 @@
 #include "tdpy.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/timerfd.h>
@@ -152,6 +153,28 @@ static RingObject *ring_usable(RingObject *ring)
 	return ring;
 }
 
+/* One slice of acquire() or wait_read() (tdpy_wait_sliced): libtensord
+ * waits on a futex, deaf to signals, so Ctrl-C is seen between slices. */
+struct ring_arg {
+	struct td_ring *r;
+	struct td_slot *slot; /* acquire() */
+	uint64_t version;     /* wait_read() */
+};
+
+static int acquire_slice(void *arg, int slice_ms)
+{
+	struct ring_arg *a = arg;
+
+	return td_ring_acquire(a->r, slice_ms, a->slot);
+}
+
+static int wait_read_slice(void *arg, int slice_ms)
+{
+	struct ring_arg *a = arg;
+
+	return td_ring_wait_read(a->r, a->version, slice_ms);
+}
+
 static PyObject *ring_acquire(RingObject *ring, PyObject *args,
 			     PyObject *kw)
 {
@@ -163,12 +186,13 @@ static PyObject *ring_acquire(RingObject *ring, PyObject *args,
 	if (!tdpy_timeout_arg(args, kw, &ms) || !ring_usable(ring))
 		return NULL;
 	ring->busy = true;
-	Py_BEGIN_ALLOW_THREADS
-	rc = td_ring_acquire(ring->r, ms, &slot);
-	Py_END_ALLOW_THREADS
+	rc = tdpy_wait_sliced(ms, acquire_slice,
+			      &(struct ring_arg){.r = ring->r, .slot = &slot});
 	ring->busy = false;
 	if (rc < 0) {
 		ring_unbusy(ring);
+		if (rc == -EINTR && PyErr_Occurred())
+			return NULL; /* a signal handler's exception */
 		return tdpy_raise(rc, NULL, "acquire");
 	}
 	o = tdpy_owner_new(OWNER_SLOT, (PyObject *)ring);
@@ -218,10 +242,11 @@ static PyObject *ring_wait_read(RingObject *ring, PyObject *args,
 	    !tdpy_conv_timeout(to, &ms) || !ring_usable(ring))
 		return NULL;
 	ring->busy = true;
-	Py_BEGIN_ALLOW_THREADS
-	rc = td_ring_wait_read(ring->r, v, ms);
-	Py_END_ALLOW_THREADS
+	rc = tdpy_wait_sliced(ms, wait_read_slice,
+			      &(struct ring_arg){.r = ring->r, .version = v});
 	ring_unbusy(ring);
+	if (rc == -EINTR && PyErr_Occurred())
+		return NULL; /* a signal handler's exception */
 	if (rc < 0)
 		return tdpy_raise(rc, NULL, "wait_read");
 	Py_RETURN_NONE;
@@ -284,6 +309,26 @@ PyTypeObject tdpy_ring_type = {
 
 /* ---- Subscription ---- */
 
+/* One slice of subscribe()'s wait for the ring to be made. */
+struct subscribe_arg {
+	struct td_client *c;
+	const char *name;
+	int ms; /* the whole wait's */
+	struct td_sub **s;
+	struct td_error *e;
+};
+
+static int subscribe_slice(void *arg, int slice_ms)
+{
+	struct subscribe_arg *a = arg;
+	int rc = td_ring_subscribe(a->c, a->name, slice_ms, a->s, a->e);
+
+	/* a last slice of 0 ms says ENOENT, where the wait ran out */
+	if (rc == -ENOENT && a->ms != 0)
+		rc = -ETIMEDOUT;
+	return rc;
+}
+
 PyObject *tdpy_client_subscribe(ClientObject *self, PyObject *args,
 				PyObject *kw)
 {
@@ -313,9 +358,17 @@ PyObject *tdpy_client_subscribe(ClientObject *self, PyObject *args,
 		Py_DECREF(sub);
 		return NULL;
 	}
-	TDPY_CALL(self, rc, td_ring_subscribe(c, name, ms, &sub->s, &e));
+	/* in slices, so that Ctrl-C ends a wait for a ring to come */
+	rc = tdpy_wait_sliced(ms, subscribe_slice, &(struct subscribe_arg){
+		c, name, ms, &sub->s, &e});
+	tdpy_client_leave(self);
 	if (rc < 0) {
 		Py_DECREF(sub);
+		if (rc == -EINTR && PyErr_Occurred())
+			return NULL; /* a signal handler's exception */
+		if (rc == -ETIMEDOUT)
+			snprintf(e.reason, sizeof(e.reason), "no ring named "
+				 "\"%s\" within %d ms", name, ms);
 		return tdpy_raise(rc, &e, "subscribe");
 	}
 	return (PyObject *)sub;
