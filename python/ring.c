@@ -17,6 +17,7 @@
 #include "tdpy.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -59,6 +60,28 @@ PyObject *tdpy_busy_error(void)
 
 /* ---- Ring ---- */
 
+/* An unsigned int argument (slots, readers): PyArg's "I" would wrap
+ * 2**32 + 4 to 4 and -1 to 2**32 - 1 without a word. */
+static int conv_uint(PyObject *o, void *out)
+{
+	PyObject *i = PyNumber_Index(o); /* TypeError: not an integer */
+	unsigned long v;
+
+	if (!i)
+		return 0;
+	v = PyLong_AsUnsignedLong(i); /* OverflowError: < 0 */
+	Py_DECREF(i);
+	if (v == (unsigned long)-1 && PyErr_Occurred())
+		return 0;
+	if (v > UINT_MAX) {
+		PyErr_SetString(PyExc_OverflowError,
+				"int too big to convert (over 2**32 - 1)");
+		return 0;
+	}
+	*(unsigned *)out = (unsigned)v;
+	return 1;
+}
+
 PyObject *tdpy_client_ring_create(ClientObject *self, PyObject *args,
 				  PyObject *kw)
 {
@@ -74,9 +97,10 @@ PyObject *tdpy_client_ring_create(ClientObject *self, PyObject *args,
 	unsigned slots = 4, readers = 0;
 	int huge = 0, rc;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO&|IIp", kwlist,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO&|O&O&p", kwlist,
 					 tdpy_conv_name, &name, &shape_o,
-					 tdpy_conv_dtype, &desc.dtype, &slots,
+					 tdpy_conv_dtype, &desc.dtype,
+					 conv_uint, &slots, conv_uint,
 					 &readers, &huge))
 		return NULL;
 	ring = PyObject_New(RingObject, &tdpy_ring_type);

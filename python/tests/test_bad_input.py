@@ -297,3 +297,17 @@ def test_errors_name_what_was_wrong(client):
         assert "no dtype code" in msg and "'f16'" not in msg, msg
     with pytest.raises(TypeError, match="complex64: the blob has no"):
         client.put("bad/c", np.zeros(2, np.complex64))
+
+
+def test_ring_counts_out_of_range_raise_instead_of_wrapping(client):
+    # slots=2**32 + 4 was taken as 4 (and 2**33 as 0: the default)
+    for bad in (2**32 + 4, 2**33, -1):
+        for kw in ("slots", "readers"):
+            with pytest.raises(OverflowError):
+                client.ring_create("bad/ring", (4,), "u8", **{kw: bad})
+    with pytest.raises(TypeError):
+        client.ring_create("bad/ring", (4,), "u8", slots=3.0)
+    ring = client.ring_create("bad/ring", (4,), "u8", slots=np.int64(3),
+                              readers=np.uint8(2))
+    ring.close()
+
