@@ -311,3 +311,10 @@ def test_ring_counts_out_of_range_raise_instead_of_wrapping(client):
                               readers=np.uint8(2))
     ring.close()
 
+
+def test_a_format_with_a_nul_is_refused(client):
+    # it was cut at the NUL: "rgb8\0x" made an rgb8 loan
+    with pytest.raises(ValueError, match="NUL"):
+        client.alloc("bad/fmt", (4, 4), "u8", format="rgb8\0x")
+    with pytest.raises(ValueError, match="NUL"):
+        client.alloc("bad/fmt", (4, 4), "u8", format="NV12\0")
