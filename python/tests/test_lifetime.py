@@ -354,3 +354,21 @@ def test_nothing_is_held_after_client_close(daemon, client):
         assert b.lease.held and not y.lease.held
         b.release()
         del f, ft
+
+
+def test_fileno_raises_once_the_client_closed(client, daemon):
+    # libtensord keeps the fds of tensors not yet released open after
+    # td_client_close(); fileno() is "valid while held", and nothing is
+    # held any more
+    client.put("lt/fd", np.zeros(4))
+    a = client.get("lt/fd")
+    loan = client.alloc("lt/fdl", (4,), "u8")
+    os.fstat(a.lease.fileno())
+    os.fstat(loan.lease.fileno())
+    client.close()
+    for x in (a, loan):
+        assert not x.lease.held
+        with pytest.raises(ValueError, match="closed"):
+            x.lease.fileno()
+    assert a.tolist() == [0.0] * 4  # the view stays readable
+
