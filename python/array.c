@@ -405,6 +405,10 @@ static bool owner_held(OwnerObject *r)
 {
 	ClientObject *cl = (ClientObject *)r->parent;
 
+	if (r->kind == OWNER_SLOT)
+		return tdpy_ring_slot_held(r);
+	if (r->kind == OWNER_VIEW)
+		return tdpy_sub_view_held(r);
 	if (!(r->kind == OWNER_LEASE && r->t) &&
 	    !(r->kind == OWNER_LOAN && r->a))
 		return false;

@@ -31,6 +31,8 @@ typedef struct {
 	bool closed;       /* close() was called */
 	bool busy;         /* acquire() waits with the GIL released */
 	unsigned views;    /* live arrays over slots */
+	uint64_t tickets;  /* acquire()s that took a slot */
+	uint64_t acquired; /* the ticket of the slot acquired, 0 if none */
 	uint32_t dtype;
 	int ndim;
 	npy_intp shape[TDPY_MAX_DIMS];
@@ -142,6 +144,7 @@ static void ring_really_close(RingObject *ring)
 	struct td_ring *r = ring->r;
 
 	ring->r = NULL;
+	ring->acquired = 0;
 	if (r) {
 		Py_BEGIN_ALLOW_THREADS
 		td_ring_close(r);
@@ -219,10 +222,15 @@ static PyObject *ring_acquire(RingObject *ring, PyObject *args,
 			return NULL; /* a signal handler's exception */
 		return tdpy_raise(rc, NULL, "acquire");
 	}
+	/* acquire() again before publish() is the same slot */
+	if (!ring->acquired)
+		ring->acquired = ++ring->tickets;
 	o = tdpy_owner_new(OWNER_SLOT, (PyObject *)ring);
 	if (!o)
 		return NULL;
 	ring->views++;
+	o->ticket = ring->acquired;
+	o->conn = ring->client->conn;
 	o->writable = true;
 	o->dtype = ring->dtype;
 	o->ndim = ring->ndim;
@@ -250,7 +258,22 @@ static PyObject *ring_publish(RingObject *ring, PyObject *unused)
 	rc = td_ring_publish(ring->r, &v);
 	if (rc < 0)
 		return tdpy_raise(rc, NULL, "publish: no slot acquired");
+	ring->acquired = 0; /* the slot is the subscribers' now */
 	return PyLong_FromUnsignedLongLong(v);
+}
+
+/* Closing the client ends the ring in the daemon: nothing is held. */
+static bool conn_open(ClientObject *cl, OwnerObject *o)
+{
+	return cl->c && cl->conn == o->conn;
+}
+
+bool tdpy_ring_slot_held(OwnerObject *o)
+{
+	RingObject *ring = (RingObject *)o->parent;
+
+	return ring->r && ring->acquired == o->ticket &&
+	       conn_open(ring->client, o);
 }
 
 static PyObject *ring_wait_read(RingObject *ring, PyObject *args,
@@ -482,6 +505,16 @@ void tdpy_sub_export_gone(PyObject *obj)
 	((SubObject *)obj)->exports--;
 }
 
+/* Busy: next() in another thread gave the held view back before it
+ * waits (sub->held is only updated when it returns). */
+bool tdpy_sub_view_held(OwnerObject *o)
+{
+	SubObject *sub = (SubObject *)o->parent;
+
+	return sub->s && !sub->busy && sub->held == o->version &&
+	       conn_open(sub->client, o);
+}
+
 static PyObject *view_array(SubObject *sub, const struct td_view *v)
 {
 	OwnerObject *o = tdpy_owner_new(OWNER_VIEW, (PyObject *)sub);
@@ -490,6 +523,7 @@ static PyObject *view_array(SubObject *sub, const struct td_view *v)
 	if (!o)
 		return NULL;
 	sub->views++;
+	o->conn = sub->client->conn;
 	/* where DLPack maps the slot copy-on-write (array.c, dl_place) */
 	o->fd = td_sub_plane_fd(sub->s, v, 0, &o->file_off);
 	o->version = v->version;
