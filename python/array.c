@@ -405,25 +405,35 @@ static bool owner_held(OwnerObject *r)
 {
 	ClientObject *cl = (ClientObject *)r->parent;
 
+	if (r->kind == OWNER_SLOT)
+		return tdpy_ring_slot_held(r);
+	if (r->kind == OWNER_VIEW)
+		return tdpy_sub_view_held(r);
 	if (!(r->kind == OWNER_LEASE && r->t) &&
 	    !(r->kind == OWNER_LOAN && r->a))
 		return false;
 	return cl->c && cl->conn == r->conn;
 }
 
-/* The fd of the buffer behind the tensor (borrowed: valid while held). */
+/*
+ * The fd of the buffer behind the tensor (borrowed: valid while held).
+ * Not once the client closed: libtensord keeps the tensor's fd open
+ * until its release, but nothing is held any more and the fd is one
+ * the caller must not rely on.
+ */
 static PyObject *owner_fileno(OwnerObject *o, PyObject *unused)
 {
 	OwnerObject *r = tdpy_owner_root(o);
 	int fd = -1;
 
-	if (r->kind == OWNER_LEASE && r->t)
+	if (r->kind == OWNER_LEASE && owner_held(r))
 		fd = td_tensor_plane_fd(r->t, o->plane);
-	else if (r->kind == OWNER_LOAN && r->a)
+	else if (r->kind == OWNER_LOAN && owner_held(r))
 		fd = td_alloc_fd(r->a, 0);
 	if (fd < 0) {
 		PyErr_SetString(PyExc_ValueError, "no buffer fd: released, "
-				"published, or a ring slot");
+				"published, its client closed, or a ring "
+				"slot");
 		return NULL;
 	}
 	return PyLong_FromLong(fd);

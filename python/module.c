@@ -620,6 +620,7 @@ typedef struct {
 	PyObject_HEAD
 	ClientObject *client;
 	uint64_t id;
+	uint64_t conn; /* the client's connection the watch is on */
 	bool open;
 } WatchObject;
 
@@ -650,6 +651,7 @@ static PyObject *client_watch(ClientObject *self, PyObject *args,
 	Py_INCREF(self);
 	w->client = self;
 	w->id = id;
+	w->conn = self->conn;
 	w->open = true;
 	return (PyObject *)w;
 }
@@ -662,7 +664,9 @@ static void watch_end(WatchObject *w)
 	if (!w->open)
 		return;
 	w->open = false;
-	if (!w->client->c)
+	/* ids are per connection: a client connected again may have
+	 * another watch of this id, which an UNWATCH would end */
+	if (!w->client->c || w->client->conn != w->conn)
 		return;
 	c = tdpy_client_enter(w->client);
 	TDPY_CALL(w->client, rc, td_client_unwatch(c, w->id, NULL));
@@ -721,7 +725,15 @@ static PyObject *watch_wait(WatchObject *w, int ms)
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		struct pollfd pfd = {.events = POLLIN};
-		int left = ms, rc;
+		int left = ms, rc, err = 0;
+
+		/* (also between slices: another thread may close and
+		 * connect again; the new connection's events are not ours) */
+		if (cl->c && cl->conn != w->conn)
+			return PyErr_Format(PyExc_ValueError, "the watch's "
+					    "connection was closed (the client "
+					    "connected again since: watch "
+					    "anew)");
 
 		x = watch_take(w);
 		if (x || client_process(cl, "watch") < 0)
@@ -738,16 +750,25 @@ static PyObject *watch_wait(WatchObject *w, int ms)
 		}
 		if (left == 0)
 			return tdpy_raise(-ETIMEDOUT, NULL, "watch: no event");
+		/* a slice at a time, as every wait: signal handlers run in
+		 * between, and a close() by another thread (deferred while
+		 * this call is in) is seen by the next client_process() */
+		if (left < 0 || left > TDPY_SIGNAL_SLICE_MS)
+			left = TDPY_SIGNAL_SLICE_MS;
 		if (!tdpy_client_enter(cl))
 			return NULL;
 		pfd.fd = td_client_fd(cl->c);
 		Py_BEGIN_ALLOW_THREADS
 		rc = poll(&pfd, 1, left);
+		if (rc < 0)
+			err = errno;
 		Py_END_ALLOW_THREADS
 		tdpy_client_leave(cl);
-		if (rc < 0 && errno != EINTR)
+		if (rc < 0 && err != EINTR) {
+			errno = err;
 			return PyErr_SetFromErrno(PyExc_OSError);
-		if (rc < 0 && PyErr_CheckSignals() < 0)
+		}
+		if (PyErr_CheckSignals() < 0)
 			return NULL;
 	}
 }

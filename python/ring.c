@@ -17,6 +17,8 @@
 #include "tdpy.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/timerfd.h>
@@ -29,6 +31,8 @@ typedef struct {
 	bool closed;       /* close() was called */
 	bool busy;         /* acquire() waits with the GIL released */
 	unsigned views;    /* live arrays over slots */
+	uint64_t tickets;  /* acquire()s that took a slot */
+	uint64_t acquired; /* the ticket of the slot acquired, 0 if none */
 	uint32_t dtype;
 	int ndim;
 	npy_intp shape[TDPY_MAX_DIMS];
@@ -58,6 +62,28 @@ PyObject *tdpy_busy_error(void)
 
 /* ---- Ring ---- */
 
+/* An unsigned int argument (slots, readers): PyArg's "I" would wrap
+ * 2**32 + 4 to 4 and -1 to 2**32 - 1 without a word. */
+static int conv_uint(PyObject *o, void *out)
+{
+	PyObject *i = PyNumber_Index(o); /* TypeError: not an integer */
+	unsigned long v;
+
+	if (!i)
+		return 0;
+	v = PyLong_AsUnsignedLong(i); /* OverflowError: < 0 */
+	Py_DECREF(i);
+	if (v == (unsigned long)-1 && PyErr_Occurred())
+		return 0;
+	if (v > UINT_MAX) {
+		PyErr_SetString(PyExc_OverflowError,
+				"int too big to convert (over 2**32 - 1)");
+		return 0;
+	}
+	*(unsigned *)out = (unsigned)v;
+	return 1;
+}
+
 PyObject *tdpy_client_ring_create(ClientObject *self, PyObject *args,
 				  PyObject *kw)
 {
@@ -73,9 +99,10 @@ PyObject *tdpy_client_ring_create(ClientObject *self, PyObject *args,
 	unsigned slots = 4, readers = 0;
 	int huge = 0, rc;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO&|IIp", kwlist,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO&|O&O&p", kwlist,
 					 tdpy_conv_name, &name, &shape_o,
-					 tdpy_conv_dtype, &desc.dtype, &slots,
+					 tdpy_conv_dtype, &desc.dtype,
+					 conv_uint, &slots, conv_uint,
 					 &readers, &huge))
 		return NULL;
 	ring = PyObject_New(RingObject, &tdpy_ring_type);
@@ -117,6 +144,7 @@ static void ring_really_close(RingObject *ring)
 	struct td_ring *r = ring->r;
 
 	ring->r = NULL;
+	ring->acquired = 0;
 	if (r) {
 		Py_BEGIN_ALLOW_THREADS
 		td_ring_close(r);
@@ -152,6 +180,28 @@ static RingObject *ring_usable(RingObject *ring)
 	return ring;
 }
 
+/* One slice of acquire() or wait_read() (tdpy_wait_sliced): libtensord
+ * waits on a futex, deaf to signals, so Ctrl-C is seen between slices. */
+struct ring_arg {
+	struct td_ring *r;
+	struct td_slot *slot; /* acquire() */
+	uint64_t version;     /* wait_read() */
+};
+
+static int acquire_slice(void *arg, int slice_ms)
+{
+	struct ring_arg *a = arg;
+
+	return td_ring_acquire(a->r, slice_ms, a->slot);
+}
+
+static int wait_read_slice(void *arg, int slice_ms)
+{
+	struct ring_arg *a = arg;
+
+	return td_ring_wait_read(a->r, a->version, slice_ms);
+}
+
 static PyObject *ring_acquire(RingObject *ring, PyObject *args,
 			     PyObject *kw)
 {
@@ -163,18 +213,24 @@ static PyObject *ring_acquire(RingObject *ring, PyObject *args,
 	if (!tdpy_timeout_arg(args, kw, &ms) || !ring_usable(ring))
 		return NULL;
 	ring->busy = true;
-	Py_BEGIN_ALLOW_THREADS
-	rc = td_ring_acquire(ring->r, ms, &slot);
-	Py_END_ALLOW_THREADS
+	rc = tdpy_wait_sliced(ms, acquire_slice,
+			      &(struct ring_arg){.r = ring->r, .slot = &slot});
 	ring->busy = false;
 	if (rc < 0) {
 		ring_unbusy(ring);
+		if (rc == -EINTR && PyErr_Occurred())
+			return NULL; /* a signal handler's exception */
 		return tdpy_raise(rc, NULL, "acquire");
 	}
+	/* acquire() again before publish() is the same slot */
+	if (!ring->acquired)
+		ring->acquired = ++ring->tickets;
 	o = tdpy_owner_new(OWNER_SLOT, (PyObject *)ring);
 	if (!o)
 		return NULL;
 	ring->views++;
+	o->ticket = ring->acquired;
+	o->conn = ring->client->conn;
 	o->writable = true;
 	o->dtype = ring->dtype;
 	o->ndim = ring->ndim;
@@ -202,7 +258,22 @@ static PyObject *ring_publish(RingObject *ring, PyObject *unused)
 	rc = td_ring_publish(ring->r, &v);
 	if (rc < 0)
 		return tdpy_raise(rc, NULL, "publish: no slot acquired");
+	ring->acquired = 0; /* the slot is the subscribers' now */
 	return PyLong_FromUnsignedLongLong(v);
+}
+
+/* Closing the client ends the ring in the daemon: nothing is held. */
+static bool conn_open(ClientObject *cl, OwnerObject *o)
+{
+	return cl->c && cl->conn == o->conn;
+}
+
+bool tdpy_ring_slot_held(OwnerObject *o)
+{
+	RingObject *ring = (RingObject *)o->parent;
+
+	return ring->r && ring->acquired == o->ticket &&
+	       conn_open(ring->client, o);
 }
 
 static PyObject *ring_wait_read(RingObject *ring, PyObject *args,
@@ -218,10 +289,11 @@ static PyObject *ring_wait_read(RingObject *ring, PyObject *args,
 	    !tdpy_conv_timeout(to, &ms) || !ring_usable(ring))
 		return NULL;
 	ring->busy = true;
-	Py_BEGIN_ALLOW_THREADS
-	rc = td_ring_wait_read(ring->r, v, ms);
-	Py_END_ALLOW_THREADS
+	rc = tdpy_wait_sliced(ms, wait_read_slice,
+			      &(struct ring_arg){.r = ring->r, .version = v});
 	ring_unbusy(ring);
+	if (rc == -EINTR && PyErr_Occurred())
+		return NULL; /* a signal handler's exception */
 	if (rc < 0)
 		return tdpy_raise(rc, NULL, "wait_read");
 	Py_RETURN_NONE;
@@ -284,6 +356,26 @@ PyTypeObject tdpy_ring_type = {
 
 /* ---- Subscription ---- */
 
+/* One slice of subscribe()'s wait for the ring to be made. */
+struct subscribe_arg {
+	struct td_client *c;
+	const char *name;
+	int ms; /* the whole wait's */
+	struct td_sub **s;
+	struct td_error *e;
+};
+
+static int subscribe_slice(void *arg, int slice_ms)
+{
+	struct subscribe_arg *a = arg;
+	int rc = td_ring_subscribe(a->c, a->name, slice_ms, a->s, a->e);
+
+	/* a last slice of 0 ms says ENOENT, where the wait ran out */
+	if (rc == -ENOENT && a->ms != 0)
+		rc = -ETIMEDOUT;
+	return rc;
+}
+
 PyObject *tdpy_client_subscribe(ClientObject *self, PyObject *args,
 				PyObject *kw)
 {
@@ -313,9 +405,17 @@ PyObject *tdpy_client_subscribe(ClientObject *self, PyObject *args,
 		Py_DECREF(sub);
 		return NULL;
 	}
-	TDPY_CALL(self, rc, td_ring_subscribe(c, name, ms, &sub->s, &e));
+	/* in slices, so that Ctrl-C ends a wait for a ring to come */
+	rc = tdpy_wait_sliced(ms, subscribe_slice, &(struct subscribe_arg){
+		c, name, ms, &sub->s, &e});
+	tdpy_client_leave(self);
 	if (rc < 0) {
 		Py_DECREF(sub);
+		if (rc == -EINTR && PyErr_Occurred())
+			return NULL; /* a signal handler's exception */
+		if (rc == -ETIMEDOUT)
+			snprintf(e.reason, sizeof(e.reason), "no ring named "
+				 "\"%s\" within %d ms", name, ms);
 		return tdpy_raise(rc, &e, "subscribe");
 	}
 	return (PyObject *)sub;
@@ -405,6 +505,16 @@ void tdpy_sub_export_gone(PyObject *obj)
 	((SubObject *)obj)->exports--;
 }
 
+/* Busy: next() in another thread gave the held view back before it
+ * waits (sub->held is only updated when it returns). */
+bool tdpy_sub_view_held(OwnerObject *o)
+{
+	SubObject *sub = (SubObject *)o->parent;
+
+	return sub->s && !sub->busy && sub->held == o->version &&
+	       conn_open(sub->client, o);
+}
+
 static PyObject *view_array(SubObject *sub, const struct td_view *v)
 {
 	OwnerObject *o = tdpy_owner_new(OWNER_VIEW, (PyObject *)sub);
@@ -413,6 +523,7 @@ static PyObject *view_array(SubObject *sub, const struct td_view *v)
 	if (!o)
 		return NULL;
 	sub->views++;
+	o->conn = sub->client->conn;
 	/* where DLPack maps the slot copy-on-write (array.c, dl_place) */
 	o->fd = td_sub_plane_fd(sub->s, v, 0, &o->file_off);
 	o->version = v->version;

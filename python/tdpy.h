@@ -95,7 +95,9 @@ typedef struct {
 	uint64_t plane_size[TDPY_MAX_PLANES];
 	int fd;               /* VIEW: the ring's data file (the
 			       * subscription's fd) */
-	uint64_t conn;        /* LEASE, LOAN: the client's conn it came on */
+	uint64_t conn;        /* LEASE, LOAN, SLOT, VIEW: the client's conn
+			       * it came on */
+	uint64_t ticket;      /* SLOT: the acquire() it came from */
 	PyObject *follow;     /* LEASE from Follow.next(): that Follow */
 	unsigned dl_exports;  /* LEASE of a follow: live DLPack exports */
 } OwnerObject;
@@ -203,6 +205,11 @@ void tdpy_maps_detach(ClientObject *cl);
 /* RuntimeError: a Ring, Subscription or Follow used by two threads. */
 PyObject *tdpy_busy_error(void);
 
+/* Whether a SLOT (VIEW) owner still holds its slot: acquired and not
+ * yet published (the view the subscription holds), on a connection
+ * still open. */
+bool tdpy_ring_slot_held(OwnerObject *o);
+bool tdpy_sub_view_held(OwnerObject *o);
 /* Ring views: the subscription drops its count when one dies. */
 void tdpy_sub_view_gone(PyObject *sub);
 /* -1 (tensord.Error EBUSY) while a DLPack export holds the view. */

@@ -141,6 +141,7 @@ static int loan_format(OwnerObject *o, PyObject *format, npy_intp isz)
 {
 	npy_intp want[TDPY_MAX_DIMS];
 	const char *f;
+	Py_ssize_t len;
 	int row;
 
 	/* an unknown format is the daemon's to refuse, with its reason */
@@ -148,9 +149,15 @@ static int loan_format(OwnerObject *o, PyObject *format, npy_intp isz)
 		PyErr_SetString(PyExc_TypeError, "format must be a str");
 		return -1;
 	}
-	f = PyUnicode_AsUTF8(format);
+	f = PyUnicode_AsUTF8AndSize(format, &len);
 	if (!f)
 		return -1;
+	/* as C reads it, "rgb8\0x" would be rgb8: a layout asked for by
+	 * what was not said */
+	if ((size_t)len != strlen(f)) {
+		PyErr_SetString(PyExc_ValueError, "format must not hold NUL");
+		return -1;
+	}
 	if (o->ndim < 2) {
 		PyErr_SetString(PyExc_ValueError,
 				"an image format needs 2 or more dimensions");

@@ -297,3 +297,24 @@ def test_errors_name_what_was_wrong(client):
         assert "no dtype code" in msg and "'f16'" not in msg, msg
     with pytest.raises(TypeError, match="complex64: the blob has no"):
         client.put("bad/c", np.zeros(2, np.complex64))
+
+
+def test_ring_counts_out_of_range_raise_instead_of_wrapping(client):
+    # slots=2**32 + 4 was taken as 4 (and 2**33 as 0: the default)
+    for bad in (2**32 + 4, 2**33, -1):
+        for kw in ("slots", "readers"):
+            with pytest.raises(OverflowError):
+                client.ring_create("bad/ring", (4,), "u8", **{kw: bad})
+    with pytest.raises(TypeError):
+        client.ring_create("bad/ring", (4,), "u8", slots=3.0)
+    ring = client.ring_create("bad/ring", (4,), "u8", slots=np.int64(3),
+                              readers=np.uint8(2))
+    ring.close()
+
+
+def test_a_format_with_a_nul_is_refused(client):
+    # it was cut at the NUL: "rgb8\0x" made an rgb8 loan
+    with pytest.raises(ValueError, match="NUL"):
+        client.alloc("bad/fmt", (4, 4), "u8", format="rgb8\0x")
+    with pytest.raises(ValueError, match="NUL"):
+        client.alloc("bad/fmt", (4, 4), "u8", format="NV12\0")

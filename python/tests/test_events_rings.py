@@ -378,3 +378,36 @@ def test_a_close_asked_during_wait_read_is_carried_out_after_it(client):
         sub.next(timeout=5)
     assert e.value.errno == errno.EPIPE
     sub.close()
+
+
+def test_a_watch_waiting_for_ever_ends_when_another_thread_closes(client):
+    # close() is deferred while a call is in; a Watch can deliver nothing
+    # on a closed client, so its wait must end rather than wait for an
+    # event that may never come (it waited in poll() with no limit)
+    watch = client.watch("wc/")
+    t = InThread(lambda: watch.next())
+    t.inside()
+    client.close()
+    t.finish(timeout=10)
+    assert isinstance(t.error, ValueError) and "closed" in str(t.error)
+
+
+def test_an_old_connections_watch_leaves_the_new_ones_alone(daemon, client):
+    # watch ids are per connection: the watch of a client connected again
+    # may have the id of a watch of the earlier connection, whose close
+    # (or garbage collection) must not UNWATCH it, nor take its events
+    old = client.watch("wr/a")
+    client.close()
+    client.__init__(daemon.sock)
+    new = client.watch("wr/b")
+    assert new.id == old.id  # the collision this is about
+    with tensord.Client(daemon.sock) as prod:
+        v = prod.put("wr/b", np.zeros(1, np.uint8))
+        with pytest.raises(ValueError, match="connected again"):
+            old.next(timeout=1)
+        old.close()
+        del old
+        w = prod.put("wr/b", np.ones(1, np.uint8))
+    got = [new.next(timeout=5), new.next(timeout=5)]
+    assert [(e.name, e.version) for e in got] == [("wr/b", v), ("wr/b", w)]
+    new.close()

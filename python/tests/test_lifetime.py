@@ -354,3 +354,47 @@ def test_nothing_is_held_after_client_close(daemon, client):
         assert b.lease.held and not y.lease.held
         b.release()
         del f, ft
+
+
+def test_fileno_raises_once_the_client_closed(client, daemon):
+    # libtensord keeps the fds of tensors not yet released open after
+    # td_client_close(); fileno() is "valid while held", and nothing is
+    # held any more
+    client.put("lt/fd", np.zeros(4))
+    a = client.get("lt/fd")
+    loan = client.alloc("lt/fdl", (4,), "u8")
+    os.fstat(a.lease.fileno())
+    os.fstat(loan.lease.fileno())
+    client.close()
+    for x in (a, loan):
+        assert not x.lease.held
+        with pytest.raises(ValueError, match="closed"):
+            x.lease.fileno()
+    assert a.tolist() == [0.0] * 4  # the view stays readable
+
+
+def test_ring_views_say_whether_they_hold_their_slot(client):
+    ring = client.ring_create("lt/rh", (4,), "u8", slots=3)
+    sub = client.subscribe("lt/rh", timeout=5)
+    slot = ring.acquire(timeout=5)
+    again = ring.acquire(timeout=5)  # the same slot, still acquired
+    assert slot.lease.held and again.lease.held and slot[1:].lease.held
+    ring.publish()
+    assert not slot.lease.held and not again.lease.held  # the readers'
+    nxt = ring.acquire(timeout=5)
+    assert nxt.lease.held and not slot.lease.held
+    ring.publish()
+    view = sub.next(timeout=5)
+    assert view.lease.held and view[::2].lease.held
+    ring.acquire(timeout=5)
+    ring.publish()
+    newer = sub.next(timeout=5)  # gives view's slot back
+    assert not view.lease.held and newer.lease.held
+    sub.release()
+    assert not newer.lease.held
+    ring.acquire(timeout=5)
+    ring.publish()
+    last = sub.next(timeout=5)
+    pending = ring.acquire(timeout=5)
+    client.close()  # ends the ring and the subscription in the daemon
+    assert not last.lease.held and not pending.lease.held

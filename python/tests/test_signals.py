@@ -1,6 +1,7 @@
 """Long waits end on a signal handler's exception (Ctrl-C): get(newer_than=)
 without a deadline, get(name, timeout=s) for a name that does not exist
-yet, and Subscription.next() without a deadline, as Follow.next() and
+yet, Subscription.next(), Ring.acquire() and Ring.wait_read() without a
+deadline, and subscribe() to a ring to come, as Follow.next() and
 Watch.next() do (docs/python.md, "Errors"). Each waits in slices with
 the GIL released, between which Python's handlers run."""
 
@@ -86,3 +87,56 @@ def test_subscription_next_without_deadline_ends_on_a_signal(client):
         sub.next(0)
     feed()
     assert sub.next(5).tolist() == [1, 1, 1, 1]
+
+
+def test_ring_acquire_without_deadline_ends_on_a_signal(client):
+    # every slot in use (one held by the subscriber, one the latest):
+    # acquire() waits on libtensord's futex, which no signal ends
+    ring = client.ring_create("sg/ra", (4,), "u8", slots=2)
+    sub = client.subscribe("sg/ra", timeout=5)
+    ring.acquire(5)[:] = 1
+    ring.publish()
+    held = sub.next(5)
+    ring.acquire(5)[:] = 2
+    ring.publish()
+    assert interrupted(lambda: ring.acquire(timeout=None),
+                       lambda: sub.next(5)) == 0, \
+        "the handler waited for a slot"
+    # the ring goes on
+    del held
+    sub.next(5)  # gives the held slot back
+    ring.acquire(5)[:] = 3
+    v = ring.publish()
+    assert sub.next(5).version == v
+
+
+def test_ring_wait_read_without_deadline_ends_on_a_signal(client):
+    ring = client.ring_create("sg/rw", (4,), "u8", slots=3)
+    sub = client.subscribe("sg/rw", timeout=5)
+    ring.acquire(5)[:] = 1
+    v = ring.publish()
+
+    def feed():
+        sub.next(5)
+        sub.release()
+
+    assert interrupted(lambda: ring.wait_read(v, timeout=None), feed) \
+        == 0, "the handler waited for the subscriber"
+    feed()
+    ring.wait_read(v, timeout=5)
+
+
+def test_subscribe_to_a_ring_to_come_ends_on_a_signal(client, daemon):
+    rings = []
+    with tensord.Client(daemon.sock) as prod:
+        assert interrupted(
+            lambda: client.subscribe("sg/rs", timeout=None),
+            lambda: rings.append(prod.ring_create("sg/rs", (4,), "u8"))) \
+            == 0, "the handler waited for the ring"
+        # NotFound at once for timeout=0, Timeout after a deadline
+        with pytest.raises(tensord.NotFound):
+            client.subscribe("sg/never", timeout=0)
+        with pytest.raises(tensord.Timeout, match="within 50 ms"):
+            client.subscribe("sg/never", timeout=0.05)
+        for r in rings:
+            r.close()
