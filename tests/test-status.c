@@ -202,6 +202,35 @@ static void nobody_status(const char *sock)
 	_exit(0);
 }
 
+/* fn(socket) in a child of uid and gid NOBODY; it must exit 0. */
+static void as_nobody(struct logged *l, void (*fn)(const char *sock))
+{
+	chmod(l->d.dir, 0755);
+	pid_t pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		if (setgroups(0, NULL) < 0 || setgid(NOBODY) < 0 ||
+		    setuid(NOBODY) < 0)
+			_exit(2);
+		fn(l->d.sock);
+		_exit(0);
+	}
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d",
+		  WEXITSTATUS(st));
+}
+
+/* A tensor of NOBODY's, left in the store. */
+static void nobody_put(const char *sock)
+{
+	struct td_client *n = NULL;
+
+	if (td_client_connect(sock, &n, NULL) < 0)
+		_exit(2);
+	_exit(put(n, "nobody/x", 64, false) == 0 ? 0 : 3);
+}
+
 Test(status, other_uids_see_only_their_own_clients)
 {
 	if (geteuid() != 0)
@@ -211,19 +240,7 @@ Test(status, other_uids_see_only_their_own_clients)
 	start(&l, extra);
 	struct td_client *c = cli(&l);
 	cr_assert_eq(put(c, "root/x", 64, false), 0);
-	chmod(l.d.dir, 0755);
-	pid_t pid = fork();
-	cr_assert(pid >= 0);
-	if (pid == 0) {
-		if (setgroups(0, NULL) < 0 || setgid(NOBODY) < 0 ||
-		    setuid(NOBODY) < 0)
-			_exit(2);
-		nobody_status(l.d.sock);
-	}
-	int st;
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d",
-		  WEXITSTATUS(st));
+	as_nobody(&l, nobody_status);
 	td_client_close(c);
 	stop(&l);
 	done(&l);
@@ -244,22 +261,7 @@ Test(status, the_quota_in_force_is_shown_without_uid_max_bytes)
 	start(&l, extra);
 	struct td_client *c = cli(&l);
 	cr_assert_eq(put(c, "root/x", 64, false), 0);
-	chmod(l.d.dir, 0755);
-	pid_t pid = fork();
-	cr_assert(pid >= 0);
-	if (pid == 0) {
-		struct td_client *n = NULL;
-
-		if (setgroups(0, NULL) < 0 || setgid(NOBODY) < 0 ||
-		    setuid(NOBODY) < 0 ||
-		    td_client_connect(l.d.sock, &n, NULL) < 0)
-			_exit(2);
-		_exit(put(n, "nobody/x", 64, false) == 0 ? 0 : 3);
-	}
-	int st;
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d",
-		  WEXITSTATUS(st));
+	as_nobody(&l, nobody_put);
 	struct td_status *s = status(c);
 	int seen = 0;
 	for (size_t i = 0; i < s->uid_count; i++) {
