@@ -1157,6 +1157,34 @@ Test(tensorctl, hurray_on_stdin_and_formats_checked)
 	tu_daemon_stop(&d, false);
 }
 
+/* load of a .tgm whose last message is cut: what was whole is loaded,
+ * and stderr says how many bytes were skipped (it said nothing). */
+Test(tensorctl, load_says_what_its_scan_skipped)
+{
+	struct tu_daemon d;
+	char path[160], *err, *b;
+	size_t len;
+	FILE *f;
+
+	start(&d);
+	path_in(path, sizeof(path), &d, "t.tgm");
+	cr_assert_eq(CTL(&d, NULL, NULL, "save", "t", "-o", path), 0);
+	cr_expect_eq(CTL(&d, NULL, &err, "load", path, "--prefix", "a/"), 0);
+	cr_expect(!strstr(err, "skipped"), "a whole file: %s", err);
+	free(err);
+	b = (char *)tu_read_file(path, &len);
+	f = fopen(path, "ab");
+	cr_assert_not_null(f);
+	cr_assert_eq(fwrite(b, 1, len - 30, f), len - 30);
+	fclose(f);
+	cr_expect_eq(CTL(&d, NULL, &err, "load", path, "--prefix", "b/"), 0);
+	cr_expect(strstr(err, "bytes outside any whole message skipped"),
+		  "%s", err);
+	free(err);
+	free(b);
+	tu_daemon_stop(&d, false);
+}
+
 Test(tensorctl, human_sizes_unless_bytes)
 {
 	struct tu_daemon d;

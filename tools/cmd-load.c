@@ -537,7 +537,7 @@ static int load_tgm(int argc, char **argv)
 	struct td_client *c;
 	struct obj **objs = NULL;
 	size_t nl = 0, cap = 0, n = 0;
-	uint64_t idx = 0;
+	uint64_t idx = 0, covered = 0;
 	uint8_t *buf;
 	size_t len;
 	int rc = load_opts(argc, argv, &lo);
@@ -555,6 +555,7 @@ static int load_tgm(int argc, char **argv)
 	}
 	td_tgm_scan_init(buf, len, &s);
 	for (; !rc && td_tgm_scan_next(&s, &sp) == 1; idx++) {
+		covered += sp.length;
 		if (lo.one_message && idx != lo.message)
 			continue;
 		if (nl == cap) {
@@ -575,6 +576,12 @@ static int load_tgm(int argc, char **argv)
 			rc = prepare(&ls[nl], lo.variable_key, lo.prefix);
 		nl++;
 	}
+	/* the scan steps over junk and cut messages without a word */
+	if (!rc && covered < len)
+		fprintf(stderr, "tensorctl: %s: %" PRIu64 " bytes outside any "
+		        "whole message skipped (junk, or a cut or damaged "
+		        "message; 'tensorctl inspect' lists where)\n",
+		        lo.path, (uint64_t)len - covered);
 	if (!rc && !nl && lo.one_message)
 		rc = tctl_fail(TCTL_REFUSED, "input", ENOENT,
 		               "%s: no message %" PRIu64
