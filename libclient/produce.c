@@ -1059,7 +1059,13 @@ static int publish_alloc(struct td_client *c, struct td_alloc *a,
 	if (!c || !a || !p || a->c != c) {
 		if (a)
 			td_alloc_free(a);
-		return td__fail(err, -EINVAL, "missing argument");
+		return td__fail(err, -EINVAL,
+				!c || !a || !p ? "missing argument"
+					       : "the loan was made on another "
+						 "connection (one closed or "
+						 "reconnected since?): publish "
+						 "it on the client it came "
+						 "from");
 	}
 	if (a->name_len && (!p->name || strlen(p->name) != a->name_len ||
 			    memcmp(p->name, a->name, a->name_len))) {

@@ -260,6 +260,32 @@ static void comes_back(const char *import)
 	tu_daemon_stop(&d, true);
 }
 
+/* A loan published on a connection it was not made on is refused, the
+ * reason saying so ("missing argument" told nobody what was wrong). */
+Test(recycle, a_loan_published_on_another_connection_is_refused_saying_why)
+{
+	struct tu_daemon d;
+	struct td_client *a, *b;
+	struct td_alloc *l = NULL;
+	struct td_error e = {0};
+	uint64_t size = 64, shape[1] = {64};
+	struct td_publish p = {.name = "x/y",
+			       .dtype = TD_TENSOR_U8,
+			       .ndim = 1,
+			       .shape = shape};
+
+	tu_daemon_start(&d, "warn");
+	a = conn(&d, "scm");
+	b = conn(&d, "scm");
+	cr_assert_eq(td_client_alloc(a, 1, &size, &l, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_publish_alloc(b, l, &p, NULL, &e), -EINVAL);
+	cr_assert(strstr(e.reason, "made on another connection"), "%s",
+		  e.reason);
+	td_client_close(a);
+	td_client_close(b);
+	tu_daemon_stop(&d, false);
+}
+
 Test(recycle, a_retired_buffer_comes_back_without_fd_or_mapping_pidfd)
 {
 	comes_back("pidfd");
