@@ -10,7 +10,9 @@
  *    tensord.Array has one at the end of its .base chain, so the memory
  *    lives as long as any view of it.
  *  - Array (array.c): a numpy.ndarray subclass adding .version,
- *    .metadata, release(), __dlpack__ and __dlpack_device__.
+ *    .metadata, release(), __dlpack__ and __dlpack_device__. An array
+ *    is one exactly when its memory is a view of an Owner's: numpy's
+ *    copies of it become plain ndarrays in its __array_finalize__.
  *  - Planes (planes.c): a tensor of several planes, one Array per plane.
  *  - Watch (module.c), Ring and Subscription (ring.c), Follow
  *    (follow.c).
