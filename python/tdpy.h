@@ -177,6 +177,11 @@ void tdpy_owner_release(OwnerObject *plane_or_root);
 PyObject *tdpy_owner_array(OwnerObject *o);
 /* The Owner at the end of obj's .base chain, NULL (TypeError) if none. */
 OwnerObject *tdpy_owner_of(PyObject *obj);
+/* Whether the root owner r still holds its lease, loan or slot. */
+bool tdpy_owner_held(OwnerObject *r);
+/* tensord.Array.__dlpack__ and __dlpack_device__ (dlexport.c). */
+PyObject *tdpy_array_dlpack(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *tdpy_array_dlpack_device(PyObject *self, PyObject *unused);
 /* The owner holding the lease or loan: o, or a PLANE's parent. */
 OwnerObject *tdpy_owner_root(OwnerObject *o);
 /* A tensord.Planes over root (a reference taken) and its plane arrays
