@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Owners (the memory behind arrays) and tensord.Array, the ndarray
- * subclass every tensor comes back as; DLPack export.
+ * subclass every tensor comes back as (DLPack export: dlexport.c).
  *
  * The pages behind a lease's views are the binding's own mapping of the
  * plane's file (maps.c: why, and its cache); loans and ring slots have
@@ -15,8 +15,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include "dlpack.h"
 
 /* Data pointer of zero-byte arrays: numpy allocates when given NULL. */
 static char zero_size_data[1];
@@ -401,7 +399,7 @@ out:
  * is held any more. So is a lease of an earlier connection of a client
  * connected again.
  */
-static bool owner_held(OwnerObject *r)
+bool tdpy_owner_held(OwnerObject *r)
 {
 	ClientObject *cl = (ClientObject *)r->parent;
 
@@ -426,9 +424,9 @@ static PyObject *owner_fileno(OwnerObject *o, PyObject *unused)
 	OwnerObject *r = tdpy_owner_root(o);
 	int fd = -1;
 
-	if (r->kind == OWNER_LEASE && owner_held(r))
+	if (r->kind == OWNER_LEASE && tdpy_owner_held(r))
 		fd = td_tensor_plane_fd(r->t, o->plane);
-	else if (r->kind == OWNER_LOAN && owner_held(r))
+	else if (r->kind == OWNER_LOAN && tdpy_owner_held(r))
 		fd = td_alloc_fd(r->a, 0);
 	if (fd < 0) {
 		PyErr_SetString(PyExc_ValueError, "no buffer fd: released, "
@@ -458,7 +456,7 @@ static PyObject *owner_release_m(OwnerObject *o, PyObject *unused)
 
 static PyObject *get_held(OwnerObject *o, void *unused)
 {
-	return PyBool_FromLong(owner_held(tdpy_owner_root(o)));
+	return PyBool_FromLong(tdpy_owner_held(tdpy_owner_root(o)));
 }
 
 static PyObject *get_dtype_name(OwnerObject *o, void *unused)
@@ -550,14 +548,35 @@ PyObject *tdpy_owner_array(OwnerObject *o)
 	return arr;
 }
 
+/* numpy.lib.stride_tricks.DummyArray: the holder as_strided() (and so
+ * sliding_window_view(), subok=True) puts between a view and its base;
+ * its .base is that base. Found at init, NULL if numpy lacks it. */
+static PyObject *dummy_array_type;
+
 /* The tensor owner obj's chain of bases ends at, or NULL (memory of its
- * own); sets no exception. */
+ * own, or of another object); sets no exception. */
 static OwnerObject *owner_at_base(PyObject *obj)
 {
 	PyObject *b = obj;
+	int holders = 0; /* DummyArrays passed: a cycle of them ends */
 
-	while (b && PyArray_Check(b))
-		b = PyArray_BASE((PyArrayObject *)b);
+	for (;;) {
+		if (b && PyArray_Check(b)) {
+			b = PyArray_BASE((PyArrayObject *)b);
+		} else if (b && dummy_array_type && holders++ < 64 &&
+			   (PyObject *)Py_TYPE(b) == dummy_array_type) {
+			PyObject *n = PyObject_GetAttrString(b, "base");
+
+			if (!n) {
+				PyErr_Clear();
+				return NULL;
+			}
+			Py_DECREF(n); /* b's attribute keeps it */
+			b = n;
+		} else {
+			break;
+		}
+	}
 	return b && Py_TYPE(b) == &tdpy_owner_type ? (OwnerObject *)b : NULL;
 }
 
@@ -569,219 +588,6 @@ OwnerObject *tdpy_owner_of(PyObject *obj)
 		PyErr_SetString(PyExc_TypeError,
 				"not a view of a tensord tensor");
 	return o;
-}
-
-/* ---- DLPack ---- */
-
-struct dl_ctx {
-	DLManagedTensor mt;
-	PyObject *keep; /* the exported array */
-	void *priv;     /* copy-on-write mapping, or NULL */
-	size_t priv_len;
-	void *heap;     /* private copy of an inline plane */
-	PyObject *sub;  /* a ring view's Subscription (kept by keep) */
-	OwnerObject *lease; /* a followed lease's root (kept by keep) */
-	int64_t shape[TDPY_MAX_DIMS];
-	int64_t strides[TDPY_MAX_DIMS];
-};
-
-/* Called by the consumer (torch, numpy) from any thread. */
-static void dl_deleter(DLManagedTensor *mt)
-{
-	struct dl_ctx *x = mt->manager_ctx;
-	PyGILState_STATE g;
-
-	if (x->priv)
-		munmap(x->priv, x->priv_len);
-	g = PyGILState_Ensure();
-	if (x->sub)
-		tdpy_sub_export_gone(x->sub);
-	if (x->lease)
-		x->lease->dl_exports--;
-	Py_XDECREF(x->keep);
-	PyMem_RawFree(x->heap);
-	PyGILState_Release(g);
-	PyMem_RawFree(x);
-}
-
-static void dl_capsule_free(PyObject *cap)
-{
-	/* a consumer renames the capsule "used_dltensor" and owns it */
-	if (PyCapsule_IsValid(cap, "dltensor")) {
-		DLManagedTensor *mt = PyCapsule_GetPointer(cap, "dltensor");
-
-		mt->deleter(mt);
-	}
-}
-
-/*
- * A MAP_PRIVATE (copy-on-write) mapping of fd over the owner's bytes,
- * which start at file offset `at`: x's data is where p (inside the
- * owner's bytes) lies in it. Offsets in units of the file's pages (huge
- * pages on hugetlbfs: its st_blksize).
- */
-static int dl_map_cow(struct dl_ctx *x, OwnerObject *o, int fd, uint64_t at,
-		      const char *p)
-{
-	uint64_t align = (uint64_t)sysconf(_SC_PAGESIZE), lo, len;
-	struct stat st;
-
-	if (fstat(fd, &st) == 0 && st.st_blksize > 0 &&
-	    (uint64_t)st.st_blksize > align &&
-	    !(st.st_blksize & (st.st_blksize - 1)))
-		align = (uint64_t)st.st_blksize;
-	lo = at & ~(align - 1);
-	len = (at - lo + o->size + align - 1) & ~(align - 1);
-	x->priv = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd,
-		       (off_t)lo);
-	if (x->priv == MAP_FAILED) {
-		x->priv = NULL;
-		PyErr_SetFromErrno(PyExc_OSError);
-		return -1;
-	}
-	x->priv_len = len;
-	x->mt.dl_tensor.data = (char *)x->priv + (at - lo) + (p - o->data);
-	return 0;
-}
-
-/*
- * Where DLPack's data lives: writable owners export their own pages; a
- * read-only lease or ring view exports a MAP_PRIVATE (copy-on-write)
- * mapping of the same file range: reads share the page-cache pages (no
- * copy), a write by the consumer (torch tensors are writable) faults in
- * a private page that no other process ever sees, instead of crashing
- * on PROT_READ. A ring view's slot stays held while the export lives.
- */
-static int dl_place(OwnerObject *o, PyArrayObject *a, struct dl_ctx *x)
-{
-	OwnerObject *r = tdpy_owner_root(o);
-	char *p = PyArray_DATA(a);
-
-	if (o->writable || PyArray_NBYTES(a) == 0) {
-		x->mt.dl_tensor.data = p;
-		return 0;
-	}
-	if (o->kind == OWNER_VIEW) {
-		if (o->fd < 0 || tdpy_sub_export(o->parent, o->version) < 0) {
-			if (!PyErr_Occurred())
-				PyErr_SetString(PyExc_BufferError, "no file "
-						"to map this ring view");
-			return -1;
-		}
-		if (dl_map_cow(x, o, o->fd, o->file_off, p) < 0) {
-			tdpy_sub_export_gone(o->parent);
-			return -1;
-		}
-		x->sub = o->parent;
-		return 0;
-	}
-	/* an ended lease's bytes may be recycled under the consumer */
-	if (!owner_held(r)) {
-		PyErr_SetString(PyExc_BufferError, r->t ? "the lease ended "
-				"with its client's close(): no DLPack export"
-				: "the lease was released: no DLPack export");
-		return -1;
-	}
-	if (o->heap) {
-		x->heap = PyMem_RawMalloc(o->size);
-		if (!x->heap) {
-			PyErr_NoMemory();
-			return -1;
-		}
-		memcpy(x->heap, o->heap, o->size);
-		x->mt.dl_tensor.data = (char *)x->heap + (p - o->data);
-	} else if (dl_map_cow(x, o, td_tensor_plane_fd(r->t, o->plane),
-			      o->file_off, p) < 0) {
-		return -1;
-	}
-	/* a followed lease stays held while the export lives: the
-	 * follow's next() and release() refuse until it is gone */
-	if (r->follow) {
-		r->dl_exports++;
-		x->lease = r;
-	}
-	return 0;
-}
-
-static PyObject *array_dlpack(PyObject *self, PyObject *args, PyObject *kw)
-{
-	static char *kwlist[] = {"stream", NULL};
-	PyArrayObject *a = (PyArrayObject *)self;
-	PyArray_Descr *d = PyArray_DESCR(a);
-	PyObject *stream = Py_None, *cap;
-	OwnerObject *o;
-	struct dl_ctx *x;
-	int nd = PyArray_NDIM(a);
-
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &stream))
-		return NULL;
-	if (stream != Py_None) {
-		PyErr_SetString(PyExc_BufferError,
-				"stream must be None for CPU memory");
-		return NULL;
-	}
-	o = tdpy_owner_of(self);
-	if (!o)
-		return NULL;
-	if (!PyArray_ISNBO(d->byteorder) ||
-	    (d->kind != 'u' && d->kind != 'i' && d->kind != 'f')) {
-		PyErr_Format(PyExc_BufferError, "dtype %s has no DLPack code",
-			     td_tensor_dtype_name(o->dtype) ?
-			     td_tensor_dtype_name(o->dtype) : "?");
-		return NULL;
-	}
-	x = PyMem_RawCalloc(1, sizeof(*x));
-	if (!x)
-		return PyErr_NoMemory();
-	for (int i = 0; i < nd; i++) {
-		npy_intp s = PyArray_STRIDES(a)[i], n = PyArray_DIMS(a)[i];
-
-		if (s % d->elsize) {
-			PyErr_SetString(PyExc_BufferError, "a stride is not a "
-					"whole number of elements");
-			goto fail;
-		}
-		/* DLPack 0.x has signed strides, but torch 1.13 aborts the
-		 * process on a negative one (numpy exports them): refused.
-		 * Over one element or none a stride moves nowhere: 0. */
-		if (s < 0 && n > 1) {
-			PyErr_Format(PyExc_BufferError, "negative stride %zd "
-				     "(dimension %d, a reversed view): no "
-				     "DLPack export; export a copy "
-				     "(np.ascontiguousarray)", (Py_ssize_t)s,
-				     i);
-			goto fail;
-		}
-		x->shape[i] = n;
-		x->strides[i] = s < 0 ? 0 : s / d->elsize;
-	}
-	if (dl_place(o, a, x) < 0)
-		goto fail;
-	Py_INCREF(self);
-	x->keep = self;
-	x->mt.dl_tensor.device.device_type = TDPY_DL_CPU;
-	x->mt.dl_tensor.ndim = nd;
-	x->mt.dl_tensor.dtype.code = d->kind == 'u' ? TDPY_DL_UINT :
-				     d->kind == 'i' ? TDPY_DL_INT :
-						      TDPY_DL_FLOAT;
-	x->mt.dl_tensor.dtype.bits = (uint8_t)(d->elsize * 8);
-	x->mt.dl_tensor.dtype.lanes = 1;
-	x->mt.dl_tensor.shape = x->shape;
-	x->mt.dl_tensor.strides = x->strides;
-	x->mt.manager_ctx = x;
-	x->mt.deleter = dl_deleter;
-	cap = PyCapsule_New(&x->mt, "dltensor", dl_capsule_free);
-	if (!cap)
-		dl_deleter(&x->mt);
-	return cap;
-fail:
-	PyMem_RawFree(x);
-	return NULL;
-}
-
-static PyObject *array_dlpack_device(PyObject *self, PyObject *unused)
-{
-	return Py_BuildValue("(ii)", TDPY_DL_CPU, 0);
 }
 
 /* ---- tensord.Array ---- */
@@ -810,15 +616,97 @@ static PyObject *array_release(PyObject *self, PyObject *unused)
 	return o ? owner_do_release(o) : NULL;
 }
 
-/* A tensord.Array over memory of its own as a plain ndarray (0-d, when
+/*
+ * The rule every result follows: a tensord.Array if and only if its
+ * memory is a view of a tensor's pages (its chain of array bases ends at
+ * a tensord.Lease), a plain ndarray when it has memory of its own.
+ *
+ * numpy makes every array of this type it creates (views and copies:
+ * astype, flatten, take, fancy indexing, ...) through
+ * PyArray_NewFromDescr, which sets the new array's base, then calls the
+ * type's __array_finalize__: here a capsule of this C function, so no
+ * Python call on the zero-copy path. A new array that owns its memory
+ * (or whose bases end elsewhere) becomes a plain ndarray there, before
+ * anyone but its maker holds it: the two types have the same layout and
+ * are static (no reference to the type to move), so only the type
+ * pointer changes. One with data given and no base yet is ours
+ * (tdpy_owner_array sets the Lease right after) or a view numpy gives
+ * its base after creating it: left as it is.
+ *
+ * Only the exact type is changed: a Python subclass of tensord.Array may
+ * have another layout (a __dict__) and holds a reference to its type.
+ */
+static bool can_retype; /* set at init: the layouts agree */
+
+static int array_finalize(PyArrayObject *self, PyObject *obj)
+{
+	(void)obj;
+	if (Py_TYPE(self) != &tdpy_array_type || !can_retype)
+		return 0;
+	if (!PyArray_CHKFLAGS(self, NPY_ARRAY_OWNDATA) &&
+	    (!PyArray_BASE(self) || owner_at_base((PyObject *)self)))
+		return 0;
+	Py_SET_TYPE(self, &PyArray_Type);
+	return 0;
+}
+
+/*
+ * tensord.Array.__array_finalize__: numpy looks it up on the type and
+ * calls the C function of a capsule it finds there; numpy's own Python
+ * code (as_strided, broadcast_to with subok=True) and subclasses call
+ * it on an array as a method. So a descriptor: on the type, the
+ * capsule; on an array, a method that does nothing (what was to be done
+ * was done when numpy made the array, before anyone else held it).
+ */
+static PyObject *finalize_capsule;
+
+static PyObject *finalize_method(PyObject *self, PyObject *obj)
+{
+	(void)self;
+	(void)obj;
+	Py_RETURN_NONE;
+}
+
+static PyMethodDef finalize_method_def = {
+	"__array_finalize__", finalize_method, METH_O,
+	"Does nothing: numpy calls the C function of the capsule "
+	"tensord.Array.__array_finalize__ when it makes an array."};
+
+static PyObject *finalize_get(PyObject *d, PyObject *inst, PyObject *type)
+{
+	(void)d;
+	(void)type;
+	if (!inst || inst == Py_None) {
+		Py_INCREF(finalize_capsule);
+		return finalize_capsule;
+	}
+	return PyCFunction_New(&finalize_method_def, inst);
+}
+
+static PyTypeObject finalize_descr_type = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "tensord._ArrayFinalize",
+	.tp_basicsize = sizeof(PyObject),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_descr_get = finalize_get,
+};
+
+/* arr (stolen) as the rule wants it: a view of a tensor's pages as a
+ * tensord.Array (numpy hands __array_wrap__ plain-ndarray views, from
+ * squeeze() for one), memory of its own as a plain ndarray (0-d, when
  * scalar: a numpy scalar, as a plain ndarray's ufunc or reduction
- * gives); steals arr. */
-static PyObject *plain(PyObject *arr, bool scalar)
+ * gives). */
+static PyObject *by_rule(PyObject *arr, bool scalar)
 {
 	PyObject *v = arr;
 
-	if (owner_at_base(arr)) /* a view of a tensor's pages */
-		return arr;
+	if (owner_at_base(arr)) { /* a view of a tensor's pages */
+		if (PyObject_TypeCheck(arr, &tdpy_array_type))
+			return arr;
+		v = PyArray_View((PyArrayObject *)arr, NULL, &tdpy_array_type);
+		Py_DECREF(arr);
+		return v;
+	}
 	if (Py_TYPE(arr) == &tdpy_array_type) {
 		v = PyArray_View((PyArrayObject *)arr, NULL, &PyArray_Type);
 		Py_DECREF(arr);
@@ -828,8 +716,8 @@ static PyObject *plain(PyObject *arr, bool scalar)
 	return v;
 }
 
-/* Results of ufuncs and reductions own new memory: plain ndarrays
- * (numpy may hand them over as this type, with a base of their own). */
+/* Results of ufuncs and reductions, and views numpy makes as plain
+ * ndarrays and hands over to be made of this type: by the rule. */
 static PyObject *array_wrap(PyObject *self, PyObject *args)
 {
 	PyObject *arr, *ctx = NULL, *scalar = NULL;
@@ -839,32 +727,7 @@ static PyObject *array_wrap(PyObject *self, PyObject *args)
 			      &scalar))
 		return NULL;
 	Py_INCREF(arr);
-	return plain(arr, true);
-}
-
-/* copy() owns new memory too: a plain ndarray, not a tensord.Array whose
- * .version would be an error */
-static PyObject *array_copy(PyObject *self, PyObject *args, PyObject *kw)
-{
-	static char *kwlist[] = {"order", NULL};
-	NPY_ORDER order = NPY_CORDER;
-	PyObject *c;
-
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&", kwlist,
-					 PyArray_OrderConverter, &order))
-		return NULL;
-	c = PyArray_NewCopy((PyArrayObject *)self, order);
-	return c ? plain(c, false) : NULL;
-}
-
-/* copy.copy() and copy.deepcopy() (numeric only: nothing deeper): as
- * copy(), in the array's own order */
-static PyObject *array_copy_k(PyObject *self, PyObject *unused)
-{
-	PyObject *c = PyArray_NewCopy((PyArrayObject *)self, NPY_KEEPORDER);
-
-	(void)unused;
-	return c ? plain(c, false) : NULL;
+	return by_rule(arr, true);
 }
 
 /* pickle: as the plain ndarray it holds the values of, so what is
@@ -946,6 +809,44 @@ static int like_plain(PyObject **args, PyObject **kw, Py_ssize_t at)
 	return 0;
 }
 
+/*
+ * numpy functions that make a plain-ndarray view of their argument on
+ * purpose (subok=False, their default: the caller asked for the base
+ * class), whose results stay as numpy makes them.
+ */
+static const char *const base_table[] = {
+	"broadcast_to", "lib.stride_tricks.sliding_window_view", "asfarray",
+};
+#define BASE_COUNT (sizeof(base_table) / sizeof(base_table[0]))
+static PyObject *base_funcs[BASE_COUNT];
+
+/*
+ * A function's result r (stolen) by the rule: some make a plain-ndarray
+ * view of a tensor's pages without being asked for the base class (a
+ * transposing np.einsum): a tensord.Array view. Not when r is one of
+ * the arguments (out=, or an input given back): the caller's object is
+ * given back as it is. Lists and tuples are left as they are.
+ */
+static PyObject *function_result(PyObject *func, PyObject *r,
+				 PyObject *fargs, PyObject *fkw)
+{
+	PyObject *out;
+
+	if (!r || Py_TYPE(r) != &PyArray_Type || !owner_at_base(r))
+		return r;
+	for (size_t i = 0; i < BASE_COUNT; i++)
+		if (func == base_funcs[i])
+			return r;
+	for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fargs); i++)
+		if (PyTuple_GET_ITEM(fargs, i) == r)
+			return r;
+	out = PyDict_GetItemString(fkw, "out");
+	if (out == r || (out && PyTuple_Check(out) &&
+			 PySequence_Contains(out, r) == 1))
+		return r;
+	return by_rule(r, false);
+}
+
 static PyObject *array_function(PyObject *self, PyObject *args)
 {
 	PyObject *func, *types, *fargs, *fkw, *r;
@@ -958,10 +859,12 @@ static PyObject *array_function(PyObject *self, PyObject *args)
 	for (size_t i = 0; i < LIKE_COUNT; i++)
 		if (func == like_funcs[i])
 			at = like_table[i].subok_at;
-	if (at < 0)
-		return PyObject_CallFunctionObjArgs(ndarray_array_function,
-						    self, func, types, fargs,
-						    fkw, NULL);
+	if (at < 0) {
+		r = PyObject_CallFunctionObjArgs(ndarray_array_function, self,
+						 func, types, fargs, fkw,
+						 NULL);
+		return function_result(func, r, fargs, fkw);
+	}
 	if (like_plain(&fargs, &fkw, at) < 0)
 		return NULL;
 	r = PyObject_CallFunctionObjArgs(ndarray_array_function, self, func,
@@ -972,15 +875,13 @@ static PyObject *array_function(PyObject *self, PyObject *args)
 }
 
 static PyMethodDef array_methods[] = {
-	{"__copy__", array_copy_k, METH_NOARGS, NULL},
-	{"__deepcopy__", array_copy_k, METH_O, NULL},
 	{"__reduce__", array_reduce, METH_VARARGS, NULL},
 	{"__reduce_ex__", array_reduce_ex, METH_VARARGS, NULL},
-	{"__dlpack__", (PyCFunction)(void (*)(void))array_dlpack,
+	{"__dlpack__", (PyCFunction)(void (*)(void))tdpy_array_dlpack,
 	 METH_VARARGS | METH_KEYWORDS,
 	 "DLPack 0.x capsule sharing the pages (copy-on-write for a "
 	 "read-only lease)."},
-	{"__dlpack_device__", array_dlpack_device, METH_NOARGS,
+	{"__dlpack_device__", tdpy_array_dlpack_device, METH_NOARGS,
 	 "(kDLCPU, 0)"},
 	{"release", array_release, METH_NOARGS,
 	 "End the lease now (also ends it for every other view)."},
@@ -988,9 +889,6 @@ static PyMethodDef array_methods[] = {
 	{"__exit__", tdpy_exit_release, METH_VARARGS, NULL},
 	{"__array_wrap__", array_wrap, METH_VARARGS, NULL},
 	{"__array_function__", array_function, METH_VARARGS, NULL},
-	{"copy", (PyCFunction)(void (*)(void))array_copy,
-	 METH_VARARGS | METH_KEYWORDS,
-	 "A copy in memory of its own: a plain numpy.ndarray."},
 	{NULL},
 };
 
@@ -1017,8 +915,8 @@ PyTypeObject tdpy_array_type = {
 	.tp_getset = array_getset,
 };
 
-/* numpy's *_like functions and ndarray.__array_function__ (kept for
- * the module's life). */
+/* numpy's *_like functions, the functions of base_table and
+ * ndarray.__array_function__ (kept for the module's life). */
 static int like_init(void)
 {
 	PyObject *np;
@@ -1035,10 +933,73 @@ static int like_init(void)
 			return -1;
 		}
 	}
+	for (size_t i = 0; i < BASE_COUNT; i++) {
+		/* a dotted path below numpy; one numpy lacks matches nothing */
+		PyObject *f = np, *g;
+		char path[64], *save = NULL;
+
+		Py_INCREF(f);
+		snprintf(path, sizeof(path), "%s", base_table[i]);
+		for (char *w = strtok_r(path, ".", &save); f && w;
+		     w = strtok_r(NULL, ".", &save)) {
+			g = PyObject_GetAttrString(f, w);
+			Py_DECREF(f);
+			f = g;
+		}
+		if (!f)
+			PyErr_Clear();
+		base_funcs[i] = f;
+	}
 	Py_DECREF(np);
 	ndarray_array_function = PyObject_GetAttrString(
 		(PyObject *)&PyArray_Type, "__array_function__");
 	return ndarray_array_function ? 0 : -1;
+}
+
+/*
+ * __array_finalize__ (the descriptor above, over a capsule of
+ * array_finalize), and whether an Array may become a plain ndarray in
+ * place: same size, same GC flag, no __dict__ or weakref slot of its
+ * own, the same tp_free, both static types.
+ */
+static int finalize_init(void)
+{
+	PyTypeObject *t = &tdpy_array_type, *b = &PyArray_Type;
+	PyObject *d, *st;
+	int rc;
+
+	can_retype = t->tp_basicsize == b->tp_basicsize &&
+		     t->tp_itemsize == b->tp_itemsize &&
+		     t->tp_dictoffset == b->tp_dictoffset &&
+		     t->tp_weaklistoffset == b->tp_weaklistoffset &&
+		     t->tp_free == b->tp_free &&
+		     !((t->tp_flags ^ b->tp_flags) & Py_TPFLAGS_HAVE_GC) &&
+		     !(t->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
+		     !(b->tp_flags & Py_TPFLAGS_HEAPTYPE);
+	if (!finalize_capsule) {
+		finalize_capsule = PyCapsule_New((void *)array_finalize, NULL,
+						 NULL);
+		if (!finalize_capsule || PyType_Ready(&finalize_descr_type) < 0)
+			return -1;
+	}
+	d = PyObject_New(PyObject, &finalize_descr_type);
+	if (!d)
+		return -1;
+	rc = PyDict_SetItemString(t->tp_dict, "__array_finalize__", d);
+	Py_DECREF(d);
+	PyType_Modified(t);
+	if (rc < 0)
+		return -1;
+	/* DummyArray is optional: without it, as_strided()'s views with
+	 * subok=True are plain ndarrays */
+	st = PyImport_ImportModule("numpy.lib.stride_tricks");
+	if (st) {
+		Py_XSETREF(dummy_array_type,
+			   PyObject_GetAttrString(st, "DummyArray"));
+		Py_DECREF(st);
+	}
+	PyErr_Clear();
+	return 0;
 }
 
 int tdpy_array_init(PyObject *m)
@@ -1046,7 +1007,8 @@ int tdpy_array_init(PyObject *m)
 	tdpy_array_type.tp_base = &PyArray_Type;
 	tdpy_array_type.tp_basicsize = PyArray_Type.tp_basicsize;
 	if (PyType_Ready(&tdpy_owner_type) < 0 ||
-	    PyType_Ready(&tdpy_array_type) < 0 || like_init() < 0)
+	    PyType_Ready(&tdpy_array_type) < 0 || finalize_init() < 0 ||
+	    like_init() < 0)
 		return -1;
 	Py_INCREF(&tdpy_owner_type);
 	Py_INCREF(&tdpy_array_type);

@@ -10,7 +10,9 @@
  *    tensord.Array has one at the end of its .base chain, so the memory
  *    lives as long as any view of it.
  *  - Array (array.c): a numpy.ndarray subclass adding .version,
- *    .metadata, release(), __dlpack__ and __dlpack_device__.
+ *    .metadata, release(), __dlpack__ and __dlpack_device__. An array
+ *    is one exactly when its memory is a view of an Owner's: numpy's
+ *    copies of it become plain ndarrays in its __array_finalize__.
  *  - Planes (planes.c): a tensor of several planes, one Array per plane.
  *  - Watch (module.c), Ring and Subscription (ring.c), Follow
  *    (follow.c).
@@ -175,6 +177,11 @@ void tdpy_owner_release(OwnerObject *plane_or_root);
 PyObject *tdpy_owner_array(OwnerObject *o);
 /* The Owner at the end of obj's .base chain, NULL (TypeError) if none. */
 OwnerObject *tdpy_owner_of(PyObject *obj);
+/* Whether the root owner r still holds its lease, loan or slot. */
+bool tdpy_owner_held(OwnerObject *r);
+/* tensord.Array.__dlpack__ and __dlpack_device__ (dlexport.c). */
+PyObject *tdpy_array_dlpack(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *tdpy_array_dlpack_device(PyObject *self, PyObject *unused);
 /* The owner holding the lease or loan: o, or a PLANE's parent. */
 OwnerObject *tdpy_owner_root(OwnerObject *o);
 /* A tensord.Planes over root (a reference taken) and its plane arrays
