@@ -45,6 +45,7 @@
 
 static bool saw_extend; /* an EXTEND_TIMEOUT_USEC= came by */
 static const char *snap_file; /* daemon_start() adds --snapshot FILE */
+static unsigned listen_extra; /* LISTEN_FDS counts this many fds more */
 
 /* ---- a fake PID 1: the notify socket and the fd store ---- */
 
@@ -284,7 +285,7 @@ static void pass_fds(const int *fds, char *const *names, unsigned n)
 			strcat(buf, ":");
 		strncat(buf, names[i], sizeof(buf) - strlen(buf) - 2);
 	}
-	snprintf(num, sizeof(num), "%u", n);
+	snprintf(num, sizeof(num), "%u", n + listen_extra);
 	setenv("LISTEN_FDS", num, 1);
 	setenv("LISTEN_FDNAMES", buf, 1);
 	snprintf(num, sizeof(num), "%d", (int)getpid());
@@ -969,6 +970,42 @@ Test(systemd, truncated_state_image_starts_empty)
 	free(err);
 	close(keep[0]);
 	close(keep[1]);
+	store_close(&st);
+}
+
+/*
+ * LISTEN_FDS larger than what was passed (a wrapper that closed some,
+ * a miscount): the numbers past the passed fds are free at exec, and
+ * the daemon's own fds (epoll, signal pipes, pidfd) land there before
+ * the passed fds are sorted. Taking those for passed fds closed the
+ * loop's own epoll fd, and the daemon aborted before READY=1.
+ */
+Test(systemd, listen_fds_past_the_passed_ones_leave_the_daemons_own_fds)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct td_client *c;
+	struct expect x = {"lf/x", 0, 64, 5, 0, NULL, false};
+	char bsock[160], *err;
+	int lfd;
+
+	mkdir_tmp(&d);
+	notify_bind(&d);
+	snprintf(bsock, sizeof(bsock), "%s/b.sock", d.dir);
+	lfd = listener(bsock);
+	listen_extra = 64;
+	daemon_start(&d, NULL, lfd, NULL, &st, NULL);
+	listen_extra = 0;
+	close(lfd);
+	c = connect_to(bsock);
+	x.version = put(c, x.name, x.len, x.seed, 0, NULL);
+	check_tensor(c, &x);
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	err = tu_slurp(d.err);
+	/* (fds the test runner leaked count as passed: they were open) */
+	cr_assert_not_null(strstr(err, "LISTEN_FDS=65 but "), "%s", err);
+	free(err);
 	store_close(&st);
 }
 
