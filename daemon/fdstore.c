@@ -115,7 +115,7 @@ static struct passed *passed_find(const char *name)
 	return NULL;
 }
 
-/* "td.fd.<id>" -> id, 0 when name is not of that form. */
+/* "td.fd.<id>" -> id, 0 when name is not of that form or out of range. */
 static uint64_t fd_name_id(const char *name)
 {
 	const char *s = name + strlen(FD_NAME);
@@ -126,7 +126,7 @@ static uint64_t fd_name_id(const char *name)
 		return 0;
 	errno = 0;
 	v = strtoull(s, &end, 10);
-	return errno || *end ? 0 : v;
+	return errno || *end || v > TD__FD_ID_MAX ? 0 : v;
 }
 
 /* ---- the table ---- */
@@ -493,6 +493,11 @@ static unsigned restore_entries(const struct td_state_hdr *h,
 
 			snprintf(name, sizeof(name), FD_NAME "%" PRIu64,
 				 ent.fd_ids[got]);
+			if (ent.fd_ids[got] > TD__FD_ID_MAX) {
+				snprintf(why, sizeof(why), "%s is out of "
+					 "range (at most 2^62)", name);
+				break;
+			}
 			p = passed_find(name);
 			/* versions may share a plane: each gets its own fd */
 			fds[got] = p ? fcntl(p->fd, F_DUPFD_CLOEXEC, 3) : -1;
@@ -589,7 +594,13 @@ static bool restore_newest(size_t stored)
 					: "",
 				stored);
 	} else {
-		if (h[best].next_fd_id > fs.next_id)
+		/* sort_passed() counted past every stored id already */
+		if (h[best].next_fd_id > TD__FD_ID_MAX + 1)
+			td__log(TD_LOG_WARN, "state image: an fd id counter of "
+					     "%" PRIu64 " is out of range; "
+					     "ignored",
+				h[best].next_fd_id);
+		else if (h[best].next_fd_id > fs.next_id)
 			fs.next_id = h[best].next_fd_id;
 		fs.generation = h[best].generation;
 		fs.cur = best;

@@ -125,6 +125,12 @@ void td__store_set_next_version(uint64_t next);
  */
 #define TD__VERSION_MAX (UINT64_C(1) << 62)
 /*
+ * Likewise for fd-store ids (td.fd.N, an image's next_fd_id): past it
+ * the counter would wrap to 0 ("not stored") and then onto ids that are
+ * stored already, and no image could be encoded again.
+ */
+#define TD__FD_ID_MAX (UINT64_C(1) << 62)
+/*
  * Put a version back from an image entry and its fds (fd-table order,
  * consumed on success and failure), checked like a PUBLISH from a peer.
  * 0, or -errno with the reason in why.

@@ -1009,6 +1009,80 @@ Test(systemd, listen_fds_past_the_passed_ones_leave_the_daemons_own_fds)
 	store_close(&st);
 }
 
+/* Every valid image in st rewritten with its checksum made good. */
+static void forge_images(struct fdstore *st, size_t off, const void *p,
+			 size_t n)
+{
+	for (unsigned i = 0; i < st->n; i++) {
+		struct td_state_hdr h;
+		struct td_state_rd rd;
+		struct stat sb;
+		uint8_t *b;
+
+		if (strncmp(st->e[i].name, "td.state.", 9))
+			continue;
+		cr_assert_eq(fstat(st->e[i].fd, &sb), 0);
+		b = malloc((size_t)sb.st_size);
+		cr_assert_eq(pread(st->e[i].fd, b, (size_t)sb.st_size, 0),
+			     sb.st_size);
+		if (td_state_decode(b, (size_t)sb.st_size, &h, &rd, NULL) ==
+		    0) {
+			memcpy(b + off, p, n);
+			td__put_le64(b + sb.st_size - 8,
+				     XXH3_64bits(b, (size_t)sb.st_size - 8));
+			cr_assert_eq(pwrite(st->e[i].fd, b, (size_t)sb.st_size,
+					    0),
+				     sb.st_size);
+		}
+		free(b);
+	}
+}
+
+/*
+ * An image whose fd id counter is 2^64-1 (checksum good: written by a
+ * broken or hostile writer): the next ids wrapped to 0 and onto stored
+ * ones, and every later image failed to encode, so what was published
+ * after that restart was gone at the next one.
+ */
+Test(systemd, an_fd_id_counter_out_of_range_is_ignored_and_images_go_on)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct expect x[9];
+	struct td_client *c;
+	uint8_t huge[8];
+	unsigned n;
+	int keep[2];
+	char *err;
+
+	n = first_life(&d, &st, x, keep);
+	td__put_le64(huge, UINT64_MAX);
+	forge_images(&st, 32, huge, sizeof(huge));
+	cr_assert_eq(truncate(d.err, 0), 0);
+	daemon_start(&d, NULL, -1, &st, &st, NULL);
+	c = connect_to(d.sock);
+	x[n] = (struct expect){"r/after", 0, 99, 21, 0, NULL, false};
+	x[n].version = put(c, x[n].name, x[n].len, x[n].seed, 0, NULL);
+	n++;
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	err = tu_slurp(d.err);
+	cr_assert_not_null(strstr(err, "out of range; ignored"), "%s", err);
+	cr_assert_null(strstr(err, "state image: encode"), "%s", err);
+	free(err);
+
+	cr_assert_eq(truncate(d.err, 0), 0);
+	daemon_start(&d, NULL, -1, &st, &st, NULL);
+	c = connect_to(d.sock);
+	for (unsigned i = 0; i < n; i++)
+		check_tensor(c, &x[i]);
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	close(keep[0]);
+	close(keep[1]);
+	store_close(&st);
+}
+
 /* ---- socket activation ---- */
 
 /* Is prog on $PATH? */
