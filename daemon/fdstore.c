@@ -616,23 +616,44 @@ static bool restore_newest(size_t stored)
 }
 
 /*
- * Both image slots stored and writable for this run: a read-only one or
- * a name held twice is dropped and stored afresh. 0, or -1 when no image
- * can be kept (logged).
+ * Can images be rewritten in fd, as write_image() does? A memfd opened
+ * read-write without seals against writing or resizing. A sealed one
+ * (which no daemon of ours makes) failed every write for the whole run,
+ * so nothing published in it survived the next restart; a file that is
+ * not a memfd is no image of ours to write into.
+ */
+static bool slot_writable(int fd)
+{
+	int fl = fcntl(fd, F_GETFL), seals = fcntl(fd, F_GET_SEALS);
+
+	return fl >= 0 && (fl & O_ACCMODE) == O_RDWR && seals >= 0 &&
+	       !(seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE | F_SEAL_GROW |
+			  F_SEAL_SHRINK));
+}
+
+/*
+ * Both image slots stored and writable for this run: one that cannot be
+ * written or a name held twice is dropped and stored afresh. 0, or -1
+ * when no image can be kept (logged).
  */
 static int keep_slots(const bool twice[2])
 {
 	for (int s = 0; s < 2; s++) {
-		int fl = fs.slot[s] >= 0 ? fcntl(fs.slot[s], F_GETFL) : -1;
+		bool ok = fs.slot[s] >= 0 && slot_writable(fs.slot[s]);
 
-		if (fl >= 0 && (fl & O_ACCMODE) == O_RDWR && !twice[s])
+		if (ok && !twice[s])
 			continue;
 		if (fs.slot[s] >= 0 || twice[s]) {
 			/*
-			 * Read-only, or the name held twice: drop the name
+			 * Unwritable, or the name held twice: drop the name
 			 * (every fd under it) and store one image afresh.
 			 */
-			if (fl < 0 || (fl & O_ACCMODE) != O_RDWR) {
+			if (fs.slot[s] >= 0 && !ok) {
+				td__log(TD_LOG_WARN, "state image " SLOT_NAME
+						     "%d cannot be rewritten "
+						     "(read-only, sealed or "
+						     "not a memfd); replaced",
+					s);
 				close(fs.slot[s]);
 				fs.slot[s] = -1;
 			}

@@ -1083,6 +1083,69 @@ Test(systemd, an_fd_id_counter_out_of_range_is_ignored_and_images_go_on)
 	store_close(&st);
 }
 
+/*
+ * A state image memfd that takes no writes (F_SEAL_WRITE; systemd hands
+ * back whatever it holds): it was kept, every image write of the run
+ * failed, and what was published after the restart was lost at the
+ * next one. Now the restore reads it, then stores a fresh one.
+ */
+Test(systemd, a_sealed_state_image_is_replaced_and_later_versions_survive)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct expect x[9];
+	struct td_client *c;
+	unsigned n;
+	int keep[2];
+	char *err;
+
+	n = first_life(&d, &st, x, keep);
+	for (unsigned i = 0; i < st.n; i++) {
+		struct stat sb;
+		uint8_t *b;
+		int fd;
+
+		if (strncmp(st.e[i].name, "td.state.", 9))
+			continue;
+		/* the same bytes in a sealable memfd, sealed */
+		cr_assert_eq(fstat(st.e[i].fd, &sb), 0);
+		b = malloc((size_t)sb.st_size + 1);
+		cr_assert_eq(pread(st.e[i].fd, b, (size_t)sb.st_size, 0),
+			     sb.st_size);
+		fd = memfd_create("sealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+		cr_assert_eq(write(fd, b, (size_t)sb.st_size), sb.st_size);
+		cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE), 0);
+		free(b);
+		close(st.e[i].fd);
+		st.e[i].fd = fd;
+	}
+	cr_assert_eq(truncate(d.err, 0), 0);
+	daemon_start(&d, NULL, -1, &st, &st, NULL);
+	c = connect_to(d.sock);
+	for (unsigned i = 0; i < n; i++)
+		check_tensor(c, &x[i]);
+	x[n] = (struct expect){"r/after", 0, 99, 21, 0, NULL, false};
+	x[n].version = put(c, x[n].name, x[n].len, x[n].seed, 0, NULL);
+	n++;
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	cr_assert_eq(count_prefix(&st, "td.state."), 2);
+
+	daemon_start(&d, NULL, -1, &st, &st, NULL);
+	c = connect_to(d.sock);
+	for (unsigned i = 0; i < n; i++)
+		check_tensor(c, &x[i]);
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	err = tu_slurp(d.err);
+	cr_assert_not_null(strstr(err, "cannot be rewritten"), "%s", err);
+	cr_assert_null(strstr(err, "state image: write"), "%s", err);
+	free(err);
+	close(keep[0]);
+	close(keep[1]);
+	store_close(&st);
+}
+
 /* ---- socket activation ---- */
 
 /* Is prog on $PATH? */
