@@ -115,7 +115,7 @@ static struct passed *passed_find(const char *name)
 	return NULL;
 }
 
-/* "td.fd.<id>" -> id, 0 when name is not of that form. */
+/* "td.fd.<id>" -> id, 0 when name is not of that form or out of range. */
 static uint64_t fd_name_id(const char *name)
 {
 	const char *s = name + strlen(FD_NAME);
@@ -126,7 +126,7 @@ static uint64_t fd_name_id(const char *name)
 		return 0;
 	errno = 0;
 	v = strtoull(s, &end, 10);
-	return errno || *end ? 0 : v;
+	return errno || *end || v > TD__FD_ID_MAX ? 0 : v;
 }
 
 /* ---- the table ---- */
@@ -493,6 +493,11 @@ static unsigned restore_entries(const struct td_state_hdr *h,
 
 			snprintf(name, sizeof(name), FD_NAME "%" PRIu64,
 				 ent.fd_ids[got]);
+			if (ent.fd_ids[got] > TD__FD_ID_MAX) {
+				snprintf(why, sizeof(why), "%s is out of "
+					 "range (at most 2^62)", name);
+				break;
+			}
 			p = passed_find(name);
 			/* versions may share a plane: each gets its own fd */
 			fds[got] = p ? fcntl(p->fd, F_DUPFD_CLOEXEC, 3) : -1;
@@ -589,7 +594,13 @@ static bool restore_newest(size_t stored)
 					: "",
 				stored);
 	} else {
-		if (h[best].next_fd_id > fs.next_id)
+		/* sort_passed() counted past every stored id already */
+		if (h[best].next_fd_id > TD__FD_ID_MAX + 1)
+			td__log(TD_LOG_WARN, "state image: an fd id counter of "
+					     "%" PRIu64 " is out of range; "
+					     "ignored",
+				h[best].next_fd_id);
+		else if (h[best].next_fd_id > fs.next_id)
 			fs.next_id = h[best].next_fd_id;
 		fs.generation = h[best].generation;
 		fs.cur = best;
@@ -605,23 +616,44 @@ static bool restore_newest(size_t stored)
 }
 
 /*
- * Both image slots stored and writable for this run: a read-only one or
- * a name held twice is dropped and stored afresh. 0, or -1 when no image
- * can be kept (logged).
+ * Can images be rewritten in fd, as write_image() does? A memfd opened
+ * read-write without seals against writing or resizing. A sealed one
+ * (which no daemon of ours makes) failed every write for the whole run,
+ * so nothing published in it survived the next restart; a file that is
+ * not a memfd is no image of ours to write into.
+ */
+static bool slot_writable(int fd)
+{
+	int fl = fcntl(fd, F_GETFL), seals = fcntl(fd, F_GET_SEALS);
+
+	return fl >= 0 && (fl & O_ACCMODE) == O_RDWR && seals >= 0 &&
+	       !(seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE | F_SEAL_GROW |
+			  F_SEAL_SHRINK));
+}
+
+/*
+ * Both image slots stored and writable for this run: one that cannot be
+ * written or a name held twice is dropped and stored afresh. 0, or -1
+ * when no image can be kept (logged).
  */
 static int keep_slots(const bool twice[2])
 {
 	for (int s = 0; s < 2; s++) {
-		int fl = fs.slot[s] >= 0 ? fcntl(fs.slot[s], F_GETFL) : -1;
+		bool ok = fs.slot[s] >= 0 && slot_writable(fs.slot[s]);
 
-		if (fl >= 0 && (fl & O_ACCMODE) == O_RDWR && !twice[s])
+		if (ok && !twice[s])
 			continue;
 		if (fs.slot[s] >= 0 || twice[s]) {
 			/*
-			 * Read-only, or the name held twice: drop the name
+			 * Unwritable, or the name held twice: drop the name
 			 * (every fd under it) and store one image afresh.
 			 */
-			if (fl < 0 || (fl & O_ACCMODE) != O_RDWR) {
+			if (fs.slot[s] >= 0 && !ok) {
+				td__log(TD_LOG_WARN, "state image " SLOT_NAME
+						     "%d cannot be rewritten "
+						     "(read-only, sealed or "
+						     "not a memfd); replaced",
+					s);
 				close(fs.slot[s]);
 				fs.slot[s] = -1;
 			}

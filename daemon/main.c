@@ -498,6 +498,8 @@ int main(int argc, char **argv)
 	uv_loop_t loop;
 	int rc, status = 1;
 
+	/* before any fd of ours exists (sd.h) */
+	td__sd_claim();
 	rc = parse_args(argc, argv, &o);
 	if (rc >= 0)
 		return rc;

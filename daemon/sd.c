@@ -11,6 +11,7 @@
  */
 #include "sd.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -105,6 +106,112 @@ static bool is_seqpacket_listener(int fd)
 }
 
 /*
+ * The fds passed to us, as they were at exec time (td__sd_claim): by the
+ * time td__sd_init() runs, the daemon has opened fds of its own (the
+ * loop's epoll and signal pipes, the closer thread, a pidfd), and those
+ * land in any hole of 3..3+LISTEN_FDS that the passing process left.
+ * Taking them for passed fds would close the loop under itself.
+ */
+static struct {
+	int *fd;       /* open passed fds, ascending */
+	size_t n;
+	uint64_t want; /* LISTEN_FDS */
+	char *names;   /* LISTEN_FDNAMES, or NULL */
+	int rc;        /* an error to report from td__sd_init() */
+} claim;
+
+static int claim_add(int fd)
+{
+	int *p;
+
+	if ((claim.n & 63) == 0) {
+		p = realloc(claim.fd, (claim.n + 64) * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		claim.fd = p;
+	}
+	claim.fd[claim.n++] = fd;
+	return 0;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+	return *(const int *)a - *(const int *)b;
+}
+
+/*
+ * The open fds in 3..3+want, from /proc/self/fd: only as many syscalls as
+ * there are open fds, however large a LISTEN_FDS comes in. Without /proc,
+ * every fd in the range up to the fd limit is asked instead.
+ */
+static int claim_scan(void)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	struct dirent *e;
+	uint64_t end = SD_LISTEN_FDS_START + claim.want;
+	int rc = 0;
+
+	if (!dir) {
+		long max = sysconf(_SC_OPEN_MAX);
+
+		for (uint64_t fd = SD_LISTEN_FDS_START;
+		     rc == 0 && fd < end && (max < 0 || fd < (uint64_t)max);
+		     fd++)
+			if (fcntl((int)fd, F_GETFD) >= 0)
+				rc = claim_add((int)fd);
+		return rc;
+	}
+	while (rc == 0 && (e = readdir(dir))) {
+		char *x;
+		unsigned long fd = strtoul(e->d_name, &x, 10);
+
+		/* the listing's own fd may sit in a hole of the range */
+		if (*x || e->d_name[0] == '.' || (int)fd == dirfd(dir) ||
+		    fd < SD_LISTEN_FDS_START || fd >= end)
+			continue;
+		rc = claim_add((int)fd);
+	}
+	closedir(dir);
+	if (claim.n)
+		qsort(claim.fd, claim.n, sizeof(*claim.fd), cmp_int);
+	return rc;
+}
+
+void td__sd_claim(void)
+{
+	uint64_t pid;
+	const char *names = getenv("LISTEN_FDNAMES");
+
+	if (env_u64("LISTEN_PID", &pid) < 0 || pid != (uint64_t)getpid())
+		return; /* not for us (inherited by accident) */
+	if (env_u64("LISTEN_FDS", &claim.want) < 0 || claim.want == 0)
+		return;
+	if (claim.want > INT32_MAX - SD_LISTEN_FDS_START) {
+		claim.rc = -EINVAL;
+		return;
+	}
+	if (names && !(claim.names = strdup(names))) {
+		claim.rc = -ENOMEM;
+		return;
+	}
+	claim.rc = claim_scan();
+	/* the passed fds are not CLOEXEC; nothing we run needs them */
+	for (size_t i = 0; i < claim.n; i++)
+		fcntl(claim.fd[i], F_SETFD, FD_CLOEXEC);
+}
+
+/* The name of passed fd number i (0-based), "unknown" past the names. */
+static const char *claim_name(uint64_t i, uint64_t *at, char **tok,
+			      char **save)
+{
+	while (*tok && *at < i) {
+		*tok = strtok_r(NULL, ":", save);
+		(*at)++;
+	}
+	return *tok ? *tok : "unknown";
+}
+
+/*
  * Sort what systemd (or systemd-socket-activate, or a test) passed: fds
  * named "td.*" are our own fd-store entries (they follow the listening
  * sockets, named by FDNAME=); anything else must be the listening socket.
@@ -112,38 +219,27 @@ static bool is_seqpacket_listener(int fd)
  */
 static int take_listen_fds(void (*passed)(int fd, const char *name))
 {
-	uint64_t pid, n;
-	char *names = NULL, *save = NULL, *tok;
-	const char *env_names = getenv("LISTEN_FDNAMES");
-	int rc = 0;
+	char *save = NULL, *tok;
+	uint64_t at = 0;
+	int rc = claim.rc;
 
-	if (env_u64("LISTEN_PID", &pid) < 0 || pid != (uint64_t)getpid())
-		goto out; /* not for us (inherited by accident) */
-	if (env_u64("LISTEN_FDS", &n) < 0 || n == 0)
+	if (rc == -EINVAL)
+		td__log(TD_LOG_ERROR, "LISTEN_FDS=%" PRIu64 ": too many",
+			claim.want);
+	if (rc < 0 || !claim.want)
 		goto out;
-	if (n > INT32_MAX - SD_LISTEN_FDS_START) {
-		td__log(TD_LOG_ERROR, "LISTEN_FDS=%" PRIu64 ": too many", n);
-		rc = -EINVAL;
-		goto out;
-	}
-	if (env_names) {
-		names = strdup(env_names);
-		if (!names) {
-			rc = -ENOMEM;
-			goto out;
-		}
-	}
-	tok = names ? strtok_r(names, ":", &save) : NULL;
-	for (uint64_t i = 0; i < n; i++) {
-		int fd = SD_LISTEN_FDS_START + (int)i;
-		const char *name = tok ? tok : "unknown";
+	if (claim.n < claim.want)
+		td__log(TD_LOG_WARN, "LISTEN_FDS=%" PRIu64 " but %zu of fds "
+				     "%d..%" PRIu64 " were open; the others "
+				     "are not ours to take",
+			claim.want, claim.n, SD_LISTEN_FDS_START,
+			SD_LISTEN_FDS_START + claim.want - 1);
+	tok = claim.names ? strtok_r(claim.names, ":", &save) : NULL;
+	for (size_t i = 0; i < claim.n; i++) {
+		int fd = claim.fd[i];
+		const char *name = claim_name(
+			(uint64_t)(fd - SD_LISTEN_FDS_START), &at, &tok, &save);
 
-		/* the passed fds are not CLOEXEC; nothing we run needs them */
-		if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
-			td__log(TD_LOG_WARN, "passed fd %d (%s): %s", fd, name,
-				strerror(errno));
-			goto next;
-		}
 		if (!strncmp(name, TD__FDSTORE_PREFIX,
 			     strlen(TD__FDSTORE_PREFIX))) {
 			passed(fd, name);
@@ -156,12 +252,13 @@ static int take_listen_fds(void (*passed)(int fd, const char *name))
 				fd, name);
 			close(fd);
 		}
-next:
-		if (tok)
-			tok = strtok_r(NULL, ":", &save);
 	}
 out:
-	free(names);
+	free(claim.names);
+	free(claim.fd);
+	claim.names = NULL;
+	claim.fd = NULL;
+	claim.n = 0;
 	/* not inherited by anything we might start */
 	unsetenv("LISTEN_PID");
 	unsetenv("LISTEN_FDS");

@@ -21,11 +21,19 @@
 /* ---- sd.c ---- */
 
 /*
+ * Note which fds 3..3+$LISTEN_FDS are open and make them CLOEXEC. First
+ * thing in main(), before the daemon opens any fd of its own: an fd it
+ * opens later may take a number the passing process left unused, and
+ * must not be mistaken for a passed one.
+ */
+void td__sd_claim(void);
+
+/*
  * Read $NOTIFY_SOCKET, $WATCHDOG_USEC/$WATCHDOG_PID and the socket
- * activation variables (then unset them). Passed fds named "td.*" go to
- * passed (td__fdstore_passed: ownership moves); the first listening
- * AF_UNIX SOCK_SEQPACKET socket is kept for td__sd_take_listen_fd();
- * others are closed. 0 or -errno.
+ * activation variables (then unset them). Of the fds td__sd_claim()
+ * found open, those named "td.*" go to passed (td__fdstore_passed:
+ * ownership moves); the first listening AF_UNIX SOCK_SEQPACKET socket is
+ * kept for td__sd_take_listen_fd(); others are closed. 0 or -errno.
  */
 int td__sd_init(struct td__daemon *d,
 		void (*passed)(int fd, const char *name));
@@ -116,6 +124,12 @@ void td__store_set_next_version(uint64_t next);
  * to get there.
  */
 #define TD__VERSION_MAX (UINT64_C(1) << 62)
+/*
+ * Likewise for fd-store ids (td.fd.N, an image's next_fd_id): past it
+ * the counter would wrap to 0 ("not stored") and then onto ids that are
+ * stored already, and no image could be encoded again.
+ */
+#define TD__FD_ID_MAX (UINT64_C(1) << 62)
 /*
  * Put a version back from an image entry and its fds (fd-table order,
  * consumed on success and failure), checked like a PUBLISH from a peer.

@@ -45,6 +45,7 @@
 
 static bool saw_extend; /* an EXTEND_TIMEOUT_USEC= came by */
 static const char *snap_file; /* daemon_start() adds --snapshot FILE */
+static unsigned listen_extra; /* LISTEN_FDS counts this many fds more */
 
 /* ---- a fake PID 1: the notify socket and the fd store ---- */
 
@@ -284,7 +285,7 @@ static void pass_fds(const int *fds, char *const *names, unsigned n)
 			strcat(buf, ":");
 		strncat(buf, names[i], sizeof(buf) - strlen(buf) - 2);
 	}
-	snprintf(num, sizeof(num), "%u", n);
+	snprintf(num, sizeof(num), "%u", n + listen_extra);
 	setenv("LISTEN_FDS", num, 1);
 	setenv("LISTEN_FDNAMES", buf, 1);
 	snprintf(num, sizeof(num), "%d", (int)getpid());
@@ -966,6 +967,179 @@ Test(systemd, truncated_state_image_starts_empty)
 			cr_assert_eq(ftruncate(st.e[i].fd, 30), 0);
 	err = second_life_empty(&d, &st);
 	cr_assert_not_null(strstr(err, "shorter than its header"), "%s", err);
+	free(err);
+	close(keep[0]);
+	close(keep[1]);
+	store_close(&st);
+}
+
+/*
+ * LISTEN_FDS larger than what was passed (a wrapper that closed some,
+ * a miscount): the numbers past the passed fds are free at exec, and
+ * the daemon's own fds (epoll, signal pipes, pidfd) land there before
+ * the passed fds are sorted. Taking those for passed fds closed the
+ * loop's own epoll fd, and the daemon aborted before READY=1.
+ */
+Test(systemd, listen_fds_past_the_passed_ones_leave_the_daemons_own_fds)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct td_client *c;
+	struct expect x = {"lf/x", 0, 64, 5, 0, NULL, false};
+	char bsock[160], *err;
+	int lfd;
+
+	mkdir_tmp(&d);
+	notify_bind(&d);
+	snprintf(bsock, sizeof(bsock), "%s/b.sock", d.dir);
+	lfd = listener(bsock);
+	listen_extra = 64;
+	daemon_start(&d, NULL, lfd, NULL, &st, NULL);
+	listen_extra = 0;
+	close(lfd);
+	c = connect_to(bsock);
+	x.version = put(c, x.name, x.len, x.seed, 0, NULL);
+	check_tensor(c, &x);
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	err = tu_slurp(d.err);
+	/* (fds the test runner leaked count as passed: they were open) */
+	cr_assert_not_null(strstr(err, "LISTEN_FDS=65 but "), "%s", err);
+	free(err);
+	store_close(&st);
+}
+
+/* Every valid image in st rewritten with its checksum made good. */
+static void forge_images(struct fdstore *st, size_t off, const void *p,
+			 size_t n)
+{
+	for (unsigned i = 0; i < st->n; i++) {
+		struct td_state_hdr h;
+		struct td_state_rd rd;
+		struct stat sb;
+		uint8_t *b;
+
+		if (strncmp(st->e[i].name, "td.state.", 9))
+			continue;
+		cr_assert_eq(fstat(st->e[i].fd, &sb), 0);
+		b = malloc((size_t)sb.st_size);
+		cr_assert_eq(pread(st->e[i].fd, b, (size_t)sb.st_size, 0),
+			     sb.st_size);
+		if (td_state_decode(b, (size_t)sb.st_size, &h, &rd, NULL) ==
+		    0) {
+			memcpy(b + off, p, n);
+			td__put_le64(b + sb.st_size - 8,
+				     XXH3_64bits(b, (size_t)sb.st_size - 8));
+			cr_assert_eq(pwrite(st->e[i].fd, b, (size_t)sb.st_size,
+					    0),
+				     sb.st_size);
+		}
+		free(b);
+	}
+}
+
+/*
+ * An image whose fd id counter is 2^64-1 (checksum good: written by a
+ * broken or hostile writer): the next ids wrapped to 0 and onto stored
+ * ones, and every later image failed to encode, so what was published
+ * after that restart was gone at the next one.
+ */
+Test(systemd, an_fd_id_counter_out_of_range_is_ignored_and_images_go_on)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct expect x[9];
+	struct td_client *c;
+	uint8_t huge[8];
+	unsigned n;
+	int keep[2];
+	char *err;
+
+	n = first_life(&d, &st, x, keep);
+	td__put_le64(huge, UINT64_MAX);
+	forge_images(&st, 32, huge, sizeof(huge));
+	cr_assert_eq(truncate(d.err, 0), 0);
+	daemon_start(&d, NULL, -1, &st, &st, NULL);
+	c = connect_to(d.sock);
+	x[n] = (struct expect){"r/after", 0, 99, 21, 0, NULL, false};
+	x[n].version = put(c, x[n].name, x[n].len, x[n].seed, 0, NULL);
+	n++;
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	err = tu_slurp(d.err);
+	cr_assert_not_null(strstr(err, "out of range; ignored"), "%s", err);
+	cr_assert_null(strstr(err, "state image: encode"), "%s", err);
+	free(err);
+
+	cr_assert_eq(truncate(d.err, 0), 0);
+	daemon_start(&d, NULL, -1, &st, &st, NULL);
+	c = connect_to(d.sock);
+	for (unsigned i = 0; i < n; i++)
+		check_tensor(c, &x[i]);
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	close(keep[0]);
+	close(keep[1]);
+	store_close(&st);
+}
+
+/*
+ * A state image memfd that takes no writes (F_SEAL_WRITE; systemd hands
+ * back whatever it holds): it was kept, every image write of the run
+ * failed, and what was published after the restart was lost at the
+ * next one. Now the restore reads it, then stores a fresh one.
+ */
+Test(systemd, a_sealed_state_image_is_replaced_and_later_versions_survive)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct expect x[9];
+	struct td_client *c;
+	unsigned n;
+	int keep[2];
+	char *err;
+
+	n = first_life(&d, &st, x, keep);
+	for (unsigned i = 0; i < st.n; i++) {
+		struct stat sb;
+		uint8_t *b;
+		int fd;
+
+		if (strncmp(st.e[i].name, "td.state.", 9))
+			continue;
+		/* the same bytes in a sealable memfd, sealed */
+		cr_assert_eq(fstat(st.e[i].fd, &sb), 0);
+		b = malloc((size_t)sb.st_size + 1);
+		cr_assert_eq(pread(st.e[i].fd, b, (size_t)sb.st_size, 0),
+			     sb.st_size);
+		fd = memfd_create("sealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+		cr_assert_eq(write(fd, b, (size_t)sb.st_size), sb.st_size);
+		cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE), 0);
+		free(b);
+		close(st.e[i].fd);
+		st.e[i].fd = fd;
+	}
+	cr_assert_eq(truncate(d.err, 0), 0);
+	daemon_start(&d, NULL, -1, &st, &st, NULL);
+	c = connect_to(d.sock);
+	for (unsigned i = 0; i < n; i++)
+		check_tensor(c, &x[i]);
+	x[n] = (struct expect){"r/after", 0, 99, 21, 0, NULL, false};
+	x[n].version = put(c, x[n].name, x[n].len, x[n].seed, 0, NULL);
+	n++;
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	cr_assert_eq(count_prefix(&st, "td.state."), 2);
+
+	daemon_start(&d, NULL, -1, &st, &st, NULL);
+	c = connect_to(d.sock);
+	for (unsigned i = 0; i < n; i++)
+		check_tensor(c, &x[i]);
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	err = tu_slurp(d.err);
+	cr_assert_not_null(strstr(err, "cannot be rewritten"), "%s", err);
+	cr_assert_null(strstr(err, "state image: write"), "%s", err);
 	free(err);
 	close(keep[0]);
 	close(keep[1]);
