@@ -37,7 +37,16 @@ static struct {
 	bool tick_on;
 	char status[160]; /* last STATUS= sent */
 	int last_err;     /* of the last failed send, to log it once */
+	/*
+	 * The manager left a send waiting SEND_WAIT_S: it does not read its
+	 * socket (PID 1 always does; a stuck supervisor does not). Until a
+	 * send goes through again, sends do not wait, and what does not fit
+	 * is dropped: serving clients beats telling a deaf manager.
+	 */
+	bool stalled;
 } sd = {.fd = -1, .listen_fd = -1};
+
+#define SEND_WAIT_S 1
 
 /* ---- environment ---- */
 
@@ -60,6 +69,7 @@ static int env_u64(const char *name, uint64_t *out)
 static int open_notify(void)
 {
 	const char *path = getenv("NOTIFY_SOCKET");
+	struct timeval tv = {.tv_sec = SEND_WAIT_S};
 	size_t len;
 
 	if (!path || !*path)
@@ -86,6 +96,10 @@ static int open_notify(void)
 		td__log(TD_LOG_ERROR, "notify socket: %s", strerror(errno));
 		return rc;
 	}
+	/* a send waits for room at most this long (then: sd.stalled) */
+	if (setsockopt(sd.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
+		td__log(TD_LOG_WARN, "notify socket: SO_SNDTIMEO: %s",
+			strerror(errno));
 	return 0;
 }
 
@@ -345,13 +359,29 @@ int td__sd_notify(const int *fds, unsigned nfds, const char *fmt, ...)
 		memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
 	}
 	/*
-	 * Blocking, like sd_notify(): PID 1 drains its socket, and a dropped
-	 * FDSTORE message would lose a tensor at the next restart.
+	 * Waiting for room, like sd_notify(): PID 1 drains its socket, and a
+	 * dropped FDSTORE message would lose a tensor at the next restart.
+	 * But SEND_WAIT_S at most, and not at all while the manager is
+	 * stalled: a manager that never reads must not stop the daemon.
 	 */
-	while (sendmsg(sd.fd, &mh, MSG_NOSIGNAL) < 0) {
+	while (sendmsg(sd.fd, &mh,
+		       MSG_NOSIGNAL | (sd.stalled ? MSG_DONTWAIT : 0)) < 0) {
 		if (errno == EINTR)
 			continue;
 		n = -errno;
+		if ((n == -EAGAIN || n == -EWOULDBLOCK) && !sd.stalled) {
+			sd.stalled = true;
+			sd.last_err = n;
+			td__log(TD_LOG_ERROR,
+				"notify socket %s: full for %d s, the "
+				"service manager does not read it; "
+				"notifications are dropped until it does "
+				"(fd store: tensors published meanwhile do "
+				"not survive a restart)",
+				sd.sa.sun_path[0] ? sd.sa.sun_path : "@...",
+				SEND_WAIT_S);
+			return n;
+		}
 		/* once per kind of failure, not once per watchdog tick */
 		td__log(n == sd.last_err ? TD_LOG_DEBUG : TD_LOG_WARN,
 			"notify \"%.*s\": %s", (int)strcspn(buf, "\n"), buf,
@@ -359,6 +389,10 @@ int td__sd_notify(const int *fds, unsigned nfds, const char *fmt, ...)
 		sd.last_err = n;
 		return n;
 	}
+	if (sd.stalled)
+		td__log(TD_LOG_WARN, "notify socket: the service manager "
+				     "reads it again");
+	sd.stalled = false;
 	sd.last_err = 0;
 	return 0;
 }

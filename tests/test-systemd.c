@@ -471,6 +471,53 @@ Test(systemd, notify_sends_ready_status_watchdog_and_stopping)
 	store_close(&st);
 }
 
+/*
+ * A manager that stops reading its notify socket (PID 1 never does; a
+ * stuck supervisor can): the daemon blocked in sendmsg() once the socket
+ * was full and served no client again. Now a send waits 1 s at most,
+ * then notifications are dropped, said once, until the socket drains.
+ */
+Test(systemd, a_manager_that_does_not_read_does_not_stop_the_daemon,
+     .timeout = 120)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct td_client *c;
+	struct td_entry *list;
+	struct td_error e = {0};
+	struct msg m;
+	char name[32], *log;
+	size_t n;
+
+	mkdir_tmp(&d);
+	notify_bind(&d);
+	daemon_start(&d, NULL, -1, NULL, &st, &m);
+	/* nobody reads from here on: each publish pushes to the fd store */
+	c = connect_to(d.sock);
+	for (int i = 0; i < 60; i++) {
+		snprintf(name, sizeof(name), "deaf/%d", i);
+		put(c, name, 16, (uint8_t)i, 0, NULL);
+	}
+	cr_assert_eq(td_client_list(c, "deaf/", &list, &n, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(n, 60);
+	td_entry_list_free(list, n);
+	/* read again: the next notification goes through, and says so */
+	while (notify_recv(&d, &m, 0) == 0)
+		store_apply(&st, &m);
+	put(c, "deaf/again", 16, 1, 0, NULL);
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	log = tu_slurp(d.err);
+	cr_assert(strstr(log, "the service manager does not read it; "
+			      "notifications are dropped until it does"),
+		  "%s", log);
+	cr_assert(strstr(log, "the service manager reads it again"), "%s",
+		  log);
+	free(log);
+	store_close(&st);
+}
+
 /* ---- the fd store ---- */
 
 static unsigned count_prefix(const struct fdstore *st, const char *prefix)
