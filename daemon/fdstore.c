@@ -588,10 +588,13 @@ static bool restore_newest(size_t stored)
 		if (fs.slot[0] >= 0 || fs.slot[1] >= 0 || stored)
 			td__log(TD_LOG_WARN,
 				"no usable state image in the fd store%s; "
-				"starting empty (%zu stored fds dropped)",
+				"%s (%zu stored fds dropped)",
 				fs.slot[0] < 0 && fs.slot[1] < 0
 					? " (none passed)"
 					: "",
+				td__d->opts.snapshot_path
+					? "the snapshot is read instead"
+					: "starting empty",
 				stored);
 	} else {
 		/* sort_passed() counted past every stored id already */
