@@ -47,6 +47,11 @@ extern const char *const td__snap_field_names[F_COUNT_];
  * file sizes; td__snap_meta_crc: the first value.
  */
 uint64_t td__snap_crc_len(const uint64_t *fsize, uint32_t n);
+/* The bytes of "#crc" one plane of size bytes takes: 4 per CHUNK. */
+static inline uint64_t td__snap_plane_crcs(uint64_t size)
+{
+	return 4 * ((size + CHUNK - 1) / CHUNK);
+}
 uint32_t td__snap_meta_crc(const char *name, size_t name_len,
 			   uint64_t version, uint64_t flags,
 			   const uint8_t *blob, uint32_t blob_len,

@@ -20,7 +20,7 @@ uint64_t td__snap_crc_len(const uint64_t *fsize, uint32_t n)
 
 	for (uint32_t i = 0; i < n; i++)
 		if (fsize[i] != FENCE_FILE)
-			len += 4 * ((fsize[i] + CHUNK - 1) / CHUNK);
+			len += td__snap_plane_crcs(fsize[i]);
 	return len;
 }
 

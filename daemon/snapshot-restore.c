@@ -335,7 +335,7 @@ static int restore_rec(struct reader *rd, const struct rec *r, char *why,
 		rc = restore_plane(rd, hname, (size_t)hlen, it.u64_value,
 				   crcs, &fds[i], why, cap);
 		if (crcs)
-			crcs += 4 * ((it.u64_value + CHUNK - 1) / CHUNK);
+			crcs += td__snap_plane_crcs(it.u64_value);
 		if (rc < 0)
 			goto fail;
 	}

@@ -547,7 +547,7 @@ static int hold_one(void *arg, const struct td__snap_ver *v)
 	for (uint64_t i = 0, at = 4; i < v->ent.fd_count; i++) {
 		it.crc_off[i] = at;
 		if (it.fsize[i] != FENCE_FILE)
-			at += 4 * ((it.fsize[i] + CHUNK - 1) / CHUNK);
+			at += td__snap_plane_crcs(it.fsize[i]);
 	}
 	for (uint32_t i = 0; i < v->ent.fd_count; i++) {
 		it.files[i] = (struct td_hrry_kv_value){
