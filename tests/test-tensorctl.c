@@ -682,6 +682,56 @@ Test(tensorctl, fifo_write_gives_up_on_sigterm)
 	fifo_interrupted_by(SIGTERM);
 }
 
+/*
+ * A signal caught after tensorctl's last look at its flag and before the
+ * FIFO's open is not lost: the open would wait for a reader for ever (it
+ * hung CI once, the signal having come between the two). A shim raises
+ * the signal at exactly that moment, every time.
+ */
+Test(tensorctl, a_signal_just_before_a_fifo_open_is_not_lost)
+{
+	const char *shim = getenv("TD_RAISE_BEFORE_OPEN_SHIM");
+	struct run r = {.in_fd = -1, .out_fd = -1};
+	struct tu_daemon d;
+	char fifo[160], spec[200];
+	pid_t pid;
+	int st = 0, i;
+
+	cr_assert(shim, "TD_RAISE_BEFORE_OPEN_SHIM is not set (run through "
+			"meson test)");
+	start(&d);
+	path_in(fifo, sizeof(fifo), &d, "fifo");
+	cr_assert_eq(mkfifo(fifo, 0600), 0);
+	snprintf(spec, sizeof(spec), "%d:%s", SIGINT, fifo);
+	/* only tensorctl's environment: it is exec'ed with ours; a
+	 * sanitized tensorctl is told its runtime need not come first */
+	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
+	cr_assert_eq(setenv("TD_RAISE_BEFORE_OPEN", spec, 1), 0);
+	cr_assert_eq(setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:"
+					    "verify_asan_link_order=0", 1),
+		     0);
+	r.pid = &pid;
+	CTL_R(&d, &r, NULL, NULL, "get", "t", "-o", fifo);
+	unsetenv("LD_PRELOAD");
+	unsetenv("TD_RAISE_BEFORE_OPEN");
+	/* bounded: nobody ever opens the FIFO for reading */
+	for (i = 0; i < 3000 && waitpid(pid, &st, WNOHANG) == 0; i++)
+		usleep(10000);
+	if (i == 3000) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+		cr_assert_fail("the signal was lost: tensorctl still waited "
+			       "for the FIFO's reader after 30 s");
+	}
+	cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGINT,
+		  "status %#x: not ended by the signal", st);
+	for (i = 0; i < 2000 && leases(&d, "t") != 0; i++)
+		usleep(10000);
+	cr_expect_eq(leases(&d, "t"), 0, "the lease outlived tensorctl");
+	unlink(fifo);
+	tu_daemon_stop(&d, false);
+}
+
 Test(tensorctl, fifo_written_directly_when_read)
 {
 	struct tu_daemon d;
@@ -697,7 +747,10 @@ Test(tensorctl, fifo_written_directly_when_read)
 	cr_assert(pid >= 0);
 	if (pid == 0) {
 		char b[16];
-		int fd = open(fifo, O_RDONLY);
+		int fd;
+
+		alarm(60); /* bounded, should tensorctl never open it */
+		fd = open(fifo, O_RDONLY);
 		ssize_t n = read(fd, b, sizeof(b));
 
 		_exit(n == 6 && !memcmp(b, "abcdef", 6) ? 0 : 1);
@@ -859,8 +912,10 @@ Test(tensorctl, stream_inputs_are_capped)
 	path_in(fifo, sizeof(fifo), &d, "in.fifo");
 	cr_assert_eq(mkfifo(fifo, 0600), 0);
 	if (fork() == 0) {
-		int fd = open(fifo, O_WRONLY);
+		int fd;
 
+		alarm(60); /* bounded, should tensorctl never open it */
+		fd = open(fifo, O_WRONLY);
 		_exit(write(fd, "ab", 2) == 2 ? 0 : 1);
 	}
 	cr_expect_eq(CTL(&d, NULL, &err, "put", "z", "--dtype", "u8",
@@ -1222,8 +1277,11 @@ static char *put_paused(const struct tu_daemon *d, int err_fd)
 	w = fork();
 	cr_assert(w >= 0);
 	if (w == 0) {
-		int fd = open(fifo, O_WRONLY);
-		int ok = write(fd, half, sizeof(half)) == sizeof(half);
+		int fd, ok;
+
+		alarm(60); /* bounded, should tensorctl never open it */
+		fd = open(fifo, O_WRONLY);
+		ok = write(fd, half, sizeof(half)) == sizeof(half);
 
 		/* the tool's documented threshold is about a second */
 		usleep(1300000);

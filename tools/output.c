@@ -345,12 +345,18 @@ static int open_target(struct tctl_out *o)
 		return fail_io(o, EISDIR, NULL);
 	if (S_ISSOCK(st.st_mode))
 		return open_socket(o);
-	/* device nodes and FIFOs: written where they are (a FIFO's open
-	 * waits for a reader, interruptibly) */
+	/* device nodes and FIFOs: written where they are. A FIFO's open
+	 * waits for a reader: a signal caught after the last look at
+	 * got_signal and before the open would be lost, and the open wait
+	 * for ever. Nothing is written yet and nothing is to remove, so the
+	 * signal takes its default action there (the daemon drops the lease
+	 * with the connection), and one caught before is seen here. */
 	o->mode = TCTL_OUT_DIRECT;
-	do
-		o->fd = open(o->target, O_WRONLY | O_CLOEXEC | O_NOCTTY);
-	while (o->fd < 0 && errno == EINTR && !got_signal);
+	in_write = 0;
+	if (got_signal)
+		return fail_io(o, EINTR, NULL);
+	o->fd = open(o->target, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+	in_write = 1;
 	return o->fd < 0 ? fail_io(o, errno, NULL) : TCTL_OK;
 }
 
