@@ -214,12 +214,17 @@ void td__sd_claim(void)
 		fcntl(claim.fd[i], F_SETFD, FD_CLOEXEC);
 }
 
-/* The name of passed fd number i (0-based), "unknown" past the names. */
+/*
+ * The name of passed fd number i (0-based), "unknown" past the names.
+ * Every ':' ends a name, empty ones included (sd_listen_fds_with_names()
+ * splits the same way): strtok() would skip an empty field and give
+ * every later fd the name of its neighbour, a stored plane another's.
+ */
 static const char *claim_name(uint64_t i, uint64_t *at, char **tok,
-			      char **save)
+			      char **rest)
 {
 	while (*tok && *at < i) {
-		*tok = strtok_r(NULL, ":", save);
+		*tok = strsep(rest, ":");
 		(*at)++;
 	}
 	return *tok ? *tok : "unknown";
@@ -233,7 +238,7 @@ static const char *claim_name(uint64_t i, uint64_t *at, char **tok,
  */
 static int take_listen_fds(void (*passed)(int fd, const char *name))
 {
-	char *save = NULL, *tok;
+	char *rest = claim.names, *tok;
 	uint64_t at = 0;
 	int rc = claim.rc;
 
@@ -248,11 +253,11 @@ static int take_listen_fds(void (*passed)(int fd, const char *name))
 				     "are not ours to take",
 			claim.want, claim.n, SD_LISTEN_FDS_START,
 			SD_LISTEN_FDS_START + claim.want - 1);
-	tok = claim.names ? strtok_r(claim.names, ":", &save) : NULL;
+	tok = rest ? strsep(&rest, ":") : NULL;
 	for (size_t i = 0; i < claim.n; i++) {
 		int fd = claim.fd[i];
 		const char *name = claim_name(
-			(uint64_t)(fd - SD_LISTEN_FDS_START), &at, &tok, &save);
+			(uint64_t)(fd - SD_LISTEN_FDS_START), &at, &tok, &rest);
 
 		if (!strncmp(name, TD__FDSTORE_PREFIX,
 			     strlen(TD__FDSTORE_PREFIX))) {

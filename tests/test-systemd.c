@@ -1056,6 +1056,45 @@ Test(systemd, listen_fds_past_the_passed_ones_leave_the_daemons_own_fds)
 	store_close(&st);
 }
 
+/*
+ * An empty field in LISTEN_FDNAMES (a name of "" before the stored fds):
+ * every ':' ends a name, as in sd_listen_fds_with_names(). The daemon
+ * split with strtok(), which skips empty fields, so each later fd took
+ * the name of the one after it: the state images and planes were
+ * misnamed and nothing came back (or a plane was taken for another's).
+ */
+Test(systemd, an_empty_name_in_listen_fdnames_leaves_the_others_in_place)
+{
+	struct daemon d;
+	struct fdstore st = {0}, pass = {0};
+	struct expect x[8];
+	struct td_client *c;
+	unsigned n;
+	int keep[2];
+	char *err;
+
+	n = first_life(&d, &st, x, keep);
+	pass.e[pass.n].fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	cr_assert_geq(pass.e[pass.n++].fd, 0);
+	for (unsigned i = 0; i < st.n; i++)
+		pass.e[pass.n++] = st.e[i];
+	cr_assert_eq(truncate(d.err, 0), 0);
+	daemon_start(&d, NULL, -1, &pass, &st, NULL);
+	close(pass.e[0].fd);
+	c = connect_to(d.sock);
+	for (unsigned i = 0; i < n; i++)
+		check_tensor(c, &x[i]);
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	err = tu_slurp(d.err);
+	cr_assert_not_null(strstr(err, "passed fd 3 () is neither"), "%s",
+			   err);
+	free(err);
+	close(keep[0]);
+	close(keep[1]);
+	store_close(&st);
+}
+
 /* Every valid image in st rewritten with its checksum made good. */
 static void forge_images(struct fdstore *st, size_t off, const void *p,
 			 size_t n)
