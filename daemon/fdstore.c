@@ -107,12 +107,28 @@ drop:
 	close(fd);
 }
 
-static struct passed *passed_find(const char *name)
+/*
+ * The passed fd named name, or NULL; *twice when more than one came
+ * under it. This daemon never stores two files under one id, so one of
+ * them is not ours, and nothing says which: neither is used (first come
+ * would restore whatever file came first, bytes that were never
+ * published under that version).
+ */
+static struct passed *passed_find(const char *name, bool *twice)
 {
-	for (size_t i = 0; i < fs.npassed; i++)
-		if (fs.passed[i].fd >= 0 && !strcmp(fs.passed[i].name, name))
-			return &fs.passed[i];
-	return NULL;
+	struct passed *found = NULL;
+
+	*twice = false;
+	for (size_t i = 0; i < fs.npassed; i++) {
+		if (fs.passed[i].fd < 0 || strcmp(fs.passed[i].name, name))
+			continue;
+		if (found) {
+			*twice = true;
+			return NULL;
+		}
+		found = &fs.passed[i];
+	}
+	return found;
 }
 
 /* "td.fd.<id>" -> id, 0 when name is not of that form or out of range. */
@@ -490,6 +506,7 @@ static unsigned restore_entries(const struct td_state_hdr *h,
 		for (; got < ent.fd_count; got++) {
 			char name[48];
 			struct passed *p;
+			bool twice;
 
 			snprintf(name, sizeof(name), FD_NAME "%" PRIu64,
 				 ent.fd_ids[got]);
@@ -498,13 +515,15 @@ static unsigned restore_entries(const struct td_state_hdr *h,
 					 "range (at most 2^62)", name);
 				break;
 			}
-			p = passed_find(name);
+			p = passed_find(name, &twice);
 			/* versions may share a plane: each gets its own fd */
 			fds[got] = p ? fcntl(p->fd, F_DUPFD_CLOEXEC, 3) : -1;
 			if (fds[got] < 0) {
 				snprintf(why, sizeof(why), "%s %s", name,
 					 p ? strerror(errno)
-					   : "is not in the fd store");
+					 : twice ? "was passed more than once "
+						   "(which is ours is unknown)"
+						 : "is not in the fd store");
 				break;
 			}
 		}

@@ -1095,6 +1095,72 @@ Test(systemd, an_empty_name_in_listen_fdnames_leaves_the_others_in_place)
 	store_close(&st);
 }
 
+/* The fd-store name of the first fd of the image's version of name. */
+static void stored_name_of(const struct fdstore *st, const char *name,
+			   char *out, size_t cap)
+{
+	struct td_state_hdr h;
+	struct td_state_rd rd;
+	struct td_state_entry ent;
+	uint8_t *img = newest_image(st, &h, &rd);
+
+	while (td_state_next(&rd, &ent) == 1) {
+		if (ent.name.len != strlen(name) ||
+		    memcmp(ent.name.ptr, name, ent.name.len))
+			continue;
+		snprintf(out, cap, "td.fd.%llu",
+			 (unsigned long long)ent.fd_ids[0]);
+		free(img);
+		return;
+	}
+	cr_assert_fail("%s is not in the image", name);
+}
+
+/*
+ * Two files under one td.fd.N (the daemon never stores that: one was
+ * put there by something else): the first was used, so a version came
+ * back with bytes it was never published with. Now neither is used,
+ * the version is skipped with the reason, and the name leaves the store.
+ */
+Test(systemd, an_fd_name_passed_twice_restores_neither)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct expect x[8];
+	struct td_client *c;
+	struct td_error e = {0};
+	char name[64], *err;
+	unsigned n;
+	int keep[2];
+
+	n = first_life(&d, &st, x, keep);
+	cr_assert_str_eq(x[0].name, "r/plain");
+	stored_name_of(&st, x[0].name, name, sizeof(name));
+	/* a sealed impostor of the same size, passed before the real one */
+	cr_assert_lt(st.n, MAX_STORED);
+	st.e[st.n++] = st.e[0];
+	snprintf(st.e[0].name, sizeof(st.e[0].name), "%s", name);
+	st.e[0].fd = own_memfd(x[0].len, 99);
+	cr_assert_eq(truncate(d.err, 0), 0);
+	daemon_start(&d, NULL, -1, &st, &st, NULL);
+	c = connect_to(d.sock);
+	cr_assert_neq(td_client_get(c, x[0].name, &(struct td_tensor *){0},
+				    &e),
+		      0, "%s came back from an ambiguous fd", x[0].name);
+	for (unsigned i = 1; i < n; i++)
+		check_tensor(c, &x[i]);
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	err = tu_slurp(d.err);
+	cr_assert_not_null(strstr(err, "was passed more than once"), "%s",
+			   err);
+	free(err);
+	cr_assert_null(store_find(&st, name), "%s stays stored", name);
+	close(keep[0]);
+	close(keep[1]);
+	store_close(&st);
+}
+
 /* Every valid image in st rewritten with its checksum made good. */
 static void forge_images(struct fdstore *st, size_t off, const void *p,
 			 size_t n)
