@@ -414,6 +414,39 @@ static int new_slot(int i)
 }
 
 /*
+ * What can be told of an image of len bytes in fd before it is read into
+ * the heap. This daemon writes an image from its start in one piece, so
+ * it has no holes, and it is no longer than its header's entry count
+ * allows: a sparse memfd of gigabytes, or a header on a long tail, would
+ * otherwise be allocated, read (zeros, slowly: seconds per GiB) and only
+ * then fail the checksum, twice over with both slots.
+ */
+static int slot_precheck(int fd, size_t len, struct td_err *e)
+{
+	uint8_t hdr[TD_STATE_HDR_LEN];
+	off_t hole;
+	ssize_t n;
+
+	if (len < sizeof(hdr))
+		return 0; /* too short: the decoder says so */
+	hole = lseek(fd, 0, SEEK_HOLE);
+	if (hole >= 0 && (uint64_t)hole < len) {
+		*e = (struct td_err){.reason = "the image has a hole (none "
+					       "that this daemon writes does)",
+				     .offset = (uint64_t)hole};
+		return -EINVAL;
+	}
+	do
+		n = pread(fd, hdr, sizeof(hdr), 0);
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)sizeof(hdr)) {
+		*e = (struct td_err){.reason = "short read"};
+		return n < 0 ? -errno : -EIO;
+	}
+	return td_state_check_len(hdr, len, e);
+}
+
+/*
  * Read and check slot i's image into *buf (malloc'ed). 0 with the header
  * and a cursor, or -errno with the reason logged.
  */
@@ -435,6 +468,9 @@ static int read_slot(int i, uint8_t **buf, struct td_state_hdr *h,
 		return -EINVAL;
 	}
 	len = (size_t)st.st_size;
+	rc = slot_precheck(fd, len, e);
+	if (rc < 0)
+		return rc;
 	*buf = malloc(len ? len : 1);
 	if (!*buf)
 		return -ENOMEM;

@@ -22,11 +22,9 @@ static int name_cmp(struct td_wire_str a, struct td_wire_str b)
 	return a.len < b.len ? -1 : a.len > b.len;
 }
 
-int td_state_decode(const uint8_t *buf, size_t len, struct td_state_hdr *h,
-		    struct td_state_rd *rd, struct td_err *err)
+/* Length, magic and format: what is checked before the checksum. */
+static int check_start(const uint8_t *buf, uint64_t len, struct td_err *err)
 {
-	size_t body;
-
 	if (len < TD_STATE_HDR_LEN + TD_STATE_SUM_LEN)
 		return td__err_truncated(err,
 					 TD_STATE_HDR_LEN + TD_STATE_SUM_LEN,
@@ -39,6 +37,38 @@ int td_state_decode(const uint8_t *buf, size_t len, struct td_state_hdr *h,
 		return td__err_set(err, TD_ERR_UNSUPPORTED_REQUIREMENT,
 				   "format", true, td__le32(buf + 8), 8,
 				   "unknown state format version");
+	return 0;
+}
+
+int td_state_check_len(const uint8_t *hdr, uint64_t len, struct td_err *err)
+{
+	uint64_t count, body;
+	int rc = check_start(hdr, len, err);
+
+	if (rc < 0)
+		return rc;
+	count = td__le32(hdr + 40);
+	body = len - TD_STATE_HDR_LEN - TD_STATE_SUM_LEN;
+	/* cannot overflow: count < 2^32, TD_STATE_ENTRY_MAX < 2^17 */
+	if (body > count * TD_STATE_ENTRY_MAX)
+		return td__err_set(err, TD_ERR_FORGED_LENGTH, "count", true,
+				   count, 40,
+				   "image longer than its entries can be");
+	if (count > body / ENTRY_MIN)
+		return td__err_set(err, TD_ERR_FORGED_LENGTH, "count", true,
+				   count, 40,
+				   "more entries than the image can hold");
+	return 0;
+}
+
+int td_state_decode(const uint8_t *buf, size_t len, struct td_state_hdr *h,
+		    struct td_state_rd *rd, struct td_err *err)
+{
+	size_t body;
+	int rc = check_start(buf, len, err);
+
+	if (rc < 0)
+		return rc;
 	/* checksum before anything else is believed */
 	if (XXH3_64bits(buf, len - TD_STATE_SUM_LEN) !=
 	    td__le64(buf + len - TD_STATE_SUM_LEN))

@@ -68,6 +68,22 @@ struct td_state_rd {
 	struct td_wire_str prev; /* last name, for the ordering check */
 };
 
+/* The most bytes one entry can take: every field at its cap. */
+#define TD_STATE_ENTRY_MAX                                                  \
+	(2 + TD_WIRE_MAX_NAME + 4 + 8 + 4 + TD_WIRE_MAX_META + 4 +          \
+	 TD_WIRE_MAX_BLOB + 4 + 8 * TD_STATE_MAX_FDS)
+
+/*
+ * Before an image of len bytes is read whole: its first TD_STATE_HDR_LEN
+ * bytes (hdr) checked for magic (-EBADMSG) and format (-ENOTSUP), and len
+ * against the entry count they state: an image longer than that many
+ * entries at their caps, or shorter than that many at their least, is
+ * refused (-EOVERFLOW). Nothing here is believed (the checksum covers the
+ * whole image): it only refuses early, before a reader allocates len
+ * bytes, what td_state_decode() and td_state_next() would refuse later.
+ */
+int td_state_check_len(const uint8_t *hdr, uint64_t len, struct td_err *err);
+
 /*
  * Check an image of len bytes: length, magic (-EBADMSG), format
  * (-ENOTSUP), reserved fields, the checksum (-EBADMSG), and that count

@@ -1020,6 +1020,108 @@ Test(systemd, truncated_state_image_starts_empty)
 	store_close(&st);
 }
 
+/* The kB of a "Key:" line in /proc/PID/status. */
+static unsigned long proc_status_kb(pid_t pid, const char *key)
+{
+	char path[64], line[256];
+	unsigned long kb = 0;
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+	while (!found && fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, strlen(key))) {
+			kb = strtoul(line + strlen(key), NULL, 10);
+			found = true;
+		}
+	fclose(f);
+	cr_assert(found, "no %s in %s", key, path);
+	return kb;
+}
+
+/*
+ * Each state image in st copied into a fresh memfd that is then made
+ * longer: sparse (a hole after the image) for slot 0, written zeros for
+ * slot 1.
+ */
+static void lengthen_images(struct fdstore *st, off_t sparse, size_t dense)
+{
+	for (unsigned i = 0; i < st->n; i++) {
+		struct stat sb;
+		uint8_t *b;
+		int fd;
+
+		if (strncmp(st->e[i].name, "td.state.", 9))
+			continue;
+		cr_assert_eq(fstat(st->e[i].fd, &sb), 0);
+		b = calloc(1, (size_t)sb.st_size + dense);
+		cr_assert_eq(pread(st->e[i].fd, b, (size_t)sb.st_size, 0),
+			     sb.st_size);
+		fd = memfd_create("long", MFD_CLOEXEC);
+		if (!strcmp(st->e[i].name, "td.state.0")) {
+			cr_assert_eq(write(fd, b, (size_t)sb.st_size),
+				     sb.st_size);
+			cr_assert_eq(ftruncate(fd, sparse), 0);
+		} else {
+			cr_assert_eq(write(fd, b, (size_t)sb.st_size + dense),
+				     (ssize_t)(sb.st_size + dense));
+		}
+		free(b);
+		close(st->e[i].fd);
+		st->e[i].fd = fd;
+	}
+}
+
+/*
+ * A state image slot up to 4 GiB was read whole into the heap before
+ * its checksum said anything: a sparse memfd of gigabytes (or a good
+ * header on a long tail) had the daemon allocate and zero that much at
+ * every start, for an image that then failed. An image with a hole, or
+ * longer than its entry count allows, is now refused before it is read.
+ */
+Test(systemd, a_long_or_sparse_state_image_is_refused_before_it_is_read)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct expect x[8];
+	struct td_client *c;
+	struct td_entry *list;
+	struct td_error e = {0};
+	size_t count;
+	unsigned long hwm;
+	int keep[2];
+	char *err;
+
+	first_life(&d, &st, x, keep);
+	lengthen_images(&st, 128 << 20, 32 << 20);
+	cr_assert_eq(truncate(d.err, 0), 0);
+	daemon_start(&d, NULL, -1, &st, &st, NULL);
+	/* 160 MiB had it read them; ASan's own is some 16 MiB */
+	hwm = proc_status_kb(d.pid, "VmHWM:");
+	c = connect_to(d.sock);
+	cr_assert_eq(td_client_list(c, "", &list, &count, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(count, 0);
+	td_entry_list_free(list, count);
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	cr_assert_lt(hwm, 96 * 1024, "the daemon's peak RSS: %lu kB", hwm);
+	err = tu_slurp(d.err);
+	cr_assert_not_null(strstr(err, "td.state.0: the image has a hole"),
+			   "%s", err);
+	cr_assert_not_null(strstr(err, "td.state.1: image longer than its "
+				       "entries can be"),
+			   "%s", err);
+	free(err);
+	/* the images that replace them carry on */
+	cr_assert_eq(count_prefix(&st, "td.state."), 2);
+	close(keep[0]);
+	close(keep[1]);
+	store_close(&st);
+}
+
 /*
  * LISTEN_FDS larger than what was passed (a wrapper that closed some,
  * a miscount): the numbers past the passed fds are free at exec, and
@@ -1563,6 +1665,39 @@ Test(systemd, state_image_refuses_every_truncation_and_bit_flip)
 	}
 	cr_assert_eq(decode_all(buf, len, &n, NULL), 0);
 	cr_assert_eq(n, 3);
+}
+
+/*
+ * What a reader may refuse before it reads an image whole: a length the
+ * header's entry count cannot explain. Never one a real image can have:
+ * the cap is exactly the largest entry the encoder writes.
+ */
+Test(systemd, state_image_length_is_checked_from_the_header_alone)
+{
+	uint8_t buf[4096];
+	size_t len = build(buf, sizeof(buf), 3);
+	uint64_t most = TD_STATE_HDR_LEN + TD_STATE_SUM_LEN +
+			3 * (uint64_t)TD_STATE_ENTRY_MAX;
+	struct td_state_entry big = {.name.len = TD_WIRE_MAX_NAME,
+				     .meta.len = TD_WIRE_MAX_META,
+				     .blob.len = TD_WIRE_MAX_BLOB,
+				     .fd_count = TD_STATE_MAX_FDS};
+	struct td_err e = {0};
+
+	cr_assert_eq(td_state_entry_len(&big), TD_STATE_ENTRY_MAX);
+	cr_assert_eq(td_state_check_len(buf, len, NULL), 0);
+	cr_assert_eq(td_state_check_len(buf, most, NULL), 0);
+	cr_assert_eq(td_state_check_len(buf, most + 1, &e), -EOVERFLOW);
+	cr_assert_eq(e.offset, 40);
+	cr_assert_eq(td_state_check_len(buf, 1ull << 32, NULL), -EOVERFLOW);
+	/* 3 entries take 34 bytes each at least */
+	cr_assert_eq(td_state_check_len(buf, TD_STATE_HDR_LEN +
+						     TD_STATE_SUM_LEN + 101,
+					NULL),
+		     -EOVERFLOW);
+	cr_assert_lt(td_state_check_len(buf, TD_STATE_HDR_LEN, NULL), 0);
+	buf[0] ^= 1;
+	cr_assert_eq(td_state_check_len(buf, len, NULL), -EBADMSG);
 }
 
 /* Patch an image at off and seal it again with a valid checksum. */

@@ -5,7 +5,8 @@
  * encoding canonical, so an accepted image must re-encode to exactly the
  * same bytes; a refusal must always say why. Every input is tried twice:
  * as it is, and with its checksum made right, so the fuzzer gets past the
- * XXH3 to the entry checks.
+ * XXH3 to the entry checks. An image that decodes whole must also pass
+ * td_state_check_len(), the check a reader makes before reading it.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -56,6 +57,9 @@ static void one(const uint8_t *data, size_t size)
 	}
 	len = td_state_encode_finish(&w);
 	if (len < 0 || (size_t)len != size || memcmp(re, data, size) != 0)
+		abort();
+	/* the early length check never refuses an image that decodes */
+	if (td_state_check_len(data, size, NULL) < 0)
 		abort();
 	free(re);
 }
