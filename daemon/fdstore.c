@@ -733,19 +733,45 @@ static int keep_slots(const bool twice[2])
 	return 0;
 }
 
-/* Stored fds nothing refers to any more leave the store. */
+/*
+ * Could systemd hold an fd under this name? Its own rule (FDNAME=, and
+ * fdname_is_valid()): 1..255 printable ASCII bytes, no ':'. Any other
+ * name came from somewhere else, and put into a message it would add
+ * lines of its own ("x\nWATCHDOG_USEC=1").
+ */
+static bool fdname_ok(const char *name)
+{
+	size_t len = strlen(name);
+
+	if (len == 0 || len > 255)
+		return false;
+	for (const char *c = name; *c; c++)
+		if (*c < ' ' || *c > '~' || *c == ':')
+			return false;
+	return true;
+}
+
+static bool is_slot_name(const char *name)
+{
+	return !strcmp(name, SLOT_NAME "0") || !strcmp(name, SLOT_NAME "1");
+}
+
+/*
+ * Stored fds nothing refers to any more leave the store: every passed
+ * name but the two image slots (keep_slots() saw to those), or else an
+ * odd one ("td.state.2") would be handed back at every start for ever.
+ */
 static void drop_unreferenced(void)
 {
 	for (size_t i = 0; i < fs.npassed; i++) {
 		struct passed *p = &fs.passed[i];
 		uint64_t id = fd_name_id(p->name);
 
-		if (p->fd < 0 || (id && find_id(id)) ||
-		    !strncmp(p->name, SLOT_NAME, strlen(SLOT_NAME)))
+		if (p->fd < 0 || (id && find_id(id)) || is_slot_name(p->name))
 			continue;
 		if (id)
 			gone_add(id);
-		else
+		else if (fdname_ok(p->name))
 			td__sd_notify(NULL, 0, "FDSTOREREMOVE=1\nFDNAME=%s",
 				      p->name);
 	}

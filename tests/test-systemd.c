@@ -44,6 +44,7 @@
 #define MAX_STORED 256
 
 static bool saw_extend; /* an EXTEND_TIMEOUT_USEC= came by */
+static bool saw_watchdog_usec; /* a WATCHDOG_USEC= line came by */
 static const char *snap_file; /* daemon_start() adds --snapshot FILE */
 static unsigned listen_extra; /* LISTEN_FDS counts this many fds more */
 
@@ -237,6 +238,8 @@ static void notify_until(struct daemon *d, struct fdstore *st,
 			     (int)m->pid, (int)d->pid);
 		if (strstr(m->text, "EXTEND_TIMEOUT_USEC="))
 			saw_extend = true;
+		if (strstr(m->text, "\nWATCHDOG_USEC="))
+			saw_watchdog_usec = true;
 		store_apply(st, m);
 		if (!line || has_line(m->text, line))
 			return;
@@ -1389,6 +1392,38 @@ Test(systemd, a_sealed_state_image_is_replaced_and_later_versions_survive)
 	free(err);
 	/* and r/after, published on the replaced image, comes back */
 	next_life(&d, &st, x, n, false);
+	close(keep[0]);
+	close(keep[1]);
+	store_close(&st);
+}
+
+/*
+ * Passed names under td. that are not ours: "td.state.2" was never
+ * removed from the store (anything starting like a slot's name was
+ * skipped), so it came back at every start; and a name with a newline
+ * went into an FDSTOREREMOVE message as it was, its second line read by
+ * systemd as a command of the daemon's.
+ */
+Test(systemd, odd_names_under_td_leave_the_store_or_stay_out_of_messages)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct expect x[8];
+	unsigned n;
+	int keep[2], pfd[2];
+
+	n = first_life(&d, &st, x, keep);
+	cr_assert_eq(pipe2(pfd, O_CLOEXEC), 0);
+	cr_assert_lt(st.n + 2, MAX_STORED);
+	snprintf(st.e[st.n].name, sizeof(st.e[0].name), "td.state.2");
+	st.e[st.n++].fd = pfd[0];
+	snprintf(st.e[st.n].name, sizeof(st.e[0].name),
+		 "td.x\nWATCHDOG_USEC=1");
+	st.e[st.n++].fd = pfd[1];
+	saw_watchdog_usec = false;
+	next_life(&d, &st, x, n, false);
+	cr_assert_not(saw_watchdog_usec, "a passed name made a notify line");
+	cr_assert_null(store_find(&st, "td.state.2"));
 	close(keep[0]);
 	close(keep[1]);
 	store_close(&st);
