@@ -253,6 +253,21 @@ static int take_listen_fds(void (*passed)(int fd, const char *name))
 				     "are not ours to take",
 			claim.want, claim.n, SD_LISTEN_FDS_START,
 			SD_LISTEN_FDS_START + claim.want - 1);
+	if (claim.names) {
+		uint64_t named = 1;
+
+		for (const char *c = claim.names; *c; c++)
+			named += *c == ':';
+		/* fewer names: the rest are "unknown", and say so below */
+		if (named > claim.want)
+			td__log(TD_LOG_WARN, "LISTEN_FDNAMES names %" PRIu64
+					     " fds but LISTEN_FDS=%" PRIu64
+					     "; the fds past %" PRIu64
+					     " are not taken (nor closed: "
+					     "not ours by the protocol)",
+				named, claim.want,
+				SD_LISTEN_FDS_START + claim.want - 1);
+	}
 	tok = rest ? strsep(&rest, ":") : NULL;
 	for (size_t i = 0; i < claim.n; i++) {
 		int fd = claim.fd[i];

@@ -46,7 +46,7 @@
 static bool saw_extend; /* an EXTEND_TIMEOUT_USEC= came by */
 static bool saw_watchdog_usec; /* a WATCHDOG_USEC= line came by */
 static const char *snap_file; /* daemon_start() adds --snapshot FILE */
-static unsigned listen_extra; /* LISTEN_FDS counts this many fds more */
+static int listen_extra; /* LISTEN_FDS counts this many fds more */
 
 /* ---- a fake PID 1: the notify socket and the fd store ---- */
 
@@ -288,7 +288,7 @@ static void pass_fds(const int *fds, char *const *names, unsigned n)
 			strcat(buf, ":");
 		strncat(buf, names[i], sizeof(buf) - strlen(buf) - 2);
 	}
-	snprintf(num, sizeof(num), "%u", n + listen_extra);
+	snprintf(num, sizeof(num), "%d", (int)n + listen_extra);
 	setenv("LISTEN_FDS", num, 1);
 	setenv("LISTEN_FDNAMES", buf, 1);
 	snprintf(num, sizeof(num), "%d", (int)getpid());
@@ -1261,6 +1261,36 @@ Test(systemd, an_fd_name_passed_twice_restores_neither)
 			   err);
 	free(err);
 	cr_assert_null(store_find(&st, name), "%s stays stored", name);
+	close(keep[0]);
+	close(keep[1]);
+	store_close(&st);
+}
+
+/*
+ * LISTEN_FDS smaller than LISTEN_FDNAMES has names: the fds past the
+ * count are not ours by the protocol and stay as they are, but the
+ * daemon said nothing, and the versions in them were just gone.
+ */
+Test(systemd, listen_fds_short_of_the_names_says_so)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct expect x[8];
+	int keep[2];
+	char *err;
+
+	first_life(&d, &st, x, keep);
+	cr_assert_eq(truncate(d.err, 0), 0);
+	listen_extra = -2;
+	daemon_start(&d, NULL, -1, &st, &st, NULL);
+	listen_extra = 0;
+	daemon_stop(&d, &st);
+	err = tu_slurp(d.err);
+	cr_assert_not_null(strstr(err, "LISTEN_FDNAMES names 8 fds but "
+				       "LISTEN_FDS=6; the fds past 8 are "
+				       "not taken"),
+			   "%s", err);
+	free(err);
 	close(keep[0]);
 	close(keep[1]);
 	store_close(&st);
