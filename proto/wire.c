@@ -1130,6 +1130,8 @@ const char *td_wire_op_name(uint16_t op)
 		return "RING_CLOSE";
 	case TD_OP_RING_STAT:
 		return "RING_STAT";
+	case TD_OP_STAGE_PAGE:
+		return "STAGE_PAGE";
 	}
 	return "UNKNOWN";
 }
