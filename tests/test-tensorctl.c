@@ -60,22 +60,21 @@ static int ctl_run(const struct tu_daemon *d, const struct run *r, char **out,
 		   char **err, const char *const *args)
 {
 	char *argv[64] = {(char *)ctl_bin(), "--socket", (char *)d->sock};
-	int p[2][2], n = 3, status, open_fds = 2;
-	struct {
-		char *buf;
-		size_t len, cap;
-	} cap[2] = {{NULL, 0, 4096}, {NULL, 0, 4096}};
+	char what[512], *got[2];
+	int p[2][2], n = 3, status, o;
 	pid_t pid;
 
+	o = snprintf(what, sizeof(what), "tensorctl");
 	for (; *args; args++) {
 		cr_assert_lt(n, 62);
 		argv[n++] = (char *)*args;
+		if (o < (int)sizeof(what))
+			o += snprintf(what + o, sizeof(what) - (size_t)o,
+				      " %s", *args);
 	}
 	argv[n] = NULL;
 	cr_assert(pipe2(p[0], O_CLOEXEC) == 0 && pipe2(p[1], O_CLOEXEC) == 0);
-	fflush(NULL);
-	pid = fork();
-	cr_assert(pid >= 0);
+	pid = tu_fork();
 	if (pid == 0) {
 		int in = r && r->in_fd >= 0 ? r->in_fd
 					    : open("/dev/null", O_RDONLY);
@@ -110,47 +109,17 @@ static int ctl_run(const struct tu_daemon *d, const struct run *r, char **out,
 		*r->pid = pid;
 		return 0;
 	}
-	for (int k = 0; k < 2; k++)
-		cr_assert((cap[k].buf = malloc(cap[k].cap)));
-	/* both pipes at once: neither may fill while the other is read */
-	while (open_fds) {
-		struct pollfd pf[2] = {{p[0][0], POLLIN, 0},
-				       {p[1][0], POLLIN, 0}};
-
-		if (poll(pf, 2, -1) < 0) {
-			cr_assert_eq(errno, EINTR);
-			continue;
-		}
-		for (int k = 0; k < 2; k++) {
-			ssize_t got;
-
-			if (pf[k].fd < 0 || !pf[k].revents)
-				continue;
-			if (cap[k].len + 1 >= cap[k].cap)
-				cr_assert((cap[k].buf = realloc(
-						   cap[k].buf, cap[k].cap *= 2)));
-			got = read(p[k][0], cap[k].buf + cap[k].len,
-				   cap[k].cap - cap[k].len - 1);
-			if (got < 0 && errno == EINTR)
-				continue;
-			if (got <= 0) {
-				close(p[k][0]);
-				p[k][0] = -1;
-				open_fds--;
-				continue;
-			}
-			cap[k].len += (size_t)got;
-		}
-	}
-	cr_assert(waitpid(pid, &status, 0) == pid);
+	/* bounded: a tensorctl that hangs (a FIFO's open, a lost signal)
+	 * fails the test that ran it */
+	status = tu_collect(pid, 2, (int[]){p[0][0], p[1][0]}, got, TU_WAIT_S,
+			    what);
 	for (int k = 0; k < 2; k++) {
 		char **dst = k ? err : out;
 
-		cap[k].buf[cap[k].len] = 0;
 		if (dst)
-			*dst = cap[k].buf;
+			*dst = got[k];
 		else
-			free(cap[k].buf);
+			free(got[k]);
 	}
 	return WIFEXITED(status) ? WEXITSTATUS(status)
 				 : 128 + WTERMSIG(status);
@@ -478,6 +447,8 @@ Test(tensorctl, directory_refused_and_socket_written_directly)
 	/* 6 bytes fit the socket buffer before anyone accepts */
 	cr_expect_eq(CTL(&d, NULL, &err, "get", "t", "-o", sock), 0, "%s", err);
 	free(err);
+	/* a tensorctl that failed never connected: no accept for ever */
+	tu_await_readable(ls, TU_WAIT_S, "tensorctl's connection");
 	c = accept(ls, NULL, NULL);
 	cr_assert(c >= 0);
 	cr_expect_eq(read(c, got, sizeof(got)), 6);
@@ -656,7 +627,7 @@ static void fifo_interrupted_by(int sig)
 		usleep(10000);
 	cr_assert_eq(leases(&d, "t"), 1, "tensorctl never took its lease");
 	cr_assert_eq(kill(pid, sig), 0);
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	st = tu_wait_child(pid, TU_WAIT_S, "tensorctl after the signal");
 	cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == sig,
 		  "status %#x: not ended by the signal", st);
 	for (i = 0; i < 2000 && leases(&d, "t") != 0; i++)
@@ -715,14 +686,10 @@ Test(tensorctl, a_signal_just_before_a_fifo_open_is_not_lost)
 	unsetenv("LD_PRELOAD");
 	unsetenv("TD_RAISE_BEFORE_OPEN");
 	/* bounded: nobody ever opens the FIFO for reading */
-	for (i = 0; i < 3000 && waitpid(pid, &st, WNOHANG) == 0; i++)
-		usleep(10000);
-	if (i == 3000) {
-		kill(pid, SIGKILL);
-		waitpid(pid, &st, 0);
-		cr_assert_fail("the signal was lost: tensorctl still waited "
-			       "for the FIFO's reader after 30 s");
-	}
+	cr_assert(tu_reap_within(pid, TU_WAIT_S, &st),
+		  "the signal was lost: tensorctl still waited for the "
+		  "FIFO's reader after %d s",
+		  TU_WAIT_S);
 	cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGINT,
 		  "status %#x: not ended by the signal", st);
 	for (i = 0; i < 2000 && leases(&d, "t") != 0; i++)
@@ -743,8 +710,7 @@ Test(tensorctl, fifo_written_directly_when_read)
 	path_in(fifo, sizeof(fifo), &d, "fifo");
 	cr_assert_eq(mkfifo(fifo, 0600), 0);
 	cr_assert_eq(pipe(p), 0);
-	pid = fork();
-	cr_assert(pid >= 0);
+	pid = tu_fork();
 	if (pid == 0) {
 		char b[16];
 		int fd;
@@ -758,9 +724,8 @@ Test(tensorctl, fifo_written_directly_when_read)
 	cr_expect_eq(CTL(&d, NULL, &err, "get", "t", "-o", fifo), 0, "%s", err);
 	free(err);
 	{
-		int st;
+		int st = tu_wait_child(pid, TU_WAIT_S, "the FIFO's reader");
 
-		cr_assert_eq(waitpid(pid, &st, 0), pid);
 		cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 			  "the reader did not get abcdef");
 	}
@@ -792,7 +757,7 @@ Test(tensorctl, killed_save_leaves_no_temp_after_the_next_run)
 		for (i = 0; i < 100000 && !temp_files(d.dir); i++)
 			usleep(100);
 		kill(pid, SIGTERM);
-		cr_assert_eq(waitpid(pid, &st, 0), pid);
+		tu_wait_child(pid, TU_WAIT_S, "tensorctl save after SIGTERM");
 		cr_expect_eq(temp_files(d.dir), 0, "SIGTERM left a temp file");
 		{
 			struct stat s;
@@ -860,6 +825,9 @@ Test(tensorctl, dash_is_stdout_and_a_terminal_is_refused)
 	{
 		char b[16] = "";
 
+		/* the slave is open here: nothing written, no end */
+		tu_await_readable(pty, TU_WAIT_S, "tensorctl's bytes on the "
+						  "terminal");
 		cr_expect_eq(read(pty, b, sizeof(b) - 1), 6);
 		cr_expect_str_eq(b, "abcdef");
 	}
@@ -876,6 +844,7 @@ Test(tensorctl, stream_inputs_are_capped)
 	struct run r = {.out_fd = -1};
 	char fifo[160], *err;
 	int p[2];
+	pid_t pid;
 
 	start(&d);
 	cr_expect_eq(CTL(&d, NULL, &err, "inspect", "--max-bytes=1M",
@@ -911,7 +880,8 @@ Test(tensorctl, stream_inputs_are_capped)
 	close(p[0]);
 	path_in(fifo, sizeof(fifo), &d, "in.fifo");
 	cr_assert_eq(mkfifo(fifo, 0600), 0);
-	if (fork() == 0) {
+	pid = tu_fork();
+	if (pid == 0) {
 		int fd;
 
 		alarm(60); /* bounded, should tensorctl never open it */
@@ -923,7 +893,7 @@ Test(tensorctl, stream_inputs_are_capped)
 		     1);
 	cr_expect(strstr(err, "has 2 bytes"), "%s", err);
 	free(err);
-	wait(NULL);
+	tu_wait_child(pid, TU_WAIT_S, "the FIFO's writer");
 	unlink(fifo);
 	tu_daemon_stop(&d, false);
 }
@@ -1273,9 +1243,7 @@ static char *put_paused(const struct tu_daemon *d, int err_fd)
 
 	path_in(fifo, sizeof(fifo), d, "slow.fifo");
 	cr_assert_eq(mkfifo(fifo, 0600), 0);
-	fflush(NULL);
-	w = fork();
-	cr_assert(w >= 0);
+	w = tu_fork();
 	if (w == 0) {
 		int fd, ok;
 
@@ -1291,7 +1259,7 @@ static char *put_paused(const struct tu_daemon *d, int err_fd)
 	cr_expect_eq(CTL_R(d, &r, NULL, &err, "put", "slow", "--dtype", "u8",
 			   "--shape", "2097152", fifo),
 		     0, "%s", err);
-	cr_assert_eq(waitpid(w, NULL, 0), w);
+	tu_wait_child(w, TU_WAIT_S, "the FIFO's writer");
 	unlink(fifo);
 	return err;
 }
