@@ -654,6 +654,54 @@ Test(tensorctl, fifo_write_gives_up_on_sigterm)
 }
 
 /*
+ * tensorctl get NAME -o PATH, started, with the shim (raise-before-open.c)
+ * raising SIGINT just before the call of $var on PATH: the moment after
+ * its last look at its flag and before a call that may block for ever.
+ */
+static pid_t get_raising(const struct tu_daemon *d, const char *name,
+			 const char *path, const char *var)
+{
+	const char *shim = getenv("TD_RAISE_BEFORE_OPEN_SHIM");
+	struct run r = {.in_fd = -1, .out_fd = -1};
+	char spec[200];
+	pid_t pid;
+
+	cr_assert(shim, "TD_RAISE_BEFORE_OPEN_SHIM is not set (run through "
+			"meson test)");
+	snprintf(spec, sizeof(spec), "%d:%s", SIGINT, path);
+	/* only tensorctl's environment: it is exec'ed with ours; a
+	 * sanitized tensorctl is told its runtime need not come first */
+	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
+	cr_assert_eq(setenv(var, spec, 1), 0);
+	cr_assert_eq(setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:"
+					    "verify_asan_link_order=0", 1),
+		     0);
+	r.pid = &pid;
+	CTL_R(d, &r, NULL, NULL, "get", name, "-o", path);
+	unsetenv("LD_PRELOAD");
+	unsetenv(var);
+	return pid;
+}
+
+/* tensorctl (pid) was not deaf to the signal: it ended by it, bounded,
+ * and its lease of name went with it. */
+static void ended_by_sigint(const struct tu_daemon *d, pid_t pid,
+			    const char *name, const char *waiting_for)
+{
+	int st = 0, i;
+
+	cr_assert(tu_reap_within(pid, TU_WAIT_S, &st),
+		  "the signal was lost: tensorctl still waited for %s after "
+		  "%d s",
+		  waiting_for, TU_WAIT_S);
+	cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGINT,
+		  "status %#x: not ended by the signal", st);
+	for (i = 0; i < 2000 && leases(d, name) != 0; i++)
+		usleep(10000);
+	cr_expect_eq(leases(d, name), 0, "the lease outlived tensorctl");
+}
+
+/*
  * A signal caught after tensorctl's last look at its flag and before the
  * FIFO's open is not lost: the open would wait for a reader for ever (it
  * hung CI once, the signal having come between the two). A shim raises
@@ -661,41 +709,75 @@ Test(tensorctl, fifo_write_gives_up_on_sigterm)
  */
 Test(tensorctl, a_signal_just_before_a_fifo_open_is_not_lost)
 {
-	const char *shim = getenv("TD_RAISE_BEFORE_OPEN_SHIM");
-	struct run r = {.in_fd = -1, .out_fd = -1};
 	struct tu_daemon d;
-	char fifo[160], spec[200];
+	char fifo[160];
 	pid_t pid;
-	int st = 0, i;
 
-	cr_assert(shim, "TD_RAISE_BEFORE_OPEN_SHIM is not set (run through "
-			"meson test)");
 	start(&d);
 	path_in(fifo, sizeof(fifo), &d, "fifo");
 	cr_assert_eq(mkfifo(fifo, 0600), 0);
-	snprintf(spec, sizeof(spec), "%d:%s", SIGINT, fifo);
-	/* only tensorctl's environment: it is exec'ed with ours; a
-	 * sanitized tensorctl is told its runtime need not come first */
-	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
-	cr_assert_eq(setenv("TD_RAISE_BEFORE_OPEN", spec, 1), 0);
-	cr_assert_eq(setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:"
-					    "verify_asan_link_order=0", 1),
-		     0);
-	r.pid = &pid;
-	CTL_R(&d, &r, NULL, NULL, "get", "t", "-o", fifo);
-	unsetenv("LD_PRELOAD");
-	unsetenv("TD_RAISE_BEFORE_OPEN");
-	/* bounded: nobody ever opens the FIFO for reading */
-	cr_assert(tu_reap_within(pid, TU_WAIT_S, &st),
-		  "the signal was lost: tensorctl still waited for the "
-		  "FIFO's reader after %d s",
-		  TU_WAIT_S);
-	cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGINT,
-		  "status %#x: not ended by the signal", st);
-	for (i = 0; i < 2000 && leases(&d, "t") != 0; i++)
-		usleep(10000);
-	cr_expect_eq(leases(&d, "t"), 0, "the lease outlived tensorctl");
+	pid = get_raising(&d, "t", fifo, "TD_RAISE_BEFORE_OPEN");
+	/* nobody ever opens the FIFO for reading */
+	ended_by_sigint(&d, pid, "t", "the FIFO's reader");
 	unlink(fifo);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * The same just before a write to a FIFO whose reader has stopped
+ * reading: the write fills the pipe and waits for room for ever, unless
+ * the signal that came just before it is acted on.
+ */
+Test(tensorctl, a_signal_just_before_a_fifo_write_is_not_lost)
+{
+	struct tu_daemon d;
+	char fifo[160];
+	pid_t pid, reader;
+
+	start(&d);
+	put_zeros(&d, "big", 1 << 20); /* more than a pipe holds */
+	path_in(fifo, sizeof(fifo), &d, "fifo");
+	cr_assert_eq(mkfifo(fifo, 0600), 0);
+	reader = tu_fork();
+	if (reader == 0) {
+		int fd = open(fifo, O_RDONLY);
+
+		pause(); /* never reads: killed below, or dies with the test */
+		_exit(fd < 0);
+	}
+	pid = get_raising(&d, "big", fifo, "TD_RAISE_BEFORE_WRITE");
+	ended_by_sigint(&d, pid, "big", "room in the FIFO");
+	kill(reader, SIGKILL);
+	tu_wait_child(reader, TU_WAIT_S, "the FIFO's reader");
+	unlink(fifo);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * The same just before the connect to a socket whose listener accepts
+ * nobody and whose backlog is full: the connect waits for room for ever.
+ */
+Test(tensorctl, a_signal_just_before_a_socket_connect_is_not_lost)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct tu_daemon d;
+	int ls, queued;
+	pid_t pid;
+
+	start(&d);
+	path_in(sa.sun_path, sizeof(sa.sun_path), &d, "full.sock");
+	ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	queued = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert(ls >= 0 && queued >= 0);
+	cr_assert_eq(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	/* a backlog of 0 holds one connection, this one: the next waits */
+	cr_assert_eq(listen(ls, 0), 0);
+	cr_assert_eq(connect(queued, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	pid = get_raising(&d, "t", sa.sun_path, "TD_RAISE_BEFORE_CONNECT");
+	ended_by_sigint(&d, pid, "t", "room in the listener's backlog");
+	close(queued);
+	close(ls);
+	unlink(sa.sun_path);
 	tu_daemon_stop(&d, false);
 }
 
