@@ -781,6 +781,72 @@ Test(tensorctl, a_signal_just_before_a_socket_connect_is_not_lost)
 	tu_daemon_stop(&d, false);
 }
 
+/*
+ * name: a tensor whose fence nobody signals; the client that published
+ * it and the fence stay open here (close both).
+ */
+static struct td_client *put_unsignalled(const struct tu_daemon *d,
+					 const char *name, int *fence)
+{
+	uint64_t size = 64;
+	struct td_publish p = {.name = name, .flags = TD_PUBLISH_FENCE,
+			       .dtype = TD_TENSOR_U8, .ndim = 1,
+			       .shape = &size};
+	struct td_error e = {0};
+	struct td_client *c;
+	struct td_alloc *a;
+
+	p.fence_fd = *fence = td_fence_create();
+	cr_assert_geq(*fence, 0);
+	cr_assert_eq(td_client_connect(d->sock, &c, NULL), 0);
+	cr_assert_eq(td_client_alloc(c, 1, &size, &a, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_publish_alloc(c, a, &p, NULL, &e), 0, "%s",
+		     e.reason);
+	return c;
+}
+
+/*
+ * A Hurray save fetches each tensor, and waits for its fence, with its
+ * output open: a signal there only sets tensorctl's flag, and a fence
+ * wait that went on after it would never end for a fence that never
+ * signals. SIGTERM ends it as it ends a write: the temporary file goes,
+ * the old file stays, and tensorctl dies of the signal.
+ */
+Test(tensorctl, a_save_waiting_for_a_fence_ends_on_sigterm)
+{
+	struct run r = {.in_fd = -1, .out_fd = -1};
+	struct tu_daemon d;
+	struct td_client *c;
+	char path[160];
+	int fence, st = 0, i;
+	pid_t pid;
+
+	start(&d);
+	c = put_unsignalled(&d, "fenced", &fence);
+	path_in(path, sizeof(path), &d, "fenced.hrry");
+	write_file(path, "old", 3);
+	r.pid = &pid;
+	CTL_R(&d, &r, NULL, NULL, "save", "--format", "hrry", "-o", path,
+	      "fenced");
+	/* its output is open once its temporary file is there (a bounded
+	 * wait; nothing about speed is asserted) */
+	for (i = 0; i < 2000 && !temp_files(d.dir); i++)
+		usleep(10000);
+	cr_assert_gt(temp_files(d.dir), 0, "tensorctl never opened its output");
+	cr_assert_eq(kill(pid, SIGTERM), 0);
+	cr_assert(tu_reap_within(pid, TU_WAIT_S, &st),
+		  "the signal was lost: tensorctl still waited for the fence "
+		  "after %d s",
+		  TU_WAIT_S);
+	cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM,
+		  "status %#x: not ended by the signal", st);
+	cr_expect_eq(temp_files(d.dir), 0, "SIGTERM left a temp file");
+	expect_file(path, "old");
+	close(fence);
+	td_client_close(c);
+	tu_daemon_stop(&d, false);
+}
+
 Test(tensorctl, fifo_written_directly_when_read)
 {
 	struct tu_daemon d;
