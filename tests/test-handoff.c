@@ -22,6 +22,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -804,6 +805,8 @@ static void become_nobody(void)
 	CK(setgroups(0, NULL) == 0);
 	CK(setgid(65534) == 0);
 	CK(setuid(65534) == 0);
+	/* a credential change clears the parent-death signal: again */
+	CK(prctl(PR_SET_PDEATHSIG, SIGKILL) == 0);
 }
 
 static void nobody_consumer(const struct daemon *d, void *arg)

@@ -125,6 +125,8 @@ static void regain_root(void)
 	CK(syscall(SYS_capset, &h, c) == 0);
 	CK(setresgid(0, 0, 0) == 0);
 	CK(setresuid(0, 0, 0) == 0);
+	/* a credential change clears the parent-death signal: again */
+	CK(prctl(PR_SET_PDEATHSIG, SIGKILL) == 0);
 }
 
 /* A 4 KiB memfd filled with byte b, size-sealed: publishable as is. */

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -206,6 +207,8 @@ static void as_nobody(void (*fn)(void *), void *arg)
 		if (setgroups(0, NULL) < 0 || setgid(NOBODY) < 0 ||
 		    setuid(NOBODY) < 0)
 			_exit(2);
+		/* the uid change cleared the parent-death signal: again */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		fn(arg);
 		_exit(0);
 	}

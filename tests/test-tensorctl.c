@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -96,7 +97,8 @@ static int ctl_run(const struct tu_daemon *d, const struct run *r, char **out,
 			setrlimit(RLIMIT_FSIZE, &rl);
 		}
 		if (r && r->uid &&
-		    (setgroups(0, NULL) || setgid(r->uid) || setuid(r->uid)))
+		    (setgroups(0, NULL) || setgid(r->uid) || setuid(r->uid) ||
+		     prctl(PR_SET_PDEATHSIG, SIGKILL))) /* cleared by it */
 			_exit(126);
 		execv(argv[0], argv);
 		_exit(127);

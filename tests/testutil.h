@@ -76,7 +76,8 @@ extern bool tu_in_child;
  * this process ends, so a test that fails or times out leaves no helper
  * blocked for ever holding the suite's stdout and stderr, which meson
  * waits for. The signal comes when the calling thread ends (fork from
- * the test's own), and a change of uid clears it.
+ * the test's own), and a change of uid clears it: a child that changes
+ * its uid sets it again (prctl(PR_SET_PDEATHSIG, SIGKILL)).
  */
 pid_t tu_fork(void);
 /*
