@@ -378,7 +378,8 @@ static const char *shown(char *const argv[])
 	return b;
 }
 
-static int run_capture(char *const argv[], char **out, bool with_stderr)
+static int run_capture(char *const argv[], char **out, bool with_stderr,
+		       int secs)
 {
 	int p[2], status;
 	pid_t pid;
@@ -394,7 +395,7 @@ static int run_capture(char *const argv[], char **out, bool with_stderr)
 		_exit(127);
 	}
 	close(p[1]);
-	status = tu_collect(pid, 1, &p[0], out, TU_WAIT_S, shown(argv));
+	status = tu_collect(pid, 1, &p[0], out, secs, shown(argv));
 	if (WIFEXITED(status))
 		return WEXITSTATUS(status);
 	return 128 + WTERMSIG(status);
@@ -402,12 +403,17 @@ static int run_capture(char *const argv[], char **out, bool with_stderr)
 
 int tu_run_capture(char *const argv[], char **out)
 {
-	return run_capture(argv, out, false);
+	return run_capture(argv, out, false, TU_WAIT_S);
 }
 
 int tu_run_capture_all(char *const argv[], char **out)
 {
-	return run_capture(argv, out, true);
+	return run_capture(argv, out, true, TU_WAIT_S);
+}
+
+int tu_run_capture_in(char *const argv[], char **out, int secs)
+{
+	return run_capture(argv, out, false, secs);
 }
 
 pid_t tu_spawn_stdout(char *const argv[], FILE **out)

@@ -109,6 +109,9 @@ int tu_collect(pid_t pid, int n, const int *fds, char **out, int secs,
 int tu_run_capture(char *const argv[], char **out);
 /* The same with stderr captured too, into the same string. */
 int tu_run_capture_all(char *const argv[], char **out);
+/* tu_run_capture() for what may take longer (an interpreter that starts
+ * slowly): within secs. */
+int tu_run_capture_in(char *const argv[], char **out, int secs);
 /*
  * Start argv (argv[0] a path) with its stdout on a pipe, read through *out
  * (fclose it); returns the pid (tu_wait_child it). The program is killed
