@@ -15,6 +15,8 @@
 
 #include "testutil.h"
 
+TestSuite(examples, .timeout = TU_TEST_TIMEOUT_S);
+
 static char *example(const char *name)
 {
 	static char path[4096];

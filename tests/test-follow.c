@@ -31,6 +31,8 @@
 #include "testclient.h"
 #include "testutil.h"
 
+TestSuite(follow, .timeout = TU_TEST_TIMEOUT_S);
+
 #define KIB 1024u
 
 static const char *const small_cap[] = {"--max-bytes", "64M", NULL};

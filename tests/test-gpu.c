@@ -22,6 +22,8 @@
 #include "testchild.h"
 #include "testutil.h"
 
+TestSuite(gpu, .timeout = TU_TEST_TIMEOUT_S);
+
 #define BYTES (64u * 1024)
 
 static struct td_client *connect_to(const struct tu_daemon *d)

@@ -36,6 +36,8 @@
 #include "testutil.h"
 #include "wire.h"
 
+TestSuite(handoff, .timeout = TU_TEST_TIMEOUT_S);
+
 /* ---- child-side checks: print and exit, criterion is not there ---- */
 
 #define CK(cond)                                                               \

@@ -39,6 +39,8 @@
 #include "testclient.h"
 #include "testutil.h"
 
+TestSuite(loan_names, .timeout = TU_TEST_TIMEOUT_S);
+
 #define NOBODY 65534
 #define SIZE 4096u
 #define SECRET 'S'

@@ -41,6 +41,8 @@
 #include "testutil.h"
 #include "wire.h"
 
+TestSuite(recycle, .timeout = TU_TEST_TIMEOUT_S);
+
 /*
  * SCM_RIGHTS descriptors this process has received. recvmsg is
  * interposed (this executable's definition comes first for libtensord's

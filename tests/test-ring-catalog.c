@@ -32,6 +32,8 @@
 #include "testutil.h"
 #include "wire.h"
 
+TestSuite(ring_catalog, .timeout = TU_TEST_TIMEOUT_S);
+
 
 static struct td_ring *make_ring(struct td_client *c, const char *name,
 				 uint32_t slots, uint64_t size)

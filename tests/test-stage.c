@@ -37,6 +37,8 @@
 #include "wire-status.h"
 #include "wire.h"
 
+TestSuite(stage, .timeout = TU_TEST_TIMEOUT_S);
+
 #define NAME "cam/stage"
 #define SIZE 4096u
 

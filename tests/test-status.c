@@ -22,6 +22,8 @@
 
 #include "testutil.h"
 
+TestSuite(status, .timeout = TU_TEST_TIMEOUT_S);
+
 #define NOBODY 65534
 
 /* The daemon's stderr goes to a file: the log the tests read. */

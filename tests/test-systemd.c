@@ -40,6 +40,8 @@
 #include "testclient.h"
 #include "testutil.h"
 
+TestSuite(systemd, .timeout = TU_TEST_TIMEOUT_S);
+
 #define WAIT_MS 20000 /* generous: a slow or loaded machine still passes */
 #define MAX_STORED 256
 

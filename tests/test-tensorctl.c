@@ -33,6 +33,8 @@
 #include "testutil.h"
 #include "tgm-desc.h"
 
+TestSuite(tensorctl, .timeout = TU_TEST_TIMEOUT_S);
+
 #define NOBODY 65534
 
 /* How a tensorctl run is wired. */

@@ -16,6 +16,8 @@
 
 #include "testutil.h"
 
+TestSuite(vulkan, .timeout = TU_TEST_TIMEOUT_S);
+
 #define NO_DRIVER 77
 
 static char *example(const char *name)

@@ -30,6 +30,13 @@
 #include "testutil.h"
 #include "zarrtest.h"
 
+TestSuite(checkers, .timeout = TU_TEST_TIMEOUT_S);
+TestSuite(export, .timeout = TU_TEST_TIMEOUT_S);
+TestSuite(http, .timeout = TU_TEST_TIMEOUT_S);
+TestSuite(import, .timeout = TU_TEST_TIMEOUT_S);
+TestSuite(meta, .timeout = TU_TEST_TIMEOUT_S);
+TestSuite(names, .timeout = TU_TEST_TIMEOUT_S);
+
 /* ---- metadata ---- */
 
 static struct td_zarr_array arr(const char *name, const char *type,

@@ -69,6 +69,16 @@ void *tu_find_mapping(const char *memfd_name);
  */
 #define TU_WAIT_S 60
 
+/*
+ * Every suite's timeout for each of its tests (criterion kills the test's
+ * process and names the test): the last bound, for waits that must stay
+ * without deadline (only such a wait finds a lost wake-up: one with a
+ * deadline finds the version after it) and for any wait not bounded
+ * otherwise. Far above any test's run under ASan on a loaded machine, and
+ * below meson's 300 s for a whole suite. A test may set its own.
+ */
+#define TU_TEST_TIMEOUT_S 240
+
 /* Set in a child of tu_fork(): who is to fail how (testchild.h). */
 extern bool tu_in_child;
 /*
