@@ -1,39 +1,51 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * LD_PRELOAD shim for tests: raises a signal in the process just before
- * it opens one path for writing, once. $TD_RAISE_BEFORE_OPEN is
- * "SIGNO:PATH". It makes the moment a race would need (a signal caught
- * after the program's last check and before a blocking open) happen
- * every time (tests/test-tensorctl.c: the open of a FIFO waits for a
- * reader, and a signal caught just before it must not be lost).
+ * one blocking call on one path, once. $TD_RAISE_BEFORE_OPEN is
+ * "SIGNO:PATH" for an open of PATH for writing, $TD_RAISE_BEFORE_WRITE
+ * for a write(2) to a descriptor of PATH, $TD_RAISE_BEFORE_CONNECT for a
+ * connect(2) to the socket PATH. It makes the moment a race would need
+ * (a signal caught after the program's last check and before a call that
+ * can block for ever) happen every time (tests/test-tensorctl.c: a
+ * FIFO's open waits for a reader, a write for room in it, a connect for
+ * room in the listener's backlog; a signal caught just before must not
+ * be lost).
  *
- * The real open is the next definition (dlsym RTLD_NEXT). With
+ * The real calls are the next definitions (dlsym RTLD_NEXT). With
  * _FILE_OFFSET_BITS=64, as meson builds, callers reach open64; here
  * the two names are kept apart.
  */
 #undef _FILE_OFFSET_BITS
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* __CONST_SOCKADDR_ARG as a union */
+#endif
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/un.h>
+#include <unistd.h>
 
-static int fired;
+static int fired_open, fired_write, fired_connect;
 
-static void maybe_raise(const char *path, int flags)
+/* Raise the signal of $var once, when it names path. */
+static void maybe_raise(int *fired, const char *var, const char *path)
 {
-	const char *spec = getenv("TD_RAISE_BEFORE_OPEN");
+	const char *spec = getenv(var);
 	char *colon;
 	long sig;
 
-	if (fired || !spec || (flags & O_ACCMODE) != O_WRONLY)
+	if (*fired || !spec || !path)
 		return;
 	sig = strtol(spec, &colon, 10);
 	if (*colon != ':' || strcmp(colon + 1, path))
 		return;
-	fired = 1;
+	*fired = 1;
 	raise((int)sig);
 }
 
@@ -56,9 +68,46 @@ static int mode_of(int flags, va_list ap)
 		va_end(ap);                                                   \
 		if (!real) /* POSIX's way past ISO C's pointer rule */        \
 			*(void **)&real = dlsym(RTLD_NEXT, #name);            \
-		maybe_raise(path, flags);                                     \
+		if ((flags & O_ACCMODE) == O_WRONLY)                          \
+			maybe_raise(&fired_open, "TD_RAISE_BEFORE_OPEN",      \
+				    path);                                    \
 		return real(path, flags, mode);                               \
 	}
 
 WRAP(open)
 WRAP(open64)
+
+ssize_t write(int fd, const void *buf, size_t n)
+{
+	static ssize_t (*real)(int, const void *, size_t);
+	char link[64], path[4096];
+	ssize_t len;
+
+	if (!real)
+		*(void **)&real = dlsym(RTLD_NEXT, "write");
+	if (!fired_write && getenv("TD_RAISE_BEFORE_WRITE")) {
+		snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+		len = readlink(link, path, sizeof(path) - 1);
+		if (len > 0) {
+			path[len] = 0;
+			maybe_raise(&fired_write, "TD_RAISE_BEFORE_WRITE",
+				    path);
+		}
+	}
+	return real(fd, buf, n);
+}
+
+/* glibc's own type for the argument (a transparent union with
+ * _GNU_SOURCE), so that the definition matches its declaration */
+int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
+{
+	static int (*real)(int, __CONST_SOCKADDR_ARG, socklen_t);
+	const struct sockaddr_un *sa = (const void *)addr.__sockaddr_un__;
+
+	if (!real)
+		*(void **)&real = dlsym(RTLD_NEXT, "connect");
+	if (sa->sun_family == AF_UNIX)
+		maybe_raise(&fired_connect, "TD_RAISE_BEFORE_CONNECT",
+			    sa->sun_path);
+	return real(fd, addr, len);
+}

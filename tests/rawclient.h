@@ -41,8 +41,11 @@ static inline void raw_send(int sock, uint16_t op, uint64_t id, size_t body_len)
 static inline void raw_recv(int sock, struct rawrep *r)
 {
 	struct td__scm_rx rx = {.fds = r->fds, .cap = TD_WIRE_MAX_FDS};
-	ssize_t n = td__scm_recv(sock, rawbuf, sizeof(rawbuf), 0, &rx);
+	ssize_t n;
 
+	/* a reply the daemon never sends fails the test */
+	tu_await_readable(sock, TU_WAIT_S, "tensord's reply");
+	n = td__scm_recv(sock, rawbuf, sizeof(rawbuf), 0, &rx);
 	cr_assert_gt(n, 0);
 	cr_assert_eq(td_wire_hdr_decode(rawbuf, (size_t)n, &r->h, NULL), 0);
 	r->nfds = rx.nfds;

@@ -14,6 +14,8 @@
 #include "bytes.h"
 #include "testutil.h"
 
+TestSuite(blob, .timeout = TU_TEST_TIMEOUT_S);
+
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define S(lit) ((struct td_str){(lit), sizeof(lit) - 1})
 

@@ -20,7 +20,6 @@
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -76,6 +75,13 @@ static int try_connect(const char *path)
 	return -1;
 }
 
+/* The bound on waits for the daemon: longer under valgrind, which is
+ * slow (TU_WAIT_S is for what takes well under a second). */
+static int wait_s(void)
+{
+	return getenv("TD_TENSORD_VALGRIND") ? 4 * TU_WAIT_S : TU_WAIT_S;
+}
+
 static pid_t spawn(struct daemon *d, const char *const *extra)
 {
 	const char *bin = getenv("TD_TENSORD");
@@ -101,13 +107,10 @@ static pid_t spawn(struct daemon *d, const char *const *extra)
 	for (int i = 0; extra && extra[i]; i++)
 		argv[n++] = extra[i];
 	argv[n] = NULL;
-	pid = fork();
-	cr_assert(pid >= 0);
+	pid = tu_fork(); /* never outlives a crashed test */
 	if (pid == 0) {
 		int log = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
 
-		/* never outlive a crashed test */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (log >= 0)
 			dup2(log, 2);
 		execvp(argv[0], (char *const *)argv);
@@ -150,7 +153,11 @@ static void daemon_stop(struct daemon *d)
 		close(d->ready);
 	d->ready = -1;
 	cr_assert_eq(kill(d->pid, SIGTERM), 0);
-	cr_assert_eq(waitpid(d->pid, &st, 0), d->pid);
+	/* bounded: a daemon that hangs on its way out fails the test */
+	cr_assert(tu_reap_within(d->pid, wait_s(), &st),
+		  "tensord did not exit within %d s of SIGTERM (killed; log "
+		  "%s)",
+		  wait_s(), d->log);
 	cr_assert(WIFEXITED(st), "tensord died of signal %d",
 		  WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 	cr_assert_eq(WEXITSTATUS(st), 0, "tensord exit status %d (log %s)",
@@ -217,7 +224,7 @@ static void send_req(int sock, uint16_t op, uint64_t id, size_t body_len,
 #define BODY (txbuf + TD_WIRE_HDR_LEN)
 #define BODY_CAP (TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN)
 
-/* 0 and *m, or -ECONNRESET at end of stream. Blocks. */
+/* 0 and *m, or -ECONNRESET at end of stream. Blocks, bounded. */
 static int recv_msg(int sock, struct msg *m)
 {
 	struct td__scm_rx rx = {.fds = m->fds, .cap = TD_WIRE_MAX_FDS};
@@ -225,6 +232,8 @@ static int recv_msg(int sock, struct msg *m)
 
 	m->nfds = 0;
 	m->reason[0] = 0;
+	/* a reply or notice the daemon never sends fails the test */
+	tu_await_readable(sock, wait_s(), "a message from tensord");
 	n = td__scm_recv(sock, m->buf, sizeof(m->buf), 0, &rx);
 	cr_assert(n >= 0, "recvmsg: %s", strerror((int)-n));
 	cr_assert(!rx.foreign && !rx.dropped);
@@ -1726,7 +1735,8 @@ DTest(a_live_socket_is_not_stolen_and_a_stale_one_is_replaced)
 	/* a second daemon on the same live path refuses to start */
 	snprintf(d2.log, sizeof(d2.log), "%s/log2", D.dir);
 	pid = spawn(&d2, NULL);
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	/* bounded: one that took the socket over would serve for ever */
+	st = tu_wait_child(pid, wait_s(), "a second tensord on a live socket");
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0);
 	assert_serving();
 

@@ -15,6 +15,8 @@
 
 #include "testutil.h"
 
+TestSuite(examples, .timeout = TU_TEST_TIMEOUT_S);
+
 static char *example(const char *name)
 {
 	static char path[4096];
@@ -138,9 +140,10 @@ Test(examples, watcher_sees_each_publish_and_the_delete)
 	}
 	cr_assert_null(fgets(line, sizeof(line), f), "mic/ is not watched");
 	fclose(f);
-	int status;
-	cr_assert_eq(waitpid(pid, &status, 0), pid);
-	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	int status = tu_wait_child(pid, TU_WAIT_S, "the example");
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "status %#x (SIGALRM: it ran past tu_spawn_stdout's bound)",
+		  status);
 	tu_daemon_stop(&d, true);
 }
 
@@ -181,8 +184,9 @@ Test(examples, event_loop_serves_watch_and_async_gets_in_one_loop)
 	cr_assert_eq(events, 3);
 	cr_assert(got_last, "the last line read version 3");
 	fclose(f);
-	int status;
-	cr_assert_eq(waitpid(pid, &status, 0), pid);
-	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	int status = tu_wait_child(pid, TU_WAIT_S, "the example");
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "status %#x (SIGALRM: it ran past tu_spawn_stdout's bound)",
+		  status);
 	tu_daemon_stop(&d, true);
 }

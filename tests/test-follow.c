@@ -31,6 +31,8 @@
 #include "testclient.h"
 #include "testutil.h"
 
+TestSuite(follow, .timeout = TU_TEST_TIMEOUT_S);
+
 #define KIB 1024u
 
 static const char *const small_cap[] = {"--max-bytes", "64M", NULL};
@@ -363,17 +365,15 @@ static void pingpong_start(struct pingpong *pp, const char *import,
 	tu_daemon_start_args(&pp->d, "warn", small_cap);
 	pp->c = conn(&pp->d, import);
 	pp->f = follow(pp->c, "fw/pong");
-	pp->echo = fork();
-	cr_assert_geq(pp->echo, 0);
+	pp->echo = tu_fork();
 	if (pp->echo == 0)
 		echo_run(&pp->d, rounds);
 }
 
 static void pingpong_end(struct pingpong *pp)
 {
-	int status;
+	int status = tu_wait_child(pp->echo, TU_WAIT_S, "the echo process");
 
-	cr_assert_eq(waitpid(pp->echo, &status, 0), pp->echo);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		  "the echo failed (status %d)", status);
 	unsetenv("TENSORD_RING_SPIN_US");
@@ -830,8 +830,7 @@ Test(follow, a_dead_follower_pins_nothing)
 	other = conn(&d, "pidfd");
 	v1 = put(prod, "fw/dead", 8 * KIB, TD_ALLOC_STREAM, 0x42);
 	cr_assert_eq(pipe(pipefd), 0);
-	pid = fork();
-	cr_assert_geq(pid, 0);
+	pid = tu_fork(); /* dies with a failed test: it would pause for ever */
 	if (pid == 0) {
 		struct td_client *c = NULL;
 		struct td_follow *f = NULL;
@@ -1131,14 +1130,13 @@ Test(follow, refusals)
 		     e.reason);
 	f = follow(cons, "fw/x");
 	put(prod, "fw/x", 64, TD_ALLOC_STREAM, 9);
-	pid = fork();
-	cr_assert_geq(pid, 0);
+	pid = tu_fork();
 	if (pid == 0) {
 		struct td_tensor *ct = NULL;
 
 		_exit(td_follow_next(f, 0, &ct, NULL) == -ECHILD ? 0 : 1);
 	}
-	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	status = tu_wait_child(pid, TU_WAIT_S, "the child of fork()");
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		  "a child of fork() used the parent's follow");
 	t = next(f, 0);
@@ -1162,8 +1160,7 @@ Test(follow, a_sleeping_follower_hears_the_daemon_go, .timeout = 60)
 
 	tu_daemon_start_args(&d, "warn", small_cap);
 	cr_assert_eq(pipe(pipefd), 0);
-	pid = fork();
-	cr_assert_geq(pid, 0);
+	pid = tu_fork();
 	if (pid == 0) {
 		struct td_client *c = NULL;
 		struct td_follow *f = NULL;
@@ -1180,7 +1177,9 @@ Test(follow, a_sleeping_follower_hears_the_daemon_go, .timeout = 60)
 	cr_assert_eq(read(pipefd[0], &ok, 1), 1, "the follower failed");
 	close(pipefd[0]);
 	tu_daemon_stop(&d, true);
-	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	/* half the test's timeout: a follower deaf to the daemon's going
+	 * fails with this message, not the timeout's */
+	status = tu_wait_child(pid, 30, "the follower after the daemon went");
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		  "the follower did not hear the daemon go (status %d)",
 		  status);
@@ -1468,8 +1467,7 @@ Test(follow, a_get_newer_riding_a_follow_sees_its_name_become_a_ring)
 	/* followed from here */
 	cr_assert_eq(td_client_get_newer(cons, "gn/r", v1, 0, &u, &e),
 		     -ETIMEDOUT, "%s", e.reason);
-	pid = fork();
-	cr_assert_geq(pid, 0);
+	pid = tu_fork();
 	if (pid == 0)
 		become_ring(&d, "gn/r");
 	t = newer(cons, "gn/r", v1, 20000);
@@ -1627,7 +1625,7 @@ Test(follow, a_get_newer_loop_goes_on_after_a_daemon_restart)
 	td_client_close(p);
 	/* not tu_daemon_stop: c was open when d2 started */
 	cr_assert_eq(kill(d2.pid, SIGTERM), 0);
-	cr_assert_eq(waitpid(d2.pid, &st, 0), d2.pid);
+	st = tu_wait_child(d2.pid, TU_WAIT_S, "tensord after SIGTERM");
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
 	unlink(d2.sock);
 	rmdir(d2.dir);

@@ -36,6 +36,8 @@
 #include "testutil.h"
 #include "wire.h"
 
+TestSuite(handoff, .timeout = TU_TEST_TIMEOUT_S);
+
 /* ---- child-side checks: print and exit, criterion is not there ---- */
 
 #define CK(cond)                                                               \
@@ -82,11 +84,9 @@ static void daemon_start_env(struct daemon *d, const char *import)
 	/* a consumer that drops to nobody must reach the socket */
 	cr_assert(chmod(d->dir, 0777) == 0);
 	snprintf(d->sock, sizeof(d->sock), "%s/tensord.sock", d->dir);
-	d->pid = fork();
-	cr_assert(d->pid >= 0);
+	/* a test that fails half-way must not leave a daemon behind */
+	d->pid = tu_fork();
 	if (d->pid == 0) {
-		/* a test that fails half-way must not leave a daemon behind */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		execl(bin, bin, "--socket", d->sock, "--import", import,
 		      "--log-level", "warn", (char *)NULL);
 		_exit(127);
@@ -126,7 +126,9 @@ static void daemon_stop(struct daemon *d)
 	int st;
 
 	cr_assert(kill(d->pid, SIGTERM) == 0);
-	cr_assert(waitpid(d->pid, &st, 0) == d->pid);
+	cr_assert(tu_reap_within(d->pid, TU_WAIT_S, &st),
+		  "tensord did not exit within %d s of SIGTERM (killed)",
+		  TU_WAIT_S);
 	unlink(d->sock);
 	rmdir(d->dir);
 	cr_assert_eq(tu_fd_count(), d->fds0, "fd leak: %d -> %d", d->fds0,
@@ -168,13 +170,11 @@ static struct td_client *child_open(const struct daemon *d, const char *import)
 
 typedef void (*child_fn)(const struct daemon *d, void *arg);
 
+/* fn(d, arg) in a child that dies with this process; its pid. */
 static pid_t spawn(const struct daemon *d, child_fn fn, void *arg)
 {
-	pid_t pid;
+	pid_t pid = tu_fork();
 
-	fflush(NULL);
-	pid = fork();
-	cr_assert(pid >= 0);
 	if (pid == 0) {
 		fn(d, arg);
 #ifdef __SANITIZE_ADDRESS__
@@ -187,21 +187,33 @@ static pid_t spawn(const struct daemon *d, child_fn fn, void *arg)
 	return pid;
 }
 
-static int reap(pid_t pid)
+/* The child's exit status (or 128 + signal); one still running after
+ * secs is killed and fails the test. */
+static int reap_in(pid_t pid, int secs)
 {
-	int st;
+	int st = tu_wait_child(pid, secs, "a child of the test");
 
-	cr_assert(waitpid(pid, &st, 0) == pid);
 	if (WIFEXITED(st))
 		return WEXITSTATUS(st);
 	return 128 + WTERMSIG(st);
 }
 
-static void run_child(const struct daemon *d, child_fn fn, void *arg)
+static int reap(pid_t pid)
 {
-	int rc = reap(spawn(d, fn, arg));
+	return reap_in(pid, TU_WAIT_S);
+}
+
+static void run_child_in(const struct daemon *d, child_fn fn, void *arg,
+			 int secs)
+{
+	int rc = reap_in(spawn(d, fn, arg), secs);
 
 	cr_assert_eq(rc, 0, "child failed with status %d", rc);
+}
+
+static void run_child(const struct daemon *d, child_fn fn, void *arg)
+{
+	run_child_in(d, fn, arg, TU_WAIT_S);
 }
 
 /* ---- pipes between the processes of one test ---- */
@@ -216,10 +228,17 @@ static void ch_get(int fd, void *p, size_t n)
 	size_t got = 0;
 
 	while (got < n) {
-		ssize_t r = read(fd, (char *)p + got, n - got);
+		ssize_t r;
 
+		/* the test holds the write end too: a child that died first
+		 * would never end the read (testchild.h's hear()) */
+		if (!tu_in_child)
+			tu_await_readable(fd, TU_WAIT_S, "a child's word");
+		r = read(fd, (char *)p + got, n - got);
 		if (r < 0 && errno == EINTR)
 			continue;
+		if (!tu_in_child)
+			cr_assert_gt(r, 0, "the pipe ended before the word");
 		CK(r > 0);
 		got += (size_t)r;
 	}
@@ -372,7 +391,10 @@ Test(handoff, a_256_mib_tensor_round_trips, .timeout = 240)
 	struct daemon d;
 
 	daemon_start(&d);
-	roundtrip(&d, &t);
+	/* 256 MiB written and checked byte by byte: slow under ASan; each
+	 * child bounded well within the test's own timeout */
+	run_child_in(&d, put_child, (void *)&t, 100);
+	run_child_in(&d, get_child, (void *)&t, 100);
 	daemon_stop(&d);
 }
 
@@ -785,6 +807,8 @@ static void become_nobody(void)
 	CK(setgroups(0, NULL) == 0);
 	CK(setgid(65534) == 0);
 	CK(setuid(65534) == 0);
+	/* a credential change clears the parent-death signal: again */
+	CK(prctl(PR_SET_PDEATHSIG, SIGKILL) == 0);
 }
 
 static void nobody_consumer(const struct daemon *d, void *arg)
@@ -1519,8 +1543,11 @@ static void fake_check(enum fake_kind kind)
 	cr_assert(mkdtemp(f.dir));
 	snprintf(f.sock, sizeof(f.sock), "%s/s", f.dir);
 	pid = spawn(NULL, fake_child, &f);
-	while (stat(f.sock, &st) < 0) /* listening once the name exists */
+	/* listening once the name exists (bounded: a fake that failed
+	 * before never makes it) */
+	for (int i = 0; i < TU_WAIT_S * 1000 && stat(f.sock, &st) < 0; i++)
 		usleep(1000);
+	cr_assert_eq(stat(f.sock, &st), 0, "the fake daemon never listened");
 	rc = td_client_connect(f.sock, &c, &e);
 	cr_assert_eq(rc, -EPROTO, "%d %s", rc, e.reason);
 	cr_assert_null(c);
@@ -1678,8 +1705,7 @@ Test(handoff, a_forked_child_cannot_use_or_end_the_parents_connection)
 	c = client_open(&d);
 	parent_put(c, "fork/a", 64, 1);
 	cr_assert_eq(td_client_get(c, "fork/a", &t, &e), 0, "%s", e.reason);
-	pid = fork();
-	cr_assert(pid >= 0);
+	pid = tu_fork();
 	if (pid == 0) {
 		struct td_entry ce = {0};
 		int ok = td_client_stat(c, "fork/a", &ce, NULL) == -ECHILD;
@@ -1687,7 +1713,9 @@ Test(handoff, a_forked_child_cannot_use_or_end_the_parents_connection)
 		td_tensor_release(t); /* must not end the parent's lease */
 		_exit(ok ? 0 : 1);
 	}
-	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	/* bounded: a child let on the shared socket could wait for ever
+	 * for a reply that reaches the parent */
+	status = tu_wait_child(pid, TU_WAIT_S, "the child of fork()");
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		  "the child's call was not refused with -ECHILD");
 	cr_assert_eq(td_client_stat(c, "fork/a", &ent, &e), 0, "%s", e.reason);
@@ -1729,8 +1757,7 @@ Test(handoff, a_forked_child_cannot_use_the_parents_ring)
 	memset(slot.planes[0], 5, 64);
 	cr_assert_eq(td_ring_publish(r, NULL), 0);
 	cr_assert_eq(td_sub_next(sub, 5000, &v), 0);
-	pid = fork();
-	cr_assert(pid >= 0);
+	pid = tu_fork();
 	if (pid == 0) {
 		struct td_slot cs;
 		struct td_view cv;
@@ -1743,7 +1770,7 @@ Test(handoff, a_forked_child_cannot_use_the_parents_ring)
 		td_ring_close(r);
 		_exit(ok ? 0 : 1);
 	}
-	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	status = tu_wait_child(pid, TU_WAIT_S, "the child of fork()");
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		  "the child's ring calls were not refused with -ECHILD");
 	/* the parent's hold is still in the ring: however often the

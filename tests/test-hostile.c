@@ -76,6 +76,9 @@ static void stop(void)
 {
 	int rc = tdc_stop(&D, 0);
 
+	cr_assert_neq(rc, -ETIMEDOUT, "tensord did not exit within %d s of "
+				      "SIGTERM (killed; log %s)",
+		      TDC_STOP_S, D.log);
 	cr_assert_eq(rc, 0, "tensord exit status %d (log %s)", rc, D.log);
 }
 
@@ -122,6 +125,8 @@ static void regain_root(void)
 	CK(syscall(SYS_capset, &h, c) == 0);
 	CK(setresgid(0, 0, 0) == 0);
 	CK(setresuid(0, 0, 0) == 0);
+	/* a credential change clears the parent-death signal: again */
+	CK(prctl(PR_SET_PDEATHSIG, SIGKILL) == 0);
 }
 
 /* A 4 KiB memfd filled with byte b, size-sealed: publishable as is. */
@@ -290,8 +295,7 @@ static void deputy_child(const struct tu_daemon *td, void *arg)
 	/* the check passes for what nobody could pull by itself */
 	CK(in == TD_IMPORT_PIDFD);
 	CK(pipe(go) == 0);
-	h = fork();
-	CK(h >= 0);
+	h = tu_fork(); /* it holds go[1] too: it must die with this child */
 	if (h == 0) {
 		int rc;
 
@@ -669,6 +673,8 @@ Test(hostile, fd_exhaustion_by_many_uids_leaves_the_operator_its_reserve)
 	for (int i = 0; i < 5; i++) {
 		struct hog_report r;
 
+		/* EOF if it died; a hog that is stuck is bounded here */
+		tu_await_readable(h[i].ready[0], TU_WAIT_S, "a hog's report");
 		cr_assert_eq(read(h[i].ready[0], &r, sizeof(r)),
 			     (ssize_t)sizeof(r));
 		fprintf(stderr,
@@ -887,6 +893,8 @@ static int wdo(struct worker *w, int op, const char *name, uint32_t size,
 
 	snprintf(m.name, sizeof(m.name), "%s", name);
 	cr_assert_eq(write(w->cmd[1], &m, sizeof(m)), (ssize_t)sizeof(m));
+	/* EOF if it died; a worker that is stuck is bounded here */
+	tu_await_readable(w->res[0], TU_WAIT_S, "a worker's result");
 	cr_assert_eq(read(w->res[0], &r, sizeof(r)), (ssize_t)sizeof(r),
 		     "worker uid %u died", (unsigned)w->uid);
 	if (why)
@@ -1404,6 +1412,9 @@ Test(hostile, accept_backs_off_at_emfile_without_spinning_or_flooding_the_log)
 	for (int i = 0; i < 40; i++)
 		close(socks[i]);
 	rc = tdc_stop(&D, 1);
+	cr_assert_neq(rc, -ETIMEDOUT, "tensord did not exit within %d s of "
+				      "SIGTERM (killed; log %s)",
+		      TDC_STOP_S, D.log);
 	cr_assert_eq(rc, 0, "tensord exit status %d (log %s)", rc, D.log);
 	accepts = log_number("accept4 calls ");
 	pauses = log_number("pauses for lack of descriptors ");

@@ -24,6 +24,8 @@
 #include "tensord/tensord.h"
 #include "testutil.h"
 
+TestSuite(hrry, .timeout = TU_TEST_TIMEOUT_S);
+
 uint32_t td__hrry_crc32c_table(uint32_t crc, const void *buf, size_t len);
 
 /* ---- helpers ---- */

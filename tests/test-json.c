@@ -14,6 +14,9 @@
 
 #include "td-json.h"
 #include "tgm-desc.h"
+#include "testutil.h"
+
+TestSuite(json, .timeout = TU_TEST_TIMEOUT_S);
 
 /* CBOR written as hex (spaces allowed) into buf; its length. */
 static size_t unhex(const char *hex, uint8_t *buf, size_t cap)

@@ -28,6 +28,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -37,6 +38,8 @@
 #include "testchild.h"
 #include "testclient.h"
 #include "testutil.h"
+
+TestSuite(loan_names, .timeout = TU_TEST_TIMEOUT_S);
 
 #define NOBODY 65534
 #define SIZE 4096u
@@ -76,6 +79,9 @@ static void reader_main(const struct tu_daemon *d, void *arg)
 	CK(setgroups(0, NULL) == 0);
 	CK(setgid(NOBODY) == 0);
 	CK(setuid(NOBODY) == 0);
+	/* a credential change clears the parent-death signal: again (it
+	 * would read its commands for ever after a failed test) */
+	CK(prctl(PR_SET_PDEATHSIG, SIGKILL) == 0);
 	c = open_client(d);
 	pc = open_client(d);
 	for (;;) {
@@ -155,6 +161,8 @@ static uint64_t ask(struct reader *r, char op, const char *name,
 
 	snprintf(m.name, sizeof(m.name), "%s", name ? name : "");
 	cr_assert_eq(write(r->cmd[1], &m, sizeof(m)), (ssize_t)sizeof(m));
+	/* this process holds rep[1] too: a dead reader is no EOF */
+	tu_await_readable(r->rep[0], TU_WAIT_S, "the reader's answer");
 	cr_assert_eq(read(r->rep[0], &ans, sizeof(ans)),
 		     (ssize_t)sizeof(ans), "the reader died; see stderr");
 	return ans;
@@ -562,7 +570,12 @@ static char *read_all(int fd, size_t *len)
 
 	cr_assert(b);
 	*len = 0;
-	while ((r = recv(fd, b + *len, cap - *len, 0)) > 0) {
+	/* bounded: a response the daemon never ends fails the test */
+	for (;;) {
+		tu_await_readable(fd, TU_WAIT_S, "the HTTP response's end");
+		r = recv(fd, b + *len, cap - *len, 0);
+		if (r <= 0)
+			break;
 		*len += (size_t)r;
 		if (*len == cap)
 			cr_assert((b = realloc(b, cap *= 2)));

@@ -20,6 +20,8 @@
 #include "testclient.h"
 #include "testutil.h"
 
+TestSuite(loop, .timeout = TU_TEST_TIMEOUT_S);
+
 /* Hang guard only: nothing about speed is asserted. */
 #define HANG_MS 20000
 

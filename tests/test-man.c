@@ -13,6 +13,8 @@
 
 #include "testutil.h"
 
+TestSuite(man, .timeout = TU_TEST_TIMEOUT_S);
+
 static char *source(const char *rel)
 {
 	char path[4096];

@@ -41,6 +41,8 @@
 #include "testutil.h"
 #include "wire.h"
 
+TestSuite(recycle, .timeout = TU_TEST_TIMEOUT_S);
+
 /*
  * SCM_RIGHTS descriptors this process has received. recvmsg is
  * interposed (this executable's definition comes first for libtensord's
@@ -968,9 +970,7 @@ static void liar_get(bool pre_features)
 	cr_assert_geq(lsock, 0);
 	cr_assert_eq(bind(lsock, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	cr_assert_eq(listen(lsock, 1), 0);
-	fflush(NULL);
-	pid = fork();
-	cr_assert_geq(pid, 0);
+	pid = tu_fork();
 	if (pid == 0)
 		_exit(fake_daemon(lsock, pre_features));
 	close(lsock);
@@ -986,7 +986,7 @@ static void liar_get(bool pre_features)
 	/* and again: nothing half-imported stayed behind */
 	cr_assert_eq(td_client_get(c, "rec/liar", &t, &e), -EPROTO);
 	td_client_close(c);
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	st = tu_wait_child(pid, TU_WAIT_S, "the fake daemon");
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 		  "fake daemon status %#x", st);
 	unlink(sa.sun_path);
@@ -1342,9 +1342,7 @@ Test(recycle, a_child_of_fork_leaves_the_parents_publish_answer, .timeout = 60)
 	a = loan(c, 4 * KIB, TD_ALLOC_STREAM);
 	cr_assert_eq(kill(d.pid, SIGSTOP), 0);
 	publish_nowait(c, a, "nw/forked", 9);
-	fflush(NULL);
-	pid = fork();
-	cr_assert_geq(pid, 0);
+	pid = tu_fork();
 	if (pid == 0) {
 		struct td_alloc *b = NULL;
 
@@ -1354,7 +1352,7 @@ Test(recycle, a_child_of_fork_leaves_the_parents_publish_answer, .timeout = 60)
 			      ? 0
 			      : 1);
 	}
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	st = tu_wait_child(pid, TU_WAIT_S, "the child of fork()");
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %#x", st);
 	cr_assert_eq(kill(d.pid, SIGCONT), 0);
 	cr_assert_eq(td_client_publish_wait(c, &v, &e), 0, "%s", e.reason);
@@ -1544,9 +1542,7 @@ Test(recycle, a_child_of_fork_is_not_given_the_parents_publish_failure)
 	cr_assert_eq(td_client_stat(c, "nw/ring", &ent, &e), 0, "%s",
 		     e.reason);
 	td_entry_fini(&ent);
-	fflush(NULL);
-	pid = fork();
-	cr_assert_geq(pid, 0);
+	pid = tu_fork();
 	if (pid == 0) {
 		struct td_alloc *b = NULL;
 
@@ -1555,7 +1551,7 @@ Test(recycle, a_child_of_fork_is_not_given_the_parents_publish_failure)
 			      ? 0
 			      : 1);
 	}
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	st = tu_wait_child(pid, TU_WAIT_S, "the child of fork()");
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %#x", st);
 	cr_assert_eq(td_client_alloc_ex(c, 1, &size, TD_ALLOC_STREAM, &a, &e),
 		     -EEXIST, "%s", e.reason);

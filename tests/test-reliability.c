@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -65,6 +66,9 @@ static void stop(void)
 {
 	int rc = tdc_stop(&D, 0);
 
+	cr_assert_neq(rc, -ETIMEDOUT, "tensord did not exit within %d s of "
+				      "SIGTERM (killed; log %s)",
+		      TDC_STOP_S, D.log);
 	cr_assert_eq(rc, 0, "tensord exit status %d (log %s)", rc, D.log);
 }
 
@@ -196,18 +200,19 @@ static int stat_rc(struct td_client *c, const char *name,
 /* Run fn in a child as nobody; assert it exits 0. */
 static void as_nobody(void (*fn)(void *), void *arg)
 {
-	pid_t pid = fork();
+	pid_t pid = tu_fork();
 	int st;
 
-	cr_assert(pid >= 0);
 	if (pid == 0) {
 		if (setgroups(0, NULL) < 0 || setgid(NOBODY) < 0 ||
 		    setuid(NOBODY) < 0)
 			_exit(2);
+		/* the uid change cleared the parent-death signal: again */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		fn(arg);
 		_exit(0);
 	}
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	st = tu_wait_child(pid, TU_WAIT_S, "a child as nobody");
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 		  "child as nobody failed (status %d); see stderr", st);
 }
@@ -243,8 +248,11 @@ static ssize_t raw_recv(int sock, struct td_wire_hdr *h)
 	uint8_t buf[TD_WIRE_MAX_MSG];
 	int fds[TD_WIRE_MAX_FDS];
 	struct td__scm_rx rx = {.fds = fds, .cap = TD_WIRE_MAX_FDS};
-	ssize_t n = td__scm_recv(sock, buf, sizeof(buf), 0, &rx);
+	ssize_t n;
 
+	/* a daemon that neither answers nor hangs up fails the test */
+	tu_await_readable(sock, TU_WAIT_S, "a message or hang-up of tensord");
+	n = td__scm_recv(sock, buf, sizeof(buf), 0, &rx);
 	if (n < 0)
 		return n;
 	td__scm_close(fds, rx.nfds);
@@ -458,8 +466,9 @@ Test(reliability, sigkill_at_random_points_leaks_nothing_and_shows_no_half_tenso
 
 		for (int r = 0; r < 3; r++) {
 			seed = tu_rand(&seed) | 1;
-			kids[r] = fork();
-			cr_assert(kids[r] >= 0);
+			/* victims loop until killed: none may outlive a
+			 * test that fails or times out */
+			kids[r] = tu_fork();
 			if (kids[r] == 0)
 				victim(r, seed, bad[1]);
 		}
@@ -1277,8 +1286,7 @@ Test(reliability, a_big_rings_slots_are_freed_by_the_closer_thread)
 	t0 = thread_ticks(D.pid, "td-closer");
 	cr_assert_geq(t0, 0, "the daemon has no td-closer thread");
 	fds0 = tdc_fd_count(D.pid);
-	pid = fork();
-	cr_assert_geq(pid, 0);
+	pid = tu_fork();
 	if (pid == 0) {
 		int rc;
 		struct td_client *c = cli_try(&rc);
@@ -1289,7 +1297,7 @@ Test(reliability, a_big_rings_slots_are_freed_by_the_closer_thread)
 			      ? 0
 			      : 1);
 	}
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	st = tu_wait_child(pid, TU_WAIT_S, "the ring's producer");
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the producer failed");
 	closer_freed(fds0, t0, "a ring's 512 MiB of slots");
 	stop();

@@ -32,6 +32,8 @@
 #include "testutil.h"
 #include "wire.h"
 
+TestSuite(ring_catalog, .timeout = TU_TEST_TIMEOUT_S);
+
 
 static struct td_ring *make_ring(struct td_client *c, const char *name,
 				 uint32_t slots, uint64_t size)
@@ -867,6 +869,8 @@ static size_t raw_call(int sock, uint16_t op, size_t body_len,
 	cr_assert_eq(td__scm_send(sock, tx_buf, TD_WIRE_HDR_LEN + body_len,
 				  NULL, 0, 0),
 		     (ssize_t)(TD_WIRE_HDR_LEN + body_len));
+	/* a reply the daemon never sends fails the test */
+	tu_await_readable(sock, TU_WAIT_S, "tensord's reply");
 	n = td__scm_recv(sock, rx_buf, sizeof(rx_buf), 0, &rx);
 	td__scm_close(fds, rx.nfds); /* HELLO's pidfd */
 	cr_assert_geq(n, TD_WIRE_HDR_LEN);

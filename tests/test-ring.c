@@ -35,6 +35,8 @@
 #include "testchild.h"
 #include "testutil.h"
 
+TestSuite(ring, .timeout = TU_TEST_TIMEOUT_S);
+
 /* ---- the daemon under test: tu_daemon, children: testchild.h ---- */
 
 /*

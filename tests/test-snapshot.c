@@ -32,6 +32,8 @@
 #include "testclient.h"
 #include "testutil.h"
 
+TestSuite(snapshot, .timeout = TU_TEST_TIMEOUT_S);
+
 #define WAIT_MS 20000
 
 struct snapdir {

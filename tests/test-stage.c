@@ -37,6 +37,8 @@
 #include "wire-status.h"
 #include "wire.h"
 
+TestSuite(stage, .timeout = TU_TEST_TIMEOUT_S);
+
 #define NAME "cam/stage"
 #define SIZE 4096u
 
@@ -926,11 +928,12 @@ Test(stage, a_follower_cannot_reopen_the_bell_or_the_trigger_page,
 	cr_assert_eq(chmod(wo.d.dir, 0755), 0);
 	prod = wo.prod;
 	cr_assert_neq(prod->st_alloc, 0u);
-	pid = fork();
-	cr_assert_geq(pid, 0);
+	pid = tu_fork();
 	if (pid == 0)
 		_exit(nobody_follower(wo.d.sock));
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	/* half the test's timeout: a follower stuck on the daemon fails
+	 * with this message, not the timeout's */
+	st = tu_wait_child(pid, 30, "the nobody follower");
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 		  "the nobody follower: status %#x (14: the bell, 15/16: "
 		  "the trigger page writable)", st);

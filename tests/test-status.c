@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,8 @@
 #include <tensord/tensord.h>
 
 #include "testutil.h"
+
+TestSuite(status, .timeout = TU_TEST_TIMEOUT_S);
 
 #define NOBODY 65534
 
@@ -206,17 +209,17 @@ static void nobody_status(const char *sock)
 static void as_nobody(struct logged *l, void (*fn)(const char *sock))
 {
 	chmod(l->d.dir, 0755);
-	pid_t pid = fork();
-	cr_assert(pid >= 0);
+	pid_t pid = tu_fork();
 	if (pid == 0) {
 		if (setgroups(0, NULL) < 0 || setgid(NOBODY) < 0 ||
 		    setuid(NOBODY) < 0)
 			_exit(2);
+		/* the uid change cleared the parent-death signal: again */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		fn(l->d.sock);
 		_exit(0);
 	}
-	int st;
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	int st = tu_wait_child(pid, TU_WAIT_S, "the child as nobody");
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d",
 		  WEXITSTATUS(st));
 }

@@ -40,6 +40,8 @@
 #include "testclient.h"
 #include "testutil.h"
 
+TestSuite(systemd, .timeout = TU_TEST_TIMEOUT_S);
+
 #define WAIT_MS 20000 /* generous: a slow or loaded machine still passes */
 #define MAX_STORED 256
 
@@ -350,7 +352,8 @@ static void daemon_stop(struct daemon *d, struct fdstore *st)
 
 	cr_assert_eq(kill(d->pid, SIGTERM), 0);
 	notify_until(d, st, "STOPPING=1", &m);
-	cr_assert_eq(waitpid(d->pid, &status, 0), d->pid);
+	/* bounded: one that hangs after STOPPING=1 fails the test */
+	status = tu_wait_child(d->pid, TU_WAIT_S, "tensord after STOPPING=1");
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		  "tensord exited with status %#x", status);
 	/* the final image and removals are queued already: drain them */
@@ -1518,7 +1521,8 @@ Test(systemd, socket_activated_daemon_serves_clients)
 	td_tensor_release(t);
 	td_client_close(c);
 	cr_assert_eq(kill(d.pid, SIGTERM), 0);
-	cr_assert_eq(waitpid(d.pid, &status, 0), d.pid);
+	status = tu_wait_child(d.pid, TU_WAIT_S,
+			       "systemd-socket-activate after SIGTERM");
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%#x",
 		  status);
 	err = tu_slurp(d.err);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -31,6 +32,8 @@
 #include "tensord/tensord.h"
 #include "testutil.h"
 #include "tgm-desc.h"
+
+TestSuite(tensorctl, .timeout = TU_TEST_TIMEOUT_S);
 
 #define NOBODY 65534
 
@@ -60,22 +63,21 @@ static int ctl_run(const struct tu_daemon *d, const struct run *r, char **out,
 		   char **err, const char *const *args)
 {
 	char *argv[64] = {(char *)ctl_bin(), "--socket", (char *)d->sock};
-	int p[2][2], n = 3, status, open_fds = 2;
-	struct {
-		char *buf;
-		size_t len, cap;
-	} cap[2] = {{NULL, 0, 4096}, {NULL, 0, 4096}};
+	char what[512], *got[2];
+	int p[2][2], n = 3, status, o;
 	pid_t pid;
 
+	o = snprintf(what, sizeof(what), "tensorctl");
 	for (; *args; args++) {
 		cr_assert_lt(n, 62);
 		argv[n++] = (char *)*args;
+		if (o < (int)sizeof(what))
+			o += snprintf(what + o, sizeof(what) - (size_t)o,
+				      " %s", *args);
 	}
 	argv[n] = NULL;
 	cr_assert(pipe2(p[0], O_CLOEXEC) == 0 && pipe2(p[1], O_CLOEXEC) == 0);
-	fflush(NULL);
-	pid = fork();
-	cr_assert(pid >= 0);
+	pid = tu_fork();
 	if (pid == 0) {
 		int in = r && r->in_fd >= 0 ? r->in_fd
 					    : open("/dev/null", O_RDONLY);
@@ -97,7 +99,8 @@ static int ctl_run(const struct tu_daemon *d, const struct run *r, char **out,
 			setrlimit(RLIMIT_FSIZE, &rl);
 		}
 		if (r && r->uid &&
-		    (setgroups(0, NULL) || setgid(r->uid) || setuid(r->uid)))
+		    (setgroups(0, NULL) || setgid(r->uid) || setuid(r->uid) ||
+		     prctl(PR_SET_PDEATHSIG, SIGKILL))) /* cleared by it */
 			_exit(126);
 		execv(argv[0], argv);
 		_exit(127);
@@ -110,47 +113,17 @@ static int ctl_run(const struct tu_daemon *d, const struct run *r, char **out,
 		*r->pid = pid;
 		return 0;
 	}
-	for (int k = 0; k < 2; k++)
-		cr_assert((cap[k].buf = malloc(cap[k].cap)));
-	/* both pipes at once: neither may fill while the other is read */
-	while (open_fds) {
-		struct pollfd pf[2] = {{p[0][0], POLLIN, 0},
-				       {p[1][0], POLLIN, 0}};
-
-		if (poll(pf, 2, -1) < 0) {
-			cr_assert_eq(errno, EINTR);
-			continue;
-		}
-		for (int k = 0; k < 2; k++) {
-			ssize_t got;
-
-			if (pf[k].fd < 0 || !pf[k].revents)
-				continue;
-			if (cap[k].len + 1 >= cap[k].cap)
-				cr_assert((cap[k].buf = realloc(
-						   cap[k].buf, cap[k].cap *= 2)));
-			got = read(p[k][0], cap[k].buf + cap[k].len,
-				   cap[k].cap - cap[k].len - 1);
-			if (got < 0 && errno == EINTR)
-				continue;
-			if (got <= 0) {
-				close(p[k][0]);
-				p[k][0] = -1;
-				open_fds--;
-				continue;
-			}
-			cap[k].len += (size_t)got;
-		}
-	}
-	cr_assert(waitpid(pid, &status, 0) == pid);
+	/* bounded: a tensorctl that hangs (a FIFO's open, a lost signal)
+	 * fails the test that ran it */
+	status = tu_collect(pid, 2, (int[]){p[0][0], p[1][0]}, got, TU_WAIT_S,
+			    what);
 	for (int k = 0; k < 2; k++) {
 		char **dst = k ? err : out;
 
-		cap[k].buf[cap[k].len] = 0;
 		if (dst)
-			*dst = cap[k].buf;
+			*dst = got[k];
 		else
-			free(cap[k].buf);
+			free(got[k]);
 	}
 	return WIFEXITED(status) ? WEXITSTATUS(status)
 				 : 128 + WTERMSIG(status);
@@ -478,6 +451,8 @@ Test(tensorctl, directory_refused_and_socket_written_directly)
 	/* 6 bytes fit the socket buffer before anyone accepts */
 	cr_expect_eq(CTL(&d, NULL, &err, "get", "t", "-o", sock), 0, "%s", err);
 	free(err);
+	/* a tensorctl that failed never connected: no accept for ever */
+	tu_await_readable(ls, TU_WAIT_S, "tensorctl's connection");
 	c = accept(ls, NULL, NULL);
 	cr_assert(c >= 0);
 	cr_expect_eq(read(c, got, sizeof(got)), 6);
@@ -656,7 +631,7 @@ static void fifo_interrupted_by(int sig)
 		usleep(10000);
 	cr_assert_eq(leases(&d, "t"), 1, "tensorctl never took its lease");
 	cr_assert_eq(kill(pid, sig), 0);
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	st = tu_wait_child(pid, TU_WAIT_S, "tensorctl after the signal");
 	cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == sig,
 		  "status %#x: not ended by the signal", st);
 	for (i = 0; i < 2000 && leases(&d, "t") != 0; i++)
@@ -683,6 +658,54 @@ Test(tensorctl, fifo_write_gives_up_on_sigterm)
 }
 
 /*
+ * tensorctl get NAME -o PATH, started, with the shim (raise-before-open.c)
+ * raising SIGINT just before the call of $var on PATH: the moment after
+ * its last look at its flag and before a call that may block for ever.
+ */
+static pid_t get_raising(const struct tu_daemon *d, const char *name,
+			 const char *path, const char *var)
+{
+	const char *shim = getenv("TD_RAISE_BEFORE_OPEN_SHIM");
+	struct run r = {.in_fd = -1, .out_fd = -1};
+	char spec[200];
+	pid_t pid;
+
+	cr_assert(shim, "TD_RAISE_BEFORE_OPEN_SHIM is not set (run through "
+			"meson test)");
+	snprintf(spec, sizeof(spec), "%d:%s", SIGINT, path);
+	/* only tensorctl's environment: it is exec'ed with ours; a
+	 * sanitized tensorctl is told its runtime need not come first */
+	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
+	cr_assert_eq(setenv(var, spec, 1), 0);
+	cr_assert_eq(setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:"
+					    "verify_asan_link_order=0", 1),
+		     0);
+	r.pid = &pid;
+	CTL_R(d, &r, NULL, NULL, "get", name, "-o", path);
+	unsetenv("LD_PRELOAD");
+	unsetenv(var);
+	return pid;
+}
+
+/* tensorctl (pid) was not deaf to the signal: it ended by it, bounded,
+ * and its lease of name went with it. */
+static void ended_by_sigint(const struct tu_daemon *d, pid_t pid,
+			    const char *name, const char *waiting_for)
+{
+	int st = 0, i;
+
+	cr_assert(tu_reap_within(pid, TU_WAIT_S, &st),
+		  "the signal was lost: tensorctl still waited for %s after "
+		  "%d s",
+		  waiting_for, TU_WAIT_S);
+	cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGINT,
+		  "status %#x: not ended by the signal", st);
+	for (i = 0; i < 2000 && leases(d, name) != 0; i++)
+		usleep(10000);
+	cr_expect_eq(leases(d, name), 0, "the lease outlived tensorctl");
+}
+
+/*
  * A signal caught after tensorctl's last look at its flag and before the
  * FIFO's open is not lost: the open would wait for a reader for ever (it
  * hung CI once, the signal having come between the two). A shim raises
@@ -690,45 +713,141 @@ Test(tensorctl, fifo_write_gives_up_on_sigterm)
  */
 Test(tensorctl, a_signal_just_before_a_fifo_open_is_not_lost)
 {
-	const char *shim = getenv("TD_RAISE_BEFORE_OPEN_SHIM");
-	struct run r = {.in_fd = -1, .out_fd = -1};
 	struct tu_daemon d;
-	char fifo[160], spec[200];
+	char fifo[160];
 	pid_t pid;
-	int st = 0, i;
 
-	cr_assert(shim, "TD_RAISE_BEFORE_OPEN_SHIM is not set (run through "
-			"meson test)");
 	start(&d);
 	path_in(fifo, sizeof(fifo), &d, "fifo");
 	cr_assert_eq(mkfifo(fifo, 0600), 0);
-	snprintf(spec, sizeof(spec), "%d:%s", SIGINT, fifo);
-	/* only tensorctl's environment: it is exec'ed with ours; a
-	 * sanitized tensorctl is told its runtime need not come first */
-	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
-	cr_assert_eq(setenv("TD_RAISE_BEFORE_OPEN", spec, 1), 0);
-	cr_assert_eq(setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:"
-					    "verify_asan_link_order=0", 1),
-		     0);
-	r.pid = &pid;
-	CTL_R(&d, &r, NULL, NULL, "get", "t", "-o", fifo);
-	unsetenv("LD_PRELOAD");
-	unsetenv("TD_RAISE_BEFORE_OPEN");
-	/* bounded: nobody ever opens the FIFO for reading */
-	for (i = 0; i < 3000 && waitpid(pid, &st, WNOHANG) == 0; i++)
-		usleep(10000);
-	if (i == 3000) {
-		kill(pid, SIGKILL);
-		waitpid(pid, &st, 0);
-		cr_assert_fail("the signal was lost: tensorctl still waited "
-			       "for the FIFO's reader after 30 s");
-	}
-	cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGINT,
-		  "status %#x: not ended by the signal", st);
-	for (i = 0; i < 2000 && leases(&d, "t") != 0; i++)
-		usleep(10000);
-	cr_expect_eq(leases(&d, "t"), 0, "the lease outlived tensorctl");
+	pid = get_raising(&d, "t", fifo, "TD_RAISE_BEFORE_OPEN");
+	/* nobody ever opens the FIFO for reading */
+	ended_by_sigint(&d, pid, "t", "the FIFO's reader");
 	unlink(fifo);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * The same just before a write to a FIFO whose reader has stopped
+ * reading: the write fills the pipe and waits for room for ever, unless
+ * the signal that came just before it is acted on.
+ */
+Test(tensorctl, a_signal_just_before_a_fifo_write_is_not_lost)
+{
+	struct tu_daemon d;
+	char fifo[160];
+	pid_t pid, reader;
+
+	start(&d);
+	put_zeros(&d, "big", 1 << 20); /* more than a pipe holds */
+	path_in(fifo, sizeof(fifo), &d, "fifo");
+	cr_assert_eq(mkfifo(fifo, 0600), 0);
+	reader = tu_fork();
+	if (reader == 0) {
+		int fd = open(fifo, O_RDONLY);
+
+		pause(); /* never reads: killed below, or dies with the test */
+		_exit(fd < 0);
+	}
+	pid = get_raising(&d, "big", fifo, "TD_RAISE_BEFORE_WRITE");
+	ended_by_sigint(&d, pid, "big", "room in the FIFO");
+	kill(reader, SIGKILL);
+	tu_wait_child(reader, TU_WAIT_S, "the FIFO's reader");
+	unlink(fifo);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * The same just before the connect to a socket whose listener accepts
+ * nobody and whose backlog is full: the connect waits for room for ever.
+ */
+Test(tensorctl, a_signal_just_before_a_socket_connect_is_not_lost)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct tu_daemon d;
+	int ls, queued;
+	pid_t pid;
+
+	start(&d);
+	path_in(sa.sun_path, sizeof(sa.sun_path), &d, "full.sock");
+	ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	queued = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert(ls >= 0 && queued >= 0);
+	cr_assert_eq(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	/* a backlog of 0 holds one connection, this one: the next waits */
+	cr_assert_eq(listen(ls, 0), 0);
+	cr_assert_eq(connect(queued, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	pid = get_raising(&d, "t", sa.sun_path, "TD_RAISE_BEFORE_CONNECT");
+	ended_by_sigint(&d, pid, "t", "room in the listener's backlog");
+	close(queued);
+	close(ls);
+	unlink(sa.sun_path);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * name: a tensor whose fence nobody signals; the client that published
+ * it and the fence stay open here (close both).
+ */
+static struct td_client *put_unsignalled(const struct tu_daemon *d,
+					 const char *name, int *fence)
+{
+	uint64_t size = 64;
+	struct td_publish p = {.name = name, .flags = TD_PUBLISH_FENCE,
+			       .dtype = TD_TENSOR_U8, .ndim = 1,
+			       .shape = &size};
+	struct td_error e = {0};
+	struct td_client *c;
+	struct td_alloc *a;
+
+	p.fence_fd = *fence = td_fence_create();
+	cr_assert_geq(*fence, 0);
+	cr_assert_eq(td_client_connect(d->sock, &c, NULL), 0);
+	cr_assert_eq(td_client_alloc(c, 1, &size, &a, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_publish_alloc(c, a, &p, NULL, &e), 0, "%s",
+		     e.reason);
+	return c;
+}
+
+/*
+ * A Hurray save fetches each tensor, and waits for its fence, with its
+ * output open: a signal there only sets tensorctl's flag, and a fence
+ * wait that went on after it would never end for a fence that never
+ * signals. SIGTERM ends it as it ends a write: the temporary file goes,
+ * the old file stays, and tensorctl dies of the signal.
+ */
+Test(tensorctl, a_save_waiting_for_a_fence_ends_on_sigterm)
+{
+	struct run r = {.in_fd = -1, .out_fd = -1};
+	struct tu_daemon d;
+	struct td_client *c;
+	char path[160];
+	int fence, st = 0, i;
+	pid_t pid;
+
+	start(&d);
+	c = put_unsignalled(&d, "fenced", &fence);
+	path_in(path, sizeof(path), &d, "fenced.hrry");
+	write_file(path, "old", 3);
+	r.pid = &pid;
+	CTL_R(&d, &r, NULL, NULL, "save", "--format", "hrry", "-o", path,
+	      "fenced");
+	/* its output is open once its temporary file is there (a bounded
+	 * wait; nothing about speed is asserted) */
+	for (i = 0; i < 2000 && !temp_files(d.dir); i++)
+		usleep(10000);
+	cr_assert_gt(temp_files(d.dir), 0, "tensorctl never opened its output");
+	cr_assert_eq(kill(pid, SIGTERM), 0);
+	cr_assert(tu_reap_within(pid, TU_WAIT_S, &st),
+		  "the signal was lost: tensorctl still waited for the fence "
+		  "after %d s",
+		  TU_WAIT_S);
+	cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM,
+		  "status %#x: not ended by the signal", st);
+	cr_expect_eq(temp_files(d.dir), 0, "SIGTERM left a temp file");
+	expect_file(path, "old");
+	close(fence);
+	td_client_close(c);
 	tu_daemon_stop(&d, false);
 }
 
@@ -743,8 +862,7 @@ Test(tensorctl, fifo_written_directly_when_read)
 	path_in(fifo, sizeof(fifo), &d, "fifo");
 	cr_assert_eq(mkfifo(fifo, 0600), 0);
 	cr_assert_eq(pipe(p), 0);
-	pid = fork();
-	cr_assert(pid >= 0);
+	pid = tu_fork();
 	if (pid == 0) {
 		char b[16];
 		int fd;
@@ -758,9 +876,8 @@ Test(tensorctl, fifo_written_directly_when_read)
 	cr_expect_eq(CTL(&d, NULL, &err, "get", "t", "-o", fifo), 0, "%s", err);
 	free(err);
 	{
-		int st;
+		int st = tu_wait_child(pid, TU_WAIT_S, "the FIFO's reader");
 
-		cr_assert_eq(waitpid(pid, &st, 0), pid);
 		cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 			  "the reader did not get abcdef");
 	}
@@ -792,7 +909,7 @@ Test(tensorctl, killed_save_leaves_no_temp_after_the_next_run)
 		for (i = 0; i < 100000 && !temp_files(d.dir); i++)
 			usleep(100);
 		kill(pid, SIGTERM);
-		cr_assert_eq(waitpid(pid, &st, 0), pid);
+		tu_wait_child(pid, TU_WAIT_S, "tensorctl save after SIGTERM");
 		cr_expect_eq(temp_files(d.dir), 0, "SIGTERM left a temp file");
 		{
 			struct stat s;
@@ -860,6 +977,9 @@ Test(tensorctl, dash_is_stdout_and_a_terminal_is_refused)
 	{
 		char b[16] = "";
 
+		/* the slave is open here: nothing written, no end */
+		tu_await_readable(pty, TU_WAIT_S, "tensorctl's bytes on the "
+						  "terminal");
 		cr_expect_eq(read(pty, b, sizeof(b) - 1), 6);
 		cr_expect_str_eq(b, "abcdef");
 	}
@@ -876,6 +996,7 @@ Test(tensorctl, stream_inputs_are_capped)
 	struct run r = {.out_fd = -1};
 	char fifo[160], *err;
 	int p[2];
+	pid_t pid;
 
 	start(&d);
 	cr_expect_eq(CTL(&d, NULL, &err, "inspect", "--max-bytes=1M",
@@ -911,7 +1032,8 @@ Test(tensorctl, stream_inputs_are_capped)
 	close(p[0]);
 	path_in(fifo, sizeof(fifo), &d, "in.fifo");
 	cr_assert_eq(mkfifo(fifo, 0600), 0);
-	if (fork() == 0) {
+	pid = tu_fork();
+	if (pid == 0) {
 		int fd;
 
 		alarm(60); /* bounded, should tensorctl never open it */
@@ -923,7 +1045,7 @@ Test(tensorctl, stream_inputs_are_capped)
 		     1);
 	cr_expect(strstr(err, "has 2 bytes"), "%s", err);
 	free(err);
-	wait(NULL);
+	tu_wait_child(pid, TU_WAIT_S, "the FIFO's writer");
 	unlink(fifo);
 	tu_daemon_stop(&d, false);
 }
@@ -1273,9 +1395,7 @@ static char *put_paused(const struct tu_daemon *d, int err_fd)
 
 	path_in(fifo, sizeof(fifo), d, "slow.fifo");
 	cr_assert_eq(mkfifo(fifo, 0600), 0);
-	fflush(NULL);
-	w = fork();
-	cr_assert(w >= 0);
+	w = tu_fork();
 	if (w == 0) {
 		int fd, ok;
 
@@ -1291,7 +1411,7 @@ static char *put_paused(const struct tu_daemon *d, int err_fd)
 	cr_expect_eq(CTL_R(d, &r, NULL, &err, "put", "slow", "--dtype", "u8",
 			   "--shape", "2097152", fifo),
 		     0, "%s", err);
-	cr_assert_eq(waitpid(w, NULL, 0), w);
+	tu_wait_child(w, TU_WAIT_S, "the FIFO's writer");
 	unlink(fifo);
 	return err;
 }

@@ -27,6 +27,8 @@
 #include "tgm-desc.h"
 #include "tgm.h"
 
+TestSuite(tgm_io, .timeout = TU_TEST_TIMEOUT_S);
+
 /* ---- helpers ---- */
 
 static uint8_t *vector(const char *name, size_t *len)

@@ -22,6 +22,8 @@
 #include "testutil.h"
 #include "tgm.h"
 
+TestSuite(tgm, .timeout = TU_TEST_TIMEOUT_S);
+
 /* ------------------------------------------------------------------ */
 /* A tiny CBOR writer (definite lengths, shortest heads) for the bodies */
 

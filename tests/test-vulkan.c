@@ -16,6 +16,8 @@
 
 #include "testutil.h"
 
+TestSuite(vulkan, .timeout = TU_TEST_TIMEOUT_S);
+
 #define NO_DRIVER 77
 
 static char *example(const char *name)
@@ -85,9 +87,8 @@ Test(vulkan, the_consumer_shader_reduces_what_the_producer_shader_wrote)
 
 static int reap_status(pid_t pid)
 {
-	int st;
+	int st = tu_wait_child(pid, TU_WAIT_S, "the Vulkan producer");
 
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 

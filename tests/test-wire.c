@@ -15,6 +15,8 @@
 #include "wire.h"
 #include "wire-status.h"
 
+TestSuite(wire, .timeout = TU_TEST_TIMEOUT_S);
+
 #define STR(s) ((struct td_wire_str){(s), (uint16_t)(sizeof(s) - 1)})
 #define BYTES(s) ((struct td_wire_bytes){(const uint8_t *)(s), sizeof(s) - 1})
 

@@ -57,25 +57,24 @@ typedef void (*child_fn)(const struct tu_daemon *d, void *arg);
 /* fn(d, arg) in a child that dies with this process; its pid. */
 static inline pid_t spawn(const struct tu_daemon *d, child_fn fn, void *arg)
 {
-	pid_t pid;
+	pid_t pid = tu_fork();
 
-	fflush(NULL);
-	pid = fork();
-	cr_assert(pid >= 0);
 	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		fn(d, arg);
 		_exit(0);
 	}
 	return pid;
 }
 
-/* The child's exit status, or 128 + the signal that ended it. */
+/*
+ * The child's exit status, or 128 + the signal that ended it. One still
+ * running after TU_WAIT_S (stuck, or waiting for a word that never came)
+ * is killed and fails the test.
+ */
 static inline int reap(pid_t pid)
 {
-	int st;
+	int st = tu_wait_child(pid, TU_WAIT_S, "a child of the test");
 
-	cr_assert(waitpid(pid, &st, 0) == pid);
 	if (WIFEXITED(st))
 		return WEXITSTATUS(st);
 	return 128 + WTERMSIG(st);
@@ -89,11 +88,21 @@ static inline void say(int fd)
 	CK(write(fd, &b, 1) == 1);
 }
 
+/*
+ * The test waits at most TU_WAIT_S: the pipe has its write end here too,
+ * so a child that died before it said its byte would never end the read.
+ * A child waits as long as it takes: it dies with the test.
+ */
 static inline void hear(int fd)
 {
 	char b;
 
-	CK(read(fd, &b, 1) == 1);
+	if (tu_in_child) {
+		CK(read(fd, &b, 1) == 1);
+		return;
+	}
+	tu_await_readable(fd, TU_WAIT_S, "a child's word on a pipe");
+	cr_assert_eq(read(fd, &b, 1), 1, "the pipe ended before the word");
 }
 
 #endif

@@ -12,12 +12,14 @@
 #include <stdarg.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <poll.h>
 #include <stddef.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 uint8_t *tu_try_read_file(const char *path, size_t *len)
@@ -205,18 +207,187 @@ void *tu_find_mapping(const char *memfd_name)
 	return at;
 }
 
-static int run_capture(char *const argv[], char **out, bool with_stderr)
+bool tu_in_child;
+
+pid_t tu_fork(void)
+{
+	pid_t parent = getpid(), pid;
+
+	fflush(NULL);
+	pid = fork();
+	cr_assert(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		tu_in_child = true;
+		/* a parent gone before the prctl: no signal would come */
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+			_exit(125);
+	}
+	return pid;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * SIGKILL pid, and its process group when it leads one (run_capture's:
+ * what a shell started would live on, holding the suite's output). A
+ * group of that number exists only when pid made it.
+ */
+static void kill_hard(pid_t pid)
+{
+	kill(-pid, SIGKILL);
+	kill(pid, SIGKILL);
+}
+
+/* tu_reap_within() by the deadline `end` (now_ms()). */
+static bool reap_by(pid_t pid, int64_t end, int *st)
+{
+	pid_t got;
+
+	/* WNOHANG and a short nap: nothing here can wait past `end` */
+	while ((got = waitpid(pid, st, WNOHANG)) == 0 ||
+	       (got < 0 && errno == EINTR)) {
+		if (now_ms() >= end) {
+			kill_hard(pid);
+			cr_assert_eq(waitpid(pid, st, 0), pid);
+			return false;
+		}
+		usleep(10000);
+	}
+	cr_assert_eq(got, pid, "waitpid(%d): %s", (int)pid, strerror(errno));
+	return true;
+}
+
+bool tu_reap_within(pid_t pid, int secs, int *st)
+{
+	return reap_by(pid, now_ms() + (int64_t)secs * 1000, st);
+}
+
+int tu_wait_child(pid_t pid, int secs, const char *what)
+{
+	int st;
+
+	cr_assert(tu_reap_within(pid, secs, &st),
+		  "%s: still running after %d s (killed)", what, secs);
+	return st;
+}
+
+void tu_await_readable(int fd, int secs, const char *what)
+{
+	int64_t end = now_ms() + (int64_t)secs * 1000, left;
+	struct pollfd p = {fd, POLLIN, 0};
+	int n;
+
+	do {
+		left = end - now_ms();
+		n = poll(&p, 1, left > 0 ? (int)left : 0);
+	} while (n < 0 && errno == EINTR);
+	cr_assert_geq(n, 0, "poll: %s", strerror(errno));
+	cr_assert_eq(n, 1, "%s: nothing within %d s", what, secs);
+}
+
+struct sink {
+	char *buf;
+	size_t len, cap;
+};
+
+/* One read from fd into s; false at its end (or an error). */
+static bool sink_read(struct sink *s, int fd)
+{
+	ssize_t got;
+
+	if (s->len + 1 >= s->cap) {
+		s->cap *= 2;
+		s->buf = realloc(s->buf, s->cap);
+		cr_assert(s->buf);
+	}
+	do
+		got = read(fd, s->buf + s->len, s->cap - s->len - 1);
+	while (got < 0 && errno == EINTR);
+	if (got <= 0)
+		return false;
+	s->len += (size_t)got;
+	return true;
+}
+
+int tu_collect(pid_t pid, int n, const int *fds, char **out, int secs,
+	       const char *what)
+{
+	int64_t end = now_ms() + (int64_t)secs * 1000, left;
+	struct sink s[4];
+	struct pollfd pf[4];
+	int live = n, st = 0, k;
+
+	cr_assert(n > 0 && n <= 4);
+	for (k = 0; k < n; k++) {
+		s[k] = (struct sink){malloc(4096), 0, 4096};
+		cr_assert(s[k].buf);
+		pf[k] = (struct pollfd){fds[k], POLLIN, 0};
+	}
+	while (live && (left = end - now_ms()) > 0) {
+		if (poll(pf, (nfds_t)n, (int)left) < 0) {
+			cr_assert_eq(errno, EINTR, "poll: %s", strerror(errno));
+			continue;
+		}
+		for (k = 0; k < n; k++) {
+			if (pf[k].fd < 0 || !pf[k].revents ||
+			    sink_read(&s[k], pf[k].fd))
+				continue;
+			close(pf[k].fd);
+			pf[k].fd = -1; /* poll skips it from now on */
+			live--;
+		}
+	}
+	for (k = 0; k < n; k++) {
+		if (pf[k].fd >= 0)
+			close(pf[k].fd);
+		s[k].buf[s[k].len] = 0;
+		out[k] = s[k].buf;
+	}
+	/* the output ended: a second more for the exit that follows */
+	if (live || !reap_by(pid, end + 1000, &st)) {
+		if (live) {
+			kill_hard(pid);
+			cr_assert_eq(waitpid(pid, &st, 0), pid);
+		}
+		for (k = 0; k < n; k++) {
+			fprintf(stderr, "%s: its output so far: %.4000s\n",
+				what, out[k]);
+			free(out[k]);
+		}
+		cr_assert_fail("%s: not done after %d s (killed)", what, secs);
+	}
+	return st;
+}
+
+/* argv as a shell would show it, for a message (a static buffer) */
+static const char *shown(char *const argv[])
+{
+	static char b[512];
+	size_t o = 0;
+
+	b[0] = 0;
+	for (; *argv && o < sizeof(b) - 1; argv++)
+		o += (size_t)snprintf(b + o, sizeof(b) - o, "%s%s",
+				      o ? " " : "", *argv);
+	return b;
+}
+
+static int run_capture(char *const argv[], char **out, bool with_stderr,
+		       int secs)
 {
 	int p[2], status;
-	size_t cap = 4096, len = 0;
-	char *buf = malloc(cap);
 	pid_t pid;
 
-	cr_assert(buf);
 	cr_assert(pipe2(p, O_CLOEXEC) == 0);
-	pid = fork();
-	cr_assert(pid >= 0);
+	pid = tu_fork();
 	if (pid == 0) {
+		setpgid(0, 0); /* its own group, for kill_hard() */
 		dup2(p[1], 1);
 		if (with_stderr)
 			dup2(p[1], 2);
@@ -224,23 +395,7 @@ static int run_capture(char *const argv[], char **out, bool with_stderr)
 		_exit(127);
 	}
 	close(p[1]);
-	for (;;) {
-		if (len + 1 >= cap) {
-			cap *= 2;
-			buf = realloc(buf, cap);
-			cr_assert(buf);
-		}
-		ssize_t n = read(p[0], buf + len, cap - len - 1);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		len += (size_t)n;
-	}
-	close(p[0]);
-	buf[len] = 0;
-	cr_assert(waitpid(pid, &status, 0) == pid);
-	*out = buf;
+	status = tu_collect(pid, 1, &p[0], out, secs, shown(argv));
 	if (WIFEXITED(status))
 		return WEXITSTATUS(status);
 	return 128 + WTERMSIG(status);
@@ -248,12 +403,17 @@ static int run_capture(char *const argv[], char **out, bool with_stderr)
 
 int tu_run_capture(char *const argv[], char **out)
 {
-	return run_capture(argv, out, false);
+	return run_capture(argv, out, false, TU_WAIT_S);
 }
 
 int tu_run_capture_all(char *const argv[], char **out)
 {
-	return run_capture(argv, out, true);
+	return run_capture(argv, out, true, TU_WAIT_S);
+}
+
+int tu_run_capture_in(char *const argv[], char **out, int secs)
+{
+	return run_capture(argv, out, false, secs);
 }
 
 pid_t tu_spawn_stdout(char *const argv[], FILE **out)
@@ -262,10 +422,12 @@ pid_t tu_spawn_stdout(char *const argv[], FILE **out)
 	pid_t pid;
 
 	cr_assert(pipe2(p, O_CLOEXEC) == 0);
-	pid = fork();
-	cr_assert(pid >= 0);
+	pid = tu_fork();
 	if (pid == 0) {
 		dup2(p[1], 1);
+		/* kept across exec: a program that hangs ends, and with it
+		 * the output its reader waits on */
+		alarm(TU_WAIT_S);
 		execv(argv[0], argv);
 		_exit(127);
 	}
@@ -316,11 +478,8 @@ void tu_daemon_start_log(struct tu_daemon *d, const char *log_level,
 		cr_assert(argc < sizeof(argv) / sizeof(argv[0]) - 1);
 		argv[argc++] = *extra;
 	}
-	fflush(NULL);
-	d->pid = fork();
-	cr_assert(d->pid >= 0);
+	d->pid = tu_fork();
 	if (d->pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (log) {
 			int fd = open(log, O_WRONLY | O_CREAT | O_APPEND |
 						      O_CLOEXEC,
@@ -358,7 +517,11 @@ void tu_daemon_stop(struct tu_daemon *d, bool check_maps)
 	int st;
 
 	cr_assert(kill(d->pid, SIGTERM) == 0);
-	cr_assert(waitpid(d->pid, &st, 0) == d->pid);
+	/* bounded: a daemon that hangs on its way out fails this test, not
+	 * the whole suite by its timeout */
+	cr_assert(tu_reap_within(d->pid, TU_WAIT_S, &st),
+		  "tensord did not exit within %d s of SIGTERM (killed)",
+		  TU_WAIT_S);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 		  "tensord did not exit cleanly (status %#x)", st);
 	unlink(d->sock);

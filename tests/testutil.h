@@ -60,15 +60,73 @@ void *tu_find_mapping(const char *memfd_name);
 #endif
 
 /*
+ * How long a test waits for what takes well under a second when all is
+ * well (a child's exit, a command, a reply, a rendezvous) before it fails
+ * saying what it waited for: a hang must be a named failure, never the
+ * suite's timeout, which hides the test that broke and costs the whole
+ * run. Generous for ASan on a loaded machine; it asserts nothing about
+ * speed.
+ */
+#define TU_WAIT_S 60
+
+/*
+ * Every suite's timeout for each of its tests (criterion kills the test's
+ * process and names the test): the last bound, for waits that must stay
+ * without deadline (only such a wait finds a lost wake-up: one with a
+ * deadline finds the version after it) and for any wait not bounded
+ * otherwise. Far above any test's run under ASan on a loaded machine, and
+ * below meson's 300 s for a whole suite. A test may set its own.
+ */
+#define TU_TEST_TIMEOUT_S 240
+
+/* Set in a child of tu_fork(): who is to fail how (testchild.h). */
+extern bool tu_in_child;
+/*
+ * fork() for a test (stdio flushed first): the child is SIGKILLed when
+ * this process ends, so a test that fails or times out leaves no helper
+ * blocked for ever holding the suite's stdout and stderr, which meson
+ * waits for. The signal comes when the calling thread ends (fork from
+ * the test's own), and a change of uid clears it: a child that changes
+ * its uid sets it again (prctl(PR_SET_PDEATHSIG, SIGKILL)).
+ */
+pid_t tu_fork(void);
+/*
+ * Reap child pid within secs seconds: true, its wait status in *st (may
+ * be NULL). false when it was still running then: it is SIGKILLed and
+ * reaped (*st says so); the caller says what that means.
+ */
+bool tu_reap_within(pid_t pid, int secs, int *st);
+/* The same, and a child still running after secs fails the test, `what`
+ * naming it. Its wait status. */
+int tu_wait_child(pid_t pid, int secs, const char *what);
+/* Until fd is readable (or at its end), at most secs seconds; otherwise
+ * the test fails saying what did not come. */
+void tu_await_readable(int fd, int secs, const char *what);
+/*
+ * Read fds[0..n) (n <= 4) of child pid to their ends, all at once so that
+ * none fills while another is read, into out[k] (malloc'ed, NUL-ended;
+ * the fds are closed), then reap pid: its wait status. All within secs,
+ * or pid is SIGKILLed and the test fails, `what` naming it.
+ */
+int tu_collect(pid_t pid, int n, const int *fds, char **out, int secs,
+	       const char *what);
+
+/*
  * Run argv (argv[0] a path) with stdout captured into a malloc'ed NUL-
  * terminated string (*out) and return its exit status (or 128+signal).
+ * One not done within TU_WAIT_S fails the test.
  */
 int tu_run_capture(char *const argv[], char **out);
 /* The same with stderr captured too, into the same string. */
 int tu_run_capture_all(char *const argv[], char **out);
+/* tu_run_capture() for what may take longer (an interpreter that starts
+ * slowly): within secs. */
+int tu_run_capture_in(char *const argv[], char **out, int secs);
 /*
  * Start argv (argv[0] a path) with its stdout on a pipe, read through *out
- * (fclose it); returns the pid (waitpid it).
+ * (fclose it); returns the pid (tu_wait_child it). The program is killed
+ * by SIGALRM after TU_WAIT_S (its output then ends), so a reader that
+ * waits for a line that never comes fails instead of hanging.
  */
 pid_t tu_spawn_stdout(char *const argv[], FILE **out);
 
@@ -98,9 +156,10 @@ void tu_daemon_start_log(struct tu_daemon *d, const char *log_level,
 			 const char *const *extra, const char *log,
 			 void (*child)(void));
 /*
- * SIGTERM; assert a clean exit (status 0), remove the folder, and assert
- * this process's fd count (and with check_maps its mapping count) is back
- * where tu_daemon_start() found it.
+ * SIGTERM; assert a clean exit (status 0) within TU_WAIT_S (one that does
+ * not exit is SIGKILLed and the test fails saying so), remove the folder,
+ * and assert this process's fd count (and with check_maps its mapping
+ * count) is back where tu_daemon_start() found it.
  */
 void tu_daemon_stop(struct tu_daemon *d, bool check_maps);
 /* Point the symlink `link` at target, atomically (rename(2)): a socket

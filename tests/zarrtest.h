@@ -32,8 +32,16 @@ static inline void zt_setup(const struct tu_daemon *d)
 	snprintf(zt_sock, sizeof(zt_sock), "%s", d ? d->sock : "");
 }
 
-/* /bin/sh -c CMD 2>&1: exit status, output in *out (malloc'ed). */
-static inline int zt_vsh(char **out, const char *fmt, va_list ap)
+/*
+ * The bound on node and python3 (zarrita, dask, zarr-check.py): they
+ * start slowly and read whole stores; within the longest such test's
+ * timeout (240 s). Other commands have TU_WAIT_S.
+ */
+#define ZT_INTERP_S 180
+
+/* /bin/sh -c CMD 2>&1 within secs: exit status, output in *out
+ * (malloc'ed). */
+static inline int zt_vsh(char **out, int secs, const char *fmt, va_list ap)
 {
 	char cmd[8192];
 	char *argv[] = {"/bin/sh", "-c", cmd, NULL};
@@ -41,7 +49,7 @@ static inline int zt_vsh(char **out, const char *fmt, va_list ap)
 
 	cr_assert(n > 0 && (size_t)n < sizeof(cmd) - 8);
 	strcat(cmd, " 2>&1");
-	return tu_run_capture(argv, out);
+	return tu_run_capture_in(argv, out, secs);
 }
 
 static inline __attribute__((format(printf, 2, 3))) int
@@ -51,7 +59,20 @@ zt_sh(char **out, const char *fmt, ...)
 	int rc;
 
 	va_start(ap, fmt);
-	rc = zt_vsh(out, fmt, ap);
+	rc = zt_vsh(out, TU_WAIT_S, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* zt_sh() for node and python3 (ZT_INTERP_S). */
+static inline __attribute__((format(printf, 2, 3))) int
+zt_interp(char **out, const char *fmt, ...)
+{
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	rc = zt_vsh(out, ZT_INTERP_S, fmt, ap);
 	va_end(ap);
 	return rc;
 }
@@ -64,7 +85,7 @@ zt_ok_sh(const char *fmt, ...)
 	int rc;
 
 	va_start(ap, fmt);
-	rc = zt_vsh(&out, fmt, ap);
+	rc = zt_vsh(&out, TU_WAIT_S, fmt, ap);
 	va_end(ap);
 	cr_assert_eq(rc, 0, "%s: %s", fmt, out);
 	free(out);
@@ -180,8 +201,9 @@ static inline void zt_check(const char *target)
 	int rc;
 
 	cr_assert(src, "TD_SOURCE_ROOT is not set");
-	rc = zt_sh(&out, "/usr/bin/python3 '%s/scripts/zarr-check.py' '%s'",
-	           src, target);
+	rc = zt_interp(&out, "/usr/bin/python3 '%s/scripts/zarr-check.py' "
+	                     "'%s'",
+	               src, target);
 	cr_assert_eq(rc, 0, "zarr-check %s:\n%s", target, out);
 	free(out);
 }
@@ -214,8 +236,8 @@ static inline void zt_zarrita(const char *store, const char *exp)
 		snprintf(loc, sizeof(loc), "%s", store);
 	else
 		snprintf(loc, sizeof(loc), "%s/%s", zt_dir, store);
-	rc = zt_sh(&out, "node '%s/tests/zarr/zarrita-read.mjs' '%s' '%s'",
-	           src, loc, exp);
+	rc = zt_interp(&out, "node '%s/tests/zarr/zarrita-read.mjs' '%s' '%s'",
+	               src, loc, exp);
 	cr_assert_eq(rc, 0, "zarrita %s:\n%s", loc, out);
 	free(out);
 }

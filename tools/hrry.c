@@ -699,7 +699,19 @@ static int save_one(struct save *s, const char *name)
 
 	if (rc < 0)
 		return tctl_refused(name, rc, &e);
-	rc = td_tensor_fence_wait(t, -1);
+	/* in slices: the output is open, so a signal only sets the flag,
+	 * and the wait (which goes on after EINTR) would not end for a
+	 * fence that never signals */
+	do
+		rc = td_tensor_fence_wait(t, 1000);
+	while (rc == -ETIMEDOUT && !tctl_interrupted());
+	if (rc == -ETIMEDOUT) {
+		td_tensor_release(t);
+		return tctl_fail(TCTL_REFUSED, "interrupted", EINTR,
+				 "%s: interrupted by signal %d while waiting "
+				 "for its fence",
+				 name, tctl_interrupted());
+	}
 	why = rc < 0 ? "its fence failed" : tctl_dense_unsavable(t);
 	if (!why && td_tensor_ndim(t) > TD_HRRY_MAX_RANK)
 		why = "it has more than 64 dimensions";

@@ -27,6 +27,23 @@
 
 static volatile sig_atomic_t in_write, got_signal;
 
+/*
+ * A signal caught in a write only sets got_signal, and the call it
+ * interrupts ends with EINTR. One caught after the loop's last look at
+ * got_signal and before its call starts interrupts nothing: a write to a
+ * FIFO or socket whose reader stopped, or a connect to a full backlog,
+ * would then wait for ever. So a caught signal also asks for SIGALRM a
+ * second later, and each second after it until the process ends: a call
+ * that waits ends with EINTR (or a short count) and the loop sees the
+ * flag. Nothing else in tensorctl uses SIGALRM.
+ */
+static void on_kick(int sig)
+{
+	(void)sig;
+	if (got_signal)
+		alarm(1);
+}
+
 static void on_signal(int sig)
 {
 	if (in_write) {
@@ -34,6 +51,7 @@ static void on_signal(int sig)
 		 * first signal is the one main() ends with */
 		if (!got_signal)
 			got_signal = sig;
+		alarm(1);
 		return;
 	}
 	signal(sig, SIG_DFL);
@@ -48,6 +66,8 @@ void tctl_signals_init(void)
 	sigemptyset(&sa.sa_mask);
 	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
 		sigaction(sigs[i], &sa, NULL);
+	sa.sa_handler = on_kick;
+	sigaction(SIGALRM, &sa, NULL);
 	/* over RLIMIT_FSIZE: the write fails with EFBIG and is cleaned up,
 	 * instead of a kill that would leave a temporary file behind */
 	signal(SIGXFSZ, SIG_IGN);

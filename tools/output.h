@@ -69,7 +69,10 @@ void tctl_out_abort(struct tctl_out *o);
  * nobody reads included), its temporary file is removed and the command
  * ends as usual (leases released); main() then dies of the signal.
  * Outside a write the signal kills at once (the kernel closes the
- * connection, which releases every lease). Installed once by main().
+ * connection, which releases every lease). SIGALRM is taken too: once
+ * such a signal is caught it comes each second, so that a call begun
+ * just after the last look at the flag does not wait for ever. Installed
+ * once by main().
  */
 void tctl_signals_init(void);
 /* The signal that interrupted a write, 0 when none. */

@@ -3,6 +3,7 @@
 tree, helpers that read /proc/self, and TAP lines so that the suite's
 summary (scripts/summary.py) counts each pytest case, skips apart."""
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -72,7 +73,14 @@ class Daemon:
     def stop(self):
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
-            rc = self.proc.wait(timeout=30)
+            try:
+                rc = self.proc.wait(timeout=WAIT_S)
+            except subprocess.TimeoutExpired:
+                # killed: left running it would hold pytest's output,
+                # which meson waits for
+                self.kill()
+                pytest.fail(f"tensord did not exit within {WAIT_S} s of "
+                            "SIGTERM (killed)")
             assert rc == 0, f"tensord exited with {rc}"
 
 
@@ -102,6 +110,28 @@ def child_env(daemon=None):
     if daemon:
         env["TENSORD_SOCKET"] = daemon.sock
     return env
+
+
+# How long a test waits for what takes well under a second when all is
+# well (a child's exit, the daemon's) before it fails saying what it
+# waited for instead of hanging the suite (tests/testutil.h, TU_WAIT_S).
+WAIT_S = 60
+
+
+def wait_child(pid, what, timeout=WAIT_S):
+    """os.waitpid(pid, 0), bounded: a child still running after timeout
+    seconds is killed and the test fails naming it. Its wait status."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(f"{what}: still running after {timeout} s "
+                        "(killed)")
+        time.sleep(0.01)
 
 
 def run_py(code, daemon, *args, timeout=120):
@@ -164,7 +194,7 @@ def child_refuses(give_back, *calls):
                         code = 2
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
+    status = wait_child(pid, "the child of fork()")
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, \
         f"the child used the parent's object (status {status:#x})"
 

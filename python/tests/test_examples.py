@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Each program in examples/python runs as its docstring says."""
 import os
+import select
 import subprocess
 import sys
 
@@ -70,6 +71,9 @@ def test_asyncio_watcher(daemon, client):
                          env=child_env(daemon), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     try:
+        # bounded: an example that never gets ready fails the test
+        assert select.select([p.stdout], [], [], 60)[0], \
+            "asyncio_watcher.py did not say ready within 60 s"
         assert p.stdout.readline() == "ready\n"
         vs = [client.put("aw/t", np.zeros(2)) for _ in range(3)]
         for v in range(1, 21):

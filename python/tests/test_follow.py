@@ -16,7 +16,7 @@ import pytest
 import tensord
 
 from conftest import (InThread, child_refuses, fd_count, memfd_map_count,
-                      mapping_of, need_torch)
+                      mapping_of, need_torch, wait_child)
 
 N = 16 * 1024  # bytes per version
 
@@ -449,12 +449,13 @@ def test_poll_wakes_fileno_for_each_version(client, prod):
             v, _ = publish(prod, "fo/poll", b)
             assert readable(fd, 10), "fileno() was not woken"
             t = None
-            while t is None:
+            for _ in range(100):  # bounded: a poll that never takes it
                 client.poll()
                 t = f.poll()
-                if t is None:
-                    assert readable(fd, 10)
-            assert t.version == v and (t == b).all()
+                if t is not None:
+                    break
+                assert readable(fd, 10)
+            assert t is not None and t.version == v and (t == b).all()
             t.release()
         assert f.poll() is None  # armed again, the fd drained
         client.poll()
@@ -521,7 +522,7 @@ def test_an_asyncio_loop_follows_without_threads(daemon, client):
         asyncio.run(main())
     finally:
         os.close(go_w)
-    _, status = os.waitpid(pid, 0)
+    status = wait_child(pid, "the producer process")
     assert status == 0
     assert got == sorted(set(got)) and got[-1] == 20
     f.close()

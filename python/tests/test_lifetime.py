@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import tensord
 
-from conftest import InThread, child_refuses, mapping_of, need_torch
+from conftest import (InThread, child_refuses, mapping_of, need_torch,
+                      wait_child)
 
 
 def leases(client, name):
@@ -188,7 +189,7 @@ def test_a_forked_child_cannot_end_the_parents_lease(client):
                 code = 0 if "ECHILD" in str(e) else 2
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
+    status = wait_child(pid, "the child of fork()")
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     assert leases(client, "lt/fork") == 1
     assert a.tolist() == list(range(8))

@@ -247,7 +247,18 @@ int tdc_stop(struct tdc_daemon *d, int keep_dir)
 		return -ESRCH;
 	if (kill(d->pid, SIGTERM) < 0)
 		return -errno;
-	if (waitpid(d->pid, &st, 0) != d->pid)
+	/* bounded: a daemon that hangs on its way out is a failure to
+	 * report, not a test or stress run that never ends */
+	for (int i = 0; (rc = (int)waitpid(d->pid, &st, WNOHANG)) == 0; i++) {
+		if (i == TDC_STOP_S * 100) {
+			kill(d->pid, SIGKILL);
+			waitpid(d->pid, &st, 0);
+			d->pid = 0;
+			return -ETIMEDOUT;
+		}
+		tdc_nap_ms(10);
+	}
+	if (rc != d->pid)
 		return -errno;
 	d->pid = 0;
 	rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);

@@ -30,9 +30,14 @@ struct tdc_opts {
 /* Start tensord ($TD_TENSORD or bin) and wait until it accepts. */
 int tdc_start(struct tdc_daemon *d, const char *bin,
 	      const struct tdc_opts *o);
+/* How long tdc_stop() waits: generous for a daemon under valgrind,
+ * whose leak check runs at exit. */
+#define TDC_STOP_S 120
 /*
  * SIGTERM and wait. Returns the exit status (0 = clean), 128 + signal when
- * it died of one, or -errno. The folder is removed unless keep_dir.
+ * it died of one, -ETIMEDOUT when it was still running TDC_STOP_S later
+ * (it is SIGKILLed then), or -errno. The folder is removed unless
+ * keep_dir.
  */
 int tdc_stop(struct tdc_daemon *d, int keep_dir);
 /* A new SOCK_SEQPACKET connection to path, or -errno. */

@@ -40,6 +40,12 @@
 #include "tensord/tensord.h"
 
 #define LEN 4096
+/*
+ * Each wait here is for what this process has just done (a publish, a
+ * release): it ends at once unless a wake-up is lost, and then the run
+ * fails saying which wait timed out instead of hanging.
+ */
+#define WAIT_MS 60000
 
 static uint64_t handoffs = 20000, warmup = 2000;
 static long rss_slack_kb = 512;
@@ -120,14 +126,14 @@ static int ring_path(struct td_client *c, const struct tdc_daemon *d,
 
 		if (i == warmup)
 			sample(d, a);
-		rc = td_ring_acquire(r, -1, &slot);
+		rc = td_ring_acquire(r, WAIT_MS, &slot);
 		if (rc < 0)
 			return fail("ring acquire", rc, NULL);
 		memcpy(slot.planes[0], &i, sizeof(i));
 		rc = td_ring_publish(r, &ver);
 		if (rc < 0)
 			return fail("ring publish", rc, NULL);
-		rc = td_sub_next(s, -1, &v);
+		rc = td_sub_next(s, WAIT_MS, &v);
 		if (rc < 0)
 			return fail("sub next", rc, NULL);
 		if (memcmp(v.planes[0], &i, sizeof(i)) != 0)
@@ -207,8 +213,8 @@ static int stream_path(struct td_client *c, struct td_client *const *cons,
 		for (int k = 0; k < FAN; k++) {
 			struct td_tensor *t;
 
-			rc = td_client_get_newer(cons[k], name, last[k], -1,
-						 &t, &e);
+			rc = td_client_get_newer(cons[k], name, last[k],
+						 WAIT_MS, &t, &e);
 			if (rc < 0)
 				return fail("stream get", rc, &e);
 			last[k] = td_tensor_version(t);
@@ -252,7 +258,7 @@ static int follow_path(struct td_client *c, struct td_client *const *cons,
 		for (int k = 0; k < FAN && rc == 0; k++) {
 			struct td_tensor *t = NULL;
 
-			rc = td_follow_next(f[k], -1, &t, &e);
+			rc = td_follow_next(f[k], WAIT_MS, &t, &e);
 			if (rc == 0 && memcmp(td_tensor_plane_data(t, 0), &i,
 					      sizeof(i)) != 0)
 				rc = -EILSEQ;
@@ -293,7 +299,7 @@ static int fan_ring_path(struct td_client *c, const struct tdc_daemon *d,
 
 		if (i == warmup)
 			sample(d, a);
-		rc = td_ring_acquire(r, -1, &slot);
+		rc = td_ring_acquire(r, WAIT_MS, &slot);
 		if (rc < 0)
 			return fail("fan ring acquire", rc, NULL);
 		memcpy(slot.planes[0], &i, sizeof(i));
@@ -303,7 +309,7 @@ static int fan_ring_path(struct td_client *c, const struct tdc_daemon *d,
 		for (int k = 0; k < FAN; k++) {
 			struct td_view v;
 
-			rc = td_sub_next(s[k], -1, &v);
+			rc = td_sub_next(s[k], WAIT_MS, &v);
 			if (rc < 0)
 				return fail("fan sub next", rc, NULL);
 			if (memcmp(v.planes[0], &i, sizeof(i)) != 0)

@@ -614,6 +614,10 @@ static void *chaos(void *arg)
 	return NULL;
 }
 
+/* How long ls_answers() waits for tensorctl: a hang guard, far above
+ * any answer under load (valgrind included). */
+#define LS_WAIT_S 60
+
 /* `tensorctl --socket S ls` answers (exit 0); its wall time in *ms. */
 static int ls_answers(double *ms)
 {
@@ -634,7 +638,17 @@ static int ls_answers(double *ms)
 	posix_spawn_file_actions_destroy(&fa);
 	if (rc != 0)
 		return -rc;
-	if (waitpid(pid, &st, 0) != pid)
+	/* bounded: a daemon that stopped answering is this check's failure,
+	 * not a stress run that never ends */
+	while ((rc = (int)waitpid(pid, &st, WNOHANG)) == 0) {
+		if (now_s() - t0 > LS_WAIT_S) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			return -ETIMEDOUT;
+		}
+		tdc_nap_ms(10);
+	}
+	if (rc != pid)
 		return -errno;
 	*ms = (now_s() - t0) * 1e3;
 	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
