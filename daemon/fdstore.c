@@ -582,6 +582,15 @@ static const struct td__store_keeper keeper = {
 	td__fdstore_add, td__fdstore_adopt, td__fdstore_drop,
 	td__fdstore_dirty};
 
+/* Whether two fds are of one inode (two opens of one memfd included). */
+static bool same_inode(int a, int b)
+{
+	struct stat sa, sb;
+
+	return a >= 0 && b >= 0 && fstat(a, &sa) == 0 && fstat(b, &sb) == 0 &&
+	       sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 /*
  * The passed fds: the two image slots into fs.slot (twice: a slot's name
  * came more than once), the rest stay in fs.passed. Returns how many are
@@ -612,6 +621,17 @@ static size_t sort_passed(bool twice[2])
 			fs.slot[s] = p->fd;
 			p->fd = -1;
 		}
+	}
+	if (same_inode(fs.slot[0], fs.slot[1])) {
+		/* one file under both names is one slot: the write meant
+		 * for the older image would tear the newer one. Slot 0's
+		 * copy is read, slot 1 is made afresh. */
+		td__log(TD_LOG_WARN, "state images " SLOT_NAME "0 and "
+				     SLOT_NAME "1 are one file; " SLOT_NAME
+				     "1 is made afresh");
+		close(fs.slot[1]);
+		fs.slot[1] = -1;
+		twice[1] = true; /* the name leaves the store, then returns */
 	}
 	return stored;
 }

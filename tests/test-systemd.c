@@ -1431,6 +1431,68 @@ Test(systemd, a_sealed_state_image_is_replaced_and_later_versions_survive)
 }
 
 /*
+ * Both image slots one file (two handles of one memfd): kept as two,
+ * every image write went to the file that held the newest image, and a
+ * torn write would lose both. Slot 1 is made afresh now, and what was
+ * published before and after the restart survives the next one.
+ */
+Test(systemd, two_slots_of_one_file_become_two_files)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct expect x[9];
+	struct td_state_hdr h;
+	struct td_state_rd rd;
+	struct stat sb[2];
+	int keep[2], slot[2] = {-1, -1}, newest = -1;
+	unsigned n;
+	uint8_t *img;
+	char *err;
+
+	n = first_life(&d, &st, x, keep);
+	/* the slot that holds the newest image, passed under both names */
+	img = newest_image(&st, &h, &rd);
+	for (unsigned i = 0; i < st.n; i++) {
+		struct stat s0;
+		uint8_t *b;
+
+		if (strncmp(st.e[i].name, "td.state.", 9))
+			continue;
+		slot[st.e[i].name[9] - '0'] = (int)i;
+		cr_assert_eq(fstat(st.e[i].fd, &s0), 0);
+		b = malloc((size_t)s0.st_size + 1);
+		cr_assert_eq(pread(st.e[i].fd, b, (size_t)s0.st_size, 0),
+			     s0.st_size);
+		if (s0.st_size >= 64 && !memcmp(b, img, 64))
+			newest = (int)i;
+		free(b);
+	}
+	free(img);
+	cr_assert(slot[0] >= 0 && slot[1] >= 0 && newest >= 0);
+	{
+		int other = slot[0] == newest ? slot[1] : slot[0];
+
+		close(st.e[other].fd);
+		st.e[other].fd = fcntl(st.e[newest].fd, F_DUPFD_CLOEXEC, 0);
+		cr_assert_geq(st.e[other].fd, 0);
+	}
+	n = next_life(&d, &st, x, n, true);
+	err = tu_slurp(d.err);
+	cr_assert_not_null(strstr(err, "td.state.1 are one file"), "%s", err);
+	free(err);
+	cr_assert_eq(count_prefix(&st, "td.state."), 2);
+	cr_assert_eq(fstat(store_find(&st, "td.state.0")->fd, &sb[0]), 0);
+	cr_assert_eq(fstat(store_find(&st, "td.state.1")->fd, &sb[1]), 0);
+	cr_expect(sb[0].st_ino != sb[1].st_ino || sb[0].st_dev != sb[1].st_dev,
+		  "the two slots are still one file");
+	/* and r/after, published since, comes back with the rest */
+	next_life(&d, &st, x, n, false);
+	close(keep[0]);
+	close(keep[1]);
+	store_close(&st);
+}
+
+/*
  * Passed names under td. that are not ours: "td.state.2" was never
  * removed from the store (anything starting like a slot's name was
  * skipped), so it came back at every start; and a name with a newline
