@@ -778,6 +778,14 @@ static unsigned first_life(struct daemon *d, struct fdstore *st,
 	return n;
 }
 
+/* The end of a test of lives: first_life()'s kept fds and the store. */
+static void end_lives(struct fdstore *st, int keep[2])
+{
+	close(keep[0]);
+	close(keep[1]);
+	store_close(st);
+}
+
 Test(systemd, tensors_survive_a_restart_with_their_bytes_and_versions)
 {
 	struct daemon d;
@@ -828,9 +836,7 @@ Test(systemd, tensors_survive_a_restart_with_their_bytes_and_versions)
 	err = tu_slurp(d.err);
 	cr_assert_not_null(strstr(err, "restored 6 of 6 tensors"), "%s", err);
 	free(err);
-	close(keep[0]);
-	close(keep[1]);
-	store_close(&st);
+	end_lives(&st, keep);
 }
 
 /*
@@ -918,9 +924,7 @@ Test(systemd, the_fd_store_wins_over_a_snapshot_which_then_catches_up)
 	td_client_close(c);
 	snap_file = NULL;
 	daemon_stop(&d, &st);
-	close(keep[0]);
-	close(keep[1]);
-	store_close(&st);
+	end_lives(&st, keep);
 	unlink(snap);
 	cr_assert_eq(rmdir(sdir), 0, "something besides the snapshot left");
 }
@@ -972,9 +976,7 @@ Test(systemd, corrupt_state_image_starts_empty_and_says_why)
 	cr_assert_not_null(strstr(err, "checksum mismatch"), "%s", err);
 	cr_assert_not_null(strstr(err, "starting empty"), "%s", err);
 	free(err);
-	close(keep[0]);
-	close(keep[1]);
-	store_close(&st);
+	end_lives(&st, keep);
 }
 
 Test(systemd, missing_state_image_starts_empty_and_says_why)
@@ -1001,9 +1003,7 @@ Test(systemd, missing_state_image_starts_empty_and_says_why)
 	free(err);
 	/* and a fresh pair of images is stored for the next restart */
 	cr_assert_eq(count_prefix(&st, "td.state."), 2);
-	close(keep[0]);
-	close(keep[1]);
-	store_close(&st);
+	end_lives(&st, keep);
 }
 
 Test(systemd, truncated_state_image_starts_empty)
@@ -1021,9 +1021,7 @@ Test(systemd, truncated_state_image_starts_empty)
 	err = second_life_empty(&d, &st);
 	cr_assert_not_null(strstr(err, "shorter than its header"), "%s", err);
 	free(err);
-	close(keep[0]);
-	close(keep[1]);
-	store_close(&st);
+	end_lives(&st, keep);
 }
 
 /* The kB of a "Key:" line in /proc/PID/status. */
@@ -1123,9 +1121,7 @@ Test(systemd, a_long_or_sparse_state_image_is_refused_before_it_is_read)
 	free(err);
 	/* the images that replace them carry on */
 	cr_assert_eq(count_prefix(&st, "td.state."), 2);
-	close(keep[0]);
-	close(keep[1]);
-	store_close(&st);
+	end_lives(&st, keep);
 }
 
 /*
@@ -1198,9 +1194,7 @@ Test(systemd, an_empty_name_in_listen_fdnames_leaves_the_others_in_place)
 	cr_assert_not_null(strstr(err, "passed fd 3 () is neither"), "%s",
 			   err);
 	free(err);
-	close(keep[0]);
-	close(keep[1]);
-	store_close(&st);
+	end_lives(&st, keep);
 }
 
 /* The fd-store name of the first fd of the image's version of name. */
@@ -1264,9 +1258,7 @@ Test(systemd, an_fd_name_passed_twice_restores_neither)
 			   err);
 	free(err);
 	cr_assert_null(store_find(&st, name), "%s stays stored", name);
-	close(keep[0]);
-	close(keep[1]);
-	store_close(&st);
+	end_lives(&st, keep);
 }
 
 /*
@@ -1294,9 +1286,7 @@ Test(systemd, listen_fds_short_of_the_names_says_so)
 				       "not taken"),
 			   "%s", err);
 	free(err);
-	close(keep[0]);
-	close(keep[1]);
-	store_close(&st);
+	end_lives(&st, keep);
 }
 
 /* Every valid image in st rewritten with its checksum made good. */
@@ -1377,9 +1367,7 @@ Test(systemd, an_fd_id_counter_out_of_range_is_ignored_and_images_go_on)
 	cr_assert_null(strstr(err, "state image: encode"), "%s", err);
 	free(err);
 	next_life(&d, &st, x, n, false);
-	close(keep[0]);
-	close(keep[1]);
-	store_close(&st);
+	end_lives(&st, keep);
 }
 
 /*
@@ -1425,9 +1413,7 @@ Test(systemd, a_sealed_state_image_is_replaced_and_later_versions_survive)
 	free(err);
 	/* and r/after, published on the replaced image, comes back */
 	next_life(&d, &st, x, n, false);
-	close(keep[0]);
-	close(keep[1]);
-	store_close(&st);
+	end_lives(&st, keep);
 }
 
 /*
@@ -1487,9 +1473,7 @@ Test(systemd, two_slots_of_one_file_become_two_files)
 		  "the two slots are still one file");
 	/* and r/after, published since, comes back with the rest */
 	next_life(&d, &st, x, n, false);
-	close(keep[0]);
-	close(keep[1]);
-	store_close(&st);
+	end_lives(&st, keep);
 }
 
 /*
@@ -1519,9 +1503,7 @@ Test(systemd, odd_names_under_td_leave_the_store_or_stay_out_of_messages)
 	next_life(&d, &st, x, n, false);
 	cr_assert_not(saw_watchdog_usec, "a passed name made a notify line");
 	cr_assert_null(store_find(&st, "td.state.2"));
-	close(keep[0]);
-	close(keep[1]);
-	store_close(&st);
+	end_lives(&st, keep);
 }
 
 /* ---- socket activation ---- */
