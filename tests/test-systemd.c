@@ -1490,6 +1490,7 @@ Test(systemd, odd_names_under_td_leave_the_store_or_stay_out_of_messages)
 	struct expect x[8];
 	unsigned n;
 	int keep[2], pfd[2];
+	char *err;
 
 	n = first_life(&d, &st, x, keep);
 	cr_assert_eq(pipe2(pfd, O_CLOEXEC), 0);
@@ -1499,10 +1500,22 @@ Test(systemd, odd_names_under_td_leave_the_store_or_stay_out_of_messages)
 	snprintf(st.e[st.n].name, sizeof(st.e[0].name),
 		 "td.x\nWATCHDOG_USEC=1");
 	st.e[st.n++].fd = pfd[1];
+	/* not ours either, and logged as it is closed: on one line
+	 * (the names go to LISTEN_FDNAMES, where ':' divides) */
+	cr_assert_lt(st.n + 1, MAX_STORED);
+	snprintf(st.e[st.n].name, sizeof(st.e[0].name),
+		 "other\nforged line");
+	st.e[st.n++].fd = dup(pfd[0]);
 	saw_watchdog_usec = false;
 	next_life(&d, &st, x, n, false);
 	cr_assert_not(saw_watchdog_usec, "a passed name made a notify line");
 	cr_assert_null(store_find(&st, "td.state.2"));
+	err = tu_slurp(d.err);
+	cr_expect_not_null(strstr(err, "(other\\x0aforged line)"), "%s",
+			   err);
+	cr_expect_null(strstr(err, "\nforged line"),
+		       "a passed name made a log line: %s", err);
+	free(err);
 	end_lives(&st, keep);
 }
 
