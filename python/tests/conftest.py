@@ -2,6 +2,7 @@
 """Fixtures for the binding's tests: a daemon per test from the build
 tree, helpers that read /proc/self, and TAP lines so that the suite's
 summary (scripts/summary.py) counts each pytest case, skips apart."""
+import faulthandler
 import os
 import signal
 import socket
@@ -235,6 +236,43 @@ def rss_kib():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise AssertionError("no VmRSS")
+
+
+# ---- a test that hangs fails, naming itself ----
+#
+# The criterion suites' per-test limit (tests/testutil.h,
+# TU_TEST_TIMEOUT_S) here: past it, the test's main thread gets SIGUSR1,
+# whose handler fails the test; every wait of the binding runs Python's
+# handlers between its 0.1 s slices, and so do time.sleep() and lock
+# waits. A test stuck where no handler runs (a C call that never
+# returns) is ended HARD_GRACE_S later by faulthandler: every thread's
+# traceback, then the process exits, so meson's log names it instead of
+# the whole suite running into meson's timeout.
+TEST_TIMEOUT_S = float(os.environ.get("TD_PY_TEST_TIMEOUT_S", "240"))
+HARD_GRACE_S = 60
+
+
+def _ran_too_long(signum, frame):
+    pytest.fail(f"the test ran past {TEST_TIMEOUT_S:g} s, the per-test "
+                "limit (python/tests/conftest.py, TD_PY_TEST_TIMEOUT_S)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    main = threading.main_thread().ident
+    old = signal.signal(signal.SIGUSR1, _ran_too_long)
+    timer = threading.Timer(TEST_TIMEOUT_S, signal.pthread_kill,
+                            (main, signal.SIGUSR1))
+    timer.daemon = True
+    timer.start()
+    faulthandler.dump_traceback_later(TEST_TIMEOUT_S + HARD_GRACE_S,
+                                      exit=True)
+    try:
+        yield
+    finally:
+        timer.cancel()
+        faulthandler.cancel_dump_traceback_later()
+        signal.signal(signal.SIGUSR1, old)
 
 
 # ---- TAP: one line per test case, for scripts/summary.py ----
