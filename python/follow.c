@@ -149,7 +149,7 @@ static int wait_next(FollowObject *fo, int ms, struct td_tensor **t,
 		     struct td_error *e)
 {
 	struct next_arg n = {fo, t, e};
-	int rc = tdpy_wait_sliced(ms, next_slice, &n);
+	int rc = tdpy_wait_sliced(ms, next_slice, &n, NULL);
 
 	if (rc == -ETIMEDOUT)
 		snprintf(e->reason, sizeof(e->reason),

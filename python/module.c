@@ -186,7 +186,8 @@ static int64_t mono_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int tdpy_wait_sliced(int ms, int (*fn)(void *arg, int slice_ms), void *arg)
+int tdpy_wait_sliced(int ms, int (*fn)(void *arg, int slice_ms), void *arg,
+		     ClientObject *cl)
 {
 	int64_t deadline = ms < 0 ? -1 : mono_ms() + ms;
 	int rc;
@@ -208,6 +209,17 @@ int tdpy_wait_sliced(int ms, int (*fn)(void *arg, int slice_ms), void *arg)
 			return -ETIMEDOUT;
 		if (PyErr_CheckSignals() < 0)
 			return -EINTR;
+		/*
+		 * close() by another thread while cl's call waits is deferred
+		 * to its end: one with a deadline still gets what comes until
+		 * then, one without would wait for ever on a closed client.
+		 */
+		if (ms < 0 && cl && !cl->c) {
+			PyErr_SetString(PyExc_ValueError,
+					"the client was closed while this call "
+					"waited without a timeout");
+			return -EINTR;
+		}
 	}
 }
 

@@ -214,7 +214,8 @@ static PyObject *ring_acquire(RingObject *ring, PyObject *args,
 		return NULL;
 	ring->busy = true;
 	rc = tdpy_wait_sliced(ms, acquire_slice,
-			      &(struct ring_arg){.r = ring->r, .slot = &slot});
+			      &(struct ring_arg){.r = ring->r, .slot = &slot},
+			      NULL);
 	ring->busy = false;
 	if (rc < 0) {
 		ring_unbusy(ring);
@@ -290,7 +291,8 @@ static PyObject *ring_wait_read(RingObject *ring, PyObject *args,
 		return NULL;
 	ring->busy = true;
 	rc = tdpy_wait_sliced(ms, wait_read_slice,
-			      &(struct ring_arg){.r = ring->r, .version = v});
+			      &(struct ring_arg){.r = ring->r, .version = v},
+			      NULL);
 	ring_unbusy(ring);
 	if (rc == -EINTR && PyErr_Occurred())
 		return NULL; /* a signal handler's exception */
@@ -407,7 +409,7 @@ PyObject *tdpy_client_subscribe(ClientObject *self, PyObject *args,
 	}
 	/* in slices, so that Ctrl-C ends a wait for a ring to come */
 	rc = tdpy_wait_sliced(ms, subscribe_slice, &(struct subscribe_arg){
-		c, name, ms, &sub->s, &e});
+		c, name, ms, &sub->s, &e}, self);
 	tdpy_client_leave(self);
 	if (rc < 0) {
 		Py_DECREF(sub);
@@ -628,7 +630,7 @@ static PyObject *sub_wait(SubObject *sub, int ms)
 	if (!sub_usable(sub) || sub_exported(sub))
 		return NULL;
 	sub->busy = true;
-	rc = tdpy_wait_sliced(ms, sub_slice, &(struct sub_arg){sub, &v});
+	rc = tdpy_wait_sliced(ms, sub_slice, &(struct sub_arg){sub, &v}, NULL);
 	sub->busy = false;
 	sub->held = 0;
 	/* a sleep in td_sub_next() disarms the timerfd: wake fileno() so

@@ -146,7 +146,8 @@ void tdpy_client_leave(ClientObject *self);
  * ms 0); -EINTR with the handler's exception set.
  */
 #define TDPY_SIGNAL_SLICE_MS 100
-int tdpy_wait_sliced(int ms, int (*fn)(void *arg, int slice_ms), void *arg);
+int tdpy_wait_sliced(int ms, int (*fn)(void *arg, int slice_ms), void *arg,
+		     ClientObject *cl);
 
 /* Wake fileno() readers (an eventfd write). */
 void tdpy_client_wake(ClientObject *self);

@@ -568,9 +568,9 @@ static int get_slice(void *arg, int slice_ms)
  * no limit), a slice at a time so that a signal handler ends it (-EINTR
  * with its exception set).
  */
-static int get_waiting(struct get_arg *g, int ms)
+static int get_waiting(ClientObject *self, struct get_arg *g, int ms)
 {
-	int rc = tdpy_wait_sliced(ms, get_slice, g);
+	int rc = tdpy_wait_sliced(ms, get_slice, g, self);
 
 	/* (get(name, timeout=0) of a name with none is -ENOENT, at once) */
 	if (rc == -ETIMEDOUT) {
@@ -616,7 +616,7 @@ PyObject *tdpy_client_get(ClientObject *self, PyObject *args, PyObject *kw)
 	} else if (newer != Py_None || to != Py_None) {
 		struct get_arg g = {c, name, v, newer == Py_None, &t, &e};
 
-		rc = get_waiting(&g, ms);
+		rc = get_waiting(self, &g, ms);
 		tdpy_client_leave(self);
 	} else {
 		TDPY_CALL(self, rc, td_client_get(c, name, &t, &e));

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tensord
 
-from conftest import (InThread, child_refuses, mapping_of, need_torch,
-                      wait_child)
+from conftest import (InThread, child_refuses, fd_count, mapping_of,
+                      need_torch, wait_child)
 
 
 def leases(client, name):
@@ -154,6 +154,25 @@ def test_close_while_another_thread_waits_closes_after_it(daemon, client):
     # the connection is gone now: the daemon holds no lease of it
     with tensord.Client(daemon.sock) as other:
         assert leases(other, "lt/wait") == 0
+
+
+@pytest.mark.parametrize("wait", ["get", "subscribe"])
+def test_a_wait_without_a_timeout_ends_when_another_thread_closes(daemon,
+                                                                 wait):
+    # a wait with a deadline goes on to it (above); one without would
+    # wait for ever on a closed client, and keep its connection open
+    c = tensord.Client(daemon.sock)
+    v = c.put("lt/ever", np.zeros(4))
+    calls = {"get": lambda: c.get("lt/ever", newer_than=v),
+             "subscribe": lambda: c.subscribe("lt/no-ring")}
+    open_fds = fd_count()
+    t = InThread(calls[wait])
+    t.inside()
+    c.close()
+    t.finish(timeout=10)
+    assert isinstance(t.error, ValueError), t.error
+    assert "closed while this call waited" in str(t.error)
+    assert fd_count() < open_fds, "the connection outlived the call"
 
 
 def test_a_view_got_while_closing_is_unmapped_when_it_dies(daemon, client):
