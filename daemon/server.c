@@ -152,6 +152,24 @@ static int probe_live(const struct sockaddr_un *sa)
 	return errno == ECONNREFUSED ? 0 : 1;
 }
 
+/* The listening socket s->fd joins the loop: connections are accepted. */
+static int accept_from(struct td__daemon *d, struct td__server *s,
+		       const char *what, int fd)
+{
+	int rc = uv_poll_init(d->loop, &s->poll, s->fd);
+
+	if (rc < 0)
+		return rc;
+	s->polling = true;
+	s->poll.data = d;
+	uv_poll_start(&s->poll, UV_READABLE, on_accept);
+	if (fd >= 0)
+		td__log(TD_LOG_INFO, "listening on %s %d", what, fd);
+	else
+		td__log(TD_LOG_INFO, "listening on %s", what);
+	return 0;
+}
+
 /*
  * Socket activation: systemd made, bound and owns the socket (its mode and
  * group come from tensord.socket), so we neither probe nor unlink it.
@@ -166,14 +184,7 @@ static int adopt(struct td__daemon *d, struct td__server *s, int fd)
 		td__log(TD_LOG_ERROR, "activated socket: %s", strerror(errno));
 		return rc;
 	}
-	rc = uv_poll_init(d->loop, &s->poll, s->fd);
-	if (rc < 0)
-		return rc;
-	s->polling = true;
-	s->poll.data = d;
-	uv_poll_start(&s->poll, UV_READABLE, on_accept);
-	td__log(TD_LOG_INFO, "listening on the socket-activated fd %d", fd);
-	return 0;
+	return accept_from(d, s, "the socket-activated fd", fd);
 }
 
 int td__server_start(struct td__daemon *d)
@@ -250,14 +261,7 @@ int td__server_start(struct td__daemon *d)
 		td__log(TD_LOG_ERROR, "listen %s: %s", path, strerror(errno));
 		return rc;
 	}
-	rc = uv_poll_init(d->loop, &s->poll, s->fd);
-	if (rc < 0)
-		return rc;
-	s->polling = true;
-	s->poll.data = d;
-	uv_poll_start(&s->poll, UV_READABLE, on_accept);
-	td__log(TD_LOG_INFO, "listening on %s", path);
-	return 0;
+	return accept_from(d, s, path, -1);
 }
 
 static void on_closed(uv_handle_t *h)

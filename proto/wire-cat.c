@@ -262,17 +262,24 @@ TD__WIRE_U64_CODEC(delete_rep, version)
 
 /* ---- WATCH / UNWATCH / NOTIFY ---- */
 
-int64_t td_wire_watch_req_encode(const struct td_wire_watch_req *m,
+/* A body of a name and a u32 of flags: WATCH, RING_SUBSCRIBE, FOLLOW. */
+static int64_t name_flags_encode(struct td_wire_str name, uint32_t flags,
 				 uint8_t *buf, size_t cap)
 {
 	struct td_wire_wr wr;
 
-	if (m->name.len > TD_WIRE_MAX_NAME)
+	if (name.len > TD_WIRE_MAX_NAME)
 		return -EINVAL;
 	td_wire_wr_init(&wr, buf, cap);
-	td_wire_wr_str(&wr, m->name.ptr, m->name.len);
-	td_wire_wr_u32(&wr, m->flags);
+	td_wire_wr_str(&wr, name.ptr, name.len);
+	td_wire_wr_u32(&wr, flags);
 	return td__wire_wr_done(&wr);
+}
+
+int64_t td_wire_watch_req_encode(const struct td_wire_watch_req *m,
+				 uint8_t *buf, size_t cap)
+{
+	return name_flags_encode(m->name, m->flags, buf, cap);
 }
 
 int td_wire_watch_req_decode(const uint8_t *body, size_t len,
@@ -447,14 +454,7 @@ int td_wire_ring_rep_decode(const uint8_t *body, size_t len,
 int64_t td_wire_ring_sub_req_encode(const struct td_wire_ring_sub_req *m,
 				    uint8_t *buf, size_t cap)
 {
-	struct td_wire_wr wr;
-
-	if (m->name.len > TD_WIRE_MAX_NAME)
-		return -EINVAL;
-	td_wire_wr_init(&wr, buf, cap);
-	td_wire_wr_str(&wr, m->name.ptr, m->name.len);
-	td_wire_wr_u32(&wr, m->flags);
-	return td__wire_wr_done(&wr);
+	return name_flags_encode(m->name, m->flags, buf, cap);
 }
 
 int td_wire_ring_sub_req_decode(const uint8_t *body, size_t len,
