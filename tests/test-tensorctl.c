@@ -611,6 +611,64 @@ Test(tensorctl, full_filesystem_leaves_the_old_file_and_no_temp)
 	tu_daemon_stop(&d, false);
 }
 
+/*
+ * stdout on a full disk (/dev/full): what stdio buffered was lost at
+ * exit and every command that prints (ls, status, stat, --json, --help,
+ * save's summary line) exited 0; watch wrote its lines to nowhere for
+ * ever. Now the failed flush is an error: status 1, said on stderr.
+ */
+Test(tensorctl, a_full_stdout_fails_the_command)
+{
+	static const char *const cmds[][4] = {
+		{"ls"},		{"status"},	    {"stat", "t"},
+		{"--json", "ls"}, {"ls", "--help"}, {"--version"}};
+	struct tu_daemon d;
+	struct run r = {.in_fd = -1};
+	char path[160], *err;
+	pid_t pub;
+	int rc;
+
+	start(&d);
+	r.out_fd = open("/dev/full", O_WRONLY | O_CLOEXEC);
+	cr_assert_geq(r.out_fd, 0);
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		rc = ctl_run(&d, &r, NULL, &err, cmds[i]);
+		cr_expect_eq(rc, 1, "%s: exit %d", cmds[i][0], rc);
+		cr_expect(strstr(err, "standard output: No space left"),
+			  "%s: %s", cmds[i][0], err);
+		free(err);
+	}
+	/* the file is written; the line saying so is not */
+	path_in(path, sizeof(path), &d, "out.tgm");
+	cr_expect_eq(CTL_R(&d, &r, NULL, NULL, "save", "t", "-o", path), 1);
+	/* watch: ends at its first line, which cannot be written */
+	pub = tu_fork();
+	if (pub == 0) {
+		for (int i = 0; i < 3000; i++) {
+			struct td_client *c;
+			uint64_t one = 1;
+			struct td_publish p = {.name = "w", .dtype = TD_TENSOR_U8,
+					       .ndim = 1, .shape = &one};
+
+			if (td_client_connect(d.sock, &c, NULL) == 0) {
+				td_client_put(c, &p, "x", 1, NULL, NULL);
+				td_client_close(c);
+			}
+			usleep(10000);
+		}
+		_exit(0);
+	}
+	rc = CTL_R(&d, &r, NULL, &err, "watch", "w");
+	kill(pub, SIGKILL);
+	cr_assert(tu_reap_within(pub, TU_WAIT_S, NULL));
+	cr_expect_eq(rc, 1, "watch: exit %d: %s", rc, err);
+	cr_expect(strstr(err, "standard output: No space left"), "%s", err);
+	free(err);
+	cr_expect_eq(leases(&d, "t"), 0);
+	close(r.out_fd);
+	tu_daemon_stop(&d, false);
+}
+
 /* A FIFO nobody reads: the write waits, a signal ends it, lease gone. */
 static void fifo_interrupted_by(int sig)
 {

@@ -141,5 +141,10 @@ void tctl_print_td_err(const struct td_err *e, int json);
 /* Print a json-c object on stdout (one line) and drop it; TCTL_OK. */
 struct json_object;
 int tctl_json_print(struct json_object *o);
+/*
+ * Flush stdout: 0, or the errno its writes failed with (the first one,
+ * remembered: a later flush with nothing left to write cannot clear it).
+ */
+int tctl_stdout_error(void);
 
 #endif
