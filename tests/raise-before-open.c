@@ -11,6 +11,11 @@
  * room in the listener's backlog; a signal caught just before must not
  * be lost).
  *
+ * $TD_TRUNCATE_BEFORE_CONNECT=PATH cuts PATH to 0 bytes just before the
+ * first connect(2) to a Unix socket, once: a file that shrinks while a
+ * program (tensorctl load, which opens its input before it connects)
+ * reads it.
+ *
  * The real calls are the next definitions (dlsym RTLD_NEXT). With
  * _FILE_OFFSET_BITS=64, as meson builds, callers reach open64; here
  * the two names are kept apart.
@@ -31,7 +36,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-static int fired_open, fired_write, fired_connect;
+static int fired_open, fired_write, fired_connect, truncated;
 
 /* Raise the signal of $var once, when it names path. */
 static void maybe_raise(int *fired, const char *var, const char *path)
@@ -106,6 +111,11 @@ int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
 
 	if (!real)
 		*(void **)&real = dlsym(RTLD_NEXT, "connect");
+	if (sa->sun_family == AF_UNIX && !truncated &&
+	    getenv("TD_TRUNCATE_BEFORE_CONNECT")) {
+		truncated = 1;
+		truncate(getenv("TD_TRUNCATE_BEFORE_CONNECT"), 0);
+	}
 	if (sa->sun_family == AF_UNIX)
 		maybe_raise(&fired_connect, "TD_RAISE_BEFORE_CONNECT",
 			    sa->sun_path);

@@ -669,6 +669,46 @@ Test(tensorctl, a_full_stdout_fails_the_command)
 	tu_daemon_stop(&d, false);
 }
 
+/*
+ * load FILE.hrry mapped the file: one cut short while it was read (by
+ * someone else, between the index and the data) killed tensorctl with
+ * SIGBUS, after whatever it had published already, which its all or
+ * nothing rule would have deleted. The shim cuts the file to 0 bytes
+ * just before tensorctl connects, after the index is read. Now the file
+ * is read with pread: its end is an error like any short file.
+ */
+Test(tensorctl, a_hurray_file_cut_during_load_is_an_error_not_a_crash)
+{
+	const char *shim = getenv("TD_RAISE_BEFORE_OPEN_SHIM");
+	struct tu_daemon d;
+	char path[160], *err;
+	int rc;
+
+	cr_assert(shim, "TD_RAISE_BEFORE_OPEN_SHIM is not set (run through "
+			"meson test)");
+	start(&d);
+	put_zeros(&d, "big", 1 << 20);
+	path_in(path, sizeof(path), &d, "in.hrry");
+	cr_assert_eq(CTL(&d, NULL, &err, "save", "-o", path, "big", "t"), 0,
+		     "%s", err);
+	free(err);
+	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
+	cr_assert_eq(setenv("TD_TRUNCATE_BEFORE_CONNECT", path, 1), 0);
+	cr_assert_eq(setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:"
+					    "verify_asan_link_order=0", 1),
+		     0);
+	rc = CTL(&d, NULL, &err, "load", path, "--prefix", "L/");
+	unsetenv("LD_PRELOAD");
+	unsetenv("TD_TRUNCATE_BEFORE_CONNECT");
+	cr_expect_eq(rc, 1, "exit %d: %s", rc, err);
+	cr_expect(strstr(err, "UnexpectedEof"), "%s", err);
+	free(err);
+	cr_expect(!exists(&d, "L/big") && !exists(&d, "L/t"));
+	cr_expect_eq(leases(&d, "big"), 0);
+	unlink(path);
+	tu_daemon_stop(&d, false);
+}
+
 /* A FIFO nobody reads: the write waits, a signal ends it, lease gone. */
 static void fifo_interrupted_by(int sig)
 {

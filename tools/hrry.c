@@ -474,6 +474,32 @@ int tctl_hrry_transport(const char *path, struct td_hrry_transport *t,
 }
 
 /*
+ * A file load reads: with pread, never mapped. A mapping's reader dies of
+ * SIGBUS when the file is cut short while it is read (someone truncating
+ * it), after publishing what it had and before the all or nothing rule
+ * could delete it; pread meets the end and the reader says
+ * UnexpectedEof. Tensor bytes go straight into the daemon's buffer
+ * either way (read_tensor_into).
+ */
+static int load_file(const char *path, struct td_hrry_transport *t, int *fd)
+{
+	int rc;
+
+	*fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (*fd < 0)
+		return tctl_fail(TCTL_REFUSED, "io", errno, "%s: %s", path,
+				 strerror(errno));
+	rc = td_hrry_transport_fd(*fd, t);
+	if (rc < 0) {
+		close(*fd);
+		*fd = -1;
+		return tctl_fail(TCTL_REFUSED, "io", -rc, "%s: %s", path,
+				 strerror(-rc));
+	}
+	return TCTL_OK;
+}
+
+/*
  * The transport of what load reads: the file at path; stdin ("-") read
  * into *own up to max_bytes; or buf, stdin read already. *fd: the file's,
  * or -1.
@@ -492,7 +518,7 @@ static int load_input(const char *path, uint64_t max_bytes,
 		buf = *own;
 	}
 	if (!buf)
-		return tctl_hrry_transport(path, t, fd);
+		return load_file(path, t, fd);
 	if (td_hrry_transport_mem(buf, len, t) < 0) {
 		free(*own);
 		*own = NULL;
@@ -591,6 +617,17 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 							     &e);
 		if (!r2)
 			r2 = td_hrry_rcore_check_supported(&en, d, &e);
+		/* the file failing (cut short meanwhile, a read error) is
+		 * no tensor to skip: the whole load fails */
+		if (r2 && (e.kind == TD_HRRY_E_IO ||
+			   e.kind == TD_HRRY_E_UNEXPECTED_EOF)) {
+			rc = tctl_fail(TCTL_REFUSED, "io", -r2, "%s: %.*s: %s: %s",
+				       path, (int)en.name_len, en.name,
+				       td_hrry_error_name(e.kind), e.reason);
+			if (!partial)
+				unpublish(&l);
+			goto out;
+		}
 		if (r2) {
 			refused(&l, en.name, en.name_len,
 				td_hrry_error_name(e.kind), e.reason);
