@@ -14,7 +14,9 @@
  * $TD_TRUNCATE_BEFORE_CONNECT=PATH cuts PATH to 0 bytes just before the
  * first connect(2) to a Unix socket, once: a file that shrinks while a
  * program (tensorctl load, which opens its input before it connects)
- * reads it.
+ * reads it. $TD_FAIL_PREAD=PATH makes the first pread(2) of a descriptor
+ * of PATH fail with EIO, once: a disk that fails a read (tensord's
+ * snapshot restore, TENSORD_IO=sync).
  *
  * The real calls are the next definitions (dlsym RTLD_NEXT). With
  * _FILE_OFFSET_BITS=64, as meson builds, callers reach open64; here
@@ -25,6 +27,7 @@
 #define _GNU_SOURCE /* __CONST_SOCKADDR_ARG as a union */
 #endif
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -36,7 +39,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-static int fired_open, fired_write, fired_connect, truncated;
+static int fired_open, fired_write, fired_connect, truncated, failed_pread;
 
 /* Raise the signal of $var once, when it names path. */
 static void maybe_raise(int *fired, const char *var, const char *path)
@@ -121,3 +124,36 @@ int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
 			    sa->sun_path);
 	return real(fd, addr, len);
 }
+
+/* Whether fd is a descriptor of path (its /proc/self/fd link). */
+static int fd_is(int fd, const char *path)
+{
+	char link[64], got[4096];
+	ssize_t len;
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	len = readlink(link, got, sizeof(got) - 1);
+	if (len <= 0)
+		return 0;
+	got[len] = 0;
+	return !strcmp(got, path);
+}
+
+#define WRAP_PREAD(name, off_type)                                            \
+	ssize_t name(int fd, void *buf, size_t n, off_type off)               \
+	{                                                                     \
+		static ssize_t (*real)(int, void *, size_t, off_type);        \
+		const char *path = getenv("TD_FAIL_PREAD");                   \
+                                                                              \
+		if (!real)                                                    \
+			*(void **)&real = dlsym(RTLD_NEXT, #name);            \
+		if (path && !failed_pread && fd_is(fd, path)) {               \
+			failed_pread = 1;                                     \
+			errno = EIO;                                          \
+			return -1;                                            \
+		}                                                             \
+		return real(fd, buf, n, off);                                 \
+	}
+
+WRAP_PREAD(pread, off_t)
+WRAP_PREAD(pread64, off64_t)

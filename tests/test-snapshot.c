@@ -1330,3 +1330,59 @@ Test(snapshot, a_file_size_limit_fails_a_save_not_the_daemon, .timeout = 60)
 	free(after);
 	snapdir_rm(&s);
 }
+
+/*
+ * A read of the snapshot that fails (EIO: the disk, for now) is no sign
+ * that the file is damaged. It was taken for one: moved aside as
+ * FILE.corrupt-<time> and the daemon started empty, so the next start
+ * did not read it either and the tensors were gone unless someone
+ * noticed. Now it is handled like a file that cannot be opened: the
+ * start stops, the file stays, and the next start restores it. The
+ * shim (raise-before-open.c) fails the first pread of the file.
+ */
+Test(snapshot, a_read_error_stops_the_start_and_keeps_the_file,
+     .timeout = 90)
+{
+	const char *shim = getenv("TD_RAISE_BEFORE_OPEN_SHIM");
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor a = mk("e/a", TD_TENSOR_U8, 5000, 0, 5000);
+	char sock[160];
+	uint8_t *before, *after;
+	size_t blen, alen;
+
+	cr_assert(shim, "TD_RAISE_BEFORE_OPEN_SHIM is not set (run through "
+			"meson test)");
+	snapdir_make(&s);
+	snprintf(sock, sizeof(sock), "%s/td.sock", s.dir);
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	put(c, &a, next_version(c));
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	before = tu_read_file(s.file, &blen);
+
+	/* only the daemon's environment: it is exec'ed with ours */
+	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
+	cr_assert_eq(setenv("TD_FAIL_PREAD", s.file, 1), 0);
+	cr_assert_eq(setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:"
+					    "verify_asan_link_order=0", 1),
+		     0);
+	cr_assert_eq(setenv("TENSORD_IO", "sync", 1), 0);
+	cr_expect_eq(run_daemon(sock, s.file), 1);
+	unsetenv("LD_PRELOAD");
+	unsetenv("TD_FAIL_PREAD");
+	cr_expect(!dir_has(&s, "snap.hrry.corrupt"), "moved aside");
+	after = tu_read_file(s.file, &alen);
+	cr_expect(alen == blen && !memcmp(before, after, blen));
+
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	check(c, &a);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	free(before);
+	free(after);
+	snapdir_rm(&s);
+}
