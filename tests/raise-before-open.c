@@ -16,7 +16,8 @@
  * program (tensorctl load, which opens its input before it connects)
  * reads it. $TD_FAIL_PREAD=PATH makes the first pread(2) of a descriptor
  * of PATH fail with EIO, once: a disk that fails a read (tensord's
- * snapshot restore, TENSORD_IO=sync).
+ * snapshot restore, TENSORD_IO=sync). $TD_FAIL_FSYNC=PATH does the same
+ * to the first fsync(2) of a descriptor of PATH (a folder, say).
  *
  * The real calls are the next definitions (dlsym RTLD_NEXT). With
  * _FILE_OFFSET_BITS=64, as meson builds, callers reach open64; here
@@ -39,7 +40,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-static int fired_open, fired_write, fired_connect, truncated, failed_pread;
+static int fired_open, fired_write, fired_connect, truncated;
+static int failed_pread, failed_fsync;
 
 /* Raise the signal of $var once, when it names path. */
 static void maybe_raise(int *fired, const char *var, const char *path)
@@ -157,3 +159,18 @@ static int fd_is(int fd, const char *path)
 
 WRAP_PREAD(pread, off_t)
 WRAP_PREAD(pread64, off64_t)
+
+int fsync(int fd)
+{
+	static int (*real)(int);
+	const char *path = getenv("TD_FAIL_FSYNC");
+
+	if (!real)
+		*(void **)&real = dlsym(RTLD_NEXT, "fsync");
+	if (path && !failed_fsync && fd_is(fd, path)) {
+		failed_fsync = 1;
+		errno = EIO;
+		return -1;
+	}
+	return real(fd);
+}

@@ -1314,6 +1314,10 @@ Test(snapshot, a_file_size_limit_fails_a_save_not_the_daemon, .timeout = 60)
 	/* the final save fails: a clean stop all the same (status 0) */
 	tu_daemon_stop(&d, true);
 	cr_assert(log_has(&s, "File too large"), "%s", tu_slurp(s.log));
+	/* no promise of a retry that a stopping daemon cannot keep */
+	cr_assert(log_has(&s, "not retried: the daemon is stopping") &&
+			  !log_has(&s, "retried in"),
+		  "%s", tu_slurp(s.log));
 	cr_assert(!dir_has(&s, "snap.hrry.tmp"));
 	after = tu_read_file(s.file, &alen);
 	cr_assert(alen == blen && !memcmp(before, after, blen),
@@ -1384,5 +1388,41 @@ Test(snapshot, a_read_error_stops_the_start_and_keeps_the_file,
 	tu_daemon_stop(&d, true);
 	free(before);
 	free(after);
+	snapdir_rm(&s);
+}
+
+/*
+ * The folder's fsync fails after the rename: the new snapshot is FILE
+ * already. The log said "the previous one is kept", which was false.
+ */
+Test(snapshot, a_failed_folder_fsync_says_the_new_snapshot_is_in_place,
+     .timeout = 60)
+{
+	const char *shim = getenv("TD_RAISE_BEFORE_OPEN_SHIM");
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor a = mk("f/a", TD_TENSOR_U8, 100, 0, 100);
+
+	cr_assert(shim, "TD_RAISE_BEFORE_OPEN_SHIM is not set (run through "
+			"meson test)");
+	snapdir_make(&s);
+	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
+	cr_assert_eq(setenv("TD_FAIL_FSYNC", s.dir, 1), 0);
+	cr_assert_eq(setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:"
+					    "verify_asan_link_order=0", 1),
+		     0);
+	start(&d, &s, "sync", "30");
+	unsetenv("LD_PRELOAD");
+	unsetenv("TD_FAIL_FSYNC");
+	c = conn(&d);
+	put(c, &a, next_version(c));
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert(log_has(&s, "fsync of") &&
+			  log_has(&s, "the new one is in place") &&
+			  !log_has(&s, "the previous one is kept"),
+		  "%s", tu_slurp(s.log));
+	check_file(s.file, &a, 1);
 	snapdir_rm(&s);
 }
