@@ -254,6 +254,9 @@ static int open_failed(const struct td_hrry_err *e, int json, const char *what)
 	return TCTL_REFUSED;
 }
 
+static int load_file(const char *path, struct td_hrry_transport *t,
+		     int *fd);
+
 int inspect_hrry(const char *path, const uint8_t *buf, size_t len, int json)
 {
 	struct td_hrry_transport t;
@@ -261,13 +264,21 @@ int inspect_hrry(const char *path, const uint8_t *buf, size_t len, int json)
 	struct td_hrry_err e = {0};
 	uint64_t n, io, il;
 	uint32_t crc;
+	int fd = -1, rc;
 
-	if (td_hrry_transport_mem(buf, len, &t) < 0) {
+	if (!buf) {
+		rc = load_file(path, &t, &fd);
+		if (rc)
+			return rc;
+	} else if (td_hrry_transport_mem(buf, len, &t) < 0) {
 		fprintf(stderr, "tensorctl: out of memory\n");
 		return TCTL_USAGE;
 	}
-	if (td_hrry_file_reader_new(&t, &r, &e) < 0)
+	if (td_hrry_file_reader_new(&t, &r, &e) < 0) {
+		if (fd >= 0)
+			close(fd);
 		return open_failed(&e, json, path);
+	}
 	td_hrry_file_reader_index(r, &io, &il, &crc);
 	uint32_t a = td_hrry_file_reader_alignment(r);
 	uint32_t flags = td_hrry_file_reader_flags(r);
@@ -311,6 +322,8 @@ int inspect_hrry(const char *path, const uint8_t *buf, size_t len, int json)
 	if (json)
 		printf("]}\n");
 	td_hrry_file_reader_free(&r);
+	if (fd >= 0)
+		close(fd);
 	return TCTL_OK;
 }
 

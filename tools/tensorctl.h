@@ -106,7 +106,8 @@ int inspect_tgm(const uint8_t *buf, size_t len, int json);
 /* 1 when buf is a .tgm file: TENSOGRM magic, or a message after junk */
 int inspect_tgm_sniff(const uint8_t *buf, size_t len);
 
-/* Hurray files (hrry.c): inspect back end, load and save */
+/* Hurray files (hrry.c): inspect back end, load and save. inspect_hrry
+ * of buf, or (buf NULL) of the file at path, read with pread. */
 int inspect_hrry(const char *path, const uint8_t *buf, size_t len, int json);
 /* 1 when buf starts with the HRRYFILE magic */
 int inspect_hrry_sniff(const uint8_t *buf, size_t len);
