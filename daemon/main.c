@@ -520,6 +520,14 @@ int main(int argc, char **argv)
 	raise_nofile();
 	/* a peer that hangs up mid-send must not kill us (MSG_NOSIGNAL too) */
 	signal(SIGPIPE, SIG_IGN);
+	/*
+	 * Under RLIMIT_FSIZE (systemd's LimitFSIZE=, a shell's ulimit -f),
+	 * growing a file past it raises SIGXFSZ, whose default action kills
+	 * us: a client's ALLOC (the memfd's ftruncate) or a snapshot save
+	 * would. Ignored, the call fails with EFBIG, which ALLOC answers
+	 * and a save logs, backing off.
+	 */
+	signal(SIGXFSZ, SIG_IGN);
 
 	rc = uv_loop_init(&loop);
 	if (rc < 0) {

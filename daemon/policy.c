@@ -315,7 +315,10 @@ int td__policy_load(const char *path, struct td__policy *pol)
 	unsigned line;
 	int fd, rc;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* non-blocking: a FIFO there (a file replaced by one) must not
+	 * hang the start or a SIGHUP's reload, the loop with it, until
+	 * someone writes; fstat then refuses it */
+	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0) {
 		rc = -errno;
 		td__log(TD_LOG_ERROR, "--policy %s: %s", path, strerror(-rc));
@@ -341,8 +344,8 @@ int td__policy_load(const char *path, struct td__policy *pol)
 			continue;
 		if (n <= 0) {
 			rc = n < 0 ? -errno : -EIO;
-			td__log(TD_LOG_ERROR, "--policy %s: read failed",
-				path);
+			td__log(TD_LOG_ERROR, "--policy %s: read failed: %s",
+				path, strerror(-rc));
 			goto out;
 		}
 		len += (size_t)n;

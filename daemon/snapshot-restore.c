@@ -414,18 +414,25 @@ static void on_stop_signal(uv_signal_t *h, int signum)
  * version counter back. 0, or -errno with the reason (for move_aside).
  */
 static int restore_open(struct reader *rd, const struct stat *st,
-			char *reason, size_t cap)
+			char *reason, size_t cap, bool *unread)
 {
 	struct td_hrry_err e = {0};
 	struct td_hrry_kv_entry k;
 	bool ours = false;
 	int rc;
 
+	*unread = false;
 	rc = reader_open(rd, (uint64_t)st->st_size, &e);
 	if (rc < 0) {
-		snprintf(reason, cap, "%s at byte %" PRIu64 ": %s",
+		snprintf(reason, cap, "%s at byte %" PRIu64 ": %s%s%s",
 			 td_hrry_error_name(e.kind), e.offset,
-			 e.reason ? e.reason : strerror(-rc));
+			 e.reason ? e.reason : strerror(-rc),
+			 e.kind == TD_HRRY_E_IO ? ": " : "",
+			 e.kind == TD_HRRY_E_IO ? strerror(-rc) : "");
+		/* a read that failed (EIO) or memory short is no sign of
+		 * damage: the file is not read now, not moved aside */
+		*unread = e.kind == TD_HRRY_E_IO ||
+			  e.kind == TD_HRRY_E_NO_MEMORY;
 		return rc;
 	}
 	for (uint32_t i = 0; i < rd->c.kv_count; i++) {
@@ -522,7 +529,8 @@ int td__snap_restore(void)
 	uint64_t t0 = td__snap_now_ms();
 	/* not on the stack: uv_close() finishes in a later loop turn */
 	static uv_signal_t sig[2];
-	int err;
+	bool unread;
+	int err = 0;
 
 	/* non-blocking: a FIFO there is opened, not waited on (and below,
 	 * moved aside); reads of a regular file do not care */
@@ -557,7 +565,19 @@ int td__snap_restore(void)
 		uv_signal_init(td__snap.d->loop, &sig[i]);
 		uv_signal_start(&sig[i], on_stop_signal, i ? SIGINT : SIGTERM);
 	}
-	if (restore_open(&rd, &st, reason, sizeof(reason)) < 0) {
+	err = restore_open(&rd, &st, reason, sizeof(reason), &unread);
+	if (err < 0 && unread) {
+		/* as for a file that cannot be opened: starting empty would
+		 * let the next save replace it, and the next start would
+		 * not read it under its new name */
+		reader_fini(&rd);
+		td__log(TD_LOG_ERROR, "snapshot %s cannot be read (%s): not "
+				      "starting; the file stays as it is",
+			td__snap.path, reason);
+		goto out;
+	}
+	if (err < 0) {
+		err = 0;
 		reader_fini(&rd);
 		move_aside(reason);
 		goto out;
@@ -589,5 +609,5 @@ out:
 		uv_close((uv_handle_t *)&sig[i], NULL);
 	if (td__snap.stop_asked)
 		uv_stop(td__snap.d->loop); /* main's uv_run returns at once */
-	return 0;
+	return err;
 }

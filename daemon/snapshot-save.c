@@ -141,6 +141,15 @@ static void backoff_more(void)
 							   : b;
 }
 
+/* What a failed save left as FILE. */
+static const char *kept(const struct save *sv)
+{
+	/* the folder's fsync failed after the rename */
+	return sv->phase == PH_DIRSYNC ? "the new one is in place, but its "
+					 "name may not survive a power loss"
+				       : "the previous one is kept";
+}
+
 /* The end of a save, good or bad: nothing of it is in flight any more. */
 static void save_end(struct save *sv)
 {
@@ -161,13 +170,20 @@ static void save_end(struct save *sv)
 		if (!failed)
 			td__log(TD_LOG_DEBUG, "snapshot: save abandoned for a "
 					      "newer one");
+		else if (td__snap.final)
+			/* no later save: what changed since the last one
+			 * is not in the snapshot */
+			td__log(TD_LOG_ERROR, "snapshot: final save to %s "
+					      "failed: %s (%s); %s; not "
+					      "retried: the daemon is stopping",
+				td__snap.path, sv->why, strerror(-sv->err),
+				kept(sv));
 		else
 			td__log(TD_LOG_ERROR, "snapshot: saving %s failed: "
-					      "%s (%s); the previous one is "
-					      "kept; retried in %" PRIu64
+					      "%s (%s); %s; retried in %" PRIu64
 					      " s at the earliest",
 				td__snap.path, sv->why, strerror(-sv->err),
-				td__snap.backoff_ms / 1000);
+				kept(sv), td__snap.backoff_ms / 1000);
 		td__snap.dirty = true;
 	} else {
 		td__log(TD_LOG_INFO, "snapshot: saved %" PRIu64 " tensors (%"

@@ -11,6 +11,14 @@
  * room in the listener's backlog; a signal caught just before must not
  * be lost).
  *
+ * $TD_TRUNCATE_BEFORE_CONNECT=PATH cuts PATH to 0 bytes just before the
+ * first connect(2) to a Unix socket, once: a file that shrinks while a
+ * program (tensorctl load, which opens its input before it connects)
+ * reads it. $TD_FAIL_PREAD=PATH makes the first pread(2) of a descriptor
+ * of PATH fail with EIO, once: a disk that fails a read (tensord's
+ * snapshot restore, TENSORD_IO=sync). $TD_FAIL_FSYNC=PATH does the same
+ * to the first fsync(2) of a descriptor of PATH (a folder, say).
+ *
  * The real calls are the next definitions (dlsym RTLD_NEXT). With
  * _FILE_OFFSET_BITS=64, as meson builds, callers reach open64; here
  * the two names are kept apart.
@@ -20,6 +28,7 @@
 #define _GNU_SOURCE /* __CONST_SOCKADDR_ARG as a union */
 #endif
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -31,7 +40,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-static int fired_open, fired_write, fired_connect;
+static int fired_open, fired_write, fired_connect, truncated;
+static int failed_pread, failed_fsync;
 
 /* Raise the signal of $var once, when it names path. */
 static void maybe_raise(int *fired, const char *var, const char *path)
@@ -106,8 +116,61 @@ int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
 
 	if (!real)
 		*(void **)&real = dlsym(RTLD_NEXT, "connect");
+	if (sa->sun_family == AF_UNIX && !truncated &&
+	    getenv("TD_TRUNCATE_BEFORE_CONNECT")) {
+		truncated = 1;
+		truncate(getenv("TD_TRUNCATE_BEFORE_CONNECT"), 0);
+	}
 	if (sa->sun_family == AF_UNIX)
 		maybe_raise(&fired_connect, "TD_RAISE_BEFORE_CONNECT",
 			    sa->sun_path);
 	return real(fd, addr, len);
+}
+
+/* Whether fd is a descriptor of path (its /proc/self/fd link). */
+static int fd_is(int fd, const char *path)
+{
+	char link[64], got[4096];
+	ssize_t len;
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	len = readlink(link, got, sizeof(got) - 1);
+	if (len <= 0)
+		return 0;
+	got[len] = 0;
+	return !strcmp(got, path);
+}
+
+#define WRAP_PREAD(name, off_type)                                            \
+	ssize_t name(int fd, void *buf, size_t n, off_type off)               \
+	{                                                                     \
+		static ssize_t (*real)(int, void *, size_t, off_type);        \
+		const char *path = getenv("TD_FAIL_PREAD");                   \
+                                                                              \
+		if (!real)                                                    \
+			*(void **)&real = dlsym(RTLD_NEXT, #name);            \
+		if (path && !failed_pread && fd_is(fd, path)) {               \
+			failed_pread = 1;                                     \
+			errno = EIO;                                          \
+			return -1;                                            \
+		}                                                             \
+		return real(fd, buf, n, off);                                 \
+	}
+
+WRAP_PREAD(pread, off_t)
+WRAP_PREAD(pread64, off64_t)
+
+int fsync(int fd)
+{
+	static int (*real)(int);
+	const char *path = getenv("TD_FAIL_FSYNC");
+
+	if (!real)
+		*(void **)&real = dlsym(RTLD_NEXT, "fsync");
+	if (path && !failed_fsync && fd_is(fd, path)) {
+		failed_fsync = 1;
+		errno = EIO;
+		return -1;
+	}
+	return real(fd);
 }

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -1249,5 +1250,179 @@ Test(snapshot, saves_while_clients_replace_tensors_stay_whole)
 	tu_daemon_stop(&d, true);
 	cr_assert(log_has(&s, "snapshot: saved"), "%s", tu_slurp(s.log));
 	check_any(&s, "sync", 2);
+	snapdir_rm(&s);
+}
+
+/* ---- a file size limit (RLIMIT_FSIZE: systemd's LimitFSIZE=) ---- */
+
+#define FSIZE_LIMIT (64u << 10)
+
+static void limit_fsize(void)
+{
+	struct rlimit rl = {FSIZE_LIMIT, FSIZE_LIMIT};
+
+	if (setrlimit(RLIMIT_FSIZE, &rl) < 0)
+		_exit(125);
+}
+
+/*
+ * Growing a file past RLIMIT_FSIZE raises SIGXFSZ, which killed the
+ * daemon (its default action): a client's ALLOC over the limit (the
+ * memfd's ftruncate) or a save whose file grew past it. Ignored, the
+ * ALLOC is refused with EFBIG and the save fails like any disk error:
+ * logged, FILE.tmp removed, the previous snapshot kept, the daemon up.
+ */
+Test(snapshot, a_file_size_limit_fails_a_save_not_the_daemon, .timeout = 60)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_error e = {0};
+	struct tensor a = mk("z/a", TD_TENSOR_U8, 4096, 0, 4096);
+	struct tensor b = mk("z/b", TD_TENSOR_U8, 40000, 0, 40000);
+	struct tensor b2 = mk("z/b2", TD_TENSOR_U8, 40000, 0, 40000);
+	const char *extra[] = {"--snapshot", s.file, "--snapshot-interval",
+			       "30", NULL};
+	uint64_t shape = FSIZE_LIMIT * 2, v;
+	struct td_publish p = {.name = "z/big",
+			       .dtype = TD_TENSOR_U8,
+			       .ndim = 1,
+			       .shape = &shape};
+	uint8_t *big = calloc(1, shape), *before, *after;
+	size_t blen, alen;
+	int rc;
+
+	cr_assert_not_null(big);
+	snapdir_make(&s);
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	put(c, &a, next_version(c));
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	before = tu_read_file(s.file, &blen);
+
+	/* the same, under a file size limit the next save outgrows */
+	tu_daemon_start_log(&d, "info", extra, s.log, limit_fsize);
+	c = conn(&d);
+	rc = td_client_put(c, &p, big, shape, &v, &e);
+	cr_assert_eq(rc, -EFBIG, "an ALLOC over RLIMIT_FSIZE: %d (%s)", rc,
+		     e.reason);
+	put(c, &b, next_version(c));
+	put(c, &b2, next_version(c));
+	cr_assert_eq(count(c), 3);
+	td_client_close(c);
+	/* the final save fails: a clean stop all the same (status 0) */
+	tu_daemon_stop(&d, true);
+	cr_assert(log_has(&s, "File too large"), "%s", tu_slurp(s.log));
+	/* no promise of a retry that a stopping daemon cannot keep */
+	cr_assert(log_has(&s, "not retried: the daemon is stopping") &&
+			  !log_has(&s, "retried in"),
+		  "%s", tu_slurp(s.log));
+	cr_assert(!dir_has(&s, "snap.hrry.tmp"));
+	after = tu_read_file(s.file, &alen);
+	cr_assert(alen == blen && !memcmp(before, after, blen),
+		  "the previous snapshot changed");
+
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	cr_assert_eq(count(c), 1);
+	check(c, &a);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	free(big);
+	free(before);
+	free(after);
+	snapdir_rm(&s);
+}
+
+/*
+ * A read of the snapshot that fails (EIO: the disk, for now) is no sign
+ * that the file is damaged. It was taken for one: moved aside as
+ * FILE.corrupt-<time> and the daemon started empty, so the next start
+ * did not read it either and the tensors were gone unless someone
+ * noticed. Now it is handled like a file that cannot be opened: the
+ * start stops, the file stays, and the next start restores it. The
+ * shim (raise-before-open.c) fails the first pread of the file.
+ */
+Test(snapshot, a_read_error_stops_the_start_and_keeps_the_file,
+     .timeout = 90)
+{
+	const char *shim = getenv("TD_RAISE_BEFORE_OPEN_SHIM");
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor a = mk("e/a", TD_TENSOR_U8, 5000, 0, 5000);
+	char sock[160];
+	uint8_t *before, *after;
+	size_t blen, alen;
+
+	cr_assert(shim, "TD_RAISE_BEFORE_OPEN_SHIM is not set (run through "
+			"meson test)");
+	snapdir_make(&s);
+	snprintf(sock, sizeof(sock), "%s/td.sock", s.dir);
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	put(c, &a, next_version(c));
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	before = tu_read_file(s.file, &blen);
+
+	/* only the daemon's environment: it is exec'ed with ours */
+	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
+	cr_assert_eq(setenv("TD_FAIL_PREAD", s.file, 1), 0);
+	cr_assert_eq(setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:"
+					    "verify_asan_link_order=0", 1),
+		     0);
+	cr_assert_eq(setenv("TENSORD_IO", "sync", 1), 0);
+	cr_expect_eq(run_daemon(sock, s.file), 1);
+	unsetenv("LD_PRELOAD");
+	unsetenv("TD_FAIL_PREAD");
+	cr_expect(!dir_has(&s, "snap.hrry.corrupt"), "moved aside");
+	after = tu_read_file(s.file, &alen);
+	cr_expect(alen == blen && !memcmp(before, after, blen));
+
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	check(c, &a);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	free(before);
+	free(after);
+	snapdir_rm(&s);
+}
+
+/*
+ * The folder's fsync fails after the rename: the new snapshot is FILE
+ * already. The log said "the previous one is kept", which was false.
+ */
+Test(snapshot, a_failed_folder_fsync_says_the_new_snapshot_is_in_place,
+     .timeout = 60)
+{
+	const char *shim = getenv("TD_RAISE_BEFORE_OPEN_SHIM");
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor a = mk("f/a", TD_TENSOR_U8, 100, 0, 100);
+
+	cr_assert(shim, "TD_RAISE_BEFORE_OPEN_SHIM is not set (run through "
+			"meson test)");
+	snapdir_make(&s);
+	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
+	cr_assert_eq(setenv("TD_FAIL_FSYNC", s.dir, 1), 0);
+	cr_assert_eq(setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:"
+					    "verify_asan_link_order=0", 1),
+		     0);
+	start(&d, &s, "sync", "30");
+	unsetenv("LD_PRELOAD");
+	unsetenv("TD_FAIL_FSYNC");
+	c = conn(&d);
+	put(c, &a, next_version(c));
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert(log_has(&s, "fsync of") &&
+			  log_has(&s, "the new one is in place") &&
+			  !log_has(&s, "the previous one is kept"),
+		  "%s", tu_slurp(s.log));
+	check_file(s.file, &a, 1);
 	snapdir_rm(&s);
 }

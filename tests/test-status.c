@@ -404,3 +404,32 @@ Test(status, sighup_reloads_the_policy_and_a_bad_file_keeps_the_old)
 	stop(&l);
 	done(&l);
 }
+
+/*
+ * The policy file replaced by a FIFO: SIGHUP's reload opened it
+ * blocking, and the daemon's loop waited in open() for a writer that
+ * never came: no client served, SIGTERM unheard. Now it is refused like
+ * any file that is not a regular one, and the old policy stays.
+ */
+Test(status, a_fifo_in_place_of_the_policy_does_not_hang_the_reload)
+{
+	struct logged l;
+	char path[64], fifo[80];
+
+	snprintf(path, sizeof(path), "/tmp/td-status-policy-%d",
+		 (int)getpid());
+	snprintf(fifo, sizeof(fifo), "%s.fifo", path);
+	write_file(path, "quota uid=0 64K\n");
+	const char *extra[] = {"--policy", path, NULL};
+	start(&l, extra);
+	cr_assert_eq(mkfifo(fifo, 0600), 0);
+	cr_assert_eq(rename(fifo, path), 0);
+	hup(&l, "previous policy stays in force", 0);
+	cr_assert_eq(log_count(&l, "not a regular file"), 1);
+	struct td_client *c = cli(&l);
+	cr_assert_eq(put(c, "q/b", 128 << 10, true), -EDQUOT, "64K in force");
+	td_client_close(c);
+	unlink(path);
+	stop(&l);
+	done(&l);
+}

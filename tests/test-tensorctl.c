@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -29,6 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tensord/hrry.h"
 #include "tensord/tensord.h"
 #include "testutil.h"
 #include "tgm-desc.h"
@@ -608,6 +610,191 @@ Test(tensorctl, full_filesystem_leaves_the_old_file_and_no_temp)
 	expect_file(other, "old");
 	umount(mnt);
 	rmdir(mnt);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * stdout on a full disk (/dev/full): what stdio buffered was lost at
+ * exit and every command that prints (ls, status, stat, --json, --help,
+ * save's summary line) exited 0; watch wrote its lines to nowhere for
+ * ever. Now the failed flush is an error: status 1, said on stderr.
+ */
+Test(tensorctl, a_full_stdout_fails_the_command)
+{
+	static const char *const cmds[][4] = {
+		{"ls"},		{"status"},	    {"stat", "t"},
+		{"--json", "ls"}, {"ls", "--help"}, {"--version"}};
+	struct tu_daemon d;
+	struct run r = {.in_fd = -1};
+	char path[160], *err;
+	pid_t pub;
+	int rc;
+
+	start(&d);
+	r.out_fd = open("/dev/full", O_WRONLY | O_CLOEXEC);
+	cr_assert_geq(r.out_fd, 0);
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		rc = ctl_run(&d, &r, NULL, &err, cmds[i]);
+		cr_expect_eq(rc, 1, "%s: exit %d", cmds[i][0], rc);
+		cr_expect(strstr(err, "standard output: No space left"),
+			  "%s: %s", cmds[i][0], err);
+		free(err);
+	}
+	/* the file is written; the line saying so is not */
+	path_in(path, sizeof(path), &d, "out.tgm");
+	cr_expect_eq(CTL_R(&d, &r, NULL, NULL, "save", "t", "-o", path), 1);
+	/* watch: ends at its first line, which cannot be written */
+	pub = tu_fork();
+	if (pub == 0) {
+		for (int i = 0; i < 3000; i++) {
+			struct td_client *c;
+			uint64_t one = 1;
+			struct td_publish p = {.name = "w", .dtype = TD_TENSOR_U8,
+					       .ndim = 1, .shape = &one};
+
+			if (td_client_connect(d.sock, &c, NULL) == 0) {
+				td_client_put(c, &p, "x", 1, NULL, NULL);
+				td_client_close(c);
+			}
+			usleep(10000);
+		}
+		_exit(0);
+	}
+	rc = CTL_R(&d, &r, NULL, &err, "watch", "w");
+	kill(pub, SIGKILL);
+	cr_assert(tu_reap_within(pub, TU_WAIT_S, NULL));
+	cr_expect_eq(rc, 1, "watch: exit %d: %s", rc, err);
+	cr_expect(strstr(err, "standard output: No space left"), "%s", err);
+	free(err);
+	cr_expect_eq(leases(&d, "t"), 0);
+	close(r.out_fd);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * load FILE.hrry mapped the file: one cut short while it was read (by
+ * someone else, between the index and the data) killed tensorctl with
+ * SIGBUS, after whatever it had published already, which its all or
+ * nothing rule would have deleted. The shim cuts the file to 0 bytes
+ * just before tensorctl connects, after the index is read. Now the file
+ * is read with pread: its end is an error like any short file.
+ */
+Test(tensorctl, a_hurray_file_cut_during_load_is_an_error_not_a_crash)
+{
+	const char *shim = getenv("TD_RAISE_BEFORE_OPEN_SHIM");
+	struct tu_daemon d;
+	char path[160], *err;
+	int rc;
+
+	cr_assert(shim, "TD_RAISE_BEFORE_OPEN_SHIM is not set (run through "
+			"meson test)");
+	start(&d);
+	put_zeros(&d, "big", 1 << 20);
+	path_in(path, sizeof(path), &d, "in.hrry");
+	cr_assert_eq(CTL(&d, NULL, &err, "save", "-o", path, "big", "t"), 0,
+		     "%s", err);
+	free(err);
+	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
+	cr_assert_eq(setenv("TD_TRUNCATE_BEFORE_CONNECT", path, 1), 0);
+	cr_assert_eq(setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:"
+					    "verify_asan_link_order=0", 1),
+		     0);
+	rc = CTL(&d, NULL, &err, "load", path, "--prefix", "L/");
+	unsetenv("LD_PRELOAD");
+	unsetenv("TD_TRUNCATE_BEFORE_CONNECT");
+	cr_expect_eq(rc, 1, "exit %d: %s", rc, err);
+	cr_expect(strstr(err, "UnexpectedEof"), "%s", err);
+	free(err);
+	cr_expect(!exists(&d, "L/big") && !exists(&d, "L/t"));
+	cr_expect_eq(leases(&d, "big"), 0);
+	unlink(path);
+	tu_daemon_stop(&d, false);
+}
+
+/* The hole-making transport of sparse_hrry(): bytes of [base, base+size)
+ * are skipped (a hole), others written. */
+struct holes {
+	int fd;
+	const uint8_t *base;
+	uint64_t size;
+};
+
+static int hole_write(void *ctx, const void *buf, size_t len, size_t *put)
+{
+	struct holes *h = ctx;
+	const uint8_t *p = buf;
+	ssize_t n = (ssize_t)len;
+
+	if (p >= h->base && p < h->base + h->size)
+		n = lseek(h->fd, (off_t)len, SEEK_CUR) < 0 ? -1 : n;
+	else
+		n = write(h->fd, buf, len);
+	if (n < 0)
+		return -errno;
+	*put = (size_t)n;
+	return 0;
+}
+
+/* A whole Hurray file at path holding one uint8 tensor "big" of size
+ * bytes, all of them a hole; false when the file system refuses one. */
+static bool sparse_hrry(const char *path, uint64_t size)
+{
+	struct holes h = {
+		.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+			   0644)};
+	struct td_hrry_transport t = {.ctx = &h, .write = hole_write};
+	struct td_hrry_desc *d = malloc(sizeof(*d));
+	struct td_hrry_file_writer *w = NULL;
+	struct td_hrry_err he = {0};
+	const void *bufs[1];
+	bool ok;
+
+	cr_assert(h.fd >= 0 && d);
+	h.size = size;
+	h.base = mmap(NULL, size, PROT_NONE,
+		      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	cr_assert(h.base != MAP_FAILED, "%s", strerror(errno));
+	bufs[0] = h.base;
+	cr_assert_eq(td_hrry_desc_init_dense(d, TD_HRRY_TYPE_UINT8, 1, &size),
+		     0);
+	cr_assert_eq(td_hrry_file_writer_new(&t, NULL, &w, &he), 0, "%s",
+		     he.reason);
+	ok = td_hrry_file_writer_write_tensor(w, "big", 3, d, bufs, &he) ==
+		     0 &&
+	     td_hrry_file_writer_finish(w, NULL, 0, &he) == 0;
+	td_hrry_file_writer_free(&w);
+	munmap((void *)h.base, size);
+	close(h.fd);
+	free(d);
+	return ok;
+}
+
+/*
+ * inspect read a regular file whole into memory before it looked at it:
+ * a Hurray file of 1 TiB (here all a hole) failed with ENOMEM, and one
+ * under the memory size took that much, where the header, index, KV and
+ * descriptors are all that inspect prints. A Hurray file on disk is now
+ * read with pread, those parts only.
+ */
+Test(tensorctl, inspect_of_a_huge_hurray_file_reads_only_its_index)
+{
+	struct tu_daemon d;
+	char path[160], *out, *err;
+	int rc;
+
+	start(&d);
+	path_in(path, sizeof(path), &d, "huge.hrry");
+	if (!sparse_hrry(path, 1ull << 40)) {
+		unlink(path);
+		tu_daemon_stop(&d, false);
+		cr_skip_test("no 1 TiB sparse file here: not checked");
+	}
+	rc = CTL(&d, &out, &err, "inspect", path);
+	cr_expect_eq(rc, 0, "exit %d: %s", rc, err);
+	cr_expect(strstr(out, "big: uint8 [1099511627776]"), "%s", out);
+	free(out);
+	free(err);
+	unlink(path);
 	tu_daemon_stop(&d, false);
 }
 

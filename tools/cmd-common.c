@@ -17,6 +17,17 @@ const char *tctl_socket;
 int tctl_json;
 int tctl_raw_bytes;
 
+int tctl_stdout_error(void)
+{
+	static int err;
+
+	if (fflush(stdout) != 0 && !err)
+		err = errno ? errno : EIO;
+	if (!err && ferror(stdout))
+		err = EIO;
+	return err;
+}
+
 int tctl_json_print(struct json_object *o)
 {
 	fflush(stdout);

@@ -64,7 +64,12 @@ int cmd_watch(int argc, char **argv)
 			printf("%s %s %llu\n", what, ev.name,
 			       (unsigned long long)ev.version);
 		}
-		fflush(stdout); /* one line per event, as it happens */
+		/* one line per event, as it happens; an output that fails
+		 * (a full disk) ends the watch: main() says why */
+		if (tctl_stdout_error()) {
+			td_client_close(c);
+			return TCTL_REFUSED;
+		}
 		seen++;
 	}
 	td_client_close(c);

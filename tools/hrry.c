@@ -254,6 +254,9 @@ static int open_failed(const struct td_hrry_err *e, int json, const char *what)
 	return TCTL_REFUSED;
 }
 
+static int load_file(const char *path, struct td_hrry_transport *t,
+		     int *fd);
+
 int inspect_hrry(const char *path, const uint8_t *buf, size_t len, int json)
 {
 	struct td_hrry_transport t;
@@ -261,13 +264,21 @@ int inspect_hrry(const char *path, const uint8_t *buf, size_t len, int json)
 	struct td_hrry_err e = {0};
 	uint64_t n, io, il;
 	uint32_t crc;
+	int fd = -1, rc;
 
-	if (td_hrry_transport_mem(buf, len, &t) < 0) {
+	if (!buf) {
+		rc = load_file(path, &t, &fd);
+		if (rc)
+			return rc;
+	} else if (td_hrry_transport_mem(buf, len, &t) < 0) {
 		fprintf(stderr, "tensorctl: out of memory\n");
 		return TCTL_USAGE;
 	}
-	if (td_hrry_file_reader_new(&t, &r, &e) < 0)
+	if (td_hrry_file_reader_new(&t, &r, &e) < 0) {
+		if (fd >= 0)
+			close(fd);
 		return open_failed(&e, json, path);
+	}
 	td_hrry_file_reader_index(r, &io, &il, &crc);
 	uint32_t a = td_hrry_file_reader_alignment(r);
 	uint32_t flags = td_hrry_file_reader_flags(r);
@@ -311,6 +322,8 @@ int inspect_hrry(const char *path, const uint8_t *buf, size_t len, int json)
 	if (json)
 		printf("]}\n");
 	td_hrry_file_reader_free(&r);
+	if (fd >= 0)
+		close(fd);
 	return TCTL_OK;
 }
 
@@ -474,6 +487,32 @@ int tctl_hrry_transport(const char *path, struct td_hrry_transport *t,
 }
 
 /*
+ * A file load reads: with pread, never mapped. A mapping's reader dies of
+ * SIGBUS when the file is cut short while it is read (someone truncating
+ * it), after publishing what it had and before the all or nothing rule
+ * could delete it; pread meets the end and the reader says
+ * UnexpectedEof. Tensor bytes go straight into the daemon's buffer
+ * either way (read_tensor_into).
+ */
+static int load_file(const char *path, struct td_hrry_transport *t, int *fd)
+{
+	int rc;
+
+	*fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (*fd < 0)
+		return tctl_fail(TCTL_REFUSED, "io", errno, "%s: %s", path,
+				 strerror(errno));
+	rc = td_hrry_transport_fd(*fd, t);
+	if (rc < 0) {
+		close(*fd);
+		*fd = -1;
+		return tctl_fail(TCTL_REFUSED, "io", -rc, "%s: %s", path,
+				 strerror(-rc));
+	}
+	return TCTL_OK;
+}
+
+/*
  * The transport of what load reads: the file at path; stdin ("-") read
  * into *own up to max_bytes; or buf, stdin read already. *fd: the file's,
  * or -1.
@@ -492,7 +531,7 @@ static int load_input(const char *path, uint64_t max_bytes,
 		buf = *own;
 	}
 	if (!buf)
-		return tctl_hrry_transport(path, t, fd);
+		return load_file(path, t, fd);
 	if (td_hrry_transport_mem(buf, len, t) < 0) {
 		free(*own);
 		*own = NULL;
@@ -591,6 +630,17 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 							     &e);
 		if (!r2)
 			r2 = td_hrry_rcore_check_supported(&en, d, &e);
+		/* the file failing (cut short meanwhile, a read error) is
+		 * no tensor to skip: the whole load fails */
+		if (r2 && (e.kind == TD_HRRY_E_IO ||
+			   e.kind == TD_HRRY_E_UNEXPECTED_EOF)) {
+			rc = tctl_fail(TCTL_REFUSED, "io", -r2, "%s: %.*s: %s: %s",
+				       path, (int)en.name_len, en.name,
+				       td_hrry_error_name(e.kind), e.reason);
+			if (!partial)
+				unpublish(&l);
+			goto out;
+		}
 		if (r2) {
 			refused(&l, en.name, en.name_len,
 				td_hrry_error_name(e.kind), e.reason);

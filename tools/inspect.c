@@ -12,6 +12,23 @@
 #include "td-json.h"
 #include "tensorctl.h"
 
+/* A regular file that starts as a Hurray file (never waits on a FIFO). */
+static int regular_hrry(const char *path)
+{
+	uint8_t magic[8];
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+	int r = 0;
+
+	if (fd < 0)
+		return 0;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+	    pread(fd, magic, sizeof(magic), 0) == (ssize_t)sizeof(magic))
+		r = inspect_hrry_sniff(magic, sizeof(magic));
+	close(fd);
+	return r;
+}
+
 int cmd_inspect(int argc, char **argv)
 {
 	enum { O_MAX_BYTES = TCTL_OPT_FIRST_OWN };
@@ -33,6 +50,10 @@ int cmd_inspect(int argc, char **argv)
 	}
 	if (argc - optind != 1)
 		return tctl_usage("inspect", "needs one FILE (- for stdin)");
+	/* a Hurray file on disk: inspect reads its header, index, KV and
+	 * descriptors (pread), not its tensors: a file of any size */
+	if (strcmp(argv[optind], "-") && regular_hrry(argv[optind]))
+		return inspect_hrry(argv[optind], NULL, 0, tctl_json);
 	rc = tctl_read_input(argv[optind], max, &buf, &len);
 	if (rc)
 		return rc;

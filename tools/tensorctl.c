@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* tensorctl: the command line over the tensord client API and proto/. */
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -226,7 +227,30 @@ int tctl_getopt(int argc, char **argv, const char *shortopts,
 	}
 }
 
+/*
+ * What went to stdout through stdio (a table, JSON, --help) reached it?
+ * A full disk or /dev/full there made every command exit 0 with nothing
+ * written. Returns rc, or TCTL_REFUSED when it did not (said on stderr:
+ * stdout is what failed, even under --json).
+ */
+static int stdout_written(int rc)
+{
+	int err = tctl_stdout_error();
+
+	if (!err)
+		return rc;
+	fprintf(stderr, "tensorctl: standard output: %s\n", strerror(err));
+	return rc ? rc : TCTL_REFUSED;
+}
+
+static int run(int argc, char **argv);
+
 int main(int argc, char **argv)
+{
+	return stdout_written(run(argc, argv));
+}
+
+static int run(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{"version", no_argument, NULL, 'V'}, TCTL_COMMON_OPTIONS};

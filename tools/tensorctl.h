@@ -106,7 +106,8 @@ int inspect_tgm(const uint8_t *buf, size_t len, int json);
 /* 1 when buf is a .tgm file: TENSOGRM magic, or a message after junk */
 int inspect_tgm_sniff(const uint8_t *buf, size_t len);
 
-/* Hurray files (hrry.c): inspect back end, load and save */
+/* Hurray files (hrry.c): inspect back end, load and save. inspect_hrry
+ * of buf, or (buf NULL) of the file at path, read with pread. */
 int inspect_hrry(const char *path, const uint8_t *buf, size_t len, int json);
 /* 1 when buf starts with the HRRYFILE magic */
 int inspect_hrry_sniff(const uint8_t *buf, size_t len);
@@ -141,5 +142,10 @@ void tctl_print_td_err(const struct td_err *e, int json);
 /* Print a json-c object on stdout (one line) and drop it; TCTL_OK. */
 struct json_object;
 int tctl_json_print(struct json_object *o);
+/*
+ * Flush stdout: 0, or the errno its writes failed with (the first one,
+ * remembered: a later flush with nothing left to write cannot clear it).
+ */
+int tctl_stdout_error(void);
 
 #endif
