@@ -78,6 +78,7 @@ static struct {
 	uv_timer_t timer;
 	bool timer_init, armed;
 	uint64_t last_ms;
+	unsigned failed; /* image writes failed in a row */
 } fs = {.slot = {-1, -1}, .next_id = 1};
 
 /* ---- passed fds ---- */
@@ -302,6 +303,19 @@ static int image_entry(void *arg, const struct td_state_entry *ent)
 	return td_state_encode_entry(&im->w, ent);
 }
 
+/*
+ * A failed image write is logged once until one succeeds again: a store
+ * that keeps changing retries every 100 ms (a full tmpfs or memory
+ * cgroup, RLIMIT_FSIZE), and a line each time would flood the journal.
+ */
+static void image_failed(const char *what, int rc)
+{
+	if (fs.failed++ == 0)
+		td__log(TD_LOG_ERROR, "state image: %s: %s (retried at each "
+				      "change; said again once one is written)",
+			what, strerror(-rc));
+}
+
 static int write_image(void)
 {
 	struct td__store_info si = {0};
@@ -327,7 +341,7 @@ static int write_image(void)
 	len = rc < 0 ? rc : td_state_encode_finish(&im.w);
 	if (len < 0) {
 		rc = (int)len;
-		td__log(TD_LOG_ERROR, "state image: encode: %s", strerror(-rc));
+		image_failed("encode", rc);
 		goto out;
 	}
 	/* a torn write fails the checksum; the other slot stays good */
@@ -339,20 +353,23 @@ static int write_image(void)
 			continue;
 		if (n <= 0) {
 			rc = n < 0 ? -errno : -EIO;
-			td__log(TD_LOG_ERROR, "state image: write: %s",
-				strerror(-rc));
+			image_failed("write", rc);
 			goto out;
 		}
 		off += (size_t)n;
 	}
 	if (ftruncate(fd, (off_t)len) < 0) {
 		rc = -errno;
-		td__log(TD_LOG_ERROR, "state image: truncate: %s",
-			strerror(errno));
+		image_failed("truncate", rc);
 		goto out;
 	}
 	fs.generation++;
 	fs.cur = slot;
+	if (fs.failed)
+		td__log(TD_LOG_INFO, "state image written again, after %u "
+				     "failed attempts",
+			fs.failed);
+	fs.failed = 0;
 	rc = 0;
 out:
 	free(im.buf);

@@ -24,6 +24,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -48,6 +49,7 @@ TestSuite(systemd, .timeout = TU_TEST_TIMEOUT_S);
 static bool saw_extend; /* an EXTEND_TIMEOUT_USEC= came by */
 static bool saw_watchdog_usec; /* a WATCHDOG_USEC= line came by */
 static const char *snap_file; /* daemon_start() adds --snapshot FILE */
+static rlim_t fsize_limit;     /* daemon_start() sets RLIMIT_FSIZE */
 static int listen_extra; /* LISTEN_FDS counts this many fds more */
 
 /* ---- a fake PID 1: the notify socket and the fd store ---- */
@@ -329,6 +331,10 @@ static void daemon_start(struct daemon *d, const char *watchdog_usec,
 		if (n)
 			pass_fds(fds, names, n);
 		setenv("NOTIFY_SOCKET", d->notify, 1);
+		if (fsize_limit &&
+		    setrlimit(RLIMIT_FSIZE, &(struct rlimit){fsize_limit,
+							     fsize_limit}) < 0)
+			_exit(124);
 		if (watchdog_usec)
 			setenv("WATCHDOG_USEC", watchdog_usec, 1);
 		else
@@ -1414,6 +1420,70 @@ Test(systemd, a_sealed_state_image_is_replaced_and_later_versions_survive)
 	/* and r/after, published on the replaced image, comes back */
 	next_life(&d, &st, x, n, false);
 	end_lives(&st, keep);
+}
+
+static unsigned count_of(const char *text, const char *what)
+{
+	unsigned n = 0;
+
+	for (const char *p = text; (p = strstr(p, what)); p += strlen(what))
+		n++;
+	return n;
+}
+
+/*
+ * An image write that keeps failing (a full tmpfs or memory cgroup,
+ * here RLIMIT_FSIZE: EFBIG, SIGXFSZ being ignored) is tried again at
+ * every change of the store, up to ten times a second, and each try
+ * logged a line. Now the first failure is logged, then the write that
+ * works again, with the count of failed tries between.
+ */
+Test(systemd, a_failing_image_write_is_logged_once_until_one_works)
+{
+	static char meta[8192];
+	struct daemon d;
+	struct fdstore st = {0};
+	struct td_error e = {0};
+	struct td_client *c;
+	struct msg m;
+	char name[32], *err;
+	unsigned tries;
+
+	memset(meta, 'm', sizeof(meta) - 1);
+	mkdir_tmp(&d);
+	notify_bind(&d);
+	fsize_limit = 64 << 10; /* the log stays far under it */
+	daemon_start(&d, NULL, -1, NULL, &st, NULL);
+	fsize_limit = 0;
+	c = connect_to(d.sock);
+	/* 8 KiB of metadata each: past the limit from the ninth on */
+	for (unsigned i = 0; i < 24; i++) {
+		snprintf(name, sizeof(name), "fs/%u", i);
+		put(c, name, 64, (uint8_t)i, 0, meta);
+		usleep(50 * 1000); /* a flush every 100 ms at most */
+		while (notify_recv(&d, &m, 0) == 0)
+			store_apply(&st, &m);
+	}
+	/* small enough again: the next image is written */
+	for (unsigned i = 0; i < 24; i++) {
+		snprintf(name, sizeof(name), "fs/%u", i);
+		cr_assert_eq(td_client_delete(c, name, NULL, &e), 0, "%s",
+			     e.reason);
+	}
+	put(c, "fs/after", 64, 1, 0, NULL);
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	err = tu_slurp(d.err);
+	cr_assert_eq(count_of(err, "state image: write: File too large"), 1,
+		     "%s", err);
+	cr_assert_not_null(strstr(err, "state image written again, after "),
+			   "%s", err);
+	cr_assert_eq(sscanf(strstr(err, "written again, after ") + 21, "%u",
+			    &tries),
+		     1);
+	cr_assert_geq(tries, 2, "%s", err); /* it was tried again */
+	free(err);
+	store_close(&st);
 }
 
 /*
