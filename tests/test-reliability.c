@@ -1488,3 +1488,104 @@ Test(reliability, without_max_bytes_the_daemon_caps_at_half_of_ram)
 	td_client_close(c);
 	stop();
 }
+
+/* ---- a log nobody reads ---- */
+
+static int log_end = -1; /* the daemon's stderr at the next start */
+
+static void stderr_to_log_end(void)
+{
+	if (dup2(log_end, 2) < 0)
+		_exit(125);
+}
+
+/* Everything readable on fd now (non-blocking), appended to *buf. */
+static void drain(int fd, char **buf, size_t *len)
+{
+	char chunk[65536];
+	ssize_t n;
+
+	while ((n = read(fd, chunk, sizeof(chunk))) > 0) {
+		*buf = realloc(*buf, *len + (size_t)n + 1);
+		cr_assert_not_null(*buf);
+		memcpy(*buf + *len, chunk, (size_t)n);
+		*len += (size_t)n;
+		(*buf)[*len] = '\0';
+	}
+}
+
+/*
+ * The daemon's stderr a stream socket (journald's) or a pipe that stops
+ * being read: once full, every log line waited, the event loop with it,
+ * and the daemon answered nobody. Lines that do not fit are dropped and
+ * counted now; the reader, back, finds whole lines, and a line saying how
+ * many went.
+ */
+static void a_log_nobody_reads(bool sock)
+{
+	struct tu_daemon d;
+	char *log = NULL;
+	size_t len = 0;
+	int sv[2], rd, st;
+	pid_t pid;
+
+	if (sock)
+		cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
+					sv),
+			     0);
+	else
+		cr_assert_eq(pipe2(sv, O_CLOEXEC), 0);
+	rd = sv[0];
+	log_end = sv[1];
+	tu_daemon_start_log(&d, "debug", NULL, NULL, stderr_to_log_end);
+	close(sv[1]); /* the daemon's now: not ours to count at the stop */
+	d.fds0--;
+	cr_assert_eq(fcntl(rd, F_SETFL, O_NONBLOCK), 0);
+	/* two debug lines per connection: MiBs, far past any buffer */
+	pid = tu_fork();
+	if (pid == 0) {
+		for (int i = 0; i < 20000; i++) {
+			struct td_client *c;
+
+			if (td_client_connect(d.sock, &c, NULL) < 0)
+				_exit(1);
+			td_client_close(c);
+		}
+		_exit(0);
+	}
+	cr_assert(tu_reap_within(pid, TU_WAIT_S, &st),
+		  "the daemon stopped answering while its log was full");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %#x", st);
+	/* the reader is back: one more line brings the count with it */
+	drain(rd, &log, &len);
+	for (int i = 0; i < 100 && !(log && strstr(log, "lines dropped"));
+	     i++) {
+		struct td_client *c;
+
+		cr_assert_eq(td_client_connect(d.sock, &c, NULL), 0);
+		td_client_close(c);
+		tu_await_readable(rd, TU_WAIT_S, "the daemon's next log line");
+		drain(rd, &log, &len);
+	}
+	cr_assert_not_null(log);
+	cr_assert_not_null(strstr(log, " log lines dropped: stderr was not "
+				       "read\n"),
+			   "%.2000s", log);
+	/* whole lines only, none cut */
+	cr_assert_eq(log[len - 1], '\n');
+	for (char *p = log; *p; p = strchr(p, '\n') + 1)
+		cr_assert_eq(strncmp(p, "tensord: ", 9), 0, "%.200s", p);
+	free(log);
+	tu_daemon_stop(&d, false);
+	close(rd);
+}
+
+Test(reliability, a_journal_socket_nobody_reads_does_not_stop_the_daemon)
+{
+	a_log_nobody_reads(true);
+}
+
+Test(reliability, a_log_pipe_nobody_reads_does_not_stop_the_daemon)
+{
+	a_log_nobody_reads(false);
+}
