@@ -47,21 +47,35 @@ int td_sub_fd(struct td_sub *s)
 	return fd;
 }
 
-/* Is there a version newer than the last one taken, or the end (of the
- * ring, or of our row: the daemon freed it or gave it away)? */
+/*
+ * Is there a version newer than the last one taken that a hold would
+ * get, or the end (of the ring, or of our row: the daemon freed it or
+ * gave it away), or a corrupt `latest` (td_sub_next says -EBADMSG)?
+ * `latest` naming a newer version whose slot no longer holds it is not
+ * news: the producer is rewriting that slot (the latest one, after every
+ * other reader took it) or a corrupt one left it so, and a hold would
+ * fail; its publish, or the put-back of the version, fires our timerfd
+ * as it fires any armed reader's (the flag is stored before this look).
+ * Calling that news fired the timerfd at once on every arm: an event
+ * loop that spun a CPU until the producer published.
+ */
 static bool sub_news(const struct td_sub *s)
 {
 	const struct td_ring_hdr *h = s->m.hdr;
 	uint64_t v;
 	uint32_t slot;
+	int rc;
 
 	if (s->gone || (atomic_load(&h->flags) & TD_RING_CLOSED) ||
 	    (s->tok && atomic_load(&s->row->held) >> TD_RING_TOKEN_SHIFT !=
 			       s->tok))
 		return true;
-	return td_ring_latest_unpack(td_ring_latest_recheck(h),
-				     s->m.g.slot_count, &slot, &v) != 0 &&
-	       v > s->last_version;
+	rc = td_ring_latest_unpack(td_ring_latest_recheck(h),
+				   s->m.g.slot_count, &slot, &v);
+	if (rc < 0)
+		return true;
+	return rc > 0 && v > s->last_version &&
+	       atomic_load(&h->slots[slot].version) == v;
 }
 
 /*

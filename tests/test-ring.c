@@ -22,6 +22,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/timerfd.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1093,6 +1094,71 @@ Test(ring, the_latest_slot_is_reused_only_once_every_reader_took_it)
 	cr_assert_eq(s.index, sx, "a departed reader still counted");
 	cr_assert_eq(td_ring_publish(r, NULL), 0);
 
+	one_sub_close(&d, c, r, a);
+}
+
+/* The timerfd was fired (armed to expire, or expired and unread). */
+static bool timerfd_fired(int fd)
+{
+	struct itimerspec t;
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+
+	CK(timerfd_gettime(fd, &t) == 0);
+	return t.it_value.tv_sec || t.it_value.tv_nsec || poll(&p, 1, 0) == 1;
+}
+
+/*
+ * An event-loop reader that arrives while the producer rewrites the
+ * latest slot finds `latest` naming a version its slot no longer holds:
+ * nothing to take yet, so its timerfd must stay quiet until the publish.
+ * It used to be fired at every arm (td_sub_poll said -EAGAIN and made the
+ * fd readable at once): the loop spun a CPU for as long as the producer
+ * took to write the slot, or for ever for a producer that left the
+ * version word so.
+ */
+Test(ring, an_event_loop_reader_is_not_woken_by_a_slot_being_rewritten)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_sub *a, *b;
+	struct td_slot s;
+	struct td_view v;
+	struct td_ring_hdr *h;
+	uint32_t s1;
+	int fd;
+
+	one_sub_open(&d, &c, &r, &a, "t/loop-rewrite", 3, 4096);
+	h = tu_find_mapping("memfd:tensord-ring-hdr");
+	put(r);
+	cr_assert_eq(td_sub_next(a, 0, &v), 0);
+	cr_assert_eq(td_sub_release(a), 0);
+	/* a took 1 and holds nothing: the latest slot is rewritten */
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	s1 = s.index;
+	cr_assert_eq(atomic_load(&h->slots[s1].version), 0);
+	b = subscribe(c, "t/loop-rewrite");
+	fd = td_sub_fd(b);
+	cr_assert_geq(fd, 0);
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(td_sub_poll(b, &v), -EAGAIN);
+		cr_assert_not(timerfd_fired(fd),
+			      "armed reader woken with nothing to take");
+	}
+	pattern_fill(s.planes[0], 4096, 2);
+	cr_assert_eq(td_ring_publish(r, NULL), 0);
+	tu_await_readable(fd, 60, "the publish's wake");
+	cr_assert_eq(td_sub_poll(b, &v), 0);
+	cr_assert_eq(v.version, 2);
+	cr_assert(pattern_ok(v.planes[0], 4096, 2));
+	cr_assert_eq(td_sub_release(b), 0);
+	cr_assert_eq(td_sub_poll(b, &v), -EAGAIN);
+	cr_assert_not(timerfd_fired(fd));
+	/* a slot index past the ring (a corrupt producer) is an error */
+	atomic_store(&h->latest, td_ring_latest_pack(3, 200));
+	cr_assert_eq(td_sub_poll(b, &v), -EBADMSG);
+	atomic_store(&h->latest, td_ring_latest_pack(2, s1));
+	td_sub_close(b);
 	one_sub_close(&d, c, r, a);
 }
 
