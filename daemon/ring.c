@@ -212,6 +212,18 @@ static int ring_build(struct ring *r, uint32_t flags, const char **why)
 	r->data_ro = reopen_ro(r->data_rw, why);
 	if (r->data_ro < 0)
 		return r->data_ro;
+	/*
+	 * No more seals, by anyone: a subscriber is handed the readers
+	 * memfd read-write, and its F_SEAL_FUTURE_WRITE there (or the
+	 * producer's on the others) made every later writable mapping
+	 * of it fail, so every later RING_SUBSCRIBE of the ring.
+	 */
+	if (fcntl(r->hdr_rw, F_ADD_SEALS, F_SEAL_SEAL) < 0 ||
+	    fcntl(r->rd_rw, F_ADD_SEALS, F_SEAL_SEAL) < 0 ||
+	    fcntl(r->data_rw, F_ADD_SEALS, F_SEAL_SEAL) < 0) {
+		*why = "cannot seal the memfds' seals";
+		return -errno;
+	}
 	r->hdr = map_ctl(r->hdr_rw, TD_RING_HDR_LEN);
 	r->rd = map_ctl(r->rd_rw, TD_RING_READERS_LEN);
 	if (!r->hdr || !r->rd) {

@@ -29,6 +29,7 @@
 
 #include "client.h"
 #include "pace.h"
+#include "rawclient.h"
 #include "ring-int.h"
 #include "ring.h"
 #include "wire.h"
@@ -1856,6 +1857,49 @@ Test(ring, garbage_in_the_control_block_never_crashes_a_consumer)
 		close(x.ack[i]);
 	}
 	tu_daemon_stop(&d, true);
+}
+
+/*
+ * A subscriber is handed the readers memfd read-write (its row is there).
+ * It used to be able to add F_SEAL_FUTURE_WRITE to it, after which every
+ * later subscriber's writable mapping failed: one subscriber shut the
+ * ring to all others for its lifetime. The daemon seals the seals.
+ */
+Test(ring, a_subscriber_cannot_seal_the_ring_against_later_subscribers)
+{
+	struct td_wire_ring_sub_req q = {{"t/seal", 6}, TD_WIRE_REQ_SCM};
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_sub *a;
+	struct td_view v;
+	struct rawrep rr;
+	int sock;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	r = make_ring(c, "t/seal", 2, 4096, 0);
+	sock = raw_scm_conn(&d);
+	cr_assert_eq(raw_call(sock, TD_OP_RING_SUBSCRIBE, 2,
+			      td_wire_ring_sub_req_encode(&q, RAW_BODY,
+							  RAW_CAP),
+			      &rr),
+		     0);
+	cr_assert_eq(rr.nfds, TD_WIRE_RING_FDS);
+	/* header, readers (read-write), data */
+	cr_assert_eq(fcntl(rr.fds[1], F_GETFL) & O_ACCMODE, O_RDWR);
+	for (unsigned i = 0; i < rr.nfds; i++)
+		cr_assert_lt(fcntl(rr.fds[i], F_ADD_SEALS, F_SEAL_FUTURE_WRITE),
+			     0, "ring fd %u took F_SEAL_FUTURE_WRITE", i);
+	cr_assert(fcntl(rr.fds[1], F_GET_SEALS) & F_SEAL_SEAL);
+	/* the ring still takes subscribers, and hands off to them */
+	a = subscribe(c, "t/seal");
+	put(r);
+	cr_assert_eq(td_sub_next(a, 0, &v), 0);
+	cr_assert_eq(v.version, 1);
+	td__scm_close(rr.fds, rr.nfds);
+	close(sock);
+	one_sub_close(&d, c, r, a);
 }
 
 /* ---- huge pages ---- */
