@@ -90,6 +90,21 @@ static void sub_arm(struct td_sub *s)
 		(void)td__timerfd_fire(s->efd);
 }
 
+/*
+ * Disarm our timerfd after a wake-up that found nothing. Only one-shot
+ * fires are anyone's due (td__timerfd_fire: ours, the producer's, the
+ * daemon's), but the producer holds the fd and could arm it periodic:
+ * readable for ever, and the loop spinning a CPU on nothing. Whatever
+ * fired before the disarm is seen by the caller's next look (the
+ * timerfd's lock orders the firer's stores before that look).
+ */
+static void sub_quiet(const struct td_sub *s)
+{
+	static const struct itimerspec off;
+
+	(void)timerfd_settime(s->efd, 0, &off, NULL);
+}
+
 int td_sub_poll(struct td_sub *s, struct td_view *view)
 {
 	uint64_t n;
@@ -103,6 +118,7 @@ int td_sub_poll(struct td_sub *s, struct td_view *view)
 	(void)td__sub_row_set(s, &s->row->waiting, 0, NULL);
 	rc = td_sub_next(s, 0, view);
 	if (rc == -ETIMEDOUT) {
+		sub_quiet(s);
 		sub_arm(s);
 		return -EAGAIN;
 	}
@@ -153,6 +169,7 @@ int td__sub_deliver(struct td_client *c)
 	struct td_sub *s, *next;
 	struct td_view view;
 	int n = 0, rc;
+	bool woken;
 
 	pthread_mutex_lock(&c->lock);
 	s = c->subs;
@@ -168,9 +185,16 @@ int td__sub_deliver(struct td_client *c)
 		 * something newer (or the end): process() also runs for the
 		 * client's other work.
 		 */
-		(void)!read(s->efd, &(uint64_t){0}, sizeof(uint64_t));
-		if (!sub_news(s))
-			continue;
+		woken = read(s->efd, &(uint64_t){0}, sizeof(uint64_t)) > 0;
+		if (!sub_news(s)) {
+			if (!woken)
+				continue;
+			/* woken for nothing: no periodic timer (then look
+			 * again, for a fire the disarm took) */
+			sub_quiet(s);
+			if (!sub_news(s))
+				continue;
+		}
 		rc = td_sub_poll(s, &view);
 		if (rc == -EAGAIN)
 			continue;

@@ -1163,6 +1163,73 @@ Test(ring, an_event_loop_reader_is_not_woken_by_a_slot_being_rewritten)
 	one_sub_close(&d, c, r, a);
 }
 
+static void count_calls(struct td_sub *s, int status,
+			const struct td_view *v, void *ud)
+{
+	(void)s;
+	(void)status;
+	(void)v;
+	++*(int *)ud;
+}
+
+/*
+ * The producer is given every event-loop reader's timerfd (RING_WAKE), to
+ * fire it. A hostile one can arm it periodic instead, with one call: the
+ * fd then stays readable for ever and the reader's loop spins a CPU
+ * finding nothing. A wake-up that finds nothing disarms the timer, in
+ * td_sub_poll and in td_client_process's delivery alike.
+ */
+Test(ring, a_producer_cannot_keep_an_event_loop_reader_spinning)
+{
+	const struct itimerspec tick = {{0, 1000000}, {0, 1000000}};
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_sub *a;
+	struct td_view v;
+	struct itimerspec t;
+	int fd, pfd = -1, calls = 0;
+
+	one_sub_open(&d, &c, &r, &a, "t/loop-tick", 3, 4096);
+	fd = td_sub_fd(a);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(td_sub_poll(a, &v), -EAGAIN); /* armed */
+	put(r); /* fetches the timerfd (RING_WAKE) and fires it */
+	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
+		if (r->wake_fd[i] >= 0)
+			pfd = r->wake_fd[i];
+	cr_assert_geq(pfd, 0, "the producer holds no timerfd");
+	tu_await_readable(fd, 60, "the publish's wake");
+	cr_assert_eq(td_sub_poll(a, &v), 0);
+	cr_assert_eq(v.version, 1);
+	cr_assert_eq(td_sub_release(a), 0);
+
+	/* td_sub_poll: woken by the periodic timer, nothing to take */
+	cr_assert_eq(timerfd_settime(pfd, 0, &tick, NULL), 0);
+	tu_await_readable(fd, 60, "the periodic timer");
+	cr_assert_eq(td_sub_poll(a, &v), -EAGAIN);
+	cr_assert_eq(timerfd_gettime(fd, &t), 0);
+	cr_assert(!t.it_interval.tv_sec && !t.it_interval.tv_nsec,
+		  "the producer's periodic timer still runs");
+
+	/* td_client_process: the same, with a handler */
+	cr_assert_eq(td_sub_set_handler(a, count_calls, &calls), 0);
+	cr_assert_eq(timerfd_settime(pfd, 0, &tick, NULL), 0);
+	tu_await_readable(fd, 60, "the periodic timer");
+	cr_assert_geq(td_client_process(c, NULL), 0);
+	cr_assert_eq(calls, 0);
+	cr_assert_eq(timerfd_gettime(fd, &t), 0);
+	cr_assert(!t.it_interval.tv_sec && !t.it_interval.tv_nsec,
+		  "the producer's periodic timer still runs");
+	/* and a publish still reaches the handler */
+	put(r);
+	tu_await_readable(fd, 60, "the publish's wake");
+	cr_assert_geq(td_client_process(c, NULL), 0);
+	cr_assert_eq(calls, 1);
+	cr_assert_eq(td_sub_set_handler(a, NULL, NULL), 0);
+	one_sub_close(&d, c, r, a);
+}
+
 /* ---- lock step: the producer waits for its readers ---- */
 
 /*
