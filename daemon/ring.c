@@ -79,6 +79,7 @@ struct ring {
 	unsigned leases;
 	uint64_t keep_until; /* uv_now(): TD_RING_KEEP_LATEST until then */
 	uint32_t wake_next;  /* last wake_gen handed out */
+	uint64_t busy_pass;  /* poll_pass when a GET last found it busy */
 	unsigned wakes;      /* rows with a wake eventfd */
 	uint16_t name_len;
 	char name[TD_WIRE_MAX_NAME + 1];
@@ -97,6 +98,8 @@ static uint64_t next_id = 1;
  */
 static uv_timer_t keep_timer, poll_timer;
 static bool timers_ready;
+/* on_poll's passes, from 1 (td__ring_busy) */
+static uint64_t poll_pass;
 /* lease.c's side of GETs on a ring (td__ring_hooks_set) */
 static const struct td__ring_hooks *hooks;
 
@@ -824,6 +827,7 @@ static void timers_init(void)
 
 static void on_poll(uv_timer_t *t)
 {
+	poll_pass++;
 	if (!hooks->poll())
 		uv_timer_stop(t);
 }
@@ -1114,10 +1118,17 @@ int td__ring_try_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 	}
 	if (rc == -ENOENT)
 		return 0;
-	if (rc < 0)
+	if (rc < 0) {
+		r->busy_pass = poll_pass;
 		return rc;
+	}
 	lease_taken(p, op, request_id, flags, r, slot, v);
 	return 1;
+}
+
+bool td__ring_busy(struct td__ring *x)
+{
+	return poll_pass && ring_of(x)->busy_pass == poll_pass;
 }
 
 uint32_t td__ring_planes(struct td__ring *x, uint64_t *size)

@@ -35,6 +35,7 @@
 #include "wire.h"
 #include "tensord/tensord.h"
 #include "testchild.h"
+#include "testclient.h"
 #include "testutil.h"
 
 TestSuite(ring, .timeout = TU_TEST_TIMEOUT_S);
@@ -1967,6 +1968,85 @@ Test(ring, a_subscriber_cannot_seal_the_ring_against_later_subscribers)
 	td__scm_close(rr.fds, rr.nfds);
 	close(sock);
 	one_sub_close(&d, c, r, a);
+}
+
+static void get_done(struct td_client *c, int status, struct td_tensor *t,
+		     const struct td_error *err, void *ud)
+{
+	(void)c;
+	(void)status;
+	(void)err;
+	(void)ud;
+	if (t)
+		td_tensor_release(t);
+}
+
+/* A ring whose latest slot never settles: its version word unpublished
+ * for good, and the producer asleep for a slot (as a hostile one leaves
+ * them). Every GET that finds it so leases the slot, drops the lease
+ * and, seeing the producer asleep, bumps release_seq and wakes it. */
+static struct td_ring *busy_ring(struct td_client *c, const char *name)
+{
+	struct td_ring *r = make_ring(c, name, 2, 4096, 0);
+	struct td_ring_hdr *h = r->m.hdr;
+
+	put(r);
+	atomic_store(&h->slots[atomic_load(&h->latest) & TD_RING_LOW].version,
+		     0);
+	atomic_store(&r->m.rd->prod_waiting, TD_RING_PROD_SLOT);
+	return r;
+}
+
+/*
+ * GETs parked on a ring whose latest version is being rewritten are
+ * retried by the daemon's 1 ms poll. Each try leases the slot and drops
+ * the lease again, waking a waiting producer; a producer that never
+ * finishes the rewrite made every parked GET (4096 per uid) do that on
+ * every pass: the daemon's loop busy most of the time, for ever. Now one
+ * GET per ring and pass tries; the others wait for the next pass. Ring b
+ * with one parked GET counts the passes (one wake each): a's wakes may
+ * not outnumber them by more than the two passes cut by the samples.
+ */
+Test(ring, gets_parked_on_a_busy_ring_try_it_once_a_pass)
+{
+	struct tu_daemon d;
+	struct td_client *c, *g;
+	struct td_ring *a, *b;
+	struct td_error e = {0};
+	uint32_t a0, b0, a1, b1 = 0;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	g = open_client(&d);
+	a = busy_ring(c, "t/busy-a");
+	b = busy_ring(c, "t/busy-b");
+	for (int i = 0; i < 32; i++)
+		cr_assert_eq(td_client_get_newer_async(g, "t/busy-a", 0, -1,
+						       get_done, NULL, &e),
+			     0);
+	cr_assert_eq(td_client_get_newer_async(g, "t/busy-b", 0, -1, get_done,
+					       NULL, &e),
+		     0);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 33), 33);
+	a0 = atomic_load(&a->m.rd->release_seq);
+	b0 = atomic_load(&b->m.rd->release_seq);
+	/* 20 passes (a hang guard of 60 s: nothing about speed) */
+	for (int i = 0; i < 60000; i++) {
+		b1 = atomic_load(&b->m.rd->release_seq);
+		if (b1 - b0 >= 20)
+			break;
+		usleep(1000);
+	}
+	a1 = atomic_load(&a->m.rd->release_seq);
+	cr_assert_geq(b1 - b0, 20, "the poll stopped");
+	cr_assert_leq(a1 - a0, b1 - b0 + 2,
+		      "%u wakes from 32 GETs parked on a, %u passes",
+		      a1 - a0, b1 - b0);
+	td_client_close(g);
+	td_ring_close(a);
+	td_ring_close(b);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
 }
 
 /* ---- huge pages ---- */
