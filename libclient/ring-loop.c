@@ -198,8 +198,19 @@ int td__sub_deliver(struct td_client *c)
 		rc = td_sub_poll(s, &view);
 		if (rc == -EAGAIN)
 			continue;
-		if (rc < 0)
+		if (rc < 0) {
+			/*
+			 * Told once: its timerfd leaves the client's fd set,
+			 * since nothing reads it again and the producer may
+			 * still fire it (or keep it armed) for as long as
+			 * the program keeps the subscription open.
+			 */
 			s->ended = true;
+			pthread_mutex_lock(&c->lock);
+			if (c->epfd >= 0 && !td__client_foreign(c))
+				epoll_ctl(c->epfd, EPOLL_CTL_DEL, s->efd, NULL);
+			pthread_mutex_unlock(&c->lock);
+		}
 		n++;
 		s->fn(s, rc, rc == 0 ? &view : NULL, s->ud);
 		/* the callback may have closed s (and only s) */

@@ -1231,6 +1231,62 @@ Test(ring, a_producer_cannot_keep_an_event_loop_reader_spinning)
 	one_sub_close(&d, c, r, a);
 }
 
+static void last_status(struct td_sub *s, int status,
+			const struct td_view *v, void *ud)
+{
+	(void)s;
+	(void)v;
+	*(int *)ud = status;
+}
+
+/*
+ * A subscription whose handler was told its end (here -EBADMSG: the
+ * producer wrote a slot index past the ring) and that the program keeps
+ * open: its timerfd left the client's fd set. It stayed there, never
+ * read again, so a producer that fired it (or armed it periodic) kept
+ * td_client_fd() readable and the program's loop spinning for ever.
+ */
+Test(ring, an_ended_subscription_leaves_the_clients_fd_quiet)
+{
+	const struct itimerspec tick = {{0, 1000000}, {0, 1000000}};
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_sub *a;
+	struct td_view v;
+	struct pollfd p;
+	int fd, cfd, pfd = -1, status = 1;
+
+	one_sub_open(&d, &c, &r, &a, "t/loop-end", 3, 4096);
+	cfd = td_client_fd(c);
+	cr_assert_geq(cfd, 0);
+	fd = td_sub_fd(a);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(td_sub_poll(a, &v), -EAGAIN); /* armed */
+	put(r); /* fetches the timerfd (RING_WAKE) */
+	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
+		if (r->wake_fd[i] >= 0)
+			pfd = r->wake_fd[i];
+	cr_assert_geq(pfd, 0, "the producer holds no timerfd");
+	cr_assert_eq(td_sub_set_handler(a, last_status, &status), 0);
+	tu_await_readable(cfd, 60, "the publish's wake");
+	cr_assert_geq(td_client_process(c, NULL), 0);
+	cr_assert_eq(status, 0);
+	atomic_store(&r->m.hdr->latest, td_ring_latest_pack(9, 200));
+	cr_assert_eq(timerfd_settime(pfd, 0, &tick, NULL), 0);
+	tu_await_readable(cfd, 60, "the producer's timer");
+	cr_assert_geq(td_client_process(c, NULL), 0);
+	cr_assert_eq(status, -EBADMSG);
+	/* the timer keeps running; nothing of it reaches the client's fd */
+	tu_await_readable(fd, 60, "the producer's timer");
+	p = (struct pollfd){.fd = cfd, .events = POLLIN};
+	cr_assert_eq(poll(&p, 1, 0), 0,
+		     "an ended subscription keeps the client's fd readable");
+	atomic_store(&r->m.hdr->latest, td_ring_latest_pack(1, 0));
+	cr_assert_eq(td_sub_set_handler(a, NULL, NULL), 0);
+	one_sub_close(&d, c, r, a);
+}
+
 /* ---- lock step: the producer waits for its readers ---- */
 
 /*
