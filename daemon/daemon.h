@@ -534,6 +534,13 @@ unsigned td__ring_list(struct td_wire_str prefix, struct td_wire_str after,
 int td__ring_try_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 		     uint32_t flags, uint32_t mode, uint64_t version,
 		     struct td__ring *r);
+/*
+ * A GET of r in this pass of the poll (td__ring_hooks.poll) found its
+ * latest version busy (-EAGAIN, -EINPROGRESS): the other GETs parked on
+ * r wait for the next pass instead of trying the same shared words (a
+ * lease and its drop, with a wake of the producer, each) in this one.
+ */
+bool td__ring_busy(struct td__ring *r);
 /* r's plane sizes into size[TD_WIRE_RING_MAX_PLANES]; their count. */
 uint32_t td__ring_planes(struct td__ring *r, uint64_t *size);
 /* A leased slot: the ring's read-only data memfd (r's, valid while the

@@ -615,6 +615,13 @@ static bool ring_poll(void)
 			td__list_del(&w->rlink);
 			continue;
 		}
+		/* one try per busy ring and pass: a producer that never
+		 * finishes a rewrite (or leaves its fence pending) must not
+		 * make every parked GET lease, drop and wake it each pass */
+		if (td__ring_busy(r)) {
+			any = true;
+			continue;
+		}
 		if (td__ring_try_get(w->peer, TD_OP_GET, w->request_id,
 				     w->flags, w->mode, w->version, r) > 0) {
 			waiter_free(w);

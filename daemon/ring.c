@@ -79,6 +79,7 @@ struct ring {
 	unsigned leases;
 	uint64_t keep_until; /* uv_now(): TD_RING_KEEP_LATEST until then */
 	uint32_t wake_next;  /* last wake_gen handed out */
+	uint64_t busy_pass;  /* poll_pass when a GET last found it busy */
 	unsigned wakes;      /* rows with a wake eventfd */
 	uint16_t name_len;
 	char name[TD_WIRE_MAX_NAME + 1];
@@ -97,6 +98,8 @@ static uint64_t next_id = 1;
  */
 static uv_timer_t keep_timer, poll_timer;
 static bool timers_ready;
+/* on_poll's passes, from 1 (td__ring_busy) */
+static uint64_t poll_pass;
 /* lease.c's side of GETs on a ring (td__ring_hooks_set) */
 static const struct td__ring_hooks *hooks;
 
@@ -212,6 +215,18 @@ static int ring_build(struct ring *r, uint32_t flags, const char **why)
 	r->data_ro = reopen_ro(r->data_rw, why);
 	if (r->data_ro < 0)
 		return r->data_ro;
+	/*
+	 * No more seals, by anyone: a subscriber is handed the readers
+	 * memfd read-write, and its F_SEAL_FUTURE_WRITE there (or the
+	 * producer's on the others) made every later writable mapping
+	 * of it fail, so every later RING_SUBSCRIBE of the ring.
+	 */
+	if (fcntl(r->hdr_rw, F_ADD_SEALS, F_SEAL_SEAL) < 0 ||
+	    fcntl(r->rd_rw, F_ADD_SEALS, F_SEAL_SEAL) < 0 ||
+	    fcntl(r->data_rw, F_ADD_SEALS, F_SEAL_SEAL) < 0) {
+		*why = "cannot seal the memfds' seals";
+		return -errno;
+	}
 	r->hdr = map_ctl(r->hdr_rw, TD_RING_HDR_LEN);
 	r->rd = map_ctl(r->rd_rw, TD_RING_READERS_LEN);
 	if (!r->hdr || !r->rd) {
@@ -812,6 +827,7 @@ static void timers_init(void)
 
 static void on_poll(uv_timer_t *t)
 {
+	poll_pass++;
 	if (!hooks->poll())
 		uv_timer_stop(t);
 }
@@ -1102,10 +1118,17 @@ int td__ring_try_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 	}
 	if (rc == -ENOENT)
 		return 0;
-	if (rc < 0)
+	if (rc < 0) {
+		r->busy_pass = poll_pass;
 		return rc;
+	}
 	lease_taken(p, op, request_id, flags, r, slot, v);
 	return 1;
+}
+
+bool td__ring_busy(struct td__ring *x)
+{
+	return poll_pass && ring_of(x)->busy_pass == poll_pass;
 }
 
 uint32_t td__ring_planes(struct td__ring *x, uint64_t *size)

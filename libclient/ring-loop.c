@@ -47,21 +47,35 @@ int td_sub_fd(struct td_sub *s)
 	return fd;
 }
 
-/* Is there a version newer than the last one taken, or the end (of the
- * ring, or of our row: the daemon freed it or gave it away)? */
+/*
+ * Is there a version newer than the last one taken that a hold would
+ * get, or the end (of the ring, or of our row: the daemon freed it or
+ * gave it away), or a corrupt `latest` (td_sub_next says -EBADMSG)?
+ * `latest` naming a newer version whose slot no longer holds it is not
+ * news: the producer is rewriting that slot (the latest one, after every
+ * other reader took it) or a corrupt one left it so, and a hold would
+ * fail; its publish, or the put-back of the version, fires our timerfd
+ * as it fires any armed reader's (the flag is stored before this look).
+ * Calling that news fired the timerfd at once on every arm: an event
+ * loop that spun a CPU until the producer published.
+ */
 static bool sub_news(const struct td_sub *s)
 {
 	const struct td_ring_hdr *h = s->m.hdr;
 	uint64_t v;
 	uint32_t slot;
+	int rc;
 
 	if (s->gone || (atomic_load(&h->flags) & TD_RING_CLOSED) ||
 	    (s->tok && atomic_load(&s->row->held) >> TD_RING_TOKEN_SHIFT !=
 			       s->tok))
 		return true;
-	return td_ring_latest_unpack(td_ring_latest_recheck(h),
-				     s->m.g.slot_count, &slot, &v) != 0 &&
-	       v > s->last_version;
+	rc = td_ring_latest_unpack(td_ring_latest_recheck(h),
+				   s->m.g.slot_count, &slot, &v);
+	if (rc < 0)
+		return true;
+	return rc > 0 && v > s->last_version &&
+	       atomic_load(&h->slots[slot].version) == v;
 }
 
 /*
@@ -74,6 +88,21 @@ static void sub_arm(struct td_sub *s)
 	if (!td__sub_row_set(s, &s->row->waiting, TD_RING_WAIT_FD, NULL) ||
 	    sub_news(s))
 		(void)td__timerfd_fire(s->efd);
+}
+
+/*
+ * Disarm our timerfd after a wake-up that found nothing. Only one-shot
+ * fires are anyone's due (td__timerfd_fire: ours, the producer's, the
+ * daemon's), but the producer holds the fd and could arm it periodic:
+ * readable for ever, and the loop spinning a CPU on nothing. Whatever
+ * fired before the disarm is seen by the caller's next look (the
+ * timerfd's lock orders the firer's stores before that look).
+ */
+static void sub_quiet(const struct td_sub *s)
+{
+	static const struct itimerspec off;
+
+	(void)timerfd_settime(s->efd, 0, &off, NULL);
 }
 
 int td_sub_poll(struct td_sub *s, struct td_view *view)
@@ -89,6 +118,7 @@ int td_sub_poll(struct td_sub *s, struct td_view *view)
 	(void)td__sub_row_set(s, &s->row->waiting, 0, NULL);
 	rc = td_sub_next(s, 0, view);
 	if (rc == -ETIMEDOUT) {
+		sub_quiet(s);
 		sub_arm(s);
 		return -EAGAIN;
 	}
@@ -139,6 +169,7 @@ int td__sub_deliver(struct td_client *c)
 	struct td_sub *s, *next;
 	struct td_view view;
 	int n = 0, rc;
+	bool woken;
 
 	pthread_mutex_lock(&c->lock);
 	s = c->subs;
@@ -154,14 +185,32 @@ int td__sub_deliver(struct td_client *c)
 		 * something newer (or the end): process() also runs for the
 		 * client's other work.
 		 */
-		(void)!read(s->efd, &(uint64_t){0}, sizeof(uint64_t));
-		if (!sub_news(s))
-			continue;
+		woken = read(s->efd, &(uint64_t){0}, sizeof(uint64_t)) > 0;
+		if (!sub_news(s)) {
+			if (!woken)
+				continue;
+			/* woken for nothing: no periodic timer (then look
+			 * again, for a fire the disarm took) */
+			sub_quiet(s);
+			if (!sub_news(s))
+				continue;
+		}
 		rc = td_sub_poll(s, &view);
 		if (rc == -EAGAIN)
 			continue;
-		if (rc < 0)
+		if (rc < 0) {
+			/*
+			 * Told once: its timerfd leaves the client's fd set,
+			 * since nothing reads it again and the producer may
+			 * still fire it (or keep it armed) for as long as
+			 * the program keeps the subscription open.
+			 */
 			s->ended = true;
+			pthread_mutex_lock(&c->lock);
+			if (c->epfd >= 0 && !td__client_foreign(c))
+				epoll_ctl(c->epfd, EPOLL_CTL_DEL, s->efd, NULL);
+			pthread_mutex_unlock(&c->lock);
+		}
 		n++;
 		s->fn(s, rc, rc == 0 ? &view : NULL, s->ud);
 		/* the callback may have closed s (and only s) */

@@ -22,17 +22,20 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/timerfd.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "client.h"
 #include "pace.h"
+#include "rawclient.h"
 #include "ring-int.h"
 #include "ring.h"
 #include "wire.h"
 #include "tensord/tensord.h"
 #include "testchild.h"
+#include "testclient.h"
 #include "testutil.h"
 
 TestSuite(ring, .timeout = TU_TEST_TIMEOUT_S);
@@ -1096,6 +1099,194 @@ Test(ring, the_latest_slot_is_reused_only_once_every_reader_took_it)
 	one_sub_close(&d, c, r, a);
 }
 
+/* The timerfd was fired (armed to expire, or expired and unread). */
+static bool timerfd_fired(int fd)
+{
+	struct itimerspec t;
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+
+	CK(timerfd_gettime(fd, &t) == 0);
+	return t.it_value.tv_sec || t.it_value.tv_nsec || poll(&p, 1, 0) == 1;
+}
+
+/*
+ * An event-loop reader that arrives while the producer rewrites the
+ * latest slot finds `latest` naming a version its slot no longer holds:
+ * nothing to take yet, so its timerfd must stay quiet until the publish.
+ * It used to be fired at every arm (td_sub_poll said -EAGAIN and made the
+ * fd readable at once): the loop spun a CPU for as long as the producer
+ * took to write the slot, or for ever for a producer that left the
+ * version word so.
+ */
+Test(ring, an_event_loop_reader_is_not_woken_by_a_slot_being_rewritten)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_sub *a, *b;
+	struct td_slot s;
+	struct td_view v;
+	struct td_ring_hdr *h;
+	uint32_t s1;
+	int fd;
+
+	one_sub_open(&d, &c, &r, &a, "t/loop-rewrite", 3, 4096);
+	h = tu_find_mapping("memfd:tensord-ring-hdr");
+	put(r);
+	cr_assert_eq(td_sub_next(a, 0, &v), 0);
+	cr_assert_eq(td_sub_release(a), 0);
+	/* a took 1 and holds nothing: the latest slot is rewritten */
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	s1 = s.index;
+	cr_assert_eq(atomic_load(&h->slots[s1].version), 0);
+	b = subscribe(c, "t/loop-rewrite");
+	fd = td_sub_fd(b);
+	cr_assert_geq(fd, 0);
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(td_sub_poll(b, &v), -EAGAIN);
+		cr_assert_not(timerfd_fired(fd),
+			      "armed reader woken with nothing to take");
+	}
+	pattern_fill(s.planes[0], 4096, 2);
+	cr_assert_eq(td_ring_publish(r, NULL), 0);
+	tu_await_readable(fd, 60, "the publish's wake");
+	cr_assert_eq(td_sub_poll(b, &v), 0);
+	cr_assert_eq(v.version, 2);
+	cr_assert(pattern_ok(v.planes[0], 4096, 2));
+	cr_assert_eq(td_sub_release(b), 0);
+	cr_assert_eq(td_sub_poll(b, &v), -EAGAIN);
+	cr_assert_not(timerfd_fired(fd));
+	/* a slot index past the ring (a corrupt producer) is an error */
+	atomic_store(&h->latest, td_ring_latest_pack(3, 200));
+	cr_assert_eq(td_sub_poll(b, &v), -EBADMSG);
+	atomic_store(&h->latest, td_ring_latest_pack(2, s1));
+	td_sub_close(b);
+	one_sub_close(&d, c, r, a);
+}
+
+static void count_calls(struct td_sub *s, int status,
+			const struct td_view *v, void *ud)
+{
+	(void)s;
+	(void)status;
+	(void)v;
+	++*(int *)ud;
+}
+
+/*
+ * The producer is given every event-loop reader's timerfd (RING_WAKE), to
+ * fire it. A hostile one can arm it periodic instead, with one call: the
+ * fd then stays readable for ever and the reader's loop spins a CPU
+ * finding nothing. A wake-up that finds nothing disarms the timer, in
+ * td_sub_poll and in td_client_process's delivery alike.
+ */
+Test(ring, a_producer_cannot_keep_an_event_loop_reader_spinning)
+{
+	const struct itimerspec tick = {{0, 1000000}, {0, 1000000}};
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_sub *a;
+	struct td_view v;
+	struct itimerspec t;
+	int fd, pfd = -1, calls = 0;
+
+	one_sub_open(&d, &c, &r, &a, "t/loop-tick", 3, 4096);
+	fd = td_sub_fd(a);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(td_sub_poll(a, &v), -EAGAIN); /* armed */
+	put(r); /* fetches the timerfd (RING_WAKE) and fires it */
+	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
+		if (r->wake_fd[i] >= 0)
+			pfd = r->wake_fd[i];
+	cr_assert_geq(pfd, 0, "the producer holds no timerfd");
+	tu_await_readable(fd, 60, "the publish's wake");
+	cr_assert_eq(td_sub_poll(a, &v), 0);
+	cr_assert_eq(v.version, 1);
+	cr_assert_eq(td_sub_release(a), 0);
+
+	/* td_sub_poll: woken by the periodic timer, nothing to take */
+	cr_assert_eq(timerfd_settime(pfd, 0, &tick, NULL), 0);
+	tu_await_readable(fd, 60, "the periodic timer");
+	cr_assert_eq(td_sub_poll(a, &v), -EAGAIN);
+	cr_assert_eq(timerfd_gettime(fd, &t), 0);
+	cr_assert(!t.it_interval.tv_sec && !t.it_interval.tv_nsec,
+		  "the producer's periodic timer still runs");
+
+	/* td_client_process: the same, with a handler */
+	cr_assert_eq(td_sub_set_handler(a, count_calls, &calls), 0);
+	cr_assert_eq(timerfd_settime(pfd, 0, &tick, NULL), 0);
+	tu_await_readable(fd, 60, "the periodic timer");
+	cr_assert_geq(td_client_process(c, NULL), 0);
+	cr_assert_eq(calls, 0);
+	cr_assert_eq(timerfd_gettime(fd, &t), 0);
+	cr_assert(!t.it_interval.tv_sec && !t.it_interval.tv_nsec,
+		  "the producer's periodic timer still runs");
+	/* and a publish still reaches the handler */
+	put(r);
+	tu_await_readable(fd, 60, "the publish's wake");
+	cr_assert_geq(td_client_process(c, NULL), 0);
+	cr_assert_eq(calls, 1);
+	cr_assert_eq(td_sub_set_handler(a, NULL, NULL), 0);
+	one_sub_close(&d, c, r, a);
+}
+
+static void last_status(struct td_sub *s, int status,
+			const struct td_view *v, void *ud)
+{
+	(void)s;
+	(void)v;
+	*(int *)ud = status;
+}
+
+/*
+ * A subscription whose handler was told its end (here -EBADMSG: the
+ * producer wrote a slot index past the ring) and that the program keeps
+ * open: its timerfd left the client's fd set. It stayed there, never
+ * read again, so a producer that fired it (or armed it periodic) kept
+ * td_client_fd() readable and the program's loop spinning for ever.
+ */
+Test(ring, an_ended_subscription_leaves_the_clients_fd_quiet)
+{
+	const struct itimerspec tick = {{0, 1000000}, {0, 1000000}};
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_sub *a;
+	struct td_view v;
+	struct pollfd p;
+	int fd, cfd, pfd = -1, status = 1;
+
+	one_sub_open(&d, &c, &r, &a, "t/loop-end", 3, 4096);
+	cfd = td_client_fd(c);
+	cr_assert_geq(cfd, 0);
+	fd = td_sub_fd(a);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(td_sub_poll(a, &v), -EAGAIN); /* armed */
+	put(r); /* fetches the timerfd (RING_WAKE) */
+	for (uint32_t i = 0; i < TD_RING_MAX_READERS; i++)
+		if (r->wake_fd[i] >= 0)
+			pfd = r->wake_fd[i];
+	cr_assert_geq(pfd, 0, "the producer holds no timerfd");
+	cr_assert_eq(td_sub_set_handler(a, last_status, &status), 0);
+	tu_await_readable(cfd, 60, "the publish's wake");
+	cr_assert_geq(td_client_process(c, NULL), 0);
+	cr_assert_eq(status, 0);
+	atomic_store(&r->m.hdr->latest, td_ring_latest_pack(9, 200));
+	cr_assert_eq(timerfd_settime(pfd, 0, &tick, NULL), 0);
+	tu_await_readable(cfd, 60, "the producer's timer");
+	cr_assert_geq(td_client_process(c, NULL), 0);
+	cr_assert_eq(status, -EBADMSG);
+	/* the timer keeps running; nothing of it reaches the client's fd */
+	tu_await_readable(fd, 60, "the producer's timer");
+	p = (struct pollfd){.fd = cfd, .events = POLLIN};
+	cr_assert_eq(poll(&p, 1, 0), 0,
+		     "an ended subscription keeps the client's fd readable");
+	atomic_store(&r->m.hdr->latest, td_ring_latest_pack(1, 0));
+	cr_assert_eq(td_sub_set_handler(a, NULL, NULL), 0);
+	one_sub_close(&d, c, r, a);
+}
+
 /* ---- lock step: the producer waits for its readers ---- */
 
 /*
@@ -1789,6 +1980,128 @@ Test(ring, garbage_in_the_control_block_never_crashes_a_consumer)
 		close(x.step[i]);
 		close(x.ack[i]);
 	}
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * A subscriber is handed the readers memfd read-write (its row is there).
+ * It used to be able to add F_SEAL_FUTURE_WRITE to it, after which every
+ * later subscriber's writable mapping failed: one subscriber shut the
+ * ring to all others for its lifetime. The daemon seals the seals.
+ */
+Test(ring, a_subscriber_cannot_seal_the_ring_against_later_subscribers)
+{
+	struct td_wire_ring_sub_req q = {{"t/seal", 6}, TD_WIRE_REQ_SCM};
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_sub *a;
+	struct td_view v;
+	struct rawrep rr;
+	int sock;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	r = make_ring(c, "t/seal", 2, 4096, 0);
+	sock = raw_scm_conn(&d);
+	cr_assert_eq(raw_call(sock, TD_OP_RING_SUBSCRIBE, 2,
+			      td_wire_ring_sub_req_encode(&q, RAW_BODY,
+							  RAW_CAP),
+			      &rr),
+		     0);
+	cr_assert_eq(rr.nfds, TD_WIRE_RING_FDS);
+	/* header, readers (read-write), data */
+	cr_assert_eq(fcntl(rr.fds[1], F_GETFL) & O_ACCMODE, O_RDWR);
+	for (unsigned i = 0; i < rr.nfds; i++)
+		cr_assert_lt(fcntl(rr.fds[i], F_ADD_SEALS, F_SEAL_FUTURE_WRITE),
+			     0, "ring fd %u took F_SEAL_FUTURE_WRITE", i);
+	cr_assert(fcntl(rr.fds[1], F_GET_SEALS) & F_SEAL_SEAL);
+	/* the ring still takes subscribers, and hands off to them */
+	a = subscribe(c, "t/seal");
+	put(r);
+	cr_assert_eq(td_sub_next(a, 0, &v), 0);
+	cr_assert_eq(v.version, 1);
+	td__scm_close(rr.fds, rr.nfds);
+	close(sock);
+	one_sub_close(&d, c, r, a);
+}
+
+static void get_done(struct td_client *c, int status, struct td_tensor *t,
+		     const struct td_error *err, void *ud)
+{
+	(void)c;
+	(void)status;
+	(void)err;
+	(void)ud;
+	if (t)
+		td_tensor_release(t);
+}
+
+/* A ring whose latest slot never settles: its version word unpublished
+ * for good, and the producer asleep for a slot (as a hostile one leaves
+ * them). Every GET that finds it so leases the slot, drops the lease
+ * and, seeing the producer asleep, bumps release_seq and wakes it. */
+static struct td_ring *busy_ring(struct td_client *c, const char *name)
+{
+	struct td_ring *r = make_ring(c, name, 2, 4096, 0);
+	struct td_ring_hdr *h = r->m.hdr;
+
+	put(r);
+	atomic_store(&h->slots[atomic_load(&h->latest) & TD_RING_LOW].version,
+		     0);
+	atomic_store(&r->m.rd->prod_waiting, TD_RING_PROD_SLOT);
+	return r;
+}
+
+/*
+ * GETs parked on a ring whose latest version is being rewritten are
+ * retried by the daemon's 1 ms poll. Each try leases the slot and drops
+ * the lease again, waking a waiting producer; a producer that never
+ * finishes the rewrite made every parked GET (4096 per uid) do that on
+ * every pass: the daemon's loop busy most of the time, for ever. Now one
+ * GET per ring and pass tries; the others wait for the next pass. Ring b
+ * with one parked GET counts the passes (one wake each): a's wakes may
+ * not outnumber them by more than the two passes cut by the samples.
+ */
+Test(ring, gets_parked_on_a_busy_ring_try_it_once_a_pass)
+{
+	struct tu_daemon d;
+	struct td_client *c, *g;
+	struct td_ring *a, *b;
+	struct td_error e = {0};
+	uint32_t a0, b0, a1, b1 = 0;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	g = open_client(&d);
+	a = busy_ring(c, "t/busy-a");
+	b = busy_ring(c, "t/busy-b");
+	for (int i = 0; i < 32; i++)
+		cr_assert_eq(td_client_get_newer_async(g, "t/busy-a", 0, -1,
+						       get_done, NULL, &e),
+			     0);
+	cr_assert_eq(td_client_get_newer_async(g, "t/busy-b", 0, -1, get_done,
+					       NULL, &e),
+		     0);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 33), 33);
+	a0 = atomic_load(&a->m.rd->release_seq);
+	b0 = atomic_load(&b->m.rd->release_seq);
+	/* 20 passes (a hang guard of 60 s: nothing about speed) */
+	for (int i = 0; i < 60000; i++) {
+		b1 = atomic_load(&b->m.rd->release_seq);
+		if (b1 - b0 >= 20)
+			break;
+		usleep(1000);
+	}
+	a1 = atomic_load(&a->m.rd->release_seq);
+	cr_assert_geq(b1 - b0, 20, "the poll stopped");
+	cr_assert_leq(a1 - a0, b1 - b0 + 2,
+		      "%u wakes from 32 GETs parked on a, %u passes",
+		      a1 - a0, b1 - b0);
+	td_client_close(g);
+	td_ring_close(a);
+	td_ring_close(b);
+	td_client_close(c);
 	tu_daemon_stop(&d, true);
 }
 

@@ -1056,7 +1056,7 @@ TD_EXPORT int td_sub_poll(struct td_sub *s, struct td_view *view);
  * Called by td_client_process() with no lock held: status 0 and the view
  * (held until a newer version is delivered, td_sub_release() or
  * td_sub_close()), or once at the end: -EPIPE the ring closed or the
- * subscription gone, -EBADMSG.
+ * subscription gone, -EBADMSG (its timerfd then leaves td_client_fd()).
  * It may close its own subscription, not another one with a handler.
  */
 typedef void (*td_sub_fn)(struct td_sub *s, int status,
