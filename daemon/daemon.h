@@ -128,7 +128,7 @@ enum td__lim {
 	TD__LIM_CONNS,   /* connections */
 	TD__LIM_FDS,     /* descriptors held for the uid */
 	TD__LIM_LEASES,  /* leases (GET, ring GET) */
-	TD__LIM_PINNED,  /* bytes of other uids' versions it holds leased */
+	TD__LIM_PINNED,  /* bytes of other uids' versions and rings it holds */
 	TD__LIM_WATCHES,
 	TD__LIM_WAITERS, /* parked GETs */
 	TD__LIM_RINGS,
@@ -428,12 +428,15 @@ void td__store_free(struct td__daemon *d);
 /*
  * Memory held outside versions and allocs (rings): charged to uid and
  * the total like an ALLOC, evicting unleased unpinned versions first. 0,
- * or -ENOSPC/-EDQUOT/-ENOMEM with the error reply already sent; returned
- * by td__store_uncharge.
+ * or -ENOSPC/-EDQUOT/-ENOMEM with the error reply already sent; given
+ * back by td__store_disown (uid's share) and td__store_uncharge_total.
  */
 int td__store_charge(struct td__peer *p, const struct td_wire_hdr *h,
 		     uint64_t bytes);
-void td__store_uncharge(uid_t uid, uint64_t bytes);
+/* uid's share of bytes goes, the total's stays (a ring that left its
+ * creator's account: daemon/ring.c), until td__store_uncharge_total. */
+void td__store_disown(uid_t uid, uint64_t bytes);
+void td__store_uncharge_total(uint64_t bytes);
 /*
  * Rings in the catalogue (docs/fastpath.md, "Rings in the catalogue"):
  * a name is a tensor or a live ring, never both (td__store_name_taken
@@ -503,8 +506,9 @@ struct td__ring;
  * that names a live ring (true while any does).
  */
 struct td__ring_hooks {
+	/* pin: bytes counted as p's uid's pinned (another uid's ring) */
 	int (*lease)(struct td__peer *p, struct td__ring *r, uint32_t slot,
-		     uint64_t *id);
+		     uint64_t pin, uint64_t *id);
 	bool (*poll)(void);
 	/* a ring was made: GETs parked on its name join the poll; true if
 	 * any did */
@@ -559,8 +563,9 @@ struct td__ring_slot {
  * a corrupt header. Ended with td__ring_unlease(r, out->slot).
  */
 int td__ring_lease_latest(struct td__ring *r, struct td__ring_slot *out);
-/* A GET lease on r's slot ends (RELEASE, disconnect, HTTP response). */
-void td__ring_unlease(struct td__ring *r, uint32_t slot);
+/* A GET lease on r's slot ends (RELEASE, disconnect, HTTP response);
+ * uid: the holder's, (uid_t)-1 for the daemon's own (HTTP). */
+void td__ring_unlease(struct td__ring *r, uint32_t slot, uid_t uid);
 /* Start the 1 ms poll of parked ring GETs (td__ring_hooks.poll). */
 void td__ring_poll_arm(void);
 

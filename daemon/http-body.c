@@ -331,7 +331,7 @@ void td__http_hold_drop(void *hold)
 		h->v->lease_count--;
 		td__version_unref(td__d->store, h->v);
 	} else {
-		td__ring_unlease(h->ring, h->slot);
+		td__ring_unlease(h->ring, h->slot, (uid_t)-1);
 	}
 	td__http_stats.leases--;
 	free(h);

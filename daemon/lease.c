@@ -160,7 +160,7 @@ static void lease_drop(struct td__store *s, struct td__peer *p,
 	td__list_del(&l->link);
 	p->n_leases--;
 	if (l->ring) {
-		td__ring_unlease(l->ring, l->slot);
+		td__ring_unlease(l->ring, l->slot, p->uid);
 	} else {
 		l->v->lease_count--;
 		l->v->foreign_leases -= l->v->uid != p->uid;
@@ -179,10 +179,10 @@ static void lease_drop(struct td__store *s, struct td__peer *p,
 
 /* ring.c's hook (struct td__ring_hooks): a lease on a ring slot. */
 static int lease_ring(struct td__peer *p, struct td__ring *r, uint32_t slot,
-		      uint64_t *id)
+		      uint64_t pin, uint64_t *id)
 {
 	struct td__lease *l;
-	int rc = lease_new(td__d->store, p, 0, &l, td__d->reason,
+	int rc = lease_new(td__d->store, p, pin, &l, td__d->reason,
 			   sizeof(td__d->reason));
 
 	if (rc < 0)

@@ -51,6 +51,7 @@ struct row_owner {
 	/* RING_WAKE: the subscriber's eventfd, valid while wake_gen != 0 */
 	uint32_t wake_gen;
 	int wake_fd;
+	uint64_t pinned; /* the ring's bytes, another uid's subscription */
 };
 
 /* Rows of one ring woken through an eventfd: what one reply can carry. */
@@ -72,6 +73,8 @@ struct ring {
 	uid_t uid;     /* the producer's, charged with acct */
 	uint64_t acct; /* bytes counted against --max-bytes and the quota */
 	bool counted;  /* one ring and RING_FDS fds counted for uid */
+	bool unowned;  /* left uid's account (ring_disown) */
+	unsigned own;  /* uid's own subscriptions and GET leases */
 	struct row_owner rows[TD_RING_MAX_READERS];
 	/* GET leases (store leases) per slot: the daemon's own count, which
 	 * it stores into hdr->slots[].leases; a ring lives while any exists */
@@ -140,15 +143,29 @@ static int reopen_ro(int fd, const char **why)
 	return ro;
 }
 
-static void ring_free(struct ring *r)
+/*
+ * The ring leaves its creator's account: rings, fds, quota (--max-bytes
+ * keeps its bytes). At its end; or once closed and kept only by other
+ * uids, as their pinned bytes (docs/fastpath.md, "A hostile producer").
+ */
+static void ring_disown(struct ring *r)
 {
-	td__list_del(&r->link);
-	ring_count--;
-	td__store_uncharge(r->uid, r->acct);
 	if (r->counted) {
 		td__tenant_sub(r->uid, TD__LIM_RINGS, 1);
 		td__tenant_sub(r->uid, TD__LIM_FDS, RING_FDS);
 	}
+	if (!r->unowned)
+		td__store_disown(r->uid, r->acct);
+	r->counted = false;
+	r->unowned = true;
+}
+
+static void ring_free(struct ring *r)
+{
+	td__list_del(&r->link);
+	ring_count--;
+	ring_disown(r);
+	td__store_uncharge_total(r->acct);
 	if (r->hdr)
 		munmap(r->hdr, TD_RING_HDR_LEN);
 	if (r->rd)
@@ -170,7 +187,12 @@ static void ring_maybe_free(struct ring *r)
 {
 	if (!r->producer && !r->subs && !r->leases)
 		ring_free(r);
+	else if (!r->producer && !r->own)
+		ring_disown(r);
 }
+
+/* A hold of uid counts another uid's ring as pinned bytes. */
+#define RING_PIN(rg, who) ((who) != (rg)->uid ? (rg)->acct : 0)
 
 static struct ring *ring_named(struct td_wire_str n)
 {
@@ -466,6 +488,7 @@ void td__ring_subscribe(struct td__peer *p, const struct td__req *rq)
 	struct ring *r;
 	uint32_t row;
 	unsigned subs;
+	char why[256];
 	int rc = td_wire_ring_sub_req_decode(rq->body, h->body_len, &m, &e);
 
 	if (td__peer_bad_body(p, h, rc, &e))
@@ -497,6 +520,16 @@ void td__ring_subscribe(struct td__peer *p, const struct td__req *rq)
 			       (int)m.name.len, m.name.ptr, r->reader_count);
 		return;
 	}
+	rc = td__tenant_check(p->uid, TD__LIM_PINNED, RING_PIN(r, p->uid),
+			      why, sizeof(why));
+	if (rc < 0 || td__tenant_add(p->uid, TD__LIM_PINNED,
+				     RING_PIN(r, p->uid)) < 0) {
+		td__peer_error(p, h->opcode, h->request_id, rc ? rc : -ENOMEM,
+			       "RING_SUBSCRIBE: %s", rc ? why : "no memory");
+		return;
+	}
+	r->rows[row].pinned = RING_PIN(r, p->uid);
+	r->own += p->uid == r->uid;
 	r->rows[row].peer = p;
 	r->rows[row].sub_id = next_id++;
 	/* a new subscriber took nothing yet: the producer keeps the latest
@@ -511,7 +544,10 @@ void td__ring_subscribe(struct td__peer *p, const struct td__req *rq)
 static void row_clear(struct ring *r, uint32_t row)
 {
 	struct td_ring_readers *rd = r->rd;
+	uid_t uid = r->rows[row].peer->uid;
 
+	td__tenant_sub(uid, TD__LIM_PINNED, r->rows[row].pinned);
+	r->own -= uid == r->uid;
 	r->rows[row].peer = NULL;
 	r->rows[row].sub_id = 0;
 	r->subs--;
@@ -911,11 +947,12 @@ static void slot_unlease(struct ring *r, uint32_t s)
 	}
 }
 
-void td__ring_unlease(struct td__ring *x, uint32_t slot)
+void td__ring_unlease(struct td__ring *x, uint32_t slot, uid_t uid)
 {
 	struct ring *r = ring_of(x);
 
 	slot_unlease(r, slot);
+	r->own -= uid == r->uid;
 	if (timers_ready)
 		r->keep_until = uv_now(td__d->loop) + KEEP_MS;
 	ring_maybe_free(r);
@@ -998,7 +1035,7 @@ static void lease_taken(struct td__peer *p, uint16_t op, uint64_t request_id,
 			uint64_t version)
 {
 	uint64_t id;
-	int rc = hooks->lease(p, handle_of(r), s, &id);
+	int rc = hooks->lease(p, handle_of(r), s, RING_PIN(r, p->uid), &id);
 
 	if (rc < 0) {
 		slot_unlease(r, s);
@@ -1019,6 +1056,7 @@ static void lease_taken(struct td__peer *p, uint16_t op, uint64_t request_id,
 			td__peer_error(p, op, request_id, rc, "out of memory");
 		return;
 	}
+	r->own += p->uid == r->uid;
 	reply_lease(p, op, request_id, flags, r, s, version, id);
 }
 

@@ -803,10 +803,15 @@ int td__store_charge(struct td__peer *p, const struct td_wire_hdr *h,
 	return 0;
 }
 
-void td__store_uncharge(uid_t uid, uint64_t bytes)
+void td__store_uncharge_total(uint64_t bytes)
+{
+	td__d->store->total -= bytes;
+}
+
+void td__store_disown(uid_t uid, uint64_t bytes)
 {
 	if (bytes)
-		td__acct_sub(td__d->store, uid, bytes);
+		td__acct_sub_uid(td__d->store, uid, bytes);
 }
 int td__store_new(struct td__daemon *d)
 {

@@ -29,7 +29,7 @@ static const char *const what[TD__LIM_COUNT] = {
 	[TD__LIM_FDS] = "descriptors (connections, planes, fences, rings, "
 			"follows, queued replies)",
 	[TD__LIM_LEASES] = "leases",
-	[TD__LIM_PINNED] = "bytes of other uids' versions it holds leased",
+	[TD__LIM_PINNED] = "bytes of other uids' versions and rings it holds",
 	[TD__LIM_WATCHES] = "watches",
 	[TD__LIM_WAITERS] = "parked GETs",
 	[TD__LIM_RINGS] = "rings",

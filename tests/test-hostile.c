@@ -732,6 +732,9 @@ enum {
 	W_FOLLOW_NEW,  /* follow NAME0 .. NAME<count-1>, kept */
 	W_REWRITE_PUT, /* a TD_ALLOC_REWRITE alloc, published */
 	W_REWRITE_KEEP, /* a TD_ALLOC_REWRITE alloc, kept unpublished */
+	W_RING,        /* create ring name (size bytes a slot, 2 slots) */
+	W_RING_CLOSE,  /* close the ring W_RING made */
+	W_SUBSCRIBE,   /* one more subscription of ring name, kept */
 	W_EXIT
 };
 
@@ -784,6 +787,27 @@ static int follow_take(struct td_client *c, const char *name,
 	td_tensor_release(t);
 	t = NULL;
 	return td_follow_next(f, 5000, &t, e);
+}
+
+/* A worker's ring: one made at a time, closed on request; subscriptions
+ * kept until the worker ends. */
+static int ring_op(struct td_client *c, const struct wcmd *m,
+		   struct td_error *e)
+{
+	static struct td_ring *ring;
+	struct td_sub *sub;
+	uint64_t shape[1] = {m->size};
+	struct td_ring_desc d = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				 .shape = shape, .slot_count = 2};
+
+	if (m->op == W_RING)
+		return td_ring_create(c, m->name, &d, &ring, e);
+	if (m->op == W_RING_CLOSE) {
+		td_ring_close(ring);
+		ring = NULL;
+		return 0;
+	}
+	return td_ring_subscribe(c, m->name, 0, &sub, e);
 }
 
 static void worker_main(const struct tu_daemon *td, void *arg)
@@ -855,6 +879,9 @@ static void worker_main(const struct tu_daemon *td, void *arg)
 
 				snprintf(n, sizeof(n), "%s%u", m.name, r.done);
 				r.rc = td_client_follow(cc, n, &f, &e);
+			} else if (m.op == W_RING || m.op == W_RING_CLOSE ||
+				   m.op == W_SUBSCRIBE) {
+				r.rc = ring_op(cc, &m, &e);
 			} else if (m.op == W_FOLLOW) {
 				struct td_follow *f;
 
@@ -1124,6 +1151,56 @@ Test(hostile, a_reader_pins_only_its_share_and_never_the_producers_quota)
 	cr_assert(strstr(why, "4194304 bytes of other uids' versions"), "%s",
 		  why);
 	victim_works("victim/pin", "pinned leases");
+	worker_stop(&reader);
+	worker_stop(&prod);
+	stop();
+	unlink(policy_path);
+}
+
+/*
+ * A subscription keeps a closed ring alive. It stayed charged to its
+ * creator (a ring of its uid's rings limit, five fds, its bytes), so a
+ * reader of another uid that subscribed to each ring a producer made
+ * under a name and never left ran the producer out of rings (-EDQUOT at
+ * its limit). Such a ring now leaves its creator's account at the close
+ * and counts as the readers' pinned bytes, as a replaced version only
+ * other uids lease does; so a reader cannot keep more of them than its
+ * pinned limit.
+ */
+Test(hostile, a_reader_keeps_closed_rings_on_its_own_account)
+{
+	struct worker prod, reader;
+	char why[TD_WIRE_MAX_REASON + 1];
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	/* reader nobody: a quarter of --max-bytes pinned, 16 MiB */
+	start_ex(with_policy("allow uid=60001 rw pub/\n"
+			     "allow uid=65534 r pub/\n"
+			     "limit uid=60001 rings 3\n",
+			     "--max-bytes", "64M"),
+		 0, "info");
+	worker_start(&prod, 60001, 1);
+	worker_start(&reader, NOBODY, 1);
+	for (int i = 0; i < 6; i++) {
+		cr_assert_eq(wdo(&prod, W_RING, "pub/r", 64 << 10, 1, why,
+				 sizeof(why)),
+			     0, "ring %d of a producer with a limit of 3: %s",
+			     i, why);
+		cr_assert_eq(wdo(&reader, W_SUBSCRIBE, "pub/r", 0, 1, why,
+				 sizeof(why)),
+			     0, "subscription %d: %s", i, why);
+		cr_assert_eq(wdo(&prod, W_RING_CLOSE, "", 0, 1, NULL, 0), 0);
+	}
+	/* 2 x 12 MiB: more than the reader may pin */
+	cr_assert_eq(wdo(&prod, W_RING, "pub/big", 12 << 20, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(wdo(&reader, W_SUBSCRIBE, "pub/big", 0, 1, why,
+			 sizeof(why)),
+		     -EDQUOT, "%s", why);
+	cr_assert(strstr(why, "pinned limit"), "%s", why);
+	victim_works("victim/ring", "closed rings a reader keeps");
 	worker_stop(&reader);
 	worker_stop(&prod);
 	stop();
