@@ -465,8 +465,10 @@ static void unpublish(struct loaded *l)
 		l->count, removed);
 }
 
-int tctl_hrry_transport(const char *path, struct td_hrry_transport *t,
-			int *fd)
+/* path opened as *fd and read mapped (map; pread where it cannot be)
+ * or with pread. */
+static int open_file(const char *path, struct td_hrry_transport *t, int *fd,
+		     bool map)
 {
 	int rc;
 
@@ -474,7 +476,7 @@ int tctl_hrry_transport(const char *path, struct td_hrry_transport *t,
 	if (*fd < 0)
 		return tctl_fail(TCTL_REFUSED, "io", errno, "%s: %s", path,
 				 strerror(errno));
-	rc = td_hrry_transport_map_fd(*fd, t);
+	rc = map ? td_hrry_transport_map_fd(*fd, t) : -EINVAL;
 	if (rc == -EINVAL) /* empty, or not a regular file: pread */
 		rc = td_hrry_transport_fd(*fd, t);
 	if (rc < 0) {
@@ -484,6 +486,12 @@ int tctl_hrry_transport(const char *path, struct td_hrry_transport *t,
 				 strerror(-rc));
 	}
 	return TCTL_OK;
+}
+
+int tctl_hrry_transport(const char *path, struct td_hrry_transport *t,
+			int *fd)
+{
+	return open_file(path, t, fd, true);
 }
 
 /*
@@ -496,20 +504,7 @@ int tctl_hrry_transport(const char *path, struct td_hrry_transport *t,
  */
 static int load_file(const char *path, struct td_hrry_transport *t, int *fd)
 {
-	int rc;
-
-	*fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (*fd < 0)
-		return tctl_fail(TCTL_REFUSED, "io", errno, "%s: %s", path,
-				 strerror(errno));
-	rc = td_hrry_transport_fd(*fd, t);
-	if (rc < 0) {
-		close(*fd);
-		*fd = -1;
-		return tctl_fail(TCTL_REFUSED, "io", -rc, "%s: %s", path,
-				 strerror(-rc));
-	}
-	return TCTL_OK;
+	return open_file(path, t, fd, false);
 }
 
 /*
