@@ -1347,7 +1347,6 @@ Test(snapshot, a_file_size_limit_fails_a_save_not_the_daemon, .timeout = 60)
 Test(snapshot, a_read_error_stops_the_start_and_keeps_the_file,
      .timeout = 90)
 {
-	const char *shim = getenv("TD_RAISE_BEFORE_OPEN_SHIM");
 	struct snapdir s;
 	struct tu_daemon d;
 	struct td_client *c;
@@ -1356,8 +1355,6 @@ Test(snapshot, a_read_error_stops_the_start_and_keeps_the_file,
 	uint8_t *before, *after;
 	size_t blen, alen;
 
-	cr_assert(shim, "TD_RAISE_BEFORE_OPEN_SHIM is not set (run through "
-			"meson test)");
 	snapdir_make(&s);
 	snprintf(sock, sizeof(sock), "%s/td.sock", s.dir);
 	start(&d, &s, "sync", "30");
@@ -1368,15 +1365,10 @@ Test(snapshot, a_read_error_stops_the_start_and_keeps_the_file,
 	before = tu_read_file(s.file, &blen);
 
 	/* only the daemon's environment: it is exec'ed with ours */
-	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
-	cr_assert_eq(setenv("TD_FAIL_PREAD", s.file, 1), 0);
-	cr_assert_eq(setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:"
-					    "verify_asan_link_order=0", 1),
-		     0);
+	tu_shim_on("TD_FAIL_PREAD", s.file);
 	cr_assert_eq(setenv("TENSORD_IO", "sync", 1), 0);
 	cr_expect_eq(run_daemon(sock, s.file), 1);
-	unsetenv("LD_PRELOAD");
-	unsetenv("TD_FAIL_PREAD");
+	tu_shim_off("TD_FAIL_PREAD");
 	cr_expect(!dir_has(&s, "snap.hrry.corrupt"), "moved aside");
 	after = tu_read_file(s.file, &alen);
 	cr_expect(alen == blen && !memcmp(before, after, blen));
@@ -1398,23 +1390,15 @@ Test(snapshot, a_read_error_stops_the_start_and_keeps_the_file,
 Test(snapshot, a_failed_folder_fsync_says_the_new_snapshot_is_in_place,
      .timeout = 60)
 {
-	const char *shim = getenv("TD_RAISE_BEFORE_OPEN_SHIM");
 	struct snapdir s;
 	struct tu_daemon d;
 	struct td_client *c;
 	struct tensor a = mk("f/a", TD_TENSOR_U8, 100, 0, 100);
 
-	cr_assert(shim, "TD_RAISE_BEFORE_OPEN_SHIM is not set (run through "
-			"meson test)");
 	snapdir_make(&s);
-	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
-	cr_assert_eq(setenv("TD_FAIL_FSYNC", s.dir, 1), 0);
-	cr_assert_eq(setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:"
-					    "verify_asan_link_order=0", 1),
-		     0);
+	tu_shim_on("TD_FAIL_FSYNC", s.dir);
 	start(&d, &s, "sync", "30");
-	unsetenv("LD_PRELOAD");
-	unsetenv("TD_FAIL_FSYNC");
+	tu_shim_off("TD_FAIL_FSYNC");
 	c = conn(&d);
 	put(c, &a, next_version(c));
 	td_client_close(c);

@@ -681,27 +681,19 @@ Test(tensorctl, a_full_stdout_fails_the_command)
  */
 Test(tensorctl, a_hurray_file_cut_during_load_is_an_error_not_a_crash)
 {
-	const char *shim = getenv("TD_RAISE_BEFORE_OPEN_SHIM");
 	struct tu_daemon d;
 	char path[160], *err;
 	int rc;
 
-	cr_assert(shim, "TD_RAISE_BEFORE_OPEN_SHIM is not set (run through "
-			"meson test)");
 	start(&d);
 	put_zeros(&d, "big", 1 << 20);
 	path_in(path, sizeof(path), &d, "in.hrry");
 	cr_assert_eq(CTL(&d, NULL, &err, "save", "-o", path, "big", "t"), 0,
 		     "%s", err);
 	free(err);
-	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
-	cr_assert_eq(setenv("TD_TRUNCATE_BEFORE_CONNECT", path, 1), 0);
-	cr_assert_eq(setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:"
-					    "verify_asan_link_order=0", 1),
-		     0);
+	tu_shim_on("TD_TRUNCATE_BEFORE_CONNECT", path);
 	rc = CTL(&d, NULL, &err, "load", path, "--prefix", "L/");
-	unsetenv("LD_PRELOAD");
-	unsetenv("TD_TRUNCATE_BEFORE_CONNECT");
+	tu_shim_off("TD_TRUNCATE_BEFORE_CONNECT");
 	cr_expect_eq(rc, 1, "exit %d: %s", rc, err);
 	cr_expect(strstr(err, "UnexpectedEof"), "%s", err);
 	free(err);
@@ -852,25 +844,16 @@ Test(tensorctl, fifo_write_gives_up_on_sigterm)
 static pid_t get_raising(const struct tu_daemon *d, const char *name,
 			 const char *path, const char *var)
 {
-	const char *shim = getenv("TD_RAISE_BEFORE_OPEN_SHIM");
 	struct run r = {.in_fd = -1, .out_fd = -1};
 	char spec[200];
 	pid_t pid;
 
-	cr_assert(shim, "TD_RAISE_BEFORE_OPEN_SHIM is not set (run through "
-			"meson test)");
 	snprintf(spec, sizeof(spec), "%d:%s", SIGINT, path);
-	/* only tensorctl's environment: it is exec'ed with ours; a
-	 * sanitized tensorctl is told its runtime need not come first */
-	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
-	cr_assert_eq(setenv(var, spec, 1), 0);
-	cr_assert_eq(setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:"
-					    "verify_asan_link_order=0", 1),
-		     0);
+	/* only tensorctl's environment: it is exec'ed with ours */
+	tu_shim_on(var, spec);
 	r.pid = &pid;
 	CTL_R(d, &r, NULL, NULL, "get", name, "-o", path);
-	unsetenv("LD_PRELOAD");
-	unsetenv(var);
+	tu_shim_off(var);
 	return pid;
 }
 

@@ -580,6 +580,25 @@ const char *tu_vectors_or_skip(const char *sub, const char *what)
 	return dir;
 }
 
+void tu_shim_on(const char *var, const char *value)
+{
+	const char *shim = getenv("TD_RAISE_BEFORE_OPEN_SHIM");
+
+	cr_assert(shim, "TD_RAISE_BEFORE_OPEN_SHIM is not set (run through "
+			"meson test)");
+	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
+	cr_assert_eq(setenv(var, value, 1), 0);
+	cr_assert_eq(setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:"
+					    "verify_asan_link_order=0", 1),
+		     0);
+}
+
+void tu_shim_off(const char *var)
+{
+	unsetenv("LD_PRELOAD");
+	unsetenv(var);
+}
+
 void tu_link_to(const char *link, const char *target)
 {
 	char tmp[128];

@@ -165,6 +165,14 @@ void tu_daemon_stop(struct tu_daemon *d, bool check_maps);
 /* Point the symlink `link` at target, atomically (rename(2)): a socket
  * path that a restarted daemon takes over. */
 void tu_link_to(const char *link, const char *target);
+/*
+ * The LD_PRELOAD shim tests/raise-before-open.c in this process's
+ * environment, for the programs it execs next (a sanitized one is told
+ * its runtime need not come first), with var=value for its orders.
+ * tu_shim_off(var) takes both out again.
+ */
+void tu_shim_on(const char *var, const char *value);
+void tu_shim_off(const char *var);
 
 /*
  * Run $TD_TENSORCTL --socket d->sock ARGS... (NULL-ended) with stdout and
