@@ -46,7 +46,9 @@ def test_a_hung_test_fails_by_name_and_the_rest_run(tmp_path):
     assert "not ok 1 - test_hung.py::test_hangs_in_a_lock_wait" in out, out
     assert "not ok 2 - test_hung.py::test_hangs_in_a_sleep_loop" in out, out
     assert "ok 3 - test_hung.py::test_after_them_runs" in out, out
-    assert out.count("the test ran past 1 s, the per-test limit") == 2, out
+    # each failure says why (pytest may repeat it in its summary)
+    assert out.count("Failed: the test ran past 1 s, the per-test limit") \
+        >= 2, out
     assert "2 failed, 1 passed" in out, out
 
 
