@@ -510,9 +510,13 @@ struct td__ring_hooks {
 	int (*lease)(struct td__peer *p, struct td__ring *r, uint32_t slot,
 		     uint64_t pin, uint64_t *id);
 	bool (*poll)(void);
-	/* a ring was made: GETs parked on its name join the poll; true if
-	 * any did */
+	/* a ring was made: GETs parked on its name join the poll (true if
+	 * any did), RING_SUBSCRIBEs parked on it are answered */
 	bool (*adopt)(struct td_wire_str name);
+	/* park a RING_SUBSCRIBE (TD_WIRE_RSUB_WAIT) of a ring not made yet
+	 * until adopt or its deadline answers it; refusals are sent */
+	void (*park_sub)(struct td__peer *p, const struct td__req *rq,
+			 const struct td_wire_ring_sub_req *m);
 };
 void td__ring_hooks_set(const struct td__ring_hooks *h);
 /* Clear a dying peer's reader rows; close the rings it produces. */

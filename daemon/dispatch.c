@@ -26,7 +26,7 @@ static const struct td__op ops[] = {
 	{TD_OP_WATCH, R, 0, td__catalog_watch},
 	{TD_OP_UNWATCH, 0, 0, td__catalog_unwatch},
 	{TD_OP_RING_CREATE, W, 0, td__ring_create},
-	{TD_OP_RING_SUBSCRIBE, R, 0, td__ring_subscribe},
+	{TD_OP_RING_SUBSCRIBE, R, TD__OP_PARKS, td__ring_subscribe},
 	{TD_OP_RING_CLOSE, 0, 0, td__ring_close},
 	{TD_OP_RING_STAT, R, 0, td__ring_stat},
 	{TD_OP_STATUS, 0, 0, td__status},

@@ -690,6 +690,18 @@ static void on_takeback(struct td__peer *p, struct td__version *sv,
 	stage_arm(p, b, a, sv, version, gen);
 }
 
+/* RING_SUBSCRIBE's WAIT flag, in the body FOLLOW and STAGE_PAGE share:
+ * refused, with the reply sent */
+static bool wait_refused(struct td__peer *p, const struct td_wire_hdr *h,
+			 const struct td_wire_ring_sub_req *m)
+{
+	if (!(m->flags & TD_WIRE_RSUB_WAIT))
+		return false;
+	td__peer_error(p, h->opcode, h->request_id, -EBADMSG,
+		       "flags: unknown bits %#x", (unsigned)TD_WIRE_RSUB_WAIT);
+	return true;
+}
+
 /* STAGE_PAGE: the name's trigger page, to its producer or a follower. */
 void td__stage_page(struct td__peer *p, const struct td__req *rq)
 {
@@ -706,7 +718,7 @@ void td__stage_page(struct td__peer *p, const struct td__req *rq)
 	int64_t len;
 	int rc = td_wire_ring_sub_req_decode(rq->body, h->body_len, &m, &e);
 
-	if (td__peer_bad_body(p, h, rc, &e))
+	if (td__peer_bad_body(p, h, rc, &e) || wait_refused(p, h, &m))
 		return;
 	b = bell_named(m.name.ptr, m.name.len);
 	for (uint32_t i = 0; b && i < TD_FOLLOW_MAX_ROWS && !follows; i++)
@@ -1008,7 +1020,7 @@ void td__follow(struct td__peer *p, const struct td__req *rq)
 	unsigned fds = 1;
 	int rc = td_wire_ring_sub_req_decode(rq->body, h->body_len, &m, &e);
 
-	if (td__peer_bad_body(p, h, rc, &e))
+	if (td__peer_bad_body(p, h, rc, &e) || wait_refused(p, h, &m))
 		return;
 	if (!td__access_check(p, h, rq->op->perm, m.name) ||
 	    follow_admit(p, h, m.name, m.flags & TD_WIRE_FOLLOW_SPARE) < 0)

@@ -320,7 +320,13 @@ static void on_timer(uv_timer_t *t)
 	while (s->ndue && s->due[0]->deadline <= now) {
 		struct td__waiter *w = s->due[0];
 
-		if (w->fence)
+		if (w->sub)
+			td__peer_error(w->peer, TD_OP_RING_SUBSCRIBE,
+				       w->request_id, -ETIMEDOUT,
+				       "no ring named \"%.*s\" was created "
+				       "within %u ms",
+				       (int)w->len, w->name, w->timeout_ms);
+		else if (w->fence)
 			td__peer_error(w->peer, TD_OP_GET, w->request_id,
 				       -ETIMEDOUT,
 				       "ring \"%.*s\": its latest version is "
@@ -357,7 +363,7 @@ static void on_timer(uv_timer_t *t)
 static bool wake_answers(const struct td__waiter *w,
 			 const struct td__version *v)
 {
-	return !w->peer->dead && w->len == v->name_len &&
+	return !w->peer->dead && !w->sub && w->len == v->name_len &&
 	       memcmp(w->name, v->name, w->len) == 0 &&
 	       (w->mode != TD_GET_NEWER || v->number > w->version);
 }
@@ -472,15 +478,14 @@ static void get_refuse(struct td__peer *p, const struct td_wire_hdr *h,
 }
 
 /*
- * Park the GET until a PUBLISH (td__lease_wake), the ring poll or its
- * deadline answers it. rw: td__ring_try_get's -EAGAIN (a ring's latest
- * slot is being rewritten) or -EINPROGRESS (its fence is pending), else 0.
+ * A parked request of p's, on its name's bucket and, with a deadline,
+ * the heap; NULL with the refusal sent (what: "GET", "RING_SUBSCRIBE").
+ * The caller fills in what its kind answers with.
  */
-static void get_park(struct td__peer *p, const struct td__req *rq,
-		     const struct td_wire_get_req *m, bool ring, int rw)
+static struct td__waiter *park(struct td__peer *p, const struct td__req *rq,
+			       struct td_wire_str name, uint32_t timeout_ms,
+			       uint64_t deadline, const char *what)
 {
-	bool rewrite = rw == -EAGAIN;
-
 	const struct td_wire_hdr *h = rq->h;
 	struct td__store *s = td__d->store;
 	struct td__waiter *w;
@@ -489,22 +494,22 @@ static void get_park(struct td__peer *p, const struct td__req *rq,
 
 	assert(rq->op->flags & TD__OP_PARKS);
 	/* the heap's room first: nothing to undo if there is none */
-	if (m->timeout_ms != TD_WIRE_WAIT_FOREVER && due_reserve(s) < 0) {
+	if (deadline != UINT64_MAX && due_reserve(s) < 0) {
 		td__peer_nomem(p, h);
-		return;
+		return NULL;
 	}
 	if (p->n_waiters >= TD__MAX_WAITERS) {
 		td__peer_error(p, h->opcode, h->request_id, -EAGAIN,
-			       "too many parked GETs on this connection "
-			       "(max %d)",
+			       "too many parked GETs and RING_SUBSCRIBEs on "
+			       "this connection (max %d)",
 			       TD__MAX_WAITERS);
-		return;
+		return NULL;
 	}
 	rc = td__tenant_check(p->uid, TD__LIM_WAITERS, 1, why, sizeof(why));
 	if (rc < 0) {
 		td__peer_error(p, h->opcode, h->request_id, rc,
-			       "GET cannot wait: %s", why);
-		return;
+			       "%s cannot wait: %s", what, why);
+		return NULL;
 	}
 	w = TD__SPARE_NEW(&s->spare_waiters, struct td__waiter, link);
 	if (!w || td__tenant_add(p->uid, TD__LIM_WAITERS, 1) < 0) {
@@ -512,37 +517,74 @@ static void get_park(struct td__peer *p, const struct td__req *rq,
 			TD__SPARE_PUT(&s->spare_waiters, w, struct td__waiter,
 				      link);
 		td__peer_nomem(p, h);
-		return;
+		return NULL;
 	}
+	memset(w, 0, sizeof(*w));
 	w->peer = p;
 	w->request_id = h->request_id;
+	w->op = rq->op;
+	w->timeout_ms = timeout_ms;
+	w->deadline = deadline;
+	w->len = name.len;
+	memcpy(w->name, name.ptr, name.len);
+	td__list_add_tail(&p->waiters, &w->link);
+	td__list_add_tail(wait_bucket(s, w->name, w->len), &w->blink);
+	td__list_init(&w->rlink);
+	if (w->deadline != UINT64_MAX)
+		due_push(s, w);
+	p->n_waiters++;
+	timer_arm(s, w->deadline);
+	return w;
+}
+
+/* uv_now() + ms, UINT64_MAX for TD_WIRE_WAIT_FOREVER */
+static uint64_t deadline_in(uint32_t ms)
+{
+	return ms == TD_WIRE_WAIT_FOREVER ? UINT64_MAX
+					  : uv_now(td__d->loop) + ms;
+}
+
+/*
+ * Park the GET until a PUBLISH (td__lease_wake), the ring poll or its
+ * deadline answers it. rw: td__ring_try_get's -EAGAIN (a ring's latest
+ * slot is being rewritten) or -EINPROGRESS (its fence is pending), else 0.
+ */
+static void get_park(struct td__peer *p, const struct td__req *rq,
+		     const struct td_wire_get_req *m, bool ring, int rw)
+{
+	bool rewrite = rw == -EAGAIN && m->timeout_ms < TD__REWRITE_WAIT_MS;
+	struct td__waiter *w =
+		park(p, rq, m->name, m->timeout_ms,
+		     deadline_in(rewrite ? TD__REWRITE_WAIT_MS : m->timeout_ms),
+		     "GET");
+
+	if (!w)
+		return;
 	w->mode = m->mode;
 	w->flags = m->flags;
 	w->version = m->version;
 	w->held_count = m->held_count;
 	memcpy(w->held, m->held, m->held_count * sizeof(*m->held));
-	w->timeout_ms = m->timeout_ms;
-	w->rewrite = rewrite && m->timeout_ms < TD__REWRITE_WAIT_MS;
+	w->rewrite = rewrite;
 	w->fence = rw == -EINPROGRESS;
-	w->deadline = m->timeout_ms == TD_WIRE_WAIT_FOREVER
-			      ? UINT64_MAX
-			      : uv_now(td__d->loop) +
-					(w->rewrite ? TD__REWRITE_WAIT_MS
-						    : m->timeout_ms);
-	w->len = m->name.len;
-	memcpy(w->name, m->name.ptr, m->name.len);
-	td__list_add_tail(&p->waiters, &w->link);
-	td__list_add_tail(wait_bucket(s, w->name, w->len), &w->blink);
-	td__list_init(&w->rlink);
-	w->due_at = 0;
-	if (w->deadline != UINT64_MAX)
-		due_push(s, w);
-	p->n_waiters++;
-	timer_arm(s, w->deadline);
 	if (ring) {
-		td__list_add_tail(&s->ring_waiters, &w->rlink);
+		td__list_add_tail(&td__d->store->ring_waiters, &w->rlink);
 		td__ring_poll_arm();
 	}
+}
+
+/* ring.c's hook: a RING_SUBSCRIBE waits for its ring (TD_WIRE_RSUB_WAIT) */
+static void park_sub(struct td__peer *p, const struct td__req *rq,
+		     const struct td_wire_ring_sub_req *m)
+{
+	struct td__waiter *w = park(p, rq, m->name, m->timeout_ms,
+				    deadline_in(m->timeout_ms),
+				    "RING_SUBSCRIBE");
+
+	if (!w)
+		return;
+	w->sub = true;
+	w->flags = m->flags & ~TD_WIRE_RSUB_WAIT;
 }
 
 void td__lease_get(struct td__peer *p, const struct td__req *rq)
@@ -632,22 +674,45 @@ static bool ring_poll(void)
 	return any;
 }
 
+/* A parked RING_SUBSCRIBE, answered as if it came now (its ring exists) */
+static void sub_replay(struct td__waiter *w)
+{
+	uint8_t body[TD_WIRE_MAX_NAME + 16];
+	struct td_wire_ring_sub_req q = {{w->name, w->len}, w->flags, 0};
+	int64_t n = td_wire_ring_sub_req_encode(&q, body, sizeof(body));
+	struct td_wire_hdr h = {.opcode = TD_OP_RING_SUBSCRIBE,
+				.request_id = w->request_id,
+				.body_len = (uint32_t)n};
+	struct td__req rq = {.h = &h, .body = body, .op = w->op};
+
+	assert(n > 0); /* its name and flags were decoded from a request */
+	w->op->fn(w->peer, &rq);
+}
+
 /*
  * ring.c's hook: the ring `name` was just made. The GETs parked on its
- * name before it existed join the ring poll; true if there are any.
+ * name before it existed join the ring poll (true if there are any);
+ * the RING_SUBSCRIBEs parked on it are answered now.
  */
 static bool ring_adopt(struct td_wire_str name)
 {
 	struct td__store *s = td__d->store;
-	struct td__list *b = wait_bucket(s, name.ptr, name.len);
+	struct td__list *b = wait_bucket(s, name.ptr, name.len), *l, *n;
 	bool any = false;
 
-	for (struct td__list *l = b->next; l != b; l = l->next) {
+	for (l = b->next; l != b; l = n) {
 		struct td__waiter *w =
 			td__container_of(l, struct td__waiter, blink);
 
-		if (w->len != name.len || memcmp(w->name, name.ptr, w->len))
+		n = l->next;
+		if (w->peer->dead || w->len != name.len ||
+		    memcmp(w->name, name.ptr, w->len))
 			continue;
+		if (w->sub) {
+			sub_replay(w);
+			waiter_free(w);
+			continue;
+		}
 		if (td__list_empty(&w->rlink))
 			td__list_add_tail(&s->ring_waiters, &w->rlink);
 		any = true;
@@ -712,7 +777,7 @@ void td__lease_peer_gone(struct td__peer *p)
 void td__lease_init(void)
 {
 	static const struct td__ring_hooks hooks = {lease_ring, ring_poll,
-						    ring_adopt};
+						    ring_adopt, park_sub};
 
 	td__ring_hooks_set(&hooks);
 	td__store_rewrite_hook_set(rewrite_over);

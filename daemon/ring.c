@@ -29,13 +29,6 @@
 #include "blob.h"
 #include "ring.h"
 
-#ifndef MFD_HUGETLB
-#define MFD_HUGETLB 0x0004U
-#endif
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-
 #define MAX_RINGS TD__MAX_RINGS
 /* descriptors a ring holds: hdr_rw, hdr_ro, rd_rw, data_rw, data_ro */
 #define RING_FDS 5
@@ -459,13 +452,14 @@ void td__ring_create(struct td__peer *p, const struct td__req *rq)
 }
 
 /*
- * The ring a SUBSCRIBE or RING_STAT names, or NULL with the error sent:
- * read permission first (like STAT: what exists is nobody's business
- * without it), then -ENOENT.
+ * The ring a SUBSCRIBE (sub) or RING_STAT names, or NULL with the error
+ * sent: read permission first (like STAT: what exists is nobody's
+ * business without it), then -ENOENT, or a SUBSCRIBE that waits parked.
  */
 static struct ring *readable_ring(struct td__peer *p,
 				  const struct td__req *rq,
-				  struct td_wire_str name)
+				  struct td_wire_str name,
+				  const struct td_wire_ring_sub_req *sub)
 {
 	const struct td_wire_hdr *h = rq->h;
 	struct ring *r;
@@ -473,7 +467,9 @@ static struct ring *readable_ring(struct td__peer *p,
 	if (!td__access_check(p, h, rq->op->perm, name))
 		return NULL;
 	r = ring_named(name);
-	if (!r)
+	if (!r && sub && (sub->flags & TD_WIRE_RSUB_WAIT) && sub->timeout_ms)
+		hooks->park_sub(p, rq, sub);
+	else if (!r)
 		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
 			       "no ring named \"%.*s\"", (int)name.len,
 			       name.ptr);
@@ -499,7 +495,7 @@ void td__ring_subscribe(struct td__peer *p, const struct td__req *rq)
 			       (unsigned)TD_WIRE_FOLLOW_SPARE);
 		return;
 	}
-	r = readable_ring(p, rq, m.name);
+	r = readable_ring(p, rq, m.name, &m);
 	if (!r)
 		return;
 	peer_rings(p, &subs);
@@ -728,7 +724,7 @@ void td__ring_stat(struct td__peer *p, const struct td__req *rq)
 
 	if (td__peer_bad_body(p, h, rc, &e))
 		return;
-	ring = readable_ring(p, rq, m.name);
+	ring = readable_ring(p, rq, m.name, NULL);
 	if (!ring)
 		return;
 	latest = atomic_load(&ring->hdr->latest);

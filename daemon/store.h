@@ -192,6 +192,10 @@ struct td__waiter {
 	bool rewrite;
 	/* parked while a ring's latest version waited for its fence */
 	bool fence;
+	/* a RING_SUBSCRIBE parked until its ring is made (ring_adopt):
+	 * replayed through op, never answered by a PUBLISH */
+	bool sub;
+	const struct td__op *op;
 	uint16_t len;
 	char name[TD_WIRE_MAX_NAME + 1];
 };

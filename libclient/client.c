@@ -766,7 +766,8 @@ static int import_pref(uint32_t *pref, struct td_error *err)
 	 TD_WIRE_FEAT_ROW_OWNER | TD_WIRE_FEAT_REWRITE |                    \
 	 TD_WIRE_FEAT_RESERVE | TD_WIRE_FEAT_GET_CROWD |                   \
 	 TD_WIRE_FEAT_ALLOC_NAME | TD_WIRE_FEAT_ALLOC_FREE |                  \
-	 TD_WIRE_FEAT_STAGE | TD_WIRE_FEAT_STAGE_TAKEBACK)
+	 TD_WIRE_FEAT_STAGE | TD_WIRE_FEAT_STAGE_TAKEBACK |                  \
+	 TD_WIRE_FEAT_SUB_WAIT)
 
 static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 {

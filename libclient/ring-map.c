@@ -14,15 +14,9 @@
 
 #include "client.h"
 #include "gpu.h"
+#include "os.h"
 #include "ring-int.h"
 #include "ring.h"
-
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
-#endif
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
 
 void td__ringmap_unmap(struct ringmap *m)
 {

@@ -627,7 +627,7 @@ void td_ring_close(struct td_ring *r)
 int td_ring_subscribe(struct td_client *c, const char *name, int timeout_ms,
 		      struct td_sub **out, struct td_error *err)
 {
-	struct td_wire_ring_sub_req q;
+	struct td_wire_ring_sub_req q = {0};
 	struct td_wire_ring_rep r = {0};
 	struct td_sub *sub;
 	struct td__msg rep;
@@ -647,6 +647,13 @@ int td_ring_subscribe(struct td_client *c, const char *name, int timeout_ms,
 	q.name = (struct td_wire_str){name, (uint16_t)strlen(name)};
 	pthread_mutex_lock(&c->lock);
 	q.flags = c->path_out == TD_IMPORT_SCM ? TD_WIRE_REQ_SCM : 0;
+	/* a daemon that parks the request until the ring exists answers
+	 * once; an older one is asked again every millisecond */
+	if (timeout_ms != 0 && td__has(c, TD_WIRE_FEAT_SUB_WAIT)) {
+		q.flags |= TD_WIRE_RSUB_WAIT;
+		q.timeout_ms = timeout_ms < 0 ? TD_WIRE_WAIT_FOREVER
+					      : (uint32_t)timeout_ms;
+	}
 	for (;;) {
 		struct timespec ms = {0, 1000000};
 

@@ -454,7 +454,17 @@ int td_wire_ring_rep_decode(const uint8_t *body, size_t len,
 int64_t td_wire_ring_sub_req_encode(const struct td_wire_ring_sub_req *m,
 				    uint8_t *buf, size_t cap)
 {
-	return name_flags_encode(m->name, m->flags, buf, cap);
+	struct td_wire_wr wr;
+
+	if (!(m->flags & TD_WIRE_RSUB_WAIT))
+		return name_flags_encode(m->name, m->flags, buf, cap);
+	if (m->name.len > TD_WIRE_MAX_NAME)
+		return -EINVAL;
+	td_wire_wr_init(&wr, buf, cap);
+	td_wire_wr_str(&wr, m->name.ptr, m->name.len);
+	td_wire_wr_u32(&wr, m->flags);
+	td_wire_wr_u32(&wr, m->timeout_ms);
+	return td__wire_wr_done(&wr);
 }
 
 int td_wire_ring_sub_req_decode(const uint8_t *body, size_t len,
@@ -467,8 +477,12 @@ int td_wire_ring_sub_req_decode(const uint8_t *body, size_t len,
 	m->name = td__wire_rd_name(&rd, false, false, "name");
 	/* FOLLOW's spare flag; RING_SUBSCRIBE takes SCM alone (daemon) */
 	m->flags = td__wire_rd_flags(&rd,
-				     TD_WIRE_REQ_SCM | TD_WIRE_FOLLOW_SPARE,
+				     TD_WIRE_REQ_SCM | TD_WIRE_FOLLOW_SPARE |
+					     TD_WIRE_RSUB_WAIT,
 				     "flags");
+	m->timeout_ms = m->flags & TD_WIRE_RSUB_WAIT
+				? td_wire_rd_u32(&rd, "timeout_ms")
+				: 0;
 	return td_wire_rd_end(&rd);
 }
 

@@ -189,6 +189,9 @@ void td_wire_wr_bytes(struct td_wire_wr *wr, const void *p, size_t len);
 #define TD_WIRE_FEAT_ALLOC_NAME 0x10000u
 /* RELEASE flag TD_WIRE_REL_ALLOC: an unpublished alloc given up */
 #define TD_WIRE_FEAT_ALLOC_FREE 0x20000u
+/* 0x40000 TD_WIRE_FEAT_STAGE, 0x80000 _STAGE_TAKEBACK: wire-status.h */
+/* RING_SUBSCRIBE flag TD_WIRE_RSUB_WAIT: parked until the ring exists */
+#define TD_WIRE_FEAT_SUB_WAIT 0x100000u
 
 /* HELLO request */
 struct td_wire_hello_req {
@@ -236,6 +239,14 @@ struct td_wire_fdent {
  * RING_SUBSCRIBE, which shares the request body, refuses it.
  */
 #define TD_WIRE_FOLLOW_SPARE 0x2u
+/*
+ * RING_SUBSCRIBE request flag, served with TD_WIRE_FEAT_SUB_WAIT: no
+ * ring of the name yet parks the request until one is created or
+ * `timeout_ms` (a u32 after the flags, present with this flag alone;
+ * TD_WIRE_WAIT_FOREVER: no limit) runs out, -ETIMEDOUT. FOLLOW and
+ * STAGE_PAGE, which share the request body, refuse it.
+ */
+#define TD_WIRE_RSUB_WAIT 0x4u
 
 /*
  * ALLOC request flag: a recyclable loan (docs/fastpath.md, "Recycled
@@ -650,7 +661,8 @@ struct td_wire_ring_rep {
 
 struct td_wire_ring_sub_req {
 	struct td_wire_str name;
-	uint32_t flags; /* TD_WIRE_REQ_SCM */
+	uint32_t flags; /* TD_WIRE_REQ_SCM, TD_WIRE_RSUB_WAIT */
+	uint32_t timeout_ms; /* with TD_WIRE_RSUB_WAIT alone, else 0 */
 };
 
 struct td_wire_ring_close_req { /* a ring id or a subscription id */

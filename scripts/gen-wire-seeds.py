@@ -13,7 +13,8 @@ import sys
 
 MAGIC = 0x31574454
 OPS = dict(HELLO=1, ALLOC=2, PUBLISH=3, GET=4, RELEASE=5, LIST=6, STAT=7,
-           DELETE=8, WATCH=9, UNWATCH=10, STAGE_PAGE=20, NOTIFY=0x100)
+           DELETE=8, WATCH=9, UNWATCH=10, RING_SUBSCRIBE=12, STAGE_PAGE=20,
+           NOTIFY=0x100)
 F_REPLY, F_NOTIFY = 1, 2
 
 
@@ -123,6 +124,9 @@ SEEDS = {
     'publish_rep_stage': hdr('PUBLISH', F_REPLY, u64(9) + u64(4) +
                              fdents([(-1, 8)]) + u64(10) + u32(2)),
     'stage_page_req': hdr('STAGE_PAGE', 0, s('cam/0') + u32(1)),
+    # a subscribe that waits 5 s for its ring (§10, "Waiting for a ring")
+    'ring_sub_req_wait': hdr('RING_SUBSCRIBE', 0, s('cam/0') + u32(0x5) +
+                             u32(5000)),
     # a take-back that may be staged, and its reply with the stage
     'alloc_req_stage': hdr('ALLOC', 0, u32(ALLOC_RECYCLE | ALLOC_REWRITE |
                                            ALLOC_NAMED | ALLOC_STAGE) +

@@ -735,6 +735,7 @@ enum {
 	W_RING,        /* create ring name (size bytes a slot, 2 slots) */
 	W_RING_CLOSE,  /* close the ring W_RING made */
 	W_SUBSCRIBE,   /* one more subscription of ring name, kept */
+	W_SUBSCRIBE_WAIT, /* the same, waiting for the ring to be made */
 	W_EXIT
 };
 
@@ -807,7 +808,9 @@ static int ring_op(struct td_client *c, const struct wcmd *m,
 		ring = NULL;
 		return 0;
 	}
-	return td_ring_subscribe(c, m->name, 0, &sub, e);
+	return td_ring_subscribe(c, m->name,
+				 m->op == W_SUBSCRIBE_WAIT ? TU_WAIT_S * 1000 : 0,
+				 &sub, e);
 }
 
 static void worker_main(const struct tu_daemon *td, void *arg)
@@ -880,7 +883,8 @@ static void worker_main(const struct tu_daemon *td, void *arg)
 				snprintf(n, sizeof(n), "%s%u", m.name, r.done);
 				r.rc = td_client_follow(cc, n, &f, &e);
 			} else if (m.op == W_RING || m.op == W_RING_CLOSE ||
-				   m.op == W_SUBSCRIBE) {
+				   m.op == W_SUBSCRIBE ||
+				   m.op == W_SUBSCRIBE_WAIT) {
 				r.rc = ring_op(cc, &m, &e);
 			} else if (m.op == W_FOLLOW) {
 				struct td_follow *f;
@@ -910,16 +914,22 @@ static void worker_start(struct worker *w, uid_t uid, unsigned conns)
 	close(w->res[1]);
 }
 
-/* op on name, count times (spread over its connections); the result. */
-static int wdo(struct worker *w, int op, const char *name, uint32_t size,
-	       uint32_t count, char *why, size_t cap)
+/* op on name, count times (spread over its connections), begun */
+static void wsend(struct worker *w, int op, const char *name, uint32_t size,
+		  uint32_t count)
 {
 	struct wcmd m = {.op = op, .size = size, .count = count,
 			 .byte = (uint8_t)(size * 7 + 1)};
-	struct wres r;
 
 	snprintf(m.name, sizeof(m.name), "%s", name);
 	cr_assert_eq(write(w->cmd[1], &m, sizeof(m)), (ssize_t)sizeof(m));
+}
+
+/* the result of what wsend began */
+static int wresult(struct worker *w, char *why, size_t cap)
+{
+	struct wres r;
+
 	/* EOF if it died; a worker that is stuck is bounded here */
 	tu_await_readable(w->res[0], TU_WAIT_S, "a worker's result");
 	cr_assert_eq(read(w->res[0], &r, sizeof(r)), (ssize_t)sizeof(r),
@@ -927,6 +937,14 @@ static int wdo(struct worker *w, int op, const char *name, uint32_t size,
 	if (why)
 		snprintf(why, cap, "%s", r.why);
 	return r.rc;
+}
+
+/* op on name, count times (spread over its connections); the result. */
+static int wdo(struct worker *w, int op, const char *name, uint32_t size,
+	       uint32_t count, char *why, size_t cap)
+{
+	wsend(w, op, name, size, count);
+	return wresult(w, why, cap);
 }
 
 static void worker_stop(struct worker *w)
@@ -1281,6 +1299,56 @@ Test(hostile, a_rewrite_withdraws_only_what_its_uid_may_write)
 	cr_assert_eq(ent.version, v);
 	td_entry_fini(&ent);
 	worker_stop(&w);
+	td_client_close(c);
+	stop();
+	unlink(policy_path);
+}
+
+/* A ring of 2 slots of 64 bytes named name, made by c */
+static struct td_ring *ring64(struct td_client *c, const char *name)
+{
+	uint64_t shape[1] = {64};
+	struct td_ring_desc d = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				 .shape = shape, .slot_count = 2};
+	struct td_ring *r = NULL;
+	struct td_error e = {0};
+
+	cr_assert_eq(td_ring_create(c, name, &d, &r, &e), 0, "%s", e.reason);
+	return r;
+}
+
+/*
+ * A RING_SUBSCRIBE parked until its ring is made is checked against the
+ * policy in force when the ring comes: a reload that took the uid's read
+ * access away refuses it then, one that left it gets the subscription.
+ */
+Test(hostile, a_parked_subscribe_is_checked_against_the_policy_it_ends_under)
+{
+	struct td_client *c;
+	struct td_ring *r1, *r2;
+	struct worker w;
+	char why[TD_WIRE_MAX_REASON + 1];
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=65534 r n/\nallow uid=65534 r m/\n",
+			     NULL, NULL),
+		 0, "info");
+	c = cli();
+	worker_start(&w, NOBODY, 1);
+	wsend(&w, W_SUBSCRIBE_WAIT, "n/r", 0, 1);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 1), 1);
+	policy_reload(c, "allow uid=65534 r m/\n");
+	r1 = ring64(c, "n/r");
+	cr_assert_eq(wresult(&w, why, sizeof(why)), -EACCES, "%s", why);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 0), 0);
+	wsend(&w, W_SUBSCRIBE_WAIT, "m/r", 0, 1);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 1), 1);
+	r2 = ring64(c, "m/r");
+	cr_assert_eq(wresult(&w, why, sizeof(why)), 0, "%s", why);
+	worker_stop(&w);
+	td_ring_close(r1);
+	td_ring_close(r2);
 	td_client_close(c);
 	stop();
 	unlink(policy_path);

@@ -421,7 +421,7 @@ Test(ring, wire_messages_round_trip_and_refuse_truncation)
 		.data_len = 16384, .dtype = 0, .ndim = 1, .shape = {4096},
 		.fd_count = 3, .fds = {{5, 0}, {6, 0}, {7, 0}},
 	}, r2;
-	struct td_wire_ring_sub_req s = {{"cam/left", 8}, TD_WIRE_REQ_SCM}, s2;
+	struct td_wire_ring_sub_req s = {{"cam/left", 8}, TD_WIRE_REQ_SCM, 0}, s2;
 	struct td_wire_ring_close_req c = {99}, c2;
 	struct td_wire_ring_stat_rep st = {1, 4, 2, 1, 1, 77, 12345}, st2;
 	uint8_t b[256];
@@ -472,7 +472,18 @@ Test(ring, wire_messages_round_trip_and_refuse_truncation)
 	s.flags = TD_WIRE_REQ_SCM | TD_WIRE_FOLLOW_SPARE;
 	ROUND_TRIP(ring_sub_req, s, s2);
 	cr_assert_eq(s2.flags, TD_WIRE_REQ_SCM | TD_WIRE_FOLLOW_SPARE);
-	s.flags = 0x4;
+	/* WAIT carries its timeout after the flags, and only WAIT does */
+	s.flags = TD_WIRE_RSUB_WAIT;
+	s.timeout_ms = 1234;
+	ROUND_TRIP(ring_sub_req, s, s2);
+	cr_assert_eq(s2.timeout_ms, 1234);
+	n = td_wire_ring_sub_req_encode(&s, b, sizeof(b));
+	cr_assert_eq(td_wire_ring_sub_req_decode(b, (size_t)n - 4, &s2, NULL),
+		     -ENODATA);
+	s.flags = TD_WIRE_REQ_SCM;
+	n = td_wire_ring_sub_req_encode(&s, b, sizeof(b));
+	cr_assert_eq(n, 2 + 8 + 4);
+	s.flags = 0x8;
 	n = td_wire_ring_sub_req_encode(&s, b, sizeof(b));
 	cr_assert(n > 0);
 	cr_assert_eq(td_wire_ring_sub_req_decode(b, (size_t)n, &s2, NULL),
@@ -1991,7 +2002,7 @@ Test(ring, garbage_in_the_control_block_never_crashes_a_consumer)
  */
 Test(ring, a_subscriber_cannot_seal_the_ring_against_later_subscribers)
 {
-	struct td_wire_ring_sub_req q = {{"t/seal", 6}, TD_WIRE_REQ_SCM};
+	struct td_wire_ring_sub_req q = {{"t/seal", 6}, TD_WIRE_REQ_SCM, 0};
 	struct tu_daemon d;
 	struct td_client *c;
 	struct td_ring *r;
@@ -2101,6 +2112,168 @@ Test(ring, gets_parked_on_a_busy_ring_try_it_once_a_pass)
 	td_client_close(g);
 	td_ring_close(a);
 	td_ring_close(b);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/* ---- subscribing before the ring exists ---- */
+
+struct late_sub {
+	struct td_client *c;
+	const char *name;
+	int timeout_ms;
+	struct td_sub *sub;
+	struct td_error e;
+	int rc;
+};
+
+static void *late_subscribe(void *arg)
+{
+	struct late_sub *l = arg;
+
+	l->rc = td_ring_subscribe(l->c, l->name, l->timeout_ms, &l->sub,
+				  &l->e);
+	return NULL;
+}
+
+/*
+ * A subscriber started before its producer: one RING_SUBSCRIBE, parked
+ * in the daemon until RING_CREATE answers it, not a request every
+ * millisecond (docs/fastpath.md, "Subscribing before the ring exists").
+ * The subscription it gets is a working one.
+ */
+Test(ring, a_subscriber_before_its_ring_waits_in_one_request)
+{
+	struct tu_daemon d;
+	struct td_client *c, *s;
+	struct late_sub l = {.name = "t/late", .timeout_ms = -1};
+	struct td_ring *r;
+	struct td_ring_stat st;
+	struct td_view v;
+	uint64_t id0, ver;
+	pthread_t t;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	s = l.c = open_client(&d);
+	cr_assert(td__has(s, TD_WIRE_FEAT_SUB_WAIT));
+	id0 = s->next_id;
+	cr_assert_eq(pthread_create(&t, NULL, late_subscribe, &l), 0);
+	/* parked: the daemon counts it with the connection's waiters */
+	cr_assert_eq(tc_status_until(c, tc_waiters, 1), 1);
+	r = make_ring(c, "t/late", 4, 4096, 0);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(l.rc, 0, "%d %s", l.rc, l.e.reason);
+	cr_assert_eq(s->next_id - id0, 1, "%llu requests",
+		     (unsigned long long)(s->next_id - id0));
+	cr_assert_eq(tc_status_until(c, tc_waiters, 0), 0);
+	cr_assert_eq(td_client_ring_stat(c, "t/late", &st, NULL), 0);
+	cr_assert_eq(st.subscribers, 1);
+	ver = put(r);
+	cr_assert_eq(td_sub_next(l.sub, 20000, &v), 0);
+	cr_assert_eq(v.version, ver);
+	td_sub_close(l.sub);
+	td_ring_close(r);
+	td_client_close(s);
+	td_client_close(c);
+	/* fds and buffer mappings are counted; not every mapping: glibc
+	 * keeps the thread's stack and arena */
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * The wait runs out in the daemon (one request, its reason); against a
+ * daemon without TD_WIRE_FEAT_SUB_WAIT the library polls as before and
+ * still finds the ring.
+ */
+Test(ring, a_waiting_subscribe_times_out_in_the_daemon_or_polls_an_old_one)
+{
+	struct tu_daemon d;
+	struct td_client *c, *s;
+	struct late_sub l = {.name = "t/old", .timeout_ms = 20000};
+	struct td_sub *sub = NULL;
+	struct td_error e = {0};
+	struct td_ring *r;
+	uint64_t id0;
+	pthread_t t;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	s = l.c = open_client(&d);
+	id0 = s->next_id;
+	cr_assert_eq(td_ring_subscribe(s, "t/none", 50, &sub, &e), -ETIMEDOUT);
+	cr_assert_null(sub);
+	cr_assert_eq(s->next_id - id0, 1);
+	cr_assert(strstr(e.reason, "was created within 50 ms"), "%s",
+		  e.reason);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 0), 0);
+	/* an older daemon: asked again until the ring is there */
+	s->hello.features &= ~TD_WIRE_FEAT_SUB_WAIT;
+	id0 = s->next_id;
+	cr_assert_eq(td_ring_subscribe(s, "t/none", 50, &sub, &e), -ETIMEDOUT);
+	cr_assert_gt(s->next_id - id0, 1);
+	cr_assert_eq(pthread_create(&t, NULL, late_subscribe, &l), 0);
+	usleep(20000);
+	r = make_ring(c, "t/old", 4, 4096, 0);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(l.rc, 0, "%d %s", l.rc, l.e.reason);
+	td_sub_close(l.sub);
+	td_ring_close(r);
+	td_client_close(s);
+	td_client_close(c);
+	/* fds and buffer mappings are counted; not every mapping: glibc
+	 * keeps the thread's stack and arena */
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * A parked RING_SUBSCRIBE dies with its connection: it is no waiter
+ * any more, and the ring made after it has no subscriber; a RING_CREATE
+ * answers only the subscribes of its own name. FOLLOW, which shares the
+ * body, refuses the flag.
+ */
+Test(ring, a_parked_subscribe_ends_with_its_connection)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r, *r2;
+	struct td_ring_stat st;
+	struct rawrep rep;
+	struct td_wire_ring_sub_req q = {{"t/gone", 6},
+					 TD_WIRE_REQ_SCM | TD_WIRE_RSUB_WAIT,
+					 TD_WIRE_WAIT_FOREVER};
+	int sock;
+	int64_t n;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	sock = raw_scm_conn(&d);
+	n = td_wire_ring_sub_req_encode(&q, RAW_BODY, RAW_CAP);
+	cr_assert_gt(n, 0);
+	raw_send(sock, TD_OP_RING_SUBSCRIBE, 7, (size_t)n);
+	q.name = (struct td_wire_str){"t/other", 7};
+	n = td_wire_ring_sub_req_encode(&q, RAW_BODY, RAW_CAP);
+	raw_send(sock, TD_OP_RING_SUBSCRIBE, 8, (size_t)n);
+	cr_assert_eq(raw_call(sock, TD_OP_FOLLOW, 9, n, &rep), -EBADMSG);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 2), 2);
+	/* t/other's ring answers request 8 alone */
+	r2 = make_ring(c, "t/other", 2, 64, 0);
+	raw_recv(sock, &rep);
+	cr_assert_eq(rep.h.request_id, 8);
+	cr_assert_eq(rep.h.status, 0);
+	cr_assert_eq(rep.nfds, 3);
+	for (unsigned i = 0; i < rep.nfds; i++)
+		close(rep.fds[i]);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 1), 1);
+	cr_assert_eq(td_client_ring_stat(c, "t/other", &st, NULL), 0);
+	cr_assert_eq(st.subscribers, 1);
+	close(sock);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 0), 0);
+	r = make_ring(c, "t/gone", 2, 64, 0);
+	cr_assert_eq(td_client_ring_stat(c, "t/gone", &st, NULL), 0);
+	cr_assert_eq(st.subscribers, 0);
+	td_ring_close(r);
+	td_ring_close(r2);
 	td_client_close(c);
 	tu_daemon_stop(&d, true);
 }

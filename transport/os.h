@@ -13,8 +13,20 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <sys/types.h>
 #include <time.h>
+
+/* older headers than the kernels these run on */
+#ifndef MFD_HUGETLB
+#define MFD_HUGETLB 0x0004U
+#endif
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 /* pidfd_open(pid, 0): a pidfd (CLOEXEC) or -errno. */
 int td__pidfd_open(pid_t pid);

@@ -95,6 +95,11 @@ static void bodies(const uint8_t *b, size_t len)
 	TRY(delete_rep);
 	TRY(error);
 	TRY(status_req);
+	TRY(ring_create_req);
+	TRY(ring_rep);
+	TRY(ring_sub_req);
+	TRY(ring_close_req);
+	TRY(ring_stat_rep);
 	TRY(ring_wake_rep);
 	TRY(follow_rep);
 	list_rep(b, len);

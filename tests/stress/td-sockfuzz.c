@@ -142,9 +142,11 @@ static size_t valid(unsigned nfds)
 	uint8_t *b = msg + TD_WIRE_HDR_LEN;
 	size_t cap = TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN;
 	int64_t n = 0;
-	/* the version-1 requests, and FOLLOW, FOLLOW_CLOSE, FOLLOW_WAKE */
-	uint16_t op = (uint16_t)(rnd() % 4 ? 1 + rnd() % 10
-					   : TD_OP_FOLLOW + rnd() % 3);
+	/* the version-1 requests, and FOLLOW, FOLLOW_CLOSE, FOLLOW_WAKE,
+	 * RING_SUBSCRIBE (parked: no ring is ever made here) */
+	uint16_t op = (uint16_t)(rnd() % 4	 ? 1 + rnd() % 10
+				 : rnd() % 4 ? TD_OP_FOLLOW + rnd() % 3
+					     : TD_OP_RING_SUBSCRIBE);
 
 	switch (op) {
 	case TD_OP_HELLO: {
@@ -222,7 +224,14 @@ static size_t valid(unsigned nfds)
 	}
 	case TD_OP_FOLLOW: {
 		struct td_wire_ring_sub_req r = {a_name(),
-						 (uint32_t)(rnd() & 1)};
+						 (uint32_t)(rnd() & 1), 0};
+		n = td_wire_ring_sub_req_encode(&r, b, cap);
+		break;
+	}
+	case TD_OP_RING_SUBSCRIBE: {
+		struct td_wire_ring_sub_req r = {
+			a_name(), (uint32_t)(rnd() & 1) | TD_WIRE_RSUB_WAIT,
+			rnd() % 4 ? (uint32_t)(rnd() % 30) : TD_WIRE_WAIT_FOREVER};
 		n = td_wire_ring_sub_req_encode(&r, b, cap);
 		break;
 	}

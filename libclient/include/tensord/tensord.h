@@ -20,7 +20,8 @@
  *    keeps. Everything the library opens is close-on-exec.
  *  - Threads: one struct td_client may be shared by any number of threads.
  *    Calls on one handle serialise on a mutex owned by the handle: a call
- *    that waits (td_client_get_newer(), td_client_next_event()) blocks the
+ *    that waits (td_client_get_newer(), td_client_next_event(),
+ *    td_ring_subscribe() before its ring exists) blocks the
  *    other threads' calls on that handle for as long as it waits. Use one
  *    handle per waiting thread when that matters. Tensors and allocations
  *    may be used and released from any thread.
@@ -968,7 +969,10 @@ TD_EXPORT void td_ring_close(struct td_ring *r);
 
 /*
  * Subscribe to the ring `name`, waiting up to timeout_ms (-1 forever, 0
- * not at all) for it to be created. The slots are mapped read-only here
+ * not at all) for it to be created: one request the daemon answers when
+ * the ring is made (an older daemon is asked every millisecond), which
+ * holds the handle as td_client_get_newer() does. The slots are mapped
+ * read-only here
  * (the daemon hands out read-only descriptors) before this returns.
  * Returns 0 and *out (end it with td_sub_close()), -ENOENT/-ETIMEDOUT no
  * such ring, -EBUSY every reader row in use, -EBADMSG a corrupt reply.
