@@ -709,6 +709,42 @@ void td__lease_peer_gone(struct td__peer *p)
 					     struct td__waiter, link));
 }
 
+/*
+ * The policy was reloaded: a GET parked on a name its uid may no longer
+ * read is refused now, as it would be if it came after the reload;
+ * else the next publish of that name would answer it with a version the
+ * reload took away (a follow or ring subscription made before the
+ * reload is documented to go on; a parked GET has been given nothing).
+ */
+void td__lease_policy_changed(void)
+{
+	struct td__daemon *d = td__d;
+
+	for (struct td__list *pl = d->peers.next; pl != &d->peers;
+	     pl = pl->next) {
+		struct td__peer *p =
+			td__container_of(pl, struct td__peer, link);
+		struct td__list *l, *n;
+
+		if (p->dead)
+			continue;
+		for (l = p->waiters.next; l != &p->waiters; l = n) {
+			struct td__waiter *w =
+				td__container_of(l, struct td__waiter, link);
+
+			n = l->next;
+			if (td__access_may(p, TD__PERM_READ, w->name, w->len))
+				continue;
+			td__peer_error(p, TD_OP_GET, w->request_id, -EACCES,
+				       "uid %u may not read \"%.*s\" (policy "
+				       "%s, reloaded while the GET waited)",
+				       (unsigned)p->uid, (int)w->len, w->name,
+				       d->opts.policy_path);
+			waiter_free(w);
+		}
+	}
+}
+
 void td__lease_init(void)
 {
 	static const struct td__ring_hooks hooks = {lease_ring, ring_poll,

@@ -179,6 +179,9 @@ int td__policy_reload(struct td__daemon *d)
 	free(d->policy);
 	d->policy = pol;
 	d->stats.policy_reloads++;
+	/* limit lines: a uid connected now has its limits already resolved */
+	td__tenants_resolve();
+	td__lease_policy_changed();
 	td__log(TD_LOG_WARN, "SIGHUP: policy %s reloaded (%u allow rules, "
 			     "%u quotas)",
 		d->opts.policy_path, pol->nrules, pol->nquotas);

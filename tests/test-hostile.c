@@ -735,6 +735,7 @@ enum {
 	W_RING,        /* create ring name (size bytes a slot, 2 slots) */
 	W_RING_CLOSE,  /* close the ring W_RING made */
 	W_SUBSCRIBE,   /* one more subscription of ring name, kept */
+	W_GET_WAIT,    /* a GET of name that waits for its first version */
 	W_EXIT
 };
 
@@ -882,6 +883,11 @@ static void worker_main(const struct tu_daemon *td, void *arg)
 			} else if (m.op == W_RING || m.op == W_RING_CLOSE ||
 				   m.op == W_SUBSCRIBE) {
 				r.rc = ring_op(cc, &m, &e);
+			} else if (m.op == W_GET_WAIT) {
+				CK(nheld < W_MAX_HELD);
+				r.rc = td_client_get_newer(cc, m.name, 0, -1,
+							   &held[nheld], &e);
+				nheld += r.rc == 0;
 			} else if (m.op == W_FOLLOW) {
 				struct td_follow *f;
 
@@ -910,16 +916,22 @@ static void worker_start(struct worker *w, uid_t uid, unsigned conns)
 	close(w->res[1]);
 }
 
-/* op on name, count times (spread over its connections); the result. */
-static int wdo(struct worker *w, int op, const char *name, uint32_t size,
-	       uint32_t count, char *why, size_t cap)
+/* Send op on name, count times (spread over its connections). */
+static void wsend(struct worker *w, int op, const char *name, uint32_t size,
+		  uint32_t count)
 {
 	struct wcmd m = {.op = op, .size = size, .count = count,
 			 .byte = (uint8_t)(size * 7 + 1)};
-	struct wres r;
 
 	snprintf(m.name, sizeof(m.name), "%s", name);
 	cr_assert_eq(write(w->cmd[1], &m, sizeof(m)), (ssize_t)sizeof(m));
+}
+
+/* The result of what wsend asked. */
+static int wresult(struct worker *w, char *why, size_t cap)
+{
+	struct wres r;
+
 	/* EOF if it died; a worker that is stuck is bounded here */
 	tu_await_readable(w->res[0], TU_WAIT_S, "a worker's result");
 	cr_assert_eq(read(w->res[0], &r, sizeof(r)), (ssize_t)sizeof(r),
@@ -927,6 +939,14 @@ static int wdo(struct worker *w, int op, const char *name, uint32_t size,
 	if (why)
 		snprintf(why, cap, "%s", r.why);
 	return r.rc;
+}
+
+/* op on name, count times (spread over its connections); the result. */
+static int wdo(struct worker *w, int op, const char *name, uint32_t size,
+	       uint32_t count, char *why, size_t cap)
+{
+	wsend(w, op, name, size, count);
+	return wresult(w, why, cap);
 }
 
 static void worker_stop(struct worker *w)
@@ -1224,8 +1244,10 @@ static uint64_t reloads_of(const struct td_status *st)
 	return st->policy_reloads;
 }
 
-/* The policy file rewritten, then SIGHUP and a wait for it. */
-static void policy_reload(struct td_client *c, const char *text)
+/* The policy file rewritten, then SIGHUP and a wait for it to be the
+ * n-th reload that took effect. */
+static void policy_reload_n(struct td_client *c, const char *text,
+			    uint64_t n)
 {
 	FILE *f = fopen(policy_path, "w");
 
@@ -1233,8 +1255,13 @@ static void policy_reload(struct td_client *c, const char *text)
 	fputs(text, f);
 	cr_assert_eq(fclose(f), 0);
 	cr_assert_eq(kill(D.pid, SIGHUP), 0);
-	cr_assert_eq(tc_status_until(c, reloads_of, 1), 1,
+	cr_assert_eq(tc_status_until(c, reloads_of, n), n,
 		     "the policy was not reloaded");
+}
+
+static void policy_reload(struct td_client *c, const char *text)
+{
+	policy_reload_n(c, text, 1);
 }
 
 /*
@@ -1281,6 +1308,98 @@ Test(hostile, a_rewrite_withdraws_only_what_its_uid_may_write)
 	cr_assert_eq(ent.version, v);
 	td_entry_fini(&ent);
 	worker_stop(&w);
+	td_client_close(c);
+	stop();
+	unlink(policy_path);
+}
+
+/*
+ * A reload's limit lines bind a uid that is connected: its limits were
+ * resolved when its tenant entry was made (at its first connection) and
+ * a reload left them as they were for as long as it stayed connected,
+ * so an operator lowering a hostile tenant's limit saw nothing happen.
+ */
+Test(hostile, a_reloaded_limit_line_binds_a_uid_already_connected)
+{
+	struct td_client *c;
+	struct worker w;
+	struct td_error e = {0};
+	char why[TD_WIRE_MAX_REASON + 1];
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=65534 r pub/\n"
+			     "limit uid=65534 leases 2\n",
+			     NULL, NULL),
+		 0, "info");
+	c = cli();
+	cr_assert_eq(put_bytes(c, "pub/x", 4096, 1, &e), 0, "%s", e.reason);
+	worker_start(&w, NOBODY, 1);
+	cr_assert_eq(wdo(&w, W_GET_KEEP, "pub/x", 0, 2, why, sizeof(why)), 0,
+		     "%s", why);
+	cr_assert_eq(wdo(&w, W_GET_KEEP, "pub/x", 0, 1, why, sizeof(why)),
+		     -EDQUOT, "%s", why);
+
+	policy_reload_n(c,
+			"allow uid=65534 r pub/\nlimit uid=65534 leases 4\n",
+			1);
+	cr_assert_eq(wdo(&w, W_GET_KEEP, "pub/x", 0, 2, why, sizeof(why)), 0,
+		     "a raised limit: %s", why);
+	policy_reload_n(c,
+			"allow uid=65534 r pub/\nlimit uid=65534 leases 1\n",
+			2);
+	/* the 4 it holds stay; the next one is refused against 1 */
+	cr_assert_eq(wdo(&w, W_GET_KEEP, "pub/x", 0, 1, why, sizeof(why)),
+		     -EDQUOT, "a lowered limit: %s", why);
+	cr_assert(strstr(why, "4 leases held, 1 more asked, limit 1"), "%s",
+		  why);
+	/* without the line: the default (16384) again */
+	policy_reload_n(c, "allow uid=65534 r pub/\n", 3);
+	cr_assert_eq(wdo(&w, W_GET_KEEP, "pub/x", 0, 1, why, sizeof(why)), 0,
+		     "the line removed: %s", why);
+	worker_stop(&w);
+	td_client_close(c);
+	stop();
+	unlink(policy_path);
+}
+
+/*
+ * A GET parked before a reload that took away its uid's read access to
+ * the name: the publish that came after the reload answered it with the
+ * new version, bytes the reload said the uid may not read. It is
+ * refused at the reload instead, as a GET sent after it would be.
+ */
+Test(hostile, a_reload_refuses_the_gets_parked_on_names_it_made_unreadable)
+{
+	struct td_client *c;
+	struct worker w, kept;
+	struct td_error e = {0};
+	char why[TD_WIRE_MAX_REASON + 1];
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=65534 r pub/\n"
+			     "allow uid=65534 r ok/\n",
+			     NULL, NULL),
+		 0, "info");
+	c = cli();
+	worker_start(&w, NOBODY, 1);
+	worker_start(&kept, NOBODY, 1);
+	wsend(&w, W_GET_WAIT, "pub/late", 0, 1);
+	wsend(&kept, W_GET_WAIT, "ok/late", 0, 1);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 2), 2);
+	policy_reload(c, "allow uid=65534 r ok/\n");
+	cr_assert_eq(put_bytes(c, "pub/late", 4096, 0x33, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(put_bytes(c, "ok/late", 4096, 0x34, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(wresult(&w, why, sizeof(why)), -EACCES,
+		     "a parked GET got what the reload took away: %s", why);
+	cr_assert(strstr(why, "may not read \"pub/late\""), "%s", why);
+	cr_assert_eq(wresult(&kept, why, sizeof(why)), 0,
+		     "a name still readable: %s", why);
+	worker_stop(&w);
+	worker_stop(&kept);
 	td_client_close(c);
 	stop();
 	unlink(policy_path);
