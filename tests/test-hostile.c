@@ -1405,6 +1405,87 @@ Test(hostile, a_reload_refuses_the_gets_parked_on_names_it_made_unreadable)
 	unlink(policy_path);
 }
 
+/* The bytes STATUS charges to uid (0: it has no row) and, in *total,
+ * to everyone. */
+static uint64_t uid_bytes(struct td_client *c, uid_t uid, uint64_t *total)
+{
+	struct td_status *st = NULL;
+	uint64_t n = 0;
+
+	cr_assert_eq(td_client_status(c, &st, NULL), 0);
+	for (size_t i = 0; i < st->uid_count; i++)
+		if (st->uids[i].uid == (uint32_t)uid)
+			n = st->uids[i].bytes;
+	*total = st->bytes;
+	td_status_free(st);
+	return n;
+}
+
+/*
+ * Versions a restart restores (a snapshot here; the fd store alike)
+ * count against --max-bytes only: no uid published them as far as the
+ * daemon knows. They were kept as uid 0's, though, so freeing one took
+ * its bytes off root's own count (root then held more than STATUS and
+ * its quota saw), and, root holding no more than its fair share, no
+ * other uid's allocation could ever evict them: restored tensors that
+ * filled --max-bytes kept every tenant out until root deleted them.
+ */
+Test(hostile, restored_versions_are_no_uids_to_uncharge_or_to_keep)
+{
+	static char snap[64];
+	const char *extra[] = {"--policy",    NULL,  "--max-bytes", "4M",
+			       "--snapshot", snap, NULL};
+	struct td_client *c;
+	struct worker w;
+	struct td_error e = {0};
+	char why[TD_WIRE_MAX_REASON + 1];
+	uint64_t total;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	snprintf(snap, sizeof(snap), "/tmp/td-hostile-snap-%d.hrry",
+		 (int)getpid());
+	unlink(snap);
+	extra[1] = with_policy("allow uid=65534 rw n/\n", NULL, NULL)[1];
+	start_ex(extra, 0, "info");
+	c = cli();
+	cr_assert_eq(put_bytes(c, "r/old", 3 * MiB, 0x41, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(put_bytes(c, "r/gone", 64 << 10, 0x42, &e), 0, "%s",
+		     e.reason);
+	td_client_close(c);
+	stop(); /* the clean stop saves the snapshot */
+
+	start_ex(extra, 0, "info");
+	c = cli();
+	cr_assert_eq(uid_bytes(c, 0, &total), 0, "restored: nobody's");
+	cr_assert_eq(total, 3 * MiB + (64 << 10));
+	cr_assert_eq(put_bytes(c, "r/new", 256 << 10, 0x43, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_client_delete(c, "r/gone", NULL, &e), 0, "%s", e.reason);
+	cr_assert_eq(uid_bytes(c, 0, &total), 256 << 10,
+		     "root's own bytes after a restored version went");
+	cr_assert_eq(total, 3 * MiB + (256 << 10));
+
+	worker_start(&w, NOBODY, 1);
+	cr_assert_eq(wdo(&w, W_PUT, "n/0", 2 * MiB, 1, why, sizeof(why)), 0,
+		     "restored bytes that no allocation may evict: %s", why);
+	cr_assert(!holds("r/old", 0x41), "the restored version was evicted");
+	cr_assert(holds("r/new", 0x43), "root within its share keeps its own");
+	worker_stop(&w);
+
+	/* everything released: nothing left on anyone's account */
+	cr_assert_eq(td_client_delete(c, "r/new", NULL, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_delete(c, "n/0", NULL, &e), 0, "%s", e.reason);
+	cr_assert_eq(uid_bytes(c, 0, &total), 0);
+	cr_assert_eq(uid_bytes(c, NOBODY, &total), 0);
+	cr_assert_eq(total, 0);
+	td_client_close(c);
+	stop();
+	unlink(snap);
+	unlink(policy_path);
+}
+
 Test(hostile, an_allocation_evicts_only_its_own_or_above_a_fair_share)
 {
 	struct td_client *c;
