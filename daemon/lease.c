@@ -101,9 +101,15 @@ static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 	int64_t len;
 	int rc;
 
-	/* a reader holding another uid's version pins those bytes */
-	rc = lease_new(s, p, v->uid != p->uid ? v->acct : 0, &l, why,
-		       sizeof(why));
+	/*
+	 * a reader holding another uid's version pins those bytes; so does
+	 * one holding a version that is no uid's (restored, or retired
+	 * while only other uids leased it), its publisher too: else a
+	 * publisher would GET EXACT its own retired version back once a
+	 * reader made it leave its quota, and keep it charged to nobody
+	 */
+	rc = lease_new(s, p, v->uid != p->uid || v->unowned ? v->acct : 0,
+		       &l, why, sizeof(why));
 	if (rc == -ENOBUFS) {
 		td__peer_error(p, op, request_id, -ENOBUFS,
 			       "too many leases on this connection (max %d)",

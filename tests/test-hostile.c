@@ -736,6 +736,7 @@ enum {
 	W_RING_CLOSE,  /* close the ring W_RING made */
 	W_SUBSCRIBE,   /* one more subscription of ring name, kept */
 	W_GET_WAIT,    /* a GET of name that waits for its first version */
+	W_GET_EXACT,   /* a GET of version `size` of name, kept */
 	W_EXIT
 };
 
@@ -883,6 +884,11 @@ static void worker_main(const struct tu_daemon *td, void *arg)
 			} else if (m.op == W_RING || m.op == W_RING_CLOSE ||
 				   m.op == W_SUBSCRIBE) {
 				r.rc = ring_op(cc, &m, &e);
+			} else if (m.op == W_GET_EXACT) {
+				CK(nheld < W_MAX_HELD);
+				r.rc = td_client_get_version(cc, m.name, m.size,
+							     &held[nheld], &e);
+				nheld += r.rc == 0;
 			} else if (m.op == W_GET_WAIT) {
 				CK(nheld < W_MAX_HELD);
 				r.rc = td_client_get_newer(cc, m.name, 0, -1,
@@ -1483,6 +1489,55 @@ Test(hostile, restored_versions_are_no_uids_to_uncharge_or_to_keep)
 	td_client_close(c);
 	stop();
 	unlink(snap);
+	unlink(policy_path);
+}
+
+/*
+ * A version replaced while only another uid leases it leaves its
+ * publisher's quota and counts as that reader's pinned bytes. Its
+ * publisher could then GET that version back by number and, once the
+ * reader let go, hold it charged to nobody: round after round, as many
+ * bytes beyond its quota as --max-bytes allows. Its own lease on such a
+ * version now counts as its pinned bytes, like a reader's.
+ */
+Test(hostile, a_publisher_cannot_lease_back_what_left_its_quota)
+{
+	struct td_client *c;
+	struct worker a, b;
+	struct td_entry ent = {0};
+	struct td_error e = {0};
+	char why[TD_WIRE_MAX_REASON + 1];
+	uint64_t v;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=65534 rw n/\n"
+			     "allow uid=65533 r n/\n"
+			     "quota uid=65534 1M\n"
+			     "limit uid=65534 pinned 256K\n",
+			     NULL, NULL),
+		 0, "info");
+	c = cli();
+	worker_start(&a, NOBODY, 1);
+	worker_start(&b, NOBODY - 1, 1);
+	cr_assert_eq(wdo(&a, W_PUT, "n/x", 512 << 10, 1, why, sizeof(why)), 0,
+		     "%s", why);
+	cr_assert_eq(td_client_stat(c, "n/x", &ent, &e), 0, "%s", e.reason);
+	v = ent.version;
+	td_entry_fini(&ent);
+	cr_assert_eq(wdo(&b, W_GET_KEEP, "n/x", 0, 1, why, sizeof(why)), 0,
+		     "%s", why);
+	/* replaced: the old version, leased by b only, leaves a's quota */
+	cr_assert_eq(wdo(&a, W_PUT, "n/x", 512 << 10, 1, why, sizeof(why)), 0,
+		     "%s", why);
+	cr_assert_eq(wdo(&a, W_GET_EXACT, "n/x", (uint32_t)v, 1, why,
+			 sizeof(why)),
+		     -EDQUOT, "a leased back what left its quota: %s", why);
+	cr_assert(strstr(why, "pinned limit"), "%s", why);
+	worker_stop(&b);
+	worker_stop(&a);
+	td_client_close(c);
+	stop();
 	unlink(policy_path);
 }
 
