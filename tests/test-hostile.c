@@ -1411,6 +1411,15 @@ Test(hostile, a_reload_refuses_the_gets_parked_on_names_it_made_unreadable)
 	unlink(policy_path);
 }
 
+static uint64_t nobodys_clients(const struct td_status *st)
+{
+	uint64_t n = 0;
+
+	for (size_t k = 0; k < st->client_count; k++)
+		n += st->clients[k].uid == NOBODY;
+	return n;
+}
+
 /* The bytes STATUS charges to uid (0: it has no row) and, in *total,
  * to everyone. */
 static uint64_t uid_bytes(struct td_client *c, uid_t uid, uint64_t *total)
@@ -1536,6 +1545,63 @@ Test(hostile, a_publisher_cannot_lease_back_what_left_its_quota)
 	cr_assert(strstr(why, "pinned limit"), "%s", why);
 	worker_stop(&b);
 	worker_stop(&a);
+	td_client_close(c);
+	stop();
+	unlink(policy_path);
+}
+
+/*
+ * Per-uid accounting does not drift: a tenant that used every way of
+ * holding bytes (a put, streams, rewrites, a ring, an unpublished
+ * alloc, leases and a follow of another uid's versions) and went, its
+ * names deleted after it, leaves nothing charged to any uid or in all.
+ */
+Test(hostile, every_byte_a_tenant_held_is_uncharged_when_it_is_gone)
+{
+	static const char *const names[] = {"n/a", "n/s", "n/r", "pub/x"};
+	struct td_client *c;
+	struct worker w;
+	struct td_error e = {0};
+	char why[TD_WIRE_MAX_REASON + 1];
+	uint64_t total;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=65534 rw n/\nallow uid=65534 r pub/\n"
+			     "quota uid=65534 64M\n",
+			     NULL, NULL),
+		 0, "info");
+	c = cli();
+	cr_assert_eq(put_bytes(c, "pub/x", MiB, 0x11, &e), 0, "%s", e.reason);
+	worker_start(&w, NOBODY, 2);
+	cr_assert_eq(wdo(&w, W_PUT, "n/a", MiB, 2, why, sizeof(why)), 0, "%s",
+		     why);
+	cr_assert_eq(wdo(&w, W_STREAM_PUT, "n/s", MiB, 4, why, sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(wdo(&w, W_FOLLOW_TAKE, "n/s", 0, 1, why, sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(wdo(&w, W_STREAM_PUT, "n/s", MiB, 2, why, sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(wdo(&w, W_REWRITE_PUT, "n/r", MiB, 4, why, sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(wdo(&w, W_RING, "n/ring", 64 << 10, 1, why, sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(wdo(&w, W_ALLOC_KEEP, "", MiB, 3, why, sizeof(why)), 0,
+		     "%s", why);
+	cr_assert_eq(wdo(&w, W_GET_KEEP, "pub/x", 0, 3, why, sizeof(why)), 0,
+		     "%s", why);
+	cr_assert_eq(wdo(&w, W_GET_KEEP, "n/a", 0, 2, why, sizeof(why)), 0,
+		     "%s", why);
+	cr_assert_neq(uid_bytes(c, NOBODY, &total), 0);
+	worker_stop(&w);
+	/* its connections' ends are seen by the daemon's loop */
+	cr_assert_eq(tc_status_until(c, nobodys_clients, 0), 0);
+	for (size_t i = 0; i < sizeof(names) / sizeof(*names); i++)
+		cr_assert_eq(td_client_delete(c, names[i], NULL, &e), 0,
+			     "%s: %s", names[i], e.reason);
+	cr_assert_eq(uid_bytes(c, NOBODY, &total), 0);
+	cr_assert_eq(uid_bytes(c, 0, &total), 0);
+	cr_assert_eq(total, 0, "bytes left charged after everything went");
 	td_client_close(c);
 	stop();
 	unlink(policy_path);
