@@ -634,6 +634,32 @@ static void room_count(struct td__store *s, uid_t uid,
 	}
 }
 
+/* The least recently used version make_room may evict for uid; NULL. */
+static struct td__version *lru_pick(struct td__store *s, uid_t uid,
+				    const struct td__version *old,
+				    bool over_uid, uint64_t fair)
+{
+	struct td__version *lru = NULL;
+
+	for (size_t i = 0; i < s->count; i++) {
+		struct td__version *v = s->names[i];
+
+		if (v == old || v->evict || v->refs != 1 || bell_pins(v) ||
+		    (v->flags & TD_WIRE_PUB_PIN))
+			continue;
+		/* a restored version is no uid's (fdstore, snapshot): it
+		 * counts in --max-bytes only, so it makes room there for
+		 * anyone and in no uid's quota */
+		if (v->unowned ? over_uid
+			       : !td__acct_evictable(s, v->uid, uid, over_uid,
+						     fair))
+			continue;
+		if (!lru || v->used < lru->used)
+			lru = v;
+	}
+	return lru;
+}
+
 /*
  * Room for `add` more bytes charged to uid, under --max-bytes and uid's
  * quota. `old` is the version a PUBLISH replaces: it goes anyway, so its
@@ -698,23 +724,7 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 			td__acct_pick(s, fb->uid, fb->f.size);
 			continue;
 		}
-		for (size_t i = 0; i < s->count; i++) {
-			struct td__version *v = s->names[i];
-
-			if (v == old || v->evict || v->refs != 1 ||
-			    bell_pins(v) ||
-			    (v->flags & TD_WIRE_PUB_PIN))
-				continue;
-			/* a restored version is no uid's (fdstore, snapshot):
-			 * it counts in --max-bytes only, so it makes room
-			 * there for anyone and in no uid's quota */
-			if (v->unowned ? over_uid
-				       : !td__acct_evictable(s, v->uid, uid,
-							     over_uid, fair))
-				continue;
-			if (!lru || v->used < lru->used)
-				lru = v;
-		}
+		lru = lru_pick(s, uid, old, over_uid, fair);
 		if (!lru) {
 			why->rc = rc = over_uid ? -EDQUOT : -ENOSPC;
 			why->limit = over_uid ? qmax : max;
