@@ -398,6 +398,8 @@ bool td__uid_is_admin(uid_t uid);
 /* Compute the defaults; fds_open: the daemon's own descriptors now. */
 void td__tenants_init(struct td__daemon *d, unsigned fds_open);
 void td__tenants_fini(void);
+/* A policy reload: each uid's limits resolved again (its limit lines). */
+void td__tenants_resolve(void);
 /*
  * Would n more of k fit uid's limit (and, for fds, the daemon's reserve)?
  * 0, -EDQUOT (the uid's limit) or -EMFILE (the reserve) with the numbers
@@ -456,6 +458,8 @@ void td__store_peer_gone(struct td__peer *p);
 void td__store_trim(unsigned more);
 void td__loan_peer_gone(struct td__peer *p);
 void td__lease_peer_gone(struct td__peer *p);
+/* After a policy reload: refuse parked GETs of names no longer readable. */
+void td__lease_policy_changed(void);
 void td__catalog_peer_gone(struct td__peer *p);
 /* Register lease.c's ring hooks (td__ring_hooks_set). */
 void td__lease_init(void);

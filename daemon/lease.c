@@ -101,9 +101,15 @@ static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 	int64_t len;
 	int rc;
 
-	/* a reader holding another uid's version pins those bytes */
-	rc = lease_new(s, p, v->uid != p->uid ? v->acct : 0, &l, why,
-		       sizeof(why));
+	/*
+	 * a reader holding another uid's version pins those bytes; so does
+	 * one holding a version that is no uid's (restored, or retired
+	 * while only other uids leased it), its publisher too: else a
+	 * publisher would GET EXACT its own retired version back once a
+	 * reader made it leave its quota, and keep it charged to nobody
+	 */
+	rc = lease_new(s, p, v->uid != p->uid || v->unowned ? v->acct : 0,
+		       &l, why, sizeof(why));
 	if (rc == -ENOBUFS) {
 		td__peer_error(p, op, request_id, -ENOBUFS,
 			       "too many leases on this connection (max %d)",
@@ -772,6 +778,44 @@ void td__lease_peer_gone(struct td__peer *p)
 	while (!td__list_empty(&p->waiters))
 		waiter_free(td__container_of(p->waiters.next,
 					     struct td__waiter, link));
+}
+
+/*
+ * The policy was reloaded: a GET (or a RING_SUBSCRIBE waiting for its
+ * ring) parked on a name its uid may no longer read is refused now, as it would be if it came after the reload;
+ * else the next publish of that name would answer it with a version the
+ * reload took away (a follow or ring subscription made before the
+ * reload is documented to go on; a parked GET has been given nothing).
+ */
+void td__lease_policy_changed(void)
+{
+	struct td__daemon *d = td__d;
+
+	for (struct td__list *pl = d->peers.next; pl != &d->peers;
+	     pl = pl->next) {
+		struct td__peer *p =
+			td__container_of(pl, struct td__peer, link);
+		struct td__list *l, *n;
+
+		if (p->dead)
+			continue;
+		for (l = p->waiters.next; l != &p->waiters; l = n) {
+			struct td__waiter *w =
+				td__container_of(l, struct td__waiter, link);
+
+			n = l->next;
+			if (td__access_may(p, TD__PERM_READ, w->name, w->len))
+				continue;
+			td__peer_error(p, w->op->opcode, w->request_id,
+				       -EACCES,
+				       "uid %u may not read \"%.*s\" (policy "
+				       "%s, reloaded while the %s waited)",
+				       (unsigned)p->uid, (int)w->len, w->name,
+				       d->opts.policy_path,
+				       td_wire_op_name(w->op->opcode));
+			waiter_free(w);
+		}
+	}
 }
 
 void td__lease_init(void)

@@ -783,6 +783,10 @@ static void restore_commit(struct pub *x, const struct td_state_entry *ent,
 	}
 	ver->acct = x->acct;
 	s->total += x->acct;
+	/* charged to the total only: no uid published it (the image does
+	 * not say who), so freeing it must not take its bytes off the
+	 * account of uid 0, whose self it was restored as */
+	ver->unowned = true;
 	ver->number = ent->version;
 	if (ent->version >= s->next_version)
 		s->next_version = ent->version + 1;

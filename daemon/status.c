@@ -62,7 +62,7 @@ static uint64_t pinned_bytes(const struct td__store *s, uid_t uid)
 	uint64_t n = 0;
 
 	for (size_t i = 0; i < s->count; i++)
-		if (s->names[i]->uid == uid &&
+		if (s->names[i]->uid == uid && !s->names[i]->unowned &&
 		    (s->names[i]->flags & TD_WIRE_PUB_PIN))
 			n += s->names[i]->acct;
 	return n;
@@ -179,6 +179,9 @@ int td__policy_reload(struct td__daemon *d)
 	free(d->policy);
 	d->policy = pol;
 	d->stats.policy_reloads++;
+	/* limit lines: a uid connected now has its limits already resolved */
+	td__tenants_resolve();
+	td__lease_policy_changed();
 	td__log(TD_LOG_WARN, "SIGHUP: policy %s reloaded (%u allow rules, "
 			     "%u quotas)",
 		d->opts.policy_path, pol->nrules, pol->nquotas);

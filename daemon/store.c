@@ -626,12 +626,38 @@ static void room_count(struct td__store *s, uid_t uid,
 		/* nothing freed for sure */
 	} else if (old && old->refs == 1) {
 		*total -= old->acct;
-		if (old->uid == uid)
+		if (old->uid == uid && !old->unowned)
 			*mine -= old->acct;
 	} else if (old && old->uid == uid && !old->unowned &&
 		   old->foreign_leases == old->lease_count) {
 		*mine -= old->acct; /* it leaves uid's count (retire) */
 	}
+}
+
+/* The least recently used version make_room may evict for uid; NULL. */
+static struct td__version *lru_pick(struct td__store *s, uid_t uid,
+				    const struct td__version *old,
+				    bool over_uid, uint64_t fair)
+{
+	struct td__version *lru = NULL;
+
+	for (size_t i = 0; i < s->count; i++) {
+		struct td__version *v = s->names[i];
+
+		if (v == old || v->evict || v->refs != 1 || bell_pins(v) ||
+		    (v->flags & TD_WIRE_PUB_PIN))
+			continue;
+		/* a restored version is no uid's (fdstore, snapshot): it
+		 * counts in --max-bytes only, so it makes room there for
+		 * anyone and in no uid's quota */
+		if (v->unowned ? over_uid
+			       : !td__acct_evictable(s, v->uid, uid, over_uid,
+						     fair))
+			continue;
+		if (!lru || v->used < lru->used)
+			lru = v;
+	}
+	return lru;
 }
 
 /*
@@ -698,18 +724,7 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 			td__acct_pick(s, fb->uid, fb->f.size);
 			continue;
 		}
-		for (size_t i = 0; i < s->count; i++) {
-			struct td__version *v = s->names[i];
-
-			if (v == old || v->evict || v->refs != 1 ||
-			    bell_pins(v) ||
-			    (v->flags & TD_WIRE_PUB_PIN) ||
-			    !td__acct_evictable(s, v->uid, uid, over_uid,
-						fair))
-				continue;
-			if (!lru || v->used < lru->used)
-				lru = v;
-		}
+		lru = lru_pick(s, uid, old, over_uid, fair);
 		if (!lru) {
 			why->rc = rc = over_uid ? -EDQUOT : -ENOSPC;
 			why->limit = over_uid ? qmax : max;
@@ -718,9 +733,10 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 		}
 		lru->evict = true;
 		total -= lru->acct;
-		if (lru->uid == uid)
+		if (lru->uid == uid && !lru->unowned)
 			mine -= lru->acct;
-		td__acct_pick(s, lru->uid, lru->acct);
+		if (!lru->unowned)
+			td__acct_pick(s, lru->uid, lru->acct);
 	}
 	td__acct_unpick_all(s);
 	/* unpick (dry, or failed: evict nothing) or evict what was picked */

@@ -9,10 +9,11 @@
  *
  * Each uid's counts live in a small table (linear search: uids are few,
  * and the table keeps its capacity, so a warm handoff allocates nothing).
- * A uid's limits are resolved when its entry is made: the policy's
- * `limit uid=N KEY V` line; else, for every uid but root and the
- * daemon's own (which have none), `--uid-limit KEY=V` or the built-in
- * default.
+ * A uid's limits are resolved when its entry is made, and again for
+ * every entry at a policy reload (a connected uid holds an entry as
+ * long as it is connected): the policy's `limit uid=N KEY V` line;
+ * else, for every uid but root and the daemon's own (which have none),
+ * `--uid-limit KEY=V` or the built-in default.
  */
 #include "daemon.h"
 
@@ -96,6 +97,15 @@ static struct tenant *get(uid_t uid)
 	for (int k = 0; k < TD__LIM_COUNT; k++)
 		t->limit[k] = resolve(uid, (enum td__lim)k);
 	return t;
+}
+
+void td__tenants_resolve(void)
+{
+	/* what is held above a lowered limit is not taken back: the next
+	 * charge is refused (docs/policy.md, "Reloading") */
+	for (size_t i = 0; i < T.n; i++)
+		for (int k = 0; k < TD__LIM_COUNT; k++)
+			T.t[i].limit[k] = resolve(T.t[i].uid, (enum td__lim)k);
 }
 
 uint64_t td__tenant_limit(uid_t uid, enum td__lim k)

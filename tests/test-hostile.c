@@ -736,6 +736,8 @@ enum {
 	W_RING_CLOSE,  /* close the ring W_RING made */
 	W_SUBSCRIBE,   /* one more subscription of ring name, kept */
 	W_SUBSCRIBE_WAIT, /* the same, waiting for the ring to be made */
+	W_GET_WAIT,    /* a GET of name that waits for its first version */
+	W_GET_EXACT,   /* a GET of version `size` of name, kept */
 	W_EXIT
 };
 
@@ -886,6 +888,16 @@ static void worker_main(const struct tu_daemon *td, void *arg)
 				   m.op == W_SUBSCRIBE ||
 				   m.op == W_SUBSCRIBE_WAIT) {
 				r.rc = ring_op(cc, &m, &e);
+			} else if (m.op == W_GET_EXACT) {
+				CK(nheld < W_MAX_HELD);
+				r.rc = td_client_get_version(cc, m.name, m.size,
+							     &held[nheld], &e);
+				nheld += r.rc == 0;
+			} else if (m.op == W_GET_WAIT) {
+				CK(nheld < W_MAX_HELD);
+				r.rc = td_client_get_newer(cc, m.name, 0, -1,
+							   &held[nheld], &e);
+				nheld += r.rc == 0;
 			} else if (m.op == W_FOLLOW) {
 				struct td_follow *f;
 
@@ -914,7 +926,7 @@ static void worker_start(struct worker *w, uid_t uid, unsigned conns)
 	close(w->res[1]);
 }
 
-/* op on name, count times (spread over its connections), begun */
+/* Send op on name, count times (spread over its connections). */
 static void wsend(struct worker *w, int op, const char *name, uint32_t size,
 		  uint32_t count)
 {
@@ -925,7 +937,7 @@ static void wsend(struct worker *w, int op, const char *name, uint32_t size,
 	cr_assert_eq(write(w->cmd[1], &m, sizeof(m)), (ssize_t)sizeof(m));
 }
 
-/* the result of what wsend began */
+/* The result of what wsend asked. */
 static int wresult(struct worker *w, char *why, size_t cap)
 {
 	struct wres r;
@@ -1242,8 +1254,10 @@ static uint64_t reloads_of(const struct td_status *st)
 	return st->policy_reloads;
 }
 
-/* The policy file rewritten, then SIGHUP and a wait for it. */
-static void policy_reload(struct td_client *c, const char *text)
+/* The policy file rewritten, then SIGHUP and a wait for it to be the
+ * n-th reload that took effect. */
+static void policy_reload_n(struct td_client *c, const char *text,
+			    uint64_t n)
 {
 	FILE *f = fopen(policy_path, "w");
 
@@ -1251,8 +1265,13 @@ static void policy_reload(struct td_client *c, const char *text)
 	fputs(text, f);
 	cr_assert_eq(fclose(f), 0);
 	cr_assert_eq(kill(D.pid, SIGHUP), 0);
-	cr_assert_eq(tc_status_until(c, reloads_of, 1), 1,
+	cr_assert_eq(tc_status_until(c, reloads_of, n), n,
 		     "the policy was not reloaded");
+}
+
+static void policy_reload(struct td_client *c, const char *text)
+{
+	policy_reload_n(c, text, 1);
 }
 
 /*
@@ -1304,6 +1323,294 @@ Test(hostile, a_rewrite_withdraws_only_what_its_uid_may_write)
 	unlink(policy_path);
 }
 
+/*
+ * A reload's limit lines bind a uid that is connected: its limits were
+ * resolved when its tenant entry was made (at its first connection) and
+ * a reload left them as they were for as long as it stayed connected,
+ * so an operator lowering a hostile tenant's limit saw nothing happen.
+ */
+Test(hostile, a_reloaded_limit_line_binds_a_uid_already_connected)
+{
+	struct td_client *c;
+	struct worker w;
+	struct td_error e = {0};
+	char why[TD_WIRE_MAX_REASON + 1];
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=65534 r pub/\n"
+			     "limit uid=65534 leases 2\n",
+			     NULL, NULL),
+		 0, "info");
+	c = cli();
+	cr_assert_eq(put_bytes(c, "pub/x", 4096, 1, &e), 0, "%s", e.reason);
+	worker_start(&w, NOBODY, 1);
+	cr_assert_eq(wdo(&w, W_GET_KEEP, "pub/x", 0, 2, why, sizeof(why)), 0,
+		     "%s", why);
+	cr_assert_eq(wdo(&w, W_GET_KEEP, "pub/x", 0, 1, why, sizeof(why)),
+		     -EDQUOT, "%s", why);
+
+	policy_reload_n(c,
+			"allow uid=65534 r pub/\nlimit uid=65534 leases 4\n",
+			1);
+	cr_assert_eq(wdo(&w, W_GET_KEEP, "pub/x", 0, 2, why, sizeof(why)), 0,
+		     "a raised limit: %s", why);
+	policy_reload_n(c,
+			"allow uid=65534 r pub/\nlimit uid=65534 leases 1\n",
+			2);
+	/* the 4 it holds stay; the next one is refused against 1 */
+	cr_assert_eq(wdo(&w, W_GET_KEEP, "pub/x", 0, 1, why, sizeof(why)),
+		     -EDQUOT, "a lowered limit: %s", why);
+	cr_assert(strstr(why, "4 leases held, 1 more asked, limit 1"), "%s",
+		  why);
+	/* without the line: the default (16384) again */
+	policy_reload_n(c, "allow uid=65534 r pub/\n", 3);
+	cr_assert_eq(wdo(&w, W_GET_KEEP, "pub/x", 0, 1, why, sizeof(why)), 0,
+		     "the line removed: %s", why);
+	worker_stop(&w);
+	td_client_close(c);
+	stop();
+	unlink(policy_path);
+}
+
+/*
+ * A GET parked before a reload that took away its uid's read access to
+ * the name: the publish that came after the reload answered it with the
+ * new version, bytes the reload said the uid may not read. It is
+ * refused at the reload instead, as a GET sent after it would be.
+ */
+Test(hostile, a_reload_refuses_the_gets_parked_on_names_it_made_unreadable)
+{
+	struct td_client *c;
+	struct worker w, kept;
+	struct td_error e = {0};
+	char why[TD_WIRE_MAX_REASON + 1];
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=65534 r pub/\n"
+			     "allow uid=65534 r ok/\n",
+			     NULL, NULL),
+		 0, "info");
+	c = cli();
+	worker_start(&w, NOBODY, 1);
+	worker_start(&kept, NOBODY, 1);
+	wsend(&w, W_GET_WAIT, "pub/late", 0, 1);
+	wsend(&kept, W_GET_WAIT, "ok/late", 0, 1);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 2), 2);
+	policy_reload(c, "allow uid=65534 r ok/\n");
+	cr_assert_eq(put_bytes(c, "pub/late", 4096, 0x33, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(put_bytes(c, "ok/late", 4096, 0x34, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(wresult(&w, why, sizeof(why)), -EACCES,
+		     "a parked GET got what the reload took away: %s", why);
+	cr_assert(strstr(why, "may not read \"pub/late\""), "%s", why);
+	cr_assert_eq(wresult(&kept, why, sizeof(why)), 0,
+		     "a name still readable: %s", why);
+	worker_stop(&w);
+	worker_stop(&kept);
+	td_client_close(c);
+	stop();
+	unlink(policy_path);
+}
+
+static uint64_t nobodys_clients(const struct td_status *st)
+{
+	uint64_t n = 0;
+
+	for (size_t k = 0; k < st->client_count; k++)
+		n += st->clients[k].uid == NOBODY;
+	return n;
+}
+
+/* The bytes STATUS charges to uid (0: it has no row) and, in *total,
+ * to everyone. */
+static uint64_t uid_bytes(struct td_client *c, uid_t uid, uint64_t *total)
+{
+	struct td_status *st = NULL;
+	uint64_t n = 0;
+
+	cr_assert_eq(td_client_status(c, &st, NULL), 0);
+	for (size_t i = 0; i < st->uid_count; i++)
+		if (st->uids[i].uid == (uint32_t)uid)
+			n = st->uids[i].bytes;
+	*total = st->bytes;
+	td_status_free(st);
+	return n;
+}
+
+/*
+ * Versions a restart restores (a snapshot here; the fd store alike)
+ * count against --max-bytes only: no uid published them as far as the
+ * daemon knows. They were kept as uid 0's, though, so freeing one took
+ * its bytes off root's own count (root then held more than STATUS and
+ * its quota saw), and, root holding no more than its fair share, no
+ * other uid's allocation could ever evict them: restored tensors that
+ * filled --max-bytes kept every tenant out until root deleted them.
+ */
+Test(hostile, restored_versions_are_no_uids_to_uncharge_or_to_keep)
+{
+	static char snap[64];
+	const char *extra[] = {"--policy",    NULL,  "--max-bytes", "4M",
+			       "--snapshot", snap, NULL};
+	struct td_client *c;
+	struct worker w;
+	struct td_error e = {0};
+	char why[TD_WIRE_MAX_REASON + 1];
+	uint64_t total;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	snprintf(snap, sizeof(snap), "/tmp/td-hostile-snap-%d.hrry",
+		 (int)getpid());
+	unlink(snap);
+	extra[1] = with_policy("allow uid=65534 rw n/\n", NULL, NULL)[1];
+	start_ex(extra, 0, "info");
+	c = cli();
+	cr_assert_eq(put_bytes(c, "r/old", 3 * MiB, 0x41, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(put_bytes(c, "r/gone", 64 << 10, 0x42, &e), 0, "%s",
+		     e.reason);
+	td_client_close(c);
+	stop(); /* the clean stop saves the snapshot */
+
+	start_ex(extra, 0, "info");
+	c = cli();
+	cr_assert_eq(uid_bytes(c, 0, &total), 0, "restored: nobody's");
+	cr_assert_eq(total, 3 * MiB + (64 << 10));
+	cr_assert_eq(put_bytes(c, "r/new", 256 << 10, 0x43, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_client_delete(c, "r/gone", NULL, &e), 0, "%s", e.reason);
+	cr_assert_eq(uid_bytes(c, 0, &total), 256 << 10,
+		     "root's own bytes after a restored version went");
+	cr_assert_eq(total, 3 * MiB + (256 << 10));
+
+	worker_start(&w, NOBODY, 1);
+	cr_assert_eq(wdo(&w, W_PUT, "n/0", 2 * MiB, 1, why, sizeof(why)), 0,
+		     "restored bytes that no allocation may evict: %s", why);
+	cr_assert(!holds("r/old", 0x41), "the restored version was evicted");
+	cr_assert(holds("r/new", 0x43), "root within its share keeps its own");
+	worker_stop(&w);
+
+	/* everything released: nothing left on anyone's account */
+	cr_assert_eq(td_client_delete(c, "r/new", NULL, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_delete(c, "n/0", NULL, &e), 0, "%s", e.reason);
+	cr_assert_eq(uid_bytes(c, 0, &total), 0);
+	cr_assert_eq(uid_bytes(c, NOBODY, &total), 0);
+	cr_assert_eq(total, 0);
+	td_client_close(c);
+	stop();
+	unlink(snap);
+	unlink(policy_path);
+}
+
+/*
+ * A version replaced while only another uid leases it leaves its
+ * publisher's quota and counts as that reader's pinned bytes. Its
+ * publisher could then GET that version back by number and, once the
+ * reader let go, hold it charged to nobody: round after round, as many
+ * bytes beyond its quota as --max-bytes allows. Its own lease on such a
+ * version now counts as its pinned bytes, like a reader's.
+ */
+Test(hostile, a_publisher_cannot_lease_back_what_left_its_quota)
+{
+	struct td_client *c;
+	struct worker a, b;
+	struct td_entry ent = {0};
+	struct td_error e = {0};
+	char why[TD_WIRE_MAX_REASON + 1];
+	uint64_t v;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=65534 rw n/\n"
+			     "allow uid=65533 r n/\n"
+			     "quota uid=65534 1M\n"
+			     "limit uid=65534 pinned 256K\n",
+			     NULL, NULL),
+		 0, "info");
+	c = cli();
+	worker_start(&a, NOBODY, 1);
+	worker_start(&b, NOBODY - 1, 1);
+	cr_assert_eq(wdo(&a, W_PUT, "n/x", 512 << 10, 1, why, sizeof(why)), 0,
+		     "%s", why);
+	cr_assert_eq(td_client_stat(c, "n/x", &ent, &e), 0, "%s", e.reason);
+	v = ent.version;
+	td_entry_fini(&ent);
+	cr_assert_eq(wdo(&b, W_GET_KEEP, "n/x", 0, 1, why, sizeof(why)), 0,
+		     "%s", why);
+	/* replaced: the old version, leased by b only, leaves a's quota */
+	cr_assert_eq(wdo(&a, W_PUT, "n/x", 512 << 10, 1, why, sizeof(why)), 0,
+		     "%s", why);
+	cr_assert_eq(wdo(&a, W_GET_EXACT, "n/x", (uint32_t)v, 1, why,
+			 sizeof(why)),
+		     -EDQUOT, "a leased back what left its quota: %s", why);
+	cr_assert(strstr(why, "pinned limit"), "%s", why);
+	worker_stop(&b);
+	worker_stop(&a);
+	td_client_close(c);
+	stop();
+	unlink(policy_path);
+}
+
+/*
+ * Per-uid accounting does not drift: a tenant that used every way of
+ * holding bytes (a put, streams, rewrites, a ring, an unpublished
+ * alloc, leases and a follow of another uid's versions) and went, its
+ * names deleted after it, leaves nothing charged to any uid or in all.
+ */
+Test(hostile, every_byte_a_tenant_held_is_uncharged_when_it_is_gone)
+{
+	static const char *const names[] = {"n/a", "n/s", "n/r", "pub/x"};
+	struct td_client *c;
+	struct worker w;
+	struct td_error e = {0};
+	char why[TD_WIRE_MAX_REASON + 1];
+	uint64_t total;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=65534 rw n/\nallow uid=65534 r pub/\n"
+			     "quota uid=65534 64M\n",
+			     NULL, NULL),
+		 0, "info");
+	c = cli();
+	cr_assert_eq(put_bytes(c, "pub/x", MiB, 0x11, &e), 0, "%s", e.reason);
+	worker_start(&w, NOBODY, 2);
+	cr_assert_eq(wdo(&w, W_PUT, "n/a", MiB, 2, why, sizeof(why)), 0, "%s",
+		     why);
+	cr_assert_eq(wdo(&w, W_STREAM_PUT, "n/s", MiB, 4, why, sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(wdo(&w, W_FOLLOW_TAKE, "n/s", 0, 1, why, sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(wdo(&w, W_STREAM_PUT, "n/s", MiB, 2, why, sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(wdo(&w, W_REWRITE_PUT, "n/r", MiB, 4, why, sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(wdo(&w, W_RING, "n/ring", 64 << 10, 1, why, sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(wdo(&w, W_ALLOC_KEEP, "", MiB, 3, why, sizeof(why)), 0,
+		     "%s", why);
+	cr_assert_eq(wdo(&w, W_GET_KEEP, "pub/x", 0, 3, why, sizeof(why)), 0,
+		     "%s", why);
+	cr_assert_eq(wdo(&w, W_GET_KEEP, "n/a", 0, 2, why, sizeof(why)), 0,
+		     "%s", why);
+	cr_assert_neq(uid_bytes(c, NOBODY, &total), 0);
+	worker_stop(&w);
+	/* its connections' ends are seen by the daemon's loop */
+	cr_assert_eq(tc_status_until(c, nobodys_clients, 0), 0);
+	for (size_t i = 0; i < sizeof(names) / sizeof(*names); i++)
+		cr_assert_eq(td_client_delete(c, names[i], NULL, &e), 0,
+			     "%s: %s", names[i], e.reason);
+	cr_assert_eq(uid_bytes(c, NOBODY, &total), 0);
+	cr_assert_eq(uid_bytes(c, 0, &total), 0);
+	cr_assert_eq(total, 0, "bytes left charged after everything went");
+	td_client_close(c);
+	stop();
+	unlink(policy_path);
+}
+
 /* A ring of 2 slots of 64 bytes named name, made by c */
 static struct td_ring *ring64(struct td_client *c, const char *name)
 {
@@ -1318,9 +1625,10 @@ static struct td_ring *ring64(struct td_client *c, const char *name)
 }
 
 /*
- * A RING_SUBSCRIBE parked until its ring is made is checked against the
- * policy in force when the ring comes: a reload that took the uid's read
- * access away refuses it then, one that left it gets the subscription.
+ * A RING_SUBSCRIBE parked until its ring is made is refused by a reload
+ * that takes the uid's read access away (as a parked GET is), not left
+ * to be answered by the ring; one the reload left it gets the
+ * subscription when the ring comes.
  */
 Test(hostile, a_parked_subscribe_is_checked_against_the_policy_it_ends_under)
 {
@@ -1339,9 +1647,10 @@ Test(hostile, a_parked_subscribe_is_checked_against_the_policy_it_ends_under)
 	wsend(&w, W_SUBSCRIBE_WAIT, "n/r", 0, 1);
 	cr_assert_eq(tc_status_until(c, tc_waiters, 1), 1);
 	policy_reload(c, "allow uid=65534 r m/\n");
-	r1 = ring64(c, "n/r");
 	cr_assert_eq(wresult(&w, why, sizeof(why)), -EACCES, "%s", why);
+	cr_assert(strstr(why, "while the RING_SUBSCRIBE waited"), "%s", why);
 	cr_assert_eq(tc_status_until(c, tc_waiters, 0), 0);
+	r1 = ring64(c, "n/r");
 	wsend(&w, W_SUBSCRIBE_WAIT, "m/r", 0, 1);
 	cr_assert_eq(tc_status_until(c, tc_waiters, 1), 1);
 	r2 = ring64(c, "m/r");
