@@ -183,8 +183,8 @@ int td__policy_reload(struct td__daemon *d)
 	td__tenants_resolve();
 	td__lease_policy_changed();
 	td__log(TD_LOG_WARN, "SIGHUP: policy %s reloaded (%u allow rules, "
-			     "%u quotas)",
-		d->opts.policy_path, pol->nrules, pol->nquotas);
+			     "%u quotas, %u limits)",
+		d->opts.policy_path, pol->nrules, pol->nquotas, pol->nlimits);
 	return 0;
 }
 

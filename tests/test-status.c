@@ -379,7 +379,7 @@ Test(status, sighup_reloads_the_policy_and_a_bad_file_keeps_the_old)
 	cr_assert_eq(put(c, "q/b", 64 << 10, true), -EDQUOT, "64K in force");
 
 	write_file(path, "quota uid=0 1M\n");
-	hup(&l, "reloaded (0 allow rules, 1 quotas)", 0);
+	hup(&l, "reloaded (0 allow rules, 1 quotas, 0 limits)", 0);
 	cr_assert_eq(put(c, "q/b", 64 << 10, true), 0, "1M in force");
 	struct td_status *s = status(c);
 	cr_assert_eq(s->policy_reloads, 1);
