@@ -1728,6 +1728,51 @@ Test(export, hurray_files_read_back_by_zarrita, .init = start, .fini = stop)
 	free(out);
 }
 
+/*
+ * zarr export --from FILE.hrry mapped the file: cut short by someone else
+ * while it was read, tensorctl died of SIGBUS (the cut just after it
+ * learned the size: the header and descriptors read through the
+ * mapping), or its write of a chunk from the mapping failed with "Bad
+ * address" (the cut when the first output file is made). The test shim
+ * makes each cut happen at that moment. Now the file is read with pread:
+ * either cut is an error naming the file, exit 1, and no DIR.
+ */
+static void cut_while_exported(const char *var, const char *says)
+{
+	const char *shim = getenv("TD_RAISE_BEFORE_OPEN_SHIM");
+	char *out = NULL;
+	int rc;
+
+	cr_assert(shim, "TD_RAISE_BEFORE_OPEN_SHIM is not set (run through "
+	                "meson test)");
+	zt_ok_sh("cp %s/t.hrry %s/cut.hrry && rm -rf %s/x", zt_dir, zt_dir,
+	         zt_dir);
+	rc = zt_sh(&out,
+	           "LD_PRELOAD='%s' %s=%s/cut.hrry ASAN_OPTIONS="
+	           "detect_leaks=1:abort_on_error=0:verify_asan_link_order=0 "
+	           "'%s' zarr export %s/x --from %s/cut.hrry",
+	           shim, var, zt_dir, getenv("TD_TENSORCTL"), zt_dir, zt_dir);
+	cr_expect_eq(rc, 1, "%s: exit %d: %s", var, rc, out);
+	cr_expect(strstr(out, "cut.hrry: ") && strstr(out, says), "%s: %s",
+	          var, out);
+	free(out);
+	out = NULL;
+	/* neither DIR nor a temporary folder beside it */
+	cr_expect_eq(zt_sh(&out, "ls -A %s | grep -e '^x$' -e tensorctl",
+	                   zt_dir),
+	             1, "%s", out);
+	free(out);
+}
+
+Test(export, a_hurray_file_cut_while_exported_is_an_error_not_a_crash,
+     .init = start, .fini = stop)
+{
+	put_all();
+	zt_ok("save -o %s/t.hrry", zt_dir);
+	cut_while_exported("TD_TRUNCATE_AFTER_FSTAT", "UnexpectedEof");
+	cut_while_exported("TD_TRUNCATE_AT_CREATE", "the file ended early");
+}
+
 Test(export, a_tgm_file_without_messages_is_an_empty_group)
 {
 	char *root;
