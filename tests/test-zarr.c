@@ -665,6 +665,40 @@ Test(import, hand_made_stores, .init = start, .fini = stop)
 	free(out);
 }
 
+/*
+ * Folders that become the same tensor name ("a b", "a_b" and "a\x01b" are
+ * all a_b) were each published under it, the later replacing the
+ * earlier: two arrays lost, exit 0. They now get _1, _2 in sorted
+ * order, as load makes a file's names distinct.
+ */
+Test(import, folders_that_become_one_name_stay_distinct, .init = start,
+     .fini = stop)
+{
+	static const char *const dirs[] = {"a b", "a_b", "a\001b"};
+	static const char *const tensors[] = {"d/a_b_1", "d/a_b_2", "d/a_b"};
+	char *out, *got;
+	size_t len;
+
+	/* sorted: "a\001b" < "a b" < "a_b" */
+	for (size_t i = 0; i < 3; i++) {
+		uint8_t b = (uint8_t)(10 + i);
+
+		handmade("d", "tmp", META("uint8", "[1]", "[1]", "0", "little"),
+		         "c/0", &b, 1);
+		zt_ok_sh("mv %s/d/tmp \"%s/d/$(printf '%s')\"", zt_dir, zt_dir,
+		         dirs[i]);
+	}
+	cr_assert_eq(zt_ctl(&out, "zarr import %s/d --prefix d/", zt_dir), 0,
+	             "%s", out);
+	free(out);
+	for (size_t i = 0; i < 3; i++) {
+		got = zt_get(tensors[i], &len);
+		cr_assert_eq(len, 1, "%s", tensors[i]);
+		cr_assert_eq((uint8_t)got[0], 10 + i, "%s", tensors[i]);
+		free(got);
+	}
+}
+
 Test(import, refusals_name_the_reason, .init = start, .fini = stop)
 {
 	static const uint8_t six[32] = {0}; /* chunks up to 28 bytes */

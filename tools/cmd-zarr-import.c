@@ -202,6 +202,33 @@ static int import_array(int top, const char *name, const char *prefix,
 	return 1;
 }
 
+/*
+ * Distinct tensor names for the arrays read (skipped ones have none):
+ * folders that become the same name ("a b", "a_b") get _1, _2, ... in
+ * sorted order, as load makes a file's names distinct, instead of the
+ * later ones replacing the earlier. 0, or -errno with why.
+ */
+static int unique_tensors(struct imp *ims, size_t n, char *why, size_t cap)
+{
+	char **v = calloc(n ? n : 1, sizeof(*v));
+	size_t k = 0;
+	int rc;
+
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		if (ims[i].tensor[0])
+			v[k++] = ims[i].tensor;
+	rc = td_tgm_names_unique(v, k, sizeof(ims->tensor));
+	free(v);
+	if (rc == -ENAMETOOLONG)
+		snprintf(why, cap, "tensor names do not fit with the suffixes "
+		                   "that make them distinct");
+	else if (rc < 0)
+		snprintf(why, cap, "%s", strerror(-rc));
+	return rc;
+}
+
 static int name_cmp(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);
@@ -403,6 +430,11 @@ int cmd_zarr_import(int argc, char **argv)
 			        names[i]);
 			ims[i].tensor[0] = 0;
 		}
+	}
+	rc = unique_tensors(ims, n, why, sizeof(why));
+	if (rc < 0) {
+		rc = tctl_fail(TCTL_REFUSED, "input", -rc, "%s: %s", dir, why);
+		goto done;
 	}
 	rc = tctl_connect(&c);
 	if (!rc)
