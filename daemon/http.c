@@ -399,6 +399,42 @@ static void run(void)
 /* ---- the listening socket ---- */
 
 /*
+ * A socket file at path that nobody listens on (a daemon that crashed, or
+ * was killed, did not unlink it) is removed, as the main socket's is
+ * (server.c): bind() would fail with EADDRINUSE and the daemon would not
+ * start again until someone deleted it. A live one, or anything that is
+ * not a socket, is left alone and refused. 0 or -errno with *why.
+ */
+static int unix_stale(const struct sockaddr_un *un, const char **why)
+{
+	struct stat st;
+	int fd, rc;
+
+	if (lstat(un->sun_path, &st) < 0)
+		return 0; /* absent (else bind says why) */
+	if (!S_ISSOCK(st.st_mode)) {
+		*why = "the path exists and is not a socket";
+		return -EEXIST;
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		*why = "socket";
+		return -errno;
+	}
+	rc = connect(fd, (const struct sockaddr *)un, sizeof(*un));
+	rc = rc == 0 || errno != ECONNREFUSED ? -EADDRINUSE : 0;
+	close(fd);
+	if (rc) {
+		*why = "something is listening on the path";
+		return rc;
+	}
+	if (unlink(un->sun_path) == 0)
+		td__log(TD_LOG_INFO, "http: replaced stale socket %s",
+			un->sun_path);
+	return 0;
+}
+
+/*
  * ADDR as a bound, listening socket: unix:PATH, [IPv6]:PORT or
  * IPv4:PORT (numeric only). fd, or -errno with *why.
  */
@@ -422,6 +458,9 @@ static int listen_on(const char *addr, const char **why)
 		un->sun_family = AF_UNIX;
 		strcpy(un->sun_path, addr + 5);
 		sl = sizeof(*un);
+		fd = unix_stale(un, why);
+		if (fd < 0)
+			return fd;
 	} else {
 		colon = strrchr(addr, ':');
 		if (!colon || (size_t)(colon - addr) >= sizeof(host)) {

@@ -1252,6 +1252,62 @@ Test(http, a_unix_socket_address, .fini = stop)
 	free(resp);
 }
 
+/*
+ * A daemon killed without its clean stop leaves its --http unix: socket
+ * file; the next start failed to bind it ("Address already in use") and
+ * did not start until someone deleted it, where the main socket's stale
+ * file is replaced. Now a socket nobody listens on is replaced too; a live
+ * one (another daemon's) and a file that is not a socket are refused and
+ * left as they are.
+ */
+Test(http, a_stale_unix_socket_is_replaced_a_live_one_is_not, .fini = stop)
+{
+	char addr[64], file[80], *out, req[] = "GET /zarr/zarr.json HTTP/1.1\r\n"
+	                                 "Host: t\r\nConnection: close\r\n\r\n";
+	const char *more[] = {"--http", addr, "--http-prefix", "", NULL};
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct stat st;
+	int fd, rc;
+
+	snprintf(addr, sizeof(addr), "unix:/tmp/td-zarr-stale-%d.sock",
+	         getpid());
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", addr + 5);
+	unlink(sa.sun_path);
+	/* bound, then closed without unlink: what a killed daemon leaves */
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	close(fd);
+	tu_daemon_start_args(&d, "warn", more);
+	zt_setup(&d);
+	put_all();
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	exchange(fd, req, &out);
+	cr_assert_eq(status_of(out), 200, "%s", out);
+	free(out);
+	/* a second daemon on the live path: refused, the first still served */
+	rc = zt_sh(&out, "'%s' --socket %s/s2.sock --http %s --http-prefix ''",
+	           getenv("TD_TENSORD"), zt_dir, addr);
+	cr_expect_eq(rc, 1, "%s", out);
+	cr_expect(strstr(out, "something is listening"), "%s", out);
+	free(out);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	exchange(fd, req, &out);
+	cr_assert_eq(status_of(out), 200, "%s", out);
+	free(out);
+	/* a regular file there: refused, kept */
+	snprintf(file, sizeof(file), "%s/file", zt_dir);
+	zt_put_file(file, "x", 1);
+	rc = zt_sh(&out, "'%s' --socket %s/s3.sock --http unix:%s "
+	                 "--http-prefix ''",
+	           getenv("TD_TENSORD"), zt_dir, file);
+	cr_expect_eq(rc, 1, "%s", out);
+	cr_expect(strstr(out, "not a socket"), "%s", out);
+	free(out);
+	cr_expect(stat(file, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 1);
+}
+
 /* The value of the sample that starts with `line` in metrics text m. */
 static unsigned long long metric_value(const char *m, const char *line)
 {
