@@ -1911,6 +1911,73 @@ Test(http, the_connection_limit_holds_back_new_connections, .fini = stop)
 	close(b);
 }
 
+/* Whether the daemon has closed fd (its end read, or an error). */
+static bool closed_by_peer(int fd)
+{
+	struct pollfd pf = {fd, POLLIN, 0};
+	char b[256];
+
+	if (poll(&pf, 1, 0) != 1)
+		return false;
+	while (true) {
+		ssize_t r = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+
+		if (r <= 0)
+			return r == 0 || errno != EAGAIN;
+	}
+}
+
+/*
+ * --http-timeout closed only connections on which nothing came for that
+ * long: a client that sent its headers (or a body) a line at a time was
+ * never idle and held its slot for ever, so --http-max-connections such
+ * clients kept every reader out (slowloris). A request must now be whole
+ * within --http-timeout seconds: both trickling clients are cut while
+ * they are still sending, and a reader gets their slot.
+ */
+Test(http, requests_sent_a_byte_at_a_time_are_cut, .fini = stop)
+{
+	static const char *const more[] = {"--http-prefix", "",
+	                                   "--http-max-connections", "2",
+	                                   "--http-timeout", "1", NULL};
+	const char req[] = "GET /metrics HTTP/1.1\r\nHost: t\r\n"
+	                   "Connection: close\r\n\r\n";
+	int fd[2], sent[2] = {0, 0};
+	bool cut[2] = {false, false};
+	char *resp;
+
+	start_http_args(more);
+	fd[0] = connect_tcp();
+	fd[1] = connect_tcp();
+	cr_assert(send(fd[0], "GET /zarr/zarr.json HTTP/1.1\r\n", 30,
+	               MSG_NOSIGNAL) == 30);
+	cr_assert(send(fd[1], "POST /zarr/zarr.json HTTP/1.1\r\nHost: t\r\n"
+	                      "Content-Length: 100000\r\n\r\n",
+	               70, MSG_NOSIGNAL) == 70);
+	/* a header line, a body byte, every 200 ms: never idle for 1 s;
+	 * 150 each at most (that long uncut: the test fails) */
+	for (int i = 0; i < 150 && !(cut[0] && cut[1]); i++) {
+		usleep(200 * 1000);
+		for (int k = 0; k < 2; k++) {
+			if (cut[k])
+				continue;
+			cut[k] = closed_by_peer(fd[k]) ||
+			         send(fd[k], k ? "x" : "X-A: b\r\n",
+			              k ? 1 : 8, MSG_NOSIGNAL) < 0;
+			sent[k] += !cut[k];
+		}
+	}
+	cr_assert(cut[0], "the trickled headers were never cut (%d lines)",
+	          sent[0]);
+	cr_assert(cut[1], "the trickled body was never cut (%d bytes)",
+	          sent[1]);
+	close(fd[0]);
+	close(fd[1]);
+	exchange(connect_tcp(), req, &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	free(resp);
+}
+
 /* ---- repacked chunks: strided, planar, rings ---- */
 
 /* Publish one alloc buffer of `size` bytes (filled by pat) as a tensor. */
