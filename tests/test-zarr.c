@@ -1863,6 +1863,44 @@ Test(export, a_hurray_file_cut_while_exported_is_an_error_not_a_crash,
 	cut_while_exported("TD_TRUNCATE_AT_CREATE", "the file ended early");
 }
 
+/*
+ * Inputs that are not a .tgm file went to the .tgm scanner, found no
+ * message and gave an empty group with exit 0: a Hurray file on stdin
+ * (load takes one by its magic) and a file of junk (load refuses it:
+ * "no complete .tgm message found"). Now stdin is sniffed for the Hurray
+ * magic as load does, and bytes without a whole message are refused;
+ * only an empty input is an empty group.
+ */
+Test(export, a_hurray_stdin_is_read_and_junk_is_refused, .init = start,
+     .fini = stop)
+{
+	const char *ctl = getenv("TD_TENSORCTL");
+	char *a, *b, *out;
+
+	put_all();
+	zt_ok("save -o %s/t.hrry", zt_dir);
+	zt_ok_sh("'%s' zarr export %s/f --from %s/t.hrry", ctl, zt_dir,
+	         zt_dir);
+	zt_ok_sh("'%s' zarr export %s/s --from - < %s/t.hrry", ctl, zt_dir,
+	         zt_dir);
+	a = zt_file("f/zarr.json");
+	b = zt_file("s/zarr.json");
+	cr_assert_str_eq(a, b);
+	free(a);
+	free(b);
+	zt_ok_sh("diff -r %s/f %s/s", zt_dir, zt_dir);
+	zt_check_dir("s");
+	/* junk: refused, nothing written */
+	zt_ok_sh("head -c 4096 /dev/urandom > %s/junk.tgm", zt_dir);
+	cr_assert_eq(zt_sh(&out, "'%s' zarr export %s/j --from %s/junk.tgm",
+	                   ctl, zt_dir, zt_dir),
+	             1, "%s", out);
+	cr_assert(strstr(out, "no complete .tgm message found"), "%s", out);
+	free(out);
+	cr_assert_eq(zt_sh(&out, "test -e %s/j", zt_dir), 1);
+	free(out);
+}
+
 Test(export, a_tgm_file_without_messages_is_an_empty_group)
 {
 	char *root;

@@ -613,6 +613,10 @@ static int from_tgm(struct load *l, const char *name_key, struct zset *z)
 	return rc;
 }
 
+static int export_hrry_from(const char *dir, const char *path,
+                            const struct td_hrry_transport *t, int fd,
+                            const uint8_t *mem);
+
 static int export_tgm(const char *dir, const char *path, uint64_t message,
                       const char *name_key, uint64_t max_bytes)
 {
@@ -627,6 +631,17 @@ static int export_tgm(const char *dir, const char *path, uint64_t message,
 
 	if (rc)
 		return rc;
+	if (inspect_hrry_sniff(buf, len)) {
+		/* a Hurray file on stdin (a file's magic chose before) */
+		struct td_hrry_transport t;
+
+		rc = td_hrry_transport_mem(buf, len, &t) < 0
+		             ? tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+		                         "out of memory")
+		             : export_hrry_from(dir, path, &t, -1, buf);
+		free(buf);
+		return rc;
+	}
 	td_tgm_scan_init(buf, len, &sc);
 	while (td_tgm_scan_next(&sc, &sp) == 1) {
 		if (idx++ != message)
@@ -642,6 +657,11 @@ static int export_tgm(const char *dir, const char *path, uint64_t message,
 		               "%s: no message %" PRIu64 " (the file has %" PRIu64
 		               ")",
 		               path, message, idx);
+	} else if (!found && len) {
+		/* bytes, but no whole message: junk, or a cut or damaged
+		 * one (load refuses it alike), not an empty group */
+		rc = tctl_fail(TCTL_REFUSED, "input", ENOENT,
+		               "%s: no complete .tgm message found", path);
 	} else if (!found) {
 		/* no message at all: an empty group (tensogram.md §18) */
 		z.gattrs = json_object_new_object();
@@ -725,7 +745,7 @@ static struct json_object *hrry_kv(const struct td_hrry_file_reader *r)
  * SIGBUS) and never held in memory whole.
  */
 static int from_hrry(const char *path, struct td_hrry_file_reader *r,
-                     int fd, uint64_t n, struct zset *z)
+                     int fd, const uint8_t *mem, uint64_t n, struct zset *z)
 {
 	struct td_hrry_desc *d = malloc(sizeof(*d));
 	struct json_object *kv;
@@ -771,10 +791,12 @@ static int from_hrry(const char *path, struct td_hrry_file_reader *r,
 		memcpy(s->a.shape, d->shape, d->rank * sizeof(uint64_t));
 		/* the dense elements: from byte_offset in buffer 0, which
 		 * starts at the entry's data_offset (<tensord/hrry.h>) */
-		s->in_file = true;
-		s->fd = fd;
 		s->off = en.data_offset + d->byte_offset;
 		td_hrry_dense_size(d, &s->len);
+		if (mem) /* stdin read already; inside it (check_desc) */
+			s->data = mem + s->off;
+		s->in_file = !mem;
+		s->fd = fd;
 		td_tgm_node_name(name, s->a.name, TD_ZARR_NAME_MAX + 1);
 		s->a.attrs = json_object_new_object();
 		add_str(s->a.attrs, "_tensord_name", name);
@@ -809,31 +831,40 @@ static int from_hrry(const char *path, struct td_hrry_file_reader *r,
 	return rc;
 }
 
-static int export_hrry(const char *dir, const char *path)
+/* Every tensor of the Hurray file behind t (fd: its file, or mem: its
+ * bytes) as a hierarchy in dir. */
+static int export_hrry_from(const char *dir, const char *path,
+                            const struct td_hrry_transport *t, int fd,
+                            const uint8_t *mem)
 {
-	struct td_hrry_transport t;
 	struct td_hrry_file_reader *r = NULL;
 	struct td_hrry_err e = {0};
 	struct zset z = {.from = path};
 	uint64_t n = 0;
-	int fd, rc = tctl_hrry_transport(path, &t, &fd);
+	int rc = td_hrry_file_reader_new(t, &r, &e);
 
-	if (rc)
-		return rc;
-	rc = td_hrry_file_reader_new(&t, &r, &e);
-	if (rc < 0) {
-		close(fd);
+	if (rc < 0)
 		return tctl_fail(TCTL_REFUSED, "input", -rc, "%s: %s (%s)",
 		                 path, e.reason, td_hrry_error_name(e.kind));
-	}
 	td_hrry_file_reader_tensor_count(r, &n);
-	rc = from_hrry(path, r, fd, n, &z);
+	rc = from_hrry(path, r, fd, mem, n, &z);
 	if (!rc)
 		rc = export_write(dir, &z);
 	if (!rc)
 		rc = print_exported(dir, &z);
 	zset_fini(&z);
 	td_hrry_file_reader_free(&r);
+	return rc;
+}
+
+static int export_hrry(const char *dir, const char *path)
+{
+	struct td_hrry_transport t;
+	int fd, rc = tctl_hrry_transport(path, &t, &fd);
+
+	if (rc)
+		return rc;
+	rc = export_hrry_from(dir, path, &t, fd, NULL);
 	close(fd);
 	return rc;
 }
@@ -847,6 +878,8 @@ static bool is_hrry(const char *path)
 
 	if (n >= 5 && !strcmp(path + n - 5, ".hrry"))
 		return true;
+	if (!strcmp(path, "-"))
+		return false; /* stdin: export_tgm() reads it, then sniffs */
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return false;
