@@ -160,6 +160,33 @@ Test(meta, non_finite_attributes_become_sentinels)
 	free(t);
 }
 
+/*
+ * Metadata that is a JSON object gave its keys as attributes, ours too: a
+ * publisher's {"_tensord_quant":...} passed for the quantization of a
+ * tensor that has none (and the real _tensord_name won only by order),
+ * and import, which drops _tensord_* keys, lost them. Such an object is
+ * kept whole, as text, like any metadata that is not an object.
+ */
+Test(meta, metadata_with_our_keys_is_kept_whole)
+{
+	static const char meta[] = "{\"_tensord_quant\":{\"axis\":0},\"a\":1}";
+	struct td_zarr_tensor t = {.name = "x", .meta = meta,
+	                           .meta_len = sizeof(meta) - 1,
+	                           .quant_axis = -2};
+	char *txt = text(td_zarr_tensor_attrs(&t));
+
+	cr_assert_str_eq(txt, "{\"_tensord_meta\":\"{\\\"_tensord_quant\\\":"
+	                      "{\\\"axis\\\":0},\\\"a\\\":1}\",\"_tensord_name\":"
+	                      "\"x\"}");
+	free(txt);
+	/* without our keys: the keys, as before */
+	t.meta = "{\"a\":1}";
+	t.meta_len = 7;
+	txt = text(td_zarr_tensor_attrs(&t));
+	cr_assert_str_eq(txt, "{\"_tensord_name\":\"x\",\"a\":1}");
+	free(txt);
+}
+
 Test(meta, group_consolidates_every_array)
 {
 	static const uint64_t s[] = {2};
