@@ -286,8 +286,11 @@ static char announced;
 /*
  * libmicrohttpd's unescape, except that a %00 does not end the path: the
  * handler reads the path as a C string, and "/zarr/zarr.json%00x" would
- * be served as "/zarr/zarr.json". Such a path becomes "/%00", which
- * names nothing (404).
+ * be served as "/zarr/zarr.json". Such a path becomes "%00", which names
+ * nothing (404): 3 bytes and a NUL, which fit where the escaped text
+ * was. ("/%00" and its NUL are 5 bytes: a request for "%00" alone had
+ * the NUL written one byte past its path, over the next byte of
+ * libmicrohttpd's buffer.)
  */
 static size_t on_unescape(void *cls, struct MHD_Connection *c, char *uri)
 {
@@ -298,8 +301,8 @@ static size_t on_unescape(void *cls, struct MHD_Connection *c, char *uri)
 	n = MHD_http_unescape(uri);
 	if (strlen(uri) == n)
 		return n;
-	memcpy(uri, "/%00", 5); /* shorter than what held a %00 */
-	return 4;
+	memcpy(uri, "%00", 4); /* no longer than what held a %00 */
+	return 3;
 }
 
 /*
