@@ -1737,6 +1737,58 @@ Test(http, chunk_bodies_go_by_sendfile, .fini = stop)
 	munmap(p, 4096);
 	unlink(path);
 }
+
+/*
+ * zarr import read every chunk into the heap and kept them all until it
+ * published (then copied each into the daemon's buffer): a store of
+ * N GiB took N GiB of tensorctl's memory on top of the daemon's. The
+ * sizes are checked first and each chunk is read when it is published,
+ * straight into the buffer: no allocation near a chunk's size.
+ */
+Test(import, chunks_go_straight_into_the_daemons_buffer, .init = start,
+     .fini = stop)
+{
+	const char *shim = getenv("TD_MALLOC_COUNT");
+	const size_t len = 16u << 20;
+	volatile struct td_malloc_counts *n;
+	char path[32] = "/tmp/td-import-XXXXXX", *out, *got;
+	size_t glen;
+	void *p;
+	int fd;
+
+	cr_assert(shim, "TD_MALLOC_COUNT is not set (run through meson test)");
+	fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, 4096), 0);
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	cr_assert_neq(p, MAP_FAILED);
+	close(fd);
+	n = p;
+	put_filled("big", 'I', len);
+	zt_ok("zarr export %s/x big", zt_dir);
+	cr_assert_eq(zt_sh(&out, "LD_PRELOAD='%s' TD_MALLOC_COUNT_FILE=%s "
+	                         "'%s' --socket '%s' zarr import %s/x "
+	                         "--prefix back/",
+	                   shim, path, getenv("TD_TENSORCTL"), zt_sock,
+	                   zt_dir),
+	             0, "%s", out);
+	free(out);
+	cr_assert_lt(n->largest, len / 4, "a %llu-byte allocation",
+	             (unsigned long long)n->largest);
+	cr_assert_gt(n->malloc, 0); /* the shim was there */
+	got = zt_get("back/big", &glen);
+	cr_assert_eq(glen, len);
+	{
+		size_t i = 0;
+
+		while (i < len && got[i] == 'I')
+			i++;
+		cr_assert_eq(i, len, "byte %zu differs", i);
+	}
+	free(got);
+	munmap(p, 4096);
+	unlink(path);
+}
 #endif
 
 Test(export, big_endian_tgm_objects_are_swapped)
