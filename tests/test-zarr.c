@@ -1982,6 +1982,30 @@ Test(export, a_hurray_stdin_is_read_and_junk_is_refused, .init = start,
 	free(out);
 }
 
+/*
+ * A FIFO given to --from: its magic was sniffed by reading 8 bytes from
+ * it, which the export then lacked (a Hurray stream became junk), and one
+ * named .hrry went to the Hurray reader, which needs a file's size (0).
+ * Now anything but a regular file is a stream, read whole and sniffed.
+ */
+Test(export, a_fifo_is_read_as_a_stream, .init = start, .fini = stop)
+{
+	const char *ctl = getenv("TD_TENSORCTL");
+	const char *const names[] = {"in.fifo", "in.hrry"};
+
+	put_all();
+	zt_ok("save -o %s/t.hrry", zt_dir);
+	zt_ok_sh("'%s' zarr export %s/f --from %s/t.hrry", ctl, zt_dir,
+	         zt_dir);
+	for (size_t i = 0; i < 2; i++) {
+		zt_ok_sh("cd %s && rm -rf p && mkfifo %s && "
+		         "{ cat t.hrry > %s & } && "
+		         "'%s' zarr export p --from %s && wait && diff -r f p",
+		         zt_dir, names[i], names[i], ctl, names[i]);
+		zt_ok_sh("rm -f %s/%s", zt_dir, names[i]);
+	}
+}
+
 Test(export, a_tgm_file_without_messages_is_an_empty_group)
 {
 	char *root;

@@ -869,17 +869,24 @@ static int export_hrry(const char *dir, const char *path)
 	return rc;
 }
 
+/*
+ * Whether path is a Hurray file to read in place: a regular file named
+ * .hrry or with the magic. Anything else (stdin "-", a FIFO, a pipe, a
+ * device) is a stream export_tgm() reads whole and then sniffs: reading
+ * its magic here would take those 8 bytes from the stream.
+ */
 static bool is_hrry(const char *path)
 {
 	size_t n = strlen(path);
 	uint8_t magic[8];
+	struct stat st;
 	int fd;
 	bool yes;
 
+	if (!strcmp(path, "-") || stat(path, &st) < 0 || !S_ISREG(st.st_mode))
+		return false;
 	if (n >= 5 && !strcmp(path + n - 5, ".hrry"))
 		return true;
-	if (!strcmp(path, "-"))
-		return false; /* stdin: export_tgm() reads it, then sniffs */
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return false;
