@@ -521,7 +521,9 @@ static int unix_stale(const struct sockaddr_un *un, const char **why)
 		*why = "the path exists and is not a socket";
 		return -EEXIST;
 	}
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	/* non-blocking: a live server whose backlog is full says EAGAIN
+	 * (in use) instead of holding the start until it accepts */
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0) {
 		*why = "socket";
 		return -errno;

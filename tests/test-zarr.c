@@ -1335,6 +1335,39 @@ Test(http, a_stale_unix_socket_is_replaced_a_live_one_is_not, .fini = stop)
 	cr_expect(strstr(out, "not a socket"), "%s", out);
 	free(out);
 	cr_expect(stat(file, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 1);
+	/* a live server whose backlog is full: refused at once (a blocking
+	 * probe would wait until it accepts) */
+	{
+		struct sockaddr_un fa = {.sun_family = AF_UNIX};
+		int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), c[64];
+		int nc = 0;
+
+		snprintf(fa.sun_path, sizeof(fa.sun_path), "%s/full.sock",
+		         zt_dir);
+		cr_assert_eq(bind(lfd, (struct sockaddr *)&fa, sizeof(fa)), 0);
+		cr_assert_eq(listen(lfd, 0), 0);
+		while (nc < 64) {
+			c[nc] = socket(AF_UNIX,
+			               SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+			               0);
+			if (connect(c[nc], (struct sockaddr *)&fa,
+			            sizeof(fa)) < 0) {
+				close(c[nc]);
+				break;
+			}
+			nc++;
+		}
+		cr_assert_lt(nc, 64, "the backlog never filled");
+		rc = zt_sh(&out, "'%s' --socket %s/s4.sock --http unix:%s "
+		                 "--http-prefix ''",
+		           getenv("TD_TENSORD"), zt_dir, fa.sun_path);
+		cr_expect_eq(rc, 1, "%s", out);
+		cr_expect(strstr(out, "something is listening"), "%s", out);
+		free(out);
+		while (nc > 0)
+			close(c[--nc]);
+		close(lfd);
+	}
 }
 
 /* The value of the sample that starts with `line` in metrics text m. */
