@@ -39,6 +39,18 @@
  * whose headers do not fit is answered 431 and closed. */
 #define HTTP_MEMORY (16u << 10)
 
+/*
+ * A connection while a request of it is incomplete (headers or a body
+ * still coming): when that began, on the loop's clock. A connection past
+ * its deadline is shut down (cut_slow_requests()).
+ */
+struct conn {
+	struct conn *prev, *next;
+	struct MHD_Connection *c;
+	uint64_t since_ms;
+	bool waiting; /* for a request's headers (or body) */
+};
+
 struct http {
 	struct MHD_Daemon *mhd;
 	uv_poll_t poll;
@@ -46,9 +58,11 @@ struct http {
 	bool poll_on, timer_on;
 	int lfd;
 	char unix_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	struct conn conns; /* list head */
+	uint64_t next_check_ms;
 };
 
-static struct http H = {.lfd = -1};
+static struct http H = {.lfd = -1, .conns = {&H.conns, &H.conns}};
 
 static unsigned connections(void);
 
@@ -272,8 +286,11 @@ static char announced;
 /*
  * libmicrohttpd's unescape, except that a %00 does not end the path: the
  * handler reads the path as a C string, and "/zarr/zarr.json%00x" would
- * be served as "/zarr/zarr.json". Such a path becomes "/%00", which
- * names nothing (404).
+ * be served as "/zarr/zarr.json". Such a path becomes "%00", which names
+ * nothing (404): 3 bytes and a NUL, which fit where the escaped text
+ * was. ("/%00" and its NUL are 5 bytes: a request for "%00" alone had
+ * the NUL written one byte past its path, over the next byte of
+ * libmicrohttpd's buffer.)
  */
 static size_t on_unescape(void *cls, struct MHD_Connection *c, char *uri)
 {
@@ -284,8 +301,87 @@ static size_t on_unescape(void *cls, struct MHD_Connection *c, char *uri)
 	n = MHD_http_unescape(uri);
 	if (strlen(uri) == n)
 		return n;
-	memcpy(uri, "/%00", 5); /* shorter than what held a %00 */
-	return 4;
+	memcpy(uri, "%00", 4); /* no longer than what held a %00 */
+	return 3;
+}
+
+/*
+ * Slow requests. libmicrohttpd's timeout closes a connection only when
+ * nothing comes for --http-timeout seconds: a client that sends its
+ * headers (or a body) a byte at a time held its connection for ever, and
+ * --http-max-connections such clients kept every other reader waiting in
+ * the listen backlog. A request must now be whole within --http-timeout
+ * seconds of the connection's start, or of the end of its previous
+ * request; past that the connection is shut down (shutdown(2) on its
+ * socket: libmicrohttpd sees the end and closes it as it closes any).
+ */
+static void on_connection(void *cls, struct MHD_Connection *c,
+			  void **socket_context,
+			  enum MHD_ConnectionNotificationCode code)
+{
+	struct conn *k = *socket_context;
+
+	(void)cls;
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		k = calloc(1, sizeof(*k));
+		if (!k)
+			return; /* not watched: only the idle timeout */
+		k->c = c;
+		k->waiting = true;
+		k->since_ms = uv_now(td__d->loop);
+		k->next = H.conns.next;
+		k->prev = &H.conns;
+		k->next->prev = k;
+		H.conns.next = k;
+		*socket_context = k;
+	} else if (k) {
+		k->prev->next = k->next;
+		k->next->prev = k->prev;
+		free(k);
+		*socket_context = NULL;
+	}
+}
+
+static struct conn *conn_of(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *i =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+	return i ? i->socket_context : NULL;
+}
+
+/* c's request is whole (headers, and a body if any): no deadline. */
+static void request_whole(struct MHD_Connection *c)
+{
+	struct conn *k = conn_of(c);
+
+	if (k)
+		k->waiting = false;
+}
+
+/* Shut down the connections whose request is not whole in time (at most
+ * once a second). */
+static void cut_slow_requests(void)
+{
+	uint64_t now = uv_now(td__d->loop),
+		 limit = (uint64_t)td__d->opts.http_timeout * 1000;
+
+	if (now < H.next_check_ms)
+		return;
+	H.next_check_ms = now + 1000;
+	for (struct conn *k = H.conns.next; k != &H.conns; k = k->next) {
+		const union MHD_ConnectionInfo *i;
+
+		if (!k->waiting || now - k->since_ms < limit)
+			continue;
+		i = MHD_get_connection_info(k->c,
+					    MHD_CONNECTION_INFO_CONNECTION_FD);
+		if (i && shutdown(i->connect_fd, SHUT_RDWR) == 0)
+			td__log(TD_LOG_DEBUG, "http: a request not whole "
+					      "after %u s; connection cut",
+				td__d->opts.http_timeout);
+		k->waiting = false; /* once */
+	}
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
@@ -312,6 +408,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 			return MHD_YES;
 		}
 		*con_cls = NULL;
+		request_whole(c);
 	}
 	if (strcmp(method, MHD_HTTP_METHOD_GET) &&
 	    strcmp(method, MHD_HTTP_METHOD_HEAD))
@@ -330,12 +427,19 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 			 enum MHD_RequestTerminationCode why)
 {
 	(void)cls;
-	(void)c;
-	(void)why;
 	/* a sendfile response's lease (a repacked one's goes with it) */
 	if (*con_cls && *con_cls != &announced)
 		td__http_hold_drop(*con_cls);
 	*con_cls = NULL;
+	/* kept alive: the next request's headers are awaited from now */
+	if (why == MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+		struct conn *k = conn_of(c);
+
+		if (k) {
+			k->waiting = true;
+			k->since_ms = uv_now(td__d->loop);
+		}
+	}
 }
 
 static void on_log(void *cls, const char *fmt, va_list ap)
@@ -376,6 +480,7 @@ static void run(void)
 	MHD_UNSIGNED_LONG_LONG to;
 	unsigned before;
 
+	cut_slow_requests();
 	/*
 	 * A connection closed at the limit: MHD listens again only from its
 	 * next run, and nothing else may wake the loop for it, so run again
@@ -397,6 +502,44 @@ static void run(void)
 }
 
 /* ---- the listening socket ---- */
+
+/*
+ * A socket file at path that nobody listens on (a daemon that crashed, or
+ * was killed, did not unlink it) is removed, as the main socket's is
+ * (server.c): bind() would fail with EADDRINUSE and the daemon would not
+ * start again until someone deleted it. A live one, or anything that is
+ * not a socket, is left alone and refused. 0 or -errno with *why.
+ */
+static int unix_stale(const struct sockaddr_un *un, const char **why)
+{
+	struct stat st;
+	int fd, rc;
+
+	if (lstat(un->sun_path, &st) < 0)
+		return 0; /* absent (else bind says why) */
+	if (!S_ISSOCK(st.st_mode)) {
+		*why = "the path exists and is not a socket";
+		return -EEXIST;
+	}
+	/* non-blocking: a live server whose backlog is full says EAGAIN
+	 * (in use) instead of holding the start until it accepts */
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		*why = "socket";
+		return -errno;
+	}
+	rc = connect(fd, (const struct sockaddr *)un, sizeof(*un));
+	rc = rc == 0 || errno != ECONNREFUSED ? -EADDRINUSE : 0;
+	close(fd);
+	if (rc) {
+		*why = "something is listening on the path";
+		return rc;
+	}
+	if (unlink(un->sun_path) == 0)
+		td__log(TD_LOG_INFO, "http: replaced stale socket %s",
+			un->sun_path);
+	return 0;
+}
 
 /*
  * ADDR as a bound, listening socket: unix:PATH, [IPv6]:PORT or
@@ -422,6 +565,9 @@ static int listen_on(const char *addr, const char **why)
 		un->sun_family = AF_UNIX;
 		strcpy(un->sun_path, addr + 5);
 		sl = sizeof(*un);
+		fd = unix_stale(un, why);
+		if (fd < 0)
+			return fd;
 	} else {
 		colon = strrchr(addr, ':');
 		if (!colon || (size_t)(colon - addr) >= sizeof(host)) {
@@ -503,6 +649,7 @@ int td__http_start(struct td__daemon *d)
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)d->opts.http_timeout,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_MEMORY,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+		MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
 		MHD_OPTION_EXTERNAL_LOGGER, on_log, NULL,
 		MHD_OPTION_UNESCAPE_CALLBACK, on_unescape, NULL,
 		MHD_OPTION_SIGPIPE_HANDLED_BY_APP, 1, MHD_OPTION_END);

@@ -278,6 +278,21 @@ static void add_str(struct json_object *o, const char *k, const char *v)
 		json_object_object_add(o, k, json_object_new_string(v));
 }
 
+/* Whether object o has a key of the attributes we write ourselves. */
+static bool reserved_keys(struct json_object *o)
+{
+	struct json_object_iterator i = json_object_iter_begin(o),
+	                            end = json_object_iter_end(o);
+
+	for (; !json_object_iter_equal(&i, &end); json_object_iter_next(&i)) {
+		const char *k = json_object_iter_peek_name(&i);
+
+		if (!strncmp(k, "_tensord_", 9) || !strncmp(k, "_tensogram_", 11))
+			return true;
+	}
+	return false;
+}
+
 struct json_object *td_zarr_tensor_attrs(const struct td_zarr_tensor *t)
 {
 	static const char *const keys[5] = {
@@ -288,10 +303,13 @@ struct json_object *td_zarr_tensor_attrs(const struct td_zarr_tensor *t)
 	const char *why;
 
 	/* metadata that is a JSON object (what load and import store)
-	 * gives its keys; anything else is kept whole */
+	 * gives its keys; anything else is kept whole, and so is an object
+	 * with a key of ours (_tensord_*, _tensogram_*): merged, it would
+	 * pass for what we write (a _tensord_quant of a tensor that is not
+	 * quantized) and import, which drops such keys, would lose it */
 	if (t->meta_len &&
 	    td_zarr_json_parse(t->meta, t->meta_len, &o, &why) == 0 &&
-	    !json_object_is_type(o, json_type_object)) {
+	    (!json_object_is_type(o, json_type_object) || reserved_keys(o))) {
 		json_object_put(o);
 		o = NULL;
 	}

@@ -13,7 +13,10 @@
  * replaces malloc itself.
  *
  * It also counts the bytes sendfile() moves (tests/test-zarr.c: the HTTP
- * store's chunk bodies go by the kernel, not through a buffer).
+ * store's chunk bodies go by the kernel, not through a buffer), and keeps
+ * the largest size malloc, calloc, realloc or memalign was asked for
+ * (tensorctl zarr import reads a chunk into the daemon's buffer, not the
+ * heap).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -60,21 +63,39 @@ __attribute__((constructor)) static void counts_map(void)
 					   __ATOMIC_RELAXED);                 \
 	} while (0)
 
+/* Keep the largest request in counts->largest. */
+static void largest(uint64_t n)
+{
+	uint64_t cur;
+
+	if (!counts)
+		return;
+	cur = __atomic_load_n(&counts->largest, __ATOMIC_RELAXED);
+	while (n > cur && !__atomic_compare_exchange_n(&counts->largest, &cur,
+						      n, 0,
+						      __ATOMIC_RELAXED,
+						      __ATOMIC_RELAXED))
+		;
+}
+
 void *malloc(size_t n)
 {
 	COUNT(malloc);
+	largest(n);
 	return __libc_malloc(n);
 }
 
 void *calloc(size_t n, size_t m)
 {
 	COUNT(calloc);
+	largest((uint64_t)n * m);
 	return __libc_calloc(n, m);
 }
 
 void *realloc(void *p, size_t n)
 {
 	COUNT(realloc);
+	largest(n);
 	return __libc_realloc(p, n);
 }
 
@@ -88,6 +109,7 @@ void free(void *p)
 void *memalign(size_t align, size_t n)
 {
 	COUNT(memalign);
+	largest(n);
 	return __libc_memalign(align, n);
 }
 

@@ -18,6 +18,12 @@
  * of PATH fail with EIO, once: a disk that fails a read (tensord's
  * snapshot restore, TENSORD_IO=sync). $TD_FAIL_FSYNC=PATH does the same
  * to the first fsync(2) of a descriptor of PATH (a folder, say).
+ * $TD_TRUNCATE_AFTER_FSTAT=PATH cuts PATH to 0 bytes once, just after the
+ * first fstat(2) of a descriptor of PATH: the reader holds a size the
+ * file no longer has (tensorctl zarr export --from FILE.hrry).
+ * $TD_TRUNCATE_AT_CREATE=PATH cuts PATH to 0 bytes once, just before the
+ * first file created with openat(2) (O_CREAT): a file cut while the
+ * program writes what it read from it.
  *
  * The real calls are the next definitions (dlsym RTLD_NEXT). With
  * _FILE_OFFSET_BITS=64, as meson builds, callers reach open64; here
@@ -36,12 +42,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 static int fired_open, fired_write, fired_connect, truncated;
-static int failed_pread, failed_fsync;
+static int failed_pread, failed_fsync, cut_fstat, cut_create;
 
 /* Raise the signal of $var once, when it names path. */
 static void maybe_raise(int *fired, const char *var, const char *path)
@@ -174,3 +181,52 @@ int fsync(int fd)
 	}
 	return real(fd);
 }
+
+/* Cut $var's PATH to 0 bytes once (*done), when set. */
+static void cut(int *done, const char *var)
+{
+	const char *path = getenv(var);
+
+	if (path && !*done) {
+		*done = 1;
+		truncate(path, 0);
+	}
+}
+
+#define WRAP_OPENAT(name)                                                     \
+	int name(int dirfd, const char *path, int flags, ...)                 \
+	{                                                                     \
+		static int (*real)(int, const char *, int, ...);              \
+		va_list ap;                                                   \
+		int mode;                                                     \
+                                                                              \
+		va_start(ap, flags);                                          \
+		mode = mode_of(flags, ap);                                    \
+		va_end(ap);                                                   \
+		if (!real)                                                    \
+			*(void **)&real = dlsym(RTLD_NEXT, #name);            \
+		if (flags & O_CREAT)                                          \
+			cut(&cut_create, "TD_TRUNCATE_AT_CREATE");            \
+		return real(dirfd, path, flags, mode);                        \
+	}
+
+WRAP_OPENAT(openat)
+WRAP_OPENAT(openat64)
+
+#define WRAP_FSTAT(name, stat_type)                                           \
+	int name(int fd, struct stat_type *st)                                \
+	{                                                                     \
+		static int (*real)(int, struct stat_type *);                  \
+		const char *path = getenv("TD_TRUNCATE_AFTER_FSTAT");         \
+		int rc;                                                       \
+                                                                              \
+		if (!real)                                                    \
+			*(void **)&real = dlsym(RTLD_NEXT, #name);            \
+		rc = real(fd, st);                                            \
+		if (path && !cut_fstat && fd_is(fd, path))                    \
+			cut(&cut_fstat, "TD_TRUNCATE_AFTER_FSTAT");           \
+		return rc;                                                    \
+	}
+
+WRAP_FSTAT(fstat, stat)
+WRAP_FSTAT(fstat64, stat64)

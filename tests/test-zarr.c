@@ -160,6 +160,33 @@ Test(meta, non_finite_attributes_become_sentinels)
 	free(t);
 }
 
+/*
+ * Metadata that is a JSON object gave its keys as attributes, ours too: a
+ * publisher's {"_tensord_quant":...} passed for the quantization of a
+ * tensor that has none (and the real _tensord_name won only by order),
+ * and import, which drops _tensord_* keys, lost them. Such an object is
+ * kept whole, as text, like any metadata that is not an object.
+ */
+Test(meta, metadata_with_our_keys_is_kept_whole)
+{
+	static const char meta[] = "{\"_tensord_quant\":{\"axis\":0},\"a\":1}";
+	struct td_zarr_tensor t = {.name = "x", .meta = meta,
+	                           .meta_len = sizeof(meta) - 1,
+	                           .quant_axis = -2};
+	char *txt = text(td_zarr_tensor_attrs(&t));
+
+	cr_assert_str_eq(txt, "{\"_tensord_meta\":\"{\\\"_tensord_quant\\\":"
+	                      "{\\\"axis\\\":0},\\\"a\\\":1}\",\"_tensord_name\":"
+	                      "\"x\"}");
+	free(txt);
+	/* without our keys: the keys, as before */
+	t.meta = "{\"a\":1}";
+	t.meta_len = 7;
+	txt = text(td_zarr_tensor_attrs(&t));
+	cr_assert_str_eq(txt, "{\"_tensord_name\":\"x\",\"a\":1}");
+	free(txt);
+}
+
 Test(meta, group_consolidates_every_array)
 {
 	static const uint64_t s[] = {2};
@@ -665,6 +692,40 @@ Test(import, hand_made_stores, .init = start, .fini = stop)
 	free(out);
 }
 
+/*
+ * Folders that become the same tensor name ("a b", "a_b" and "a\x01b" are
+ * all a_b) were each published under it, the later replacing the
+ * earlier: two arrays lost, exit 0. They now get _1, _2 in sorted
+ * order, as load makes a file's names distinct.
+ */
+Test(import, folders_that_become_one_name_stay_distinct, .init = start,
+     .fini = stop)
+{
+	static const char *const dirs[] = {"a b", "a_b", "a\001b"};
+	static const char *const tensors[] = {"d/a_b_1", "d/a_b_2", "d/a_b"};
+	char *out, *got;
+	size_t len;
+
+	/* sorted: "a\001b" < "a b" < "a_b" */
+	for (size_t i = 0; i < 3; i++) {
+		uint8_t b = (uint8_t)(10 + i);
+
+		handmade("d", "tmp", META("uint8", "[1]", "[1]", "0", "little"),
+		         "c/0", &b, 1);
+		zt_ok_sh("mv %s/d/tmp \"%s/d/$(printf '%s')\"", zt_dir, zt_dir,
+		         dirs[i]);
+	}
+	cr_assert_eq(zt_ctl(&out, "zarr import %s/d --prefix d/", zt_dir), 0,
+	             "%s", out);
+	free(out);
+	for (size_t i = 0; i < 3; i++) {
+		got = zt_get(tensors[i], &len);
+		cr_assert_eq(len, 1, "%s", tensors[i]);
+		cr_assert_eq((uint8_t)got[0], 10 + i, "%s", tensors[i]);
+		free(got);
+	}
+}
+
 Test(import, refusals_name_the_reason, .init = start, .fini = stop)
 {
 	static const uint8_t six[32] = {0}; /* chunks up to 28 bytes */
@@ -1023,7 +1084,9 @@ Test(http, rules_of_zarr_md_10, .init = start_http, .fini = stop)
 	        /* a %00 ended the path the handler read: served as
 	         * /zarr/zarr.json before */
 	        "/zarr/zarr.json%00", "/zarr/cam_left/zarr.json%00x",
-	        "/zarr-v2/cam_left/.zarray%00"};
+	        "/zarr-v2/cam_left/.zarray%00",
+	        /* the shortest such path: its 404 marker must fit in it */
+	        "%00"};
 	static const char *const methods[] = {"POST", "PUT", "DELETE", "PATCH",
 	                                      "OPTIONS"};
 	char *resp;
@@ -1216,6 +1279,95 @@ Test(http, a_unix_socket_address, .fini = stop)
 	cr_assert_eq(status_of(resp), 200, "%s", resp);
 	cr_assert(strstr(resp, "\"cam_left\""), "%s", resp);
 	free(resp);
+}
+
+/*
+ * A daemon killed without its clean stop leaves its --http unix: socket
+ * file; the next start failed to bind it ("Address already in use") and
+ * did not start until someone deleted it, where the main socket's stale
+ * file is replaced. Now a socket nobody listens on is replaced too; a live
+ * one (another daemon's) and a file that is not a socket are refused and
+ * left as they are.
+ */
+Test(http, a_stale_unix_socket_is_replaced_a_live_one_is_not, .fini = stop)
+{
+	char addr[64], file[80], *out, req[] = "GET /zarr/zarr.json HTTP/1.1\r\n"
+	                                 "Host: t\r\nConnection: close\r\n\r\n";
+	const char *more[] = {"--http", addr, "--http-prefix", "", NULL};
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct stat st;
+	int fd, rc;
+
+	snprintf(addr, sizeof(addr), "unix:/tmp/td-zarr-stale-%d.sock",
+	         getpid());
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", addr + 5);
+	unlink(sa.sun_path);
+	/* bound, then closed without unlink: what a killed daemon leaves */
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	close(fd);
+	tu_daemon_start_args(&d, "warn", more);
+	zt_setup(&d);
+	put_all();
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	exchange(fd, req, &out);
+	cr_assert_eq(status_of(out), 200, "%s", out);
+	free(out);
+	/* a second daemon on the live path: refused, the first still served */
+	rc = zt_sh(&out, "'%s' --socket %s/s2.sock --http %s --http-prefix ''",
+	           getenv("TD_TENSORD"), zt_dir, addr);
+	cr_expect_eq(rc, 1, "%s", out);
+	cr_expect(strstr(out, "something is listening"), "%s", out);
+	free(out);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	exchange(fd, req, &out);
+	cr_assert_eq(status_of(out), 200, "%s", out);
+	free(out);
+	/* a regular file there: refused, kept */
+	snprintf(file, sizeof(file), "%s/file", zt_dir);
+	zt_put_file(file, "x", 1);
+	rc = zt_sh(&out, "'%s' --socket %s/s3.sock --http unix:%s "
+	                 "--http-prefix ''",
+	           getenv("TD_TENSORD"), zt_dir, file);
+	cr_expect_eq(rc, 1, "%s", out);
+	cr_expect(strstr(out, "not a socket"), "%s", out);
+	free(out);
+	cr_expect(stat(file, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 1);
+	/* a live server whose backlog is full: refused at once (a blocking
+	 * probe would wait until it accepts) */
+	{
+		struct sockaddr_un fa = {.sun_family = AF_UNIX};
+		int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), c[64];
+		int nc = 0;
+
+		snprintf(fa.sun_path, sizeof(fa.sun_path), "%s/full.sock",
+		         zt_dir);
+		cr_assert_eq(bind(lfd, (struct sockaddr *)&fa, sizeof(fa)), 0);
+		cr_assert_eq(listen(lfd, 0), 0);
+		while (nc < 64) {
+			c[nc] = socket(AF_UNIX,
+			               SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+			               0);
+			if (connect(c[nc], (struct sockaddr *)&fa,
+			            sizeof(fa)) < 0) {
+				close(c[nc]);
+				break;
+			}
+			nc++;
+		}
+		cr_assert_lt(nc, 64, "the backlog never filled");
+		rc = zt_sh(&out, "'%s' --socket %s/s4.sock --http unix:%s "
+		                 "--http-prefix ''",
+		           getenv("TD_TENSORD"), zt_dir, fa.sun_path);
+		cr_expect_eq(rc, 1, "%s", out);
+		cr_expect(strstr(out, "something is listening"), "%s", out);
+		free(out);
+		while (nc > 0)
+			close(c[--nc]);
+		close(lfd);
+	}
 }
 
 /* The value of the sample that starts with `line` in metrics text m. */
@@ -1618,6 +1770,58 @@ Test(http, chunk_bodies_go_by_sendfile, .fini = stop)
 	munmap(p, 4096);
 	unlink(path);
 }
+
+/*
+ * zarr import read every chunk into the heap and kept them all until it
+ * published (then copied each into the daemon's buffer): a store of
+ * N GiB took N GiB of tensorctl's memory on top of the daemon's. The
+ * sizes are checked first and each chunk is read when it is published,
+ * straight into the buffer: no allocation near a chunk's size.
+ */
+Test(import, chunks_go_straight_into_the_daemons_buffer, .init = start,
+     .fini = stop)
+{
+	const char *shim = getenv("TD_MALLOC_COUNT");
+	const size_t len = 16u << 20;
+	volatile struct td_malloc_counts *n;
+	char path[32] = "/tmp/td-import-XXXXXX", *out, *got;
+	size_t glen;
+	void *p;
+	int fd;
+
+	cr_assert(shim, "TD_MALLOC_COUNT is not set (run through meson test)");
+	fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, 4096), 0);
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	cr_assert_neq(p, MAP_FAILED);
+	close(fd);
+	n = p;
+	put_filled("big", 'I', len);
+	zt_ok("zarr export %s/x big", zt_dir);
+	cr_assert_eq(zt_sh(&out, "LD_PRELOAD='%s' TD_MALLOC_COUNT_FILE=%s "
+	                         "'%s' --socket '%s' zarr import %s/x "
+	                         "--prefix back/",
+	                   shim, path, getenv("TD_TENSORCTL"), zt_sock,
+	                   zt_dir),
+	             0, "%s", out);
+	free(out);
+	cr_assert_lt(n->largest, len / 4, "a %llu-byte allocation",
+	             (unsigned long long)n->largest);
+	cr_assert_gt(n->malloc, 0); /* the shim was there */
+	got = zt_get("back/big", &glen);
+	cr_assert_eq(glen, len);
+	{
+		size_t i = 0;
+
+		while (i < len && got[i] == 'I')
+			i++;
+		cr_assert_eq(i, len, "byte %zu differs", i);
+	}
+	free(got);
+	munmap(p, 4096);
+	unlink(path);
+}
 #endif
 
 Test(export, big_endian_tgm_objects_are_swapped)
@@ -1728,6 +1932,113 @@ Test(export, hurray_files_read_back_by_zarrita, .init = start, .fini = stop)
 	free(out);
 }
 
+/*
+ * zarr export --from FILE.hrry mapped the file: cut short by someone else
+ * while it was read, tensorctl died of SIGBUS (the cut just after it
+ * learned the size: the header and descriptors read through the
+ * mapping), or its write of a chunk from the mapping failed with "Bad
+ * address" (the cut when the first output file is made). The test shim
+ * makes each cut happen at that moment. Now the file is read with pread:
+ * either cut is an error naming the file, exit 1, and no DIR.
+ */
+static void cut_while_exported(const char *var, const char *says)
+{
+	const char *shim = getenv("TD_RAISE_BEFORE_OPEN_SHIM");
+	char *out = NULL;
+	int rc;
+
+	cr_assert(shim, "TD_RAISE_BEFORE_OPEN_SHIM is not set (run through "
+	                "meson test)");
+	zt_ok_sh("cp %s/t.hrry %s/cut.hrry && rm -rf %s/x", zt_dir, zt_dir,
+	         zt_dir);
+	rc = zt_sh(&out,
+	           "LD_PRELOAD='%s' %s=%s/cut.hrry ASAN_OPTIONS="
+	           "detect_leaks=1:abort_on_error=0:verify_asan_link_order=0 "
+	           "'%s' zarr export %s/x --from %s/cut.hrry",
+	           shim, var, zt_dir, getenv("TD_TENSORCTL"), zt_dir, zt_dir);
+	cr_expect_eq(rc, 1, "%s: exit %d: %s", var, rc, out);
+	cr_expect(strstr(out, "cut.hrry: ") && strstr(out, says), "%s: %s",
+	          var, out);
+	free(out);
+	out = NULL;
+	/* neither DIR nor a temporary folder beside it */
+	cr_expect_eq(zt_sh(&out, "ls -A %s | grep -e '^x$' -e tensorctl",
+	                   zt_dir),
+	             1, "%s", out);
+	free(out);
+}
+
+Test(export, a_hurray_file_cut_while_exported_is_an_error_not_a_crash,
+     .init = start, .fini = stop)
+{
+	put_all();
+	zt_ok("save -o %s/t.hrry", zt_dir);
+	cut_while_exported("TD_TRUNCATE_AFTER_FSTAT", "UnexpectedEof");
+	cut_while_exported("TD_TRUNCATE_AT_CREATE", "the file ended early");
+}
+
+/*
+ * Inputs that are not a .tgm file went to the .tgm scanner, found no
+ * message and gave an empty group with exit 0: a Hurray file on stdin
+ * (load takes one by its magic) and a file of junk (load refuses it:
+ * "no complete .tgm message found"). Now stdin is sniffed for the Hurray
+ * magic as load does, and bytes without a whole message are refused;
+ * only an empty input is an empty group.
+ */
+Test(export, a_hurray_stdin_is_read_and_junk_is_refused, .init = start,
+     .fini = stop)
+{
+	const char *ctl = getenv("TD_TENSORCTL");
+	char *a, *b, *out;
+
+	put_all();
+	zt_ok("save -o %s/t.hrry", zt_dir);
+	zt_ok_sh("'%s' zarr export %s/f --from %s/t.hrry", ctl, zt_dir,
+	         zt_dir);
+	zt_ok_sh("'%s' zarr export %s/s --from - < %s/t.hrry", ctl, zt_dir,
+	         zt_dir);
+	a = zt_file("f/zarr.json");
+	b = zt_file("s/zarr.json");
+	cr_assert_str_eq(a, b);
+	free(a);
+	free(b);
+	zt_ok_sh("diff -r %s/f %s/s", zt_dir, zt_dir);
+	zt_check_dir("s");
+	/* junk: refused, nothing written */
+	zt_ok_sh("head -c 4096 /dev/urandom > %s/junk.tgm", zt_dir);
+	cr_assert_eq(zt_sh(&out, "'%s' zarr export %s/j --from %s/junk.tgm",
+	                   ctl, zt_dir, zt_dir),
+	             1, "%s", out);
+	cr_assert(strstr(out, "no complete .tgm message found"), "%s", out);
+	free(out);
+	cr_assert_eq(zt_sh(&out, "test -e %s/j", zt_dir), 1);
+	free(out);
+}
+
+/*
+ * A FIFO given to --from: its magic was sniffed by reading 8 bytes from
+ * it, which the export then lacked (a Hurray stream became junk), and one
+ * named .hrry went to the Hurray reader, which needs a file's size (0).
+ * Now anything but a regular file is a stream, read whole and sniffed.
+ */
+Test(export, a_fifo_is_read_as_a_stream, .init = start, .fini = stop)
+{
+	const char *ctl = getenv("TD_TENSORCTL");
+	const char *const names[] = {"in.fifo", "in.hrry"};
+
+	put_all();
+	zt_ok("save -o %s/t.hrry", zt_dir);
+	zt_ok_sh("'%s' zarr export %s/f --from %s/t.hrry", ctl, zt_dir,
+	         zt_dir);
+	for (size_t i = 0; i < 2; i++) {
+		zt_ok_sh("cd %s && rm -rf p && mkfifo %s && "
+		         "{ cat t.hrry > %s & } && "
+		         "'%s' zarr export p --from %s && wait && diff -r f p",
+		         zt_dir, names[i], names[i], ctl, names[i]);
+		zt_ok_sh("rm -f %s/%s", zt_dir, names[i]);
+	}
+}
+
 Test(export, a_tgm_file_without_messages_is_an_empty_group)
 {
 	char *root;
@@ -1774,6 +2085,75 @@ Test(http, the_connection_limit_holds_back_new_connections, .fini = stop)
 	             "%s", resp);
 	free(resp);
 	close(b);
+}
+
+/* Whether the daemon has closed fd (its end read, or an error). */
+static bool closed_by_peer(int fd)
+{
+	struct pollfd pf = {fd, POLLIN, 0};
+	char b[256];
+
+	if (poll(&pf, 1, 0) != 1)
+		return false;
+	while (true) {
+		ssize_t r = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+
+		if (r <= 0)
+			return r == 0 || errno != EAGAIN;
+	}
+}
+
+/*
+ * --http-timeout closed only connections on which nothing came for that
+ * long: a client that sent its headers (or a body) a line at a time was
+ * never idle and held its slot for ever, so --http-max-connections such
+ * clients kept every reader out (slowloris). A request must now be whole
+ * within --http-timeout seconds: both trickling clients are cut while
+ * they are still sending, and a reader gets their slot.
+ */
+Test(http, requests_sent_a_byte_at_a_time_are_cut, .fini = stop)
+{
+	static const char *const more[] = {"--http-prefix", "",
+	                                   "--http-max-connections", "2",
+	                                   "--http-timeout", "1", NULL};
+	const char req[] = "GET /metrics HTTP/1.1\r\nHost: t\r\n"
+	                   "Connection: close\r\n\r\n";
+	const char get[] = "GET /zarr/zarr.json HTTP/1.1\r\n";
+	const char post[] = "POST /zarr/zarr.json HTTP/1.1\r\nHost: t\r\n"
+	                    "Content-Length: 100000\r\n\r\n";
+	int fd[2], sent[2] = {0, 0};
+	bool cut[2] = {false, false};
+	char *resp;
+
+	start_http_args(more);
+	fd[0] = connect_tcp();
+	fd[1] = connect_tcp();
+	cr_assert(send(fd[0], get, strlen(get), MSG_NOSIGNAL) ==
+	          (ssize_t)strlen(get));
+	cr_assert(send(fd[1], post, strlen(post), MSG_NOSIGNAL) ==
+	          (ssize_t)strlen(post));
+	/* a header line, a body byte, every 200 ms: never idle for 1 s;
+	 * 150 each at most (that long uncut: the test fails) */
+	for (int i = 0; i < 150 && !(cut[0] && cut[1]); i++) {
+		usleep(200 * 1000);
+		for (int k = 0; k < 2; k++) {
+			if (cut[k])
+				continue;
+			cut[k] = closed_by_peer(fd[k]) ||
+			         send(fd[k], k ? "x" : "X-A: b\r\n",
+			              k ? 1 : 8, MSG_NOSIGNAL) < 0;
+			sent[k] += !cut[k];
+		}
+	}
+	cr_assert(cut[0], "the trickled headers were never cut (%d lines)",
+	          sent[0]);
+	cr_assert(cut[1], "the trickled body was never cut (%d bytes)",
+	          sent[1]);
+	close(fd[0]);
+	close(fd[1]);
+	exchange(connect_tcp(), req, &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	free(resp);
 }
 
 /* ---- repacked chunks: strided, planar, rings ---- */

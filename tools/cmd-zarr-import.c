@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tensorctl zarr import: every array of a Zarr v3 group as a published
- * tensor (docs/zarr.md §2). Everything is read and checked (strict JSON,
- * one regular chunk, the bytes codec only, byte counts) before anything
- * is published; big-endian arrays are swapped. All or nothing, as load:
+ * tensor (docs/zarr.md §2). Everything is checked (strict JSON, one
+ * regular chunk, the bytes codec only, each chunk's size) before anything
+ * is published; each chunk is read when it is published, into the
+ * daemon's buffer; big-endian arrays are swapped. All or nothing, as load:
  * a daemon refusal part-way deletes what was published, unless --partial.
  */
 #include <dirent.h>
@@ -26,12 +27,14 @@
 struct imp {
 	struct td_zarr_array a;
 	char tensor[TD_NAME_MAX + 1];
-	uint8_t *data;
-	uint64_t len;
+	char chunk[TD_ZARR_NAME_MAX + 64]; /* its path under DIR */
+	uint64_t len;  /* the chunk's bytes (checked against its file) */
+	unsigned swap; /* element width to reverse (big-endian), or 0 */
 	char *meta;
 };
 
-/* All of dirfd/path, at most max bytes (more: -EFBIG). */
+/* All of dirfd/path, at most max bytes (more: -EFBIG); with out NULL only
+ * its size, in *len. */
 static int read_at(int dirfd, const char *path, uint64_t max, uint8_t **out,
                    uint64_t *len)
 {
@@ -48,10 +51,10 @@ static int read_at(int dirfd, const char *path, uint64_t max, uint8_t **out,
 		close(fd);
 		return S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
 	}
-	if ((uint64_t)st.st_size > max) {
+	if ((uint64_t)st.st_size > max || !out) {
 		close(fd);
 		*len = (uint64_t)st.st_size;
-		return -EFBIG;
+		return (uint64_t)st.st_size > max ? -EFBIG : 0;
 	}
 	b = malloc((size_t)st.st_size + 1);
 	while (b && got < (uint64_t)st.st_size) {
@@ -172,11 +175,11 @@ static int import_array(int top, const char *name, const char *prefix,
 		if (*p == '/')
 			*p = sep;
 	snprintf(path, sizeof(path), "%s/%s", name, key);
-	rc = read_at(top, path, want, &m->data, &m->len);
+	rc = read_at(top, path, want, NULL, &m->len);
 	if ((rc == -ENOENT || rc == -EISDIR) && m->a.ndim == 0) {
 		/* upstream's 0-d form (zarr.md §7) */
 		snprintf(path, sizeof(path), "%s/c%c0", name, sep);
-		rc = read_at(top, path, want, &m->data, &m->len);
+		rc = read_at(top, path, want, NULL, &m->len);
 	}
 	if (rc == -ENOENT)
 		return 0;
@@ -191,15 +194,74 @@ static int import_array(int top, const char *name, const char *prefix,
 		snprintf(why, cap, "%s: %s", path, strerror(-rc));
 		return rc;
 	}
-	/* big-endian: each element reversed in place */
-	for (uint64_t i = 0; big && i < m->len; i += m->a.type->size)
-		for (unsigned k = 0, w = m->a.type->size; k < w / 2; k++) {
-			uint8_t t = m->data[i + k];
-
-			m->data[i + k] = m->data[i + w - 1 - k];
-			m->data[i + w - 1 - k] = t;
-		}
+	/* read when published, straight into the daemon's buffer */
+	snprintf(m->chunk, sizeof(m->chunk), "%s", path);
+	m->swap = big ? m->a.type->size : 0;
 	return 1;
+}
+
+/*
+ * m's chunk (checked by import_array) into dst: m->len bytes, each
+ * big-endian element reversed. A file changed since is an error.
+ */
+static int read_chunk(int top, const struct imp *m, uint8_t *dst)
+{
+	int fd = openat(top, m->chunk,
+	                O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	uint64_t got = 0;
+	uint8_t extra;
+	int rc = 0;
+
+	if (fd < 0)
+		return -errno;
+	while (!rc && got < m->len) {
+		ssize_t r = read(fd, dst + got, m->len - got);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			rc = r < 0 ? -errno : -ENODATA;
+		else
+			got += (uint64_t)r;
+	}
+	if (!rc && read(fd, &extra, 1) != 0)
+		rc = -EFBIG; /* grew since it was checked */
+	close(fd);
+	for (uint64_t i = 0; !rc && m->swap && i < m->len; i += m->swap)
+		for (unsigned k = 0, w = m->swap; k < w / 2; k++) {
+			uint8_t t = dst[i + k];
+
+			dst[i + k] = dst[i + w - 1 - k];
+			dst[i + w - 1 - k] = t;
+		}
+	return rc;
+}
+
+/*
+ * Distinct tensor names for the arrays read (skipped ones have none):
+ * folders that become the same name ("a b", "a_b") get _1, _2, ... in
+ * sorted order, as load makes a file's names distinct, instead of the
+ * later ones replacing the earlier. 0, or -errno with why.
+ */
+static int unique_tensors(struct imp *ims, size_t n, char *why, size_t cap)
+{
+	char **v = calloc(n ? n : 1, sizeof(*v));
+	size_t k = 0;
+	int rc;
+
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		if (ims[i].tensor[0])
+			v[k++] = ims[i].tensor;
+	rc = td_tgm_names_unique(v, k, sizeof(ims->tensor));
+	free(v);
+	if (rc == -ENAMETOOLONG)
+		snprintf(why, cap, "tensor names do not fit with the suffixes "
+		                   "that make them distinct");
+	else if (rc < 0)
+		snprintf(why, cap, "%s", strerror(-rc));
+	return rc;
 }
 
 static int name_cmp(const void *a, const void *b)
@@ -244,7 +306,8 @@ static int list_arrays(const char *dir, char ***out, size_t *n)
 	return 0;
 }
 
-static int publish_imp(struct td_client *c, struct imp *m, uint64_t *version)
+static int publish_imp(struct td_client *c, int top, struct imp *m,
+                       uint64_t *version)
 {
 	struct td_publish p = {0};
 	struct td_error e = {0};
@@ -254,8 +317,13 @@ static int publish_imp(struct td_client *c, struct imp *m, uint64_t *version)
 
 	if (rc < 0)
 		return tctl_refused(m->tensor, rc, &e);
-	if (m->len)
-		memcpy(td_alloc_data(a, 0), m->data, m->len);
+	rc = m->len ? read_chunk(top, m, td_alloc_data(a, 0)) : 0;
+	if (rc < 0) {
+		td_alloc_free(a);
+		return tctl_fail(TCTL_REFUSED, "input", -rc,
+		                 "%s: %s (changed since it was checked?)",
+		                 m->chunk, strerror(-rc));
+	}
 	p.name = m->tensor;
 	p.dtype = (uint32_t)m->a.type->blob;
 	p.ndim = m->a.ndim;
@@ -277,8 +345,8 @@ static void print_imp(const struct imp *m, uint64_t version)
 /* Publish every read array in order; all or nothing unless partial: a
  * refusal deletes what was published again, newest first, as load does
  * (tctl_roll_back_one()). TCTL_ status. */
-static int publish_all(struct td_client *c, struct imp *ims, size_t n,
-                       bool partial)
+static int publish_all(struct td_client *c, int top, struct imp *ims,
+                       size_t n, bool partial)
 {
 	struct json_object *out = json_object_new_array();
 	uint64_t *versions = calloc(n ? n : 1, sizeof(*versions));
@@ -290,7 +358,7 @@ static int publish_all(struct td_client *c, struct imp *ims, size_t n,
 	for (i = 0; !rc && i < n; i++) {
 		if (!ims[i].tensor[0])
 			continue;
-		rc = publish_imp(c, &ims[i], &versions[i]);
+		rc = publish_imp(c, top, &ims[i], &versions[i]);
 		if (rc)
 			break;
 		done++;
@@ -404,16 +472,20 @@ int cmd_zarr_import(int argc, char **argv)
 			ims[i].tensor[0] = 0;
 		}
 	}
+	rc = unique_tensors(ims, n, why, sizeof(why));
+	if (rc < 0) {
+		rc = tctl_fail(TCTL_REFUSED, "input", -rc, "%s: %s", dir, why);
+		goto done;
+	}
 	rc = tctl_connect(&c);
 	if (!rc)
-		rc = publish_all(c, ims, n, partial);
+		rc = publish_all(c, top, ims, n, partial);
 done:
 	json_object_put(root);
 	for (size_t i = 0; i < n; i++) {
 		free(names[i]);
 		if (ims) {
 			td_zarr_array_fini(&ims[i].a);
-			free(ims[i].data);
 			free(ims[i].meta);
 		}
 	}

@@ -36,12 +36,16 @@ struct zsrc {
 	uint64_t len;
 	unsigned swap;  /* element width to byte-swap, 0: none */
 	uint8_t *owned; /* a repacked copy behind data, or NULL */
+	bool in_file;   /* data NULL: len bytes of fd at off (pread) */
+	int fd;
+	uint64_t off;
 };
 
 struct zset {
 	struct zsrc *s;
 	size_t n;
 	struct json_object *gattrs;
+	const char *from; /* the file in_file chunks are read from */
 };
 
 static void zset_fini(struct zset *z)
@@ -83,17 +87,46 @@ static int write_all(int fd, const uint8_t *p, uint64_t len)
 	return 0;
 }
 
-/* A new file at dirfd/name holding the bytes (swapped per element). */
-static int write_file(int dirfd, const char *name, const uint8_t *p,
-                      uint64_t len, unsigned swap)
+/*
+ * len bytes of src at off into fd, read with pread, never mapped: a file
+ * cut short meanwhile (truncated by someone else) is -ENODATA, not a
+ * SIGBUS or a write's EFAULT.
+ */
+static int copy_in(int fd, int src, uint64_t off, uint64_t len)
+{
+	static uint8_t buf[1 << 20];
+	int rc = 0;
+
+	while (!rc && len) {
+		ssize_t r = pread(src, buf, len < sizeof(buf) ? len : sizeof(buf),
+		                  (off_t)off);
+
+		if (r < 0 && errno == EINTR && !tctl_interrupted())
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : -ENODATA;
+		rc = write_all(fd, buf, (uint64_t)r);
+		off += (uint64_t)r;
+		len -= (uint64_t)r;
+	}
+	return rc;
+}
+
+/* A new file at dirfd/name holding s's bytes (swapped per element). */
+static int write_file(int dirfd, const char *name, const struct zsrc *s)
 {
 	int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
 	                0644);
+	const uint8_t *p = s->data;
+	uint64_t len = s->len;
+	unsigned swap = s->swap;
 	int rc = 0;
 
 	if (fd < 0)
 		return -errno;
-	if (!swap) {
+	if (s->in_file) {
+		rc = copy_in(fd, s->fd, s->off, len);
+	} else if (!swap) {
 		rc = write_all(fd, p, len);
 	} else {
 		static uint8_t buf[1 << 20];
@@ -117,8 +150,8 @@ static int write_json(int dirfd, const char *name, struct json_object *o)
 {
 	size_t len;
 	char *t = td_zarr_text(o, &len);
-	int rc = t ? write_file(dirfd, name, (const uint8_t *)t, len, 0)
-	           : -ENOMEM;
+	struct zsrc s = {.data = (const uint8_t *)t, .len = len};
+	int rc = t ? write_file(dirfd, name, &s) : -ENOMEM;
 
 	free(t);
 	json_object_put(o);
@@ -159,7 +192,7 @@ static int write_chunk(int adir, const struct zsrc *s)
 		}
 		last = seg;
 	}
-	rc = write_file(fd, last, s->data, s->len, s->swap);
+	rc = write_file(fd, last, s);
 	if (!rc && fsync(fd) < 0)
 		rc = -errno;
 	if (fd != adir)
@@ -281,6 +314,11 @@ static int export_write(const char *dir, const struct zset *z)
 			                 "%s: interrupted by signal %d, nothing "
 			                 "written",
 			                 dir, tctl_interrupted());
+		if (rc == -ENODATA && z->from)
+			return tctl_fail(TCTL_REFUSED, "input", ENODATA,
+			                 "%s: the file ended early (cut short "
+			                 "while it was read?), %s not written",
+			                 z->from, dir);
 		return tctl_fail(TCTL_REFUSED, "io", -rc, "%s: %s", dir,
 		                 strerror(-rc));
 	}
@@ -575,6 +613,10 @@ static int from_tgm(struct load *l, const char *name_key, struct zset *z)
 	return rc;
 }
 
+static int export_hrry_from(const char *dir, const char *path,
+                            const struct td_hrry_transport *t, int fd,
+                            const uint8_t *mem);
+
 static int export_tgm(const char *dir, const char *path, uint64_t message,
                       const char *name_key, uint64_t max_bytes)
 {
@@ -589,6 +631,17 @@ static int export_tgm(const char *dir, const char *path, uint64_t message,
 
 	if (rc)
 		return rc;
+	if (inspect_hrry_sniff(buf, len)) {
+		/* a Hurray file on stdin (a file's magic chose before) */
+		struct td_hrry_transport t;
+
+		rc = td_hrry_transport_mem(buf, len, &t) < 0
+		             ? tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+		                         "out of memory")
+		             : export_hrry_from(dir, path, &t, -1, buf);
+		free(buf);
+		return rc;
+	}
 	td_tgm_scan_init(buf, len, &sc);
 	while (td_tgm_scan_next(&sc, &sp) == 1) {
 		if (idx++ != message)
@@ -604,6 +657,11 @@ static int export_tgm(const char *dir, const char *path, uint64_t message,
 		               "%s: no message %" PRIu64 " (the file has %" PRIu64
 		               ")",
 		               path, message, idx);
+	} else if (!found && len) {
+		/* bytes, but no whole message: junk, or a cut or damaged
+		 * one (load refuses it alike), not an empty group */
+		rc = tctl_fail(TCTL_REFUSED, "input", ENOENT,
+		               "%s: no complete .tgm message found", path);
 	} else if (!found) {
 		/* no message at all: an empty group (tensogram.md §18) */
 		z.gattrs = json_object_new_object();
@@ -681,10 +739,13 @@ static struct json_object *hrry_kv(const struct td_hrry_file_reader *r)
 /*
  * Every tensor of a Hurray file: composite heads own no data and give no
  * array (their members are tensors of their own); an unsupported tensor
- * is refused, naming its kind. ts[] keeps each tensor's data alive.
+ * is refused, naming its kind. The chunks are not read here: each is
+ * copied from the file (fd) with pread when it is written, so the file is
+ * never mapped (one cut short meanwhile would kill tensorctl with
+ * SIGBUS) and never held in memory whole.
  */
 static int from_hrry(const char *path, struct td_hrry_file_reader *r,
-                     struct td_hrry_tensor *ts, uint64_t n, struct zset *z)
+                     int fd, const uint8_t *mem, uint64_t n, struct zset *z)
 {
 	struct td_hrry_desc *d = malloc(sizeof(*d));
 	struct json_object *kv;
@@ -703,9 +764,11 @@ static int from_hrry(const char *path, struct td_hrry_file_reader *r,
 		td_hrry_file_reader_entry(r, i, &en);
 		snprintf(name, sizeof(name), "%.*s", (int)en.name_len,
 		         en.name);
+		/* check_supported: the support check and the dense bytes
+		 * inside buffer 0, as read_tensor checks them */
 		if (td_hrry_file_reader_read_descriptor(r, en.name, en.name_len,
 		                                        d, &e) < 0 ||
-		    td_hrry_desc_supported(d, &e) < 0) {
+		    td_hrry_rcore_check_supported(&en, d, &e) < 0) {
 			rc = tctl_fail(TCTL_REFUSED, "input", -e.code,
 			               "%s: %s: cannot be exported: %s (%s)",
 			               path, name, e.reason,
@@ -724,24 +787,23 @@ static int from_hrry(const char *path, struct td_hrry_file_reader *r,
 			                          : "too many dimensions");
 			break;
 		}
-		if (td_hrry_file_reader_read_tensor(r, en.name, en.name_len,
-		                                    &ts[z->n], &e) < 0) {
-			rc = tctl_fail(TCTL_REFUSED, "input", -e.code,
-			               "%s: %s: %s (%s)", path, name, e.reason,
-			               td_hrry_error_name(e.kind));
-			break;
-		}
 		s->a.ndim = d->rank;
 		memcpy(s->a.shape, d->shape, d->rank * sizeof(uint64_t));
-		s->data = ts[z->n].data;
-		s->len = ts[z->n].data_len;
+		/* the dense elements: from byte_offset in buffer 0, which
+		 * starts at the entry's data_offset (<tensord/hrry.h>) */
+		s->off = en.data_offset + d->byte_offset;
+		td_hrry_dense_size(d, &s->len);
+		if (mem) /* stdin read already; inside it (check_desc) */
+			s->data = mem + s->off;
+		s->in_file = !mem;
+		s->fd = fd;
 		td_tgm_node_name(name, s->a.name, TD_ZARR_NAME_MAX + 1);
 		s->a.attrs = json_object_new_object();
 		add_str(s->a.attrs, "_tensord_name", name);
 		z->n++;
 		/* Hurray data is little-endian, as the chunk is */
-		if (td_zarr_chunk_bytes(&s->a, &s->len) < 0 ||
-		    s->len != ts[z->n - 1].data_len) {
+		uint64_t want;
+		if (td_zarr_chunk_bytes(&s->a, &want) < 0 || want != s->len) {
 			rc = tctl_fail(TCTL_REFUSED, "input", EBADMSG,
 			               "%s: %s: data length differs from its "
 			               "shape",
@@ -769,48 +831,60 @@ static int from_hrry(const char *path, struct td_hrry_file_reader *r,
 	return rc;
 }
 
-static int export_hrry(const char *dir, const char *path)
+/* Every tensor of the Hurray file behind t (fd: its file, or mem: its
+ * bytes) as a hierarchy in dir. */
+static int export_hrry_from(const char *dir, const char *path,
+                            const struct td_hrry_transport *t, int fd,
+                            const uint8_t *mem)
 {
-	struct td_hrry_transport t;
 	struct td_hrry_file_reader *r = NULL;
 	struct td_hrry_err e = {0};
-	struct td_hrry_tensor *ts = NULL;
-	struct zset z = {0};
+	struct zset z = {.from = path};
 	uint64_t n = 0;
-	int fd, rc = tctl_hrry_transport(path, &t, &fd);
+	int rc = td_hrry_file_reader_new(t, &r, &e);
 
-	if (rc)
-		return rc;
-	rc = td_hrry_file_reader_new(&t, &r, &e);
-	if (rc < 0) {
-		close(fd);
+	if (rc < 0)
 		return tctl_fail(TCTL_REFUSED, "input", -rc, "%s: %s (%s)",
 		                 path, e.reason, td_hrry_error_name(e.kind));
-	}
 	td_hrry_file_reader_tensor_count(r, &n);
-	ts = calloc(n ? n : 1, sizeof(*ts));
-	rc = ts ? from_hrry(path, r, ts, n, &z)
-	        : tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
+	rc = from_hrry(path, r, fd, mem, n, &z);
 	if (!rc)
 		rc = export_write(dir, &z);
 	if (!rc)
 		rc = print_exported(dir, &z);
-	for (uint64_t i = 0; ts && i < n; i++)
-		td_hrry_tensor_fini(&ts[i]);
-	free(ts);
 	zset_fini(&z);
 	td_hrry_file_reader_free(&r);
+	return rc;
+}
+
+static int export_hrry(const char *dir, const char *path)
+{
+	struct td_hrry_transport t;
+	int fd, rc = tctl_hrry_transport(path, &t, &fd);
+
+	if (rc)
+		return rc;
+	rc = export_hrry_from(dir, path, &t, fd, NULL);
 	close(fd);
 	return rc;
 }
 
+/*
+ * Whether path is a Hurray file to read in place: a regular file named
+ * .hrry or with the magic. Anything else (stdin "-", a FIFO, a pipe, a
+ * device) is a stream export_tgm() reads whole and then sniffs: reading
+ * its magic here would take those 8 bytes from the stream.
+ */
 static bool is_hrry(const char *path)
 {
 	size_t n = strlen(path);
 	uint8_t magic[8];
+	struct stat st;
 	int fd;
 	bool yes;
 
+	if (!strcmp(path, "-") || stat(path, &st) < 0 || !S_ISREG(st.st_mode))
+		return false;
 	if (n >= 5 && !strcmp(path + n - 5, ".hrry"))
 		return true;
 	fd = open(path, O_RDONLY | O_CLOEXEC);

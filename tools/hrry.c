@@ -254,9 +254,6 @@ static int open_failed(const struct td_hrry_err *e, int json, const char *what)
 	return TCTL_REFUSED;
 }
 
-static int load_file(const char *path, struct td_hrry_transport *t,
-		     int *fd);
-
 int inspect_hrry(const char *path, const uint8_t *buf, size_t len, int json)
 {
 	struct td_hrry_transport t;
@@ -267,7 +264,7 @@ int inspect_hrry(const char *path, const uint8_t *buf, size_t len, int json)
 	int fd = -1, rc;
 
 	if (!buf) {
-		rc = load_file(path, &t, &fd);
+		rc = tctl_hrry_transport(path, &t, &fd);
 		if (rc)
 			return rc;
 	} else if (td_hrry_transport_mem(buf, len, &t) < 0) {
@@ -467,8 +464,17 @@ static void unpublish(struct loaded *l)
 
 /* path opened as *fd and read mapped (map; pread where it cannot be)
  * or with pread. */
-static int open_file(const char *path, struct td_hrry_transport *t, int *fd,
-		     bool map)
+/*
+ * A Hurray file is read with pread, never mapped: a mapping's reader dies
+ * of SIGBUS when the file is cut short while it is read (someone
+ * truncating it): load after publishing what it had and before the all
+ * or nothing rule could delete it, zarr export --from while parsing the
+ * descriptors (or its write of a mapped chunk failed with EFAULT). pread
+ * meets the end and the reader says UnexpectedEof. Tensor bytes go
+ * straight into the daemon's buffer (read_tensor_into) or the chunk file.
+ */
+int tctl_hrry_transport(const char *path, struct td_hrry_transport *t,
+			int *fd)
 {
 	int rc;
 
@@ -476,9 +482,7 @@ static int open_file(const char *path, struct td_hrry_transport *t, int *fd,
 	if (*fd < 0)
 		return tctl_fail(TCTL_REFUSED, "io", errno, "%s: %s", path,
 				 strerror(errno));
-	rc = map ? td_hrry_transport_map_fd(*fd, t) : -EINVAL;
-	if (rc == -EINVAL) /* empty, or not a regular file: pread */
-		rc = td_hrry_transport_fd(*fd, t);
+	rc = td_hrry_transport_fd(*fd, t);
 	if (rc < 0) {
 		close(*fd);
 		*fd = -1;
@@ -486,25 +490,6 @@ static int open_file(const char *path, struct td_hrry_transport *t, int *fd,
 				 strerror(-rc));
 	}
 	return TCTL_OK;
-}
-
-int tctl_hrry_transport(const char *path, struct td_hrry_transport *t,
-			int *fd)
-{
-	return open_file(path, t, fd, true);
-}
-
-/*
- * A file load reads: with pread, never mapped. A mapping's reader dies of
- * SIGBUS when the file is cut short while it is read (someone truncating
- * it), after publishing what it had and before the all or nothing rule
- * could delete it; pread meets the end and the reader says
- * UnexpectedEof. Tensor bytes go straight into the daemon's buffer
- * either way (read_tensor_into).
- */
-static int load_file(const char *path, struct td_hrry_transport *t, int *fd)
-{
-	return open_file(path, t, fd, false);
 }
 
 /*
@@ -526,7 +511,7 @@ static int load_input(const char *path, uint64_t max_bytes,
 		buf = *own;
 	}
 	if (!buf)
-		return load_file(path, t, fd);
+		return tctl_hrry_transport(path, t, fd);
 	if (td_hrry_transport_mem(buf, len, t) < 0) {
 		free(*own);
 		*own = NULL;

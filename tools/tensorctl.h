@@ -119,9 +119,9 @@ int cmd_load_hrry(int argc, char **argv);
 int tctl_load_hrry_stdin(int argc, char **argv, const uint8_t *buf,
 			 size_t len);
 /*
- * A reader transport over path (mapped; read by pread when it cannot be
- * mapped) in *t, the file's descriptor in *fd: close it after the reader
- * is freed (the pread transport borrows it). TCTL_OK or reported.
+ * A reader transport over path (read by pread, never mapped: tools/hrry.c
+ * says why) in *t, the file's descriptor in *fd: close it after the
+ * reader is freed (the transport borrows it). TCTL_OK or reported.
  */
 struct td_hrry_transport;
 int tctl_hrry_transport(const char *path, struct td_hrry_transport *t,
