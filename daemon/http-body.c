@@ -252,19 +252,35 @@ void td__http_nodes_free(struct td__http_node *ns, size_t n)
 	free(ns);
 }
 
-int td__http_nodes(struct td__http_node **out, size_t *count, bool attrs)
+/*
+ * Whether v is served, looked at once: a version does not change once
+ * published, and a walk over every version of the store for each request
+ * must not cost each of them a decode and two system calls per plane.
+ */
+static bool version_served(struct td__version *v)
+{
+	struct td__http_node n = {0};
+
+	if (!v->http_ok) {
+		v->http_ok = version_node(v, &n, false) ? 1 : -1;
+		td_zarr_array_fini(&n.a);
+	}
+	return v->http_ok > 0;
+}
+
+int td__http_refs(struct td__http_ref **out, size_t *count)
 {
 	static struct td__ring *rl[TD__MAX_RINGS];
 	struct td__store *s = td__d->store;
 	struct td_wire_str none = {"", 0};
 	unsigned nr = td__ring_list(none, none, rl), j = 0;
-	struct td__http_node *ns = calloc(s->count + nr + 1, sizeof(*ns));
-	char **names = calloc(s->count + nr + 1, sizeof(*names));
+	struct td__http_ref *rs = malloc((s->count + nr + 1) * sizeof(*rs));
+	char **names = malloc((s->count + nr + 1) * sizeof(*names));
 	size_t n = 0, i = 0;
 	int rc;
 
-	if (!ns || !names) {
-		free(ns);
+	if (!rs || !names) {
+		free(rs);
 		free(names);
 		return -ENOMEM;
 	}
@@ -272,7 +288,8 @@ int td__http_nodes(struct td__http_node **out, size_t *count, bool attrs)
 	while (i < s->count || j < nr) {
 		struct td__version *v = i < s->count ? s->names[i] : NULL;
 		struct td_wire_entry re;
-		struct td__http_node *nd = &ns[n];
+		struct td__http_ref *r = &rs[n];
+		char name[TD_WIRE_MAX_NAME + 1];
 		bool ok;
 
 		if (j < nr)
@@ -281,36 +298,72 @@ int td__http_nodes(struct td__http_node **out, size_t *count, bool attrs)
 		    (j == nr || td__name_cmp(v->name, v->name_len, re.name.ptr,
 		                             re.name.len) < 0)) {
 			i++;
+			*r = (struct td__http_ref){.v = v};
 			ok = exported(v->name, v->name_len) &&
-			     version_node(v, nd, attrs);
+			     version_served(v);
+			cstr(name, v->name, v->name_len);
 		} else {
-			j++;
-			ok = exported(re.name.ptr, re.name.len) &&
-			     ring_node(rl[j - 1], nd, attrs);
-		}
-		if (!ok) {
-			td_zarr_array_fini(&nd->a);
-			memset(nd, 0, sizeof(*nd));
-			continue;
-		}
-		{
-			char name[TD_WIRE_MAX_NAME + 1];
+			struct td__http_node nd = {0};
 
-			cstr(name, nd->raw, nd->raw_len);
-			td_tgm_node_name(name, nd->a.name,
-			                 TD_ZARR_NAME_MAX + 1);
+			j++;
+			*r = (struct td__http_ref){.ring = rl[j - 1]};
+			ok = exported(re.name.ptr, re.name.len) &&
+			     ring_node(r->ring, &nd, false);
+			td_zarr_array_fini(&nd.a);
+			cstr(name, re.name.ptr, re.name.len);
 		}
-		names[n] = nd->a.name;
-		n++;
+		if (!ok)
+			continue;
+		td_tgm_node_name(name, r->name, TD_ZARR_NAME_MAX + 1);
+		names[n++] = r->name;
 	}
-	rc = td_tgm_names_unique(names, n, sizeof(ns->a.name));
+	rc = td_tgm_names_unique_seeded(names, n, sizeof(rs->name),
+					s->name_seed);
 	free(names);
 	if (rc < 0) {
-		td__http_nodes_free(ns, n);
+		free(rs);
 		return rc;
 	}
-	*out = ns;
+	*out = rs;
 	*count = n;
+	return 0;
+}
+
+bool td__http_node_of(const struct td__http_ref *r, struct td__http_node *n,
+                      bool attrs)
+{
+	bool ok;
+
+	memset(n, 0, sizeof(*n));
+	ok = r->v ? version_node(r->v, n, attrs) : ring_node(r->ring, n, attrs);
+	if (ok)
+		memcpy(n->a.name, r->name, sizeof(r->name));
+	else
+		td_zarr_array_fini(&n->a);
+	return ok;
+}
+
+int td__http_nodes(struct td__http_node **out, size_t *count, bool attrs)
+{
+	struct td__http_ref *rs;
+	struct td__http_node *ns;
+	size_t n, k = 0;
+	int rc = td__http_refs(&rs, &n);
+
+	if (rc < 0)
+		return rc;
+	ns = calloc(n + 1, sizeof(*ns));
+	if (!ns) {
+		free(rs);
+		return -ENOMEM;
+	}
+	/* a version looked at before is as it was; a ring's latest may
+	 * have changed shape meanwhile no more than its own GET sees */
+	for (size_t i = 0; i < n; i++)
+		k += td__http_node_of(&rs[i], &ns[k], attrs);
+	free(rs);
+	*out = ns;
+	*count = k;
 	return 0;
 }
 

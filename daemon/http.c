@@ -111,76 +111,115 @@ static enum MHD_Result json_body(struct MHD_Connection *c,
 			      r);
 }
 
-/* "/NODE/REST" in path: the node and REST, or NULL. */
-static struct td__http_node *find_node(struct td__http_node *ns, size_t n,
-				       const char *path, const char **rest)
+/* "/NODE/REST" in path: the node's ref and REST, or NULL. */
+static const struct td__http_ref *find_ref(const struct td__http_ref *rs,
+					   size_t n, const char *path,
+					   const char **rest)
 {
 	const char *slash = strchr(path, '/');
 
 	if (!slash)
 		return NULL;
 	for (size_t i = 0; i < n; i++)
-		if (strlen(ns[i].a.name) == (size_t)(slash - path) &&
-		    !memcmp(ns[i].a.name, path, (size_t)(slash - path))) {
+		if (strlen(rs[i].name) == (size_t)(slash - path) &&
+		    !memcmp(rs[i].name, path, (size_t)(slash - path))) {
 			*rest = slash + 1;
-			return &ns[i];
+			return &rs[i];
 		}
 	return NULL;
+}
+
+/* The group's own keys: every node's metadata; NULL for another key. */
+static struct json_object *group_key(const char *path, bool v2, bool *oom)
+{
+	struct td__http_node *ns = NULL;
+	struct td_zarr_array *arrs = NULL;
+	struct json_object *g, *o = NULL;
+	size_t n = 0;
+
+	if (v2 && !strcmp(path, ".zgroup"))
+		return td_zarr_v2_group();
+	if (strcmp(path, v2 ? ".zattrs" : "zarr.json") &&
+	    (!v2 || strcmp(path, ".zmetadata")))
+		return NULL;
+	if (td__http_nodes(&ns, &n, true) < 0) {
+		*oom = true;
+		return NULL;
+	}
+	g = group_attrs(ns, n, &arrs);
+	if (v2 && !strcmp(path, ".zattrs"))
+		o = g;
+	else if (g)
+		o = v2 ? td_zarr_v2_consolidated(g, arrs, n)
+		       : td_zarr_v3_group(g, arrs, n);
+	if (o != g)
+		json_object_put(g);
+	free(arrs);
+	td__http_nodes_free(ns, n);
+	*oom = !o;
+	return o;
+}
+
+/*
+ * A node's key: its metadata or its chunk. Only that node is built in
+ * full: a walk over the store names the nodes, and building every one's
+ * attributes and chunk layout for each request made a store of thousands
+ * of tensors block the daemon's loop for most of a second a request.
+ */
+static enum MHD_Result node_key(struct MHD_Connection *c, const char *path,
+				bool v2, void **con_cls)
+{
+	struct td__http_ref *rs = NULL;
+	const struct td__http_ref *r;
+	struct td__http_node nd;
+	struct json_object *o = NULL;
+	const char *rest = NULL;
+	char key[2 + 2 * TD_ZARR_MAX_DIMS + 1];
+	size_t n = 0;
+	bool meta;
+	enum MHD_Result res;
+
+	if (td__http_refs(&rs, &n) < 0)
+		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
+				     "out of memory\n");
+	r = find_ref(rs, n, path, &rest);
+	/* metadata keys are zarr.json and .z*; anything else is a chunk */
+	meta = rest && (!strcmp(rest, "zarr.json") || rest[0] == '.');
+	if (!r || !td__http_node_of(r, &nd, meta)) {
+		free(rs);
+		return td__http_text(c, MHD_HTTP_NOT_FOUND, "no such key\n");
+	}
+	free(rs);
+	if (!v2 && !strcmp(rest, "zarr.json"))
+		o = td_zarr_v3_array(&nd.a);
+	else if (v2 && !strcmp(rest, ".zarray"))
+		o = td_zarr_v2_array(&nd.a);
+	else if (v2 && !strcmp(rest, ".zattrs"))
+		o = td_zarr_v2_attrs(&nd.a);
+	else if (td_zarr_chunk_key(&nd.a, v2, key, sizeof(key)) == 1 &&
+		 !strcmp(rest, key)) {
+		res = td__http_chunk(c, &nd, con_cls);
+		td_zarr_array_fini(&nd.a);
+		return res;
+	}
+	td_zarr_array_fini(&nd.a);
+	if (!o)
+		return td__http_text(c, MHD_HTTP_NOT_FOUND, "no such key\n");
+	return json_body(c, o);
 }
 
 static enum MHD_Result zarr(struct MHD_Connection *c, const char *path,
 			    bool v2, void **con_cls)
 {
-	struct td__http_node *ns = NULL, *nd;
-	struct td_zarr_array *arrs = NULL;
-	struct json_object *g, *o = NULL;
-	const char *rest = NULL;
-	char key[2 + 2 * TD_ZARR_MAX_DIMS + 1];
-	size_t n = 0;
-	enum MHD_Result res;
+	bool oom = false;
+	struct json_object *o = group_key(path, v2, &oom);
 
-	/* metadata keys are zarr.json and .z*; anything else is a chunk */
-	if (td__http_nodes(&ns, &n, strstr(path, "zarr.json") ||
-					 strstr(path, ".z")) < 0)
+	if (o)
+		return json_body(c, o);
+	if (oom)
 		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
 				     "out of memory\n");
-	if (!v2 && !strcmp(path, "zarr.json")) {
-		g = group_attrs(ns, n, &arrs);
-		o = g ? td_zarr_v3_group(g, arrs, n) : NULL;
-		json_object_put(g);
-	} else if (v2 && !strcmp(path, ".zgroup")) {
-		o = td_zarr_v2_group();
-	} else if (v2 && !strcmp(path, ".zattrs")) {
-		o = group_attrs(ns, n, &arrs);
-	} else if (v2 && !strcmp(path, ".zmetadata")) {
-		g = group_attrs(ns, n, &arrs);
-		o = g ? td_zarr_v2_consolidated(g, arrs, n) : NULL;
-		json_object_put(g);
-	} else if ((nd = find_node(ns, n, path, &rest))) {
-		if (!v2 && !strcmp(rest, "zarr.json"))
-			o = td_zarr_v3_array(&nd->a);
-		else if (v2 && !strcmp(rest, ".zarray"))
-			o = td_zarr_v2_array(&nd->a);
-		else if (v2 && !strcmp(rest, ".zattrs"))
-			o = td_zarr_v2_attrs(&nd->a);
-		else if (td_zarr_chunk_key(&nd->a, v2, key, sizeof(key)) == 1 &&
-			 !strcmp(rest, key)) {
-			res = td__http_chunk(c, nd, con_cls);
-			td__http_nodes_free(ns, n);
-			return res;
-		}
-	} else {
-		goto missing;
-	}
-	free(arrs);
-	td__http_nodes_free(ns, n);
-	if (!o)
-		return td__http_text(c, MHD_HTTP_NOT_FOUND, "no such key\n");
-	return json_body(c, o);
-missing:
-	free(arrs);
-	td__http_nodes_free(ns, n);
-	return td__http_text(c, MHD_HTTP_NOT_FOUND, "no such key\n");
+	return node_key(c, path, v2, con_cls);
 }
 
 /* ---- /metrics ---- */

@@ -69,9 +69,24 @@ struct td__http_node {
 	uint64_t off[TD_ZARR_MAX_PLANES]; /* where each plane starts */
 };
 
+/* An exported tensor or ring by the name the store gives it. */
+struct td__http_ref {
+	struct td__version *v; /* a tensor's current version, or NULL */
+	struct td__ring *ring; /* or a live ring */
+	char name[TD_ZARR_NAME_MAX + 16];
+};
 /*
  * Every exported tensor and ring in name order, named as an export names
- * them; attrs: with their attributes (metadata keys; a chunk needs none).
+ * them: the names alone, for a request that names one node.
+ */
+int td__http_refs(struct td__http_ref **out, size_t *count);
+/* r's node (zeroed first), with its attributes if attrs; false when it
+ * is not served (n is left empty). */
+bool td__http_node_of(const struct td__http_ref *r, struct td__http_node *n,
+                      bool attrs);
+/*
+ * Every exported tensor and ring as a node; attrs: with their attributes
+ * (the group's metadata keys).
  */
 int td__http_nodes(struct td__http_node **out, size_t *count, bool attrs);
 void td__http_nodes_free(struct td__http_node *ns, size_t n);

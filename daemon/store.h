@@ -106,6 +106,9 @@ struct td__version {
 	 * owner is cleared when that connection goes.
 	 */
 	bool recycle;
+	/* the HTTP store's verdict on it (http-body.c): 1 served, -1 not,
+	 * 0 not looked at yet; a version does not change once published */
+	int8_t http_ok;
 	struct td__peer *owner;
 	uint32_t nfds;
 	struct td__vfd fds[TD__TABLE_MAX];

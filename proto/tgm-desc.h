@@ -215,6 +215,10 @@ void td_tgm_node_name(const char *in, char *out, size_t cap);
  * suffix does not fit in cap, -ENOMEM.
  */
 int td_tgm_names_unique(char **names, size_t count, size_t cap);
+/* The same, its hash tables seeded (the daemon's random name seed: a
+ * publisher cannot pick names that all collide). */
+int td_tgm_names_unique_seeded(char **names, size_t count, size_t cap,
+			       uint64_t seed);
 
 /* ---- writing (§16) ---- */
 

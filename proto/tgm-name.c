@@ -7,11 +7,14 @@
 #include "tgm-desc.h"
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tgm-cbor.h"
+#include <xxhash.h>
 
 /* ---- naming (§18) ---- */
 
@@ -202,59 +205,118 @@ void td_tgm_node_name(const char *in, char *out, size_t cap)
 	out[o] = 0;
 }
 
-static bool name_taken(char **names, size_t upto, const char *s)
+/*
+ * An open-addressing set of strings (borrowed) with a counter each, by
+ * their seeded XXH3: td_tgm_names_unique() asks "taken?" for every name
+ * and candidate, and a walk over the names before it made that O(n^2) -
+ * 32 million compares for 8000 tensors, on the daemon's loop for every
+ * request of its HTTP store.
+ */
+struct strset {
+	const char **key;
+	unsigned long *val;
+	size_t mask;
+	uint64_t seed;
+};
+
+static int strset_init(struct strset *t, size_t n, uint64_t seed)
 {
-	for (size_t j = 0; j < upto; j++)
-		if (!strcmp(names[j], s))
-			return true;
-	return false;
+	size_t cap = 16;
+
+	while (cap < 2 * n + 2)
+		cap *= 2;
+	t->key = calloc(cap, sizeof(*t->key));
+	t->val = calloc(cap, sizeof(*t->val));
+	t->mask = cap - 1;
+	t->seed = seed;
+	return t->key && t->val ? 0 : -ENOMEM;
+}
+
+/* The slot of s: where it is, or the empty one where it would go. */
+static size_t strset_slot(const struct strset *t, const char *s)
+{
+	size_t i = XXH3_64bits_withSeed(s, strlen(s), t->seed) & t->mask;
+
+	while (t->key[i] && strcmp(t->key[i], s))
+		i = (i + 1) & t->mask;
+	return i;
+}
+
+static bool strset_has(const struct strset *t, const char *s)
+{
+	return t->key[strset_slot(t, s)] != NULL;
+}
+
+/* Insert s (kept, not copied) or find it: its counter. */
+static unsigned long *strset_at(struct strset *t, const char *s)
+{
+	size_t i = strset_slot(t, s);
+
+	if (!t->key[i])
+		t->key[i] = s;
+	return &t->val[i];
+}
+
+static void strset_fini(struct strset *t)
+{
+	free(t->key);
+	free(t->val);
 }
 
 int td_tgm_names_unique(char **names, size_t count, size_t cap)
 {
+	return td_tgm_names_unique_seeded(names, count, cap, 0);
+}
+
+int td_tgm_names_unique_seeded(char **names, size_t count, size_t cap,
+			       uint64_t seed)
+{
+	/* taken: the names settled so far; bases: a renamed name's
+	 * original, with the last suffix given to it */
+	struct strset taken = {0}, bases = {0};
 	char **orig = calloc(count ? count : 1, sizeof(*orig));
-	unsigned long *ctr = calloc(count ? count : 1, sizeof(*ctr));
 	char *cand = malloc(cap ? cap : 1);
-	int rc = 0;
+	size_t norig = 0;
+	int rc = strset_init(&taken, count, seed);
 
-	if (!orig || !ctr || !cand) {
+	if (!rc)
+		rc = strset_init(&bases, count, seed);
+	if (!rc && (!orig || !cand))
 		rc = -ENOMEM;
-		goto out;
-	}
 	for (size_t i = 0; i < count && !rc; i++) {
-		unsigned long k = 0;
+		unsigned long *k;
 
-		orig[i] = strdup(names[i]);
-		if (!orig[i]) {
+		if (!strset_has(&taken, names[i])) {
+			strset_at(&taken, names[i]);
+			continue;
+		}
+		orig[norig] = strdup(names[i]);
+		if (!orig[norig]) {
 			rc = -ENOMEM;
 			break;
 		}
-		if (!name_taken(names, i, names[i]))
-			continue;
 		/* the per-base counter continues where the last object of
 		 * the same original name stopped */
-		for (size_t j = 0; j < i; j++)
-			if (!strcmp(orig[j], orig[i]) && ctr[j] > k)
-				k = ctr[j];
+		k = strset_at(&bases, orig[norig++]);
 		do {
-			int w = snprintf(cand, cap, "%s_%lu", orig[i], ++k);
+			int w = snprintf(cand, cap, "%s_%lu", orig[norig - 1],
+					 ++*k);
 
 			if (w < 0 || (size_t)w >= cap) {
 				rc = -ENAMETOOLONG;
 				break;
 			}
-		} while (name_taken(names, i, cand));
+		} while (strset_has(&taken, cand));
 		if (rc)
 			break;
-		ctr[i] = k;
 		strcpy(names[i], cand);
+		strset_at(&taken, names[i]);
 	}
-out:
-	if (orig)
-		for (size_t i = 0; i < count; i++)
-			free(orig[i]);
+	for (size_t i = 0; i < norig; i++)
+		free(orig[i]);
 	free(orig);
-	free(ctr);
 	free(cand);
+	strset_fini(&taken);
+	strset_fini(&bases);
 	return rc;
 }

@@ -699,6 +699,72 @@ Test(tgm_io, duplicate_names_get_suffixes_without_collisions)
 	}
 }
 
+/* The rule as first written (a walk over the names before each one),
+ * to check the hashed one against: it must be the same function. */
+static bool ref_taken(char **names, size_t upto, const char *s)
+{
+	for (size_t j = 0; j < upto; j++)
+		if (!strcmp(names[j], s))
+			return true;
+	return false;
+}
+
+static void ref_unique(char **names, size_t n, size_t cap)
+{
+	char orig[64][32], cand[32];
+	unsigned long ctr[64] = {0};
+
+	for (size_t i = 0; i < n; i++) {
+		unsigned long k = 0;
+
+		snprintf(orig[i], sizeof(orig[i]), "%s", names[i]);
+		if (!ref_taken(names, i, names[i]))
+			continue;
+		for (size_t j = 0; j < i; j++)
+			if (!strcmp(orig[j], orig[i]) && ctr[j] > k)
+				k = ctr[j];
+		do
+			snprintf(cand, cap, "%s_%lu", orig[i], ++k);
+		while (ref_taken(names, i, cand));
+		ctr[i] = k;
+		strcpy(names[i], cand);
+	}
+}
+
+/*
+ * The hashed td_tgm_names_unique (the HTTP store runs it over every
+ * exported name for each request) gives what the quadratic walk gave, on
+ * sets dense in duplicates and in names that look like suffixed ones, with
+ * any seed.
+ */
+Test(tgm_io, hashed_unique_names_are_the_walks)
+{
+	static const char *const pool[] = {"a", "a_1", "a_2", "a_1_1", "b",
+	                                   "b_1", "a_3", "c", "a_10", "b_2"};
+	unsigned seed = 7;
+
+	for (int round = 0; round < 2000; round++) {
+		char got[64][32], want[64][32], *g[64], *w[64];
+		size_t n = 1 + (size_t)(rand_r(&seed) % 64);
+
+		for (size_t i = 0; i < n; i++) {
+			const char *p = pool[rand_r(&seed) % 10];
+
+			snprintf(got[i], sizeof(got[i]), "%s", p);
+			snprintf(want[i], sizeof(want[i]), "%s", p);
+			g[i] = got[i];
+			w[i] = want[i];
+		}
+		ref_unique(w, n, sizeof(want[0]));
+		cr_assert_eq(td_tgm_names_unique_seeded(g, n, sizeof(got[0]),
+		                                        (uint64_t)round * 977),
+		             0);
+		for (size_t i = 0; i < n; i++)
+			cr_assert_str_eq(g[i], w[i], "round %d [%zu]", round,
+			                 i);
+	}
+}
+
 /* ---- writing ---- */
 
 Test(tgm_io, writer_frames_match_upstream_bytes)
