@@ -82,6 +82,32 @@ Test(gpu, bad_fences_are_refused_with_a_reason)
 }
 
 /*
+ * A producer's own eventfd need not be non-blocking (eventfd(0, 0)); at
+ * its largest count (2^64 - 2) a write of 1 blocks until someone reads.
+ * Signalling such a fence must return at once: it is signalled already.
+ * Without the fix the write blocks and the suite's timeout fails this.
+ */
+Test(gpu, signalling_a_blocking_eventfd_at_its_largest_count_returns)
+{
+	struct td_error e = {0};
+	uint64_t most = UINT64_MAX - 1, count = 0;
+	int fd = eventfd(0, EFD_CLOEXEC);
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, &most, sizeof(most)), sizeof(most));
+	cr_assert_eq(td_fence_signal(fd, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_fence_wait(fd, 0, &e), 0, "%s", e.reason);
+	/* signalling a signalled fence leaves its count alone */
+	cr_assert_eq(read(fd, &count, sizeof(count)), sizeof(count));
+	cr_assert_eq(count, most);
+	/* and an unsignalled blocking one is signalled by one write */
+	cr_assert_eq(td_fence_signal(fd, &e), 0, "%s", e.reason);
+	cr_assert_eq(read(fd, &count, sizeof(count)), sizeof(count));
+	cr_assert_eq(count, 1);
+	close(fd);
+}
+
+/*
  * A real sync_file without a GPU: the kernel's sw_sync timeline (debugfs,
  * CONFIG_SW_SYNC). Its ioctls are not in the uapi headers.
  */
