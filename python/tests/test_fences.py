@@ -1,0 +1,149 @@
+# SPDX-License-Identifier: MIT
+"""A version published with an acquire fence (docs/fastpath.md, "GPU
+stages", "Fences") comes back from get() and Follow.next() only once the
+fence has signalled: the bytes of an array are never those of a write
+still under way. The producer is libtensord itself through ctypes
+(td_fence_create, td_client_put with TD_PUBLISH_FENCE, td_fence_signal),
+as a GPU stage in C would publish; the binding has no fence producer."""
+import ctypes
+import errno
+import os
+
+import numpy as np
+import pytest
+import tensord
+
+TD_PUBLISH_FENCE = 0x2
+TD_TENSOR_U8 = 0
+
+
+class Publish(ctypes.Structure):
+    """struct td_publish (tensord.h), field for field."""
+    _fields_ = [("name", ctypes.c_char_p), ("flags", ctypes.c_uint32),
+                ("dtype", ctypes.c_uint32), ("ndim", ctypes.c_uint32),
+                ("shape", ctypes.POINTER(ctypes.c_uint64)),
+                ("strides", ctypes.c_void_p),
+                ("quant_axis", ctypes.c_int32),
+                ("quant_scale_count", ctypes.c_uint32),
+                ("quant_scales", ctypes.c_void_p),
+                ("quant_zero_point_count", ctypes.c_uint32),
+                ("quant_zero_points", ctypes.c_void_p),
+                ("format", ctypes.c_char_p),
+                ("color_space", ctypes.c_char_p),
+                ("color_transfer", ctypes.c_char_p),
+                ("color_encoding", ctypes.c_char_p),
+                ("color_range", ctypes.c_char_p),
+                ("plane_count", ctypes.c_uint32),
+                ("planes", ctypes.c_void_p),
+                ("fd_count", ctypes.c_uint32), ("fds", ctypes.c_void_p),
+                ("fence_fd", ctypes.c_int), ("meta", ctypes.c_void_p),
+                ("meta_len", ctypes.c_size_t)]
+
+
+class Error(ctypes.Structure):
+    """struct td_error: room enough for its code and reason."""
+    _fields_ = [("raw", ctypes.c_char * 1024)]
+
+
+class Producer:
+    """A C client of the daemon that publishes fenced versions."""
+
+    def __init__(self, sock):
+        # the one tensord's extension loaded (same soname)
+        self.lib = ctypes.CDLL("libtensord.so.0")
+        self.lib.td_client_connect.argtypes = [
+            ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p),
+            ctypes.c_void_p]
+        self.lib.td_client_put.argtypes = [
+            ctypes.c_void_p, ctypes.POINTER(Publish), ctypes.c_char_p,
+            ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64),
+            ctypes.c_void_p]
+        self.lib.td_fence_signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        self.lib.td_client_close.argtypes = [ctypes.c_void_p]
+        self.c = ctypes.c_void_p()
+        rc = self.lib.td_client_connect(sock.encode(),
+                                        ctypes.byref(self.c), None)
+        assert rc == 0, os.strerror(-rc)
+
+    def put_fenced(self, name, data):
+        """Publish data with a new, unsignalled eventfd fence: its fd."""
+        fence = self.lib.td_fence_create()
+        assert fence >= 0
+        shape = (ctypes.c_uint64 * 1)(len(data))
+        p = Publish(name=name.encode(), flags=TD_PUBLISH_FENCE,
+                    dtype=TD_TENSOR_U8, ndim=1, shape=shape,
+                    fence_fd=fence)
+        e = Error()
+        rc = self.lib.td_client_put(self.c, ctypes.byref(p), data,
+                                    len(data), None, ctypes.byref(e))
+        assert rc == 0, e.raw
+        return fence
+
+    def signal(self, fence):
+        assert self.lib.td_fence_signal(fence, None) == 0
+
+    def close(self):
+        self.lib.td_client_close(self.c)
+
+
+@pytest.fixture
+def prod(daemon):
+    p = Producer(daemon.sock)
+    yield p
+    p.close()
+
+
+def test_get_waits_for_the_fence_and_says_so_when_it_does_not_signal(
+        client, prod):
+    fence = prod.put_fenced("gpu/f", bytes(range(16)))
+    with pytest.raises(tensord.Timeout) as ei:
+        client.get("gpu/f", timeout=0.05)
+    assert ei.value.errno == errno.ETIMEDOUT
+    assert "fence" in str(ei.value), str(ei.value)
+    with pytest.raises(tensord.Timeout):
+        client.get("gpu/f", version=1, timeout=0)
+    prod.signal(fence)
+    with client.get("gpu/f") as x:
+        assert np.array_equal(x, np.arange(16, dtype=np.uint8))
+    with client.get("gpu/f", version=1, timeout=0) as x:
+        assert x[15] == 15
+    os.close(fence)
+
+
+def test_follow_next_waits_for_the_fence(client, prod):
+    f = client.follow("gpu/ff")
+    fence = prod.put_fenced("gpu/ff", b"\x07" * 32)
+    with pytest.raises(tensord.Timeout) as ei:
+        f.next(timeout=0.05)
+    assert "fence" in str(ei.value), str(ei.value)
+    prod.signal(fence)
+    x = f.next(timeout=0)
+    assert x.tobytes() == b"\x07" * 32
+    x.release()
+    f.close()
+    os.close(fence)
+
+
+def test_follow_poll_gives_a_fenced_version_once_signalled(client, prod):
+    f = client.follow("gpu/fp")
+    fence = prod.put_fenced("gpu/fp", b"\x09" * 8)
+    assert f.poll() is None
+    assert f.poll() is None  # still taken, still not signalled
+    prod.signal(fence)
+    x = f.poll()
+    assert x is not None and x.tobytes() == b"\x09" * 8
+    x.release()
+    f.close()
+    os.close(fence)
+
+
+def test_a_follow_closed_with_a_fenced_version_taken_releases_it(
+        client, prod):
+    f = client.follow("gpu/fc")
+    fence = prod.put_fenced("gpu/fc", b"\x01" * 8)
+    with pytest.raises(tensord.Timeout):
+        f.next(timeout=0)
+    assert client.stat("gpu/fc").lease_count == 1  # taken, not given
+    f.close()
+    assert client.stat("gpu/fc").lease_count == 0
+    os.close(fence)
