@@ -147,3 +147,89 @@ def test_a_follow_closed_with_a_fenced_version_taken_releases_it(
     f.close()
     assert client.stat("gpu/fc").lease_count == 0
     os.close(fence)
+
+
+class RingDesc(ctypes.Structure):
+    """struct td_ring_desc (tensord.h)."""
+    _fields_ = [("dtype", ctypes.c_uint32), ("ndim", ctypes.c_uint32),
+                ("shape", ctypes.POINTER(ctypes.c_uint64)),
+                ("plane_count", ctypes.c_uint32),
+                ("plane_sizes", ctypes.c_void_p),
+                ("slot_count", ctypes.c_uint32),
+                ("reader_count", ctypes.c_uint32),
+                ("flags", ctypes.c_uint32)]
+
+
+class Slot(ctypes.Structure):
+    """struct td_slot (tensord.h, TD_SLOT_MAX_PLANES 4)."""
+    _fields_ = [("index", ctypes.c_uint32),
+                ("plane_count", ctypes.c_uint32),
+                ("planes", ctypes.c_void_p * 4),
+                ("sizes", ctypes.c_uint64 * 4)]
+
+
+class RingProducer:
+    """A fenced ring of 64 u8 per slot, through libtensord."""
+
+    def __init__(self, prod, name):
+        self.lib = prod.lib
+        self.lib.td_ring_create.argtypes = [
+            ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(RingDesc),
+            ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+        self.lib.td_ring_acquire.argtypes = [
+            ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(Slot)]
+        self.lib.td_ring_publish_fenced.argtypes = [
+            ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]
+        self.lib.td_ring_fence_signal.argtypes = [ctypes.c_void_p,
+                                                  ctypes.c_uint64]
+        self.lib.td_ring_close.argtypes = [ctypes.c_void_p]
+        self.shape = (ctypes.c_uint64 * 1)(64)
+        d = RingDesc(dtype=TD_TENSOR_U8, ndim=1, shape=self.shape,
+                     slot_count=3, reader_count=1)
+        self.r = ctypes.c_void_p()
+        rc = self.lib.td_ring_create(prod.c, name.encode(), ctypes.byref(d),
+                                     ctypes.byref(self.r), None)
+        assert rc == 0, os.strerror(-rc)
+
+    def publish_fenced(self):
+        """Publish a slot before writing it: (version, slot)."""
+        s = Slot()
+        assert self.lib.td_ring_acquire(self.r, -1, ctypes.byref(s)) == 0
+        v = ctypes.c_uint64()
+        assert self.lib.td_ring_publish_fenced(self.r, ctypes.byref(v)) == 0
+        return v.value, s
+
+    def write_and_signal(self, v, s, b):
+        ctypes.memset(s.planes[0], b, 64)
+        assert self.lib.td_ring_fence_signal(self.r, v) == 0
+
+    def close(self):
+        self.lib.td_ring_close(self.r)
+
+
+def test_a_subscription_gives_a_fenced_slot_once_signalled(client, prod):
+    ring = RingProducer(prod, "gpu/r")
+    sub = client.subscribe("gpu/r", timeout=5)
+    v, s = ring.publish_fenced()
+    with pytest.raises(tensord.Timeout) as ei:
+        sub.next(timeout=0.05)
+    assert "fence" in str(ei.value), str(ei.value)
+    assert sub.poll() is None  # still pending, still taken
+    ring.write_and_signal(v, s, 5)
+    x = sub.next(timeout=0)
+    assert x.tobytes() == b"\x05" * 64
+    x.release()
+    # poll(): None while pending, the whole slot once signalled
+    v, s = ring.publish_fenced()
+    assert sub.poll() is None
+    ring.write_and_signal(v, s, 6)
+    x = sub.poll()
+    assert x is not None and x.tobytes() == b"\x06" * 64
+    x.release()
+    # a producer that closes with a fence pending ends the iteration
+    ring.publish_fenced()
+    with pytest.raises(tensord.Timeout):
+        sub.next(timeout=0)
+    ring.close()
+    assert list(sub) == []
+    sub.close()
