@@ -520,3 +520,52 @@ Test(gpu, loans_and_ring_slots_are_aligned_to_their_size)
 	td_client_close(c);
 	tu_daemon_stop(&d, true);
 }
+
+/*
+ * Planes of different sizes: A-aligned in every slot when EVERY plane's
+ * size is a multiple of A (offsets are sums of the sizes before, the
+ * stride their total rounded to pages). One plane's size alone promises
+ * nothing: {64 KiB, 4 KiB} puts slot 1 at 68 KiB.
+ */
+Test(gpu, ring_planes_of_mixed_sizes_align_to_what_all_sizes_share)
+{
+	struct tu_daemon d;
+	struct td_error e = {0};
+	const uint64_t shape[1] = {(64 + 192) * 1024};
+	const uint64_t mixed[2][2] = {{64 * 1024, 192 * 1024},
+				      {64 * 1024, 4 * 1024}};
+	const uint64_t shared[2] = {64 * 1024, 4 * 1024};
+
+	tu_daemon_start(&d, "warn");
+	struct td_client *c = connect_to(&d);
+	for (int k = 0; k < 2; k++) {
+		struct td_ring_desc desc = {
+			.dtype = TD_TENSOR_U8, .ndim = 1, .shape = shape,
+			.plane_count = 2, .plane_sizes = mixed[k],
+			.slot_count = 3, .reader_count = 1};
+		struct td_ring *r;
+		struct td_slot sl;
+		bool all_64k = true;
+
+		if (k == 1)
+			desc.shape = (const uint64_t[1]){68 * 1024};
+		cr_assert_eq(td_ring_create(c, k ? "gpu/m1" : "gpu/m0", &desc,
+					    &r, &e),
+			     0, "%s", e.reason);
+		for (int n = 0; n < 3; n++) {
+			cr_assert_eq(td_ring_acquire(r, 0, &sl), 0);
+			for (uint32_t i = 0; i < 2; i++) {
+				uintptr_t a = (uintptr_t)sl.planes[i];
+
+				cr_assert_eq(a % shared[k], 0, "slot %u plane %u",
+					     sl.index, i);
+				all_64k = all_64k && a % (64 * 1024) == 0;
+			}
+			cr_assert_eq(td_ring_publish(r, NULL), 0);
+		}
+		cr_assert_eq(all_64k, k == 0, "ring %d", k);
+		td_ring_close(r);
+	}
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}

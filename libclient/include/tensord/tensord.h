@@ -304,7 +304,8 @@ TD_EXPORT int td_client_publish(struct td_client *c, const struct td_publish *p,
  * most 2 MiB) is mapped at an A-aligned address, so asking for sizes that
  * are multiples of a device's minImportedHostPointerAlignment gives
  * buffers it can import (VK_EXT_external_memory_host). The same holds
- * for ring slot planes (td_ring_desc) and whole-buffer GET mappings.
+ * for whole-buffer GET mappings, and for ring slot planes (td_ring_desc)
+ * when every plane size of the ring is a multiple of A.
  * Returns 0 and the loan in *out, or -errno.
  */
 TD_EXPORT int td_client_alloc(struct td_client *c, uint32_t plane_count,
@@ -866,9 +867,10 @@ struct td_ring_desc {
 	uint32_t dtype; /* enum td_tensor_dtype, as subscribers see it */
 	uint32_t ndim;  /* <= TD_ENTRY_MAX_DIMS */
 	const uint64_t *shape;
-	/* planes per slot; 0 = one plane of the dense tensor size. Plane
-	 * sizes that are multiples of A (a power of two <= 2 MiB) give
-	 * A-aligned planes in every slot, producer and subscribers alike */
+	/* planes per slot; 0 = one plane of the dense tensor size. When
+	 * every plane size is a multiple of A (a power of two <= 2 MiB),
+	 * every plane of every slot is A-aligned, producer and subscribers
+	 * alike (one plane's size alone does not do it) */
 	uint32_t plane_count;
 	const uint64_t *plane_sizes;
 	uint32_t slot_count;   /* 2..64; 0 = 4 */
