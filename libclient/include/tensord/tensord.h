@@ -708,7 +708,9 @@ TD_EXPORT int td_tensor_plane_kind(const struct td_tensor *t, uint32_t i);
 /*
  * A new unsignalled eventfd fence (close-on-exec, non-blocking) to
  * publish with TD_PUBLISH_FENCE, then signal with td_fence_signal().
- * The fd (close it after publishing: the daemon keeps its own) or -errno.
+ * The fd (close it once signalled: the daemon keeps its own, and one
+ * closed before the signal can never be signalled, so consumers' waits
+ * time out) or -errno.
  */
 TD_EXPORT int td_fence_create(void);
 /*
