@@ -16,6 +16,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "tensord/tensord.h"
@@ -318,6 +319,53 @@ Test(gpu, publishing_a_bad_fence_is_refused_with_a_reason)
 	/* nothing was published; the daemon is fine */
 	struct td_entry en;
 	cr_assert_eq(td_client_stat(c, "gpu/bad", &en, &e), -ENOENT);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * Buffers a producer brings that are no memfd or dma-buf: refused here,
+ * -EINVAL saying what the fd is (a pipe once came back -ESPIPE "Illegal
+ * seek", an eventfd passed as a dma-buf to the daemon), nothing sent.
+ */
+Test(gpu, publishing_a_buffer_that_is_no_memfd_or_dmabuf_says_what_it_is)
+{
+	struct tu_daemon d;
+	struct td_error e = {0};
+	const uint64_t shape[1] = {16};
+	int p[2], sv[2];
+
+	tu_daemon_start(&d, "warn");
+	cr_assert(pipe2(p, O_CLOEXEC) == 0);
+	cr_assert(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+	int zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+	int ev = eventfd(0, EFD_CLOEXEC);
+	const int fds[4] = {p[0], sv[0], zero, ev};
+	const char *what[4] = {"is a pipe", "is a socket",
+			       "is a character device",
+			       "is an fd of another kind"};
+	struct td_client *c = connect_to(&d);
+	int dfds = tu_pid_fd_count(d.pid);
+
+	cr_assert_geq(zero, 0);
+	for (int i = 0; i < 4; i++) {
+		struct td_publish pb = {.name = "gpu/nb", .dtype = TD_TENSOR_U8,
+					.ndim = 1, .shape = shape,
+					.fd_count = 1, .fds = &fds[i]};
+
+		cr_assert_eq(td_client_publish(c, &pb, NULL, &e), -EINVAL,
+			     "%d: %s", i, e.reason);
+		cr_assert(strstr(e.reason, what[i]), "%s", e.reason);
+		cr_assert(strstr(e.reason, "not a memfd or dma-buf"), "%s",
+			  e.reason);
+	}
+	cr_assert_eq(tu_pid_fd_count(d.pid), dfds);
+	struct td_entry en;
+	cr_assert_eq(td_client_stat(c, "gpu/nb", &en, &e), -ENOENT);
+	for (int i = 0; i < 4; i++)
+		close(fds[i]);
+	close(p[1]);
+	close(sv[1]);
 	td_client_close(c);
 	tu_daemon_stop(&d, true);
 }
