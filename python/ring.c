@@ -628,10 +628,13 @@ static PyObject *fence_raise(SubObject *sub, int rc, int ms)
 			 "the fence of \"%s\" version %llu did not signal "
 			 "within %d ms", PyUnicode_AsUTF8(sub->name),
 			 (unsigned long long)sub->fenced.version, ms);
-	else
+	else if (rc == -EPIPE)
 		snprintf(e.reason, sizeof(e.reason), "the fence of \"%s\" "
 			 "will not signal: its producer closed the ring",
 			 PyUnicode_AsUTF8(sub->name));
+	else /* -EBADMSG: a value no producer writes */
+		snprintf(e.reason, sizeof(e.reason), "the fence of \"%s\": "
+			 "%s", PyUnicode_AsUTF8(sub->name), strerror(-rc));
 	return tdpy_raise(rc, &e, "next");
 }
 
