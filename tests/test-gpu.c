@@ -579,7 +579,7 @@ Test(gpu, ring_planes_of_mixed_sizes_align_to_what_all_sizes_share)
 {
 	struct tu_daemon d;
 	struct td_error e = {0};
-	const uint64_t shape[1] = {(64 + 192) * 1024};
+	const uint64_t shapes[2][1] = {{(64 + 192) * 1024}, {68 * 1024}};
 	const uint64_t mixed[2][2] = {{64 * 1024, 192 * 1024},
 				      {64 * 1024, 4 * 1024}};
 	const uint64_t shared[2] = {64 * 1024, 4 * 1024};
@@ -588,15 +588,13 @@ Test(gpu, ring_planes_of_mixed_sizes_align_to_what_all_sizes_share)
 	struct td_client *c = connect_to(&d);
 	for (int k = 0; k < 2; k++) {
 		struct td_ring_desc desc = {
-			.dtype = TD_TENSOR_U8, .ndim = 1, .shape = shape,
+			.dtype = TD_TENSOR_U8, .ndim = 1, .shape = shapes[k],
 			.plane_count = 2, .plane_sizes = mixed[k],
 			.slot_count = 3, .reader_count = 1};
 		struct td_ring *r;
 		struct td_slot sl;
 		bool all_64k = true;
 
-		if (k == 1)
-			desc.shape = (const uint64_t[1]){68 * 1024};
 		cr_assert_eq(td_ring_create(c, k ? "gpu/m1" : "gpu/m0", &desc,
 					    &r, &e),
 			     0, "%s", e.reason);
