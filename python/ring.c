@@ -755,6 +755,11 @@ static PyObject *sub_release_m(SubObject *sub, PyObject *unused)
 	if (!sub_usable(sub) || sub_exported(sub))
 		return NULL;
 	sub_release_held(sub);
+	/* a view whose fence did not signal in time is given back too, so
+	 * the producer may reuse its slot (the next next() takes a newer) */
+	if (sub->pending)
+		td_sub_release(sub->s);
+	sub->pending = false;
 	Py_RETURN_NONE;
 }
 

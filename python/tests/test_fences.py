@@ -189,6 +189,8 @@ class RingProducer:
         self.lib.td_ring_fence_signal.argtypes = [ctypes.c_void_p,
                                                   ctypes.c_uint64]
         self.lib.td_ring_close.argtypes = [ctypes.c_void_p]
+        self.lib.td_ring_wait_read.argtypes = [
+            ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int]
         self.shape = (ctypes.c_uint64 * 1)(64)
         d = RingDesc(dtype=TD_TENSOR_U8, ndim=1, shape=self.shape,
                      slot_count=3, reader_count=1)
@@ -208,6 +210,10 @@ class RingProducer:
     def write_and_signal(self, v, s, b):
         ctypes.memset(s.planes[0], b, 64)
         assert self.lib.td_ring_fence_signal(self.r, v) == 0
+
+    def wait_read(self, v, ms):
+        """td_ring_wait_read: 0 once every subscriber released v."""
+        return self.lib.td_ring_wait_read(self.r, v, ms)
 
     def close(self):
         self.lib.td_ring_close(self.r)
@@ -240,3 +246,24 @@ def test_a_subscription_gives_a_fenced_slot_once_signalled(client, prod):
     ring.close()
     assert list(sub) == []
     sub.close()
+
+
+def test_a_subscription_release_gives_back_a_slot_whose_fence_is_pending(
+        client, prod):
+    ring = RingProducer(prod, "gpu/rr")
+    sub = client.subscribe("gpu/rr", timeout=5)
+    v1, _ = ring.publish_fenced()
+    with pytest.raises(tensord.Timeout):
+        sub.next(timeout=0)
+    # the subscriber holds v1's slot: the producer's lock step waits
+    assert ring.wait_read(v1, 0) == -errno.ETIMEDOUT
+    sub.release()  # taken, never given: released all the same
+    assert ring.wait_read(v1, 0) == 0
+    v2, s2 = ring.publish_fenced()
+    ring.write_and_signal(v2, s2, 3)
+    x = sub.next(timeout=0)  # the newer one, not v1 again
+    assert x.version == v2 and x.tobytes() == b"\x03" * 64
+    x.release()
+    del x
+    sub.close()
+    ring.close()
