@@ -282,6 +282,10 @@ static PyObject *follow_release_m(FollowObject *fo, PyObject *unused)
 {
 	if (give_back(fo) < 0)
 		return NULL;
+	/* one taken whose fence did not signal in time goes back too */
+	if (fo->fenced)
+		td_tensor_release(fo->fenced);
+	fo->fenced = NULL;
 	fo->busy = false;
 	Py_RETURN_NONE;
 }

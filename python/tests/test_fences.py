@@ -143,6 +143,26 @@ def test_follow_poll_gives_a_fenced_version_once_signalled(client, prod):
     os.close(fence)
 
 
+def test_follow_release_gives_back_a_version_whose_fence_is_pending(
+        client, prod):
+    f = client.follow("gpu/fr")
+    fence = prod.put_fenced("gpu/fr", b"\x02" * 8)
+    with pytest.raises(tensord.Timeout):
+        f.next(timeout=0)
+    assert client.stat("gpu/fr").lease_count == 1  # taken, not given
+    f.release()
+    assert client.stat("gpu/fr").lease_count == 0
+    os.close(fence)
+    fence = prod.put_fenced("gpu/fr", b"\x04" * 8)
+    prod.signal(fence)
+    x = f.next(timeout=0)  # the newer one
+    assert x.tobytes() == b"\x04" * 8
+    x.release()
+    del x
+    f.close()
+    os.close(fence)
+
+
 def test_a_follow_closed_with_a_fenced_version_taken_releases_it(
         client, prod):
     f = client.follow("gpu/fc")
