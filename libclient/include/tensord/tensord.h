@@ -714,7 +714,9 @@ TD_EXPORT int td_tensor_plane_kind(const struct td_tensor *t, uint32_t i);
  */
 TD_EXPORT int td_fence_create(void);
 /*
- * Signal an eventfd fence: every reader's wait returns from now on.
+ * Signal an eventfd fence: every reader's wait returns from now on. One
+ * signalled already is left as it is (never a blocking write, for an
+ * eventfd of the caller's own made without EFD_NONBLOCK).
  * 0, -EINVAL (not an eventfd: a sync_file is signalled by its driver),
  * -EBADF, or -errno, with a reason in *err.
  */
