@@ -98,6 +98,7 @@ int td_fence_create(void)
 
 int td_fence_signal(int fence_fd, struct td_error *err)
 {
+	struct pollfd pfd = {.fd = fence_fd, .events = POLLIN};
 	const char *why = NULL;
 	uint64_t one = 1;
 	int kind = td__fence_kind(fence_fd, &why);
@@ -107,7 +108,15 @@ int td_fence_signal(int fence_fd, struct td_error *err)
 	if (kind != TD__FENCE_EVENTFD)
 		return td__fail(err, -EINVAL, "fence fd %d is a sync_file: "
 				"its driver signals it, not a write", fence_fd);
-	/* EAGAIN only when the count would overflow: it is signalled */
+	/*
+	 * A count above 0 is signalled already, so write only to a count
+	 * of 0, which cannot block: the caller's eventfd may be blocking
+	 * (not from td_fence_create), and at its largest count a write
+	 * would wait for a reader that never comes. EAGAIN: a non-blocking
+	 * one filled meanwhile, so signalled.
+	 */
+	if (poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLIN))
+		return 0;
 	if (write(fence_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
 		return td__fail(err, -errno, "signal fence fd %d: %s",
 				fence_fd, strerror(errno));

@@ -570,19 +570,34 @@ struct pub_ctx {
 	uint64_t alloc_id;
 };
 
-static int fd_len(int fd, uint64_t *len, bool *regular)
+/*
+ * Size and kind of a caller's buffer: a dma-buf (by its file system, as
+ * the daemon tells it: whatever fstat says of its mode) or a regular
+ * file (memfd, shm; the daemon checks which). 0, or -EINVAL with *why
+ * for a pipe, socket, device or other fd no plane can be, or -errno.
+ */
+static int fd_len(int fd, uint64_t *len, bool *dmabuf, const char **why)
 {
 	struct stat st;
 	off_t end;
 
+	*why = NULL;
 	if (fstat(fd, &st) < 0)
 		return -errno;
-	*regular = S_ISREG(st.st_mode);
-	if (*regular) {
+	*dmabuf = td__plane_kind(fd) == TD_PLANE_DMABUF;
+	if (!*dmabuf && !S_ISREG(st.st_mode)) {
+		*why = S_ISFIFO(st.st_mode)   ? "a pipe"
+		       : S_ISSOCK(st.st_mode) ? "a socket"
+		       : S_ISCHR(st.st_mode)  ? "a character device"
+		       : S_ISDIR(st.st_mode)  ? "a directory"
+					      : "an fd of another kind";
+		return -EINVAL;
+	}
+	if (!*dmabuf || st.st_size > 0) {
 		*len = (uint64_t)st.st_size;
 		return 0;
 	}
-	end = lseek(fd, 0, SEEK_END); /* dma-buf */
+	end = lseek(fd, 0, SEEK_END); /* older dma-bufs: no i_size */
 	if (end < 0)
 		return -errno;
 	*len = (uint64_t)end;
@@ -1030,14 +1045,18 @@ int td_client_publish(struct td_client *c, const struct td_publish *p,
 		return td__fail(err, -EINVAL, "fd count must be 1..%d",
 				TD_WIRE_MAX_PLANES);
 	for (uint32_t i = 0; i < p->fd_count; i++) {
-		bool regular;
+		const char *why;
+		bool dmabuf;
 
-		rc = fd_len(p->fds[i], &lens[i], &regular);
+		rc = fd_len(p->fds[i], &lens[i], &dmabuf, &why);
+		if (rc < 0 && why)
+			return td__fail(err, rc, "buffer %u (fd %d) is %s, not "
+					"a memfd or dma-buf", i, p->fds[i],
+					why);
 		if (rc < 0)
-			return td__fail(err, rc, "buffer %u: %s", i,
-					strerror(-rc));
-		/* memfd/shm are regular files; a dma-buf is not */
-		if (!regular)
+			return td__fail(err, rc, "buffer %u (fd %d): %s", i,
+					p->fds[i], strerror(-rc));
+		if (dmabuf)
 			x.storage_kind = TD_STORAGE_DMABUF;
 	}
 	x.nbuf = p->fd_count;

@@ -30,6 +30,8 @@ typedef struct {
 	OwnerObject *held;   /* the Lease of the tensor last given while it
 			      * holds (not a reference: it clears this) */
 	uint64_t last;       /* version last given, 0 if none */
+	struct td_tensor *fenced; /* taken, its fence not signalled in a
+				   * next(): the next one waits on it */
 	bool busy;           /* next() waiting with the GIL released */
 	int efd;             /* poll() mode: td_follow_fd, in the client's
 			      * epoll set (Client.fileno()); -1 before */
@@ -167,7 +169,17 @@ static PyObject *follow_wait(FollowObject *fo, int ms)
 
 	if (give_back(fo) < 0)
 		return NULL;
-	rc = wait_next(fo, ms, &t, &e);
+	t = fo->fenced;
+	fo->fenced = NULL;
+	rc = t ? 0 : wait_next(fo, ms, &t, &e);
+	/* given only once its fence signalled; until then it stays taken,
+	 * and the next next() waits on it again (not on a newer one) */
+	if (rc == 0) {
+		rc = tdpy_fence_wait(NULL, t, PyUnicode_AsUTF8(fo->name), ms,
+				     &e);
+		if (rc < 0)
+			fo->fenced = t;
+	}
 	fo->busy = false;
 	/* a sleep in td_follow_next() disarms the poll() waiter: wake
 	 * fileno() so that the loop's next poll() arms it again */
@@ -237,7 +249,19 @@ static PyObject *follow_poll_m(FollowObject *fo, PyObject *unused)
 
 	if (!follow_usable(fo) || follow_start(fo) < 0 || give_back(fo) < 0)
 		return NULL;
-	rc = td_follow_poll(fo->f, &t, &e);
+	t = fo->fenced;
+	fo->fenced = NULL;
+	rc = t ? 0 : td_follow_poll(fo->f, &t, &e);
+	if (rc == 0 &&
+	    tdpy_fence_wait(NULL, t, PyUnicode_AsUTF8(fo->name), 0, &e) < 0) {
+		/* a fence wakes nobody: look again in a millisecond */
+		fo->fenced = t;
+		(void)timerfd_settime(fo->efd, 0,
+				      &(struct itimerspec){
+					      .it_value = {0, 1000000}},
+				      NULL);
+		rc = -EAGAIN;
+	}
 	fo->busy = false;
 	if (rc == -EAGAIN)
 		Py_RETURN_NONE;
@@ -258,6 +282,10 @@ static PyObject *follow_release_m(FollowObject *fo, PyObject *unused)
 {
 	if (give_back(fo) < 0)
 		return NULL;
+	/* one taken whose fence did not signal in time goes back too */
+	if (fo->fenced)
+		td_tensor_release(fo->fenced);
+	fo->fenced = NULL;
 	fo->busy = false;
 	Py_RETURN_NONE;
 }
@@ -272,6 +300,10 @@ static void follow_really_close(FollowObject *fo)
 		epoll_ctl(fo->client->epfd, EPOLL_CTL_DEL, fo->efd, NULL);
 	fo->efd = -1; /* td_follow_close() closes it */
 	fo->f = NULL;
+	if (fo->fenced) {
+		td_tensor_release(fo->fenced);
+		fo->fenced = NULL;
+	}
 	if (f) {
 		Py_BEGIN_ALLOW_THREADS
 		td_follow_close(f);

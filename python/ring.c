@@ -47,6 +47,9 @@ typedef struct {
 	bool busy;        /* next() waits with the GIL released */
 	unsigned views;   /* live arrays over slots */
 	uint64_t held;    /* version of the view held, 0 none */
+	bool pending;     /* libtensord holds `fenced`, whose fence has not
+			   * signalled: given by the next next()/poll() */
+	struct td_view fenced;
 	unsigned exports; /* live DLPack exports of the held view */
 	PyObject *name;
 	int efd;          /* poll() mode: td_sub_fd (in the client's epoll) */
@@ -591,20 +594,75 @@ static int sub_start(SubObject *sub)
 	return 0;
 }
 
+static int fence_slice(void *arg, int slice_ms)
+{
+	return td_sub_fence_wait(((SubObject *)arg)->s, slice_ms);
+}
+
+/*
+ * A view is handed out only once its slot's fence signalled (a producer
+ * that publishes with td_ring_publish_fenced() while its device still
+ * writes): wait up to ms for the view libtensord now holds. Until then
+ * it stays pending: the next next()/poll() waits on it again rather
+ * than skip it. 0, -ETIMEDOUT, -EPIPE (the producer closed or died),
+ * -EINTR with a handler's exception set.
+ */
+static int sub_fence_wait(SubObject *sub, const struct td_view *v, int ms)
+{
+	int rc = tdpy_wait_sliced(ms, fence_slice, sub, NULL);
+
+	sub->pending = rc == -ETIMEDOUT || rc == -EINTR;
+	if (sub->pending)
+		sub->fenced = *v;
+	return rc;
+}
+
+static PyObject *fence_raise(SubObject *sub, int rc, int ms)
+{
+	struct td_error e = {.code = rc};
+
+	if (rc == -EINTR && PyErr_Occurred())
+		return NULL; /* a signal handler's exception */
+	if (rc == -ETIMEDOUT)
+		snprintf(e.reason, sizeof(e.reason),
+			 "the fence of \"%s\" version %llu did not signal "
+			 "within %d ms", PyUnicode_AsUTF8(sub->name),
+			 (unsigned long long)sub->fenced.version, ms);
+	else if (rc == -EPIPE)
+		snprintf(e.reason, sizeof(e.reason), "the fence of \"%s\" "
+			 "will not signal: its producer closed the ring",
+			 PyUnicode_AsUTF8(sub->name));
+	else /* -EBADMSG: a value no producer writes */
+		snprintf(e.reason, sizeof(e.reason), "the fence of \"%s\": "
+			 "%s", PyUnicode_AsUTF8(sub->name), strerror(-rc));
+	return tdpy_raise(rc, &e, "next");
+}
+
 /* Without waiting: give the held view back, take the next or None. */
 static PyObject *sub_poll(SubObject *sub, PyObject *unused)
 {
-	struct td_view v;
+	struct td_view v = sub->fenced;
 	int rc;
 
 	if (!sub_usable(sub) || sub_exported(sub) || sub_start(sub) < 0)
 		return NULL;
 	sub->held = 0; /* td_sub_poll() releases it */
-	rc = td_sub_poll(sub->s, &v);
+	rc = sub->pending ? 0 : td_sub_poll(sub->s, &v);
 	if (rc == -EAGAIN)
 		Py_RETURN_NONE;
 	if (rc < 0)
 		return tdpy_raise(rc, NULL, "poll");
+	rc = sub_fence_wait(sub, &v, 0);
+	if (rc == -ETIMEDOUT) {
+		/* a fence wakes nobody: look again in a millisecond */
+		(void)timerfd_settime(sub->efd, 0,
+				      &(struct itimerspec){
+					      .it_value = {0, 1000000}},
+				      NULL);
+		Py_RETURN_NONE;
+	}
+	if (rc < 0)
+		return fence_raise(sub, rc, 0);
 	sub->held = v.version;
 	return view_array(sub, &v);
 }
@@ -630,7 +688,15 @@ static PyObject *sub_wait(SubObject *sub, int ms)
 	if (!sub_usable(sub) || sub_exported(sub))
 		return NULL;
 	sub->busy = true;
-	rc = tdpy_wait_sliced(ms, sub_slice, &(struct sub_arg){sub, &v}, NULL);
+	v = sub->fenced;
+	rc = sub->pending ? 0
+			  : tdpy_wait_sliced(ms, sub_slice,
+					     &(struct sub_arg){sub, &v}, NULL);
+	if (rc == 0 && (rc = sub_fence_wait(sub, &v, ms)) < 0) {
+		sub->busy = false;
+		sub->held = 0;
+		return fence_raise(sub, rc, ms);
+	}
 	sub->busy = false;
 	sub->held = 0;
 	/* a sleep in td_sub_next() disarms the timerfd: wake fileno() so
@@ -689,6 +755,11 @@ static PyObject *sub_release_m(SubObject *sub, PyObject *unused)
 	if (!sub_usable(sub) || sub_exported(sub))
 		return NULL;
 	sub_release_held(sub);
+	/* a view whose fence did not signal in time is given back too, so
+	 * the producer may reuse its slot (the next next() takes a newer) */
+	if (sub->pending)
+		td_sub_release(sub->s);
+	sub->pending = false;
 	Py_RETURN_NONE;
 }
 

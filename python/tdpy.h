@@ -251,6 +251,13 @@ PyObject *tdpy_client_get(ClientObject *self, PyObject *args, PyObject *kw);
  * consumed; follow: the Follow that gave t, or NULL. */
 PyObject *tdpy_lease_array(ClientObject *self, struct td_tensor *t,
 			   const char *name, PyObject *follow);
+/*
+ * Wait up to ms (-1: no limit; sliced, so Ctrl-C ends it) for t's acquire
+ * fence, if it has one (docs/python.md, "Fences"): 0, or -errno with the
+ * reason in *e (-EINTR: a handler's exception is set); t stays held.
+ */
+int tdpy_fence_wait(ClientObject *cl, struct td_tensor *t, const char *name,
+		    int ms, struct td_error *e);
 /* Client.follow(), in follow.c. */
 PyObject *tdpy_client_follow(ClientObject *self, PyObject *args);
 

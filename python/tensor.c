@@ -581,6 +581,35 @@ static int get_waiting(ClientObject *self, struct get_arg *g, int ms)
 	return rc;
 }
 
+static int fence_slice(void *arg, int slice_ms)
+{
+	return td_tensor_fence_wait(arg, slice_ms);
+}
+
+int tdpy_fence_wait(ClientObject *cl, struct td_tensor *t, const char *name,
+		    int ms, struct td_error *e)
+{
+	int rc;
+
+	/*
+	 * An array is only ever handed out whole: a GPU producer publishes
+	 * before its queue has written the bytes, and Python has no other
+	 * place to wait for them.
+	 */
+	if (!td_tensor_has_fence(t))
+		return 0;
+	rc = tdpy_wait_sliced(ms, fence_slice, t, cl);
+	if (rc == -ETIMEDOUT)
+		snprintf(e->reason, sizeof(e->reason),
+			 "the fence of \"%s\" version %llu did not signal "
+			 "within %d ms (its producer is still writing, or "
+			 "died before signalling)",
+			 name, (unsigned long long)td_tensor_version(t), ms);
+	else if (rc < 0 && rc != -EINTR)
+		(void)td_fence_wait(td_tensor_fence_fd(t), 0, e);
+	return rc;
+}
+
 PyObject *tdpy_client_get(ClientObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"name", "version", "newer_than", "timeout",
@@ -612,15 +641,25 @@ PyObject *tdpy_client_get(ClientObject *self, PyObject *args, PyObject *kw)
 	if (!c)
 		return NULL;
 	if (ver != Py_None) {
-		TDPY_CALL(self, rc, td_client_get_version(c, name, v, &t, &e));
+		Py_BEGIN_ALLOW_THREADS
+		rc = td_client_get_version(c, name, v, &t, &e);
+		Py_END_ALLOW_THREADS
 	} else if (newer != Py_None || to != Py_None) {
 		struct get_arg g = {c, name, v, newer == Py_None, &t, &e};
 
 		rc = get_waiting(self, &g, ms);
-		tdpy_client_leave(self);
 	} else {
-		TDPY_CALL(self, rc, td_client_get(c, name, &t, &e));
+		Py_BEGIN_ALLOW_THREADS
+		rc = td_client_get(c, name, &t, &e);
+		Py_END_ALLOW_THREADS
 	}
+	/* the same timeout bounds the wait for its fence */
+	if (rc == 0) {
+		rc = tdpy_fence_wait(self, t, name, ms, &e);
+		if (rc < 0)
+			td_tensor_release(t);
+	}
+	tdpy_client_leave(self);
 	if (rc == -EINTR && PyErr_Occurred())
 		return NULL; /* a signal handler's exception */
 	if (rc < 0)

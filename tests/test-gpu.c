@@ -16,6 +16,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "tensord/tensord.h"
@@ -79,6 +80,32 @@ Test(gpu, bad_fences_are_refused_with_a_reason)
 	cr_assert(strstr(e.reason, "not an open descriptor"), "%s", e.reason);
 	cr_assert_eq(td_fence_signal(file, &e), -EBADF);
 	cr_assert_eq(td_fence_wait(-1, -1, &e), -EBADF);
+}
+
+/*
+ * A producer's own eventfd need not be non-blocking (eventfd(0, 0)); at
+ * its largest count (2^64 - 2) a write of 1 blocks until someone reads.
+ * Signalling such a fence must return at once: it is signalled already.
+ * Without the fix the write blocks and the suite's timeout fails this.
+ */
+Test(gpu, signalling_a_blocking_eventfd_at_its_largest_count_returns)
+{
+	struct td_error e = {0};
+	uint64_t most = UINT64_MAX - 1, count = 0;
+	int fd = eventfd(0, EFD_CLOEXEC);
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, &most, sizeof(most)), sizeof(most));
+	cr_assert_eq(td_fence_signal(fd, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_fence_wait(fd, 0, &e), 0, "%s", e.reason);
+	/* signalling a signalled fence leaves its count alone */
+	cr_assert_eq(read(fd, &count, sizeof(count)), sizeof(count));
+	cr_assert_eq(count, most);
+	/* and an unsignalled blocking one is signalled by one write */
+	cr_assert_eq(td_fence_signal(fd, &e), 0, "%s", e.reason);
+	cr_assert_eq(read(fd, &count, sizeof(count)), sizeof(count));
+	cr_assert_eq(count, 1);
+	close(fd);
 }
 
 /*
@@ -296,6 +323,53 @@ Test(gpu, publishing_a_bad_fence_is_refused_with_a_reason)
 	tu_daemon_stop(&d, true);
 }
 
+/*
+ * Buffers a producer brings that are no memfd or dma-buf: refused here,
+ * -EINVAL saying what the fd is (a pipe once came back -ESPIPE "Illegal
+ * seek", an eventfd passed as a dma-buf to the daemon), nothing sent.
+ */
+Test(gpu, publishing_a_buffer_that_is_no_memfd_or_dmabuf_says_what_it_is)
+{
+	struct tu_daemon d;
+	struct td_error e = {0};
+	const uint64_t shape[1] = {16};
+	int p[2], sv[2];
+
+	tu_daemon_start(&d, "warn");
+	cr_assert(pipe2(p, O_CLOEXEC) == 0);
+	cr_assert(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+	int zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+	int ev = eventfd(0, EFD_CLOEXEC);
+	const int fds[4] = {p[0], sv[0], zero, ev};
+	const char *what[4] = {"is a pipe", "is a socket",
+			       "is a character device",
+			       "is an fd of another kind"};
+	struct td_client *c = connect_to(&d);
+	int dfds = tu_pid_fd_count(d.pid);
+
+	cr_assert_geq(zero, 0);
+	for (int i = 0; i < 4; i++) {
+		struct td_publish pb = {.name = "gpu/nb", .dtype = TD_TENSOR_U8,
+					.ndim = 1, .shape = shape,
+					.fd_count = 1, .fds = &fds[i]};
+
+		cr_assert_eq(td_client_publish(c, &pb, NULL, &e), -EINVAL,
+			     "%d: %s", i, e.reason);
+		cr_assert(strstr(e.reason, what[i]), "%s", e.reason);
+		cr_assert(strstr(e.reason, "not a memfd or dma-buf"), "%s",
+			  e.reason);
+	}
+	cr_assert_eq(tu_pid_fd_count(d.pid), dfds);
+	struct td_entry en;
+	cr_assert_eq(td_client_stat(c, "gpu/nb", &en, &e), -ENOENT);
+	for (int i = 0; i < 4; i++)
+		close(fds[i]);
+	close(p[1]);
+	close(sv[1]);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
 static void alloc_and_die(const struct tu_daemon *d, void *arg)
 {
 	struct td_client *c = open_client(d);
@@ -491,6 +565,53 @@ Test(gpu, loans_and_ring_slots_are_aligned_to_their_size)
 	}
 	td_sub_close(s);
 	td_ring_close(r);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * Planes of different sizes: A-aligned in every slot when EVERY plane's
+ * size is a multiple of A (offsets are sums of the sizes before, the
+ * stride their total rounded to pages). One plane's size alone promises
+ * nothing: {64 KiB, 4 KiB} puts slot 1 at 68 KiB.
+ */
+Test(gpu, ring_planes_of_mixed_sizes_align_to_what_all_sizes_share)
+{
+	struct tu_daemon d;
+	struct td_error e = {0};
+	const uint64_t shapes[2][1] = {{(64 + 192) * 1024}, {68 * 1024}};
+	const uint64_t mixed[2][2] = {{64 * 1024, 192 * 1024},
+				      {64 * 1024, 4 * 1024}};
+	const uint64_t shared[2] = {64 * 1024, 4 * 1024};
+
+	tu_daemon_start(&d, "warn");
+	struct td_client *c = connect_to(&d);
+	for (int k = 0; k < 2; k++) {
+		struct td_ring_desc desc = {
+			.dtype = TD_TENSOR_U8, .ndim = 1, .shape = shapes[k],
+			.plane_count = 2, .plane_sizes = mixed[k],
+			.slot_count = 3, .reader_count = 1};
+		struct td_ring *r;
+		struct td_slot sl;
+		bool all_64k = true;
+
+		cr_assert_eq(td_ring_create(c, k ? "gpu/m1" : "gpu/m0", &desc,
+					    &r, &e),
+			     0, "%s", e.reason);
+		for (int n = 0; n < 3; n++) {
+			cr_assert_eq(td_ring_acquire(r, 0, &sl), 0);
+			for (uint32_t i = 0; i < 2; i++) {
+				uintptr_t a = (uintptr_t)sl.planes[i];
+
+				cr_assert_eq(a % shared[k], 0, "slot %u plane %u",
+					     sl.index, i);
+				all_64k = all_64k && a % (64 * 1024) == 0;
+			}
+			cr_assert_eq(td_ring_publish(r, NULL), 0);
+		}
+		cr_assert_eq(all_64k, k == 0, "ring %d", k);
+		td_ring_close(r);
+	}
 	td_client_close(c);
 	tu_daemon_stop(&d, true);
 }

@@ -325,7 +325,12 @@ static int run_ring(const char *name, uint64_t bytes, long frames)
 				(uint32_t)f) < 0)
 			return 1;
 		/* out before the GPU is done: the slot's fence says when */
-		td_ring_publish_fenced(r, &version);
+		rc = td_ring_publish_fenced(r, &version);
+		if (rc < 0) {
+			fprintf(stderr, "producer: publish: %s\n",
+				strerror(-rc));
+			return 1;
+		}
 		if (vkx_wait(&v, &prod) < 0 ||
 		    td_ring_fence_signal(r, version) < 0)
 			return 1;

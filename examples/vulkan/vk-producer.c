@@ -88,6 +88,11 @@ int main(int argc, char **argv)
 					(uint32_t)f) < 0)
 				return 1;
 			fence = vkx_sync_file(&v, &prog);
+			/* done already: no sync_file, an eventfd says so */
+			if (fence == -EALREADY &&
+			    (fence = td_fence_create()) >= 0 &&
+			    td_fence_signal(fence, &err) < 0)
+				return fail("signal", &err);
 		} else {
 			fence = td_fence_create();
 		}

@@ -3,6 +3,7 @@
 #include "vkx.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <link.h>
 #include <stdio.h>
 #include <string.h>
@@ -516,6 +517,7 @@ int vkx_sync_file(struct vkx *v, struct vkx_prog *p)
 	int fd = -1;
 
 	if (!v->sync_fd || v->fence_fd(v->dev, &gi, &fd) != VK_SUCCESS)
-		return -1;
-	return fd;
+		return -EIO;
+	/* the spec allows -1 for a fence that is signalled already */
+	return fd < 0 ? -EALREADY : fd;
 }

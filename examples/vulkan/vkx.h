@@ -83,7 +83,9 @@ int vkx_reduce(struct vkx *v, struct vkx_prog *p, struct vkx_buf *src,
 int vkx_wait(struct vkx *v, struct vkx_prog *p);
 /*
  * A sync_file that signals when the program's last submission completes
- * (only with v->sync_fd; call right after the submit). fd or -1.
+ * (only with v->sync_fd; call right after the submit). fd, -EALREADY
+ * when the submission had already completed (vkGetFenceFdKHR may then
+ * give no fd, "-1", for a SYNC_FD), or -EIO.
  */
 int vkx_sync_file(struct vkx *v, struct vkx_prog *p);
 

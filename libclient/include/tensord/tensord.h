@@ -305,7 +305,8 @@ TD_EXPORT int td_client_publish(struct td_client *c, const struct td_publish *p,
  * most 2 MiB) is mapped at an A-aligned address, so asking for sizes that
  * are multiples of a device's minImportedHostPointerAlignment gives
  * buffers it can import (VK_EXT_external_memory_host). The same holds
- * for ring slot planes (td_ring_desc) and whole-buffer GET mappings.
+ * for whole-buffer GET mappings, and for ring slot planes (td_ring_desc)
+ * when every plane size of the ring is a multiple of A.
  * Returns 0 and the loan in *out, or -errno.
  */
 TD_EXPORT int td_client_alloc(struct td_client *c, uint32_t plane_count,
@@ -708,11 +709,15 @@ TD_EXPORT int td_tensor_plane_kind(const struct td_tensor *t, uint32_t i);
 /*
  * A new unsignalled eventfd fence (close-on-exec, non-blocking) to
  * publish with TD_PUBLISH_FENCE, then signal with td_fence_signal().
- * The fd (close it after publishing: the daemon keeps its own) or -errno.
+ * The fd (close it once signalled: the daemon keeps its own, and one
+ * closed before the signal can never be signalled, so consumers' waits
+ * time out) or -errno.
  */
 TD_EXPORT int td_fence_create(void);
 /*
- * Signal an eventfd fence: every reader's wait returns from now on.
+ * Signal an eventfd fence: every reader's wait returns from now on. One
+ * signalled already is left as it is (never a blocking write, for an
+ * eventfd of the caller's own made without EFD_NONBLOCK).
  * 0, -EINVAL (not an eventfd: a sync_file is signalled by its driver),
  * -EBADF, or -errno, with a reason in *err.
  */
@@ -867,9 +872,10 @@ struct td_ring_desc {
 	uint32_t dtype; /* enum td_tensor_dtype, as subscribers see it */
 	uint32_t ndim;  /* <= TD_ENTRY_MAX_DIMS */
 	const uint64_t *shape;
-	/* planes per slot; 0 = one plane of the dense tensor size. Plane
-	 * sizes that are multiples of A (a power of two <= 2 MiB) give
-	 * A-aligned planes in every slot, producer and subscribers alike */
+	/* planes per slot; 0 = one plane of the dense tensor size. When
+	 * every plane size is a multiple of A (a power of two <= 2 MiB),
+	 * every plane of every slot is A-aligned, producer and subscribers
+	 * alike (one plane's size alone does not do it) */
 	uint32_t plane_count;
 	const uint64_t *plane_sizes;
 	uint32_t slot_count;   /* 2..64; 0 = 4 */
