@@ -161,7 +161,10 @@ int td_fence_wait(int fence_fd, int timeout_ms, struct td_error *err)
 				kind == TD__FENCE_EVENTFD ? "eventfd"
 							  : "sync_file",
 				timeout_ms);
-	if (pfd.revents & (POLLERR | POLLNVAL))
+	if (pfd.revents & POLLNVAL) /* closed since it was checked */
+		return td__fail(err, -EBADF, "fence fd %d is not open",
+				fence_fd);
+	if (pfd.revents & POLLERR)
 		return td__fail(err, -EIO, "fence fd %d polls an error",
 				fence_fd);
 	if (kind == TD__FENCE_SYNC_FILE) {

@@ -286,7 +286,10 @@ struct td_publish {
 };
 
 /*
- * Publish the caller's own buffers (p->fds, borrowed). The daemon takes its
+ * Publish the caller's own buffers (p->fds, borrowed): memfds made with
+ * MFD_ALLOW_SEALING and sealed F_SEAL_SHRINK (else -EINVAL naming the
+ * seal: a buffer that could shrink under a reader's mapping would SIGBUS
+ * it), or dma-bufs. The daemon takes its
  * own reference to each buffer and write-seals memfds (F_SEAL_WRITE), so
  * the caller must hold no writable shared mapping of them and must not
  * write them after this call. Buffers appear in the blob's fd table once
