@@ -140,6 +140,9 @@ void td__loop_cancel(struct td_client *c)
 	struct td__async *list;
 
 	pthread_mutex_lock(&c->lock);
+	/* a callback below that asks again is refused: nothing would
+	 * deliver its answer, nor free it */
+	c->closing = true;
 	td__loop_fail(c, -ECANCELED);
 	list = c->done;
 	c->done = c->done_tail = NULL;
@@ -178,6 +181,10 @@ int td_client_get_newer_async(struct td_client *c, const char *name,
 	a->fn = fn;
 	a->ud = ud;
 	pthread_mutex_lock(&c->lock);
+	if (c->closing) {
+		rc = td__fail(err, -ENOTCONN, "client is closing");
+		goto fail;
+	}
 	len = td__get_encode(c, name, TD_GET_NEWER, after, t);
 	if (len < 0) {
 		rc = td__fail(err, -EINVAL, "bad tensor name");
@@ -223,6 +230,39 @@ static int read_ready(struct td_client *c)
 	return rc;
 }
 
+/* Has a callback closed the handle (td_client_close)? No lock held. */
+static bool closed(struct td_client *c)
+{
+	bool gone;
+
+	pthread_mutex_lock(&c->lock);
+	gone = c->sock < 0;
+	pthread_mutex_unlock(&c->lock);
+	return gone;
+}
+
+/*
+ * Hand evs to fn in order, and free them. No lock held. A handler that
+ * closed the handle ends the batch: the events left go with it.
+ */
+static int deliver_events(struct td_client *c, struct td__event *evs,
+			  td_event_fn fn, void *ud)
+{
+	int n = 0;
+
+	while (evs) {
+		struct td__event *e = evs;
+
+		evs = e->next;
+		if (!closed(c)) {
+			fn(c, &e->ev, ud);
+			n++;
+		}
+		free(e);
+	}
+	return n;
+}
+
 int td_client_process(struct td_client *c, struct td_error *err)
 {
 	struct td__event *evs = NULL;
@@ -244,19 +284,19 @@ int td_client_process(struct td_client *c, struct td_error *err)
 		c->ev_head = c->ev_tail = NULL;
 	}
 	td__loop_ready(c);
+	/*
+	 * A callback may close the handle: the struct stays until the
+	 * callbacks are done. GETs taken are still delivered (each fn is
+	 * owed its one call); events and subscriptions end with the handle.
+	 */
+	td__client_ref(c);
 	pthread_mutex_unlock(&c->lock);
 
 	n = deliver_gets(c, gets);
-	if (rc == 0)
+	if (rc == 0 && !closed(c))
 		n += td__sub_deliver(c);
-	while (evs) {
-		struct td__event *e = evs;
-
-		evs = e->next;
-		fn(c, &e->ev, ud);
-		free(e);
-		n++;
-	}
+	n += deliver_events(c, evs, fn, ud);
+	td__client_unref(c);
 	if (rc < 0)
 		return td__fail(err, rc, "connection: %s", strerror(-rc));
 	return n;

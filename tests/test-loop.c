@@ -635,3 +635,84 @@ Test(loop, exact_watches_on_many_names_each_fire_for_their_own_name)
 	td_client_close(p);
 	tu_daemon_stop(&d, true);
 }
+
+/* ---- callbacks that call back into the library ---- */
+
+struct closer {
+	int calls;
+	struct td_client *c;
+};
+
+static void close_on_event(struct td_client *c, const struct td_event *ev,
+			   void *ud)
+{
+	struct closer *k = ud;
+	(void)ev;
+	k->calls++;
+	cr_assert_eq(c, k->c, "called for a client already closed");
+	td_client_close(c);
+}
+
+/*
+ * A handler may call any function on its handle, td_client_close() too:
+ * the events still in the batch td_client_process() took are dropped
+ * with the handle, never handed to a handler with a freed client.
+ */
+Test(loop, an_event_handler_may_close_its_client)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *w = x.c, *p = x.p;
+	struct closer k = {.c = w};
+	uint64_t id;
+	cr_assert_eq(td_client_watch(w, "z", 0, &id, NULL), 0);
+	cr_assert_eq(td_client_set_event_handler(w, close_on_event, &k), 0);
+	put(p, "z", 1);
+	put(p, "z", 2);
+	/* both events queued before the handler runs */
+	struct td_entry ent;
+	cr_assert_eq(td_client_stat(w, "z", &ent, NULL), 0);
+	cr_assert_eq(ent.version, 2);
+	td_entry_fini(&ent);
+	td_client_process(w, NULL);
+	cr_assert_eq(k.calls, 1, "no event after the close");
+	td_client_close(p);
+	tu_daemon_stop(&x.d, true);
+}
+
+struct rearm {
+	int calls, status, again;
+};
+
+static void rearm_on_get(struct td_client *c, int status, struct td_tensor *t,
+			 const struct td_error *err, void *ud)
+{
+	struct rearm *r = ud;
+	(void)err;
+	r->calls++;
+	r->status = status;
+	td_tensor_release(t);
+	/* a chain that asks again whatever happened */
+	r->again = td_client_get_newer_async(c, "never", 0, -1, rearm_on_get,
+					     r, NULL);
+}
+
+/*
+ * td_client_close() tells each waiting GET -ECANCELED; a callback that
+ * asks again then is refused (its fn never called), not sent on a
+ * connection about to close, where nothing would ever answer or free it.
+ */
+Test(loop, a_get_asked_for_while_closing_is_refused)
+{
+	struct tu_daemon d;
+	tu_daemon_start(&d, "warn");
+	struct td_client *c = open_client(&d);
+	struct rearm r = {0};
+	cr_assert_eq(td_client_get_newer_async(c, "never", 0, -1, rearm_on_get,
+					       &r, NULL), 0);
+	td_client_close(c);
+	cr_assert_eq(r.calls, 1);
+	cr_assert_eq(r.status, -ECANCELED);
+	cr_assert_eq(r.again, -ENOTCONN, "%d", r.again);
+	tu_daemon_stop(&d, true);
+}

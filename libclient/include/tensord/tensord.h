@@ -185,7 +185,9 @@ struct td_tensor;
 /*
  * Called by td_client_process() for each watch event, in arrival order,
  * with no lock held: it may call any function on the handle (blocking
- * ones included). ev is valid during the call only.
+ * ones included). ev is valid during the call only. After a callback
+ * closed the handle, td_client_process() calls no handler for the events
+ * and subscriptions left (GETs already finished still get theirs).
  */
 typedef void (*td_event_fn)(struct td_client *c, const struct td_event *ev,
 			    void *ud);
@@ -218,7 +220,8 @@ typedef void (*td_get_fn)(struct td_client *c, int status,
  * same way (its latest slot, leased). Any number may be outstanding (the
  * daemon parks at most 256 per connection and refuses the rest with
  * -ENOBUFS, delivered to fn). Returns 0, or -errno when the request could
- * not be sent (fn is then never called).
+ * not be sent (fn is then never called): -ENOTCONN also from a callback
+ * that td_client_close() runs.
  */
 TD_EXPORT int td_client_get_newer_async(struct td_client *c, const char *name,
 					uint64_t after, int timeout_ms,
