@@ -54,7 +54,8 @@ void td__loop_ready(struct td_client *c)
 	bool want = c->ev_head || c->done;
 	uint64_t v = 1;
 
-	if (c->efd < 0 || want == c->efd_on)
+	/* a child of fork() shares the eventfd: it is the parent's to set */
+	if (c->efd < 0 || want == c->efd_on || td__client_foreign(c))
 		return;
 	/*
 	 * An eventfd cannot fail these with a counter that only ever holds

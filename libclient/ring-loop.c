@@ -137,6 +137,9 @@ int td_sub_set_handler(struct td_sub *s, td_sub_fn fn, void *ud)
 	if (!s)
 		return -EINVAL;
 	c = s->c;
+	/* a child of fork() shares the parent's epoll set (and row) */
+	if (td__client_foreign(c))
+		return -ECHILD;
 	if (fn) {
 		rc = td_sub_fd(s);
 		if (rc < 0)

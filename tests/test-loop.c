@@ -716,3 +716,89 @@ Test(loop, a_get_asked_for_while_closing_is_refused)
 	cr_assert_eq(r.again, -ENOTCONN, "%d", r.again);
 	tu_daemon_stop(&d, true);
 }
+
+/* ---- fork() ---- */
+
+/*
+ * A child of fork() shares the parent's epoll set and eventfd: what it
+ * does with its copy of the handle (close it, drain its copy of the
+ * queue) must not change what the parent's td_client_fd() says.
+ */
+Test(loop, a_child_of_fork_leaves_the_parents_fd_alone)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *c = x.c, *p = x.p;
+	struct got g = {0};
+	uint64_t id;
+	cr_assert_eq(td_client_watch(c, "f", 0, &id, NULL), 0);
+	cr_assert_eq(td_client_get_newer_async(c, "never", 0, -1, on_get, &g,
+					       NULL), 0);
+	cr_assert_eq(readable(c, 0), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		td_client_close(c);
+		_exit(0);
+	}
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert_eq(readable(c, 0), 0, "nothing queued in the parent");
+
+	/* an event queued in the parent, drained by a child */
+	put(p, "f", 1);
+	struct td_entry ent;
+	cr_assert_eq(td_client_stat(c, "f", &ent, NULL), 0);
+	td_entry_fini(&ent);
+	cr_assert_eq(readable(c, 0), 1);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct td_event ev;
+		(void)td_client_next_event(c, 0, &ev, NULL);
+		_exit(0);
+	}
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert_eq(readable(c, 0), 1, "the parent's event is still there");
+	struct td_event ev;
+	cr_assert_eq(td_client_next_event(c, 0, &ev, NULL), 0);
+	cr_assert_str_eq(ev.name, "f");
+	cr_assert_eq(readable(c, 0), 0);
+	cr_assert_eq(g.calls, 0);
+	pair_down(&x);
+	cr_assert_eq(g.status, -ECANCELED);
+}
+
+static void no_view(struct td_sub *s, int status, const struct td_view *v,
+		    void *ud)
+{
+	(void)s, (void)status, (void)v, (void)ud;
+}
+
+/* Nor may a child put the parent's subscription into the shared set. */
+Test(loop, a_child_of_fork_cannot_give_the_parents_sub_a_handler)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *pc = x.p, *c = x.c;
+	uint64_t shape[1] = {8};
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = shape};
+	struct td_ring *r;
+	struct td_sub *s;
+	cr_assert_eq(td_ring_create(pc, "loop/fk", &desc, &r, NULL), 0);
+	cr_assert_eq(td_ring_subscribe(c, "loop/fk", 0, &s, NULL), 0);
+	cr_assert_geq(td_sub_fd(s), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0)
+		_exit(td_sub_set_handler(s, no_view, NULL) == -ECHILD ? 0 : 1);
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "-ECHILD");
+	ring_put(r, 1);
+	cr_assert_eq(readable(c, 0), 0, "no handler in the parent");
+	td_sub_close(s);
+	td_ring_close(r);
+	pair_down(&x);
+}
