@@ -802,3 +802,45 @@ Test(loop, a_child_of_fork_cannot_give_the_parents_sub_a_handler)
 	td_ring_close(r);
 	pair_down(&x);
 }
+
+/* ---- TD_CLIENT_RECONNECT and watch ids ---- */
+
+/*
+ * An UNWATCH whose call is the one that reconnects names the watch by
+ * the id the new daemon gave it, not the old daemon's: that id may be
+ * another watch's there (the watches are made again in another order).
+ */
+Test(loop, unwatch_after_a_restart_ends_the_watch_it_names)
+{
+	char link[64];
+	snprintf(link, sizeof(link), "/tmp/td-unwatch-%d.sock", (int)getpid());
+	struct tu_daemon d1, d2;
+	tu_daemon_start(&d1, "warn");
+	tu_link_to(link, d1.sock);
+	struct td_client *c, *p;
+	struct td_error e = {0};
+	uint64_t a, b, ids[4];
+	cr_assert_eq(td_client_connect_ex(link, TD_CLIENT_RECONNECT, &c, &e),
+		     0, "%s", e.reason);
+	cr_assert_eq(td_client_watch(c, "ua", 0, &a, NULL), 0);
+	cr_assert_eq(td_client_watch(c, "ub", 0, &b, NULL), 0);
+	kill_daemon(&d1);
+	cr_assert_gt(readable(c, HANG_MS), 0, "hang-up polls readable");
+	cr_assert_lt(td_client_process(c, NULL), 0, "the break is seen");
+	tu_daemon_start(&d2, "warn");
+	tu_link_to(link, d2.sock);
+	cr_assert_eq(td_client_unwatch(c, a, &e), 0, "%s", e.reason);
+	struct td_event ev;
+	cr_assert_eq(td_client_next_event(c, 0, &ev, NULL), 0);
+	cr_assert_eq(ev.type, TD_EVENT_TYPE_RECONNECTED);
+	cr_assert_eq(td_client_connect(d2.sock, &p, &e), 0, "%s", e.reason);
+	put(p, "ua", 1);
+	cr_assert_eq(drain_events(c, NULL, ids, 4), 0, "ua is not watched");
+	put(p, "ub", 1);
+	cr_assert_eq(drain_events(c, "ub", ids, 4), 1, "ub still is");
+	cr_assert_eq(ids[0], b);
+	td_client_close(p);
+	td_client_close(c);
+	kill_daemon(&d2);
+	unlink(link);
+}
