@@ -231,45 +231,47 @@ static int read_ready(struct td_client *c)
 	return rc;
 }
 
-/* Has a callback closed the handle (td_client_close)? No lock held. */
-static bool closed(struct td_client *c)
-{
-	bool gone;
-
-	pthread_mutex_lock(&c->lock);
-	gone = c->sock < 0;
-	pthread_mutex_unlock(&c->lock);
-	return gone;
-}
-
 /*
- * Hand evs to fn in order, and free them. No lock held. A handler that
- * closed the handle ends the batch: the events left go with it.
+ * Hand the events queued now to the handler, at most limit, taking
+ * each from the head of the queue only when its turn comes. No lock
+ * held. So a handler that processes again (nested) goes on with the
+ * next event in arrival order; one that sets another handler, or none,
+ * has the rest go there; one that closes the handle ends the batch (the
+ * events left went with the handle).
  */
-static int deliver_events(struct td_client *c, struct td__event *evs,
-			  td_event_fn fn, void *ud)
+static int deliver_events(struct td_client *c, size_t limit)
 {
 	int n = 0;
 
-	while (evs) {
-		struct td__event *e = evs;
+	for (; limit; limit--) {
+		struct td__event *e = NULL;
+		td_event_fn fn;
+		void *ud;
 
-		evs = e->next;
-		if (!closed(c)) {
-			fn(c, &e->ev, ud);
-			n++;
+		pthread_mutex_lock(&c->lock);
+		fn = c->ev_fn;
+		ud = c->ev_ud;
+		if (fn && c->sock >= 0 && (e = c->ev_head)) {
+			c->ev_head = e->next;
+			if (!c->ev_head)
+				c->ev_tail = NULL;
+			td__loop_ready(c);
 		}
+		pthread_mutex_unlock(&c->lock);
+		if (!e)
+			break;
+		fn(c, &e->ev, ud);
 		free(e);
+		n++;
 	}
 	return n;
 }
 
 int td_client_process(struct td_client *c, struct td_error *err)
 {
-	struct td__event *evs = NULL;
 	struct td__async *gets;
-	td_event_fn fn;
-	void *ud;
+	size_t evs = 0;
+	bool open;
 	int rc, n;
 
 	if (!c)
@@ -278,12 +280,10 @@ int td_client_process(struct td_client *c, struct td_error *err)
 	rc = read_ready(c);
 	gets = c->done;
 	c->done = c->done_tail = NULL;
-	fn = c->ev_fn;
-	ud = c->ev_ud;
-	if (fn) {
-		evs = c->ev_head;
-		c->ev_head = c->ev_tail = NULL;
-	}
+	/* what came in during the callbacks waits for the next call */
+	for (const struct td__event *e = c->ev_head; e && c->ev_fn;
+	     e = e->next)
+		evs++;
 	td__loop_ready(c);
 	/*
 	 * A callback may close the handle: the struct stays until the
@@ -294,9 +294,12 @@ int td_client_process(struct td_client *c, struct td_error *err)
 	pthread_mutex_unlock(&c->lock);
 
 	n = deliver_gets(c, gets);
-	if (rc == 0 && !closed(c))
+	pthread_mutex_lock(&c->lock);
+	open = c->sock >= 0;
+	pthread_mutex_unlock(&c->lock);
+	if (rc == 0 && open)
 		n += td__sub_deliver(c);
-	n += deliver_events(c, evs, fn, ud);
+	n += deliver_events(c, evs);
 	td__client_unref(c);
 	if (rc < 0)
 		return td__fail(err, rc, "connection: %s", strerror(-rc));

@@ -844,3 +844,52 @@ Test(loop, unwatch_after_a_restart_ends_the_watch_it_names)
 	kill_daemon(&d2);
 	unlink(link);
 }
+
+struct nest {
+	struct td_client *p;
+	int n;
+	uint64_t versions[4];
+};
+
+static void nest_on_event(struct td_client *c, const struct td_event *ev,
+			  void *ud)
+{
+	struct nest *k = ud;
+	cr_assert_lt(k->n, 4);
+	k->versions[k->n++] = ev->version;
+	if (k->n > 1)
+		return;
+	/* a third version comes in; the handler processes again */
+	put(k->p, "nest", 3);
+	cr_assert_gt(readable(c, HANG_MS), 0);
+	cr_assert_geq(td_client_process(c, NULL), 0);
+}
+
+/*
+ * A handler that calls td_client_process() itself gets the events in
+ * arrival order still: the nested call hands out the next queued event,
+ * not one that came after the rest of the outer call's batch.
+ */
+Test(loop, a_nested_process_keeps_events_in_arrival_order)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *w = x.c, *p = x.p;
+	struct nest k = {.p = p};
+	uint64_t id;
+	cr_assert_eq(td_client_watch(w, "nest", 0, &id, NULL), 0);
+	cr_assert_eq(td_client_set_event_handler(w, nest_on_event, &k), 0);
+	put(p, "nest", 1);
+	put(p, "nest", 2);
+	struct td_entry ent;
+	cr_assert_eq(td_client_stat(w, "nest", &ent, NULL), 0);
+	td_entry_fini(&ent);
+	while (k.n < 3) {
+		cr_assert_gt(readable(w, HANG_MS), 0);
+		cr_assert_geq(td_client_process(w, NULL), 0);
+	}
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(k.versions[i], (uint64_t)i + 1, "event %d: %lu", i,
+			     (unsigned long)k.versions[i]);
+	pair_down(&x);
+}
