@@ -893,3 +893,53 @@ Test(loop, a_nested_process_keeps_events_in_arrival_order)
 			     (unsigned long)k.versions[i]);
 	pair_down(&x);
 }
+
+struct tally {
+	int calls, eagain, cancelled, other;
+};
+
+static void count_get(struct td_client *c, int status, struct td_tensor *t,
+		      const struct td_error *err, void *ud)
+{
+	struct tally *k = ud;
+	(void)c, (void)err;
+	k->calls++;
+	if (status == -EAGAIN)
+		k->eagain++;
+	else if (status == -ECANCELED)
+		k->cancelled++;
+	else
+		k->other++;
+	td_tensor_release(t);
+}
+
+/*
+ * The daemon parks 256 GETs per connection; the 257th is refused with
+ * the status tensord.h names, delivered to its callback, and the
+ * connection stays. Closing then tells the 256 parked ones.
+ */
+Test(loop, the_257th_outstanding_get_is_refused_as_documented)
+{
+	struct tu_daemon d;
+	tu_daemon_start(&d, "warn");
+	int fds0 = tu_fd_count();
+	struct td_client *c = open_client(&d);
+	struct tally k = {0};
+	for (int i = 0; i < 257; i++)
+		cr_assert_eq(td_client_get_newer_async(c, "never", 0, -1,
+						       count_get, &k, NULL),
+			     0);
+	while (!k.calls) {
+		cr_assert_gt(readable(c, HANG_MS), 0);
+		cr_assert_geq(td_client_process(c, NULL), 0);
+	}
+	cr_assert_eq(k.eagain, 1, "-EAGAIN (tensord.h, protocol.md §4)");
+	cr_assert_eq(k.other, 0);
+	struct td_entry ent;
+	cr_assert_eq(td_client_stat(c, "never", &ent, NULL), -ENOENT,
+		     "the connection stays");
+	td_client_close(c);
+	cr_assert_eq(k.cancelled, 256);
+	cr_assert_eq(tu_fd_count(), fds0);
+	tu_daemon_stop(&d, true);
+}

@@ -220,7 +220,7 @@ typedef void (*td_get_fn)(struct td_client *c, int status,
  * result from a later td_client_process(). A ring name is served the
  * same way (its latest slot, leased). Any number may be outstanding (the
  * daemon parks at most 256 per connection and refuses the rest with
- * -ENOBUFS, delivered to fn). Returns 0, or -errno when the request could
+ * -EAGAIN, delivered to fn). Returns 0, or -errno when the request could
  * not be sent (fn is then never called): -ENOTCONN also from a callback
  * that td_client_close() runs.
  */
