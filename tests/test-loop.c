@@ -943,3 +943,86 @@ Test(loop, the_257th_outstanding_get_is_refused_as_documented)
 	cr_assert_eq(tu_fd_count(), fds0);
 	tu_daemon_stop(&d, true);
 }
+
+/*
+ * A watcher that never reads is cut by the daemon once its outgoing
+ * queue is over budget (protocol.md §4), without holding up the
+ * publisher; it then reads the events that reached it, a gapless run
+ * from the first, and -ECONNRESET, never a hang or a silent gap.
+ */
+Test(loop, a_watcher_that_never_reads_is_cut_and_told)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *w = x.c, *p = x.p;
+	uint64_t id;
+	cr_assert_eq(td_client_watch(w, "flood", 0, &id, NULL), 0);
+	for (int i = 0; i < 3000; i++)
+		put(p, "flood", (uint8_t)i);
+	struct td_event ev;
+	uint64_t n = 0;
+	int rc;
+	while ((rc = td_client_next_event(w, HANG_MS, &ev, NULL)) == 0) {
+		cr_assert_eq(ev.version, ++n, "no gap");
+		cr_assert_eq(ev.watch_id, id);
+	}
+	cr_assert_eq(rc, -ECONNRESET, "%d after %lu events", rc,
+		     (unsigned long)n);
+	cr_assert_lt(n, 3000);
+	cr_assert_gt(n, 0);
+	cr_assert_eq(td_client_process(w, NULL), -ECONNRESET);
+	pair_down(&x);
+}
+
+/* ---- descriptors of follows and subscriptions ---- */
+
+/*
+ * td_follow_fd() polls readable for a version that was there before it
+ * was made (a loop polls first, then calls td_follow_poll()). The
+ * timerfds td_follow_fd() and td_sub_fd() make go with their follow or
+ * subscription, whichever order the program ends things in: a follow
+ * closed while its tensor is held, a subscription with a handler whose
+ * client was closed first.
+ */
+Test(loop, a_follow_fd_is_armed_at_once_and_wake_fds_go_in_any_order)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *pc = x.p, *c = x.c;
+	int fds0 = tu_fd_count();
+	struct td_follow *f;
+	struct td_tensor *t;
+	struct td_error e = {0};
+	put(pc, "lf", 1);
+	cr_assert_eq(td_client_follow(c, "lf", &f, &e), 0, "%s", e.reason);
+	int fd = td_follow_fd(f);
+	cr_assert_geq(fd, 0, "%s", strerror(-fd));
+	struct pollfd pf = {.fd = fd, .events = POLLIN};
+	cr_assert_eq(poll(&pf, 1, HANG_MS), 1);
+	cr_assert_eq(td_follow_poll(f, &t, &e), 0, "%s", e.reason);
+	td_follow_close(f);
+	td_tensor_release(t);
+	td_client_trim(c); /* the mapping cache keeps the plane's fd */
+	cr_assert_eq(tu_fd_count(), fds0, "the follow's fds");
+
+	struct td_client *c2 = open_client(&x.d);
+	uint64_t shape[1] = {8};
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = shape};
+	struct td_ring *r;
+	struct td_sub *s;
+	struct views w = {0};
+	cr_assert_eq(td_ring_create(pc, "loop/lfd", &desc, &r, NULL), 0);
+	cr_assert_eq(td_ring_subscribe(c2, "loop/lfd", 0, &s, NULL), 0);
+	cr_assert_eq(td_sub_set_handler(s, on_view, &w), 0);
+	ring_put(r, 1);
+	while (!w.calls) {
+		cr_assert_gt(readable(c2, HANG_MS), 0);
+		cr_assert_geq(td_client_process(c2, NULL), 0);
+	}
+	td_client_close(c2);
+	td_sub_close(s);
+	td_ring_close(r);
+	cr_assert_eq(tu_fd_count(), fds0, "the subscription's fds");
+	pair_down(&x);
+}

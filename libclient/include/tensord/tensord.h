@@ -559,8 +559,9 @@ TD_EXPORT int td_client_follow(struct td_client *c, const char *name,
 TD_EXPORT int td_follow_next(struct td_follow *f, int timeout_ms,
 			     struct td_tensor **out, struct td_error *err);
 /*
- * Event loops: td_follow_fd() gives a timerfd (made and registered with
- * the daemon on the first call, owned by the follow) that polls readable
+ * Event loops: td_follow_fd() gives a timerfd (made, registered with
+ * the daemon and armed on the first call, owned by the follow: a version
+ * already there makes it readable at once) that polls readable
  * when td_follow_poll() may have something: a version newer than the
  * last one returned, or a connection gone. td_follow_poll() is
  * td_follow_next() with no wait that arms the fd when it finds nothing
