@@ -162,6 +162,7 @@ struct td_client {
 	td_event_fn ev_fn; /* td_client_set_event_handler(), NULL = none */
 	void *ev_ud;
 	struct td_sub *subs; /* subscriptions with a handler (ring.c) */
+	bool sub_walk;       /* td__sub_deliver() is calling them */
 	struct td__map *maps; /* list of every mapping */
 	unsigned idle_maps;   /* maps with refs == 0 */
 	struct td__loanbuf *loans; /* recyclable loan buffers */

@@ -1026,3 +1026,62 @@ Test(loop, a_follow_fd_is_armed_at_once_and_wake_fds_go_in_any_order)
 	cr_assert_eq(tu_fd_count(), fds0, "the subscription's fds");
 	pair_down(&x);
 }
+
+struct subnest {
+	struct td_client *c;
+	int a_calls, b_calls;
+};
+
+static void b_closes_itself(struct td_sub *s, int status,
+			    const struct td_view *v, void *ud)
+{
+	struct subnest *k = ud;
+	(void)status, (void)v;
+	k->b_calls++;
+	td_sub_close(s);
+}
+
+static void a_processes_again(struct td_sub *s, int status,
+			      const struct td_view *v, void *ud)
+{
+	struct subnest *k = ud;
+	(void)s, (void)status, (void)v;
+	if (k->a_calls++ == 0)
+		cr_assert_geq(td_client_process(k->c, NULL), 0);
+}
+
+/*
+ * A subscription's handler that processes again (nested) while another
+ * subscription's handler closes its own subscription: the outer call
+ * must not go on to the subscription closed under it.
+ */
+Test(loop, a_sub_closed_in_a_nested_process_is_not_touched_again)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *pc = x.p, *c = x.c;
+	uint64_t shape[1] = {8};
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = shape};
+	struct td_ring *ra, *rb;
+	struct td_sub *sa, *sb;
+	struct subnest k = {.c = c};
+	cr_assert_eq(td_ring_create(pc, "loop/na", &desc, &ra, NULL), 0);
+	cr_assert_eq(td_ring_create(pc, "loop/nb", &desc, &rb, NULL), 0);
+	cr_assert_eq(td_ring_subscribe(c, "loop/na", 0, &sa, NULL), 0);
+	cr_assert_eq(td_ring_subscribe(c, "loop/nb", 0, &sb, NULL), 0);
+	/* the handler set last is called first */
+	cr_assert_eq(td_sub_set_handler(sb, b_closes_itself, &k), 0);
+	cr_assert_eq(td_sub_set_handler(sa, a_processes_again, &k), 0);
+	ring_put(ra, 1);
+	ring_put(rb, 2);
+	while (!k.b_calls) {
+		cr_assert_gt(readable(c, HANG_MS), 0);
+		cr_assert_geq(td_client_process(c, NULL), 0);
+	}
+	cr_assert_eq(k.b_calls, 1);
+	td_sub_close(sa);
+	td_ring_close(ra);
+	td_ring_close(rb);
+	pair_down(&x);
+}
