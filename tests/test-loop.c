@@ -1085,3 +1085,36 @@ Test(loop, a_sub_closed_in_a_nested_process_is_not_touched_again)
 	td_ring_close(rb);
 	pair_down(&x);
 }
+
+/*
+ * At most 16 readers of a ring wait by fd (protocol.md §12): the 17th
+ * td_sub_fd() is -ENOBUFS and leaves no fd behind; a subscription that
+ * ends makes room for another.
+ */
+Test(loop, the_17th_wake_fd_of_a_ring_is_refused_and_leaves_no_fd)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *pc = x.p, *c = x.c;
+	uint64_t shape[1] = {8};
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = shape, .reader_count = 17};
+	struct td_ring *r;
+	struct td_sub *s[17];
+	cr_assert_eq(td_ring_create(pc, "loop/w17", &desc, &r, NULL), 0);
+	for (int i = 0; i < 17; i++)
+		cr_assert_eq(td_ring_subscribe(c, "loop/w17", 0, &s[i], NULL),
+			     0, "subscription %d", i);
+	for (int i = 0; i < 16; i++)
+		cr_assert_geq(td_sub_fd(s[i]), 0, "fd %d", i);
+	int fds0 = tu_fd_count();
+	cr_assert_eq(td_sub_fd(s[16]), -ENOBUFS);
+	cr_assert_eq(tu_fd_count(), fds0);
+	td_sub_close(s[0]);
+	int fd = td_sub_fd(s[16]);
+	cr_assert_geq(fd, 0, "room again: %d", fd);
+	for (int i = 1; i < 17; i++)
+		td_sub_close(s[i]);
+	td_ring_close(r);
+	pair_down(&x);
+}
