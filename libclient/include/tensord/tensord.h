@@ -237,7 +237,11 @@ TD_EXPORT int td_client_get_newer_async(struct td_client *c, const char *name,
  * the number of callbacks made (0 is fine: e.g. a reply another thread's
  * call was waiting for), or -errno when the connection is broken
  * (-ECONNRESET: the daemon went away), after delivering what was queued
- * and failing every outstanding asynchronous GET with that status.
+ * and failing every outstanding asynchronous GET with that status. A
+ * broken connection keeps td_client_fd() readable (the hang-up): with
+ * TD_CLIENT_RECONNECT each later call tries to connect (a round trip to
+ * a daemon that is back) and fails (-ENOENT, -ECONNREFUSED) while none
+ * is, so retry from a timer of the loop's, not at every wake-up.
  */
 TD_EXPORT int td_client_process(struct td_client *c, struct td_error *err);
 
