@@ -2,8 +2,10 @@
 /*
  * Event-loop clients: td_client_fd() polls readable exactly while there is
  * work (also work queued during another call), td_client_process()
- * delivers watch events and asynchronous GETs to callbacks, and a broken
- * or closed connection fails what is outstanding.
+ * delivers watch events and asynchronous GETs to callbacks (which may
+ * call back into the library: close, process again, ask again), a
+ * broken or closed connection fails what is outstanding, and a child of
+ * fork() leaves the parent's descriptor alone.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
