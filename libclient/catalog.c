@@ -334,12 +334,19 @@ int td_client_unwatch(struct td_client *c, uint64_t watch_id,
 			      (unsigned long long)watch_id);
 		goto out;
 	}
+	/*
+	 * Reconnect first, if that is due: the new daemon made the watch
+	 * again under an id of its own, which may be another watch's id on
+	 * the old connection.
+	 */
+	rc = td__client_usable(c, err);
 	req.watch_id = w->daemon_id;
 	len = td_wire_unwatch_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
 					 TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
-	rc = len < 0 ? td__fail(err, (int)len, "encode UNWATCH")
-		     : td__call(c, TD_OP_UNWATCH, (size_t)len, NULL, 0, &m,
-				err);
+	if (rc == 0)
+		rc = len < 0 ? td__fail(err, (int)len, "encode UNWATCH")
+			     : td__call(c, TD_OP_UNWATCH, (size_t)len, NULL,
+					0, &m, err);
 	td__msg_close_fds(&m);
 	/* gone here whatever the daemon said: it ends with the connection */
 	*pp = w->next;

@@ -158,9 +158,11 @@ struct td_client {
 	bool efd_on;
 	struct td__async *asyncs;          /* GETs waiting for a reply */
 	struct td__async *done, *done_tail; /* replied, not yet delivered */
+	bool closing; /* td_client_close() began: no new asynchronous GET */
 	td_event_fn ev_fn; /* td_client_set_event_handler(), NULL = none */
 	void *ev_ud;
 	struct td_sub *subs; /* subscriptions with a handler (ring.c) */
+	bool sub_walk;       /* td__sub_deliver() is calling them */
 	struct td__map *maps; /* list of every mapping */
 	unsigned idle_maps;   /* maps with refs == 0 */
 	struct td__loanbuf *loans; /* recyclable loan buffers */

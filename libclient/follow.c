@@ -214,6 +214,8 @@ int td_client_follow(struct td_client *c, const char *name,
 
 /* ---- event loops ---- */
 
+static void follow_arm(struct td_follow *f);
+
 int td_follow_fd(struct td_follow *f)
 {
 	int fd;
@@ -224,8 +226,12 @@ int td_follow_fd(struct td_follow *f)
 		return f->efd;
 	fd = td__wake_fd(f->c, TD_OP_FOLLOW_WAKE, f->id, f->epoch,
 			 TD_WIRE_FEAT_FOLLOW);
-	if (fd >= 0)
+	if (fd >= 0) {
 		f->efd = fd;
+		/* armed from the start: a loop that polls before its first
+		 * td_follow_poll() is woken for a version already there */
+		follow_arm(f);
+	}
 	return fd;
 }
 

@@ -54,7 +54,8 @@ void td__loop_ready(struct td_client *c)
 	bool want = c->ev_head || c->done;
 	uint64_t v = 1;
 
-	if (c->efd < 0 || want == c->efd_on)
+	/* a child of fork() shares the eventfd: it is the parent's to set */
+	if (c->efd < 0 || want == c->efd_on || td__client_foreign(c))
 		return;
 	/*
 	 * An eventfd cannot fail these with a counter that only ever holds
@@ -140,6 +141,9 @@ void td__loop_cancel(struct td_client *c)
 	struct td__async *list;
 
 	pthread_mutex_lock(&c->lock);
+	/* a callback below that asks again is refused: nothing would
+	 * deliver its answer, nor free it */
+	c->closing = true;
 	td__loop_fail(c, -ECANCELED);
 	list = c->done;
 	c->done = c->done_tail = NULL;
@@ -178,6 +182,10 @@ int td_client_get_newer_async(struct td_client *c, const char *name,
 	a->fn = fn;
 	a->ud = ud;
 	pthread_mutex_lock(&c->lock);
+	if (c->closing) {
+		rc = td__fail(err, -ENOTCONN, "client is closing");
+		goto fail;
+	}
 	len = td__get_encode(c, name, TD_GET_NEWER, after, t);
 	if (len < 0) {
 		rc = td__fail(err, -EINVAL, "bad tensor name");
@@ -223,12 +231,47 @@ static int read_ready(struct td_client *c)
 	return rc;
 }
 
+/*
+ * Hand the events queued now to the handler, at most limit, taking
+ * each from the head of the queue only when its turn comes. No lock
+ * held. So a handler that processes again (nested) goes on with the
+ * next event in arrival order; one that sets another handler, or none,
+ * has the rest go there; one that closes the handle ends the batch (the
+ * events left went with the handle).
+ */
+static int deliver_events(struct td_client *c, size_t limit)
+{
+	int n = 0;
+
+	for (; limit; limit--) {
+		struct td__event *e = NULL;
+		td_event_fn fn;
+		void *ud;
+
+		pthread_mutex_lock(&c->lock);
+		fn = c->ev_fn;
+		ud = c->ev_ud;
+		if (fn && c->sock >= 0 && (e = c->ev_head)) {
+			c->ev_head = e->next;
+			if (!c->ev_head)
+				c->ev_tail = NULL;
+			td__loop_ready(c);
+		}
+		pthread_mutex_unlock(&c->lock);
+		if (!e)
+			break;
+		fn(c, &e->ev, ud);
+		free(e);
+		n++;
+	}
+	return n;
+}
+
 int td_client_process(struct td_client *c, struct td_error *err)
 {
-	struct td__event *evs = NULL;
 	struct td__async *gets;
-	td_event_fn fn;
-	void *ud;
+	size_t evs = 0;
+	bool open;
 	int rc, n;
 
 	if (!c)
@@ -237,26 +280,27 @@ int td_client_process(struct td_client *c, struct td_error *err)
 	rc = read_ready(c);
 	gets = c->done;
 	c->done = c->done_tail = NULL;
-	fn = c->ev_fn;
-	ud = c->ev_ud;
-	if (fn) {
-		evs = c->ev_head;
-		c->ev_head = c->ev_tail = NULL;
-	}
+	/* what came in during the callbacks waits for the next call */
+	for (const struct td__event *e = c->ev_head; e && c->ev_fn;
+	     e = e->next)
+		evs++;
 	td__loop_ready(c);
+	/*
+	 * A callback may close the handle: the struct stays until the
+	 * callbacks are done. GETs taken are still delivered (each fn is
+	 * owed its one call); events and subscriptions end with the handle.
+	 */
+	td__client_ref(c);
 	pthread_mutex_unlock(&c->lock);
 
 	n = deliver_gets(c, gets);
-	if (rc == 0)
+	pthread_mutex_lock(&c->lock);
+	open = c->sock >= 0;
+	pthread_mutex_unlock(&c->lock);
+	if (rc == 0 && open)
 		n += td__sub_deliver(c);
-	while (evs) {
-		struct td__event *e = evs;
-
-		evs = e->next;
-		fn(c, &e->ev, ud);
-		free(e);
-		n++;
-	}
+	n += deliver_events(c, evs);
+	td__client_unref(c);
 	if (rc < 0)
 		return td__fail(err, rc, "connection: %s", strerror(-rc));
 	return n;

@@ -137,6 +137,9 @@ int td_sub_set_handler(struct td_sub *s, td_sub_fn fn, void *ud)
 	if (!s)
 		return -EINVAL;
 	c = s->c;
+	/* a child of fork() shares the parent's epoll set (and row) */
+	if (td__client_foreign(c))
+		return -ECHILD;
 	if (fn) {
 		rc = td_sub_fd(s);
 		if (rc < 0)
@@ -169,16 +172,26 @@ int td__sub_deliver(struct td_client *c)
 	struct td_sub *s, *next;
 	struct td_view view;
 	int n = 0, rc;
-	bool woken;
+	bool woken, on;
 
+	/*
+	 * One walk of the list at a time: a handler that processes again
+	 * (or another thread's td_client_process) would walk it under this
+	 * one, and a handler there may close its own subscription, the one
+	 * this walk goes to next. The walk under way delivers it.
+	 */
 	pthread_mutex_lock(&c->lock);
-	s = c->subs;
+	s = c->sub_walk ? NULL : c->subs;
+	c->sub_walk = c->sub_walk || s;
 	pthread_mutex_unlock(&c->lock);
+	if (!s)
+		return 0;
 	for (; s; s = next) {
 		pthread_mutex_lock(&c->lock);
 		next = s->lnext;
+		on = s->fn; /* a handler may have taken another one's away */
 		pthread_mutex_unlock(&c->lock);
-		if (s->ended)
+		if (s->ended || !on)
 			continue;
 		/*
 		 * Clear the fd, but leave the view held alone unless there is
@@ -215,5 +228,8 @@ int td__sub_deliver(struct td_client *c)
 		s->fn(s, rc, rc == 0 ? &view : NULL, s->ud);
 		/* the callback may have closed s (and only s) */
 	}
+	pthread_mutex_lock(&c->lock);
+	c->sub_walk = false;
+	pthread_mutex_unlock(&c->lock);
 	return n;
 }

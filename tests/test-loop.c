@@ -2,8 +2,10 @@
 /*
  * Event-loop clients: td_client_fd() polls readable exactly while there is
  * work (also work queued during another call), td_client_process()
- * delivers watch events and asynchronous GETs to callbacks, and a broken
- * or closed connection fails what is outstanding.
+ * delivers watch events and asynchronous GETs to callbacks (which may
+ * call back into the library: close, process again, ask again), a
+ * broken or closed connection fails what is outstanding, and a child of
+ * fork() leaves the parent's descriptor alone.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -634,4 +636,487 @@ Test(loop, exact_watches_on_many_names_each_fire_for_their_own_name)
 	}
 	td_client_close(p);
 	tu_daemon_stop(&d, true);
+}
+
+/* ---- callbacks that call back into the library ---- */
+
+struct closer {
+	int calls;
+	struct td_client *c;
+};
+
+static void close_on_event(struct td_client *c, const struct td_event *ev,
+			   void *ud)
+{
+	struct closer *k = ud;
+	(void)ev;
+	k->calls++;
+	cr_assert_eq(c, k->c, "called for a client already closed");
+	td_client_close(c);
+}
+
+/*
+ * A handler may call any function on its handle, td_client_close() too:
+ * the events still in the batch td_client_process() took are dropped
+ * with the handle, never handed to a handler with a freed client.
+ */
+Test(loop, an_event_handler_may_close_its_client)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *w = x.c, *p = x.p;
+	struct closer k = {.c = w};
+	uint64_t id;
+	cr_assert_eq(td_client_watch(w, "z", 0, &id, NULL), 0);
+	cr_assert_eq(td_client_set_event_handler(w, close_on_event, &k), 0);
+	put(p, "z", 1);
+	put(p, "z", 2);
+	/* both events queued before the handler runs */
+	struct td_entry ent;
+	cr_assert_eq(td_client_stat(w, "z", &ent, NULL), 0);
+	cr_assert_eq(ent.version, 2);
+	td_entry_fini(&ent);
+	td_client_process(w, NULL);
+	cr_assert_eq(k.calls, 1, "no event after the close");
+	td_client_close(p);
+	tu_daemon_stop(&x.d, true);
+}
+
+struct rearm {
+	int calls, status, again;
+};
+
+static void rearm_on_get(struct td_client *c, int status, struct td_tensor *t,
+			 const struct td_error *err, void *ud)
+{
+	struct rearm *r = ud;
+	(void)err;
+	r->calls++;
+	r->status = status;
+	td_tensor_release(t);
+	/* a chain that asks again whatever happened */
+	r->again = td_client_get_newer_async(c, "never", 0, -1, rearm_on_get,
+					     r, NULL);
+}
+
+/*
+ * td_client_close() tells each waiting GET -ECANCELED; a callback that
+ * asks again then is refused (its fn never called), not sent on a
+ * connection about to close, where nothing would ever answer or free it.
+ */
+Test(loop, a_get_asked_for_while_closing_is_refused)
+{
+	struct tu_daemon d;
+	tu_daemon_start(&d, "warn");
+	struct td_client *c = open_client(&d);
+	struct rearm r = {0};
+	cr_assert_eq(td_client_get_newer_async(c, "never", 0, -1, rearm_on_get,
+					       &r, NULL), 0);
+	td_client_close(c);
+	cr_assert_eq(r.calls, 1);
+	cr_assert_eq(r.status, -ECANCELED);
+	cr_assert_eq(r.again, -ENOTCONN, "%d", r.again);
+	tu_daemon_stop(&d, true);
+}
+
+/* ---- fork() ---- */
+
+/*
+ * A child of fork() shares the parent's epoll set and eventfd: what it
+ * does with its copy of the handle (close it, drain its copy of the
+ * queue) must not change what the parent's td_client_fd() says.
+ */
+Test(loop, a_child_of_fork_leaves_the_parents_fd_alone)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *c = x.c, *p = x.p;
+	struct got g = {0};
+	uint64_t id;
+	cr_assert_eq(td_client_watch(c, "f", 0, &id, NULL), 0);
+	cr_assert_eq(td_client_get_newer_async(c, "never", 0, -1, on_get, &g,
+					       NULL), 0);
+	cr_assert_eq(readable(c, 0), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		td_client_close(c);
+		_exit(0);
+	}
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert_eq(readable(c, 0), 0, "nothing queued in the parent");
+
+	/* an event queued in the parent, drained by a child */
+	put(p, "f", 1);
+	struct td_entry ent;
+	cr_assert_eq(td_client_stat(c, "f", &ent, NULL), 0);
+	td_entry_fini(&ent);
+	cr_assert_eq(readable(c, 0), 1);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct td_event ev;
+		(void)td_client_next_event(c, 0, &ev, NULL);
+		_exit(0);
+	}
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert_eq(readable(c, 0), 1, "the parent's event is still there");
+	struct td_event ev;
+	cr_assert_eq(td_client_next_event(c, 0, &ev, NULL), 0);
+	cr_assert_str_eq(ev.name, "f");
+	cr_assert_eq(readable(c, 0), 0);
+	cr_assert_eq(g.calls, 0);
+	pair_down(&x);
+	cr_assert_eq(g.status, -ECANCELED);
+}
+
+static void no_view(struct td_sub *s, int status, const struct td_view *v,
+		    void *ud)
+{
+	(void)s, (void)status, (void)v, (void)ud;
+}
+
+/* Nor may a child put the parent's subscription into the shared set. */
+Test(loop, a_child_of_fork_cannot_give_the_parents_sub_a_handler)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *pc = x.p, *c = x.c;
+	uint64_t shape[1] = {8};
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = shape};
+	struct td_ring *r;
+	struct td_sub *s;
+	cr_assert_eq(td_ring_create(pc, "loop/fk", &desc, &r, NULL), 0);
+	cr_assert_eq(td_ring_subscribe(c, "loop/fk", 0, &s, NULL), 0);
+	cr_assert_geq(td_sub_fd(s), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0)
+		_exit(td_sub_set_handler(s, no_view, NULL) == -ECHILD ? 0 : 1);
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "-ECHILD");
+	ring_put(r, 1);
+	cr_assert_eq(readable(c, 0), 0, "no handler in the parent");
+	td_sub_close(s);
+	td_ring_close(r);
+	pair_down(&x);
+}
+
+/* ---- TD_CLIENT_RECONNECT and watch ids ---- */
+
+/*
+ * An UNWATCH whose call is the one that reconnects names the watch by
+ * the id the new daemon gave it, not the old daemon's: that id may be
+ * another watch's there (the watches are made again in another order).
+ */
+Test(loop, unwatch_after_a_restart_ends_the_watch_it_names)
+{
+	char link[64];
+	snprintf(link, sizeof(link), "/tmp/td-unwatch-%d.sock", (int)getpid());
+	struct tu_daemon d1, d2;
+	tu_daemon_start(&d1, "warn");
+	tu_link_to(link, d1.sock);
+	struct td_client *c, *p;
+	struct td_error e = {0};
+	uint64_t a, b, ids[4];
+	cr_assert_eq(td_client_connect_ex(link, TD_CLIENT_RECONNECT, &c, &e),
+		     0, "%s", e.reason);
+	cr_assert_eq(td_client_watch(c, "ua", 0, &a, NULL), 0);
+	cr_assert_eq(td_client_watch(c, "ub", 0, &b, NULL), 0);
+	kill_daemon(&d1);
+	cr_assert_gt(readable(c, HANG_MS), 0, "hang-up polls readable");
+	cr_assert_lt(td_client_process(c, NULL), 0, "the break is seen");
+	tu_daemon_start(&d2, "warn");
+	tu_link_to(link, d2.sock);
+	cr_assert_eq(td_client_unwatch(c, a, &e), 0, "%s", e.reason);
+	struct td_event ev;
+	cr_assert_eq(td_client_next_event(c, 0, &ev, NULL), 0);
+	cr_assert_eq(ev.type, TD_EVENT_TYPE_RECONNECTED);
+	cr_assert_eq(td_client_connect(d2.sock, &p, &e), 0, "%s", e.reason);
+	put(p, "ua", 1);
+	cr_assert_eq(drain_events(c, NULL, ids, 4), 0, "ua is not watched");
+	put(p, "ub", 1);
+	cr_assert_eq(drain_events(c, "ub", ids, 4), 1, "ub still is");
+	cr_assert_eq(ids[0], b);
+	td_client_close(p);
+	td_client_close(c);
+	kill_daemon(&d2);
+	unlink(link);
+}
+
+struct nest {
+	struct td_client *p;
+	int n;
+	uint64_t versions[4];
+};
+
+static void nest_on_event(struct td_client *c, const struct td_event *ev,
+			  void *ud)
+{
+	struct nest *k = ud;
+	cr_assert_lt(k->n, 4);
+	k->versions[k->n++] = ev->version;
+	if (k->n > 1)
+		return;
+	/* a third version comes in; the handler processes again */
+	put(k->p, "nest", 3);
+	cr_assert_gt(readable(c, HANG_MS), 0);
+	cr_assert_geq(td_client_process(c, NULL), 0);
+}
+
+/*
+ * A handler that calls td_client_process() itself gets the events in
+ * arrival order still: the nested call hands out the next queued event,
+ * not one that came after the rest of the outer call's batch.
+ */
+Test(loop, a_nested_process_keeps_events_in_arrival_order)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *w = x.c, *p = x.p;
+	struct nest k = {.p = p};
+	uint64_t id;
+	cr_assert_eq(td_client_watch(w, "nest", 0, &id, NULL), 0);
+	cr_assert_eq(td_client_set_event_handler(w, nest_on_event, &k), 0);
+	put(p, "nest", 1);
+	put(p, "nest", 2);
+	struct td_entry ent;
+	cr_assert_eq(td_client_stat(w, "nest", &ent, NULL), 0);
+	td_entry_fini(&ent);
+	while (k.n < 3) {
+		cr_assert_gt(readable(w, HANG_MS), 0);
+		cr_assert_geq(td_client_process(w, NULL), 0);
+	}
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(k.versions[i], (uint64_t)i + 1, "event %d: %lu", i,
+			     (unsigned long)k.versions[i]);
+	pair_down(&x);
+}
+
+struct tally {
+	int calls, eagain, cancelled, other;
+};
+
+static void count_get(struct td_client *c, int status, struct td_tensor *t,
+		      const struct td_error *err, void *ud)
+{
+	struct tally *k = ud;
+	(void)c, (void)err;
+	k->calls++;
+	if (status == -EAGAIN)
+		k->eagain++;
+	else if (status == -ECANCELED)
+		k->cancelled++;
+	else
+		k->other++;
+	td_tensor_release(t);
+}
+
+/*
+ * The daemon parks 256 GETs per connection; the 257th is refused with
+ * the status tensord.h names, delivered to its callback, and the
+ * connection stays. Closing then tells the 256 parked ones.
+ */
+Test(loop, the_257th_outstanding_get_is_refused_as_documented)
+{
+	struct tu_daemon d;
+	tu_daemon_start(&d, "warn");
+	int fds0 = tu_fd_count();
+	struct td_client *c = open_client(&d);
+	struct tally k = {0};
+	for (int i = 0; i < 257; i++)
+		cr_assert_eq(td_client_get_newer_async(c, "never", 0, -1,
+						       count_get, &k, NULL),
+			     0);
+	while (!k.calls) {
+		cr_assert_gt(readable(c, HANG_MS), 0);
+		cr_assert_geq(td_client_process(c, NULL), 0);
+	}
+	cr_assert_eq(k.eagain, 1, "-EAGAIN (tensord.h, protocol.md §4)");
+	cr_assert_eq(k.other, 0);
+	struct td_entry ent;
+	cr_assert_eq(td_client_stat(c, "never", &ent, NULL), -ENOENT,
+		     "the connection stays");
+	td_client_close(c);
+	cr_assert_eq(k.cancelled, 256);
+	cr_assert_eq(tu_fd_count(), fds0);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * A watcher that never reads is cut by the daemon once its outgoing
+ * queue is over budget (protocol.md §4), without holding up the
+ * publisher; it then reads the events that reached it, a gapless run
+ * from the first, and -ECONNRESET, never a hang or a silent gap.
+ */
+Test(loop, a_watcher_that_never_reads_is_cut_and_told)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *w = x.c, *p = x.p;
+	uint64_t id;
+	cr_assert_eq(td_client_watch(w, "flood", 0, &id, NULL), 0);
+	for (int i = 0; i < 3000; i++)
+		put(p, "flood", (uint8_t)i);
+	struct td_event ev;
+	uint64_t n = 0;
+	int rc;
+	while ((rc = td_client_next_event(w, HANG_MS, &ev, NULL)) == 0) {
+		cr_assert_eq(ev.version, ++n, "no gap");
+		cr_assert_eq(ev.watch_id, id);
+	}
+	cr_assert_eq(rc, -ECONNRESET, "%d after %lu events", rc,
+		     (unsigned long)n);
+	cr_assert_lt(n, 3000);
+	cr_assert_gt(n, 0);
+	cr_assert_eq(td_client_process(w, NULL), -ECONNRESET);
+	pair_down(&x);
+}
+
+/* ---- descriptors of follows and subscriptions ---- */
+
+/*
+ * td_follow_fd() polls readable for a version that was there before it
+ * was made (a loop polls first, then calls td_follow_poll()). The
+ * timerfds td_follow_fd() and td_sub_fd() make go with their follow or
+ * subscription, whichever order the program ends things in: a follow
+ * closed while its tensor is held, a subscription with a handler whose
+ * client was closed first.
+ */
+Test(loop, a_follow_fd_is_armed_at_once_and_wake_fds_go_in_any_order)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *pc = x.p, *c = x.c;
+	int fds0 = tu_fd_count();
+	struct td_follow *f;
+	struct td_tensor *t;
+	struct td_error e = {0};
+	put(pc, "lf", 1);
+	cr_assert_eq(td_client_follow(c, "lf", &f, &e), 0, "%s", e.reason);
+	int fd = td_follow_fd(f);
+	cr_assert_geq(fd, 0, "%s", strerror(-fd));
+	struct pollfd pf = {.fd = fd, .events = POLLIN};
+	cr_assert_eq(poll(&pf, 1, HANG_MS), 1);
+	cr_assert_eq(td_follow_poll(f, &t, &e), 0, "%s", e.reason);
+	td_follow_close(f);
+	td_tensor_release(t);
+	td_client_trim(c); /* the mapping cache keeps the plane's fd */
+	cr_assert_eq(tu_fd_count(), fds0, "the follow's fds");
+
+	struct td_client *c2 = open_client(&x.d);
+	uint64_t shape[1] = {8};
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = shape};
+	struct td_ring *r;
+	struct td_sub *s;
+	struct views w = {0};
+	cr_assert_eq(td_ring_create(pc, "loop/lfd", &desc, &r, NULL), 0);
+	cr_assert_eq(td_ring_subscribe(c2, "loop/lfd", 0, &s, NULL), 0);
+	cr_assert_eq(td_sub_set_handler(s, on_view, &w), 0);
+	ring_put(r, 1);
+	while (!w.calls) {
+		cr_assert_gt(readable(c2, HANG_MS), 0);
+		cr_assert_geq(td_client_process(c2, NULL), 0);
+	}
+	td_client_close(c2);
+	td_sub_close(s);
+	td_ring_close(r);
+	cr_assert_eq(tu_fd_count(), fds0, "the subscription's fds");
+	pair_down(&x);
+}
+
+struct subnest {
+	struct td_client *c;
+	int a_calls, b_calls;
+};
+
+static void b_closes_itself(struct td_sub *s, int status,
+			    const struct td_view *v, void *ud)
+{
+	struct subnest *k = ud;
+	(void)status, (void)v;
+	k->b_calls++;
+	td_sub_close(s);
+}
+
+static void a_processes_again(struct td_sub *s, int status,
+			      const struct td_view *v, void *ud)
+{
+	struct subnest *k = ud;
+	(void)s, (void)status, (void)v;
+	if (k->a_calls++ == 0)
+		cr_assert_geq(td_client_process(k->c, NULL), 0);
+}
+
+/*
+ * A subscription's handler that processes again (nested) while another
+ * subscription's handler closes its own subscription: the outer call
+ * must not go on to the subscription closed under it.
+ */
+Test(loop, a_sub_closed_in_a_nested_process_is_not_touched_again)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *pc = x.p, *c = x.c;
+	uint64_t shape[1] = {8};
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = shape};
+	struct td_ring *ra, *rb;
+	struct td_sub *sa, *sb;
+	struct subnest k = {.c = c};
+	cr_assert_eq(td_ring_create(pc, "loop/na", &desc, &ra, NULL), 0);
+	cr_assert_eq(td_ring_create(pc, "loop/nb", &desc, &rb, NULL), 0);
+	cr_assert_eq(td_ring_subscribe(c, "loop/na", 0, &sa, NULL), 0);
+	cr_assert_eq(td_ring_subscribe(c, "loop/nb", 0, &sb, NULL), 0);
+	/* the handler set last is called first */
+	cr_assert_eq(td_sub_set_handler(sb, b_closes_itself, &k), 0);
+	cr_assert_eq(td_sub_set_handler(sa, a_processes_again, &k), 0);
+	ring_put(ra, 1);
+	ring_put(rb, 2);
+	while (!k.b_calls) {
+		cr_assert_gt(readable(c, HANG_MS), 0);
+		cr_assert_geq(td_client_process(c, NULL), 0);
+	}
+	cr_assert_eq(k.b_calls, 1);
+	td_sub_close(sa);
+	td_ring_close(ra);
+	td_ring_close(rb);
+	pair_down(&x);
+}
+
+/*
+ * At most 16 readers of a ring wait by fd (protocol.md §12): the 17th
+ * td_sub_fd() is -ENOBUFS and leaves no fd behind; a subscription that
+ * ends makes room for another.
+ */
+Test(loop, the_17th_wake_fd_of_a_ring_is_refused_and_leaves_no_fd)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *pc = x.p, *c = x.c;
+	uint64_t shape[1] = {8};
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = shape, .reader_count = 17};
+	struct td_ring *r;
+	struct td_sub *s[17];
+	cr_assert_eq(td_ring_create(pc, "loop/w17", &desc, &r, NULL), 0);
+	for (int i = 0; i < 17; i++)
+		cr_assert_eq(td_ring_subscribe(c, "loop/w17", 0, &s[i], NULL),
+			     0, "subscription %d", i);
+	for (int i = 0; i < 16; i++)
+		cr_assert_geq(td_sub_fd(s[i]), 0, "fd %d", i);
+	int fds0 = tu_fd_count();
+	cr_assert_eq(td_sub_fd(s[16]), -ENOBUFS);
+	cr_assert_eq(tu_fd_count(), fds0);
+	td_sub_close(s[0]);
+	int fd = td_sub_fd(s[16]);
+	cr_assert_geq(fd, 0, "room again: %d", fd);
+	for (int i = 1; i < 17; i++)
+		td_sub_close(s[i]);
+	td_ring_close(r);
+	pair_down(&x);
 }

@@ -121,9 +121,10 @@ struct td_client_info {
  * sends nothing (the parent's leases stay), and td_client_close() only
  * frees the child's copy; the child connects on its own. Likewise an
  * inherited ring or subscription: td_ring_acquire(), td_ring_publish(),
- * td_ring_wait_read(), td_sub_next(), td_sub_poll() and td_sub_release()
- * return -ECHILD in the child, and td_ring_close()/td_sub_close() free
- * only its copy.
+ * td_ring_wait_read(), td_sub_next(), td_sub_poll(), td_sub_release()
+ * and td_sub_set_handler() return -ECHILD in the child, and
+ * td_ring_close()/td_sub_close() free only its copy. What the child does
+ * with its copy never changes what the parent's td_client_fd() polls.
  */
 TD_EXPORT int td_client_connect(const char *socket_path,
 				struct td_client **out, struct td_error *err);
@@ -185,7 +186,9 @@ struct td_tensor;
 /*
  * Called by td_client_process() for each watch event, in arrival order,
  * with no lock held: it may call any function on the handle (blocking
- * ones included). ev is valid during the call only.
+ * ones included). ev is valid during the call only. After a callback
+ * closed the handle, td_client_process() calls no handler for the events
+ * and subscriptions left (GETs already finished still get theirs).
  */
 typedef void (*td_event_fn)(struct td_client *c, const struct td_event *ev,
 			    void *ud);
@@ -217,8 +220,9 @@ typedef void (*td_get_fn)(struct td_client *c, int status,
  * result from a later td_client_process(). A ring name is served the
  * same way (its latest slot, leased). Any number may be outstanding (the
  * daemon parks at most 256 per connection and refuses the rest with
- * -ENOBUFS, delivered to fn). Returns 0, or -errno when the request could
- * not be sent (fn is then never called).
+ * -EAGAIN, delivered to fn). Returns 0, or -errno when the request could
+ * not be sent (fn is then never called): -ENOTCONN also from a callback
+ * that td_client_close() runs.
  */
 TD_EXPORT int td_client_get_newer_async(struct td_client *c, const char *name,
 					uint64_t after, int timeout_ms,
@@ -233,7 +237,11 @@ TD_EXPORT int td_client_get_newer_async(struct td_client *c, const char *name,
  * the number of callbacks made (0 is fine: e.g. a reply another thread's
  * call was waiting for), or -errno when the connection is broken
  * (-ECONNRESET: the daemon went away), after delivering what was queued
- * and failing every outstanding asynchronous GET with that status.
+ * and failing every outstanding asynchronous GET with that status. A
+ * broken connection keeps td_client_fd() readable (the hang-up): with
+ * TD_CLIENT_RECONNECT each later call tries to connect (a round trip to
+ * a daemon that is back) and fails (-ENOENT, -ECONNREFUSED) while none
+ * is, so retry from a timer of the loop's, not at every wake-up.
  */
 TD_EXPORT int td_client_process(struct td_client *c, struct td_error *err);
 
@@ -559,8 +567,9 @@ TD_EXPORT int td_client_follow(struct td_client *c, const char *name,
 TD_EXPORT int td_follow_next(struct td_follow *f, int timeout_ms,
 			     struct td_tensor **out, struct td_error *err);
 /*
- * Event loops: td_follow_fd() gives a timerfd (made and registered with
- * the daemon on the first call, owned by the follow) that polls readable
+ * Event loops: td_follow_fd() gives a timerfd (made, registered with
+ * the daemon and armed on the first call, owned by the follow: a version
+ * already there makes it readable at once) that polls readable
  * when td_follow_poll() may have something: a version newer than the
  * last one returned, or a connection gone. td_follow_poll() is
  * td_follow_next() with no wait that arms the fd when it finds nothing
