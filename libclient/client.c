@@ -941,6 +941,10 @@ static int reconnect_now(struct td_client *c, struct td_error *err)
 		c->dead = rc;
 		return rc;
 	}
+	/* connected: the loop's retry timer (loop.c) has nothing to do */
+	if (c->rfd >= 0)
+		timerfd_settime(c->rfd, 0, &(struct itimerspec){0}, NULL);
+	c->rtries = 0;
 	for (struct td__watchrec *w = c->watches; w; w = w->next) {
 		w->daemon_id = 0; /* no events until watched again */
 		if (td__watch_send(c, w->name, w->flags, &w->daemon_id,
@@ -996,6 +1000,7 @@ int td_client_connect_ex(const char *path, uint32_t flags,
 	c->daemon_pidfd = -1;
 	c->epfd = -1;
 	c->efd = -1;
+	c->rfd = -1;
 	td__pace_init_env(&c->pace_get);
 	pthread_mutex_init(&c->lock, NULL);
 	c->rbuf = malloc(TD_WIRE_MAX_MSG);

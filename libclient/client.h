@@ -156,6 +156,14 @@ struct td_client {
 	 */
 	int epfd, efd;
 	bool efd_on;
+	/*
+	 * TD_CLIENT_RECONNECT in a loop: after a failed try the broken
+	 * socket leaves epfd (its hang-up would wake the loop at once) and
+	 * rfd, a timerfd in epfd, wakes it for the next; rtries counts the
+	 * tries that failed in a row (the wait doubles up to a second).
+	 */
+	int rfd;
+	unsigned rtries;
 	struct td__async *asyncs;          /* GETs waiting for a reply */
 	struct td__async *done, *done_tail; /* replied, not yet delivered */
 	bool closing; /* td_client_close() began: no new asynchronous GET */

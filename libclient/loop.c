@@ -11,12 +11,17 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "client.h"
 
 /* Messages one td_client_process() reads before it lets the loop run. */
 #define LOOP_BATCH 64
+/* TD_CLIENT_RECONNECT in a loop: the first wait after a failed try, and
+ * the longest (it doubles in between) */
+#define RECONNECT_FIRST_MS 10
+#define RECONNECT_MAX_MS 1000
 
 int td__loop_open(struct td_client *c)
 {
@@ -45,7 +50,9 @@ void td__loop_close(struct td_client *c)
 		close(c->epfd);
 	if (c->efd >= 0)
 		close(c->efd);
-	c->epfd = c->efd = -1;
+	if (c->rfd >= 0)
+		close(c->rfd);
+	c->epfd = c->efd = c->rfd = -1;
 	c->efd_on = false;
 }
 
@@ -206,6 +213,54 @@ fail:
 	return rc;
 }
 
+/*
+ * A broken connection with TD_CLIENT_RECONNECT, from the loop (lock
+ * held): a try when the last one's wait is over, else its -errno again.
+ * A failed try takes the broken socket out of the loop's set, whose
+ * hang-up would wake the loop at once for ever, and sets rfd for the
+ * next: the loop sleeps in between, as the header promises.
+ */
+static int reconnect_paced(struct td_client *c)
+{
+	struct itimerspec its = {0};
+	unsigned ms = RECONNECT_MAX_MS;
+	uint64_t n;
+	int rc;
+
+	if (c->rfd >= 0 && read(c->rfd, &n, sizeof(n)) < 0 && c->rtries)
+		return c->dead; /* woken by something else: not yet */
+	rc = td__client_usable(c, NULL);
+	if (rc == 0 || c->epfd < 0) {
+		if (rc == 0 && c->rfd >= 0)
+			timerfd_settime(c->rfd, 0, &its, NULL);
+		c->rtries = 0;
+		return rc;
+	}
+	if (c->rfd < 0) {
+		struct epoll_event ev = {.events = EPOLLIN};
+
+		c->rfd = timerfd_create(CLOCK_MONOTONIC,
+					TFD_CLOEXEC | TFD_NONBLOCK);
+		ev.data.fd = c->rfd;
+		if (c->rfd >= 0 &&
+		    epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->rfd, &ev) < 0) {
+			close(c->rfd);
+			c->rfd = -1;
+		}
+	}
+	if (c->rtries < 7)
+		ms = RECONNECT_FIRST_MS << c->rtries;
+	if (ms > RECONNECT_MAX_MS)
+		ms = RECONNECT_MAX_MS;
+	c->rtries++;
+	its.it_value.tv_sec = ms / 1000;
+	its.it_value.tv_nsec = (long)(ms % 1000) * 1000000;
+	/* without a timer the hang-up wakes the loop, as before */
+	if (c->rfd >= 0 && timerfd_settime(c->rfd, 0, &its, NULL) == 0)
+		epoll_ctl(c->epfd, EPOLL_CTL_DEL, c->sock, NULL);
+	return rc;
+}
+
 /* Read what is there (lock held): 0, or the -errno that broke it. */
 static int read_ready(struct td_client *c)
 {
@@ -216,9 +271,10 @@ static int read_ready(struct td_client *c)
 		return -ENOTCONN;
 	if (td__client_foreign(c))
 		return -ECHILD; /* the parent's replies are not ours */
-	/* broken: reconnects here with TD_CLIENT_RECONNECT */
+	/* broken: reconnects here with TD_CLIENT_RECONNECT, paced */
 	if (c->dead)
-		rc = td__client_usable(c, NULL);
+		rc = c->reconnect ? reconnect_paced(c)
+				  : td__client_usable(c, NULL);
 	for (int i = 0; rc == 0 && i < LOOP_BATCH; i++) {
 		rc = td__msg_recv(c, &m, MSG_DONTWAIT);
 		if (rc == -EAGAIN)

@@ -805,6 +805,95 @@ Test(loop, a_child_of_fork_cannot_give_the_parents_sub_a_handler)
 	pair_down(&x);
 }
 
+/* ---- TD_CLIENT_RECONNECT in an event loop ---- */
+
+/* What the fds registered in epoll fd epfd are: sockets, timerfds. */
+static void epoll_kinds(int epfd, int *sockets, int *timers)
+{
+	char path[64], line[256];
+	FILE *f;
+
+	*sockets = *timers = 0;
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", epfd);
+	f = fopen(path, "r");
+	cr_assert(f);
+	while (fgets(line, sizeof(line), f)) {
+		char lp[64], target[128];
+		int fd;
+		ssize_t n;
+
+		if (sscanf(line, "tfd: %d", &fd) != 1)
+			continue;
+		snprintf(lp, sizeof(lp), "/proc/self/fd/%d", fd);
+		n = readlink(lp, target, sizeof(target) - 1);
+		cr_assert_gt(n, 0);
+		target[n] = 0;
+		*sockets += !strncmp(target, "socket:", 7);
+		*timers += strstr(target, "timerfd") != NULL;
+	}
+	fclose(f);
+}
+
+/*
+ * While the daemon is away, a failed reconnect takes the broken socket
+ * out of td_client_fd()'s set (its hang-up kept the loop awake, so every
+ * wake-up tried to connect: a busy loop) and a timer wakes the loop for
+ * the next try; once the daemon is back, that timer alone brings the
+ * reconnect.
+ */
+Test(loop, a_loop_waits_for_its_reconnects_on_a_timer)
+{
+	char link[64];
+	struct tu_daemon d1, d2;
+	struct td_client *c;
+	struct td_error e = {0};
+	struct td_event ev;
+	int epfd, socks, timers, rc = -1;
+	uint64_t wid;
+
+	int fds0 = tu_fd_count();
+
+	snprintf(link, sizeof(link), "/tmp/td-paced-%d.sock", (int)getpid());
+	tu_daemon_start(&d1, "warn");
+	tu_link_to(link, d1.sock);
+	cr_assert_eq(td_client_connect_ex(link, TD_CLIENT_RECONNECT, &c, &e),
+		     0, "%s", e.reason);
+	cr_assert_eq(td_client_watch(c, "w/", TD_WATCH_PREFIX, &wid, NULL), 0);
+	epfd = td_client_fd(c);
+	cr_assert_geq(epfd, 0);
+	epoll_kinds(epfd, &socks, &timers);
+	cr_assert_eq(socks, 1);
+	kill_daemon(&d1);
+	/* the hang-up, then a first try that fails */
+	for (int i = 0; i < 2; i++) {
+		struct pollfd pf = {.fd = epfd, .events = POLLIN};
+
+		cr_assert_eq(poll(&pf, 1, HANG_MS), 1);
+		cr_assert_lt(td_client_process(c, NULL), 0);
+	}
+	epoll_kinds(epfd, &socks, &timers);
+	cr_assert_eq(socks, 0, "the broken socket still wakes the loop");
+	cr_assert_eq(timers, 1);
+	tu_daemon_start(&d2, "warn");
+	tu_link_to(link, d2.sock);
+	/* nothing but the timer can wake the loop now */
+	for (int i = 0; i < 1000 && rc < 0; i++) {
+		struct pollfd pf = {.fd = epfd, .events = POLLIN};
+
+		cr_assert_eq(poll(&pf, 1, HANG_MS), 1, "no retry came");
+		rc = td_client_process(c, NULL);
+	}
+	cr_assert_geq(rc, 0);
+	cr_assert_eq(td_client_next_event(c, HANG_MS, &ev, NULL), 0);
+	cr_assert_eq(ev.type, TD_EVENT_TYPE_RECONNECTED);
+	epoll_kinds(epfd, &socks, &timers);
+	cr_assert_eq(socks, 1, "the new connection is in the set");
+	td_client_close(c);
+	kill_daemon(&d2);
+	unlink(link);
+	cr_assert_eq(tu_fd_count(), fds0, "the retry timer was closed too");
+}
+
 /* ---- TD_CLIENT_RECONNECT and watch ids ---- */
 
 /*

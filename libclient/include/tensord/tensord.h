@@ -238,10 +238,14 @@ TD_EXPORT int td_client_get_newer_async(struct td_client *c, const char *name,
  * call was waiting for), or -errno when the connection is broken
  * (-ECONNRESET: the daemon went away), after delivering what was queued
  * and failing every outstanding asynchronous GET with that status. A
- * broken connection keeps td_client_fd() readable (the hang-up): with
- * TD_CLIENT_RECONNECT each later call tries to connect (a round trip to
- * a daemon that is back) and fails (-ENOENT, -ECONNREFUSED) while none
- * is, so retry from a timer of the loop's, not at every wake-up.
+ * broken connection keeps td_client_fd() readable (the hang-up). With
+ * TD_CLIENT_RECONNECT the next call tries to connect (a round trip to a
+ * daemon that is back) and fails (-ENOENT, -ECONNREFUSED) while none is;
+ * after a failed try from td_client_process() the hang-up no longer
+ * wakes the loop: td_client_fd() polls readable when the next try is due
+ * (10 ms after the first failure, doubling up to a second) or something
+ * is queued, and a try that works delivers TD_EVENT_TYPE_RECONNECTED. A
+ * blocking call tries at once.
  */
 TD_EXPORT int td_client_process(struct td_client *c, struct td_error *err);
 
