@@ -834,7 +834,11 @@ struct td_event {
  * Watch a name (or, with TD_WATCH_PREFIX, every name under a prefix).
  * Returns 0 and the watch id in *watch_id, or -errno. Events arrive through
  * td_client_next_event(); events that come in while another call waits for
- * its reply are queued in order, never lost.
+ * its reply are queued in order, never lost. That queue has no bound: a
+ * client that watches busy names and makes blocking calls without taking
+ * its events (td_client_next_event(), or a handler and
+ * td_client_process()) holds every one of them in memory. (One that does
+ * not read its socket at all is cut by the daemon instead.)
  */
 TD_EXPORT int td_client_watch(struct td_client *c, const char *name,
 			      uint32_t flags, uint64_t *watch_id,
