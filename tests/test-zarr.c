@@ -1721,6 +1721,23 @@ Test(checkers, catch_what_zarrita_lets_through, .init = start, .fini = stop)
 
 #include "malloc-count.h"
 
+
+/* A page the malloc-count shim (tests/malloc-count.c) counts into, shared
+ * with the daemon or tool it is preloaded in: its file is path (a
+ * mkstemp template, filled in). Unmap it (4096 bytes) and unlink path. */
+static volatile struct td_malloc_counts *counts_map(char *path)
+{
+	void *p;
+	int fd = mkstemp(path);
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, 4096), 0);
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	cr_assert_neq(p, MAP_FAILED);
+	close(fd);
+	return p;
+}
+
 /*
  * Zero copy: the daemon runs under tests/malloc-count.c, which counts the
  * bytes sendfile() moves. ASan cannot take that shim (it replaces malloc),
@@ -1737,17 +1754,9 @@ Test(http, chunk_bodies_go_by_sendfile, .fini = stop)
 	volatile struct td_malloc_counts *n;
 	char path[32] = "/tmp/td-sendfile-XXXXXX", *resp;
 	uint64_t before;
-	void *p;
-	int fd;
 
 	cr_assert(shim, "TD_MALLOC_COUNT is not set (run through meson test)");
-	fd = mkstemp(path);
-	cr_assert_geq(fd, 0);
-	cr_assert_eq(ftruncate(fd, 4096), 0);
-	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	cr_assert_neq(p, MAP_FAILED);
-	close(fd);
-	n = p;
+	n = counts_map(path);
 	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
 	cr_assert_eq(setenv("TD_MALLOC_COUNT_FILE", path, 1), 0);
 	start_http_args(more);
@@ -1767,7 +1776,7 @@ Test(http, chunk_bodies_go_by_sendfile, .fini = stop)
 	free(resp);
 	/* every body byte, and only those, went by sendfile() */
 	cr_assert_eq(n->sendfile_bytes - before, 3 * len + 1000);
-	munmap(p, 4096);
+	munmap((void *)n, 4096);
 	unlink(path);
 }
 
@@ -1786,17 +1795,9 @@ Test(import, chunks_go_straight_into_the_daemons_buffer, .init = start,
 	volatile struct td_malloc_counts *n;
 	char path[32] = "/tmp/td-import-XXXXXX", *out, *got;
 	size_t glen;
-	void *p;
-	int fd;
 
 	cr_assert(shim, "TD_MALLOC_COUNT is not set (run through meson test)");
-	fd = mkstemp(path);
-	cr_assert_geq(fd, 0);
-	cr_assert_eq(ftruncate(fd, 4096), 0);
-	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	cr_assert_neq(p, MAP_FAILED);
-	close(fd);
-	n = p;
+	n = counts_map(path);
 	put_filled("big", 'I', len);
 	zt_ok("zarr export %s/x big", zt_dir);
 	cr_assert_eq(zt_sh(&out, "LD_PRELOAD='%s' TD_MALLOC_COUNT_FILE=%s "
@@ -1819,7 +1820,7 @@ Test(import, chunks_go_straight_into_the_daemons_buffer, .init = start,
 		cr_assert_eq(i, len, "byte %zu differs", i);
 	}
 	free(got);
-	munmap(p, 4096);
+	munmap((void *)n, 4096);
 	unlink(path);
 }
 #endif
