@@ -429,7 +429,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 				  size_t *upload_len, void **con_cls)
 {
 	(void)cls;
-	(void)version;
 	(void)upload;
 	/* the first call only announces the request: answering the second
 	 * (headers complete, nothing to upload) keeps the connection
@@ -449,6 +448,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 		*con_cls = NULL;
 		request_whole(c);
 	}
+	/* RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400 */
+	if (!strcmp(version, MHD_HTTP_VERSION_1_1) &&
+	    !MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+					 MHD_HTTP_HEADER_HOST))
+		return td__http_text(c, MHD_HTTP_BAD_REQUEST,
+				     "an HTTP/1.1 request needs Host\n");
 	if (strcmp(method, MHD_HTTP_METHOD_GET) &&
 	    strcmp(method, MHD_HTTP_METHOD_HEAD))
 		return td__http_text(c, MHD_HTTP_METHOD_NOT_ALLOWED,

@@ -1204,6 +1204,25 @@ Test(http, rules_of_zarr_md_10, .init = start_http, .fini = stop)
 	free(resp);
 }
 
+/* RFC 9112 §3.2: an HTTP/1.1 request without Host is answered 400 (it
+ * was served); an HTTP/1.0 one needs none. */
+Test(http, an_http_1_1_request_without_host_is_a_400, .init = start_http,
+     .fini = stop)
+{
+	char *resp;
+
+	exchange(connect_tcp(),
+	         "GET /zarr/zarr.json HTTP/1.1\r\nConnection: close\r\n\r\n",
+	         &resp);
+	cr_assert_eq(status_of(resp), 400, "%.200s", resp);
+	free(resp);
+	exchange(connect_tcp(), "GET /zarr/zarr.json HTTP/1.0\r\n\r\n", &resp);
+	cr_assert(!strncmp(resp, "HTTP/1.0 200", 12) ||
+	                  !strncmp(resp, "HTTP/1.1 200", 12),
+	          "%.200s", resp);
+	free(resp);
+}
+
 Test(http, prefix_and_policy_decide_what_is_served, .fini = stop)
 {
 	const char *pol = "/tmp/td-zarr-policy";
