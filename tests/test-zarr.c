@@ -1741,6 +1741,12 @@ Test(checkers, catch_what_zarrita_lets_through, .init = start, .fini = stop)
 #include "malloc-count.h"
 
 
+/* The tests below run the daemon or a tool under tests/malloc-count.c;
+ * ASan cannot take that shim (it replaces malloc), so they are built into
+ * the plain suite only (as test-recycle.c). */
+#ifndef __SANITIZE_ADDRESS__
+#include <sys/mman.h>
+
 /* A page the malloc-count shim (tests/malloc-count.c) counts into, shared
  * with the daemon or tool it is preloaded in: its file is path (a
  * mkstemp template, filled in). Unmap it (4096 bytes) and unlink path. */
@@ -1757,14 +1763,7 @@ static volatile struct td_malloc_counts *counts_map(char *path)
 	return p;
 }
 
-/*
- * Zero copy: the daemon runs under tests/malloc-count.c, which counts the
- * bytes sendfile() moves. ASan cannot take that shim (it replaces malloc),
- * so this test is built into the plain suite only (as test-recycle.c).
- */
-#ifndef __SANITIZE_ADDRESS__
-#include <sys/mman.h>
-
+/* Zero copy: the shim counts the bytes sendfile() moves. */
 Test(http, chunk_bodies_go_by_sendfile, .fini = stop)
 {
 	static const char *const more[] = {"--http-prefix", "", NULL};
