@@ -109,6 +109,7 @@ bool td__ratelimit_ok(struct td__ratelimit *r, unsigned interval_ms);
 #define TD__MAX_FREEBUFS 16
 #define TD__MAX_WATCHES 256
 #define TD__MAX_WAITERS 256    /* parked GETs of one connection */
+#define TD__TFD_POOL 4 /* fence timerfds kept by one connection */
 #define TD__RX_BATCH 32        /* datagrams read per wakeup */
 #define TD__TXQ_MAX_MSGS 1024  /* queued replies before the peer is cut */
 #define TD__TXQ_MAX_BYTES (4u << 20)
@@ -290,6 +291,10 @@ struct td__peer {
 	unsigned txq_count;
 	unsigned txq_fds;  /* our dups held by queued messages */
 	unsigned fds_held; /* socket and pidfd, counted for uid (tenant.c) */
+	/* fence.c: released leases' timerfds, disarmed, for its next
+	 * fenced GETs (counted for uid as fds) */
+	int tfd_pool[TD__TFD_POOL];
+	unsigned n_tfd_pool;
 	/* operators (status.c): STATUS rows and the audit log */
 	char comm[16 + 1];       /* /proc/PID/comm at connect */
 	uint64_t requests;       /* datagrams received */
@@ -665,6 +670,13 @@ int td__plane_create_ring(uint64_t len, bool huge, bool reserve,
  * nor re-open it read-write. 0 and *out_fd (new, CLOEXEC) or -errno.
  */
 int td__plane_readonly(int fd, int *out_fd, const char **why);
+
+/* ---- fence.c (store.h has the rest) ---- */
+
+/* p is gone (its leases first): the timerfds it kept, closed. */
+void td__fence_peer_gone(struct td__peer *p);
+/* At shutdown, every version freed: the watched set closed. */
+void td__fence_fini(void);
 
 /* ---- policy.c (docs/policy.md) ---- */
 

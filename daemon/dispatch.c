@@ -119,6 +119,7 @@ static void peer_gone(struct td__peer *p)
 	if (p->stage)
 		td__stage_owner_gone(p);
 	td__lease_peer_gone(p);
+	td__fence_peer_gone(p); /* the timerfds its leases gave back */
 	td__loan_peer_gone(p);
 	td__catalog_peer_gone(p);
 	td__store_peer_gone(p);

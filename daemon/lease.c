@@ -81,11 +81,16 @@ static int lease_new(struct td__store *s, struct td__peer *p, uint64_t pin,
 	l->v = NULL;
 	l->ring = NULL;
 	l->pinned = pin;
+	l->tfd = -1;
+	td__list_init(&l->fence_link);
 	td__list_add_tail(&p->leases, &l->link);
 	p->n_leases++;
 	*out = l;
 	return 0;
 }
+
+static void lease_drop(struct td__store *s, struct td__peer *p,
+		       struct td__lease *l);
 
 static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 		      uint32_t flags, uint32_t held_count,
@@ -134,6 +139,14 @@ static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 	v->refs++;
 	v->lease_count++;
 	v->foreign_leases += v->uid != p->uid;
+	/* an eventfd fence: the reader gets a timerfd of its own (fence.c) */
+	rc = td__fence_lease(p, v, l, why, sizeof(why));
+	if (rc < 0) {
+		lease_drop(s, p, l);
+		td__peer_error(p, op, request_id, rc, "GET \"%.*s\": %s",
+			       (int)v->name_len, v->name, why);
+		return;
+	}
 
 	r = (struct td_wire_get_rep){
 		.version = v->number,
@@ -146,6 +159,8 @@ static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 	for (uint32_t i = 0; i < v->nfds; i++) {
 		r.fds[i].fd = td__vfd_out(&v->fds[i]);
 		r.fds[i].buffer_id = v->fds[i].buffer_id;
+		if (rc > 0 && (int)i == v->fence_ix)
+			r.fds[i].fd = l->tfd;
 		/* held ids come only with TD_WIRE_REQ_SCM (wire decoder) */
 		if (held_by_client(&v->fds[i], held_count, held))
 			r.fds[i].fd = -1;
@@ -165,6 +180,7 @@ static void lease_drop(struct td__store *s, struct td__peer *p,
 {
 	td__list_del(&l->link);
 	p->n_leases--;
+	td__fence_unlease(p, l);
 	if (l->ring) {
 		td__ring_unlease(l->ring, l->slot, p->uid);
 	} else {

@@ -469,6 +469,7 @@ static void stop(struct td__daemon *d)
 	td__snapshot_fini(); /* the final save, while the store is whole */
 	td__fdstore_fini(); /* the final image, before the store lets go */
 	td__store_free(d);
+	td__fence_fini(); /* every version, so every watched fence, gone */
 	td__fdstore_free();
 	td__closer_stop(); /* after every plane's close */
 	uv_walk(d->loop, close_walk, NULL);

@@ -92,7 +92,7 @@ int td__plane_probe(int fd, struct td__plane_info *pi, const char **why)
 
 int td__fence_check(int fd, const char **why)
 {
-	int rc = td__fence_kind(fd, why);
+	int rc = td__fence_publishable(fd, why);
 
 	return rc < 0 ? rc : 0;
 }

@@ -330,6 +330,7 @@ static struct td__version *pub_build(struct pub *x)
 	ver->refs = 1;
 	/* the version keeps PIN; the rest are this request's */
 	ver->flags = x->m.flags & TD_WIRE_PUB_PIN;
+	ver->fence_ix = (int8_t)v->fence_fd; /* -1 or an fd-table index */
 	ver->dtype = v->dtype;
 	ver->ndim = v->ndim;
 	for (uint32_t i = 0; i < v->ndim; i++)

@@ -172,6 +172,7 @@ struct td__version *td__version_new(struct td__store *s, size_t data_len)
 		return NULL;
 	memset(v, 0, sizeof(*v));
 	v->data_cap = cap;
+	v->fence_ix = -1;
 	return v;
 }
 
@@ -338,6 +339,7 @@ void td__version_unref(struct td__store *s, struct td__version *v)
 	if (--v->refs)
 		return;
 	/* a leased version never gets here: its bytes stayed intact */
+	td__fence_forget(v); /* out of the watched set before its close */
 	for (uint32_t i = 0; i < v->nfds; i++)
 		if (v->fds[i].ro < 0)
 			td__vfd_close(s, &v->fds[i]);

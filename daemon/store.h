@@ -109,6 +109,15 @@ struct td__version {
 	/* the HTTP store's verdict on it (http-body.c): 1 served, -1 not,
 	 * 0 not looked at yet; a version does not change once published */
 	int8_t http_ok;
+	/* the fd-table index of its acquire fence, -1 none */
+	int8_t fence_ix;
+	/*
+	 * fence.c: the fence's kind (0 not looked at yet), whether an
+	 * eventfd fence is watched or seen signalled, and the leases whose
+	 * own fence waits for it (docs/fastpath.md, "Fences")
+	 */
+	uint8_t fence_kind, fence_state;
+	struct td__list fence_waits;
 	struct td__peer *owner;
 	uint32_t nfds;
 	struct td__vfd fds[TD__TABLE_MAX];
@@ -127,6 +136,12 @@ struct td__lease {
 	struct td__version *v;     /* NULL for a lease on a ring slot: */
 	struct td__ring *ring; /* ring.c holds the slot (td__ring_unlease) */
 	uint32_t slot;
+	/*
+	 * fence.c: the holder's own fence, a timerfd (-1 none), on its
+	 * version's fence_waits while the producer's has not signalled
+	 */
+	int tfd;
+	struct td__list fence_link;
 };
 
 struct td__alloc {
@@ -550,6 +565,23 @@ bool td__rewrite_pending(struct td_wire_str name);
 
 /* Serve every parked GET that v (just published) satisfies. */
 void td__lease_wake(struct td__store *s, struct td__version *v);
+
+/* ---- fence.c: a fence of each consumer's own (docs/fastpath.md) ---- */
+
+/*
+ * A GET of v by p (a client that named TD_WIRE_FEAT_FENCE_OWN) took
+ * lease l: when v's fence is an eventfd, l gets a timerfd of p's own,
+ * fired now if the eventfd has signalled, else when it does. 1 (l->tfd
+ * goes in the reply in place of the eventfd), 0 (v has no eventfd
+ * fence: the reply is as for any client), or -errno with the reason in
+ * why (p's uid is out of descriptors, the daemon out of memory).
+ */
+int td__fence_lease(struct td__peer *p, struct td__version *v,
+		    struct td__lease *l, char *why, size_t cap);
+/* l is released: its timerfd goes back to p, disarmed, or is closed. */
+void td__fence_unlease(struct td__peer *p, struct td__lease *l);
+/* v is about to be freed: its eventfd leaves the watched set. */
+void td__fence_forget(struct td__version *v);
 
 
 #endif

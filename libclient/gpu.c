@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/timerfd.h>
 #include <sys/mman.h>
 #include <sys/statfs.h>
 #include <time.h>
@@ -105,9 +106,14 @@ int td_fence_signal(int fence_fd, struct td_error *err)
 
 	if (kind < 0)
 		return td__fail(err, kind, "fence fd %d: %s", fence_fd, why);
-	if (kind != TD__FENCE_EVENTFD)
+	if (kind == TD__FENCE_SYNC_FILE)
 		return td__fail(err, -EINVAL, "fence fd %d is a sync_file: "
 				"its driver signals it, not a write", fence_fd);
+	if (kind == TD__FENCE_TIMERFD)
+		return td__fail(err, -EINVAL, "fence fd %d is a consumer's "
+				"own fence (a timerfd), which tensord fires "
+				"when its producer signals the fence it "
+				"published", fence_fd);
 	/*
 	 * A count above 0 is signalled already, so write only to a count
 	 * of 0, which cannot block: the caller's eventfd may be blocking
@@ -131,6 +137,28 @@ static int64_t mono_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static const char *kind_name(int kind)
+{
+	return kind == TD__FENCE_EVENTFD     ? "eventfd"
+	       : kind == TD__FENCE_SYNC_FILE ? "sync_file"
+					     : "eventfd, relayed by tensord";
+}
+
+/*
+ * A consumer's own fence (TD_WIRE_FEAT_FENCE_OWN) is a timerfd tensord
+ * fires with a one-nanosecond expiry, which the kernel's timer interrupt
+ * makes readable a moment later: armed counts as signalled, so a check
+ * right after the signal does not miss it. Never armed otherwise (the
+ * daemon disarms it before reuse).
+ */
+static bool timer_armed(int fd)
+{
+	struct itimerspec cur;
+
+	return timerfd_gettime(fd, &cur) == 0 &&
+	       (cur.it_value.tv_sec || cur.it_value.tv_nsec);
+}
+
 int td_fence_wait(int fence_fd, int timeout_ms, struct td_error *err)
 {
 	struct pollfd pfd = {.fd = fence_fd, .events = POLLIN};
@@ -140,6 +168,9 @@ int td_fence_wait(int fence_fd, int timeout_ms, struct td_error *err)
 
 	if (kind < 0)
 		return td__fail(err, kind, "fence fd %d: %s", fence_fd, why);
+	/* armed: tensord fired it (one nanosecond), it is about to expire */
+	if (kind == TD__FENCE_TIMERFD && timer_armed(fence_fd))
+		return 0;
 	for (;;) {
 		int left = -1;
 
@@ -158,8 +189,7 @@ int td_fence_wait(int fence_fd, int timeout_ms, struct td_error *err)
 	if (rc == 0)
 		return td__fail(err, -ETIMEDOUT, "fence fd %d (%s) did not "
 				"signal within %d ms", fence_fd,
-				kind == TD__FENCE_EVENTFD ? "eventfd"
-							  : "sync_file",
+				kind_name(kind),
 				timeout_ms);
 	if (pfd.revents & POLLNVAL) /* closed since it was checked */
 		return td__fail(err, -EBADF, "fence fd %d is not open",

@@ -627,7 +627,7 @@ static int publish_check(const struct td_publish *p, unsigned *esz,
 		return td__fail(err, -EBADF, "TD_PUBLISH_FENCE without fd");
 	if (p->flags & TD_PUBLISH_FENCE) {
 		/* the daemon checks too; a closed fd is only seen here */
-		int kind = td__fence_kind(p->fence_fd, &why);
+		int kind = td__fence_publishable(p->fence_fd, &why);
 
 		if (kind < 0)
 			return td__fail(err, kind, "fence fd %d: %s",

@@ -192,6 +192,13 @@ void td_wire_wr_bytes(struct td_wire_wr *wr, const void *p, size_t len);
 /* 0x40000 TD_WIRE_FEAT_STAGE, 0x80000 _STAGE_TAKEBACK: wire-status.h */
 /* RING_SUBSCRIBE flag TD_WIRE_RSUB_WAIT: parked until the ring exists */
 #define TD_WIRE_FEAT_SUB_WAIT 0x100000u
+/*
+ * GET replies carry, for a version fenced by an eventfd, a fence of the
+ * caller's own in its place: a timerfd the daemon fires when the
+ * producer's eventfd signals (docs/protocol.md §6.4, "A fence of one's
+ * own"). Without it, every consumer is handed the producer's eventfd.
+ */
+#define TD_WIRE_FEAT_FENCE_OWN 0x200000u
 
 /* HELLO request */
 struct td_wire_hello_req {

@@ -17,6 +17,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "tensord/tensord.h"
@@ -280,11 +281,199 @@ Test(gpu, a_fence_whose_producer_died_unsignalled_times_out_clearly)
 		     e.reason);
 	cr_assert_eq(td_fence_wait(td_tensor_fence_fd(t), 100, &e),
 		     -ETIMEDOUT);
-	cr_assert(strstr(e.reason, "eventfd) did not signal within 100 ms"),
+	cr_assert(strstr(e.reason, "(eventfd, relayed by tensord) did not "
+			 "signal within 100 ms"),
 		  "%s", e.reason);
 	td_tensor_release(t);
 	td_client_close(c);
 	fenced_done(&f);
+	tu_daemon_stop(&d, true);
+}
+
+/* ---- a fence of each consumer's own (docs/fastpath.md, "Fences") ---- */
+
+static struct td_client *connect_import(const struct tu_daemon *d,
+					const char *import)
+{
+	cr_assert_eq(setenv("TENSORD_IMPORT", import, 1), 0);
+	struct td_client *c = connect_to(d);
+	cr_assert_eq(unsetenv("TENSORD_IMPORT"), 0);
+	return c;
+}
+
+/* A version of name with an unsignalled eventfd fence: that eventfd. */
+static int put_fenced(struct td_client *c, const char *name, uint8_t val)
+{
+	struct td_error e = {0};
+	const uint64_t shape[1] = {4};
+	const uint8_t bytes[4] = {val, val, val, val};
+	int efd = td_fence_create();
+
+	cr_assert_geq(efd, 0);
+	struct td_publish p = {.name = name, .flags = TD_PUBLISH_FENCE,
+			       .dtype = TD_TENSOR_U8, .ndim = 1,
+			       .shape = shape, .fence_fd = efd};
+	cr_assert_eq(td_client_put(c, &p, bytes, 4, NULL, &e), 0, "%s",
+		     e.reason);
+	return efd;
+}
+
+static struct td_tensor *get_of(struct td_client *c, const char *name)
+{
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+
+	cr_assert_eq(td_client_get(c, name, &t, &e), 0, "%s", e.reason);
+	cr_assert(td_tensor_has_fence(t));
+	return t;
+}
+
+static const char *fd_link(int fd)
+{
+	static char link[64];
+	char path[64];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	link[n < 0 ? 0 : n] = 0;
+	return link;
+}
+
+/*
+ * Every consumer used to get the producer's eventfd itself: one that
+ * wrote it signalled the fence early for all, one that read it
+ * un-signalled it for all (their waits timed out). Now each gets a
+ * timerfd of its own, on both import paths, which only tensord fires.
+ */
+Test(gpu, a_consumer_that_reads_or_writes_its_fence_leaves_the_others_alone)
+{
+	struct tu_daemon d;
+	struct td_error e = {0};
+	uint64_t one = 1, ticks;
+
+	tu_daemon_start(&d, "warn");
+	struct td_client *prod = connect_to(&d);
+	struct td_client *a = connect_import(&d, "auto");
+	struct td_client *b = connect_import(&d, "scm");
+	int efd = put_fenced(prod, "gpu/shared", 7);
+	struct td_tensor *ta = get_of(a, "gpu/shared");
+	struct td_tensor *tb = get_of(b, "gpu/shared");
+	int fa = td_tensor_fence_fd(ta), fb = td_tensor_fence_fd(tb);
+
+	cr_assert_str_eq(fd_link(fa), "anon_inode:[timerfd]");
+	cr_assert_str_eq(fd_link(fb), "anon_inode:[timerfd]");
+	/* a consumer cannot signal the fence early, for itself or others */
+	cr_assert_eq(write(fa, &one, sizeof(one)), -1);
+	cr_assert_eq(td_fence_signal(fa, &e), -EINVAL);
+	cr_assert(strstr(e.reason, "a consumer's own fence"), "%s", e.reason);
+	cr_assert_eq(td_tensor_fence_wait(ta, 0), -ETIMEDOUT);
+	cr_assert_eq(td_tensor_fence_wait(tb, 50), -ETIMEDOUT);
+	/* the producer signals: both see it */
+	cr_assert_eq(td_fence_signal(efd, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_tensor_fence_wait(ta, TU_WAIT_S * 1000), 0);
+	/* one that consumes its copy un-signals that copy only */
+	tu_await_readable(fa, TU_WAIT_S, "a's fence");
+	cr_assert_eq(read(fa, &ticks, sizeof(ticks)), (ssize_t)sizeof(ticks));
+	cr_assert_eq(td_tensor_fence_wait(ta, 0), -ETIMEDOUT);
+	cr_assert_eq(td_tensor_fence_wait(tb, TU_WAIT_S * 1000), 0,
+		     "a's read un-signalled b's fence");
+	cr_assert_eq(td_fence_wait(efd, 0, &e), 0, "the producer's is intact");
+	/* one that comes after the signal finds its fence signalled */
+	struct td_client *c = connect_import(&d, "scm");
+	struct td_tensor *tc = get_of(c, "gpu/shared");
+	cr_assert_eq(td_tensor_fence_wait(tc, 0), 0);
+	td_tensor_release(tc);
+	td_tensor_release(tb);
+	td_tensor_release(ta);
+	td_client_close(c);
+	td_client_close(b);
+	td_client_close(a);
+	close(efd);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * A connection's released timerfds are kept for its next fenced GETs:
+ * one that came back must be unsignalled again (disarming clears its
+ * expirations), and a stream of fenced versions grows no descriptor in
+ * the daemon.
+ */
+Test(gpu, a_reused_fence_of_ones_own_starts_unsignalled_and_costs_no_fd)
+{
+	struct tu_daemon d;
+	struct td_error e = {0};
+	struct td_entry en;
+	int before = -1;
+
+	tu_daemon_start(&d, "warn");
+	struct td_client *prod = connect_to(&d);
+	struct td_client *cons = connect_to(&d);
+
+	for (int i = 0; i < 40; i++) {
+		int efd = put_fenced(prod, "gpu/stream", (uint8_t)i);
+		struct td_tensor *t = get_of(cons, "gpu/stream");
+
+		cr_assert_eq(td_tensor_fence_wait(t, 0), -ETIMEDOUT,
+			     "round %d: its fence came signalled", i);
+		cr_assert_eq(td_fence_signal(efd, &e), 0, "%s", e.reason);
+		cr_assert_eq(td_tensor_fence_wait(t, TU_WAIT_S * 1000), 0,
+			     "round %d", i);
+		td_tensor_release(t);
+		close(efd);
+		/* a round trip: the release is done */
+		cr_assert_eq(td_client_stat(cons, "gpu/stream", &en, &e), 0);
+		if (i == 4)
+			before = tu_pid_fd_count(d.pid);
+	}
+	cr_assert_eq(tu_pid_fd_count(d.pid), before);
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * The daemon watches a pending eventfd while its version lives: a version
+ * freed unsignalled leaves the watched set (a later signal of the
+ * producer's eventfd touches nothing, not even the version record reused
+ * next), and one kept only by a lease still relays its signal.
+ */
+Test(gpu, a_fence_outliving_its_version_touches_nothing)
+{
+	struct tu_daemon d;
+	struct td_error e = {0};
+	struct td_entry en;
+
+	tu_daemon_start(&d, "warn");
+	struct td_client *prod = connect_to(&d);
+	struct td_client *cons = connect_to(&d);
+	int e1 = put_fenced(prod, "gpu/gone", 1);
+	struct td_tensor *t = get_of(cons, "gpu/gone");
+
+	td_tensor_release(t);
+	/* version 1 is freed watched and unsignalled; version 3 is likely
+	 * made in its record, and watched */
+	int e2 = put_fenced(prod, "gpu/gone", 2);
+	int e3 = put_fenced(prod, "gpu/gone", 3);
+	t = get_of(cons, "gpu/gone");
+	cr_assert_eq(td_fence_signal(e1, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_fence_signal(e2, &e), 0, "%s", e.reason);
+	for (int i = 0; i < 2; i++) /* the loop has seen the signals */
+		cr_assert_eq(td_client_stat(cons, "gpu/gone", &en, &e), 0);
+	cr_assert_eq(td_tensor_fence_wait(t, 50), -ETIMEDOUT,
+		     "another version's signal fired this fence");
+	/* deleted while leased: the lease keeps it and its fence relayed */
+	cr_assert_eq(td_client_delete(prod, "gpu/gone", NULL, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_fence_signal(e3, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_tensor_fence_wait(t, TU_WAIT_S * 1000), 0);
+	td_tensor_release(t);
+	close(e1);
+	close(e2);
+	close(e3);
+	td_client_close(cons);
+	td_client_close(prod);
 	tu_daemon_stop(&d, true);
 }
 
@@ -316,6 +505,13 @@ Test(gpu, publishing_a_bad_fence_is_refused_with_a_reason)
 	cr_assert_eq(rc, -EBADF, "%d %s", rc, e.reason);
 	cr_assert(strstr(e.reason, "fence fd 900: fence fd is not an open "
 			 "descriptor"), "%s", e.reason);
+	/* a consumer's own fence (a GET's timerfd) is no fence to publish */
+	p.fence_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+	cr_assert_geq(p.fence_fd, 0);
+	cr_assert_eq(td_client_put(c, &p, bytes, 4, NULL, &e), -EINVAL);
+	cr_assert(strstr(e.reason, "is a timerfd (a consumer's own copy"),
+		  "%s", e.reason);
+	close(p.fence_fd);
 	/* nothing was published; the daemon is fine */
 	struct td_entry en;
 	cr_assert_eq(td_client_stat(c, "gpu/bad", &en, &e), -ENOENT);

@@ -1063,6 +1063,65 @@ Test(hostile, a_followers_hold_counts_as_its_uids_lease)
 }
 
 /*
+ * Each GET of a version fenced by an eventfd gives the reader a timerfd
+ * of the daemon's, its own fence (docs/fastpath.md, "Fences"): it counts
+ * against the reader's fds limit, so holding many leases of fenced
+ * versions cannot take the daemon's descriptors past what the limits
+ * allow; a GET past it is refused saying why, and they come back when
+ * the reader goes.
+ */
+Test(hostile, a_readers_own_fences_count_against_its_descriptors)
+{
+	struct worker r;
+	struct td_client *c;
+	struct td_error e = {0};
+	char why[TD_WIRE_MAX_REASON + 1];
+	const uint64_t shape[1] = {16};
+	uint8_t bytes[16] = {0};
+	int fds0, efd = td_fence_create();
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	/* the connection (socket, pidfd) and three fences */
+	start_ex(with_policy("allow uid=65534 r pub/\n"
+			     "limit uid=65534 fds 5\n",
+			     NULL, NULL),
+		 0, "info");
+	c = cli();
+	cr_assert_geq(efd, 0);
+	struct td_publish p = {.name = "pub/f", .flags = TD_PUBLISH_FENCE,
+			       .dtype = TD_TENSOR_U8, .ndim = 1,
+			       .shape = shape, .fence_fd = efd};
+	cr_assert_eq(td_client_put(c, &p, bytes, 16, NULL, &e), 0, "%s",
+		     e.reason);
+	/* the daemon's set of watched fences is made at the first need,
+	 * and root's connection keeps the timerfd its lease gave back */
+	struct td_tensor *t;
+	cr_assert_eq(td_client_get(c, "pub/f", &t, &e), 0, "%s", e.reason);
+	td_tensor_release(t);
+	fds0 = tdc_fd_count(D.pid);
+	for (int round = 0; round < 2; round++) {
+		worker_start(&r, NOBODY, 1);
+		cr_assert_eq(wdo(&r, W_GET_KEEP, "pub/f", 0, 3, why,
+				 sizeof(why)),
+			     0, "%s", why);
+		cr_assert_eq(wdo(&r, W_GET_KEEP, "pub/f", 0, 1, why,
+				 sizeof(why)),
+			     -EDQUOT, "a fourth fence: %s", why);
+		cr_assert(strstr(why, "no descriptor for its own fence"),
+			  "%s", why);
+		cr_assert(strstr(why, "fds limit: 5 descriptors"), "%s", why);
+		worker_stop(&r);
+		cr_assert_eq(tdc_fd_settle(D.pid, fds0, 500), fds0);
+	}
+	close(efd);
+	td_client_close(c);
+	victim_works("victim/fence", "own fences");
+	stop();
+	unlink(policy_path);
+}
+
+/*
  * The bell a FOLLOW makes is two descriptors of the daemon's: they count
  * against the follower's fds limit (with its row), so following many
  * names cannot take the daemon's descriptors past what the limits allow.

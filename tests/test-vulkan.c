@@ -158,7 +158,8 @@ Test(vulkan, a_producer_that_dies_before_signalling_times_consumers_out)
 	char *cons[] = {example("vk-consumer"), "gpu/dead", "0", "2000", "200",
 			NULL};
 	cr_assert_eq(run(&d, cons, &out), 1, "%s", out);
-	cr_assert(strstr(out, "(eventfd) did not signal within 200 ms") ||
+	cr_assert(strstr(out, "(eventfd, relayed by tensord) did not signal "
+			 "within 200 ms") ||
 			  strstr(out, "(sync_file) did not signal within 200 ms"),
 		  "%s", out);
 	free(out);

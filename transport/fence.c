@@ -17,9 +17,10 @@ int td__fence_kind(int fd, const char **why)
 		return -EBADF;
 	}
 	/*
-	 * eventfds and sync_files are anonymous inodes that fstat cannot tell
-	 * apart; their /proc link names the kind ("anon_inode:[eventfd]",
-	 * "anon_inode:sync_file").
+	 * eventfds, sync_files and timerfds are anonymous inodes that fstat
+	 * cannot tell apart; their /proc link names the kind
+	 * ("anon_inode:[eventfd]", "anon_inode:sync_file",
+	 * "anon_inode:[timerfd]").
 	 */
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	n = readlink(path, link, sizeof(link) - 1);
@@ -32,6 +33,20 @@ int td__fence_kind(int fd, const char **why)
 		return TD__FENCE_EVENTFD;
 	if (strcmp(link, "anon_inode:sync_file") == 0)
 		return TD__FENCE_SYNC_FILE;
+	if (strcmp(link, "anon_inode:[timerfd]") == 0)
+		return TD__FENCE_TIMERFD;
 	*why = "fence fd is not an eventfd or sync_file";
 	return -EINVAL;
+}
+
+int td__fence_publishable(int fd, const char **why)
+{
+	int kind = td__fence_kind(fd, why);
+
+	if (kind == TD__FENCE_TIMERFD) {
+		*why = "fence fd is a timerfd (a consumer's own copy of a "
+		       "fence), not an eventfd or sync_file";
+		return -EINVAL;
+	}
+	return kind;
 }

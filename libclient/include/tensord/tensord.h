@@ -693,8 +693,11 @@ TD_EXPORT int td_tensor_fence_wait(const struct td_tensor *t, int timeout_ms);
  * The acquire fence's fd (borrowed; valid while t lives), -1 when none.
  * A GPU consumer imports a sync_file into its own API (Vulkan:
  * vkImportSemaphoreFdKHR with SYNC_FD, on a dup) instead of waiting on
- * the CPU; an eventfd can only be waited on here. Never read() it: an
- * eventfd fence stays signalled for every reader.
+ * the CPU. For a producer's eventfd the daemon hands each consumer a
+ * timerfd of its own (docs/fastpath.md, "Fences"), which it fires when
+ * that eventfd signals, one daemon wake-up later: wait here or poll it
+ * for POLLIN. Reading it un-signals this copy only (an older daemon
+ * hands out the producer's eventfd itself: never read() it).
  */
 TD_EXPORT int td_tensor_fence_fd(const struct td_tensor *t);
 
@@ -719,7 +722,9 @@ TD_EXPORT int td_tensor_plane_kind(const struct td_tensor *t, uint32_t i);
  * The daemon accepts two kinds: a sync_file (a kernel dma_fence, which a
  * GPU driver signals: Vulkan vkGetFenceFdKHR / vkGetSemaphoreFdKHR with
  * SYNC_FD) and an eventfd (which the producer signals itself, e.g. after
- * vkWaitForFences, where the driver exports no sync_file).
+ * vkWaitForFences, where the driver exports no sync_file). Not the
+ * timerfd a consumer's GET hands it: a stage that passes a fence on
+ * publishes its own and signals it once its input's has.
  */
 
 /*
@@ -731,19 +736,21 @@ TD_EXPORT int td_tensor_plane_kind(const struct td_tensor *t, uint32_t i);
  */
 TD_EXPORT int td_fence_create(void);
 /*
- * Signal an eventfd fence: every reader's wait returns from now on. One
- * signalled already is left as it is (never a blocking write, for an
- * eventfd of the caller's own made without EFD_NONBLOCK).
- * 0, -EINVAL (not an eventfd: a sync_file is signalled by its driver),
- * -EBADF, or -errno, with a reason in *err.
+ * Signal an eventfd fence: every reader's wait returns from now on (once
+ * the daemon relayed it to each reader's own fence). One signalled
+ * already is left as it is (never a blocking write, for an eventfd of
+ * the caller's own made without EFD_NONBLOCK). 0, -EINVAL (not an
+ * eventfd: a sync_file is signalled by its driver, a consumer's own
+ * timerfd by the daemon), -EBADF, or -errno, with a reason in *err.
  */
 TD_EXPORT int td_fence_signal(int fence_fd, struct td_error *err);
 /*
- * Wait until fence_fd (an eventfd or a sync_file) signals, at most
- * timeout_ms (-1 forever, 0 just look). 0 signalled, -ETIMEDOUT not in
- * time, -EBADF not an open fd, -EINVAL neither an eventfd nor a
- * sync_file (a plain file, a pipe), -EIO a sync_file that signalled an
- * error; the reason in *err. Never consumes the signal.
+ * Wait until fence_fd (an eventfd, a sync_file or a consumer's own
+ * timerfd from a GET) signals, at most timeout_ms (-1 forever, 0 just
+ * look). 0 signalled, -ETIMEDOUT not in time, -EBADF not an open fd,
+ * -EINVAL none of those kinds (a plain file, a pipe), -EIO a sync_file
+ * that signalled an error; the reason in *err. Never consumes the
+ * signal.
  */
 TD_EXPORT int td_fence_wait(int fence_fd, int timeout_ms,
 			    struct td_error *err);
