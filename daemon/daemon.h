@@ -675,6 +675,8 @@ int td__plane_readonly(int fd, int *out_fd, const char **why);
 
 /* p is gone (its leases first): the timerfds it kept, closed. */
 void td__fence_peer_gone(struct td__peer *p);
+/* At start, on the loop: the set of watched fences (else at first need). */
+void td__fence_init(void);
 /* At shutdown, every version freed: the watched set closed. */
 void td__fence_fini(void);
 

@@ -42,7 +42,8 @@ enum {
 #define EVENTS_PER_WAKE 64
 
 static struct {
-	/* the watched eventfds: -1 until the first is needed, -2 failed */
+	/* the watched eventfds: made at start (td__fence_init), else at
+	 * the first need; -2 when libuv refused to poll it */
 	int ep;
 	uv_poll_t poll;
 } F = {.ep = -1};
@@ -236,6 +237,15 @@ void td__fence_forget(struct td__version *v)
 	if (v->fence_state == STATE_PENDING)
 		(void)epoll_ctl(F.ep, EPOLL_CTL_DEL, fence_fd(v), NULL);
 	v->fence_state = STATE_NEW;
+}
+
+void td__fence_init(void)
+{
+	char why[160];
+
+	if (watch_start(why, sizeof(why)) < 0)
+		td__log(TD_LOG_WARN, "%s; tried again at the first fenced GET",
+			why);
 }
 
 void td__fence_fini(void)

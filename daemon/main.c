@@ -401,6 +401,7 @@ static int start(struct td__daemon *d, uv_signal_t *sigint,
 	int rc;
 
 	td__closer_start();
+	td__fence_init(); /* its epoll set counts in the daemon's own fds */
 	d->cpus = td__cpus();
 	d->pidfd = import == TD_IMPORT_SCM ? -1 : td__pidfd_open(d->pid);
 	if (d->pidfd < 0 && import != TD_IMPORT_SCM)

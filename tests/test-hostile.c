@@ -1094,8 +1094,7 @@ Test(hostile, a_readers_own_fences_count_against_its_descriptors)
 			       .shape = shape, .fence_fd = efd};
 	cr_assert_eq(td_client_put(c, &p, bytes, 16, NULL, &e), 0, "%s",
 		     e.reason);
-	/* the daemon's set of watched fences is made at the first need,
-	 * and root's connection keeps the timerfd its lease gave back */
+	/* root's connection keeps the timerfd its lease gave back */
 	struct td_tensor *t;
 	cr_assert_eq(td_client_get(c, "pub/f", &t, &e), 0, "%s", e.reason);
 	td_tensor_release(t);
