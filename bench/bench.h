@@ -168,6 +168,8 @@ int bench_fail(struct bench_run *r, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 uint64_t bench_now_ns(void);
+/* ns process pid has run on a CPU (/proc/PID/schedstat), 0 if unknown */
+uint64_t bench_cpu_ns(int pid);
 /* qsort order of uint64_t; the q-quantile of n sorted samples by nearest
  * rank (0 when n is 0); the median of n doubles (sorts v) */
 int bench_cmp_u64(const void *a, const void *b);

@@ -113,23 +113,6 @@ static unsigned timed_gets(const char *sock, unsigned ms)
 	return n;
 }
 
-/* ns the process has run on a CPU (/proc/PID/schedstat), 0 if unknown */
-static uint64_t cpu_ns_of(int pid)
-{
-	char path[64];
-	unsigned long long ns = 0;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/schedstat", pid);
-	f = fopen(path, "r");
-	if (!f)
-		return 0;
-	if (fscanf(f, "%llu", &ns) != 1)
-		ns = 0;
-	fclose(f);
-	return ns;
-}
-
 static void usage(void)
 {
 	fprintf(stderr,
@@ -227,9 +210,9 @@ int main(int argc, char **argv)
 		double med[NPHASES];
 		uint64_t c0;
 
-		c0 = cpu_ns_of(pid);
+		c0 = bench_cpu_ns(pid);
 		publish_n(p, pubs, at[IDLE]);
-		cpu[IDLE] += cpu_ns_of(pid) - c0;
+		cpu[IDLE] += bench_cpu_ns(pid) - c0;
 		for (unsigned c = 0; c < conns; c++) {
 			if (td_client_connect(sock, &cs[c], &e) < 0)
 				die("parker: connect", e.reason);
@@ -266,16 +249,16 @@ int main(int argc, char **argv)
 					   &e) != -ENOENT)
 				die("park on the ring", e.reason);
 		}
-		c0 = cpu_ns_of(pid);
+		c0 = bench_cpu_ns(pid);
 		publish_n(p, pubs, at[PARKED]);
-		cpu[PARKED] += cpu_ns_of(pid) - c0;
+		cpu[PARKED] += bench_cpu_ns(pid) - c0;
 		/* nothing published: what the parked GETs cost by themselves */
-		c0 = cpu_ns_of(pid);
+		c0 = bench_cpu_ns(pid);
 		if (timed)
 			ntimed += timed_gets(sock, QUIET_MS);
 		else
 			usleep(QUIET_MS * 1000);
-		quiet += cpu_ns_of(pid) - c0;
+		quiet += bench_cpu_ns(pid) - c0;
 		for (unsigned c = 0; c < conns + ring; c++)
 			td_client_close(cs[c]);
 		for (int ph = 0; ph < NPHASES; ph++) {

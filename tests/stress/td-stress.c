@@ -87,7 +87,27 @@ static struct tdc_daemon D;
 static atomic_bool stop_now;
 static atomic_uint_fast64_t n_pub, n_pub_bytes, n_full, n_got, n_bytes,
 	n_miss, n_err, n_kills, n_conn, n_empty, n_rings, n_ring_pub,
-	n_ring_got, n_ring_gets, n_ring_miss, n_follow_got, n_follow_del;
+	n_ring_got, n_ring_gets, n_ring_miss, n_follow_got, n_follow_del,
+	n_fenced_pub, n_fenced_got, n_fence_late;
+
+/*
+ * A quarter of the plain publishes carry an eventfd fence (docs/
+ * fastpath.md, "Fences"); half of those are signalled at once, the rest
+ * at the producer's next publish, so consumers meet fences pending and
+ * signalled, and a SIGKILLed victim leaves one that never signals.
+ */
+static __thread int pending_fence = -1;
+/* How long a consumer waits for a fence before it counts it late. */
+#define FENCE_WAIT_MS 1000
+
+static void fence_settle(void)
+{
+	if (pending_fence < 0)
+		return;
+	(void)td_fence_signal(pending_fence, NULL);
+	close(pending_fence);
+	pending_fence = -1;
+}
 
 static double now_s(void)
 {
@@ -199,7 +219,19 @@ static int produce(struct td_client *c, unsigned self, uint64_t *s)
 	digest = XXH3_64bits(td_alloc_data(a, 0), size);
 	p.meta = &digest;
 	p.meta_len = sizeof(digest);
+	fence_settle();
+	if (rnd(s) % 4 == 0 && (p.fence_fd = td_fence_create()) >= 0)
+		p.flags |= TD_PUBLISH_FENCE;
 	rc = td_client_publish_alloc(c, a, &p, NULL, &e);
+	if (p.flags & TD_PUBLISH_FENCE) {
+		if (rc == 0 && rnd(s) & 1)
+			pending_fence = p.fence_fd;
+		else
+			(void)td_fence_signal(p.fence_fd, NULL);
+		if (pending_fence < 0)
+			close(p.fence_fd);
+		atomic_fetch_add(&n_fenced_pub, rc == 0);
+	}
 	if (rc < 0) {
 		fprintf(stderr, "td-stress: publish %s: %s\n", name, e.reason);
 		return rc;
@@ -248,6 +280,22 @@ static int consume(struct td_client *c, uint64_t *s)
 	}
 	if (rc < 0)
 		return rc;
+	if (td_tensor_has_fence(t)) {
+		/* its producer may be gone (a victim) before it signalled */
+		rc = td_tensor_fence_wait(t, FENCE_WAIT_MS);
+		if (rc == -ETIMEDOUT) {
+			atomic_fetch_add(&n_fence_late, 1);
+			td_tensor_release(t);
+			return 0;
+		}
+		if (rc < 0) {
+			fprintf(stderr, "td-stress: fence of %s: %s\n", name,
+				strerror(-rc));
+			td_tensor_release(t);
+			return rc;
+		}
+		atomic_fetch_add(&n_fenced_got, 1);
+	}
 	rc = verify(t, name);
 	if (rc == 0)
 		atomic_fetch_add(&n_bytes, td_tensor_plane_size(t, 0));
@@ -548,6 +596,7 @@ static void *work(void *arg)
 			break;
 		}
 	}
+	fence_settle();
 	/* hold the connection until all are up, then close together */
 	td_client_close(c);
 	return NULL;
@@ -893,6 +942,11 @@ int main(int argc, char **argv)
 		printf("  follows     %" PRIuFAST64 " versions verified by "
 		       "followers, %" PRIuFAST64 " names deleted by them\n",
 		       atomic_load(&n_follow_got), atomic_load(&n_follow_del));
+	printf("  fences      %" PRIuFAST64 " fenced versions published, "
+	       "%" PRIuFAST64 " handoffs waited for their fence, %" PRIuFAST64
+	       " late (over %d ms)\n",
+	       atomic_load(&n_fenced_pub), atomic_load(&n_fenced_got),
+	       atomic_load(&n_fence_late), FENCE_WAIT_MS);
 	printf("  chaos       %" PRIuFAST64 " clients SIGKILLed\n",
 	       atomic_load(&n_kills));
 	printf("  tensorctl ls answered %u times during the load (slowest "
@@ -916,6 +970,8 @@ int main(int argc, char **argv)
 	    (C.rings && (atomic_load(&n_ring_got) == 0 ||
 			 atomic_load(&n_ring_gets) == 0)) ||
 	    (C.follows && atomic_load(&n_follow_got) == 0) ||
+	    (atomic_load(&n_fenced_pub) > 100 &&
+	     atomic_load(&n_fenced_got) == 0) ||
 	    rss1 > rss0 + (long)C.rss_slack_kb)
 		return 1;
 	/* the log is kept only when something went wrong */
