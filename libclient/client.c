@@ -283,34 +283,101 @@ int td__msg_recv(struct td_client *c, struct td__msg *m, int flags)
 	return 0;
 }
 
-static void event_push(struct td_client *c, struct td__event *e)
+static void event_link(struct td_client *c, struct td__event *e)
 {
+	e->next = NULL;
 	if (c->ev_tail)
 		c->ev_tail->next = e;
 	else
 		c->ev_head = e;
 	c->ev_tail = e;
+}
+
+/*
+ * Events dropped so far into the OVERFLOWED event at the queue's tail,
+ * made if need be (outside the limit); without memory they stay counted
+ * in ev_lost, which td__event_take() gives when the queue is empty.
+ */
+static void overflow_note(struct td_client *c)
+{
+	struct td__event *o = c->ev_tail;
+
+	if (!c->ev_lost)
+		return;
+	if (!o || o->ev.type != TD_EVENT_TYPE_OVERFLOWED) {
+		if (!(o = calloc(1, sizeof(*o))))
+			return;
+		o->ev.type = TD_EVENT_TYPE_OVERFLOWED;
+		event_link(c, o);
+	}
+	o->ev.version += c->ev_lost;
+	c->ev_lost = 0;
+}
+
+/* Queue a watch event, or count it dropped (the limit, no memory). */
+static void event_queue(struct td_client *c, const struct td_event *ev)
+{
+	struct td__event *e = NULL;
+
+	overflow_note(c); /* earlier drops first, in their place */
+	if ((c->ev_limit && c->ev_count >= c->ev_limit) ||
+	    !(e = malloc(sizeof(*e)))) {
+		c->ev_lost++;
+		overflow_note(c);
+	} else {
+		e->ev = *ev;
+		event_link(c, e);
+		c->ev_count++;
+	}
 	td__loop_ready(c);
+}
+
+int td__event_take(struct td_client *c, struct td_event *ev)
+{
+	struct td__event *e = c->ev_head;
+
+	if (!e && !c->ev_lost)
+		return 0;
+	if (!e) {
+		*ev = (struct td_event){.type = TD_EVENT_TYPE_OVERFLOWED,
+					.version = c->ev_lost};
+		c->ev_lost = 0;
+	} else {
+		c->ev_head = e->next;
+		if (!c->ev_head)
+			c->ev_tail = NULL;
+		c->ev_count -= e->ev.type != TD_EVENT_TYPE_OVERFLOWED;
+		*ev = e->ev;
+		free(e);
+	}
+	td__loop_ready(c);
+	return 1;
+}
+
+int td_client_set_event_limit(struct td_client *c, unsigned max)
+{
+	if (!c)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	c->ev_limit = max;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
 }
 
 static void queue_notify(struct td_client *c, const struct td__msg *m)
 {
 	struct td_wire_notify n;
-	struct td__event *e;
+	struct td_event ev = {0};
 
 	if (td_wire_notify_decode(m->body, m->body_len, &n, NULL) < 0)
 		return; /* a bad event cannot be delivered; drop it */
-	e = calloc(1, sizeof(*e));
-	if (!e)
-		return;
-	e->ev.watch_id = 0;
 	for (const struct td__watchrec *w = c->watches; w; w = w->next)
 		if (w->daemon_id == n.watch_id)
-			e->ev.watch_id = w->id;
-	e->ev.type = n.event;
-	e->ev.version = n.version;
-	td__str_copy(e->ev.name, sizeof(e->ev.name), n.name);
-	event_push(c, e);
+			ev.watch_id = w->id;
+	ev.type = n.event;
+	ev.version = n.version;
+	td__str_copy(ev.name, sizeof(ev.name), n.name);
+	event_queue(c, &ev);
 }
 
 /* Handle a message that is not the reply being waited for. */
@@ -597,18 +664,11 @@ int td_client_next_event(struct td_client *c, int timeout_ms,
 		return td__fail(err, -EINVAL, "no client or event");
 	pthread_mutex_lock(&c->lock);
 	for (;;) {
-		struct td__event *e = c->ev_head;
 		struct pollfd pfd;
 		struct td__msg m;
 		int wait;
 
-		if (e) {
-			c->ev_head = e->next;
-			if (!c->ev_head)
-				c->ev_tail = NULL;
-			*ev = e->ev;
-			free(e);
-			td__loop_ready(c);
+		if (td__event_take(c, ev)) {
 			rc = 0;
 			break;
 		}
@@ -910,7 +970,6 @@ static int reconnect_now(struct td_client *c, struct td_error *err)
 	struct sockaddr_un sa;
 	socklen_t salen;
 	struct epoll_event ev = {.events = EPOLLIN};
-	struct td__event *e;
 	unsigned restored = 0;
 	int rc, s, old = c->sock;
 
@@ -951,12 +1010,8 @@ static int reconnect_now(struct td_client *c, struct td_error *err)
 				   NULL) == 0)
 			restored++;
 	}
-	e = calloc(1, sizeof(*e));
-	if (e) {
-		e->ev.type = TD_EVENT_TYPE_RECONNECTED;
-		e->ev.version = restored;
-		event_push(c, e);
-	}
+	event_queue(c, &(struct td_event){.type = TD_EVENT_TYPE_RECONNECTED,
+					  .version = restored});
 	return c->dead ? c->dead : 0;
 }
 

@@ -149,6 +149,13 @@ struct td_client {
 	uint64_t next_id;
 	struct td__event *ev_head, *ev_tail;
 	/*
+	 * Watch events queued (OVERFLOWED ones not counted), the most kept
+	 * (0 none), and those dropped that no OVERFLOWED event holds yet
+	 * (it had no memory either): td__event_take() gives them then.
+	 */
+	unsigned ev_count, ev_limit;
+	uint64_t ev_lost;
+	/*
 	 * Event loops (libclient/loop.c): epfd is what td_client_fd() hands
 	 * out; it polls readable when the socket is readable or when efd is,
 	 * and efd is kept readable exactly while something is queued here
@@ -308,6 +315,12 @@ int td__send(struct td_client *c, uint16_t op, size_t body_len,
 	     uint64_t *id);
 /* Receive one datagram (flags: MSG_DONTWAIT or 0), lock held. */
 int td__msg_recv(struct td_client *c, struct td__msg *m, int flags);
+/*
+ * The next watch event into *ev, if any (lock held): 1, else 0. Frees
+ * its record, keeps efd's readiness right.
+ */
+int td__event_take(struct td_client *c, struct td_event *ev);
+
 /* Deal with a message nobody waits for: queue it or drop it, close fds. */
 void td__msg_aside(struct td_client *c, struct td__msg *m);
 

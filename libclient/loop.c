@@ -58,7 +58,7 @@ void td__loop_close(struct td_client *c)
 
 void td__loop_ready(struct td_client *c)
 {
-	bool want = c->ev_head || c->done;
+	bool want = c->ev_head || c->ev_lost || c->done;
 	uint64_t v = 1;
 
 	/* a child of fork() shares the eventfd: it is the parent's to set */
@@ -300,24 +300,20 @@ static int deliver_events(struct td_client *c, size_t limit)
 	int n = 0;
 
 	for (; limit; limit--) {
-		struct td__event *e = NULL;
+		struct td_event ev;
+		bool taken = false;
 		td_event_fn fn;
 		void *ud;
 
 		pthread_mutex_lock(&c->lock);
 		fn = c->ev_fn;
 		ud = c->ev_ud;
-		if (fn && c->sock >= 0 && (e = c->ev_head)) {
-			c->ev_head = e->next;
-			if (!c->ev_head)
-				c->ev_tail = NULL;
-			td__loop_ready(c);
-		}
+		if (fn && c->sock >= 0)
+			taken = td__event_take(c, &ev);
 		pthread_mutex_unlock(&c->lock);
-		if (!e)
+		if (!taken)
 			break;
-		fn(c, &e->ev, ud);
-		free(e);
+		fn(c, &ev, ud);
 		n++;
 	}
 	return n;
@@ -340,6 +336,7 @@ int td_client_process(struct td_client *c, struct td_error *err)
 	for (const struct td__event *e = c->ev_head; e && c->ev_fn;
 	     e = e->next)
 		evs++;
+	evs += c->ev_fn && c->ev_lost; /* the count of those dropped */
 	td__loop_ready(c);
 	/*
 	 * A callback may close the handle: the struct stays until the

@@ -273,7 +273,9 @@ static PyObject *event_new(const struct td_event *ev)
 		return NULL;
 	PyStructSequence_SET_ITEM(e, 0, PyUnicode_FromString(
 		ev->type == TD_EVENT_TYPE_PUBLISHED ? "published" :
-		ev->type == TD_EVENT_TYPE_DELETED ? "deleted" : "unknown"));
+		ev->type == TD_EVENT_TYPE_DELETED ? "deleted" :
+		ev->type == TD_EVENT_TYPE_OVERFLOWED ? "overflowed" :
+		"unknown"));
 	PyStructSequence_SET_ITEM(e, 1, PyUnicode_DecodeUTF8(ev->name,
 		(Py_ssize_t)strlen(ev->name), "replace"));
 	PyStructSequence_SET_ITEM(e, 2,

@@ -176,6 +176,79 @@ Test(loop, process_delivers_watch_events_in_order_to_the_handler)
 	pair_down(&x);
 }
 
+/* n publishes of name by p, then a call of w that reads their events
+ * aside (the daemon sent them before it answers the STAT) */
+static void puts_read_aside(struct td_client *p, struct td_client *w,
+			    const char *name, int n)
+{
+	struct td_entry ent;
+
+	for (int i = 0; i < n; i++)
+		put(p, name, (uint8_t)i);
+	cr_assert_eq(td_client_stat(w, name, &ent, NULL), 0);
+	td_entry_fini(&ent);
+}
+
+/*
+ * With a limit, the queue keeps that many events; what comes while it is
+ * full is dropped and counted in one OVERFLOWED event in its place (not
+ * counted by the limit), for td_client_next_event() and for a handler.
+ */
+Test(loop, a_bounded_event_queue_counts_what_it_dropped)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *w = x.c, *p = x.p;
+	struct td_event ev;
+	struct evs got = {0};
+	uint64_t id;
+
+	cr_assert_eq(td_client_set_event_limit(NULL, 3), -EINVAL);
+	cr_assert_eq(td_client_set_event_limit(w, 3), 0);
+	cr_assert_eq(td_client_watch(w, "q", 0, &id, NULL), 0);
+	puts_read_aside(p, w, "q", 10);
+	for (uint64_t v = 1; v <= 3; v++) {
+		cr_assert_eq(td_client_next_event(w, 0, &ev, NULL), 0);
+		cr_assert_eq(ev.type, TD_EVENT_TYPE_PUBLISHED);
+		cr_assert_eq(ev.version, v);
+	}
+	cr_assert_eq(td_client_next_event(w, 0, &ev, NULL), 0);
+	cr_assert_eq(ev.type, TD_EVENT_TYPE_OVERFLOWED);
+	cr_assert_eq(ev.version, 7, "dropped: %llu",
+		     (unsigned long long)ev.version);
+	cr_assert_eq(ev.watch_id, 0);
+	cr_assert_str_eq(ev.name, "");
+	cr_assert_eq(readable(w, 0), 0, "drained");
+	cr_assert_eq(td_client_next_event(w, 0, &ev, NULL), -ETIMEDOUT);
+	/* room again: events are kept again, in order */
+	puts_read_aside(p, w, "q", 2);
+	cr_assert_eq(td_client_next_event(w, 0, &ev, NULL), 0);
+	cr_assert_eq(ev.version, 11);
+	cr_assert_eq(td_client_next_event(w, 0, &ev, NULL), 0);
+	cr_assert_eq(ev.version, 12);
+	/* a handler gets the same: two kept, then the count of three */
+	cr_assert_eq(td_client_set_event_limit(w, 2), 0);
+	cr_assert_eq(td_client_set_event_handler(w, on_event, &got), 0);
+	puts_read_aside(p, w, "q", 5);
+	while (got.n < 3) {
+		cr_assert_gt(readable(w, HANG_MS), 0);
+		cr_assert_geq(td_client_process(w, NULL), 0);
+	}
+	cr_assert_eq(got.versions[0], 13);
+	cr_assert_eq(got.versions[1], 14);
+	cr_assert_eq(got.versions[2], 3, "the OVERFLOWED count");
+	cr_assert_eq(readable(w, 0), 0);
+	/* no limit: every event kept again */
+	cr_assert_eq(td_client_set_event_handler(w, NULL, NULL), 0);
+	cr_assert_eq(td_client_set_event_limit(w, 0), 0);
+	puts_read_aside(p, w, "q", 20);
+	for (uint64_t v = 18; v <= 37; v++) {
+		cr_assert_eq(td_client_next_event(w, 0, &ev, NULL), 0);
+		cr_assert_eq(ev.version, v);
+	}
+	pair_down(&x);
+}
+
 Test(loop, async_get_is_parked_then_delivered_by_process)
 {
 	struct pair x;

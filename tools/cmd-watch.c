@@ -53,8 +53,11 @@ int cmd_watch(int argc, char **argv)
 		rc = td_client_next_event(c, -1, &ev, &e);
 		if (rc < 0)
 			break;
-		what = ev.type == TD_EVENT_TYPE_PUBLISHED ? "published"
-							  : "deleted";
+		/* overflowed: the library had no memory for N events */
+		what = ev.type == TD_EVENT_TYPE_PUBLISHED    ? "published"
+		       : ev.type == TD_EVENT_TYPE_DELETED    ? "deleted"
+		       : ev.type == TD_EVENT_TYPE_OVERFLOWED ? "overflowed"
+							     : "reconnected";
 		if (json) {
 			printf("{\"event\":\"%s\",\"name\":", what);
 			td_json_cstr(stdout, ev.name);

@@ -828,6 +828,10 @@ enum td_event_type {
 	/* TD_CLIENT_RECONNECT: connected anew (watch_id 0, name "", version
 	 * the number of watches re-established) */
 	TD_EVENT_TYPE_RECONNECTED = 3,
+	/* events were dropped here (the limit, or no memory): watch_id 0,
+	 * name "", version how many; what the watches cover may have
+	 * changed meanwhile, so look again (td_client_list, stat) */
+	TD_EVENT_TYPE_OVERFLOWED = 4,
 };
 
 struct td_event {
@@ -841,17 +845,29 @@ struct td_event {
  * Watch a name (or, with TD_WATCH_PREFIX, every name under a prefix).
  * Returns 0 and the watch id in *watch_id, or -errno. Events arrive through
  * td_client_next_event(); events that come in while another call waits for
- * its reply are queued in order, never lost. That queue has no bound: a
+ * its reply are queued in order. By default that queue has no bound: a
  * client that watches busy names and makes blocking calls without taking
  * its events (td_client_next_event(), or a handler and
- * td_client_process()) holds every one of them in memory. (One that does
- * not read its socket at all is cut by the daemon instead.)
+ * td_client_process()) holds every one of them in memory, unless it sets
+ * a limit (td_client_set_event_limit()). An event that finds the queue
+ * full, or no memory for it, is dropped and counted: the queue then
+ * holds a TD_EVENT_TYPE_OVERFLOWED event where the first was dropped,
+ * which says how many were. (One that does not read its socket at all
+ * is cut by the daemon instead.)
  */
 TD_EXPORT int td_client_watch(struct td_client *c, const char *name,
 			      uint32_t flags, uint64_t *watch_id,
 			      struct td_error *err);
 TD_EXPORT int td_client_unwatch(struct td_client *c, uint64_t watch_id,
 				struct td_error *err);
+/*
+ * At most max watch events queued (0: no bound, the default). Events
+ * queued already stay; one that comes while max are queued is dropped
+ * and counted in a TD_EVENT_TYPE_OVERFLOWED event (which the bound does
+ * not count), so a reader learns what it missed, as with inotify.
+ * 0 or -EINVAL (no client).
+ */
+TD_EXPORT int td_client_set_event_limit(struct td_client *c, unsigned max);
 /*
  * Next event in arrival order into *ev, waiting up to timeout_ms (-1
  * forever, 0 only what is queued or already readable). Returns 0,
