@@ -265,11 +265,11 @@ int td_tgm_desc_decode(const uint8_t *buf, size_t len, struct td_tgm_desc *d,
 	return rc;
 }
 
-int td_tgm_object_decode(const struct td_tgm_frame *fr, struct td_tgm_object *o,
-                         struct td_err *err)
+int td_tgm_object_decode_at(const struct td_tgm_frame *fr,
+                            const uint8_t *cbor, uint64_t cbor_avail,
+                            struct td_tgm_object *o, struct td_err *err)
 {
-	const uint8_t *f;
-	uint64_t region;
+	uint64_t at; /* the CBOR's offset in the frame */
 	int rc;
 
 	memset(o, 0, sizeof(*o));
@@ -277,12 +277,17 @@ int td_tgm_object_decode(const struct td_tgm_frame *fr, struct td_tgm_object *o,
 		return td__err_set(err, TD_ERR_INVALID_ARGUMENT, "type", true,
 		                   fr->type, fr->offset,
 		                   "not a data-object frame");
-	f = fr->payload - TD_TGM_FRAME_HEADER_LEN;
 	/* the walk checked 16 <= cbor_offset <= length - 20 (F10) */
 	if (fr->cbor_after_payload) {
-		o->cbor = f + fr->cbor_offset;
+		at = fr->cbor_offset;
+		o->cbor = cbor;
 		o->cbor_len = fr->length - TD_TGM_NTENSOR_FOOTER_LEN -
 		              fr->cbor_offset;
+		if (cbor_avail < o->cbor_len)
+			return td__err_set(err, TD_ERR_INVALID_ARGUMENT,
+			                   "descriptor", true, cbor_avail,
+			                   fr->offset + at,
+			                   "descriptor bytes not all given");
 		rc = td_tgm_desc_decode(o->cbor, o->cbor_len, &o->desc, err);
 		if (rc < 0)
 			goto fail;
@@ -292,7 +297,7 @@ int td_tgm_object_decode(const struct td_tgm_frame *fr, struct td_tgm_object *o,
 			                 0, "bytes after the descriptor");
 			goto fail;
 		}
-		o->data = f + TD_TGM_FRAME_HEADER_LEN;
+		o->data_offset = fr->offset + TD_TGM_FRAME_HEADER_LEN;
 		o->data_len = fr->cbor_offset - TD_TGM_FRAME_HEADER_LEN;
 	} else {
 		if (fr->cbor_offset != TD_TGM_FRAME_HEADER_LEN)
@@ -301,14 +306,18 @@ int td_tgm_object_decode(const struct td_tgm_frame *fr, struct td_tgm_object *o,
 			                   fr->offset + fr->length - 20,
 			                   "CBOR-before frame with cbor_offset "
 			                   "other than 16");
-		o->cbor = fr->payload;
-		region = fr->payload_len;
-		rc = td_tgm_desc_decode(o->cbor, region, &o->desc, err);
+		at = TD_TGM_FRAME_HEADER_LEN;
+		o->cbor = cbor;
+		rc = td_tgm_desc_decode(o->cbor,
+		                        cbor_avail < fr->payload_len
+		                                ? cbor_avail
+		                                : fr->payload_len,
+		                        &o->desc, err);
 		if (rc < 0)
 			goto fail;
 		o->cbor_len = o->desc.cbor_len;
-		o->data = o->cbor + o->cbor_len;
-		o->data_len = region - o->cbor_len;
+		o->data_offset = fr->offset + at + o->cbor_len;
+		o->data_len = fr->payload_len - o->cbor_len;
 	}
 	if (o->desc.has_masks && o->desc.masks_min_offset != UINT64_MAX) {
 		if (o->desc.masks_min_offset > o->data_len)
@@ -318,13 +327,31 @@ int td_tgm_object_decode(const struct td_tgm_frame *fr, struct td_tgm_object *o,
 			                   "region");
 		o->data_len = o->desc.masks_min_offset;
 	}
-	o->data_offset = fr->offset + (uint64_t)(o->data - f);
 	return 0;
 fail:
 	/* descriptor offsets are relative to the CBOR: make them message
 	 * offsets */
 	if (err)
-		err->offset += fr->offset + (uint64_t)(o->cbor - f);
+		err->offset += fr->offset + at;
+	return rc;
+}
+
+int td_tgm_object_decode(const struct td_tgm_frame *fr, struct td_tgm_object *o,
+                         struct td_err *err)
+{
+	uint64_t at = fr->cbor_after_payload ? fr->cbor_offset
+	                                     : TD_TGM_FRAME_HEADER_LEN;
+	const uint8_t *f;
+	int rc;
+
+	if (fr->type != TD_TGM_NTENSOR_FRAME)
+		return td_tgm_object_decode_at(fr, NULL, 0, o, err);
+	f = fr->payload - TD_TGM_FRAME_HEADER_LEN;
+	/* cannot underflow: the walk checked cbor_offset <= length - 20 */
+	rc = td_tgm_object_decode_at(fr, f + at, fr->length - 12 - 8 - at, o,
+	                             err);
+	if (rc == 0)
+		o->data = f + (o->data_offset - fr->offset);
 	return rc;
 }
 

@@ -130,6 +130,19 @@ int td_tgm_desc_decode(const uint8_t *buf, size_t len, struct td_tgm_desc *d,
  */
 int td_tgm_object_decode(const struct td_tgm_frame *fr, struct td_tgm_object *o,
                          struct td_err *err);
+/*
+ * The same for a reader that does not hold the frame (a file read with
+ * pread): cbor holds cbor_avail bytes of the frame from the descriptor's
+ * first byte on (cbor_offset with the CBOR after the data, 16 before it;
+ * fr->payload is not used). CBOR after: the whole descriptor region must
+ * be given (-EINVAL otherwise); CBOR before: up to the payload's end, a
+ * shorter prefix is decoded as the whole (a descriptor longer than it is
+ * TRUNCATED). o->data is NULL; data_offset and data_len say where the
+ * data lies. Returns as td_tgm_object_decode().
+ */
+int td_tgm_object_decode_at(const struct td_tgm_frame *fr,
+                            const uint8_t *cbor, uint64_t cbor_avail,
+                            struct td_tgm_object *o, struct td_err *err);
 
 /*
  * The tensord import subset (§15): type ntensor, a dtype with a blob code,

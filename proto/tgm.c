@@ -111,20 +111,21 @@ static size_t find_end_magic(const uint8_t *buf, size_t len, size_t from)
 	return p ? (size_t)(p - buf) : SIZE_MAX;
 }
 
-int td_tgm_walk_init(const uint8_t *msg, size_t len, struct td_tgm_walk *it,
-		     struct td_err *err)
+int td_tgm_walk_begin(const uint8_t *pre, size_t pre_len, uint64_t avail,
+		      uint64_t stream_end, struct td_tgm_walk *it,
+		      struct td_err *err)
 {
 	struct td_tgm_header h;
-	uint64_t end, pa, pa_total;
+	uint64_t end;
 	int rc;
 
-	rc = td_tgm_header_decode(msg, len, &h, err); /* E1-E3 */
+	rc = td_tgm_header_decode(pre, pre_len, &h, err); /* E1-E3 */
 	if (rc < 0)
 		return rc;
 	if (h.total_length > 0) {
 		end = h.total_length;
-		if (end > len) /* E4 */
-			return td__err_truncated(err, end, len, OFF_TOTAL,
+		if (end > avail) /* E4 */
+			return td__err_truncated(err, end, avail, OFF_TOTAL,
 						 "total_length exceeds the "
 						 "buffer");
 		if (end < TD_TGM_MIN_MESSAGE_LEN) /* E5 */
@@ -132,14 +133,38 @@ int td_tgm_walk_init(const uint8_t *msg, size_t len, struct td_tgm_walk *it,
 					   "total_length", true, end,
 					   OFF_TOTAL,
 					   "total_length below 48");
-		/* cannot underflow: end >= 48 */
-		if (memcmp(msg + end - TD_TGM_POSTAMBLE_LEN + PA_END_MAGIC,
-			   END_MAGIC, 8)) /* E6 */
+	} else {
+		/* rule 3: a streaming message ends at the first end magic */
+		if (stream_end < TD_TGM_PREAMBLE_LEN + 8 ||
+		    stream_end > avail) /* E8 */
+			return td__err_truncated(err, TD_TGM_MIN_MESSAGE_LEN,
+						 avail, TD_TGM_PREAMBLE_LEN,
+						 "streaming message without "
+						 "end magic");
+		end = stream_end;
+		if (end < TD_TGM_MIN_MESSAGE_LEN)
+			return td__err_set(err, TD_ERR_MALFORMED, "end_magic",
+					   true, end - 8, end - 8,
+					   "streaming message shorter than "
+					   "48 bytes");
+	}
+	memset(it, 0, sizeof(*it));
+	it->length = end;
+	it->total_length = h.total_length;
+	return 0;
+}
+
+int td_tgm_walk_post(struct td_tgm_walk *it, const uint8_t *post,
+		     struct td_err *err)
+{
+	uint64_t end = it->length, pa_total;
+
+	if (it->total_length > 0) {
+		if (memcmp(post + PA_END_MAGIC, END_MAGIC, 8)) /* E6 */
 			return td__err_set(err, TD_ERR_MALFORMED, "end_magic",
 					   false, 0, end - 8,
 					   "no end magic at total_length - 8");
-		pa_total = td__be64(msg + end - TD_TGM_POSTAMBLE_LEN +
-				    PA_TOTAL);
+		pa_total = td__be64(post + PA_TOTAL);
 		if (pa_total != 0 && pa_total != end) /* E7 */
 			return td__err_set(err, TD_ERR_MALFORMED,
 					   "postamble_total_length", true,
@@ -149,34 +174,51 @@ int td_tgm_walk_init(const uint8_t *msg, size_t len, struct td_tgm_walk *it,
 					   "postamble total_length differs "
 					   "from the preamble's");
 	} else {
-		/* rule 3: a streaming message ends at the first end magic */
-		size_t e = find_end_magic(msg, len, TD_TGM_PREAMBLE_LEN);
-
-		if (e == SIZE_MAX) /* E8 */
-			return td__err_truncated(err, TD_TGM_MIN_MESSAGE_LEN,
-						 len, TD_TGM_PREAMBLE_LEN,
-						 "streaming message without "
-						 "end magic");
-		end = (uint64_t)e + 8; /* e + 8 <= len: no overflow */
-		if (end < TD_TGM_MIN_MESSAGE_LEN)
-			return td__err_set(err, TD_ERR_MALFORMED, "end_magic",
-					   true, e, e,
-					   "streaming message shorter than "
-					   "48 bytes");
-		pa_total = td__be64(msg + end - TD_TGM_POSTAMBLE_LEN +
-				    PA_TOTAL);
+		pa_total = td__be64(post + PA_TOTAL);
 	}
-	pa = end - TD_TGM_POSTAMBLE_LEN;
-	memset(it, 0, sizeof(*it));
-	it->msg = msg;
-	it->length = end;
-	it->postamble_offset = pa;
-	it->first_footer_offset = td__be64(msg + pa + PA_FIRST_FOOTER);
+	/* cannot underflow: end >= 48 */
+	it->postamble_offset = end - TD_TGM_POSTAMBLE_LEN;
+	it->first_footer_offset = td__be64(post + PA_FIRST_FOOTER);
 	it->postamble_total_length = pa_total;
 	it->pos = TD_TGM_PREAMBLE_LEN;
 	it->phase = PHASE_HEADER;
 	it->preceder_pending = false;
 	it->state = WALKING;
+	return 0;
+}
+
+void td_tgm_walk_window(struct td_tgm_walk *it, const uint8_t *buf,
+			uint64_t off, size_t len)
+{
+	it->win = buf;
+	it->win_off = off;
+	it->win_len = len;
+}
+
+int td_tgm_walk_init(const uint8_t *msg, size_t len, struct td_tgm_walk *it,
+		     struct td_err *err)
+{
+	uint64_t stream_end = 0;
+	int rc;
+
+	/* the end magic is searched only for a streaming preamble; the
+	 * header checks still come first in td_tgm_walk_begin() */
+	if (len >= TD_TGM_PREAMBLE_LEN && td__be64(msg + OFF_TOTAL) == 0) {
+		size_t e = find_end_magic(msg, len, TD_TGM_PREAMBLE_LEN);
+
+		stream_end = e == SIZE_MAX ? 0 : (uint64_t)e + 8;
+	}
+	rc = td_tgm_walk_begin(msg, len < TD_TGM_PREAMBLE_LEN
+				       ? len : TD_TGM_PREAMBLE_LEN,
+			       len, stream_end, it, err);
+	if (rc < 0)
+		return rc;
+	rc = td_tgm_walk_post(it, msg + it->length - TD_TGM_POSTAMBLE_LEN,
+			      err);
+	if (rc < 0)
+		return rc;
+	it->msg = msg;
+	td_tgm_walk_window(it, msg, 0, it->length);
 	return 0;
 }
 
@@ -201,11 +243,47 @@ static int walk_fail(struct td_tgm_walk *it, struct td_err *err,
 	return it->state;
 }
 
+/*
+ * The window's bytes [off, off + n), or NULL with the need recorded: the
+ * caller gives them and steps again (-EAGAIN).
+ */
+static const uint8_t *win_at(struct td_tgm_walk *it, uint64_t off,
+			     uint64_t n)
+{
+	if (off >= it->win_off && off - it->win_off <= it->win_len &&
+	    n <= it->win_len - (off - it->win_off))
+		return it->win + (off - it->win_off);
+	it->need_off = off;
+	it->need_len = n;
+	return NULL;
+}
+
+/* Step over zero padding (rule 2) up to pa; -EAGAIN when the window
+ * ends first. */
+static int skip_zeros(struct td_tgm_walk *it, uint64_t pa)
+{
+	while (it->pos < pa) {
+		const uint8_t *p = win_at(it, it->pos, 1);
+		uint64_t n;
+
+		if (!p)
+			return -EAGAIN;
+		/* cannot underflow: win_at() checked pos is in the window */
+		n = it->win_off + it->win_len - it->pos;
+		if (n > pa - it->pos)
+			n = pa - it->pos;
+		for (uint64_t i = 0; i < n; i++, it->pos++)
+			if (p[i])
+				return 0;
+	}
+	return 0;
+}
+
 int td_tgm_walk_next(struct td_tgm_walk *it, struct td_tgm_frame *frame,
 		     struct td_err *err)
 {
-	const uint8_t *m = it->msg, *f;
-	uint64_t pa = it->postamble_offset, pos = it->pos, length, end, min;
+	const uint8_t *f, *tail;
+	uint64_t pa = it->postamble_offset, pos, length, end, min;
 	uint16_t type, flags;
 	int ph;
 
@@ -216,22 +294,35 @@ int td_tgm_walk_next(struct td_tgm_walk *it, struct td_tgm_frame *frame,
 			*err = it->err;
 		return it->state;
 	}
-	while (pos < pa && m[pos] == 0) /* zero padding (rule 2) */
-		pos++;
-	it->pos = pos;
-	if (pos == pa) {
-		if (it->preceder_pending) /* F6 at the end */
-			return walk_fail(it, err, TD_ERR_MALFORMED, "type",
+	/* a header read before a -EAGAIN for the tail is kept: header and
+	 * tail of a big frame never share a window */
+	if (!it->head_ok || it->head_pos != it->pos) {
+		if (skip_zeros(it, pa) < 0)
+			return -EAGAIN;
+		pos = it->pos;
+		if (pos == pa) {
+			if (it->preceder_pending) /* F6 at the end */
+				return walk_fail(it, err, TD_ERR_MALFORMED,
+						 "type", false, 0, pos,
+						 "PrecederMetadata frame not "
+						 "followed by a data-object "
+						 "frame");
+			it->state = CLEAN_END;
+			return 0;
+		}
+		if (pa - pos < TD_TGM_FRAME_HEADER_LEN) /* F1 */
+			return walk_fail(it, err, TD_ERR_MALFORMED, NULL,
 					 false, 0, pos,
-					 "PrecederMetadata frame not followed "
-					 "by a data-object frame");
-		it->state = CLEAN_END;
-		return 0;
+					 "truncated frame header");
+		f = win_at(it, pos, TD_TGM_FRAME_HEADER_LEN);
+		if (!f)
+			return -EAGAIN;
+		memcpy(it->head, f, sizeof(it->head));
+		it->head_pos = pos;
+		it->head_ok = true;
 	}
-	f = m + pos;
-	if (pa - pos < TD_TGM_FRAME_HEADER_LEN) /* F1 */
-		return walk_fail(it, err, TD_ERR_MALFORMED, NULL, false, 0,
-				 pos, "truncated frame header");
+	pos = it->pos;
+	f = it->head;
 	if (f[0] != 'F' || f[1] != 'R') /* F2 */
 		return walk_fail(it, err, TD_ERR_MALFORMED, "start_marker",
 				 false, 0, pos,
@@ -266,15 +357,21 @@ int td_tgm_walk_next(struct td_tgm_walk *it, struct td_tgm_frame *frame,
 		return walk_fail(it, err, TD_ERR_FORGED_LENGTH, "length", true,
 				 length, pos + FR_LENGTH,
 				 "frame overruns the postamble");
-	/* from here f[0, length) lies inside the message */
-	if (memcmp(f + length - 4, ENDF, sizeof(ENDF))) /* F9 */
+	/* from here [pos, end) lies inside the message; its footer is
+	 * tail[0, min - 16) (min - 16 <= length - 16) */
+	tail = win_at(it, end - (min - TD_TGM_FRAME_HEADER_LEN),
+		      min - TD_TGM_FRAME_HEADER_LEN);
+	if (!tail)
+		return -EAGAIN;
+	if (memcmp(tail + (min - TD_TGM_FRAME_HEADER_LEN) - 4, ENDF,
+		   sizeof(ENDF))) /* F9 */
 		return walk_fail(it, err, TD_ERR_MALFORMED, "ENDF", false, 0,
 				 pos, "missing ENDF");
 	flags = td__be16(f + FR_FLAGS);
 	frame->cbor_offset = 0;
 	frame->cbor_after_payload = false;
 	if (type == TD_TGM_NTENSOR_FRAME) {
-		uint64_t co = td__be64(f + length - TD_TGM_NTENSOR_FOOTER_LEN);
+		uint64_t co = td__be64(tail);
 
 		/* length >= 36, so length - 20 cannot underflow */
 		if (co < TD_TGM_FRAME_HEADER_LEN ||
@@ -294,8 +391,9 @@ int td_tgm_walk_next(struct td_tgm_walk *it, struct td_tgm_frame *frame,
 	frame->flags = flags;
 	frame->offset = pos;
 	frame->length = length;
-	frame->payload = f + TD_TGM_FRAME_HEADER_LEN;
 	frame->payload_len = length - min;
+	frame->payload = win_at(it, pos + TD_TGM_FRAME_HEADER_LEN,
+				frame->payload_len);
 	frame->has_hash = flags & TD_TGM_FRAME_HASH_PRESENT;
 	it->phase = ph;
 	it->preceder_pending = type == TD_TGM_PRECEDER_METADATA_FRAME;

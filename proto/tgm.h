@@ -44,7 +44,7 @@
  * no fini. The public fields are read-only results of the envelope checks.
  */
 struct td_tgm_walk {
-	const uint8_t *msg;
+	const uint8_t *msg; /* NULL in a windowed walk (td_tgm_walk_begin) */
 	uint64_t length;              /* message end (its total length) */
 	uint64_t postamble_offset;    /* length - 24 */
 	uint64_t first_footer_offset; /* raw postamble field, not validated */
@@ -55,6 +55,15 @@ struct td_tgm_walk {
 	bool preceder_pending;
 	int state; /* 0 walking, 1 clean end, < 0 the error returned */
 	struct td_err err;
+	uint64_t total_length; /* the preamble's */
+	/* the bytes the walk may look at: msg[win_off, win_off + win_len) */
+	const uint8_t *win;
+	uint64_t win_off, win_len;
+	/* after -EAGAIN: the bytes it needs next, msg[need_off, +need_len) */
+	uint64_t need_off, need_len;
+	uint8_t head[16]; /* the frame header at head_pos, when head_ok */
+	uint64_t head_pos;
+	bool head_ok;
 };
 
 /* Scan iterator (§12); caller's storage, borrows the buffer. */
@@ -89,12 +98,41 @@ int td_tgm_walk_init(const uint8_t *msg, size_t len, struct td_tgm_walk *it,
 		     struct td_err *err);
 
 /*
+ * The same envelope checks in two steps, for a reader that does not hold
+ * the message (a file read with pread; tools/tgm-file.c). First the
+ * preamble: pre holds pre_len = min(24, avail) bytes, avail is how many
+ * bytes the input has from the preamble on, stream_end is where a
+ * streaming message (total_length 0) ends: the first end magic at an
+ * offset >= 24 plus 8, or 0 when there is none (the caller searched).
+ * Returns 0 with it->length (the message end) set, or the error of E1-E5,
+ * E8 as td_tgm_walk_init() gives it. Then td_tgm_walk_post() with the 24
+ * bytes at it->length - 24: E6, E7. The walk then holds no bytes: feed
+ * it with td_tgm_walk_window() when td_tgm_walk_next() says -EAGAIN.
+ */
+int td_tgm_walk_begin(const uint8_t *pre, size_t pre_len, uint64_t avail,
+		      uint64_t stream_end, struct td_tgm_walk *it,
+		      struct td_err *err);
+int td_tgm_walk_post(struct td_tgm_walk *it, const uint8_t *post,
+		     struct td_err *err);
+/*
+ * Let the walk look at buf[0, len) = message bytes [off, off + len)
+ * (borrowed until the next call that replaces it). A walk made by
+ * td_tgm_walk_init() holds the whole message already.
+ */
+void td_tgm_walk_window(struct td_tgm_walk *it, const uint8_t *buf,
+			uint64_t off, size_t len);
+
+/*
  * Step the walk (§13.2). Returns 1 with *frame filled (its payload points
  * into the message), 0 at a clean end (the postamble was reached), or a
  * negative -errno when the chain is malformed, with *err giving the
  * reason and the message offset where the walk stopped. Every intact
  * frame before the damage is yielded first. Once ended, every further
- * call returns the same result (0, or the same error again).
+ * call returns the same result (0, or the same error again). A windowed
+ * walk may return -EAGAIN instead (never from td_tgm_walk_init()'s):
+ * message bytes [need_off, need_off + need_len) are not in the window;
+ * give them (or more) with td_tgm_walk_window() and call again. A frame
+ * whose payload is not all in the window has frame->payload NULL.
  */
 int td_tgm_walk_next(struct td_tgm_walk *it, struct td_tgm_frame *frame,
 		     struct td_err *err);

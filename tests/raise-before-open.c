@@ -14,7 +14,8 @@
  * $TD_TRUNCATE_BEFORE_CONNECT=PATH cuts PATH to 0 bytes just before the
  * first connect(2) to a Unix socket, once: a file that shrinks while a
  * program (tensorctl load, which opens its input before it connects)
- * reads it. $TD_FAIL_PREAD=PATH makes the first pread(2) of a descriptor
+ * reads it; to $TD_TRUNCATE_TO bytes instead when that is set (a file
+ * whose first tensors are still whole). $TD_FAIL_PREAD=PATH makes the first pread(2) of a descriptor
  * of PATH fail with EIO, once: a disk that fails a read (tensord's
  * snapshot restore, TENSORD_IO=sync). $TD_FAIL_FSYNC=PATH does the same
  * to the first fsync(2) of a descriptor of PATH (a folder, say).
@@ -125,8 +126,11 @@ int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
 		*(void **)&real = dlsym(RTLD_NEXT, "connect");
 	if (sa->sun_family == AF_UNIX && !truncated &&
 	    getenv("TD_TRUNCATE_BEFORE_CONNECT")) {
+		const char *to = getenv("TD_TRUNCATE_TO");
+
 		truncated = 1;
-		truncate(getenv("TD_TRUNCATE_BEFORE_CONNECT"), 0);
+		truncate(getenv("TD_TRUNCATE_BEFORE_CONNECT"),
+			 to ? (off_t)strtoll(to, NULL, 10) : 0);
 	}
 	if (sa->sun_family == AF_UNIX)
 		maybe_raise(&fired_connect, "TD_RAISE_BEFORE_CONNECT",

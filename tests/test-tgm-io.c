@@ -478,6 +478,49 @@ Test(tgm_io, object_decode_handles_cbor_before_and_trailing_bytes)
 	free(c);
 }
 
+/*
+ * The decode tensorctl uses on a file (td_tgm_object_decode_at: the
+ * descriptor's bytes alone, read with pread) says what the in-memory one
+ * says, both layouts; a CBOR-after region not given whole is refused, a
+ * CBOR-before prefix that cuts the descriptor is TRUNCATED.
+ */
+Test(tgm_io, object_decode_at_matches_the_in_memory_decode)
+{
+	size_t clen, len;
+	uint8_t *c = desc_u8(3, NULL, NULL, &clen);
+	uint8_t data[3] = {7, 8, 9};
+	struct td_tgm_object a, b;
+	struct td_tgm_walk it;
+	struct td_tgm_frame fr;
+	struct td_err e = {0};
+
+	for (int before = 0; before < 2; before++) {
+		uint8_t *m = msg_one(data, 3, c, clen, &len), *at;
+
+		if (before) { /* descriptor, then data */
+			memcpy(m + 40, c, clen);
+			memcpy(m + 40 + clen, data, 3);
+			td__put_be16(m + 24 + 6, 0);
+			td__put_be64(m + 24 + td__be64(m + 24 + 8) - 20, 16);
+		}
+		cr_assert_eq(td_tgm_walk_init(m, len, &it, &e), 0);
+		cr_assert_eq(td_tgm_walk_next(&it, &fr, &e), 1);
+		cr_assert_eq(td_tgm_object_decode(&fr, &a, &e), 0);
+		at = m + 24 + (before ? 16 : fr.cbor_offset);
+		cr_assert_eq(td_tgm_object_decode_at(&fr, at, clen, &b, &e), 0);
+		cr_expect_null(b.data);
+		cr_expect_eq(b.data_offset, a.data_offset);
+		cr_expect_eq(b.data_len, a.data_len);
+		cr_expect_eq(b.cbor_len, a.cbor_len);
+		cr_expect_eq(b.desc.shape[0], a.desc.shape[0]);
+		cr_expect_eq(td_tgm_object_decode_at(&fr, at, clen - 1, &b, &e),
+		             before ? -ENODATA : -EINVAL);
+		cr_expect_not_null(e.reason);
+		free(m);
+	}
+	free(c);
+}
+
 /* ---- naming (§18) ---- */
 
 /* base[i] from JSON through our own writer, then the chain. */

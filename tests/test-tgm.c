@@ -1804,3 +1804,140 @@ Test(tgm, tensorctl_inspect_lists_a_cut_last_message)
 	free(out);
 	unlink(path);
 }
+
+/* ------------------------------------------------------------------ */
+/* The windowed walk (td_tgm_walk_begin/_post/_window: a file read with
+ * pread) against the in-memory one */
+
+/* Each window an exact-size heap copy (ASan sees a read past it). */
+struct win {
+	uint8_t *buf;
+};
+
+static void give(struct td_tgm_walk *it, struct win *w, const uint8_t *msg,
+		 size_t w_len)
+{
+	uint64_t off = it->need_off, n = it->need_len;
+
+	cr_assert(n >= 1 && n <= 20, "asked for %llu bytes",
+		  (unsigned long long)n);
+	cr_assert(off + n <= it->length, "asked beyond the message");
+	if (n < w_len)
+		n = w_len;
+	if (n > it->length - off)
+		n = it->length - off;
+	free(w->buf);
+	w->buf = dup_exact(msg + off, (size_t)n);
+	td_tgm_walk_window(it, w->buf, off, (size_t)n);
+}
+
+static void same_err(int rc, const struct td_err *a, const struct td_err *b,
+		     size_t len, size_t w_len)
+{
+	if (rc >= 0)
+		return;
+	cr_assert_eq(a->offset, b->offset, "len %zu window %zu", len, w_len);
+	cr_assert_str_eq(a->reason, b->reason, "len %zu window %zu", len,
+			 w_len);
+	cr_assert_eq(a->kind, b->kind);
+}
+
+/* Envelope of msg[0, len) in two steps, as tools/tgm-file.c does it. */
+static int begin_post(const uint8_t *msg, size_t len, struct td_tgm_walk *b,
+		      struct td_err *e)
+{
+	uint64_t stream_end = 0;
+	int rc;
+
+	if (len >= 24 && td__be64(msg + 16) == 0) {
+		const uint8_t *p = memmem(msg + 24, len - 24, "39277777", 8);
+
+		stream_end = p ? (uint64_t)(p - msg) + 8 : 0;
+	}
+	rc = td_tgm_walk_begin(msg, len < 24 ? len : 24, len, stream_end, b, e);
+	if (rc == 0)
+		rc = td_tgm_walk_post(b, msg + b->length - 24, e);
+	return rc;
+}
+
+/* Every result and record of the two walks agree; windows of w_len. */
+static void windowed_same(const uint8_t *msg, size_t len, size_t w_len)
+{
+	struct td_tgm_walk a, b;
+	struct td_err ea = {0}, eb = {0};
+	struct win w = {NULL};
+	int ra = td_tgm_walk_init(msg, len, &a, &ea);
+	int rb = begin_post(msg, len, &b, &eb);
+
+	cr_assert_eq(ra, rb, "init: len %zu", len);
+	same_err(ra, &ea, &eb, len, w_len);
+	if (ra < 0)
+		return;
+	cr_assert_eq(a.postamble_offset, b.postamble_offset);
+	cr_assert_eq(a.first_footer_offset, b.first_footer_offset);
+	cr_assert_eq(a.postamble_total_length, b.postamble_total_length);
+	td_tgm_walk_window(&b, NULL, 0, 0);
+	for (int steps = 0;; steps++) {
+		struct td_tgm_frame fa, fb;
+
+		cr_assert_lt(steps, 64);
+		ra = td_tgm_walk_next(&a, &fa, &ea);
+		for (int asks = 0;
+		     (rb = td_tgm_walk_next(&b, &fb, &eb)) == -EAGAIN; asks++) {
+			cr_assert_lt(asks, 4096, "the walk asks for ever");
+			give(&b, &w, msg, w_len);
+		}
+		cr_assert_eq(ra, rb, "step %d: len %zu window %zu", steps, len,
+			     w_len);
+		same_err(ra, &ea, &eb, len, w_len);
+		if (ra != 1)
+			break;
+		cr_assert(fa.type == fb.type && fa.version == fb.version &&
+			  fa.flags == fb.flags && fa.offset == fb.offset &&
+			  fa.length == fb.length &&
+			  fa.payload_len == fb.payload_len &&
+			  fa.has_hash == fb.has_hash &&
+			  fa.cbor_offset == fb.cbor_offset &&
+			  fa.cbor_after_payload == fb.cbor_after_payload);
+		/* a payload in the window is the message's bytes */
+		if (fb.payload)
+			cr_assert_eq(memcmp(fb.payload, fa.payload,
+					    fa.payload_len), 0);
+	}
+	free(w.buf);
+}
+
+/*
+ * tensorctl reads a .tgm file with pread through the windowed walk: it
+ * must give what the in-memory walk gives, for intact messages, every
+ * prefix (envelope errors) and every byte flipped (frame errors), fed
+ * the bytes it asks for only, or windows of 7 and 4096 bytes.
+ */
+Test(tgm, windowed_walk_matches_the_in_memory_walk)
+{
+	static const size_t wins[] = {1, 7, 4096};
+	struct mb m = { .len = 0 };
+
+	for (int kind = 0; kind < 3; kind++) {
+		uint8_t *d;
+
+		m.len = 0;
+		if (kind == 0)
+			mb_buffered(&m, 2, true);
+		else
+			mb_streaming(&m, 2, true, true, kind == 2);
+		for (size_t i = 0; i < sizeof(wins) / sizeof(wins[0]); i++) {
+			for (size_t n = 0; n <= m.len; n++) {
+				d = dup_exact(m.b, n);
+				windowed_same(d, n, wins[i]);
+				free(d);
+			}
+			for (size_t k = 0; k < m.len; k++) {
+				d = dup_exact(m.b, m.len);
+				d[k] ^= 0xff;
+				windowed_same(d, m.len, wins[i]);
+				free(d);
+			}
+		}
+	}
+}

@@ -1960,7 +1960,8 @@ Test(export, hurray_files_read_back_by_zarrita, .init = start, .fini = stop)
  * makes each cut happen at that moment. Now the file is read with pread:
  * either cut is an error naming the file, exit 1, and no DIR.
  */
-static void cut_while_exported(const char *var, const char *says)
+static void cut_while_exported(const char *var, const char *says,
+                               const char *ext)
 {
 	const char *shim = getenv("TD_RAISE_BEFORE_OPEN_SHIM");
 	char *out = NULL;
@@ -1968,16 +1969,19 @@ static void cut_while_exported(const char *var, const char *says)
 
 	cr_assert(shim, "TD_RAISE_BEFORE_OPEN_SHIM is not set (run through "
 	                "meson test)");
-	zt_ok_sh("cp %s/t.hrry %s/cut.hrry && rm -rf %s/x", zt_dir, zt_dir,
-	         zt_dir);
+	char cut[16];
+
+	snprintf(cut, sizeof(cut), "cut.%s: ", ext);
+	zt_ok_sh("cp %s/t.%s %s/cut.%s && rm -rf %s/x", zt_dir, ext, zt_dir,
+	         ext, zt_dir);
 	rc = zt_sh(&out,
-	           "LD_PRELOAD='%s' %s=%s/cut.hrry ASAN_OPTIONS="
+	           "LD_PRELOAD='%s' %s=%s/cut.%s ASAN_OPTIONS="
 	           "detect_leaks=1:abort_on_error=0:verify_asan_link_order=0 "
-	           "'%s' zarr export %s/x --from %s/cut.hrry",
-	           shim, var, zt_dir, getenv("TD_TENSORCTL"), zt_dir, zt_dir);
+	           "'%s' zarr export %s/x --from %s/cut.%s",
+	           shim, var, zt_dir, ext, getenv("TD_TENSORCTL"), zt_dir,
+	           zt_dir, ext);
 	cr_expect_eq(rc, 1, "%s: exit %d: %s", var, rc, out);
-	cr_expect(strstr(out, "cut.hrry: ") && strstr(out, says), "%s: %s",
-	          var, out);
+	cr_expect(strstr(out, cut) && strstr(out, says), "%s: %s", var, out);
 	free(out);
 	out = NULL;
 	/* neither DIR nor a temporary folder beside it */
@@ -1992,8 +1996,27 @@ Test(export, a_hurray_file_cut_while_exported_is_an_error_not_a_crash,
 {
 	put_all();
 	zt_ok("save -o %s/t.hrry", zt_dir);
-	cut_while_exported("TD_TRUNCATE_AFTER_FSTAT", "UnexpectedEof");
-	cut_while_exported("TD_TRUNCATE_AT_CREATE", "the file ended early");
+	cut_while_exported("TD_TRUNCATE_AFTER_FSTAT", "UnexpectedEof", "hrry");
+	cut_while_exported("TD_TRUNCATE_AT_CREATE", "the file ended early",
+	                   "hrry");
+}
+
+/*
+ * zarr export --from FILE.tgm read the file whole first: one cut short
+ * while it was read gave an empty group (cut when its size was learned)
+ * or a complete export of bytes the file no longer held (cut when the
+ * first output file is made). It is now read with pread, the chunks when
+ * they are written: either cut is an error naming the file, exit 1, and
+ * no DIR.
+ */
+Test(export, a_tgm_file_cut_while_exported_is_an_error_not_a_crash,
+     .init = start, .fini = stop)
+{
+	put_all();
+	zt_ok("save wide small half -o %s/t.tgm", zt_dir);
+	cut_while_exported("TD_TRUNCATE_AFTER_FSTAT", "UnexpectedEof", "tgm");
+	cut_while_exported("TD_TRUNCATE_AT_CREATE", "the file ended early",
+	                   "tgm");
 }
 
 /*

@@ -88,36 +88,88 @@ static const char *field_value(const struct td_tgm_desc *d, const char *f)
 	return NULL;
 }
 
-static int meta_frame(struct load *l, const struct td_tgm_frame *fr,
-                      struct td_tgm_meta **out)
+static int meta_frame(struct load *l, struct tgm_src *s, uint64_t base,
+                      const struct td_tgm_frame *fr, struct td_tgm_meta **out)
 {
 	struct td_err e = {0};
-	int rc = td_tgm_meta_new(fr->payload, fr->payload_len, out, &e);
+	uint8_t *payload;
+	int rc = tgm_frame_payload(s, base, fr, &payload);
 
+	if (rc == -EIO)
+		return tgm_src_fail(s);
+	if (rc < 0)
+		return tctl_tgm_refuse(l, -1, "%s frame at offset %" PRIu64
+		                       ": out of memory", fr->name, fr->offset);
+	rc = td_tgm_meta_new(payload, fr->payload_len, out, &e);
+	free(payload);
 	if (rc < 0)
 		return tctl_tgm_refuse(l, -1, "%s frame at offset %" PRIu64 ": %s",
 		              fr->name, fr->offset, e.reason);
 	return 0;
 }
 
-int tctl_tgm_collect(struct load *l, const uint8_t *msg, size_t len)
+/* Object l->count from a type-9 frame; TCTL_OK or reported. */
+static int collect_object(struct load *l, struct tgm_src *s, uint64_t base,
+                          const struct td_tgm_frame *fr)
+{
+	struct obj *ob;
+	struct td_err e = {0};
+	int rc;
+
+	if (l->count == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 8;
+		struct obj *n = realloc(l->objs, cap * sizeof(*n));
+		if (!n)
+			return tctl_tgm_refuse(l, -1, "out of memory");
+		l->objs = n;
+		l->cap = cap;
+	}
+	ob = &l->objs[l->count];
+	memset(ob, 0, sizeof(*ob));
+	rc = tgm_object_read(s, base, fr, &ob->o, &ob->cbor, &e);
+	if (rc < 0) {
+		free(ob->cbor);
+		ob->cbor = NULL;
+	}
+	if (rc == -EIO)
+		return tgm_src_fail(s);
+	if (rc == -ENOMEM)
+		return tctl_tgm_refuse(l, (long)l->count, "out of memory");
+	if (rc < 0)
+		return tctl_tgm_refuse(l, (long)l->count,
+		                       "descriptor: %s%s%s at offset %" PRIu64,
+		                       e.field ? e.field : "",
+		                       e.field ? ": " : "", e.reason, e.offset);
+	ob->data_off = base + ob->o.data_offset;
+	l->count++;
+	return 0;
+}
+
+int tctl_tgm_collect(struct load *l, struct tgm_src *s,
+                     const struct td_tgm_span *sp)
 {
 	struct td_tgm_meta *pending = NULL;
-	struct td_tgm_walk it;
+	struct tgm_walk w;
 	struct td_tgm_frame fr;
 	struct td_err e = {0};
 	int rc;
 
-	rc = td_tgm_walk_init(msg, len, &it, &e);
+	rc = tgm_walk_open(&w, s, sp->offset, sp->length, &e);
+	if (s->io_err)
+		return tgm_src_fail(s);
 	if (rc < 0)
 		return tctl_tgm_refuse(l, -1, "%s at offset %" PRIu64, e.reason,
 		              e.offset);
-	while ((rc = td_tgm_walk_next(&it, &fr, &e)) == 1) {
+	while ((rc = tgm_walk_next(&w, &fr, &e)) == 1) {
 		struct td_tgm_meta **slot = NULL;
 		struct obj *ob;
+		int ok = fr.has_hash ? tgm_frame_hash_ok(s, sp->offset, &fr)
+		                     : 1;
 
 		/* a frame that says it is hashed must match its hash */
-		if (fr.has_hash && td_tgm_frame_verify(&fr, NULL, &e) < 0)
+		if (ok < 0)
+			return tgm_src_fail(s);
+		if (!ok)
 			return tctl_tgm_refuse(l, -1,
 			              "%s frame at offset %" PRIu64
 			              ": hash mismatch",
@@ -137,7 +189,8 @@ int tctl_tgm_collect(struct load *l, const uint8_t *msg, size_t len)
 				return tctl_tgm_refuse(l, -1, "out of memory");
 			l->preceders = p;
 			p[l->preceder_count] = NULL;
-			rc = meta_frame(l, &fr, &p[l->preceder_count]);
+			rc = meta_frame(l, s, sp->offset, &fr,
+			                &p[l->preceder_count]);
 			if (rc)
 				return rc;
 			pending = p[l->preceder_count++];
@@ -152,32 +205,21 @@ int tctl_tgm_collect(struct load *l, const uint8_t *msg, size_t len)
 			/* a second frame of a kind replaces the first */
 			td_tgm_meta_free(*slot);
 			*slot = NULL;
-			rc = meta_frame(l, &fr, slot);
+			rc = meta_frame(l, s, sp->offset, &fr, slot);
 			if (rc)
 				return rc;
 			continue;
 		}
-		if (l->count == l->cap) {
-			size_t cap = l->cap ? 2 * l->cap : 8;
-			struct obj *n = realloc(l->objs, cap * sizeof(*n));
-			if (!n)
-				return tctl_tgm_refuse(l, -1, "out of memory");
-			l->objs = n;
-			l->cap = cap;
-		}
-		ob = &l->objs[l->count];
-		memset(ob, 0, sizeof(*ob));
-		rc = td_tgm_object_decode(&fr, &ob->o, &e);
-		if (rc < 0)
-			return tctl_tgm_refuse(l, (long)l->count,
-			              "descriptor: %s%s%s at offset %" PRIu64,
-			              e.field ? e.field : "",
-			              e.field ? ": " : "", e.reason, e.offset);
+		rc = collect_object(l, s, sp->offset, &fr);
+		if (rc)
+			return rc;
+		ob = &l->objs[l->count - 1];
 		ob->meta = pending;
-		ob->meta_index = pending ? 0 : l->count;
+		ob->meta_index = pending ? 0 : l->count - 1;
 		pending = NULL;
-		l->count++;
 	}
+	if (s->io_err)
+		return tgm_src_fail(s);
 	if (rc < 0)
 		return tctl_tgm_refuse(l, -1, "%s at offset %" PRIu64, e.reason,
 		              e.offset);
@@ -271,9 +313,25 @@ void tctl_copy_swapped(uint8_t *dst, const uint8_t *src, uint64_t len,
 			dst[i + k] = src[i + width - 1 - k];
 }
 
-/* Publish one object; its version in *version. TCTL_OK or reported. */
-static int publish_one(struct obj *ob, struct td_client *c,
-                       uint64_t *version)
+void tctl_swap_in_place(uint8_t *p, uint64_t len, unsigned width)
+{
+	for (uint64_t i = 0; i + width <= len; i += width)
+		for (unsigned k = 0; k < width / 2; k++) {
+			uint8_t t = p[i + k];
+
+			p[i + k] = p[i + width - 1 - k];
+			p[i + width - 1 - k] = t;
+		}
+}
+
+/*
+ * Publish one object; its version in *version. TCTL_OK or reported. Its
+ * bytes go from the source straight into the daemon's buffer (pread for
+ * a file), swapped there when they are big-endian: a file cut short
+ * meanwhile is an error (UnexpectedEof), never a SIGBUS.
+ */
+static int publish_one(struct obj *ob, struct tgm_src *s,
+                       struct td_client *c, uint64_t *version)
 {
 	const struct td_tgm_desc *d = &ob->o.desc;
 	struct td_publish p = {0};
@@ -286,12 +344,12 @@ static int publish_one(struct obj *ob, struct td_client *c,
 	if (rc < 0)
 		return tctl_refused(ob->name, rc, &e);
 	dst = td_alloc_data(a, 0);
-	/* the data may sit at any alignment: bytes only */
+	if (size && tgm_src_read(s, ob->data_off, dst, size) < 0) {
+		td_alloc_free(a);
+		return tgm_src_fail(s);
+	}
 	if (ob->swap)
-		tctl_copy_swapped(dst, ob->o.data, size,
-		             td_tgm_dtype_width(d->dtype));
-	else if (size)
-		memcpy(dst, ob->o.data, size);
+		tctl_swap_in_place(dst, size, td_tgm_dtype_width(d->dtype));
 	p.name = ob->name;
 	p.dtype = ob->dtype;
 	p.ndim = d->shape_count;
@@ -379,8 +437,8 @@ static int print_published(struct obj **objs, const uint64_t *versions,
 }
 
 /* Publish every object; all or nothing unless partial. */
-static int publish(struct obj **objs, size_t n, struct td_client *c,
-                   bool partial)
+static int publish(struct obj **objs, size_t n, struct tgm_src *s,
+                   struct td_client *c, bool partial)
 {
 	uint64_t *versions = calloc(n, sizeof(*versions));
 	size_t done = 0;
@@ -389,7 +447,7 @@ static int publish(struct obj **objs, size_t n, struct td_client *c,
 	                              "out of memory");
 
 	while (!rc && done < n) {
-		rc = publish_one(objs[done], c, &versions[done]);
+		rc = publish_one(objs[done], s, c, &versions[done]);
 		if (!rc)
 			done++;
 	}
@@ -412,8 +470,10 @@ static int publish(struct obj **objs, size_t n, struct td_client *c,
 
 void tctl_tgm_load_fini(struct load *l)
 {
-	for (size_t i = 0; i < l->count; i++)
+	for (size_t i = 0; i < l->count; i++) {
 		free(l->objs[i].attrs);
+		free(l->objs[i].cbor);
+	}
 	free(l->objs);
 	for (size_t i = 0; i < l->preceder_count; i++)
 		td_tgm_meta_free(l->preceders[i]);
@@ -532,29 +592,34 @@ static int load_tgm(int argc, char **argv)
 {
 	struct load_opts lo;
 	struct load *ls = NULL;
-	struct td_tgm_scanner s;
+	struct tgm_src s;
+	struct tgm_scan sc;
+	struct tctl_in in;
 	struct td_tgm_span sp;
 	struct td_client *c;
 	struct obj **objs = NULL;
 	size_t nl = 0, cap = 0, n = 0;
-	uint64_t idx = 0, covered = 0;
+	uint64_t idx = 0, covered = 0, len;
 	uint8_t *buf;
-	size_t len;
 	int rc = load_opts(argc, argv, &lo);
 
 	if (rc >= 0)
 		return rc;
-	rc = tctl_read_input(lo.path, lo.max_bytes, &buf, &len);
+	/* a file: read with pread, each object's bytes once it is
+	 * published; a stream: whole, up to --max-bytes */
+	rc = tctl_tgm_open(&s, &in, lo.path, lo.max_bytes, &buf);
 	if (rc)
 		return rc;
-	if (inspect_hrry_sniff(buf, len)) {
+	len = s.size;
+	if (s.fd < 0 && inspect_hrry_sniff(buf, len)) {
 		/* stdin (a file's magic chose before): a Hurray file */
 		rc = tctl_load_hrry_stdin(argc, argv, buf, len);
 		free(buf);
 		return rc;
 	}
-	td_tgm_scan_init(buf, len, &s);
-	for (; !rc && td_tgm_scan_next(&s, &sp) == 1; idx++) {
+	tgm_scan_init(&sc, &s, UINT64_MAX);
+	for (; !rc && (rc = tgm_scan_next(&sc, &sp)) == 1; idx++) {
+		rc = 0;
 		covered += sp.length;
 		if (lo.one_message && idx != lo.message)
 			continue;
@@ -571,17 +636,19 @@ static int load_tgm(int argc, char **argv)
 			ls = nls;
 		}
 		ls[nl] = (struct load){.path = lo.path, .msg_index = idx};
-		rc = tctl_tgm_collect(&ls[nl], buf + sp.offset, sp.length);
+		rc = tctl_tgm_collect(&ls[nl], &s, &sp);
 		if (!rc)
 			rc = prepare(&ls[nl], lo.variable_key, lo.prefix);
 		nl++;
 	}
+	if (rc < 0) /* the scan's read failed */
+		rc = tgm_src_fail(&s);
 	/* the scan steps over junk and cut messages without a word */
 	if (!rc && covered < len)
 		fprintf(stderr, "tensorctl: %s: %" PRIu64 " bytes outside any "
 		        "whole message skipped (junk, or a cut or damaged "
 		        "message; 'tensorctl inspect' lists where)\n",
-		        lo.path, (uint64_t)len - covered);
+		        lo.path, len - covered);
 	if (!rc && !nl && lo.one_message)
 		rc = tctl_fail(TCTL_REFUSED, "input", ENOENT,
 		               "%s: no message %" PRIu64
@@ -601,7 +668,7 @@ static int load_tgm(int argc, char **argv)
 	if (!rc && n) {
 		rc = tctl_connect(&c);
 		if (!rc) {
-			rc = publish(objs, n, c, lo.partial);
+			rc = publish(objs, n, &s, c, lo.partial);
 			td_client_close(c);
 		}
 	}
@@ -610,6 +677,8 @@ static int load_tgm(int argc, char **argv)
 	free(ls);
 	free(objs);
 	free(buf);
+	if (s.fd >= 0)
+		tctl_in_close(&in);
 	return rc;
 }
 

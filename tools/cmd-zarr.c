@@ -36,8 +36,9 @@ struct zsrc {
 	uint64_t len;
 	unsigned swap;  /* element width to byte-swap, 0: none */
 	uint8_t *owned; /* a repacked copy behind data, or NULL */
-	bool in_file;   /* data NULL: len bytes of fd at off (pread) */
+	bool in_file;   /* data NULL: len bytes of fd (or src) at off */
 	int fd;
+	struct tgm_src *src; /* a .tgm source, else NULL: fd */
 	uint64_t off;
 };
 
@@ -88,23 +89,34 @@ static int write_all(int fd, const uint8_t *p, uint64_t len)
 }
 
 /*
- * len bytes of src at off into fd, read with pread, never mapped: a file
- * cut short meanwhile (truncated by someone else) is -ENODATA, not a
- * SIGBUS or a write's EFAULT.
+ * len bytes of s's file (s->fd, or its .tgm source) at off into fd,
+ * read with pread, never mapped, each element byte-swapped when s->swap:
+ * a file cut short meanwhile (truncated by someone else) is -ENODATA,
+ * not a SIGBUS or a write's EFAULT.
  */
-static int copy_in(int fd, int src, uint64_t off, uint64_t len)
+static int copy_in(int fd, const struct zsrc *s, uint64_t off, uint64_t len)
 {
 	static uint8_t buf[1 << 20];
+	/* whole elements per read, so a swap never straddles two */
+	uint64_t step = sizeof(buf) - (s->swap ? sizeof(buf) % s->swap : 0);
 	int rc = 0;
 
 	while (!rc && len) {
-		ssize_t r = pread(src, buf, len < sizeof(buf) ? len : sizeof(buf),
-		                  (off_t)off);
+		uint64_t want = len < step ? len : step;
+		ssize_t r = (ssize_t)want;
 
+		if (s->src && tgm_src_read(s->src, off, buf, want) < 0)
+			return -s->src->io_err;
+		if (!s->src)
+			r = pread(s->fd, buf, want, (off_t)off);
 		if (r < 0 && errno == EINTR && !tctl_interrupted())
 			continue;
 		if (r <= 0)
 			return r < 0 ? -errno : -ENODATA;
+		if (s->swap && (uint64_t)r % s->swap)
+			return -ENODATA; /* only at the file's end */
+		if (s->swap)
+			tctl_swap_in_place(buf, (uint64_t)r, s->swap);
 		rc = write_all(fd, buf, (uint64_t)r);
 		off += (uint64_t)r;
 		len -= (uint64_t)r;
@@ -125,7 +137,7 @@ static int write_file(int dirfd, const char *name, const struct zsrc *s)
 	if (fd < 0)
 		return -errno;
 	if (s->in_file) {
-		rc = copy_in(fd, s->fd, s->off, len);
+		rc = copy_in(fd, s, s->off, len);
 	} else if (!swap) {
 		rc = write_all(fd, p, len);
 	} else {
@@ -561,7 +573,10 @@ static int tgm_object(struct load *l, size_t i, const char *name_key,
 		                       d->dtype_name);
 	s->a.ndim = d->shape_count;
 	memcpy(s->a.shape, d->shape, s->a.ndim * sizeof(uint64_t));
-	s->data = ob->o.data;
+	/* copied from the source when the chunk is written (copy_in) */
+	s->in_file = true;
+	s->src = l->src;
+	s->off = ob->data_off;
 	s->len = ob->o.data_len;
 	if (s->a.type->size > 1 && d->byte_order != TD_TGM_ORDER_NATIVE &&
 	    (d->byte_order == TD_TGM_ORDER_BIG) !=
@@ -620,18 +635,23 @@ static int export_hrry_from(const char *dir, const char *path,
 static int export_tgm(const char *dir, const char *path, uint64_t message,
                       const char *name_key, uint64_t max_bytes)
 {
-	struct td_tgm_scanner sc;
+	struct tgm_src src;
+	struct tgm_scan sc;
+	struct tctl_in in;
 	struct td_tgm_span sp;
-	struct load l = {.path = path, .msg_index = message};
-	struct zset z = {0};
-	uint64_t idx = 0;
+	struct load l = {.path = path, .msg_index = message, .src = &src};
+	struct zset z = {.from = path};
+	uint64_t idx = 0, len;
 	uint8_t *buf;
-	size_t len;
-	int found = 0, rc = tctl_read_input(path, max_bytes, &buf, &len);
+	int found = 0, rc;
 
+	/* a file: read with pread, the chunks when they are written; a
+	 * stream: whole, up to --max-bytes */
+	rc = tctl_tgm_open(&src, &in, path, max_bytes, &buf);
 	if (rc)
 		return rc;
-	if (inspect_hrry_sniff(buf, len)) {
+	len = src.size;
+	if (src.fd < 0 && inspect_hrry_sniff(buf, len)) {
 		/* a Hurray file on stdin (a file's magic chose before) */
 		struct td_hrry_transport t;
 
@@ -642,17 +662,20 @@ static int export_tgm(const char *dir, const char *path, uint64_t message,
 		free(buf);
 		return rc;
 	}
-	td_tgm_scan_init(buf, len, &sc);
-	while (td_tgm_scan_next(&sc, &sp) == 1) {
+	tgm_scan_init(&sc, &src, UINT64_MAX);
+	while ((rc = tgm_scan_next(&sc, &sp)) == 1) {
+		rc = 0;
 		if (idx++ != message)
 			continue;
 		found = 1;
-		rc = tctl_tgm_collect(&l, buf + sp.offset, sp.length);
+		rc = tctl_tgm_collect(&l, &src, &sp);
 		if (!rc)
 			rc = from_tgm(&l, name_key, &z);
 		break;
 	}
-	if (!found && idx) {
+	if (rc < 0) /* the scan's read failed */
+		rc = tgm_src_fail(&src);
+	else if (!found && idx) {
 		rc = tctl_fail(TCTL_REFUSED, "input", ERANGE,
 		               "%s: no message %" PRIu64 " (the file has %" PRIu64
 		               ")",
@@ -673,6 +696,8 @@ static int export_tgm(const char *dir, const char *path, uint64_t message,
 	zset_fini(&z);
 	tctl_tgm_load_fini(&l);
 	free(buf);
+	if (src.fd >= 0)
+		tctl_in_close(&in);
 	return rc;
 }
 

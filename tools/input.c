@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "tensorctl.h"
+#include "tgm-file.h"
 
 #define CHUNK (8u << 20)
 
@@ -107,33 +108,30 @@ static int read_growing(struct tctl_in *in, uint64_t cap, uint8_t **out,
 	return rc;
 }
 
-int tctl_read_input(const char *path, uint64_t max, uint8_t **out,
-		    size_t *out_len)
+int tctl_in_slurp(struct tctl_in *in, uint64_t max, uint8_t **out,
+		  size_t *out_len)
 {
-	struct tctl_in in;
 	uint64_t got = 0;
 	uint8_t *buf = NULL;
-	int rc = tctl_in_open(&in, path);
+	int rc;
 
-	if (rc)
-		return rc;
 	/* a regular file: what it holds now; a stream: one byte over the
 	 * cap tells "more" from "exactly the cap" */
-	if (in.regular) {
-		buf = in.size < SIZE_MAX ? malloc(in.size ? in.size : 1) : NULL;
-		rc = buf ? tctl_in_read(&in, buf, in.size, &got)
-			 : fail(&in, ENOMEM);
+	if (in->regular) {
+		buf = in->size < SIZE_MAX ? malloc(in->size ? in->size : 1)
+					  : NULL;
+		rc = buf ? tctl_in_read(in, buf, in->size, &got)
+			 : fail(in, ENOMEM);
 	} else {
-		rc = read_growing(&in, max + 1, &buf, &got);
+		rc = read_growing(in, max + 1, &buf, &got);
 	}
-	tctl_in_close(&in);
-	if (!rc && !in.regular && got > max) {
+	if (!rc && !in->regular && got > max) {
 		char s[32];
 
 		rc = tctl_fail(TCTL_REFUSED, "input", EFBIG,
 			       "%s: more than %s (a stream is read up to "
 			       "--max-bytes)",
-			       in.path, tctl_size(s, max));
+			       in->path, tctl_size(s, max));
 	}
 	if (rc) {
 		free(buf);
@@ -142,4 +140,44 @@ int tctl_read_input(const char *path, uint64_t max, uint8_t **out,
 	*out = buf;
 	*out_len = (size_t)got;
 	return TCTL_OK;
+}
+
+int tctl_read_input(const char *path, uint64_t max, uint8_t **out,
+		    size_t *out_len)
+{
+	struct tctl_in in;
+	int rc = tctl_in_open(&in, path);
+
+	if (rc)
+		return rc;
+	rc = tctl_in_slurp(&in, max, out, out_len);
+	tctl_in_close(&in);
+	return rc;
+}
+
+int tctl_tgm_open(struct tgm_src *s, struct tctl_in *in, const char *path,
+		  uint64_t max, uint8_t **own)
+{
+	size_t len = 0;
+	int rc = tctl_in_open(in, path);
+
+	*own = NULL;
+	memset(s, 0, sizeof(*s));
+	s->path = in->path;
+	s->fd = -1;
+	if (rc)
+		return rc;
+	if (in->regular && strcmp(path, "-")) {
+		/* read with pread where it is needed, never whole; "-" is
+		 * read whole, what it is (a Hurray file is chosen by the
+		 * magic of its bytes) */
+		s->fd = in->fd;
+		s->size = in->size;
+		return TCTL_OK;
+	}
+	rc = tctl_in_slurp(in, max, own, &len);
+	tctl_in_close(in);
+	s->buf = *own;
+	s->size = len;
+	return rc;
 }

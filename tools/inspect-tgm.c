@@ -5,6 +5,7 @@
  * structure of ../shared/vectors/tgm/expected.json, type-9 descriptors
  * (as JSON) and data ranges included.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "td-json.h"
 #include "tensorctl.h"
 #include "tgm-desc.h"
+#include "tgm-file.h"
 #include "tgm.h"
 
 /* A file whose first message starts this far in is still a .tgm file
@@ -28,6 +30,21 @@ int inspect_tgm_sniff(const uint8_t *buf, size_t len)
 		return 1;
 	td_tgm_scan_init(buf, len, &s);
 	return td_tgm_scan_next(&s, &span) == 1 && span.offset < SNIFF_WINDOW;
+}
+
+int inspect_tgm_sniff_src(struct tgm_src *s)
+{
+	struct tgm_scan sc;
+	struct td_tgm_span span;
+	uint8_t magic[8];
+
+	if (s->size >= 8 && tgm_src_read(s, 0, magic, 8) == 0 &&
+	    !memcmp(magic, "TENSOGRM", 8))
+		return 1;
+	/* a message starting beyond the window would not count: the scan
+	 * does not look for one, a file of any size is read this far */
+	tgm_scan_init(&sc, s, SNIFF_WINDOW - 1);
+	return tgm_scan_next(&sc, &span) == 1 && span.offset < SNIFF_WINDOW;
 }
 
 /* Summary of one message, for the exit status. */
@@ -46,23 +63,43 @@ static void print_err_text(FILE *f, const struct td_err *e)
 	td_json_cstr(f, text);
 }
 
+/* tgm_object_read() with a reason for a failed allocation too. */
+static int object_read(struct tgm_src *s, uint64_t base,
+		       const struct td_tgm_frame *fr, struct td_tgm_object *o,
+		       uint8_t **cbor, struct td_err *e)
+{
+	int rc = tgm_object_read(s, base, fr, o, cbor, e);
+
+	if (rc == -ENOMEM)
+		*e = (struct td_err){.kind = TD_ERR_UNSUPPORTED_REQUIREMENT,
+				     .reason = "out of memory",
+				     .offset = fr->offset};
+	return rc;
+}
+
 /*
  * The descriptor (all its keys, as JSON) and the data range of a type-9
  * frame; a descriptor that does not decode is printed as
  * "descriptor_error" instead. Returns 1 when it did not decode.
  */
-static int json_object_desc(FILE *f, const struct td_tgm_frame *fr)
+static int json_object_desc(FILE *f, struct tgm_src *s, uint64_t base,
+			    const struct td_tgm_frame *fr)
 {
 	struct td_tgm_object o;
 	struct td_err e = {0};
 	char *json = NULL;
+	uint8_t *cbor;
 
-	if (td_tgm_object_decode(fr, &o, &e) < 0 ||
+	if (object_read(s, base, fr, &o, &cbor, &e) < 0 ||
 	    td_json_from_cbor(o.cbor, o.cbor_len, &json, NULL, &e) < 0) {
+		free(cbor);
+		if (s->io_err)
+			return 0;
 		fprintf(f, ",\"descriptor_error\":");
 		print_err_text(f, &e);
 		return 1;
 	}
+	free(cbor);
 	fprintf(f,
 		",\"descriptor\":%s,\"data_range_in_msg\":[%" PRIu64
 		",%" PRIu64 "]",
@@ -72,13 +109,19 @@ static int json_object_desc(FILE *f, const struct td_tgm_frame *fr)
 }
 
 /* One line under a type-9 frame: what its descriptor says. */
-static int text_object_desc(FILE *f, const struct td_tgm_frame *fr)
+static int text_object_desc(FILE *f, struct tgm_src *s, uint64_t base,
+			    const struct td_tgm_frame *fr)
 {
 	static const char *const order[] = {"native", "big", "little"};
 	struct td_tgm_object o;
 	struct td_err e = {0};
+	uint8_t *cbor;
+	int rc = object_read(s, base, fr, &o, &cbor, &e);
 
-	if (td_tgm_object_decode(fr, &o, &e) < 0) {
+	free(cbor); /* o.desc is a copy; o.cbor is not used below */
+	if (rc < 0 && s->io_err)
+		return 0;
+	if (rc < 0) {
 		fprintf(f, "       descriptor: REFUSED: %s%s%s at offset %" PRIu64
 			"\n", e.field ? e.field : "", e.field ? ": " : "",
 			e.reason, e.offset);
@@ -95,19 +138,22 @@ static int text_object_desc(FILE *f, const struct td_tgm_frame *fr)
 	return 0;
 }
 
-static void json_message(FILE *f, const uint8_t *buf,
+static void json_message(FILE *f, struct tgm_src *s,
 			 const struct td_tgm_span *sp, struct msg_result *r)
 {
-	const uint8_t *msg = buf + sp->offset;
 	struct td_tgm_header h;
-	struct td_tgm_walk it;
+	struct tgm_walk w;
 	struct td_tgm_frame fr;
 	struct td_err e = { 0 };
+	uint8_t pre[TD_TGM_PREAMBLE_LEN];
 	int rc, n = 0;
 
 	fprintf(f, "{\"offset\":%" PRIu64 ",\"length\":%" PRIu64, sp->offset,
 		sp->length);
-	if (td_tgm_header_decode(msg, sp->length, &h, &e) == 0) {
+	/* a scan span is >= 32 bytes long and starts with a preamble */
+	if (tgm_src_read(s, sp->offset, pre, sizeof(pre)) < 0)
+		return;
+	if (td_tgm_header_decode(pre, sizeof(pre), &h, &e) == 0) {
 		fprintf(f,
 			",\"header\":{\"version\":%u,\"flags\":%u,"
 			"\"flags_hex\":\"0x%04x\",\"total_length\":%" PRIu64
@@ -123,7 +169,9 @@ static void json_message(FILE *f, const uint8_t *buf,
 	} else {
 		fprintf(f, ",\"header\":null");
 	}
-	rc = td_tgm_walk_init(msg, sp->length, &it, &e);
+	rc = tgm_walk_open(&w, s, sp->offset, sp->length, &e);
+	if (s->io_err)
+		return;
 	if (rc < 0) {
 		r->walk_rc = rc;
 		fprintf(f, ",\"postamble\":null,\"frames\":[],\"walk_error\":");
@@ -135,9 +183,9 @@ static void json_message(FILE *f, const uint8_t *buf,
 		",\"postamble\":{\"offset\":%" PRIu64
 		",\"first_footer_offset\":%" PRIu64 ",\"total_length\":%" PRIu64
 		"},\"frames\":[",
-		it.postamble_offset, it.first_footer_offset,
-		it.postamble_total_length);
-	while ((rc = td_tgm_walk_next(&it, &fr, &e)) == 1) {
+		w.it.postamble_offset, w.it.first_footer_offset,
+		w.it.postamble_total_length);
+	while ((rc = tgm_walk_next(&w, &fr, &e)) == 1) {
 		fprintf(f,
 			"%s{\"type\":%u,\"name\":\"%s\",\"version\":%u,"
 			"\"flags\":%u,\"offset\":%" PRIu64
@@ -147,7 +195,10 @@ static void json_message(FILE *f, const uint8_t *buf,
 			fr.offset, fr.length, fr.payload_len,
 			fr.has_hash ? "true" : "false");
 		if (fr.has_hash) {
-			int ok = td_tgm_frame_verify(&fr, NULL, NULL) == 0;
+			int ok = tgm_frame_hash_ok(s, sp->offset, &fr);
+
+			if (ok < 0)
+				return;
 			fprintf(f, ",\"hash_ok\":%s", ok ? "true" : "false");
 			r->hash_bad += !ok;
 		}
@@ -157,10 +208,14 @@ static void json_message(FILE *f, const uint8_t *buf,
 				",\"cbor_after_payload\":%s",
 				fr.cbor_offset,
 				fr.cbor_after_payload ? "true" : "false");
-			r->desc_bad += json_object_desc(f, &fr);
+			r->desc_bad += json_object_desc(f, s, sp->offset, &fr);
+			if (s->io_err)
+				return;
 		}
 		fprintf(f, "}");
 	}
+	if (s->io_err)
+		return;
 	r->walk_rc = rc;
 	fprintf(f, "],\"walk_error\":");
 	if (rc < 0)
@@ -170,19 +225,22 @@ static void json_message(FILE *f, const uint8_t *buf,
 	fprintf(f, "}");
 }
 
-static void text_message(FILE *f, size_t idx, const uint8_t *buf,
+static void text_message(FILE *f, size_t idx, struct tgm_src *s,
 			 const struct td_tgm_span *sp, struct msg_result *r)
 {
-	const uint8_t *msg = buf + sp->offset;
 	struct td_tgm_header h;
-	struct td_tgm_walk it;
+	struct tgm_walk w;
 	struct td_tgm_frame fr;
 	struct td_err e = { 0 };
+	uint8_t pre[TD_TGM_PREAMBLE_LEN];
 	int rc;
 
 	fprintf(f, "message %zu @%" PRIu64 " length %" PRIu64 "\n", idx,
 		sp->offset, sp->length);
-	if (td_tgm_header_decode(msg, sp->length, &h, &e) == 0) {
+	/* a scan span is >= 32 bytes long and starts with a preamble */
+	if (tgm_src_read(s, sp->offset, pre, sizeof(pre)) < 0)
+		return;
+	if (td_tgm_header_decode(pre, sizeof(pre), &h, &e) == 0) {
 		fprintf(f,
 			"  header: version %u flags 0x%04x total_length "
 			"%" PRIu64 "\n  predicates:",
@@ -192,7 +250,9 @@ static void text_message(FILE *f, size_t idx, const uint8_t *buf,
 				fprintf(f, " %s", td_tgm_predicate_name(b));
 		fprintf(f, "\n");
 	}
-	rc = td_tgm_walk_init(msg, sp->length, &it, &e);
+	rc = tgm_walk_open(&w, s, sp->offset, sp->length, &e);
+	if (s->io_err)
+		return;
 	if (rc < 0) {
 		r->walk_rc = rc;
 		fprintf(f, "  walk: refused: %s at offset %" PRIu64 "\n",
@@ -202,15 +262,18 @@ static void text_message(FILE *f, size_t idx, const uint8_t *buf,
 	fprintf(f,
 		"  postamble @%" PRIu64 ": first_footer_offset %" PRIu64
 		" total_length %" PRIu64 "\n",
-		it.postamble_offset, it.first_footer_offset,
-		it.postamble_total_length);
+		w.it.postamble_offset, w.it.first_footer_offset,
+		w.it.postamble_total_length);
 	fprintf(f, "  %4s %-16s %3s %6s %8s %8s %8s %s\n", "type", "name",
 		"ver", "flags", "offset", "length", "payload", "hash");
-	while ((rc = td_tgm_walk_next(&it, &fr, &e)) == 1) {
+	while ((rc = tgm_walk_next(&w, &fr, &e)) == 1) {
 		const char *hash = "-";
 
 		if (fr.has_hash) {
-			int ok = td_tgm_frame_verify(&fr, NULL, NULL) == 0;
+			int ok = tgm_frame_hash_ok(s, sp->offset, &fr);
+
+			if (ok < 0)
+				return;
 			hash = ok ? "ok" : "MISMATCH";
 			r->hash_bad += !ok;
 		}
@@ -220,8 +283,12 @@ static void text_message(FILE *f, size_t idx, const uint8_t *buf,
 			fr.type, fr.name, fr.version, fr.flags, fr.offset,
 			fr.length, fr.payload_len, hash);
 		if (fr.type == TD_TGM_NTENSOR_FRAME)
-			r->desc_bad += text_object_desc(f, &fr);
+			r->desc_bad += text_object_desc(f, s, sp->offset, &fr);
+		if (s->io_err)
+			return;
 	}
+	if (s->io_err)
+		return;
 	r->walk_rc = rc;
 	if (rc < 0)
 		fprintf(f, "  end: MALFORMED: %s at offset %" PRIu64 "\n",
@@ -236,9 +303,9 @@ static void text_message(FILE *f, size_t idx, const uint8_t *buf,
  * file with a cut last message does not read as clean. Text: one line
  * each; JSON: ,"skipped":[[offset,length],...].
  */
-static void skipped(FILE *f, const uint8_t *buf, size_t len, int json)
+static int skipped(FILE *f, struct tgm_src *s, int json)
 {
-	struct td_tgm_scanner s;
+	struct tgm_scan sc;
 	struct td_tgm_span sp;
 	uint64_t at = 0;
 	size_t k = 0;
@@ -246,11 +313,13 @@ static void skipped(FILE *f, const uint8_t *buf, size_t len, int json)
 
 	if (json)
 		fprintf(f, ",\"skipped\":[");
-	td_tgm_scan_init(buf, len, &s);
+	tgm_scan_init(&sc, s, UINT64_MAX);
 	while (more) {
-		uint64_t end = len;
+		uint64_t end = s->size;
 
-		more = td_tgm_scan_next(&s, &sp) == 1;
+		more = tgm_scan_next(&sc, &sp);
+		if (more < 0)
+			return more;
 		if (more)
 			end = sp.offset;
 		if (end > at && json)
@@ -267,59 +336,74 @@ static void skipped(FILE *f, const uint8_t *buf, size_t len, int json)
 	}
 	if (json)
 		fprintf(f, "]");
+	return 0;
 }
 
-int inspect_tgm(const uint8_t *buf, size_t len, int json)
+/* Why the input holds no whole message: its first message's envelope. */
+static int no_message(FILE *f, struct tgm_src *s, int json)
 {
-	struct td_tgm_scanner s;
+	struct tgm_walk w;
+	struct td_err e = { 0 };
+
+	if (tgm_walk_open(&w, s, 0, s->size, &e) == 0)
+		e.reason = "no complete message found", e.offset = 0;
+	if (s->io_err)
+		return tgm_src_fail(s);
+	if (json) {
+		fprintf(f, "],\"error\":");
+		print_err_text(f, &e);
+		fprintf(f, "}\n");
+	} else {
+		fprintf(f, "no message: %s at offset %" PRIu64 "\n",
+			e.reason, e.offset);
+	}
+	return TCTL_REFUSED;
+}
+
+int inspect_tgm(struct tgm_src *s, int json)
+{
+	struct tgm_scan sc;
 	struct td_tgm_span sp;
 	FILE *f = stdout;
 	size_t n = 0;
-	int bad = 0;
+	int bad = 0, rc;
 
 	if (json) {
-		fprintf(f, "{\"kind\":\"tgm\",\"size\":%zu,\"scan\":[", len);
-		td_tgm_scan_init(buf, len, &s);
-		while (td_tgm_scan_next(&s, &sp) == 1)
+		fprintf(f, "{\"kind\":\"tgm\",\"size\":%" PRIu64
+			",\"scan\":[", s->size);
+		tgm_scan_init(&sc, s, UINT64_MAX);
+		while ((rc = tgm_scan_next(&sc, &sp)) == 1)
 			fprintf(f, "%s[%" PRIu64 ",%" PRIu64 "]",
 				n++ ? "," : "", sp.offset, sp.length);
+		if (rc < 0)
+			return tgm_src_fail(s);
 		fprintf(f, "],\"messages\":[");
 	} else {
-		fprintf(f, "tgm: %zu bytes\n", len);
+		fprintf(f, "tgm: %" PRIu64 " bytes\n", s->size);
 	}
 	/* a second pass: scan is cheap and keeps this free of allocation */
-	td_tgm_scan_init(buf, len, &s);
-	for (n = 0; td_tgm_scan_next(&s, &sp) == 1; n++) {
+	tgm_scan_init(&sc, s, UINT64_MAX);
+	for (n = 0; (rc = tgm_scan_next(&sc, &sp)) == 1; n++) {
 		struct msg_result r = { 0 };
 
 		if (json) {
 			fprintf(f, "%s", n ? "," : "");
-			json_message(f, buf, &sp, &r);
+			json_message(f, s, &sp, &r);
 		} else {
-			text_message(f, n, buf, &sp, &r);
+			text_message(f, n, s, &sp, &r);
 		}
+		if (s->io_err)
+			return tgm_src_fail(s);
 		bad |= r.walk_rc < 0 || r.hash_bad || r.desc_bad;
 	}
-	if (n == 0) {
-		/* say why the first message is not one (e.g. truncated) */
-		struct td_tgm_walk it;
-		struct td_err e = { 0 };
-
-		if (td_tgm_walk_init(buf, len, &it, &e) == 0)
-			e.reason = "no complete message found", e.offset = 0;
-		if (json) {
-			fprintf(f, "],\"error\":");
-			print_err_text(f, &e);
-			fprintf(f, "}\n");
-		} else {
-			fprintf(f, "no message: %s at offset %" PRIu64 "\n",
-				e.reason, e.offset);
-		}
-		return TCTL_REFUSED;
-	}
+	if (rc < 0)
+		return tgm_src_fail(s);
+	if (n == 0)
+		return no_message(f, s, json);
 	if (json)
 		fprintf(f, "]");
-	skipped(f, buf, len, json);
+	if (skipped(f, s, json) < 0)
+		return tgm_src_fail(s);
 	if (json)
 		fprintf(f, "}\n");
 	else

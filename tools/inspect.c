@@ -11,6 +11,7 @@
 #include "input.h"
 #include "td-json.h"
 #include "tensorctl.h"
+#include "tgm-file.h"
 
 /* A regular file that starts as a Hurray file (never waits on a FIFO). */
 static int regular_hrry(const char *path)
@@ -29,6 +30,52 @@ static int regular_hrry(const char *path)
 	return r;
 }
 
+/*
+ * A .tgm file on disk is read with pread, what inspect prints only (its
+ * frames' headers and descriptors; a hashed frame's payload streamed
+ * through the hash); anything else as a whole, a stream up to max.
+ */
+static int inspect_input(const char *path, uint64_t max)
+{
+	struct tctl_in in;
+	struct tgm_src s;
+	uint8_t *buf = NULL;
+	size_t len;
+	int rc = tctl_tgm_open(&s, &in, path, max, &buf);
+
+	if (rc)
+		return rc;
+	if (s.fd >= 0) {
+		rc = inspect_tgm_sniff_src(&s) ? inspect_tgm(&s, tctl_json)
+					       : -1;
+		if (rc < 0 && s.io_err)
+			rc = tgm_src_fail(&s);
+		if (rc >= 0) {
+			tctl_in_close(&in);
+			return rc;
+		}
+		/* not a .tgm file: a blob, read whole as before */
+		rc = tctl_in_slurp(&in, max, &buf, &len);
+		tctl_in_close(&in);
+		if (rc)
+			return rc;
+		s.fd = -1;
+		s.buf = buf;
+		s.size = len;
+	} else {
+		len = (size_t)s.size;
+	}
+	/* formats with a magic first; the blob has none and is the default */
+	if (inspect_hrry_sniff(buf, len))
+		rc = inspect_hrry(path, buf, len, tctl_json);
+	else if (inspect_tgm_sniff(buf, len))
+		rc = inspect_tgm(&s, tctl_json);
+	else
+		rc = inspect_blob(buf, len, tctl_json);
+	free(buf);
+	return rc;
+}
+
 int cmd_inspect(int argc, char **argv)
 {
 	enum { O_MAX_BYTES = TCTL_OPT_FIRST_OWN };
@@ -36,8 +83,6 @@ int cmd_inspect(int argc, char **argv)
 		{"max-bytes", required_argument, NULL, O_MAX_BYTES},
 		TCTL_COMMON_OPTIONS};
 	uint64_t max = TCTL_STREAM_MAX;
-	uint8_t *buf;
-	size_t len;
 	int rc, o;
 
 	while ((o = tctl_getopt(argc, argv, "", opts, &rc)) != -1) {
@@ -54,18 +99,7 @@ int cmd_inspect(int argc, char **argv)
 	 * descriptors (pread), not its tensors: a file of any size */
 	if (strcmp(argv[optind], "-") && regular_hrry(argv[optind]))
 		return inspect_hrry(argv[optind], NULL, 0, tctl_json);
-	rc = tctl_read_input(argv[optind], max, &buf, &len);
-	if (rc)
-		return rc;
-	/* formats with a magic first; the blob has none and is the default */
-	if (inspect_hrry_sniff(buf, len))
-		rc = inspect_hrry(argv[optind], buf, len, tctl_json);
-	else if (inspect_tgm_sniff(buf, len))
-		rc = inspect_tgm(buf, len, tctl_json);
-	else
-		rc = inspect_blob(buf, len, tctl_json);
-	free(buf);
-	return rc;
+	return inspect_input(argv[optind], max);
 }
 
 void tctl_print_td_err(const struct td_err *e, int json)

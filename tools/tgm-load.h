@@ -12,6 +12,7 @@
 
 #include "tensorctl.h"
 #include "tgm-desc.h"
+#include "tgm-file.h"
 #include "tgm.h"
 #include "wire.h"
 
@@ -19,7 +20,9 @@
 #define BASE_NAME_MAX (TD_NAME_MAX - 15)
 
 struct obj {
-	struct td_tgm_object o;
+	struct td_tgm_object o; /* o.data NULL: the data is in the source */
+	uint64_t data_off;      /* where, from the source's start */
+	uint8_t *cbor;          /* o.cbor's bytes, malloc'ed */
 	const struct td_tgm_meta *meta; /* where its attributes are */
 	size_t meta_index;              /* its entry in meta's base */
 	uint32_t dtype;                 /* enum td_tensor_dtype */
@@ -31,6 +34,7 @@ struct obj {
 
 struct load {
 	const char *path;
+	struct tgm_src *src; /* where the objects' data is */
 	uint64_t msg_index;
 	struct obj *objs;
 	size_t count, cap;
@@ -42,8 +46,13 @@ struct load {
 /* Print "tensorctl: FILE: message N[ object I]: what" and refuse. */
 int tctl_tgm_refuse(const struct load *l, long obj, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
-/* Walk one message (msg, len): objects, metadata frames, hashes. */
-int tctl_tgm_collect(struct load *l, const uint8_t *msg, size_t len);
+/*
+ * Walk the message sp of s: objects (their descriptors; the data stays
+ * in s), metadata frames, hashes (each hashed frame's payload streamed
+ * through the hash). TCTL_OK or reported (a read error too).
+ */
+int tctl_tgm_collect(struct load *l, struct tgm_src *s,
+                     const struct td_tgm_span *sp);
 /*
  * Object i's raw name by the naming chain (variable_key first, may be
  * NULL), "object_<i>" when nothing matches; also settles which metadata
@@ -55,5 +64,7 @@ void tctl_tgm_load_fini(struct load *l);
 /* Copy len bytes of width-byte elements, each byte-reversed. */
 void tctl_copy_swapped(uint8_t *dst, const uint8_t *src, uint64_t len,
                        unsigned width);
+/* The same in place. */
+void tctl_swap_in_place(uint8_t *p, uint64_t len, unsigned width);
 
 #endif

@@ -4,13 +4,59 @@
  * is one message (or anything). Every yielded frame must lie before the
  * postamble, after the previous one, with a payload inside it; the walk
  * must end (clean or malformed) and stay ended; hashes are verified.
+ * The windowed walk (tensorctl's, over a file read with pread), fed only
+ * the bytes it asks for, must give the same results and records.
  */
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tgm.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* The windowed walk of data agrees with the in-memory one. */
+static void windowed_agrees(const uint8_t *data, size_t size)
+{
+	struct td_tgm_walk a, b;
+	struct td_tgm_frame fa, fb;
+	struct td_err ea, eb;
+	uint64_t stream_end = 0;
+	int ra = td_tgm_walk_init(data, size, &a, &ea), rb;
+
+	if (size >= 24 && !data[16] && !data[17] && !data[18] && !data[19] &&
+	    !data[20] && !data[21] && !data[22] && !data[23]) {
+		const uint8_t *p = memmem(data + 24, size - 24, "39277777", 8);
+
+		stream_end = p ? (uint64_t)(p - data) + 8 : 0;
+	}
+	rb = td_tgm_walk_begin(data, size < 24 ? size : 24, size, stream_end,
+			       &b, &eb);
+	if (rb == 0)
+		rb = td_tgm_walk_post(&b, data + b.length - 24, &eb);
+	if (ra != rb || (ra < 0 && ea.offset != eb.offset))
+		abort();
+	if (ra < 0)
+		return;
+	td_tgm_walk_window(&b, NULL, 0, 0);
+	do {
+		ra = td_tgm_walk_next(&a, &fa, &ea);
+		while ((rb = td_tgm_walk_next(&b, &fb, &eb)) == -EAGAIN) {
+			if (b.need_len > 20 || b.need_off > b.length ||
+			    b.need_len > b.length - b.need_off)
+				abort();
+			td_tgm_walk_window(&b, data + b.need_off, b.need_off,
+					   (size_t)b.need_len);
+		}
+		if (ra != rb || (ra < 0 && ea.offset != eb.offset) ||
+		    (ra == 1 && (fa.offset != fb.offset ||
+				 fa.length != fb.length ||
+				 fa.type != fb.type ||
+				 fa.cbor_offset != fb.cbor_offset)))
+			abort();
+	} while (ra == 1);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -21,6 +67,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint64_t prev_end = TD_TGM_PREAMBLE_LEN, steps = 0;
 	int rc, hrc;
 
+	windowed_agrees(data, size);
 	hrc = td_tgm_header_decode(data, size, &h, &e);
 	rc = td_tgm_walk_init(data, size, &it, &e);
 	if (rc < 0)

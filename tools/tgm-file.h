@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Where tensorctl reads .tgm messages from (inspect, load, zarr export):
+ * a regular file, read with pread, never whole and never mapped, or a
+ * stream read whole already (stdin, up to --max-bytes). The same scan
+ * (../shared/specs/tensogram.md §12) and frame walk (§13) as proto/tgm.c,
+ * which does the checks; here only the reading: a file of any size costs
+ * what the printed or loaded parts cost (a hash is checked by streaming
+ * its frame's payload through XXH3, a fixed buffer at a time).
+ *
+ * A file cut short while it is read (someone truncating it) is an error
+ * (src->io_err = ENODATA, said as UnexpectedEof), never a SIGBUS.
+ */
+#ifndef TD_TOOLS_TGM_FILE_H
+#define TD_TOOLS_TGM_FILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tgm-desc.h"
+#include "tgm.h"
+
+struct tgm_src {
+	const char *path;   /* for messages */
+	int fd;             /* a regular file (borrowed), or -1 */
+	const uint8_t *buf; /* a stream read whole, when fd < 0 */
+	uint64_t size;      /* the file's size when opened, or buf's */
+	int io_err;         /* the first read error (ENODATA: cut short) */
+};
+
+/*
+ * Read len bytes at off into dst. 0, or -EIO with src->io_err set (the
+ * first error is kept): ENODATA when the file ends before off + len.
+ */
+int tgm_src_read(struct tgm_src *s, uint64_t off, void *dst, uint64_t len);
+/* tctl_fail() for src->io_err: TCTL_REFUSED. */
+int tgm_src_fail(const struct tgm_src *s);
+
+/* The scan (§12) of a source; caller's storage. */
+struct tgm_scan {
+	struct tgm_src *s;
+	struct td_tgm_scanner mem; /* a buffer: proto's own scan */
+	uint64_t pos, stop;
+	uint64_t magic_from, magic_at; /* as in td_tgm_scanner */
+};
+
+/* stop: no message starting beyond it is looked for (UINT64_MAX: none). */
+void tgm_scan_init(struct tgm_scan *sc, struct tgm_src *s, uint64_t stop);
+/* 1 with *out, 0 at the end, -EIO for a read error (s->io_err). */
+int tgm_scan_next(struct tgm_scan *sc, struct td_tgm_span *out);
+
+/* The frame walk of one message; caller's storage. */
+struct tgm_walk {
+	struct td_tgm_walk it;
+	struct tgm_src *s;
+	uint64_t base; /* the message's offset in the source */
+	uint8_t win[4096];
+};
+
+/*
+ * The envelope of the message at base, avail bytes of input from it on
+ * (a scan span: its length). 0, a walk error (-errno, *e), or -EIO
+ * (s->io_err).
+ */
+int tgm_walk_open(struct tgm_walk *w, struct tgm_src *s, uint64_t base,
+                  uint64_t avail, struct td_err *e);
+/* td_tgm_walk_next() reading what it needs; -EIO for a read error. */
+int tgm_walk_next(struct tgm_walk *w, struct td_tgm_frame *fr,
+                  struct td_err *e);
+/* A walked frame's hash (it has one): 1 ok, 0 mismatch, -EIO. */
+int tgm_frame_hash_ok(struct tgm_src *s, uint64_t base,
+                      const struct td_tgm_frame *fr);
+/* A frame's payload into a new buffer (*out, malloc'ed). 0, -ENOMEM, -EIO. */
+int tgm_frame_payload(struct tgm_src *s, uint64_t base,
+                      const struct td_tgm_frame *fr, uint8_t **out);
+/*
+ * A type-9 frame's descriptor (td_tgm_object_decode_at()): its bytes
+ * read into *cbor (malloc'ed, the caller frees it, also on failure; at
+ * most 16 MiB of a CBOR-before payload). 0, a descriptor error (*e),
+ * -ENOMEM, -EIO.
+ */
+int tgm_object_read(struct tgm_src *s, uint64_t base,
+                    const struct td_tgm_frame *fr, struct td_tgm_object *o,
+                    uint8_t **cbor, struct td_err *e);
+
+#endif
