@@ -146,15 +146,20 @@ static void daemon_start(struct daemon *d, const char *const *extra)
 /* SIGTERM: must exit 0 and remove its socket. Returns the exit status. */
 static void daemon_stop(struct daemon *d)
 {
+	pid_t pid = d->pid;
 	int st;
 	char cmd[200];
 
 	if (d->ready >= 0)
 		close(d->ready);
 	d->ready = -1;
-	cr_assert_eq(kill(d->pid, SIGTERM), 0);
+	/* stopped already by the test body (teardown below) */
+	if (pid <= 0)
+		return;
+	d->pid = 0;
+	cr_assert_eq(kill(pid, SIGTERM), 0);
 	/* bounded: a daemon that hangs on its way out fails the test */
-	cr_assert(tu_reap_within(d->pid, wait_s(), &st),
+	cr_assert(tu_reap_within(pid, wait_s(), &st),
 		  "tensord did not exit within %d s of SIGTERM (killed; log "
 		  "%s)",
 		  wait_s(), d->log);
@@ -497,12 +502,25 @@ static void teardown(void)
 {
 	daemon_stop(&D);
 	free(M);
+	M = NULL;
 }
 
 TestSuite(daemon, .timeout = 120);
 
-/* Every test runs against its own daemon, stopped (and checked) after. */
-#define DTest(name) Test(daemon, name, .init = setup, .fini = teardown)
+/*
+ * Every test runs against its own daemon, stopped and checked (a clean
+ * exit, no sanitizer report, the socket file gone) at the end of its
+ * body: criterion does not count asserts that fail in a .fini, which
+ * only cleans up after a body that failed before its end.
+ */
+#define DTest(name)                                                           \
+	static void name##_body(void);                                        \
+	Test(daemon, name, .init = setup, .fini = teardown)                   \
+	{                                                                     \
+		name##_body();                                                \
+		teardown();                                                   \
+	}                                                                     \
+	static void name##_body(void)
 
 /* ---- HELLO ---- */
 
@@ -639,6 +657,7 @@ Test(daemon, daemon_forced_scm_sends_no_pidfd, .init = setup_scm,
 	cr_assert_eq(r.out_pidfd, 0);
 	cr_assert_eq(r.probe_fd, -1);
 	close(sock);
+	teardown(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 DTest(requests_before_hello_are_eproto)
@@ -1606,6 +1625,7 @@ Test(daemon, max_bytes_refuses_over_quota_with_enospc,
 	/* replacing an unleased version frees its bytes first */
 	publish_bytes(sock, "q/2", 4096, 2, false);
 	close(sock);
+	teardown(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 /* ---- LIST, WATCH ---- */

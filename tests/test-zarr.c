@@ -518,6 +518,7 @@ Test(export, daemon_tensors_read_back_by_zarrita, .init = start, .fini = stop)
 	          "%s", out);
 	free(out);
 	free(exp);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 Test(export, is_byte_stable_and_never_half_written, .init = start,
@@ -549,6 +550,7 @@ Test(export, is_byte_stable_and_never_half_written, .init = start,
 	free(out);
 	cr_assert_eq(zt_sh(&out, "test -e %s/d", zt_dir), 1);
 	free(out);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 Test(export, semi_planar_is_refused, .init = start, .fini = stop)
@@ -581,6 +583,7 @@ Test(export, semi_planar_is_refused, .init = start, .fini = stop)
 	                      "format has no single-array form"),
 	          "%s", out);
 	free(out);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 Test(import, export_then_import_gives_the_same_tensors, .init = start,
@@ -609,6 +612,7 @@ Test(import, export_then_import_gives_the_same_tensors, .init = start,
 	/* and the re-export reads the same */
 	zt_ok("zarr export %s/y back/cam_left back/scalar", zt_dir);
 	zt_check_dir("y");
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 /* A hand-made array folder: zarr.json text and an optional chunk. */
@@ -690,6 +694,7 @@ Test(import, hand_made_stores, .init = start, .fini = stop)
 	cr_assert_eq(zt_ctl(&out, "stat h/big --json"), 0);
 	cr_assert(strstr(out, "{\\\"units\\\":\\\"K\\\"}"), "%s", out);
 	free(out);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 /*
@@ -724,6 +729,7 @@ Test(import, folders_that_become_one_name_stay_distinct, .init = start,
 		cr_assert_eq((uint8_t)got[0], 10 + i, "%s", tensors[i]);
 		free(got);
 	}
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 Test(import, refusals_name_the_reason, .init = start, .fini = stop)
@@ -783,6 +789,7 @@ Test(import, refusals_name_the_reason, .init = start, .fini = stop)
 		             "%s", out);
 		free(out);
 	}
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 /* ---- .tgm sources ---- */
@@ -861,6 +868,7 @@ Test(export, tgm_files_read_back_by_zarrita, .init = start, .fini = stop)
 	zt_ok("zarr export %s/m1 --from %s --message 1", zt_dir,
 	      tgm_vector("two-msg.tgm"));
 	zt_check_dir("m1");
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 Test(export, tgm_name_key_and_duplicates, .init = start, .fini = stop)
@@ -883,6 +891,7 @@ Test(export, tgm_name_key_and_duplicates, .init = start, .fini = stop)
 	cr_assert(strstr(out, "\"_tensogram_variables\":[\"2t\",\"msl\"]"),
 	          "%s", out);
 	free(out);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 /* ---- the HTTP store ---- */
@@ -1072,6 +1081,7 @@ Test(http, zarr_v3_as_an_export_would_write_it, .init = start_http,
 	exp = expect_puts(true);
 	zt_zarrita(url, exp);
 	free(exp);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 Test(http, rules_of_zarr_md_10, .init = start_http, .fini = stop)
@@ -1202,6 +1212,7 @@ Test(http, rules_of_zarr_md_10, .init = start_http, .fini = stop)
 	cr_assert(b && strstr(b + 1, "HTTP/1.1 200"), "%s", resp);
 	cr_assert(!strstr(resp, "Connection: close\r\n\r\n{"), "%s", resp);
 	free(resp);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 /* RFC 9112 §3.2: an HTTP/1.1 request without Host is answered 400 (it
@@ -1221,6 +1232,7 @@ Test(http, an_http_1_1_request_without_host_is_a_400, .init = start_http,
 	                  !strncmp(resp, "HTTP/1.1 200", 12),
 	          "%.200s", resp);
 	free(resp);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 Test(http, prefix_and_policy_decide_what_is_served, .fini = stop)
@@ -1258,6 +1270,7 @@ Test(http, prefix_and_policy_decide_what_is_served, .fini = stop)
 	cr_assert(strstr(out, "http may only read"), "%s", out);
 	free(out);
 	unlink(pol);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 Test(http, nothing_is_served_without_a_prefix, .fini = stop)
@@ -1277,6 +1290,7 @@ Test(http, nothing_is_served_without_a_prefix, .fini = stop)
 	                       "2}}"),
 	          "%s", body);
 	free(body);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 Test(http, a_unix_socket_address, .fini = stop)
@@ -1298,6 +1312,7 @@ Test(http, a_unix_socket_address, .fini = stop)
 	cr_assert_eq(status_of(resp), 200, "%s", resp);
 	cr_assert(strstr(resp, "\"cam_left\""), "%s", resp);
 	free(resp);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 /*
@@ -1387,6 +1402,7 @@ Test(http, a_stale_unix_socket_is_replaced_a_live_one_is_not, .fini = stop)
 			close(c[--nc]);
 		close(lfd);
 	}
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 /* The value of the sample that starts with `line` in metrics text m. */
@@ -1489,6 +1505,7 @@ Test(http, a_response_keeps_its_version_whole, .init = start_http,
 
 	put_filled("big", 'A', len);
 	keeps_its_version("/zarr/big/c/0", len, 2 * len, put_big_b, &len);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 Test(http, metrics_count_what_happened, .fini = stop)
@@ -1544,6 +1561,7 @@ Test(http, metrics_count_what_happened, .fini = stop)
 	cr_assert_eq(metric_value(m, "tensord_leases "), 0);
 	cr_assert_eq(metric_value(m, "tensord_ring_handoffs "), 0);
 	free(m);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 Test(http, many_readers_and_slow_clients, .fini = stop)
@@ -1642,6 +1660,7 @@ Test(http, many_readers_and_slow_clients, .fini = stop)
 	             READERS);
 	free(m);
 	zt_ok("stat big");
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 Test(http, dask_and_xarray_read_the_v2_view, .init = start_http,
@@ -1670,6 +1689,7 @@ Test(http, dask_and_xarray_read_the_v2_view, .init = start_http,
 	          "%s", out);
 	free(out);
 	free(exp);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 /* ---- the checkers themselves fail on what they must catch ---- */
@@ -1736,6 +1756,7 @@ Test(checkers, catch_what_zarrita_lets_through, .init = start, .fini = stop)
 	cr_assert(strstr(out, "small: values differ"), "%s", out);
 	free(out);
 	free(exp);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 #include "malloc-count.h"
@@ -1796,6 +1817,7 @@ Test(http, chunk_bodies_go_by_sendfile, .fini = stop)
 	cr_assert_eq(n->sendfile_bytes - before, 3 * len + 1000);
 	munmap((void *)n, 4096);
 	unlink(path);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 /*
@@ -1840,6 +1862,7 @@ Test(import, chunks_go_straight_into_the_daemons_buffer, .init = start,
 	free(got);
 	munmap((void *)n, 4096);
 	unlink(path);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 #endif
 
@@ -1949,6 +1972,7 @@ Test(export, hurray_files_read_back_by_zarrita, .init = start, .fini = stop)
 	                   getenv("TD_TENSORCTL"), zt_dir, zt_dir),
 	             2, "%s", out);
 	free(out);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 /*
@@ -1999,6 +2023,7 @@ Test(export, a_hurray_file_cut_while_exported_is_an_error_not_a_crash,
 	cut_while_exported("TD_TRUNCATE_AFTER_FSTAT", "UnexpectedEof", "hrry");
 	cut_while_exported("TD_TRUNCATE_AT_CREATE", "the file ended early",
 	                   "hrry");
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 /*
@@ -2017,6 +2042,7 @@ Test(export, a_tgm_file_cut_while_exported_is_an_error_not_a_crash,
 	cut_while_exported("TD_TRUNCATE_AFTER_FSTAT", "UnexpectedEof", "tgm");
 	cut_while_exported("TD_TRUNCATE_AT_CREATE", "the file ended early",
 	                   "tgm");
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 /*
@@ -2055,6 +2081,7 @@ Test(export, a_hurray_stdin_is_read_and_junk_is_refused, .init = start,
 	free(out);
 	cr_assert_eq(zt_sh(&out, "test -e %s/j", zt_dir), 1);
 	free(out);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 /*
@@ -2079,6 +2106,7 @@ Test(export, a_fifo_is_read_as_a_stream, .init = start, .fini = stop)
 		         zt_dir, names[i], names[i], ctl, names[i]);
 		zt_ok_sh("rm -f %s/%s", zt_dir, names[i]);
 	}
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 Test(export, a_tgm_file_without_messages_is_an_empty_group)
@@ -2127,6 +2155,7 @@ Test(http, the_connection_limit_holds_back_new_connections, .fini = stop)
 	             "%s", resp);
 	free(resp);
 	close(b);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 /* Whether the daemon has closed fd (its end read, or an error). */
@@ -2196,6 +2225,7 @@ Test(http, requests_sent_a_byte_at_a_time_are_cut, .fini = stop)
 	exchange(connect_tcp(), req, &resp);
 	cr_assert_eq(status_of(resp), 200, "%s", resp);
 	free(resp);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 /* ---- repacked chunks: strided, planar, rings ---- */
@@ -2422,6 +2452,7 @@ Test(http, repacked_chunks_are_what_export_writes, .init = start_http,
 	free(exp);
 	td_ring_close(ring);
 	td_client_close(c);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 static uint8_t pat_a(uint64_t i)
@@ -2467,6 +2498,7 @@ Test(http, a_repacked_response_keeps_its_version_whole, .init = start_http,
 	keeps_its_version("/zarr/big/c/0/0", rows * cols, 2 * size, publish_c,
 	                  &rp);
 	td_client_close(rp.c);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 Test(http, dmabuf_planes_are_served_mapped, .init = start_http, .fini = stop)
@@ -2516,6 +2548,7 @@ Test(http, dmabuf_planes_are_served_mapped, .init = start_http, .fini = stop)
 	close(dbuf);
 	close(dev);
 	close(mfd);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 Test(http, a_chunk_waits_for_its_fence, .init = start_http, .fini = stop)
@@ -2548,6 +2581,7 @@ Test(http, a_chunk_waits_for_its_fence, .init = start_http, .fini = stop)
 	free(out);
 	close(p.fence_fd);
 	td_client_close(c);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 /* A ring's latest slot published with a pending fence: 503 naming it */
@@ -2582,6 +2616,7 @@ Test(http, a_ring_chunk_waits_for_its_slot_fence, .init = start_http,
 	free(out);
 	td_ring_close(ring);
 	td_client_close(c);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 /* ---- import: all or nothing ---- */
@@ -2644,6 +2679,7 @@ Test(import, all_or_nothing_unless_partial, .fini = stop)
 	cr_assert_eq(zt_ctl(&out, "stat p/c"), 1);
 	free(out);
 	free(two);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 /* ---- /metrics: access refusals ---- */
@@ -2710,6 +2746,7 @@ Test(http, access_refusals_are_counted_exactly, .fini = stop)
 	                             "\"404\"} "),
 	             2, "%s", m);
 	free(m);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 /*
@@ -2752,6 +2789,7 @@ Test(http, long_names_that_collide_are_both_served,
 	cr_assert_eq(len, 8);
 	cr_assert_eq(out[0], 'B');
 	free(out);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 /* A ring of u8 [4] with one version, every byte b. */
@@ -2804,6 +2842,7 @@ Test(http, a_new_ring_of_the_same_name_has_a_new_etag, .init = start_http,
 	free(tag);
 	td_ring_close(ring);
 	td_client_close(c);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 static int daemon_fds(void)
@@ -2903,6 +2942,7 @@ Test(http, clients_that_leave_mid_body_leave_nothing_held,
 	free(out);
 	td_ring_close(ring);
 	td_client_close(c);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 /*
@@ -2951,6 +2991,7 @@ Test(http, ranges_and_if_none_match_per_rfc_9110, .init = start_http,
 	cr_assert_eq(status_of(resp), 200, "%s", resp);
 	free(resp);
 	free(tag);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
 /*
@@ -2978,4 +3019,5 @@ Test(http, requests_with_a_body_are_answered, .init = start_http,
 	m = get_ok("/metrics", &len);
 	cr_assert_eq(metric_value(m, "tensord_http_leases "), 0, "%s", m);
 	free(m);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
 }

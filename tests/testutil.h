@@ -159,7 +159,10 @@ void tu_daemon_start_log(struct tu_daemon *d, const char *log_level,
  * SIGTERM; assert a clean exit (status 0) within TU_WAIT_S (one that does
  * not exit is SIGKILLed and the test fails saying so), remove the folder,
  * and assert this process's fd count (and with check_maps its mapping
- * count) is back where tu_daemon_start() found it.
+ * count) is back where tu_daemon_start() found it. A daemon stopped
+ * already is left alone, so a test body calls this (criterion does not
+ * count asserts that fail in a .fini) and its .fini may call it again
+ * to clean up after a body that failed first.
  */
 void tu_daemon_stop(struct tu_daemon *d, bool check_maps);
 /* Point the symlink `link` at target, atomically (rename(2)): a socket
