@@ -245,13 +245,6 @@ static bool ring_node(struct td__ring *r, struct td__http_node *n, bool attrs)
 	return n->a.attrs != NULL;
 }
 
-void td__http_nodes_free(struct td__http_node *ns, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		td_zarr_array_fini(&ns[i].a);
-	free(ns);
-}
-
 /*
  * Whether v is served, looked at once: a version does not change once
  * published, and a walk over every version of the store for each request
@@ -341,30 +334,6 @@ bool td__http_node_of(const struct td__http_ref *r, struct td__http_node *n,
 	else
 		td_zarr_array_fini(&n->a);
 	return ok;
-}
-
-int td__http_nodes(struct td__http_node **out, size_t *count, bool attrs)
-{
-	struct td__http_ref *rs;
-	struct td__http_node *ns;
-	size_t n, k = 0;
-	int rc = td__http_refs(&rs, &n);
-
-	if (rc < 0)
-		return rc;
-	ns = calloc(n + 1, sizeof(*ns));
-	if (!ns) {
-		free(rs);
-		return -ENOMEM;
-	}
-	/* a version looked at before is as it was; a ring's latest may
-	 * have changed shape meanwhile no more than its own GET sees */
-	for (size_t i = 0; i < n; i++)
-		k += td__http_node_of(&rs[i], &ns[k], attrs);
-	free(rs);
-	*out = ns;
-	*count = k;
-	return 0;
 }
 
 /* ---- leases ---- */

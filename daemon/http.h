@@ -25,6 +25,8 @@ struct td__http_stats {
 	uint64_t by_code[TD__HTTP_CODES];
 	uint64_t other;
 	uint64_t leases; /* responses holding a version or ring slot now */
+	uint64_t meta_builds; /* versions' metadata texts printed (http-meta.c) */
+	uint64_t meta_cached; /* versions keeping such texts now */
 };
 extern struct td__http_stats td__http_stats;
 extern const unsigned td__http_codes[TD__HTTP_CODES];
@@ -84,16 +86,20 @@ int td__http_refs(struct td__http_ref **out, size_t *count);
  * is not served (n is left empty). */
 bool td__http_node_of(const struct td__http_ref *r, struct td__http_node *n,
                       bool attrs);
-/*
- * Every exported tensor and ring as a node; attrs: with their attributes
- * (the group's metadata keys).
- */
-int td__http_nodes(struct td__http_node **out, size_t *count, bool attrs);
-void td__http_nodes_free(struct td__http_node *ns, size_t n);
 /* The chunk of n, leased until the response ends (*con_cls: the lease of
  * a sendfile response, dropped by td__http_hold_drop()). */
 enum MHD_Result td__http_chunk(struct MHD_Connection *c,
                                struct td__http_node *n, void **con_cls);
 void td__http_hold_drop(void *hold);
+
+/* ---- http-meta.c ---- */
+
+/*
+ * The group's key `key` of the v3 (!v2) or v2 view that lists every node
+ * (v3 zarr.json; v2 .zattrs and .zmetadata): 1 with *text (malloc'ed,
+ * NUL-terminated) and *len, 0 for any other key, -ENOMEM. The versions'
+ * texts are kept on them (td__version.http_meta) for the next request.
+ */
+int td__http_group_text(const char *key, bool v2, char **text, size_t *len);
 
 #endif

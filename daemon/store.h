@@ -109,6 +109,9 @@ struct td__version {
 	/* the HTTP store's verdict on it (http-body.c): 1 served, -1 not,
 	 * 0 not looked at yet; a version does not change once published */
 	int8_t http_ok;
+	/* its array's metadata texts for the HTTP store's group keys
+	 * (http-meta.c), printed on first need; freed with the version */
+	struct td__http_meta *http_meta;
 	struct td__peer *owner;
 	uint32_t nfds;
 	struct td__vfd fds[TD__TABLE_MAX];
@@ -380,6 +383,8 @@ void td__spare_put(struct td__spares *sp, void *r, size_t off);
 struct td__version *td__version_new(struct td__store *s, size_t data_len);
 /* Back to the spares (a version never referenced). */
 void td__version_put(struct td__store *s, struct td__version *v);
+/* Free v's HTTP metadata texts, if any (http-meta.c). */
+void td__http_meta_free(struct td__version *v);
 /* Drop one reference; the last one frees the version (see above). */
 void td__version_unref(struct td__store *s, struct td__version *v);
 /* Whether a follower's row holds v, the current version of its name. */
