@@ -2956,3 +2956,207 @@ Test(http, requests_with_a_body_are_answered, .init = start_http,
 	cr_assert_eq(metric_value(m, "tensord_http_leases "), 0, "%s", m);
 	free(m);
 }
+
+/* ---- the group's consolidated metadata, from texts kept per version ---- */
+
+/* name as dtype/shape (len bytes 0, 1, 2, ...) with metadata meta. */
+static void put_shaped(const char *name, const char *dtype, const char *shape,
+                       size_t len, const char *meta)
+{
+	char *p = malloc(len), path[128];
+
+	for (size_t i = 0; i < len; i++)
+		p[i] = (char)i;
+	snprintf(path, sizeof(path), "%s/shaped.bin", zt_dir);
+	zt_put_file(path, p, len);
+	free(p);
+	zt_ok("put '%s' --dtype %s --shape %s --meta '%s' %s", name, dtype,
+	      shape, meta, path);
+}
+
+/* One member of a v2 .zmetadata: its key (unescaped) and its text. */
+struct v2member {
+	char *key, *text;
+};
+
+static int v2member_cmp(const void *x, const void *y)
+{
+	return strcmp(((const struct v2member *)x)->key,
+	              ((const struct v2member *)y)->key);
+}
+
+/*
+ * /zarr-v2/.zmetadata as json/zarr.c prints it, made from each key's own
+ * response (every node's .zarray and .zattrs are built apart, per
+ * request): the members sorted by key (tensor names hold nothing JSON
+ * escapes).
+ */
+static char *v2_consolidated_of(const char *const *ns, size_t n)
+{
+	struct v2member *ms = calloc(2 * n + 2, sizeof(*ms));
+	char *doc = strdup("{\"metadata\":{"), *t;
+	size_t len;
+
+	cr_assert(ms && doc);
+	ms[0].key = strdup(".zattrs");
+	ms[0].text = get_ok("/zarr-v2/.zattrs", &len);
+	ms[1].key = strdup(".zgroup");
+	ms[1].text = get_ok("/zarr-v2/.zgroup", &len);
+	for (size_t i = 0; i < 2 * n; i++) {
+		char url[320];
+
+		cr_assert(asprintf(&ms[2 + i].key, "%s/%s", ns[i / 2],
+		                   i % 2 ? ".zattrs" : ".zarray") > 0);
+		snprintf(url, sizeof(url), "/zarr-v2/%s", ms[2 + i].key);
+		ms[2 + i].text = get_ok(url, &len);
+	}
+	qsort(ms, 2 * n + 2, sizeof(*ms), v2member_cmp);
+	for (size_t i = 0; i < 2 * n + 2; i++) {
+		cr_assert(asprintf(&t, "%s%s\"%s\":%s", doc, i ? "," : "",
+		                   ms[i].key, ms[i].text) > 0);
+		free(doc);
+		doc = t;
+		free(ms[i].key);
+		free(ms[i].text);
+	}
+	free(ms);
+	cr_assert(asprintf(&t, "%s},\"zarr_consolidated_format\":1}", doc) > 0);
+	free(doc);
+	return t;
+}
+
+/*
+ * The group keys of both views, each asked twice (the second from the
+ * kept texts): /zarr/zarr.json is what `zarr export` of every name
+ * writes into dir, /zarr-v2/.zmetadata what its nodes ns (all n of
+ * them) give on their own keys.
+ */
+static void group_keys_are_current(const char *dir, const char *const *ns,
+                                   size_t n)
+{
+	char url[320], *want, *got;
+	size_t len;
+
+	zt_ok("zarr export %s/%s", zt_dir, dir);
+	snprintf(url, sizeof(url), "%s/zarr.json", dir);
+	want = zt_file(url);
+	for (int k = 0; k < 2; k++) {
+		got = get_ok("/zarr/zarr.json", &len);
+		cr_assert_str_eq(got, want, "%s", dir);
+		free(got);
+	}
+	free(want);
+	want = v2_consolidated_of(ns, n);
+	for (int k = 0; k < 2; k++) {
+		got = get_ok("/zarr-v2/.zmetadata", &len);
+		cr_assert_str_eq(got, want, "%s", dir);
+		free(got);
+	}
+	free(want);
+}
+
+/*
+ * A version's metadata texts are kept for the next request, but what
+ * the group shows is always the current versions under their current
+ * node names: a new version with another shape, type and metadata is
+ * shown at once; a deleted name is gone; and when "cam/left" goes,
+ * "cam_left" (same version) moves from node cam_left_1 to cam_left, in
+ * its key and in its v2 _ARRAY_DIMENSIONS.
+ */
+Test(http, the_group_shows_current_versions_under_current_node_names,
+     .init = start_http, .fini = stop)
+{
+	/* node names that sort apart from their v2 keys ("a-b/" < "a.b/" <
+	 * "a/"), one named as the group's .zattrs, the other bytes a name
+	 * may hold */
+	static const char *const all[] = {"cam_left", "cam_left_1", "zz",
+	                                  "a",        "a.b",        "a-b",
+	                                  ".zattrs",  "p:q@r+s",    "A+B"};
+	static const char *const after[] = {"cam_left", "a",       "a.b",
+	                                    "a-b",      ".zattrs", "p:q@r+s",
+	                                    "A+B",      "zz"};
+	char *root;
+	size_t len;
+
+	put_shaped("cam/left", "u8", "4", 4, "{\"k\":1}");
+	put_shaped("cam_left", "f32", "2,3", 24, "{\"units\":\"K\"}");
+	put_shaped("zz", "i16", "3", 6, "free text");
+	for (size_t i = 3; i < 9; i++)
+		put_shaped(all[i], "u8", "2", 2, "{}");
+	group_keys_are_current("g1", all, 9);
+	put_shaped("cam_left", "i16", "5", 10, "{\"units\":\"mK\",\"v\":2}");
+	group_keys_are_current("g2", all, 9);
+	root = get_ok("/zarr/zarr.json", &len);
+	cr_assert(strstr(root, "\"units\":\"mK\""), "%s", root);
+	cr_assert_eq(strstr(root, "\"units\":\"K\""), NULL, "%s", root);
+	free(root);
+	zt_ok("rm cam/left");
+	group_keys_are_current("g3", after, 8);
+	root = get_ok("/zarr/zarr.json", &len);
+	cr_assert_eq(strstr(root, "cam_left_1"), NULL, "%s", root);
+	cr_assert_eq(strstr(root, "\"cam/left\""), NULL, "%s", root);
+	free(root);
+	zt_ok("rm zz");
+	group_keys_are_current("g4", after, 7);
+}
+
+/*
+ * Each version's array metadata is printed once for the group keys
+ * (tensord_http_meta_builds_total), however often the group is asked,
+ * kept while the version lives (tensord_http_meta_cached) and freed with
+ * it: publishing again and again while the group is read keeps one set
+ * of texts per name.
+ */
+Test(http, a_versions_group_metadata_is_printed_once_and_freed_with_it,
+     .init = start_http, .fini = stop)
+{
+	char *m;
+	size_t len;
+
+	put_filled("p/a", 'a', 4);
+	put_filled("p/b", 'b', 4);
+	put_filled("p/c", 'c', 4);
+	m = get_ok("/metrics", &len);
+	cr_assert_eq(metric_value(m, "tensord_http_meta_builds_total "), 0);
+	cr_assert_eq(metric_value(m, "tensord_http_meta_cached "), 0);
+	free(m);
+	for (int k = 0; k < 3; k++) {
+		free(get_ok("/zarr/zarr.json", &len));
+		free(get_ok("/zarr/p_a/zarr.json", &len)); /* not kept */
+	}
+	m = get_ok("/metrics", &len);
+	cr_assert_eq(metric_value(m, "tensord_http_meta_builds_total "), 3,
+	             "%s", m);
+	cr_assert_eq(metric_value(m, "tensord_http_meta_cached "), 3);
+	free(m);
+	/* the v2 texts are printed once too, on their first need */
+	for (int k = 0; k < 3; k++) {
+		free(get_ok("/zarr-v2/.zmetadata", &len));
+		free(get_ok("/zarr-v2/.zattrs", &len));
+	}
+	m = get_ok("/metrics", &len);
+	cr_assert_eq(metric_value(m, "tensord_http_meta_builds_total "), 6,
+	             "%s", m);
+	free(m);
+	for (unsigned i = 1; i <= 20; i++) {
+		put_filled("p/b", 'B', 4);
+		free(get_ok("/zarr/zarr.json", &len));
+		free(get_ok("/zarr/zarr.json", &len));
+		m = get_ok("/metrics", &len);
+		cr_assert_eq(metric_value(m, "tensord_http_meta_builds_total "),
+		             6 + i, "%s", m);
+		cr_assert_eq(metric_value(m, "tensord_http_meta_cached "), 3,
+		             "replaced versions take their texts along: %s",
+		             m);
+		free(m);
+	}
+	zt_ok("rm p/c");
+	m = get_ok("/metrics", &len);
+	cr_assert_eq(metric_value(m, "tensord_http_meta_cached "), 2, "%s", m);
+	free(m);
+	free(get_ok("/zarr/zarr.json", &len));
+	m = get_ok("/metrics", &len);
+	cr_assert_eq(metric_value(m, "tensord_http_meta_builds_total "), 26,
+	             "%s", m);
+	free(m);
+}
