@@ -176,18 +176,31 @@ static enum MHD_Result node_key(struct MHD_Connection *c, const char *path,
 	return json_body(c, o);
 }
 
+/* *con_cls of a group request that waited for its texts (http-meta.c):
+ * called again once they are printed, it is answered in full. */
+static char waited;
+
 static enum MHD_Result zarr(struct MHD_Connection *c, const char *path,
 			    bool v2, void **con_cls)
 {
+	bool may_wait = *con_cls != &waited;
 	char *t = NULL;
 	size_t len = 0;
 	int rc;
 
+	*con_cls = NULL;
 	if (v2 && !strcmp(path, ".zgroup"))
 		return json_body(c, td_zarr_v2_group());
 	/* the keys that list every node: from the versions' kept texts
-	 * (http-meta.c) */
-	rc = td__http_group_text(path, v2, &t, &len);
+	 * (http-meta.c); where many lack them, printed a batch per loop
+	 * turn while the request waits */
+	rc = td__http_group_text(path, v2, may_wait, &t, &len);
+	if (rc == -EAGAIN && td__http_group_wait(c, v2)) {
+		*con_cls = &waited;
+		return MHD_YES;
+	}
+	if (rc == -EAGAIN)
+		rc = td__http_group_text(path, v2, false, &t, &len);
 	if (rc < 0)
 		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
 				     "out of memory\n");
@@ -283,6 +296,10 @@ static enum MHD_Result metrics(struct MHD_Connection *c)
 	metric(f, "tensord_http_meta_cached", "gauge",
 	       "Versions keeping their printed array metadata.",
 	       td__http_stats.meta_cached);
+	metric(f, "tensord_http_meta_waits_total", "counter",
+	       "Group metadata requests that waited while the loop printed "
+	       "many versions' metadata a batch per turn.",
+	       td__http_stats.meta_waits);
 	if (fclose(f) != 0) {
 		free(buf);
 		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
@@ -453,7 +470,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 {
 	(void)cls;
 	/* a sendfile response's lease (a repacked one's goes with it) */
-	if (*con_cls && *con_cls != &announced)
+	if (*con_cls && *con_cls != &announced && *con_cls != &waited)
 		td__http_hold_drop(*con_cls);
 	*con_cls = NULL;
 	/* kept alive: the next request's headers are awaited from now */
@@ -491,6 +508,12 @@ static void on_poll(uv_poll_t *p, int status, int events)
 	(void)status;
 	(void)events;
 	run();
+}
+
+void td__http_kick(void)
+{
+	if (H.mhd)
+		run();
 }
 
 static unsigned connections(void)
@@ -667,7 +690,7 @@ int td__http_start(struct td__daemon *d)
 		return -1;
 	}
 	H.mhd = MHD_start_daemon(
-		MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0,
+		MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME, 0,
 		NULL, NULL, on_request, NULL, MHD_OPTION_LISTEN_SOCKET, H.lfd,
 		MHD_OPTION_CONNECTION_LIMIT,
 		(unsigned)d->opts.http_max_connections,
@@ -719,6 +742,8 @@ void td__http_stop(struct td__daemon *d)
 		uv_poll_stop(&H.poll);
 	if (H.timer_on)
 		uv_timer_stop(&H.timer);
+	/* libmicrohttpd may not stop with a request suspended */
+	td__http_group_stop();
 	/* finishes every response: their leases go back here */
 	MHD_stop_daemon(H.mhd);
 	H.mhd = NULL;

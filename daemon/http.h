@@ -27,6 +27,7 @@ struct td__http_stats {
 	uint64_t leases; /* responses holding a version or ring slot now */
 	uint64_t meta_builds; /* versions' metadata texts printed (http-meta.c) */
 	uint64_t meta_cached; /* versions keeping such texts now */
+	uint64_t meta_waits;  /* group requests that waited for them */
 };
 extern struct td__http_stats td__http_stats;
 extern const unsigned td__http_codes[TD__HTTP_CODES];
@@ -97,9 +98,22 @@ void td__http_hold_drop(void *hold);
 /*
  * The group's key `key` of the v3 (!v2) or v2 view that lists every node
  * (v3 zarr.json; v2 .zattrs and .zmetadata): 1 with *text (malloc'ed,
- * NUL-terminated) and *len, 0 for any other key, -ENOMEM. The versions'
- * texts are kept on them (td__version.http_meta) for the next request.
+ * NUL-terminated) and *len, 0 for any other key, -ENOMEM, or with
+ * may_wait -EAGAIN when more versions lack their texts than one loop
+ * turn prints (td__http_group_wait()). The versions' texts are kept on
+ * them (td__version.http_meta) for the next request.
  */
-int td__http_group_text(const char *key, bool v2, char **text, size_t *len);
+int td__http_group_text(const char *key, bool v2, bool may_wait, char **text,
+                        size_t *len);
+/*
+ * Suspend c's request (-EAGAIN above) while the loop prints the texts a
+ * batch per turn; it is resumed, and its handler called again, once
+ * they are all there. false on ENOMEM (nothing done).
+ */
+bool td__http_group_wait(struct MHD_Connection *c, bool v2);
+/* Resume every waiting request (before MHD_stop_daemon()). */
+void td__http_group_stop(void);
+/* Let libmicrohttpd run now (http.c): after a resume. */
+void td__http_kick(void);
 
 #endif
