@@ -3025,11 +3025,25 @@ static char *v2_consolidated_of(const char *const *ns, size_t n)
 	return t;
 }
 
+/* /zarr-v2/.zmetadata, asked twice (the second from the kept texts), is
+ * what its nodes ns (all n of them) give on their own keys. */
+static void v2_group_is_current(const char *const *ns, size_t n)
+{
+	char *want = v2_consolidated_of(ns, n), *got;
+	size_t len;
+
+	for (int k = 0; k < 2; k++) {
+		got = get_ok("/zarr-v2/.zmetadata", &len);
+		cr_assert_str_eq(got, want);
+		free(got);
+	}
+	free(want);
+}
+
 /*
- * The group keys of both views, each asked twice (the second from the
- * kept texts): /zarr/zarr.json is what `zarr export` of every name
- * writes into dir, /zarr-v2/.zmetadata what its nodes ns (all n of
- * them) give on their own keys.
+ * The group keys of both views, each asked twice: /zarr/zarr.json is
+ * what `zarr export` of every name writes into dir, and .zmetadata as
+ * above.
  */
 static void group_keys_are_current(const char *dir, const char *const *ns,
                                    size_t n)
@@ -3046,13 +3060,7 @@ static void group_keys_are_current(const char *dir, const char *const *ns,
 		free(got);
 	}
 	free(want);
-	want = v2_consolidated_of(ns, n);
-	for (int k = 0; k < 2; k++) {
-		got = get_ok("/zarr-v2/.zmetadata", &len);
-		cr_assert_str_eq(got, want, "%s", dir);
-		free(got);
-	}
-	free(want);
+	v2_group_is_current(ns, n);
 }
 
 /*
@@ -3158,5 +3166,91 @@ Test(http, a_versions_group_metadata_is_printed_once_and_freed_with_it,
 	m = get_ok("/metrics", &len);
 	cr_assert_eq(metric_value(m, "tensord_http_meta_builds_total "), 26,
 	             "%s", m);
+	free(m);
+}
+
+/* GET path on fd, its answer read only when read (to its end): 200 and
+ * the body, malloc'ed. */
+static char *body_on(int fd, const char *path, bool read)
+{
+	char req[512], *resp, *body;
+
+	snprintf(req, sizeof(req),
+	         "GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+	         path);
+	if (!read) {
+		cr_assert_eq(send(fd, req, strlen(req), MSG_NOSIGNAL),
+		             (ssize_t)strlen(req));
+		return NULL;
+	}
+	exchange(fd, "", &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	body = strdup(body_of(resp));
+	free(resp);
+	return body;
+}
+
+/*
+ * Where many versions lack their texts (a first request after many
+ * publishes), the group request waits while the loop prints them a
+ * batch per turn (tensord_http_meta_waits_total), and is then answered
+ * with the same bytes as ever: the root as export writes it, for two
+ * readers asking at once, and .zmetadata as the nodes' own keys give it.
+ */
+Test(http, a_group_request_waits_while_many_texts_are_printed,
+     .init = start_http, .fini = stop)
+{
+	enum { N = 400 }; /* more than a batch of 256 */
+	static char names[N][16];
+	static const char *ns[N];
+	struct td_client *c;
+	struct td_error e = {0};
+	char *want, *m, *got[2];
+	unsigned long long waits;
+	int fd[2];
+	size_t len;
+
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	for (unsigned i = 0; i < N; i++) {
+		uint64_t shape[] = {2};
+		uint16_t v[2] = {(uint16_t)i, (uint16_t)~i};
+		char meta[32];
+		struct td_publish p = {.name = names[i], .dtype = TD_TENSOR_U16,
+		                       .ndim = 1, .shape = shape, .meta = meta};
+
+		snprintf(names[i], sizeof(names[i]), "w%03u", i);
+		ns[i] = names[i];
+		p.meta_len = (size_t)snprintf(meta, sizeof(meta), "{\"i\":%u}", i);
+		cr_assert_eq(td_client_put(c, &p, v, sizeof(v), NULL, &e), 0,
+		             "%s", e.reason);
+	}
+	td_client_close(c);
+	zt_ok("zarr export %s/w", zt_dir);
+	want = zt_file("w/zarr.json");
+	/* two readers at once: both asked before either is read */
+	fd[0] = connect_tcp();
+	fd[1] = connect_tcp();
+	body_on(fd[0], "/zarr/zarr.json", false);
+	body_on(fd[1], "/zarr/zarr.json", false);
+	got[1] = body_on(fd[1], "/zarr/zarr.json", true);
+	got[0] = body_on(fd[0], "/zarr/zarr.json", true);
+	for (int k = 0; k < 2; k++) {
+		cr_assert_str_eq(got[k], want);
+		free(got[k]);
+	}
+	free(want);
+	m = get_ok("/metrics", &len);
+	waits = metric_value(m, "tensord_http_meta_waits_total ");
+	/* the second may come after the first's texts are all there */
+	cr_assert(waits == 1 || waits == 2, "%s", m);
+	cr_assert_eq(metric_value(m, "tensord_http_meta_builds_total "), N);
+	free(m);
+	/* the v2 texts: printed (waiting) for the first v2 group key */
+	v2_group_is_current(ns, N);
+	m = get_ok("/metrics", &len);
+	cr_assert_eq(metric_value(m, "tensord_http_meta_builds_total "), 2 * N,
+	             "%s", m);
+	cr_assert_eq(metric_value(m, "tensord_http_meta_waits_total "),
+	             waits + 1, "%s", m);
 	free(m);
 }
