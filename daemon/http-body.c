@@ -261,7 +261,7 @@ static bool version_served(struct td__version *v)
 	return v->http_ok > 0;
 }
 
-int td__http_refs(struct td__http_ref **out, size_t *count)
+int td__http_refs(struct td__http_ref **out, size_t *count, size_t *looks)
 {
 	static struct td__ring *rl[TD__MAX_RINGS];
 	struct td__store *s = td__d->store;
@@ -292,8 +292,13 @@ int td__http_refs(struct td__http_ref **out, size_t *count)
 		                             re.name.len) < 0)) {
 			i++;
 			*r = (struct td__http_ref){.v = v};
-			ok = exported(v->name, v->name_len) &&
-			     version_served(v);
+			ok = exported(v->name, v->name_len);
+			if (ok && !v->http_ok && looks && !(*looks)--) {
+				free(rs);
+				free(names);
+				return -EAGAIN;
+			}
+			ok = ok && version_served(v);
 			cstr(name, v->name, v->name_len);
 		} else {
 			struct td__http_node nd = {0};

@@ -23,6 +23,7 @@
 #include "http.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,10 +46,13 @@ enum { WANT_V3 = 1, WANT_V2 = 2 };
 
 /*
  * Versions' texts a group request prints before it waits, and that one
- * loop turn prints while it waits: about 8 ms on the 2-vCPU VM (30 us a
- * version), besides the walk over the names.
+ * loop turn prints while it waits; and versions it looks at first
+ * (whether they are served: a decode and a stat per plane, once per
+ * version, td__http_refs()). A few ms each on the 2-vCPU VM, besides
+ * the walk over the names.
  */
 #define BATCH 256
+#define LOOKS 256
 
 static void named_drop(struct td__http_meta *m)
 {
@@ -333,15 +337,17 @@ int td__http_group_text(const char *key, bool v2, bool may_wait, char **out,
 	struct ent *es = NULL, *sorted = NULL;
 	struct v2key *ks = NULL;
 	size_t nr = 0, n = 0;
+	uint64_t t0 = uv_hrtime(), built = td__http_stats.meta_builds;
+	size_t looks = LOOKS;
 	int rc;
 
 	*out = NULL;
 	if (v2 ? strcmp(key, ".zattrs") && strcmp(key, ".zmetadata")
 	       : strcmp(key, "zarr.json"))
 		return 0;
-	rc = td__http_refs(&rs, &nr);
+	rc = td__http_refs(&rs, &nr, may_wait ? &looks : NULL);
 	if (rc < 0)
-		return rc;
+		goto out;
 	es = calloc(nr + 1, sizeof(*es));
 	sorted = calloc(nr + 1, sizeof(*sorted));
 	ks = calloc(2 * nr + 2, sizeof(*ks));
@@ -367,6 +373,12 @@ out:
 	free(ks);
 	free(sorted);
 	free(rs);
+	/* what the loop spent on it (docs/zarr.md: measured with this) */
+	td__log(TD_LOG_DEBUG,
+	        "http: %s%s: %zu nodes, %" PRIu64 " printed, %.1f ms%s",
+	        v2 ? "v2 " : "", key, n, td__http_stats.meta_builds - built,
+	        (double)(uv_hrtime() - t0) / 1e6,
+	        rc == -EAGAIN ? ", waits" : "");
 	return rc;
 }
 
@@ -407,8 +419,9 @@ static void on_idle(uv_idle_t *h)
 {
 	struct td__http_ref *rs = NULL;
 	struct ent *es = NULL;
-	size_t nr = 0, n = 0;
-	int rc = td__http_refs(&rs, &nr);
+	size_t nr = 0, n = 0, looks = LOOKS;
+	uint64_t t0 = uv_hrtime(), built = td__http_stats.meta_builds;
+	int rc = td__http_refs(&rs, &nr, &looks);
 
 	(void)h;
 	if (rc == 0) {
@@ -417,6 +430,9 @@ static void on_idle(uv_idle_t *h)
 	}
 	entries_free(es, n);
 	free(rs);
+	td__log(TD_LOG_DEBUG, "http: group texts: %" PRIu64 " printed, %.1f ms",
+	        td__http_stats.meta_builds - built,
+	        (double)(uv_hrtime() - t0) / 1e6);
 	if (rc == -EAGAIN)
 		return;
 	wake_all();

@@ -147,7 +147,7 @@ static enum MHD_Result node_key(struct MHD_Connection *c, const char *path,
 	bool meta;
 	enum MHD_Result res;
 
-	if (td__http_refs(&rs, &n) < 0)
+	if (td__http_refs(&rs, &n, NULL) < 0)
 		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
 				     "out of memory\n");
 	r = find_ref(rs, n, path, &rest);

@@ -80,9 +80,12 @@ struct td__http_ref {
 };
 /*
  * Every exported tensor and ring in name order, named as an export names
- * them: the names alone, for a request that names one node.
+ * them: the names alone, for a request that names one node. looks (NULL:
+ * no limit): how many versions not looked at yet (whether they are
+ * served) it may look at, counted down; -EAGAIN past that (they are
+ * looked at once each, and a first walk over thousands takes long).
  */
-int td__http_refs(struct td__http_ref **out, size_t *count);
+int td__http_refs(struct td__http_ref **out, size_t *count, size_t *looks);
 /* r's node (zeroed first), with its attributes if attrs; false when it
  * is not served (n is left empty). */
 bool td__http_node_of(const struct td__http_ref *r, struct td__http_node *n,

@@ -3200,7 +3200,8 @@ static char *body_on(int fd, const char *path, bool read)
 Test(http, a_group_request_waits_while_many_texts_are_printed,
      .init = start_http, .fini = stop)
 {
-	enum { N = 400 }; /* more than a batch of 256 */
+	/* more than a batch: 256 versions looked at, 256 printed */
+	enum { N = 400 };
 	static char names[N][16];
 	static const char *ns[N];
 	struct td_client *c;
