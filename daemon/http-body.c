@@ -245,13 +245,6 @@ static bool ring_node(struct td__ring *r, struct td__http_node *n, bool attrs)
 	return n->a.attrs != NULL;
 }
 
-void td__http_nodes_free(struct td__http_node *ns, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		td_zarr_array_fini(&ns[i].a);
-	free(ns);
-}
-
 /*
  * Whether v is served, looked at once: a version does not change once
  * published, and a walk over every version of the store for each request
@@ -268,7 +261,7 @@ static bool version_served(struct td__version *v)
 	return v->http_ok > 0;
 }
 
-int td__http_refs(struct td__http_ref **out, size_t *count)
+int td__http_refs(struct td__http_ref **out, size_t *count, size_t *looks)
 {
 	static struct td__ring *rl[TD__MAX_RINGS];
 	struct td__store *s = td__d->store;
@@ -299,8 +292,13 @@ int td__http_refs(struct td__http_ref **out, size_t *count)
 		                             re.name.len) < 0)) {
 			i++;
 			*r = (struct td__http_ref){.v = v};
-			ok = exported(v->name, v->name_len) &&
-			     version_served(v);
+			ok = exported(v->name, v->name_len);
+			if (ok && !v->http_ok && looks && !(*looks)--) {
+				free(rs);
+				free(names);
+				return -EAGAIN;
+			}
+			ok = ok && version_served(v);
 			cstr(name, v->name, v->name_len);
 		} else {
 			struct td__http_node nd = {0};
@@ -341,30 +339,6 @@ bool td__http_node_of(const struct td__http_ref *r, struct td__http_node *n,
 	else
 		td_zarr_array_fini(&n->a);
 	return ok;
-}
-
-int td__http_nodes(struct td__http_node **out, size_t *count, bool attrs)
-{
-	struct td__http_ref *rs;
-	struct td__http_node *ns;
-	size_t n, k = 0;
-	int rc = td__http_refs(&rs, &n);
-
-	if (rc < 0)
-		return rc;
-	ns = calloc(n + 1, sizeof(*ns));
-	if (!ns) {
-		free(rs);
-		return -ENOMEM;
-	}
-	/* a version looked at before is as it was; a ring's latest may
-	 * have changed shape meanwhile no more than its own GET sees */
-	for (size_t i = 0; i < n; i++)
-		k += td__http_node_of(&rs[i], &ns[k], attrs);
-	free(rs);
-	*out = ns;
-	*count = k;
-	return 0;
 }
 
 /* ---- leases ---- */

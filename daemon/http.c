@@ -9,8 +9,10 @@
  * daemon's libuv loop: its epoll fd sits on a uv_poll_t and its timeout on
  * a uv_timer_t, and both call MHD_run(). Chunks come from http-body.c
  * (by sendfile, or repacked), leased until their response is done.
- * Metadata is built per request by json/zarr.c, byte for byte what
- * `tensorctl zarr export` writes.
+ * Metadata is byte for byte what `tensorctl zarr export` writes: a node's
+ * own keys are built per request by json/zarr.c, the group's keys that
+ * list every node are put together from texts kept per version
+ * (http-meta.c).
  *
  * Only names under --http-prefix are served (none without it) and, with
  * --policy, only those an `allow http r PREFIX` line grants.
@@ -66,28 +68,14 @@ static struct http H = {.lfd = -1, .conns = {&H.conns, &H.conns}};
 
 static unsigned connections(void);
 
-static struct json_object *group_attrs(struct td__http_node *ns, size_t n,
-				       struct td_zarr_array **arrs)
-{
-	*arrs = calloc(n ? n : 1, sizeof(**arrs));
-	if (!*arrs)
-		return NULL;
-	for (size_t i = 0; i < n; i++)
-		(*arrs)[i] = ns[i].a;
-	return td_zarr_tensor_group(*arrs, n);
-}
-
-/* A JSON document (json-c object, dropped) as the body. */
-static enum MHD_Result json_body(struct MHD_Connection *c,
-				 struct json_object *o)
+/* A JSON text (malloc'ed, taken; NULL: out of memory) as the body. */
+static enum MHD_Result text_body(struct MHD_Connection *c, char *t,
+				 size_t len)
 {
 	struct MHD_Response *r;
 	uint64_t a = 0, n = 0;
-	size_t len;
-	char *t = o ? td_zarr_text(o, &len) : NULL;
 	int rg;
 
-	json_object_put(o);
 	if (!t)
 		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
 				     "out of memory\n");
@@ -111,6 +99,17 @@ static enum MHD_Result json_body(struct MHD_Connection *c,
 			      r);
 }
 
+/* A JSON document (json-c object, dropped) as the body. */
+static enum MHD_Result json_body(struct MHD_Connection *c,
+				 struct json_object *o)
+{
+	size_t len = 0;
+	char *t = o ? td_zarr_text(o, &len) : NULL;
+
+	json_object_put(o);
+	return text_body(c, t, len);
+}
+
 /* "/NODE/REST" in path: the node's ref and REST, or NULL. */
 static const struct td__http_ref *find_ref(const struct td__http_ref *rs,
 					   size_t n, const char *path,
@@ -127,37 +126,6 @@ static const struct td__http_ref *find_ref(const struct td__http_ref *rs,
 			return &rs[i];
 		}
 	return NULL;
-}
-
-/* The group's own keys: every node's metadata; NULL for another key. */
-static struct json_object *group_key(const char *path, bool v2, bool *oom)
-{
-	struct td__http_node *ns = NULL;
-	struct td_zarr_array *arrs = NULL;
-	struct json_object *g, *o = NULL;
-	size_t n = 0;
-
-	if (v2 && !strcmp(path, ".zgroup"))
-		return td_zarr_v2_group();
-	if (strcmp(path, v2 ? ".zattrs" : "zarr.json") &&
-	    (!v2 || strcmp(path, ".zmetadata")))
-		return NULL;
-	if (td__http_nodes(&ns, &n, true) < 0) {
-		*oom = true;
-		return NULL;
-	}
-	g = group_attrs(ns, n, &arrs);
-	if (v2 && !strcmp(path, ".zattrs"))
-		o = g;
-	else if (g)
-		o = v2 ? td_zarr_v2_consolidated(g, arrs, n)
-		       : td_zarr_v3_group(g, arrs, n);
-	if (o != g)
-		json_object_put(g);
-	free(arrs);
-	td__http_nodes_free(ns, n);
-	*oom = !o;
-	return o;
 }
 
 /*
@@ -179,7 +147,7 @@ static enum MHD_Result node_key(struct MHD_Connection *c, const char *path,
 	bool meta;
 	enum MHD_Result res;
 
-	if (td__http_refs(&rs, &n) < 0)
+	if (td__http_refs(&rs, &n, NULL) < 0)
 		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
 				     "out of memory\n");
 	r = find_ref(rs, n, path, &rest);
@@ -208,17 +176,36 @@ static enum MHD_Result node_key(struct MHD_Connection *c, const char *path,
 	return json_body(c, o);
 }
 
+/* *con_cls of a group request that waited for its texts (http-meta.c):
+ * called again once they are printed, it is answered in full. */
+static char waited;
+
 static enum MHD_Result zarr(struct MHD_Connection *c, const char *path,
 			    bool v2, void **con_cls)
 {
-	bool oom = false;
-	struct json_object *o = group_key(path, v2, &oom);
+	bool may_wait = *con_cls != &waited;
+	char *t = NULL;
+	size_t len = 0;
+	int rc;
 
-	if (o)
-		return json_body(c, o);
-	if (oom)
+	*con_cls = NULL;
+	if (v2 && !strcmp(path, ".zgroup"))
+		return json_body(c, td_zarr_v2_group());
+	/* the keys that list every node: from the versions' kept texts
+	 * (http-meta.c); where many lack them, printed a batch per loop
+	 * turn while the request waits */
+	rc = td__http_group_text(path, v2, may_wait, &t, &len);
+	if (rc == -EAGAIN && td__http_group_wait(c, v2)) {
+		*con_cls = &waited;
+		return MHD_YES;
+	}
+	if (rc == -EAGAIN)
+		rc = td__http_group_text(path, v2, false, &t, &len);
+	if (rc < 0)
 		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
 				     "out of memory\n");
+	if (rc > 0)
+		return text_body(c, t, len);
 	return node_key(c, path, v2, con_cls);
 }
 
@@ -302,6 +289,17 @@ static enum MHD_Result metrics(struct MHD_Connection *c)
 	       td__http_stats.leases);
 	metric(f, "tensord_http_connections", "gauge",
 	       "Open HTTP connections.", connections());
+	metric(f, "tensord_http_meta_builds_total", "counter",
+	       "Versions whose array metadata was printed for the group's "
+	       "consolidated metadata.",
+	       td__http_stats.meta_builds);
+	metric(f, "tensord_http_meta_cached", "gauge",
+	       "Versions keeping their printed array metadata.",
+	       td__http_stats.meta_cached);
+	metric(f, "tensord_http_meta_waits_total", "counter",
+	       "Group metadata requests that waited while the loop printed "
+	       "many versions' metadata a batch per turn.",
+	       td__http_stats.meta_waits);
 	if (fclose(f) != 0) {
 		free(buf);
 		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
@@ -472,7 +470,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 {
 	(void)cls;
 	/* a sendfile response's lease (a repacked one's goes with it) */
-	if (*con_cls && *con_cls != &announced)
+	if (*con_cls && *con_cls != &announced && *con_cls != &waited)
 		td__http_hold_drop(*con_cls);
 	*con_cls = NULL;
 	/* kept alive: the next request's headers are awaited from now */
@@ -510,6 +508,12 @@ static void on_poll(uv_poll_t *p, int status, int events)
 	(void)status;
 	(void)events;
 	run();
+}
+
+void td__http_kick(void)
+{
+	if (H.mhd)
+		run();
 }
 
 static unsigned connections(void)
@@ -686,7 +690,7 @@ int td__http_start(struct td__daemon *d)
 		return -1;
 	}
 	H.mhd = MHD_start_daemon(
-		MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0,
+		MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME, 0,
 		NULL, NULL, on_request, NULL, MHD_OPTION_LISTEN_SOCKET, H.lfd,
 		MHD_OPTION_CONNECTION_LIMIT,
 		(unsigned)d->opts.http_max_connections,
@@ -738,6 +742,8 @@ void td__http_stop(struct td__daemon *d)
 		uv_poll_stop(&H.poll);
 	if (H.timer_on)
 		uv_timer_stop(&H.timer);
+	/* libmicrohttpd may not stop with a request suspended */
+	td__http_group_stop();
 	/* finishes every response: their leases go back here */
 	MHD_stop_daemon(H.mhd);
 	H.mhd = NULL;

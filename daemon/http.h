@@ -25,6 +25,9 @@ struct td__http_stats {
 	uint64_t by_code[TD__HTTP_CODES];
 	uint64_t other;
 	uint64_t leases; /* responses holding a version or ring slot now */
+	uint64_t meta_builds; /* versions' metadata texts printed (http-meta.c) */
+	uint64_t meta_cached; /* versions keeping such texts now */
+	uint64_t meta_waits;  /* group requests that waited for them */
 };
 extern struct td__http_stats td__http_stats;
 extern const unsigned td__http_codes[TD__HTTP_CODES];
@@ -77,23 +80,43 @@ struct td__http_ref {
 };
 /*
  * Every exported tensor and ring in name order, named as an export names
- * them: the names alone, for a request that names one node.
+ * them: the names alone, for a request that names one node. looks (NULL:
+ * no limit): how many versions not looked at yet (whether they are
+ * served) it may look at, counted down; -EAGAIN past that (they are
+ * looked at once each, and a first walk over thousands takes long).
  */
-int td__http_refs(struct td__http_ref **out, size_t *count);
+int td__http_refs(struct td__http_ref **out, size_t *count, size_t *looks);
 /* r's node (zeroed first), with its attributes if attrs; false when it
  * is not served (n is left empty). */
 bool td__http_node_of(const struct td__http_ref *r, struct td__http_node *n,
                       bool attrs);
-/*
- * Every exported tensor and ring as a node; attrs: with their attributes
- * (the group's metadata keys).
- */
-int td__http_nodes(struct td__http_node **out, size_t *count, bool attrs);
-void td__http_nodes_free(struct td__http_node *ns, size_t n);
 /* The chunk of n, leased until the response ends (*con_cls: the lease of
  * a sendfile response, dropped by td__http_hold_drop()). */
 enum MHD_Result td__http_chunk(struct MHD_Connection *c,
                                struct td__http_node *n, void **con_cls);
 void td__http_hold_drop(void *hold);
+
+/* ---- http-meta.c ---- */
+
+/*
+ * The group's key `key` of the v3 (!v2) or v2 view that lists every node
+ * (v3 zarr.json; v2 .zattrs and .zmetadata): 1 with *text (malloc'ed,
+ * NUL-terminated) and *len, 0 for any other key, -ENOMEM, or with
+ * may_wait -EAGAIN when more versions lack their texts than one loop
+ * turn prints (td__http_group_wait()). The versions' texts are kept on
+ * them (td__version.http_meta) for the next request.
+ */
+int td__http_group_text(const char *key, bool v2, bool may_wait, char **text,
+                        size_t *len);
+/*
+ * Suspend c's request (-EAGAIN above) while the loop prints the texts a
+ * batch per turn; it is resumed, and its handler called again, once
+ * they are all there. false on ENOMEM (nothing done).
+ */
+bool td__http_group_wait(struct MHD_Connection *c, bool v2);
+/* Resume every waiting request (before MHD_stop_daemon()). */
+void td__http_group_stop(void);
+/* Let libmicrohttpd run now (http.c): after a resume. */
+void td__http_kick(void);
 
 #endif

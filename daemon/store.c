@@ -178,6 +178,8 @@ struct td__version *td__version_new(struct td__store *s, size_t data_len)
 
 void td__version_put(struct td__store *s, struct td__version *v)
 {
+	/* before it is kept as a spare (zeroed when taken again) */
+	td__http_meta_free(v);
 	if (!spare_keep(&s->spare_versions, &v->all)) {
 		free(v);
 		s->freed++;

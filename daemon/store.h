@@ -118,6 +118,9 @@ struct td__version {
 	 */
 	uint8_t fence_kind, fence_state;
 	struct td__list fence_waits;
+	/* its array's metadata texts for the HTTP store's group keys
+	 * (http-meta.c), printed on first need; freed with the version */
+	struct td__http_meta *http_meta;
 	struct td__peer *owner;
 	uint32_t nfds;
 	struct td__vfd fds[TD__TABLE_MAX];
@@ -395,6 +398,8 @@ void td__spare_put(struct td__spares *sp, void *r, size_t off);
 struct td__version *td__version_new(struct td__store *s, size_t data_len);
 /* Back to the spares (a version never referenced). */
 void td__version_put(struct td__store *s, struct td__version *v);
+/* Free v's HTTP metadata texts, if any (http-meta.c). */
+void td__http_meta_free(struct td__version *v);
 /* Drop one reference; the last one frees the version (see above). */
 void td__version_unref(struct td__store *s, struct td__version *v);
 /* Whether a follower's row holds v, the current version of its name. */

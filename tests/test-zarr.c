@@ -3021,3 +3021,305 @@ Test(http, requests_with_a_body_are_answered, .init = start_http,
 	free(m);
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
+
+/* ---- the group's consolidated metadata, from texts kept per version ---- */
+
+/* name as dtype/shape (len bytes 0, 1, 2, ...) with metadata meta. */
+static void put_shaped(const char *name, const char *dtype, const char *shape,
+                       size_t len, const char *meta)
+{
+	char *p = malloc(len), path[128];
+
+	for (size_t i = 0; i < len; i++)
+		p[i] = (char)i;
+	snprintf(path, sizeof(path), "%s/shaped.bin", zt_dir);
+	zt_put_file(path, p, len);
+	free(p);
+	zt_ok("put '%s' --dtype %s --shape %s --meta '%s' %s", name, dtype,
+	      shape, meta, path);
+}
+
+/* One member of a v2 .zmetadata: its key (unescaped) and its text. */
+struct v2member {
+	char *key, *text;
+};
+
+static int v2member_cmp(const void *x, const void *y)
+{
+	return strcmp(((const struct v2member *)x)->key,
+	              ((const struct v2member *)y)->key);
+}
+
+/*
+ * /zarr-v2/.zmetadata as json/zarr.c prints it, made from each key's own
+ * response (every node's .zarray and .zattrs are built apart, per
+ * request): the members sorted by key (tensor names hold nothing JSON
+ * escapes).
+ */
+static char *v2_consolidated_of(const char *const *ns, size_t n)
+{
+	struct v2member *ms = calloc(2 * n + 2, sizeof(*ms));
+	char *doc = strdup("{\"metadata\":{"), *t;
+	size_t len;
+
+	cr_assert(ms && doc);
+	ms[0].key = strdup(".zattrs");
+	ms[0].text = get_ok("/zarr-v2/.zattrs", &len);
+	ms[1].key = strdup(".zgroup");
+	ms[1].text = get_ok("/zarr-v2/.zgroup", &len);
+	for (size_t i = 0; i < 2 * n; i++) {
+		char url[320];
+
+		cr_assert(asprintf(&ms[2 + i].key, "%s/%s", ns[i / 2],
+		                   i % 2 ? ".zattrs" : ".zarray") > 0);
+		snprintf(url, sizeof(url), "/zarr-v2/%s", ms[2 + i].key);
+		ms[2 + i].text = get_ok(url, &len);
+	}
+	qsort(ms, 2 * n + 2, sizeof(*ms), v2member_cmp);
+	for (size_t i = 0; i < 2 * n + 2; i++) {
+		cr_assert(asprintf(&t, "%s%s\"%s\":%s", doc, i ? "," : "",
+		                   ms[i].key, ms[i].text) > 0);
+		free(doc);
+		doc = t;
+		free(ms[i].key);
+		free(ms[i].text);
+	}
+	free(ms);
+	cr_assert(asprintf(&t, "%s},\"zarr_consolidated_format\":1}", doc) > 0);
+	free(doc);
+	return t;
+}
+
+/* /zarr-v2/.zmetadata, asked twice (the second from the kept texts), is
+ * what its nodes ns (all n of them) give on their own keys. */
+static void v2_group_is_current(const char *const *ns, size_t n)
+{
+	char *want = v2_consolidated_of(ns, n), *got;
+	size_t len;
+
+	for (int k = 0; k < 2; k++) {
+		got = get_ok("/zarr-v2/.zmetadata", &len);
+		cr_assert_str_eq(got, want);
+		free(got);
+	}
+	free(want);
+}
+
+/*
+ * The group keys of both views, each asked twice: /zarr/zarr.json is
+ * what `zarr export` of every name writes into dir, and .zmetadata as
+ * above.
+ */
+static void group_keys_are_current(const char *dir, const char *const *ns,
+                                   size_t n)
+{
+	char url[320], *want, *got;
+	size_t len;
+
+	zt_ok("zarr export %s/%s", zt_dir, dir);
+	snprintf(url, sizeof(url), "%s/zarr.json", dir);
+	want = zt_file(url);
+	for (int k = 0; k < 2; k++) {
+		got = get_ok("/zarr/zarr.json", &len);
+		cr_assert_str_eq(got, want, "%s", dir);
+		free(got);
+	}
+	free(want);
+	v2_group_is_current(ns, n);
+}
+
+/*
+ * A version's metadata texts are kept for the next request, but what
+ * the group shows is always the current versions under their current
+ * node names: a new version with another shape, type and metadata is
+ * shown at once; a deleted name is gone; and when "cam/left" goes,
+ * "cam_left" (same version) moves from node cam_left_1 to cam_left, in
+ * its key and in its v2 _ARRAY_DIMENSIONS.
+ */
+Test(http, the_group_shows_current_versions_under_current_node_names,
+     .init = start_http, .fini = stop)
+{
+	/* node names that sort apart from their v2 keys ("a-b/" < "a.b/" <
+	 * "a/"), one named as the group's .zattrs, the other bytes a name
+	 * may hold */
+	static const char *const all[] = {"cam_left", "cam_left_1", "zz",
+	                                  "a",        "a.b",        "a-b",
+	                                  ".zattrs",  "p:q@r+s",    "A+B"};
+	static const char *const after[] = {"cam_left", "a",       "a.b",
+	                                    "a-b",      ".zattrs", "p:q@r+s",
+	                                    "A+B",      "zz"};
+	char *root;
+	size_t len;
+
+	put_shaped("cam/left", "u8", "4", 4, "{\"k\":1}");
+	put_shaped("cam_left", "f32", "2,3", 24, "{\"units\":\"K\"}");
+	put_shaped("zz", "i16", "3", 6, "free text");
+	for (size_t i = 3; i < 9; i++)
+		put_shaped(all[i], "u8", "2", 2, "{}");
+	group_keys_are_current("g1", all, 9);
+	put_shaped("cam_left", "i16", "5", 10, "{\"units\":\"mK\",\"v\":2}");
+	group_keys_are_current("g2", all, 9);
+	root = get_ok("/zarr/zarr.json", &len);
+	cr_assert(strstr(root, "\"units\":\"mK\""), "%s", root);
+	cr_assert_eq(strstr(root, "\"units\":\"K\""), NULL, "%s", root);
+	free(root);
+	zt_ok("rm cam/left");
+	group_keys_are_current("g3", after, 8);
+	root = get_ok("/zarr/zarr.json", &len);
+	cr_assert_eq(strstr(root, "cam_left_1"), NULL, "%s", root);
+	cr_assert_eq(strstr(root, "\"cam/left\""), NULL, "%s", root);
+	free(root);
+	zt_ok("rm zz");
+	group_keys_are_current("g4", after, 7);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/*
+ * Each version's array metadata is printed once for the group keys
+ * (tensord_http_meta_builds_total), however often the group is asked,
+ * kept while the version lives (tensord_http_meta_cached) and freed with
+ * it: publishing again and again while the group is read keeps one set
+ * of texts per name.
+ */
+Test(http, a_versions_group_metadata_is_printed_once_and_freed_with_it,
+     .init = start_http, .fini = stop)
+{
+	char *m;
+	size_t len;
+
+	put_filled("p/a", 'a', 4);
+	put_filled("p/b", 'b', 4);
+	put_filled("p/c", 'c', 4);
+	m = get_ok("/metrics", &len);
+	cr_assert_eq(metric_value(m, "tensord_http_meta_builds_total "), 0);
+	cr_assert_eq(metric_value(m, "tensord_http_meta_cached "), 0);
+	free(m);
+	for (int k = 0; k < 3; k++) {
+		free(get_ok("/zarr/zarr.json", &len));
+		free(get_ok("/zarr/p_a/zarr.json", &len)); /* not kept */
+	}
+	m = get_ok("/metrics", &len);
+	cr_assert_eq(metric_value(m, "tensord_http_meta_builds_total "), 3,
+	             "%s", m);
+	cr_assert_eq(metric_value(m, "tensord_http_meta_cached "), 3);
+	free(m);
+	/* the v2 texts are printed once too, on their first need */
+	for (int k = 0; k < 3; k++) {
+		free(get_ok("/zarr-v2/.zmetadata", &len));
+		free(get_ok("/zarr-v2/.zattrs", &len));
+	}
+	m = get_ok("/metrics", &len);
+	cr_assert_eq(metric_value(m, "tensord_http_meta_builds_total "), 6,
+	             "%s", m);
+	free(m);
+	for (unsigned i = 1; i <= 20; i++) {
+		put_filled("p/b", 'B', 4);
+		free(get_ok("/zarr/zarr.json", &len));
+		free(get_ok("/zarr/zarr.json", &len));
+		m = get_ok("/metrics", &len);
+		cr_assert_eq(metric_value(m, "tensord_http_meta_builds_total "),
+		             6 + i, "%s", m);
+		cr_assert_eq(metric_value(m, "tensord_http_meta_cached "), 3,
+		             "replaced versions take their texts along: %s",
+		             m);
+		free(m);
+	}
+	zt_ok("rm p/c");
+	m = get_ok("/metrics", &len);
+	cr_assert_eq(metric_value(m, "tensord_http_meta_cached "), 2, "%s", m);
+	free(m);
+	free(get_ok("/zarr/zarr.json", &len));
+	m = get_ok("/metrics", &len);
+	cr_assert_eq(metric_value(m, "tensord_http_meta_builds_total "), 26,
+	             "%s", m);
+	free(m);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/* GET path on fd, its answer read only when read (to its end): 200 and
+ * the body, malloc'ed. */
+static char *body_on(int fd, const char *path, bool read)
+{
+	char req[512], *resp, *body;
+
+	snprintf(req, sizeof(req),
+	         "GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+	         path);
+	if (!read) {
+		cr_assert_eq(send(fd, req, strlen(req), MSG_NOSIGNAL),
+		             (ssize_t)strlen(req));
+		return NULL;
+	}
+	exchange(fd, "", &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	body = strdup(body_of(resp));
+	free(resp);
+	return body;
+}
+
+/*
+ * Where many versions lack their texts (a first request after many
+ * publishes), the group request waits while the loop prints them a
+ * batch per turn (tensord_http_meta_waits_total), and is then answered
+ * with the same bytes as ever: the root as export writes it, for two
+ * readers asking at once, and .zmetadata as the nodes' own keys give it.
+ */
+Test(http, a_group_request_waits_while_many_texts_are_printed,
+     .init = start_http, .fini = stop)
+{
+	/* more than a batch: 256 versions looked at, 256 printed */
+	enum { N = 400 };
+	static char names[N][16];
+	static const char *ns[N];
+	struct td_client *c;
+	struct td_error e = {0};
+	char *want, *m, *got[2];
+	unsigned long long waits;
+	int fd[2];
+	size_t len;
+
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	for (unsigned i = 0; i < N; i++) {
+		uint64_t shape[] = {2};
+		uint16_t v[2] = {(uint16_t)i, (uint16_t)~i};
+		char meta[32];
+		struct td_publish p = {.name = names[i], .dtype = TD_TENSOR_U16,
+		                       .ndim = 1, .shape = shape, .meta = meta};
+
+		snprintf(names[i], sizeof(names[i]), "w%03u", i);
+		ns[i] = names[i];
+		p.meta_len = (size_t)snprintf(meta, sizeof(meta), "{\"i\":%u}", i);
+		cr_assert_eq(td_client_put(c, &p, v, sizeof(v), NULL, &e), 0,
+		             "%s", e.reason);
+	}
+	td_client_close(c);
+	zt_ok("zarr export %s/w", zt_dir);
+	want = zt_file("w/zarr.json");
+	/* two readers at once: both asked before either is read */
+	fd[0] = connect_tcp();
+	fd[1] = connect_tcp();
+	body_on(fd[0], "/zarr/zarr.json", false);
+	body_on(fd[1], "/zarr/zarr.json", false);
+	got[1] = body_on(fd[1], "/zarr/zarr.json", true);
+	got[0] = body_on(fd[0], "/zarr/zarr.json", true);
+	for (int k = 0; k < 2; k++) {
+		cr_assert_str_eq(got[k], want);
+		free(got[k]);
+	}
+	free(want);
+	m = get_ok("/metrics", &len);
+	waits = metric_value(m, "tensord_http_meta_waits_total ");
+	/* the second may come after the first's texts are all there */
+	cr_assert(waits == 1 || waits == 2, "%s", m);
+	cr_assert_eq(metric_value(m, "tensord_http_meta_builds_total "), N);
+	free(m);
+	/* the v2 texts: printed (waiting) for the first v2 group key */
+	v2_group_is_current(ns, N);
+	m = get_ok("/metrics", &len);
+	cr_assert_eq(metric_value(m, "tensord_http_meta_builds_total "), 2 * N,
+	             "%s", m);
+	cr_assert_eq(metric_value(m, "tensord_http_meta_waits_total "),
+	             waits + 1, "%s", m);
+	free(m);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
