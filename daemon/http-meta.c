@@ -395,6 +395,7 @@ static struct {
 	bool idle_init;
 	unsigned want; /* WANT_*: the views the waiters asked for */
 	struct waiter *list;
+	void (*kick)(void); /* http.c's: libmicrohttpd runs (a resume) */
 } W;
 
 /* Resume every waiting request (answered in full when it runs again). */
@@ -436,10 +437,11 @@ static void on_idle(uv_idle_t *h)
 	if (rc == -EAGAIN)
 		return;
 	wake_all();
-	td__http_kick();
+	W.kick();
 }
 
-bool td__http_group_wait(struct MHD_Connection *c, bool v2)
+bool td__http_group_wait(struct MHD_Connection *c, bool v2,
+                         void (*kick)(void))
 {
 	struct waiter *w = malloc(sizeof(*w));
 
@@ -454,6 +456,7 @@ bool td__http_group_wait(struct MHD_Connection *c, bool v2)
 	w->next = W.list;
 	W.list = w;
 	W.want |= v2 ? WANT_V2 : WANT_V3;
+	W.kick = kick;
 	uv_idle_start(&W.idle, on_idle);
 	td__http_stats.meta_waits++;
 	return true;

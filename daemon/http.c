@@ -176,6 +176,9 @@ static enum MHD_Result node_key(struct MHD_Connection *c, const char *path,
 	return json_body(c, o);
 }
 
+/* td__http_group_wait()'s kick (below) */
+static void kick(void);
+
 /* *con_cls of a group request that waited for its texts (http-meta.c):
  * called again once they are printed, it is answered in full. */
 static char waited;
@@ -195,7 +198,7 @@ static enum MHD_Result zarr(struct MHD_Connection *c, const char *path,
 	 * (http-meta.c); where many lack them, printed a batch per loop
 	 * turn while the request waits */
 	rc = td__http_group_text(path, v2, may_wait, &t, &len);
-	if (rc == -EAGAIN && td__http_group_wait(c, v2)) {
+	if (rc == -EAGAIN && td__http_group_wait(c, v2, kick)) {
 		*con_cls = &waited;
 		return MHD_YES;
 	}
@@ -510,7 +513,8 @@ static void on_poll(uv_poll_t *p, int status, int events)
 	run();
 }
 
-void td__http_kick(void)
+/* td__http_group_wait()'s kick: libmicrohttpd runs after a resume. */
+static void kick(void)
 {
 	if (H.mhd)
 		run();
@@ -683,6 +687,8 @@ int td__http_start(struct td__daemon *d)
 
 	if (!d->opts.http_addr)
 		return 0;
+	/* kept after td__http_stop(): versions freed later have texts */
+	td__store_meta_hook_set(td__http_meta_free);
 	H.lfd = listen_on(d->opts.http_addr, &why);
 	if (H.lfd < 0) {
 		td__log(TD_LOG_ERROR, "--http %s: %s: %s", d->opts.http_addr,

@@ -111,12 +111,13 @@ int td__http_group_text(const char *key, bool v2, bool may_wait, char **text,
 /*
  * Suspend c's request (-EAGAIN above) while the loop prints the texts a
  * batch per turn; it is resumed, and its handler called again, once
- * they are all there. false on ENOMEM (nothing done).
+ * they are all there, and then kick() lets libmicrohttpd run (http.c
+ * passes it: a callback, so that http-meta.c calls nothing of http.c).
+ * false on ENOMEM (nothing done).
  */
-bool td__http_group_wait(struct MHD_Connection *c, bool v2);
+bool td__http_group_wait(struct MHD_Connection *c, bool v2,
+                         void (*kick)(void));
 /* Resume every waiting request (before MHD_stop_daemon()). */
 void td__http_group_stop(void);
-/* Let libmicrohttpd run now (http.c): after a resume. */
-void td__http_kick(void);
 
 #endif

@@ -94,6 +94,15 @@ void td__store_rewrite_over(struct td__store *s, const char *name,
 		rewrite_hook(s, name, len);
 }
 
+/* ---- a version's HTTP metadata texts (http-meta.c's hook) ---- */
+
+static td__version_put_fn *meta_hook;
+
+void td__store_meta_hook_set(td__version_put_fn *fn)
+{
+	meta_hook = fn;
+}
+
 /* ---- spare records (no per-handoff allocation in the steady state) ---- */
 
 static struct td__list *spare_take(struct td__spares *sp)
@@ -179,7 +188,8 @@ struct td__version *td__version_new(struct td__store *s, size_t data_len)
 void td__version_put(struct td__store *s, struct td__version *v)
 {
 	/* before it is kept as a spare (zeroed when taken again) */
-	td__http_meta_free(v);
+	if (v->http_meta && meta_hook)
+		meta_hook(v);
 	if (!spare_keep(&s->spare_versions, &v->all)) {
 		free(v);
 		s->freed++;

@@ -400,6 +400,14 @@ struct td__version *td__version_new(struct td__store *s, size_t data_len);
 void td__version_put(struct td__store *s, struct td__version *v);
 /* Free v's HTTP metadata texts, if any (http-meta.c). */
 void td__http_meta_free(struct td__version *v);
+/*
+ * What td__version_put() calls first, with a version that has HTTP
+ * metadata texts: td__http_meta_free, which the HTTP store sets at its
+ * start (a hook, so that store.c calls nothing of the HTTP files above
+ * it, which call it: docs/architecture.md).
+ */
+typedef void td__version_put_fn(struct td__version *v);
+void td__store_meta_hook_set(td__version_put_fn *fn);
 /* Drop one reference; the last one frees the version (see above). */
 void td__version_unref(struct td__store *s, struct td__version *v);
 /* Whether a follower's row holds v, the current version of its name. */

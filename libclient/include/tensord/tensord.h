@@ -693,11 +693,10 @@ TD_EXPORT int td_tensor_fence_wait(const struct td_tensor *t, int timeout_ms);
  * The acquire fence's fd (borrowed; valid while t lives), -1 when none.
  * A GPU consumer imports a sync_file into its own API (Vulkan:
  * vkImportSemaphoreFdKHR with SYNC_FD, on a dup) instead of waiting on
- * the CPU. For a producer's eventfd the daemon hands each consumer a
- * timerfd of its own (docs/fastpath.md, "Fences"), which it fires when
- * that eventfd signals, one daemon wake-up later: wait here or poll it
- * for POLLIN. Reading it un-signals this copy only (an older daemon
- * hands out the producer's eventfd itself: never read() it).
+ * the CPU. For a producer's eventfd it is a timerfd of this consumer's
+ * own, which tensord fires when that signals (docs/fastpath.md,
+ * "Fences"): wait here or poll it. An older daemon hands out the
+ * producer's eventfd itself: never read() that.
  */
 TD_EXPORT int td_tensor_fence_fd(const struct td_tensor *t);
 
@@ -722,9 +721,8 @@ TD_EXPORT int td_tensor_plane_kind(const struct td_tensor *t, uint32_t i);
  * The daemon accepts two kinds: a sync_file (a kernel dma_fence, which a
  * GPU driver signals: Vulkan vkGetFenceFdKHR / vkGetSemaphoreFdKHR with
  * SYNC_FD) and an eventfd (which the producer signals itself, e.g. after
- * vkWaitForFences, where the driver exports no sync_file). Not the
- * timerfd a consumer's GET hands it: a stage that passes a fence on
- * publishes its own and signals it once its input's has.
+ * vkWaitForFences, where the driver exports no sync_file); not the
+ * timerfd a GET hands a consumer.
  */
 
 /*
@@ -736,21 +734,18 @@ TD_EXPORT int td_tensor_plane_kind(const struct td_tensor *t, uint32_t i);
  */
 TD_EXPORT int td_fence_create(void);
 /*
- * Signal an eventfd fence: every reader's wait returns from now on (once
- * the daemon relayed it to each reader's own fence). One signalled
- * already is left as it is (never a blocking write, for an eventfd of
- * the caller's own made without EFD_NONBLOCK). 0, -EINVAL (not an
- * eventfd: a sync_file is signalled by its driver, a consumer's own
- * timerfd by the daemon), -EBADF, or -errno, with a reason in *err.
+ * Signal an eventfd fence: every reader's wait returns from now on (its
+ * own fence fired by tensord). One signalled already is left as it is
+ * (never a blocking write). 0, -EINVAL (not an eventfd: a sync_file's
+ * driver or tensord signals it), -EBADF, or -errno; the reason in *err.
  */
 TD_EXPORT int td_fence_signal(int fence_fd, struct td_error *err);
 /*
- * Wait until fence_fd (an eventfd, a sync_file or a consumer's own
- * timerfd from a GET) signals, at most timeout_ms (-1 forever, 0 just
- * look). 0 signalled, -ETIMEDOUT not in time, -EBADF not an open fd,
- * -EINVAL none of those kinds (a plain file, a pipe), -EIO a sync_file
- * that signalled an error; the reason in *err. Never consumes the
- * signal.
+ * Wait until fence_fd (an eventfd, a sync_file, a GET's own timerfd)
+ * signals, at most timeout_ms (-1 forever, 0 just look). 0 signalled,
+ * -ETIMEDOUT not in time, -EBADF not an open fd, -EINVAL none of those
+ * kinds (a plain file, a pipe), -EIO a sync_file that signalled an
+ * error; the reason in *err. Never consumes the signal.
  */
 TD_EXPORT int td_fence_wait(int fence_fd, int timeout_ms,
 			    struct td_error *err);
@@ -828,9 +823,8 @@ enum td_event_type {
 	/* TD_CLIENT_RECONNECT: connected anew (watch_id 0, name "", version
 	 * the number of watches re-established) */
 	TD_EVENT_TYPE_RECONNECTED = 3,
-	/* events were dropped here (the limit, or no memory): watch_id 0,
-	 * name "", version how many; what the watches cover may have
-	 * changed meanwhile, so look again (td_client_list, stat) */
+	/* events dropped here (the limit, no memory): watch_id 0, name "",
+	 * version how many; look again (td_client_list, stat) */
 	TD_EVENT_TYPE_OVERFLOWED = 4,
 };
 
@@ -845,15 +839,11 @@ struct td_event {
  * Watch a name (or, with TD_WATCH_PREFIX, every name under a prefix).
  * Returns 0 and the watch id in *watch_id, or -errno. Events arrive through
  * td_client_next_event(); events that come in while another call waits for
- * its reply are queued in order. By default that queue has no bound: a
- * client that watches busy names and makes blocking calls without taking
- * its events (td_client_next_event(), or a handler and
- * td_client_process()) holds every one of them in memory, unless it sets
- * a limit (td_client_set_event_limit()). An event that finds the queue
- * full, or no memory for it, is dropped and counted: the queue then
- * holds a TD_EVENT_TYPE_OVERFLOWED event where the first was dropped,
- * which says how many were. (One that does not read its socket at all
- * is cut by the daemon instead.)
+ * its reply are queued in order, with no bound unless one is set
+ * (td_client_set_event_limit(); events it drops are counted in an
+ * OVERFLOWED event): a client that watches busy names and makes blocking
+ * calls without taking its events holds them all in memory. (One that
+ * does not read its socket at all is cut by the daemon instead.)
  */
 TD_EXPORT int td_client_watch(struct td_client *c, const char *name,
 			      uint32_t flags, uint64_t *watch_id,
@@ -861,11 +851,9 @@ TD_EXPORT int td_client_watch(struct td_client *c, const char *name,
 TD_EXPORT int td_client_unwatch(struct td_client *c, uint64_t watch_id,
 				struct td_error *err);
 /*
- * At most max watch events queued (0: no bound, the default). Events
- * queued already stay; one that comes while max are queued is dropped
- * and counted in a TD_EVENT_TYPE_OVERFLOWED event (which the bound does
- * not count), so a reader learns what it missed, as with inotify.
- * 0 or -EINVAL (no client).
+ * At most max watch events queued (0: no bound, the default); one that
+ * comes while max wait is dropped and counted in an OVERFLOWED event
+ * (outside the bound), as inotify does. 0 or -EINVAL (no client).
  */
 TD_EXPORT int td_client_set_event_limit(struct td_client *c, unsigned max);
 /*
