@@ -1120,11 +1120,9 @@ Test(tgm, scan_iterator_matches_scan_all_and_stays_ended)
 	cr_assert_eq(td_tgm_scan_next(&sc, &one), 0);
 }
 
-Test(tgm, scan_stays_linear_on_endless_streaming_preambles, .timeout = 60)
+/* n bytes of streaming preambles and no end magic (malloc'ed). */
+static uint8_t *endless_streaming_preambles(size_t n)
 {
-	/* 8 MiB of streaming preambles and no end magic: a naive end-magic
-	 * search from every preamble would read ~10^12 bytes */
-	size_t n = 8u << 20;
 	uint8_t *p = malloc(n);
 	static const uint8_t pre[24] = "TENSOGRM\0\3";
 
@@ -1132,6 +1130,16 @@ Test(tgm, scan_stays_linear_on_endless_streaming_preambles, .timeout = 60)
 	for (size_t o = 0; o + 24 <= n; o += 24)
 		memcpy(p + o, pre, 24);
 	memset(p + n - n % 24, 0, n % 24);
+	return p;
+}
+
+Test(tgm, scan_stays_linear_on_endless_streaming_preambles, .timeout = 60)
+{
+	/* 8 MiB of streaming preambles and no end magic: a naive end-magic
+	 * search from every preamble would read ~10^12 bytes */
+	size_t n = 8u << 20;
+	uint8_t *p = endless_streaming_preambles(n);
+
 	cr_assert_eq(td_tgm_scan_all(p, n, NULL, 0), 0);
 	/* the same with one end magic at the very end: one message */
 	memcpy(p + n - 8, "39277777", 8);
@@ -2084,13 +2092,8 @@ Test(tgm, windowed_scan_stays_linear_on_endless_streaming_preambles,
      .timeout = 60)
 {
 	size_t n = 8u << 20;
-	uint8_t *p = malloc(n);
-	static const uint8_t pre[24] = "TENSOGRM\0\3";
+	uint8_t *p = endless_streaming_preambles(n);
 
-	cr_assert(p);
-	for (size_t o = 0; o + 24 <= n; o += 24)
-		memcpy(p + o, pre, 24);
-	memset(p + n - n % 24, 0, n % 24);
 	cr_assert_leq(windowed_scan_same(p, n, 1u << 20, UINT64_MAX), 3 * n);
 	memcpy(p + n - 8, "39277777", 8);
 	cr_assert_leq(windowed_scan_same(p, n, 1u << 20, UINT64_MAX), 3 * n);
