@@ -97,20 +97,6 @@ int td_tgm_header_decode(const uint8_t *buf, size_t len,
 	return 0;
 }
 
-/*
- * First offset e >= from with buf[e, e+8) == end magic, or SIZE_MAX.
- * memmem is a pure libc search (no syscall, no allocation).
- */
-static size_t find_end_magic(const uint8_t *buf, size_t len, size_t from)
-{
-	const uint8_t *p;
-
-	if (from >= len || len - from < sizeof(END_MAGIC))
-		return SIZE_MAX;
-	p = memmem(buf + from, len - from, END_MAGIC, sizeof(END_MAGIC));
-	return p ? (size_t)(p - buf) : SIZE_MAX;
-}
-
 int td_tgm_walk_begin(const uint8_t *pre, size_t pre_len, uint64_t avail,
 		      uint64_t stream_end, struct td_tgm_walk *it,
 		      struct td_err *err)
@@ -204,9 +190,14 @@ int td_tgm_walk_init(const uint8_t *msg, size_t len, struct td_tgm_walk *it,
 	/* the end magic is searched only for a streaming preamble; the
 	 * header checks still come first in td_tgm_walk_begin() */
 	if (len >= TD_TGM_PREAMBLE_LEN && td__be64(msg + OFF_TOTAL) == 0) {
-		size_t e = find_end_magic(msg, len, TD_TGM_PREAMBLE_LEN);
+		struct td_tgm_scanner sc;
+		uint64_t e;
 
-		stream_end = e == SIZE_MAX ? 0 : (uint64_t)e + 8;
+		/* the scan's own search (rule 3); it holds all of msg, so
+		 * it never says -EAGAIN */
+		td_tgm_scan_init(msg, len, &sc);
+		(void)td_tgm_scan_end_magic(&sc, TD_TGM_PREAMBLE_LEN, &e);
+		stream_end = e == UINT64_MAX ? 0 : e + 8;
 	}
 	rc = td_tgm_walk_begin(msg, len < TD_TGM_PREAMBLE_LEN
 				       ? len : TD_TGM_PREAMBLE_LEN,
@@ -244,18 +235,27 @@ static int walk_fail(struct td_tgm_walk *it, struct td_err *err,
 }
 
 /*
- * The window's bytes [off, off + n), or NULL with the need recorded: the
- * caller gives them and steps again (-EAGAIN).
+ * Bytes [off, off + n) of the window win = [win_off, win_off + win_len),
+ * or NULL with them recorded as needed: the caller gives them and steps
+ * again (-EAGAIN). The walk's and the scan's.
  */
+static const uint8_t *win_get(const uint8_t *win, uint64_t win_off,
+			      uint64_t win_len, uint64_t off, uint64_t n,
+			      uint64_t *need_off, uint64_t *need_len)
+{
+	if (off >= win_off && off - win_off <= win_len &&
+	    n <= win_len - (off - win_off))
+		return win + (off - win_off);
+	*need_off = off;
+	*need_len = n;
+	return NULL;
+}
+
 static const uint8_t *win_at(struct td_tgm_walk *it, uint64_t off,
 			     uint64_t n)
 {
-	if (off >= it->win_off && off - it->win_off <= it->win_len &&
-	    n <= it->win_len - (off - it->win_off))
-		return it->win + (off - it->win_off);
-	it->need_off = off;
-	it->need_len = n;
-	return NULL;
+	return win_get(it->win, it->win_off, it->win_len, off, n,
+		       &it->need_off, &it->need_len);
 }
 
 /* Step over zero padding (rule 2) up to pa; -EAGAIN when the window
@@ -425,67 +425,158 @@ int td_tgm_frame_verify(const struct td_tgm_frame *frame, uint64_t *digest,
 	return 0;
 }
 
+void td_tgm_scan_begin(struct td_tgm_scanner *s, uint64_t len,
+		       uint64_t stop)
+{
+	memset(s, 0, sizeof(*s));
+	s->len = len;
+	s->stop = stop;
+	s->magic_from = UINT64_MAX;
+}
+
+void td_tgm_scan_window(struct td_tgm_scanner *s, const uint8_t *buf,
+			uint64_t off, size_t len)
+{
+	s->win = buf;
+	s->win_off = off;
+	s->win_len = len;
+}
+
 void td_tgm_scan_init(const uint8_t *buf, size_t len,
 		      struct td_tgm_scanner *s)
 {
-	s->buf = buf;
-	s->len = len;
-	s->pos = 0;
-	s->magic_from = SIZE_MAX;
-	s->magic_at = SIZE_MAX;
+	td_tgm_scan_begin(s, len, UINT64_MAX);
+	td_tgm_scan_window(s, buf, 0, len);
 }
 
-/* find_end_magic() through the scanner's cache. */
-static size_t scan_end_magic(struct td_tgm_scanner *s, size_t from)
+/*
+ * The first at in [*from, end - 8] with the 8 bytes pat at at: 1 (*at),
+ * 0 (none), or -EAGAIN when the window holds no 8 bytes at *from. *from
+ * moves past the offsets searched, so a search goes on where it stopped;
+ * across a window's end 7 bytes are looked at again.
+ */
+static int win_find(struct td_tgm_scanner *s, uint64_t *from, uint64_t end,
+		    const uint8_t *pat, uint64_t *at)
 {
-	/* the first magic at or after magic_from is magic_at, so it is
-	 * also the first one at or after any from in [magic_from, at] */
-	if (s->magic_from != SIZE_MAX && from >= s->magic_from &&
-	    from <= s->magic_at)
-		return s->magic_at;
-	s->magic_from = from;
-	s->magic_at = find_end_magic(s->buf, s->len, from);
-	return s->magic_at;
+	while (*from <= end && end - *from >= 8) {
+		uint64_t wend = s->win_off + s->win_len, n;
+		const uint8_t *w, *p;
+
+		if (*from < s->win_off || *from >= wend || wend - *from < 8) {
+			s->need_off = *from;
+			s->need_len = end - *from;
+			return -EAGAIN;
+		}
+		n = (end < wend ? end : wend) - *from;
+		w = s->win + (*from - s->win_off);
+		/* memmem: a pure libc search (no syscall, no allocation) */
+		p = memmem(w, (size_t)n, pat, 8);
+		if (p) {
+			*at = *from + (uint64_t)(p - w);
+			return 1;
+		}
+		*from += n - 7;
+	}
+	return 0;
+}
+
+int td_tgm_scan_end_magic(struct td_tgm_scanner *s, uint64_t from,
+			  uint64_t *at)
+{
+	uint64_t e;
+	int rc;
+
+	/* what a search from magic_from knows holds for any from in
+	 * [magic_from, magic_next]: no magic starts before magic_next */
+	if (s->magic_from == UINT64_MAX || from < s->magic_from ||
+	    from > s->magic_next) {
+		s->magic_from = from;
+		s->magic_next = from;
+		s->magic_done = false;
+	}
+	if (!s->magic_done) {
+		rc = win_find(s, &s->magic_next, s->len, END_MAGIC, &e);
+		if (rc < 0)
+			return rc;
+		s->magic_at = rc ? e : UINT64_MAX;
+		s->magic_next = s->magic_at;
+		s->magic_done = true;
+	}
+	*at = s->magic_at;
+	return 0;
+}
+
+/* Steps 1-2: the next v3 preamble at or after pos, into cand_*: 1, 0
+ * (none: the scan is over), -EAGAIN. */
+static int scan_preamble(struct td_tgm_scanner *s)
+{
+	/* the caller checked pos + 48 <= len */
+	uint64_t last = s->len - TD_TGM_MIN_MESSAGE_LEN, at;
+	const uint8_t *p;
+	int rc;
+
+	if (last > s->stop)
+		last = s->stop;
+	for (;;) {
+		/* step 1, fast: jump to the next candidate magic */
+		rc = win_find(s, &s->pos, last + 8, MAGIC, &at);
+		if (rc == 0)
+			s->pos = s->len;
+		if (rc <= 0)
+			return rc;
+		s->pos = at;
+		p = win_get(s->win, s->win_off, s->win_len, at,
+			    TD_TGM_PREAMBLE_LEN, &s->need_off, &s->need_len);
+		if (!p)
+			return -EAGAIN;
+		if (td__be16(p + OFF_VERSION) == TD_TGM_VERSION) {
+			s->cand_pos = at;
+			s->cand_total = td__be64(p + OFF_TOTAL);
+			s->cand_ok = true;
+			return 1;
+		}
+		s->pos = at + 1; /* step 2: skip, not fatal */
+	}
 }
 
 int td_tgm_scan_next(struct td_tgm_scanner *s, struct td_tgm_span *out)
 {
-	const uint8_t *b = s->buf;
-	size_t len = s->len;
-
 	/* pos <= len always; the loop test is pos + 48 <= len */
-	while (len - s->pos >= TD_TGM_MIN_MESSAGE_LEN) {
-		size_t pos = s->pos;
+	while (s->len - s->pos >= TD_TGM_MIN_MESSAGE_LEN) {
 		const uint8_t *p;
-		uint64_t t;
+		uint64_t pos, t, e;
+		int rc;
 
-		/* step 1, fast: jump to the next candidate magic */
-		p = memmem(b + pos, len - pos, MAGIC, sizeof(MAGIC));
-		if (!p || (size_t)(p - b) > len - TD_TGM_MIN_MESSAGE_LEN) {
-			s->pos = len;
-			break;
+		/* a preamble read before a -EAGAIN is kept */
+		if (!s->cand_ok || s->cand_pos != s->pos) {
+			rc = scan_preamble(s);
+			if (rc <= 0)
+				return rc;
 		}
-		pos = (size_t)(p - b);
-		s->pos = pos;
-		if (td__be16(b + pos + OFF_VERSION) != TD_TGM_VERSION) {
-			s->pos = pos + 1; /* step 2: skip, not fatal */
-			continue;
-		}
-		t = td__be64(b + pos + OFF_TOTAL);
+		pos = s->pos;
+		t = s->cand_total;
 		if (t > 0) { /* step 3 */
-			if (t >= TD_TGM_MIN_MESSAGE_LEN && t <= len - pos &&
-			    !memcmp(b + pos + t - 8, END_MAGIC, 8)) {
-				out->offset = pos;
-				out->length = t;
-				s->pos = pos + (size_t)t;
-				return 1;
+			if (t >= TD_TGM_MIN_MESSAGE_LEN && t <= s->len - pos) {
+				p = win_get(s->win, s->win_off, s->win_len,
+					    pos + t - 8, 8, &s->need_off,
+					    &s->need_len);
+				if (!p)
+					return -EAGAIN;
+				if (!memcmp(p, END_MAGIC, 8)) {
+					out->offset = pos;
+					out->length = t;
+					s->pos = pos + t;
+					return 1;
+				}
 			}
 			s->pos = pos + 1;
 			continue;
 		}
 		/* step 4: streaming, first end magic at >= pos + 24 */
-		size_t e = scan_end_magic(s, pos + TD_TGM_PREAMBLE_LEN);
-		if (e != SIZE_MAX) {
+		rc = td_tgm_scan_end_magic(s, pos + TD_TGM_PREAMBLE_LEN, &e);
+		if (rc < 0)
+			return rc;
+		if (e != UINT64_MAX) {
 			out->offset = pos;
 			out->length = e + 8 - pos;
 			s->pos = e + 8;

@@ -66,16 +66,34 @@ struct td_tgm_walk {
 	bool head_ok;
 };
 
-/* Scan iterator (§12); caller's storage, borrows the buffer. */
+/*
+ * Scan iterator (§12); caller's storage, borrows the bytes it is given.
+ * One implementation for a buffer held whole (td_tgm_scan_init(): its
+ * window is the whole input) and for a reader that is not
+ * (td_tgm_scan_begin(): a file read with pread, tools/tgm-file.c, fed
+ * windows on -EAGAIN like the windowed walk). All offsets are input
+ * offsets.
+ */
 struct td_tgm_scanner {
-	const uint8_t *buf;
-	size_t len;
-	size_t pos;
-	/* cache: the first end magic at or after magic_from is magic_at
-	 * (SIZE_MAX: none), so a run of streaming preambles without an end
-	 * stays linear */
-	size_t magic_from;
-	size_t magic_at;
+	uint64_t len;  /* the input's length */
+	uint64_t stop; /* no message starting beyond it is looked for */
+	/* private */
+	uint64_t pos;
+	/* the v3 preamble at cand_pos (its total_length), read before a
+	 * -EAGAIN, when cand_ok */
+	uint64_t cand_pos, cand_total;
+	bool cand_ok;
+	/* end-magic cache: no end magic starts in [magic_from, magic_next);
+	 * when magic_done, magic_at (== magic_next) is the first at or after
+	 * magic_from (UINT64_MAX: none), so a run of streaming preambles
+	 * without an end stays linear; magic_from UINT64_MAX: empty */
+	uint64_t magic_from, magic_next, magic_at;
+	bool magic_done;
+	/* the bytes the scan may look at: input [win_off, win_off + win_len) */
+	const uint8_t *win;
+	uint64_t win_off, win_len;
+	/* after -EAGAIN: the input bytes it looks at next */
+	uint64_t need_off, need_len;
 };
 
 /*
@@ -103,7 +121,8 @@ int td_tgm_walk_init(const uint8_t *msg, size_t len, struct td_tgm_walk *it,
  * preamble: pre holds pre_len = min(24, avail) bytes, avail is how many
  * bytes the input has from the preamble on, stream_end is where a
  * streaming message (total_length 0) ends: the first end magic at an
- * offset >= 24 plus 8, or 0 when there is none (the caller searched).
+ * offset >= 24 plus 8, or 0 when there is none (the caller searched,
+ * with td_tgm_scan_end_magic() as td_tgm_walk_init() does).
  * Returns 0 with it->length (the message end) set, or the error of E1-E5,
  * E8 as td_tgm_walk_init() gives it. Then td_tgm_walk_post() with the 24
  * bytes at it->length - 24: E6, E7. The walk then holds no bytes: feed
@@ -143,13 +162,43 @@ void td_tgm_scan_init(const uint8_t *buf, size_t len,
 		      struct td_tgm_scanner *s);
 
 /*
+ * The same scan for a reader that does not hold the input (a file read
+ * with pread; tools/tgm-file.c): len is the input's length, stop the
+ * last offset at which a message may start (UINT64_MAX: any). The scan
+ * then holds no bytes: feed it with td_tgm_scan_window() when
+ * td_tgm_scan_next() or td_tgm_scan_end_magic() says -EAGAIN.
+ */
+void td_tgm_scan_begin(struct td_tgm_scanner *s, uint64_t len,
+		       uint64_t stop);
+/*
+ * Let the scan look at buf[0, len) = input bytes [off, off + len)
+ * (borrowed until the next call that replaces it; a caller whose buffer
+ * is also written by others replaces it before each step).
+ */
+void td_tgm_scan_window(struct td_tgm_scanner *s, const uint8_t *buf,
+			uint64_t off, size_t len);
+
+/*
  * Find the next message. Returns 1 with *out filled, 0 when no further
  * message exists (and forever after). Junk, wrong-version preambles,
  * damaged ends and truncated tails are stepped over, never reported.
+ * A windowed scan may return -EAGAIN instead (never one made by
+ * td_tgm_scan_init()): it looks at input bytes [need_off, need_off +
+ * need_len) next (8 <= need_len, need_off + need_len <= len; a search
+ * asks for all it would read); give a window that holds at least the
+ * first min(need_len, TD_TGM_PREAMBLE_LEN) of them, or more, and call
+ * again. Each -EAGAIN is progress: a search asks for the bytes past
+ * those it has searched.
  */
 int td_tgm_scan_next(struct td_tgm_scanner *s, struct td_tgm_span *out);
 
-
-
+/*
+ * Rule 3's search, shared by the scan (step 4) and the walk (the end of
+ * a streaming message): the first end magic at an input offset >= from,
+ * whole in the input, into *at (UINT64_MAX: none). 0, or -EAGAIN as
+ * td_tgm_scan_next() says it.
+ */
+int td_tgm_scan_end_magic(struct td_tgm_scanner *s, uint64_t from,
+			  uint64_t *at);
 
 #endif

@@ -1120,11 +1120,9 @@ Test(tgm, scan_iterator_matches_scan_all_and_stays_ended)
 	cr_assert_eq(td_tgm_scan_next(&sc, &one), 0);
 }
 
-Test(tgm, scan_stays_linear_on_endless_streaming_preambles, .timeout = 60)
+/* n bytes of streaming preambles and no end magic (malloc'ed). */
+static uint8_t *endless_streaming_preambles(size_t n)
 {
-	/* 8 MiB of streaming preambles and no end magic: a naive end-magic
-	 * search from every preamble would read ~10^12 bytes */
-	size_t n = 8u << 20;
 	uint8_t *p = malloc(n);
 	static const uint8_t pre[24] = "TENSOGRM\0\3";
 
@@ -1132,6 +1130,16 @@ Test(tgm, scan_stays_linear_on_endless_streaming_preambles, .timeout = 60)
 	for (size_t o = 0; o + 24 <= n; o += 24)
 		memcpy(p + o, pre, 24);
 	memset(p + n - n % 24, 0, n % 24);
+	return p;
+}
+
+Test(tgm, scan_stays_linear_on_endless_streaming_preambles, .timeout = 60)
+{
+	/* 8 MiB of streaming preambles and no end magic: a naive end-magic
+	 * search from every preamble would read ~10^12 bytes */
+	size_t n = 8u << 20;
+	uint8_t *p = endless_streaming_preambles(n);
+
 	cr_assert_eq(td_tgm_scan_all(p, n, NULL, 0), 0);
 	/* the same with one end magic at the very end: one message */
 	memcpy(p + n - 8, "39277777", 8);
@@ -1940,4 +1948,188 @@ Test(tgm, windowed_walk_matches_the_in_memory_walk)
 			}
 		}
 	}
+}
+
+/* ------------------------------------------------------------------ */
+/* The windowed scan (td_tgm_scan_begin/_window: a file read with pread)
+ * against the in-memory one: one implementation of §12, fed two ways */
+
+/* Give the scan a fresh exact-size window at need_off: w_len bytes, but
+ * at least min(need_len, 24) (the contract); w_len 0: need_len exactly.
+ * Returns the bytes given. */
+static uint64_t give_scan(struct td_tgm_scanner *s, uint8_t **w,
+			  const uint8_t *p, size_t w_len)
+{
+	uint64_t off = s->need_off, n = s->need_len;
+
+	cr_assert(n >= 8, "asked for %llu bytes", (unsigned long long)n);
+	cr_assert(off <= s->len && n <= s->len - off,
+		  "asked beyond the input");
+	if (w_len) {
+		if (n > 24)
+			n = 24;
+		if (n < w_len)
+			n = w_len;
+		if (n > s->len - off)
+			n = s->len - off;
+	}
+	free(*w);
+	*w = dup_exact(p + off, (size_t)n);
+	td_tgm_scan_window(s, *w, off, (size_t)n);
+	return n;
+}
+
+/*
+ * The windowed scan of p[0, len) with windows of w_len, stop as given,
+ * finds exactly the in-memory scan's messages that start at or before
+ * stop, and stays ended. Returns the bytes it was given.
+ */
+static uint64_t windowed_scan_same(const uint8_t *p, size_t len,
+				   size_t w_len, uint64_t stop)
+{
+	struct td_tgm_scanner a, b;
+	struct td_tgm_span sa, sb;
+	uint8_t *w = NULL;
+	uint64_t given = 0;
+	int ra, rb;
+
+	td_tgm_scan_init(p, len, &a);
+	td_tgm_scan_begin(&b, len, stop);
+	for (int steps = 0;; steps++) {
+		cr_assert_lt(steps, 4096);
+		ra = td_tgm_scan_next(&a, &sa);
+		if (ra == 1 && sa.offset > stop)
+			ra = 0;
+		for (size_t asks = 0;
+		     (rb = td_tgm_scan_next(&b, &sb)) == -EAGAIN; asks++) {
+			cr_assert_leq(asks, len, "the scan asks for ever");
+			given += give_scan(&b, &w, p, w_len);
+		}
+		cr_assert_eq(ra, rb, "step %d: len %zu window %zu stop %llu",
+			     steps, len, w_len, (unsigned long long)stop);
+		if (ra != 1)
+			break;
+		cr_assert(sa.offset == sb.offset && sa.length == sb.length,
+			  "step %d: len %zu window %zu: (%llu, %llu) vs "
+			  "(%llu, %llu)", steps, len, w_len,
+			  (unsigned long long)sa.offset,
+			  (unsigned long long)sa.length,
+			  (unsigned long long)sb.offset,
+			  (unsigned long long)sb.length);
+	}
+	cr_assert_eq(td_tgm_scan_next(&b, &sb), 0, "stays ended");
+	free(w);
+	return given;
+}
+
+/* Every prefix, every byte flipped and the whole of p[0, len), each an
+ * exact-size copy (ASan sees a read past it), with windows of w_len. */
+static void windowed_scan_mutations(const uint8_t *p, size_t len,
+				    size_t w_len)
+{
+	uint8_t *d;
+
+	for (size_t n = 0; n <= len; n++) {
+		d = dup_exact(p, n);
+		windowed_scan_same(d, n, w_len, UINT64_MAX);
+		free(d);
+	}
+	for (size_t k = 0; k < len; k++) {
+		d = dup_exact(p, len);
+		d[k] ^= 0xff;
+		windowed_scan_same(d, len, w_len, UINT64_MAX);
+		free(d);
+	}
+	for (size_t k = 0; k < 4; k++) {
+		static const uint64_t stops[] = { 0, 1, 600, 4095 };
+
+		windowed_scan_same(p, len, w_len, stops[k]);
+	}
+}
+
+/*
+ * tensorctl scans .tgm files through the windowed scan: it must find
+ * what the in-memory scan finds, for single messages, concatenations
+ * with junk between them, every prefix and every byte flipped, fed the
+ * bytes it asks for (all of them, or the least it accepts) or windows of
+ * 9 and 4096 bytes.
+ */
+Test(tgm, windowed_scan_matches_the_in_memory_scan)
+{
+	static const size_t wins[] = { 0, 1, 9, 4096 };
+	struct mb m = { .len = 0 };
+
+	for (int kind = 0; kind < 5; kind++) {
+		m.len = 0;
+		if (kind == 0)
+			mb_buffered(&m, 2, true);
+		else if (kind == 1)
+			mb_streaming(&m, 2, true, true, false);
+		else if (kind == 2)
+			mb_streaming(&m, 1, false, false, true);
+		else if (kind == 3)
+			seed_concat_with_junk(&m);
+		else {
+			/* messages back to back, junk and near misses
+			 * between them, a bare streaming preamble last */
+			mb_streaming(&m, 1, false, false, false);
+			mb_buffered(&m, 1, false);
+			mb_bare_preamble(&m, 3, 48);
+			mb_put(&m, "TENSOGRM39277777", 16);
+			mb_streaming(&m, 1, true, false, true);
+			mb_put(&m, "3927777\0TENSOGR", 15);
+			mb_bare_preamble(&m, 3, 0);
+			mb_put(&m, "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 16);
+		}
+		for (size_t i = 0; i < sizeof(wins) / sizeof(wins[0]); i++)
+			windowed_scan_mutations(m.b, m.len, wins[i]);
+	}
+}
+
+/* Its end-magic cache keeps the windowed scan linear too: 8 MiB of
+ * streaming preambles without an end read in 1 MiB windows. */
+Test(tgm, windowed_scan_stays_linear_on_endless_streaming_preambles,
+     .timeout = 60)
+{
+	size_t n = 8u << 20;
+	uint8_t *p = endless_streaming_preambles(n);
+
+	cr_assert_leq(windowed_scan_same(p, n, 1u << 20, UINT64_MAX), 3 * n);
+	memcpy(p + n - 8, "39277777", 8);
+	cr_assert_leq(windowed_scan_same(p, n, 1u << 20, UINT64_MAX), 3 * n);
+	free(p);
+}
+
+/* The upstream vectors, their mutations, and all of them concatenated
+ * with junk between them. */
+Test(tgm, windowed_scan_matches_on_the_upstream_vectors)
+{
+	static const size_t wins[] = { 0, 1, 64 };
+	const char *dir = vectors_dir();
+	json_object *exp = load_expected(dir);
+	struct jiter ji;
+	const char *name;
+	json_object *jv;
+	uint8_t *all = NULL;
+	size_t all_len = 0;
+
+	jiter_init(&ji, exp);
+	while (jiter_next(&ji, &name, &jv)) {
+		size_t len;
+		uint8_t *buf = read_vector(dir, name, &len);
+
+		for (size_t i = 0; i < sizeof(wins) / sizeof(wins[0]); i++)
+			windowed_scan_mutations(buf, len, wins[i]);
+		all = realloc(all, all_len + len + 5);
+		cr_assert(all);
+		memcpy(all + all_len, buf, len);
+		memcpy(all + all_len + len, "TENS\xff", 5);
+		all_len += len + 5;
+		free(buf);
+	}
+	for (size_t i = 0; i < sizeof(wins) / sizeof(wins[0]); i++)
+		windowed_scan_same(all, all_len, wins[i], UINT64_MAX);
+	windowed_scan_same(all, all_len, 4096, UINT64_MAX);
+	free(all);
+	json_object_put(exp);
 }

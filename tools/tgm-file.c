@@ -10,25 +10,14 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "bytes.h"
 #include "output.h"
 #include "tensorctl.h"
-
-static const uint8_t MAGIC[8] = {'T', 'E', 'N', 'S', 'O', 'G', 'R', 'M'};
-static const uint8_t END_MAGIC[8] = {'3', '9', '2', '7', '7', '7', '7', '7'};
 
 /* What one read of a search or a hash takes: memory stays this. */
 #define CHUNK (1u << 20)
 /* The most of a descriptor read (a real one is a few hundred bytes). */
 #define DESC_MAX (16u << 20)
-
-static uint64_t be(const uint8_t *p, unsigned n)
-{
-	uint64_t v = 0;
-
-	while (n--)
-		v = v << 8 | *p++;
-	return v;
-}
 
 static int io_fail(struct tgm_src *s, int err)
 {
@@ -77,117 +66,45 @@ int tgm_src_fail(const struct tgm_src *s)
 }
 
 /*
- * The first at in [from, last] with the 8 bytes pat at at (UINT64_MAX:
- * none), reading CHUNK bytes at a time, 7 of them again across a seam.
+ * Give a windowed scan (proto's, which does the search) the bytes it asks
+ * for: a buffer's own, or at most CHUNK of a file read into one buffer
+ * (every scan's: a scan step starts with td_tgm_scan_window() of nothing).
  */
-static int find8(struct tgm_src *s, uint64_t from, uint64_t last,
-                 const uint8_t *pat, uint64_t *at)
+static int scan_feed(struct tgm_src *s, struct td_tgm_scanner *it)
 {
 	static uint8_t buf[CHUNK];
+	uint64_t off = it->need_off, n = it->need_len;
 
-	*at = UINT64_MAX;
-	if (s->size < 8)
+	/* need_off + need_len <= it->len <= s->size */
+	if (s->fd < 0) {
+		td_tgm_scan_window(it, s->buf + off, off,
+		                   (size_t)(s->size - off));
 		return 0;
-	if (last > s->size - 8)
-		last = s->size - 8;
-	while (from <= last) {
-		uint64_t n = last - from + 8; /* >= 8 */
-		const uint8_t *p;
-
-		if (n > CHUNK)
-			n = CHUNK;
-		if (tgm_src_read(s, from, buf, n) < 0)
-			return -EIO;
-		p = memmem(buf, n, pat, 8);
-		if (p) {
-			*at = from + (uint64_t)(p - buf);
-			return 0;
-		}
-		from += n - 7;
 	}
+	if (n > CHUNK)
+		n = CHUNK;
+	if (tgm_src_read(s, off, buf, n) < 0)
+		return -EIO;
+	td_tgm_scan_window(it, buf, off, (size_t)n);
 	return 0;
 }
 
 void tgm_scan_init(struct tgm_scan *sc, struct tgm_src *s, uint64_t stop)
 {
 	sc->s = s;
-	sc->pos = 0;
-	sc->stop = stop;
-	sc->magic_from = UINT64_MAX;
-	sc->magic_at = UINT64_MAX;
-	if (s->fd < 0)
-		td_tgm_scan_init(s->buf, s->size, &sc->mem);
+	td_tgm_scan_begin(&sc->it, s->size, stop);
 }
 
-/* find8() of the end magic through the cache (td_tgm_scanner's). */
-static int scan_end_magic(struct tgm_scan *sc, uint64_t from, uint64_t *at)
-{
-	if (sc->magic_from != UINT64_MAX && from >= sc->magic_from &&
-	    from <= sc->magic_at) {
-		*at = sc->magic_at;
-		return 0;
-	}
-	if (find8(sc->s, from, UINT64_MAX, END_MAGIC, at) < 0)
-		return -EIO;
-	sc->magic_from = from;
-	sc->magic_at = *at;
-	return 0;
-}
-
-/* td_tgm_scan_next(), step for step, on a file (§12). */
 int tgm_scan_next(struct tgm_scan *sc, struct td_tgm_span *out)
 {
-	struct tgm_src *s = sc->s;
-	uint64_t size = s->size;
+	int rc;
 
-	if (s->fd < 0)
-		return td_tgm_scan_next(&sc->mem, out);
-	while (size - sc->pos >= TD_TGM_MIN_MESSAGE_LEN) {
-		uint64_t last = size - TD_TGM_MIN_MESSAGE_LEN, pos, t, e;
-		uint8_t pre[TD_TGM_PREAMBLE_LEN], end[8];
-
-		if (last > sc->stop)
-			last = sc->stop;
-		if (find8(s, sc->pos, last, MAGIC, &pos) < 0)
+	if (sc->s->fd >= 0) /* another scan may have refilled the buffer */
+		td_tgm_scan_window(&sc->it, NULL, 0, 0);
+	while ((rc = td_tgm_scan_next(&sc->it, out)) == -EAGAIN)
+		if (scan_feed(sc->s, &sc->it) < 0)
 			return -EIO;
-		if (pos == UINT64_MAX) {
-			sc->pos = size;
-			break;
-		}
-		sc->pos = pos;
-		if (tgm_src_read(s, pos, pre, sizeof(pre)) < 0)
-			return -EIO;
-		if (be(pre + 8, 2) != TD_TGM_VERSION) {
-			sc->pos = pos + 1; /* step 2: skip, not fatal */
-			continue;
-		}
-		t = be(pre + 16, 8);
-		if (t > 0) { /* step 3 */
-			if (t >= TD_TGM_MIN_MESSAGE_LEN && t <= size - pos) {
-				if (tgm_src_read(s, pos + t - 8, end, 8) < 0)
-					return -EIO;
-				if (!memcmp(end, END_MAGIC, 8)) {
-					out->offset = pos;
-					out->length = t;
-					sc->pos = pos + t;
-					return 1;
-				}
-			}
-			sc->pos = pos + 1;
-			continue;
-		}
-		/* step 4: streaming, first end magic at >= pos + 24 */
-		if (scan_end_magic(sc, pos + TD_TGM_PREAMBLE_LEN, &e) < 0)
-			return -EIO;
-		if (e != UINT64_MAX) {
-			out->offset = pos;
-			out->length = e + 8 - pos;
-			sc->pos = e + 8;
-			return 1;
-		}
-		sc->pos = pos + 1;
-	}
-	return 0;
+	return rc;
 }
 
 int tgm_walk_open(struct tgm_walk *w, struct tgm_src *s, uint64_t base,
@@ -195,7 +112,7 @@ int tgm_walk_open(struct tgm_walk *w, struct tgm_src *s, uint64_t base,
 {
 	uint8_t pre[TD_TGM_PREAMBLE_LEN], post[TD_TGM_POSTAMBLE_LEN];
 	size_t pl = avail < sizeof(pre) ? (size_t)avail : sizeof(pre);
-	uint64_t stream_end = 0, at;
+	uint64_t stream_end = 0, at = UINT64_MAX;
 	int rc;
 
 	w->s = s;
@@ -203,11 +120,19 @@ int tgm_walk_open(struct tgm_walk *w, struct tgm_src *s, uint64_t base,
 	if (tgm_src_read(s, base, pre, pl) < 0)
 		return -EIO;
 	/* a streaming message ends at its first end magic (rule 3) */
-	if (pl == sizeof(pre) && be(pre + 16, 8) == 0 &&
-	    avail >= TD_TGM_PREAMBLE_LEN + 8) {
-		if (find8(s, base + TD_TGM_PREAMBLE_LEN, base + avail - 8,
-		          END_MAGIC, &at) < 0)
-			return -EIO;
+	if (pl == sizeof(pre) && td__be64(pre + 16) == 0) {
+		struct td_tgm_scanner sc;
+		uint64_t end = s->size;
+
+		/* the scan's search, over [base, base + avail) of the file */
+		if (base < end && avail < end - base)
+			end = base + avail;
+		td_tgm_scan_begin(&sc, end, UINT64_MAX);
+		while ((rc = td_tgm_scan_end_magic(
+		                &sc, base + TD_TGM_PREAMBLE_LEN, &at)) ==
+		       -EAGAIN)
+			if (scan_feed(s, &sc) < 0)
+				return -EIO;
 		stream_end = at == UINT64_MAX ? 0 : at - base + 8;
 	}
 	rc = td_tgm_walk_begin(pre, pl, avail, stream_end, &w->it, e);
@@ -265,7 +190,7 @@ int tgm_frame_hash_ok(struct tgm_src *s, uint64_t base,
 	/* every footer ends [hash u64][ENDF] (§6) */
 	if (tgm_src_read(s, base + fr->offset + fr->length - 12, slot, 8) < 0)
 		return -EIO;
-	return XXH3_64bits_digest(&st) == be(slot, 8);
+	return XXH3_64bits_digest(&st) == td__be64(slot);
 }
 
 int tgm_frame_payload(struct tgm_src *s, uint64_t base,

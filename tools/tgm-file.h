@@ -37,12 +37,10 @@ int tgm_src_read(struct tgm_src *s, uint64_t off, void *dst, uint64_t len);
 /* tctl_fail() for src->io_err: TCTL_REFUSED. */
 int tgm_src_fail(const struct tgm_src *s);
 
-/* The scan (§12) of a source; caller's storage. */
+/* The scan (§12) of a source (proto's windowed scan); caller's storage. */
 struct tgm_scan {
 	struct tgm_src *s;
-	struct td_tgm_scanner mem; /* a buffer: proto's own scan */
-	uint64_t pos, stop;
-	uint64_t magic_from, magic_at; /* as in td_tgm_scanner */
+	struct td_tgm_scanner it;
 };
 
 /* stop: no message starting beyond it is looked for (UINT64_MAX: none). */
