@@ -59,6 +59,16 @@ static uint64_t n_sent, n_fds, n_replies, n_cut, n_valid, n_mutated,
 	n_random;
 static uint64_t S;
 
+static uint64_t rnd(void);
+
+/* What a HELLO names: nothing, a reader's own fences, or every bit. */
+static uint32_t some_features(void)
+{
+	uint32_t k = (uint32_t)(rnd() % 3);
+
+	return k == 0 ? 0 : k == 1 ? TD_WIRE_FEAT_FENCE_OWN : 0xFFFFFFFFu;
+}
+
 static uint64_t rnd(void)
 {
 	S ^= S >> 12;
@@ -152,7 +162,7 @@ static size_t valid(unsigned nfds)
 	case TD_OP_HELLO: {
 		struct td_wire_hello_req r = {(uint32_t)(rnd() % 3),
 					      (int)(rnd() % 8) - 1,
-					      {"fuzz", 4}, 0};
+					      {"fuzz", 4}, some_features()};
 		n = td_wire_hello_req_encode(&r, b, cap);
 		break;
 	}
@@ -169,10 +179,13 @@ static size_t valid(unsigned nfds)
 		uint64_t shape[1] = {len};
 		struct td_blob_plane pl = {.handle = 0, .size = len,
 					   .stride = len, .used = len};
+		/* now and then a fence: entry 1 (an eventfd of the pool
+		 * when the draw attaches one there) */
+		int32_t fence = rnd() % 4 ? -1 : 1;
 		struct td_blob_desc d = {
 			.storage_kind = TD_STORAGE_SHM,
 			.pid = (uint32_t)getpid(),
-			.fence_fd = -1,
+			.fence_fd = fence,
 			.dtype = TD_DTYPE_U8,
 			.quant_axis = TD_QUANT_NONE,
 			.ndim = 1,
@@ -187,8 +200,8 @@ static size_t valid(unsigned nfds)
 			.alloc_id = rnd() % 3,
 			.meta = {(const uint8_t *)"m", 1},
 			.blob = {blob, (uint32_t)(bl < 0 ? 0 : bl)},
-			.fd_count = nfds ? nfds : 1,
-			.fds = {(int)(rnd() % 16)},
+			.fd_count = nfds ? nfds : fence < 0 ? 1 : 2,
+			.fds = {(int)(rnd() % 16), (int)(rnd() % 16)},
 		};
 		n = td_wire_publish_req_encode(&r, b, cap);
 		break;
@@ -338,7 +351,7 @@ static int conn_open(struct conn *c)
 	/* most connections say HELLO first, to reach the deeper handlers */
 	if (rnd() % 8) {
 		struct td_wire_hello_req r = {(uint32_t)(rnd() % 3), -1,
-					      {"fuzz", 4}, 0};
+					      {"fuzz", 4}, some_features()};
 		int64_t n = td_wire_hello_req_encode(&r, msg + TD_WIRE_HDR_LEN,
 						     1024);
 		size_t len = with_hdr(TD_OP_HELLO, n, 0);
@@ -401,6 +414,12 @@ static void send_one(struct conn *c)
 		n_sent++;
 		n_fds += nfds;
 	}
+	/* early on (or halfway, for a short run): the pool's eventfd
+	 * signals, so fences published with it until then are relayed to
+	 * their readers' own (docs/fastpath.md, "Fences") and later ones
+	 * are signalled at once */
+	if (n_sent == (C.count / 2 < 5000 ? C.count / 2 : 5000))
+		(void)!write(pool[7], &(uint64_t){1}, sizeof(uint64_t));
 }
 
 /* ---- the check afterwards ---- */
