@@ -685,8 +685,11 @@ TD_EXPORT int td_tensor_has_fence(const struct td_tensor *t);
  * Wait until the acquire fence signals, at most timeout_ms (-1 forever,
  * 0 just look): td_fence_wait() on td_tensor_fence_fd(). Returns 0 when
  * signalled or when there is no fence, -ETIMEDOUT, -EIO a sync_file that
- * signalled an error. Reading the bytes before this returns 0 may see an
- * unfinished write. td_fence_wait() gives the reason as well.
+ * signalled an error, -ECONNRESET a consumer's own fence (a timerfd the
+ * daemon fires) that had not fired when the connection that leased it
+ * went (the daemon exited, the client was closed or reconnected):
+ * nothing fires it any more. Reading the bytes before this returns 0 may
+ * see an unfinished write. td_fence_wait() gives the reason as well.
  */
 TD_EXPORT int td_tensor_fence_wait(const struct td_tensor *t, int timeout_ms);
 /*
