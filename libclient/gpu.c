@@ -8,9 +8,11 @@
 #include "gpu.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/dma-buf.h>
 #include <linux/sync_file.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -159,18 +161,41 @@ static bool timer_armed(int fd)
 	       (cur.it_value.tv_sec || cur.it_value.tv_nsec);
 }
 
-int td_fence_wait(int fence_fd, int timeout_ms, struct td_error *err)
+/*
+ * A dup of the socket of c's connection of epoch, which a wait polls for
+ * its hang-up: -1 when that connection is gone, -2 when it cannot tell.
+ */
+static int conn_dup(struct td_client *c, uint32_t epoch)
 {
-	struct pollfd pfd = {.fd = fence_fd, .events = POLLIN};
+	int fd = -1;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->epoch == epoch && c->sock >= 0) {
+		fd = fcntl(c->sock, F_DUPFD_CLOEXEC, 0);
+		fd = fd < 0 ? -2 : fd;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return fd;
+}
+
+static int fence_wait(int fence_fd, struct td_client *c, uint32_t epoch,
+		      int timeout_ms, struct td_error *err)
+{
+	struct pollfd pfd[2] = {{.fd = fence_fd, .events = POLLIN},
+				{.fd = -1}};
 	int64_t deadline = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
 	const char *why = NULL;
-	int kind = td__fence_kind(fence_fd, &why), rc;
+	int kind = td__fence_kind(fence_fd, &why), rc, conn = -2;
 
 	if (kind < 0)
 		return td__fail(err, kind, "fence fd %d: %s", fence_fd, why);
 	/* armed: tensord fired it (one nanosecond), it is about to expire */
 	if (kind == TD__FENCE_TIMERFD && timer_armed(fence_fd))
 		return 0;
+	/* only the connection that leased it fires it: watch that one */
+	if (kind == TD__FENCE_TIMERFD && c)
+		conn = conn_dup(c, epoch);
+	pfd[1].fd = conn; /* events 0: its hang-up or error only */
 	for (;;) {
 		int left = -1;
 
@@ -179,22 +204,30 @@ int td_fence_wait(int fence_fd, int timeout_ms, struct td_error *err)
 
 			left = l < 0 ? 0 : l > INT32_MAX ? INT32_MAX : (int)l;
 		}
-		rc = poll(&pfd, 1, left);
+		rc = poll(pfd, conn >= 0 ? 2 : 1, conn == -1 ? 0 : left);
 		if (rc >= 0 || errno != EINTR)
 			break;
 	}
+	if (conn >= 0)
+		close(conn);
 	if (rc < 0)
 		return td__fail(err, -errno, "poll fence fd %d: %s", fence_fd,
 				strerror(errno));
+	if ((rc == 0 && conn == -1) || (rc > 0 && !pfd[0].revents))
+		return td__fail(err, -ECONNRESET, "fence fd %d (%s) cannot "
+				"signal any more: the connection that leased "
+				"it is gone (tensord exited, or the client "
+				"was closed or reconnected)", fence_fd,
+				kind_name(kind));
 	if (rc == 0)
 		return td__fail(err, -ETIMEDOUT, "fence fd %d (%s) did not "
 				"signal within %d ms", fence_fd,
 				kind_name(kind),
 				timeout_ms);
-	if (pfd.revents & POLLNVAL) /* closed since it was checked */
+	if (pfd[0].revents & POLLNVAL) /* closed since it was checked */
 		return td__fail(err, -EBADF, "fence fd %d is not open",
 				fence_fd);
-	if (pfd.revents & POLLERR)
+	if (pfd[0].revents & POLLERR)
 		return td__fail(err, -EIO, "fence fd %d polls an error",
 				fence_fd);
 	if (kind == TD__FENCE_SYNC_FILE) {
@@ -209,4 +242,15 @@ int td_fence_wait(int fence_fd, int timeout_ms, struct td_error *err)
 					info.status);
 	}
 	return 0;
+}
+
+int td_fence_wait(int fence_fd, int timeout_ms, struct td_error *err)
+{
+	return fence_wait(fence_fd, NULL, 0, timeout_ms, err);
+}
+
+int td__fence_wait_leased(int fence_fd, struct td_client *c, uint32_t epoch,
+			  int timeout_ms, struct td_error *err)
+{
+	return fence_wait(fence_fd, c, epoch, timeout_ms, err);
 }

@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* Largest alignment td__mmap_natural() gives: a huge page. */
@@ -22,5 +23,18 @@ void *td__mmap_natural(size_t len, int prot, int flags, int fd, off_t off);
 
 /* TD_PLANE_* of an open buffer fd (fstatfs), 0 when unknown. */
 int td__plane_kind(int fd);
+
+struct td_client;
+struct td_error;
+
+/*
+ * td_fence_wait() for a fence leased on c's connection of epoch: a
+ * consumer's own fence (a timerfd) is fired only by that connection's
+ * daemon, so once the connection is gone (the daemon exited, the client
+ * was closed or reconnected) and it has not fired, -ECONNRESET rather
+ * than a wait for what nothing will do.
+ */
+int td__fence_wait_leased(int fence_fd, struct td_client *c, uint32_t epoch,
+			  int timeout_ms, struct td_error *err);
 
 #endif

@@ -829,7 +829,10 @@ int td_tensor_has_fence(const struct td_tensor *t)
 
 int td_tensor_fence_wait(const struct td_tensor *t, int timeout_ms)
 {
-	return t->fence_fd < 0 ? 0 : td_fence_wait(t->fence_fd, timeout_ms, NULL);
+	return t->fence_fd < 0 ? 0
+			       : td__fence_wait_leased(t->fence_fd, t->c,
+						       t->epoch, timeout_ms,
+						       NULL);
 }
 
 int td_tensor_fence_fd(const struct td_tensor *t)

@@ -605,6 +605,12 @@ int tdpy_fence_wait(ClientObject *cl, struct td_tensor *t, const char *name,
 			 "within %d ms (its producer is still writing, or "
 			 "died before signalling)",
 			 name, (unsigned long long)td_tensor_version(t), ms);
+	else if (rc == -ECONNRESET)
+		snprintf(e->reason, sizeof(e->reason),
+			 "the fence of \"%s\" version %llu cannot signal any "
+			 "more: the connection that leased it is gone (tensord "
+			 "exited, or the client was closed)",
+			 name, (unsigned long long)td_tensor_version(t));
 	else if (rc < 0 && rc != -EINTR)
 		(void)td_fence_wait(td_tensor_fence_fd(t), 0, e);
 	return rc;

@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -475,6 +476,53 @@ Test(gpu, a_fence_outliving_its_version_touches_nothing)
 	td_client_close(cons);
 	td_client_close(prod);
 	tu_daemon_stop(&d, true);
+}
+
+/*
+ * A consumer's own fence is fired by the daemon of the connection that
+ * leased it, and by nothing else: once that connection is gone (the
+ * client closed while it holds the tensor, the daemon killed), a wait
+ * says so (-ECONNRESET) instead of waiting out its timeout, or forever,
+ * for a signal the producer may well have given. One fired before
+ * stays signalled.
+ */
+Test(gpu, a_fence_of_ones_own_whose_connection_is_gone_says_so)
+{
+	struct tu_daemon d;
+	struct td_error e = {0};
+	int st;
+
+	tu_daemon_start(&d, "warn");
+	struct td_client *prod = connect_to(&d);
+	struct td_client *a = connect_import(&d, "scm");
+	struct td_client *b = connect_import(&d, "auto");
+	int e1 = put_fenced(prod, "gpu/orphan", 1);
+	struct td_tensor *ta = get_of(a, "gpu/orphan");
+	struct td_tensor *tb = get_of(b, "gpu/orphan");
+	int e2 = put_fenced(prod, "gpu/fired", 2);
+	struct td_tensor *tf = get_of(b, "gpu/fired");
+
+	cr_assert_eq(td_fence_signal(e2, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_tensor_fence_wait(tf, TU_WAIT_S * 1000), 0);
+	/* a's client closed: its lease, so its relay, ended with it */
+	td_client_close(a);
+	cr_assert_eq(td_tensor_fence_wait(ta, TU_WAIT_S * 1000), -ECONNRESET);
+	td_tensor_release(ta);
+	/* the daemon gone: the producer's signal reaches nobody's own */
+	cr_assert_eq(kill(d.pid, SIGKILL), 0);
+	cr_assert(tu_reap_within(d.pid, TU_WAIT_S, &st));
+	cr_assert_eq(td_fence_signal(e1, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_tensor_fence_wait(tb, TU_WAIT_S * 1000), -ECONNRESET);
+	cr_assert_eq(td_fence_wait(td_tensor_fence_fd(tb), 0, &e), -ETIMEDOUT);
+	cr_assert_eq(td_tensor_fence_wait(tf, 0), 0, "fired before: kept");
+	td_tensor_release(tf);
+	td_tensor_release(tb);
+	td_client_close(b);
+	td_client_close(prod);
+	close(e1);
+	close(e2);
+	unlink(d.sock);
+	rmdir(d.dir);
 }
 
 Test(gpu, publishing_a_bad_fence_is_refused_with_a_reason)

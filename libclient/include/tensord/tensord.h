@@ -685,18 +685,17 @@ TD_EXPORT int td_tensor_has_fence(const struct td_tensor *t);
  * Wait until the acquire fence signals, at most timeout_ms (-1 forever,
  * 0 just look): td_fence_wait() on td_tensor_fence_fd(). Returns 0 when
  * signalled or when there is no fence, -ETIMEDOUT, -EIO a sync_file that
- * signalled an error. Reading the bytes before this returns 0 may see an
- * unfinished write. td_fence_wait() gives the reason as well.
+ * signalled an error, -ECONNRESET an own fence (timerfd) not fired when
+ * its lease's connection went (nothing fires it now). Reading the bytes
+ * before this returns 0 may see an unfinished write.
  */
 TD_EXPORT int td_tensor_fence_wait(const struct td_tensor *t, int timeout_ms);
 /*
  * The acquire fence's fd (borrowed; valid while t lives), -1 when none.
  * A GPU consumer imports a sync_file into its own API (Vulkan:
- * vkImportSemaphoreFdKHR with SYNC_FD, on a dup) instead of waiting on
- * the CPU. For a producer's eventfd it is a timerfd of this consumer's
- * own, which tensord fires when that signals (docs/fastpath.md,
- * "Fences"): wait here or poll it. An older daemon hands out the
- * producer's eventfd itself: never read() that.
+ * vkImportSemaphoreFdKHR with SYNC_FD, on a dup). For an eventfd it is a
+ * timerfd of this consumer's own, fired by tensord (docs/fastpath.md,
+ * "Fences"); an older daemon hands out the eventfd: never read() it.
  */
 TD_EXPORT int td_tensor_fence_fd(const struct td_tensor *t);
 
