@@ -164,6 +164,9 @@ struct td__opts {
 	unsigned http_max_connections, http_timeout; /* s */
 	/* $TENSORD_TEST_NO_PEERPIDFD: take the pidfd_open fallback (tests) */
 	bool no_peerpidfd;
+	/* --own-fences-only: no producer's eventfd to a reader without
+	 * TD_WIRE_FEAT_FENCE_OWN (fence.c) */
+	bool own_fences_only;
 	const char *snapshot_path;     /* --snapshot, NULL = none */
 	uint64_t snapshot_interval_ms; /* --snapshot-interval */
 };

@@ -118,11 +118,8 @@ static int watch_start(char *why, size_t cap)
 	return 0;
 }
 
-/* Look at v's fence once: its kind, and whether it signalled already. */
-static int fence_look(struct td__version *v, char *why, size_t cap)
+static uint8_t kind_of(struct td__version *v)
 {
-	struct pollfd pfd = {.fd = fence_fd(v), .events = POLLIN};
-	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = v};
 	const char *w;
 	int rc;
 
@@ -130,8 +127,17 @@ static int fence_look(struct td__version *v, char *why, size_t cap)
 		rc = td__fence_kind(fence_fd(v), &w);
 		v->fence_kind = rc < 0 ? 0xff : (uint8_t)rc;
 	}
-	if (v->fence_kind != TD__FENCE_EVENTFD ||
-	    v->fence_state != STATE_NEW)
+	return v->fence_kind;
+}
+
+/* Look at v's eventfd fence once: signalled already, or watched now. */
+static int fence_look(struct td__version *v, char *why, size_t cap)
+{
+	struct pollfd pfd = {.fd = fence_fd(v), .events = POLLIN};
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = v};
+	int rc;
+
+	if (v->fence_state != STATE_NEW)
 		return 0;
 	if (poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLIN)) {
 		v->fence_state = STATE_SIGNALLED;
@@ -186,13 +192,21 @@ int td__fence_lease(struct td__peer *p, struct td__version *v,
 {
 	int rc;
 
-	if (v->fence_ix < 0 || !(p->features & TD_WIRE_FEAT_FENCE_OWN))
+	/* a sync_file: only its driver signals it, shared as it is */
+	if (v->fence_ix < 0 || kind_of(v) != TD__FENCE_EVENTFD)
 		return 0;
+	if (!(p->features & TD_WIRE_FEAT_FENCE_OWN)) {
+		if (!td__d->opts.own_fences_only)
+			return 0; /* the producer's eventfd, as before */
+		snprintf(why, cap, "its fence is an eventfd, which this daemon "
+			 "hands only as a reader's own (--own-fences-only), "
+			 "and this client takes none (a libtensord before "
+			 "TD_WIRE_FEAT_FENCE_OWN)");
+		return -EPROTONOSUPPORT;
+	}
 	rc = fence_look(v, why, cap);
 	if (rc < 0)
 		return rc;
-	if (v->fence_kind != TD__FENCE_EVENTFD)
-		return 0; /* a sync_file: only its driver signals it */
 	rc = tfd_take(p, why, cap);
 	if (rc < 0)
 		return rc;

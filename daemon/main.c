@@ -58,6 +58,12 @@ static void usage(FILE *f)
 		"  -p, --policy FILE     who may read/write which names, "
 		"quotas\n"
 		"                        (docs/policy.md)\n"
+		"      --own-fences-only a GET of a version fenced by an "
+		"eventfd is\n"
+		"                        refused to clients that cannot take "
+		"a fence\n"
+		"                        of their own (docs/fastpath.md, "
+		"\"Fences\")\n"
 		"      --socket-mode M   octal mode of the socket file "
 		"(e.g. 0660)\n"
 		"      --socket-group G  group (name or number) of the "
@@ -220,6 +226,7 @@ static const struct option long_opts[] = {
 	{"snapshot", required_argument, NULL, 3},
 	{"snapshot-interval", required_argument, NULL, 4},
 	{"uid-limit", required_argument, NULL, 5},
+	{"own-fences-only", no_argument, NULL, 6},
 	{"http", required_argument, NULL, 20},
 	{"http-prefix", required_argument, NULL, 21},
 	{"http-max-connections", required_argument, NULL, 22},
@@ -352,6 +359,9 @@ static int parse_opt(int c, const char *arg, struct td__opts *o)
 			return 2;
 		}
 		o->snapshot_interval_ms = secs * 1000;
+		return 0;
+	case 6:
+		o->own_fences_only = true;
 		return 0;
 	case 20:
 	case 21:

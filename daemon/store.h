@@ -582,12 +582,13 @@ void td__lease_wake(struct td__store *s, struct td__version *v);
 /* ---- fence.c: a fence of each consumer's own (docs/fastpath.md) ---- */
 
 /*
- * A GET of v by p (a client that named TD_WIRE_FEAT_FENCE_OWN) took
- * lease l: when v's fence is an eventfd, l gets a timerfd of p's own,
+ * A GET of v by p took lease l: when v's fence is an eventfd and p
+ * named TD_WIRE_FEAT_FENCE_OWN, l gets a timerfd of p's own,
  * fired now if the eventfd has signalled, else when it does. 1 (l->tfd
  * goes in the reply in place of the eventfd), 0 (v has no eventfd
- * fence: the reply is as for any client), or -errno with the reason in
- * why (p's uid is out of descriptors, the daemon out of memory).
+ * fence, or p takes none and gets the eventfd), or -errno with the
+ * reason in why (p's uid is out of descriptors, the daemon out of
+ * memory; -EPROTONOSUPPORT: p takes none, and --own-fences-only).
  */
 int td__fence_lease(struct td__peer *p, struct td__version *v,
 		    struct td__lease *l, char *why, size_t cap);

@@ -801,6 +801,68 @@ Test(recycle, a_consumer_that_claims_a_buffer_it_lacks_gets_no_fd_for_it)
 	tu_daemon_stop(&d, true);
 }
 
+/*
+ * A client that takes no fence of its own (a HELLO without
+ * TD_WIRE_FEAT_FENCE_OWN, as every libtensord before it) is handed the
+ * producer's eventfd, with which it could signal or un-signal every
+ * other reader's fence. With --own-fences-only the daemon refuses it
+ * such a GET, saying why, and attaches nothing; versions without a fence
+ * and libtensord's readers are served as ever.
+ */
+Test(recycle, own_fences_only_refuses_an_eventfd_to_a_client_that_takes_none)
+{
+	static const char *const strict[] = {"--own-fences-only", NULL};
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_tensor *t;
+	struct td_error e = {0};
+	struct td_wire_get_rep g;
+	struct rawrep r;
+	uint64_t shape[1] = {4};
+	const uint8_t bytes[4] = {1, 2, 3, 4};
+	struct td_publish p = {.name = "rec/fenced", .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape,
+			       .flags = TD_PUBLISH_FENCE};
+	int sock, efd;
+
+	tu_daemon_start_args(&d, "warn", strict);
+	efd = eventfd(0, EFD_CLOEXEC);
+	cr_assert_geq(efd, 0);
+	c = conn(&d, "auto");
+	p.fence_fd = efd;
+	cr_assert_eq(td_client_put(c, &p, bytes, 4, NULL, &e), 0, "%s",
+		     e.reason);
+	p.name = "rec/plain";
+	p.flags = 0;
+	cr_assert_eq(td_client_put(c, &p, bytes, 4, NULL, &e), 0, "%s",
+		     e.reason);
+	sock = raw_scm_conn(&d);
+	raw_get(sock, 2, "rec/fenced", TD_WIRE_REQ_SCM, 0, NULL, &r, &g);
+	cr_assert_eq(r.h.status, -EPROTONOSUPPORT);
+	cr_assert_eq(r.nfds, 0, "nothing attached to a refusal");
+	struct td_wire_error er;
+	cr_assert_eq(td_wire_error_decode(rawbuf + TD_WIRE_HDR_LEN,
+					  r.h.body_len, &er, NULL),
+		     0);
+	cr_assert(memmem(er.reason.ptr, er.reason.len, "--own-fences-only",
+			 17),
+		  "%.*s", (int)er.reason.len, er.reason.ptr);
+	raw_get(sock, 3, "rec/plain", TD_WIRE_REQ_SCM, 0, NULL, &r, &g);
+	cr_assert_eq(r.h.status, 0, "no fence, no refusal");
+	td__scm_close(r.fds, r.nfds);
+	raw_release(sock, 4, g.lease_id);
+	close(sock);
+	/* libtensord takes a fence of its own: served */
+	cr_assert_eq(td_client_get(c, "rec/fenced", &t, &e), 0, "%s",
+		     e.reason);
+	cr_assert_str_eq(fd_kind(td_tensor_fence_fd(t)),
+			 "anon_inode:[timerfd]");
+	td_tensor_release(t);
+	td_client_close(c);
+	close(efd);
+	tu_daemon_stop(&d, true);
+}
+
 /* A parked SCM GET (NEWER, waiting) keeps its held ids until it is served. */
 Test(recycle, a_parked_scm_get_leaves_out_held_buffers_when_served)
 {
