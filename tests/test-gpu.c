@@ -831,29 +831,52 @@ Test(gpu, ring_planes_of_mixed_sizes_align_to_what_all_sizes_share)
 	tu_daemon_start(&d, "warn");
 	struct td_client *c = connect_to(&d);
 	for (int k = 0; k < 2; k++) {
+		const char *name = k ? "gpu/m1" : "gpu/m0";
 		struct td_ring_desc desc = {
 			.dtype = TD_TENSOR_U8, .ndim = 1, .shape = shapes[k],
 			.plane_count = 2, .plane_sizes = mixed[k],
 			.slot_count = 3, .reader_count = 1};
 		struct td_ring *r;
-		struct td_slot sl;
-		bool all_64k = true;
+		struct td_sub *sub;
+		struct td_slot sl[2];
+		struct td_view v;
+		uintptr_t a0, a1;
 
-		cr_assert_eq(td_ring_create(c, k ? "gpu/m1" : "gpu/m0", &desc,
-					    &r, &e),
-			     0, "%s", e.reason);
-		for (int n = 0; n < 3; n++) {
-			cr_assert_eq(td_ring_acquire(r, 0, &sl), 0);
-			for (uint32_t i = 0; i < 2; i++) {
-				uintptr_t a = (uintptr_t)sl.planes[i];
-
-				cr_assert_eq(a % shared[k], 0, "slot %u plane %u",
-					     sl.index, i);
-				all_64k = all_64k && a % (64 * 1024) == 0;
-			}
+		cr_assert_eq(td_ring_create(c, name, &desc, &r, &e), 0, "%s",
+			     e.reason);
+		cr_assert_eq(td_ring_subscribe(c, name, 0, &sub, &e), 0, "%s",
+			     e.reason);
+		/*
+		 * Two different slots: the reader holds the first, so the
+		 * producer cannot take it again (without the hold it may
+		 * rewrite its latest slot, and every slot seen could be 0).
+		 */
+		for (int n = 0; n < 2; n++) {
+			cr_assert_eq(td_ring_acquire(r, 0, &sl[n]), 0);
+			for (uint32_t i = 0; i < 2; i++)
+				cr_assert_eq((uintptr_t)sl[n].planes[i] %
+						     shared[k],
+					     0, "slot %u plane %u",
+					     sl[n].index, i);
 			cr_assert_eq(td_ring_publish(r, NULL), 0);
+			if (n == 0)
+				cr_assert_eq(td_sub_next(sub, 1000, &v), 0);
 		}
-		cr_assert_eq(all_64k, k == 0, "ring %d", k);
+		cr_assert_neq(sl[0].index, sl[1].index);
+		/* the slots' stride: a multiple of what all sizes share,
+		 * padded to 64 KiB only where every size is one */
+		a0 = (uintptr_t)sl[0].planes[0];
+		a1 = (uintptr_t)sl[1].planes[0];
+		uint64_t stride = (a1 > a0 ? a1 - a0 : a0 - a1) /
+				  (uint64_t)abs((int)sl[1].index -
+						(int)sl[0].index);
+		cr_assert_eq(stride % shared[k], 0, "ring %d: stride %llu", k,
+			     (unsigned long long)stride);
+		cr_assert_eq(stride % (64 * 1024) == 0, k == 0,
+			     "ring %d: stride %llu", k,
+			     (unsigned long long)stride);
+		cr_assert_eq(td_sub_release(sub), 0);
+		td_sub_close(sub);
 		td_ring_close(r);
 	}
 	td_client_close(c);
