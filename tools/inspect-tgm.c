@@ -21,17 +21,6 @@
  * (junk before the first message, spec §12); beyond it, not sniffed. */
 #define SNIFF_WINDOW 4096
 
-int inspect_tgm_sniff(const uint8_t *buf, size_t len)
-{
-	struct td_tgm_scanner s;
-	struct td_tgm_span span;
-
-	if (len >= 8 && !memcmp(buf, "TENSOGRM", 8))
-		return 1;
-	td_tgm_scan_init(buf, len, &s);
-	return td_tgm_scan_next(&s, &span) == 1 && span.offset < SNIFF_WINDOW;
-}
-
 int inspect_tgm_sniff_src(struct tgm_src *s)
 {
 	struct tgm_scan sc;

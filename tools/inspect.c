@@ -68,7 +68,7 @@ static int inspect_input(const char *path, uint64_t max)
 	/* formats with a magic first; the blob has none and is the default */
 	if (inspect_hrry_sniff(buf, len))
 		rc = inspect_hrry(path, buf, len, tctl_json);
-	else if (inspect_tgm_sniff(buf, len))
+	else if (inspect_tgm_sniff_src(&s))
 		rc = inspect_tgm(&s, tctl_json);
 	else
 		rc = inspect_blob(buf, len, tctl_json);

@@ -105,9 +105,8 @@ int inspect_blob(const uint8_t *buf, size_t len, int json);
 struct tgm_src;
 /* a .tgm file read with pread, or a stream read whole (tgm-file.h) */
 int inspect_tgm(struct tgm_src *s, int json);
-/* 1 when buf is a .tgm file: TENSOGRM magic, or a message after junk */
-int inspect_tgm_sniff(const uint8_t *buf, size_t len);
-/* the same for a source: a file is read only its first few KiB far */
+/* 1 when s is a .tgm file: TENSOGRM magic, or a message after junk; a
+ * file is read only its first few KiB far */
 int inspect_tgm_sniff_src(struct tgm_src *s);
 
 /* Hurray files (hrry.c): inspect back end, load and save. inspect_hrry
