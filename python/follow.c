@@ -32,6 +32,8 @@ typedef struct {
 	uint64_t last;       /* version last given, 0 if none */
 	struct td_tensor *fenced; /* taken, its fence not signalled in a
 				   * next(): the next one waits on it */
+	int fenced_fd;       /* its fence, in the client's epoll set while it
+			      * waits in poll() mode; -1 none */
 	bool busy;           /* next() waiting with the GIL released */
 	int efd;             /* poll() mode: td_follow_fd, in the client's
 			      * epoll set (Client.fileno()); -1 before */
@@ -55,6 +57,7 @@ PyObject *tdpy_client_follow(ClientObject *self, PyObject *args)
 	Py_INCREF(self);
 	fo->client = self;
 	fo->efd = -1;
+	fo->fenced_fd = -1;
 	fo->name = PyUnicode_FromString(name);
 	c = fo->name ? tdpy_client_enter(self) : NULL;
 	if (!c) {
@@ -161,6 +164,44 @@ static int wait_next(FollowObject *fo, int ms, struct td_tensor **t,
 	return rc;
 }
 
+/* The taken tensor whose fence did not signal, out of the epoll set. */
+static struct td_tensor *fenced_take(FollowObject *fo)
+{
+	struct td_tensor *t = fo->fenced;
+
+	if (fo->fenced_fd >= 0 && fo->client->epfd >= 0)
+		(void)epoll_ctl(fo->client->epfd, EPOLL_CTL_DEL, fo->fenced_fd,
+				NULL);
+	fo->fenced_fd = -1;
+	fo->fenced = NULL;
+	return t;
+}
+
+/*
+ * t waits for its fence, kept for the next next() or poll(). In poll()
+ * mode its fence fd joins Client.fileno()'s epoll set, so the loop wakes
+ * when it signals (every kind polls readable then: an eventfd, a
+ * sync_file, the timerfd tensord fires); where it cannot join, the
+ * follow's timerfd looks again in a millisecond.
+ */
+static void fenced_keep(FollowObject *fo, struct td_tensor *t)
+{
+	struct epoll_event ee = {.events = EPOLLIN};
+	int fd = td_tensor_fence_fd(t);
+
+	fo->fenced = t;
+	if (fo->efd < 0)
+		return;
+	if (fo->client->epfd >= 0 && fd >= 0 &&
+	    epoll_ctl(fo->client->epfd, EPOLL_CTL_ADD, fd, &ee) == 0) {
+		fo->fenced_fd = fd;
+		return;
+	}
+	(void)timerfd_settime(fo->efd, 0,
+			      &(struct itimerspec){.it_value = {0, 1000000}},
+			      NULL);
+}
+
 static PyObject *follow_wait(FollowObject *fo, int ms)
 {
 	struct td_tensor *t = NULL;
@@ -169,8 +210,7 @@ static PyObject *follow_wait(FollowObject *fo, int ms)
 
 	if (give_back(fo) < 0)
 		return NULL;
-	t = fo->fenced;
-	fo->fenced = NULL;
+	t = fenced_take(fo);
 	rc = t ? 0 : wait_next(fo, ms, &t, &e);
 	/* given only once its fence signalled; until then it stays taken,
 	 * and the next next() waits on it again (not on a newer one) */
@@ -178,7 +218,7 @@ static PyObject *follow_wait(FollowObject *fo, int ms)
 		rc = tdpy_fence_wait(NULL, t, PyUnicode_AsUTF8(fo->name), ms,
 				     &e);
 		if (rc < 0)
-			fo->fenced = t;
+			fenced_keep(fo, t);
 	}
 	fo->busy = false;
 	/* a sleep in td_follow_next() disarms the poll() waiter: wake
@@ -249,17 +289,12 @@ static PyObject *follow_poll_m(FollowObject *fo, PyObject *unused)
 
 	if (!follow_usable(fo) || follow_start(fo) < 0 || give_back(fo) < 0)
 		return NULL;
-	t = fo->fenced;
-	fo->fenced = NULL;
+	t = fenced_take(fo);
 	rc = t ? 0 : td_follow_poll(fo->f, &t, &e);
 	if (rc == 0 &&
 	    tdpy_fence_wait(NULL, t, PyUnicode_AsUTF8(fo->name), 0, &e) < 0) {
-		/* a fence wakes nobody: look again in a millisecond */
-		fo->fenced = t;
-		(void)timerfd_settime(fo->efd, 0,
-				      &(struct itimerspec){
-					      .it_value = {0, 1000000}},
-				      NULL);
+		/* fileno() wakes when the fence signals (fenced_keep) */
+		fenced_keep(fo, t);
 		rc = -EAGAIN;
 	}
 	fo->busy = false;
@@ -280,12 +315,14 @@ static PyObject *follow_iternext(FollowObject *fo)
 
 static PyObject *follow_release_m(FollowObject *fo, PyObject *unused)
 {
+	struct td_tensor *t;
+
 	if (give_back(fo) < 0)
 		return NULL;
 	/* one taken whose fence did not signal in time goes back too */
-	if (fo->fenced)
-		td_tensor_release(fo->fenced);
-	fo->fenced = NULL;
+	t = fenced_take(fo);
+	if (t)
+		td_tensor_release(t);
 	fo->busy = false;
 	Py_RETURN_NONE;
 }
@@ -295,15 +332,15 @@ static PyObject *follow_release_m(FollowObject *fo, PyObject *unused)
 static void follow_really_close(FollowObject *fo)
 {
 	struct td_follow *f = fo->f;
+	struct td_tensor *t;
 
 	if (fo->efd >= 0 && fo->client->epfd >= 0)
 		epoll_ctl(fo->client->epfd, EPOLL_CTL_DEL, fo->efd, NULL);
+	t = fenced_take(fo); /* before the epoll set may go */
 	fo->efd = -1; /* td_follow_close() closes it */
 	fo->f = NULL;
-	if (fo->fenced) {
-		td_tensor_release(fo->fenced);
-		fo->fenced = NULL;
-	}
+	if (t)
+		td_tensor_release(t);
 	if (f) {
 		Py_BEGIN_ALLOW_THREADS
 		td_follow_close(f);

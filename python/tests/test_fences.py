@@ -151,6 +151,32 @@ def test_follow_poll_gives_a_fenced_version_once_signalled(client, prod):
     os.close(fence)
 
 
+def test_a_pending_fence_wakes_the_loop_when_it_signals_not_before(
+        client, prod):
+    """In poll() mode the fence's fd joins fileno() while the version
+    waits for it: the loop wakes at the signal, not every millisecond."""
+    f = client.follow("gpu/fw")
+    fence = prod.put_fenced("gpu/fw", b"\x05" * 8)
+    assert f.poll() is None
+    assert f.poll() is None
+    client.poll()
+    r, _, _ = select.select([client.fileno()], [], [], 0.2)
+    assert r == [], "fileno() woke with the fence still pending"
+    prod.signal(fence)
+    r, _, _ = select.select([client.fileno()], [], [], 10)
+    assert r, "the fence's signal did not wake the loop"
+    x = f.poll()
+    assert x is not None and x.tobytes() == b"\x05" * 8
+    # given: its fence holds fileno() readable no more
+    client.poll()
+    r, _, _ = select.select([client.fileno()], [], [], 0)
+    assert r == []
+    x.release()
+    del x
+    f.close()
+    os.close(fence)
+
+
 def test_follow_release_gives_back_a_version_whose_fence_is_pending(
         client, prod):
     f = client.follow("gpu/fr")
