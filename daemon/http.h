@@ -11,6 +11,7 @@
 #ifndef TD_DAEMON_HTTP_H
 #define TD_DAEMON_HTTP_H
 
+#include "http-hdr.h"
 #include "store.h"
 
 #include <microhttpd.h>
@@ -38,16 +39,9 @@ enum MHD_Result td__http_queue(struct MHD_Connection *c, unsigned code,
 /* A short text/plain reply (405 adds Allow). */
 enum MHD_Result td__http_text(struct MHD_Connection *c, unsigned code,
                               const char *msg);
-/*
- * The Range header against a body of len bytes (RFC 9110): 0 none, 1 a
- * satisfiable range in [*a, *a + *n), -1 unsatisfiable (or a form this
- * server does not serve: several ranges).
- */
+/* td__http_range_parse() (http-hdr.h) of c's Range header. */
 int td__http_range(struct MHD_Connection *c, uint64_t len, uint64_t *a,
                    uint64_t *n);
-/* Whether If-None-Match (NULL: absent) names etag: "*", or a list of
- * tags compared weakly (RFC 9110). */
-bool td__http_etag_matches(const char *inm, const char *etag);
 /* 416 with Content-Range: bytes * /len. */
 enum MHD_Result td__http_unsatisfiable(struct MHD_Connection *c, uint64_t len);
 /* Content-Range (ranged) and the common headers; 200 or 206. */

@@ -716,6 +716,9 @@ int td_zarr_array_read(struct json_object *meta, struct td_zarr_array *a,
 		FAIL(-EBADMSG, "codecs is missing or empty");
 	codec = json_object_array_get_idx(v, 0);
 	if (json_object_is_type(codec, json_type_object) &&
+	    !json_object_is_type(member(codec, "name"), json_type_string))
+		FAIL(-EBADMSG, "the first codec has no name");
+	if (json_object_is_type(codec, json_type_object) &&
 	    !is_str(member(codec, "name"), "bytes"))
 		FAIL(-ENOTSUP, "codec \"%s\" is not supported (only bytes)",
 		     json_object_get_string(member(codec, "name")));

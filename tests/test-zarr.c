@@ -284,6 +284,12 @@ Test(meta, read_accepts_and_refuses_with_reasons)
 	        {ARR_HEAD "\"data_type\":\"float32\",\"fill_value\":0,"
 	                  "\"codecs\":[{\"name\":\"bytes\"}]}",
 	         -EBADMSG, "no endian"},
+	        {ARR_HEAD "\"data_type\":\"uint8\",\"fill_value\":0,"
+	                  "\"codecs\":[{\"configuration\":{}}]}",
+	         -EBADMSG, "the first codec has no name"},
+	        {ARR_HEAD "\"data_type\":\"uint8\",\"fill_value\":0,"
+	                  "\"codecs\":[{\"name\":7}]}",
+	         -EBADMSG, "the first codec has no name"},
 	        {ARR_HEAD "\"data_type\":\"uint8\",\"fill_value\":256,"
 	                  "\"codecs\":[{\"name\":\"bytes\"}]}",
 	         -EBADMSG, "fill_value"},

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The request headers the HTTP store reads itself (http-hdr.h): Range
+ * (RFC 9110 14.2) and If-None-Match (13.1.2). Plain strings in, no
+ * libmicrohttpd, so that tests/fuzz/fuzz-http-hdr.c fuzzes exactly this.
+ */
+#include "http-hdr.h"
+
+#include <string.h>
+#include <strings.h>
+
+/* A number of one or more digits at p into *v; past it, or NULL when
+ * there is none or it overflows (strtoull would take signs and spaces). */
+static const char *digits(const char *p, uint64_t *v)
+{
+	const char *s = p;
+
+	for (*v = 0; *p >= '0' && *p <= '9'; p++)
+		if (__builtin_mul_overflow(*v, 10, v) ||
+		    __builtin_add_overflow(*v, (uint64_t)(*p - '0'), v))
+			return NULL;
+	return p == s ? NULL : p;
+}
+
+int td__http_range_parse(const char *h, uint64_t len, uint64_t *a,
+                         uint64_t *n)
+{
+	uint64_t x = 0, y = 0;
+
+	if (!h)
+		return 0;
+	/* the unit is case-insensitive; one range only */
+	if (strncasecmp(h, "bytes=", 6) || strchr(h, ','))
+		return -1;
+	h += 6;
+	if (*h == '-') {
+		/* the last y bytes */
+		h = digits(h + 1, &y);
+		if (!h || *h || !y || !len)
+			return -1;
+		*n = y < len ? y : len;
+		*a = len - *n;
+		return 1;
+	}
+	h = digits(h, &x);
+	if (!h || *h != '-' || x >= len)
+		return -1;
+	h++;
+	if (!*h) {
+		y = len - 1;
+	} else {
+		h = digits(h, &y);
+		if (!h || *h || y < x)
+			return -1;
+		if (y >= len)
+			y = len - 1;
+	}
+	*a = x;
+	*n = y - x + 1;
+	return 1;
+}
+
+bool td__http_etag_matches(const char *inm, const char *etag)
+{
+	size_t len = strlen(etag);
+
+	if (!inm)
+		return false;
+	/* If-None-Match: "*" / #entity-tag, compared weakly (RFC 9110
+	 * 13.1.2): W/ and the list around the tag do not count */
+	for (const char *p = inm;;) {
+		p += strspn(p, " \t,");
+		if (!*p)
+			return false;
+		if (*p == '*')
+			return true;
+		if (!strncmp(p, "W/", 2))
+			p += 2;
+		if (!strncmp(p, etag, len) && strchr(" \t,", p[len]))
+			return true;
+		/* past this tag: its quotes, then up to the next comma */
+		if (*p == '"') {
+			const char *q = strchr(p + 1, '"');
+
+			p = q ? q + 1 : p + strlen(p);
+		}
+		p += strcspn(p, ",");
+	}
+}

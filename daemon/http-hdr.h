@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The request headers the HTTP store parses itself (http-hdr.c), over
+ * plain strings: the daemon passes what libmicrohttpd read, the fuzz
+ * target (tests/fuzz/fuzz-http-hdr.c) any bytes.
+ */
+#ifndef TD_DAEMON_HTTP_HDR_H
+#define TD_DAEMON_HTTP_HDR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/*
+ * A Range header h (NULL: absent) against a body of len bytes (RFC 9110):
+ * 0 none, 1 a satisfiable range in [*a, *a + *n), -1 unsatisfiable (or a
+ * form this server does not serve: several ranges).
+ */
+int td__http_range_parse(const char *h, uint64_t len, uint64_t *a,
+                         uint64_t *n);
+/* Whether If-None-Match (NULL: absent) names etag: "*", or a list of
+ * tags compared weakly (RFC 9110). */
+bool td__http_etag_matches(const char *inm, const char *etag);
+
+#endif
