@@ -1535,9 +1535,11 @@ Test(tensorctl, load_rolls_back_when_the_daemon_refuses)
 
 Test(tensorctl, help_usage_and_valid_choices)
 {
-	static const char *const cmds[] = {"inspect", "put", "get", "ls",
-					   "stat", "rm", "watch", "load",
-					   "save"};
+	/* every command tensorctl.c dispatches has its help in help.c */
+	static const char *const cmds[] = {"inspect", "put",   "get",
+					   "ls",      "stat",  "rm",
+					   "watch",   "load",  "save",
+					   "status",  "zarr"};
 	struct tu_daemon d;
 	char *out, *err;
 

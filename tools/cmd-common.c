@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* What the daemon-facing tensorctl commands share: connection, printing. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,26 @@
 const char *tctl_socket;
 int tctl_json;
 int tctl_raw_bytes;
+
+char *tctl_size(char buf[32], uint64_t bytes)
+{
+	static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB",
+					   "PiB", "EiB"};
+	double v = (double)bytes;
+	unsigned u = 0;
+
+	if (tctl_raw_bytes || bytes < 1024) {
+		snprintf(buf, 32, "%" PRIu64 " B", bytes);
+		return buf;
+	}
+	v /= 1024;
+	while (v >= 1024 && u + 1 < sizeof(unit) / sizeof(unit[0])) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(buf, 32, "%.1f %s", v, unit[u]);
+	return buf;
+}
 
 int tctl_stdout_error(void)
 {
@@ -218,4 +239,66 @@ void tctl_print_entry(const struct td_entry *e, int json,
 		       rs->slot_count, rs->subscribers, rs->reader_count);
 	tctl_json_meta(stdout, e->meta, e->meta_len);
 	printf("}");
+}
+
+/*
+ * Undo one publish: delete the version only while it is the name's
+ * current one, in one request, so a newer version someone else published
+ * meanwhile stays. 1 when it was removed.
+ */
+int tctl_roll_back_one(struct td_client *c, const char *name,
+		       uint64_t version)
+{
+	struct td_error e = {0};
+	int rc = td_client_delete_version(c, name, version, &e);
+
+	if (rc == 0)
+		return 1;
+	fprintf(stderr,
+		"tensorctl: %s version %" PRIu64 " not rolled back (%s)\n",
+		name, version,
+		rc == -ENOENT ? "gone already"
+		: rc == -ESTALE ? "replaced since"
+				: e.reason);
+	return 0;
+}
+
+/* A decoder's refusal (proto/err.h), as text on stderr or JSON. */
+void tctl_print_td_err(const struct td_err *e, int json)
+{
+	if (!json) {
+		fprintf(stderr, "refused: %s", td_err_kind_name(e->kind));
+		if (e->field)
+			fprintf(stderr, " field %s", e->field);
+		if (e->has_value)
+			fprintf(stderr, " value %llu",
+				(unsigned long long)e->value);
+		if (e->kind == TD_ERR_TRUNCATED)
+			fprintf(stderr, " (need %llu, have %llu)",
+				(unsigned long long)e->need,
+				(unsigned long long)e->have);
+		fprintf(stderr, " at offset %llu: %s\n",
+			(unsigned long long)e->offset,
+			e->reason ? e->reason : "");
+		return;
+	}
+	printf("{\"error\":{\"kind\":");
+	td_json_cstr(stdout, td_err_kind_name(e->kind));
+	printf(",\"field\":");
+	td_json_cstr(stdout, e->field);
+	if (e->has_value)
+		printf(",\"value\":%llu", (unsigned long long)e->value);
+	else
+		printf(",\"value\":null");
+	printf(",\"offset\":%llu", (unsigned long long)e->offset);
+	if (e->kind == TD_ERR_TRUNCATED)
+		printf(",\"need\":%llu,\"have\":%llu",
+		       (unsigned long long)e->need,
+		       (unsigned long long)e->have);
+	printf(",\"message\":");
+	td_json_cstr(stdout, e->reason);
+	/* what every tensorctl error carries, after the decoder's detail */
+	printf(",\"errno\":%d,\"reason\":", -td_err_kind_errno(e->kind));
+	td_json_cstr(stdout, e->reason);
+	printf("}}\n");
 }

@@ -360,28 +360,6 @@ static int publish_one(struct obj *ob, struct tgm_src *s,
 	return rc < 0 ? tctl_refused(ob->name, rc, &e) : TCTL_OK;
 }
 
-/*
- * Undo one publish: delete the version only while it is the name's
- * current one, in one request, so a newer version someone else published
- * meanwhile stays. 1 when it was removed.
- */
-int tctl_roll_back_one(struct td_client *c, const char *name,
-		       uint64_t version)
-{
-	struct td_error e = {0};
-	int rc = td_client_delete_version(c, name, version, &e);
-
-	if (rc == 0)
-		return 1;
-	fprintf(stderr,
-		"tensorctl: %s version %" PRIu64 " not rolled back (%s)\n",
-		name, version,
-		rc == -ENOENT ? "gone already"
-		: rc == -ESTALE ? "replaced since"
-				: e.reason);
-	return 0;
-}
-
 /* Undo the first n publishes, newest first; how many were removed. */
 static size_t roll_back(struct obj **objs, const uint64_t *versions,
                         size_t n, struct td_client *c)

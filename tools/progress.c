@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "progress.h"
 
-#include <inttypes.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -14,26 +13,6 @@ static long long ns_since(const struct timespec *a, const struct timespec *b)
 {
 	return (b->tv_sec - a->tv_sec) * 1000000000LL +
 	       (b->tv_nsec - a->tv_nsec);
-}
-
-char *tctl_size(char buf[32], uint64_t bytes)
-{
-	static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB",
-					   "PiB", "EiB"};
-	double v = (double)bytes;
-	unsigned u = 0;
-
-	if (tctl_raw_bytes || bytes < 1024) {
-		snprintf(buf, 32, "%" PRIu64 " B", bytes);
-		return buf;
-	}
-	v /= 1024;
-	while (v >= 1024 && u + 1 < sizeof(unit) / sizeof(unit[0])) {
-		v /= 1024;
-		u++;
-	}
-	snprintf(buf, 32, "%.1f %s", v, unit[u]);
-	return buf;
 }
 
 void tctl_progress_start(struct tctl_progress *p, const char *label,

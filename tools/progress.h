@@ -24,7 +24,4 @@ void tctl_progress_start(struct tctl_progress *p, const char *label,
 void tctl_progress_add(struct tctl_progress *p, uint64_t n);
 void tctl_progress_end(struct tctl_progress *p);
 
-/* "1.5 GiB", "24 B" into buf; raw bytes with --bytes. Returns buf. */
-char *tctl_size(char buf[32], uint64_t bytes);
-
 #endif

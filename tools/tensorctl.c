@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -14,217 +13,23 @@
 #define TD_VERSION "unknown"
 #endif
 
+/* Each command's entry; its synopsis and options are in help.c. */
 static const struct cmd {
 	const char *name;
 	int (*fn)(int argc, char **argv);
-	const char *synopsis;
-	const char *help; /* its own options, one per line */
 } cmds[] = {
-	{"inspect", cmd_inspect, "inspect [--max-bytes N] FILE|-",
-	 "Decode a tensor blob, a .tgm or a Hurray .hrry file (recognised by\n"
-	 "its magic) and print every field; a .hrry file lists a status per\n"
-	 "tensor (ok, unsupported, invalid). A refused file exits with\n"
-	 "status 1.\n"
-	 "  --max-bytes N   read a stream (stdin, FIFO, device) up to N bytes\n"
-	 "                  (K, M, G, T suffixes; default 1G); a regular file\n"
-	 "                  is read by its size\n"},
-	{"put", cmd_put,
-	 "put NAME --dtype T --shape D,D.. [--meta STR] [--pin] FILE|-",
-	 "Publish the bytes of FILE (- = stdin) as tensor NAME. The input must\n"
-	 "hold exactly the bytes the shape and dtype need.\n"
-	 "  --dtype T       element type: u8 i8 u16 i16 u32 i32 u64 i64 f16\n"
-	 "                  f32 f64\n"
-	 "  --shape D,D..   dimensions, outermost first (2,3 or 2x3)\n"
-	 "  --meta STR      opaque metadata stored with the tensor\n"
-	 "  --pin           the daemon never evicts this version\n"},
-	{"get", cmd_get,
-	 "get NAME [--version N | --newer N [--timeout MS]] [-o FILE|-]",
-	 "Write a tensor's raw bytes (its planes in order) to FILE, or with\n"
-	 "--json print its description instead. Without -o the bytes go to\n"
-	 "stdout, which must not be a terminal (-o - writes there anyway).\n"
-	 "  --version N     exactly version N\n"
-	 "  --newer N       the first version newer than N, waiting for it\n"
-	 "  --timeout MS    give up waiting after MS milliseconds (--newer)\n"
-	 "  -o, --output F  where to write (- = stdout); see OUTPUTS\n"},
-	{"ls", cmd_ls, "ls [PREFIX]",
-	 "List tensors and rings whose name starts with PREFIX.\n"},
-	{"stat", cmd_stat, "stat NAME", "Describe the latest version of NAME.\n"},
-	{"rm", cmd_rm, "rm NAME", "Remove NAME (leased versions live on).\n"},
-	{"watch", cmd_watch, "watch NAME|PREFIX [--prefix] [--count N]",
-	 "One line per event: published NAME VERSION, deleted NAME VERSION.\n"
-	 "  --prefix        NAME is a prefix\n"
-	 "  --count N       stop after N events\n"},
-	{"load", cmd_load,
-	 "load FILE.tgm|- [--message N] [--prefix P] [--variable-key K] "
-	 "[--partial] | load FILE.hrry|- [--prefix P] [--partial] "
-	 "[--format tgm|hrry]",
-	 "Publish every data object of every message of a .tgm file. All or\n"
-	 "nothing: everything is checked first, and when the daemon refuses an\n"
-	 "object the versions already published are deleted again.\n"
-	 "A Hurray file (by its .hrry name, --format hrry, or its magic, on\n"
-	 "stdin too) publishes every\n"
-	 "tensor tensord supports (composite members under their own names)\n"
-	 "and lists each one it refused with the reason.\n"
-	 "  --message N     only message N (0 = the first)\n"
-	 "  --prefix P      put P before every name (e.g. run1/)\n"
-	 "  --variable-key K  dotted metadata path tried first for names\n"
-	 "  --partial       keep what was published before a refusal\n"
-	 "  --max-bytes N   read a stream up to N bytes (default 1G)\n"
-	 "  --format F      tgm or hrry (default: by the name or magic)\n"},
-	{"status", cmd_status, "status",
-	 "The daemon's version, uptime, tensors, bytes, rings, refusal and\n"
-	 "eviction counters, its clients (pid, uid, command, leases, bytes\n"
-	 "held, requests) and per-uid bytes, quota and pinned bytes. Root and\n"
-	 "the daemon's uid see every client; others see their own uid's.\n"},
-	{"save", cmd_save,
-	 "save NAME... -o FILE.tgm|- | save -o FILE.hrry|- [NAME...] "
-	 "[--format tgm|hrry]",
-	 "Write tensors as one hashed Tensogram message, or as a Hurray file\n"
-	 "when -o ends in .hrry or --format hrry is given (then without NAME:\n"
-	 "every tensor, one forward pass).\n"
-	 "  -o, --output F  where to write (- = stdout); see OUTPUTS\n"
-	 "  --format F      tgm or hrry (default: by the -o name)\n"},
-	{"zarr", cmd_zarr,
-	 "zarr export DIR [NAMES...] | zarr export DIR --from FILE.tgm|- "
-	 "[--message N] [--name-key K] [--max-bytes N] | "
-	 "zarr export DIR --from FILE.hrry | "
-	 "zarr import DIR [--prefix P] [--partial]",
-	 "Write tensors (NAMES, or every tensor), the objects of one .tgm\n"
-	 "message or the tensors of a Hurray file as a Zarr v3 hierarchy in\n"
-	 "DIR (one group, one single-chunk array per tensor), or publish\n"
-	 "every array of such a hierarchy (all or nothing: a refusal\n"
-	 "deletes what was published, unless --partial).\n"
-	 "DIR must not exist or be empty; it appears whole or not at all.\n"
-	 "  --from FILE     export a .tgm message or a .hrry file (no daemon\n"
-	 "                  needed; Hurray by name or magic)\n"
-	 "  --message N     which message of FILE (default 0)\n"
-	 "  --name-key K    dotted metadata path tried first for names\n"
-	 "  --max-bytes N   read a stream up to N bytes (default 1G)\n"
-	 "  --prefix P      import: put P before every name\n"
-	 "  --partial       import: keep what was published before a refusal\n"},
+	{"inspect", cmd_inspect}, {"put", cmd_put},     {"get", cmd_get},
+	{"ls", cmd_ls},           {"stat", cmd_stat},   {"rm", cmd_rm},
+	{"watch", cmd_watch},     {"load", cmd_load},   {"status", cmd_status},
+	{"save", cmd_save},       {"zarr", cmd_zarr},
 };
-
-#define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
-
-static const char common_help[] =
-	"\ncommon options:\n"
-	"  --socket PATH   the daemon's socket\n"
-	"  --json          results and errors as JSON on stdout (an error is\n"
-	"                  {\"error\":{\"kind\":...,\"errno\":...,\"reason\":...}})\n"
-	"  --bytes         sizes in bytes instead of KiB, MiB, ...\n"
-	"  -h, --help      this help\n"
-	"\nexit status: 0 done, 1 refused or failed, 2 bad command line\n";
-
-static const char outputs_help[] =
-	"\nOUTPUTS: a regular file is replaced atomically, keeping its mode and\n"
-	"owner; a file with several hard links is rewritten in place; a symlink\n"
-	"is followed (as cp does); a device, FIFO or socket is written where it\n"
-	"is; a directory is refused. A failed or interrupted write leaves the\n"
-	"old file as it was.\n";
 
 static const struct cmd *find(const char *name)
 {
-	for (size_t i = 0; i < NCMDS; i++)
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
 		if (!strcmp(cmds[i].name, name))
 			return &cmds[i];
 	return NULL;
-}
-
-void tctl_help(const char *name, FILE *f)
-{
-	const struct cmd *c = find(name);
-
-	if (!c)
-		return;
-	fprintf(f, "usage: tensorctl %s\n\n%s%s", c->synopsis, c->help,
-		common_help);
-	if (strstr(c->help, "OUTPUTS"))
-		fputs(outputs_help, f);
-}
-
-static void valid_commands(char *buf, size_t len)
-{
-	size_t o = 0;
-
-	buf[0] = 0;
-	for (size_t i = 0; i < NCMDS && o < len; i++)
-		o += (size_t)snprintf(buf + o, len - o, "%s%s", i ? ", " : "",
-				      cmds[i].name);
-}
-
-static void usage(FILE *f)
-{
-	fprintf(f, "usage: tensorctl [--socket PATH] [--json] [--bytes] "
-		   "COMMAND [ARGS]\n\ncommands:\n");
-	for (size_t i = 0; i < NCMDS; i++)
-		fprintf(f, "  tensorctl %s\n", cmds[i].synopsis);
-	fprintf(f, "\n  tensorctl --help | --version\n"
-		   "  tensorctl COMMAND --help   a command's options\n");
-	fputs(common_help, f);
-}
-
-int tctl_usage(const char *cmd, const char *fmt, ...)
-{
-	char reason[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(reason, sizeof(reason), fmt, ap);
-	va_end(ap);
-	tctl_fail(TCTL_USAGE, "usage", 22 /* EINVAL */, "%s%s%s",
-		  cmd ? cmd : "", cmd ? ": " : "", reason);
-	if (!tctl_json && cmd && find(cmd))
-		fprintf(stderr, "usage: tensorctl %s\n"
-				"Try 'tensorctl %s --help'.\n",
-			find(cmd)->synopsis, cmd);
-	return TCTL_USAGE;
-}
-
-int tctl_getopt(int argc, char **argv, const char *shortopts,
-		const struct option *longopts, int *status)
-{
-	static char **seen;
-	char so[64];
-	int c;
-
-	if (seen != argv) {
-		/* a new command line: start getopt afresh */
-		seen = argv;
-		optind = 0;
-	}
-	opterr = 0;
-	snprintf(so, sizeof(so), ":h%s", shortopts);
-	c = getopt_long(argc, argv, so, longopts, NULL);
-	switch (c) {
-	case TCTL_OPT_SOCKET:
-		tctl_socket = optarg;
-		return tctl_getopt(argc, argv, shortopts, longopts, status);
-	case TCTL_OPT_JSON:
-		tctl_json = 1;
-		return tctl_getopt(argc, argv, shortopts, longopts, status);
-	case TCTL_OPT_BYTES:
-		tctl_raw_bytes = 1;
-		return tctl_getopt(argc, argv, shortopts, longopts, status);
-	case 'h':
-	case TCTL_OPT_HELP:
-		tctl_help(argv[0], stdout);
-		*status = TCTL_OK;
-		return TCTL_OPT_DONE;
-	case ':':
-		*status = tctl_usage(argv[0], "option '%s' needs a value",
-				     argv[optind - 1]);
-		return TCTL_OPT_DONE;
-	case '?':
-		if (optopt)
-			*status = tctl_usage(argv[0], "unknown option '-%c'",
-					     optopt);
-		else
-			*status = tctl_usage(argv[0], "unknown option '%s'",
-					     argv[optind - 1]);
-		return TCTL_OPT_DONE;
-	default:
-		return c;
-	}
 }
 
 /*
@@ -276,7 +81,7 @@ static int run(int argc, char **argv)
 			break;
 		case 'h':
 		case TCTL_OPT_HELP:
-			usage(stdout);
+			tctl_help_all(stdout);
 			return TCTL_OK;
 		case 'V':
 			printf("tensorctl %s\n", TD_VERSION);
@@ -289,12 +94,12 @@ static int run(int argc, char **argv)
 	}
 	if (optind >= argc) {
 		if (!tctl_json)
-			usage(stderr);
+			tctl_help_all(stderr);
 		return tctl_usage(NULL, "no command given");
 	}
 	cmd = find(argv[optind]);
 	if (!cmd) {
-		valid_commands(names, sizeof(names));
+		tctl_commands(names, sizeof(names));
 		return tctl_usage(NULL, "unknown command '%s' (valid: %s)",
 				  argv[optind], names);
 	}

@@ -60,6 +60,12 @@ int tctl_usage(const char *cmd, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 /* cmd's full usage on f. */
 void tctl_help(const char *cmd, FILE *f);
+/* Every command's synopsis and the common options (tensorctl --help). */
+void tctl_help_all(FILE *f);
+/* The command names, ", "-separated, into buf. */
+void tctl_commands(char *buf, size_t len);
+/* "1.5 GiB", "24 B" into buf; raw bytes with --bytes. Returns buf. */
+char *tctl_size(char buf[32], uint64_t bytes);
 /* Parse a size: digits with an optional K, M, G or T (powers of 1024). */
 int tctl_parse_size(const char *s, uint64_t *v);
 
