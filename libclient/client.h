@@ -121,7 +121,24 @@ struct td__gf {
 /* rows of one ring it prefetches at most */
 #define TD__PROD_ROW_LINES 4
 
+/*
+ * What conn.c, the connection core, hands up to the files above it; set
+ * by client.c at connect (callbacks, so that no call leads back up).
+ */
+struct td__msg;
+struct td__client_ops {
+	void (*free)(struct td_client *c); /* the last reference went */
+	/* TD_CLIENT_RECONNECT of a broken connection (lock held) */
+	int (*reconnect)(struct td_client *c, struct td_error *err);
+	/* the connection broke: what waits for a reply will get none */
+	void (*broken)(struct td_client *c, int code);
+	/* a reply conn.c does not wait for: true when taken */
+	bool (*reply)(struct td_client *c, struct td__msg *m);
+	void (*ready)(struct td_client *c); /* the event queue changed */
+};
+
 struct td_client {
+	const struct td__client_ops *ops;
 	pthread_mutex_t lock; /* everything below */
 	unsigned refs;        /* the handle + every live tensor and loan */
 	int sock;             /* -1 once closed */
@@ -320,6 +337,10 @@ int td__msg_recv(struct td_client *c, struct td__msg *m, int flags);
  * its record, keeps efd's readiness right.
  */
 int td__event_take(struct td_client *c, struct td_event *ev);
+/* Queue a watch event (or count it dropped: the limit, no memory). */
+void td__event_queue(struct td_client *c, const struct td_event *ev);
+/* Count forks (td__fork_gen) from the first connect on. */
+void td__fork_watch(void);
 
 /* Deal with a message nobody waits for: queue it or drop it, close fds. */
 void td__msg_aside(struct td_client *c, struct td__msg *m);
@@ -358,7 +379,13 @@ int td__get_reply(struct td_client *c, struct td__msg *m, bool nowait,
 struct td_follow;
 int td__tensor_from_entry(struct td_client *c, const uint8_t *body,
 			  size_t len, uint64_t version, struct td_follow *f,
+			  void (*let_go)(struct td_follow *f),
 			  struct td_tensor **out, struct td_error *err);
+/* tensor.c: a GET (mode TD_GET_*) and its reply as a tensor (lock NOT
+ * held). */
+int td__get_common(struct td_client *c, const char *name, uint32_t mode,
+		   uint64_t version, uint32_t timeout_ms,
+		   struct td_tensor **out, struct td_error *err);
 /* follow.c: a tensor held through f's row is released (lock held). */
 void td__follow_let_go(struct td_follow *f);
 /*
@@ -375,8 +402,9 @@ void td__gf_note(struct td_client *c, const char *name, uint64_t v);
 /* follow.c: end every follow get_newer made (lock NOT held). */
 void td__gf_close_all(struct td_client *c);
 /* tensor.c: t, got by a GET for f, is f's tensor (lock held): its
- * release ends its lease and lets f go on. */
-void td__tensor_follow(struct td_tensor *t, struct td_follow *f);
+ * release ends its lease and calls let_go(f), so that f goes on. */
+void td__tensor_follow(struct td_tensor *t, struct td_follow *f,
+		       void (*let_go)(struct td_follow *f));
 /* tensor.c: encode a GET request into c->sbuf; returns the body length. */
 int64_t td__get_encode(struct td_client *c, const char *name, uint32_t mode,
 		       uint64_t version, uint32_t timeout_ms);

@@ -283,7 +283,8 @@ static int take(struct td_follow *f, uint64_t v, uint32_t e,
 
 	pthread_mutex_lock(&c->lock);
 	if (len)
-		rc = td__tensor_from_entry(c, f->body, len, v, f, out, err);
+		rc = td__tensor_from_entry(c, f->body, len, v, f,
+					   td__follow_let_go, out, err);
 	if (rc == 0)
 		f->out = true;
 	pthread_mutex_unlock(&c->lock);
@@ -298,7 +299,7 @@ static int take(struct td_follow *f, uint64_t v, uint32_t e,
 		/* a lease, but the follow's all the same: the next call waits
 		 * for its release (-EBUSY), as for a tensor from the entry */
 		pthread_mutex_lock(&c->lock);
-		td__tensor_follow(*out, f);
+		td__tensor_follow(*out, f, td__follow_let_go);
 		f->out = true;
 		pthread_mutex_unlock(&c->lock);
 	}
@@ -391,7 +392,8 @@ static int take_staged(struct td_follow *f, uint64_t st,
 
 	if (len) {
 		pthread_mutex_lock(&c->lock);
-		rc = td__tensor_from_entry(c, f->body, len, v, f, out, err);
+		rc = td__tensor_from_entry(c, f->body, len, v, f,
+					   td__follow_let_go, out, err);
 		if (rc == 0)
 			f->out = true;
 		pthread_mutex_unlock(&c->lock);
@@ -898,4 +900,27 @@ void td__gf_close_all(struct td_client *c)
 	pthread_mutex_unlock(&c->lock);
 	while (n)
 		td_follow_close(f[--n]);
+}
+
+/* A follow of the name serves it where it can (td__gf_get_newer); the
+ * GET path where none does (TENSORD_GET_FOLLOW=0, a name without a
+ * version yet, an older daemon): tensor.c's GET NEWER. */
+int td_client_get_newer(struct td_client *c, const char *name,
+			uint64_t after, int timeout_ms,
+			struct td_tensor **out, struct td_error *err)
+{
+	bool served;
+	int rc = td__gf_get_newer(c, name, after, &timeout_ms, out, err,
+				  &served);
+
+	if (served)
+		return rc;
+	/* an int never reaches UINT32_MAX, so a finite wait stays finite */
+	rc = td__get_common(c, name, TD_GET_NEWER, after,
+			    timeout_ms < 0 ? TD_WIRE_WAIT_FOREVER
+					   : (uint32_t)timeout_ms,
+			    out, err);
+	if (rc == 0)
+		td__gf_note(c, name, td_tensor_version(*out));
+	return rc;
 }

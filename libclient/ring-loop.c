@@ -15,23 +15,6 @@
 #include "ring-int.h"
 #include "wire-status.h"
 
-/* Off the client's list of handler subscriptions and its epoll set. */
-void td__sub_unlink(struct td_sub *s)
-{
-	struct td_client *c = s->c;
-
-	for (struct td_sub **pp = &c->subs; *pp; pp = &(*pp)->lnext)
-		if (*pp == s) {
-			*pp = s->lnext;
-			/* a child of fork() shares the parent's epoll
-			 * set: taking the fd out would take it out there */
-			if (c->epfd >= 0 && !td__client_foreign(c))
-				epoll_ctl(c->epfd, EPOLL_CTL_DEL, s->efd, NULL);
-			break;
-		}
-	s->lnext = NULL;
-}
-
 int td_sub_fd(struct td_sub *s)
 {
 	int fd;

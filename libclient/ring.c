@@ -23,6 +23,7 @@
  * td_sub_next() fail with -EBADMSG, never index out of bounds.
  */
 #include <errno.h>
+#include <sys/epoll.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -1054,6 +1055,23 @@ int td_sub_fence_wait(struct td_sub *s, int timeout_ms)
 			return -ETIMEDOUT;
 		td__futex_wait_until(f, TD_RING_FENCE_PENDING, deadline);
 	}
+}
+
+/* Off the client's list of handler subscriptions and its epoll set. */
+void td__sub_unlink(struct td_sub *s)
+{
+	struct td_client *c = s->c;
+
+	for (struct td_sub **pp = &c->subs; *pp; pp = &(*pp)->lnext)
+		if (*pp == s) {
+			*pp = s->lnext;
+			/* a child of fork() shares the parent's epoll
+			 * set: taking the fd out would take it out there */
+			if (c->epfd >= 0 && !td__client_foreign(c))
+				epoll_ctl(c->epfd, EPOLL_CTL_DEL, s->efd, NULL);
+			break;
+		}
+	s->lnext = NULL;
 }
 
 void td_sub_close(struct td_sub *s)

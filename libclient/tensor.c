@@ -51,8 +51,10 @@ struct td_tensor {
 	/* maps[i] is a dma-buf whose CPU access was started (SYNC_START) */
 	bool synced[TD_WIRE_MAX_PLANES];
 	/* the follow that gave it: held through its row (lease_id 0), or
-	 * a lease got by GET for it (td__tensor_follow) */
+	 * a lease got by GET for it (td__tensor_follow), and what lets it
+	 * go on once the tensor is released (follow.c's, handed down) */
 	struct td_follow *follow;
+	void (*let_go)(struct td_follow *f);
 };
 
 /* ---- mapping cache ---- */
@@ -324,7 +326,7 @@ static void tensor_release(struct td_tensor *t, bool quiet)
 	    t->epoch == c->epoch)
 		send_release(c, t->lease_id, quiet, false);
 	if (t->follow)
-		td__follow_let_go(t->follow);
+		t->let_go(t->follow);
 	tensor_free_locked(t);
 	pthread_mutex_unlock(&c->lock);
 	td__client_unref(c);
@@ -641,13 +643,16 @@ int td__get_reply(struct td_client *c, struct td__msg *m, bool nowait,
 	return rc;
 }
 
-void td__tensor_follow(struct td_tensor *t, struct td_follow *f)
+void td__tensor_follow(struct td_tensor *t, struct td_follow *f,
+		       void (*let_go)(struct td_follow *f))
 {
 	t->follow = f;
+	t->let_go = let_go;
 }
 
 int td__tensor_from_entry(struct td_client *c, const uint8_t *body,
 			  size_t len, uint64_t version, struct td_follow *f,
+			  void (*let_go)(struct td_follow *f),
 			  struct td_tensor **out, struct td_error *err)
 {
 	struct td_wire_get_rep rep;
@@ -660,13 +665,13 @@ int td__tensor_from_entry(struct td_client *c, const uint8_t *body,
 				e.reason ? e.reason : "version");
 	rc = tensor_build(c, &rep, &none, true, out, err);
 	if (rc == 0)
-		(*out)->follow = f;
+		td__tensor_follow(*out, f, let_go);
 	return rc;
 }
 
-static int get_common(struct td_client *c, const char *name, uint32_t mode,
-		      uint64_t version, uint32_t timeout_ms,
-		      struct td_tensor **out, struct td_error *err)
+int td__get_common(struct td_client *c, const char *name, uint32_t mode,
+		   uint64_t version, uint32_t timeout_ms,
+		   struct td_tensor **out, struct td_error *err)
 {
 	struct td__msg m = {0};
 	int64_t len;
@@ -694,34 +699,14 @@ out:
 int td_client_get(struct td_client *c, const char *name,
 		  struct td_tensor **out, struct td_error *err)
 {
-	return get_common(c, name, TD_GET_LATEST, 0, 0, out, err);
+	return td__get_common(c, name, TD_GET_LATEST, 0, 0, out, err);
 }
 
 int td_client_get_version(struct td_client *c, const char *name,
 			  uint64_t version, struct td_tensor **out,
 			  struct td_error *err)
 {
-	return get_common(c, name, TD_GET_EXACT, version, 0, out, err);
-}
-
-int td_client_get_newer(struct td_client *c, const char *name,
-			uint64_t after, int timeout_ms,
-			struct td_tensor **out, struct td_error *err)
-{
-	bool served;
-	int rc = td__gf_get_newer(c, name, after, &timeout_ms, out, err,
-				  &served);
-
-	if (served)
-		return rc;
-	/* an int never reaches UINT32_MAX, so a finite wait stays finite */
-	rc = get_common(c, name, TD_GET_NEWER, after,
-			timeout_ms < 0 ? TD_WIRE_WAIT_FOREVER
-				       : (uint32_t)timeout_ms,
-			out, err);
-	if (rc == 0)
-		td__gf_note(c, name, (*out)->version);
-	return rc;
+	return td__get_common(c, name, TD_GET_EXACT, version, 0, out, err);
 }
 
 /* ---- accessors ---- */
