@@ -125,7 +125,8 @@ static void log_write(const char *line, size_t n)
 }
 
 /*
- * One line per message, written at once (threads of the pool log too).
+ * One line per message, written at once (under out.lock; only the loop's
+ * thread logs now, td-closer does not).
  * What a message carries from outside (a passed fd's name, a tensor's
  * name, a path) may hold control bytes: each is written as \xNN, so no
  * input splits a line or forges one of its own.

@@ -126,16 +126,6 @@ static void close_fd(int *fd)
 /* A small control memfd: its pages allocated now, its size sealed. */
 #define CTL_MEMFD (TD__MEMFD_SEALABLE | TD__MEMFD_RESERVE | TD__MEMFD_SEAL_SIZE)
 
-/* A read-only descriptor of the same file (td__reopen_ro) or -errno. */
-static int reopen_ro(int fd, const char **why)
-{
-	int ro = td__reopen_ro(fd);
-
-	if (ro < 0)
-		*why = "cannot reopen the memfd read-only (is /proc mounted?)";
-	return ro;
-}
-
 /*
  * The ring leaves its creator's account: rings, fds, quota (--max-bytes
  * keeps its bytes). At its end; or once closed and kept only by other
@@ -224,12 +214,12 @@ static int ring_build(struct ring *r, uint32_t flags, const char **why)
 				   &r->data_rw, why);
 	if (rc < 0)
 		return rc;
-	r->hdr_ro = reopen_ro(r->hdr_rw, why);
-	if (r->hdr_ro < 0)
-		return r->hdr_ro;
-	r->data_ro = reopen_ro(r->data_rw, why);
-	if (r->data_ro < 0)
+	r->hdr_ro = td__reopen_ro(r->hdr_rw);
+	r->data_ro = r->hdr_ro < 0 ? r->hdr_ro : td__reopen_ro(r->data_rw);
+	if (r->data_ro < 0) {
+		*why = "cannot reopen the memfd read-only (is /proc mounted?)";
 		return r->data_ro;
+	}
 	/*
 	 * No more seals, by anyone: a subscriber is handed the readers
 	 * memfd read-write, and its F_SEAL_FUTURE_WRITE there (or the
@@ -552,6 +542,7 @@ static void row_clear(struct ring *r, uint32_t row)
 		/* a thread of it that waits by fd finds the row freed */
 		(void)td__timerfd_fire(r->rows[row].wake_fd);
 		close(r->rows[row].wake_fd);
+		td__tenant_sub(uid, TD__LIM_FDS, 1);
 		r->rows[row].wake_gen = 0;
 		r->wakes--;
 		atomic_store(&rd->rows[row].wake_gen, 0);
@@ -630,6 +621,8 @@ static void wake_register(struct td__peer *p, const struct td__req *rq,
 {
 	const struct td_wire_hdr *h = rq->h;
 	struct row_owner *o = &r->rows[row];
+	char lim[256];
+	int rc;
 
 	if (rq->nfds != 1 || !td__is_timerfd(rq->fds[0])) {
 		td__peer_error(p, h->opcode, h->request_id, -EINVAL,
@@ -641,6 +634,15 @@ static void wake_register(struct td__peer *p, const struct td__req *rq,
 		td__peer_error(p, h->opcode, h->request_id, -ENOBUFS,
 			       "RING_WAKE: ring has %d timerfd readers",
 			       MAX_WAKE_FDS);
+		return;
+	}
+	/* the timerfd it keeps is one of the subscriber's descriptors, as
+	 * FOLLOW_WAKE's is (docs/policy.md section 5) */
+	if (!o->wake_gen &&
+	    (rc = td__tenant_take(p->uid, TD__LIM_FDS, 1, lim, sizeof(lim))) <
+		    0) {
+		td__peer_error(p, h->opcode, h->request_id, rc,
+			       "RING_WAKE: %s", lim);
 		return;
 	}
 	if (o->wake_gen)

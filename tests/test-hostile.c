@@ -736,6 +736,7 @@ enum {
 	W_RING_CLOSE,  /* close the ring W_RING made */
 	W_SUBSCRIBE,   /* one more subscription of ring name, kept */
 	W_SUBSCRIBE_WAIT, /* the same, waiting for the ring to be made */
+	W_SUBSCRIBE_FD, /* W_SUBSCRIBE, then its wake fd (RING_WAKE), kept */
 	W_GET_WAIT,    /* a GET of name that waits for its first version */
 	W_GET_EXACT,   /* a GET of version `size` of name, kept */
 	W_EXIT
@@ -802,6 +803,7 @@ static int ring_op(struct td_client *c, const struct wcmd *m,
 	uint64_t shape[1] = {m->size};
 	struct td_ring_desc d = {.dtype = TD_TENSOR_U8, .ndim = 1,
 				 .shape = shape, .slot_count = 2};
+	int rc;
 
 	if (m->op == W_RING)
 		return td_ring_create(c, m->name, &d, &ring, e);
@@ -810,9 +812,16 @@ static int ring_op(struct td_client *c, const struct wcmd *m,
 		ring = NULL;
 		return 0;
 	}
-	return td_ring_subscribe(c, m->name,
-				 m->op == W_SUBSCRIBE_WAIT ? TU_WAIT_S * 1000 : 0,
-				 &sub, e);
+	rc = td_ring_subscribe(c, m->name,
+			       m->op == W_SUBSCRIBE_WAIT ? TU_WAIT_S * 1000 : 0,
+			       &sub, e);
+	if (rc == 0 && m->op == W_SUBSCRIBE_FD) {
+		/* the daemon keeps the timerfd until the subscription ends */
+		rc = td_sub_fd(sub);
+		snprintf(e->reason, sizeof(e->reason), "td_sub_fd: %s",
+			 rc < 0 ? strerror(-rc) : "ok");
+	}
+	return rc < 0 ? rc : 0;
 }
 
 static void worker_main(const struct tu_daemon *td, void *arg)
@@ -886,7 +895,8 @@ static void worker_main(const struct tu_daemon *td, void *arg)
 				r.rc = td_client_follow(cc, n, &f, &e);
 			} else if (m.op == W_RING || m.op == W_RING_CLOSE ||
 				   m.op == W_SUBSCRIBE ||
-				   m.op == W_SUBSCRIBE_WAIT) {
+				   m.op == W_SUBSCRIBE_WAIT ||
+				   m.op == W_SUBSCRIBE_FD) {
 				r.rc = ring_op(cc, &m, &e);
 			} else if (m.op == W_GET_EXACT) {
 				CK(nheld < W_MAX_HELD);
@@ -1190,6 +1200,49 @@ Test(hostile, a_followers_bells_count_against_its_descriptors)
 	worker_stop(&fol);
 	td_client_close(c);
 	victim_works("victim/follow", "bells");
+	stop();
+	unlink(policy_path);
+}
+
+/*
+ * A subscription that waits by fd (td_sub_fd) hands the daemon a timerfd
+ * (RING_WAKE) that it keeps until the subscription ends: one of the
+ * subscriber's descriptors, as FOLLOW_WAKE's is. It did not count, so a
+ * reader could make the daemon hold them past its fds limit, into the
+ * descriptors kept for the operator. They come back when it goes.
+ */
+Test(hostile, a_subscribers_wake_fds_count_against_its_descriptors)
+{
+	struct worker prod, reader;
+	char why[TD_WIRE_MAX_REASON + 1];
+	int fds0;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	/* the reader's connection (socket, pidfd) and two wake timerfds */
+	start_ex(with_policy("allow uid=60001 rw pub/\n"
+			     "allow uid=65534 r pub/\n"
+			     "limit uid=65534 fds 4\n",
+			     NULL, NULL),
+		 0, "info");
+	worker_start(&prod, 60001, 1);
+	cr_assert_eq(wdo(&prod, W_RING, "pub/r", 4096, 1, why, sizeof(why)),
+		     0, "%s", why);
+	fds0 = tdc_fd_count(D.pid);
+	for (int round = 0; round < 2; round++) {
+		worker_start(&reader, NOBODY, 1);
+		cr_assert_eq(wdo(&reader, W_SUBSCRIBE_FD, "pub/r", 0, 2, why,
+				 sizeof(why)),
+			     0, "%s", why);
+		cr_assert_eq(wdo(&reader, W_SUBSCRIBE_FD, "pub/r", 0, 1, why,
+				 sizeof(why)),
+			     -EDQUOT, "a third wake fd: %s", why);
+		worker_stop(&reader);
+		/* its end is served before the next worker's connection */
+		cr_assert_eq(tdc_fd_settle(D.pid, fds0, 500), fds0);
+	}
+	victim_works("victim/ringwake", "subscribers' wake fds");
+	worker_stop(&prod);
 	stop();
 	unlink(policy_path);
 }

@@ -1077,7 +1077,8 @@ TD_EXPORT void td_sub_close(struct td_sub *s);
  * the producer (an eventfd's write can): poll it, never write() it.
  * Borrowed: closed by td_sub_close(). Returns the fd, -EOPNOTSUPP
  * from a daemon without RING_WAKE, -ENOBUFS when the ring already has 16
- * such readers, or -errno.
+ * such readers, -EDQUOT when the timerfd the daemon keeps would take the
+ * uid past its fds limit (docs/policy.md §5), or -errno.
  */
 TD_EXPORT int td_sub_fd(struct td_sub *s);
 /*
