@@ -11,7 +11,8 @@
  * is full, or finds no memory, is dropped and counted for its watch in
  * an Event("overflowed", "", count, watch_id): made in pending at its
  * watch's first drop and counting on while nobody took it, so there is
- * at most one per watch and pending stays bounded whatever comes. Who
+ * at most one per watch and pending stays bounded whatever comes
+ * (ClientObject.overflows finds it by watch id). Who
  * takes the watch's events takes it: its Watch or poll().
  *
  * A loss no watch can be named for (libtensord's own OVERFLOWED event,
@@ -100,43 +101,52 @@ static uint64_t event_u64(PyObject *e, int i)
 	return PyLong_AsUnsignedLongLong(PyStructSequence_GET_ITEM(e, i));
 }
 
-/* n more dropped in watch_id's overflow Event in list, made if need be;
- * 0, or -1 (no memory; no exception left) with list as it was */
-static int overflow_add(PyObject *list, uint64_t watch_id, uint64_t n)
+/*
+ * n more dropped in watch_id's overflow Event in pending, made if need
+ * be; 0, or -1 (no memory; no exception left) with nothing changed. The
+ * Event is found through self->overflows (a drop costs no walk of
+ * pending) and counts on in place: immutable to Python, it is still the
+ * binding's own until taken, when it leaves self->overflows.
+ */
+static int overflow_add(ClientObject *self, uint64_t watch_id, uint64_t n)
 {
-	Py_ssize_t i, len = PyList_GET_SIZE(list);
-	PyObject *o;
+	PyObject *key = PyLong_FromUnsignedLongLong(watch_id), *o = NULL, *v;
+	int rc = -1;
 
-	for (i = 0; i < len; i++) {
-		o = PyList_GET_ITEM(list, i);
-		if (is_overflow(o) && event_u64(o, 3) == watch_id)
-			break;
-	}
-	/* pending is the binding's own: the Event is made anew all the
-	 * same, an Event being immutable to Python */
-	o = overflow_new(i < len ? event_u64(PyList_GET_ITEM(list, i), 2) + n
-				 : n, watch_id);
-	if (o && i < len)
-		PyList_SetItem(list, i, o); /* o stolen, the old one goes */
-	else if (!o || PyList_Append(list, o) < 0) {
-		Py_XDECREF(o);
-		PyErr_Clear();
-		return -1;
-	}
-	else
+	if (key)
+		o = PyDict_GetItemWithError(self->overflows, key); /* borrowed */
+	if (o) {
+		v = PyLong_FromUnsignedLongLong(event_u64(o, 2) + n);
+		if (v) {
+			Py_DECREF(PyStructSequence_GET_ITEM(o, 2));
+			PyStructSequence_SET_ITEM(o, 2, v);
+			rc = 0;
+		}
+	} else if (key && !PyErr_Occurred() &&
+		   (o = overflow_new(n, watch_id))) {
+		if (PyDict_SetItem(self->overflows, key, o) == 0) {
+			if (PyList_Append(self->pending, o) == 0)
+				rc = 0;
+			else
+				PyDict_DelItem(self->overflows, key);
+		}
 		Py_DECREF(o);
-	return 0;
+	}
+	Py_XDECREF(key);
+	if (rc < 0)
+		PyErr_Clear();
+	return rc;
 }
 
 /* n events of watch_id (0: of no watch known) dropped: counted, never
  * lost, whatever memory there is (the GIL held) */
 static void dropped(ClientObject *self, uint64_t watch_id, uint64_t n)
 {
-	if (watch_id && overflow_add(self->pending, watch_id, n) == 0)
+	if (watch_id && overflow_add(self, watch_id, n) == 0)
 		return;
 	self->lost_any += n;
 	n += self->lost_unqueued;
-	self->lost_unqueued = overflow_add(self->pending, 0, n) ? n : 0;
+	self->lost_unqueued = overflow_add(self, 0, n) ? n : 0;
 }
 
 /*
@@ -175,9 +185,16 @@ bool tdpy_events_waiting(ClientObject *self)
 int tdpy_events_reset(ClientObject *self)
 {
 	Py_XSETREF(self->pending, PyList_New(0));
+	Py_XSETREF(self->overflows, PyDict_New());
 	self->queued = 0;
 	self->lost_unqueued = 0; /* lost_any goes on: Watches compare it */
-	return self->pending ? 0 : -1;
+	return self->pending && self->overflows ? 0 : -1;
+}
+
+void tdpy_events_free(ClientObject *self)
+{
+	Py_CLEAR(self->pending);
+	Py_CLEAR(self->overflows);
 }
 
 /* Every Event in pending, which starts anew; NULL with an exception */
@@ -187,11 +204,13 @@ PyObject *tdpy_events_take_all(ClientObject *self)
 
 	if (!fresh)
 		return NULL;
+	if (self->lost_unqueued && overflow_add(self, 0, self->lost_unqueued)
+				   == 0)
+		self->lost_unqueued = 0;
 	r = self->pending;
 	self->pending = fresh;
 	self->queued = 0;
-	if (self->lost_unqueued && overflow_add(r, 0, self->lost_unqueued) == 0)
-		self->lost_unqueued = 0;
+	PyDict_Clear(self->overflows); /* theirs are the caller's now */
 	return r;
 }
 
@@ -222,6 +241,10 @@ PyObject *tdpy_events_take(ClientObject *self, uint64_t id, uint64_t *seen)
 			PyErr_Clear();
 			return NULL;
 		}
+		if (is_overflow(it) &&
+		    PyDict_DelItem(self->overflows,
+				   PyStructSequence_GET_ITEM(it, 3)) < 0)
+			PyErr_Clear(); /* (it was there) */
 		self->queued -= !is_overflow(it);
 		return it;
 	}

@@ -321,13 +321,14 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 	self->c = self->handle;
 	self->conn++; /* leases of an earlier connection stay ended */
 	/* a closed client connected again: its old list goes */
-	tdpy_events_reset(self);
+	tdpy_events_reset(self); /* checked below */
 	self->event_limit = limit;
 	self->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	self->epfd = epoll_create1(EPOLL_CLOEXEC);
 	/* libtensord's own descriptor: readable while it has work queued */
 	sock = td_client_fd(self->c);
-	if (!self->pending || self->evfd < 0 || self->epfd < 0 || sock < 0 ||
+	if (!self->pending || !self->overflows || self->evfd < 0 ||
+	    self->epfd < 0 || sock < 0 ||
 	    td_client_set_event_limit(self->c,
 				      tdpy_events_c_limit(limit)) < 0 ||
 	    td_client_set_event_handler(self->c, tdpy_on_event, self) < 0 ||
@@ -364,7 +365,7 @@ static void client_dealloc(ClientObject *self)
 	self->c = NULL;
 	if (self->handle)
 		client_really_close(self);
-	Py_XDECREF(self->pending);
+	tdpy_events_free(self);
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

@@ -49,6 +49,8 @@ typedef struct {
 	int evfd;            /* eventfd: readable while pending has Events */
 	PyObject *pending;   /* Events td_client_process() delivered, not
 			      * yet returned (by poll() or a Watch) */
+	PyObject *overflows;   /* dict: watch id -> its overflow Event in
+				* pending (events.c) */
 	unsigned event_limit;  /* most Events in pending (overflow ones
 				* not counted), 0 no bound (events.c) */
 	unsigned queued;       /* Events in pending, overflow ones not
@@ -296,6 +298,7 @@ void tdpy_on_event(struct td_client *c, const struct td_event *ev,
 /* whether poll() has something to give (fileno() stays readable) */
 bool tdpy_events_waiting(ClientObject *self);
 int tdpy_events_reset(ClientObject *self); /* a fresh pending; 0, -1 */
+void tdpy_events_free(ClientObject *self);
 PyObject *tdpy_events_take_all(ClientObject *self);
 PyObject *tdpy_events_take(ClientObject *self, uint64_t id, uint64_t *seen);
 int tdpy_conv_event_limit(PyObject *o, void *out); /* unsigned * */
