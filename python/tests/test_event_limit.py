@@ -196,3 +196,26 @@ def test_event_limit_can_be_changed_and_checked(daemon, client):
 def test_event_fields_say_what_an_overflow_is():
     assert "overflowed" in tensord.Event.type.__doc__
     assert "dropped" in tensord.Event.version.__doc__
+
+
+def test_events_without_memory_are_counted_not_lost(daemon, client):
+    """An Event the binding finds no memory for (nor for an overflow
+    Event of its watch) is counted for no watch known: every Watch and
+    poll() are told once there is memory again."""
+    testcapi = pytest.importorskip("_testcapi")
+    w = client.watch("n/")
+    other = client.watch("m/")
+    put_n(daemon.sock, "n/x", 3)
+    arrived(client, "n/x")
+    with pytest.raises((MemoryError, tensord.Timeout)):
+        testcapi.set_nomemory(0)  # every Python allocation fails
+        try:
+            w.next(0)  # hands the 3 over: none can be kept
+        finally:
+            testcapi.remove_mem_hooks()
+    assert [(e.type, e.version, e.watch_id) for e in drain(w)] == [
+        ("overflowed", 3, w.id)]
+    assert [(e.type, e.version, e.watch_id) for e in drain(other)] == [
+        ("overflowed", 3, other.id)]
+    assert [(e.type, e.version, e.watch_id) for e in client.poll()] == [
+        ("overflowed", 3, 0)]
