@@ -81,6 +81,7 @@ def test_each_watch_sees_what_it_lost(daemon):
             ("overflowed", 3, b.id)]
         assert c.poll() == []
         v = put_n(daemon.sock, "b/1", 1)
+        arrived(c, "b/1")
         assert [(e.type, e.version) for e in drain(b)] == [
             ("published", v[0])]
 
@@ -105,9 +106,11 @@ def test_a_watch_fills_the_queue_the_other_watch_is_told(daemon):
         busy = c.watch("busy/")
         mine = c.watch("mine/")
         put_n(daemon.sock, "busy/x", 4)
+        arrived(c, "busy/x")
         with pytest.raises(tensord.Timeout):
             mine.next(0)  # takes busy's 4 into the queue: full
-        v = put_n(daemon.sock, "mine/y", 2)
+        put_n(daemon.sock, "mine/y", 2)
+        arrived(c, "mine/y")
         got = [mine.next(5)]
         assert [(e.type, e.version, e.watch_id) for e in got] == [
             ("overflowed", 2, mine.id)]
@@ -150,6 +153,7 @@ def test_a_busy_name_nobody_reads_stays_bounded(daemon):
                 for _ in range(50):
                     other.put("g/x", np.zeros(1))
                 total += 50
+                arrived(c, "g/x")
                 with pytest.raises(tensord.Timeout):
                     quiet.next(0)  # hands libtensord's queue over
         got = c.poll()
@@ -219,3 +223,4 @@ def test_events_without_memory_are_counted_not_lost(daemon, client):
         ("overflowed", 3, other.id)]
     assert [(e.type, e.version, e.watch_id) for e in client.poll()] == [
         ("overflowed", 3, 0)]
+
