@@ -251,6 +251,42 @@ PyObject *tdpy_events_take(ClientObject *self, uint64_t id, uint64_t *seen)
 	return NULL;
 }
 
+/* Watch id was closed: its Events (and its overflow Event) leave
+ * pending, whose room they held; kept where there is no memory for the
+ * new list (no exception left) */
+void tdpy_events_forget(ClientObject *self, uint64_t id)
+{
+	PyObject *kept = PyList_New(0), *it;
+	unsigned queued = 0;
+
+	for (Py_ssize_t i = 0;
+	     kept && self->pending && i < PyList_GET_SIZE(self->pending);
+	     i++) {
+		it = PyList_GET_ITEM(self->pending, i);
+		if (event_u64(it, 3) == id)
+			continue;
+		queued += !is_overflow(it);
+		if (PyList_Append(kept, it) < 0)
+			Py_CLEAR(kept);
+	}
+	if (!kept || !self->pending) {
+		Py_XDECREF(kept);
+		PyErr_Clear();
+		return;
+	}
+	/* its overflow Event leaves overflows by its own key (no memory
+	 * needed): a later watch of the same id starts anew */
+	for (Py_ssize_t i = 0; i < PyList_GET_SIZE(self->pending); i++) {
+		it = PyList_GET_ITEM(self->pending, i);
+		if (is_overflow(it) && event_u64(it, 3) == id &&
+		    PyDict_DelItem(self->overflows,
+				   PyStructSequence_GET_ITEM(it, 3)) < 0)
+			PyErr_Clear();
+	}
+	Py_SETREF(self->pending, kept);
+	self->queued = queued;
+}
+
 /* ---- Client.event_limit ---- */
 
 PyObject *tdpy_client_get_event_limit(ClientObject *self, void *unused)

@@ -647,6 +647,13 @@ static void watch_end(WatchObject *w)
 	c = tdpy_client_enter(w->client);
 	TDPY_CALL(w->client, rc, td_client_unwatch(c, w->id, NULL));
 	(void)rc;
+	/* its events still in libtensord's queue (none come after the
+	 * UNWATCH) join pending, and the watch's go: nobody can take them
+	 * now but poll(), and with a bound they would hold the others' room
+	 * for ever */
+	if (w->client->c && client_process(w->client, "watch close") < 0)
+		PyErr_Clear();
+	tdpy_events_forget(w->client, w->id);
 }
 
 static void watch_dealloc(WatchObject *w)
@@ -760,7 +767,8 @@ static PyMethodDef watch_methods[] = {
 	{"next", (PyCFunction)(void (*)(void))watch_next_m,
 	 METH_VARARGS | METH_KEYWORDS,
 	 "next(timeout=None): the next Event; tensord.Timeout if none came"},
-	{"close", (PyCFunction)watch_close, METH_NOARGS, "stop watching"},
+	{"close", (PyCFunction)watch_close, METH_NOARGS,
+	 "stop watching; its events not taken yet go too"},
 	{"__enter__", tdpy_enter, METH_NOARGS, NULL},
 	{"__exit__", tdpy_exit_close, METH_VARARGS, NULL},
 	{NULL},

@@ -301,6 +301,8 @@ int tdpy_events_reset(ClientObject *self); /* a fresh pending; 0, -1 */
 void tdpy_events_free(ClientObject *self);
 PyObject *tdpy_events_take_all(ClientObject *self);
 PyObject *tdpy_events_take(ClientObject *self, uint64_t id, uint64_t *seen);
+void tdpy_events_forget(ClientObject *self, uint64_t id); /* a closed
+							    * watch's go */
 int tdpy_conv_event_limit(PyObject *o, void *out); /* unsigned * */
 int tdpy_events_limit(ClientObject *self, unsigned max);
 unsigned tdpy_events_c_limit(unsigned max); /* libtensord's, for max */

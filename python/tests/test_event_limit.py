@@ -224,3 +224,23 @@ def test_events_without_memory_are_counted_not_lost(daemon, client):
     assert [(e.type, e.version, e.watch_id) for e in client.poll()] == [
         ("overflowed", 3, 0)]
 
+
+def test_a_closed_watchs_events_give_their_room_back(daemon):
+    """Nobody but poll() could take a closed watch's events: they go
+    with it, also those still in libtensord's queue, and the bound is
+    the other watches' again."""
+    with tensord.Client(daemon.sock, event_limit=3) as c:
+        gone = c.watch("gone/")
+        stays = c.watch("stays/")
+        put_n(daemon.sock, "gone/x", 3)
+        arrived(c, "gone/x")
+        with pytest.raises(tensord.Timeout):
+            stays.next(0)  # gone's 3 fill the queue
+        put_n(daemon.sock, "gone/x", 2)
+        arrived(c, "gone/x")  # 2 more in libtensord's queue
+        gone.close()
+        assert c.poll() == []
+        v = put_n(daemon.sock, "stays/y", 3)
+        arrived(c, "stays/y")
+        assert [(e.type, e.version) for e in drain(stays)] == [
+            ("published", x) for x in v]
