@@ -42,7 +42,8 @@ static PyStructSequence_Field event_fields[] = {
 	{"version", "version published or removed; for 'overflowed', how "
 		    "many events were dropped"},
 	{"watch_id", "the watch that matched (for 'overflowed', the watch "
-		     "whose events were dropped)"},
+		     "whose events were dropped; 0 in poll(): any watch "
+		     "open then)"},
 	{NULL},
 };
 static PyStructSequence_Desc event_desc = {
