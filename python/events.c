@@ -114,8 +114,8 @@ static int overflow_add(ClientObject *self, uint64_t watch_id, uint64_t n)
 	PyObject *key = PyLong_FromUnsignedLongLong(watch_id), *o = NULL, *v;
 	int rc = -1;
 
-	if (key)
-		o = PyDict_GetItemWithError(self->overflows, key); /* borrowed */
+	if (key) /* o borrowed */
+		o = PyDict_GetItemWithError(self->overflows, key);
 	if (o) {
 		v = PyLong_FromUnsignedLongLong(event_u64(o, 2) + n);
 		if (v) {
