@@ -22,7 +22,7 @@
 
 PyObject *tdpy_error;
 static PyObject *not_found, *permission_denied, *quota_exceeded, *timeout;
-static PyTypeObject event_type, entry_type;
+static PyTypeObject entry_type;
 
 /* ---- errors and arguments ---- */
 
@@ -265,55 +265,11 @@ void tdpy_client_wake(ClientObject *self)
 	}
 }
 
-static PyObject *event_new(const struct td_event *ev)
-{
-	PyObject *e = PyStructSequence_New(&event_type);
-
-	if (!e)
-		return NULL;
-	PyStructSequence_SET_ITEM(e, 0, PyUnicode_FromString(
-		ev->type == TD_EVENT_TYPE_PUBLISHED ? "published" :
-		ev->type == TD_EVENT_TYPE_DELETED ? "deleted" :
-		ev->type == TD_EVENT_TYPE_OVERFLOWED ? "overflowed" :
-		"unknown"));
-	PyStructSequence_SET_ITEM(e, 1, PyUnicode_DecodeUTF8(ev->name,
-		(Py_ssize_t)strlen(ev->name), "replace"));
-	PyStructSequence_SET_ITEM(e, 2,
-				  PyLong_FromUnsignedLongLong(ev->version));
-	PyStructSequence_SET_ITEM(e, 3,
-				  PyLong_FromUnsignedLongLong(ev->watch_id));
-	for (int i = 0; i < 4; i++)
-		if (!PyStructSequence_GET_ITEM(e, i)) {
-			Py_DECREF(e);
-			return NULL;
-		}
-	return e;
-}
-
-/*
- * td_client_process() delivers watch events here (the GIL is not held
- * during it): they join self->pending, where poll() and each Watch take
- * them. An event that cannot be stored (no memory) is dropped; the
- * binding has nowhere to raise it from.
- */
-static void on_event(struct td_client *c, const struct td_event *ev,
-		     void *ud)
-{
-	ClientObject *self = ud;
-	PyGILState_STATE g = PyGILState_Ensure();
-	PyObject *e = event_new(ev);
-
-	if (!e || PyList_Append(self->pending, e) < 0)
-		PyErr_Clear();
-	Py_XDECREF(e);
-	PyGILState_Release(g);
-	(void)c;
-}
-
 /*
  * Everything libtensord has for this client, without waiting: its one
  * piece of event logic, td_client_process(), with the GIL released.
- * Events go to self->pending; fileno() is woken while any are there.
+ * Events go to self->pending (events.c); fileno() is woken while any
+ * are there.
  * rc >= 0, or -1 with the exception set.
  */
 static int client_process(ClientObject *self, const char *what)
@@ -325,7 +281,7 @@ static int client_process(ClientObject *self, const char *what)
 	if (!c)
 		return -1;
 	TDPY_CALL(self, rc, td_client_process(c, &e));
-	if (PyList_GET_SIZE(self->pending))
+	if (tdpy_events_waiting(self))
 		tdpy_client_wake(self);
 	if (rc < 0) {
 		tdpy_raise(rc, &e, what);
@@ -336,8 +292,9 @@ static int client_process(ClientObject *self, const char *what)
 
 static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"socket", NULL};
+	static char *kwlist[] = {"socket", "event_limit", NULL};
 	PyObject *path = NULL;
+	unsigned limit = 0;
 	struct td_error e = {0};
 	struct epoll_event ee = {.events = EPOLLIN};
 	const char *p = NULL;
@@ -347,8 +304,9 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 		PyErr_SetString(PyExc_RuntimeError, "already connected");
 		return -1;
 	}
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&", kwlist,
-					 PyUnicode_FSConverter, &path))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&$O&", kwlist,
+					 PyUnicode_FSConverter, &path,
+					 tdpy_conv_event_limit, &limit))
 		return -1;
 	if (path)
 		p = PyBytes_AS_STRING(path);
@@ -363,13 +321,17 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 	self->c = self->handle;
 	self->conn++; /* leases of an earlier connection stay ended */
 	/* a closed client connected again: its old list goes */
-	Py_XSETREF(self->pending, PyList_New(0));
+	tdpy_events_reset(self); /* checked below */
+	self->event_limit = limit;
 	self->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	self->epfd = epoll_create1(EPOLL_CLOEXEC);
 	/* libtensord's own descriptor: readable while it has work queued */
 	sock = td_client_fd(self->c);
-	if (!self->pending || self->evfd < 0 || self->epfd < 0 || sock < 0 ||
-	    td_client_set_event_handler(self->c, on_event, self) < 0 ||
+	if (!self->pending || !self->overflows || self->evfd < 0 ||
+	    self->epfd < 0 || sock < 0 ||
+	    td_client_set_event_limit(self->c,
+				      tdpy_events_c_limit(limit)) < 0 ||
+	    td_client_set_event_handler(self->c, tdpy_on_event, self) < 0 ||
 	    epoll_ctl(self->epfd, EPOLL_CTL_ADD, sock, &ee) < 0 ||
 	    epoll_ctl(self->epfd, EPOLL_CTL_ADD, self->evfd, &ee) < 0) {
 		if (!PyErr_Occurred())
@@ -403,7 +365,7 @@ static void client_dealloc(ClientObject *self)
 	self->c = NULL;
 	if (self->handle)
 		client_really_close(self);
-	Py_XDECREF(self->pending);
+	tdpy_events_free(self);
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -605,7 +567,7 @@ static PyObject *client_fileno(ClientObject *self, PyObject *unused)
  */
 static PyObject *client_poll(ClientObject *self, PyObject *unused)
 {
-	PyObject *r, *fresh;
+	PyObject *r;
 	uint64_t n;
 
 	if (!self->c) {
@@ -613,15 +575,13 @@ static PyObject *client_poll(ClientObject *self, PyObject *unused)
 		return NULL;
 	}
 	if (client_process(self, "poll") < 0) {
-		if (!self->pending || !PyList_GET_SIZE(self->pending))
+		if (!tdpy_events_waiting(self))
 			return NULL;
 		PyErr_Clear(); /* the next call raises it again */
 	}
-	fresh = PyList_New(0);
-	if (!fresh)
+	r = tdpy_events_take_all(self);
+	if (!r)
 		return NULL;
-	r = self->pending;
-	self->pending = fresh;
 	if (read(self->evfd, &n, sizeof(n)) < 0) {
 		/* EAGAIN: it was not signalled */
 	}
@@ -635,6 +595,7 @@ typedef struct {
 	ClientObject *client;
 	uint64_t id;
 	uint64_t conn; /* the client's connection the watch is on */
+	uint64_t lost_seen; /* the client's lost_any given to this watch */
 	bool open;
 } WatchObject;
 
@@ -666,6 +627,7 @@ static PyObject *client_watch(ClientObject *self, PyObject *args,
 	w->client = self;
 	w->id = id;
 	w->conn = self->conn;
+	w->lost_seen = self->lost_any; /* losses before it were not its */
 	w->open = true;
 	return (PyObject *)w;
 }
@@ -685,6 +647,13 @@ static void watch_end(WatchObject *w)
 	c = tdpy_client_enter(w->client);
 	TDPY_CALL(w->client, rc, td_client_unwatch(c, w->id, NULL));
 	(void)rc;
+	/* its events still in libtensord's queue (none come after the
+	 * UNWATCH) join pending, and the watch's go: nobody can take them
+	 * now but poll(), and with a bound they would hold the others' room
+	 * for ever */
+	if (w->client->c && client_process(w->client, "watch close") < 0)
+		PyErr_Clear();
+	tdpy_events_forget(w->client, w->id);
 }
 
 static void watch_dealloc(WatchObject *w)
@@ -704,23 +673,11 @@ static PyObject *watch_close(WatchObject *w, PyObject *unused)
 	Py_RETURN_NONE;
 }
 
-/* Take this watch's first event out of pending; NULL if none (no
+/* This watch's next event out of pending (events.c); NULL if none (no
  * exception). Events of other watches stay for them (or poll()). */
 static PyObject *watch_take(WatchObject *w)
 {
-	PyObject *pending = w->client->pending;
-
-	for (Py_ssize_t i = 0; i < PyList_GET_SIZE(pending); i++) {
-		PyObject *it = PyList_GET_ITEM(pending, i);
-		PyObject *id = PyStructSequence_GET_ITEM(it, 3);
-
-		if (PyLong_AsUnsignedLongLong(id) == w->id) {
-			Py_INCREF(it);
-			PySequence_DelItem(pending, i);
-			return it;
-		}
-	}
-	return NULL;
+	return tdpy_events_take(w->client, w->id, &w->lost_seen);
 }
 
 /*
@@ -810,7 +767,8 @@ static PyMethodDef watch_methods[] = {
 	{"next", (PyCFunction)(void (*)(void))watch_next_m,
 	 METH_VARARGS | METH_KEYWORDS,
 	 "next(timeout=None): the next Event; tensord.Timeout if none came"},
-	{"close", (PyCFunction)watch_close, METH_NOARGS, "stop watching"},
+	{"close", (PyCFunction)watch_close, METH_NOARGS,
+	 "stop watching; its events not taken yet go too"},
 	{"__enter__", tdpy_enter, METH_NOARGS, NULL},
 	{"__exit__", tdpy_exit_close, METH_VARARGS, NULL},
 	{NULL},
@@ -890,15 +848,20 @@ static PyMethodDef client_methods[] = {
 
 static PyGetSetDef client_getset[] = {
 	{"closed", (getter)client_closed, NULL, "whether close() was called", NULL},
+	{"event_limit", (getter)tdpy_client_get_event_limit,
+	 (setter)tdpy_client_set_event_limit,
+	 "most watch Events kept queued, 0 no bound (the default); one "
+	 "past it is dropped and counted in an 'overflowed' Event", NULL},
 	{NULL},
 };
 
 PyTypeObject tdpy_client_type = {
 	PyVarObject_HEAD_INIT(NULL, 0)
 	.tp_name = "tensord.Client",
-	.tp_doc = "Client(socket=None): a connection to tensord (socket "
-		  "None: $TENSORD_SOCKET, $XDG_RUNTIME_DIR/tensord.sock, "
-		  "/run/tensord/tensord.sock).",
+	.tp_doc = "Client(socket=None, *, event_limit=0): a connection to "
+		  "tensord (socket None: $TENSORD_SOCKET, "
+		  "$XDG_RUNTIME_DIR/tensord.sock, /run/tensord/tensord.sock; "
+		  "event_limit: see Client.event_limit).",
 	.tp_basicsize = sizeof(ClientObject),
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_new = client_new,
@@ -909,16 +872,6 @@ PyTypeObject tdpy_client_type = {
 };
 
 /* ---- module ---- */
-
-static PyStructSequence_Field event_fields[] = {
-	{"type", "'published' or 'deleted'"},
-	{"name", "tensor name"},
-	{"version", "version published or removed"},
-	{"watch_id", "the watch that matched"},
-	{NULL},
-};
-static PyStructSequence_Desc event_desc = {"tensord.Event", NULL,
-					   event_fields, 4};
 
 static PyStructSequence_Field entry_fields[] = {
 	{"name", NULL},	       {"version", NULL}, {"dtype", NULL},
@@ -974,7 +927,7 @@ PyMODINIT_FUNC PyInit_tensord(void)
 	m = PyModule_Create(&module_def);
 	if (!m)
 		return NULL;
-	if (PyStructSequence_InitType2(&event_type, &event_desc) < 0 ||
+	if (tdpy_events_init(m) < 0 ||
 	    PyStructSequence_InitType2(&entry_type, &entry_desc) < 0 ||
 	    PyType_Ready(&tdpy_client_type) < 0 ||
 	    PyType_Ready(&tdpy_watch_type) < 0 || tdpy_array_init(m) < 0 ||
@@ -992,11 +945,9 @@ PyMODINIT_FUNC PyInit_tensord(void)
 		goto fail;
 	Py_INCREF(&tdpy_client_type);
 	Py_INCREF(&tdpy_watch_type);
-	Py_INCREF(&event_type);
 	Py_INCREF(&entry_type);
 	if (PyModule_AddObject(m, "Client", (PyObject *)&tdpy_client_type) ||
 	    PyModule_AddObject(m, "Watch", (PyObject *)&tdpy_watch_type) ||
-	    PyModule_AddObject(m, "Event", (PyObject *)&event_type) ||
 	    PyModule_AddObject(m, "Entry", (PyObject *)&entry_type) ||
 	    PyModule_AddObject(m, "DTYPES", dtypes()) ||
 	    PyModule_AddIntConstant(m, "ENTRY_PIN", TD_PUBLISH_PIN) ||

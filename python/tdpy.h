@@ -14,6 +14,7 @@
  *    is one exactly when its memory is a view of an Owner's: numpy's
  *    copies of it become plain ndarrays in its __array_finalize__.
  *  - Planes (planes.c): a tensor of several planes, one Array per plane.
+ *  - Event and the client's queue of them (events.c).
  *  - Watch (module.c), Ring and Subscription (ring.c), Follow
  *    (follow.c).
  *  - maps.c: the client's cache of the mappings behind leases.
@@ -48,6 +49,15 @@ typedef struct {
 	int evfd;            /* eventfd: readable while pending has Events */
 	PyObject *pending;   /* Events td_client_process() delivered, not
 			      * yet returned (by poll() or a Watch) */
+	PyObject *overflows;   /* dict: watch id -> its overflow Event in
+				* pending (events.c) */
+	unsigned event_limit;  /* most Events in pending (overflow ones
+				* not counted), 0 no bound (events.c) */
+	unsigned queued;       /* Events in pending, overflow ones not
+				* counted */
+	uint64_t lost_any;     /* events dropped for no watch known, all
+				* told (never goes back) */
+	uint64_t lost_unqueued; /* of them, in no overflow Event yet */
 	struct tdpy_map *maps; /* leased planes' mappings, recent first */
 	unsigned idle_maps;    /* of them, used by no view */
 	uint64_t conn;         /* connections made (Client.__init__ again
@@ -281,5 +291,23 @@ int tdpy_ring_init(PyObject *m);
 int tdpy_array_init(PyObject *m);
 int tdpy_planes_init(PyObject *m);
 int tdpy_follow_init(PyObject *m);
+
+/* events.c: the client's queue of watch Events and its bound */
+void tdpy_on_event(struct td_client *c, const struct td_event *ev,
+		   void *ud);
+/* whether poll() has something to give (fileno() stays readable) */
+bool tdpy_events_waiting(ClientObject *self);
+int tdpy_events_reset(ClientObject *self); /* a fresh pending; 0, -1 */
+void tdpy_events_free(ClientObject *self);
+PyObject *tdpy_events_take_all(ClientObject *self);
+PyObject *tdpy_events_take(ClientObject *self, uint64_t id, uint64_t *seen);
+void tdpy_events_forget(ClientObject *self, uint64_t id); /* a closed
+							    * watch's go */
+int tdpy_conv_event_limit(PyObject *o, void *out); /* unsigned * */
+int tdpy_events_limit(ClientObject *self, unsigned max);
+unsigned tdpy_events_c_limit(unsigned max); /* libtensord's, for max */
+PyObject *tdpy_client_get_event_limit(ClientObject *self, void *unused);
+int tdpy_client_set_event_limit(ClientObject *self, PyObject *v, void *u);
+int tdpy_events_init(PyObject *m);
 
 #endif

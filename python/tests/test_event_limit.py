@@ -1,0 +1,246 @@
+# SPDX-License-Identifier: MIT
+"""Client(event_limit=N): the binding's bounded queue of watch events and
+the 'overflowed' Events that count what it (or libtensord) dropped."""
+import numpy as np
+import pytest
+import tensord
+
+
+def put_n(sock, name, n):
+    with tensord.Client(sock) as other:
+        return [other.put(name, np.zeros(1)) for _ in range(n)]
+
+
+def arrived(client, name):
+    """Every event sent so far is read off the socket (into libtensord's
+    queue): the daemon sent them before this call's reply."""
+    client.stat(name)
+
+
+def lost(events, watch_id=None):
+    return sum(e.version for e in events if e.type == "overflowed"
+               and (watch_id is None or e.watch_id == watch_id))
+
+
+def drain(w):
+    got = []
+    while True:
+        try:
+            got.append(w.next(0))
+        except tensord.Timeout:
+            return got
+
+
+def test_no_bound_by_default_and_nothing_dropped(daemon, client):
+    assert client.event_limit == 0
+    w = client.watch("d/")
+    v = put_n(daemon.sock, "d/a", 200)
+    arrived(client, "d/a")
+    got = []
+    for _ in range(100):
+        if len(got) >= 200:
+            break
+        got += client.poll()
+    assert [(e.type, e.version, e.watch_id) for e in got] == [
+        ("published", x, w.id) for x in v]
+
+
+def test_poll_gets_the_bound_then_the_count_of_the_rest(daemon):
+    with tensord.Client(daemon.sock, event_limit=3) as c:
+        assert c.event_limit == 3
+        w = c.watch("p/")
+        v = put_n(daemon.sock, "p/a", 10)
+        arrived(c, "p/a")
+        got = c.poll()
+        assert [(e.type, e.name, e.version, e.watch_id) for e in got] == [
+            ("published", "p/a", v[0], w.id),
+            ("published", "p/a", v[1], w.id),
+            ("published", "p/a", v[2], w.id),
+            ("overflowed", "", 7, w.id)]
+        assert c.poll() == []
+        # drained: room again, and nothing more reported lost
+        v = put_n(daemon.sock, "p/a", 2)
+        arrived(c, "p/a")
+        assert [(e.type, e.version) for e in c.poll()] == [
+            ("published", v[0]), ("published", v[1])]
+
+
+def test_each_watch_sees_what_it_lost(daemon):
+    with tensord.Client(daemon.sock, event_limit=2) as c:
+        a = c.watch("a/")
+        b = c.watch("b/")
+        va = put_n(daemon.sock, "a/1", 3)
+        put_n(daemon.sock, "b/1", 3)
+        arrived(c, "b/1")
+        got_a = drain(a)
+        assert [(e.type, e.version, e.watch_id) for e in got_a] == [
+            ("published", va[0], a.id), ("published", va[1], a.id),
+            ("overflowed", 1, a.id)]
+        # b's events all came while a's two filled the queue
+        assert [(e.type, e.version, e.watch_id) for e in drain(b)] == [
+            ("overflowed", 3, b.id)]
+        assert c.poll() == []
+        v = put_n(daemon.sock, "b/1", 1)
+        arrived(c, "b/1")
+        assert [(e.type, e.version) for e in drain(b)] == [
+            ("published", v[0])]
+
+
+def test_poll_sees_every_watchs_loss(daemon):
+    with tensord.Client(daemon.sock, event_limit=2) as c:
+        a = c.watch("a/")
+        b = c.watch("b/")
+        put_n(daemon.sock, "a/1", 3)
+        put_n(daemon.sock, "b/1", 3)
+        arrived(c, "b/1")
+        got = c.poll()
+        assert [e.type for e in got].count("published") == 2
+        assert lost(got, a.id) == 1 and lost(got, b.id) == 3
+        assert len(got) == 4  # one overflow Event per watch
+
+
+def test_a_watch_fills_the_queue_the_other_watch_is_told(daemon):
+    """The bound is the client's: a watch nobody reads fills it, and the
+    events that find it full are counted for their own watch."""
+    with tensord.Client(daemon.sock, event_limit=4) as c:
+        busy = c.watch("busy/")
+        mine = c.watch("mine/")
+        put_n(daemon.sock, "busy/x", 4)
+        arrived(c, "busy/x")
+        with pytest.raises(tensord.Timeout):
+            mine.next(0)  # takes busy's 4 into the queue: full
+        put_n(daemon.sock, "mine/y", 2)
+        arrived(c, "mine/y")
+        got = [mine.next(5)]
+        assert [(e.type, e.version, e.watch_id) for e in got] == [
+            ("overflowed", 2, mine.id)]
+        assert [e.type for e in drain(busy)] == ["published"] * 4
+        v = put_n(daemon.sock, "mine/y", 1)
+        assert mine.next(5).version == v[0]
+
+
+def test_libtensords_own_overflow_reaches_poll_and_every_watch(daemon):
+    """Events that come during another call wait in libtensord, bounded
+    to event_limit + 64; what it drops there has no watch yet: every
+    Watch open is told (it may have been theirs), poll() once."""
+    with tensord.Client(daemon.sock, event_limit=1) as c:
+        a = c.watch("a/")
+        b = c.watch("b/")
+        put_n(daemon.sock, "a/1", 100)
+        arrived(c, "a/1")  # reads all 100 while it waits: 65 kept
+        got_b = drain(b)
+        assert [(e.type, e.version, e.watch_id) for e in got_b] == [
+            ("overflowed", 35, b.id)]
+        got_a = drain(a)
+        assert [(e.type, e.version, e.watch_id) for e in got_a] == [
+            ("overflowed", 35, a.id), ("published", 1, a.id),
+            ("overflowed", 64, a.id)]
+        assert [(e.type, e.version, e.watch_id) for e in c.poll()] == [
+            ("overflowed", 35, 0)]
+        # a watch made afterwards was not open then
+        later = c.watch("a/")
+        with pytest.raises(tensord.Timeout):
+            later.next(0)
+
+
+def test_a_busy_name_nobody_reads_stays_bounded(daemon):
+    with tensord.Client(daemon.sock, event_limit=5) as c:
+        busy = c.watch("g/")  # never read
+        quiet = c.watch("quiet/")
+        total = 0
+        with tensord.Client(daemon.sock) as other:
+            for _ in range(40):
+                for _ in range(50):
+                    other.put("g/x", np.zeros(1))
+                total += 50
+                arrived(c, "g/x")
+                with pytest.raises(tensord.Timeout):
+                    quiet.next(0)  # hands libtensord's queue over
+        got = c.poll()
+        # the bound, and one overflow Event counting the rest
+        assert [(e.type, e.watch_id) for e in got] == [
+            ("published", busy.id)] * 5 + [("overflowed", busy.id)]
+        assert lost(got) == total - 5
+
+
+def test_event_limit_can_be_changed_and_checked(daemon, client):
+    w = client.watch("s/")
+    client.event_limit = 2
+    assert client.event_limit == 2
+    put_n(daemon.sock, "s/a", 5)
+    arrived(client, "s/a")
+    got = client.poll()
+    assert [e.type for e in got] == ["published"] * 2 + ["overflowed"]
+    assert lost(got, w.id) == 3
+    client.event_limit = 0  # no bound again
+    put_n(daemon.sock, "s/a", 80)
+    arrived(client, "s/a")
+    got = []
+    for _ in range(100):
+        if len(got) >= 80:
+            break
+        got += client.poll()
+    assert [e.type for e in got] == ["published"] * 80
+    with pytest.raises(OverflowError):
+        client.event_limit = -1
+    with pytest.raises(OverflowError):
+        client.event_limit = 2 ** 32
+    with pytest.raises(TypeError):
+        client.event_limit = "3"
+    with pytest.raises(TypeError):
+        tensord.Client(daemon.sock, event_limit=1.5)
+    with pytest.raises(AttributeError):
+        del client.event_limit
+    assert client.event_limit == 0
+    client.close()
+    with pytest.raises(ValueError):
+        client.event_limit = 3
+
+
+def test_event_fields_say_what_an_overflow_is():
+    assert "overflowed" in tensord.Event.type.__doc__
+    assert "dropped" in tensord.Event.version.__doc__
+
+
+def test_events_without_memory_are_counted_not_lost(daemon, client):
+    """An Event the binding finds no memory for (nor for an overflow
+    Event of its watch) is counted for no watch known: every Watch and
+    poll() are told once there is memory again."""
+    testcapi = pytest.importorskip("_testcapi")
+    w = client.watch("n/")
+    other = client.watch("m/")
+    put_n(daemon.sock, "n/x", 3)
+    arrived(client, "n/x")
+    with pytest.raises((MemoryError, tensord.Timeout)):
+        testcapi.set_nomemory(0)  # every Python allocation fails
+        try:
+            w.next(0)  # hands the 3 over: none can be kept
+        finally:
+            testcapi.remove_mem_hooks()
+    assert [(e.type, e.version, e.watch_id) for e in drain(w)] == [
+        ("overflowed", 3, w.id)]
+    assert [(e.type, e.version, e.watch_id) for e in drain(other)] == [
+        ("overflowed", 3, other.id)]
+    assert [(e.type, e.version, e.watch_id) for e in client.poll()] == [
+        ("overflowed", 3, 0)]
+
+
+def test_a_closed_watchs_events_give_their_room_back(daemon):
+    """Nobody but poll() could take a closed watch's events: they go
+    with it, also those still in libtensord's queue, and the bound is
+    the other watches' again."""
+    with tensord.Client(daemon.sock, event_limit=3) as c:
+        gone = c.watch("gone/")
+        stays = c.watch("stays/")
+        put_n(daemon.sock, "gone/x", 3)
+        arrived(c, "gone/x")
+        with pytest.raises(tensord.Timeout):
+            stays.next(0)  # gone's 3 fill the queue
+        put_n(daemon.sock, "gone/x", 2)
+        arrived(c, "gone/x")  # 2 more in libtensord's queue
+        gone.close()
+        assert c.poll() == []
+        v = put_n(daemon.sock, "stays/y", 3)
+        arrived(c, "stays/y")
+        assert [(e.type, e.version) for e in drain(stays)] == [
+            ("published", x) for x in v]
