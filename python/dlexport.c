@@ -35,7 +35,7 @@ static void dl_deleter(DLManagedTensor *mt)
 		munmap(x->priv, x->priv_len);
 	g = PyGILState_Ensure();
 	if (x->sub)
-		tdpy_sub_export_gone(x->sub);
+		tdpy_owner_hooks.view_export_gone(x->sub);
 	if (x->lease)
 		x->lease->dl_exports--;
 	Py_XDECREF(x->keep);
@@ -122,14 +122,14 @@ static int dl_place(OwnerObject *o, PyArrayObject *a, struct dl_ctx *x)
 		return 0;
 	}
 	if (o->kind == OWNER_VIEW) {
-		if (o->fd < 0 || tdpy_sub_export(o->parent, o->version) < 0) {
+		if (o->fd < 0 || tdpy_owner_hooks.view_export(o->parent, o->version) < 0) {
 			if (!PyErr_Occurred())
 				PyErr_SetString(PyExc_BufferError, "no file "
 						"to map this ring view");
 			return -1;
 		}
 		if (dl_map_cow(x, o, o->fd, o->file_off, p) < 0) {
-			tdpy_sub_export_gone(o->parent);
+			tdpy_owner_hooks.view_export_gone(o->parent);
 			return -1;
 		}
 		x->sub = o->parent;

@@ -72,12 +72,12 @@ PyObject *tdpy_client_follow(ClientObject *self, PyObject *args)
 	return (PyObject *)fo;
 }
 
-void tdpy_follow_hold(PyObject *obj, OwnerObject *o)
+static void tdpy_follow_hold(PyObject *obj, OwnerObject *o)
 {
 	((FollowObject *)obj)->held = o;
 }
 
-void tdpy_follow_let_go(PyObject *obj, OwnerObject *o)
+static void tdpy_follow_let_go(PyObject *obj, OwnerObject *o)
 {
 	FollowObject *fo = (FollowObject *)obj;
 
@@ -85,7 +85,7 @@ void tdpy_follow_let_go(PyObject *obj, OwnerObject *o)
 		fo->held = NULL;
 }
 
-int tdpy_follow_exported(OwnerObject *root)
+static int tdpy_follow_exported(OwnerObject *root)
 {
 	struct td_error e = {.code = -EBUSY};
 
@@ -417,6 +417,9 @@ PyTypeObject tdpy_follow_type = {
 
 int tdpy_follow_init(PyObject *m)
 {
+	tdpy_owner_hooks.follow_hold = tdpy_follow_hold;
+	tdpy_owner_hooks.follow_let_go = tdpy_follow_let_go;
+	tdpy_owner_hooks.follow_exported = tdpy_follow_exported;
 	if (PyType_Ready(&tdpy_follow_type) < 0)
 		return -1;
 	Py_INCREF(&tdpy_follow_type);

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The tensord Python module: errors, Client, Watch, events and entries
- * (the Client's put, alloc, publish and get are in tensor.c, its rings
- * in ring.c, follow in follow.c, arrays and DLPack in array.c). Owns no
+ * The tensord Python module, on top of the binding's files: Client,
+ * Watch and entries, and the module's init (the Client's put, alloc,
+ * publish and get are in tensor.c, its rings in ring.c, follow in
+ * follow.c, events in events.c, arrays in array.c and owner.c, DLPack in
+ * dlexport.c; errors and arguments in common.c). Owns no
  * protocol logic: everything goes through libtensord's public API.
  * Every call that may wait on the daemon releases the GIL.
  */
-#define TDPY_MODULE_C
 #include "tdpy.h"
 
 #include <errno.h>
@@ -20,250 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
-PyObject *tdpy_error;
-static PyObject *not_found, *permission_denied, *quota_exceeded, *timeout;
 static PyTypeObject entry_type;
 
-/* ---- errors and arguments ---- */
-
-PyObject *tdpy_raise(int rc, const struct td_error *e, const char *what)
-{
-	int code = rc < 0 ? -rc : rc;
-	const char *reason = e && e->reason[0] ? e->reason : strerror(code);
-	PyObject *cls = tdpy_error, *exc, *r, *msg;
-
-	switch (code) {
-	case ENOENT:
-		cls = not_found;
-		break;
-	case EPERM:
-	case EACCES:
-		cls = permission_denied;
-		break;
-	case EDQUOT:
-	case ENOSPC:
-		cls = quota_exceeded;
-		break;
-	case ETIMEDOUT:
-		cls = timeout;
-		break;
-	}
-	r = PyUnicode_DecodeUTF8(reason, (Py_ssize_t)strlen(reason),
-				 "replace");
-	if (!r)
-		return NULL;
-	msg = PyUnicode_FromFormat("%s: %U [%s]", what, r,
-				   strerrorname_np(code) ?
-				   strerrorname_np(code) : "?");
-	exc = msg ? PyObject_CallFunctionObjArgs(cls, msg, NULL) : NULL;
-	Py_XDECREF(msg);
-	if (exc) {
-		PyObject *no = PyLong_FromLong(code);
-
-		PyObject_SetAttrString(exc, "errno", no);
-		PyObject_SetAttrString(exc, "reason", r);
-		Py_XDECREF(no);
-		PyErr_SetObject(cls, exc);
-		Py_DECREF(exc);
-	}
-	Py_DECREF(r);
-	return NULL;
-}
-
-int tdpy_conv_name(PyObject *o, void *out)
-{
-	Py_ssize_t len;
-	const char *s;
-
-	if (!PyUnicode_Check(o)) {
-		PyErr_Format(PyExc_TypeError, "name must be str, not %.100s",
-			     Py_TYPE(o)->tp_name);
-		return 0;
-	}
-	s = PyUnicode_AsUTF8AndSize(o, &len);
-	if (!s)
-		return 0;
-	if ((size_t)len != strlen(s) || len > TD_NAME_MAX) {
-		PyErr_Format(PyExc_ValueError, "name must be 1..%d bytes "
-			     "without NUL", TD_NAME_MAX);
-		return 0;
-	}
-	*(const char **)out = s;
-	return 1;
-}
-
-int tdpy_conv_timeout(PyObject *o, void *out)
-{
-	double s;
-
-	if (o == Py_None) {
-		*(int *)out = -1;
-		return 1;
-	}
-	if (PyBool_Check(o) || !PyNumber_Check(o)) {
-		PyErr_Format(PyExc_TypeError, "timeout must be seconds or "
-			     "None, not %.100s", Py_TYPE(o)->tp_name);
-		return 0;
-	}
-	s = PyFloat_AsDouble(o);
-	if (s == -1.0 && PyErr_Occurred())
-		return 0;
-	if (isnan(s) || s < 0) {
-		PyErr_SetString(PyExc_ValueError, "timeout must be >= 0");
-		return 0;
-	}
-	*(int *)out = s * 1000 >= INT_MAX ? -1 : (int)ceil(s * 1000);
-	return 1;
-}
-
-int tdpy_conv_version(PyObject *o, void *out)
-{
-	unsigned long long v;
-
-	if (!PyLong_Check(o)) {
-		PyErr_Format(PyExc_TypeError, "a version is an int, not %.100s",
-			     Py_TYPE(o)->tp_name);
-		return 0;
-	}
-	v = PyLong_AsUnsignedLongLong(o); /* OverflowError: < 0, >= 2**64 */
-	if (v == (unsigned long long)-1 && PyErr_Occurred())
-		return 0;
-	*(uint64_t *)out = v;
-	return 1;
-}
-
-int tdpy_timeout_arg(PyObject *args, PyObject *kw, int *ms)
-{
-	static char *kwlist[] = {"timeout", NULL};
-	PyObject *to = Py_None;
-
-	return PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &to) &&
-	       tdpy_conv_timeout(to, ms);
-}
-
-int tdpy_meta_get(PyObject *o, Py_buffer *b)
-{
-	memset(b, 0, sizeof(*b));
-	if (!o || o == Py_None)
-		return 0;
-	if (PyUnicode_Check(o)) {
-		Py_ssize_t n;
-		const char *s = PyUnicode_AsUTF8AndSize(o, &n);
-
-		return s ? PyBuffer_FillInfo(b, o, (void *)s, n, 1,
-					     PyBUF_SIMPLE)
-			 : -1;
-	}
-	if (!PyObject_CheckBuffer(o)) {
-		PyErr_Format(PyExc_TypeError, "metadata must be bytes-like, "
-			     "str or None, not %.100s", Py_TYPE(o)->tp_name);
-		return -1;
-	}
-	if (PyObject_GetBuffer(o, b, PyBUF_SIMPLE) == 0)
-		return 0;
-	/* a buffer that is not one C-contiguous run of bytes (a strided
-	 * memoryview, a Fortran-order array): its bytes in C order, copied
-	 * (metadata is small, and copied into the blob anyway) */
-	PyErr_Clear();
-	o = PyBytes_FromObject(o);
-	if (!o)
-		return -1;
-	if (PyObject_GetBuffer(o, b, PyBUF_SIMPLE) < 0) {
-		Py_DECREF(o);
-		return -1;
-	}
-	Py_DECREF(o); /* b holds it */
-	return 0;
-}
-
 /* ---- Client ---- */
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int tdpy_wait_sliced(int ms, int (*fn)(void *arg, int slice_ms), void *arg,
-		     ClientObject *cl)
-{
-	int64_t deadline = ms < 0 ? -1 : mono_ms() + ms;
-	int rc;
-
-	for (;;) {
-		int64_t left = ms < 0 ? TDPY_SIGNAL_SLICE_MS
-				      : deadline - mono_ms();
-
-		if (left > TDPY_SIGNAL_SLICE_MS)
-			left = TDPY_SIGNAL_SLICE_MS;
-		if (left < 0)
-			left = 0;
-		Py_BEGIN_ALLOW_THREADS
-		rc = fn(arg, (int)left);
-		Py_END_ALLOW_THREADS
-		if (rc != -ETIMEDOUT && rc != -EAGAIN)
-			return rc;
-		if (ms >= 0 && mono_ms() >= deadline)
-			return -ETIMEDOUT;
-		if (PyErr_CheckSignals() < 0)
-			return -EINTR;
-		/*
-		 * close() by another thread while cl's call waits is deferred
-		 * to its end: one with a deadline still gets what comes until
-		 * then, one without would wait for ever on a closed client.
-		 */
-		if (ms < 0 && cl && !cl->c) {
-			PyErr_SetString(PyExc_ValueError,
-					"the client was closed while this call "
-					"waited without a timeout");
-			return -EINTR;
-		}
-	}
-}
-
-struct td_client *tdpy_client_enter(ClientObject *self)
-{
-	if (!self->c) {
-		PyErr_SetString(PyExc_ValueError, "the client is closed");
-		return NULL;
-	}
-	self->busy++;
-	return self->c;
-}
-
-static void client_really_close(ClientObject *self)
-{
-	struct td_client *h = self->handle;
-
-	self->handle = NULL;
-	if (self->epfd >= 0)
-		close(self->epfd);
-	if (self->evfd >= 0)
-		close(self->evfd);
-	self->epfd = self->evfd = -1;
-	tdpy_maps_detach(self);
-	Py_BEGIN_ALLOW_THREADS
-	td_client_close(h);
-	Py_END_ALLOW_THREADS
-}
-
-void tdpy_client_leave(ClientObject *self)
-{
-	/* close() while a call waited: the last call out closes */
-	if (--self->busy == 0 && !self->c && self->handle)
-		client_really_close(self);
-}
-
-void tdpy_client_wake(ClientObject *self)
-{
-	uint64_t one = 1;
-
-	if (self->evfd >= 0 && write(self->evfd, &one, sizeof(one)) < 0) {
-		/* the counter is saturated: it is readable anyway */
-	}
-}
 
 /*
  * Everything libtensord has for this client, without waiting: its one
@@ -337,7 +97,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 		if (!PyErr_Occurred())
 			PyErr_SetFromErrno(PyExc_OSError);
 		self->c = NULL;
-		client_really_close(self);
+		tdpy_client_close_now(self);
 		return -1;
 	}
 	return 0;
@@ -356,7 +116,7 @@ static PyObject *client_close(ClientObject *self, PyObject *unused)
 {
 	self->c = NULL;
 	if (!self->busy && self->handle)
-		client_really_close(self);
+		tdpy_client_close_now(self);
 	Py_RETURN_NONE;
 }
 
@@ -364,7 +124,7 @@ static void client_dealloc(ClientObject *self)
 {
 	self->c = NULL;
 	if (self->handle)
-		client_really_close(self);
+		tdpy_client_close_now(self);
 	tdpy_events_free(self);
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -378,32 +138,6 @@ static PyObject *client_enter_m(ClientObject *self, PyObject *unused)
 	return tdpy_enter((PyObject *)self, NULL);
 }
 
-PyObject *tdpy_enter(PyObject *self, PyObject *unused)
-{
-	Py_INCREF(self);
-	return self;
-}
-
-/* __exit__ calling self.<method>(), never swallowing the exception. */
-static PyObject *exit_calling(PyObject *self, const char *method)
-{
-	PyObject *r = PyObject_CallMethod(self, method, NULL);
-
-	if (!r)
-		return NULL;
-	Py_DECREF(r);
-	Py_RETURN_FALSE;
-}
-
-PyObject *tdpy_exit_close(PyObject *self, PyObject *args)
-{
-	return exit_calling(self, "close");
-}
-
-PyObject *tdpy_exit_release(PyObject *self, PyObject *args)
-{
-	return exit_calling(self, "release");
-}
 
 static PyObject *client_closed(ClientObject *self, void *unused)
 {
@@ -906,42 +640,22 @@ static struct PyModuleDef module_def = {
 	.m_size = -1,
 };
 
-static PyObject *add_exc(PyObject *m, const char *name, PyObject *base)
-{
-	char full[64];
-	PyObject *e;
-
-	snprintf(full, sizeof(full), "tensord.%s", name);
-	e = PyErr_NewException(full, base, NULL);
-	if (e && PyModule_AddObject(m, name, e) < 0)
-		return NULL;
-	Py_XINCREF(e);
-	return e;
-}
 
 PyMODINIT_FUNC PyInit_tensord(void)
 {
 	PyObject *m;
 
-	import_array();
+	if (tdpy_numpy_import() < 0)
+		return NULL;
 	m = PyModule_Create(&module_def);
 	if (!m)
 		return NULL;
-	if (tdpy_events_init(m) < 0 ||
+	if (tdpy_errors_init(m) < 0 || tdpy_events_init(m) < 0 ||
 	    PyStructSequence_InitType2(&entry_type, &entry_desc) < 0 ||
 	    PyType_Ready(&tdpy_client_type) < 0 ||
 	    PyType_Ready(&tdpy_watch_type) < 0 || tdpy_array_init(m) < 0 ||
 	    tdpy_ring_init(m) < 0 || tdpy_planes_init(m) < 0 ||
 	    tdpy_follow_init(m) < 0)
-		goto fail;
-	tdpy_error = add_exc(m, "Error", NULL);
-	if (!tdpy_error)
-		goto fail;
-	not_found = add_exc(m, "NotFound", tdpy_error);
-	permission_denied = add_exc(m, "PermissionDenied", tdpy_error);
-	quota_exceeded = add_exc(m, "QuotaExceeded", tdpy_error);
-	timeout = add_exc(m, "Timeout", tdpy_error);
-	if (!not_found || !permission_denied || !quota_exceeded || !timeout)
 		goto fail;
 	Py_INCREF(&tdpy_client_type);
 	Py_INCREF(&tdpy_watch_type);

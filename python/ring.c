@@ -55,14 +55,6 @@ typedef struct {
 	int efd;          /* poll() mode: td_sub_fd (in the client's epoll) */
 } SubObject;
 
-PyObject *tdpy_busy_error(void)
-{
-	PyErr_SetString(PyExc_RuntimeError, "used by another thread at "
-			"the same time (one thread at a time per ring, "
-			"subscription or follow)");
-	return NULL;
-}
-
 /* ---- Ring ---- */
 
 /* An unsigned int argument (slots, readers): PyArg's "I" would wrap
@@ -155,7 +147,7 @@ static void ring_really_close(RingObject *ring)
 	}
 }
 
-void tdpy_ring_view_gone(PyObject *obj)
+static void tdpy_ring_view_gone(PyObject *obj)
 {
 	RingObject *ring = (RingObject *)obj;
 
@@ -272,7 +264,7 @@ static bool conn_open(ClientObject *cl, OwnerObject *o)
 	return cl->c && cl->conn == o->conn;
 }
 
-bool tdpy_ring_slot_held(OwnerObject *o)
+static bool tdpy_ring_slot_held(OwnerObject *o)
 {
 	RingObject *ring = (RingObject *)o->parent;
 
@@ -441,7 +433,7 @@ static void sub_really_close(SubObject *sub)
 	}
 }
 
-void tdpy_sub_view_gone(PyObject *obj)
+static void tdpy_sub_view_gone(PyObject *obj)
 {
 	SubObject *sub = (SubObject *)obj;
 
@@ -477,7 +469,7 @@ static bool sub_exported(SubObject *sub)
 	return true;
 }
 
-int tdpy_sub_view_release(PyObject *obj, uint64_t version)
+static int tdpy_sub_view_release(PyObject *obj, uint64_t version)
 {
 	SubObject *sub = (SubObject *)obj;
 
@@ -489,7 +481,7 @@ int tdpy_sub_view_release(PyObject *obj, uint64_t version)
 	return 0;
 }
 
-int tdpy_sub_export(PyObject *obj, uint64_t version)
+static int tdpy_sub_export(PyObject *obj, uint64_t version)
 {
 	SubObject *sub = (SubObject *)obj;
 
@@ -505,14 +497,14 @@ int tdpy_sub_export(PyObject *obj, uint64_t version)
 	return 0;
 }
 
-void tdpy_sub_export_gone(PyObject *obj)
+static void tdpy_sub_export_gone(PyObject *obj)
 {
 	((SubObject *)obj)->exports--;
 }
 
 /* Busy: next() in another thread gave the held view back before it
  * waits (sub->held is only updated when it returns). */
-bool tdpy_sub_view_held(OwnerObject *o)
+static bool tdpy_sub_view_held(OwnerObject *o)
 {
 	SubObject *sub = (SubObject *)o->parent;
 
@@ -852,6 +844,13 @@ PyObject *tdpy_client_ring_stat(ClientObject *self, PyObject *args)
 
 int tdpy_ring_init(PyObject *m)
 {
+	tdpy_owner_hooks.slot_held = tdpy_ring_slot_held;
+	tdpy_owner_hooks.slot_gone = tdpy_ring_view_gone;
+	tdpy_owner_hooks.view_held = tdpy_sub_view_held;
+	tdpy_owner_hooks.view_gone = tdpy_sub_view_gone;
+	tdpy_owner_hooks.view_release = tdpy_sub_view_release;
+	tdpy_owner_hooks.view_export = tdpy_sub_export;
+	tdpy_owner_hooks.view_export_gone = tdpy_sub_export_gone;
 	if (PyType_Ready(&tdpy_ring_type) < 0 ||
 	    PyType_Ready(&tdpy_sub_type) < 0)
 		return -1;

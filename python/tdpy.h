@@ -5,7 +5,7 @@
  * Objects:
  *  - Client (module.c): one libtensord handle; its put, alloc, publish
  *    and get are tensor.c's.
- *  - Owner (array.c): the memory behind arrays (a lease, a loan, a ring
+ *  - Owner (owner.c): the memory behind arrays (a lease, a loan, a ring
  *    slot, a subscriber's view, or one plane of a lease or loan). Every
  *    tensord.Array has one at the end of its .base chain, so the memory
  *    lives as long as any view of it.
@@ -18,6 +18,11 @@
  *  - Watch (module.c), Ring and Subscription (ring.c), Follow
  *    (follow.c).
  *  - maps.c: the client's cache of the mappings behind leases.
+ *  - common.c: errors, argument converters, calls in flight.
+ *
+ * Calls point one way (the suite's python-call-cycles test): maps.c,
+ * common.c and owner.c at the bottom, module.c on top. What an Owner
+ * asks of ring.c or follow.c goes through tdpy_owner_hooks.
  */
 #ifndef TDPY_H
 #define TDPY_H
@@ -119,6 +124,10 @@ extern PyTypeObject tdpy_ring_type, tdpy_sub_type, tdpy_watch_type;
 extern PyTypeObject tdpy_planes_type, tdpy_follow_type;
 extern PyObject *tdpy_error;
 
+/* common.c: numpy's C API (module init, first); tensord.Error and its
+ * subclasses into m. 0, or -1 with the exception set. */
+int tdpy_numpy_import(void);
+int tdpy_errors_init(PyObject *m);
 /* Raise the tensord.Error subclass for rc (-errno) with e's reason. */
 PyObject *tdpy_raise(int rc, const struct td_error *e, const char *what);
 
@@ -134,6 +143,8 @@ int tdpy_timeout_arg(PyObject *args, PyObject *kw, int *ms);
 /* Checked entry to a client call: NULL (ValueError set) when closed. */
 struct td_client *tdpy_client_enter(ClientObject *self);
 void tdpy_client_leave(ClientObject *self);
+/* Close the handle now (no call in flight): fileno()'s fds, mappings. */
+void tdpy_client_close_now(ClientObject *self);
 /*
  * Run a libtensord call on an entered client with the GIL released,
  * then leave it. Watch events that arrive meanwhile stay queued in
@@ -188,6 +199,10 @@ void tdpy_owner_release(OwnerObject *plane_or_root);
 PyObject *tdpy_owner_array(OwnerObject *o);
 /* The Owner at the end of obj's .base chain, NULL (TypeError) if none. */
 OwnerObject *tdpy_owner_of(PyObject *obj);
+/* The Owner obj's chain of bases ends at, or NULL; sets no exception. */
+OwnerObject *tdpy_owner_at_base(PyObject *obj);
+/* release() of an Array or a Lease: None, or NULL with the exception. */
+PyObject *tdpy_owner_do_release(OwnerObject *o);
 /* Whether the root owner r still holds its lease, loan or slot. */
 bool tdpy_owner_held(OwnerObject *r);
 /* tensord.Array.__dlpack__ and __dlpack_device__ (dlexport.c). */
@@ -223,29 +238,38 @@ void tdpy_maps_detach(ClientObject *cl);
 /* RuntimeError: a Ring, Subscription or Follow used by two threads. */
 PyObject *tdpy_busy_error(void);
 
-/* Whether a SLOT (VIEW) owner still holds its slot: acquired and not
- * yet published (the view the subscription holds), on a connection
- * still open. */
-bool tdpy_ring_slot_held(OwnerObject *o);
-bool tdpy_sub_view_held(OwnerObject *o);
-/* Ring views: the subscription drops its count when one dies. */
-void tdpy_sub_view_gone(PyObject *sub);
-/* -1 (tensord.Error EBUSY) while a DLPack export holds the view. */
-int tdpy_sub_view_release(PyObject *sub, uint64_t version);
-/* A DLPack export of the held view `version` begins (-1 with BufferError
- * when that view is no longer held) or ends: the slot stays held, and
- * next(), poll() and release() refuse, while any export lives. */
-int tdpy_sub_export(PyObject *sub, uint64_t version);
-void tdpy_sub_export_gone(PyObject *sub);
-void tdpy_ring_view_gone(PyObject *ring);
-
-/* Follows (follow.c): o, a lease root, holds what the follow gave last;
- * o ends (released or dead): the follow holds nothing any more. */
-void tdpy_follow_hold(PyObject *follow, OwnerObject *o);
-void tdpy_follow_let_go(PyObject *follow, OwnerObject *o);
-/* -1 (tensord.Error EBUSY) while DLPack exports of root (a followed
- * lease) live: its hold stays until they are gone. */
-int tdpy_follow_exported(OwnerObject *root);
+/*
+ * What an Owner of a ring slot (SLOT, VIEW) or a followed lease asks the
+ * file that made it (ring.c, follow.c), which fill this at their init:
+ * owner.c and dlexport.c call up only through it.
+ */
+struct tdpy_owner_hooks {
+	/* Whether a SLOT (VIEW) owner still holds its slot: acquired and
+	 * not yet published (the view the subscription holds), on a
+	 * connection still open. */
+	bool (*slot_held)(OwnerObject *o);
+	bool (*view_held)(OwnerObject *o);
+	/* A SLOT's (VIEW's) owner died: the ring (subscription) drops its
+	 * count of views. */
+	void (*slot_gone)(PyObject *ring);
+	void (*view_gone)(PyObject *sub);
+	/* -1 (tensord.Error EBUSY) while a DLPack export holds the view. */
+	int (*view_release)(PyObject *sub, uint64_t version);
+	/* A DLPack export of the held view `version` begins (-1 with
+	 * BufferError when that view is no longer held) or ends: the slot
+	 * stays held, and next(), poll() and release() refuse, while any
+	 * export lives. */
+	int (*view_export)(PyObject *sub, uint64_t version);
+	void (*view_export_gone)(PyObject *sub);
+	/* Follows: o, a lease root, holds what the follow gave last; o
+	 * ends (released or dead): the follow holds nothing any more. */
+	void (*follow_hold)(PyObject *follow, OwnerObject *o);
+	void (*follow_let_go)(PyObject *follow, OwnerObject *o);
+	/* -1 (tensord.Error EBUSY) while DLPack exports of root (a
+	 * followed lease) live: its hold stays until they are gone. */
+	int (*follow_exported)(OwnerObject *root);
+};
+extern struct tdpy_owner_hooks tdpy_owner_hooks; /* owner.c */
 
 /* Metadata: None, bytes-like or str (UTF-8), into a held Py_buffer. */
 int tdpy_meta_get(PyObject *o, Py_buffer *b);
@@ -288,7 +312,8 @@ PyObject *tdpy_exit_release(PyObject *self, PyObject *args);
 
 /* Registration of the ring types into the module. */
 int tdpy_ring_init(PyObject *m);
-int tdpy_array_init(PyObject *m);
+int tdpy_array_init(PyObject *m); /* and tdpy_owner_init */
+int tdpy_owner_init(PyObject *m);
 int tdpy_planes_init(PyObject *m);
 int tdpy_follow_init(PyObject *m);
 

@@ -184,43 +184,6 @@ static int loan_format(OwnerObject *o, PyObject *format, npy_intp isz)
 	return 0;
 }
 
-int tdpy_loan_open(ClientObject *self, OwnerObject *o, uint64_t size)
-{
-	struct td_error e = {0};
-	struct td_client *c = tdpy_client_enter(self);
-	const char *name;
-	int rc;
-
-	if (!c)
-		return -1;
-	/* publish() uses o->name: a recyclable loan is named for it, so its
-	 * buffers stay recycled when readers that may not read every name
-	 * this uid may write mapped them (docs/fastpath.md, "Across names") */
-	name = o->alloc_flags && o->name ? PyUnicode_AsUTF8(o->name) : NULL;
-	TDPY_CALL(self, rc, td_client_alloc_named(c, name, 1, &size,
-						  o->alloc_flags, &o->a, &e));
-	if (rc < 0) {
-		tdpy_raise(rc, &e, "alloc");
-		return -1;
-	}
-	/* our own shared mapping: libtensord unmaps its own at publish,
-	 * while views of this one must stay valid after (publish turns it
-	 * copy-on-write, see client_publish) */
-	o->size = size;
-	if (!size)
-		return 0;
-	o->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED,
-		      td_alloc_fd(o->a, 0), 0);
-	if (o->map == MAP_FAILED) {
-		o->map = NULL;
-		PyErr_SetFromErrno(PyExc_OSError);
-		return -1;
-	}
-	o->map_len = size;
-	o->data = o->map;
-	return 0;
-}
-
 /*
  * alloc(name, shape, dtype, strides=None, format=None, recycle=False,
  * stream=False): a writable Array over a loan (recycle: TD_ALLOC_RECYCLE,
@@ -517,7 +480,7 @@ PyObject *tdpy_lease_array(ClientObject *self, struct td_tensor *t,
 		/* the Follow's hold is this owner's until it is released */
 		Py_INCREF(follow);
 		o->follow = follow;
-		tdpy_follow_hold(follow, o);
+		tdpy_owner_hooks.follow_hold(follow, o);
 	}
 	o->version = td_tensor_version(t);
 	o->dtype = td_tensor_dtype(t);
