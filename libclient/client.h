@@ -123,7 +123,7 @@ struct td__gf {
 
 /*
  * What conn.c, the connection core, hands up to the files above it; set
- * by client.c at connect (callbacks, so that no call leads back up).
+ * by connect.c at connect (callbacks, so that no call leads back up).
  */
 struct td__msg;
 struct td__client_ops {
@@ -230,7 +230,7 @@ struct td_client {
 	uint64_t pub_version;
 	struct td_error pub_err;
 	uint64_t clock;
-	/* TD_CLIENT_RECONNECT (client.c) */
+	/* TD_CLIENT_RECONNECT (connect.c) */
 	bool reconnect;
 	uint32_t pref;  /* import preference, for the next HELLO */
 	uint32_t epoch; /* +1 per reconnect: ids of older ones are void */
@@ -360,7 +360,7 @@ bool td__loop_reply(struct td_client *c, struct td__msg *m);
 void td__loop_fail(struct td_client *c, int status);
 /* loop.c: at close, cancel and deliver every asynchronous GET (no lock). */
 void td__loop_cancel(struct td_client *c);
-/* client.c: the status and reason of an error reply into *err. */
+/* conn.c: the status and reason of an error reply into *err. */
 int td__reply_error(const struct td__msg *m, int status,
 		    struct td_error *err);
 
@@ -516,7 +516,7 @@ static inline void td__cpu_relax(void)
 #endif
 }
 
-/* forks of this process so far, as its children count them (client.c) */
+/* forks of this process so far, as its children count them (conn.c) */
 extern unsigned td__fork_gen;
 /*
  * Whether c was made by another process: this one is a child of fork()

@@ -4,7 +4,7 @@
  * framing with SCM_RIGHTS, request/reply pairing, the watch-event queue,
  * errors, references. What it must hand up (a client's last reference
  * gone, a broken connection, a reply nobody here waits for, events ready,
- * a reconnect) goes through the client's ops (client.h), which client.c
+ * a reconnect) goes through the client's ops (client.h), which connect.c
  * sets at connect: no call of this file leads back up.
  */
 #include <errno.h>
