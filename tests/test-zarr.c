@@ -1951,6 +1951,19 @@ Test(export, hurray_files_read_back_by_zarrita, .init = start, .fini = stop)
 	exp = zt_expect_done(x, NULL);
 	zt_zarrita("h", exp);
 	free(exp);
+	/* a .tgm option with a Hurray file is a usage error, whether the
+	 * file is named or comes on stdin (which ignored them) */
+	cr_assert_eq(zt_sh(&out, "'%s' zarr export %s/c --from %s/t.hrry "
+	                         "--name-key x",
+	                   getenv("TD_TENSORCTL"), zt_dir, zt_dir),
+	             2, "%s", out);
+	free(out);
+	cr_assert_eq(zt_sh(&out, "'%s' zarr export %s/d --from - --message 1 "
+	                         "< %s/t.hrry",
+	                   getenv("TD_TENSORCTL"), zt_dir, zt_dir),
+	             2, "%s", out);
+	cr_assert(strstr(out, "are for .tgm files"), "%s", out);
+	free(out);
 	/* the upstream vector: its KV becomes a group attribute */
 	{
 		const char *dir = tu_vectors_path("hurray");
@@ -1972,12 +1985,6 @@ Test(export, hurray_files_read_back_by_zarrita, .init = start, .fini = stop)
 		          "%s", root);
 		free(root);
 	}
-	/* a .tgm option with a Hurray file is a usage error */
-	cr_assert_eq(zt_sh(&out, "'%s' zarr export %s/c --from %s/t.hrry "
-	                         "--name-key x",
-	                   getenv("TD_TENSORCTL"), zt_dir, zt_dir),
-	             2, "%s", out);
-	free(out);
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 

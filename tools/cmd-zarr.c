@@ -652,9 +652,15 @@ static int export_tgm(const char *dir, const char *path, uint64_t message,
 		return rc;
 	len = src.size;
 	if (src.fd < 0 && inspect_hrry_sniff(buf, len)) {
-		/* a Hurray file on stdin (a file's magic chose before) */
+		/* a Hurray file on stdin (a file's magic chose before): the
+		 * .tgm options refused as for a file */
 		struct td_hrry_transport t;
 
+		if (name_key || message) {
+			free(buf);
+			return tctl_usage("zarr", "--name-key and --message "
+			                          "are for .tgm files");
+		}
 		rc = td_hrry_transport_mem(buf, len, &t) < 0
 		             ? tctl_fail(TCTL_REFUSED, "io", ENOMEM,
 		                         "out of memory")
