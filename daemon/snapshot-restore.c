@@ -418,7 +418,8 @@ static int restore_open(struct reader *rd, const struct stat *st,
 {
 	struct td_hrry_err e = {0};
 	struct td_hrry_kv_entry k;
-	bool ours = false;
+	bool ours = false, has_next = false;
+	uint64_t next = 0;
 	int rc;
 
 	*unread = false;
@@ -446,8 +447,10 @@ static int restore_open(struct reader *rd, const struct stat *st,
 		}
 		if (k.key_len == strlen(KV_NEXT) &&
 		    !memcmp(k.key, KV_NEXT, k.key_len) &&
-		    k.value.kind == TD_HRRY_KV_UINT64)
-			td__store_set_next_version(k.value.u64_value);
+		    k.value.kind == TD_HRRY_KV_UINT64) {
+			next = k.value.u64_value;
+			has_next = true;
+		}
 	}
 	if (!ours) {
 		snprintf(reason, cap,
@@ -456,6 +459,10 @@ static int restore_open(struct reader *rd, const struct stat *st,
 			 KV_FORMAT, SNAP_FORMAT_OLD, SNAP_FORMAT);
 		return -EINVAL;
 	}
+	/* only a snapshot's counter counts: another Hurray file's key of
+	 * that name raised the daemon's before it was refused */
+	if (has_next)
+		td__store_set_next_version(next);
 	return 0;
 }
 

@@ -1185,6 +1185,41 @@ Test(snapshot, a_version_counter_out_of_range_is_ignored, .timeout = 60)
 }
 
 /*
+ * A Hurray file at the snapshot path that is not a tensord snapshot (its
+ * tensord.snapshot says another format) is moved aside whole: its
+ * tensord.next_version raised the daemon's counter before, though
+ * nothing of the file was used.
+ */
+Test(snapshot, a_foreign_hurray_file_leaves_the_version_counter_alone,
+     .timeout = 60)
+{
+	struct snapdir s;
+	struct tensor set[NSET];
+	struct tu_daemon d;
+	struct td_client *c;
+	uint8_t *b;
+	size_t len;
+	uint64_t high = 5000, other = 99, v;
+
+	saved(&s, set);
+	b = tu_read_file(s.file, &len);
+	memcpy(b + find_kv(b, len, "tensord.next_version"), &high, 8);
+	memcpy(b + find_kv(b, len, "tensord.snapshot"), &other, 8);
+	put_back(s.file, b, len);
+	cr_assert_eq(truncate(s.log, 0), 0);
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	cr_assert_eq(count(c), 0);
+	v = next_version(c);
+	cr_assert_lt(v, 100, "next version %llu", (unsigned long long)v);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert(log_has(&s, "not a tensord snapshot"), "%s",
+		  tu_slurp(s.log));
+	snapdir_rm(&s);
+}
+
+/*
  * --snapshot naming a symbolic link to the snapshot: saves replace the
  * file it names (FILE.tmp beside that), and the link stays a link; a
  * rename over the link made it a regular file before, the target
