@@ -1454,6 +1454,59 @@ static void write_tgm(const char *path, size_t nmsg, size_t nobj,
 	fclose(f);
 }
 
+/*
+ * "-" is read into memory whatever it is, so --max-bytes caps it when it
+ * is a regular file (< FILE) as when it is a pipe: inspect, load (.tgm
+ * and Hurray) and zarr export --from - refuse it, naming the option.
+ */
+Test(tensorctl, stdin_regular_file_is_capped_like_a_stream)
+{
+	static const char *const names[][4] = {{"x", "y"}};
+	const char *const cmds[][8] = {
+		{"inspect", "--max-bytes", "10", "-"},
+		{"load", "--max-bytes", "10", "--prefix", "c/", "-"},
+		{"zarr", "export", "", "--from", "-", "--max-bytes", "10"},
+	};
+	struct tu_daemon d;
+	struct run r = {.out_fd = -1};
+	char tgm[160], hrry[160], dir[160], *err;
+
+	start(&d);
+	path_in(tgm, sizeof(tgm), &d, "in.tgm");
+	write_tgm(tgm, 1, 2, names);
+	path_in(hrry, sizeof(hrry), &d, "in.hrry");
+	cr_assert_eq(CTL(&d, NULL, NULL, "save", "-o", hrry), 0);
+	path_in(dir, sizeof(dir), &d, "out.zarr");
+	for (int f = 0; f < 2; f++) {
+		for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+			const char *a[8];
+
+			memcpy(a, cmds[i], sizeof(a));
+			if (i == 2)
+				a[2] = dir;
+			r.in_fd = open(f ? hrry : tgm, O_RDONLY | O_CLOEXEC);
+			cr_assert(r.in_fd >= 0);
+			cr_expect_eq(ctl_run(&d, &r, NULL, &err, a), 1,
+				     "%s < %s: %s", a[0], f ? hrry : tgm, err);
+			cr_expect(strstr(err, "standard input: more than 10 B") &&
+					  strstr(err, "--max-bytes"),
+				  "%s < %s: %s", a[0], f ? hrry : tgm, err);
+			free(err);
+			close(r.in_fd);
+		}
+	}
+	cr_expect(!exists(&d, "c/x"), "nothing was loaded");
+	cr_expect_eq(access(dir, F_OK), -1, "no export was written");
+	/* within the cap, the same input is fine */
+	r.in_fd = open(hrry, O_RDONLY | O_CLOEXEC);
+	cr_assert(r.in_fd >= 0);
+	cr_expect_eq(CTL_R(&d, &r, NULL, &err, "load", "--prefix", "c/", "-"),
+		     0, "%s", err);
+	free(err);
+	close(r.in_fd);
+	tu_daemon_stop(&d, false);
+}
+
 Test(tensorctl, load_every_message_with_prefix)
 {
 	static const char *const names[][4] = {{"x", "y"}, {"x", "z"}};
