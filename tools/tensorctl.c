@@ -56,8 +56,8 @@ static const struct cmd {
 	 "  --count N       stop after N events\n"},
 	{"load", cmd_load,
 	 "load FILE.tgm|- [--message N] [--prefix P] [--variable-key K] "
-	 "[--partial] | load FILE.hrry|- [--prefix P] [--partial] "
-	 "[--format tgm|hrry]",
+	 "[--partial] [--max-bytes N] | load FILE.hrry|- [--prefix P] "
+	 "[--partial] [--max-bytes N] [--format tgm|hrry]",
 	 "Publish every data object of every message of a .tgm file. All or\n"
 	 "nothing: everything is checked first, and when the daemon refuses an\n"
 	 "object the versions already published are deleted again.\n"
