@@ -49,6 +49,7 @@ struct run {
 	rlim_t data;    /* RLIMIT_DATA (heap, private mappings); 0: none */
 	uid_t uid;      /* run as this uid and gid; 0: as we are */
 	pid_t *pid;     /* non-NULL: start it and return at once */
+	int closed;     /* bit i: fd i closed at exec (`>&-` is bit 1) */
 };
 
 static const char *ctl_bin(void)
@@ -97,6 +98,9 @@ static int ctl_run(const struct tu_daemon *d, const struct run *r, char **out,
 			dup2(null, 1);
 			dup2(null, 2);
 		}
+		for (int fd = 0; r && fd <= 2; fd++)
+			if (r->closed & (1 << fd))
+				close(fd);
 		if (r && r->fsize) {
 			struct rlimit rl = {r->fsize, r->fsize};
 
@@ -675,6 +679,58 @@ Test(tensorctl, a_full_stdout_fails_the_command)
 	free(err);
 	cr_expect_eq(leases(&d, "t"), 0);
 	close(r.out_fd);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * A stdout closed at exec (`>&-`) was the lowest free fd, so the daemon's
+ * socket took it: get -o - sent the tensor's bytes to the daemon as a
+ * request and exited 0, and watch sent its lines there and never ended.
+ * Now a closed stdout fails as the docs say: status 1, said on stderr,
+ * and the daemon sees no stray datagram.
+ */
+Test(tensorctl, a_closed_stdout_fails_and_reaches_no_socket)
+{
+	struct tu_daemon d;
+	struct run r = {.in_fd = -1, .out_fd = -1, .closed = 1 << 1};
+	char *out, *err;
+	pid_t pub;
+	int rc;
+
+	start(&d);
+	rc = CTL_R(&d, &r, NULL, &err, "get", "t", "-o", "-");
+	cr_expect_eq(rc, 1, "get: exit %d: %s", rc, err);
+	cr_expect(strstr(err, "standard output: Bad file descriptor"), "%s",
+		  err);
+	free(err);
+	pub = tu_fork();
+	if (pub == 0) {
+		for (int i = 0; i < 3000; i++) {
+			struct td_client *c;
+			uint64_t one = 1;
+			struct td_publish p = {.name = "w", .dtype = TD_TENSOR_U8,
+					       .ndim = 1, .shape = &one};
+
+			if (td_client_connect(d.sock, &c, NULL) == 0) {
+				td_client_put(c, &p, "x", 1, NULL, NULL);
+				td_client_close(c);
+			}
+			usleep(10000);
+		}
+		_exit(0);
+	}
+	rc = CTL_R(&d, &r, NULL, &err, "watch", "w");
+	kill(pub, SIGKILL);
+	cr_assert(tu_reap_within(pub, TU_WAIT_S, NULL));
+	cr_expect_eq(rc, 1, "watch: exit %d: %s", rc, err);
+	cr_expect(strstr(err, "standard output: Bad file descriptor"), "%s",
+		  err);
+	free(err);
+	cr_assert_eq(CTL(&d, &out, NULL, "status", "--json"), 0);
+	cr_expect(strstr(out, "\"refused\":{\"permission\":0,\"quota\":0,"
+			      "\"input\":0}"),
+		  "no stray datagram reached the daemon: %s", out);
+	free(out);
 	tu_daemon_stop(&d, false);
 }
 
