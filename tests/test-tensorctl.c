@@ -682,6 +682,90 @@ Test(tensorctl, a_full_stdout_fails_the_command)
 	tu_daemon_stop(&d, false);
 }
 
+/* A line of the watch's stdout, within TU_WAIT_S. */
+static void watch_line(FILE *f, const char *want)
+{
+	char line[256];
+
+	tu_await_readable(fileno(f), TU_WAIT_S, want);
+	cr_assert(fgets(line, sizeof(line), f), "no line, want %s", want);
+	cr_assert_str_eq(line, want);
+}
+
+static void kill_daemon(struct tu_daemon *d)
+{
+	int st;
+
+	cr_assert_eq(kill(d->pid, SIGKILL), 0);
+	cr_assert_eq(waitpid(d->pid, &st, 0), d->pid);
+	unlink(d->sock);
+	rmdir(d->dir);
+}
+
+/*
+ * With $TENSORD_RECONNECT=1 libtensord connects again after a daemon
+ * restart (README, "Event loops"), but watch ended at the call during
+ * which the daemon went away ("receive: Connection reset by peer"). Now
+ * it waits for the daemon, says `reconnected` and goes on.
+ */
+Test(tensorctl, watch_goes_on_across_a_restart_with_tensord_reconnect)
+{
+	struct tu_daemon d1, d2;
+	char link[64], in[64], *err;
+	int p[2], st;
+	pid_t pid;
+	FILE *f;
+
+	snprintf(link, sizeof(link), "/tmp/td-ctl-reconnect-%d.sock",
+		 (int)getpid());
+	snprintf(in, sizeof(in), "/tmp/td-ctl-reconnect-%d.bin",
+		 (int)getpid());
+	write_file(in, "abcdef", 6);
+	tu_daemon_start(&d1, "error");
+	tu_link_to(link, d1.sock);
+	cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+	pid = tu_fork();
+	if (pid == 0) {
+		dup2(p[1], 1);
+		setenv("TENSORD_RECONNECT", "1", 1);
+		execl(ctl_bin(), ctl_bin(), "--socket", link, "watch", "w",
+		      "--count", "3", (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	f = fdopen(p[0], "r");
+	cr_assert(f);
+	/* the watch is in place once the daemon counts it */
+	for (int i = 0, in_place = 0; !in_place; i++) {
+		char *out;
+
+		cr_assert_lt(i, 2000, "the watch never came");
+		cr_assert_eq(CTL(&d1, &out, NULL, "status", "--json"), 0);
+		in_place = strstr(out, "\"watches\":1") != NULL;
+		free(out);
+		usleep(10000);
+	}
+	cr_assert_eq(CTL(&d1, NULL, NULL, "put", "w", "--dtype", "u8",
+			 "--shape", "6", in),
+		     0);
+	watch_line(f, "published w 1\n");
+	kill_daemon(&d1);
+	tu_daemon_start(&d2, "error");
+	tu_link_to(link, d2.sock);
+	watch_line(f, "reconnected  1\n");
+	cr_assert_eq(CTL(&d2, NULL, &err, "put", "w", "--dtype", "u8",
+			 "--shape", "6", in),
+		     0, "%s", err);
+	free(err);
+	watch_line(f, "published w 1\n");
+	cr_assert(tu_reap_within(pid, TU_WAIT_S, &st), "watch did not end");
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %#x", st);
+	fclose(f);
+	kill_daemon(&d2);
+	unlink(link);
+	unlink(in);
+}
+
 /*
  * A stdout closed at exec (`>&-`) was the lowest free fd, so the daemon's
  * socket took it: get -o - sent the tensor's bytes to the daemon as a

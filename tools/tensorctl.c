@@ -54,6 +54,8 @@ static const struct cmd {
 	{"rm", cmd_rm, "rm NAME", "Remove NAME (leased versions live on).\n"},
 	{"watch", cmd_watch, "watch NAME|PREFIX [--prefix] [--count N]",
 	 "One line per event: published NAME VERSION, deleted NAME VERSION.\n"
+	 "With TENSORD_RECONNECT=1 it waits out a daemon restart and says\n"
+	 "'reconnected  1'.\n"
 	 "  --prefix        NAME is a prefix\n"
 	 "  --count N       stop after N events\n"},
 	{"load", cmd_load,
