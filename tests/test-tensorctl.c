@@ -1595,6 +1595,28 @@ static void write_tgm(const char *path, size_t nmsg, size_t nobj,
 }
 
 /*
+ * Every human error line of tensorctl starts "tensorctl: " (scripts grep
+ * for it); a refused blob's said "refused: ..." alone.
+ */
+Test(tensorctl, a_refused_blob_is_said_as_every_error_is)
+{
+	struct tu_daemon d;
+	char in[160], *err;
+
+	start(&d);
+	path_in(in, sizeof(in), &d, "short.bin");
+	write_file(in, "abcdef", 6);
+	cr_expect_eq(CTL(&d, NULL, &err, "inspect", in), 1);
+	cr_expect(!strncmp(err, "tensorctl: refused: TRUNCATED (need 72, "
+				"have 6) at offset 0: ",
+			   strlen("tensorctl: refused: TRUNCATED (need 72, "
+				  "have 6) at offset 0: ")),
+		  "%s", err);
+	free(err);
+	tu_daemon_stop(&d, false);
+}
+
+/*
  * "-" is read into memory whatever it is, so --max-bytes caps it when it
  * is a regular file (< FILE) as when it is a pipe: inspect, load (.tgm
  * and Hurray) and zarr export --from - refuse it, naming the option.
