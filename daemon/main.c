@@ -11,6 +11,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
 #include <inttypes.h>
@@ -495,6 +496,27 @@ static void stop(struct td__daemon *d)
 	free(d->policy);
 }
 
+/*
+ * A standard fd closed at exec (`2>&-`, a supervisor that closes them) is
+ * the lowest free number: the loop's signal pipe took it, and the log
+ * lines went into that pipe, which then aborted the daemon at SIGTERM.
+ * Each closed one is held by /dev/null: logs to a closed stderr vanish.
+ */
+static void hold_closed_std_fds(void)
+{
+	for (int fd = 0; fd <= 2; fd++) {
+		int n;
+
+		if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+			continue;
+		n = open("/dev/null", O_RDWR);
+		if (n >= 0 && n != fd) {
+			dup2(n, fd);
+			close(n);
+		}
+	}
+}
+
 int main(int argc, char **argv)
 {
 	struct td__opts o = {.import = TD_IMPORT_AUTO,
@@ -511,6 +533,7 @@ int main(int argc, char **argv)
 	uv_loop_t loop;
 	int rc, status = 1;
 
+	hold_closed_std_fds();
 	/* before any fd of ours exists (sd.h) */
 	td__sd_claim();
 	rc = parse_args(argc, argv, &o);

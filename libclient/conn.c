@@ -582,6 +582,12 @@ int td_client_next_event(struct td_client *c, int timeout_ms,
 		rc = client_usable(c, err);
 		if (rc < 0)
 			break;
+		/* a reconnect just now queued TD_EVENT_TYPE_RECONNECTED: give
+		 * it, rather than wait on the new socket for something else */
+		if (td__event_take(c, ev)) {
+			rc = 0;
+			break;
+		}
 		wait = -1;
 		if (deadline >= 0) {
 			int64_t left = deadline - now_ms();

@@ -577,6 +577,41 @@ Test(loop, reconnect_after_a_restart_rewatches_and_tells_the_application)
 	cr_assert_eq(tu_buf_map_count(), bufmaps0);
 }
 
+/*
+ * An application that only waits for events: the next_event during
+ * which the daemon went away fails, and the next one reconnected but then
+ * waited on the new socket with the RECONNECTED event queued, until some
+ * other message came (none: for ever). Now that event is given at once.
+ */
+Test(loop, next_event_gives_the_reconnected_event_without_other_traffic)
+{
+	char link[64];
+	snprintf(link, sizeof(link), "/tmp/td-reconnect-ev-%d.sock",
+		 (int)getpid());
+	struct tu_daemon d1, d2;
+	tu_daemon_start(&d1, "warn");
+	tu_link_to(link, d1.sock);
+	struct td_client *c;
+	struct td_error e = {0};
+	uint64_t wid;
+	cr_assert_eq(td_client_connect_ex(link, TD_CLIENT_RECONNECT, &c, &e),
+		     0, "%s", e.reason);
+	cr_assert_eq(td_client_watch(c, "r/", TD_WATCH_PREFIX, &wid, NULL), 0);
+	kill_daemon(&d1);
+	struct td_event ev;
+	cr_assert_lt(td_client_next_event(c, HANG_MS, &ev, NULL), 0,
+		     "the daemon went away");
+	tu_daemon_start(&d2, "warn");
+	tu_link_to(link, d2.sock);
+	int rc = td_client_next_event(c, HANG_MS, &ev, &e);
+	cr_assert_eq(rc, 0, "%d %s", rc, e.reason);
+	cr_assert_eq(ev.type, TD_EVENT_TYPE_RECONNECTED);
+	cr_assert_eq(ev.version, 1, "one watch re-established");
+	td_client_close(c);
+	kill_daemon(&d2);
+	unlink(link);
+}
+
 /* ---- which watches an event reaches (daemon/store.c, td__notify_name) ---- */
 
 /* The watch ids of every event c has received so far, in order, into ids

@@ -1589,3 +1589,30 @@ Test(reliability, a_log_pipe_nobody_reads_does_not_stop_the_daemon)
 {
 	a_log_nobody_reads(false);
 }
+
+static void close_std_fds(void)
+{
+	close(0);
+	close(1);
+	close(2);
+}
+
+/*
+ * A daemon started with its standard fds closed (`<&- >&- 2>&-`, a
+ * supervisor that closes them): the loop's signal pipe took fds 1 and 2,
+ * every log line went into it, and SIGTERM then aborted the daemon
+ * (status 134) instead of stopping it cleanly. tu_daemon_stop() asserts
+ * the clean exit.
+ */
+Test(reliability, a_daemon_started_without_std_fds_stops_cleanly)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_error e = {0};
+
+	tu_daemon_start_log(&d, "debug", NULL, NULL, close_std_fds);
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	cr_assert_eq(put(c, "std/t", 4096, 0), 0);
+	td_client_close(c);
+	tu_daemon_stop(&d, false);
+}

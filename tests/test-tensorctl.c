@@ -49,6 +49,7 @@ struct run {
 	rlim_t data;    /* RLIMIT_DATA (heap, private mappings); 0: none */
 	uid_t uid;      /* run as this uid and gid; 0: as we are */
 	pid_t *pid;     /* non-NULL: start it and return at once */
+	int closed;     /* bit i: fd i closed at exec (`>&-` is bit 1) */
 };
 
 static const char *ctl_bin(void)
@@ -97,6 +98,9 @@ static int ctl_run(const struct tu_daemon *d, const struct run *r, char **out,
 			dup2(null, 1);
 			dup2(null, 2);
 		}
+		for (int fd = 0; r && fd <= 2; fd++)
+			if (r->closed & (1 << fd))
+				close(fd);
 		if (r && r->fsize) {
 			struct rlimit rl = {r->fsize, r->fsize};
 
@@ -675,6 +679,142 @@ Test(tensorctl, a_full_stdout_fails_the_command)
 	free(err);
 	cr_expect_eq(leases(&d, "t"), 0);
 	close(r.out_fd);
+	tu_daemon_stop(&d, false);
+}
+
+/* A line of the watch's stdout, within TU_WAIT_S. */
+static void watch_line(FILE *f, const char *want)
+{
+	char line[256];
+
+	tu_await_readable(fileno(f), TU_WAIT_S, want);
+	cr_assert(fgets(line, sizeof(line), f), "no line, want %s", want);
+	cr_assert_str_eq(line, want);
+}
+
+static void kill_daemon(struct tu_daemon *d)
+{
+	int st;
+
+	cr_assert_eq(kill(d->pid, SIGKILL), 0);
+	cr_assert_eq(waitpid(d->pid, &st, 0), d->pid);
+	unlink(d->sock);
+	rmdir(d->dir);
+}
+
+/*
+ * With $TENSORD_RECONNECT=1 libtensord connects again after a daemon
+ * restart (README, "Event loops"), but watch ended at the call during
+ * which the daemon went away ("receive: Connection reset by peer"). Now
+ * it waits for the daemon, says `reconnected` and goes on.
+ */
+Test(tensorctl, watch_goes_on_across_a_restart_with_tensord_reconnect)
+{
+	struct tu_daemon d1, d2;
+	char link[64], in[64], *err;
+	int p[2], st;
+	pid_t pid;
+	FILE *f;
+
+	snprintf(link, sizeof(link), "/tmp/td-ctl-reconnect-%d.sock",
+		 (int)getpid());
+	snprintf(in, sizeof(in), "/tmp/td-ctl-reconnect-%d.bin",
+		 (int)getpid());
+	write_file(in, "abcdef", 6);
+	tu_daemon_start(&d1, "error");
+	tu_link_to(link, d1.sock);
+	cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+	pid = tu_fork();
+	if (pid == 0) {
+		dup2(p[1], 1);
+		setenv("TENSORD_RECONNECT", "1", 1);
+		execl(ctl_bin(), ctl_bin(), "--socket", link, "watch", "w",
+		      "--count", "3", (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	f = fdopen(p[0], "r");
+	cr_assert(f);
+	/* the watch is in place once the daemon counts it */
+	for (int i = 0, in_place = 0; !in_place; i++) {
+		char *out;
+
+		cr_assert_lt(i, 2000, "the watch never came");
+		cr_assert_eq(CTL(&d1, &out, NULL, "status", "--json"), 0);
+		in_place = strstr(out, "\"watches\":1") != NULL;
+		free(out);
+		usleep(10000);
+	}
+	cr_assert_eq(CTL(&d1, NULL, NULL, "put", "w", "--dtype", "u8",
+			 "--shape", "6", in),
+		     0);
+	watch_line(f, "published w 1\n");
+	kill_daemon(&d1);
+	tu_daemon_start(&d2, "error");
+	tu_link_to(link, d2.sock);
+	watch_line(f, "reconnected  1\n");
+	cr_assert_eq(CTL(&d2, NULL, &err, "put", "w", "--dtype", "u8",
+			 "--shape", "6", in),
+		     0, "%s", err);
+	free(err);
+	watch_line(f, "published w 1\n");
+	cr_assert(tu_reap_within(pid, TU_WAIT_S, &st), "watch did not end");
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %#x", st);
+	fclose(f);
+	kill_daemon(&d2);
+	unlink(link);
+	unlink(in);
+}
+
+/*
+ * A stdout closed at exec (`>&-`) was the lowest free fd, so the daemon's
+ * socket took it: get -o - sent the tensor's bytes to the daemon as a
+ * request and exited 0, and watch sent its lines there and never ended.
+ * Now a closed stdout fails as the docs say: status 1, said on stderr,
+ * and the daemon sees no stray datagram.
+ */
+Test(tensorctl, a_closed_stdout_fails_and_reaches_no_socket)
+{
+	struct tu_daemon d;
+	struct run r = {.in_fd = -1, .out_fd = -1, .closed = 1 << 1};
+	char *out, *err;
+	pid_t pub;
+	int rc;
+
+	start(&d);
+	rc = CTL_R(&d, &r, NULL, &err, "get", "t", "-o", "-");
+	cr_expect_eq(rc, 1, "get: exit %d: %s", rc, err);
+	cr_expect(strstr(err, "standard output: Bad file descriptor"), "%s",
+		  err);
+	free(err);
+	pub = tu_fork();
+	if (pub == 0) {
+		for (int i = 0; i < 3000; i++) {
+			struct td_client *c;
+			uint64_t one = 1;
+			struct td_publish p = {.name = "w", .dtype = TD_TENSOR_U8,
+					       .ndim = 1, .shape = &one};
+
+			if (td_client_connect(d.sock, &c, NULL) == 0) {
+				td_client_put(c, &p, "x", 1, NULL, NULL);
+				td_client_close(c);
+			}
+			usleep(10000);
+		}
+		_exit(0);
+	}
+	rc = CTL_R(&d, &r, NULL, &err, "watch", "w");
+	kill(pub, SIGKILL);
+	cr_assert(tu_reap_within(pub, TU_WAIT_S, NULL));
+	cr_expect_eq(rc, 1, "watch: exit %d: %s", rc, err);
+	cr_expect(strstr(err, "standard output: Bad file descriptor"), "%s",
+		  err);
+	free(err);
+	cr_assert_eq(CTL(&d, &out, NULL, "status", "--json"), 0);
+	cr_expect(strstr(out, "\"refused\":{\"permission\":0,\"quota\":0,"
+			      "\"input\":0}"),
+		  "no stray datagram reached the daemon: %s", out);
+	free(out);
 	tu_daemon_stop(&d, false);
 }
 
@@ -1452,6 +1592,81 @@ static void write_tgm(const char *path, size_t nmsg, size_t nobj,
 		free(msg);
 	}
 	fclose(f);
+}
+
+/*
+ * Every human error line of tensorctl starts "tensorctl: " (scripts grep
+ * for it); a refused blob's said "refused: ..." alone.
+ */
+Test(tensorctl, a_refused_blob_is_said_as_every_error_is)
+{
+	struct tu_daemon d;
+	char in[160], *err;
+
+	start(&d);
+	path_in(in, sizeof(in), &d, "short.bin");
+	write_file(in, "abcdef", 6);
+	cr_expect_eq(CTL(&d, NULL, &err, "inspect", in), 1);
+	cr_expect(!strncmp(err, "tensorctl: refused: TRUNCATED (need 72, "
+				"have 6) at offset 0: ",
+			   strlen("tensorctl: refused: TRUNCATED (need 72, "
+				  "have 6) at offset 0: ")),
+		  "%s", err);
+	free(err);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * "-" is read into memory whatever it is, so --max-bytes caps it when it
+ * is a regular file (< FILE) as when it is a pipe: inspect, load (.tgm
+ * and Hurray) and zarr export --from - refuse it, naming the option.
+ */
+Test(tensorctl, stdin_regular_file_is_capped_like_a_stream)
+{
+	static const char *const names[][4] = {{"x", "y"}};
+	const char *const cmds[][8] = {
+		{"inspect", "--max-bytes", "10", "-"},
+		{"load", "--max-bytes", "10", "--prefix", "c/", "-"},
+		{"zarr", "export", "", "--from", "-", "--max-bytes", "10"},
+	};
+	struct tu_daemon d;
+	struct run r = {.out_fd = -1};
+	char tgm[160], hrry[160], dir[160], *err;
+
+	start(&d);
+	path_in(tgm, sizeof(tgm), &d, "in.tgm");
+	write_tgm(tgm, 1, 2, names);
+	path_in(hrry, sizeof(hrry), &d, "in.hrry");
+	cr_assert_eq(CTL(&d, NULL, NULL, "save", "-o", hrry), 0);
+	path_in(dir, sizeof(dir), &d, "out.zarr");
+	for (int f = 0; f < 2; f++) {
+		for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+			const char *a[8];
+
+			memcpy(a, cmds[i], sizeof(a));
+			if (i == 2)
+				a[2] = dir;
+			r.in_fd = open(f ? hrry : tgm, O_RDONLY | O_CLOEXEC);
+			cr_assert(r.in_fd >= 0);
+			cr_expect_eq(ctl_run(&d, &r, NULL, &err, a), 1,
+				     "%s < %s: %s", a[0], f ? hrry : tgm, err);
+			cr_expect(strstr(err, "standard input: more than 10 B") &&
+					  strstr(err, "--max-bytes"),
+				  "%s < %s: %s", a[0], f ? hrry : tgm, err);
+			free(err);
+			close(r.in_fd);
+		}
+	}
+	cr_expect(!exists(&d, "c/x"), "nothing was loaded");
+	cr_expect_eq(access(dir, F_OK), -1, "no export was written");
+	/* within the cap, the same input is fine */
+	r.in_fd = open(hrry, O_RDONLY | O_CLOEXEC);
+	cr_assert(r.in_fd >= 0);
+	cr_expect_eq(CTL_R(&d, &r, NULL, &err, "load", "--prefix", "c/", "-"),
+		     0, "%s", err);
+	free(err);
+	close(r.in_fd);
+	tu_daemon_stop(&d, false);
 }
 
 Test(tensorctl, load_every_message_with_prefix)

@@ -267,7 +267,8 @@ int tctl_roll_back_one(struct td_client *c, const char *name,
 void tctl_print_td_err(const struct td_err *e, int json)
 {
 	if (!json) {
-		fprintf(stderr, "refused: %s", td_err_kind_name(e->kind));
+		fprintf(stderr, "tensorctl: refused: %s",
+			td_err_kind_name(e->kind));
 		if (e->field)
 			fprintf(stderr, " field %s", e->field);
 		if (e->has_value)

@@ -49,12 +49,14 @@ static const struct cmd {
 	{"rm", "rm NAME", "Remove NAME (leased versions live on).\n"},
 	{"watch", "watch NAME|PREFIX [--prefix] [--count N]",
 	 "One line per event: published NAME VERSION, deleted NAME VERSION.\n"
+	 "With TENSORD_RECONNECT=1 it waits out a daemon restart and says\n"
+	 "'reconnected  1'.\n"
 	 "  --prefix        NAME is a prefix\n"
 	 "  --count N       stop after N events\n"},
 	{"load",
 	 "load FILE.tgm|- [--message N] [--prefix P] [--variable-key K] "
-	 "[--partial] | load FILE.hrry|- [--prefix P] [--partial] "
-	 "[--format tgm|hrry]",
+	 "[--partial] [--max-bytes N] | load FILE.hrry|- [--prefix P] "
+	 "[--partial] [--max-bytes N] [--format tgm|hrry]",
 	 "Publish every data object of every message of a .tgm file. All or\n"
 	 "nothing: everything is checked first, and when the daemon refuses an\n"
 	 "object the versions already published are deleted again.\n"

@@ -26,6 +26,7 @@ int tctl_in_open(struct tctl_in *in, const char *path)
 
 	memset(in, 0, sizeof(*in));
 	in->path = strcmp(path, "-") ? path : "standard input";
+	in->is_stdin = !strcmp(path, "-");
 	in->fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY)
 				   : STDIN_FILENO;
 	if (in->fd < 0)
@@ -116,8 +117,12 @@ int tctl_in_slurp(struct tctl_in *in, uint64_t max, uint8_t **out,
 	int rc;
 
 	/* a regular file: what it holds now; a stream: one byte over the
-	 * cap tells "more" from "exactly the cap" */
-	if (in->regular) {
+	 * cap tells "more" from "exactly the cap"; stdin is read into
+	 * memory whatever it is, so the cap holds for it (< FILE) too */
+	if (in->regular && in->is_stdin && in->size > max) {
+		got = in->size;
+		rc = TCTL_OK;
+	} else if (in->regular) {
 		buf = in->size < SIZE_MAX ? malloc(in->size ? in->size : 1)
 					  : NULL;
 		rc = buf ? tctl_in_read(in, buf, in->size, &got)
@@ -125,7 +130,7 @@ int tctl_in_slurp(struct tctl_in *in, uint64_t max, uint8_t **out,
 	} else {
 		rc = read_growing(in, max + 1, &buf, &got);
 	}
-	if (!rc && !in->regular && got > max) {
+	if (!rc && (!in->regular || in->is_stdin) && got > max) {
 		char s[32];
 
 		rc = tctl_fail(TCTL_REFUSED, "input", EFBIG,

@@ -20,6 +20,7 @@ struct tctl_in {
 	const char *path; /* as given ("-": "standard input") */
 	int fd;
 	int regular;   /* a regular file: size is what it holds */
+	int is_stdin;  /* "-": capped like a stream even when regular */
 	uint64_t size; /* regular files only */
 	struct tctl_progress progress;
 };
@@ -32,8 +33,9 @@ void tctl_in_close(struct tctl_in *in);
 
 /*
  * All of path into a malloc'ed *buf: a regular file by its size, a stream
- * up to max bytes (more is refused, naming --max-bytes). TCTL_OK or a
- * reported status.
+ * up to max bytes (more is refused, naming --max-bytes); "-" is capped
+ * too when it is a regular file (< FILE), refused by its size before a
+ * byte is read. TCTL_OK or a reported status.
  */
 int tctl_read_input(const char *path, uint64_t max, uint8_t **buf,
 		    size_t *len);

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* tensorctl: the command line over the tensord client API and proto/. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "output.h"
 #include "tensorctl.h"
@@ -50,8 +52,32 @@ static int stdout_written(int rc)
 
 static int run(int argc, char **argv);
 
+/*
+ * A standard fd closed at exec (`>&-`, `<&-`) is the lowest free number:
+ * the daemon's socket or a file tensorctl opens took it, and stdio then
+ * wrote the tensor's bytes (get -o -) or an event line (watch) into the
+ * daemon's socket, or an error message into an output file. Hold each
+ * closed one with /dev/null opened the other way, so that using it fails
+ * with EBADF as the closed fd did (a closed stdout: status 1).
+ */
+static void hold_closed_std_fds(void)
+{
+	for (int fd = 0; fd <= 2; fd++) {
+		int n;
+
+		if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+			continue;
+		n = open("/dev/null", fd ? O_RDONLY : O_WRONLY);
+		if (n >= 0 && n != fd) { /* not the lowest: should not be */
+			dup2(n, fd);
+			close(n);
+		}
+	}
+}
+
 int main(int argc, char **argv)
 {
+	hold_closed_std_fds();
 	return stdout_written(run(argc, argv));
 }
 
