@@ -4,7 +4,7 @@
 # go to tensord (e.g. --socket /tmp/t.sock, --log-level debug).
 set -eu
 cd "$(dirname "$0")/.."
-scripts/deps.sh
+scripts/deps.sh --run
 BUILDDIR=${BUILDDIR:-build}
 if [ ! -d "$BUILDDIR" ]; then
 	meson setup "$BUILDDIR" >/dev/null
