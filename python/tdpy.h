@@ -58,6 +58,8 @@ typedef struct {
 	uint64_t lost_any;     /* events dropped for no watch known, all
 				* told (never goes back) */
 	uint64_t lost_unqueued; /* of them, in no overflow Event yet */
+	PyObject *reconnected; /* the 'reconnected' Event in pending, if
+				* any (outside the bound; events.c) */
 	struct tdpy_map *maps; /* leased planes' mappings, recent first */
 	unsigned idle_maps;    /* of them, used by no view */
 	uint64_t conn;         /* connections made (Client.__init__ again

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: MIT
 """Client(event_limit=N): the binding's bounded queue of watch events and
 the 'overflowed' Events that count what it (or libtensord) dropped."""
+import os
+
 import numpy as np
 import pytest
 import tensord
@@ -244,3 +246,29 @@ def test_a_closed_watchs_events_give_their_room_back(daemon):
         arrived(c, "stays/y")
         assert [(e.type, e.version) for e in drain(stays)] == [
             ("published", x) for x in v]
+
+
+def test_reconnects_leave_a_bounded_queue_room_for_the_watches(
+        daemon, monkeypatch):
+    """TENSORD_RECONNECT=1: each reconnect is told to poll() as one
+    'reconnected' Event outside the bound, which no Watch takes; counted
+    in it, a few restarts filled the bound for good and every watch's
+    events were dropped."""
+    monkeypatch.setenv("TENSORD_RECONNECT", "1")
+    with tensord.Client(daemon.sock, event_limit=2) as c:
+        w = c.watch("r/")
+        for _ in range(3):
+            daemon.kill()
+            os.unlink(daemon.sock)
+            daemon.start()
+            with pytest.raises(tensord.Error):
+                c.stat("r/a")  # the call during which it went
+            with pytest.raises(tensord.NotFound):
+                c.stat("r/a")  # connects again, watches again
+        v = put_n(daemon.sock, "r/a", 2)
+        arrived(c, "r/a")
+        assert [(e.type, e.version, e.watch_id) for e in drain(w)] == [
+            ("published", v[0], w.id), ("published", v[1], w.id)]
+        # the latest reconnect, once, with the watches it made again
+        assert [tuple(e) for e in c.poll()] == [("reconnected", "", 1, 0)]
+        assert c.poll() == []
