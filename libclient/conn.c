@@ -242,6 +242,48 @@ void td__event_queue(struct td_client *c, const struct td_event *ev)
 	c->ops->ready(c);
 }
 
+/* Lock held: e out of the queue, where it is not the head. */
+static void event_unlink(struct td_client *c, struct td__event *e)
+{
+	struct td__event *p = c->ev_head;
+
+	while (p && p->next != e)
+		p = p->next;
+	if (!p)
+		return;
+	p->next = e->next;
+	if (c->ev_tail == e)
+		c->ev_tail = p;
+}
+
+/*
+ * A reconnect, with the watches it made again: told outside the bound
+ * (no watch event; a full queue must not drop it), and one at most
+ * waits, at the place of the latest reconnect, so that reconnects
+ * nobody takes cannot grow the queue. Without memory it is counted
+ * with the dropped events.
+ */
+void td__event_reconnected(struct td_client *c, uint64_t restored)
+{
+	struct td__event *e = c->ev_recon;
+
+	overflow_note(c);
+	if (e && e != c->ev_head) {
+		event_unlink(c, e);
+		event_link(c, e);
+	} else if (!e && (e = calloc(1, sizeof(*e)))) {
+		e->ev.type = TD_EVENT_TYPE_RECONNECTED;
+		event_link(c, e);
+		c->ev_recon = e;
+	} else if (!e) {
+		c->ev_lost++;
+		overflow_note(c);
+	}
+	if (e)
+		e->ev.version = restored;
+	c->ops->ready(c);
+}
+
 int td__event_take(struct td_client *c, struct td_event *ev)
 {
 	struct td__event *e = c->ev_head;
@@ -256,7 +298,10 @@ int td__event_take(struct td_client *c, struct td_event *ev)
 		c->ev_head = e->next;
 		if (!c->ev_head)
 			c->ev_tail = NULL;
-		c->ev_count -= e->ev.type != TD_EVENT_TYPE_OVERFLOWED;
+		c->ev_count -= e->ev.type != TD_EVENT_TYPE_OVERFLOWED &&
+			       e != c->ev_recon;
+		if (e == c->ev_recon)
+			c->ev_recon = NULL;
 		*ev = e->ev;
 		free(e);
 	}
