@@ -242,18 +242,20 @@ void td__event_queue(struct td_client *c, const struct td_event *ev)
 	c->ops->ready(c);
 }
 
-/* Lock held: e out of the queue, where it is not the head. */
+/* Lock held: e (queued) out of the queue. */
 static void event_unlink(struct td_client *c, struct td__event *e)
 {
-	struct td__event *p = c->ev_head;
+	struct td__event **pp = &c->ev_head, *prev = NULL;
 
-	while (p && p->next != e)
-		p = p->next;
-	if (!p)
+	while (*pp && *pp != e) {
+		prev = *pp;
+		pp = &prev->next;
+	}
+	if (!*pp)
 		return;
-	p->next = e->next;
+	*pp = e->next;
 	if (c->ev_tail == e)
-		c->ev_tail = p;
+		c->ev_tail = prev;
 }
 
 /*
@@ -268,14 +270,14 @@ void td__event_reconnected(struct td_client *c, uint64_t restored)
 	struct td__event *e = c->ev_recon;
 
 	overflow_note(c);
-	if (e && e != c->ev_head) {
+	if (e) {
 		event_unlink(c, e);
 		event_link(c, e);
-	} else if (!e && (e = calloc(1, sizeof(*e)))) {
+	} else if ((e = calloc(1, sizeof(*e)))) {
 		e->ev.type = TD_EVENT_TYPE_RECONNECTED;
 		event_link(c, e);
 		c->ev_recon = e;
-	} else if (!e) {
+	} else {
 		c->ev_lost++;
 		overflow_note(c);
 	}
