@@ -30,6 +30,7 @@
 #define NO_IMPORT_ARRAY
 #endif
 #include <numpy/arrayobject.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <tensord/blob.h>
 #include <tensord/tensord.h>
@@ -64,6 +65,10 @@ typedef struct {
 	unsigned idle_maps;    /* of them, used by no view */
 	uint64_t conn;         /* connections made (Client.__init__ again
 				* after close() makes another) */
+	/* held (GIL released; recursive for a nested one) around each
+	 * td_client_process(): one thread at a time hands events to
+	 * pending, so they join it in libtensord's order (module.c) */
+	pthread_mutex_t deliver;
 } ClientObject;
 
 enum owner_kind {
