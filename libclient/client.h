@@ -172,6 +172,8 @@ struct td_client {
 	 */
 	unsigned ev_count, ev_limit;
 	uint64_t ev_lost;
+	/* the RECONNECTED event queued (outside the bound), NULL if none */
+	struct td__event *ev_recon;
 	/*
 	 * Event loops (libclient/loop.c): epfd is what td_client_fd() hands
 	 * out; it polls readable when the socket is readable or when efd is,
@@ -339,6 +341,8 @@ int td__msg_recv(struct td_client *c, struct td__msg *m, int flags);
 int td__event_take(struct td_client *c, struct td_event *ev);
 /* Queue a watch event (or count it dropped: the limit, no memory). */
 void td__event_queue(struct td_client *c, const struct td_event *ev);
+/* Queue the RECONNECTED event, outside the bound, one at most. */
+void td__event_reconnected(struct td_client *c, uint64_t restored);
 /* Count forks (td__fork_gen) from the first connect on. */
 void td__fork_watch(void);
 

@@ -242,6 +242,50 @@ void td__event_queue(struct td_client *c, const struct td_event *ev)
 	c->ops->ready(c);
 }
 
+/* Lock held: e (queued) out of the queue. */
+static void event_unlink(struct td_client *c, struct td__event *e)
+{
+	struct td__event **pp = &c->ev_head, *prev = NULL;
+
+	while (*pp && *pp != e) {
+		prev = *pp;
+		pp = &prev->next;
+	}
+	if (!*pp)
+		return;
+	*pp = e->next;
+	if (c->ev_tail == e)
+		c->ev_tail = prev;
+}
+
+/*
+ * A reconnect, with the watches it made again: told outside the bound
+ * (no watch event; a full queue must not drop it), and one at most
+ * waits, at the place of the latest reconnect, so that reconnects
+ * nobody takes cannot grow the queue. Without memory it is counted
+ * with the dropped events.
+ */
+void td__event_reconnected(struct td_client *c, uint64_t restored)
+{
+	struct td__event *e = c->ev_recon;
+
+	overflow_note(c);
+	if (e) {
+		event_unlink(c, e);
+		event_link(c, e);
+	} else if ((e = calloc(1, sizeof(*e)))) {
+		e->ev.type = TD_EVENT_TYPE_RECONNECTED;
+		event_link(c, e);
+		c->ev_recon = e;
+	} else {
+		c->ev_lost++;
+		overflow_note(c);
+	}
+	if (e)
+		e->ev.version = restored;
+	c->ops->ready(c);
+}
+
 int td__event_take(struct td_client *c, struct td_event *ev)
 {
 	struct td__event *e = c->ev_head;
@@ -256,7 +300,10 @@ int td__event_take(struct td_client *c, struct td_event *ev)
 		c->ev_head = e->next;
 		if (!c->ev_head)
 			c->ev_tail = NULL;
-		c->ev_count -= e->ev.type != TD_EVENT_TYPE_OVERFLOWED;
+		c->ev_count -= e->ev.type != TD_EVENT_TYPE_OVERFLOWED &&
+			       e != c->ev_recon;
+		if (e == c->ev_recon)
+			c->ev_recon = NULL;
 		*ev = e->ev;
 		free(e);
 	}

@@ -137,7 +137,7 @@ void td_client_close(struct td_client *c)
 		c->ev_head = e->next;
 		free(e);
 	}
-	c->ev_tail = NULL;
+	c->ev_tail = c->ev_recon = NULL;
 	td__loop_close(c);
 	td__pub_forget(c, -ENOTCONN);
 	td__maps_drop(c, false);
@@ -390,8 +390,7 @@ static int reconnect_now(struct td_client *c, struct td_error *err)
 				   NULL) == 0)
 			restored++;
 	}
-	td__event_queue(c, &(struct td_event){.type = TD_EVENT_TYPE_RECONNECTED,
-					  .version = restored});
+	td__event_reconnected(c, restored);
 	return c->dead ? c->dead : 0;
 }
 

@@ -22,6 +22,9 @@
  * Watch open then, each counting what it has seen of lost_any, and to
  * poll() as one overflow Event of watch_id 0 in pending (counted in
  * lost_unqueued while there is no memory for that one either).
+ *
+ * A reconnect (TD_CLIENT_RECONNECT) is one Event("reconnected", "", n,
+ * 0) for poll(), outside the bound too (ClientObject.reconnected).
  */
 #include "tdpy.h"
 
@@ -34,13 +37,14 @@
 static PyTypeObject event_type;
 /* the Event types, one str each, shared by every Event */
 static PyObject *type_published, *type_deleted, *type_overflowed,
-	*type_unknown;
+	*type_reconnected, *type_unknown;
 
 static PyStructSequence_Field event_fields[] = {
-	{"type", "'published', 'deleted' or 'overflowed'"},
+	{"type", "'published', 'deleted', 'overflowed' or 'reconnected'"},
 	{"name", "tensor name ('' for 'overflowed')"},
 	{"version", "version published or removed; for 'overflowed', how "
-		    "many events were dropped"},
+		    "many events were dropped; for 'reconnected', how many "
+		    "watches were made again"},
 	{"watch_id", "the watch that matched (for 'overflowed', the watch "
 		     "whose events were dropped; 0 in poll(): any watch "
 		     "open then)"},
@@ -97,6 +101,14 @@ static bool is_overflow(PyObject *e)
 	return PyStructSequence_GET_ITEM(e, 0) == type_overflowed;
 }
 
+/* Counted against event_limit: a watch's event, not the binding's own
+ * (overflow, reconnected), which stay outside the bound */
+static bool counted(PyObject *e)
+{
+	return !is_overflow(e) &&
+	       PyStructSequence_GET_ITEM(e, 0) != type_reconnected;
+}
+
 static uint64_t event_u64(PyObject *e, int i)
 {
 	return PyLong_AsUnsignedLongLong(PyStructSequence_GET_ITEM(e, i));
@@ -151,6 +163,35 @@ static void dropped(ClientObject *self, uint64_t watch_id, uint64_t n)
 }
 
 /*
+ * TD_CLIENT_RECONNECT ($TENSORD_RECONNECT=1) connected again, with n
+ * watches made again: one Event('reconnected', '', n, 0) in pending for
+ * poll(), outside the bound (no Watch takes it: counted, reconnects
+ * would fill the bound for good and drop every watch's events) and
+ * telling the latest reconnect while nobody took it, so that pending
+ * stays bounded however often the daemon restarts. Without memory for
+ * it, the application is not told (its watches go on all the same).
+ */
+static void reconnected(ClientObject *self, uint64_t n)
+{
+	PyObject *e = self->reconnected, *v;
+
+	if (e) {
+		v = PyLong_FromUnsignedLongLong(n);
+		if (v) {
+			Py_DECREF(PyStructSequence_GET_ITEM(e, 2));
+			PyStructSequence_SET_ITEM(e, 2, v);
+		}
+	} else if ((e = event_make(type_reconnected, PyUnicode_FromString(""),
+				   n, 0))) {
+		if (PyList_Append(self->pending, e) == 0)
+			self->reconnected = e;
+		else
+			Py_DECREF(e);
+	}
+	PyErr_Clear();
+}
+
+/*
  * td_client_process() delivers watch events here (the GIL is not held
  * during it): they join self->pending, where poll() and each Watch take
  * them, or are dropped and counted (the limit, no memory); libtensord's
@@ -165,6 +206,8 @@ void tdpy_on_event(struct td_client *c, const struct td_event *ev,
 
 	if (ev->type == TD_EVENT_TYPE_OVERFLOWED)
 		dropped(self, ev->watch_id, ev->version);
+	else if (ev->type == TD_EVENT_TYPE_RECONNECTED)
+		reconnected(self, ev->version);
 	else if (self->event_limit && self->queued >= self->event_limit)
 		dropped(self, ev->watch_id, 1);
 	else if (!(e = event_new(ev)) || PyList_Append(self->pending, e) < 0) {
@@ -188,6 +231,7 @@ int tdpy_events_reset(ClientObject *self)
 	Py_XSETREF(self->pending, PyList_New(0));
 	Py_XSETREF(self->overflows, PyDict_New());
 	self->queued = 0;
+	Py_CLEAR(self->reconnected);
 	self->lost_unqueued = 0; /* lost_any goes on: Watches compare it */
 	return self->pending && self->overflows ? 0 : -1;
 }
@@ -196,6 +240,7 @@ void tdpy_events_free(ClientObject *self)
 {
 	Py_CLEAR(self->pending);
 	Py_CLEAR(self->overflows);
+	Py_CLEAR(self->reconnected);
 }
 
 /* Every Event in pending, which starts anew; NULL with an exception */
@@ -211,6 +256,7 @@ PyObject *tdpy_events_take_all(ClientObject *self)
 	r = self->pending;
 	self->pending = fresh;
 	self->queued = 0;
+	Py_CLEAR(self->reconnected);
 	PyDict_Clear(self->overflows); /* theirs are the caller's now */
 	return r;
 }
@@ -246,7 +292,7 @@ PyObject *tdpy_events_take(ClientObject *self, uint64_t id, uint64_t *seen)
 		    PyDict_DelItem(self->overflows,
 				   PyStructSequence_GET_ITEM(it, 3)) < 0)
 			PyErr_Clear(); /* (it was there) */
-		self->queued -= !is_overflow(it);
+		self->queued -= counted(it);
 		return it;
 	}
 	return NULL;
@@ -266,7 +312,7 @@ void tdpy_events_forget(ClientObject *self, uint64_t id)
 		it = PyList_GET_ITEM(self->pending, i);
 		if (event_u64(it, 3) == id)
 			continue;
-		queued += !is_overflow(it);
+		queued += counted(it);
 		if (PyList_Append(kept, it) < 0)
 			Py_CLEAR(kept);
 	}
@@ -366,9 +412,10 @@ int tdpy_events_init(PyObject *m)
 	type_published = PyUnicode_InternFromString("published");
 	type_deleted = PyUnicode_InternFromString("deleted");
 	type_overflowed = PyUnicode_InternFromString("overflowed");
+	type_reconnected = PyUnicode_InternFromString("reconnected");
 	type_unknown = PyUnicode_InternFromString("unknown");
 	if (!type_published || !type_deleted || !type_overflowed ||
-	    !type_unknown ||
+	    !type_reconnected || !type_unknown ||
 	    PyStructSequence_InitType2(&event_type, &event_desc) < 0)
 		return -1;
 	Py_INCREF(&event_type);

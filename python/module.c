@@ -26,6 +26,24 @@ static PyTypeObject entry_type;
 /* ---- Client ---- */
 
 /*
+ * td_client_process() as the only caller of the client's at the time
+ * (GIL released). Two threads' calls at once (Watch.next() in each, or
+ * poll()) each took events from libtensord's queue in order, then waited
+ * for the GIL to put them in pending: the later one could get there
+ * first, and a watch's events came out of order.
+ */
+static int process_in_order(ClientObject *self, struct td_client *c,
+			    struct td_error *e)
+{
+	int rc;
+
+	pthread_mutex_lock(&self->deliver);
+	rc = td_client_process(c, e);
+	pthread_mutex_unlock(&self->deliver);
+	return rc;
+}
+
+/*
  * Everything libtensord has for this client, without waiting: its one
  * piece of event logic, td_client_process(), with the GIL released.
  * Events go to self->pending (events.c); fileno() is woken while any
@@ -40,7 +58,7 @@ static int client_process(ClientObject *self, const char *what)
 
 	if (!c)
 		return -1;
-	TDPY_CALL(self, rc, td_client_process(c, &e));
+	TDPY_CALL(self, rc, process_in_order(self, c, &e));
 	if (tdpy_events_waiting(self))
 		tdpy_client_wake(self);
 	if (rc < 0) {
@@ -106,9 +124,15 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 static PyObject *client_new(PyTypeObject *t, PyObject *args, PyObject *kw)
 {
 	ClientObject *self = (ClientObject *)t->tp_alloc(t, 0);
+	pthread_mutexattr_t a;
 
-	if (self)
-		self->epfd = self->evfd = -1;
+	if (!self)
+		return NULL;
+	self->epfd = self->evfd = -1;
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+	pthread_mutex_init(&self->deliver, &a);
+	pthread_mutexattr_destroy(&a);
 	return (PyObject *)self;
 }
 
@@ -126,6 +150,7 @@ static void client_dealloc(ClientObject *self)
 	if (self->handle)
 		tdpy_client_close_now(self);
 	tdpy_events_free(self);
+	pthread_mutex_destroy(&self->deliver);
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

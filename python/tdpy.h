@@ -35,6 +35,7 @@
 #define NO_IMPORT_ARRAY
 #endif
 #include <numpy/arrayobject.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <tensord/blob.h>
 #include <tensord/tensord.h>
@@ -63,10 +64,16 @@ typedef struct {
 	uint64_t lost_any;     /* events dropped for no watch known, all
 				* told (never goes back) */
 	uint64_t lost_unqueued; /* of them, in no overflow Event yet */
+	PyObject *reconnected; /* the 'reconnected' Event in pending, if
+				* any (outside the bound; events.c) */
 	struct tdpy_map *maps; /* leased planes' mappings, recent first */
 	unsigned idle_maps;    /* of them, used by no view */
 	uint64_t conn;         /* connections made (Client.__init__ again
 				* after close() makes another) */
+	/* held (GIL released; recursive for a nested one) around each
+	 * td_client_process(): one thread at a time hands events to
+	 * pending, so they join it in libtensord's order (module.c) */
+	pthread_mutex_t deliver;
 } ClientObject;
 
 enum owner_kind {

@@ -1044,6 +1044,63 @@ Test(loop, unwatch_after_a_restart_ends_the_watch_it_names)
 	unlink(link);
 }
 
+/*
+ * The reconnect is told also to a client whose bound of watch events is
+ * full (td_client_set_event_limit): TD_EVENT_TYPE_RECONNECTED is no watch
+ * event. It was dropped into the OVERFLOWED count, and the application
+ * never learnt that its tensors, follows and rings were the old daemon's.
+ * Outside the bound, one at most waits: reconnects that nobody takes
+ * raise its count of watches to the latest, not the queue's length.
+ */
+Test(loop, a_full_event_queue_still_tells_the_reconnect)
+{
+	char link[64];
+	snprintf(link, sizeof(link), "/tmp/td-fullre-%d.sock", (int)getpid());
+	struct tu_daemon d1, d2;
+	tu_daemon_start(&d1, "warn");
+	tu_link_to(link, d1.sock);
+	struct td_client *c, *p;
+	struct td_error e = {0};
+	struct td_entry ent;
+	struct td_event ev;
+	uint64_t w;
+	cr_assert_eq(td_client_connect_ex(link, TD_CLIENT_RECONNECT, &c, &e),
+		     0, "%s", e.reason);
+	cr_assert_eq(td_client_set_event_limit(c, 2), 0);
+	cr_assert_eq(td_client_watch(c, "f/", TD_WATCH_PREFIX, &w, NULL), 0);
+	cr_assert_eq(td_client_connect(d1.sock, &p, &e), 0, "%s", e.reason);
+	for (int i = 0; i < 4; i++)
+		put(p, "f/a", (uint8_t)i);
+	td_client_close(p);
+	/* two events wait, two are counted dropped */
+	cr_assert_eq(td_client_stat(c, "f/a", &ent, NULL), 0);
+	td_entry_fini(&ent);
+	for (int i = 0; i < 2; i++) {
+		kill_daemon(i ? &d2 : &d1);
+		tu_daemon_start(&d2, "warn");
+		tu_link_to(link, d2.sock);
+		cr_assert_lt(td_client_stat(c, "f/a", &ent, NULL), 0);
+		cr_assert_eq(td_client_stat(c, "f/a", &ent, &e), -ENOENT,
+			     "%s", e.reason);
+	}
+	int types[8], n = 0;
+	uint64_t recon = 0;
+	while (n < 8 && td_client_next_event(c, 0, &ev, NULL) == 0) {
+		types[n++] = (int)ev.type;
+		if (ev.type == TD_EVENT_TYPE_RECONNECTED)
+			recon = ev.version;
+	}
+	cr_assert_eq(n, 4, "2 events, their overflow, one reconnect: %d", n);
+	cr_assert_eq(types[0], TD_EVENT_TYPE_PUBLISHED);
+	cr_assert_eq(types[1], TD_EVENT_TYPE_PUBLISHED);
+	cr_assert_eq(types[2], TD_EVENT_TYPE_OVERFLOWED);
+	cr_assert_eq(types[3], TD_EVENT_TYPE_RECONNECTED);
+	cr_assert_eq(recon, 1, "the one watch made again");
+	td_client_close(c);
+	kill_daemon(&d2);
+	unlink(link);
+}
+
 struct nest {
 	struct td_client *p;
 	int n;

@@ -1,6 +1,11 @@
 # SPDX-License-Identifier: MIT
 """Client(event_limit=N): the binding's bounded queue of watch events and
 the 'overflowed' Events that count what it (or libtensord) dropped."""
+import gc
+import os
+import threading
+import time
+
 import numpy as np
 import pytest
 import tensord
@@ -244,3 +249,66 @@ def test_a_closed_watchs_events_give_their_room_back(daemon):
         arrived(c, "stays/y")
         assert [(e.type, e.version) for e in drain(stays)] == [
             ("published", x) for x in v]
+
+
+def test_reconnects_leave_a_bounded_queue_room_for_the_watches(
+        daemon, monkeypatch):
+    """TENSORD_RECONNECT=1: each reconnect is told to poll() as one
+    'reconnected' Event outside the bound, which no Watch takes; counted
+    in it, a few restarts filled the bound for good and every watch's
+    events were dropped."""
+    monkeypatch.setenv("TENSORD_RECONNECT", "1")
+    with tensord.Client(daemon.sock, event_limit=2) as c:
+        w = c.watch("r/")
+        for _ in range(3):
+            daemon.kill()
+            os.unlink(daemon.sock)
+            daemon.start()
+            with pytest.raises(tensord.Error):
+                c.stat("r/a")  # the call during which it went
+            with pytest.raises(tensord.NotFound):
+                c.stat("r/a")  # connects again, watches again
+        v = put_n(daemon.sock, "r/a", 2)
+        arrived(c, "r/a")
+        assert [(e.type, e.version, e.watch_id) for e in drain(w)] == [
+            ("published", v[0], w.id), ("published", v[1], w.id)]
+        # the latest reconnect, once, with the watches it made again
+        assert [tuple(e) for e in c.poll()] == [("reconnected", "", 1, 0)]
+        assert c.poll() == []
+
+
+def test_threads_taking_events_at_once_keep_each_watchs_order(daemon):
+    """Two threads whose calls deliver events at once (each Watch.next()
+    runs td_client_process) took them from libtensord's queue in order,
+    but each then waited for the GIL to queue its own: the later event
+    could be queued first, and a watch's versions came out of order. A
+    gc callback that lets the GIL go while one thread queues an event
+    makes that wait long here."""
+    n = 100
+    with tensord.Client(daemon.sock) as c:
+        ws = [c.watch("o/"), c.watch("o/")]
+        got = {w.id: [] for w in ws}
+
+        def slow_gc(phase, info):
+            if phase == "start":
+                time.sleep(0.001)  # the GIL goes to the other thread
+
+        def take(w):
+            for _ in range(n):
+                got[w.id].append(w.next(10).version)
+
+        threshold = gc.get_threshold()
+        threads = [threading.Thread(target=take, args=(w,)) for w in ws]
+        for t in threads:
+            t.start()
+        gc.callbacks.append(slow_gc)
+        gc.set_threshold(1)
+        try:
+            v = put_n(daemon.sock, "o/x", n)
+            for t in threads:
+                t.join()
+        finally:
+            gc.callbacks.remove(slow_gc)
+            gc.set_threshold(*threshold)
+        for w in ws:
+            assert got[w.id] == v

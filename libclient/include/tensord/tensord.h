@@ -852,7 +852,8 @@ TD_EXPORT int td_client_unwatch(struct td_client *c, uint64_t watch_id,
 /*
  * At most max watch events queued (0: no bound, the default); one that
  * comes while max wait is dropped and counted in an OVERFLOWED event
- * (outside the bound), as inotify does. 0 or -EINVAL (no client).
+ * (outside the bound), as inotify does. RECONNECTED is outside it too:
+ * one waits at most, at the latest reconnect. 0 or -EINVAL (no client).
  */
 TD_EXPORT int td_client_set_event_limit(struct td_client *c, unsigned max);
 /*
@@ -1007,9 +1008,8 @@ TD_EXPORT void td_ring_close(struct td_ring *r);
  * Subscribe to the ring `name`, waiting up to timeout_ms (-1 forever, 0
  * not at all) for it to be created: one request the daemon answers when
  * the ring is made (an older daemon is asked every millisecond), which
- * holds the handle as td_client_get_newer() does. The slots are mapped
- * read-only here
- * (the daemon hands out read-only descriptors) before this returns.
+ * holds the handle as td_client_get_newer() does. Its slots are mapped
+ * read-only (the daemon hands out read-only fds) before this returns.
  * Returns 0 and *out (end it with td_sub_close()), -ENOENT/-ETIMEDOUT no
  * such ring, -EBUSY every reader row in use, -EBADMSG a corrupt reply.
  */
