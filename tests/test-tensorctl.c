@@ -630,6 +630,29 @@ Test(tensorctl, full_filesystem_leaves_the_old_file_and_no_temp)
  * save's summary line) exited 0; watch wrote its lines to nowhere for
  * ever. Now the failed flush is an error: status 1, said on stderr.
  */
+/* A child that publishes "w" every 10 ms for 30 s: what a watch sees. */
+static pid_t publish_w_in_child(struct tu_daemon *d)
+{
+	pid_t pub = tu_fork();
+
+	if (pub == 0) {
+		for (int i = 0; i < 3000; i++) {
+			struct td_client *c;
+			uint64_t one = 1;
+			struct td_publish p = {.name = "w", .dtype = TD_TENSOR_U8,
+					       .ndim = 1, .shape = &one};
+
+			if (td_client_connect(d->sock, &c, NULL) == 0) {
+				td_client_put(c, &p, "x", 1, NULL, NULL);
+				td_client_close(c);
+			}
+			usleep(10000);
+		}
+		_exit(0);
+	}
+	return pub;
+}
+
 Test(tensorctl, a_full_stdout_fails_the_command)
 {
 	static const char *const cmds[][4] = {
@@ -655,22 +678,7 @@ Test(tensorctl, a_full_stdout_fails_the_command)
 	path_in(path, sizeof(path), &d, "out.tgm");
 	cr_expect_eq(CTL_R(&d, &r, NULL, NULL, "save", "t", "-o", path), 1);
 	/* watch: ends at its first line, which cannot be written */
-	pub = tu_fork();
-	if (pub == 0) {
-		for (int i = 0; i < 3000; i++) {
-			struct td_client *c;
-			uint64_t one = 1;
-			struct td_publish p = {.name = "w", .dtype = TD_TENSOR_U8,
-					       .ndim = 1, .shape = &one};
-
-			if (td_client_connect(d.sock, &c, NULL) == 0) {
-				td_client_put(c, &p, "x", 1, NULL, NULL);
-				td_client_close(c);
-			}
-			usleep(10000);
-		}
-		_exit(0);
-	}
+	pub = publish_w_in_child(&d);
 	rc = CTL_R(&d, &r, NULL, &err, "watch", "w");
 	kill(pub, SIGKILL);
 	cr_assert(tu_reap_within(pub, TU_WAIT_S, NULL));
@@ -787,22 +795,7 @@ Test(tensorctl, a_closed_stdout_fails_and_reaches_no_socket)
 	cr_expect(strstr(err, "standard output: Bad file descriptor"), "%s",
 		  err);
 	free(err);
-	pub = tu_fork();
-	if (pub == 0) {
-		for (int i = 0; i < 3000; i++) {
-			struct td_client *c;
-			uint64_t one = 1;
-			struct td_publish p = {.name = "w", .dtype = TD_TENSOR_U8,
-					       .ndim = 1, .shape = &one};
-
-			if (td_client_connect(d.sock, &c, NULL) == 0) {
-				td_client_put(c, &p, "x", 1, NULL, NULL);
-				td_client_close(c);
-			}
-			usleep(10000);
-		}
-		_exit(0);
-	}
+	pub = publish_w_in_child(&d);
 	rc = CTL_R(&d, &r, NULL, &err, "watch", "w");
 	kill(pub, SIGKILL);
 	cr_assert(tu_reap_within(pub, TU_WAIT_S, NULL));
