@@ -480,15 +480,6 @@ Test(loop, sub_poll_takes_a_version_published_before_it_armed)
 
 /* ---- TD_CLIENT_RECONNECT ---- */
 
-static void kill_daemon(struct tu_daemon *d)
-{
-	int st;
-	cr_assert_eq(kill(d->pid, SIGKILL), 0);
-	cr_assert_eq(waitpid(d->pid, &st, 0), d->pid);
-	unlink(d->sock);
-	rmdir(d->dir);
-}
-
 Test(loop, reconnect_after_a_restart_rewatches_and_tells_the_application)
 {
 	char link[64];
@@ -525,7 +516,7 @@ Test(loop, reconnect_after_a_restart_rewatches_and_tells_the_application)
 	td_client_close(p);
 
 	/* the daemon goes; while it is away calls fail and try again */
-	kill_daemon(&d1);
+	tu_daemon_kill(&d1);
 	struct td_entry ent;
 	cr_assert_lt(td_client_stat(c, "r/old", &ent, NULL), 0);
 	cr_assert_lt(td_client_stat(c, "r/old", &ent, NULL), 0,
@@ -571,7 +562,7 @@ Test(loop, reconnect_after_a_restart_rewatches_and_tells_the_application)
 
 	td_client_close(p);
 	td_client_close(c);
-	kill_daemon(&d2);
+	tu_daemon_kill(&d2);
 	unlink(link);
 	cr_assert_eq(tu_fd_count(), fds0);
 	cr_assert_eq(tu_buf_map_count(), bufmaps0);
@@ -597,7 +588,7 @@ Test(loop, next_event_gives_the_reconnected_event_without_other_traffic)
 	cr_assert_eq(td_client_connect_ex(link, TD_CLIENT_RECONNECT, &c, &e),
 		     0, "%s", e.reason);
 	cr_assert_eq(td_client_watch(c, "r/", TD_WATCH_PREFIX, &wid, NULL), 0);
-	kill_daemon(&d1);
+	tu_daemon_kill(&d1);
 	struct td_event ev;
 	cr_assert_lt(td_client_next_event(c, HANG_MS, &ev, NULL), 0,
 		     "the daemon went away");
@@ -608,7 +599,7 @@ Test(loop, next_event_gives_the_reconnected_event_without_other_traffic)
 	cr_assert_eq(ev.type, TD_EVENT_TYPE_RECONNECTED);
 	cr_assert_eq(ev.version, 1, "one watch re-established");
 	td_client_close(c);
-	kill_daemon(&d2);
+	tu_daemon_kill(&d2);
 	unlink(link);
 }
 
@@ -971,7 +962,7 @@ Test(loop, a_loop_waits_for_its_reconnects_on_a_timer)
 	cr_assert_geq(epfd, 0);
 	epoll_kinds(epfd, &socks, &timers);
 	cr_assert_eq(socks, 1);
-	kill_daemon(&d1);
+	tu_daemon_kill(&d1);
 	/* the hang-up, then a first try that fails */
 	for (int i = 0; i < 2; i++) {
 		struct pollfd pf = {.fd = epfd, .events = POLLIN};
@@ -997,7 +988,7 @@ Test(loop, a_loop_waits_for_its_reconnects_on_a_timer)
 	epoll_kinds(epfd, &socks, &timers);
 	cr_assert_eq(socks, 1, "the new connection is in the set");
 	td_client_close(c);
-	kill_daemon(&d2);
+	tu_daemon_kill(&d2);
 	unlink(link);
 	cr_assert_eq(tu_fd_count(), fds0, "the retry timer was closed too");
 }
@@ -1023,7 +1014,7 @@ Test(loop, unwatch_after_a_restart_ends_the_watch_it_names)
 		     0, "%s", e.reason);
 	cr_assert_eq(td_client_watch(c, "ua", 0, &a, NULL), 0);
 	cr_assert_eq(td_client_watch(c, "ub", 0, &b, NULL), 0);
-	kill_daemon(&d1);
+	tu_daemon_kill(&d1);
 	cr_assert_gt(readable(c, HANG_MS), 0, "hang-up polls readable");
 	cr_assert_lt(td_client_process(c, NULL), 0, "the break is seen");
 	tu_daemon_start(&d2, "warn");
@@ -1040,7 +1031,7 @@ Test(loop, unwatch_after_a_restart_ends_the_watch_it_names)
 	cr_assert_eq(ids[0], b);
 	td_client_close(p);
 	td_client_close(c);
-	kill_daemon(&d2);
+	tu_daemon_kill(&d2);
 	unlink(link);
 }
 
@@ -1076,7 +1067,7 @@ Test(loop, a_full_event_queue_still_tells_the_reconnect)
 	cr_assert_eq(td_client_stat(c, "f/a", &ent, NULL), 0);
 	td_entry_fini(&ent);
 	for (int i = 0; i < 2; i++) {
-		kill_daemon(i ? &d2 : &d1);
+		tu_daemon_kill(i ? &d2 : &d1);
 		tu_daemon_start(&d2, "warn");
 		tu_link_to(link, d2.sock);
 		cr_assert_lt(td_client_stat(c, "f/a", &ent, NULL), 0);
@@ -1097,7 +1088,7 @@ Test(loop, a_full_event_queue_still_tells_the_reconnect)
 	cr_assert_eq(types[3], TD_EVENT_TYPE_RECONNECTED);
 	cr_assert_eq(recon, 1, "the one watch made again");
 	td_client_close(c);
-	kill_daemon(&d2);
+	tu_daemon_kill(&d2);
 	unlink(link);
 }
 

@@ -700,16 +700,6 @@ static void watch_line(FILE *f, const char *want)
 	cr_assert_str_eq(line, want);
 }
 
-static void kill_daemon(struct tu_daemon *d)
-{
-	int st;
-
-	cr_assert_eq(kill(d->pid, SIGKILL), 0);
-	cr_assert_eq(waitpid(d->pid, &st, 0), d->pid);
-	unlink(d->sock);
-	rmdir(d->dir);
-}
-
 /*
  * With $TENSORD_RECONNECT=1 libtensord connects again after a daemon
  * restart (README, "Event loops"), but watch ended at the call during
@@ -757,7 +747,7 @@ Test(tensorctl, watch_goes_on_across_a_restart_with_tensord_reconnect)
 			 "--shape", "6", in),
 		     0);
 	watch_line(f, "published w 1\n");
-	kill_daemon(&d1);
+	tu_daemon_kill(&d1);
 	tu_daemon_start(&d2, "error");
 	tu_link_to(link, d2.sock);
 	watch_line(f, "reconnected  1\n");
@@ -769,7 +759,7 @@ Test(tensorctl, watch_goes_on_across_a_restart_with_tensord_reconnect)
 	cr_assert(tu_reap_within(pid, TU_WAIT_S, &st), "watch did not end");
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %#x", st);
 	fclose(f);
-	kill_daemon(&d2);
+	tu_daemon_kill(&d2);
 	unlink(link);
 	unlink(in);
 }

@@ -512,6 +512,16 @@ void tu_daemon_start_log(struct tu_daemon *d, const char *log_level,
 	cr_assert_fail("tensord did not open %s", d->sock);
 }
 
+void tu_daemon_kill(struct tu_daemon *d)
+{
+	int st;
+
+	cr_assert_eq(kill(d->pid, SIGKILL), 0);
+	cr_assert_eq(waitpid(d->pid, &st, 0), d->pid);
+	unlink(d->sock);
+	rmdir(d->dir);
+}
+
 void tu_daemon_stop(struct tu_daemon *d, bool check_maps)
 {
 	pid_t pid = d->pid;

@@ -165,6 +165,9 @@ void tu_daemon_start_log(struct tu_daemon *d, const char *log_level,
  * to clean up after a body that failed first.
  */
 void tu_daemon_stop(struct tu_daemon *d, bool check_maps);
+/* SIGKILL the daemon (a crash, a restart to come), reap it and remove
+ * its socket and folder; no check of its exit or of fds. */
+void tu_daemon_kill(struct tu_daemon *d);
 /* Point the symlink `link` at target, atomically (rename(2)): a socket
  * path that a restarted daemon takes over. */
 void tu_link_to(const char *link, const char *target);
