@@ -195,6 +195,15 @@ struct td_client {
 	bool closing; /* td_client_close() began: no new asynchronous GET */
 	td_event_fn ev_fn; /* td_client_set_event_handler(), NULL = none */
 	void *ev_ud;
+	/*
+	 * Events go to the handler one at a time (loop.c, deliver_events):
+	 * ev_by delivers, ev_depth calls deep (a handler may process again);
+	 * ev_skipped: another thread's td_client_process() left the queue to
+	 * it, so efd is off until it is done (that thread would spin on it).
+	 */
+	pthread_t ev_by;
+	unsigned ev_depth;
+	bool ev_skipped;
 	struct td_sub *subs; /* subscriptions with a handler (ring.c) */
 	bool sub_walk;       /* td__sub_deliver() is calling them */
 	struct td__map *maps; /* list of every mapping */

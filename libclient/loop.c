@@ -58,7 +58,9 @@ void td__loop_close(struct td_client *c)
 
 void td__loop_ready(struct td_client *c)
 {
-	bool want = c->ev_head || c->ev_lost || c->done;
+	/* events another thread is handing out, to a handler, are its */
+	bool mine = !(c->ev_skipped && c->ev_depth && c->ev_fn);
+	bool want = ((c->ev_head || c->ev_lost) && mine) || c->done;
 	uint64_t v = 1;
 
 	/* a child of fork() shares the eventfd: it is the parent's to set */
@@ -294,28 +296,44 @@ static int read_ready(struct td_client *c)
  * next event in arrival order; one that sets another handler, or none,
  * has the rest go there; one that closes the handle ends the batch (the
  * events left went with the handle).
+ *
+ * One thread at a time: while a handler runs, another thread's call
+ * leaves the queue alone (two threads taking turns at its head would
+ * run the handler on two events at once, and finish them in either
+ * order). It does not wait for the handler: it goes back to its loop,
+ * and td_client_fd() stays quiet for the queue until this delivery is
+ * done; what is left then makes it readable again.
  */
 static int deliver_events(struct td_client *c, size_t limit)
 {
+	pthread_t self = pthread_self();
+	struct td_event ev;
 	int n = 0;
 
-	for (; limit; limit--) {
-		struct td_event ev;
-		bool taken = false;
-		td_event_fn fn;
-		void *ud;
-
-		pthread_mutex_lock(&c->lock);
-		fn = c->ev_fn;
-		ud = c->ev_ud;
-		if (fn && c->sock >= 0)
-			taken = td__event_take(c, &ev);
+	pthread_mutex_lock(&c->lock);
+	if (c->ev_depth && !pthread_equal(c->ev_by, self)) {
+		c->ev_skipped = true;
+		td__loop_ready(c);
 		pthread_mutex_unlock(&c->lock);
-		if (!taken)
+		return 0;
+	}
+	c->ev_by = self;
+	c->ev_depth++;
+	for (; limit; limit--) {
+		td_event_fn fn = c->ev_fn;
+		void *ud = c->ev_ud;
+
+		if (!fn || c->sock < 0 || !td__event_take(c, &ev))
 			break;
+		pthread_mutex_unlock(&c->lock);
 		fn(c, &ev, ud);
 		n++;
+		pthread_mutex_lock(&c->lock);
 	}
+	if (!--c->ev_depth)
+		c->ev_skipped = false;
+	td__loop_ready(c);
+	pthread_mutex_unlock(&c->lock);
 	return n;
 }
 

@@ -10,7 +10,10 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1364,4 +1367,126 @@ Test(loop, the_17th_wake_fd_of_a_ring_is_refused_and_leaves_no_fd)
 		td_sub_close(s[i]);
 	td_ring_close(r);
 	pair_down(&x);
+}
+
+/*
+ * Two threads running their own loop on one handle: the handler sees
+ * one event at a time, in arrival order, and the thread that finds the
+ * other delivering does not spin while it waits for its turn.
+ */
+struct duo {
+	struct td_client *c;
+	atomic_int inside;    /* handlers running now */
+	atomic_int overlaps;  /* a handler began while another ran */
+	atomic_int disorder;  /* a version not after the one before */
+	atomic_int calls;     /* handler calls */
+	atomic_int stop;
+	atomic_int idle_calls; /* process calls made while a handler ran */
+	atomic_int hold_ms;   /* how long the first event's handler sleeps */
+	uint64_t last;        /* written inside the handler only */
+};
+
+static void duo_on_event(struct td_client *c, const struct td_event *ev,
+			 void *ud)
+{
+	struct duo *k = ud;
+	int hold;
+	(void)c;
+	if (atomic_fetch_add(&k->inside, 1) != 0)
+		atomic_fetch_add(&k->overlaps, 1);
+	if (ev->type == TD_EVENT_TYPE_PUBLISHED) {
+		if (ev->version <= k->last)
+			atomic_fetch_add(&k->disorder, 1);
+		k->last = ev->version;
+	}
+	hold = atomic_exchange(&k->hold_ms, 0);
+	if (hold)
+		usleep((useconds_t)hold * 1000);
+	else
+		for (int i = 0; i < 4; i++)
+			sched_yield(); /* widen the window another thread has */
+	atomic_fetch_add(&k->calls, 1);
+	atomic_fetch_sub(&k->inside, 1);
+}
+
+static void *duo_loop(void *arg)
+{
+	struct duo *k = arg;
+	struct pollfd pfd = {.fd = td_client_fd(k->c), .events = POLLIN};
+
+	while (!atomic_load(&k->stop)) {
+		if (poll(&pfd, 1, 20) <= 0)
+			continue;
+		if (atomic_load(&k->inside))
+			atomic_fetch_add(&k->idle_calls, 1);
+		if (td_client_process(k->c, NULL) < 0)
+			break;
+	}
+	return NULL;
+}
+
+/* pair_down() without the mapping count: glibc keeps the threads'
+ * stacks (fds and buffer mappings are still checked) */
+static void duo_down(struct pair *x)
+{
+	td_client_close(x->p);
+	td_client_close(x->c);
+	tu_daemon_stop(&x->d, false);
+}
+
+static void duo_run(struct duo *k, struct td_client *p, int n, int hold_ms)
+{
+	pthread_t th[2];
+	uint64_t id;
+
+	atomic_store(&k->hold_ms, hold_ms);
+	cr_assert_eq(td_client_watch(k->c, "duo", 0, &id, NULL), 0);
+	cr_assert_eq(td_client_set_event_handler(k->c, duo_on_event, k), 0);
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(pthread_create(&th[i], NULL, duo_loop, k), 0);
+	for (int i = 0; i < n; i++)
+		put(p, "duo", (uint8_t)i);
+	for (int ms = 0; atomic_load(&k->calls) < n && ms < HANG_MS; ms++)
+		usleep(1000);
+	atomic_store(&k->stop, 1);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	cr_assert_eq(atomic_load(&k->calls), n, "events delivered: %d of %d",
+		     atomic_load(&k->calls), n);
+}
+
+Test(loop, two_threads_processing_deliver_one_event_at_a_time_in_order)
+{
+	struct pair x;
+	pair_up(&x);
+	struct duo k = {.c = x.c};
+	duo_run(&k, x.p, 300, 0);
+	cr_assert_eq(atomic_load(&k.overlaps), 0,
+		     "the handler ran on two events at once %d times",
+		     atomic_load(&k.overlaps));
+	cr_assert_eq(atomic_load(&k.disorder), 0,
+		     "%d events came after a later one",
+		     atomic_load(&k.disorder));
+	duo_down(&x);
+}
+
+/*
+ * While one thread's handler holds the first event (300 ms), the other
+ * thread's loop sleeps: td_client_fd() is quiet for the queue the first
+ * thread is delivering. A loop that woke for it would call
+ * td_client_process() tens of thousands of times meanwhile; the bound
+ * below allows a wake-up per event that arrives.
+ */
+Test(loop, a_thread_waiting_for_anothers_handler_does_not_spin)
+{
+	struct pair x;
+	pair_up(&x);
+	struct duo k = {.c = x.c};
+	duo_run(&k, x.p, 3, 300);
+	cr_assert_leq(atomic_load(&k.idle_calls), 20,
+		      "%d calls of td_client_process() while a handler ran",
+		      atomic_load(&k.idle_calls));
+	cr_assert_eq(atomic_load(&k.overlaps), 0);
+	cr_assert_eq(atomic_load(&k.disorder), 0);
+	duo_down(&x);
 }
