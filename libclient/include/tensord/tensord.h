@@ -184,17 +184,11 @@ struct td_event;
 struct td_tensor;
 
 /*
- * Called by td_client_process() for each watch event, in arrival order
- * and one at a time, with no lock held: it may call any function on the
- * handle (blocking ones included). ev is valid during the call only.
- * While it runs, td_client_process() of another thread delivers no event
- * (it reads what came and returns; td_client_fd() does not poll readable
- * for the queued events until this delivery is done), so a handler that
- * waits for that thread to deliver one waits for ever; a handler that
- * calls td_client_process() itself gets the next queued event. After a
- * callback closed the handle, td_client_process() calls no handler for
- * the events and subscriptions left (GETs already finished still get
- * theirs).
+ * Called by td_client_process() for each watch event, in arrival order,
+ * one at a time (no other thread's call delivers one meanwhile), with no
+ * lock held: it may call any function on the handle (blocking ones too).
+ * ev is valid during the call only. Once a callback closed the handle,
+ * no handler is called for the events and subscriptions left.
  */
 typedef void (*td_event_fn)(struct td_client *c, const struct td_event *ev,
 			    void *ud);
