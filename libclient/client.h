@@ -206,6 +206,13 @@ struct td_client {
 	bool ev_skipped;
 	struct td_sub *subs; /* subscriptions with a handler (ring.c) */
 	bool sub_walk;       /* td__sub_deliver() is calling them */
+	/*
+	 * A td_client_process() that found the walk under way quietened
+	 * the subscriptions' fds (sub_skipped), so that its loop does not
+	 * spin on them; the walk then owes another of all of them
+	 * (sub_again), which keeps efd readable until it is done.
+	 */
+	bool sub_skipped, sub_again;
 	struct td__map *maps; /* list of every mapping */
 	unsigned idle_maps;   /* maps with refs == 0 */
 	struct td__loanbuf *loans; /* recyclable loan buffers */

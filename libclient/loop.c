@@ -60,7 +60,8 @@ void td__loop_ready(struct td_client *c)
 {
 	/* events another thread is handing out, to a handler, are its */
 	bool mine = !(c->ev_skipped && c->ev_depth && c->ev_fn);
-	bool want = ((c->ev_head || c->ev_lost) && mine) || c->done;
+	bool want = ((c->ev_head || c->ev_lost) && mine) || c->done ||
+		    (c->sub_again && !c->sub_walk);
 	uint64_t v = 1;
 
 	/* a child of fork() shares the eventfd: it is the parent's to set */

@@ -155,17 +155,32 @@ int td__sub_deliver(struct td_client *c)
 	struct td_sub *s, *next;
 	struct td_view view;
 	int n = 0, rc;
-	bool woken, on;
+	bool woken, on, again;
 
 	/*
 	 * One walk of the list at a time: a handler that processes again
 	 * (or another thread's td_client_process) would walk it under this
 	 * one, and a handler there may close its own subscription, the one
-	 * this walk goes to next. The walk under way delivers it.
+	 * this walk goes to next. The walk under way delivers it: a call
+	 * that finds it clears the fds (or its loop would spin on them until
+	 * the walk ends) and leaves it a walk of every subscription more,
+	 * as if each had been woken, for what the fds said.
 	 */
 	pthread_mutex_lock(&c->lock);
-	s = c->sub_walk ? NULL : c->subs;
-	c->sub_walk = c->sub_walk || s;
+	if (c->sub_walk) {
+		for (s = c->subs; s; s = s->lnext)
+			if (!s->ended)
+				(void)!read(s->efd, &(uint64_t){0},
+					    sizeof(uint64_t));
+		c->sub_skipped = true;
+		pthread_mutex_unlock(&c->lock);
+		return 0;
+	}
+	again = c->sub_again;
+	c->sub_again = false;
+	s = c->subs;
+	c->sub_walk = s != NULL;
+	c->ops->ready(c);
 	pthread_mutex_unlock(&c->lock);
 	if (!s)
 		return 0;
@@ -181,7 +196,8 @@ int td__sub_deliver(struct td_client *c)
 		 * something newer (or the end): process() also runs for the
 		 * client's other work.
 		 */
-		woken = read(s->efd, &(uint64_t){0}, sizeof(uint64_t)) > 0;
+		woken = read(s->efd, &(uint64_t){0}, sizeof(uint64_t)) > 0 ||
+			again;
 		if (!sub_news(s)) {
 			if (!woken)
 				continue;
@@ -213,6 +229,9 @@ int td__sub_deliver(struct td_client *c)
 	}
 	pthread_mutex_lock(&c->lock);
 	c->sub_walk = false;
+	c->sub_again = c->sub_skipped;
+	c->sub_skipped = false;
+	c->ops->ready(c);
 	pthread_mutex_unlock(&c->lock);
 	return n;
 }

@@ -1490,3 +1490,88 @@ Test(loop, a_thread_waiting_for_anothers_handler_does_not_spin)
 	cr_assert_eq(atomic_load(&k.disorder), 0);
 	duo_down(&x);
 }
+
+/* A ring subscription's handler that holds its first view hold_ms. */
+struct ring_duo {
+	struct td_client *c;
+	atomic_int inside, overlaps, calls, stop, idle_calls, hold_ms;
+	atomic_uint_fast64_t last;
+};
+
+static void ring_duo_on_view(struct td_sub *s, int status,
+			     const struct td_view *v, void *ud)
+{
+	struct ring_duo *k = ud;
+	int hold;
+	(void)s;
+	if (atomic_fetch_add(&k->inside, 1) != 0)
+		atomic_fetch_add(&k->overlaps, 1);
+	if (status == 0)
+		atomic_store(&k->last, v->version);
+	hold = atomic_exchange(&k->hold_ms, 0);
+	if (hold)
+		usleep((useconds_t)hold * 1000);
+	atomic_fetch_add(&k->calls, 1);
+	atomic_fetch_sub(&k->inside, 1);
+}
+
+static void *ring_duo_loop(void *arg)
+{
+	struct ring_duo *k = arg;
+	struct pollfd pfd = {.fd = td_client_fd(k->c), .events = POLLIN};
+
+	while (!atomic_load(&k->stop)) {
+		if (poll(&pfd, 1, 20) <= 0)
+			continue;
+		if (atomic_load(&k->inside))
+			atomic_fetch_add(&k->idle_calls, 1);
+		if (td_client_process(k->c, NULL) < 0)
+			break;
+	}
+	return NULL;
+}
+
+/*
+ * The same for a ring subscription's handler: while one thread's
+ * handler holds a view, versions published meanwhile do not make the
+ * other thread's loop spin (the walk under way is that thread's), and
+ * the latest of them reaches the handler once it is done.
+ */
+Test(loop, a_thread_waiting_for_anothers_ring_handler_does_not_spin)
+{
+	struct pair x;
+	pair_up(&x);
+	uint64_t shape[1] = {64};
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = shape};
+	struct td_ring *r;
+	struct td_sub *s;
+	struct ring_duo k = {.c = x.c};
+	pthread_t th[2];
+	cr_assert_eq(td_ring_create(x.p, "duo/ring", &desc, &r, NULL), 0);
+	cr_assert_eq(td_ring_subscribe(x.c, "duo/ring", 0, &s, NULL), 0);
+	atomic_store(&k.hold_ms, 300);
+	cr_assert_eq(td_sub_set_handler(s, ring_duo_on_view, &k), 0);
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(pthread_create(&th[i], NULL, ring_duo_loop, &k),
+			     0);
+	ring_put(r, 1);
+	for (int ms = 0; !atomic_load(&k.inside) && ms < HANG_MS; ms++)
+		usleep(1000);
+	cr_assert(atomic_load(&k.inside), "the first version came");
+	for (int i = 2; i <= 4; i++)
+		ring_put(r, (uint8_t)i);
+	for (int ms = 0; atomic_load(&k.last) < 4 && ms < HANG_MS; ms++)
+		usleep(1000);
+	atomic_store(&k.stop, 1);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	cr_assert_eq(atomic_load(&k.last), 4, "the latest version came");
+	cr_assert_leq(atomic_load(&k.idle_calls), 20,
+		      "%d calls of td_client_process() while a handler ran",
+		      atomic_load(&k.idle_calls));
+	cr_assert_eq(atomic_load(&k.overlaps), 0);
+	td_sub_close(s);
+	td_ring_close(r);
+	duo_down(&x);
+}
