@@ -835,7 +835,7 @@ int td__store_restore(const struct td_state_entry *ent, int *fds, char *why,
 	}
 	if (ent->version > TD__VERSION_MAX) {
 		rc = pub_fail(&x, -ERANGE, "version %" PRIu64 " is out of "
-			      "range (at most 2^62)", ent->version);
+			      "range (at most 2^55)", ent->version);
 		goto out;
 	}
 	blob = malloc(ent->blob.len);
