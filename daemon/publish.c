@@ -652,8 +652,16 @@ static bool pub_fired(struct pub *x)
 		return false;
 	p->fired_alloc = 0;
 	cur = td__name_lookup(s, x->m.name);
+	/*
+	 * The next loan, and its stage, are the next publish: only for a
+	 * uid that may still write the name. A policy reload that committed
+	 * this stage took no check of the notice's; without this one, its
+	 * reply staged the next version, whose fire the reply after staged
+	 * again, and a uid the reload refused went on publishing.
+	 */
 	if (!cur || cur->number != p->fired_version || !cur->recycle ||
-	    cur->nfds > TD_WIRE_MAX_PLANES)
+	    cur->nfds > TD_WIRE_MAX_PLANES ||
+	    !td__access_may(p, TD__PERM_WRITE, x->m.name.ptr, x->m.name.len))
 		cur = NULL;
 	for (uint32_t i = 0; cur && i < cur->nfds; i++)
 		sizes[i] = cur->fds[i].size;
@@ -827,7 +835,7 @@ int td__store_restore(const struct td_state_entry *ent, int *fds, char *why,
 	}
 	if (ent->version > TD__VERSION_MAX) {
 		rc = pub_fail(&x, -ERANGE, "version %" PRIu64 " is out of "
-			      "range (at most 2^62)", ent->version);
+			      "range (at most 2^55)", ent->version);
 		goto out;
 	}
 	blob = malloc(ent->blob.len);

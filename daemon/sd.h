@@ -119,11 +119,12 @@ int td__store_each(int (*fn)(void *arg, const struct td_state_entry *ent),
 void td__store_set_next_version(uint64_t next);
 /*
  * The highest version number a state image or a snapshot may bring
- * back: beyond it only a damaged file (the counter would wrap to 0,
- * which names no version). Counting one a nanosecond takes 146 years
- * to get there.
+ * back: beyond it only a damaged file. A followed name's bell packs a
+ * version as version << 8 | entry (proto/follow.h), so no version may
+ * reach 2^56; from a counter restored at 2^55, counting ten million a
+ * second takes 114 years to get there.
  */
-#define TD__VERSION_MAX (UINT64_C(1) << 62)
+#define TD__VERSION_MAX (UINT64_C(1) << 55)
 /*
  * Likewise for fd-store ids (td.fd.N, an image's next_fd_id): past it
  * the counter would wrap to 0 ("not stored") and then onto ids that are

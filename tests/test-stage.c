@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -940,3 +941,175 @@ Test(stage, a_follower_cannot_reopen_the_bell_or_the_trigger_page,
 	world_stop(&wo, true);
 }
 
+
+/* ---- a policy reload between a fire and its notice ---- */
+
+/* The FIRED notice of loan alloc_id, sent raw on c's socket: 0 and its
+ * reply in *r, or the refusal's status (the reply's fds closed). */
+static int raw_fired_notice(struct td_client *c, uint64_t alloc_id,
+			    uint64_t rid, struct td_wire_publish_rep *r)
+{
+	static uint8_t buf[TD_WIRE_MAX_MSG];
+	static const uint8_t blob[64];
+	struct td_wire_publish_req q = {
+		.name = {NAME, sizeof(NAME) - 1},
+		.flags = TD_WIRE_PUB_FIRED | TD_WIRE_PUB_LOAN |
+			 TD_WIRE_PUB_LOAN_SCM | TD_WIRE_PUB_STAGE,
+		.alloc_id = alloc_id,
+		.blob = {blob, sizeof(blob)},
+	};
+	int64_t len = td_wire_publish_req_encode(&q, buf + TD_WIRE_HDR_LEN,
+						 sizeof(buf) - TD_WIRE_HDR_LEN);
+	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, TD_OP_PUBLISH,
+				0, 0, rid, (uint32_t)len, 0};
+	int got[TD_WIRE_MAX_FDS];
+	struct td__scm_rx rx = {.fds = got, .cap = TD_WIRE_MAX_FDS};
+	ssize_t n;
+
+	if (len < 0)
+		return -EINVAL;
+	td_wire_hdr_encode(&h, buf);
+	if (td__scm_send(c->sock, buf, TD_WIRE_HDR_LEN + (size_t)len, NULL, 0,
+			 0) < 0)
+		return -EIO;
+	do {
+		n = td__scm_recv(c->sock, buf, sizeof(buf), 0, &rx);
+		if (n < (ssize_t)TD_WIRE_HDR_LEN ||
+		    td_wire_hdr_decode(buf, (size_t)n, &h, NULL) < 0)
+			return -EIO;
+		td__scm_close(got, rx.nfds);
+		rx.nfds = 0;
+	} while (h.request_id != rid);
+	if (h.status)
+		return (int)h.status;
+	return td_wire_publish_rep_decode(buf + TD_WIRE_HDR_LEN, h.body_len,
+					  r, NULL) < 0
+		       ? -EBADMSG
+		       : 0;
+}
+
+/*
+ * The producer (uid nobody; no criterion in the child): a warm stream,
+ * a fire of its stage, and once the parent has reloaded the policy, the
+ * notice of that fire. 0: the notice's reply staged nothing more; 20:
+ * it staged the next version, and that one's notice was answered too.
+ */
+static int reloaded_producer(const char *sock, int in, int out)
+{
+	struct td_client *c = NULL;
+	struct td_wire_publish_rep r = {0};
+	uint64_t fired;
+	char x;
+
+	if (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
+	    setresuid(65534, 65534, 65534) < 0 ||
+	    setenv("TENSORD_IMPORT", "scm", 1) < 0 ||
+	    td_client_connect(sock, &c, NULL) < 0)
+		return 10;
+	for (int i = 0; i < 12; i++) {
+		uint64_t size = SIZE;
+		struct td_alloc *a = NULL;
+		struct td_publish p = pub_of(NAME);
+
+		if (td_client_alloc_named(c, NAME, 1, &size, TD_ALLOC_STREAM,
+					  &a, NULL) < 0 ||
+		    td_client_publish_alloc(c, a, &p, NULL, NULL) < 0)
+			return 11;
+	}
+	if (!c->st_alloc || !c->st_page)
+		return 12;
+	/* fired; its PUBLISH is still to come (as if in the socket) */
+	fired = c->st_alloc;
+	atomic_store(&c->st_page->word,
+		     td_follow_trig(c->st_version, TD_FOLLOW_TRIG_FIRED));
+	if (write(out, "f", 1) != 1 || read(in, &x, 1) != 1)
+		return 13;
+	if (raw_fired_notice(c, fired, 1u << 30, &r) < 0)
+		return 14;
+	if (!r.stage_version)
+		return 0;
+	atomic_store(&c->st_page->word,
+		     td_follow_trig(r.stage_version, TD_FOLLOW_TRIG_FIRED));
+	return raw_fired_notice(c, r.loan.alloc_id, (1u << 30) + 1, &r) == 0
+		       ? 20
+		       : 21;
+}
+
+static void policy_write(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	cr_assert_not_null(f);
+	cr_assert_gt(fputs(text, f), -1);
+	cr_assert_eq(fclose(f), 0);
+}
+
+static uint64_t reloads(struct td_client *c)
+{
+	struct td_status *s = NULL;
+	uint64_t n;
+
+	cr_assert_eq(td_client_status(c, &s, NULL), 0);
+	n = s->policy_reloads;
+	td_status_free(s);
+	return n;
+}
+
+/*
+ * A reload that takes write away from a producer settles its stage: one
+ * it fired is committed (done before the reload), and the notice of that
+ * fire is answered with that version, but with no next loan and no next
+ * stage. Before, the notice skipped the write check (the commit was
+ * done) and its reply staged the next version, whose notice staged the
+ * one after: a uid the policy refused went on publishing the name.
+ */
+Test(stage, a_reload_that_refuses_a_producer_stages_nothing_more,
+     .timeout = 60)
+{
+	char pol[128], arg[128];
+	const char *args[] = {"--socket-mode", "0666", "--policy", arg, NULL};
+	struct tu_daemon d;
+	struct td_client *cons;
+	struct td_follow *f = NULL;
+	struct td_error e = {0};
+	int up[2], down[2], st;
+	uint64_t n0, v;
+	pid_t pid;
+	char x;
+
+	snprintf(pol, sizeof(pol), "/tmp/td-stage-policy-%d", (int)getpid());
+	snprintf(arg, sizeof(arg), "%s", pol);
+	policy_write(pol, "allow uid=0 rw cam/\nallow uid=65534 rw cam/\n");
+	tu_daemon_start_args(&d, "warn", args);
+	cr_assert_eq(chmod(d.dir, 0755), 0);
+	cons = conn_env(&d, "pidfd", "1");
+	cr_assert_eq(td_client_follow(cons, NAME, &f, &e), 0, "%s", e.reason);
+	cr_assert_eq(pipe2(up, O_CLOEXEC), 0);
+	cr_assert_eq(pipe2(down, O_CLOEXEC), 0);
+	pid = tu_fork();
+	if (pid == 0)
+		_exit(reloaded_producer(d.sock, down[0], up[1]));
+	cr_assert_eq(read(up[0], &x, 1), 1, "the producer did not fire");
+	policy_write(pol, "allow uid=0 rw cam/\nallow uid=65534 r cam/\n");
+	n0 = reloads(cons);
+	cr_assert_eq(kill(d.pid, SIGHUP), 0);
+	for (int i = 0; i < 500 && reloads(cons) == n0; i++)
+		usleep(10 * 1000);
+	cr_assert_gt(reloads(cons), n0, "the policy was not reloaded");
+	/* the fired version was committed by the reload */
+	v = stat_version(cons, NAME);
+	cr_assert_eq(write(down[1], "n", 1), 1);
+	st = tu_wait_child(pid, 30, "the refused producer");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "the refused producer: status %#x (20: its notice staged "
+		  "the next version, which it published)", st);
+	cr_assert_eq(stat_version(cons, NAME), v);
+	close(up[0]);
+	close(up[1]);
+	close(down[0]);
+	close(down[1]);
+	unlink(pol);
+	td_follow_close(f);
+	td_client_close(cons);
+	tu_daemon_stop(&d, true);
+}
