@@ -105,10 +105,10 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 	self->epfd = epoll_create1(EPOLL_CLOEXEC);
 	/* libtensord's own descriptor: readable while it has work queued */
 	sock = td_client_fd(self->c);
-	if (!self->pending || !self->overflows || self->evfd < 0 ||
-	    self->epfd < 0 || sock < 0 ||
-	    td_client_set_event_limit(self->c,
-				      tdpy_events_c_limit(limit)) < 0 ||
+	/* (nobody else uses the new handle yet: no deliver lock needed) */
+	if (self->pending)
+		tdpy_events_c_sync(self, self->c);
+	if (!self->pending || self->evfd < 0 || self->epfd < 0 || sock < 0 ||
 	    td_client_set_event_handler(self->c, tdpy_on_event, self) < 0 ||
 	    epoll_ctl(self->epfd, EPOLL_CTL_ADD, sock, &ee) < 0 ||
 	    epoll_ctl(self->epfd, EPOLL_CTL_ADD, self->evfd, &ee) < 0) {
@@ -354,17 +354,23 @@ typedef struct {
 	ClientObject *client;
 	uint64_t id;
 	uint64_t conn; /* the client's connection the watch is on */
-	uint64_t lost_seen; /* the client's lost_any given to this watch */
+	struct tdpy_watchq q; /* its share of the client's queue (events.c) */
 	bool open;
 } WatchObject;
 
+/*
+ * The daemon's watch, then its Watch linked (events.c), with deliver
+ * held throughout: another thread's td_client_process() could otherwise
+ * deliver the watch's first events before the Watch is linked, and they
+ * would be dropped as a closed watch's.
+ */
 static PyObject *client_watch(ClientObject *self, PyObject *args,
 			      PyObject *kw)
 {
 	static char *kwlist[] = {"name", "prefix", NULL};
 	struct td_error e = {0};
 	struct td_client *c;
-	WatchObject *w;
+	WatchObject *w = NULL;
 	const char *name;
 	uint64_t id = 0;
 	int prefix = 1, rc;
@@ -375,24 +381,33 @@ static PyObject *client_watch(ClientObject *self, PyObject *args,
 	c = tdpy_client_enter(self);
 	if (!c)
 		return NULL;
-	TDPY_CALL(self, rc, td_client_watch(c, name,
-				       prefix ? TD_WATCH_PREFIX : 0, &id, &e));
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(&self->deliver);
+	rc = td_client_watch(c, name, prefix ? TD_WATCH_PREFIX : 0, &id, &e);
+	Py_END_ALLOW_THREADS /* (deliver, then the GIL: the handler's order) */
+	if (rc == 0 && (w = PyObject_New(WatchObject, &tdpy_watch_type))) {
+		Py_INCREF(self);
+		w->client = self;
+		w->id = id;
+		w->conn = self->conn;
+		w->open = true;
+		tdpy_events_watch_open(self, &w->q, id);
+	}
+	/* libtensord keeps room for this watch's events too */
+	Py_BEGIN_ALLOW_THREADS
+	tdpy_events_c_sync(self, c);
+	pthread_mutex_unlock(&self->deliver);
+	Py_END_ALLOW_THREADS
+	tdpy_client_leave(self);
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "watch");
-	w = PyObject_New(WatchObject, &tdpy_watch_type);
-	if (!w)
-		return NULL;
-	Py_INCREF(self);
-	w->client = self;
-	w->id = id;
-	w->conn = self->conn;
-	w->lost_seen = self->lost_any; /* losses before it were not its */
-	w->open = true;
-	return (PyObject *)w;
+	return (PyObject *)w; /* NULL: MemoryError (the daemon's watch
+			       * stays, its events dropped) */
 }
 
 static void watch_end(WatchObject *w)
 {
+	ClientObject *cl = w->client;
 	struct td_client *c;
 	int rc;
 
@@ -401,18 +416,28 @@ static void watch_end(WatchObject *w)
 	w->open = false;
 	/* ids are per connection: a client connected again may have
 	 * another watch of this id, which an UNWATCH would end */
-	if (!w->client->c || w->client->conn != w->conn)
+	if (!cl->c || cl->conn != w->conn) {
+		tdpy_events_forget(cl, &w->q);
 		return;
-	c = tdpy_client_enter(w->client);
-	TDPY_CALL(w->client, rc, td_client_unwatch(c, w->id, NULL));
+	}
+	c = tdpy_client_enter(cl);
+	Py_BEGIN_ALLOW_THREADS
+	rc = td_client_unwatch(c, w->id, NULL);
+	Py_END_ALLOW_THREADS
 	(void)rc;
 	/* its events still in libtensord's queue (none come after the
 	 * UNWATCH) join pending, and the watch's go: nobody can take them
-	 * now but poll(), and with a bound they would hold the others' room
-	 * for ever */
-	if (w->client->c && client_process(w->client, "watch close") < 0)
+	 * now but poll(), and they would hold room in libtensord's queue */
+	if (cl->c && client_process(cl, "watch close") < 0)
 		PyErr_Clear();
-	tdpy_events_forget(w->client, w->id);
+	tdpy_events_forget(cl, &w->q);
+	/* libtensord keeps no room for this watch's events any more */
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(&cl->deliver);
+	tdpy_events_c_sync(cl, c);
+	pthread_mutex_unlock(&cl->deliver);
+	Py_END_ALLOW_THREADS
+	tdpy_client_leave(cl);
 }
 
 static void watch_dealloc(WatchObject *w)
@@ -436,7 +461,7 @@ static PyObject *watch_close(WatchObject *w, PyObject *unused)
  * exception). Events of other watches stay for them (or poll()). */
 static PyObject *watch_take(WatchObject *w)
 {
-	return tdpy_events_take(w->client, w->id, &w->lost_seen);
+	return tdpy_events_take(w->client, &w->q);
 }
 
 /*
@@ -609,8 +634,9 @@ static PyGetSetDef client_getset[] = {
 	{"closed", (getter)client_closed, NULL, "whether close() was called", NULL},
 	{"event_limit", (getter)tdpy_client_get_event_limit,
 	 (setter)tdpy_client_set_event_limit,
-	 "most watch Events kept queued, 0 no bound (the default); one "
-	 "past it is dropped and counted in an 'overflowed' Event", NULL},
+	 "most Events of each watch kept queued, 0 no bound (the default); "
+	 "one of a watch that has that many queued is dropped and counted "
+	 "in that watch's 'overflowed' Event", NULL},
 	{NULL},
 };
 
