@@ -405,6 +405,15 @@ static PyObject *client_watch(ClientObject *self, PyObject *args,
 			       * stays, its events dropped) */
 }
 
+/*
+ * Close: at once, with the GIL held, the Watch is unlinked and its
+ * Events leave pending (events.c): none comes out afterwards, also
+ * when another thread is delivering or taking events meanwhile (its
+ * poll() during the UNWATCH round trip took them before). Then the
+ * daemon's watch ends, and a td_client_process() hands over its events
+ * still in libtensord's queue (none come after the UNWATCH), which the
+ * handler drops: with a bound they would hold the others' room there.
+ */
 static void watch_end(WatchObject *w)
 {
 	ClientObject *cl = w->client;
@@ -414,30 +423,22 @@ static void watch_end(WatchObject *w)
 	if (!w->open)
 		return;
 	w->open = false;
+	tdpy_events_forget(cl, &w->q);
 	/* ids are per connection: a client connected again may have
 	 * another watch of this id, which an UNWATCH would end */
-	if (!cl->c || cl->conn != w->conn) {
-		tdpy_events_forget(cl, &w->q);
+	if (!cl->c || cl->conn != w->conn)
 		return;
-	}
 	c = tdpy_client_enter(cl);
 	Py_BEGIN_ALLOW_THREADS
 	rc = td_client_unwatch(c, w->id, NULL);
-	Py_END_ALLOW_THREADS
-	(void)rc;
-	/* its events still in libtensord's queue (none come after the
-	 * UNWATCH) join pending, and the watch's go: nobody can take them
-	 * now but poll(), and they would hold room in libtensord's queue */
-	if (cl->c && client_process(cl, "watch close") < 0)
-		PyErr_Clear();
-	tdpy_events_forget(cl, &w->q);
-	/* libtensord keeps no room for this watch's events any more */
-	Py_BEGIN_ALLOW_THREADS
 	pthread_mutex_lock(&cl->deliver);
 	tdpy_events_c_sync(cl, c);
 	pthread_mutex_unlock(&cl->deliver);
 	Py_END_ALLOW_THREADS
 	tdpy_client_leave(cl);
+	(void)rc;
+	if (cl->c && client_process(cl, "watch close") < 0)
+		PyErr_Clear();
 }
 
 static void watch_dealloc(WatchObject *w)
@@ -475,15 +476,17 @@ static PyObject *watch_wait(WatchObject *w, int ms)
 	struct timespec t0, now;
 	PyObject *x;
 
-	if (!w->open)
-		return PyErr_Format(PyExc_ValueError, "the watch is closed");
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		struct pollfd pfd = {.events = POLLIN};
 		int left = ms, rc, err = 0;
 
-		/* (also between slices: another thread may close and
-		 * connect again; the new connection's events are not ours) */
+		/* (also between slices: another thread may close it, or
+		 * close the client and connect again; the new connection's
+		 * events are not ours) */
+		if (!w->open)
+			return PyErr_Format(PyExc_ValueError,
+					    "the watch is closed");
 		if (cl->c && cl->conn != w->conn)
 			return PyErr_Format(PyExc_ValueError, "the watch's "
 					    "connection was closed (the client "
@@ -552,7 +555,8 @@ static PyMethodDef watch_methods[] = {
 	 METH_VARARGS | METH_KEYWORDS,
 	 "next(timeout=None): the next Event; tensord.Timeout if none came"},
 	{"close", (PyCFunction)watch_close, METH_NOARGS,
-	 "stop watching; its events not taken yet go too"},
+	 "stop watching; its events not taken yet go too, and none comes "
+	 "out afterwards (poll() included)"},
 	{"__enter__", tdpy_enter, METH_NOARGS, NULL},
 	{"__exit__", tdpy_exit_close, METH_VARARGS, NULL},
 	{NULL},
