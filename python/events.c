@@ -424,11 +424,10 @@ int tdpy_conv_event_limit(PyObject *o, void *out)
  */
 static unsigned c_limit(unsigned max, unsigned watches)
 {
-	uint64_t n = (uint64_t)max * (watches ? watches : 1);
+	uint64_t n = (uint64_t)max * watches + TDPY_EVENT_SLACK;
 
 	if (!max)
-		return 0;
-	n += TDPY_EVENT_SLACK;
+		return 0; /* no bound here, none there */
 	return n > UINT_MAX ? UINT_MAX : (unsigned)n;
 }
 
