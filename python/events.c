@@ -247,6 +247,71 @@ bool tdpy_events_waiting(ClientObject *self)
 	       self->lost_unqueued;
 }
 
+/*
+ * td_client_process() as the only caller of the client's at the time
+ * (GIL released). Two threads' calls at once (Watch.next() in each, or
+ * poll()) each took events from libtensord's queue in order, then waited
+ * for the GIL to put them in pending: the later one could get there
+ * first, and a watch's events came out of order.
+ */
+static int process_in_order(ClientObject *self, struct td_client *c,
+			    struct td_error *e)
+{
+	int rc;
+
+	pthread_mutex_lock(&self->deliver);
+	rc = td_client_process(c, e);
+	pthread_mutex_unlock(&self->deliver);
+	return rc;
+}
+
+/*
+ * Everything libtensord has for this client, without waiting: its one
+ * piece of event logic, td_client_process(), with the GIL released.
+ * Events go to self->pending (tdpy_on_event); fileno() is woken while
+ * any are there.
+ * rc >= 0, or -1 with the exception set.
+ */
+int tdpy_events_process(ClientObject *self, const char *what)
+{
+	struct td_error e = {0};
+	struct td_client *c = tdpy_client_enter(self);
+	int rc;
+
+	if (!c)
+		return -1;
+	self->handing++; /* no drain() from its own leave */
+	TDPY_CALL(self, rc, process_in_order(self, c, &e));
+	self->handing--;
+	if (tdpy_events_waiting(self))
+		tdpy_client_wake(self);
+	if (rc < 0) {
+		tdpy_raise(rc, &e, what);
+		return -1;
+	}
+	return rc;
+}
+
+/*
+ * After each call on the client (tdpy_client_leave), with a bound and
+ * watches open: what libtensord queued during the call is handed here
+ * at once, where each watch's bound applies, rather than piling up in
+ * libtensord's queue until the next poll() or Watch.next(), where past
+ * (open watches) x event_limit + 64 it would be dropped for every
+ * watch. Raises nothing, and keeps the call's exception, if any.
+ */
+static void drain(ClientObject *self)
+{
+	PyObject *type, *value, *tb;
+
+	if (self->handing || !self->watch_count || !self->event_limit)
+		return;
+	PyErr_Fetch(&type, &value, &tb);
+	if (tdpy_events_process(self, "events") < 0)
+		PyErr_Clear(); /* the next call raises it again */
+	PyErr_Restore(type, value, tb);
+}
+
 /* Every watch's share of pending let go: pending was taken or is gone */
 static void shares_clear(ClientObject *self)
 {
@@ -486,6 +551,7 @@ int tdpy_events_init(PyObject *m)
 	    !type_reconnected || !type_unknown ||
 	    PyStructSequence_InitType2(&event_type, &event_desc) < 0)
 		return -1;
+	tdpy_client_left = drain;
 	Py_INCREF(&event_type);
 	if (PyModule_AddObject(m, "Event", (PyObject *)&event_type) < 0) {
 		Py_DECREF(&event_type);

@@ -25,49 +25,6 @@ static PyTypeObject entry_type;
 
 /* ---- Client ---- */
 
-/*
- * td_client_process() as the only caller of the client's at the time
- * (GIL released). Two threads' calls at once (Watch.next() in each, or
- * poll()) each took events from libtensord's queue in order, then waited
- * for the GIL to put them in pending: the later one could get there
- * first, and a watch's events came out of order.
- */
-static int process_in_order(ClientObject *self, struct td_client *c,
-			    struct td_error *e)
-{
-	int rc;
-
-	pthread_mutex_lock(&self->deliver);
-	rc = td_client_process(c, e);
-	pthread_mutex_unlock(&self->deliver);
-	return rc;
-}
-
-/*
- * Everything libtensord has for this client, without waiting: its one
- * piece of event logic, td_client_process(), with the GIL released.
- * Events go to self->pending (events.c); fileno() is woken while any
- * are there.
- * rc >= 0, or -1 with the exception set.
- */
-static int client_process(ClientObject *self, const char *what)
-{
-	struct td_error e = {0};
-	struct td_client *c = tdpy_client_enter(self);
-	int rc;
-
-	if (!c)
-		return -1;
-	TDPY_CALL(self, rc, process_in_order(self, c, &e));
-	if (tdpy_events_waiting(self))
-		tdpy_client_wake(self);
-	if (rc < 0) {
-		tdpy_raise(rc, &e, what);
-		return -1;
-	}
-	return rc;
-}
-
 static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"socket", "event_limit", NULL};
@@ -333,7 +290,7 @@ static PyObject *client_poll(ClientObject *self, PyObject *unused)
 		PyErr_SetString(PyExc_ValueError, "the client is closed");
 		return NULL;
 	}
-	if (client_process(self, "poll") < 0) {
+	if (tdpy_events_process(self, "poll") < 0) {
 		if (!tdpy_events_waiting(self))
 			return NULL;
 		PyErr_Clear(); /* the next call raises it again */
@@ -437,7 +394,7 @@ static void watch_end(WatchObject *w)
 	Py_END_ALLOW_THREADS
 	tdpy_client_leave(cl);
 	(void)rc;
-	if (cl->c && client_process(cl, "watch close") < 0)
+	if (cl->c && tdpy_events_process(cl, "watch close") < 0)
 		PyErr_Clear();
 }
 
@@ -494,7 +451,7 @@ static PyObject *watch_wait(WatchObject *w, int ms)
 					    "anew)");
 
 		x = watch_take(w);
-		if (x || client_process(cl, "watch") < 0)
+		if (x || tdpy_events_process(cl, "watch") < 0)
 			return x;
 		x = watch_take(w);
 		if (x)
@@ -510,7 +467,7 @@ static PyObject *watch_wait(WatchObject *w, int ms)
 			return tdpy_raise(-ETIMEDOUT, NULL, "watch: no event");
 		/* a slice at a time, as every wait: signal handlers run in
 		 * between, and a close() by another thread (deferred while
-		 * this call is in) is seen by the next client_process() */
+		 * this call is in) is seen by the next tdpy_events_process() */
 		if (left < 0 || left > TDPY_SIGNAL_SLICE_MS)
 			left = TDPY_SIGNAL_SLICE_MS;
 		if (!tdpy_client_enter(cl))

@@ -74,6 +74,8 @@ typedef struct {
 	struct tdpy_watchq *watches; /* the open Watches' shares of pending
 				      * (events.c), linked */
 	unsigned watch_count;  /* of them */
+	unsigned handing;      /* td_client_process() calls in flight from
+				* events.c (no drain from their leave) */
 	unsigned event_limit;  /* most Events of one watch in pending (its
 				* overflow one not counted), 0 no bound */
 	PyObject *lost_event;  /* the overflow Event of watch_id 0 in pending,
@@ -169,7 +171,10 @@ int tdpy_timeout_arg(PyObject *args, PyObject *kw, int *ms);
 
 /* Checked entry to a client call: NULL (ValueError set) when closed. */
 struct td_client *tdpy_client_enter(ClientObject *self);
+/* Its end; then tdpy_client_left (events.c's, set at its init) hands
+ * the binding the events libtensord queued meanwhile, if it has to. */
 void tdpy_client_leave(ClientObject *self);
+extern void (*tdpy_client_left)(ClientObject *self);
 /* Close the handle now (no call in flight): fileno()'s fds, mappings. */
 void tdpy_client_close_now(ClientObject *self);
 /*
@@ -368,5 +373,9 @@ int tdpy_events_limit(ClientObject *self, unsigned max);
 PyObject *tdpy_client_get_event_limit(ClientObject *self, void *unused);
 int tdpy_client_set_event_limit(ClientObject *self, PyObject *v, void *u);
 int tdpy_events_init(PyObject *m);
+/* td_client_process() with the GIL released, one thread at a time (the
+ * deliver lock): libtensord's events to pending; fileno() woken while
+ * pending has any. rc >= 0, or -1 with the exception set. */
+int tdpy_events_process(ClientObject *self, const char *what);
 
 #endif

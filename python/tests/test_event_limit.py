@@ -365,3 +365,26 @@ def test_threads_taking_events_at_once_keep_each_watchs_order(daemon):
             gc.set_threshold(*threshold)
         for w in ws:
             assert got[w.id] == v
+
+
+def test_calls_hand_events_over_so_libtensord_drops_for_nobody(daemon):
+    """After each call the binding takes what libtensord queued during
+    it, so a watch nobody reads does not pile up there, past (open
+    watches) x event_limit + 64, between two poll()s: before, calls
+    without a poll() in between made libtensord drop the other watches'
+    events too (each told 'overflowed')."""
+    with tensord.Client(daemon.sock, event_limit=5) as c:
+        busy = c.watch("busy/")
+        quiet = c.watch("quiet/")
+        with tensord.Client(daemon.sock) as other:
+            for _ in range(10):
+                for _ in range(50):  # fewer than 2 x 5 + 64 a call
+                    other.put("busy/x", np.zeros(1))
+                arrived(c, "busy/x")
+            v = other.put("quiet/y", np.zeros(1))
+            arrived(c, "quiet/y")
+        assert [(e.type, e.version) for e in drain(quiet)] == [
+            ("published", v)]
+        got = drain(busy)
+        assert [e.type for e in got] == ["published"] * 5 + ["overflowed"]
+        assert lost(got) == 495
