@@ -113,34 +113,48 @@ static uint64_t event_u64(PyObject *e, int i)
 }
 
 /*
- * n more dropped in the overflow Event *slot (a watch's, or the one of
+ * n more dropped in the overflow Event of q's watch (NULL: the one of
  * watch_id 0), made in pending if need be: 0, or -1 (no memory; no
  * exception left) with nothing changed. It counts on in place:
  * immutable to Python, it is still the binding's own until taken, when
- * *slot lets it go.
+ * q->overflow (self->lost_event) lets it go.
  */
-static int overflow_add(ClientObject *self, PyObject **slot,
-			uint64_t watch_id, uint64_t n)
+static int overflow_add(ClientObject *self, struct tdpy_watchq *q,
+			uint64_t n)
 {
-	PyObject *o = *slot, *v;
+	PyObject **slot = q ? &q->overflow : &self->lost_event, *o, *v;
 
-	if (o) {
-		v = PyLong_FromUnsignedLongLong(event_u64(o, 2) + n);
-		if (!v) {
+	if (!*slot) {
+		/* making it may run Python code (a collection), which may
+		 * close q's watch, or make this Event itself */
+		o = overflow_new(n, q ? q->id : 0);
+		if (!o) {
 			PyErr_Clear();
 			return -1;
 		}
-		Py_DECREF(PyStructSequence_GET_ITEM(o, 2));
-		PyStructSequence_SET_ITEM(o, 2, v);
-		return 0;
+		if (q && !q->linked) {
+			Py_DECREF(o); /* closed: nobody may be told */
+			return 0;
+		}
+		if (!*slot) {
+			if (PyList_Append(self->pending, o) < 0) {
+				Py_DECREF(o);
+				PyErr_Clear();
+				return -1;
+			}
+			*slot = o; /* its own reference */
+			return 0;
+		}
+		Py_DECREF(o);
 	}
-	o = overflow_new(n, watch_id);
-	if (!o || PyList_Append(self->pending, o) < 0) {
-		Py_XDECREF(o);
+	o = *slot;
+	v = PyLong_FromUnsignedLongLong(event_u64(o, 2) + n);
+	if (!v) {
 		PyErr_Clear();
 		return -1;
 	}
-	*slot = o; /* its own reference */
+	Py_DECREF(PyStructSequence_GET_ITEM(o, 2));
+	PyStructSequence_SET_ITEM(o, 2, v);
 	return 0;
 }
 
@@ -148,12 +162,11 @@ static int overflow_add(ClientObject *self, PyObject **slot,
  * never lost, whatever memory there is (the GIL held) */
 static void dropped(ClientObject *self, struct tdpy_watchq *q, uint64_t n)
 {
-	if (q && overflow_add(self, &q->overflow, q->id, n) == 0)
+	if (q && overflow_add(self, q, n) == 0)
 		return;
 	self->lost_any += n;
 	n += self->lost_unqueued;
-	self->lost_unqueued = overflow_add(self, &self->lost_event, 0, n) ? n
-									  : 0;
+	self->lost_unqueued = overflow_add(self, NULL, n) ? n : 0;
 }
 
 /*
@@ -355,7 +368,7 @@ PyObject *tdpy_events_take_all(ClientObject *self)
 	if (!fresh)
 		return NULL;
 	if (self->lost_unqueued &&
-	    overflow_add(self, &self->lost_event, 0, self->lost_unqueued) == 0)
+	    overflow_add(self, NULL, self->lost_unqueued) == 0)
 		self->lost_unqueued = 0;
 	r = self->pending;
 	self->pending = fresh;
@@ -401,6 +414,10 @@ PyObject *tdpy_events_take(ClientObject *self, struct tdpy_watchq *q)
 		return NULL;
 	if (self->lost_any != q->lost_seen) {
 		it = overflow_new(self->lost_any - q->lost_seen, q->id);
+		if (it && !q->linked) { /* closed meanwhile (a collection) */
+			Py_DECREF(it);
+			return NULL;
+		}
 		if (it) {
 			q->lost_seen = self->lost_any;
 			return it;

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """A closed Watch's events never come out afterwards, whoever takes
 events meanwhile (another thread's poll() or Watch.next())."""
+import gc
 import threading
 import time
 
@@ -91,3 +92,35 @@ def test_a_watch_closed_while_another_thread_waits_in_it(daemon):
             w.close()
             t.join()
             assert len(res) == 1 and isinstance(res[0], ValueError)
+
+
+def test_a_watch_closed_by_a_collection_during_delivery(daemon):
+    """Making an Event may run a garbage collection, whose callbacks or
+    finalizers may close the very watch the event is for: the event is
+    then dropped, not queued after the close."""
+    with tensord.Client(daemon.sock) as c:
+        bad = []
+        for i in range(20):
+            w = c.watch(f"g{i}/")
+            with tensord.Client(daemon.sock) as other:
+                for _ in range(20):
+                    other.put(f"g{i}/a", np.zeros(1))
+            c.stat(f"g{i}/a")  # its events wait in libtensord
+            state = {"closed": False}
+
+            def close_it(phase, info):
+                if phase == "start" and not state["closed"]:
+                    state["closed"] = True
+                    w.close()
+
+            threshold = gc.get_threshold()
+            gc.callbacks.append(close_it)
+            gc.set_threshold(1)
+            try:
+                got = c.poll()  # delivers them, collecting meanwhile
+            finally:
+                gc.callbacks.remove(close_it)
+                gc.set_threshold(*threshold)
+            assert state["closed"]
+            bad.extend(e for e in got if e.watch_id == w.id)
+        assert bad == []
