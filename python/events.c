@@ -35,6 +35,11 @@
  *
  * A reconnect (TD_CLIENT_RECONNECT) is one Event("reconnected", "", n,
  * 0) for poll(), outside the bound too (ClientObject.reconnected).
+ *
+ * Events come here by td_client_process() (tdpy_events_process): from
+ * poll(), Watch.next() and close(), and, with a bound and a watch open,
+ * after every call on the client (drain()), so that they do not pile up
+ * in libtensord's queue between two poll()s.
  */
 #include "tdpy.h"
 
