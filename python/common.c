@@ -284,11 +284,16 @@ void tdpy_client_close_now(ClientObject *self)
 	Py_END_ALLOW_THREADS
 }
 
+/* events.c's drain, set at its init (a pointer: events.c is above) */
+void (*tdpy_client_left)(ClientObject *self);
+
 void tdpy_client_leave(ClientObject *self)
 {
 	/* close() while a call waited: the last call out closes */
 	if (--self->busy == 0 && !self->c && self->handle)
 		tdpy_client_close_now(self);
+	else if (self->c && tdpy_client_left)
+		tdpy_client_left(self);
 }
 
 void tdpy_client_wake(ClientObject *self)

@@ -25,49 +25,6 @@ static PyTypeObject entry_type;
 
 /* ---- Client ---- */
 
-/*
- * td_client_process() as the only caller of the client's at the time
- * (GIL released). Two threads' calls at once (Watch.next() in each, or
- * poll()) each took events from libtensord's queue in order, then waited
- * for the GIL to put them in pending: the later one could get there
- * first, and a watch's events came out of order.
- */
-static int process_in_order(ClientObject *self, struct td_client *c,
-			    struct td_error *e)
-{
-	int rc;
-
-	pthread_mutex_lock(&self->deliver);
-	rc = td_client_process(c, e);
-	pthread_mutex_unlock(&self->deliver);
-	return rc;
-}
-
-/*
- * Everything libtensord has for this client, without waiting: its one
- * piece of event logic, td_client_process(), with the GIL released.
- * Events go to self->pending (events.c); fileno() is woken while any
- * are there.
- * rc >= 0, or -1 with the exception set.
- */
-static int client_process(ClientObject *self, const char *what)
-{
-	struct td_error e = {0};
-	struct td_client *c = tdpy_client_enter(self);
-	int rc;
-
-	if (!c)
-		return -1;
-	TDPY_CALL(self, rc, process_in_order(self, c, &e));
-	if (tdpy_events_waiting(self))
-		tdpy_client_wake(self);
-	if (rc < 0) {
-		tdpy_raise(rc, &e, what);
-		return -1;
-	}
-	return rc;
-}
-
 static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"socket", "event_limit", NULL};
@@ -105,10 +62,10 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 	self->epfd = epoll_create1(EPOLL_CLOEXEC);
 	/* libtensord's own descriptor: readable while it has work queued */
 	sock = td_client_fd(self->c);
-	if (!self->pending || !self->overflows || self->evfd < 0 ||
-	    self->epfd < 0 || sock < 0 ||
-	    td_client_set_event_limit(self->c,
-				      tdpy_events_c_limit(limit)) < 0 ||
+	/* (nobody else uses the new handle yet: no deliver lock needed) */
+	if (self->pending)
+		tdpy_events_c_sync(self, self->c);
+	if (!self->pending || self->evfd < 0 || self->epfd < 0 || sock < 0 ||
 	    td_client_set_event_handler(self->c, tdpy_on_event, self) < 0 ||
 	    epoll_ctl(self->epfd, EPOLL_CTL_ADD, sock, &ee) < 0 ||
 	    epoll_ctl(self->epfd, EPOLL_CTL_ADD, self->evfd, &ee) < 0) {
@@ -333,7 +290,7 @@ static PyObject *client_poll(ClientObject *self, PyObject *unused)
 		PyErr_SetString(PyExc_ValueError, "the client is closed");
 		return NULL;
 	}
-	if (client_process(self, "poll") < 0) {
+	if (tdpy_events_process(self, "poll") < 0) {
 		if (!tdpy_events_waiting(self))
 			return NULL;
 		PyErr_Clear(); /* the next call raises it again */
@@ -354,17 +311,23 @@ typedef struct {
 	ClientObject *client;
 	uint64_t id;
 	uint64_t conn; /* the client's connection the watch is on */
-	uint64_t lost_seen; /* the client's lost_any given to this watch */
+	struct tdpy_watchq q; /* its share of the client's queue (events.c) */
 	bool open;
 } WatchObject;
 
+/*
+ * The daemon's watch, then its Watch linked (events.c), with deliver
+ * held throughout: another thread's td_client_process() could otherwise
+ * deliver the watch's first events before the Watch is linked, and they
+ * would be dropped as a closed watch's.
+ */
 static PyObject *client_watch(ClientObject *self, PyObject *args,
 			      PyObject *kw)
 {
 	static char *kwlist[] = {"name", "prefix", NULL};
 	struct td_error e = {0};
 	struct td_client *c;
-	WatchObject *w;
+	WatchObject *w = NULL;
 	const char *name;
 	uint64_t id = 0;
 	int prefix = 1, rc;
@@ -375,44 +338,64 @@ static PyObject *client_watch(ClientObject *self, PyObject *args,
 	c = tdpy_client_enter(self);
 	if (!c)
 		return NULL;
-	TDPY_CALL(self, rc, td_client_watch(c, name,
-				       prefix ? TD_WATCH_PREFIX : 0, &id, &e));
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(&self->deliver);
+	rc = td_client_watch(c, name, prefix ? TD_WATCH_PREFIX : 0, &id, &e);
+	Py_END_ALLOW_THREADS /* (deliver, then the GIL: the handler's order) */
+	if (rc == 0 && (w = PyObject_New(WatchObject, &tdpy_watch_type))) {
+		Py_INCREF(self);
+		w->client = self;
+		w->id = id;
+		w->conn = self->conn;
+		w->open = true;
+		tdpy_events_watch_open(self, &w->q, id);
+	}
+	/* libtensord keeps room for this watch's events too */
+	Py_BEGIN_ALLOW_THREADS
+	tdpy_events_c_sync(self, c);
+	pthread_mutex_unlock(&self->deliver);
+	Py_END_ALLOW_THREADS
+	tdpy_client_leave(self);
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "watch");
-	w = PyObject_New(WatchObject, &tdpy_watch_type);
-	if (!w)
-		return NULL;
-	Py_INCREF(self);
-	w->client = self;
-	w->id = id;
-	w->conn = self->conn;
-	w->lost_seen = self->lost_any; /* losses before it were not its */
-	w->open = true;
-	return (PyObject *)w;
+	return (PyObject *)w; /* NULL: MemoryError (the daemon's watch
+			       * stays, its events dropped) */
 }
 
+/*
+ * Close: at once, with the GIL held, the Watch is unlinked and its
+ * Events leave pending (events.c): none comes out afterwards, also
+ * when another thread is delivering or taking events meanwhile (its
+ * poll() during the UNWATCH round trip took them before). Then the
+ * daemon's watch ends, and a td_client_process() hands over its events
+ * still in libtensord's queue (none come after the UNWATCH), which the
+ * handler drops: with a bound they would hold the others' room there.
+ */
 static void watch_end(WatchObject *w)
 {
+	ClientObject *cl = w->client;
 	struct td_client *c;
 	int rc;
 
 	if (!w->open)
 		return;
 	w->open = false;
+	tdpy_events_forget(cl, &w->q);
 	/* ids are per connection: a client connected again may have
 	 * another watch of this id, which an UNWATCH would end */
-	if (!w->client->c || w->client->conn != w->conn)
+	if (!cl->c || cl->conn != w->conn)
 		return;
-	c = tdpy_client_enter(w->client);
-	TDPY_CALL(w->client, rc, td_client_unwatch(c, w->id, NULL));
+	c = tdpy_client_enter(cl);
+	Py_BEGIN_ALLOW_THREADS
+	rc = td_client_unwatch(c, w->id, NULL);
+	pthread_mutex_lock(&cl->deliver);
+	tdpy_events_c_sync(cl, c);
+	pthread_mutex_unlock(&cl->deliver);
+	Py_END_ALLOW_THREADS
+	tdpy_client_leave(cl);
 	(void)rc;
-	/* its events still in libtensord's queue (none come after the
-	 * UNWATCH) join pending, and the watch's go: nobody can take them
-	 * now but poll(), and with a bound they would hold the others' room
-	 * for ever */
-	if (w->client->c && client_process(w->client, "watch close") < 0)
+	if (cl->c && tdpy_events_process(cl, "watch close") < 0)
 		PyErr_Clear();
-	tdpy_events_forget(w->client, w->id);
 }
 
 static void watch_dealloc(WatchObject *w)
@@ -436,7 +419,7 @@ static PyObject *watch_close(WatchObject *w, PyObject *unused)
  * exception). Events of other watches stay for them (or poll()). */
 static PyObject *watch_take(WatchObject *w)
 {
-	return tdpy_events_take(w->client, w->id, &w->lost_seen);
+	return tdpy_events_take(w->client, &w->q);
 }
 
 /*
@@ -450,15 +433,17 @@ static PyObject *watch_wait(WatchObject *w, int ms)
 	struct timespec t0, now;
 	PyObject *x;
 
-	if (!w->open)
-		return PyErr_Format(PyExc_ValueError, "the watch is closed");
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		struct pollfd pfd = {.events = POLLIN};
 		int left = ms, rc, err = 0;
 
-		/* (also between slices: another thread may close and
-		 * connect again; the new connection's events are not ours) */
+		/* (also between slices: another thread may close it, or
+		 * close the client and connect again; the new connection's
+		 * events are not ours) */
+		if (!w->open)
+			return PyErr_Format(PyExc_ValueError,
+					    "the watch is closed");
 		if (cl->c && cl->conn != w->conn)
 			return PyErr_Format(PyExc_ValueError, "the watch's "
 					    "connection was closed (the client "
@@ -466,7 +451,7 @@ static PyObject *watch_wait(WatchObject *w, int ms)
 					    "anew)");
 
 		x = watch_take(w);
-		if (x || client_process(cl, "watch") < 0)
+		if (x || tdpy_events_process(cl, "watch") < 0)
 			return x;
 		x = watch_take(w);
 		if (x)
@@ -482,7 +467,7 @@ static PyObject *watch_wait(WatchObject *w, int ms)
 			return tdpy_raise(-ETIMEDOUT, NULL, "watch: no event");
 		/* a slice at a time, as every wait: signal handlers run in
 		 * between, and a close() by another thread (deferred while
-		 * this call is in) is seen by the next client_process() */
+		 * this call is in) is seen by the next tdpy_events_process() */
 		if (left < 0 || left > TDPY_SIGNAL_SLICE_MS)
 			left = TDPY_SIGNAL_SLICE_MS;
 		if (!tdpy_client_enter(cl))
@@ -527,7 +512,8 @@ static PyMethodDef watch_methods[] = {
 	 METH_VARARGS | METH_KEYWORDS,
 	 "next(timeout=None): the next Event; tensord.Timeout if none came"},
 	{"close", (PyCFunction)watch_close, METH_NOARGS,
-	 "stop watching; its events not taken yet go too"},
+	 "stop watching; its events not taken yet go too, and none comes "
+	 "out afterwards (poll() included)"},
 	{"__enter__", tdpy_enter, METH_NOARGS, NULL},
 	{"__exit__", tdpy_exit_close, METH_VARARGS, NULL},
 	{NULL},
@@ -609,8 +595,9 @@ static PyGetSetDef client_getset[] = {
 	{"closed", (getter)client_closed, NULL, "whether close() was called", NULL},
 	{"event_limit", (getter)tdpy_client_get_event_limit,
 	 (setter)tdpy_client_set_event_limit,
-	 "most watch Events kept queued, 0 no bound (the default); one "
-	 "past it is dropped and counted in an 'overflowed' Event", NULL},
+	 "most Events of each watch kept queued, 0 no bound (the default); "
+	 "one of a watch that has that many queued is dropped and counted "
+	 "in that watch's 'overflowed' Event", NULL},
 	{NULL},
 };
 

@@ -45,6 +45,22 @@
 
 struct tdpy_map; /* maps.c: a cached mapping of a leased plane */
 
+/*
+ * A Watch's share of its client's queue (events.c): its Events in
+ * pending are bounded by the client's event_limit on their own. Linked
+ * from ClientObject.watches while the watch is open: an event of no
+ * linked watch (one closed) is dropped where it is delivered.
+ */
+struct tdpy_watchq {
+	struct tdpy_watchq *next;
+	uint64_t id;        /* the watch's id (libtensord's) */
+	unsigned queued;    /* its Events in pending, the overflow one not
+			     * counted */
+	PyObject *overflow; /* its overflow Event in pending, or NULL */
+	uint64_t lost_seen; /* the client's lost_any given to it */
+	bool linked;
+};
+
 typedef struct {
 	PyObject_HEAD
 	struct td_client *c; /* NULL once closed (or pending close) */
@@ -55,12 +71,15 @@ typedef struct {
 	int evfd;            /* eventfd: readable while pending has Events */
 	PyObject *pending;   /* Events td_client_process() delivered, not
 			      * yet returned (by poll() or a Watch) */
-	PyObject *overflows;   /* dict: watch id -> its overflow Event in
-				* pending (events.c) */
-	unsigned event_limit;  /* most Events in pending (overflow ones
-				* not counted), 0 no bound (events.c) */
-	unsigned queued;       /* Events in pending, overflow ones not
-				* counted */
+	struct tdpy_watchq *watches; /* the open Watches' shares of pending
+				      * (events.c), linked */
+	unsigned watch_count;  /* of them */
+	unsigned handing;      /* td_client_process() calls in flight from
+				* events.c (no drain from their leave) */
+	unsigned event_limit;  /* most Events of one watch in pending (its
+				* overflow one not counted), 0 no bound */
+	PyObject *lost_event;  /* the overflow Event of watch_id 0 in pending,
+				* if any (events.c) */
 	uint64_t lost_any;     /* events dropped for no watch known, all
 				* told (never goes back) */
 	uint64_t lost_unqueued; /* of them, in no overflow Event yet */
@@ -72,7 +91,10 @@ typedef struct {
 				* after close() makes another) */
 	/* held (GIL released; recursive for a nested one) around each
 	 * td_client_process(): one thread at a time hands events to
-	 * pending, so they join it in libtensord's order (module.c) */
+	 * pending, so they join it in libtensord's order (module.c); also
+	 * around a watch's opening, so that no event of it is delivered
+	 * before its Watch is linked. Taken before the GIL, never while
+	 * holding it (the event handler holds it and waits for the GIL). */
 	pthread_mutex_t deliver;
 } ClientObject;
 
@@ -149,7 +171,10 @@ int tdpy_timeout_arg(PyObject *args, PyObject *kw, int *ms);
 
 /* Checked entry to a client call: NULL (ValueError set) when closed. */
 struct td_client *tdpy_client_enter(ClientObject *self);
+/* Its end; then tdpy_client_left (events.c's, set at its init) hands
+ * the binding the events libtensord queued meanwhile, if it has to. */
 void tdpy_client_leave(ClientObject *self);
+extern void (*tdpy_client_left)(ClientObject *self);
 /* Close the handle now (no call in flight): fileno()'s fds, mappings. */
 void tdpy_client_close_now(ClientObject *self);
 /*
@@ -332,14 +357,25 @@ bool tdpy_events_waiting(ClientObject *self);
 int tdpy_events_reset(ClientObject *self); /* a fresh pending; 0, -1 */
 void tdpy_events_free(ClientObject *self);
 PyObject *tdpy_events_take_all(ClientObject *self);
-PyObject *tdpy_events_take(ClientObject *self, uint64_t id, uint64_t *seen);
-void tdpy_events_forget(ClientObject *self, uint64_t id); /* a closed
-							    * watch's go */
+/* A watch opened: q (its Watch's) linked, counted, its share empty */
+void tdpy_events_watch_open(ClientObject *self, struct tdpy_watchq *q,
+			    uint64_t id);
+/* Its next Event, NULL if none (no exception) */
+PyObject *tdpy_events_take(ClientObject *self, struct tdpy_watchq *q);
+/* A watch closed: unlinked, and its Events out of pending (no memory
+ * needed); none of its events joins pending afterwards */
+void tdpy_events_forget(ClientObject *self, struct tdpy_watchq *q);
+/* libtensord's bound set for the watches open now (GIL released, deliver
+ * held, the client entered) */
+void tdpy_events_c_sync(ClientObject *self, struct td_client *c);
 int tdpy_conv_event_limit(PyObject *o, void *out); /* unsigned * */
 int tdpy_events_limit(ClientObject *self, unsigned max);
-unsigned tdpy_events_c_limit(unsigned max); /* libtensord's, for max */
 PyObject *tdpy_client_get_event_limit(ClientObject *self, void *unused);
 int tdpy_client_set_event_limit(ClientObject *self, PyObject *v, void *u);
 int tdpy_events_init(PyObject *m);
+/* td_client_process() with the GIL released, one thread at a time (the
+ * deliver lock): libtensord's events to pending; fileno() woken while
+ * pending has any. rc >= 0, or -1 with the exception set. */
+int tdpy_events_process(ClientObject *self, const char *what);
 
 #endif

@@ -75,15 +75,16 @@ def test_each_watch_sees_what_it_lost(daemon):
         a = c.watch("a/")
         b = c.watch("b/")
         va = put_n(daemon.sock, "a/1", 3)
-        put_n(daemon.sock, "b/1", 3)
+        vb = put_n(daemon.sock, "b/1", 3)
         arrived(c, "b/1")
         got_a = drain(a)
         assert [(e.type, e.version, e.watch_id) for e in got_a] == [
             ("published", va[0], a.id), ("published", va[1], a.id),
             ("overflowed", 1, a.id)]
-        # b's events all came while a's two filled the queue
+        # the bound is each watch's: a's two took none of b's room
         assert [(e.type, e.version, e.watch_id) for e in drain(b)] == [
-            ("overflowed", 3, b.id)]
+            ("published", vb[0], b.id), ("published", vb[1], b.id),
+            ("overflowed", 1, b.id)]
         assert c.poll() == []
         v = put_n(daemon.sock, "b/1", 1)
         arrived(c, "b/1")
@@ -99,49 +100,101 @@ def test_poll_sees_every_watchs_loss(daemon):
         put_n(daemon.sock, "b/1", 3)
         arrived(c, "b/1")
         got = c.poll()
-        assert [e.type for e in got].count("published") == 2
-        assert lost(got, a.id) == 1 and lost(got, b.id) == 3
-        assert len(got) == 4  # one overflow Event per watch
+        # in arrival order, each watch's overflow Event where its first
+        # drop came
+        assert [(e.type, e.watch_id) for e in got] == [
+            ("published", a.id), ("published", a.id), ("overflowed", a.id),
+            ("published", b.id), ("published", b.id), ("overflowed", b.id)]
+        assert lost(got, a.id) == 1 and lost(got, b.id) == 1
 
 
-def test_a_watch_fills_the_queue_the_other_watch_is_told(daemon):
-    """The bound is the client's: a watch nobody reads fills it, and the
-    events that find it full are counted for their own watch."""
+def test_a_watch_nobody_reads_drops_only_its_own_events(daemon):
+    """The bound is each watch's: a watch nobody reads keeps at most
+    event_limit of its events and drops the rest, counted for it; the
+    other watches keep receiving theirs (before, the bound was the
+    client's and the unread watch's events took all of it)."""
     with tensord.Client(daemon.sock, event_limit=4) as c:
         busy = c.watch("busy/")
         mine = c.watch("mine/")
-        put_n(daemon.sock, "busy/x", 4)
+        put_n(daemon.sock, "busy/x", 10)
         arrived(c, "busy/x")
         with pytest.raises(tensord.Timeout):
-            mine.next(0)  # takes busy's 4 into the queue: full
-        put_n(daemon.sock, "mine/y", 2)
-        arrived(c, "mine/y")
-        got = [mine.next(5)]
-        assert [(e.type, e.version, e.watch_id) for e in got] == [
-            ("overflowed", 2, mine.id)]
-        assert [e.type for e in drain(busy)] == ["published"] * 4
-        v = put_n(daemon.sock, "mine/y", 1)
-        assert mine.next(5).version == v[0]
+            mine.next(0)  # takes busy's 10 into the queue: 4 kept
+        for _ in range(3):
+            v = put_n(daemon.sock, "mine/y", 4)
+            arrived(c, "mine/y")
+            assert [(e.type, e.version, e.watch_id) for e in drain(mine)
+                    ] == [("published", x, mine.id) for x in v]
+        assert [(e.type, e.version) for e in drain(busy)] == [
+            ("published", x) for x in range(1, 5)] + [("overflowed", 6)]
+
+
+def test_poll_keeps_receiving_while_a_watch_is_not_read(daemon):
+    """poll() takes every watch's events in arrival order; a watch whose
+    share is full drops only its own."""
+    with tensord.Client(daemon.sock, event_limit=2) as c:
+        busy = c.watch("busy/")
+        q = c.watch("q/")
+        with tensord.Client(daemon.sock) as other:
+            for _ in range(5):
+                other.put("busy/x", np.zeros(1))
+            arrived(c, "busy/x")
+            with pytest.raises(tensord.Timeout):
+                q.next(0)  # busy's share full, the rest counted
+            order = []
+            for i in range(4):
+                name = "q/y" if i % 2 else "busy/x"
+                order.append((name, other.put(name, np.zeros(1))))
+            arrived(c, "q/y")
+        got = c.poll()
+        assert [(e.type, e.name, e.watch_id) for e in got] == [
+            ("published", "busy/x", busy.id)] * 2 + [
+            ("overflowed", "", busy.id)] + [
+            ("published", "q/y", q.id)] * 2
+        assert [e.version for e in got if e.watch_id == q.id] == [
+            v for n, v in order if n == "q/y"]
+        assert lost(got, busy.id) == 5
+
+
+def test_the_queue_holds_at_most_the_limit_of_each_open_watch(daemon):
+    """(open watches) x event_limit Events, and one overflow Event per
+    watch: a closed watch's events come no more."""
+    with tensord.Client(daemon.sock, event_limit=3) as c:
+        ws = [c.watch(f"m{i}/") for i in range(4)]
+        gone = c.watch("m3/")
+        gone.close()
+        for i in range(4):
+            put_n(daemon.sock, f"m{i}/x", 10)  # 40 < 4 x 3 + 64
+        arrived(c, "m3/x")
+        got = c.poll()
+        assert len(got) == 4 * (3 + 1)
+        for w in ws:
+            mine = [e for e in got if e.watch_id == w.id]
+            assert [e.type for e in mine] == ["published"] * 3 + [
+                "overflowed"]
+            assert lost(mine) == 7
+        assert gone.id not in [e.watch_id for e in got]
 
 
 def test_libtensords_own_overflow_reaches_poll_and_every_watch(daemon):
     """Events that come during another call wait in libtensord, bounded
-    to event_limit + 64; what it drops there has no watch yet: every
-    Watch open is told (it may have been theirs), poll() once."""
+    to (open watches) x event_limit + 64; what it drops there has no
+    watch yet: every Watch open is told (it may have been theirs),
+    poll() once."""
     with tensord.Client(daemon.sock, event_limit=1) as c:
         a = c.watch("a/")
         b = c.watch("b/")
         put_n(daemon.sock, "a/1", 100)
-        arrived(c, "a/1")  # reads all 100 while it waits: 65 kept
+        arrived(c, "a/1")  # reads all 100 while it waits: 2 + 64 kept
         got_b = drain(b)
         assert [(e.type, e.version, e.watch_id) for e in got_b] == [
-            ("overflowed", 35, b.id)]
+            ("overflowed", 34, b.id)]
         got_a = drain(a)
         assert [(e.type, e.version, e.watch_id) for e in got_a] == [
-            ("overflowed", 35, a.id), ("published", 1, a.id),
-            ("overflowed", 64, a.id)]
+            ("overflowed", 34, a.id), ("published", 1, a.id),
+            ("overflowed", 65, a.id)]
         assert [(e.type, e.version, e.watch_id) for e in c.poll()] == [
-            ("overflowed", 35, 0)]
+            ("overflowed", 34, 0)]
         # a watch made afterwards was not open then
         later = c.watch("a/")
         with pytest.raises(tensord.Timeout):
@@ -312,3 +365,26 @@ def test_threads_taking_events_at_once_keep_each_watchs_order(daemon):
             gc.set_threshold(*threshold)
         for w in ws:
             assert got[w.id] == v
+
+
+def test_calls_hand_events_over_so_libtensord_drops_for_nobody(daemon):
+    """After each call the binding takes what libtensord queued during
+    it, so a watch nobody reads does not pile up there, past (open
+    watches) x event_limit + 64, between two poll()s: before, calls
+    without a poll() in between made libtensord drop the other watches'
+    events too (each told 'overflowed')."""
+    with tensord.Client(daemon.sock, event_limit=5) as c:
+        busy = c.watch("busy/")
+        quiet = c.watch("quiet/")
+        with tensord.Client(daemon.sock) as other:
+            for _ in range(10):
+                for _ in range(50):  # fewer than 2 x 5 + 64 a call
+                    other.put("busy/x", np.zeros(1))
+                arrived(c, "busy/x")
+            v = other.put("quiet/y", np.zeros(1))
+            arrived(c, "quiet/y")
+        assert [(e.type, e.version) for e in drain(quiet)] == [
+            ("published", v)]
+        got = drain(busy)
+        assert [e.type for e in got] == ["published"] * 5 + ["overflowed"]
+        assert lost(got) == 495
