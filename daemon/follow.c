@@ -58,6 +58,7 @@ struct stage {
 	uint64_t alloc_id;
 	struct td__version *sv; /* what the commit makes current */
 	uint32_t entry;
+	uint32_t slot; /* its word in the owner's trigger page */
 };
 
 struct bell {
@@ -414,7 +415,7 @@ static void stage_settle(struct bell *b, bool cancel)
 	uint32_t fired = td_follow_trig(v, TD_FOLLOW_TRIG_FIRED);
 	uint32_t w = td_follow_trig(v, TD_FOLLOW_TRIG_STAGED);
 	struct td_follow_trigger *t =
-		((struct trig *)b->st.owner->trig)->map;
+		((struct trig *)b->st.owner->trig)->map + b->st.slot;
 
 	if (atomic_load(&t->word) == fired) {
 		stage_commit(b);
@@ -632,14 +633,20 @@ static void stage_arm(struct td__peer *p, struct bell *b,
 		td__version_put(td__d->store, sv);
 		return;
 	}
-	b->st = (struct stage){p, a->id, sv, e};
+	b->st = (struct stage){p, a->id, sv, e,
+			       p->features & TD_WIRE_FEAT_STAGE_SLOT
+				       ? td_follow_trig_slot(b->name,
+							     b->name_len)
+				       : 0};
 	p->stage = b;
 	p->stage_alloc = a->id;
 	stages++;
 	b->trig_owner = p;
 	atomic_store_explicit(&b->hdr->stage_gen, t->gen,
 			      memory_order_relaxed);
-	atomic_store(&t->map->word,
+	atomic_store_explicit(&b->hdr->stage_slot, b->st.slot,
+			      memory_order_relaxed);
+	atomic_store(&t->map[b->st.slot].word,
 		     td_follow_trig(sv->number, TD_FOLLOW_TRIG_STAGED));
 	atomic_store_explicit(&b->hdr->stage,
 			      td_follow_latest_pack(sv->number, e),

@@ -353,6 +353,21 @@ static bool trig_have(struct td_follow *f, uint32_t gen, int64_t by)
 }
 
 /*
+ * The word of the trigger page that fires this name's stages: the
+ * bell's stage_slot, which only the daemon writes (one past the page
+ * would be its bug: the first word then, and the commit still wakes).
+ */
+static _Atomic uint32_t *trig_word(const struct td_follow *f)
+{
+	uint32_t slot = atomic_load_explicit(&f->hdr->stage_slot,
+					     memory_order_relaxed);
+
+	if (slot >= TD_FOLLOW_TRIG_SLOTS)
+		slot = 0;
+	return (_Atomic uint32_t *)&f->trig[slot].word;
+}
+
+/*
  * A staged version newer than after that its producer fired, and this
  * follower may take: its stage word (version << 8 | entry), else 0.
  */
@@ -371,8 +386,7 @@ static uint64_t stage_fired(struct td_follow *f, uint64_t after)
 					    memory_order_relaxed),
 		       0))
 		return 0;
-	if (atomic_load((_Atomic uint32_t *)&f->trig->word) !=
-	    td_follow_trig(v, TD_FOLLOW_TRIG_FIRED))
+	if (atomic_load(trig_word(f)) != td_follow_trig(v, TD_FOLLOW_TRIG_FIRED))
 		return 0;
 	return st;
 }
@@ -437,7 +451,7 @@ static void sleep_on(struct td_follow *f, uint32_t seq, uint64_t latest,
 	if (until < 0 || until > f->hup_at)
 		until = f->hup_at;
 	trig = f->stage_ok && trig_have(f, gen, until);
-	tw = trig ? atomic_load((_Atomic uint32_t *)&f->trig->word) : 0;
+	tw = trig ? atomic_load(trig_word(f)) : 0;
 	atomic_store(w, f->own_word ? TD_FOLLOW_WAIT_ROW
 				    : TD_FOLLOW_WAIT_FUTEX);
 	if (td_follow_latest_recheck(f->hdr) == latest &&
@@ -449,7 +463,7 @@ static void sleep_on(struct td_follow *f, uint32_t seq, uint64_t latest,
 
 			if (td__futex_wait2((const uint32_t *)w,
 					    TD_FOLLOW_WAIT_ROW,
-					    (const uint32_t *)&f->trig->word,
+					    (const uint32_t *)trig_word(f),
 					    tw, &ts) == -ENOSYS) {
 				/* no futex_waitv here: the daemon's wake */
 				f->stage_ok = false;

@@ -153,7 +153,7 @@ static void desc_keep(struct td_client *c, const char *name, uint32_t pin,
 static bool stage_fire(struct td_client *c, const char *name)
 {
 	uint32_t w = td_follow_trig(c->st_version, TD_FOLLOW_TRIG_STAGED);
-	uint32_t gen = 0;
+	uint32_t gen = 0, slot = 0;
 	void *page = NULL;
 
 	/* one page per connection (its generation), whatever the name */
@@ -168,11 +168,14 @@ static bool stage_fire(struct td_client *c, const char *name)
 		if (gen != c->st_gen)
 			return false;
 	}
+	/* the word of this name (the daemon staged it there) */
+	if (td__has(c, TD_WIRE_FEAT_STAGE_SLOT))
+		slot = td_follow_trig_slot(name, strlen(name));
 	if (!atomic_compare_exchange_strong(
-		    &c->st_page->word, &w,
+		    &c->st_page[slot].word, &w,
 		    td_follow_trig(c->st_version, TD_FOLLOW_TRIG_FIRED)))
 		return false;
-	td__futex_wake((const uint32_t *)&c->st_page->word, INT_MAX);
+	td__futex_wake((const uint32_t *)&c->st_page[slot].word, INT_MAX);
 	return true;
 }
 

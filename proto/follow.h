@@ -91,7 +91,10 @@ struct td_follow_hdr {
 	 */
 	_Alignas(64) _Atomic uint64_t stage;
 	_Atomic uint32_t stage_gen;
-	uint32_t pad2;
+	/* the word of that page that fires it (td_follow_trig_slot; 0 for
+	 * a producer without TD_WIRE_FEAT_STAGE_SLOT, and from a daemon
+	 * before it) */
+	_Atomic uint32_t stage_slot;
 };
 
 struct td_follow_entry {
@@ -115,11 +118,14 @@ struct td_follow_row {
 
 /*
  * A trigger page: one per producer connection the daemon staged (a
- * connection has one stage at a time), its only word written by that
+ * connection has one stage at a time), its words written by that
  * producer (read-write mapping) and the daemon;
- * followers map it read-only and sleep on it beside their row
- * (futex_waitv). word = (uint32_t)(version << 2) | TD_FOLLOW_TRIG_*: the
- * daemon stores STAGED(v); the producer's compare-exchange makes it
+ * followers map it read-only and sleep on their name's word beside their
+ * row (futex_waitv). A name's word is td_follow_trig_slot() of it (the
+ * bell's stage_slot), so that a producer's fires of its other names
+ * wake no follower of this one; word 0 serves every name of a producer
+ * without TD_WIRE_FEAT_STAGE_SLOT. Each word is
+ * (uint32_t)(version << 2) | TD_FOLLOW_TRIG_*: the daemon stores STAGED(v); the producer's compare-exchange makes it
  * FIRED(v) when its next publish is the staged one, the daemon's makes
  * it CANCELLED(v) when something else comes first; whoever wins
  * decides. The producer wakes the word after it fires.
@@ -134,6 +140,18 @@ struct td_follow_trigger {
 };
 
 #define TD_FOLLOW_TRIG_LEN TD_FOLLOW_PAGE
+#define TD_FOLLOW_TRIG_SLOTS                                                  \
+	(TD_FOLLOW_TRIG_LEN / sizeof(struct td_follow_trigger))
+
+/* The word of a name (FNV-1a of its bytes): 1..TD_FOLLOW_TRIG_SLOTS-1. */
+static inline uint32_t td_follow_trig_slot(const char *name, size_t len)
+{
+	uint32_t h = 2166136261u;
+
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (uint8_t)name[i]) * 16777619u;
+	return 1 + h % (uint32_t)(TD_FOLLOW_TRIG_SLOTS - 1);
+}
 
 static inline uint32_t td_follow_trig(uint64_t version, uint32_t state)
 {
@@ -143,6 +161,7 @@ static inline uint32_t td_follow_trig(uint64_t version, uint32_t state)
 _Static_assert(offsetof(struct td_follow_hdr, seq) == 64, "hot line");
 _Static_assert(offsetof(struct td_follow_hdr, stage) == 128, "stage line");
 _Static_assert(sizeof(struct td_follow_hdr) <= TD_FOLLOW_PAGE, "hdr page");
+_Static_assert(sizeof(struct td_follow_trigger) == 64, "a word a line");
 _Static_assert(sizeof(struct td_follow_entry) == TD_FOLLOW_ENTRY_LEN,
 	       "entry layout");
 _Static_assert(sizeof(struct td_follow_row) <= TD_FOLLOW_PAGE, "row page");

@@ -159,6 +159,13 @@ int td_wire_ring_wake_rep_decode(const uint8_t *body, size_t len,
  * and the ALLOC reply's stage section, with TD_WIRE_FEAT_STAGE.
  */
 #define TD_WIRE_FEAT_STAGE_TAKEBACK 0x80000u
+/*
+ * A word per name in the trigger page (proto/follow.h, "trigger page"):
+ * a producer that names it fires the stage of a name at the word
+ * td_follow_trig_slot() of that name, which the bell's stage_slot names
+ * to its followers; without it, word 0 for every name.
+ */
+#define TD_WIRE_FEAT_STAGE_SLOT 0x400000u
 
 struct td_wire_follow_rep {
 	uint64_t id;

@@ -185,6 +185,12 @@ static void world_stop(struct world *w, bool maps)
 	tu_daemon_stop(&w->d, maps);
 }
 
+/* The trigger word prod fires NAME's stages at (TD_WIRE_FEAT_STAGE_SLOT) */
+static _Atomic uint32_t *stage_word(struct td_client *prod)
+{
+	return &prod->st_page[td_follow_trig_slot(NAME, strlen(NAME))].word;
+}
+
 static uint64_t stat_version(struct td_client *c, const char *name)
 {
 	struct td_entry en = {0};
@@ -543,7 +549,7 @@ Test(stage, another_publish_cancels_the_stage, .timeout = 60)
 	staged = prod->st_version;
 	vo = put(other, NAME, 0x77);
 	cr_assert_gt(vo, staged, "the other publish comes after the stage");
-	cr_assert_eq(atomic_load(&prod->st_page->word),
+	cr_assert_eq(atomic_load(stage_word(prod)),
 		     td_follow_trig(staged, TD_FOLLOW_TRIG_CANCELLED));
 	cr_assert_eq(take(f, 0x77), vo);
 	vp = put(prod, NAME, 0x88);
@@ -557,7 +563,7 @@ Test(stage, another_publish_cancels_the_stage, .timeout = 60)
 	staged = prod->st_version;
 	cr_assert_eq(td_client_delete(other, NAME, NULL, &e), 0, "%s",
 		     e.reason);
-	cr_assert_eq(atomic_load(&prod->st_page->word),
+	cr_assert_eq(atomic_load(stage_word(prod)),
 		     td_follow_trig(staged, TD_FOLLOW_TRIG_CANCELLED));
 	vp = put(prod, NAME, 0x99);
 	cr_assert_gt(vp, staged);
@@ -588,7 +594,7 @@ static void fired_without_notice(bool disconnect)
 	staged = prod->st_version;
 	cr_assert_neq(stat_version(cons, NAME), staged);
 	memset(td_alloc_data(prod->next_loan, 0), 0x5c, SIZE);
-	atomic_store(&prod->st_page->word,
+	atomic_store(stage_word(prod),
 		     td_follow_trig(staged, TD_FOLLOW_TRIG_FIRED));
 	if (disconnect) {
 		td_client_close(prod);
@@ -644,7 +650,7 @@ Test(stage, a_garbled_trigger_word_is_cancelled, .timeout = 60)
 	f = wo.f;
 	cr_assert_not_null(prod->st_page);
 	staged = prod->st_version;
-	atomic_store(&prod->st_page->word, 0xdeadbeefu);
+	atomic_store(stage_word(prod), 0xdeadbeefu);
 	cr_assert_eq(td_follow_next(f, 300, &t, &e), -ETIMEDOUT,
 		     "a garbled word fired nothing");
 	v = put(prod, NAME, 0x42);
@@ -675,7 +681,7 @@ Test(stage, a_staged_loan_given_up_cancels_its_stage, .timeout = 60)
 	td_alloc_free(loan(prod, NAME, 0x33));
 	/* the give-back is sent without waiting: a STAT is answered after */
 	cr_assert_neq(stat_version(prod, NAME), staged);
-	cr_assert_eq(atomic_load(&prod->st_page->word),
+	cr_assert_eq(atomic_load(stage_word(prod)),
 		     td_follow_trig(staged, TD_FOLLOW_TRIG_CANCELLED));
 	for (int i = 0; i < 6; i++)
 		step(prod, f, (uint8_t)i);
@@ -1020,7 +1026,7 @@ static int reloaded_producer(const char *sock, int in, int out)
 		return 12;
 	/* fired; its PUBLISH is still to come (as if in the socket) */
 	fired = c->st_alloc;
-	atomic_store(&c->st_page->word,
+	atomic_store(stage_word(c),
 		     td_follow_trig(c->st_version, TD_FOLLOW_TRIG_FIRED));
 	if (write(out, "f", 1) != 1 || read(in, &x, 1) != 1)
 		return 13;
@@ -1028,7 +1034,7 @@ static int reloaded_producer(const char *sock, int in, int out)
 		return 14;
 	if (!r.stage_version)
 		return 0;
-	atomic_store(&c->st_page->word,
+	atomic_store(stage_word(c),
 		     td_follow_trig(r.stage_version, TD_FOLLOW_TRIG_FIRED));
 	return raw_fired_notice(c, r.loan.alloc_id, (1u << 30) + 1, &r) == 0
 		       ? 20
@@ -1112,4 +1118,126 @@ Test(stage, a_reload_that_refuses_a_producer_stages_nothing_more,
 	td_follow_close(f);
 	td_client_close(cons);
 	tu_daemon_stop(&d, true);
+}
+
+struct sleeper {
+	struct td_follow *f;
+	atomic_int tid;
+	int rc;
+	uint64_t version;
+};
+
+static void *sleep_next(void *arg)
+{
+	struct sleeper *s = arg;
+	struct td_tensor *t = NULL;
+
+	atomic_store(&s->tid, gettid());
+	s->rc = td_follow_next(s->f, 20000, &t, NULL);
+	if (s->rc == 0) {
+		s->version = td_tensor_version(t);
+		td_tensor_release(t);
+	}
+	return NULL;
+}
+
+/* A field of /proc/self/task/TID/status: the state letter (key
+ * "State:") or a number; -1 when the thread is gone. */
+static long task_field(pid_t tid, const char *key)
+{
+	char path[64], line[256];
+	long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/status", tid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, strlen(key))) {
+			const char *p = line + strlen(key);
+
+			while (*p == ' ' || *p == '\t')
+				p++;
+			v = *key == 'S' ? (long)*p : strtol(p, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return v;
+}
+
+/*
+ * A producer that streams two followed names on one connection has one
+ * trigger page, but a word per name in it (TD_WIRE_FEAT_STAGE_SLOT): a
+ * follower of one name asleep is not woken by the fires of the other.
+ * With one word for both, each of the 20 versions of the other name
+ * woke it (to look, find nothing, and sleep again): its voluntary
+ * context switches count them. The bound leaves room for its own
+ * once-a-second look at the connection.
+ */
+Test(stage, a_follower_sleeps_through_its_producers_other_names,
+     .timeout = 60)
+{
+	const char *na = "cam/a", *nb = "cam/b";
+	struct tu_daemon d;
+	struct td_client *prod, *ca, *cb;
+	struct td_follow *fa = NULL, *fb = NULL;
+	struct td_tensor *t = NULL;
+	struct sleeper s = {0};
+	pthread_t th;
+	long sw0, sw1;
+	uint64_t v;
+	int i;
+
+	cr_assert_neq(td_follow_trig_slot(na, strlen(na)),
+		      td_follow_trig_slot(nb, strlen(nb)), "two words");
+	tu_daemon_start(&d, "warn");
+	prod = conn_env(&d, "scm", "1");
+	ca = conn_env(&d, "scm", "1");
+	cb = conn_env(&d, "scm", "1");
+	cr_assert_eq(td_client_follow(ca, na, &fa, NULL), 0);
+	cr_assert_eq(td_client_follow(cb, nb, &fb, NULL), 0);
+	for (i = 0; i < 12; i++) {
+		v = put(prod, na, (uint8_t)i);
+		cr_assert_eq(take(fa, (uint8_t)i), v);
+		v = put(prod, nb, (uint8_t)i);
+		cr_assert_eq(take(fb, (uint8_t)i), v);
+	}
+	for (i = 0; i < 4; i++) { /* a stage of b, fired */
+		v = put(prod, nb, 0x20);
+		cr_assert_eq(take(fb, 0x20), v);
+	}
+	cr_assert_not_null(prod->st_page, "the producer fires stages");
+	/* both followers have looked with nothing newer: pages mapped */
+	cr_assert_eq(td_follow_next(fa, 0, &t, NULL), -EAGAIN);
+	cr_assert_eq(td_follow_next(fb, 0, &t, NULL), -EAGAIN);
+	s.f = fa;
+	cr_assert_eq(pthread_create(&th, NULL, sleep_next, &s), 0);
+	for (i = 0; i < 20000 && (!atomic_load(&s.tid) ||
+				  task_field(atomic_load(&s.tid), "State:") !=
+					  'S');
+	     i++)
+		usleep(1000);
+	sw0 = task_field(atomic_load(&s.tid), "voluntary_ctxt_switches:");
+	cr_assert_geq(sw0, 0, "the follower of a sleeps");
+	for (i = 0; i < 20; i++) {
+		v = put(prod, nb, (uint8_t)(0x30 + i));
+		cr_assert_eq(take(fb, (uint8_t)(0x30 + i)), v);
+	}
+	sw1 = task_field(atomic_load(&s.tid), "voluntary_ctxt_switches:");
+	cr_assert_leq(sw1 - sw0, 3,
+		      "the follower of a was woken %ld times by 20 versions "
+		      "of b",
+		      sw1 - sw0);
+	v = put(prod, na, 0x77);
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_assert_eq(s.rc, 0);
+	cr_assert_eq(s.version, v);
+	td_follow_close(fa);
+	td_follow_close(fb);
+	td_client_close(cb);
+	td_client_close(ca);
+	td_client_close(prod);
+	/* fds and buffer mappings counted; glibc keeps the thread's stack */
+	tu_daemon_stop(&d, false);
 }
