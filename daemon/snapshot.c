@@ -16,6 +16,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static const char *file_kind(mode_t m)
+{
+	return S_ISDIR(m)    ? "a folder"
+	       : S_ISCHR(m)  ? "a character device"
+	       : S_ISBLK(m)  ? "a block device"
+	       : S_ISFIFO(m) ? "a FIFO"
+	       : S_ISSOCK(m) ? "a socket"
+			     : "not a regular file";
+}
+
 int td__snapshot_start(struct td__daemon *d, const char *path,
 		       uint64_t interval_ms, bool fdstore_used)
 {
@@ -35,6 +45,26 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 				     "there",
 			path, real);
 		path = real;
+	}
+	/*
+	 * What FILE names must be ours to replace: a regular file, or
+	 * nothing yet. A device, a folder, or anything but a regular file
+	 * reached through a link, is left alone and the daemon does not
+	 * start: it used to be moved aside as corrupt and replaced by the
+	 * next save (`--snapshot /dev/null`, or a link to /tmp, renamed
+	 * /dev/null or /tmp themselves). A FIFO or a socket in the folder
+	 * itself is moved aside by the restore (leftovers, no data).
+	 */
+	if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) &&
+	    !S_ISLNK(st.st_mode) &&
+	    (real || !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))) {
+		td__log(TD_LOG_ERROR, "--snapshot %s is %s, not a snapshot "
+				      "file: not starting, and it is left as "
+				      "it is; point --snapshot at a regular "
+				      "file (or a path not there yet)",
+			path, file_kind(st.st_mode));
+		free(real);
+		return -EINVAL;
 	}
 	td__snap.d = d;
 	td__snap.interval_ms = interval_ms;

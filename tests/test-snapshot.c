@@ -24,6 +24,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1443,5 +1444,74 @@ Test(snapshot, a_failed_folder_fsync_says_the_new_snapshot_is_in_place,
 			  !log_has(&s, "the previous one is kept"),
 		  "%s", tu_slurp(s.log));
 	check_file(s.file, &a, 1);
+	snapdir_rm(&s);
+}
+
+/*
+ * --snapshot naming what is not a regular file, itself (a folder, a
+ * device: `--snapshot /dev/null`) or through a link (to a folder, a
+ * device, a FIFO): it used to be renamed FILE.corrupt-<time> wherever
+ * it was, and the next save put a regular file in its place; a link to
+ * /tmp moved /tmp aside, a link to /dev/zero replaced /dev/zero. Now the
+ * daemon does not start, says why, and leaves everything as it was.
+ */
+static void refused_untouched(struct snapdir *s, const char *snap,
+			      const char *what, const char *target,
+			      mode_t type)
+{
+	const char *bin = getenv("TD_TENSORD");
+	char sock[160], aside[200];
+	char *argv[] = {(char *)bin, "--socket", sock, "--snapshot",
+			(char *)snap, NULL};
+	char *out;
+	struct stat st;
+	int rc;
+
+	snprintf(sock, sizeof(sock), "%s/td.sock", s->dir);
+	rc = tu_run_capture_all(argv, &out);
+	cr_expect_eq(rc, 1, "%s: the daemon started: %s", what, out);
+	cr_expect(strstr(out, what) && strstr(out, "not starting"), "%s",
+		  out);
+	free(out);
+	cr_assert_eq(lstat(target, &st), 0, "%s is gone", target);
+	cr_expect_eq(st.st_mode & S_IFMT, type, "%s was replaced", target);
+	snprintf(aside, sizeof(aside), "%s.corrupt-", strrchr(target, '/') + 1);
+	cr_expect_not(dir_has(s, aside), "%s moved aside", target);
+}
+
+Test(snapshot, a_folder_or_device_at_the_snapshot_path_is_left_alone,
+     .timeout = 60)
+{
+	struct snapdir s;
+	char dir[160], keep[200], fifo[160], dev[160];
+
+	snapdir_make(&s);
+	snprintf(dir, sizeof(dir), "%s/target", s.dir);
+	snprintf(keep, sizeof(keep), "%s/keep", dir);
+	snprintf(fifo, sizeof(fifo), "%s/ff", s.dir);
+	snprintf(dev, sizeof(dev), "%s/null", s.dir);
+	cr_assert_eq(mkdir(dir, 0700), 0);
+	fclose(fopen(keep, "w"));
+	cr_assert_eq(mkfifo(fifo, 0600), 0);
+
+	refused_untouched(&s, dir, "is a folder", dir, S_IFDIR);
+	cr_assert_eq(symlink("target", s.file), 0);
+	refused_untouched(&s, s.file, "is a folder", dir, S_IFDIR);
+	cr_expect_eq(access(keep, F_OK), 0);
+	cr_assert_eq(unlink(s.file), 0);
+	cr_assert_eq(symlink("ff", s.file), 0);
+	refused_untouched(&s, s.file, "is a FIFO", fifo, S_IFIFO);
+	/* a device of our own, not /dev/null: a regression must not
+	 * rename the machine's */
+	if (mknod(dev, S_IFCHR | 0600, makedev(1, 3)) == 0) {
+		refused_untouched(&s, dev, "is a character device", dev,
+				  S_IFCHR);
+		cr_assert_eq(unlink(s.file), 0);
+		cr_assert_eq(symlink("null", s.file), 0);
+		refused_untouched(&s, s.file, "is a character device", dev,
+				  S_IFCHR);
+	}
+	unlink(keep);
+	rmdir(dir);
 	snapdir_rm(&s);
 }
