@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,6 +26,52 @@ static const char *file_kind(mode_t m)
 	       : S_ISFIFO(m) ? "a FIFO"
 	       : S_ISSOCK(m) ? "a socket"
 			     : "not a regular file";
+}
+
+/*
+ * One daemon per snapshot: two on one FILE removed and renamed each
+ * other's FILE.tmp (a save could rename the other's half-written file
+ * over FILE), and each stop replaced the other's tensors. FILE.lock,
+ * beside FILE, is flock'ed for the daemon's life (released by the
+ * kernel however it ends, so a SIGKILL leaves nothing stale) and holds
+ * its pid, for the message of the next one.
+ */
+static int snap_lock(const char *path)
+{
+	char *name = malloc(strlen(path) + 6), pid[24] = "";
+	int fd, n, e;
+
+	if (!name)
+		return -ENOMEM;
+	sprintf(name, "%s.lock", path);
+	fd = open(name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		e = errno;
+		if (fd >= 0 && e == EWOULDBLOCK) {
+			n = (int)pread(fd, pid, sizeof(pid) - 1, 0);
+			pid[n > 0 ? n : 0] = 0;
+			pid[strcspn(pid, "\n")] = 0;
+			td__log(TD_LOG_ERROR, "--snapshot %s is in use by "
+					      "another tensord (pid %s, "
+					      "holding %s): not starting",
+				path, *pid ? pid : "?", name);
+		} else {
+			td__log(TD_LOG_ERROR, "--snapshot %s: cannot lock "
+					      "%s: %s",
+				path, name, strerror(e));
+		}
+		if (fd >= 0)
+			close(fd);
+		free(name);
+		return e == EWOULDBLOCK ? -EBUSY : -e;
+	}
+	n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+	if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+		td__log(TD_LOG_DEBUG, "snapshot: writing %s: %s", name,
+			strerror(errno));
+	free(name);
+	td__snap.lock_fd = fd;
+	return 0;
 }
 
 int td__snapshot_start(struct td__daemon *d, const char *path,
@@ -91,6 +139,8 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 			path, td__snap.dir);
 		goto fail;
 	}
+	if ((rc = snap_lock(path)) < 0)
+		goto fail;
 	if (knob)
 		td__snap.kill_at = strtoull(knob, NULL, 10);
 	rc = td__io_init(d->loop);
@@ -128,6 +178,9 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 	free(real);
 	return 0;
 fail:
+	if (td__snap.lock_fd >= 0)
+		close(td__snap.lock_fd);
+	td__snap.lock_fd = -1;
 	free(real);
 	free(td__snap.path);
 	free(td__snap.tmp);
@@ -145,6 +198,8 @@ void td__snapshot_fini(void)
 	uv_close((uv_handle_t *)&td__snap.timer, NULL);
 	td__io_fini();
 	td__snap_pool_fini();
+	close(td__snap.lock_fd);
+	td__snap.lock_fd = -1;
 	free(td__snap.path);
 	free(td__snap.tmp);
 	free(td__snap.dir);
