@@ -10,6 +10,7 @@
 #include "snapshot-int.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,42 @@ static int snap_lock(const char *path)
 	return 0;
 }
 
+/*
+ * The name a link (or chain of links) to no file yet leads to: where the
+ * first save goes. realpath() refuses such a link, which then stayed
+ * --snapshot itself: the first save renamed over the link, making it a
+ * regular file, and the file it named was never written (a link to a
+ * bigger disk silently saved on the small one). NULL when it is not
+ * that (a loop: the open refuses it).
+ */
+static char *dangling_target(const char *path)
+{
+	char buf[PATH_MAX], *p = strdup(path), *q, *slash;
+	struct stat st;
+	ssize_t n;
+
+	for (int hops = 0; p && hops < 40; hops++) {
+		if (lstat(p, &st) < 0) {
+			if (errno == ENOENT)
+				return p;
+			break;
+		}
+		if (!S_ISLNK(st.st_mode) ||
+		    (n = readlink(p, buf, sizeof(buf) - 1)) < 0)
+			break;
+		buf[n] = 0;
+		slash = strrchr(p, '/');
+		if (buf[0] == '/' || !slash)
+			q = strdup(buf);
+		else if (asprintf(&q, "%.*s/%s", (int)(slash - p), p, buf) < 0)
+			q = NULL;
+		free(p);
+		p = q;
+	}
+	free(p);
+	return NULL;
+}
+
 int td__snapshot_start(struct td__daemon *d, const char *path,
 		       uint64_t interval_ms, bool fdstore_used)
 {
@@ -88,7 +125,8 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 	 * would turn into a regular file while the target kept old bytes.
 	 */
 	if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) &&
-	    (real = realpath(path, NULL))) {
+	    ((real = realpath(path, NULL)) ||
+	     (errno == ENOENT && (real = dangling_target(path))))) {
 		td__log(TD_LOG_INFO, "--snapshot %s is a link to %s: saving "
 				     "there",
 			path, real);

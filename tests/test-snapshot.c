@@ -1560,3 +1560,40 @@ Test(snapshot, a_second_daemon_on_the_same_snapshot_does_not_start,
 	tu_daemon_stop(&d, true);
 	snapdir_rm(&s);
 }
+
+/*
+ * A link to a snapshot not written yet (a first start, the link made
+ * ahead, say to a bigger disk): the first save renamed over the link,
+ * which became the snapshot itself, and the file it named was never
+ * written. The file it names is now the one written, and read back.
+ */
+Test(snapshot, a_link_to_a_snapshot_not_there_yet_is_followed,
+     .timeout = 60)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor a = mk("l/first", TD_TENSOR_U8, 10, 0, 10);
+	char link[160];
+	const char *extra[] = {"--snapshot", link, NULL};
+	struct stat st;
+
+	snapdir_make(&s);
+	snprintf(link, sizeof(link), "%s/link.hrry", s.dir);
+	cr_assert_eq(symlink("snap.hrry", link), 0);
+	cr_assert_eq(setenv("TENSORD_IO", "sync", 1), 0);
+	tu_daemon_start_log(&d, "info", extra, s.log, NULL);
+	c = conn(&d);
+	put(c, &a, next_version(c));
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert_eq(lstat(link, &st), 0);
+	cr_assert(S_ISLNK(st.st_mode), "the link became a file");
+	check_file(s.file, &a, 1);
+	tu_daemon_start_log(&d, "info", extra, s.log, NULL);
+	c = conn(&d);
+	check(c, &a);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	snapdir_rm(&s);
+}
