@@ -1602,3 +1602,59 @@ Test(snapshot, a_link_to_a_snapshot_not_there_yet_is_followed,
 	tu_daemon_stop(&d, true);
 	snapdir_rm(&s);
 }
+
+/* ---- a descriptor limit (RLIMIT_NOFILE: systemd's LimitNOFILE=) ---- */
+
+#define NOFILE_LIMIT 200u
+#define NOFILE_TENSORS 190u
+
+static void limit_nofile(void)
+{
+	struct rlimit rl = {NOFILE_LIMIT, NOFILE_LIMIT};
+
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+		_exit(125);
+}
+
+/*
+ * A restart under a descriptor limit smaller than the snapshot needs
+ * (one per plane): the restore took descriptors until the limit, the
+ * reserve kept for root included, and the daemon came up refusing
+ * every connection, root's too, so nothing could even be listed or
+ * deleted. It now stops before the reserve; the rest is left out (the
+ * file kept as FILE.partial-<time>) and root gets in.
+ */
+Test(snapshot, a_restore_leaves_the_descriptor_reserve_to_root,
+     .timeout = 90)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	const char *extra[] = {"--snapshot", s.file, NULL};
+	static char names[NOFILE_TENSORS][16];
+	struct tensor t;
+	size_t n;
+
+	snapdir_make(&s);
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	for (unsigned i = 0; i < NOFILE_TENSORS; i++) {
+		snprintf(names[i], sizeof(names[i]), "fd/%u", i);
+		t = mk(names[i], TD_TENSOR_U8, 8, 0, 8);
+		put(c, &t, next_version(c));
+	}
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+
+	cr_assert_eq(setenv("TENSORD_IO", "sync", 1), 0);
+	tu_daemon_start_log(&d, "info", extra, s.log, limit_nofile);
+	c = conn(&d); /* as root: the reserve is root's */
+	n = count(c);
+	cr_expect(n > 0 && n < NOFILE_TENSORS, "%zu restored", n);
+	cr_expect(log_has(&s, "would eat into the reserve"), "%s",
+		  tu_slurp(s.log));
+	cr_expect(dir_has(&s, "snap.hrry.partial-"));
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	snapdir_rm(&s);
+}
