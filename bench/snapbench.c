@@ -434,6 +434,8 @@ int main(int argc, char **argv)
 		unlink(p);
 		snprintf(p, sizeof(p), "%s/log-sync", dir);
 		unlink(p);
+		snprintf(p, sizeof(p), "%s/snap.hrry.lock", dir);
+		unlink(p);
 		rmdir(dir);
 	}
 	return 0;

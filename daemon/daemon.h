@@ -423,6 +423,12 @@ int td__tenant_take(uid_t uid, enum td__lim k, uint64_t n, char *why,
 void td__tenant_sub(uid_t uid, enum td__lim k, uint64_t n);
 uint64_t td__tenant_held(uid_t uid, enum td__lim k);
 uint64_t td__tenant_limit(uid_t uid, enum td__lim k); /* 0 = none */
+/*
+ * Would n more descriptors of a version restored from a snapshot (no
+ * uid's, counted as uid 0) leave the reserve whole? A restore that took
+ * it left even root unable to connect. 0 or -EMFILE with why.
+ */
+int td__tenant_restore_check(uint64_t n, char *why, size_t cap);
 uint64_t td__tenant_fds(void); /* held for all clients together */
 /*
  * uid's byte quota: its quota line, else --uid-max-bytes, else half of

@@ -19,7 +19,7 @@
 #include "bytes.h"
 #include "sd.h"
 
-struct td__snap_state td__snap;
+struct td__snap_state td__snap = {.lock_fd = -1};
 
 /* ---- bounce buffers ---- */
 

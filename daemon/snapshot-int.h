@@ -75,6 +75,7 @@ struct td__snap_state {
 	bool on;
 	struct td__daemon *d;
 	char *path, *tmp, *dir;
+	int lock_fd; /* FILE.lock, flock'ed: one daemon per snapshot */
 	uint64_t interval_ms;
 	uv_timer_t timer;
 	bool timer_on;

@@ -24,6 +24,7 @@
 
 #include "bytes.h"
 #include "sd.h"
+#include "store.h" /* td__acct_over_max */
 
 struct reader {
 	int fd;
@@ -235,6 +236,33 @@ static int rec_crc(const struct rec *r, const uint64_t *fsize, uint32_t n,
 	return 0;
 }
 
+/*
+ * Whether the version's planes (file sizes from its KV, fence aside)
+ * fit under --max-bytes, and its n descriptors outside the reserve:
+ * 0, -ENOSPC or -EMFILE with why. Asked before any plane is made: the
+ * PUBLISH checks ask for the bytes too, but only once every plane was
+ * reserved (fallocate) and copied, so a restart under a tighter
+ * --max-bytes reserved each version too big for it in full before
+ * leaving it out.
+ */
+static int no_room(const uint64_t *fsize, uint32_t n, char *why, size_t cap)
+{
+	uint64_t sum = 0;
+	bool wrap = false;
+
+	for (uint32_t i = 0; i < n; i++) {
+		if (fsize[i] == FENCE_FILE)
+			continue;
+		wrap |= sum + fsize[i] < sum;
+		sum += fsize[i];
+	}
+	if (!wrap && !td__acct_over_max(td__snap.d->store, sum, 0))
+		return td__tenant_restore_check(n, why, cap);
+	snprintf(why, cap, "%s%" PRIu64 " more bytes exceed --max-bytes",
+		 wrap ? "over 2^64 bytes: " : "", sum);
+	return -ENOSPC;
+}
+
 /* Put one version back. 0, or -errno with the reason in why. */
 static int restore_rec(struct reader *rd, const struct rec *r, char *why,
 		       size_t cap)
@@ -292,6 +320,8 @@ static int restore_rec(struct reader *rd, const struct rec *r, char *why,
 	}
 	if (r->have[F_CRC] && rec_crc(r, fsize, n, &crcs, why, cap) < 0)
 		return -EBADMSG;
+	if ((rc = no_room(fsize, n, why, cap)) < 0)
+		return rc;
 	if (td_blob_decode(r->v[F_BLOB].data, r->v[F_BLOB].data_len, &bv,
 			   &be) < 0) {
 		snprintf(why, cap, "blob: %s", be.reason ? be.reason : "bad");

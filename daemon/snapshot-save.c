@@ -527,8 +527,18 @@ static int hold_one(void *arg, const struct td__snap_ver *v)
 			it.first_plane = (int)i;
 	}
 	if (skip) {
-		td__log(TD_LOG_DEBUG, "snapshot: not saving \"%.*s\": %s",
-			(int)v->ent.name.len, v->ent.name.ptr, skip);
+		/* at the stop no later save picks it up: the name is not in
+		 * the file the next start reads, its older saved version
+		 * neither; say so */
+		bool lost = td__snap.final && sv->again &&
+			    !strcmp(skip, "its fence is not signalled yet");
+
+		td__log(lost ? TD_LOG_WARN : TD_LOG_DEBUG,
+			"snapshot: not saving \"%.*s\": %s%s",
+			(int)v->ent.name.len, v->ent.name.ptr, skip,
+			lost ? "; the final save goes without it, and the "
+			       "next start will not have this name"
+			     : "");
 		td__store_snap_unref(v->ref);
 		return 0;
 	}

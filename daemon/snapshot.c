@@ -10,11 +10,111 @@
 #include "snapshot-int.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+static const char *file_kind(mode_t m)
+{
+	return S_ISDIR(m)    ? "a folder"
+	       : S_ISCHR(m)  ? "a character device"
+	       : S_ISBLK(m)  ? "a block device"
+	       : S_ISFIFO(m) ? "a FIFO"
+	       : S_ISSOCK(m) ? "a socket"
+			     : "not a regular file";
+}
+
+/*
+ * One daemon per snapshot: two on one FILE removed and renamed each
+ * other's FILE.tmp (a save could rename the other's half-written file
+ * over FILE), and each stop replaced the other's tensors. FILE.lock,
+ * beside FILE, is flock'ed for the daemon's life (released by the
+ * kernel however it ends, so a SIGKILL leaves nothing stale) and holds
+ * its pid, for the message of the next one.
+ */
+static int snap_lock(const char *path)
+{
+	char *name = malloc(strlen(path) + 6), pid[24] = "";
+	int fd, n, e;
+
+	if (!name)
+		return -ENOMEM;
+	sprintf(name, "%s.lock", path);
+	fd = open(name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		e = errno;
+		if (fd >= 0 && e == EWOULDBLOCK) {
+			n = (int)pread(fd, pid, sizeof(pid) - 1, 0);
+			pid[n > 0 ? n : 0] = 0;
+			pid[strcspn(pid, "\n")] = 0;
+			td__log(TD_LOG_ERROR, "--snapshot %s is in use by "
+					      "another tensord (pid %s, "
+					      "holding %s): not starting",
+				path, *pid ? pid : "?", name);
+			close(fd);
+			free(name);
+			return -EBUSY;
+		}
+		/* a folder out of inodes, a lock file of another user's:
+		 * the tensors still come back, unguarded */
+		td__log(TD_LOG_WARN, "--snapshot %s: cannot lock %s (%s): "
+				     "another tensord on the same snapshot "
+				     "would not be kept off",
+			path, name, strerror(e));
+		if (fd >= 0)
+			close(fd);
+		free(name);
+		return 0;
+	}
+	n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+	if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+		td__log(TD_LOG_DEBUG, "snapshot: writing %s: %s", name,
+			strerror(errno));
+	free(name);
+	td__snap.lock_fd = fd;
+	return 0;
+}
+
+/*
+ * The name a link (or chain of links) to no file yet leads to: where the
+ * first save goes. realpath() refuses such a link, which then stayed
+ * --snapshot itself: the first save renamed over the link, making it a
+ * regular file, and the file it named was never written (a link to a
+ * bigger disk silently saved on the small one). NULL when it is not
+ * that (a loop: the open refuses it).
+ */
+static char *dangling_target(const char *path)
+{
+	char buf[PATH_MAX], *p = strdup(path), *q, *slash;
+	struct stat st;
+	ssize_t n;
+
+	for (int hops = 0; p && hops < 40; hops++) {
+		if (lstat(p, &st) < 0) {
+			if (errno == ENOENT)
+				return p;
+			break;
+		}
+		if (!S_ISLNK(st.st_mode) ||
+		    (n = readlink(p, buf, sizeof(buf) - 1)) < 0)
+			break;
+		buf[n] = 0;
+		slash = strrchr(p, '/');
+		if (buf[0] == '/' || !slash)
+			q = strdup(buf);
+		else if (asprintf(&q, "%.*s/%s", (int)(slash - p), p, buf) < 0)
+			q = NULL;
+		free(p);
+		p = q;
+	}
+	free(p);
+	return NULL;
+}
 
 int td__snapshot_start(struct td__daemon *d, const char *path,
 		       uint64_t interval_ms, bool fdstore_used)
@@ -30,11 +130,32 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 	 * would turn into a regular file while the target kept old bytes.
 	 */
 	if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) &&
-	    (real = realpath(path, NULL))) {
+	    ((real = realpath(path, NULL)) ||
+	     (errno == ENOENT && (real = dangling_target(path))))) {
 		td__log(TD_LOG_INFO, "--snapshot %s is a link to %s: saving "
 				     "there",
 			path, real);
 		path = real;
+	}
+	/*
+	 * What FILE names must be ours to replace: a regular file, or
+	 * nothing yet. A device, a folder, or anything but a regular file
+	 * reached through a link, is left alone and the daemon does not
+	 * start: it used to be moved aside as corrupt and replaced by the
+	 * next save (`--snapshot /dev/null`, or a link to /tmp, renamed
+	 * /dev/null or /tmp themselves). A FIFO or a socket in the folder
+	 * itself is moved aside by the restore (leftovers, no data).
+	 */
+	if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) &&
+	    !S_ISLNK(st.st_mode) &&
+	    (real || !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))) {
+		td__log(TD_LOG_ERROR, "--snapshot %s is %s, not a snapshot "
+				      "file: not starting, and it is left as "
+				      "it is; point --snapshot at a regular "
+				      "file (or a path not there yet)",
+			path, file_kind(st.st_mode));
+		free(real);
+		return -EINVAL;
 	}
 	td__snap.d = d;
 	td__snap.interval_ms = interval_ms;
@@ -61,6 +182,8 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 			path, td__snap.dir);
 		goto fail;
 	}
+	if ((rc = snap_lock(path)) < 0)
+		goto fail;
 	if (knob)
 		td__snap.kill_at = strtoull(knob, NULL, 10);
 	rc = td__io_init(d->loop);
@@ -98,6 +221,9 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 	free(real);
 	return 0;
 fail:
+	if (td__snap.lock_fd >= 0)
+		close(td__snap.lock_fd);
+	td__snap.lock_fd = -1;
 	free(real);
 	free(td__snap.path);
 	free(td__snap.tmp);
@@ -115,6 +241,8 @@ void td__snapshot_fini(void)
 	uv_close((uv_handle_t *)&td__snap.timer, NULL);
 	td__io_fini();
 	td__snap_pool_fini();
+	close(td__snap.lock_fd);
+	td__snap.lock_fd = -1;
 	free(td__snap.path);
 	free(td__snap.tmp);
 	free(td__snap.dir);

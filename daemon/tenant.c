@@ -207,6 +207,23 @@ void td__tenant_sub(uid_t uid, enum td__lim k, uint64_t n)
 		*t = T.t[--T.n];
 }
 
+int td__tenant_restore_check(uint64_t n, char *why, size_t cap)
+{
+	uint64_t room = T.fd_limit - T.fd_base - T.fd_reserve;
+
+	if (T.fds + n < T.fds || T.fds + n > room) {
+		snprintf(why, cap,
+			 "%llu more descriptors would eat into the reserve "
+			 "kept for root and its own uid (%llu of %llu in use, "
+			 "%llu kept; raise the limit: LimitNOFILE=)",
+			 (unsigned long long)n, (unsigned long long)T.fds,
+			 (unsigned long long)(T.fd_limit - T.fd_base),
+			 (unsigned long long)T.fd_reserve);
+		return -EMFILE;
+	}
+	return 0;
+}
+
 uint64_t td__tenant_fds(void)
 {
 	return T.fds;

@@ -25,6 +25,9 @@
  * $TD_TRUNCATE_AT_CREATE=PATH cuts PATH to 0 bytes once, just before the
  * first file created with openat(2) (O_CREAT): a file cut while the
  * program writes what it read from it.
+ * $TD_FAIL_FALLOCATE_OVER=N fails every fallocate(2) of more than N
+ * bytes with ENOMEM: a machine that cannot hold a tensor (tensord's
+ * snapshot restore must not try to).
  *
  * The real calls are the next definitions (dlsym RTLD_NEXT). With
  * _FILE_OFFSET_BITS=64, as meson builds, callers reach open64; here
@@ -170,6 +173,24 @@ static int fd_is(int fd, const char *path)
 
 WRAP_PREAD(pread, off_t)
 WRAP_PREAD(pread64, off64_t)
+
+#define WRAP_FALLOCATE(name, off_type)                                        \
+	int name(int fd, int mode, off_type off, off_type len)                \
+	{                                                                     \
+		static int (*real)(int, int, off_type, off_type);             \
+		const char *over = getenv("TD_FAIL_FALLOCATE_OVER");          \
+                                                                              \
+		if (!real)                                                    \
+			*(void **)&real = dlsym(RTLD_NEXT, #name);            \
+		if (over && len > strtoll(over, NULL, 10)) {                  \
+			errno = ENOMEM;                                       \
+			return -1;                                            \
+		}                                                             \
+		return real(fd, mode, off, len);                              \
+	}
+
+WRAP_FALLOCATE(fallocate, off_t)
+WRAP_FALLOCATE(fallocate64, off64_t)
 
 int fsync(int fd)
 {

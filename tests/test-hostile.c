@@ -1622,6 +1622,8 @@ Test(hostile, restored_versions_are_no_uids_to_uncharge_or_to_keep)
 	td_client_close(c);
 	stop();
 	unlink(snap);
+	strcat(snap, ".lock");
+	unlink(snap);
 	unlink(policy_path);
 }
 
