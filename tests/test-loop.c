@@ -1382,8 +1382,8 @@ struct duo {
 	atomic_int calls;     /* handler calls */
 	atomic_int stop;
 	atomic_int idle_calls; /* process calls made while a handler ran */
-	atomic_int hold_ms;   /* how long the first event's handler sleeps */
-	uint64_t last;        /* written inside the handler only */
+	atomic_int hold_ms;   /* how long the first call's handler sleeps */
+	atomic_uint_fast64_t last; /* the version the handler saw last */
 };
 
 static void duo_on_event(struct td_client *c, const struct td_event *ev,
@@ -1395,9 +1395,9 @@ static void duo_on_event(struct td_client *c, const struct td_event *ev,
 	if (atomic_fetch_add(&k->inside, 1) != 0)
 		atomic_fetch_add(&k->overlaps, 1);
 	if (ev->type == TD_EVENT_TYPE_PUBLISHED) {
-		if (ev->version <= k->last)
+		if (ev->version <= atomic_load(&k->last))
 			atomic_fetch_add(&k->disorder, 1);
-		k->last = ev->version;
+		atomic_store(&k->last, ev->version);
 	}
 	hold = atomic_exchange(&k->hold_ms, 0);
 	if (hold)
@@ -1491,17 +1491,11 @@ Test(loop, a_thread_waiting_for_anothers_handler_does_not_spin)
 	duo_down(&x);
 }
 
-/* A ring subscription's handler that holds its first view hold_ms. */
-struct ring_duo {
-	struct td_client *c;
-	atomic_int inside, overlaps, calls, stop, idle_calls, hold_ms;
-	atomic_uint_fast64_t last;
-};
-
+/* A ring subscription's handler on a duo: hold_ms, then the version. */
 static void ring_duo_on_view(struct td_sub *s, int status,
 			     const struct td_view *v, void *ud)
 {
-	struct ring_duo *k = ud;
+	struct duo *k = ud;
 	int hold;
 	(void)s;
 	if (atomic_fetch_add(&k->inside, 1) != 0)
@@ -1513,22 +1507,6 @@ static void ring_duo_on_view(struct td_sub *s, int status,
 		usleep((useconds_t)hold * 1000);
 	atomic_fetch_add(&k->calls, 1);
 	atomic_fetch_sub(&k->inside, 1);
-}
-
-static void *ring_duo_loop(void *arg)
-{
-	struct ring_duo *k = arg;
-	struct pollfd pfd = {.fd = td_client_fd(k->c), .events = POLLIN};
-
-	while (!atomic_load(&k->stop)) {
-		if (poll(&pfd, 1, 20) <= 0)
-			continue;
-		if (atomic_load(&k->inside))
-			atomic_fetch_add(&k->idle_calls, 1);
-		if (td_client_process(k->c, NULL) < 0)
-			break;
-	}
-	return NULL;
 }
 
 /*
@@ -1546,15 +1524,14 @@ Test(loop, a_thread_waiting_for_anothers_ring_handler_does_not_spin)
 				    .shape = shape};
 	struct td_ring *r;
 	struct td_sub *s;
-	struct ring_duo k = {.c = x.c};
+	struct duo k = {.c = x.c};
 	pthread_t th[2];
 	cr_assert_eq(td_ring_create(x.p, "duo/ring", &desc, &r, NULL), 0);
 	cr_assert_eq(td_ring_subscribe(x.c, "duo/ring", 0, &s, NULL), 0);
 	atomic_store(&k.hold_ms, 300);
 	cr_assert_eq(td_sub_set_handler(s, ring_duo_on_view, &k), 0);
 	for (int i = 0; i < 2; i++)
-		cr_assert_eq(pthread_create(&th[i], NULL, ring_duo_loop, &k),
-			     0);
+		cr_assert_eq(pthread_create(&th[i], NULL, duo_loop, &k), 0);
 	ring_put(r, 1);
 	for (int ms = 0; !atomic_load(&k.inside) && ms < HANG_MS; ms++)
 		usleep(1000);

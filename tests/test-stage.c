@@ -208,6 +208,7 @@ static uint64_t stat_version(struct td_client *c, const char *name)
 
 struct waiter {
 	struct td_follow *f;
+	atomic_int tid; /* the thread's, once it runs */
 	int timeout_ms, rc;
 	uint64_t version;
 	bool bytes_ok;
@@ -219,6 +220,7 @@ static void *wait_next(void *arg)
 	struct waiter *w = arg;
 	struct td_tensor *t = NULL;
 
+	atomic_store(&w->tid, gettid());
 	w->rc = td_follow_next(w->f, w->timeout_ms, &t, NULL);
 	if (w->rc == 0) {
 		w->version = td_tensor_version(t);
@@ -1120,27 +1122,6 @@ Test(stage, a_reload_that_refuses_a_producer_stages_nothing_more,
 	tu_daemon_stop(&d, true);
 }
 
-struct sleeper {
-	struct td_follow *f;
-	atomic_int tid;
-	int rc;
-	uint64_t version;
-};
-
-static void *sleep_next(void *arg)
-{
-	struct sleeper *s = arg;
-	struct td_tensor *t = NULL;
-
-	atomic_store(&s->tid, gettid());
-	s->rc = td_follow_next(s->f, 20000, &t, NULL);
-	if (s->rc == 0) {
-		s->version = td_tensor_version(t);
-		td_tensor_release(t);
-	}
-	return NULL;
-}
-
 /* A field of /proc/self/task/TID/status: the state letter (key
  * "State:") or a number; -1 when the thread is gone. */
 static long task_field(pid_t tid, const char *key)
@@ -1183,7 +1164,7 @@ Test(stage, a_follower_sleeps_through_its_producers_other_names,
 	struct td_client *prod, *ca, *cb;
 	struct td_follow *fa = NULL, *fb = NULL;
 	struct td_tensor *t = NULL;
-	struct sleeper s = {0};
+	struct waiter s = {.timeout_ms = 20000, .b = 0x77};
 	pthread_t th;
 	long sw0, sw1;
 	uint64_t v;
@@ -1212,7 +1193,7 @@ Test(stage, a_follower_sleeps_through_its_producers_other_names,
 	cr_assert_eq(td_follow_next(fa, 0, &t, NULL), -EAGAIN);
 	cr_assert_eq(td_follow_next(fb, 0, &t, NULL), -EAGAIN);
 	s.f = fa;
-	cr_assert_eq(pthread_create(&th, NULL, sleep_next, &s), 0);
+	cr_assert_eq(pthread_create(&th, NULL, wait_next, &s), 0);
 	for (i = 0; i < 20000 && (!atomic_load(&s.tid) ||
 				  task_field(atomic_load(&s.tid), "State:") !=
 					  'S');
@@ -1233,6 +1214,7 @@ Test(stage, a_follower_sleeps_through_its_producers_other_names,
 	cr_assert_eq(pthread_join(th, NULL), 0);
 	cr_assert_eq(s.rc, 0);
 	cr_assert_eq(s.version, v);
+	cr_assert(s.bytes_ok);
 	td_follow_close(fa);
 	td_follow_close(fb);
 	td_client_close(cb);
