@@ -403,8 +403,10 @@ int td__peer_is_other_end(const struct td__peer *p, int fd);
 
 /* Root and the daemon's own uid: the reserve is theirs, no default limits. */
 bool td__uid_is_admin(uid_t uid);
-/* Compute the defaults; fds_open: the daemon's own descriptors now. */
-void td__tenants_init(struct td__daemon *d, unsigned fds_open);
+/* Compute the defaults; fds_open: the daemon's own descriptors now (the
+ * HTTP store's are added). 0, or -EMFILE (logged) when the limit cannot
+ * hold --http-max-connections. */
+int td__tenants_init(struct td__daemon *d, unsigned fds_open);
 void td__tenants_fini(void);
 /* A policy reload: each uid's limits resolved again (its limit lines). */
 void td__tenants_resolve(void);

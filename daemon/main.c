@@ -436,7 +436,8 @@ static int start(struct td__daemon *d, uv_signal_t *sigint,
 		    td__policy_load(d->opts.policy_path, d->policy) < 0)
 			return -1;
 	}
-	td__tenants_init(d, fds_open());
+	if (td__tenants_init(d, fds_open()) < 0)
+		return -1;
 	/*
 	 * restore before listening: clients never see a half-filled store;
 	 * the fd store, when it restored, is newer than any snapshot

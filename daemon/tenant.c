@@ -229,17 +229,43 @@ uint64_t td__tenant_fds(void)
 	return T.fds;
 }
 
-void td__tenants_init(struct td__daemon *d, unsigned fds_open)
+int td__tenants_init(struct td__daemon *d, unsigned fds_open)
 {
 	struct rlimit rl;
-	uint64_t budget;
+	uint64_t budget, http;
 
 	T.d = d;
 	T.fd_limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
 				     rl.rlim_cur != RLIM_INFINITY
 			     ? (uint64_t)rl.rlim_cur
 			     : 1024;
-	T.fd_base = fds_open;
+	/*
+	 * The HTTP store's descriptors are the daemon's own, counted for
+	 * no uid: a socket per connection and, while a chunk goes by
+	 * sendfile(), a duplicate of its plane; its listening socket and
+	 * libmicrohttpd's epoll fd. Unauthenticated readers took them out
+	 * of what clients may hold and out of the reserve: at a limit of
+	 * 80, 63 idle HTTP connections left root no descriptor to accept
+	 * its socket connection with.
+	 */
+	http = d->opts.http_addr
+		       ? 2 * (uint64_t)d->opts.http_max_connections + 2
+		       : 0;
+	if (http && fds_open + http + 2 * TD__FD_SLACK > T.fd_limit) {
+		td__log(TD_LOG_ERROR,
+			"--http-max-connections %u needs %llu descriptors; "
+			"RLIMIT_NOFILE %llu leaves %llu: lower it, or raise "
+			"the limit (LimitNOFILE=)",
+			d->opts.http_max_connections, (unsigned long long)http,
+			(unsigned long long)T.fd_limit,
+			(unsigned long long)(T.fd_limit > fds_open +
+							      2 * TD__FD_SLACK
+						     ? T.fd_limit - fds_open -
+							       2 * TD__FD_SLACK
+						     : 0));
+		return -EMFILE;
+	}
+	T.fd_base = fds_open + http;
 	if (T.fd_base + 2 * TD__FD_SLACK > T.fd_limit)
 		T.fd_base = T.fd_limit > 2 * TD__FD_SLACK
 				    ? T.fd_limit - 2 * TD__FD_SLACK
@@ -283,6 +309,7 @@ void td__tenants_init(struct td__daemon *d, unsigned fds_open)
 		(unsigned long long)(d->opts.uid_max_bytes_set
 					     ? d->opts.uid_max_bytes
 					     : d->opts.max_bytes / 2));
+	return 0;
 }
 
 uint64_t td__tenant_quota(uid_t uid)

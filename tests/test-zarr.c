@@ -20,6 +20,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <linux/udmabuf.h>
@@ -1773,6 +1774,7 @@ Test(checkers, catch_what_zarrita_lets_through, .init = start, .fini = stop)
  * the plain suite only (as test-recycle.c). */
 #ifndef __SANITIZE_ADDRESS__
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 /* A page the malloc-count shim (tests/malloc-count.c) counts into, shared
  * with the daemon or tool it is preloaded in: its file is path (a
@@ -3334,5 +3336,85 @@ Test(http, a_group_request_waits_while_many_texts_are_printed,
 	cr_assert_eq(metric_value(m, "tensord_http_meta_waits_total "),
 	             waits + 1, "%s", m);
 	free(m);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/* The daemon's RLIMIT_NOFILE (its child hook). */
+static void nofile_256(void)
+{
+	struct rlimit rl = {256, 256};
+
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+		_exit(125);
+}
+
+/*
+ * The HTTP store's descriptors (a socket per connection, a duplicate of
+ * the plane per chunk going by sendfile) were counted for nobody: at
+ * RLIMIT_NOFILE 256, --http-max-connections 200 readers of a chunk
+ * could hold 402 descriptors (at 80, 63 idle connections were enough),
+ * and root could no longer connect to the socket (accept4: EMFILE):
+ * unauthenticated clients took the reserve the daemon keeps for root. Now they are the daemon's own, out
+ * of what clients may hold: a limit that cannot hold them stops the
+ * start, naming both numbers; at one that can, every reader holding a
+ * chunk still leaves root its socket.
+ */
+Test(http, the_stores_descriptors_are_the_daemons_own, .fini = stop)
+{
+	static const char *const more[] = {"--http-prefix", "",
+	                                   "--http-max-connections", "100",
+	                                   NULL};
+	const size_t len = 4u << 20;
+	char *out, req[128];
+	int fds[99];
+
+	zt_setup(NULL);
+	/* a hang guard only: with the fix it exits at once */
+	cr_assert_eq(zt_sh(&out,
+	                   "ulimit -n 256; timeout 20 '%s' --socket %s/s.sock "
+	                   "--http 127.0.0.1:0 --http-prefix '' "
+	                   "--http-max-connections 200",
+	                   getenv("TD_TENSORD"), zt_dir),
+	             1, "%s", out);
+	cr_assert(strstr(out, "--http-max-connections 200 needs 402 "
+	                      "descriptors; RLIMIT_NOFILE 256"),
+	          "%s", out);
+	free(out);
+	zt_teardown();
+
+	port = free_port();
+	snprintf(req, sizeof(req), "127.0.0.1:%u", port);
+	{
+		const char *args[] = {"--http", req, more[0], more[1], more[2],
+		                      more[3], NULL};
+
+		tu_daemon_start_log(&d, "warn", args, NULL, nofile_256);
+	}
+	zt_setup(&d);
+	put_filled("big", 'A', len);
+	snprintf(req, sizeof(req),
+	         "GET /zarr/big/c/0 HTTP/1.1\r\nHost: t\r\n\r\n");
+	/* all slots but one a reader that takes no byte: each response
+	 * holds its socket and its plane's duplicate */
+	for (int i = 0; i < 99; i++) {
+		fds[i] = connect_tcp();
+		cr_assert(send(fds[i], req, strlen(req), 0) > 0);
+	}
+	for (int i = 0; i < 2000; i++) {
+		size_t mlen;
+		char *m = get_ok("/metrics", &mlen);
+		bool all = strstr(m, "tensord_http_leases 99\n");
+
+		free(m);
+		if (all)
+			break;
+		cr_assert_lt(i, 1999, "99 responses never started");
+		usleep(10000);
+	}
+	/* root still gets descriptors: a connection, a plane */
+	put_filled("small", 'B', 4);
+	zt_ok("ls");
+	for (int i = 0; i < 99; i++)
+		close(fds[i]);
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
