@@ -541,7 +541,6 @@ Test(snapshot, sigkill_at_every_step_of_a_save_keeps_a_whole_snapshot_uring,
 
 /* ---- bad snapshots ---- */
 
-/* A saved snapshot of set, the daemon stopped. */
 /* The file's bytes b (len, malloc'ed: freed), written back in place. */
 static void put_back(const char *path, uint8_t *b, size_t len)
 {
@@ -553,6 +552,7 @@ static void put_back(const char *path, uint8_t *b, size_t len)
 	free(b);
 }
 
+/* A saved snapshot of set, the daemon stopped. */
 static void saved(struct snapdir *s, struct tensor *set)
 {
 	struct tu_daemon d;
@@ -564,6 +564,19 @@ static void saved(struct snapdir *s, struct tensor *set)
 	put_set(c, set);
 	td_client_close(c);
 	tu_daemon_stop(&d, true);
+}
+
+/* One tensor a saved by d on s (made already), the daemon stopped. */
+static void saved_one(struct tu_daemon *d, struct snapdir *s,
+		      struct tensor *a)
+{
+	struct td_client *c;
+
+	start(d, s, "sync", "30");
+	c = conn(d);
+	put(c, a, next_version(c));
+	td_client_close(c);
+	tu_daemon_stop(d, true);
 }
 
 static void starts_empty_and_moves_aside(struct snapdir *s,
@@ -1293,11 +1306,7 @@ Test(snapshot, a_link_to_the_snapshot_stays_a_link, .timeout = 60)
 
 	snapdir_make(&s);
 	snprintf(link, sizeof(link), "%s/link.hrry", s.dir);
-	start(&d, &s, "sync", "30");
-	c = conn(&d);
-	put(c, &a, next_version(c));
-	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	saved_one(&d, &s, &a);
 	cr_assert_eq(symlink("snap.hrry", link), 0);
 	tu_daemon_start_log(&d, "info", extra, s.log, NULL);
 	c = conn(&d);
@@ -1384,11 +1393,7 @@ Test(snapshot, a_file_size_limit_fails_a_save_not_the_daemon, .timeout = 60)
 
 	cr_assert_not_null(big);
 	snapdir_make(&s);
-	start(&d, &s, "sync", "30");
-	c = conn(&d);
-	put(c, &a, next_version(c));
-	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	saved_one(&d, &s, &a);
 	before = tu_read_file(s.file, &blen);
 
 	/* the same, under a file size limit the next save outgrows */
@@ -1447,11 +1452,7 @@ Test(snapshot, a_read_error_stops_the_start_and_keeps_the_file,
 
 	snapdir_make(&s);
 	snprintf(sock, sizeof(sock), "%s/td.sock", s.dir);
-	start(&d, &s, "sync", "30");
-	c = conn(&d);
-	put(c, &a, next_version(c));
-	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	saved_one(&d, &s, &a);
 	before = tu_read_file(s.file, &blen);
 
 	/* only the daemon's environment: it is exec'ed with ours */
@@ -1592,11 +1593,7 @@ Test(snapshot, a_second_daemon_on_the_same_snapshot_does_not_start,
 
 	snapdir_make(&s);
 	snprintf(sock, sizeof(sock), "%s/second.sock", s.dir);
-	start(&d, &s, "sync", "30");
-	c = conn(&d);
-	put(c, &a, next_version(c));
-	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	saved_one(&d, &s, &a);
 	start(&d, &s, "sync", "30");
 	cr_assert_eq(tu_run_capture_all(argv, &out), 1, "%s", out);
 	snprintf(pid, sizeof(pid), "pid %d", (int)d.pid);
@@ -1737,11 +1734,7 @@ Test(snapshot, a_fence_unsignalled_at_the_stop_is_warned_about,
 	cr_assert_eq(ftruncate(fd, 64), 0);
 	cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
 	snapdir_make(&s);
-	start(&d, &s, "sync", "30");
-	c = conn(&d);
-	put(c, &a, next_version(c));
-	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	saved_one(&d, &s, &a);
 	check_file(s.file, &a, 1);
 
 	start(&d, &s, "sync", "30");
