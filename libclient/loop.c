@@ -196,6 +196,13 @@ int td_client_get_newer_async(struct td_client *c, const char *name,
 		rc = td__fail(err, -ENOTCONN, "client is closing");
 		goto fail;
 	}
+	/* a broken connection first, as td__get_common: the held ids
+	 * encoded below must be the new daemon's */
+	if (c->dead) {
+		rc = td__client_usable(c, err);
+		if (rc < 0)
+			goto fail;
+	}
 	len = td__get_encode(c, name, TD_GET_NEWER, after, t);
 	if (len < 0) {
 		rc = td__fail(err, -EINVAL, "bad tensor name");

@@ -681,6 +681,17 @@ int td__get_common(struct td_client *c, const char *name, uint32_t mode,
 		return td__fail(err, -EINVAL, "missing argument");
 	*out = NULL;
 	pthread_mutex_lock(&c->lock);
+	/*
+	 * A broken connection first: a reconnect forgets the old daemon's
+	 * buffer ids, which the held ids encoded below would name to the
+	 * new daemon (it numbers its buffers from 1 again: a buffer it
+	 * left out as held would not be mapped here).
+	 */
+	if (c->dead) {
+		rc = td__client_usable(c, err);
+		if (rc < 0)
+			goto out;
+	}
 	len = td__get_encode(c, name, mode, version, timeout_ms);
 	if (len < 0) {
 		rc = td__fail(err, -EINVAL, "bad tensor name");

@@ -572,6 +572,52 @@ Test(loop, reconnect_after_a_restart_rewatches_and_tells_the_application)
 }
 
 /*
+ * An async GET that reconnects, on SCM_RIGHTS: its GET names the
+ * buffers mapped here (held ids), and must name none of the old
+ * daemon's, whose buffer ids the new one uses again for its own (it
+ * left buffer 1 out as held, and the callback got "not mapped here").
+ */
+Test(loop, an_async_get_that_reconnects_names_no_old_buffer_scm)
+{
+	char link[64];
+	snprintf(link, sizeof(link), "/tmp/td-reconnect-a-%d.sock",
+		 (int)getpid());
+	struct tu_daemon d1, d2;
+	tu_daemon_start(&d1, "warn");
+	tu_link_to(link, d1.sock);
+
+	struct td_client *c, *p;
+	struct td_error e = {0};
+	cr_assert_eq(setenv("TENSORD_IMPORT", "scm", 1), 0);
+	cr_assert_eq(td_client_connect_ex(link, TD_CLIENT_RECONNECT, &c, &e),
+		     0, "%s", e.reason);
+	cr_assert_eq(td_client_connect(d1.sock, &p, &e), 0, "%s", e.reason);
+	put(p, "a", 1);
+	struct td_tensor *t;
+	cr_assert_eq(td_client_get(c, "a", &t, NULL), 0);
+	td_tensor_release(t); /* its mapping stays cached */
+	td_client_close(p);
+	tu_daemon_kill(&d1);
+	struct td_entry ent;
+	cr_assert_lt(td_client_stat(c, "a", &ent, NULL), 0);
+
+	tu_daemon_start(&d2, "warn");
+	tu_link_to(link, d2.sock);
+	cr_assert_eq(td_client_connect(d2.sock, &p, &e), 0, "%s", e.reason);
+	put(p, "a", 5);
+	struct got g = {0};
+	cr_assert_eq(td_client_get_newer_async(c, "a", 0, 0, on_get, &g, &e),
+		     0, "%s", e.reason);
+	run_until(c, &g);
+	cr_assert_eq(g.status, 0, "%s", g.reason);
+	cr_assert_eq(g.first, 5);
+	td_client_close(p);
+	td_client_close(c);
+	tu_daemon_kill(&d2);
+	unlink(link);
+}
+
+/*
  * An application that only waits for events: the next_event during
  * which the daemon went away fails, and the next one reconnected but then
  * waited on the new socket with the RECONNECTED event queued, until some
