@@ -254,6 +254,8 @@ void td__dispatch_init(void);
 
 /* ---- http.c (docs/zarr.md): the read-only HTTP store ---- */
 
+/* Whether --http ADDR has a form the store takes: 0, or -EINVAL, why. */
+int td__http_addr_check(const char *addr, const char **why);
 /* Listen on --http when given (0), or -1 after logging why. */
 int td__http_start(struct td__daemon *d);
 /* Close every HTTP connection (their leases) and the listener. */

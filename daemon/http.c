@@ -597,18 +597,21 @@ static int unix_stale(const struct sockaddr_un *un, const char **why)
  * ADDR as a bound, listening socket: unix:PATH, [IPv6]:PORT or
  * IPv4:PORT (numeric only). fd, or -errno with *why.
  */
-static int listen_on(const char *addr, const char **why)
+/*
+ * ADDR's form (docs/zarr.md §3) into *ss: 0, or -EINVAL and why. Opens
+ * nothing, so main.c checks it with the other options (exit status 2).
+ */
+static int parse_addr(const char *addr, struct sockaddr_storage *ss,
+		      socklen_t *sl, const char **why)
 {
-	struct sockaddr_storage ss = {0};
-	socklen_t sl;
 	const char *colon;
 	char host[64];
 	unsigned long port;
 	char *end;
-	int fd, one = 1;
 
+	memset(ss, 0, sizeof(*ss));
 	if (!strncmp(addr, "unix:", 5)) {
-		struct sockaddr_un *un = (struct sockaddr_un *)&ss;
+		struct sockaddr_un *un = (struct sockaddr_un *)ss;
 
 		if (strlen(addr + 5) >= sizeof(un->sun_path) || !addr[5]) {
 			*why = "unix: path empty or too long";
@@ -616,48 +619,70 @@ static int listen_on(const char *addr, const char **why)
 		}
 		un->sun_family = AF_UNIX;
 		strcpy(un->sun_path, addr + 5);
-		sl = sizeof(*un);
-		fd = unix_stale(un, why);
+		*sl = sizeof(*un);
+		return 0;
+	}
+	colon = strrchr(addr, ':');
+	if (!colon || (size_t)(colon - addr) >= sizeof(host)) {
+		*why = "want 127.0.0.1:PORT, [::1]:PORT, unix:PATH or "
+		       "another numeric address:PORT";
+		return -EINVAL;
+	}
+	errno = 0;
+	port = strtoul(colon + 1, &end, 10);
+	if (errno || end == colon + 1 || *end || port > 65535) {
+		*why = "bad port";
+		return -EINVAL;
+	}
+	memcpy(host, addr, (size_t)(colon - addr));
+	host[colon - addr] = 0;
+	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+
+		host[strlen(host) - 1] = 0;
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons((uint16_t)port);
+		if (inet_pton(AF_INET6, host + 1, &s6->sin6_addr) != 1) {
+			*why = "not a numeric IPv6 address";
+			return -EINVAL;
+		}
+		*sl = sizeof(*s6);
+	} else {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+
+		s4->sin_family = AF_INET;
+		s4->sin_port = htons((uint16_t)port);
+		if (inet_pton(AF_INET, host, &s4->sin_addr) != 1) {
+			*why = "not a numeric IPv4 address (names are "
+			       "not resolved)";
+			return -EINVAL;
+		}
+		*sl = sizeof(*s4);
+	}
+	return 0;
+}
+
+int td__http_addr_check(const char *addr, const char **why)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl;
+
+	return parse_addr(addr, &ss, &sl, why);
+}
+
+static int listen_on(const char *addr, const char **why)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = 0;
+	int fd, one = 1;
+
+	fd = parse_addr(addr, &ss, &sl, why);
+	if (fd < 0)
+		return fd;
+	if (ss.ss_family == AF_UNIX) {
+		fd = unix_stale((const struct sockaddr_un *)&ss, why);
 		if (fd < 0)
 			return fd;
-	} else {
-		colon = strrchr(addr, ':');
-		if (!colon || (size_t)(colon - addr) >= sizeof(host)) {
-			*why = "want 127.0.0.1:PORT, [::1]:PORT, unix:PATH or "
-			       "another numeric address:PORT";
-			return -EINVAL;
-		}
-		errno = 0;
-		port = strtoul(colon + 1, &end, 10);
-		if (errno || end == colon + 1 || *end || port > 65535) {
-			*why = "bad port";
-			return -EINVAL;
-		}
-		memcpy(host, addr, (size_t)(colon - addr));
-		host[colon - addr] = 0;
-		if (host[0] == '[' && host[strlen(host) - 1] == ']') {
-			struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
-
-			host[strlen(host) - 1] = 0;
-			s6->sin6_family = AF_INET6;
-			s6->sin6_port = htons((uint16_t)port);
-			if (inet_pton(AF_INET6, host + 1, &s6->sin6_addr) != 1) {
-				*why = "not a numeric IPv6 address";
-				return -EINVAL;
-			}
-			sl = sizeof(*s6);
-		} else {
-			struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
-
-			s4->sin_family = AF_INET;
-			s4->sin_port = htons((uint16_t)port);
-			if (inet_pton(AF_INET, host, &s4->sin_addr) != 1) {
-				*why = "not a numeric IPv4 address (names are "
-				       "not resolved)";
-				return -EINVAL;
-			}
-			sl = sizeof(*s4);
-		}
 	}
 	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
 		    0);

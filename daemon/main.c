@@ -244,9 +244,16 @@ static int parse_http_opt(int c, const char *arg, struct td__opts *o)
 	long v;
 
 	switch (c) {
-	case 20:
+	case 20: {
+		const char *why = NULL;
+
+		if (td__http_addr_check(arg, &why) < 0) {
+			fprintf(stderr, "tensord: --http %s: %s\n", arg, why);
+			return 2;
+		}
 		o->http_addr = arg;
 		return 0;
+	}
 	case 21:
 		if (*arg && td_wire_name_check(arg, strlen(arg), true, NULL) < 0) {
 			fprintf(stderr, "tensord: --http-prefix: not a valid "

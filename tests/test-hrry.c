@@ -2187,6 +2187,43 @@ Test(hrry, tensorctl_load_refuses_names_tensord_does_not_take)
 	tu_daemon_stop(&d, false);
 }
 
+/* docs/hurray.md: --message and --variable-key are .tgm options, a usage
+ * error with a Hurray file that says so (it said "unknown option") */
+Test(hrry, tensorctl_load_names_the_tgm_options_a_hurray_file_refuses)
+{
+	struct tu_daemon d;
+	struct hu_sink s = {0};
+	struct hu_raw r;
+	struct td_hrry_desc desc;
+	uint8_t u3[3] = {7, 8, 9};
+	char path[] = "/tmp/td-hrry-XXXXXX", *out;
+	static const char *const opt[][2] = {{"--message", "0"},
+					     {"--variable-key", "k"}};
+	int fd = mkstemp(path);
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	cr_assert_eq(hu_raw_init(&r, &s, NULL), 0);
+	td_hrry_desc_init_dense(&desc, TD_HRRY_TYPE_UINT8, 1, (uint64_t[]){3});
+	cr_assert_eq(hu_raw_tensor(&r, "good", &desc, (const void *[]){u3}), 0);
+	cr_assert_eq(hu_raw_finish(&r, NULL, 0), 0);
+	save_file(path, s.buf, s.len);
+	free(s.buf);
+	tu_daemon_start(&d, "error");
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(tu_tensorctl(&d, &out, "load", path, opt[i][0],
+					  opt[i][1], "--json", NULL),
+			     2, "%s", out);
+		cr_assert_not_null(strstr(out, "--message and --variable-key "
+					       "are for .tgm files"),
+				   "%s", out);
+		cr_assert_null(strstr(out, "unknown option"), "%s", out);
+		free(out);
+	}
+	unlink(path);
+	tu_daemon_stop(&d, false);
+}
+
 Test(hrry, tensorctl_load_is_all_or_nothing_unless_partial)
 {
 	struct tu_daemon d;

@@ -1908,11 +1908,16 @@ Test(http, bad_addresses_stop_the_daemon_with_a_reason)
 		const char *args, *says;
 		int status;
 	} cases[] = {
-	        {"--http localhost:8080", "names are not resolved", 1},
-	        {"--http 127.0.0.1:99999", "bad port", 1},
-	        {"--http '[::1' ", "not a numeric", 1},
-	        {"--http 127.0.0.1", "want 127.0.0.1:PORT", 1},
-	        {"--http unix:", "unix: path empty", 1},
+	        /* a malformed address is a bad value, as tensord(8) says:
+	         * 2, before anything starts (it was 1, from the start) */
+	        {"--http localhost:8080", "names are not resolved", 2},
+	        {"--http 127.0.0.1:99999", "bad port", 2},
+	        {"--http '[::1' ", "not a numeric", 2},
+	        {"--http 127.0.0.1", "want 127.0.0.1:PORT", 2},
+	        {"--http unix:", "unix: path empty", 2},
+	        /* one of the right form that cannot be served stops the
+	         * start: 1 */
+	        {"--http 192.0.2.1:8750", "bind/listen", 1},
 	        {"--http-prefix ../x", "not a valid name prefix", 2},
 	        {"--http-timeout 0", "want 1 to 65536", 2},
 	};

@@ -525,16 +525,24 @@ static int load_input(const char *path, uint64_t max_bytes,
 static int load_opts(int argc, char **argv, const char **prefix,
 		     bool *partial, uint64_t *max_bytes)
 {
-	enum { O_PREFIX = TCTL_OPT_FIRST_OWN, O_PARTIAL, O_FORMAT, O_MAXB };
+	enum { O_PREFIX = TCTL_OPT_FIRST_OWN, O_PARTIAL, O_FORMAT, O_MAXB,
+	       O_TGM };
 	static const struct option opts[] = {
 		{"prefix", required_argument, NULL, O_PREFIX},
 		{"partial", no_argument, NULL, O_PARTIAL},
 		{"format", required_argument, NULL, O_FORMAT},
 		{"max-bytes", required_argument, NULL, O_MAXB},
+		/* known, so that the error says why, not "unknown option" */
+		{"message", required_argument, NULL, O_TGM},
+		{"variable-key", required_argument, NULL, O_TGM},
 		TCTL_COMMON_OPTIONS};
 	int rc, o;
 
 	while ((o = tctl_getopt(argc, argv, "", opts, &rc)) != -1) {
+		if (o == O_TGM)
+			return tctl_usage("load", "--message and --variable-key "
+					  "are for .tgm files, not a Hurray "
+					  "file");
 		if (o == O_PREFIX)
 			*prefix = optarg;
 		else if (o == O_PARTIAL)
