@@ -594,11 +594,8 @@ static int unix_stale(const struct sockaddr_un *un, const char **why)
 }
 
 /*
- * ADDR as a bound, listening socket: unix:PATH, [IPv6]:PORT or
- * IPv4:PORT (numeric only). fd, or -errno with *why.
- */
-/*
- * ADDR's form (docs/zarr.md §3) into *ss: 0, or -EINVAL and why. Opens
+ * ADDR's form (docs/zarr.md §3: unix:PATH, [IPv6]:PORT or IPv4:PORT,
+ * numeric only) into *ss: 0, or -EINVAL and why. Opens
  * nothing, so main.c checks it with the other options (exit status 2).
  */
 static int parse_addr(const char *addr, struct sockaddr_storage *ss,
@@ -670,6 +667,7 @@ int td__http_addr_check(const char *addr, const char **why)
 	return parse_addr(addr, &ss, &sl, why);
 }
 
+/* ADDR as a bound, listening socket: fd, or -errno with *why. */
 static int listen_on(const char *addr, const char **why)
 {
 	struct sockaddr_storage ss;
