@@ -58,10 +58,11 @@ void td__loop_close(struct td_client *c)
 
 void td__loop_ready(struct td_client *c)
 {
-	/* events another thread is handing out, to a handler, are its */
-	bool mine = !(c->ev_skipped && c->ev_depth && c->ev_fn);
-	bool want = ((c->ev_head || c->ev_lost) && mine) || c->done ||
-		    (c->sub_again && !c->sub_walk);
+	/* what another thread's turn was left is its (events: only those
+	 * it hands to a handler) */
+	bool evs = (c->ev_head || c->ev_lost) &&
+		   !(td__turn_left(&c->ev_turn) && c->ev_fn);
+	bool want = evs || c->done || (c->sub_again && !c->sub_turn.depth);
 	uint64_t v = 1;
 
 	/* a child of fork() shares the eventfd: it is the parent's to set */
@@ -144,6 +145,64 @@ static int deliver_gets(struct td_client *c, struct td__async *list)
 		n++;
 	}
 	return n;
+}
+
+/* One callback's worth of work, taken with the lock held. */
+union job {
+	struct {
+		td_event_fn fn;
+		void *ud;
+		struct td_event ev;
+	} ev;
+};
+
+/* The next watch event for the handler (due: within the call's batch). */
+static bool take_event(struct td_client *c, union job *j, bool due)
+{
+	j->ev.fn = c->ev_fn;
+	j->ev.ud = c->ev_ud;
+	return due && j->ev.fn && c->sock >= 0 && td__event_take(c, &j->ev.ev);
+}
+
+static void call_event(struct td_client *c, union job *j)
+{
+	j->ev.fn(c, &j->ev.ev, j->ev.ud);
+}
+
+/*
+ * Make the callbacks of one kind of queued work (take, call), at most
+ * limit, taking each from the head of its queue only when its turn
+ * comes. No lock held. So a callback that processes again (nested)
+ * goes on with the next in arrival order; a handler that sets another
+ * event handler, or none, has the rest go there; closing the handle ends
+ * a batch of events (they went with the handle).
+ *
+ * One thread at a time (t): while a callback runs, another thread's call
+ * leaves that queue alone (two threads taking turns at its head would
+ * run two callbacks at once, and finish them in either order). It does
+ * not wait: it goes back to its loop, and td_client_fd() stays quiet
+ * for that queue until this turn is done; what is left then makes it
+ * readable again.
+ */
+static int deliver(struct td_client *c, struct td__turn *t, size_t limit,
+		   bool (*take)(struct td_client *c, union job *j, bool due),
+		   void (*call)(struct td_client *c, union job *j))
+{
+	union job j;
+	size_t n = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (td__turn_take(t, true)) {
+		for (; take(c, &j, n < limit); n++) {
+			pthread_mutex_unlock(&c->lock);
+			call(c, &j);
+			pthread_mutex_lock(&c->lock);
+		}
+		td__turn_give(t);
+	}
+	td__loop_ready(c);
+	pthread_mutex_unlock(&c->lock);
+	return (int)n;
 }
 
 void td__loop_cancel(struct td_client *c)
@@ -290,54 +349,6 @@ static int read_ready(struct td_client *c)
 	return rc;
 }
 
-/*
- * Hand the events queued now to the handler, at most limit, taking
- * each from the head of the queue only when its turn comes. No lock
- * held. So a handler that processes again (nested) goes on with the
- * next event in arrival order; one that sets another handler, or none,
- * has the rest go there; one that closes the handle ends the batch (the
- * events left went with the handle).
- *
- * One thread at a time: while a handler runs, another thread's call
- * leaves the queue alone (two threads taking turns at its head would
- * run the handler on two events at once, and finish them in either
- * order). It does not wait for the handler: it goes back to its loop,
- * and td_client_fd() stays quiet for the queue until this delivery is
- * done; what is left then makes it readable again.
- */
-static int deliver_events(struct td_client *c, size_t limit)
-{
-	pthread_t self = pthread_self();
-	struct td_event ev;
-	int n = 0;
-
-	pthread_mutex_lock(&c->lock);
-	if (c->ev_depth && !pthread_equal(c->ev_by, self)) {
-		c->ev_skipped = true;
-		td__loop_ready(c);
-		pthread_mutex_unlock(&c->lock);
-		return 0;
-	}
-	c->ev_by = self;
-	c->ev_depth++;
-	for (; limit; limit--) {
-		td_event_fn fn = c->ev_fn;
-		void *ud = c->ev_ud;
-
-		if (!fn || c->sock < 0 || !td__event_take(c, &ev))
-			break;
-		pthread_mutex_unlock(&c->lock);
-		fn(c, &ev, ud);
-		n++;
-		pthread_mutex_lock(&c->lock);
-	}
-	if (!--c->ev_depth)
-		c->ev_skipped = false;
-	td__loop_ready(c);
-	pthread_mutex_unlock(&c->lock);
-	return n;
-}
-
 int td_client_process(struct td_client *c, struct td_error *err)
 {
 	struct td__async *gets;
@@ -371,7 +382,7 @@ int td_client_process(struct td_client *c, struct td_error *err)
 	pthread_mutex_unlock(&c->lock);
 	if (rc == 0 && open)
 		n += td__sub_deliver(c);
-	n += deliver_events(c, evs);
+	n += deliver(c, &c->ev_turn, evs, take_event, call_event);
 	td__client_unref(c);
 	if (rc < 0)
 		return td__fail(err, rc, "connection: %s", strerror(-rc));
