@@ -246,9 +246,9 @@ struct td_client {
 	bool closing; /* td_client_close() began: no new asynchronous GET */
 	td_event_fn ev_fn; /* td_client_set_event_handler(), NULL = none */
 	void *ev_ud;
-	/* watch events go to the handler one thread at a time (loop.c,
-	 * deliver) */
-	struct td__turn ev_turn;
+	/* td_client_process()'s callbacks, one thread at a time each:
+	 * watch events, finished GETs (loop.c, deliver) */
+	struct td__turn ev_turn, get_turn;
 	struct td_sub *subs; /* subscriptions with a handler (ring.c) */
 	/*
 	 * td__sub_deliver() walking them (one walk at a time, and not

@@ -62,7 +62,8 @@ void td__loop_ready(struct td_client *c)
 	 * it hands to a handler) */
 	bool evs = (c->ev_head || c->ev_lost) &&
 		   !(td__turn_left(&c->ev_turn) && c->ev_fn);
-	bool want = evs || c->done || (c->sub_again && !c->sub_turn.depth);
+	bool want = evs || (c->done && !td__turn_left(&c->get_turn)) ||
+		    (c->sub_again && !c->sub_turn.depth);
 	uint64_t v = 1;
 
 	/* a child of fork() shares the eventfd: it is the parent's to set */
@@ -131,22 +132,6 @@ void td__loop_fail(struct td_client *c, int status)
 	td__loop_ready(c);
 }
 
-/* Call fn of every finished GET in list, and free them. No lock held. */
-static int deliver_gets(struct td_client *c, struct td__async *list)
-{
-	int n = 0;
-
-	while (list) {
-		struct td__async *a = list;
-
-		list = a->next;
-		a->fn(c, a->status, a->t, &a->err, a->ud);
-		free(a);
-		n++;
-	}
-	return n;
-}
-
 /* One callback's worth of work, taken with the lock held. */
 union job {
 	struct {
@@ -154,6 +139,7 @@ union job {
 		void *ud;
 		struct td_event ev;
 	} ev;
+	struct td__async *get;
 };
 
 /* The next watch event for the handler (due: within the call's batch). */
@@ -167,6 +153,32 @@ static bool take_event(struct td_client *c, union job *j, bool due)
 static void call_event(struct td_client *c, union job *j)
 {
 	j->ev.fn(c, &j->ev.ev, j->ev.ud);
+}
+
+/*
+ * The next finished GET. Once the handle is closing every one is due:
+ * nothing calls td_client_process() after the close to deliver the rest,
+ * and each fn is owed its one call.
+ */
+static bool take_get(struct td_client *c, union job *j, bool due)
+{
+	struct td__async *a = c->done;
+
+	if (!a || !(due || c->closing))
+		return false;
+	c->done = a->next;
+	if (!c->done)
+		c->done_tail = NULL;
+	j->get = a;
+	return true;
+}
+
+static void call_get(struct td_client *c, union job *j)
+{
+	struct td__async *a = j->get;
+
+	a->fn(c, a->status, a->t, &a->err, a->ud);
+	free(a);
 }
 
 /*
@@ -207,18 +219,15 @@ static int deliver(struct td_client *c, struct td__turn *t, size_t limit,
 
 void td__loop_cancel(struct td_client *c)
 {
-	struct td__async *list;
-
 	pthread_mutex_lock(&c->lock);
 	/* a callback below that asks again is refused: nothing would
 	 * deliver its answer, nor free it */
 	c->closing = true;
 	td__loop_fail(c, -ECANCELED);
-	list = c->done;
-	c->done = c->done_tail = NULL;
-	td__loop_ready(c);
 	pthread_mutex_unlock(&c->lock);
-	deliver_gets(c, list);
+	/* during another thread's turn (a close from some callback beside
+	 * it), that thread delivers them all (take_get) */
+	deliver(c, &c->get_turn, SIZE_MAX, take_get, call_get);
 }
 
 int td_client_set_event_handler(struct td_client *c, td_event_fn fn,
@@ -351,8 +360,7 @@ static int read_ready(struct td_client *c)
 
 int td_client_process(struct td_client *c, struct td_error *err)
 {
-	struct td__async *gets;
-	size_t evs = 0;
+	size_t gets = 0, evs = 0;
 	bool open;
 	int rc, n;
 
@@ -360,9 +368,9 @@ int td_client_process(struct td_client *c, struct td_error *err)
 		return td__fail(err, -EINVAL, "no client");
 	pthread_mutex_lock(&c->lock);
 	rc = read_ready(c);
-	gets = c->done;
-	c->done = c->done_tail = NULL;
-	/* what came in during the callbacks waits for the next call */
+	/* what comes in during the callbacks waits for the next call */
+	for (const struct td__async *a = c->done; a; a = a->next)
+		gets++;
 	for (const struct td__event *e = c->ev_head; e && c->ev_fn;
 	     e = e->next)
 		evs++;
@@ -370,13 +378,13 @@ int td_client_process(struct td_client *c, struct td_error *err)
 	td__loop_ready(c);
 	/*
 	 * A callback may close the handle: the struct stays until the
-	 * callbacks are done. GETs taken are still delivered (each fn is
+	 * callbacks are done. Finished GETs are still delivered (each fn is
 	 * owed its one call); events and subscriptions end with the handle.
 	 */
 	td__client_ref(c);
 	pthread_mutex_unlock(&c->lock);
 
-	n = deliver_gets(c, gets);
+	n = deliver(c, &c->get_turn, gets, take_get, call_get);
 	pthread_mutex_lock(&c->lock);
 	open = c->sock >= 0;
 	pthread_mutex_unlock(&c->lock);
