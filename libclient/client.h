@@ -122,6 +122,57 @@ struct td__gf {
 #define TD__PROD_ROW_LINES 4
 
 /*
+ * Whose turn it is to make one kind of callback (td_client_process():
+ * watch events, finished asynchronous GETs, the ring walk), lock held:
+ * one thread at a time, so that a callback never runs beside another of
+ * its kind nor overtakes it. A call that finds another thread's turn
+ * leaves the work to it without waiting (skipped), and td_client_fd()
+ * stays quiet for that work until the turn ends (that thread's loop
+ * would spin on it).
+ */
+struct td__turn {
+	pthread_t by;   /* whose it is, while depth > 0 */
+	unsigned depth; /* its calls deep (a callback may process again) */
+	bool skipped;   /* another thread's call left work to it */
+};
+
+/*
+ * Take the turn: true, or false (skipped noted) when another thread has
+ * it, or when nest is false and this thread has it already.
+ */
+static inline bool td__turn_take(struct td__turn *t, bool nest)
+{
+	pthread_t self = pthread_self();
+
+	if (t->depth && !(nest && pthread_equal(t->by, self))) {
+		t->skipped = true;
+		return false;
+	}
+	t->by = self;
+	t->depth++;
+	return true;
+}
+
+/* End a td__turn_take(): whether another call skipped work (the last
+ * end of a turn only; it is then forgotten). */
+static inline bool td__turn_give(struct td__turn *t)
+{
+	bool skipped = t->skipped;
+
+	if (--t->depth)
+		return false;
+	t->skipped = false;
+	return skipped;
+}
+
+/* Is the work of this kind left to the thread whose turn it is (then
+ * td_client_fd() is quiet for it)? */
+static inline bool td__turn_left(const struct td__turn *t)
+{
+	return t->depth && t->skipped;
+}
+
+/*
  * What conn.c, the connection core, hands up to the files above it; set
  * by connect.c at connect (callbacks, so that no call leads back up).
  */
@@ -195,24 +246,19 @@ struct td_client {
 	bool closing; /* td_client_close() began: no new asynchronous GET */
 	td_event_fn ev_fn; /* td_client_set_event_handler(), NULL = none */
 	void *ev_ud;
-	/*
-	 * Events go to the handler one at a time (loop.c, deliver_events):
-	 * ev_by delivers, ev_depth calls deep (a handler may process again);
-	 * ev_skipped: another thread's td_client_process() left the queue to
-	 * it, so efd is off until it is done (that thread would spin on it).
-	 */
-	pthread_t ev_by;
-	unsigned ev_depth;
-	bool ev_skipped;
+	/* td_client_process()'s callbacks, one thread at a time each:
+	 * watch events, finished GETs (loop.c, deliver) */
+	struct td__turn ev_turn, get_turn;
 	struct td_sub *subs; /* subscriptions with a handler (ring.c) */
-	bool sub_walk;       /* td__sub_deliver() is calling them */
 	/*
-	 * A td_client_process() that found the walk under way quietened
-	 * the subscriptions' fds (sub_skipped), so that its loop does not
-	 * spin on them; the walk then owes another of all of them
-	 * (sub_again), which keeps efd readable until it is done.
+	 * td__sub_deliver() walking them (one walk at a time, and not
+	 * nested either). A call that found the walk under way quietened the
+	 * subscriptions' fds (so that its loop does not spin on them), and
+	 * the walk then owes another of all of them (sub_again), which
+	 * keeps efd readable until it is done.
 	 */
-	bool sub_skipped, sub_again;
+	struct td__turn sub_turn;
+	bool sub_again;
 	struct td__map *maps; /* list of every mapping */
 	unsigned idle_maps;   /* maps with refs == 0 */
 	struct td__loanbuf *loans; /* recyclable loan buffers */

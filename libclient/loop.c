@@ -58,10 +58,12 @@ void td__loop_close(struct td_client *c)
 
 void td__loop_ready(struct td_client *c)
 {
-	/* events another thread is handing out, to a handler, are its */
-	bool mine = !(c->ev_skipped && c->ev_depth && c->ev_fn);
-	bool want = ((c->ev_head || c->ev_lost) && mine) || c->done ||
-		    (c->sub_again && !c->sub_walk);
+	/* what another thread's turn was left is its (events: only those
+	 * it hands to a handler) */
+	bool evs = (c->ev_head || c->ev_lost) &&
+		   !(td__turn_left(&c->ev_turn) && c->ev_fn);
+	bool want = evs || (c->done && !td__turn_left(&c->get_turn)) ||
+		    (c->sub_again && !c->sub_turn.depth);
 	uint64_t v = 1;
 
 	/* a child of fork() shares the eventfd: it is the parent's to set */
@@ -130,36 +132,102 @@ void td__loop_fail(struct td_client *c, int status)
 	td__loop_ready(c);
 }
 
-/* Call fn of every finished GET in list, and free them. No lock held. */
-static int deliver_gets(struct td_client *c, struct td__async *list)
+/* One callback's worth of work, taken with the lock held. */
+union job {
+	struct {
+		td_event_fn fn;
+		void *ud;
+		struct td_event ev;
+	} ev;
+	struct td__async *get;
+};
+
+/* The next watch event for the handler (due: within the call's batch). */
+static bool take_event(struct td_client *c, union job *j, bool due)
 {
-	int n = 0;
+	j->ev.fn = c->ev_fn;
+	j->ev.ud = c->ev_ud;
+	return due && j->ev.fn && c->sock >= 0 && td__event_take(c, &j->ev.ev);
+}
 
-	while (list) {
-		struct td__async *a = list;
+static void call_event(struct td_client *c, union job *j)
+{
+	j->ev.fn(c, &j->ev.ev, j->ev.ud);
+}
 
-		list = a->next;
-		a->fn(c, a->status, a->t, &a->err, a->ud);
-		free(a);
-		n++;
+/*
+ * The next finished GET. Once the handle is closing every one is due:
+ * nothing calls td_client_process() after the close to deliver the rest,
+ * and each fn is owed its one call.
+ */
+static bool take_get(struct td_client *c, union job *j, bool due)
+{
+	struct td__async *a = c->done;
+
+	if (!a || !(due || c->closing))
+		return false;
+	c->done = a->next;
+	if (!c->done)
+		c->done_tail = NULL;
+	j->get = a;
+	return true;
+}
+
+static void call_get(struct td_client *c, union job *j)
+{
+	struct td__async *a = j->get;
+
+	a->fn(c, a->status, a->t, &a->err, a->ud);
+	free(a);
+}
+
+/*
+ * Make the callbacks of one kind of queued work (take, call), at most
+ * limit, taking each from the head of its queue only when its turn
+ * comes. No lock held. So a callback that processes again (nested)
+ * goes on with the next in arrival order; a handler that sets another
+ * event handler, or none, has the rest go there; closing the handle ends
+ * a batch of events (they went with the handle).
+ *
+ * One thread at a time (t): while a callback runs, another thread's call
+ * leaves that queue alone (two threads taking turns at its head would
+ * run two callbacks at once, and finish them in either order). It does
+ * not wait: it goes back to its loop, and td_client_fd() stays quiet
+ * for that queue until this turn is done; what is left then makes it
+ * readable again.
+ */
+static int deliver(struct td_client *c, struct td__turn *t, size_t limit,
+		   bool (*take)(struct td_client *c, union job *j, bool due),
+		   void (*call)(struct td_client *c, union job *j))
+{
+	union job j;
+	size_t n = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (td__turn_take(t, true)) {
+		for (; take(c, &j, n < limit); n++) {
+			pthread_mutex_unlock(&c->lock);
+			call(c, &j);
+			pthread_mutex_lock(&c->lock);
+		}
+		td__turn_give(t);
 	}
-	return n;
+	td__loop_ready(c);
+	pthread_mutex_unlock(&c->lock);
+	return (int)n;
 }
 
 void td__loop_cancel(struct td_client *c)
 {
-	struct td__async *list;
-
 	pthread_mutex_lock(&c->lock);
 	/* a callback below that asks again is refused: nothing would
 	 * deliver its answer, nor free it */
 	c->closing = true;
 	td__loop_fail(c, -ECANCELED);
-	list = c->done;
-	c->done = c->done_tail = NULL;
-	td__loop_ready(c);
 	pthread_mutex_unlock(&c->lock);
-	deliver_gets(c, list);
+	/* during another thread's turn (a close from some callback beside
+	 * it), that thread delivers them all (take_get) */
+	deliver(c, &c->get_turn, SIZE_MAX, take_get, call_get);
 }
 
 int td_client_set_event_handler(struct td_client *c, td_event_fn fn,
@@ -297,58 +365,9 @@ static int read_ready(struct td_client *c)
 	return rc;
 }
 
-/*
- * Hand the events queued now to the handler, at most limit, taking
- * each from the head of the queue only when its turn comes. No lock
- * held. So a handler that processes again (nested) goes on with the
- * next event in arrival order; one that sets another handler, or none,
- * has the rest go there; one that closes the handle ends the batch (the
- * events left went with the handle).
- *
- * One thread at a time: while a handler runs, another thread's call
- * leaves the queue alone (two threads taking turns at its head would
- * run the handler on two events at once, and finish them in either
- * order). It does not wait for the handler: it goes back to its loop,
- * and td_client_fd() stays quiet for the queue until this delivery is
- * done; what is left then makes it readable again.
- */
-static int deliver_events(struct td_client *c, size_t limit)
-{
-	pthread_t self = pthread_self();
-	struct td_event ev;
-	int n = 0;
-
-	pthread_mutex_lock(&c->lock);
-	if (c->ev_depth && !pthread_equal(c->ev_by, self)) {
-		c->ev_skipped = true;
-		td__loop_ready(c);
-		pthread_mutex_unlock(&c->lock);
-		return 0;
-	}
-	c->ev_by = self;
-	c->ev_depth++;
-	for (; limit; limit--) {
-		td_event_fn fn = c->ev_fn;
-		void *ud = c->ev_ud;
-
-		if (!fn || c->sock < 0 || !td__event_take(c, &ev))
-			break;
-		pthread_mutex_unlock(&c->lock);
-		fn(c, &ev, ud);
-		n++;
-		pthread_mutex_lock(&c->lock);
-	}
-	if (!--c->ev_depth)
-		c->ev_skipped = false;
-	td__loop_ready(c);
-	pthread_mutex_unlock(&c->lock);
-	return n;
-}
-
 int td_client_process(struct td_client *c, struct td_error *err)
 {
-	struct td__async *gets;
-	size_t evs = 0;
+	size_t gets = 0, evs = 0;
 	bool open;
 	int rc, n;
 
@@ -356,9 +375,9 @@ int td_client_process(struct td_client *c, struct td_error *err)
 		return td__fail(err, -EINVAL, "no client");
 	pthread_mutex_lock(&c->lock);
 	rc = read_ready(c);
-	gets = c->done;
-	c->done = c->done_tail = NULL;
-	/* what came in during the callbacks waits for the next call */
+	/* what comes in during the callbacks waits for the next call */
+	for (const struct td__async *a = c->done; a; a = a->next)
+		gets++;
 	for (const struct td__event *e = c->ev_head; e && c->ev_fn;
 	     e = e->next)
 		evs++;
@@ -366,19 +385,19 @@ int td_client_process(struct td_client *c, struct td_error *err)
 	td__loop_ready(c);
 	/*
 	 * A callback may close the handle: the struct stays until the
-	 * callbacks are done. GETs taken are still delivered (each fn is
+	 * callbacks are done. Finished GETs are still delivered (each fn is
 	 * owed its one call); events and subscriptions end with the handle.
 	 */
 	td__client_ref(c);
 	pthread_mutex_unlock(&c->lock);
 
-	n = deliver_gets(c, gets);
+	n = deliver(c, &c->get_turn, gets, take_get, call_get);
 	pthread_mutex_lock(&c->lock);
 	open = c->sock >= 0;
 	pthread_mutex_unlock(&c->lock);
 	if (rc == 0 && open)
 		n += td__sub_deliver(c);
-	n += deliver_events(c, evs);
+	n += deliver(c, &c->ev_turn, evs, take_event, call_event);
 	td__client_unref(c);
 	if (rc < 0)
 		return td__fail(err, rc, "connection: %s", strerror(-rc));

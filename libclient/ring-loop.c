@@ -167,19 +167,19 @@ int td__sub_deliver(struct td_client *c)
 	 * as if each had been woken, for what the fds said.
 	 */
 	pthread_mutex_lock(&c->lock);
-	if (c->sub_walk) {
+	if (!td__turn_take(&c->sub_turn, false)) {
 		for (s = c->subs; s; s = s->lnext)
 			if (!s->ended)
 				(void)!read(s->efd, &(uint64_t){0},
 					    sizeof(uint64_t));
-		c->sub_skipped = true;
 		pthread_mutex_unlock(&c->lock);
 		return 0;
 	}
 	again = c->sub_again;
 	c->sub_again = false;
 	s = c->subs;
-	c->sub_walk = s != NULL;
+	if (!s)
+		td__turn_give(&c->sub_turn); /* no walk */
 	c->ops->ready(c);
 	pthread_mutex_unlock(&c->lock);
 	if (!s)
@@ -228,9 +228,7 @@ int td__sub_deliver(struct td_client *c)
 		/* the callback may have closed s (and only s) */
 	}
 	pthread_mutex_lock(&c->lock);
-	c->sub_walk = false;
-	c->sub_again = c->sub_skipped;
-	c->sub_skipped = false;
+	c->sub_again = td__turn_give(&c->sub_turn);
 	c->ops->ready(c);
 	pthread_mutex_unlock(&c->lock);
 	return n;

@@ -1416,43 +1416,56 @@ Test(loop, the_17th_wake_fd_of_a_ring_is_refused_and_leaves_no_fd)
 }
 
 /*
- * Two threads running their own loop on one handle: the handler sees
- * one event at a time, in arrival order, and the thread that finds the
- * other delivering does not spin while it waits for its turn.
+ * Two threads running their own loop on one handle (c; p publishes):
+ * a kind of callback (events, GETs, a ring's) sees one item at a time,
+ * in the order they came, and the thread that finds the other making
+ * them does not spin while it waits for its turn.
  */
+struct duo_get;
 struct duo {
-	struct td_client *c;
-	atomic_int inside;    /* handlers running now */
-	atomic_int overlaps;  /* a handler began while another ran */
-	atomic_int disorder;  /* a version not after the one before */
-	atomic_int calls;     /* handler calls */
+	struct td_client *c, *p;
+	atomic_int inside;    /* callbacks running now */
+	atomic_int overlaps;  /* a callback began while another ran */
+	atomic_int disorder;  /* an item not after the one before */
+	atomic_int calls;     /* callbacks made */
 	atomic_int stop;
-	atomic_int idle_calls; /* process calls made while a handler ran */
-	atomic_int hold_ms;   /* how long the first call's handler sleeps */
-	atomic_uint_fast64_t last; /* the version the handler saw last */
+	atomic_int idle_calls; /* process calls made while a callback ran */
+	atomic_int hold_ms;   /* how long the first callback sleeps */
+	atomic_uint_fast64_t last; /* the item the callbacks saw last */
+	struct duo_get *gets; /* feed_get's GETs */
 };
 
-static void duo_on_event(struct td_client *c, const struct td_event *ev,
-			 void *ud)
+/*
+ * A duo's callback, on item seq (its place in the order the work came,
+ * 0 when none): the first holds hold_ms, the others yield a little (the
+ * window another thread has).
+ */
+static void duo_call(struct duo *k, uint64_t seq)
 {
-	struct duo *k = ud;
 	int hold;
-	(void)c;
+
 	if (atomic_fetch_add(&k->inside, 1) != 0)
 		atomic_fetch_add(&k->overlaps, 1);
-	if (ev->type == TD_EVENT_TYPE_PUBLISHED) {
-		if (ev->version <= atomic_load(&k->last))
+	if (seq) {
+		if (seq <= atomic_load(&k->last))
 			atomic_fetch_add(&k->disorder, 1);
-		atomic_store(&k->last, ev->version);
+		atomic_store(&k->last, seq);
 	}
 	hold = atomic_exchange(&k->hold_ms, 0);
 	if (hold)
 		usleep((useconds_t)hold * 1000);
 	else
 		for (int i = 0; i < 4; i++)
-			sched_yield(); /* widen the window another thread has */
+			sched_yield();
 	atomic_fetch_add(&k->calls, 1);
 	atomic_fetch_sub(&k->inside, 1);
+}
+
+static void duo_on_event(struct td_client *c, const struct td_event *ev,
+			 void *ud)
+{
+	(void)c;
+	duo_call(ud, ev->type == TD_EVENT_TYPE_PUBLISHED ? ev->version : 0);
 }
 
 static void *duo_loop(void *arg)
@@ -1480,40 +1493,132 @@ static void duo_down(struct pair *x)
 	tu_daemon_stop(&x->d, false);
 }
 
-static void duo_run(struct duo *k, struct td_client *p, int n, int hold_ms)
+/* Until a callback of the duo runs. */
+static void duo_wait_inside(struct duo *k)
+{
+	for (int ms = 0; !atomic_load(&k->inside) && ms < HANG_MS; ms++)
+		usleep(1000);
+	cr_assert(atomic_load(&k->inside), "the first callback came");
+}
+
+/* The duo's work item i: a version of "duo" for its watch. */
+static void feed_event(struct duo *k, int i)
+{
+	put(k->p, "duo", (uint8_t)i);
+}
+
+/*
+ * Two loops on k->c while feed makes n callbacks' worth of work; with
+ * hold_ms, the rest is fed once the first callback holds it.
+ */
+static void duo_run(struct duo *k, void (*feed)(struct duo *k, int i), int n,
+		    int hold_ms)
 {
 	pthread_t th[2];
-	uint64_t id;
 
 	atomic_store(&k->hold_ms, hold_ms);
-	cr_assert_eq(td_client_watch(k->c, "duo", 0, &id, NULL), 0);
-	cr_assert_eq(td_client_set_event_handler(k->c, duo_on_event, k), 0);
 	for (int i = 0; i < 2; i++)
 		cr_assert_eq(pthread_create(&th[i], NULL, duo_loop, k), 0);
-	for (int i = 0; i < n; i++)
-		put(p, "duo", (uint8_t)i);
+	for (int i = 0; i < n; i++) {
+		feed(k, i);
+		if (i == 0 && hold_ms)
+			duo_wait_inside(k);
+	}
 	for (int ms = 0; atomic_load(&k->calls) < n && ms < HANG_MS; ms++)
 		usleep(1000);
 	atomic_store(&k->stop, 1);
 	for (int i = 0; i < 2; i++)
 		pthread_join(th[i], NULL);
-	cr_assert_eq(atomic_load(&k->calls), n, "events delivered: %d of %d",
+	cr_assert_eq(atomic_load(&k->calls), n, "callbacks made: %d of %d",
 		     atomic_load(&k->calls), n);
+}
+
+/* duo_run of n events to the handler */
+static void duo_events(struct duo *k, int n, int hold_ms)
+{
+	uint64_t id;
+
+	cr_assert_eq(td_client_watch(k->c, "duo", 0, &id, NULL), 0);
+	cr_assert_eq(td_client_set_event_handler(k->c, duo_on_event, k), 0);
+	duo_run(k, feed_event, n, hold_ms);
+}
+
+/* An asynchronous GET of a duo: its place in the order asked, its
+ * callback's calls and the status it was given last. */
+struct duo_get {
+	struct duo *k;
+	uint64_t seq;
+	atomic_int calls, status;
+};
+
+static void duo_on_get(struct td_client *c, int status, struct td_tensor *t,
+		       const struct td_error *err, void *ud)
+{
+	struct duo_get *g = ud;
+	(void)c, (void)err;
+	td_tensor_release(t);
+	atomic_store(&g->status, status);
+	atomic_fetch_add(&g->calls, 1);
+	duo_call(g->k, g->seq);
+}
+
+/* The duo's work item i: a GET of "duo", answered at once. */
+static void feed_get(struct duo *k, int i)
+{
+	struct duo_get *g = &k->gets[i];
+	struct td_error e = {0};
+
+	g->k = k;
+	g->seq = (uint64_t)i + 1;
+	cr_assert_eq(td_client_get_newer_async(k->c, "duo", 0, 0, duo_on_get,
+					       g, &e),
+		     0, "%s", e.reason);
+}
+
+/* duo_run of n GETs, each of whose callbacks is made once */
+static void duo_gets(struct duo *k, int n, int hold_ms)
+{
+	k->gets = calloc((size_t)n, sizeof(*k->gets));
+	cr_assert(k->gets);
+	put(k->p, "duo", 1);
+	duo_run(k, feed_get, n, hold_ms);
+	for (int i = 0; i < n; i++) {
+		cr_assert_eq(atomic_load(&k->gets[i].calls), 1,
+			     "GET %d: %d calls", i,
+			     atomic_load(&k->gets[i].calls));
+		cr_assert_eq(atomic_load(&k->gets[i].status), 0);
+	}
+	free(k->gets);
+}
+
+/*
+ * A duo of n items made by run, the first held hold_ms: one callback at
+ * a time, in order, and with a hold the other loop does not spin.
+ */
+static void duo_test(void (*run)(struct duo *k, int n, int hold_ms), int n,
+		     int hold_ms)
+{
+	struct pair x;
+	pair_up(&x);
+	struct duo k = {.c = x.c, .p = x.p};
+	run(&k, n, hold_ms);
+	cr_assert_eq(atomic_load(&k.overlaps), 0,
+		     "two callbacks ran at once %d times",
+		     atomic_load(&k.overlaps));
+	cr_assert_eq(atomic_load(&k.disorder), 0,
+		     "%d callbacks came after a later one's",
+		     atomic_load(&k.disorder));
+	if (hold_ms)
+		cr_assert_leq(atomic_load(&k.idle_calls), 20,
+			      "%d calls of td_client_process() while a "
+			      "callback ran",
+			      atomic_load(&k.idle_calls));
+	duo_down(&x);
 }
 
 Test(loop, two_threads_processing_deliver_one_event_at_a_time_in_order)
 {
-	struct pair x;
-	pair_up(&x);
-	struct duo k = {.c = x.c};
-	duo_run(&k, x.p, 300, 0);
-	cr_assert_eq(atomic_load(&k.overlaps), 0,
-		     "the handler ran on two events at once %d times",
-		     atomic_load(&k.overlaps));
-	cr_assert_eq(atomic_load(&k.disorder), 0,
-		     "%d events came after a later one",
-		     atomic_load(&k.disorder));
-	duo_down(&x);
+	duo_test(duo_events, 300, 0);
 }
 
 /*
@@ -1525,34 +1630,15 @@ Test(loop, two_threads_processing_deliver_one_event_at_a_time_in_order)
  */
 Test(loop, a_thread_waiting_for_anothers_handler_does_not_spin)
 {
-	struct pair x;
-	pair_up(&x);
-	struct duo k = {.c = x.c};
-	duo_run(&k, x.p, 3, 300);
-	cr_assert_leq(atomic_load(&k.idle_calls), 20,
-		      "%d calls of td_client_process() while a handler ran",
-		      atomic_load(&k.idle_calls));
-	cr_assert_eq(atomic_load(&k.overlaps), 0);
-	cr_assert_eq(atomic_load(&k.disorder), 0);
-	duo_down(&x);
+	duo_test(duo_events, 3, 300);
 }
 
-/* A ring subscription's handler on a duo: hold_ms, then the version. */
+/* A ring subscription's handler on a duo. */
 static void ring_duo_on_view(struct td_sub *s, int status,
 			     const struct td_view *v, void *ud)
 {
-	struct duo *k = ud;
-	int hold;
 	(void)s;
-	if (atomic_fetch_add(&k->inside, 1) != 0)
-		atomic_fetch_add(&k->overlaps, 1);
-	if (status == 0)
-		atomic_store(&k->last, v->version);
-	hold = atomic_exchange(&k->hold_ms, 0);
-	if (hold)
-		usleep((useconds_t)hold * 1000);
-	atomic_fetch_add(&k->calls, 1);
-	atomic_fetch_sub(&k->inside, 1);
+	duo_call(ud, status == 0 ? v->version : 0);
 }
 
 /*
@@ -1579,9 +1665,7 @@ Test(loop, a_thread_waiting_for_anothers_ring_handler_does_not_spin)
 	for (int i = 0; i < 2; i++)
 		cr_assert_eq(pthread_create(&th[i], NULL, duo_loop, &k), 0);
 	ring_put(r, 1);
-	for (int ms = 0; !atomic_load(&k.inside) && ms < HANG_MS; ms++)
-		usleep(1000);
-	cr_assert(atomic_load(&k.inside), "the first version came");
+	duo_wait_inside(&k);
 	for (int i = 2; i <= 4; i++)
 		ring_put(r, (uint8_t)i);
 	for (int ms = 0; atomic_load(&k.last) < 4 && ms < HANG_MS; ms++)
@@ -1597,4 +1681,74 @@ Test(loop, a_thread_waiting_for_anothers_ring_handler_does_not_spin)
 	td_sub_close(s);
 	td_ring_close(r);
 	duo_down(&x);
+}
+
+/*
+ * Asynchronous GETs' callbacks likewise: two threads looping on one
+ * handle make them one at a time, in the order the replies came, and
+ * each once.
+ */
+Test(loop, two_threads_processing_run_one_get_callback_at_a_time_in_order)
+{
+	duo_test(duo_gets, 300, 0);
+}
+
+/*
+ * While one thread's GET callback runs (300 ms), replies that come for
+ * others are left to it: the other thread's loop neither calls them nor
+ * spins on td_client_fd() meanwhile.
+ */
+Test(loop, a_thread_waiting_for_anothers_get_callback_does_not_spin)
+{
+	duo_test(duo_gets, 4, 300);
+}
+
+struct get_nest {
+	int calls, inner, depth, nested_rc;
+};
+
+static void nest_on_get(struct td_client *c, int status, struct td_tensor *t,
+			const struct td_error *err, void *ud)
+{
+	struct get_nest *k = ud;
+	(void)err;
+	cr_assert_eq(status, 0);
+	td_tensor_release(t);
+	k->calls++;
+	if (k->depth) {
+		k->inner++;
+		return;
+	}
+	k->depth++;
+	k->nested_rc = td_client_process(c, NULL);
+	k->depth--;
+}
+
+/*
+ * A GET callback that calls td_client_process() itself, in its own
+ * thread, gets the next finished GET's callback there: the turn that
+ * keeps other threads out does not keep it waiting for itself.
+ */
+Test(loop, a_get_callback_that_processes_again_gets_the_next_one)
+{
+	struct tu_daemon d;
+	tu_daemon_start(&d, "warn");
+	struct td_client *c = open_client(&d);
+	struct get_nest k = {0};
+	put(c, "gn", 1);
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(td_client_get_newer_async(c, "gn", 0, 0,
+						       nest_on_get, &k, NULL),
+			     0);
+	/* both replies precede this STAT's and are read aside */
+	struct td_entry ent;
+	cr_assert_eq(td_client_stat(c, "gn", &ent, NULL), 0);
+	td_entry_fini(&ent);
+	cr_assert_eq(td_client_process(c, NULL), 1);
+	cr_assert_eq(k.calls, 2);
+	cr_assert_eq(k.inner, 1, "the second came inside the first");
+	cr_assert_eq(k.nested_rc, 1);
+	cr_assert_eq(readable(c, 0), 0);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
 }

@@ -184,11 +184,11 @@ struct td_event;
 struct td_tensor;
 
 /*
- * Called by td_client_process() for each watch event, in arrival order,
- * one at a time (no other thread's call delivers one meanwhile), with no
- * lock held: it may call any function on the handle (blocking ones too).
- * ev is valid during the call only. Once a callback closed the handle,
- * no handler is called for the events and subscriptions left.
+ * Called by td_client_process() for each watch event, in arrival order
+ * and one thread at a time (see there), with no lock held: it may call
+ * any function on the handle (blocking ones too). ev is valid during the
+ * call only. Once a callback closed the handle, no handler is called for
+ * the events and subscriptions left.
  */
 typedef void (*td_event_fn)(struct td_client *c, const struct td_event *ev,
 			    void *ud);
@@ -202,9 +202,10 @@ TD_EXPORT int td_client_set_event_handler(struct td_client *c, td_event_fn fn,
 					  void *ud);
 
 /*
- * Called by td_client_process() when an asynchronous GET finishes, with no
- * lock held. status 0: t is the tensor (the callback owns it: release it
- * with td_tensor_release() when done); otherwise t is NULL, status is the
+ * Called by td_client_process() for each asynchronous GET that finished,
+ * in that order and one thread at a time (see there), with no lock held.
+ * status 0: t is the tensor (the callback owns it: release it with
+ * td_tensor_release() when done); otherwise t is NULL, status is the
  * -errno td_client_get_newer() would have returned (-ETIMEDOUT,
  * -ECONNRESET when the connection broke, -ECANCELED when the handle was
  * closed first) and err holds the reason. err is valid during the call.
@@ -231,21 +232,25 @@ TD_EXPORT int td_client_get_newer_async(struct td_client *c, const char *name,
 
 /*
  * Do what td_client_fd() polled readable for, without blocking: read what
- * the daemon sent, then call the callbacks (finished asynchronous GETs,
- * then watch events when a handler is set). Reads a bounded number of
- * messages per call; the fd stays readable when more are left. Returns
- * the number of callbacks made (0 is fine: e.g. a reply another thread's
- * call was waiting for), or -errno when the connection is broken
- * (-ECONNRESET: the daemon went away), after delivering what was queued
- * and failing every outstanding asynchronous GET with that status. A
- * broken connection keeps td_client_fd() readable (the hang-up). With
- * TD_CLIENT_RECONNECT the next call tries to connect (a round trip to a
- * daemon that is back) and fails (-ENOENT, -ECONNREFUSED) while none is;
- * after a failed try from td_client_process() the hang-up no longer
- * wakes the loop: td_client_fd() polls readable when the next try is due
- * (10 ms after the first failure, doubling up to a second) or something
- * is queued, and a try that works delivers TD_EVENT_TYPE_RECONNECTED. A
- * blocking call tries at once.
+ * the daemon sent (a bounded number of messages: the fd stays readable
+ * when more are left), then call the callbacks: finished asynchronous
+ * GETs, ring subscriptions' handlers, then watch events when a handler is
+ * set. Each kind is made by one thread at a time: another thread's call
+ * leaves it to that thread and returns at once (td_client_fd() is quiet
+ * for it meanwhile), so a callback that waits for another of its kind
+ * waits for ever; one that calls td_client_process() itself goes on with
+ * the next GET or event. Returns the number of callbacks made (0 is fine:
+ * the work may have been another thread's), or -errno when the connection
+ * is broken (-ECONNRESET: the daemon went away), after delivering what
+ * was queued and failing every outstanding asynchronous GET with that
+ * status. A broken connection keeps td_client_fd() readable (the
+ * hang-up). With TD_CLIENT_RECONNECT the next call tries to connect (a
+ * round trip to a daemon that is back) and fails (-ENOENT, -ECONNREFUSED)
+ * while none is; after a failed try from td_client_process() the hang-up
+ * no longer wakes the loop: td_client_fd() polls readable when the next
+ * try is due (10 ms after the first failure, doubling up to a second) or
+ * something is queued, and a try that works delivers
+ * TD_EVENT_TYPE_RECONNECTED. A blocking call tries at once.
  */
 TD_EXPORT int td_client_process(struct td_client *c, struct td_error *err);
 
@@ -301,13 +306,12 @@ struct td_publish {
  * Publish the caller's own buffers (p->fds, borrowed): memfds made with
  * MFD_ALLOW_SEALING and sealed F_SEAL_SHRINK (else -EINVAL naming the
  * seal: a buffer that could shrink under a reader's mapping would SIGBUS
- * it), or dma-bufs. The daemon takes its
- * own reference to each buffer and write-seals memfds (F_SEAL_WRITE), so
- * the caller must hold no writable shared mapping of them and must not
- * write them after this call. Buffers appear in the blob's fd table once
- * each, in order of first use by the planes; the fence is appended last.
- * Returns 0 and the new version in *version (may be NULL), or -errno with
- * the daemon's reason.
+ * it), or dma-bufs. The daemon takes its own reference to each buffer and
+ * write-seals memfds (F_SEAL_WRITE), so the caller must hold no writable
+ * shared mapping of them and must not write them after this call. Buffers
+ * appear in the blob's fd table once each, in order of first use by the
+ * planes; the fence is appended last. Returns 0 and the new version in
+ * *version (may be NULL), or -errno with the daemon's reason.
  */
 TD_EXPORT int td_client_publish(struct td_client *c, const struct td_publish *p,
 				uint64_t *version, struct td_error *err);
@@ -374,12 +378,11 @@ TD_EXPORT int td_client_alloc(struct td_client *c, uint32_t plane_count,
  * together) when the producer spent at least $TENSORD_REWRITE_FILL_US
  * (default 200) microseconds between the alloc and the publish of its
  * last such loan (it writes its tensors); otherwise the loan is a stream
- * loan. Meant for
- * a producer that waits for its consumers between tensors (ping-pong,
- * lock step, fan-out with acknowledgements): a reader that comes after
- * the producer's next ALLOC does not get the version before it. One
- * rewritten name per connection: the ALLOC takes back the one this
- * connection published last with the flag (a td_client_alloc_named()
+ * loan. Meant for a producer that waits for its consumers between tensors
+ * (ping-pong, lock step, fan-out with acknowledgements): a reader that
+ * comes after the producer's next ALLOC does not get the version before
+ * it. One rewritten name per connection: the ALLOC takes back the one
+ * this connection published last with the flag (a td_client_alloc_named()
  * one only when that is its own name). A daemon that predates the flag
  * gives a stream loan.
  */
@@ -395,21 +398,20 @@ TD_EXPORT int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
 				 struct td_alloc **out, struct td_error *err);
 /*
  * td_client_alloc_ex() for a loan that will be published as `name` (NULL:
- * td_client_alloc_ex() itself), and only as that name: another is
- * refused with -EINVAL. The uid must be allowed to write the name
- * (-EACCES here, not at publish). For recyclable loans it matters whom
- * the buffers were shown to (docs/fastpath.md, "Across names"): a buffer
- * the daemon sent to another connection that may not read every name
- * this client may write (under a policy) stays bound to the name it
- * was read under, and only a loan named so may have it again;
- * an unnamed loan gets only buffers no such reader was sent. Under a
- * policy a named loan also gets only buffers that carried its name
- * alone (a recycled buffer holds what it carried last). So a producer
- * under a policy names its recyclable loans to keep them recycled, and
- * nothing it writes under one name reaches a reader of another through
- * a buffer of its loans. The next loan a named TD_ALLOC_STREAM loan's PUBLISH lends is
- * for the same name. From a daemon that predates named allocs the name
- * is checked here only.
+ * td_client_alloc_ex() itself), and only as that name: another is refused
+ * with -EINVAL. The uid must be allowed to write the name (-EACCES here,
+ * not at publish). For recyclable loans it matters whom the buffers were
+ * shown to (docs/fastpath.md, "Across names"): a buffer the daemon sent
+ * to another connection that may not read every name this client may
+ * write (under a policy) stays bound to the name it was read under, and
+ * only a loan named so may have it again; an unnamed loan gets only
+ * buffers no such reader was sent. Under a policy a named loan also gets
+ * only buffers that carried its name alone (a recycled buffer holds what
+ * it carried last). So a producer under a policy names its recyclable
+ * loans to keep them recycled, and nothing it writes under one name
+ * reaches a reader of another through a buffer of its loans. The next
+ * loan a named TD_ALLOC_STREAM loan's PUBLISH lends is for the same name.
+ * From a daemon that predates named allocs the name is checked here only.
  * Returns 0 and the loan in *out, or -errno.
  */
 TD_EXPORT int td_client_alloc_named(struct td_client *c, const char *name,
@@ -571,18 +573,17 @@ TD_EXPORT int td_client_follow(struct td_client *c, const char *name,
 TD_EXPORT int td_follow_next(struct td_follow *f, int timeout_ms,
 			     struct td_tensor **out, struct td_error *err);
 /*
- * Event loops: td_follow_fd() gives a timerfd (made, registered with
- * the daemon and armed on the first call, owned by the follow: a version
- * already there makes it readable at once) that polls readable
- * when td_follow_poll() may have something: a version newer than the
- * last one returned, or a connection gone. td_follow_poll() is
- * td_follow_next() with no wait that arms the fd when it finds nothing
- * (-EAGAIN). A daemon that goes away fires no timerfd: watch
- * td_client_fd() too. The fd is a timerfd, which the daemon's wake-up
- * cannot block on (an eventfd's write can): poll it, never write() it.
- * td_follow_fd() returns -EOPNOTSUPP when the daemon does not serve it,
- * -ECONNRESET when the follow's connection is gone, -ECHILD in a child
- * of fork().
+ * Event loops: td_follow_fd() gives a timerfd (made, registered with the
+ * daemon and armed on the first call, owned by the follow: a version
+ * already there makes it readable at once) that polls readable when
+ * td_follow_poll() may have something: a version newer than the last one
+ * returned, or a connection gone. td_follow_poll() is td_follow_next()
+ * with no wait that arms the fd when it finds nothing (-EAGAIN). A daemon
+ * that goes away fires no timerfd: watch td_client_fd() too. The fd is a
+ * timerfd, which the daemon's wake-up cannot block on (an eventfd's write
+ * can): poll it, never write() it. td_follow_fd() returns -EOPNOTSUPP
+ * when the daemon does not serve it, -ECONNRESET when the follow's
+ * connection is gone, -ECHILD in a child of fork().
  */
 TD_EXPORT int td_follow_fd(struct td_follow *f);
 TD_EXPORT int td_follow_poll(struct td_follow *f, struct td_tensor **out,
@@ -1085,11 +1086,10 @@ TD_EXPORT int td_sub_fd(struct td_sub *s);
  * td_sub_next() without waiting, for a subscription with td_sub_fd():
  * clears the fd, releases the view held, and takes the latest newer
  * version. Returns 0 and *view (the subscription stays armed, so the next
- * version makes the fd readable again), -EAGAIN nothing newer (armed:
- * the fd becomes readable when there is), -EPIPE the ring is closed or
- * the subscription gone (as for td_sub_next(): the fd becomes readable
- * when the daemon frees its row), -EBADMSG, or -EINVAL without
- * td_sub_fd().
+ * version makes the fd readable again), -EAGAIN nothing newer (armed: the
+ * fd becomes readable when there is), -EPIPE the ring is closed or the
+ * subscription gone (as for td_sub_next(): the fd becomes readable when
+ * the daemon frees its row), -EBADMSG, or -EINVAL without td_sub_fd().
  */
 TD_EXPORT int td_sub_poll(struct td_sub *s, struct td_view *view);
 
