@@ -595,7 +595,8 @@ static void fired_without_notice(bool disconnect)
 	cr_assert_not_null(prod->st_page);
 	staged = prod->st_version;
 	cr_assert_neq(stat_version(cons, NAME), staged);
-	memset(td_alloc_data(prod->next_loan, 0), 0x5c, SIZE);
+	cr_assert_eq(prod->n_lent, 1u);
+	memset(td_alloc_data(prod->lent[0], 0), 0x5c, SIZE);
 	atomic_store(stage_word(prod),
 		     td_follow_trig(staged, TD_FOLLOW_TRIG_FIRED));
 	if (disconnect) {
