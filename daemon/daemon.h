@@ -512,8 +512,9 @@ void td__follow_init(void);
 void td__follow_peer_gone(struct td__peer *p);
 /* Before each request of p: its stage, if fired, is committed. */
 void td__stage_owner(struct td__peer *p);
-/* p is going: its stage is committed if fired, else cancelled. */
-void td__stage_owner_gone(struct td__peer *p);
+/* p is going, or spent its stage with a publish of another name: the
+ * stage is committed if fired, else cancelled. */
+void td__stage_owner_end(struct td__peer *p);
 
 /* ---- ring.c (docs/fastpath.md) ---- */
 

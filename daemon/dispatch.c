@@ -117,7 +117,7 @@ static void peer_gone(struct td__peer *p)
 {
 	/* a stage it fired is committed, else cancelled, before its loans go */
 	if (p->stage)
-		td__stage_owner_gone(p);
+		td__stage_owner_end(p);
 	td__lease_peer_gone(p);
 	td__fence_peer_gone(p); /* the timerfds its leases gave back */
 	td__loan_peer_gone(p);

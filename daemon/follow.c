@@ -463,7 +463,7 @@ void td__stage_owner(struct td__peer *p)
 	stage_settle(b, false);
 }
 
-void td__stage_owner_gone(struct td__peer *p)
+void td__stage_owner_end(struct td__peer *p)
 {
 	stage_settle(p->stage, true);
 }
@@ -1190,8 +1190,8 @@ void td__follow_peer_gone(struct td__peer *p)
 void td__follow_init(void)
 {
 	static const struct td__store_bell hooks = {
-		on_changed, on_pins, on_sweep, on_settle,
-		on_offer,   on_keep, on_takeback};
+		on_changed, on_pins, on_sweep, on_settle, on_offer,
+		on_keep, on_takeback, td__stage_owner_end};
 
 	uv_timer_init(td__d->loop, &stage_timer);
 	uv_unref((uv_handle_t *)&stage_timer);

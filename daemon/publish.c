@@ -695,6 +695,10 @@ void td__publish(struct td__peer *p, const struct td__req *rq)
 		goto out;
 	/* a staged publish of the name goes first, or goes (follow.c) */
 	td__store_settle(x.m.name.ptr, x.m.name.len);
+	/* and this connection's stage of another name, which this publish
+	 * spent (the library fires a stage only at its next publish) */
+	if (p->stage)
+		td__store_stage_spent(p);
 	/* the alloc may be the stage's, committed just now */
 	if (x.alloc && x.alloc != td__loan_find(p, x.m.alloc_id)) {
 		pub_fail(&x, -ENOENT, "no alloc %llu on this connection",

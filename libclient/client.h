@@ -116,6 +116,13 @@ struct td__gf {
 	bool busy; /* a call is taking through one of its follows */
 };
 
+/*
+ * Lent loans a client keeps, one per name (loans.c; docs/fastpath.md,
+ * "Streams"): a producer of several named streams on one connection
+ * gets each one's next loan in its PUBLISH reply.
+ */
+#define TD__LENT_MAX 4
+
 /* rings of one client whose reader rows td_sub_next prefetches */
 #define TD__PROD_ROWS 4
 /* rows of one ring it prefetches at most */
@@ -264,11 +271,17 @@ struct td_client {
 	struct td__loanbuf *loans; /* recyclable loan buffers */
 	unsigned idle_loans;       /* loans with busy == false */
 	/*
-	 * The next loan a PUBLISH reply lent (TD_WIRE_PUB_LOAN), not yet
-	 * handed out; unloan: the daemon still holds one this client
-	 * dropped, to be returned by the next ALLOC (TD_WIRE_ALLOC_UNLOAN).
+	 * The next loans PUBLISH replies lent (TD_WIRE_PUB_LOAN), not yet
+	 * handed out: one per name (a loan is lent for the name of the
+	 * publish that asked), n_lent of them, oldest first; lent_last:
+	 * the alloc id of the one lent last, which is what the daemon's
+	 * UNLOAN gives back (0: none). unloan: the daemon still holds that
+	 * one, which this client dropped, to be returned by the next ALLOC
+	 * (TD_WIRE_ALLOC_UNLOAN); the others go back by id (loans.c).
 	 */
-	struct td_alloc *next_loan;
+	struct td_alloc *lent[TD__LENT_MAX];
+	unsigned n_lent;
+	uint64_t lent_last;
 	bool unloan;
 	/*
 	 * TD_ALLOC_REWRITE (produce.c): loans of fewer bytes than this are

@@ -15,222 +15,10 @@
 #include <unistd.h>
 
 #include "blob.h"
+#include "alloc.h"
 #include "client.h"
 #include "fence.h"
 #include "gpu.h"
-
-struct td_alloc {
-	struct td_client *c;
-	uint64_t alloc_id;
-	uint32_t epoch; /* c->epoch of the connection that lent it */
-	uint32_t count;
-	/*
-	 * A recyclable loan: fds and addr borrow its buffers from the client's
-	 * loan cache (lb), which keeps them after publish.
-	 */
-	bool recycle;
-	bool stream; /* TD_ALLOC_STREAM: its PUBLISH asks for the next loan */
-	bool rewrite; /* TD_ALLOC_REWRITE sent: the next loan is an ALLOC */
-	bool rw_asked; /* TD_ALLOC_REWRITE given: its fill time is kept */
-	int64_t handed_ns; /* when td_client_alloc_ex returned it */
-	/* planes the daemon left for this client to reserve (bit i) */
-	uint32_t unreserved;
-	int fds[TD_WIRE_MAX_PLANES];
-	void *addr[TD_WIRE_MAX_PLANES];
-	uint64_t size[TD_WIRE_MAX_PLANES];
-	struct td__loanbuf *lb[TD_WIRE_MAX_PLANES];
-	/* td_client_alloc_named: the only name it may be published as */
-	uint16_t name_len;
-	char name[TD_WIRE_MAX_NAME + 1];
-};
-
-/* ---- the recyclable loan cache (lock held) ---- */
-
-static void loanbuf_destroy(struct td_client *c, struct td__loanbuf *b)
-{
-	if (b->prev)
-		b->prev->next = b->next;
-	else
-		c->loans = b->next;
-	if (b->next)
-		b->next->prev = b->prev;
-	if (!b->busy)
-		c->idle_loans--;
-	if (b->addr)
-		munmap(b->addr, b->size);
-	if (b->fd >= 0)
-		close(b->fd);
-	free(b);
-}
-
-static struct td__loanbuf *loanbuf_find(struct td_client *c, uint64_t id)
-{
-	for (struct td__loanbuf *b = c->loans; b; b = b->next)
-		if (b->buffer_id == id)
-			return b;
-	return NULL;
-}
-
-/* A published buffer goes idle; the least recently used beyond the cap go. */
-static void loanbuf_idle(struct td_client *c, struct td__loanbuf *b)
-{
-	b->busy = false;
-	b->used = ++c->clock;
-	c->idle_loans++;
-	while (c->idle_loans > TD__LOAN_CACHE) {
-		struct td__loanbuf *old = NULL;
-
-		for (struct td__loanbuf *x = c->loans; x; x = x->next)
-			if (!x->busy && (!old || x->used < old->used))
-				old = x;
-		loanbuf_destroy(c, old);
-	}
-}
-
-unsigned td__loans_drop(struct td_client *c, bool all)
-{
-	struct td__loanbuf *b = c->loans, *next;
-	unsigned n = 0;
-
-	for (; b; b = next) {
-		next = b->next;
-		if (b->busy && !all)
-			continue;
-		n += !b->busy;
-		loanbuf_destroy(c, b);
-	}
-	return n;
-}
-
-/* ---- loans ---- */
-
-static void alloc_unmap(struct td_alloc *a)
-{
-	for (uint32_t i = 0; i < a->count; i++) {
-		if (a->addr[i] && !a->lb[i])
-			munmap(a->addr[i], a->size[i]);
-		a->addr[i] = NULL;
-	}
-}
-
-/*
- * Free a loan. Its recyclable buffers go too: unpublished, the daemon
- * keeps them in the alloc until this connection ends, never recycled.
- */
-static void alloc_free_locked(struct td_alloc *a)
-{
-	alloc_unmap(a);
-	for (uint32_t i = 0; i < a->count; i++) {
-		if (a->lb[i])
-			loanbuf_destroy(a->c, a->lb[i]);
-		else if (a->fds[i] >= 0)
-			close(a->fds[i]);
-	}
-	free(a);
-}
-
-/*
- * Lock held: tell the daemon that unpublished alloc a is given up
- * (RELEASE TD_WIRE_REL_ALLOC, quiet), or it would keep it, and count it
- * against the connection's 64, until the connection ends. Nothing to
- * tell for a loan of an earlier connection, a connection that is gone,
- * a child of fork(), or a daemon that predates the flag.
- */
-static void alloc_give_back(struct td_client *c, const struct td_alloc *a)
-{
-	struct td_wire_release_req req = {
-		.lease_id = a->alloc_id,
-		.flags = TD_WIRE_REL_QUIET | TD_WIRE_REL_ALLOC,
-	};
-	int64_t len;
-
-	if (!a->alloc_id || a->epoch != c->epoch || c->sock < 0 || c->dead ||
-	    td__client_foreign(c) || !td__has(c, TD_WIRE_FEAT_ALLOC_FREE) ||
-	    !td__has(c, TD_WIRE_FEAT_RELEASE_QUIET))
-		return;
-	len = td_wire_release_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
-					 TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
-	if (len >= 0)
-		(void)td__send(c, TD_OP_RELEASE, (size_t)len, NULL);
-}
-
-void td_alloc_free(struct td_alloc *a)
-{
-	struct td_client *c;
-
-	if (!a)
-		return;
-	c = a->c;
-	pthread_mutex_lock(&c->lock);
-	alloc_give_back(c, a);
-	alloc_free_locked(a);
-	pthread_mutex_unlock(&c->lock);
-	td__client_unref(c);
-}
-
-void *td_alloc_data(struct td_alloc *a, uint32_t i)
-{
-	return a && i < a->count ? a->addr[i] : NULL;
-}
-
-uint64_t td_alloc_size(const struct td_alloc *a, uint32_t i)
-{
-	return a && i < a->count ? a->size[i] : 0;
-}
-
-int td_alloc_fd(const struct td_alloc *a, uint32_t i)
-{
-	return a && i < a->count ? a->fds[i] : -1;
-}
-
-/* ---- the next loan, lent by a PUBLISH reply (TD_WIRE_PUB_LOAN) ---- */
-
-static bool next_loan_fits(const struct td_alloc *a, uint32_t plane_count,
-			   const uint64_t *sizes, const struct td_alloc *want)
-{
-	/* a loan lent after a named alloc's publish is for that name */
-	if (a->count != plane_count || a->name_len != want->name_len ||
-	    memcmp(a->name, want->name, want->name_len))
-		return false;
-	for (uint32_t i = 0; i < plane_count; i++)
-		if (a->size[i] != sizes[i])
-			return false;
-	return true;
-}
-
-/*
- * Not wanted (other sizes): its buffers go idle, still mapped, and the
- * next ALLOC tells the daemon to take the loan back (UNLOAN), which may
- * then lend them again without an fd.
- */
-static void next_loan_drop(struct td_client *c)
-{
-	struct td_alloc *a = c->next_loan;
-
-	if (!a)
-		return;
-	c->next_loan = NULL;
-	c->unloan = true;
-	for (uint32_t i = 0; i < a->count; i++)
-		if (a->lb[i])
-			loanbuf_idle(c, a->lb[i]);
-	free(a);
-}
-
-void td__next_loan_reset(struct td_client *c)
-{
-	/* its buffers go idle, with the rest of the old daemon's ids */
-	next_loan_drop(c);
-	/* and the new daemon lent this client nothing to give back */
-	c->unloan = false;
-}
-
-void td__next_loan_forget(struct td_client *c)
-{
-	/* its buffers are in c->loans, which the caller drops */
-	free(c->next_loan);
-	c->next_loan = NULL;
-}
 
 /*
  * Plane i of an ALLOC reply into a: a buffer this client holds reused
@@ -248,7 +36,7 @@ static int alloc_plane(struct td_client *c, struct td_alloc *a, uint32_t i,
 
 	a->size[i] = size;
 	if (a->recycle)
-		b = loanbuf_find(c, fe->buffer_id);
+		b = td__loanbuf_find(c, fe->buffer_id);
 	if (fe->fd < 0) {
 		/* a buffer this client holds: its mapping is reused */
 		if (!b || b->busy || b->size != size)
@@ -269,7 +57,7 @@ static int alloc_plane(struct td_client *c, struct td_alloc *a, uint32_t i,
 		return td__fail(err, -EPROTO,
 				"ALLOC reply names a buffer in use twice");
 	if (b)
-		loanbuf_destroy(c, b);
+		td__loanbuf_destroy(c, b);
 	rc = td__import_fd(c, fe->fd, scm, &fd);
 	if (rc < 0)
 		return td__fail(err, rc, "import buffer %u: %s", i,
@@ -460,7 +248,7 @@ int td_client_alloc_named(struct td_client *c, const char *name,
 			  uint32_t flags, struct td_alloc **out,
 			  struct td_error *err)
 {
-	struct td_alloc *a = NULL;
+	struct td_alloc *a = NULL, *lent;
 	bool recycle, marked, rewrite;
 	size_t name_len = name ? strlen(name) : 0;
 	const char *why;
@@ -504,19 +292,18 @@ int td_client_alloc_named(struct td_client *c, const char *name,
 		  td__has(c, TD_WIRE_FEAT_ALLOC_RECYCLE);
 	marked = td__rewrite_marked(c, flags, recycle, plane_count, sizes);
 	rewrite = td__rewrite_now(c, marked);
-	if (c->next_loan && (flags & TD_ALLOC_STREAM) && !rewrite &&
-	    next_loan_fits(c->next_loan, plane_count, sizes, a)) {
-		/* lent by the last PUBLISH reply: no round trip */
+	lent = td__lent_claim(c, a, plane_count, sizes,
+			      (flags & TD_ALLOC_STREAM) && !rewrite);
+	if (lent) {
+		/* lent by a PUBLISH reply of this name: no round trip */
 		free(a);
-		a = c->next_loan;
-		c->next_loan = NULL;
+		a = lent;
 		loan_handed(a, flags);
 		td__client_ref(c);
 		pthread_mutex_unlock(&c->lock);
 		*out = a;
 		return 0;
 	}
-	next_loan_drop(c);
 	rc = alloc_call(c, a, plane_count, sizes, recycle,
 			rewrite  ? TD_WIRE_ALLOC_REWRITE
 			: marked ? TD_WIRE_ALLOC_REWRITABLE
@@ -538,7 +325,7 @@ int td_client_alloc_named(struct td_client *c, const char *name,
 	*out = a;
 	return 0;
 fail:
-	alloc_free_locked(a);
+	td__alloc_free_locked(a);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }
@@ -781,7 +568,7 @@ static void publish_done(struct td_client *c, struct td_alloc *a,
 	for (uint32_t i = 0; i < a->count; i++) {
 		if (!a->lb[i])
 			continue;
-		loanbuf_idle(c, a->lb[i]);
+		td__loanbuf_idle(c, a->lb[i]);
 		a->lb[i] = NULL;
 		a->fds[i] = -1;
 	}
@@ -802,12 +589,12 @@ static void publish_done(struct td_client *c, struct td_alloc *a,
 				m, NULL) < 0) {
 		/* the daemon holds it: give it back with the next ALLOC */
 		if (next)
-			alloc_free_locked(next);
+			td__alloc_free_locked(next);
 		c->unloan = true;
 		return;
 	}
-	c->next_loan = next;
-	td__stage_note(c, rep); /* staged: fired if published alike */
+	if (td__lent_keep(c, next))
+		td__stage_note(c, rep); /* staged: fired if published alike */
 }
 
 /* A PUBLISH reply m to a request with flags: its version, its loan. */
@@ -847,10 +634,10 @@ void td__pub_answered(struct td_client *c, struct td__msg *m)
 	/* published: its buffers went idle above; refused: they go, and
 	 * the daemon is told (it may still hold the alloc) */
 	if (rc < 0) {
-		alloc_give_back(c, a);
+		td__alloc_give_back(c, a);
 		td__stage_refused(c);
 	}
-	alloc_free_locked(a);
+	td__alloc_free_locked(a);
 	td__msg_close_fds(m);
 	if (rc < 0 && !c->pub_err.code)
 		td__fail(&c->pub_err, rc, "PUBLISH sent without waiting: %s",
@@ -862,7 +649,7 @@ void td__pub_forget(struct td_client *c, int code)
 	if (!c->pub_id)
 		return;
 	c->pub_id = 0;
-	alloc_free_locked(c->pub_alloc);
+	td__alloc_free_locked(c->pub_alloc);
 	c->pub_alloc = NULL;
 	if (!c->pub_err.code)
 		td__fail(&c->pub_err, code,
@@ -960,14 +747,7 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 	req.fd_count = pt.ntab;
 	for (uint32_t i = 0; i < pt.ntab; i++)
 		req.fds[i] = pt.tab[i];
-	/*
-	 * The next loan in the reply, unless one is waiting already, or one
-	 * this client could not take is still to be given back (the next
-	 * ALLOC does): the daemon keeps one lent loan per connection, and
-	 * would forget that one and later take back this one.
-	 */
-	if (a && a->stream && !a->rewrite && !c->next_loan && !c->unloan &&
-	    td__has(c, TD_WIRE_FEAT_PUB_LOAN)) {
+	if (td__lent_ask(c, a)) {
 		req.flags |= TD_WIRE_PUB_LOAN;
 		if (c->path_out == TD_IMPORT_SCM)
 			req.flags |= TD_WIRE_PUB_LOAN_SCM;
@@ -1107,8 +887,8 @@ static int publish_alloc(struct td_client *c, struct td_alloc *a,
 		rc = td__fail(err, -ECONNRESET, "the loan was made before the "
 			      "client reconnected");
 	if (rc < 0) {
-		alloc_give_back(c, a);
-		alloc_free_locked(a);
+		td__alloc_give_back(c, a);
+		td__alloc_free_locked(a);
 		pthread_mutex_unlock(&c->lock);
 		td__client_unref(c);
 		return rc;
@@ -1121,14 +901,14 @@ static int publish_alloc(struct td_client *c, struct td_alloc *a,
 	 */
 	if (a->rw_asked)
 		c->rw_fill_ns = td__now_ns() - a->handed_ns;
-	alloc_unmap(a);
+	td__alloc_unmap(a);
 	rc = publish_send(c, p, &x, a, version, nowait, err);
 	/* sent without waiting: the loan is kept until the answer; refused:
 	 * the daemon is told it is given up (it may still hold it) */
 	if (rc < 0)
-		alloc_give_back(c, a);
+		td__alloc_give_back(c, a);
 	if (rc < 0 || !nowait)
-		alloc_free_locked(a);
+		td__alloc_free_locked(a);
 	pthread_mutex_unlock(&c->lock);
 	td__client_unref(c);
 	return rc;

@@ -197,8 +197,14 @@ uint32_t td__stage_flags(struct td_client *c, uint64_t alloc_id, bool named,
 	c->st_alloc = 0;
 	if (!named || c->stage_off || !td__has(c, TD_WIRE_FEAT_STAGE))
 		return add;
-	/* a named stream's: the daemon may stage its next loan */
-	if (req->flags & TD_WIRE_PUB_LOAN)
+	/*
+	 * a named stream's: the daemon may stage its next loan, once this
+	 * name comes twice in a row (a connection has one stage, which a
+	 * publish of another name spends: a producer that alternates names
+	 * would make the daemon stage and cancel at every publish)
+	 */
+	if ((req->flags & TD_WIRE_PUB_LOAN) && c->desc_len &&
+	    desc_named(c, name, (uint32_t)strlen(name)))
 		add |= TD_WIRE_PUB_STAGE;
 	/* what that stage, or a take-back's, repeats */
 	if (!(add & TD_WIRE_PUB_FIRED))

@@ -1176,6 +1176,119 @@ Test(recycle, a_warm_get_newer_handoff_is_one_request_scm)
 	stream_trips("scm", true);
 }
 
+/* A stream loan of one plane of size bytes, named name. */
+static struct td_alloc *stream_loan(struct td_client *c, const char *name,
+				    uint64_t size)
+{
+	struct td_alloc *a = NULL;
+	struct td_error e = {0};
+
+	cr_assert_eq(td_client_alloc_named(c, name, 1, &size, TD_ALLOC_STREAM,
+					   &a, &e),
+		     0, "%s", e.reason);
+	return a;
+}
+
+/* Publish name's next tensor (size bytes of b); cons gets it newer than
+ * *last (riding a follow), bytes checked. */
+static void named_handoff(struct td_client *prod, struct td_client *cons,
+			  const char *name, uint64_t size, uint64_t *last,
+			  uint8_t b)
+{
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+	uint64_t v = publish(prod, stream_loan(prod, name, size), name, b);
+
+	cr_assert_eq(td_client_get_newer(cons, name, *last, 1000, &t, &e), 0,
+		     "%s: %s", name, e.reason);
+	cr_assert_eq(td_tensor_version(t), v, "%s", name);
+	cr_assert(all_bytes(td_tensor_plane_data(t, 0), size, b), "%s", name);
+	*last = v;
+	td_tensor_release(t);
+}
+
+/*
+ * A producer of several named streams on one connection (two cameras
+ * through one client) gets each name's next loan in that name's PUBLISH
+ * reply: warm, a tensor is its PUBLISH alone, whichever name came
+ * before, and no fd or mapping is made. With one lent loan per
+ * connection, each alloc found the other name's loan, gave it back and
+ * made an ALLOC: two requests per tensor. A name whose sizes change
+ * gives back its own loan only; a fifth name pushes the oldest name's
+ * out, given back by id; every version keeps its own bytes throughout.
+ */
+static void streams_trips(const char *import)
+{
+	static const char *const names[5] = {"ms/a", "ms/b", "ms/c", "ms/d",
+					     "ms/e"};
+	const uint64_t sizes[3] = {16 * KIB, 16 * KIB, 32 * KIB};
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_ring *r = NULL;
+	struct td_error e = {0};
+	uint64_t size = 64, last[5] = {0}, before;
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = &size};
+	int fds, maps;
+
+	tu_daemon_start_args(&d, "warn", small_cap);
+	prod = conn(&d, import);
+	cr_assert_eq(setenv("TENSORD_GET_FOLLOW", "1", 1), 0);
+	cons = conn(&d, import);
+	cr_assert_eq(td_ring_create(prod, "ms/counter", &desc, &r, &e), 0,
+		     "%s", e.reason);
+	for (unsigned i = 0; i < 4; i++)
+		for (unsigned n = 0; n < 3; n++)
+			named_handoff(prod, cons, names[n], sizes[n], &last[n],
+				      (uint8_t)(i * 3 + n + 1));
+	fds = tu_fd_count();
+	maps = tu_buf_map_count();
+	before = tc_daemon_requests(prod, "ms/counter");
+	for (unsigned i = 0; i < 100; i++)
+		for (unsigned n = 0; n < 3; n++)
+			named_handoff(prod, cons, names[n], sizes[n], &last[n],
+				      (uint8_t)(i + n + 20));
+	/* the PUBLISHes, and the RING_STAT that reads the count */
+	cr_assert_eq(tc_daemon_requests(prod, "ms/counter") - before, 301);
+	cr_assert_eq(tu_fd_count(), fds);
+	cr_assert_eq(tu_buf_map_count(), maps);
+	/* ms/a's sizes change: its loan goes back, the others stay lent */
+	named_handoff(prod, cons, names[0], 8 * KIB, &last[0], 0xa1);
+	named_handoff(prod, cons, names[1], sizes[1], &last[1], 0xb1);
+	named_handoff(prod, cons, names[0], 8 * KIB, &last[0], 0xa2);
+	/* five names, four lent loans at most: the oldest name's goes */
+	for (unsigned i = 0; i < 6; i++)
+		for (unsigned n = 0; n < 5; n++) {
+			struct td_tensor *t;
+			uint64_t v = publish(prod,
+					     stream_loan(prod, names[n],
+							 4 * KIB),
+					     names[n], (uint8_t)(0x40 + i + n));
+
+			t = get(cons, names[n]);
+			cr_assert_eq(td_tensor_version(t), v);
+			cr_assert(all_bytes(td_tensor_plane_data(t, 0), 4 * KIB,
+					    (uint8_t)(0x40 + i + n)));
+			td_tensor_release(t);
+		}
+	cr_assert_leq(prod->n_lent, 4u);
+	unsetenv("TENSORD_GET_FOLLOW");
+	td_ring_close(r);
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+Test(recycle, a_producer_of_several_streams_makes_one_request_a_tensor_pidfd)
+{
+	streams_trips("pidfd");
+}
+
+Test(recycle, a_producer_of_several_streams_makes_one_request_a_tensor_scm)
+{
+	streams_trips("scm");
+}
+
 /* ---- a PUBLISH nobody waits for (td_client_publish_alloc_nowait) ---- */
 
 /* Fill a loan with byte b and publish it without waiting for the reply. */

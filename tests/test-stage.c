@@ -595,7 +595,8 @@ static void fired_without_notice(bool disconnect)
 	cr_assert_not_null(prod->st_page);
 	staged = prod->st_version;
 	cr_assert_neq(stat_version(cons, NAME), staged);
-	memset(td_alloc_data(prod->next_loan, 0), 0x5c, SIZE);
+	cr_assert_eq(prod->n_lent, 1u);
+	memset(td_alloc_data(prod->lent[0], 0), 0x5c, SIZE);
 	atomic_store(stage_word(prod),
 		     td_follow_trig(staged, TD_FOLLOW_TRIG_FIRED));
 	if (disconnect) {
@@ -1145,6 +1146,80 @@ static long task_field(pid_t tid, const char *key)
 		}
 	fclose(f);
 	return v;
+}
+
+/*
+ * A producer of two followed names on one connection (one stage per
+ * connection): a name it publishes twice in a row is staged, whatever
+ * it published before; a publish of the other name spends that stage
+ * in the daemon too, so it does not stay to keep the other name from
+ * being staged. Alternating names are not staged at all: no stage made
+ * and cancelled per publish, no version number burnt (a cancelled
+ * stage's number is never used), versions come one after the other.
+ */
+Test(stage, a_producer_of_two_names_stages_the_one_it_repeats, .timeout = 60)
+{
+	const char *na = "cam/a", *nb = "cam/b";
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_follow *fa = NULL, *fb = NULL;
+	struct waiter w = {.timeout_ms = 3000, .b = 0x5b};
+	struct td_publish p = pub_of(nb);
+	struct td_error e = {0};
+	struct td_alloc *a;
+	pthread_t th;
+	uint64_t v = 0, prev, staged;
+
+	tu_daemon_start(&d, "warn");
+	prod = conn_env(&d, "pidfd", "1");
+	cons = conn_env(&d, "pidfd", "1");
+	cr_assert_eq(td_client_follow(cons, na, &fa, NULL), 0);
+	cr_assert_eq(td_client_follow(cons, nb, &fb, NULL), 0);
+	for (int i = 0; i < 3; i++) {
+		v = put(prod, na, (uint8_t)i);
+		cr_assert_eq(take(fa, (uint8_t)i), v);
+	}
+	cr_assert_neq(prod->st_alloc, 0u, "a, repeated, is staged");
+	for (int i = 0; i < 2; i++) {
+		v = put(prod, nb, (uint8_t)(0x50 + i));
+		cr_assert_eq(take(fb, (uint8_t)(0x50 + i)), v);
+	}
+	staged = prod->st_alloc ? prod->st_version : 0;
+	cr_assert_neq(staged, 0u, "b, repeated after a's stage, is staged");
+	/* and fired: taken while the daemon is stopped */
+	cr_assert_eq(td_follow_next(fb, 0, &(struct td_tensor *){NULL}, NULL),
+		     -EAGAIN); /* the trigger page, mapped */
+	w.f = fb;
+	cr_assert_eq(kill(d.pid, SIGSTOP), 0);
+	cr_assert_eq(pthread_create(&th, NULL, wait_next, &w), 0);
+	a = loan(prod, nb, 0x5b);
+	cr_assert_eq(td_client_publish_alloc_nowait(prod, a, &p, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_assert_eq(kill(d.pid, SIGCONT), 0);
+	cr_assert_eq(w.rc, 0, "follower of b: %d", w.rc);
+	cr_assert_eq(w.version, staged);
+	cr_assert_eq(td_client_publish_wait(prod, &v, &e), 0, "%s", e.reason);
+	cr_assert_eq(v, staged);
+	/* alternating: every version the next number */
+	prev = put(prod, na, 0x60);
+	cr_assert_eq(take(fa, 0x60), prev);
+	for (int i = 0; i < 10; i++) {
+		const char *n = i % 2 ? na : nb;
+		struct td_follow *f = i % 2 ? fa : fb;
+
+		v = put(prod, n, (uint8_t)(0x61 + i));
+		cr_assert_eq(take(f, (uint8_t)(0x61 + i)), v);
+		cr_assert_eq(v, prev + 1, "%s: version %llu after %llu", n,
+			     (unsigned long long)v, (unsigned long long)prev);
+		prev = v;
+	}
+	td_follow_close(fa);
+	td_follow_close(fb);
+	td_client_close(cons);
+	td_client_close(prod);
+	/* fds and buffer mappings counted; glibc keeps the thread's stack */
+	tu_daemon_stop(&d, false);
 }
 
 /*

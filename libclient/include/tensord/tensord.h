@@ -410,9 +410,9 @@ TD_EXPORT int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
  * it carried last). So a producer under a policy names its recyclable
  * loans to keep them recycled, and nothing it writes under one name
  * reaches a reader of another through a buffer of its loans. The next
- * loan a named TD_ALLOC_STREAM loan's PUBLISH lends is for the same name.
- * From a daemon that predates named allocs the name is checked here only.
- * Returns 0 and the loan in *out, or -errno.
+ * loan a named TD_ALLOC_STREAM loan's PUBLISH lends is for its name (one
+ * each for 4 names). From a daemon that predates named allocs the name is
+ * checked here only. Returns 0 and the loan in *out, or -errno.
  */
 TD_EXPORT int td_client_alloc_named(struct td_client *c, const char *name,
 				    uint32_t plane_count,
