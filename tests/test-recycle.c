@@ -1108,23 +1108,38 @@ static uint64_t stream_handoff(struct td_client *prod, struct td_client *cons,
  * free: with td_tensor_release_nowait the two connections race, and a
  * PUBLISH that wins lends nothing (the next call makes an ALLOC).
  */
+/*
+ * The cast of the request counts below: a daemon, a producer and a
+ * consumer on import path `import` (the consumer's get_newer riding a
+ * follow when ride), and a ring named counter, whose RING_STAT counts
+ * every datagram the daemon received.
+ */
+static void counted_start(struct tu_daemon *d, const char *import, bool ride,
+			  const char *counter, struct td_client **prod,
+			  struct td_client **cons, struct td_ring **r)
+{
+	uint64_t size = 64;
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = &size};
+	struct td_error e = {0};
+
+	tu_daemon_start_args(d, "warn", small_cap);
+	*prod = conn(d, import);
+	cr_assert_eq(setenv("TENSORD_GET_FOLLOW", ride ? "1" : "0", 1), 0);
+	*cons = conn(d, import);
+	cr_assert_eq(td_ring_create(*prod, counter, &desc, r, &e), 0, "%s",
+		     e.reason);
+}
+
 static void stream_trips(const char *import, bool ride)
 {
 	struct tu_daemon d;
 	struct td_client *prod, *cons;
 	struct td_ring *r = NULL;
-	struct td_error e = {0};
-	uint64_t size = 64, last = 0, before;
-	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
-				    .shape = &size};
+	uint64_t last = 0, before;
 	int fds = 0, maps = 0;
 
-	tu_daemon_start_args(&d, "warn", small_cap);
-	prod = conn(&d, import);
-	cr_assert_eq(setenv("TENSORD_GET_FOLLOW", ride ? "1" : "0", 1), 0);
-	cons = conn(&d, import);
-	cr_assert_eq(td_ring_create(prod, "st/counter", &desc, &r, &e), 0,
-		     "%s", e.reason);
+	counted_start(&d, import, ride, "st/counter", &prod, &cons, &r);
 	for (unsigned i = 0; i < 4; i++)
 		last = stream_handoff(prod, cons, last, (uint8_t)(i + 1),
 				      false);
@@ -1225,18 +1240,10 @@ static void streams_trips(const char *import)
 	struct tu_daemon d;
 	struct td_client *prod, *cons;
 	struct td_ring *r = NULL;
-	struct td_error e = {0};
-	uint64_t size = 64, last[5] = {0}, before;
-	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
-				    .shape = &size};
+	uint64_t last[5] = {0}, before;
 	int fds, maps;
 
-	tu_daemon_start_args(&d, "warn", small_cap);
-	prod = conn(&d, import);
-	cr_assert_eq(setenv("TENSORD_GET_FOLLOW", "1", 1), 0);
-	cons = conn(&d, import);
-	cr_assert_eq(td_ring_create(prod, "ms/counter", &desc, &r, &e), 0,
-		     "%s", e.reason);
+	counted_start(&d, import, true, "ms/counter", &prod, &cons, &r);
 	for (unsigned i = 0; i < 4; i++)
 		for (unsigned n = 0; n < 3; n++)
 			named_handoff(prod, cons, names[n], sizes[n], &last[n],
@@ -1320,17 +1327,10 @@ static void nowait_trips(const char *import)
 	struct td_ring *r = NULL;
 	struct td_tensor *t = NULL;
 	struct td_error e = {0};
-	uint64_t size = 64, last = 0, before = 0, v = 0;
-	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
-				    .shape = &size};
+	uint64_t last = 0, before = 0, v = 0;
 	int fds = 0, maps = 0;
 
-	tu_daemon_start_args(&d, "warn", small_cap);
-	prod = conn(&d, import);
-	cr_assert_eq(setenv("TENSORD_GET_FOLLOW", "1", 1), 0);
-	cons = conn(&d, import);
-	cr_assert_eq(td_ring_create(prod, "nw/counter", &desc, &r, &e), 0,
-		     "%s", e.reason);
+	counted_start(&d, import, true, "nw/counter", &prod, &cons, &r);
 	for (unsigned i = 0; i < 104; i++) {
 		if (i == 4) {
 			fds = tu_fd_count();
