@@ -110,6 +110,9 @@ bool td__ratelimit_ok(struct td__ratelimit *r, unsigned interval_ms);
 #define TD__MAX_WATCHES 256
 #define TD__MAX_WAITERS 256    /* parked GETs of one connection */
 #define TD__TFD_POOL 4 /* fence timerfds kept by one connection */
+/* staged publishes of one connection: one per lent loan, as the library
+ * keeps one per name for 4 names (docs/fastpath.md) */
+#define TD__PEER_STAGES 4
 #define TD__RX_BATCH 32        /* datagrams read per wakeup */
 #define TD__TXQ_MAX_MSGS 1024  /* queued replies before the peer is cut */
 #define TD__TXQ_MAX_BYTES (4u << 20)
@@ -326,17 +329,51 @@ struct td__peer {
 	uint16_t rw_len;
 	char rw_name[TD_WIRE_MAX_NAME + 1];
 	/*
-	 * A staged publish (follow.c, docs/fastpath.md "A followed publish
-	 * without the daemon's hop"): the bell whose stage this connection
-	 * may fire (NULL none), and the last of its stages committed (alloc
-	 * id and version), which its FIRED notice is answered with.
+	 * Staged publishes (follow.c, docs/fastpath.md "A followed publish
+	 * without the daemon's hop"): the bells whose stage this connection
+	 * may fire, n_stages of them, one per loan (stage_alloc[i] is the
+	 * alloc bell stage[i]'s stage is of; a name has one stage), and its
+	 * stages committed and not yet answered (fired[]: alloc id 0 free),
+	 * which their FIRED notices are answered with.
 	 */
-	void *stage;
-	uint64_t stage_alloc; /* the alloc that stage is of */
+	void *stage[TD__PEER_STAGES];
+	uint64_t stage_alloc[TD__PEER_STAGES];
+	unsigned n_stages;
 	void *trig; /* its trigger page (follow.c), NULL until staged */
-	uint64_t fired_alloc, fired_version;
-	bool fired_rewrite; /* that alloc was rewritable (loan.c) */
+	struct td__fired {
+		uint64_t alloc, version;
+		bool rewrite; /* that alloc was rewritable (loan.c) */
+	} fired[TD__PEER_STAGES];
 };
+
+/* peer.c: bell b (follow.c's) stages alloc id of p; b's stage is no
+ * longer p's; p's stage of alloc id was committed as version, which its
+ * FIRED notice is answered with (a slot of its own; a producer that
+ * fires without notices overwrites the first, whose late notice is then
+ * a PUBLISH). */
+void td__peer_stage_add(struct td__peer *p, void *b, uint64_t id);
+void td__peer_stage_drop(struct td__peer *p, const void *b);
+void td__peer_fired_note(struct td__peer *p, uint64_t id, uint64_t version,
+			 bool rewrite);
+
+/* The index of p's stage of alloc id, or -1. */
+static inline int td__peer_staged(const struct td__peer *p, uint64_t id)
+{
+	for (unsigned i = 0; i < p->n_stages; i++)
+		if (p->stage_alloc[i] == id)
+			return (int)i;
+	return -1;
+}
+
+/* p's committed stage of alloc id not answered yet, or NULL. */
+static inline struct td__fired *td__peer_fired(struct td__peer *p,
+					       uint64_t id)
+{
+	for (unsigned i = 0; id && i < TD__PEER_STAGES; i++)
+		if (p->fired[i].alloc == id)
+			return &p->fired[i];
+	return NULL;
+}
 
 /*
  * What peer.c hands up (dispatch.c registers them, so peer.c calls no
@@ -510,11 +547,9 @@ td__handler td__loan_alloc, td__publish, td__lease_get, td__lease_release,
 void td__follow_init(void);
 /* End a dying peer's follows (their holds, rows, emptied bells). */
 void td__follow_peer_gone(struct td__peer *p);
-/* Before each request of p: its stage, if fired, is committed. */
-void td__stage_owner(struct td__peer *p);
-/* p is going, or spent its stage with a publish of another name: the
- * stage is committed if fired, else cancelled. */
-void td__stage_owner_end(struct td__peer *p);
+/* p's stages settled, those it fired committed: before each request of
+ * p; with end (p is going), those it did not fire cancelled. */
+void td__stage_owner(struct td__peer *p, bool end);
 
 /* ---- ring.c (docs/fastpath.md) ---- */
 

@@ -106,8 +106,8 @@ static void dispatch(struct td__peer *p, size_t n, int *fds, unsigned nfds)
 	}
 	rq = (struct td__req){&h, d->rx + TD_WIRE_HDR_LEN, fds, nfds, op};
 	/* a stage this peer fired is a publish that comes first */
-	if (p->stage)
-		td__stage_owner(p);
+	if (p->n_stages)
+		td__stage_owner(p, false);
 	op->fn(p, &rq);
 	td__store_trim(0); /* after a burst of RELEASEs, memory goes back */
 }
@@ -116,8 +116,8 @@ static void dispatch(struct td__peer *p, size_t n, int *fds, unsigned nfds)
 static void peer_gone(struct td__peer *p)
 {
 	/* a stage it fired is committed, else cancelled, before its loans go */
-	if (p->stage)
-		td__stage_owner_end(p);
+	if (p->n_stages)
+		td__stage_owner(p, true);
 	td__lease_peer_gone(p);
 	td__fence_peer_gone(p); /* the timerfds its leases gave back */
 	td__loan_peer_gone(p);

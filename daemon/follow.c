@@ -360,8 +360,7 @@ static void stage_clear(struct bell *b)
 	struct stage *st = &b->st;
 
 	atomic_store_explicit(&b->hdr->stage, 0, memory_order_release);
-	st->owner->stage = NULL;
-	st->owner->stage_alloc = 0;
+	td__peer_stage_drop(st->owner, b);
 	if (st->sv) {
 		/* cancelled: its entry is free again, its number unused */
 		if (b->entry_of[st->entry] == st->sv->number &&
@@ -395,9 +394,7 @@ static void stage_commit(struct bell *b)
 		return;
 	}
 	b->st.sv = NULL; /* the store's now */
-	st.owner->fired_alloc = st.alloc_id;
-	st.owner->fired_version = st.sv->number;
-	st.owner->fired_rewrite = a->rewrite;
+	td__peer_fired_note(st.owner, st.alloc_id, st.sv->number, a->rewrite);
 	/* stays named (entry_busy) until td__name_set made it current */
 	td__publish_staged(st.owner, a, st.sv);
 	stage_clear(b);
@@ -456,16 +453,17 @@ static void on_settle(const char *name, size_t len, bool cancel)
 	}
 }
 
-void td__stage_owner(struct td__peer *p)
+void td__stage_owner(struct td__peer *p, bool cancel)
 {
-	struct bell *b = p->stage;
+	struct bell *b[TD__PEER_STAGES];
+	unsigned n = p->n_stages;
 
-	stage_settle(b, false);
-}
-
-void td__stage_owner_end(struct td__peer *p)
-{
-	stage_settle(p->stage, true);
+	/* a commit or cancel takes its bell out of p's list (still p's:
+	 * nothing one does ends another's, but the walk does not rely on it) */
+	memcpy(b, p->stage, n * sizeof(b[0]));
+	for (unsigned i = 0; i < n; i++)
+		if (b[i]->st.owner == p)
+			stage_settle(b[i], cancel);
 }
 
 static void on_stage_timer(uv_timer_t *t)
@@ -638,8 +636,7 @@ static void stage_arm(struct td__peer *p, struct bell *b,
 				       ? td_follow_trig_slot(b->name,
 							     b->name_len)
 				       : 0};
-	p->stage = b;
-	p->stage_alloc = a->id;
+	td__peer_stage_add(p, b, a->id);
 	stages++;
 	b->trig_owner = p;
 	atomic_store_explicit(&b->hdr->stage_gen, t->gen,
@@ -670,7 +667,8 @@ static void on_offer(struct td__peer *p, const struct td__version *ver,
 	struct bell *b = bell_of(ver);
 	struct td__version *sv;
 
-	if (p->stage || !stage_fits(b, a, ver) || !(sv = stage_copy(ver)))
+	if (p->n_stages == TD__PEER_STAGES || !stage_fits(b, a, ver) ||
+	    !(sv = stage_copy(ver)))
 		return;
 	stage_arm(p, b, a, sv, version, gen);
 }
@@ -690,7 +688,7 @@ static void on_takeback(struct td__peer *p, struct td__version *sv,
 {
 	struct bell *b = bell_of(sv);
 
-	if (p->stage || !stage_fits(b, a, sv)) {
+	if (p->n_stages == TD__PEER_STAGES || !stage_fits(b, a, sv)) {
 		td__version_put(td__d->store, sv);
 		return;
 	}
@@ -1190,8 +1188,8 @@ void td__follow_peer_gone(struct td__peer *p)
 void td__follow_init(void)
 {
 	static const struct td__store_bell hooks = {
-		on_changed, on_pins, on_sweep, on_settle, on_offer,
-		on_keep, on_takeback, td__stage_owner_end};
+		on_changed, on_pins, on_sweep, on_settle,
+		on_offer,   on_keep, on_takeback};
 
 	uv_timer_init(td__d->loop, &stage_timer);
 	uv_unref((uv_handle_t *)&stage_timer);

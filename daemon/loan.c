@@ -420,7 +420,7 @@ static void loan_unlend(struct td__store *s, struct td__peer *p)
 	struct td__alloc *a = p->loan_id ? td__loan_find(p, p->loan_id) : NULL;
 
 	/* its stage goes first (committed if fired: then a is gone) */
-	if (a && p->stage && p->stage_alloc == a->id) {
+	if (a && td__peer_staged(p, a->id) >= 0) {
 		td__store_settle(a->name, a->name_len);
 		a = td__loan_find(p, p->loan_id);
 	}
@@ -604,7 +604,7 @@ int td__loan_give_back(struct td__peer *p, uint64_t id)
 	struct td__alloc *a = td__loan_find(p, id);
 
 	/* its stage goes first (committed if fired: then a is gone) */
-	if (a && p->stage && p->stage_alloc == id) {
+	if (a && td__peer_staged(p, id) >= 0) {
 		td__store_settle(a->name, a->name_len);
 		a = td__loan_find(p, id);
 	}

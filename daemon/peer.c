@@ -825,3 +825,36 @@ fail:
 	free(p);
 	return rc;
 }
+
+/* ---- staged publishes' bookkeeping (follow.c stages and commits) ---- */
+
+void td__peer_stage_add(struct td__peer *p, void *b, uint64_t id)
+{
+	p->stage[p->n_stages] = b;
+	p->stage_alloc[p->n_stages++] = id;
+}
+
+void td__peer_stage_drop(struct td__peer *p, const void *b)
+{
+	for (unsigned i = 0; i < p->n_stages; i++) {
+		if (p->stage[i] != b)
+			continue;
+		p->n_stages--;
+		p->stage[i] = p->stage[p->n_stages];
+		p->stage_alloc[i] = p->stage_alloc[p->n_stages];
+		return;
+	}
+}
+
+void td__peer_fired_note(struct td__peer *p, uint64_t id, uint64_t version,
+			 bool rewrite)
+{
+	struct td__fired *f = &p->fired[0];
+
+	for (unsigned i = 0; i < TD__PEER_STAGES; i++)
+		if (!p->fired[i].alloc) {
+			f = &p->fired[i];
+			break;
+		}
+	*f = (struct td__fired){id, version, rewrite};
+}

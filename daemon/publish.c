@@ -371,8 +371,8 @@ static int pub_request(struct pub *x, const struct td__req *rq,
 				e.reason ? e.reason : "invalid");
 	/* a FIRED notice's alloc was committed (pub_fired), as allowed
 	 * when it was fired: a policy reload since refuses nothing done */
-	fired = (x->m.flags & TD_WIRE_PUB_FIRED) && x->m.alloc_id &&
-		x->m.alloc_id == p->fired_alloc;
+	fired = (x->m.flags & TD_WIRE_PUB_FIRED) &&
+		td__peer_fired(p, x->m.alloc_id);
 	if (!fired &&
 	    !td__access_may(p, rq->op->perm, x->m.name.ptr, x->m.name.len))
 		return pub_fail(x, -EACCES,
@@ -646,11 +646,13 @@ static bool pub_fired(struct pub *x)
 	struct td__peer *p = x->p;
 	const struct td__version *cur;
 	uint64_t sizes[TD_WIRE_MAX_PLANES];
+	struct td__fired *f = td__peer_fired(p, x->m.alloc_id);
+	struct td__fired done;
 
-	if (!(x->m.flags & TD_WIRE_PUB_FIRED) || !p->fired_alloc ||
-	    p->fired_alloc != x->m.alloc_id)
+	if (!(x->m.flags & TD_WIRE_PUB_FIRED) || !f)
 		return false;
-	p->fired_alloc = 0;
+	done = *f;
+	*f = (struct td__fired){0};
 	cur = td__name_lookup(s, x->m.name);
 	/*
 	 * The next loan, and its stage, are the next publish: only for a
@@ -659,15 +661,15 @@ static bool pub_fired(struct pub *x)
 	 * reply staged the next version, whose fire the reply after staged
 	 * again, and a uid the reload refused went on publishing.
 	 */
-	if (!cur || cur->number != p->fired_version || !cur->recycle ||
+	if (!cur || cur->number != done.version || !cur->recycle ||
 	    cur->nfds > TD_WIRE_MAX_PLANES ||
 	    !td__access_may(p, TD__PERM_WRITE, x->m.name.ptr, x->m.name.len))
 		cur = NULL;
 	for (uint32_t i = 0; cur && i < cur->nfds; i++)
 		sizes[i] = cur->fds[i].size;
 	/* only named loans are staged; a rewritable one lends another */
-	pub_reply(p, x->h, &x->m, p->fired_version, cur ? cur->nfds : 0,
-		  sizes, p->fired_rewrite, true, cur);
+	pub_reply(p, x->h, &x->m, done.version, cur ? cur->nfds : 0, sizes,
+		  done.rewrite, true, cur);
 	return true;
 }
 
@@ -695,10 +697,6 @@ void td__publish(struct td__peer *p, const struct td__req *rq)
 		goto out;
 	/* a staged publish of the name goes first, or goes (follow.c) */
 	td__store_settle(x.m.name.ptr, x.m.name.len);
-	/* and this connection's stage of another name, which this publish
-	 * spent (the library fires a stage only at its next publish) */
-	if (p->stage)
-		td__store_stage_spent(p);
 	/* the alloc may be the stage's, committed just now */
 	if (x.alloc && x.alloc != td__loan_find(p, x.m.alloc_id)) {
 		pub_fail(&x, -ENOENT, "no alloc %llu on this connection",

@@ -539,12 +539,6 @@ struct td__version *td__store_stage_keep(const struct td__version *ver)
 	return bell ? bell->keep(ver) : NULL;
 }
 
-void td__store_stage_spent(struct td__peer *p)
-{
-	if (bell)
-		bell->spent(p);
-}
-
 void td__store_stage_takeback(struct td__peer *p, struct td__version *sv,
 			      const struct td__alloc *a, uint64_t *version,
 			      uint32_t *gen)

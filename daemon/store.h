@@ -346,9 +346,6 @@ struct td__store_bell {
 	void (*takeback)(struct td__peer *p, struct td__version *sv,
 			 const struct td__alloc *a, uint64_t *version,
 			 uint32_t *gen);
-	/* p published another name than its stage's, which that spent:
-	 * the stage is committed if fired, else cancelled */
-	void (*spent)(struct td__peer *p);
 };
 void td__store_bell_set(const struct td__store_bell *b);
 /*
@@ -358,13 +355,12 @@ void td__store_bell_set(const struct td__store_bell *b);
  * cancelled.
  */
 void td__store_settle(const char *name, size_t len);
-/* bell->offer, ->keep, ->spent, ->takeback (publish.c and loan.c call no file
+/* bell->offer, ->keep, ->takeback (publish.c and loan.c call no file
  * above them) */
 void td__store_stage_offer(struct td__peer *p, const struct td__version *ver,
 			   const struct td__alloc *a, uint64_t *version,
 			   uint32_t *gen);
 struct td__version *td__store_stage_keep(const struct td__version *ver);
-void td__store_stage_spent(struct td__peer *p);
 void td__store_stage_takeback(struct td__peer *p, struct td__version *sv,
 			      const struct td__alloc *a, uint64_t *version,
 			      uint32_t *gen);

@@ -122,6 +122,8 @@ struct td__gf {
  * gets each one's next loan in its PUBLISH reply.
  */
 #define TD__LENT_MAX 4
+/* stages one connection has at once: one per lent loan (stage.c) */
+#define TD__STAGES TD__LENT_MAX
 
 /* rings of one client whose reader rows td_sub_next prefetches */
 #define TD__PROD_ROWS 4
@@ -328,20 +330,31 @@ struct td_client {
 	 * word (what libtensord did before TD_WIRE_FEAT_WAKE_ROWS) */
 	bool rows_off;
 	/*
-	 * Staged publishes (produce.c, docs/fastpath.md "A followed publish
-	 * without the daemon's hop"): the stage the last PUBLISH reply
-	 * or REWRITE ALLOC reply offered (st_alloc 0: none), the trigger
-	 * page that fires it (st_page of generation st_pgen: one per
-	 * connection), and the name and descriptor of the last PUBLISH of a
-	 * named loan (desc, desc_len bytes): a stage repeats it, so only a
-	 * publish of the same name with the same one fires. stage_off:
-	 * TENSORD_STAGE=0.
+	 * Staged publishes (stage.c, docs/fastpath.md "A followed publish
+	 * without the daemon's hop"): the stages PUBLISH and REWRITE ALLOC
+	 * replies offered, one per loan (st[]: alloc 0 a free one; the
+	 * daemon keeps TD__STAGES a connection), and the one offered last
+	 * and not yet spent (st_alloc 0: none); the trigger page that fires
+	 * them (st_page of generation st_pgen: one per connection); and for
+	 * each of the last TD__STAGES names published the descriptor of its
+	 * last PUBLISH (desc[], desc_last the one kept last): a stage
+	 * repeats it, so only a publish of the same name with the same one
+	 * fires. stage_off: TENSORD_STAGE=0.
 	 */
+	struct td__stage {
+		uint64_t alloc, version;
+		uint32_t gen;
+	} st[TD__STAGES];
 	uint64_t st_alloc, st_version;
 	uint32_t st_gen, st_pgen;
 	struct td_follow_trigger *st_page;
-	uint8_t *desc;
-	uint32_t desc_len, desc_cap;
+	struct td__desc {
+		uint8_t *buf; /* name, pin, meta, blob: stage.c */
+		uint32_t len, cap;
+		uint64_t used; /* desc_clock at its last keep: oldest goes */
+	} desc[TD__STAGES];
+	unsigned desc_last;
+	uint64_t desc_clock;
 	bool stage_off;
 	uint8_t *rbuf; /* TD_WIRE_MAX_MSG receive buffer */
 	uint8_t *sbuf; /* TD_WIRE_MAX_MSG send buffer */
@@ -548,7 +561,7 @@ void td__stage_refused(struct td_client *c);
  * publish kept was of that name), else 0; td__stage_note_alloc: the
  * stage its reply offers.
  */
-uint32_t td__stage_alloc_flag(const struct td_client *c,
+uint32_t td__stage_alloc_flag(struct td_client *c,
 			      const struct td_wire_alloc_req *req);
 void td__stage_note_alloc(struct td_client *c,
 			  const struct td_wire_alloc_rep *r);

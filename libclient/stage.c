@@ -86,35 +86,43 @@ void td__stage_forget(struct td_client *c)
 	c->st_page = NULL;
 	c->st_pgen = 0;
 	c->st_alloc = 0;
-	free(c->desc);
-	c->desc = NULL;
-	c->desc_len = c->desc_cap = 0;
+	memset(c->st, 0, sizeof(c->st));
+	for (unsigned i = 0; i < TD__STAGES; i++) {
+		free(c->desc[i].buf);
+		c->desc[i] = (struct td__desc){0};
+	}
 }
 
 /*
  * What a stage repeats of a PUBLISH: its name, pin flag, meta and blob,
- * kept as u32 pin, u32 name length, u32 meta length, name, meta, blob.
+ * kept as u32 pin, u32 name length, u32 meta length, name, meta, blob;
+ * one for each of the last TD__STAGES names published.
  */
 #define DESC_HDR 12u
 
-static bool desc_named(const struct td_client *c, const char *name,
-		       uint32_t len)
+static struct td__desc *desc_named(struct td_client *c, const char *name,
+				   uint32_t len)
 {
-	return c->desc && !memcmp(c->desc + 4, &len, 4) &&
-	       !memcmp(c->desc + DESC_HDR, name, len);
+	for (unsigned i = 0; i < TD__STAGES; i++) {
+		struct td__desc *d = &c->desc[i];
+
+		if (d->len >= DESC_HDR + len && !memcmp(d->buf + 4, &len, 4) &&
+		    !memcmp(d->buf + DESC_HDR, name, len))
+			return d;
+	}
+	return NULL;
 }
 
-static bool desc_same(const struct td_client *c, const char *name,
+static bool desc_same(const struct td__desc *d, const char *name,
 		      uint32_t pin, const struct td_wire_bytes *meta,
 		      const struct td_wire_bytes *blob)
 {
-	uint32_t nl = (uint32_t)strlen(name), at = DESC_HDR + nl;
+	uint32_t at = DESC_HDR + (uint32_t)strlen(name);
 
-	return desc_named(c, name, nl) &&
-	       c->desc_len == at + meta->len + blob->len &&
-	       !memcmp(c->desc, &pin, 4) && !memcmp(c->desc + 8, &meta->len, 4) &&
-	       (!meta->len || !memcmp(c->desc + at, meta->ptr, meta->len)) &&
-	       !memcmp(c->desc + at + meta->len, blob->ptr, blob->len);
+	return d && d->len == at + meta->len + blob->len &&
+	       !memcmp(d->buf, &pin, 4) && !memcmp(d->buf + 8, &meta->len, 4) &&
+	       (!meta->len || !memcmp(d->buf + at, meta->ptr, meta->len)) &&
+	       !memcmp(d->buf + at + meta->len, blob->ptr, blob->len);
 }
 
 static void desc_keep(struct td_client *c, const char *name, uint32_t pin,
@@ -123,41 +131,80 @@ static void desc_keep(struct td_client *c, const char *name, uint32_t pin,
 {
 	uint32_t nl = (uint32_t)strlen(name), at = DESC_HDR + nl;
 	uint32_t n = at + meta->len + blob->len;
+	struct td__desc *d = desc_named(c, name, nl);
 
-	if (n > c->desc_cap) {
-		uint8_t *d = realloc(c->desc, n);
+	/* the name's own, else the one kept longest ago */
+	if (!d) {
+		d = &c->desc[0];
+		for (unsigned i = 1; i < TD__STAGES; i++)
+			if (c->desc[i].used < d->used)
+				d = &c->desc[i];
+	}
+	c->desc_last = (unsigned)(d - c->desc);
+	if (n > d->cap) {
+		uint8_t *b = realloc(d->buf, n);
 
-		if (!d) {
-			c->desc_len = 0;
+		if (!b) {
+			d->len = 0;
 			return;
 		}
-		c->desc = d;
-		c->desc_cap = n;
+		d->buf = b;
+		d->cap = n;
 	}
-	memcpy(c->desc, &pin, 4);
-	memcpy(c->desc + 4, &nl, 4);
-	memcpy(c->desc + 8, &meta->len, 4);
-	memcpy(c->desc + DESC_HDR, name, nl);
+	memcpy(d->buf, &pin, 4);
+	memcpy(d->buf + 4, &nl, 4);
+	memcpy(d->buf + 8, &meta->len, 4);
+	memcpy(d->buf + DESC_HDR, name, nl);
 	if (meta->len)
-		memcpy(c->desc + at, meta->ptr, meta->len);
-	memcpy(c->desc + at + meta->len, blob->ptr, blob->len);
-	c->desc_len = n;
+		memcpy(d->buf + at, meta->ptr, meta->len);
+	memcpy(d->buf + at + meta->len, blob->ptr, blob->len);
+	d->len = n;
+	d->used = ++c->desc_clock;
+}
+
+/* The stage offered for loan alloc_id, or NULL. */
+static struct td__stage *stage_of(struct td_client *c, uint64_t alloc_id)
+{
+	for (unsigned i = 0; alloc_id && i < TD__STAGES; i++)
+		if (c->st[i].alloc == alloc_id)
+			return &c->st[i];
+	return NULL;
 }
 
 /*
- * Fire the stage of loan a, published as name with the staged
- * descriptor: the producer's compare-exchange of the trigger word,
- * then the wake of the followers asleep on it. False: not fired (the
- * daemon cancelled it, or the page cannot be had): a plain PUBLISH.
+ * A stage offered: a free record, else the one of the oldest loan (the
+ * daemon keeps as many stages as this, so one of them ended there: a
+ * loan dropped unpublished, which leaves its record).
  */
-static bool stage_fire(struct td_client *c, const char *name)
+static void stage_add(struct td_client *c, uint64_t alloc_id,
+		      uint64_t version, uint32_t gen)
 {
-	uint32_t w = td_follow_trig(c->st_version, TD_FOLLOW_TRIG_STAGED);
+	struct td__stage *st = &c->st[0];
+
+	for (unsigned i = 1; i < TD__STAGES && st->alloc; i++)
+		if (c->st[i].alloc < st->alloc)
+			st = &c->st[i];
+	*st = (struct td__stage){alloc_id, version, gen};
+	c->st_alloc = alloc_id;
+	c->st_version = version;
+	c->st_gen = gen;
+}
+
+/*
+ * Fire stage st of a loan published as name with the staged descriptor:
+ * the producer's compare-exchange of the trigger word, then the wake of
+ * the followers asleep on it. False: not fired (the daemon cancelled
+ * it, or the page cannot be had): a plain PUBLISH.
+ */
+static bool stage_fire(struct td_client *c, const struct td__stage *st,
+		       const char *name)
+{
+	uint32_t w = td_follow_trig(st->version, TD_FOLLOW_TRIG_STAGED);
 	uint32_t gen = 0, slot = 0;
 	void *page = NULL;
 
 	/* one page per connection (its generation), whatever the name */
-	if (!c->st_page || c->st_pgen != c->st_gen) {
+	if (!c->st_page || c->st_pgen != st->gen) {
 		if (td__stage_page_map(c, name, true, -1, &gen, &page,
 				       NULL) < 0)
 			return false;
@@ -165,7 +212,7 @@ static bool stage_fire(struct td_client *c, const char *name)
 			munmap(c->st_page, TD_FOLLOW_TRIG_LEN);
 		c->st_page = page;
 		c->st_pgen = gen;
-		if (gen != c->st_gen)
+		if (gen != st->gen)
 			return false;
 	}
 	/* the word of this name (the daemon staged it there) */
@@ -173,7 +220,7 @@ static bool stage_fire(struct td_client *c, const char *name)
 		slot = td_follow_trig_slot(name, strlen(name));
 	if (!atomic_compare_exchange_strong(
 		    &c->st_page[slot].word, &w,
-		    td_follow_trig(c->st_version, TD_FOLLOW_TRIG_FIRED)))
+		    td_follow_trig(st->version, TD_FOLLOW_TRIG_FIRED)))
 		return false;
 	td__futex_wake((const uint32_t *)&c->st_page[slot].word, INT_MAX);
 	return true;
@@ -184,27 +231,25 @@ uint32_t td__stage_flags(struct td_client *c, uint64_t alloc_id, bool named,
 			 const struct td_wire_publish_req *req)
 {
 	uint32_t pin = req->flags & TD_WIRE_PUB_PIN, add = 0;
+	struct td__stage *st = stage_of(c, alloc_id);
 
 	/*
 	 * A staged loan published with the staged descriptor: fired here,
-	 * so its followers take it now; the PUBLISH is its notice. A stage
-	 * is offered once: whatever this publish is, it is spent.
+	 * so its followers take it now; the PUBLISH is its notice. A loan's
+	 * stage is offered once: whatever its publish is, it is spent.
+	 * Other loans' stages stay (one per lent loan, each its own name).
 	 */
-	if (alloc_id && c->st_alloc == alloc_id &&
-	    desc_same(c, name, pin, &req->meta, &req->blob) &&
-	    stage_fire(c, name))
+	if (st && desc_same(desc_named(c, name, (uint32_t)strlen(name)),
+			    name, pin, &req->meta, &req->blob) &&
+	    stage_fire(c, st, name))
 		add |= TD_WIRE_PUB_FIRED;
+	if (st)
+		*st = (struct td__stage){0};
 	c->st_alloc = 0;
 	if (!named || c->stage_off || !td__has(c, TD_WIRE_FEAT_STAGE))
 		return add;
-	/*
-	 * a named stream's: the daemon may stage its next loan, once this
-	 * name comes twice in a row (a connection has one stage, which a
-	 * publish of another name spends: a producer that alternates names
-	 * would make the daemon stage and cancel at every publish)
-	 */
-	if ((req->flags & TD_WIRE_PUB_LOAN) && c->desc_len &&
-	    desc_named(c, name, (uint32_t)strlen(name)))
+	/* a named stream's: the daemon may stage its next loan */
+	if (req->flags & TD_WIRE_PUB_LOAN)
 		add |= TD_WIRE_PUB_STAGE;
 	/* what that stage, or a take-back's, repeats */
 	if (!(add & TD_WIRE_PUB_FIRED))
@@ -214,10 +259,11 @@ uint32_t td__stage_flags(struct td_client *c, uint64_t alloc_id, bool named,
 
 void td__stage_refused(struct td_client *c)
 {
-	c->desc_len = 0;
+	/* kept by the refused PUBLISH (read before the next one is sent) */
+	c->desc[c->desc_last].len = 0;
 }
 
-uint32_t td__stage_alloc_flag(const struct td_client *c,
+uint32_t td__stage_alloc_flag(struct td_client *c,
 			      const struct td_wire_alloc_req *req)
 {
 	uint32_t need = TD_WIRE_ALLOC_RECYCLE | TD_WIRE_ALLOC_REWRITE |
@@ -226,7 +272,6 @@ uint32_t td__stage_alloc_flag(const struct td_client *c,
 	return (req->flags & need) == need && !c->stage_off &&
 			       td__has(c, TD_WIRE_FEAT_STAGE) &&
 			       td__has(c, TD_WIRE_FEAT_STAGE_TAKEBACK) &&
-			       c->desc_len &&
 			       desc_named(c, req->name.ptr, req->name.len)
 		       ? TD_WIRE_ALLOC_STAGE
 		       : 0;
@@ -235,18 +280,12 @@ uint32_t td__stage_alloc_flag(const struct td_client *c,
 void td__stage_note_alloc(struct td_client *c,
 			  const struct td_wire_alloc_rep *r)
 {
-	if (!r->stage_version)
-		return;
-	c->st_alloc = r->alloc_id;
-	c->st_version = r->stage_version;
-	c->st_gen = r->stage_gen;
+	if (r->stage_version)
+		stage_add(c, r->alloc_id, r->stage_version, r->stage_gen);
 }
 
 void td__stage_note(struct td_client *c, const struct td_wire_publish_rep *r)
 {
-	if (!r->stage_version)
-		return;
-	c->st_alloc = r->loan.alloc_id;
-	c->st_version = r->stage_version;
-	c->st_gen = r->stage_gen;
+	if (r->stage_version)
+		stage_add(c, r->loan.alloc_id, r->stage_version, r->stage_gen);
 }
