@@ -150,7 +150,7 @@ void td__loop_cancel(struct td_client *c)
 {
 	struct td__async *list;
 
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	/* a callback below that asks again is refused: nothing would
 	 * deliver its answer, nor free it */
 	c->closing = true;
@@ -167,7 +167,7 @@ int td_client_set_event_handler(struct td_client *c, td_event_fn fn,
 {
 	if (!c)
 		return -EINVAL;
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	c->ev_fn = fn;
 	c->ev_ud = ud;
 	pthread_mutex_unlock(&c->lock);
@@ -191,7 +191,7 @@ int td_client_get_newer_async(struct td_client *c, const char *name,
 		return td__fail(err, -ENOMEM, "out of memory");
 	a->fn = fn;
 	a->ud = ud;
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	if (c->closing) {
 		rc = td__fail(err, -ENOTCONN, "client is closing");
 		goto fail;
@@ -311,7 +311,7 @@ static int deliver_events(struct td_client *c, size_t limit)
 	struct td_event ev;
 	int n = 0;
 
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	if (c->ev_depth && !pthread_equal(c->ev_by, self)) {
 		c->ev_skipped = true;
 		td__loop_ready(c);
@@ -329,7 +329,7 @@ static int deliver_events(struct td_client *c, size_t limit)
 		pthread_mutex_unlock(&c->lock);
 		fn(c, &ev, ud);
 		n++;
-		pthread_mutex_lock(&c->lock);
+		td__client_lock(c);
 	}
 	if (!--c->ev_depth)
 		c->ev_skipped = false;
@@ -347,7 +347,7 @@ int td_client_process(struct td_client *c, struct td_error *err)
 
 	if (!c)
 		return td__fail(err, -EINVAL, "no client");
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	rc = read_ready(c);
 	gets = c->done;
 	c->done = c->done_tail = NULL;
@@ -366,7 +366,7 @@ int td_client_process(struct td_client *c, struct td_error *err)
 	pthread_mutex_unlock(&c->lock);
 
 	n = deliver_gets(c, gets);
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	open = c->sock >= 0;
 	pthread_mutex_unlock(&c->lock);
 	if (rc == 0 && open)
