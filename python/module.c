@@ -90,11 +90,13 @@ static PyObject *client_new(PyTypeObject *t, PyObject *args, PyObject *kw)
 	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
 	pthread_mutex_init(&self->deliver, &a);
 	pthread_mutexattr_destroy(&a);
+	self->forks = tdpy_forks;
 	return (PyObject *)self;
 }
 
 static PyObject *client_close(ClientObject *self, PyObject *unused)
 {
+	tdpy_client_forked(self);
 	self->c = NULL;
 	if (!self->busy && self->handle)
 		tdpy_client_close_now(self);
@@ -103,6 +105,7 @@ static PyObject *client_close(ClientObject *self, PyObject *unused)
 
 static void client_dealloc(ClientObject *self)
 {
+	tdpy_client_forked(self);
 	self->c = NULL;
 	if (self->handle)
 		tdpy_client_close_now(self);

@@ -1,0 +1,98 @@
+# SPDX-License-Identifier: MIT
+"""One Client shared by several threads (docs/python.md, "Blocking calls,
+threads, asyncio"), and what a child of fork() finds of it when another
+thread of the parent was inside a call at the fork."""
+import errno
+import os
+import threading
+import time
+
+import numpy as np
+import tensord
+
+from conftest import InThread, wait_child
+
+# a child that hangs is killed this much later and the test fails
+CHILD_S = 20
+
+
+def in_child(body):
+    """Fork; body() runs in the child, which exits 0 when it returns, 1
+    when it raises (its message printed). Asserts that in the parent."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            body()
+            code = 0
+        except BaseException as e:  # noqa: BLE001 (the child reports it)
+            os.write(2, f"child: {type(e).__name__}: {e}\n".encode())
+        finally:
+            os._exit(code)
+    status = wait_child(pid, "the child of fork() (a call hung)", CHILD_S)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, \
+        f"the child failed (status {status:#x})"
+
+
+def refuses(call):
+    try:
+        call()
+    except tensord.Error as e:
+        assert e.errno == errno.ECHILD, e
+        return
+    raise AssertionError(f"{call} did not raise ECHILD in the child")
+
+
+def closes(client):
+    """close() in the child closes the child's copy: fileno()'s fd goes."""
+    fd = client.fileno()
+    client.close()
+    try:
+        os.fstat(fd)
+    except OSError as e:
+        assert e.errno == errno.EBADF
+        return
+    raise AssertionError("close() in the child left the client open")
+
+
+def test_a_child_forked_while_a_thread_waits_in_get_newer(client):
+    # the first get(newer_than=) of a name waits holding libtensord's
+    # handle mutex; the thread that held it at the fork is not in the
+    # child, so a child that locked it again would hang for ever
+    v = client.put("th/fork", np.arange(4.0))
+    t = InThread(lambda: client.get("th/fork", newer_than=v, timeout=3))
+    t.inside(0.3)
+
+    def child():
+        assert client.trim() >= 0
+        refuses(lambda: client.stat("th/fork"))
+        refuses(lambda: client.get("th/fork"))
+        refuses(client.poll)
+        closes(client)
+    in_child(child)
+    assert isinstance(t.finish().error, tensord.Timeout)
+    assert client.get("th/fork").tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_a_child_forked_while_a_thread_polls(client):
+    # poll() hands events over with the binding's deliver mutex held and
+    # the GIL released: the fork lands there often
+    w = client.watch("th/")
+    stop = threading.Event()
+
+    def poller():
+        while not stop.is_set():
+            client.poll()
+    t = threading.Thread(target=poller, daemon=True)
+    t.start()
+    try:
+        for _ in range(20):
+            in_child(lambda: (refuses(client.poll),
+                              refuses(lambda: w.next(timeout=0)),
+                              closes(client)))
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        t.join(CHILD_S)
+    assert client.put("th/x", np.zeros(1)) == 1
+    assert w.next(timeout=5).name == "th/x"
