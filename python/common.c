@@ -226,6 +226,14 @@ PyObject *tdpy_busy_error(void)
 	return NULL;
 }
 
+void tdpy_busy_forked(bool *busy, unsigned *forks)
+{
+	if (*forks != tdpy_forks) {
+		*forks = tdpy_forks;
+		*busy = false;
+	}
+}
+
 /* ---- calls in flight ---- */
 
 static int64_t mono_ms(void)

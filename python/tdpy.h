@@ -281,6 +281,14 @@ void tdpy_maps_detach(ClientObject *cl);
 
 /* RuntimeError: a Ring, Subscription or Follow used by two threads. */
 PyObject *tdpy_busy_error(void);
+/*
+ * A Ring's, Subscription's or Follow's busy flag, at its every use: in a
+ * child of fork() the parent's thread that set it (waiting in next() or
+ * acquire() at the fork) does not exist, so the child clears it, once
+ * per fork (*forks is tdpy_forks when the object was made or adopted),
+ * and its calls raise ECHILD, its close() frees its copy.
+ */
+void tdpy_busy_forked(bool *busy, unsigned *forks);
 
 /*
  * What an Owner of a ring slot (SLOT, VIEW) or a followed lease asks the

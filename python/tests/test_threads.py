@@ -96,3 +96,42 @@ def test_a_child_forked_while_a_thread_polls(client):
         t.join(CHILD_S)
     assert client.put("th/x", np.zeros(1)) == 1
     assert w.next(timeout=5).name == "th/x"
+
+
+def test_a_child_forked_while_threads_wait_in_a_follow_and_a_ring(client):
+    # each of these is busy while a thread waits in it; that thread is
+    # not in the child, which gets ECHILD from them and closes its copies
+    # (docs/python.md: "An inherited ring or subscription stays the
+    # parent's too", "An inherited Follow likewise")
+    client.put("th/f", np.arange(3.0))
+    f = client.follow("th/f")
+    f.next(timeout=5)
+    r = client.ring_create("th/r", (4,), "u8", slots=2)
+    sub = client.subscribe("th/r", timeout=5)
+    idle = client.subscribe("th/r", timeout=5)  # reads nothing
+    slot = r.acquire(timeout=5)
+    slot[:] = 1
+    del slot
+    v = r.publish()
+    sub.next(timeout=5).release()
+    waits = [InThread(lambda: f.next(timeout=3)),
+             InThread(lambda: sub.next(timeout=3)),
+             InThread(lambda: r.wait_read(v, timeout=3))]
+    for t in waits:
+        t.inside(0.1)
+    time.sleep(0.3)
+
+    def child():
+        for obj, call in ((f, lambda: f.next(timeout=0)),
+                          (sub, lambda: sub.next(timeout=0)),
+                          (r, lambda: r.acquire(timeout=0))):
+            refuses(call)
+            obj.close()
+    in_child(child)
+    for t in waits:
+        t.finish()
+    assert not f.closed
+    f.close()
+    r.close()
+    sub.close()
+    idle.close()
