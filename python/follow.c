@@ -128,8 +128,13 @@ static int give_back(FollowObject *fo)
 	if (o && tdpy_follow_exported(o) < 0)
 		return -1;
 	fo->busy = true;
-	if (o)
+	if (o) {
+		/* held meanwhile: the release lets the GIL go, and another
+		 * thread may drop the last view of o then */
+		Py_INCREF(o);
 		tdpy_owner_release(o); /* clears fo->held */
+		Py_DECREF(o);
+	}
 	return 0;
 }
 

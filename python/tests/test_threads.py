@@ -135,3 +135,44 @@ def test_a_child_forked_while_threads_wait_in_a_follow_and_a_ring(client):
     r.close()
     sub.close()
     idle.close()
+
+
+def test_a_follows_tensors_dropped_by_other_threads(client, daemon):
+    # next() gives the held tensor back with the GIL released; another
+    # thread that drops that tensor's last view meanwhile frees its Lease,
+    # which next() must not read afterwards (ASan: heap-use-after-free)
+    import queue
+    prod = tensord.Client(daemon.sock)
+    stop = threading.Event()
+
+    def produce():
+        n = 0
+        while not stop.is_set():
+            a = prod.alloc("th/fw", (256,), "f32", stream=True)
+            a[:] = n
+            prod.publish(a)
+            n += 1
+    q = queue.Queue()
+
+    def drop():
+        while q.get() is not None:
+            pass  # the tensor's last reference goes here
+    threads = [threading.Thread(target=produce, daemon=True)] + \
+        [threading.Thread(target=drop, daemon=True) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        with client.follow("th/fw") as f:
+            end = time.monotonic() + 2
+            while time.monotonic() < end:
+                x = f.next(timeout=5)
+                assert x[0] == x[-1]
+                q.put(x)
+                del x
+    finally:
+        stop.set()
+        for _ in threads[1:]:
+            q.put(None)
+        for t in threads:
+            t.join(CHILD_S)
+        prod.close()
