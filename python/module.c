@@ -36,7 +36,13 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 	int rc, sock;
 
 	if (self->handle) {
-		PyErr_SetString(PyExc_RuntimeError, "already connected");
+		/* closed, but a call of another thread still waits on the
+		 * old connection, which closes when it returns */
+		PyErr_SetString(PyExc_RuntimeError, self->c ?
+				"already connected" :
+				"the client's close() waits for a call of "
+				"another thread still in it: connect again "
+				"once that call returned");
 		return -1;
 	}
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&$O&", kwlist,

@@ -176,3 +176,21 @@ def test_a_follows_tensors_dropped_by_other_threads(client, daemon):
         for t in threads:
             t.join(CHILD_S)
         prod.close()
+
+
+def test_connecting_again_while_another_thread_is_in_a_call(client, daemon):
+    # close() is deferred to the calls in flight; __init__ before they
+    # returned says so, not "already connected" of a client that says
+    # it is closed
+    v = client.put("th/again", np.arange(2.0))
+    t = InThread(lambda: client.get("th/again", newer_than=v, timeout=1))
+    t.inside(0.2)
+    client.close()
+    assert client.closed
+    try:
+        client.__init__(daemon.sock)
+    except RuntimeError as e:
+        assert "another thread" in str(e), e
+    else:
+        raise AssertionError("__init__ connected over a call in flight")
+    assert isinstance(t.finish().error, tensord.Timeout)
