@@ -92,7 +92,7 @@ int td_client_stat(struct td_client *c, const char *name, struct td_entry *e,
 	if (!c || !name || !e)
 		return td__fail(err, -EINVAL, "missing argument");
 	memset(e, 0, sizeof(*e));
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	len = stat_req(c, name);
 	if (len < 0) {
 		rc = td__fail(err, -EINVAL, "bad tensor name");
@@ -177,7 +177,7 @@ int td_client_list(struct td_client *c, const char *prefix,
 		return td__fail(err, -EINVAL, "missing argument");
 	*out = NULL;
 	*out_count = 0;
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	while (more) {
 		size_t before = count;
 
@@ -213,7 +213,7 @@ static int delete_name(struct td_client *c, const char *name,
 	int64_t len;
 	int rc;
 
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	if (if_version && !td__has(c, TD_WIRE_FEAT_DELETE_IF)) {
 		rc = td__fail(err, -EOPNOTSUPP,
 			      "this daemon cannot delete a version only "
@@ -297,7 +297,7 @@ int td_client_watch(struct td_client *c, const char *name, uint32_t flags,
 		return td__fail(err, -ENOMEM, "out of memory");
 	snprintf(w->name, sizeof(w->name), "%s", name);
 	w->flags = flags;
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	rc = td__watch_send(c, name, flags, &w->daemon_id, err);
 	if (rc == 0) {
 		w->id = ++c->next_watch;
@@ -323,7 +323,7 @@ int td_client_unwatch(struct td_client *c, uint64_t watch_id,
 
 	if (!c)
 		return td__fail(err, -EINVAL, "missing argument");
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	for (pp = &c->watches; *pp; pp = &(*pp)->next)
 		if ((*pp)->id == watch_id) {
 			w = *pp;

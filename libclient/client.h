@@ -206,6 +206,7 @@ struct td_client {
 	int daemon_pidfd;     /* -1 when none */
 	pid_t pid;            /* the process that connected: its own */
 	unsigned fork_gen;    /* td__client_foreign() */
+	unsigned lock_gen;    /* the fork whose child remade lock (conn.c) */
 	/*
 	 * The reader rows of the rings this client produces (td_ring_create:
 	 * the first row of each, at most TD__PROD_ROWS rings; NULL where
@@ -619,6 +620,21 @@ extern unsigned td__fork_gen;
 static inline bool td__client_foreign(const struct td_client *c)
 {
 	return c->fork_gen != td__fork_gen;
+}
+/*
+ * c->lock: every lock of it goes through here. In a child of fork() an
+ * inherited handle's mutex may be held by a thread of the parent that
+ * does not exist here (one waiting in td_client_get_newer, say), and
+ * would never be unlocked: the child makes it anew, once per fork,
+ * before its first lock, so that its calls fail with -ECHILD instead of
+ * hanging.
+ */
+void td__client_relock(struct td_client *c);
+static inline void td__client_lock(struct td_client *c)
+{
+	if (td__client_foreign(c))
+		td__client_relock(c);
+	pthread_mutex_lock(&c->lock);
 }
 /*
  * 0 when the connection can be used, reconnecting first when it broke and

@@ -75,7 +75,7 @@ void td__client_unref(struct td_client *c)
 {
 	unsigned n;
 
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	n = --c->refs;
 	pthread_mutex_unlock(&c->lock);
 	if (n == 0)
@@ -86,7 +86,7 @@ int td_client_info(struct td_client *c, struct td_client_info *info)
 {
 	if (!c || !info)
 		return -EINVAL;
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	memset(info, 0, sizeof(*info));
 	info->daemon_pid = c->hello.daemon_pid;
 	info->path_in = c->path_in;
@@ -103,7 +103,7 @@ int td_client_fd(struct td_client *c)
 
 	if (!c)
 		return -EINVAL;
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	fd = c->sock >= 0 && c->epfd >= 0 ? c->epfd : -ENOTCONN;
 	pthread_mutex_unlock(&c->lock);
 	return fd;
@@ -315,7 +315,7 @@ int td_client_set_event_limit(struct td_client *c, unsigned max)
 {
 	if (!c)
 		return -EINVAL;
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	c->ev_limit = max;
 	pthread_mutex_unlock(&c->lock);
 	return 0;
@@ -402,10 +402,24 @@ static void reply_poll(struct td_client *c, struct td_pace *p,
 /* forks of this process so far, as its children count them */
 unsigned td__fork_gen;
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+/* held while an inherited handle's lock is made anew (made anew itself
+ * in each child: a thread of the parent may have held it) */
+static pthread_mutex_t relock_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void on_fork_child(void)
 {
 	td__fork_gen++;
+	pthread_mutex_init(&relock_mu, NULL);
+}
+
+void td__client_relock(struct td_client *c)
+{
+	pthread_mutex_lock(&relock_mu);
+	if (c->lock_gen != td__fork_gen) {
+		pthread_mutex_init(&c->lock, NULL);
+		c->lock_gen = td__fork_gen;
+	}
+	pthread_mutex_unlock(&relock_mu);
 }
 
 static void fork_watch_once(void)
@@ -616,7 +630,7 @@ int td_client_next_event(struct td_client *c, int timeout_ms,
 
 	if (!c || !ev)
 		return td__fail(err, -EINVAL, "no client or event");
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	for (;;) {
 		struct pollfd pfd;
 		struct td__msg m;
@@ -714,7 +728,7 @@ int td__wake_fd(struct td_client *c, uint16_t op, uint64_t id, uint32_t epoch,
 	fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 	if (fd < 0)
 		return -errno;
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	rc = td__has(c, feature) ? 0 : -EOPNOTSUPP;
 	if (rc == 0 && epoch != c->epoch)
 		rc = -ECONNRESET; /* made on a connection that is gone */

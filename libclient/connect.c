@@ -119,7 +119,7 @@ void td_client_close(struct td_client *c)
 	/* asynchronous GETs still waiting are told, then forgotten */
 	td__loop_cancel(c);
 	td__gf_close_all(c);
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	/*
 	 * Closing the socket ends the daemon's side at once (leases, watches,
 	 * loans); tensors still held keep their mappings (refs) until
@@ -447,7 +447,7 @@ int td_client_connect_ex(const char *path, uint32_t flags,
 	}
 	td__fork_watch();
 	c->pid = getpid();
-	c->fork_gen = td__fork_gen;
+	c->fork_gen = c->lock_gen = td__fork_gen;
 	c->reconnect = flags & TD_CLIENT_RECONNECT;
 	c->gf_off = (gf = getenv("TENSORD_GET_FOLLOW")) && !strcmp(gf, "0");
 	c->rows_off = (gf = getenv("TENSORD_WAKE_ROWS")) && !strcmp(gf, "0");

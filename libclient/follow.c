@@ -159,7 +159,7 @@ static int follow_make(struct td_client *c, const char *name, bool spare,
 	f->efd = -1;
 	strcpy(f->name, name);
 	q.name = (struct td_wire_str){f->name, (uint16_t)strlen(name)};
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	rc = td__client_usable(c, err);
 	if (rc == 0 && !td__has(c, TD_WIRE_FEAT_FOLLOW))
 		rc = td__fail(err, -EOPNOTSUPP,
@@ -281,7 +281,7 @@ static int take(struct td_follow *f, uint64_t v, uint32_t e,
 	size_t len = entry_copy(f, e, v);
 	int rc = -ENOENT;
 
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	if (len)
 		rc = td__tensor_from_entry(c, f->body, len, v, f,
 					   td__follow_let_go, out, err);
@@ -298,7 +298,7 @@ static int take(struct td_follow *f, uint64_t v, uint32_t e,
 	if (rc == 0) {
 		/* a lease, but the follow's all the same: the next call waits
 		 * for its release (-EBUSY), as for a tensor from the entry */
-		pthread_mutex_lock(&c->lock);
+		td__client_lock(c);
 		td__tensor_follow(*out, f, td__follow_let_go);
 		f->out = true;
 		pthread_mutex_unlock(&c->lock);
@@ -328,7 +328,7 @@ static bool trig_have(struct td_follow *f, uint32_t gen, int64_t by)
 		return true;
 	if (!gen || gen == f->trig_no)
 		return false;
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	if (c->epoch == f->epoch)
 		rc = td__stage_page_map(c, f->name, false,
 					by < least ? least : by, &got, &page,
@@ -405,7 +405,7 @@ static int take_staged(struct td_follow *f, uint64_t st,
 	int rc = -ENOENT;
 
 	if (len) {
-		pthread_mutex_lock(&c->lock);
+		td__client_lock(c);
 		rc = td__tensor_from_entry(c, f->body, len, v, f,
 					   td__follow_let_go, out, err);
 		if (rc == 0)
@@ -488,7 +488,7 @@ static int next_check(struct td_follow *f, struct td_error *err)
 	if (td__client_foreign(c))
 		return td__fail(err, -ECHILD, "this follow belongs to the "
 				"parent of fork()");
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	if (f->out)
 		rc = td__fail(err, -EBUSY, "release the tensor this follow "
 			      "gave last before taking the next");
@@ -717,7 +717,7 @@ void td_follow_close(struct td_follow *f)
 	if (!f)
 		return;
 	c = f->c;
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	if (f->out) {
 		/* the tensor still reads through the row: its release ends
 		 * the follow */
@@ -771,7 +771,7 @@ int td__gf_get_newer(struct td_client *c, const char *name, uint64_t after,
 	*served = false;
 	if (!c || !name || !out || c->gf_off || td__client_foreign(c))
 		return 0;
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	g = gf_find(c, name);
 	/* a name got before, asked for again: newer than what it got last
 	 * (a consumer's loop), or once its follows are made, anything */
@@ -796,7 +796,7 @@ int td__gf_get_newer(struct td_client *c, const char *name, uint64_t after,
 		rc = follow_wait(f, after, *timeout_ms, out, err, served,
 				 timeout_ms);
 	}
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	g->busy = false;
 	if (!f)
 		g->no = true;
@@ -854,7 +854,7 @@ void td__gf_note(struct td_client *c, const char *name, uint64_t v)
 
 	if (strlen(name) > TD_WIRE_MAX_NAME)
 		return;
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	g = c->gf_off ? NULL : gf_find(c, name);
 	if (!g && !c->gf_off) {
 		g = gf_room(c);
@@ -885,7 +885,7 @@ static unsigned gf_shed(struct td_client *c)
 
 	if (!c)
 		return 0;
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	for (unsigned i = 0; i < TD__GF_NAMES; i++)
 		for (int k = 0; k < TD__GF_FOLLOWS && !c->gf[i].busy; k++)
 			if (c->gf[i].f[k] && !c->gf[i].f[k]->out) {
@@ -904,7 +904,7 @@ void td__gf_close_all(struct td_client *c)
 	struct td_follow *f[TD__GF_NAMES * TD__GF_FOLLOWS];
 	unsigned n = 0;
 
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	for (unsigned i = 0; i < TD__GF_NAMES; i++) {
 		for (int k = 0; k < TD__GF_FOLLOWS; k++)
 			if (c->gf[i].f[k])

@@ -169,7 +169,7 @@ static int conn_dup(struct td_client *c, uint32_t epoch)
 {
 	int fd = -1;
 
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	if (c->epoch == epoch && c->sock >= 0) {
 		fd = fcntl(c->sock, F_DUPFD_CLOEXEC, 0);
 		fd = fd < 0 ? -2 : fd;

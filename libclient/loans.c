@@ -133,7 +133,7 @@ void td_alloc_free(struct td_alloc *a)
 	if (!a)
 		return;
 	c = a->c;
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	td__alloc_give_back(c, a);
 	td__alloc_free_locked(a);
 	pthread_mutex_unlock(&c->lock);

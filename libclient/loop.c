@@ -203,12 +203,12 @@ static int deliver(struct td_client *c, struct td__turn *t, size_t limit,
 	union job j;
 	size_t n = 0;
 
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	if (td__turn_take(t, true)) {
 		for (; take(c, &j, n < limit); n++) {
 			pthread_mutex_unlock(&c->lock);
 			call(c, &j);
-			pthread_mutex_lock(&c->lock);
+			td__client_lock(c);
 		}
 		td__turn_give(t);
 	}
@@ -219,7 +219,7 @@ static int deliver(struct td_client *c, struct td__turn *t, size_t limit,
 
 void td__loop_cancel(struct td_client *c)
 {
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	/* a callback below that asks again is refused: nothing would
 	 * deliver its answer, nor free it */
 	c->closing = true;
@@ -235,7 +235,7 @@ int td_client_set_event_handler(struct td_client *c, td_event_fn fn,
 {
 	if (!c)
 		return -EINVAL;
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	c->ev_fn = fn;
 	c->ev_ud = ud;
 	pthread_mutex_unlock(&c->lock);
@@ -259,7 +259,7 @@ int td_client_get_newer_async(struct td_client *c, const char *name,
 		return td__fail(err, -ENOMEM, "out of memory");
 	a->fn = fn;
 	a->ud = ud;
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	if (c->closing) {
 		rc = td__fail(err, -ENOTCONN, "client is closing");
 		goto fail;
@@ -373,7 +373,7 @@ int td_client_process(struct td_client *c, struct td_error *err)
 
 	if (!c)
 		return td__fail(err, -EINVAL, "no client");
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	rc = read_ready(c);
 	/* what comes in during the callbacks waits for the next call */
 	for (const struct td__async *a = c->done; a; a = a->next)
@@ -392,7 +392,7 @@ int td_client_process(struct td_client *c, struct td_error *err)
 	pthread_mutex_unlock(&c->lock);
 
 	n = deliver(c, &c->get_turn, gets, take_get, call_get);
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	open = c->sock >= 0;
 	pthread_mutex_unlock(&c->lock);
 	if (rc == 0 && open)

@@ -278,7 +278,7 @@ int td_client_alloc_named(struct td_client *c, const char *name,
 	a->c = c;
 	a->name_len = (uint16_t)name_len;
 	memcpy(a->name, name ? name : "", name_len);
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	/* the loan a PUBLISH sent without waiting lends, or its failure */
 	rc = pub_settle(c, NULL, err);
 	/* a broken connection first: its lent loan names nothing in the
@@ -704,7 +704,7 @@ int td_client_publish_wait(struct td_client *c, uint64_t *version,
 
 	if (!c)
 		return td__fail(err, -EINVAL, "missing argument");
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	rc = pub_settle(c, version, err);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
@@ -842,7 +842,7 @@ int td_client_publish(struct td_client *c, const struct td_publish *p,
 	x.nbuf = p->fd_count;
 	x.buf_fds = p->fds;
 	x.buf_len = lens;
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	rc = publish_send(c, p, &x, NULL, version, false, err);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
@@ -877,7 +877,7 @@ static int publish_alloc(struct td_client *c, struct td_alloc *a,
 	x.buf_fds = a->fds;
 	x.buf_len = a->size;
 	x.alloc_id = a->alloc_id;
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	/* the failure of an earlier PUBLISH sent without waiting comes first */
 	rc = pub_settle(c, NULL, err);
 	/* a loan of a connection that is gone names nothing in this daemon */

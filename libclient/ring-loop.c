@@ -128,7 +128,7 @@ int td_sub_set_handler(struct td_sub *s, td_sub_fn fn, void *ud)
 		if (rc < 0)
 			return rc;
 	}
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	td__sub_unlink(s);
 	s->fn = fn;
 	s->ud = ud;
@@ -166,7 +166,7 @@ int td__sub_deliver(struct td_client *c)
 	 * the walk ends) and leaves it a walk of every subscription more,
 	 * as if each had been woken, for what the fds said.
 	 */
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	if (!td__turn_take(&c->sub_turn, false)) {
 		for (s = c->subs; s; s = s->lnext)
 			if (!s->ended)
@@ -185,7 +185,7 @@ int td__sub_deliver(struct td_client *c)
 	if (!s)
 		return 0;
 	for (; s; s = next) {
-		pthread_mutex_lock(&c->lock);
+		td__client_lock(c);
 		next = s->lnext;
 		on = s->fn; /* a handler may have taken another one's away */
 		pthread_mutex_unlock(&c->lock);
@@ -218,7 +218,7 @@ int td__sub_deliver(struct td_client *c)
 			 * the program keeps the subscription open.
 			 */
 			s->ended = true;
-			pthread_mutex_lock(&c->lock);
+			td__client_lock(c);
 			if (c->epfd >= 0 && !td__client_foreign(c))
 				epoll_ctl(c->epfd, EPOLL_CTL_DEL, s->efd, NULL);
 			pthread_mutex_unlock(&c->lock);
@@ -227,7 +227,7 @@ int td__sub_deliver(struct td_client *c)
 		s->fn(s, rc, rc == 0 ? &view : NULL, s->ud);
 		/* the callback may have closed s (and only s) */
 	}
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	c->sub_again = td__turn_give(&c->sub_turn);
 	c->ops->ready(c);
 	pthread_mutex_unlock(&c->lock);

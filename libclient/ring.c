@@ -168,7 +168,7 @@ int td_ring_create(struct td_client *c, const char *name,
 	td__pace_init_env(&ring->pace);
 	td__pace_init_env(&ring->read_pace);
 
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	if (c->path_out == TD_IMPORT_SCM)
 		q.flags |= TD_WIRE_REQ_SCM;
 	/* wake_readers() wakes rows: readers may sleep on their own */
@@ -255,7 +255,7 @@ static void wake_fetch(struct td_ring *r)
 	int64_t len;
 	unsigned k = 0;
 
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	if (!td__has(c, TD_WIRE_FEAT_RING_WAKE) || r->epoch != c->epoch)
 		goto out;
 	len = td_wire_ring_close_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
@@ -608,7 +608,7 @@ void td_ring_close(struct td_ring *r)
 	if (!r)
 		return;
 	c = r->c;
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	/* else the id means nothing there, or (a child of fork()) it is the
 	 * parent's ring: only the child's copy is freed */
 	if (r->epoch == c->epoch && !td__client_foreign(c))
@@ -646,7 +646,7 @@ int td_ring_subscribe(struct td_client *c, const char *name, int timeout_ms,
 	sub->efd = -1;
 	td__pace_init_env(&sub->pace);
 	q.name = (struct td_wire_str){name, (uint16_t)strlen(name)};
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	q.flags = c->path_out == TD_IMPORT_SCM ? TD_WIRE_REQ_SCM : 0;
 	/* a daemon that parks the request until the ring exists answers
 	 * once; an older one is asked again every millisecond */
@@ -678,7 +678,7 @@ int td_ring_subscribe(struct td_client *c, const char *name, int timeout_ms,
 		/* rings announce nothing; poll the name while waiting */
 		pthread_mutex_unlock(&c->lock);
 		nanosleep(&ms, NULL);
-		pthread_mutex_lock(&c->lock);
+		td__client_lock(c);
 	}
 	if (rc < 0)
 		goto fail;
@@ -1083,7 +1083,7 @@ void td_sub_close(struct td_sub *s)
 	c = s->c;
 	if (s->holding)
 		td_sub_release(s); /* not in a child of fork(): -ECHILD */
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	td__sub_unlink(s);
 	if (s->epoch == c->epoch && !td__client_foreign(c))
 		send_close(c, s->id);
@@ -1112,7 +1112,7 @@ int td_client_ring_stat(struct td_client *c, const char *name,
 	if (!name_ok(name, err, &rc))
 		return rc;
 	q.name = (struct td_wire_str){name, (uint16_t)strlen(name)};
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	len = td_wire_name_req_encode(&q, c->sbuf + TD_WIRE_HDR_LEN,
 				      TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	rc = len < 0 ? td__fail(err, (int)len, "encode RING_STAT")

@@ -86,7 +86,7 @@ int td_client_status(struct td_client *c, struct td_status **out,
 		rc = td__fail(err, -ENOMEM, "out of memory");
 		goto out_free;
 	}
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	if (!td__has(c, TD_WIRE_FEAT_STATUS)) {
 		rc = td__fail(err, -EOPNOTSUPP,
 			      "this daemon does not serve STATUS");

@@ -242,7 +242,7 @@ int td_client_trim(struct td_client *c)
 
 	if (!c)
 		return -EINVAL;
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	before = c->idle_maps;
 	td__maps_drop(c, false);
 	/*
@@ -315,7 +315,7 @@ static void tensor_release(struct td_tensor *t, bool quiet)
 	if (!t)
 		return;
 	c = t->c;
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	/*
 	 * A closed or broken connection already ended the lease on the
 	 * daemon's side; there is nothing to tell it then. A follow's
@@ -680,7 +680,7 @@ int td__get_common(struct td_client *c, const char *name, uint32_t mode,
 	if (!c || !name || !out)
 		return td__fail(err, -EINVAL, "missing argument");
 	*out = NULL;
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	/*
 	 * A broken connection first: a reconnect forgets the old daemon's
 	 * buffer ids, which the held ids encoded below would name to the

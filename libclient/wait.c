@@ -132,7 +132,7 @@ bool td__conn_gone(struct td_client *c, uint32_t epoch)
 	struct pollfd p;
 	bool gone;
 
-	pthread_mutex_lock(&c->lock);
+	td__client_lock(c);
 	gone = c->sock < 0 || c->dead || c->epoch != epoch;
 	p = (struct pollfd){.fd = c->sock, .events = 0};
 	pthread_mutex_unlock(&c->lock);

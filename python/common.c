@@ -37,8 +37,23 @@ static PyObject *add_exc(PyObject *m, const char *name, PyObject *base)
 	return e;
 }
 
+unsigned tdpy_forks;
+
+static void on_fork_child(void)
+{
+	tdpy_forks++;
+}
+
+static void tdpy_fork_watch(void)
+{
+	pthread_atfork(NULL, NULL, on_fork_child);
+}
+
 int tdpy_errors_init(PyObject *m)
 {
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+	pthread_once(&once, tdpy_fork_watch);
 	tdpy_error = add_exc(m, "Error", NULL);
 	if (!tdpy_error)
 		return -1;
@@ -211,6 +226,14 @@ PyObject *tdpy_busy_error(void)
 	return NULL;
 }
 
+void tdpy_busy_forked(bool *busy, unsigned *forks)
+{
+	if (*forks != tdpy_forks) {
+		*forks = tdpy_forks;
+		*busy = false;
+	}
+}
+
 /* ---- calls in flight ---- */
 
 static int64_t mono_ms(void)
@@ -258,8 +281,24 @@ int tdpy_wait_sliced(int ms, int (*fn)(void *arg, int slice_ms), void *arg,
 	}
 }
 
+void tdpy_client_forked(ClientObject *self)
+{
+	pthread_mutexattr_t a;
+
+	if (self->forks == tdpy_forks)
+		return;
+	self->forks = tdpy_forks;
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+	pthread_mutex_init(&self->deliver, &a);
+	pthread_mutexattr_destroy(&a);
+	self->busy = 0;
+	self->handing = 0;
+}
+
 struct td_client *tdpy_client_enter(ClientObject *self)
 {
+	tdpy_client_forked(self);
 	if (!self->c) {
 		PyErr_SetString(PyExc_ValueError, "the client is closed");
 		return NULL;

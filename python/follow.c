@@ -35,6 +35,7 @@ typedef struct {
 	int fenced_fd;       /* its fence, in the client's epoll set while it
 			      * waits in poll() mode; -1 none */
 	bool busy;           /* next() waiting with the GIL released */
+	unsigned forks;      /* tdpy_busy_forked() */
 	int efd;             /* poll() mode: td_follow_fd, in the client's
 			      * epoll set (Client.fileno()); -1 before */
 } FollowObject;
@@ -58,6 +59,7 @@ PyObject *tdpy_client_follow(ClientObject *self, PyObject *args)
 	fo->client = self;
 	fo->efd = -1;
 	fo->fenced_fd = -1;
+	fo->forks = tdpy_forks;
 	fo->name = PyUnicode_FromString(name);
 	c = fo->name ? tdpy_client_enter(self) : NULL;
 	if (!c) {
@@ -101,6 +103,7 @@ static int tdpy_follow_exported(OwnerObject *root)
 
 static FollowObject *follow_usable(FollowObject *fo)
 {
+	tdpy_busy_forked(&fo->busy, &fo->forks);
 	if (!fo->f) {
 		PyErr_SetString(PyExc_ValueError, "the follow is closed");
 		return NULL;
@@ -125,8 +128,13 @@ static int give_back(FollowObject *fo)
 	if (o && tdpy_follow_exported(o) < 0)
 		return -1;
 	fo->busy = true;
-	if (o)
+	if (o) {
+		/* held meanwhile: the release lets the GIL go, and another
+		 * thread may drop the last view of o then */
+		Py_INCREF(o);
 		tdpy_owner_release(o); /* clears fo->held */
+		Py_DECREF(o);
+	}
 	return 0;
 }
 
@@ -350,6 +358,7 @@ static void follow_really_close(FollowObject *fo)
 
 static PyObject *follow_close(FollowObject *fo, PyObject *unused)
 {
+	tdpy_busy_forked(&fo->busy, &fo->forks);
 	if (fo->busy)
 		return tdpy_busy_error();
 	follow_really_close(fo);

@@ -36,7 +36,13 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 	int rc, sock;
 
 	if (self->handle) {
-		PyErr_SetString(PyExc_RuntimeError, "already connected");
+		/* closed, but a call of another thread still waits on the
+		 * old connection, which closes when it returns */
+		PyErr_SetString(PyExc_RuntimeError, self->c ?
+				"already connected" :
+				"the client's close() waits for a call of "
+				"another thread still in it: connect again "
+				"once that call returned");
 		return -1;
 	}
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&$O&", kwlist,
@@ -90,11 +96,13 @@ static PyObject *client_new(PyTypeObject *t, PyObject *args, PyObject *kw)
 	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
 	pthread_mutex_init(&self->deliver, &a);
 	pthread_mutexattr_destroy(&a);
+	self->forks = tdpy_forks;
 	return (PyObject *)self;
 }
 
 static PyObject *client_close(ClientObject *self, PyObject *unused)
 {
+	tdpy_client_forked(self);
 	self->c = NULL;
 	if (!self->busy && self->handle)
 		tdpy_client_close_now(self);
@@ -103,6 +111,7 @@ static PyObject *client_close(ClientObject *self, PyObject *unused)
 
 static void client_dealloc(ClientObject *self)
 {
+	tdpy_client_forked(self);
 	self->c = NULL;
 	if (self->handle)
 		tdpy_client_close_now(self);

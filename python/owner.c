@@ -241,6 +241,13 @@ void tdpy_owner_release(OwnerObject *plane_or_root)
 
 	o->t = NULL;
 	o->a = NULL;
+	/*
+	 * The Follow's pointer to o (not a reference) goes first, before the
+	 * GIL does: o may be dying (owner_dealloc), and a next() in another
+	 * thread meanwhile must not find it there.
+	 */
+	if (o->follow)
+		tdpy_owner_hooks.follow_let_go(o->follow, o);
 	if (t || a) {
 		/* no wait for the daemon's answer: it ends the lease before
 		 * it serves this client's next request (a round trip less);
@@ -250,8 +257,6 @@ void tdpy_owner_release(OwnerObject *plane_or_root)
 		td_alloc_free(a);
 		Py_END_ALLOW_THREADS
 	}
-	if (o->follow)
-		tdpy_owner_hooks.follow_let_go(o->follow, o);
 }
 
 static void owner_dealloc(OwnerObject *o)

@@ -30,6 +30,7 @@ typedef struct {
 	struct td_ring *r; /* NULL once really closed */
 	bool closed;       /* close() was called */
 	bool busy;         /* acquire() waits with the GIL released */
+	unsigned forks;    /* tdpy_busy_forked() */
 	unsigned views;    /* live arrays over slots */
 	uint64_t tickets;  /* acquire()s that took a slot */
 	uint64_t acquired; /* the ticket of the slot acquired, 0 if none */
@@ -45,6 +46,7 @@ typedef struct {
 	struct td_sub *s; /* NULL once really closed */
 	bool closed;
 	bool busy;        /* next() waits with the GIL released */
+	unsigned forks;   /* tdpy_busy_forked() */
 	unsigned views;   /* live arrays over slots */
 	uint64_t held;    /* version of the view held, 0 none */
 	bool pending;     /* libtensord holds `fenced`, whose fence has not
@@ -107,6 +109,7 @@ PyObject *tdpy_client_ring_create(ClientObject *self, PyObject *args,
 	       sizeof(*ring) - sizeof(PyObject));
 	Py_INCREF(self);
 	ring->client = self;
+	ring->forks = tdpy_forks;
 	ring->dtype = desc.dtype;
 	ring->name = PyUnicode_FromString(name);
 	if (!ring->name ||
@@ -151,6 +154,7 @@ static void tdpy_ring_view_gone(PyObject *obj)
 {
 	RingObject *ring = (RingObject *)obj;
 
+	tdpy_busy_forked(&ring->busy, &ring->forks);
 	if (--ring->views == 0 && ring->closed && !ring->busy)
 		ring_really_close(ring);
 }
@@ -166,6 +170,7 @@ static void ring_unbusy(RingObject *ring)
 
 static RingObject *ring_usable(RingObject *ring)
 {
+	tdpy_busy_forked(&ring->busy, &ring->forks);
 	if (ring->closed) {
 		PyErr_SetString(PyExc_ValueError, "the ring is closed");
 		return NULL;
@@ -298,6 +303,7 @@ static PyObject *ring_wait_read(RingObject *ring, PyObject *args,
 
 static PyObject *ring_close(RingObject *ring, PyObject *unused)
 {
+	tdpy_busy_forked(&ring->busy, &ring->forks);
 	ring->closed = true;
 	if (!ring->views && !ring->busy)
 		ring_really_close(ring);
@@ -394,6 +400,7 @@ PyObject *tdpy_client_subscribe(ClientObject *self, PyObject *args,
 	memset((char *)sub + sizeof(PyObject), 0,
 	       sizeof(*sub) - sizeof(PyObject));
 	sub->efd = -1;
+	sub->forks = tdpy_forks;
 	Py_INCREF(self);
 	sub->client = self;
 	sub->name = PyUnicode_FromString(name);
@@ -437,6 +444,7 @@ static void tdpy_sub_view_gone(PyObject *obj)
 {
 	SubObject *sub = (SubObject *)obj;
 
+	tdpy_busy_forked(&sub->busy, &sub->forks);
 	if (--sub->views == 0 && sub->closed && !sub->busy)
 		sub_really_close(sub);
 }
@@ -547,6 +555,7 @@ static PyObject *view_array(SubObject *sub, const struct td_view *v)
 
 static SubObject *sub_usable(SubObject *sub)
 {
+	tdpy_busy_forked(&sub->busy, &sub->forks);
 	if (sub->closed || !sub->s) {
 		PyErr_SetString(PyExc_ValueError,
 				"the subscription is closed");
@@ -757,6 +766,7 @@ static PyObject *sub_release_m(SubObject *sub, PyObject *unused)
 
 static PyObject *sub_close(SubObject *sub, PyObject *unused)
 {
+	tdpy_busy_forked(&sub->busy, &sub->forks);
 	if (sub->busy)
 		return tdpy_busy_error();
 	sub->closed = true;

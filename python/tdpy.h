@@ -96,6 +96,8 @@ typedef struct {
 	 * before its Watch is linked. Taken before the GIL, never while
 	 * holding it (the event handler holds it and waits for the GIL). */
 	pthread_mutex_t deliver;
+	unsigned forks;        /* tdpy_forks when made, or when a child of
+				* fork() took it over (tdpy_client_forked) */
 } ClientObject;
 
 enum owner_kind {
@@ -169,6 +171,16 @@ int tdpy_conv_version(PyObject *o, void *out);
  * keyword) of next() and acquire(): 1 and *ms, or 0 with an exception. */
 int tdpy_timeout_arg(PyObject *args, PyObject *kw, int *ms);
 
+/*
+ * Forks of this process (common.c counts them in each child). In a child
+ * of fork(), threads of the parent that were inside a call on a client
+ * do not exist: tdpy_client_forked, at every entry, makes deliver anew
+ * (one of them may have held it) and counts no call in flight (busy), so
+ * that the child's calls raise ECHILD and its close() closes, instead of
+ * hanging or waiting for calls that never return.
+ */
+extern unsigned tdpy_forks;
+void tdpy_client_forked(ClientObject *self);
 /* Checked entry to a client call: NULL (ValueError set) when closed. */
 struct td_client *tdpy_client_enter(ClientObject *self);
 /* Its end; then tdpy_client_left (events.c's, set at its init) hands
@@ -269,6 +281,14 @@ void tdpy_maps_detach(ClientObject *cl);
 
 /* RuntimeError: a Ring, Subscription or Follow used by two threads. */
 PyObject *tdpy_busy_error(void);
+/*
+ * A Ring's, Subscription's or Follow's busy flag, at its every use: in a
+ * child of fork() the parent's thread that set it (waiting in next() or
+ * acquire() at the fork) does not exist, so the child clears it, once
+ * per fork (*forks is tdpy_forks when the object was made or adopted),
+ * and its calls raise ECHILD, its close() frees its copy.
+ */
+void tdpy_busy_forked(bool *busy, unsigned *forks);
 
 /*
  * What an Owner of a ring slot (SLOT, VIEW) or a followed lease asks the
