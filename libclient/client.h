@@ -629,13 +629,7 @@ static inline bool td__client_foreign(const struct td_client *c)
  * before its first lock, so that its calls fail with -ECHILD instead of
  * hanging.
  */
-void td__client_relock(struct td_client *c);
-static inline void td__client_lock(struct td_client *c)
-{
-	if (td__client_foreign(c))
-		td__client_relock(c);
-	pthread_mutex_lock(&c->lock);
-}
+void td__client_lock(struct td_client *c);
 /*
  * 0 when the connection can be used, reconnecting first when it broke and
  * TD_CLIENT_RECONNECT is set (lock held); else -errno with *err.

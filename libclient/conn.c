@@ -412,14 +412,17 @@ static void on_fork_child(void)
 	pthread_mutex_init(&relock_mu, NULL);
 }
 
-void td__client_relock(struct td_client *c)
+void td__client_lock(struct td_client *c)
 {
-	pthread_mutex_lock(&relock_mu);
-	if (c->lock_gen != td__fork_gen) {
-		pthread_mutex_init(&c->lock, NULL);
-		c->lock_gen = td__fork_gen;
+	if (td__client_foreign(c)) {
+		pthread_mutex_lock(&relock_mu);
+		if (c->lock_gen != td__fork_gen) {
+			pthread_mutex_init(&c->lock, NULL);
+			c->lock_gen = td__fork_gen;
+		}
+		pthread_mutex_unlock(&relock_mu);
 	}
-	pthread_mutex_unlock(&relock_mu);
+	pthread_mutex_lock(&c->lock);
 }
 
 static void fork_watch_once(void)
