@@ -296,6 +296,13 @@ static PyObject *ring_wait_read(RingObject *ring, PyObject *args,
 	ring_unbusy(ring);
 	if (rc == -EINTR && PyErr_Occurred())
 		return NULL; /* a signal handler's exception */
+	/* the ring refuses only a version it has not published: a value
+	 * wrong for it (docs/python.md, "Errors") */
+	if (rc == -EINVAL)
+		return PyErr_Format(PyExc_ValueError,
+				    "wait_read: this ring has not published "
+				    "version %llu",
+				    (unsigned long long)v);
 	if (rc < 0)
 		return tdpy_raise(rc, NULL, "wait_read");
 	Py_RETURN_NONE;
