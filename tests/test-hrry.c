@@ -2138,6 +2138,29 @@ Test(hrry, short_reads_are_retried_and_a_short_file_is_unexpected_eof)
 	free(f);
 }
 
+/* A Hurray file at path (a mkstemp template) of a u8[3] {7, 8, 9} under
+ * each of names (NULL-terminated), written by the raw writer. */
+static void u3_file(char *path, const char *const *names)
+{
+	static const uint8_t u3[3] = {7, 8, 9};
+	struct hu_sink s = {0};
+	struct hu_raw r;
+	struct td_hrry_desc desc;
+	int fd = mkstemp(path);
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	cr_assert_eq(hu_raw_init(&r, &s, NULL), 0);
+	td_hrry_desc_init_dense(&desc, TD_HRRY_TYPE_UINT8, 1, (uint64_t[]){3});
+	for (; *names; names++)
+		cr_assert_eq(hu_raw_tensor(&r, *names, &desc,
+					   (const void *[]){u3}),
+			     0);
+	cr_assert_eq(hu_raw_finish(&r, NULL, 0), 0);
+	save_file(path, s.buf, s.len);
+	free(s.buf);
+}
+
 /*
  * A Hurray name tensord does not take (a space, or a tensord snapshot's
  * extra plane "N#1") is listed as refused, and the rest is loaded: it
@@ -2147,24 +2170,12 @@ Test(hrry, tensorctl_load_refuses_names_tensord_does_not_take)
 {
 	struct tu_daemon d;
 	struct td_client *c = NULL;
-	struct hu_sink s = {0};
-	struct hu_raw r;
-	struct td_hrry_desc desc;
 	struct td_tensor *t = NULL;
-	uint8_t u3[3] = {7, 8, 9};
+	static const uint8_t u3[3] = {7, 8, 9};
+	static const char *const names[] = {"good", "a b", "N#1", NULL};
 	char path[] = "/tmp/td-hrry-XXXXXX", *out;
-	int fd = mkstemp(path);
 
-	cr_assert_geq(fd, 0);
-	close(fd);
-	cr_assert_eq(hu_raw_init(&r, &s, NULL), 0);
-	td_hrry_desc_init_dense(&desc, TD_HRRY_TYPE_UINT8, 1, (uint64_t[]){3});
-	cr_assert_eq(hu_raw_tensor(&r, "good", &desc, (const void *[]){u3}), 0);
-	cr_assert_eq(hu_raw_tensor(&r, "a b", &desc, (const void *[]){u3}), 0);
-	cr_assert_eq(hu_raw_tensor(&r, "N#1", &desc, (const void *[]){u3}), 0);
-	cr_assert_eq(hu_raw_finish(&r, NULL, 0), 0);
-	save_file(path, s.buf, s.len);
-	free(s.buf);
+	u3_file(path, names);
 	tu_daemon_start(&d, "error");
 	cr_assert_eq(td_client_connect(d.sock, &c, NULL), 0);
 	cr_assert_eq(tu_tensorctl(&d, &out, "load", path, "--prefix", "n/",
@@ -2192,23 +2203,12 @@ Test(hrry, tensorctl_load_refuses_names_tensord_does_not_take)
 Test(hrry, tensorctl_load_names_the_tgm_options_a_hurray_file_refuses)
 {
 	struct tu_daemon d;
-	struct hu_sink s = {0};
-	struct hu_raw r;
-	struct td_hrry_desc desc;
-	uint8_t u3[3] = {7, 8, 9};
 	char path[] = "/tmp/td-hrry-XXXXXX", *out;
+	static const char *const names[] = {"good", NULL};
 	static const char *const opt[][2] = {{"--message", "0"},
 					     {"--variable-key", "k"}};
-	int fd = mkstemp(path);
 
-	cr_assert_geq(fd, 0);
-	close(fd);
-	cr_assert_eq(hu_raw_init(&r, &s, NULL), 0);
-	td_hrry_desc_init_dense(&desc, TD_HRRY_TYPE_UINT8, 1, (uint64_t[]){3});
-	cr_assert_eq(hu_raw_tensor(&r, "good", &desc, (const void *[]){u3}), 0);
-	cr_assert_eq(hu_raw_finish(&r, NULL, 0), 0);
-	save_file(path, s.buf, s.len);
-	free(s.buf);
+	u3_file(path, names);
 	tu_daemon_start(&d, "error");
 	for (int i = 0; i < 2; i++) {
 		cr_assert_eq(tu_tensorctl(&d, &out, "load", path, opt[i][0],
