@@ -338,20 +338,48 @@ struct td__peer {
 	 */
 	void *stage[TD__PEER_STAGES];
 	uint64_t stage_alloc[TD__PEER_STAGES];
+	uint32_t stage_slot[TD__PEER_STAGES]; /* its word of trig */
 	unsigned n_stages;
-	void *trig; /* its trigger page (follow.c), NULL until staged */
+	struct td__trig *trig; /* its trigger page, NULL until staged */
 	struct td__fired {
 		uint64_t alloc, version;
 		bool rewrite; /* that alloc was rewritable (loan.c) */
 	} fired[TD__PEER_STAGES];
 };
 
-/* peer.c: bell b (follow.c's) stages alloc id of p; b's stage is no
- * longer p's; p's stage of alloc id was committed as version, which its
- * FIRED notice is answered with (a slot of its own; a producer that
- * fires without notices overwrites the first, whose late notice is then
- * a PUBLISH). */
-void td__peer_stage_add(struct td__peer *p, void *b, uint64_t id);
+/*
+ * A producer's trigger page (docs/protocol.md §13, "Staged publishes"):
+ * one per connection that was ever staged, made at its first stage
+ * (td__peer_trig: NULL when it cannot be), freed with the connection
+ * (td__peer_trig_free, its stages settled already). Its two fds count
+ * as its uid's.
+ */
+struct td_follow_trigger;
+struct td__trig {
+	int rw, ro;
+	struct td_follow_trigger *map;
+	uint32_t gen;
+	uid_t uid;
+};
+struct td__trig *td__peer_trig(struct td__peer *p);
+void td__peer_trig_free(struct td__peer *p);
+/*
+ * The word of p's trigger page for a new stage: want (the name's own,
+ * or 0) when no stage of p has it, else with any the first free word
+ * from 1 (TD_WIRE_FEAT_STAGE_WORD: the reply names it), else
+ * TD_FOLLOW_TRIG_SLOTS: none (no stage; two stages on one word would
+ * overwrite each other's).
+ */
+uint32_t td__peer_trig_slot(const struct td__peer *p, uint32_t want,
+			    bool any);
+
+/* peer.c: bell b (follow.c's) stages alloc id of p at word slot; b's
+ * stage is no longer p's; p's stage of alloc id was committed as
+ * version, which its FIRED notice is answered with (a slot of its own;
+ * a producer that fires without notices overwrites the first, whose late
+ * notice is then a PUBLISH). */
+void td__peer_stage_add(struct td__peer *p, void *b, uint64_t id,
+			uint32_t slot);
 void td__peer_stage_drop(struct td__peer *p, const void *b);
 void td__peer_fired_note(struct td__peer *p, uint64_t id, uint64_t version,
 			 bool rewrite);

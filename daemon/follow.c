@@ -83,20 +83,6 @@ struct bell {
 static struct td__list bells = {&bells, &bells};
 static unsigned bell_count;
 static uint64_t next_id = 1;
-/*
- * A producer's trigger page (td__peer.trig): one per connection that
- * was ever staged, since a connection has one stage at a time; made at
- * its first stage, freed with the connection. Its two fds count as its
- * uid's.
- */
-struct trig {
-	int rw, ro;
-	struct td_follow_trigger *map;
-	uint32_t gen;
-	uid_t uid;
-};
-
-static uint32_t trig_gens; /* the last trigger page's generation */
 static unsigned stages;    /* bells with a stage: the timer runs */
 static uv_timer_t stage_timer;
 #define STAGE_SETTLE_MS 1000 /* a producer that fired and stalled */
@@ -412,7 +398,7 @@ static void stage_settle(struct bell *b, bool cancel)
 	uint32_t fired = td_follow_trig(v, TD_FOLLOW_TRIG_FIRED);
 	uint32_t w = td_follow_trig(v, TD_FOLLOW_TRIG_STAGED);
 	struct td_follow_trigger *t =
-		((struct trig *)b->st.owner->trig)->map + b->st.slot;
+		b->st.owner->trig->map + b->st.slot;
 
 	if (atomic_load(&t->word) == fired) {
 		stage_commit(b);
@@ -482,63 +468,6 @@ static void stage_timer_arm(void)
 			       STAGE_SETTLE_MS);
 }
 
-/* p's trigger page goes with p (its stage settled already). */
-static void trig_free(struct td__peer *p)
-{
-	struct trig *t = p->trig;
-
-	if (!t)
-		return;
-	munmap(t->map, TD_FOLLOW_TRIG_LEN);
-	close(t->rw);
-	close(t->ro);
-	td__tenant_sub(t->uid, TD__LIM_FDS, BELL_FDS);
-	free(t);
-	p->trig = NULL;
-}
-
-/* p's trigger page: the one it has, else a new one (NULL: none). */
-static struct trig *trig_of(struct td__peer *p)
-{
-	const char *why = NULL;
-	struct trig *t = p->trig;
-	char lim[256];
-	void *m = MAP_FAILED;
-
-	if (t)
-		return t;
-	if (td__tenant_check(p->uid, TD__LIM_FDS, BELL_FDS, lim,
-			     sizeof(lim)) < 0 ||
-	    !(t = calloc(1, sizeof(*t))))
-		return NULL;
-	t->ro = -1;
-	t->rw = td__memfd_new("tensord-trigger", TD_FOLLOW_TRIG_LEN, CTL_MEMFD,
-			      &why);
-	if (t->rw >= 0)
-		t->ro = td__reopen_ro(t->rw);
-	if (t->ro >= 0)
-		m = mmap(NULL, TD_FOLLOW_TRIG_LEN, PROT_READ | PROT_WRITE,
-			 MAP_SHARED, t->rw, 0);
-	if (m == MAP_FAILED ||
-	    td__tenant_add(p->uid, TD__LIM_FDS, BELL_FDS) < 0) {
-		if (m != MAP_FAILED)
-			munmap(m, TD_FOLLOW_TRIG_LEN);
-		if (t->rw >= 0)
-			close(t->rw);
-		if (t->ro >= 0)
-			close(t->ro);
-		free(t);
-		return NULL;
-	}
-	t->map = m;
-	t->uid = p->uid;
-	if (++trig_gens == 0)
-		trig_gens = 1;
-	t->gen = trig_gens;
-	p->trig = t;
-	return t;
-}
-
 /*
  * May loan a be staged as the next version of desc's name, repeating
  * desc's descriptor? A named recyclable loan of desc's planes (no fence,
@@ -605,15 +534,23 @@ static struct td__version *stage_copy(const struct td__version *ver)
 /*
  * Stage sv (stage_copy's; the stage's from now on, else put back) as
  * the next version of its name on b, with alloc a's buffers: a number,
- * an entry in the bell, STAGED in p's trigger page. *version and *gen
- * name it (left 0 when not staged).
+ * an entry in the bell, STAGED at a word of p's trigger page no other
+ * stage of p has (td__peer_trig_slot). *version, *gen and *slot name it
+ * (left 0 when not staged; *slot only to a producer that reads it).
  */
 static void stage_arm(struct td__peer *p, struct bell *b,
 		      const struct td__alloc *a, struct td__version *sv,
-		      uint64_t *version, uint32_t *gen)
+		      uint64_t *version, uint32_t *gen, uint32_t *slot)
 {
-	struct trig *t = trig_of(p);
-	uint32_t e;
+	bool any = p->features & TD_WIRE_FEAT_STAGE_WORD;
+	uint32_t e, w = td__peer_trig_slot(
+			    p,
+			    p->features & TD_WIRE_FEAT_STAGE_SLOT
+				    ? td_follow_trig_slot(b->name, b->name_len)
+				    : 0,
+			    any);
+	struct td__trig *t =
+		w < TD_FOLLOW_TRIG_SLOTS ? td__peer_trig(p) : NULL;
 
 	if (!t) {
 		td__version_put(td__d->store, sv);
@@ -631,12 +568,8 @@ static void stage_arm(struct td__peer *p, struct bell *b,
 		td__version_put(td__d->store, sv);
 		return;
 	}
-	b->st = (struct stage){p, a->id, sv, e,
-			       p->features & TD_WIRE_FEAT_STAGE_SLOT
-				       ? td_follow_trig_slot(b->name,
-							     b->name_len)
-				       : 0};
-	td__peer_stage_add(p, b, a->id);
+	b->st = (struct stage){p, a->id, sv, e, w};
+	td__peer_stage_add(p, b, a->id, w);
 	stages++;
 	b->trig_owner = p;
 	atomic_store_explicit(&b->hdr->stage_gen, t->gen,
@@ -650,6 +583,7 @@ static void stage_arm(struct td__peer *p, struct bell *b,
 			      memory_order_release);
 	*version = sv->number;
 	*gen = t->gen;
+	*slot = any ? w : 0;
 	stage_timer_arm();
 }
 
@@ -662,7 +596,7 @@ static struct bell *bell_of(const struct td__version *v)
 /* A PUBLISH of p made ver and lends loan a (its reply's stage). */
 static void on_offer(struct td__peer *p, const struct td__version *ver,
 		     const struct td__alloc *a, uint64_t *version,
-		     uint32_t *gen)
+		     uint32_t *gen, uint32_t *slot)
 {
 	struct bell *b = bell_of(ver);
 	struct td__version *sv;
@@ -670,7 +604,7 @@ static void on_offer(struct td__peer *p, const struct td__version *ver,
 	if (p->n_stages == TD__PEER_STAGES || !stage_fits(b, a, ver) ||
 	    !(sv = stage_copy(ver)))
 		return;
-	stage_arm(p, b, a, sv, version, gen);
+	stage_arm(p, b, a, sv, version, gen, slot);
 }
 
 /* A REWRITE ALLOC takes ver back: its descriptor, if a stage may follow. */
@@ -684,7 +618,7 @@ static struct td__version *on_keep(const struct td__version *ver)
 /* ... and lends its buffers as loan a: staged if it may be (sv goes). */
 static void on_takeback(struct td__peer *p, struct td__version *sv,
 			const struct td__alloc *a, uint64_t *version,
-			uint32_t *gen)
+			uint32_t *gen, uint32_t *slot)
 {
 	struct bell *b = bell_of(sv);
 
@@ -692,7 +626,7 @@ static void on_takeback(struct td__peer *p, struct td__version *sv,
 		td__version_put(td__d->store, sv);
 		return;
 	}
-	stage_arm(p, b, a, sv, version, gen);
+	stage_arm(p, b, a, sv, version, gen, slot);
 }
 
 /* RING_SUBSCRIBE's WAIT flag, in the body FOLLOW and STAGE_PAGE share:
@@ -716,7 +650,7 @@ void td__stage_page(struct td__peer *p, const struct td__req *rq)
 	struct td_err e = {0};
 	struct td_wire_follow_rep r = {.layout = TD_FOLLOW_LAYOUT,
 				       .fd_count = 1};
-	const struct trig *t = NULL;
+	const struct td__trig *t = NULL;
 	struct bell *b;
 	bool follows = false;
 	int fd;
@@ -1182,7 +1116,7 @@ void td__follow_peer_gone(struct td__peer *p)
 			    follower_end(b, &b->rows[i]))
 				break;
 	}
-	trig_free(p);
+	td__peer_trig_free(p);
 }
 
 void td__follow_init(void)

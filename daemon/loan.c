@@ -561,7 +561,7 @@ void td__loan_alloc(struct td__peer *p, const struct td__req *rq)
 	 * followers take it when the producer fires, not at its PUBLISH */
 	if (keep && !unreserved)
 		td__store_stage_takeback(p, keep, a, &r.stage_version,
-					 &r.stage_gen);
+					 &r.stage_gen, &r.stage_slot);
 	else if (keep)
 		td__version_put(s, keep);
 	len = td_wire_alloc_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);

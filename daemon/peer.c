@@ -17,15 +17,20 @@
 #include <string.h>
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "bytes.h"
+#include "follow.h"
 #include "scm.h"
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
 #endif
+
+#define TRIG_FDS 2 /* a trigger page's descriptors: rw, ro */
+_Static_assert(TD_FOLLOW_TRIG_SLOTS == TD_WIRE_STAGE_SLOTS, "the words");
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -454,7 +459,7 @@ static int probe_trusted(struct td__peer *p, int fd, char *why, size_t cap)
 	 TD_WIRE_FEAT_ALLOC_NAME | TD_WIRE_FEAT_ALLOC_FREE |                  \
 	 TD_WIRE_FEAT_STAGE | TD_WIRE_FEAT_STAGE_TAKEBACK |                  \
 	 TD_WIRE_FEAT_SUB_WAIT | TD_WIRE_FEAT_FENCE_OWN |                     \
-	 TD_WIRE_FEAT_STAGE_SLOT)
+	 TD_WIRE_FEAT_STAGE_SLOT | TD_WIRE_FEAT_STAGE_WORD)
 
 void td__peer_hello(struct td__peer *p, const struct td__req *rq)
 {
@@ -828,9 +833,85 @@ fail:
 
 /* ---- staged publishes' bookkeeping (follow.c stages and commits) ---- */
 
-void td__peer_stage_add(struct td__peer *p, void *b, uint64_t id)
+/* p's trigger page goes with p (its stages settled already). */
+void td__peer_trig_free(struct td__peer *p)
+{
+	struct td__trig *t = p->trig;
+
+	if (!t)
+		return;
+	munmap(t->map, TD_FOLLOW_TRIG_LEN);
+	close(t->rw);
+	close(t->ro);
+	td__tenant_sub(t->uid, TD__LIM_FDS, TRIG_FDS);
+	free(t);
+	p->trig = NULL;
+}
+
+struct td__trig *td__peer_trig(struct td__peer *p)
+{
+	static uint32_t gens; /* the last trigger page's generation */
+	const char *why = NULL;
+	struct td__trig *t = p->trig;
+	char lim[256];
+	void *m = MAP_FAILED;
+
+	if (t)
+		return t;
+	if (td__tenant_check(p->uid, TD__LIM_FDS, TRIG_FDS, lim,
+			     sizeof(lim)) < 0 ||
+	    !(t = calloc(1, sizeof(*t))))
+		return NULL;
+	t->ro = -1;
+	t->rw = td__memfd_new("tensord-trigger", TD_FOLLOW_TRIG_LEN,
+			      TD__MEMFD_SEALABLE | TD__MEMFD_RESERVE |
+				      TD__MEMFD_SEAL_SIZE,
+			      &why);
+	if (t->rw >= 0)
+		t->ro = td__reopen_ro(t->rw);
+	if (t->ro >= 0)
+		m = mmap(NULL, TD_FOLLOW_TRIG_LEN, PROT_READ | PROT_WRITE,
+			 MAP_SHARED, t->rw, 0);
+	if (m == MAP_FAILED ||
+	    td__tenant_add(p->uid, TD__LIM_FDS, TRIG_FDS) < 0) {
+		if (m != MAP_FAILED)
+			munmap(m, TD_FOLLOW_TRIG_LEN);
+		if (t->rw >= 0)
+			close(t->rw);
+		if (t->ro >= 0)
+			close(t->ro);
+		free(t);
+		return NULL;
+	}
+	t->map = m;
+	t->uid = p->uid;
+	if (++gens == 0)
+		gens = 1;
+	t->gen = gens;
+	p->trig = t;
+	return t;
+}
+
+uint32_t td__peer_trig_slot(const struct td__peer *p, uint32_t want,
+			    bool any)
+{
+	uint64_t used = 0;
+
+	for (unsigned i = 0; i < p->n_stages; i++)
+		used |= 1ull << p->stage_slot[i];
+	if (!(used >> want & 1))
+		return want;
+	for (uint32_t s = 1; any && s < TD_FOLLOW_TRIG_SLOTS; s++)
+		if (!(used >> s & 1))
+			return s;
+	return TD_FOLLOW_TRIG_SLOTS;
+}
+
+void td__peer_stage_add(struct td__peer *p, void *b, uint64_t id,
+			uint32_t slot)
 {
 	p->stage[p->n_stages] = b;
+	p->stage_slot[p->n_stages] = slot;
 	p->stage_alloc[p->n_stages++] = id;
 }
 
@@ -841,6 +922,7 @@ void td__peer_stage_drop(struct td__peer *p, const void *b)
 			continue;
 		p->n_stages--;
 		p->stage[i] = p->stage[p->n_stages];
+		p->stage_slot[i] = p->stage_slot[p->n_stages];
 		p->stage_alloc[i] = p->stage_alloc[p->n_stages];
 		return;
 	}

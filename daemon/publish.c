@@ -530,7 +530,8 @@ static void pub_reply(struct td__peer *p, const struct td_wire_hdr *h,
 			      m->held_count, m->held, &r.loan, fds, &nfds);
 	if (ver && r.loan.alloc_id && (m->flags & TD_WIRE_PUB_STAGE))
 		td__store_stage_offer(p, ver, td__loan_find(p, r.loan.alloc_id),
-				      &r.stage_version, &r.stage_gen);
+				      &r.stage_version, &r.stage_gen,
+				      &r.stage_slot);
 	len = td_wire_publish_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
 	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
 		      (size_t)len, fds,

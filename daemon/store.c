@@ -528,10 +528,10 @@ void td__store_settle(const char *name, size_t len)
 
 void td__store_stage_offer(struct td__peer *p, const struct td__version *ver,
 			   const struct td__alloc *a, uint64_t *version,
-			   uint32_t *gen)
+			   uint32_t *gen, uint32_t *slot)
 {
 	if (bell)
-		bell->offer(p, ver, a, version, gen);
+		bell->offer(p, ver, a, version, gen, slot);
 }
 
 struct td__version *td__store_stage_keep(const struct td__version *ver)
@@ -541,10 +541,10 @@ struct td__version *td__store_stage_keep(const struct td__version *ver)
 
 void td__store_stage_takeback(struct td__peer *p, struct td__version *sv,
 			      const struct td__alloc *a, uint64_t *version,
-			      uint32_t *gen)
+			      uint32_t *gen, uint32_t *slot)
 {
 	if (bell)
-		bell->takeback(p, sv, a, version, gen);
+		bell->takeback(p, sv, a, version, gen, slot);
 	else
 		td__version_put(td__d->store, sv);
 }

@@ -334,10 +334,11 @@ struct td__store_bell {
 	 * committed if its producer fired it, else (cancel) cancelled */
 	void (*settle)(const char *name, size_t len, bool cancel);
 	/* a PUBLISH of p made ver and lends loan a: staged as the name's
-	 * next version if it may be (*version, *gen: the stage) */
+	 * next version if it may be (*version, *gen, *slot: the stage's
+	 * section of the reply; *slot only to TD_WIRE_FEAT_STAGE_WORD) */
 	void (*offer)(struct td__peer *p, const struct td__version *ver,
 		      const struct td__alloc *a, uint64_t *version,
-		      uint32_t *gen);
+		      uint32_t *gen, uint32_t *slot);
 	/* a REWRITE ALLOC takes ver back: a copy of its descriptor when a
 	 * stage of its buffers may follow, else NULL */
 	struct td__version *(*keep)(const struct td__version *ver);
@@ -345,7 +346,7 @@ struct td__store_bell {
 	 * with that descriptor if it may be (sv, keep's, goes either way) */
 	void (*takeback)(struct td__peer *p, struct td__version *sv,
 			 const struct td__alloc *a, uint64_t *version,
-			 uint32_t *gen);
+			 uint32_t *gen, uint32_t *slot);
 };
 void td__store_bell_set(const struct td__store_bell *b);
 /*
@@ -359,11 +360,11 @@ void td__store_settle(const char *name, size_t len);
  * above them) */
 void td__store_stage_offer(struct td__peer *p, const struct td__version *ver,
 			   const struct td__alloc *a, uint64_t *version,
-			   uint32_t *gen);
+			   uint32_t *gen, uint32_t *slot);
 struct td__version *td__store_stage_keep(const struct td__version *ver);
 void td__store_stage_takeback(struct td__peer *p, struct td__version *sv,
 			      const struct td__alloc *a, uint64_t *version,
-			      uint32_t *gen);
+			      uint32_t *gen, uint32_t *slot);
 /* The commit of a fired stage (publish.c): sv, numbered already, takes
  * alloc a's buffers and becomes its name's current version. */
 void td__publish_staged(struct td__peer *p, struct td__alloc *a,

@@ -345,6 +345,7 @@ struct td_client {
 	struct td__stage {
 		uint64_t alloc, version;
 		uint32_t gen;
+		uint32_t slot; /* the reply's word, 0: the name's own */
 	} st[TD__STAGES];
 	uint64_t st_alloc, st_version;
 	uint32_t st_gen, st_pgen;

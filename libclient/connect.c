@@ -206,7 +206,7 @@ static int import_pref(uint32_t *pref, struct td_error *err)
 	 TD_WIRE_FEAT_ALLOC_NAME | TD_WIRE_FEAT_ALLOC_FREE |                  \
 	 TD_WIRE_FEAT_STAGE | TD_WIRE_FEAT_STAGE_TAKEBACK |                  \
 	 TD_WIRE_FEAT_SUB_WAIT | TD_WIRE_FEAT_FENCE_OWN |                     \
-	 TD_WIRE_FEAT_STAGE_SLOT)
+	 TD_WIRE_FEAT_STAGE_SLOT | TD_WIRE_FEAT_STAGE_WORD)
 
 static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 {

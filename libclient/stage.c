@@ -177,14 +177,14 @@ static struct td__stage *stage_of(struct td_client *c, uint64_t alloc_id)
  * loan dropped unpublished, which leaves its record).
  */
 static void stage_add(struct td_client *c, uint64_t alloc_id,
-		      uint64_t version, uint32_t gen)
+		      uint64_t version, uint32_t gen, uint32_t slot)
 {
 	struct td__stage *st = &c->st[0];
 
 	for (unsigned i = 1; i < TD__STAGES && st->alloc; i++)
 		if (c->st[i].alloc < st->alloc)
 			st = &c->st[i];
-	*st = (struct td__stage){alloc_id, version, gen};
+	*st = (struct td__stage){alloc_id, version, gen, slot};
 	c->st_alloc = alloc_id;
 	c->st_version = version;
 	c->st_gen = gen;
@@ -215,8 +215,10 @@ static bool stage_fire(struct td_client *c, const struct td__stage *st,
 		if (gen != st->gen)
 			return false;
 	}
-	/* the word of this name (the daemon staged it there) */
-	if (td__has(c, TD_WIRE_FEAT_STAGE_SLOT))
+	/* the word the daemon staged it at: the reply's, else the name's */
+	if (st->slot)
+		slot = st->slot;
+	else if (td__has(c, TD_WIRE_FEAT_STAGE_SLOT))
 		slot = td_follow_trig_slot(name, strlen(name));
 	if (!atomic_compare_exchange_strong(
 		    &c->st_page[slot].word, &w,
@@ -281,11 +283,13 @@ void td__stage_note_alloc(struct td_client *c,
 			  const struct td_wire_alloc_rep *r)
 {
 	if (r->stage_version)
-		stage_add(c, r->alloc_id, r->stage_version, r->stage_gen);
+		stage_add(c, r->alloc_id, r->stage_version, r->stage_gen,
+			  r->stage_slot);
 }
 
 void td__stage_note(struct td_client *c, const struct td_wire_publish_rep *r)
 {
 	if (r->stage_version)
-		stage_add(c, r->loan.alloc_id, r->stage_version, r->stage_gen);
+		stage_add(c, r->loan.alloc_id, r->stage_version, r->stage_gen,
+			  r->stage_slot);
 }

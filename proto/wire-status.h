@@ -166,6 +166,15 @@ int td_wire_ring_wake_rep_decode(const uint8_t *body, size_t len,
  * to its followers; without it, word 0 for every name.
  */
 #define TD_WIRE_FEAT_STAGE_SLOT 0x400000u
+/*
+ * The word of a stage named in its reply (docs/protocol.md §13): a stage
+ * section to a producer that names it ends with u32 stage_slot, the word
+ * of the trigger page the daemon staged it at (1..63: the name's own,
+ * td_follow_trig_slot(), unless another stage of the connection has
+ * that one, then a free one), which the producer fires at. Without it,
+ * a name whose own word another stage has is not staged.
+ */
+#define TD_WIRE_FEAT_STAGE_WORD 0x800000u
 
 struct td_wire_follow_rep {
 	uint64_t id;

@@ -705,19 +705,29 @@ static const char *unreserved_bad(uint32_t mask, uint32_t fd_count,
 	return NULL;
 }
 
-/* A stage section (docs/protocol.md §13): u64 version, u32 generation;
- * left out when version is 0. */
-static void wr_stage(struct td_wire_wr *wr, uint64_t version, uint32_t gen)
+/* A stage section (docs/protocol.md §13): u64 version, u32 generation,
+ * then u32 word when not 0; left out when version is 0. */
+static void wr_stage(struct td_wire_wr *wr, uint64_t version, uint32_t gen,
+		     uint32_t slot)
 {
 	if (!version)
 		return;
 	td_wire_wr_u64(wr, version);
 	td_wire_wr_u32(wr, gen);
+	if (slot)
+		td_wire_wr_u32(wr, slot);
 }
 
-/* ... read where one is (a loan's: alloc_id, which a stage needs). */
+static bool stage_bad(uint64_t version, uint32_t slot, bool loan)
+{
+	return (version && !loan) || (slot && !version) ||
+	       slot >= TD_WIRE_STAGE_SLOTS;
+}
+
+/* ... read where one is (a loan's: alloc_id, which a stage needs); the
+ * word when the section's last 4 bytes are left. */
 static void rd_stage(struct td_wire_rd *rd, uint64_t alloc_id,
-		     uint64_t *version, uint32_t *gen)
+		     uint64_t *version, uint32_t *gen, uint32_t *slot)
 {
 	size_t at = rd->off;
 
@@ -727,6 +737,15 @@ static void rd_stage(struct td_wire_rd *rd, uint64_t alloc_id,
 		td__wire_rd_fail(rd, TD_ERR_MALFORMED, "stage_version",
 				 *version, at,
 				 "a stage names a version of a loan");
+	if (rd->rc || rd->len - rd->off != 4)
+		return;
+	at = rd->off;
+	*slot = td_wire_rd_u32(rd, "stage_slot");
+	if (!rd->rc && (!*slot || *slot >= TD_WIRE_STAGE_SLOTS))
+		td__wire_rd_fail(rd, TD_ERR_MALFORMED, "stage_slot", *slot,
+				 at,
+				 "a stage's word is one of the trigger "
+				 "page's 1..63");
 }
 
 int64_t td_wire_alloc_rep_encode(const struct td_wire_alloc_rep *m,
@@ -736,16 +755,17 @@ int64_t td_wire_alloc_rep_encode(const struct td_wire_alloc_rep *m,
 
 	if (m->fd_count > TD_WIRE_MAX_PLANES ||
 	    unreserved_bad(m->unreserved, m->fd_count, m->fds) ||
-	    (m->stage_version && (m->unreserved || !m->alloc_id)))
+	    (m->stage_version && m->unreserved) ||
+	    stage_bad(m->stage_version, m->stage_slot, m->alloc_id))
 		return -EINVAL;
 	td_wire_wr_init(&wr, buf, cap);
 	td_wire_wr_u64(&wr, m->alloc_id);
 	td__wire_wr_fdents(&wr, m->fd_count, m->fds);
 	/* optional: left out when 0, so the body is as before; told
-	 * apart by their length (4 or 12 bytes), never both */
+	 * apart by their length (4, or 12 or 16 bytes), never both */
 	if (m->unreserved)
 		td_wire_wr_u32(&wr, m->unreserved);
-	wr_stage(&wr, m->stage_version, m->stage_gen);
+	wr_stage(&wr, m->stage_version, m->stage_gen, m->stage_slot);
 	return td__wire_wr_done(&wr);
 }
 
@@ -762,9 +782,11 @@ int td_wire_alloc_rep_decode(const uint8_t *body, size_t len,
 	m->unreserved = 0;
 	m->stage_version = 0;
 	m->stage_gen = 0;
-	/* a stage section is 12 bytes, unreserved 4 */
-	if (!rd.rc && rd.len - rd.off == 12)
-		rd_stage(&rd, m->alloc_id, &m->stage_version, &m->stage_gen);
+	m->stage_slot = 0;
+	/* a stage section is 12 or 16 bytes, unreserved 4 */
+	if (!rd.rc && (rd.len - rd.off == 12 || rd.len - rd.off == 16))
+		rd_stage(&rd, m->alloc_id, &m->stage_version, &m->stage_gen,
+			 &m->stage_slot);
 	/* fewer bytes than a u32 are trailing bytes, refused below */
 	else if (!rd.rc && rd.len - rd.off >= 4) {
 		at = rd.off;
@@ -870,7 +892,8 @@ int64_t td_wire_publish_rep_encode(const struct td_wire_publish_rep *m,
 
 	/* a loan makes no plane: nothing in it is unreserved */
 	if (m->has_loan && (m->loan.fd_count > TD_WIRE_MAX_PLANES ||
-			    m->loan.unreserved || m->loan.stage_version))
+			    m->loan.unreserved || m->loan.stage_version ||
+			    m->loan.stage_slot))
 		return -EINVAL;
 	td_wire_wr_init(&wr, buf, cap);
 	td_wire_wr_u64(&wr, m->version);
@@ -879,9 +902,10 @@ int64_t td_wire_publish_rep_encode(const struct td_wire_publish_rep *m,
 		td__wire_wr_fdents(&wr, m->loan.fd_count, m->loan.fds);
 	}
 	/* a stage only of a loan; left out when none */
-	if (m->stage_version && !(m->has_loan && m->loan.alloc_id))
+	if (stage_bad(m->stage_version, m->stage_slot,
+		      m->has_loan && m->loan.alloc_id))
 		return -EINVAL;
-	wr_stage(&wr, m->stage_version, m->stage_gen);
+	wr_stage(&wr, m->stage_version, m->stage_gen, m->stage_slot);
 	return td__wire_wr_done(&wr);
 }
 
@@ -905,6 +929,7 @@ int td_wire_publish_rep_decode(const uint8_t *body, size_t len,
 	m->loan.unreserved = 0;
 	m->loan.stage_version = 0;
 	m->loan.stage_gen = 0;
+	m->loan.stage_slot = 0;
 	if (m->has_loan) {
 		m->loan.alloc_id = td_wire_rd_u64(&rd, "alloc_id");
 		at = rd.off;
@@ -917,10 +942,11 @@ int td_wire_publish_rep_decode(const uint8_t *body, size_t len,
 	}
 	m->stage_version = 0;
 	m->stage_gen = 0;
+	m->stage_slot = 0;
 	/* fewer bytes than the stage section are trailing bytes */
 	if (!rd.rc && m->has_loan && rd.len - rd.off >= 12)
 		rd_stage(&rd, m->loan.alloc_id, &m->stage_version,
-			 &m->stage_gen);
+			 &m->stage_gen, &m->stage_slot);
 	return td_wire_rd_end(&rd);
 }
 

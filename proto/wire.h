@@ -316,6 +316,8 @@ struct td_wire_fdent {
 /* buffer ids a RECYCLE ALLOC or an SCM GET may advertise (the client
  * holds them mapped) */
 #define TD_WIRE_MAX_HELD 16
+/* the words of a trigger page (proto/follow.h TD_FOLLOW_TRIG_SLOTS) */
+#define TD_WIRE_STAGE_SLOTS 64
 
 struct td_wire_alloc_req {
 	uint32_t flags; /* TD_WIRE_REQ_SCM | TD_WIRE_ALLOC_RECYCLE | _UNLOAN */
@@ -355,9 +357,13 @@ struct td_wire_alloc_rep {
 	 * of generation stage_gen, as a PUBLISH reply's stage. 0: not
 	 * staged, and the section (u64, u32) is left out. Never in a
 	 * PUBLISH reply's loan (that reply has a stage section of its own).
+	 * stage_slot, with TD_WIRE_FEAT_STAGE_WORD: the word of the trigger
+	 * page it fires at (1..TD_WIRE_STAGE_SLOTS-1), the section's last
+	 * u32; 0: left out (the word is the name's own, or 0).
 	 */
 	uint64_t stage_version;
 	uint32_t stage_gen;
+	uint32_t stage_slot;
 };
 
 #define TD_WIRE_PUB_PIN 0x1u /* never evict this version */
@@ -409,11 +415,13 @@ struct td_wire_publish_rep {
 	/*
 	 * Optional, after a loan, only in reply to TD_WIRE_PUB_STAGE: the
 	 * loan is staged as version stage_version of the name, fired
-	 * through the trigger page of generation stage_gen (STAGE_PAGE).
-	 * 0: not staged, and the section is left out.
+	 * through the trigger page of generation stage_gen (STAGE_PAGE),
+	 * at its word stage_slot when not 0 (as an ALLOC reply's). 0: not
+	 * staged, and the section is left out.
 	 */
 	uint64_t stage_version;
 	uint32_t stage_gen;
+	uint32_t stage_slot;
 };
 
 enum td_wire_get_mode {

@@ -64,11 +64,13 @@ static inline int32_t raw_call(int sock, uint16_t op, uint64_t id,
 	return r->h.status;
 }
 
-/* Connect and HELLO asking for SCM_RIGHTS both ways. */
-static inline int raw_scm_conn(const struct tu_daemon *d)
+/* Connect and HELLO asking for SCM_RIGHTS both ways and features. */
+static inline int raw_scm_conn_feat(const struct tu_daemon *d,
+				    uint32_t features)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	struct td_wire_hello_req hr = {TD_IMPORT_SCM, -1, {"liar", 4}, 0};
+	struct td_wire_hello_req hr = {TD_IMPORT_SCM, -1, {"liar", 4},
+				       features};
 	struct td_wire_hello_rep rep;
 	struct rawrep r;
 	int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -85,6 +87,11 @@ static inline int raw_scm_conn(const struct tu_daemon *d)
 	cr_assert_eq(rep.import_in, TD_IMPORT_SCM);
 	td__scm_close(r.fds, r.nfds);
 	return sock;
+}
+
+static inline int raw_scm_conn(const struct tu_daemon *d)
+{
+	return raw_scm_conn_feat(d, 0);
 }
 
 #endif

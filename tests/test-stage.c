@@ -31,8 +31,10 @@
 #include <unistd.h>
 
 #include "tensord/tensord.h"
+#include "blob.h"
 #include "client.h"
 #include "follow.h"
+#include "rawclient.h"
 #include "scm.h"
 #include "testutil.h"
 #include "wire-status.h"
@@ -1227,6 +1229,155 @@ Test(stage, a_producer_of_two_names_stages_both, .timeout = 60)
 	td_client_close(cons);
 	td_client_close(prod);
 	/* fds and buffer mappings counted; glibc keeps the thread's stack */
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * Two names whose words of the trigger page would be the same
+ * (td_follow_trig_slot: 63 words, so one producer's four names share one
+ * about one time in eleven). The word of a stage is the daemon's choice,
+ * one no other stage of the connection has, sent in the stage section:
+ * both names fire every version their replies staged. With the name's
+ * own word, each stage overwrote the other's STAGED word, its fire
+ * failed, and neither name was ever fired.
+ */
+Test(stage, two_names_of_one_word_stage_both, .timeout = 60)
+{
+	const char *na = "cam/6", *nb = "cam/20";
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_follow *fa = NULL, *fb = NULL;
+	uint64_t v, expect[2] = {0, 0};
+
+	cr_assert_eq(td_follow_trig_slot(na, strlen(na)),
+		     td_follow_trig_slot(nb, strlen(nb)), "one word");
+	tu_daemon_start(&d, "warn");
+	prod = conn_env(&d, "pidfd", "1");
+	cons = conn_env(&d, "pidfd", "1");
+	cr_assert_eq(td_client_follow(cons, na, &fa, NULL), 0);
+	cr_assert_eq(td_client_follow(cons, nb, &fb, NULL), 0);
+	for (int i = 0; i < 16; i++) {
+		const char *n = i % 2 ? nb : na;
+
+		v = put(prod, n, (uint8_t)(0x10 + i));
+		cr_assert_eq(take(i % 2 ? fb : fa, (uint8_t)(0x10 + i)), v);
+		if (i >= 4)
+			cr_assert_eq(v, expect[i % 2],
+				     "%s version %llu, staged %llu: not fired",
+				     n, (unsigned long long)v,
+				     (unsigned long long)expect[i % 2]);
+		expect[i % 2] = prod->st_alloc ? prod->st_version : 0;
+	}
+	td_follow_close(fa);
+	td_follow_close(fb);
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * A PUBLISH of loan *alloc_id (0: an ALLOC of name first) on a raw
+ * producer's socket, asking for the next loan and a stage: the next
+ * loan's id into *alloc_id; true when the reply staged it.
+ */
+static bool raw_stream_publish(int sock, const char *name,
+			       uint64_t *alloc_id, uint64_t *rid)
+{
+	static uint8_t blob[512];
+	uint64_t dims[1] = {SIZE};
+	int64_t strides[1] = {1};
+	struct td_blob_plane pl = {.stride = SIZE, .size = SIZE, .used = SIZE};
+	struct td_blob_desc bd = {
+		.storage_kind = TD_STORAGE_SHM, .pid = (uint32_t)getpid(),
+		.fence_fd = -1, .dtype = TD_DTYPE_U8,
+		.quant_axis = TD_QUANT_NONE, .ndim = 1, .shape = dims,
+		.strides_len = 1, .strides = strides, .plane_count = 1,
+		.planes = &pl};
+	int64_t blen = td_blob_encode(&bd, blob, sizeof(blob), NULL);
+	struct td_wire_str n = {name, (uint16_t)strlen(name)};
+	struct td_wire_publish_rep pr;
+	struct td_wire_alloc_rep ar;
+	struct rawrep r;
+
+	cr_assert_gt(blen, 0);
+	if (!*alloc_id) {
+		struct td_wire_alloc_req q = {
+			.flags = TD_WIRE_REQ_SCM | TD_WIRE_ALLOC_RECYCLE |
+				 TD_WIRE_ALLOC_NAMED,
+			.plane_count = 1,
+			.sizes = {SIZE},
+			.name = n};
+
+		cr_assert_eq(raw_call(sock, TD_OP_ALLOC, ++*rid,
+				      td_wire_alloc_req_encode(&q, RAW_BODY,
+							       RAW_CAP),
+				      &r),
+			     0);
+		td__scm_close(r.fds, r.nfds);
+		cr_assert_eq(td_wire_alloc_rep_decode(RAW_BODY, r.h.body_len,
+						      &ar, NULL),
+			     0);
+		*alloc_id = ar.alloc_id;
+	}
+	struct td_wire_publish_req q = {
+		.name = n,
+		.flags = TD_WIRE_PUB_LOAN | TD_WIRE_PUB_LOAN_SCM |
+			 TD_WIRE_PUB_STAGE,
+		.alloc_id = *alloc_id,
+		.blob = {blob, (uint32_t)blen}};
+	int32_t st = raw_call(sock, TD_OP_PUBLISH, ++*rid,
+			      td_wire_publish_req_encode(&q, RAW_BODY,
+							 RAW_CAP),
+			      &r);
+
+	td__scm_close(r.fds, r.nfds);
+	cr_assert_eq(st, 0, "PUBLISH %s: %d", name, st);
+	cr_assert_eq(td_wire_publish_rep_decode(RAW_BODY, r.h.body_len, &pr,
+						NULL),
+		     0);
+	cr_assert_eq(pr.stage_slot, 0u, "a word to a producer that reads none");
+	*alloc_id = pr.loan.alloc_id;
+	return pr.stage_version != 0;
+}
+
+/*
+ * A producer from before TD_WIRE_FEAT_STAGE_WORD fires a name's stage at
+ * the name's own word. Two of its names on one word: while the first's
+ * stage is offered the second is not staged. Before, the second's stage
+ * overwrote the first's STAGED word, the first's fire then failed and
+ * its restage overwrote the second's: neither name was ever fired.
+ */
+Test(stage, an_older_producer_gets_no_stage_at_a_word_another_has,
+     .timeout = 60)
+{
+	const char *name[2] = {"cam/6", "cam/20"};
+	uint32_t feat = TD_WIRE_FEAT_ALLOC_RECYCLE | TD_WIRE_FEAT_PUB_LOAN |
+			TD_WIRE_FEAT_ALLOC_NAME | TD_WIRE_FEAT_STAGE |
+			TD_WIRE_FEAT_STAGE_SLOT;
+	struct tu_daemon d;
+	struct td_client *cons;
+	struct td_follow *f[2] = {NULL, NULL};
+	uint64_t loan[2] = {0, 0}, rid = 1;
+	unsigned staged[2] = {0, 0};
+	int sock;
+
+	tu_daemon_start(&d, "warn");
+	cons = conn_env(&d, "pidfd", "1");
+	for (int k = 0; k < 2; k++)
+		cr_assert_eq(td_client_follow(cons, name[k], &f[k], NULL), 0);
+	sock = raw_scm_conn_feat(&d, feat);
+	for (int i = 0; i < 24; i++)
+		staged[i % 2] += raw_stream_publish(sock, name[i % 2],
+						    &loan[i % 2], &rid);
+	cr_assert_geq(staged[0], 8u, "%s staged %u times of 12", name[0],
+		      staged[0]);
+	cr_assert_eq(staged[1], 0u,
+		     "%s staged %u times at %s's word, offered then",
+		     name[1], staged[1], name[0]);
+	close(sock);
+	for (int k = 0; k < 2; k++)
+		td_follow_close(f[k]);
+	td_client_close(cons);
 	tu_daemon_stop(&d, false);
 }
 

@@ -2030,6 +2030,77 @@ Test(wire, staged_publish_flags_and_reply_section)
 		     -EINVAL);
 }
 
+/*
+ * A stage's word (TD_WIRE_FEAT_STAGE_WORD): the section's last u32 when
+ * not 0, in both replies; 0 or past the page's words is refused, and a
+ * word without a stage is never encoded.
+ */
+Test(wire, a_stage_section_names_its_word)
+{
+	struct td_wire_publish_rep r = {
+		.version = 9,
+		.has_loan = true,
+		.loan = {.alloc_id = 4, .fd_count = 1, .fds = {{-1, 8}}},
+		.stage_version = 10,
+		.stage_gen = 2,
+		.stage_slot = 5},
+				   g;
+	struct td_wire_alloc_rep a = {.alloc_id = 4,
+				      .fd_count = 1,
+				      .fds = {{-1, 8}},
+				      .stage_version = 10,
+				      .stage_gen = 2,
+				      .stage_slot = 63},
+				 ga;
+	struct td_err e;
+	int64_t n = td_wire_publish_rep_encode(&r, body, sizeof(body)), n12;
+
+	cr_assert_gt(n, 0);
+	cr_assert_eq(td_wire_publish_rep_decode(body, (size_t)n, &g, &e), 0);
+	cr_assert_eq(g.stage_version, 10);
+	cr_assert_eq(g.stage_slot, 5u);
+	r.stage_slot = 0;
+	n12 = td_wire_publish_rep_encode(&r, body, sizeof(body));
+	cr_assert_eq(n12, n - 4, "no word: the section a daemon before sends");
+	g.stage_slot = 7;
+	cr_assert_eq(td_wire_publish_rep_decode(body, (size_t)n12, &g, &e),
+		     0);
+	cr_assert_eq(g.stage_slot, 0u);
+	/* word 0 and a word past the page, as sent */
+	td__put_le32(body + n12, 0);
+	cr_assert_eq(td_wire_publish_rep_decode(body, (size_t)n, &g, &e),
+		     -EBADMSG);
+	cr_assert_str_eq(e.reason, "a stage's word is one of the trigger "
+				   "page's 1..63");
+	cr_assert_eq(e.offset, (uint64_t)n12);
+	td__put_le32(body + n12, TD_WIRE_STAGE_SLOTS);
+	cr_assert_eq(td_wire_publish_rep_decode(body, (size_t)n, &g, &e),
+		     -EBADMSG);
+	r.stage_slot = TD_WIRE_STAGE_SLOTS;
+	cr_assert_eq(td_wire_publish_rep_encode(&r, body, sizeof(body)),
+		     -EINVAL);
+	/* a word without a stage */
+	r.stage_slot = 1;
+	r.stage_version = 0;
+	cr_assert_eq(td_wire_publish_rep_encode(&r, body, sizeof(body)),
+		     -EINVAL);
+
+	n = td_wire_alloc_rep_encode(&a, body, sizeof(body));
+	cr_assert_gt(n, 0);
+	cr_assert_eq(td_wire_alloc_rep_decode(body, (size_t)n, &ga, &e), 0);
+	cr_assert_eq(ga.stage_version, 10);
+	cr_assert_eq(ga.stage_slot, 63u);
+	cr_assert_eq(ga.unreserved, 0u);
+	td__put_le32(body + n - 4, 64);
+	cr_assert_eq(td_wire_alloc_rep_decode(body, (size_t)n, &ga, &e),
+		     -EBADMSG);
+	cr_assert_str_eq(e.reason, "a stage's word is one of the trigger "
+				   "page's 1..63");
+	a.stage_version = 0;
+	cr_assert_eq(td_wire_alloc_rep_encode(&a, body, sizeof(body)),
+		     -EINVAL);
+}
+
 /* A staged take-back: ALLOC's STAGE flag, the ALLOC reply's stage. */
 Test(wire, staged_take_back_flag_and_alloc_reply_section)
 {
