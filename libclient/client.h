@@ -121,7 +121,7 @@ struct td__gf {
  * "Streams"): a producer of several named streams on one connection
  * gets each one's next loan in its PUBLISH reply.
  */
-#define TD__LENT_MAX 4
+#define TD__LENT_MAX 8
 /* stages one connection has at once: one per lent loan (stage.c) */
 #define TD__STAGES TD__LENT_MAX
 

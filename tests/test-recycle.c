@@ -1229,18 +1229,21 @@ static void named_handoff(struct td_client *prod, struct td_client *cons,
  * before, and no fd or mapping is made. With one lent loan per
  * connection, each alloc found the other name's loan, gave it back and
  * made an ALLOC: two requests per tensor. A name whose sizes change
- * gives back its own loan only; a fifth name pushes the oldest name's
- * out, given back by id; every version keeps its own bytes throughout.
+ * gives back its own loan only; a name past TD__LENT_MAX pushes the
+ * oldest name's out, given back by id; every version keeps its own
+ * bytes throughout.
  */
 static void streams_trips(const char *import)
 {
-	static const char *const names[5] = {"ms/a", "ms/b", "ms/c", "ms/d",
-					     "ms/e"};
+	enum { N = TD__LENT_MAX + 1 };
+	static const char *const names[N] = {"ms/a", "ms/b", "ms/c",
+					     "ms/d", "ms/e", "ms/f",
+					     "ms/g", "ms/h", "ms/i"};
 	const uint64_t sizes[3] = {16 * KIB, 16 * KIB, 32 * KIB};
 	struct tu_daemon d;
 	struct td_client *prod, *cons;
 	struct td_ring *r = NULL;
-	uint64_t last[5] = {0}, before;
+	uint64_t last[N] = {0}, before;
 	int fds, maps;
 
 	counted_start(&d, import, true, "ms/counter", &prod, &cons, &r);
@@ -1263,9 +1266,9 @@ static void streams_trips(const char *import)
 	named_handoff(prod, cons, names[0], 8 * KIB, &last[0], 0xa1);
 	named_handoff(prod, cons, names[1], sizes[1], &last[1], 0xb1);
 	named_handoff(prod, cons, names[0], 8 * KIB, &last[0], 0xa2);
-	/* five names, four lent loans at most: the oldest name's goes */
+	/* one name more than lent loans: the oldest name's goes */
 	for (unsigned i = 0; i < 6; i++)
-		for (unsigned n = 0; n < 5; n++) {
+		for (unsigned n = 0; n < N; n++) {
 			struct td_tensor *t;
 			uint64_t v = publish(prod,
 					     stream_loan(prod, names[n],
@@ -1278,7 +1281,7 @@ static void streams_trips(const char *import)
 					    (uint8_t)(0x40 + i + n)));
 			td_tensor_release(t);
 		}
-	cr_assert_leq(prod->n_lent, 4u);
+	cr_assert_leq(prod->n_lent, TD__LENT_MAX);
 	unsetenv("TENSORD_GET_FOLLOW");
 	td_ring_close(r);
 	td_client_close(cons);

@@ -1233,6 +1233,41 @@ Test(stage, a_producer_of_two_names_stages_both, .timeout = 60)
 }
 
 /*
+ * prod publishes names[0..n) in turn, rounds times, each version taken
+ * by cons's follower of its name: from the third round on, every version
+ * is the one the name's last reply staged, i.e. it was fired.
+ */
+static void names_all_fire(const struct tu_daemon *d, const char *import,
+			   const char *const *names, unsigned n,
+			   unsigned rounds)
+{
+	struct td_client *prod = conn_env(d, import, "1");
+	struct td_client *cons = conn_env(d, import, "1");
+	struct td_follow *f[16] = {NULL};
+	uint64_t v, expect[16] = {0};
+
+	cr_assert_leq(n, 16u);
+	for (unsigned k = 0; k < n; k++)
+		cr_assert_eq(td_client_follow(cons, names[k], &f[k], NULL), 0);
+	for (unsigned i = 0; i < rounds * n; i++) {
+		unsigned k = i % n;
+
+		v = put(prod, names[k], (uint8_t)(0x10 + i));
+		cr_assert_eq(take(f[k], (uint8_t)(0x10 + i)), v);
+		if (i >= 2 * n)
+			cr_assert_eq(v, expect[k],
+				     "%s version %llu, staged %llu: not fired",
+				     names[k], (unsigned long long)v,
+				     (unsigned long long)expect[k]);
+		expect[k] = prod->st_alloc ? prod->st_version : 0;
+	}
+	for (unsigned k = 0; k < n; k++)
+		td_follow_close(f[k]);
+	td_client_close(cons);
+	td_client_close(prod);
+}
+
+/*
  * Two names whose words of the trigger page would be the same
  * (td_follow_trig_slot: 63 words, so one producer's four names share one
  * about one time in eleven). The word of a stage is the daemon's choice,
@@ -1243,36 +1278,33 @@ Test(stage, a_producer_of_two_names_stages_both, .timeout = 60)
  */
 Test(stage, two_names_of_one_word_stage_both, .timeout = 60)
 {
-	const char *na = "cam/6", *nb = "cam/20";
+	static const char *const names[] = {"cam/6", "cam/20"};
 	struct tu_daemon d;
-	struct td_client *prod, *cons;
-	struct td_follow *fa = NULL, *fb = NULL;
-	uint64_t v, expect[2] = {0, 0};
 
-	cr_assert_eq(td_follow_trig_slot(na, strlen(na)),
-		     td_follow_trig_slot(nb, strlen(nb)), "one word");
+	cr_assert_eq(td_follow_trig_slot(names[0], strlen(names[0])),
+		     td_follow_trig_slot(names[1], strlen(names[1])),
+		     "one word");
 	tu_daemon_start(&d, "warn");
-	prod = conn_env(&d, "pidfd", "1");
-	cons = conn_env(&d, "pidfd", "1");
-	cr_assert_eq(td_client_follow(cons, na, &fa, NULL), 0);
-	cr_assert_eq(td_client_follow(cons, nb, &fb, NULL), 0);
-	for (int i = 0; i < 16; i++) {
-		const char *n = i % 2 ? nb : na;
-
-		v = put(prod, n, (uint8_t)(0x10 + i));
-		cr_assert_eq(take(i % 2 ? fb : fa, (uint8_t)(0x10 + i)), v);
-		if (i >= 4)
-			cr_assert_eq(v, expect[i % 2],
-				     "%s version %llu, staged %llu: not fired",
-				     n, (unsigned long long)v,
-				     (unsigned long long)expect[i % 2]);
-		expect[i % 2] = prod->st_alloc ? prod->st_version : 0;
-	}
-	td_follow_close(fa);
-	td_follow_close(fb);
-	td_client_close(cons);
-	td_client_close(prod);
+	names_all_fire(&d, "pidfd", names, 2, 8);
 	tu_daemon_stop(&d, false);
+}
+
+/*
+ * A rig of eight cameras through one connection: every name keeps its
+ * lent loan and its stage, so every version of each is fired. With four
+ * of each per connection (TD__LENT_MAX before), the names beyond the
+ * fourth pushed the oldest's out at every turn: none was staged.
+ */
+Test(stage, a_producer_of_eight_names_stages_all, .timeout = 60)
+{
+	static const char *const names[] = {"rig/0", "rig/1", "rig/2",
+					    "rig/3", "rig/4", "rig/5",
+					    "rig/6", "rig/7"};
+	struct tu_daemon d;
+
+	tu_daemon_start(&d, "warn");
+	names_all_fire(&d, "scm", names, 8, 5);
+	tu_daemon_stop(&d, true);
 }
 
 /*
