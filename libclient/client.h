@@ -105,7 +105,7 @@ struct td__msg {
  * follows a name: the tensor got last may still be held while the next
  * is asked for.
  */
-#define TD__GF_NAMES 4
+#define TD__GF_NAMES 8
 #define TD__GF_FOLLOWS 2
 struct td__gf {
 	char name[TD_WIRE_MAX_NAME + 1]; /* "" = a free slot */

@@ -13,7 +13,10 @@
  * "named" (the stream with loans named for it, td_client_alloc_named),
  * "staged" (the named stream taken by four get_newer loops, which ride
  * follows: every publish fires the stage of the loan lent before it,
- * docs/fastpath.md "A followed publish without the daemon's hop").
+ * docs/fastpath.md "A followed publish without the daemon's hop"),
+ * "staged-names" (the same with eight names published in turn on one
+ * connection, each with its own lent loan and stage, "Several streams
+ * on one connection").
  * With --bound, and nothing else: a daemon of another uid whose --policy
  * lets this uid write a name it may not read (docs/fastpath.md, "Across names": every buffer a reader
  * is sent is bound to its name), the named stream and an unnamed one
@@ -153,6 +156,9 @@ static int ring_path(struct td_client *c, const struct tdc_daemon *d,
 }
 
 #define FAN 4
+/* the names of the staged-names path: a producer of eight streams on one
+ * connection (TD__LENT_MAX lent loans and stages) */
+#define NAMES 8
 
 /*
  * Buffers a stream's loans came from, by inode: more than a recycled
@@ -184,18 +190,20 @@ static int buffer_seen(const struct td_tensor *t, struct seen *s)
  * loans were new buffers, not recycled ones (*fresh).
  */
 static int stream_path(struct td_client *c, struct td_client *const *cons,
-		       const char *name, bool named,
+		       const char *const *names, unsigned nnames, bool named,
 		       const struct tdc_daemon *d, struct sample *a,
 		       struct sample *b, uint64_t *fresh)
 {
-	uint64_t shape[1] = {LEN}, size = LEN, last[FAN] = {0};
+	uint64_t shape[1] = {LEN}, size = LEN, last[NAMES][FAN] = {{0}};
 	struct seen seen = {{0}, 0};
-	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
-			       .ndim = 1, .shape = shape};
 	struct td_error e = {0};
 	int rc;
 
 	for (uint64_t i = 0; i < warmup + handoffs; i++) {
+		const char *name = names[i % nnames];
+		uint64_t *l = last[i % nnames];
+		struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+				       .ndim = 1, .shape = shape};
 		struct td_alloc *al;
 
 		if (i == warmup)
@@ -213,11 +221,11 @@ static int stream_path(struct td_client *c, struct td_client *const *cons,
 		for (int k = 0; k < FAN; k++) {
 			struct td_tensor *t;
 
-			rc = td_client_get_newer(cons[k], name, last[k],
-						 WAIT_MS, &t, &e);
+			rc = td_client_get_newer(cons[k], name, l[k], WAIT_MS,
+						 &t, &e);
 			if (rc < 0)
 				return fail("stream get", rc, &e);
-			last[k] = td_tensor_version(t);
+			l[k] = td_tensor_version(t);
 			if (k == 0 && buffer_seen(t, &seen) == 0 &&
 			    i >= warmup)
 				++*fresh;
@@ -382,11 +390,11 @@ static int bound_paths(struct sample *na, struct sample *nb,
 	if (rc < 0)
 		bad = fail("connect", rc, &e);
 	if (!bad)
-		bad |= stream_path(c, cons, "soak/b", true, &d, na, nb,
-				   &fresh[0]);
+		bad |= stream_path(c, cons, (const char *[]){"soak/b"}, 1,
+				   true, &d, na, nb, &fresh[0]);
 	if (!bad)
-		bad |= stream_path(c, cons, "soak/u", false, &d, ua, ub,
-				   &fresh[1]);
+		bad |= stream_path(c, cons, (const char *[]){"soak/u"}, 1,
+				   false, &d, ua, ub, &fresh[1]);
 	for (int k = 0; k < FAN; k++)
 		td_client_close(cons[k]);
 	td_client_close(c);
@@ -395,6 +403,50 @@ static int bound_paths(struct sample *na, struct sample *nb,
 		fprintf(stderr, "td-soak: tensord --policy exit %d\n", rc);
 		bad = 1;
 	}
+	return bad;
+}
+
+/* The stages c's replies offered and it has not spent. */
+static unsigned stages_offered(const struct td_client *c)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < TD__STAGES; i++)
+		n += c->st[i].alloc != 0;
+	return n;
+}
+
+/*
+ * staged-names: a producer of NAMES streams on a connection of its own,
+ * each taken by FAN get_newer loops of their own (which ride follows):
+ * at the end every name's next loan is lent and staged.
+ */
+static int names_path(const struct tdc_daemon *d, const char *const *names,
+		      struct sample *a, struct sample *b, uint64_t *fresh)
+{
+	struct td_client *p = NULL, *cons[FAN] = {NULL};
+	struct td_error e = {0};
+	int rc = td_client_connect(d->sock, &p, &e), bad = 0;
+	unsigned n;
+
+	/* these get_newer loops follow by themselves */
+	setenv("TENSORD_GET_FOLLOW", "1", 1);
+	for (int k = 0; k < FAN && rc == 0; k++)
+		rc = td_client_connect(d->sock, &cons[k], &e);
+	setenv("TENSORD_GET_FOLLOW", "0", 1);
+	if (rc < 0)
+		bad = fail("staged-names: connect", rc, &e);
+	if (!bad)
+		bad = stream_path(p, cons, names, NAMES, true, d, a, b, fresh);
+	n = bad ? 0 : stages_offered(p);
+	if (!bad && n != NAMES) {
+		fprintf(stderr, "td-soak: staged-names: %u of %u names "
+				"staged\n", n, NAMES);
+		bad = 1;
+	}
+	for (int k = 0; k < FAN; k++)
+		td_client_close(cons[k]);
+	td_client_close(p);
 	return bad;
 }
 
@@ -433,10 +485,13 @@ int main(int argc, char **argv)
 	struct td_error e = {0};
 	struct sample sa, sb, ra, rb, ta, tb, ga, gb, fa, fb, wa, wb, na, nb, xa,
 		xb;
-	struct sample ba, bb, ua, ub;
+	struct sample ba, bb, ua, ub, ma, mb;
+	static const char *const names8[NAMES] = {
+		"soak/m0", "soak/m1", "soak/m2", "soak/m3",
+		"soak/m4", "soak/m5", "soak/m6", "soak/m7"};
 	/* new buffers lent: stream, stream-ride, named, bound-named,
-	 * bound-unnamed */
-	uint64_t fresh[6] = {0};
+	 * bound-unnamed, staged, staged-names */
+	uint64_t fresh[7] = {0};
 	int ch, rc, bad = 0;
 	bool bound = false;
 
@@ -490,15 +545,18 @@ int main(int argc, char **argv)
 	}
 	bad |= socket_path(c, &d, &sa, &sb);
 	bad |= ring_path(c, &d, &ra, &rb);
-	bad |= stream_path(c, cons, "soak/s", false, &d, &ta, &tb, &fresh[0]);
-	bad |= stream_path(c, riders, "soak/g", false, &d, &ga, &gb,
-			   &fresh[1]);
-	bad |= stream_path(c, cons, "soak/n", true, &d, &na, &nb, &fresh[2]);
-	bad |= stream_path(c, riders, "soak/t", true, &d, &xa, &xb,
-			   &fresh[5]);
+	bad |= stream_path(c, cons, (const char *[]){"soak/s"}, 1, false, &d,
+			   &ta, &tb, &fresh[0]);
+	bad |= stream_path(c, riders, (const char *[]){"soak/g"}, 1, false,
+			   &d, &ga, &gb, &fresh[1]);
+	bad |= stream_path(c, cons, (const char *[]){"soak/n"}, 1, true, &d,
+			   &na, &nb, &fresh[2]);
+	bad |= stream_path(c, riders, (const char *[]){"soak/t"}, 1, true, &d,
+			   &xa, &xb, &fresh[5]);
 	/* the staged path was staged: the producer holds a stage */
 	if (!bad && !c->st_alloc)
 		bad |= fail("staged: no stage offered", -ENOENT, NULL);
+	bad |= names_path(&d, names8, &ma, &mb, &fresh[6]);
 	bad |= fan_ring_path(c, &d, &fa, &fb);
 	bad |= follow_path(c, cons, &d, &wa, &wb);
 	for (int k = 0; k < FAN; k++) {
@@ -518,10 +576,12 @@ int main(int argc, char **argv)
 	bad |= report("follow", &wa, &wb);
 	bad |= report("named", &na, &nb);
 	bad |= report("staged", &xa, &xb);
+	bad |= report("staged-names", &ma, &mb);
 	bad |= report_loans("stream", fresh[0], false);
 	bad |= report_loans("stream-ride", fresh[1], false);
 	bad |= report_loans("named", fresh[2], false);
 	bad |= report_loans("staged", fresh[5], false);
+	bad |= report_loans("staged-names", fresh[6], false);
 	if (rc != 0) {
 		fprintf(stderr, "td-soak: tensord exit %d\n", rc);
 		bad = 1;
