@@ -145,6 +145,7 @@ extern const struct bench_method bench_tensord_follow;     /* m-tensord.c */
 extern const struct bench_method bench_tensord_follow_scm; /* m-tensord.c */
 extern const struct bench_method bench_tensord_get; /* m-tensord.c */
 extern const struct bench_method bench_tensord_nowait; /* m-tensord.c */
+extern const struct bench_method bench_tensord_names; /* m-tensord.c */
 extern const struct bench_method bench_tensord_ring_sleep; /* m-ring.c */
 extern const struct bench_method bench_tensord_ring_lockstep; /* m-ring.c */
 extern const struct bench_method bench_tensord_stage_bound; /* m-ring.c */

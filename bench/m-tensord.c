@@ -32,6 +32,13 @@
  * path a daemon running as its own user serves (descriptors travel with
  * SCM_RIGHTS; warm, none travels at all).
  *
+ * tensord-names: the same, the producer's handoffs going to NAMES
+ * names in turn (handoff seq to name seq % NAMES, each consumer taking
+ * each with its own get_newer), as a producer of several camera streams
+ * through one client does (docs/fastpath.md, "Several streams on one
+ * connection": a lent loan and a stage per name). Against tensord in
+ * the same run it reads what streaming several names costs over one.
+ *
  * tensord-follow, tensord-follow-scm: the same producer; the consumer
  * follows the name (td_client_follow, td_follow_next -> check ->
  * td_tensor_release; docs/fastpath.md, "Following a name"): warm, a
@@ -107,14 +114,24 @@ static void td_unprepare(struct bench_run *r)
 	}
 }
 
+#define NAMES 4 /* tensord-names */
+
 struct td_priv {
 	struct td_client *c;
 	struct td_follow *f; /* consumer of tensord-follow */
 	int ack;
 	bool nowait; /* producer: td_client_publish_alloc_nowait */
-	uint64_t last; /* consumer: version last seen */
+	unsigned names; /* tensord-names: NAMES, else 1 */
+	uint64_t last[NAMES]; /* consumer: version last seen, per name */
 	char name[64];
+	char each[NAMES][72]; /* tensord-names: name/0 .. name/3 */
 };
+
+/* The name handoff seq goes to. */
+static const char *td_name(const struct td_priv *x, uint64_t seq)
+{
+	return x->names > 1 ? x->each[seq % x->names] : x->name;
+}
 
 static int td_setup_as(struct bench_run *r, const char *import, bool follow)
 {
@@ -133,6 +150,9 @@ static int td_setup_as(struct bench_run *r, const char *import, bool follow)
 	if (import && setenv("TENSORD_IMPORT", import, 1) < 0)
 		return bench_fail(r, -errno, "setenv: %s", strerror(errno));
 	snprintf(x->name, sizeof(x->name), "bench/run%u", r->run_id);
+	x->names = 1;
+	for (unsigned i = 0; i < NAMES; i++)
+		snprintf(x->each[i], sizeof(x->each[i]), "%s/%u", x->name, i);
 	rc = td_client_connect(sock_path, &x->c, &err);
 	if (rc < 0)
 		return bench_fail(r, rc, "td_client_connect: %.200s",
@@ -158,6 +178,16 @@ static int td_setup_nowait(struct bench_run *r)
 
 	if (rc == 0)
 		((struct td_priv *)r->priv)->nowait = true;
+	return rc;
+}
+
+/* tensord-names: NAMES names in turn */
+static int td_setup_names(struct bench_run *r)
+{
+	int rc = td_setup_as(r, NULL, false);
+
+	if (rc == 0)
+		((struct td_priv *)r->priv)->names = NAMES;
 	return rc;
 }
 
@@ -195,8 +225,8 @@ static int td_producer_step(struct bench_run *r, uint64_t seq)
 	void *p;
 	int rc;
 
-	rc = td_client_alloc_named(x->c, x->name, 1, &size, TD_ALLOC_REWRITE,
-				   &a, &err);
+	rc = td_client_alloc_named(x->c, td_name(x, seq), 1, &size,
+				   TD_ALLOC_REWRITE, &a, &err);
 	if (rc < 0)
 		return bench_fail(r, rc, "td_client_alloc_named: %.200s",
 				  err.reason);
@@ -207,7 +237,7 @@ static int td_producer_step(struct bench_run *r, uint64_t seq)
 	}
 	bench_payload_write(p, r->size, seq, r->write);
 	memset(&pub, 0, sizeof(pub));
-	pub.name = x->name;
+	pub.name = td_name(x, seq);
 	pub.dtype = TD_TENSOR_U8;
 	pub.ndim = 1;
 	pub.shape = shape;
@@ -230,6 +260,7 @@ static int td_producer_step(struct bench_run *r, uint64_t seq)
 static int td_consumer_step(struct bench_run *r, uint64_t seq)
 {
 	struct td_priv *x = r->priv;
+	uint64_t *last = &x->last[x->names > 1 ? seq % x->names : 0];
 	struct td_tensor *t;
 	struct td_error err;
 	const void *p;
@@ -238,13 +269,14 @@ static int td_consumer_step(struct bench_run *r, uint64_t seq)
 	if (x->f)
 		rc = td_follow_next(x->f, -1, &t, &err);
 	else
-		rc = td_client_get_newer(x->c, x->name, x->last, -1, &t, &err);
+		rc = td_client_get_newer(x->c, td_name(x, seq), *last, -1, &t,
+					 &err);
 	if (rc < 0)
 		return bench_fail(r, rc, "%s: %.200s",
 				  x->f ? "td_follow_next"
 				       : "td_client_get_newer",
 				  err.reason);
-	x->last = td_tensor_version(t);
+	*last = td_tensor_version(t);
 	p = td_tensor_plane_data(t, 0);
 	if (!p || td_tensor_plane_size(t, 0) != r->size)
 		rc = bench_fail(r, -EPROTO, "plane 0: %p, %" PRIu64 " bytes",
@@ -273,8 +305,10 @@ static void td_teardown(struct bench_run *r)
 	 * would leave one payload behind (6 GiB after the 1 GiB runs). The
 	 * end barrier has passed, so the consumer released everything.
 	 */
-	if (x->c && r->role == BENCH_PRODUCER)
-		td_client_delete(x->c, x->name, NULL, NULL);
+	for (unsigned i = 0; x->c && r->role == BENCH_PRODUCER &&
+			     i < x->names;
+	     i++)
+		td_client_delete(x->c, td_name(x, i), NULL, NULL);
 	td_follow_close(x->f);
 	td_client_close(x->c);
 	if (x->ack >= 0)
@@ -348,6 +382,23 @@ const struct bench_method bench_tensord_get = {
 	.teardown = td_teardown,
 	.service_pid = td_service_pid,
 	.kinds = BENCH_STREAMS,
+};
+
+/* The same, the handoffs going to four names in turn. */
+const struct bench_method bench_tensord_names = {
+	.name = "tensord-names",
+	.desc = "as tensord, handoff i published under name i % 4 and taken "
+		"with get_newer of that name (four streams through one "
+		"client)",
+	.start = td_start,
+	.prepare = td_prepare,
+	.unprepare = td_unprepare,
+	.setup = td_setup_names,
+	.producer_step = td_producer_step,
+	.consumer_step = td_consumer_step,
+	.teardown = td_teardown,
+	.service_pid = td_service_pid,
+	.kinds = BENCH_KIND(BENCH_FANOUT),
 };
 
 /* The same producer; consumers follow the name. */

@@ -105,12 +105,18 @@ const struct bench_method bench_tensord_nowait = {
 	.desc = "tensord plain API, PUBLISH without waiting",
 	.start = td_unbuilt,
 };
+const struct bench_method bench_tensord_names = {
+	.name = "tensord-names",
+	.desc = "tensord plain API, four names in turn",
+	.start = td_unbuilt,
+};
 #endif
 
 static const struct bench_method *const all_methods[] = {
 	&bench_tensord,
 	&bench_tensord_scm,
 	&bench_tensord_nowait,
+	&bench_tensord_names,
 	&bench_tensord_get,
 	&bench_tensord_follow,
 	&bench_tensord_follow_scm,
@@ -320,7 +326,8 @@ static void usage(FILE *f)
 "Ping-pong handoff benchmark: producer publishes, consumer gets, checks,\n"
 "releases and acks; the producer times the round trip.\n\n"
 "  --methods LIST   comma list of: tensord tensord-scm tensord-nowait\n"
-"                   tensord-get tensord-follow tensord-follow-scm\n"
+"                   tensord-names tensord-get tensord-follow\n"
+"                   tensord-follow-scm\n"
 "                   tensord-ring\n"
 "                   tensord-ring-sleep tensord-ring-lockstep\n"
 "                   tensord-stage-bound (a design's bound, not a way\n"

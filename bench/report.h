@@ -50,7 +50,7 @@ struct bench_result {
 };
 
 #define BENCH_MAX_RESULTS 512
-#define BENCH_MAX_METHODS 16
+#define BENCH_MAX_METHODS 20
 
 struct bench_report {
 	const struct bench_method *methods[BENCH_MAX_METHODS];
