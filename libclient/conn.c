@@ -402,8 +402,8 @@ static void reply_poll(struct td_client *c, struct td_pace *p,
 /* forks of this process so far, as its children count them */
 unsigned td__fork_gen;
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
-/* held while an inherited handle's lock is made anew (made anew itself
- * in each child: a thread of the parent may have held it) */
+/* held while an inherited handle's lock and turns are made anew (made
+ * anew itself in each child: a thread of the parent may have held it) */
 static pthread_mutex_t relock_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void on_fork_child(void)
@@ -418,6 +418,10 @@ void td__client_lock(struct td_client *c)
 		pthread_mutex_lock(&relock_mu);
 		if (c->lock_gen != td__fork_gen) {
 			pthread_mutex_init(&c->lock, NULL);
+			/* so too the turns (loop.c's deliveries): a thread of
+			 * the parent in a callback held one for good here */
+			c->ev_turn = c->get_turn = c->sub_turn =
+				(struct td__turn){0};
 			c->lock_gen = td__fork_gen;
 		}
 		pthread_mutex_unlock(&relock_mu);

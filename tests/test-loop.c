@@ -953,6 +953,81 @@ Test(loop, a_child_of_fork_cannot_give_the_parents_sub_a_handler)
 	pair_down(&x);
 }
 
+/* A GET callback that stays in its thread until a byte comes on rd. */
+struct parked {
+	int rd;
+	atomic_int inside;
+};
+
+static void park_on_get(struct td_client *c, int status, struct td_tensor *t,
+			const struct td_error *err, void *ud)
+{
+	struct parked *k = ud;
+	char b;
+
+	(void)c, (void)status, (void)err;
+	td_tensor_release(t);
+	atomic_store(&k->inside, 1);
+	(void)!read(k->rd, &b, 1);
+}
+
+static void *process_once(void *arg)
+{
+	(void)td_client_process(arg, NULL);
+	return NULL;
+}
+
+/*
+ * A thread of the parent inside a GET callback at the fork held the
+ * handle's GET turn; in the child that thread does not exist, so the
+ * child's copy must not find the turn taken (as it must not find the
+ * mutex held): its td_client_close() tells the GET still waiting, as
+ * any close does, instead of forgetting it untold.
+ */
+Test(loop, a_child_of_fork_closes_while_a_parent_thread_was_in_a_callback)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *c = x.c;
+	int fds[2];
+	cr_assert_eq(pipe(fds), 0);
+	struct parked k = {.rd = fds[0]};
+	struct got g = {0};
+	put(x.p, "fk/g", 1);
+	cr_assert_eq(td_client_get_newer_async(c, "fk/g", 0, -1, park_on_get,
+					       &k, NULL), 0);
+	cr_assert_eq(td_client_get_newer_async(c, "never", 0, -1, on_get, &g,
+					       NULL), 0);
+	cr_assert_gt(readable(c, HANG_MS), 0, "the first GET's reply");
+	pthread_t th;
+	cr_assert_eq(pthread_create(&th, NULL, process_once, c), 0);
+	for (int i = 0; !atomic_load(&k.inside); i++) {
+		cr_assert_lt(i, HANG_MS, "the callback did not run");
+		usleep(1000);
+	}
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		td_client_close(c);
+		_exit(g.calls == 1 && g.status == -ECANCELED ? 0 : 1);
+	}
+	int st;
+	pid_t w = waitpid(pid, &st, 0);
+	cr_assert_eq(write(fds[1], "x", 1), 1);
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_assert_eq(w, pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "the child's close told the waiting GET (status %#x)", st);
+	cr_assert_eq(g.calls, 0, "nothing told in the parent");
+	close(fds[0]);
+	close(fds[1]);
+	td_client_close(x.p);
+	td_client_close(c);
+	/* mappings not counted: the thread's stack and malloc arena stay */
+	tu_daemon_stop(&x.d, false);
+	cr_assert_eq(g.status, -ECANCELED);
+}
+
 /* ---- TD_CLIENT_RECONNECT in an event loop ---- */
 
 /* What the fds registered in epoll fd epfd are: sockets, timerfds. */
