@@ -1028,6 +1028,63 @@ Test(loop, a_child_of_fork_closes_while_a_parent_thread_was_in_a_callback)
 	cr_assert_eq(g.status, -ECANCELED);
 }
 
+static pid_t forked_in_cb;
+
+static void fork_on_get(struct td_client *c, int status, struct td_tensor *t,
+			const struct td_error *err, void *ud)
+{
+	(void)c, (void)status, (void)err, (void)ud;
+	td_tensor_release(t);
+	forked_in_cb = fork();
+}
+
+static void *close_client(void *arg)
+{
+	td_client_close(arg);
+	return NULL;
+}
+
+/*
+ * The other way round: the thread that forks is inside a callback, and
+ * goes on in the child, where it gives its turn back when the callback
+ * returns. The child's remade turns must leave that one to it: another
+ * thread of the child then finds the turn free, and its close tells the
+ * GET still waiting.
+ */
+Test(loop, a_child_forked_inside_a_callback_gives_its_turn_back)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *c = x.c;
+	struct got g = {0};
+	put(x.p, "fk/c", 1);
+	cr_assert_eq(td_client_get_newer_async(c, "fk/c", 0, -1, fork_on_get,
+					       NULL, NULL), 0);
+	cr_assert_eq(td_client_get_newer_async(c, "never", 0, -1, on_get, &g,
+					       NULL), 0);
+	forked_in_cb = -2;
+	for (int i = 0; forked_in_cb == -2 && i < 100; i++) {
+		if (readable(c, HANG_MS) > 0)
+			(void)td_client_process(c, NULL);
+	}
+	if (forked_in_cb == 0) {
+		pthread_t th;
+		if (pthread_create(&th, NULL, close_client, c) != 0)
+			_exit(2);
+		pthread_join(th, NULL);
+		_exit(g.calls == 1 && g.status == -ECANCELED ? 0 : 1);
+	}
+	cr_assert_gt(forked_in_cb, 0, "the callback forked");
+	int st;
+	cr_assert_eq(waitpid(forked_in_cb, &st, 0), forked_in_cb);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "the child's other thread told the waiting GET (status %#x)",
+		  st);
+	cr_assert_eq(g.calls, 0, "nothing told in the parent");
+	pair_down(&x);
+	cr_assert_eq(g.status, -ECANCELED);
+}
+
 /* ---- TD_CLIENT_RECONNECT in an event loop ---- */
 
 /* What the fds registered in epoll fd epfd are: sockets, timerfds. */
