@@ -206,7 +206,7 @@ struct td_client {
 	int daemon_pidfd;     /* -1 when none */
 	pid_t pid;            /* the process that connected: its own */
 	unsigned fork_gen;    /* td__client_foreign() */
-	unsigned lock_gen;    /* the fork whose child remade lock (conn.c) */
+	unsigned lock_gen;    /* the fork whose child remade lock, turns */
 	/*
 	 * The reader rows of the rings this client produces (td_ring_create:
 	 * the first row of each, at most TD__PROD_ROWS rings; NULL where

@@ -402,14 +402,26 @@ static void reply_poll(struct td_client *c, struct td_pace *p,
 /* forks of this process so far, as its children count them */
 unsigned td__fork_gen;
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
-/* held while an inherited handle's lock is made anew (made anew itself
- * in each child: a thread of the parent may have held it) */
+/* held while an inherited handle's lock and turns are made anew (made
+ * anew itself in each child: a thread of the parent may have held it) */
 static pthread_mutex_t relock_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* the thread that called fork(), the child's only one at first */
+static pthread_t fork_thread;
 
 static void on_fork_child(void)
 {
 	td__fork_gen++;
+	fork_thread = pthread_self();
 	pthread_mutex_init(&relock_mu, NULL);
+}
+
+/* In a child of fork(): a turn of a thread that is not here is nobody's;
+ * the thread that forked (inside a callback) keeps its own, to give back. */
+static void turn_forked(struct td__turn *t)
+{
+	if (t->depth && !pthread_equal(t->by, fork_thread))
+		*t = (struct td__turn){0};
 }
 
 void td__client_lock(struct td_client *c)
@@ -418,6 +430,11 @@ void td__client_lock(struct td_client *c)
 		pthread_mutex_lock(&relock_mu);
 		if (c->lock_gen != td__fork_gen) {
 			pthread_mutex_init(&c->lock, NULL);
+			/* so too the turns (loop.c's deliveries): a thread of
+			 * the parent in a callback held one for good here */
+			turn_forked(&c->ev_turn);
+			turn_forked(&c->get_turn);
+			turn_forked(&c->sub_turn);
 			c->lock_gen = td__fork_gen;
 		}
 		pthread_mutex_unlock(&relock_mu);

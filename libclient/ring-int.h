@@ -61,8 +61,12 @@ struct td_sub {
 	uint32_t held_word; /* with a token: the `held` word we stored last */
 	/* the row is no longer ours (the daemon freed it, or gave it away;
 	 * or, without a token, our connection is gone): td_sub_next says
-	 * -EPIPE and nothing writes the row again */
+	 * -EPIPE and nothing writes the row again; so too once a wait found
+	 * the connection gone (td_sub_next) */
 	bool gone;
+	/* with a token: when a wait looks at the connection next (a daemon
+	 * that is gone closes no ring: td_sub_next) */
+	int64_t hup_at;
 	/* event loops (td_sub_fd, td_sub_set_handler) */
 	int efd; /* -1 until td_sub_fd() */
 	td_sub_fn fn;

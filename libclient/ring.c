@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <sys/epoll.h>
 #include <limits.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -982,6 +983,31 @@ static void sleep_on(struct td_sub *s, uint32_t seq, uint64_t latest,
 	(void)td__sub_row_set(s, w, 0, NULL);
 }
 
+/*
+ * With a token: is s's connection gone, looked at once a TD__HUP_CHECK_NS
+ * at most (else false)? The daemon marks a ring CLOSED when its producer
+ * ends; once the daemon is gone nothing will, so a wait must not last
+ * for ever on the producer's word alone. Not while another thread holds
+ * the handle (a call that waits there): looked at on a later sleep.
+ */
+static bool hup_due(struct td_sub *s)
+{
+	struct td_client *c = s->c;
+	int64_t now = td__now_ns();
+	struct pollfd p = {.fd = -1};
+	bool gone;
+
+	if (now < s->hup_at)
+		return false;
+	s->hup_at = now + TD__HUP_CHECK_NS;
+	if (pthread_mutex_trylock(&c->lock))
+		return false;
+	gone = c->sock < 0 || c->dead || c->epoch != s->epoch;
+	p.fd = c->sock;
+	pthread_mutex_unlock(&c->lock);
+	return gone || (poll(&p, 1, 0) == 1 && (p.revents & POLLHUP));
+}
+
 int td_sub_next(struct td_sub *s, int timeout_ms, struct td_view *view)
 {
 	struct td_ring_hdr *h;
@@ -1020,12 +1046,15 @@ int td_sub_next(struct td_sub *s, int timeout_ms, struct td_view *view)
 			return -ETIMEDOUT;
 		if (td__pace_wait(&s->pace, &plan, deadline, &until))
 			continue;
+		/* with a token, up to the next look at the connection */
+		if (s->tok && (until < 0 || until > s->hup_at))
+			until = s->hup_at;
 		sleep_on(s, seq, latest, until);
 		/* without a token (a ring of an older producer or daemon)
 		 * only our connection tells whether the row is still ours:
 		 * a look after each sleep, before the row is written again
 		 * (the daemon wakes a row it frees or gives away) */
-		if (!s->tok && td__conn_gone(s->c, s->epoch))
+		if (!s->tok ? td__conn_gone(s->c, s->epoch) : hup_due(s))
 			s->gone = true;
 	}
 }

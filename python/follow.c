@@ -13,14 +13,23 @@
  * Otherwise the hold lasts as long as the tensor's Lease (any view of it)
  * or until release(); `held` below points at that Lease, which clears it
  * when it ends (tdpy_follow_let_go).
+ *
+ * That Lease's end in another thread gives the tensor back to libtensord
+ * with the GIL released, after it cleared `held`: a next() or poll()
+ * meanwhile would find libtensord's hold still taken (EBUSY), so they
+ * wait for it (`releasing`, tdpy_follow_releasing).
  */
 #include "tdpy.h"
 
 #include <errno.h>
+#include <linux/futex.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <sys/epoll.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct {
 	PyObject_HEAD
@@ -38,6 +47,9 @@ typedef struct {
 	unsigned forks;      /* tdpy_busy_forked() */
 	int efd;             /* poll() mode: td_follow_fd, in the client's
 			      * epoll set (Client.fileno()); -1 before */
+	_Atomic uint32_t releasing; /* Leases of it giving their tensor
+				     * back with the GIL released (a futex
+				     * word: 0 wakes its waiters) */
 } FollowObject;
 
 PyObject *tdpy_client_follow(ClientObject *self, PyObject *args)
@@ -87,6 +99,28 @@ static void tdpy_follow_let_go(PyObject *obj, OwnerObject *o)
 		fo->held = NULL;
 }
 
+static void tdpy_follow_releasing(PyObject *obj, int delta)
+{
+	FollowObject *fo = (FollowObject *)obj;
+
+	if (delta > 0)
+		atomic_fetch_add(&fo->releasing, 1);
+	else if (atomic_fetch_sub(&fo->releasing, 1) == 1)
+		syscall(SYS_futex, &fo->releasing, FUTEX_WAKE_PRIVATE, INT32_MAX,
+			NULL, NULL, 0);
+}
+
+/* GIL released: until no Lease of fo gives its tensor back (libtensord's
+ * hold taken only as long as its lock is: no timeout). */
+static void released_wait(FollowObject *fo)
+{
+	uint32_t n;
+
+	while ((n = atomic_load(&fo->releasing)))
+		syscall(SYS_futex, &fo->releasing, FUTEX_WAIT_PRIVATE, n, NULL,
+			NULL, 0);
+}
+
 static int tdpy_follow_exported(OwnerObject *root)
 {
 	struct td_error e = {.code = -EBUSY};
@@ -103,6 +137,9 @@ static int tdpy_follow_exported(OwnerObject *root)
 
 static FollowObject *follow_usable(FollowObject *fo)
 {
+	/* a thread of the parent may have been giving one back */
+	if (fo->forks != tdpy_forks)
+		atomic_store(&fo->releasing, 0);
 	tdpy_busy_forked(&fo->busy, &fo->forks);
 	if (!fo->f) {
 		PyErr_SetString(PyExc_ValueError, "the follow is closed");
@@ -148,6 +185,7 @@ static int next_slice(void *arg, int slice_ms)
 {
 	struct next_arg *n = arg;
 
+	released_wait(n->fo);
 	return td_follow_next(n->fo->f, slice_ms, n->t, n->e);
 }
 
@@ -298,6 +336,14 @@ static PyObject *follow_poll_m(FollowObject *fo, PyObject *unused)
 	if (!follow_usable(fo) || follow_start(fo) < 0 || give_back(fo) < 0)
 		return NULL;
 	t = fenced_take(fo);
+	if (!t && atomic_load(&fo->releasing)) {
+		/* the one given last is still going back in another thread:
+		 * none now, and fileno() looks again in a millisecond */
+		fo->busy = false;
+		(void)timerfd_settime(fo->efd, 0, &(struct itimerspec){
+			.it_value = {0, 1000000}}, NULL);
+		Py_RETURN_NONE;
+	}
 	rc = t ? 0 : td_follow_poll(fo->f, &t, &e);
 	if (rc == 0 &&
 	    tdpy_fence_wait(NULL, t, PyUnicode_AsUTF8(fo->name), 0, &e) < 0) {
@@ -428,6 +474,7 @@ int tdpy_follow_init(PyObject *m)
 {
 	tdpy_owner_hooks.follow_hold = tdpy_follow_hold;
 	tdpy_owner_hooks.follow_let_go = tdpy_follow_let_go;
+	tdpy_owner_hooks.follow_releasing = tdpy_follow_releasing;
 	tdpy_owner_hooks.follow_exported = tdpy_follow_exported;
 	if (PyType_Ready(&tdpy_follow_type) < 0)
 		return -1;

@@ -248,6 +248,8 @@ void tdpy_owner_release(OwnerObject *plane_or_root)
 	 */
 	if (o->follow)
 		tdpy_owner_hooks.follow_let_go(o->follow, o);
+	if (o->follow && t)
+		tdpy_owner_hooks.follow_releasing(o->follow, 1);
 	if (t || a) {
 		/* no wait for the daemon's answer: it ends the lease before
 		 * it serves this client's next request (a round trip less);
@@ -255,6 +257,8 @@ void tdpy_owner_release(OwnerObject *plane_or_root)
 		Py_BEGIN_ALLOW_THREADS
 		td_tensor_release_nowait(t);
 		td_alloc_free(a);
+		if (o->follow && t)
+			tdpy_owner_hooks.follow_releasing(o->follow, -1);
 		Py_END_ALLOW_THREADS
 	}
 }

@@ -317,6 +317,11 @@ struct tdpy_owner_hooks {
 	 * ends (released or dead): the follow holds nothing any more. */
 	void (*follow_hold)(PyObject *follow, OwnerObject *o);
 	void (*follow_let_go)(PyObject *follow, OwnerObject *o);
+	/* o's tensor goes back to libtensord with the GIL released: +1
+	 * (GIL held) before it lets the GIL go, -1 (GIL released) once
+	 * libtensord took it back; next() and poll() meanwhile wait for
+	 * that (libtensord would refuse them: EBUSY) */
+	void (*follow_releasing)(PyObject *follow, int delta);
 	/* -1 (tensord.Error EBUSY) while DLPack exports of root (a
 	 * followed lease) live: its hold stays until they are gone. */
 	int (*follow_exported)(OwnerObject *root);

@@ -953,6 +953,138 @@ Test(loop, a_child_of_fork_cannot_give_the_parents_sub_a_handler)
 	pair_down(&x);
 }
 
+/* A GET callback that stays in its thread until a byte comes on rd. */
+struct parked {
+	int rd;
+	atomic_int inside;
+};
+
+static void park_on_get(struct td_client *c, int status, struct td_tensor *t,
+			const struct td_error *err, void *ud)
+{
+	struct parked *k = ud;
+	char b;
+
+	(void)c, (void)status, (void)err;
+	td_tensor_release(t);
+	atomic_store(&k->inside, 1);
+	(void)!read(k->rd, &b, 1);
+}
+
+static void *process_once(void *arg)
+{
+	(void)td_client_process(arg, NULL);
+	return NULL;
+}
+
+/*
+ * A thread of the parent inside a GET callback at the fork held the
+ * handle's GET turn; in the child that thread does not exist, so the
+ * child's copy must not find the turn taken (as it must not find the
+ * mutex held): its td_client_close() tells the GET still waiting, as
+ * any close does, instead of forgetting it untold.
+ */
+Test(loop, a_child_of_fork_closes_while_a_parent_thread_was_in_a_callback)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *c = x.c;
+	int fds[2];
+	cr_assert_eq(pipe(fds), 0);
+	struct parked k = {.rd = fds[0]};
+	struct got g = {0};
+	put(x.p, "fk/g", 1);
+	cr_assert_eq(td_client_get_newer_async(c, "fk/g", 0, -1, park_on_get,
+					       &k, NULL), 0);
+	cr_assert_eq(td_client_get_newer_async(c, "never", 0, -1, on_get, &g,
+					       NULL), 0);
+	cr_assert_gt(readable(c, HANG_MS), 0, "the first GET's reply");
+	pthread_t th;
+	cr_assert_eq(pthread_create(&th, NULL, process_once, c), 0);
+	for (int i = 0; !atomic_load(&k.inside); i++) {
+		cr_assert_lt(i, HANG_MS, "the callback did not run");
+		usleep(1000);
+	}
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		td_client_close(c);
+		_exit(g.calls == 1 && g.status == -ECANCELED ? 0 : 1);
+	}
+	int st;
+	pid_t w = waitpid(pid, &st, 0);
+	cr_assert_eq(write(fds[1], "x", 1), 1);
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_assert_eq(w, pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "the child's close told the waiting GET (status %#x)", st);
+	cr_assert_eq(g.calls, 0, "nothing told in the parent");
+	close(fds[0]);
+	close(fds[1]);
+	td_client_close(x.p);
+	td_client_close(c);
+	/* mappings not counted: the thread's stack and malloc arena stay */
+	tu_daemon_stop(&x.d, false);
+	cr_assert_eq(g.status, -ECANCELED);
+}
+
+static pid_t forked_in_cb;
+
+static void fork_on_get(struct td_client *c, int status, struct td_tensor *t,
+			const struct td_error *err, void *ud)
+{
+	(void)c, (void)status, (void)err, (void)ud;
+	td_tensor_release(t);
+	forked_in_cb = fork();
+}
+
+static void *close_client(void *arg)
+{
+	td_client_close(arg);
+	return NULL;
+}
+
+/*
+ * The other way round: the thread that forks is inside a callback, and
+ * goes on in the child, where it gives its turn back when the callback
+ * returns. The child's remade turns must leave that one to it: another
+ * thread of the child then finds the turn free, and its close tells the
+ * GET still waiting.
+ */
+Test(loop, a_child_forked_inside_a_callback_gives_its_turn_back)
+{
+	struct pair x;
+	pair_up(&x);
+	struct td_client *c = x.c;
+	struct got g = {0};
+	put(x.p, "fk/c", 1);
+	cr_assert_eq(td_client_get_newer_async(c, "fk/c", 0, -1, fork_on_get,
+					       NULL, NULL), 0);
+	cr_assert_eq(td_client_get_newer_async(c, "never", 0, -1, on_get, &g,
+					       NULL), 0);
+	forked_in_cb = -2;
+	for (int i = 0; forked_in_cb == -2 && i < 100; i++) {
+		if (readable(c, HANG_MS) > 0)
+			(void)td_client_process(c, NULL);
+	}
+	if (forked_in_cb == 0) {
+		pthread_t th;
+		if (pthread_create(&th, NULL, close_client, c) != 0)
+			_exit(2);
+		pthread_join(th, NULL);
+		_exit(g.calls == 1 && g.status == -ECANCELED ? 0 : 1);
+	}
+	cr_assert_gt(forked_in_cb, 0, "the callback forked");
+	int st;
+	cr_assert_eq(waitpid(forked_in_cb, &st, 0), forked_in_cb);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "the child's other thread told the waiting GET (status %#x)",
+		  st);
+	cr_assert_eq(g.calls, 0, "nothing told in the parent");
+	pair_down(&x);
+	cr_assert_eq(g.status, -ECANCELED);
+}
+
 /* ---- TD_CLIENT_RECONNECT in an event loop ---- */
 
 /* What the fds registered in epoll fd epfd are: sockets, timerfds. */

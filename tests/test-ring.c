@@ -2934,3 +2934,48 @@ Test(ring, a_subscription_whose_row_changed_hands_never_writes_it)
 {
 	changed_hands(false);
 }
+
+/*
+ * The daemon's SIGKILL while the producer lives: nothing will close the
+ * ring any more (the daemon marks it CLOSED when its producer ends), so
+ * a subscriber's wait must not last for ever: it looks at its connection
+ * at least once a TD__HUP_CHECK_NS and ends in -EPIPE, as a follow does.
+ * What the producer published before that wait is still given.
+ */
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+Test(ring, a_wait_ends_in_epipe_once_the_daemon_is_gone)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_sub *a;
+	struct td_view v;
+
+	one_sub_open(&d, &c, &r, &a, "rk/gone", 2, 64);
+	uint64_t v1 = put(r);
+	cr_assert_eq(td_sub_next(a, 0, &v), 0);
+	cr_assert_eq(v.version, v1);
+	tu_daemon_kill(&d);
+	uint64_t v2 = put(r); /* the ring itself goes on */
+	int rc = td_sub_next(a, 0, &v);
+	cr_assert_eq(rc, 0, "%d", rc);
+	cr_assert_eq(v.version, v2);
+	int64_t t0 = mono_ms();
+	rc = td_sub_next(a, 10000, &v);
+	int64_t took_ms = mono_ms() - t0;
+	cr_assert_eq(rc, -EPIPE, "%d after %lld ms", rc, (long long)took_ms);
+	cr_assert_lt(took_ms, 5000, "%lld ms", (long long)took_ms);
+	put(r);
+	rc = td_sub_next(a, 0, &v);
+	cr_assert_eq(rc, -EPIPE, "gone for good: %d", rc);
+	td_sub_close(a);
+	td_ring_close(r);
+	td_client_close(c);
+}

@@ -165,6 +165,38 @@ def test_iterating_a_subscription_ends_when_the_producer_closes(client):
     assert got == [7]
 
 
+def test_a_subscription_waiting_for_ever_ends_when_the_daemon_dies(
+        daemon, client):
+    # the daemon's SIGKILL while the producer (this client) lives: the
+    # ring itself goes on, but nothing would mark it closed any more, so
+    # next(timeout=None) ends in EPIPE within a second or so instead of
+    # waiting for ever (docs/python.md, "Rings")
+    ring = client.ring_create("rg/k", (4,), "u8", slots=2)
+    sub = client.subscribe("rg/k", timeout=5)
+
+    def put(b):
+        s = ring.acquire(timeout=1)
+        s[:] = b
+        del s
+        return ring.publish()
+    v1 = put(1)
+    assert sub.next(timeout=1).version == v1
+    daemon.kill()
+    v2 = put(2)  # the producer's slots are shared memory: it goes on
+    x = sub.next(timeout=0)
+    assert x.version == v2 and x[0] == 2
+    del x
+    t = InThread(lambda: sub.next(timeout=None))
+    t.inside(0)
+    t.finish(timeout=15)
+    assert isinstance(t.error, tensord.Error), t.error
+    assert t.error.errno == errno.EPIPE, t.error
+    put(3)
+    with pytest.raises(tensord.Error) as e:
+        sub.next(timeout=0)  # gone for good
+    assert e.value.errno == errno.EPIPE
+
+
 def test_subscription_poll_wakes_fileno(daemon, client):
     ring = client.ring_create("rg/p", (4,), "u8")
     sub = client.subscribe("rg/p")

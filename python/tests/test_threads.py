@@ -8,6 +8,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 import tensord
 
 from conftest import InThread, wait_child
@@ -194,3 +195,52 @@ def test_connecting_again_while_another_thread_is_in_a_call(client, daemon):
     else:
         raise AssertionError("__init__ connected over a call in flight")
     assert isinstance(t.finish().error, tensord.Timeout)
+
+
+@pytest.mark.parametrize("call", ["next", "poll"])
+def test_a_follows_next_while_another_thread_gives_its_tensor_back(
+        client, daemon, call):
+    # the last view of a followed tensor dies in another thread, which
+    # gives it back to libtensord with the GIL released; a next() or
+    # poll() that takes the GIL meanwhile must not find libtensord's hold
+    # still taken (EBUSY). One CPU for both threads and the dropping one
+    # niced: the follower runs as soon as the dropper lets the GIL go.
+    import queue
+    prod = tensord.Client(daemon.sock)
+    q, ready = queue.Queue(), threading.Event()
+
+    def drop():
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        while True:
+            y = q.get()
+            if y is None:
+                return
+            ready.set()
+            del y  # the last view: its Lease gives the tensor back
+
+    def publish(n):
+        w = prod.alloc("th/gb", (256,), "u8", stream=True)
+        w[:] = n % 256
+        return prod.publish(w)
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})
+    dropper = threading.Thread(target=drop, daemon=True)
+    dropper.start()
+    try:
+        with client.follow("th/gb") as f:
+            for i in range(200):
+                publish(i)
+                x = f.next(timeout=5)
+                newer = publish(i + 1)
+                ready.clear()
+                q.put(x)
+                del x
+                assert ready.wait(CHILD_S)
+                y = getattr(f, call)() if call == "poll" else f.next(5)
+                assert y is None or y.version == newer
+                del y
+    finally:
+        q.put(None)
+        dropper.join(CHILD_S)
+        os.sched_setaffinity(0, cpus)
+        prod.close()

@@ -1023,8 +1023,8 @@ TD_EXPORT int td_ring_subscribe(struct td_client *c, const char *name,
  * all). Its bytes cannot change until td_sub_release() or the next call.
  * Returns 0 and *view, -ETIMEDOUT, -EPIPE the producer closed the ring
  * (after its last version was returned) or the subscription is gone (its
- * connection was dropped and the daemon freed its reader row: it never
- * writes that row again, nor takes a version through it; subscribe
+ * connection dropped, or the daemon died: a wait looks once a second; it
+ * never writes that row again, nor takes a version through it; subscribe
  * anew), -EBADMSG the control block holds values no producer writes (a
  * corrupt or hostile producer).
  */
