@@ -337,8 +337,9 @@ struct td_client {
 	 * daemon keeps TD__STAGES a connection), and the one offered last
 	 * and not yet spent (st_alloc 0: none); the trigger page that fires
 	 * them (st_page of generation st_pgen: one per connection); and for
-	 * each of the last TD__STAGES names published the descriptor of its
-	 * last PUBLISH (desc[], desc_last the one kept last): a stage
+	 * each of the last TD__STAGES names published from a stream or
+	 * rewritable loan the descriptor of its last PUBLISH (desc[];
+	 * desc_last the one the last PUBLISH kept, TD__STAGES none): a stage
 	 * repeats it, so only a publish of the same name with the same one
 	 * fires. stage_off: TENSORD_STAGE=0.
 	 */
@@ -353,7 +354,7 @@ struct td_client {
 	struct td__desc {
 		uint8_t *buf; /* name, pin, meta, blob: stage.c */
 		uint32_t len, cap;
-		uint64_t used; /* desc_clock at its last keep: oldest goes */
+		uint64_t used; /* desc_clock at its last keep or fire */
 	} desc[TD__STAGES];
 	unsigned desc_last;
 	uint64_t desc_clock;
@@ -544,7 +545,7 @@ int td__stage_page_map(struct td_client *c, const char *name, bool rw,
 		       struct td_error *err);
 /*
  * stage.c (lock held): the PUBLISH flags req of loan alloc_id (named: a
- * loan named for a name), published as
+ * stream or rewritable loan named for a name), published as
  * name, adds: TD_WIRE_PUB_FIRED when it repeats the staged descriptor
  * of the staged loan and fired its stage, TD_WIRE_PUB_STAGE when the
  * daemon may stage its next loan. td__stage_note: the stage a reply

@@ -736,8 +736,9 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 		return td__fail(err, -ENOMEM, "out of memory");
 	n = publish_blob(p, x, esz, &pt, (uint32_t)c->pid, blob, err);
 	if (n < 0) {
-		rc = (int)n;
-		goto out;
+		/* nothing kept yet: the descriptor kept last is another's */
+		free(blob);
+		return (int)n;
 	}
 	req.name = (struct td_wire_str){p->name, (uint16_t)strlen(p->name)};
 	req.flags = p->flags & TD_PUBLISH_PIN;
@@ -753,8 +754,11 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 			req.flags |= TD_WIRE_PUB_LOAN_SCM;
 		req.held_count = loans_held(c, req.held);
 	}
+	/* only a stream's or a rewritable loan's publish may be staged */
 	req.flags |= td__stage_flags(c, a ? a->alloc_id : 0,
-				     a && a->name_len, p->name, &req);
+				     a && a->name_len &&
+					     (a->stream || a->rw_asked),
+				     p->name, &req);
 	n = td_wire_publish_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
 				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	if (n < 0) {

@@ -96,7 +96,9 @@ void td__stage_forget(struct td_client *c)
 /*
  * What a stage repeats of a PUBLISH: its name, pin flag, meta and blob,
  * kept as u32 pin, u32 name length, u32 meta length, name, meta, blob;
- * one for each of the last TD__STAGES names published.
+ * one for each of the last TD__STAGES names published from a stream or
+ * rewritable loan (the only ones staged), the one published or fired
+ * longest ago going first.
  */
 #define DESC_HDR 12u
 
@@ -234,6 +236,7 @@ uint32_t td__stage_flags(struct td_client *c, uint64_t alloc_id, bool named,
 {
 	uint32_t pin = req->flags & TD_WIRE_PUB_PIN, add = 0;
 	struct td__stage *st = stage_of(c, alloc_id);
+	struct td__desc *d = desc_named(c, name, (uint32_t)strlen(name));
 
 	/*
 	 * A staged loan published with the staged descriptor: fired here,
@@ -241,13 +244,16 @@ uint32_t td__stage_flags(struct td_client *c, uint64_t alloc_id, bool named,
 	 * stage is offered once: whatever its publish is, it is spent.
 	 * Other loans' stages stay (one per lent loan, each its own name).
 	 */
-	if (st && desc_same(desc_named(c, name, (uint32_t)strlen(name)),
-			    name, pin, &req->meta, &req->blob) &&
-	    stage_fire(c, st, name))
+	if (st && desc_same(d, name, pin, &req->meta, &req->blob) &&
+	    stage_fire(c, st, name)) {
 		add |= TD_WIRE_PUB_FIRED;
+		/* in use: a fifth name's keep takes another */
+		d->used = ++c->desc_clock;
+	}
 	if (st)
 		*st = (struct td__stage){0};
 	c->st_alloc = 0;
+	c->desc_last = TD__STAGES; /* none kept by this one yet */
 	if (!named || c->stage_off || !td__has(c, TD_WIRE_FEAT_STAGE))
 		return add;
 	/* a named stream's: the daemon may stage its next loan */
@@ -262,7 +268,9 @@ uint32_t td__stage_flags(struct td_client *c, uint64_t alloc_id, bool named,
 void td__stage_refused(struct td_client *c)
 {
 	/* kept by the refused PUBLISH (read before the next one is sent) */
-	c->desc[c->desc_last].len = 0;
+	if (c->desc_last < TD__STAGES)
+		c->desc[c->desc_last].len = 0;
+	c->desc_last = TD__STAGES;
 }
 
 uint32_t td__stage_alloc_flag(struct td_client *c,
