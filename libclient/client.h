@@ -558,6 +558,9 @@ void td__stage_note(struct td_client *c, const struct td_wire_publish_rep *r);
 /* stage.c: a PUBLISH failed: the descriptor it sent is not the name's
  * last version's, which a take-back's stage repeats (lock held). */
 void td__stage_refused(struct td_client *c);
+/* stage.c: loan alloc_id of this connection ends unpublished: its stage,
+ * if offered, goes with it (lock held). */
+void td__stage_drop(struct td_client *c, uint64_t alloc_id);
 /*
  * stage.c (lock held): TD_WIRE_ALLOC_STAGE for ALLOC req when it is a
  * REWRITE ALLOC of a name whose take-back the daemon may stage (the last

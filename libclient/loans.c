@@ -91,6 +91,9 @@ void td__alloc_unmap(struct td_alloc *a)
  */
 void td__alloc_free_locked(struct td_alloc *a)
 {
+	/* the ids of an earlier connection's daemon name nothing now */
+	if (a->epoch == a->c->epoch)
+		td__stage_drop(a->c, a->alloc_id);
 	td__alloc_unmap(a);
 	for (uint32_t i = 0; i < a->count; i++) {
 		if (a->lb[i])
@@ -223,6 +226,7 @@ static void next_loan_drop(struct td_client *c, unsigned i)
 	}
 	c->lent_last = 0;
 	c->unloan = true;
+	td__stage_drop(c, a->alloc_id);
 	for (uint32_t k = 0; k < a->count; k++)
 		if (a->lb[k])
 			td__loanbuf_idle(c, a->lb[k]);

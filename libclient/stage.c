@@ -173,10 +173,21 @@ static struct td__stage *stage_of(struct td_client *c, uint64_t alloc_id)
 	return NULL;
 }
 
+void td__stage_drop(struct td_client *c, uint64_t alloc_id)
+{
+	struct td__stage *st = stage_of(c, alloc_id);
+
+	if (st)
+		*st = (struct td__stage){0};
+	if (c->st_alloc == alloc_id)
+		c->st_alloc = 0;
+}
+
 /*
  * A stage offered: a free record, else the one of the oldest loan (the
- * daemon keeps as many stages as this, so one of them ended there: a
- * loan dropped unpublished, which leaves its record).
+ * daemon keeps as many stages as this, and a loan that ends unpublished
+ * frees its record, td__stage_drop: a record this client missed the end
+ * of, if any).
  */
 static void stage_add(struct td_client *c, uint64_t alloc_id,
 		      uint64_t version, uint32_t gen, uint32_t slot)

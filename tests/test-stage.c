@@ -1569,3 +1569,55 @@ Test(stage, a_ninth_name_published_plainly_leaves_eight_streams_firing,
 	td_client_close(prod);
 	tu_daemon_stop(&d, false);
 }
+
+/*
+ * The library keeps a record per stage offered (eight, as the daemon's
+ * stages), and a new one takes a free record, else that of the oldest
+ * loan, meant to be one dropped unpublished. But a loan given back
+ * unpublished (td_alloc_free) left its record, so with eight names
+ * staged the next stage took the record of the oldest loan still
+ * staged: a name published less often than the others, which then did
+ * not fire its next version. A loan's end frees its record.
+ */
+Test(stage, a_loan_given_back_frees_its_stage_record, .timeout = 60)
+{
+	const char *n[TD__STAGES] = {"cam/slow", "cam/c", "cam/d", "cam/e",
+				     "cam/f",    "cam/g", "cam/h", "cam/fast"};
+	struct td_follow *f[TD__STAGES] = {NULL};
+	const int fast = TD__STAGES - 1;
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	uint64_t v, slow = 0;
+	int i;
+
+	tu_daemon_start(&d, "warn");
+	prod = conn_env(&d, "pidfd", "1");
+	cons = conn_env(&d, "pidfd", "1");
+	for (int k = 0; k < TD__STAGES; k++)
+		cr_assert_eq(td_client_follow(cons, n[k], &f[k], NULL), 0);
+	for (i = 0; i < 4 * TD__STAGES; i++) {
+		v = put(prod, n[i % TD__STAGES], (uint8_t)i);
+		cr_assert_eq(take(f[i % TD__STAGES], (uint8_t)i), v);
+		if (i % TD__STAGES == 0)
+			slow = prod->st_alloc ? prod->st_version : 0;
+	}
+	cr_assert_neq(slow, 0u, "the slow name is staged");
+	/* the fast name goes on; one of its loans is given up */
+	for (int k = 0; k < 8; k++, i++) {
+		v = put(prod, n[fast], (uint8_t)i);
+		cr_assert_eq(take(f[fast], (uint8_t)i), v);
+	}
+	td_alloc_free(loan(prod, n[fast], 0));
+	for (int k = 0; k < 4; k++, i++) {
+		v = put(prod, n[fast], (uint8_t)i);
+		cr_assert_eq(take(f[fast], (uint8_t)i), v);
+	}
+	v = put(prod, n[0], 0x77);
+	cr_assert_eq(take(f[0], 0x77), v);
+	cr_assert_eq(v, slow, "the slow name's stage was not fired");
+	for (int k = 0; k < TD__STAGES; k++)
+		td_follow_close(f[k]);
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, false);
+}
