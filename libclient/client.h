@@ -285,6 +285,7 @@ struct td_client {
 	struct td_alloc *lent[TD__LENT_MAX];
 	unsigned n_lent;
 	uint64_t lent_last;
+	uint64_t lent_clock; /* stream PUBLISHes so far (a lent loan's age) */
 	bool unloan;
 	/*
 	 * TD_ALLOC_REWRITE (produce.c): loans of fewer bytes than this are

@@ -818,10 +818,14 @@ int td__gf_get_newer(struct td_client *c, const char *name, uint64_t after,
 
 /*
  * Lock held: a slot for a name not noted yet. A free one; else the least
- * recently used one without follows; else one whose follows hold nothing
- * and that no call used for a while (TD__GF_STALE calls of any name).
- * NULL: the new name stays on the GET path, so names that come and go
- * never make a busy follow end and start again.
+ * recently used one without follows that no call used for TD__GF_NAMES
+ * calls of any name; else one whose follows hold nothing and that no
+ * call used for a while (TD__GF_STALE calls). NULL: the new name stays
+ * on the GET path, so names that come and go never make a busy follow
+ * end and start again, and a loop over more names than a handle notes
+ * follows TD__GF_NAMES of them: taking the slot of a name noted in this
+ * turn of the loop would take, every time, the one the loop asks for
+ * next, before it could follow.
  */
 #define TD__GF_STALE (4 * TD__GF_NAMES)
 static struct td__gf *gf_room(struct td_client *c)
@@ -838,7 +842,9 @@ static struct td__gf *gf_room(struct td_client *c)
 			held |= x->f[k] && x->f[k]->out;
 		if (held)
 			continue;
-		if (!x->f[0] && !x->f[1] && (!bare || x->used < bare->used))
+		if (!x->f[0] && !x->f[1] &&
+		    x->used + TD__GF_NAMES < c->gf_clock &&
+		    (!bare || x->used < bare->used))
 			bare = x;
 		if ((x->f[0] || x->f[1]) && x->used + TD__GF_STALE < c->gf_clock &&
 		    (!stale || x->used < stale->used))
@@ -855,6 +861,7 @@ void td__gf_note(struct td_client *c, const char *name, uint64_t v)
 	if (strlen(name) > TD_WIRE_MAX_NAME)
 		return;
 	td__client_lock(c);
+	c->gf_clock++; /* a call, noted or not: what makes a slot stale */
 	g = c->gf_off ? NULL : gf_find(c, name);
 	if (!g && !c->gf_off) {
 		g = gf_room(c);
@@ -866,7 +873,7 @@ void td__gf_note(struct td_client *c, const char *name, uint64_t v)
 	}
 	if (g) {
 		g->last = v;
-		g->used = ++c->gf_clock;
+		g->used = c->gf_clock;
 	}
 	pthread_mutex_unlock(&c->lock);
 	for (int k = 0; k < TD__GF_FOLLOWS; k++)

@@ -280,15 +280,26 @@ struct td_alloc *td__lent_claim(struct td_client *c,
  * in the reply? Not while one of that name is waiting already, nor while
  * one this client could not take is still to be given back by UNLOAN
  * (the next ALLOC): the daemon's UNLOAN gives back the loan it lent last,
- * which this reply's would then be. Room for it: the oldest name's goes
- * back (TD__LENT_MAX names at most). A loan lent before is no longer
- * the daemon's last one from here on.
+ * which this reply's would then be. Room for it (TD__LENT_MAX names at
+ * most): the oldest name's goes back, if no publish of it came in the
+ * last TD__LENT_STALE stream publishes; else this name goes without. A
+ * producer of more names in turn than it may hold loans for then keeps
+ * TD__LENT_MAX of them lent (and staged) and sends the others' ALLOCs,
+ * where giving back the oldest would give back, every time, the loan
+ * the next alloc wants. A loan lent before is no longer the daemon's
+ * last one from here on.
  */
+#define TD__LENT_STALE (4 * TD__LENT_MAX)
 bool td__lent_ask(struct td_client *c, const struct td_alloc *a)
 {
+	if (a && a->stream)
+		c->lent_clock++;
 	if (!a || !a->stream || a->rewrite || c->unloan ||
 	    !td__has(c, TD_WIRE_FEAT_PUB_LOAN) || lent_find(c, a) >= 0 ||
 	    (c->n_lent && lent_max(c) == 1))
+		return false;
+	if (c->n_lent == TD__LENT_MAX &&
+	    c->lent_clock - c->lent[0]->lent_at <= TD__LENT_STALE)
 		return false;
 	if (c->n_lent == TD__LENT_MAX) {
 		struct td_alloc *old = lent_take(c, 0);
@@ -308,6 +319,7 @@ bool td__lent_keep(struct td_client *c, struct td_alloc *next)
 		td__alloc_free_locked(next);
 		return false;
 	}
+	next->lent_at = c->lent_clock;
 	c->lent[c->n_lent++] = next;
 	c->lent_last = next->alloc_id;
 	return true;

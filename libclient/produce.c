@@ -754,11 +754,16 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 			req.flags |= TD_WIRE_PUB_LOAN_SCM;
 		req.held_count = loans_held(c, req.held);
 	}
-	/* only a stream's or a rewritable loan's publish may be staged */
-	req.flags |= td__stage_flags(c, a ? a->alloc_id : 0,
-				     a && a->name_len &&
-					     (a->stream || a->rw_asked),
-				     p->name, &req);
+	/* only a stream's publish that asks for the next loan, or a
+	 * rewritable loan's, may be staged (its descriptor kept): a name
+	 * past the lent loans a connection keeps must not push out the
+	 * descriptor of one whose stage is on offer */
+	req.flags |= td__stage_flags(
+		c, a ? a->alloc_id : 0,
+		a && a->name_len &&
+			((a->stream && (req.flags & TD_WIRE_PUB_LOAN)) ||
+			 a->rw_asked),
+		p->name, &req);
 	n = td_wire_publish_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
 				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	if (n < 0) {

@@ -1266,7 +1266,22 @@ static void streams_trips(const char *import)
 	named_handoff(prod, cons, names[0], 8 * KIB, &last[0], 0xa1);
 	named_handoff(prod, cons, names[1], sizes[1], &last[1], 0xb1);
 	named_handoff(prod, cons, names[0], 8 * KIB, &last[0], 0xa2);
-	/* one name more than lent loans: the oldest name's goes */
+	/* one name more than lent loans, in turn: TD__LENT_MAX of them keep
+	 * theirs, the last one goes by ALLOC (and its consumer by GET: a
+	 * handle follows TD__GF_NAMES); giving back the oldest name's loan
+	 * gave back, every time, the one the next alloc wanted */
+	for (unsigned i = 0; i < 13; i++) {
+		if (i == 3)
+			before = tc_daemon_requests(prod, "ms/counter");
+		for (unsigned n = 0; n < N; n++)
+			named_handoff(prod, cons, names[n], 4 * KIB, &last[n],
+				      (uint8_t)(0x40 + i + n));
+	}
+	/* a round: TD__LENT_MAX PUBLISHes, and the last name's ALLOC,
+	 * PUBLISH, GET and RELEASE; and the RING_STAT that reads the count */
+	before = tc_daemon_requests(prod, "ms/counter") - before;
+	cr_assert_eq(before, 10 * (TD__LENT_MAX + 4) + 1, "%llu requests",
+		     (unsigned long long)before);
 	for (unsigned i = 0; i < 6; i++)
 		for (unsigned n = 0; n < N; n++) {
 			struct td_tensor *t;
