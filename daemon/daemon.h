@@ -111,8 +111,8 @@ bool td__ratelimit_ok(struct td__ratelimit *r, unsigned interval_ms);
 #define TD__MAX_WAITERS 256    /* parked GETs of one connection */
 #define TD__TFD_POOL 4 /* fence timerfds kept by one connection */
 /* staged publishes of one connection: one per lent loan, as the library
- * keeps one per name for 8 names (docs/fastpath.md) */
-#define TD__PEER_STAGES 8
+ * keeps one per name for 16 names (docs/fastpath.md) */
+#define TD__PEER_STAGES 16
 #define TD__RX_BATCH 32        /* datagrams read per wakeup */
 #define TD__TXQ_MAX_MSGS 1024  /* queued replies before the peer is cut */
 #define TD__TXQ_MAX_BYTES (4u << 20)

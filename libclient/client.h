@@ -105,7 +105,7 @@ struct td__msg {
  * follows a name: the tensor got last may still be held while the next
  * is asked for.
  */
-#define TD__GF_NAMES 8
+#define TD__GF_NAMES 16
 #define TD__GF_FOLLOWS 2
 struct td__gf {
 	char name[TD_WIRE_MAX_NAME + 1]; /* "" = a free slot */
@@ -121,7 +121,10 @@ struct td__gf {
  * "Streams"): a producer of several named streams on one connection
  * gets each one's next loan in its PUBLISH reply.
  */
-#define TD__LENT_MAX 8
+#define TD__LENT_MAX 16
+/* a producer of that many streams keeps each one's current buffer idle,
+ * to be lent back to it (produce.c, publish_done) */
+_Static_assert(TD__LENT_MAX <= TD__LOAN_CACHE, "a loan cache per name");
 /* stages one connection has at once: one per lent loan (stage.c) */
 #define TD__STAGES TD__LENT_MAX
 

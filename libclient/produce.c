@@ -554,17 +554,9 @@ static int64_t publish_blob(const struct td_publish *p,
 	return n;
 }
 
-/*
- * A published recyclable loan a: its buffers go idle in the cache (it
- * owns them now, not the loan); then the next loan the reply lent, if
- * any, is kept for the next td_client_alloc_ex of the same sizes.
- */
-static void publish_done(struct td_client *c, struct td_alloc *a,
-			 const struct td_wire_publish_rep *rep,
-			 struct td__msg *m)
+/* A published loan's buffers go idle in the cache (it owns them now). */
+static void published_idle(struct td_client *c, struct td_alloc *a)
 {
-	struct td_alloc *next;
-
 	for (uint32_t i = 0; i < a->count; i++) {
 		if (!a->lb[i])
 			continue;
@@ -572,8 +564,27 @@ static void publish_done(struct td_client *c, struct td_alloc *a,
 		a->lb[i] = NULL;
 		a->fds[i] = -1;
 	}
-	if (!rep->has_loan || !rep->loan.alloc_id)
+}
+
+/*
+ * A published recyclable loan a: the next loan the reply lent, if any,
+ * is kept for the next td_client_alloc_ex of the same sizes; then a's
+ * buffers go idle. In that order: the next loan is mostly buffers idle
+ * here (the daemon sends no fd for them), and a's going idle first
+ * pushed the least recently used out of a full cache (TD__LOAN_CACHE),
+ * which with a loan lent per name for as many names is the one lent
+ * now: it could not be taken, went back, and nothing was staged.
+ */
+static void publish_done(struct td_client *c, struct td_alloc *a,
+			 const struct td_wire_publish_rep *rep,
+			 struct td__msg *m)
+{
+	struct td_alloc *next;
+
+	if (!rep->has_loan || !rep->loan.alloc_id) {
+		published_idle(c, a);
 		return;
+	}
 	next = calloc(1, sizeof(*next));
 	if (next) {
 		for (uint32_t i = 0; i < TD_WIRE_MAX_PLANES; i++)
@@ -591,8 +602,10 @@ static void publish_done(struct td_client *c, struct td_alloc *a,
 		if (next)
 			td__alloc_free_locked(next);
 		c->unloan = true;
+		published_idle(c, a);
 		return;
 	}
+	published_idle(c, a);
 	if (td__lent_keep(c, next))
 		td__stage_note(c, rep); /* staged: fired if published alike */
 }

@@ -1276,10 +1276,10 @@ static void names_ride(unsigned n, unsigned followed)
 	struct tu_daemon d;
 	struct td_client *prod, *cons;
 	struct td_ring *r;
-	char name[16][32];
-	uint64_t v[16];
+	char name[TD__GF_NAMES + 1][32];
+	uint64_t v[TD__GF_NAMES + 1];
 
-	cr_assert_leq(n, 16u);
+	cr_assert_leq(n, TD__GF_NAMES + 1);
 	pair_start(&d, small_cap, "pidfd", &prod, &cons);
 	r = counter_ring(prod, "gn/counter");
 	for (unsigned round = 0; round < 3; round++)
@@ -1302,31 +1302,33 @@ static void names_ride(unsigned n, unsigned followed)
 }
 
 /*
- * A consumer of eight streams through one client (the other end of a
- * producer of eight names, docs/fastpath.md "Several streams on one
+ * A consumer of sixteen streams through one client (the other end of a
+ * producer of sixteen names, docs/fastpath.md "Several streams on one
  * connection") rides a follow for each: a warm handoff of any of them
  * sends the daemon nothing. With four names a handle (TD__GF_NAMES
- * before), the later four stayed on the GET path.
+ * before), the later ones stayed on the GET path; with eight, those past
+ * the eighth.
  */
-Test(follow, get_newer_rides_follows_for_eight_names)
+Test(follow, get_newer_rides_follows_for_sixteen_names)
 {
-	names_ride(8, 8);
+	cr_assert_eq(TD__GF_NAMES, 16);
+	names_ride(TD__GF_NAMES, TD__GF_NAMES);
 }
 
 /*
  * A loop over more names than a handle notes follows as many as it
- * notes; the rest go by GET. Before, the ninth name took the slot of the
+ * notes; the rest go by GET. Before, the extra name took the slot of the
  * name noted longest ago, the one the loop asked for next, before it
  * could follow: every name was noted and dropped in turn, none followed.
  */
-Test(follow, get_newer_of_nine_names_in_turn_follows_eight)
+Test(follow, get_newer_of_seventeen_names_in_turn_follows_sixteen)
 {
-	names_ride(9, 8);
+	names_ride(TD__GF_NAMES + 1, TD__GF_NAMES);
 }
 
 /*
  * Names asked for once or twice do not push out a followed name in use:
- * after twelve other names (more than a handle notes), the followed one
+ * after TD__GF_NAMES + 4 other names (more than a handle notes), the followed one
  * is still served with no message (no GET, no FOLLOW made again).
  */
 Test(follow, get_newer_keeps_a_busy_follow_when_other_names_come_and_go)
@@ -1352,7 +1354,7 @@ Test(follow, get_newer_keeps_a_busy_follow_when_other_names_come_and_go)
 		td_tensor_release(t);
 		v = w;
 	}
-	for (unsigned i = 0; i < 12; i++) {
+	for (unsigned i = 0; i < TD__GF_NAMES + 4; i++) {
 		snprintf(name, sizeof(name), "gn/other%u", i);
 		put(prod, name, 64, 0, (uint8_t)i);
 		td_tensor_release(newer(cons, name, 0, 1000));

@@ -1236,9 +1236,8 @@ static void named_handoff(struct td_client *prod, struct td_client *cons,
 static void streams_trips(const char *import)
 {
 	enum { N = TD__LENT_MAX + 1 };
-	static const char *const names[N] = {"ms/a", "ms/b", "ms/c",
-					     "ms/d", "ms/e", "ms/f",
-					     "ms/g", "ms/h", "ms/i"};
+	char name_buf[N][8];
+	const char *names[N];
 	const uint64_t sizes[3] = {16 * KIB, 16 * KIB, 32 * KIB};
 	struct tu_daemon d;
 	struct td_client *prod, *cons;
@@ -1246,6 +1245,10 @@ static void streams_trips(const char *import)
 	uint64_t last[N] = {0}, before;
 	int fds, maps;
 
+	for (unsigned n = 0; n < N; n++) {
+		snprintf(name_buf[n], sizeof(name_buf[n]), "ms/%c", 'a' + n);
+		names[n] = name_buf[n];
+	}
 	counted_start(&d, import, true, "ms/counter", &prod, &cons, &r);
 	for (unsigned i = 0; i < 4; i++)
 		for (unsigned n = 0; n < 3; n++)

@@ -1263,6 +1263,18 @@ Test(stage, a_producer_of_two_names_stages_both, .timeout = 60)
 	tu_daemon_stop(&d, false);
 }
 
+/* n names "prefix/k" into buf and list */
+#define NAMES_MAX (TD__STAGES + 1)
+static void make_names(char buf[][16], const char **list, unsigned n,
+		       const char *prefix)
+{
+	cr_assert_leq(n, NAMES_MAX);
+	for (unsigned k = 0; k < n; k++) {
+		snprintf(buf[k], 16, "%s/%u", prefix, k);
+		list[k] = buf[k];
+	}
+}
+
 /*
  * prod publishes names[0..n) in turn, rounds times, each version taken
  * by cons's follower of its name: from the third round on, every version
@@ -1275,10 +1287,10 @@ static void names_fire(const struct tu_daemon *d, const char *import,
 {
 	struct td_client *prod = conn_env(d, import, "1");
 	struct td_client *cons = conn_env(d, import, "1");
-	struct td_follow *f[16] = {NULL};
-	uint64_t v, expect[16] = {0};
+	struct td_follow *f[NAMES_MAX] = {NULL};
+	uint64_t v, expect[NAMES_MAX] = {0};
 
-	cr_assert_leq(n, 16u);
+	cr_assert_leq(n, NAMES_MAX);
 	for (unsigned k = 0; k < n; k++)
 		cr_assert_eq(td_client_follow(cons, names[k], &f[k], NULL), 0);
 	for (unsigned i = 0; i < rounds * n; i++) {
@@ -1322,38 +1334,41 @@ Test(stage, two_names_of_one_word_stage_both, .timeout = 60)
 }
 
 /*
- * A rig of eight cameras through one connection: every name keeps its
+ * A rig of sixteen cameras through one connection: every name keeps its
  * lent loan and its stage, so every version of each is fired. With four
  * of each per connection (TD__LENT_MAX before), the names beyond the
- * fourth pushed the oldest's out at every turn: none was staged.
+ * fourth pushed the oldest's out at every turn: none was staged; with
+ * eight, the same past the eighth.
  */
-Test(stage, a_producer_of_eight_names_stages_all, .timeout = 60)
+Test(stage, a_producer_of_sixteen_names_stages_all, .timeout = 60)
 {
-	static const char *const names[] = {"rig/0", "rig/1", "rig/2",
-					    "rig/3", "rig/4", "rig/5",
-					    "rig/6", "rig/7"};
+	char buf[NAMES_MAX][16];
+	const char *names[NAMES_MAX];
 	struct tu_daemon d;
 
+	cr_assert_eq(TD__STAGES, 16);
+	make_names(buf, names, TD__STAGES, "rig");
 	tu_daemon_start(&d, "warn");
-	names_fire(&d, "scm", names, 8, 5, 8);
+	names_fire(&d, "scm", names, TD__STAGES, 5, TD__STAGES);
 	tu_daemon_stop(&d, true);
 }
 
 /*
- * Nine names in turn, one more than a connection keeps lent loans for:
- * the first eight keep theirs and fire every version, the ninth goes by
- * ALLOC. Before, the ninth name's publish gave back the oldest name's
+ * One name more than a connection keeps lent loans for, in turn: the
+ * first sixteen keep theirs and fire every version, the last goes by
+ * ALLOC. Before, the last name's publish gave back the oldest name's
  * loan, the one the next alloc wanted, every time: none was staged.
  */
-Test(stage, a_producer_of_nine_names_in_turn_stages_eight, .timeout = 60)
+Test(stage, a_producer_of_seventeen_names_in_turn_stages_sixteen,
+     .timeout = 60)
 {
-	static const char *const names[] = {"rig/0", "rig/1", "rig/2",
-					    "rig/3", "rig/4", "rig/5",
-					    "rig/6", "rig/7", "rig/8"};
+	char buf[NAMES_MAX][16];
+	const char *names[NAMES_MAX];
 	struct tu_daemon d;
 
+	make_names(buf, names, TD__STAGES + 1, "rig");
 	tu_daemon_start(&d, "warn");
-	names_fire(&d, "pidfd", names, 9, 5, 8);
+	names_fire(&d, "pidfd", names, TD__STAGES + 1, 5, TD__STAGES);
 	tu_daemon_stop(&d, true);
 }
 
@@ -1541,21 +1556,22 @@ Test(stage, a_follower_sleeps_through_its_producers_other_names,
 }
 
 /*
- * A producer of eight followed streams that also publishes a ninth name
- * from a plain loan now and then: the library keeps the descriptor of
- * eight names, and the ninth one's took the place of the name fired
- * longest ago (a fire did not count as a use), whose next publish then
- * did not fire and took the next one's place, and so on: with one plain
- * publish a round of eight, 8 of 96 versions fired. A plain loan is never
- * staged, so its descriptor is not kept, and a fire counts as a use.
+ * A producer of as many followed streams as it keeps stages (sixteen)
+ * that also publishes one more name from a plain loan now and then: the
+ * library keeps the descriptor of as many names, and the extra one's
+ * took the place of the name fired longest ago (a fire did not count as
+ * a use), whose next publish then did not fire and took the next one's
+ * place, and so on: with eight stages and one plain publish a round of
+ * eight, 8 of 96 versions fired. A plain loan is never staged, so its
+ * descriptor is not kept, and a fire counts as a use.
  * (A refused PUBLISH that kept no descriptor forgot the one kept last
  * all the same: a_refused_publish_forgets_its_descriptor.)
  */
-Test(stage, a_ninth_name_published_plainly_leaves_eight_streams_firing,
+Test(stage, a_name_published_plainly_leaves_sixteen_streams_firing,
      .timeout = 60)
 {
-	const char *n[TD__STAGES] = {"cam/0", "cam/1", "cam/2", "cam/3",
-				     "cam/4", "cam/5", "cam/6", "cam/7"};
+	char buf[NAMES_MAX][16];
+	const char *n[NAMES_MAX];
 	struct td_follow *f[TD__STAGES] = {NULL};
 	struct tu_daemon d;
 	struct td_client *prod, *cons;
@@ -1564,24 +1580,26 @@ Test(stage, a_ninth_name_published_plainly_leaves_eight_streams_firing,
 	uint64_t v, expect[TD__STAGES] = {0};
 	unsigned fired = 0;
 
+	make_names(buf, n, TD__STAGES, "cam");
 	tu_daemon_start(&d, "warn");
 	prod = conn_env(&d, "pidfd", "1");
 	cons = conn_env(&d, "pidfd", "1");
 	for (int k = 0; k < TD__STAGES; k++)
 		cr_assert_eq(td_client_follow(cons, n[k], &f[k], NULL), 0);
-	for (int i = 0; i < 128; i++) {
+	for (int i = 0; i < 16 * TD__STAGES; i++) {
 		v = put(prod, n[i % TD__STAGES], (uint8_t)i);
 		cr_assert_eq(take(f[i % TD__STAGES], (uint8_t)i), v);
 		/* the first rounds warm up (buffers published before) */
-		fired += i >= 32 && v == expect[i % TD__STAGES];
+		fired += i >= 4 * TD__STAGES && v == expect[i % TD__STAGES];
 		expect[i % TD__STAGES] = prod->st_alloc ? prod->st_version : 0;
-		if (i % TD__STAGES == TD__STAGES - 1 && i >= 32)
+		if (i % TD__STAGES == TD__STAGES - 1 && i >= 4 * TD__STAGES)
 			cr_assert_eq(td_client_publish_alloc(
 					     prod, plain_alloc(prod, p.name),
 					     &p, NULL, &e),
 				     0, "%s", e.reason);
 	}
-	cr_assert_geq(fired, 88u, "%u of 96 versions fired", fired);
+	cr_assert_geq(fired, 11u * TD__STAGES, "%u of %u versions fired", fired,
+		      12u * TD__STAGES);
 	for (int k = 0; k < TD__STAGES; k++)
 		td_follow_close(f[k]);
 	td_client_close(cons);
@@ -1590,18 +1608,18 @@ Test(stage, a_ninth_name_published_plainly_leaves_eight_streams_firing,
 }
 
 /*
- * The library keeps a record per stage offered (eight, as the daemon's
+ * The library keeps a record per stage offered (sixteen, as the daemon's
  * stages), and a new one takes a free record, else that of the oldest
  * loan, meant to be one dropped unpublished. But a loan given back
- * unpublished (td_alloc_free) left its record, so with eight names
+ * unpublished (td_alloc_free) left its record, so with sixteen names
  * staged the next stage took the record of the oldest loan still
  * staged: a name published less often than the others, which then did
  * not fire its next version. A loan's end frees its record.
  */
 Test(stage, a_loan_given_back_frees_its_stage_record, .timeout = 60)
 {
-	const char *n[TD__STAGES] = {"cam/slow", "cam/c", "cam/d", "cam/e",
-				     "cam/f",    "cam/g", "cam/h", "cam/fast"};
+	char buf[NAMES_MAX][16];
+	const char *n[NAMES_MAX];
 	struct td_follow *f[TD__STAGES] = {NULL};
 	const int fast = TD__STAGES - 1;
 	struct tu_daemon d;
@@ -1609,6 +1627,8 @@ Test(stage, a_loan_given_back_frees_its_stage_record, .timeout = 60)
 	uint64_t v, slow = 0;
 	int i;
 
+	/* cam/0 the slow name, cam/15 the fast one */
+	make_names(buf, n, TD__STAGES, "cam");
 	tu_daemon_start(&d, "warn");
 	prod = conn_env(&d, "pidfd", "1");
 	cons = conn_env(&d, "pidfd", "1");

@@ -156,9 +156,9 @@ static int ring_path(struct td_client *c, const struct tdc_daemon *d,
 }
 
 #define FAN 4
-/* the names of the staged-names path: a producer of eight streams on one
- * connection (TD__LENT_MAX lent loans and stages) */
-#define NAMES 8
+/* the names of the staged-names path: a producer of as many streams on
+ * one connection as it keeps lent loans and stages (sixteen) */
+#define NAMES TD__STAGES
 
 /*
  * Buffers a stream's loans came from, by inode: more than a recycled
@@ -486,9 +486,8 @@ int main(int argc, char **argv)
 	struct sample sa, sb, ra, rb, ta, tb, ga, gb, fa, fb, wa, wb, na, nb, xa,
 		xb;
 	struct sample ba, bb, ua, ub, ma, mb;
-	static const char *const names8[NAMES] = {
-		"soak/m0", "soak/m1", "soak/m2", "soak/m3",
-		"soak/m4", "soak/m5", "soak/m6", "soak/m7"};
+	char name_buf[NAMES][16];
+	const char *names_n[NAMES];
 	/* new buffers lent: stream, stream-ride, named, bound-named,
 	 * bound-unnamed, staged, staged-names */
 	uint64_t fresh[7] = {0};
@@ -556,7 +555,11 @@ int main(int argc, char **argv)
 	/* the staged path was staged: the producer holds a stage */
 	if (!bad && !c->st_alloc)
 		bad |= fail("staged: no stage offered", -ENOENT, NULL);
-	bad |= names_path(&d, names8, &ma, &mb, &fresh[6]);
+	for (int k = 0; k < NAMES; k++) {
+		snprintf(name_buf[k], sizeof(name_buf[k]), "soak/m%d", k);
+		names_n[k] = name_buf[k];
+	}
+	bad |= names_path(&d, names_n, &ma, &mb, &fresh[6]);
 	bad |= fan_ring_path(c, &d, &fa, &fb);
 	bad |= follow_path(c, cons, &d, &wa, &wb);
 	for (int k = 0; k < FAN; k++) {
