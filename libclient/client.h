@@ -48,10 +48,27 @@ struct td__loanbuf {
 	uint64_t size;
 	bool busy;     /* in a live loan */
 	uint64_t used; /* LRU clock value of the last publish */
+	uint32_t name_hash; /* of the name it was last published as */
 };
 
-/* Idle recyclable loan buffers kept per client: what ALLOC may advertise. */
-#define TD__LOAN_CACHE TD_WIRE_MAX_HELD
+/* FNV-1a of a name: which idle buffers were a name's (produce.c) */
+static inline uint32_t td__name_hash(const char *name, size_t len)
+{
+	uint32_t h = 2166136261u;
+
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (uint8_t)name[i]) * 16777619u;
+	return h;
+}
+
+/*
+ * Idle recyclable loan buffers kept per client, which ALLOC and PUBLISH
+ * advertise as held (TD_WIRE_MAX_HELD of them: those last published as
+ * the loan's name, produce.c): a producer of many streams keeps each
+ * one's current buffers, one per plane, which come back as its next
+ * loan; four planes for each name it keeps a loan for (TD__LENT_MAX).
+ */
+#define TD__LOAN_CACHE 64
 
 /* A queued NOTIFY. */
 struct td__event {
@@ -122,9 +139,9 @@ struct td__gf {
  * gets each one's next loan in its PUBLISH reply.
  */
 #define TD__LENT_MAX 16
-/* a producer of that many streams keeps each one's current buffer idle,
- * to be lent back to it (produce.c, publish_done) */
-_Static_assert(TD__LENT_MAX <= TD__LOAN_CACHE, "a loan cache per name");
+/* a producer of that many streams of four planes keeps each one's
+ * current buffers idle, to be lent back to it (produce.c) */
+_Static_assert(4 * TD__LENT_MAX <= TD__LOAN_CACHE, "a loan cache per name");
 /* stages one connection has at once: one per lent loan (stage.c) */
 #define TD__STAGES TD__LENT_MAX
 
@@ -276,6 +293,7 @@ struct td_client {
 	unsigned idle_maps;   /* maps with refs == 0 */
 	struct td__loanbuf *loans; /* recyclable loan buffers */
 	unsigned idle_loans;       /* loans with busy == false */
+	uint64_t loan_imports;     /* loan buffers imported (an fd each) */
 	/*
 	 * The next loans PUBLISH replies lent (TD_WIRE_PUB_LOAN), not yet
 	 * handed out: one per name (a loan is lent for the name of the

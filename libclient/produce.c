@@ -62,6 +62,7 @@ static int alloc_plane(struct td_client *c, struct td_alloc *a, uint32_t i,
 	if (rc < 0)
 		return td__fail(err, rc, "import buffer %u: %s", i,
 				strerror(-rc));
+	c->loan_imports++;
 	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < size) {
 		close(fd);
 		return td__fail(err, -EPROTO,
@@ -136,15 +137,25 @@ static int alloc_take(struct td_client *c, struct td_alloc *a,
 	return 0;
 }
 
-/* Up to TD_WIRE_MAX_HELD idle loan buffers: what the client maps. */
-static uint32_t loans_held(const struct td_client *c, uint64_t *held)
+/*
+ * Up to TD_WIRE_MAX_HELD idle loan buffers: what the client maps, for a
+ * loan of planes planes named as a. Those last published as that name
+ * only, when there are enough of them: a stream's next loan is its
+ * name's version before, the cache keeps more buffers than a request can
+ * name, and the daemon lends any buffer named held, so naming another
+ * stream's took that one's next loan (which then came with an fd).
+ */
+static uint32_t loans_held(const struct td_client *c,
+			   const struct td_alloc *a, uint32_t planes,
+			   uint64_t *held)
 {
-	uint32_t n = 0;
+	uint32_t n = 0, h = td__name_hash(a->name, a->name_len);
 
-	for (struct td__loanbuf *b = c->loans; b && n < TD_WIRE_MAX_HELD;
-	     b = b->next)
-		if (!b->busy)
-			held[n++] = b->buffer_id;
+	for (int mine = 1; mine >= 0 && (mine || n < planes); mine--)
+		for (struct td__loanbuf *b = c->loans;
+		     b && n < TD_WIRE_MAX_HELD; b = b->next)
+			if (!b->busy && (b->name_hash == h) == mine)
+				held[n++] = b->buffer_id;
 	return n;
 }
 
@@ -173,7 +184,7 @@ static int alloc_call(struct td_client *c, struct td_alloc *a,
 	if (recycle) {
 		/* rewrite: TD_WIRE_ALLOC_REWRITE, _REWRITABLE or 0 */
 		req.flags |= TD_WIRE_ALLOC_RECYCLE | rewrite;
-		req.held_count = loans_held(c, req.held);
+		req.held_count = loans_held(c, a, plane_count, req.held);
 	}
 	/* a daemon that predates named allocs gets none: the name is
 	 * checked here at publish all the same */
@@ -557,9 +568,12 @@ static int64_t publish_blob(const struct td_publish *p,
 /* A published loan's buffers go idle in the cache (it owns them now). */
 static void published_idle(struct td_client *c, struct td_alloc *a)
 {
+	uint32_t h = td__name_hash(a->name, a->name_len);
+
 	for (uint32_t i = 0; i < a->count; i++) {
 		if (!a->lb[i])
 			continue;
+		a->lb[i]->name_hash = h;
 		td__loanbuf_idle(c, a->lb[i]);
 		a->lb[i] = NULL;
 		a->fds[i] = -1;
@@ -765,7 +779,7 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 		req.flags |= TD_WIRE_PUB_LOAN;
 		if (c->path_out == TD_IMPORT_SCM)
 			req.flags |= TD_WIRE_PUB_LOAN_SCM;
-		req.held_count = loans_held(c, req.held);
+		req.held_count = loans_held(c, a, a->count, req.held);
 	}
 	/* only a stream's publish that asks for the next loan, or a
 	 * rewritable loan's, may be staged (its descriptor kept): a name

@@ -1317,6 +1317,87 @@ Test(recycle, a_producer_of_several_streams_makes_one_request_a_tensor_scm)
 	streams_trips("scm");
 }
 
+/*
+ * Many planar streams through one connection (a rig of cameras whose
+ * frames have three planes each): sixteen names, 48 buffers, more than a
+ * request can name as held (TD_WIRE_MAX_HELD). Warm, each name's next
+ * loan is its version before, which the producer maps already: no loan
+ * comes with an fd, on either import path. Before, the producer kept 16
+ * idle buffers (the least recently published went, which in a loop over
+ * names is the next one lent) and named the first 16 it found as held:
+ * every loan came with its fds (240 in 5 rounds).
+ */
+static void planar_streams(const char *import)
+{
+	enum { N = TD__LENT_MAX, P = 3, SZ = 4096 };
+	const uint64_t sizes[P] = {SZ, SZ, SZ}, shape[3] = {P, 64, 64};
+	const struct td_plane planes[P] = {{0, 0, 64, SZ}, {1, 0, 64, SZ},
+					   {2, 0, 64, SZ}};
+	char name[N][16];
+	uint64_t last[N] = {0}, imports = 0;
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_ring *r = NULL;
+
+	counted_start(&d, import, true, "pl/counter", &prod, &cons, &r);
+	for (unsigned i = 0; i < 8; i++) {
+		if (i == 3)
+			imports = prod->loan_imports;
+		for (unsigned n = 0; n < N; n++) {
+			struct td_publish p = {.dtype = TD_TENSOR_U8,
+					       .ndim = 3, .shape = shape,
+					       .format = "rgb8_planar",
+					       .plane_count = P,
+					       .planes = planes};
+			struct td_alloc *a = NULL;
+			struct td_tensor *t = NULL;
+			struct td_error e = {0};
+			uint8_t b = (uint8_t)(i * N + n + 1);
+
+			snprintf(name[n], sizeof(name[n]), "pl/cam%u", n);
+			p.name = name[n];
+			cr_assert_eq(td_client_alloc_named(prod, name[n], P,
+							   sizes,
+							   TD_ALLOC_STREAM, &a,
+							   &e),
+				     0, "%s", e.reason);
+			for (unsigned k = 0; k < P; k++)
+				memset(td_alloc_data(a, k), b + k, SZ);
+			cr_assert_eq(td_client_publish_alloc(prod, a, &p,
+							     NULL, &e),
+				     0, "%s", e.reason);
+			cr_assert_eq(td_client_get_newer(cons, name[n],
+							 last[n], 1000, &t,
+							 &e),
+				     0, "%s", e.reason);
+			for (unsigned k = 0; k < P; k++)
+				cr_assert(all_bytes(td_tensor_plane_data(t, k),
+						    SZ, (uint8_t)(b + k)),
+					  "%s plane %u", name[n], k);
+			last[n] = td_tensor_version(t);
+			td_tensor_release(t);
+		}
+	}
+	imports = prod->loan_imports - imports;
+	cr_assert_eq(imports, 0u, "%llu loan buffers imported in 5 rounds",
+		     (unsigned long long)imports);
+	unsetenv("TENSORD_GET_FOLLOW");
+	td_ring_close(r);
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+Test(recycle, many_planar_streams_take_their_loans_without_an_fd_pidfd)
+{
+	planar_streams("pidfd");
+}
+
+Test(recycle, many_planar_streams_take_their_loans_without_an_fd_scm)
+{
+	planar_streams("scm");
+}
+
 /* ---- a PUBLISH nobody waits for (td_client_publish_alloc_nowait) ---- */
 
 /* Fill a loan with byte b and publish it without waiting for the reply. */
