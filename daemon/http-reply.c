@@ -50,12 +50,32 @@ enum MHD_Result td__http_text(struct MHD_Connection *c, unsigned code,
 	return td__http_queue(c, code, r);
 }
 
-int td__http_range(struct MHD_Connection *c, uint64_t len, uint64_t *a,
-                   uint64_t *n)
+int td__http_range(struct MHD_Connection *c, uint64_t len, const char *etag,
+                   uint64_t *a, uint64_t *n)
 {
+	/* an If-Range naming another version: the whole body (RFC 9110
+	 * 13.1.5), never a slice of this one spliced onto the old */
+	if (!td__http_if_range(MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+	                                                   "If-Range"),
+	                       etag))
+		return 0;
 	return td__http_range_parse(
 	        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Range"), len,
 	        a, n);
+}
+
+bool td__http_if_match_fails(struct MHD_Connection *c, const char *etag)
+{
+	return !td__http_if_match(
+	        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "If-Match"),
+	        etag);
+}
+
+enum MHD_Result td__http_precondition_failed(struct MHD_Connection *c)
+{
+	return td__http_text(c, MHD_HTTP_PRECONDITION_FAILED,
+	                     "If-Match names no current version of this "
+	                     "key\n");
 }
 
 enum MHD_Result td__http_unsatisfiable(struct MHD_Connection *c, uint64_t len)

@@ -79,7 +79,11 @@ static enum MHD_Result text_body(struct MHD_Connection *c, char *t,
 	if (!t)
 		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
 				     "out of memory\n");
-	rg = td__http_range(c, len, &a, &n);
+	if (td__http_if_match_fails(c, NULL)) {
+		free(t);
+		return td__http_precondition_failed(c);
+	}
+	rg = td__http_range(c, len, NULL, &a, &n);
 	if (rg < 0) {
 		free(t);
 		return td__http_unsatisfiable(c, len);
