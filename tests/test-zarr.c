@@ -3047,6 +3047,11 @@ Test(http, if_range_and_if_match_name_one_version, .init = start_http,
 	http("GET", "/zarr/cond/c/0", hdr, &resp);
 	cr_assert_eq(status_of(resp), 206, "%s", resp);
 	free(resp);
+	/* two Range lines are two ranges: not the first alone */
+	http("GET", "/zarr/cond/c/0", "Range: bytes=0-1\r\nRange: bytes=5-6\r\n",
+	     &resp);
+	cr_assert_eq(status_of(resp), 416, "%s", resp);
+	free(resp);
 	snprintf(hdr, sizeof(hdr), "If-Match: \"x\", %s\r\n", tag);
 	http("GET", "/zarr/cond/c/0", hdr, &resp);
 	cr_assert_eq(status_of(resp), 200, "%s", resp);
