@@ -1787,6 +1787,46 @@ Test(tensorctl, help_usage_and_valid_choices)
 	tu_daemon_stop(&d, false);
 }
 
+/*
+ * `zarr` takes the options every command takes before its subcommand too
+ * (docs/tensorctl.md): `zarr --json export DIR` used to be a usage error
+ * ("needs export or import"), and so was any word that is not a
+ * subcommand, without saying which.
+ */
+Test(tensorctl, zarr_takes_the_common_options_before_its_subcommand)
+{
+	struct tu_daemon d;
+	char *out, *err, dir[160];
+
+	start(&d);
+	path_in(dir, sizeof(dir), &d, "z1");
+	cr_expect_eq(CTL(&d, &out, &err, "zarr", "--json", "export", dir, "t"),
+		     0, "%s", err);
+	cr_expect(strstr(out, "\"arrays\":[\"t\"]"), "%s", out);
+	free(out);
+	free(err);
+	path_in(dir, sizeof(dir), &d, "z2");
+	cr_expect_eq(CTL(&d, NULL, &err, "zarr", "--bytes", "--socket", d.sock,
+			 "export", dir, "t"),
+		     0, "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, &out, &err, "zarr", "--json", "import", dir,
+			 "--prefix", "back/"),
+		     0, "%s", err);
+	cr_expect(strstr(out, "\"back/t\""), "%s", out);
+	free(out);
+	free(err);
+	cr_expect_eq(CTL(&d, NULL, &err, "zarr", "exprot", dir), 2);
+	cr_expect(strstr(err, "unknown subcommand 'exprot' (valid: export, "
+			      "import)"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, NULL, &err, "zarr", "--frob", "export", dir), 2);
+	cr_expect(strstr(err, "unknown option '--frob'"), "%s", err);
+	free(err);
+	tu_daemon_stop(&d, false);
+}
+
 Test(tensorctl, json_everywhere_errors_included)
 {
 	struct tu_daemon d;
