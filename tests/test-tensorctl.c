@@ -1827,6 +1827,31 @@ Test(tensorctl, zarr_takes_the_common_options_before_its_subcommand)
 	tu_daemon_stop(&d, false);
 }
 
+/*
+ * No daemon at the socket (the README starts one with --socket
+ * /tmp/td.sock, and a newcomer's next `tensorctl ls` forgets it): the
+ * message says what to do, not only ENOENT; still kind "connect".
+ */
+Test(tensorctl, no_daemon_at_the_socket_says_how_to_name_it)
+{
+	struct tu_daemon d = {0};
+	char *out, *err;
+
+	snprintf(d.sock, sizeof(d.sock), "/tmp/td-ctl-none-%d.sock",
+		 (int)getpid());
+	cr_expect_eq(CTL(&d, NULL, &err, "ls"), 1);
+	cr_expect(strstr(err, ": No such file or directory (no tensord "
+			      "listens there: start one, or name its socket "
+			      "with --socket PATH or $TENSORD_SOCKET)"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, &out, NULL, "--json", "status"), 1);
+	cr_expect(strstr(out, "\"kind\":\"connect\"") &&
+			  strstr(out, "no tensord listens there"),
+		  "%s", out);
+	free(out);
+}
+
 Test(tensorctl, json_everywhere_errors_included)
 {
 	struct tu_daemon d;
