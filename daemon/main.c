@@ -395,6 +395,9 @@ static int parse_opt(int c, const char *arg, struct td__opts *o)
  */
 static int parse_args(int argc, char **argv, struct td__opts *o)
 {
+	static const char *const http_opt[] = {
+		"--http-prefix", "--http-max-connections", "--http-timeout"};
+	const char *needs_http = NULL, *needs_snapshot = NULL;
 	int c, rc;
 
 	while ((c = getopt_long(argc, argv, "s:l:i:m:u:p:hV", long_opts,
@@ -402,12 +405,27 @@ static int parse_args(int argc, char **argv, struct td__opts *o)
 		rc = parse_opt(c, optarg, o);
 		if (rc)
 			return rc < 0 ? 0 : rc;
+		if (c >= 21 && c <= 23)
+			needs_http = http_opt[c - 21];
+		if (c == 4)
+			needs_snapshot = "--snapshot-interval";
 	}
 	if (optind < argc) {
 		fprintf(stderr, "tensord: unexpected argument: %s\n",
 			argv[optind]);
 		return 2;
 	}
+	/* an option that only tunes another one, given without it, would
+	 * otherwise do nothing without a word (`--http-prefix cam/` and no
+	 * HTTP store at all) */
+	if (needs_http && !o->http_addr)
+		td__log(TD_LOG_WARN, "%s has no effect without --http ADDR: "
+				     "no HTTP store is started",
+			needs_http);
+	if (needs_snapshot && !o->snapshot_path)
+		td__log(TD_LOG_WARN, "%s has no effect without --snapshot "
+				     "FILE: no snapshot is kept",
+			needs_snapshot);
 	return -1;
 }
 

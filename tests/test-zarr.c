@@ -1936,6 +1936,45 @@ Test(http, bad_addresses_stop_the_daemon_with_a_reason)
 	zt_teardown();
 }
 
+/*
+ * What the start says of the HTTP options: port 0 is a port the kernel
+ * picks, which the log names (it said ":0", leaving the reader no way to
+ * find the store); an option that tunes --http or --snapshot given
+ * without them is warned about (it was ignored without a word, so
+ * `--http-prefix cam/` alone started no store and said nothing).
+ */
+Test(http, the_start_names_port_0_and_warns_of_options_without_http)
+{
+	char *out, *p;
+	unsigned bound = 0;
+
+	zt_setup(NULL);
+	/* in braces: zt_sh()'s 2>&1 then takes the daemon's log too */
+	cr_assert_eq(zt_sh(&out, "{ timeout -s INT 1 '%s' --socket %s/s.sock "
+	                         "--http 127.0.0.1:0 --http-prefix ''; true; }",
+	                   getenv("TD_TENSORD"), zt_dir),
+	             0);
+	p = strstr(out, "on 127.0.0.1:0 (port ");
+	cr_assert(p, "%s", out);
+	cr_assert_eq(sscanf(p, "on 127.0.0.1:0 (port %u)", &bound), 1, "%s",
+	             out);
+	cr_assert(bound > 0 && bound < 65536, "%s", out);
+	free(out);
+	cr_assert_eq(zt_sh(&out, "{ timeout -s INT 1 '%s' --socket %s/s.sock "
+	                         "--http-prefix cam/ --snapshot-interval 5; "
+	                         "true; }",
+	                   getenv("TD_TENSORD"), zt_dir),
+	             0);
+	cr_assert(strstr(out, "--http-prefix has no effect without --http "
+	                      "ADDR"),
+	          "%s", out);
+	cr_assert(strstr(out, "--snapshot-interval has no effect without "
+	                      "--snapshot FILE"),
+	          "%s", out);
+	free(out);
+	zt_teardown();
+}
+
 Test(export, hurray_files_read_back_by_zarrita, .init = start, .fini = stop)
 {
 	struct zt_expect *x = zt_expect_new();
