@@ -1852,6 +1852,30 @@ Test(tensorctl, no_daemon_at_the_socket_says_how_to_name_it)
 	free(out);
 }
 
+/*
+ * What a newcomer types from the shell: a glob for ls, a prefix for
+ * watch without --prefix. The daemon only says the name is bad; the
+ * message says what to type instead.
+ */
+Test(tensorctl, a_glob_or_a_prefix_without_prefix_says_what_to_type)
+{
+	struct tu_daemon d;
+	char *err;
+
+	start(&d);
+	cr_expect_eq(CTL(&d, NULL, &err, "ls", "cam/*"), 1);
+	cr_expect(strstr(err, "(ls takes a PREFIX, not a pattern: ls cam/ "
+			      "lists every name under cam/)"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, NULL, &err, "watch", "cam/", "--count", "1"), 1);
+	cr_expect(strstr(err, "name ends with '/' (to watch every name "
+			      "under it, add --prefix)"),
+		  "%s", err);
+	free(err);
+	tu_daemon_stop(&d, false);
+}
+
 Test(tensorctl, json_everywhere_errors_included)
 {
 	struct tu_daemon d;
