@@ -355,6 +355,14 @@ static int parse_opt(int c, const char *arg, struct td__opts *o)
 		}
 		return 0;
 	case 3:
+		/* "" (an unset variable in a unit) would lock ".lock" in the
+		 * working folder and fail every save on rename("") */
+		if (!*arg || arg[strlen(arg) - 1] == '/') {
+			fprintf(stderr, "tensord: --snapshot: want a file "
+					"path, not '%s'\n",
+				arg);
+			return 2;
+		}
 		o->snapshot_path = arg;
 		return 0;
 	case 4:
