@@ -288,6 +288,12 @@ static int parse_opt(int c, const char *arg, struct td__opts *o)
 
 	switch (c) {
 	case 's':
+		/* "": bind() of an empty path autobinds an abstract address
+		 * no client can name; the daemon said "listening on " */
+		if (!*arg) {
+			fprintf(stderr, "tensord: --socket: want a path\n");
+			return 2;
+		}
 		o->socket_path = arg; /* resolved by socket_path() */
 		return 0;
 	case 'l':
