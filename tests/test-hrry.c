@@ -2016,6 +2016,41 @@ Test(hrry, tensorctl_save_then_load_keeps_the_metadata)
 	expect_meta(c, "b/m/json", json);
 	expect_meta(c, "b/m/text", text);
 	expect_meta(c, "b/m/none", "");
+	/* and a Zarr export of the file gives each array its metadata, as
+	 * an export of the daemon's tensors does */
+	char zdir[sizeof(d.dir) + 16], zj[sizeof(zdir) + 32], buf[1024];
+	snprintf(zdir, sizeof(zdir), "%s/m.zarr", d.dir);
+	cr_assert_eq(tu_tensorctl(&d, &out, "zarr", "export", zdir, "--from",
+				  path, NULL),
+		     0, "%s", out);
+	free(out);
+	static const struct {
+		const char *node, *want;
+	} attrs[] = {
+		{"m_json", "{\"attributes\":{\"_tensord_name\":\"m/json\","
+			   "\"unit\":\"K\"}"},
+		{"m_text", "{\"attributes\":{\"_tensord_meta\":\"plain text\","
+			   "\"_tensord_name\":\"m/text\"}"},
+	};
+	for (size_t i = 0; i < 2; i++) {
+		FILE *f;
+		size_t n;
+
+		snprintf(zj, sizeof(zj), "%s/%s/zarr.json", zdir, attrs[i].node);
+		f = fopen(zj, "r");
+		cr_assert(f, "%s", zj);
+		n = fread(buf, 1, sizeof(buf) - 1, f);
+		buf[n] = 0;
+		fclose(f);
+		cr_expect(!strncmp(buf, attrs[i].want, strlen(attrs[i].want)),
+			  "%s", buf);
+	}
+	{
+		char *rm[] = {"/bin/rm", "-rf", zdir, NULL};
+
+		cr_expect_eq(tu_run_capture_all(rm, &out), 0, "%s", out);
+		free(out);
+	}
 	td_client_close(c);
 	unlink(path);
 	tu_daemon_stop(&d, true);

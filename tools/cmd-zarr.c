@@ -829,8 +829,11 @@ static int from_hrry(const char *path, struct td_hrry_file_reader *r,
 		s->in_file = !mem;
 		s->fd = fd;
 		td_tgm_node_name(name, s->a.name, TD_ZARR_NAME_MAX + 1);
-		s->a.attrs = json_object_new_object();
-		add_str(s->a.attrs, "_tensord_name", name);
+		/* the tensor's metadata (what save keeps in the KV), as
+		 * the daemon's tensors give theirs */
+		struct td_zarr_tensor zt = {.name = name, .quant_axis = -2};
+		zt.meta = tctl_hrry_meta(r, &en, &zt.meta_len);
+		s->a.attrs = td_zarr_tensor_attrs(&zt);
 		z->n++;
 		/* Hurray data is little-endian, as the chunk is */
 		uint64_t want;

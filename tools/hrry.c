@@ -412,7 +412,7 @@ static bool name_ok(const char *prefix, const struct td_hrry_entry *e,
  * "tensord:NAME#meta", bytes; a tensord snapshot uses the same key), or
  * NULL with *len 0.
  */
-static const void *meta_of(struct td_hrry_file_reader *r,
+const void *tctl_hrry_meta(struct td_hrry_file_reader *r,
 			   const struct td_hrry_entry *e, size_t *len)
 {
 	static const char pre[] = "tensord:", post[] = "#meta";
@@ -470,7 +470,7 @@ static int load_one(struct loaded *l, struct td_hrry_file_reader *r,
 	struct td_publish p = {
 		.name = name, .dtype = dtype, .ndim = d->rank,
 		.shape = d->shape};
-	p.meta = meta_of(r, e, &p.meta_len);
+	p.meta = tctl_hrry_meta(r, e, &p.meta_len);
 	rc = td_client_publish_alloc(l->c, a, &p, &version, &err);
 	if (rc < 0)
 		return tctl_refused(name, rc, &err);
