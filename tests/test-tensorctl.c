@@ -1855,12 +1855,13 @@ Test(tensorctl, no_daemon_at_the_socket_says_how_to_name_it)
 /*
  * What a newcomer types from the shell: a glob for ls, a prefix for
  * watch without --prefix. The daemon only says the name is bad; the
- * message says what to type instead.
+ * message says what to type instead. And a shape typed with a digit too
+ * many is told by the file's size, not by the ALLOC's --max-bytes.
  */
 Test(tensorctl, a_glob_or_a_prefix_without_prefix_says_what_to_type)
 {
 	struct tu_daemon d;
-	char *err;
+	char *err, in[160];
 
 	start(&d);
 	cr_expect_eq(CTL(&d, NULL, &err, "ls", "cam/*"), 1);
@@ -1868,6 +1869,17 @@ Test(tensorctl, a_glob_or_a_prefix_without_prefix_says_what_to_type)
 			      "lists every name under cam/)"),
 		  "%s", err);
 	free(err);
+	/* a shape mistyped huge: the file's size, not --max-bytes */
+	path_in(in, sizeof(in), &d, "six.bin");
+	write_file(in, "abcdef", 6);
+	cr_expect_eq(CTL(&d, NULL, &err, "put", "x", "--dtype", "u8",
+			 "--shape", "100000000000000", in),
+		     1);
+	cr_expect(strstr(err, "six.bin has 6 bytes, shape 100000000000000 "
+			      "of u8 needs 100000000000000"),
+		  "%s", err);
+	free(err);
+	unlink(in);
 	cr_expect_eq(CTL(&d, NULL, &err, "watch", "cam/", "--count", "1"), 1);
 	cr_expect(strstr(err, "name ends with '/' (to watch every name "
 			      "under it, add --prefix)"),
