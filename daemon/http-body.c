@@ -658,6 +658,11 @@ enum MHD_Result td__http_chunk(struct MHD_Connection *c,
 	if (!h)
 		return td__http_text(c, code, why);
 	etag_of(etag, sizeof(etag), n, version, ring_id);
+	if (td__http_if_match_fails(c, etag)) {
+		/* RFC 9110 13.2.2: If-Match first, before If-None-Match */
+		td__http_hold_drop(h);
+		return td__http_precondition_failed(c);
+	}
 	if (td__http_etag_matches(inm, etag)) {
 		td__http_hold_drop(h);
 		/* RFC 9110 15.4.5: a 304's Content-Length, if any, is the
@@ -670,7 +675,7 @@ enum MHD_Result td__http_chunk(struct MHD_Connection *c,
 			MHD_add_response_header(r, "ETag", etag);
 		return td__http_queue(c, MHD_HTTP_NOT_MODIFIED, r);
 	}
-	rg = td__http_range(c, n->w.len, &a, &len);
+	rg = td__http_range(c, n->w.len, etag, &a, &len);
 	if (rg < 0) {
 		td__http_hold_drop(h);
 		return td__http_unsatisfiable(c, n->w.len);

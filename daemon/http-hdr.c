@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The request headers the HTTP store reads itself (http-hdr.h): Range
- * (RFC 9110 14.2) and If-None-Match (13.1.2). Plain strings in, no
+ * (RFC 9110 14.2), If-None-Match (13.1.2), If-Match (13.1.1) and
+ * If-Range (13.1.5). Plain strings in, no
  * libmicrohttpd, so that tests/fuzz/fuzz-http-hdr.c fuzzes exactly this.
  */
 #include "http-hdr.h"
@@ -22,6 +23,14 @@ static const char *digits(const char *p, uint64_t *v)
 	return p == s ? NULL : p;
 }
 
+/* Whether only optional whitespace (RFC 9110 5.6.3) is left at p: a
+ * field value ends there (libmicrohttpd strips the leading, not the
+ * trailing). */
+static bool at_end(const char *p)
+{
+	return !p[strspn(p, " \t")];
+}
+
 int td__http_range_parse(const char *h, uint64_t len, uint64_t *a,
                          uint64_t *n)
 {
@@ -33,10 +42,11 @@ int td__http_range_parse(const char *h, uint64_t len, uint64_t *a,
 	if (strncasecmp(h, "bytes=", 6) || strchr(h, ','))
 		return -1;
 	h += 6;
+	h += strspn(h, " \t"); /* a range-set is a list: OWS before it */
 	if (*h == '-') {
 		/* the last y bytes */
 		h = digits(h + 1, &y);
-		if (!h || *h || !y || !len)
+		if (!h || !at_end(h) || !y || !len)
 			return -1;
 		*n = y < len ? y : len;
 		*a = len - *n;
@@ -46,11 +56,11 @@ int td__http_range_parse(const char *h, uint64_t len, uint64_t *a,
 	if (!h || *h != '-' || x >= len)
 		return -1;
 	h++;
-	if (!*h) {
+	if (at_end(h)) {
 		y = len - 1;
 	} else {
 		h = digits(h, &y);
-		if (!h || *h || y < x)
+		if (!h || !at_end(h) || y < x)
 			return -1;
 		if (y >= len)
 			y = len - 1;
@@ -86,4 +96,47 @@ bool td__http_etag_matches(const char *inm, const char *etag)
 		}
 		p += strcspn(p, ",");
 	}
+}
+
+bool td__http_if_match(const char *im, const char *etag)
+{
+	size_t len = etag ? strlen(etag) : 0;
+
+	if (!im)
+		return true;
+	/* "*" / #entity-tag, compared strongly: W/ tags never match */
+	for (const char *p = im;;) {
+		bool weak;
+
+		p += strspn(p, " \t,");
+		if (!*p)
+			return false;
+		if (*p == '*')
+			return true;
+		weak = !strncmp(p, "W/", 2);
+		if (weak)
+			p += 2;
+		if (!weak && etag && !strncmp(p, etag, len) &&
+		    strchr(" \t,", p[len]))
+			return true;
+		if (*p == '"') {
+			const char *q = strchr(p + 1, '"');
+
+			p = q ? q + 1 : p + strlen(p);
+		}
+		p += strcspn(p, ",");
+	}
+}
+
+bool td__http_if_range(const char *ir, const char *etag)
+{
+	size_t len;
+
+	if (!ir)
+		return true;
+	if (!etag)
+		return false;
+	ir += strspn(ir, " \t");
+	len = strlen(etag);
+	return !strncmp(ir, etag, len) && at_end(ir + len);
 }

@@ -20,5 +20,18 @@ int td__http_range_parse(const char *h, uint64_t len, uint64_t *a,
 /* Whether If-None-Match (NULL: absent) names etag: "*", or a list of
  * tags compared weakly (RFC 9110). */
 bool td__http_etag_matches(const char *inm, const char *etag);
+/*
+ * Whether If-Match im holds (RFC 9110 13.1.1): absent (NULL), "*", or a
+ * list naming etag compared strongly (a W/ tag never matches). etag NULL:
+ * the body has none, so only "*" holds.
+ */
+bool td__http_if_match(const char *im, const char *etag);
+/*
+ * Whether the Range header may stand beside If-Range ir (13.1.5): yes
+ * without one (NULL); with one only when it is etag itself (strong,
+ * around optional whitespace). A weak tag, a date (no body here has a
+ * Last-Modified) or another tag: no, the whole body is sent.
+ */
+bool td__http_if_range(const char *ir, const char *etag);
 
 #endif

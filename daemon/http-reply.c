@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 struct td__http_stats td__http_stats;
 const unsigned td__http_codes[TD__HTTP_CODES] = {200, 206, 304, 404, 405, 416};
@@ -50,12 +51,50 @@ enum MHD_Result td__http_text(struct MHD_Connection *c, unsigned code,
 	return td__http_queue(c, code, r);
 }
 
-int td__http_range(struct MHD_Connection *c, uint64_t len, uint64_t *a,
-                   uint64_t *n)
+static enum MHD_Result count_range(void *cls, enum MHD_ValueKind kind,
+                                   const char *key, const char *value)
 {
+	(void)kind;
+	(void)value;
+	if (!strcasecmp(key, "Range"))
+		(*(unsigned *)cls)++;
+	return MHD_YES;
+}
+
+int td__http_range(struct MHD_Connection *c, uint64_t len, const char *etag,
+                   uint64_t *a, uint64_t *n)
+{
+	unsigned lines = 0;
+
+	/* an If-Range naming another version: the whole body (RFC 9110
+	 * 13.1.5), never a slice of this one spliced onto the old */
+	if (!td__http_if_range(MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+	                                                   "If-Range"),
+	                       etag))
+		return 0;
+	/* Range is one value: two lines are "a, b" (RFC 9110 5.3), several
+	 * ranges, which this server does not serve; libmicrohttpd's lookup
+	 * would give the first alone */
+	MHD_get_connection_values(c, MHD_HEADER_KIND, count_range, &lines);
+	if (lines > 1)
+		return -1;
 	return td__http_range_parse(
 	        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Range"), len,
 	        a, n);
+}
+
+bool td__http_if_match_fails(struct MHD_Connection *c, const char *etag)
+{
+	return !td__http_if_match(
+	        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "If-Match"),
+	        etag);
+}
+
+enum MHD_Result td__http_precondition_failed(struct MHD_Connection *c)
+{
+	return td__http_text(c, MHD_HTTP_PRECONDITION_FAILED,
+	                     "If-Match names no current version of this "
+	                     "key\n");
 }
 
 enum MHD_Result td__http_unsatisfiable(struct MHD_Connection *c, uint64_t len)

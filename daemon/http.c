@@ -79,7 +79,11 @@ static enum MHD_Result text_body(struct MHD_Connection *c, char *t,
 	if (!t)
 		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
 				     "out of memory\n");
-	rg = td__http_range(c, len, &a, &n);
+	if (td__http_if_match_fails(c, NULL)) {
+		free(t);
+		return td__http_precondition_failed(c);
+	}
+	rg = td__http_range(c, len, NULL, &a, &n);
 	if (rg < 0) {
 		free(t);
 		return td__http_unsatisfiable(c, len);
@@ -702,6 +706,26 @@ static int listen_on(const char *addr, const char **why)
 	return fd;
 }
 
+/* For an address of port 0, the port the kernel chose: " (port N)";
+ * "" otherwise (the address as given says it). */
+static const char *bound_port(const char *addr)
+{
+	static char buf[32];
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	const char *colon = strrchr(addr, ':');
+	unsigned port;
+
+	if (!strncmp(addr, "unix:", 5) || !colon || strcmp(colon, ":0") ||
+	    getsockname(H.lfd, (struct sockaddr *)&ss, &sl) < 0)
+		return "";
+	port = ss.ss_family == AF_INET6
+		       ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+		       : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	snprintf(buf, sizeof(buf), " (port %u)", port);
+	return buf;
+}
+
 int td__http_start(struct td__daemon *d)
 {
 	const union MHD_DaemonInfo *info;
@@ -749,13 +773,13 @@ int td__http_start(struct td__daemon *d)
 	H.poll_on = true;
 	run();
 	td__log(TD_LOG_INFO,
-		"http: serving %s%s%s on %s (read-only, no authentication), "
+		"http: serving %s%s%s on %s%s (read-only, no authentication), "
 		"%u connections, %u s timeout",
 		d->opts.http_prefix ? "the names under \"" : "no name",
 		d->opts.http_prefix ? d->opts.http_prefix : "",
 		d->opts.http_prefix ? "\"" : "",
-		d->opts.http_addr, d->opts.http_max_connections,
-		d->opts.http_timeout);
+		d->opts.http_addr, bound_port(d->opts.http_addr),
+		d->opts.http_max_connections, d->opts.http_timeout);
 	if (!d->opts.http_prefix)
 		td__log(TD_LOG_WARN, "http: no --http-prefix: no tensor is "
 				     "exported");

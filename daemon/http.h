@@ -39,9 +39,14 @@ enum MHD_Result td__http_queue(struct MHD_Connection *c, unsigned code,
 /* A short text/plain reply (405 adds Allow). */
 enum MHD_Result td__http_text(struct MHD_Connection *c, unsigned code,
                               const char *msg);
-/* td__http_range_parse() (http-hdr.h) of c's Range header. */
-int td__http_range(struct MHD_Connection *c, uint64_t len, uint64_t *a,
-                   uint64_t *n);
+/* td__http_range_parse() (http-hdr.h) of c's Range header; 0 (the whole
+ * body) when an If-Range does not name etag (NULL: the body has none). */
+int td__http_range(struct MHD_Connection *c, uint64_t len, const char *etag,
+                   uint64_t *a, uint64_t *n);
+/* Whether c's If-Match names neither "*" nor etag (NULL: none). */
+bool td__http_if_match_fails(struct MHD_Connection *c, const char *etag);
+/* 412: the If-Match that failed. */
+enum MHD_Result td__http_precondition_failed(struct MHD_Connection *c);
 /* 416 with Content-Range: bytes * /len. */
 enum MHD_Result td__http_unsatisfiable(struct MHD_Connection *c, uint64_t len);
 /* Content-Range (ranged) and the common headers; 200 or 206. */

@@ -288,6 +288,12 @@ static int parse_opt(int c, const char *arg, struct td__opts *o)
 
 	switch (c) {
 	case 's':
+		/* "": bind() of an empty path autobinds an abstract address
+		 * no client can name; the daemon said "listening on " */
+		if (!*arg) {
+			fprintf(stderr, "tensord: --socket: want a path\n");
+			return 2;
+		}
 		o->socket_path = arg; /* resolved by socket_path() */
 		return 0;
 	case 'l':
@@ -355,6 +361,14 @@ static int parse_opt(int c, const char *arg, struct td__opts *o)
 		}
 		return 0;
 	case 3:
+		/* "" (an unset variable in a unit) would lock ".lock" in the
+		 * working folder and fail every save on rename("") */
+		if (!*arg || arg[strlen(arg) - 1] == '/') {
+			fprintf(stderr, "tensord: --snapshot: want a file "
+					"path, not '%s'\n",
+				arg);
+			return 2;
+		}
 		o->snapshot_path = arg;
 		return 0;
 	case 4:
@@ -395,6 +409,9 @@ static int parse_opt(int c, const char *arg, struct td__opts *o)
  */
 static int parse_args(int argc, char **argv, struct td__opts *o)
 {
+	static const char *const http_opt[] = {
+		"--http-prefix", "--http-max-connections", "--http-timeout"};
+	const char *needs_http = NULL, *needs_snapshot = NULL;
 	int c, rc;
 
 	while ((c = getopt_long(argc, argv, "s:l:i:m:u:p:hV", long_opts,
@@ -402,12 +419,27 @@ static int parse_args(int argc, char **argv, struct td__opts *o)
 		rc = parse_opt(c, optarg, o);
 		if (rc)
 			return rc < 0 ? 0 : rc;
+		if (c >= 21 && c <= 23)
+			needs_http = http_opt[c - 21];
+		if (c == 4)
+			needs_snapshot = "--snapshot-interval";
 	}
 	if (optind < argc) {
 		fprintf(stderr, "tensord: unexpected argument: %s\n",
 			argv[optind]);
 		return 2;
 	}
+	/* an option that only tunes another one, given without it, would
+	 * otherwise do nothing without a word (`--http-prefix cam/` and no
+	 * HTTP store at all) */
+	if (needs_http && !o->http_addr)
+		td__log(TD_LOG_WARN, "%s has no effect without --http ADDR: "
+				     "no HTTP store is started",
+			needs_http);
+	if (needs_snapshot && !o->snapshot_path)
+		td__log(TD_LOG_WARN, "%s has no effect without --snapshot "
+				     "FILE: no snapshot is kept",
+			needs_snapshot);
 	return -1;
 }
 

@@ -1572,6 +1572,49 @@ Test(snapshot, a_folder_or_device_at_the_snapshot_path_is_left_alone,
 }
 
 /*
+ * --snapshot "" (a unit's unset variable) or a folder's name ending in
+ * '/' is a bad command line, exit 2: "" was taken, locked ".lock" in the
+ * daemon's working folder and failed every save (rename to ""). And so
+ * is --socket "".
+ */
+Test(snapshot, empty_snapshot_or_socket_paths_are_a_bad_command_line,
+     .timeout = 60)
+{
+	static const char *const bad[] = {"", "state/"};
+	const char *bin = getenv("TD_TENSORD");
+	struct snapdir s;
+	char sock[160];
+	char *out;
+
+	snapdir_make(&s);
+	snprintf(sock, sizeof(sock), "%s/td.sock", s.dir);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+		/* bounded: a daemon that starts is ended after 3 s (124) */
+		char *argv[] = {"/usr/bin/timeout", "3", (char *)bin,
+				"--socket", sock,
+				"--snapshot", (char *)bad[i], NULL};
+		int rc = tu_run_capture_all(argv, &out);
+
+		cr_expect_eq(rc, 2, "'%s': %s", bad[i], out);
+		cr_expect(strstr(out, "--snapshot: want a file path"), "%s",
+			  out);
+		free(out);
+	}
+	/* --socket "" likewise: bind() autobound an abstract address no
+	 * client can name, and the log said "listening on " */
+	{
+		char *argv[] = {"/usr/bin/timeout", "3", (char *)bin,
+				"--socket", "", NULL};
+		int rc = tu_run_capture_all(argv, &out);
+
+		cr_expect_eq(rc, 2, "--socket '': %s", out);
+		cr_expect(strstr(out, "--socket: want a path"), "%s", out);
+		free(out);
+	}
+	snapdir_rm(&s);
+}
+
+/*
  * Two daemons on one snapshot (two sockets, one --snapshot): the second
  * one's start removed the first's FILE.tmp, their saves removed and
  * renamed each other's FILE.tmp (a save could rename the other's

@@ -1787,6 +1787,107 @@ Test(tensorctl, help_usage_and_valid_choices)
 	tu_daemon_stop(&d, false);
 }
 
+/*
+ * `zarr` takes the options every command takes before its subcommand too
+ * (docs/tensorctl.md): `zarr --json export DIR` used to be a usage error
+ * ("needs export or import"), and so was any word that is not a
+ * subcommand, without saying which.
+ */
+Test(tensorctl, zarr_takes_the_common_options_before_its_subcommand)
+{
+	struct tu_daemon d;
+	char *out, *err, dir[160];
+
+	start(&d);
+	path_in(dir, sizeof(dir), &d, "z1");
+	cr_expect_eq(CTL(&d, &out, &err, "zarr", "--json", "export", dir, "t"),
+		     0, "%s", err);
+	cr_expect(strstr(out, "\"arrays\":[\"t\"]"), "%s", out);
+	free(out);
+	free(err);
+	path_in(dir, sizeof(dir), &d, "z2");
+	cr_expect_eq(CTL(&d, NULL, &err, "zarr", "--bytes", "--socket", d.sock,
+			 "export", dir, "t"),
+		     0, "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, &out, &err, "zarr", "--json", "import", dir,
+			 "--prefix", "back/"),
+		     0, "%s", err);
+	cr_expect(strstr(out, "\"back/t\""), "%s", out);
+	free(out);
+	free(err);
+	cr_expect_eq(CTL(&d, NULL, &err, "zarr", "exprot", dir), 2);
+	cr_expect(strstr(err, "unknown subcommand 'exprot' (valid: export, "
+			      "import)"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, NULL, &err, "zarr", "--frob", "export", dir), 2);
+	cr_expect(strstr(err, "unknown option '--frob'"), "%s", err);
+	free(err);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * No daemon at the socket (the README starts one with --socket
+ * /tmp/td.sock, and a newcomer's next `tensorctl ls` forgets it): the
+ * message says what to do, not only ENOENT; still kind "connect".
+ */
+Test(tensorctl, no_daemon_at_the_socket_says_how_to_name_it)
+{
+	struct tu_daemon d = {0};
+	char *out, *err;
+
+	snprintf(d.sock, sizeof(d.sock), "/tmp/td-ctl-none-%d.sock",
+		 (int)getpid());
+	cr_expect_eq(CTL(&d, NULL, &err, "ls"), 1);
+	cr_expect(strstr(err, ": No such file or directory (no tensord "
+			      "listens there: start one, or name its socket "
+			      "with --socket PATH or $TENSORD_SOCKET)"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, &out, NULL, "--json", "status"), 1);
+	cr_expect(strstr(out, "\"kind\":\"connect\"") &&
+			  strstr(out, "no tensord listens there"),
+		  "%s", out);
+	free(out);
+}
+
+/*
+ * What a newcomer types from the shell: a glob for ls, a prefix for
+ * watch without --prefix. The daemon only says the name is bad; the
+ * message says what to type instead. And a shape typed with a digit too
+ * many is told by the file's size, not by the ALLOC's --max-bytes.
+ */
+Test(tensorctl, a_glob_or_a_prefix_without_prefix_says_what_to_type)
+{
+	struct tu_daemon d;
+	char *err, in[160];
+
+	start(&d);
+	cr_expect_eq(CTL(&d, NULL, &err, "ls", "cam/*"), 1);
+	cr_expect(strstr(err, "(ls takes a PREFIX, not a pattern: ls cam/ "
+			      "lists every name under cam/)"),
+		  "%s", err);
+	free(err);
+	/* a shape mistyped huge: the file's size, not --max-bytes */
+	path_in(in, sizeof(in), &d, "six.bin");
+	write_file(in, "abcdef", 6);
+	cr_expect_eq(CTL(&d, NULL, &err, "put", "x", "--dtype", "u8",
+			 "--shape", "100000000000000", in),
+		     1);
+	cr_expect(strstr(err, "six.bin has 6 bytes, shape 100000000000000 "
+			      "of u8 needs 100000000000000"),
+		  "%s", err);
+	free(err);
+	unlink(in);
+	cr_expect_eq(CTL(&d, NULL, &err, "watch", "cam/", "--count", "1"), 1);
+	cr_expect(strstr(err, "name ends with '/' (to watch every name "
+			      "under it, add --prefix)"),
+		  "%s", err);
+	free(err);
+	tu_daemon_stop(&d, false);
+}
+
 Test(tensorctl, json_everywhere_errors_included)
 {
 	struct tu_daemon d;

@@ -1936,6 +1936,45 @@ Test(http, bad_addresses_stop_the_daemon_with_a_reason)
 	zt_teardown();
 }
 
+/*
+ * What the start says of the HTTP options: port 0 is a port the kernel
+ * picks, which the log names (it said ":0", leaving the reader no way to
+ * find the store); an option that tunes --http or --snapshot given
+ * without them is warned about (it was ignored without a word, so
+ * `--http-prefix cam/` alone started no store and said nothing).
+ */
+Test(http, the_start_names_port_0_and_warns_of_options_without_http)
+{
+	char *out, *p;
+	unsigned bound = 0;
+
+	zt_setup(NULL);
+	/* in braces: zt_sh()'s 2>&1 then takes the daemon's log too */
+	cr_assert_eq(zt_sh(&out, "{ timeout -s INT 1 '%s' --socket %s/s.sock "
+	                         "--http 127.0.0.1:0 --http-prefix ''; true; }",
+	                   getenv("TD_TENSORD"), zt_dir),
+	             0);
+	p = strstr(out, "on 127.0.0.1:0 (port ");
+	cr_assert(p, "%s", out);
+	cr_assert_eq(sscanf(p, "on 127.0.0.1:0 (port %u)", &bound), 1, "%s",
+	             out);
+	cr_assert(bound > 0 && bound < 65536, "%s", out);
+	free(out);
+	cr_assert_eq(zt_sh(&out, "{ timeout -s INT 1 '%s' --socket %s/s.sock "
+	                         "--http-prefix cam/ --snapshot-interval 5; "
+	                         "true; }",
+	                   getenv("TD_TENSORD"), zt_dir),
+	             0);
+	cr_assert(strstr(out, "--http-prefix has no effect without --http "
+	                      "ADDR"),
+	          "%s", out);
+	cr_assert(strstr(out, "--snapshot-interval has no effect without "
+	                      "--snapshot FILE"),
+	          "%s", out);
+	free(out);
+	zt_teardown();
+}
+
 Test(export, hurray_files_read_back_by_zarrita, .init = start, .fini = stop)
 {
 	struct zt_expect *x = zt_expect_new();
@@ -3008,6 +3047,92 @@ Test(http, ranges_and_if_none_match_per_rfc_9110, .init = start_http,
 	}
 	http("GET", "/zarr/rfc/c/0", "If-None-Match: \"a\", W/\"b\"\r\n",
 	     &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	free(resp);
+	free(tag);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/*
+ * If-Range and If-Match (RFC 9110 13.1.5, 13.1.1): a reader resuming a
+ * chunk with If-Range naming the version it has gets the rest of that
+ * version, or, once another version is current, the whole new body (a
+ * 206 of the new bytes would be spliced onto the old: a tensor nobody
+ * published); one that reads a chunk in ranges under If-Match gets 412
+ * rather than a range of another version. A Range value may end in
+ * optional whitespace (5.6.3).
+ */
+Test(http, if_range_and_if_match_name_one_version, .init = start_http,
+     .fini = stop)
+{
+	static const char *const ws[] = {"bytes=2-4 ", "bytes=2-4\t",
+	                                 "bytes= 2-4"};
+	char *resp, *tag, hdr[256];
+
+	put_filled("cond", 'A', 100);
+	http("GET", "/zarr/cond/c/0", NULL, &resp);
+	tag = etag_in(resp);
+	free(resp);
+	for (size_t i = 0; i < sizeof(ws) / sizeof(*ws); i++) {
+		snprintf(hdr, sizeof(hdr), "Range: %s\r\n", ws[i]);
+		http("GET", "/zarr/cond/c/0", hdr, &resp);
+		cr_assert_eq(status_of(resp), 206, "%s: %s", ws[i], resp);
+		cr_assert(strstr(resp, "Content-Range: bytes 2-4/100\r\n"),
+		          "%s", resp);
+		free(resp);
+	}
+	snprintf(hdr, sizeof(hdr), "If-Range: %s\r\nRange: bytes=90-\r\n",
+	         tag);
+	http("GET", "/zarr/cond/c/0", hdr, &resp);
+	cr_assert_eq(status_of(resp), 206, "%s", resp);
+	free(resp);
+	/* two Range lines are two ranges: not the first alone */
+	http("GET", "/zarr/cond/c/0", "Range: bytes=0-1\r\nRange: bytes=5-6\r\n",
+	     &resp);
+	cr_assert_eq(status_of(resp), 416, "%s", resp);
+	free(resp);
+	snprintf(hdr, sizeof(hdr), "If-Match: \"x\", %s\r\n", tag);
+	http("GET", "/zarr/cond/c/0", hdr, &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	free(resp);
+	put_filled("cond", 'B', 100);
+	snprintf(hdr, sizeof(hdr), "If-Range: %s\r\nRange: bytes=90-\r\n",
+	         tag);
+	http("GET", "/zarr/cond/c/0", hdr, &resp);
+	cr_assert_eq(status_of(resp), 200, "a slice of another version: %s",
+	             resp);
+	cr_assert_eq(strlen(body_of(resp)), 100, "%s", resp);
+	cr_assert_eq(body_of(resp)[0], 'B', "%s", resp);
+	free(resp);
+	/* a weak tag, or a date, never lets a range stand */
+	http("GET", "/zarr/cond/c/0",
+	     "If-Range: Sat, 05 Dec 2026 00:00:00 GMT\r\n"
+	     "Range: bytes=0-0\r\n", &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	free(resp);
+	snprintf(hdr, sizeof(hdr), "If-Match: %s\r\nRange: bytes=90-\r\n",
+	         tag);
+	http("GET", "/zarr/cond/c/0", hdr, &resp);
+	cr_assert_eq(status_of(resp), 412, "a range of another version: %s",
+	             resp);
+	free(resp);
+	free(tag);
+	http("GET", "/zarr/cond/c/0", NULL, &resp);
+	tag = etag_in(resp);
+	free(resp);
+	snprintf(hdr, sizeof(hdr), "If-Match: W/%s\r\n", tag);
+	http("GET", "/zarr/cond/c/0", hdr, &resp);
+	cr_assert_eq(status_of(resp), 412, "weak If-Match: %s", resp);
+	free(resp);
+	http("GET", "/zarr/cond/c/0", "If-Match: *\r\n", &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	free(resp);
+	/* metadata has no ETag: only "*" holds, and If-Range never does */
+	http("GET", "/zarr/zarr.json", "If-Match: \"x\"\r\n", &resp);
+	cr_assert_eq(status_of(resp), 412, "%s", resp);
+	free(resp);
+	http("GET", "/zarr/zarr.json",
+	     "If-Range: \"x\"\r\nRange: bytes=0-0\r\n", &resp);
 	cr_assert_eq(status_of(resp), 200, "%s", resp);
 	free(resp);
 	free(tag);

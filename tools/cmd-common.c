@@ -118,15 +118,24 @@ int tctl_connect(struct td_client **c)
 {
 	struct td_error e = {0};
 	int rc = td_client_connect(tctl_socket, c, &e);
+	/* nobody there: most often a daemon started on another socket
+	 * (README: scripts/run.sh --socket /tmp/td.sock) */
+	const char *hint = rc == -ENOENT || rc == -ECONNREFUSED
+				   ? " (no tensord listens there: start one, "
+				     "or name its socket with --socket PATH "
+				     "or $TENSORD_SOCKET)"
+				   : "";
 
 	/* no connection is not a refusal: scripts tell "start the daemon"
 	 * from "the daemon said no" by the kind */
 	if (rc >= 0)
 		return TCTL_OK;
 	if (e.reason[0])
-		return tctl_fail(TCTL_REFUSED, "connect", -rc, "%s", e.reason);
-	return tctl_fail(TCTL_REFUSED, "connect", -rc, "connect %s: %s",
-			 tctl_socket, strerror(-rc));
+		return tctl_fail(TCTL_REFUSED, "connect", -rc, "%s%s",
+				 e.reason, hint);
+	return tctl_fail(TCTL_REFUSED, "connect", -rc, "connect %s: %s%s",
+			 tctl_socket ? tctl_socket : "(default socket)",
+			 strerror(-rc), hint);
 }
 
 int tctl_parse_u64(const char *s, uint64_t *v)

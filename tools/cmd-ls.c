@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* tensorctl ls, stat, rm: the daemon's catalogue (tensors and rings). */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -43,6 +44,13 @@ int cmd_ls(int argc, char **argv)
 		return rc;
 	rc = td_client_list(c, prefix, &list, &n, &e);
 	td_client_close(c);
+	/* a glob such as `ls 'cam/?'`, a shell habit: the daemon only says
+	 * '?' is no name byte */
+	if (rc == -EINVAL && prefix && prefix[strcspn(prefix, "*?[")])
+		return tctl_fail(TCTL_REFUSED, "daemon", EINVAL,
+				 "ls: %s (ls takes a PREFIX, not a pattern: "
+				 "ls cam/ lists every name under cam/)",
+				 e.reason[0] ? e.reason : strerror(EINVAL));
 	if (rc < 0)
 		return tctl_refused("ls", rc, &e);
 	if (json)

@@ -118,6 +118,14 @@ int cmd_put(int argc, char **argv)
 	rc = tctl_in_open(&in, path);
 	if (rc)
 		return rc;
+	/* a regular file of another size is said before any ALLOC: for a
+	 * mistyped huge shape the daemon would only say it exceeds
+	 * --max-bytes */
+	if (in.regular && in.size != want) {
+		rc = fill(&in, NULL, want, shape_s, dtype);
+		tctl_in_close(&in);
+		return rc;
+	}
 	in.progress.total = want; /* a stream's size is the shape's */
 	rc = tctl_connect(&c);
 	if (rc) {

@@ -829,8 +829,11 @@ static int from_hrry(const char *path, struct td_hrry_file_reader *r,
 		s->in_file = !mem;
 		s->fd = fd;
 		td_tgm_node_name(name, s->a.name, TD_ZARR_NAME_MAX + 1);
-		s->a.attrs = json_object_new_object();
-		add_str(s->a.attrs, "_tensord_name", name);
+		/* the tensor's metadata (what save keeps in the KV), as
+		 * the daemon's tensors give theirs */
+		struct td_zarr_tensor zt = {.name = name, .quant_axis = -2};
+		zt.meta = tctl_hrry_meta(r, &en, &zt.meta_len);
+		s->a.attrs = td_zarr_tensor_attrs(&zt);
 		z->n++;
 		/* Hurray data is little-endian, as the chunk is */
 		uint64_t want;
@@ -986,20 +989,48 @@ static int cmd_export(int argc, char **argv)
 	                     (size_t)(argc - optind - 1));
 }
 
+/*
+ * Where zarr's subcommand is in argv: past the options every command
+ * takes (docs/tensorctl.md: --socket, --json and --bytes before the
+ * subcommand too, `zarr --json export DIR`), or argc when there is none.
+ */
+static int subcommand_at(int argc, char **argv)
+{
+	int i = 1;
+
+	while (i < argc && (!strcmp(argv[i], "--json") ||
+	                    !strcmp(argv[i], "--bytes") ||
+	                    !strncmp(argv[i], "--socket=", 9) ||
+	                    !strcmp(argv[i], "--socket")))
+		i += !strcmp(argv[i], "--socket") ? 2 : 1;
+	return i < argc ? i : argc;
+}
+
 int cmd_zarr(int argc, char **argv)
 {
-	/* the subcommand's argv starts with "zarr" for messages and help */
-	if (argc >= 2 && !strcmp(argv[1], "export")) {
+	int at = subcommand_at(argc, argv);
+	const char *sub = at < argc ? argv[at] : NULL;
+	int (*run)(int, char **) = NULL;
+
+	if (sub && !strcmp(sub, "export"))
+		run = cmd_export;
+	else if (sub && !strcmp(sub, "import"))
+		run = cmd_zarr_import;
+	if (run) {
+		/* the subcommand's argv starts with "zarr" for messages and
+		 * help, the options before the subcommand kept */
+		memmove(argv + 2, argv + 1, (size_t)(at - 1) * sizeof(*argv));
 		argv[1] = argv[0];
-		return cmd_export(argc - 1, argv + 1);
+		return run(argc - 1, argv + 1);
 	}
-	if (argc >= 2 && !strcmp(argv[1], "import")) {
-		argv[1] = argv[0];
-		return cmd_zarr_import(argc - 1, argv + 1);
-	}
-	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+	if (sub && (!strcmp(sub, "--help") || !strcmp(sub, "-h"))) {
 		tctl_help("zarr", stdout);
 		return TCTL_OK;
 	}
+	if (sub && sub[0] == '-')
+		return tctl_usage("zarr", "unknown option '%s'", sub);
+	if (sub)
+		return tctl_usage("zarr", "unknown subcommand '%s' (valid: "
+		                          "export, import)", sub);
 	return tctl_usage("zarr", "needs export or import");
 }

@@ -407,6 +407,38 @@ static bool name_ok(const char *prefix, const struct td_hrry_entry *e,
 	return td_wire_name_check(name, (size_t)n, false, why) == 0;
 }
 
+/*
+ * The metadata `save` keeps for the tensor of Hurray name e (KV
+ * "tensord:NAME#meta", bytes; a tensord snapshot uses the same key), or
+ * NULL with *len 0.
+ */
+const void *tctl_hrry_meta(struct td_hrry_file_reader *r,
+			   const struct td_hrry_entry *e, size_t *len)
+{
+	static const char pre[] = "tensord:", post[] = "#meta";
+	size_t klen = sizeof(pre) - 1 + e->name_len + sizeof(post) - 1;
+	uint64_t n = 0;
+
+	*len = 0;
+	if (td_hrry_file_reader_kv_count(r, &n) < 0)
+		return NULL;
+	for (uint64_t i = 0; i < n; i++) {
+		struct td_hrry_kv_entry kv;
+
+		if (td_hrry_file_reader_kv_entry(r, i, &kv) < 0 ||
+		    kv.key_len != klen ||
+		    kv.value.kind != TD_HRRY_KV_BYTES ||
+		    memcmp(kv.key, pre, sizeof(pre) - 1) ||
+		    memcmp(kv.key + sizeof(pre) - 1, e->name, e->name_len) ||
+		    memcmp(kv.key + klen - (sizeof(post) - 1), post,
+			   sizeof(post) - 1))
+			continue;
+		*len = kv.value.data_len;
+		return kv.value.data;
+	}
+	return NULL;
+}
+
 /* Publish one supported, non-head tensor; TCTL_ status. */
 static int load_one(struct loaded *l, struct td_hrry_file_reader *r,
 		    const struct td_hrry_entry *e,
@@ -438,6 +470,7 @@ static int load_one(struct loaded *l, struct td_hrry_file_reader *r,
 	struct td_publish p = {
 		.name = name, .dtype = dtype, .ndim = d->rank,
 		.shape = d->shape};
+	p.meta = tctl_hrry_meta(r, e, &p.meta_len);
 	rc = td_client_publish_alloc(l->c, a, &p, &version, &err);
 	if (rc < 0)
 		return tctl_refused(name, rc, &err);
@@ -704,7 +737,41 @@ struct save {
 	struct tctl_out out;
 	bool out_failed; /* tctl_out_write reported it already */
 	size_t count;
+	/* the tensors' metadata, for the KV section (keys and values
+	 * owned: one allocation each entry, key then value) */
+	struct td_hrry_kv_entry *kv;
+	size_t nkv;
 };
+
+/* Keep t's metadata, if any, as KV "tensord:NAME#meta". 0 or -ENOMEM. */
+static int keep_meta(struct save *s, const char *name,
+		     const struct td_tensor *t)
+{
+	size_t mlen = 0, nlen = strlen(name);
+	const void *meta = td_tensor_meta(t, &mlen);
+	struct td_hrry_kv_entry *kv;
+	char *b;
+
+	if (!mlen)
+		return 0;
+	kv = realloc(s->kv, (s->nkv + 1) * sizeof(*kv));
+	if (!kv)
+		return -ENOMEM;
+	s->kv = kv;
+	b = malloc(8 + nlen + 5 + mlen);
+	if (!b)
+		return -ENOMEM;
+	memcpy(b, "tensord:", 8);
+	memcpy(b + 8, name, nlen);
+	memcpy(b + 8 + nlen, "#meta", 5);
+	memcpy(b + 8 + nlen + 5, meta, mlen);
+	kv[s->nkv++] = (struct td_hrry_kv_entry){
+		.key = b, .key_len = 8 + nlen + 5,
+		.value = {.kind = TD_HRRY_KV_BYTES,
+			  .data = (const uint8_t *)b + 8 + nlen + 5,
+			  .data_len = mlen}};
+	return 0;
+}
 
 /* The writer's transport: the shared output rules (output.h). */
 static int out_write(void *ctx, const void *buf, size_t len, size_t *put)
@@ -766,9 +833,14 @@ static int save_one(struct save *s, const char *name)
 	const void *bufs[1] = {td_tensor_plane_data(t, 0)};
 	rc = td_hrry_file_writer_write_tensor(s->w, name, strlen(name), s->d,
 					      bufs, &he);
+	if (rc < 0) {
+		td_tensor_release(t);
+		return writer_failed(s, name, &he);
+	}
+	rc = keep_meta(s, name, t);
 	td_tensor_release(t);
 	if (rc < 0)
-		return writer_failed(s, name, &he);
+		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
 	s->count++;
 	return TCTL_OK;
 }
@@ -827,7 +899,7 @@ int cmd_save_hrry(int argc, char **argv)
 			rc = save_one(&s, list[i].name);
 	if (rc)
 		goto out;
-	if (td_hrry_file_writer_finish(s.w, NULL, 0, &he) < 0) {
+	if (td_hrry_file_writer_finish(s.w, s.kv, s.nkv, &he) < 0) {
 		rc = writer_failed(&s, path, &he);
 		goto out;
 	}
@@ -859,5 +931,8 @@ out:
 	td_entry_list_free(list, list_n);
 	td_client_close(s.c);
 	free(s.d);
+	for (size_t i = 0; i < s.nkv; i++)
+		free((void *)s.kv[i].key);
+	free(s.kv);
 	return rc;
 }

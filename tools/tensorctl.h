@@ -124,6 +124,12 @@ int inspect_hrry_sniff(const uint8_t *buf, size_t len);
  * a .hrry name, or with by_magic an existing file with the magic) */
 int tctl_hrry_wanted(int argc, char **argv, int by_magic);
 int cmd_load_hrry(int argc, char **argv);
+/* The metadata save keeps for the Hurray tensor e (KV
+ * "tensord:NAME#meta", bytes; a snapshot's key too), or NULL with *len 0. */
+struct td_hrry_file_reader;
+struct td_hrry_entry;
+const void *tctl_hrry_meta(struct td_hrry_file_reader *r,
+			   const struct td_hrry_entry *e, size_t *len);
 /* load -: stdin's bytes, read by the .tgm load, are a Hurray file */
 int tctl_load_hrry_stdin(int argc, char **argv, const uint8_t *buf,
 			 size_t len);

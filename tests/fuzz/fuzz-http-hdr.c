@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * libFuzzer target for the request headers the HTTP store parses itself
- * (daemon/http-hdr.c): Range and If-None-Match, whatever a client sends.
+ * (daemon/http-hdr.c): Range, If-None-Match, If-Match and If-Range,
+ * whatever a client sends (the If-None-Match text stands for all three).
  * Input: 8 bytes of body length (little-endian; fewer: the input's size),
  * then the Range text, a NUL, the If-None-Match text, a NUL, an entity
  * tag's inside. A range taken must lie inside the body and not be empty;
- * "*" and the tag itself, alone, weak, or after another tag, must match.
+ * "*" and the tag itself, alone, weak, or after another tag, must match
+ * If-None-Match; If-Match the same but weak; If-Range the tag alone.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -48,13 +50,22 @@ static void check_etag(const char *inm, const char *inside)
 	    !td__http_etag_matches("*", tag) ||
 	    !td__http_etag_matches(tag, tag))
 		abort();
+	(void)td__http_if_match(inm, tag);
+	(void)td__http_if_match(inm, NULL);
+	(void)td__http_if_range(inm, tag);
+	if (!td__http_if_match(NULL, tag) || !td__http_if_match("*", tag) ||
+	    !td__http_if_match(tag, tag) || !td__http_if_range(NULL, tag) ||
+	    !td__http_if_range(tag, tag) || td__http_if_range(tag, NULL))
+		abort();
 	strcpy(list, "W/");
 	strcat(list, tag);
-	if (!td__http_etag_matches(list, tag))
+	if (!td__http_etag_matches(list, tag) || td__http_if_match(list, tag) ||
+	    td__http_if_range(list, tag))
 		abort();
 	strcpy(list, "\"other\" ,\t");
 	strcat(list, tag);
-	if (strcmp(tag, "\"other\"") && !td__http_etag_matches(list, tag))
+	if (strcmp(tag, "\"other\"") && (!td__http_etag_matches(list, tag) ||
+	                                  !td__http_if_match(list, tag)))
 		abort();
 	free(tag);
 	free(list);
