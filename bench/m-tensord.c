@@ -114,7 +114,9 @@ static void td_unprepare(struct bench_run *r)
 	}
 }
 
-#define NAMES 4 /* tensord-names */
+/* tensord-names: NAMES names, or $TD_BENCH_NAMES (2..NAMES_MAX) */
+#define NAMES 4
+#define NAMES_MAX 16
 
 struct td_priv {
 	struct td_client *c;
@@ -122,9 +124,9 @@ struct td_priv {
 	int ack;
 	bool nowait; /* producer: td_client_publish_alloc_nowait */
 	unsigned names; /* tensord-names: NAMES, else 1 */
-	uint64_t last[NAMES]; /* consumer: version last seen, per name */
+	uint64_t last[NAMES_MAX]; /* consumer: version last seen, per name */
 	char name[64];
-	char each[NAMES][72]; /* tensord-names: name/0 .. name/3 */
+	char each[NAMES_MAX][72]; /* tensord-names: name/0 .. name/3 */
 };
 
 /* The name handoff seq goes to. */
@@ -151,7 +153,7 @@ static int td_setup_as(struct bench_run *r, const char *import, bool follow)
 		return bench_fail(r, -errno, "setenv: %s", strerror(errno));
 	snprintf(x->name, sizeof(x->name), "bench/run%u", r->run_id);
 	x->names = 1;
-	for (unsigned i = 0; i < NAMES; i++)
+	for (unsigned i = 0; i < NAMES_MAX; i++)
 		snprintf(x->each[i], sizeof(x->each[i]), "%s/%u", x->name, i);
 	rc = td_client_connect(sock_path, &x->c, &err);
 	if (rc < 0)
@@ -184,10 +186,16 @@ static int td_setup_nowait(struct bench_run *r)
 /* tensord-names: NAMES names in turn */
 static int td_setup_names(struct bench_run *r)
 {
+	const char *env = getenv("TD_BENCH_NAMES");
+	unsigned n = env ? (unsigned)strtoul(env, NULL, 10) : NAMES;
 	int rc = td_setup_as(r, NULL, false);
 
+	if (n < 2 || n > NAMES_MAX)
+		return bench_fail(r, -EINVAL,
+				  "TD_BENCH_NAMES: 2..%u names, not \"%s\"",
+				  NAMES_MAX, env);
 	if (rc == 0)
-		((struct td_priv *)r->priv)->names = NAMES;
+		((struct td_priv *)r->priv)->names = n;
 	return rc;
 }
 
