@@ -301,8 +301,7 @@ static PyObject *follow_wait(FollowObject *fo, int ms)
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "next");
 	fo->last = td_tensor_version(t);
-	return tdpy_lease_array(fo->client, t, PyUnicode_AsUTF8(fo->name),
-				(PyObject *)fo);
+	return tdpy_lease_array(fo->client, t, fo->name, (PyObject *)fo);
 }
 
 static PyObject *follow_next_m(FollowObject *fo, PyObject *args,
@@ -380,8 +379,7 @@ static PyObject *follow_poll_m(FollowObject *fo, PyObject *unused)
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "poll");
 	fo->last = td_tensor_version(t);
-	return tdpy_lease_array(fo->client, t, PyUnicode_AsUTF8(fo->name),
-				(PyObject *)fo);
+	return tdpy_lease_array(fo->client, t, fo->name, (PyObject *)fo);
 }
 
 /* for t in follow: each next version, for ever (errors raise). */

@@ -463,9 +463,10 @@ static PyObject *lease_planes(OwnerObject *o, struct td_tensor *t)
 }
 
 /* A read-only Array over a tensor got from the daemon or a follow (t is
- * consumed); a tensord.Planes for a tensor of several planes. */
+ * consumed) named name (a str, borrowed: a Follow's own, not one made
+ * per tensor); a tensord.Planes for a tensor of several planes. */
 PyObject *tdpy_lease_array(ClientObject *self, struct td_tensor *t,
-			   const char *name, PyObject *follow)
+			   PyObject *name, PyObject *follow)
 {
 	OwnerObject *o = tdpy_owner_new(OWNER_LEASE, (PyObject *)self);
 	const void *meta;
@@ -484,10 +485,11 @@ PyObject *tdpy_lease_array(ClientObject *self, struct td_tensor *t,
 	}
 	o->version = td_tensor_version(t);
 	o->dtype = td_tensor_dtype(t);
-	o->name = PyUnicode_FromString(name);
+	Py_INCREF(name);
+	o->name = name;
 	meta = td_tensor_meta(t, &mlen);
 	o->metadata = PyBytes_FromStringAndSize(meta, (Py_ssize_t)mlen);
-	if (!o->name || !o->metadata)
+	if (!o->metadata)
 		goto fail;
 	if (!td_tensor_dtype_size(o->dtype)) {
 		tdpy_raise(-EPROTO, NULL, "get: unknown dtype");
@@ -584,6 +586,7 @@ PyObject *tdpy_client_get(ClientObject *self, PyObject *args, PyObject *kw)
 	static char *kwlist[] = {"name", "version", "newer_than", "timeout",
 				 NULL};
 	PyObject *ver = Py_None, *newer = Py_None, *to = Py_None;
+	PyObject *name_o, *arr;
 	struct td_error e = {0};
 	struct td_tensor *t = NULL;
 	struct td_client *c;
@@ -633,5 +636,12 @@ PyObject *tdpy_client_get(ClientObject *self, PyObject *args, PyObject *kw)
 		return NULL; /* a signal handler's exception */
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "get");
-	return tdpy_lease_array(self, t, name, NULL);
+	name_o = PyUnicode_FromString(name);
+	if (!name_o) {
+		td_tensor_release(t);
+		return NULL;
+	}
+	arr = tdpy_lease_array(self, t, name_o, NULL);
+	Py_DECREF(name_o);
+	return arr;
 }
