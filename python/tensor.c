@@ -249,11 +249,17 @@ fail:
 	return NULL;
 }
 
-/* publish(array, metadata=None, pin=False): publish an alloc()'s loan. */
+/*
+ * publish(array, metadata=None, pin=False, wait=True): publish an
+ * alloc()'s loan. wait=False does not wait for the daemon's answer
+ * (td_client_publish_alloc_nowait): returns None, and a failure raises
+ * from this client's next alloc(), put() or publish(). A producer that
+ * goes on to wait for its consumer is not woken by the reply meanwhile.
+ */
 PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 			      PyObject *kw)
 {
-	static char *kwlist[] = {"array", "metadata", "pin", NULL};
+	static char *kwlist[] = {"array", "metadata", "pin", "wait", NULL};
 	PyObject *arr, *meta = NULL;
 	struct td_plane planes[TDPY_MAX_PLANES] = {{0}};
 	struct td_publish p = {0};
@@ -264,10 +270,10 @@ PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 	OwnerObject *o;
 	Py_buffer mb;
 	uint64_t version = 0;
-	int pin = 0, rc;
+	int pin = 0, wait = 1, rc;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Op", kwlist, &arr,
-					 &meta, &pin))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Opp", kwlist, &arr,
+					 &meta, &pin, &wait))
 		return NULL;
 	if (PyObject_TypeCheck(arr, &tdpy_planes_type))
 		arr = PyObject_GetAttrString(arr, "lease");
@@ -330,13 +336,20 @@ PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 	}
 	a = o->a;
 	o->a = NULL; /* consumed on success and on failure */
-	TDPY_CALL(self, rc, td_client_publish_alloc(c, a, &p, &version, &e));
+	if (wait)
+		TDPY_CALL(self, rc,
+			  td_client_publish_alloc(c, a, &p, &version, &e));
+	else
+		TDPY_CALL(self, rc,
+			  td_client_publish_alloc_nowait(c, a, &p, &e));
 	if (rc >= 0 && mb.len)
 		o->metadata = PyBytes_FromStringAndSize(mb.buf, mb.len);
 	PyBuffer_Release(&mb);
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "publish");
 	o->version = version;
+	if (!wait)
+		Py_RETURN_NONE; /* its version is not known here */
 	return PyLong_FromUnsignedLongLong(version);
 }
 
