@@ -25,15 +25,18 @@ and acks with that stamp over a socketpair (every method the same ack):
 
   follow     producer: alloc(stream=True), write, publish(); consumer:
              Client.follow(name) + Follow.next(), release().
-  newer      the same producer; consumer: get(name, newer_than=last),
-             release().
+  nowait     follow, the producer's publish(wait=False): it does not
+             wait for the daemon's answer (the follower took the
+             version already).
+  newer      the same producer as follow; consumer: get(name,
+             newer_than=last), release().
   shm+queue  multiprocessing.shared_memory written in place, the stamp
              through a multiprocessing.Queue as the notification.
   shm+pipe   the same with os.write/os.read of 8 bytes on a pipe.
   pickle     the array itself through a multiprocessing.Queue (pickled:
              copied through a pipe, unpickled).
 
-Ratios: each baseline's µs over follow's. --no-xproc skips this part,
+Ratios: each other method's µs over follow's. --no-xproc skips this part,
 --xproc-only runs only it.
 By default nobody touches the payload after the handoff (the socket has
 copied it by then, the binding has not: that is the point); --touch
@@ -178,10 +181,10 @@ def consumer_main(method, sock, size, do_touch, ack, note):
     def send(stamp):
         ack.sendall(stamp.to_bytes(ACK, "little", signed=True))
 
-    if method in ("follow", "newer"):
+    if method in ("follow", "nowait", "newer"):
         c = tensord.Client(sock)
         name = note
-        f = c.follow(name) if method == "follow" else None
+        f = c.follow(name) if method != "newer" else None
         last = 0
         send(0)  # ready
         while True:
@@ -247,8 +250,9 @@ def xproc_method(method, sock, size, seconds, do_touch, ctx):
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     client = shm = wfd = rfd = None
     stamp = [0]
-    if method in ("follow", "newer"):
+    if method in ("follow", "nowait", "newer"):
         client = tensord.Client(sock)
+        wait = method != "nowait"
         note = f"bench/py/x/{method}/{size}"
         try:  # the consumer takes the first version it finds: ours
             client.rm(note)
@@ -258,7 +262,7 @@ def xproc_method(method, sock, size, seconds, do_touch, ctx):
         def hand(st):
             w = client.alloc(note, (size,), "u8", stream=True)
             w[:8].view(np.int64)[0] = st
-            client.publish(w)
+            client.publish(w, wait=wait)
     elif method in ("shm+queue", "shm+pipe"):
         shm = shared_memory.SharedMemory(create=True, size=size)
         buf = np.ndarray((size,), np.uint8, buffer=shm.buf)
@@ -324,7 +328,7 @@ def xproc_method(method, sock, size, seconds, do_touch, ctx):
                 os.close(fd)
 
 
-XMETHODS = ("follow", "newer", "shm+queue", "shm+pipe", "pickle")
+XMETHODS = ("follow", "nowait", "newer", "shm+queue", "shm+pipe", "pickle")
 
 
 def xproc_table(sock, sizes, seconds, do_touch):
