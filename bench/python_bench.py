@@ -36,8 +36,8 @@ and acks with that stamp over a socketpair (every method the same ack):
   pickle     the array itself through a multiprocessing.Queue (pickled:
              copied through a pipe, unpickled).
 
-Ratios: each other method's µs over follow's. --no-xproc skips this part,
---xproc-only runs only it.
+Ratios: each other method's µs over follow's (over the first of
+--methods). --no-xproc skips this part, --xproc-only runs only it.
 By default nobody touches the payload after the handoff (the socket has
 copied it by then, the binding has not: that is the point); --touch
 makes every method read every byte once (a XOR over uint64 words).
@@ -331,17 +331,17 @@ def xproc_method(method, sock, size, seconds, do_touch, ctx):
 XMETHODS = ("follow", "nowait", "newer", "shm+queue", "shm+pipe", "pickle")
 
 
-def xproc_table(sock, sizes, seconds, do_touch):
+def xproc_table(sock, sizes, seconds, do_touch, methods=XMETHODS):
     # fork: the consumer starts at once; it makes its own Client
     # (docs/python.md: a Client belongs to the process that connected it)
     ctx = multiprocessing.get_context("fork")
     print(f"# cross-process handoff, µs per handoff (ack over a "
           f"socketpair), touch={do_touch}")
-    print(f"{'size':>10}" + "".join(f" {m:>10}" for m in XMETHODS)
-          + "".join(f" {m + '/follow':>17}" for m in XMETHODS[1:]))
+    print(f"{'size':>10}" + "".join(f" {m:>10}" for m in methods)
+          + "".join(f" {m + '/' + methods[0]:>17}" for m in methods[1:]))
     for size in sizes:
         us = [xproc_method(m, sock, size, seconds, do_touch, ctx)
-              for m in XMETHODS]
+              for m in methods]
         print(f"{size:>10}" + "".join(f" {u:>10.2f}" for u in us)
               + "".join(f" {u / us[0]:>16.2f}x" for u in us[1:]),
               flush=True)
@@ -358,7 +358,13 @@ def main():
                     help="skip the cross-process handoff")
     ap.add_argument("--xproc-only", action="store_true",
                     help="only the cross-process handoff")
+    ap.add_argument("--methods", default=",".join(XMETHODS),
+                    help="cross-process methods, the first the one "
+                    "the ratios divide by")
     args = ap.parse_args()
+    methods = tuple(args.methods.split(","))
+    if not methods or set(methods) - set(XMETHODS):
+        ap.error(f"--methods: of {','.join(XMETHODS)}")
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     print(f"# python {sys.version.split()[0]}, numpy {np.__version__}, "
           f"{os.cpu_count()} cpus, touch={args.touch}")
@@ -367,7 +373,7 @@ def main():
     if not args.no_xproc:
         if not args.xproc_only:
             print()
-        xproc_table(args.socket, sizes, args.seconds, args.touch)
+        xproc_table(args.socket, sizes, args.seconds, args.touch, methods)
 
 
 def in_process_table(args, sizes):
