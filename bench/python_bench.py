@@ -262,7 +262,10 @@ def xproc_method(method, sock, size, seconds, do_touch, ctx):
         def hand(st):
             w = client.alloc(note, (size,), "u8", stream=True)
             w[:8].view(np.int64)[0] = st
-            client.publish(w, wait=wait)
+            if wait:  # (a binding before publish(wait=) has no keyword)
+                client.publish(w)
+            else:
+                client.publish(w, wait=False)
     elif method in ("shm+queue", "shm+pipe"):
         shm = shared_memory.SharedMemory(create=True, size=size)
         buf = np.ndarray((size,), np.uint8, buffer=shm.buf)
@@ -317,7 +320,10 @@ def xproc_method(method, sock, size, seconds, do_touch, ctx):
             proc.kill()
             proc.join()
         if client is not None:
-            client.rm(note)
+            try:
+                client.rm(note)
+            except tensord.NotFound:
+                pass  # (never published: the failure above says why)
             client.close()
         if shm is not None:
             del buf
