@@ -107,7 +107,6 @@ static void tdpy_follow_let_go(PyObject *obj, OwnerObject *o)
 static void tdpy_follow_releasing(PyObject *obj, int delta)
 {
 	FollowObject *fo = (FollowObject *)obj;
-
 	uint32_t n;
 
 	if (delta > 0) {
