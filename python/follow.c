@@ -48,9 +48,14 @@ typedef struct {
 	int efd;             /* poll() mode: td_follow_fd, in the client's
 			      * epoll set (Client.fileno()); -1 before */
 	_Atomic uint32_t releasing; /* Leases of it giving their tensor
-				     * back with the GIL released (a futex
-				     * word: 0 wakes its waiters) */
+				     * back with the GIL released, and
+				     * RELEASING_WAITED (a futex word: its
+				     * count's 0 wakes waiters, if any) */
 } FollowObject;
+
+/* In `releasing`: a thread sleeps on the word (released_wait), so the
+ * last release wakes it. Without one, a release makes no syscall. */
+#define RELEASING_WAITED 0x80000000u
 
 PyObject *tdpy_client_follow(ClientObject *self, PyObject *args)
 {
@@ -102,12 +107,22 @@ static void tdpy_follow_let_go(PyObject *obj, OwnerObject *o)
 static void tdpy_follow_releasing(PyObject *obj, int delta)
 {
 	FollowObject *fo = (FollowObject *)obj;
+	uint32_t n;
 
-	if (delta > 0)
+	if (delta > 0) {
 		atomic_fetch_add(&fo->releasing, 1);
-	else if (atomic_fetch_sub(&fo->releasing, 1) == 1)
+		return;
+	}
+	n = atomic_fetch_sub(&fo->releasing, 1);
+	/* the last one out wakes the sleepers, only when there are: a
+	 * FUTEX_WAKE per handoff cost every follow a syscall. A waiter
+	 * that set the flag after this count reached 0 finds its
+	 * compare-exchange failing and looks again (released_wait). */
+	if (n == (1 | RELEASING_WAITED)) {
+		atomic_fetch_and(&fo->releasing, ~RELEASING_WAITED);
 		syscall(SYS_futex, &fo->releasing, FUTEX_WAKE_PRIVATE, INT32_MAX,
 			NULL, NULL, 0);
+	}
 }
 
 /* GIL released: until no Lease of fo gives its tensor back (libtensord's
@@ -116,9 +131,16 @@ static void released_wait(FollowObject *fo)
 {
 	uint32_t n;
 
-	while ((n = atomic_load(&fo->releasing)))
-		syscall(SYS_futex, &fo->releasing, FUTEX_WAIT_PRIVATE, n, NULL,
-			NULL, 0);
+	while ((n = atomic_load(&fo->releasing)) & ~RELEASING_WAITED) {
+		/* say so before sleeping, on the very value seen: a release
+		 * meanwhile changes the word, and the exchange fails */
+		if (!(n & RELEASING_WAITED) &&
+		    !atomic_compare_exchange_strong(&fo->releasing, &n,
+						    n | RELEASING_WAITED))
+			continue;
+		syscall(SYS_futex, &fo->releasing, FUTEX_WAIT_PRIVATE,
+			n | RELEASING_WAITED, NULL, NULL, 0);
+	}
 }
 
 static int tdpy_follow_exported(OwnerObject *root)
@@ -278,8 +300,7 @@ static PyObject *follow_wait(FollowObject *fo, int ms)
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "next");
 	fo->last = td_tensor_version(t);
-	return tdpy_lease_array(fo->client, t, PyUnicode_AsUTF8(fo->name),
-				(PyObject *)fo);
+	return tdpy_lease_array(fo->client, t, fo->name, (PyObject *)fo);
 }
 
 static PyObject *follow_next_m(FollowObject *fo, PyObject *args,
@@ -336,7 +357,7 @@ static PyObject *follow_poll_m(FollowObject *fo, PyObject *unused)
 	if (!follow_usable(fo) || follow_start(fo) < 0 || give_back(fo) < 0)
 		return NULL;
 	t = fenced_take(fo);
-	if (!t && atomic_load(&fo->releasing)) {
+	if (!t && (atomic_load(&fo->releasing) & ~RELEASING_WAITED)) {
 		/* the one given last is still going back in another thread:
 		 * none now, and fileno() looks again in a millisecond */
 		fo->busy = false;
@@ -357,8 +378,7 @@ static PyObject *follow_poll_m(FollowObject *fo, PyObject *unused)
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "poll");
 	fo->last = td_tensor_version(t);
-	return tdpy_lease_array(fo->client, t, PyUnicode_AsUTF8(fo->name),
-				(PyObject *)fo);
+	return tdpy_lease_array(fo->client, t, fo->name, (PyObject *)fo);
 }
 
 /* for t in follow: each next version, for ever (errors raise). */

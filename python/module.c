@@ -565,7 +565,9 @@ static PyMethodDef client_methods[] = {
 	 "Array (a Planes of them for a format of several planes)"},
 	{"publish", (PyCFunction)(void (*)(void))tdpy_client_publish,
 	 METH_VARARGS | METH_KEYWORDS,
-	 "publish(array_or_planes, metadata=None, pin=False) -> version"},
+	 "publish(array_or_planes, metadata=None, pin=False, wait=True) -> "
+	 "version (None with wait=False: no wait for the daemon's answer; "
+	 "a failure raises from the next alloc(), put() or publish())"},
 	{"get", (PyCFunction)(void (*)(void))tdpy_client_get,
 	 METH_VARARGS | METH_KEYWORDS,
 	 "get(name, version=None, newer_than=None, timeout=None) -> "

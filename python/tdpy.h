@@ -339,9 +339,10 @@ PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 			      PyObject *kw);
 PyObject *tdpy_client_get(ClientObject *self, PyObject *args, PyObject *kw);
 /* A read-only Array (a Planes for several planes) over t, which is
- * consumed; follow: the Follow that gave t, or NULL. */
+ * consumed, named name (a str, borrowed); follow: the Follow that gave
+ * t, or NULL. */
 PyObject *tdpy_lease_array(ClientObject *self, struct td_tensor *t,
-			   const char *name, PyObject *follow);
+			   PyObject *name, PyObject *follow);
 /*
  * Wait up to ms (-1: no limit; sliced, so Ctrl-C ends it) for t's acquire
  * fence, if it has one (docs/python.md, "Fences"): 0, or -errno with the

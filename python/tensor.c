@@ -249,11 +249,17 @@ fail:
 	return NULL;
 }
 
-/* publish(array, metadata=None, pin=False): publish an alloc()'s loan. */
+/*
+ * publish(array, metadata=None, pin=False, wait=True): publish an
+ * alloc()'s loan. wait=False does not wait for the daemon's answer
+ * (td_client_publish_alloc_nowait): returns None, and a failure raises
+ * from this client's next alloc(), put() or publish(). A producer that
+ * goes on to wait for its consumer is not woken by the reply meanwhile.
+ */
 PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 			      PyObject *kw)
 {
-	static char *kwlist[] = {"array", "metadata", "pin", NULL};
+	static char *kwlist[] = {"array", "metadata", "pin", "wait", NULL};
 	PyObject *arr, *meta = NULL;
 	struct td_plane planes[TDPY_MAX_PLANES] = {{0}};
 	struct td_publish p = {0};
@@ -264,10 +270,10 @@ PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 	OwnerObject *o;
 	Py_buffer mb;
 	uint64_t version = 0;
-	int pin = 0, rc;
+	int pin = 0, wait = 1, rc;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Op", kwlist, &arr,
-					 &meta, &pin))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Opp", kwlist, &arr,
+					 &meta, &pin, &wait))
 		return NULL;
 	if (PyObject_TypeCheck(arr, &tdpy_planes_type))
 		arr = PyObject_GetAttrString(arr, "lease");
@@ -330,13 +336,20 @@ PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 	}
 	a = o->a;
 	o->a = NULL; /* consumed on success and on failure */
-	TDPY_CALL(self, rc, td_client_publish_alloc(c, a, &p, &version, &e));
+	if (wait)
+		TDPY_CALL(self, rc,
+			  td_client_publish_alloc(c, a, &p, &version, &e));
+	else
+		TDPY_CALL(self, rc,
+			  td_client_publish_alloc_nowait(c, a, &p, &e));
 	if (rc >= 0 && mb.len)
 		o->metadata = PyBytes_FromStringAndSize(mb.buf, mb.len);
 	PyBuffer_Release(&mb);
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "publish");
 	o->version = version;
+	if (!wait)
+		Py_RETURN_NONE; /* its version is not known here */
 	return PyLong_FromUnsignedLongLong(version);
 }
 
@@ -463,9 +476,10 @@ static PyObject *lease_planes(OwnerObject *o, struct td_tensor *t)
 }
 
 /* A read-only Array over a tensor got from the daemon or a follow (t is
- * consumed); a tensord.Planes for a tensor of several planes. */
+ * consumed) named name (a str, borrowed: a Follow's own, not one made
+ * per tensor); a tensord.Planes for a tensor of several planes. */
 PyObject *tdpy_lease_array(ClientObject *self, struct td_tensor *t,
-			   const char *name, PyObject *follow)
+			   PyObject *name, PyObject *follow)
 {
 	OwnerObject *o = tdpy_owner_new(OWNER_LEASE, (PyObject *)self);
 	const void *meta;
@@ -484,10 +498,11 @@ PyObject *tdpy_lease_array(ClientObject *self, struct td_tensor *t,
 	}
 	o->version = td_tensor_version(t);
 	o->dtype = td_tensor_dtype(t);
-	o->name = PyUnicode_FromString(name);
+	Py_INCREF(name);
+	o->name = name;
 	meta = td_tensor_meta(t, &mlen);
 	o->metadata = PyBytes_FromStringAndSize(meta, (Py_ssize_t)mlen);
-	if (!o->name || !o->metadata)
+	if (!o->metadata)
 		goto fail;
 	if (!td_tensor_dtype_size(o->dtype)) {
 		tdpy_raise(-EPROTO, NULL, "get: unknown dtype");
@@ -584,6 +599,7 @@ PyObject *tdpy_client_get(ClientObject *self, PyObject *args, PyObject *kw)
 	static char *kwlist[] = {"name", "version", "newer_than", "timeout",
 				 NULL};
 	PyObject *ver = Py_None, *newer = Py_None, *to = Py_None;
+	PyObject *name_o, *arr;
 	struct td_error e = {0};
 	struct td_tensor *t = NULL;
 	struct td_client *c;
@@ -633,5 +649,12 @@ PyObject *tdpy_client_get(ClientObject *self, PyObject *args, PyObject *kw)
 		return NULL; /* a signal handler's exception */
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "get");
-	return tdpy_lease_array(self, t, name, NULL);
+	name_o = PyUnicode_FromString(name);
+	if (!name_o) {
+		td_tensor_release(t);
+		return NULL;
+	}
+	arr = tdpy_lease_array(self, t, name_o, NULL);
+	Py_DECREF(name_o);
+	return arr;
 }

@@ -104,8 +104,20 @@ def test_the_bench_script_reports_ratios(daemon):
                         "--seconds", "0.02"], env=child_env(daemon),
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    rows = [ln.split() for ln in r.stdout.splitlines()[2:]]
+    in_proc, xproc = r.stdout.split("\n\n")
+    rows = [ln.split() for ln in in_proc.splitlines()[2:]]
     assert [row[0] for row in rows] == ["64", "65536"]
     for row in rows:
         assert all(float(x) > 0 for x in row[1:4])
         assert row[4].endswith("x") and row[5].endswith("x")
+    # the cross-process handoff: methods, and each one's ratio to the
+    # first (follow)
+    head = xproc.splitlines()[1].split()
+    k = sum(1 for h in head[1:] if "/" not in h)
+    assert k >= 5 and len(head) == 2 * k
+    rows = [ln.split() for ln in xproc.splitlines()[2:]]
+    assert [row[0] for row in rows] == ["64", "65536"]
+    for row in rows:
+        assert len(row) == len(head)
+        assert all(float(x) > 0 for x in row[1:k + 1])
+        assert all(x.endswith("x") for x in row[k + 1:])

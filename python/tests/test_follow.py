@@ -216,6 +216,35 @@ def test_a_followed_tensor_is_the_producers_buffer(client, prod):
     np.testing.assert_array_equal(d, t)
 
 
+def test_a_publish_that_does_not_wait_is_followed_and_refusals_come_later(
+        client, prod):
+    # publish(wait=False): td_client_publish_alloc_nowait, None back;
+    # the follower takes each version all the same
+    with client.follow("fo/nw") as f:
+        last = 0
+        for i in range(6):
+            w = prod.alloc("fo/nw", (N,), "u8", stream=True)
+            w[:] = i
+            assert prod.publish(w, metadata=b"nw", wait=False) is None
+            t = f.next(5)
+            assert t.version > last and t.metadata == b"nw"
+            assert (t == i).all()
+            last = t.version
+            del t
+    assert prod.stat("fo/nw").version == last
+    # a refused one (a ring has the name) raises from the next alloc(),
+    # once: the call after it goes on
+    ring = client.ring_create("fo/nw-ring", (64,), "u8", slots=2)
+    w = prod.alloc("fo/nw-ring", (64,), "u8")
+    assert prod.publish(w, wait=False) is None
+    with pytest.raises(tensord.Error) as ei:
+        prod.alloc("fo/nw-other", (64,), "u8")
+    assert ei.value.errno == errno.EEXIST and "ring" in ei.value.reason
+    w = prod.alloc("fo/nw-other", (64,), "u8")
+    assert prod.publish(w) > 0
+    ring.close()
+
+
 @pytest.mark.parametrize("path", ["pidfd", "scm"])
 def test_a_warm_stream_sends_the_daemon_nothing_from_the_follower(
         daemon, path, monkeypatch):
