@@ -30,6 +30,9 @@ and acks with that stamp over a socketpair (every method the same ack):
              version already).
   newer      the same producer as follow; consumer: get(name,
              newer_than=last), release().
+  ring       the fast path: Ring.acquire(), write, publish();
+             consumer: subscribe(name) + Subscription.next(), release()
+             (no message to the daemon per handoff).
   shm+queue  multiprocessing.shared_memory written in place, the stamp
              through a multiprocessing.Queue as the notification.
   shm+pipe   the same with os.write/os.read of 8 bytes on a pipe.
@@ -205,6 +208,23 @@ def consumer_main(method, sock, size, do_touch, ack, note):
             f.close()
         c.close()
         return
+    if method == "ring":
+        c = tensord.Client(sock)
+        sub = c.subscribe(note, timeout=30)
+        send(0)
+        while True:
+            x = sub.next(timeout=30)
+            st = stamp_of(x)
+            if do_touch:
+                touch(x)
+            del x
+            sub.release()
+            send(st)
+            if st == STOP:
+                break
+        sub.close()
+        c.close()
+        return
     if method in ("shm+queue", "shm+pipe"):
         # the parent's mapping, inherited at the fork (attaching by name
         # would register the segment with the resource tracker again)
@@ -248,9 +268,19 @@ def recv_ack(ack):
 def xproc_method(method, sock, size, seconds, do_touch, ctx):
     """µs per handoff of one method at one size (median of rounds)."""
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    client = shm = wfd = rfd = None
+    client = shm = wfd = rfd = ring = None
     stamp = [0]
-    if method in ("follow", "nowait", "newer"):
+    if method == "ring":
+        client = tensord.Client(sock)
+        note = f"bench/py/x/ring/{size}"
+        ring = client.ring_create(note, (size,), "u8", slots=4)
+
+        def hand(st):
+            w = ring.acquire(timeout=30)
+            w[:8].view(np.int64)[0] = st
+            del w
+            ring.publish()
+    elif method in ("follow", "nowait", "newer"):
         client = tensord.Client(sock)
         wait = method != "nowait"
         note = f"bench/py/x/{method}/{size}"
@@ -319,11 +349,14 @@ def xproc_method(method, sock, size, seconds, do_touch, ctx):
         if proc.is_alive():
             proc.kill()
             proc.join()
-        if client is not None:
+        if ring is not None:
+            ring.close()
+        elif client is not None:
             try:
                 client.rm(note)
             except tensord.NotFound:
                 pass  # (never published: the failure above says why)
+        if client is not None:
             client.close()
         if shm is not None:
             del buf
@@ -334,7 +367,8 @@ def xproc_method(method, sock, size, seconds, do_touch, ctx):
                 os.close(fd)
 
 
-XMETHODS = ("follow", "nowait", "newer", "shm+queue", "shm+pipe", "pickle")
+XMETHODS = ("follow", "nowait", "newer", "ring", "shm+queue", "shm+pipe",
+            "pickle")
 
 
 def xproc_table(sock, sizes, seconds, do_touch, methods=XMETHODS):
