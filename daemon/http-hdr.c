@@ -70,23 +70,28 @@ int td__http_range_parse(const char *h, uint64_t len, uint64_t *a,
 	return 1;
 }
 
-bool td__http_etag_matches(const char *inm, const char *etag)
+/*
+ * Whether the list "*" / #entity-tag names etag (NULL: none): weakly
+ * (If-None-Match, RFC 9110 13.1.2: a W/ tag matches its strong one) or
+ * strongly (If-Match: a W/ tag never matches).
+ */
+static bool etag_listed(const char *list, const char *etag, bool strong)
 {
-	size_t len = strlen(etag);
+	size_t len = etag ? strlen(etag) : 0;
 
-	if (!inm)
-		return false;
-	/* If-None-Match: "*" / #entity-tag, compared weakly (RFC 9110
-	 * 13.1.2): W/ and the list around the tag do not count */
-	for (const char *p = inm;;) {
+	for (const char *p = list;;) {
+		bool weak;
+
 		p += strspn(p, " \t,");
 		if (!*p)
 			return false;
 		if (*p == '*')
 			return true;
-		if (!strncmp(p, "W/", 2))
+		weak = !strncmp(p, "W/", 2);
+		if (weak)
 			p += 2;
-		if (!strncmp(p, etag, len) && strchr(" \t,", p[len]))
+		if ((!weak || !strong) && etag && !strncmp(p, etag, len) &&
+		    strchr(" \t,", p[len]))
 			return true;
 		/* past this tag: its quotes, then up to the next comma */
 		if (*p == '"') {
@@ -98,34 +103,14 @@ bool td__http_etag_matches(const char *inm, const char *etag)
 	}
 }
 
+bool td__http_etag_matches(const char *inm, const char *etag)
+{
+	return inm && etag_listed(inm, etag, false);
+}
+
 bool td__http_if_match(const char *im, const char *etag)
 {
-	size_t len = etag ? strlen(etag) : 0;
-
-	if (!im)
-		return true;
-	/* "*" / #entity-tag, compared strongly: W/ tags never match */
-	for (const char *p = im;;) {
-		bool weak;
-
-		p += strspn(p, " \t,");
-		if (!*p)
-			return false;
-		if (*p == '*')
-			return true;
-		weak = !strncmp(p, "W/", 2);
-		if (weak)
-			p += 2;
-		if (!weak && etag && !strncmp(p, etag, len) &&
-		    strchr(" \t,", p[len]))
-			return true;
-		if (*p == '"') {
-			const char *q = strchr(p + 1, '"');
-
-			p = q ? q + 1 : p + strlen(p);
-		}
-		p += strcspn(p, ",");
-	}
+	return !im || etag_listed(im, etag, true);
 }
 
 bool td__http_if_range(const char *ir, const char *etag)
