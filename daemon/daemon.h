@@ -105,8 +105,10 @@ bool td__ratelimit_ok(struct td__ratelimit *r, unsigned interval_ms);
 #define TD__MAX_LEASES 4096 /* leases held by one connection */
 #define TD__MAX_ALLOCS 64   /* unpublished allocs of one connection */
 /* recyclable buffers kept per connection (docs/fastpath.md, "Recycled
- * loans"); the oldest is dropped beyond it */
-#define TD__MAX_FREEBUFS 16
+ * loans"); the oldest is dropped beyond it. A connection's streams whose
+ * consumers keep a frame until the next leave one a plane there between
+ * publishes: sixteen names of four planes */
+#define TD__MAX_FREEBUFS 64
 #define TD__MAX_WATCHES 256
 #define TD__MAX_WAITERS 256    /* parked GETs of one connection */
 #define TD__TFD_POOL 4 /* fence timerfds kept by one connection */

@@ -65,10 +65,14 @@ static inline uint32_t td__name_hash(const char *name, size_t len)
  * Idle recyclable loan buffers kept per client, which ALLOC and PUBLISH
  * advertise as held (TD_WIRE_MAX_HELD of them: those last published as
  * the loan's name, produce.c): a producer of many streams keeps each
- * one's current buffers, one per plane, which come back as its next
- * loan; four planes for each name it keeps a loan for (TD__LENT_MAX).
+ * one's last two versions' buffers, one per plane, which come back as
+ * its next loans (the one before is free only once a consumer that
+ * keeps a frame until the next has let go); four planes for each name
+ * it keeps a loan for (TD__LENT_MAX). Past TD_WIRE_MAX_HELD buffers,
+ * only within TD__LOAN_CACHE_BYTES (loans.c).
  */
-#define TD__LOAN_CACHE 64
+#define TD__LOAN_CACHE 128
+#define TD__LOAN_CACHE_BYTES (1ull << 30)
 
 /* A queued NOTIFY. */
 struct td__event {
@@ -139,9 +143,10 @@ struct td__gf {
  * gets each one's next loan in its PUBLISH reply.
  */
 #define TD__LENT_MAX 16
-/* a producer of that many streams of four planes keeps each one's
- * current buffers idle, to be lent back to it (produce.c) */
-_Static_assert(4 * TD__LENT_MAX <= TD__LOAN_CACHE, "a loan cache per name");
+/* a producer of that many streams of four planes keeps each one's two
+ * last versions' buffers idle, to be lent back to it (produce.c) */
+_Static_assert(2 * 4 * TD__LENT_MAX <= TD__LOAN_CACHE,
+	       "a loan cache per name");
 /* stages one connection has at once: one per lent loan (stage.c) */
 #define TD__STAGES TD__LENT_MAX
 
@@ -293,6 +298,7 @@ struct td_client {
 	unsigned idle_maps;   /* maps with refs == 0 */
 	struct td__loanbuf *loans; /* recyclable loan buffers */
 	unsigned idle_loans;       /* loans with busy == false */
+	uint64_t idle_bytes;       /* their bytes */
 	uint64_t loan_imports;     /* loan buffers imported (an fd each) */
 	/*
 	 * The next loans PUBLISH replies lent (TD_WIRE_PUB_LOAN), not yet

@@ -26,8 +26,10 @@ void td__loanbuf_destroy(struct td_client *c, struct td__loanbuf *b)
 		c->loans = b->next;
 	if (b->next)
 		b->next->prev = b->prev;
-	if (!b->busy)
+	if (!b->busy) {
 		c->idle_loans--;
+		c->idle_bytes -= b->size;
+	}
 	if (b->addr)
 		munmap(b->addr, b->size);
 	if (b->fd >= 0)
@@ -43,13 +45,21 @@ struct td__loanbuf *td__loanbuf_find(struct td_client *c, uint64_t id)
 	return NULL;
 }
 
-/* A published buffer goes idle; the least recently used beyond the cap go. */
+/*
+ * A published buffer goes idle; the least recently used beyond the caps
+ * go: TD__LOAN_CACHE buffers, and beyond TD_WIRE_MAX_HELD of them those
+ * past TD__LOAN_CACHE_BYTES (mappings kept here keep their memory alive
+ * after the daemon has dropped the buffer).
+ */
 void td__loanbuf_idle(struct td_client *c, struct td__loanbuf *b)
 {
 	b->busy = false;
 	b->used = ++c->clock;
 	c->idle_loans++;
-	while (c->idle_loans > TD__LOAN_CACHE) {
+	c->idle_bytes += b->size;
+	while (c->idle_loans > TD__LOAN_CACHE ||
+	       (c->idle_bytes > TD__LOAN_CACHE_BYTES &&
+		c->idle_loans > TD_WIRE_MAX_HELD)) {
 		struct td__loanbuf *old = NULL;
 
 		for (struct td__loanbuf *x = c->loans; x; x = x->next)

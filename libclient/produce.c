@@ -46,6 +46,7 @@ static int alloc_plane(struct td_client *c, struct td_alloc *a, uint32_t i,
 					(unsigned long long)fe->buffer_id);
 		b->busy = true;
 		c->idle_loans--;
+		c->idle_bytes -= b->size;
 		a->lb[i] = b;
 		a->fds[i] = b->fd;
 		a->addr[i] = b->addr;

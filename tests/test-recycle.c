@@ -1319,29 +1319,35 @@ Test(recycle, a_producer_of_several_streams_makes_one_request_a_tensor_scm)
 
 /*
  * Many planar streams through one connection (a rig of cameras whose
- * frames have three planes each): sixteen names, 48 buffers, more than a
- * request can name as held (TD_WIRE_MAX_HELD). Warm, each name's next
- * loan is its version before, which the producer maps already: no loan
- * comes with an fd, on either import path. Before, the producer kept 16
- * idle buffers (the least recently published went, which in a loop over
- * names is the next one lent) and named the first 16 it found as held:
- * every loan came with its fds (240 in 5 rounds).
+ * frames have three planes each): sixteen names, 48 buffers a version,
+ * more than a request can name as held (TD_WIRE_MAX_HELD). Warm, each
+ * name's next loan is a version before, which the producer maps
+ * already: no loan comes with an fd, on either import path, whether the
+ * consumer lets each frame go before the next publish or keeps it until
+ * it has the next (keep: the name's buffer is free only after its next
+ * publish, so the producer keeps two versions a name idle, and the
+ * daemon's free list holds one a name between publishes). Before, the
+ * producer kept 16 idle buffers (the least recently published went,
+ * which in a loop over names is the next one lent) and named the first
+ * 16 it found as held, and the free list kept 16 a connection: every
+ * loan came with its fds (48 a round).
  */
-static void planar_streams(const char *import)
+static void planar_streams(const char *import, bool keep)
 {
-	enum { N = TD__LENT_MAX, P = 3, SZ = 4096 };
+	enum { N = TD__LENT_MAX, P = 3, SZ = 4096, WARM = 8, ROUNDS = 12 };
 	const uint64_t sizes[P] = {SZ, SZ, SZ}, shape[3] = {P, 64, 64};
 	const struct td_plane planes[P] = {{0, 0, 64, SZ}, {1, 0, 64, SZ},
 					   {2, 0, 64, SZ}};
 	char name[N][16];
 	uint64_t last[N] = {0}, imports = 0;
+	struct td_tensor *kept[N] = {NULL};
 	struct tu_daemon d;
 	struct td_client *prod, *cons;
 	struct td_ring *r = NULL;
 
 	counted_start(&d, import, true, "pl/counter", &prod, &cons, &r);
-	for (unsigned i = 0; i < 8; i++) {
-		if (i == 3)
+	for (unsigned i = 0; i < ROUNDS; i++) {
+		if (i == WARM)
 			imports = prod->loan_imports;
 		for (unsigned n = 0; n < N; n++) {
 			struct td_publish p = {.dtype = TD_TENSOR_U8,
@@ -1375,12 +1381,20 @@ static void planar_streams(const char *import)
 						    SZ, (uint8_t)(b + k)),
 					  "%s plane %u", name[n], k);
 			last[n] = td_tensor_version(t);
-			td_tensor_release(t);
+			/* keep: the one before goes once this one is in hand */
+			if (kept[n])
+				td_tensor_release(kept[n]);
+			kept[n] = keep ? t : NULL;
+			if (!keep)
+				td_tensor_release(t);
 		}
 	}
+	for (unsigned n = 0; n < N; n++)
+		if (kept[n])
+			td_tensor_release(kept[n]);
 	imports = prod->loan_imports - imports;
-	cr_assert_eq(imports, 0u, "%llu loan buffers imported in 5 rounds",
-		     (unsigned long long)imports);
+	cr_assert_eq(imports, 0u, "%llu loan buffers imported in %u rounds",
+		     (unsigned long long)imports, ROUNDS - WARM);
 	unsetenv("TENSORD_GET_FOLLOW");
 	td_ring_close(r);
 	td_client_close(cons);
@@ -1390,12 +1404,17 @@ static void planar_streams(const char *import)
 
 Test(recycle, many_planar_streams_take_their_loans_without_an_fd_pidfd)
 {
-	planar_streams("pidfd");
+	planar_streams("pidfd", false);
 }
 
 Test(recycle, many_planar_streams_take_their_loans_without_an_fd_scm)
 {
-	planar_streams("scm");
+	planar_streams("scm", false);
+}
+
+Test(recycle, many_planar_streams_kept_a_frame_long_take_loans_without_an_fd)
+{
+	planar_streams("pidfd", true);
 }
 
 /* ---- a PUBLISH nobody waits for (td_client_publish_alloc_nowait) ---- */
