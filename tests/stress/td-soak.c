@@ -162,9 +162,9 @@ static int ring_path(struct td_client *c, const struct tdc_daemon *d,
 
 /*
  * Buffers a stream's loans came from, by inode: more than a recycled
- * stream ever has (a connection's free list keeps at most 16 of a size).
+ * stream ever has (a connection's free list keeps at most 64).
  */
-#define SEEN 64
+#define SEEN 256
 struct seen {
 	ino_t ino[SEEN];
 	unsigned next;
