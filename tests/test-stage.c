@@ -1275,6 +1275,37 @@ static void make_names(char buf[][16], const char **list, unsigned n,
 	}
 }
 
+/* A daemon, a producer and a consumer following TD__STAGES names. */
+struct rig {
+	char buf[NAMES_MAX][16];
+	const char *n[NAMES_MAX];
+	struct td_follow *f[TD__STAGES];
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+};
+
+static void rig_start(struct rig *r, const char *prefix)
+{
+	*r = (struct rig){0};
+	make_names(r->buf, r->n, TD__STAGES, prefix);
+	tu_daemon_start(&r->d, "warn");
+	r->prod = conn_env(&r->d, "pidfd", "1");
+	r->cons = conn_env(&r->d, "pidfd", "1");
+	for (int k = 0; k < TD__STAGES; k++)
+		cr_assert_eq(td_client_follow(r->cons, r->n[k], &r->f[k],
+					      NULL),
+			     0);
+}
+
+static void rig_stop(struct rig *r)
+{
+	for (int k = 0; k < TD__STAGES; k++)
+		td_follow_close(r->f[k]);
+	td_client_close(r->cons);
+	td_client_close(r->prod);
+	tu_daemon_stop(&r->d, false);
+}
+
 /*
  * prod publishes names[0..n) in turn, rounds times, each version taken
  * by cons's follower of its name: from the third round on, every version
@@ -1570,22 +1601,17 @@ Test(stage, a_follower_sleeps_through_its_producers_other_names,
 Test(stage, a_name_published_plainly_leaves_sixteen_streams_firing,
      .timeout = 60)
 {
-	char buf[NAMES_MAX][16];
-	const char *n[NAMES_MAX];
-	struct td_follow *f[TD__STAGES] = {NULL};
-	struct tu_daemon d;
-	struct td_client *prod, *cons;
+	struct rig r;
+	struct td_client *prod;
+	struct td_follow **f = r.f;
+	const char **n = r.n;
 	struct td_publish p = pub_of("other/9");
 	struct td_error e = {0};
 	uint64_t v, expect[TD__STAGES] = {0};
 	unsigned fired = 0;
 
-	make_names(buf, n, TD__STAGES, "cam");
-	tu_daemon_start(&d, "warn");
-	prod = conn_env(&d, "pidfd", "1");
-	cons = conn_env(&d, "pidfd", "1");
-	for (int k = 0; k < TD__STAGES; k++)
-		cr_assert_eq(td_client_follow(cons, n[k], &f[k], NULL), 0);
+	rig_start(&r, "cam");
+	prod = r.prod;
 	for (int i = 0; i < 16 * TD__STAGES; i++) {
 		v = put(prod, n[i % TD__STAGES], (uint8_t)i);
 		cr_assert_eq(take(f[i % TD__STAGES], (uint8_t)i), v);
@@ -1600,11 +1626,7 @@ Test(stage, a_name_published_plainly_leaves_sixteen_streams_firing,
 	}
 	cr_assert_geq(fired, 11u * TD__STAGES, "%u of %u versions fired", fired,
 		      12u * TD__STAGES);
-	for (int k = 0; k < TD__STAGES; k++)
-		td_follow_close(f[k]);
-	td_client_close(cons);
-	td_client_close(prod);
-	tu_daemon_stop(&d, false);
+	rig_stop(&r);
 }
 
 /*
@@ -1618,22 +1640,17 @@ Test(stage, a_name_published_plainly_leaves_sixteen_streams_firing,
  */
 Test(stage, a_loan_given_back_frees_its_stage_record, .timeout = 60)
 {
-	char buf[NAMES_MAX][16];
-	const char *n[NAMES_MAX];
-	struct td_follow *f[TD__STAGES] = {NULL};
+	struct rig r;
+	struct td_client *prod;
+	struct td_follow **f = r.f;
+	const char **n = r.n;
 	const int fast = TD__STAGES - 1;
-	struct tu_daemon d;
-	struct td_client *prod, *cons;
 	uint64_t v, slow = 0;
 	int i;
 
 	/* cam/0 the slow name, cam/15 the fast one */
-	make_names(buf, n, TD__STAGES, "cam");
-	tu_daemon_start(&d, "warn");
-	prod = conn_env(&d, "pidfd", "1");
-	cons = conn_env(&d, "pidfd", "1");
-	for (int k = 0; k < TD__STAGES; k++)
-		cr_assert_eq(td_client_follow(cons, n[k], &f[k], NULL), 0);
+	rig_start(&r, "cam");
+	prod = r.prod;
 	for (i = 0; i < 4 * TD__STAGES; i++) {
 		v = put(prod, n[i % TD__STAGES], (uint8_t)i);
 		cr_assert_eq(take(f[i % TD__STAGES], (uint8_t)i), v);
@@ -1654,9 +1671,5 @@ Test(stage, a_loan_given_back_frees_its_stage_record, .timeout = 60)
 	v = put(prod, n[0], 0x77);
 	cr_assert_eq(take(f[0], 0x77), v);
 	cr_assert_eq(v, slow, "the slow name's stage was not fired");
-	for (int k = 0; k < TD__STAGES; k++)
-		td_follow_close(f[k]);
-	td_client_close(cons);
-	td_client_close(prod);
-	tu_daemon_stop(&d, false);
+	rig_stop(&r);
 }
