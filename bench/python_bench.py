@@ -3,7 +3,7 @@
 """Python handoff benchmark: the tensord binding against a socket copy.
 
     PYTHONPATH=build/python bench/python_bench.py [--socket PATH]
-        [--sizes 64,1M,64M] [--seconds S] [--touch]
+        [--sizes 64,1M,64M] [--seconds S] [--touch] [--write]
 
 Methods, per size (one line each, median of rounds, µs per operation):
 
@@ -28,6 +28,10 @@ and acks with that stamp over a socketpair (every method the same ack):
   nowait     follow, the producer's publish(wait=False): it does not
              wait for the daemon's answer (the follower took the
              version already).
+  shared     follow, the producer's alloc(private=False): publish()
+             leaves the loan's pages shared and its array read-only, so
+             the next loan of the buffer reuses the mapping (no fresh
+             mapping, page faults or remap a version).
   newer      the same producer as follow; consumer: get(name,
              newer_than=last), release().
   ring       the fast path: Ring.acquire(), write, publish();
@@ -43,7 +47,9 @@ Ratios: each other method's µs over follow's (over the first of
 --methods). --no-xproc skips this part, --xproc-only runs only it.
 By default nobody touches the payload after the handoff (the socket has
 copied it by then, the binding has not: that is the point); --touch
-makes every method read every byte once (a XOR over uint64 words).
+makes every method read every byte once (a XOR over uint64 words);
+--write makes every producer write every byte before the stamp (a data
+loader filling its batch), where the first is the stamp alone.
 Needs a running tensord ($TENSORD_SOCKET or --socket).
 """
 import argparse
@@ -184,7 +190,7 @@ def consumer_main(method, sock, size, do_touch, ack, note):
     def send(stamp):
         ack.sendall(stamp.to_bytes(ACK, "little", signed=True))
 
-    if method in ("follow", "nowait", "newer"):
+    if method in ("follow", "nowait", "newer", "shared"):
         c = tensord.Client(sock)
         name = note
         f = c.follow(name) if method != "newer" else None
@@ -265,7 +271,8 @@ def recv_ack(ack):
     return int.from_bytes(b, "little", signed=True)
 
 
-def xproc_method(method, sock, size, seconds, do_touch, ctx):
+def xproc_method(method, sock, size, seconds, do_touch, ctx,
+                 do_write=False):
     """µs per handoff of one method at one size (median of rounds)."""
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     client = shm = wfd = rfd = ring = None
@@ -277,12 +284,16 @@ def xproc_method(method, sock, size, seconds, do_touch, ctx):
 
         def hand(st):
             w = ring.acquire(timeout=30)
+            if do_write:
+                w[:] = st & 255
             w[:8].view(np.int64)[0] = st
             del w
             ring.publish()
-    elif method in ("follow", "nowait", "newer"):
+    elif method in ("follow", "nowait", "newer", "shared"):
         client = tensord.Client(sock)
         wait = method != "nowait"
+        # (a binding before alloc(private=) has no keyword)
+        kw = {"private": False} if method == "shared" else {}
         note = f"bench/py/x/{method}/{size}"
         try:  # the consumer takes the first version it finds: ours
             client.rm(note)
@@ -290,7 +301,9 @@ def xproc_method(method, sock, size, seconds, do_touch, ctx):
             pass
 
         def hand(st):
-            w = client.alloc(note, (size,), "u8", stream=True)
+            w = client.alloc(note, (size,), "u8", stream=True, **kw)
+            if do_write:
+                w[:] = st & 255
             w[:8].view(np.int64)[0] = st
             if wait:  # (a binding before publish(wait=) has no keyword)
                 client.publish(w)
@@ -304,6 +317,8 @@ def xproc_method(method, sock, size, seconds, do_touch, ctx):
             note = (buf, q)
 
             def hand(st):
+                if do_write:
+                    buf[:] = st & 255
                 buf[:8].view(np.int64)[0] = st
                 q.put(st)
         else:
@@ -311,6 +326,8 @@ def xproc_method(method, sock, size, seconds, do_touch, ctx):
             note = (buf, rfd)
 
             def hand(st):
+                if do_write:
+                    buf[:] = st & 255
                 buf[:8].view(np.int64)[0] = st
                 os.write(wfd, st.to_bytes(ACK, "little", signed=True))
     else:
@@ -319,6 +336,8 @@ def xproc_method(method, sock, size, seconds, do_touch, ctx):
         arr = np.ones((size,), np.uint8)
 
         def hand(st):
+            if do_write:
+                arr[:] = st & 255
             arr[:8].view(np.int64)[0] = st
             q.put(arr)
 
@@ -367,20 +386,21 @@ def xproc_method(method, sock, size, seconds, do_touch, ctx):
                 os.close(fd)
 
 
-XMETHODS = ("follow", "nowait", "newer", "ring", "shm+queue", "shm+pipe",
+XMETHODS = ("follow", "nowait", "shared", "newer", "ring", "shm+queue", "shm+pipe",
             "pickle")
 
 
-def xproc_table(sock, sizes, seconds, do_touch, methods=XMETHODS):
+def xproc_table(sock, sizes, seconds, do_touch, methods=XMETHODS,
+                do_write=False):
     # fork: the consumer starts at once; it makes its own Client
     # (docs/python.md: a Client belongs to the process that connected it)
     ctx = multiprocessing.get_context("fork")
     print(f"# cross-process handoff, µs per handoff (ack over a "
-          f"socketpair), touch={do_touch}")
+          f"socketpair), touch={do_touch}, write={do_write}")
     print(f"{'size':>10}" + "".join(f" {m:>10}" for m in methods)
           + "".join(f" {m + '/' + methods[0]:>17}" for m in methods[1:]))
     for size in sizes:
-        us = [xproc_method(m, sock, size, seconds, do_touch, ctx)
+        us = [xproc_method(m, sock, size, seconds, do_touch, ctx, do_write)
               for m in methods]
         print(f"{size:>10}" + "".join(f" {u:>10.2f}" for u in us)
               + "".join(f" {u / us[0]:>16.2f}x" for u in us[1:]),
@@ -394,6 +414,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=1.0,
                     help="time budget per method and size")
     ap.add_argument("--touch", action="store_true")
+    ap.add_argument("--write", action="store_true",
+                    help="cross-process producers write every byte")
     ap.add_argument("--no-xproc", action="store_true",
                     help="skip the cross-process handoff")
     ap.add_argument("--xproc-only", action="store_true",
@@ -413,7 +435,8 @@ def main():
     if not args.no_xproc:
         if not args.xproc_only:
             print()
-        xproc_table(args.socket, sizes, args.seconds, args.touch, methods)
+        xproc_table(args.socket, sizes, args.seconds, args.touch, methods,
+                    args.write)
 
 
 def in_process_table(args, sizes):

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The binding's own read-only mappings of leased planes, cached per
- * client like libtensord's mapping cache.
+ * The binding's own read-only mappings of leased planes, and its
+ * writable mappings of recyclable loans, cached per client like
+ * libtensord's mapping caches.
  *
  * Why its own: release() must be callable while views are alive, and
  * after it libtensord may unmap its mapping at any time (its cache is
@@ -17,6 +18,13 @@
  * out first; Client.trim() and close() unmap them. As with libtensord's
  * cache, a cached mapping keeps its buffer's memory alive after the
  * daemon dropped it.
+ *
+ * A recyclable loan that alloc(private=False) asked for is mapped from
+ * the cache too, writable (never handed to a reader): its buffer comes
+ * back to this producer version after version, and the same mapping,
+ * page tables filled, serves each loan of it whose earlier arrays are
+ * gone, where a fresh one cost a mapping, a page fault per page written
+ * and an unmap a version (docs/python.md, "Lifetime").
  */
 #include "tdpy.h"
 
@@ -37,6 +45,7 @@ struct tdpy_map {
 	size_t len;
 	void *addr;
 	unsigned refs; /* owners pointing into it */
+	bool writable; /* a loan's: shared, read-write */
 };
 
 static void unlink_map(struct tdpy_map *m)
@@ -118,8 +127,8 @@ int tdpy_map_get(ClientObject *cl, int fd, uint64_t off, uint64_t size,
 	lo = off & ~(align - 1);
 	hi &= ~(align - 1);
 	for (m = cl->maps; m; m = m->next) {
-		if (m->dev != st.st_dev || m->ino != st.st_ino ||
-		    lo < m->off || hi > m->off + m->len)
+		if (m->writable || m->dev != st.st_dev ||
+		    m->ino != st.st_ino || lo < m->off || hi > m->off + m->len)
 			continue;
 		if (m->refs++ == 0)
 			cl->idle_maps--;
@@ -150,6 +159,51 @@ int tdpy_map_get(ClientObject *cl, int fd, uint64_t off, uint64_t size,
 found:
 	*out = m;
 	*data = (char *)m->addr + (off - m->off);
+	return 0;
+}
+
+int tdpy_map_loan(ClientObject *cl, int fd, uint64_t size,
+		  struct tdpy_map **out, void **addr)
+{
+	struct tdpy_map *m;
+	struct stat st;
+
+	if (size > SIZE_MAX)
+		return -EOVERFLOW;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	for (m = cl->maps; m; m = m->next) {
+		if (!m->writable || m->refs || m->dev != st.st_dev ||
+		    m->ino != st.st_ino || m->len != size)
+			continue;
+		m->refs = 1;
+		cl->idle_maps--;
+		unlink_map(m);
+		push_front(cl, m);
+		*out = m;
+		*addr = m->addr;
+		return 0;
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->addr = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED,
+		       fd, 0);
+	if (m->addr == MAP_FAILED) {
+		int rc = -errno;
+
+		free(m);
+		return rc;
+	}
+	m->dev = st.st_dev;
+	m->ino = st.st_ino;
+	m->len = (size_t)size;
+	m->refs = 1;
+	m->writable = true;
+	if (cl->handle)
+		push_front(cl, m);
+	*out = m;
+	*addr = m->addr;
 	return 0;
 }
 

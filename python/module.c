@@ -561,8 +561,11 @@ static PyMethodDef client_methods[] = {
 	{"alloc", (PyCFunction)(void (*)(void))tdpy_client_alloc,
 	 METH_VARARGS | METH_KEYWORDS,
 	 "alloc(name, shape, dtype, strides=None, format=None, recycle=False,"
-	 " stream=False) -> writable "
-	 "Array (a Planes of them for a format of several planes)"},
+	 " stream=False, private=True) -> writable "
+	 "Array (a Planes of them for a format of several planes); "
+	 "private=False (with recycle or stream): publish() leaves its "
+	 "pages shared and makes it read-only, and the mapping serves the "
+	 "buffer's next loan"},
 	{"publish", (PyCFunction)(void (*)(void))tdpy_client_publish,
 	 METH_VARARGS | METH_KEYWORDS,
 	 "publish(array_or_planes, metadata=None, pin=False, wait=True) -> "

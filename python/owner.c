@@ -267,7 +267,9 @@ static void owner_dealloc(OwnerObject *o)
 {
 	if (o->kind != OWNER_PLANE) /* a plane's lease is its parent's */
 		tdpy_owner_release(o);
-	if (o->map)
+	if (o->loan_map)
+		tdpy_map_put(o->loan_map); /* no view left: the next loan's */
+	else if (o->map)
 		munmap(o->map, o->map_len);
 	tdpy_map_put(o->cache);
 	PyMem_Free(o->heap);
@@ -555,19 +557,43 @@ int tdpy_loan_open(ClientObject *self, OwnerObject *o, uint64_t size)
 	}
 	/* our own shared mapping: libtensord unmaps its own at publish,
 	 * while views of this one must stay valid after (publish turns it
-	 * copy-on-write, see client_publish) */
+	 * copy-on-write, tdpy_loan_leave); alloc(private=False)'s is
+	 * cached (maps.c): its buffer comes back to this client */
 	o->size = size;
 	if (!size)
 		return 0;
-	o->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED,
-		      td_alloc_fd(o->a, 0), 0);
-	if (o->map == MAP_FAILED) {
-		o->map = NULL;
-		PyErr_SetFromErrno(PyExc_OSError);
-		return -1;
+	if (o->keep_shared) {
+		rc = tdpy_map_loan(self, td_alloc_fd(o->a, 0), size,
+				   &o->loan_map, &o->map);
+		if (rc < 0) {
+			errno = -rc;
+			PyErr_SetFromErrno(PyExc_OSError);
+			return -1;
+		}
+	} else {
+		o->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED,
+			      td_alloc_fd(o->a, 0), 0);
+		if (o->map == MAP_FAILED) {
+			o->map = NULL;
+			PyErr_SetFromErrno(PyExc_OSError);
+			return -1;
+		}
 	}
 	o->map_len = size;
 	o->data = o->map;
+	return 0;
+}
+
+int tdpy_loan_leave(OwnerObject *o)
+{
+	if (o->keep_shared || !o->map)
+		return 0;
+	if (mmap(o->map, o->map_len, PROT_READ | PROT_WRITE,
+		 MAP_FIXED | MAP_PRIVATE, td_alloc_fd(o->a, 0), 0) ==
+	    MAP_FAILED) {
+		PyErr_SetFromErrno(PyExc_OSError);
+		return -1;
+	}
 	return 0;
 }
 

@@ -119,6 +119,8 @@ typedef struct {
 	struct td_alloc *a;   /* LOAN: NULL once published or freed */
 	void *map;            /* own mapping (LOAN), page aligned */
 	size_t map_len;
+	struct tdpy_map *loan_map; /* LOAN of alloc(private=False): map is
+				    * this cached one's (maps.c) */
 	struct tdpy_map *cache; /* LEASE, PLANE of one: the mapping used */
 	uint64_t file_off;    /* LEASE, PLANE, VIEW: data's offset in fd */
 	void *heap;           /* LEASE of an inline plane: a private copy */
@@ -131,6 +133,7 @@ typedef struct {
 	npy_intp strides[TDPY_MAX_DIMS];
 	bool explicit_strides; /* LOAN: publish these strides */
 	uint32_t alloc_flags; /* LOAN: TD_ALLOC_RECYCLE, _STREAM or 0 */
+	bool keep_shared;     /* LOAN: alloc(private=False) */
 	PyObject *format;     /* LOAN: image format (str) or NULL */
 	uint64_t row_pitch;   /* LOAN with format: the plane's stride */
 	bool writable;
@@ -263,6 +266,10 @@ OwnerObject *tdpy_plane_owner(OwnerObject *root, uint32_t i);
 /* Give o (a LOAN) a loan of size bytes, mapped shared and writable by
  * the binding (o->map, o->data). 0, or -1 with the exception set. */
 int tdpy_loan_open(ClientObject *self, OwnerObject *o, uint64_t size);
+/* publish() of a loan whose views may live on: their pages become
+ * copy-on-write (unless alloc(private=False)). 0, or -1 with the
+ * exception set. */
+int tdpy_loan_leave(OwnerObject *o);
 /* alloc() of a multi-plane image format: a writable tensord.Planes over
  * one loan (o is consumed). */
 PyObject *tdpy_alloc_planes(ClientObject *self, OwnerObject *o);
@@ -276,6 +283,13 @@ PyObject *tdpy_alloc_planes(ClientObject *self, OwnerObject *o);
 int tdpy_map_get(ClientObject *cl, int fd, uint64_t off, uint64_t size,
 		 struct tdpy_map **m, char **data);
 void tdpy_map_put(struct tdpy_map *m);
+/*
+ * A writable shared mapping of the size bytes of a recyclable loan's fd
+ * (maps.c), cached or new: 0 with *m and its address, or -errno. The
+ * loan's owner gives it back with tdpy_map_put when it dies.
+ */
+int tdpy_map_loan(ClientObject *cl, int fd, uint64_t size,
+		  struct tdpy_map **m, void **addr);
 int tdpy_maps_trim(ClientObject *cl);
 void tdpy_maps_detach(ClientObject *cl);
 

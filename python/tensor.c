@@ -186,34 +186,44 @@ static int loan_format(OwnerObject *o, PyObject *format, npy_intp isz)
 
 /*
  * alloc(name, shape, dtype, strides=None, format=None, recycle=False,
- * stream=False): a writable Array over a loan (recycle: TD_ALLOC_RECYCLE,
- * a buffer of an earlier version of this client's when one is free;
- * stream: TD_ALLOC_STREAM, which also has the next loan lent by the
- * publish, so a warm stream's alloc sends nothing).
+ * stream=False, private=True): a writable Array over a loan (recycle:
+ * TD_ALLOC_RECYCLE, a buffer of an earlier version of this client's when
+ * one is free; stream: TD_ALLOC_STREAM, which also has the next loan
+ * lent by the publish, so a warm stream's alloc sends nothing; private
+ * False, with either: publish() leaves the pages shared and makes the
+ * array read-only instead, and the loan's mapping is cached, maps.c).
  */
 PyObject *tdpy_client_alloc(ClientObject *self, PyObject *args,
 			    PyObject *kw)
 {
 	static char *kwlist[] = {"name", "shape", "dtype", "strides", "format",
-				 "recycle", "stream", NULL};
+				 "recycle", "stream", "private", NULL};
 	PyObject *shape_o, *strides_o = Py_None, *format = Py_None;
 	OwnerObject *o;
 	const char *n;
 	uint32_t dtype;
 	uint64_t size;
 	npy_intp isz;
-	int nst, recycle = 0, stream = 0;
+	int nst, recycle = 0, stream = 0, priv = 1;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO&|OOpp", kwlist,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO&|OOppp", kwlist,
 					 tdpy_conv_name, &n, &shape_o,
 					 tdpy_conv_dtype, &dtype, &strides_o,
-					 &format, &recycle, &stream))
+					 &format, &recycle, &stream, &priv))
 		return NULL;
+	if (!priv && !recycle && !stream) {
+		/* a plain loan is write-sealed at publish: no writable
+		 * shared mapping may stay */
+		PyErr_SetString(PyExc_ValueError, "alloc(private=False) "
+				"takes recycle=True or stream=True");
+		return NULL;
+	}
 	o = tdpy_owner_new(OWNER_LOAN, (PyObject *)self);
 	if (!o)
 		return NULL;
 	o->alloc_flags = stream ? TD_ALLOC_STREAM :
 			 recycle ? TD_ALLOC_RECYCLE : 0;
+	o->keep_shared = !priv;
 	o->dtype = dtype;
 	o->writable = true;
 	o->name = PyUnicode_FromString(n);
@@ -249,6 +259,31 @@ fail:
 	return NULL;
 }
 
+/* The array publish() was given, or each array of the Planes, read-only
+ * from now on (alloc(private=False): its pages stay shared). */
+static void read_only(PyObject *given)
+{
+	PyObject *seq;
+
+	if (PyArray_Check(given)) {
+		PyArray_CLEARFLAGS((PyArrayObject *)given, NPY_ARRAY_WRITEABLE);
+		return;
+	}
+	seq = PySequence_Fast(given, "");
+	if (!seq) {
+		PyErr_Clear();
+		return;
+	}
+	for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+		PyObject *a = PySequence_Fast_GET_ITEM(seq, i);
+
+		if (PyArray_Check(a))
+			PyArray_CLEARFLAGS((PyArrayObject *)a,
+					   NPY_ARRAY_WRITEABLE);
+	}
+	Py_DECREF(seq);
+}
+
 /*
  * publish(array, metadata=None, pin=False, wait=True): publish an
  * alloc()'s loan. wait=False does not wait for the daemon's answer
@@ -260,7 +295,7 @@ PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 			      PyObject *kw)
 {
 	static char *kwlist[] = {"array", "metadata", "pin", "wait", NULL};
-	PyObject *arr, *meta = NULL;
+	PyObject *arr, *given, *meta = NULL;
 	struct td_plane planes[TDPY_MAX_PLANES] = {{0}};
 	struct td_publish p = {0};
 	struct td_error e = {0};
@@ -275,6 +310,7 @@ PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Opp", kwlist, &arr,
 					 &meta, &pin, &wait))
 		return NULL;
+	given = arr;
 	if (PyObject_TypeCheck(arr, &tdpy_planes_type))
 		arr = PyObject_GetAttrString(arr, "lease");
 	else
@@ -301,14 +337,12 @@ PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 		PyBuffer_Release(&mb);
 		return NULL;
 	}
-	/* The daemon write-seals the buffer, which needs every writable
-	 * shared mapping gone. Views of ours must not fault afterwards:
-	 * swap our mapping in place for a private (copy-on-write) one of
-	 * the same pages. A later write lands in a private page. */
-	if (o->map && mmap(o->map, o->map_len, PROT_READ | PROT_WRITE,
-			   MAP_FIXED | MAP_PRIVATE, td_alloc_fd(o->a, 0),
-			   0) == MAP_FAILED) {
-		PyErr_SetFromErrno(PyExc_OSError);
+	/* The daemon write-seals a plain loan's buffer, which needs every
+	 * writable shared mapping gone, and writes after publish must
+	 * reach no reader. Views of ours must not fault afterwards: their
+	 * range becomes a private (copy-on-write) mapping of the same
+	 * pages, where a later write lands in a private page. */
+	if (tdpy_loan_leave(o) < 0) {
 		tdpy_client_leave(self);
 		PyBuffer_Release(&mb);
 		return NULL;
@@ -348,6 +382,8 @@ PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "publish");
 	o->version = version;
+	if (o->keep_shared)
+		read_only(given);
 	if (!wait)
 		Py_RETURN_NONE; /* its version is not known here */
 	return PyLong_FromUnsignedLongLong(version);

@@ -1,0 +1,142 @@
+# SPDX-License-Identifier: MIT
+"""alloc(private=False): a recyclable loan whose publish() leaves its
+pages shared and makes the array read-only, so the next loan of the same
+buffer reuses the binding's mapping, page tables filled (docs/python.md,
+"Lifetime"). The default turns the published array's pages private, and
+each loan is a fresh mapping: a page fault per page written, a version.
+"""
+import gc
+import resource
+
+import numpy as np
+import pytest
+import tensord
+
+from conftest import mapping_of, memfd_map_count
+
+PAGES = 16
+SIZE = PAGES * 4096
+
+
+def minflt():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def stream(client, name, private, versions, warm=8):
+    """Publish versions of SIZE bytes, every byte written; the page
+    faults of the writes after warm versions, and the loans' addresses."""
+    faults, addrs = 0, set()
+    for i in range(warm + versions):
+        w = client.alloc(name, (SIZE,), "u8", stream=True, private=private)
+        f0 = minflt()
+        w[:] = i & 255
+        if i >= warm:
+            faults += minflt() - f0
+            addrs.add(w.__array_interface__["data"][0])
+        client.publish(w)
+        del w
+    return faults, addrs
+
+
+def test_a_shared_loan_is_published_whole_and_read_only_after(client):
+    w = client.alloc("sl/a", (SIZE,), "u8", stream=True, private=False)
+    w[:] = 7
+    v = client.publish(w)
+    assert w.version == v
+    assert not w.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        w[0] = 1
+    # its pages stay the buffer's (shared), not a private copy
+    assert mapping_of(w.__array_interface__["data"][0])["perms"] == "rw-s"
+    g = client.get("sl/a")
+    assert g.version == v and int(g.min()) == 7 and int(g.max()) == 7
+
+
+def test_the_default_turns_the_published_array_private(client):
+    w = client.alloc("sl/p", (SIZE,), "u8", stream=True)
+    w[:] = 3
+    client.publish(w)
+    assert w.flags.writeable
+    assert mapping_of(w.__array_interface__["data"][0])["perms"] == "rw-p"
+    w[:] = 9  # private pages: the version keeps its bytes
+    assert int(client.get("sl/p").max()) == 3
+
+
+def test_a_shared_stream_writes_its_loans_without_a_page_fault(client):
+    versions = 24
+    shared, addrs = stream(client, "sl/s", False, versions)
+    private, _ = stream(client, "sl/q", True, versions)
+    # the default's fresh mapping per loan faults in every page written:
+    # what the cache saves, and proof this count sees faults at all
+    assert private >= versions * PAGES // 2, private
+    assert shared <= versions * PAGES // 16, (shared, private)
+    # the stream's few buffers, each at its cached mapping
+    assert len(addrs) <= 4, len(addrs)
+
+
+def test_an_array_kept_from_an_earlier_version_is_not_reused(client):
+    old = client.alloc("sl/k", (SIZE,), "u8", stream=True, private=False)
+    old[:] = 1
+    client.publish(old)
+    seen = {old.__array_interface__["data"][0]}
+    for i in range(6):
+        w = client.alloc("sl/k", (SIZE,), "u8", stream=True, private=False)
+        a = w.__array_interface__["data"][0]
+        assert a != old.__array_interface__["data"][0]
+        seen.add(a)
+        w[:] = 2 + i
+        client.publish(w)
+        del w
+    # its mapping stayed its own (read-only): a later loan of its buffer
+    # had another, and the array reads that buffer, whatever version it
+    # holds now (as a private mapping's unwritten pages read the file)
+    assert not old.flags.writeable
+    assert mapping_of(old.__array_interface__["data"][0]) is not None
+    assert int(client.get("sl/k").max()) == 7
+
+
+def test_shared_planes_are_read_only_after_publish(client):
+    p = client.alloc("sl/nv12", (48, 64), "u8", format="NV12",
+                     stream=True, private=False)
+    for a in p:
+        a[...] = 5
+    client.publish(p)
+    for a in p:
+        assert not a.flags.writeable
+    g = client.get("sl/nv12")
+    assert all(int(x.max()) == 5 for x in g)
+
+
+def test_private_false_takes_a_recyclable_loan(client):
+    with pytest.raises(ValueError, match="recycle=True or stream=True"):
+        client.alloc("sl/plain", (SIZE,), "u8", private=False)
+    w = client.alloc("sl/r", (SIZE,), "u8", recycle=True, private=False)
+    w[:] = 4
+    client.publish(w)
+    assert not w.flags.writeable
+
+
+def test_close_unmaps_the_cached_loan_mappings(daemon):
+    gc.collect()
+    before = memfd_map_count()
+    with tensord.Client(daemon.sock) as c:
+        stream(c, "sl/c", False, 4, warm=2)
+        assert memfd_map_count() > before
+    gc.collect()
+    assert memfd_map_count() == before
+
+
+def test_a_released_shared_loan_leaves_its_mapping_to_its_views(client):
+    w = client.alloc("sl/rel", (SIZE,), "u8", stream=True, private=False)
+    v = w[:16]
+    w.release()
+    v[:] = 1  # still mapped: no fault
+    assert int(v.sum()) == 16
+    with pytest.raises(ValueError, match="already published or released"):
+        client.publish(w)
+    del v, w
+    gc.collect()
+    x = client.alloc("sl/rel", (SIZE,), "u8", stream=True, private=False)
+    x[:] = 6
+    client.publish(x)
+    assert int(client.get("sl/rel").max()) == 6
