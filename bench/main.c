@@ -1209,6 +1209,7 @@ static int run_group(struct bench_report *rep, const struct opts *o,
 
 int main(int argc, char **argv)
 {
+	static size_t env_sizes[33]; /* o.sizes, and the paced runs' */
 	static const struct option lo[] = {
 		{ "methods", required_argument, NULL, 'm' },
 		{ "sizes", required_argument, NULL, 's' },
@@ -1356,8 +1357,14 @@ int main(int argc, char **argv)
 		perror("mkdtemp");
 		return 1;
 	}
-	env.sizes = o.sizes;
+	/* every size a run of this invocation hands over: the paced runs'
+	 * too, which --sizes need not name (RouDi makes a mempool of each,
+	 * and an iceoryx run of a size without one dies) */
+	memcpy(env_sizes, o.sizes, o.size_count * sizeof(*env_sizes));
+	env.sizes = env_sizes;
 	env.size_count = o.size_count;
+	if (o.kinds & 4)
+		env_sizes[env.size_count++] = o.paced_size;
 	atexit(cleanup);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
