@@ -2037,6 +2037,58 @@ Test(tensorctl, load_says_what_its_scan_skipped)
 	tu_daemon_stop(&d, false);
 }
 
+static void put_meta(const struct tu_daemon *d, const char *name,
+		     const char *meta, size_t len)
+{
+	uint64_t n = 4;
+	uint8_t b[4] = {0};
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = &n, .meta = meta,
+			       .meta_len = len};
+	struct td_error e = {0};
+	struct td_client *c;
+
+	cr_assert_eq(td_client_connect(d->sock, &c, NULL), 0);
+	cr_assert_eq(td_client_put(c, &p, b, sizeof(b), NULL, &e), 0, "%s",
+		     e.reason);
+	td_client_close(c);
+}
+
+/* stat shows the metadata as text on a line of its own, escaped (no
+ * byte of it reaches the terminal raw), hex when it is not UTF-8; ls
+ * keeps one line a tensor. */
+Test(tensorctl, stat_shows_metadata_escaped)
+{
+	static const char text[] = "lens=50mm\tf/2\nfake line \\ \x1b[31m"
+				   "\xc2\x9b" "2J caf\xc3\xa9";
+	static const char raw[] = "\xff\x00\x01";
+	struct tu_daemon d;
+	char *out;
+
+	start(&d);
+	put_meta(&d, "m/text", text, sizeof(text) - 1);
+	put_meta(&d, "m/raw", raw, sizeof(raw) - 1);
+	put_meta(&d, "m/none", NULL, 0);
+	cr_expect_eq(CTL(&d, &out, NULL, "stat", "m/text"), 0);
+	cr_expect(strstr(out, "\n  metadata (41 B): lens=50mm\\tf/2\\nfake "
+			 "line \\\\ \\x1b[31m\\u009b2J caf\xc3\xa9\n"),
+		  "%s", out);
+	cr_expect(!strchr(out, '\x1b') && !strstr(out, "\xc2\x9b"), "%s",
+		  out);
+	free(out);
+	cr_expect_eq(CTL(&d, &out, NULL, "stat", "m/raw"), 0);
+	cr_expect(strstr(out, "\n  metadata (3 B, not UTF-8, hex): ff0001\n"),
+		  "%s", out);
+	free(out);
+	cr_expect_eq(CTL(&d, &out, NULL, "stat", "m/none"), 0);
+	cr_expect(!strstr(out, "metadata"), "%s", out);
+	free(out);
+	cr_expect_eq(CTL(&d, &out, NULL, "ls", "m/"), 0);
+	cr_expect(!strstr(out, "metadata"), "%s", out);
+	free(out);
+	tu_daemon_stop(&d, false);
+}
+
 Test(tensorctl, human_sizes_unless_bytes)
 {
 	struct tu_daemon d;

@@ -206,6 +206,42 @@ void tctl_json_meta(FILE *f, const void *meta, size_t len)
 	fputc('"', f);
 }
 
+void tctl_text_meta(FILE *f, const void *meta, size_t len)
+{
+	const uint8_t *p = meta;
+
+	if (!len)
+		return;
+	fprintf(f, "  metadata (%zu B", len);
+	if (!td__utf8_valid(p, len)) {
+		fputs(", not UTF-8, hex): ", f);
+		for (size_t i = 0; i < len; i++)
+			fprintf(f, "%02x", p[i]);
+		fputc('\n', f);
+		return;
+	}
+	/* text, on one line: a control byte or a backslash escaped, so a
+	 * tenant's metadata cannot move the terminal's cursor or fake a
+	 * line of this output */
+	fputs("): ", f);
+	for (size_t i = 0; i < len; i++) {
+		if (p[i] == '\\')
+			fputs("\\\\", f);
+		else if (p[i] == '\n')
+			fputs("\\n", f);
+		else if (p[i] == '\t')
+			fputs("\\t", f);
+		else if (p[i] < 0x20 || p[i] == 0x7f)
+			fprintf(f, "\\x%02x", p[i]);
+		else if (p[i] == 0xc2 && i + 1 < len && p[i + 1] >= 0x80 &&
+			 p[i + 1] < 0xa0) /* C1 controls: 8-bit CSI and co. */
+			fprintf(f, "\\u%04x", p[++i]);
+		else
+			fputc(p[i], f);
+	}
+	fputc('\n', f);
+}
+
 void tctl_print_entry(const struct td_entry *e, int json,
 		      const struct td_ring_stat *rs)
 {

@@ -91,6 +91,8 @@ int cmd_stat(int argc, char **argv)
 	tctl_print_entry(&ent, json, have_rs ? &rs : NULL);
 	if (json)
 		putchar('\n');
+	else
+		tctl_text_meta(stdout, ent.meta, ent.meta_len);
 	td_entry_fini(&ent);
 	return TCTL_OK;
 }

@@ -45,7 +45,8 @@ static const struct cmd {
 	 "  -o, --output F  where to write (- = stdout); see OUTPUTS\n"},
 	{"ls", "ls [PREFIX]",
 	 "List tensors and rings whose name starts with PREFIX.\n"},
-	{"stat", "stat NAME", "Describe the latest version of NAME.\n"},
+	{"stat", "stat NAME", "Describe the latest version of NAME, and its "
+			      "metadata (escaped text, or hex).\n"},
 	{"rm", "rm NAME", "Remove NAME (leased versions live on).\n"},
 	{"watch", "watch NAME|PREFIX [--prefix] [--count N]",
 	 "One line per event: published NAME VERSION, deleted NAME VERSION.\n"

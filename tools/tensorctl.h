@@ -103,6 +103,9 @@ void tctl_json_meta(FILE *f, const void *meta, size_t len);
  * One LIST/STAT entry: a line, or a JSON object (no newline). rs: a
  * ring's RING_STAT (slots, subscribers) to add, or NULL.
  */
+/* stat's metadata line ("  metadata (N B): text", escaped; hex when it
+ * is not UTF-8); nothing when there is none. */
+void tctl_text_meta(FILE *f, const void *meta, size_t len);
 void tctl_print_entry(const struct td_entry *e, int json,
 		      const struct td_ring_stat *rs);
 
