@@ -108,12 +108,56 @@ static void *map_ro(int fd, uint64_t off, size_t len)
 	return p;
 }
 
+/* A cached mapping used again: one more owner, most recent first. */
+static void map_take(ClientObject *cl, struct tdpy_map *m)
+{
+	if (m->refs++ == 0)
+		cl->idle_maps--;
+	unlink_map(m);
+	push_front(cl, m);
+}
+
+/* A new mapping of [off, off + len) of fd (st: its fstat), read-only
+ * or a loan's (writable, shared), with one owner: 0, or -errno. */
+static int map_new(ClientObject *cl, int fd, const struct stat *st,
+		   uint64_t off, size_t len, bool writable,
+		   struct tdpy_map **out)
+{
+	struct tdpy_map *m = calloc(1, sizeof(*m));
+
+	if (!m)
+		return -ENOMEM;
+	m->addr = writable ? mmap(NULL, len, PROT_READ | PROT_WRITE,
+				  MAP_SHARED, fd, (off_t)off)
+			   : map_ro(fd, off, len);
+	if (m->addr == MAP_FAILED) {
+		int rc = -errno;
+
+		free(m);
+		return rc;
+	}
+	m->dev = st->st_dev;
+	m->ino = st->st_ino;
+	m->off = off;
+	m->len = len;
+	m->refs = 1;
+	m->writable = writable;
+	/* a call that waited returns after close() took effect: the
+	 * closed client's cache would keep the mapping for ever, so it
+	 * goes with its last owner (tdpy_map_put, m->cl NULL) */
+	if (cl->handle)
+		push_front(cl, m);
+	*out = m;
+	return 0;
+}
+
 int tdpy_map_get(ClientObject *cl, int fd, uint64_t off, uint64_t size,
 		 struct tdpy_map **out, char **data)
 {
 	uint64_t align = (uint64_t)sysconf(_SC_PAGESIZE), lo, hi;
 	struct tdpy_map *m;
 	struct stat st;
+	int rc;
 
 	if (fstat(fd, &st) < 0)
 		return -errno;
@@ -126,37 +170,16 @@ int tdpy_map_get(ClientObject *cl, int fd, uint64_t off, uint64_t size,
 		return -EOVERFLOW;
 	lo = off & ~(align - 1);
 	hi &= ~(align - 1);
-	for (m = cl->maps; m; m = m->next) {
-		if (m->writable || m->dev != st.st_dev ||
-		    m->ino != st.st_ino || lo < m->off || hi > m->off + m->len)
-			continue;
-		if (m->refs++ == 0)
-			cl->idle_maps--;
-		unlink_map(m);
-		push_front(cl, m);
-		goto found;
-	}
-	m = calloc(1, sizeof(*m));
-	if (!m)
-		return -ENOMEM;
-	m->addr = map_ro(fd, lo, (size_t)(hi - lo));
-	if (m->addr == MAP_FAILED) {
-		int rc = -errno;
-
-		free(m);
+	for (m = cl->maps; m; m = m->next)
+		if (!m->writable && m->dev == st.st_dev &&
+		    m->ino == st.st_ino && lo >= m->off &&
+		    hi <= m->off + m->len)
+			break;
+	if (m)
+		map_take(cl, m);
+	else if ((rc = map_new(cl, fd, &st, lo, (size_t)(hi - lo), false,
+			       &m)) < 0)
 		return rc;
-	}
-	m->dev = st.st_dev;
-	m->ino = st.st_ino;
-	m->off = lo;
-	m->len = (size_t)(hi - lo);
-	m->refs = 1;
-	/* a call that waited returns after close() took effect: the
-	 * closed client's cache would keep the mapping for ever, so it
-	 * goes with its last owner (tdpy_map_put, m->cl NULL) */
-	if (cl->handle)
-		push_front(cl, m);
-found:
 	*out = m;
 	*data = (char *)m->addr + (off - m->off);
 	return 0;
@@ -167,41 +190,22 @@ int tdpy_map_loan(ClientObject *cl, int fd, uint64_t size,
 {
 	struct tdpy_map *m;
 	struct stat st;
+	int rc;
 
 	if (size > SIZE_MAX)
 		return -EOVERFLOW;
 	if (fstat(fd, &st) < 0)
 		return -errno;
-	for (m = cl->maps; m; m = m->next) {
-		if (!m->writable || m->refs || m->dev != st.st_dev ||
-		    m->ino != st.st_ino || m->len != size)
-			continue;
-		m->refs = 1;
-		cl->idle_maps--;
-		unlink_map(m);
-		push_front(cl, m);
-		*out = m;
-		*addr = m->addr;
-		return 0;
-	}
-	m = calloc(1, sizeof(*m));
-	if (!m)
-		return -ENOMEM;
-	m->addr = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED,
-		       fd, 0);
-	if (m->addr == MAP_FAILED) {
-		int rc = -errno;
-
-		free(m);
+	/* one owner at a time: a loan's earlier arrays still alive keep
+	 * theirs, and this loan gets another */
+	for (m = cl->maps; m; m = m->next)
+		if (m->writable && !m->refs && m->dev == st.st_dev &&
+		    m->ino == st.st_ino && m->len == size)
+			break;
+	if (m)
+		map_take(cl, m);
+	else if ((rc = map_new(cl, fd, &st, 0, (size_t)size, true, &m)) < 0)
 		return rc;
-	}
-	m->dev = st.st_dev;
-	m->ino = st.st_ino;
-	m->len = (size_t)size;
-	m->refs = 1;
-	m->writable = true;
-	if (cl->handle)
-		push_front(cl, m);
 	*out = m;
 	*addr = m->addr;
 	return 0;
