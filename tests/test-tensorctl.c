@@ -227,6 +227,23 @@ static void put_zeros(const struct tu_daemon *d, const char *name,
 	free(b);
 }
 
+static void put_meta(const struct tu_daemon *d, const char *name,
+		     const char *meta, size_t len)
+{
+	uint64_t n = 4;
+	uint8_t b[4] = {0};
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = &n, .meta = meta,
+			       .meta_len = len};
+	struct td_error e = {0};
+	struct td_client *c;
+
+	cr_assert_eq(td_client_connect(d->sock, &c, NULL), 0);
+	cr_assert_eq(td_client_put(c, &p, b, sizeof(b), NULL, &e), 0, "%s",
+		     e.reason);
+	td_client_close(c);
+}
+
 /* STAT of name: 1 with its lease count in *leases, or 0 when absent. */
 static int stat_name(const struct tu_daemon *d, const char *name,
 		     uint32_t *leases)
@@ -1969,6 +1986,55 @@ Test(tensorctl, json_everywhere_errors_included)
 }
 
 /*
+ * save -o FILE.tgm without a NAME saves every tensor, rings left out,
+ * as save -o FILE.hrry does (it was a usage error); load gives them
+ * back byte for byte.
+ */
+Test(tensorctl, save_tgm_without_names_saves_every_tensor)
+{
+	static const uint64_t shape[1] = {8};
+	struct td_ring_desc rd = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				  .shape = shape};
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *ring;
+	char path[160], back[160], *out, *err;
+
+	start(&d);
+	put_meta(&d, "cam/u", "lens", 4);
+	cr_assert_eq(td_client_connect(d.sock, &c, NULL), 0);
+	cr_assert_eq(td_ring_create(c, "r", &rd, &ring, NULL), 0);
+	path_in(path, sizeof(path), &d, "all.tgm");
+	cr_expect_eq(CTL(&d, &out, &err, "save", "-o", path), 0, "%s", err);
+	cr_expect(strstr(out, ": 2 object(s)"), "%s", out);
+	free(out);
+	free(err);
+	cr_expect_eq(CTL(&d, &out, &err, "load", path, "--prefix", "b/"), 0,
+		     "%s", err);
+	free(out);
+	free(err);
+	/* a name's "/" comes back as "_" (docs/tensorctl.md, load) */
+	cr_expect(exists(&d, "b/t") && exists(&d, "b/cam_u"));
+	cr_expect(!exists(&d, "b/r"), "a ring is not saved");
+	path_in(back, sizeof(back), &d, "t.bin");
+	cr_expect_eq(CTL(&d, NULL, NULL, "get", "b/t", "-o", back), 0);
+	expect_file(back, "abcdef");
+	td_ring_close(ring);
+	td_client_close(c);
+	/* nothing to save is an error, not an empty file */
+	cr_assert_eq(CTL(&d, NULL, NULL, "rm", "t"), 0);
+	cr_assert_eq(CTL(&d, NULL, NULL, "rm", "cam/u"), 0);
+	cr_assert_eq(CTL(&d, NULL, NULL, "rm", "b/t"), 0);
+	cr_assert_eq(CTL(&d, NULL, NULL, "rm", "b/cam_u"), 0);
+	path_in(path, sizeof(path), &d, "none.tgm");
+	cr_expect_eq(CTL(&d, NULL, &err, "save", "-o", path), 1);
+	cr_expect(strstr(err, "no tensors to save"), "%s", err);
+	free(err);
+	cr_expect_eq(access(path, F_OK), -1);
+	tu_daemon_stop(&d, false);
+}
+
+/*
  * A Hurray file on stdin is told by its magic (or --format hrry), as
  * inspect tells it; a --format that is neither tgm nor hrry is refused
  * by load and save (save wrote a .tgm for any word before).
@@ -2035,23 +2101,6 @@ Test(tensorctl, load_says_what_its_scan_skipped)
 	free(err);
 	free(b);
 	tu_daemon_stop(&d, false);
-}
-
-static void put_meta(const struct tu_daemon *d, const char *name,
-		     const char *meta, size_t len)
-{
-	uint64_t n = 4;
-	uint8_t b[4] = {0};
-	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
-			       .ndim = 1, .shape = &n, .meta = meta,
-			       .meta_len = len};
-	struct td_error e = {0};
-	struct td_client *c;
-
-	cr_assert_eq(td_client_connect(d->sock, &c, NULL), 0);
-	cr_assert_eq(td_client_put(c, &p, b, sizeof(b), NULL, &e), 0, "%s",
-		     e.reason);
-	td_client_close(c);
 }
 
 /* stat shows the metadata as text on a line of its own, escaped (no

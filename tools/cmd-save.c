@@ -118,6 +118,28 @@ static int json_attrs(struct td_tgm_enc_object *objs, uint8_t **attrs,
 	return 0;
 }
 
+/* Every name of the catalogue but rings' into *names (pointing into
+ * *list): 0, or a tensorctl status. */
+static int all_names(struct td_client *c, struct td_entry **list,
+		     size_t *list_n, const char ***names, size_t *n)
+{
+	struct td_error e = {0};
+	int r = td_client_list(c, NULL, list, list_n, &e);
+
+	if (r < 0)
+		return tctl_refused("list", r, &e);
+	*names = calloc(*list_n + 1, sizeof(**names));
+	if (!*names)
+		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
+	for (size_t i = 0; i < *list_n; i++)
+		if (!((*list)[i].flags & TD_ENTRY_RING))
+			(*names)[(*n)++] = (*list)[i].name;
+	if (!*n)
+		return tctl_fail(TCTL_REFUSED, "input", ENOENT,
+				 "no tensors to save");
+	return 0;
+}
+
 static int save_tgm(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -125,20 +147,17 @@ static int save_tgm(int argc, char **argv)
 		{"format", required_argument, NULL, 'f'}, /* tgm here */
 		TCTL_COMMON_OPTIONS};
 	const char *out = NULL;
-	const char **names = calloc((size_t)argc, sizeof(*names));
-	struct td_tensor **ts = calloc((size_t)argc, sizeof(*ts));
-	struct td_tgm_enc_object *objs = calloc((size_t)argc, sizeof(*objs));
-	uint8_t **attrs = calloc((size_t)argc, sizeof(*attrs));
+	const char **names = NULL;
+	struct td_tensor **ts = NULL;
+	struct td_tgm_enc_object *objs = NULL;
+	uint8_t **attrs = NULL;
+	struct td_entry *list = NULL;
 	struct td_client *c = NULL;
 	struct td_err te = {0};
 	uint8_t *msg = NULL;
-	size_t n = 0, len = 0;
+	size_t n = 0, len = 0, list_n = 0;
 	int rc = TCTL_USAGE, o;
 
-	if (!names || !ts || !objs || !attrs) {
-		rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
-		goto out;
-	}
 	while ((o = tctl_getopt(argc, argv, "o:", opts, &rc)) != -1) {
 		if (o == 'f' && !strcmp(optarg, "tgm"))
 			continue; /* hrry went to cmd_save_hrry() already */
@@ -151,11 +170,8 @@ static int save_tgm(int argc, char **argv)
 			goto out;
 		out = optarg;
 	}
-	while (optind < argc)
-		names[n++] = argv[optind++];
-	if (!n || !out) {
-		rc = tctl_usage("save", !n ? "needs at least one NAME"
-					   : "needs -o FILE (- for stdout)");
+	if (!out) {
+		rc = tctl_usage("save", "needs -o FILE (- for stdout)");
 		goto out;
 	}
 	if (tctl_json && !strcmp(out, "-")) {
@@ -165,6 +181,26 @@ static int save_tgm(int argc, char **argv)
 	rc = tctl_connect(&c);
 	if (rc)
 		goto out;
+	/* the names given, or (none) every tensor, as for .hrry */
+	if (optind < argc) {
+		names = calloc((size_t)argc, sizeof(*names));
+		if (!names) {
+			rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+				       "out of memory");
+			goto out;
+		}
+		while (optind < argc)
+			names[n++] = argv[optind++];
+	} else if ((rc = all_names(c, &list, &list_n, &names, &n)) != 0) {
+		goto out;
+	}
+	ts = calloc(n, sizeof(*ts));
+	objs = calloc(n, sizeof(*objs));
+	attrs = calloc(n, sizeof(*attrs));
+	if (!ts || !objs || !attrs) {
+		rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
+		goto out;
+	}
 	for (size_t i = 0; i < n; i++) {
 		struct td_error e = {0};
 		const char *why;
@@ -225,6 +261,7 @@ out:
 	td_client_close(c);
 	free(msg);
 	free(names);
+	td_entry_list_free(list, list_n);
 	free(ts);
 	free(objs);
 	return rc;

@@ -77,11 +77,11 @@ static const struct cmd {
 	 "held, requests) and per-uid bytes, quota and pinned bytes. Root and\n"
 	 "the daemon's uid see every client; others see their own uid's.\n"},
 	{"save",
-	 "save NAME... -o FILE.tgm|- | save -o FILE.hrry|- [NAME...] "
+	 "save -o FILE.tgm|- [NAME...] | save -o FILE.hrry|- [NAME...] "
 	 "[--format tgm|hrry]",
 	 "Write tensors as one hashed Tensogram message, or as a Hurray file\n"
-	 "when -o ends in .hrry or --format hrry is given (then without NAME:\n"
-	 "every tensor but rings, one forward pass). A tensor the file cannot\n"
+	 "when -o ends in .hrry or --format hrry is given (one forward pass).\n"
+	 "Without NAME: every tensor but rings. A tensor the file cannot\n"
 	 "hold (several planes, quantized, strided) fails the save.\n"
 	 "  -o, --output F  where to write (- = stdout); see OUTPUTS\n"
 	 "  --format F      tgm or hrry (default: by the -o name)\n"},
