@@ -631,17 +631,6 @@ static void etag_of(char *out, size_t cap, const struct td__http_node *n,
 		         (int)n->raw_len, n->raw, version, run);
 }
 
-/* The reader of a 304's response, which libmicrohttpd never calls: a
- * call ends the connection rather than send a body. */
-static ssize_t no_body(void *cls, uint64_t pos, char *buf, size_t max)
-{
-	(void)cls;
-	(void)pos;
-	(void)buf;
-	(void)max;
-	return MHD_CONTENT_READER_END_WITH_ERROR;
-}
-
 enum MHD_Result td__http_chunk(struct MHD_Connection *c,
                                struct td__http_node *n, void **con_cls)
 {
@@ -665,15 +654,7 @@ enum MHD_Result td__http_chunk(struct MHD_Connection *c,
 	}
 	if (td__http_etag_matches(inm, etag)) {
 		td__http_hold_drop(h);
-		/* RFC 9110 15.4.5: a 304's Content-Length, if any, is the
-		 * 200's. libmicrohttpd sends no body with a 304 but writes
-		 * the response's size as its Content-Length, so the size is
-		 * the chunk's and the reader is never called. */
-		r = MHD_create_response_from_callback(n->w.len, 4096,
-		                                      no_body, NULL, NULL);
-		if (r)
-			MHD_add_response_header(r, "ETag", etag);
-		return td__http_queue(c, MHD_HTTP_NOT_MODIFIED, r);
+		return td__http_not_modified(c, n->w.len, etag);
 	}
 	rg = td__http_range(c, n->w.len, etag, &a, &len);
 	if (rg < 0) {

@@ -97,6 +97,32 @@ enum MHD_Result td__http_precondition_failed(struct MHD_Connection *c)
 	                     "key\n");
 }
 
+/* The reader of a 304's response, which libmicrohttpd never calls: a
+ * call ends the connection rather than send a body. */
+static ssize_t no_body(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	(void)cls;
+	(void)pos;
+	(void)buf;
+	(void)max;
+	return MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+enum MHD_Result td__http_not_modified(struct MHD_Connection *c, uint64_t len,
+                                      const char *etag)
+{
+	/* RFC 9110 15.4.5: a 304's Content-Length, if any, is the 200's.
+	 * libmicrohttpd sends no body with a 304 but writes the response's
+	 * size as its Content-Length, so the size is the body's and the
+	 * reader is never called. */
+	struct MHD_Response *r = MHD_create_response_from_callback(
+	        len, 4096, no_body, NULL, NULL);
+
+	if (r)
+		MHD_add_response_header(r, "ETag", etag);
+	return td__http_queue(c, MHD_HTTP_NOT_MODIFIED, r);
+}
+
 enum MHD_Result td__http_unsatisfiable(struct MHD_Connection *c, uint64_t len)
 {
 	struct MHD_Response *r = MHD_create_response_from_buffer(

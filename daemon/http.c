@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include <json-c/json.h>
+#include <xxhash.h>
 
 
 /* Bytes of request state per connection (headers included): a request
@@ -68,22 +69,46 @@ static struct http H = {.lfd = -1, .conns = {&H.conns, &H.conns}};
 
 static unsigned connections(void);
 
+/*
+ * A metadata key's strong ETag: a hash of its text (128 bits of XXH3).
+ * The text is built per request from the versions current then (a node's
+ * own, or the group's list of them), so equal tags are equal bytes, in
+ * this run or another; a reader polling zarr.json for a new shape gets a
+ * 304 until it changes.
+ */
+static void text_etag(char *out, size_t cap, const char *t, size_t len)
+{
+	XXH128_hash_t h = XXH3_128bits(t, len);
+
+	snprintf(out, cap, "\"z.%016" PRIx64 "%016" PRIx64 "\"", h.high64,
+		 h.low64);
+}
+
 /* A JSON text (malloc'ed, taken; NULL: out of memory) as the body. */
 static enum MHD_Result text_body(struct MHD_Connection *c, char *t,
 				 size_t len)
 {
 	struct MHD_Response *r;
 	uint64_t a = 0, n = 0;
+	char etag[40];
 	int rg;
 
 	if (!t)
 		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
 				     "out of memory\n");
-	if (td__http_if_match_fails(c, NULL)) {
+	text_etag(etag, sizeof(etag), t, len);
+	if (td__http_if_match_fails(c, etag)) {
+		/* RFC 9110 13.2.2: If-Match first, before If-None-Match */
 		free(t);
 		return td__http_precondition_failed(c);
 	}
-	rg = td__http_range(c, len, NULL, &a, &n);
+	if (td__http_etag_matches(MHD_lookup_connection_value(
+					  c, MHD_HEADER_KIND, "If-None-Match"),
+				  etag)) {
+		free(t);
+		return td__http_not_modified(c, len, etag);
+	}
+	rg = td__http_range(c, len, etag, &a, &n);
 	if (rg < 0) {
 		free(t);
 		return td__http_unsatisfiable(c, len);
@@ -99,7 +124,7 @@ static enum MHD_Result text_body(struct MHD_Connection *c, char *t,
 	}
 	return td__http_queue(c,
 			      td__http_finish(r, rg, a, n, len,
-					      "application/json", NULL),
+					      "application/json", etag),
 			      r);
 }
 

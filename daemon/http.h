@@ -49,6 +49,9 @@ bool td__http_if_match_fails(struct MHD_Connection *c, const char *etag);
 enum MHD_Result td__http_precondition_failed(struct MHD_Connection *c);
 /* 416 with Content-Range: bytes * /len. */
 enum MHD_Result td__http_unsatisfiable(struct MHD_Connection *c, uint64_t len);
+/* 304 with etag and a 200's Content-Length, len, and no body. */
+enum MHD_Result td__http_not_modified(struct MHD_Connection *c, uint64_t len,
+                                      const char *etag);
 /* Content-Range (ranged) and the common headers; 200 or 206. */
 unsigned td__http_finish(struct MHD_Response *r, int ranged, uint64_t a,
                          uint64_t n, uint64_t len, const char *type,

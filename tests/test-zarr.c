@@ -3127,13 +3127,82 @@ Test(http, if_range_and_if_match_name_one_version, .init = start_http,
 	http("GET", "/zarr/cond/c/0", "If-Match: *\r\n", &resp);
 	cr_assert_eq(status_of(resp), 200, "%s", resp);
 	free(resp);
-	/* metadata has no ETag: only "*" holds, and If-Range never does */
+	/* a metadata key's tag is its own: another's neither matches nor
+	 * lets a range stand */
 	http("GET", "/zarr/zarr.json", "If-Match: \"x\"\r\n", &resp);
 	cr_assert_eq(status_of(resp), 412, "%s", resp);
 	free(resp);
 	http("GET", "/zarr/zarr.json",
 	     "If-Range: \"x\"\r\nRange: bytes=0-0\r\n", &resp);
 	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	free(resp);
+	free(tag);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/*
+ * Metadata keys carry a strong ETag of their text, so a reader polling
+ * zarr.json for a new shape or a new array gets 304 until it changes;
+ * If-Match, If-Range and Range honour it as they do a chunk's. (They had
+ * none: every poll got the whole text again.)
+ */
+Test(http, metadata_keys_have_an_etag_of_their_text, .init = start_http,
+     .fini = stop)
+{
+	static const char *const keys[] = {"/zarr/zarr.json",
+	                                   "/zarr/m/zarr.json",
+	                                   "/zarr-v2/m/.zarray",
+	                                   "/zarr-v2/.zgroup"};
+	char *resp, *tag, *again, hdr[256];
+
+	put_filled("m", 'A', 100);
+	for (size_t i = 0; i < sizeof(keys) / sizeof(*keys); i++) {
+		http("GET", keys[i], NULL, &resp);
+		cr_assert_eq(status_of(resp), 200, "%s: %s", keys[i], resp);
+		tag = etag_in(resp);
+		cr_assert(tag && !strncmp(tag, "\"z.", 3), "%s: %s", keys[i],
+		          resp);
+		free(resp);
+		http("GET", keys[i], NULL, &resp);
+		again = etag_in(resp);
+		cr_assert_str_eq(again, tag, "%s: the same text, the same tag",
+		                 keys[i]);
+		free(again);
+		free(resp);
+		snprintf(hdr, sizeof(hdr), "If-None-Match: W/%s\r\n", tag);
+		http("GET", keys[i], hdr, &resp);
+		cr_assert_eq(status_of(resp), 304, "%s: %s", keys[i], resp);
+		cr_assert_str_eq(body_of(resp), "", "%s", resp);
+		free(resp);
+		snprintf(hdr, sizeof(hdr), "If-Match: %s\r\n", tag);
+		http("GET", keys[i], hdr, &resp);
+		cr_assert_eq(status_of(resp), 200, "%s: %s", keys[i], resp);
+		free(resp);
+		snprintf(hdr, sizeof(hdr), "If-Range: %s\r\nRange: bytes=0-0\r\n",
+		         tag);
+		http("GET", keys[i], hdr, &resp);
+		cr_assert_eq(status_of(resp), 206, "%s: %s", keys[i], resp);
+		cr_assert_str_eq(body_of(resp), "{", "%s", resp);
+		free(resp);
+		free(tag);
+	}
+	/* the array's shape changes: its zarr.json, and the group's, get
+	 * a new tag; a reader holding the old one gets the new text */
+	http("GET", "/zarr/m/zarr.json", NULL, &resp);
+	tag = etag_in(resp);
+	free(resp);
+	put_filled("m", 'A', 50);
+	snprintf(hdr, sizeof(hdr), "If-None-Match: %s\r\n", tag);
+	http("GET", "/zarr/m/zarr.json", hdr, &resp);
+	cr_assert_eq(status_of(resp), 200, "a new shape: %s", resp);
+	cr_assert(strstr(body_of(resp), "50"), "%s", resp);
+	again = etag_in(resp);
+	cr_assert_str_neq(again, tag);
+	free(again);
+	free(resp);
+	snprintf(hdr, sizeof(hdr), "If-Match: %s\r\n", tag);
+	http("GET", "/zarr/m/zarr.json", hdr, &resp);
+	cr_assert_eq(status_of(resp), 412, "%s", resp);
 	free(resp);
 	free(tag);
 	stop(); /* checked here: criterion ignores a .fini's asserts */
