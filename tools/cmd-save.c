@@ -140,6 +140,40 @@ static int all_names(struct td_client *c, struct td_entry **list,
 	return 0;
 }
 
+/* GET name into *t and describe it in *obj: 0, or a tensorctl status. */
+static int take_one(struct td_client *c, const char *name,
+		    struct td_tensor **t, struct td_tgm_enc_object *obj)
+{
+	struct td_error e = {0};
+	const char *why;
+	int r = td_client_get(c, name, t, &e);
+
+	if (r < 0)
+		return tctl_refused(name, r, &e);
+	r = td_tensor_fence_wait(*t, -1);
+	if (r < 0)
+		return tctl_fail(TCTL_REFUSED, "fence", -r, "%s: fence: %s",
+				 name, strerror(-r));
+	why = unsavable(*t);
+	if (why)
+		return tctl_fail(TCTL_REFUSED, "input", EINVAL,
+				 "%s: cannot be saved: %s", name, why);
+	/* tensors hold host-order elements; the writer says "little",
+	 * which is what every supported host has */
+	if (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__ &&
+	    td_tensor_dtype_size(td_tensor_dtype(*t)) > 1)
+		return tctl_fail(TCTL_REFUSED, "input", ENOTSUP,
+				 "%s: big-endian hosts cannot save yet", name);
+	obj->dtype = tgm_dtype(td_tensor_dtype(*t));
+	obj->ndim = td_tensor_ndim(*t);
+	obj->shape = td_tensor_shape(*t);
+	obj->data = td_tensor_plane_data(*t, 0);
+	obj->data_len = td_tensor_bytes(*t);
+	obj->name = name;
+	obj->meta = td_tensor_meta(*t, &obj->meta_len);
+	return 0;
+}
+
 static int save_tgm(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -201,45 +235,10 @@ static int save_tgm(int argc, char **argv)
 		rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
 		goto out;
 	}
-	for (size_t i = 0; i < n; i++) {
-		struct td_error e = {0};
-		const char *why;
-		int r = td_client_get(c, names[i], &ts[i], &e);
-
-		if (r < 0) {
-			rc = tctl_refused(names[i], r, &e);
-			goto out;
-		}
-		r = td_tensor_fence_wait(ts[i], -1);
-		if (r < 0) {
-			rc = tctl_fail(TCTL_REFUSED, "fence", -r,
-			               "%s: fence: %s", names[i], strerror(-r));
-			goto out;
-		}
-		why = unsavable(ts[i]);
-		if (why) {
-			rc = tctl_fail(TCTL_REFUSED, "input", EINVAL,
-			               "%s: cannot be saved: %s", names[i],
-			               why);
-			goto out;
-		}
-		/* tensors hold host-order elements; the writer says
-		 * "little", which is what every supported host has */
-		if (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__ &&
-		    td_tensor_dtype_size(td_tensor_dtype(ts[i])) > 1) {
-			rc = tctl_fail(TCTL_REFUSED, "input", ENOTSUP,
-			               "%s: big-endian hosts cannot save yet",
-			               names[i]);
-			goto out;
-		}
-		objs[i].dtype = tgm_dtype(td_tensor_dtype(ts[i]));
-		objs[i].ndim = td_tensor_ndim(ts[i]);
-		objs[i].shape = td_tensor_shape(ts[i]);
-		objs[i].data = td_tensor_plane_data(ts[i], 0);
-		objs[i].data_len = td_tensor_bytes(ts[i]);
-		objs[i].name = names[i];
-		objs[i].meta = td_tensor_meta(ts[i], &objs[i].meta_len);
-	}
+	for (size_t i = 0; i < n && !rc; i++)
+		rc = take_one(c, names[i], &ts[i], &objs[i]);
+	if (rc)
+		goto out;
 	if (json_attrs(objs, attrs, n, &te) < 0 ||
 	    td_tgm_message_encode(objs, n, TD_VERSION, &msg, &len, &te) < 0) {
 		rc = tctl_fail(TCTL_REFUSED, "input", EINVAL,
