@@ -557,7 +557,9 @@ static PyMethodDef client_methods[] = {
 	 "The negotiated connection facts."},
 	{"put", (PyCFunction)(void (*)(void))tdpy_client_put,
 	 METH_VARARGS | METH_KEYWORDS,
-	 "put(name, array, metadata=None, pin=False) -> version"},
+	 "put(name, array, metadata=None, pin=False, stream=False) -> version "
+	 "(stream: the copy goes into the name's stream loan, kept mapped; "
+	 "the version is recyclable, not write-sealed)"},
 	{"alloc", (PyCFunction)(void (*)(void))tdpy_client_alloc,
 	 METH_VARARGS | METH_KEYWORDS,
 	 "alloc(name, shape, dtype, strides=None, format=None, recycle=False,"
@@ -691,7 +693,8 @@ PyMODINIT_FUNC PyInit_tensord(void)
 	    PyModule_AddObject(m, "Entry", (PyObject *)&entry_type) ||
 	    PyModule_AddObject(m, "DTYPES", dtypes()) ||
 	    PyModule_AddIntConstant(m, "ENTRY_PIN", TD_PUBLISH_PIN) ||
-	    PyModule_AddIntConstant(m, "ENTRY_RING", TD_ENTRY_RING))
+	    PyModule_AddIntConstant(m, "ENTRY_RING", TD_ENTRY_RING) ||
+	    PyModule_AddIntConstant(m, "ENTRY_RECYCLE", TD_ENTRY_RECYCLE))
 		goto fail;
 	return m;
 fail:

@@ -40,10 +40,18 @@ static bool array_like(PyObject *o)
 	       PyObject_HasAttrString(o, "__array__");
 }
 
-/* put(name, array, metadata=None, pin=False): copy into a loan, publish. */
+/*
+ * put(name, array, metadata=None, pin=False, stream=False): copy into a
+ * loan, publish. stream: the loan is the name's stream loan
+ * (TD_ALLOC_STREAM, named), whose buffers libtensord keeps mapped: a loop
+ * of puts copies into warm pages and its followers map nothing new. The
+ * version is then recyclable (not write-sealed); only this call writes
+ * the loan, before its publish.
+ */
 PyObject *tdpy_client_put(ClientObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"name", "array", "metadata", "pin", NULL};
+	static char *kwlist[] = {"name", "array", "metadata", "pin", "stream",
+				 NULL};
 	const char *name;
 	PyObject *obj, *meta = NULL, *src = NULL, *dst;
 	PyArray_Descr *d;
@@ -54,11 +62,11 @@ PyObject *tdpy_client_put(ClientObject *self, PyObject *args, PyObject *kw)
 	struct layout l;
 	Py_buffer mb;
 	uint64_t size, version = 0;
-	int pin = 0, code, rc;
+	int pin = 0, stream = 0, code, rc;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O|Op", kwlist,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O|Opp", kwlist,
 					 tdpy_conv_name, &name, &obj, &meta,
-					 &pin))
+					 &pin, &stream))
 		return NULL;
 	if (!array_like(obj))
 		return PyErr_Format(PyExc_TypeError, "put() needs an array "
@@ -84,7 +92,10 @@ PyObject *tdpy_client_put(ClientObject *self, PyObject *args, PyObject *kw)
 		PyBuffer_Release(&mb);
 		goto fail;
 	}
-	TDPY_CALL(self, rc, td_client_alloc(c, 1, &size, &a, &e));
+	TDPY_CALL(self, rc, td_client_alloc_named(c, stream ? name : NULL, 1,
+						  &size,
+						  stream ? TD_ALLOC_STREAM : 0,
+						  &a, &e));
 	if (rc < 0) {
 		PyBuffer_Release(&mb);
 		tdpy_raise(rc, &e, "put: alloc");
