@@ -32,6 +32,11 @@ and acks with that stamp over a socketpair (every method the same ack):
              leaves the loan's pages shared and its array read-only, so
              the next loan of the buffer reuses the mapping (no fresh
              mapping, page faults or remap a version).
+  put        producer: put(name, array) of an array it has (one copy
+             into a fresh loan, a new buffer a version); consumer as
+             follow.
+  sput       put(name, array, stream=True): the copy goes into the
+             name's stream loan, kept mapped.
   newer      the same producer as follow; consumer: get(name,
              newer_than=last), release().
   ring       the fast path: Ring.acquire(), write, publish();
@@ -190,7 +195,7 @@ def consumer_main(method, sock, size, do_touch, ack, note):
     def send(stamp):
         ack.sendall(stamp.to_bytes(ACK, "little", signed=True))
 
-    if method in ("follow", "nowait", "newer", "shared"):
+    if method in ("follow", "nowait", "newer", "shared", "put", "sput"):
         c = tensord.Client(sock)
         name = note
         f = c.follow(name) if method != "newer" else None
@@ -289,6 +294,21 @@ def xproc_method(method, sock, size, seconds, do_touch, ctx,
             w[:8].view(np.int64)[0] = st
             del w
             ring.publish()
+    elif method in ("put", "sput"):
+        client = tensord.Client(sock)
+        note = f"bench/py/x/{method}/{size}"
+        try:
+            client.rm(note)
+        except tensord.NotFound:
+            pass
+        src = np.zeros((size,), np.uint8)
+        kw = {"stream": True} if method == "sput" else {}
+
+        def hand(st):
+            if do_write:
+                src[:] = st & 255
+            src[:8].view(np.int64)[0] = st
+            client.put(note, src, **kw)
     elif method in ("follow", "nowait", "newer", "shared"):
         client = tensord.Client(sock)
         wait = method != "nowait"
@@ -386,7 +406,7 @@ def xproc_method(method, sock, size, seconds, do_touch, ctx,
                 os.close(fd)
 
 
-XMETHODS = ("follow", "nowait", "shared", "newer", "ring", "shm+queue", "shm+pipe",
+XMETHODS = ("follow", "nowait", "shared", "put", "sput", "newer", "ring", "shm+queue", "shm+pipe",
             "pickle")
 
 
