@@ -969,6 +969,13 @@ int td_client_put(struct td_client *c, const struct td_publish *p,
 		  const void *data, size_t len, uint64_t *version,
 		  struct td_error *err)
 {
+	return td_client_put_ex(c, p, data, len, 0, version, err);
+}
+
+int td_client_put_ex(struct td_client *c, const struct td_publish *p,
+		     const void *data, size_t len, uint32_t alloc_flags,
+		     uint64_t *version, struct td_error *err)
+{
 	struct td_publish q;
 	struct td_alloc *a;
 	uint64_t size = len;
@@ -976,7 +983,12 @@ int td_client_put(struct td_client *c, const struct td_publish *p,
 
 	if (!c || !p || (len && !data))
 		return td__fail(err, -EINVAL, "missing argument");
-	rc = td_client_alloc(c, 1, &size, &a, err);
+	if (alloc_flags & ~(TD_ALLOC_RECYCLE | TD_ALLOC_STREAM))
+		return td__fail(err, -EINVAL, "put: alloc flags 0x%x: only "
+				"TD_ALLOC_RECYCLE and TD_ALLOC_STREAM",
+				alloc_flags);
+	rc = td_client_alloc_named(c, alloc_flags ? p->name : NULL, 1, &size,
+				   alloc_flags, &a, err);
 	if (rc < 0)
 		return rc;
 	if (len)

@@ -1191,6 +1191,101 @@ Test(recycle, a_warm_get_newer_handoff_is_one_request_scm)
 	stream_trips("scm", true);
 }
 
+/*
+ * td_client_put_ex(TD_ALLOC_STREAM): a loop of puts copies into the
+ * name's stream loan, so warm, each version is one request (the PUBLISH:
+ * its reply lent the next loan) and no fd or mapping on either side,
+ * where td_client_put is an ALLOC and a PUBLISH of a new buffer a
+ * version, which its follower maps anew.
+ */
+static uint64_t put_handoff(struct td_client *prod, struct td_client *cons,
+			    uint64_t last, uint8_t b, uint32_t flags)
+{
+	static uint8_t buf[16 * KIB];
+	uint64_t n = sizeof(buf), v;
+	struct td_publish p = {.name = "pt/x", .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = &n};
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+
+	memset(buf, b, sizeof(buf));
+	cr_assert_eq(td_client_put_ex(prod, &p, buf, sizeof(buf), flags, &v,
+				      &e),
+		     0, "%s", e.reason);
+	cr_assert_eq(td_client_get_newer(cons, "pt/x", last, 1000, &t, &e), 0,
+		     "%s", e.reason);
+	cr_assert_eq(td_tensor_version(t), v);
+	cr_assert(all_bytes(td_tensor_plane_data(t, 0), sizeof(buf), b));
+	td_tensor_release(t);
+	return v;
+}
+
+/* Whether the current version of pt/x is recyclable (not sealed). */
+static bool put_recyclable(struct td_client *c)
+{
+	struct td_entry en;
+	bool r;
+
+	cr_assert_eq(td_client_stat(c, "pt/x", &en, NULL), 0);
+	r = en.flags & TD_ENTRY_RECYCLE;
+	td_entry_fini(&en);
+	return r;
+}
+
+static void put_trips(const char *import)
+{
+	uint64_t n = 4, last = 0, before, imports;
+	struct td_publish p = {.name = "pt/x", .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = &n};
+	struct td_error e = {0};
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_ring *r = NULL;
+	int fds, maps;
+
+	counted_start(&d, import, true, "pt/counter", &prod, &cons, &r);
+	cr_assert_eq(td_client_put_ex(prod, &p, "abcd", 4, TD_ALLOC_REWRITE,
+				      NULL, &e),
+		     -EINVAL);
+	for (unsigned i = 0; i < 4; i++)
+		last = put_handoff(prod, cons, last, (uint8_t)(i + 1), 0);
+	before = tc_daemon_requests(prod, "pt/counter");
+	for (unsigned i = 0; i < 20; i++)
+		last = put_handoff(prod, cons, last, (uint8_t)(i + 5), 0);
+	/* plain: an ALLOC and a PUBLISH a version, and the RING_STAT */
+	cr_assert_geq(tc_daemon_requests(prod, "pt/counter") - before, 41);
+	cr_assert(!put_recyclable(prod), "a plain put is write-sealed");
+	for (unsigned i = 0; i < 4; i++)
+		last = put_handoff(prod, cons, last, (uint8_t)(i + 30),
+				   TD_ALLOC_STREAM);
+	fds = tu_fd_count();
+	maps = tu_buf_map_count();
+	imports = prod->loan_imports;
+	before = tc_daemon_requests(prod, "pt/counter");
+	for (unsigned i = 0; i < 100; i++)
+		last = put_handoff(prod, cons, last, (uint8_t)(i + 40),
+				   TD_ALLOC_STREAM);
+	cr_assert_eq(tc_daemon_requests(prod, "pt/counter") - before, 101);
+	cr_assert_eq(prod->loan_imports, imports);
+	cr_assert_eq(tu_fd_count(), fds);
+	cr_assert_eq(tu_buf_map_count(), maps);
+	cr_assert(put_recyclable(prod));
+	td_ring_close(r);
+	td_client_close(cons);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+}
+
+Test(recycle, a_warm_stream_put_is_one_request_pidfd)
+{
+	put_trips("pidfd");
+}
+
+Test(recycle, a_warm_stream_put_is_one_request_scm)
+{
+	put_trips("scm");
+}
+
 /* A stream loan of one plane of size bytes, named name. */
 static struct td_alloc *stream_loan(struct td_client *c, const char *name,
 				    uint64_t size)

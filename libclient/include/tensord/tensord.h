@@ -485,6 +485,21 @@ TD_EXPORT int td_client_publish_wait(struct td_client *c, uint64_t *version,
 TD_EXPORT int td_client_put(struct td_client *c, const struct td_publish *p,
 			    const void *data, size_t len, uint64_t *version,
 			    struct td_error *err);
+/*
+ * td_client_put() whose loan is td_client_alloc_named(p->name, ...,
+ * alloc_flags): 0 is td_client_put(); TD_ALLOC_STREAM copies into the
+ * name's stream loan (the one the last such put's PUBLISH lent: no
+ * request but the PUBLISH), whose few buffers stay mapped here and in
+ * the name's followers, so a loop of puts makes no buffer, descriptor or
+ * mapping per version; TD_ALLOC_RECYCLE a recyclable loan without the
+ * lending. Either version is recyclable (TD_ENTRY_RECYCLE, not
+ * write-sealed): nothing but this call writes its loan, before its
+ * publish. Other flags: -EINVAL.
+ */
+TD_EXPORT int td_client_put_ex(struct td_client *c, const struct td_publish *p,
+			       const void *data, size_t len,
+			       uint32_t alloc_flags, uint64_t *version,
+			       struct td_error *err);
 
 /* ---- consuming ---- */
 
