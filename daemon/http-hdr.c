@@ -165,7 +165,8 @@ static int origin_check(const char *o, size_t n, const char **why)
 		                               *p))
 			p++;
 		if (p == host) {
-			*why = "an origin needs a host";
+			*why = "an origin needs a host, in lowercase "
+			       "(letters, digits, '-', '.', '_')";
 			return -EINVAL;
 		}
 	}
