@@ -197,6 +197,10 @@ int td__http_cors_check(const char *list, const char **why)
 {
 	if (!strcmp(list, "*"))
 		return 0;
+	if (strpbrk(list, " \t")) {
+		*why = "no spaces: origins are separated by commas alone";
+		return -EINVAL;
+	}
 	for (const char *p = list;; p++) {
 		size_t n = strcspn(p, ",");
 

@@ -1938,7 +1938,8 @@ Test(http, bad_addresses_stop_the_daemon_with_a_reason)
 	        {"--http-cors ''", "an empty origin", 2},
 	        {"--http-cors 'http://a,,http://b'", "an empty origin", 2},
 	        {"--http-cors 'http://a,'", "an empty origin", 2},
-	        {"--http-cors 'http://a, http://b'", "http:// or https://", 2},
+	        {"--http-cors 'http://a, http://b'", "no spaces", 2},
+	        {"--http-cors 'http://a '", "no spaces", 2},
 	        {"--http-cors '*,http://a'", "stands alone", 2},
 	        {"--http-cors null", "http:// or https://", 2},
 	};
