@@ -167,6 +167,7 @@ struct td__opts {
 	const char *http_addr;   /* --http, NULL = no HTTP store */
 	const char *http_prefix; /* --http-prefix, NULL = nothing exported */
 	unsigned http_max_connections, http_timeout; /* s */
+	const char *http_cors;   /* --http-cors, NULL = no CORS headers */
 	/* $TENSORD_TEST_NO_PEERPIDFD: take the pidfd_open fallback (tests) */
 	bool no_peerpidfd;
 	/* --own-fences-only: no producer's eventfd to a reader without

@@ -2,11 +2,14 @@
 /*
  * The request headers the HTTP store reads itself (http-hdr.h): Range
  * (RFC 9110 14.2), If-None-Match (13.1.2), If-Match (13.1.1) and
- * If-Range (13.1.5). Plain strings in, no
- * libmicrohttpd, so that tests/fuzz/fuzz-http-hdr.c fuzzes exactly this.
+ * If-Range (13.1.5), and for CORS Origin and a preflight's
+ * Access-Control-Request-Headers against --http-cors. Plain strings in,
+ * no libmicrohttpd, so that tests/fuzz/fuzz-http-hdr.c fuzzes exactly
+ * this.
  */
 #include "http-hdr.h"
 
+#include <errno.h>
 #include <string.h>
 #include <strings.h>
 
@@ -124,4 +127,144 @@ bool td__http_if_range(const char *ir, const char *etag)
 	ir += strspn(ir, " \t");
 	len = strlen(etag);
 	return !strncmp(ir, etag, len) && at_end(ir + len);
+}
+
+/* ---- CORS ---- */
+
+/*
+ * One origin of --http-cors, the n bytes at o: 0, or -EINVAL with *why.
+ * Only the form a browser sends (RFC 6454 6.1, the URL standard's
+ * serialisation): anything else would never equal an Origin, and the
+ * operator would see no error, only a browser that is refused.
+ */
+static int origin_check(const char *o, size_t n, const char **why)
+{
+	const char *end = o + n, *host, *p;
+	unsigned long port = 0;
+	bool https = n >= 8 && !strncmp(o, "https://", 8);
+
+	if (!https && (n < 7 || strncmp(o, "http://", 7))) {
+		*why = "an origin is http:// or https:// and a host";
+		return -EINVAL;
+	}
+	host = p = o + (https ? 8 : 7);
+	if (p < end && *p == '[') {
+		/* an IPv6 literal; the browser writes it compressed and in
+		 * lowercase (RFC 5952), which only a comparison shows */
+		while (++p < end && *p && strchr("0123456789abcdef:.", *p))
+			;
+		if (p == end || *p != ']' || p == host + 1) {
+			*why = "an IPv6 host is [lowercase hex digits and "
+			       "colons]";
+			return -EINVAL;
+		}
+		p++;
+	} else {
+		while (p < end && *p && strchr("abcdefghijklmnopqrstuvwxyz"
+		                               "0123456789-._",
+		                               *p))
+			p++;
+		if (p == host) {
+			*why = "an origin needs a host, in lowercase "
+			       "(letters, digits, '-', '.', '_')";
+			return -EINVAL;
+		}
+	}
+	if (p < end && *p == ':') {
+		const char *d = ++p;
+
+		for (; p < end && *p >= '0' && *p <= '9' && port <= 65535; p++)
+			port = port * 10 + (unsigned long)(*p - '0');
+		if (p == d || *d == '0' || port > 65535) {
+			*why = "a port is 1 to 65535, without leading zeros";
+			return -EINVAL;
+		}
+		if (port == (https ? 443u : 80u)) {
+			*why = "a browser leaves the scheme's default port "
+			       "out of Origin: drop it";
+			return -EINVAL;
+		}
+	}
+	if (p < end) {
+		*why = "an origin is scheme://host[:port] in lowercase, "
+		       "with no path, not even \"/\"";
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int td__http_cors_check(const char *list, const char **why)
+{
+	if (!strcmp(list, "*"))
+		return 0;
+	if (strpbrk(list, " \t")) {
+		*why = "no spaces: origins are separated by commas alone";
+		return -EINVAL;
+	}
+	for (const char *p = list;; p++) {
+		size_t n = strcspn(p, ",");
+
+		if (!n) {
+			*why = "an empty origin (\"*\" alone, or origins "
+			       "separated by single commas, no spaces)";
+			return -EINVAL;
+		}
+		if (n == 1 && *p == '*') {
+			*why = "\"*\" stands alone, not in a list";
+			return -EINVAL;
+		}
+		if (origin_check(p, n, why) < 0)
+			return -EINVAL;
+		p += n;
+		if (!*p)
+			return 0;
+	}
+}
+
+bool td__http_cors_allowed(const char *list, const char *origin)
+{
+	size_t len;
+
+	if (!origin)
+		return false;
+	if (!strcmp(list, "*"))
+		return true;
+	len = strlen(origin);
+	for (const char *p = list;; p++) {
+		size_t n = strcspn(p, ",");
+
+		if (n == len && !memcmp(p, origin, n))
+			return true;
+		p += n;
+		if (!*p)
+			return false;
+	}
+}
+
+bool td__http_cors_headers_ok(const char *h)
+{
+	static const char *const ok[] = {"range", "if-none-match",
+	                                 "if-match", "if-range"};
+
+	if (!h)
+		return true;
+	for (const char *p = h;;) {
+		size_t n, i;
+
+		p += strspn(p, " \t,");
+		if (!*p)
+			return true;
+		n = strcspn(p, " \t,");
+		for (i = 0; i < sizeof(ok) / sizeof(*ok); i++)
+			if (strlen(ok[i]) == n && !strncasecmp(p, ok[i], n))
+				break;
+		if (i == sizeof(ok) / sizeof(*ok))
+			return false;
+		/* a name ends at OWS and then a comma or the end: "range
+		 * x" is not two names */
+		p += n;
+		p += strspn(p, " \t");
+		if (*p && *p != ',')
+			return false;
+	}
 }

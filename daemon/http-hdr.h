@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The request headers the HTTP store parses itself (http-hdr.c), over
+ * The request headers the HTTP store parses itself (http-hdr.c), and the
+ * --http-cors origins they are matched against, over
  * plain strings: the daemon passes what libmicrohttpd read, the fuzz
  * target (tests/fuzz/fuzz-http-hdr.c) any bytes.
  */
@@ -33,5 +34,30 @@ bool td__http_if_match(const char *im, const char *etag);
  * Last-Modified) or another tag: no, the whole body is sent.
  */
 bool td__http_if_range(const char *ir, const char *etag);
+
+/*
+ * CORS (the Fetch standard; docs/zarr.md "From a browser: CORS").
+ *
+ * Whether list, the value of --http-cors, has a form the store takes:
+ * "*" alone, or a comma-separated list of origins as a browser sends
+ * them in Origin (RFC 6454 6.1): "http://" or "https://", a host of
+ * lowercase letters, digits, '-', '.' and '_' (or an IPv6 address in
+ * brackets), an optional ":PORT" (1 to 65535, not the scheme's default,
+ * which browsers leave out), nothing after. 0, or -EINVAL with *why.
+ */
+int td__http_cors_check(const char *list, const char **why);
+/*
+ * Whether a request's Origin (NULL: absent) may read: with list "*" any
+ * Origin, else only one equal, byte for byte, to an origin of list (one
+ * td__http_cors_check() took), so that nothing else is ever echoed.
+ */
+bool td__http_cors_allowed(const char *list, const char *origin);
+/*
+ * Whether a preflight's Access-Control-Request-Headers h (NULL: absent)
+ * names only headers the store reads: Range, If-None-Match, If-Match and
+ * If-Range, in any case, as a list (empty elements and whitespace around
+ * them allowed, RFC 9110 5.6.1).
+ */
+bool td__http_cors_headers_ok(const char *h);
 
 #endif

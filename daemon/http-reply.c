@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Replies of the HTTP store (http.h): every status counted for /metrics,
- * the Range header of RFC 9110 and the headers every body carries.
+ * the Range header of RFC 9110, the headers every body carries and, with
+ * --http-cors, those a browser needs to let a page of another origin
+ * read them.
  */
 #include "http.h"
 
@@ -25,6 +27,37 @@ static void count(unsigned code)
 	td__http_stats.other++;
 }
 
+/*
+ * The CORS headers of a reply to c (the Fetch standard, "CORS protocol"):
+ * to every reply, errors included, so that a page sees a 404 or a 416 as
+ * such and not as a failed fetch. Only an Origin of --http-cors is echoed
+ * (td__http_cors_allowed(): byte for byte one of the operator's); "*"
+ * answers "*", the same to everyone.
+ */
+static void cors(struct MHD_Connection *c, struct MHD_Response *r)
+{
+	const char *list = td__d->opts.http_cors, *origin;
+
+	if (!list)
+		return;
+	/* the reply depends on Origin: a cache must not give one origin's
+	 * reply (or one without any) to another, so Vary goes on every
+	 * reply, also to a request without Origin (Fetch, "CORS protocol
+	 * and HTTP caches") */
+	if (strcmp(list, "*"))
+		MHD_add_response_header(r, "Vary", "Origin");
+	origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+	if (!td__http_cors_allowed(list, origin))
+		return;
+	MHD_add_response_header(r, "Access-Control-Allow-Origin",
+	                        strcmp(list, "*") ? origin : "*");
+	/* what a Zarr reader looks at beyond the safelisted headers
+	 * (Content-Type...); Last-Modified is never sent */
+	MHD_add_response_header(r, "Access-Control-Expose-Headers",
+	                        "ETag, Content-Range, Content-Length, "
+	                        "Accept-Ranges");
+}
+
 enum MHD_Result td__http_queue(struct MHD_Connection *c, unsigned code,
                                struct MHD_Response *r)
 {
@@ -33,6 +66,7 @@ enum MHD_Result td__http_queue(struct MHD_Connection *c, unsigned code,
 	if (!r)
 		return MHD_NO;
 	count(code);
+	cors(c, r);
 	res = MHD_queue_response(c, code, r);
 	MHD_destroy_response(r);
 	return res;
@@ -152,4 +186,33 @@ unsigned td__http_finish(struct MHD_Response *r, int ranged, uint64_t a,
 	         a + n - 1, len);
 	MHD_add_response_header(r, "Content-Range", cr);
 	return MHD_HTTP_PARTIAL_CONTENT;
+}
+
+enum MHD_Result td__http_preflight(struct MHD_Connection *c)
+{
+	const char *m = MHD_lookup_connection_value(
+	        c, MHD_HEADER_KIND, "Access-Control-Request-Method");
+	struct MHD_Response *r;
+
+	/* a method other than the two the store has, a header it does not
+	 * read, an origin not listed, or no preflight at all: OPTIONS is
+	 * a method the store does not have, as without --http-cors */
+	if (!m || (strcmp(m, "GET") && strcmp(m, "HEAD")) ||
+	    !td__http_cors_allowed(td__d->opts.http_cors,
+	                           MHD_lookup_connection_value(
+	                                   c, MHD_HEADER_KIND, "Origin")) ||
+	    !td__http_cors_headers_ok(MHD_lookup_connection_value(
+	            c, MHD_HEADER_KIND, "Access-Control-Request-Headers")))
+		return td__http_text(c, MHD_HTTP_METHOD_NOT_ALLOWED,
+		                     "read-only: GET and HEAD only\n");
+	r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+	if (!r)
+		return MHD_NO;
+	MHD_add_response_header(r, "Access-Control-Allow-Methods",
+	                        "GET, HEAD, OPTIONS");
+	/* the fixed set, never the request's own text */
+	MHD_add_response_header(r, "Access-Control-Allow-Headers",
+	                        "Range, If-None-Match, If-Match, If-Range");
+	MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+	return td__http_queue(c, MHD_HTTP_NO_CONTENT, r);
 }

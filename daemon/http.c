@@ -484,6 +484,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 					 MHD_HTTP_HEADER_HOST))
 		return td__http_text(c, MHD_HTTP_BAD_REQUEST,
 				     "an HTTP/1.1 request needs Host\n");
+	if (!strcmp(method, MHD_HTTP_METHOD_OPTIONS) && td__d->opts.http_cors)
+		return td__http_preflight(c);
 	if (strcmp(method, MHD_HTTP_METHOD_GET) &&
 	    strcmp(method, MHD_HTTP_METHOD_HEAD))
 		return td__http_text(c, MHD_HTTP_METHOD_NOT_ALLOWED,

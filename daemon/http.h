@@ -6,7 +6,7 @@
  *   http-body.c   what is exported and the chunk bodies: by sendfile()
  *                 from a dense memfd plane, or repacked (pread into the
  *                 response's buffer) from strided, planar and ring ones
- *   http-reply.c  replies: status counts, Range, common headers
+ *   http-reply.c  replies: status counts, Range, common headers, CORS
  */
 #ifndef TD_DAEMON_HTTP_H
 #define TD_DAEMON_HTTP_H
@@ -33,7 +33,8 @@ struct td__http_stats {
 extern struct td__http_stats td__http_stats;
 extern const unsigned td__http_codes[TD__HTTP_CODES];
 
-/* Queue r with code (counted) and drop our reference; MHD_NO if !r. */
+/* Queue r with code (counted; with --http-cors and an Origin it lists,
+ * the CORS headers added) and drop our reference; MHD_NO if !r. */
 enum MHD_Result td__http_queue(struct MHD_Connection *c, unsigned code,
                                struct MHD_Response *r);
 /* A short text/plain reply (405 adds Allow). */
@@ -52,6 +53,13 @@ enum MHD_Result td__http_unsatisfiable(struct MHD_Connection *c, uint64_t len);
 /* 304 with etag and a 200's Content-Length, len, and no body. */
 enum MHD_Result td__http_not_modified(struct MHD_Connection *c, uint64_t len,
                                       const char *etag);
+/*
+ * An OPTIONS request with --http-cors: a CORS preflight of GET or HEAD
+ * from an origin it lists, asking for headers the store reads
+ * (td__http_cors_headers_ok()), is 204 with what the browser may send;
+ * anything else the 405 of every method the store does not have.
+ */
+enum MHD_Result td__http_preflight(struct MHD_Connection *c);
 /* Content-Range (ranged) and the common headers; 200 or 206. */
 unsigned td__http_finish(struct MHD_Response *r, int ranged, uint64_t a,
                          uint64_t n, uint64_t len, const char *type,

@@ -4,6 +4,7 @@
  * Foreground only, no config file (docs/protocol.md, "The daemon").
  */
 #include "daemon.h"
+#include "http-hdr.h"
 #include "bytes.h"
 #include "os.h"
 #include "sd.h"
@@ -85,6 +86,11 @@ static void usage(FILE *f)
 		"request\n"
 		"                        not whole, close after S seconds "
 		"(default 30)\n"
+		"      --http-cors ORIGINS  let pages of these origins read "
+		"the store\n"
+		"                        from a browser: * or "
+		"scheme://host[:port],...\n"
+		"                        (default: none, no CORS headers)\n"
 		"      --snapshot FILE   keep every tensor in FILE (a Hurray "
 		"file):\n"
 		"                        restored at start, saved after "
@@ -232,6 +238,7 @@ static const struct option long_opts[] = {
 	{"http-prefix", required_argument, NULL, 21},
 	{"http-max-connections", required_argument, NULL, 22},
 	{"http-timeout", required_argument, NULL, 23},
+	{"http-cors", required_argument, NULL, 24},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, 'V'},
 	{NULL, 0, NULL, 0},
@@ -263,6 +270,17 @@ static int parse_http_opt(int c, const char *arg, struct td__opts *o)
 		}
 		o->http_prefix = arg;
 		return 0;
+	case 24: {
+		const char *why = NULL;
+
+		if (td__http_cors_check(arg, &why) < 0) {
+			fprintf(stderr, "tensord: --http-cors %s: %s\n", arg,
+				why);
+			return 2;
+		}
+		o->http_cors = arg;
+		return 0;
+	}
 	default:
 		errno = 0;
 		v = strtol(arg, &end, 10);
@@ -389,6 +407,7 @@ static int parse_opt(int c, const char *arg, struct td__opts *o)
 	case 21:
 	case 22:
 	case 23:
+	case 24:
 		return parse_http_opt(c, arg, o);
 	case 'h':
 		usage(stdout);
@@ -410,7 +429,8 @@ static int parse_opt(int c, const char *arg, struct td__opts *o)
 static int parse_args(int argc, char **argv, struct td__opts *o)
 {
 	static const char *const http_opt[] = {
-		"--http-prefix", "--http-max-connections", "--http-timeout"};
+		"--http-prefix", "--http-max-connections", "--http-timeout",
+		"--http-cors"};
 	const char *needs_http = NULL, *needs_snapshot = NULL;
 	int c, rc;
 
@@ -419,7 +439,7 @@ static int parse_args(int argc, char **argv, struct td__opts *o)
 		rc = parse_opt(c, optarg, o);
 		if (rc)
 			return rc < 0 ? 0 : rc;
-		if (c >= 21 && c <= 23)
+		if (c >= 21 && c <= 24)
 			needs_http = http_opt[c - 21];
 		if (c == 4)
 			needs_snapshot = "--snapshot-interval";

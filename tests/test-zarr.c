@@ -1920,6 +1920,28 @@ Test(http, bad_addresses_stop_the_daemon_with_a_reason)
 	        {"--http 192.0.2.1:8750", "bind/listen", 1},
 	        {"--http-prefix ../x", "not a valid name prefix", 2},
 	        {"--http-timeout 0", "want 1 to 65536", 2},
+	        /* --http-cors: only origins a browser sends in Origin,
+	         * which would otherwise never match, without a word */
+	        {"--http-cors http://localhost:8888/", "no path", 2},
+	        {"--http-cors HTTP://localhost", "http:// or https://", 2},
+	        {"--http-cors http://Localhost", "in lowercase", 2},
+	        {"--http-cors ftp://localhost", "http:// or https://", 2},
+	        {"--http-cors localhost:8888", "http:// or https://", 2},
+	        {"--http-cors http://", "needs a host", 2},
+	        {"--http-cors http://x:80", "default port", 2},
+	        {"--http-cors https://x:443", "default port", 2},
+	        {"--http-cors http://x:0", "1 to 65535", 2},
+	        {"--http-cors http://x:65536", "1 to 65535", 2},
+	        {"--http-cors http://x:", "1 to 65535", 2},
+	        {"--http-cors '[::1]'", "http:// or https://", 2},
+	        {"--http-cors 'http://[::1'", "IPv6", 2},
+	        {"--http-cors ''", "an empty origin", 2},
+	        {"--http-cors 'http://a,,http://b'", "an empty origin", 2},
+	        {"--http-cors 'http://a,'", "an empty origin", 2},
+	        {"--http-cors 'http://a, http://b'", "no spaces", 2},
+	        {"--http-cors 'http://a '", "no spaces", 2},
+	        {"--http-cors '*,http://a'", "stands alone", 2},
+	        {"--http-cors null", "http:// or https://", 2},
 	};
 	char *out;
 
@@ -1970,6 +1992,13 @@ Test(http, the_start_names_port_0_and_warns_of_options_without_http)
 	          "%s", out);
 	cr_assert(strstr(out, "--snapshot-interval has no effect without "
 	                      "--snapshot FILE"),
+	          "%s", out);
+	free(out);
+	cr_assert_eq(zt_sh(&out, "{ timeout -s INT 1 '%s' --socket %s/s.sock "
+	                         "--http-cors '*'; true; }",
+	                   getenv("TD_TENSORD"), zt_dir),
+	             0);
+	cr_assert(strstr(out, "--http-cors has no effect without --http ADDR"),
 	          "%s", out);
 	free(out);
 	zt_teardown();
@@ -3615,5 +3644,259 @@ Test(http, the_stores_descriptors_are_the_daemons_own, .fini = stop)
 	zt_ok("ls");
 	for (int i = 0; i < 99; i++)
 		close(fds[i]);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/* ---- CORS (--http-cors, docs/zarr.md "From a browser: CORS") ---- */
+
+#define PAGE "http://localhost:8888"
+
+/* The store with --http-prefix "" and --http-cors origins. */
+static void start_cors(const char *origins)
+{
+	const char *const more[] = {"--http-prefix", "", "--http-cors",
+	                            origins, NULL};
+
+	start_http_args(more);
+}
+
+/* resp lets the page of origin read it, as a list's echo does. */
+static void cors_for(const char *resp, const char *origin)
+{
+	char want[160];
+
+	snprintf(want, sizeof(want), "\r\nAccess-Control-Allow-Origin: %s\r\n",
+	         origin);
+	cr_assert(strstr(resp, want), "%s: %.600s", origin, resp);
+	cr_assert(strstr(resp, "\r\nVary: Origin\r\n"), "%.600s", resp);
+	cr_assert(strstr(resp, "\r\nAccess-Control-Expose-Headers: ETag, "
+	                       "Content-Range, Content-Length, "
+	                       "Accept-Ranges\r\n"),
+	          "%.600s", resp);
+}
+
+/* A GET of a listed origin (and one of each other kind) with more
+ * header lines: status and CORS headers. */
+static char *get_from(const char *origin, const char *path, const char *more,
+                      int status)
+{
+	char hdr[512], *resp;
+
+	snprintf(hdr, sizeof(hdr), "Origin: %s\r\n%s", origin,
+	         more ? more : "");
+	http("GET", path, hdr, &resp);
+	cr_assert_eq(status_of(resp), status, "%s %s: %.600s", path, hdr,
+	             resp);
+	return resp;
+}
+
+/*
+ * A page of a listed origin may read every reply, errors included (a
+ * 404 or a 416 it could not see would be a network error to it): 200,
+ * 206, 304, 404, 412, 416 and a HEAD carry Access-Control-Allow-Origin
+ * with its origin, Vary: Origin and the headers a Zarr reader looks at.
+ * Any other Origin, even one that differs by a byte, a case, a port or
+ * a slash, gets none of them, and the reply is otherwise the same.
+ */
+Test(http, a_listed_origin_may_read_every_reply, .fini = stop)
+{
+	static const char *const others[] = {
+	        "http://localhost:8889", "http://localhost:888",
+	        "http://localhost:88888", "https://localhost:8888",
+	        "HTTP://localhost:8888", "http://LOCALHOST:8888",
+	        "http://localhost:8888/", "http://localhost",
+	        "null", "*", "",
+	        "http://localhost:8888,https://viewer.example",
+	        "http://localhost:8888 https://viewer.example"};
+	char *resp, *tag, hdr[256];
+
+	start_cors(PAGE ",https://viewer.example");
+	put_filled("cors", 'C', 100);
+	resp = get_from(PAGE, "/zarr/cors/c/0", NULL, 200);
+	cors_for(resp, PAGE);
+	cr_assert_eq(body_of(resp)[0], 'C');
+	tag = etag_in(resp);
+	free(resp);
+	resp = get_from("https://viewer.example", "/zarr/zarr.json", NULL, 200);
+	cors_for(resp, "https://viewer.example");
+	free(resp);
+	resp = get_from(PAGE, "/zarr/cors/c/0", "Range: bytes=2-4\r\n", 206);
+	cors_for(resp, PAGE);
+	free(resp);
+	snprintf(hdr, sizeof(hdr), "If-None-Match: %s\r\n", tag);
+	resp = get_from(PAGE, "/zarr/cors/c/0", hdr, 304);
+	cors_for(resp, PAGE);
+	free(resp);
+	resp = get_from(PAGE, "/zarr/nosuch/c/0", NULL, 404);
+	cors_for(resp, PAGE);
+	free(resp);
+	resp = get_from(PAGE, "/zarr/cors/c/0", "If-Match: \"other\"\r\n", 412);
+	cors_for(resp, PAGE);
+	free(resp);
+	resp = get_from(PAGE, "/zarr/cors/c/0", "Range: bytes=100-\r\n", 416);
+	cors_for(resp, PAGE);
+	free(resp);
+	http("HEAD", "/zarr/cors/c/0", "Origin: " PAGE "\r\n", &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	cors_for(resp, PAGE);
+	free(resp);
+	for (size_t i = 0; i < sizeof(others) / sizeof(*others); i++) {
+		resp = get_from(others[i], "/zarr/cors/c/0", NULL, 200);
+		cr_assert(!strstr(resp, "Access-Control-"), "%s: %.600s",
+		          others[i], resp);
+		cr_assert(strstr(resp, "\r\nETag: "), "%.600s", resp);
+		cr_assert_eq(body_of(resp)[0], 'C');
+		free(resp);
+	}
+	/* no Origin (not a browser's cross-origin request): none either;
+	 * Vary still says the reply depends on it, for caches */
+	http("GET", "/zarr/cors/c/0", NULL, &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	cr_assert(!strstr(resp, "Access-Control-"), "%.600s", resp);
+	cr_assert(strstr(resp, "\r\nVary: Origin\r\n"), "%.600s", resp);
+	free(resp);
+	free(tag);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/* --http-cors '*': every Origin may read, told "*" (never its own text
+ * echoed), and the reply does not vary with it. */
+Test(http, cors_star_answers_star_to_any_origin, .fini = stop)
+{
+	static const char *const origins[] = {PAGE, "https://a.example:9",
+	                                      "null"};
+	char *resp;
+
+	start_cors("*");
+	put_filled("cors", 'C', 100);
+	for (size_t i = 0; i < sizeof(origins) / sizeof(*origins); i++) {
+		resp = get_from(origins[i], "/zarr/cors/c/0", NULL, 200);
+		cr_assert(strstr(resp, "\r\nAccess-Control-Allow-Origin: *\r\n"),
+		          "%s: %.600s", origins[i], resp);
+		cr_assert(strstr(resp, "\r\nAccess-Control-Expose-Headers: "
+		                       "ETag, Content-Range"),
+		          "%.600s", resp);
+		cr_assert(!strstr(resp, "Vary: Origin"), "%.600s", resp);
+		free(resp);
+	}
+	resp = get_from(PAGE, "/zarr/nosuch/zarr.json", NULL, 404);
+	cr_assert(strstr(resp, "\r\nAccess-Control-Allow-Origin: *\r\n"),
+	          "%.600s", resp);
+	free(resp);
+	http("GET", "/zarr/cors/c/0", NULL, &resp);
+	cr_assert(!strstr(resp, "Access-Control-"), "%.600s", resp);
+	free(resp);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/* An OPTIONS request from origin asking for method and headers (NULL:
+ * no such line). */
+static char *preflight(const char *origin, const char *method,
+                       const char *headers)
+{
+	char hdr[512], *resp;
+	int n = 0;
+
+	if (origin)
+		n += snprintf(hdr + n, sizeof(hdr) - (size_t)n,
+		              "Origin: %s\r\n", origin);
+	if (method)
+		n += snprintf(hdr + n, sizeof(hdr) - (size_t)n,
+		              "Access-Control-Request-Method: %s\r\n", method);
+	if (headers)
+		n += snprintf(hdr + n, sizeof(hdr) - (size_t)n,
+		              "Access-Control-Request-Headers: %s\r\n",
+		              headers);
+	hdr[n] = 0;
+	http("OPTIONS", "/zarr/cors/c/0", hdr, &resp);
+	return resp;
+}
+
+/* resp refuses a preflight: the 405 of a method the store lacks, as
+ * without --http-cors, and nothing a browser would take as a grant. */
+static void preflight_refused(char *resp, const char *why)
+{
+	cr_assert_eq(status_of(resp), 405, "%s: %.600s", why, resp);
+	cr_assert(strstr(resp, "\r\nAllow: GET, HEAD\r\n"), "%s: %.600s", why,
+	          resp);
+	cr_assert(!strstr(resp, "Access-Control-Allow-Methods"), "%s: %.600s",
+	          why, resp);
+	cr_assert(!strstr(resp, "Access-Control-Allow-Headers"), "%s: %.600s",
+	          why, resp);
+	free(resp);
+}
+
+/*
+ * A browser asks before a GET with Range or a conditional header (a
+ * preflight): from a listed origin, for GET or HEAD and the headers a
+ * Zarr reader sends (in any case, as a list), the answer is 204 with
+ * the methods, the headers (the store's fixed set, never the request's
+ * own text), how long to keep it, and the origin. Another method,
+ * another header, another origin, or an OPTIONS that is no preflight:
+ * 405, as without --http-cors; the store stays read-only.
+ */
+Test(http, a_preflight_grants_reads_and_nothing_else, .fini = stop)
+{
+	static const char *const asks[] = {
+	        NULL, "range", "Range, If-None-Match",
+	        "if-match,if-range", " range ,, if-none-match "};
+	static const char *const bad_headers[] = {
+	        "range, x-evil", "content-type", "range if-match",
+	        "authorization", "range\tx"};
+	static const char *const bad_methods[] = {"PUT", "POST", "DELETE",
+	                                          "get", "OPTIONS"};
+	char *resp;
+
+	start_cors(PAGE);
+	put_filled("cors", 'C', 100);
+	for (size_t i = 0; i < sizeof(asks) / sizeof(*asks); i++) {
+		resp = preflight(PAGE, i % 2 ? "HEAD" : "GET", asks[i]);
+		cr_assert_eq(status_of(resp), 204, "%s: %.600s", asks[i],
+		             resp);
+		cors_for(resp, PAGE);
+		cr_assert(strstr(resp, "\r\nAccess-Control-Allow-Methods: GET, "
+		                       "HEAD, OPTIONS\r\n"),
+		          "%.600s", resp);
+		cr_assert(strstr(resp, "\r\nAccess-Control-Allow-Headers: "
+		                       "Range, If-None-Match, If-Match, "
+		                       "If-Range\r\n"),
+		          "%.600s", resp);
+		cr_assert(strstr(resp, "\r\nAccess-Control-Max-Age: 600\r\n"),
+		          "%.600s", resp);
+		cr_assert_str_eq(body_of(resp), "");
+		free(resp);
+	}
+	for (size_t i = 0; i < sizeof(bad_methods) / sizeof(*bad_methods); i++)
+		preflight_refused(preflight(PAGE, bad_methods[i], "range"),
+		                  bad_methods[i]);
+	for (size_t i = 0; i < sizeof(bad_headers) / sizeof(*bad_headers); i++)
+		preflight_refused(preflight(PAGE, "GET", bad_headers[i]),
+		                  bad_headers[i]);
+	resp = preflight("http://localhost:8889", "GET", "range");
+	cr_assert(!strstr(resp, "Access-Control-"), "%.600s", resp);
+	preflight_refused(resp, "another origin");
+	preflight_refused(preflight(NULL, "GET", "range"), "no Origin");
+	preflight_refused(preflight(PAGE, NULL, NULL), "no preflight");
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/* Without --http-cors nothing of CORS is sent, whatever the request
+ * says, and OPTIONS is the 405 it always was. */
+Test(http, without_http_cors_no_cors_headers, .init = start_http,
+     .fini = stop)
+{
+	char *resp;
+
+	put_filled("cors", 'C', 100);
+	resp = get_from(PAGE, "/zarr/cors/c/0", NULL, 200);
+	cr_assert(!strstr(resp, "Access-Control-"), "%.600s", resp);
+	cr_assert(!strstr(resp, "Vary:"), "%.600s", resp);
+	free(resp);
+	resp = get_from(PAGE, "/zarr/nosuch/c/0", NULL, 404);
+	cr_assert(!strstr(resp, "Access-Control-"), "%.600s", resp);
+	free(resp);
+	resp = preflight(PAGE, "GET", "range");
+	cr_assert(!strstr(resp, "Access-Control-"), "%.600s", resp);
+	preflight_refused(resp, "no --http-cors");
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }

@@ -2,13 +2,20 @@
 /*
  * libFuzzer target for the request headers the HTTP store parses itself
  * (daemon/http-hdr.c): Range, If-None-Match, If-Match and If-Range,
- * whatever a client sends (the If-None-Match text stands for all three).
+ * whatever a client sends (the If-None-Match text stands for all three),
+ * and for CORS a --http-cors value, Origin and
+ * Access-Control-Request-Headers (the If-None-Match text again).
  * Input: 8 bytes of body length (little-endian; fewer: the input's size),
  * then the Range text, a NUL, the If-None-Match text, a NUL, an entity
- * tag's inside. A range taken must lie inside the body and not be empty;
- * "*" and the tag itself, alone, weak, or after another tag, must match
- * If-None-Match; If-Match the same but weak; If-Range the tag alone.
+ * tag's inside, a NUL, a --http-cors value (absent: ""). A range taken
+ * must lie inside the body and not be empty; "*" and the tag itself,
+ * alone, weak, or after another tag, must match If-None-Match; If-Match
+ * the same but weak; If-Range the tag alone. An Origin is let in only
+ * when it is one of the value's origins byte for byte (never with CR or
+ * LF), and each of them is; a header list taken stays taken with
+ * ",range" after it and is refused with any other name.
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,10 +78,79 @@ static void check_etag(const char *inm, const char *inside)
 	free(list);
 }
 
+/* Whether origin is one of list's comma-separated entries, compared
+ * here apart from http-hdr.c's own loop. */
+static bool listed(const char *list, const char *origin)
+{
+	size_t n = strlen(origin);
+
+	if (strchr(origin, ','))
+		return false; /* two of them, or one and a piece */
+	for (const char *p = list; (p = strstr(p, origin)); p++)
+		if ((p == list || p[-1] == ',') && (!p[n] || p[n] == ','))
+			return true;
+	return false;
+}
+
+/* list: a --http-cors value; h: an Origin and a header list */
+static void check_cors(const char *list, const char *h)
+{
+	const char *why = NULL;
+	size_t hl = strlen(h);
+	char *more = malloc(hl + 16);
+
+	if (!more)
+		abort();
+	if (td__http_cors_allowed(list, NULL) ||
+	    !td__http_cors_allowed("*", h) || !td__http_cors_headers_ok(NULL))
+		abort();
+	if (td__http_cors_check(list, &why) < 0) {
+		if (!why)
+			abort();
+	} else if (strcmp(list, "*")) {
+		/* taken: no empty origin, no "*", no byte a header line
+		 * could not hold */
+		if (!*list || strchr(list, '*') || strpbrk(list, "\r\n \t"))
+			abort();
+		if (td__http_cors_allowed(list, h) != (*h && listed(list, h)))
+			abort();
+		/* so never an Origin with a byte that ends a header line */
+		if (td__http_cors_allowed(list, h) && strpbrk(h, "\r\n"))
+			abort();
+		/* each of its origins is let in, and nothing longer */
+		for (const char *p = list;; p++) {
+			size_t n = strcspn(p, ",");
+			char *o = malloc(n + 2);
+
+			if (!o)
+				abort();
+			memcpy(o, p, n);
+			o[n] = o[n + 1] = 0;
+			if (!td__http_cors_allowed(list, o))
+				abort();
+			o[n] = '/';
+			if (td__http_cors_allowed(list, o))
+				abort();
+			free(o);
+			p += n;
+			if (!*p)
+				break;
+		}
+	}
+	memcpy(more, h, hl);
+	strcpy(more + hl, ",range");
+	if (td__http_cors_headers_ok(h) && !td__http_cors_headers_ok(more))
+		abort();
+	strcpy(more + hl, ",x-other");
+	if (td__http_cors_headers_ok(more))
+		abort();
+	free(more);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	uint64_t len = size;
-	char *s, *inm, *inside;
+	char *s, *inm, *inside, *cors;
 
 	if (size >= 8) {
 		len = 0;
@@ -83,19 +159,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		data += 8;
 		size -= 8;
 	}
-	s = malloc(size + 3);
+	s = malloc(size + 4);
 	if (!s)
 		return 0;
 	memcpy(s, data, size);
-	s[size] = s[size + 1] = s[size + 2] = 0;
+	s[size] = s[size + 1] = s[size + 2] = s[size + 3] = 0;
 	inm = s + strlen(s) + 1;
 	inside = inm + strlen(inm) + 1;
 	if (inm > s + size + 1)
 		inm = s + size + 1;
 	if (inside > s + size + 2)
 		inside = s + size + 2;
+	cors = inside + strlen(inside) + 1;
+	if (cors > s + size + 3)
+		cors = s + size + 3;
 	check_range(s, len);
 	check_etag(inm, inside);
+	check_cors(cors, inm);
 	free(s);
 	return 0;
 }
