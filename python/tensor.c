@@ -390,11 +390,13 @@ PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 	if (rc >= 0 && mb.len)
 		o->metadata = PyBytes_FromStringAndSize(mb.buf, mb.len);
 	PyBuffer_Release(&mb);
+	/* published or refused, the loan is gone: a refused one's buffer
+	 * may be lent again, which the array must not write either */
+	if (o->keep_shared)
+		read_only(given);
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "publish");
 	o->version = version;
-	if (o->keep_shared)
-		read_only(given);
 	if (!wait)
 		Py_RETURN_NONE; /* its version is not known here */
 	return PyLong_FromUnsignedLongLong(version);

@@ -178,3 +178,16 @@ def test_a_stream_put_of_another_size_or_nothing_is_published(client):
         g = client.get("sl/sizes")
         assert g.shape == (n,) and (n == 0 or int(g.max()) == 3)
         del g
+
+
+def test_a_refused_shared_loan_turns_read_only_too(client):
+    w = client.alloc("sl/taken", (SIZE,), "u8", stream=True, private=False)
+    w[:] = 1
+    ring = client.ring_create("sl/taken", (8,), "u8")
+    with pytest.raises(tensord.Error):
+        client.publish(w)  # a ring has the name
+    # the loan went back, and its buffer may be lent again
+    assert not w.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        w[0] = 2
+    ring.close()
