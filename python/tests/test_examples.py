@@ -101,7 +101,8 @@ def test_the_bench_script_reports_ratios(daemon):
     r = subprocess.run([sys.executable,
                         os.path.join(SOURCE, "bench", "python_bench.py"),
                         "--socket", daemon.sock, "--sizes", "64,64K",
-                        "--seconds", "0.02"], env=child_env(daemon),
+                        "--seconds", "0.02", "--write"],
+                       env=child_env(daemon),
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     in_proc, xproc = r.stdout.split("\n\n")
