@@ -17,7 +17,8 @@
  *  - Event and the client's queue of them (events.c).
  *  - Watch (module.c), Ring and Subscription (ring.c), Follow
  *    (follow.c).
- *  - maps.c: the client's cache of the mappings behind leases.
+ *  - maps.c: the client's cache of the mappings behind leases, and
+ *    behind alloc(private=False) loans.
  *  - common.c: errors, argument converters, calls in flight.
  *
  * Calls point one way (the suite's python-call-cycles test): maps.c,
@@ -43,7 +44,7 @@
 /* Most dimensions a tensor has here (blob and wire both cap at 16). */
 #define TDPY_MAX_DIMS TD_ENTRY_MAX_DIMS
 
-struct tdpy_map; /* maps.c: a cached mapping of a leased plane */
+struct tdpy_map; /* maps.c: a cached mapping of a leased plane or a loan */
 
 /*
  * A Watch's share of its client's queue (events.c): its Events in
