@@ -634,9 +634,8 @@ static void etag_of(char *out, size_t cap, const struct td__http_node *n,
 enum MHD_Result td__http_chunk(struct MHD_Connection *c,
                                struct td__http_node *n, void **con_cls)
 {
-	const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-	                                              "If-None-Match");
 	struct MHD_Response *r = NULL;
+	enum MHD_Result res;
 	uint64_t a = 0, len = 0, version = 0, ring_id = 0;
 	char etag[TD_WIRE_MAX_NAME + 80];
 	const char *why;
@@ -647,22 +646,11 @@ enum MHD_Result td__http_chunk(struct MHD_Connection *c,
 	if (!h)
 		return td__http_text(c, code, why);
 	etag_of(etag, sizeof(etag), n, version, ring_id);
-	if (td__http_if_match_fails(c, etag)) {
-		/* RFC 9110 13.2.2: If-Match first, before If-None-Match */
-		td__http_hold_drop(h);
-		return td__http_precondition_failed(c);
-	}
-	if (td__http_etag_matches(inm, etag)) {
-		td__http_hold_drop(h);
-		return td__http_not_modified(c, n->w.len, etag);
-	}
-	rg = td__http_range(c, n->w.len, etag, &a, &len);
+	rg = td__http_conditions(c, n->w.len, etag, &a, &len, &res);
 	if (rg < 0) {
 		td__http_hold_drop(h);
-		return td__http_unsatisfiable(c, n->w.len);
+		return res;
 	}
-	if (rg == 0)
-		len = n->w.len;
 	if (n->repack || n->w.layout != TD_ZARR_DENSE) {
 		/* the response owns h from here, and drops it when freed */
 		r = repacked(n, h, a, len);

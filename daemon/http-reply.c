@@ -95,8 +95,10 @@ static enum MHD_Result count_range(void *cls, enum MHD_ValueKind kind,
 	return MHD_YES;
 }
 
-int td__http_range(struct MHD_Connection *c, uint64_t len, const char *etag,
-                   uint64_t *a, uint64_t *n)
+/* td__http_range_parse() (http-hdr.h) of c's Range header; 0 (the whole
+ * body) when an If-Range does not name etag. */
+static int range(struct MHD_Connection *c, uint64_t len, const char *etag,
+                 uint64_t *a, uint64_t *n)
 {
 	unsigned lines = 0;
 
@@ -117,20 +119,6 @@ int td__http_range(struct MHD_Connection *c, uint64_t len, const char *etag,
 	        a, n);
 }
 
-bool td__http_if_match_fails(struct MHD_Connection *c, const char *etag)
-{
-	return !td__http_if_match(
-	        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "If-Match"),
-	        etag);
-}
-
-enum MHD_Result td__http_precondition_failed(struct MHD_Connection *c)
-{
-	return td__http_text(c, MHD_HTTP_PRECONDITION_FAILED,
-	                     "If-Match names no current version of this "
-	                     "key\n");
-}
-
 /* The reader of a 304's response, which libmicrohttpd never calls: a
  * call ends the connection rather than send a body. */
 static ssize_t no_body(void *cls, uint64_t pos, char *buf, size_t max)
@@ -142,8 +130,9 @@ static ssize_t no_body(void *cls, uint64_t pos, char *buf, size_t max)
 	return MHD_CONTENT_READER_END_WITH_ERROR;
 }
 
-enum MHD_Result td__http_not_modified(struct MHD_Connection *c, uint64_t len,
-                                      const char *etag)
+/* 304 with etag and a 200's Content-Length, len, and no body. */
+static enum MHD_Result not_modified(struct MHD_Connection *c, uint64_t len,
+                                    const char *etag)
 {
 	/* RFC 9110 15.4.5: a 304's Content-Length, if any, is the 200's.
 	 * libmicrohttpd sends no body with a 304 but writes the response's
@@ -157,7 +146,8 @@ enum MHD_Result td__http_not_modified(struct MHD_Connection *c, uint64_t len,
 	return td__http_queue(c, MHD_HTTP_NOT_MODIFIED, r);
 }
 
-enum MHD_Result td__http_unsatisfiable(struct MHD_Connection *c, uint64_t len)
+/* 416 with Content-Range: bytes * /len. */
+static enum MHD_Result unsatisfiable(struct MHD_Connection *c, uint64_t len)
 {
 	struct MHD_Response *r = MHD_create_response_from_buffer(
 	        0, NULL, MHD_RESPMEM_PERSISTENT);
@@ -167,6 +157,38 @@ enum MHD_Result td__http_unsatisfiable(struct MHD_Connection *c, uint64_t len)
 	if (r)
 		MHD_add_response_header(r, "Content-Range", cr);
 	return td__http_queue(c, MHD_HTTP_RANGE_NOT_SATISFIABLE, r);
+}
+
+int td__http_conditions(struct MHD_Connection *c, uint64_t len,
+                        const char *etag, uint64_t *a, uint64_t *n,
+                        enum MHD_Result *res)
+{
+	int rg;
+
+	/* RFC 9110 13.2.2: If-Match first, before If-None-Match */
+	if (!td__http_if_match(MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+	                                                   "If-Match"),
+	                       etag)) {
+		*res = td__http_text(c, MHD_HTTP_PRECONDITION_FAILED,
+		                     "If-Match names no current version of "
+		                     "this key\n");
+		return -1;
+	}
+	if (td__http_etag_matches(MHD_lookup_connection_value(
+	                                  c, MHD_HEADER_KIND, "If-None-Match"),
+	                          etag)) {
+		*res = not_modified(c, len, etag);
+		return -1;
+	}
+	*a = 0;
+	rg = range(c, len, etag, a, n);
+	if (rg < 0) {
+		*res = unsatisfiable(c, len);
+		return -1;
+	}
+	if (rg == 0)
+		*n = len;
+	return rg;
 }
 
 /* Add Content-Range and the common headers; 200 or 206. */

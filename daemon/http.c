@@ -89,6 +89,7 @@ static enum MHD_Result text_body(struct MHD_Connection *c, char *t,
 				 size_t len)
 {
 	struct MHD_Response *r;
+	enum MHD_Result res;
 	uint64_t a = 0, n = 0;
 	char etag[40];
 	int rg;
@@ -97,24 +98,11 @@ static enum MHD_Result text_body(struct MHD_Connection *c, char *t,
 		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
 				     "out of memory\n");
 	text_etag(etag, sizeof(etag), t, len);
-	if (td__http_if_match_fails(c, etag)) {
-		/* RFC 9110 13.2.2: If-Match first, before If-None-Match */
-		free(t);
-		return td__http_precondition_failed(c);
-	}
-	if (td__http_etag_matches(MHD_lookup_connection_value(
-					  c, MHD_HEADER_KIND, "If-None-Match"),
-				  etag)) {
-		free(t);
-		return td__http_not_modified(c, len, etag);
-	}
-	rg = td__http_range(c, len, etag, &a, &n);
+	rg = td__http_conditions(c, len, etag, &a, &n, &res);
 	if (rg < 0) {
 		free(t);
-		return td__http_unsatisfiable(c, len);
+		return res;
 	}
-	if (rg == 0)
-		n = len;
 	/* the slice moves to the front of the same allocation */
 	memmove(t, t + a, n);
 	r = MHD_create_response_from_buffer(n, t, MHD_RESPMEM_MUST_FREE);

@@ -40,19 +40,6 @@ enum MHD_Result td__http_queue(struct MHD_Connection *c, unsigned code,
 /* A short text/plain reply (405 adds Allow). */
 enum MHD_Result td__http_text(struct MHD_Connection *c, unsigned code,
                               const char *msg);
-/* td__http_range_parse() (http-hdr.h) of c's Range header; 0 (the whole
- * body) when an If-Range does not name etag (NULL: the body has none). */
-int td__http_range(struct MHD_Connection *c, uint64_t len, const char *etag,
-                   uint64_t *a, uint64_t *n);
-/* Whether c's If-Match names neither "*" nor etag (NULL: none). */
-bool td__http_if_match_fails(struct MHD_Connection *c, const char *etag);
-/* 412: the If-Match that failed. */
-enum MHD_Result td__http_precondition_failed(struct MHD_Connection *c);
-/* 416 with Content-Range: bytes * /len. */
-enum MHD_Result td__http_unsatisfiable(struct MHD_Connection *c, uint64_t len);
-/* 304 with etag and a 200's Content-Length, len, and no body. */
-enum MHD_Result td__http_not_modified(struct MHD_Connection *c, uint64_t len,
-                                      const char *etag);
 /*
  * An OPTIONS request with --http-cors: a CORS preflight of GET or HEAD
  * from an origin it lists, asking for headers the store reads
@@ -60,6 +47,16 @@ enum MHD_Result td__http_not_modified(struct MHD_Connection *c, uint64_t len,
  * anything else the 405 of every method the store does not have.
  */
 enum MHD_Result td__http_preflight(struct MHD_Connection *c);
+/*
+ * The conditions of a GET or HEAD of len bytes whose ETag is etag, in RFC
+ * 9110 13.2.2's order: a failed If-Match (412), a matching If-None-Match
+ * (304), a Range that cannot be met (416) are answered here (*res, -1).
+ * Otherwise the bytes to send are [*a, *a + *n): 1 for a Range's slice,
+ * 0 for the whole body.
+ */
+int td__http_conditions(struct MHD_Connection *c, uint64_t len,
+                        const char *etag, uint64_t *a, uint64_t *n,
+                        enum MHD_Result *res);
 /* Content-Range (ranged) and the common headers; 200 or 206. */
 unsigned td__http_finish(struct MHD_Response *r, int ranged, uint64_t a,
                          uint64_t n, uint64_t len, const char *type,
