@@ -59,8 +59,20 @@ const char *td_tensor_dtype_name(uint32_t dtype)
 
 int td_tensor_dtype_from_name(const char *name)
 {
+	/* numpy's names too: what Python, Zarr and HDF5 users type */
+	static const char *const numpy[TD_DTYPE_COUNT_] = {
+		[TD_DTYPE_U8] = "uint8",     [TD_DTYPE_I8] = "int8",
+		[TD_DTYPE_U16] = "uint16",   [TD_DTYPE_I16] = "int16",
+		[TD_DTYPE_U32] = "uint32",   [TD_DTYPE_I32] = "int32",
+		[TD_DTYPE_U64] = "uint64",   [TD_DTYPE_I64] = "int64",
+		[TD_DTYPE_F16] = "float16",  [TD_DTYPE_F32] = "float32",
+		[TD_DTYPE_F64] = "float64",
+	};
 	int d = name ? td_dtype_from_name(name) : -1;
 
+	for (int i = 0; d < 0 && name && i < TD_DTYPE_COUNT_; i++)
+		if (!strcmp(name, numpy[i]))
+			d = i;
 	return d < 0 ? -EINVAL : d;
 }
 

@@ -1757,6 +1757,7 @@ Test(tensorctl, help_usage_and_valid_choices)
 					   "status",  "zarr"};
 	struct tu_daemon d;
 	char *out, *err;
+	char in[160];
 
 	start(&d);
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
@@ -1783,9 +1784,28 @@ Test(tensorctl, help_usage_and_valid_choices)
 			 "--shape", "2", "-"),
 		     2);
 	cr_expect(strstr(err, "unknown dtype 'f99' (valid: u8, i8, u16, i16, "
-			      "u32, i32, u64, i64, f16, f32, f64)"),
+			      "u32, i32, u64, i64, f16, f32, f64; or numpy's "
+			      "names: uint8 ... float64)"),
 		  "%s", err);
 	free(err);
+	/* numpy's names are the same dtypes: what a Python user types */
+	path_in(in, sizeof(in), &d, "eight.bin");
+	write_file(in, "abcdefgh", 8);
+	cr_expect_eq(CTL(&d, NULL, NULL, "put", "np", "--dtype", "float32",
+			 "--shape", "2", in),
+		     0);
+	cr_expect_eq(CTL(&d, &out, NULL, "stat", "np", "--json"), 0);
+	cr_expect(strstr(out, "\"dtype\":\"f32\""), "%s", out);
+	free(out);
+	cr_expect_eq(CTL(&d, NULL, &err, "put", "np", "--dtype", "uint16",
+			 "--shape", "4", in),
+		     0, "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, NULL, &err, "put", "np", "--dtype", "Float32",
+			 "--shape", "2", in),
+		     2);
+	free(err);
+	unlink(in);
 	cr_expect_eq(CTL(&d, NULL, &err, "frob"), 2);
 	cr_expect(strstr(err, "unknown command 'frob' (valid: inspect, put,"),
 		  "%s", err);

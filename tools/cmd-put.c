@@ -21,8 +21,8 @@ static int bad_dtype(const char *dtype)
 	     d++)
 		o += (size_t)snprintf(valid + o, sizeof(valid) - o, "%s%s",
 				      d ? ", " : "", td_tensor_dtype_name(d));
-	return tctl_usage("put", "unknown dtype '%s' (valid: %s)", dtype,
-			  valid);
+	return tctl_usage("put", "unknown dtype '%s' (valid: %s; or numpy's "
+			  "names: uint8 ... float64)", dtype, valid);
 }
 
 /* Read exactly want bytes of in into the loan's buffer. */

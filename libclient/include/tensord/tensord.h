@@ -80,7 +80,8 @@ enum td_tensor_dtype {
 TD_EXPORT unsigned td_tensor_dtype_size(uint32_t dtype);
 /* Lower-case name of a dtype ("f32"), NULL when unknown. Static string. */
 TD_EXPORT const char *td_tensor_dtype_name(uint32_t dtype);
-/* dtype code of a lower-case name, -EINVAL when unknown. */
+/* dtype code of a lower-case name ("f32", or numpy's "float32"), -EINVAL
+ * when unknown. */
 TD_EXPORT int td_tensor_dtype_from_name(const char *name);
 
 /* ---- connection ---- */
