@@ -37,20 +37,24 @@ static void count(unsigned code)
 static void cors(struct MHD_Connection *c, struct MHD_Response *r)
 {
 	const char *list = td__d->opts.http_cors, *origin;
+	bool star;
 
 	if (!list)
 		return;
 	/* the reply depends on Origin: a cache must not give one origin's
 	 * reply (or one without any) to another, so Vary goes on every
 	 * reply, also to a request without Origin (Fetch, "CORS protocol
-	 * and HTTP caches") */
-	if (strcmp(list, "*"))
+	 * and HTTP caches"). "*" is the same reply to every request, one
+	 * without Origin included (a page's fetch may be answered from a
+	 * cache that stored a navigation's reply): no Vary. */
+	star = !strcmp(list, "*");
+	if (!star)
 		MHD_add_response_header(r, "Vary", "Origin");
 	origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-	if (!td__http_cors_allowed(list, origin))
+	if (!star && !td__http_cors_allowed(list, origin))
 		return;
 	MHD_add_response_header(r, "Access-Control-Allow-Origin",
-	                        strcmp(list, "*") ? origin : "*");
+	                        star ? "*" : origin);
 	/* what a Zarr reader looks at beyond the safelisted headers
 	 * (Content-Type...); Last-Modified is never sent */
 	MHD_add_response_header(r, "Access-Control-Expose-Headers",

@@ -117,7 +117,7 @@ static int dl_place(OwnerObject *o, PyArrayObject *a, struct dl_ctx *x)
 				"the tensor's bytes: no DLPack export");
 		return -1;
 	}
-	if (o->writable || PyArray_NBYTES(a) == 0) {
+	if (tdpy_owner_writable(o) || PyArray_NBYTES(a) == 0) {
 		x->mt.dl_tensor.data = p;
 		return 0;
 	}
@@ -136,19 +136,22 @@ static int dl_place(OwnerObject *o, PyArrayObject *a, struct dl_ctx *x)
 		return 0;
 	}
 	/* an ended lease's bytes may be recycled under the consumer */
-	if (!tdpy_owner_held(r)) {
+	if (r->kind != OWNER_LOAN && !tdpy_owner_held(r)) {
 		PyErr_SetString(PyExc_BufferError, r->t ? "the lease ended "
 				"with its client's close(): no DLPack export"
 				: "the lease was released: no DLPack export");
 		return -1;
 	}
-	if (o->heap) {
+	/* an inline plane's private copy, or a published
+	 * alloc(private=False) loan's pages, shared and read-only: the
+	 * buffer's, which readers read and the consumer must not write */
+	if (o->heap || r->kind == OWNER_LOAN) {
 		x->heap = PyMem_RawMalloc(o->size);
 		if (!x->heap) {
 			PyErr_NoMemory();
 			return -1;
 		}
-		memcpy(x->heap, o->heap, o->size);
+		memcpy(x->heap, o->heap ? o->heap : o->data, o->size);
 		x->mt.dl_tensor.data = (char *)x->heap + (p - o->data);
 	} else if (dl_map_cow(x, o, td_tensor_plane_fd(r->t, o->plane),
 			      o->file_off, p) < 0) {

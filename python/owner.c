@@ -232,6 +232,11 @@ OwnerObject *tdpy_owner_root(OwnerObject *o)
 	return o->kind == OWNER_PLANE ? (OwnerObject *)o->parent : o;
 }
 
+bool tdpy_owner_writable(OwnerObject *o)
+{
+	return o->writable && tdpy_owner_root(o)->writable;
+}
+
 /* End what the owner holds in libtensord (lease, unpublished loan). */
 void tdpy_owner_release(OwnerObject *plane_or_root)
 {
@@ -314,7 +319,7 @@ static int owner_getbuffer(OwnerObject *o, Py_buffer *view, int flags)
 				"planes: use the buffer of each plane");
 		return -1;
 	}
-	if ((flags & PyBUF_WRITABLE) && !o->writable) {
+	if ((flags & PyBUF_WRITABLE) && !tdpy_owner_writable(o)) {
 		PyErr_SetString(PyExc_BufferError,
 				"a tensord view is read-only");
 		return -1;
@@ -345,7 +350,7 @@ static int owner_getbuffer(OwnerObject *o, Py_buffer *view, int flags)
 	view->len = isz;
 	for (int i = 0; i < o->ndim; i++)
 		view->len *= o->shape[i];
-	view->readonly = !o->writable;
+	view->readonly = !tdpy_owner_writable(o);
 	view->itemsize = isz;
 	view->format = (flags & PyBUF_FORMAT) ? (char *)fmt : NULL;
 	view->ndim = o->ndim;
@@ -397,7 +402,8 @@ static PyObject *owner_array_interface(OwnerObject *o, void *unused)
 	res = Py_BuildValue("{s:O,s:O,s:O,s:(nO),s:i}", "shape", shape,
 			    "strides", strides, "typestr", typestr, "data",
 			    (Py_ssize_t)(uintptr_t)o->data,
-			    o->writable ? Py_False : Py_True, "version", 3);
+			    tdpy_owner_writable(o) ? Py_False : Py_True,
+			    "version", 3);
 out:
 	Py_DECREF(d);
 	Py_XDECREF(shape);

@@ -258,6 +258,10 @@ PyObject *tdpy_array_dlpack(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *tdpy_array_dlpack_device(PyObject *self, PyObject *unused);
 /* The owner holding the lease or loan: o, or a PLANE's parent. */
 OwnerObject *tdpy_owner_root(OwnerObject *o);
+/* Whether o's bytes may be written through it: a plane's root decides
+ * too (a published alloc(private=False) loan is read-only, its pages
+ * the buffer's). */
+bool tdpy_owner_writable(OwnerObject *o);
 /* A tensord.Planes over root (a reference taken) and its plane arrays
  * (the tuple's reference is stolen); NULL on error. */
 PyObject *tdpy_planes_new(OwnerObject *root, PyObject *arrays,

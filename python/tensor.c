@@ -270,14 +270,24 @@ fail:
 	return NULL;
 }
 
+/* a and the arrays it views, up to the loan's owner, read-only */
+static void read_only_chain(PyObject *a)
+{
+	for (; a && PyArray_Check(a); a = PyArray_BASE((PyArrayObject *)a))
+		PyArray_CLEARFLAGS((PyArrayObject *)a, NPY_ARRAY_WRITEABLE);
+}
+
 /* The array publish() was given, or each array of the Planes, read-only
- * from now on (alloc(private=False): its pages stay shared). */
-static void read_only(PyObject *given)
+ * from now on (alloc(private=False): its pages stay shared), and the
+ * arrays it views: publish(w[:]) turns w read-only too. The owner o
+ * is, so that none of them can be made writable again. */
+static void read_only(OwnerObject *o, PyObject *given)
 {
 	PyObject *seq;
 
+	o->writable = false;
 	if (PyArray_Check(given)) {
-		PyArray_CLEARFLAGS((PyArrayObject *)given, NPY_ARRAY_WRITEABLE);
+		read_only_chain(given);
 		return;
 	}
 	seq = PySequence_Fast(given, "");
@@ -288,9 +298,7 @@ static void read_only(PyObject *given)
 	for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
 		PyObject *a = PySequence_Fast_GET_ITEM(seq, i);
 
-		if (PyArray_Check(a))
-			PyArray_CLEARFLAGS((PyArrayObject *)a,
-					   NPY_ARRAY_WRITEABLE);
+		read_only_chain(a);
 	}
 	Py_DECREF(seq);
 }
@@ -393,7 +401,7 @@ PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 	/* published or refused, the loan is gone: a refused one's buffer
 	 * may be lent again, which the array must not write either */
 	if (o->keep_shared)
-		read_only(given);
+		read_only(o, given);
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "publish");
 	o->version = version;

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensord
 
-from conftest import mapping_of, memfd_map_count
+from conftest import mapping_of, memfd_map_count, need_torch
 
 PAGES = 16
 SIZE = PAGES * 4096
@@ -193,3 +193,46 @@ def test_a_refused_shared_loan_turns_read_only_too(client):
     with pytest.raises(ValueError, match="read-only"):
         w[0] = 2
     ring.close()
+
+
+def test_a_published_shared_array_cannot_be_made_writable_again(client):
+    w = client.alloc("sl/again", (SIZE,), "u8", stream=True, private=False)
+    w[:] = 7
+    client.publish(w)
+    # numpy lets a flag back on only where the base's buffer is writable
+    with pytest.raises(ValueError, match="WRITEABLE"):
+        w.flags.writeable = True
+    assert memoryview(w.base).readonly
+    assert w.__array_interface__["data"][1]
+    assert int(client.get("sl/again").max()) == 7
+
+
+def test_publishing_a_view_turns_the_allocated_array_read_only(client):
+    w = client.alloc("sl/view", (SIZE,), "u8", stream=True, private=False)
+    w[:] = 7
+    client.publish(w[:8].reshape(2, 4)[:, :])
+    assert not w.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        w[0] = 1
+    assert int(client.get("sl/view").max()) == 7
+
+
+def test_a_published_shared_plane_is_read_only_through_its_base(client):
+    p = client.alloc("sl/nv12b", (48, 64), "u8", format="NV12",
+                     stream=True, private=False)
+    for a in p:
+        a[...] = 5
+    client.publish(p)
+    for a in p:
+        assert memoryview(a.base).readonly
+
+
+def test_a_dlpack_export_after_a_shared_publish_is_a_copy(client):
+    torch = need_torch()
+    w = client.alloc("sl/dl", (SIZE,), "u8", stream=True, private=False)
+    w[:] = 7
+    client.publish(w)
+    t = torch.from_dlpack(w)
+    assert int(t.max()) == 7
+    t[:] = 44  # the consumer's own bytes, not the version's
+    assert int(client.get("sl/dl").max()) == 7
