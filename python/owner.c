@@ -287,6 +287,8 @@ static void owner_dealloc(OwnerObject *o)
 	Py_XDECREF(o->metadata);
 	Py_XDECREF(o->format);
 	Py_XDECREF(o->follow);
+	for (uint32_t i = 0; i < TDPY_MAX_PLANES; i++)
+		Py_XDECREF(o->plane_refs[i]);
 	PyObject_Free(o);
 }
 

@@ -116,6 +116,9 @@ PyObject *tdpy_alloc_planes(ClientObject *self, OwnerObject *o)
 		p->size = o->plane_size[i];
 		p->data = (char *)o->map + o->plane_off[i];
 		a = tdpy_owner_array(p);
+		if (a && o->keep_shared &&
+		    !(o->plane_refs[i] = PyWeakref_NewRef(a, NULL)))
+			Py_CLEAR(a);
 		if (!a)
 			Py_CLEAR(arrays);
 		else

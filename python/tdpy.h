@@ -145,6 +145,9 @@ typedef struct {
 	uint32_t plane_count; /* LEASE, LOAN: > 1 when viewed as Planes */
 	uint64_t plane_off[TDPY_MAX_PLANES];  /* LOAN: planes in buffer 0 */
 	uint64_t plane_size[TDPY_MAX_PLANES];
+	/* LOAN of alloc(private=False) as Planes: weak references to its
+	 * plane arrays, which publish() of any one of them turns read-only */
+	PyObject *plane_refs[TDPY_MAX_PLANES];
 	int fd;               /* VIEW: the ring's data file (the
 			       * subscription's fd) */
 	uint64_t conn;        /* LEASE, LOAN, SLOT, VIEW: the client's conn

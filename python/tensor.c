@@ -279,13 +279,17 @@ static void read_only_chain(PyObject *a)
 
 /* The array publish() was given, or each array of the Planes, read-only
  * from now on (alloc(private=False): its pages stay shared), and the
- * arrays it views: publish(w[:]) turns w read-only too. The owner o
- * is, so that none of them can be made writable again. */
+ * arrays it views: publish(w[:]) turns w read-only too; so are the
+ * other planes' arrays when publish() was given one of them. The owner
+ * o is, so that none of them can be made writable again. */
 static void read_only(OwnerObject *o, PyObject *given)
 {
 	PyObject *seq;
 
 	o->writable = false;
+	for (uint32_t i = 0; i < TDPY_MAX_PLANES; i++)
+		if (o->plane_refs[i])
+			read_only_chain(PyWeakref_GetObject(o->plane_refs[i]));
 	if (PyArray_Check(given)) {
 		read_only_chain(given);
 		return;

@@ -227,6 +227,23 @@ def test_a_published_shared_plane_is_read_only_through_its_base(client):
         assert memoryview(a.base).readonly
 
 
+def test_publishing_one_plane_turns_every_plane_read_only(client):
+    # publish() takes any plane's array for the whole loan: the others'
+    # arrays were left writable on the version's shared pages
+    p = client.alloc("sl/nv12c", (48, 64), "u8", format="NV12",
+                     stream=True, private=False)
+    for a in p:
+        a[...] = 5
+    y, uv = p[0], p[1]
+    del p
+    client.publish(y)
+    assert not uv.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        uv[...] = 9
+    g = client.get("sl/nv12c")
+    assert [int(x.max()) for x in g] == [5, 5]
+
+
 def test_a_dlpack_export_after_a_shared_publish_is_a_copy(client):
     torch = need_torch()
     w = client.alloc("sl/dl", (SIZE,), "u8", stream=True, private=False)
