@@ -2196,6 +2196,28 @@ Test(tensorctl, a_scalar_shape_is_said_as_one)
 	tu_daemon_stop(&d, false);
 }
 
+/*
+ * load's --variable-key is the path zarr export calls --name-key; load
+ * takes that name too (it was "unknown option '--name-key'", exit 2).
+ */
+Test(tensorctl, load_takes_zarr_exports_name_key)
+{
+	static const char *const names[][4] = {{"x"}};
+	struct tu_daemon d;
+	char path[160], *err;
+
+	start(&d);
+	path_in(path, sizeof(path), &d, "one.tgm");
+	write_tgm(path, 1, 1, names);
+	cr_expect_eq(CTL(&d, NULL, &err, "load", path, "--name-key", "a.b",
+			 "--prefix", "nk/"),
+		     0, "%s", err);
+	free(err);
+	cr_expect(exists(&d, "nk/x"));
+	unlink(path);
+	tu_daemon_stop(&d, false);
+}
+
 Test(tensorctl, human_sizes_unless_bytes)
 {
 	struct tu_daemon d;

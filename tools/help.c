@@ -70,6 +70,7 @@ static const struct cmd {
 	 "  --message N     only message N (0 = the first)\n"
 	 "  --prefix P      put P before every name (e.g. run1/)\n"
 	 "  --variable-key K  dotted metadata path tried first for names\n"
+	 "                  (--name-key K, as zarr export calls it, too)\n"
 	 "  --partial       keep what was published before a refusal\n"
 	 "  --max-bytes N   read a stream up to N bytes (default 1G)\n"
 	 "  --format F      tgm or hrry (default: by the name or magic)\n"},
