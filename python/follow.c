@@ -224,7 +224,11 @@ static int wait_next(FollowObject *fo, int ms, struct td_tensor **t,
 	struct next_arg n = {fo, t, e};
 	int rc = tdpy_wait_sliced(ms, next_slice, &n, NULL);
 
-	if (rc == -ETIMEDOUT)
+	if (rc == -ETIMEDOUT && !fo->last) /* none given yet */
+		snprintf(e->reason, sizeof(e->reason),
+			 "no version of \"%s\" within %d ms",
+			 PyUnicode_AsUTF8(fo->name), ms);
+	else if (rc == -ETIMEDOUT)
 		snprintf(e->reason, sizeof(e->reason),
 			 "no version of \"%s\" newer than %llu within %d ms",
 			 PyUnicode_AsUTF8(fo->name),

@@ -612,11 +612,14 @@ static int get_waiting(ClientObject *self, struct get_arg *g, int ms)
 	int rc = tdpy_wait_sliced(ms, get_slice, g, self);
 
 	/* (get(name, timeout=0) of a name with none is -ENOENT, at once) */
-	if (rc == -ETIMEDOUT) {
+	if (rc == -ETIMEDOUT && g->appearing) /* no newer_than= given */
+		snprintf(g->e->reason, sizeof(g->e->reason),
+			 "no tensor named \"%s\" appeared within %d ms",
+			 g->name, ms);
+	else if (rc == -ETIMEDOUT)
 		snprintf(g->e->reason, sizeof(g->e->reason),
 			 "no version of \"%s\" newer than %llu within %d ms",
 			 g->name, (unsigned long long)g->after, ms);
-	}
 	return rc;
 }
 

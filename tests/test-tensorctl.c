@@ -2158,6 +2158,86 @@ Test(tensorctl, stat_shows_metadata_escaped)
 	tu_daemon_stop(&d, false);
 }
 
+/*
+ * `get --newer N` gives the current version when it is newer than N (the
+ * versions in between are skipped), and `get --help` says so: it used to
+ * promise "the first version newer than N", which a user stepping through
+ * versions with it would not get.
+ */
+Test(tensorctl, get_newer_gives_the_current_version_as_its_help_says)
+{
+	struct tu_daemon d;
+	char *out;
+
+	start(&d);
+	put_meta(&d, "t", NULL, 0); /* version 2 */
+	put_meta(&d, "t", NULL, 0); /* version 3 */
+	cr_expect_eq(CTL(&d, &out, NULL, "--json", "get", "t", "--newer", "1"),
+		     0);
+	cr_expect(strstr(out, "\"version\":3"), "%s", out);
+	free(out);
+	cr_expect_eq(CTL(&d, &out, NULL, "get", "--help"), 0);
+	cr_expect(!strstr(out, "the first version newer"), "%s", out);
+	cr_expect(strstr(out, "the current version if newer than N"), "%s",
+		  out);
+	free(out);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * --shape "" is a 0-d tensor (one element); a size mismatch says so
+ * instead of "shape  of u8 needs 1". The common --socket help names the
+ * default socket and $TENSORD_SOCKET.
+ */
+Test(tensorctl, a_scalar_shape_is_said_as_one)
+{
+	struct tu_daemon d;
+	char in[160], *out, *err;
+
+	start(&d);
+	path_in(in, sizeof(in), &d, "empty.bin");
+	write_file(in, "", 0);
+	cr_expect_eq(CTL(&d, NULL, &err, "put", "s", "--dtype", "u8",
+			 "--shape", "", in),
+		     1);
+	cr_expect(strstr(err, "has 0 bytes, shape '' (0-d) of u8 needs 1"),
+		  "%s", err);
+	free(err);
+	write_file(in, "z", 1);
+	cr_expect_eq(CTL(&d, &out, NULL, "put", "s", "--dtype", "u8",
+			 "--shape", "", in),
+		     0);
+	free(out);
+	unlink(in);
+	cr_expect_eq(CTL(&d, &out, NULL, "put", "--help"), 0);
+	cr_expect(strstr(out, "0-d scalar"), "%s", out);
+	cr_expect(strstr(out, "(default: $TENSORD_SOCKET"), "%s", out);
+	free(out);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * load's --variable-key is the path zarr export calls --name-key; load
+ * takes that name too (it was "unknown option '--name-key'", exit 2).
+ */
+Test(tensorctl, load_takes_zarr_exports_name_key)
+{
+	static const char *const names[][4] = {{"x"}};
+	struct tu_daemon d;
+	char path[160], *err;
+
+	start(&d);
+	path_in(path, sizeof(path), &d, "one.tgm");
+	write_tgm(path, 1, 1, names);
+	cr_expect_eq(CTL(&d, NULL, &err, "load", path, "--name-key", "a.b",
+			 "--prefix", "nk/"),
+		     0, "%s", err);
+	free(err);
+	cr_expect(exists(&d, "nk/x"));
+	unlink(path);
+	tu_daemon_stop(&d, false);
+}
+
 Test(tensorctl, human_sizes_unless_bytes)
 {
 	struct tu_daemon d;

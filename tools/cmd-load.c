@@ -512,6 +512,8 @@ static int load_opts(int argc, char **argv, struct load_opts *lo)
 	static const struct option opts[] = {
 	        {"message", required_argument, NULL, O_MESSAGE},
 	        {"variable-key", required_argument, NULL, O_VARKEY},
+	        /* zarr export's name for the same path */
+	        {"name-key", required_argument, NULL, O_VARKEY},
 	        {"prefix", required_argument, NULL, O_PREFIX},
 	        {"partial", no_argument, NULL, O_PARTIAL},
 	        {"max-bytes", required_argument, NULL, O_MAX_BYTES},

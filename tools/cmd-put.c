@@ -110,6 +110,8 @@ int cmd_put(int argc, char **argv)
 		return tctl_usage("put", "bad shape '%s' (dimensions as "
 				  "2,3 or 2x3, at most %d)",
 				  shape_s, TD_ENTRY_MAX_DIMS);
+	if (!ndim)
+		shape_s = "'' (0-d)"; /* the errors below said "shape  of" */
 	want = td_tensor_dtype_size((uint32_t)d);
 	for (uint32_t i = 0; i < ndim; i++)
 		if (__builtin_mul_overflow(want, shape[i], &want))

@@ -31,7 +31,8 @@ static const struct cmd {
 	 "hold exactly the bytes the shape and dtype need.\n"
 	 "  --dtype T       element type: u8 i8 u16 i16 u32 i32 u64 i64 f16\n"
 	 "                  f32 f64\n"
-	 "  --shape D,D..   dimensions, outermost first (2,3 or 2x3)\n"
+	 "  --shape D,D..   dimensions, outermost first (2,3 or 2x3; \"\" is\n"
+	 "                  a 0-d scalar)\n"
 	 "  --meta STR      opaque metadata stored with the tensor\n"
 	 "  --pin           the daemon never evicts this version\n"},
 	{"get",
@@ -40,7 +41,8 @@ static const struct cmd {
 	 "--json print its description instead. Without -o the bytes go to\n"
 	 "stdout, which must not be a terminal (-o - writes there anyway).\n"
 	 "  --version N     exactly version N\n"
-	 "  --newer N       the first version newer than N, waiting for it\n"
+	 "  --newer N       the current version if newer than N, else wait\n"
+	 "                  for the next one (versions in between are skipped)\n"
 	 "  --timeout MS    give up waiting after MS milliseconds (--newer)\n"
 	 "  -o, --output F  where to write (- = stdout); see OUTPUTS\n"},
 	{"ls", "ls [PREFIX]",
@@ -68,6 +70,7 @@ static const struct cmd {
 	 "  --message N     only message N (0 = the first)\n"
 	 "  --prefix P      put P before every name (e.g. run1/)\n"
 	 "  --variable-key K  dotted metadata path tried first for names\n"
+	 "                  (--name-key K, as zarr export calls it, too)\n"
 	 "  --partial       keep what was published before a refusal\n"
 	 "  --max-bytes N   read a stream up to N bytes (default 1G)\n"
 	 "  --format F      tgm or hrry (default: by the name or magic)\n"},
@@ -109,7 +112,9 @@ static const struct cmd {
 
 static const char common_help[] =
 	"\ncommon options:\n"
-	"  --socket PATH   the daemon's socket\n"
+	"  --socket PATH   the daemon's socket (default: $TENSORD_SOCKET, else\n"
+	"                  $XDG_RUNTIME_DIR/tensord.sock, else\n"
+	"                  /run/tensord/tensord.sock)\n"
 	"  --json          results and errors as JSON on stdout (an error is\n"
 	"                  {\"error\":{\"kind\":...,\"errno\":...,\"reason\":...}})\n"
 	"  --bytes         sizes in bytes instead of KiB, MiB, ...\n"

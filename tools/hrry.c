@@ -568,14 +568,15 @@ static int load_opts(int argc, char **argv, const char **prefix,
 		/* known, so that the error says why, not "unknown option" */
 		{"message", required_argument, NULL, O_TGM},
 		{"variable-key", required_argument, NULL, O_TGM},
+		{"name-key", required_argument, NULL, O_TGM},
 		TCTL_COMMON_OPTIONS};
 	int rc, o;
 
 	while ((o = tctl_getopt(argc, argv, "", opts, &rc)) != -1) {
 		if (o == O_TGM)
 			return tctl_usage("load", "--message and --variable-key "
-					  "are for .tgm files, not a Hurray "
-					  "file");
+					  "(--name-key) are for .tgm files, "
+					  "not a Hurray file");
 		if (o == O_PREFIX)
 			*prefix = optarg;
 		else if (o == O_PARTIAL)

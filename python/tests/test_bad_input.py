@@ -118,6 +118,17 @@ def test_errors_carry_errno_and_reason(client):
     with pytest.raises(tensord.Timeout) as ei:
         client.get("nope", newer_than=0, timeout=0.01)
     assert ei.value.errno == errno.ETIMEDOUT
+    # waiting for a name to appear (no newer_than=) says so, not "newer
+    # than 0", a version the caller never named; a follow's first wait too
+    with pytest.raises(tensord.Timeout) as ei:
+        client.get("nope", timeout=0.01)
+    assert "no tensor named \"nope\" appeared within 10 ms" in \
+        ei.value.reason, ei.value.reason
+    with client.follow("nope") as f:
+        with pytest.raises(tensord.Timeout) as ei:
+            f.next(timeout=0)
+    assert "no version of \"nope\" within 0 ms" in ei.value.reason, \
+        ei.value.reason
     with pytest.raises(tensord.NotFound):
         client.rm("nope")
     with pytest.raises(tensord.NotFound):
