@@ -2310,16 +2310,18 @@ Test(hrry, tensorctl_load_names_the_tgm_options_a_hurray_file_refuses)
 	char path[] = "/tmp/td-hrry-XXXXXX", *out;
 	static const char *const names[] = {"good", NULL};
 	static const char *const opt[][2] = {{"--message", "0"},
-					     {"--variable-key", "k"}};
+					     {"--variable-key", "k"},
+					     {"--name-key", "k"}};
 
 	u3_file(path, names);
 	tu_daemon_start(&d, "error");
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 3; i++) {
 		cr_assert_eq(tu_tensorctl(&d, &out, "load", path, opt[i][0],
 					  opt[i][1], "--json", NULL),
 			     2, "%s", out);
 		cr_assert_not_null(strstr(out, "--message and --variable-key "
-					       "are for .tgm files"),
+					       "(--name-key) are for .tgm "
+					       "files"),
 				   "%s", out);
 		cr_assert_null(strstr(out, "unknown option"), "%s", out);
 		free(out);
