@@ -509,3 +509,37 @@ const cbor_item_t *td__tgm_meta_base(const struct td_tgm_meta *m, size_t i)
 	                                     : NULL;
 }
 
+int td_tgm_meta_saved(const struct td_tgm_meta *m, size_t i, uint8_t **out,
+                      size_t *len)
+{
+	const cbor_item_t *base = td__tgm_meta_base(m, i), *v = NULL;
+	struct cbor_pair *p;
+
+	*out = NULL;
+	*len = 0;
+	if (!base || !cbor_isa_map(base))
+		return 0;
+	p = cbor_map_handle(base);
+	for (size_t k = 0; k < cbor_map_size(base); k++) {
+		if (td__cbor_text_is(p[k].key, "name") ||
+		    td__cbor_text_is(p[k].key, "_reserved_"))
+			continue;
+		if (v || !td__cbor_text_is(p[k].key, "tensord_meta"))
+			return 0; /* the user's keys: they are the metadata */
+		v = p[k].value;
+	}
+	if (!v)
+		return 1; /* nothing but the name: no metadata */
+	if (!cbor_isa_string(v) && !cbor_isa_bytestring(v))
+		return 0;
+	*len = td__cbor_string_copy(v, NULL);
+	if (!*len)
+		return 1;
+	*out = malloc(*len);
+	if (!*out) {
+		*len = 0;
+		return -ENOMEM;
+	}
+	td__cbor_string_copy(v, *out);
+	return 1;
+}

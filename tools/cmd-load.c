@@ -266,8 +266,18 @@ static int prepare(struct load *l, const char *variable_key,
 		memcpy(ob->name, prefix, plen);
 		td_tgm_name_sanitize(raw, ob->name + plen,
 		                     BASE_NAME_MAX + 1 - plen);
-		rc = td_json_tgm_attrs(ob->meta, ob->meta_index, &ob->attrs,
-		                       &ob->attrs_len, &e);
+		/* what save wrote as tensord_meta comes back as it was;
+		 * other keys are the metadata, as JSON */
+		rc = td_tgm_meta_saved(ob->meta, ob->meta_index,
+		                       (uint8_t **)&ob->attrs, &ob->attrs_len);
+		if (rc == -ENOMEM) {
+			rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+			               "out of memory");
+			break;
+		}
+		rc = rc ? 0
+		        : td_json_tgm_attrs(ob->meta, ob->meta_index,
+		                            &ob->attrs, &ob->attrs_len, &e);
 		if (rc < 0) {
 			rc = tctl_tgm_refuse(l, (long)i, "metadata: %s", e.reason);
 			break;
