@@ -106,6 +106,11 @@ seeds = {
                   'blob': b'\x00\xff', 'none': None}],
         '_extra_': {'source': 'seed'},
         '_reserved_': {'encoder': {'name': 'tensord', 'version': '0'}}}),
+    'meta-saved.cbor': enc({
+        'base': [{'name': 'a', 'tensord_meta': 'hi\n'},
+                 {'name': 'b', 'tensord_meta': b'\xff\xfe'},
+                 {'name': 'c'},
+                 {'name': 'd', 'tensord_meta': 'x', 'k': 1}]}),
     'meta-empty.cbor': enc({}),
     'meta-bad-base.cbor': enc({'base': 3}),
     'hash-frame.cbor': enc({'algorithm': 'xxh3',

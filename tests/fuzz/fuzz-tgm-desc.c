@@ -24,7 +24,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct td_tgm_desc d;
 	struct td_tgm_meta *m = NULL;
 	struct td_err e = {0};
-	size_t n = 0, jl;
+	size_t n = 0, jl, sl;
+	uint8_t *saved;
 	char *json, name[64], clean[64];
 	int rc, rd;
 
@@ -77,6 +78,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 					abort();
 				free(json);
 			}
+			/* tensorctl load's metadata: kept bytes or JSON */
+			rd = td_tgm_meta_saved(m, i, &saved, &sl);
+			if ((rd < 0 && rd != -ENOMEM) ||
+			    (rd == 0 && (saved || sl)) || (!saved) != (!sl) ||
+			    (i >= count && rd))
+				abort();
+			if (saved && sl)
+				saved[sl - 1] ^= saved[0]; /* all of it is ours */
+			free(saved);
 			rd = td_tgm_object_name(m, i, data, size, "a.b", name,
 						sizeof(name), &e);
 			if (rd >= 0 && strlen(name) >= sizeof(name))
