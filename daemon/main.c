@@ -415,8 +415,8 @@ static int parse_opt(int c, const char *arg, struct td__opts *o)
 	case 'V':
 		printf("tensord %s\n", TD_VERSION);
 		return -1;
-	default:
-		usage(stderr);
+	default: /* getopt named the option: the help would bury it */
+		fprintf(stderr, "Try 'tensord --help' for the options.\n");
 		return 2;
 	}
 }

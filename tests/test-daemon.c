@@ -2095,3 +2095,23 @@ DTest(a_quiet_release_is_not_answered_unless_it_fails)
 	expect_error(sock, TD_OP_RELEASE, 113, -EBADMSG, NULL);
 	close(sock);
 }
+
+/* A mistyped option is named with a pointer to --help, not buried under
+ * the whole help (which it printed to stderr); --help goes to stdout. */
+Test(daemon, a_bad_option_is_named_without_the_whole_help)
+{
+	char *bad[] = {getenv("TD_TENSORD"), "--sokcet", "/tmp/x", NULL};
+	char *help[] = {getenv("TD_TENSORD"), "--help", NULL};
+	char *out;
+
+	cr_assert_eq(tu_run_capture_all(bad, &out), 2, "%s", out);
+	cr_expect(strstr(out, "unrecognized option '--sokcet'"), "%s", out);
+	cr_expect(strstr(out, "Try 'tensord --help' for the options."), "%s",
+	          out);
+	cr_expect(!strstr(out, "Usage:"), "%s", out);
+	cr_expect_lt(strlen(out), 200, "%s", out);
+	free(out);
+	cr_assert_eq(tu_run_capture(help, &out), 0);
+	cr_expect(strstr(out, "Usage: tensord [OPTION]..."), "%s", out);
+	free(out);
+}
