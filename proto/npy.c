@@ -155,8 +155,9 @@ static int fortran_order(struct cur *c)
 	if (is(c, s, c->i - s, "False"))
 		return 0;
 	if (is(c, s, c->i - s, "True"))
-		return unsupported(c, "fortran_order", s, "fortran_order arrays: "
-				   "save with np.ascontiguousarray");
+		return unsupported(c, "fortran_order", s,
+				   "fortran_order arrays: save with "
+				   "np.ascontiguousarray");
 	c->i = s;
 	return bad(c, "fortran_order", "expected True or False");
 }
@@ -213,7 +214,8 @@ static int shape(struct cur *c, struct td_npy_header *h)
 		c->i += comma;
 	}
 	if (h->ndim == 1 && !comma)
-		return bad(c, "shape", "(N) is no tuple: one dimension is (N,)");
+		return bad(c, "shape",
+			   "(N) is no tuple: one dimension is (N,)");
 	c->i++;
 	return 0;
 }
