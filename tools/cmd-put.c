@@ -246,7 +246,8 @@ int cmd_put(int argc, char **argv)
 	 * --max-bytes */
 	if (!rc && in.regular && in.size != s.want)
 		rc = fill(&in, NULL, &s);
-	in.progress.total = s.want; /* a stream's size is the shape's */
+	/* a stream's size is the shape's (after a .npy header, read) */
+	in.progress.total = in.progress.done + s.want;
 	if (!rc)
 		rc = publish(&in, &s, &p, &version);
 	tctl_in_close(&in);
