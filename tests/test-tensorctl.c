@@ -2422,3 +2422,361 @@ Test(tensorctl, readme_trying_it_runs_as_written)
 	}
 	free(text);
 }
+
+/* ---- NumPy .npy files (put and get) ---- */
+
+/*
+ * Debian's python3 with numpy (deps.sh installs python3-numpy) runs code
+ * with %D replaced by the daemon's folder; its stdout in *out (may be
+ * NULL). A missing numpy fails the test: the interop would go untested.
+ */
+static void numpy_run(const struct tu_daemon *d, const char *code, char **out)
+{
+	char src[4096], *got = NULL;
+	size_t o = 0;
+	char *argv[] = {"/usr/bin/python3", "-c", src, NULL};
+	int rc;
+
+	for (const char *p = code; *p && o + 200 < sizeof(src); p++) {
+		if (p[0] == '%' && p[1] == 'D') {
+			o += (size_t)snprintf(src + o, sizeof(src) - o, "%s",
+					      d->dir);
+			p++;
+		} else {
+			src[o++] = *p;
+		}
+	}
+	src[o] = 0;
+	cr_assert_eq(access(argv[0], X_OK), 0,
+		     "/usr/bin/python3 is missing (scripts/deps.sh)");
+	rc = tu_run_capture_in(argv, &got, 60);
+	cr_assert_eq(rc, 0, "python3 with numpy failed (is python3-numpy "
+		     "installed? scripts/deps.sh): %s\n%s", got, src);
+	if (out)
+		*out = got;
+	else
+		free(got);
+}
+
+/* Two files hold the same bytes. */
+static void expect_same_files(const char *a, const char *b)
+{
+	size_t na, nb;
+	uint8_t *x = tu_read_file(a, &na), *y = tu_read_file(b, &nb);
+
+	cr_expect(na == nb && !memcmp(x, y, na), "%s (%zu B) and %s (%zu B) "
+		  "differ", a, na, b, nb);
+	free(x);
+	free(y);
+}
+
+/*
+ * put raw -> get .npy -> put .npy -> get raw gives the bytes back, for
+ * 1-, 2-, 4- and 8-byte types, a 0-d tensor, an empty one and 3 dims;
+ * --format npy to stdout writes the same file as -o X.npy.
+ */
+Test(tensorctl, npy_round_trip_keeps_dtype_shape_and_bytes)
+{
+	static const struct {
+		const char *dtype, *shape;
+		size_t bytes;
+	} cases[] = {
+		{"u8", "5", 5},      {"i8", "", 1},       {"f16", "2,3", 12},
+		{"u16", "3", 6},     {"i32", "2x2x2", 32}, {"f32", "", 4},
+		{"f64", "1,2,1", 16}, {"u64", "0,4", 0},   {"i64", "2", 16},
+	};
+	struct tu_daemon d;
+	char raw[160], npy[160], back[160], stdout_npy[160], *out, *err;
+	uint8_t data[64];
+
+	tu_daemon_start(&d, "error");
+	path_in(raw, sizeof(raw), &d, "in.bin");
+	path_in(npy, sizeof(npy), &d, "t.npy");
+	path_in(back, sizeof(back), &d, "back.bin");
+	path_in(stdout_npy, sizeof(stdout_npy), &d, "stdout.npy");
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		for (size_t k = 0; k < sizeof(data); k++)
+			data[k] = (uint8_t)(k * 37 + i);
+		write_file(raw, data, cases[i].bytes);
+		cr_assert_eq(CTL(&d, NULL, &err, "put", "a", "--dtype",
+				 cases[i].dtype, "--shape", cases[i].shape,
+				 raw),
+			     0, "%s", err);
+		free(err);
+		cr_assert_eq(CTL(&d, NULL, &err, "get", "a", "-o", npy), 0,
+			     "%s %s: %s", cases[i].dtype, cases[i].shape, err);
+		free(err);
+		struct run to = {.in_fd = -1, .err_fd = 0};
+
+		to.out_fd = open(stdout_npy, O_WRONLY | O_CREAT | O_TRUNC,
+				 0644);
+		cr_assert(to.out_fd >= 0);
+		cr_expect_eq(CTL_R(&d, &to, NULL, NULL, "get", "a", "--format",
+				   "npy", "-o", "-"),
+			     0);
+		close(to.out_fd);
+		expect_same_files(npy, stdout_npy);
+		cr_assert_eq(CTL(&d, NULL, &err, "put", "b", npy), 0, "%s",
+			     err);
+		free(err);
+		cr_assert_eq(CTL(&d, &out, NULL, "get", "b", "--json", "-o",
+				 back),
+			     0);
+		expect_same_files(raw, back);
+		cr_expect(strstr(out, cases[i].dtype), "%s", out);
+		free(out);
+	}
+	tu_daemon_stop(&d, false);
+}
+
+/* What np.save wrote, put, comes back raw as numpy's own bytes in host
+ * order: '<f4', '>f4' (swapped on put), a 0-d '|u1', '<i2' by stdin. */
+Test(tensorctl, npy_from_numpy_put_gives_its_values_in_host_order)
+{
+	struct tu_daemon d;
+	char npy[160], raw[160], back[160], *out, *err;
+	static const char *const names[] = {"le", "be", "u1", "i2"};
+
+	tu_daemon_start(&d, "error");
+	numpy_run(&d,
+		  "import numpy as np\n"
+		  "a = np.arange(6, dtype='<f4').reshape(2, 3) / 7\n"
+		  "np.save('%D/le.npy', a); a.tofile('%D/le.raw')\n"
+		  "np.save('%D/be.npy', a.astype('>f4')); a.tofile('%D/be.raw')\n"
+		  "b = np.array(200, dtype=np.uint8)\n"
+		  "np.save('%D/u1.npy', b); b.tofile('%D/u1.raw')\n"
+		  "c = np.arange(-3, 9, dtype='<i2').reshape(2, 2, 3)\n"
+		  "np.save('%D/i2.npy', c); c.tofile('%D/i2.raw')\n",
+		  NULL);
+	for (size_t i = 0; i < 4; i++) {
+		path_in(npy, sizeof(npy), &d, names[i]);
+		strcat(npy, ".npy");
+		path_in(raw, sizeof(raw), &d, names[i]);
+		strcat(raw, ".raw");
+		path_in(back, sizeof(back), &d, "back.bin");
+		if (i == 3) {
+			struct run from = {.out_fd = -1};
+
+			from.in_fd = open(npy, O_RDONLY);
+			cr_assert(from.in_fd >= 0);
+			cr_assert_eq(CTL_R(&d, &from, NULL, &err, "put",
+					   names[i], "--format", "npy", "-"),
+				     0, "%s", err);
+			close(from.in_fd);
+		} else {
+			cr_assert_eq(CTL(&d, NULL, &err, "put", names[i], npy),
+				     0, "%s", err);
+		}
+		free(err);
+		cr_assert_eq(CTL(&d, NULL, NULL, "get", names[i], "-o", back),
+			     0);
+		expect_same_files(raw, back);
+	}
+	cr_assert_eq(CTL(&d, &out, NULL, "get", "be", "--json", "-o", back),
+		     0);
+	cr_expect(strstr(out, "\"dtype\":\"f32\",\"shape\":[2,3]"), "%s", out);
+	free(out);
+	cr_assert_eq(CTL(&d, &out, NULL, "get", "u1", "--json", "-o", back),
+		     0);
+	cr_expect(strstr(out, "\"dtype\":\"u8\",\"shape\":[]"), "%s", out);
+	free(out);
+	tu_daemon_stop(&d, false);
+}
+
+/* get -o X.npy: np.load reads dtype, shape and values, and the file is
+ * byte for byte what np.save writes for the same array. */
+Test(tensorctl, npy_get_is_what_numpy_loads_and_saves)
+{
+	struct tu_daemon d;
+	char raw[160], npy[160], *err, *out;
+	uint8_t b[24];
+	float f[6];
+
+	tu_daemon_start(&d, "error");
+	for (int i = 0; i < 6; i++)
+		f[i] = (float)i * 1.5f - 2.0f;
+	path_in(raw, sizeof(raw), &d, "in.bin");
+	write_file(raw, f, sizeof(f));
+	cr_assert_eq(CTL(&d, NULL, &err, "put", "f", "--dtype", "f32",
+			 "--shape", "3,2", raw),
+		     0, "%s", err);
+	free(err);
+	for (int i = 0; i < 24; i++)
+		b[i] = (uint8_t)(i * 11);
+	write_file(raw, b, 24);
+	cr_assert_eq(CTL(&d, NULL, &err, "put", "u", "--dtype", "u8",
+			 "--shape", "2,3,4", raw),
+		     0, "%s", err);
+	free(err);
+	cr_assert_eq(CTL(&d, NULL, &err, "put", "z", "--dtype", "i16",
+			 "--shape", "", raw),
+		     1);
+	free(err);
+	write_file(raw, "\x01\x80", 2);
+	cr_assert_eq(CTL(&d, NULL, &err, "put", "z", "--dtype", "i16",
+			 "--shape", "", raw),
+		     0, "%s", err);
+	free(err);
+	path_in(npy, sizeof(npy), &d, "f.npy");
+	cr_assert_eq(CTL(&d, NULL, NULL, "get", "f", "-o", npy), 0);
+	path_in(npy, sizeof(npy), &d, "u.npy");
+	cr_assert_eq(CTL(&d, NULL, NULL, "get", "u", "-o", npy), 0);
+	path_in(npy, sizeof(npy), &d, "z.npy");
+	cr_assert_eq(CTL(&d, NULL, NULL, "get", "z", "-o", npy), 0);
+	numpy_run(&d,
+		  "import numpy as np\n"
+		  "f = np.load('%D/f.npy')\n"
+		  "assert f.dtype == np.float32 and f.shape == (3, 2), f\n"
+		  "want = (np.arange(6, dtype='f4') * 1.5 - 2).reshape(3, 2)\n"
+		  "assert (f == want).all(), f\n"
+		  "np.save('%D/f-ref.npy', want)\n"
+		  "u = np.load('%D/u.npy')\n"
+		  "assert u.dtype == np.uint8 and u.shape == (2, 3, 4), u\n"
+		  "want = (np.arange(24) * 11).astype('u1').reshape(2, 3, 4)\n"
+		  "assert (u == want).all(), u\n"
+		  "np.save('%D/u-ref.npy', want)\n"
+		  "z = np.load('%D/z.npy')\n"
+		  "assert z.dtype == np.int16 and z.shape == () and z == -32767\n"
+		  "np.save('%D/z-ref.npy', np.int16(-32767))\n"
+		  "print('ok')\n",
+		  &out);
+	cr_expect_str_eq(out, "ok\n");
+	free(out);
+	for (int i = 0; i < 3; i++) {
+		char ref[160];
+
+		path_in(npy, sizeof(npy), &d, (const char *[]){"f.npy", "u.npy",
+							       "z.npy"}[i]);
+		path_in(ref, sizeof(ref), &d,
+			(const char *[]){"f-ref.npy", "u-ref.npy",
+					 "z-ref.npy"}[i]);
+		expect_same_files(npy, ref);
+	}
+	tu_daemon_stop(&d, false);
+}
+
+/* Run put NAME FILE (more args after), expect exit 1 and want in err. */
+static void put_refused(const struct tu_daemon *d, const char *file,
+			const char *a1, const char *a2, const char *want)
+{
+	char path[160], *err;
+	int rc;
+
+	path_in(path, sizeof(path), d, file);
+	rc = a1 ? CTL(d, NULL, &err, "put", "r", path, a1, a2)
+		: CTL(d, NULL, &err, "put", "r", path);
+	cr_expect_eq(rc, 1, "put %s: %d (%s)", file, rc, err);
+	cr_expect(strstr(err, want), "put %s: '%s' lacks '%s'", file, err,
+		  want);
+	free(err);
+}
+
+/* What put refuses of a .npy says why, with exit status 1; nothing is
+ * published. What get cannot write as .npy is refused too. */
+Test(tensorctl, npy_refusals_say_why)
+{
+	struct tu_daemon d;
+	char path[160], *err;
+	uint8_t *b;
+	size_t n;
+
+	tu_daemon_start(&d, "error");
+	numpy_run(&d,
+		  "import numpy as np\n"
+		  "a = np.zeros((2, 3), dtype='<f4')\n"
+		  "np.save('%D/ok.npy', a)\n"
+		  "np.save('%D/fortran.npy', np.asfortranarray(a))\n"
+		  "np.save('%D/struct.npy', np.zeros(3, dtype=[('x', '<f4')]))\n"
+		  "np.save('%D/bool.npy', np.zeros(3, dtype=bool))\n"
+		  "np.save('%D/obj.npy', np.array([None]), allow_pickle=True)\n",
+		  NULL);
+	put_refused(&d, "fortran.npy", NULL, NULL,
+		    "fortran_order arrays: save with np.ascontiguousarray");
+	put_refused(&d, "struct.npy", NULL, NULL, "structured dtypes");
+	put_refused(&d, "bool.npy", NULL, NULL, "no tensord equivalent");
+	put_refused(&d, "obj.npy", NULL, NULL, "object arrays");
+	put_refused(&d, "ok.npy", "--dtype", "f64",
+		    "--dtype f64 does not match");
+	put_refused(&d, "ok.npy", "--shape", "3,2",
+		    "--shape 3,2 does not match");
+	path_in(path, sizeof(path), &d, "ok.npy");
+	b = tu_read_file(path, &n);
+	cr_assert_eq(n, 128 + 24);
+	path_in(path, sizeof(path), &d, "cut.npy");
+	write_file(path, b, 60);
+	put_refused(&d, "cut.npy", NULL, NULL, ".npy header: header cut short");
+	path_in(path, sizeof(path), &d, "short.npy");
+	write_file(path, b, n - 1);
+	put_refused(&d, "short.npy", NULL, NULL,
+		    "has 23 bytes of data after its .npy header, shape 2,3 of "
+		    "f32 needs 24");
+	path_in(path, sizeof(path), &d, "long.npy");
+	b = realloc(b, n + 1);
+	cr_assert(b);
+	b[n] = 0;
+	write_file(path, b, n + 1);
+	put_refused(&d, "long.npy", NULL, NULL,
+		    "has 25 bytes of data after its .npy header");
+	path_in(path, sizeof(path), &d, "magic.npy");
+	b[1] = 'X';
+	write_file(path, b, n);
+	put_refused(&d, "magic.npy", NULL, NULL, "no \\x93NUMPY magic");
+	/* --format raw keeps a .npy name raw: 152 bytes of u8 */
+	cr_expect_eq(CTL(&d, NULL, &err, "put", "r", path, "--format", "raw"),
+		     2);
+	cr_expect(strstr(err, "--dtype and --shape are required"), "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, NULL, &err, "put", "r", path, "--format", "raw",
+			 "--dtype", "u8", "--shape", "152"),
+		     0, "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, NULL, &err, "put", "x", path, "--format", "zip"),
+		     2);
+	cr_expect(strstr(err, "bad --format 'zip' (valid: raw, npy)"), "%s",
+		  err);
+	free(err);
+	free(b);
+	cr_expect(!exists(&d, "x"));
+	tu_daemon_stop(&d, false);
+}
+
+Test(tensorctl, npy_get_refuses_what_a_npy_cannot_hold)
+{
+	struct tu_daemon d;
+	char path[160], *err;
+	uint64_t shape[2] = {2, 3};
+	int64_t strides[2] = {4, 1};
+	float scale = 0.5f;
+	uint8_t buf[8] = {0};
+	struct td_publish q = {.name = "q", .dtype = TD_TENSOR_U8, .ndim = 2,
+			       .shape = shape, .quant_axis = -1,
+			       .quant_scale_count = 1, .quant_scales = &scale};
+	struct td_publish s = {.name = "s", .dtype = TD_TENSOR_U8, .ndim = 2,
+			       .shape = shape, .strides = strides};
+	struct td_error e = {0};
+	struct td_client *c;
+
+	tu_daemon_start(&d, "error");
+	cr_assert_eq(td_client_connect(d.sock, &c, NULL), 0);
+	cr_assert_eq(td_client_put(c, &q, buf, 6, NULL, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_client_put(c, &s, buf, 8, NULL, &e), 0, "%s",
+		     e.reason);
+	td_client_close(c);
+	path_in(path, sizeof(path), &d, "out.npy");
+	cr_expect_eq(CTL(&d, NULL, &err, "get", "q", "-o", path), 1);
+	cr_expect(strstr(err, "q: cannot be a .npy file: it is quantized"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, NULL, &err, "get", "s", "-o", path), 1);
+	cr_expect(strstr(err, "s: cannot be a .npy file: its strides"), "%s",
+		  err);
+	free(err);
+	cr_expect_neq(access(path, F_OK), 0, "nothing written");
+	/* raw by --format raw, whatever the name */
+	cr_expect_eq(CTL(&d, NULL, &err, "get", "s", "--format", "raw", "-o",
+			 path),
+		     0, "%s", err);
+	free(err);
+	tu_daemon_stop(&d, false);
+}

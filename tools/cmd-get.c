@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* tensorctl get: a tensor's raw bytes (planes in order), or its description. */
+/*
+ * tensorctl get: a tensor's raw bytes (planes in order) or a .npy file, or
+ * its description.
+ */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -65,7 +68,8 @@ static void describe(const char *name, const struct td_tensor *t)
 }
 
 /* The planes in order, through the shared output rules (output.h). */
-static int write_planes(const struct td_tensor *t, const char *out)
+static int write_planes(const struct td_tensor *t, const char *name,
+			const char *out)
 {
 	struct tctl_out o;
 	int rc = tctl_out_open(&o, out, TCTL_OUT_BINARY, td_tensor_bytes(t));
@@ -82,20 +86,22 @@ static int write_planes(const struct td_tensor *t, const char *out)
 
 int cmd_get(int argc, char **argv)
 {
-	enum { O_VERSION = TCTL_OPT_FIRST_OWN, O_NEWER, O_TIMEOUT };
+	enum { O_VERSION = TCTL_OPT_FIRST_OWN, O_NEWER, O_TIMEOUT, O_FMT };
 	static const struct option opts[] = {
 		{"version", required_argument, NULL, O_VERSION},
 		{"newer", required_argument, NULL, O_NEWER},
 		{"timeout", required_argument, NULL, O_TIMEOUT},
 		{"output", required_argument, NULL, 'o'},
+		{"format", required_argument, NULL, O_FMT},
 		TCTL_COMMON_OPTIONS};
-	const char *name, *out = NULL;
+	const char *name, *out = NULL, *format = NULL;
 	uint64_t version = 0, newer = 0, tmo = 0;
 	int have_version = 0, have_newer = 0, have_tmo = 0;
 	struct td_error e = {0};
 	struct td_tensor *t = NULL;
 	struct td_client *c;
-	int rc, o, timeout;
+	int rc, o, timeout, npy;
+	int (*emit)(const struct td_tensor *, const char *, const char *);
 
 	while ((o = tctl_getopt(argc, argv, "o:", opts, &rc)) != -1) {
 		switch (o) {
@@ -120,6 +126,9 @@ int cmd_get(int argc, char **argv)
 		case 'o':
 			out = optarg;
 			break;
+		case O_FMT:
+			format = optarg;
+			break;
 		default:
 			return rc;
 		}
@@ -134,6 +143,10 @@ int cmd_get(int argc, char **argv)
 		return tctl_usage("get", "--timeout goes with --newer");
 	if (tctl_json && out && !strcmp(out, "-"))
 		return tctl_usage("get", "--json and -o - both write to stdout");
+	rc = tctl_npy_format("get", format, out, &npy);
+	if (rc)
+		return rc;
+	emit = npy ? tctl_npy_write : write_planes;
 	timeout = have_tmo ? (int)tmo : -1;
 	rc = tctl_connect(&c);
 	if (rc)
@@ -153,8 +166,8 @@ int cmd_get(int argc, char **argv)
 		rc = tctl_fail(TCTL_REFUSED, "fence", -rc, "%s: fence: %s",
 			       name, strerror(-rc));
 	else if (!tctl_json)
-		rc = write_planes(t, out);
-	else if (!out || !(rc = write_planes(t, out)))
+		rc = emit(t, name, out);
+	else if (!out || !(rc = emit(t, name, out)))
 		describe(name, t); /* and with -o FILE, once it is written */
 	/* released before exit even after a signal stopped the write */
 	td_tensor_release(t);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* tensorctl put: publish a file's bytes as a tensor. */
+/* tensorctl put: publish a file's bytes (raw, or a .npy file) as a tensor. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,7 +8,9 @@
 #include <json-c/json.h>
 
 #include "input.h"
+#include "npy.h"
 #include "tensorctl.h"
+#include "tgm-load.h"
 
 /* "unknown dtype 'x' (valid: u8, i8, ...)" */
 static int bad_dtype(const char *dtype)
@@ -25,11 +27,22 @@ static int bad_dtype(const char *dtype)
 			  "names: uint8 ... float64)", dtype, valid);
 }
 
+/* What the bytes are: from --dtype/--shape, or from a .npy header. */
+struct spec {
+	const char *dtype_s, *shape_s; /* as given (NULL: not given) */
+	int dtype;
+	uint32_t ndim;
+	uint64_t shape[TD_ENTRY_MAX_DIMS];
+	uint64_t want;  /* the data's bytes */
+	unsigned swap;  /* big-endian .npy data: the width to swap, else 0 */
+	const char *of; /* "", or what the bytes counted are (a .npy's) */
+	char shape_buf[TD_ENTRY_MAX_DIMS * 21 + 8];
+};
+
 /* Read exactly want bytes of in into the loan's buffer. */
-static int fill(struct tctl_in *in, struct td_alloc *a, uint64_t want,
-		const char *shape_s, const char *dtype)
+static int fill(struct tctl_in *in, struct td_alloc *a, const struct spec *s)
 {
-	uint64_t got = 0;
+	uint64_t got = 0, want = s->want;
 	uint8_t extra;
 	int rc;
 
@@ -46,126 +59,197 @@ static int fill(struct tctl_in *in, struct td_alloc *a, uint64_t want,
 		if (!got)
 			return TCTL_OK;
 		return tctl_fail(TCTL_REFUSED, "input", EFBIG,
-				 "%s has more than the %llu bytes shape %s "
+				 "%s has more than the %llu bytes%s shape %s "
 				 "of %s needs",
-				 in->path, (unsigned long long)want, shape_s,
-				 dtype);
+				 in->path, (unsigned long long)want, s->of,
+				 s->shape_s, s->dtype_s);
 	}
 mismatch:
 	return tctl_fail(TCTL_REFUSED, "input", EINVAL,
-			 "%s has %llu bytes, shape %s of %s needs %llu",
+			 "%s has %llu bytes%s, shape %s of %s needs %llu",
 			 in->path,
 			 (unsigned long long)(in->regular ? in->size : got),
-			 shape_s, dtype, (unsigned long long)want);
+			 s->of,
+			 s->shape_s, s->dtype_s, (unsigned long long)want);
 }
 
-int cmd_put(int argc, char **argv)
+/* --dtype and --shape into *s (either may be missing for a .npy). */
+static int parse_given(struct spec *s)
 {
-	enum { O_DTYPE = TCTL_OPT_FIRST_OWN, O_SHAPE, O_META, O_PIN };
-	static const struct option opts[] = {
-		{"dtype", required_argument, NULL, O_DTYPE},
-		{"shape", required_argument, NULL, O_SHAPE},
-		{"meta", required_argument, NULL, O_META},
-		{"pin", no_argument, NULL, O_PIN},
-		TCTL_COMMON_OPTIONS};
-	const char *name, *path, *meta = NULL, *dtype = NULL;
-	const char *shape_s = NULL;
-	uint64_t shape[TD_ENTRY_MAX_DIMS], want, version = 0;
-	struct td_publish p = {0};
-	struct td_error e = {0};
-	struct td_client *c;
-	struct td_alloc *a = NULL;
-	struct tctl_in in;
-	uint32_t ndim = 0;
-	int rc, d, o, pin = 0;
-
-	while ((o = tctl_getopt(argc, argv, "", opts, &rc)) != -1) {
-		switch (o) {
-		case O_DTYPE:
-			dtype = optarg;
-			break;
-		case O_SHAPE:
-			shape_s = optarg;
-			break;
-		case O_META:
-			meta = optarg;
-			break;
-		case O_PIN:
-			pin = 1;
-			break;
-		default:
-			return rc;
-		}
+	if (s->dtype_s) {
+		s->dtype = td_tensor_dtype_from_name(s->dtype_s);
+		if (s->dtype < 0)
+			return bad_dtype(s->dtype_s);
 	}
-	if (argc - optind != 2)
-		return tctl_usage("put", "needs NAME and FILE (- for stdin)");
-	name = argv[optind];
-	path = argv[optind + 1];
-	if (!dtype || !shape_s)
-		return tctl_usage("put", "--dtype and --shape are required");
-	d = td_tensor_dtype_from_name(dtype);
-	if (d < 0)
-		return bad_dtype(dtype);
-	if (tctl_parse_shape(shape_s, shape, &ndim) < 0)
+	if (s->shape_s && tctl_parse_shape(s->shape_s, s->shape, &s->ndim) < 0)
 		return tctl_usage("put", "bad shape '%s' (dimensions as "
 				  "2,3 or 2x3, at most %d)",
-				  shape_s, TD_ENTRY_MAX_DIMS);
-	if (!ndim)
-		shape_s = "'' (0-d)"; /* the errors below said "shape  of" */
-	want = td_tensor_dtype_size((uint32_t)d);
-	for (uint32_t i = 0; i < ndim; i++)
-		if (__builtin_mul_overflow(want, shape[i], &want))
-			return tctl_fail(TCTL_REFUSED, "input", EOVERFLOW,
-					 "shape %s is too large", shape_s);
-	rc = tctl_in_open(&in, path);
+				  s->shape_s, TD_ENTRY_MAX_DIMS);
+	return TCTL_OK;
+}
+
+/* The header's dtype and shape into *s; what was given must agree. */
+static int from_header(struct tctl_in *in, struct spec *s)
+{
+	struct td_npy_header h;
+	int rc = tctl_npy_read_header(in, &h), o = 0;
+
 	if (rc)
 		return rc;
-	/* a regular file of another size is said before any ALLOC: for a
-	 * mistyped huge shape the daemon would only say it exceeds
-	 * --max-bytes */
-	if (in.regular && in.size != want) {
-		rc = fill(&in, NULL, want, shape_s, dtype);
-		tctl_in_close(&in);
+	if (s->dtype_s && (uint32_t)s->dtype != h.dtype)
+		return tctl_fail(TCTL_REFUSED, "input", EINVAL,
+				 "--dtype %s does not match %s's header: %s",
+				 s->dtype_s, in->path,
+				 td_tensor_dtype_name(h.dtype));
+	for (uint32_t i = 0; i < h.ndim; i++)
+		o += snprintf(s->shape_buf + o,
+			      sizeof(s->shape_buf) - (size_t)o, "%s%llu",
+			      i ? "," : "", (unsigned long long)h.shape[i]);
+	if (s->shape_s &&
+	    (s->ndim != h.ndim ||
+	     memcmp(s->shape, h.shape, h.ndim * sizeof(*h.shape))))
+		return tctl_fail(TCTL_REFUSED, "input", EINVAL,
+				 "--shape %s does not match %s's header: %s",
+				 s->shape_s, in->path,
+				 h.ndim ? s->shape_buf : "'' (0-d)");
+	s->dtype = (int)h.dtype;
+	s->dtype_s = td_tensor_dtype_name(h.dtype);
+	s->ndim = h.ndim;
+	memcpy(s->shape, h.shape, sizeof(h.shape));
+	s->shape_s = s->shape_buf;
+	s->of = " of data after its .npy header";
+	/* tensors hold host-order elements, as load does for a .tgm */
+	if (h.order == (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+				? TD_NPY_ORDER_BIG
+				: TD_NPY_ORDER_LITTLE))
+		s->swap = td_tensor_dtype_size(h.dtype);
+	return TCTL_OK;
+}
+
+/* The data's bytes in s->want; a 0-d shape said as such. */
+static int size_of(struct spec *s)
+{
+	if (!s->ndim)
+		s->shape_s = "'' (0-d)"; /* the errors said "shape  of" */
+	s->want = td_tensor_dtype_size((uint32_t)s->dtype);
+	for (uint32_t i = 0; i < s->ndim; i++)
+		if (__builtin_mul_overflow(s->want, s->shape[i], &s->want))
+			return tctl_fail(TCTL_REFUSED, "input", EOVERFLOW,
+					 "shape %s is too large", s->shape_s);
+	return TCTL_OK;
+}
+
+/*
+ * The loan filled from in (swapped when the .npy is big-endian) and
+ * published; the version in *version. TCTL_OK or reported.
+ */
+static int publish(struct tctl_in *in, const struct spec *s,
+		   struct td_publish *p, uint64_t *version)
+{
+	struct td_error e = {0};
+	struct td_alloc *a = NULL;
+	struct td_client *c;
+	uint64_t want = s->want;
+	int rc = tctl_connect(&c);
+
+	if (rc)
 		return rc;
-	}
-	in.progress.total = want; /* a stream's size is the shape's */
-	rc = tctl_connect(&c);
-	if (rc) {
-		tctl_in_close(&in);
-		return rc;
-	}
 	/* the bytes go straight into the daemon's buffer: no copy */
 	rc = td_client_alloc(c, 1, &want, &a, &e);
 	if (rc < 0)
-		rc = tctl_refused(name, rc, &e);
+		rc = tctl_refused(p->name, rc, &e);
 	else
-		rc = fill(&in, a, want, shape_s, dtype);
-	tctl_in_close(&in);
-	if (rc) {
+		rc = fill(in, a, s);
+	if (!rc && s->swap)
+		tctl_swap_in_place(td_alloc_data(a, 0), want, s->swap);
+	if (!rc) {
+		p->dtype = (uint32_t)s->dtype;
+		p->ndim = s->ndim;
+		p->shape = s->shape;
+		rc = td_client_publish_alloc(c, a, p, version, &e);
+		rc = rc < 0 ? tctl_refused(p->name, rc, &e) : TCTL_OK;
+	} else {
 		td_alloc_free(a);
-		td_client_close(c);
-		return rc;
 	}
-	p.name = name;
-	p.flags = pin ? TD_PUBLISH_PIN : 0;
-	p.dtype = (uint32_t)d;
-	p.ndim = ndim;
-	p.shape = shape;
-	p.meta = meta;
-	p.meta_len = meta ? strlen(meta) : 0;
-	rc = td_client_publish_alloc(c, a, &p, &version, &e);
 	td_client_close(c);
-	if (rc < 0)
-		return tctl_refused(name, rc, &e);
+	return rc;
+}
+
+static int print_put(const char *name, uint64_t version, uint64_t bytes)
+{
 	if (tctl_json) {
 		struct json_object *j = json_object_new_object();
 
 		json_object_object_add(j, "name", json_object_new_string(name));
 		json_object_object_add(j, "version",
 				       json_object_new_uint64(version));
-		json_object_object_add(j, "bytes", json_object_new_uint64(want));
+		json_object_object_add(j, "bytes",
+				       json_object_new_uint64(bytes));
 		return tctl_json_print(j);
 	}
 	printf("%s version %llu\n", name, (unsigned long long)version);
 	return TCTL_OK;
+}
+
+int cmd_put(int argc, char **argv)
+{
+	enum { O_DTYPE = TCTL_OPT_FIRST_OWN, O_SHAPE, O_META, O_PIN, O_FMT };
+	static const struct option opts[] = {
+		{"dtype", required_argument, NULL, O_DTYPE},
+		{"shape", required_argument, NULL, O_SHAPE},
+		{"meta", required_argument, NULL, O_META},
+		{"pin", no_argument, NULL, O_PIN},
+		{"format", required_argument, NULL, O_FMT},
+		TCTL_COMMON_OPTIONS};
+	const char *path, *format = NULL;
+	uint64_t version = 0;
+	struct td_publish p = {0};
+	struct spec s = {.of = ""};
+	struct tctl_in in;
+	int rc, o, npy;
+
+	while ((o = tctl_getopt(argc, argv, "", opts, &rc)) != -1) {
+		if (o == O_DTYPE)
+			s.dtype_s = optarg;
+		else if (o == O_SHAPE)
+			s.shape_s = optarg;
+		else if (o == O_META)
+			p.meta = optarg;
+		else if (o == O_PIN)
+			p.flags = TD_PUBLISH_PIN;
+		else if (o == O_FMT)
+			format = optarg;
+		else
+			return rc;
+	}
+	if (argc - optind != 2)
+		return tctl_usage("put", "needs NAME and FILE (- for stdin)");
+	p.name = argv[optind];
+	path = argv[optind + 1];
+	p.meta_len = p.meta ? strlen(p.meta) : 0;
+	rc = tctl_npy_format("put", format, path, &npy);
+	if (rc)
+		return rc;
+	if (!npy && (!s.dtype_s || !s.shape_s))
+		return tctl_usage("put", "--dtype and --shape are required "
+				  "(but for a .npy file)");
+	rc = parse_given(&s);
+	if (!rc && !npy)
+		rc = size_of(&s);
+	if (rc)
+		return rc;
+	rc = tctl_in_open(&in, path);
+	if (!rc && npy && !(rc = from_header(&in, &s)))
+		rc = size_of(&s);
+	/* a regular file of another size is said before any ALLOC: for a
+	 * mistyped huge shape the daemon would only say it exceeds
+	 * --max-bytes */
+	if (!rc && in.regular && in.size != s.want)
+		rc = fill(&in, NULL, &s);
+	/* a stream's size is the shape's (after a .npy header, read) */
+	in.progress.total = in.progress.done + s.want;
+	if (!rc)
+		rc = publish(&in, &s, &p, &version);
+	tctl_in_close(&in);
+	return rc ? rc : print_put(p.name, version, s.want);
 }

@@ -26,25 +26,37 @@ static const struct cmd {
 	 "                  (K, M, G, T suffixes; default 1G); a regular file\n"
 	 "                  is read by its size\n"},
 	{"put",
-	 "put NAME --dtype T --shape D,D.. [--meta STR] [--pin] FILE|-",
+	 "put NAME --dtype T --shape D,D.. [--meta STR] [--pin] FILE|- | "
+	 "put NAME [--dtype T] [--shape D,D..] [--meta STR] [--pin] "
+	 "FILE.npy|- [--format raw|npy]",
 	 "Publish the bytes of FILE (- = stdin) as tensor NAME. The input must\n"
 	 "hold exactly the bytes the shape and dtype need.\n"
+	 "A NumPy .npy file (by its .npy name, or --format npy) brings its\n"
+	 "dtype and shape in its header (--dtype and --shape, if given, must\n"
+	 "match it); big-endian data is byte-swapped to host order. C order\n"
+	 "only (fortran_order is refused), and the dtypes below.\n"
 	 "  --dtype T       element type: u8 i8 u16 i16 u32 i32 u64 i64 f16\n"
 	 "                  f32 f64\n"
 	 "  --shape D,D..   dimensions, outermost first (2,3 or 2x3; \"\" is\n"
 	 "                  a 0-d scalar)\n"
+	 "  --format F      raw or npy (default: npy for a .npy name)\n"
 	 "  --meta STR      opaque metadata stored with the tensor\n"
 	 "  --pin           the daemon never evicts this version\n"},
 	{"get",
-	 "get NAME [--version N | --newer N [--timeout MS]] [-o FILE|-]",
+	 "get NAME [--version N | --newer N [--timeout MS]] [-o FILE|-] "
+	 "[--format raw|npy]",
 	 "Write a tensor's raw bytes (its planes in order) to FILE, or with\n"
 	 "--json print its description instead. Without -o the bytes go to\n"
 	 "stdout, which must not be a terminal (-o - writes there anyway).\n"
+	 "With -o FILE.npy or --format npy: a NumPy .npy file (np.save's\n"
+	 "header, then the bytes); a tensor it cannot hold (several planes,\n"
+	 "quantized, strided) is refused.\n"
 	 "  --version N     exactly version N\n"
 	 "  --newer N       the current version if newer than N, else wait\n"
 	 "                  for the next one (versions in between are skipped)\n"
 	 "  --timeout MS    give up waiting after MS milliseconds (--newer)\n"
-	 "  -o, --output F  where to write (- = stdout); see OUTPUTS\n"},
+	 "  -o, --output F  where to write (- = stdout); see OUTPUTS\n"
+	 "  --format F      raw or npy (default: npy for a .npy name)\n"},
 	{"ls", "ls [PREFIX]",
 	 "List tensors and rings whose name starts with PREFIX.\n"},
 	{"stat", "stat NAME", "Describe the latest version of NAME, and its "

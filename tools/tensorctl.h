@@ -154,6 +154,21 @@ int cmd_save_hrry(int argc, char **argv);
  * else why it cannot be saved */
 const char *tctl_dense_unsavable(const struct td_tensor *t);
 
+/* npy.c: NumPy .npy files for put and get. *npy = 1 when format
+ * ("raw", "npy" or NULL: by path's .npy ending) is npy; TCTL_OK or a
+ * usage error of cmd. */
+int tctl_npy_format(const char *cmd, const char *format, const char *path,
+		    int *npy);
+/* Read and decode the .npy header at the start of in (a regular file's
+ * size becomes what follows it: the data). TCTL_OK or reported. */
+struct tctl_in;
+struct td_npy_header;
+int tctl_npy_read_header(struct tctl_in *in, struct td_npy_header *h);
+/* t (called name in messages) as a .npy file at out (output.h): one dense
+ * unquantized plane, else refused. TCTL_OK or reported. */
+int tctl_npy_write(const struct td_tensor *t, const char *name,
+		   const char *out);
+
 /* Print a decoder refusal: JSON on stdout, or one line on stderr. */
 void tctl_print_td_err(const struct td_err *e, int json);
 

@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * NumPy .npy files for put and get (npy.h): which format a command line
+ * asks for, reading a header off an input, writing one tensor as a file
+ * np.load() reads (the header np.save() writes, then the bytes).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blob.h"
+#include "input.h"
+#include "npy.h"
+#include "output.h"
+#include "tensorctl.h"
+
+_Static_assert(TD_NPY_MAX_DIMS == TD_ENTRY_MAX_DIMS,
+	       "a .npy header takes what a tensor may have");
+_Static_assert((int)TD_DTYPE_F64 == (int)TD_TENSOR_F64 &&
+		       (int)TD_DTYPE_U8 == (int)TD_TENSOR_U8,
+	       "proto's dtype codes are the client's");
+
+int tctl_npy_format(const char *cmd, const char *format, const char *path,
+		    int *npy)
+{
+	size_t n = path ? strlen(path) : 0;
+
+	if (!format) {
+		*npy = n >= 4 && !strcmp(path + n - 4, ".npy");
+		return TCTL_OK;
+	}
+	*npy = !strcmp(format, "npy");
+	if (!*npy && strcmp(format, "raw"))
+		return tctl_usage(cmd, "bad --format '%s' (valid: raw, npy)",
+				  format);
+	return TCTL_OK;
+}
+
+static int refused(const struct tctl_in *in, int rc, const struct td_err *e)
+{
+	return tctl_fail(TCTL_REFUSED, "input", -rc, "%s: .npy header: %s%s%s",
+			 in->path, e->field ? e->field : "",
+			 e->field ? ": " : "", e->reason);
+}
+
+int tctl_npy_read_header(struct tctl_in *in, struct td_npy_header *h)
+{
+	uint8_t pre[TD_NPY_PREFIX_LEN], *buf;
+	struct td_err e = {0};
+	uint64_t off = 0, got = 0, more = 0;
+	int rc;
+
+	/* every valid header is longer than the prefix: a dict follows */
+	rc = tctl_in_read(in, pre, sizeof(pre), &got);
+	if (rc)
+		return rc;
+	rc = td_npy_header_len(pre, (size_t)got, &off, &e);
+	if (rc < 0)
+		return refused(in, rc, &e);
+	if (off < got)
+		off = got; /* decode says what is wrong with it */
+	buf = malloc((size_t)off); /* at most TD_NPY_MAX_HEADER_LEN + 12 */
+	if (!buf)
+		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
+	memcpy(buf, pre, (size_t)got);
+	rc = tctl_in_read(in, buf + got, off - got, &more);
+	if (!rc) {
+		rc = td_npy_decode(buf, (size_t)(got + more), h, &e);
+		rc = rc < 0 ? refused(in, rc, &e) : TCTL_OK;
+	}
+	free(buf);
+	/* what is left of a regular file is the data */
+	if (!rc && in->regular)
+		in->size = in->size > off ? in->size - off : 0;
+	return rc;
+}
+
+int tctl_npy_write(const struct td_tensor *t, const char *name,
+		   const char *out)
+{
+	uint8_t hdr[TD_NPY_ENCODE_MAX];
+	const char *why = tctl_dense_unsavable(t);
+	struct td_err e = {0};
+	struct tctl_out o;
+	size_t n = 0;
+	int rc;
+
+	if (why)
+		return tctl_fail(TCTL_REFUSED, "input", EINVAL,
+				 "%s: cannot be a .npy file: %s", name, why);
+	rc = td_npy_encode(td_tensor_dtype(t), td_tensor_ndim(t),
+			   td_tensor_shape(t), hdr, sizeof(hdr), &n, &e);
+	if (rc < 0)
+		return tctl_fail(TCTL_REFUSED, "input", -rc,
+				 "%s: cannot be a .npy file: %s", name,
+				 e.reason);
+	rc = tctl_out_open(&o, out, TCTL_OUT_BINARY, n + td_tensor_bytes(t));
+	if (rc)
+		return rc;
+	rc = tctl_out_write(&o, hdr, n);
+	if (!rc && td_tensor_bytes(t))
+		rc = tctl_out_write(&o, td_tensor_plane_data(t, 0),
+				    td_tensor_bytes(t));
+	if (rc) {
+		tctl_out_abort(&o);
+		return rc;
+	}
+	return tctl_out_commit(&o);
+}
