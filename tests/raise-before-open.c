@@ -29,6 +29,11 @@
  * bytes with ENOMEM: a machine that cannot hold a tensor (tensord's
  * snapshot restore must not try to).
  *
+ * $TD_DELETE_AFTER_LIST=NAME deletes the tensor NAME (td_client_delete
+ * on the same connection) just after the first td_client_list() returns,
+ * once: a tensor deleted between the LIST and the GET of a command over
+ * every tensor (tensorctl save, zarr export).
+ *
  * The real calls are the next definitions (dlsym RTLD_NEXT). With
  * _FILE_OFFSET_BITS=64, as meson builds, callers reach open64; here
  * the two names are kept apart.
@@ -42,6 +47,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,3 +261,34 @@ WRAP_OPENAT(openat64)
 
 WRAP_FSTAT(fstat, stat)
 WRAP_FSTAT(fstat64, stat64)
+
+/* libtensord's, as opaque pointers (this shim does not link it) */
+int td_client_list(void *c, const char *prefix, void *out, size_t *count,
+                   void *err);
+int td_client_list(void *c, const char *prefix, void *out, size_t *count,
+                   void *err)
+{
+	static int deleted;
+	static int (*real)(void *, const char *, void *, size_t *, void *);
+	static int (*del)(void *, const char *, uint64_t *, void *);
+	const char *name = getenv("TD_DELETE_AFTER_LIST");
+	/* a struct td_error (about 1 KiB), whose layout this shim need not
+	 * know */
+	union {
+		char b[4096];
+		long long align;
+	} e;
+	int rc;
+
+	if (!real) { /* POSIX's way past ISO C's pointer rule */
+		*(void **)&real = dlsym(RTLD_NEXT, "td_client_list");
+		*(void **)&del = dlsym(RTLD_NEXT, "td_client_delete");
+	}
+	rc = real(c, prefix, out, count, err);
+	if (rc >= 0 && name && !deleted && del) {
+		deleted = 1;
+		if (del(c, name, NULL, &e) < 0)
+			abort(); /* the test's tensor is not there */
+	}
+	return rc;
+}

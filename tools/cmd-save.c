@@ -140,8 +140,12 @@ static int all_names(struct td_client *c, struct td_entry **list,
 	return 0;
 }
 
-/* GET name into *t and describe it in *obj: 0, or a tensorctl status. */
-static int take_one(struct td_client *c, const char *name,
+/* take_one(): a name of the LIST deleted since, left out */
+#define GONE (-1)
+
+/* GET name into *t and describe it in *obj: 0, GONE, or a tensorctl
+ * status (listed: name came from the LIST of every tensor). */
+static int take_one(struct td_client *c, const char *name, bool listed,
 		    struct td_tensor **t, struct td_tgm_enc_object *obj)
 {
 	struct td_error e = {0};
@@ -149,7 +153,9 @@ static int take_one(struct td_client *c, const char *name,
 	int r = td_client_get(c, name, t, &e);
 
 	if (r < 0)
-		return tctl_refused(name, r, &e);
+		return tctl_gone_since_list("save", name, r, listed)
+		               ? GONE
+		               : tctl_refused(name, r, &e);
 	r = td_tensor_fence_wait(*t, -1);
 	if (r < 0)
 		return tctl_fail(TCTL_REFUSED, "fence", -r, "%s: fence: %s",
@@ -189,7 +195,8 @@ static int save_tgm(int argc, char **argv)
 	struct td_client *c = NULL;
 	struct td_err te = {0};
 	uint8_t *msg = NULL;
-	size_t n = 0, len = 0, list_n = 0;
+	size_t n = 0, kept = 0, len = 0, list_n = 0;
+	bool listed = false;
 	int rc = TCTL_USAGE, o;
 
 	while ((o = tctl_getopt(argc, argv, "o:", opts, &rc)) != -1) {
@@ -227,6 +234,8 @@ static int save_tgm(int argc, char **argv)
 			names[n++] = argv[optind++];
 	} else if ((rc = all_names(c, &list, &list_n, &names, &n)) != 0) {
 		goto out;
+	} else {
+		listed = true;
 	}
 	ts = calloc(n, sizeof(*ts));
 	objs = calloc(n, sizeof(*objs));
@@ -235,12 +244,22 @@ static int save_tgm(int argc, char **argv)
 		rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
 		goto out;
 	}
-	for (size_t i = 0; i < n && !rc; i++)
-		rc = take_one(c, names[i], &ts[i], &objs[i]);
+	for (size_t i = 0; i < n && !rc; i++) {
+		rc = take_one(c, names[i], listed, &ts[kept],
+		              &objs[kept]);
+		if (rc == GONE)
+			rc = 0;
+		else if (!rc)
+			kept++;
+	}
+	if (!rc && !kept)
+		rc = tctl_fail(TCTL_REFUSED, "input", ENOENT,
+		               "no tensors to save");
 	if (rc)
 		goto out;
-	if (json_attrs(objs, attrs, n, &te) < 0 ||
-	    td_tgm_message_encode(objs, n, TD_VERSION, &msg, &len, &te) < 0) {
+	if (json_attrs(objs, attrs, kept, &te) < 0 ||
+	    td_tgm_message_encode(objs, kept, TD_VERSION, &msg, &len,
+	                          &te) < 0) {
 		rc = tctl_fail(TCTL_REFUSED, "input", EINVAL,
 		               "encoding the message: %s%s%s",
 		               te.field ? te.field : "", te.field ? ": " : "",
@@ -250,7 +269,7 @@ static int save_tgm(int argc, char **argv)
 	rc = write_message(out, msg, len);
 	/* with -o - the message is the output: nothing else on stdout */
 	if (!rc && strcmp(out, "-"))
-		rc = print_saved(out, n, len);
+		rc = print_saved(out, kept, len);
 out:
 	for (size_t i = 0; ts && i < n; i++)
 		td_tensor_release(ts[i]);

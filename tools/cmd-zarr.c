@@ -443,8 +443,10 @@ static struct json_object *tensor_attrs(const struct td_tensor *t,
 	return td_zarr_tensor_attrs(&zt);
 }
 
+/* GET each name into ts (listed: the names came from the LIST of every
+ * tensor, and one deleted since is left out) and describe it in z. */
 static int from_daemon(struct td_client *c, char **names, size_t n,
-                       struct td_tensor **ts, struct zset *z)
+                       bool listed, struct td_tensor **ts, struct zset *z)
 {
 	for (size_t i = 0; i < n; i++) {
 		struct zsrc *s = &z->s[z->n];
@@ -452,6 +454,9 @@ static int from_daemon(struct td_client *c, char **names, size_t n,
 		const char *why;
 		int r = td_client_get(c, names[i], &ts[i], &e);
 
+		if (r < 0 && tctl_gone_since_list("zarr export", names[i], r,
+		                                  listed))
+			continue;
 		if (r < 0)
 			return tctl_refused(names[i], r, &e);
 		r = td_tensor_fence_wait(ts[i], -1);
@@ -528,7 +533,7 @@ static int export_daemon(const char *dir, char **names, size_t n)
 		rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
 		goto out;
 	}
-	rc = from_daemon(c, names, n, ts, &z);
+	rc = from_daemon(c, names, n, all != NULL, ts, &z);
 	if (!rc)
 		rc = export_write(dir, &z);
 	if (!rc)

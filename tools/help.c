@@ -96,7 +96,8 @@ static const struct cmd {
 	 "[--format tgm|hrry]",
 	 "Write tensors as one hashed Tensogram message, or as a Hurray file\n"
 	 "when -o ends in .hrry or --format hrry is given (one forward pass).\n"
-	 "Without NAME: every tensor but rings. A tensor the file cannot\n"
+	 "Without NAME: every tensor but rings (one deleted meanwhile is\n"
+	 "left out, said on stderr). A tensor the file cannot\n"
 	 "hold (several planes, quantized, strided) fails the save.\n"
 	 "  -o, --output F  where to write (- = stdout); see OUTPUTS\n"
 	 "  --format F      tgm or hrry (default: by the -o name)\n"},

@@ -795,7 +795,9 @@ static int writer_failed(struct save *s, const char *what,
 			 td_hrry_error_name(he->kind), he->reason);
 }
 
-static int save_one(struct save *s, const char *name)
+/* Fetch name, write it, release it (listed: a name of the LIST of every
+ * tensor, left out when deleted since). */
+static int save_one(struct save *s, const char *name, bool listed)
 {
 	struct td_error e = {0};
 	struct td_hrry_err he = {0};
@@ -804,7 +806,9 @@ static int save_one(struct save *s, const char *name)
 	int rc = td_client_get(s->c, name, &t, &e);
 
 	if (rc < 0)
-		return tctl_refused(name, rc, &e);
+		return tctl_gone_since_list("save", name, rc, listed)
+		               ? TCTL_OK
+		               : tctl_refused(name, rc, &e);
 	/* in slices: the output is open, so a signal only sets the flag,
 	 * and the wait (which goes on after EINTR) would not end for a
 	 * fence that never signals */
@@ -894,10 +898,10 @@ int cmd_save_hrry(int argc, char **argv)
 	}
 	/* one forward pass: each tensor is fetched, written, released */
 	for (int i = optind; i < argc && !rc; i++)
-		rc = save_one(&s, argv[i]);
+		rc = save_one(&s, argv[i], false);
 	for (size_t i = 0; i < list_n && !rc; i++)
 		if (!(list[i].flags & TD_ENTRY_RING))
-			rc = save_one(&s, list[i].name);
+			rc = save_one(&s, list[i].name, true);
 	if (rc)
 		goto out;
 	if (td_hrry_file_writer_finish(s.w, s.kv, s.nkv, &he) < 0) {

@@ -1,5 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* What `tensorctl save` shares between its formats (.tgm, .hrry). */
+/* What `tensorctl save` shares between its formats (.tgm, .hrry), and
+ * with `zarr export`. */
+#include <errno.h>
+#include <stdio.h>
+
 #include "tensorctl.h"
 
 const char *tctl_dense_unsavable(const struct td_tensor *t)
@@ -24,4 +28,14 @@ const char *tctl_dense_unsavable(const struct td_tensor *t)
 	if (td_tensor_bytes(t) != want)
 		return "its bytes do not match its shape";
 	return NULL;
+}
+
+bool tctl_gone_since_list(const char *cmd, const char *name, int rc,
+                          bool listed)
+{
+	if (!listed || rc != -ENOENT)
+		return false;
+	fprintf(stderr, "tensorctl: %s: %s was deleted since the list: left "
+	        "out\n", cmd, name);
+	return true;
 }

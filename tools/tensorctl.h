@@ -153,6 +153,11 @@ int cmd_save_hrry(int argc, char **argv);
 /* save-common.c: NULL when t is one dense C-order unquantized plane,
  * else why it cannot be saved */
 const char *tctl_dense_unsavable(const struct td_tensor *t);
+/* Whether name's GET, which failed with rc, is left out of a command over
+ * every tensor (listed: the names came from a LIST): a tensor deleted
+ * since (-ENOENT) is, and said so on stderr; anything else fails it. */
+bool tctl_gone_since_list(const char *cmd, const char *name, int rc,
+                          bool listed);
 
 /* npy.c: NumPy .npy files for put and get. *npy = 1 when format
  * ("raw", "npy" or NULL: by path's .npy ending) is npy; TCTL_OK or a
