@@ -2838,3 +2838,67 @@ Test(tensorctl, a_tensor_deleted_since_the_list_is_left_out)
 	free(err);
 	tu_daemon_stop(&d, false);
 }
+
+/* --skip-unsavable: a tensor the file cannot hold (quantized, strided) is
+ * left out, said on stderr, and the rest is saved, for both formats;
+ * without it the save fails naming it (a store with one camera frame of
+ * two planes could not be saved at all without listing every other
+ * name). */
+Test(tensorctl, save_skip_unsavable_leaves_out_what_the_file_cannot_hold)
+{
+	static const char *const outs[] = {"s.tgm", "s.hrry"};
+	struct tu_daemon d;
+	char path[160], name[64], *out, *err;
+	uint64_t shape[2] = {2, 3};
+	int64_t strides[2] = {4, 1};
+	float scale = 0.5f;
+	uint8_t buf[8] = {0};
+	struct td_publish q = {.name = "q", .dtype = TD_TENSOR_U8, .ndim = 2,
+			       .shape = shape, .quant_axis = -1,
+			       .quant_scale_count = 1, .quant_scales = &scale};
+	struct td_publish s = {.name = "s", .dtype = TD_TENSOR_U8, .ndim = 2,
+			       .shape = shape, .strides = strides};
+	struct td_error e = {0};
+	struct td_client *c;
+
+	start(&d);
+	cr_assert_eq(td_client_connect(d.sock, &c, NULL), 0);
+	cr_assert_eq(td_client_put(c, &q, buf, 6, NULL, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_client_put(c, &s, buf, 8, NULL, &e), 0, "%s",
+		     e.reason);
+	td_client_close(c);
+	for (size_t i = 0; i < 2; i++) {
+		path_in(path, sizeof(path), &d, outs[i]);
+		cr_expect_eq(CTL(&d, NULL, &err, "save", "-o", path), 1);
+		cr_expect(strstr(err, ": cannot be saved: "), "%s", err);
+		free(err);
+		cr_expect_eq(CTL(&d, &out, &err, "save", "-o", path,
+				 "--skip-unsavable"),
+			     0, "%s: %s", outs[i], err);
+		/* t, and for the second the L0/t the first loaded */
+		cr_expect(strstr(out, i ? ": 2 tensor(s)" : ": 1 object(s)"),
+			  "%s", out);
+		cr_expect(strstr(err, "q cannot be saved (it is quantized"),
+			  "%s", err);
+		cr_expect(strstr(err, "s cannot be saved (its strides"), "%s",
+			  err);
+		free(out);
+		free(err);
+		snprintf(name, sizeof(name), "L%zu/", i);
+		cr_expect_eq(CTL(&d, NULL, &err, "load", path, "--prefix",
+				 name),
+			     0, "%s", err);
+		free(err);
+		snprintf(name, sizeof(name), "L%zu/t", i);
+		cr_expect(exists(&d, name), "%s", name);
+		snprintf(name, sizeof(name), "L%zu/q", i);
+		cr_expect(!exists(&d, name), "%s", name);
+		/* named, and nothing else left: nothing to save */
+		cr_expect_eq(CTL(&d, NULL, &err, "save", "-o", path, "q",
+				 "--skip-unsavable"),
+			     i ? 0 : 1, "%s", err);
+		free(err);
+	}
+	tu_daemon_stop(&d, false);
+}

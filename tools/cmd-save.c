@@ -140,13 +140,16 @@ static int all_names(struct td_client *c, struct td_entry **list,
 	return 0;
 }
 
-/* take_one(): a name of the LIST deleted since, left out */
+/* take_one(): a name of the LIST deleted since, or with --skip-unsavable
+ * a tensor the file cannot hold, left out */
 #define GONE (-1)
 
 /* GET name into *t and describe it in *obj: 0, GONE, or a tensorctl
- * status (listed: name came from the LIST of every tensor). */
+ * status (listed: name came from the LIST of every tensor; skip:
+ * --skip-unsavable). */
 static int take_one(struct td_client *c, const char *name, bool listed,
-		    struct td_tensor **t, struct td_tgm_enc_object *obj)
+		    bool skip, struct td_tensor **t,
+		    struct td_tgm_enc_object *obj)
 {
 	struct td_error e = {0};
 	const char *why;
@@ -161,6 +164,11 @@ static int take_one(struct td_client *c, const char *name, bool listed,
 		return tctl_fail(TCTL_REFUSED, "fence", -r, "%s: fence: %s",
 				 name, strerror(-r));
 	why = unsavable(*t);
+	if (why && tctl_unsavable_left_out(name, why, skip)) {
+		td_tensor_release(*t);
+		*t = NULL;
+		return GONE;
+	}
 	if (why)
 		return tctl_fail(TCTL_REFUSED, "input", EINVAL,
 				 "%s: cannot be saved: %s", name, why);
@@ -185,6 +193,7 @@ static int save_tgm(int argc, char **argv)
 	static const struct option opts[] = {
 		{"output", required_argument, NULL, 'o'},
 		{"format", required_argument, NULL, 'f'}, /* tgm here */
+		{"skip-unsavable", no_argument, NULL, 'k'},
 		TCTL_COMMON_OPTIONS};
 	const char *out = NULL;
 	const char **names = NULL;
@@ -196,7 +205,7 @@ static int save_tgm(int argc, char **argv)
 	struct td_err te = {0};
 	uint8_t *msg = NULL;
 	size_t n = 0, kept = 0, len = 0, list_n = 0;
-	bool listed = false;
+	bool listed = false, skip = false;
 	int rc = TCTL_USAGE, o;
 
 	while ((o = tctl_getopt(argc, argv, "o:", opts, &rc)) != -1) {
@@ -206,6 +215,10 @@ static int save_tgm(int argc, char **argv)
 			rc = tctl_usage("save", "bad --format '%s' (valid: tgm, "
 					"hrry)", optarg);
 			goto out;
+		}
+		if (o == 'k') {
+			skip = true;
+			continue;
 		}
 		if (o != 'o')
 			goto out;
@@ -245,7 +258,7 @@ static int save_tgm(int argc, char **argv)
 		goto out;
 	}
 	for (size_t i = 0; i < n && !rc; i++) {
-		rc = take_one(c, names[i], listed, &ts[kept],
+		rc = take_one(c, names[i], listed, skip, &ts[kept],
 		              &objs[kept]);
 		if (rc == GONE)
 			rc = 0;

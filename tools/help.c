@@ -92,15 +92,18 @@ static const struct cmd {
 	 "held, requests) and per-uid bytes, quota and pinned bytes. Root and\n"
 	 "the daemon's uid see every client; others see their own uid's.\n"},
 	{"save",
-	 "save -o FILE.tgm|- [NAME...] | save -o FILE.hrry|- [NAME...] "
-	 "[--format tgm|hrry]",
+	 "save -o FILE.tgm|- [NAME...] [--skip-unsavable] | "
+	 "save -o FILE.hrry|- [NAME...] [--format tgm|hrry] "
+	 "[--skip-unsavable]",
 	 "Write tensors as one hashed Tensogram message, or as a Hurray file\n"
 	 "when -o ends in .hrry or --format hrry is given (one forward pass).\n"
 	 "Without NAME: every tensor but rings (one deleted meanwhile is\n"
 	 "left out, said on stderr). A tensor the file cannot\n"
 	 "hold (several planes, quantized, strided) fails the save.\n"
-	 "  -o, --output F  where to write (- = stdout); see OUTPUTS\n"
-	 "  --format F      tgm or hrry (default: by the -o name)\n"},
+	 "  -o, --output F      where to write (- = stdout); see OUTPUTS\n"
+	 "  --format F          tgm or hrry (default: by the -o name)\n"
+	 "  --skip-unsavable    leave out, said on stderr, a tensor the file\n"
+	 "                      cannot hold, instead of failing the save\n"},
 	{"zarr",
 	 "zarr export DIR [NAMES...] | zarr export DIR --from FILE.tgm|- "
 	 "[--message N] [--name-key K] [--max-bytes N] | "

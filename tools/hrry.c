@@ -737,6 +737,7 @@ struct save {
 	struct td_hrry_desc *d;
 	struct tctl_out out;
 	bool out_failed; /* tctl_out_write reported it already */
+	bool skip;       /* --skip-unsavable */
 	size_t count;
 	/* the tensors' metadata, for the KV section (keys and values
 	 * owned: one allocation each entry, key then value) */
@@ -832,8 +833,11 @@ static int save_one(struct save *s, const char *name, bool listed)
 		why = "its dtype has no Hurray type";
 	if (why) {
 		td_tensor_release(t);
-		return tctl_fail(TCTL_REFUSED, "input", EINVAL,
-				 "%s: cannot be saved: %s", name, why);
+		return tctl_unsavable_left_out(name, why, s->skip)
+		               ? TCTL_OK
+		               : tctl_fail(TCTL_REFUSED, "input", EINVAL,
+		                           "%s: cannot be saved: %s", name,
+		                           why);
 	}
 	const void *bufs[1] = {td_tensor_plane_data(t, 0)};
 	rc = td_hrry_file_writer_write_tensor(s->w, name, strlen(name), s->d,
@@ -855,6 +859,7 @@ int cmd_save_hrry(int argc, char **argv)
 	static const struct option opts[] = {
 		{"output", required_argument, NULL, 'o'},
 		{"format", required_argument, NULL, 'f'},
+		{"skip-unsavable", no_argument, NULL, 'k'},
 		TCTL_COMMON_OPTIONS};
 	const char *path = NULL;
 	struct save s = {0};
@@ -866,6 +871,8 @@ int cmd_save_hrry(int argc, char **argv)
 	while ((o = tctl_getopt(argc, argv, "o:", opts, &rc)) != -1) {
 		if (o == 'o')
 			path = optarg;
+		else if (o == 'k')
+			s.skip = true;
 		else if (o != 'f')
 			return rc;
 	}

@@ -39,3 +39,11 @@ bool tctl_gone_since_list(const char *cmd, const char *name, int rc,
 	        "out\n", cmd, name);
 	return true;
 }
+
+bool tctl_unsavable_left_out(const char *name, const char *why, bool skip)
+{
+	if (skip)
+		fprintf(stderr, "tensorctl: save: %s cannot be saved (%s): "
+		        "left out\n", name, why);
+	return skip;
+}

@@ -158,6 +158,9 @@ const char *tctl_dense_unsavable(const struct td_tensor *t);
  * since (-ENOENT) is, and said so on stderr; anything else fails it. */
 bool tctl_gone_since_list(const char *cmd, const char *name, int rc,
                           bool listed);
+/* Whether a tensor save cannot hold (why) is left out: with
+ * --skip-unsavable (skip) it is, said on stderr; else it fails the save. */
+bool tctl_unsavable_left_out(const char *name, const char *why, bool skip);
 
 /* npy.c: NumPy .npy files for put and get. *npy = 1 when format
  * ("raw", "npy" or NULL: by path's .npy ending) is npy; TCTL_OK or a
