@@ -2902,3 +2902,59 @@ Test(tensorctl, save_skip_unsavable_leaves_out_what_the_file_cannot_hold)
 	}
 	tu_daemon_stop(&d, false);
 }
+
+/* inspect knows a .npy file by its magic (it read it as a blob and said
+ * "unknown required_mask bit set"): the header, and whether the data
+ * after it is whole; a file cut short is status 1. */
+Test(tensorctl, npy_inspect_says_the_header_and_whether_the_data_is_whole)
+{
+	struct tu_daemon d;
+	char path[160], cut[160], sh[512], *out;
+	size_t n;
+	uint8_t *b;
+
+	start(&d);
+	numpy_run(&d, "import numpy as np; "
+		      "np.save('%D/a.npy', np.arange(12, dtype='>f8')"
+		      ".reshape(3, 4)); np.save('%D/s.npy', np.uint8(7))",
+		  NULL);
+	path_in(path, sizeof(path), &d, "a.npy");
+	cr_expect_eq(CTL(&d, &out, NULL, "inspect", path), 0);
+	cr_expect(strstr(out, "a.npy: NumPy .npy 1.0, >f8 (f64) (3,4), C "
+			      "order, data @128+96: ok\n"),
+		  "%s", out);
+	free(out);
+	cr_expect_eq(CTL(&d, &out, NULL, "inspect", path, "--json"), 0);
+	cr_expect_str_eq(out, "{\"kind\":\"npy\",\"version\":\"1.0\","
+			      "\"descr\":\">f8\",\"dtype\":\"f64\","
+			      "\"shape\":[3,4],\"data_offset\":128,"
+			      "\"data_length\":96,\"status\":\"ok\"}\n");
+	free(out);
+	/* a stream, read whole: the same */
+	snprintf(sh, sizeof(sh), "'%s' inspect - < '%s'",
+		 getenv("TD_TENSORCTL"), path);
+	{
+		char *argv[] = {"/bin/sh", "-c", sh, NULL};
+
+		cr_expect_eq(tu_run_capture(argv, &out), 0);
+		cr_expect(strstr(out, "-: NumPy .npy 1.0, >f8 (f64) (3,4)"),
+			  "%s", out);
+		free(out);
+	}
+	/* cut in its data: said, and status 1 */
+	b = tu_read_file(path, &n);
+	path_in(cut, sizeof(cut), &d, "cut.npy");
+	write_file(cut, b, 150);
+	free(b);
+	cr_expect_eq(CTL(&d, &out, NULL, "inspect", cut), 1);
+	cr_expect(strstr(out, "data @128+96: short: 22 bytes follow the "
+			      "header"),
+		  "%s", out);
+	free(out);
+	path_in(path, sizeof(path), &d, "s.npy");
+	cr_expect_eq(CTL(&d, &out, NULL, "inspect", path), 0);
+	cr_expect(strstr(out, "|u1 (u8) (), C order, data @128+1: ok"), "%s",
+		  out);
+	free(out);
+	tu_daemon_stop(&d, false);
+}

@@ -18,10 +18,10 @@ static const struct cmd {
 	const char *help; /* its own options, one per line */
 } cmds[] = {
 	{"inspect", "inspect [--max-bytes N] FILE|-",
-	 "Decode a tensor blob, a .tgm or a Hurray .hrry file (recognised by\n"
-	 "its magic) and print every field; a .hrry file lists a status per\n"
-	 "tensor (ok, unsupported, invalid). A refused file exits with\n"
-	 "status 1.\n"
+	 "Decode a tensor blob, a .tgm, a Hurray .hrry or a NumPy .npy file\n"
+	 "(recognised by its magic) and print every field; a .hrry file lists\n"
+	 "a status per tensor (ok, unsupported, invalid), a .npy file whether\n"
+	 "its data is whole. A refused file exits with status 1.\n"
 	 "  --max-bytes N   read a stream (stdin, FIFO, device) up to N bytes\n"
 	 "                  (K, M, G, T suffixes; default 1G); a regular file\n"
 	 "                  is read by its size\n"},

@@ -14,9 +14,9 @@
 #include "tgm-file.h"
 
 /* A regular file that starts as a Hurray file (never waits on a FIFO). */
-static int regular_hrry(const char *path)
+/* The first 8 bytes of path when it is a regular file: 1, else 0. */
+static int regular_magic(const char *path, uint8_t magic[8])
 {
-	uint8_t magic[8];
 	struct stat st;
 	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
 	int r = 0;
@@ -24,8 +24,8 @@ static int regular_hrry(const char *path)
 	if (fd < 0)
 		return 0;
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-	    pread(fd, magic, sizeof(magic), 0) == (ssize_t)sizeof(magic))
-		r = inspect_hrry_sniff(magic, sizeof(magic));
+	    pread(fd, magic, 8, 0) == 8)
+		r = 1;
 	close(fd);
 	return r;
 }
@@ -66,7 +66,9 @@ static int inspect_input(const char *path, uint64_t max)
 		len = (size_t)s.size;
 	}
 	/* formats with a magic first; the blob has none and is the default */
-	if (inspect_hrry_sniff(buf, len))
+	if (tctl_npy_sniff(buf, len))
+		rc = tctl_npy_inspect(path, buf, len);
+	else if (inspect_hrry_sniff(buf, len))
 		rc = inspect_hrry(path, buf, len, tctl_json);
 	else if (inspect_tgm_sniff_src(&s))
 		rc = inspect_tgm(&s, tctl_json);
@@ -83,6 +85,7 @@ int cmd_inspect(int argc, char **argv)
 		{"max-bytes", required_argument, NULL, O_MAX_BYTES},
 		TCTL_COMMON_OPTIONS};
 	uint64_t max = TCTL_STREAM_MAX;
+	uint8_t magic[8];
 	int rc, o;
 
 	while ((o = tctl_getopt(argc, argv, "", opts, &rc)) != -1) {
@@ -96,9 +99,14 @@ int cmd_inspect(int argc, char **argv)
 	if (argc - optind != 1)
 		return tctl_usage("inspect", "needs one FILE (- for stdin)");
 	/* a Hurray file on disk: inspect reads its header, index, KV and
-	 * descriptors (pread), not its tensors: a file of any size */
-	if (strcmp(argv[optind], "-") && regular_hrry(argv[optind]))
-		return inspect_hrry(argv[optind], NULL, 0, tctl_json);
+	 * descriptors (pread), not its tensors: a file of any size; a
+	 * .npy file its header */
+	if (strcmp(argv[optind], "-") && regular_magic(argv[optind], magic)) {
+		if (inspect_hrry_sniff(magic, sizeof(magic)))
+			return inspect_hrry(argv[optind], NULL, 0, tctl_json);
+		if (tctl_npy_sniff(magic, sizeof(magic)))
+			return tctl_npy_inspect(argv[optind], NULL, 0);
+	}
 	return inspect_input(argv[optind], max);
 }
 

@@ -5,8 +5,11 @@
  * np.load() reads (the header np.save() writes, then the bytes).
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <json-c/json.h>
 
 #include "blob.h"
 #include "input.h"
@@ -106,4 +109,94 @@ int tctl_npy_write(const struct td_tensor *t, const char *name,
 		return rc;
 	}
 	return tctl_out_commit(&o);
+}
+
+bool tctl_npy_sniff(const uint8_t *buf, size_t len)
+{
+	return len >= 6 && !memcmp(buf, "\x93NUMPY", 6);
+}
+
+/* What inspect says of a header whose data the input holds have bytes
+ * of: TCTL_OK when that is all of it, else TCTL_REFUSED (said). */
+static int print_npy(const char *path, const struct td_npy_header *h,
+		     uint64_t have)
+{
+	const char *name = td_tensor_dtype_name(h->dtype);
+	char descr[8], shape[TD_NPY_MAX_DIMS * 21 + 4], status[96];
+	size_t o = 0;
+
+	snprintf(descr, sizeof(descr), "%c%c%u",
+		 h->order == TD_NPY_ORDER_BIG      ? '>'
+		 : h->order == TD_NPY_ORDER_LITTLE ? '<'
+						   : '|',
+		 name[0], td_tensor_dtype_size(h->dtype));
+	if (have == h->data_len)
+		snprintf(status, sizeof(status), "ok");
+	else
+		snprintf(status, sizeof(status), "%s: %" PRIu64 " bytes follow "
+			 "the header", have < h->data_len ? "short" : "long",
+			 have);
+	if (tctl_json) {
+		struct json_object *j = json_object_new_object(),
+				   *sh = json_object_new_array();
+
+		for (uint32_t k = 0; k < h->ndim; k++)
+			json_object_array_add(sh, json_object_new_uint64(
+							  h->shape[k]));
+		json_object_object_add(j, "kind", json_object_new_string("npy"));
+		json_object_object_add(j, "version", json_object_new_string(
+						     h->major == 1 ? "1.0"
+						     : h->major == 2 ? "2.0"
+								     : "3.0"));
+		json_object_object_add(j, "descr", json_object_new_string(descr));
+		json_object_object_add(j, "dtype", json_object_new_string(name));
+		json_object_object_add(j, "shape", sh);
+		json_object_object_add(j, "data_offset",
+				       json_object_new_uint64(h->data_offset));
+		json_object_object_add(j, "data_length",
+				       json_object_new_uint64(h->data_len));
+		json_object_object_add(j, "status",
+				       json_object_new_string(status));
+		if (tctl_json_print(j))
+			return TCTL_REFUSED;
+	} else {
+		o += (size_t)snprintf(shape, sizeof(shape), "(");
+		for (uint32_t k = 0; k < h->ndim; k++)
+			o += (size_t)snprintf(shape + o, sizeof(shape) - o,
+					      "%s%" PRIu64, k ? "," : "",
+					      h->shape[k]);
+		snprintf(shape + o, sizeof(shape) - o, "%s)",
+			 h->ndim == 1 ? "," : "");
+		printf("%s: NumPy .npy %u.0, %s (%s) %s, C order, data "
+		       "@%" PRIu64 "+%" PRIu64 ": %s\n",
+		       path, h->major, descr, name, shape, h->data_offset,
+		       h->data_len, status);
+	}
+	return have == h->data_len ? TCTL_OK : TCTL_REFUSED;
+}
+
+int tctl_npy_inspect(const char *path, const uint8_t *buf, size_t len)
+{
+	struct td_npy_header h;
+	struct td_err e = {0};
+	struct tctl_in in;
+	int rc;
+
+	if (buf) { /* a stream, read whole */
+		rc = td_npy_decode(buf, len, &h, &e);
+		if (rc < 0)
+			return tctl_fail(TCTL_REFUSED, "input", -rc,
+					 "%s: .npy header: %s%s%s", path,
+					 e.field ? e.field : "",
+					 e.field ? ": " : "", e.reason);
+		return print_npy(path, &h, len - h.data_offset);
+	}
+	/* a regular file: its header, and its size says the rest */
+	rc = tctl_in_open(&in, path);
+	if (!rc)
+		rc = tctl_npy_read_header(&in, &h);
+	if (!rc)
+		rc = print_npy(path, &h, in.size);
+	tctl_in_close(&in);
+	return rc;
 }

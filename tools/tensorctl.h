@@ -174,6 +174,12 @@ struct td_npy_header;
 int tctl_npy_read_header(struct tctl_in *in, struct td_npy_header *h);
 /* t (called name in messages) as a .npy file at out (output.h): one dense
  * unquantized plane, else refused. TCTL_OK or reported. */
+/* Whether buf (len bytes) starts with the .npy magic. */
+bool tctl_npy_sniff(const uint8_t *buf, size_t len);
+/* tensorctl inspect of a .npy file: a regular file at path (buf NULL:
+ * only its header is read) or a stream read whole into buf; its header
+ * and whether the data is whole (TCTL_REFUSED when not). */
+int tctl_npy_inspect(const char *path, const uint8_t *buf, size_t len);
 int tctl_npy_write(const struct td_tensor *t, const char *name,
 		   const char *out);
 
