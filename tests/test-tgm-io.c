@@ -629,6 +629,75 @@ Test(tgm_io, naming_merges_descriptor_params_shallowly)
 	cr_expect_str_eq(got, "2t");
 }
 
+/*
+ * td_tgm_meta_saved(): tensord_meta kept whole comes back as its bytes
+ * (an indefinite-length string as its chunks joined), beside a text
+ * name only; a name that is no text is the user's metadata, read as
+ * JSON (it was dropped: {"name":5,"tensord_meta":"hi"} loaded as "hi").
+ */
+Test(tgm_io, meta_saved_only_beside_a_text_name)
+{
+	/* {"base": [{"name": N, "tensord_meta": V}]}: N at 13, V after */
+	static const uint8_t head[] = {0xa1, 0x64, 'b', 'a', 's', 'e', 0x81,
+	                               0xa2, 0x64, 'n', 'a', 'm', 'e'};
+	static const uint8_t key[] = {0x6c, 't', 'e', 'n', 's', 'o', 'r',
+	                              'd',  '_', 'm', 'e', 't', 'a'};
+	static const struct {
+		uint8_t name[4], value[8];
+		size_t name_len, value_len;
+		int rc;
+		const char *saved;
+	} c[] = {
+	        {{0x61, 'x'}, {0x62, 'h', 'i'}, 2, 3, 1, "hi"},
+	        {{0x61, 'x'}, {0x7f, 0x61, 'h', 0x61, 'i', 0xff}, 2, 6, 1, "hi"},
+	        {{0x61, 'x'}, {0x60}, 2, 1, 1, ""},
+	        {{0x61, 'x'}, {0x05}, 2, 1, 0, NULL},
+	        {{0x05}, {0x62, 'h', 'i'}, 1, 3, 0, NULL},
+	        {{0xf6}, {0x62, 'h', 'i'}, 1, 3, 0, NULL},
+	};
+
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		uint8_t b[64], *out = NULL;
+		size_t n = 0, len = 99;
+		struct td_tgm_meta *m;
+		int rc;
+
+		memcpy(b, head, sizeof(head));
+		n += sizeof(head);
+		memcpy(b + n, c[i].name, c[i].name_len);
+		n += c[i].name_len;
+		memcpy(b + n, key, sizeof(key));
+		n += sizeof(key);
+		memcpy(b + n, c[i].value, c[i].value_len);
+		n += c[i].value_len;
+		cr_assert_eq(td_tgm_meta_new(b, n, &m, NULL), 0, "case %zu", i);
+		rc = td_tgm_meta_saved(m, 0, &out, &len);
+		cr_expect_eq(rc, c[i].rc, "case %zu: %d", i, rc);
+		if (c[i].saved)
+			cr_expect(len == strlen(c[i].saved) &&
+			                  !memcmp(out, c[i].saved, len),
+			          "case %zu: %zu bytes", i, len);
+		else
+			cr_expect(!out && !len, "case %zu", i);
+		free(out);
+		td_tgm_meta_free(m);
+	}
+	/* {"base": [{"name": 5}]}: the user's name, as JSON */
+	{
+		static const uint8_t only[] = {0xa1, 0x64, 'b', 'a', 's', 'e',
+		                               0x81, 0xa1, 0x64, 'n', 'a', 'm',
+		                               'e', 0x05};
+		struct td_tgm_meta *m;
+		uint8_t *out = NULL;
+		size_t len = 0;
+
+		cr_assert_eq(td_tgm_meta_new(only, sizeof(only), &m, NULL), 0);
+		cr_expect_eq(td_tgm_meta_saved(m, 0, &out, &len), 0);
+		free(out);
+		td_tgm_meta_free(m);
+	}
+}
+
 Test(tgm_io, naming_of_the_vectors)
 {
 	struct td_tgm_object o[4];
