@@ -1372,6 +1372,66 @@ Test(tgm_io, save_inspect_load_round_trip_is_byte_identical)
 	tu_daemon_stop(&d, false);
 }
 
+/*
+ * JSON object metadata that load would not give back as such (no keys
+ * but the writer's own, or tensord_meta alone) is saved whole: it came
+ * back as "hi" for {"tensord_meta":"hi"}, and as none for {} and
+ * {"name":"foo"}.
+ */
+Test(tgm_io, save_load_keeps_objects_load_would_misread)
+{
+	static const char *const metas[] = {
+	        "{\"tensord_meta\":\"hi\"}", "{\"tensord_meta\":\"\"}",
+	        "{}", "{\"name\":\"foo\"}",
+	        "{\"_reserved_\":1,\"tensord_meta\":[1]}",
+	};
+	const size_t n = sizeof(metas) / sizeof(metas[0]);
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_error e = {0};
+	char path[160], names[5][24], *out;
+	uint8_t byte = 7;
+	uint64_t one = 1;
+
+	tu_daemon_start(&d, "error");
+	c = client(&d);
+	for (size_t i = 0; i < n; i++) {
+		struct td_publish p = {.name = names[i],
+		                       .dtype = TD_TENSOR_U8,
+		                       .ndim = 1,
+		                       .shape = &one,
+		                       .meta = metas[i],
+		                       .meta_len = strlen(metas[i])};
+
+		snprintf(names[i], sizeof(names[i]), "m%zu", i);
+		cr_assert_eq(td_client_put(c, &p, &byte, 1, NULL, &e), 0,
+		             "%s", e.reason);
+	}
+	snprintf(path, sizeof(path), "%s/m.tgm", d.dir);
+	cr_assert_eq(ctl(&d, &out, "save", "-o", path, NULL), 0, "%s", out);
+	free(out);
+	cr_assert_eq(ctl(&d, &out, "load", path, "--prefix", "r.", NULL), 0,
+	             "%s", out);
+	free(out);
+	for (size_t i = 0; i < n; i++) {
+		char name[32];
+		struct td_tensor *x;
+		const void *m;
+		size_t ml = 0;
+
+		snprintf(name, sizeof(name), "r.m%zu", i);
+		x = get(c, name);
+		m = td_tensor_meta(x, &ml);
+		cr_expect(ml == strlen(metas[i]) && !memcmp(m, metas[i], ml),
+		          "%s: %.*s, not %s", names[i], (int)ml,
+		          ml ? (const char *)m : "", metas[i]);
+		td_tensor_release(x);
+	}
+	unlink(path);
+	td_client_close(c);
+	tu_daemon_stop(&d, false);
+}
+
 Test(tgm_io, load_names_objects_by_the_chain_without_collisions)
 {
 	uint8_t one[1] = {42};
