@@ -124,7 +124,8 @@ static int descr(struct cur *c, struct td_npy_header *h)
 	if (n && (t[0] == 'O' || (n > 1 && t[1] == 'O')))
 		return unsupported(c, "descr", at, "object arrays hold Python "
 				   "objects, not numbers");
-	if (n < 1 || !strchr("<>|", t[0]))
+	/* '=' is the native order: numpy reads it as the host's */
+	if (n < 1 || !strchr("<>|=", t[0]))
 		return unsupported(c, "descr", at, "dtype has no tensord "
 				   "equivalent (or no byte order)");
 	d = dtype_of(t + 1, n - 1);
@@ -139,6 +140,10 @@ static int descr(struct cur *c, struct td_npy_header *h)
 		h->order = TD_NPY_ORDER_LITTLE;
 	else if (t[0] == '>')
 		h->order = TD_NPY_ORDER_BIG;
+	else if (t[0] == '=')
+		h->order = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+				   ? TD_NPY_ORDER_LITTLE
+				   : TD_NPY_ORDER_BIG;
 	else
 		return bad(c, "descr", "'|' (no byte order) on a multi-byte "
 			   "dtype");

@@ -9,7 +9,8 @@
  * Sans-I/O like the rest of proto/: the decoder reads a buffer, borrows
  * nothing after it returns and never allocates. It is strict: exactly the
  * three keys (any order, either quote, an optional trailing comma),
- * a descr tensord has a dtype for, C order, and a shape of non-negative
+ * a descr tensord has a dtype for ('=', the native order, read as the
+ * host's, as numpy does), C order, and a shape of non-negative
  * integers whose byte count fits 64 bits. It refuses:
  *   MALFORMED (-EBADMSG)          not the magic; not such a dict (a key
  *                                 unknown, repeated or missing, a value

@@ -521,7 +521,9 @@ int td_tgm_meta_saved(const struct td_tgm_meta *m, size_t i, uint8_t **out,
 		return 0;
 	p = cbor_map_handle(base);
 	for (size_t k = 0; k < cbor_map_size(base); k++) {
-		if (td__cbor_text_is(p[k].key, "name") ||
+		/* a name that is no text is not the writer's: the user's */
+		if ((td__cbor_text_is(p[k].key, "name") &&
+		     cbor_isa_string(p[k].value)) ||
 		    td__cbor_text_is(p[k].key, "_reserved_"))
 			continue;
 		if (v || !td__cbor_text_is(p[k].key, "tensord_meta"))

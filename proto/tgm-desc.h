@@ -188,10 +188,11 @@ size_t td_tgm_meta_base_count(const struct td_tgm_meta *m);
 /*
  * The metadata tensord's writer kept whole in base[i] as `tensord_meta`
  * (metadata that is not a JSON object: text, or bytes not UTF-8), when
- * base[i] holds nothing else but `name` and `_reserved_`: its bytes in
- * *out (malloc'ed, *len of them; NULL and 0 when base[i] has no
- * `tensord_meta`: no metadata), 1. 0 when base[i] holds other keys
- * (they are the metadata, as JSON) or `tensord_meta` twice; -ENOMEM.
+ * base[i] holds nothing else but `name` (text) and `_reserved_`: its
+ * bytes in *out (malloc'ed, *len of them; NULL and 0 when base[i] has no
+ * `tensord_meta`: no metadata), 1. 0 when base[i] holds other keys (they
+ * are the metadata, as JSON: a `name` not text among them) or
+ * `tensord_meta` twice; -ENOMEM.
  */
 int td_tgm_meta_saved(const struct td_tgm_meta *m, size_t i, uint8_t **out,
                       size_t *len);

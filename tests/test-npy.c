@@ -160,6 +160,22 @@ Test(npy, any_key_order_either_quote_and_versions_2_and_3)
 		     0, "%s", e.reason);
 	cr_expect_eq(h.order, TD_NPY_ORDER_NONE);
 	cr_expect_eq(h.data_len, 0);
+	/* '=' is the native order, which np.load() reads as the host's (it
+	 * was refused as "no tensord equivalent") */
+	cr_assert_eq(decode("{'descr': '=f4', 'fortran_order': False, "
+			    "'shape': (3,), }\n",
+			    &h, &e),
+		     0, "%s", e.reason);
+	cr_expect_eq(h.dtype, TD_DTYPE_F32);
+	cr_expect_eq(h.order, __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+				      ? TD_NPY_ORDER_LITTLE
+				      : TD_NPY_ORDER_BIG);
+	cr_expect_eq(h.data_len, 12);
+	cr_assert_eq(decode("{'descr': '=u1', 'fortran_order': False, "
+			    "'shape': (), }\n",
+			    &h, &e),
+		     0, "%s", e.reason);
+	cr_expect_eq(h.order, TD_NPY_ORDER_NONE);
 	for (uint8_t major = 2; major <= 3; major++) {
 		n = v2(buf, major, F4_2X3 "   \n");
 		cr_assert_eq(td_npy_decode(buf, n, &h, &e), 0, "%s", e.reason);
@@ -186,8 +202,6 @@ static const struct refusal refusals[] = {
 	{"{'descr': '|b1', 'fortran_order': False, 'shape': (), }\n",
 	 -ENOTSUP, "descr", "no tensord"},
 	{"{'descr': '<c8', 'fortran_order': False, 'shape': (), }\n",
-	 -ENOTSUP, "descr", "no tensord"},
-	{"{'descr': '=f4', 'fortran_order': False, 'shape': (), }\n",
 	 -ENOTSUP, "descr", "no tensord"},
 	{"{'descr': '|f4', 'fortran_order': False, 'shape': (), }\n",
 	 -EBADMSG, "descr", "byte order"},

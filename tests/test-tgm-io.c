@@ -629,6 +629,75 @@ Test(tgm_io, naming_merges_descriptor_params_shallowly)
 	cr_expect_str_eq(got, "2t");
 }
 
+/*
+ * td_tgm_meta_saved(): tensord_meta kept whole comes back as its bytes
+ * (an indefinite-length string as its chunks joined), beside a text
+ * name only; a name that is no text is the user's metadata, read as
+ * JSON (it was dropped: {"name":5,"tensord_meta":"hi"} loaded as "hi").
+ */
+Test(tgm_io, meta_saved_only_beside_a_text_name)
+{
+	/* {"base": [{"name": N, "tensord_meta": V}]}: N at 13, V after */
+	static const uint8_t head[] = {0xa1, 0x64, 'b', 'a', 's', 'e', 0x81,
+	                               0xa2, 0x64, 'n', 'a', 'm', 'e'};
+	static const uint8_t key[] = {0x6c, 't', 'e', 'n', 's', 'o', 'r',
+	                              'd',  '_', 'm', 'e', 't', 'a'};
+	static const struct {
+		uint8_t name[4], value[8];
+		size_t name_len, value_len;
+		int rc;
+		const char *saved;
+	} c[] = {
+	        {{0x61, 'x'}, {0x62, 'h', 'i'}, 2, 3, 1, "hi"},
+	        {{0x61, 'x'}, {0x7f, 0x61, 'h', 0x61, 'i', 0xff}, 2, 6, 1, "hi"},
+	        {{0x61, 'x'}, {0x60}, 2, 1, 1, ""},
+	        {{0x61, 'x'}, {0x05}, 2, 1, 0, NULL},
+	        {{0x05}, {0x62, 'h', 'i'}, 1, 3, 0, NULL},
+	        {{0xf6}, {0x62, 'h', 'i'}, 1, 3, 0, NULL},
+	};
+
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		uint8_t b[64], *out = NULL;
+		size_t n = 0, len = 99;
+		struct td_tgm_meta *m;
+		int rc;
+
+		memcpy(b, head, sizeof(head));
+		n += sizeof(head);
+		memcpy(b + n, c[i].name, c[i].name_len);
+		n += c[i].name_len;
+		memcpy(b + n, key, sizeof(key));
+		n += sizeof(key);
+		memcpy(b + n, c[i].value, c[i].value_len);
+		n += c[i].value_len;
+		cr_assert_eq(td_tgm_meta_new(b, n, &m, NULL), 0, "case %zu", i);
+		rc = td_tgm_meta_saved(m, 0, &out, &len);
+		cr_expect_eq(rc, c[i].rc, "case %zu: %d", i, rc);
+		if (c[i].saved)
+			cr_expect(len == strlen(c[i].saved) &&
+			                  !memcmp(out, c[i].saved, len),
+			          "case %zu: %zu bytes", i, len);
+		else
+			cr_expect(!out && !len, "case %zu", i);
+		free(out);
+		td_tgm_meta_free(m);
+	}
+	/* {"base": [{"name": 5}]}: the user's name, as JSON */
+	{
+		static const uint8_t only[] = {0xa1, 0x64, 'b', 'a', 's', 'e',
+		                               0x81, 0xa1, 0x64, 'n', 'a', 'm',
+		                               'e', 0x05};
+		struct td_tgm_meta *m;
+		uint8_t *out = NULL;
+		size_t len = 0;
+
+		cr_assert_eq(td_tgm_meta_new(only, sizeof(only), &m, NULL), 0);
+		cr_expect_eq(td_tgm_meta_saved(m, 0, &out, &len), 0);
+		free(out);
+		td_tgm_meta_free(m);
+	}
+}
+
 Test(tgm_io, naming_of_the_vectors)
 {
 	struct td_tgm_object o[4];
@@ -1298,6 +1367,66 @@ Test(tgm_io, save_inspect_load_round_trip_is_byte_identical)
 	free(out);
 	cr_expect_eq(ctl(&d, &out, "save", "rt_u8", NULL), 2, "no -o: usage");
 	free(out);
+	unlink(path);
+	td_client_close(c);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * JSON object metadata that load would not give back as such (no keys
+ * but the writer's own, or tensord_meta alone) is saved whole: it came
+ * back as "hi" for {"tensord_meta":"hi"}, and as none for {} and
+ * {"name":"foo"}.
+ */
+Test(tgm_io, save_load_keeps_objects_load_would_misread)
+{
+	static const char *const metas[] = {
+	        "{\"tensord_meta\":\"hi\"}", "{\"tensord_meta\":\"\"}",
+	        "{}", "{\"name\":\"foo\"}",
+	        "{\"_reserved_\":1,\"tensord_meta\":[1]}",
+	};
+	const size_t n = sizeof(metas) / sizeof(metas[0]);
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_error e = {0};
+	char path[160], names[5][24], *out;
+	uint8_t byte = 7;
+	uint64_t one = 1;
+
+	tu_daemon_start(&d, "error");
+	c = client(&d);
+	for (size_t i = 0; i < n; i++) {
+		struct td_publish p = {.name = names[i],
+		                       .dtype = TD_TENSOR_U8,
+		                       .ndim = 1,
+		                       .shape = &one,
+		                       .meta = metas[i],
+		                       .meta_len = strlen(metas[i])};
+
+		snprintf(names[i], sizeof(names[i]), "m%zu", i);
+		cr_assert_eq(td_client_put(c, &p, &byte, 1, NULL, &e), 0,
+		             "%s", e.reason);
+	}
+	snprintf(path, sizeof(path), "%s/m.tgm", d.dir);
+	cr_assert_eq(ctl(&d, &out, "save", "-o", path, NULL), 0, "%s", out);
+	free(out);
+	cr_assert_eq(ctl(&d, &out, "load", path, "--prefix", "r.", NULL), 0,
+	             "%s", out);
+	free(out);
+	for (size_t i = 0; i < n; i++) {
+		char name[32];
+		struct td_tensor *x;
+		const void *m;
+		size_t ml = 0;
+
+		snprintf(name, sizeof(name), "r.m%zu", i);
+		x = get(c, name);
+		m = td_tensor_meta(x, &ml);
+		cr_expect(ml == strlen(metas[i]) && !memcmp(m, metas[i], ml),
+		          "%s: %.*s, not %s", names[i], (int)ml,
+		          ml ? (const char *)m : "", metas[i]);
+		td_tensor_release(x);
+	}
 	unlink(path);
 	td_client_close(c);
 	tu_daemon_stop(&d, false);

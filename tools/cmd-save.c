@@ -16,6 +16,7 @@
 
 #include "output.h"
 #include "td-json.h"
+#include "td-zarr.h"
 #include "tensorctl.h"
 #include "tgm-desc.h"
 
@@ -100,18 +101,54 @@ static int print_saved(const char *out, size_t n, size_t len)
 }
 
 /*
+ * Whether load would not give a JSON object back as one: when its keys
+ * but name and _reserved_ (the writer's own) are none, load reads no
+ * metadata; tensord_meta alone, that value as metadata kept whole
+ * (td_tgm_meta_saved()). Such an object is kept whole as its text.
+ */
+static bool not_loaded_back(const void *meta, size_t len)
+{
+	struct json_tokener *tok = json_tokener_new();
+	struct json_object *o, *v;
+	size_t others = 0;
+	const char *k;
+
+	if (!tok)
+		return false;
+	o = json_tokener_parse_ex(tok, meta, (int)len);
+	json_tokener_free(tok);
+	if (!json_object_is_type(o, json_type_object)) {
+		json_object_put(o);
+		return false;
+	}
+	TD_JSON_EACH(o, k, v)
+		others += strcmp(k, "name") && strcmp(k, "_reserved_") &&
+		          strcmp(k, "tensord_meta");
+	json_object_put(o);
+	return !others;
+}
+
+/*
  * A tensor whose metadata is a JSON object gets its keys back as the
- * object's attributes (json/ reads it); other metadata is kept whole.
+ * object's attributes (json/ reads it); other metadata is kept whole,
+ * and so is an object load would not give back as such.
  * attrs[i] owns what objs[i].attrs points at.
  */
 static int json_attrs(struct td_tgm_enc_object *objs, uint8_t **attrs,
                       size_t n, struct td_err *te)
 {
 	for (size_t i = 0; i < n; i++) {
-		if (td_json_to_cbor(objs[i].meta, objs[i].meta_len, &attrs[i],
-		                    &objs[i].attrs_len) < 0) {
+		int rc = td_json_to_cbor(objs[i].meta, objs[i].meta_len,
+		                         &attrs[i], &objs[i].attrs_len);
+
+		if (rc < 0) {
 			te->reason = "out of memory";
 			return -ENOMEM;
+		}
+		if (rc && not_loaded_back(objs[i].meta, objs[i].meta_len)) {
+			free(attrs[i]);
+			attrs[i] = NULL;
+			objs[i].attrs_len = 0;
 		}
 		objs[i].attrs = attrs[i];
 	}
