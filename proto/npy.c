@@ -343,7 +343,12 @@ int td_npy_decode(const uint8_t *buf, size_t len, struct td_npy_header *h,
 	if (rc)
 		return rc;
 	h->data_len = td_dtype_size(h->dtype);
+	/* an empty array holds no bytes whatever its other dimensions,
+	 * in any order: (0, 2^32, 2^32) and (2^32, 2^32, 0) alike */
 	for (uint32_t k = 0; k < h->ndim; k++)
+		if (!h->shape[k])
+			h->data_len = 0;
+	for (uint32_t k = 0; k < h->ndim && h->data_len; k++)
 		if (__builtin_mul_overflow(h->data_len, h->shape[k],
 					   &h->data_len))
 			return td__err_set(err, TD_ERR_FORGED_LENGTH, "shape",

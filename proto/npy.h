@@ -24,7 +24,8 @@
  *                                 True; more than TD_NPY_MAX_DIMS dims
  *   FORGED_LENGTH (-EOVERFLOW)    a header longer than TD_NPY_MAX_HEADER_LEN;
  *                                 a dimension, or the shape's product
- *                                 times the item size, past 64 bits
+ *                                 times the item size, past 64 bits (an
+ *                                 array with a 0 dimension holds 0 bytes)
  */
 #ifndef TD_PROTO_NPY_H
 #define TD_PROTO_NPY_H

@@ -137,6 +137,18 @@ Test(npy, writer_one_dim_and_the_longest_header)
 	cr_expect_eq(n, 448);
 	/* the shape's bytes overflow: a header numpy writes, refused */
 	cr_expect_eq(td_npy_decode(buf, n, &h, NULL), -EOVERFLOW);
+	/* unless a dimension is 0, wherever it stands: no bytes (the one
+	 * at the end was refused, the one in front taken) */
+	for (int at = 0; at < 3; at++) {
+		for (int k = 0; k < 3; k++)
+			shape[k] = k == at ? 0 : 4294967296ull;
+		cr_assert_eq(td_npy_encode(TD_DTYPE_F64, 3, shape, buf,
+					   sizeof(buf), &n, NULL),
+			     0);
+		cr_expect_eq(td_npy_decode(buf, n, &h, NULL), 0, "0 at %d",
+			     at);
+		cr_expect_eq(h.data_len, 0, "0 at %d", at);
+	}
 }
 
 Test(npy, any_key_order_either_quote_and_versions_2_and_3)

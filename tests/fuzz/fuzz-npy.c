@@ -36,6 +36,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	bytes = td_dtype_size(h.dtype);
 	for (uint32_t k = 0; k < h.ndim; k++)
+		if (!h.shape[k])
+			bytes = 0; /* empty, whatever the other dimensions */
+	for (uint32_t k = 0; k < h.ndim && bytes; k++)
 		if (__builtin_mul_overflow(bytes, h.shape[k], &bytes))
 			abort();
 	if (bytes != h.data_len)
