@@ -187,6 +187,8 @@ static int dim(struct cur *c, uint64_t *v)
 	}
 	if (c->i - s > 1 && c->buf[s] == '0')
 		return bad(c, "shape", "dimension with a leading zero");
+	if (peek(c) == 'L')
+		c->i++; /* Python 2's long, in files it wrote: (3L, 4L) */
 	if (peek(c) == '.' || peek(c) == '_' || (peek(c) >= 'A' &&
 						  peek(c) <= 'z'))
 		return bad(c, "shape", "dimension is not an integer");

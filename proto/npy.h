@@ -8,7 +8,8 @@
  *
  * Sans-I/O like the rest of proto/: the decoder reads a buffer, borrows
  * nothing after it returns and never allocates. It is strict: exactly the
- * three keys (any order, either quote, an optional trailing comma),
+ * three keys (any order, either quote, an optional trailing comma;
+ * dimensions may carry Python 2's long suffix, 3L, as np.load takes),
  * a descr tensord has a dtype for ('=', the native order, read as the
  * host's, as numpy does), C order, and a shape of non-negative
  * integers whose byte count fits 64 bits. It refuses:

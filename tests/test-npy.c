@@ -188,6 +188,16 @@ Test(npy, any_key_order_either_quote_and_versions_2_and_3)
 			    &h, &e),
 		     0, "%s", e.reason);
 	cr_expect_eq(h.order, TD_NPY_ORDER_NONE);
+	/* Python 2's numpy wrote longs: (3L, 4L), which np.load() reads */
+	cr_assert_eq(decode("{'descr': '<i8', 'fortran_order': False, "
+			    "'shape': (3L, 4L), }\n",
+			    &h, &e),
+		     0, "%s", e.reason);
+	cr_expect(h.ndim == 2 && h.shape[0] == 3 && h.shape[1] == 4);
+	cr_expect_eq(decode("{'descr': '<i8', 'fortran_order': False, "
+			    "'shape': (3LL,), }\n",
+			    &h, &e),
+		     -EBADMSG);
 	for (uint8_t major = 2; major <= 3; major++) {
 		n = v2(buf, major, F4_2X3 "   \n");
 		cr_assert_eq(td_npy_decode(buf, n, &h, &e), 0, "%s", e.reason);
