@@ -2740,10 +2740,10 @@ Test(tensorctl, npy_refusals_say_why)
 	tu_daemon_stop(&d, false);
 }
 
-Test(tensorctl, npy_get_refuses_what_a_npy_cannot_hold)
+/* Two tensors no .npy, .tgm or .hrry file holds: "q" quantized, "s" of
+ * padded rows (2 x 3 u8, row stride 4). */
+static void put_quantized_and_strided(const struct tu_daemon *d)
 {
-	struct tu_daemon d;
-	char path[160], *err;
 	uint64_t shape[2] = {2, 3};
 	int64_t strides[2] = {4, 1};
 	float scale = 0.5f;
@@ -2756,13 +2756,21 @@ Test(tensorctl, npy_get_refuses_what_a_npy_cannot_hold)
 	struct td_error e = {0};
 	struct td_client *c;
 
-	tu_daemon_start(&d, "error");
-	cr_assert_eq(td_client_connect(d.sock, &c, NULL), 0);
+	cr_assert_eq(td_client_connect(d->sock, &c, NULL), 0);
 	cr_assert_eq(td_client_put(c, &q, buf, 6, NULL, &e), 0, "%s",
 		     e.reason);
 	cr_assert_eq(td_client_put(c, &s, buf, 8, NULL, &e), 0, "%s",
 		     e.reason);
 	td_client_close(c);
+}
+
+Test(tensorctl, npy_get_refuses_what_a_npy_cannot_hold)
+{
+	struct tu_daemon d;
+	char path[160], *err;
+
+	tu_daemon_start(&d, "error");
+	put_quantized_and_strided(&d);
 	path_in(path, sizeof(path), &d, "out.npy");
 	cr_expect_eq(CTL(&d, NULL, &err, "get", "q", "-o", path), 1);
 	cr_expect(strstr(err, "q: cannot be a .npy file: it is quantized"),
@@ -2849,25 +2857,9 @@ Test(tensorctl, save_skip_unsavable_leaves_out_what_the_file_cannot_hold)
 	static const char *const outs[] = {"s.tgm", "s.hrry"};
 	struct tu_daemon d;
 	char path[160], name[64], *out, *err;
-	uint64_t shape[2] = {2, 3};
-	int64_t strides[2] = {4, 1};
-	float scale = 0.5f;
-	uint8_t buf[8] = {0};
-	struct td_publish q = {.name = "q", .dtype = TD_TENSOR_U8, .ndim = 2,
-			       .shape = shape, .quant_axis = -1,
-			       .quant_scale_count = 1, .quant_scales = &scale};
-	struct td_publish s = {.name = "s", .dtype = TD_TENSOR_U8, .ndim = 2,
-			       .shape = shape, .strides = strides};
-	struct td_error e = {0};
-	struct td_client *c;
 
 	start(&d);
-	cr_assert_eq(td_client_connect(d.sock, &c, NULL), 0);
-	cr_assert_eq(td_client_put(c, &q, buf, 6, NULL, &e), 0, "%s",
-		     e.reason);
-	cr_assert_eq(td_client_put(c, &s, buf, 8, NULL, &e), 0, "%s",
-		     e.reason);
-	td_client_close(c);
+	put_quantized_and_strided(&d);
 	for (size_t i = 0; i < 2; i++) {
 		path_in(path, sizeof(path), &d, outs[i]);
 		cr_expect_eq(CTL(&d, NULL, &err, "save", "-o", path), 1);
