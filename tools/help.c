@@ -7,6 +7,7 @@
  */
 #include <getopt.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -202,6 +203,31 @@ int tctl_usage(const char *cmd, const char *fmt, ...)
 	return TCTL_USAGE;
 }
 
+/* tensorctl __complete: a command's getopt table, handed over (complete.c) */
+static struct {
+	bool on;
+	const char *shortopts;
+	const struct option *longopts;
+} grab;
+
+void tctl_getopt_grab(void)
+{
+	grab = (typeof(grab)){.on = true};
+}
+
+const struct option *tctl_getopt_grabbed(const char **shortopts)
+{
+	*shortopts = grab.shortopts;
+	return grab.longopts;
+}
+
+const char *tctl_synopsis(const char *cmd)
+{
+	const struct cmd *c = find(cmd);
+
+	return c ? c->synopsis : NULL;
+}
+
 int tctl_getopt(int argc, char **argv, const char *shortopts,
 		const struct option *longopts, int *status)
 {
@@ -209,6 +235,13 @@ int tctl_getopt(int argc, char **argv, const char *shortopts,
 	char so[64];
 	int c;
 
+	if (grab.on) {
+		/* as for --help: the command returns before it does a thing */
+		grab.shortopts = shortopts;
+		grab.longopts = longopts;
+		*status = TCTL_OK;
+		return TCTL_OPT_DONE;
+	}
 	if (seen != argv) {
 		/* a new command line: start getopt afresh */
 		seen = argv;

@@ -16,17 +16,14 @@
 #endif
 
 /* Each command's entry; its synopsis and options are in help.c. */
-static const struct cmd {
-	const char *name;
-	int (*fn)(int argc, char **argv);
-} cmds[] = {
+static const struct tctl_cmd cmds[] = {
 	{"inspect", cmd_inspect}, {"put", cmd_put},     {"get", cmd_get},
 	{"ls", cmd_ls},           {"stat", cmd_stat},   {"rm", cmd_rm},
 	{"watch", cmd_watch},     {"load", cmd_load},   {"status", cmd_status},
 	{"save", cmd_save},       {"zarr", cmd_zarr},
 };
 
-static const struct cmd *find(const char *name)
+static const struct tctl_cmd *find(const char *name)
 {
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
 		if (!strcmp(cmds[i].name, name))
@@ -81,14 +78,21 @@ int main(int argc, char **argv)
 	return stdout_written(run(argc, argv));
 }
 
+/* the options before the command */
+static const struct option global_opts[] = {
+	{"version", no_argument, NULL, 'V'}, TCTL_COMMON_OPTIONS};
+
 static int run(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{"version", no_argument, NULL, 'V'}, TCTL_COMMON_OPTIONS};
-	const struct cmd *cmd;
+	static const struct tctl_cli cli = {
+		cmds, sizeof(cmds) / sizeof(cmds[0]), global_opts};
+	const struct option *opts = global_opts;
+	const struct tctl_cmd *cmd;
 	char names[256];
 	int c, rc, sig;
 
+	if (argc > 1 && !strcmp(argv[1], TCTL_COMPLETE))
+		return tctl_complete(&cli, argc - 2, argv + 2);
 	/* --json anywhere: even a usage error is reported as JSON */
 	for (int i = 1; i < argc; i++)
 		if (!strcmp(argv[i], "--json"))

@@ -55,6 +55,17 @@ enum {
  */
 int tctl_getopt(int argc, char **argv, const char *shortopts,
 		const struct option *longopts, int *status);
+/*
+ * tensorctl __complete (complete.c): from now on tctl_getopt() parses
+ * nothing; it keeps the table it is given and returns TCTL_OPT_DONE with
+ * status 0, as after --help, so that a command called then stops before
+ * it does anything. tctl_getopt_grabbed() returns that table (NULL if
+ * none came) and its short options.
+ */
+void tctl_getopt_grab(void);
+const struct option *tctl_getopt_grabbed(const char **shortopts);
+/* cmd's synopsis (help.c), NULL for no such command */
+const char *tctl_synopsis(const char *cmd);
 /* A usage error of cmd: the reason, then its usage, on stderr (or JSON). */
 int tctl_usage(const char *cmd, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
@@ -68,6 +79,24 @@ void tctl_commands(char *buf, size_t len);
 char *tctl_size(char buf[32], uint64_t bytes);
 /* Parse a size: digits with an optional K, M, G or T (powers of 1024). */
 int tctl_parse_size(const char *s, uint64_t *v);
+
+/* A command: its name and entry (tensorctl.c dispatches, complete.c asks). */
+struct tctl_cmd {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+};
+struct tctl_cli {
+	const struct tctl_cmd *cmds;
+	size_t ncmds;
+	const struct option *global; /* the options before the command */
+};
+/*
+ * tensorctl __complete WORD...: what may stand at the last WORD (the one
+ * being typed, "" for a new one) of `tensorctl WORD...`, one candidate a
+ * line, for the shell's completion (tools/tensorctl.bash). Always 0.
+ */
+#define TCTL_COMPLETE "__complete"
+int tctl_complete(const struct tctl_cli *cli, int nwords, char **words);
 
 int cmd_inspect(int argc, char **argv);
 /* daemon commands (cmd-*.c), over the public client API only */
