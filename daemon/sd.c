@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SD_LISTEN_FDS_START 3
@@ -481,6 +482,26 @@ void td__sd_ready(struct td__daemon *d)
 	sd.tick.data = d;
 	uv_timer_start(&sd.tick, on_tick, ms, ms);
 	sd.tick_on = true;
+}
+
+void td__sd_reloading(void)
+{
+	struct timespec now;
+
+	if (sd.fd < 0)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	td__sd_notify(NULL, 0, "RELOADING=1\nMONOTONIC_USEC=%llu",
+		      (unsigned long long)now.tv_sec * 1000000ULL +
+			      (unsigned long long)now.tv_nsec / 1000);
+}
+
+void td__sd_reloaded(struct td__daemon *d)
+{
+	if (sd.fd < 0)
+		return;
+	status_text(d, sd.status, sizeof(sd.status));
+	td__sd_notify(NULL, 0, "READY=1\nSTATUS=%s", sd.status);
 }
 
 void td__sd_stopping(struct td__daemon *d)

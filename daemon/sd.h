@@ -51,6 +51,14 @@ int td__sd_notify(const int *fds, unsigned nfds, const char *fmt, ...)
 void td__sd_ready(struct td__daemon *d);
 /* STATUS= again when tensors/bytes/clients changed. */
 void td__sd_status(struct td__daemon *d);
+/*
+ * Around a SIGHUP's reload (sd_notify(3)): RELOADING=1 with
+ * MONOTONIC_USEC= before it, READY=1 with the STATUS= after it, refused
+ * or not (the daemon goes on either way), so that a manager waiting for
+ * the reload (Type=notify-reload, systemctl reload) sees it end.
+ */
+void td__sd_reloading(void);
+void td__sd_reloaded(struct td__daemon *d);
 /* STOPPING=1; stops the timer. */
 void td__sd_stopping(struct td__daemon *d);
 /* Close the notify socket (after the loop is closed). */

@@ -9,6 +9,7 @@
  * totals, as LIST already shows sizes) but only its own uid's clients
  * and its own uid's row (docs/protocol.md §11).
  */
+#include "sd.h"
 #include "store.h"
 #include "wire-status.h"
 
@@ -191,7 +192,9 @@ int td__policy_reload(struct td__daemon *d)
 static void on_hup(uv_signal_t *sig, int signum)
 {
 	(void)signum;
+	td__sd_reloading();
 	td__policy_reload(sig->data);
+	td__sd_reloaded(sig->data);
 }
 
 void td__status_start(struct td__daemon *d)

@@ -49,6 +49,7 @@ TestSuite(systemd, .timeout = TU_TEST_TIMEOUT_S);
 static bool saw_extend; /* an EXTEND_TIMEOUT_USEC= came by */
 static bool saw_watchdog_usec; /* a WATCHDOG_USEC= line came by */
 static const char *snap_file; /* daemon_start() adds --snapshot FILE */
+static const char *policy_file; /* daemon_start() adds --policy FILE */
 static rlim_t fsize_limit;     /* daemon_start() sets RLIMIT_FSIZE */
 static int listen_extra; /* LISTEN_FDS counts this many fds more */
 
@@ -342,6 +343,9 @@ static void daemon_start(struct daemon *d, const char *watchdog_usec,
 		if (snap_file)
 			execl(bin, bin, "--socket", d->sock, "--log-level",
 			      "info", "--snapshot", snap_file, (char *)NULL);
+		else if (policy_file)
+			execl(bin, bin, "--socket", d->sock, "--log-level",
+			      "info", "--policy", policy_file, (char *)NULL);
 		else
 			execl(bin, bin, "--socket", d->sock, "--log-level",
 			      "info", (char *)NULL);
@@ -479,6 +483,74 @@ Test(systemd, notify_sends_ready_status_watchdog_and_stopping)
 			break;
 	}
 	td_client_close(c);
+	daemon_stop(&d, &st);
+	store_close(&st);
+}
+
+static uint64_t mono_usec(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000;
+}
+
+/* SIGHUP; the next message must be RELOADING=1 with a MONOTONIC_USEC=
+ * taken during the reload, the one after it READY=1 with a STATUS= */
+static void hup_says_reloading_then_ready(struct daemon *d,
+					  struct fdstore *st)
+{
+	uint64_t t0, t1, at;
+	char buf[64];
+	struct msg m;
+
+	/* what the status timer sent before: not about this reload */
+	while (notify_recv(d, &m, 0) == 0)
+		;
+	t0 = mono_usec();
+	cr_assert_eq(kill(d->pid, SIGHUP), 0);
+	do
+		notify_until(d, st, NULL, &m);
+	while (has_line(m.text, "WATCHDOG=1") || !strncmp(m.text, "STATUS=", 7));
+	t1 = mono_usec();
+	cr_assert(has_line(m.text, "RELOADING=1"), "not RELOADING: %s", m.text);
+	cr_assert_not_null(value_of(m.text, "MONOTONIC_USEC=", buf,
+				    sizeof(buf)));
+	at = strtoull(buf, NULL, 10);
+	cr_assert(at >= t0 && at <= t1, "MONOTONIC_USEC=%s not in [%llu, %llu]",
+		  buf, (unsigned long long)t0, (unsigned long long)t1);
+	do
+		notify_until(d, st, NULL, &m);
+	while (has_line(m.text, "WATCHDOG=1"));
+	cr_assert(has_line(m.text, "READY=1"), "not READY: %s", m.text);
+	cr_assert_not_null(value_of(m.text, "STATUS=", buf, sizeof(buf)));
+}
+
+/*
+ * systemctl reload (the unit's ExecReload= sends SIGHUP): the daemon
+ * says RELOADING=1 and then READY=1, as sd_notify(3) asks, whether the
+ * file is taken or refused (the old policy stays, the daemon goes on).
+ */
+Test(systemd, sighup_says_reloading_then_ready)
+{
+	char path[160];
+	struct daemon d;
+	struct fdstore st = {0};
+	FILE *f;
+
+	mkdir_tmp(&d);
+	notify_bind(&d);
+	snprintf(path, sizeof(path), "%s/policy", d.dir);
+	f = fopen(path, "w");
+	cr_assert(f && fputs("allow any rw t/\n", f) >= 0 && !fclose(f));
+	policy_file = path;
+	daemon_start(&d, NULL, -1, NULL, &st, NULL);
+	policy_file = NULL;
+	hup_says_reloading_then_ready(&d, &st);
+	f = fopen(path, "w");
+	cr_assert(f && fputs("allow nobody-knows-what\n", f) >= 0 &&
+		  !fclose(f));
+	hup_says_reloading_then_ready(&d, &st);
 	daemon_stop(&d, &st);
 	store_close(&st);
 }
