@@ -2098,6 +2098,45 @@ DTest(a_quiet_release_is_not_answered_unless_it_fails)
 
 /* A mistyped option is named with a pointer to --help, not buried under
  * the whole help (which it printed to stderr); --help goes to stdout. */
+/* --check-policy FILE: the counts on stdout (0) or the reason on
+ * stderr (1); no daemon, no socket */
+Test(daemon, check_policy_says_ok_or_why_and_starts_nothing)
+{
+	char dir[] = "/tmp/td-checkpol-XXXXXX", good[64], bad[64], sock[64];
+	char *argv[] = {getenv("TD_TENSORD"), "--check-policy", good, NULL};
+	char *out;
+	FILE *f;
+
+	cr_assert(mkdtemp(dir));
+	snprintf(good, sizeof(good), "%s/good", dir);
+	snprintf(bad, sizeof(bad), "%s/bad", dir);
+	snprintf(sock, sizeof(sock), "%s/tensord.sock", dir);
+	setenv("TENSORD_SOCKET", sock, 1);
+	f = fopen(good, "w");
+	cr_assert(f && fputs("allow any rw t/\nallow uid=7 r u/\n"
+			     "quota uid=7 1M\n", f) >= 0 && !fclose(f));
+	f = fopen(bad, "w");
+	cr_assert(f && fputs("allow any rw t/\nallow any rw\n", f) >= 0 &&
+		  !fclose(f));
+	cr_assert_eq(tu_run_capture_all(argv, &out), 0, "%s", out);
+	cr_expect(strstr(out, ": ok, 2 allow rules, 1 quotas, 0 limits\n"),
+		  "%s", out);
+	free(out);
+	argv[2] = bad;
+	cr_assert_eq(tu_run_capture_all(argv, &out), 1, "%s", out);
+	cr_expect(strstr(out, "/bad:2: "), "no line named: %s", out);
+	cr_expect(!strstr(out, ": ok"), "%s", out);
+	free(out);
+	argv[2] = "/nonexistent/policy";
+	cr_assert_eq(tu_run_capture_all(argv, &out), 1, "%s", out);
+	free(out);
+	cr_assert_neq(access(sock, F_OK), 0, "a socket was made");
+	unsetenv("TENSORD_SOCKET");
+	unlink(good);
+	unlink(bad);
+	rmdir(dir);
+}
+
 Test(daemon, a_bad_option_is_named_without_the_whole_help)
 {
 	char *bad[] = {getenv("TD_TENSORD"), "--sokcet", "/tmp/x", NULL};
