@@ -322,6 +322,22 @@ static int parse_http_opt(int c, const char *arg, struct td__opts *o)
 	}
 }
 
+/* --import MODE. 0, or the exit status after a message. */
+static int parse_import(const char *arg, struct td__opts *o)
+{
+	if (!strcmp(arg, "auto"))
+		o->import = TD_IMPORT_AUTO;
+	else if (!strcmp(arg, "pidfd"))
+		o->import = TD_IMPORT_PIDFD;
+	else if (!strcmp(arg, "scm"))
+		o->import = TD_IMPORT_SCM;
+	else {
+		fprintf(stderr, "tensord: --import: want auto, pidfd or scm\n");
+		return 2;
+	}
+	return 0;
+}
+
 /* One option's value into o. 0, or the exit status after a message. */
 static int parse_opt(int c, const char *arg, struct td__opts *o)
 {
@@ -348,18 +364,7 @@ static int parse_opt(int c, const char *arg, struct td__opts *o)
 		td__log_level = c;
 		return 0;
 	case 'i':
-		if (!strcmp(arg, "auto"))
-			o->import = TD_IMPORT_AUTO;
-		else if (!strcmp(arg, "pidfd"))
-			o->import = TD_IMPORT_PIDFD;
-		else if (!strcmp(arg, "scm"))
-			o->import = TD_IMPORT_SCM;
-		else {
-			fprintf(stderr, "tensord: --import: want auto, "
-					"pidfd or scm\n");
-			return 2;
-		}
-		return 0;
+		return parse_import(arg, o);
 	case 'm':
 	case 'u':
 		o->uid_max_bytes_set |= c == 'u';
