@@ -40,6 +40,21 @@ static bool array_like(PyObject *o)
 	       PyObject_HasAttrString(o, "__array__");
 }
 
+/* What put() copies from: obj as numpy takes it, but bytes as the buffer
+ * it is (u8, as a bytearray), where numpy makes one string scalar of
+ * them (dtype S<n>), which has no blob dtype. */
+static PyObject *array_from(PyObject *obj)
+{
+	PyObject *mv, *a;
+
+	if (!PyBytes_Check(obj))
+		return PyArray_FromAny(obj, NULL, 0, 0, 0, NULL);
+	mv = PyMemoryView_FromObject(obj);
+	a = mv ? PyArray_FromAny(mv, NULL, 0, 0, 0, NULL) : NULL;
+	Py_XDECREF(mv);
+	return a;
+}
+
 /*
  * put(name, array, metadata=None, pin=False, stream=False): copy into a
  * loan, publish. stream: the loan is the name's stream loan
@@ -73,7 +88,7 @@ PyObject *tdpy_client_put(ClientObject *self, PyObject *args, PyObject *kw)
 				    "(numpy, buffer protocol or "
 				    "__array_interface__), not %.100s",
 				    Py_TYPE(obj)->tp_name);
-	src = PyArray_FromAny(obj, NULL, 0, 0, 0, NULL);
+	src = array_from(obj);
 	if (!src)
 		return NULL;
 	if (PyArray_NDIM((PyArrayObject *)src) > TDPY_MAX_DIMS) {
