@@ -158,6 +158,19 @@ def test_a_lease_is_one_run_of_bytes_to_a_plain_buffer_request(client):
         hashlib.sha256(w.lease)
 
 
+def test_dlpack_refusals_name_the_exported_views_dtype(client):
+    """A view of another dtype is refused as that dtype, not as the
+    tensor's ('f32' has a DLPack code: saying it has none misleads)."""
+    client.put("zc/dt", np.arange(4, dtype=np.float32))
+    x = client.get("zc/dt")
+    with pytest.raises(BufferError, match=r"complex64 .*only ints"):
+        x.view(np.complex64).__dlpack__()
+    with pytest.raises(BufferError, match=r">f4 .*native byte order"):
+        np.from_dlpack(x.view(">f4"))
+    np.testing.assert_array_equal(np.from_dlpack(x.view(np.int32)),
+                                  x.view(np.int32))
+
+
 def test_arithmetic_and_copies_are_plain_ndarrays_and_views_stay_on_the_lease(
         client):
     """docs/python.md: slices and reshapes are tensord.Array views of the
