@@ -436,6 +436,30 @@ static int raise_int(int rc, const char *what)
 }
 
 /*
+ * The blob allows a negative stride (a flipped axis) but says nowhere
+ * where its first element lies, so no array can be placed over it (the
+ * daemon's Zarr store refuses it too): a tensord.Error naming the
+ * tensor, not the ValueError a wrong argument gets.
+ */
+static int negative_stride(OwnerObject *o, const int64_t *st)
+{
+	struct td_error e = {0};
+
+	for (int k = 0; k < o->ndim; k++) {
+		if (st[k] >= 0)
+			continue;
+		snprintf(e.reason, sizeof(e.reason), "\"%s\" version %llu has "
+			 "a negative stride (%lld bytes, dimension %d), which "
+			 "the binding cannot lay out",
+			 o->name ? PyUnicode_AsUTF8(o->name) : "?",
+			 (unsigned long long)o->version, (long long)st[k], k);
+		tdpy_raise(-EOPNOTSUPP, &e, "get");
+		return -1;
+	}
+	return 0;
+}
+
+/*
  * Shape and strides of plane i of t into o. A plane of a multi-plane
  * image has the rows the blob spec gives it (td_format_plane_layout:
  * NV12's Y and interleaved UV, one channel per plane of a planar
@@ -484,6 +508,8 @@ static int lease_layout(OwnerObject *o, struct td_tensor *t, uint32_t i)
 	} else if (st) {
 		for (int k = 0; k < o->ndim; k++)
 			o->strides[k] = (npy_intp)st[k];
+		if (span && negative_stride(o, st) < 0)
+			return -1;
 	}
 	if (tdpy_span(o->ndim, o->shape, o->strides, isz, &span) < 0)
 		return -1;

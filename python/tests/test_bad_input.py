@@ -334,3 +334,31 @@ def test_a_format_with_a_nul_is_refused(client):
         client.alloc("bad/fmt", (4, 4), "u8", format="rgb8\0x")
     with pytest.raises(ValueError, match="NUL"):
         client.alloc("bad/fmt", (4, 4), "u8", format="NV12\0")
+
+
+def test_a_tensor_with_a_negative_stride_is_a_tensord_error(daemon, client):
+    """The blob allows a negative stride (a flipped axis; a C producer
+    may publish one) without saying where the first element lies: get()
+    and Follow.next() raise tensord.Error naming the tensor, with an
+    errno, not the ValueError of a wrong argument, and hold nothing."""
+    import ctypes
+    from test_fences import Error, Producer, Publish
+    prod = Producer(daemon.sock)
+    f = client.follow("bad/neg")
+    shape = (ctypes.c_uint64 * 1)(3)
+    strides = (ctypes.c_int64 * 1)(-1)
+    p = Publish(name=b"bad/neg", dtype=0, ndim=1, shape=shape,
+                strides=ctypes.cast(strides, ctypes.c_void_p))
+    e = Error()
+    assert prod.lib.td_client_put(prod.c, ctypes.byref(p), bytes(3), 3,
+                                  None, ctypes.byref(e)) == 0, e.raw
+    for call in (lambda: client.get("bad/neg"), lambda: f.next(timeout=5)):
+        with pytest.raises(tensord.Error, match=r'"bad/neg" version 1 has '
+                           r"a negative stride \(-1 bytes, dimension 0\)"
+                           ) as ei:
+            call()
+        assert ei.value.errno == errno.EOPNOTSUPP
+        del ei
+    assert client.stat("bad/neg").lease_count == 0
+    f.close()
+    prod.close()
