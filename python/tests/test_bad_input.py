@@ -99,6 +99,32 @@ def test_bad_arguments(client):
         tensord.Client(socket=123)
 
 
+def test_numpy_integers_are_integer_arguments(client):
+    """np.uint64 is no int subclass, but a numpy user's versions are
+    numpy's integers, as shapes and ring sizes may be: every integer
+    argument takes what operator.index() takes, never a float."""
+    v = client.put("bad/np", np.zeros(2))
+    with client.get("bad/np", version=np.uint64(v)) as x:
+        assert x.version == v
+    with pytest.raises(tensord.Timeout):
+        client.get("bad/np", newer_than=np.int64(v), timeout=0)
+    r = client.ring_create("bad/npr", (np.int64(2),), "u8", slots=np.int8(2))
+    s = r.acquire()
+    s[:] = 1
+    del s
+    r.wait_read(np.uint32(r.publish()), timeout=1)
+    client.event_limit = np.uint16(7)
+    assert client.event_limit == 7 and type(client.event_limit) is int
+    with pytest.raises(OverflowError):
+        client.get("bad/np", version=np.int64(-1))
+    with pytest.raises(TypeError, match="a version is an int"):
+        client.get("bad/np", version=np.float64(1))
+    with pytest.raises(TypeError, match="a version is an int"):
+        client.get("bad/np", version=1.0)
+    with pytest.raises(TypeError, match="event_limit must be an int"):
+        client.event_limit = np.float32(3)
+
+
 def test_publish_takes_only_this_clients_loans(daemon, client):
     client.put("bad/p", np.zeros(2))
     with pytest.raises(ValueError, match="alloc"):
