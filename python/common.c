@@ -158,16 +158,26 @@ int tdpy_conv_timeout(PyObject *o, void *out)
 	return 1;
 }
 
+/* An integer as operator.index() takes it: an int or anything that is
+ * one (np.uint64(3), which is no int subclass), never a float. */
+PyObject *tdpy_index(PyObject *o)
+{
+	return PyIndex_Check(o) ? PyNumber_Index(o) : NULL;
+}
+
 int tdpy_conv_version(PyObject *o, void *out)
 {
 	unsigned long long v;
+	PyObject *n = tdpy_index(o);
 
-	if (!PyLong_Check(o)) {
-		PyErr_Format(PyExc_TypeError, "a version is an int, not %.100s",
-			     Py_TYPE(o)->tp_name);
+	if (!n) {
+		if (!PyErr_Occurred())
+			PyErr_Format(PyExc_TypeError, "a version is an int, "
+				     "not %.100s", Py_TYPE(o)->tp_name);
 		return 0;
 	}
-	v = PyLong_AsUnsignedLongLong(o); /* OverflowError: < 0, >= 2**64 */
+	v = PyLong_AsUnsignedLongLong(n); /* OverflowError: < 0, >= 2**64 */
+	Py_DECREF(n);
 	if (v == (unsigned long long)-1 && PyErr_Occurred())
 		return 0;
 	*(uint64_t *)out = v;

@@ -166,6 +166,26 @@ static int dl_place(OwnerObject *o, PyArrayObject *a, struct dl_ctx *x)
 	return 0;
 }
 
+/* The exported array's own dtype, a view's (x.view(np.complex64)) as
+ * much as a tensor's: native-order ints and floats, else a BufferError
+ * naming it as numpy does and why. */
+static int dl_dtype_refused(PyArray_Descr *d)
+{
+	bool native = PyArray_ISNBO(d->byteorder);
+	PyObject *n;
+
+	if (native && (d->kind == 'u' || d->kind == 'i' || d->kind == 'f'))
+		return 0;
+	n = PyObject_Str((PyObject *)d);
+	if (n)
+		PyErr_Format(PyExc_BufferError, "dtype %U has no DLPack "
+			     "export here: %s", n, native ? "only ints, "
+			     "unsigned ints and floats are exported" :
+			     "not in native byte order");
+	Py_XDECREF(n);
+	return -1;
+}
+
 PyObject *tdpy_array_dlpack(PyObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"stream", NULL};
@@ -186,13 +206,8 @@ PyObject *tdpy_array_dlpack(PyObject *self, PyObject *args, PyObject *kw)
 	o = tdpy_owner_of(self);
 	if (!o)
 		return NULL;
-	if (!PyArray_ISNBO(d->byteorder) ||
-	    (d->kind != 'u' && d->kind != 'i' && d->kind != 'f')) {
-		PyErr_Format(PyExc_BufferError, "dtype %s has no DLPack code",
-			     td_tensor_dtype_name(o->dtype) ?
-			     td_tensor_dtype_name(o->dtype) : "?");
+	if (dl_dtype_refused(d) < 0)
 		return NULL;
-	}
 	x = PyMem_RawCalloc(1, sizeof(*x));
 	if (!x)
 		return PyErr_NoMemory();

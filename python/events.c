@@ -483,13 +483,17 @@ PyObject *tdpy_client_get_event_limit(ClientObject *self, void *unused)
 
 int tdpy_conv_event_limit(PyObject *o, void *out)
 {
+	PyObject *n = tdpy_index(o);
 	unsigned long v;
 
-	if (!PyLong_Check(o)) {
-		PyErr_SetString(PyExc_TypeError, "event_limit must be an int");
+	if (!n) {
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_TypeError,
+					"event_limit must be an int");
 		return 0;
 	}
-	v = PyLong_AsUnsignedLong(o); /* OverflowError: < 0 */
+	v = PyLong_AsUnsignedLong(n); /* OverflowError: < 0 */
+	Py_DECREF(n);
 	if (v == (unsigned long)-1 && PyErr_Occurred())
 		return 0;
 	if (v > UINT_MAX) {

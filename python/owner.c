@@ -355,7 +355,10 @@ static int owner_getbuffer(OwnerObject *o, Py_buffer *view, int flags)
 	view->readonly = !tdpy_owner_writable(o);
 	view->itemsize = isz;
 	view->format = (flags & PyBUF_FORMAT) ? (char *)fmt : NULL;
-	view->ndim = o->ndim;
+	/* without PyBUF_ND (PyBUF_SIMPLE: hashlib, zlib) the buffer is one
+	 * run of len bytes, no shape: ndim 1 as PyBuffer_FillInfo gives it
+	 * (hashlib refuses an ndim over 1, which numpy's arrays never say) */
+	view->ndim = (flags & PyBUF_ND) ? o->ndim : 1;
 	view->shape = (flags & PyBUF_ND) ? (Py_ssize_t *)o->shape : NULL;
 	view->strides = (flags & PyBUF_STRIDES) ? (Py_ssize_t *)o->strides
 						: NULL;

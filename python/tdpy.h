@@ -172,6 +172,10 @@ PyObject *tdpy_raise(int rc, const struct td_error *e, const char *what);
 /* Argument converters (PyArg "O&"): str name, timeout in seconds. */
 int tdpy_conv_name(PyObject *o, void *out);    /* const char ** */
 int tdpy_conv_timeout(PyObject *o, void *out); /* int * (ms, -1) */
+/* o as an int if it is one (operator.index: numpy's integers too), a
+ * new reference; NULL for anything else, with no exception set (but
+ * one its __index__ raised) */
+PyObject *tdpy_index(PyObject *o);
 /* uint64_t *: an int in 0..2**64-1 (TypeError, OverflowError) */
 int tdpy_conv_version(PyObject *o, void *out);
 /* The one optional argument `timeout` (seconds or None, positional or

@@ -40,6 +40,21 @@ static bool array_like(PyObject *o)
 	       PyObject_HasAttrString(o, "__array__");
 }
 
+/* What put() copies from: obj as numpy takes it, but bytes as the buffer
+ * it is (u8, as a bytearray), where numpy makes one string scalar of
+ * them (dtype S<n>), which has no blob dtype. */
+static PyObject *array_from(PyObject *obj)
+{
+	PyObject *mv, *a;
+
+	if (!PyBytes_Check(obj))
+		return PyArray_FromAny(obj, NULL, 0, 0, 0, NULL);
+	mv = PyMemoryView_FromObject(obj);
+	a = mv ? PyArray_FromAny(mv, NULL, 0, 0, 0, NULL) : NULL;
+	Py_XDECREF(mv);
+	return a;
+}
+
 /*
  * put(name, array, metadata=None, pin=False, stream=False): copy into a
  * loan, publish. stream: the loan is the name's stream loan
@@ -73,7 +88,7 @@ PyObject *tdpy_client_put(ClientObject *self, PyObject *args, PyObject *kw)
 				    "(numpy, buffer protocol or "
 				    "__array_interface__), not %.100s",
 				    Py_TYPE(obj)->tp_name);
-	src = PyArray_FromAny(obj, NULL, 0, 0, 0, NULL);
+	src = array_from(obj);
 	if (!src)
 		return NULL;
 	if (PyArray_NDIM((PyArrayObject *)src) > TDPY_MAX_DIMS) {
@@ -421,6 +436,30 @@ static int raise_int(int rc, const char *what)
 }
 
 /*
+ * The blob allows a negative stride (a flipped axis) but says nowhere
+ * where its first element lies, so no array can be placed over it (the
+ * daemon's Zarr store refuses it too): a tensord.Error naming the
+ * tensor, not the ValueError a wrong argument gets.
+ */
+static int negative_stride(OwnerObject *o, const int64_t *st)
+{
+	struct td_error e = {0};
+
+	for (int k = 0; k < o->ndim; k++) {
+		if (st[k] >= 0)
+			continue;
+		snprintf(e.reason, sizeof(e.reason), "\"%s\" version %llu has "
+			 "a negative stride (%lld bytes, dimension %d), which "
+			 "the binding cannot lay out",
+			 o->name ? PyUnicode_AsUTF8(o->name) : "?",
+			 (unsigned long long)o->version, (long long)st[k], k);
+		tdpy_raise(-EOPNOTSUPP, &e, "get");
+		return -1;
+	}
+	return 0;
+}
+
+/*
  * Shape and strides of plane i of t into o. A plane of a multi-plane
  * image has the rows the blob spec gives it (td_format_plane_layout:
  * NV12's Y and interleaved UV, one channel per plane of a planar
@@ -469,6 +508,8 @@ static int lease_layout(OwnerObject *o, struct td_tensor *t, uint32_t i)
 	} else if (st) {
 		for (int k = 0; k < o->ndim; k++)
 			o->strides[k] = (npy_intp)st[k];
+		if (span && negative_stride(o, st) < 0)
+			return -1;
 	}
 	if (tdpy_span(o->ndim, o->shape, o->strides, isz, &span) < 0)
 		return -1;

@@ -99,6 +99,32 @@ def test_bad_arguments(client):
         tensord.Client(socket=123)
 
 
+def test_numpy_integers_are_integer_arguments(client):
+    """np.uint64 is no int subclass, but a numpy user's versions are
+    numpy's integers, as shapes and ring sizes may be: every integer
+    argument takes what operator.index() takes, never a float."""
+    v = client.put("bad/np", np.zeros(2))
+    with client.get("bad/np", version=np.uint64(v)) as x:
+        assert x.version == v
+    with pytest.raises(tensord.Timeout):
+        client.get("bad/np", newer_than=np.int64(v), timeout=0)
+    r = client.ring_create("bad/npr", (np.int64(2),), "u8", slots=np.int8(2))
+    s = r.acquire()
+    s[:] = 1
+    del s
+    r.wait_read(np.uint32(r.publish()), timeout=1)
+    client.event_limit = np.uint16(7)
+    assert client.event_limit == 7 and type(client.event_limit) is int
+    with pytest.raises(OverflowError):
+        client.get("bad/np", version=np.int64(-1))
+    with pytest.raises(TypeError, match="a version is an int"):
+        client.get("bad/np", version=np.float64(1))
+    with pytest.raises(TypeError, match="a version is an int"):
+        client.get("bad/np", version=1.0)
+    with pytest.raises(TypeError, match="event_limit must be an int"):
+        client.event_limit = np.float32(3)
+
+
 def test_publish_takes_only_this_clients_loans(daemon, client):
     client.put("bad/p", np.zeros(2))
     with pytest.raises(ValueError, match="alloc"):
@@ -334,3 +360,31 @@ def test_a_format_with_a_nul_is_refused(client):
         client.alloc("bad/fmt", (4, 4), "u8", format="rgb8\0x")
     with pytest.raises(ValueError, match="NUL"):
         client.alloc("bad/fmt", (4, 4), "u8", format="NV12\0")
+
+
+def test_a_tensor_with_a_negative_stride_is_a_tensord_error(daemon, client):
+    """The blob allows a negative stride (a flipped axis; a C producer
+    may publish one) without saying where the first element lies: get()
+    and Follow.next() raise tensord.Error naming the tensor, with an
+    errno, not the ValueError of a wrong argument, and hold nothing."""
+    import ctypes
+    from test_fences import Error, Producer, Publish
+    prod = Producer(daemon.sock)
+    f = client.follow("bad/neg")
+    shape = (ctypes.c_uint64 * 1)(3)
+    strides = (ctypes.c_int64 * 1)(-1)
+    p = Publish(name=b"bad/neg", dtype=0, ndim=1, shape=shape,
+                strides=ctypes.cast(strides, ctypes.c_void_p))
+    e = Error()
+    assert prod.lib.td_client_put(prod.c, ctypes.byref(p), bytes(3), 3,
+                                  None, ctypes.byref(e)) == 0, e.raw
+    for call in (lambda: client.get("bad/neg"), lambda: f.next(timeout=5)):
+        with pytest.raises(tensord.Error, match=r'"bad/neg" version 1 has '
+                           r"a negative stride \(-1 bytes, dimension 0\)"
+                           ) as ei:
+            call()
+        assert ei.value.errno == errno.EOPNOTSUPP
+        del ei
+    assert client.stat("bad/neg").lease_count == 0
+    f.close()
+    prod.close()

@@ -158,6 +158,16 @@ def test_buffer_protocol_objects_are_accepted(client):
     assert client.get("fid/mv").tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
+def test_bytes_are_put_as_the_buffer_they_are(client):
+    """numpy makes one string scalar (dtype S3) of bytes: put() takes
+    their buffer, u8, as it takes a bytearray's."""
+    client.put("fid/b", b"\x01\x02\x03")
+    got = client.get("fid/b")
+    assert got.dtype == np.uint8 and got.tolist() == [1, 2, 3]
+    client.put("fid/b", b"")
+    assert client.get("fid/b").shape == (0,)
+
+
 @pytest.mark.parametrize("meta", [b"", b"\x00\xff\x00binary\n",
                                   bytes(range(256)) * 16])
 def test_metadata_bytes_round_trip(client, meta):

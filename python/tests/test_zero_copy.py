@@ -4,10 +4,12 @@ mapping of the very file the producer wrote, and DLPack consumers share
 that file's pages copy-on-write."""
 import copy
 import ctypes
+import hashlib
 import os
 import pickle
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 import pytest
@@ -138,6 +140,35 @@ def test_buffer_protocol_and_array_interface_share_the_pages(daemon,
     ai = lease.__array_interface__
     assert ai["data"] == (a.ctypes.data, True)
     assert ai["shape"] == a.shape and ai["strides"] == a.strides
+
+
+def test_a_lease_is_one_run_of_bytes_to_a_plain_buffer_request(client):
+    """hashlib and zlib ask for PyBUF_SIMPLE, a run of bytes with no
+    shape, and hashlib refuses one that says more than one dimension."""
+    client.put("zc/simple", np.arange(12, dtype=np.float32).reshape(3, 4))
+    x = client.get("zc/simple")
+    assert hashlib.sha256(x.lease).digest() == \
+        hashlib.sha256(x.tobytes()).digest()
+    assert zlib.crc32(x.lease) == zlib.crc32(x.tobytes())
+    # the full request still has the tensor's shape
+    assert memoryview(x.lease).shape == (3, 4)
+    # one that is not one run of bytes is still refused
+    w = client.alloc("zc/pitch", (3, 4), "u8", strides=(8, 1))
+    with pytest.raises(BufferError, match="not contiguous"):
+        hashlib.sha256(w.lease)
+
+
+def test_dlpack_refusals_name_the_exported_views_dtype(client):
+    """A view of another dtype is refused as that dtype, not as the
+    tensor's ('f32' has a DLPack code: saying it has none misleads)."""
+    client.put("zc/dt", np.arange(4, dtype=np.float32))
+    x = client.get("zc/dt")
+    with pytest.raises(BufferError, match=r"complex64 .*only ints"):
+        x.view(np.complex64).__dlpack__()
+    with pytest.raises(BufferError, match=r">f4 .*native byte order"):
+        np.from_dlpack(x.view(">f4"))
+    np.testing.assert_array_equal(np.from_dlpack(x.view(np.int32)),
+                                  x.view(np.int32))
 
 
 def test_arithmetic_and_copies_are_plain_ndarrays_and_views_stay_on_the_lease(
