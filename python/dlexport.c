@@ -137,9 +137,14 @@ static int dl_place(OwnerObject *o, PyArrayObject *a, struct dl_ctx *x)
 	}
 	/* an ended lease's bytes may be recycled under the consumer */
 	if (r->kind != OWNER_LOAN && !tdpy_owner_held(r)) {
-		PyErr_SetString(PyExc_BufferError, r->t ? "the lease ended "
-				"with its client's close(): no DLPack export"
-				: "the lease was released: no DLPack export");
+		PyErr_SetString(PyExc_BufferError,
+				r->kind == OWNER_SLOT
+					? "the slot was published, it is the "
+					  "subscribers' now: no DLPack export"
+				: r->t ? "the lease ended with its client's "
+					 "close(): no DLPack export"
+				       : "the lease was released: no DLPack "
+					 "export");
 		return -1;
 	}
 	/* an inline plane's private copy, or a published

@@ -34,6 +34,7 @@ typedef struct {
 	unsigned views;    /* live arrays over slots */
 	uint64_t tickets;  /* acquire()s that took a slot */
 	uint64_t acquired; /* the ticket of the slot acquired, 0 if none */
+	PyObject *slot_arrays; /* weakrefs: what acquire() gave for it */
 	uint32_t dtype;
 	int ndim;
 	npy_intp shape[TDPY_MAX_DIMS];
@@ -202,6 +203,54 @@ static int wait_read_slice(void *arg, int slice_ms)
 	return td_ring_wait_read(a->r, a->version, slice_ms);
 }
 
+/* The array over the acquired slot, kept (weakly) for publish() */
+static PyObject *slot_array(RingObject *ring, OwnerObject *o)
+{
+	PyObject *a = tdpy_owner_array(o), *ref;
+
+	if (!a)
+		return NULL;
+	if (!ring->slot_arrays && !(ring->slot_arrays = PyList_New(0)))
+		goto fail;
+	ref = PyWeakref_NewRef(a, NULL);
+	if (!ref || PyList_Append(ring->slot_arrays, ref) < 0) {
+		Py_XDECREF(ref);
+		goto fail;
+	}
+	Py_DECREF(ref);
+	return a;
+fail:
+	Py_DECREF(a);
+	return NULL;
+}
+
+/*
+ * publish(): the slot is the subscribers' now, so the arrays acquire()
+ * gave over it turn read-only, with the arrays they view and their
+ * owner, which then refuses a writable buffer (flags.writeable = True,
+ * memoryview, DLPack), as a published alloc(private=False) array does.
+ * An array viewing one of them, made before, keeps its flag (numpy's
+ * views copy it): the producer's trust, as for any ring slot.
+ */
+static void slot_arrays_read_only(RingObject *ring)
+{
+	PyObject *list = ring->slot_arrays;
+
+	for (Py_ssize_t i = 0; list && i < PyList_GET_SIZE(list); i++) {
+		PyObject *a = PyWeakref_GetObject(PyList_GET_ITEM(list, i));
+		OwnerObject *o = a != Py_None ? tdpy_owner_at_base(a) : NULL;
+
+		if (o)
+			o->writable = false;
+		for (; a && PyArray_Check(a);
+		     a = PyArray_BASE((PyArrayObject *)a))
+			PyArray_CLEARFLAGS((PyArrayObject *)a,
+					   NPY_ARRAY_WRITEABLE);
+	}
+	if (list)
+		PyList_SetSlice(list, 0, PyList_GET_SIZE(list), NULL);
+}
+
 static PyObject *ring_acquire(RingObject *ring, PyObject *args,
 			     PyObject *kw)
 {
@@ -246,7 +295,7 @@ static PyObject *ring_acquire(RingObject *ring, PyObject *args,
 	}
 	o->data = slot.planes[0];
 	o->size = slot.sizes[0];
-	return tdpy_owner_array(o);
+	return slot_array(ring, o);
 }
 
 static PyObject *ring_publish(RingObject *ring, PyObject *unused)
@@ -260,6 +309,7 @@ static PyObject *ring_publish(RingObject *ring, PyObject *unused)
 	if (rc < 0)
 		return tdpy_raise(rc, NULL, "publish: no slot acquired");
 	ring->acquired = 0; /* the slot is the subscribers' now */
+	slot_arrays_read_only(ring);
 	return PyLong_FromUnsignedLongLong(v);
 }
 
@@ -322,6 +372,7 @@ static void ring_dealloc(RingObject *ring)
 	ring_really_close(ring);
 	Py_XDECREF(ring->client);
 	Py_XDECREF(ring->name);
+	Py_XDECREF(ring->slot_arrays);
 	PyObject_Free(ring);
 }
 

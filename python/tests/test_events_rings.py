@@ -153,6 +153,42 @@ def test_a_producers_slot_shares_pages_with_subscribers(client):
     assert sub.next(5).tolist() == [2.5] * 8
 
 
+def test_a_published_slot_turns_read_only_for_its_producer(client):
+    """After publish() the slot is the subscribers': the producer's array
+    over it (and what it views, and its buffer) is read-only, as a
+    published alloc(private=False) array is; a stale slot array used to
+    change the bytes subscribers were reading."""
+    ring = client.ring_create("rg/ro", (4,), "u8", slots=2)
+    sub = client.subscribe("rg/ro", timeout=5)
+    slot = ring.acquire()
+    again = ring.acquire()  # before publish(): the same slot
+    part = slot[1:]
+    slot[:] = 7
+    v = ring.publish()
+    view = sub.next(timeout=5)
+    assert view.version == v and list(view) == [7, 7, 7, 7]
+    for a in (slot, again):
+        assert not a.flags.writeable
+        with pytest.raises(ValueError, match="read-only"):
+            a[0] = 1
+        with pytest.raises(ValueError):
+            a.flags.writeable = True
+        with pytest.raises(BufferError, match="published"):
+            a.__dlpack__()
+        assert memoryview(a).readonly
+    assert not slot.lease.held
+    assert list(view) == [7, 7, 7, 7]
+    # a view taken before publish() keeps numpy's flag: documented trust
+    assert part.flags.writeable
+    view.release()
+    # the next acquire() is writable again
+    nxt = ring.acquire()
+    assert nxt.flags.writeable
+    nxt[:] = 9
+    assert ring.publish() > v
+    assert list(sub.next(timeout=5)) == [9, 9, 9, 9]
+
+
 def test_iterating_a_subscription_ends_when_the_producer_closes(client):
     ring = client.ring_create("rg/c", (1,), "u32")
     sub = client.subscribe("rg/c")

@@ -129,9 +129,10 @@ def test_subscription_close_waits_for_its_last_view(client):
 def test_ring_close_waits_for_its_last_slot_array(client):
     ring = client.ring_create("lt/ring2", (8,), "u8")
     slot = ring.acquire()
+    slot[:] = 1
     ring.publish()
     ring.close()
-    slot[:] = 1  # still mapped
+    assert int(slot.sum()) == 8  # still mapped (read-only: published)
     assert client.stat("lt/ring2").flags & tensord.ENTRY_RING
     del slot
     gc.collect()
