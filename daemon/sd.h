@@ -118,6 +118,13 @@ int td__store_each(int (*fn)(void *arg, const struct td_state_entry *ent),
 /* Raise the version counter (restore); never lowers it. */
 void td__store_set_next_version(uint64_t next);
 /*
+ * The number of a new version (PUBLISH, a staged follow entry): the
+ * counter's, after putting the numbers from it on record when the last
+ * block on record is used up (td__snapshot_reserve), so that a restart
+ * after a crash never numbers a version as one handed out before.
+ */
+uint64_t td__store_take_version(void);
+/*
  * The highest version number a state image or a snapshot may bring
  * back: beyond it only a damaged file. A followed name's bell packs a
  * version as version << 8 | entry (proto/follow.h), so no version may

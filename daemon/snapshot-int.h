@@ -76,6 +76,13 @@ struct td__snap_state {
 	struct td__daemon *d;
 	char *path, *tmp, *dir;
 	int lock_fd; /* FILE.lock, flock'ed: one daemon per snapshot */
+	/*
+	 * FILE.lock's second line, "next_version N": no version number
+	 * at or past N was handed out (td__snapshot_reserve). reserved:
+	 * N as the last daemon left it; num_off: where N's digits are.
+	 */
+	uint64_t reserved;
+	size_t num_off;
 	uint64_t interval_ms;
 	uv_timer_t timer;
 	bool timer_on;

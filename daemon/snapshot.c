@@ -8,9 +8,11 @@
  * snapshot-buf.c (bounce buffers, state) and snapshot-map.c (KV keys).
  */
 #include "snapshot-int.h"
+#include "store.h" /* version_ceiling */
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +29,90 @@ static const char *file_kind(mode_t m)
 	       : S_ISFIFO(m) ? "a FIFO"
 	       : S_ISSOCK(m) ? "a socket"
 			     : "not a regular file";
+}
+
+/* FILE.lock's second line: "next_version N", N in 20 digits */
+#define LOCK_NEXT "next_version "
+#define LOCK_DIGITS 20
+/*
+ * Numbers put on record at a time: a restart after a crash skips at
+ * most this many, and the loop pays one fdatasync of FILE.lock per block.
+ */
+#define RESERVE_BLOCK (UINT64_C(1) << 16)
+
+/* Write N over FILE.lock's number (fdatasync'ed). 0 or -errno. */
+static int lock_put(uint64_t n)
+{
+	char num[LOCK_DIGITS + 1];
+
+	snprintf(num, sizeof(num), "%0*" PRIu64, LOCK_DIGITS, n);
+	if (pwrite(td__snap.lock_fd, num, LOCK_DIGITS,
+		   (off_t)td__snap.num_off) != LOCK_DIGITS)
+		return errno ? -errno : -EIO;
+	return fdatasync(td__snap.lock_fd) < 0 ? -errno : 0;
+}
+
+/*
+ * Our pid, and the last daemon's "next_version" kept as it is until a
+ * version is numbered (td__snap.reserved): the first line is what a
+ * second daemon reads, the second what the restore raises the counter
+ * to. -1 with errno when it cannot be written.
+ */
+static int lock_record(int fd)
+{
+	char old[96], line[96];
+	const char *at;
+	ssize_t got = pread(fd, old, sizeof(old) - 1, 0);
+	int n;
+
+	old[got > 0 ? got : 0] = 0;
+	if ((at = strstr(old, "\n" LOCK_NEXT)))
+		td__snap.reserved =
+			strtoull(at + 1 + strlen(LOCK_NEXT), NULL, 10);
+	n = snprintf(line, sizeof(line), "%ld\n" LOCK_NEXT "%0*" PRIu64 "\n",
+		     (long)getpid(), LOCK_DIGITS, td__snap.reserved);
+	td__snap.num_off = (size_t)n - 1 - LOCK_DIGITS;
+	if (ftruncate(fd, 0) < 0 || pwrite(fd, line, (size_t)n, 0) != n)
+		return -1;
+	return 0;
+}
+
+uint64_t td__snapshot_reserve(uint64_t next)
+{
+	uint64_t upto = next + RESERVE_BLOCK;
+	int rc;
+
+	if (!td__snap.on || td__snap.lock_fd < 0)
+		return UINT64_MAX;
+	rc = lock_put(upto);
+	if (rc < 0)
+		td__log(TD_LOG_ERROR, "snapshot: cannot put version numbers "
+				      "up to %" PRIu64 " on record in %s.lock "
+				      "(%s): a restart after a crash may number "
+				      "new versions as ones handed out before",
+			upto, td__snap.path, strerror(-rc));
+	return upto;
+}
+
+/*
+ * After the restore: count on from the numbers the last daemon may have
+ * handed out (it did not stop cleanly: its last save is older than
+ * them), and put a block on record before the first new one.
+ */
+static void reserve_start(void)
+{
+	struct td__store_info si = {0};
+
+	td__store_info(&si);
+	if (td__snap.lock_fd >= 0 && td__snap.reserved > si.next_version) {
+		td__log(TD_LOG_INFO, "snapshot: the last tensord may have "
+				     "numbered versions up to %" PRIu64 " after "
+				     "its last save: counting on from %" PRIu64,
+			td__snap.reserved - 1, td__snap.reserved);
+		td__store_set_next_version(td__snap.reserved);
+		td__store_info(&si);
+	}
+	td__snap.d->store->version_ceiling = si.next_version;
 }
 
 /*
@@ -71,8 +157,7 @@ static int snap_lock(const char *path)
 		free(name);
 		return 0;
 	}
-	n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
-	if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+	if (lock_record(fd) < 0)
 		td__log(TD_LOG_DEBUG, "snapshot: writing %s: %s", name,
 			strerror(errno));
 	free(name);
@@ -209,6 +294,7 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 		td__snap_pool_fini();
 		goto fail;
 	}
+	reserve_start();
 	uv_update_time(d->loop);
 	td__snap.last_ms = uv_now(d->loop);
 	if (fdstore_used) {
@@ -232,11 +318,27 @@ fail:
 	return rc;
 }
 
+/*
+ * A clean stop: every number handed out is below the counter, so the
+ * next start counts on from it exactly (the final save has it too, unless
+ * that failed).
+ */
+static void stop_record(void)
+{
+	struct td__store_info si = {0};
+
+	td__store_info(&si);
+	if (td__snap.lock_fd >= 0 && lock_put(si.next_version) < 0)
+		td__log(TD_LOG_DEBUG, "snapshot: writing %s.lock: %s",
+			td__snap.path, strerror(errno));
+}
+
 void td__snapshot_fini(void)
 {
 	if (!td__snap.on)
 		return;
 	td__snap_save_final();
+	stop_record();
 	td__snap.on = false;
 	uv_close((uv_handle_t *)&td__snap.timer, NULL);
 	td__io_fini();

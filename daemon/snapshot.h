@@ -30,6 +30,15 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 /* The set of current versions changed (a no-op without --snapshot). */
 void td__snapshot_dirty(void);
 /*
+ * Put on record, in FILE.lock, that version numbers up to a block
+ * beyond next may be handed out, before any is: a restart after a
+ * SIGKILL or a power loss counts on from there, not from the last
+ * save's counter, so no number is handed out twice
+ * (docs/snapshot.md, "Version numbers"). Returns the first number not
+ * on record (UINT64_MAX: no record is kept, never asked again).
+ */
+uint64_t td__snapshot_reserve(uint64_t next);
+/*
  * Clean stop, after the peers are gone and before the store is freed:
  * the final save when anything changed since the last one (the loop runs
  * until it is on disk), then the I/O engine is closed. Idempotent.

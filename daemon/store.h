@@ -287,6 +287,13 @@ struct td__store {
 	uint64_t tick; /* LRU clock */
 	uint64_t next_version, next_lease, next_alloc, next_watch, next_buf;
 	/*
+	 * Version numbers from here on are not yet on record where a
+	 * restart after a crash looks (td__snapshot_reserve): taking one
+	 * puts a block beyond it on record first. UINT64_MAX: no record
+	 * (no --snapshot).
+	 */
+	uint64_t version_ceiling;
+	/*
 	 * Released lease records, reused by the next GET: a steady stream of
 	 * GET/RELEASE then allocates nothing (the brief: no per-handoff
 	 * allocation in the daemon). Bounded by LEASE_CACHE.

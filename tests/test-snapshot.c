@@ -454,6 +454,25 @@ static uint64_t file_next_version(const char *path)
 	return v;
 }
 
+/*
+ * The version a started daemon numbers next: the snapshot's counter, or
+ * what FILE.lock put on record when a crash lost versions numbered
+ * after the last save.
+ */
+static uint64_t started_next_version(const struct snapdir *s)
+{
+	char lock[160], *l, *at;
+	uint64_t v = file_next_version(s->file), r = 0;
+
+	snprintf(lock, sizeof(lock), "%s.lock", s->file);
+	l = tu_slurp(lock);
+	at = strstr(l, "\nnext_version ");
+	if (at)
+		r = strtoull(at + strlen("\nnext_version "), NULL, 10);
+	free(l);
+	return r > v ? r : v;
+}
+
 static void kill_every_step(const char *io)
 {
 	struct snapdir s;
@@ -490,10 +509,11 @@ static void kill_every_step(const char *io)
 		unsetenv("TD_TEST_SNAPSHOT_KILL_AT");
 		/*
 		 * the put is the only change: a save starts after its reply
-		 * (interval 0), and its version is the counter on disk
+		 * (interval 0), and its version is the counter on disk (the
+		 * snapshot's, or FILE.lock's after a kill)
 		 */
 		c = conn(&d);
-		put(c, &t, file_next_version(s.file));
+		put(c, &t, started_next_version(&s));
 		td_client_close(c);
 		/* killed at that step, or the save ran to its end */
 		for (int i = 0; i < WAIT_MS / 10; i++) {
@@ -1249,6 +1269,52 @@ Test(snapshot, a_version_counter_past_the_follow_layout_is_ignored,
 	td_follow_close(f);
 	td_client_close(c);
 	tu_daemon_stop(&d, true);
+	snapdir_rm(&s);
+}
+
+/*
+ * Versions numbered after the last save, then a crash (SIGKILL: no final
+ * save): the restart counted on from the last save's counter, so the
+ * next PUBLISH got a number handed out before the crash, to other bytes
+ * (a client that had it saw "no change", one waiting for newer than it
+ * missed that version and the next ones). The numbers are put on record
+ * (FILE.lock) before they are handed out, and a restart after a crash
+ * counts on from there; a clean stop records the counter exactly, so a
+ * clean restart skips nothing.
+ */
+Test(snapshot, a_crash_after_the_last_save_never_numbers_a_version_twice,
+     .timeout = 60)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor a = mk("n/a", TD_TENSOR_U8, 64, 0, 64);
+	struct tensor b = mk("n/b", TD_TENSOR_U8, 64, 0, 64);
+	uint64_t before, v;
+
+	snapdir_make(&s);
+	saved_one(&d, &s, &a);
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	/* a clean restart goes on from the counter exactly */
+	put(c, &b, a.version + 1);
+	put(c, &a, b.version + 1);
+	before = a.version;
+	td_client_close(c);
+	/* no save since (30 s): the crash loses both */
+	tu_daemon_kill(&d);
+	cr_assert_eq(truncate(s.log, 0), 0);
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	cr_assert_eq(count(c), 1, "the last save held n/a only");
+	a.version = before - 2;
+	check(c, &a);
+	v = next_version(c);
+	cr_assert_gt(v, before, "version %llu after a crash that lost %llu",
+		     (unsigned long long)v, (unsigned long long)before);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert(log_has(&s, "counting on from"), "%s", tu_slurp(s.log));
 	snapdir_rm(&s);
 }
 
