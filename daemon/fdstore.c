@@ -13,7 +13,8 @@
  *     file (kcmp): systemd silently drops an fd whose open file it already
  *     holds, so two entries for one file would leave a hole on removal;
  *   - the image is rewritten (debounced, at most every FLUSH_MS) after the
- *     set of current versions changed, and once more at shutdown;
+ *     set of current versions changed, at once before a block of version
+ *     numbers is handed out (reserve()), and once more at shutdown;
  *   - an fd leaves the store (FDSTOREREMOVE=1) only after an image that no
  *     longer names it has been written: a crash between the two leaves an
  *     older but consistent image whose fds are all still stored.
@@ -79,6 +80,12 @@ static struct {
 	bool timer_init, armed;
 	uint64_t last_ms;
 	unsigned failed; /* image writes failed in a row */
+	/*
+	 * No version number at or past it was handed out: the images say
+	 * so (their next_version is at least this), for a restart after a
+	 * crash that lost the last 100 ms (reserve()). 0 at the stop.
+	 */
+	uint64_t reserved;
 } fs = {.slot = {-1, -1}, .next_id = 1};
 
 /* ---- passed fds ---- */
@@ -332,7 +339,9 @@ static int write_image(void)
 	im.buf = malloc(im.cap);
 	if (!im.buf)
 		return -ENOMEM;
-	h = (struct td_state_hdr){fs.generation + 1, si.next_version,
+	h = (struct td_state_hdr){fs.generation + 1,
+				  si.next_version > fs.reserved ? si.next_version
+								: fs.reserved,
 				  fs.next_id, 0};
 	im.sizing = false;
 	rc = td_state_encode_begin(&im.w, im.buf, im.cap, &h);
@@ -397,6 +406,24 @@ static void on_timer(uv_timer_t *t)
 {
 	(void)t;
 	flush();
+}
+
+/*
+ * keeper->reserve: version numbers from next are about to be handed
+ * out. An image written up to 100 ms after them left a crash in between
+ * with an older counter, and the restart numbered new versions as ones
+ * handed out before: a block of numbers is put in an image first, now
+ * (and in FILE.lock, with --snapshot).
+ */
+static uint64_t reserve(uint64_t next)
+{
+	uint64_t snap = td__snapshot_reserve(next);
+
+	if (!fs.on || fs.frozen)
+		return snap;
+	fs.reserved = next + TD__VERSION_BLOCK;
+	flush(); /* a failure is logged; the next block tries again */
+	return fs.reserved < snap ? fs.reserved : snap;
 }
 
 static void arm(void)
@@ -597,7 +624,7 @@ static unsigned restore_entries(const struct td_state_hdr *h,
 
 static const struct td__store_keeper keeper = {
 	td__fdstore_add, td__fdstore_adopt, td__fdstore_drop,
-	td__fdstore_dirty};
+	td__fdstore_dirty, reserve};
 
 /* Whether two fds are of one inode (two opens of one memfd included). */
 static bool same_inode(int a, int b)
@@ -853,7 +880,9 @@ done:
 void td__fdstore_fini(void)
 {
 	if (fs.on && !fs.frozen) {
-		/* the final image: the next start gets exactly this */
+		/* the final image: the next start gets exactly this, the
+		 * counter included (no numbers on record past it) */
+		fs.reserved = 0;
 		flush();
 		fs.frozen = true;
 	}

@@ -98,6 +98,11 @@ struct td__store_keeper {
 			ino_t ino);
 	void (*fd_drop)(uint64_t id);
 	void (*changed)(void);
+	/*
+	 * Put version numbers from next on record, up to the returned
+	 * first number not on record (UINT64_MAX: no record is kept).
+	 */
+	uint64_t (*reserve)(uint64_t next);
 };
 void td__store_keeper_set(const struct td__store_keeper *k);
 
@@ -120,10 +125,17 @@ void td__store_set_next_version(uint64_t next);
 /*
  * The number of a new version (PUBLISH, a staged follow entry): the
  * counter's, after putting the numbers from it on record when the last
- * block on record is used up (td__snapshot_reserve), so that a restart
- * after a crash never numbers a version as one handed out before.
+ * block on record is used up (keeper->reserve: the fd store's image,
+ * FILE.lock), so that a restart after a crash never numbers a version
+ * as one handed out before.
  */
 uint64_t td__store_take_version(void);
+/*
+ * Version numbers put on record at a time: a restart after a crash skips
+ * at most this many, and the loop pays one synchronous write of the
+ * record (an image, an fdatasync of FILE.lock) per block.
+ */
+#define TD__VERSION_BLOCK (UINT64_C(1) << 16)
 /*
  * The highest version number a state image or a snapshot may bring
  * back: beyond it only a damaged file. A followed name's bell packs a

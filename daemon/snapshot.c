@@ -8,7 +8,7 @@
  * snapshot-buf.c (bounce buffers, state) and snapshot-map.c (KV keys).
  */
 #include "snapshot-int.h"
-#include "store.h" /* version_ceiling */
+#include "sd.h" /* TD__VERSION_BLOCK */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,12 +34,6 @@ static const char *file_kind(mode_t m)
 /* FILE.lock's second line: "next_version N", N in 20 digits */
 #define LOCK_NEXT "next_version "
 #define LOCK_DIGITS 20
-/*
- * Numbers put on record at a time: a restart after a crash skips at
- * most this many, and the loop pays one fdatasync of FILE.lock per block.
- */
-#define RESERVE_BLOCK (UINT64_C(1) << 16)
-
 /* Write N over FILE.lock's number (fdatasync'ed). 0 or -errno. */
 static int lock_put(uint64_t n)
 {
@@ -79,7 +73,7 @@ static int lock_record(int fd)
 
 uint64_t td__snapshot_reserve(uint64_t next)
 {
-	uint64_t upto = next + RESERVE_BLOCK;
+	uint64_t upto = next + TD__VERSION_BLOCK;
 	int rc;
 
 	if (!td__snap.on || td__snap.lock_fd < 0)
@@ -97,7 +91,7 @@ uint64_t td__snapshot_reserve(uint64_t next)
 /*
  * After the restore: count on from the numbers the last daemon may have
  * handed out (it did not stop cleanly: its last save is older than
- * them), and put a block on record before the first new one.
+ * them). The first new one puts a block on record (td__snapshot_reserve).
  */
 static void reserve_start(void)
 {
@@ -105,14 +99,14 @@ static void reserve_start(void)
 
 	td__store_info(&si);
 	if (td__snap.lock_fd >= 0 && td__snap.reserved > si.next_version) {
-		td__log(TD_LOG_INFO, "snapshot: the last tensord may have "
-				     "numbered versions up to %" PRIu64 " after "
-				     "its last save: counting on from %" PRIu64,
-			td__snap.reserved - 1, td__snap.reserved);
+		td__log(TD_LOG_INFO, "snapshot: version numbers up to %" PRIu64
+				     " may have been handed out by the last "
+				     "tensord (%s.lock): counting on from %"
+				     PRIu64,
+			td__snap.reserved - 1, td__snap.path,
+			td__snap.reserved);
 		td__store_set_next_version(td__snap.reserved);
-		td__store_info(&si);
 	}
-	td__snap.d->store->version_ceiling = si.next_version;
 }
 
 /*

@@ -288,9 +288,9 @@ struct td__store {
 	uint64_t next_version, next_lease, next_alloc, next_watch, next_buf;
 	/*
 	 * Version numbers from here on are not yet on record where a
-	 * restart after a crash looks (td__snapshot_reserve): taking one
-	 * puts a block beyond it on record first. UINT64_MAX: no record
-	 * (no --snapshot).
+	 * restart after a crash looks (the fd store's image, FILE.lock):
+	 * taking one puts a block beyond it on record first
+	 * (td__store_take_version). UINT64_MAX: no record is kept.
 	 */
 	uint64_t version_ceiling;
 	/*
