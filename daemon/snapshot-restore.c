@@ -449,7 +449,7 @@ static int restore_open(struct reader *rd, const struct stat *st,
 	struct td_hrry_err e = {0};
 	struct td_hrry_kv_entry k;
 	bool ours = false, has_next = false;
-	uint64_t next = 0;
+	uint64_t next = 0, format = 0;
 	int rc;
 
 	*unread = false;
@@ -470,10 +470,12 @@ static int restore_open(struct reader *rd, const struct stat *st,
 		td_hrry_rcore_kv(&rd->c, i, &k);
 		if (k.key_len == strlen(KV_FORMAT) &&
 		    !memcmp(k.key, KV_FORMAT, k.key_len)) {
-			ours = k.value.kind == TD_HRRY_KV_UINT64 &&
-			       (k.value.u64_value == SNAP_FORMAT ||
-				k.value.u64_value == SNAP_FORMAT_OLD);
-			rd->format = ours ? k.value.u64_value : 0;
+			format = k.value.kind == TD_HRRY_KV_UINT64
+					 ? k.value.u64_value
+					 : 0;
+			ours = format == SNAP_FORMAT ||
+			       format == SNAP_FORMAT_OLD;
+			rd->format = ours ? format : 0;
 		}
 		if (k.key_len == strlen(KV_NEXT) &&
 		    !memcmp(k.key, KV_NEXT, k.key_len) &&
@@ -481,6 +483,18 @@ static int restore_open(struct reader *rd, const struct stat *st,
 			next = k.value.u64_value;
 			has_next = true;
 		}
+	}
+	if (format > SNAP_FORMAT) {
+		/* a downgrade: not damaged, and the newer tensord that wrote
+		 * it would no longer read it once moved aside */
+		snprintf(reason, cap,
+			 "a tensord snapshot of format %" PRIu64 ", newer than "
+			 "this tensord reads (%d or %d): written by a newer "
+			 "tensord; run that one, or move the file away to "
+			 "start empty",
+			 format, SNAP_FORMAT_OLD, SNAP_FORMAT);
+		*unread = true;
+		return -EPROTONOSUPPORT;
 	}
 	if (!ours) {
 		snprintf(reason, cap,

@@ -1319,8 +1319,57 @@ Test(snapshot, a_crash_after_the_last_save_never_numbers_a_version_twice,
 }
 
 /*
+ * A snapshot of a format newer than this daemon reads (a downgrade after
+ * an upgrade) was called "not a tensord snapshot", moved aside as
+ * FILE.corrupt-<time> and the daemon started empty: the newer tensord,
+ * run again, would read the empty snapshot saved meanwhile and not the
+ * moved one. It is not damaged, so it stops the start like a file that
+ * cannot be read, says what it is, and stays as it is.
+ */
+Test(snapshot, a_snapshot_of_a_newer_format_stops_the_start_and_stays,
+     .timeout = 90)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor a = mk("fmt/a", TD_TENSOR_U8, 100, 0, 100);
+	const char *bin = getenv("TD_TENSORD");
+	char sock[160], *out;
+	char *argv[] = {(char *)bin, "--socket", sock, "--snapshot", s.file,
+			NULL};
+	uint64_t three = 3, two = 2;
+	uint8_t *b;
+	size_t len, at;
+
+	snapdir_make(&s);
+	snprintf(sock, sizeof(sock), "%s/td.sock", s.dir);
+	saved_one(&d, &s, &a);
+	b = tu_read_file(s.file, &len);
+	at = find_kv(b, len, "tensord.snapshot");
+	memcpy(b + at, &three, 8);
+	put_back(s.file, b, len);
+	cr_assert_eq(tu_run_capture_all(argv, &out), 1, "%s", out);
+	cr_expect(strstr(out, "a tensord snapshot of format 3, newer than "
+			      "this tensord reads") &&
+			  strstr(out, "not starting"),
+		  "%s", out);
+	free(out);
+	cr_assert(!dir_has(&s, "snap.hrry.corrupt"), "moved aside");
+	/* the newer daemon (format 2 again, here) finds it whole */
+	b = tu_read_file(s.file, &len);
+	memcpy(b + at, &two, 8);
+	put_back(s.file, b, len);
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	check(c, &a);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	snapdir_rm(&s);
+}
+
+/*
  * A Hurray file at the snapshot path that is not a tensord snapshot (its
- * tensord.snapshot says another format) is moved aside whole: its
+ * tensord.snapshot says no format of ours) is moved aside whole: its
  * tensord.next_version raised the daemon's counter before, though
  * nothing of the file was used.
  */
@@ -1333,7 +1382,7 @@ Test(snapshot, a_foreign_hurray_file_leaves_the_version_counter_alone,
 	struct td_client *c;
 	uint8_t *b;
 	size_t len;
-	uint64_t high = 5000, other = 99, v;
+	uint64_t high = 5000, other = 0, v;
 
 	saved(&s, set);
 	b = tu_read_file(s.file, &len);
