@@ -63,6 +63,13 @@ struct passed {
 	char *name;
 };
 
+/* A version the image named that did not come back. */
+struct missed {
+	uint64_t version;
+	size_t len;
+	char *name;
+};
+
 static struct {
 	bool on;     /* the fd store is in use */
 	bool frozen; /* shutting down: what is stored stays stored */
@@ -86,6 +93,8 @@ static struct {
 	 * crash that lost the last 100 ms (reserve()). 0 at the stop.
 	 */
 	uint64_t reserved;
+	struct missed *missed; /* sorted by version once the restore ends */
+	size_t nmissed;
 } fs = {.slot = {-1, -1}, .next_id = 1};
 
 /* ---- passed fds ---- */
@@ -555,6 +564,54 @@ static uint64_t now_us(void)
 	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
+static void missed_add(const struct td_state_entry *ent)
+{
+	struct missed *m = realloc(fs.missed,
+				   (fs.nmissed + 1) * sizeof(*fs.missed));
+	char *name = malloc(ent->name.len + 1u);
+
+	if (m)
+		fs.missed = m;
+	if (!m || !name) {
+		free(name);
+		return; /* that one stays missing */
+	}
+	memcpy(name, ent->name.ptr, ent->name.len);
+	m[fs.nmissed++] = (struct missed){ent->version, ent->name.len, name};
+}
+
+static int missed_cmp(const void *a, const void *b)
+{
+	const struct missed *x = a, *y = b;
+
+	return x->version < y->version ? -1 : x->version > y->version;
+}
+
+size_t td__fdstore_missed_count(void)
+{
+	return fs.nmissed;
+}
+
+bool td__fdstore_missed(const char *name, size_t len, uint64_t version)
+{
+	struct missed key = {.version = version}, *m;
+
+	m = fs.nmissed ? bsearch(&key, fs.missed, fs.nmissed,
+				 sizeof(*fs.missed), missed_cmp)
+		       : NULL;
+	/* a version number is one version's (images never hold two) */
+	return m && m->len == len && !memcmp(m->name, name, len);
+}
+
+void td__fdstore_missed_free(void)
+{
+	for (size_t i = 0; i < fs.nmissed; i++)
+		free(fs.missed[i].name);
+	free(fs.missed);
+	fs.missed = NULL;
+	fs.nmissed = 0;
+}
+
 /* Put every version of the image into the store; returns how many. */
 static unsigned restore_entries(const struct td_state_hdr *h,
 				struct td_state_rd *rd)
@@ -618,7 +675,10 @@ static unsigned restore_entries(const struct td_state_hdr *h,
 		td__log(TD_LOG_WARN, "not restoring \"%.*s\" version %" PRIu64
 				     ": %s",
 			(int)ent.name.len, ent.name.ptr, ent.version, why);
+		missed_add(&ent);
 	}
+	if (fs.nmissed)
+		qsort(fs.missed, fs.nmissed, sizeof(*fs.missed), missed_cmp);
 	return done;
 }
 
@@ -895,6 +955,7 @@ void td__fdstore_fini(void)
 
 void td__fdstore_free(void)
 {
+	td__fdstore_missed_free();
 	for (size_t i = 0; i < fs.n; i++)
 		if (fs.tab[i].dup >= 0)
 			close(fs.tab[i].dup);

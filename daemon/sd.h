@@ -78,6 +78,16 @@ int td__fdstore_adopt(uint64_t id, int fd, bool plane, dev_t dev, ino_t ino);
 void td__fdstore_drop(uint64_t id);
 /* The set of current versions changed: schedule an image. */
 void td__fdstore_dirty(void);
+/*
+ * The versions the restored image named but that did not come back (a
+ * stored fd missing, say, which systemd dropped past
+ * FileDescriptorStoreMax): how many, and whether name at version is
+ * one, for the snapshot to fill in (snapshot.c). Freed with
+ * td__fdstore_missed_free(), after the snapshot's start.
+ */
+size_t td__fdstore_missed_count(void);
+bool td__fdstore_missed(const char *name, size_t len, uint64_t version);
+void td__fdstore_missed_free(void);
 /* Shutdown: write the final image, then keep everything stored. */
 void td__fdstore_fini(void);
 /* Free the table and close the image memfds (after the store is gone). */

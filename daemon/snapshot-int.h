@@ -98,6 +98,12 @@ struct td__snap_state {
 	uint64_t backoff_ms;
 	uint64_t kill_at, steps; /* test knob, TD_TEST_SNAPSHOT_KILL_AT */
 	bool stop_asked; /* SIGTERM/SIGINT while restoring */
+	/*
+	 * The fd store restored, but not every version its image named
+	 * (a stored fd missing: over FileDescriptorStoreMax, say): only
+	 * those are read from the snapshot (td__fdstore_missed).
+	 */
+	bool only_missed;
 	bool final;      /* stopping: only the final save */
 };
 extern struct td__snap_state td__snap;

@@ -195,6 +195,35 @@ static char *dangling_target(const char *path)
 	return NULL;
 }
 
+/*
+ * The restore at start: the whole snapshot, or, when the fd store
+ * restored (it is newer), nothing of it but the versions the store's
+ * image named and did not bring back (a stored fd missing: systemd
+ * drops those past FileDescriptorStoreMax), which used to be lost
+ * though the snapshot held them. 0 or -errno (not starting).
+ */
+static int restore(bool fdstore_used)
+{
+	size_t missed = td__fdstore_missed_count();
+	int rc = 0;
+
+	if (fdstore_used && missed)
+		td__log(TD_LOG_INFO, "snapshot %s: the fd store's state (newer) "
+				     "was restored but for %zu versions: "
+				     "reading those",
+			td__snap.path, missed);
+	else if (fdstore_used)
+		td__log(TD_LOG_INFO, "snapshot %s not read: the fd store's "
+				     "state (newer) was restored",
+			td__snap.path);
+	td__snap.only_missed = fdstore_used && missed;
+	if (!fdstore_used || missed)
+		rc = td__snap_restore();
+	td__snap.only_missed = false;
+	td__fdstore_missed_free();
+	return rc;
+}
+
 int td__snapshot_start(struct td__daemon *d, const char *path,
 		       uint64_t interval_ms, bool fdstore_used)
 {
@@ -281,7 +310,7 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 		td__log(TD_LOG_ERROR, "snapshot: cannot remove %s (%s): every "
 				      "save fails until it is gone",
 			td__snap.tmp, strerror(errno));
-	if (!fdstore_used && (rc = td__snap_restore()) < 0) {
+	if ((rc = restore(fdstore_used)) < 0) {
 		td__snap.on = false;
 		uv_close((uv_handle_t *)&td__snap.timer, NULL);
 		td__io_fini();
@@ -291,13 +320,8 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 	reserve_start();
 	uv_update_time(d->loop);
 	td__snap.last_ms = uv_now(d->loop);
-	if (fdstore_used) {
-		/* the fd store is newer; the snapshot catches up */
-		td__log(TD_LOG_INFO, "snapshot %s not read: the fd store's "
-				     "state (newer) was restored",
-			path);
-		td__snapshot_dirty();
-	}
+	if (fdstore_used)
+		td__snapshot_dirty(); /* the snapshot catches up */
 	free(real);
 	return 0;
 fail:

@@ -1445,6 +1445,53 @@ static unsigned next_life(struct daemon *d, struct fdstore *st,
 }
 
 /*
+ * systemd drops an fd past FileDescriptorStoreMax= without a word to the
+ * daemon: the image names a version whose fd does not come back. With --snapshot, the snapshot held it (the
+ * final save at `systemctl restart`), but the fd store's state won and
+ * the snapshot was not read at all: the version was lost, and the next
+ * save dropped it from the snapshot too. Those versions, and only those
+ * (the same name and version), are read from the snapshot now.
+ */
+Test(systemd, versions_the_fd_store_lost_come_back_from_the_snapshot)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct expect x[8];
+	char sdir[64] = "/tmp/td-sd-snap-XXXXXX", snap[160], name[64], *err;
+	unsigned n;
+	int keep[2];
+	struct stored *s;
+
+	cr_assert_not_null(mkdtemp(sdir));
+	snprintf(snap, sizeof(snap), "%s/snap.hrry", sdir);
+	snap_file = snap;
+	n = first_life(&d, &st, x, keep);
+	/* systemd did not keep r/plain's plane */
+	cr_assert_str_eq(x[0].name, "r/plain");
+	stored_name_of(&st, x[0].name, name, sizeof(name));
+	cr_assert_not_null(s = store_find(&st, name));
+	close(s->fd);
+	*s = st.e[--st.n];
+	cr_assert_eq(truncate(d.err, 0), 0);
+	n = next_life(&d, &st, x, n, true);
+	err = tu_slurp(d.err);
+	cr_assert_not_null(strstr(err, "restored 5 of 6 tensors from the fd "
+				       "store"),
+			   "%s", err);
+	cr_assert_not_null(strstr(err, "restored 1 of 1 tensors from"), "%s",
+			   err);
+	free(err);
+	/* back in the fd store too: the next life has it from there */
+	snap_file = NULL;
+	next_life(&d, &st, x, n, false);
+	end_lives(&st, keep);
+	unlink(snap);
+	strcat(snap, ".lock");
+	unlink(snap);
+	cr_assert_eq(rmdir(sdir), 0, "something besides the snapshot left");
+}
+
+/*
  * An image whose fd id counter is 2^64-1 (checksum good: written by a
  * broken or hostile writer): the next ids wrapped to 0 and onto stored
  * ones, and every later image failed to encode, so what was published
