@@ -50,7 +50,10 @@ static int lock_put(uint64_t n)
  * Our pid, and the last daemon's "next_version" kept as it is until a
  * version is numbered (td__snap.reserved): the first line is what a
  * second daemon reads, the second what the restore raises the counter
- * to. -1 with errno when it cannot be written.
+ * to. Both are fixed-width and written in place: a truncation first
+ * could reach the disk without the bytes after it (a power loss), and
+ * the number on record would be gone. -1 with errno when it cannot be
+ * written.
  */
 static int lock_record(int fd)
 {
@@ -63,10 +66,12 @@ static int lock_record(int fd)
 	if ((at = strstr(old, "\n" LOCK_NEXT)))
 		td__snap.reserved =
 			strtoull(at + 1 + strlen(LOCK_NEXT), NULL, 10);
-	n = snprintf(line, sizeof(line), "%ld\n" LOCK_NEXT "%0*" PRIu64 "\n",
+	n = snprintf(line, sizeof(line),
+		     "%-*ld\n" LOCK_NEXT "%0*" PRIu64 "\n", LOCK_DIGITS,
 		     (long)getpid(), LOCK_DIGITS, td__snap.reserved);
 	td__snap.num_off = (size_t)n - 1 - LOCK_DIGITS;
-	if (ftruncate(fd, 0) < 0 || pwrite(fd, line, (size_t)n, 0) != n)
+	if (pwrite(fd, line, (size_t)n, 0) != n ||
+	    (got > n && ftruncate(fd, n) < 0))
 		return -1;
 	return 0;
 }
@@ -131,7 +136,7 @@ static int snap_lock(const char *path)
 		if (fd >= 0 && e == EWOULDBLOCK) {
 			n = (int)pread(fd, pid, sizeof(pid) - 1, 0);
 			pid[n > 0 ? n : 0] = 0;
-			pid[strcspn(pid, "\n")] = 0;
+			pid[strcspn(pid, " \n")] = 0;
 			td__log(TD_LOG_ERROR, "--snapshot %s is in use by "
 					      "another tensord (pid %s, "
 					      "holding %s): not starting",
