@@ -934,6 +934,8 @@ done:
 	free(fs.passed);
 	fs.passed = NULL;
 	fs.npassed = fs.passed_cap = 0;
+	if (!d->opts.snapshot_path)
+		td__fdstore_missed_free(); /* no snapshot to fill them in */
 	return used;
 }
 
