@@ -14,7 +14,8 @@
  *     holds, so two entries for one file would leave a hole on removal;
  *   - the image is rewritten (debounced, at most every FLUSH_MS) after the
  *     set of current versions changed, at once before a block of version
- *     numbers is handed out (reserve()), and once more at shutdown;
+ *     numbers is handed out (reserve()), and once more at shutdown; not
+ *     while a snapshot is read into the store (fs.held);
  *   - an fd leaves the store (FDSTOREREMOVE=1) only after an image that no
  *     longer names it has been written: a crash between the two leaves an
  *     older but consistent image whose fds are all still stored.
@@ -73,6 +74,14 @@ struct missed {
 static struct {
 	bool on;     /* the fd store is in use */
 	bool frozen; /* shutting down: what is stored stays stored */
+	/*
+	 * No image is written while the snapshot is read into the store
+	 * (no image was restored): an image of part of it, or the empty
+	 * one of the start, would win at the next start after a crash
+	 * meanwhile, and the rest of the snapshot would never be read.
+	 * td__fdstore_release() ends it.
+	 */
+	bool held;
 	struct sfd *tab;
 	size_t n, cap;
 	uint64_t next_id;
@@ -397,7 +406,7 @@ out:
 /* Write the image, then remove what it no longer names (file comment). */
 static void flush(void)
 {
-	if (!fs.on)
+	if (!fs.on || fs.held)
 		return;
 	fs.armed = false;
 	fs.last_ms = fs.timer_init ? uv_now(td__d->loop) : 0;
@@ -439,7 +448,7 @@ static void arm(void)
 {
 	uint64_t now, at;
 
-	if (!fs.timer_init || fs.armed || fs.frozen)
+	if (!fs.timer_init || fs.armed || fs.frozen || fs.held)
 		return;
 	now = uv_now(td__d->loop);
 	at = fs.last_ms + FLUSH_MS;
@@ -923,7 +932,9 @@ int td__fdstore_restore(struct td__daemon *d)
 		goto done;
 	}
 	drop_unreferenced();
-	/* the first image of this run, written now: a crash keeps it */
+	/* the first image of this run, written now: a crash keeps it;
+	 * after the snapshot when that is read (fs.held) */
+	fs.held = !used && d->opts.snapshot_path;
 	flush();
 done:
 	for (size_t i = 0; i < fs.npassed; i++) {
@@ -937,6 +948,14 @@ done:
 	if (!d->opts.snapshot_path)
 		td__fdstore_missed_free(); /* no snapshot to fill them in */
 	return used;
+}
+
+void td__fdstore_release(void)
+{
+	if (!fs.held)
+		return;
+	fs.held = false;
+	flush();
 }
 
 void td__fdstore_fini(void)

@@ -88,6 +88,13 @@ void td__fdstore_dirty(void);
 size_t td__fdstore_missed_count(void);
 bool td__fdstore_missed(const char *name, size_t len, uint64_t version);
 void td__fdstore_missed_free(void);
+/*
+ * The snapshot is read (snapshot.c): images, held back since
+ * td__fdstore_restore() when it restored none, are written again, the
+ * first one now. A start that fails before leaves the images as they
+ * were, so the next start reads the snapshot again.
+ */
+void td__fdstore_release(void);
 /* Shutdown: write the final image, then keep everything stored. */
 void td__fdstore_fini(void);
 /* Free the table and close the image memfds (after the store is gone). */

@@ -97,6 +97,9 @@ struct td__snap_state {
 	 */
 	uint64_t backoff_ms;
 	uint64_t kill_at, steps; /* test knob, TD_TEST_SNAPSHOT_KILL_AT */
+	/* test knob, TD_TEST_SNAPSHOT_RESTORE_KILL_AT: SIGKILL once this
+	 * many versions are restored (a crash during a restore) */
+	uint64_t restore_kill_at;
 	bool stop_asked; /* SIGTERM/SIGINT while restoring */
 	/*
 	 * The fd store restored, but not every version its image named

@@ -299,6 +299,8 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 		goto fail;
 	if (knob)
 		td__snap.kill_at = strtoull(knob, NULL, 10);
+	if ((knob = getenv("TD_TEST_SNAPSHOT_RESTORE_KILL_AT")))
+		td__snap.restore_kill_at = strtoull(knob, NULL, 10);
 	rc = td__io_init(d->loop);
 	if (rc == 0)
 		rc = td__snap_pool_init();
@@ -316,12 +318,15 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 				      "save fails until it is gone",
 			td__snap.tmp, strerror(errno));
 	if ((rc = restore(fdstore_used)) < 0) {
+		/* the fd store keeps its images as they were: the next
+		 * start reads the snapshot again */
 		td__snap.on = false;
 		uv_close((uv_handle_t *)&td__snap.timer, NULL);
 		td__io_fini();
 		td__snap_pool_fini();
 		goto fail;
 	}
+	td__fdstore_release(); /* the whole snapshot is in the store */
 	reserve_start();
 	uv_update_time(d->loop);
 	td__snap.last_ms = uv_now(d->loop);

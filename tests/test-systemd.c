@@ -302,14 +302,12 @@ static void pass_fds(const int *fds, char *const *names, unsigned n)
 /*
  * Start tensord as systemd would: $NOTIFY_SOCKET, optional watchdog, and
  * optionally a listening socket (named tensord.socket) followed by the
- * stored fds. Returns after READY=1 (fd-store messages go to st).
+ * stored fds. Returns once it is forked (daemon_start: after READY=1).
  */
-static void daemon_start(struct daemon *d, const char *watchdog_usec,
-			 int listen_fd, const struct fdstore *pass,
-			 struct fdstore *st, struct msg *ready)
+static void daemon_spawn(struct daemon *d, const char *watchdog_usec,
+			 int listen_fd, const struct fdstore *pass)
 {
 	const char *bin = getenv("TD_TENSORD");
-	struct msg m;
 
 	cr_assert_not_null(bin, "TD_TENSORD is not set");
 	d->pid = fork();
@@ -347,6 +345,16 @@ static void daemon_start(struct daemon *d, const char *watchdog_usec,
 			      "info", (char *)NULL);
 		_exit(127);
 	}
+}
+
+/* daemon_spawn(), then until READY=1 (fd-store messages go to st). */
+static void daemon_start(struct daemon *d, const char *watchdog_usec,
+			 int listen_fd, const struct fdstore *pass,
+			 struct fdstore *st, struct msg *ready)
+{
+	struct msg m;
+
+	daemon_spawn(d, watchdog_usec, listen_fd, pass);
 	notify_until(d, st, "READY=1", ready ? ready : &m);
 }
 
@@ -1484,6 +1492,57 @@ Test(systemd, versions_the_fd_store_lost_come_back_from_the_snapshot)
 	/* back in the fd store too: the next life has it from there */
 	snap_file = NULL;
 	next_life(&d, &st, x, n, false);
+	end_lives(&st, keep);
+	unlink(snap);
+	strcat(snap, ".lock");
+	unlink(snap);
+	cr_assert_eq(rmdir(sdir), 0, "something besides the snapshot left");
+}
+
+/*
+ * A crash during the restore of a snapshot (the OOM killer, a bug,
+ * `systemctl kill`) with Restart=: the image written at the start, empty
+ * (or one naming what was restored so far), was in the fd store, and
+ * the next start used it (the fd store wins) and never read the
+ * snapshot again: every version not restored yet was lost, and the next
+ * save dropped them from the snapshot too. No image is written now until
+ * the snapshot is read whole.
+ */
+Test(systemd, a_crash_during_a_snapshot_restore_reads_the_snapshot_again)
+{
+	struct daemon d;
+	struct fdstore st = {0}, none = {0};
+	struct expect x[8];
+	struct msg m;
+	char sdir[64] = "/tmp/td-sd-snap-XXXXXX", snap[160], *err;
+	unsigned n;
+	int keep[2], status;
+
+	cr_assert_not_null(mkdtemp(sdir));
+	snprintf(snap, sizeof(snap), "%s/snap.hrry", sdir);
+	snap_file = snap;
+	n = first_life(&d, &st, x, keep);
+	/* `systemctl stop`: the fd store is emptied, the snapshot has all */
+	store_close(&st);
+	memset(&st, 0, sizeof(st));
+	/* the next start dies once two versions are back */
+	cr_assert_eq(setenv("TD_TEST_SNAPSHOT_RESTORE_KILL_AT", "2", 1), 0);
+	daemon_spawn(&d, NULL, -1, &none);
+	unsetenv("TD_TEST_SNAPSHOT_RESTORE_KILL_AT");
+	status = tu_wait_child(d.pid, TU_WAIT_S, "tensord during its restore");
+	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+		  "status %#x", status);
+	d.pid = 0;
+	while (notify_recv(&d, &m, 0) == 0)
+		store_apply(&st, &m);
+	/* Restart=: with what systemd kept of that start */
+	cr_assert_eq(truncate(d.err, 0), 0);
+	next_life(&d, &st, x, n, false);
+	err = tu_slurp(d.err);
+	cr_assert_not_null(strstr(err, "restored 6 of 6 tensors from"), "%s",
+			   err);
+	free(err);
+	snap_file = NULL;
 	end_lives(&st, keep);
 	unlink(snap);
 	strcat(snap, ".lock");
