@@ -933,8 +933,10 @@ int td__fdstore_restore(struct td__daemon *d)
 	}
 	drop_unreferenced();
 	/* the first image of this run, written now: a crash keeps it;
-	 * after the snapshot when that is read (fs.held) */
-	fs.held = !used && d->opts.snapshot_path;
+	 * after the snapshot when that is read (fs.held), whole or for
+	 * the versions the image named and did not bring back (an image
+	 * without them would leave them out of the next start's reading) */
+	fs.held = d->opts.snapshot_path && (!used || fs.nmissed);
 	flush();
 done:
 	for (size_t i = 0; i < fs.npassed; i++) {

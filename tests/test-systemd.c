@@ -1469,6 +1469,8 @@ Test(systemd, versions_the_fd_store_lost_come_back_from_the_snapshot)
 	unsigned n;
 	int keep[2];
 	struct stored *s;
+	struct msg m;
+	int status;
 
 	cr_assert_not_null(mkdtemp(sdir));
 	snprintf(snap, sizeof(snap), "%s/snap.hrry", sdir);
@@ -1480,6 +1482,16 @@ Test(systemd, versions_the_fd_store_lost_come_back_from_the_snapshot)
 	cr_assert_not_null(s = store_find(&st, name));
 	close(s->fd);
 	*s = st.e[--st.n];
+	/* and a crash while it is read again leaves it to the next start */
+	cr_assert_eq(setenv("TD_TEST_SNAPSHOT_RESTORE_KILL_AT", "1", 1), 0);
+	daemon_spawn(&d, NULL, -1, &st);
+	unsetenv("TD_TEST_SNAPSHOT_RESTORE_KILL_AT");
+	status = tu_wait_child(d.pid, TU_WAIT_S, "tensord during its restore");
+	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+		  "status %#x", status);
+	d.pid = 0;
+	while (notify_recv(&d, &m, 0) == 0)
+		store_apply(&st, &m);
 	cr_assert_eq(truncate(d.err, 0), 0);
 	n = next_life(&d, &st, x, n, true);
 	err = tu_slurp(d.err);
