@@ -437,7 +437,7 @@ static uint64_t reserve(uint64_t next)
 {
 	uint64_t snap = td__snapshot_reserve(next);
 
-	if (!fs.on || fs.frozen)
+	if (!fs.on || fs.frozen || fs.held) /* held: no image now */
 		return snap;
 	fs.reserved = next + TD__VERSION_BLOCK;
 	flush(); /* a failure is logged; the next block tries again */
