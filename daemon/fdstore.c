@@ -76,9 +76,10 @@ static struct {
 	bool frozen; /* shutting down: what is stored stays stored */
 	/*
 	 * No image is written while the snapshot is read into the store
-	 * (no image was restored): an image of part of it, or the empty
-	 * one of the start, would win at the next start after a crash
-	 * meanwhile, and the rest of the snapshot would never be read.
+	 * (no image was restored, or not all it named): an image of part
+	 * of it, the empty one of the start, or one without the versions
+	 * missed, would be used at the next start after a crash meanwhile,
+	 * and the rest of the snapshot would never be read.
 	 * td__fdstore_release() ends it.
 	 */
 	bool held;
