@@ -20,10 +20,13 @@
 /*
  * Use path as the snapshot: pick the file I/O engine (io.h), restore
  * from it unless the fd store already restored (fdstore_used: the fd
- * store is newer), and save after changes at most every interval_ms.
- * Before the server starts. -errno only for what the operator must fix
- * (a folder that does not exist, a bad TENSORD_IO); an unreadable or
- * corrupt snapshot is logged, moved aside and the daemon starts empty.
+ * store is newer; then only the versions its image named and did not
+ * bring back), let the fd store write images again
+ * (td__fdstore_release), and save after changes at most every
+ * interval_ms. Before the server starts. -errno for what the operator
+ * must fix (a folder that does not exist, a bad TENSORD_IO, a snapshot
+ * that cannot be opened or read, or of a newer format); a corrupt
+ * snapshot is logged, moved aside and the daemon starts empty.
  */
 int td__snapshot_start(struct td__daemon *d, const char *path,
 		       uint64_t interval_ms, bool fdstore_used);
