@@ -149,7 +149,10 @@ static int snap_lock(const char *path)
 		 * the tensors still come back, unguarded */
 		td__log(TD_LOG_WARN, "--snapshot %s: cannot lock %s (%s): "
 				     "another tensord on the same snapshot "
-				     "would not be kept off",
+				     "would not be kept off, and no version "
+				     "numbers are put on record (a restart "
+				     "after a crash may number versions as "
+				     "ones handed out before)",
 			path, name, strerror(e));
 		if (fd >= 0)
 			close(fd);
