@@ -13,7 +13,9 @@
  *     file (kcmp): systemd silently drops an fd whose open file it already
  *     holds, so two entries for one file would leave a hole on removal;
  *   - the image is rewritten (debounced, at most every FLUSH_MS) after the
- *     set of current versions changed, and once more at shutdown;
+ *     set of current versions changed, at once before a block of version
+ *     numbers is handed out (reserve()), and once more at shutdown; not
+ *     while a snapshot is read into the store (fs.held);
  *   - an fd leaves the store (FDSTOREREMOVE=1) only after an image that no
  *     longer names it has been written: a crash between the two leaves an
  *     older but consistent image whose fds are all still stored.
@@ -62,9 +64,25 @@ struct passed {
 	char *name;
 };
 
+/* A version the image named that did not come back. */
+struct missed {
+	uint64_t version;
+	size_t len;
+	char *name;
+};
+
 static struct {
 	bool on;     /* the fd store is in use */
 	bool frozen; /* shutting down: what is stored stays stored */
+	/*
+	 * No image is written while the snapshot is read into the store
+	 * (no image was restored, or not all it named): an image of part
+	 * of it, the empty one of the start, or one without the versions
+	 * missed, would be used at the next start after a crash meanwhile,
+	 * and the rest of the snapshot would never be read.
+	 * td__fdstore_release() ends it.
+	 */
+	bool held;
 	struct sfd *tab;
 	size_t n, cap;
 	uint64_t next_id;
@@ -79,6 +97,14 @@ static struct {
 	bool timer_init, armed;
 	uint64_t last_ms;
 	unsigned failed; /* image writes failed in a row */
+	/*
+	 * No version number at or past it was handed out: the images say
+	 * so (their next_version is at least this), for a restart after a
+	 * crash that lost the last 100 ms (reserve()). 0 at the stop.
+	 */
+	uint64_t reserved;
+	struct missed *missed; /* sorted by version once the restore ends */
+	size_t nmissed;
 } fs = {.slot = {-1, -1}, .next_id = 1};
 
 /* ---- passed fds ---- */
@@ -332,7 +358,9 @@ static int write_image(void)
 	im.buf = malloc(im.cap);
 	if (!im.buf)
 		return -ENOMEM;
-	h = (struct td_state_hdr){fs.generation + 1, si.next_version,
+	h = (struct td_state_hdr){fs.generation + 1,
+				  si.next_version > fs.reserved ? si.next_version
+								: fs.reserved,
 				  fs.next_id, 0};
 	im.sizing = false;
 	rc = td_state_encode_begin(&im.w, im.buf, im.cap, &h);
@@ -379,7 +407,7 @@ out:
 /* Write the image, then remove what it no longer names (file comment). */
 static void flush(void)
 {
-	if (!fs.on)
+	if (!fs.on || fs.held)
 		return;
 	fs.armed = false;
 	fs.last_ms = fs.timer_init ? uv_now(td__d->loop) : 0;
@@ -399,11 +427,29 @@ static void on_timer(uv_timer_t *t)
 	flush();
 }
 
+/*
+ * keeper->reserve: version numbers from next are about to be handed
+ * out. An image written up to 100 ms after them left a crash in between
+ * with an older counter, and the restart numbered new versions as ones
+ * handed out before: a block of numbers is put in an image first, now
+ * (and in FILE.lock, with --snapshot).
+ */
+static uint64_t reserve(uint64_t next)
+{
+	uint64_t snap = td__snapshot_reserve(next);
+
+	if (!fs.on || fs.frozen || fs.held) /* held: no image now */
+		return snap;
+	fs.reserved = next + TD__VERSION_BLOCK;
+	flush(); /* a failure is logged; the next block tries again */
+	return fs.reserved < snap ? fs.reserved : snap;
+}
+
 static void arm(void)
 {
 	uint64_t now, at;
 
-	if (!fs.timer_init || fs.armed || fs.frozen)
+	if (!fs.timer_init || fs.armed || fs.frozen || fs.held)
 		return;
 	now = uv_now(td__d->loop);
 	at = fs.last_ms + FLUSH_MS;
@@ -528,6 +574,54 @@ static uint64_t now_us(void)
 	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
+static void missed_add(const struct td_state_entry *ent)
+{
+	struct missed *m = realloc(fs.missed,
+				   (fs.nmissed + 1) * sizeof(*fs.missed));
+	char *name = malloc(ent->name.len + 1u);
+
+	if (m)
+		fs.missed = m;
+	if (!m || !name) {
+		free(name);
+		return; /* that one stays missing */
+	}
+	memcpy(name, ent->name.ptr, ent->name.len);
+	m[fs.nmissed++] = (struct missed){ent->version, ent->name.len, name};
+}
+
+static int missed_cmp(const void *a, const void *b)
+{
+	const struct missed *x = a, *y = b;
+
+	return x->version < y->version ? -1 : x->version > y->version;
+}
+
+size_t td__fdstore_missed_count(void)
+{
+	return fs.nmissed;
+}
+
+bool td__fdstore_missed(const char *name, size_t len, uint64_t version)
+{
+	struct missed key = {.version = version}, *m;
+
+	m = fs.nmissed ? bsearch(&key, fs.missed, fs.nmissed,
+				 sizeof(*fs.missed), missed_cmp)
+		       : NULL;
+	/* a version number is one version's (images never hold two) */
+	return m && m->len == len && !memcmp(m->name, name, len);
+}
+
+void td__fdstore_missed_free(void)
+{
+	for (size_t i = 0; i < fs.nmissed; i++)
+		free(fs.missed[i].name);
+	free(fs.missed);
+	fs.missed = NULL;
+	fs.nmissed = 0;
+}
+
 /* Put every version of the image into the store; returns how many. */
 static unsigned restore_entries(const struct td_state_hdr *h,
 				struct td_state_rd *rd)
@@ -591,13 +685,16 @@ static unsigned restore_entries(const struct td_state_hdr *h,
 		td__log(TD_LOG_WARN, "not restoring \"%.*s\" version %" PRIu64
 				     ": %s",
 			(int)ent.name.len, ent.name.ptr, ent.version, why);
+		missed_add(&ent);
 	}
+	if (fs.nmissed)
+		qsort(fs.missed, fs.nmissed, sizeof(*fs.missed), missed_cmp);
 	return done;
 }
 
 static const struct td__store_keeper keeper = {
 	td__fdstore_add, td__fdstore_adopt, td__fdstore_drop,
-	td__fdstore_dirty};
+	td__fdstore_dirty, reserve};
 
 /* Whether two fds are of one inode (two opens of one memfd included). */
 static bool same_inode(int a, int b)
@@ -836,7 +933,11 @@ int td__fdstore_restore(struct td__daemon *d)
 		goto done;
 	}
 	drop_unreferenced();
-	/* the first image of this run, written now: a crash keeps it */
+	/* the first image of this run, written now: a crash keeps it;
+	 * after the snapshot when that is read (fs.held), whole or for
+	 * the versions the image named and did not bring back (an image
+	 * without them would leave them out of the next start's reading) */
+	fs.held = d->opts.snapshot_path && (!used || fs.nmissed);
 	flush();
 done:
 	for (size_t i = 0; i < fs.npassed; i++) {
@@ -847,13 +948,25 @@ done:
 	free(fs.passed);
 	fs.passed = NULL;
 	fs.npassed = fs.passed_cap = 0;
+	if (!d->opts.snapshot_path)
+		td__fdstore_missed_free(); /* no snapshot to fill them in */
 	return used;
+}
+
+void td__fdstore_release(void)
+{
+	if (!fs.held)
+		return;
+	fs.held = false;
+	flush();
 }
 
 void td__fdstore_fini(void)
 {
 	if (fs.on && !fs.frozen) {
-		/* the final image: the next start gets exactly this */
+		/* the final image: the next start gets exactly this, the
+		 * counter included (no numbers on record past it) */
+		fs.reserved = 0;
 		flush();
 		fs.frozen = true;
 	}
@@ -866,6 +979,7 @@ void td__fdstore_fini(void)
 
 void td__fdstore_free(void)
 {
+	td__fdstore_missed_free();
 	for (size_t i = 0; i < fs.n; i++)
 		if (fs.tab[i].dup >= 0)
 			close(fs.tab[i].dup);

@@ -562,7 +562,7 @@ static void stage_arm(struct td__peer *p, struct bell *b,
 		sv->fds[i] = (struct td__vfd){.fd = -1, .ro = -1,
 					      .buffer_id = a->fds[i].buffer_id,
 					      .tracked = true};
-	sv->number = td__d->store->next_version++;
+	sv->number = td__store_take_version();
 	e = entry_write(b, sv);
 	if (e == TD_FOLLOW_ENTRY_NONE) {
 		td__version_put(td__d->store, sv);

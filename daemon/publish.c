@@ -624,7 +624,7 @@ static void pub_commit(struct pub *x, struct td__version *ver)
 		nsizes = x->alloc->count;
 		memcpy(sizes, x->alloc->sizes, nsizes * sizeof(*sizes));
 	}
-	ver->number = s->next_version++;
+	ver->number = td__store_take_version();
 	pub_insert(p, ver, x->alloc);
 	x->alloc = NULL;
 	pub_reply(p, x->h, &x->m, ver->number, nsizes, sizes, rewrite, named,

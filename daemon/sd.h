@@ -86,6 +86,23 @@ int td__fdstore_adopt(uint64_t id, int fd, bool plane, dev_t dev, ino_t ino);
 void td__fdstore_drop(uint64_t id);
 /* The set of current versions changed: schedule an image. */
 void td__fdstore_dirty(void);
+/*
+ * The versions the restored image named but that did not come back (a
+ * stored fd missing, say, which systemd dropped past
+ * FileDescriptorStoreMax): how many, and whether name at version is
+ * one, for the snapshot to fill in (snapshot.c). Freed with
+ * td__fdstore_missed_free(), after the snapshot's start.
+ */
+size_t td__fdstore_missed_count(void);
+bool td__fdstore_missed(const char *name, size_t len, uint64_t version);
+void td__fdstore_missed_free(void);
+/*
+ * The snapshot is read (snapshot.c): images, held back since
+ * td__fdstore_restore() when it restored none, are written again, the
+ * first one now. A start that fails before leaves the images as they
+ * were, so the next start reads the snapshot again.
+ */
+void td__fdstore_release(void);
 /* Shutdown: write the final image, then keep everything stored. */
 void td__fdstore_fini(void);
 /* Free the table and close the image memfds (after the store is gone). */
@@ -106,6 +123,11 @@ struct td__store_keeper {
 			ino_t ino);
 	void (*fd_drop)(uint64_t id);
 	void (*changed)(void);
+	/*
+	 * Put version numbers from next on record, up to the returned
+	 * first number not on record (UINT64_MAX: no record is kept).
+	 */
+	uint64_t (*reserve)(uint64_t next);
 };
 void td__store_keeper_set(const struct td__store_keeper *k);
 
@@ -125,6 +147,20 @@ int td__store_each(int (*fn)(void *arg, const struct td_state_entry *ent),
 		   void *arg);
 /* Raise the version counter (restore); never lowers it. */
 void td__store_set_next_version(uint64_t next);
+/*
+ * The number of a new version (PUBLISH, a staged follow entry): the
+ * counter's, after putting the numbers from it on record when the last
+ * block on record is used up (keeper->reserve: the fd store's image,
+ * FILE.lock), so that a restart after a crash never numbers a version
+ * as one handed out before.
+ */
+uint64_t td__store_take_version(void);
+/*
+ * Version numbers put on record at a time: a restart after a crash skips
+ * at most this many, and the loop pays one synchronous write of the
+ * record (an image, an fdatasync of FILE.lock) per block.
+ */
+#define TD__VERSION_BLOCK (UINT64_C(1) << 16)
 /*
  * The highest version number a state image or a snapshot may bring
  * back: beyond it only a damaged file. A followed name's bell packs a

@@ -76,6 +76,13 @@ struct td__snap_state {
 	struct td__daemon *d;
 	char *path, *tmp, *dir;
 	int lock_fd; /* FILE.lock, flock'ed: one daemon per snapshot */
+	/*
+	 * FILE.lock's second line, "next_version N": no version number
+	 * at or past N was handed out (td__snapshot_reserve). reserved:
+	 * N as the last daemon left it; num_off: where N's digits are.
+	 */
+	uint64_t reserved;
+	size_t num_off;
 	uint64_t interval_ms;
 	uv_timer_t timer;
 	bool timer_on;
@@ -90,7 +97,16 @@ struct td__snap_state {
 	 */
 	uint64_t backoff_ms;
 	uint64_t kill_at, steps; /* test knob, TD_TEST_SNAPSHOT_KILL_AT */
+	/* test knob, TD_TEST_SNAPSHOT_RESTORE_KILL_AT: SIGKILL once this
+	 * many versions are restored (a crash during a restore) */
+	uint64_t restore_kill_at;
 	bool stop_asked; /* SIGTERM/SIGINT while restoring */
+	/*
+	 * The fd store restored, but not every version its image named
+	 * (a stored fd missing: over FileDescriptorStoreMax, say): only
+	 * those are read from the snapshot (td__fdstore_missed).
+	 */
+	bool only_missed;
 	bool final;      /* stopping: only the final save */
 };
 extern struct td__snap_state td__snap;

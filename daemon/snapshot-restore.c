@@ -415,6 +415,14 @@ static int stamped(const char *kind, bool keep, char *to, size_t cap)
 	return rc;
 }
 
+/* What the start goes on with when the snapshot is not read. */
+static const char *without(void)
+{
+	return td__snap.only_missed ? "going on with the fd store's state, "
+				      "without the versions it missed"
+				    : "starting empty";
+}
+
 /* Move a snapshot that cannot be read out of the way, keeping it. */
 static void move_aside(const char *reason)
 {
@@ -422,13 +430,12 @@ static void move_aside(const char *reason)
 	int rc = stamped("corrupt", false, to, sizeof(to));
 
 	if (rc == 0)
-		td__log(TD_LOG_WARN, "snapshot %s: %s; moved aside to %s; "
-				     "starting empty",
-			td__snap.path, reason, to);
+		td__log(TD_LOG_WARN, "snapshot %s: %s; moved aside to %s; %s",
+			td__snap.path, reason, to, without());
 	else
 		td__log(TD_LOG_ERROR, "snapshot %s: %s; moving it aside "
-				      "failed (%s); starting empty",
-			td__snap.path, reason, strerror(errno));
+				      "failed (%s); %s",
+			td__snap.path, reason, strerror(errno), without());
 }
 
 static void on_stop_signal(uv_signal_t *h, int signum)
@@ -449,7 +456,7 @@ static int restore_open(struct reader *rd, const struct stat *st,
 	struct td_hrry_err e = {0};
 	struct td_hrry_kv_entry k;
 	bool ours = false, has_next = false;
-	uint64_t next = 0;
+	uint64_t next = 0, format = 0;
 	int rc;
 
 	*unread = false;
@@ -470,10 +477,12 @@ static int restore_open(struct reader *rd, const struct stat *st,
 		td_hrry_rcore_kv(&rd->c, i, &k);
 		if (k.key_len == strlen(KV_FORMAT) &&
 		    !memcmp(k.key, KV_FORMAT, k.key_len)) {
-			ours = k.value.kind == TD_HRRY_KV_UINT64 &&
-			       (k.value.u64_value == SNAP_FORMAT ||
-				k.value.u64_value == SNAP_FORMAT_OLD);
-			rd->format = ours ? k.value.u64_value : 0;
+			format = k.value.kind == TD_HRRY_KV_UINT64
+					 ? k.value.u64_value
+					 : 0;
+			ours = format == SNAP_FORMAT ||
+			       format == SNAP_FORMAT_OLD;
+			rd->format = ours ? format : 0;
 		}
 		if (k.key_len == strlen(KV_NEXT) &&
 		    !memcmp(k.key, KV_NEXT, k.key_len) &&
@@ -481,6 +490,18 @@ static int restore_open(struct reader *rd, const struct stat *st,
 			next = k.value.u64_value;
 			has_next = true;
 		}
+	}
+	if (format > SNAP_FORMAT) {
+		/* a downgrade: not damaged, and the newer tensord that wrote
+		 * it would no longer read it once moved aside */
+		snprintf(reason, cap,
+			 "a tensord snapshot of format %" PRIu64 ", newer than "
+			 "this tensord reads (%d or %d): written by a newer "
+			 "tensord; run that one, or move the file away to "
+			 "start empty",
+			 format, SNAP_FORMAT_OLD, SNAP_FORMAT);
+		*unread = true;
+		return -EPROTONOSUPPORT;
 	}
 	if (!ours) {
 		snprintf(reason, cap,
@@ -497,6 +518,36 @@ static int restore_open(struct reader *rd, const struct stat *st,
 }
 
 /*
+ * Only the versions the fd store's image named but did not bring back
+ * are read when it restored (td__snap.only_missed): whether r is one
+ * of the others (the image's state is newer for them).
+ */
+static bool missed_elsewhere(const struct rec *r)
+{
+	uint64_t v = r->have[F_VERSION] &&
+				     r->v[F_VERSION].kind == TD_HRRY_KV_UINT64
+			     ? r->v[F_VERSION].u64_value
+			     : 0;
+
+	return td__snap.only_missed &&
+	       !td__fdstore_missed(r->name, r->name_len, v);
+}
+
+static void restore_one(struct reader *rd, const struct rec *r,
+			unsigned *done, unsigned *total)
+{
+	char why[TD_WIRE_MAX_REASON];
+
+	(*total)++;
+	if (restore_rec(rd, r, why, sizeof(why)) == 0) {
+		if (++*done == td__snap.restore_kill_at)
+			raise(SIGKILL); /* a test's crash during a restore */
+	} else
+		td__log(TD_LOG_WARN, "snapshot: not restoring \"%.*s\": %s",
+			(int)r->name_len, r->name, why);
+}
+
+/*
  * Every version back, in KV order. The fields of a version are
  * consecutive keys, #version first. A stop asked for meanwhile waits for
  * the whole restore: the fd store (when on) must not keep a partial
@@ -507,7 +558,6 @@ static void restore_versions(struct reader *rd, unsigned *done,
 			     unsigned *total)
 {
 	struct rec r = {0};
-	char why[TD_WIRE_MAX_REASON];
 	uint64_t last = td__snap_now_ms();
 
 	for (uint32_t i = 0; i <= rd->c.kv_count; i++) {
@@ -525,13 +575,8 @@ static void restore_versions(struct reader *rd, unsigned *done,
 		if (r.name && (i == rd->c.kv_count || f == F_VERSION ||
 			       name_len != r.name_len ||
 			       memcmp(name, r.name, name_len))) {
-			(*total)++;
-			if (restore_rec(rd, &r, why, sizeof(why)) == 0)
-				(*done)++;
-			else
-				td__log(TD_LOG_WARN, "snapshot: not restoring "
-						     "\"%.*s\": %s",
-					(int)r.name_len, r.name, why);
+			if (!missed_elsewhere(&r))
+				restore_one(rd, &r, done, total);
 			r = (struct rec){0};
 		}
 		if (i == rd->c.kv_count)
@@ -573,21 +618,23 @@ int td__snap_restore(void)
 	 * moved aside); reads of a regular file do not care */
 	rd.fd = open(td__snap.path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (rd.fd < 0 && errno == ENOENT) {
-		td__log(TD_LOG_INFO, "snapshot %s does not exist yet; "
-				     "starting empty",
-			td__snap.path);
+		td__log(TD_LOG_INFO, "snapshot %s does not exist yet; %s",
+			td__snap.path, without());
 		return 0;
 	}
 	if (rd.fd < 0) {
 		/* a file we may not read (or cannot now: descriptors,
 		 * memory, I/O) is not damaged: starting without it would
-		 * let the next save replace it */
+		 * let the next save replace it (the fd store's state, when
+		 * it restored, replaces it anyway) */
 		err = -errno;
-		td__log(TD_LOG_ERROR, "snapshot %s cannot be opened (%s): not "
-				      "starting; make it readable to the "
-				      "daemon's user, or move it away",
-			td__snap.path, strerror(-err));
-		return err;
+		td__log(TD_LOG_ERROR, "snapshot %s cannot be opened (%s): %s",
+			td__snap.path, strerror(-err),
+			td__snap.only_missed
+				? without()
+				: "not starting; make it readable to the "
+				  "daemon's user, or move it away");
+		return td__snap.only_missed ? 0 : err;
 	}
 	if (fstat(rd.fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		reader_fini(&rd);
@@ -608,9 +655,13 @@ int td__snap_restore(void)
 		 * let the next save replace it, and the next start would
 		 * not read it under its new name */
 		reader_fini(&rd);
-		td__log(TD_LOG_ERROR, "snapshot %s cannot be read (%s): not "
-				      "starting; the file stays as it is",
-			td__snap.path, reason);
+		td__log(TD_LOG_ERROR, "snapshot %s cannot be read (%s): %s",
+			td__snap.path, reason,
+			td__snap.only_missed
+				? without()
+				: "not starting; the file stays as it is");
+		if (td__snap.only_missed)
+			err = 0;
 		goto out;
 	}
 	if (err < 0) {

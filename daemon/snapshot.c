@@ -8,9 +8,11 @@
  * snapshot-buf.c (bounce buffers, state) and snapshot-map.c (KV keys).
  */
 #include "snapshot-int.h"
+#include "sd.h" /* TD__VERSION_BLOCK */
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +29,89 @@ static const char *file_kind(mode_t m)
 	       : S_ISFIFO(m) ? "a FIFO"
 	       : S_ISSOCK(m) ? "a socket"
 			     : "not a regular file";
+}
+
+/* FILE.lock's second line: "next_version N", N in 20 digits */
+#define LOCK_NEXT "next_version "
+#define LOCK_DIGITS 20
+/* Write N over FILE.lock's number (fdatasync'ed). 0 or -errno. */
+static int lock_put(uint64_t n)
+{
+	char num[LOCK_DIGITS + 1];
+
+	snprintf(num, sizeof(num), "%0*" PRIu64, LOCK_DIGITS, n);
+	if (pwrite(td__snap.lock_fd, num, LOCK_DIGITS,
+		   (off_t)td__snap.num_off) != LOCK_DIGITS)
+		return errno ? -errno : -EIO;
+	return fdatasync(td__snap.lock_fd) < 0 ? -errno : 0;
+}
+
+/*
+ * Our pid, and the last daemon's "next_version" kept as it is until a
+ * version is numbered (td__snap.reserved): the first line is what a
+ * second daemon reads, the second what the restore raises the counter
+ * to. Both are fixed-width and written in place: a truncation first
+ * could reach the disk without the bytes after it (a power loss), and
+ * the number on record would be gone. -1 with errno when it cannot be
+ * written.
+ */
+static int lock_record(int fd)
+{
+	char old[96], line[96];
+	const char *at;
+	ssize_t got = pread(fd, old, sizeof(old) - 1, 0);
+	int n;
+
+	old[got > 0 ? got : 0] = 0;
+	if ((at = strstr(old, "\n" LOCK_NEXT)))
+		td__snap.reserved =
+			strtoull(at + 1 + strlen(LOCK_NEXT), NULL, 10);
+	n = snprintf(line, sizeof(line),
+		     "%-*ld\n" LOCK_NEXT "%0*" PRIu64 "\n", LOCK_DIGITS,
+		     (long)getpid(), LOCK_DIGITS, td__snap.reserved);
+	td__snap.num_off = (size_t)n - 1 - LOCK_DIGITS;
+	if (pwrite(fd, line, (size_t)n, 0) != n ||
+	    (got > n && ftruncate(fd, n) < 0))
+		return -1;
+	return 0;
+}
+
+uint64_t td__snapshot_reserve(uint64_t next)
+{
+	uint64_t upto = next + TD__VERSION_BLOCK;
+	int rc;
+
+	if (!td__snap.on || td__snap.lock_fd < 0)
+		return UINT64_MAX;
+	rc = lock_put(upto);
+	if (rc < 0)
+		td__log(TD_LOG_ERROR, "snapshot: cannot put version numbers "
+				      "up to %" PRIu64 " on record in %s.lock "
+				      "(%s): a restart after a crash may number "
+				      "new versions as ones handed out before",
+			upto, td__snap.path, strerror(-rc));
+	return upto;
+}
+
+/*
+ * After the restore: count on from the numbers the last daemon may have
+ * handed out (it did not stop cleanly: its last save is older than
+ * them). The first new one puts a block on record (td__snapshot_reserve).
+ */
+static void reserve_start(void)
+{
+	struct td__store_info si = {0};
+
+	td__store_info(&si);
+	if (td__snap.lock_fd >= 0 && td__snap.reserved > si.next_version) {
+		td__log(TD_LOG_INFO, "snapshot: version numbers up to %" PRIu64
+				     " may have been handed out by the last "
+				     "tensord (%s.lock): counting on from %"
+				     PRIu64,
+			td__snap.reserved - 1, td__snap.path,
+			td__snap.reserved);
+		td__store_set_next_version(td__snap.reserved);
+	}
 }
 
 /*
@@ -51,7 +136,7 @@ static int snap_lock(const char *path)
 		if (fd >= 0 && e == EWOULDBLOCK) {
 			n = (int)pread(fd, pid, sizeof(pid) - 1, 0);
 			pid[n > 0 ? n : 0] = 0;
-			pid[strcspn(pid, "\n")] = 0;
+			pid[strcspn(pid, " \n")] = 0;
 			td__log(TD_LOG_ERROR, "--snapshot %s is in use by "
 					      "another tensord (pid %s, "
 					      "holding %s): not starting",
@@ -64,15 +149,17 @@ static int snap_lock(const char *path)
 		 * the tensors still come back, unguarded */
 		td__log(TD_LOG_WARN, "--snapshot %s: cannot lock %s (%s): "
 				     "another tensord on the same snapshot "
-				     "would not be kept off",
+				     "would not be kept off, and no version "
+				     "numbers are put on record (a restart "
+				     "after a crash may number versions as "
+				     "ones handed out before)",
 			path, name, strerror(e));
 		if (fd >= 0)
 			close(fd);
 		free(name);
 		return 0;
 	}
-	n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
-	if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+	if (lock_record(fd) < 0)
 		td__log(TD_LOG_DEBUG, "snapshot: writing %s: %s", name,
 			strerror(errno));
 	free(name);
@@ -114,6 +201,35 @@ static char *dangling_target(const char *path)
 	}
 	free(p);
 	return NULL;
+}
+
+/*
+ * The restore at start: the whole snapshot, or, when the fd store
+ * restored (it is newer), nothing of it but the versions the store's
+ * image named and did not bring back (a stored fd missing: systemd
+ * drops those past FileDescriptorStoreMax), which used to be lost
+ * though the snapshot held them. 0 or -errno (not starting).
+ */
+static int restore(bool fdstore_used)
+{
+	size_t missed = td__fdstore_missed_count();
+	int rc = 0;
+
+	if (fdstore_used && missed)
+		td__log(TD_LOG_INFO, "snapshot %s: the fd store's state (newer) "
+				     "was restored but for %zu versions: "
+				     "reading those",
+			td__snap.path, missed);
+	else if (fdstore_used)
+		td__log(TD_LOG_INFO, "snapshot %s not read: the fd store's "
+				     "state (newer) was restored",
+			td__snap.path);
+	td__snap.only_missed = fdstore_used && missed;
+	if (!fdstore_used || missed)
+		rc = td__snap_restore();
+	td__snap.only_missed = false;
+	td__fdstore_missed_free();
+	return rc;
 }
 
 int td__snapshot_start(struct td__daemon *d, const char *path,
@@ -186,6 +302,8 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 		goto fail;
 	if (knob)
 		td__snap.kill_at = strtoull(knob, NULL, 10);
+	if ((knob = getenv("TD_TEST_SNAPSHOT_RESTORE_KILL_AT")))
+		td__snap.restore_kill_at = strtoull(knob, NULL, 10);
 	rc = td__io_init(d->loop);
 	if (rc == 0)
 		rc = td__snap_pool_init();
@@ -202,22 +320,21 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 		td__log(TD_LOG_ERROR, "snapshot: cannot remove %s (%s): every "
 				      "save fails until it is gone",
 			td__snap.tmp, strerror(errno));
-	if (!fdstore_used && (rc = td__snap_restore()) < 0) {
+	if ((rc = restore(fdstore_used)) < 0) {
+		/* the fd store keeps its images as they were: the next
+		 * start reads the snapshot again */
 		td__snap.on = false;
 		uv_close((uv_handle_t *)&td__snap.timer, NULL);
 		td__io_fini();
 		td__snap_pool_fini();
 		goto fail;
 	}
+	td__fdstore_release(); /* the whole snapshot is in the store */
+	reserve_start();
 	uv_update_time(d->loop);
 	td__snap.last_ms = uv_now(d->loop);
-	if (fdstore_used) {
-		/* the fd store is newer; the snapshot catches up */
-		td__log(TD_LOG_INFO, "snapshot %s not read: the fd store's "
-				     "state (newer) was restored",
-			path);
-		td__snapshot_dirty();
-	}
+	if (fdstore_used)
+		td__snapshot_dirty(); /* the snapshot catches up */
 	free(real);
 	return 0;
 fail:
@@ -232,11 +349,27 @@ fail:
 	return rc;
 }
 
+/*
+ * A clean stop: every number handed out is below the counter, so the
+ * next start counts on from it exactly (the final save has it too, unless
+ * that failed).
+ */
+static void stop_record(void)
+{
+	struct td__store_info si = {0};
+
+	td__store_info(&si);
+	if (td__snap.lock_fd >= 0 && lock_put(si.next_version) < 0)
+		td__log(TD_LOG_DEBUG, "snapshot: writing %s.lock: %s",
+			td__snap.path, strerror(errno));
+}
+
 void td__snapshot_fini(void)
 {
 	if (!td__snap.on)
 		return;
 	td__snap_save_final();
+	stop_record();
 	td__snap.on = false;
 	uv_close((uv_handle_t *)&td__snap.timer, NULL);
 	td__io_fini();

@@ -20,15 +20,27 @@
 /*
  * Use path as the snapshot: pick the file I/O engine (io.h), restore
  * from it unless the fd store already restored (fdstore_used: the fd
- * store is newer), and save after changes at most every interval_ms.
- * Before the server starts. -errno only for what the operator must fix
- * (a folder that does not exist, a bad TENSORD_IO); an unreadable or
- * corrupt snapshot is logged, moved aside and the daemon starts empty.
+ * store is newer; then only the versions its image named and did not
+ * bring back), let the fd store write images again
+ * (td__fdstore_release), and save after changes at most every
+ * interval_ms. Before the server starts. -errno for what the operator
+ * must fix (a folder that does not exist, a bad TENSORD_IO, a snapshot
+ * that cannot be opened or read, or of a newer format); a corrupt
+ * snapshot is logged, moved aside and the daemon starts empty.
  */
 int td__snapshot_start(struct td__daemon *d, const char *path,
 		       uint64_t interval_ms, bool fdstore_used);
 /* The set of current versions changed (a no-op without --snapshot). */
 void td__snapshot_dirty(void);
+/*
+ * Put on record, in FILE.lock, that version numbers up to a block
+ * beyond next may be handed out, before any is: a restart after a
+ * SIGKILL or a power loss counts on from there, not from the last
+ * save's counter, so no number is handed out twice
+ * (docs/snapshot.md, "Version numbers"). Returns the first number not
+ * on record (UINT64_MAX: no record is kept, never asked again).
+ */
+uint64_t td__snapshot_reserve(uint64_t next);
 /*
  * Clean stop, after the peers are gone and before the store is freed:
  * the final save when anything changed since the last one (the loop runs

@@ -869,6 +869,7 @@ int td__store_new(struct td__daemon *d)
 	td__list_init(&s->spare_waiters.head);
 	s->next_version = s->next_lease = s->next_alloc = s->next_watch =
 		s->next_buf = 1;
+	s->version_ceiling = 0; /* the first number asks keeper->reserve */
 	uv_timer_init(d->loop, &s->timer);
 	s->timer.data = s;
 	d->store = s;
@@ -1012,6 +1013,16 @@ void td__store_set_next_version(uint64_t next)
 	}
 	if (next > s->next_version)
 		s->next_version = next;
+}
+
+uint64_t td__store_take_version(void)
+{
+	struct td__store *s = td__d->store;
+
+	if (s->next_version >= s->version_ceiling)
+		s->version_ceiling = keeper ? keeper->reserve(s->next_version)
+					    : UINT64_MAX;
+	return s->next_version++;
 }
 
 /* What a dying peer leaves here: its recyclable buffers. */

@@ -287,6 +287,13 @@ struct td__store {
 	uint64_t tick; /* LRU clock */
 	uint64_t next_version, next_lease, next_alloc, next_watch, next_buf;
 	/*
+	 * Version numbers from here on are not yet on record where a
+	 * restart after a crash looks (the fd store's image, FILE.lock):
+	 * taking one puts a block beyond it on record first
+	 * (td__store_take_version). UINT64_MAX: no record is kept.
+	 */
+	uint64_t version_ceiling;
+	/*
 	 * Released lease records, reused by the next GET: a steady stream of
 	 * GET/RELEASE then allocates nothing (the brief: no per-handoff
 	 * allocation in the daemon). Bounded by LEASE_CACHE.

@@ -454,6 +454,25 @@ static uint64_t file_next_version(const char *path)
 	return v;
 }
 
+/*
+ * The version a started daemon numbers next: the snapshot's counter, or
+ * what FILE.lock put on record when a crash lost versions numbered
+ * after the last save.
+ */
+static uint64_t started_next_version(const struct snapdir *s)
+{
+	char lock[160], *l, *at;
+	uint64_t v = file_next_version(s->file), r = 0;
+
+	snprintf(lock, sizeof(lock), "%s.lock", s->file);
+	l = tu_slurp(lock);
+	at = strstr(l, "\nnext_version ");
+	if (at)
+		r = strtoull(at + strlen("\nnext_version "), NULL, 10);
+	free(l);
+	return r > v ? r : v;
+}
+
 static void kill_every_step(const char *io)
 {
 	struct snapdir s;
@@ -490,10 +509,11 @@ static void kill_every_step(const char *io)
 		unsetenv("TD_TEST_SNAPSHOT_KILL_AT");
 		/*
 		 * the put is the only change: a save starts after its reply
-		 * (interval 0), and its version is the counter on disk
+		 * (interval 0), and its version is the counter on disk (the
+		 * snapshot's, or FILE.lock's after a kill)
 		 */
 		c = conn(&d);
-		put(c, &t, file_next_version(s.file));
+		put(c, &t, started_next_version(&s));
 		td_client_close(c);
 		/* killed at that step, or the save ran to its end */
 		for (int i = 0; i < WAIT_MS / 10; i++) {
@@ -1253,8 +1273,103 @@ Test(snapshot, a_version_counter_past_the_follow_layout_is_ignored,
 }
 
 /*
+ * Versions numbered after the last save, then a crash (SIGKILL: no final
+ * save): the restart counted on from the last save's counter, so the
+ * next PUBLISH got a number handed out before the crash, to other bytes
+ * (a client that had it saw "no change", one waiting for newer than it
+ * missed that version and the next ones). The numbers are put on record
+ * (FILE.lock) before they are handed out, and a restart after a crash
+ * counts on from there; a clean stop records the counter exactly, so a
+ * clean restart skips nothing.
+ */
+Test(snapshot, a_crash_after_the_last_save_never_numbers_a_version_twice,
+     .timeout = 60)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor a = mk("n/a", TD_TENSOR_U8, 64, 0, 64);
+	struct tensor b = mk("n/b", TD_TENSOR_U8, 64, 0, 64);
+	uint64_t before, v;
+
+	snapdir_make(&s);
+	saved_one(&d, &s, &a);
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	/* a clean restart goes on from the counter exactly */
+	put(c, &b, a.version + 1);
+	put(c, &a, b.version + 1);
+	before = a.version;
+	td_client_close(c);
+	/* no save since (30 s): the crash loses both */
+	tu_daemon_kill(&d);
+	cr_assert_eq(truncate(s.log, 0), 0);
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	cr_assert_eq(count(c), 1, "the last save held n/a only");
+	a.version = before - 2;
+	check(c, &a);
+	v = next_version(c);
+	cr_assert_gt(v, before, "version %llu after a crash that lost %llu",
+		     (unsigned long long)v, (unsigned long long)before);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert(log_has(&s, "counting on from"), "%s", tu_slurp(s.log));
+	snapdir_rm(&s);
+}
+
+/*
+ * A snapshot of a format newer than this daemon reads (a downgrade after
+ * an upgrade) was called "not a tensord snapshot", moved aside as
+ * FILE.corrupt-<time> and the daemon started empty: the newer tensord,
+ * run again, would read the empty snapshot saved meanwhile and not the
+ * moved one. It is not damaged, so it stops the start like a file that
+ * cannot be read, says what it is, and stays as it is.
+ */
+Test(snapshot, a_snapshot_of_a_newer_format_stops_the_start_and_stays,
+     .timeout = 90)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor a = mk("fmt/a", TD_TENSOR_U8, 100, 0, 100);
+	const char *bin = getenv("TD_TENSORD");
+	char sock[160], *out;
+	char *argv[] = {(char *)bin, "--socket", sock, "--snapshot", s.file,
+			NULL};
+	uint64_t three = 3, two = 2;
+	uint8_t *b;
+	size_t len, at;
+
+	snapdir_make(&s);
+	snprintf(sock, sizeof(sock), "%s/td.sock", s.dir);
+	saved_one(&d, &s, &a);
+	b = tu_read_file(s.file, &len);
+	at = find_kv(b, len, "tensord.snapshot");
+	memcpy(b + at, &three, 8);
+	put_back(s.file, b, len);
+	cr_assert_eq(tu_run_capture_all(argv, &out), 1, "%s", out);
+	cr_expect(strstr(out, "a tensord snapshot of format 3, newer than "
+			      "this tensord reads") &&
+			  strstr(out, "not starting"),
+		  "%s", out);
+	free(out);
+	cr_assert(!dir_has(&s, "snap.hrry.corrupt"), "moved aside");
+	/* the newer daemon (format 2 again, here) finds it whole */
+	b = tu_read_file(s.file, &len);
+	memcpy(b + at, &two, 8);
+	put_back(s.file, b, len);
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	check(c, &a);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	snapdir_rm(&s);
+}
+
+/*
  * A Hurray file at the snapshot path that is not a tensord snapshot (its
- * tensord.snapshot says another format) is moved aside whole: its
+ * tensord.snapshot says no format of ours) is moved aside whole: its
  * tensord.next_version raised the daemon's counter before, though
  * nothing of the file was used.
  */
@@ -1267,7 +1382,7 @@ Test(snapshot, a_foreign_hurray_file_leaves_the_version_counter_alone,
 	struct td_client *c;
 	uint8_t *b;
 	size_t len;
-	uint64_t high = 5000, other = 99, v;
+	uint64_t high = 5000, other = 0, v;
 
 	saved(&s, set);
 	b = tu_read_file(s.file, &len);

@@ -303,14 +303,12 @@ static void pass_fds(const int *fds, char *const *names, unsigned n)
 /*
  * Start tensord as systemd would: $NOTIFY_SOCKET, optional watchdog, and
  * optionally a listening socket (named tensord.socket) followed by the
- * stored fds. Returns after READY=1 (fd-store messages go to st).
+ * stored fds. Returns once it is forked (daemon_start: after READY=1).
  */
-static void daemon_start(struct daemon *d, const char *watchdog_usec,
-			 int listen_fd, const struct fdstore *pass,
-			 struct fdstore *st, struct msg *ready)
+static void daemon_spawn(struct daemon *d, const char *watchdog_usec,
+			 int listen_fd, const struct fdstore *pass)
 {
 	const char *bin = getenv("TD_TENSORD");
-	struct msg m;
 
 	cr_assert_not_null(bin, "TD_TENSORD is not set");
 	d->pid = fork();
@@ -351,6 +349,16 @@ static void daemon_start(struct daemon *d, const char *watchdog_usec,
 			      "info", (char *)NULL);
 		_exit(127);
 	}
+}
+
+/* daemon_spawn(), then until READY=1 (fd-store messages go to st). */
+static void daemon_start(struct daemon *d, const char *watchdog_usec,
+			 int listen_fd, const struct fdstore *pass,
+			 struct fdstore *st, struct msg *ready)
+{
+	struct msg m;
+
+	daemon_spawn(d, watchdog_usec, listen_fd, pass);
 	notify_until(d, st, "READY=1", ready ? ready : &m);
 }
 
@@ -917,6 +925,100 @@ Test(systemd, tensors_survive_a_restart_with_their_bytes_and_versions)
 	end_lives(&st, keep);
 }
 
+/* The bytes of both image slots in st, to put back later (a rewind). */
+struct images {
+	uint8_t *b[2];
+	off_t len[2];
+};
+
+static void images_keep(const struct fdstore *st, struct images *im)
+{
+	for (int s = 0; s < 2; s++) {
+		char name[16];
+		struct stored *e;
+		struct stat sb;
+
+		snprintf(name, sizeof(name), "td.state.%d", s);
+		e = store_find((struct fdstore *)st, name);
+		cr_assert_not_null(e, "%s is not stored", name);
+		cr_assert_eq(fstat(e->fd, &sb), 0);
+		im->len[s] = sb.st_size;
+		im->b[s] = malloc((size_t)sb.st_size + 1);
+		cr_assert_eq(pread(e->fd, im->b[s], (size_t)sb.st_size, 0),
+			     sb.st_size);
+	}
+}
+
+static void images_put_back(struct fdstore *st, struct images *im)
+{
+	for (int s = 0; s < 2; s++) {
+		char name[16];
+		struct stored *e;
+
+		snprintf(name, sizeof(name), "td.state.%d", s);
+		e = store_find(st, name);
+		cr_assert_not_null(e, "%s is not stored", name);
+		cr_assert_eq(ftruncate(e->fd, im->len[s]), 0);
+		cr_assert_eq(pwrite(e->fd, im->b[s], (size_t)im->len[s], 0),
+			     im->len[s]);
+		free(im->b[s]);
+	}
+}
+
+/*
+ * A crash (Restart=) within the 100 ms before the image names what was
+ * just published: the image's counter was the one of before, and the
+ * restart numbered the next PUBLISH with a number handed out already,
+ * for other bytes (a client waiting for newer than it missed it). A
+ * block of numbers is now put in an image before the first of them is
+ * handed out. The crash is made exact by putting back the images of
+ * right after the first put (as if none was written since), then
+ * SIGKILL; a clean stop, in the end, records the counter exactly.
+ */
+Test(systemd, a_crash_before_the_image_is_written_never_numbers_a_version_twice)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct images im;
+	struct td_client *c;
+	struct msg m;
+	uint64_t v1, v3, v;
+	int status;
+
+	mkdir_tmp(&d);
+	notify_bind(&d);
+	daemon_start(&d, NULL, -1, NULL, &st, NULL);
+	c = connect_to(d.sock);
+	v1 = put(c, "c/x", 64, 1, 0, NULL);
+	images_keep(&st, &im);
+	put(c, "c/x", 64, 2, 0, NULL);
+	v3 = put(c, "c/x", 64, 3, 0, NULL);
+	cr_assert_gt(v3, v1);
+	td_client_close(c);
+	cr_assert_eq(kill(d.pid, SIGKILL), 0);
+	status = tu_wait_child(d.pid, TU_WAIT_S, "tensord after SIGKILL");
+	cr_assert(WIFSIGNALED(status), "status %#x", status);
+	while (notify_recv(&d, &m, 0) == 0)
+		store_apply(&st, &m);
+	images_put_back(&st, &im);
+	unlink(d.sock);
+
+	daemon_start(&d, NULL, -1, &st, &st, NULL);
+	c = connect_to(d.sock);
+	v = put(c, "c/y", 8, 4, 0, NULL);
+	cr_assert_gt(v, v3, "version %llu after a crash that lost %llu",
+		     (unsigned long long)v, (unsigned long long)v3);
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	/* a clean stop: the next life counts on from the counter exactly */
+	daemon_start(&d, NULL, -1, &st, &st, NULL);
+	c = connect_to(d.sock);
+	cr_assert_eq(put(c, "c/y", 8, 5, 0, NULL), v + 1);
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	store_close(&st);
+}
+
 /*
  * Snapshots beside the fd store (docs/snapshot.md): a life that starts
  * with an empty fd store (after `systemctl stop`, a reboot) restores the
@@ -1420,6 +1522,116 @@ static unsigned next_life(struct daemon *d, struct fdstore *st,
 	td_client_close(c);
 	daemon_stop(d, st);
 	return n;
+}
+
+/*
+ * systemd drops an fd past FileDescriptorStoreMax= without a word to the
+ * daemon: the image names a version whose fd does not come back. With --snapshot, the snapshot held it (the
+ * final save at `systemctl restart`), but the fd store's state won and
+ * the snapshot was not read at all: the version was lost, and the next
+ * save dropped it from the snapshot too. Those versions, and only those
+ * (the same name and version), are read from the snapshot now.
+ */
+Test(systemd, versions_the_fd_store_lost_come_back_from_the_snapshot)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct expect x[8];
+	char sdir[64] = "/tmp/td-sd-snap-XXXXXX", snap[160], name[64], *err;
+	unsigned n;
+	int keep[2];
+	struct stored *s;
+	struct msg m;
+	int status;
+
+	cr_assert_not_null(mkdtemp(sdir));
+	snprintf(snap, sizeof(snap), "%s/snap.hrry", sdir);
+	snap_file = snap;
+	n = first_life(&d, &st, x, keep);
+	/* systemd did not keep r/plain's plane */
+	cr_assert_str_eq(x[0].name, "r/plain");
+	stored_name_of(&st, x[0].name, name, sizeof(name));
+	cr_assert_not_null(s = store_find(&st, name));
+	close(s->fd);
+	*s = st.e[--st.n];
+	/* and a crash while it is read again leaves it to the next start */
+	cr_assert_eq(setenv("TD_TEST_SNAPSHOT_RESTORE_KILL_AT", "1", 1), 0);
+	daemon_spawn(&d, NULL, -1, &st);
+	unsetenv("TD_TEST_SNAPSHOT_RESTORE_KILL_AT");
+	status = tu_wait_child(d.pid, TU_WAIT_S, "tensord during its restore");
+	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+		  "status %#x", status);
+	d.pid = 0;
+	while (notify_recv(&d, &m, 0) == 0)
+		store_apply(&st, &m);
+	cr_assert_eq(truncate(d.err, 0), 0);
+	n = next_life(&d, &st, x, n, true);
+	err = tu_slurp(d.err);
+	cr_assert_not_null(strstr(err, "restored 5 of 6 tensors from the fd "
+				       "store"),
+			   "%s", err);
+	cr_assert_not_null(strstr(err, "restored 1 of 1 tensors from"), "%s",
+			   err);
+	free(err);
+	/* back in the fd store too: the next life has it from there */
+	snap_file = NULL;
+	next_life(&d, &st, x, n, false);
+	end_lives(&st, keep);
+	unlink(snap);
+	strcat(snap, ".lock");
+	unlink(snap);
+	cr_assert_eq(rmdir(sdir), 0, "something besides the snapshot left");
+}
+
+/*
+ * A crash during the restore of a snapshot (the OOM killer, a bug,
+ * `systemctl kill`) with Restart=: the image written at the start, empty
+ * (or one naming what was restored so far), was in the fd store, and
+ * the next start used it (the fd store wins) and never read the
+ * snapshot again: every version not restored yet was lost, and the next
+ * save dropped them from the snapshot too. No image is written now until
+ * the snapshot is read whole.
+ */
+Test(systemd, a_crash_during_a_snapshot_restore_reads_the_snapshot_again)
+{
+	struct daemon d;
+	struct fdstore st = {0}, none = {0};
+	struct expect x[8];
+	struct msg m;
+	char sdir[64] = "/tmp/td-sd-snap-XXXXXX", snap[160], *err;
+	unsigned n;
+	int keep[2], status;
+
+	cr_assert_not_null(mkdtemp(sdir));
+	snprintf(snap, sizeof(snap), "%s/snap.hrry", sdir);
+	snap_file = snap;
+	n = first_life(&d, &st, x, keep);
+	/* `systemctl stop`: the fd store is emptied, the snapshot has all */
+	store_close(&st);
+	memset(&st, 0, sizeof(st));
+	/* the next start dies once two versions are back */
+	cr_assert_eq(setenv("TD_TEST_SNAPSHOT_RESTORE_KILL_AT", "2", 1), 0);
+	daemon_spawn(&d, NULL, -1, &none);
+	unsetenv("TD_TEST_SNAPSHOT_RESTORE_KILL_AT");
+	status = tu_wait_child(d.pid, TU_WAIT_S, "tensord during its restore");
+	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+		  "status %#x", status);
+	d.pid = 0;
+	while (notify_recv(&d, &m, 0) == 0)
+		store_apply(&st, &m);
+	/* Restart=: with what systemd kept of that start */
+	cr_assert_eq(truncate(d.err, 0), 0);
+	next_life(&d, &st, x, n, false);
+	err = tu_slurp(d.err);
+	cr_assert_not_null(strstr(err, "restored 6 of 6 tensors from"), "%s",
+			   err);
+	free(err);
+	snap_file = NULL;
+	end_lives(&st, keep);
+	unlink(snap);
+	strcat(snap, ".lock");
+	unlink(snap);
+	cr_assert_eq(rmdir(sdir), 0, "something besides the snapshot left");
 }
 
 /*
