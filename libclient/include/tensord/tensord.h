@@ -530,9 +530,11 @@ TD_EXPORT int td_client_get_version(struct td_client *c, const char *name,
  * consumer's loop), it follows the name (td_client_follow, below) and
  * takes later versions from shared memory: warm, no message to the
  * daemon, and the wait no longer blocks the handle. Same results as the
- * GET; up to 4 names per handle, 2 follows each (the tensor got last may
- * still be held); with more held, while the name has no version (it may
- * become a ring) or when the daemon refuses FOLLOW, it sends the GET.
+ * GET; up to 16 names per handle, 2 follows each (the tensor got last
+ * may still be held; a loop over more names follows 16 of them and sends
+ * the GET for the others); with more held, while the name has no version
+ * (it may become a ring) or when the daemon refuses FOLLOW, it sends the
+ * GET.
  * Its idle follows end when a td_client_follow of the handle meets a
  * daemon limit, so that one is made as before; and its follows take at
  * most half of a name's follower rows and of the daemon's followed
