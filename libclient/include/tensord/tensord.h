@@ -340,13 +340,14 @@ TD_EXPORT int td_client_alloc(struct td_client *c, uint32_t plane_count,
  * at publish: consumers get read-only descriptors, but the published
  * version trusts this producer not to write after publishing (as a ring
  * does; td_entry.flags shows TD_ENTRY_RECYCLE). The library keeps the
- * buffers mapped after publish (up to 16 per client), and once a version
- * is replaced or deleted and its last lease released, the daemon hands
- * the same buffer back to this client's next recyclable loan of that
- * size: no fd, no mmap, no new memory. A recycled buffer holds the bytes
- * of the version it last carried, not zeros. A buffer some consumer
- * still leases is never recycled. A daemon that predates the flag gives
- * a plain loan.
+ * buffers mapped after publish (up to 128 per client, past 16 only
+ * within 1 GiB of them, least recently published dropped first), and
+ * once a version is replaced or deleted and its last lease released,
+ * the daemon hands the same buffer back to this client's next
+ * recyclable loan of that size: no fd, no mmap, no new memory. A
+ * recycled buffer holds the bytes of the version it last carried, not
+ * zeros. A buffer some consumer still leases is never recycled. A
+ * daemon that predates the flag gives a plain loan.
  */
 #define TD_ALLOC_RECYCLE 0x1u
 /*
@@ -412,8 +413,8 @@ TD_EXPORT int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
  * loans to keep them recycled, and nothing it writes under one name
  * reaches a reader of another through a buffer of its loans. The next
  * loan a named TD_ALLOC_STREAM loan's PUBLISH lends is for its name (one
- * each for 4 names). From a daemon that predates named allocs the name is
- * checked here only. Returns 0 and the loan in *out, or -errno.
+ * each for 16 names). From a daemon that predates named allocs the name
+ * is checked here only. Returns 0 and the loan in *out, or -errno.
  */
 TD_EXPORT int td_client_alloc_named(struct td_client *c, const char *name,
 				    uint32_t plane_count,
