@@ -573,7 +573,9 @@ TD_EXPORT int td_client_get_newer(struct td_client *c, const char *name,
  * counts against the limits until the follower lets go.
  * Returns 0 and *out (end it with td_follow_close()), -EOPNOTSUPP when
  * the daemon does not serve FOLLOW, -EINVAL for a ring name (use
- * td_ring_subscribe()), -EACCES, -EBUSY (64 followers of that name), or
+ * td_ring_subscribe()), -EACCES, -EBUSY (64 followers of that name),
+ * -EDQUOT (a limit of this uid: its leases, descriptors or followed
+ * names, or 32 followers of that name already; docs/policy.md §5), or
  * -errno.
  */
 struct td_follow;
