@@ -34,6 +34,9 @@
  * bell of the daemon (as rings: TD__MAX_RINGS / 4 per uid by default;
  * root and the daemon's uid, the operators, have no such limit) */
 #define MAX_BELLS_PER_UID (MAX_BELLS / 4)
+/* a name's rows one uid may hold (root and the daemon's uid: all), so
+ * that one reader of a name cannot keep every other from following it */
+#define MAX_ROWS_PER_UID (TD_FOLLOW_MAX_ROWS / 2)
 #define CTL_MEMFD                                                             \
 	(TD__MEMFD_SEALABLE | TD__MEMFD_RESERVE | TD__MEMFD_SEAL_SIZE)
 
@@ -852,6 +855,16 @@ static unsigned bell_rows(const struct bell *b)
 	return n;
 }
 
+/* Rows of b that uid's follows hold. */
+static unsigned uid_rows(const struct bell *b, uid_t uid)
+{
+	unsigned n = 0;
+
+	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
+		n += b->rows[i].peer && b->rows[i].peer->uid == uid;
+	return n;
+}
+
 /*
  * A spare follow (TD_WIRE_FOLLOW_SPARE: one td_client_get_newer made by
  * itself, which can do without) takes no more than half of the name's
@@ -894,6 +907,15 @@ static int follow_admit(struct td__peer *p, const struct td_wire_hdr *h,
 	}
 	if (spare && spare_admit(p, h, b) < 0)
 		return -ENOBUFS;
+	if (b && !td__uid_is_admin(p->uid) &&
+	    uid_rows(b, p->uid) >= MAX_ROWS_PER_UID) {
+		td__peer_error(p, h->opcode, h->request_id, -EDQUOT,
+			       "uid %u holds %d of \"%.*s\"'s %u follower rows "
+			       "already (max): end a follow of it",
+			       (unsigned)p->uid, MAX_ROWS_PER_UID,
+			       (int)name.len, name.ptr, TD_FOLLOW_MAX_ROWS);
+		return -EDQUOT;
+	}
 	if (peer_follows(p) >= MAX_FOLLOWS_PER_PEER) {
 		td__peer_error(p, h->opcode, h->request_id, -ENOBUFS,
 			       "too many follows on this connection (max %d)",

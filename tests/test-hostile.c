@@ -1020,6 +1020,42 @@ Test(hostile, a_uid_pays_for_at_most_a_quarter_of_the_followed_names)
 }
 
 /*
+ * One reader of a name cannot keep every other from following it: a uid
+ * (but root and the daemon's) holds at most half of a name's 64 follower
+ * rows. Before, uid nobody made 64 follows of f/x on one connection and
+ * every other tenant's td_client_follow of f/x got -EBUSY.
+ */
+Test(hostile, a_uid_holds_at_most_half_of_a_names_follower_rows)
+{
+	struct worker a, b;
+	char why[TD_WIRE_MAX_REASON + 1];
+	int rc;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow any r f/\n", NULL, NULL), 0, "info");
+	worker_start(&a, NOBODY, 1);
+	worker_start(&b, 60001, 1);
+	cr_assert_eq(wdo(&a, W_FOLLOW, "f/x", 0, 32, why, sizeof(why)), 0,
+		     "%s", why);
+	rc = wdo(&a, W_FOLLOW, "f/x", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, -EDQUOT, "a 33rd row of f/x: %d %s", rc, why);
+	cr_assert(strstr(why, "holds 32 of \"f/x\"'s 64 follower rows"),
+		  "%s", why);
+	/* another uid follows the name, up to its own half */
+	cr_assert_eq(wdo(&b, W_FOLLOW, "f/x", 0, 32, why, sizeof(why)), 0,
+		     "another reader of f/x: %s", why);
+	/* and the first uid follows other names as before */
+	cr_assert_eq(wdo(&a, W_FOLLOW, "f/y", 0, 1, why, sizeof(why)), 0,
+		     "%s", why);
+	victim_works("victim/rows", "a uid's follower rows");
+	worker_stop(&b);
+	worker_stop(&a);
+	stop();
+	unlink(policy_path);
+}
+
+/*
  * A follower's hold is a lease of its uid once the version it holds is
  * replaced (docs/fastpath.md, "Following a name"): it counts against the
  * uid's leases and pinned limits like a GET's, so the next GET over the

@@ -340,13 +340,14 @@ TD_EXPORT int td_client_alloc(struct td_client *c, uint32_t plane_count,
  * at publish: consumers get read-only descriptors, but the published
  * version trusts this producer not to write after publishing (as a ring
  * does; td_entry.flags shows TD_ENTRY_RECYCLE). The library keeps the
- * buffers mapped after publish (up to 16 per client), and once a version
- * is replaced or deleted and its last lease released, the daemon hands
- * the same buffer back to this client's next recyclable loan of that
- * size: no fd, no mmap, no new memory. A recycled buffer holds the bytes
- * of the version it last carried, not zeros. A buffer some consumer
- * still leases is never recycled. A daemon that predates the flag gives
- * a plain loan.
+ * buffers mapped after publish (up to 128 per client, past 16 only
+ * within 1 GiB of them, least recently published dropped first), and
+ * once a version is replaced or deleted and its last lease released,
+ * the daemon hands the same buffer back to this client's next
+ * recyclable loan of that size: no fd, no mmap, no new memory. A
+ * recycled buffer holds the bytes of the version it last carried, not
+ * zeros. A buffer some consumer still leases is never recycled. A
+ * daemon that predates the flag gives a plain loan.
  */
 #define TD_ALLOC_RECYCLE 0x1u
 /*
@@ -412,8 +413,8 @@ TD_EXPORT int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
  * loans to keep them recycled, and nothing it writes under one name
  * reaches a reader of another through a buffer of its loans. The next
  * loan a named TD_ALLOC_STREAM loan's PUBLISH lends is for its name (one
- * each for 4 names). From a daemon that predates named allocs the name is
- * checked here only. Returns 0 and the loan in *out, or -errno.
+ * each for 16 names). From a daemon that predates named allocs the name
+ * is checked here only. Returns 0 and the loan in *out, or -errno.
  */
 TD_EXPORT int td_client_alloc_named(struct td_client *c, const char *name,
 				    uint32_t plane_count,
@@ -530,9 +531,11 @@ TD_EXPORT int td_client_get_version(struct td_client *c, const char *name,
  * consumer's loop), it follows the name (td_client_follow, below) and
  * takes later versions from shared memory: warm, no message to the
  * daemon, and the wait no longer blocks the handle. Same results as the
- * GET; up to 4 names per handle, 2 follows each (the tensor got last may
- * still be held); with more held, while the name has no version (it may
- * become a ring) or when the daemon refuses FOLLOW, it sends the GET.
+ * GET; up to 16 names per handle, 2 follows each (the tensor got last
+ * may still be held; a loop over more names follows 16 of them and sends
+ * the GET for the others); with more held, while the name has no version
+ * (it may become a ring) or when the daemon refuses FOLLOW, it sends the
+ * GET.
  * Its idle follows end when a td_client_follow of the handle meets a
  * daemon limit, so that one is made as before; and its follows take at
  * most half of a name's follower rows and of the daemon's followed
@@ -570,7 +573,9 @@ TD_EXPORT int td_client_get_newer(struct td_client *c, const char *name,
  * counts against the limits until the follower lets go.
  * Returns 0 and *out (end it with td_follow_close()), -EOPNOTSUPP when
  * the daemon does not serve FOLLOW, -EINVAL for a ring name (use
- * td_ring_subscribe()), -EACCES, -EBUSY (64 followers of that name), or
+ * td_ring_subscribe()), -EACCES, -EBUSY (64 followers of that name),
+ * -EDQUOT (a limit of this uid: its leases, descriptors or followed
+ * names, or 32 followers of that name already; docs/policy.md §5), or
  * -errno.
  */
 struct td_follow;
