@@ -1890,6 +1890,35 @@ Test(tensorctl, no_daemon_at_the_socket_says_how_to_name_it)
 }
 
 /*
+ * `--socket "$SOCK"` with SOCK unset: an empty path used to mean the
+ * default socket, so the command went to whichever daemon listens there
+ * ($TENSORD_SOCKET here, another one than named) and succeeded. It is a
+ * bad command line, as tensord's own --socket "" is.
+ */
+Test(tensorctl, an_empty_socket_path_is_a_usage_error)
+{
+	struct tu_daemon d;
+	char *out, *err;
+
+	start(&d);
+	setenv("TENSORD_SOCKET", d.sock, 1);
+	cr_expect_eq(CTL(&d, &out, &err, "--socket", "", "ls"), 2);
+	cr_expect(strstr(err, "--socket needs a PATH (to use the default "
+			      "socket, leave --socket out)"),
+		  "%s", err);
+	cr_expect_str_empty(out);
+	free(out);
+	free(err);
+	cr_expect_eq(CTL(&d, &out, NULL, "--json", "ls", "--socket="), 2);
+	cr_expect(strstr(out, "{\"error\":{\"kind\":\"usage\",\"errno\":22,"
+			      "\"reason\":\"ls: --socket needs a PATH"),
+		  "%s", out);
+	free(out);
+	unsetenv("TENSORD_SOCKET");
+	tu_daemon_stop(&d, false);
+}
+
+/*
  * What a newcomer types from the shell: a glob for ls, a prefix for
  * watch without --prefix. The daemon only says the name is bad; the
  * message says what to type instead. And a shape typed with a digit too

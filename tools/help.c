@@ -219,6 +219,10 @@ int tctl_getopt(int argc, char **argv, const char *shortopts,
 	c = getopt_long(argc, argv, so, longopts, NULL);
 	switch (c) {
 	case TCTL_OPT_SOCKET:
+		if (!*optarg) {
+			*status = tctl_usage(argv[0], TCTL_EMPTY_SOCKET);
+			return TCTL_OPT_DONE;
+		}
 		tctl_socket = optarg;
 		return tctl_getopt(argc, argv, shortopts, longopts, status);
 	case TCTL_OPT_JSON:

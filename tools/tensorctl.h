@@ -40,6 +40,14 @@ enum {
 	TCTL_OPT_FIRST_OWN, /* a command's own long-only options from here */
 	TCTL_OPT_DONE = -2, /* tctl_getopt(): return *status now */
 };
+/*
+ * --socket "" (an unset shell variable) would fall back to the default
+ * socket, another daemon than the one meant: refused, as tensord refuses
+ * it.
+ */
+#define TCTL_EMPTY_SOCKET                                                     \
+	"--socket needs a PATH (to use the default socket, leave --socket "  \
+	"out)"
 #define TCTL_COMMON_OPTIONS                                                   \
 	{"socket", required_argument, NULL, TCTL_OPT_SOCKET},                 \
 	{"json", no_argument, NULL, TCTL_OPT_JSON},                           \
