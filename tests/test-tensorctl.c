@@ -1299,6 +1299,53 @@ Test(tensorctl, a_signal_just_before_a_socket_connect_is_not_lost)
 	tu_daemon_stop(&d, false);
 }
 
+/* get t -o PATH with SIGINT raised before the first write to its
+ * temporary file; the exit status, stderr in *err. */
+static int get_interrupted(const struct tu_daemon *d, const char *path,
+			   char **err)
+{
+	char spec[200];
+	int st;
+
+	snprintf(spec, sizeof(spec), "%d:%s/.tensorctl-*", SIGINT, d->dir);
+	tu_shim_on("TD_RAISE_BEFORE_WRITE", spec);
+	st = CTL(d, NULL, err, "get", "t", "-o", path);
+	tu_shim_off("TD_RAISE_BEFORE_WRITE");
+	return st;
+}
+
+/*
+ * A write into a new file stopped by a signal said "the old file is left
+ * as it was", of a file that never was: it says no file is made, and
+ * none is. Over an existing file it still says the old one stays.
+ */
+Test(tensorctl, an_interrupted_write_says_what_it_left)
+{
+	struct tu_daemon d;
+	char path[160], *err;
+
+	start(&d);
+	path_in(path, sizeof(path), &d, "new.bin");
+	cr_expect_eq(get_interrupted(&d, path, &err), 128 + SIGINT);
+	cr_expect(strstr(err, "new.bin: interrupted by signal 2; no file is "
+			      "made\n") &&
+			  !strstr(err, "old file"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(access(path, F_OK), -1, "%s was made", path);
+	cr_expect_eq(temp_files(d.dir), 0);
+	write_file(path, "old", 3);
+	cr_expect_eq(get_interrupted(&d, path, &err), 128 + SIGINT);
+	cr_expect(strstr(err, "new.bin: interrupted by signal 2; the old file "
+			      "is left as it was\n"),
+		  "%s", err);
+	free(err);
+	expect_file(path, "old");
+	cr_expect_eq(temp_files(d.dir), 0);
+	unlink(path);
+	tu_daemon_stop(&d, false);
+}
+
 /*
  * name: a tensor whose fence nobody signals; the client that published
  * it and the fence stay open here (close both).
