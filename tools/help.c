@@ -19,9 +19,10 @@ static const struct cmd {
 } cmds[] = {
 	{"inspect", "inspect [--max-bytes N] FILE|-",
 	 "Decode a tensor blob, a .tgm, a Hurray .hrry or a NumPy .npy file\n"
-	 "(recognised by its magic) and print every field; a .hrry file lists\n"
-	 "a status per tensor (ok, unsupported, invalid), a .npy file whether\n"
-	 "its data is whole. A refused file exits with status 1.\n"
+	 "(recognised by its magic) and print every field; a .tgm file its\n"
+	 "frames, descriptors and metadata (as JSON), a .hrry file a status\n"
+	 "per tensor (ok, unsupported, invalid), a .npy file whether its data\n"
+	 "is whole. A refused file exits with status 1.\n"
 	 "  --max-bytes N   read a stream (stdin, FIFO, device) up to N bytes\n"
 	 "                  (K, M, G, T suffixes; default 1G); a regular file\n"
 	 "                  is read by its size\n"},
