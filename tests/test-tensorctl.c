@@ -1299,6 +1299,38 @@ Test(tensorctl, a_signal_just_before_a_socket_connect_is_not_lost)
 	tu_daemon_stop(&d, false);
 }
 
+/*
+ * `tensorctl get big | head -c 10`: the reader stops, and tensorctl dies
+ * of SIGPIPE as cat does, without "standard output: interrupted by
+ * signal 13" on the terminal (it said that, where the docs promise only
+ * the death by the signal).
+ */
+Test(tensorctl, a_reader_that_stops_ends_it_by_sigpipe_quietly)
+{
+	const char *outs[] = {"-", NULL};
+	struct tu_daemon d;
+	char *err;
+
+	start(&d);
+	put_zeros(&d, "big", 1 << 20);
+	for (int i = 0; i < 2; i++) {
+		struct run r = {.in_fd = -1};
+		int p[2], st;
+
+		cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+		close(p[0]); /* a reader gone before the first byte */
+		r.out_fd = p[1];
+		st = outs[i] ? CTL_R(&d, &r, NULL, &err, "get", "big", "-o",
+				     outs[i])
+			     : CTL_R(&d, &r, NULL, &err, "get", "big");
+		close(p[1]);
+		cr_expect_eq(st, 128 + SIGPIPE, "status %d", st);
+		cr_expect_str_empty(err);
+		free(err);
+	}
+	tu_daemon_stop(&d, false);
+}
+
 /* get t -o PATH with SIGINT raised before the first write to its
  * temporary file; the exit status, stderr in *err. */
 static int get_interrupted(const struct tu_daemon *d, const char *path,

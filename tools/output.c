@@ -85,6 +85,11 @@ void tctl_write_guard(int on)
 
 static int fail_io(const struct tctl_out *o, int err, const char *what)
 {
+	/* a reader that stopped reading (`| head`): die of SIGPIPE without
+	 * a word, as cat does; there is nothing of ours to clean up */
+	if (got_signal == SIGPIPE &&
+	    (o->mode == TCTL_OUT_STDOUT || o->mode == TCTL_OUT_DIRECT))
+		return TCTL_REFUSED;
 	if ((err == EINTR || err == EPIPE) && got_signal)
 		return tctl_fail(TCTL_REFUSED, "interrupted", EINTR,
 				 "%s: interrupted by signal %d%s", o->path,
