@@ -31,6 +31,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tensord/blob.h"
 #include "tensord/hrry.h"
 #include "tensord/tensord.h"
 #include "testutil.h"
@@ -1692,6 +1693,41 @@ Test(tensorctl, a_refused_blob_is_said_as_every_error_is)
 				  "have 6) at offset 0: ")),
 		  "%s", err);
 	free(err);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * A blob's strings (format, colour) are the file's text, and inspect's
+ * table printed them raw: a blob could clear the terminal (ESC) or send
+ * an 8-bit CSI. They are escaped as stat escapes metadata.
+ */
+Test(tensorctl, inspect_escapes_a_blobs_strings)
+{
+	static const char cs[] = "\x1b[2Jx\xc2\x9b";
+	uint64_t shape = 4;
+	uint8_t data[4] = {0}, buf[512];
+	struct td_blob_plane pl = {.handle = -1, .stride = 4, .size = 4,
+				   .used = 4, .data_len = 4, .data = data};
+	struct td_blob_desc bd = {.fence_fd = -1, .dtype = TD_TENSOR_U8,
+				  .quant_axis = -2, .ndim = 1, .shape = &shape,
+				  .plane_count = 1, .planes = &pl};
+	struct tu_daemon d;
+	char in[160], *out;
+	int n;
+
+	bd.strings[1] = (struct td_str){cs, sizeof(cs) - 1};
+	n = td_blob_encode(&bd, buf, sizeof(buf), NULL);
+	cr_assert_gt(n, 0);
+	start(&d);
+	path_in(in, sizeof(in), &d, "esc.blob");
+	write_file(in, buf, (size_t)n);
+	cr_expect_eq(CTL(&d, &out, NULL, "inspect", in), 0);
+	cr_expect(strstr(out, "  color_space            "
+			      "\"\\x1b[2Jx\\u009b\"\n"),
+		  "%s", out);
+	cr_expect(!strchr(out, '\x1b') && !strstr(out, "\xc2\x9b"), "%s", out);
+	free(out);
+	unlink(in);
 	tu_daemon_stop(&d, false);
 }
 

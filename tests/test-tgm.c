@@ -1880,6 +1880,51 @@ Test(tgm, tensorctl_inspect_prints_the_metadata)
 	free(out);
 }
 
+/*
+ * A descriptor's words (encoding, filter, ...) are the file's text, and
+ * the table printed them raw: a file could clear the user's terminal.
+ * They are escaped as stat escapes metadata.
+ */
+Test(tgm, tensorctl_inspect_table_escapes_descriptor_words)
+{
+	const char *bin = getenv("TD_TENSORCTL");
+	char path[] = "/tmp/td-tgm-XXXXXX";
+	char *argv[] = { (char *)bin, "inspect", path, NULL };
+	static const uint8_t empty_map = 0xa0;
+	struct mb m = { .len = 0 };
+	struct cb c = { .len = 0 };
+	uint8_t body[512] = { 0 };
+	char *out = NULL;
+	int fd;
+
+	cr_assert_not_null(bin, "TD_TENSORCTL is not set");
+	cb_head(&c, 5, 9);
+	cb_text(&c, "ndim"), cb_head(&c, 0, 1);
+	cb_text(&c, "type"), cb_text(&c, "ntensor");
+	cb_text(&c, "dtype"), cb_text(&c, "float32");
+	cb_text(&c, "shape"), cb_head(&c, 4, 1), cb_head(&c, 0, 1);
+	cb_text(&c, "filter"), cb_text(&c, "\xc2\x9b" "1m");
+	cb_text(&c, "strides"), cb_head(&c, 4, 1), cb_head(&c, 0, 1);
+	cb_text(&c, "encoding"), cb_text(&c, "\x1b[2J");
+	cb_text(&c, "byte_order"), cb_text(&c, "little");
+	cb_text(&c, "compression"), cb_text(&c, "none");
+	memcpy(body + 4, c.b, c.len); /* after one float32 */
+	mb_preamble(&m, 0x0001, 0);
+	mb_frame(&m, 1, 0, &empty_map, 1, 0);
+	mb_frame(&m, 9, 1 /* CBOR after the data */, body, 4 + c.len, 16 + 4);
+	mb_postamble(&m, m.len - m.start, true);
+	fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, m.b, m.len), (ssize_t)m.len);
+	close(fd);
+	tu_run_capture(argv, &out);
+	unlink(path);
+	cr_expect_not_null(strstr(out, "encoding \\x1b[2J, filter \\u009b1m,"),
+			   "%s", out);
+	cr_expect(!strchr(out, '\x1b') && !strstr(out, "\xc2\x9b"), "%s", out);
+	free(out);
+}
+
 /* ------------------------------------------------------------------ */
 /* The windowed walk (td_tgm_walk_begin/_post/_window: a file read with
  * pread) against the in-memory one */

@@ -97,6 +97,13 @@ static int json_object_desc(FILE *f, struct tgm_src *s, uint64_t base,
 	return 0;
 }
 
+/* lead, then w (text from the file) escaped for a terminal */
+static void word(FILE *f, const char *lead, const char *w)
+{
+	fputs(lead, f);
+	tctl_text_escaped(f, w, strlen(w));
+}
+
 /* One line under a type-9 frame: what its descriptor says. */
 static int text_object_desc(FILE *f, struct tgm_src *s, uint64_t base,
 			    const struct td_tgm_frame *fr)
@@ -116,14 +123,20 @@ static int text_object_desc(FILE *f, struct tgm_src *s, uint64_t base,
 			e.reason, e.offset);
 		return 1;
 	}
-	fprintf(f, "       %s %s (", o.desc.type, o.desc.dtype_name);
+	/* the descriptor's words are the file's text: escaped */
+	fputs("       ", f);
+	word(f, "", o.desc.type);
+	word(f, " ", o.desc.dtype_name);
+	fputs(" (", f);
 	for (uint32_t i = 0; i < o.desc.shape_count; i++)
 		fprintf(f, "%s%" PRIu64, i ? "," : "", o.desc.shape[i]);
-	fprintf(f, ") %s-endian, encoding %s, filter %s, compression %s%s, "
-		"data %" PRIu64 "..%" PRIu64 "\n",
-		order[o.desc.byte_order], o.desc.encoding, o.desc.filter,
-		o.desc.compression, o.desc.has_masks ? ", masks" : "",
-		o.data_offset, o.data_offset + o.data_len);
+	fprintf(f, ") %s-endian", order[o.desc.byte_order]);
+	word(f, ", encoding ", o.desc.encoding);
+	word(f, ", filter ", o.desc.filter);
+	word(f, ", compression ", o.desc.compression);
+	fprintf(f, "%s, data %" PRIu64 "..%" PRIu64 "\n",
+		o.desc.has_masks ? ", masks" : "", o.data_offset,
+		o.data_offset + o.data_len);
 	return 0;
 }
 

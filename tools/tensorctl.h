@@ -114,6 +114,9 @@ void tctl_json_meta(FILE *f, const void *meta, size_t len);
 /* stat's metadata line ("  metadata (N B): text", escaped; hex when it
  * is not UTF-8); nothing when there is none. */
 void tctl_text_meta(FILE *f, const void *meta, size_t len);
+/* text[0, len) for a terminal: '\\', \n, \t, other control bytes as
+ * \xNN, C1 controls as \u00NN; the rest as it is */
+void tctl_text_escaped(FILE *f, const void *text, size_t len);
 void tctl_print_entry(const struct td_entry *e, int json,
 		      const struct td_ring_stat *rs);
 
