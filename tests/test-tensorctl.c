@@ -2034,6 +2034,40 @@ Test(tensorctl, an_empty_socket_path_is_a_usage_error)
 }
 
 /*
+ * `--shape 2 3` for 2,3, or a second FILE: one operand too many was told
+ * as "needs NAME and FILE", which the line seemed to give. The message
+ * names the operand too many.
+ */
+Test(tensorctl, an_operand_too_many_is_named)
+{
+	struct tu_daemon d;
+	char in[160], *out, *err;
+
+	start(&d);
+	path_in(in, sizeof(in), &d, "six.bin");
+	write_file(in, "abcdef", 6);
+	cr_expect_eq(CTL(&d, NULL, &err, "put", "x", in, "--dtype", "u8",
+			 "--shape", "2", "3"),
+		     2);
+	cr_expect(starts(err, "tensorctl: put: needs NAME and FILE (- for "
+			      "stdin); unexpected operand '3'\n"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, &out, NULL, "--json", "rm", "t", "u"), 2);
+	cr_expect(strstr(out, "\"reason\":\"rm: needs one NAME; unexpected "
+			      "operand 'u'\""),
+		  "%s", out);
+	free(out);
+	cr_expect_eq(CTL(&d, NULL, &err, "get", "t", "x.bin"), 2);
+	cr_expect(strstr(err, "get: needs one NAME; unexpected operand "
+			      "'x.bin'"),
+		  "%s", err);
+	free(err);
+	unlink(in);
+	tu_daemon_stop(&d, false);
+}
+
+/*
  * What a newcomer types from the shell: a glob for ls, a prefix for
  * watch without --prefix. The daemon only says the name is bad; the
  * message says what to type instead. And a shape typed with a digit too

@@ -566,7 +566,8 @@ static int load_opts(int argc, char **argv, struct load_opts *lo)
 		}
 	}
 	if (argc - optind != 1)
-		return tctl_usage("load", "needs one FILE.tgm (- for stdin)");
+		return tctl_operands("load", argc, argv, 1,
+				     "needs one FILE.tgm (- for stdin)");
 	lo->path = argv[optind];
 	if (*lo->prefix &&
 	    (strlen(lo->prefix) > BASE_NAME_MAX - 16 ||

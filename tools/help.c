@@ -203,6 +203,17 @@ int tctl_usage(const char *cmd, const char *fmt, ...)
 	return TCTL_USAGE;
 }
 
+int tctl_operands(const char *cmd, int argc, char **argv, int want,
+		   const char *need)
+{
+	/* name the operand too many: `--shape 2 3` for 2,3, a value with
+	 * a space not quoted, a second FILE */
+	if (argc - optind > want)
+		return tctl_usage(cmd, "%s; unexpected operand '%s'", need,
+				  argv[optind + want]);
+	return tctl_usage(cmd, "%s", need);
+}
+
 int tctl_getopt(int argc, char **argv, const char *shortopts,
 		const struct option *longopts, int *status)
 {

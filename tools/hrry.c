@@ -628,7 +628,8 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 	if (rc >= 0)
 		return rc;
 	if (argc - optind != 1)
-		return tctl_usage("load", "needs one FILE.hrry (- for stdin)");
+		return tctl_operands("load", argc, argv, 1,
+				     "needs one FILE.hrry (- for stdin)");
 	path = argv[optind];
 	if (strlen(prefix) >= TD_NAME_MAX)
 		return tctl_usage("load", "--prefix is longer than a name");

@@ -66,6 +66,10 @@ int tctl_getopt(int argc, char **argv, const char *shortopts,
 /* A usage error of cmd: the reason, then its usage, on stderr (or JSON). */
 int tctl_usage(const char *cmd, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* The usage error of argv's operands (from optind) not being want:
+ * need, and the first one too many when there are more. */
+int tctl_operands(const char *cmd, int argc, char **argv, int want,
+		  const char *need);
 /* cmd's full usage on f. */
 void tctl_help(const char *cmd, FILE *f);
 /* Every command's synopsis and the common options (tensorctl --help). */
