@@ -2301,6 +2301,33 @@ Test(tensorctl, load_says_what_its_scan_skipped)
 	tu_daemon_stop(&d, false);
 }
 
+/*
+ * load of a file with no .tgm message in it (a .npy handed to load, as a
+ * user will) said "N bytes outside any whole message skipped" and then
+ * "no complete .tgm message found": one line now, and for a .npy file
+ * the command that takes it.
+ */
+Test(tensorctl, load_of_a_npy_file_says_where_it_goes)
+{
+	static const char npy[] = "\x93NUMPY\x01\x00\x76\x00{'descr': '|u1', "
+				  "'fortran_order': False, 'shape': (1,), }";
+	struct tu_daemon d;
+	char path[160], want[400], *err;
+
+	start(&d);
+	path_in(path, sizeof(path), &d, "a.npy");
+	write_file(path, npy, sizeof(npy) - 1);
+	cr_expect_eq(CTL(&d, NULL, &err, "load", path), 1);
+	snprintf(want, sizeof(want),
+		 "tensorctl: %s: no complete .tgm message found (a NumPy .npy "
+		 "file: tensorctl put NAME FILE publishes it)\n",
+		 path);
+	cr_expect_str_eq(err, want);
+	free(err);
+	unlink(path);
+	tu_daemon_stop(&d, false);
+}
+
 /* stat shows the metadata as text on a line of its own, escaped (no
  * byte of it reaches the terminal raw), hex when it is not UTF-8; ls
  * keeps one line a tensor. */
