@@ -2344,6 +2344,24 @@ Test(hrry, tensorctl_text_escapes_what_the_file_says)
 	cr_expect(!strchr(out, '\x1b') && !strstr(out, "\xc2\x9b"), "%s", out);
 	free(out);
 	unlink(path);
+	/* zarr export's list of node names, which keep C1 controls */
+	{
+		static const char *const c1[] = {"c\xc2\x9b" "2J", NULL};
+		char p2[] = "/tmp/td-hrry-XXXXXX", dir[64];
+		char *rm[] = {"/bin/rm", "-rf", dir, NULL};
+
+		u3_file(p2, c1);
+		snprintf(dir, sizeof(dir), "%s.zarr", p2);
+		cr_assert_eq(tu_tensorctl(&none, &out, "zarr", "export", dir,
+					  "--from", p2, NULL),
+			     0, "%s", out);
+		cr_expect_not_null(strstr(out, "\n  c\\u009b2J\n"), "%s", out);
+		cr_expect_null(strstr(out, "\xc2\x9b"), "%s", out);
+		free(out);
+		cr_expect_eq(tu_run_capture(rm, &out), 0);
+		free(out);
+		unlink(p2);
+	}
 }
 
 /* docs/hurray.md: --message and --variable-key are .tgm options, a usage

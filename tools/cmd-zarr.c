@@ -356,8 +356,13 @@ static int print_exported(const char *dir, const struct zset *z)
 		return tctl_json_print(j);
 	}
 	printf("%s: %zu array(s)\n", dir, z->n);
-	for (size_t i = 0; i < z->n; i++)
-		printf("  %s\n", z->s[i].a.name);
+	for (size_t i = 0; i < z->n; i++) {
+		/* a node name keeps C1 controls (tensogram.md §18) */
+		printf("  ");
+		tctl_text_escaped(stdout, z->s[i].a.name,
+				  strlen(z->s[i].a.name));
+		printf("\n");
+	}
 	return TCTL_OK;
 }
 
