@@ -2302,6 +2302,27 @@ Test(tensorctl, load_says_what_its_scan_skipped)
 }
 
 /*
+ * zarr export into a folder that does not exist named its own temporary
+ * folder (".tensorctl-PID-x-XXXXXX: No such file or directory"), a name
+ * the user never typed: it names DIR and the folder at fault, as -o does.
+ */
+Test(tensorctl, zarr_export_names_the_folder_it_cannot_write_in)
+{
+	struct tu_daemon d;
+	char dir[200], want[512], *err;
+
+	start(&d);
+	snprintf(dir, sizeof(dir), "%s/missing/x", d.dir);
+	cr_expect_eq(CTL(&d, NULL, &err, "zarr", "export", dir, "t"), 1);
+	snprintf(want, sizeof(want),
+		 "tensorctl: %s: %s/missing: No such file or directory\n", dir,
+		 d.dir);
+	cr_expect_str_eq(err, want);
+	free(err);
+	tu_daemon_stop(&d, false);
+}
+
+/*
  * load of a file with no .tgm message in it (a .npy handed to load, as a
  * user will) said "N bytes outside any whole message skipped" and then
  * "no complete .tgm message found": one line now, and for a .npy file

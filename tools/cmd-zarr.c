@@ -304,9 +304,15 @@ static int export_write(const char *dir, const struct zset *z)
 		                 strerror(rc ? -rc : ENAMETOOLONG));
 	tctl_write_guard(1);
 	if (!mkdtemp(tmp)) {
+		int err = errno;
+		size_t pl = strlen(parent);
+
 		tctl_write_guard(0);
-		return tctl_fail(TCTL_REFUSED, "io", errno, "%s: %s", tmp,
-		                 strerror(errno));
+		/* DIR as typed and the folder that refused the temporary
+		 * one (its name is ours, not the user's), as -o says it */
+		return tctl_fail(TCTL_REFUSED, "io", err, "%s: %.*s: %s", dir,
+		                 pl ? (int)(pl > 1 ? pl - 1 : pl) : 1,
+		                 pl ? parent : ".", strerror(err));
 	}
 	top = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	rc = top < 0 ? -errno : write_tree(top, z);
