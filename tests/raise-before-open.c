@@ -4,7 +4,8 @@
  * one blocking call on one path, once. $TD_RAISE_BEFORE_OPEN is
  * "SIGNO:PATH" for an open of PATH for writing, $TD_RAISE_BEFORE_WRITE
  * for a write(2) to a descriptor of PATH, $TD_RAISE_BEFORE_CONNECT for a
- * connect(2) to the socket PATH. It makes the moment a race would need
+ * connect(2) to the socket PATH (a PATH ending in '*' names every path
+ * it starts, such as a temporary file's). It makes the moment a race would need
  * (a signal caught after the program's last check and before a call that
  * can block for ever) happen every time (tests/test-tensorctl.c: a
  * FIFO's open waits for a reader, a write for room in it, a connect for
@@ -65,12 +66,18 @@ static void maybe_raise(int *fired, const char *var, const char *path)
 {
 	const char *spec = getenv(var);
 	char *colon;
+	size_t n;
 	long sig;
 
 	if (*fired || !spec || !path)
 		return;
 	sig = strtol(spec, &colon, 10);
-	if (*colon != ':' || strcmp(colon + 1, path))
+	if (*colon != ':')
+		return;
+	n = strlen(colon + 1);
+	/* "PATH*": any path PATH starts (a temporary file's random name) */
+	if (n && colon[n] == '*' ? strncmp(colon + 1, path, n - 1)
+				 : strcmp(colon + 1, path))
 		return;
 	*fired = 1;
 	raise((int)sig);

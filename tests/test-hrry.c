@@ -2302,6 +2302,68 @@ Test(hrry, tensorctl_load_refuses_names_tensord_does_not_take)
 	tu_daemon_stop(&d, false);
 }
 
+/*
+ * Names, KV keys and strings come from the file: inspect's table and
+ * load's "refused NAME" line printed them raw, so a file could clear the
+ * user's terminal or retitle it (ESC, C1 CSI). They are escaped as stat
+ * escapes a tenant's metadata (docs/tensorctl.md); --json is unchanged.
+ */
+Test(hrry, tensorctl_text_escapes_what_the_file_says)
+{
+	static const char *const names[] = {"e\x1b[2Jx", NULL};
+	struct td_hrry_kv_entry kv[] = {
+		{"k\x1b]0;t\x07", 7, {.kind = TD_HRRY_KV_STRING,
+				      .data = (const uint8_t *)"v\xc2\x9b" "1m",
+				      .data_len = 5}},
+	};
+	struct tu_daemon none = {.sock = "/nonexistent"}, d;
+	char path[] = "/tmp/td-hrry-XXXXXX", *out;
+	struct hu_sink s;
+
+	u3_file(path, names);
+	cr_assert_eq(tu_tensorctl(&none, &out, "inspect", path, NULL), 0,
+		     "%s", out);
+	cr_expect_not_null(strstr(out, "\n  e\\x1b[2Jx: uint8 [3]"), "%s", out);
+	cr_expect_null(strchr(out, '\x1b'), "%s", out);
+	free(out);
+	tu_daemon_start(&d, "error");
+	cr_assert_eq(tu_tensorctl(&d, &out, "load", path, NULL), 0, "%s", out);
+	cr_expect_not_null(strstr(out, "refused e\\x1b[2Jx: InvalidArgument: "),
+			   "%s", out);
+	cr_expect_null(strchr(out, '\x1b'), "%s", out);
+	free(out);
+	tu_daemon_stop(&d, false);
+	s = kv_file(kv, 1);
+	save_file(path, s.buf, s.len);
+	free(s.buf);
+	cr_assert_eq(tu_tensorctl(&none, &out, "inspect", path, NULL), 0,
+		     "%s", out);
+	cr_expect_not_null(strstr(out, "  k\\x1b]0;t\\x07 (string) = "
+				       "\"v\\u009b1m\"\n"),
+			   "%s", out);
+	cr_expect(!strchr(out, '\x1b') && !strstr(out, "\xc2\x9b"), "%s", out);
+	free(out);
+	unlink(path);
+	/* zarr export's list of node names, which keep C1 controls */
+	{
+		static const char *const c1[] = {"c\xc2\x9b" "2J", NULL};
+		char p2[] = "/tmp/td-hrry-XXXXXX", dir[64];
+		char *rm[] = {"/bin/rm", "-rf", dir, NULL};
+
+		u3_file(p2, c1);
+		snprintf(dir, sizeof(dir), "%s.zarr", p2);
+		cr_assert_eq(tu_tensorctl(&none, &out, "zarr", "export", dir,
+					  "--from", p2, NULL),
+			     0, "%s", out);
+		cr_expect_not_null(strstr(out, "\n  c\\u009b2J\n"), "%s", out);
+		cr_expect_null(strstr(out, "\xc2\x9b"), "%s", out);
+		free(out);
+		cr_expect_eq(tu_run_capture(rm, &out), 0);
+		free(out);
+		unlink(p2);
+	}
+}
+
 /* docs/hurray.md: --message and --variable-key are .tgm options, a usage
  * error with a Hurray file that says so (it said "unknown option") */
 Test(hrry, tensorctl_load_names_the_tgm_options_a_hurray_file_refuses)

@@ -31,6 +31,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tensord/blob.h"
 #include "tensord/hrry.h"
 #include "tensord/tensord.h"
 #include "testutil.h"
@@ -1300,6 +1301,85 @@ Test(tensorctl, a_signal_just_before_a_socket_connect_is_not_lost)
 }
 
 /*
+ * `tensorctl get big | head -c 10`: the reader stops, and tensorctl dies
+ * of SIGPIPE as cat does, without "standard output: interrupted by
+ * signal 13" on the terminal (it said that, where the docs promise only
+ * the death by the signal).
+ */
+Test(tensorctl, a_reader_that_stops_ends_it_by_sigpipe_quietly)
+{
+	const char *outs[] = {"-", NULL};
+	struct tu_daemon d;
+	char *err;
+
+	start(&d);
+	put_zeros(&d, "big", 1 << 20);
+	for (int i = 0; i < 2; i++) {
+		struct run r = {.in_fd = -1};
+		int p[2], st;
+
+		cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+		close(p[0]); /* a reader gone before the first byte */
+		r.out_fd = p[1];
+		st = outs[i] ? CTL_R(&d, &r, NULL, &err, "get", "big", "-o",
+				     outs[i])
+			     : CTL_R(&d, &r, NULL, &err, "get", "big");
+		close(p[1]);
+		cr_expect_eq(st, 128 + SIGPIPE, "status %d", st);
+		cr_expect_str_empty(err);
+		free(err);
+	}
+	tu_daemon_stop(&d, false);
+}
+
+/* get t -o PATH with SIGINT raised before the first write to its
+ * temporary file; the exit status, stderr in *err. */
+static int get_interrupted(const struct tu_daemon *d, const char *path,
+			   char **err)
+{
+	char spec[200];
+	int st;
+
+	snprintf(spec, sizeof(spec), "%d:%s/.tensorctl-*", SIGINT, d->dir);
+	tu_shim_on("TD_RAISE_BEFORE_WRITE", spec);
+	st = CTL(d, NULL, err, "get", "t", "-o", path);
+	tu_shim_off("TD_RAISE_BEFORE_WRITE");
+	return st;
+}
+
+/*
+ * A write into a new file stopped by a signal said "the old file is left
+ * as it was", of a file that never was: it says no file is made, and
+ * none is. Over an existing file it still says the old one stays.
+ */
+Test(tensorctl, an_interrupted_write_says_what_it_left)
+{
+	struct tu_daemon d;
+	char path[160], *err;
+
+	start(&d);
+	path_in(path, sizeof(path), &d, "new.bin");
+	cr_expect_eq(get_interrupted(&d, path, &err), 128 + SIGINT);
+	cr_expect(strstr(err, "new.bin: interrupted by signal 2; no file is "
+			      "made\n") &&
+			  !strstr(err, "old file"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(access(path, F_OK), -1, "%s was made", path);
+	cr_expect_eq(temp_files(d.dir), 0);
+	write_file(path, "old", 3);
+	cr_expect_eq(get_interrupted(&d, path, &err), 128 + SIGINT);
+	cr_expect(strstr(err, "new.bin: interrupted by signal 2; the old file "
+			      "is left as it was\n"),
+		  "%s", err);
+	free(err);
+	expect_file(path, "old");
+	cr_expect_eq(temp_files(d.dir), 0);
+	unlink(path);
+	tu_daemon_stop(&d, false);
+}
+
+/*
  * name: a tensor whose fence nobody signals; the client that published
  * it and the fence stay open here (close both).
  */
@@ -1617,6 +1697,41 @@ Test(tensorctl, a_refused_blob_is_said_as_every_error_is)
 }
 
 /*
+ * A blob's strings (format, colour) are the file's text, and inspect's
+ * table printed them raw: a blob could clear the terminal (ESC) or send
+ * an 8-bit CSI. They are escaped as stat escapes metadata.
+ */
+Test(tensorctl, inspect_escapes_a_blobs_strings)
+{
+	static const char cs[] = "\x1b[2Jx\xc2\x9b";
+	uint64_t shape = 4;
+	uint8_t data[4] = {0}, buf[512];
+	struct td_blob_plane pl = {.handle = -1, .stride = 4, .size = 4,
+				   .used = 4, .data_len = 4, .data = data};
+	struct td_blob_desc bd = {.fence_fd = -1, .dtype = TD_TENSOR_U8,
+				  .quant_axis = -2, .ndim = 1, .shape = &shape,
+				  .plane_count = 1, .planes = &pl};
+	struct tu_daemon d;
+	char in[160], *out;
+	int n;
+
+	bd.strings[1] = (struct td_str){cs, sizeof(cs) - 1};
+	n = td_blob_encode(&bd, buf, sizeof(buf), NULL);
+	cr_assert_gt(n, 0);
+	start(&d);
+	path_in(in, sizeof(in), &d, "esc.blob");
+	write_file(in, buf, (size_t)n);
+	cr_expect_eq(CTL(&d, &out, NULL, "inspect", in), 0);
+	cr_expect(strstr(out, "  color_space            "
+			      "\"\\x1b[2Jx\\u009b\"\n"),
+		  "%s", out);
+	cr_expect(!strchr(out, '\x1b') && !strstr(out, "\xc2\x9b"), "%s", out);
+	free(out);
+	unlink(in);
+	tu_daemon_stop(&d, false);
+}
+
+/*
  * "-" is read into memory whatever it is, so --max-bytes caps it when it
  * is a regular file (< FILE) as when it is a pipe: inspect, load (.tgm
  * and Hurray) and zarr export --from - refuse it, naming the option.
@@ -1890,6 +2005,69 @@ Test(tensorctl, no_daemon_at_the_socket_says_how_to_name_it)
 }
 
 /*
+ * `--socket "$SOCK"` with SOCK unset: an empty path used to mean the
+ * default socket, so the command went to whichever daemon listens there
+ * ($TENSORD_SOCKET here, another one than named) and succeeded. It is a
+ * bad command line, as tensord's own --socket "" is.
+ */
+Test(tensorctl, an_empty_socket_path_is_a_usage_error)
+{
+	struct tu_daemon d;
+	char *out, *err;
+
+	start(&d);
+	setenv("TENSORD_SOCKET", d.sock, 1);
+	cr_expect_eq(CTL(&d, &out, &err, "--socket", "", "ls"), 2);
+	cr_expect(strstr(err, "--socket needs a PATH (to use the default "
+			      "socket, leave --socket out)"),
+		  "%s", err);
+	cr_expect_str_empty(out);
+	free(out);
+	free(err);
+	cr_expect_eq(CTL(&d, &out, NULL, "--json", "ls", "--socket="), 2);
+	cr_expect(strstr(out, "{\"error\":{\"kind\":\"usage\",\"errno\":22,"
+			      "\"reason\":\"ls: --socket needs a PATH"),
+		  "%s", out);
+	free(out);
+	unsetenv("TENSORD_SOCKET");
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * `--shape 2 3` for 2,3, or a second FILE: one operand too many was told
+ * as "needs NAME and FILE", which the line seemed to give. The message
+ * names the operand too many.
+ */
+Test(tensorctl, an_operand_too_many_is_named)
+{
+	struct tu_daemon d;
+	char in[160], *out, *err;
+
+	start(&d);
+	path_in(in, sizeof(in), &d, "six.bin");
+	write_file(in, "abcdef", 6);
+	cr_expect_eq(CTL(&d, NULL, &err, "put", "x", in, "--dtype", "u8",
+			 "--shape", "2", "3"),
+		     2);
+	cr_expect(starts(err, "tensorctl: put: needs NAME and FILE (- for "
+			      "stdin); unexpected operand '3'\n"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, &out, NULL, "--json", "rm", "t", "u"), 2);
+	cr_expect(strstr(out, "\"reason\":\"rm: needs one NAME; unexpected "
+			      "operand 'u'\""),
+		  "%s", out);
+	free(out);
+	cr_expect_eq(CTL(&d, NULL, &err, "get", "t", "x.bin"), 2);
+	cr_expect(strstr(err, "get: needs one NAME; unexpected operand "
+			      "'x.bin'"),
+		  "%s", err);
+	free(err);
+	unlink(in);
+	tu_daemon_stop(&d, false);
+}
+
+/*
  * What a newcomer types from the shell: a glob for ls, a prefix for
  * watch without --prefix. The daemon only says the name is bad; the
  * message says what to type instead. And a shape typed with a digit too
@@ -2120,6 +2298,54 @@ Test(tensorctl, load_says_what_its_scan_skipped)
 		  "%s", err);
 	free(err);
 	free(b);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * zarr export into a folder that does not exist named its own temporary
+ * folder (".tensorctl-PID-x-XXXXXX: No such file or directory"), a name
+ * the user never typed: it names DIR and the folder at fault, as -o does.
+ */
+Test(tensorctl, zarr_export_names_the_folder_it_cannot_write_in)
+{
+	struct tu_daemon d;
+	char dir[200], want[512], *err;
+
+	start(&d);
+	snprintf(dir, sizeof(dir), "%s/missing/x", d.dir);
+	cr_expect_eq(CTL(&d, NULL, &err, "zarr", "export", dir, "t"), 1);
+	snprintf(want, sizeof(want),
+		 "tensorctl: %s: %s/missing: No such file or directory\n", dir,
+		 d.dir);
+	cr_expect_str_eq(err, want);
+	free(err);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * load of a file with no .tgm message in it (a .npy handed to load, as a
+ * user will) said "N bytes outside any whole message skipped" and then
+ * "no complete .tgm message found": one line now, and for a .npy file
+ * the command that takes it.
+ */
+Test(tensorctl, load_of_a_npy_file_says_where_it_goes)
+{
+	static const char npy[] = "\x93NUMPY\x01\x00\x76\x00{'descr': '|u1', "
+				  "'fortran_order': False, 'shape': (1,), }";
+	struct tu_daemon d;
+	char path[160], want[400], *err;
+
+	start(&d);
+	path_in(path, sizeof(path), &d, "a.npy");
+	write_file(path, npy, sizeof(npy) - 1);
+	cr_expect_eq(CTL(&d, NULL, &err, "load", path), 1);
+	snprintf(want, sizeof(want),
+		 "tensorctl: %s: no complete .tgm message found (a NumPy .npy "
+		 "file: tensorctl put NAME FILE publishes it)\n",
+		 path);
+	cr_expect_str_eq(err, want);
+	free(err);
+	unlink(path);
 	tu_daemon_stop(&d, false);
 }
 

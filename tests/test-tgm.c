@@ -1813,6 +1813,118 @@ Test(tgm, tensorctl_inspect_lists_a_cut_last_message)
 	unlink(path);
 }
 
+/* tensorctl inspect [--json] of one message whose header metadata frame
+ * holds body; the exit status, the output in *out. */
+static int inspect_meta(const uint8_t *body, size_t n, int json, char **out)
+{
+	const char *bin = getenv("TD_TENSORCTL");
+	char path[] = "/tmp/td-tgm-XXXXXX";
+	char *argv[] = { (char *)bin, "inspect", json ? "--json" : path,
+			 json ? path : NULL, NULL };
+	struct mb m = { .len = 0 };
+	int fd, st;
+
+	cr_assert_not_null(bin, "TD_TENSORCTL is not set");
+	mb_preamble(&m, 0x0001, 0);
+	mb_frame(&m, 1, 0, body, n, 0);
+	mb_postamble(&m, m.len - m.start, true);
+	fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, m.b, m.len), (ssize_t)m.len);
+	close(fd);
+	st = tu_run_capture(argv, out);
+	unlink(path);
+	return st;
+}
+
+/*
+ * inspect "prints every field" (README), but of a .tgm it printed the
+ * frames and never the metadata, which is what a user inspects a
+ * Tensogram file for: a metadata frame's CBOR is now printed as JSON
+ * (text: a "metadata:" line with what would drive a terminal escaped),
+ * and one that does not decode is said and fails the status, as a
+ * descriptor that does not decode does.
+ */
+Test(tgm, tensorctl_inspect_prints_the_metadata)
+{
+	/* {"k": "a" U+0085 DEL} */
+	static const uint8_t meta[] = { 0xa1, 0x61, 'k', 0x64, 'a',
+					0xc2, 0x85, 0x7f };
+	static const uint8_t bad[] = { 0xff };
+	char *out = NULL;
+	json_object *got, *fr;
+
+	cr_assert_eq(inspect_meta(meta, sizeof(meta), 0, &out), 0, "%s", out);
+	cr_expect_not_null(strstr(out, "\n       metadata: "
+				       "{\"k\":\"a\\u0085\\u007f\"}\n"),
+			   "%s", out);
+	free(out);
+	cr_assert_eq(inspect_meta(meta, sizeof(meta), 1, &out), 0, "%s", out);
+	got = json_tokener_parse(out);
+	cr_assert_not_null(got, "not JSON: %s", out);
+	fr = json_object_array_get_idx(
+		jget(json_object_array_get_idx(jget(got, "messages"), 0),
+		     "frames"),
+		0);
+	cr_expect_str_eq(json_object_get_string(jget(jget(fr, "metadata"),
+						     "k")),
+			 "a\xc2\x85\x7f");
+	json_object_put(got);
+	free(out);
+	cr_expect_eq(inspect_meta(bad, sizeof(bad), 0, &out), 1, "%s", out);
+	cr_expect_not_null(strstr(out, "       metadata: REFUSED: "), "%s",
+			   out);
+	free(out);
+	cr_expect_eq(inspect_meta(bad, sizeof(bad), 1, &out), 1, "%s", out);
+	cr_expect_not_null(strstr(out, "\"metadata_error\":\""), "%s", out);
+	free(out);
+}
+
+/*
+ * A descriptor's words (encoding, filter, ...) are the file's text, and
+ * the table printed them raw: a file could clear the user's terminal.
+ * They are escaped as stat escapes metadata.
+ */
+Test(tgm, tensorctl_inspect_table_escapes_descriptor_words)
+{
+	const char *bin = getenv("TD_TENSORCTL");
+	char path[] = "/tmp/td-tgm-XXXXXX";
+	char *argv[] = { (char *)bin, "inspect", path, NULL };
+	static const uint8_t empty_map = 0xa0;
+	struct mb m = { .len = 0 };
+	struct cb c = { .len = 0 };
+	uint8_t body[512] = { 0 };
+	char *out = NULL;
+	int fd;
+
+	cr_assert_not_null(bin, "TD_TENSORCTL is not set");
+	cb_head(&c, 5, 9);
+	cb_text(&c, "ndim"), cb_head(&c, 0, 1);
+	cb_text(&c, "type"), cb_text(&c, "ntensor");
+	cb_text(&c, "dtype"), cb_text(&c, "float32");
+	cb_text(&c, "shape"), cb_head(&c, 4, 1), cb_head(&c, 0, 1);
+	cb_text(&c, "filter"), cb_text(&c, "\xc2\x9b" "1m");
+	cb_text(&c, "strides"), cb_head(&c, 4, 1), cb_head(&c, 0, 1);
+	cb_text(&c, "encoding"), cb_text(&c, "\x1b[2J");
+	cb_text(&c, "byte_order"), cb_text(&c, "little");
+	cb_text(&c, "compression"), cb_text(&c, "none");
+	memcpy(body + 4, c.b, c.len); /* after one float32 */
+	mb_preamble(&m, 0x0001, 0);
+	mb_frame(&m, 1, 0, &empty_map, 1, 0);
+	mb_frame(&m, 9, 1 /* CBOR after the data */, body, 4 + c.len, 16 + 4);
+	mb_postamble(&m, m.len - m.start, true);
+	fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, m.b, m.len), (ssize_t)m.len);
+	close(fd);
+	tu_run_capture(argv, &out);
+	unlink(path);
+	cr_expect_not_null(strstr(out, "encoding \\x1b[2J, filter \\u009b1m,"),
+			   "%s", out);
+	cr_expect(!strchr(out, '\x1b') && !strstr(out, "\xc2\x9b"), "%s", out);
+	free(out);
+}
+
 /* ------------------------------------------------------------------ */
 /* The windowed walk (td_tgm_walk_begin/_post/_window: a file read with
  * pread) against the in-memory one */

@@ -220,10 +220,18 @@ void tctl_text_meta(FILE *f, const void *meta, size_t len)
 		fputc('\n', f);
 		return;
 	}
-	/* text, on one line: a control byte or a backslash escaped, so a
-	 * tenant's metadata cannot move the terminal's cursor or fake a
-	 * line of this output */
 	fputs("): ", f);
+	tctl_text_escaped(f, p, len);
+	fputc('\n', f);
+}
+
+void tctl_text_escaped(FILE *f, const void *text, size_t len)
+{
+	const uint8_t *p = text;
+
+	/* on one line: a control byte or a backslash escaped, so text from
+	 * a tenant or a file cannot move the terminal's cursor or fake a
+	 * line of this output */
 	for (size_t i = 0; i < len; i++) {
 		if (p[i] == '\\')
 			fputs("\\\\", f);
@@ -239,7 +247,6 @@ void tctl_text_meta(FILE *f, const void *meta, size_t len)
 		else
 			fputc(p[i], f);
 	}
-	fputc('\n', f);
 }
 
 void tctl_print_entry(const struct td_entry *e, int json,

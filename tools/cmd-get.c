@@ -134,7 +134,7 @@ int cmd_get(int argc, char **argv)
 		}
 	}
 	if (argc - optind != 1)
-		return tctl_usage("get", "needs one NAME");
+		return tctl_operands("get", argc, argv, 1, "needs one NAME");
 	name = argv[optind];
 	if (have_version && have_newer)
 		return tctl_usage("get", "--version and --newer exclude each "

@@ -470,6 +470,25 @@ void tctl_tgm_load_fini(struct load *l)
 	td_tgm_meta_free(l->footer);
 }
 
+/*
+ * Not one .tgm message in the file: said once (not also as skipped
+ * bytes), and a .npy file, which a user may well hand to load, is told
+ * where it goes.
+ */
+static int no_message(struct tgm_src *s, const char *path)
+{
+	uint8_t m[6];
+	bool npy = s->size >= sizeof(m) &&
+	           tgm_src_read(s, 0, m, sizeof(m)) == 0 &&
+	           !memcmp(m, "\x93NUMPY", sizeof(m));
+
+	return tctl_fail(TCTL_REFUSED, "input", ENOENT,
+	                 "%s: no complete .tgm message found%s", path,
+	                 npy ? " (a NumPy .npy file: tensorctl put NAME FILE "
+	                       "publishes it)"
+	                     : "");
+}
+
 /* Every object of every loaded message, names distinct across them. */
 static int gather(struct load *ls, size_t nl, struct obj ***out, size_t *n)
 {
@@ -566,7 +585,8 @@ static int load_opts(int argc, char **argv, struct load_opts *lo)
 		}
 	}
 	if (argc - optind != 1)
-		return tctl_usage("load", "needs one FILE.tgm (- for stdin)");
+		return tctl_operands("load", argc, argv, 1,
+				     "needs one FILE.tgm (- for stdin)");
 	lo->path = argv[optind];
 	if (*lo->prefix &&
 	    (strlen(lo->prefix) > BASE_NAME_MAX - 16 ||
@@ -633,8 +653,9 @@ static int load_tgm(int argc, char **argv)
 	}
 	if (rc < 0) /* the scan's read failed */
 		rc = tgm_src_fail(&s);
-	/* the scan steps over junk and cut messages without a word */
-	if (!rc && covered < len)
+	/* the scan steps over junk and cut messages without a word (a file
+	 * without one message is said below, whole) */
+	if (!rc && covered && covered < len)
 		fprintf(stderr, "tensorctl: %s: %" PRIu64 " bytes outside any "
 		        "whole message skipped (junk, or a cut or damaged "
 		        "message; 'tensorctl inspect' lists where)\n",
@@ -645,8 +666,7 @@ static int load_tgm(int argc, char **argv)
 		               " (the file has %" PRIu64 ")",
 		               lo.path, lo.message, idx);
 	else if (!rc && !nl)
-		rc = tctl_fail(TCTL_REFUSED, "input", ENOENT,
-		               "%s: no complete .tgm message found", lo.path);
+		rc = no_message(&s, lo.path);
 	if (!rc)
 		rc = gather(ls, nl, &objs, &n);
 	if (!rc && !n) {

@@ -21,9 +21,9 @@ static int one_arg(int argc, char **argv, const char **arg, int required)
 		return rc;
 	*arg = optind < argc ? argv[optind] : NULL;
 	if (argc - optind > 1 || (required && !*arg))
-		return tctl_usage(argv[0], required ? "needs one NAME"
-						    : "takes one PREFIX at "
-						      "most");
+		return tctl_operands(argv[0], argc, argv, 1,
+				     required ? "needs one NAME"
+					      : "takes one PREFIX at most");
 	return -1;
 }
 

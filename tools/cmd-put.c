@@ -223,7 +223,8 @@ int cmd_put(int argc, char **argv)
 			return rc;
 	}
 	if (argc - optind != 2)
-		return tctl_usage("put", "needs NAME and FILE (- for stdin)");
+		return tctl_operands("put", argc, argv, 2,
+				     "needs NAME and FILE (- for stdin)");
 	p.name = argv[optind];
 	path = argv[optind + 1];
 	p.meta_len = p.meta ? strlen(p.meta) : 0;

@@ -55,7 +55,8 @@ int cmd_watch(int argc, char **argv)
 		}
 	}
 	if (argc - optind != 1)
-		return tctl_usage("watch", "needs one NAME or PREFIX");
+		return tctl_operands("watch", argc, argv, 1,
+				     "needs one NAME or PREFIX");
 	name = argv[optind];
 	json = tctl_json;
 	rc = tctl_connect(&c);

@@ -425,7 +425,8 @@ int cmd_zarr_import(int argc, char **argv)
 			return rc;
 	}
 	if (argc - optind != 1)
-		return tctl_usage("zarr", "import needs one DIR");
+		return tctl_operands("zarr", argc, argv, 1,
+				     "import needs one DIR");
 	if (*prefix && (strlen(prefix) > TD_NAME_MAX - 16 ||
 	                td_wire_name_check(prefix, strlen(prefix), true, &w)))
 		return tctl_usage("zarr", "bad --prefix '%s'", prefix);

@@ -304,9 +304,15 @@ static int export_write(const char *dir, const struct zset *z)
 		                 strerror(rc ? -rc : ENAMETOOLONG));
 	tctl_write_guard(1);
 	if (!mkdtemp(tmp)) {
+		int err = errno;
+		size_t pl = strlen(parent);
+
 		tctl_write_guard(0);
-		return tctl_fail(TCTL_REFUSED, "io", errno, "%s: %s", tmp,
-		                 strerror(errno));
+		/* DIR as typed and the folder that refused the temporary
+		 * one (its name is ours, not the user's), as -o says it */
+		return tctl_fail(TCTL_REFUSED, "io", err, "%s: %.*s: %s", dir,
+		                 pl ? (int)(pl > 1 ? pl - 1 : pl) : 1,
+		                 pl ? parent : ".", strerror(err));
 	}
 	top = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	rc = top < 0 ? -errno : write_tree(top, z);
@@ -356,8 +362,13 @@ static int print_exported(const char *dir, const struct zset *z)
 		return tctl_json_print(j);
 	}
 	printf("%s: %zu array(s)\n", dir, z->n);
-	for (size_t i = 0; i < z->n; i++)
-		printf("  %s\n", z->s[i].a.name);
+	for (size_t i = 0; i < z->n; i++) {
+		/* a node name keeps C1 controls (tensogram.md §18) */
+		printf("  ");
+		tctl_text_escaped(stdout, z->s[i].a.name,
+				  strlen(z->s[i].a.name));
+		printf("\n");
+	}
 	return TCTL_OK;
 }
 

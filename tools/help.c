@@ -20,9 +20,10 @@ static const struct cmd {
 } cmds[] = {
 	{"inspect", "inspect [--max-bytes N] FILE|-",
 	 "Decode a tensor blob, a .tgm, a Hurray .hrry or a NumPy .npy file\n"
-	 "(recognised by its magic) and print every field; a .hrry file lists\n"
-	 "a status per tensor (ok, unsupported, invalid), a .npy file whether\n"
-	 "its data is whole. A refused file exits with status 1.\n"
+	 "(recognised by its magic) and print every field; a .tgm file its\n"
+	 "frames, descriptors and metadata (as JSON), a .hrry file a status\n"
+	 "per tensor (ok, unsupported, invalid), a .npy file whether its data\n"
+	 "is whole. A refused file exits with status 1.\n"
 	 "  --max-bytes N   read a stream (stdin, FIFO, device) up to N bytes\n"
 	 "                  (K, M, G, T suffixes; default 1G); a regular file\n"
 	 "                  is read by its size\n"},
@@ -228,6 +229,17 @@ const char *tctl_synopsis(const char *cmd)
 	return c ? c->synopsis : NULL;
 }
 
+int tctl_operands(const char *cmd, int argc, char **argv, int want,
+		   const char *need)
+{
+	/* name the operand too many: `--shape 2 3` for 2,3, a value with
+	 * a space not quoted, a second FILE */
+	if (argc - optind > want)
+		return tctl_usage(cmd, "%s; unexpected operand '%s'", need,
+				  argv[optind + want]);
+	return tctl_usage(cmd, "%s", need);
+}
+
 int tctl_getopt(int argc, char **argv, const char *shortopts,
 		const struct option *longopts, int *status)
 {
@@ -252,6 +264,10 @@ int tctl_getopt(int argc, char **argv, const char *shortopts,
 	c = getopt_long(argc, argv, so, longopts, NULL);
 	switch (c) {
 	case TCTL_OPT_SOCKET:
+		if (!*optarg) {
+			*status = tctl_usage(argv[0], TCTL_EMPTY_SOCKET);
+			return TCTL_OPT_DONE;
+		}
 		tctl_socket = optarg;
 		return tctl_getopt(argc, argv, shortopts, longopts, status);
 	case TCTL_OPT_JSON:

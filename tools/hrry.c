@@ -108,11 +108,13 @@ static void kv_value(FILE *f, const struct td_hrry_kv_value *v, int json)
 {
 	switch (v->kind) {
 	case TD_HRRY_KV_STRING:
-		if (json)
+		if (json) {
 			td_json_str(f, (const char *)v->data, v->data_len);
-		else
-			fprintf(f, "\"%.*s\"", (int)v->data_len,
-				(const char *)v->data);
+			break;
+		}
+		fputc('"', f);
+		tctl_text_escaped(f, v->data, v->data_len);
+		fputc('"', f);
 		break;
 	case TD_HRRY_KV_INT64:
 		if (json)
@@ -212,7 +214,9 @@ static void inspect_entry(struct td_hrry_file_reader *r, uint64_t i,
 		}
 		printf("}");
 	} else {
-		printf("  %.*s: ", (int)e.name_len, e.name);
+		printf("  ");
+		tctl_text_escaped(stdout, e.name, e.name_len);
+		printf(": ");
 		if (decoded) {
 			type_name(stdout, d->type_tag, 0);
 			printf(" [");
@@ -303,8 +307,9 @@ int inspect_hrry(const char *path, const uint8_t *buf, size_t len, int json)
 			kv_value(stdout, &kv.value, 1);
 			printf("}");
 		} else {
-			printf("  %.*s (%s) = ", (int)kv.key_len, kv.key,
-			       kv_kind_name(kv.value.kind));
+			printf("  ");
+			tctl_text_escaped(stdout, kv.key, kv.key_len);
+			printf(" (%s) = ", kv_kind_name(kv.value.kind));
 			kv_value(stdout, &kv.value, 0);
 			printf("\n");
 		}
@@ -389,8 +394,14 @@ static void print_loaded(const struct loaded *l, const char *path)
 	}
 	for (size_t i = 0; i < json_object_array_length(l->refused); i++) {
 		struct json_object *j = json_object_array_get_idx(l->refused, i);
-		printf("refused %s: %s: %s\n", jstr(j, "name"), jstr(j, "kind"),
-		       jstr(j, "reason"));
+		struct json_object *n = NULL;
+
+		/* a name the file gave and tensord refused: any bytes */
+		json_object_object_get_ex(j, "name", &n);
+		printf("refused ");
+		tctl_text_escaped(stdout, json_object_get_string(n),
+				  (size_t)json_object_get_string_len(n));
+		printf(": %s: %s\n", jstr(j, "kind"), jstr(j, "reason"));
 	}
 	printf("%s: %" PRIu64 " published, %" PRIu64 " refused\n", path,
 	       l->count, l->refusals);
@@ -617,7 +628,8 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 	if (rc >= 0)
 		return rc;
 	if (argc - optind != 1)
-		return tctl_usage("load", "needs one FILE.hrry (- for stdin)");
+		return tctl_operands("load", argc, argv, 1,
+				     "needs one FILE.hrry (- for stdin)");
 	path = argv[optind];
 	if (strlen(prefix) >= TD_NAME_MAX)
 		return tctl_usage("load", "--prefix is longer than a name");

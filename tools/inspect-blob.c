@@ -104,9 +104,12 @@ static void print_table(const struct td_blob_view *v)
 		printf("%s%" PRId32, i ? ", " : "",
 		       td_blob_quant_zero_point(v, i));
 	printf("]\n");
-	for (unsigned i = 0; i < TD_BLOB_STRING_COUNT; i++)
-		printf("  %-22s \"%.*s\"\n", td_blob_string_name(i),
-		       (int)v->strings[i].len, v->strings[i].ptr);
+	for (unsigned i = 0; i < TD_BLOB_STRING_COUNT; i++) {
+		/* the file's text: escaped, it cannot drive the terminal */
+		printf("  %-22s \"", td_blob_string_name(i));
+		tctl_text_escaped(stdout, v->strings[i].ptr, v->strings[i].len);
+		printf("\"\n");
+	}
 	printf("regions: shape @%" PRIu64 ", strides @%" PRIu64
 	       ", scales @%" PRIu64 ", zero points @%" PRIu64
 	       ", strings @%" PRIu64 " (%u bytes), planes @%" PRIu64

@@ -97,6 +97,13 @@ static int json_object_desc(FILE *f, struct tgm_src *s, uint64_t base,
 	return 0;
 }
 
+/* lead, then w (text from the file) escaped for a terminal */
+static void word(FILE *f, const char *lead, const char *w)
+{
+	fputs(lead, f);
+	tctl_text_escaped(f, w, strlen(w));
+}
+
 /* One line under a type-9 frame: what its descriptor says. */
 static int text_object_desc(FILE *f, struct tgm_src *s, uint64_t base,
 			    const struct td_tgm_frame *fr)
@@ -116,14 +123,133 @@ static int text_object_desc(FILE *f, struct tgm_src *s, uint64_t base,
 			e.reason, e.offset);
 		return 1;
 	}
-	fprintf(f, "       %s %s (", o.desc.type, o.desc.dtype_name);
+	/* the descriptor's words are the file's text: escaped */
+	fputs("       ", f);
+	word(f, "", o.desc.type);
+	word(f, " ", o.desc.dtype_name);
+	fputs(" (", f);
 	for (uint32_t i = 0; i < o.desc.shape_count; i++)
 		fprintf(f, "%s%" PRIu64, i ? "," : "", o.desc.shape[i]);
-	fprintf(f, ") %s-endian, encoding %s, filter %s, compression %s%s, "
-		"data %" PRIu64 "..%" PRIu64 "\n",
-		order[o.desc.byte_order], o.desc.encoding, o.desc.filter,
-		o.desc.compression, o.desc.has_masks ? ", masks" : "",
-		o.data_offset, o.data_offset + o.data_len);
+	fprintf(f, ") %s-endian", order[o.desc.byte_order]);
+	word(f, ", encoding ", o.desc.encoding);
+	word(f, ", filter ", o.desc.filter);
+	word(f, ", compression ", o.desc.compression);
+	fprintf(f, "%s, data %" PRIu64 "..%" PRIu64 "\n",
+		o.desc.has_masks ? ", masks" : "", o.data_offset,
+		o.data_offset + o.data_len);
+	return 0;
+}
+
+/* A metadata frame's payload is printed up to this size; a bigger one
+ * is said, not read (inspect's memory stays a few MiB, as for
+ * descriptors). */
+#define META_MAX (16u << 20)
+
+static int is_meta_frame(unsigned type)
+{
+	return type == TD_TGM_HEADER_METADATA_FRAME ||
+	       type == TD_TGM_FOOTER_METADATA_FRAME ||
+	       type == TD_TGM_PRECEDER_METADATA_FRAME;
+}
+
+/*
+ * A metadata frame's CBOR as JSON text (*json, malloc'ed): 0; 1 when it
+ * is over META_MAX (*why says so, not a refusal); -1 when it does not
+ * decode (*e; a refusal, as a descriptor's); -EIO (s->io_err).
+ */
+static int meta_read(struct tgm_src *s, uint64_t base,
+		     const struct td_tgm_frame *fr, char **json,
+		     struct td_err *e)
+{
+	uint8_t *cbor;
+	int rc;
+
+	*json = NULL;
+	if (fr->payload_len > META_MAX)
+		return 1;
+	rc = tgm_frame_payload(s, base, fr, &cbor);
+	if (rc == -EIO)
+		return rc;
+	if (rc < 0) {
+		*e = (struct td_err){.reason = "out of memory",
+				     .offset = fr->offset};
+		return -1;
+	}
+	rc = td_json_from_cbor(cbor, fr->payload_len, json, NULL, e);
+	free(cbor);
+	if (rc < 0 && !e->reason)
+		*e = (struct td_err){.reason = strerror(-rc),
+				     .offset = fr->offset};
+	return rc < 0 ? -1 : 0;
+}
+
+/* ,"metadata":{...} (or "metadata_error"); 1 when it did not decode. */
+static int json_meta(FILE *f, struct tgm_src *s, uint64_t base,
+		     const struct td_tgm_frame *fr)
+{
+	struct td_err e = {0};
+	char *json;
+	int rc = meta_read(s, base, fr, &json, &e);
+
+	if (rc == -EIO)
+		return 0;
+	if (rc == 1) {
+		fprintf(f, ",\"metadata\":null,\"metadata_error\":"
+			   "\"larger than 16 MiB: not printed\"");
+		return 0;
+	}
+	if (rc < 0) {
+		fprintf(f, ",\"metadata_error\":");
+		print_err_text(f, &e);
+		return 1;
+	}
+	fprintf(f, ",\"metadata\":%s", json);
+	free(json);
+	return 0;
+}
+
+/*
+ * JSON text on a terminal: what JSON leaves raw and a terminal would act
+ * on (DEL, C1 controls such as U+009B, CSI) as \u00NN, which keeps it
+ * JSON; the rest as it is.
+ */
+static void print_terminal_safe(FILE *f, const char *t)
+{
+	for (const unsigned char *p = (const unsigned char *)t; *p; p++) {
+		if (*p == 0x7f) {
+			fputs("\\u007f", f);
+		} else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+			fprintf(f, "\\u00%02x", p[1]);
+			p++;
+		} else {
+			fputc(*p, f);
+		}
+	}
+}
+
+/* One line under a metadata frame; 1 when it did not decode. */
+static int text_meta(FILE *f, struct tgm_src *s, uint64_t base,
+		     const struct td_tgm_frame *fr)
+{
+	struct td_err e = {0};
+	char *json;
+	int rc = meta_read(s, base, fr, &json, &e);
+
+	if (rc == -EIO)
+		return 0;
+	if (rc == 1) {
+		fprintf(f, "       metadata: larger than 16 MiB, not printed\n");
+		return 0;
+	}
+	if (rc < 0) {
+		fprintf(f, "       metadata: REFUSED: %s at offset %" PRIu64 "\n",
+			e.reason, e.offset);
+		return 1;
+	}
+	fprintf(f, "       metadata: ");
+	print_terminal_safe(f, json);
+	fprintf(f, "\n");
+	free(json);
 	return 0;
 }
 
@@ -201,6 +327,11 @@ static void json_message(FILE *f, struct tgm_src *s,
 			if (s->io_err)
 				return;
 		}
+		if (is_meta_frame(fr.type)) {
+			r->desc_bad += json_meta(f, s, sp->offset, &fr);
+			if (s->io_err)
+				return;
+		}
 		fprintf(f, "}");
 	}
 	if (s->io_err)
@@ -273,6 +404,8 @@ static void text_message(FILE *f, size_t idx, struct tgm_src *s,
 			fr.length, fr.payload_len, hash);
 		if (fr.type == TD_TGM_NTENSOR_FRAME)
 			r->desc_bad += text_object_desc(f, s, sp->offset, &fr);
+		if (is_meta_frame(fr.type))
+			r->desc_bad += text_meta(f, s, sp->offset, &fr);
 		if (s->io_err)
 			return;
 	}

@@ -97,7 +97,8 @@ int cmd_inspect(int argc, char **argv)
 					  optarg);
 	}
 	if (argc - optind != 1)
-		return tctl_usage("inspect", "needs one FILE (- for stdin)");
+		return tctl_operands("inspect", argc, argv, 1,
+				     "needs one FILE (- for stdin)");
 	/* a Hurray file on disk: inspect reads its header, index, KV and
 	 * descriptors (pread), not its tensors: a file of any size; a
 	 * .npy file its header */

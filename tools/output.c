@@ -85,13 +85,18 @@ void tctl_write_guard(int on)
 
 static int fail_io(const struct tctl_out *o, int err, const char *what)
 {
+	/* a reader that stopped reading (`| head`): die of SIGPIPE without
+	 * a word, as cat does; there is nothing of ours to clean up */
+	if (got_signal == SIGPIPE &&
+	    (o->mode == TCTL_OUT_STDOUT || o->mode == TCTL_OUT_DIRECT))
+		return TCTL_REFUSED;
 	if ((err == EINTR || err == EPIPE) && got_signal)
 		return tctl_fail(TCTL_REFUSED, "interrupted", EINTR,
 				 "%s: interrupted by signal %d%s", o->path,
 				 (int)got_signal,
-				 o->mode == TCTL_OUT_REPLACE
-					 ? "; the old file is left as it was"
-					 : "");
+				 o->mode != TCTL_OUT_REPLACE ? ""
+				 : o->created ? "; no file is made"
+					      : "; the old file is left as it was");
 	return tctl_fail(TCTL_REFUSED, "io", err, "%s: %s%s%s", o->path,
 			 what ? what : "", what ? ": " : "", strerror(err));
 }
@@ -270,6 +275,7 @@ static int open_replace(struct tctl_out *o, const struct stat *old, int exists)
 		return fail_tmp(o, err, dir);
 	}
 	o->mode = TCTL_OUT_REPLACE;
+	o->created = !exists;
 	if (exists) {
 		/* the owner first: chown clears set-id bits */
 		if (fchown(o->fd, old->st_uid, old->st_gid) < 0)

@@ -42,6 +42,7 @@ struct tctl_out {
 	int dirfd;              /* REPLACE: the target's folder */
 	char target[PATH_MAX];  /* REPLACE: the file renamed over */
 	char tmp[PATH_MAX];     /* REPLACE: the temporary file, "" none */
+	int created;            /* REPLACE: no file was at target before */
 	uint64_t size;          /* bytes announced, for INPLACE */
 	uint64_t written;
 	struct tctl_progress progress;

@@ -102,6 +102,8 @@ static int run(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
 		switch (c) {
 		case TCTL_OPT_SOCKET:
+			if (!*optarg)
+				return tctl_usage(NULL, TCTL_EMPTY_SOCKET);
 			tctl_socket = optarg;
 			break;
 		case TCTL_OPT_JSON:

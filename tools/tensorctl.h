@@ -40,6 +40,14 @@ enum {
 	TCTL_OPT_FIRST_OWN, /* a command's own long-only options from here */
 	TCTL_OPT_DONE = -2, /* tctl_getopt(): return *status now */
 };
+/*
+ * --socket "" (an unset shell variable) would fall back to the default
+ * socket, another daemon than the one meant: refused, as tensord refuses
+ * it.
+ */
+#define TCTL_EMPTY_SOCKET                                                     \
+	"--socket needs a PATH (to use the default socket, leave --socket "  \
+	"out)"
 #define TCTL_COMMON_OPTIONS                                                   \
 	{"socket", required_argument, NULL, TCTL_OPT_SOCKET},                 \
 	{"json", no_argument, NULL, TCTL_OPT_JSON},                           \
@@ -69,6 +77,10 @@ const char *tctl_synopsis(const char *cmd);
 /* A usage error of cmd: the reason, then its usage, on stderr (or JSON). */
 int tctl_usage(const char *cmd, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* The usage error of argv's operands (from optind) not being want:
+ * need, and the first one too many when there are more. */
+int tctl_operands(const char *cmd, int argc, char **argv, int want,
+		  const char *need);
 /* cmd's full usage on f. */
 void tctl_help(const char *cmd, FILE *f);
 /* Every command's synopsis and the common options (tensorctl --help). */
@@ -135,6 +147,9 @@ void tctl_json_meta(FILE *f, const void *meta, size_t len);
 /* stat's metadata line ("  metadata (N B): text", escaped; hex when it
  * is not UTF-8); nothing when there is none. */
 void tctl_text_meta(FILE *f, const void *meta, size_t len);
+/* text[0, len) for a terminal: '\\', \n, \t, other control bytes as
+ * \xNN, C1 controls as \u00NN; the rest as it is */
+void tctl_text_escaped(FILE *f, const void *text, size_t len);
 void tctl_print_entry(const struct td_entry *e, int json,
 		      const struct td_ring_stat *rs);
 
