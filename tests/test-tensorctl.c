@@ -2034,6 +2034,65 @@ Test(tensorctl, an_empty_socket_path_is_a_usage_error)
 }
 
 /*
+ * A socket this uid may not connect to (the daemon's --socket-mode
+ * 0600): the error names what decides it, as ENOENT's names --socket.
+ */
+Test(tensorctl, a_socket_it_may_not_connect_to_names_socket_mode)
+{
+	static const char *const closed[] = {"--socket-mode", "0600", NULL};
+	struct run r = {.in_fd = -1, .out_fd = -1, .uid = NOBODY};
+	struct tu_daemon d;
+	char *err;
+
+	tu_daemon_start_args(&d, "error", closed);
+	cr_assert_eq(chmod(d.dir, 0755), 0);
+	cr_expect_eq(CTL_R(&d, &r, NULL, &err, "ls"), 1, "%s", err);
+	cr_expect(strstr(err, "Permission denied (the socket's mode and group "
+			      "decide who may connect: tensord --socket-mode "
+			      "and --socket-group"),
+		  "%s", err);
+	free(err);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * `save -o frame.npy` wrote a .tgm message under a .npy name, which
+ * np.load then refused; `-o out.zarr` a file where a folder belongs.
+ * Both are usage errors naming what writes such a file; --format tgm
+ * still writes the .tgm under that name.
+ */
+Test(tensorctl, save_to_a_npy_or_zarr_name_says_what_writes_one)
+{
+	struct tu_daemon d;
+	char npy[160], zarr[160], *out, *err;
+
+	start(&d);
+	path_in(npy, sizeof(npy), &d, "frame.npy");
+	path_in(zarr, sizeof(zarr), &d, "out.zarr");
+	cr_expect_eq(CTL(&d, &out, &err, "save", "-o", npy, "t"), 2, "%s", err);
+	cr_expect(strstr(err, "a .npy file holds one tensor: tensorctl get "
+			      "NAME -o "),
+		  "%s", err);
+	cr_expect_str_empty(out);
+	free(out);
+	free(err);
+	cr_expect_neq(access(npy, F_OK), 0, "a file was written");
+	cr_expect_eq(CTL(&d, &out, &err, "save", "-o", zarr), 2, "%s", err);
+	cr_expect(strstr(err, "tensorctl zarr export "), "%s", err);
+	free(out);
+	free(err);
+	cr_expect_neq(access(zarr, F_OK), 0, "a file was written");
+	cr_expect_eq(CTL(&d, &out, &err, "save", "-o", npy, "--format", "tgm",
+			 "t"),
+		     0, "%s", err);
+	cr_expect_eq(access(npy, F_OK), 0);
+	free(out);
+	free(err);
+	unlink(npy);
+	tu_daemon_stop(&d, false);
+}
+
+/*
  * `--shape 2 3` for 2,3, or a second FILE: one operand too many was told
  * as "needs NAME and FILE", which the line seemed to give. The message
  * names the operand too many.

@@ -124,6 +124,11 @@ int tctl_connect(struct td_client **c)
 				   ? " (no tensord listens there: start one, "
 				     "or name its socket with --socket PATH "
 				     "or $TENSORD_SOCKET)"
+			   : rc == -EACCES
+				   ? " (the socket's mode and group decide who "
+				     "may connect: tensord --socket-mode and "
+				     "--socket-group, or the unit's "
+				     "SocketMode=/SocketGroup=)"
 				   : "";
 
 	/* no connection is not a refusal: scripts tell "start the daemon"

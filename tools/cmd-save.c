@@ -181,6 +181,30 @@ static int all_names(struct td_client *c, struct td_entry **list,
  * a tensor the file cannot hold, left out */
 #define GONE (-1)
 
+/*
+ * -o FILE.npy or FILE.zarr: a file of another kind, which save would have
+ * written as a .tgm message under that name (np.load then said it is no
+ * NumPy file). TCTL_OK, or the usage error naming what writes one;
+ * --format tgm writes the .tgm all the same.
+ */
+static int foreign_name(const char *out)
+{
+	size_t n = strlen(out);
+
+	if (n >= 4 && !strcmp(out + n - 4, ".npy"))
+		return tctl_usage("save", "%s: save writes a .tgm or .hrry "
+				  "file; a .npy file holds one tensor: "
+				  "tensorctl get NAME -o %s (or --format tgm "
+				  "for a .tgm under this name)", out, out);
+	if (n >= 5 && !strcmp(out + n - 5, ".zarr"))
+		return tctl_usage("save", "%s: save writes a .tgm or .hrry "
+				  "file; a Zarr hierarchy is a folder: "
+				  "tensorctl zarr export %s [NAME...] (or "
+				  "--format tgm for a .tgm under this name)",
+				  out, out);
+	return TCTL_OK;
+}
+
 /* GET name into *t and describe it in *obj: 0, GONE, or a tensorctl
  * status (listed: name came from the LIST of every tensor; skip:
  * --skip-unsavable). */
@@ -242,12 +266,14 @@ static int save_tgm(int argc, char **argv)
 	struct td_err te = {0};
 	uint8_t *msg = NULL;
 	size_t n = 0, kept = 0, len = 0, list_n = 0;
-	bool listed = false, skip = false;
+	bool listed = false, skip = false, as_tgm = false;
 	int rc = TCTL_USAGE, o;
 
 	while ((o = tctl_getopt(argc, argv, "o:", opts, &rc)) != -1) {
-		if (o == 'f' && !strcmp(optarg, "tgm"))
-			continue; /* hrry went to cmd_save_hrry() already */
+		if (o == 'f' && !strcmp(optarg, "tgm")) {
+			as_tgm = true; /* hrry went to cmd_save_hrry() already */
+			continue;
+		}
 		if (o == 'f') {
 			rc = tctl_usage("save", "bad --format '%s' (valid: tgm, "
 					"hrry)", optarg);
@@ -269,6 +295,8 @@ static int save_tgm(int argc, char **argv)
 		rc = tctl_usage("save", "--json and -o - both write to stdout");
 		goto out;
 	}
+	if (!as_tgm && (rc = foreign_name(out)) != TCTL_OK)
+		goto out;
 	rc = tctl_connect(&c);
 	if (rc)
 		goto out;
