@@ -446,10 +446,26 @@ static int parse_opt(int c, const char *arg, struct td__opts *o)
 	case 'V':
 		printf("tensord %s\n", TD_VERSION);
 		return -1;
-	default: /* getopt named the option: the help would bury it */
-		fprintf(stderr, "Try 'tensord --help' for the options.\n");
+	default: /* bad_option() said it: none comes here */
 		return 2;
 	}
+}
+
+/* An option getopt refused, said as getopt would, then the way to the
+ * options. The exit status. */
+static int bad_option(int c, const char *word)
+{
+	if (c == ':')
+		fprintf(stderr, "tensord: option '%s' needs a value\n", word);
+	else if (optopt && word[1] != '-')
+		fprintf(stderr, "tensord: invalid option -- '%c'\n", optopt);
+	else if (optopt) /* a known long option given =VALUE */
+		fprintf(stderr, "tensord: option '%.*s' takes no value\n",
+			(int)strcspn(word, "="), word);
+	else
+		fprintf(stderr, "tensord: unrecognized option '%s'\n", word);
+	fprintf(stderr, "Try 'tensord --help' for the options.\n");
+	return 2;
 }
 
 /*
@@ -465,8 +481,11 @@ static int parse_args(int argc, char **argv, struct td__opts *o)
 	const char *needs_http = NULL, *needs_snapshot = NULL;
 	int c, rc;
 
-	while ((c = getopt_long(argc, argv, "s:l:i:m:u:p:hV", long_opts,
+	opterr = 0; /* said below as "tensord: ...", not by argv[0]'s path */
+	while ((c = getopt_long(argc, argv, ":s:l:i:m:u:p:hV", long_opts,
 				NULL)) != -1) {
+		if (c == '?' || c == ':')
+			return bad_option(c, argv[optind - 1]);
 		rc = parse_opt(c, optarg, o);
 		if (rc)
 			return rc < 0 ? 0 : rc;
