@@ -103,6 +103,11 @@ void td__fdstore_missed_free(void);
  * were, so the next start reads the snapshot again.
  */
 void td__fdstore_release(void);
+/*
+ * fn (snapshot.c's td__snapshot_reserve, NULL: none) also puts version
+ * numbers on record when a block is handed out; its bound counts too.
+ */
+void td__fdstore_also_reserve(uint64_t (*fn)(uint64_t next));
 /* Shutdown: write the final image, then keep everything stored. */
 void td__fdstore_fini(void);
 /* Free the table and close the image memfds (after the store is gone). */

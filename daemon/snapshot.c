@@ -311,6 +311,7 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 		goto fail;
 	uv_timer_init(d->loop, &td__snap.timer);
 	td__snap.on = true;
+	td__fdstore_also_reserve(td__snapshot_reserve);
 	/* a save a SIGKILL cut short */
 	if (unlink(td__snap.tmp) == 0)
 		td__log(TD_LOG_INFO, "snapshot: removed %s, left by a save "
