@@ -269,8 +269,9 @@ int td_client_alloc_named(struct td_client *c, const char *name,
 	if (name && td_wire_name_check(name, name_len, false, &why) < 0)
 		return td__fail(err, -EINVAL, "bad tensor name: %s", why);
 
-	if (!c || !out || !plane_count || plane_count > TD_WIRE_MAX_PLANES ||
-	    !sizes)
+	if (!c || !out || !sizes)
+		return td__fail(err, -EINVAL, "missing argument");
+	if (!plane_count || plane_count > TD_WIRE_MAX_PLANES)
 		return td__fail(err, -EINVAL, "plane count must be 1..%d",
 				TD_WIRE_MAX_PLANES);
 	if (flags & TD_ALLOC_REWRITE)
@@ -857,8 +858,9 @@ int td_client_publish(struct td_client *c, const struct td_publish *p,
 	struct pub_ctx x = {.storage_kind = TD_STORAGE_SHM};
 	int rc;
 
-	if (!c || !p || !p->fds || !p->fd_count ||
-	    p->fd_count > TD_WIRE_MAX_PLANES)
+	if (!c || !p || (p->fd_count && !p->fds))
+		return td__fail(err, -EINVAL, "missing argument");
+	if (!p->fd_count || p->fd_count > TD_WIRE_MAX_PLANES)
 		return td__fail(err, -EINVAL, "fd count must be 1..%d",
 				TD_WIRE_MAX_PLANES);
 	for (uint32_t i = 0; i < p->fd_count; i++) {

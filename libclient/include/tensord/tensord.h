@@ -103,8 +103,9 @@ struct td_client_info {
 };
 
 /*
- * Connect to the daemon and say HELLO. socket_path NULL picks, in order,
- * $TENSORD_SOCKET, $XDG_RUNTIME_DIR/tensord.sock, /run/tensord/tensord.sock.
+ * Connect to the daemon and say HELLO. socket_path NULL (or "") picks, in
+ * order, $TENSORD_SOCKET, $XDG_RUNTIME_DIR/tensord.sock,
+ * /run/tensord/tensord.sock (each taken when set and not empty).
  *
  * Import negotiation: $TENSORD_IMPORT = auto (default) | pidfd | scm.
  * With auto the client pulls the daemon's fds with pidfd_getfd() when the
@@ -114,7 +115,8 @@ struct td_client_info {
  *
  * Returns 0 and a new handle in *out (free it with td_client_close()), or
  * -errno: -ENOENT/-ECONNREFUSED no daemon, -EINVAL bad $TENSORD_IMPORT or
- * path too long, -EPERM forced pidfd impossible, -EPROTO a bad reply.
+ * out NULL, -ENAMETOOLONG a path that does not fit a sockaddr_un (107
+ * bytes), -EPERM forced pidfd impossible, -EPROTO a bad reply.
  *
  * A connection belongs to the process that made it. A child of fork()
  * that inherits it shares the parent's socket: there every call that
@@ -530,7 +532,7 @@ TD_EXPORT int td_client_get_version(struct td_client *c, const char *name,
  * consumer's loop), it follows the name (td_client_follow, below) and
  * takes later versions from shared memory: warm, no message to the
  * daemon, and the wait no longer blocks the handle. Same results as the
- * GET; up to 4 names per handle, 2 follows each (the tensor got last may
+ * GET; up to 16 names per handle, 2 follows each (the tensor got last may
  * still be held); with more held, while the name has no version (it may
  * become a ring) or when the daemon refuses FOLLOW, it sends the GET.
  * Its idle follows end when a td_client_follow of the handle meets a
@@ -853,7 +855,8 @@ struct td_event {
 
 /*
  * Watch a name (or, with TD_WATCH_PREFIX, every name under a prefix).
- * Returns 0 and the watch id in *watch_id, or -errno. Events arrive through
+ * Returns 0 and the watch id in *watch_id (may be NULL), or -errno
+ * (-EINVAL for flags other than TD_WATCH_PREFIX). Events arrive through
  * td_client_next_event(); events that come in while another call waits for
  * its reply are queued in order, with no bound unless one is set
  * (td_client_set_event_limit(); events it drops are counted in an
