@@ -423,6 +423,12 @@ static int publish_check(const struct td_publish *p, unsigned *esz,
 	if (p->meta_len > TD_WIRE_MAX_META)
 		return td__fail(err, -EMSGSIZE, "metadata over %d bytes",
 				TD_WIRE_MAX_META);
+	if (p->meta_len && !p->meta)
+		return td__fail(err, -EINVAL, "meta_len %zu without meta",
+				p->meta_len);
+	if (p->flags & ~(TD_PUBLISH_PIN | TD_PUBLISH_FENCE))
+		return td__fail(err, -EINVAL, "unknown publish flags %#x",
+				p->flags & ~(TD_PUBLISH_PIN | TD_PUBLISH_FENCE));
 	if ((p->flags & TD_PUBLISH_FENCE) && p->fence_fd < 0)
 		return td__fail(err, -EBADF, "TD_PUBLISH_FENCE without fd");
 	if (p->flags & TD_PUBLISH_FENCE) {
@@ -456,6 +462,9 @@ static int publish_table(const struct td_publish *p, const struct pub_ctx *x,
 	if (!pt->nplanes || pt->nplanes > TD_WIRE_MAX_PLANES)
 		return td__fail(err, -EINVAL, "plane count must be 1..%d",
 				TD_WIRE_MAX_PLANES);
+	if (p->plane_count && !p->planes)
+		return td__fail(err, -EINVAL, "plane_count %u without planes",
+				p->plane_count);
 	if (x->identity)
 		for (pt->ntab = 0; pt->ntab < x->nbuf; pt->ntab++) {
 			slot[pt->ntab] = pt->ntab + 1;

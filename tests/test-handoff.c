@@ -1678,6 +1678,53 @@ Test(handoff, unknown_watch_and_ring_flags_are_refused)
 	daemon_stop(&d);
 }
 
+/*
+ * A struct td_publish whose count says there is an array behind a NULL
+ * pointer (planes, meta), or with flags this library does not know, is
+ * refused with -EINVAL and a reason, and nothing is published: no crash
+ * in the encoder, no flag dropped.
+ */
+Test(handoff, publish_refuses_null_arrays_and_unknown_flags)
+{
+	uint64_t shape[1] = {64};
+	int fd = -1;
+	struct td_publish p = {.name = "pub/x",
+			       .dtype = TD_TENSOR_U8,
+			       .ndim = 1,
+			       .shape = shape,
+			       .fd_count = 1,
+			       .fds = &fd};
+	struct td_error e = {0};
+	struct td_entry ent;
+	struct td_client *c;
+	struct daemon d;
+
+	daemon_start(&d);
+	c = client_open(&d);
+	fd = memfd_with(64, 1, 0);
+	p.plane_count = 1;
+	cr_assert_eq(td_client_publish(c, &p, NULL, &e), -EINVAL);
+	cr_assert(strstr(e.reason, "plane_count 1 without planes"), "%s",
+		  e.reason);
+	p.plane_count = 0;
+	p.meta_len = 10;
+	cr_assert_eq(td_client_publish(c, &p, NULL, &e), -EINVAL);
+	cr_assert(strstr(e.reason, "meta_len 10 without meta"), "%s",
+		  e.reason);
+	p.meta_len = 0;
+	p.flags = TD_PUBLISH_PIN | 0x100;
+	cr_assert_eq(td_client_publish(c, &p, NULL, &e), -EINVAL);
+	cr_assert(strstr(e.reason, "unknown publish flags 0x100"), "%s",
+		  e.reason);
+	cr_assert_eq(td_client_put(c, &p, "x", 1, NULL, &e), -EINVAL);
+	cr_assert_eq(td_client_stat(c, "pub/x", &ent, &e), -ENOENT);
+	p.flags = TD_PUBLISH_PIN;
+	cr_assert_eq(td_client_publish(c, &p, NULL, &e), 0, "%s", e.reason);
+	td_client_close(c);
+	close(fd);
+	daemon_stop(&d);
+}
+
 /* ---- tensorctl ---- */
 
 /* Run tensorctl --socket SOCK ARGS... (NULL-terminated); its exit status. */

@@ -277,7 +277,7 @@ struct td_plane {
  */
 struct td_publish {
 	const char *name; /* tensor name, see docs/protocol.md */
-	uint32_t flags;   /* TD_PUBLISH_* */
+	uint32_t flags;   /* TD_PUBLISH_*; other bits -EINVAL */
 	uint32_t dtype;   /* enum td_tensor_dtype */
 	uint32_t ndim;
 	const uint64_t *shape;
@@ -301,7 +301,8 @@ struct td_publish {
 	uint32_t fd_count;
 	const int *fds;
 	int fence_fd; /* with TD_PUBLISH_FENCE: polled for POLLIN by readers */
-	const void *meta; /* opaque user metadata, copied */
+	const void *meta; /* opaque user metadata, copied (NULL: -EINVAL
+			   * unless meta_len is 0) */
 	size_t meta_len;
 };
 
