@@ -438,7 +438,8 @@ TD_EXPORT void td_alloc_free(struct td_alloc *a);
 
 /*
  * Publish a loan. p->fds/fd_count are ignored; planes index the loan's
- * buffers (plane_count 0: one plane per buffer, of its requested size). The
+ * buffers (plane_count 0: one plane per buffer, of its requested size),
+ * and every buffer of the loan must carry a plane (else -EINVAL). The
  * library unmaps its writable mapping BEFORE sending, because the daemon
  * write-seals the buffers (a TD_ALLOC_RECYCLE loan stays mapped, kept for
  * the next loan). Consumes the loan on success and on failure.
@@ -597,7 +598,8 @@ TD_EXPORT int td_follow_next(struct td_follow *f, int timeout_ms,
  * already there makes it readable at once) that polls readable when
  * td_follow_poll() may have something: a version newer than the last one
  * returned, or a connection gone. td_follow_poll() is td_follow_next()
- * with no wait that arms the fd when it finds nothing (-EAGAIN). A daemon
+ * with no wait that arms the fd when it finds nothing (-EAGAIN); before
+ * the first td_follow_fd() it fails with -EINVAL. A daemon
  * that goes away fires no timerfd: watch td_client_fd() too. The fd is a
  * timerfd, which the daemon's wake-up cannot block on (an eventfd's write
  * can): poll it, never write() it. td_follow_fd() returns -EOPNOTSUPP
@@ -650,7 +652,10 @@ TD_EXPORT uint32_t td_tensor_ndim(const struct td_tensor *t);
 TD_EXPORT const uint64_t *td_tensor_shape(const struct td_tensor *t);
 /*
  * Byte strides as published, *count = ndim, or NULL with *count = 0 when
- * the blob said "dense C order". count may be NULL.
+ * the blob said "dense C order". libtensord's publishers always write
+ * strides (the dense ones for td_publish.strides NULL, as edgefirst-tensor
+ * does), so NULL comes only from a blob of another writer. count may be
+ * NULL.
  */
 TD_EXPORT const int64_t *td_tensor_strides(const struct td_tensor *t,
 					   uint32_t *count);
