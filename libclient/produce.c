@@ -266,11 +266,11 @@ int td_client_alloc_named(struct td_client *c, const char *name,
 	const char *why;
 	int rc;
 
-	if (name && td_wire_name_check(name, name_len, false, &why) < 0)
-		return td__fail(err, -EINVAL, "bad tensor name: %s", why);
-
 	if (!c || !out || !sizes)
 		return td__fail(err, -EINVAL, "missing argument");
+	*out = NULL;
+	if (name && td_wire_name_check(name, name_len, false, &why) < 0)
+		return td__fail(err, -EINVAL, "bad tensor name: %s", why);
 	if (!plane_count || plane_count > TD_WIRE_MAX_PLANES)
 		return td__fail(err, -EINVAL, "plane count must be 1..%d",
 				TD_WIRE_MAX_PLANES);
@@ -279,7 +279,6 @@ int td_client_alloc_named(struct td_client *c, const char *name,
 	if (flags & ~(TD_ALLOC_RECYCLE | TD_ALLOC_STREAM | TD_ALLOC_REWRITE))
 		return td__fail(err, -EINVAL, "unknown alloc flags %#x",
 				flags);
-	*out = NULL;
 	for (uint32_t i = 0; i < plane_count; i++)
 		if (sizes[i] > SIZE_MAX)
 			return td__fail(err, -EFBIG, "plane %u too large", i);

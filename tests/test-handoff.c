@@ -1629,8 +1629,14 @@ Test(handoff, a_missing_argument_is_named_not_blamed_on_a_count)
 	cr_assert_str_eq(e.reason, "missing argument");
 	cr_assert_eq(td_client_alloc(c, 1, &sz, NULL, &e), -EINVAL);
 	cr_assert_str_eq(e.reason, "missing argument");
+	a = (struct td_alloc *)1;
 	cr_assert_eq(td_client_alloc(c, 9, &sz, &a, &e), -EINVAL);
 	cr_assert(strstr(e.reason, "plane count"), "%s", e.reason);
+	cr_assert_null(a, "*out is NULL on every failure");
+	a = (struct td_alloc *)1;
+	cr_assert_eq(td_client_alloc_named(c, "bad name", 1, &sz, 0, &a, &e),
+		     -EINVAL);
+	cr_assert_null(a);
 	p.fds = &fd;
 	p.fd_count = 1;
 	cr_assert_eq(td_client_publish(NULL, &p, NULL, &e), -EINVAL);
