@@ -291,6 +291,9 @@ int td_client_watch(struct td_client *c, const char *name, uint32_t flags,
 
 	if (!c || !name)
 		return td__fail(err, -EINVAL, "missing argument");
+	if (flags & ~TD_WATCH_PREFIX)
+		return td__fail(err, -EINVAL, "unknown watch flags %#x",
+				flags & ~TD_WATCH_PREFIX);
 	/* kept, so that a reconnect can watch again under the same id */
 	w = calloc(1, sizeof(*w));
 	if (!w)

@@ -266,11 +266,12 @@ int td_client_alloc_named(struct td_client *c, const char *name,
 	const char *why;
 	int rc;
 
+	if (!c || !out || !sizes)
+		return td__fail(err, -EINVAL, "missing argument");
+	*out = NULL;
 	if (name && td_wire_name_check(name, name_len, false, &why) < 0)
 		return td__fail(err, -EINVAL, "bad tensor name: %s", why);
-
-	if (!c || !out || !plane_count || plane_count > TD_WIRE_MAX_PLANES ||
-	    !sizes)
+	if (!plane_count || plane_count > TD_WIRE_MAX_PLANES)
 		return td__fail(err, -EINVAL, "plane count must be 1..%d",
 				TD_WIRE_MAX_PLANES);
 	if (flags & TD_ALLOC_REWRITE)
@@ -278,7 +279,6 @@ int td_client_alloc_named(struct td_client *c, const char *name,
 	if (flags & ~(TD_ALLOC_RECYCLE | TD_ALLOC_STREAM | TD_ALLOC_REWRITE))
 		return td__fail(err, -EINVAL, "unknown alloc flags %#x",
 				flags);
-	*out = NULL;
 	for (uint32_t i = 0; i < plane_count; i++)
 		if (sizes[i] > SIZE_MAX)
 			return td__fail(err, -EFBIG, "plane %u too large", i);
@@ -422,6 +422,12 @@ static int publish_check(const struct td_publish *p, unsigned *esz,
 	if (p->meta_len > TD_WIRE_MAX_META)
 		return td__fail(err, -EMSGSIZE, "metadata over %d bytes",
 				TD_WIRE_MAX_META);
+	if (p->meta_len && !p->meta)
+		return td__fail(err, -EINVAL, "meta_len %zu without meta",
+				p->meta_len);
+	if (p->flags & ~(TD_PUBLISH_PIN | TD_PUBLISH_FENCE))
+		return td__fail(err, -EINVAL, "unknown publish flags %#x",
+				p->flags & ~(TD_PUBLISH_PIN | TD_PUBLISH_FENCE));
 	if ((p->flags & TD_PUBLISH_FENCE) && p->fence_fd < 0)
 		return td__fail(err, -EBADF, "TD_PUBLISH_FENCE without fd");
 	if (p->flags & TD_PUBLISH_FENCE) {
@@ -455,6 +461,9 @@ static int publish_table(const struct td_publish *p, const struct pub_ctx *x,
 	if (!pt->nplanes || pt->nplanes > TD_WIRE_MAX_PLANES)
 		return td__fail(err, -EINVAL, "plane count must be 1..%d",
 				TD_WIRE_MAX_PLANES);
+	if (p->plane_count && !p->planes)
+		return td__fail(err, -EINVAL, "plane_count %u without planes",
+				p->plane_count);
 	if (x->identity)
 		for (pt->ntab = 0; pt->ntab < x->nbuf; pt->ntab++) {
 			slot[pt->ntab] = pt->ntab + 1;
@@ -857,8 +866,9 @@ int td_client_publish(struct td_client *c, const struct td_publish *p,
 	struct pub_ctx x = {.storage_kind = TD_STORAGE_SHM};
 	int rc;
 
-	if (!c || !p || !p->fds || !p->fd_count ||
-	    p->fd_count > TD_WIRE_MAX_PLANES)
+	if (!c || !p || (p->fd_count && !p->fds))
+		return td__fail(err, -EINVAL, "missing argument");
+	if (!p->fd_count || p->fd_count > TD_WIRE_MAX_PLANES)
 		return td__fail(err, -EINVAL, "fd count must be 1..%d",
 				TD_WIRE_MAX_PLANES);
 	for (uint32_t i = 0; i < p->fd_count; i++) {

@@ -131,6 +131,9 @@ int td_ring_create(struct td_client *c, const char *name,
 	    desc->plane_count > TD_SLOT_MAX_PLANES ||
 	    (desc->plane_count && !desc->plane_sizes))
 		return td__fail(err, -EINVAL, "ring description out of range");
+	if (desc->flags & ~TD_RING_HUGE_PAGES)
+		return td__fail(err, -EINVAL, "unknown ring flags %#x",
+				desc->flags & ~TD_RING_HUGE_PAGES);
 	q.name = (struct td_wire_str){name, (uint16_t)strlen(name)};
 	q.flags = (desc->flags & TD_RING_HUGE_PAGES) ? TD_WIRE_RING_HUGE : 0;
 	q.slot_count = desc->slot_count ? desc->slot_count : DEFAULT_SLOTS;

@@ -78,6 +78,8 @@ const char *td_dtype_name(uint32_t dtype)
 
 int td_dtype_from_name(const char *name)
 {
+	if (!name)
+		return -1;
 	for (int i = 0; i < TD_DTYPE_COUNT_; i++)
 		if (strcmp(name, dtypes[i].name) == 0)
 			return i;

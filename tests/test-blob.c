@@ -1185,3 +1185,14 @@ Test(blob, inspect_table_and_accepted_edge_vectors)
 	cr_assert(strstr(out, "planes: 1"));
 	free(out);
 }
+
+Test(blob, dtype_names_go_both_ways_and_null_is_unknown)
+{
+	for (uint32_t i = 0; i < TD_DTYPE_COUNT_; i++)
+		cr_assert_eq(td_dtype_from_name(td_dtype_name(i)), (int)i);
+	cr_assert_null(td_dtype_name(TD_DTYPE_COUNT_));
+	cr_assert_eq(td_dtype_from_name("float32"), -1, "numpy's names are "
+		     "td_tensor_dtype_from_name()'s");
+	cr_assert_eq(td_dtype_from_name(""), -1);
+	cr_assert_eq(td_dtype_from_name(NULL), -1);
+}

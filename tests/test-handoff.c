@@ -1586,6 +1586,151 @@ Test(handoff, connect_without_a_daemon_fails_with_a_reason)
 	cr_assert_eq(tu_fd_count(), fds);
 }
 
+Test(handoff, connect_names_a_socket_path_too_long_and_takes_empty_as_null)
+{
+	struct td_client *c = (struct td_client *)1;
+	struct td_error e = {0};
+	char path[200];
+	int fds = tu_fd_count();
+
+	memset(path, 'p', sizeof(path) - 1);
+	path[sizeof(path) - 1] = '\0';
+	cr_assert_eq(td_client_connect(path, &c, &e), -ENAMETOOLONG);
+	cr_assert_eq(e.code, -ENAMETOOLONG);
+	cr_assert(strstr(e.reason, "socket path too long"), "%s", e.reason);
+	cr_assert_null(c);
+	/* "" is NULL: $TENSORD_SOCKET is taken */
+	setenv("TENSORD_SOCKET", "/nonexistent/env.sock", 1);
+	cr_assert_eq(td_client_connect("", &c, &e), -ENOENT);
+	cr_assert(strstr(e.reason, "/nonexistent/env.sock"), "%s", e.reason);
+	unsetenv("TENSORD_SOCKET");
+	cr_assert_eq(tu_fd_count(), fds);
+}
+
+/*
+ * Missing arguments are named as such: a NULL handle or array is not
+ * reported as a plane or fd count out of range.
+ */
+Test(handoff, a_missing_argument_is_named_not_blamed_on_a_count)
+{
+	struct td_publish p = {.name = "x"};
+	struct td_alloc *a = NULL;
+	struct td_error e = {0};
+	struct td_client *c;
+	struct daemon d;
+	uint64_t sz = 64;
+	int fd = 0;
+
+	daemon_start(&d);
+	c = client_open(&d);
+	cr_assert_eq(td_client_alloc(NULL, 1, &sz, &a, &e), -EINVAL);
+	cr_assert_str_eq(e.reason, "missing argument");
+	cr_assert_eq(td_client_alloc(c, 1, NULL, &a, &e), -EINVAL);
+	cr_assert_str_eq(e.reason, "missing argument");
+	cr_assert_eq(td_client_alloc(c, 1, &sz, NULL, &e), -EINVAL);
+	cr_assert_str_eq(e.reason, "missing argument");
+	a = (struct td_alloc *)1;
+	cr_assert_eq(td_client_alloc(c, 9, &sz, &a, &e), -EINVAL);
+	cr_assert(strstr(e.reason, "plane count"), "%s", e.reason);
+	cr_assert_null(a, "*out is NULL on every failure");
+	a = (struct td_alloc *)1;
+	cr_assert_eq(td_client_alloc_named(c, "bad name", 1, &sz, 0, &a, &e),
+		     -EINVAL);
+	cr_assert_null(a);
+	p.fds = &fd;
+	p.fd_count = 1;
+	cr_assert_eq(td_client_publish(NULL, &p, NULL, &e), -EINVAL);
+	cr_assert_str_eq(e.reason, "missing argument");
+	cr_assert_eq(td_client_publish(c, NULL, NULL, &e), -EINVAL);
+	cr_assert_str_eq(e.reason, "missing argument");
+	p.fds = NULL;
+	cr_assert_eq(td_client_publish(c, &p, NULL, &e), -EINVAL);
+	cr_assert_str_eq(e.reason, "missing argument");
+	p.fd_count = 0;
+	cr_assert_eq(td_client_publish(c, &p, NULL, &e), -EINVAL);
+	cr_assert(strstr(e.reason, "fd count"), "%s", e.reason);
+	td_client_close(c);
+	daemon_stop(&d);
+}
+
+/* Flags a caller may set but the library does not know are refused,
+ * as td_client_alloc_ex() and td_client_connect_ex() refuse theirs. */
+Test(handoff, unknown_watch_and_ring_flags_are_refused)
+{
+	uint64_t shape[1] = {64}, id = 0;
+	struct td_ring_desc rd = {.dtype = TD_TENSOR_U8,
+				  .ndim = 1,
+				  .shape = shape,
+				  .flags = 0x80};
+	struct td_ring *r = (struct td_ring *)1;
+	struct td_error e = {0};
+	struct td_entry ent;
+	struct td_client *c;
+	struct daemon d;
+
+	daemon_start(&d);
+	c = client_open(&d);
+	cr_assert_eq(td_client_watch(c, "w", TD_WATCH_PREFIX | 0x80, &id, &e),
+		     -EINVAL);
+	cr_assert(strstr(e.reason, "unknown watch flags 0x80"), "%s",
+		  e.reason);
+	cr_assert_eq(id, 0);
+	cr_assert_eq(td_ring_create(c, "r", &rd, &r, &e), -EINVAL);
+	cr_assert(strstr(e.reason, "unknown ring flags 0x80"), "%s", e.reason);
+	cr_assert_null(r);
+	cr_assert_eq(td_client_stat(c, "r", &ent, &e), -ENOENT,
+		     "no ring was made");
+	td_client_close(c);
+	daemon_stop(&d);
+}
+
+/*
+ * A struct td_publish whose count says there is an array behind a NULL
+ * pointer (planes, meta), or with flags this library does not know, is
+ * refused with -EINVAL and a reason, and nothing is published: no crash
+ * in the encoder, no flag dropped.
+ */
+Test(handoff, publish_refuses_null_arrays_and_unknown_flags)
+{
+	uint64_t shape[1] = {64};
+	int fd = -1;
+	struct td_publish p = {.name = "pub/x",
+			       .dtype = TD_TENSOR_U8,
+			       .ndim = 1,
+			       .shape = shape,
+			       .fd_count = 1,
+			       .fds = &fd};
+	struct td_error e = {0};
+	struct td_entry ent;
+	struct td_client *c;
+	struct daemon d;
+
+	daemon_start(&d);
+	c = client_open(&d);
+	fd = memfd_with(64, 1, 0);
+	p.plane_count = 1;
+	cr_assert_eq(td_client_publish(c, &p, NULL, &e), -EINVAL);
+	cr_assert(strstr(e.reason, "plane_count 1 without planes"), "%s",
+		  e.reason);
+	p.plane_count = 0;
+	p.meta_len = 10;
+	cr_assert_eq(td_client_publish(c, &p, NULL, &e), -EINVAL);
+	cr_assert(strstr(e.reason, "meta_len 10 without meta"), "%s",
+		  e.reason);
+	p.meta_len = 0;
+	p.flags = TD_PUBLISH_PIN | 0x100;
+	cr_assert_eq(td_client_publish(c, &p, NULL, &e), -EINVAL);
+	cr_assert(strstr(e.reason, "unknown publish flags 0x100"), "%s",
+		  e.reason);
+	cr_assert_eq(td_client_put(c, &p, "x", 1, NULL, &e), -EINVAL);
+	cr_assert_eq(td_client_stat(c, "pub/x", &ent, &e), -ENOENT);
+	p.flags = TD_PUBLISH_PIN;
+	cr_assert_eq(td_client_publish(c, &p, NULL, &e), 0, "%s", e.reason);
+	td_client_close(c);
+	close(fd);
+	daemon_stop(&d);
+}
+
 /* ---- tensorctl ---- */
 
 /* Run tensorctl --socket SOCK ARGS... (NULL-terminated); its exit status. */

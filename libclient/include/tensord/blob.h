@@ -242,7 +242,8 @@ TD_FORMAT_API int td_format_plane_layout(const char *format, uint32_t dtype,
 
 /* Element size of a dtype code in bytes, 0 when unknown. */
 TD_FORMAT_API unsigned td_dtype_size(uint32_t dtype);
-/* Lower-case name ("f32"), NULL when unknown; and the reverse (-1 unknown). */
+/* Lower-case name ("f32"), NULL when unknown; and the reverse (-1 unknown
+ * or NULL). */
 TD_FORMAT_API const char *td_dtype_name(uint32_t dtype);
 TD_FORMAT_API int td_dtype_from_name(const char *name);
 TD_FORMAT_API const char *td_storage_kind_name(uint32_t kind);

@@ -60,7 +60,7 @@ struct td_ring_desc {
 	const uint64_t *plane_sizes;
 	uint32_t slot_count;   /* 2..64; 0 = 4 */
 	uint32_t reader_count; /* subscriptions at once, 1..32; 0 = 4 */
-	uint32_t flags;        /* TD_RING_HUGE_PAGES */
+	uint32_t flags;        /* TD_RING_HUGE_PAGES; other bits -EINVAL */
 };
 
 /* A slot the producer may write (td_ring_acquire()). */

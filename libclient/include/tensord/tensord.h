@@ -103,8 +103,9 @@ struct td_client_info {
 };
 
 /*
- * Connect to the daemon and say HELLO. socket_path NULL picks, in order,
- * $TENSORD_SOCKET, $XDG_RUNTIME_DIR/tensord.sock, /run/tensord/tensord.sock.
+ * Connect to the daemon and say HELLO. socket_path NULL (or "") picks, in
+ * order, $TENSORD_SOCKET, $XDG_RUNTIME_DIR/tensord.sock,
+ * /run/tensord/tensord.sock (each taken when set and not empty).
  *
  * Import negotiation: $TENSORD_IMPORT = auto (default) | pidfd | scm.
  * With auto the client pulls the daemon's fds with pidfd_getfd() when the
@@ -114,7 +115,8 @@ struct td_client_info {
  *
  * Returns 0 and a new handle in *out (free it with td_client_close()), or
  * -errno: -ENOENT/-ECONNREFUSED no daemon, -EINVAL bad $TENSORD_IMPORT or
- * path too long, -EPERM forced pidfd impossible, -EPROTO a bad reply.
+ * out NULL, -ENAMETOOLONG a path that does not fit a sockaddr_un (107
+ * bytes), -EPERM forced pidfd impossible, -EPROTO a bad reply.
  *
  * A connection belongs to the process that made it. A child of fork()
  * that inherits it shares the parent's socket: there every call that
@@ -275,7 +277,7 @@ struct td_plane {
  */
 struct td_publish {
 	const char *name; /* tensor name, see docs/protocol.md */
-	uint32_t flags;   /* TD_PUBLISH_* */
+	uint32_t flags;   /* TD_PUBLISH_*; other bits -EINVAL */
 	uint32_t dtype;   /* enum td_tensor_dtype */
 	uint32_t ndim;
 	const uint64_t *shape;
@@ -299,7 +301,8 @@ struct td_publish {
 	uint32_t fd_count;
 	const int *fds;
 	int fence_fd; /* with TD_PUBLISH_FENCE: polled for POLLIN by readers */
-	const void *meta; /* opaque user metadata, copied */
+	const void *meta; /* opaque user metadata, copied (NULL: -EINVAL
+			   * unless meta_len is 0) */
 	size_t meta_len;
 };
 
@@ -436,7 +439,8 @@ TD_EXPORT void td_alloc_free(struct td_alloc *a);
 
 /*
  * Publish a loan. p->fds/fd_count are ignored; planes index the loan's
- * buffers (plane_count 0: one plane per buffer, of its requested size). The
+ * buffers (plane_count 0: one plane per buffer, of its requested size),
+ * and every buffer of the loan must carry a plane (else -EINVAL). The
  * library unmaps its writable mapping BEFORE sending, because the daemon
  * write-seals the buffers (a TD_ALLOC_RECYCLE loan stays mapped, kept for
  * the next loan). Consumes the loan on success and on failure.
@@ -599,7 +603,8 @@ TD_EXPORT int td_follow_next(struct td_follow *f, int timeout_ms,
  * already there makes it readable at once) that polls readable when
  * td_follow_poll() may have something: a version newer than the last one
  * returned, or a connection gone. td_follow_poll() is td_follow_next()
- * with no wait that arms the fd when it finds nothing (-EAGAIN). A daemon
+ * with no wait that arms the fd when it finds nothing (-EAGAIN); before
+ * the first td_follow_fd() it fails with -EINVAL. A daemon
  * that goes away fires no timerfd: watch td_client_fd() too. The fd is a
  * timerfd, which the daemon's wake-up cannot block on (an eventfd's write
  * can): poll it, never write() it. td_follow_fd() returns -EOPNOTSUPP
@@ -652,7 +657,10 @@ TD_EXPORT uint32_t td_tensor_ndim(const struct td_tensor *t);
 TD_EXPORT const uint64_t *td_tensor_shape(const struct td_tensor *t);
 /*
  * Byte strides as published, *count = ndim, or NULL with *count = 0 when
- * the blob said "dense C order". count may be NULL.
+ * the blob said "dense C order". libtensord's publishers always write
+ * strides (the dense ones for td_publish.strides NULL, as edgefirst-tensor
+ * does), so NULL comes only from a blob of another writer. count may be
+ * NULL.
  */
 TD_EXPORT const int64_t *td_tensor_strides(const struct td_tensor *t,
 					   uint32_t *count);
@@ -858,7 +866,8 @@ struct td_event {
 
 /*
  * Watch a name (or, with TD_WATCH_PREFIX, every name under a prefix).
- * Returns 0 and the watch id in *watch_id, or -errno. Events arrive through
+ * Returns 0 and the watch id in *watch_id (may be NULL), or -errno
+ * (-EINVAL for flags other than TD_WATCH_PREFIX). Events arrive through
  * td_client_next_event(); events that come in while another call waits for
  * its reply are queued in order, with no bound unless one is set
  * (td_client_set_event_limit(); events it drops are counted in an
