@@ -667,6 +667,16 @@ static size_t find_kv(const uint8_t *b, size_t len, const char *key)
 	return 0;
 }
 
+/* The u64 value of KV key in the snapshot file, set to v in place. */
+static void set_kv_u64(const char *file, const char *key, uint64_t v)
+{
+	size_t len;
+	uint8_t *b = tu_read_file(file, &len);
+
+	memcpy(b + find_kv(b, len, key), &v, 8);
+	put_back(file, b, len);
+}
+
 static uint32_t crc_le(uint32_t crc, uint64_t v, size_t bytes)
 {
 	uint8_t b[8];
@@ -1202,15 +1212,10 @@ Test(snapshot, a_version_counter_out_of_range_is_ignored, .timeout = 60)
 	struct tensor set[NSET];
 	struct tu_daemon d;
 	struct td_client *c;
-	uint8_t *b;
-	size_t len, at;
-	uint64_t top = UINT64_MAX, v;
+	uint64_t v;
 
 	saved(&s, set);
-	b = tu_read_file(s.file, &len);
-	at = find_kv(b, len, "tensord.next_version");
-	memcpy(b + at, &top, 8);
-	put_back(s.file, b, len);
+	set_kv_u64(s.file, "tensord.next_version", UINT64_MAX);
 	cr_assert_eq(truncate(s.log, 0), 0);
 	start(&d, &s, "sync", "30");
 	c = conn(&d);
@@ -1245,15 +1250,11 @@ Test(snapshot, a_version_counter_past_the_follow_layout_is_ignored,
 	struct td_publish p = {.name = "a/followed", .dtype = TD_TENSOR_U8,
 			       .ndim = 1, .shape = &shape};
 	struct td_error e = {0};
-	uint8_t *b, bytes[8] = {0};
-	size_t len, at;
-	uint64_t top = UINT64_C(1) << 60, v = 0;
+	uint8_t bytes[8] = {0};
+	uint64_t v = 0;
 
 	saved(&s, set);
-	b = tu_read_file(s.file, &len);
-	at = find_kv(b, len, "tensord.next_version");
-	memcpy(b + at, &top, 8);
-	put_back(s.file, b, len);
+	set_kv_u64(s.file, "tensord.next_version", UINT64_C(1) << 60);
 	start(&d, &s, "sync", "30");
 	c = conn(&d);
 	cr_assert_eq(td_client_follow(c, p.name, &f, &e), 0, "%s", e.reason);
@@ -1337,17 +1338,11 @@ Test(snapshot, a_snapshot_of_a_newer_format_stops_the_start_and_stays,
 	char sock[160], *out;
 	char *argv[] = {(char *)bin, "--socket", sock, "--snapshot", s.file,
 			NULL};
-	uint64_t three = 3, two = 2;
-	uint8_t *b;
-	size_t len, at;
 
 	snapdir_make(&s);
 	snprintf(sock, sizeof(sock), "%s/td.sock", s.dir);
 	saved_one(&d, &s, &a);
-	b = tu_read_file(s.file, &len);
-	at = find_kv(b, len, "tensord.snapshot");
-	memcpy(b + at, &three, 8);
-	put_back(s.file, b, len);
+	set_kv_u64(s.file, "tensord.snapshot", 3);
 	cr_assert_eq(tu_run_capture_all(argv, &out), 1, "%s", out);
 	cr_expect(strstr(out, "a tensord snapshot of format 3, newer than "
 			      "this tensord reads") &&
@@ -1356,9 +1351,7 @@ Test(snapshot, a_snapshot_of_a_newer_format_stops_the_start_and_stays,
 	free(out);
 	cr_assert(!dir_has(&s, "snap.hrry.corrupt"), "moved aside");
 	/* the newer daemon (format 2 again, here) finds it whole */
-	b = tu_read_file(s.file, &len);
-	memcpy(b + at, &two, 8);
-	put_back(s.file, b, len);
+	set_kv_u64(s.file, "tensord.snapshot", 2);
 	start(&d, &s, "sync", "30");
 	c = conn(&d);
 	check(c, &a);
@@ -1380,15 +1373,11 @@ Test(snapshot, a_foreign_hurray_file_leaves_the_version_counter_alone,
 	struct tensor set[NSET];
 	struct tu_daemon d;
 	struct td_client *c;
-	uint8_t *b;
-	size_t len;
-	uint64_t high = 5000, other = 0, v;
+	uint64_t v;
 
 	saved(&s, set);
-	b = tu_read_file(s.file, &len);
-	memcpy(b + find_kv(b, len, "tensord.next_version"), &high, 8);
-	memcpy(b + find_kv(b, len, "tensord.snapshot"), &other, 8);
-	put_back(s.file, b, len);
+	set_kv_u64(s.file, "tensord.next_version", 5000);
+	set_kv_u64(s.file, "tensord.snapshot", 0);
 	cr_assert_eq(truncate(s.log, 0), 0);
 	start(&d, &s, "sync", "30");
 	c = conn(&d);

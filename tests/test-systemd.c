@@ -1019,6 +1019,33 @@ Test(systemd, a_crash_before_the_image_is_written_never_numbers_a_version_twice)
 	store_close(&st);
 }
 
+/* A folder for a snapshot, FILE in it; snap_file names it. */
+struct snapshot_dir {
+	char dir[64];
+	char file[160];
+};
+
+static void snapshot_dir_make(struct snapshot_dir *sd)
+{
+	snprintf(sd->dir, sizeof(sd->dir), "/tmp/td-sd-snap-XXXXXX");
+	cr_assert_not_null(mkdtemp(sd->dir));
+	snprintf(sd->file, sizeof(sd->file), "%s/snap.hrry", sd->dir);
+	snap_file = sd->file;
+}
+
+/* FILE and FILE.lock (one daemon per snapshot) removed: nothing else
+ * may be left in the folder. */
+static void snapshot_dir_rm(struct snapshot_dir *sd)
+{
+	char lock[176];
+
+	snap_file = NULL;
+	unlink(sd->file);
+	snprintf(lock, sizeof(lock), "%s.lock", sd->file);
+	unlink(lock);
+	cr_assert_eq(rmdir(sd->dir), 0, "something besides the snapshot left");
+}
+
 /*
  * Snapshots beside the fd store (docs/snapshot.md): a life that starts
  * with an empty fd store (after `systemctl stop`, a reboot) restores the
@@ -1032,14 +1059,13 @@ Test(systemd, the_fd_store_wins_over_a_snapshot_which_then_catches_up)
 	struct expect x[8], fresh = {"r/fresh", 0, 64, 3, 0, NULL, false};
 	struct td_client *c;
 	struct td_error e = {0};
-	char sdir[64] = "/tmp/td-sd-snap-XXXXXX", snap[160], *err;
+	struct snapshot_dir sd;
+	char *err, *snap = sd.file;
 	unsigned n;
 	int keep[2];
 
 	/* life 1, with a snapshot: saved at its clean stop */
-	cr_assert_not_null(mkdtemp(sdir));
-	snprintf(snap, sizeof(snap), "%s/snap.hrry", sdir);
-	snap_file = snap;
+	snapshot_dir_make(&sd);
 	n = first_life(&d, &st, x, keep);
 	cr_assert_eq(access(snap, F_OK), 0, "no snapshot at the stop");
 
@@ -1105,10 +1131,7 @@ Test(systemd, the_fd_store_wins_over_a_snapshot_which_then_catches_up)
 	snap_file = NULL;
 	daemon_stop(&d, &st);
 	end_lives(&st, keep);
-	unlink(snap);
-	strcat(snap, ".lock"); /* one daemon per snapshot */
-	unlink(snap);
-	cr_assert_eq(rmdir(sdir), 0, "something besides the snapshot left");
+	snapshot_dir_rm(&sd);
 }
 
 /* Restart from st (modified first by the caller); LIST must be empty. */
@@ -1537,16 +1560,15 @@ Test(systemd, versions_the_fd_store_lost_come_back_from_the_snapshot)
 	struct daemon d;
 	struct fdstore st = {0};
 	struct expect x[8];
-	char sdir[64] = "/tmp/td-sd-snap-XXXXXX", snap[160], name[64], *err;
+	struct snapshot_dir sd;
+	char name[64], *err;
 	unsigned n;
 	int keep[2];
 	struct stored *s;
 	struct msg m;
 	int status;
 
-	cr_assert_not_null(mkdtemp(sdir));
-	snprintf(snap, sizeof(snap), "%s/snap.hrry", sdir);
-	snap_file = snap;
+	snapshot_dir_make(&sd);
 	n = first_life(&d, &st, x, keep);
 	/* systemd did not keep r/plain's plane */
 	cr_assert_str_eq(x[0].name, "r/plain");
@@ -1577,10 +1599,7 @@ Test(systemd, versions_the_fd_store_lost_come_back_from_the_snapshot)
 	snap_file = NULL;
 	next_life(&d, &st, x, n, false);
 	end_lives(&st, keep);
-	unlink(snap);
-	strcat(snap, ".lock");
-	unlink(snap);
-	cr_assert_eq(rmdir(sdir), 0, "something besides the snapshot left");
+	snapshot_dir_rm(&sd);
 }
 
 /*
@@ -1598,13 +1617,12 @@ Test(systemd, a_crash_during_a_snapshot_restore_reads_the_snapshot_again)
 	struct fdstore st = {0}, none = {0};
 	struct expect x[8];
 	struct msg m;
-	char sdir[64] = "/tmp/td-sd-snap-XXXXXX", snap[160], *err;
+	struct snapshot_dir sd;
+	char *err;
 	unsigned n;
 	int keep[2], status;
 
-	cr_assert_not_null(mkdtemp(sdir));
-	snprintf(snap, sizeof(snap), "%s/snap.hrry", sdir);
-	snap_file = snap;
+	snapshot_dir_make(&sd);
 	n = first_life(&d, &st, x, keep);
 	/* `systemctl stop`: the fd store is emptied, the snapshot has all */
 	store_close(&st);
@@ -1628,10 +1646,7 @@ Test(systemd, a_crash_during_a_snapshot_restore_reads_the_snapshot_again)
 	free(err);
 	snap_file = NULL;
 	end_lives(&st, keep);
-	unlink(snap);
-	strcat(snap, ".lock");
-	unlink(snap);
-	cr_assert_eq(rmdir(sdir), 0, "something besides the snapshot left");
+	snapshot_dir_rm(&sd);
 }
 
 /*

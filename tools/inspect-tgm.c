@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,31 +184,6 @@ static int meta_read(struct tgm_src *s, uint64_t base,
 	return rc < 0 ? -1 : 0;
 }
 
-/* ,"metadata":{...} (or "metadata_error"); 1 when it did not decode. */
-static int json_meta(FILE *f, struct tgm_src *s, uint64_t base,
-		     const struct td_tgm_frame *fr)
-{
-	struct td_err e = {0};
-	char *json;
-	int rc = meta_read(s, base, fr, &json, &e);
-
-	if (rc == -EIO)
-		return 0;
-	if (rc == 1) {
-		fprintf(f, ",\"metadata\":null,\"metadata_error\":"
-			   "\"larger than 16 MiB: not printed\"");
-		return 0;
-	}
-	if (rc < 0) {
-		fprintf(f, ",\"metadata_error\":");
-		print_err_text(f, &e);
-		return 1;
-	}
-	fprintf(f, ",\"metadata\":%s", json);
-	free(json);
-	return 0;
-}
-
 /*
  * JSON text on a terminal: what JSON leaves raw and a terminal would act
  * on (DEL, C1 controls such as U+009B, CSI) as \u00NN, which keeps it
@@ -227,30 +203,43 @@ static void print_terminal_safe(FILE *f, const char *t)
 	}
 }
 
-/* One line under a metadata frame; 1 when it did not decode. */
-static int text_meta(FILE *f, struct tgm_src *s, uint64_t base,
-		     const struct td_tgm_frame *fr)
+/*
+ * A metadata frame's CBOR as JSON: ,"metadata":{...} (or
+ * "metadata_error") with json, else a line under the frame. 1 when it
+ * did not decode.
+ */
+static int print_meta(FILE *f, struct tgm_src *s, uint64_t base,
+		      const struct td_tgm_frame *fr, bool json)
 {
 	struct td_err e = {0};
-	char *json;
-	int rc = meta_read(s, base, fr, &json, &e);
+	char *text = NULL;
+	int rc = meta_read(s, base, fr, &text, &e);
 
 	if (rc == -EIO)
 		return 0;
 	if (rc == 1) {
-		fprintf(f, "       metadata: larger than 16 MiB, not printed\n");
+		fputs(json ? ",\"metadata\":null,\"metadata_error\":"
+			     "\"larger than 16 MiB: not printed\""
+			   : "       metadata: larger than 16 MiB, not "
+			     "printed\n",
+		      f);
 		return 0;
 	}
-	if (rc < 0) {
+	if (rc < 0 && json) {
+		fprintf(f, ",\"metadata_error\":");
+		print_err_text(f, &e);
+	} else if (rc < 0) {
 		fprintf(f, "       metadata: REFUSED: %s at offset %" PRIu64 "\n",
 			e.reason, e.offset);
-		return 1;
+	} else if (json) {
+		fprintf(f, ",\"metadata\":%s", text);
+	} else {
+		fprintf(f, "       metadata: ");
+		print_terminal_safe(f, text);
+		fprintf(f, "\n");
 	}
-	fprintf(f, "       metadata: ");
-	print_terminal_safe(f, json);
-	fprintf(f, "\n");
-	free(json);
-	return 0;
+	free(text);
+	return rc < 0;
 }
 
 static void json_message(FILE *f, struct tgm_src *s,
@@ -328,7 +317,7 @@ static void json_message(FILE *f, struct tgm_src *s,
 				return;
 		}
 		if (is_meta_frame(fr.type)) {
-			r->desc_bad += json_meta(f, s, sp->offset, &fr);
+			r->desc_bad += print_meta(f, s, sp->offset, &fr, true);
 			if (s->io_err)
 				return;
 		}
@@ -405,7 +394,7 @@ static void text_message(FILE *f, size_t idx, struct tgm_src *s,
 		if (fr.type == TD_TGM_NTENSOR_FRAME)
 			r->desc_bad += text_object_desc(f, s, sp->offset, &fr);
 		if (is_meta_frame(fr.type))
-			r->desc_bad += text_meta(f, s, sp->offset, &fr);
+			r->desc_bad += print_meta(f, s, sp->offset, &fr, false);
 		if (s->io_err)
 			return;
 	}
