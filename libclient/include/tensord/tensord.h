@@ -660,7 +660,11 @@ TD_EXPORT const uint64_t *td_tensor_shape(const struct td_tensor *t);
  * the blob said "dense C order". libtensord's publishers always write
  * strides (the dense ones for td_publish.strides NULL, as edgefirst-tensor
  * does), so NULL comes only from a blob of another writer. count may be
- * NULL.
+ * NULL. A stride may be negative (the blob spec's flipped axis): the
+ * daemon checks only that the layout's span, (n - 1) * |stride| over the
+ * dimensions plus one element, fits in the plane; the spec does not say
+ * where element 0 lies in that span, so that is for the producer and its
+ * readers to agree (Python and the HTTP store refuse such a tensor).
  */
 TD_EXPORT const int64_t *td_tensor_strides(const struct td_tensor *t,
 					   uint32_t *count);
