@@ -164,6 +164,19 @@ static PyObject *planes_item(PlanesObject *p, Py_ssize_t i)
 	return a;
 }
 
+/* p[i] (negative from the end) or p[a:b:c], a tuple of plane views */
+static PyObject *planes_subscript(PlanesObject *p, PyObject *key)
+{
+	Py_ssize_t i;
+
+	if (PySlice_Check(key))
+		return PyObject_GetItem(p->arrays, key);
+	i = PyNumber_AsSsize_t(key, PyExc_IndexError);
+	if (i == -1 && PyErr_Occurred())
+		return NULL;
+	return planes_item(p, i < 0 ? i + PyTuple_GET_SIZE(p->arrays) : i);
+}
+
 static PyObject *planes_iter(PlanesObject *p)
 {
 	return PyObject_GetIter(p->arrays);
@@ -204,6 +217,11 @@ static PySequenceMethods planes_as_sequence = {
 	.sq_item = (ssizeargfunc)planes_item,
 };
 
+static PyMappingMethods planes_as_mapping = {
+	.mp_length = (lenfunc)planes_len,
+	.mp_subscript = (binaryfunc)planes_subscript,
+};
+
 static PyMethodDef planes_methods[] = {
 	{"release", (PyCFunction)planes_release, METH_NOARGS,
 	 "End the lease now (for every plane view)."},
@@ -238,6 +256,7 @@ PyTypeObject tdpy_planes_type = {
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_dealloc = (destructor)planes_dealloc,
 	.tp_repr = (reprfunc)planes_repr,
+	.tp_as_mapping = &planes_as_mapping,
 	.tp_as_sequence = &planes_as_sequence,
 	.tp_iter = (getiterfunc)planes_iter,
 	.tp_methods = planes_methods,

@@ -143,6 +143,17 @@ def test_planar_rgb_gives_one_channel_per_plane(client):
         np.testing.assert_array_equal(g[c], want[c])
     with pytest.raises(IndexError):
         g[3]
+    # a sequence as Python's are: from the end, and slices (a tuple)
+    np.testing.assert_array_equal(g[-1], want[2])
+    with pytest.raises(IndexError):
+        g[-4]
+    rg, gb = g[:2], g[1:]
+    assert isinstance(rg, tuple) and len(rg) == 2 and len(gb) == 2
+    np.testing.assert_array_equal(rg[1], want[1])
+    np.testing.assert_array_equal(gb[1], want[2])
+    assert [x.shape for x in g[::2]] == [(4, 5)] * 2 and g[5:] == ()
+    with pytest.raises(TypeError):
+        g["y"]
     assert client.stat("pl/rgbp").bytes == want.nbytes
 
 
