@@ -1019,6 +1019,28 @@ Test(systemd, a_crash_before_the_image_is_written_never_numbers_a_version_twice)
 	store_close(&st);
 }
 
+/*
+ * A start given pass that SIGKILLs itself once `at` versions of the
+ * snapshot are back (TD_TEST_SNAPSHOT_RESTORE_KILL_AT); what it sent
+ * the fd store before dying applied to st, as systemd would keep it.
+ */
+static void crash_during_restore(struct daemon *d, const struct fdstore *pass,
+				 struct fdstore *st, const char *at)
+{
+	struct msg m;
+	int status;
+
+	cr_assert_eq(setenv("TD_TEST_SNAPSHOT_RESTORE_KILL_AT", at, 1), 0);
+	daemon_spawn(d, NULL, -1, pass);
+	unsetenv("TD_TEST_SNAPSHOT_RESTORE_KILL_AT");
+	status = tu_wait_child(d->pid, TU_WAIT_S, "tensord during its restore");
+	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+		  "status %#x", status);
+	d->pid = 0;
+	while (notify_recv(d, &m, 0) == 0)
+		store_apply(st, &m);
+}
+
 /* A folder for a snapshot, FILE in it; snap_file names it. */
 struct snapshot_dir {
 	char dir[64];
@@ -1565,8 +1587,6 @@ Test(systemd, versions_the_fd_store_lost_come_back_from_the_snapshot)
 	unsigned n;
 	int keep[2];
 	struct stored *s;
-	struct msg m;
-	int status;
 
 	snapshot_dir_make(&sd);
 	n = first_life(&d, &st, x, keep);
@@ -1577,15 +1597,7 @@ Test(systemd, versions_the_fd_store_lost_come_back_from_the_snapshot)
 	close(s->fd);
 	*s = st.e[--st.n];
 	/* and a crash while it is read again leaves it to the next start */
-	cr_assert_eq(setenv("TD_TEST_SNAPSHOT_RESTORE_KILL_AT", "1", 1), 0);
-	daemon_spawn(&d, NULL, -1, &st);
-	unsetenv("TD_TEST_SNAPSHOT_RESTORE_KILL_AT");
-	status = tu_wait_child(d.pid, TU_WAIT_S, "tensord during its restore");
-	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
-		  "status %#x", status);
-	d.pid = 0;
-	while (notify_recv(&d, &m, 0) == 0)
-		store_apply(&st, &m);
+	crash_during_restore(&d, &st, &st, "1");
 	cr_assert_eq(truncate(d.err, 0), 0);
 	n = next_life(&d, &st, x, n, true);
 	err = tu_slurp(d.err);
@@ -1616,11 +1628,10 @@ Test(systemd, a_crash_during_a_snapshot_restore_reads_the_snapshot_again)
 	struct daemon d;
 	struct fdstore st = {0}, none = {0};
 	struct expect x[8];
-	struct msg m;
 	struct snapshot_dir sd;
 	char *err;
 	unsigned n;
-	int keep[2], status;
+	int keep[2];
 
 	snapshot_dir_make(&sd);
 	n = first_life(&d, &st, x, keep);
@@ -1628,15 +1639,7 @@ Test(systemd, a_crash_during_a_snapshot_restore_reads_the_snapshot_again)
 	store_close(&st);
 	memset(&st, 0, sizeof(st));
 	/* the next start dies once two versions are back */
-	cr_assert_eq(setenv("TD_TEST_SNAPSHOT_RESTORE_KILL_AT", "2", 1), 0);
-	daemon_spawn(&d, NULL, -1, &none);
-	unsetenv("TD_TEST_SNAPSHOT_RESTORE_KILL_AT");
-	status = tu_wait_child(d.pid, TU_WAIT_S, "tensord during its restore");
-	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
-		  "status %#x", status);
-	d.pid = 0;
-	while (notify_recv(&d, &m, 0) == 0)
-		store_apply(&st, &m);
+	crash_during_restore(&d, &none, &st, "2");
 	/* Restart=: with what systemd kept of that start */
 	cr_assert_eq(truncate(d.err, 0), 0);
 	next_life(&d, &st, x, n, false);
