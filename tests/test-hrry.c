@@ -2396,7 +2396,7 @@ Test(hrry, tensorctl_load_is_all_or_nothing_unless_partial)
 {
 	struct tu_daemon d;
 	struct td_client *c = NULL;
-	struct td_ring *ring;
+	struct td_ring *ring, *ring2;
 	uint64_t shape[1] = {4};
 	struct td_ring_desc rd = {.dtype = TD_TENSOR_U8, .ndim = 1,
 				  .shape = shape};
@@ -2432,9 +2432,28 @@ Test(hrry, tensorctl_load_is_all_or_nothing_unless_partial)
 	cr_assert_eq(tu_tensorctl(&d, &out, "load", path, "--prefix", "y/",
 				  "--partial", NULL),
 		     1);
+	cr_assert_not_null(strstr(out, "2 tensor(s) published before the "
+				       "failure, kept (--partial)"),
+			   "%s", out);
+	cr_assert_not_null(strstr(out, "y/f version"), "%s", out);
 	free(out);
 	cr_assert_eq(td_client_get(c, "y/f", &t, NULL), 0);
 	td_tensor_release(t);
+	/* --json --partial: the error object says what was kept */
+	cr_assert_eq(td_ring_create(c, "w/u", &rd, &ring2, NULL), 0);
+	cr_assert_eq(tu_tensorctl(&d, &out, "load", path, "--prefix", "w/",
+				  "--partial", "--json", NULL),
+		     1);
+	cr_assert_not_null(strstr(out, "{\"error\":{\"kind\":\"daemon\","),
+			   "%s", out);
+	cr_assert_not_null(strstr(out, "\"published\":[{\"name\":\"w/f\","),
+			   "%s", out);
+	/* the refusal stopped the load before "colmajor" */
+	cr_assert_not_null(strstr(out, "\"refused\":[]}"), "%s", out);
+	free(out);
+	cr_assert_eq(td_client_get(c, "w/f", &t, NULL), 0);
+	td_tensor_release(t);
+	td_ring_close(ring2);
 	/* --json of a good load: published and refused lists */
 	cr_assert_eq(tu_tensorctl(&d, &out, "load", path, "--prefix", "z/",
 				  "--json", NULL),

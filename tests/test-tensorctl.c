@@ -1855,6 +1855,21 @@ Test(tensorctl, load_rolls_back_when_the_daemon_refuses)
 		  "%s", out);
 	free(out);
 	cr_expect(exists(&d, "ok_a") && exists(&d, "ok_b"));
+	/* --json --partial: the error object says what was kept */
+	cr_expect_eq(CTL(&d, &out, &err, "load", path, "--partial", "--json"),
+		     1);
+	cr_expect(strstr(err, "2 of 3 object(s) published before this "
+			      "failure, kept (--partial)"),
+		  "%s", err);
+	free(err);
+	cr_expect(starts(out, "{\"error\":{\"kind\":\"daemon\",\"errno\":17,"),
+		  "%s", out);
+	cr_expect(strstr(out, "\"published\":[{\"name\":\"ok_a\",\"version\":") &&
+			  strstr(out, "{\"name\":\"ok_b\",\"version\":"),
+		  "%s", out);
+	cr_expect(strchr(out, '\n') == out + strlen(out) - 1,
+		  "one JSON document: %s", out);
+	free(out);
 	td_ring_close(ring);
 	td_client_close(c);
 	unlink(path);

@@ -2766,6 +2766,16 @@ Test(import, all_or_nothing_unless_partial, .fini = stop)
 	}
 	cr_assert_eq(zt_ctl(&out, "stat p/c"), 1);
 	free(out);
+	/* --json --partial: the error object says what was kept */
+	cr_assert_eq(zt_ctl(&out, "zarr import %s/p --prefix q/ --partial "
+	                          "--json",
+	                    zt_dir),
+	             1);
+	cr_assert(strstr(out, "{\"error\":{\"kind\":\"daemon\","), "%s", out);
+	cr_assert(strstr(out, "\"published\":[{\"name\":\"q/a\",\"version\":") &&
+	                  strstr(out, "{\"name\":\"q/b\",\"version\":"),
+	          "%s", out);
+	free(out);
 	free(two);
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }

@@ -59,6 +59,10 @@ int tctl_json_print(struct json_object *o)
 	return TCTL_OK;
 }
 
+/* tctl_json_hold(): the next error object waits for tctl_json_held() */
+static int json_hold;
+static struct json_object *json_held;
+
 int tctl_fail(int status, const char *kind, int err, const char *fmt, ...)
 {
 	char reason[TD_REASON_MAX + 512];
@@ -79,8 +83,35 @@ int tctl_fail(int status, const char *kind, int err, const char *fmt, ...)
 	json_object_object_add(e, "errno", json_object_new_int(err));
 	json_object_object_add(e, "reason", json_object_new_string(reason));
 	json_object_object_add(o, "error", e);
+	if (json_hold && !json_held) {
+		json_held = o;
+		return status;
+	}
 	tctl_json_print(o);
 	return status;
+}
+
+void tctl_json_hold(void)
+{
+	json_hold = tctl_json;
+}
+
+void tctl_json_held_add(const char *key, struct json_object *val)
+{
+	if (json_held)
+		json_object_object_add(json_held, key, val);
+	else
+		json_object_put(val);
+}
+
+void tctl_json_held_print(void)
+{
+	struct json_object *o = json_held;
+
+	json_hold = 0;
+	json_held = NULL;
+	if (o)
+		tctl_json_print(o);
 }
 
 int tctl_refused(const char *what, int rc, const struct td_error *e)

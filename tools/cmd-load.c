@@ -382,26 +382,16 @@ static size_t roll_back(struct obj **objs, const uint64_t *versions,
 	return removed;
 }
 
-static int print_published(struct obj **objs, const uint64_t *versions,
-                           size_t n)
+static struct json_object *published_json(struct obj **objs,
+                                          const uint64_t *versions, size_t n,
+                                          struct json_object *arr)
 {
-	struct json_object *arr = tctl_json ? json_object_new_array() : NULL;
-
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; arr && i < n; i++) {
 		const struct obj *ob = objs[i];
 		const struct td_tgm_desc *d = &ob->o.desc;
-		const char *dt = td_tensor_dtype_name(ob->dtype);
-		struct json_object *j, *shape;
+		struct json_object *j = json_object_new_object();
+		struct json_object *shape = json_object_new_array();
 
-		if (!arr) {
-			printf("%s version %" PRIu64 " %s", ob->name,
-			       versions[i], dt);
-			tctl_print_shape(stdout, d->shape, d->shape_count, 0);
-			printf("%s\n", ob->swap ? " (byte-swapped)" : "");
-			continue;
-		}
-		j = json_object_new_object();
-		shape = json_object_new_array();
 		for (uint32_t k = 0; k < d->shape_count; k++)
 			json_object_array_add(
 			        shape, json_object_new_uint64(d->shape[k]));
@@ -409,17 +399,39 @@ static int print_published(struct obj **objs, const uint64_t *versions,
 		                       json_object_new_string(ob->name));
 		json_object_object_add(j, "version",
 		                       json_object_new_uint64(versions[i]));
-		json_object_object_add(j, "dtype", json_object_new_string(dt));
+		json_object_object_add(
+		        j, "dtype",
+		        json_object_new_string(td_tensor_dtype_name(ob->dtype)));
 		json_object_object_add(j, "shape", shape);
 		json_object_object_add(j, "byte_swapped",
 		                       json_object_new_boolean(ob->swap));
 		json_object_array_add(arr, j);
 	}
-	if (arr) {
-		struct json_object *o = json_object_new_object();
+	return arr;
+}
 
-		json_object_object_add(o, "published", arr);
+static int print_published(struct obj **objs, const uint64_t *versions,
+                           size_t n)
+{
+	struct json_object *o;
+
+	if (tctl_json) {
+		o = json_object_new_object();
+		json_object_object_add(
+		        o, "published",
+		        published_json(objs, versions, n,
+		                       json_object_new_array()));
 		return tctl_json_print(o);
+	}
+
+	for (size_t i = 0; i < n; i++) {
+		const struct obj *ob = objs[i];
+		const struct td_tgm_desc *d = &ob->o.desc;
+
+		printf("%s version %" PRIu64 " %s", ob->name, versions[i],
+		       td_tensor_dtype_name(ob->dtype));
+		tctl_print_shape(stdout, d->shape, d->shape_count, 0);
+		printf("%s\n", ob->swap ? " (byte-swapped)" : "");
 	}
 	return TCTL_OK;
 }
@@ -434,6 +446,8 @@ static int publish(struct obj **objs, size_t n, struct tgm_src *s,
 	                  : tctl_fail(TCTL_REFUSED, "io", ENOMEM,
 	                              "out of memory");
 
+	if (partial)
+		tctl_json_hold(); /* the error says what was kept */
 	while (!rc && done < n) {
 		rc = publish_one(objs[done], s, c, &versions[done]);
 		if (!rc)
@@ -452,6 +466,10 @@ static int publish(struct obj **objs, size_t n, struct tgm_src *s,
 	/* under --json the error object is the whole answer */
 	if (!rc || (partial && !tctl_json))
 		print_published(objs, versions, done);
+	else if (partial)
+		tctl_json_held_add("published",
+		               published_json(objs, versions, done,
+		                              json_object_new_array()));
 	free(versions);
 	return rc;
 }

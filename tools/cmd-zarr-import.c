@@ -355,6 +355,8 @@ static int publish_all(struct td_client *c, int top, struct imp *ims,
 	                  : tctl_fail(TCTL_REFUSED, "io", ENOMEM,
 	                              "out of memory");
 
+	if (partial)
+		tctl_json_hold(); /* the error says what was kept */
 	for (i = 0; !rc && i < n; i++) {
 		if (!ims[i].tensor[0])
 			continue;
@@ -394,6 +396,8 @@ static int publish_all(struct td_client *c, int top, struct imp *ims,
 
 		json_object_object_add(j, "published", json_object_get(out));
 		rc = tctl_json_print(j);
+	} else if (partial) {
+		tctl_json_held_add("published", json_object_get(out));
 	}
 	json_object_put(out);
 	free(versions);

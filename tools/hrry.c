@@ -506,6 +506,28 @@ static void unpublish(struct loaded *l)
 		l->count, removed);
 }
 
+/* A failure part-way: what was published goes again (all or nothing),
+ * or with --partial stays and is said, as on success (under --json
+ * beside the error). */
+static void load_failed(struct loaded *l, const char *path, bool partial)
+{
+	if (!partial) {
+		unpublish(l);
+		return;
+	}
+	if (l->count)
+		fprintf(stderr,
+			"tensorctl: %" PRIu64 " tensor(s) published before "
+			"the failure, kept (--partial)\n",
+			l->count);
+	if (!tctl_json) {
+		print_loaded(l, path);
+		return;
+	}
+	tctl_json_held_add("published", json_object_get(l->published));
+	tctl_json_held_add("refused", json_object_get(l->refused));
+}
+
 /* path opened as *fd and read mapped (map; pread where it cannot be)
  * or with pread. */
 /*
@@ -655,6 +677,8 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 		goto out;
 	l.published = json_object_new_array();
 	l.refused = json_object_new_array();
+	if (partial)
+		tctl_json_hold(); /* the error says what was kept */
 	for (uint64_t i = 0; i < n; i++) {
 		struct td_hrry_entry en;
 		td_hrry_file_reader_entry(r, i, &en);
@@ -671,8 +695,7 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 			rc = tctl_fail(TCTL_REFUSED, "io", -r2, "%s: %.*s: %s: %s",
 				       path, (int)en.name_len, en.name,
 				       td_hrry_error_name(e.kind), e.reason);
-			if (!partial)
-				unpublish(&l);
+			load_failed(&l, path, partial);
 			goto out;
 		}
 		if (r2) {
@@ -698,8 +721,7 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 		}
 		rc = load_one(&l, r, &en, d, prefix);
 		if (rc) {
-			if (!partial)
-				unpublish(&l);
+			load_failed(&l, path, partial);
 			goto out;
 		}
 	}

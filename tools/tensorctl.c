@@ -137,6 +137,7 @@ static int run(int argc, char **argv)
 	}
 	tctl_signals_init();
 	rc = cmd->fn(argc - optind, argv + optind);
+	tctl_json_held_print();
 	/* a write stopped by a signal: end as that signal would have */
 	sig = tctl_interrupted();
 	if (sig) {

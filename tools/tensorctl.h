@@ -31,6 +31,19 @@ extern int tctl_raw_bytes;
 int tctl_fail(int status, const char *kind, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
+/*
+ * Under --json a failure's object is the whole answer, but a command that
+ * keeps what it did before the failure (--partial) must say what that was:
+ * after tctl_json_hold() the next tctl_fail() keeps its object back,
+ * tctl_json_held_add(KEY, VAL) adds KEY: VAL beside its "error" (VAL is
+ * taken; dropped when no error is held), and run() prints it when the
+ * command returns (tctl_json_held_print()). No-ops without --json.
+ */
+struct json_object;
+void tctl_json_hold(void);
+void tctl_json_held_add(const char *key, struct json_object *val);
+void tctl_json_held_print(void);
+
 /* Options every subcommand takes (tctl_getopt() handles them). */
 enum {
 	TCTL_OPT_SOCKET = 0x100,
