@@ -9,6 +9,7 @@
  */
 #include "http-hdr.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <string.h>
 #include <strings.h>
@@ -34,6 +35,18 @@ static bool at_end(const char *p)
 	return !p[strspn(p, " \t")];
 }
 
+/* Whether h is "UNIT=..." with UNIT a token (RFC 9110 5.6.2) other
+ * than bytes (the caller has seen it is not). */
+static bool other_unit(const char *h)
+{
+	static const char tchar[] = "!#$%&'*+-.^_`|~";
+	size_t n = 0;
+
+	while (h[n] && (isalnum((unsigned char)h[n]) || strchr(tchar, h[n])))
+		n++;
+	return n && h[n] == '=';
+}
+
 int td__http_range_parse(const char *h, uint64_t len, uint64_t *a,
                          uint64_t *n)
 {
@@ -41,8 +54,11 @@ int td__http_range_parse(const char *h, uint64_t len, uint64_t *a,
 
 	if (!h)
 		return 0;
-	/* the unit is case-insensitive; one range only */
-	if (strncasecmp(h, "bytes=", 6) || strchr(h, ','))
+	/* a unit other than bytes: ignored, the whole body (RFC 9110 14.2:
+	 * MUST); the unit is case-insensitive; one range only */
+	if (strncasecmp(h, "bytes=", 6))
+		return other_unit(h) ? 0 : -1;
+	if (strchr(h, ','))
 		return -1;
 	h += 6;
 	h += strspn(h, " \t"); /* a range-set is a list: OWS before it */

@@ -13,8 +13,9 @@
 
 /*
  * A Range header h (NULL: absent) against a body of len bytes (RFC 9110):
- * 0 none, 1 a satisfiable range in [*a, *a + *n), -1 unsatisfiable (or a
- * form this server does not serve: several ranges).
+ * 0 none (or a unit other than bytes, which RFC 9110 14.2 says to ignore),
+ * 1 a satisfiable range in [*a, *a + *n), -1 unsatisfiable (or a form this
+ * server does not serve: several ranges).
  */
 int td__http_range_parse(const char *h, uint64_t len, uint64_t *a,
                          uint64_t *n);

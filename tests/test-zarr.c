@@ -3068,6 +3068,17 @@ Test(http, ranges_and_if_none_match_per_rfc_9110, .init = start_http,
 	cr_assert_eq(status_of(resp), 206, "%s", resp);
 	cr_assert(strstr(resp, "Content-Range: bytes 2-4/100\r\n"), "%s", resp);
 	free(resp);
+	/* a unit other than bytes is ignored (RFC 9110 14.2: MUST): the
+	 * whole body, 200; a unit that is no token is a bad range */
+	http("GET", "/zarr/rfc/c/0", "Range: items=0-1\r\n", &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	cr_assert(strstr(resp, "Content-Length: 100\r\n") &&
+	                  !strstr(resp, "Content-Range"),
+	          "%s", resp);
+	free(resp);
+	http("GET", "/zarr/rfc/c/0", "Range: bytes 0-1\r\n", &resp);
+	cr_assert_eq(status_of(resp), 416, "%s", resp);
+	free(resp);
 	http("GET", "/zarr/rfc/c/0", NULL, &resp);
 	tag = etag_in(resp);
 	free(resp);
