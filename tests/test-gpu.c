@@ -478,6 +478,84 @@ Test(gpu, a_fence_outliving_its_version_touches_nothing)
 	tu_daemon_stop(&d, true);
 }
 
+/* A loan of name, one plane of BYTES, as the daemon lends it. */
+static struct td_alloc *loan_of(struct td_client *c, const char *name,
+				uint32_t flags)
+{
+	struct td_error e = {0};
+	struct td_alloc *a = NULL;
+	const uint64_t size = BYTES;
+
+	cr_assert_eq(td_client_alloc_named(c, name, 1, &size, flags, &a, &e),
+		     0, "%s", e.reason);
+	return a;
+}
+
+/* Fill a with val, publish it as name with the eventfd fence (-1: none). */
+static uint64_t publish_loan(struct td_client *c, struct td_alloc *a,
+			     const char *name, uint8_t val, int fence)
+{
+	struct td_error e = {0};
+	const uint64_t shape[1] = {BYTES};
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape};
+	uint64_t v = 0;
+
+	memset(td_alloc_data(a, 0), val, BYTES);
+	if (fence >= 0) {
+		p.flags = TD_PUBLISH_FENCE;
+		p.fence_fd = fence;
+	}
+	cr_assert_eq(td_client_publish_alloc(c, a, &p, &v, &e), 0, "%s",
+		     e.reason);
+	return v;
+}
+
+/*
+ * A producer may publish a TD_ALLOC_RECYCLE loan with a fence while its
+ * device still writes it (docs/fastpath.md, "Which loans"). Its buffer
+ * used to come back as the producer's next loan as soon as a newer
+ * version replaced it, fence pending or not, so the next frame's writes
+ * (the CPU's, another queue's) raced the device's. A version that goes
+ * with its fence pending is lent to nobody now; one whose fence
+ * signalled is recycled as before (a recycled buffer holds its bytes, a
+ * new one zeros). Each round on a connection of its own: the free list
+ * is the connection's.
+ */
+Test(gpu, a_buffer_whose_fence_is_pending_is_not_recycled)
+{
+	struct tu_daemon d;
+	struct td_error e = {0};
+
+	tu_daemon_start(&d, "warn");
+	for (int signalled = 0; signalled < 2; signalled++) {
+		struct td_client *prod = connect_to(&d);
+		int f = td_fence_create();
+		struct td_alloc *a;
+
+		cr_assert_geq(f, 0);
+		publish_loan(prod, loan_of(prod, "gpu/busy", TD_ALLOC_RECYCLE),
+			     "gpu/busy", 0xab, f);
+		if (signalled)
+			cr_assert_eq(td_fence_signal(f, &e), 0, "%s",
+				     e.reason);
+		/* replaced, unleased: the fenced version goes */
+		publish_loan(prod, loan_of(prod, "gpu/busy", TD_ALLOC_RECYCLE),
+			     "gpu/busy", 0xcd, -1);
+		a = loan_of(prod, "gpu/busy", TD_ALLOC_RECYCLE);
+		if (signalled)
+			cr_assert_eq(*(uint8_t *)td_alloc_data(a, 0), 0xab,
+				     "a signalled buffer was not recycled");
+		else
+			cr_assert_eq(*(uint8_t *)td_alloc_data(a, 0), 0,
+				     "lent again with its fence pending");
+		td_alloc_free(a);
+		close(f);
+		td_client_close(prod);
+	}
+	tu_daemon_stop(&d, true);
+}
+
 /*
  * A consumer's own fence is fired by the daemon of the connection that
  * leased it, and by nothing else: once that connection is gone (the
