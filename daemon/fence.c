@@ -253,6 +253,18 @@ void td__fence_forget(struct td__version *v)
 	v->fence_state = STATE_NEW;
 }
 
+bool td__fence_pending(const struct td__version *v)
+{
+	struct pollfd pfd = {.events = POLLIN};
+
+	if (v->fence_ix < 0 || v->fence_state == STATE_SIGNALLED)
+		return false;
+	/* either kind polls readable once signalled (a sync_file with an
+	 * error too: its device is done with the buffers) */
+	pfd.fd = fence_fd(v);
+	return !(poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLIN));
+}
+
 void td__fence_init(void)
 {
 	char why[160];

@@ -348,9 +348,13 @@ void td__freebuf_keep(struct td__store *s, struct td__peer *p, uid_t uid,
 
 void td__version_unref(struct td__store *s, struct td__version *v)
 {
+	bool busy;
+
 	if (--v->refs)
 		return;
-	/* a leased version never gets here: its bytes stayed intact */
+	/* a leased version never gets here: its bytes stayed intact. A
+	 * pending fence: a device may still write them, lent to nobody */
+	busy = td__fence_pending(v);
 	td__fence_forget(v); /* out of the watched set before its close */
 	for (uint32_t i = 0; i < v->nfds; i++)
 		if (v->fds[i].ro < 0)
@@ -360,7 +364,9 @@ void td__version_unref(struct td__store *s, struct td__version *v)
 	else
 		td__acct_sub(s, v->uid, v->acct);
 	for (uint32_t i = 0; i < v->nfds; i++)
-		if (v->fds[i].fd >= 0)
+		if (v->fds[i].fd >= 0 && busy)
+			td__vfd_close(s, &v->fds[i]);
+		else if (v->fds[i].fd >= 0)
 			td__freebuf_keep(s, v->owner, v->uid, &v->fds[i],
 					 (struct td_wire_str){v->name,
 							      v->name_len});

@@ -604,6 +604,12 @@ int td__fence_lease(struct td__peer *p, struct td__version *v,
 void td__fence_unlease(struct td__peer *p, struct td__lease *l);
 /* v is about to be freed: its eventfd leaves the watched set. */
 void td__fence_forget(struct td__version *v);
+/*
+ * v has an acquire fence (eventfd or sync_file) that has not signalled:
+ * the producer's device may still be writing its buffers, so they are
+ * not recycled (td__version_unref closes them).
+ */
+bool td__fence_pending(const struct td__version *v);
 
 
 #endif

@@ -178,6 +178,26 @@ static int conn_dup(struct td_client *c, uint32_t epoch)
 	return fd;
 }
 
+/*
+ * The connection that leased an own fence is gone: nothing fires it now,
+ * unless tensord did just before it went (the hang-up can come first,
+ * while the timer is armed: look again, armed or expired since).
+ * 0 or -ECONNRESET.
+ */
+static int conn_gone(int fence_fd, int kind, struct td_error *err)
+{
+	struct pollfd pfd = {.fd = fence_fd, .events = POLLIN};
+
+	if (kind == TD__FENCE_TIMERFD &&
+	    (timer_armed(fence_fd) ||
+	     (poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLIN))))
+		return 0;
+	return td__fail(err, -ECONNRESET, "fence fd %d (%s) cannot signal "
+			"any more: the connection that leased it is gone "
+			"(tensord exited, or the client was closed or "
+			"reconnected)", fence_fd, kind_name(kind));
+}
+
 static int fence_wait(int fence_fd, struct td_client *c, uint32_t epoch,
 		      int timeout_ms, struct td_error *err)
 {
@@ -214,11 +234,7 @@ static int fence_wait(int fence_fd, struct td_client *c, uint32_t epoch,
 		return td__fail(err, -errno, "poll fence fd %d: %s", fence_fd,
 				strerror(errno));
 	if ((rc == 0 && conn == -1) || (rc > 0 && !pfd[0].revents))
-		return td__fail(err, -ECONNRESET, "fence fd %d (%s) cannot "
-				"signal any more: the connection that leased "
-				"it is gone (tensord exited, or the client "
-				"was closed or reconnected)", fence_fd,
-				kind_name(kind));
+		return conn_gone(fence_fd, kind, err);
 	if (rc == 0)
 		return td__fail(err, -ETIMEDOUT, "fence fd %d (%s) did not "
 				"signal within %d ms", fence_fd,

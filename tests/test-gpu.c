@@ -9,15 +9,18 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
@@ -478,6 +481,84 @@ Test(gpu, a_fence_outliving_its_version_touches_nothing)
 	tu_daemon_stop(&d, true);
 }
 
+/* A loan of name, one plane of BYTES, as the daemon lends it. */
+static struct td_alloc *loan_of(struct td_client *c, const char *name,
+				uint32_t flags)
+{
+	struct td_error e = {0};
+	struct td_alloc *a = NULL;
+	const uint64_t size = BYTES;
+
+	cr_assert_eq(td_client_alloc_named(c, name, 1, &size, flags, &a, &e),
+		     0, "%s", e.reason);
+	return a;
+}
+
+/* Fill a with val, publish it as name with the eventfd fence (-1: none). */
+static uint64_t publish_loan(struct td_client *c, struct td_alloc *a,
+			     const char *name, uint8_t val, int fence)
+{
+	struct td_error e = {0};
+	const uint64_t shape[1] = {BYTES};
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape};
+	uint64_t v = 0;
+
+	memset(td_alloc_data(a, 0), val, BYTES);
+	if (fence >= 0) {
+		p.flags = TD_PUBLISH_FENCE;
+		p.fence_fd = fence;
+	}
+	cr_assert_eq(td_client_publish_alloc(c, a, &p, &v, &e), 0, "%s",
+		     e.reason);
+	return v;
+}
+
+/*
+ * A producer may publish a TD_ALLOC_RECYCLE loan with a fence while its
+ * device still writes it (docs/fastpath.md, "Which loans"). Its buffer
+ * used to come back as the producer's next loan as soon as a newer
+ * version replaced it, fence pending or not, so the next frame's writes
+ * (the CPU's, another queue's) raced the device's. A version that goes
+ * with its fence pending is lent to nobody now; one whose fence
+ * signalled is recycled as before (a recycled buffer holds its bytes, a
+ * new one zeros). Each round on a connection of its own: the free list
+ * is the connection's.
+ */
+Test(gpu, a_buffer_whose_fence_is_pending_is_not_recycled)
+{
+	struct tu_daemon d;
+	struct td_error e = {0};
+
+	tu_daemon_start(&d, "warn");
+	for (int signalled = 0; signalled < 2; signalled++) {
+		struct td_client *prod = connect_to(&d);
+		int f = td_fence_create();
+		struct td_alloc *a;
+
+		cr_assert_geq(f, 0);
+		publish_loan(prod, loan_of(prod, "gpu/busy", TD_ALLOC_RECYCLE),
+			     "gpu/busy", 0xab, f);
+		if (signalled)
+			cr_assert_eq(td_fence_signal(f, &e), 0, "%s",
+				     e.reason);
+		/* replaced, unleased: the fenced version goes */
+		publish_loan(prod, loan_of(prod, "gpu/busy", TD_ALLOC_RECYCLE),
+			     "gpu/busy", 0xcd, -1);
+		a = loan_of(prod, "gpu/busy", TD_ALLOC_RECYCLE);
+		if (signalled)
+			cr_assert_eq(*(uint8_t *)td_alloc_data(a, 0), 0xab,
+				     "a signalled buffer was not recycled");
+		else
+			cr_assert_eq(*(uint8_t *)td_alloc_data(a, 0), 0,
+				     "lent again with its fence pending");
+		td_alloc_free(a);
+		close(f);
+		td_client_close(prod);
+	}
+	tu_daemon_stop(&d, true);
+}
+
 /*
  * A consumer's own fence is fired by the daemon of the connection that
  * leased it, and by nothing else: once that connection is gone (the
@@ -521,6 +602,89 @@ Test(gpu, a_fence_of_ones_own_whose_connection_is_gone_says_so)
 	td_client_close(prod);
 	close(e1);
 	close(e2);
+	unlink(d.sock);
+	rmdir(d.dir);
+}
+
+/* A thread in td_tensor_fence_wait(t, -1): its result, its task id. */
+struct fence_waiter {
+	struct td_tensor *t;
+	_Atomic pid_t tid;
+	int rc;
+};
+
+static void *wait_fence(void *arg)
+{
+	struct fence_waiter *w = arg;
+
+	atomic_store(&w->tid, (pid_t)syscall(SYS_gettid));
+	w->rc = td_tensor_fence_wait(w->t, -1);
+	return NULL;
+}
+
+/* Until task tid sleeps in poll(2) or ppoll(2). */
+static void await_in_poll(pid_t tid)
+{
+	char path[64], buf[64];
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", (int)tid);
+	for (int tries = 0;; tries++) {
+		FILE *f = fopen(path, "r");
+		long nr = -1;
+
+		cr_assert(f, "%s", path);
+		if (fgets(buf, sizeof(buf), f))
+			nr = strtol(buf, NULL, 10);
+		fclose(f);
+#ifdef SYS_poll
+		if (nr == SYS_poll)
+			return;
+#endif
+		if (nr == SYS_ppoll)
+			return;
+		cr_assert_lt(tries, TU_WAIT_S * 1000, "never waited in poll");
+		usleep(1000);
+	}
+}
+
+/*
+ * tensord fires a consumer's own fence with a one-nanosecond timer, and
+ * the library counts it signalled while armed. If tensord then went at
+ * once, a wait asleep on both fence and connection could see the hang-up
+ * before the expiry and said -ECONNRESET for a fence that had fired.
+ * Here the fence is armed (as by tensord, but with a long expiry, so the
+ * moment lasts) while the wait sleeps, then the daemon is killed: the
+ * wait says signalled.
+ */
+Test(gpu, a_fence_fired_just_before_its_daemon_went_is_signalled)
+{
+	struct tu_daemon d;
+	struct fence_waiter w = {0};
+	const struct itimerspec later = {{0, 0}, {3600, 0}};
+	pthread_t th;
+	int st;
+
+	tu_daemon_start(&d, "warn");
+	struct td_client *prod = connect_to(&d);
+	struct td_client *cons = connect_to(&d);
+	int efd = put_fenced(prod, "gpu/last", 1);
+
+	w.t = get_of(cons, "gpu/last");
+	cr_assert_eq(pthread_create(&th, NULL, wait_fence, &w), 0);
+	while (!atomic_load(&w.tid))
+		usleep(1000);
+	await_in_poll(atomic_load(&w.tid));
+	cr_assert_eq(timerfd_settime(td_tensor_fence_fd(w.t), 0, &later,
+				     NULL),
+		     0);
+	cr_assert_eq(kill(d.pid, SIGKILL), 0);
+	cr_assert(tu_reap_within(d.pid, TU_WAIT_S, &st));
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_assert_eq(w.rc, 0, "fired, yet %d", w.rc);
+	td_tensor_release(w.t);
+	td_client_close(cons);
+	td_client_close(prod);
+	close(efd);
 	unlink(d.sock);
 	rmdir(d.dir);
 }

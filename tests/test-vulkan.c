@@ -158,12 +158,89 @@ Test(vulkan, a_producer_that_dies_before_signalling_times_consumers_out)
 	char *cons[] = {example("vk-consumer"), "gpu/dead", "0", "2000", "200",
 			NULL};
 	cr_assert_eq(run(&d, cons, &out), 1, "%s", out);
-	cr_assert(strstr(out, "(eventfd, relayed by tensord) did not signal "
-			 "within 200 ms") ||
-			  strstr(out, "(sync_file) did not signal within 200 ms"),
-		  "%s", out);
+	cr_assert(strstr(out, "gpu/dead version 1: fence fd"), "%s", out);
+	cr_assert(strstr(out, "did not signal within 200 ms"), "%s", out);
 	free(out);
 	tu_daemon_stop(&d, true);
+}
+
+/* Start argv with stdout and stderr on one pipe, its read end in *fd. */
+static pid_t spawn_all(char *const argv[], int *fd)
+{
+	int p[2];
+	pid_t pid;
+
+	cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		dup2(p[1], 1);
+		dup2(p[1], 2);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(p[1]);
+	*fd = p[0];
+	return pid;
+}
+
+/* Read fd until what it has said ends with line (which must come). */
+static void await_line(int fd, const char *line)
+{
+	char got[512];
+	size_t n = 0, len = strlen(line);
+
+	while (n < len || memcmp(got + n - len, line, len) != 0) {
+		tu_await_readable(fd, TU_WAIT_S, line);
+		cr_assert_lt(n, sizeof(got) - 1);
+		cr_assert_eq(read(fd, got + n, 1), 1, "ended before \"%s\"",
+			     line);
+		n++;
+	}
+}
+
+/*
+ * A consumer's fence is its own, fired by the daemon of the connection
+ * that leased it: with that daemon gone it can never signal, however the
+ * producer does. vk-consumer waited on the bare fd (td_fence_wait), so
+ * with no FENCE_MS it waited forever after a daemon crash; it waits with
+ * td_tensor_fence_wait now, which says so, and exits.
+ */
+Test(vulkan, a_consumer_waiting_when_tensord_dies_says_its_fence_is_gone)
+{
+	struct tu_daemon d;
+	FILE *f;
+	char *out;
+	int fd, st;
+
+	daemon_up(&d);
+	/* published at once, its GPU work and signal a minute later */
+	char *prod[] = {example("vk-producer"), "gpu/orphan", "1", "65536",
+			"60000", NULL};
+	pid_t pid = tu_spawn_stdout(prod, &f);
+	await_publish(&d, pid, f);
+	/* no FENCE_MS: it waits for the fence as long as it takes */
+	char *cons[] = {example("vk-consumer"), "gpu/orphan", "0", "2000",
+			NULL};
+	pid_t cpid = spawn_all(cons, &fd);
+	/* it has the version (its fds imported), and waits */
+	await_line(fd, "gpu/orphan version 1: waiting for its fence\n");
+	cr_assert_eq(kill(d.pid, SIGKILL), 0);
+	cr_assert(tu_reap_within(d.pid, TU_WAIT_S, &st));
+	st = tu_collect(cpid, 1, &fd, &out, TU_WAIT_S, "vk-consumer");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %#x: %s", st,
+		  out);
+	cr_assert(strstr(out, "gpu/orphan version 1: fence fd"), "%s", out);
+	cr_assert(strstr(out, "cannot signal any more: the connection that "
+			 "leased it is gone"),
+		  "%s", out);
+	cr_assert_null(strstr(out, "gpu sum"), "%s", out);
+	free(out);
+	kill(pid, SIGKILL);
+	fclose(f);
+	reap_status(pid);
+	unlink(d.sock);
+	rmdir(d.dir);
 }
 
 /* "<who>: slot N imported at ADDR..., ino I off O" -> "ino I off O" */

@@ -6,7 +6,8 @@
  *   vk-consumer NAME AFTER TIMEOUT_MS [FENCE_MS]
  *
  * Gets the first version of NAME newer than AFTER (waiting up to
- * TIMEOUT_MS), waits up to FENCE_MS (default forever) for its fence,
+ * TIMEOUT_MS), waits up to FENCE_MS (default forever, or until tensord
+ * is gone, which leaves nothing to fire it) for its fence,
  * imports the mapped plane's pages into Vulkan (the GPU reads the
  * producer's pages: the imported host pointer is the mapped plane) and
  * runs the reduction shader (wrapping u32 sum and xor). Checks it against
@@ -38,16 +39,37 @@ int main(int argc, char **argv)
 	struct td_error err;
 	struct td_client *c;
 	struct td_tensor *t;
+	int rc;
 	if (td_client_connect(NULL, &c, &err) < 0 ||
 	    td_client_get_newer(c, name, after, timeout_ms, &t, &err) < 0) {
 		fprintf(stderr, "vk-consumer: %s\n", err.reason);
 		return 1;
 	}
-	/* before any read, CPU or GPU: the producer's work must be done */
-	if (td_tensor_has_fence(t) &&
-	    td_fence_wait(td_tensor_fence_fd(t), fence_ms, &err) < 0) {
-		fprintf(stderr, "vk-consumer: %s version %llu: %s\n", name,
-			(unsigned long long)td_tensor_version(t), err.reason);
+	/* before any read, CPU or GPU: the producer's work must be done.
+	 * td_tensor_fence_wait, not td_fence_wait on the bare fd: it also
+	 * knows when the connection that leased the fence is gone (tensord
+	 * exited or restarted), which nothing fires any more */
+	if (td_tensor_has_fence(t)) {
+		printf("%s version %llu: waiting for its fence\n", name,
+		       (unsigned long long)td_tensor_version(t));
+		fflush(stdout);
+	}
+	rc = td_tensor_fence_wait(t, fence_ms);
+	if (rc < 0) {
+		fprintf(stderr, "vk-consumer: %s version %llu: fence fd %d ",
+			name, (unsigned long long)td_tensor_version(t),
+			td_tensor_fence_fd(t));
+		if (rc == -ETIMEDOUT)
+			fprintf(stderr, "did not signal within %d ms\n",
+				fence_ms);
+		else if (rc == -ECONNRESET)
+			fprintf(stderr, "cannot signal any more: the "
+					"connection that leased it is gone "
+					"(GET the version again)\n");
+		else if (rc == -EIO)
+			fprintf(stderr, "signalled an error (a GPU fault)\n");
+		else
+			fprintf(stderr, "failed: %s\n", strerror(-rc));
 		return 1;
 	}
 	size_t meta_len;
@@ -62,7 +84,7 @@ int main(int argc, char **argv)
 	struct vkx v;
 	struct vkx_prog prog;
 	struct vkx_buf in, res;
-	int rc = vkx_init(&v);
+	rc = vkx_init(&v);
 	if (rc < 0)
 		return rc == -2 ? 77 : 1;
 	/* a memfd plane is mapped here: import those pages. A dma-buf

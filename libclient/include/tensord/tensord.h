@@ -349,8 +349,10 @@ TD_EXPORT int td_client_alloc(struct td_client *c, uint32_t plane_count,
  * the daemon hands the same buffer back to this client's next
  * recyclable loan of that size: no fd, no mmap, no new memory. A
  * recycled buffer holds the bytes of the version it last carried, not
- * zeros. A buffer some consumer still leases is never recycled. A
- * daemon that predates the flag gives a plain loan.
+ * zeros. A buffer some consumer still leases is never recycled, nor one
+ * whose version went with its acquire fence unsignalled (the device may
+ * still write it: it is closed). A daemon that predates the flag gives a
+ * plain loan.
  */
 #define TD_ALLOC_RECYCLE 0x1u
 /*
