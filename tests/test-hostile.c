@@ -1772,6 +1772,70 @@ Test(hostile, every_byte_a_tenant_held_is_uncharged_when_it_is_gone)
 	unlink(policy_path);
 }
 
+/* Put a pinned 1-byte tensor with meta_len bytes of metadata. */
+static int put_meta(struct td_client *c, const char *name, size_t meta_len,
+		    struct td_error *e)
+{
+	static uint8_t meta[TD_WIRE_MAX_META];
+	uint64_t shape[1] = {1};
+	uint8_t one = 1;
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape, .fence_fd = -1,
+			       .flags = TD_PUBLISH_PIN, .meta = meta,
+			       .meta_len = meta_len};
+
+	memset(meta, 'm', sizeof(meta));
+	return td_client_put(c, &p, &one, 1, NULL, e);
+}
+
+/*
+ * A version's metadata and blob live on the daemon's heap as long as
+ * the version does. Only plane bytes were charged, so 1-byte tensors
+ * with 16 KiB of metadata each held the daemon's memory with next to
+ * nothing counted: ~1 GiB per uid within its fds limit under the
+ * unit's LimitNOFILE. They count against the uid's quota now (no root
+ * needed: --uid-max-bytes binds the daemon's own uid too), and leave it
+ * whole when the versions go.
+ */
+Test(hostile, metadata_counts_against_the_uid_quota)
+{
+	static const char *const args[] = {"--uid-max-bytes", "64K", NULL};
+	struct td_client *c;
+	struct td_error e = {0};
+	char name[32];
+	uint64_t mine, total;
+	int rc = 0, n;
+
+	start_ex(args, 0, "info");
+	c = cli();
+	for (n = 0; n < 16; n++) {
+		snprintf(name, sizeof(name), "meta/%d", n);
+		rc = put_meta(c, name, TD_WIRE_MAX_META, &e);
+		if (rc < 0)
+			break;
+	}
+	cr_assert_eq(rc, -EDQUOT,
+		     "16 pinned tensors with 16 KiB of metadata each fit a "
+		     "64 KiB quota: %d %s",
+		     rc, e.reason);
+	cr_assert(strstr(e.reason, "uid quota"), "%s", e.reason);
+	cr_assert_eq(n, 3, "%d tensors of 16 KiB metadata fit 64 KiB", n);
+	mine = uid_bytes(c, geteuid(), &total);
+	cr_assert_geq(mine, 3 * (uint64_t)TD_WIRE_MAX_META, "%llu",
+		      (unsigned long long)mine);
+	cr_assert_leq(mine, 64 << 10);
+	cr_assert_eq(mine, total);
+	while (n-- > 0) {
+		snprintf(name, sizeof(name), "meta/%d", n);
+		cr_assert_eq(td_client_delete(c, name, NULL, &e), 0, "%s",
+			     e.reason);
+	}
+	cr_assert_eq(uid_bytes(c, geteuid(), &total), 0);
+	cr_assert_eq(total, 0, "bytes left charged after everything went");
+	td_client_close(c);
+	stop();
+}
+
 /* A ring of 2 slots of 64 bytes named name, made by c */
 static struct td_ring *ring64(struct td_client *c, const char *name)
 {
