@@ -363,6 +363,8 @@ void td__ring_create(struct td__peer *p, const struct td__req *rq)
 	/* the uid's rings and the five memfd descriptors of this one */
 	rc = td__tenant_check(p->uid, TD__LIM_RINGS, 1, lim, sizeof(lim));
 	if (rc == 0)
+		rc = td__tenant_ring_room(p->uid, ring_count, lim, sizeof(lim));
+	if (rc == 0)
 		rc = td__tenant_check(p->uid, TD__LIM_FDS, RING_FDS, lim,
 				      sizeof(lim));
 	if (rc < 0) {

@@ -1849,6 +1849,84 @@ static struct td_ring *ring64(struct td_client *c, const char *name)
 	return r;
 }
 
+/* What a ring hog made: rings, and the refusal that stopped it. */
+struct ring_hog_report {
+	unsigned rings;
+	int rc;
+	char why[TD_WIRE_MAX_REASON + 1];
+};
+
+/*
+ * As h->uid, make 64-byte rings on fresh connections (16 a connection
+ * at most) until the daemon refuses one; report, and hold them all
+ * until told to go.
+ */
+static void ring_hog(const struct tu_daemon *td, void *arg)
+{
+	struct hog *h = arg;
+	struct ring_hog_report r = {0};
+	uint64_t shape[1] = {64};
+	struct td_ring_desc d = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				 .shape = shape, .slot_count = 2};
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+
+	become(h->uid);
+	while (r.rc == 0 && r.rings < 1024) {
+		struct td_ring *ring;
+		char name[32];
+
+		if (r.rings % 16 == 0)
+			CK(td_client_connect(D.sock, &c, &e) == 0);
+		snprintf(name, sizeof(name), "h/ring%u", r.rings);
+		r.rc = td_ring_create(c, name, &d, &ring, &e);
+		if (r.rc == 0)
+			r.rings++;
+	}
+	snprintf(r.why, sizeof(r.why), "%s", e.reason);
+	CK(write(h->ready[1], &r, sizeof(r)) == sizeof(r));
+	hear(h->go[0]);
+	_exit(0); /* everything it holds goes with it */
+}
+
+/*
+ * The daemon holds 256 rings. Tenants without a rings limit (or four
+ * at the default of 64) took them all, and the operator could make no
+ * ring until they let go. The last 16 are kept for root and the
+ * daemon's own uid, as the last descriptors are.
+ */
+Test(hostile, ring_exhaustion_leaves_the_operator_its_reserve)
+{
+	struct hog h = {.uid = NOBODY};
+	struct ring_hog_report r;
+	struct td_client *c;
+	struct td_ring *mine;
+	pid_t pid;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow any rw h/\n"
+			     "limit uid=65534 rings 0\n",
+			     NULL, NULL),
+		 0, "info");
+	cr_assert_eq(pipe(h.ready), 0);
+	cr_assert_eq(pipe(h.go), 0);
+	pid = spawn(NULL, ring_hog, &h);
+	cr_assert_eq(read(h.ready[0], &r, sizeof(r)), (ssize_t)sizeof(r));
+	cr_assert_eq(r.rc, -ENOBUFS, "%d %s", r.rc, r.why);
+	cr_assert(strstr(r.why, "reserve of rings"), "%s", r.why);
+	cr_assert_eq(r.rings, 256 - 16, "a tenant made %u rings", r.rings);
+	c = cli();
+	mine = ring64(c, "op/ring");
+	td_ring_close(mine);
+	td_client_close(c);
+	victim_works("victim/rings", "ring exhaustion");
+	cr_assert_eq(write(h.go[1], "x", 1), 1);
+	cr_assert_eq(reap(pid), 0, "the ring hog failed; see stderr");
+	stop();
+	unlink(policy_path);
+}
+
 /*
  * A RING_SUBSCRIBE parked until its ring is made is refused by a reload
  * that takes the uid's read access away (as a parked GET is), not left
