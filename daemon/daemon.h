@@ -495,6 +495,10 @@ int td__tenant_take(uid_t uid, enum td__lim k, uint64_t n, char *why,
 void td__tenant_sub(uid_t uid, enum td__lim k, uint64_t n);
 uint64_t td__tenant_held(uid_t uid, enum td__lim k);
 uint64_t td__tenant_limit(uid_t uid, enum td__lim k); /* 0 = none */
+/* A hold of uid on a ring (foreign: another uid's), and its end */
+int td__tenant_ring_hold(uid_t uid, bool foreign, uint64_t pin, char *why,
+			 size_t cap);
+void td__tenant_ring_unhold(uid_t uid, bool foreign, uint64_t pin);
 /* May uid make a ring with in_use made? 0, or -ENOBUFS past the reserve */
 int td__tenant_ring_room(uid_t uid, unsigned in_use, char *why, size_t cap);
 /*

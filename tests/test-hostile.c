@@ -1772,6 +1772,58 @@ Test(hostile, every_byte_a_tenant_held_is_uncharged_when_it_is_gone)
 	unlink(policy_path);
 }
 
+/*
+ * Closed rings a reader keeps alive hold slots of the daemon's table of
+ * 256, which only pinned bytes bounded: a reader that subscribed to each
+ * small ring a producer made and closed filled the table, and no tenant
+ * could make a ring. A subscription to (or a slot lease on) another
+ * uid's ring counts as one of the reader's rings now.
+ */
+Test(hostile, a_reader_keeps_at_most_its_rings_limit_of_other_uids_rings)
+{
+	struct worker prod, reader;
+	struct td_client *c;
+	char why[TD_WIRE_MAX_REASON + 1];
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=60001 rw pub/\n"
+			     "allow uid=65534 r pub/\n"
+			     "limit uid=65534 rings 2\n",
+			     NULL, NULL),
+		 0, "info");
+	worker_start(&prod, 60001, 1);
+	worker_start(&reader, NOBODY, 1);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(wdo(&prod, W_RING, "pub/r", 4096, 1, why,
+				 sizeof(why)),
+			     0, "%s", why);
+		cr_assert_eq(wdo(&reader, W_SUBSCRIBE, "pub/r", 0, 1, why,
+				 sizeof(why)),
+			     0, "subscription %d: %s", i, why);
+		cr_assert_eq(wdo(&prod, W_RING_CLOSE, "", 0, 1, NULL, 0), 0);
+	}
+	cr_assert_eq(wdo(&prod, W_RING, "pub/r", 4096, 1, why, sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(wdo(&reader, W_SUBSCRIBE, "pub/r", 0, 1, why,
+			 sizeof(why)),
+		     -EDQUOT, "a third ring of another uid kept: %s", why);
+	cr_assert(strstr(why, "rings limit: 2 rings held"), "%s", why);
+	/* the reader gone, its holds are given back */
+	worker_stop(&reader);
+	c = cli();
+	cr_assert_eq(tc_status_until(c, nobodys_clients, 0), 0);
+	td_client_close(c);
+	worker_start(&reader, NOBODY, 1);
+	cr_assert_eq(wdo(&reader, W_SUBSCRIBE, "pub/r", 0, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	worker_stop(&reader);
+	worker_stop(&prod);
+	stop();
+	unlink(policy_path);
+}
+
 /* Put a pinned 1-byte tensor with meta_len bytes of metadata. */
 static int put_meta(struct td_client *c, const char *name, size_t meta_len,
 		    struct td_error *e)
