@@ -495,6 +495,12 @@ int td__tenant_take(uid_t uid, enum td__lim k, uint64_t n, char *why,
 void td__tenant_sub(uid_t uid, enum td__lim k, uint64_t n);
 uint64_t td__tenant_held(uid_t uid, enum td__lim k);
 uint64_t td__tenant_limit(uid_t uid, enum td__lim k); /* 0 = none */
+/* A hold of uid on a ring (foreign: another uid's), and its end */
+int td__tenant_ring_hold(uid_t uid, bool foreign, uint64_t pin, char *why,
+			 size_t cap);
+void td__tenant_ring_unhold(uid_t uid, bool foreign, uint64_t pin);
+/* May uid make a ring with in_use made? 0, or -ENOBUFS past the reserve */
+int td__tenant_ring_room(uid_t uid, unsigned in_use, char *why, size_t cap);
 /*
  * Would n more descriptors of a version restored from a snapshot (no
  * uid's, counted as uid 0) leave the reserve whole? A restore that took
@@ -585,6 +591,8 @@ void td__stage_owner(struct td__peer *p, bool end);
 /* ---- ring.c (docs/fastpath.md) ---- */
 
 #define TD__MAX_RINGS 256 /* rings in the daemon */
+/* of them, kept for root and the daemon's own uid (tenant.c) */
+#define TD__RINGS_RESERVE (TD__MAX_RINGS / 16)
 
 struct td__ring;
 

@@ -268,7 +268,8 @@ static enum MHD_Result metrics(struct MHD_Connection *c)
 	       s->count);
 	metric(f, "tensord_rings", "gauge", "Live rings.", nr);
 	metric(f, "tensord_bytes", "gauge",
-	       "Plane bytes held (accounted against --max-bytes).", s->total);
+	       "Plane and metadata bytes held (against --max-bytes).",
+	       s->total);
 	metric(f, "tensord_clients", "gauge", "Connected socket clients.",
 	       clients);
 	metric(f, "tensord_leases", "gauge",

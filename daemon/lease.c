@@ -183,6 +183,7 @@ static void lease_drop(struct td__store *s, struct td__peer *p,
 	td__fence_unlease(p, l);
 	if (l->ring) {
 		td__ring_unlease(l->ring, l->slot, p->uid);
+		td__tenant_ring_unhold(p->uid, l->pinned != 0, 0);
 	} else {
 		l->v->lease_count--;
 		l->v->foreign_leases -= l->v->uid != p->uid;
@@ -204,9 +205,14 @@ static int lease_ring(struct td__peer *p, struct td__ring *r, uint32_t slot,
 		      uint64_t pin, uint64_t *id)
 {
 	struct td__lease *l;
-	int rc = lease_new(td__d->store, p, pin, &l, td__d->reason,
-			   sizeof(td__d->reason));
+	/* pin is 0 on the uid's own ring: another's counts as one of its
+	 * rings too (td__tenant_ring_hold), the bytes as lease_new's */
+	int rc = td__tenant_ring_hold(p->uid, pin != 0, 0, td__d->reason,
+				      sizeof(td__d->reason));
 
+	if (rc == 0 && (rc = lease_new(td__d->store, p, pin, &l, td__d->reason,
+				       sizeof(td__d->reason))) < 0)
+		td__tenant_ring_unhold(p->uid, pin != 0, 0);
 	if (rc < 0)
 		return rc;
 	l->ring = r;

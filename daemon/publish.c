@@ -419,6 +419,19 @@ static int pub_request(struct pub *x, const struct td__req *rq,
 }
 
 /*
+ * The bytes of the version's metadata, which the daemon keeps on its
+ * heap for as long as the version lives: charged like plane bytes.
+ * Uncharged, a tenant held 16 KiB of metadata per 1-byte tensor, about
+ * 1 GiB of the daemon's memory for every uid at the unit's
+ * LimitNOFILE, against a quota that counted 64 KiB. (The blob, a few
+ * hundred bytes, is overhead like the version record itself.)
+ */
+static uint64_t pub_heap_bytes(const struct pub *x)
+{
+	return x->m.meta.len;
+}
+
+/*
  * Step 6: the new bytes fit (the alloc's are counted already), checked
  * only: eviction waits until after the seals, which cannot be undone.
  */
@@ -426,6 +439,7 @@ static int pub_room(struct pub *x, const struct td__version *old)
 {
 	struct td__room room;
 
+	x->acct = pub_heap_bytes(x);
 	for (uint32_t i = 0; i < x->ntab; i++)
 		if (x->own[i] && x->is_plane[i])
 			x->acct += x->info[i].size;
@@ -756,6 +770,7 @@ static int restore_check(struct pub *x, const struct td_state_entry *ent)
 		return rc;
 	if (td__name_lookup(s, ent->name))
 		return pub_fail(x, -EEXIST, "name restored twice");
+	x->acct = pub_heap_bytes(x);
 	for (uint32_t i = 0; i < x->ntab; i++)
 		if (x->is_plane[i])
 			x->acct += x->info[i].size;

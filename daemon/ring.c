@@ -363,6 +363,8 @@ void td__ring_create(struct td__peer *p, const struct td__req *rq)
 	/* the uid's rings and the five memfd descriptors of this one */
 	rc = td__tenant_check(p->uid, TD__LIM_RINGS, 1, lim, sizeof(lim));
 	if (rc == 0)
+		rc = td__tenant_ring_room(p->uid, ring_count, lim, sizeof(lim));
+	if (rc == 0)
 		rc = td__tenant_check(p->uid, TD__LIM_FDS, RING_FDS, lim,
 				      sizeof(lim));
 	if (rc < 0) {
@@ -506,12 +508,11 @@ void td__ring_subscribe(struct td__peer *p, const struct td__req *rq)
 			       (int)m.name.len, m.name.ptr, r->reader_count);
 		return;
 	}
-	rc = td__tenant_check(p->uid, TD__LIM_PINNED, RING_PIN(r, p->uid),
-			      why, sizeof(why));
-	if (rc < 0 || td__tenant_add(p->uid, TD__LIM_PINNED,
-				     RING_PIN(r, p->uid)) < 0) {
-		td__peer_error(p, h->opcode, h->request_id, rc ? rc : -ENOMEM,
-			       "RING_SUBSCRIBE: %s", rc ? why : "no memory");
+	rc = td__tenant_ring_hold(p->uid, p->uid != r->uid, RING_PIN(r, p->uid),
+				  why, sizeof(why));
+	if (rc < 0) {
+		td__peer_error(p, h->opcode, h->request_id, rc,
+			       "RING_SUBSCRIBE: %s", why);
 		return;
 	}
 	r->rows[row].pinned = RING_PIN(r, p->uid);
@@ -532,7 +533,7 @@ static void row_clear(struct ring *r, uint32_t row)
 	struct td_ring_readers *rd = r->rd;
 	uid_t uid = r->rows[row].peer->uid;
 
-	td__tenant_sub(uid, TD__LIM_PINNED, r->rows[row].pinned);
+	td__tenant_ring_unhold(uid, uid != r->uid, r->rows[row].pinned);
 	r->own -= uid == r->uid;
 	r->rows[row].peer = NULL;
 	r->rows[row].sub_id = 0;

@@ -207,6 +207,59 @@ void td__tenant_sub(uid_t uid, enum td__lim k, uint64_t n)
 		*t = T.t[--T.n];
 }
 
+/*
+ * The last TD__RINGS_RESERVE slots of the daemon's ring table are kept
+ * for root and its own uid, as the last descriptors are: tenants at
+ * their rings limits (four uids at the default of 64), or a reader that
+ * keeps closed rings alive (they count against its pinned bytes, and
+ * against no uid's rings), filled the table and left the operator no
+ * ring. 0, or -ENOBUFS with why.
+ */
+int td__tenant_ring_room(uid_t uid, unsigned in_use, char *why, size_t cap)
+{
+	if (td__uid_is_admin(uid) ||
+	    in_use < TD__MAX_RINGS - TD__RINGS_RESERVE)
+		return 0;
+	snprintf(why, cap,
+		 "the daemon is down to its reserve of rings (%u of %d in "
+		 "use, %d kept for root and its own uid)",
+		 in_use, TD__MAX_RINGS, TD__RINGS_RESERVE);
+	return -ENOBUFS;
+}
+
+/*
+ * A subscription to, or a slot lease on, a ring another uid created
+ * counts as one of uid's rings (and the ring's pin bytes as pinned):
+ * such holds keep a closed ring, and its slot in the daemon's table,
+ * alive, so a reader that subscribed to each ring a producer made and
+ * never left filled the table. 0, or -EDQUOT with why; nothing taken
+ * then.
+ */
+int td__tenant_ring_hold(uid_t uid, bool foreign, uint64_t pin, char *why,
+			 size_t cap)
+{
+	uint64_t n = foreign;
+	int rc = td__tenant_check(uid, TD__LIM_RINGS, n, why, cap);
+
+	if (rc == 0)
+		rc = td__tenant_check(uid, TD__LIM_PINNED, pin, why, cap);
+	if (rc < 0)
+		return rc;
+	if (td__tenant_add(uid, TD__LIM_RINGS, n) < 0 ||
+	    td__tenant_add(uid, TD__LIM_PINNED, pin) < 0) {
+		td__tenant_sub(uid, TD__LIM_RINGS, n);
+		snprintf(why, cap, "out of memory");
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void td__tenant_ring_unhold(uid_t uid, bool foreign, uint64_t pin)
+{
+	td__tenant_sub(uid, TD__LIM_RINGS, foreign);
+	td__tenant_sub(uid, TD__LIM_PINNED, pin);
+}
+
 int td__tenant_restore_check(uint64_t n, char *why, size_t cap)
 {
 	uint64_t room = T.fd_limit - T.fd_base - T.fd_reserve;

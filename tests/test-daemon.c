@@ -491,7 +491,8 @@ static void setup_scm(void)
 
 static void setup_quota(void)
 {
-	static const char *const extra[] = {"--max-bytes", "8K", NULL};
+	/* two 4 KiB versions and their 4 bytes of metadata ("meta") each */
+	static const char *const extra[] = {"--max-bytes", "8200", NULL};
 
 	M = malloc(sizeof(*M));
 	cr_assert(M);

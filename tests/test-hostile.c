@@ -1772,6 +1772,122 @@ Test(hostile, every_byte_a_tenant_held_is_uncharged_when_it_is_gone)
 	unlink(policy_path);
 }
 
+/*
+ * Closed rings a reader keeps alive hold slots of the daemon's table of
+ * 256, which only pinned bytes bounded: a reader that subscribed to each
+ * small ring a producer made and closed filled the table, and no tenant
+ * could make a ring. A subscription to (or a slot lease on) another
+ * uid's ring counts as one of the reader's rings now.
+ */
+Test(hostile, a_reader_keeps_at_most_its_rings_limit_of_other_uids_rings)
+{
+	struct worker prod, reader;
+	struct td_client *c;
+	char why[TD_WIRE_MAX_REASON + 1];
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=60001 rw pub/\n"
+			     "allow uid=65534 r pub/\n"
+			     "limit uid=65534 rings 2\n",
+			     NULL, NULL),
+		 0, "info");
+	worker_start(&prod, 60001, 1);
+	worker_start(&reader, NOBODY, 1);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(wdo(&prod, W_RING, "pub/r", 4096, 1, why,
+				 sizeof(why)),
+			     0, "%s", why);
+		cr_assert_eq(wdo(&reader, W_SUBSCRIBE, "pub/r", 0, 1, why,
+				 sizeof(why)),
+			     0, "subscription %d: %s", i, why);
+		cr_assert_eq(wdo(&prod, W_RING_CLOSE, "", 0, 1, NULL, 0), 0);
+	}
+	cr_assert_eq(wdo(&prod, W_RING, "pub/r", 4096, 1, why, sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(wdo(&reader, W_SUBSCRIBE, "pub/r", 0, 1, why,
+			 sizeof(why)),
+		     -EDQUOT, "a third ring of another uid kept: %s", why);
+	cr_assert(strstr(why, "rings limit: 2 rings held"), "%s", why);
+	/* the reader gone, its holds are given back */
+	worker_stop(&reader);
+	c = cli();
+	cr_assert_eq(tc_status_until(c, nobodys_clients, 0), 0);
+	td_client_close(c);
+	worker_start(&reader, NOBODY, 1);
+	cr_assert_eq(wdo(&reader, W_SUBSCRIBE, "pub/r", 0, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	worker_stop(&reader);
+	worker_stop(&prod);
+	stop();
+	unlink(policy_path);
+}
+
+/* Put a pinned 1-byte tensor with meta_len bytes of metadata. */
+static int put_meta(struct td_client *c, const char *name, size_t meta_len,
+		    struct td_error *e)
+{
+	static uint8_t meta[TD_WIRE_MAX_META];
+	uint64_t shape[1] = {1};
+	uint8_t one = 1;
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape, .fence_fd = -1,
+			       .flags = TD_PUBLISH_PIN, .meta = meta,
+			       .meta_len = meta_len};
+
+	memset(meta, 'm', sizeof(meta));
+	return td_client_put(c, &p, &one, 1, NULL, e);
+}
+
+/*
+ * A version's metadata and blob live on the daemon's heap as long as
+ * the version does. Only plane bytes were charged, so 1-byte tensors
+ * with 16 KiB of metadata each held the daemon's memory with next to
+ * nothing counted: ~1 GiB per uid within its fds limit under the
+ * unit's LimitNOFILE. They count against the uid's quota now (no root
+ * needed: --uid-max-bytes binds the daemon's own uid too), and leave it
+ * whole when the versions go.
+ */
+Test(hostile, metadata_counts_against_the_uid_quota)
+{
+	static const char *const args[] = {"--uid-max-bytes", "64K", NULL};
+	struct td_client *c;
+	struct td_error e = {0};
+	char name[32];
+	uint64_t mine, total;
+	int rc = 0, n;
+
+	start_ex(args, 0, "info");
+	c = cli();
+	for (n = 0; n < 16; n++) {
+		snprintf(name, sizeof(name), "meta/%d", n);
+		rc = put_meta(c, name, TD_WIRE_MAX_META, &e);
+		if (rc < 0)
+			break;
+	}
+	cr_assert_eq(rc, -EDQUOT,
+		     "16 pinned tensors with 16 KiB of metadata each fit a "
+		     "64 KiB quota: %d %s",
+		     rc, e.reason);
+	cr_assert(strstr(e.reason, "uid quota"), "%s", e.reason);
+	cr_assert_eq(n, 3, "%d tensors of 16 KiB metadata fit 64 KiB", n);
+	mine = uid_bytes(c, geteuid(), &total);
+	cr_assert_geq(mine, 3 * (uint64_t)TD_WIRE_MAX_META, "%llu",
+		      (unsigned long long)mine);
+	cr_assert_leq(mine, 64 << 10);
+	cr_assert_eq(mine, total);
+	while (n-- > 0) {
+		snprintf(name, sizeof(name), "meta/%d", n);
+		cr_assert_eq(td_client_delete(c, name, NULL, &e), 0, "%s",
+			     e.reason);
+	}
+	cr_assert_eq(uid_bytes(c, geteuid(), &total), 0);
+	cr_assert_eq(total, 0, "bytes left charged after everything went");
+	td_client_close(c);
+	stop();
+}
+
 /* A ring of 2 slots of 64 bytes named name, made by c */
 static struct td_ring *ring64(struct td_client *c, const char *name)
 {
@@ -1783,6 +1899,84 @@ static struct td_ring *ring64(struct td_client *c, const char *name)
 
 	cr_assert_eq(td_ring_create(c, name, &d, &r, &e), 0, "%s", e.reason);
 	return r;
+}
+
+/* What a ring hog made: rings, and the refusal that stopped it. */
+struct ring_hog_report {
+	unsigned rings;
+	int rc;
+	char why[TD_WIRE_MAX_REASON + 1];
+};
+
+/*
+ * As h->uid, make 64-byte rings on fresh connections (16 a connection
+ * at most) until the daemon refuses one; report, and hold them all
+ * until told to go.
+ */
+static void ring_hog(const struct tu_daemon *td, void *arg)
+{
+	struct hog *h = arg;
+	struct ring_hog_report r = {0};
+	uint64_t shape[1] = {64};
+	struct td_ring_desc d = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				 .shape = shape, .slot_count = 2};
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+
+	become(h->uid);
+	while (r.rc == 0 && r.rings < 1024) {
+		struct td_ring *ring;
+		char name[32];
+
+		if (r.rings % 16 == 0)
+			CK(td_client_connect(D.sock, &c, &e) == 0);
+		snprintf(name, sizeof(name), "h/ring%u", r.rings);
+		r.rc = td_ring_create(c, name, &d, &ring, &e);
+		if (r.rc == 0)
+			r.rings++;
+	}
+	snprintf(r.why, sizeof(r.why), "%s", e.reason);
+	CK(write(h->ready[1], &r, sizeof(r)) == sizeof(r));
+	hear(h->go[0]);
+	_exit(0); /* everything it holds goes with it */
+}
+
+/*
+ * The daemon holds 256 rings. Tenants without a rings limit (or four
+ * at the default of 64) took them all, and the operator could make no
+ * ring until they let go. The last 16 are kept for root and the
+ * daemon's own uid, as the last descriptors are.
+ */
+Test(hostile, ring_exhaustion_leaves_the_operator_its_reserve)
+{
+	struct hog h = {.uid = NOBODY};
+	struct ring_hog_report r;
+	struct td_client *c;
+	struct td_ring *mine;
+	pid_t pid;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow any rw h/\n"
+			     "limit uid=65534 rings 0\n",
+			     NULL, NULL),
+		 0, "info");
+	cr_assert_eq(pipe(h.ready), 0);
+	cr_assert_eq(pipe(h.go), 0);
+	pid = spawn(NULL, ring_hog, &h);
+	cr_assert_eq(read(h.ready[0], &r, sizeof(r)), (ssize_t)sizeof(r));
+	cr_assert_eq(r.rc, -ENOBUFS, "%d %s", r.rc, r.why);
+	cr_assert(strstr(r.why, "reserve of rings"), "%s", r.why);
+	cr_assert_eq(r.rings, 256 - 16, "a tenant made %u rings", r.rings);
+	c = cli();
+	mine = ring64(c, "op/ring");
+	td_ring_close(mine);
+	td_client_close(c);
+	victim_works("victim/rings", "ring exhaustion");
+	cr_assert_eq(write(h.go[1], "x", 1), 1);
+	cr_assert_eq(reap(pid), 0, "the ring hog failed; see stderr");
+	stop();
+	unlink(policy_path);
 }
 
 /*

@@ -719,7 +719,11 @@ Test(reliability, the_closers_queue_is_bounded_by_half_of_max_bytes)
 	td__d = NULL;
 }
 
-static const char *const max12k[] = {"--max-bytes", "12K", NULL};
+/*
+ * Room for three of put()'s 4 KiB versions: with their 8 bytes of
+ * metadata each (the digest), which are charged too (docs/policy.md §4).
+ */
+static const char *const max12k[] = {"--max-bytes", "12312", NULL};
 
 Test(reliability, lru_eviction_makes_room_for_a_new_version)
 {
@@ -789,7 +793,8 @@ Test(reliability, leased_versions_are_never_evicted)
 
 Test(reliability, nothing_evictable_is_an_explicit_enospc)
 {
-	static const char *const extra[] = {"--max-bytes", "8K", NULL};
+	/* two 4 KiB versions and their 8 bytes of metadata each */
+	static const char *const extra[] = {"--max-bytes", "8208", NULL};
 	struct td_client *c;
 	struct td_error e = {0};
 
@@ -818,7 +823,7 @@ static void quota_child(void *arg)
 	CK(c);
 	CK(put(c, "q/n1", 4096, 0) == 0);
 	CK(put(c, "q/n2", 4096, 0) == 0);
-	/* over its 8K: its own least recently used goes, nobody else's */
+	/* over its quota: its own least recently used goes, nobody else's */
 	CK(put(c, "q/n3", 4096, 0) == 0);
 	CK(stat_rc(c, "q/n1", NULL) == -ENOENT);
 	CK(put(c, "q/n2", 4096, TD_PUBLISH_PIN) == 0);
@@ -831,7 +836,8 @@ static void quota_child(void *arg)
 
 Test(reliability, a_uid_quota_evicts_only_that_uids_versions_then_edquot)
 {
-	static const char *const extra[] = {"--uid-max-bytes", "8K",
+	/* two 4 KiB versions and their 8 bytes of metadata each */
+	static const char *const extra[] = {"--uid-max-bytes", "8208",
 					    "--socket-mode", "0666", NULL};
 	struct td_client *c;
 
