@@ -308,6 +308,15 @@ Test(meta, read_accepts_and_refuses_with_reasons)
 	         "\"configuration\":{\"chunk_shape\":[4,1]}}}",
 	         -EBADMSG, "rank"},
 	        {"{\"a\":1} x", -EBADMSG, NULL},
+	        /* zarr.md §4: one string or null per dimension */
+	        {ARR_HEAD "\"data_type\":\"uint8\",\"fill_value\":0,"
+	                  "\"codecs\":[{\"name\":\"bytes\"}],"
+	                  "\"dimension_names\":[null]}",
+	         0, NULL},
+	        {ARR_HEAD "\"data_type\":\"uint8\",\"fill_value\":0,"
+	                  "\"codecs\":[{\"name\":\"bytes\"}],"
+	                  "\"dimension_names\":[7]}",
+	         -EBADMSG, "dimension_names[0]: not a string"},
 	};
 	char why[256];
 	bool big;
