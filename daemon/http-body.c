@@ -167,6 +167,7 @@ static bool version_node(struct td__version *v, struct td__http_node *n,
                          bool attrs)
 {
 	struct td_blob_view bv;
+	struct td_blob_plane pl;
 	struct td_err e = {0};
 	uint64_t sizes[TD_ZARR_MAX_PLANES];
 	int64_t strides[TD_ZARR_MAX_DIMS];
@@ -201,6 +202,8 @@ static bool version_node(struct td__version *v, struct td__http_node *n,
 		n->repack = true;
 	cstr(fmt, bv.strings[TD_BLOB_FORMAT].ptr,
 	     bv.strings[TD_BLOB_FORMAT].len);
+	if (fmt[0] && td_blob_plane_get(&bv, 0, &pl) == 0)
+		src.row_pitch = pl.stride;
 	if (td_zarr_walk_init(&n->w, &n->a, &src))
 		return false;
 	/* export waits for the fence; the loop cannot, so a chunk is

@@ -14,8 +14,12 @@
 #include <string.h>
 #include <strings.h>
 
-/* A number of one or more digits at p into *v; past it, or NULL when
- * there is none or it overflows (strtoull would take signs and spaces). */
+/*
+ * A number of one or more digits at p into *v, UINT64_MAX when it is
+ * larger (RFC 9110 14.1.1 sets no limit: such a last-pos or suffix-length
+ * is clamped to the body, such a first-pos is past it); past it, or NULL
+ * when there is none (strtoull would take signs and spaces).
+ */
 static const char *digits(const char *p, uint64_t *v)
 {
 	const char *s = p;
@@ -23,7 +27,7 @@ static const char *digits(const char *p, uint64_t *v)
 	for (*v = 0; *p >= '0' && *p <= '9'; p++)
 		if (__builtin_mul_overflow(*v, 10, v) ||
 		    __builtin_add_overflow(*v, (uint64_t)(*p - '0'), v))
-			return NULL;
+			*v = UINT64_MAX;
 	return p == s ? NULL : p;
 }
 

@@ -104,6 +104,10 @@ struct td_zarr_src {
 	const int64_t *strides;   /* byte strides */
 	uint32_t nplanes;         /* 1 .. TD_ZARR_MAX_PLANES */
 	const uint64_t *plane_size;
+	/* an image's (format not "") plane 0 stride, 0 for none: a
+	 * single-plane image is packed rows this far apart (blob spec
+	 * §9.5.9, what the daemon checks), whatever its strides say */
+	uint64_t row_pitch;
 };
 
 struct td_zarr_walk {

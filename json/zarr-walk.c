@@ -54,11 +54,38 @@ static const char *strided(struct td_zarr_walk *w,
 	return NULL;
 }
 
+/*
+ * A single-plane image: dense C order but for dimension 0, its rows
+ * row_pitch bytes apart (blob spec §11.4 packed grids), into *img.
+ */
+static const char *image_rows(const struct td_zarr_array *a,
+                              const struct td_zarr_src *s,
+                              struct td_zarr_src *img, int64_t *st)
+{
+	int64_t d = (int64_t)a->type->size;
+
+	if (s->row_pitch > INT64_MAX)
+		return "its row pitch overflows";
+	for (uint32_t k = a->ndim; k-- > 1;) {
+		st[k] = d;
+		if (__builtin_mul_overflow(d, (int64_t)a->shape[k], &d) ||
+		    a->shape[k] > INT64_MAX)
+			return "its size overflows";
+	}
+	st[0] = (int64_t)s->row_pitch;
+	*img = *s;
+	img->nstrides = a->ndim;
+	img->strides = st;
+	return NULL;
+}
+
 const char *td_zarr_walk_init(struct td_zarr_walk *w,
                               const struct td_zarr_array *a,
                               const struct td_zarr_src *s)
 {
 	uint64_t have = 0, d = a->type->size;
+	int64_t st[TD_ZARR_MAX_DIMS];
+	struct td_zarr_src img;
 	bool dense = true;
 
 	memset(w, 0, sizeof(*w));
@@ -66,6 +93,13 @@ const char *td_zarr_walk_init(struct td_zarr_walk *w,
 		return "its size overflows";
 	if (semi_planar(s->format))
 		return "a semi-planar format has no single-array form";
+	if (s->row_pitch && s->nplanes == 1 && a->ndim >= 2) {
+		const char *why = image_rows(a, s, &img, st);
+
+		if (why)
+			return why;
+		s = &img;
+	}
 	if (!s->nplanes || s->nplanes > TD_ZARR_MAX_PLANES)
 		return "it has no plane or too many";
 	if (s->nstrides && s->nstrides != a->ndim)

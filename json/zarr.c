@@ -633,6 +633,19 @@ static int read_shape(struct json_object *o, uint64_t *shape, uint32_t *n,
 	return 0;
 }
 
+/* The first of n dimension names that is neither a string nor null,
+ * or -1 (zarr.md §4). */
+static int dim_names_bad(struct json_object *names, uint32_t n)
+{
+	for (uint32_t k = 0; names && k < n; k++) {
+		struct json_object *v = json_object_array_get_idx(names, k);
+
+		if (v && !json_object_is_type(v, json_type_string))
+			return (int)k;
+	}
+	return -1;
+}
+
 int td_zarr_array_read(struct json_object *meta, struct td_zarr_array *a,
                        bool *big_endian, char *sep, char *why, size_t cap)
 {
@@ -745,6 +758,8 @@ int td_zarr_array_read(struct json_object *meta, struct td_zarr_array *a,
 	          json_object_array_length(v) != a->ndim))
 		FAIL(-EBADMSG, "dimension_names does not have one entry per "
 		               "dimension");
+	if ((rc = dim_names_bad(v, a->ndim)) >= 0)
+		FAIL(-EBADMSG, "dimension_names[%d]: not a string or null", rc);
 	v = member(meta, "attributes");
 	if (v && !json_object_is_type(v, json_type_object))
 		FAIL(-EBADMSG, "attributes is not an object");

@@ -508,6 +508,31 @@ static int publish_table(const struct td_publish *p, const struct pub_ctx *x,
 }
 
 /*
+ * The strides of p when it gives none (spec §8.1): dense C order, but an
+ * image's row dimension (1 of a planar [C, H, W] grid, else 0) gets the
+ * row pitch its first plane names, as edgefirst-tensor writes it.
+ */
+static void default_strides(const struct td_publish *p, unsigned esz,
+			    int64_t *strides)
+{
+	int64_t st = esz;
+	unsigned row;
+
+	for (uint32_t i = p->ndim; i-- > 0;) {
+		strides[i] = st;
+		if (__builtin_mul_overflow(st, (int64_t)p->shape[i], &st) ||
+		    p->shape[i] > INT64_MAX)
+			st = 0; /* only a later dimension uses it */
+	}
+	if (!p->format || !p->format[0] || p->ndim < 2 || !p->plane_count ||
+	    !p->planes || !p->planes[0].stride ||
+	    p->planes[0].stride > INT64_MAX)
+		return;
+	row = td_format_plane_count(p->format) > 1 && p->ndim >= 3 ? 1 : 0;
+	strides[row] = (int64_t)p->planes[0].stride;
+}
+
+/*
  * The blob of p into blob[TD_WIRE_MAX_BLOB], refused here when the
  * daemon would refuse it (§9.5). pid: the client's (no getpid() call per
  * publish: a system call, and a client is never used after a fork). Its
@@ -528,17 +553,8 @@ static int64_t publish_blob(const struct td_publish *p,
 	int64_t n;
 	int rc;
 
-	if (!p->strides && p->ndim) {
-		int64_t st = esz;
-
-		for (uint32_t i = p->ndim; i-- > 0;) {
-			strides[i] = st;
-			if (__builtin_mul_overflow(st, (int64_t)p->shape[i],
-						   &st) ||
-			    p->shape[i] > INT64_MAX)
-				st = 0; /* only a later dimension uses it */
-		}
-	}
+	if (!p->strides && p->ndim)
+		default_strides(p, esz, strides);
 	d.storage_kind = x->storage_kind;
 	d.pid = pid;
 	d.fence_fd = pt->fence;

@@ -371,6 +371,31 @@ int td__tgm_cbor_load(const uint8_t *buf, size_t len, cbor_item_t **out,
 	return 0;
 }
 
+cbor_item_t *td__cbor_untag(cbor_item_t *it)
+{
+	/* depth is bounded by td_tgm_cbor_check() (a tag opens a level) */
+	while (cbor_isa_tag(it)) {
+		cbor_item_t *in = cbor_tag_item(it); /* a reference of ours */
+
+		cbor_decref(&it);
+		it = in;
+	}
+	if (cbor_isa_array(it)) {
+		cbor_item_t **h = cbor_array_handle(it);
+
+		for (size_t i = 0; i < cbor_array_size(it); i++)
+			h[i] = td__cbor_untag(h[i]);
+	} else if (cbor_isa_map(it)) {
+		struct cbor_pair *p = cbor_map_handle(it);
+
+		for (size_t i = 0; i < cbor_map_size(it); i++) {
+			p[i].key = td__cbor_untag(p[i].key);
+			p[i].value = td__cbor_untag(p[i].value);
+		}
+	}
+	return it;
+}
+
 /* ---- reading the tree ---- */
 
 ssize_t td__cbor_text_get(const cbor_item_t *it, char *buf, size_t cap)

@@ -20,6 +20,13 @@
  */
 int td__tgm_cbor_load(const uint8_t *buf, size_t len, cbor_item_t **out,
                       size_t *used, struct td_err *err);
+/*
+ * it with every tag (major type 6) replaced by the item it tags, as
+ * upstream's deserialiser reads them (tensogram.md §15: tags are skipped
+ * over). Takes it and returns the item to keep; the readers of
+ * descriptors and metadata call it, the writer keeps a user's tags.
+ */
+cbor_item_t *td__cbor_untag(cbor_item_t *it);
 
 /* Text (definite or chunked) into buf (cut to cap - 1, NUL-terminated,
  * NUL bytes kept); its full length, or -1 when it is not text. */

@@ -259,6 +259,7 @@ int td_tgm_desc_decode(const uint8_t *buf, size_t len, struct td_tgm_desc *d,
 	rc = td__tgm_cbor_load(buf, len, &it, &used, err);
 	if (rc < 0)
 		return rc;
+	it = td__cbor_untag(it);
 	rc = desc_from_item(it, d, err);
 	cbor_decref(&it);
 	d->cbor_len = used;
@@ -454,6 +455,7 @@ int td_tgm_meta_new(const uint8_t *cbor, size_t len, struct td_tgm_meta **out,
 
 	if (rc < 0)
 		return rc;
+	root = td__cbor_untag(root);
 	if (!cbor_isa_map(root)) {
 		cbor_decref(&root);
 		return td__err_set(err, TD_ERR_MALFORMED, NULL, false, 0, 0,

@@ -108,6 +108,7 @@ int td_tgm_object_name(const struct td_tgm_meta *m, size_t i,
 		                           err);
 		if (rc < 0)
 			return rc;
+		desc = td__cbor_untag(desc);
 		if (!cbor_isa_map(desc))
 			cbor_decref(&desc); /* no parameters to merge */
 	}

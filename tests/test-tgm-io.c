@@ -592,6 +592,50 @@ Test(tgm_io, naming_chain_table)
 	}
 }
 
+/*
+ * Tags are skipped over (tensogram.md §15; upstream's deserialiser does
+ * so): a tagged descriptor value, a tagged metadata base and a tagged
+ * name read as the items they tag. They were refused ("descriptor key
+ * has the wrong type", "metadata base is not an array of maps") while
+ * inspect printed the same metadata as fine.
+ */
+Test(tgm_io, tags_are_skipped_over)
+{
+	/* {"base": 32([{"name": 1("q")}])} */
+	static const uint8_t meta[] = {0xa1, 0x64, 'b', 'a', 's', 'e', 0xd8,
+	                               0x20, 0x81, 0xa1, 0x64, 'n', 'a', 'm',
+	                               'e', 0xc1, 0x61, 'q'};
+	cbor_item_t *m = cbor_new_indefinite_map();
+	struct td_tgm_desc d;
+	struct td_tgm_meta *mm;
+	struct td_err e = {0};
+	uint8_t *c;
+	size_t clen;
+	char got[64];
+
+	put_item(m, "ndim", cbor_build_uint8(1));
+	put_item(m, "shape", uints(1, (uint64_t)3));
+	put_item(m, "strides", uints(1, (uint64_t)1));
+	put_item(m, "dtype",
+	         cbor_build_tag(1, cbor_move(cbor_build_string("uint8"))));
+	put_text(m, "type", "ntensor");
+	put_text(m, "encoding", "none");
+	put_text(m, "filter", "none");
+	put_text(m, "compression", "none");
+	c = cbor_bytes(m, &clen);
+	cr_assert_eq(td_tgm_desc_decode(c, clen, &d, &e), 0, "%s", e.reason);
+	cr_expect_eq(d.dtype, TD_TGM_UINT8);
+	cr_expect_eq(td_tgm_desc_check_import(&d, 3, &e), 0, "%s", e.reason);
+	free(c);
+	cr_assert_eq(td_tgm_meta_new(meta, sizeof(meta), &mm, &e), 0, "%s",
+	             e.reason);
+	cr_expect_eq(td_tgm_object_name(mm, 0, NULL, 0, NULL, got, sizeof(got),
+	                                NULL),
+	             1);
+	cr_expect_str_eq(got, "q");
+	td_tgm_meta_free(mm);
+}
+
 Test(tgm_io, naming_merges_descriptor_params_shallowly)
 {
 	/* {"name":"n"} and {"mars":{"param":"2t"}} as descriptor params */

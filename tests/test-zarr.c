@@ -308,6 +308,15 @@ Test(meta, read_accepts_and_refuses_with_reasons)
 	         "\"configuration\":{\"chunk_shape\":[4,1]}}}",
 	         -EBADMSG, "rank"},
 	        {"{\"a\":1} x", -EBADMSG, NULL},
+	        /* zarr.md §4: one string or null per dimension */
+	        {ARR_HEAD "\"data_type\":\"uint8\",\"fill_value\":0,"
+	                  "\"codecs\":[{\"name\":\"bytes\"}],"
+	                  "\"dimension_names\":[null]}",
+	         0, NULL},
+	        {ARR_HEAD "\"data_type\":\"uint8\",\"fill_value\":0,"
+	                  "\"codecs\":[{\"name\":\"bytes\"}],"
+	                  "\"dimension_names\":[7]}",
+	         -EBADMSG, "dimension_names[0]: not a string"},
 	};
 	char why[256];
 	bool big;
@@ -410,6 +419,37 @@ Test(meta, walk_layouts_and_refusals)
 	three[2] = 9;
 	cr_assert_str_eq(td_zarr_walk_init(&w, &a, &s),
 	                 "its planes are padded (not supported)");
+}
+
+/* A single-plane image is packed rows at its plane's stride (what the
+ * daemon checks), whatever its blob strides say. */
+Test(meta, an_image_is_rows_at_its_plane_stride)
+{
+	static const uint64_t shape[] = {2, 2, 3};
+	struct td_zarr_array a = arr("x", "uint8", 3, shape);
+	struct td_zarr_walk w;
+	uint64_t one[] = {70}, offs[12];
+	uint32_t planes[12];
+	int64_t dense[] = {6, 3, 1};
+	struct td_zarr_src s = {.format = "rgb8", .nstrides = 3,
+	                        .strides = dense, .nplanes = 1,
+	                        .plane_size = one, .row_pitch = 64};
+
+	cr_assert_null(td_zarr_walk_init(&w, &a, &s));
+	cr_assert_eq(w.layout, TD_ZARR_STRIDED);
+	walk_all(&w, planes, offs);
+	for (uint64_t i = 0; i < 12; i++)
+		cr_assert_eq(offs[i], (i / 6) * 64 + i % 6, "byte %llu",
+		             (unsigned long long)i);
+	/* a pitch the plane cannot hold is refused, not read past */
+	one[0] = 69;
+	cr_assert_str_eq(td_zarr_walk_init(&w, &a, &s),
+	                 "its strides reach past its plane");
+	/* the packed pitch is the dense layout */
+	s.row_pitch = 6;
+	one[0] = 12;
+	cr_assert_null(td_zarr_walk_init(&w, &a, &s));
+	cr_assert_eq(w.layout, TD_ZARR_DENSE);
 }
 
 Test(names, node_names_are_sanitised)
@@ -1149,16 +1189,29 @@ Test(http, rules_of_zarr_md_10, .init = start_http, .fini = stop)
 	cr_assert_eq(status_of(resp), 206);
 	cr_assert(strstr(resp, "Content-Range: bytes 10-23/24\r\n"), "%s", resp);
 	free(resp);
+	/* numbers past 2^64 are clamped like any other (RFC 9110 14.1.1
+	 * sets no limit); they used to be 416 */
+	http("GET", "/zarr/cam_left/c/0/0",
+	     "Range: bytes=10-99999999999999999999999\r\n", &resp);
+	cr_assert_eq(status_of(resp), 206, "%s", resp);
+	cr_assert(strstr(resp, "Content-Range: bytes 10-23/24\r\n"), "%s", resp);
+	free(resp);
+	http("GET", "/zarr/cam_left/c/0/0",
+	     "Range: bytes=-99999999999999999999999\r\n", &resp);
+	cr_assert_eq(status_of(resp), 206, "%s", resp);
+	cr_assert(strstr(resp, "Content-Range: bytes 0-23/24\r\n"), "%s", resp);
+	free(resp);
 	/* metadata keys take ranges too */
 	http("GET", "/zarr/zarr.json", "Range: bytes=0-0\r\n", &resp);
 	cr_assert_eq(status_of(resp), 206);
 	cr_assert_str_eq(body_of(resp), "{");
 	free(resp);
 	/* unsatisfiable: 416 with the length, never the whole body */
-	for (int i = 0; i < 3; i++) {
-		static const char *const bad[] = {"Range: bytes=-0\r\n",
-		                                  "Range: bytes=24-\r\n",
-		                                  "Range: bytes=5-2\r\n"};
+	for (int i = 0; i < 4; i++) {
+		static const char *const bad[] = {
+		        "Range: bytes=-0\r\n", "Range: bytes=24-\r\n",
+		        "Range: bytes=5-2\r\n",
+		        "Range: bytes=99999999999999999999999-\r\n"};
 
 		http("GET", "/zarr/cam_left/c/0/0", bad[i], &resp);
 		cr_assert_eq(status_of(resp), 416, "%s: %s", bad[i], resp);
@@ -2565,6 +2618,49 @@ static void publish_c(void *arg)
 	struct republish *rp = arg;
 
 	publish_buf(rp->c, rp->p, rp->size, pat_c);
+}
+
+/*
+ * An image published the way cameras describe one, a row pitch as its
+ * plane's stride: the blob carries the pitch as the row stride (blob
+ * spec §8.1), and export and the store read rows that far apart, also
+ * when the blob's strides say otherwise (the plane's stride is what the
+ * daemon checks, §9.5.9). Both used to send the rows packed from the
+ * plane's first byte: row 1 was the padding after row 0.
+ */
+Test(http, an_images_rows_are_read_at_its_row_pitch, .init = start_http,
+     .fini = stop)
+{
+	uint64_t shape[] = {2, 2, 3};
+	int64_t dense[] = {6, 3, 1};
+	const int64_t *st;
+	struct td_plane pl = {0, 0, 64, 70};
+	struct td_publish p = {.name = "img/pitch", .dtype = TD_TENSOR_U8,
+	                       .ndim = 3, .shape = shape, .format = "rgb8",
+	                       .plane_count = 1, .planes = &pl};
+	struct td_client *c = NULL;
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+	uint8_t want[12];
+	uint32_t n = 0;
+
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	publish_buf(c, &p, 70, pat13);
+	/* the same bytes, its strides (wrongly) dense */
+	p.name = "img/dense";
+	p.strides = dense;
+	publish_buf(c, &p, 70, pat13);
+	cr_assert_eq(td_client_get(c, "img/pitch", &t, &e), 0, "%s", e.reason);
+	st = td_tensor_strides(t, &n);
+	cr_assert(n == 3 && st[0] == 64 && st[1] == 3 && st[2] == 1,
+	          "strides %u: [%lld, ...]", n, n ? (long long)st[0] : 0);
+	td_tensor_release(t);
+	td_client_close(c);
+	for (uint64_t i = 0; i < 12; i++)
+		want[i] = pat13((i / 6) * 64 + i % 6);
+	zt_ok("zarr export %s/x img/pitch img/dense", zt_dir);
+	chunk_is("img_pitch", "c/0/0/0", "0.0.0", want, sizeof(want));
+	chunk_is("img_dense", "c/0/0/0", "0.0.0", want, sizeof(want));
 }
 
 Test(http, a_repacked_response_keeps_its_version_whole, .init = start_http,

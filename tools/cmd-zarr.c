@@ -408,6 +408,8 @@ static const char *tensor_chunk(struct zsrc *s, const struct td_tensor *t)
 	const char *why;
 
 	src.strides = td_tensor_strides(t, &src.nstrides);
+	if (src.format && src.format[0] && src.nplanes)
+		src.row_pitch = td_tensor_plane_stride(t, 0);
 	for (uint32_t p = 0; p < src.nplanes && p < TD_ZARR_MAX_PLANES; p++)
 		sizes[p] = td_tensor_plane_size(t, p);
 	why = td_zarr_walk_init(&w, &s->a, &src);

@@ -281,7 +281,10 @@ struct td_publish {
 	uint32_t dtype;   /* enum td_tensor_dtype */
 	uint32_t ndim;
 	const uint64_t *shape;
-	const int64_t *strides; /* ndim byte strides; NULL = dense C order */
+	/* ndim byte strides; NULL = dense C order, but an image's (format
+	 * set) row dimension at planes[0].stride when that is set (blob
+	 * spec §8.1: the row pitch) */
+	const int64_t *strides;
 	/* quantization: used only when quant_scale_count > 0 */
 	int32_t quant_axis; /* -1 per tensor, >= 0 per channel */
 	uint32_t quant_scale_count;
@@ -660,8 +663,8 @@ TD_EXPORT const uint64_t *td_tensor_shape(const struct td_tensor *t);
 /*
  * Byte strides as published, *count = ndim, or NULL with *count = 0 when
  * the blob said "dense C order". libtensord's publishers always write
- * strides (the dense ones for td_publish.strides NULL, as edgefirst-tensor
- * does), so NULL comes only from a blob of another writer. count may be
+ * strides (for td_publish.strides NULL the dense ones, an image's row
+ * dimension at its row pitch, as edgefirst-tensor does), so NULL comes only from a blob of another writer. count may be
  * NULL. A stride may be negative (the blob spec's flipped axis): the
  * daemon checks only that the layout's span, (n - 1) * |stride| over the
  * dimensions plus one element, fits in the plane; the spec does not say
