@@ -27,6 +27,7 @@
 #include "os.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -253,16 +254,47 @@ void td__fence_forget(struct td__version *v)
 	v->fence_state = STATE_NEW;
 }
 
-bool td__fence_pending(const struct td__version *v)
+/* Whether a fence descriptor polls signalled: either kind polls
+ * readable then (a sync_file with an error too: its device is done with
+ * the buffers). */
+static bool fence_fd_done(int fd)
 {
-	struct pollfd pfd = {.events = POLLIN};
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
 
-	if (v->fence_ix < 0 || v->fence_state == STATE_SIGNALLED)
+	return poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLIN);
+}
+
+int td__fence_hold(const struct td__version *v, uid_t uid)
+{
+	int fd;
+
+	if (v->fence_ix < 0 || v->fence_state == STATE_SIGNALLED ||
+	    fence_fd_done(fence_fd(v)))
+		return -1;
+	fd = fcntl(fence_fd(v), F_DUPFD_CLOEXEC, 3);
+	if (fd < 0 || td__tenant_add(uid, TD__LIM_FDS, 1) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return -2;
+	}
+	return fd;
+}
+
+bool td__fence_let_go(int *fd, uid_t uid)
+{
+	if (*fd >= 0 && !fence_fd_done(*fd))
 		return false;
-	/* either kind polls readable once signalled (a sync_file with an
-	 * error too: its device is done with the buffers) */
-	pfd.fd = fence_fd(v);
-	return !(poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLIN));
+	td__fence_drop(fd, uid);
+	return true;
+}
+
+void td__fence_drop(int *fd, uid_t uid)
+{
+	if (*fd < 0)
+		return;
+	close(*fd);
+	td__tenant_sub(uid, TD__LIM_FDS, 1);
+	*fd = -1;
 }
 
 void td__fence_init(void)

@@ -100,6 +100,9 @@ static struct td__freebuf *freebuf_pick(struct td__peer *p, uint64_t size,
 
 		if (fb->f.size != size)
 			continue;
+		/* its device may still write it: another, or a new one */
+		if (!td__fence_let_go(&fb->fence, fb->uid))
+			continue;
 		if (!lendable(&fb->f,
 			      (struct td_wire_str){fb->name, fb->name_len},
 			      a)) {
@@ -410,7 +413,8 @@ static void loan_return(struct td__store *s, struct td__peer *p,
 		if (a->fds[i].fd >= 0)
 			td__freebuf_keep(s, p, a->uid, &a->fds[i],
 					 (struct td_wire_str){a->name,
-							      a->name_len});
+							      a->name_len},
+					 -1);
 	td__loan_free(s, a);
 }
 

@@ -295,6 +295,7 @@ void td__freebuf_drop(struct td__store *s, struct td__freebuf *fb)
 	td__list_del(&fb->slink);
 	fb->peer->n_freebufs--;
 	td__acct_sub(s, fb->uid, fb->f.size);
+	td__fence_drop(&fb->fence, fb->uid);
 	td__vfd_close(s, &fb->f);
 	TD__SPARE_PUT(&s->spare_freebufs, fb, struct td__freebuf, link);
 }
@@ -308,7 +309,7 @@ void td__freebuf_drop(struct td__store *s, struct td__freebuf *fb)
  * consumed either way.
  */
 void td__freebuf_keep(struct td__store *s, struct td__peer *p, uid_t uid,
-		      struct td__vfd *f, struct td_wire_str name)
+		      struct td__vfd *f, struct td_wire_str name, int fence)
 {
 	struct td__freebuf *fb = NULL;
 
@@ -326,6 +327,7 @@ void td__freebuf_keep(struct td__store *s, struct td__peer *p, uid_t uid,
 		if (fb)
 			TD__SPARE_PUT(&s->spare_freebufs, fb,
 				      struct td__freebuf, link);
+		td__fence_drop(&fence, uid);
 		td__vfd_close(s, f);
 		return;
 	}
@@ -336,6 +338,7 @@ void td__freebuf_keep(struct td__store *s, struct td__peer *p, uid_t uid,
 	td__vfd_move(&fb->f, f);
 	fb->peer = p;
 	fb->uid = uid;
+	fb->fence = fence;
 	fb->name_len = fb->f.exposed ? (uint16_t)name.len : 0;
 	if (fb->name_len)
 		memcpy(fb->name, name.ptr, name.len);
@@ -348,13 +351,16 @@ void td__freebuf_keep(struct td__store *s, struct td__peer *p, uid_t uid,
 
 void td__version_unref(struct td__store *s, struct td__version *v)
 {
-	bool busy;
+	int fence[TD__TABLE_MAX];
 
 	if (--v->refs)
 		return;
 	/* a leased version never gets here: its bytes stayed intact. A
-	 * pending fence: a device may still write them, lent to nobody */
-	busy = td__fence_pending(v);
+	 * pending fence: a device may still write them, so each recyclable
+	 * buffer keeps a descriptor of it and is lent once it signalled
+	 * (-2: none could be made, the buffer is closed) */
+	for (uint32_t i = 0; i < v->nfds; i++)
+		fence[i] = v->fds[i].ro >= 0 ? td__fence_hold(v, v->uid) : -1;
 	td__fence_forget(v); /* out of the watched set before its close */
 	for (uint32_t i = 0; i < v->nfds; i++)
 		if (v->fds[i].ro < 0)
@@ -364,12 +370,13 @@ void td__version_unref(struct td__store *s, struct td__version *v)
 	else
 		td__acct_sub(s, v->uid, v->acct);
 	for (uint32_t i = 0; i < v->nfds; i++)
-		if (v->fds[i].fd >= 0 && busy)
+		if (v->fds[i].fd >= 0 && fence[i] == -2)
 			td__vfd_close(s, &v->fds[i]);
 		else if (v->fds[i].fd >= 0)
 			td__freebuf_keep(s, v->owner, v->uid, &v->fds[i],
 					 (struct td_wire_str){v->name,
-							      v->name_len});
+							      v->name_len},
+					 fence[i]);
 	td__list_del(&v->all);
 	td__log(TD_LOG_DEBUG, "freed %.*s version %llu", (int)v->name_len,
 		v->name, (unsigned long long)v->number);

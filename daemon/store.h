@@ -174,6 +174,10 @@ struct td__freebuf {
 	struct td__peer *peer;
 	struct td__vfd f; /* fd writable, ro its read-only reopen */
 	uid_t uid;
+	/* the acquire fence of its version, pending when that went (a
+	 * device may still write the buffer): lent once it signalled;
+	 * -1 none */
+	int fence;
 	bool evict; /* picked by td__store_make_room() */
 	/* f.exposed: the name it is bound to */
 	uint16_t name_len;
@@ -448,9 +452,11 @@ void td__freebuf_drop(struct td__store *s, struct td__freebuf *fb);
  * consumed either way.
  */
 /* name: what an exposed f is bound to (the name it carried or was lent
- * for; docs/fastpath.md, "Across names") */
+ * for; docs/fastpath.md, "Across names"); fence: td__fence_hold()'s
+ * descriptor of a pending fence (-1 none), consumed too: the buffer is
+ * lent once it signalled */
 void td__freebuf_keep(struct td__store *s, struct td__peer *p, uid_t uid,
-		      struct td__vfd *f, struct td_wire_str name);
+		      struct td__vfd *f, struct td_wire_str name, int fence);
 
 int td__name_cmp(const char *a, size_t alen, const char *b, size_t blen);
 /* Index of the first name >= key (exact match when *found). */
@@ -606,10 +612,18 @@ void td__fence_unlease(struct td__peer *p, struct td__lease *l);
 void td__fence_forget(struct td__version *v);
 /*
  * v has an acquire fence (eventfd or sync_file) that has not signalled:
- * the producer's device may still be writing its buffers, so they are
- * not recycled (td__version_unref closes them).
+ * the producer's device may still be writing its buffers. A descriptor
+ * of it (counted in uid's fds) for a buffer of v that waits on the free
+ * list until it signals (td__fence_let_go); -1 when there is no fence or
+ * it signalled; -2 when it is pending and no descriptor could be made
+ * (the buffer is then closed, never lent with the device on it).
  */
-bool td__fence_pending(const struct td__version *v);
+int td__fence_hold(const struct td__version *v, uid_t uid);
+/* Whether the fence *fd (from td__fence_hold, -1 none) has signalled:
+ * then it is closed and *fd -1. */
+bool td__fence_let_go(int *fd, uid_t uid);
+/* Close a held fence *fd (-1: nothing) and uncount it from uid. */
+void td__fence_drop(int *fd, uid_t uid);
 
 
 #endif

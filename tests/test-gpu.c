@@ -520,9 +520,10 @@ static uint64_t publish_loan(struct td_client *c, struct td_alloc *a,
  * used to come back as the producer's next loan as soon as a newer
  * version replaced it, fence pending or not, so the next frame's writes
  * (the CPU's, another queue's) raced the device's. A version that goes
- * with its fence pending is lent to nobody now; one whose fence
- * signalled is recycled as before (a recycled buffer holds its bytes, a
- * new one zeros). Each round on a connection of its own: the free list
+ * with its fence pending waits on the free list until the fence
+ * signalled, lent to nobody before; one whose fence signalled is
+ * recycled as before (a recycled buffer holds its bytes, a new one
+ * zeros). Each round on a connection of its own: the free list
  * is the connection's.
  */
 Test(gpu, a_buffer_whose_fence_is_pending_is_not_recycled)
@@ -552,9 +553,50 @@ Test(gpu, a_buffer_whose_fence_is_pending_is_not_recycled)
 		else
 			cr_assert_eq(*(uint8_t *)td_alloc_data(a, 0), 0,
 				     "lent again with its fence pending");
+		if (!signalled) {
+			/* kept, not closed: once its fence signalled it is
+			 * lent again (a pipelined producer gets no new
+			 * buffer, fd and mapping per frame) */
+			struct td_alloc *b;
+
+			cr_assert_eq(td_fence_signal(f, &e), 0, "%s",
+				     e.reason);
+			b = loan_of(prod, "gpu/busy", TD_ALLOC_RECYCLE);
+			cr_assert_eq(*(uint8_t *)td_alloc_data(b, 0), 0xab,
+				     "not lent again once its fence "
+				     "signalled");
+			td_alloc_free(b);
+		}
 		td_alloc_free(a);
 		close(f);
 		td_client_close(prod);
+	}
+	/* a buffer waiting for its fence goes with its producer, and the
+	 * descriptor of the fence it kept with it */
+	{
+		int base = tu_pid_fd_count(d.pid);
+		struct td_client *prod = connect_to(&d);
+		int f = td_fence_create();
+
+		cr_assert_geq(f, 0);
+		publish_loan(prod, loan_of(prod, "gpu/gone", TD_ALLOC_RECYCLE),
+			     "gpu/gone", 0xab, f);
+		publish_loan(prod, loan_of(prod, "gpu/gone", TD_ALLOC_RECYCLE),
+			     "gpu/gone", 0xcd, -1);
+		cr_assert_eq(td_client_delete(prod, "gpu/gone", NULL, &e), 0,
+			     "%s", e.reason);
+		cr_assert_gt(tu_pid_fd_count(d.pid), base,
+			     "the buffers wait on the free list");
+		td_client_close(prod);
+		close(f);
+		/* the daemon reads the hang-up on its own time */
+		for (int i = 0; i < TU_WAIT_S * 100 &&
+				tu_pid_fd_count(d.pid) != base;
+		     i++)
+			usleep(10000);
+		cr_assert_eq(tu_pid_fd_count(d.pid), base,
+			     "the daemon kept descriptors of a gone producer: "
+			     "%d, %d before", tu_pid_fd_count(d.pid), base);
 	}
 	tu_daemon_stop(&d, true);
 }

@@ -353,8 +353,9 @@ TD_EXPORT int td_client_alloc(struct td_client *c, uint32_t plane_count,
  * recyclable loan of that size: no fd, no mmap, no new memory. A
  * recycled buffer holds the bytes of the version it last carried, not
  * zeros. A buffer some consumer still leases is never recycled, nor one
- * whose version went with its acquire fence unsignalled (the device may
- * still write it: it is closed). A daemon that predates the flag gives a
+ * whose version went with its acquire fence unsignalled before that fence
+ * signals (the device may still write it; another buffer serves
+ * meanwhile). A daemon that predates the flag gives a
  * plain loan.
  */
 #define TD_ALLOC_RECYCLE 0x1u
