@@ -460,14 +460,37 @@ static int pick_look(struct td_ring *r, uint64_t arg)
 	return pick(r);
 }
 
+/*
+ * Whether r may still make versions: -ECHILD in a child of fork() (the
+ * parent's slots: see td_client_connect), -ENOTCONN once its client was
+ * closed, -EPIPE once the daemon ended the ring (CLOSED: its connection
+ * dropped). The daemon ends the ring when it sees the close, and a
+ * version made after that would reach subscribers already told the ring
+ * is over (or, before the daemon saw it, ones told so in a moment).
+ * No lock, no syscall: the flags word shares the line every publish
+ * writes.
+ */
+static int prod_usable(const struct td_ring *r)
+{
+	if (td__client_foreign(r->c))
+		return -ECHILD;
+	if (atomic_load_explicit(&r->c->closed, memory_order_relaxed))
+		return -ENOTCONN;
+	if (atomic_load_explicit(&r->m.hdr->flags, memory_order_relaxed) &
+	    TD_RING_CLOSED)
+		return -EPIPE;
+	return 0;
+}
+
 int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
 {
 	int s;
 
 	if (!r || !slot)
 		return -EINVAL;
-	if (td__client_foreign(r->c))
-		return -ECHILD; /* the parent's slots: see td_client_connect */
+	s = prod_usable(r);
+	if (s < 0)
+		return s;
 	if (r->cur == TD_RING_NONE) {
 		/* a free slot at once, the usual case, without prod_wait's
 		 * call through a pointer (it looks again before waiting) */
@@ -536,11 +559,13 @@ static int publish(struct td_ring *r, uint32_t fence, uint64_t *version)
 	struct td_ring_hdr *h;
 	uint32_t s;
 	uint64_t v;
+	int rc;
 
 	if (!r || r->cur == TD_RING_NONE)
 		return -EINVAL;
-	if (td__client_foreign(r->c))
-		return -ECHILD;
+	rc = prod_usable(r);
+	if (rc < 0)
+		return rc;
 	h = r->m.hdr;
 	s = r->cur;
 	v = r->next_version++;

@@ -1724,6 +1724,82 @@ Test(ring, subscribers_see_closed_when_the_producer_exits, .timeout = 60)
 }
 
 /*
+ * A producer whose client was closed, or whose connection the daemon saw
+ * end, makes no version: the daemon marked the ring closed, and a
+ * version published after that reached subscribers already told so (and
+ * before the daemon saw a close, ones about to be). Acquire and publish
+ * said 0 and went on filling the slots. A slot acquired before the close
+ * is not published either.
+ */
+static void ended_ring_check(struct td_ring *r, struct td_sub *a, int code)
+{
+	struct td_slot s;
+	struct td_view v;
+
+	cr_assert_eq(td_ring_acquire(r, 0, &s), code);
+	cr_assert_eq(td_ring_acquire(r, -1, &s), code, "no wait either");
+	cr_assert_eq(td_ring_publish(r, NULL), code);
+	cr_assert_eq(td_ring_publish_fenced(r, NULL), code);
+	cr_assert_eq(td_sub_next(a, 20000, &v), 0);
+	cr_assert_eq(v.version, 1, "the last version made before the end");
+	cr_assert_eq(td_sub_next(a, 20000, &v), -EPIPE, "and nothing after");
+}
+
+Test(ring, a_ring_whose_client_closed_makes_no_version)
+{
+	struct td_client *c, *c2;
+	struct tu_daemon d;
+	struct td_ring *r;
+	struct td_sub *a;
+	struct td_slot s;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	c2 = open_client(&d);
+	r = make_ring(c, "t/client-closed", 2, 64, 0);
+	a = subscribe(c2, "t/client-closed");
+	cr_assert_eq(put(r), 1);
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	td_client_close(c);
+	ended_ring_check(r, a, -ENOTCONN);
+	td_ring_close(r); /* frees the client's memory: nothing is sent */
+	td_sub_close(a);
+	td_client_close(c2);
+	tu_daemon_stop(&d, true);
+}
+
+Test(ring, a_ring_the_daemon_ended_makes_no_version)
+{
+	struct td_client *c, *c2;
+	struct tu_daemon d;
+	struct td_ring *r;
+	struct td_sub *a, *b;
+	struct td_slot s;
+	struct td_view v;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	c2 = open_client(&d);
+	r = make_ring(c, "t/conn-ended", 2, 64, 0);
+	a = subscribe(c2, "t/conn-ended");
+	b = subscribe(c2, "t/conn-ended");
+	cr_assert_eq(put(r), 1);
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	/* the daemon sees the producer's connection end, the handle does
+	 * not yet; once b finds the ring closed, so does the producer */
+	cr_assert_eq(shutdown(c->sock, SHUT_RDWR), 0);
+	cr_assert_eq(td_sub_next(b, 20000, &v), 0);
+	cr_assert_eq(td_sub_next(b, 20000, &v), -EPIPE);
+	ended_ring_check(r, a, -EPIPE);
+	td_ring_close(r);
+	td_sub_close(a);
+	td_sub_close(b);
+	td_client_close(c);
+	td_client_close(c2);
+	tu_daemon_stop(&d, true);
+}
+
+/*
  * A subscriber's wake-up fd is shared with the subscriber, which can make
  * it blocking and try to fill it (an eventfd's write would then wait for
  * a read that never comes). Neither the producer's publish nor the

@@ -33,7 +33,8 @@ extern "C" {
  * independent. Creating, subscribing, closing and td_client_ring_stat()
  * talk to the daemon and serialise on the client handle like every other
  * call. A ring or subscription keeps its client's memory alive; closing the
- * client first ends the ring in the daemon (subscribers see it closed).
+ * client first ends the ring in the daemon (subscribers see it closed),
+ * and the ring makes no version after that (td_ring_acquire()).
  */
 
 struct td_ring;
@@ -100,14 +101,18 @@ TD_EXPORT int td_ring_create(struct td_client *c, const char *name,
  * Get a slot to write: never the latest version, never one a subscriber
  * or the daemon holds. Waits up to timeout_ms (-1 forever, 0 not at all)
  * when every slot is in use. Calling it again before td_ring_publish()
- * returns the same slot. 0 and *slot, -ETIMEDOUT, -EINVAL.
+ * returns the same slot. 0 and *slot, -ETIMEDOUT, -EINVAL, -ENOTCONN
+ * once its client was closed (td_client_close()), -EPIPE once the daemon
+ * ended the ring (the client's connection dropped), -ECHILD in a child of
+ * fork(). The slots stay mapped until td_ring_close() either way.
  */
 TD_EXPORT int td_ring_acquire(struct td_ring *r, int timeout_ms,
 			      struct td_slot *slot);
 /*
  * Publish the acquired slot as the next version (*version, may be NULL)
- * and wake the subscribers that sleep. 0, or -EINVAL when no slot is
- * acquired.
+ * and wake the subscribers that sleep. 0, -EINVAL when no slot is
+ * acquired, or as td_ring_acquire() -ENOTCONN, -EPIPE, -ECHILD (nothing
+ * is published).
  */
 TD_EXPORT int td_ring_publish(struct td_ring *r, uint64_t *version);
 /*
@@ -134,7 +139,8 @@ TD_EXPORT int td_ring_wait_read(struct td_ring *r, uint64_t version,
  * version at once and wait in td_sub_fence_wait() until the producer
  * calls td_ring_fence_signal(); a plain GET of the ring is not answered
  * with it before then. No fd: the fence is a word of the slot's shared
- * state, so it costs no message and no descriptor per frame. 0, -EINVAL.
+ * state, so it costs no message and no descriptor per frame. 0, and the
+ * errors of td_ring_publish().
  */
 TD_EXPORT int td_ring_publish_fenced(struct td_ring *r, uint64_t *version);
 /*
