@@ -609,7 +609,8 @@ TD_EXPORT int td_follow_next(struct td_follow *f, int timeout_ms,
  * timerfd, which the daemon's wake-up cannot block on (an eventfd's write
  * can): poll it, never write() it. td_follow_fd() returns -EOPNOTSUPP
  * when the daemon does not serve it, -ECONNRESET when the follow's
- * connection is gone, -ECHILD in a child of fork().
+ * connection is gone as it makes the fd (once made, the same fd: then
+ * td_follow_poll() says -EPIPE), -ECHILD in a child of fork().
  */
 TD_EXPORT int td_follow_fd(struct td_follow *f);
 TD_EXPORT int td_follow_poll(struct td_follow *f, struct td_tensor **out,
