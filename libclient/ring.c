@@ -461,14 +461,10 @@ static int pick_look(struct td_ring *r, uint64_t arg)
 }
 
 /*
- * Whether r may still make versions: -ECHILD in a child of fork() (the
- * parent's slots: see td_client_connect), -ENOTCONN once its client was
- * closed, -EPIPE once the daemon ended the ring (CLOSED: its connection
- * dropped). The daemon ends the ring when it sees the close, and a
- * version made after that would reach subscribers already told the ring
- * is over (or, before the daemon saw it, ones told so in a moment).
- * No lock, no syscall: the flags word shares the line every publish
- * writes.
+ * May r still make versions? -ECHILD in a child of fork() (see
+ * td_client_connect), -ENOTCONN once its client was closed, -EPIPE once
+ * the daemon ended it (CLOSED): a later version would reach subscribers
+ * told the ring is over. No lock, no syscall (flags: a publish's line).
  */
 static int prod_usable(const struct td_ring *r)
 {
@@ -482,13 +478,21 @@ static int prod_usable(const struct td_ring *r)
 	return 0;
 }
 
+/* td_ring_acquire's wait, then prod_usable again (another thread may
+ * have closed the client meanwhile) */
+static int acquire_wait(struct td_ring *r, int timeout_ms)
+{
+	int s = prod_wait(r, &r->pace, timeout_ms, TD_RING_PROD_SLOT,
+			  pick_look, 0);
+	int rc = s >= 0 ? prod_usable(r) : 0;
+
+	return rc < 0 ? rc : s;
+}
+
 int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
 {
-	int s;
+	int s = r && slot ? prod_usable(r) : -EINVAL;
 
-	if (!r || !slot)
-		return -EINVAL;
-	s = prod_usable(r);
 	if (s < 0)
 		return s;
 	if (r->cur == TD_RING_NONE) {
@@ -496,8 +500,7 @@ int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
 		 * call through a pointer (it looks again before waiting) */
 		s = pick(r);
 		if (s < 0)
-			s = prod_wait(r, &r->pace, timeout_ms,
-				      TD_RING_PROD_SLOT, pick_look, 0);
+			s = acquire_wait(r, timeout_ms);
 		if (s < 0)
 			return s;
 		r->cur = (uint32_t)s;
@@ -559,11 +562,8 @@ static int publish(struct td_ring *r, uint32_t fence, uint64_t *version)
 	struct td_ring_hdr *h;
 	uint32_t s;
 	uint64_t v;
-	int rc;
+	int rc = r && r->cur != TD_RING_NONE ? prod_usable(r) : -EINVAL;
 
-	if (!r || r->cur == TD_RING_NONE)
-		return -EINVAL;
-	rc = prod_usable(r);
 	if (rc < 0)
 		return rc;
 	h = r->m.hdr;

@@ -14,6 +14,7 @@
 #include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1797,6 +1798,54 @@ Test(ring, a_ring_the_daemon_ended_makes_no_version)
 	td_client_close(c);
 	td_client_close(c2);
 	tu_daemon_stop(&d, true);
+}
+
+struct acquirer {
+	struct td_ring *r;
+	int rc;
+};
+
+static void *acquire_for_ever(void *arg)
+{
+	struct acquirer *a = arg;
+	struct td_slot s;
+
+	a->rc = td_ring_acquire(a->r, -1, &s);
+	return NULL;
+}
+
+/* ... nor does a producer that was waiting for a slot while another
+ * thread closed its client: it wakes to -ENOTCONN, not to a slot. */
+Test(ring, a_producer_waiting_while_its_client_closes_gets_no_slot)
+{
+	struct acquirer a = {.rc = 1};
+	struct td_client *c, *c2;
+	struct tu_daemon d;
+	struct td_sub *sub;
+	struct td_view v;
+	pthread_t t;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	c2 = open_client(&d);
+	a.r = make_ring(c, "t/close-while-waiting", 2, 64, 0);
+	sub = subscribe(c2, "t/close-while-waiting");
+	put(a.r);
+	cr_assert_eq(td_sub_next(sub, 0, &v), 0);
+	put(a.r); /* one slot held, the other the latest: acquire waits */
+	cr_assert_eq(pthread_create(&t, NULL, acquire_for_ever, &a), 0);
+	while (!atomic_load(&a.r->m.rd->prod_waiting))
+		sched_yield();
+	td_client_close(c);
+	cr_assert_eq(td_sub_release(sub), 0); /* wakes it with a slot free */
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(a.rc, -ENOTCONN);
+	td_ring_close(a.r);
+	td_sub_close(sub);
+	td_client_close(c2);
+	/* fds and buffer mappings are counted; not every mapping: glibc
+	 * keeps the thread's stack and arena */
+	tu_daemon_stop(&d, false);
 }
 
 /*

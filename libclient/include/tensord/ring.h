@@ -102,7 +102,8 @@ TD_EXPORT int td_ring_create(struct td_client *c, const char *name,
  * or the daemon holds. Waits up to timeout_ms (-1 forever, 0 not at all)
  * when every slot is in use. Calling it again before td_ring_publish()
  * returns the same slot. 0 and *slot, -ETIMEDOUT, -EINVAL, -ENOTCONN
- * once its client was closed (td_client_close()), -EPIPE once the daemon
+ * once its client was closed (td_client_close(); by another thread
+ * while this one waited too, as it wakes), -EPIPE once the daemon
  * ended the ring (the client's connection dropped), -ECHILD in a child of
  * fork(). The slots stay mapped until td_ring_close() either way.
  */
