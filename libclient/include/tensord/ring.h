@@ -237,7 +237,8 @@ TD_EXPORT void td_sub_close(struct td_sub *s);
  * Borrowed: closed by td_sub_close(). Returns the fd, -EOPNOTSUPP
  * from a daemon without RING_WAKE, -ENOBUFS when the ring already has 16
  * such readers, -EDQUOT when the timerfd the daemon keeps would take the
- * uid past its fds limit (docs/policy.md §5), or -errno.
+ * uid past its fds limit (docs/policy.md §5), -ECHILD in a child of
+ * fork() (made before or not), or -errno.
  */
 TD_EXPORT int td_sub_fd(struct td_sub *s);
 /*

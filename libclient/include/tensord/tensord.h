@@ -124,8 +124,8 @@ struct td_client_info {
  * sends nothing (the parent's leases stay), and td_client_close() only
  * frees the child's copy; the child connects on its own. Likewise an
  * inherited ring or subscription: td_ring_acquire(), td_ring_publish(),
- * td_ring_wait_read(), td_sub_next(), td_sub_poll(), td_sub_release()
- * and td_sub_set_handler() return -ECHILD in the child, and
+ * td_ring_wait_read(), td_sub_next(), td_sub_poll(), td_sub_release(),
+ * td_sub_fd() and td_sub_set_handler() return -ECHILD in the child, and
  * td_ring_close()/td_sub_close() free only its copy. What the child does
  * with its copy never changes what the parent's td_client_fd() polls.
  */
