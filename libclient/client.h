@@ -231,6 +231,9 @@ struct td_client {
 	int daemon_pidfd;     /* -1 when none */
 	pid_t pid;            /* the process that connected: its own */
 	unsigned fork_gen;    /* td__client_foreign() */
+	/* td_client_close() was called: read without the lock by the
+	 * rings' fast path (ring.c, prod_usable) */
+	_Atomic bool closed;
 	unsigned lock_gen;    /* the fork whose child remade lock, turns */
 	/*
 	 * The reader rows of the rings this client produces (td_ring_create:

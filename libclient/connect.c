@@ -120,6 +120,7 @@ void td_client_close(struct td_client *c)
 	td__loop_cancel(c);
 	td__gf_close_all(c);
 	td__client_lock(c);
+	atomic_store(&c->closed, true);
 	/*
 	 * Closing the socket ends the daemon's side at once (leases, watches,
 	 * loans); tensors still held keep their mappings (refs) until

@@ -222,6 +222,9 @@ int td_follow_fd(struct td_follow *f)
 
 	if (!f)
 		return -EINVAL;
+	/* the parent's fd, whose polls are the parent's (the header) */
+	if (td__client_foreign(f->c))
+		return -ECHILD;
 	if (f->efd >= 0)
 		return f->efd;
 	fd = td__wake_fd(f->c, TD_OP_FOLLOW_WAKE, f->id, f->epoch,

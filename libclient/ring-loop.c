@@ -21,6 +21,9 @@ int td_sub_fd(struct td_sub *s)
 
 	if (!s)
 		return -EINVAL;
+	/* the parent's fd, whose polls are the parent's (td_client_connect) */
+	if (td__client_foreign(s->c))
+		return -ECHILD;
 	if (s->efd >= 0)
 		return s->efd;
 	fd = td__wake_fd(s->c, TD_OP_RING_WAKE, s->id, s->epoch,

@@ -460,21 +460,47 @@ static int pick_look(struct td_ring *r, uint64_t arg)
 	return pick(r);
 }
 
+/*
+ * May r still make versions? -ECHILD in a child of fork() (see
+ * td_client_connect), -ENOTCONN once its client was closed, -EPIPE once
+ * the daemon ended it (CLOSED): a later version would reach subscribers
+ * told the ring is over. No lock, no syscall (flags: a publish's line).
+ */
+static int prod_usable(const struct td_ring *r)
+{
+	if (td__client_foreign(r->c))
+		return -ECHILD;
+	if (atomic_load_explicit(&r->c->closed, memory_order_relaxed))
+		return -ENOTCONN;
+	if (atomic_load_explicit(&r->m.hdr->flags, memory_order_relaxed) &
+	    TD_RING_CLOSED)
+		return -EPIPE;
+	return 0;
+}
+
+/* td_ring_acquire's wait, then prod_usable again (another thread may
+ * have closed the client meanwhile) */
+static int acquire_wait(struct td_ring *r, int timeout_ms)
+{
+	int s = prod_wait(r, &r->pace, timeout_ms, TD_RING_PROD_SLOT,
+			  pick_look, 0);
+	int rc = s >= 0 ? prod_usable(r) : 0;
+
+	return rc < 0 ? rc : s;
+}
+
 int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
 {
-	int s;
+	int s = r && slot ? prod_usable(r) : -EINVAL;
 
-	if (!r || !slot)
-		return -EINVAL;
-	if (td__client_foreign(r->c))
-		return -ECHILD; /* the parent's slots: see td_client_connect */
+	if (s < 0)
+		return s;
 	if (r->cur == TD_RING_NONE) {
 		/* a free slot at once, the usual case, without prod_wait's
 		 * call through a pointer (it looks again before waiting) */
 		s = pick(r);
 		if (s < 0)
-			s = prod_wait(r, &r->pace, timeout_ms,
-				      TD_RING_PROD_SLOT, pick_look, 0);
+			s = acquire_wait(r, timeout_ms);
 		if (s < 0)
 			return s;
 		r->cur = (uint32_t)s;
@@ -536,11 +562,10 @@ static int publish(struct td_ring *r, uint32_t fence, uint64_t *version)
 	struct td_ring_hdr *h;
 	uint32_t s;
 	uint64_t v;
+	int rc = r && r->cur != TD_RING_NONE ? prod_usable(r) : -EINVAL;
 
-	if (!r || r->cur == TD_RING_NONE)
-		return -EINVAL;
-	if (td__client_foreign(r->c))
-		return -ECHILD;
+	if (rc < 0)
+		return rc;
 	h = r->m.hdr;
 	s = r->cur;
 	v = r->next_version++;

@@ -307,7 +307,9 @@ static PyObject *ring_publish(RingObject *ring, PyObject *unused)
 		return NULL;
 	rc = td_ring_publish(ring->r, &v);
 	if (rc < 0)
-		return tdpy_raise(rc, NULL, "publish: no slot acquired");
+		return tdpy_raise(rc, NULL,
+				  rc == -EINVAL ? "publish: no slot acquired"
+						: "publish");
 	ring->acquired = 0; /* the slot is the subscribers' now */
 	slot_arrays_read_only(ring);
 	return PyLong_FromUnsignedLongLong(v);

@@ -14,6 +14,7 @@
 #include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1721,6 +1722,130 @@ Test(ring, subscribers_see_closed_when_the_producer_exits, .timeout = 60)
 		close(x.go[i]);
 	}
 	tu_daemon_stop(&d, true);
+}
+
+/*
+ * A producer whose client was closed, or whose connection the daemon saw
+ * end, makes no version: the daemon marked the ring closed, and a
+ * version published after that reached subscribers already told so (and
+ * before the daemon saw a close, ones about to be). Acquire and publish
+ * said 0 and went on filling the slots. A slot acquired before the close
+ * is not published either.
+ */
+static void ended_ring_check(struct td_ring *r, struct td_sub *a, int code)
+{
+	struct td_slot s;
+	struct td_view v;
+
+	cr_assert_eq(td_ring_acquire(r, 0, &s), code);
+	cr_assert_eq(td_ring_acquire(r, -1, &s), code, "no wait either");
+	cr_assert_eq(td_ring_publish(r, NULL), code);
+	cr_assert_eq(td_ring_publish_fenced(r, NULL), code);
+	cr_assert_eq(td_sub_next(a, 20000, &v), 0);
+	cr_assert_eq(v.version, 1, "the last version made before the end");
+	cr_assert_eq(td_sub_next(a, 20000, &v), -EPIPE, "and nothing after");
+}
+
+Test(ring, a_ring_whose_client_closed_makes_no_version)
+{
+	struct td_client *c, *c2;
+	struct tu_daemon d;
+	struct td_ring *r;
+	struct td_sub *a;
+	struct td_slot s;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	c2 = open_client(&d);
+	r = make_ring(c, "t/client-closed", 2, 64, 0);
+	a = subscribe(c2, "t/client-closed");
+	cr_assert_eq(put(r), 1);
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	td_client_close(c);
+	ended_ring_check(r, a, -ENOTCONN);
+	td_ring_close(r); /* frees the client's memory: nothing is sent */
+	td_sub_close(a);
+	td_client_close(c2);
+	tu_daemon_stop(&d, true);
+}
+
+Test(ring, a_ring_the_daemon_ended_makes_no_version)
+{
+	struct td_client *c, *c2;
+	struct tu_daemon d;
+	struct td_ring *r;
+	struct td_sub *a, *b;
+	struct td_slot s;
+	struct td_view v;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	c2 = open_client(&d);
+	r = make_ring(c, "t/conn-ended", 2, 64, 0);
+	a = subscribe(c2, "t/conn-ended");
+	b = subscribe(c2, "t/conn-ended");
+	cr_assert_eq(put(r), 1);
+	cr_assert_eq(td_ring_acquire(r, 0, &s), 0);
+	/* the daemon sees the producer's connection end, the handle does
+	 * not yet; once b finds the ring closed, so does the producer */
+	cr_assert_eq(shutdown(c->sock, SHUT_RDWR), 0);
+	cr_assert_eq(td_sub_next(b, 20000, &v), 0);
+	cr_assert_eq(td_sub_next(b, 20000, &v), -EPIPE);
+	ended_ring_check(r, a, -EPIPE);
+	td_ring_close(r);
+	td_sub_close(a);
+	td_sub_close(b);
+	td_client_close(c);
+	td_client_close(c2);
+	tu_daemon_stop(&d, true);
+}
+
+struct acquirer {
+	struct td_ring *r;
+	int rc;
+};
+
+static void *acquire_for_ever(void *arg)
+{
+	struct acquirer *a = arg;
+	struct td_slot s;
+
+	a->rc = td_ring_acquire(a->r, -1, &s);
+	return NULL;
+}
+
+/* ... nor does a producer that was waiting for a slot while another
+ * thread closed its client: it wakes to -ENOTCONN, not to a slot. */
+Test(ring, a_producer_waiting_while_its_client_closes_gets_no_slot)
+{
+	struct acquirer a = {.rc = 1};
+	struct td_client *c, *c2;
+	struct tu_daemon d;
+	struct td_sub *sub;
+	struct td_view v;
+	pthread_t t;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	c2 = open_client(&d);
+	a.r = make_ring(c, "t/close-while-waiting", 2, 64, 0);
+	sub = subscribe(c2, "t/close-while-waiting");
+	put(a.r);
+	cr_assert_eq(td_sub_next(sub, 0, &v), 0);
+	put(a.r); /* one slot held, the other the latest: acquire waits */
+	cr_assert_eq(pthread_create(&t, NULL, acquire_for_ever, &a), 0);
+	while (!atomic_load(&a.r->m.rd->prod_waiting))
+		sched_yield();
+	td_client_close(c);
+	cr_assert_eq(td_sub_release(sub), 0); /* wakes it with a slot free */
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(a.rc, -ENOTCONN);
+	td_ring_close(a.r);
+	td_sub_close(sub);
+	td_client_close(c2);
+	/* fds and buffer mappings are counted; not every mapping: glibc
+	 * keeps the thread's stack and arena */
+	tu_daemon_stop(&d, false);
 }
 
 /*

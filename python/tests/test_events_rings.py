@@ -201,6 +201,28 @@ def test_iterating_a_subscription_ends_when_the_producer_closes(client):
     assert got == [7]
 
 
+def test_a_ring_whose_client_closed_makes_no_version(daemon, client):
+    # the client's close ends the ring in the daemon: acquire() and
+    # publish() (of a slot acquired before) raise ENOTCONN, and a
+    # subscriber gets the last version made before, then the end
+    # (docs/python.md, "Rings")
+    c = tensord.Client(daemon.sock)
+    ring = c.ring_create("rg/cc", (1,), "u32", slots=2)
+    sub = client.subscribe("rg/cc")
+    s = ring.acquire()
+    s[0] = 5
+    del s
+    ring.publish()
+    ring.acquire()[0] = 6
+    c.close()
+    for call in (ring.publish, lambda: ring.acquire(timeout=0)):
+        with pytest.raises(tensord.Error) as e:
+            call()
+        assert e.value.errno == errno.ENOTCONN
+    assert [int(v[0]) for v in sub] == [5]
+    ring.close()
+
+
 def test_a_subscription_waiting_for_ever_ends_when_the_daemon_dies(
         daemon, client):
     # the daemon's SIGKILL while the producer (this client) lives: the

@@ -33,7 +33,8 @@ extern "C" {
  * independent. Creating, subscribing, closing and td_client_ring_stat()
  * talk to the daemon and serialise on the client handle like every other
  * call. A ring or subscription keeps its client's memory alive; closing the
- * client first ends the ring in the daemon (subscribers see it closed).
+ * client first ends the ring in the daemon (subscribers see it closed),
+ * and the ring makes no version after that (td_ring_acquire()).
  */
 
 struct td_ring;
@@ -100,14 +101,19 @@ TD_EXPORT int td_ring_create(struct td_client *c, const char *name,
  * Get a slot to write: never the latest version, never one a subscriber
  * or the daemon holds. Waits up to timeout_ms (-1 forever, 0 not at all)
  * when every slot is in use. Calling it again before td_ring_publish()
- * returns the same slot. 0 and *slot, -ETIMEDOUT, -EINVAL.
+ * returns the same slot. 0 and *slot, -ETIMEDOUT, -EINVAL, -ENOTCONN
+ * once its client was closed (td_client_close(); by another thread
+ * while this one waited too, as it wakes), -EPIPE once the daemon
+ * ended the ring (the client's connection dropped), -ECHILD in a child of
+ * fork(). The slots stay mapped until td_ring_close() either way.
  */
 TD_EXPORT int td_ring_acquire(struct td_ring *r, int timeout_ms,
 			      struct td_slot *slot);
 /*
  * Publish the acquired slot as the next version (*version, may be NULL)
- * and wake the subscribers that sleep. 0, or -EINVAL when no slot is
- * acquired.
+ * and wake the subscribers that sleep. 0, -EINVAL when no slot is
+ * acquired, or as td_ring_acquire() -ENOTCONN, -EPIPE, -ECHILD (nothing
+ * is published).
  */
 TD_EXPORT int td_ring_publish(struct td_ring *r, uint64_t *version);
 /*
@@ -134,7 +140,8 @@ TD_EXPORT int td_ring_wait_read(struct td_ring *r, uint64_t version,
  * version at once and wait in td_sub_fence_wait() until the producer
  * calls td_ring_fence_signal(); a plain GET of the ring is not answered
  * with it before then. No fd: the fence is a word of the slot's shared
- * state, so it costs no message and no descriptor per frame. 0, -EINVAL.
+ * state, so it costs no message and no descriptor per frame. 0, and the
+ * errors of td_ring_publish().
  */
 TD_EXPORT int td_ring_publish_fenced(struct td_ring *r, uint64_t *version);
 /*
@@ -160,7 +167,10 @@ TD_EXPORT void td_ring_close(struct td_ring *r);
  * holds the handle as td_client_get_newer() does. Its slots are mapped
  * read-only (the daemon hands out read-only fds) before this returns.
  * Returns 0 and *out (end it with td_sub_close()), -ENOENT/-ETIMEDOUT no
- * such ring, -EBUSY every reader row in use, -EBADMSG a corrupt reply.
+ * such ring, -EBUSY every reader row in use, -ENOBUFS 64 subscriptions
+ * on this connection already, -EACCES no read permission, -EDQUOT
+ * another uid's ring whose bytes would take this uid past its pinned
+ * limit (docs/policy.md §5), -EBADMSG a corrupt reply, or -errno.
  */
 TD_EXPORT int td_ring_subscribe(struct td_client *c, const char *name,
 				int timeout_ms, struct td_sub **out,
@@ -227,7 +237,8 @@ TD_EXPORT void td_sub_close(struct td_sub *s);
  * Borrowed: closed by td_sub_close(). Returns the fd, -EOPNOTSUPP
  * from a daemon without RING_WAKE, -ENOBUFS when the ring already has 16
  * such readers, -EDQUOT when the timerfd the daemon keeps would take the
- * uid past its fds limit (docs/policy.md §5), or -errno.
+ * uid past its fds limit (docs/policy.md §5), -ECHILD in a child of
+ * fork() (made before or not), or -errno.
  */
 TD_EXPORT int td_sub_fd(struct td_sub *s);
 /*

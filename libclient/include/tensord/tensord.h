@@ -124,8 +124,8 @@ struct td_client_info {
  * sends nothing (the parent's leases stay), and td_client_close() only
  * frees the child's copy; the child connects on its own. Likewise an
  * inherited ring or subscription: td_ring_acquire(), td_ring_publish(),
- * td_ring_wait_read(), td_sub_next(), td_sub_poll(), td_sub_release()
- * and td_sub_set_handler() return -ECHILD in the child, and
+ * td_ring_wait_read(), td_sub_next(), td_sub_poll(), td_sub_release(),
+ * td_sub_fd() and td_sub_set_handler() return -ECHILD in the child, and
  * td_ring_close()/td_sub_close() free only its copy. What the child does
  * with its copy never changes what the parent's td_client_fd() polls.
  */
@@ -615,7 +615,8 @@ TD_EXPORT int td_follow_next(struct td_follow *f, int timeout_ms,
  * timerfd, which the daemon's wake-up cannot block on (an eventfd's write
  * can): poll it, never write() it. td_follow_fd() returns -EOPNOTSUPP
  * when the daemon does not serve it, -ECONNRESET when the follow's
- * connection is gone, -ECHILD in a child of fork().
+ * connection is gone as it makes the fd (once made, the same fd: then
+ * td_follow_poll() says -EPIPE), -ECHILD in a child of fork().
  */
 TD_EXPORT int td_follow_fd(struct td_follow *f);
 TD_EXPORT int td_follow_poll(struct td_follow *f, struct td_tensor **out,
