@@ -1985,6 +1985,57 @@ Test(hostile, ring_exhaustion_leaves_the_operator_its_reserve)
  * to be answered by the ring; one the reload left it gets the
  * subscription when the ring comes.
  */
+/*
+ * A uid's waiters limit counts what it has parked in the daemon: GETs
+ * waiting for a version and RING_SUBSCRIBEs waiting for their ring,
+ * together (one limit, one count), and a refusal says it counts both
+ * (it spoke of parked GETs alone, also to a refused subscribe).
+ */
+Test(hostile, a_uids_waiters_are_its_parked_gets_and_subscribes)
+{
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_error e = {0};
+	struct worker a, b;
+	char why[TD_WIRE_MAX_REASON + 1];
+	int rc;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=65534 r pub/\n"
+			     "limit uid=65534 waiters 1\n",
+			     NULL, NULL),
+		 0, "info");
+	c = cli();
+	worker_start(&a, NOBODY, 1);
+	worker_start(&b, NOBODY, 1);
+	wsend(&a, W_SUBSCRIBE_WAIT, "pub/r", 0, 1);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 1), 1);
+	rc = wdo(&b, W_GET_WAIT, "pub/g", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, -EDQUOT, "a GET past the limit: %d %s", rc, why);
+	cr_assert(strstr(why, "waiters limit: 1 parked GETs and "
+			      "RING_SUBSCRIBEs held"),
+		  "%s", why);
+	/* the subscribe served, the GET parks, and a subscribe is refused */
+	r = ring64(c, "pub/r");
+	cr_assert_eq(wresult(&a, why, sizeof(why)), 0, "%s", why);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 0), 0);
+	wsend(&b, W_GET_WAIT, "pub/g", 0, 1);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 1), 1);
+	rc = wdo(&a, W_SUBSCRIBE_WAIT, "pub/s", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, -EDQUOT, "a subscribe past the limit: %d %s", rc,
+		     why);
+	cr_assert(strstr(why, "parked GETs and RING_SUBSCRIBEs"), "%s", why);
+	cr_assert_eq(put_bytes(c, "pub/g", 64, 0x5a, &e), 0, "%s", e.reason);
+	cr_assert_eq(wresult(&b, why, sizeof(why)), 0, "%s", why);
+	worker_stop(&a);
+	worker_stop(&b);
+	td_ring_close(r);
+	td_client_close(c);
+	stop();
+	unlink(policy_path);
+}
+
 Test(hostile, a_parked_subscribe_is_checked_against_the_policy_it_ends_under)
 {
 	struct td_client *c;
