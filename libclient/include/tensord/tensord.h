@@ -666,10 +666,11 @@ TD_EXPORT const uint64_t *td_tensor_shape(const struct td_tensor *t);
  * Byte strides as published, *count = ndim, or NULL with *count = 0 when
  * the blob said "dense C order". libtensord's publishers always write
  * strides (for td_publish.strides NULL the dense ones, an image's row
- * dimension at its row pitch, as edgefirst-tensor does), so NULL comes only from a blob of another writer. count may be
- * NULL. A stride may be negative (the blob spec's flipped axis): the
- * daemon checks only that the layout's span, (n - 1) * |stride| over the
- * dimensions plus one element, fits in the plane; the spec does not say
+ * dimension at its row pitch, as edgefirst-tensor does), so NULL comes
+ * only from a blob of another writer. count may be NULL. A stride may
+ * be negative (the blob spec's flipped axis): the daemon checks only that
+ * the layout's span, (n - 1) * |stride| over the dimensions plus one
+ * element, fits in the plane; the spec does not say
  * where element 0 lies in that span, so that is for the producer and its
  * readers to agree (Python and the HTTP store refuse such a tensor).
  */
