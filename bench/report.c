@@ -298,22 +298,27 @@ static const struct bench_result *find(const struct bench_report *rep,
 	return find_k(rep, method, size, write, BENCH_PINGPONG, 1, 0);
 }
 
-/* Sizes of the ping-pong and fan-out runs in order of first appearance
- * (a paced run's size is --paced-size, no size of the matrix). */
+/* Sizes of the ping-pong and fan-out runs, smallest first whatever
+ * order --sizes gave them in: "largest / smallest" rows divide the last
+ * by the first (a paced run's size is --paced-size, no size of the
+ * matrix). */
 static size_t sizes_of(const struct bench_report *rep, size_t *out,
 		       size_t max)
 {
 	size_t n = 0;
 
 	for (size_t i = 0; i < rep->result_count; i++) {
-		size_t j;
+		size_t j, v = rep->results[i].size;
 
 		if (rep->results[i].kind == BENCH_PACED)
 			continue;
-		for (j = 0; j < n && out[j] != rep->results[i].size; j++)
+		for (j = 0; j < n && out[j] < v; j++)
 			;
-		if (j == n && n < max)
-			out[n++] = rep->results[i].size;
+		if ((j < n && out[j] == v) || n == max)
+			continue;
+		memmove(out + j + 1, out + j, (n - j) * sizeof(*out));
+		out[j] = v;
+		n++;
 	}
 	return n;
 }
