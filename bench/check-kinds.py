@@ -5,12 +5,15 @@ not "everything": bare-futex runs fan-out 1->4 and paced streams (the
 floor of those cells) and verifies every payload there, bare-spin stays
 ping-pong only, socket-copy is n/a above 64 MiB with its reason, and the
 Markdown's fan-out and paced tables show bare-futex and not bare-spin,
-and the fan-out's CPU by process is the JSON's split of the same run.
-A smoke run (seconds); asserts no timing.
+and the fan-out's CPU by process is the JSON's split of the same run;
+--warmup applies to paced runs too, and a run matrix larger than the
+report keeps is refused before anything starts.
+Smoke-sized runs (seconds); asserts no timing.
 
 Usage: check-kinds.py BENCH   (the tensord-bench binary; needs no
 library: the bare limits and the socket copy are always built)
 """
+import subprocess
 import sys
 import tempfile
 
@@ -124,6 +127,34 @@ def check_markdown(md):
         fail("'Not measured' does not list socket-copy at 1 GiB:\n" + notes)
 
 
+def check_paced_warmup(bench, tmp):
+    """--warmup applies to paced runs as to the others (it was ignored
+    there: always 100 at 1 kHz)."""
+    res = run_bench(bench, ["--kinds", "paced", "--methods", "bare-futex",
+                            "--rates", "1000", "--iters", "20", "--warmup",
+                            "7", "--rounds", "1", "--timeout", "20"],
+                    tmp)[0]
+    if len(res) != 2 or any(r["status"] != "ok" or
+                            r["warmup_per_round"] != 7 for r in res):
+        fail(f"paced runs with --warmup 7: {res}")
+
+
+def check_matrix_cap(bench):
+    """A matrix of more runs than the report keeps (512) is refused at
+    once, not cut short without a word: every method, 16 sizes, both
+    modes is 17 x 16 x 2 ping-pong runs."""
+    sizes = ",".join(str(64 << i) for i in range(16))
+    try:
+        p = subprocess.run([bench, "--kinds", "pingpong", "--sizes", sizes,
+                            "--iters", "1", "--warmup", "0", "--no-settle"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        fail("a matrix of 544 runs was started, not refused")
+    if p.returncode != 2 or "at most 512" not in p.stdout:
+        fail(f"a matrix of 544 runs: exit {p.returncode}\n{p.stdout}")
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__)
@@ -137,9 +168,12 @@ def main():
         check_fanout_tables(run_bench(sys.argv[1], [
             "--smoke", "--kinds", "fanout", "--methods", METHODS,
             "--sizes", "64", "--timeout", "20"], tmp)[1])
+        check_paced_warmup(sys.argv[1], tmp)
+    check_matrix_cap(sys.argv[1])
     print("ok: bare-futex in fan-out and paced runs with every payload "
           "verified; bare-spin and socket-copy ping-pong only; "
-          "socket-copy n/a at 1 GiB; fan-out CPU split as in the JSON")
+          "socket-copy n/a at 1 GiB; fan-out CPU split as in the JSON; "
+          "--warmup in paced runs; a matrix over the cap refused")
 
 
 if __name__ == "__main__":
