@@ -6,7 +6,8 @@ floor of those cells) and verifies every payload there, bare-spin stays
 ping-pong only, socket-copy is n/a above 64 MiB with its reason, and the
 Markdown's fan-out and paced tables show bare-futex and not bare-spin,
 and the fan-out's CPU by process is the JSON's split of the same run;
---warmup applies to paced runs too, and a run matrix larger than the
+--warmup applies to paced runs too, every measured message of a paced
+run is a latency (skipped ones too), and a run matrix larger than the
 report keeps is refused before anything starts.
 Smoke-sized runs (seconds); asserts no timing.
 
@@ -139,6 +140,28 @@ def check_paced_warmup(bench, tmp):
         fail(f"paced runs with --warmup 7: {res}")
 
 
+def check_paced_skips(bench, tmp):
+    """Every measured message of a paced run is a latency, those a
+    consumer skipped for a newer one included (counted with the newer
+    one's latency, and as skipped): 100 kHz, faster than a futex wake
+    here, so the consumers skip; the count asserted does not depend on
+    how many."""
+    res, md = run_bench(bench, ["--kinds", "paced", "--methods",
+                                "bare-futex", "--rates", "100000", "--iters",
+                                "400", "--warmup", "20", "--rounds", "1",
+                                "--timeout", "20"], tmp)
+    for r in res:
+        want = r.get("samples", 0) * r["consumers"]
+        if r["status"] != "ok" or r["one_way_ns"]["count"] != want or \
+                not 0 <= r["skipped"] < want:
+            fail(f"paced 100 kHz 1->{r['consumers']}: {want} latencies "
+                 f"expected: {r}")
+        print(f"ok: paced 100 kHz 1->{r['consumers']}: {want} latencies, "
+              f"{r['skipped']} of them skipped")
+    if "| latencies (skipped) |" not in md:
+        fail("the paced table does not show the skipped messages")
+
+
 def check_matrix_cap(bench):
     """A matrix of more runs than the report keeps (512) is refused at
     once, not cut short without a word: every method, 16 sizes, both
@@ -169,6 +192,7 @@ def main():
             "--smoke", "--kinds", "fanout", "--methods", METHODS,
             "--sizes", "64", "--timeout", "20"], tmp)[1])
         check_paced_warmup(sys.argv[1], tmp)
+        check_paced_skips(sys.argv[1], tmp)
     check_matrix_cap(sys.argv[1])
     print("ok: bare-futex in fan-out and paced runs with every payload "
           "verified; bare-spin and socket-copy ping-pong only; "

@@ -470,6 +470,7 @@ struct shared {
 	_Atomic uint32_t abort;  /* a child failed before a barrier */
 	_Atomic uint32_t acks;   /* FANOUT: consumer acks so far (futex) */
 	uint64_t lat_count[BENCH_MAX_CONSUMERS]; /* PACED: samples each */
+	uint64_t skipped[BENCH_MAX_CONSUMERS];   /* PACED: of those */
 	/* PINGPONG, FANOUT: n round trips; PACED: n latencies per consumer */
 	uint64_t samples[];
 };
@@ -678,11 +679,31 @@ static void producer_loop(const struct bench_method *m, struct bench_run *r,
 	*rcp = rc;
 }
 
+/*
+ * PACED: the latencies of a consumer that asked for seq and got
+ * bench_seen_seq, measured ones only (past the warm-up). Every message
+ * it skipped for a newer one (a latest-value channel; an iceoryx queue
+ * that overflowed) counts too, with the latency of the one that replaced
+ * it: published no later, it waited at least that long and was never
+ * delivered. Dropping those instead left the latest-value methods' p50
+ * and p99 without their latest messages, against iceoryx's queue that
+ * delivers every late one.
+ */
+static void paced_sample(uint64_t *mine, uint64_t n, uint64_t *lat,
+			 uint64_t *skip, uint64_t warmup, uint64_t seq)
+{
+	for (uint64_t s = seq > warmup ? seq : warmup + 1;
+	     s <= bench_seen_seq && *lat < n; s++) {
+		mine[(*lat)++] = bench_seen_lat_ns;
+		*skip += s < bench_seen_seq;
+	}
+}
+
 static void consumer_loop(const struct bench_method *m, struct bench_run *r,
 			  struct shared *sh, const struct run_plan *pl,
 			  uint64_t warmup, uint64_t n, int *rcp)
 {
-	uint64_t total = warmup + n, done = 0, cpu0 = 0, lat = 0;
+	uint64_t total = warmup + n, done = 0, cpu0 = 0, lat = 0, skip = 0;
 	uint64_t *mine = sh->samples + (uint64_t)r->index * n;
 	int rc = *rcp, measuring = 0;
 
@@ -700,8 +721,7 @@ static void consumer_loop(const struct bench_method *m, struct bench_run *r,
 		if (pl->kind != BENCH_PACED) {
 			seq++;
 		} else {
-			if (bench_seen_seq > warmup && lat < n)
-				mine[lat++] = bench_seen_lat_ns;
+			paced_sample(mine, n, &lat, &skip, warmup, seq);
 			seq = bench_seen_seq + 1;
 		}
 		if (pl->kind == BENCH_FANOUT &&
@@ -712,6 +732,7 @@ static void consumer_loop(const struct bench_method *m, struct bench_run *r,
 		sh->cpu_ns[1 + r->index] = measuring ? cpu_self_ns() - cpu0 : 0;
 	sh->verified[r->index] = done;
 	sh->lat_count[r->index] = lat;
+	sh->skipped[r->index] = skip;
 	*rcp = rc;
 }
 
@@ -975,6 +996,7 @@ static void run_one(const struct bench_method *m, struct bench_result *res,
 			memcpy(out + *outn, sh->samples + (uint64_t)c * n,
 			       sh->lat_count[c] * sizeof(uint64_t));
 			*outn += sh->lat_count[c];
+			res->skipped += sh->skipped[c];
 		}
 	} else {
 		memcpy(out, sh->samples, n * sizeof(uint64_t));
