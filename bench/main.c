@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <time.h>
 #include <ftw.h>
 #include <getopt.h>
@@ -1095,6 +1096,20 @@ static size_t matrix_results(const struct opts *o)
 	return n;
 }
 
+/* A result past the report's slots would be dropped unseen: false,
+ * saying so, when the matrix has more. */
+static bool matrix_fits(const struct opts *o)
+{
+	size_t n = matrix_results(o);
+
+	if (n <= BENCH_MAX_RESULTS)
+		return true;
+	fprintf(stderr, "bench: %zu runs (methods x sizes x modes x kinds), "
+		"at most %d: fewer --sizes or --methods\n", n,
+		BENCH_MAX_RESULTS);
+	return false;
+}
+
 /* Measured and warm-up counts of a run of plan pl (o's counts for
  * PINGPONG; --iters/--warmup/--scale apply to all). */
 static void counts(const struct opts *o, const struct run_plan *pl,
@@ -1398,13 +1413,8 @@ int main(int argc, char **argv)
 		memcpy(o.sizes, default_sizes, sizeof(default_sizes));
 		o.size_count = sizeof(default_sizes) / sizeof(size_t);
 	}
-	/* a result past the report's slots would be dropped unseen */
-	if (matrix_results(&o) > BENCH_MAX_RESULTS) {
-		fprintf(stderr, "bench: %zu runs (methods x sizes x modes x "
-			"kinds), at most %d: fewer --sizes or --methods\n",
-			matrix_results(&o), BENCH_MAX_RESULTS);
+	if (!matrix_fits(&o))
 		return 2;
-	}
 	if (o.pin && o.cpu[0] < 0 && pick_cpus(&o) < 0) {
 		fprintf(stderr, "bench: fewer than 2 CPUs allowed, not "
 			"pinning\n");
