@@ -5,12 +5,16 @@ not "everything": bare-futex runs fan-out 1->4 and paced streams (the
 floor of those cells) and verifies every payload there, bare-spin stays
 ping-pong only, socket-copy is n/a above 64 MiB with its reason, and the
 Markdown's fan-out and paced tables show bare-futex and not bare-spin,
-and the fan-out's CPU by process is the JSON's split of the same run.
-A smoke run (seconds); asserts no timing.
+and the fan-out's CPU by process is the JSON's split of the same run;
+--warmup applies to paced runs too, every measured message of a paced
+run is a latency (skipped ones too), and a run matrix larger than the
+report keeps is refused before anything starts.
+Smoke-sized runs (seconds); asserts no timing.
 
 Usage: check-kinds.py BENCH   (the tensord-bench binary; needs no
 library: the bare limits and the socket copy are always built)
 """
+import subprocess
 import sys
 import tempfile
 
@@ -124,6 +128,56 @@ def check_markdown(md):
         fail("'Not measured' does not list socket-copy at 1 GiB:\n" + notes)
 
 
+def check_paced_warmup(bench, tmp):
+    """--warmup applies to paced runs as to the others (it was ignored
+    there: always 100 at 1 kHz)."""
+    res = run_bench(bench, ["--kinds", "paced", "--methods", "bare-futex",
+                            "--rates", "1000", "--iters", "20", "--warmup",
+                            "7", "--rounds", "1", "--timeout", "20"],
+                    tmp)[0]
+    if len(res) != 2 or any(r["status"] != "ok" or
+                            r["warmup_per_round"] != 7 for r in res):
+        fail(f"paced runs with --warmup 7: {res}")
+
+
+def check_paced_skips(bench, tmp):
+    """Every measured message of a paced run is a latency, those a
+    consumer skipped for a newer one included (counted with the newer
+    one's latency, and as skipped): 100 kHz, faster than a futex wake
+    here, so the consumers skip; the count asserted does not depend on
+    how many."""
+    res, md = run_bench(bench, ["--kinds", "paced", "--methods",
+                                "bare-futex", "--rates", "100000", "--iters",
+                                "400", "--warmup", "20", "--rounds", "1",
+                                "--timeout", "20"], tmp)
+    for r in res:
+        want = r.get("samples", 0) * r["consumers"]
+        if r["status"] != "ok" or r["one_way_ns"]["count"] != want or \
+                not 0 <= r["skipped"] < want:
+            fail(f"paced 100 kHz 1->{r['consumers']}: {want} latencies "
+                 f"expected: {r}")
+        print(f"ok: paced 100 kHz 1->{r['consumers']}: {want} latencies, "
+              f"{r['skipped']} of them skipped")
+    if "| latencies (skipped) |" not in md:
+        fail("the paced table does not show the skipped messages")
+
+
+def check_matrix_cap(bench):
+    """A matrix of more runs than the report keeps (512) is refused at
+    once, not cut short without a word: every method, 16 sizes, both
+    modes is 17 x 16 x 2 ping-pong runs."""
+    sizes = ",".join(str(64 << i) for i in range(16))
+    try:
+        p = subprocess.run([bench, "--kinds", "pingpong", "--sizes", sizes,
+                            "--iters", "1", "--warmup", "0", "--no-settle"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        fail("a matrix of 544 runs was started, not refused")
+    if p.returncode != 2 or "at most 512" not in p.stdout:
+        fail(f"a matrix of 544 runs: exit {p.returncode}\n{p.stdout}")
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__)
@@ -137,9 +191,13 @@ def main():
         check_fanout_tables(run_bench(sys.argv[1], [
             "--smoke", "--kinds", "fanout", "--methods", METHODS,
             "--sizes", "64", "--timeout", "20"], tmp)[1])
+        check_paced_warmup(sys.argv[1], tmp)
+        check_paced_skips(sys.argv[1], tmp)
+    check_matrix_cap(sys.argv[1])
     print("ok: bare-futex in fan-out and paced runs with every payload "
           "verified; bare-spin and socket-copy ping-pong only; "
-          "socket-copy n/a at 1 GiB; fan-out CPU split as in the JSON")
+          "socket-copy n/a at 1 GiB; fan-out CPU split as in the JSON; "
+          "--warmup in paced runs; a matrix over the cap refused")
 
 
 if __name__ == "__main__":

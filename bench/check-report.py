@@ -7,6 +7,7 @@ and the verdict by that median), or the ratio of the pooled medians with
 a single round. The same for paced runs (1 kHz, ring against
 iceoryx-wait): one round per 200 messages at most, each round's p50, p99
 and CPU per message kept, and the paced verdict rows paired from them.
+Last, that the daemon the bench started is stopped before it exits.
 Asserts no timing: the expected figures come from the run's own JSON.
 
 Usage: check-report.py BENCH   (the tensord-bench binary; needs the
@@ -195,6 +196,32 @@ def check_paced(results, md, rounds):
         print(f"ok: paced 1→{nc}, {rounds} round(s): {verdict}")
 
 
+def check_daemon_stopped(bench):
+    """The bench stops the daemon it started before it exits, whichever
+    tensord methods ran: tensord-scm alone, or several of them (only
+    `tensord` had a stop, and the daemon was left to PR_SET_PDEATHSIG,
+    after the temp dir had gone)."""
+    for methods in ("tensord-scm", "tensord,tensord-get,tensord-follow"):
+        p = subprocess.run([bench, "-v", "--methods", methods, "--kinds",
+                            "pingpong", "--sizes", "64", "--modes",
+                            "nowrite", "--iters", "4", "--warmup", "1",
+                            "--rounds", "1", "--no-settle", "--timeout",
+                            "30"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+        m = re.search(r"bench: tensord pid (\d+) on ", p.stdout)
+        if p.returncode != 0 or not m:
+            fail(f"--methods {methods}: exit {p.returncode}\n{p.stdout}")
+        try:
+            with open(f"/proc/{m.group(1)}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            state = None
+        if state not in (None, "Z"):
+            fail(f"--methods {methods}: the daemon (pid {m.group(1)}, "
+                 f"state {state}) outlived the bench")
+        print(f"ok: --methods {methods}: the daemon was stopped")
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__)
@@ -216,6 +243,7 @@ def main():
                 "1000", "--iters", str(iters), "--rounds", "3",
                 "--sizes", "64"])
             check_paced(results, md, rounds)
+    check_daemon_stopped(bench)
     p = subprocess.run([bench, "--rounds", "33"], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)
     if p.returncode != 2:

@@ -64,7 +64,8 @@
 
 #include <tensord/tensord.h>
 
-/* One daemon for tensord and tensord-scm: refcounted start/stop. */
+/* One daemon for every tensord-* method here: refcounted start/stop
+ * (each method that starts it has the stop that releases it). */
 static int daemon_pid = -1;
 static int daemon_refs, daemon_rc;
 static char daemon_why[BENCH_WHY_MAX];
@@ -350,6 +351,7 @@ const struct bench_method bench_tensord_scm = {
 	.desc = "as tensord, with TENSORD_IMPORT=scm in producer and "
 		"consumer (descriptors by SCM_RIGHTS, as across users)",
 	.start = td_start,
+	.stop = td_stop,
 	.prepare = td_prepare,
 	.unprepare = td_unprepare,
 	.setup = td_setup_scm,
@@ -366,6 +368,7 @@ const struct bench_method bench_tensord_nowait = {
 		"td_client_publish_alloc_nowait (the reply read at the next "
 		"alloc)",
 	.start = td_start,
+	.stop = td_stop,
 	.prepare = td_prepare,
 	.unprepare = td_unprepare,
 	.setup = td_setup_nowait,
@@ -382,6 +385,7 @@ const struct bench_method bench_tensord_get = {
 	.desc = "as tensord, with TENSORD_GET_FOLLOW=0: every "
 		"td_client_get_newer a GET round trip and a RELEASE",
 	.start = td_start,
+	.stop = td_stop,
 	.prepare = td_prepare,
 	.unprepare = td_unprepare,
 	.setup = td_setup_get,
@@ -399,6 +403,7 @@ const struct bench_method bench_tensord_names = {
 		"with get_newer of that name (four streams through one "
 		"client)",
 	.start = td_start,
+	.stop = td_stop,
 	.prepare = td_prepare,
 	.unprepare = td_unprepare,
 	.setup = td_setup_names,
@@ -415,6 +420,7 @@ const struct bench_method bench_tensord_follow = {
 	.desc = "as tensord, consumers td_client_follow/td_follow_next/"
 		"check/td_tensor_release (shared memory, no message)",
 	.start = td_start,
+	.stop = td_stop,
 	.prepare = td_prepare,
 	.unprepare = td_unprepare,
 	.setup = td_setup_follow,
@@ -430,6 +436,7 @@ const struct bench_method bench_tensord_follow_scm = {
 	.desc = "as tensord-follow, with TENSORD_IMPORT=scm in producer and "
 		"consumers",
 	.start = td_start,
+	.stop = td_stop,
 	.prepare = td_prepare,
 	.unprepare = td_unprepare,
 	.setup = td_setup_follow_scm,

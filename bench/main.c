@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <time.h>
 #include <ftw.h>
 #include <getopt.h>
@@ -209,6 +210,10 @@ struct opts {
 	size_t rate_count;
 };
 
+/* Largest size of a fan-out run. */
+#define FANOUT_MAX_SIZE (64u << 20)
+/* Consumers of the paced runs: 1, then BENCH_MAX_CONSUMERS. */
+#define PACED_PLANS 2
 /* Rounds per run unless --rounds says otherwise. */
 #define DEFAULT_ROUNDS 3
 /* Fewest messages in a round of a paced run (per consumer): a p99 of
@@ -339,7 +344,8 @@ static void usage(FILE *f)
 "  --modes LIST     write (producer writes every byte, consumer checks\n"
 "                   every byte), nowrite (16-byte stamps only); default both\n"
 "  --iters N        measured iterations per run (default: by size, mode)\n"
-"  --warmup N       excluded warm-up iterations (default: by size, mode)\n"
+"  --warmup N       excluded warm-up iterations per round (default: by\n"
+"                   size, mode; paced: 100 above 100 Hz, else 5)\n"
 "  --scale F        multiply the default iteration counts by F\n"
 "  --rounds R       split each run into R rounds interleaved across the\n"
 "                   methods (order rotating), each with its own setup and\n"
@@ -465,6 +471,7 @@ struct shared {
 	_Atomic uint32_t abort;  /* a child failed before a barrier */
 	_Atomic uint32_t acks;   /* FANOUT: consumer acks so far (futex) */
 	uint64_t lat_count[BENCH_MAX_CONSUMERS]; /* PACED: samples each */
+	uint64_t skipped[BENCH_MAX_CONSUMERS];   /* PACED: of those */
 	/* PINGPONG, FANOUT: n round trips; PACED: n latencies per consumer */
 	uint64_t samples[];
 };
@@ -673,11 +680,31 @@ static void producer_loop(const struct bench_method *m, struct bench_run *r,
 	*rcp = rc;
 }
 
+/*
+ * PACED: the latencies of a consumer that asked for seq and got
+ * bench_seen_seq, measured ones only (past the warm-up). Every message
+ * it skipped for a newer one (a latest-value channel; an iceoryx queue
+ * that overflowed) counts too, with the latency of the one that replaced
+ * it: published no later, it waited at least that long and was never
+ * delivered. Dropping those instead left the latest-value methods' p50
+ * and p99 without their latest messages, against iceoryx's queue that
+ * delivers every late one.
+ */
+static void paced_sample(uint64_t *mine, uint64_t n, uint64_t *lat,
+			 uint64_t *skip, uint64_t warmup, uint64_t seq)
+{
+	for (uint64_t s = seq > warmup ? seq : warmup + 1;
+	     s <= bench_seen_seq && *lat < n; s++) {
+		mine[(*lat)++] = bench_seen_lat_ns;
+		*skip += s < bench_seen_seq;
+	}
+}
+
 static void consumer_loop(const struct bench_method *m, struct bench_run *r,
 			  struct shared *sh, const struct run_plan *pl,
 			  uint64_t warmup, uint64_t n, int *rcp)
 {
-	uint64_t total = warmup + n, done = 0, cpu0 = 0, lat = 0;
+	uint64_t total = warmup + n, done = 0, cpu0 = 0, lat = 0, skip = 0;
 	uint64_t *mine = sh->samples + (uint64_t)r->index * n;
 	int rc = *rcp, measuring = 0;
 
@@ -695,8 +722,7 @@ static void consumer_loop(const struct bench_method *m, struct bench_run *r,
 		if (pl->kind != BENCH_PACED) {
 			seq++;
 		} else {
-			if (bench_seen_seq > warmup && lat < n)
-				mine[lat++] = bench_seen_lat_ns;
+			paced_sample(mine, n, &lat, &skip, warmup, seq);
 			seq = bench_seen_seq + 1;
 		}
 		if (pl->kind == BENCH_FANOUT &&
@@ -707,6 +733,7 @@ static void consumer_loop(const struct bench_method *m, struct bench_run *r,
 		sh->cpu_ns[1 + r->index] = measuring ? cpu_self_ns() - cpu0 : 0;
 	sh->verified[r->index] = done;
 	sh->lat_count[r->index] = lat;
+	sh->skipped[r->index] = skip;
 	*rcp = rc;
 }
 
@@ -970,6 +997,7 @@ static void run_one(const struct bench_method *m, struct bench_result *res,
 			memcpy(out + *outn, sh->samples + (uint64_t)c * n,
 			       sh->lat_count[c] * sizeof(uint64_t));
 			*outn += sh->lat_count[c];
+			res->skipped += sh->skipped[c];
 		}
 	} else {
 		memcpy(out, sh->samples, n * sizeof(uint64_t));
@@ -1044,6 +1072,44 @@ static int want_method(const struct opts *o, const char *name)
 	return yes;
 }
 
+/* The results the run matrix of o makes (main's loops, run_group's
+ * slots, n/a ones included). */
+static size_t matrix_results(const struct opts *o)
+{
+	size_t n = 0, modes = (size_t)((o->modes & 1) + (o->modes >> 1 & 1)),
+	       fan = 0;
+
+	for (size_t s = 0; s < o->size_count; s++)
+		fan += o->sizes[s] <= FANOUT_MAX_SIZE;
+	for (size_t i = 0; i < METHOD_COUNT; i++) {
+		const struct bench_method *m = all_methods[i];
+
+		if (!want_method(o, m->name))
+			continue;
+		if (o->kinds & 1)
+			n += o->size_count * modes;
+		if ((o->kinds & 2) && bench_method_runs(m, BENCH_FANOUT))
+			n += fan * modes;
+		if ((o->kinds & 4) && bench_method_runs(m, BENCH_PACED))
+			n += o->rate_count * PACED_PLANS;
+	}
+	return n;
+}
+
+/* A result past the report's slots would be dropped unseen: false,
+ * saying so, when the matrix has more. */
+static bool matrix_fits(const struct opts *o)
+{
+	size_t n = matrix_results(o);
+
+	if (n <= BENCH_MAX_RESULTS)
+		return true;
+	fprintf(stderr, "bench: %zu runs (methods x sizes x modes x kinds), "
+		"at most %d: fewer --sizes or --methods\n", n,
+		BENCH_MAX_RESULTS);
+	return false;
+}
+
 /* Measured and warm-up counts of a run of plan pl (o's counts for
  * PINGPONG; --iters/--warmup/--scale apply to all). */
 static void counts(const struct opts *o, const struct run_plan *pl,
@@ -1070,6 +1136,8 @@ static void counts(const struct opts *o, const struct run_plan *pl,
 		*w = o->smoke ? 2 : (pl->rate_hz > 100 ? 100 : 5);
 		if (o->iters > 0 && !o->smoke)
 			*n = (uint64_t)o->iters;
+		if (o->warmup >= 0 && !o->smoke)
+			*w = (uint64_t)o->warmup;
 		return;
 	}
 	*n = o->iters > 0 ? (uint64_t)o->iters :
@@ -1345,6 +1413,8 @@ int main(int argc, char **argv)
 		memcpy(o.sizes, default_sizes, sizeof(default_sizes));
 		o.size_count = sizeof(default_sizes) / sizeof(size_t);
 	}
+	if (!matrix_fits(&o))
+		return 2;
 	if (o.pin && o.cpu[0] < 0 && pick_cpus(&o) < 0) {
 		fprintf(stderr, "bench: fewer than 2 CPUs allowed, not "
 			"pinning\n");
@@ -1425,7 +1495,7 @@ int main(int argc, char **argv)
 	for (size_t si = 0; (o.kinds & 2) && si < o.size_count; si++)
 		for (int write = 1; write >= 0; write--)
 			if ((o.modes & (write ? 2 : 1)) &&
-			    o.sizes[si] <= (64u << 20))
+			    o.sizes[si] <= FANOUT_MAX_SIZE)
 				failed += run_group(&rep, &o, start_rc,
 						    start_why, table,
 						    &(struct run_plan){
@@ -1436,7 +1506,8 @@ int main(int argc, char **argv)
 						    &run_id);
 	/* paced streams: one-way latency and CPU per message */
 	for (size_t ri = 0; (o.kinds & 4) && ri < o.rate_count; ri++)
-		for (unsigned nc = 1; nc <= BENCH_MAX_CONSUMERS; nc += 3)
+		for (unsigned nc = 1; nc <= BENCH_MAX_CONSUMERS;
+		     nc += BENCH_MAX_CONSUMERS - 1)
 			failed += run_group(&rep, &o, start_rc, start_why,
 					    table,
 					    &(struct run_plan){

@@ -149,6 +149,8 @@ static void json_result(FILE *f, const struct bench_result *r)
 	if (r->kind == BENCH_PACED) {
 		json_rounds(f, "round_p99_ns", r->round_p99_ns, r->rounds);
 		json_rounds(f, "round_cpu_ns", r->round_cpu_ns, r->rounds);
+		fprintf(f, "\"skipped\": %llu, ",
+			(unsigned long long)r->skipped);
 	}
 	fprintf(f, "\"warmup_per_round\": %llu, "
 		   "\"samples\": %llu, \"verified\": %llu,\n     "
@@ -233,7 +235,11 @@ int report_json(const char *path, const struct bench_report *rep,
 		   "the last of the consumers' acks)\", "
 		   "\"one_way\": \"ns, paced runs: consumer's "
 		   "CLOCK_MONOTONIC on wake - producer's stamp in the "
-		   "payload, every consumer's every message\", "
+		   "payload, every consumer's every message; a message it "
+		   "skipped for a newer one counts with the newer one's\", "
+		   "\"skipped\": \"paced: messages the consumers skipped "
+		   "(latest value, or a queue that overflowed), counted in "
+		   "one_way as above\", "
 		   "\"cpu_ns\": \"user+system CPU of producer, consumers "
 		   "and service (tensord or RouDi) over the measured "
 		   "windows; per_handoff = their sum / samples (per message "
@@ -298,22 +304,27 @@ static const struct bench_result *find(const struct bench_report *rep,
 	return find_k(rep, method, size, write, BENCH_PINGPONG, 1, 0);
 }
 
-/* Sizes of the ping-pong and fan-out runs in order of first appearance
- * (a paced run's size is --paced-size, no size of the matrix). */
+/* Sizes of the ping-pong and fan-out runs, smallest first whatever
+ * order --sizes gave them in: "largest / smallest" rows divide the last
+ * by the first (a paced run's size is --paced-size, no size of the
+ * matrix). */
 static size_t sizes_of(const struct bench_report *rep, size_t *out,
 		       size_t max)
 {
 	size_t n = 0;
 
 	for (size_t i = 0; i < rep->result_count; i++) {
-		size_t j;
+		size_t j, v = rep->results[i].size;
 
 		if (rep->results[i].kind == BENCH_PACED)
 			continue;
-		for (j = 0; j < n && out[j] != rep->results[i].size; j++)
+		for (j = 0; j < n && out[j] < v; j++)
 			;
-		if (j == n && n < max)
-			out[n++] = rep->results[i].size;
+		if ((j < n && out[j] == v) || n == max)
+			continue;
+		memmove(out + j + 1, out + j, (n - j) * sizeof(*out));
+		out[j] = v;
+		n++;
 	}
 	return n;
 }
@@ -762,7 +773,8 @@ static void paced_table(FILE *f, const struct bench_report *rep)
 	fprintf(f, "\n### Paced streams: one-way latency in µs, CPU per "
 		   "message in µs\n\n"
 		   "| rate | consumers | method | p50 | p99 | max | CPU/msg "
-		   "| latencies |\n|---|---|---|---|---|---|---|---|\n");
+		   "| latencies (skipped) |\n"
+		   "|---|---|---|---|---|---|---|---|\n");
 	for (size_t i = 0; i < rep->result_count; i++) {
 		const struct bench_result *r = &rep->results[i];
 
@@ -773,10 +785,12 @@ static void paced_table(FILE *f, const struct bench_report *rep)
 		if (r->status != BENCH_OK)
 			fprintf(f, " %s | | | | |\n", status_name(r->status));
 		else
-			fprintf(f, " %.1f | %.1f | %.1f | %.1f | %llu |\n",
+			fprintf(f, " %.1f | %.1f | %.1f | %.1f | %llu (%llu) "
+				   "|\n",
 				r->median_ns / 1e3, r->p99_ns / 1e3,
 				r->max_ns / 1e3, r->cpu_ns / 1e3,
-				(unsigned long long)r->delivered);
+				(unsigned long long)r->delivered,
+				(unsigned long long)r->skipped);
 	}
 }
 

@@ -40,6 +40,8 @@ struct bench_result {
 	unsigned consumers;
 	double rate_hz;     /* PACED */
 	uint64_t delivered; /* samples taken (PACED: latencies, all consumers) */
+	uint64_t skipped;   /* PACED: of those, messages a consumer skipped
+			     * (counted with the latency of the newer one) */
 	/* CPU time (user + system) in the measured windows, summed over the
 	 * rounds: producer, consumers, the helper process (tensord, RouDi) */
 	uint64_t cpu_prod_ns, cpu_cons_ns, cpu_svc_ns;

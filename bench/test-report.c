@@ -308,3 +308,27 @@ Test(report, paced_json_keeps_every_round)
 		  "%s", js);
 	free(js);
 }
+
+Test(report, sizes_in_order_whatever_the_command_line)
+{
+	char *md;
+
+	/* --sizes 64M,4K,64: the runs come largest first, and the target
+	 * "largest ≤ 1.5× smallest" must still divide 64 MiB by 64 B */
+	memset(&rep, 0, sizeof(rep));
+	rep.methods[0] = &ring;
+	rep.method_count = 1;
+	add(&ring, 64u << 20, 0, 300, 3, (const double[]){300, 300, 300});
+	add(&ring, 4096, 0, 150, 3, (const double[]){150, 150, 150});
+	add(&ring, 64, 0, 100, 3, (const double[]){100, 100, 100});
+	md = markdown();
+	cr_expect(strstr(md, "| 64 MiB ≤ 1.5× 64 B (handoff only) | nowrite | "
+			 "3.00× (pooled) | **missed** |"),
+		  "%s", md);
+	cr_expect(strstr(md, "| 64 MiB / 64 B | n/a | 3.00 † |"), "%s", md);
+	/* the value tables list the sizes smallest first */
+	cr_expect(strstr(md, "| 64 B | 0.1 (0.1) |\n| 4 KiB | 0.1 (0.1) |\n"
+			 "| 64 MiB | 0.3 (0.3) |"),
+		  "%s", md);
+	free(md);
+}
