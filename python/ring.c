@@ -485,13 +485,24 @@ PyObject *tdpy_client_subscribe(ClientObject *self, PyObject *args,
 	return (PyObject *)sub;
 }
 
+/*
+ * Its timerfd out of Client.fileno() (td_sub_close() closes it). At
+ * close(), not at the deferred end: nobody poll()s a closed
+ * subscription, and the next publish left fileno() readable for good,
+ * an event loop spinning until the last view died.
+ */
+static void sub_unpoll(SubObject *sub)
+{
+	if (sub->efd >= 0 && sub->client->epfd >= 0)
+		epoll_ctl(sub->client->epfd, EPOLL_CTL_DEL, sub->efd, NULL);
+	sub->efd = -1;
+}
+
 static void sub_really_close(SubObject *sub)
 {
 	struct td_sub *s = sub->s;
 
-	if (sub->efd >= 0 && sub->client->epfd >= 0)
-		epoll_ctl(sub->client->epfd, EPOLL_CTL_DEL, sub->efd, NULL);
-	sub->efd = -1; /* td_sub_close() closes it */
+	sub_unpoll(sub);
 	sub->s = NULL;
 	if (s) {
 		Py_BEGIN_ALLOW_THREADS
@@ -830,6 +841,7 @@ static PyObject *sub_close(SubObject *sub, PyObject *unused)
 	if (sub->busy)
 		return tdpy_busy_error();
 	sub->closed = true;
+	sub_unpoll(sub);
 	if (!sub->views)
 		sub_really_close(sub);
 	Py_RETURN_NONE;

@@ -297,6 +297,36 @@ def test_subscription_poll_wakes_fileno(daemon, client):
     ring.close()
 
 
+def test_a_closed_subscription_with_a_live_view_leaves_fileno_quiet(
+        client):
+    # close() is deferred while a view of its slots lives, but its
+    # timerfd left fileno() at once: the next publish made it readable
+    # for good (nobody poll()s a closed subscription), and an asyncio
+    # loop spun until the view died
+    ring = client.ring_create("rg/cl", (4,), "u8")
+    sub = client.subscribe("rg/cl")
+    fd = client.fileno()
+    assert sub.poll() is None  # waits by fd: its timerfd in fileno()
+    s = ring.acquire()
+    s[:] = 1
+    del s
+    ring.publish()
+    assert readable(fd, 10)
+    view = sub.poll()
+    assert view is not None and view.tolist() == [1] * 4
+    assert sub.poll() is None  # armed again
+    sub.close()  # deferred: view lives
+    s = ring.acquire()
+    s[:] = 2
+    del s
+    ring.publish()
+    assert client.poll() == []
+    assert not readable(fd, 0.2)
+    assert view.tolist() in ([1] * 4, [2] * 4)  # still mapped
+    del view
+    ring.close()
+
+
 def test_one_subscription_is_not_used_by_two_threads_at_once(client):
     ring = client.ring_create("rg/t", (1,), "u8")
     sub = client.subscribe("rg/t")
