@@ -327,6 +327,32 @@ def test_a_closed_subscription_with_a_live_view_leaves_fileno_quiet(
     ring.close()
 
 
+def test_ring_errors_name_the_ring_and_what_happened(client):
+    # libtensord's ring calls fill no reason: these said strerror's
+    # "Connection timed out" and "Broken pipe", of no ring in particular
+    ring = client.ring_create("rg/why", (4,), "u8")
+    sub = client.subscribe("rg/why")
+    with pytest.raises(tensord.Timeout) as ei:
+        sub.next(timeout=0.05)
+    assert ei.value.errno == errno.ETIMEDOUT
+    assert ei.value.reason == 'no new version of ring "rg/why" within 50 ms'
+    s = ring.acquire()
+    del s
+    v = ring.publish()
+    with pytest.raises(tensord.Timeout) as ei:
+        ring.wait_read(v, timeout=0.05)
+    assert ei.value.reason == (f"no read of version {v} by every "
+                               'subscriber of ring "rg/why" within 50 ms')
+    assert sub.next(timeout=5).version == v
+    sub.release()
+    ring.close()
+    with pytest.raises(tensord.Error) as ei:
+        sub.poll()
+    assert ei.value.errno == errno.EPIPE
+    assert ei.value.reason.startswith('the ring "rg/why" is closed')
+    sub.close()
+
+
 def test_one_subscription_is_not_used_by_two_threads_at_once(client):
     ring = client.ring_create("rg/t", (1,), "u8")
     sub = client.subscribe("rg/t")
