@@ -354,6 +354,16 @@ void tdpy_client_wake(ClientObject *self)
 	}
 }
 
+void tdpy_client_unwake(ClientObject *self)
+{
+	uint64_t n;
+
+	if (self->evfd >= 0 && !tdpy_events_waiting(self) &&
+	    read(self->evfd, &n, sizeof(n)) < 0) {
+		/* EAGAIN: it was not signalled */
+	}
+}
+
 /* ---- context managers ---- */
 
 PyObject *tdpy_enter(PyObject *self, PyObject *unused)

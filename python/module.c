@@ -390,6 +390,7 @@ static void watch_end(WatchObject *w)
 		return;
 	w->open = false;
 	tdpy_events_forget(cl, &w->q);
+	tdpy_client_unwake(cl); /* its Events woke fileno() */
 	/* ids are per connection: a client connected again may have
 	 * another watch of this id, which an UNWATCH would end */
 	if (!cl->c || cl->conn != w->conn)
@@ -425,10 +426,16 @@ static PyObject *watch_close(WatchObject *w, PyObject *unused)
 }
 
 /* This watch's next event out of pending (events.c); NULL if none (no
- * exception). Events of other watches stay for them (or poll()). */
+ * exception). Events of other watches stay for them (or poll()). The
+ * last one taken quiets fileno(), which an event loop's reader would
+ * otherwise be woken by for nothing. */
 static PyObject *watch_take(WatchObject *w)
 {
-	return tdpy_events_take(w->client, &w->q);
+	PyObject *x = tdpy_events_take(w->client, &w->q);
+
+	if (x)
+		tdpy_client_unwake(w->client);
+	return x;
 }
 
 /*

@@ -227,6 +227,8 @@ int tdpy_wait_sliced(int ms, int (*fn)(void *arg, int slice_ms), void *arg,
 
 /* Wake fileno() readers (an eventfd write). */
 void tdpy_client_wake(ClientObject *self);
+/* Quiet that wake once pending holds nothing (a Watch took the last). */
+void tdpy_client_unwake(ClientObject *self);
 
 /* numpy descr of a td dtype code (new ref), raw bytes 'V<n>' when numpy
  * has no such type; NULL with an exception when the code is unknown. */

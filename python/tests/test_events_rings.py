@@ -353,6 +353,29 @@ def test_ring_errors_name_the_ring_and_what_happened(client):
     sub.close()
 
 
+def test_a_watch_that_took_the_last_event_leaves_fileno_quiet(daemon,
+                                                              client):
+    # Watch.next() took its event out of the queue that wakes fileno(),
+    # but left the wake-up: an event loop's reader then ran for nothing
+    w = client.watch("wq/")
+    with tensord.Client(daemon.sock) as prod:
+        prod.put("wq/a", np.zeros(2, np.uint8))
+    assert w.next(timeout=10).name == "wq/a"
+    assert not readable(client.fileno(), 0.2)
+    # so did closing a watch whose events were queued: they went with it
+    with tensord.Client(daemon.sock) as prod:
+        prod.put("wq/b", np.zeros(2, np.uint8))
+        prod.stat("wq/b")  # the event was sent before this reply
+    client.stat("wq/b")  # and read into libtensord's queue meanwhile
+    other = client.watch("wq-other/")
+    with pytest.raises(tensord.Timeout):
+        other.next(timeout=0)  # hands wq/b's event to w's share
+    assert readable(client.fileno(), 10)
+    w.close()
+    assert not readable(client.fileno(), 0.2)
+    assert client.poll() == []
+
+
 def test_one_subscription_is_not_used_by_two_threads_at_once(client):
     ring = client.ring_create("rg/t", (1,), "u8")
     sub = client.subscribe("rg/t")
