@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <math.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -362,6 +363,26 @@ void tdpy_client_unwake(ClientObject *self)
 	    read(self->evfd, &n, sizeof(n)) < 0) {
 		/* EAGAIN: it was not signalled */
 	}
+}
+
+/*
+ * A child of fork() shares the parent's epoll set (one open file): its
+ * close of an inherited Follow or Subscription took their fds out of the
+ * parent's Client.fileno(), whose loop then never woke for them again.
+ */
+int tdpy_client_epoll(ClientObject *self, int op, int fd)
+{
+	struct epoll_event ee = {.events = EPOLLIN};
+
+	if (self->epfd < 0) {
+		errno = EBADF;
+		return -1;
+	}
+	if (self->epfd_forks != tdpy_forks) {
+		errno = ECHILD;
+		return -1;
+	}
+	return epoll_ctl(self->epfd, op, fd, &ee);
 }
 
 /* ---- context managers ---- */

@@ -66,6 +66,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 	self->event_limit = limit;
 	self->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	self->epfd = epoll_create1(EPOLL_CLOEXEC);
+	self->epfd_forks = tdpy_forks;
 	/* libtensord's own descriptor: readable while it has work queued */
 	sock = td_client_fd(self->c);
 	/* (nobody else uses the new handle yet: no deliver lock needed) */

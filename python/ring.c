@@ -523,8 +523,8 @@ PyObject *tdpy_client_subscribe(ClientObject *self, PyObject *args,
  */
 static void sub_unpoll(SubObject *sub)
 {
-	if (sub->efd >= 0 && sub->client->epfd >= 0)
-		epoll_ctl(sub->client->epfd, EPOLL_CTL_DEL, sub->efd, NULL);
+	if (sub->efd >= 0)
+		(void)tdpy_client_epoll(sub->client, EPOLL_CTL_DEL, sub->efd);
 	sub->efd = -1;
 }
 
@@ -670,7 +670,6 @@ static SubObject *sub_usable(SubObject *sub)
 /* poll() mode: the subscription's timerfd joins Client.fileno(). */
 static int sub_start(SubObject *sub)
 {
-	struct epoll_event ee = {.events = EPOLLIN};
 	int fd;
 
 	if (sub->efd >= 0)
@@ -688,7 +687,7 @@ static int sub_start(SubObject *sub)
 		tdpy_raise(fd, NULL, "poll: the ring's timerfd");
 		return -1;
 	}
-	if (epoll_ctl(sub->client->epfd, EPOLL_CTL_ADD, fd, &ee) < 0) {
+	if (tdpy_client_epoll(sub->client, EPOLL_CTL_ADD, fd) < 0) {
 		PyErr_SetFromErrno(PyExc_OSError);
 		return -1;
 	}

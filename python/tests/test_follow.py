@@ -559,3 +559,37 @@ def test_an_asyncio_loop_follows_without_threads(daemon, client):
     assert status == 0
     assert got == sorted(set(got)) and got[-1] == 20
     f.close()
+
+
+def test_a_child_closing_an_inherited_follow_leaves_the_parents_loop(
+        client, prod):
+    """A child of fork() shares the parent's Client.fileno() epoll set:
+    its close of an inherited Follow or Subscription took their fds out
+    of the parent's set, whose loop then never woke for them again."""
+    f = client.follow("fo/kid")
+    ring = prod.ring_create("fo/kidring", (4,), "u8")
+    sub = client.subscribe("fo/kidring")
+    assert f.poll() is None and sub.poll() is None  # wait by fd
+    fd = client.fileno()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            f.close()
+            sub.close()
+        finally:
+            os._exit(0)
+    assert os.WEXITSTATUS(wait_child(pid, "the child of fork()")) == 0
+    v, _ = publish(prod, "fo/kid", 3, n=64)
+    assert readable(fd, 10), "the follow's publish did not wake fileno()"
+    assert f.poll().version == v
+    s = ring.acquire()
+    s[:] = 4
+    del s
+    v = ring.publish()
+    assert readable(fd, 10), "the ring's publish did not wake fileno()"
+    view = sub.poll()
+    assert view is not None and view.version == v
+    view.release()
+    sub.close()
+    ring.close()
+    f.close()
