@@ -346,11 +346,19 @@ void tdpy_client_leave(ClientObject *self)
 		tdpy_client_left(self);
 }
 
+/* The eventfd, as the epoll set, is shared with a child of fork(): the
+ * child's poll() read the parent's wake-up, and the parent's loop missed
+ * the Events its queue held. Only the process that made it uses it. */
+static bool evfd_ours(ClientObject *self)
+{
+	return self->evfd >= 0 && self->epfd_forks == tdpy_forks;
+}
+
 void tdpy_client_wake(ClientObject *self)
 {
 	uint64_t one = 1;
 
-	if (self->evfd >= 0 && write(self->evfd, &one, sizeof(one)) < 0) {
+	if (evfd_ours(self) && write(self->evfd, &one, sizeof(one)) < 0) {
 		/* the counter is saturated: it is readable anyway */
 	}
 }
@@ -359,7 +367,7 @@ void tdpy_client_unwake(ClientObject *self)
 {
 	uint64_t n;
 
-	if (self->evfd >= 0 && !tdpy_events_waiting(self) &&
+	if (evfd_ours(self) && !tdpy_events_waiting(self) &&
 	    read(self->evfd, &n, sizeof(n)) < 0) {
 		/* EAGAIN: it was not signalled */
 	}

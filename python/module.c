@@ -294,7 +294,6 @@ static PyObject *client_fileno(ClientObject *self, PyObject *unused)
 static PyObject *client_poll(ClientObject *self, PyObject *unused)
 {
 	PyObject *r;
-	uint64_t n;
 
 	if (!self->c) {
 		PyErr_SetString(PyExc_ValueError, "the client is closed");
@@ -306,11 +305,8 @@ static PyObject *client_poll(ClientObject *self, PyObject *unused)
 		PyErr_Clear(); /* the next call raises it again */
 	}
 	r = tdpy_events_take_all(self);
-	if (!r)
-		return NULL;
-	if (read(self->evfd, &n, sizeof(n)) < 0) {
-		/* EAGAIN: it was not signalled */
-	}
+	if (r)
+		tdpy_client_unwake(self);
 	return r;
 }
 

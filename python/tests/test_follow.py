@@ -593,3 +593,32 @@ def test_a_child_closing_an_inherited_follow_leaves_the_parents_loop(
     sub.close()
     ring.close()
     f.close()
+
+
+def test_a_childs_client_poll_leaves_the_parents_wake_up(client, prod):
+    """The eventfd that wakes Client.fileno() while Events wait is the
+    parent's and the child's: the child's poll() read it, and the
+    parent's loop missed the Events its queue still held."""
+    w = client.watch("fo/kidev")
+    other = client.watch("fo/kidother")
+    prod.put("fo/kidev", np.zeros(2, np.uint8))
+    prod.stat("fo/kidev")  # the event was sent before this reply
+    client.stat("fo/kidev")  # and read by libtensord meanwhile
+    with pytest.raises(tensord.Timeout):
+        other.next(timeout=0)  # hands it to the binding's queue
+    fd = client.fileno()
+    assert readable(fd, 10)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            try:
+                client.poll()
+            except tensord.Error:
+                pass
+        finally:
+            os._exit(0)
+    assert os.WEXITSTATUS(wait_child(pid, "the child of fork()")) == 0
+    assert readable(fd, 0.2), "the child took the parent's wake-up"
+    assert [e.name for e in client.poll()] == ["fo/kidev"]
+    w.close()
+    other.close()
