@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <math.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -345,13 +346,51 @@ void tdpy_client_leave(ClientObject *self)
 		tdpy_client_left(self);
 }
 
+/* The eventfd, as the epoll set, is shared with a child of fork(): the
+ * child's poll() read the parent's wake-up, and the parent's loop missed
+ * the Events its queue held. Only the process that made it uses it. */
+static bool evfd_ours(ClientObject *self)
+{
+	return self->evfd >= 0 && self->epfd_forks == tdpy_forks;
+}
+
 void tdpy_client_wake(ClientObject *self)
 {
 	uint64_t one = 1;
 
-	if (self->evfd >= 0 && write(self->evfd, &one, sizeof(one)) < 0) {
+	if (evfd_ours(self) && write(self->evfd, &one, sizeof(one)) < 0) {
 		/* the counter is saturated: it is readable anyway */
 	}
+}
+
+void tdpy_client_unwake(ClientObject *self)
+{
+	uint64_t n;
+
+	if (evfd_ours(self) && !tdpy_events_waiting(self) &&
+	    read(self->evfd, &n, sizeof(n)) < 0) {
+		/* EAGAIN: it was not signalled */
+	}
+}
+
+/*
+ * A child of fork() shares the parent's epoll set (one open file): its
+ * close of an inherited Follow or Subscription took their fds out of the
+ * parent's Client.fileno(), whose loop then never woke for them again.
+ */
+int tdpy_client_epoll(ClientObject *self, int op, int fd)
+{
+	struct epoll_event ee = {.events = EPOLLIN};
+
+	if (self->epfd < 0) {
+		errno = EBADF;
+		return -1;
+	}
+	if (self->epfd_forks != tdpy_forks) {
+		errno = ECHILD;
+		return -1;
+	}
+	return epoll_ctl(self->epfd, op, fd, &ee);
 }
 
 /* ---- context managers ---- */

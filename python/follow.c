@@ -241,9 +241,9 @@ static struct td_tensor *fenced_take(FollowObject *fo)
 {
 	struct td_tensor *t = fo->fenced;
 
-	if (fo->fenced_fd >= 0 && fo->client->epfd >= 0)
-		(void)epoll_ctl(fo->client->epfd, EPOLL_CTL_DEL, fo->fenced_fd,
-				NULL);
+	if (fo->fenced_fd >= 0)
+		(void)tdpy_client_epoll(fo->client, EPOLL_CTL_DEL,
+					fo->fenced_fd);
 	fo->fenced_fd = -1;
 	fo->fenced = NULL;
 	return t;
@@ -258,14 +258,12 @@ static struct td_tensor *fenced_take(FollowObject *fo)
  */
 static void fenced_keep(FollowObject *fo, struct td_tensor *t)
 {
-	struct epoll_event ee = {.events = EPOLLIN};
 	int fd = td_tensor_fence_fd(t);
 
 	fo->fenced = t;
 	if (fo->efd < 0)
 		return;
-	if (fo->client->epfd >= 0 && fd >= 0 &&
-	    epoll_ctl(fo->client->epfd, EPOLL_CTL_ADD, fd, &ee) == 0) {
+	if (fd >= 0 && tdpy_client_epoll(fo->client, EPOLL_CTL_ADD, fd) == 0) {
 		fo->fenced_fd = fd;
 		return;
 	}
@@ -320,7 +318,6 @@ static PyObject *follow_next_m(FollowObject *fo, PyObject *args,
 /* poll() mode: the follow's timerfd joins Client.fileno(). */
 static int follow_start(FollowObject *fo)
 {
-	struct epoll_event ee = {.events = EPOLLIN};
 	int fd;
 
 	if (fo->efd >= 0)
@@ -338,7 +335,7 @@ static int follow_start(FollowObject *fo)
 		tdpy_raise(fd, NULL, "poll: the follow's timerfd");
 		return -1;
 	}
-	if (epoll_ctl(fo->client->epfd, EPOLL_CTL_ADD, fd, &ee) < 0) {
+	if (tdpy_client_epoll(fo->client, EPOLL_CTL_ADD, fd) < 0) {
 		PyErr_SetFromErrno(PyExc_OSError);
 		return -1;
 	}
@@ -412,8 +409,8 @@ static void follow_really_close(FollowObject *fo)
 	struct td_follow *f = fo->f;
 	struct td_tensor *t;
 
-	if (fo->efd >= 0 && fo->client->epfd >= 0)
-		epoll_ctl(fo->client->epfd, EPOLL_CTL_DEL, fo->efd, NULL);
+	if (fo->efd >= 0)
+		(void)tdpy_client_epoll(fo->client, EPOLL_CTL_DEL, fo->efd);
 	t = fenced_take(fo); /* before the epoll set may go */
 	fo->efd = -1; /* td_follow_close() closes it */
 	fo->f = NULL;

@@ -66,6 +66,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 	self->event_limit = limit;
 	self->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	self->epfd = epoll_create1(EPOLL_CLOEXEC);
+	self->epfd_forks = tdpy_forks;
 	/* libtensord's own descriptor: readable while it has work queued */
 	sock = td_client_fd(self->c);
 	/* (nobody else uses the new handle yet: no deliver lock needed) */
@@ -293,7 +294,6 @@ static PyObject *client_fileno(ClientObject *self, PyObject *unused)
 static PyObject *client_poll(ClientObject *self, PyObject *unused)
 {
 	PyObject *r;
-	uint64_t n;
 
 	if (!self->c) {
 		PyErr_SetString(PyExc_ValueError, "the client is closed");
@@ -305,11 +305,8 @@ static PyObject *client_poll(ClientObject *self, PyObject *unused)
 		PyErr_Clear(); /* the next call raises it again */
 	}
 	r = tdpy_events_take_all(self);
-	if (!r)
-		return NULL;
-	if (read(self->evfd, &n, sizeof(n)) < 0) {
-		/* EAGAIN: it was not signalled */
-	}
+	if (r)
+		tdpy_client_unwake(self);
 	return r;
 }
 
@@ -390,6 +387,7 @@ static void watch_end(WatchObject *w)
 		return;
 	w->open = false;
 	tdpy_events_forget(cl, &w->q);
+	tdpy_client_unwake(cl); /* its Events woke fileno() */
 	/* ids are per connection: a client connected again may have
 	 * another watch of this id, which an UNWATCH would end */
 	if (!cl->c || cl->conn != w->conn)
@@ -425,10 +423,16 @@ static PyObject *watch_close(WatchObject *w, PyObject *unused)
 }
 
 /* This watch's next event out of pending (events.c); NULL if none (no
- * exception). Events of other watches stay for them (or poll()). */
+ * exception). Events of other watches stay for them (or poll()). The
+ * last one taken quiets fileno(), which an event loop's reader would
+ * otherwise be woken by for nothing. */
 static PyObject *watch_take(WatchObject *w)
 {
-	return tdpy_events_take(w->client, &w->q);
+	PyObject *x = tdpy_events_take(w->client, &w->q);
+
+	if (x)
+		tdpy_client_unwake(w->client);
+	return x;
 }
 
 /*

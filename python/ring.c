@@ -60,6 +60,30 @@ typedef struct {
 
 /* ---- Ring ---- */
 
+/*
+ * A ring call's -errno with a reason naming the ring and what happened:
+ * libtensord's ring calls fill no td_error, and strerror() read
+ * "Connection timed out" for a wait that ran out, "Broken pipe" for a
+ * ring that ended. `none` says what did not come within ms.
+ */
+static PyObject *ring_raise(int rc, PyObject *name, const char *what,
+			    const char *none, int ms)
+{
+	struct td_error e = {.code = rc};
+	const char *n = PyUnicode_AsUTF8(name);
+
+	PyErr_Clear(); /* (n NULL: no memory, said as "?") */
+	if (rc == -ETIMEDOUT)
+		snprintf(e.reason, sizeof(e.reason), "%s of ring \"%s\" within "
+			 "%d ms", none, n ? n : "?", ms);
+	else if (rc == -EPIPE)
+		snprintf(e.reason, sizeof(e.reason), "the ring \"%s\" is closed "
+			 "(its producer closed it or went away, or this "
+			 "client's connection is gone)", n ? n : "?");
+	return tdpy_raise(rc, e.reason[0] ? &e : NULL, what);
+}
+
+
 /* An unsigned int argument (slots, readers): PyArg's "I" would wrap
  * 2**32 + 4 to 4 and -1 to 2**32 - 1 without a word. */
 static int conv_uint(PyObject *o, void *out)
@@ -270,7 +294,8 @@ static PyObject *ring_acquire(RingObject *ring, PyObject *args,
 		ring_unbusy(ring);
 		if (rc == -EINTR && PyErr_Occurred())
 			return NULL; /* a signal handler's exception */
-		return tdpy_raise(rc, NULL, "acquire");
+		return ring_raise(rc, ring->name, "acquire", "no free slot",
+				  ms);
 	}
 	/* acquire() again before publish() is the same slot */
 	if (!ring->acquired)
@@ -306,10 +331,10 @@ static PyObject *ring_publish(RingObject *ring, PyObject *unused)
 	if (!ring_usable(ring))
 		return NULL;
 	rc = td_ring_publish(ring->r, &v);
+	if (rc == -EINVAL)
+		return tdpy_raise(rc, NULL, "publish: no slot acquired");
 	if (rc < 0)
-		return tdpy_raise(rc, NULL,
-				  rc == -EINVAL ? "publish: no slot acquired"
-						: "publish");
+		return ring_raise(rc, ring->name, "publish", "", 0);
 	ring->acquired = 0; /* the slot is the subscribers' now */
 	slot_arrays_read_only(ring);
 	return PyLong_FromUnsignedLongLong(v);
@@ -355,8 +380,13 @@ static PyObject *ring_wait_read(RingObject *ring, PyObject *args,
 				    "wait_read: this ring has not published "
 				    "version %llu",
 				    (unsigned long long)v);
-	if (rc < 0)
-		return tdpy_raise(rc, NULL, "wait_read");
+	if (rc < 0) {
+		char none[64];
+
+		snprintf(none, sizeof(none), "no read of version %llu by "
+			 "every subscriber", (unsigned long long)v);
+		return ring_raise(rc, ring->name, "wait_read", none, ms);
+	}
 	Py_RETURN_NONE;
 }
 
@@ -485,13 +515,24 @@ PyObject *tdpy_client_subscribe(ClientObject *self, PyObject *args,
 	return (PyObject *)sub;
 }
 
+/*
+ * Its timerfd out of Client.fileno() (td_sub_close() closes it). At
+ * close(), not at the deferred end: nobody poll()s a closed
+ * subscription, and the next publish left fileno() readable for good,
+ * an event loop spinning until the last view died.
+ */
+static void sub_unpoll(SubObject *sub)
+{
+	if (sub->efd >= 0)
+		(void)tdpy_client_epoll(sub->client, EPOLL_CTL_DEL, sub->efd);
+	sub->efd = -1;
+}
+
 static void sub_really_close(SubObject *sub)
 {
 	struct td_sub *s = sub->s;
 
-	if (sub->efd >= 0 && sub->client->epfd >= 0)
-		epoll_ctl(sub->client->epfd, EPOLL_CTL_DEL, sub->efd, NULL);
-	sub->efd = -1; /* td_sub_close() closes it */
+	sub_unpoll(sub);
 	sub->s = NULL;
 	if (s) {
 		Py_BEGIN_ALLOW_THREADS
@@ -629,7 +670,6 @@ static SubObject *sub_usable(SubObject *sub)
 /* poll() mode: the subscription's timerfd joins Client.fileno(). */
 static int sub_start(SubObject *sub)
 {
-	struct epoll_event ee = {.events = EPOLLIN};
 	int fd;
 
 	if (sub->efd >= 0)
@@ -647,7 +687,7 @@ static int sub_start(SubObject *sub)
 		tdpy_raise(fd, NULL, "poll: the ring's timerfd");
 		return -1;
 	}
-	if (epoll_ctl(sub->client->epfd, EPOLL_CTL_ADD, fd, &ee) < 0) {
+	if (tdpy_client_epoll(sub->client, EPOLL_CTL_ADD, fd) < 0) {
 		PyErr_SetFromErrno(PyExc_OSError);
 		return -1;
 	}
@@ -712,7 +752,7 @@ static PyObject *sub_poll(SubObject *sub, PyObject *unused)
 	if (rc == -EAGAIN)
 		Py_RETURN_NONE;
 	if (rc < 0)
-		return tdpy_raise(rc, NULL, "poll");
+		return ring_raise(rc, sub->name, "poll", "", 0);
 	rc = sub_fence_wait(sub, &v, 0);
 	if (rc == -ETIMEDOUT) {
 		/* a fence wakes nobody: look again in a millisecond */
@@ -769,7 +809,8 @@ static PyObject *sub_wait(SubObject *sub, int ms)
 	if (rc == -EINTR && PyErr_Occurred())
 		return NULL; /* a signal handler's exception */
 	if (rc < 0)
-		return tdpy_raise(rc, NULL, "next");
+		return ring_raise(rc, sub->name, "next", "no new version",
+				  ms);
 	sub->held = v.version;
 	return view_array(sub, &v);
 }
@@ -830,6 +871,7 @@ static PyObject *sub_close(SubObject *sub, PyObject *unused)
 	if (sub->busy)
 		return tdpy_busy_error();
 	sub->closed = true;
+	sub_unpoll(sub);
 	if (!sub->views)
 		sub_really_close(sub);
 	Py_RETURN_NONE;

@@ -70,6 +70,8 @@ typedef struct {
 	int epfd;            /* fileno(): td_client_fd, evfd and polled
 			      * subscriptions' eventfds; -1 when none */
 	int evfd;            /* eventfd: readable while pending has Events */
+	unsigned epfd_forks; /* tdpy_forks when epfd was made: a child of
+			      * fork() shares the set, and leaves it be */
 	PyObject *pending;   /* Events td_client_process() delivered, not
 			      * yet returned (by poll() or a Watch) */
 	struct tdpy_watchq *watches; /* the open Watches' shares of pending
@@ -227,6 +229,12 @@ int tdpy_wait_sliced(int ms, int (*fn)(void *arg, int slice_ms), void *arg,
 
 /* Wake fileno() readers (an eventfd write). */
 void tdpy_client_wake(ClientObject *self);
+/* Quiet that wake once pending holds nothing (a Watch took the last). */
+void tdpy_client_unwake(ClientObject *self);
+/* epoll_ctl(op, fd) on fileno()'s set (EPOLLIN), only in the process that
+ * made it: 0, or -1 and errno (ECHILD in a child of fork(), EBADF once
+ * the client is closed). */
+int tdpy_client_epoll(ClientObject *self, int op, int fd);
 
 /* numpy descr of a td dtype code (new ref), raw bytes 'V<n>' when numpy
  * has no such type; NULL with an exception when the code is unknown. */

@@ -8,7 +8,8 @@ Client.fileno() polls readable when a watch event or a subscription's
 next view is ready; the reader callback drains both without blocking
 (Client.poll(), Subscription.poll()). Prints each event and each frame,
 and stops after EVENTS events and, with a ring, once the frame with
-LAST_VERSION arrived. Prints "ready" once it is watching.
+LAST_VERSION arrived. Prints "ready" once it is watching. A daemon that
+goes away ends it with the tensord.Error it raised.
 """
 import asyncio
 import sys
@@ -25,6 +26,17 @@ async def main(prefix, events, ring, last):
         state = {"events": 0, "frame": 0 if ring else last}
 
         def on_readable():
+            try:
+                drain()
+            except tensord.Error as e:
+                # the daemon went away: a broken connection keeps
+                # fileno() readable, and a reader left registered would
+                # run again at once, for ever
+                loop.remove_reader(client.fileno())
+                if not done.done():
+                    done.set_exception(e)
+
+        def drain():
             for ev in client.poll():
                 print(f"event {ev.type} {ev.name} {ev.version}", flush=True)
                 state["events"] += 1
@@ -47,6 +59,8 @@ async def main(prefix, events, ring, last):
         try:
             await asyncio.wait_for(done, 60)
         finally:
+            # before close(): the fd's number is free then, and a loop
+            # still holding it would not watch the next fd of that number
             loop.remove_reader(client.fileno())
             watch.close()
             if sub is not None:

@@ -297,6 +297,85 @@ def test_subscription_poll_wakes_fileno(daemon, client):
     ring.close()
 
 
+def test_a_closed_subscription_with_a_live_view_leaves_fileno_quiet(
+        client):
+    # close() is deferred while a view of its slots lives, but its
+    # timerfd left fileno() at once: the next publish made it readable
+    # for good (nobody poll()s a closed subscription), and an asyncio
+    # loop spun until the view died
+    ring = client.ring_create("rg/cl", (4,), "u8")
+    sub = client.subscribe("rg/cl")
+    fd = client.fileno()
+    assert sub.poll() is None  # waits by fd: its timerfd in fileno()
+    s = ring.acquire()
+    s[:] = 1
+    del s
+    ring.publish()
+    assert readable(fd, 10)
+    view = sub.poll()
+    assert view is not None and view.tolist() == [1] * 4
+    assert sub.poll() is None  # armed again
+    sub.close()  # deferred: view lives
+    s = ring.acquire()
+    s[:] = 2
+    del s
+    ring.publish()
+    assert client.poll() == []
+    assert not readable(fd, 0.2)
+    assert view.tolist() in ([1] * 4, [2] * 4)  # still mapped
+    del view
+    ring.close()
+
+
+def test_ring_errors_name_the_ring_and_what_happened(client):
+    # libtensord's ring calls fill no reason: these said strerror's
+    # "Connection timed out" and "Broken pipe", of no ring in particular
+    ring = client.ring_create("rg/why", (4,), "u8")
+    sub = client.subscribe("rg/why")
+    with pytest.raises(tensord.Timeout) as ei:
+        sub.next(timeout=0.05)
+    assert ei.value.errno == errno.ETIMEDOUT
+    assert ei.value.reason == 'no new version of ring "rg/why" within 50 ms'
+    s = ring.acquire()
+    del s
+    v = ring.publish()
+    with pytest.raises(tensord.Timeout) as ei:
+        ring.wait_read(v, timeout=0.05)
+    assert ei.value.reason == (f"no read of version {v} by every "
+                               'subscriber of ring "rg/why" within 50 ms')
+    assert sub.next(timeout=5).version == v
+    sub.release()
+    ring.close()
+    with pytest.raises(tensord.Error) as ei:
+        sub.poll()
+    assert ei.value.errno == errno.EPIPE
+    assert ei.value.reason.startswith('the ring "rg/why" is closed')
+    sub.close()
+
+
+def test_a_watch_that_took_the_last_event_leaves_fileno_quiet(daemon,
+                                                              client):
+    # Watch.next() took its event out of the queue that wakes fileno(),
+    # but left the wake-up: an event loop's reader then ran for nothing
+    w = client.watch("wq/")
+    with tensord.Client(daemon.sock) as prod:
+        prod.put("wq/a", np.zeros(2, np.uint8))
+    assert w.next(timeout=10).name == "wq/a"
+    assert not readable(client.fileno(), 0.2)
+    # so did closing a watch whose events were queued: they went with it
+    with tensord.Client(daemon.sock) as prod:
+        prod.put("wq/b", np.zeros(2, np.uint8))
+        prod.stat("wq/b")  # the event was sent before this reply
+    client.stat("wq/b")  # and read into libtensord's queue meanwhile
+    other = client.watch("wq-other/")
+    with pytest.raises(tensord.Timeout):
+        other.next(timeout=0)  # hands wq/b's event to w's share
+    assert readable(client.fileno(), 10)
+    w.close()
+    assert not readable(client.fileno(), 0.2)
+    assert client.poll() == []
+
+
 def test_one_subscription_is_not_used_by_two_threads_at_once(client):
     ring = client.ring_create("rg/t", (1,), "u8")
     sub = client.subscribe("rg/t")

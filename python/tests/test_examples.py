@@ -94,6 +94,28 @@ def test_asyncio_watcher(daemon, client):
     ring.close()
 
 
+def test_asyncio_watcher_ends_when_the_daemon_goes_away(daemon):
+    # a broken connection keeps Client.fileno() readable: the example's
+    # reader, left registered, ran again at once for ever (asyncio
+    # logging "Exception in callback" each time) instead of ending
+    p = subprocess.Popen([sys.executable,
+                          os.path.join(EXAMPLES, "asyncio_watcher.py"),
+                          "ag/", "3"],
+                         env=child_env(daemon), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert select.select([p.stdout], [], [], 60)[0], \
+            "asyncio_watcher.py did not say ready within 60 s"
+        assert p.stdout.readline() == "ready\n"
+        daemon.kill()
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode != 0
+    assert "Exception in callback" not in err, err[:2000]
+    assert "tensord.Error" in err and "ECONNRESET" in err, err[-2000:]
+
 
 def test_the_bench_script_reports_ratios(daemon):
     # a smoke run (tiny budget): it works and prints one row per size;

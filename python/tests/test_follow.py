@@ -559,3 +559,66 @@ def test_an_asyncio_loop_follows_without_threads(daemon, client):
     assert status == 0
     assert got == sorted(set(got)) and got[-1] == 20
     f.close()
+
+
+def test_a_child_closing_an_inherited_follow_leaves_the_parents_loop(
+        client, prod):
+    """A child of fork() shares the parent's Client.fileno() epoll set:
+    its close of an inherited Follow or Subscription took their fds out
+    of the parent's set, whose loop then never woke for them again."""
+    f = client.follow("fo/kid")
+    ring = prod.ring_create("fo/kidring", (4,), "u8")
+    sub = client.subscribe("fo/kidring")
+    assert f.poll() is None and sub.poll() is None  # wait by fd
+    fd = client.fileno()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            f.close()
+            sub.close()
+        finally:
+            os._exit(0)
+    assert os.WEXITSTATUS(wait_child(pid, "the child of fork()")) == 0
+    v, _ = publish(prod, "fo/kid", 3, n=64)
+    assert readable(fd, 10), "the follow's publish did not wake fileno()"
+    assert f.poll().version == v
+    s = ring.acquire()
+    s[:] = 4
+    del s
+    v = ring.publish()
+    assert readable(fd, 10), "the ring's publish did not wake fileno()"
+    view = sub.poll()
+    assert view is not None and view.version == v
+    view.release()
+    sub.close()
+    ring.close()
+    f.close()
+
+
+def test_a_childs_client_poll_leaves_the_parents_wake_up(client, prod):
+    """The eventfd that wakes Client.fileno() while Events wait is the
+    parent's and the child's: the child's poll() read it, and the
+    parent's loop missed the Events its queue still held."""
+    w = client.watch("fo/kidev")
+    other = client.watch("fo/kidother")
+    prod.put("fo/kidev", np.zeros(2, np.uint8))
+    prod.stat("fo/kidev")  # the event was sent before this reply
+    client.stat("fo/kidev")  # and read by libtensord meanwhile
+    with pytest.raises(tensord.Timeout):
+        other.next(timeout=0)  # hands it to the binding's queue
+    fd = client.fileno()
+    assert readable(fd, 10)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            try:
+                client.poll()
+            except tensord.Error:
+                pass
+        finally:
+            os._exit(0)
+    assert os.WEXITSTATUS(wait_child(pid, "the child of fork()")) == 0
+    assert readable(fd, 0.2), "the child took the parent's wake-up"
+    assert [e.name for e in client.poll()] == ["fo/kidev"]
+    w.close()
+    other.close()
