@@ -26,6 +26,7 @@
 
 #include "tensord/tensord.h"
 #include "testchild.h"
+#include "testclient.h"
 #include "testutil.h"
 
 TestSuite(gpu, .timeout = TU_TEST_TIMEOUT_S);
@@ -526,6 +527,12 @@ static uint64_t publish_loan(struct td_client *c, struct td_alloc *a,
  * zeros). Each round on a connection of its own: the free list
  * is the connection's.
  */
+/* connected clients (a tc_status_until field) */
+static uint64_t clients_of(const struct td_status *st)
+{
+	return st->client_count;
+}
+
 Test(gpu, a_buffer_whose_fence_is_pending_is_not_recycled)
 {
 	struct tu_daemon d;
@@ -572,13 +579,17 @@ Test(gpu, a_buffer_whose_fence_is_pending_is_not_recycled)
 		td_client_close(prod);
 	}
 	/* a buffer waiting for its fence goes with its producer, and the
-	 * descriptor of the fence it kept with it */
+	 * descriptor of the fence it kept with it (counted while only the
+	 * watching client w is connected: the daemon reads hang-ups on its
+	 * own time) */
 	{
-		int base = tu_pid_fd_count(d.pid);
-		struct td_client *prod = connect_to(&d);
-		int f = td_fence_create();
+		struct td_client *w = connect_to(&d), *prod;
+		int f = td_fence_create(), base;
 
 		cr_assert_geq(f, 0);
+		cr_assert_eq(tc_status_until(w, clients_of, 1), 1);
+		base = tu_pid_fd_count(d.pid);
+		prod = connect_to(&d);
 		publish_loan(prod, loan_of(prod, "gpu/gone", TD_ALLOC_RECYCLE),
 			     "gpu/gone", 0xab, f);
 		publish_loan(prod, loan_of(prod, "gpu/gone", TD_ALLOC_RECYCLE),
@@ -589,14 +600,12 @@ Test(gpu, a_buffer_whose_fence_is_pending_is_not_recycled)
 			     "the buffers wait on the free list");
 		td_client_close(prod);
 		close(f);
-		/* the daemon reads the hang-up on its own time */
-		for (int i = 0; i < TU_WAIT_S * 100 &&
-				tu_pid_fd_count(d.pid) != base;
-		     i++)
-			usleep(10000);
+		cr_assert_eq(tc_status_until(w, clients_of, 1), 1);
 		cr_assert_eq(tu_pid_fd_count(d.pid), base,
 			     "the daemon kept descriptors of a gone producer: "
-			     "%d, %d before", tu_pid_fd_count(d.pid), base);
+			     "%d, %d before",
+			     tu_pid_fd_count(d.pid), base);
+		td_client_close(w);
 	}
 	tu_daemon_stop(&d, true);
 }
