@@ -349,7 +349,7 @@ void tdpy_client_leave(ClientObject *self)
 /* The eventfd, as the epoll set, is shared with a child of fork(): the
  * child's poll() read the parent's wake-up, and the parent's loop missed
  * the Events its queue held. Only the process that made it uses it. */
-static bool evfd_ours(ClientObject *self)
+bool tdpy_evfd_ours(ClientObject *self)
 {
 	return self->evfd >= 0 && self->epfd_forks == tdpy_forks;
 }
@@ -358,18 +358,8 @@ void tdpy_client_wake(ClientObject *self)
 {
 	uint64_t one = 1;
 
-	if (evfd_ours(self) && write(self->evfd, &one, sizeof(one)) < 0) {
+	if (tdpy_evfd_ours(self) && write(self->evfd, &one, sizeof(one)) < 0) {
 		/* the counter is saturated: it is readable anyway */
-	}
-}
-
-void tdpy_client_unwake(ClientObject *self)
-{
-	uint64_t n;
-
-	if (evfd_ours(self) && !tdpy_events_waiting(self) &&
-	    read(self->evfd, &n, sizeof(n)) < 0) {
-		/* EAGAIN: it was not signalled */
 	}
 }
 

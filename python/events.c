@@ -265,6 +265,16 @@ bool tdpy_events_waiting(ClientObject *self)
 	       self->lost_unqueued;
 }
 
+void tdpy_client_unwake(ClientObject *self)
+{
+	uint64_t n;
+
+	if (tdpy_evfd_ours(self) && !tdpy_events_waiting(self) &&
+	    read(self->evfd, &n, sizeof(n)) < 0) {
+		/* EAGAIN: it was not signalled */
+	}
+}
+
 /*
  * td_client_process() as the only caller of the client's at the time
  * (GIL released). Two threads' calls at once (Watch.next() in each, or

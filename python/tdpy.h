@@ -227,9 +227,13 @@ void tdpy_client_close_now(ClientObject *self);
 int tdpy_wait_sliced(int ms, int (*fn)(void *arg, int slice_ms), void *arg,
 		     ClientObject *cl);
 
+/* Whether fileno()'s eventfd is this process's (not a parent's, shared
+ * with a child of fork(): only the process that made it uses it). */
+bool tdpy_evfd_ours(ClientObject *self);
 /* Wake fileno() readers (an eventfd write). */
 void tdpy_client_wake(ClientObject *self);
-/* Quiet that wake once pending holds nothing (a Watch took the last). */
+/* Quiet that wake once pending holds nothing (a Watch took the last;
+ * events.c, beside what it asks). */
 void tdpy_client_unwake(ClientObject *self);
 /* epoll_ctl(op, fd) on fileno()'s set (EPOLLIN), only in the process that
  * made it: 0, or -1 and errno (ECHILD in a child of fork(), EBADF once
