@@ -63,11 +63,11 @@ def test_torch_handoff(daemon):
                       "the daemon's 992")
 
 
-def test_asyncio_watcher(daemon, client):
-    ring = client.ring_create("aw/ring", (16,), "u8")
+def asyncio_watcher(daemon, *args):
+    """asyncio_watcher.py started with args, once it said ready."""
     p = subprocess.Popen([sys.executable,
                           os.path.join(EXAMPLES, "asyncio_watcher.py"),
-                          "aw/", "3", "aw/ring", "20"],
+                          *args],
                          env=child_env(daemon), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     try:
@@ -75,6 +75,17 @@ def test_asyncio_watcher(daemon, client):
         assert select.select([p.stdout], [], [], 60)[0], \
             "asyncio_watcher.py did not say ready within 60 s"
         assert p.stdout.readline() == "ready\n"
+    except BaseException:
+        p.kill()
+        p.wait()
+        raise
+    return p
+
+
+def test_asyncio_watcher(daemon, client):
+    ring = client.ring_create("aw/ring", (16,), "u8")
+    p = asyncio_watcher(daemon, "aw/", "3", "aw/ring", "20")
+    try:
         vs = [client.put("aw/t", np.zeros(2)) for _ in range(3)]
         for v in range(1, 21):
             s = ring.acquire()
@@ -98,15 +109,8 @@ def test_asyncio_watcher_ends_when_the_daemon_goes_away(daemon):
     # a broken connection keeps Client.fileno() readable: the example's
     # reader, left registered, ran again at once for ever (asyncio
     # logging "Exception in callback" each time) instead of ending
-    p = subprocess.Popen([sys.executable,
-                          os.path.join(EXAMPLES, "asyncio_watcher.py"),
-                          "ag/", "3"],
-                         env=child_env(daemon), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    p = asyncio_watcher(daemon, "ag/", "3")
     try:
-        assert select.select([p.stdout], [], [], 60)[0], \
-            "asyncio_watcher.py did not say ready within 60 s"
-        assert p.stdout.readline() == "ready\n"
         daemon.kill()
         out, err = p.communicate(timeout=120)
     finally:
