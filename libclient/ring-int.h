@@ -107,6 +107,20 @@ bool td__conn_gone(struct td_client *c, uint32_t epoch);
 bool td__sub_row_set(struct td_sub *s, _Atomic uint32_t *w, uint32_t low,
 		     uint32_t *was);
 
+/* ring.c: wake the producer asleep on rd's release_seq. */
+void td__ring_prod_wake(struct td_ring_readers *rd);
+/*
+ * Whether slot s's fence is pending (its device may still write it: the
+ * producer does not take it back). seq_cst: a producer's pick() after
+ * announcing its sleep, against td_ring_fence_signal()'s signal, then
+ * look (ring-fence.c; Dekker, as a reader's release against the
+ * producer's sleep).
+ */
+static inline bool td__ring_fence_busy(struct td_ring_hdr *h, uint32_t s)
+{
+	return atomic_load(&h->slots[s].fence) == TD_RING_FENCE_PENDING;
+}
+
 /* ring-loop.c: off the client's handler list and its epoll set (lock
  * held). */
 void td__sub_unlink(struct td_sub *s);

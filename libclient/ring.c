@@ -368,7 +368,8 @@ static bool reuse_latest(struct td_ring *r)
 	const uint32_t s = r->last;
 	const uint64_t v = r->next_version - 1;
 
-	if (s == TD_RING_NONE || !all_took(r, s, v))
+	if (s == TD_RING_NONE || td__ring_fence_busy(h, s) ||
+	    !all_took(r, s, v))
 		return false;
 	atomic_store(&h->slots[s].version, 0);
 	if (all_took(r, s, v))
@@ -396,7 +397,8 @@ static int pick(struct td_ring *r)
 	for (uint32_t s = 0; s < n; s++) {
 		bool held = false;
 
-		if (s == r->last || atomic_load(&h->slots[s].leases))
+		if (s == r->last || atomic_load(&h->slots[s].leases) ||
+		    td__ring_fence_busy(h, s))
 			continue;
 		atomic_store(&h->slots[s].version, 0);
 		for (uint32_t i = 0; i < r->m.reader_count && !held; i++)
@@ -601,30 +603,6 @@ int td_ring_publish_fenced(struct td_ring *r, uint64_t *version)
 	return publish(r, TD_RING_FENCE_PENDING, version);
 }
 
-int td_ring_fence_signal(struct td_ring *r, uint64_t version)
-{
-	struct td_ring_hdr *h;
-
-	if (!r || !version)
-		return -EINVAL;
-	h = r->m.hdr;
-	for (uint32_t s = 0; s < r->m.g.slot_count; s++) {
-		uint32_t pending = TD_RING_FENCE_PENDING;
-
-		if (atomic_load(&h->slots[s].version) != version)
-			continue;
-		/* release: what the device wrote before the signal */
-		if (!atomic_compare_exchange_strong_explicit(
-			    &h->slots[s].fence, &pending,
-			    TD_RING_FENCE_SIGNALLED, memory_order_release,
-			    memory_order_relaxed))
-			return -EALREADY;
-		td__futex_wake((const uint32_t *)&h->slots[s].fence, INT_MAX);
-		return 0;
-	}
-	return -ENOENT;
-}
-
 uint32_t td_ring_backing(const struct td_ring *r)
 {
 	return r ? r->m.backing : 0;
@@ -739,8 +717,7 @@ fail:
 	return rc;
 }
 
-/* Wake the producer asleep on release_seq. */
-static void prod_wake(struct td_ring_readers *rd)
+void td__ring_prod_wake(struct td_ring_readers *rd)
 {
 	atomic_fetch_add(&rd->release_seq, 1);
 	td__futex_wake((const uint32_t *)&rd->release_seq, 1);
@@ -826,7 +803,7 @@ static void row_clear(struct td_sub *s)
 	if (!td__sub_row_set(s, &s->row->held, TD_RING_RELEASED, NULL))
 		return;
 	if (atomic_load(&rd->prod_waiting))
-		prod_wake(rd);
+		td__ring_prod_wake(rd);
 }
 
 int td_sub_release(struct td_sub *s)
@@ -971,7 +948,7 @@ static int try_hold(struct td_sub *s, uint64_t latest, struct td_view *view)
 	 * is done: seq_cst store, then look (Dekker with its announce, then
 	 * look, as row_clear) */
 	if (atomic_load(&s->m.rd->prod_waiting) == TD_RING_PROD_READ)
-		prod_wake(s->m.rd);
+		td__ring_prod_wake(s->m.rd);
 	view_fill(s, slot, v, view);
 	return 1;
 }
@@ -1084,33 +1061,6 @@ int td_sub_next(struct td_sub *s, int timeout_ms, struct td_view *view)
 		 * (the daemon wakes a row it frees or gives away) */
 		if (!s->tok ? td__conn_gone(s->c, s->epoch) : hup_due(s))
 			s->gone = true;
-	}
-}
-
-int td_sub_fence_wait(struct td_sub *s, int timeout_ms)
-{
-	_Atomic uint32_t *f;
-	int64_t deadline;
-
-	if (!s || !s->holding)
-		return -EINVAL;
-	f = &s->m.hdr->slots[s->held_slot].fence;
-	deadline = td__deadline_of(timeout_ms);
-	for (;;) {
-		/* acquire: the signal's release orders the device's bytes */
-		uint32_t v = atomic_load_explicit(f, memory_order_acquire);
-
-		if (v == TD_RING_FENCE_NONE || v == TD_RING_FENCE_SIGNALLED)
-			return 0;
-		/* the daemon marks a pending fence abandoned (and wakes its
-		 * waiters) when it closes the ring; other values are no
-		 * producer's */
-		if (v != TD_RING_FENCE_PENDING)
-			return v == TD_RING_FENCE_ABANDONED ? -EPIPE
-							    : -EBADMSG;
-		if (timeout_ms == 0 || td__past(deadline))
-			return -ETIMEDOUT;
-		td__futex_wait_until(f, TD_RING_FENCE_PENDING, deadline);
 	}
 }
 

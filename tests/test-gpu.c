@@ -673,29 +673,36 @@ static void *wait_fence(void *arg)
 	return NULL;
 }
 
-/* Until task tid sleeps in poll(2) or ppoll(2). */
-static void await_in_poll(pid_t tid)
+/* Until task tid sleeps in system call nr or nr2 (-1: none), what. */
+static void await_in(pid_t tid, long nr, long nr2, const char *what)
 {
 	char path[64], buf[64];
 
 	snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", (int)tid);
 	for (int tries = 0;; tries++) {
 		FILE *f = fopen(path, "r");
-		long nr = -1;
+		long now = -1;
 
 		cr_assert(f, "%s", path);
 		if (fgets(buf, sizeof(buf), f))
-			nr = strtol(buf, NULL, 10);
+			now = strtol(buf, NULL, 10);
 		fclose(f);
-#ifdef SYS_poll
-		if (nr == SYS_poll)
+		if (now == nr || (nr2 >= 0 && now == nr2))
 			return;
-#endif
-		if (nr == SYS_ppoll)
-			return;
-		cr_assert_lt(tries, TU_WAIT_S * 1000, "never waited in poll");
+		cr_assert_lt(tries, TU_WAIT_S * 1000, "never waited in %s",
+			     what);
 		usleep(1000);
 	}
+}
+
+/* Until task tid sleeps in poll(2) or ppoll(2). */
+static void await_in_poll(pid_t tid)
+{
+#ifdef SYS_poll
+	await_in(tid, SYS_poll, SYS_ppoll, "poll");
+#else
+	await_in(tid, SYS_ppoll, -1, "poll");
+#endif
 }
 
 /*
@@ -966,6 +973,80 @@ static void ring_fenced(bool signal)
 	close(f.ready[0]);
 	close(f.ready[1]);
 	tu_daemon_stop(&d, true);
+}
+
+/* A thread in td_ring_acquire(r, -1): its result and slot, its task. */
+struct slot_waiter {
+	struct td_ring *r;
+	struct td_slot sl;
+	_Atomic pid_t tid;
+	int rc;
+};
+
+static void *acquire_slot(void *arg)
+{
+	struct slot_waiter *w = arg;
+
+	atomic_store(&w->tid, (pid_t)syscall(SYS_gettid));
+	w->rc = td_ring_acquire(w->r, -1, &w->sl);
+	return NULL;
+}
+
+/*
+ * A pipelined GPU producer publishes a slot with its fence pending while
+ * its queue still writes it, and acquires the next. td_ring_acquire()
+ * handed that very slot back once no reader held it (the latest, which
+ * is rewritten when every reader had it, here with none at all), so the
+ * next frame's writes raced the device's: the producer cannot choose its
+ * slot, so only the library can keep it off one still being written. A
+ * slot whose fence is pending is taken back only once it is signalled,
+ * and a producer thread asleep for a slot wakes at that signal.
+ */
+Test(gpu, a_ring_slot_whose_fence_is_pending_is_not_taken_back)
+{
+	const uint64_t shape[1] = {4096};
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = shape, .slot_count = 2,
+				    .reader_count = 1};
+	struct slot_waiter w = {0};
+	struct td_error e = {0};
+	struct tu_daemon d;
+	struct td_slot a, b;
+	pthread_t th;
+	uint64_t v;
+
+	tu_daemon_start(&d, "warn");
+	struct td_client *c = connect_to(&d);
+	cr_assert_eq(td_ring_create(c, "gpu/pipe", &desc, &w.r, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_ring_acquire(w.r, 0, &a), 0);
+	cr_assert_eq(td_ring_publish_fenced(w.r, &v), 0);
+	cr_assert_eq(v, 1);
+	cr_assert_eq(td_ring_acquire(w.r, 0, &b), 0);
+	cr_assert_neq(b.index, a.index,
+		      "the slot its device still writes, handed back");
+	cr_assert_eq(td_ring_publish_fenced(w.r, &v), 0);
+	cr_assert_eq(td_ring_acquire(w.r, 0, &b), -ETIMEDOUT,
+		     "every slot's fence pending: none to take");
+	/* a thread asleep for a slot gets the one whose fence signals */
+	cr_assert_eq(pthread_create(&th, NULL, acquire_slot, &w), 0);
+	while (!atomic_load(&w.tid))
+		usleep(1000);
+	await_in(atomic_load(&w.tid), SYS_futex, -1, "futex");
+	cr_assert_eq(td_ring_fence_signal(w.r, 1), 0);
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_assert_eq(w.rc, 0);
+	cr_assert_eq(w.sl.index, a.index);
+	cr_assert_eq(td_ring_publish_fenced(w.r, &v), 0);
+	cr_assert_eq(v, 3);
+	cr_assert_eq(td_ring_acquire(w.r, 0, &b), -ETIMEDOUT);
+	/* signalled, the slot of version 2 is lent again */
+	cr_assert_eq(td_ring_fence_signal(w.r, 2), 0);
+	cr_assert_eq(td_ring_acquire(w.r, 0, &b), 0);
+	cr_assert_neq(b.index, a.index);
+	td_ring_close(w.r);
+	td_client_close(c);
+	tu_daemon_stop(&d, false);
 }
 
 Test(gpu, a_ring_slot_fence_is_waited_then_its_bytes_are_whole)

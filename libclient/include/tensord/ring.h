@@ -99,8 +99,12 @@ TD_EXPORT int td_ring_create(struct td_client *c, const char *name,
 			     struct td_ring **out, struct td_error *err);
 /*
  * Get a slot to write: never the latest version, never one a subscriber
- * or the daemon holds. Waits up to timeout_ms (-1 forever, 0 not at all)
- * when every slot is in use. Calling it again before td_ring_publish()
+ * or the daemon holds, never one whose fence is pending (published with
+ * td_ring_publish_fenced() and not signalled: the device may still be
+ * writing it). Waits up to timeout_ms (-1 forever, 0 not at all) when
+ * every slot is in use; td_ring_fence_signal() from another thread ends
+ * such a wait (a one-thread producer whose every free slot is pending
+ * signals one first). Calling it again before td_ring_publish()
  * returns the same slot. 0 and *slot, -ETIMEDOUT, -EINVAL, -ENOTCONN
  * once its client was closed (td_client_close(); by another thread
  * while this one waited too, as it wakes), -EPIPE once the daemon
@@ -146,9 +150,10 @@ TD_EXPORT int td_ring_wait_read(struct td_ring *r, uint64_t version,
 TD_EXPORT int td_ring_publish_fenced(struct td_ring *r, uint64_t *version);
 /*
  * Signal the fence of `version` (published with td_ring_publish_fenced())
- * and wake the subscribers waiting on it. 0, -ENOENT when no slot holds
- * that version (rewritten: nobody can wait on it any more), -EALREADY
- * when its fence is not pending, -EINVAL.
+ * and wake the subscribers waiting on it, and a producer thread asleep in
+ * td_ring_acquire() (the slot may be written again now). 0, -ENOENT when
+ * no slot holds that version (never published, or rewritten after its
+ * signal), -EALREADY when its fence is not pending, -EINVAL.
  */
 TD_EXPORT int td_ring_fence_signal(struct td_ring *r, uint64_t version);
 /* TD_RING_BACKING_* of the ring's slots, 0 for ordinary pages. */
