@@ -118,7 +118,8 @@ static struct json_object *attrs_of(const struct td__http_node *n,
 /*
  * Plane p of v into n: its memfd or dma-buf and offset, its size into
  * *size. false for what is not served: an inline plane (the store holds
- * none), a plane past the end of its file.
+ * none), a plane past the end of its file, a plane with a DRM format
+ * modifier.
  */
 static bool plane_of(struct td__version *v, const struct td_blob_view *bv,
                      uint32_t p, struct td__http_node *n, uint64_t *size)
@@ -128,8 +129,10 @@ static bool plane_of(struct td__version *v, const struct td_blob_view *bv,
 	struct stat st;
 	int fd;
 
+	/* a non-zero modifier is a tiled or compressed layout: never read
+	 * as linear (blob spec §6.1) */
 	if (td_blob_plane_get(bv, p, &pl) < 0 || pl.handle < 0 ||
-	    (uint64_t)pl.handle >= v->nfds)
+	    (uint64_t)pl.handle >= v->nfds || pl.modifier != 0)
 		return false;
 	fd = td__vfd_out(&v->fds[pl.handle]);
 	if (fstatfs(fd, &sfs) < 0)

@@ -403,6 +403,9 @@ static int fd_len(int fd, uint64_t *len, bool *dmabuf, const char **why)
 	return 0;
 }
 
+#define PUBLISH_FLAGS \
+	(TD_PUBLISH_PIN | TD_PUBLISH_FENCE | TD_PUBLISH_MODIFIERS)
+
 /* What the daemon would refuse about p itself. 0 and *esz, or -errno. */
 static int publish_check(const struct td_publish *p, unsigned *esz,
 			 struct td_error *err)
@@ -425,9 +428,12 @@ static int publish_check(const struct td_publish *p, unsigned *esz,
 	if (p->meta_len && !p->meta)
 		return td__fail(err, -EINVAL, "meta_len %zu without meta",
 				p->meta_len);
-	if (p->flags & ~(TD_PUBLISH_PIN | TD_PUBLISH_FENCE))
+	if (p->flags & ~PUBLISH_FLAGS)
 		return td__fail(err, -EINVAL, "unknown publish flags %#x",
-				p->flags & ~(TD_PUBLISH_PIN | TD_PUBLISH_FENCE));
+				p->flags & ~PUBLISH_FLAGS);
+	if ((p->flags & TD_PUBLISH_MODIFIERS) && !p->modifiers)
+		return td__fail(err, -EINVAL,
+				"TD_PUBLISH_MODIFIERS without modifiers");
 	if ((p->flags & TD_PUBLISH_FENCE) && p->fence_fd < 0)
 		return td__fail(err, -EBADF, "TD_PUBLISH_FENCE without fd");
 	if (p->flags & TD_PUBLISH_FENCE) {
@@ -497,6 +503,9 @@ static int publish_table(const struct td_publish *p, const struct pub_ctx *x,
 			.stride = pl.stride ? pl.stride : pl.size,
 			.size = pl.size,
 			.used = pl.size,
+			.modifier = p->flags & TD_PUBLISH_MODIFIERS
+			                    ? p->modifiers[i]
+			                    : 0,
 		};
 	}
 	pt->fence = -1;

@@ -22,6 +22,7 @@ struct td__tplane {
 	uint64_t size;
 	uint64_t stride;
 	uint64_t offset; /* inside its buffer (the fd's file), 0 inline */
+	uint64_t modifier; /* DRM format modifier, 0 linear */
 	int fd;
 	int kind; /* TD_PLANE_*, 0 inline */
 };
@@ -479,6 +480,7 @@ static int tensor_import(struct td_client *c, struct td_tensor *t,
 
 		t->planes[i].size = p.size;
 		t->planes[i].stride = p.stride;
+		t->planes[i].modifier = p.modifier;
 		t->planes[i].fd = -1;
 		if (p.handle < 0) {
 			/* inline (td_blob_check: all planes are): copy out */
@@ -839,4 +841,23 @@ int td_tensor_fence_fd(const struct td_tensor *t)
 int td_tensor_plane_kind(const struct td_tensor *t, uint32_t i)
 {
 	return i < t->plane_count ? t->planes[i].kind : 0;
+}
+
+uint64_t td_tensor_plane_modifier(const struct td_tensor *t, uint32_t i)
+{
+	return i < t->plane_count ? t->planes[i].modifier : 0;
+}
+
+int td_tensor_linear(const struct td_tensor *t, const char **why)
+{
+	for (uint32_t i = 0; i < t->plane_count; i++) {
+		if (t->planes[i].modifier == 0)
+			continue;
+		if (why)
+			*why = "a plane carries a DRM format modifier (a "
+			       "tiled or compressed layout), which is not "
+			       "read as linear bytes";
+		return -ENOTSUP;
+	}
+	return 0;
 }

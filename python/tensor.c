@@ -524,8 +524,19 @@ static int lease_layout(OwnerObject *o, struct td_tensor *t, uint32_t i)
 static int lease_map(OwnerObject *o, struct td_tensor *t, uint32_t i)
 {
 	const void *data = td_tensor_plane_data(t, i);
+	struct td_error e = {0};
 	int rc;
 
+	/* a tiled or compressed plane is no array (blob spec §6.1) */
+	if (td_tensor_plane_modifier(t, i)) {
+		snprintf(e.reason, sizeof(e.reason),
+			 "plane %u carries DRM format modifier 0x%llx (a "
+			 "tiled or compressed layout), not readable as an "
+			 "array",
+			 i, (unsigned long long)td_tensor_plane_modifier(t, i));
+		tdpy_raise(-ENOTSUP, &e, "get");
+		return -1;
+	}
 	if (o->size && td_tensor_plane_fd(t, i) < 0) {
 		o->heap = PyMem_Malloc(o->size);
 		if (!o->heap) {

@@ -405,8 +405,10 @@ static const char *tensor_chunk(struct zsrc *s, const struct td_tensor *t)
 	                          .nplanes = td_tensor_plane_count(t),
 	                          .plane_size = sizes};
 	struct td_zarr_walk w;
-	const char *why;
+	const char *why = tctl_cpu_unreadable(t);
 
+	if (why)
+		return why;
 	src.strides = td_tensor_strides(t, &src.nstrides);
 	if (src.format && src.format[0] && src.nplanes)
 		src.row_pitch = td_tensor_plane_stride(t, 0);

@@ -6,13 +6,29 @@
 
 #include "tensorctl.h"
 
+const char *tctl_cpu_unreadable(const struct td_tensor *t)
+{
+	const char *why = NULL;
+
+	if (td_tensor_linear(t, &why) < 0)
+		return why;
+	for (uint32_t i = 0; i < td_tensor_plane_count(t); i++)
+		if (td_tensor_plane_size(t, i) && !td_tensor_plane_data(t, i))
+			return "a plane is a dma-buf its exporter does not let "
+			       "the CPU map";
+	return NULL;
+}
+
 const char *tctl_dense_unsavable(const struct td_tensor *t)
 {
 	uint64_t want = td_tensor_dtype_size(td_tensor_dtype(t));
 	const uint64_t *shape = td_tensor_shape(t);
 	const int64_t *st;
 	uint32_t n, ndim = td_tensor_ndim(t);
+	const char *why = tctl_cpu_unreadable(t);
 
+	if (why)
+		return why;
 	if (td_tensor_quant(t, NULL, NULL, NULL, NULL) != -2)
 		return "it is quantized (the file has no place for the "
 		       "scales)";

@@ -209,6 +209,9 @@ int cmd_save_hrry(int argc, char **argv);
 
 /* save-common.c: NULL when t is one dense C-order unquantized plane,
  * else why it cannot be saved */
+/* Why the CPU cannot read t's bytes as its layout says (a plane with a
+ * DRM format modifier, or one not mapped), or NULL. */
+const char *tctl_cpu_unreadable(const struct td_tensor *t);
 const char *tctl_dense_unsavable(const struct td_tensor *t);
 /* Whether name's GET, which failed with rc, is left out of a command over
  * every tensor (listed: the names came from a LIST): a tensor deleted

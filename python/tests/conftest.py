@@ -39,9 +39,10 @@ def tensord_bin():
 
 
 class Daemon:
-    def __init__(self, tmp, args):
+    def __init__(self, tmp, args, env=None):
         self.sock = str(tmp / "td.sock")
         self.args = args
+        self.extra_env = env or {}
         self.proc = None
         self.start()
 
@@ -51,6 +52,7 @@ class Daemon:
             # an ASan daemon needs no preload, and checks its leaks
             env.pop("LD_PRELOAD", None)
             env["ASAN_OPTIONS"] = env["TD_DAEMON_ASAN_OPTIONS"]
+        env.update(self.extra_env)
         self.proc = subprocess.Popen(
             [tensord_bin(), "--socket", self.sock, "--log-level", "warn"]
             + self.args, stdin=subprocess.DEVNULL, env=env)
@@ -102,6 +104,23 @@ def client(daemon):
     import tensord
     with tensord.Client(daemon.sock) as c:
         yield c
+
+
+def fake_dmabuf_env(env):
+    """env with tests/fake-dmabuf.c preloaded after what it preloads
+    already (the sanitizer runtimes under ASan): memfds named
+    td-fake-dmabuf* are dma-bufs to the process (this machine has no
+    dma-buf exporter). Fails when the build has no shim."""
+    shim = os.path.join(BUILD, "tests", "td-fake-dmabuf.so")
+    if not os.path.exists(shim):
+        pytest.fail(f"{shim} is not built (meson compile builds it)")
+    env = dict(env)
+    env["LD_PRELOAD"] = ":".join(
+        p for p in (env.get("LD_PRELOAD", ""), shim) if p)
+    env["TD_FAKE_DMABUF"] = "td-fake-dmabuf"
+    env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "detect_leaks=0")
+                           + ":verify_asan_link_order=0")
+    return env
 
 
 def child_env(daemon=None):

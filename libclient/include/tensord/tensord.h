@@ -269,6 +269,9 @@ struct td_plane {
 
 #define TD_PUBLISH_PIN 0x1u   /* the daemon never evicts this version */
 #define TD_PUBLISH_FENCE 0x2u /* fence_fd is an acquire fence to attach */
+/* modifiers holds a DRM format modifier per plane (dma-buf planes only:
+ * the daemon refuses one on a memfd); without it every plane is linear */
+#define TD_PUBLISH_MODIFIERS 0x4u
 
 /*
  * What to publish. Zero-initialise, then set what applies: a zeroed
@@ -307,6 +310,13 @@ struct td_publish {
 	const void *meta; /* opaque user metadata, copied (NULL: -EINVAL
 			   * unless meta_len is 0) */
 	size_t meta_len;
+	/* with TD_PUBLISH_MODIFIERS (read only then, so a caller built
+	 * before this field passes none): one per plane (plane_count, or
+	 * one per buffer when that is 0), e.g. from Vulkan's
+	 * vkGetImageDrmFormatModifierPropertiesEXT; 0 = linear. Readers see
+	 * it in td_tensor_plane_modifier() and never read such a plane as
+	 * rows (blob spec §6.1) */
+	const uint64_t *modifiers;
 };
 
 /*
@@ -754,6 +764,24 @@ TD_EXPORT int td_tensor_fence_fd(const struct td_tensor *t);
  * reads in between (docs/fastpath.md, "GPU stages").
  */
 TD_EXPORT int td_tensor_plane_kind(const struct td_tensor *t, uint32_t i);
+
+/*
+ * The DRM format modifier of plane i (drm_fourcc.h; 0 = DRM_FORMAT_MOD_LINEAR,
+ * also when out of range). Only a dma-buf plane can carry another (the
+ * daemon refuses one on a memfd plane): its bytes are in the device's
+ * tiled or compressed layout, to be imported with that modifier (Vulkan
+ * VK_EXT_image_drm_format_modifier, EGL_EXT_image_dma_buf_import_modifiers),
+ * never read as rows of td_tensor_plane_data() (blob spec §6.1).
+ */
+TD_EXPORT uint64_t td_tensor_plane_modifier(const struct td_tensor *t,
+					    uint32_t i);
+/*
+ * 0 when every plane of t is linear (its bytes read as its shape and
+ * strides say), else -ENOTSUP with a reason in *why (when not NULL):
+ * what a CPU reader (tensorctl save, zarr export, the Python arrays)
+ * checks before it reads.
+ */
+TD_EXPORT int td_tensor_linear(const struct td_tensor *t, const char **why);
 
 /* ---- fences for producers (docs/fastpath.md, "GPU stages") ----
  *
