@@ -825,12 +825,18 @@ int td_tensor_has_fence(const struct td_tensor *t)
 	return t->fence_fd >= 0;
 }
 
-int td_tensor_fence_wait(const struct td_tensor *t, int timeout_ms)
+int td_tensor_fence_wait_err(const struct td_tensor *t, int timeout_ms,
+			     struct td_error *err)
 {
 	return t->fence_fd < 0 ? 0
 			       : td__fence_wait_leased(t->fence_fd, t->c,
 						       t->epoch, timeout_ms,
-						       NULL);
+						       err);
+}
+
+int td_tensor_fence_wait(const struct td_tensor *t, int timeout_ms)
+{
+	return td_tensor_fence_wait_err(t, timeout_ms, NULL);
 }
 
 int td_tensor_fence_fd(const struct td_tensor *t)

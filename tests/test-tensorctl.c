@@ -1404,6 +1404,32 @@ static struct td_client *put_unsignalled(const struct tu_daemon *d,
 }
 
 /*
+ * A fence that does not signal in time is reported with libtensord's
+ * reason (which fence, how long it waited), not strerror's "Connection
+ * timed out", which reads as the daemon's fault.
+ */
+Test(tensorctl, a_fence_that_does_not_signal_is_said_so)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	char *err = NULL;
+	int fence;
+
+	start(&d);
+	c = put_unsignalled(&d, "fenced", &fence);
+	cr_expect_eq(CTL(&d, NULL, &err, "get", "fenced", "--newer", "0",
+			 "--timeout", "200", "-o", "/dev/null"),
+		     1);
+	cr_expect(strstr(err, "fenced: fence: ") &&
+			  strstr(err, "did not signal within 200 ms"),
+		  "%s", err);
+	free(err);
+	close(fence);
+	td_client_close(c);
+	tu_daemon_stop(&d, false);
+}
+
+/*
  * A Hurray save fetches each tensor, and waits for its fence, with its
  * output open: a signal there only sets tensorctl's flag, and a fence
  * wait that went on after it would never end for a fence that never

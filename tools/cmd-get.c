@@ -161,13 +161,10 @@ int cmd_get(int argc, char **argv)
 		td_client_close(c);
 		return tctl_refused(name, rc, &e);
 	}
-	rc = td_tensor_fence_wait(t, timeout);
-	if (rc < 0)
-		rc = tctl_fail(TCTL_REFUSED, "fence", -rc, "%s: fence: %s",
-			       name, strerror(-rc));
-	else if (!tctl_json)
+	rc = tctl_fence_wait(name, t, timeout);
+	if (!rc && !tctl_json)
 		rc = emit(t, name, out);
-	else if (!out || !(rc = emit(t, name, out)))
+	else if (!rc && (!out || !(rc = emit(t, name, out))))
 		describe(name, t); /* and with -o FILE, once it is written */
 	/* released before exit even after a signal stopped the write */
 	td_tensor_release(t);

@@ -220,10 +220,9 @@ static int take_one(struct td_client *c, const char *name, bool listed,
 		return tctl_gone_since_list("save", name, r, listed)
 		               ? GONE
 		               : tctl_refused(name, r, &e);
-	r = td_tensor_fence_wait(*t, -1);
-	if (r < 0)
-		return tctl_fail(TCTL_REFUSED, "fence", -r, "%s: fence: %s",
-				 name, strerror(-r));
+	r = tctl_fence_wait(name, *t, -1);
+	if (r)
+		return r;
 	why = unsavable(*t);
 	if (why && tctl_unsavable_left_out(name, why, skip)) {
 		td_tensor_release(*t);

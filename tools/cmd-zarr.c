@@ -474,11 +474,9 @@ static int from_daemon(struct td_client *c, char **names, size_t n,
 			continue;
 		if (r < 0)
 			return tctl_refused(names[i], r, &e);
-		r = td_tensor_fence_wait(ts[i], -1);
-		if (r < 0)
-			return tctl_fail(TCTL_REFUSED, "fence", -r,
-			                 "%s: fence: %s", names[i],
-			                 strerror(-r));
+		r = tctl_fence_wait(names[i], ts[i], -1);
+		if (r)
+			return r;
 		s->a.type = td_zarr_type_by_blob(td_tensor_dtype(ts[i]));
 		s->a.ndim = td_tensor_ndim(ts[i]);
 		if (!s->a.type || s->a.ndim > TD_ZARR_MAX_DIMS)

@@ -848,7 +848,7 @@ static int save_one(struct save *s, const char *name, bool listed)
 	 * and the wait (which goes on after EINTR) would not end for a
 	 * fence that never signals */
 	do
-		rc = td_tensor_fence_wait(t, 1000);
+		rc = td_tensor_fence_wait_err(t, 1000, &e);
 	while (rc == -ETIMEDOUT && !tctl_interrupted());
 	if (rc == -ETIMEDOUT) {
 		td_tensor_release(t);
@@ -857,7 +857,7 @@ static int save_one(struct save *s, const char *name, bool listed)
 				 "for its fence",
 				 name, tctl_interrupted());
 	}
-	why = rc < 0 ? "its fence failed" : tctl_dense_unsavable(t);
+	why = rc < 0 ? e.reason : tctl_dense_unsavable(t);
 	if (!why && td_tensor_ndim(t) > TD_HRRY_MAX_RANK)
 		why = "it has more than 64 dimensions";
 	if (!why &&

@@ -3,8 +3,21 @@
  * with `zarr export`. */
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "tensorctl.h"
+
+int tctl_fence_wait(const char *name, const struct td_tensor *t,
+                    int timeout_ms)
+{
+	struct td_error e = {0};
+	int r = td_tensor_fence_wait_err(t, timeout_ms, &e);
+
+	if (r >= 0)
+		return TCTL_OK;
+	return tctl_fail(TCTL_REFUSED, "fence", -r, "%s: fence: %s", name,
+	                 e.reason[0] ? e.reason : strerror(-r));
+}
 
 const char *tctl_cpu_unreadable(const struct td_tensor *t)
 {

@@ -209,6 +209,10 @@ int cmd_save_hrry(int argc, char **argv);
 
 /* save-common.c: NULL when t is one dense C-order unquantized plane,
  * else why it cannot be saved */
+/* Wait for t's fence (no fence: at once): TCTL_OK, or TCTL_REFUSED with
+ * libtensord's reason printed, naming name. */
+int tctl_fence_wait(const char *name, const struct td_tensor *t,
+                    int timeout_ms);
 /* Why the CPU cannot read t's bytes as its layout says (a plane with a
  * DRM format modifier, or one not mapped), or NULL. */
 const char *tctl_cpu_unreadable(const struct td_tensor *t);

@@ -742,6 +742,9 @@ TD_EXPORT int td_tensor_has_fence(const struct td_tensor *t);
  * before this returns 0 may see an unfinished write.
  */
 TD_EXPORT int td_tensor_fence_wait(const struct td_tensor *t, int timeout_ms);
+/* The same, with the reason of a failure in *err (may be NULL). */
+TD_EXPORT int td_tensor_fence_wait_err(const struct td_tensor *t,
+				       int timeout_ms, struct td_error *err);
 /*
  * The acquire fence's fd (borrowed; valid while t lives), -1 when none.
  * A GPU consumer imports a sync_file into its own API (Vulkan:
