@@ -169,6 +169,25 @@ Test(complete, each_command_offers_the_options_it_takes_and_documents)
 	free(zarr);
 }
 
+/*
+ * load's form is chosen by its FILE (a .hrry name, --format hrry): a
+ * Hurray load's options, without the three .tgm ones it refuses
+ * (--message, --variable-key, --name-key), which were offered for any
+ * FILE since the table was asked without the line's operands.
+ */
+Test(complete, a_hurray_load_offers_only_the_options_it_takes)
+{
+	EXPECT("--prefix\n--partial\n--format\n--max-bytes\n--socket\n"
+	       "--json\n--bytes\n--help\n",
+	       "load", "run.hrry", "--");
+	EXPECT("--max-bytes\n", "load", "run.hrry", "--m");
+	EXPECT("", "load", "--format", "hrry", "-", "--na");
+	EXPECT("", "load", "--format=hrry", "run.bin", "--var");
+	/* a .tgm load takes them */
+	EXPECT("--message\n--max-bytes\n", "load", "run.tgm", "--m");
+	EXPECT("--name-key\n", "load", "-", "--na");
+}
+
 Test(complete, option_values)
 {
 	EXPECT("u8\ni8\nu16\ni16\nu32\ni32\nu64\ni64\nf16\nf32\nf64\n", "put",

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The man pages say what the programs do: every option tensord --help
- * lists and every command tensorctl --help lists has its entry, every
- * policy keyword the parser knows is described, every td_ function the
- * library page names exists in the header, and every page was rendered.
+ * lists, every command tensorctl --help lists and every option of each
+ * (in docs/tensorctl.md too) has its entry, every policy keyword the
+ * parser knows is described, every td_ function the library page names
+ * exists in the header, and every page was rendered.
  */
 #include <criterion/criterion.h>
 #include <regex.h>
@@ -91,6 +92,71 @@ Test(man, tensorctl_page_describes_every_command_of_help)
 	cr_assert_geq(n, 9, "tensorctl --help lists its commands: %s", out);
 	free(out);
 	free(page);
+}
+
+/* An option of a command: "*--opt*" in the page, a word in the doc. */
+struct opt_pages {
+	const char *cmd, *page, *doc;
+};
+
+static void pages_have_option(const char *opt, void *arg)
+{
+	const struct opt_pages *p = arg;
+	char entry[160];
+	snprintf(entry, sizeof(entry), "*%s*", opt);
+	cr_expect(strstr(p->page, entry), "tensorctl.1 describes %s's %s",
+		  p->cmd, opt);
+	cr_expect(has_word(p->doc, opt), "docs/tensorctl.md describes %s's %s",
+		  p->cmd, opt);
+}
+
+/* The options a command line takes, as completion finds them in the
+ * command's own getopt table: `tensorctl __complete WORDS... --`. */
+static int each_option_of(char *const words[], struct opt_pages *p)
+{
+	char *argv[8] = {getenv("TD_TENSORCTL"), "__complete"}, *out;
+	size_t n = 2;
+	for (; *words; words++)
+		argv[n++] = *words;
+	argv[n++] = "--";
+	argv[n] = NULL;
+	cr_assert_eq(tu_run_capture(argv, &out), 0);
+	int found = each_match(out, "^(--[a-z][a-z-]*)$", pages_have_option, p);
+	free(out);
+	return found;
+}
+
+static void command_options(const char *cmd, void *arg)
+{
+	struct opt_pages *p = arg;
+	p->cmd = cmd;
+	if (strcmp(cmd, "zarr")) {
+		char *w[] = {(char *)cmd, NULL};
+		cr_expect_geq(each_option_of(w, p), 4, "%s has options", cmd);
+		return;
+	}
+	char *ex[] = {"zarr", "export", "x", NULL};
+	char *im[] = {"zarr", "import", "x", NULL};
+	cr_expect_geq(each_option_of(ex, p), 5, "zarr export has options");
+	cr_expect_geq(each_option_of(im, p), 5, "zarr import has options");
+}
+
+/*
+ * Every option each command takes (its getopt table, long names: -o is
+ * --output too) is in the man page and in docs/tensorctl.md: an option
+ * added to a command and left out of them fails here.
+ */
+Test(man, tensorctl_pages_describe_every_option_of_every_command)
+{
+	struct opt_pages p = {.page = source("docs/man/tensorctl.1.scd"),
+			      .doc = source("docs/tensorctl.md")};
+	char *out, *argv[] = {getenv("TD_TENSORCTL"), "--help", NULL};
+	cr_assert_eq(tu_run_capture(argv, &out), 0);
+	int n = each_match(out, "^ +tensorctl ([a-z]+)", command_options, &p);
+	cr_assert_geq(n, 9, "tensorctl --help lists its commands: %s", out);
+	free(out);
+	free((char *)p.page);
+	free((char *)p.doc);
 }
 
 /* A directive's entry starts a line: "*allow* WHO" or "*quota uid=*N". */

@@ -2153,6 +2153,27 @@ Test(tensorctl, an_operand_too_many_is_named)
 			      "stdin); unexpected operand '3'\n"),
 		  "%s", err);
 	free(err);
+	/* in the README's order, FILE last: the 3 still, not the FILE
+	 * (which getopt moves after it) */
+	cr_expect_eq(CTL(&d, NULL, &err, "put", "x", "--dtype", "u8",
+			 "--shape", "2", "3", in),
+		     2);
+	cr_expect(starts(err, "tensorctl: put: needs NAME and FILE (- for "
+			      "stdin); unexpected operand '3'\n"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, NULL, &err, "put", "x", "--dtype", "u8",
+			 "--shape=2", "3", in),
+		     2);
+	cr_expect(strstr(err, "unexpected operand '3'\n"), "%s", err);
+	free(err);
+	/* a second FILE after a value is the FILE past NAME and FILE */
+	cr_expect_eq(CTL(&d, NULL, &err, "put", "x", "--dtype", "u8",
+			 "--shape", "6", in, "second.bin"),
+		     2);
+	cr_expect(strstr(err, "unexpected operand 'second.bin'\n"), "%s",
+		  err);
+	free(err);
 	cr_expect_eq(CTL(&d, &out, NULL, "--json", "rm", "t", "u"), 2);
 	cr_expect(strstr(out, "\"reason\":\"rm: needs one NAME; unexpected "
 			      "operand 'u'\""),

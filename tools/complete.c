@@ -10,7 +10,9 @@
  * A command's options are its own getopt table: the command is called as
  * for --help, tctl_getopt() handing the table over (tctl_getopt_grab),
  * so every option it takes is offered and none it refuses, whatever is
- * added later. Names come from the daemon's LIST of the word typed so
+ * added later; it is asked again with the whole line, whose operands may
+ * choose the command's form (load FILE.hrry), and an option the form
+ * knows only to refuse (TCTL_OPT_NOT_HERE) is not offered. Names come from the daemon's LIST of the word typed so
  * far (--socket honoured); a daemon that is not there offers none, and
  * one that does not answer within COMPLETE_S seconds ends the completion
  * (SIGALRM), not the user's shell. Nothing is printed on stderr: it
@@ -201,7 +203,8 @@ static void values(const struct line *l, const struct option *o,
 static void options(const struct line *l, const char *cur)
 {
 	for (const struct option *o = l->opts; o && o->name; o++)
-		if (starts(o->name, cur + (cur[1] == '-' ? 2 : 1)) &&
+		if (o->val != TCTL_OPT_NOT_HERE &&
+		    starts(o->name, cur + (cur[1] == '-' ? 2 : 1)) &&
 		    (!cur[1] || cur[1] == '-'))
 			printf("--%s\n", o->name);
 }
@@ -331,18 +334,50 @@ static void complete(const struct tctl_cli *cli, struct line *l,
 	}
 }
 
+/*
+ * The command's table once more, asked with the whole line before the
+ * word being typed: a command whose form its operands choose hands over
+ * that form's (load FILE.hrry: the Hurray load's, not the .tgm one's).
+ */
+static void regrab(const struct tctl_cli *cli, struct line *l, int argc,
+		   char **words)
+{
+	char *argv[64];
+	const char *so;
+	const struct option *o;
+
+	if (argc >= (int)(sizeof(argv) / sizeof(*argv)))
+		return;
+	memcpy(argv, words, (size_t)argc * sizeof(*argv));
+	argv[argc] = NULL;
+	tctl_getopt_grab();
+	for (size_t i = 0; i < cli->ncmds; i++)
+		if (!strcmp(cli->cmds[i].name, l->cmd))
+			cli->cmds[i].fn(argc, argv);
+	o = tctl_getopt_grabbed(&so);
+	if (o) {
+		l->opts = o;
+		l->so = so;
+	}
+}
+
 int tctl_complete(const struct tctl_cli *cli, int nwords, char **words)
 {
 	struct line l = {.opts = cli->global, .so = "h"};
-	int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	int null = open("/dev/null", O_WRONLY | O_CLOEXEC), at = -1;
 
 	if (null >= 0) {
 		dup2(null, 2);
 		close(null);
 	}
 	alarm(COMPLETE_S);
-	for (int i = 0; i + 1 < nwords; i++)
+	for (int i = 0; i + 1 < nwords; i++) {
 		word(cli, &l, words[i]);
+		if (l.cmd && at < 0)
+			at = i;
+	}
+	if (l.cmd)
+		regrab(cli, &l, nwords - 1 - at, words + at);
 	complete(cli, &l, nwords > 0 ? words[nwords - 1] : "");
 	return TCTL_OK;
 }

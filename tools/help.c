@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tensorctl.h"
@@ -229,15 +230,65 @@ const char *tctl_synopsis(const char *cmd)
 	return c ? c->synopsis : NULL;
 }
 
+/* The command line as it was typed (getopt_long permutes argv) and the
+ * options it was parsed with, for tctl_operands(). */
+static struct {
+	char **argv;
+	int argc;
+	const struct option *longopts;
+} typed;
+
+static void keep_typed(int argc, char **argv, const struct option *longopts)
+{
+	free(typed.argv);
+	typed.argv = malloc(sizeof(*argv) * (size_t)(argc + 1));
+	typed.argc = typed.argv ? argc : 0;
+	if (typed.argv)
+		memcpy(typed.argv, argv, sizeof(*argv) * (size_t)argc);
+	typed.longopts = longopts;
+}
+
+/* A long option that takes a value: "--shape" (len: up to an '='). */
+static bool takes_value(const char *o, size_t len)
+{
+	for (const struct option *l = typed.longopts; l && l->name; l++)
+		if (strlen(l->name) == len && !strncmp(l->name, o, len))
+			return l->has_arg == required_argument;
+	return false;
+}
+
+/* The typed word at i is all digits and comes right after the value of
+ * a long option: `--shape 2 3`, `--shape=2 3`. */
+static bool after_a_value(int i)
+{
+	const char *w = typed.argv[i], *v = i >= 1 ? typed.argv[i - 1] : "",
+		   *o = i >= 2 ? typed.argv[i - 2] : "", *eq = strchr(v, '=');
+
+	if (!*w || w[strspn(w, "0123456789")])
+		return false;
+	if (!strncmp(v, "--", 2) && eq)
+		return takes_value(v + 2, (size_t)(eq - v - 2));
+	return !strncmp(o, "--", 2) && !strchr(o, '=') &&
+	       takes_value(o + 2, strlen(o + 2));
+}
+
 int tctl_operands(const char *cmd, int argc, char **argv, int want,
 		   const char *need)
 {
-	/* name the operand too many: `--shape 2 3` for 2,3, a value with
-	 * a space not quoted, a second FILE */
-	if (argc - optind > want)
-		return tctl_usage(cmd, "%s; unexpected operand '%s'", need,
-				  argv[optind + want]);
-	return tctl_usage(cmd, "%s", need);
+	/* name the operand too many: the digits after a value (`--shape 2
+	 * 3` for 2,3, a value with a space not quoted) wherever the other
+	 * operands are, else the first past those the command takes (a
+	 * second FILE) */
+	if (argc - optind <= want)
+		return tctl_usage(cmd, "%s", need);
+	for (int i = 0; i < typed.argc; i++)
+		for (int k = optind; k < argc; k++)
+			if (argv[k] == typed.argv[i] && after_a_value(i))
+				return tctl_usage(cmd, "%s; unexpected "
+						  "operand '%s'", need,
+						  argv[k]);
+	return tctl_usage(cmd, "%s; unexpected operand '%s'", need,
+			  argv[optind + want]);
 }
 
 int tctl_getopt(int argc, char **argv, const char *shortopts,
@@ -258,6 +309,7 @@ int tctl_getopt(int argc, char **argv, const char *shortopts,
 		/* a new command line: start getopt afresh */
 		seen = argv;
 		optind = 0;
+		keep_typed(argc, argv, longopts);
 	}
 	opterr = 0;
 	snprintf(so, sizeof(so), ":h%s", shortopts);

@@ -591,22 +591,21 @@ static int load_input(const char *path, uint64_t max_bytes,
 static int load_opts(int argc, char **argv, const char **prefix,
 		     bool *partial, uint64_t *max_bytes)
 {
-	enum { O_PREFIX = TCTL_OPT_FIRST_OWN, O_PARTIAL, O_FORMAT, O_MAXB,
-	       O_TGM };
+	enum { O_PREFIX = TCTL_OPT_FIRST_OWN, O_PARTIAL, O_FORMAT, O_MAXB };
 	static const struct option opts[] = {
 		{"prefix", required_argument, NULL, O_PREFIX},
 		{"partial", no_argument, NULL, O_PARTIAL},
 		{"format", required_argument, NULL, O_FORMAT},
 		{"max-bytes", required_argument, NULL, O_MAXB},
 		/* known, so that the error says why, not "unknown option" */
-		{"message", required_argument, NULL, O_TGM},
-		{"variable-key", required_argument, NULL, O_TGM},
-		{"name-key", required_argument, NULL, O_TGM},
+		{"message", required_argument, NULL, TCTL_OPT_NOT_HERE},
+		{"variable-key", required_argument, NULL, TCTL_OPT_NOT_HERE},
+		{"name-key", required_argument, NULL, TCTL_OPT_NOT_HERE},
 		TCTL_COMMON_OPTIONS};
 	int rc, o;
 
 	while ((o = tctl_getopt(argc, argv, "", opts, &rc)) != -1) {
-		if (o == O_TGM)
+		if (o == TCTL_OPT_NOT_HERE)
 			return tctl_usage("load", "--message and --variable-key "
 					  "(--name-key) are for .tgm files, "
 					  "not a Hurray file");

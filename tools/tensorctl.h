@@ -51,6 +51,9 @@ enum {
 	TCTL_OPT_BYTES,
 	TCTL_OPT_HELP,
 	TCTL_OPT_FIRST_OWN, /* a command's own long-only options from here */
+	/* an option a command knows only to refuse it with a reason (another
+	 * form's: load FILE.hrry --message): never offered by completion */
+	TCTL_OPT_NOT_HERE = 0x1ff,
 	TCTL_OPT_DONE = -2, /* tctl_getopt(): return *status now */
 };
 /*

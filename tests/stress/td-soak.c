@@ -452,16 +452,17 @@ static int names_path(const struct tdc_daemon *d, const char *const *names,
 
 /*
  * Loans of a stream: recycled (all: false), so that after the warm-up
- * at most a free list's worth of new buffers joins the ones it cycles
- * through (a RELEASE another connection sent may be read after the
- * PUBLISH that wanted its buffer), or a new buffer for each (all).
+ * at most FRESH_MAX new buffers join the ones it cycles through (a
+ * RELEASE another connection sent may be read after the PUBLISH that
+ * wanted its buffer; a quarter of the 64 a connection's free list may
+ * keep, TD__MAX_FREEBUFS), or a new buffer for each (all).
  */
-#define FREE_LIST_MAX 16
+#define FRESH_MAX 16
 static int report_loans(const char *path, uint64_t fresh, bool all)
 {
 	printf("  %-13s new buffers lent: %" PRIu64 " of %" PRIu64 "\n",
 	       path, fresh, handoffs);
-	if (all ? fresh != handoffs : fresh > FREE_LIST_MAX) {
+	if (all ? fresh != handoffs : fresh > FRESH_MAX) {
 		fprintf(stderr, "td-soak: %s: expected %s\n", path,
 			all ? "a new buffer for every loan"
 			    : "recycled loans");
