@@ -222,6 +222,14 @@ Test(dmabuf, no_cpu_reader_reads_a_tiled_plane_as_rows, .init = start,
 			free(text);
 		}
 	}
+	/* get --json tells the plane's kind and modifier */
+	cr_expect_eq(tu_tensorctl(&d, &text, "--json", "get", "tiled", "-o",
+	                          "/dev/null", NULL),
+	             0, "%s", text);
+	cr_expect(strstr(text, "\"kind\":\"dma-buf\",\"modifier\":"
+	                       "72057594037927937}"),
+	          "%s", text);
+	free(text);
 	/* the HTTP store serves the linear one and not the tiled one */
 	cr_expect_eq(http_get("/zarr/lin/zarr.json", &first), 200);
 	cr_expect_eq(http_get("/zarr/lin/c/0/0", &first), 200);

@@ -55,10 +55,21 @@ static void describe(const char *name, const struct td_tensor *t)
 		td_json_cstr(stdout, td_tensor_string(t, i));
 	}
 	printf(",\"planes\":[");
-	for (uint32_t i = 0; i < td_tensor_plane_count(t); i++)
-		printf("%s{\"size\":%llu,\"stride\":%llu}", i ? "," : "",
+	for (uint32_t i = 0; i < td_tensor_plane_count(t); i++) {
+		int kind = td_tensor_plane_kind(t, i);
+
+		/* modifier: a dma-buf's DRM format modifier (0 linear) */
+		printf("%s{\"size\":%llu,\"stride\":%llu,\"kind\":\"%s\","
+		       "\"modifier\":%llu}",
+		       i ? "," : "",
 		       (unsigned long long)td_tensor_plane_size(t, i),
-		       (unsigned long long)td_tensor_plane_stride(t, i));
+		       (unsigned long long)td_tensor_plane_stride(t, i),
+		       td_tensor_plane_fd(t, i) < 0 ? "inline"
+		       : kind == TD_PLANE_DMABUF    ? "dma-buf"
+		       : kind == TD_PLANE_MEMFD     ? "memfd"
+		                                    : "other",
+		       (unsigned long long)td_tensor_plane_modifier(t, i));
+	}
 	printf("],\"bytes\":%llu,\"fence\":%s,",
 	       (unsigned long long)td_tensor_bytes(t),
 	       td_tensor_has_fence(t) ? "true" : "false");
