@@ -3250,3 +3250,23 @@ Test(tensorctl, npy_inspect_says_the_header_and_whether_the_data_is_whole)
 	free(out);
 	tu_daemon_stop(&d, false);
 }
+
+/* a size with junk before its digits was read by strtoull: " -1" as
+ * 16 EiB (no limit), "+5" and " 5" as 5 */
+Test(tensorctl, max_bytes_takes_digits_only)
+{
+	static const char *const bad[] = {" -1", "+5", " 5", "-1", "1e3",
+					  "0x10", "1k", ""};
+	struct tu_daemon d;
+	char *out;
+
+	start(&d);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		cr_expect_eq(CTL(&d, &out, NULL, "--json", "inspect",
+				 "--max-bytes", bad[i], "-"),
+			     2, "--max-bytes '%s' taken", bad[i]);
+		cr_expect(strstr(out, "\"kind\":\"usage\""), "%s", out);
+		free(out);
+	}
+	tu_daemon_stop(&d, false);
+}

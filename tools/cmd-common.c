@@ -127,7 +127,9 @@ int tctl_parse_size(const char *s, uint64_t *v)
 	uint64_t x;
 	char *end;
 
-	if (!s || !*s || *s == '-')
+	/* digits first: strtoull would also take blanks, '+' and a '-'
+	 * after a blank (" -1", a wrapped 16 EiB, read as no limit) */
+	if (!s || *s < '0' || *s > '9')
 		return -EINVAL;
 	errno = 0;
 	x = strtoull(s, &end, 10);
