@@ -3251,6 +3251,118 @@ Test(tensorctl, npy_inspect_says_the_header_and_whether_the_data_is_whole)
 	tu_daemon_stop(&d, false);
 }
 
+/*
+ * Ctrl-C in the middle of a command that publishes several tensors (load
+ * of a .tgm or Hurray file, zarr import): the shim raises SIGINT just
+ * after the first of two publishes returns. It killed tensorctl there,
+ * the first tensor left published although the command is all or
+ * nothing and nothing was said. It now stops between the two, deletes
+ * what it published, says so and dies of the signal; with --partial
+ * --json the one error document lists what it kept.
+ */
+static int publish_interrupted(const struct tu_daemon *d, char **out,
+			       char **err, const char *const *argv)
+{
+	char spec[32];
+	int rc;
+
+	snprintf(spec, sizeof(spec), "%d:1", SIGINT);
+	tu_shim_on("TD_RAISE_AFTER_PUBLISH", spec);
+	rc = ctl_run(d, NULL, out, err, argv);
+	tu_shim_off("TD_RAISE_AFTER_PUBLISH");
+	return rc;
+}
+
+/* "t" and "u" of d saved as path (a .tgm or .hrry by its name) */
+static void save_two(struct tu_daemon *d, char *path, size_t len,
+		     const char *file)
+{
+	char *err;
+
+	put_zeros(d, "u", 4096);
+	path_in(path, len, d, file);
+	cr_assert_eq(CTL(d, NULL, &err, "save", "t", "u", "-o", path), 0,
+		     "%s", err);
+	free(err);
+}
+
+static void interrupted_load(const char *file, const char *said)
+{
+	struct tu_daemon d;
+	char path[160], *out, *err;
+	int rc;
+
+	start(&d);
+	save_two(&d, path, sizeof(path), file);
+	rc = publish_interrupted(
+		&d, &out, &err,
+		(const char *const[]){"load", path, "--prefix", "L/", NULL});
+	cr_expect_eq(rc, 128 + SIGINT, "exit %d: %s", rc, err);
+	cr_expect(strstr(err, "interrupted by signal 2"), "%s", err);
+	cr_expect(strstr(err, said), "%s", err);
+	cr_expect(!exists(&d, "L/t") && !exists(&d, "L/u"),
+		  "a tensor outlived the interrupted load");
+	free(out);
+	free(err);
+	/* --partial keeps the first; --json says so in its one document */
+	rc = publish_interrupted(
+		&d, &out, &err,
+		(const char *const[]){"load", path, "--prefix", "P/",
+				      "--partial", "--json", NULL});
+	cr_expect_eq(rc, 128 + SIGINT, "exit %d: %s", rc, err);
+	cr_expect(strstr(out, "{\"error\":{\"kind\":\"interrupted\","
+			      "\"errno\":4,"),
+		  "%s", out);
+	cr_expect(strstr(out, "\"published\":[{\"name\":\"P/t\""), "%s",
+		  out);
+	cr_expect_eq(strchr(out, '\n') - out + 1, (long)strlen(out),
+		     "not one JSON line: %s", out);
+	cr_expect(exists(&d, "P/t") && !exists(&d, "P/u"));
+	free(out);
+	free(err);
+	tu_daemon_stop(&d, false);
+}
+
+Test(tensorctl, sigint_during_a_tgm_load_rolls_back)
+{
+	interrupted_load("two.tgm", "1 of 2 object(s) published before "
+				    "this failure; 1 deleted again");
+}
+
+Test(tensorctl, sigint_during_a_hrry_load_rolls_back)
+{
+	interrupted_load("two.hrry", "1 tensor(s) published before the "
+				     "failure, 1 removed again");
+}
+
+Test(tensorctl, sigint_during_a_zarr_import_rolls_back)
+{
+	struct tu_daemon d;
+	char dir[160], *out, *err;
+	int rc;
+
+	start(&d);
+	put_zeros(&d, "u", 4096);
+	path_in(dir, sizeof(dir), &d, "two.zarr");
+	cr_assert_eq(CTL(&d, NULL, &err, "zarr", "export", dir, "t", "u"), 0,
+		     "%s", err);
+	free(err);
+	rc = publish_interrupted(
+		&d, &out, &err,
+		(const char *const[]){"zarr", "import", dir, "--prefix", "Z/",
+				      NULL});
+	cr_expect_eq(rc, 128 + SIGINT, "exit %d: %s", rc, err);
+	cr_expect(strstr(err, "interrupted by signal 2"), "%s", err);
+	cr_expect(strstr(err, "1 array(s) published before this failure; "
+			      "1 deleted again"),
+		  "%s", err);
+	cr_expect(!exists(&d, "Z/t") && !exists(&d, "Z/u"),
+		  "an array outlived the interrupted import");
+	free(out);
+	free(err);
+	tu_daemon_stop(&d, false);
+}
+
 /* a size with junk before its digits was read by strtoull: " -1" as
  * 16 EiB (no limit), "+5" and " 5" as 5 */
 Test(tensorctl, max_bytes_takes_digits_only)

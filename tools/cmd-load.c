@@ -18,6 +18,7 @@
 
 #include "input.h"
 #include "td-json.h"
+#include "output.h"
 #include "tensorctl.h"
 #include "tgm-desc.h"
 #include "tgm.h"
@@ -448,7 +449,10 @@ static int publish(struct obj **objs, size_t n, struct tgm_src *s,
 
 	if (partial)
 		tctl_json_hold(); /* the error says what was kept */
-	while (!rc && done < n) {
+	/* Ctrl-C: stop between two objects and roll back, as for a refusal
+	 * (it killed tensorctl with what it had published left behind) */
+	tctl_publish_guard(1);
+	while (!rc && !(rc = tctl_publish_check(s->path)) && done < n) {
 		rc = publish_one(objs[done], s, c, &versions[done]);
 		if (!rc)
 			done++;
@@ -470,6 +474,7 @@ static int publish(struct obj **objs, size_t n, struct tgm_src *s,
 		tctl_json_held_add("published",
 		               published_json(objs, versions, done,
 		                              json_object_new_array()));
+	tctl_publish_guard(0);
 	free(versions);
 	return rc;
 }

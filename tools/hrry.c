@@ -491,6 +491,22 @@ static int load_one(struct loaded *l, struct td_hrry_file_reader *r,
 	return TCTL_OK;
 }
 
+/* A load done: what it published and refused, as a table or JSON. */
+static int loaded_done(struct loaded *l, const char *path)
+{
+	struct json_object *j;
+
+	if (!tctl_json) {
+		print_loaded(l, path);
+		return TCTL_OK;
+	}
+	j = json_object_new_object();
+	json_object_object_add(j, "published", l->published);
+	json_object_object_add(j, "refused", l->refused);
+	l->published = l->refused = NULL;
+	return tctl_json_print(j);
+}
+
 /* All or nothing (as for .tgm): a failure deletes what was published,
  * newest first. */
 static void unpublish(struct loaded *l)
@@ -679,7 +695,9 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 	l.refused = json_object_new_array();
 	if (partial)
 		tctl_json_hold(); /* the error says what was kept */
-	for (uint64_t i = 0; i < n; i++) {
+	tctl_publish_guard(1); /* Ctrl-C: roll back too (cmd-load.c) */
+	/* a signal: looked for before each tensor and after the last */
+	for (uint64_t i = 0; !(rc = tctl_publish_check(path)) && i < n; i++) {
 		struct td_hrry_entry en;
 		td_hrry_file_reader_entry(r, i, &en);
 		memset(&e, 0, sizeof(e));
@@ -695,8 +713,7 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 			rc = tctl_fail(TCTL_REFUSED, "io", -r2, "%s: %.*s: %s: %s",
 				       path, (int)en.name_len, en.name,
 				       td_hrry_error_name(e.kind), e.reason);
-			load_failed(&l, path, partial);
-			goto out;
+			break;
 		}
 		if (r2) {
 			refused(&l, en.name, en.name_len,
@@ -720,22 +737,16 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 			continue;
 		}
 		rc = load_one(&l, r, &en, d, prefix);
-		if (rc) {
-			load_failed(&l, path, partial);
-			goto out;
-		}
+		if (rc)
+			break;
 	}
-	if (tctl_json) {
-		struct json_object *j = json_object_new_object();
-		json_object_object_add(j, "published", l.published);
-		json_object_object_add(j, "refused", l.refused);
-		l.published = l.refused = NULL;
-		rc = tctl_json_print(j);
-	} else {
-		print_loaded(&l, path);
-		rc = TCTL_OK;
+	if (rc) { /* what was published goes again, unless --partial */
+		load_failed(&l, path, partial);
+		goto out;
 	}
+	rc = loaded_done(&l, path);
 out:
+	tctl_publish_guard(0);
 	json_object_put(l.published);
 	json_object_put(l.refused);
 	for (uint64_t i = 0; l.names && i < l.count; i++)
