@@ -3382,3 +3382,47 @@ Test(tensorctl, max_bytes_takes_digits_only)
 	}
 	tu_daemon_stop(&d, false);
 }
+
+/*
+ * The daemon gone part-way (stopped, restarted, crashed) is no refusal:
+ * a watch that lost its connection said kind "daemon", as if the daemon
+ * had said no, where a script looks for "connect" to know it should
+ * start one or wait. It is "connect" now, and says what happened.
+ */
+Test(tensorctl, a_daemon_gone_part_way_is_kind_connect)
+{
+	struct tu_daemon d;
+	char *got[1] = {NULL};
+	int p[2], st;
+	pid_t pid;
+
+	start(&d);
+	cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+	pid = tu_fork();
+	if (pid == 0) {
+		dup2(p[1], 1);
+		execl(ctl_bin(), ctl_bin(), "--socket", d.sock, "--json",
+		      "watch", "w", (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	/* the watch is in place once the daemon counts it */
+	for (int i = 0, in_place = 0; !in_place; i++) {
+		char *out;
+
+		cr_assert_lt(i, 2000, "the watch never came");
+		cr_assert_eq(CTL(&d, &out, NULL, "status", "--json"), 0);
+		in_place = strstr(out, "\"watches\":1") != NULL;
+		free(out);
+		usleep(10000);
+	}
+	tu_daemon_kill(&d);
+	st = tu_collect(pid, 1, (int[]){p[0]}, got, TU_WAIT_S, "watch");
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %#x", st);
+	cr_expect(strstr(got[0], "{\"error\":{\"kind\":\"connect\","
+				 "\"errno\":104,"),
+		  "%s", got[0]);
+	cr_expect(strstr(got[0], "the daemon closed the connection"), "%s",
+		  got[0]);
+	free(got[0]);
+}

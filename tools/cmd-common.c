@@ -116,6 +116,15 @@ void tctl_json_held_print(void)
 
 int tctl_refused(const char *what, int rc, const struct td_error *e)
 {
+	/* the connection lost part-way (libtensord says ECONNRESET): the
+	 * daemon stopped, restarted or crashed; it refused nothing, and a
+	 * script tells the two apart by the kind, as for a connect */
+	if (rc == -ECONNRESET)
+		return tctl_fail(TCTL_REFUSED, "connect", -rc,
+				 "%s: %s (the daemon closed the connection: "
+				 "it stopped, restarted or crashed)",
+				 what, e->reason[0] ? e->reason
+						    : strerror(-rc));
 	return tctl_fail(TCTL_REFUSED, "daemon", -rc, "%s: %s", what,
 			 e->reason[0] ? e->reason : strerror(-rc));
 }
