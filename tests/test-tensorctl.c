@@ -3426,3 +3426,39 @@ Test(tensorctl, a_daemon_gone_part_way_is_kind_connect)
 		  got[0]);
 	free(got[0]);
 }
+
+/*
+ * load chose a Hurray file by the first word not starting with '-':
+ * with an option before the file (`load --prefix P/ FILE.hrry`, which the
+ * docs allow) that was the option's value, so the file was read as a
+ * .tgm ("no complete .tgm message found"). Option values are stepped
+ * over now, abbreviations and "--" included.
+ */
+Test(tensorctl, load_finds_a_hurray_file_after_options)
+{
+	struct tu_daemon d;
+	char hrry[160], bin[160], *err;
+	int rc;
+
+	start(&d);
+	save_two(&d, hrry, sizeof(hrry), "two.hrry");
+	path_in(bin, sizeof(bin), &d, "two.bin");
+	cr_assert_eq(CTL(&d, NULL, &err, "save", "t", "-o", bin, "--format",
+			 "hrry"),
+		     0, "%s", err);
+	free(err);
+	rc = CTL(&d, NULL, &err, "load", "--prefix", "A/", hrry);
+	cr_expect_eq(rc, 0, "%s", err);
+	free(err);
+	/* by its magic, and an abbreviated option */
+	rc = CTL(&d, NULL, &err, "load", "--pre", "B/", "--max-bytes", "1M",
+		 bin);
+	cr_expect_eq(rc, 0, "%s", err);
+	free(err);
+	rc = CTL(&d, NULL, &err, "load", "--prefix", "C/", "--", bin);
+	cr_expect_eq(rc, 0, "%s", err);
+	free(err);
+	cr_expect(exists(&d, "A/t") && exists(&d, "A/u"));
+	cr_expect(exists(&d, "B/t") && exists(&d, "C/t"));
+	tu_daemon_stop(&d, false);
+}

@@ -551,26 +551,29 @@ struct load_opts {
 	bool one_message, partial;
 };
 
+enum {
+	O_MESSAGE = TCTL_OPT_FIRST_OWN,
+	O_VARKEY,
+	O_PREFIX,
+	O_PARTIAL,
+	O_MAX_BYTES,
+	O_FORMAT,
+};
+
+/* every option of load, .tgm's and Hurray's (hrry.c's refuses some) */
+static const struct option opts[] = {
+        {"message", required_argument, NULL, O_MESSAGE},
+        {"variable-key", required_argument, NULL, O_VARKEY},
+        /* zarr export's name for the same path */
+        {"name-key", required_argument, NULL, O_VARKEY},
+        {"prefix", required_argument, NULL, O_PREFIX},
+        {"partial", no_argument, NULL, O_PARTIAL},
+        {"max-bytes", required_argument, NULL, O_MAX_BYTES},
+        {"format", required_argument, NULL, O_FORMAT},
+        TCTL_COMMON_OPTIONS};
+
 static int load_opts(int argc, char **argv, struct load_opts *lo)
 {
-	enum {
-		O_MESSAGE = TCTL_OPT_FIRST_OWN,
-		O_VARKEY,
-		O_PREFIX,
-		O_PARTIAL,
-		O_MAX_BYTES,
-		O_FORMAT,
-	};
-	static const struct option opts[] = {
-	        {"message", required_argument, NULL, O_MESSAGE},
-	        {"variable-key", required_argument, NULL, O_VARKEY},
-	        /* zarr export's name for the same path */
-	        {"name-key", required_argument, NULL, O_VARKEY},
-	        {"prefix", required_argument, NULL, O_PREFIX},
-	        {"partial", no_argument, NULL, O_PARTIAL},
-	        {"max-bytes", required_argument, NULL, O_MAX_BYTES},
-	        {"format", required_argument, NULL, O_FORMAT},
-	        TCTL_COMMON_OPTIONS};
 	const char *why;
 	int rc, o;
 
@@ -718,7 +721,7 @@ static int load_tgm(int argc, char **argv)
 /* a Hurray file by its name or magic (hrry.c), else .tgm messages */
 int cmd_load(int argc, char **argv)
 {
-	if (tctl_hrry_wanted(argc, argv, 1))
+	if (tctl_hrry_wanted(argc, argv, 1, opts))
 		return cmd_load_hrry(argc, argv);
 	return load_tgm(argc, argv);
 }

@@ -27,9 +27,30 @@ int inspect_hrry_sniff(const uint8_t *buf, size_t len)
 	return len >= 8 && !memcmp(buf, "HRRYFILE", 8);
 }
 
+/* Whether a (a word of argv) is a long option of opts whose value is the
+ * next word: "--prefix P", or an abbreviation getopt_long takes. */
+static int value_follows(const char *a, const struct option *opts)
+{
+	const struct option *hit = NULL;
+	size_t n;
+
+	if (!opts || strncmp(a, "--", 2) || !a[2] || strchr(a, '='))
+		return 0;
+	n = strlen(a + 2);
+	for (; opts->name; opts++) {
+		if (!strcmp(a + 2, opts->name))
+			return opts->has_arg == required_argument;
+		if (!strncmp(a + 2, opts->name, n))
+			hit = opts; /* an ambiguous one getopt refuses */
+	}
+	return hit && hit->has_arg == required_argument;
+}
+
 /* Does argv name a Hurray file (by --format, extension or, for load,
- * the magic of the existing file)? */
-int tctl_hrry_wanted(int argc, char **argv, int by_magic)
+ * the magic of the existing file)? opts: the command's options, so that
+ * an option's value ("--prefix P/") is not taken for the file. */
+int tctl_hrry_wanted(int argc, char **argv, int by_magic,
+		     const struct option *opts)
 {
 	const char *file = NULL, *format = NULL;
 	for (int i = 1; i < argc; i++) {
@@ -49,9 +70,16 @@ int tctl_hrry_wanted(int argc, char **argv, int by_magic)
 		if (format)
 			return !strcmp(format, "hrry");
 	}
-	for (int i = 1; !file && i < argc; i++)
-		if (argv[i][0] != '-')
+	for (int i = 1; !file && i < argc; i++) {
+		if (!strcmp(argv[i], "--")) { /* operands only after it */
+			file = i + 1 < argc ? argv[i + 1] : NULL;
+			break;
+		}
+		if (value_follows(argv[i], opts))
+			i++;
+		else if (argv[i][0] != '-')
 			file = argv[i];
+	}
 	if (!file)
 		return 0;
 	size_t n = strlen(file);

@@ -181,8 +181,10 @@ int inspect_hrry(const char *path, const uint8_t *buf, size_t len, int json);
 /* 1 when buf starts with the HRRYFILE magic */
 int inspect_hrry_sniff(const uint8_t *buf, size_t len);
 /* 1 when a load/save command line names a Hurray file (--format hrry,
- * a .hrry name, or with by_magic an existing file with the magic) */
-int tctl_hrry_wanted(int argc, char **argv, int by_magic);
+ * a .hrry name, or with by_magic an existing file with the magic);
+ * opts: the command's option table, whose values are no file */
+int tctl_hrry_wanted(int argc, char **argv, int by_magic,
+		     const struct option *opts);
 int cmd_load_hrry(int argc, char **argv);
 /* The metadata save keeps for the Hurray tensor e (KV
  * "tensord:NAME#meta", bytes; a snapshot's key too), or NULL with *len 0. */
