@@ -3462,3 +3462,36 @@ Test(tensorctl, load_finds_a_hurray_file_after_options)
 	cr_expect(exists(&d, "B/t") && exists(&d, "C/t"));
 	tu_daemon_stop(&d, false);
 }
+
+/*
+ * "--json" anywhere on the line made the results JSON, as the value of
+ * an option too: `put x --meta --json F` stored the metadata "--json"
+ * and printed JSON that nobody asked for, which a script reading the
+ * text then misread. Only the option makes results JSON now; errors
+ * stay JSON whenever the word is there (a usage error may come before
+ * getopt reaches it).
+ */
+Test(tensorctl, json_as_an_option_value_is_no_json_option)
+{
+	struct tu_daemon d;
+	char in[160], *out, *err;
+
+	start(&d);
+	path_in(in, sizeof(in), &d, "six.bin");
+	write_file(in, "abcdef", 6);
+	cr_assert_eq(CTL(&d, &out, &err, "put", "m", "--meta", "--json",
+			 "--dtype", "u8", "--shape", "6", in),
+		     0, "%s", err);
+	cr_expect_str_eq(out, "m version 2\n");
+	free(out);
+	free(err);
+	cr_assert_eq(CTL(&d, &out, NULL, "stat", "m"), 0);
+	cr_expect(strstr(out, "  metadata (6 B): --json\n"), "%s", out);
+	free(out);
+	/* a usage error before getopt reached --json: still JSON */
+	cr_expect_eq(CTL(&d, &out, NULL, "put", "--bogus", "--json"), 2);
+	cr_expect(!strncmp(out, "{\"error\":{\"kind\":\"usage\"", 24), "%s",
+		  out);
+	free(out);
+	tu_daemon_stop(&d, false);
+}

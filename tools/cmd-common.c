@@ -16,6 +16,7 @@
 
 const char *tctl_socket;
 int tctl_json;
+int tctl_json_errors;
 int tctl_raw_bytes;
 
 char *tctl_size(char buf[32], uint64_t bytes)
@@ -72,7 +73,7 @@ int tctl_fail(int status, const char *kind, int err, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(reason, sizeof(reason), fmt, ap);
 	va_end(ap);
-	if (!tctl_json) {
+	if (!tctl_json && !tctl_json_errors) {
 		fflush(stdout);
 		fprintf(stderr, "tensorctl: %s\n", reason);
 		return status;
@@ -93,7 +94,7 @@ int tctl_fail(int status, const char *kind, int err, const char *fmt, ...)
 
 void tctl_json_hold(void)
 {
-	json_hold = tctl_json;
+	json_hold = tctl_json || tctl_json_errors;
 }
 
 void tctl_json_held_add(const char *key, struct json_object *val)

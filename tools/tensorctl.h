@@ -20,6 +20,10 @@ enum {
 
 /* --json: results and errors as JSON on stdout */
 extern int tctl_json;
+/* --json anywhere on the line (before "--"), an option's value too: errors
+ * are JSON even when the command line fails before --json is parsed;
+ * results only with tctl_json (`put x --meta --json F` is no --json) */
+extern int tctl_json_errors;
 /* --bytes: sizes as raw byte counts instead of KiB, MiB, ... */
 extern int tctl_raw_bytes;
 
