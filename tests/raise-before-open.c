@@ -35,6 +35,11 @@
  * once: a tensor deleted between the LIST and the GET of a command over
  * every tensor (tensorctl save, zarr export).
  *
+ * $TD_RAISE_AFTER_PUBLISH=SIGNO:N raises SIGNO once, just after the N-th
+ * td_client_publish_alloc() that succeeds returns: Ctrl-C in the middle
+ * of a command that publishes several tensors (tensorctl load, zarr
+ * import), between two of them, every time.
+ *
  * The real calls are the next definitions (dlsym RTLD_NEXT). With
  * _FILE_OFFSET_BITS=64, as meson builds, callers reach open64; here
  * the two names are kept apart.
@@ -297,5 +302,30 @@ int td_client_list(void *c, const char *prefix, void *out, size_t *count,
 		if (del(c, name, NULL, &e) < 0)
 			abort(); /* the test's tensor is not there */
 	}
+	return rc;
+}
+
+struct td_publish;
+int td_client_publish_alloc(void *c, void *a, const struct td_publish *p,
+                            uint64_t *version, void *err);
+int td_client_publish_alloc(void *c, void *a, const struct td_publish *p,
+                            uint64_t *version, void *err)
+{
+	static int (*real)(void *, void *, const struct td_publish *,
+	                   uint64_t *, void *);
+	static long count;
+	const char *spec = getenv("TD_RAISE_AFTER_PUBLISH");
+	char *colon;
+	long sig;
+	int rc;
+
+	if (!real)
+		*(void **)&real = dlsym(RTLD_NEXT, "td_client_publish_alloc");
+	rc = real(c, a, p, version, err);
+	if (rc < 0 || !spec)
+		return rc;
+	sig = strtol(spec, &colon, 10);
+	if (*colon == ':' && ++count == strtol(colon + 1, NULL, 10))
+		raise((int)sig);
 	return rc;
 }

@@ -3297,3 +3297,248 @@ Test(tensorctl, npy_inspect_says_the_header_and_whether_the_data_is_whole)
 	free(out);
 	tu_daemon_stop(&d, false);
 }
+
+/*
+ * Ctrl-C in the middle of a command that publishes several tensors (load
+ * of a .tgm or Hurray file, zarr import): the shim raises SIGINT just
+ * after the first of two publishes returns. It killed tensorctl there,
+ * the first tensor left published although the command is all or
+ * nothing and nothing was said. It now stops between the two, deletes
+ * what it published, says so and dies of the signal; with --partial
+ * --json the one error document lists what it kept.
+ */
+static int publish_interrupted(const struct tu_daemon *d, char **out,
+			       char **err, const char *const *argv)
+{
+	char spec[32];
+	int rc;
+
+	snprintf(spec, sizeof(spec), "%d:1", SIGINT);
+	tu_shim_on("TD_RAISE_AFTER_PUBLISH", spec);
+	rc = ctl_run(d, NULL, out, err, argv);
+	tu_shim_off("TD_RAISE_AFTER_PUBLISH");
+	return rc;
+}
+
+/* "t" and "u" of d saved as path (a .tgm or .hrry by its name) */
+static void save_two(struct tu_daemon *d, char *path, size_t len,
+		     const char *file)
+{
+	char *err;
+
+	put_zeros(d, "u", 4096);
+	path_in(path, len, d, file);
+	cr_assert_eq(CTL(d, NULL, &err, "save", "t", "u", "-o", path), 0,
+		     "%s", err);
+	free(err);
+}
+
+static void interrupted_load(const char *file, const char *said)
+{
+	struct tu_daemon d;
+	char path[160], *out, *err;
+	int rc;
+
+	start(&d);
+	save_two(&d, path, sizeof(path), file);
+	rc = publish_interrupted(
+		&d, &out, &err,
+		(const char *const[]){"load", path, "--prefix", "L/", NULL});
+	cr_expect_eq(rc, 128 + SIGINT, "exit %d: %s", rc, err);
+	cr_expect(strstr(err, "interrupted by signal 2"), "%s", err);
+	cr_expect(strstr(err, said), "%s", err);
+	cr_expect(!exists(&d, "L/t") && !exists(&d, "L/u"),
+		  "a tensor outlived the interrupted load");
+	free(out);
+	free(err);
+	/* --partial keeps the first; --json says so in its one document */
+	rc = publish_interrupted(
+		&d, &out, &err,
+		(const char *const[]){"load", path, "--prefix", "P/",
+				      "--partial", "--json", NULL});
+	cr_expect_eq(rc, 128 + SIGINT, "exit %d: %s", rc, err);
+	cr_expect(strstr(out, "{\"error\":{\"kind\":\"interrupted\","
+			      "\"errno\":4,"),
+		  "%s", out);
+	cr_expect(strstr(out, "\"published\":[{\"name\":\"P/t\""), "%s",
+		  out);
+	cr_expect_eq(strchr(out, '\n') - out + 1, (long)strlen(out),
+		     "not one JSON line: %s", out);
+	cr_expect(exists(&d, "P/t") && !exists(&d, "P/u"));
+	free(out);
+	free(err);
+	tu_daemon_stop(&d, false);
+}
+
+Test(tensorctl, sigint_during_a_tgm_load_rolls_back)
+{
+	interrupted_load("two.tgm", "1 of 2 object(s) published before "
+				    "this failure; 1 deleted again");
+}
+
+Test(tensorctl, sigint_during_a_hrry_load_rolls_back)
+{
+	interrupted_load("two.hrry", "1 tensor(s) published before the "
+				     "failure, 1 removed again");
+}
+
+Test(tensorctl, sigint_during_a_zarr_import_rolls_back)
+{
+	struct tu_daemon d;
+	char dir[160], *out, *err;
+	int rc;
+
+	start(&d);
+	put_zeros(&d, "u", 4096);
+	path_in(dir, sizeof(dir), &d, "two.zarr");
+	cr_assert_eq(CTL(&d, NULL, &err, "zarr", "export", dir, "t", "u"), 0,
+		     "%s", err);
+	free(err);
+	rc = publish_interrupted(
+		&d, &out, &err,
+		(const char *const[]){"zarr", "import", dir, "--prefix", "Z/",
+				      NULL});
+	cr_expect_eq(rc, 128 + SIGINT, "exit %d: %s", rc, err);
+	cr_expect(strstr(err, "interrupted by signal 2"), "%s", err);
+	cr_expect(strstr(err, "1 array(s) published before this failure; "
+			      "1 deleted again"),
+		  "%s", err);
+	cr_expect(!exists(&d, "Z/t") && !exists(&d, "Z/u"),
+		  "an array outlived the interrupted import");
+	free(out);
+	free(err);
+	tu_daemon_stop(&d, false);
+}
+
+/* a size with junk before its digits was read by strtoull: " -1" as
+ * 16 EiB (no limit), "+5" and " 5" as 5 */
+Test(tensorctl, max_bytes_takes_digits_only)
+{
+	static const char *const bad[] = {" -1", "+5", " 5", "-1", "1e3",
+					  "0x10", "1k", ""};
+	struct tu_daemon d;
+	char *out;
+
+	start(&d);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		cr_expect_eq(CTL(&d, &out, NULL, "--json", "inspect",
+				 "--max-bytes", bad[i], "-"),
+			     2, "--max-bytes '%s' taken", bad[i]);
+		cr_expect(strstr(out, "\"kind\":\"usage\""), "%s", out);
+		free(out);
+	}
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * The daemon gone part-way (stopped, restarted, crashed) is no refusal:
+ * a watch that lost its connection said kind "daemon", as if the daemon
+ * had said no, where a script looks for "connect" to know it should
+ * start one or wait. It is "connect" now, and says what happened.
+ */
+Test(tensorctl, a_daemon_gone_part_way_is_kind_connect)
+{
+	struct tu_daemon d;
+	char *got[1] = {NULL};
+	int p[2], st;
+	pid_t pid;
+
+	start(&d);
+	cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+	pid = tu_fork();
+	if (pid == 0) {
+		dup2(p[1], 1);
+		execl(ctl_bin(), ctl_bin(), "--socket", d.sock, "--json",
+		      "watch", "w", (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	/* the watch is in place once the daemon counts it */
+	for (int i = 0, in_place = 0; !in_place; i++) {
+		char *out;
+
+		cr_assert_lt(i, 2000, "the watch never came");
+		cr_assert_eq(CTL(&d, &out, NULL, "status", "--json"), 0);
+		in_place = strstr(out, "\"watches\":1") != NULL;
+		free(out);
+		usleep(10000);
+	}
+	tu_daemon_kill(&d);
+	st = tu_collect(pid, 1, (int[]){p[0]}, got, TU_WAIT_S, "watch");
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %#x", st);
+	cr_expect(strstr(got[0], "{\"error\":{\"kind\":\"connect\","
+				 "\"errno\":104,"),
+		  "%s", got[0]);
+	cr_expect(strstr(got[0], "the daemon closed the connection"), "%s",
+		  got[0]);
+	free(got[0]);
+}
+
+/*
+ * load chose a Hurray file by the first word not starting with '-':
+ * with an option before the file (`load --prefix P/ FILE.hrry`, which the
+ * docs allow) that was the option's value, so the file was read as a
+ * .tgm ("no complete .tgm message found"). Option values are stepped
+ * over now, abbreviations and "--" included.
+ */
+Test(tensorctl, load_finds_a_hurray_file_after_options)
+{
+	struct tu_daemon d;
+	char hrry[160], bin[160], *err;
+	int rc;
+
+	start(&d);
+	save_two(&d, hrry, sizeof(hrry), "two.hrry");
+	path_in(bin, sizeof(bin), &d, "two.bin");
+	cr_assert_eq(CTL(&d, NULL, &err, "save", "t", "-o", bin, "--format",
+			 "hrry"),
+		     0, "%s", err);
+	free(err);
+	rc = CTL(&d, NULL, &err, "load", "--prefix", "A/", hrry);
+	cr_expect_eq(rc, 0, "%s", err);
+	free(err);
+	/* by its magic, and an abbreviated option */
+	rc = CTL(&d, NULL, &err, "load", "--pre", "B/", "--max-bytes", "1M",
+		 bin);
+	cr_expect_eq(rc, 0, "%s", err);
+	free(err);
+	rc = CTL(&d, NULL, &err, "load", "--prefix", "C/", "--", bin);
+	cr_expect_eq(rc, 0, "%s", err);
+	free(err);
+	cr_expect(exists(&d, "A/t") && exists(&d, "A/u"));
+	cr_expect(exists(&d, "B/t") && exists(&d, "C/t"));
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * "--json" anywhere on the line made the results JSON, as the value of
+ * an option too: `put x --meta --json F` stored the metadata "--json"
+ * and printed JSON that nobody asked for, which a script reading the
+ * text then misread. Only the option makes results JSON now; errors
+ * stay JSON whenever the word is there (a usage error may come before
+ * getopt reaches it).
+ */
+Test(tensorctl, json_as_an_option_value_is_no_json_option)
+{
+	struct tu_daemon d;
+	char in[160], *out, *err;
+
+	start(&d);
+	path_in(in, sizeof(in), &d, "six.bin");
+	write_file(in, "abcdef", 6);
+	cr_assert_eq(CTL(&d, &out, &err, "put", "m", "--meta", "--json",
+			 "--dtype", "u8", "--shape", "6", in),
+		     0, "%s", err);
+	cr_expect_str_eq(out, "m version 2\n");
+	free(out);
+	free(err);
+	cr_assert_eq(CTL(&d, &out, NULL, "stat", "m"), 0);
+	cr_expect(strstr(out, "  metadata (6 B): --json\n"), "%s", out);
+	free(out);
+	/* a usage error before getopt reached --json: still JSON */
+	cr_expect_eq(CTL(&d, &out, NULL, "put", "--bogus", "--json"), 2);
+	cr_expect(!strncmp(out, "{\"error\":{\"kind\":\"usage\"", 24), "%s",
+		  out);
+	free(out);
+	tu_daemon_stop(&d, false);
+}

@@ -16,6 +16,7 @@
 
 const char *tctl_socket;
 int tctl_json;
+int tctl_json_errors;
 int tctl_raw_bytes;
 
 char *tctl_size(char buf[32], uint64_t bytes)
@@ -72,7 +73,7 @@ int tctl_fail(int status, const char *kind, int err, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(reason, sizeof(reason), fmt, ap);
 	va_end(ap);
-	if (!tctl_json) {
+	if (!tctl_json && !tctl_json_errors) {
 		fflush(stdout);
 		fprintf(stderr, "tensorctl: %s\n", reason);
 		return status;
@@ -93,7 +94,7 @@ int tctl_fail(int status, const char *kind, int err, const char *fmt, ...)
 
 void tctl_json_hold(void)
 {
-	json_hold = tctl_json;
+	json_hold = tctl_json || tctl_json_errors;
 }
 
 void tctl_json_held_add(const char *key, struct json_object *val)
@@ -116,6 +117,15 @@ void tctl_json_held_print(void)
 
 int tctl_refused(const char *what, int rc, const struct td_error *e)
 {
+	/* the connection lost part-way (libtensord says ECONNRESET): the
+	 * daemon stopped, restarted or crashed; it refused nothing, and a
+	 * script tells the two apart by the kind, as for a connect */
+	if (rc == -ECONNRESET)
+		return tctl_fail(TCTL_REFUSED, "connect", -rc,
+				 "%s: %s (the daemon closed the connection: "
+				 "it stopped, restarted or crashed)",
+				 what, e->reason[0] ? e->reason
+						    : strerror(-rc));
 	return tctl_fail(TCTL_REFUSED, "daemon", -rc, "%s: %s", what,
 			 e->reason[0] ? e->reason : strerror(-rc));
 }
@@ -127,7 +137,9 @@ int tctl_parse_size(const char *s, uint64_t *v)
 	uint64_t x;
 	char *end;
 
-	if (!s || !*s || *s == '-')
+	/* digits first: strtoull would also take blanks, '+' and a '-'
+	 * after a blank (" -1", a wrapped 16 EiB, read as no limit) */
+	if (!s || *s < '0' || *s > '9')
 		return -EINVAL;
 	errno = 0;
 	x = strtoull(s, &end, 10);

@@ -18,6 +18,7 @@
 
 #include "input.h"
 #include "td-json.h"
+#include "output.h"
 #include "tensorctl.h"
 #include "tgm-desc.h"
 #include "tgm.h"
@@ -448,7 +449,10 @@ static int publish(struct obj **objs, size_t n, struct tgm_src *s,
 
 	if (partial)
 		tctl_json_hold(); /* the error says what was kept */
-	while (!rc && done < n) {
+	/* Ctrl-C: stop between two objects and roll back, as for a refusal
+	 * (it killed tensorctl with what it had published left behind) */
+	tctl_publish_guard(1);
+	while (!rc && !(rc = tctl_publish_check(s->path)) && done < n) {
 		rc = publish_one(objs[done], s, c, &versions[done]);
 		if (!rc)
 			done++;
@@ -470,6 +474,7 @@ static int publish(struct obj **objs, size_t n, struct tgm_src *s,
 		tctl_json_held_add("published",
 		               published_json(objs, versions, done,
 		                              json_object_new_array()));
+	tctl_publish_guard(0);
 	free(versions);
 	return rc;
 }
@@ -546,26 +551,29 @@ struct load_opts {
 	bool one_message, partial;
 };
 
+enum {
+	O_MESSAGE = TCTL_OPT_FIRST_OWN,
+	O_VARKEY,
+	O_PREFIX,
+	O_PARTIAL,
+	O_MAX_BYTES,
+	O_FORMAT,
+};
+
+/* every option of load, .tgm's and Hurray's (hrry.c's refuses some) */
+static const struct option opts[] = {
+        {"message", required_argument, NULL, O_MESSAGE},
+        {"variable-key", required_argument, NULL, O_VARKEY},
+        /* zarr export's name for the same path */
+        {"name-key", required_argument, NULL, O_VARKEY},
+        {"prefix", required_argument, NULL, O_PREFIX},
+        {"partial", no_argument, NULL, O_PARTIAL},
+        {"max-bytes", required_argument, NULL, O_MAX_BYTES},
+        {"format", required_argument, NULL, O_FORMAT},
+        TCTL_COMMON_OPTIONS};
+
 static int load_opts(int argc, char **argv, struct load_opts *lo)
 {
-	enum {
-		O_MESSAGE = TCTL_OPT_FIRST_OWN,
-		O_VARKEY,
-		O_PREFIX,
-		O_PARTIAL,
-		O_MAX_BYTES,
-		O_FORMAT,
-	};
-	static const struct option opts[] = {
-	        {"message", required_argument, NULL, O_MESSAGE},
-	        {"variable-key", required_argument, NULL, O_VARKEY},
-	        /* zarr export's name for the same path */
-	        {"name-key", required_argument, NULL, O_VARKEY},
-	        {"prefix", required_argument, NULL, O_PREFIX},
-	        {"partial", no_argument, NULL, O_PARTIAL},
-	        {"max-bytes", required_argument, NULL, O_MAX_BYTES},
-	        {"format", required_argument, NULL, O_FORMAT},
-	        TCTL_COMMON_OPTIONS};
 	const char *why;
 	int rc, o;
 
@@ -713,7 +721,7 @@ static int load_tgm(int argc, char **argv)
 /* a Hurray file by its name or magic (hrry.c), else .tgm messages */
 int cmd_load(int argc, char **argv)
 {
-	if (tctl_hrry_wanted(argc, argv, 1))
+	if (tctl_hrry_wanted(argc, argv, 1, opts))
 		return cmd_load_hrry(argc, argv);
 	return load_tgm(argc, argv);
 }

@@ -365,7 +365,7 @@ out:
 /* .hrry by the -o name or --format hrry (hrry.c), else a .tgm message */
 int cmd_save(int argc, char **argv)
 {
-	if (tctl_hrry_wanted(argc, argv, 0))
+	if (tctl_hrry_wanted(argc, argv, 0, NULL))
 		return cmd_save_hrry(argc, argv);
 	return save_tgm(argc, argv);
 }

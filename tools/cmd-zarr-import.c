@@ -20,6 +20,7 @@
 
 #include <json-c/json.h>
 
+#include "output.h"
 #include "td-zarr.h"
 #include "tensorctl.h"
 #include "wire.h"
@@ -346,7 +347,7 @@ static void print_imp(const struct imp *m, uint64_t version)
  * refusal deletes what was published again, newest first, as load does
  * (tctl_roll_back_one()). TCTL_ status. */
 static int publish_all(struct td_client *c, int top, struct imp *ims,
-                       size_t n, bool partial)
+                       size_t n, bool partial, const char *dir)
 {
 	struct json_object *out = json_object_new_array();
 	uint64_t *versions = calloc(n ? n : 1, sizeof(*versions));
@@ -357,7 +358,9 @@ static int publish_all(struct td_client *c, int top, struct imp *ims,
 
 	if (partial)
 		tctl_json_hold(); /* the error says what was kept */
-	for (i = 0; !rc && i < n; i++) {
+	/* Ctrl-C: stop between two arrays and roll back (cmd-load.c) */
+	tctl_publish_guard(1);
+	for (i = 0; !rc && !(rc = tctl_publish_check(dir)) && i < n; i++) {
 		if (!ims[i].tensor[0])
 			continue;
 		rc = publish_imp(c, top, &ims[i], &versions[i]);
@@ -399,6 +402,7 @@ static int publish_all(struct td_client *c, int top, struct imp *ims,
 	} else if (partial) {
 		tctl_json_held_add("published", json_object_get(out));
 	}
+	tctl_publish_guard(0);
 	json_object_put(out);
 	free(versions);
 	return rc;
@@ -484,7 +488,7 @@ int cmd_zarr_import(int argc, char **argv)
 	}
 	rc = tctl_connect(&c);
 	if (!rc)
-		rc = publish_all(c, top, ims, n, partial);
+		rc = publish_all(c, top, ims, n, partial, dir);
 done:
 	json_object_put(root);
 	for (size_t i = 0; i < n; i++) {

@@ -198,7 +198,7 @@ int tctl_usage(const char *cmd, const char *fmt, ...)
 	va_end(ap);
 	tctl_fail(TCTL_USAGE, "usage", 22 /* EINVAL */, "%s%s%s",
 		  cmd ? cmd : "", cmd ? ": " : "", reason);
-	if (!tctl_json && cmd && find(cmd))
+	if (!tctl_json && !tctl_json_errors && cmd && find(cmd))
 		fprintf(stderr, "usage: tensorctl %s\n"
 				"Try 'tensorctl %s --help'.\n",
 			find(cmd)->synopsis, cmd);

@@ -27,9 +27,30 @@ int inspect_hrry_sniff(const uint8_t *buf, size_t len)
 	return len >= 8 && !memcmp(buf, "HRRYFILE", 8);
 }
 
+/* Whether a (a word of argv) is a long option of opts whose value is the
+ * next word: "--prefix P", or an abbreviation getopt_long takes. */
+static int value_follows(const char *a, const struct option *opts)
+{
+	const struct option *hit = NULL;
+	size_t n;
+
+	if (!opts || strncmp(a, "--", 2) || !a[2] || strchr(a, '='))
+		return 0;
+	n = strlen(a + 2);
+	for (; opts->name; opts++) {
+		if (!strcmp(a + 2, opts->name))
+			return opts->has_arg == required_argument;
+		if (!strncmp(a + 2, opts->name, n))
+			hit = opts; /* an ambiguous one getopt refuses */
+	}
+	return hit && hit->has_arg == required_argument;
+}
+
 /* Does argv name a Hurray file (by --format, extension or, for load,
- * the magic of the existing file)? */
-int tctl_hrry_wanted(int argc, char **argv, int by_magic)
+ * the magic of the existing file)? opts: the command's options, so that
+ * an option's value ("--prefix P/") is not taken for the file. */
+int tctl_hrry_wanted(int argc, char **argv, int by_magic,
+		     const struct option *opts)
 {
 	const char *file = NULL, *format = NULL;
 	for (int i = 1; i < argc; i++) {
@@ -49,9 +70,16 @@ int tctl_hrry_wanted(int argc, char **argv, int by_magic)
 		if (format)
 			return !strcmp(format, "hrry");
 	}
-	for (int i = 1; !file && i < argc; i++)
-		if (argv[i][0] != '-')
+	for (int i = 1; !file && i < argc; i++) {
+		if (!strcmp(argv[i], "--")) { /* operands only after it */
+			file = i + 1 < argc ? argv[i + 1] : NULL;
+			break;
+		}
+		if (value_follows(argv[i], opts))
+			i++;
+		else if (argv[i][0] != '-')
 			file = argv[i];
+	}
 	if (!file)
 		return 0;
 	size_t n = strlen(file);
@@ -491,6 +519,22 @@ static int load_one(struct loaded *l, struct td_hrry_file_reader *r,
 	return TCTL_OK;
 }
 
+/* A load done: what it published and refused, as a table or JSON. */
+static int loaded_done(struct loaded *l, const char *path)
+{
+	struct json_object *j;
+
+	if (!tctl_json) {
+		print_loaded(l, path);
+		return TCTL_OK;
+	}
+	j = json_object_new_object();
+	json_object_object_add(j, "published", l->published);
+	json_object_object_add(j, "refused", l->refused);
+	l->published = l->refused = NULL;
+	return tctl_json_print(j);
+}
+
 /* All or nothing (as for .tgm): a failure deletes what was published,
  * newest first. */
 static void unpublish(struct loaded *l)
@@ -678,7 +722,9 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 	l.refused = json_object_new_array();
 	if (partial)
 		tctl_json_hold(); /* the error says what was kept */
-	for (uint64_t i = 0; i < n; i++) {
+	tctl_publish_guard(1); /* Ctrl-C: roll back too (cmd-load.c) */
+	/* a signal: looked for before each tensor and after the last */
+	for (uint64_t i = 0; !(rc = tctl_publish_check(path)) && i < n; i++) {
 		struct td_hrry_entry en;
 		td_hrry_file_reader_entry(r, i, &en);
 		memset(&e, 0, sizeof(e));
@@ -694,8 +740,7 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 			rc = tctl_fail(TCTL_REFUSED, "io", -r2, "%s: %.*s: %s: %s",
 				       path, (int)en.name_len, en.name,
 				       td_hrry_error_name(e.kind), e.reason);
-			load_failed(&l, path, partial);
-			goto out;
+			break;
 		}
 		if (r2) {
 			refused(&l, en.name, en.name_len,
@@ -719,22 +764,16 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 			continue;
 		}
 		rc = load_one(&l, r, &en, d, prefix);
-		if (rc) {
-			load_failed(&l, path, partial);
-			goto out;
-		}
+		if (rc)
+			break;
 	}
-	if (tctl_json) {
-		struct json_object *j = json_object_new_object();
-		json_object_object_add(j, "published", l.published);
-		json_object_object_add(j, "refused", l.refused);
-		l.published = l.refused = NULL;
-		rc = tctl_json_print(j);
-	} else {
-		print_loaded(&l, path);
-		rc = TCTL_OK;
+	if (rc) { /* what was published goes again, unless --partial */
+		load_failed(&l, path, partial);
+		goto out;
 	}
+	rc = loaded_done(&l, path);
 out:
+	tctl_publish_guard(0);
 	json_object_put(l.published);
 	json_object_put(l.refused);
 	for (uint64_t i = 0; l.names && i < l.count; i++)

@@ -46,6 +46,13 @@ static void on_kick(int sig)
 
 static void on_signal(int sig)
 {
+	/* a publish loop's second signal: the first one's roll back is
+	 * waited for no longer (a daemon that does not answer) */
+	if (in_write == 2 && got_signal) {
+		signal(sig, SIG_DFL);
+		raise(sig);
+		return;
+	}
 	if (in_write) {
 		/* the write loop stops (EINTR, or EPIPE for SIGPIPE); the
 		 * first signal is the one main() ends with */
@@ -81,6 +88,20 @@ int tctl_interrupted(void)
 void tctl_write_guard(int on)
 {
 	in_write = on ? 1 : 0;
+}
+
+void tctl_publish_guard(int on)
+{
+	in_write = on ? 2 : 0;
+}
+
+int tctl_publish_check(const char *path)
+{
+	if (!got_signal)
+		return TCTL_OK;
+	return tctl_fail(TCTL_REFUSED, "interrupted", EINTR,
+			 "%s: interrupted by signal %d", path,
+			 (int)got_signal);
 }
 
 static int fail_io(const struct tctl_out *o, int err, const char *what)

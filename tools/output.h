@@ -85,5 +85,17 @@ int tctl_interrupted(void);
  * removes what it made and returns.
  */
 void tctl_write_guard(int on);
+/*
+ * A loop that publishes (load, zarr import: all or nothing) under the
+ * same rule: between tctl_publish_guard(1) and (0) the first signal only
+ * sets tctl_interrupted() (tctl_publish_check() stops the loop between
+ * two tensors, which then deletes what it published, and main() dies of
+ * the signal); a second one kills at once.
+ */
+void tctl_publish_guard(int on);
+/* In a loop under tctl_publish_guard(1), before each publish and after
+ * the last: TCTL_OK, or once a signal came the interruption reported
+ * (kind "interrupted", naming path), for the loop to stop and roll back. */
+int tctl_publish_check(const char *path);
 
 #endif

@@ -93,10 +93,13 @@ static int run(int argc, char **argv)
 
 	if (argc > 1 && !strcmp(argv[1], TCTL_COMPLETE))
 		return tctl_complete(&cli, argc - 2, argv + 2);
-	/* --json anywhere: even a usage error is reported as JSON */
-	for (int i = 1; i < argc; i++)
+	/* --json anywhere: even a usage error is reported as JSON (results
+	 * are JSON once getopt takes it as an option: it set results as
+	 * JSON when it was an option's value, `--meta --json`, or a name
+	 * after "--") */
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
 		if (!strcmp(argv[i], "--json"))
-			tctl_json = 1;
+			tctl_json_errors = 1;
 	opterr = 0;
 	/* global options come before the command ('+': stop there) */
 	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
@@ -107,6 +110,7 @@ static int run(int argc, char **argv)
 			tctl_socket = optarg;
 			break;
 		case TCTL_OPT_JSON:
+			tctl_json = 1;
 			break;
 		case TCTL_OPT_BYTES:
 			tctl_raw_bytes = 1;
@@ -125,7 +129,7 @@ static int run(int argc, char **argv)
 		}
 	}
 	if (optind >= argc) {
-		if (!tctl_json)
+		if (!tctl_json_errors)
 			tctl_help_all(stderr);
 		return tctl_usage(NULL, "no command given");
 	}

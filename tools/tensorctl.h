@@ -20,6 +20,10 @@ enum {
 
 /* --json: results and errors as JSON on stdout */
 extern int tctl_json;
+/* --json anywhere on the line (before "--"), an option's value too: errors
+ * are JSON even when the command line fails before --json is parsed;
+ * results only with tctl_json (`put x --meta --json F` is no --json) */
+extern int tctl_json_errors;
 /* --bytes: sizes as raw byte counts instead of KiB, MiB, ... */
 extern int tctl_raw_bytes;
 
@@ -184,8 +188,10 @@ int inspect_hrry(const char *path, const uint8_t *buf, size_t len, int json);
 /* 1 when buf starts with the HRRYFILE magic */
 int inspect_hrry_sniff(const uint8_t *buf, size_t len);
 /* 1 when a load/save command line names a Hurray file (--format hrry,
- * a .hrry name, or with by_magic an existing file with the magic) */
-int tctl_hrry_wanted(int argc, char **argv, int by_magic);
+ * a .hrry name, or with by_magic an existing file with the magic);
+ * opts: the command's option table, whose values are no file */
+int tctl_hrry_wanted(int argc, char **argv, int by_magic,
+		     const struct option *opts);
 int cmd_load_hrry(int argc, char **argv);
 /* The metadata save keeps for the Hurray tensor e (KV
  * "tensord:NAME#meta", bytes; a snapshot's key too), or NULL with *len 0. */
