@@ -428,6 +428,59 @@ static struct json_object *sorted(struct json_object *o, int *bad)
 	}
 }
 
+/* The length of the UTF-8 sequence at t (of n bytes) and its code point,
+ * or 0 where it is none: json-c gives a string's bytes as they are. */
+static size_t utf8_seq(const unsigned char *t, size_t n, uint32_t *cp)
+{
+	size_t k = t[0] >= 0xf0 ? 4 : t[0] >= 0xe0 ? 3 : t[0] >= 0xc0 ? 2 : 0;
+
+	if (!k || k > n)
+		return 0;
+	*cp = t[0] & (0x3f >> (k - 1));
+	for (size_t i = 1; i < k; i++) {
+		if ((t[i] & 0xc0) != 0x80)
+			return 0;
+		*cp = *cp << 6 | (t[i] & 0x3f);
+	}
+	return *cp <= 0x10ffff ? k : 0;
+}
+
+/*
+ * The text in ASCII: every character past U+007F as a \uXXXX escape (a
+ * surrogate pair past U+FFFF), as Python's json.dumps writes it. Only
+ * strings hold such bytes, where the escape is the same string; a reader
+ * that takes its keys as ASCII (zarr-python 2, and so Dask and xarray,
+ * decode .zmetadata, .zarray and .zattrs so) then reads a store whose
+ * metadata or names hold "é" instead of failing on the whole group.
+ */
+static char *ascii_text(const char *t, size_t l, size_t *len)
+{
+	const unsigned char *u = (const unsigned char *)t;
+	char *out = l < SIZE_MAX / 3 ? malloc(3 * l + 1) : NULL, *w = out;
+	uint32_t cp;
+	size_t k;
+
+	if (!out)
+		return NULL;
+	for (size_t i = 0; i < l; i += k) {
+		k = u[i] < 0x80 ? 0 : utf8_seq(u + i, l - i, &cp);
+		if (!k) {
+			*w++ = t[i];
+			k = 1;
+		} else if (cp < 0x10000) {
+			w += sprintf(w, "\\u%04x", (unsigned)cp);
+		} else {
+			cp -= 0x10000;
+			w += sprintf(w, "\\u%04x\\u%04x",
+			             (unsigned)(0xd800 + (cp >> 10)),
+			             (unsigned)(0xdc00 + (cp & 0x3ff)));
+		}
+	}
+	*w = 0;
+	*len = (size_t)(w - out);
+	return out;
+}
+
 char *td_zarr_text(struct json_object *o, size_t *len)
 {
 	int bad = 0;
@@ -442,7 +495,7 @@ char *td_zarr_text(struct json_object *o, size_t *len)
 	}
 	t = json_object_to_json_string_length(s, TD_JSON_FLAGS, &l);
 	if (t)
-		out = strndup(t, l);
+		out = ascii_text(t, l, &l);
 	if (out && len)
 		*len = l;
 	json_object_put(s);

@@ -56,6 +56,42 @@ static PyObject *array_from(PyObject *obj)
 }
 
 /*
+ * put()'s own refusals of its array and metadata (a dtype with no blob
+ * code, too many dimensions, torch's refusal to give numpy a tensor that
+ * requires grad, ...) say which tensor: a loop publishing a model's
+ * state_dict learns which entry it was. The exception keeps its type,
+ * the original as its __cause__.
+ */
+static void put_names(const char *name)
+{
+	PyObject *type, *value, *tb, *msg, *exc = NULL;
+
+	PyErr_Fetch(&type, &value, &tb);
+	PyErr_NormalizeException(&type, &value, &tb);
+	if (!value)
+		goto keep;
+	if (tb)
+		PyException_SetTraceback(value, tb);
+	msg = PyUnicode_FromFormat("put(\"%s\"): %S", name, value);
+	exc = msg ? PyObject_CallOneArg(type, msg) : NULL;
+	Py_XDECREF(msg);
+	if (!exc || !PyExceptionInstance_Check(exc)) {
+		/* a type that takes no one message: the original as it was */
+		PyErr_Clear();
+		Py_XDECREF(exc);
+		goto keep;
+	}
+	PyException_SetCause(exc, value); /* steals value */
+	Py_XDECREF(tb);
+	PyErr_SetObject(type, exc);
+	Py_DECREF(type);
+	Py_DECREF(exc);
+	return;
+keep:
+	PyErr_Restore(type, value, tb);
+}
+
+/*
  * put(name, array, metadata=None, pin=False, stream=False): copy into a
  * loan, publish. stream: the loan is the name's stream loan
  * (TD_ALLOC_STREAM, named), whose buffers libtensord keeps mapped: a loop
@@ -78,30 +114,31 @@ PyObject *tdpy_client_put(ClientObject *self, PyObject *args, PyObject *kw)
 	Py_buffer mb;
 	uint64_t size, version = 0;
 	int pin = 0, stream = 0, code, rc;
+	char what[TD_NAME_MAX + 32];
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O|Opp", kwlist,
 					 tdpy_conv_name, &name, &obj, &meta,
 					 &pin, &stream))
 		return NULL;
 	if (!array_like(obj))
-		return PyErr_Format(PyExc_TypeError, "put() needs an array "
-				    "(numpy, buffer protocol or "
-				    "__array_interface__), not %.100s",
+		return PyErr_Format(PyExc_TypeError, "put(\"%s\") needs an "
+				    "array (numpy, buffer protocol or "
+				    "__array_interface__), not %.100s", name,
 				    Py_TYPE(obj)->tp_name);
 	src = array_from(obj);
 	if (!src)
-		return NULL;
+		goto refused;
 	if (PyArray_NDIM((PyArrayObject *)src) > TDPY_MAX_DIMS) {
-		PyErr_Format(PyExc_ValueError, "at most %d dimensions",
-			     TDPY_MAX_DIMS);
-		goto fail;
+		PyErr_Format(PyExc_ValueError, "at most %d dimensions, not %d",
+			     TDPY_MAX_DIMS, PyArray_NDIM((PyArrayObject *)src));
+		goto refused;
 	}
 	code = tdpy_dtype_of(PyArray_DESCR((PyArrayObject *)src));
 	if (code < 0)
-		goto fail;
+		goto refused;
 	size = (uint64_t)PyArray_NBYTES((PyArrayObject *)src);
 	if (tdpy_meta_get(meta, &mb) < 0)
-		goto fail;
+		goto refused;
 	c = tdpy_client_enter(self);
 	if (!c) {
 		PyBuffer_Release(&mb);
@@ -113,7 +150,8 @@ PyObject *tdpy_client_put(ClientObject *self, PyObject *args, PyObject *kw)
 						  &a, &e));
 	if (rc < 0) {
 		PyBuffer_Release(&mb);
-		tdpy_raise(rc, &e, "put: alloc");
+		snprintf(what, sizeof(what), "put(\"%s\"): alloc", name);
+		tdpy_raise(rc, &e, what);
 		goto fail;
 	}
 	/* one copy, C order, native byte order, into the loan's pages */
@@ -149,9 +187,13 @@ PyObject *tdpy_client_put(ClientObject *self, PyObject *args, PyObject *kw)
 	TDPY_CALL(self, rc, td_client_publish_alloc(c, a, &p, &version, &e));
 	PyBuffer_Release(&mb);
 	Py_DECREF(src);
-	if (rc < 0)
-		return tdpy_raise(rc, &e, "put");
+	if (rc < 0) {
+		snprintf(what, sizeof(what), "put(\"%s\")", name);
+		return tdpy_raise(rc, &e, what);
+	}
 	return PyLong_FromUnsignedLongLong(version);
+refused:
+	put_names(name);
 fail:
 	Py_XDECREF(src);
 	return NULL;

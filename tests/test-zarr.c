@@ -188,6 +188,39 @@ Test(meta, metadata_with_our_keys_is_kept_whole)
 	free(txt);
 }
 
+/*
+ * zarr-python 2 (and so Dask and xarray) decodes .zmetadata, .zarray and
+ * .zattrs as ASCII: one tensor whose str metadata held "é" (UTF-8 as
+ * json-c printed it) made the whole /zarr-v2/ group unreadable
+ * (UnicodeDecodeError). The texts are ASCII, with \u escapes (a
+ * surrogate pair past U+FFFF), the same strings to any JSON reader.
+ */
+Test(meta, texts_are_ascii_with_unicode_escapes)
+{
+	static const char meta[] = "h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x99\x82";
+	struct td_zarr_tensor t = {.name = "x", .meta = meta,
+	                           .meta_len = sizeof(meta) - 1,
+	                           .quant_axis = -2};
+	struct json_object *back;
+	size_t len;
+	char *txt = td_zarr_text(td_zarr_tensor_attrs(&t), &len);
+
+	cr_assert(txt);
+	cr_assert_eq(len, strlen(txt));
+	for (size_t i = 0; i < len; i++)
+		cr_assert(!(txt[i] & 0x80), "byte %zu of %s is not ASCII", i,
+		          txt);
+	cr_assert_str_eq(txt, "{\"_tensord_meta\":\"h\\u00e9llo \\u20ac "
+	                      "\\ud83d\\ude42\",\"_tensord_name\":\"x\"}");
+	back = json_tokener_parse(txt);
+	cr_assert(back);
+	cr_assert_str_eq(json_object_get_string(
+	                         json_object_object_get(back, "_tensord_meta")),
+	                 meta);
+	json_object_put(back);
+	free(txt);
+}
+
 Test(meta, group_consolidates_every_array)
 {
 	static const uint64_t s[] = {2};

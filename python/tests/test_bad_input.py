@@ -341,6 +341,41 @@ def test_errors_name_what_was_wrong(client):
         client.put("bad/c", np.zeros(2, np.complex64))
 
 
+def test_put_refusals_name_the_tensor(client):
+    """A loop putting a model's state_dict learns which entry put()
+    refused: its own refusals of the array (no blob dtype, too many
+    dimensions, bad metadata, not an array), the array's own refusal to
+    become one (torch: a tensor that requires grad, bfloat16) and the
+    daemon's (a size past --max-bytes) all say put("NAME"), keeping
+    their type (the original exception as __cause__). They said only
+    what, not which tensor."""
+    huge = np.lib.stride_tricks.as_strided(np.zeros(1), shape=(1 << 50,),
+                                           strides=(0,))
+    refused = {
+        "sd/mask": (np.ones(3, np.bool_), {}, TypeError),
+        "sd/cplx": (np.ones(3, np.complex64), {}, TypeError),
+        "sd/deep": (np.zeros((1,) * 17), {}, ValueError),
+        "sd/meta": (np.zeros(3), {"metadata": 5}, TypeError),
+        "sd/list": ([1, 2], {}, TypeError),
+        "sd/huge": (huge, {}, tensord.QuotaExceeded),
+    }
+    try:
+        import torch
+        refused["sd/grad"] = (torch.ones(3, requires_grad=True), {},
+                              RuntimeError)
+        refused["sd/bf16"] = (torch.ones(3, dtype=torch.bfloat16), {},
+                              TypeError)
+    except ImportError:
+        pass  # the numpy cases still run
+    for name, (arr, kw, exc) in refused.items():
+        with pytest.raises(exc) as ei:
+            client.put(name, arr, **kw)
+        assert f'put("{name}")' in str(ei.value), (name, str(ei.value))
+        with pytest.raises(tensord.NotFound):
+            client.stat(name)
+    assert client.put("sd/ok", np.ones(3, np.float32)) > 0
+
+
 def test_ring_counts_out_of_range_raise_instead_of_wrapping(client):
     # slots=2**32 + 4 was taken as 4 (and 2**33 as 0: the default)
     for bad in (2**32 + 4, 2**33, -1):
