@@ -403,6 +403,17 @@ static int fd_len(int fd, uint64_t *len, bool *dmabuf, const char **why)
 	return 0;
 }
 
+int td_name_check(const char *name, struct td_error *err)
+{
+	const char *why;
+
+	if (!name)
+		return td__fail(err, -EINVAL, "missing tensor name");
+	if (td_wire_name_check(name, strlen(name), false, &why) < 0)
+		return td__fail(err, -EINVAL, "bad tensor name: %s", why);
+	return 0;
+}
+
 #define PUBLISH_FLAGS \
 	(TD_PUBLISH_PIN | TD_PUBLISH_FENCE | TD_PUBLISH_MODIFIERS)
 

@@ -560,6 +560,18 @@ int tdpy_loan_open(ClientObject *self, OwnerObject *o, uint64_t size)
 	 * buffers stay recycled when readers that may not read every name
 	 * this uid may write mapped them (docs/fastpath.md, "Across names") */
 	name = o->alloc_flags && o->name ? PyUnicode_AsUTF8(o->name) : NULL;
+	/* a name publish() would refuse is refused now, before the user
+	 * fills a loan that the refusal would take */
+	if (o->name && !name) {
+		const char *n = PyUnicode_AsUTF8(o->name);
+
+		rc = n ? td_name_check(n, &e) : -EINVAL;
+		if (rc < 0) {
+			if (n)
+				tdpy_raise(rc, &e, "alloc");
+			return -1;
+		}
+	}
 	TDPY_CALL(self, rc, td_client_alloc_named(c, name, 1, &size,
 						  o->alloc_flags, &o->a, &e));
 	if (rc < 0) {

@@ -64,6 +64,25 @@ def test_names_the_daemon_refuses_raise_its_reason(client):
     assert ei.value.reason
 
 
+def test_alloc_refuses_a_name_publish_would_refuse(client):
+    """A name the daemon refuses is refused by alloc(), before the user
+    fills a loan that publish()'s refusal would take with it (it used to
+    be refused at publish(), the loan then gone)."""
+    for name in ("a b", "/abs", "cam//0"):
+        for kw in ({}, {"format": "rgb8"}):
+            shape = (2, 2, 3) if kw else (4,)
+            with pytest.raises(tensord.Error, match="bad tensor name") \
+                    as ei:
+                client.alloc(name, shape, "u8", **kw)
+            assert ei.value.errno == errno.EINVAL
+            del ei
+    # a good name still works, and its loan publishes
+    a = client.alloc("ok/name", (4,), "u8")
+    a[:] = 7
+    client.publish(a)
+    assert client.get("ok/name")[3] == 7
+
+
 def test_bad_arguments(client):
     with pytest.raises(ValueError):
         client.alloc("bad/a", (-1, 2), "f32")

@@ -418,6 +418,14 @@ TD_EXPORT int td_client_alloc_ex(struct td_client *c, uint32_t plane_count,
 				 const uint64_t *sizes, uint32_t flags,
 				 struct td_alloc **out, struct td_error *err);
 /*
+ * 0 when name is a tensor name the daemon takes (docs/protocol.md: its
+ * bytes and length), else -EINVAL with the reason: a check before work
+ * that a refused name would waste (a loan filled for a publish that
+ * fails).
+ */
+TD_EXPORT int td_name_check(const char *name, struct td_error *err);
+
+/*
  * td_client_alloc_ex() for a loan that will be published as `name` (NULL:
  * td_client_alloc_ex() itself), and only as that name: another is refused
  * with -EINVAL. The uid must be allowed to write the name (-EACCES here,
