@@ -558,10 +558,6 @@ static void ring_close(struct ring *r)
 	atomic_fetch_add(&r->hdr->seq, 1);
 	td__futex_wake((const uint32_t *)&r->hdr->seq, INT_MAX);
 	td__ring_rows_wake(r->rd, r->reader_count);
-	/* a producer thread asleep in td_ring_acquire() while another
-	 * closed its client: it finds the ring ended (ring.h) */
-	atomic_fetch_add(&r->rd->release_seq, 1);
-	td__futex_wake((const uint32_t *)&r->rd->release_seq, INT_MAX);
 	/* readers waiting on a fence it will never signal see CLOSED now */
 	for (uint32_t s = 0; s < r->g.slot_count; s++) {
 		uint32_t pending = TD_RING_FENCE_PENDING;

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <tensord/ring.h>
 #include <tensord/tensord.h>
@@ -480,4 +481,83 @@ Test(threads, closing_the_client_from_another_thread_ends_acquire)
 	td_sub_close(s);
 	td_client_close(rc);
 	tu_daemon_stop(&d, false);
+}
+
+/* ---- asynchronous GETs and td_client_process() from several threads ---- */
+
+#define ASYNC_ROUNDS 100
+
+struct asyncrun {
+	struct td_client *c;
+	_Atomic unsigned asked, answered, bad;
+	char fail[1280];
+};
+
+/* One callback per GET, whichever thread's td_client_process() makes it
+ * (tensord.h: one thread at a time). */
+static void on_get(struct td_client *c, int status, struct td_tensor *t,
+		   const struct td_error *err, void *ud)
+{
+	struct asyncrun *x = ud;
+
+	(void)c;
+	(void)err;
+	if (status == 0 && !plausible(t, 0))
+		atomic_fetch_add(&x->bad, 1);
+	else if (status && status != -ETIMEDOUT && status != -ENOENT)
+		atomic_fetch_add(&x->bad, 1);
+	td_tensor_release(t);
+	atomic_fetch_add(&x->answered, 1);
+}
+
+static void *async_main(void *arg)
+{
+	struct asyncrun *x = arg;
+
+	for (int k = 0; k < ASYNC_ROUNDS; k++) {
+		struct td_error e = {0};
+		int rc = td_client_get_newer_async(x->c, "mt/0", 0, 0, on_get,
+						   x, &e);
+
+		if (rc)
+			FAIL(x, "get_newer_async: %d %s", rc, e.reason);
+		atomic_fetch_add(&x->asked, 1);
+		if ((rc = td_client_process(x->c, &e)) < 0)
+			FAIL(x, "process: %d %s", rc, e.reason);
+	}
+	return NULL;
+}
+
+Test(threads, asynchronous_gets_processed_by_several_threads_each_answer_once)
+{
+	struct asyncrun *x = calloc(1, sizeof(*x));
+	pthread_t tid[THREADS];
+	struct td_error e = {0};
+	struct td_client *p;
+	struct tu_daemon d;
+
+	cr_assert_not_null(x);
+	tu_daemon_start(&d, "warn");
+	x->c = open_client(&d);
+	p = open_client(&d);
+	for (int i = 0; i < THREADS; i++)
+		cr_assert_eq(pthread_create(&tid[i], NULL, async_main, x), 0);
+	/* versions come meanwhile, from another connection */
+	for (int k = 0; k < ROUNDS; k++)
+		cr_assert_eq(put_round(p, "mt/0", 0, k, &e), 0, "%s", e.reason);
+	for (int i = 0; i < THREADS; i++)
+		cr_assert_eq(pthread_join(tid[i], NULL), 0);
+	cr_expect_str_empty(x->fail, "%s", x->fail);
+	/* what is left is answered by the next calls (bounded: hang guard) */
+	for (int i = 0; i < HANG_MS && atomic_load(&x->answered) <
+					   atomic_load(&x->asked); i++) {
+		cr_assert_geq(td_client_process(x->c, &e), 0, "%s", e.reason);
+		usleep(1000);
+	}
+	cr_expect_eq(atomic_load(&x->answered), atomic_load(&x->asked));
+	cr_expect_eq(atomic_load(&x->bad), 0);
+	td_client_close(x->c);
+	td_client_close(p);
+	tu_daemon_stop(&d, false);
+	free(x);
 }
