@@ -9,7 +9,8 @@
  * slot, and a client closed by another thread while its ring's producer
  * waits in td_ring_acquire(). Each test checks the bytes it reads (a
  * torn or foreign tensor fails it); built with -Db_sanitize=thread the
- * suite is the data-race check of libtensord (docs/architecture.md).
+ * suite is the data-race check of libtensord (docs/reliability.md,
+ * "Under ThreadSanitizer").
  */
 #include <criterion/criterion.h>
 #include <errno.h>
