@@ -681,7 +681,8 @@ void td__ring_row_give(struct td_ring_hdr *h, struct td_ring_readers *rd,
 /* Row i is nobody's: holds nothing, never stops the producer. */
 void td__ring_row_free(struct td_ring_hdr *h, struct td_ring_readers *rd,
 		       uint32_t i);
-/* Wake the readers asleep on their own rows among the first n. */
+/* Wake the readers asleep on their own rows among the first n, and the
+ * producer asleep for a slot (the ring closed). */
 void td__ring_rows_wake(struct td_ring_readers *rd, uint32_t n);
 
 /* ---- audit.c: what peer.c reports for operators ---- */

@@ -82,7 +82,11 @@ void td__ring_row_free(struct td_ring_hdr *h, struct td_ring_readers *rd,
 	}
 }
 
-/* Wake every reader asleep on its own row (the ring closed). */
+/*
+ * Wake every reader asleep on its own row (the ring closed), and a
+ * producer thread asleep in td_ring_acquire() while another thread
+ * closed its client: it finds the ring ended (ring.h).
+ */
 void td__ring_rows_wake(struct td_ring_readers *rd, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++) {
@@ -91,4 +95,6 @@ void td__ring_rows_wake(struct td_ring_readers *rd, uint32_t n)
 		if ((w & TD_RING_LOW) == TD_RING_WAIT_ROW)
 			td__futex_wake_word(&rd->rows[i].waiting, w);
 	}
+	atomic_fetch_add(&rd->release_seq, 1);
+	td__futex_wake((const uint32_t *)&rd->release_seq, INT_MAX);
 }

@@ -416,7 +416,9 @@ static int pick(struct td_ring *r)
  * wants (>= 0, returned), at most timeout_ms. Polls as its pace plans,
  * then sleeps on release_seq with prod_waiting = why (TD_RING_PROD_*): a
  * subscriber bumps it and wakes when it releases, or for _READ also when
- * it takes; the daemon when it frees or resets a row. -ETIMEDOUT.
+ * it takes; the daemon when it frees or resets a row, or ends the ring.
+ * -ETIMEDOUT, or what look returns below -1: an error that ends the wait
+ * (pick_look's).
  */
 static int prod_wait(struct td_ring *r, struct td_pace *pace, int timeout_ms,
 		     uint32_t why, int (*look)(struct td_ring *r, uint64_t arg),
@@ -427,7 +429,7 @@ static int prod_wait(struct td_ring *r, struct td_pace *pace, int timeout_ms,
 	int64_t deadline, until;
 	int got = look(r, arg);
 
-	if (got >= 0)
+	if (got >= 0 || got < -1)
 		return got;
 	if (timeout_ms == 0)
 		return -ETIMEDOUT;
@@ -438,6 +440,8 @@ static int prod_wait(struct td_ring *r, struct td_pace *pace, int timeout_ms,
 		got = look(r, arg);
 		if (got >= 0)
 			break;
+		if (got < -1)
+			return got;
 		if (td__past(deadline))
 			return -ETIMEDOUT;
 		if (td__pace_wait(pace, &plan, deadline, &until))
@@ -446,21 +450,18 @@ static int prod_wait(struct td_ring *r, struct td_pace *pace, int timeout_ms,
 		 * reader's clear-then-check) */
 		atomic_store(&rd->prod_waiting, why);
 		got = look(r, arg);
-		if (got < 0)
+		if (got == -1)
 			td__futex_wait_until(&rd->release_seq, w, until);
 		atomic_store(&rd->prod_waiting, 0);
 		if (got >= 0)
 			break;
+		if (got < -1)
+			return got;
 	}
 	td_pace_end(pace, &plan, td__now_ns);
 	return got;
 }
 
-static int pick_look(struct td_ring *r, uint64_t arg)
-{
-	(void)arg;
-	return pick(r);
-}
 
 /*
  * May r still make versions? -ECHILD in a child of fork() (see
@@ -478,6 +479,17 @@ static int prod_usable(const struct td_ring *r)
 	    TD_RING_CLOSED)
 		return -EPIPE;
 	return 0;
+}
+
+/* A slot, -1 none yet, or prod_usable's error: a client closed by
+ * another thread meanwhile (the daemon then ends the ring and wakes this
+ * wait) ends the wait at once, not at its timeout (ring.h). */
+static int pick_look(struct td_ring *r, uint64_t arg)
+{
+	int rc = prod_usable(r);
+
+	(void)arg;
+	return rc < 0 ? rc : pick(r);
 }
 
 /* td_ring_acquire's wait, then prod_usable again (another thread may

@@ -362,7 +362,8 @@ int tdpy_events_reset(ClientObject *self)
 		q->next = NULL;
 		q->linked = false;
 	}
-	self->watch_count = 0;
+	/* atomic: tdpy_events_c_sync reads it without the GIL */
+	__atomic_store_n(&self->watch_count, 0, __ATOMIC_RELAXED);
 	Py_XSETREF(self->pending, PyList_New(0));
 	self->lost_unqueued = 0; /* lost_any goes on: Watches compare it */
 	return self->pending ? 0 : -1;
@@ -413,7 +414,7 @@ void tdpy_events_watch_open(ClientObject *self, struct tdpy_watchq *q,
 				  /* losses before it were not its */
 				  .lost_seen = self->lost_any};
 	self->watches = q;
-	self->watch_count++;
+	__atomic_add_fetch(&self->watch_count, 1, __ATOMIC_RELAXED);
 }
 
 /*
@@ -472,7 +473,7 @@ void tdpy_events_forget(ClientObject *self, struct tdpy_watchq *q)
 		*pp = q->next;
 	q->next = NULL;
 	q->linked = false;
-	self->watch_count--;
+	__atomic_sub_fetch(&self->watch_count, 1, __ATOMIC_RELAXED);
 	for (Py_ssize_t i = 0; pending && i < PyList_GET_SIZE(pending);) {
 		it = PyList_GET_ITEM(pending, i);
 		if (event_u64(it, 3) == q->id)

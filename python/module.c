@@ -25,6 +25,22 @@ static PyTypeObject entry_type;
 
 /* ---- Client ---- */
 
+/* -1 (RuntimeError) when self has a connection, also a closed one that
+ * waits for a call of another thread still in it; else 0 */
+static int client_unconnected(ClientObject *self)
+{
+	if (!self->handle)
+		return 0;
+	/* closed, but a call of another thread still waits on the old
+	 * connection, which closes when it returns */
+	PyErr_SetString(PyExc_RuntimeError, self->c ?
+			"already connected" :
+			"the client's close() waits for a call of another "
+			"thread still in it: connect again once that call "
+			"returned");
+	return -1;
+}
+
 static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"socket", "event_limit", NULL};
@@ -32,38 +48,40 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 	unsigned limit = 0;
 	struct td_error e = {0};
 	struct epoll_event ee = {.events = EPOLLIN};
+	struct td_client *h = NULL;
 	const char *p = NULL;
 	int rc, sock;
 
-	if (self->handle) {
-		/* closed, but a call of another thread still waits on the
-		 * old connection, which closes when it returns */
-		PyErr_SetString(PyExc_RuntimeError, self->c ?
-				"already connected" :
-				"the client's close() waits for a call of "
-				"another thread still in it: connect again "
-				"once that call returned");
-		return -1;
-	}
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&$O&", kwlist,
+	if (client_unconnected(self) < 0 ||
+	    !PyArg_ParseTupleAndKeywords(args, kw, "|O&$O&", kwlist,
 					 PyUnicode_FSConverter, &path,
 					 tdpy_conv_event_limit, &limit))
 		return -1;
 	if (path)
 		p = PyBytes_AS_STRING(path);
+	/* into h, not self: other threads read self->handle meanwhile */
 	Py_BEGIN_ALLOW_THREADS
-	rc = td_client_connect(p, &self->handle, &e);
+	rc = td_client_connect(p, &h, &e);
 	Py_END_ALLOW_THREADS
 	Py_XDECREF(path);
 	if (rc < 0) {
 		tdpy_raise(rc, &e, "connect");
 		return -1;
 	}
-	self->c = self->handle;
+	/* another thread's __init__ connected self while this one did:
+	 * theirs stays, this connection goes (it would leak) */
+	if (client_unconnected(self) < 0) {
+		Py_BEGIN_ALLOW_THREADS
+		td_client_close(h);
+		Py_END_ALLOW_THREADS
+		return -1;
+	}
+	self->handle = self->c = h;
 	self->conn++; /* leases of an earlier connection stay ended */
 	/* a closed client connected again: its old list goes */
 	tdpy_events_reset(self); /* checked below */
-	self->event_limit = limit;
+	/* atomic: tdpy_events_c_sync reads it without the GIL */
+	__atomic_store_n(&self->event_limit, limit, __ATOMIC_RELAXED);
 	self->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	self->epfd = epoll_create1(EPOLL_CLOEXEC);
 	self->epfd_forks = tdpy_forks;

@@ -739,9 +739,12 @@ static void zc_consumer(const struct daemon *d, void *arg)
 	CK(before > 0 && after > 0);
 	/*
 	 * Reading every byte faulted in shared pages, not anonymous ones: a
-	 * copy would add n. (ASan's shadow of the mapping alone adds n/8.)
+	 * copy would add n. (ASan's shadow of the mapping alone adds n/8;
+	 * TSan's, twice n: there the inode check above stands alone.)
 	 */
+#ifndef __SANITIZE_THREAD__
 	CK((uint64_t)(after - before) * 1024 < n / 4);
+#endif
 	td_tensor_release(x);
 	td_client_close(c);
 }

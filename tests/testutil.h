@@ -51,9 +51,10 @@ void *tu_find_mapping(const char *memfd_name);
 /*
  * Whether every mapping can be compared. Under ASan its allocator maps a
  * region the first time a size class is used and keeps it, so there only
- * buffer mappings are compared (LeakSanitizer covers the heap).
+ * buffer mappings are compared (LeakSanitizer covers the heap); so too
+ * under TSan, whose runtime maps shadow and per-thread state as it goes.
  */
-#ifdef __SANITIZE_ADDRESS__
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define TU_CHECK_ALL_MAPS 0
 #else
 #define TU_CHECK_ALL_MAPS 1

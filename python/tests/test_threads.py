@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensord
 
-from conftest import InThread, wait_child
+from conftest import InThread, fd_count, wait_child
 
 # a child that hangs is killed this much later and the test fails
 CHILD_S = 20
@@ -195,6 +195,72 @@ def test_connecting_again_while_another_thread_is_in_a_call(client, daemon):
     else:
         raise AssertionError("__init__ connected over a call in flight")
     assert isinstance(t.finish().error, tensord.Timeout)
+
+
+def test_threads_sharing_a_client_put_get_watch_and_bound_its_events(
+        client):
+    # every call releases the GIL: threads interleave inside libtensord
+    # and in the binding's code around it (Watches opened and closed
+    # while another thread sets event_limit, which syncs libtensord's
+    # bound without the GIL); each reads back only whole tensors
+    errors = []
+
+    def worker(i):
+        try:
+            other = f"ts/{(i + 1) % 3}"
+            for k in range(40):
+                client.put(f"ts/{i}", np.full(64, i * 10 + k % 10, np.uint8))
+                try:
+                    x = client.get(other)
+                    assert len(set(np.asarray(x).tolist())) == 1
+                    del x
+                except tensord.NotFound:
+                    pass
+                with client.watch(f"ts/{i}") as w:
+                    client.event_limit = k % 4
+                    client.ls("ts/")
+                    del w
+                client.poll()
+        except Exception as e:  # noqa: BLE001 (handed to the test)
+            errors.append(e)
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(CHILD_S * 3)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    assert errors == []
+
+
+def test_two_threads_connecting_one_client_at_once_make_one_connection(
+        daemon):
+    # __init__ connects with the GIL released: a second thread's
+    # __init__ of the same closed client meanwhile is refused ("already
+    # connected") once the first connected, and its own connection is
+    # closed, not left open behind the one the client keeps
+    client = tensord.Client(daemon.sock)
+    client.close()
+    base = fd_count()
+    for _ in range(20):
+        gate = threading.Barrier(2)
+        said = []
+
+        def connect():
+            gate.wait()
+            try:
+                client.__init__(daemon.sock)
+                said.append("connected")
+            except RuntimeError as e:
+                said.append(str(e))
+        threads = [threading.Thread(target=connect) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(CHILD_S)
+        # the second either came after the first connected or raced it
+        assert sorted(said) == ["already connected", "connected"], said
+        client.close()
+        assert fd_count() == base, "a connection was left open"
 
 
 @pytest.mark.parametrize("call", ["next", "poll"])

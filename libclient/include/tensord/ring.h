@@ -107,7 +107,7 @@ TD_EXPORT int td_ring_create(struct td_client *c, const char *name,
  * signals one first). Calling it again before td_ring_publish()
  * returns the same slot. 0 and *slot, -ETIMEDOUT, -EINVAL, -ENOTCONN
  * once its client was closed (td_client_close(); by another thread
- * while this one waited too, as it wakes), -EPIPE once the daemon
+ * while this one waited too: the wait ends then), -EPIPE once the daemon
  * ended the ring (the client's connection dropped), -ECHILD in a child of
  * fork(). The slots stay mapped until td_ring_close() either way.
  */

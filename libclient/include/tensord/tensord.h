@@ -489,7 +489,10 @@ TD_EXPORT int td_client_publish_alloc(struct td_client *c, struct td_alloc *a,
  * A failure (the daemon refused it, or the connection ended before it
  * answered: then it may or may not have been published) is returned
  * once, by the first of those calls, which then does nothing else (a
- * loan passed to it is consumed, as on any failure). Consumes the loan.
+ * loan passed to it is consumed, as on any failure): on a client shared
+ * by threads, the first call of any thread, which may not be the one
+ * that published (the state is the client's, not a thread's).
+ * Consumes the loan.
  * Returns 0, or -errno when the request could not be sent (or an earlier
  * failure, as above).
  */
