@@ -154,3 +154,92 @@ void td__closer_stop(void)
 	cl.rd = cl.wr = -1;
 	cl.on = false;
 }
+
+/*
+ * A peer's descriptor of a filesystem (td__fd_foreign): its close(2) may
+ * be a FUSE FLUSH that its server never answers, so a thread of its own
+ * closes it, never the loop and never the big planes' thread (which one
+ * such close would stop). What waits is a list that grows with what
+ * peers send; a file that never closes holds one daemon descriptor, as
+ * a plane would, until its server answers or dies. Started at the first
+ * one; at the daemon's stop it is left to the process's exit, which ends
+ * a wait that would otherwise have no end.
+ */
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int *fds;
+	size_t n, cap;
+	bool on, failed;
+	pthread_t thread;
+} fq = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void *foreign_main(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		int fd;
+
+		pthread_mutex_lock(&fq.mu);
+		while (!fq.n)
+			pthread_cond_wait(&fq.cv, &fq.mu);
+		fd = fq.fds[--fq.n];
+		pthread_mutex_unlock(&fq.mu);
+		close(fd);
+	}
+	return NULL;
+}
+
+static bool foreign_start(void)
+{
+	pthread_attr_t at;
+	sigset_t all, old;
+	int rc;
+
+	if (fq.on || fq.failed)
+		return fq.on;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pthread_attr_init(&at);
+	pthread_attr_setstacksize(&at, 64u << 10);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	rc = pthread_create(&fq.thread, &at, foreign_main, NULL);
+	pthread_attr_destroy(&at);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc) {
+		td__log(TD_LOG_WARN, "peers' files are closed on the loop: "
+				     "pthread_create: %s",
+			strerror(rc));
+		fq.failed = true;
+		return false;
+	}
+	pthread_setname_np(fq.thread, "td-closer-peer");
+	fq.on = true;
+	return true;
+}
+
+void td__closer_foreign(int fd)
+{
+	if (fd < 0)
+		return;
+	if (!foreign_start()) {
+		close(fd);
+		return;
+	}
+	pthread_mutex_lock(&fq.mu);
+	if (fq.n == fq.cap) {
+		size_t cap = fq.cap ? fq.cap * 2 : 64;
+		int *m = realloc(fq.fds, cap * sizeof(*m));
+
+		if (!m) {
+			pthread_mutex_unlock(&fq.mu);
+			close(fd);
+			return;
+		}
+		fq.fds = m;
+		fq.cap = cap;
+	}
+	fq.fds[fq.n++] = fd;
+	pthread_cond_signal(&fq.cv);
+	pthread_mutex_unlock(&fq.mu);
+}

@@ -740,6 +740,16 @@ void td__closer_start(void);
 void td__closer_close(int fd, uint64_t size);
 void td__closer_stop(void);
 /*
+ * A peer's descriptor that is a file of a filesystem (td__fd_foreign):
+ * closed by a thread of its own, since close(2) may wait on whoever
+ * serves it (a FUSE FLUSH). The loop never waits for it.
+ */
+void td__closer_foreign(int fd);
+/* plane.c: whether fd is such a file; asks no filesystem */
+bool td__fd_foreign(int fd);
+/* Close a descriptor a peer sent or the daemon pulled from one. */
+void td__close_peer_fd(int fd);
+/*
  * memfd_create + ftruncate + SHRINK|GROW seals, and fallocate when
  * `reserve` (else the client that asked reserves it: TD_WIRE_ALLOC_RESERVE).
  */

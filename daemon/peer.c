@@ -48,7 +48,7 @@ void td__close_fds(int *fds, unsigned n)
 {
 	for (unsigned i = 0; i < n; i++)
 		if (fds[i] >= 0) {
-			close(fds[i]);
+			td__close_peer_fd(fds[i]);
 			fds[i] = -1;
 		}
 }
@@ -511,7 +511,7 @@ void td__peer_hello(struct td__peer *p, const struct td__req *rq)
 				     : -EBADF;
 		if (fd >= 0) {
 			rc = probe_trusted(p, fd, why, sizeof(why));
-			close(fd);
+			td__close_peer_fd(fd);
 			if (rc == 0)
 				in = TD_IMPORT_PIDFD;
 			else if (must) {
@@ -572,8 +572,13 @@ static void receive(struct td__peer *p)
 	struct td__daemon *d = td__d;
 
 	for (int i = 0; i < TD__RX_BATCH && !p->dead; i++) {
-		int fds[TD_WIRE_MAX_FDS];
-		struct td__scm_rx rx = {.fds = fds, .cap = TD_WIRE_MAX_FDS};
+		/*
+		 * Room for every fd the control buffer can take: those past
+		 * TD_WIRE_MAX_FDS are refused below, closed as any peer fd
+		 * (td__close_fds), not by td__scm_recv on the loop.
+		 */
+		int fds[TD_SCM_MAX_FDS];
+		struct td__scm_rx rx = {.fds = fds, .cap = TD_SCM_MAX_FDS};
 		unsigned nfds;
 		ssize_t n;
 
@@ -585,8 +590,9 @@ static void receive(struct td__peer *p)
 			return;
 		}
 		nfds = rx.nfds;
-		/* more than the buffer held: the kernel truncated it too */
-		if (rx.dropped)
+		/* more than a request may carry: truncated, as the kernel
+		 * does past the buffer */
+		if (rx.dropped || nfds > TD_WIRE_MAX_FDS)
 			rx.msg_flags |= MSG_CTRUNC;
 		if (n == 0) {
 			td__close_fds(fds, nfds);
@@ -728,8 +734,8 @@ static void refuse_conn(int fd, const struct ucred *cr, int status,
 	 * the reason. Bounded; its fds are closed.
 	 */
 	for (int i = 0; i < 4; i++) {
-		int fds[TD_WIRE_MAX_FDS];
-		struct td__scm_rx rx = {.fds = fds, .cap = TD_WIRE_MAX_FDS};
+		int fds[TD_SCM_MAX_FDS];
+		struct td__scm_rx rx = {.fds = fds, .cap = TD_SCM_MAX_FDS};
 
 		if (td__scm_recv(fd, buf, sizeof(buf), MSG_DONTWAIT, &rx) <= 0)
 			break;

@@ -28,12 +28,70 @@
 
 #define PUBLISH_SEALS (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
+/*
+ * Whether fd is a file of a filesystem (a path: ext4, NFS, FUSE...), as
+ * opposed to shared memory, a dma-buf or a kernel object (pipe, socket,
+ * eventfd, timerfd, sync_file). Only the first kind can make fstat(2),
+ * fstatfs(2) or close(2) wait: a FUSE file sends its server GETATTR,
+ * STATFS and FLUSH and waits for the answer, so a peer that serves one
+ * and never answers would hold the loop for as long as it likes. Told
+ * apart without asking the filesystem: F_GET_SEALS answers for
+ * tmpfs/hugetlbfs files only, and /proc/self/fd names pseudo files
+ * without a leading '/' (or "/dmabuf:", which /proc/self/fdinfo
+ * confirms: only a dma-buf shows its exporter there).
+ */
+bool td__fd_foreign(int fd)
+{
+	char path[64], link[64], info[512];
+	ssize_t n;
+	int f;
+
+	if (fcntl(fd, F_GET_SEALS) >= 0)
+		return false;
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n <= 0)
+		return true; /* cannot tell: treated as the worst case */
+	link[n] = 0;
+	if (link[0] != '/')
+		return false;
+	if (strncmp(link, "/dmabuf:", 8))
+		return true;
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+	f = open(path, O_RDONLY | O_CLOEXEC);
+	if (f < 0)
+		return true;
+	n = read(f, info, sizeof(info) - 1);
+	close(f);
+	if (n <= 0)
+		return true;
+	info[n] = 0;
+	return !strstr(info, "\nexp_name:");
+}
+
+void td__close_peer_fd(int fd)
+{
+	if (fd < 0)
+		return;
+	if (td__fd_foreign(fd))
+		td__closer_foreign(fd);
+	else
+		close(fd);
+}
+
 int td__plane_probe(int fd, struct td__plane_info *pi, const char **why)
 {
 	struct statfs sfs;
 	struct stat st;
 	int seals;
 
+	/* fstat and fstatfs of a file a peer serves could wait for ever */
+	if (td__fd_foreign(fd)) {
+		*why = "plane fd is a file (a regular file, directory or "
+		       "device outside tmpfs/hugetlbfs), not a memfd or "
+		       "dma-buf";
+		return -EINVAL;
+	}
 	if (fstat(fd, &st) < 0 || fstatfs(fd, &sfs) < 0) {
 		*why = "cannot stat the plane fd";
 		return -errno;

@@ -121,7 +121,9 @@ static int pub_take_fds(struct pub *x, int *fds, unsigned nfds)
 				/* a copy of the alloc plane came along */
 				struct stat a, b;
 
-				if (fstat(fds[i], &b) < 0 ||
+				/* its fstat could wait on a peer's server */
+				if (td__fd_foreign(fds[i]) ||
+				    fstat(fds[i], &b) < 0 ||
 				    fstat(x->tab[i], &a) < 0 ||
 				    a.st_ino != b.st_ino ||
 				    a.st_dev != b.st_dev)
@@ -693,7 +695,7 @@ static void pub_close(struct pub *x, int *fds, unsigned nfds)
 {
 	for (uint32_t i = 0; i < x->ntab && i < TD__TABLE_MAX; i++)
 		if (x->own[i] && x->tab[i] >= 0)
-			close(x->tab[i]);
+			td__close_peer_fd(x->tab[i]);
 	td__close_fds(x->ro, TD__TABLE_MAX);
 	td__close_fds(fds, nfds);
 }
