@@ -289,7 +289,9 @@ Test(stall, a_fuse_file_as_a_plane_is_refused_without_asking_its_server,
 	int sock, fd;
 
 	if (!mount_stall())
-		cr_skip_test("FUSE cannot be mounted here");
+		cr_skip_test("kernel feature missing: FUSE cannot be mounted "
+			     "here (no /dev/fuse, or not root); a peer's FUSE "
+			     "file was not tried");
 	fd = fuse_file();
 	sock = raw_scm_conn(&D);
 	publish_refused(sock, fd, 0, "PUBLISH of a FUSE file");
@@ -309,7 +311,9 @@ Test(stall, a_fuse_file_as_an_alloc_planes_copy_is_refused_the_same,
 	int64_t n;
 
 	if (!mount_stall())
-		cr_skip_test("FUSE cannot be mounted here");
+		cr_skip_test("kernel feature missing: FUSE cannot be mounted "
+			     "here (no /dev/fuse, or not root); a peer's FUSE "
+			     "file was not tried");
 	fd = fuse_file();
 	sock = raw_scm_conn(&D);
 	n = td_wire_alloc_req_encode(&q, RAW_BODY, RAW_CAP);
@@ -334,7 +338,9 @@ Test(stall, a_fuse_file_as_the_hello_probe_is_not_asked_either,
 	int64_t n;
 
 	if (!mount_stall())
-		cr_skip_test("FUSE cannot be mounted here");
+		cr_skip_test("kernel feature missing: FUSE cannot be mounted "
+			     "here (no /dev/fuse, or not root); a peer's FUSE "
+			     "file was not tried");
 	fd = fuse_file();
 	sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	cr_assert_geq(sock, 0);
@@ -371,7 +377,9 @@ Test(stall, a_fuse_file_past_the_fd_cap_is_not_asked_either, .init = start,
 	int sock, base;
 
 	if (!mount_stall())
-		cr_skip_test("FUSE cannot be mounted here");
+		cr_skip_test("kernel feature missing: FUSE cannot be mounted "
+			     "here (no /dev/fuse, or not root); a peer's FUSE "
+			     "file was not tried");
 	for (int i = 0; i < TD_WIRE_MAX_FDS; i++) {
 		fds[i] = eventfd(0, EFD_CLOEXEC);
 		cr_assert_geq(fds[i], 0);
