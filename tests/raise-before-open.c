@@ -18,7 +18,9 @@
  * reads it; to $TD_TRUNCATE_TO bytes instead when that is set (a file
  * whose first tensors are still whole). $TD_FAIL_PREAD=PATH makes the first pread(2) of a descriptor
  * of PATH fail with EIO, once: a disk that fails a read (tensord's
- * snapshot restore, TENSORD_IO=sync). $TD_FAIL_FSYNC=PATH does the same
+ * snapshot restore, TENSORD_IO=sync); with $TD_FAIL_PREAD_AT=OFFSET, the
+ * first pread(2) of it at that offset (a tensor's bytes, past the header,
+ * index and KV read before). $TD_FAIL_FSYNC=PATH does the same
  * to the first fsync(2) of a descriptor of PATH (a folder, say).
  * $TD_TRUNCATE_AFTER_FSTAT=PATH cuts PATH to 0 bytes once, just after the
  * first fstat(2) of a descriptor of PATH: the reader holds a size the
@@ -173,10 +175,12 @@ static int fd_is(int fd, const char *path)
 	{                                                                     \
 		static ssize_t (*real)(int, void *, size_t, off_type);        \
 		const char *path = getenv("TD_FAIL_PREAD");                   \
+		const char *at = getenv("TD_FAIL_PREAD_AT");                  \
                                                                               \
 		if (!real)                                                    \
 			*(void **)&real = dlsym(RTLD_NEXT, #name);            \
-		if (path && !failed_pread && fd_is(fd, path)) {               \
+		if (path && !failed_pread && fd_is(fd, path) &&               \
+		    (!at || (long long)off == strtoll(at, NULL, 10))) {       \
 			failed_pread = 1;                                     \
 			errno = EIO;                                          \
 			return -1;                                            \

@@ -1896,3 +1896,62 @@ Test(snapshot, a_fence_unsignalled_at_the_stop_is_warned_about,
 	close(ev);
 	snapdir_rm(&s);
 }
+
+/*
+ * A read of a tensor's bytes fails (EIO) at the restore, past the
+ * header, index and KV: no sign of damage either. The version used to be
+ * skipped as if damaged and the daemon started without it: the next
+ * save replaced FILE without it (only FILE.partial-<time> held it, and
+ * no start reads that). Now the start stops, as for a read error before
+ * the KV, and FILE stays as it is for a start that can read it.
+ */
+Test(snapshot, a_read_error_in_a_tensors_bytes_stops_the_start_too,
+     .timeout = 90)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor a = mk("e/a", TD_TENSOR_U8, 5000, 0, 5000);
+	char sock[160];
+	uint8_t *before, *after;
+	size_t blen, alen;
+
+	snapdir_make(&s);
+	snprintf(sock, sizeof(sock), "%s/td.sock", s.dir);
+	saved_one(&d, &s, &a);
+	before = tu_read_file(s.file, &blen);
+
+	/* alignment 4096: the one tensor's bytes start at 4096 */
+	tu_shim_on("TD_FAIL_PREAD", s.file);
+	cr_assert_eq(setenv("TD_FAIL_PREAD_AT", "4096", 1), 0);
+	cr_assert_eq(setenv("TENSORD_IO", "sync", 1), 0);
+	cr_assert_eq(truncate(s.log, 0), 0);
+	{
+		const char *bin = getenv("TD_TENSORD");
+		char *argv[] = {(char *)bin, "--socket", sock, "--snapshot",
+				s.file, NULL};
+		char *out;
+
+		cr_assert_not_null(bin);
+		cr_expect_eq(tu_run_capture_all(argv, &out), 1, "%s", out);
+		cr_expect(strstr(out, "reading \"e/a\"") &&
+				  strstr(out, "the file stays as it is"),
+			  "%s", out);
+		free(out);
+	}
+	unsetenv("TD_FAIL_PREAD_AT");
+	tu_shim_off("TD_FAIL_PREAD");
+	cr_expect(!dir_has(&s, "snap.hrry.partial"), "kept as partial");
+	cr_expect(!dir_has(&s, "snap.hrry.corrupt"), "moved aside");
+	after = tu_read_file(s.file, &alen);
+	cr_expect(alen == blen && !memcmp(before, after, blen));
+
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	check(c, &a);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	free(before);
+	free(after);
+	snapdir_rm(&s);
+}
