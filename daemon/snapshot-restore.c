@@ -396,9 +396,58 @@ fail:
 }
 
 /*
+ * FILE copied to `to`, made for it (never over a file there): for a
+ * folder where link() is refused (a file system without hard links,
+ * EPERM). 0, or -1 with errno (`to` removed again).
+ */
+static int copy_to(const char *to)
+{
+	size_t cap = 1 << 20;
+	uint8_t *buf = malloc(cap);
+	int in = open(td__snap.path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	int out = -1, e = 0;
+	off_t at = 0;
+	ssize_t n = 0;
+
+	if (!buf || in < 0) {
+		e = buf ? errno : ENOMEM;
+		goto out;
+	}
+	out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+		   0600);
+	if (out < 0) {
+		e = errno;
+		goto out;
+	}
+	while ((n = pread(in, buf, cap, at)) > 0) {
+		errno = 0;
+		if (pwrite(out, buf, (size_t)n, at) != n) {
+			e = errno ? errno : ENOSPC;
+			break;
+		}
+		at += n;
+	}
+	if (!e && n < 0)
+		e = errno;
+	if (!e && fsync(out) < 0)
+		e = errno;
+	if (e)
+		unlink(to);
+out:
+	if (out >= 0)
+		close(out);
+	if (in >= 0)
+		close(in);
+	free(buf);
+	errno = e;
+	return e ? -1 : 0;
+}
+
+/*
  * The snapshot under a second name, FILE.<kind>-<UTC time>[.n], never
  * over an earlier one: moved there (keep false), or linked there too
- * (keep: the next save replaces FILE, the old bytes stay). 0 or -1.
+ * (keep: the next save replaces FILE, the old bytes stay; copied there
+ * where it cannot be linked). 0 or -1.
  */
 static int stamped(const char *kind, bool keep, char *to, size_t cap)
 {
@@ -418,6 +467,8 @@ static int stamped(const char *kind, bool keep, char *to, size_t cap)
 		rc = keep ? link(td__snap.path, to)
 			  : renameat2(AT_FDCWD, td__snap.path, AT_FDCWD, to,
 				      RENAME_NOREPLACE);
+		if (rc < 0 && keep && errno != EEXIST)
+			rc = copy_to(to);
 		if (rc < 0 && errno != EEXIST)
 			break;
 	}

@@ -28,6 +28,8 @@
  * $TD_TRUNCATE_AT_CREATE=PATH cuts PATH to 0 bytes once, just before the
  * first file created with openat(2) (O_CREAT): a file cut while the
  * program writes what it read from it.
+ * $TD_FAIL_LINK (any value) fails every link(2)/linkat(2) with EPERM:
+ * a file system without hard links (tensord's FILE.partial-<time>).
  * $TD_FAIL_FALLOCATE_OVER=N fails every fallocate(2) of more than N
  * bytes with ENOMEM: a machine that cannot hold a tensor (tensord's
  * snapshot restore must not try to).
@@ -208,6 +210,34 @@ WRAP_PREAD(pread64, off64_t)
 
 WRAP_FALLOCATE(fallocate, off_t)
 WRAP_FALLOCATE(fallocate64, off64_t)
+
+/* $TD_FAIL_LINK (any value): every link(2) and linkat(2) fails with
+ * EPERM, as on a file system without hard links. */
+int link(const char *from, const char *to)
+{
+	static int (*real)(const char *, const char *);
+
+	if (!real)
+		*(void **)&real = dlsym(RTLD_NEXT, "link");
+	if (getenv("TD_FAIL_LINK")) {
+		errno = EPERM;
+		return -1;
+	}
+	return real(from, to);
+}
+
+int linkat(int fromfd, const char *from, int tofd, const char *to, int flags)
+{
+	static int (*real)(int, const char *, int, const char *, int);
+
+	if (!real)
+		*(void **)&real = dlsym(RTLD_NEXT, "linkat");
+	if (getenv("TD_FAIL_LINK")) {
+		errno = EPERM;
+		return -1;
+	}
+	return real(fromfd, from, tofd, to, flags);
+}
 
 int fsync(int fd)
 {
