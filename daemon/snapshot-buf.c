@@ -214,6 +214,7 @@ struct copy {
 	int64_t shift;    /* destination offset - source offset */
 	const uint8_t *crcs; /* expected, one per CHUNK; or NULL */
 	uint64_t bad_at;     /* where the first mismatch's CHUNK starts */
+	bool src_failed;     /* err came from a read of src */
 };
 
 static void copy_fill(struct copy *c);
@@ -222,8 +223,10 @@ static void on_copied(struct slot *sl, int64_t res)
 {
 	struct copy *c = sl->arg;
 
-	if (res != (int64_t)sl->op.len && !c->err)
+	if (res != (int64_t)sl->op.len && !c->err) {
 		c->err = res < 0 ? (int)res : -ENODATA;
+		c->src_failed = sl->copying; /* its read half never ended */
+	}
 	if (!c->err && sl->crc_at && td__le32(sl->crc_at) != sl->crc) {
 		c->err = -EBADMSG;
 		c->bad_at = (uint64_t)(sl->crc_at - c->crcs) / 4 * CHUNK;
@@ -255,7 +258,8 @@ static void copy_fill(struct copy *c)
 }
 
 int td__snap_copy_range(int src, uint64_t off, int dst, uint64_t dst_off,
-			uint64_t len, const uint8_t *crcs, uint64_t *bad_at)
+			uint64_t len, const uint8_t *crcs, uint64_t *bad_at,
+			bool *src_failed)
 {
 	struct copy c = {.src = src,
 			 .dst = dst,
@@ -269,5 +273,7 @@ int td__snap_copy_range(int src, uint64_t off, int dst, uint64_t dst_off,
 	td__snap_run_while(count_busy, &c.busy);
 	if (c.err == -EBADMSG && bad_at)
 		*bad_at = c.bad_at;
+	if (src_failed)
+		*src_failed = c.err < 0 && c.src_failed;
 	return c.err;
 }

@@ -164,10 +164,12 @@ int td__snap_read_range(int fd, void *buf, uint64_t len, uint64_t off);
  * all of them in flight. crcs, when not NULL: the CRC-32C (u32 LE) of
  * each CHUNK of the range, checked as it goes. 0, -ENODATA (short),
  * -EBADMSG (a checksum differs; *bad_at: the range's byte where that
- * CHUNK starts) or -errno.
+ * CHUNK starts) or -errno; *src_failed (when not NULL): whether that
+ * -errno came from reading src (not from writing dst).
  */
 int td__snap_copy_range(int src, uint64_t off, int dst, uint64_t dst_off,
-			uint64_t len, const uint8_t *crcs, uint64_t *bad_at);
+			uint64_t len, const uint8_t *crcs, uint64_t *bad_at,
+			bool *src_failed);
 
 /* ---- snapshot-save.c ---- */
 

@@ -32,6 +32,9 @@ struct reader {
 	struct td_hrry_rcore c;
 	void **bufs; /* what the core borrows */
 	size_t nbufs;
+	/* a read of the file failed past its KV (a tensor's descriptor or
+	 * bytes): no sign of damage, the restore stops (td__snap_restore) */
+	int read_err;
 };
 
 static void *reader_keep(struct reader *rd, uint64_t len)
@@ -128,6 +131,7 @@ static int restore_plane(struct reader *rd, const char *hname, size_t hlen,
 	uint8_t *dbuf = NULL;
 	uint64_t idx, off, len, bad = 0;
 	const char *pwhy = NULL;
+	bool src_failed = false;
 	int fd = -1, rc;
 
 	rc = td_hrry_rcore_find(&rd->c, hname, hlen, &idx, &e);
@@ -142,6 +146,7 @@ static int restore_plane(struct reader *rd, const char *hname, size_t hlen,
 	rc = td__snap_read_range(rd->fd, dbuf, ent.descriptor_length,
 				 ent.descriptor_offset);
 	if (rc < 0) {
+		rd->read_err = rc;
 		snprintf(why, cap, "reading the descriptor of \"%.*s\": %s",
 			 (int)hlen, hname, strerror(-rc));
 		goto out;
@@ -164,7 +169,8 @@ static int restore_plane(struct reader *rd, const char *hname, size_t hlen,
 	if (rc < 0)
 		goto perr;
 	/* never mapped here: written through the bounce buffers */
-	rc = td__snap_copy_range(rd->fd, off, fd, 0, len, crcs, &bad);
+	rc = td__snap_copy_range(rd->fd, off, fd, 0, len, crcs, &bad,
+				 &src_failed);
 	if (rc == -EBADMSG) {
 		snprintf(why, cap, "bytes %" PRIu64 "-%" PRIu64 " of Hurray "
 				   "tensor \"%.*s\" do not match their "
@@ -174,8 +180,11 @@ static int restore_plane(struct reader *rd, const char *hname, size_t hlen,
 		goto out;
 	}
 	if (rc < 0) {
-		snprintf(why, cap, "reading \"%.*s\": %s", (int)hlen, hname,
-			 strerror(-rc));
+		if (src_failed)
+			rd->read_err = rc;
+		snprintf(why, cap, "%s \"%.*s\": %s",
+			 src_failed ? "reading" : "copying into a memfd",
+			 (int)hlen, hname, strerror(-rc));
 		goto out;
 	}
 	rc = td__plane_seal(fd, &pwhy);
@@ -387,9 +396,58 @@ fail:
 }
 
 /*
+ * FILE copied to `to`, made for it (never over a file there): for a
+ * folder where link() is refused (a file system without hard links,
+ * EPERM). 0, or -1 with errno (`to` removed again).
+ */
+static int copy_to(const char *to)
+{
+	size_t cap = 1 << 20;
+	uint8_t *buf = malloc(cap);
+	int in = open(td__snap.path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	int out = -1, e = 0;
+	off_t at = 0;
+	ssize_t n = 0;
+
+	if (!buf || in < 0) {
+		e = buf ? errno : ENOMEM;
+		goto out;
+	}
+	out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+		   0600);
+	if (out < 0) {
+		e = errno;
+		goto out;
+	}
+	while ((n = pread(in, buf, cap, at)) > 0) {
+		errno = 0;
+		if (pwrite(out, buf, (size_t)n, at) != n) {
+			e = errno ? errno : ENOSPC;
+			break;
+		}
+		at += n;
+	}
+	if (!e && n < 0)
+		e = errno;
+	if (!e && fsync(out) < 0)
+		e = errno;
+	if (e)
+		unlink(to);
+out:
+	if (out >= 0)
+		close(out);
+	if (in >= 0)
+		close(in);
+	free(buf);
+	errno = e;
+	return e ? -1 : 0;
+}
+
+/*
  * The snapshot under a second name, FILE.<kind>-<UTC time>[.n], never
  * over an earlier one: moved there (keep false), or linked there too
- * (keep: the next save replaces FILE, the old bytes stay). 0 or -1.
+ * (keep: the next save replaces FILE, the old bytes stay; copied there
+ * where it cannot be linked). 0 or -1.
  */
 static int stamped(const char *kind, bool keep, char *to, size_t cap)
 {
@@ -409,6 +467,8 @@ static int stamped(const char *kind, bool keep, char *to, size_t cap)
 		rc = keep ? link(td__snap.path, to)
 			  : renameat2(AT_FDCWD, td__snap.path, AT_FDCWD, to,
 				      RENAME_NOREPLACE);
+		if (rc < 0 && keep && errno != EEXIST)
+			rc = copy_to(to);
 		if (rc < 0 && errno != EEXIST)
 			break;
 	}
@@ -534,15 +594,13 @@ static bool missed_elsewhere(const struct rec *r)
 }
 
 static void restore_one(struct reader *rd, const struct rec *r,
-			unsigned *done, unsigned *total)
+			unsigned *done, unsigned *total, char *why, size_t cap)
 {
-	char why[TD_WIRE_MAX_REASON];
-
 	(*total)++;
-	if (restore_rec(rd, r, why, sizeof(why)) == 0) {
+	if (restore_rec(rd, r, why, cap) == 0) {
 		if (++*done == td__snap.restore_kill_at)
 			raise(SIGKILL); /* a test's crash during a restore */
-	} else
+	} else if (!rd->read_err || td__snap.only_missed)
 		td__log(TD_LOG_WARN, "snapshot: not restoring \"%.*s\": %s",
 			(int)r->name_len, r->name, why);
 }
@@ -555,7 +613,7 @@ static void restore_one(struct reader *rd, const struct rec *r,
  * what was tried and what came back.
  */
 static void restore_versions(struct reader *rd, unsigned *done,
-			     unsigned *total)
+			     unsigned *total, char *why, size_t cap)
 {
 	struct rec r = {0};
 	uint64_t last = td__snap_now_ms();
@@ -576,8 +634,10 @@ static void restore_versions(struct reader *rd, unsigned *done,
 			       name_len != r.name_len ||
 			       memcmp(name, r.name, name_len))) {
 			if (!missed_elsewhere(&r))
-				restore_one(rd, &r, done, total);
+				restore_one(rd, &r, done, total, why, cap);
 			r = (struct rec){0};
+			if (rd->read_err && !td__snap.only_missed)
+				break; /* td__snap_restore stops the start */
 		}
 		if (i == rd->c.kv_count)
 			break;
@@ -606,7 +666,7 @@ int td__snap_restore(void)
 {
 	struct reader rd = {.fd = -1};
 	struct stat st;
-	char reason[300], to[4200];
+	char reason[300], to[4200], why[TD_WIRE_MAX_REASON];
 	unsigned done = 0, total = 0;
 	uint64_t t0 = td__snap_now_ms();
 	/* not on the stack: uv_close() finishes in a later loop turn */
@@ -670,7 +730,17 @@ int td__snap_restore(void)
 		move_aside(reason);
 		goto out;
 	}
-	restore_versions(&rd, &done, &total);
+	restore_versions(&rd, &done, &total, why, sizeof(why));
+	if (rd.read_err && !td__snap.only_missed) {
+		/* as restore_open's read error: a version left out for it
+		 * would be gone from FILE after the next save */
+		err = rd.read_err;
+		reader_fini(&rd);
+		td__log(TD_LOG_ERROR, "snapshot %s cannot be read (%s): not "
+				      "starting; the file stays as it is",
+			td__snap.path, why);
+		goto out;
+	}
 	td__log(TD_LOG_INFO, "snapshot: restored %u of %u tensors from %s "
 			     "in %" PRIu64 " ms (%s)%s",
 		done, total, td__snap.path, td__snap_now_ms() - t0,

@@ -18,7 +18,9 @@
  * reads it; to $TD_TRUNCATE_TO bytes instead when that is set (a file
  * whose first tensors are still whole). $TD_FAIL_PREAD=PATH makes the first pread(2) of a descriptor
  * of PATH fail with EIO, once: a disk that fails a read (tensord's
- * snapshot restore, TENSORD_IO=sync). $TD_FAIL_FSYNC=PATH does the same
+ * snapshot restore, TENSORD_IO=sync); with $TD_FAIL_PREAD_AT=OFFSET, the
+ * first pread(2) of it at that offset (a tensor's bytes, past the header,
+ * index and KV read before). $TD_FAIL_FSYNC=PATH does the same
  * to the first fsync(2) of a descriptor of PATH (a folder, say).
  * $TD_TRUNCATE_AFTER_FSTAT=PATH cuts PATH to 0 bytes once, just after the
  * first fstat(2) of a descriptor of PATH: the reader holds a size the
@@ -26,6 +28,8 @@
  * $TD_TRUNCATE_AT_CREATE=PATH cuts PATH to 0 bytes once, just before the
  * first file created with openat(2) (O_CREAT): a file cut while the
  * program writes what it read from it.
+ * $TD_FAIL_LINK (any value) fails every link(2)/linkat(2) with EPERM:
+ * a file system without hard links (tensord's FILE.partial-<time>).
  * $TD_FAIL_FALLOCATE_OVER=N fails every fallocate(2) of more than N
  * bytes with ENOMEM: a machine that cannot hold a tensor (tensord's
  * snapshot restore must not try to).
@@ -178,10 +182,12 @@ static int fd_is(int fd, const char *path)
 	{                                                                     \
 		static ssize_t (*real)(int, void *, size_t, off_type);        \
 		const char *path = getenv("TD_FAIL_PREAD");                   \
+		const char *at = getenv("TD_FAIL_PREAD_AT");                  \
                                                                               \
 		if (!real)                                                    \
 			*(void **)&real = dlsym(RTLD_NEXT, #name);            \
-		if (path && !failed_pread && fd_is(fd, path)) {               \
+		if (path && !failed_pread && fd_is(fd, path) &&               \
+		    (!at || (long long)off == strtoll(at, NULL, 10))) {       \
 			failed_pread = 1;                                     \
 			errno = EIO;                                          \
 			return -1;                                            \
@@ -209,6 +215,34 @@ WRAP_PREAD(pread64, off64_t)
 
 WRAP_FALLOCATE(fallocate, off_t)
 WRAP_FALLOCATE(fallocate64, off64_t)
+
+/* $TD_FAIL_LINK (any value): every link(2) and linkat(2) fails with
+ * EPERM, as on a file system without hard links. */
+int link(const char *from, const char *to)
+{
+	static int (*real)(const char *, const char *);
+
+	if (!real)
+		*(void **)&real = dlsym(RTLD_NEXT, "link");
+	if (getenv("TD_FAIL_LINK")) {
+		errno = EPERM;
+		return -1;
+	}
+	return real(from, to);
+}
+
+int linkat(int fromfd, const char *from, int tofd, const char *to, int flags)
+{
+	static int (*real)(int, const char *, int, const char *, int);
+
+	if (!real)
+		*(void **)&real = dlsym(RTLD_NEXT, "linkat");
+	if (getenv("TD_FAIL_LINK")) {
+		errno = EPERM;
+		return -1;
+	}
+	return real(fromfd, from, tofd, to, flags);
+}
 
 int fsync(int fd)
 {

@@ -1896,3 +1896,114 @@ Test(snapshot, a_fence_unsignalled_at_the_stop_is_warned_about,
 	close(ev);
 	snapdir_rm(&s);
 }
+
+/*
+ * A read of a tensor's bytes fails (EIO) at the restore, past the
+ * header, index and KV: no sign of damage either. The version used to be
+ * skipped as if damaged and the daemon started without it: the next
+ * save replaced FILE without it (only FILE.partial-<time> held it, and
+ * no start reads that). Now the start stops, as for a read error before
+ * the KV, and FILE stays as it is for a start that can read it.
+ */
+Test(snapshot, a_read_error_in_a_tensors_bytes_stops_the_start_too,
+     .timeout = 90)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor a = mk("e/a", TD_TENSOR_U8, 5000, 0, 5000);
+	char sock[160];
+	uint8_t *before, *after;
+	size_t blen, alen;
+
+	snapdir_make(&s);
+	snprintf(sock, sizeof(sock), "%s/td.sock", s.dir);
+	saved_one(&d, &s, &a);
+	before = tu_read_file(s.file, &blen);
+
+	/* alignment 4096: the one tensor's bytes start at 4096 */
+	tu_shim_on("TD_FAIL_PREAD", s.file);
+	cr_assert_eq(setenv("TD_FAIL_PREAD_AT", "4096", 1), 0);
+	cr_assert_eq(setenv("TENSORD_IO", "sync", 1), 0);
+	cr_assert_eq(truncate(s.log, 0), 0);
+	{
+		const char *bin = getenv("TD_TENSORD");
+		char *argv[] = {(char *)bin, "--socket", sock, "--snapshot",
+				s.file, NULL};
+		char *out;
+
+		cr_assert_not_null(bin);
+		cr_expect_eq(tu_run_capture_all(argv, &out), 1, "%s", out);
+		cr_expect(strstr(out, "reading \"e/a\"") &&
+				  strstr(out, "the file stays as it is"),
+			  "%s", out);
+		free(out);
+	}
+	unsetenv("TD_FAIL_PREAD_AT");
+	tu_shim_off("TD_FAIL_PREAD");
+	cr_expect(!dir_has(&s, "snap.hrry.partial"), "kept as partial");
+	cr_expect(!dir_has(&s, "snap.hrry.corrupt"), "moved aside");
+	after = tu_read_file(s.file, &alen);
+	cr_expect(alen == blen && !memcmp(before, after, blen));
+
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	check(c, &a);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	free(before);
+	free(after);
+	snapdir_rm(&s);
+}
+
+/*
+ * The same left-out version on a file system without hard links (link()
+ * refused: EPERM): FILE.partial-<time> could not be made, the log said
+ * "the next save replaces it", and the next save did: p/big was gone
+ * for good. The file is copied there instead.
+ */
+Test(snapshot, a_kept_copy_is_made_where_links_are_refused, .timeout = 60)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor big = mk("q/big", TD_TENSOR_U8, 1 << 20, 0, 1 << 20);
+	struct tensor small = mk("q/small", TD_TENSOR_U8, 100, 0, 100);
+	struct tensor later = mk("q/later", TD_TENSOR_U8, 10, 0, 10);
+	const char *extra[] = {"--snapshot", s.file, "--snapshot-interval",
+			       "0", "--max-bytes", "65536", NULL};
+	char kept[400] = "";
+	DIR *dir;
+	struct dirent *de;
+
+	snapdir_make(&s);
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	put(c, &big, next_version(c));
+	put(c, &small, next_version(c));
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert_eq(truncate(s.log, 0), 0);
+	cr_assert_eq(setenv("TENSORD_IO", "sync", 1), 0);
+	tu_shim_on("TD_FAIL_LINK", "1");
+	tu_daemon_start_log(&d, "info", extra, s.log, NULL);
+	tu_shim_off("TD_FAIL_LINK");
+	c = conn(&d);
+	cr_assert_eq(count(c), 1);
+	put(c, &later, next_version(c)); /* a save replaces FILE */
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert(log_has(&s, "1 tensors not restored; ") &&
+			  log_has(&s, " kept as "),
+		  "%s", tu_slurp(s.log));
+	dir = opendir(s.dir);
+	while ((de = readdir(dir)))
+		if (!strncmp(de->d_name, "snap.hrry.partial-", 18))
+			snprintf(kept, sizeof(kept), "%s/%s", s.dir,
+				 de->d_name);
+	closedir(dir);
+	cr_assert(kept[0], "no kept copy: %s", tu_slurp(s.log));
+	check_file(kept, (struct tensor[]){big, small}, 2);
+	check_file(s.file, (struct tensor[]){small, later}, 2);
+	snapdir_rm(&s);
+}
