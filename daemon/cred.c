@@ -188,9 +188,18 @@ out:
 
 int td__peer_is_other_end(const struct td__peer *p, int fd)
 {
+	char path[64], link[32];
 	struct stat st;
-	long ino = peer_ino(p->fd);
+	ssize_t n;
+	long ino;
 
+	/* a socket by its /proc link first: fstat of a file a peer's FUSE
+	 * server serves would wait for that server */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n < 8 || strncmp(link, "socket:[", 8))
+		return -ESRCH;
+	ino = peer_ino(p->fd);
 	if (ino < 0)
 		return (int)ino;
 	if (fstat(fd, &st) < 0)

@@ -740,9 +740,9 @@ void td__closer_start(void);
 void td__closer_close(int fd, uint64_t size);
 void td__closer_stop(void);
 /*
- * A peer's descriptor that is a file of a filesystem (td__fd_foreign):
- * closed by a thread of its own, since close(2) may wait on whoever
- * serves it (a FUSE FLUSH). The loop never waits for it.
+ * A peer's descriptor whose close(2) may wait (a file of a filesystem,
+ * td__fd_foreign: a FUSE FLUSH; a lingering TCP socket): closed by a
+ * thread of its own. The loop never waits for it.
  */
 void td__closer_foreign(int fd);
 /* plane.c: whether fd is such a file; asks no filesystem */

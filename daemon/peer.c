@@ -425,6 +425,21 @@ static void flush(struct td__peer *p)
  * pid does not hold) and its credentials are still the connection's
  * (td__peer_pull_check). 0, or -errno with a reason in why.
  */
+/*
+ * Close a pulled HELLO probe. The client's own end of this connection
+ * (what libtensord names) is closed here: only the daemon sends into it,
+ * so its close cannot wait, and the descriptor is gone when the reply
+ * leaves. Anything else the client named, which may be a lingering TCP
+ * socket, goes where a peer's fds go (td__close_peer_fd).
+ */
+static void probe_close(struct td__peer *p, int fd)
+{
+	if (td__peer_is_other_end(p, fd) == 0)
+		close(fd);
+	else
+		td__close_peer_fd(fd);
+}
+
 static int probe_trusted(struct td__peer *p, int fd, char *why, size_t cap)
 {
 	int rc;
@@ -511,7 +526,7 @@ void td__peer_hello(struct td__peer *p, const struct td__req *rq)
 				     : -EBADF;
 		if (fd >= 0) {
 			rc = probe_trusted(p, fd, why, sizeof(why));
-			td__close_peer_fd(fd);
+			probe_close(p, fd);
 			if (rc == 0)
 				in = TD_IMPORT_PIDFD;
 			else if (must) {

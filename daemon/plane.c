@@ -69,14 +69,35 @@ bool td__fd_foreign(int fd)
 	return !strstr(info, "\nexp_name:");
 }
 
+/*
+ * Only memory (tmpfs, hugetlbfs), kernel objects and pipes are closed
+ * here: their close cannot wait. Anything else goes to td-closer-peer: a
+ * file (a FUSE FLUSH), a TCP socket whose last reference this is (with
+ * SO_LINGER, close(2) waits up to its linger time, "for ever" as far as
+ * the kernel's cap goes, while its peer does not read), a dma-buf.
+ */
 void td__close_peer_fd(int fd)
 {
+	char path[64], link[16];
+	ssize_t n;
+
 	if (fd < 0)
 		return;
-	if (td__fd_foreign(fd))
-		td__closer_foreign(fd);
-	else
+	if (fcntl(fd, F_GET_SEALS) >= 0) {
 		close(fd);
+		return;
+	}
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n > 0) {
+		link[n] = 0;
+		if (!strncmp(link, "anon_inode:", 11) ||
+		    !strncmp(link, "pipe:", 5)) {
+			close(fd);
+			return;
+		}
+	}
+	td__closer_foreign(fd);
 }
 
 int td__plane_probe(int fd, struct td__plane_info *pi, const char **why)

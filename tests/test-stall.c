@@ -6,7 +6,9 @@
  * daemon's single loop (every tenant) for as long as the server lives.
  * Here the server answers this test and reports, without answering,
  * whatever the daemon asks; a report is the defect, seen at once.
- * Skipped where FUSE cannot be mounted (no /dev/fuse, not root).
+ * Skipped where FUSE cannot be mounted (no /dev/fuse, not root). The
+ * same for a TCP socket with SO_LINGER whose last close is the daemon's
+ * (below): no server needed, any tenant can make one.
  */
 #include "rawclient.h"
 
@@ -18,7 +20,11 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
+#include <arpa/inet.h>
+#include <linux/sockios.h>
+#include <netinet/in.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -407,4 +413,164 @@ Test(stall, a_fuse_file_past_the_fd_cap_is_not_asked_either, .init = start,
 	close(sock);
 	for (int i = 0; i <= TD_WIRE_MAX_FDS; i++)
 		close(fds[i]);
+}
+
+/* ---- a TCP socket that lingers ---- */
+
+/*
+ * With SO_LINGER, the close of a TCP socket's last reference waits, up to
+ * the linger time, for its FIN to be acknowledged; a FIN queued behind
+ * bytes the other end never reads is never sent. Such a socket, held
+ * only in flight inside a unix socket s2, makes the last close of s2 the
+ * wait. The daemon must not make that close on its loop.
+ */
+static int tcp_l = -1, tcp_a = -1;
+
+static void linger_stop(void)
+{
+	/* the reader's close resets the connection: the close returns */
+	if (tcp_a >= 0)
+		close(tcp_a);
+	if (tcp_l >= 0)
+		close(tcp_l);
+	tcp_a = tcp_l = -1;
+	tu_daemon_stop(&D, false);
+}
+
+/* A unix socket whose queue holds the only reference of a lingering TCP
+ * socket with unsent bytes. */
+static int lingering_chain(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct linger lg = {1, 3600};
+	socklen_t sl = sizeof(sa);
+	int small = 4096, c, sp[2], unsent = 0;
+	static char junk[4096];
+
+	tcp_l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_geq(tcp_l, 0);
+	cr_assert_eq(setsockopt(tcp_l, SOL_SOCKET, SO_RCVBUF, &small,
+				sizeof(small)),
+		     0);
+	cr_assert_eq(bind(tcp_l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(getsockname(tcp_l, (struct sockaddr *)&sa, &sl), 0);
+	cr_assert_eq(listen(tcp_l, 1), 0);
+	c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	cr_assert_geq(c, 0);
+	cr_assert_eq(setsockopt(c, SOL_SOCKET, SO_SNDBUF, &small,
+				sizeof(small)),
+		     0);
+	cr_assert(connect(c, (struct sockaddr *)&sa, sizeof(sa)) == 0 ||
+		  errno == EINPROGRESS);
+	tcp_a = accept4(tcp_l, NULL, NULL, SOCK_CLOEXEC);
+	cr_assert_geq(tcp_a, 0);
+	/* until bytes wait unsent: the reader's window is shut */
+	while (unsent <= 0) {
+		struct pollfd pf = {c, POLLOUT, 0};
+
+		while (send(c, junk, sizeof(junk), MSG_NOSIGNAL) > 0)
+			;
+		cr_assert_eq(errno, EAGAIN);
+		cr_assert_eq(ioctl(c, SIOCOUTQNSD, &unsent), 0);
+		if (unsent <= 0)
+			cr_assert_gt(poll(&pf, 1, TU_WAIT_S * 1000), 0);
+	}
+	cr_assert_eq(setsockopt(c, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sp), 0);
+	cr_assert_eq(td__scm_send(sp[0], "c", 1, &c, 1, 0), 1);
+	close(c);
+	close(sp[0]);
+	return sp[1];
+}
+
+/*
+ * Connect and HELLO, then send requests the daemon answers without
+ * reading the answers until its reply to one cannot be sent: from then
+ * on it reads nothing more of this connection until this side reads.
+ */
+static int stalled_conn(void)
+{
+	int sock = raw_scm_conn(&D);
+	long qlen = 10;
+	FILE *f = fopen("/proc/sys/net/unix/max_dgram_qlen", "r");
+
+	if (f) {
+		cr_assert_eq(fscanf(f, "%ld", &qlen), 1);
+		fclose(f);
+	}
+	/* qlen + 1 answers fill this side's queue, one more waits */
+	for (long i = 0; i < qlen + 2; i++)
+		raw_send(sock, TD_OP_STATUS, 100 + (uint64_t)i, 0);
+	return sock;
+}
+
+/* Read this side's replies until id's: the daemon reads again. */
+static void drain_until(int sock, uint64_t id)
+{
+	struct rawrep r;
+
+	do
+		raw_recv(sock, &r);
+	while (r.h.request_id != id);
+}
+
+/* Whether the daemon's loop waits in a socket's close (wait_woken). */
+static bool loop_waits_in_close(void)
+{
+	char path[64], w[64] = "";
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/wchan", (int)D.pid);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	if (!fgets(w, sizeof(w), f))
+		w[0] = 0;
+	fclose(f);
+	return !strcmp(w, "wait_woken");
+}
+
+/* Await sock's reply to id; the loop caught waiting in a close fails. */
+static void await_not_lingering(int sock, uint64_t id, const char *what)
+{
+	struct rawrep r;
+
+	for (int waited = 0;; waited += 10) {
+		struct pollfd pf = {sock, POLLIN, 0};
+
+		cr_assert(!loop_waits_in_close(),
+			  "%s: the daemon's loop waits in the close of a "
+			  "lingering socket",
+			  what);
+		cr_assert_lt(waited, TU_WAIT_S * 1000, "%s: no reply", what);
+		if (poll(&pf, 1, 10) > 0)
+			break;
+	}
+	do
+		raw_recv(sock, &r);
+	while (r.h.request_id != id);
+}
+
+Test(stall, a_lingering_socket_sent_with_a_request_is_closed_off_the_loop,
+     .init = start, .fini = linger_stop)
+{
+	int s2 = lingering_chain();
+	int sock = stalled_conn();
+	int v = raw_scm_conn(&D);
+	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, TD_OP_STATUS,
+				0, 1, 7, 0, 0};
+
+	/* unread until the drain below: the daemon holds s2 alone then */
+	td_wire_hdr_encode(&h, rawbuf);
+	cr_assert_eq(td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN, &s2, 1, 0),
+		     TD_WIRE_HDR_LEN);
+	close(s2);
+	/* the first answer read: the daemon reads on, the request too */
+	drain_until(sock, 100);
+	/* another client is answered: STATUS carries no fds, -EINVAL */
+	raw_send(v, TD_OP_STATUS, 8, 0);
+	await_not_lingering(v, 8, "after a request with a lingering socket");
+	close(v);
+	close(sock);
 }
