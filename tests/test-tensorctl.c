@@ -51,6 +51,7 @@ struct run {
 	uid_t uid;      /* run as this uid and gid; 0: as we are */
 	pid_t *pid;     /* non-NULL: start it and return at once */
 	int closed;     /* bit i: fd i closed at exec (`>&-` is bit 1) */
+	unsigned ignored; /* bit i: signal i ignored at exec (`nohup`) */
 };
 
 static const char *ctl_bin(void)
@@ -102,6 +103,9 @@ static int ctl_run(const struct tu_daemon *d, const struct run *r, char **out,
 		for (int fd = 0; r && fd <= 2; fd++)
 			if (r->closed & (1 << fd))
 				close(fd);
+		for (int sig = 1; r && sig < 32; sig++)
+			if (r->ignored & (1u << sig))
+				signal(sig, SIG_IGN);
 		if (r && r->fsize) {
 			struct rlimit rl = {r->fsize, r->fsize};
 
@@ -1329,6 +1333,34 @@ Test(tensorctl, a_reader_that_stops_ends_it_by_sigpipe_quietly)
 		cr_expect_str_empty(err);
 		free(err);
 	}
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * A signal the caller ignores stays ignored: under `trap '' PIPE` a
+ * reader gone is EPIPE, status 1 and the reason, as cat does (it died of
+ * SIGPIPE anyway), and `nohup` (SIGHUP) is honoured the same way (one
+ * loop over the signals).
+ */
+Test(tensorctl, a_sigpipe_the_caller_ignores_stays_ignored)
+{
+	struct tu_daemon d;
+	struct run r = {.in_fd = -1, .ignored = 1u << SIGPIPE};
+	char *err;
+	int p[2], st;
+
+	start(&d);
+	put_zeros(&d, "big", 1 << 20);
+	cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+	close(p[0]);
+	r.out_fd = p[1];
+	st = CTL_R(&d, &r, NULL, &err, "get", "big");
+	close(p[1]);
+	cr_expect_eq(st, 1, "status %d: %s", st, err);
+	cr_expect(strstr(err, "standard output: ") &&
+			  strstr(err, strerror(EPIPE)),
+		  "%s", err);
+	free(err);
 	tu_daemon_stop(&d, false);
 }
 

@@ -71,8 +71,17 @@ void tctl_signals_init(void)
 	struct sigaction sa = {.sa_handler = on_signal}; /* no SA_RESTART */
 
 	sigemptyset(&sa.sa_mask);
-	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+		struct sigaction old;
+
+		/* one the caller ignores stays ignored: `nohup` (SIGHUP),
+		 * `trap '' PIPE` (a write then fails with EPIPE, status 1,
+		 * as cat does), a shell's background job (SIGINT) */
+		if (sigaction(sigs[i], NULL, &old) == 0 &&
+		    old.sa_handler == SIG_IGN)
+			continue;
 		sigaction(sigs[i], &sa, NULL);
+	}
 	sa.sa_handler = on_kick;
 	sigaction(SIGALRM, &sa, NULL);
 	/* over RLIMIT_FSIZE: the write fails with EFBIG and is cleaned up,
