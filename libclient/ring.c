@@ -535,6 +535,12 @@ int td_ring_acquire(struct td_ring *r, int timeout_ms, struct td_slot *slot)
 static int read_look(struct td_ring *r, uint64_t v)
 {
 	const struct td_ring_readers *rd = r->m.rd;
+	int rc = prod_usable(r);
+
+	/* a client closed by another thread meanwhile ends the wait (the
+	 * daemon ends the ring and wakes it), as pick_look does */
+	if (rc < 0)
+		return rc;
 
 	for (uint32_t i = 0; i < r->m.reader_count; i++) {
 		uint64_t taken = atomic_load(&rd->rows[i].taken);
@@ -554,10 +560,13 @@ static int read_look(struct td_ring *r, uint64_t v)
 
 int td_ring_wait_read(struct td_ring *r, uint64_t version, int timeout_ms)
 {
+	int rc;
+
 	if (!r || !version || version >= r->next_version)
 		return -EINVAL;
-	if (td__client_foreign(r->c))
-		return -ECHILD;
+	rc = prod_usable(r);
+	if (rc < 0)
+		return rc;
 	/*
 	 * Mid-rewrite of the latest slot (acquired by reuse_latest, not yet
 	 * published): every row had taken the latest version and none held

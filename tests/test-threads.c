@@ -484,6 +484,55 @@ Test(threads, closing_the_client_from_another_thread_ends_acquire)
 	tu_daemon_stop(&d, false);
 }
 
+static void *wait_read_forever(void *arg)
+{
+	struct waiter *w = arg;
+
+	atomic_store(&w->in, true);
+	atomic_store(&w->rc, td_ring_wait_read(w->r, 1, HANG_MS));
+	return NULL;
+}
+
+/* The same for td_ring_wait_read(): a subscriber that never reads held
+ * it until its timeout (-ETIMEDOUT after HANG_MS) or for ever with -1. */
+Test(threads, closing_the_client_from_another_thread_ends_wait_read)
+{
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = (uint64_t[]){64},
+				    .slot_count = 2, .reader_count = 1};
+	struct waiter w = {.rc = 1};
+	struct td_client *c, *rc;
+	struct td_error e = {0};
+	struct td_slot slot;
+	struct td_sub *s;
+	struct tu_daemon d;
+	pthread_t t;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	rc = open_client(&d);
+	cr_assert_eq(td_ring_create(c, "mt/wr", &desc, &w.r, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_ring_subscribe(rc, "mt/wr", 0, &s, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_ring_acquire(w.r, 0, &slot), 0);
+	cr_assert_eq(td_ring_publish(w.r, NULL), 0);
+	/* the subscriber has not read version 1 */
+	cr_assert_eq(td_ring_wait_read(w.r, 1, 0), -ETIMEDOUT);
+	cr_assert_eq(pthread_create(&t, NULL, wait_read_forever, &w), 0);
+	while (!atomic_load(&w.in))
+		sched_yield();
+	td_client_close(c);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_expect_eq(atomic_load(&w.rc), -ENOTCONN);
+	/* and after the close, at once */
+	cr_expect_eq(td_ring_wait_read(w.r, 1, HANG_MS), -ENOTCONN);
+	td_ring_close(w.r);
+	td_sub_close(s);
+	td_client_close(rc);
+	tu_daemon_stop(&d, false);
+}
+
 /* ---- asynchronous GETs and td_client_process() from several threads ---- */
 
 #define ASYNC_ROUNDS 100

@@ -134,7 +134,9 @@ TD_EXPORT int td_ring_publish(struct td_ring *r, uint64_t *version);
  * had read it; none can take it any more), every version up to it counts
  * as read. GETs of the ring do not count. A subscriber that never reads
  * holds the answer up until the timeout. 0, -ETIMEDOUT, -EINVAL a version not
- * published yet (or 0), -ECHILD in a child of fork().
+ * published yet (or 0), -ECHILD in a child of fork(), -ENOTCONN once the
+ * client is closed (by another thread too, while this waits: the wait
+ * ends at once), -EPIPE once the daemon ended the ring.
  */
 TD_EXPORT int td_ring_wait_read(struct td_ring *r, uint64_t version,
 				int timeout_ms);
