@@ -2237,6 +2237,18 @@ Test(tensorctl, a_glob_or_a_prefix_without_prefix_says_what_to_type)
 			      "lists every name under cam/)"),
 		  "%s", err);
 	free(err);
+	/* rm and stat take one NAME: a glob is told so, with what lists */
+	cr_expect_eq(CTL(&d, NULL, &err, "rm", "cam/*"), 1);
+	cr_expect(strstr(err, "(rm takes one NAME, not a pattern: tensorctl "
+			      "ls PREFIX lists the names to remove one by "
+			      "one)"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, NULL, &err, "stat", "cam/?"), 1);
+	cr_expect(strstr(err, "(stat takes one NAME, not a pattern: "
+			      "tensorctl ls PREFIX lists the names)"),
+		  "%s", err);
+	free(err);
 	/* a shape mistyped huge: the file's size, not --max-bytes */
 	path_in(in, sizeof(in), &d, "six.bin");
 	write_file(in, "abcdef", 6);
