@@ -331,8 +331,15 @@ static PyObject *ring_publish(RingObject *ring, PyObject *unused)
 	if (!ring_usable(ring))
 		return NULL;
 	rc = td_ring_publish(ring->r, &v);
-	if (rc == -EINVAL)
-		return tdpy_raise(rc, NULL, "publish: no slot acquired");
+	if (rc == -EINVAL) {
+		struct td_error e = {.code = rc};
+		const char *n = PyUnicode_AsUTF8(ring->name);
+
+		PyErr_Clear();
+		snprintf(e.reason, sizeof(e.reason), "no slot of ring \"%s\" "
+			 "is acquired (acquire() first)", n ? n : "?");
+		return tdpy_raise(rc, &e, "publish");
+	}
 	if (rc < 0)
 		return ring_raise(rc, ring->name, "publish", "", 0);
 	ring->acquired = 0; /* the slot is the subscribers' now */
@@ -567,13 +574,16 @@ static void sub_release_held(SubObject *sub)
 static bool sub_exported(SubObject *sub)
 {
 	struct td_error e = {.code = -EBUSY};
+	const char *n;
 
 	if (!sub->exports)
 		return false;
-	snprintf(e.reason, sizeof(e.reason), "the held view (version %llu) "
-		 "is exported through DLPack (%u tensors alive); its slot "
-		 "stays held until they are gone (del them)",
-		 (unsigned long long)sub->held, sub->exports);
+	n = PyUnicode_AsUTF8(sub->name);
+	PyErr_Clear(); /* (n NULL: no memory, said as "?") */
+	snprintf(e.reason, sizeof(e.reason), "the held view of ring \"%s\" "
+		 "(version %llu) is exported through DLPack (%u tensors "
+		 "alive); its slot stays held until they are gone (del them)",
+		 n ? n : "?", (unsigned long long)sub->held, sub->exports);
 	tdpy_raise(-EBUSY, &e, "subscription");
 	return true;
 }

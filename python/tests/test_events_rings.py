@@ -109,7 +109,8 @@ def test_ring_handoff_in_place(client):
         view.__dlpack__()
     with pytest.raises(tensord.Timeout):
         sub.next(0)
-    with pytest.raises(tensord.Error):
+    with pytest.raises(tensord.Error, match=r'no slot of ring "[^"]+" is '
+                       r"acquired \(acquire\(\) first\)"):
         ring.publish()  # nothing acquired
     t = need_torch().from_dlpack(g)
     t.zero_()
