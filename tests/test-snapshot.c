@@ -1560,27 +1560,47 @@ Test(snapshot, a_file_size_limit_fails_a_save_not_the_daemon, .timeout = 60)
  * start stops, the file stays, and the next start restores it. The
  * shim (raise-before-open.c) fails the first pread of the file.
  */
-Test(snapshot, a_read_error_stops_the_start_and_keeps_the_file,
-     .timeout = 90)
+/*
+ * The shim fails a pread of the snapshot (the first; with at, the one
+ * at that offset): the start stops (saying says and then, when not
+ * NULL), the
+ * file stays as it was, neither moved aside nor kept as partial, and the
+ * next start restores it.
+ */
+static void read_error_case(const char *at, const char *says,
+			    const char *then)
 {
+	const char *bin = getenv("TD_TENSORD");
 	struct snapdir s;
 	struct tu_daemon d;
 	struct td_client *c;
 	struct tensor a = mk("e/a", TD_TENSOR_U8, 5000, 0, 5000);
-	char sock[160];
+	char sock[160], *out;
 	uint8_t *before, *after;
 	size_t blen, alen;
 
+	cr_assert_not_null(bin);
 	snapdir_make(&s);
 	snprintf(sock, sizeof(sock), "%s/td.sock", s.dir);
 	saved_one(&d, &s, &a);
 	before = tu_read_file(s.file, &blen);
-
 	/* only the daemon's environment: it is exec'ed with ours */
 	tu_shim_on("TD_FAIL_PREAD", s.file);
+	if (at)
+		cr_assert_eq(setenv("TD_FAIL_PREAD_AT", at, 1), 0);
 	cr_assert_eq(setenv("TENSORD_IO", "sync", 1), 0);
-	cr_expect_eq(run_daemon(sock, s.file), 1);
+	{
+		char *argv[] = {(char *)bin, "--socket", sock, "--snapshot",
+				s.file, NULL};
+
+		cr_expect_eq(tu_run_capture_all(argv, &out), 1, "%s", out);
+	}
+	cr_expect(!says || (strstr(out, says) && strstr(out, then)), "%s",
+		  out);
+	free(out);
+	unsetenv("TD_FAIL_PREAD_AT");
 	tu_shim_off("TD_FAIL_PREAD");
+	cr_expect(!dir_has(&s, "snap.hrry.partial"), "kept as partial");
 	cr_expect(!dir_has(&s, "snap.hrry.corrupt"), "moved aside");
 	after = tu_read_file(s.file, &alen);
 	cr_expect(alen == blen && !memcmp(before, after, blen));
@@ -1593,6 +1613,12 @@ Test(snapshot, a_read_error_stops_the_start_and_keeps_the_file,
 	free(before);
 	free(after);
 	snapdir_rm(&s);
+}
+
+Test(snapshot, a_read_error_stops_the_start_and_keeps_the_file,
+     .timeout = 90)
+{
+	read_error_case(NULL, NULL, NULL);
 }
 
 /*
@@ -1925,52 +1951,8 @@ Test(snapshot, a_fence_unsignalled_at_the_stop_is_warned_about,
 Test(snapshot, a_read_error_in_a_tensors_bytes_stops_the_start_too,
      .timeout = 90)
 {
-	struct snapdir s;
-	struct tu_daemon d;
-	struct td_client *c;
-	struct tensor a = mk("e/a", TD_TENSOR_U8, 5000, 0, 5000);
-	char sock[160];
-	uint8_t *before, *after;
-	size_t blen, alen;
-
-	snapdir_make(&s);
-	snprintf(sock, sizeof(sock), "%s/td.sock", s.dir);
-	saved_one(&d, &s, &a);
-	before = tu_read_file(s.file, &blen);
-
 	/* alignment 4096: the one tensor's bytes start at 4096 */
-	tu_shim_on("TD_FAIL_PREAD", s.file);
-	cr_assert_eq(setenv("TD_FAIL_PREAD_AT", "4096", 1), 0);
-	cr_assert_eq(setenv("TENSORD_IO", "sync", 1), 0);
-	cr_assert_eq(truncate(s.log, 0), 0);
-	{
-		const char *bin = getenv("TD_TENSORD");
-		char *argv[] = {(char *)bin, "--socket", sock, "--snapshot",
-				s.file, NULL};
-		char *out;
-
-		cr_assert_not_null(bin);
-		cr_expect_eq(tu_run_capture_all(argv, &out), 1, "%s", out);
-		cr_expect(strstr(out, "reading \"e/a\"") &&
-				  strstr(out, "the file stays as it is"),
-			  "%s", out);
-		free(out);
-	}
-	unsetenv("TD_FAIL_PREAD_AT");
-	tu_shim_off("TD_FAIL_PREAD");
-	cr_expect(!dir_has(&s, "snap.hrry.partial"), "kept as partial");
-	cr_expect(!dir_has(&s, "snap.hrry.corrupt"), "moved aside");
-	after = tu_read_file(s.file, &alen);
-	cr_expect(alen == blen && !memcmp(before, after, blen));
-
-	start(&d, &s, "sync", "30");
-	c = conn(&d);
-	check(c, &a);
-	td_client_close(c);
-	tu_daemon_stop(&d, true);
-	free(before);
-	free(after);
-	snapdir_rm(&s);
+	read_error_case("4096", "reading \"e/a\"", "the file stays as it is");
 }
 
 /*

@@ -442,7 +442,15 @@ static void *acquire_forever(void *arg)
 	return NULL;
 }
 
-Test(threads, closing_the_client_from_another_thread_ends_acquire)
+/*
+ * A 2-slot ring of c's with one subscriber on another client; ready()
+ * publishes to where the producer must wait, then wait() is run by a
+ * thread while this one closes c: it must end with -ENOTCONN, and so
+ * must after() at once.
+ */
+static void close_ends(const char *name, void (*ready)(struct waiter *w,
+						       struct td_sub *s),
+		       void *(*wait)(void *), int (*after)(struct waiter *w))
 {
 	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
 				    .shape = (uint64_t[]){64},
@@ -450,8 +458,6 @@ Test(threads, closing_the_client_from_another_thread_ends_acquire)
 	struct waiter w = {.rc = 1};
 	struct td_client *c, *rc;
 	struct td_error e = {0};
-	struct td_slot slot;
-	struct td_view v;
 	struct td_sub *s;
 	struct tu_daemon d;
 	pthread_t t;
@@ -459,29 +465,50 @@ Test(threads, closing_the_client_from_another_thread_ends_acquire)
 	tu_daemon_start(&d, "warn");
 	c = open_client(&d);
 	rc = open_client(&d);
-	cr_assert_eq(td_ring_create(c, "mt/close", &desc, &w.r, &e), 0, "%s",
+	cr_assert_eq(td_ring_create(c, name, &desc, &w.r, &e), 0, "%s",
 		     e.reason);
-	cr_assert_eq(td_ring_subscribe(rc, "mt/close", 0, &s, &e), 0, "%s",
+	cr_assert_eq(td_ring_subscribe(rc, name, 0, &s, &e), 0, "%s",
 		     e.reason);
-	/* v1 held by the reader, v2 the latest it has not taken: both
-	 * slots are in use and the next acquire waits */
-	for (int k = 0; k < 2; k++) {
-		cr_assert_eq(td_ring_acquire(w.r, 0, &slot), 0);
-		cr_assert_eq(td_ring_publish(w.r, NULL), 0);
-		if (k == 0)
-			cr_assert_eq(td_sub_next(s, 0, &v), 0);
-	}
-	cr_assert_eq(td_ring_acquire(w.r, 0, &slot), -ETIMEDOUT);
-	cr_assert_eq(pthread_create(&t, NULL, acquire_forever, &w), 0);
+	ready(&w, s);
+	cr_assert_eq(pthread_create(&t, NULL, wait, &w), 0);
 	while (!atomic_load(&w.in))
 		sched_yield();
 	td_client_close(c);
 	cr_assert_eq(pthread_join(t, NULL), 0);
 	cr_expect_eq(atomic_load(&w.rc), -ENOTCONN);
+	cr_expect_eq(after(&w), -ENOTCONN);
 	td_ring_close(w.r);
 	td_sub_close(s);
 	td_client_close(rc);
 	tu_daemon_stop(&d, false);
+}
+
+/* v1 held by the reader, v2 the latest it has not taken: both slots are
+ * in use and the next acquire waits */
+static void both_slots_used(struct waiter *w, struct td_sub *s)
+{
+	struct td_slot slot;
+	struct td_view v;
+
+	for (int k = 0; k < 2; k++) {
+		cr_assert_eq(td_ring_acquire(w->r, 0, &slot), 0);
+		cr_assert_eq(td_ring_publish(w->r, NULL), 0);
+		if (k == 0)
+			cr_assert_eq(td_sub_next(s, 0, &v), 0);
+	}
+	cr_assert_eq(td_ring_acquire(w->r, 0, &slot), -ETIMEDOUT);
+}
+
+static int acquire_now(struct waiter *w)
+{
+	struct td_slot slot;
+
+	return td_ring_acquire(w->r, HANG_MS, &slot);
+}
+
+Test(threads, closing_the_client_from_another_thread_ends_acquire)
+{
+	close_ends("mt/close", both_slots_used, acquire_forever, acquire_now);
 }
 
 static void *wait_read_forever(void *arg)
@@ -493,44 +520,27 @@ static void *wait_read_forever(void *arg)
 	return NULL;
 }
 
+/* v1 published, which the subscriber has not read */
+static void one_unread(struct waiter *w, struct td_sub *s)
+{
+	struct td_slot slot;
+
+	(void)s;
+	cr_assert_eq(td_ring_acquire(w->r, 0, &slot), 0);
+	cr_assert_eq(td_ring_publish(w->r, NULL), 0);
+	cr_assert_eq(td_ring_wait_read(w->r, 1, 0), -ETIMEDOUT);
+}
+
+static int wait_read_now(struct waiter *w)
+{
+	return td_ring_wait_read(w->r, 1, HANG_MS);
+}
+
 /* The same for td_ring_wait_read(): a subscriber that never reads held
  * it until its timeout (-ETIMEDOUT after HANG_MS) or for ever with -1. */
 Test(threads, closing_the_client_from_another_thread_ends_wait_read)
 {
-	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
-				    .shape = (uint64_t[]){64},
-				    .slot_count = 2, .reader_count = 1};
-	struct waiter w = {.rc = 1};
-	struct td_client *c, *rc;
-	struct td_error e = {0};
-	struct td_slot slot;
-	struct td_sub *s;
-	struct tu_daemon d;
-	pthread_t t;
-
-	tu_daemon_start(&d, "warn");
-	c = open_client(&d);
-	rc = open_client(&d);
-	cr_assert_eq(td_ring_create(c, "mt/wr", &desc, &w.r, &e), 0, "%s",
-		     e.reason);
-	cr_assert_eq(td_ring_subscribe(rc, "mt/wr", 0, &s, &e), 0, "%s",
-		     e.reason);
-	cr_assert_eq(td_ring_acquire(w.r, 0, &slot), 0);
-	cr_assert_eq(td_ring_publish(w.r, NULL), 0);
-	/* the subscriber has not read version 1 */
-	cr_assert_eq(td_ring_wait_read(w.r, 1, 0), -ETIMEDOUT);
-	cr_assert_eq(pthread_create(&t, NULL, wait_read_forever, &w), 0);
-	while (!atomic_load(&w.in))
-		sched_yield();
-	td_client_close(c);
-	cr_assert_eq(pthread_join(t, NULL), 0);
-	cr_expect_eq(atomic_load(&w.rc), -ENOTCONN);
-	/* and after the close, at once */
-	cr_expect_eq(td_ring_wait_read(w.r, 1, HANG_MS), -ENOTCONN);
-	td_ring_close(w.r);
-	td_sub_close(s);
-	td_client_close(rc);
-	tu_daemon_stop(&d, false);
+	close_ends("mt/wr", one_unread, wait_read_forever, wait_read_now);
 }
 
 /* ---- asynchronous GETs and td_client_process() from several threads ---- */
