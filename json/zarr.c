@@ -442,7 +442,9 @@ static size_t utf8_seq(const unsigned char *t, size_t n, uint32_t *cp)
 			return 0;
 		*cp = *cp << 6 | (t[i] & 0x3f);
 	}
-	return *cp <= 0x10ffff ? k : 0;
+	/* the shortest form of a scalar value only: what the reader
+	 * refuses (td_zarr_json_parse) is never written as another one */
+	return td__utf8_valid(t, k) ? k : 0;
 }
 
 /*
@@ -556,6 +558,15 @@ int td_zarr_json_parse(const char *text, size_t len, struct json_object **out,
 		end++;
 	if (end != len || memchr(text, 0, len)) {
 		*why = "bytes after the JSON value";
+		json_object_put(o);
+		return -EBADMSG;
+	}
+	if (!td__utf8_valid((const uint8_t *)text, len)) {
+		/* json-c's UTF-8 check lets overlong forms and encoded
+		 * surrogates through; written back as \u escapes they would
+		 * be other characters than the ones read */
+		*why = "text that is not UTF-8 (an overlong form or a "
+		       "surrogate)";
 		json_object_put(o);
 		return -EBADMSG;
 	}

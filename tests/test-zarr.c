@@ -350,6 +350,21 @@ Test(meta, read_accepts_and_refuses_with_reasons)
 	                  "\"codecs\":[{\"name\":\"bytes\"}],"
 	                  "\"dimension_names\":[7]}",
 	         -EBADMSG, "dimension_names[0]: not a string"},
+	        /* RFC 8259 §8.1: UTF-8; json-c lets an overlong "A" and an
+	         * encoded surrogate through, which the \u escapes of
+	         * td_zarr_text() would write as other strings */
+	        {ARR_HEAD "\"data_type\":\"uint8\",\"fill_value\":0,"
+	                  "\"codecs\":[{\"name\":\"bytes\"}],"
+	                  "\"attributes\":{\"a\":\"\xc1\x81\"}}",
+	         -EBADMSG, "not UTF-8"},
+	        {ARR_HEAD "\"data_type\":\"uint8\",\"fill_value\":0,"
+	                  "\"codecs\":[{\"name\":\"bytes\"}],"
+	                  "\"attributes\":{\"\xed\xa0\x80\":1}}",
+	         -EBADMSG, "not UTF-8"},
+	        {ARR_HEAD "\"data_type\":\"uint8\",\"fill_value\":0,"
+	                  "\"codecs\":[{\"name\":\"bytes\"}],"
+	                  "\"attributes\":{\"\xc3\xa9\":\"\xf0\x9f\x98\x80\"}}",
+	         0, NULL},
 	};
 	char why[256];
 	bool big;
