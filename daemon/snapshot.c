@@ -14,6 +14,8 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,21 +78,136 @@ static int lock_record(int fd)
 	return 0;
 }
 
+/*
+ * FILE.lock's number is written ahead, on a thread ("td-snap-lock"):
+ * when half of the block on record is handed out the loop asks for the
+ * next block and goes on numbering from the half still on record while
+ * the thread writes and fdatasyncs it (a slow disk's pause, once per
+ * TD__VERSION_BLOCK versions, was every client's). The loop waits for
+ * the thread only when it reaches the number on record before the
+ * write is done (a disk slower than half a block of versions), or at
+ * the first version after the start, as it waited for its own write
+ * before. No thread (pthread_create refused): the loop writes, as
+ * before. done: no version at or past it was numbered, on disk; want:
+ * what the loop asked for (> done: being written).
+ */
+static struct {
+	bool started, stop;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint64_t want, done;
+	int err; /* the last write's, for the loop to log */
+} rec = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void *rec_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&rec.mu);
+	for (;;) {
+		uint64_t n = rec.want;
+		int rc;
+
+		if (n <= rec.done) {
+			if (rec.stop)
+				break;
+			pthread_cond_wait(&rec.cv, &rec.mu);
+			continue;
+		}
+		pthread_mutex_unlock(&rec.mu);
+		rc = lock_put(n);
+		pthread_mutex_lock(&rec.mu);
+		/* a failure is logged by the loop and numbers go on, as
+		 * when the loop wrote */
+		rec.done = n;
+		rec.err = rc;
+		pthread_cond_broadcast(&rec.cv);
+	}
+	pthread_mutex_unlock(&rec.mu);
+	return NULL;
+}
+
+static void rec_start(void)
+{
+	sigset_t all, old;
+	int rc;
+
+	rec.done = td__snap.reserved; /* what the file says now */
+	rec.want = rec.done;
+	rec.stop = false;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(&rec.thread, NULL, rec_main, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc) {
+		td__log(TD_LOG_WARN, "snapshot: version numbers are put on "
+				     "record from the loop: pthread_create: "
+				     "%s",
+			strerror(rc));
+		return;
+	}
+	pthread_setname_np(rec.thread, "td-snap-lock");
+	rec.started = true;
+}
+
+/* the thread's last write is done and it is gone (idempotent) */
+static void rec_stop(void)
+{
+	if (!rec.started)
+		return;
+	pthread_mutex_lock(&rec.mu);
+	rec.stop = true;
+	pthread_cond_broadcast(&rec.cv);
+	pthread_mutex_unlock(&rec.mu);
+	pthread_join(rec.thread, NULL);
+	rec.started = false;
+}
+
+static void rec_log(uint64_t upto, int rc)
+{
+	td__log(TD_LOG_ERROR, "snapshot: cannot put version numbers "
+			      "up to %" PRIu64 " on record in %s.lock "
+			      "(%s): a restart after a crash may number "
+			      "new versions as ones handed out before",
+		upto, td__snap.path, strerror(-rc));
+}
+
 uint64_t td__snapshot_reserve(uint64_t next)
 {
-	uint64_t upto = next + TD__VERSION_BLOCK;
+	const uint64_t half = TD__VERSION_BLOCK / 2;
+	uint64_t ceil;
 	int rc;
 
 	if (!td__snap.on || td__snap.lock_fd < 0)
 		return UINT64_MAX;
-	rc = lock_put(upto);
-	if (rc < 0)
-		td__log(TD_LOG_ERROR, "snapshot: cannot put version numbers "
-				      "up to %" PRIu64 " on record in %s.lock "
-				      "(%s): a restart after a crash may number "
-				      "new versions as ones handed out before",
-			upto, td__snap.path, strerror(-rc));
-	return upto;
+	if (!rec.started) {
+		rc = lock_put(next + TD__VERSION_BLOCK);
+		if (rc < 0)
+			rec_log(next + TD__VERSION_BLOCK, rc);
+		return next + TD__VERSION_BLOCK;
+	}
+	pthread_mutex_lock(&rec.mu);
+	if (next >= rec.done) {
+		/* nothing on record for next yet: wait, as the loop did */
+		if (rec.want <= next)
+			rec.want = next + TD__VERSION_BLOCK;
+		pthread_cond_broadcast(&rec.cv);
+		while (rec.done <= next)
+			pthread_cond_wait(&rec.cv, &rec.mu);
+	}
+	if (rec.err < 0) {
+		rec_log(rec.done, rec.err);
+		rec.err = 0;
+	}
+	if (rec.want == rec.done && next + half >= rec.done) {
+		/* half a block left: the next one is written meanwhile */
+		rec.want = next + TD__VERSION_BLOCK;
+		pthread_cond_broadcast(&rec.cv);
+	}
+	/* asked again at the half, or where the number on record ends */
+	ceil = rec.want == rec.done ? rec.done - half : rec.done;
+	pthread_mutex_unlock(&rec.mu);
+	return ceil;
 }
 
 /*
@@ -300,6 +417,8 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 	}
 	if ((rc = snap_lock(path)) < 0)
 		goto fail;
+	if (td__snap.lock_fd >= 0)
+		rec_start();
 	if (knob)
 		td__snap.kill_at = strtoull(knob, NULL, 10);
 	if ((knob = getenv("TD_TEST_SNAPSHOT_RESTORE_KILL_AT")))
@@ -339,6 +458,7 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 	free(real);
 	return 0;
 fail:
+	rec_stop();
 	if (td__snap.lock_fd >= 0)
 		close(td__snap.lock_fd);
 	td__snap.lock_fd = -1;
@@ -370,6 +490,7 @@ void td__snapshot_fini(void)
 	if (!td__snap.on)
 		return;
 	td__snap_save_final();
+	rec_stop(); /* before the clean stop's own number */
 	stop_record();
 	td__snap.on = false;
 	uv_close((uv_handle_t *)&td__snap.timer, NULL);

@@ -22,6 +22,7 @@
  * first pread(2) of it at that offset (a tensor's bytes, past the header,
  * index and KV read before). $TD_FAIL_FSYNC=PATH does the same
  * to the first fsync(2) of a descriptor of PATH (a folder, say).
+ * $TD_HOLD_FDATASYNC=PATH holds fdatasync(2) of it (below).
  * $TD_TRUNCATE_AFTER_FSTAT=PATH cuts PATH to 0 bytes once, just after the
  * first fstat(2) of a descriptor of PATH: the reader holds a size the
  * file no longer has (tensorctl zarr export --from FILE.hrry).
@@ -65,6 +66,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 static int fired_open, fired_write, fired_connect, truncated;
@@ -255,6 +257,36 @@ int fsync(int fd)
 		failed_fsync = 1;
 		errno = EIO;
 		return -1;
+	}
+	return real(fd);
+}
+
+/*
+ * $TD_HOLD_FDATASYNC=PATH: an fdatasync(2) of a descriptor of PATH waits
+ * while PATH.hold exists, and says so by creating PATH.held first: a
+ * disk as slow as the test wants (tensord's FILE.lock, whose number is
+ * written ahead on a thread while the loop goes on).
+ */
+int fdatasync(int fd)
+{
+	static int (*real)(int);
+	const char *path = getenv("TD_HOLD_FDATASYNC");
+	char hold[4096], held[4096];
+	const struct timespec ms = {0, 1000000};
+
+	if (!real)
+		*(void **)&real = dlsym(RTLD_NEXT, "fdatasync");
+	if (path && fd_is(fd, path)) {
+		snprintf(hold, sizeof(hold), "%s.hold", path);
+		snprintf(held, sizeof(held), "%s.held", path);
+		if (access(hold, F_OK) == 0) {
+			int h = open(held, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+
+			if (h >= 0)
+				close(h);
+			while (access(hold, F_OK) == 0)
+				nanosleep(&ms, NULL);
+		}
 	}
 	return real(fd);
 }

@@ -1336,6 +1336,88 @@ Test(snapshot, a_crash_after_the_last_save_never_numbers_a_version_twice,
 	snapdir_rm(&s);
 }
 
+/* TD__VERSION_BLOCK (daemon/sd.h): numbers put on record at a time */
+#define VERSION_BLOCK 65536
+
+/* FILE.lock's "next_version N" */
+static uint64_t lock_next_version(const struct snapdir *s)
+{
+	char lock[160], *l, *at;
+	uint64_t r = 0;
+
+	snprintf(lock, sizeof(lock), "%s.lock", s->file);
+	l = tu_slurp(lock);
+	at = strstr(l, "\nnext_version ");
+	cr_assert_not_null(at, "%s", l);
+	r = strtoull(at + strlen("\nnext_version "), NULL, 10);
+	free(l);
+	return r;
+}
+
+/*
+ * FILE.lock's number was written and fdatasync'ed on the loop when the
+ * counter reached it: every client waited for the disk once per block
+ * (a slow disk's pause, every 65 536 versions). It is written ahead on
+ * a thread now, from the half of the block on: with the shim holding
+ * that fdatasync (a disk as slow as we like), the daemon goes on
+ * numbering versions and answering requests, and once the write is
+ * let go, numbers past the first block are on record before they are
+ * handed out.
+ */
+Test(snapshot, the_version_record_is_written_ahead_off_the_loop,
+     .timeout = 240)
+{
+	static const uint64_t shape = 1;
+	struct td_publish p = {
+	        .name = "w", .dtype = TD_TENSOR_U8, .ndim = 1, .shape = &shape};
+	struct td_error e = {0};
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	char lock[160], hold[176], held[176];
+	uint64_t first, v = 0;
+	uint8_t b = 0;
+	int fd;
+
+	snapdir_make(&s);
+	snprintf(lock, sizeof(lock), "%s.lock", s.file);
+	snprintf(hold, sizeof(hold), "%s.hold", lock);
+	snprintf(held, sizeof(held), "%s.held", lock);
+	tu_shim_on("TD_HOLD_FDATASYNC", lock);
+	start(&d, &s, "sync", "30");
+	tu_shim_off("TD_HOLD_FDATASYNC");
+	c = conn(&d);
+	first = next_version(c) - 1; /* its block is on record: not held */
+	cr_assert_gt(lock_next_version(&s), first);
+	fd = open(hold, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	while (v < first + VERSION_BLOCK / 2 + 16)
+		cr_assert_eq(td_client_put(c, &p, &b, 1, &v, &e), 0, "%s",
+			     e.reason);
+	cr_assert_eq(access(held, F_OK), 0,
+		     "at version %llu, half a block past %llu, the next "
+		     "block is not being put on record",
+		     (unsigned long long)v, (unsigned long long)first);
+	/* the disk still holds that write: the loop answers all the same */
+	for (int i = 0; i < 100; i++)
+		cr_assert_eq(td_client_put(c, &p, &b, 1, &v, &e), 0, "%s",
+			     e.reason);
+	cr_assert_eq(count(c), 1);
+	cr_assert_eq(access(hold, F_OK), 0);
+	unlink(hold);
+	/* past the first block: each number on record before it is used */
+	while (v < first + VERSION_BLOCK + 16)
+		cr_assert_eq(td_client_put(c, &p, &b, 1, &v, &e), 0, "%s",
+			     e.reason);
+	cr_assert_gt(lock_next_version(&s), v);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	/* the clean stop leaves the counter itself */
+	cr_assert_eq(lock_next_version(&s), v + 1);
+	snapdir_rm(&s);
+}
+
 /*
  * A snapshot of a format newer than this daemon reads (a downgrade after
  * an upgrade) was called "not a tensord snapshot", moved aside as
