@@ -14,12 +14,15 @@
 
 #include "blob.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/fuse.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <arpa/inet.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
@@ -573,4 +576,120 @@ Test(stall, a_lingering_socket_sent_with_a_request_is_closed_off_the_loop,
 	await_not_lingering(v, 8, "after a request with a lingering socket");
 	close(v);
 	close(sock);
+}
+
+/*
+ * The thread of the daemon, other than its loop when off_loop, that waits
+ * in a lingering close (wait_woken), or 0 when none does.
+ */
+static pid_t thread_in_close(bool off_loop)
+{
+	char path[96], w[64];
+	pid_t found = 0;
+	struct dirent *e;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)D.pid);
+	dir = opendir(path);
+	cr_assert(dir, "%s: %s", path, strerror(errno));
+	while (!found && (e = readdir(dir))) {
+		pid_t tid = (pid_t)atoi(e->d_name);
+		FILE *f;
+
+		if (tid <= 0 || (off_loop && tid == D.pid))
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan",
+			 (int)D.pid, (int)tid);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(w, sizeof(w), f) && !strcmp(w, "wait_woken"))
+			found = tid;
+		fclose(f);
+	}
+	closedir(dir);
+	return found;
+}
+
+/* Until some thread of the daemon waits in the lingering close. */
+static pid_t await_lingering(const char *what)
+{
+	pid_t tid;
+
+	for (int waited = 0; !(tid = thread_in_close(false)); waited += 10) {
+		cr_assert_lt(waited, TU_WAIT_S * 1000,
+			     "%s: the daemon never closed the lingering "
+			     "socket",
+			     what);
+		poll(NULL, 0, 10);
+	}
+	return tid;
+}
+
+/*
+ * A lingering chain s2 (above) in a datagram the daemon never reads, on
+ * a connection that ends: by the client's hang-up, or by the daemon when
+ * it reads the empty datagram sent before it. The daemon's end of the
+ * connection then holds s2's last reference; releasing it is the
+ * lingering close. Another client must be answered while it lingers.
+ */
+static void unread_lingering_socket(bool hang_up, const char *what)
+{
+	int s2 = lingering_chain();
+	int sock = stalled_conn();
+	int v = raw_scm_conn(&D);
+	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, TD_OP_STATUS,
+				0, 1, 7, 0, 0};
+	char byte;
+
+	cr_assert_eq(thread_in_close(false), 0, "%s: a close waits already",
+		     what);
+	if (!hang_up)
+		cr_assert_eq(send(sock, "", 0, MSG_NOSIGNAL), 0);
+	td_wire_hdr_encode(&h, rawbuf);
+	cr_assert_eq(td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN, &s2, 1, 0),
+		     TD_WIRE_HDR_LEN);
+	close(s2);
+	if (hang_up) {
+		/* while the daemon waits to send: it reads nothing more */
+		close(sock);
+		sock = -1;
+	} else {
+		/* it reads on: the empty datagram ends the connection */
+		drain_until(sock, 100);
+		for (;;) {
+			ssize_t n;
+
+			tu_await_readable(sock, TU_WAIT_S, what);
+			n = recv(sock, &byte, 1, MSG_DONTWAIT);
+			if (n == 0)
+				break; /* the daemon's hang-up */
+			cr_assert(n > 0 || errno == ECONNRESET,
+				  "%s: recv: %s", what, strerror(errno));
+		}
+	}
+	/* the daemon released s2: the close lingers (3600 s) from now on */
+	await_lingering(what);
+	raw_send(v, TD_OP_STATUS, 8, 0);
+	await_not_lingering(v, 8, what);
+	/* answered while the lingering close still waits, off the loop */
+	cr_assert_neq(thread_in_close(true), 0,
+		      "%s: the lingering close ended before the answer", what);
+	close(v);
+	if (sock >= 0)
+		close(sock);
+}
+
+Test(stall, a_lingering_socket_unread_at_a_hang_up_is_closed_off_the_loop,
+     .init = start, .fini = linger_stop)
+{
+	unread_lingering_socket(true, "a hang-up with a lingering socket "
+				      "unread");
+}
+
+Test(stall, a_lingering_socket_unread_when_the_daemon_ends_a_connection_is_closed_off_the_loop,
+     .init = start, .fini = linger_stop)
+{
+	unread_lingering_socket(false, "a connection the daemon ends with a "
+				       "lingering socket unread");
 }
