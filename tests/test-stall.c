@@ -693,3 +693,63 @@ Test(stall, a_lingering_socket_unread_when_the_daemon_ends_a_connection_is_close
 	unread_lingering_socket(false, "a connection the daemon ends with a "
 				       "lingering socket unread");
 }
+
+static char policy[64];
+
+/* root (this test) may hold two connections: a third is refused */
+static void start_two_conns(void)
+{
+	static const char *extra[] = {"--policy", policy, NULL};
+	FILE *f;
+
+	snprintf(policy, sizeof(policy), "/tmp/td-stall-%d", (int)getpid());
+	f = fopen(policy, "w");
+	cr_assert(f);
+	fputs("allow any r z/\nlimit uid=0 conns 2\n", f);
+	fclose(f);
+	tu_daemon_start_args(&D, "warn", extra);
+}
+
+static void stop_two_conns(void)
+{
+	linger_stop();
+	unlink(policy);
+}
+
+Test(stall, a_lingering_socket_unread_in_a_refused_connection_is_closed_off_the_loop,
+     .init = start_two_conns, .fini = stop_two_conns)
+{
+	const char *what = "a refused connection with a lingering socket "
+			   "unread";
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int s2 = lingering_chain();
+	int held = raw_scm_conn(&D);
+	int v = raw_scm_conn(&D);
+	int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, TD_OP_STATUS,
+				0, 1, 7, 0, 0};
+
+	cr_assert_geq(sock, 0);
+	memcpy(sa.sun_path, D.sock, sizeof(D.sock));
+	/* all in its queue before the daemon accepts it: it is stopped */
+	cr_assert_eq(kill(D.pid, SIGSTOP), 0);
+	cr_assert_eq(connect(sock, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	td_wire_hdr_encode(&h, rawbuf);
+	/* more than the refusal reads (its HELLO, a few more) */
+	for (int i = 0; i < 8; i++)
+		cr_assert_eq(send(sock, rawbuf, TD_WIRE_HDR_LEN, MSG_NOSIGNAL),
+			     TD_WIRE_HDR_LEN);
+	cr_assert_eq(td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN, &s2, 1, 0),
+		     TD_WIRE_HDR_LEN);
+	close(s2);
+	cr_assert_eq(kill(D.pid, SIGCONT), 0);
+	/* refused: the daemon released s2, whose close lingers (3600 s) */
+	await_lingering(what);
+	raw_send(v, TD_OP_STATUS, 8, 0);
+	await_not_lingering(v, 8, what);
+	cr_assert_neq(thread_in_close(true), 0,
+		      "%s: the lingering close ended before the answer", what);
+	close(sock);
+	close(v);
+	close(held);
+}
