@@ -429,8 +429,13 @@ Test(stall, a_fuse_file_past_the_fd_cap_is_not_asked_either, .init = start,
  */
 static int tcp_l = -1, tcp_a = -1;
 
+static bool held;
+
 static void linger_stop(void)
 {
+	if (held)
+		kill(D.pid, SIGCONT);
+	held = false;
 	/* the reader's close resets the connection: the close returns */
 	if (tcp_a >= 0)
 		close(tcp_a);
@@ -626,17 +631,28 @@ static pid_t await_lingering(const char *what)
 	return tid;
 }
 
+/* The daemon is held (SIGSTOP) while a test queues what it will read. */
+
+static void hold(bool on)
+{
+	cr_assert_eq(kill(D.pid, on ? SIGSTOP : SIGCONT), 0);
+	held = on;
+}
+
 /*
  * A lingering chain s2 (above) in a datagram the daemon never reads, on
- * a connection that ends: by the client's hang-up, or by the daemon when
- * it reads the empty datagram sent before it. The daemon's end of the
- * connection then holds s2's last reference; releasing it is the
- * lingering close. Another client must be answered while it lingers.
+ * a connection that ends first: the client hangs up after requests the
+ * daemon has not read yet (it fails to answer the first and drops the
+ * connection), or the empty datagram before it ends the connection (the
+ * client still there). Both are queued while the daemon is held, so it
+ * reads them in that order. The daemon's end of the connection then
+ * holds s2's last reference; releasing it is the lingering close.
+ * Another client must be answered while it lingers.
  */
 static void unread_lingering_socket(bool hang_up, const char *what)
 {
 	int s2 = lingering_chain();
-	int sock = stalled_conn();
+	int sock = raw_scm_conn(&D);
 	int v = raw_scm_conn(&D);
 	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, TD_OP_STATUS,
 				0, 1, 7, 0, 0};
@@ -644,31 +660,33 @@ static void unread_lingering_socket(bool hang_up, const char *what)
 
 	cr_assert_eq(thread_in_close(false), 0, "%s: a close waits already",
 		     what);
-	if (!hang_up)
+	hold(true);
+	if (hang_up)
+		for (uint64_t i = 0; i < 4; i++)
+			raw_send(sock, TD_OP_STATUS, 100 + i, 0);
+	else
 		cr_assert_eq(send(sock, "", 0, MSG_NOSIGNAL), 0);
 	td_wire_hdr_encode(&h, rawbuf);
 	cr_assert_eq(td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN, &s2, 1, 0),
 		     TD_WIRE_HDR_LEN);
 	close(s2);
 	if (hang_up) {
-		/* while the daemon waits to send: it reads nothing more */
 		close(sock);
 		sock = -1;
-	} else {
-		/* it reads on: the empty datagram ends the connection */
-		drain_until(sock, 100);
-		for (;;) {
-			ssize_t n;
-
-			tu_await_readable(sock, TU_WAIT_S, what);
-			n = recv(sock, &byte, 1, MSG_DONTWAIT);
-			if (n == 0)
-				break; /* the daemon's hang-up */
-			cr_assert(n > 0 || errno == ECONNRESET,
-				  "%s: recv: %s", what, strerror(errno));
-		}
 	}
-	/* the daemon released s2: the close lingers (3600 s) from now on */
+	hold(false);
+	/* the daemon's hang-up: after it, it released s2 */
+	for (; sock >= 0;) {
+		ssize_t n;
+
+		tu_await_readable(sock, TU_WAIT_S, what);
+		n = recv(sock, &byte, 1, MSG_DONTWAIT);
+		if (n == 0)
+			break;
+		cr_assert(n > 0 || errno == ECONNRESET, "%s: recv: %s", what,
+			  strerror(errno));
+	}
+	/* the close of s2 lingers (3600 s) from now on */
 	await_lingering(what);
 	raw_send(v, TD_OP_STATUS, 8, 0);
 	await_not_lingering(v, 8, what);
@@ -723,7 +741,7 @@ Test(stall, a_lingering_socket_unread_in_a_refused_connection_is_closed_off_the_
 			   "unread";
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	int s2 = lingering_chain();
-	int held = raw_scm_conn(&D);
+	int kept = raw_scm_conn(&D);
 	int v = raw_scm_conn(&D);
 	int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, TD_OP_STATUS,
@@ -732,7 +750,7 @@ Test(stall, a_lingering_socket_unread_in_a_refused_connection_is_closed_off_the_
 	cr_assert_geq(sock, 0);
 	memcpy(sa.sun_path, D.sock, sizeof(D.sock));
 	/* all in its queue before the daemon accepts it: it is stopped */
-	cr_assert_eq(kill(D.pid, SIGSTOP), 0);
+	hold(true);
 	cr_assert_eq(connect(sock, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	td_wire_hdr_encode(&h, rawbuf);
 	/* more than the refusal reads (its HELLO, a few more) */
@@ -742,7 +760,7 @@ Test(stall, a_lingering_socket_unread_in_a_refused_connection_is_closed_off_the_
 	cr_assert_eq(td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN, &s2, 1, 0),
 		     TD_WIRE_HDR_LEN);
 	close(s2);
-	cr_assert_eq(kill(D.pid, SIGCONT), 0);
+	hold(false);
 	/* refused: the daemon released s2, whose close lingers (3600 s) */
 	await_lingering(what);
 	raw_send(v, TD_OP_STATUS, 8, 0);
@@ -751,5 +769,5 @@ Test(stall, a_lingering_socket_unread_in_a_refused_connection_is_closed_off_the_
 		      "%s: the lingering close ended before the answer", what);
 	close(sock);
 	close(v);
-	close(held);
+	close(kept);
 }
