@@ -53,6 +53,99 @@ void td__close_fds(int *fds, unsigned n)
 		}
 }
 
+/*
+ * A peer's connection: datagrams it sent that the daemon never read hold
+ * their fds in flight inside the daemon's end, and its close(2) would be
+ * their last close, on the loop (a unix socket whose own queue holds a
+ * lingering TCP socket waits there for the linger time). So no datagram
+ * may enter any more (shutdown, which the other end sees as the hang-up
+ * at once), those waiting are read and their fds closed as any peer fd
+ * (td__close_peer_fd: sockets and files on td-closer-peer), and the
+ * empty socket is closed here. End of file and an empty datagram both
+ * read as 0 bytes; with SO_PASSCRED every datagram comes with
+ * SCM_CREDENTIALS and the end without, which tells them apart. A
+ * datagram whose fds the daemon has no room for (MSG_CTRUNC: those left
+ * out would be let go here) is seen first with MSG_PEEK, whose fds are
+ * extra references (closed as the others: a FUSE file's every close
+ * asks its server); then, as when anything fails, the socket with what
+ * it still holds goes to td-closer-peer.
+ */
+#define DRAIN_MAX 4096 /* datagrams: the sender's buffer bounds them first */
+#define SCM_MAX 253    /* the kernel's SCM_MAX_FD */
+
+/* 1 a datagram read (and its fds let go), 0 the end, -1 give up. */
+static int drain_one(int fd)
+{
+	union {
+		char buf[CMSG_SPACE(SCM_MAX * sizeof(int)) +
+			 CMSG_SPACE(sizeof(struct ucred))];
+		struct cmsghdr align;
+	} ctl;
+
+	for (int peek = 1; peek >= 0; peek--) {
+		char byte;
+		struct iovec iov = {&byte, 1};
+		struct msghdr mh = {.msg_iov = &iov,
+				    .msg_iovlen = 1,
+				    .msg_control = ctl.buf,
+				    .msg_controllen = sizeof(ctl.buf)};
+		bool cred = false;
+		ssize_t n;
+
+		n = recvmsg(fd, &mh,
+			    MSG_DONTWAIT | MSG_CMSG_CLOEXEC |
+				    (peek ? MSG_PEEK : 0));
+		if (n < 0)
+			/* a pending error (ECONNRESET) is told once */
+			return errno == EINTR || errno == ECONNRESET ? 1 : -1;
+		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm;
+		     cm = CMSG_NXTHDR(&mh, cm)) {
+			size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+			if (cm->cmsg_level != SOL_SOCKET)
+				continue;
+			if (cm->cmsg_type == SCM_CREDENTIALS)
+				cred = true;
+			if (cm->cmsg_type != SCM_RIGHTS)
+				continue;
+			for (size_t j = 0; j < k; j++) {
+				int r;
+
+				memcpy(&r, CMSG_DATA(cm) + j * sizeof(int),
+				       sizeof(r));
+				/* a FUSE file's every close is a FLUSH */
+				td__close_peer_fd(r);
+			}
+		}
+		if (mh.msg_flags & MSG_CTRUNC)
+			return -1;
+		if (!cred)
+			return n == 0 ? 0 : -1;
+	}
+	return 1;
+}
+
+static void close_sock(int fd)
+{
+	int one = 1;
+
+	if (fd < 0)
+		return;
+	if (shutdown(fd, SHUT_RDWR) == 0 &&
+	    setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) == 0)
+		for (int i = 0; i < DRAIN_MAX; i++) {
+			int rc = drain_one(fd);
+
+			if (rc == 0) {
+				close(fd);
+				return;
+			}
+			if (rc < 0)
+				break;
+		}
+	td__closer_foreign(fd);
+}
+
 static void txmsg_free(struct txmsg *m)
 {
 	td__close_fds(m->fds, m->nfds);
@@ -101,12 +194,14 @@ static void drop(struct td__peer *p)
 	td__tenant_sub(p->uid, TD__LIM_FDS, p->fds_held);
 	td__list_del(&p->link);
 	/*
-	 * uv_close() stops and forgets the fd at once, so the socket can be
-	 * closed now; only the handle memory must wait for on_closed. Closing
-	 * here keeps "reply received" ordered after "old peer gone".
+	 * uv_close() stops and forgets the fd at once (epoll too), so the
+	 * socket can be closed now, or handed to td-closer-peer when it still
+	 * holds datagrams it could not read (close_sock); only the
+	 * handle memory must wait for on_closed. Its shutdown here keeps
+	 * "reply received" ordered after "old peer gone".
 	 */
 	uv_close((uv_handle_t *)&p->poll, on_closed);
-	close(p->fd);
+	close_sock(p->fd);
 	p->fd = -1;
 }
 
@@ -756,7 +851,7 @@ static void refuse_conn(int fd, const struct ucred *cr, int status,
 			break;
 		td__close_fds(fds, rx.nfds);
 	}
-	close(fd);
+	close_sock(fd);
 	if (td__ratelimit_ok(&rl, TD__LOG_INTERVAL_MS)) {
 		td__log(TD_LOG_WARN,
 			"refused a connection of pid %d uid %u: %s (%lu more "
@@ -775,7 +870,7 @@ int td__peer_take_fd(struct td__daemon *d, int fd)
 	int pfd = -1, rc;
 
 	if (!p) {
-		close(fd);
+		close_sock(fd);
 		return -ENOMEM;
 	}
 	p->fd = fd;
@@ -847,7 +942,7 @@ int td__peer_take_fd(struct td__daemon *d, int fd)
 fail:
 	if (p->pidfd >= 0)
 		close(p->pidfd);
-	close(fd);
+	close_sock(fd);
 	free(p);
 	return rc;
 }

@@ -14,12 +14,15 @@
 
 #include "blob.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/fuse.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <arpa/inet.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
@@ -426,8 +429,13 @@ Test(stall, a_fuse_file_past_the_fd_cap_is_not_asked_either, .init = start,
  */
 static int tcp_l = -1, tcp_a = -1;
 
+static bool held;
+
 static void linger_stop(void)
 {
+	if (held)
+		kill(D.pid, SIGCONT);
+	held = false;
 	/* the reader's close resets the connection: the close returns */
 	if (tcp_a >= 0)
 		close(tcp_a);
@@ -573,4 +581,193 @@ Test(stall, a_lingering_socket_sent_with_a_request_is_closed_off_the_loop,
 	await_not_lingering(v, 8, "after a request with a lingering socket");
 	close(v);
 	close(sock);
+}
+
+/*
+ * The thread of the daemon, other than its loop when off_loop, that waits
+ * in a lingering close (wait_woken), or 0 when none does.
+ */
+static pid_t thread_in_close(bool off_loop)
+{
+	char path[96], w[64];
+	pid_t found = 0;
+	struct dirent *e;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)D.pid);
+	dir = opendir(path);
+	cr_assert(dir, "%s: %s", path, strerror(errno));
+	while (!found && (e = readdir(dir))) {
+		pid_t tid = (pid_t)atoi(e->d_name);
+		FILE *f;
+
+		if (tid <= 0 || (off_loop && tid == D.pid))
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan",
+			 (int)D.pid, (int)tid);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(w, sizeof(w), f) && !strcmp(w, "wait_woken"))
+			found = tid;
+		fclose(f);
+	}
+	closedir(dir);
+	return found;
+}
+
+/* Until some thread of the daemon waits in the lingering close. */
+static pid_t await_lingering(const char *what)
+{
+	pid_t tid;
+
+	for (int waited = 0; !(tid = thread_in_close(false)); waited += 10) {
+		cr_assert_lt(waited, TU_WAIT_S * 1000,
+			     "%s: the daemon never closed the lingering "
+			     "socket",
+			     what);
+		poll(NULL, 0, 10);
+	}
+	return tid;
+}
+
+/* The daemon is held (SIGSTOP) while a test queues what it will read. */
+
+static void hold(bool on)
+{
+	cr_assert_eq(kill(D.pid, on ? SIGSTOP : SIGCONT), 0);
+	held = on;
+}
+
+/*
+ * A lingering chain s2 (above) in a datagram the daemon never reads, on
+ * a connection that ends first: the client hangs up after requests the
+ * daemon has not read yet (it fails to answer the first and drops the
+ * connection), or the empty datagram before it ends the connection (the
+ * client still there). Both are queued while the daemon is held, so it
+ * reads them in that order. The daemon's end of the connection then
+ * holds s2's last reference; releasing it is the lingering close.
+ * Another client must be answered while it lingers.
+ */
+static void unread_lingering_socket(bool hang_up, const char *what)
+{
+	int s2 = lingering_chain();
+	int sock = raw_scm_conn(&D);
+	int v = raw_scm_conn(&D);
+	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, TD_OP_STATUS,
+				0, 1, 7, 0, 0};
+	char byte;
+
+	cr_assert_eq(thread_in_close(false), 0, "%s: a close waits already",
+		     what);
+	hold(true);
+	if (hang_up)
+		for (uint64_t i = 0; i < 4; i++)
+			raw_send(sock, TD_OP_STATUS, 100 + i, 0);
+	else
+		cr_assert_eq(send(sock, "", 0, MSG_NOSIGNAL), 0);
+	td_wire_hdr_encode(&h, rawbuf);
+	cr_assert_eq(td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN, &s2, 1, 0),
+		     TD_WIRE_HDR_LEN);
+	close(s2);
+	if (hang_up) {
+		close(sock);
+		sock = -1;
+	}
+	hold(false);
+	/* the daemon's hang-up: after it, it released s2 */
+	for (; sock >= 0;) {
+		ssize_t n;
+
+		tu_await_readable(sock, TU_WAIT_S, what);
+		n = recv(sock, &byte, 1, MSG_DONTWAIT);
+		if (n == 0)
+			break;
+		cr_assert(n > 0 || errno == ECONNRESET, "%s: recv: %s", what,
+			  strerror(errno));
+	}
+	/* the close of s2 lingers (3600 s) from now on */
+	await_lingering(what);
+	raw_send(v, TD_OP_STATUS, 8, 0);
+	await_not_lingering(v, 8, what);
+	/* answered while the lingering close still waits, off the loop */
+	cr_assert_neq(thread_in_close(true), 0,
+		      "%s: the lingering close ended before the answer", what);
+	close(v);
+	if (sock >= 0)
+		close(sock);
+}
+
+Test(stall, a_lingering_socket_unread_at_a_hang_up_is_closed_off_the_loop,
+     .init = start, .fini = linger_stop)
+{
+	unread_lingering_socket(true, "a hang-up with a lingering socket "
+				      "unread");
+}
+
+Test(stall, a_lingering_socket_unread_when_the_daemon_ends_a_connection_is_closed_off_the_loop,
+     .init = start, .fini = linger_stop)
+{
+	unread_lingering_socket(false, "a connection the daemon ends with a "
+				       "lingering socket unread");
+}
+
+static char policy[64];
+
+/* root (this test) may hold two connections: a third is refused */
+static void start_two_conns(void)
+{
+	static const char *extra[] = {"--policy", policy, NULL};
+	FILE *f;
+
+	snprintf(policy, sizeof(policy), "/tmp/td-stall-%d", (int)getpid());
+	f = fopen(policy, "w");
+	cr_assert(f);
+	fputs("allow any r z/\nlimit uid=0 conns 2\n", f);
+	fclose(f);
+	tu_daemon_start_args(&D, "warn", extra);
+}
+
+static void stop_two_conns(void)
+{
+	linger_stop();
+	unlink(policy);
+}
+
+Test(stall, a_lingering_socket_unread_in_a_refused_connection_is_closed_off_the_loop,
+     .init = start_two_conns, .fini = stop_two_conns)
+{
+	const char *what = "a refused connection with a lingering socket "
+			   "unread";
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int s2 = lingering_chain();
+	int kept = raw_scm_conn(&D);
+	int v = raw_scm_conn(&D);
+	int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, TD_OP_STATUS,
+				0, 1, 7, 0, 0};
+
+	cr_assert_geq(sock, 0);
+	memcpy(sa.sun_path, D.sock, sizeof(D.sock));
+	/* all in its queue before the daemon accepts it: it is stopped */
+	hold(true);
+	cr_assert_eq(connect(sock, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	td_wire_hdr_encode(&h, rawbuf);
+	/* more than the refusal reads (its HELLO, a few more) */
+	for (int i = 0; i < 8; i++)
+		cr_assert_eq(send(sock, rawbuf, TD_WIRE_HDR_LEN, MSG_NOSIGNAL),
+			     TD_WIRE_HDR_LEN);
+	cr_assert_eq(td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN, &s2, 1, 0),
+		     TD_WIRE_HDR_LEN);
+	close(s2);
+	hold(false);
+	/* refused: the daemon released s2, whose close lingers (3600 s) */
+	await_lingering(what);
+	raw_send(v, TD_OP_STATUS, 8, 0);
+	await_not_lingering(v, 8, what);
+	cr_assert_neq(thread_in_close(true), 0,
+		      "%s: the lingering close ended before the answer", what);
+	close(sock);
+	close(v);
+	close(kept);
 }
