@@ -445,6 +445,17 @@ static void linger_stop(void)
 	tu_daemon_stop(&D, false);
 }
 
+/*
+ * The daemon is held (SIGSTOP) while a test queues what it will read:
+ * the test's own close of s2 must come before the daemon's, or the test
+ * makes the lingering close itself.
+ */
+static void hold(bool on)
+{
+	cr_assert_eq(kill(D.pid, on ? SIGSTOP : SIGCONT), 0);
+	held = on;
+}
+
 /* A unix socket whose queue holds the only reference of a lingering TCP
  * socket with unsent bytes. */
 static int lingering_chain(void)
@@ -569,11 +580,14 @@ Test(stall, a_lingering_socket_sent_with_a_request_is_closed_off_the_loop,
 	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, TD_OP_STATUS,
 				0, 1, 7, 0, 0};
 
-	/* unread until the drain below: the daemon holds s2 alone then */
+	/* unread until the drain below: the daemon holds s2 alone then
+	 * (a loaded daemon may still be reading the stalled requests) */
 	td_wire_hdr_encode(&h, rawbuf);
+	hold(true);
 	cr_assert_eq(td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN, &s2, 1, 0),
 		     TD_WIRE_HDR_LEN);
 	close(s2);
+	hold(false);
 	/* the first answer read: the daemon reads on, the request too */
 	drain_until(sock, 100);
 	/* another client is answered: STATUS carries no fds, -EINVAL */
@@ -631,13 +645,6 @@ static pid_t await_lingering(const char *what)
 	return tid;
 }
 
-/* The daemon is held (SIGSTOP) while a test queues what it will read. */
-
-static void hold(bool on)
-{
-	cr_assert_eq(kill(D.pid, on ? SIGSTOP : SIGCONT), 0);
-	held = on;
-}
 
 /*
  * A lingering chain s2 (above) in a datagram the daemon never reads, on
