@@ -272,6 +272,10 @@ OwnerObject *tdpy_owner_at_base(PyObject *obj);
 PyObject *tdpy_owner_do_release(OwnerObject *o);
 /* Whether the root owner r still holds its lease, loan or slot. */
 bool tdpy_owner_held(OwnerObject *r);
+/* A BufferError being raised about o's bytes: its text names the tensor
+ * (a ring's for its slots and views) and says what refused ("DLPack
+ * export", "buffer"). Any other exception is left as it is. */
+void tdpy_owner_name_refusal(OwnerObject *o, const char *what);
 /* tensord.Array.__dlpack__ and __dlpack_device__ (dlexport.c). */
 PyObject *tdpy_array_dlpack(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *tdpy_array_dlpack_device(PyObject *self, PyObject *unused);
