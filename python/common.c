@@ -278,6 +278,11 @@ int tdpy_wait_sliced(int ms, int (*fn)(void *arg, int slice_ms), void *arg,
 			return -ETIMEDOUT;
 		if (PyErr_CheckSignals() < 0)
 			return -EINTR;
+		/* a poll() of another thread waits for this call's events:
+		 * handed over now, when this call is the only one in */
+		if (cl && cl->c && cl->want_hand_over &&
+		    cl->busy - cl->idle == 1 && tdpy_client_hand_over)
+			tdpy_client_hand_over(cl);
 		/*
 		 * close() by another thread while cl's call waits is deferred
 		 * to its end: one with a deadline still gets what comes until
@@ -304,6 +309,7 @@ void tdpy_client_forked(ClientObject *self)
 	pthread_mutex_init(&self->deliver, &a);
 	pthread_mutexattr_destroy(&a);
 	self->busy = 0;
+	self->idle = 0;
 	self->handing = 0;
 }
 
@@ -327,15 +333,18 @@ void tdpy_client_close_now(ClientObject *self)
 		close(self->epfd);
 	if (self->evfd >= 0)
 		close(self->evfd);
-	self->epfd = self->evfd = -1;
+	self->epfd = self->evfd = self->cfd = -1;
+	self->cfd_parked = false;
 	tdpy_maps_detach(self);
 	Py_BEGIN_ALLOW_THREADS
 	td_client_close(h);
 	Py_END_ALLOW_THREADS
 }
 
-/* events.c's drain, set at its init (a pointer: events.c is above) */
+/* events.c's drain and hand-over, set at its init (pointers: events.c
+ * is above) */
 void (*tdpy_client_left)(ClientObject *self);
+void (*tdpy_client_hand_over)(ClientObject *self);
 
 void tdpy_client_leave(ClientObject *self)
 {
@@ -344,6 +353,11 @@ void tdpy_client_leave(ClientObject *self)
 		tdpy_client_close_now(self);
 	else if (self->c && tdpy_client_left)
 		tdpy_client_left(self);
+	/* a poll() meanwhile took libtensord's fd out of fileno(): back,
+	 * where what it holds wakes the loop (level-triggered) */
+	if (self->busy == self->idle && self->cfd_parked &&
+	    tdpy_client_epoll(self, EPOLL_CTL_ADD, self->cfd) == 0)
+		self->cfd_parked = false;
 }
 
 /* The eventfd, as the epoll set, is shared with a child of fork(): the

@@ -70,6 +70,17 @@ typedef struct {
 	int epfd;            /* fileno(): td_client_fd, evfd and polled
 			      * subscriptions' eventfds; -1 when none */
 	int evfd;            /* eventfd: readable while pending has Events */
+	int cfd;             /* td_client_fd() (constant for the handle),
+			      * -1 when none */
+	bool cfd_parked;     /* cfd out of epfd: a poll() found another
+			      * thread's call in flight (tdpy_client_leave
+			      * puts it back when the last one returns) */
+	unsigned idle;       /* of the calls in flight (busy), those that
+			      * hold nothing of libtensord's: Watch.next()'s
+			      * waits between two hand-overs */
+	bool want_hand_over; /* a poll() or Watch.next() found another
+			      * thread's call in flight: that call hands
+			      * events over between its wait's slices */
 	unsigned epfd_forks; /* tdpy_forks when epfd was made: a child of
 			      * fork() shares the set, and leaves it be */
 	PyObject *pending;   /* Events td_client_process() delivered, not
@@ -194,12 +205,22 @@ int tdpy_timeout_arg(PyObject *args, PyObject *kw, int *ms);
  */
 extern unsigned tdpy_forks;
 void tdpy_client_forked(ClientObject *self);
+/* Whether a call of another thread is in flight on the client (the GIL
+ * held: none of this thread's; in a child of fork(), none). */
+static inline bool tdpy_client_in_flight(ClientObject *self)
+{
+	tdpy_client_forked(self);
+	return self->c && self->busy > self->idle;
+}
 /* Checked entry to a client call: NULL (ValueError set) when closed. */
 struct td_client *tdpy_client_enter(ClientObject *self);
 /* Its end; then tdpy_client_left (events.c's, set at its init) hands
  * the binding the events libtensord queued meanwhile, if it has to. */
 void tdpy_client_leave(ClientObject *self);
 extern void (*tdpy_client_left)(ClientObject *self);
+/* events.c's: the events of a call in flight handed over between the
+ * slices of its wait (tdpy_wait_sliced) while a poll() waits for them */
+extern void (*tdpy_client_hand_over)(ClientObject *self);
 /* Close the handle now (no call in flight): fileno()'s fds, mappings. */
 void tdpy_client_close_now(ClientObject *self);
 /*
@@ -224,6 +245,9 @@ void tdpy_client_close_now(ClientObject *self);
  * ms 0); -EINTR with the handler's exception set.
  */
 #define TDPY_SIGNAL_SLICE_MS 100
+/* A Watch.next() while another thread's call is in flight looks again
+ * this often (module.c, watch_wait). */
+#define TDPY_BUSY_SLICE_MS 10
 int tdpy_wait_sliced(int ms, int (*fn)(void *arg, int slice_ms), void *arg,
 		     ClientObject *cl);
 
@@ -443,7 +467,9 @@ int tdpy_client_set_event_limit(ClientObject *self, PyObject *v, void *u);
 int tdpy_events_init(PyObject *m);
 /* td_client_process() with the GIL released, one thread at a time (the
  * deliver lock): libtensord's events to pending; fileno() woken while
- * pending has any. rc >= 0, or -1 with the exception set. */
+ * pending has any. rc >= 0, or -1 with the exception set. Nothing (0)
+ * while another thread's call is in flight (tdpy_client_in_flight):
+ * libtensord's lock is that call's until it returns. */
 int tdpy_events_process(ClientObject *self, const char *what);
 
 #endif
