@@ -179,7 +179,12 @@ extern PyObject *tdpy_error;
  * subclasses into m. 0, or -1 with the exception set. */
 int tdpy_numpy_import(void);
 int tdpy_errors_init(PyObject *m);
-/* Raise the tensord.Error subclass for rc (-errno) with e's reason. */
+/* td_client_set_interrupt()'s fn (common.c): nonzero in Python's main
+ * thread, where a signal's handler may end the call */
+int tdpy_interrupted(void *ud);
+/* Raise the tensord.Error subclass for rc (-errno) with e's reason; for
+ * -EINTR, a signal handler's exception (set, or raised by the handlers
+ * run now) instead, if any. */
 PyObject *tdpy_raise(int rc, const struct td_error *e, const char *what);
 
 /* Argument converters (PyArg "O&"): str name, timeout in seconds. */
