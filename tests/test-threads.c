@@ -723,3 +723,43 @@ Test(threads, a_signal_ends_the_wait_for_a_stopped_daemons_reply)
 	sigaction(SIGALRM, &old, NULL);
 	tu_daemon_stop(&d, false); /* (a thread's cached stack stays mapped) */
 }
+
+/*
+ * Signals while a daemon answers in time (a timer's, every millisecond,
+ * a handler that carries on) interrupt many a wait for a reply, yet
+ * none is given up: fn is asked only once a reply is late (100 ms).
+ */
+Test(threads, signals_during_replies_in_time_abandon_nothing)
+{
+	struct sigaction sa = {.sa_handler = on_alarm}, old;
+	struct itimerval it = {.it_interval = {0, 1000},
+			       .it_value = {0, 1000}}, off = {0};
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_entry ent = {0};
+	struct td_error e = {0};
+	uint8_t b[8] = {7};
+	uint64_t shape = 8, v;
+	struct td_publish p = {.name = "si/b", .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = &shape};
+	int yes = 1;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	cr_assert_eq(td_client_set_interrupt(c, intr_fn, &yes), 0);
+	cr_assert_eq(td_client_put(c, &p, b, 8, &v, &e), 0, "%s", e.reason);
+	sigemptyset(&sa.sa_mask); /* no SA_RESTART: the waits see EINTR */
+	cr_assert_eq(sigaction(SIGALRM, &sa, &old), 0);
+	atomic_store(&intr_asked, 0);
+	cr_assert_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
+	for (int i = 0; i < 3000; i++) {
+		cr_assert_eq(td_client_stat(c, "si/b", &ent, &e), 0,
+			     "call %d: %s", i, e.reason);
+		td_entry_fini(&ent);
+	}
+	setitimer(ITIMER_REAL, &off, NULL);
+	sigaction(SIGALRM, &old, NULL);
+	cr_assert_eq(atomic_load(&intr_asked), 0);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}

@@ -946,8 +946,10 @@ TD_EXPORT int td_client_set_event_limit(struct td_client *c, unsigned max);
  * stopped with SIGSTOP, or wedged, never answers). By default nothing:
  * the wait goes on. With fn set, a signal caught by a handler that
  * interrupts that wait (EINTR) calls fn(ud) in the waiting thread, with
- * the handle's lock held (fn must not call into the handle); when fn
- * returns nonzero the call gives up and returns -EINTR. Its request is
+ * the handle's lock held (fn must not call into the handle), once the
+ * reply has been waited for 100 ms (a reply in time is never given up
+ * for a signal whose handler carries on); when fn returns nonzero the
+ * call gives up and returns -EINTR. Its request is
  * then unanswered, so the connection is abandoned: shut down (the daemon
  * ends its leases, loans and rings when it reads the hang-up) and every
  * later call fails with -ECONNABORTED (or, with TD_CLIENT_RECONNECT,
