@@ -341,6 +341,10 @@ struct td_client {
 	uint64_t pub_version;
 	struct td_error pub_err;
 	uint64_t clock;
+	/* td_client_set_interrupt(): asked when a signal interrupts the
+	 * wait for a reply, NULL never (conn.c, reply_wait) */
+	int (*intr_fn)(void *ud);
+	void *intr_ud;
 	/* TD_CLIENT_RECONNECT (connect.c) */
 	bool reconnect;
 	uint32_t pref;  /* import preference, for the next HELLO */

@@ -333,6 +333,18 @@ int td_client_set_event_limit(struct td_client *c, unsigned max)
 	return 0;
 }
 
+int td_client_set_interrupt(struct td_client *c, int (*fn)(void *ud),
+			    void *ud)
+{
+	if (!c)
+		return -EINVAL;
+	td__client_lock(c);
+	c->intr_fn = fn;
+	c->intr_ud = ud;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
 static void queue_notify(struct td_client *c, const struct td__msg *m)
 {
 	struct td_wire_notify n;
@@ -573,6 +585,57 @@ int td__call_by(struct td_client *c, uint16_t op, size_t body_len,
 	return rc < 0 ? rc : reply_until(c, op, id, NULL, by, rep, err);
 }
 
+/*
+ * A signal asks td_client_set_interrupt()'s fn only once the reply has
+ * been waited for this long: a daemon that answers in time never costs
+ * the connection to a signal whose handler carries on (a SIGCHLD, an
+ * event loop's wake-up); the fn is asked when it has passed.
+ */
+#define INTR_GRACE_NS (100 * 1000000LL)
+
+/*
+ * Until the socket is readable (0), by passed (-ETIMEDOUT) or, with
+ * td_client_set_interrupt(), a signal that its fn says ends the call:
+ * the request stays unanswered, so the connection is abandoned, shut
+ * down for the daemon to end what it holds (-EINTR).
+ */
+static int reply_wait(struct td_client *c, uint16_t op, int64_t by,
+		      struct td_error *err)
+{
+	int64_t t0 = td__now_ns();
+	bool signalled = false;
+
+	for (;;) {
+		struct pollfd p = {.fd = c->sock, .events = POLLIN};
+		int64_t now = td__now_ns(), left = by - now;
+		int64_t grace = t0 + INTR_GRACE_NS - now;
+		int ms = by < 0 ? -1 : (int)((left + 999999) / 1000000), n;
+
+		if (by >= 0 && left <= 0)
+			return td__fail(err, -ETIMEDOUT, "no %s reply in time",
+					td_wire_op_name(op));
+		if (signalled && grace <= 0) {
+			signalled = false;
+			if (c->intr_fn(c->intr_ud)) {
+				shutdown(c->sock, SHUT_RDWR);
+				conn_broken(c, -ECONNABORTED);
+				return td__fail(err, -EINTR, "a signal "
+						"interrupted the wait for the "
+						"%s reply: this connection is "
+						"abandoned (connect again)",
+						td_wire_op_name(op));
+			}
+		}
+		if (signalled && (ms < 0 || ms > (grace + 999999) / 1000000))
+			ms = (int)((grace + 999999) / 1000000);
+		n = poll(&p, 1, ms);
+		if (n > 0 || (n < 0 && errno != EINTR))
+			return 0; /* the receive says what is there */
+		if (n < 0 && c->intr_fn)
+			signalled = true;
+	}
+}
+
 /* by: the CLOCK_MONOTONIC ns the reply is waited for until, -1 ever. */
 static int reply_until(struct td_client *c, uint16_t op, uint64_t id,
 		       struct td_pace *pace, int64_t by, struct td__msg *rep,
@@ -584,15 +647,10 @@ static int reply_until(struct td_client *c, uint16_t op, uint64_t id,
 	if (pace)
 		reply_poll(c, pace, &plan);
 	for (;;) {
-		if (by >= 0) {
-			struct pollfd p = {.fd = c->sock, .events = POLLIN};
-			int64_t left = by - td__now_ns();
-
-			if (left <= 0 ||
-			    poll(&p, 1, (int)((left + 999999) / 1000000)) == 0)
-				return td__fail(err, -ETIMEDOUT,
-						"no %s reply in time",
-						td_wire_op_name(op));
+		if (by >= 0 || c->intr_fn) {
+			rc = reply_wait(c, op, by, err);
+			if (rc < 0)
+				return rc;
 		}
 		rc = td__msg_recv(c, rep, 0);
 		/*

@@ -50,6 +50,41 @@ static void tdpy_fork_watch(void)
 	pthread_atfork(NULL, NULL, on_fork_child);
 }
 
+/* Python's main thread, the one its signal handlers run in */
+static unsigned long main_ident;
+
+static int main_thread_find(void)
+{
+	PyObject *th = PyImport_ImportModule("threading");
+	PyObject *mt = th ? PyObject_CallMethod(th, "main_thread", NULL) : NULL;
+	PyObject *id = mt ? PyObject_GetAttrString(mt, "ident") : NULL;
+
+	if (id)
+		main_ident = PyLong_AsUnsignedLong(id);
+	Py_XDECREF(th);
+	Py_XDECREF(mt);
+	Py_XDECREF(id);
+	return PyErr_Occurred() ? -1 : 0;
+}
+
+/*
+ * libtensord's td_client_set_interrupt() fn: a signal interrupted the
+ * wait for a reply (GIL released, libtensord's lock held, so that no
+ * Python code may run here: a handler or a garbage collection would call
+ * into the same client). In Python's main thread, where its handlers
+ * run, the call gives up (the connection abandoned) and tdpy_raise runs
+ * the handlers; elsewhere the signal is not this call's to act on (nor
+ * that of a wait in slices, tdpy_wait_sliced: it runs the handlers
+ * between them, and its slices' requests are answered in their time).
+ */
+static _Thread_local bool in_slice; /* in a slice of tdpy_wait_sliced */
+
+int tdpy_interrupted(void *ud)
+{
+	(void)ud;
+	return !in_slice && PyThread_get_thread_ident() == main_ident;
+}
+
 int tdpy_errors_init(PyObject *m)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -57,6 +92,8 @@ int tdpy_errors_init(PyObject *m)
 	pthread_once(&once, tdpy_fork_watch);
 	tdpy_error = add_exc(m, "Error", NULL);
 	if (!tdpy_error)
+		return -1;
+	if (main_thread_find() < 0)
 		return -1;
 	not_found = add_exc(m, "NotFound", tdpy_error);
 	permission_denied = add_exc(m, "PermissionDenied", tdpy_error);
@@ -74,6 +111,12 @@ PyObject *tdpy_raise(int rc, const struct td_error *e, const char *what)
 	int code = rc < 0 ? -rc : rc;
 	const char *reason = e && e->reason[0] ? e->reason : strerror(code);
 	PyObject *cls = tdpy_error, *exc, *r, *msg;
+
+	/* a signal ended the wait for a reply (tdpy_interrupted): its
+	 * handler's exception (KeyboardInterrupt) is the call's; a handler
+	 * that raises nothing leaves this Error, EINTR */
+	if (code == EINTR && (PyErr_Occurred() || PyErr_CheckSignals() < 0))
+		return NULL;
 
 	switch (code) {
 	case ENOENT:
@@ -270,7 +313,9 @@ int tdpy_wait_sliced(int ms, int (*fn)(void *arg, int slice_ms), void *arg,
 		if (left < 0)
 			left = 0;
 		Py_BEGIN_ALLOW_THREADS
+		in_slice = true;
 		rc = fn(arg, (int)left);
+		in_slice = false;
 		Py_END_ALLOW_THREADS
 		if (rc != -ETIMEDOUT && rc != -EAGAIN)
 			return rc;
@@ -278,6 +323,11 @@ int tdpy_wait_sliced(int ms, int (*fn)(void *arg, int slice_ms), void *arg,
 			return -ETIMEDOUT;
 		if (PyErr_CheckSignals() < 0)
 			return -EINTR;
+		/* a poll() of another thread waits for this call's events:
+		 * handed over now, when this call is the only one in */
+		if (cl && cl->c && cl->want_hand_over &&
+		    cl->busy - cl->idle == 1 && tdpy_client_hand_over)
+			tdpy_client_hand_over(cl);
 		/*
 		 * close() by another thread while cl's call waits is deferred
 		 * to its end: one with a deadline still gets what comes until
@@ -304,6 +354,7 @@ void tdpy_client_forked(ClientObject *self)
 	pthread_mutex_init(&self->deliver, &a);
 	pthread_mutexattr_destroy(&a);
 	self->busy = 0;
+	self->idle = 0;
 	self->handing = 0;
 }
 
@@ -327,15 +378,18 @@ void tdpy_client_close_now(ClientObject *self)
 		close(self->epfd);
 	if (self->evfd >= 0)
 		close(self->evfd);
-	self->epfd = self->evfd = -1;
+	self->epfd = self->evfd = self->cfd = -1;
+	self->cfd_parked = false;
 	tdpy_maps_detach(self);
 	Py_BEGIN_ALLOW_THREADS
 	td_client_close(h);
 	Py_END_ALLOW_THREADS
 }
 
-/* events.c's drain, set at its init (a pointer: events.c is above) */
+/* events.c's drain and hand-over, set at its init (pointers: events.c
+ * is above) */
 void (*tdpy_client_left)(ClientObject *self);
+void (*tdpy_client_hand_over)(ClientObject *self);
 
 void tdpy_client_leave(ClientObject *self)
 {
@@ -344,6 +398,11 @@ void tdpy_client_leave(ClientObject *self)
 		tdpy_client_close_now(self);
 	else if (self->c && tdpy_client_left)
 		tdpy_client_left(self);
+	/* a poll() meanwhile took libtensord's fd out of fileno(): back,
+	 * where what it holds wakes the loop (level-triggered) */
+	if (self->busy == self->idle && self->cfd_parked &&
+	    tdpy_client_epoll(self, EPOLL_CTL_ADD, self->cfd) == 0)
+		self->cfd_parked = false;
 }
 
 /* The eventfd, as the epoll set, is shared with a child of fork(): the

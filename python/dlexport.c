@@ -203,16 +203,16 @@ PyObject *tdpy_array_dlpack(PyObject *self, PyObject *args, PyObject *kw)
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &stream))
 		return NULL;
-	if (stream != Py_None) {
-		PyErr_SetString(PyExc_BufferError,
-				"stream must be None for CPU memory");
-		return NULL;
-	}
 	o = tdpy_owner_of(self);
 	if (!o)
 		return NULL;
+	if (stream != Py_None) {
+		PyErr_SetString(PyExc_BufferError,
+				"stream must be None for CPU memory");
+		goto named;
+	}
 	if (dl_dtype_refused(d) < 0)
-		return NULL;
+		goto named;
 	x = PyMem_RawCalloc(1, sizeof(*x));
 	if (!x)
 		return PyErr_NoMemory();
@@ -259,6 +259,8 @@ PyObject *tdpy_array_dlpack(PyObject *self, PyObject *args, PyObject *kw)
 	return cap;
 fail:
 	PyMem_RawFree(x);
+named:
+	tdpy_owner_name_refusal(o, "DLPack export");
 	return NULL;
 }
 

@@ -43,8 +43,10 @@
  */
 #include "tdpy.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <string.h>
+#include <sys/epoll.h>
 
 /* libtensord's read of one td_client_process() (its LOOP_BATCH) */
 #define TDPY_EVENT_SLACK 64u
@@ -300,7 +302,7 @@ static int process_in_order(ClientObject *self, struct td_client *c,
  * any are there.
  * rc >= 0, or -1 with the exception set.
  */
-int tdpy_events_process(ClientObject *self, const char *what)
+static int process_now(ClientObject *self, const char *what)
 {
 	struct td_error e = {0};
 	struct td_client *c = tdpy_client_enter(self);
@@ -318,6 +320,45 @@ int tdpy_events_process(ClientObject *self, const char *what)
 		return -1;
 	}
 	return rc;
+}
+
+int tdpy_events_process(ClientObject *self, const char *what)
+{
+	/*
+	 * Another thread's call is in flight: td_client_process() would
+	 * wait for libtensord's lock, which that call holds until its reply
+	 * comes (a daemon stopped: for ever). The events it reads meanwhile
+	 * stay queued in libtensord, handed over when it returns or between
+	 * the slices of its wait (hand_over).
+	 */
+	if (tdpy_client_in_flight(self)) {
+		self->want_hand_over = true;
+		return 0;
+	}
+	return process_now(self, what);
+}
+
+/*
+ * Between two slices of a wait (tdpy_wait_sliced) that is the only call
+ * in flight, while a poll() left libtensord's fd out of fileno() for it:
+ * that poll()'s hand-over, done by the waiting thread, whose call does
+ * not hold libtensord then; the fd goes back into fileno() (readable if
+ * more is there, and the loop's next poll() leaves it out again while
+ * the wait goes on).
+ */
+static void hand_over(ClientObject *self)
+{
+	PyObject *type, *value, *tb;
+
+	self->want_hand_over = false;
+	PyErr_Fetch(&type, &value, &tb);
+	if (process_now(self, "events") < 0)
+		PyErr_Clear(); /* the loop's poll() raises it */
+	PyErr_Restore(type, value, tb);
+	if (self->cfd_parked &&
+	    (tdpy_client_epoll(self, EPOLL_CTL_ADD, self->cfd) == 0 ||
+	     errno == EEXIST))
+		self->cfd_parked = false;
 }
 
 /*
@@ -589,6 +630,7 @@ int tdpy_events_init(PyObject *m)
 	    PyStructSequence_InitType2(&event_type, &event_desc) < 0)
 		return -1;
 	tdpy_client_left = drain;
+	tdpy_client_hand_over = hand_over;
 	Py_INCREF(&event_type);
 	if (PyModule_AddObject(m, "Event", (PyObject *)&event_type) < 0) {
 		Py_DECREF(&event_type);

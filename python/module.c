@@ -87,11 +87,14 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 	self->epfd_forks = tdpy_forks;
 	/* libtensord's own descriptor: readable while it has work queued */
 	sock = td_client_fd(self->c);
+	self->cfd = sock;
+	self->cfd_parked = false;
 	/* (nobody else uses the new handle yet: no deliver lock needed) */
 	if (self->pending)
 		tdpy_events_c_sync(self, self->c);
 	if (!self->pending || self->evfd < 0 || self->epfd < 0 || sock < 0 ||
 	    td_client_set_event_handler(self->c, tdpy_on_event, self) < 0 ||
+	    td_client_set_interrupt(self->c, tdpy_interrupted, self) < 0 ||
 	    epoll_ctl(self->epfd, EPOLL_CTL_ADD, sock, &ee) < 0 ||
 	    epoll_ctl(self->epfd, EPOLL_CTL_ADD, self->evfd, &ee) < 0) {
 		if (!PyErr_Occurred())
@@ -110,7 +113,7 @@ static PyObject *client_new(PyTypeObject *t, PyObject *args, PyObject *kw)
 
 	if (!self)
 		return NULL;
-	self->epfd = self->evfd = -1;
+	self->epfd = self->evfd = self->cfd = -1;
 	pthread_mutexattr_init(&a);
 	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
 	pthread_mutex_init(&self->deliver, &a);
@@ -317,6 +320,16 @@ static PyObject *client_poll(ClientObject *self, PyObject *unused)
 		PyErr_SetString(PyExc_ValueError, "the client is closed");
 		return NULL;
 	}
+	/*
+	 * Another thread's call in flight holds libtensord until it
+	 * returns: no wait for it here, what pending has is given, and
+	 * libtensord's fd leaves fileno() meanwhile (the events that call
+	 * reads keep it readable, and the loop would call back at once, for
+	 * ever); it is back when the last call returns (tdpy_client_leave).
+	 */
+	if (tdpy_client_in_flight(self) && !self->cfd_parked &&
+	    tdpy_client_epoll(self, EPOLL_CTL_DEL, self->cfd) == 0)
+		self->cfd_parked = true;
 	if (tdpy_events_process(self, "poll") < 0) {
 		if (!tdpy_events_waiting(self))
 			return NULL;
@@ -501,14 +514,24 @@ static PyObject *watch_wait(WatchObject *w, int ms)
 		 * this call is in) is seen by the next tdpy_events_process() */
 		if (left < 0 || left > TDPY_SIGNAL_SLICE_MS)
 			left = TDPY_SIGNAL_SLICE_MS;
+		/* another thread's call in flight holds libtensord (its
+		 * events wait there, and readable its fd would wake this at
+		 * once, for ever): a short sleep, then a look again */
+		pfd.fd = cl->cfd;
+		if (tdpy_client_in_flight(cl)) {
+			pfd.fd = -1;
+			if (left > TDPY_BUSY_SLICE_MS)
+				left = TDPY_BUSY_SLICE_MS;
+		}
 		if (!tdpy_client_enter(cl))
 			return NULL;
-		pfd.fd = td_client_fd(cl->c);
+		cl->idle++; /* (another thread's poll() need not wait) */
 		Py_BEGIN_ALLOW_THREADS
 		rc = poll(&pfd, 1, left);
 		if (rc < 0)
 			err = errno;
 		Py_END_ALLOW_THREADS
+		cl->idle--;
 		tdpy_client_leave(cl);
 		if (rc < 0 && err != EINTR) {
 			errno = err;

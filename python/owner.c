@@ -104,6 +104,27 @@ int tdpy_conv_dtype(PyObject *o, void *out)
 		PyErr_SetString(PyExc_TypeError, "dtype must not be None");
 		return 0;
 	}
+	/* the array handed back is the tensor's bytes, which are
+	 * little-endian (blob spec), this machine's order: a big-endian
+	 * dtype asked for would be given as another dtype than asked, and
+	 * bytes written as big-endian ones would be read swapped */
+	if (d->elsize > 1 && !PyArray_ISNBO(d->byteorder)) {
+		PyArray_Descr *le = PyArray_DescrNewByteorder(d, NPY_LITTLE);
+		PyObject *n = PyObject_Str((PyObject *)d);
+		PyObject *l = le ? PyObject_GetAttrString((PyObject *)le, "str")
+				 : NULL;
+
+		if (n && l)
+			PyErr_Format(PyExc_ValueError, "dtype %U is big-endian:"
+				     " tensord tensors are little-endian (the "
+				     "blob spec; this machine's byte order): "
+				     "ask for %U", n, l);
+		Py_XDECREF(n);
+		Py_XDECREF(l);
+		Py_XDECREF(le);
+		Py_DECREF(d);
+		return 0;
+	}
 	code = tdpy_dtype_of(d);
 	Py_DECREF(d);
 	if (code < 0)
@@ -310,8 +331,60 @@ static const char *buffer_format(uint32_t dtype)
 	return NULL;
 }
 
+/*
+ * Which tensor a refusal is about, as the binding's other errors say it:
+ * a lease's or a loan's name and version (a plane's index), a ring's
+ * name for its slots and views. Appended to a BufferError raised on the
+ * way (ring.c's hook's too), keeping its type and its own text first;
+ * what: "DLPack export", "buffer".
+ */
+void tdpy_owner_name_refusal(OwnerObject *o, const char *what)
+{
+	OwnerObject *r = tdpy_owner_root(o);
+	PyObject *type, *value, *tb, *msg;
+	const char *n;
+	char who[TD_NAME_MAX + 96];
+
+	if (!PyErr_ExceptionMatches(PyExc_BufferError))
+		return;
+	PyErr_Fetch(&type, &value, &tb);
+	n = r->name ? PyUnicode_AsUTF8(r->name) : NULL;
+	if (!n) {
+		PyErr_Clear();
+		n = "?";
+	}
+	if (r->kind == OWNER_VIEW)
+		snprintf(who, sizeof(who), "ring \"%s\" view version %llu",
+			 n, (unsigned long long)r->version);
+	else if (r->kind == OWNER_SLOT)
+		snprintf(who, sizeof(who), "a slot of ring \"%s\" (from "
+			 "acquire())", n);
+	else if (r->kind == OWNER_LOAN && !r->version)
+		snprintf(who, sizeof(who), "\"%s\" (an alloc() loan, %s)", n,
+			 r->a ? "not published" : "published");
+	else
+		snprintf(who, sizeof(who), "\"%s\" version %llu", n,
+			 (unsigned long long)r->version);
+	if (o->kind == OWNER_PLANE)
+		snprintf(who + strlen(who), sizeof(who) - strlen(who),
+			 " plane %u", o->plane);
+	msg = value ? PyUnicode_FromFormat("%S (%s of %s)", value, what,
+					   who)
+		    : PyUnicode_FromFormat("no %s of %s", what, who);
+	if (!msg) {
+		PyErr_Restore(type, value, tb);
+		return;
+	}
+	Py_XDECREF(value);
+	Py_XDECREF(tb);
+	PyErr_SetObject(type, msg);
+	Py_DECREF(type);
+	Py_DECREF(msg);
+}
+
 /* The buffer protocol over the whole tensor: read-only unless writable. */
-static int owner_getbuffer(OwnerObject *o, Py_buffer *view, int flags)
+static int owner_getbuffer_unnamed(OwnerObject *o, Py_buffer *view,
+				   int flags)
 {
 	const char *fmt = buffer_format(o->dtype);
 	unsigned isz = td_tensor_dtype_size(o->dtype);
@@ -366,6 +439,16 @@ static int owner_getbuffer(OwnerObject *o, Py_buffer *view, int flags)
 	view->internal = NULL;
 	o->exports++;
 	return 0;
+}
+
+/* Its refusals name the tensor, as the DLPack export's do. */
+static int owner_getbuffer(OwnerObject *o, Py_buffer *view, int flags)
+{
+	int rc = owner_getbuffer_unnamed(o, view, flags);
+
+	if (rc < 0)
+		tdpy_owner_name_refusal(o, "buffer");
+	return rc;
 }
 
 static void owner_releasebuffer(OwnerObject *o, Py_buffer *view)

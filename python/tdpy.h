@@ -70,6 +70,17 @@ typedef struct {
 	int epfd;            /* fileno(): td_client_fd, evfd and polled
 			      * subscriptions' eventfds; -1 when none */
 	int evfd;            /* eventfd: readable while pending has Events */
+	int cfd;             /* td_client_fd() (constant for the handle),
+			      * -1 when none */
+	bool cfd_parked;     /* cfd out of epfd: a poll() found another
+			      * thread's call in flight (tdpy_client_leave
+			      * puts it back when the last one returns) */
+	unsigned idle;       /* of the calls in flight (busy), those that
+			      * hold nothing of libtensord's: Watch.next()'s
+			      * waits between two hand-overs */
+	bool want_hand_over; /* a poll() or Watch.next() found another
+			      * thread's call in flight: that call hands
+			      * events over between its wait's slices */
 	unsigned epfd_forks; /* tdpy_forks when epfd was made: a child of
 			      * fork() shares the set, and leaves it be */
 	PyObject *pending;   /* Events td_client_process() delivered, not
@@ -168,7 +179,12 @@ extern PyObject *tdpy_error;
  * subclasses into m. 0, or -1 with the exception set. */
 int tdpy_numpy_import(void);
 int tdpy_errors_init(PyObject *m);
-/* Raise the tensord.Error subclass for rc (-errno) with e's reason. */
+/* td_client_set_interrupt()'s fn (common.c): nonzero in Python's main
+ * thread, where a signal's handler may end the call */
+int tdpy_interrupted(void *ud);
+/* Raise the tensord.Error subclass for rc (-errno) with e's reason; for
+ * -EINTR, a signal handler's exception (set, or raised by the handlers
+ * run now) instead, if any. */
 PyObject *tdpy_raise(int rc, const struct td_error *e, const char *what);
 
 /* Argument converters (PyArg "O&"): str name, timeout in seconds. */
@@ -194,12 +210,22 @@ int tdpy_timeout_arg(PyObject *args, PyObject *kw, int *ms);
  */
 extern unsigned tdpy_forks;
 void tdpy_client_forked(ClientObject *self);
+/* Whether a call of another thread is in flight on the client (the GIL
+ * held: none of this thread's; in a child of fork(), none). */
+static inline bool tdpy_client_in_flight(ClientObject *self)
+{
+	tdpy_client_forked(self);
+	return self->c && self->busy > self->idle;
+}
 /* Checked entry to a client call: NULL (ValueError set) when closed. */
 struct td_client *tdpy_client_enter(ClientObject *self);
 /* Its end; then tdpy_client_left (events.c's, set at its init) hands
  * the binding the events libtensord queued meanwhile, if it has to. */
 void tdpy_client_leave(ClientObject *self);
 extern void (*tdpy_client_left)(ClientObject *self);
+/* events.c's: the events of a call in flight handed over between the
+ * slices of its wait (tdpy_wait_sliced) while a poll() waits for them */
+extern void (*tdpy_client_hand_over)(ClientObject *self);
 /* Close the handle now (no call in flight): fileno()'s fds, mappings. */
 void tdpy_client_close_now(ClientObject *self);
 /*
@@ -224,6 +250,9 @@ void tdpy_client_close_now(ClientObject *self);
  * ms 0); -EINTR with the handler's exception set.
  */
 #define TDPY_SIGNAL_SLICE_MS 100
+/* A Watch.next() while another thread's call is in flight looks again
+ * this often (module.c, watch_wait). */
+#define TDPY_BUSY_SLICE_MS 10
 int tdpy_wait_sliced(int ms, int (*fn)(void *arg, int slice_ms), void *arg,
 		     ClientObject *cl);
 
@@ -272,6 +301,10 @@ OwnerObject *tdpy_owner_at_base(PyObject *obj);
 PyObject *tdpy_owner_do_release(OwnerObject *o);
 /* Whether the root owner r still holds its lease, loan or slot. */
 bool tdpy_owner_held(OwnerObject *r);
+/* A BufferError being raised about o's bytes: its text names the tensor
+ * (a ring's for its slots and views) and says what refused ("DLPack
+ * export", "buffer"). Any other exception is left as it is. */
+void tdpy_owner_name_refusal(OwnerObject *o, const char *what);
 /* tensord.Array.__dlpack__ and __dlpack_device__ (dlexport.c). */
 PyObject *tdpy_array_dlpack(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *tdpy_array_dlpack_device(PyObject *self, PyObject *unused);
@@ -439,7 +472,9 @@ int tdpy_client_set_event_limit(ClientObject *self, PyObject *v, void *u);
 int tdpy_events_init(PyObject *m);
 /* td_client_process() with the GIL released, one thread at a time (the
  * deliver lock): libtensord's events to pending; fileno() woken while
- * pending has any. rc >= 0, or -1 with the exception set. */
+ * pending has any. rc >= 0, or -1 with the exception set. Nothing (0)
+ * while another thread's call is in flight (tdpy_client_in_flight):
+ * libtensord's lock is that call's until it returns. */
 int tdpy_events_process(ClientObject *self, const char *what);
 
 #endif

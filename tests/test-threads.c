@@ -18,7 +18,9 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <tensord/ring.h>
@@ -620,4 +622,144 @@ Test(threads, asynchronous_gets_processed_by_several_threads_each_answer_once)
 	td_client_close(p);
 	tu_daemon_stop(&d, false);
 	free(x);
+}
+
+/* ---- a signal during the wait for a reply ---- */
+
+static atomic_int intr_asked;
+
+static int intr_fn(void *ud)
+{
+	atomic_fetch_add(&intr_asked, 1);
+	return *(int *)ud;
+}
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+}
+
+/* Resumes the stopped daemon once fn was asked (SIGALRM blocked here,
+ * so that it interrupts the waiting thread). */
+static void *resume_when_asked(void *arg)
+{
+	for (int i = 0; i < HANG_MS && !atomic_load(&intr_asked); i++)
+		usleep(1000);
+	kill(*(pid_t *)arg, SIGCONT);
+	return NULL;
+}
+
+/*
+ * A daemon stopped with SIGSTOP never answers: with
+ * td_client_set_interrupt() a signal that interrupts the wait asks fn; a
+ * fn that says no keeps the call waiting, and it gets its reply once the
+ * daemon goes on; one that says yes ends the call (-EINTR) and abandons
+ * the connection (-ECONNABORTED for every later call; the daemon, resumed,
+ * reads the hang-up and ends that connection's lease).
+ */
+Test(threads, a_signal_ends_the_wait_for_a_stopped_daemons_reply)
+{
+	struct sigaction sa = {.sa_handler = on_alarm}, old;
+	struct itimerval it = {.it_value = {0, 100000}};
+	struct tu_daemon d;
+	struct td_client *c, *o;
+	struct td_tensor *t;
+	struct td_entry ent = {0};
+	struct td_error e = {0};
+	uint8_t b[8] = {7};
+	uint64_t shape = 8, v;
+	struct td_publish p = {.name = "si/a", .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = &shape};
+	sigset_t alrm;
+	pthread_t th;
+	int yes = 1, no = 0;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	o = open_client(&d);
+	cr_assert_eq(td_client_put(c, &p, b, 8, &v, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_get(c, "si/a", &t, &e), 0, "%s", e.reason);
+	sigemptyset(&sa.sa_mask); /* no SA_RESTART: the wait sees EINTR */
+	cr_assert_eq(sigaction(SIGALRM, &sa, &old), 0);
+
+	/* fn says no: the wait goes on until the daemon answers */
+	cr_assert_eq(td_client_set_interrupt(o, intr_fn, &no), 0);
+	cr_assert_eq(kill(d.pid, SIGSTOP), 0);
+	sigemptyset(&alrm);
+	sigaddset(&alrm, SIGALRM);
+	pthread_sigmask(SIG_BLOCK, &alrm, NULL);
+	cr_assert_eq(pthread_create(&th, NULL, resume_when_asked, &d.pid), 0);
+	pthread_sigmask(SIG_UNBLOCK, &alrm, NULL);
+	cr_assert_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
+	cr_assert_eq(td_client_stat(o, "si/a", &ent, &e), 0, "%s", e.reason);
+	pthread_join(th, NULL);
+	cr_assert_geq(atomic_load(&intr_asked), 1, "fn was not asked");
+	td_entry_fini(&ent);
+
+	/* fn says yes: the call ends, the connection is abandoned */
+	atomic_store(&intr_asked, 0);
+	cr_assert_eq(td_client_set_interrupt(c, intr_fn, &yes), 0);
+	cr_assert_eq(kill(d.pid, SIGSTOP), 0);
+	cr_assert_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
+	cr_assert_eq(td_client_stat(c, "si/a", &ent, &e), -EINTR);
+	cr_assert(strstr(e.reason, "abandoned"), "%s", e.reason);
+	cr_assert_eq(atomic_load(&intr_asked), 1);
+	cr_assert_eq(kill(d.pid, SIGCONT), 0);
+	cr_assert_eq(td_client_stat(c, "si/a", &ent, &e), -ECONNABORTED);
+	/* the daemon ends the abandoned connection's lease */
+	for (int i = 0; i < HANG_MS / 10; i++) {
+		cr_assert_eq(td_client_stat(o, "si/a", &ent, &e), 0, "%s",
+			     e.reason);
+		if (!ent.lease_count)
+			break;
+		td_entry_fini(&ent);
+		usleep(10000);
+	}
+	cr_assert_eq(ent.lease_count, 0, "the lease outlived the connection");
+	td_entry_fini(&ent);
+	td_tensor_release(t);
+	td_client_close(c);
+	td_client_close(o);
+	sigaction(SIGALRM, &old, NULL);
+	tu_daemon_stop(&d, false); /* (a thread's cached stack stays mapped) */
+}
+
+/*
+ * Signals while a daemon answers in time (a timer's, every millisecond,
+ * a handler that carries on) interrupt many a wait for a reply, yet
+ * none is given up: fn is asked only once a reply is late (100 ms).
+ */
+Test(threads, signals_during_replies_in_time_abandon_nothing)
+{
+	struct sigaction sa = {.sa_handler = on_alarm}, old;
+	struct itimerval it = {.it_interval = {0, 1000},
+			       .it_value = {0, 1000}}, off = {0};
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_entry ent = {0};
+	struct td_error e = {0};
+	uint8_t b[8] = {7};
+	uint64_t shape = 8, v;
+	struct td_publish p = {.name = "si/b", .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = &shape};
+	int yes = 1;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	cr_assert_eq(td_client_set_interrupt(c, intr_fn, &yes), 0);
+	cr_assert_eq(td_client_put(c, &p, b, 8, &v, &e), 0, "%s", e.reason);
+	sigemptyset(&sa.sa_mask); /* no SA_RESTART: the waits see EINTR */
+	cr_assert_eq(sigaction(SIGALRM, &sa, &old), 0);
+	atomic_store(&intr_asked, 0);
+	cr_assert_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
+	for (int i = 0; i < 3000; i++) {
+		cr_assert_eq(td_client_stat(c, "si/b", &ent, &e), 0,
+			     "call %d: %s", i, e.reason);
+		td_entry_fini(&ent);
+	}
+	setitimer(ITIMER_REAL, &off, NULL);
+	sigaction(SIGALRM, &old, NULL);
+	cr_assert_eq(atomic_load(&intr_asked), 0);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
 }

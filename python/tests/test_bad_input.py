@@ -442,3 +442,23 @@ def test_a_tensor_with_a_negative_stride_is_a_tensord_error(daemon, client):
     assert client.stat("bad/neg").lease_count == 0
     f.close()
     prod.close()
+
+
+@pytest.mark.parametrize("dtype", [">f4", ">i2", ">u8", ">f8", ">f2",
+                                   np.dtype(np.float32).newbyteorder()])
+def test_a_big_endian_dtype_is_refused_not_laid_out_little(client, dtype):
+    """tensord tensors are little-endian: alloc() of a big-endian dtype
+    would hand back a little-endian array, whose bytes written as the
+    big-endian ones asked for would be published swapped."""
+    want = np.dtype(dtype).newbyteorder("<").str
+    with pytest.raises(ValueError, match=f"big-endian.*ask for {want}"):
+        client.alloc("bi/be", (4,), dtype)
+    with pytest.raises(ValueError, match="big-endian"):
+        client.ring_create("bi/ber", (4,), dtype)
+    # nothing was lent or made
+    assert client.ls("bi/") == []
+    # little-endian, native and byte-order-free dtypes are taken
+    for ok in ("<" + want[1:], "=" + want[1:], np.dtype(want), ">u1", "|i1"):
+        a = client.alloc("bi/le", (4,), ok)
+        assert a.dtype.isnative
+        a.release()

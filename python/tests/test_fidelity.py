@@ -143,12 +143,22 @@ def test_a_non_contiguous_array_is_copied_in_c_order(client):
     np.testing.assert_array_equal(got, src)
 
 
-def test_a_big_endian_array_is_stored_native(client):
-    src = np.arange(10, dtype=">f8")
-    client.put("fid/be", src)
-    got = client.get("fid/be")
-    assert got.dtype == np.dtype("float64") and got.dtype.isnative
-    np.testing.assert_array_equal(got, src)
+@pytest.mark.parametrize("dtype", [">f8", ">f4", ">i2", ">u8", ">f2"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_big_endian_array_is_stored_native(client, dtype, stream):
+    """put() copies values, not bytes: a big-endian array (strided too)
+    is published as the same values in the tensor's little-endian bytes,
+    never swapped (alloc() refuses a big-endian dtype: test_bad_input)."""
+    src = (np.arange(12) - 5).astype(dtype).reshape(3, 4)
+    for arr in (src, src[:, ::2].T):
+        client.put("fid/be", arr, stream=stream)
+        got = client.get("fid/be")
+        assert got.dtype == arr.dtype.newbyteorder("=") and \
+            got.dtype.isnative
+        np.testing.assert_array_equal(got, arr)
+        assert got.tobytes() == arr.astype(
+            arr.dtype.newbyteorder("<")).tobytes()
+        got.release()
 
 
 def test_buffer_protocol_objects_are_accepted(client):
@@ -232,3 +242,4 @@ def test_metadata_of_any_buffer_is_taken_in_c_order(client):
         bytes([0, 1, 2, 3, 4, 5])
     with pytest.raises(TypeError, match="bytes-like"):
         client.put("fid/mvmeta", np.zeros(1), metadata=[1, 2])
+

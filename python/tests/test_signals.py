@@ -5,6 +5,8 @@ deadline, and subscribe() to a ring to come, as Follow.next() and
 Watch.next() do (docs/python.md, "Errors"). Each waits in slices with
 the GIL released, between which Python's handlers run."""
 
+import errno
+import os
 import signal
 import threading
 
@@ -140,3 +142,36 @@ def test_subscribe_to_a_ring_to_come_ends_on_a_signal(client, daemon):
             client.subscribe("sg/never", timeout=0.05)
         for r in rings:
             r.close()
+
+
+def test_a_request_to_a_stopped_daemon_ends_on_a_signal(client, daemon):
+    """A request the daemon does not answer (stopped with SIGSTOP, or
+    wedged) ends on a signal handler's exception (Ctrl-C) too: the wait
+    for its reply gives up, and the connection with it (the reply would
+    come to nobody): every later call raises tensord.Error ECONNABORTED,
+    the daemon ends the connection's leases, a new Client works."""
+    client.put("sg/st", np.zeros(4, np.uint8))
+    x = client.get("sg/st")
+    os.kill(daemon.proc.pid, signal.SIGSTOP)
+    try:
+        assert interrupted(lambda: client.stat("sg/st"),
+                           lambda: os.kill(daemon.proc.pid,
+                                           signal.SIGCONT)) == 0, \
+            "the handler waited for the daemon's reply"
+    finally:
+        os.kill(daemon.proc.pid, signal.SIGCONT)
+    for call in (lambda: client.ls(), lambda: client.get("sg/st")):
+        with pytest.raises(tensord.Error, match="connection broken") as ei:
+            call()
+        assert ei.value.errno == errno.ECONNABORTED
+    np.testing.assert_array_equal(x, np.zeros(4, np.uint8))  # still mapped
+    with tensord.Client(daemon.sock) as other:
+        # the abandoned connection's lease ends once the daemon reads
+        # its hang-up, after the reply it had to send
+        while other.stat("sg/st").lease_count:
+            with pytest.raises(tensord.Timeout):
+                other.get("sg/st", newer_than=1 << 62, timeout=0.01)
+        assert other.get("sg/st").tolist() == [0, 0, 0, 0]
+    client.close()
+    client.__init__(daemon.sock)  # connecting again works
+    assert client.stat("sg/st").lease_count == 0

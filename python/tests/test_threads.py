@@ -310,3 +310,65 @@ def test_a_follows_next_while_another_thread_gives_its_tensor_back(
         dropper.join(CHILD_S)
         os.sched_setaffinity(0, cpus)
         prod.close()
+
+
+def test_poll_and_watch_next_do_not_wait_for_another_threads_call(
+        client, daemon):
+    """An event loop's Client.poll() (and a Watch.next() with a timeout)
+    while another thread's call waits for a daemon that does not answer
+    (stopped): they give what is there and return, instead of waiting
+    for that call, here for ever. Its events come once it returned."""
+    import select
+    import signal
+    w = client.watch("pw/")
+    os.kill(daemon.proc.pid, signal.SIGSTOP)
+    try:
+        stuck = InThread(lambda: client.ls("pw/"))
+        stuck.inside(0.3)
+        polled = InThread(client.poll)
+        polled.finish()
+        assert polled.error is None and polled.result == []
+        nexted = InThread(lambda: w.next(timeout=0.05))
+        nexted.finish()
+        assert isinstance(nexted.error, tensord.Timeout), nexted.error
+        # fileno() does not wake the loop for the call it cannot serve
+        assert select.select([client.fileno()], [], [], 0)[0] == []
+        assert stuck.is_alive(), "the call in flight returned"
+    finally:
+        os.kill(daemon.proc.pid, signal.SIGCONT)
+    assert stuck.finish().result == []
+    with tensord.Client(daemon.sock) as prod:
+        v = prod.put("pw/a", np.zeros(4, np.uint8))
+    got = []
+    while not got:
+        assert select.select([client.fileno()], [], [], 60)[0], \
+            "fileno() never woke for the event"
+        got = client.poll()
+    assert [(e.type, e.name, e.version) for e in got] == \
+        [("published", "pw/a", v)]
+    w.close()
+
+
+def test_poll_gets_events_while_another_thread_waits_in_get_newer(
+        client, daemon):
+    """A thread waiting in get(newer_than=) (a request a slice at a time)
+    holds the client; the loop's poll() does not wait for it, and the
+    events that came meanwhile are handed over between its slices."""
+    import select
+    v0 = client.put("pn/x", np.zeros(4, np.uint8))
+    w = client.watch("pn/e")
+    waiter = InThread(lambda: client.get("pn/x", newer_than=v0))
+    waiter.inside(0.3)
+    with tensord.Client(daemon.sock) as prod:
+        v = prod.put("pn/e", np.ones(4, np.uint8))
+        got = []
+        while not got:
+            assert select.select([client.fileno()], [], [], 60)[0], \
+                "fileno() never woke for the event"
+            got = client.poll()
+        assert waiter.is_alive(), "get(newer_than=) returned"
+        assert [(e.type, e.name, e.version) for e in got] == \
+            [("published", "pn/e", v)]
+        v2 = prod.put("pn/x", np.full(4, 2, np.uint8))
+    assert waiter.finish().result.version == v2
+    w.close()

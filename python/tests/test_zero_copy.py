@@ -280,3 +280,57 @@ def test_torch_gets_an_error_for_a_reversed_view_not_an_abort(daemon,
         f"the process died ({r.returncode}): {r.stderr[-2000:]}"
     assert r.stdout.startswith("refused:") and "negative stride" in \
         r.stdout, r.stdout + r.stderr
+
+
+def refusal_text(call):
+    with pytest.raises(BufferError) as ei:
+        call()
+    return str(ei.value)
+
+
+def test_every_dlpack_refusal_names_the_tensor(client, daemon):
+    """A pipeline exporting many tensors learns which one was refused:
+    each BufferError of the DLPack path (and of the buffer protocol)
+    names the tensor and its version, a ring view its ring."""
+    v = client.put("zc/nm", np.arange(12, dtype=np.float32).reshape(3, 4))
+    x = client.get("zc/nm")
+    named = f'"zc/nm" version {v}'
+    for call in (lambda: x.view(np.complex64).__dlpack__(),
+                 lambda: np.from_dlpack(x.view(">f4")),
+                 lambda: x[::-1].__dlpack__(),
+                 lambda: x.__dlpack__(stream=1),
+                 lambda: np.lib.stride_tricks.as_strided(
+                     x, (8, 4), subok=True).__dlpack__()):
+        assert named in refusal_text(call)
+    v_odd = client.put("zc/odd", np.zeros((4, 3), np.uint8))
+    odd = client.get("zc/odd")
+    assert f'"zc/odd" version {v_odd}' in refusal_text(
+        lambda: odd[:, :2].view(np.uint16).__dlpack__())
+    gone = client.get("zc/nm")
+    gone.release()
+    assert "released" in refusal_text(gone.__dlpack__)
+    assert named in refusal_text(gone.__dlpack__)
+    with tensord.Client(daemon.sock) as other:
+        kept = other.get("zc/nm")
+    assert named in refusal_text(kept.__dlpack__)
+    # the buffer protocol's refusals, as the export's
+    w = client.alloc("zc/npitch", (3, 4), "u8", strides=(8, 1))
+    assert '"zc/npitch" (an alloc() loan, not published)' in \
+        refusal_text(lambda: hashlib.sha256(w.lease))
+
+
+def test_ring_dlpack_refusals_name_the_ring(client):
+    ring = client.ring_create("zc/ring", (4,), "u8", slots=3)
+    sub = client.subscribe("zc/ring", timeout=5)
+    slot = ring.acquire(5)
+    slot[:] = 1
+    v = ring.publish()
+    text = refusal_text(slot.__dlpack__)
+    assert "published" in text and 'ring "zc/ring"' in text
+    view = sub.next(5)
+    sub.release()
+    text = refusal_text(view.__dlpack__)
+    assert "released" in text and f'ring "zc/ring" view version {v}' in text
+    del slot, view
+    sub.close()
+    ring.close()

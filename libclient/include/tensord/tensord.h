@@ -942,6 +942,24 @@ TD_EXPORT int td_client_unwatch(struct td_client *c, uint64_t watch_id,
  */
 TD_EXPORT int td_client_set_event_limit(struct td_client *c, unsigned max);
 /*
+ * What a signal does to a call waiting for the daemon's reply (a daemon
+ * stopped with SIGSTOP, or wedged, never answers). By default nothing:
+ * the wait goes on. With fn set, a signal caught by a handler that
+ * interrupts that wait (EINTR) calls fn(ud) in the waiting thread, with
+ * the handle's lock held (fn must not call into the handle), once the
+ * reply has been waited for 100 ms (a reply in time is never given up
+ * for a signal whose handler carries on); when fn returns nonzero the
+ * call gives up and returns -EINTR. Its request is
+ * then unanswered, so the connection is abandoned: shut down (the daemon
+ * ends its leases, loans and rings when it reads the hang-up) and every
+ * later call fails with -ECONNABORTED (or, with TD_CLIENT_RECONNECT,
+ * connects again). Not the HELLO of td_client_connect(), nor a send the
+ * socket's full buffer holds up. fn NULL restores the default. 0 or
+ * -EINVAL (no client).
+ */
+TD_EXPORT int td_client_set_interrupt(struct td_client *c,
+				      int (*fn)(void *ud), void *ud);
+/*
  * Next event in arrival order into *ev, waiting up to timeout_ms (-1
  * forever, 0 only what is queued or already readable). Returns 0,
  * -ETIMEDOUT, or -errno (-ECONNRESET when the daemon went away).
