@@ -60,6 +60,21 @@ int tctl_json_print(struct json_object *o)
 	return TCTL_OK;
 }
 
+void tctl_say(const char *fmt, ...)
+{
+	char line[TD_REASON_MAX + 1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	/* what stdout printed before comes first, as it happened */
+	fflush(stdout);
+	fputs("tensorctl: ", stderr);
+	tctl_text_escaped(stderr, line, strlen(line));
+	fputc('\n', stderr);
+}
+
 /* tctl_json_hold(): the next error object waits for tctl_json_held() */
 static int json_hold;
 static struct json_object *json_held;
@@ -74,8 +89,7 @@ int tctl_fail(int status, const char *kind, int err, const char *fmt, ...)
 	vsnprintf(reason, sizeof(reason), fmt, ap);
 	va_end(ap);
 	if (!tctl_json && !tctl_json_errors) {
-		fflush(stdout);
-		fprintf(stderr, "tensorctl: %s\n", reason);
+		tctl_say("%s", reason);
 		return status;
 	}
 	e = json_object_new_object();
@@ -354,9 +368,7 @@ int tctl_roll_back_one(struct td_client *c, const char *name,
 
 	if (rc == 0)
 		return 1;
-	fprintf(stderr,
-		"tensorctl: %s version %" PRIu64 " not rolled back (%s)\n",
-		name, version,
+	tctl_say("%s version %" PRIu64 " not rolled back (%s)", name, version,
 		rc == -ENOENT ? "gone already"
 		: rc == -ESTALE ? "replaced since"
 				: e.reason);
@@ -367,20 +379,20 @@ int tctl_roll_back_one(struct td_client *c, const char *name,
 void tctl_print_td_err(const struct td_err *e, int json)
 {
 	if (!json) {
-		fprintf(stderr, "tensorctl: refused: %s",
-			td_err_kind_name(e->kind));
-		if (e->field)
-			fprintf(stderr, " field %s", e->field);
+		char value[32] = "", need[64] = "";
+
 		if (e->has_value)
-			fprintf(stderr, " value %llu",
-				(unsigned long long)e->value);
+			snprintf(value, sizeof(value), " value %llu",
+				 (unsigned long long)e->value);
 		if (e->kind == TD_ERR_TRUNCATED)
-			fprintf(stderr, " (need %llu, have %llu)",
-				(unsigned long long)e->need,
-				(unsigned long long)e->have);
-		fprintf(stderr, " at offset %llu: %s\n",
-			(unsigned long long)e->offset,
-			e->reason ? e->reason : "");
+			snprintf(need, sizeof(need), " (need %llu, have %llu)",
+				 (unsigned long long)e->need,
+				 (unsigned long long)e->have);
+		tctl_say("refused: %s%s%s%s%s at offset %llu: %s",
+			 td_err_kind_name(e->kind), e->field ? " field " : "",
+			 e->field ? e->field : "", value, need,
+			 (unsigned long long)e->offset,
+			 e->reason ? e->reason : "");
 		return;
 	}
 	printf("{\"error\":{\"kind\":");

@@ -458,15 +458,13 @@ static int publish(struct obj **objs, size_t n, struct tgm_src *s,
 			done++;
 	}
 	if (rc && partial && done)
-		fprintf(stderr,
-		        "tensorctl: %zu of %zu object(s) published before "
-		        "this failure, kept (--partial)\n",
-		        done, n);
+		tctl_say("%zu of %zu object(s) published before this "
+		         "failure, kept (--partial)",
+		         done, n);
 	else if (rc && done)
-		fprintf(stderr,
-		        "tensorctl: %zu of %zu object(s) published before "
-		        "this failure; %zu deleted again\n",
-		        done, n, roll_back(objs, versions, done, c));
+		tctl_say("%zu of %zu object(s) published before this "
+		         "failure; %zu deleted again",
+		         done, n, roll_back(objs, versions, done, c));
 	/* under --json the error object is the whole answer */
 	if (!rc || (partial && !tctl_json))
 		print_published(objs, versions, done);
@@ -682,10 +680,10 @@ static int load_tgm(int argc, char **argv)
 	/* the scan steps over junk and cut messages without a word (a file
 	 * without one message is said below, whole) */
 	if (!rc && covered && covered < len)
-		fprintf(stderr, "tensorctl: %s: %" PRIu64 " bytes outside any "
-		        "whole message skipped (junk, or a cut or damaged "
-		        "message; 'tensorctl inspect' lists where)\n",
-		        lo.path, len - covered);
+		tctl_say("%s: %" PRIu64 " bytes outside any whole message "
+		         "skipped (junk, or a cut or damaged message; "
+		         "'tensorctl inspect' lists where)",
+		         lo.path, len - covered);
 	if (!rc && !nl && lo.one_message)
 		rc = tctl_fail(TCTL_REFUSED, "input", ENOENT,
 		               "%s: no message %" PRIu64
@@ -696,8 +694,7 @@ static int load_tgm(int argc, char **argv)
 	if (!rc)
 		rc = gather(ls, nl, &objs, &n);
 	if (!rc && !n) {
-		fprintf(stderr, "tensorctl: %s: no data object to load\n",
-		        lo.path);
+		tctl_say("%s: no data object to load", lo.path);
 		if (tctl_json)
 			rc = print_published(NULL, NULL, 0);
 	}

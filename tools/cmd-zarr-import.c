@@ -378,17 +378,17 @@ static int publish_all(struct td_client *c, int top, struct imp *ims,
 		}
 	}
 	if (rc && done && partial) {
-		fprintf(stderr, "tensorctl: %zu array(s) published before "
-		                "this failure, kept (--partial)\n",
-		        done);
+		tctl_say("%zu array(s) published before this failure, kept "
+		         "(--partial)",
+		         done);
 	} else if (rc && done) {
 		while (i-- > 0)
 			if (ims[i].tensor[0])
 				removed += (size_t)tctl_roll_back_one(
 				        c, ims[i].tensor, versions[i]);
-		fprintf(stderr, "tensorctl: %zu array(s) published before "
-		                "this failure; %zu deleted again\n",
-		        done, removed);
+		tctl_say("%zu array(s) published before this failure; %zu "
+		         "deleted again",
+		         done, removed);
 	}
 	/* under --json the error object is the whole answer */
 	for (i = 0; (!rc || partial) && !tctl_json && i < n; i++)
@@ -475,9 +475,7 @@ int cmd_zarr_import(int argc, char **argv)
 			goto done;
 		}
 		if (r == 0) {
-			fprintf(stderr,
-			        "tensorctl: %s/%s: no chunk, skipped\n", dir,
-			        names[i]);
+			tctl_say("%s/%s: no chunk, skipped", dir, names[i]);
 			ims[i].tensor[0] = 0;
 		}
 	}

@@ -36,6 +36,16 @@ int tctl_fail(int status, const char *kind, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
 /*
+ * "tensorctl: TEXT" and a newline on stderr, TEXT escaped as
+ * tctl_text_escaped() escapes it. Every message tensorctl writes on
+ * stderr goes through it (tctl_fail() and tctl_usage() too), so a name,
+ * path or option value the user typed, or a daemon's reason quoting one
+ * (`stat $'a\e[2Jb'`), cannot drive the terminal or fake a line, as the
+ * names a file or the daemon gives cannot.
+ */
+void tctl_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/*
  * Under --json a failure's object is the whole answer, but a command that
  * keeps what it did before the failure (--partial) must say what that was:
  * after tctl_json_hold() the next tctl_fail() keeps its object back,

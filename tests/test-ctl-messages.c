@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What tensorctl says when it fails, as a demanding user reads it: the
+ * names, paths and values typed on the line come back escaped (a control
+ * byte cannot drive the terminal), and a failure names what failed.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+TestSuite(ctl_messages, .timeout = TU_TEST_TIMEOUT_S);
+
+static void write_file(const char *path, const void *b, size_t n)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+	cr_assert(fd >= 0, "%s: %s", path, strerror(errno));
+	cr_assert_eq(write(fd, b, n), (ssize_t)n);
+	close(fd);
+}
+
+/* The first control byte of s that is not a line's end, or 0. */
+static int control_byte(const char *s)
+{
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+		if ((*p < 0x20 && *p != '\n') || *p == 0x7f)
+			return *p;
+	return 0;
+}
+
+/* Lines in s (each ends with '\n'). */
+static int lines(const char *s)
+{
+	int n = 0;
+
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+/*
+ * `tensorctl ARGS` fails (status want) saying shown, the typed operand
+ * escaped, and no control byte reaches the terminal.
+ */
+#define EXPECT_ESCAPED(d, want, shown, ...)                                    \
+	do {                                                                   \
+		char *out_;                                                    \
+		int rc_ = tu_tensorctl(d, &out_, __VA_ARGS__, NULL);           \
+                                                                               \
+		cr_expect_eq(rc_, want, "status %d: %s", rc_, out_);           \
+		cr_expect(strstr(out_, shown), "'%s' not in: %s", shown,       \
+			  out_);                                               \
+		cr_expect_eq(control_byte(out_), 0,                            \
+			     "control byte 0x%02x reached the terminal: %s",   \
+			     control_byte(out_), out_);                        \
+		free(out_);                                                    \
+	} while (0)
+
+/*
+ * A name typed with a control byte or an escape sequence was echoed raw
+ * in the error (`tensorctl rm $'x\x01y'`, a name pasted from a log with
+ * `\e]0;...\a` that retitles the terminal, `\n` faking a line), while
+ * names from the daemon or a file were escaped (docs/tensorctl.md):
+ * every message on stderr now goes through one escaping helper.
+ */
+Test(ctl_messages, typed_operands_are_escaped_in_error_messages)
+{
+	struct tu_daemon d;
+	char six[160], dir[200], *out;
+
+	tu_daemon_start(&d, "error");
+	snprintf(six, sizeof(six), "%s/six.bin", d.dir);
+	write_file(six, "abcdef", 6);
+	cr_assert_eq(tu_tensorctl(&d, &out, "put", "t", "--dtype", "u8",
+				  "--shape", "6", six, NULL),
+		     0, "%s", out);
+	free(out);
+	/* names the daemon refuses: the name as typed, escaped */
+	EXPECT_ESCAPED(&d, 1, "x\\x01y: DELETE", "rm", "x\001y");
+	EXPECT_ESCAPED(&d, 1, "q\\x1b]0;title\\x07: GET", "get",
+		       "q\033]0;title\007", "-o", "/dev/null");
+	EXPECT_ESCAPED(&d, 1, "n\\x1b[1m: tensor name", "put", "n\033[1m",
+		       "--dtype", "u8", "--shape", "6", six);
+	EXPECT_ESCAPED(&d, 1, "c\\u009b", "watch", "c\302\233",
+		       "--count", "1");
+	/* a newline in a name fakes no line: one line said */
+	cr_expect_eq(tu_tensorctl(&d, &out, "stat", "a\nb", NULL), 1);
+	cr_expect(strstr(out, "a\\nb: STAT"), "%s", out);
+	cr_expect_eq(lines(out), 1, "%s", out);
+	free(out);
+	/* a typed backslash is told apart from an escape */
+	EXPECT_ESCAPED(&d, 1, "a\\\\x1b: No such file", "inspect",
+		       "a\\x1b");
+	/* option values and files: usage errors and local failures */
+	EXPECT_ESCAPED(&d, 2, "unknown dtype 'f\\x1b[5m'", "put", "n",
+		       "--dtype", "f\033[5m", "--shape", "6", six);
+	EXPECT_ESCAPED(&d, 2, "bad shape '6\\x1b'", "put", "n", "--dtype",
+		       "u8", "--shape", "6\033", six);
+	EXPECT_ESCAPED(&d, 1, "nofile\\x1b[3m: No such file", "put", "n",
+		       "--dtype", "u8", "--shape", "6", "nofile\033[3m");
+	EXPECT_ESCAPED(&d, 1, "f\\x1b[2J.tgm: No such file", "load",
+		       "f\033[2J.tgm");
+	EXPECT_ESCAPED(&d, 2, "bad --prefix '\\x1b[1m'", "load", six,
+		       "--prefix", "\033[1m");
+	EXPECT_ESCAPED(&d, 2, "unexpected operand 'b\\x1b'", "ls", "a",
+		       "b\033");
+	EXPECT_ESCAPED(&d, 2, "unknown command 'x\\x1b[2J'", "x\033[2J");
+	EXPECT_ESCAPED(&d, 1, "connect /nowhere\\x1b[31m", "--socket",
+		       "/nowhere\033[31m", "ls");
+	snprintf(dir, sizeof(dir), "%s/no\033[7mdir/z", d.dir);
+	EXPECT_ESCAPED(&d, 1, "no\\x1b[7mdir", "zarr", "export", dir, "t");
+	/* --json keeps the name as it is: JSON escapes it itself */
+	cr_expect_eq(tu_tensorctl(&d, &out, "--json", "rm", "x\001y", NULL),
+		     1);
+	cr_expect(strstr(out, "\"reason\":\"x\\u0001y: DELETE"), "%s", out);
+	free(out);
+	unlink(six);
+	tu_daemon_stop(&d, false);
+}
