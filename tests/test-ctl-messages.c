@@ -126,3 +126,106 @@ Test(ctl_messages, typed_operands_are_escaped_in_error_messages)
 	unlink(six);
 	tu_daemon_stop(&d, false);
 }
+
+/* Entries of dir but "." and ".." (a temporary folder left over). */
+static int entries(const char *dir)
+{
+	char cmd[300], *out;
+	char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+	int n;
+
+	snprintf(cmd, sizeof(cmd), "ls -A '%s' | wc -l", dir);
+	cr_assert_eq(tu_run_capture(argv, &out), 0);
+	n = atoi(out);
+	free(out);
+	return n;
+}
+
+/*
+ * zarr export on a full disk said "DIR: No space left on device", not
+ * which of its files, folders, syncs or the rename failed; a read-only
+ * folder "DIR: PARENT: Read-only file system", not what it was doing
+ * there; and DIR under a file (`six.bin/out`) "exists and is not a
+ * folder", of a DIR that does not exist. Each now names the step and
+ * the path.
+ */
+Test(ctl_messages, zarr_export_failures_name_what_failed_and_where)
+{
+	struct tu_daemon d;
+	char data[160], full[160], ro[160], dir[200], want[800], *out;
+	static uint8_t zeros[200000];
+
+	tu_daemon_start(&d, "error");
+	snprintf(data, sizeof(data), "%s/big.bin", d.dir);
+	write_file(data, zeros, sizeof(zeros));
+	cr_assert_eq(tu_tensorctl(&d, &out, "put", "big", "--dtype", "u8",
+				  "--shape", "200000", data, NULL),
+		     0, "%s", out);
+	free(out);
+	/* a folder where DIR's parent should be is a file */
+	snprintf(dir, sizeof(dir), "%s/out", data);
+	cr_expect_eq(tu_tensorctl(&d, &out, "zarr", "export", dir, "big",
+				  NULL),
+		     1);
+	snprintf(want, sizeof(want),
+		 "tensorctl: %s: %s is not a folder (export makes out in "
+		 "it)\n",
+		 dir, data);
+	cr_expect_str_eq(out, want);
+	free(out);
+
+	snprintf(full, sizeof(full), "%s/full", d.dir);
+	snprintf(ro, sizeof(ro), "%s/ro", d.dir);
+	cr_assert_eq(mkdir(full, 0755), 0);
+	cr_assert_eq(mkdir(ro, 0755), 0);
+	if (unshare(CLONE_NEWNS) < 0 ||
+	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("tmpfs", full, "tmpfs", 0, "size=64k") < 0 ||
+	    mount("tmpfs", ro, "tmpfs", 0, "size=64k") < 0 ||
+	    mount(NULL, ro, NULL, MS_REMOUNT | MS_RDONLY, NULL) < 0) {
+		umount(full);
+		umount(ro);
+		rmdir(full);
+		rmdir(ro);
+		unlink(data);
+		tu_daemon_stop(&d, false);
+		cr_skip_test("no mount namespace (%s): ENOSPC and EROFS not "
+			     "checked",
+			     strerror(errno));
+	}
+	/* a full disk: the chunk it was writing, and nothing left */
+	snprintf(dir, sizeof(dir), "%s/z", full);
+	cr_expect_eq(tu_tensorctl(&d, &out, "zarr", "export", dir, "big",
+				  NULL),
+		     1);
+	snprintf(want, sizeof(want),
+		 "tensorctl: %s: writing big/c/0: %s; nothing written\n", dir,
+		 strerror(ENOSPC));
+	cr_expect_str_eq(out, want);
+	free(out);
+	cr_expect_eq(entries(full), 0, "a temporary folder was left");
+	/* --json names it too */
+	cr_expect_eq(tu_tensorctl(&d, &out, "--json", "zarr", "export", dir,
+				  "big", NULL),
+		     1);
+	cr_expect(strstr(out, "\"errno\":28,\"reason\":\"") &&
+			  strstr(out, ": writing big/c/0: "),
+		  "%s", out);
+	free(out);
+	/* a read-only folder: what it was making there */
+	snprintf(dir, sizeof(dir), "%s/z", ro);
+	cr_expect_eq(tu_tensorctl(&d, &out, "zarr", "export", dir, "big",
+				  NULL),
+		     1);
+	snprintf(want, sizeof(want),
+		 "tensorctl: %s: making a new folder in %s: %s\n", dir, ro,
+		 strerror(EROFS));
+	cr_expect_str_eq(out, want);
+	free(out);
+	umount(full);
+	umount(ro);
+	rmdir(full);
+	rmdir(ro);
+	unlink(data);
+	tu_daemon_stop(&d, false);
+}

@@ -2480,8 +2480,9 @@ Test(tensorctl, zarr_export_names_the_folder_it_cannot_write_in)
 	snprintf(dir, sizeof(dir), "%s/missing/x", d.dir);
 	cr_expect_eq(CTL(&d, NULL, &err, "zarr", "export", dir, "t"), 1);
 	snprintf(want, sizeof(want),
-		 "tensorctl: %s: %s/missing: No such file or directory\n", dir,
-		 d.dir);
+		 "tensorctl: %s: making a new folder in %s/missing: No such "
+		 "file or directory\n",
+		 dir, d.dir);
 	cr_expect_str_eq(err, want);
 	free(err);
 	tu_daemon_stop(&d, false);
