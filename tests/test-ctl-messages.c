@@ -229,3 +229,35 @@ Test(ctl_messages, zarr_export_failures_name_what_failed_and_where)
 	unlink(data);
 	tu_daemon_stop(&d, false);
 }
+
+/*
+ * inspect of a file of no format it knows (empty, a few bytes, a PNG)
+ * reads it as a tensor blob, and said only "refused: TRUNCATED (need 72,
+ * have 0) at offset 0: buffer shorter than the blob header": not which
+ * file, nor that it was taken for a blob for want of a magic.
+ */
+Test(ctl_messages, inspect_refusal_names_the_file_and_what_it_was_read_as)
+{
+	struct tu_daemon d;
+	char path[160], want[400], *out;
+
+	tu_daemon_start(&d, "error");
+	snprintf(path, sizeof(path), "%s/empty.bin", d.dir);
+	write_file(path, "", 0);
+	cr_expect_eq(tu_tensorctl(&d, &out, "inspect", path, NULL), 1);
+	snprintf(want, sizeof(want),
+		 "tensorctl: refused: TRUNCATED (need 72, have 0) at offset "
+		 "0: buffer shorter than the blob header (%s, read as a "
+		 "tensor blob: no .tgm, Hurray or .npy magic)\n",
+		 path);
+	cr_expect_str_eq(out, want);
+	free(out);
+	/* --json keeps the decoder's object as it was */
+	cr_expect_eq(tu_tensorctl(&d, &out, "--json", "inspect", path, NULL),
+		     1);
+	cr_expect(!strncmp(out, "{\"error\":{\"kind\":\"TRUNCATED\"", 28),
+		  "%s", out);
+	free(out);
+	unlink(path);
+	tu_daemon_stop(&d, false);
+}

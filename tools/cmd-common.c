@@ -376,7 +376,7 @@ int tctl_roll_back_one(struct td_client *c, const char *name,
 }
 
 /* A decoder's refusal (proto/err.h), as text on stderr or JSON. */
-void tctl_print_td_err(const struct td_err *e, int json)
+void tctl_print_td_err(const struct td_err *e, int json, const char *path)
 {
 	if (!json) {
 		char value[32] = "", need[64] = "";
@@ -388,11 +388,16 @@ void tctl_print_td_err(const struct td_err *e, int json)
 			snprintf(need, sizeof(need), " (need %llu, have %llu)",
 				 (unsigned long long)e->need,
 				 (unsigned long long)e->have);
-		tctl_say("refused: %s%s%s%s%s at offset %llu: %s",
+		/* the file, and what it was taken for: a file of no known
+		 * format (an empty one, a PNG) is read as a blob, and its
+		 * refusal said only "buffer shorter than the blob header" */
+		tctl_say("refused: %s%s%s%s%s at offset %llu: %s (%s, read as "
+			 "a tensor blob: no .tgm, Hurray or .npy magic)",
 			 td_err_kind_name(e->kind), e->field ? " field " : "",
 			 e->field ? e->field : "", value, need,
 			 (unsigned long long)e->offset,
-			 e->reason ? e->reason : "");
+			 e->reason ? e->reason : "",
+			 strcmp(path, "-") ? path : "standard input");
 		return;
 	}
 	printf("{\"error\":{\"kind\":");

@@ -73,7 +73,7 @@ static int inspect_input(const char *path, uint64_t max)
 	else if (inspect_tgm_sniff_src(&s))
 		rc = inspect_tgm(&s, tctl_json);
 	else
-		rc = inspect_blob(buf, len, tctl_json);
+		rc = inspect_blob(path, buf, len, tctl_json);
 	free(buf);
 	return rc;
 }

@@ -184,7 +184,8 @@ void tctl_print_entry(const struct td_entry *e, int json,
 		      const struct td_ring_stat *rs);
 
 /* inspect back ends, chosen by magic; return a TCTL_ status */
-int inspect_blob(const uint8_t *buf, size_t len, int json);
+/* path: the file as typed, named in a refusal's line */
+int inspect_blob(const char *path, const uint8_t *buf, size_t len, int json);
 struct tgm_src;
 /* a .tgm file read with pread, or a stream read whole (tgm-file.h) */
 int inspect_tgm(struct tgm_src *s, int json);
@@ -266,8 +267,9 @@ int tctl_npy_inspect(const char *path, const uint8_t *buf, size_t len);
 int tctl_npy_write(const struct td_tensor *t, const char *name,
 		   const char *out);
 
-/* Print a decoder refusal: JSON on stdout, or one line on stderr. */
-void tctl_print_td_err(const struct td_err *e, int json);
+/* Print a blob decoder's refusal of path: JSON on stdout, or one line on
+ * stderr that names path and what it was read as. */
+void tctl_print_td_err(const struct td_err *e, int json, const char *path);
 
 /* Print a json-c object on stdout (one line) and drop it; TCTL_OK. */
 struct json_object;
