@@ -261,3 +261,55 @@ Test(ctl_messages, inspect_refusal_names_the_file_and_what_it_was_read_as)
 	unlink(path);
 	tu_daemon_stop(&d, false);
 }
+
+/* `tensorctl ARGS` is a usage error (status 2) saying why. */
+static void expect_usage(const char *why, const char *const *args)
+{
+	/* no daemon: a usage error comes before a connect */
+	struct tu_daemon d = {.sock = "/nonexistent/td.sock"};
+	char *out;
+	int rc;
+
+	rc = tu_tensorctl(&d, &out, args[0], args[1], args[2], args[3],
+			  args[4], NULL);
+	cr_expect_eq(rc, 2, "%s: status %d: %s", args[0], rc, out);
+	cr_expect(strstr(out, why), "want \"%s\": %s", why, out);
+	free(out);
+}
+
+#define USAGE(why, ...)                                                        \
+	expect_usage(why, (const char *const[]){__VA_ARGS__, NULL, NULL,       \
+						NULL, NULL, NULL})
+
+/*
+ * A numeric option's bad value said nothing of why: a count past 2^64-1
+ * was "bad --count '...' (1 or more)", a timeout past 2^31-1 "(milliseconds)",
+ * a --max-bytes past 16 EiB "(bytes, or with K, M, G, T)", a --message
+ * nothing at all. Each now says what is wrong and the range.
+ */
+Test(ctl_messages, number_options_say_what_is_wrong_with_a_value)
+{
+	USAGE("bad --count '99999999999999999999' (more than "
+	      "18446744073709551615)",
+	      "watch", "x", "--count", "99999999999999999999");
+	USAGE("bad --count '0' (less than 1)", "watch", "x", "--count", "0");
+	USAGE("bad --timeout '99999999999' (more than 2147483647 "
+	      "milliseconds)",
+	      "get", "x", "--newer", "1", "--timeout=99999999999");
+	USAGE("bad --timeout '-1' (digits only: 0 to 2147483647 "
+	      "milliseconds)",
+	      "get", "x", "--newer", "1", "--timeout=-1");
+	USAGE("bad --version '18446744073709551616' (more than "
+	      "18446744073709551615)",
+	      "get", "x", "--version", "18446744073709551616");
+	USAGE("bad --max-bytes '16777216T' (more than 18446744073709551615 "
+	      "bytes)",
+	      "inspect", "--max-bytes", "16777216T", "-");
+	USAGE("bad --max-bytes '1KB' (digits, then K, M, G or T at most)",
+	      "inspect", "--max-bytes", "1KB", "-");
+	USAGE("bad --message '-1' (digits only: 0 to 18446744073709551615)",
+	      "load", "-", "--message", "-1");
+	USAGE("bad --max-bytes '99999999999999999999' (more than "
+	      "18446744073709551615 bytes)",
+	      "zarr", "export", "d", "--max-bytes", "99999999999999999999");
+}

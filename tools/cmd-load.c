@@ -580,9 +580,10 @@ static int load_opts(int argc, char **argv, struct load_opts *lo)
 		switch (o) {
 		case O_MESSAGE:
 			lo->one_message = true;
-			if (tctl_parse_u64(optarg, &lo->message))
-				return tctl_usage("load", "bad --message '%s'",
-				                  optarg);
+			if (tctl_opt_number("load", "--message", optarg,
+			                    false, 0, UINT64_MAX, "",
+			                    &lo->message))
+				return TCTL_USAGE;
 			break;
 		case O_VARKEY:
 			lo->variable_key = optarg;
@@ -594,9 +595,10 @@ static int load_opts(int argc, char **argv, struct load_opts *lo)
 			lo->partial = true;
 			break;
 		case O_MAX_BYTES:
-			if (tctl_parse_size(optarg, &lo->max_bytes))
-				return tctl_usage("load", "bad --max-bytes '%s'",
-				                  optarg);
+			if (tctl_opt_number("load", "--max-bytes", optarg,
+			                    true, 0, UINT64_MAX, "bytes",
+			                    &lo->max_bytes))
+				return TCTL_USAGE;
 			break;
 		case O_FORMAT:
 			/* hrry went to cmd_load_hrry() already */

@@ -46,9 +46,9 @@ int cmd_watch(int argc, char **argv)
 			flags |= TD_WATCH_PREFIX;
 			break;
 		case O_COUNT:
-			if (tctl_parse_u64(optarg, &count) || !count)
-				return tctl_usage("watch", "bad --count '%s' "
-						  "(1 or more)", optarg);
+			if (tctl_opt_number("watch", "--count", optarg, false,
+					    1, UINT64_MAX, "", &count))
+				return TCTL_USAGE;
 			break;
 		default:
 			return rc;

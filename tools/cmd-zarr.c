@@ -1033,17 +1033,18 @@ static int cmd_export(int argc, char **argv)
 			from = optarg;
 			break;
 		case O_MESSAGE:
-			if (tctl_parse_u64(optarg, &message))
-				return tctl_usage("zarr", "bad --message '%s'",
-				                  optarg);
+			if (tctl_opt_number("zarr", "--message", optarg, false,
+			                    0, UINT64_MAX, "", &message))
+				return TCTL_USAGE;
 			break;
 		case O_NAME_KEY:
 			name_key = optarg;
 			break;
 		case O_MAX_BYTES:
-			if (tctl_parse_size(optarg, &max_bytes))
-				return tctl_usage("zarr", "bad --max-bytes '%s'",
-				                  optarg);
+			if (tctl_opt_number("zarr", "--max-bytes", optarg,
+			                    true, 0, UINT64_MAX, "bytes",
+			                    &max_bytes))
+				return TCTL_USAGE;
 			break;
 		default:
 			return rc;

@@ -6,6 +6,7 @@
  * tensorctl.c dispatches by the same names.
  */
 #include <getopt.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -203,6 +204,39 @@ int tctl_usage(const char *cmd, const char *fmt, ...)
 				"Try 'tensorctl %s --help'.\n",
 			find(cmd)->synopsis, cmd);
 	return TCTL_USAGE;
+}
+
+int tctl_opt_number(const char *cmd, const char *opt, const char *arg,
+		    bool size, uint64_t min, uint64_t max, const char *unit,
+		    uint64_t *v)
+{
+	size_t digits = strspn(arg, "0123456789");
+	const char *rest = arg + digits;
+	uint64_t x = 0;
+	bool over = false;
+
+	if (size && (!digits || (*rest && (!strchr("KMGT", *rest) ||
+					   rest[1]))))
+		return tctl_usage(cmd, "bad %s '%s' (digits, then K, M, G or "
+				  "T at most)",
+				  opt, arg);
+	if (!digits || (!size && *rest))
+		return tctl_usage(cmd, "bad %s '%s' (digits only: %" PRIu64
+				  " to %" PRIu64 "%s%s)",
+				  opt, arg, min, max, *unit ? " " : "", unit);
+	/* digits, so tctl_parse_*() fails only of a value past 2^64-1 */
+	over = size ? tctl_parse_size(arg, &x) < 0
+		    : tctl_parse_u64(arg, &x) < 0;
+	if (over || x > max)
+		return tctl_usage(cmd, "bad %s '%s' (more than %" PRIu64
+				  "%s%s)",
+				  opt, arg, max, *unit ? " " : "", unit);
+	if (x < min)
+		return tctl_usage(cmd, "bad %s '%s' (less than %" PRIu64
+				  "%s%s)",
+				  opt, arg, min, *unit ? " " : "", unit);
+	*v = x;
+	return TCTL_OK;
 }
 
 /* tensorctl __complete: a command's getopt table, handed over (complete.c) */

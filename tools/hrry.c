@@ -657,9 +657,10 @@ static int load_opts(int argc, char **argv, const char **prefix,
 		else if (o == O_FORMAT && strcmp(optarg, "hrry"))
 			return tctl_usage("load", "--format hrry, for a "
 					  "Hurray file");
-		else if (o == O_MAXB && tctl_parse_size(optarg, max_bytes))
-			return tctl_usage("load", "bad --max-bytes '%s'",
-					  optarg);
+		else if (o == O_MAXB &&
+			 tctl_opt_number("load", "--max-bytes", optarg, true,
+					 0, UINT64_MAX, "bytes", max_bytes))
+			return TCTL_USAGE;
 		else if (o != O_FORMAT && o != O_MAXB)
 			return rc;
 	}

@@ -107,6 +107,18 @@ const char *tctl_synopsis(const char *cmd);
 /* A usage error of cmd: the reason, then its usage, on stderr (or JSON). */
 int tctl_usage(const char *cmd, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/*
+ * --opt's value arg (opt as "--count") as a decimal, with size one with
+ * an optional K, M, G or T (powers of 1024), in [min, max], into *v:
+ * TCTL_OK, or cmd's usage error saying what is wrong with it: "bad
+ * --count 'x' (digits only: 1 to 18446744073709551615)", "bad --timeout '99999999999'
+ * (more than 2147483647 milliseconds)", "bad --count '0' (less than 1)"
+ * (unit: "" for none). A value past 2^64-1 was said "bad --count '...'
+ * (1 or more)", or nothing of why.
+ */
+int tctl_opt_number(const char *cmd, const char *opt, const char *arg,
+		    bool size, uint64_t min, uint64_t max, const char *unit,
+		    uint64_t *v);
 /* The usage error of argv's operands (from optind) not being want:
  * need, and the first one too many when there are more. */
 int tctl_operands(const char *cmd, int argc, char **argv, int want,
