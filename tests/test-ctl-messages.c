@@ -313,3 +313,21 @@ Test(ctl_messages, number_options_say_what_is_wrong_with_a_value)
 	      "18446744073709551615 bytes)",
 	      "zarr", "export", "d", "--max-bytes", "99999999999999999999");
 }
+
+/*
+ * put --shape with a 17th dimension, or one past 2^64-1, was said "bad
+ * shape (dimensions as 2,3 or 2x3, at most 16)", as if its form were
+ * wrong.
+ */
+Test(ctl_messages, a_shape_too_deep_or_too_large_says_so)
+{
+	USAGE("bad shape '18446744073709551616' (a dimension more than "
+	      "18446744073709551615)",
+	      "put", "x", "--dtype=u8", "--shape=18446744073709551616", "-");
+	USAGE("bad shape '1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1' (more than 16 "
+	      "dimensions)",
+	      "put", "x", "--dtype=u8",
+	      "--shape=1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1", "-");
+	USAGE("bad shape '2,-1' (dimensions as 2,3 or 2x3, at most 16)",
+	      "put", "x", "--dtype=u8", "--shape=2,-1", "-");
+}

@@ -228,12 +228,19 @@ int tctl_parse_shape(const char *s, uint64_t *shape, uint32_t *ndim)
 		size_t len = strcspn(p, ",x");
 		char tok[32];
 
-		if (!len || len >= sizeof(tok) || n == TD_ENTRY_MAX_DIMS)
+		if (!len)
 			return -EINVAL;
+		if (n == TD_ENTRY_MAX_DIMS)
+			return -E2BIG;
+		/* digits, and too many of them for 64 bits */
+		if (len >= sizeof(tok))
+			return strspn(p, "0123456789") >= len ? -ERANGE
+							       : -EINVAL;
 		memcpy(tok, p, len);
 		tok[len] = 0;
 		if (tctl_parse_u64(tok, &shape[n++]))
-			return -EINVAL;
+			return strspn(tok, "0123456789") == len ? -ERANGE
+								: -EINVAL;
 		if (!p[len])
 			break;
 		p += len + 1;

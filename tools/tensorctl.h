@@ -175,7 +175,8 @@ int tctl_connect(struct td_client **c);
 int tctl_refused(const char *what, int rc, const struct td_error *e);
 /* Decimal u64 (no sign); 0 or -EINVAL. */
 int tctl_parse_u64(const char *s, uint64_t *v);
-/* "2,3" or "2x3" into shape[TD_ENTRY_MAX_DIMS]; 0 or -EINVAL. */
+/* "2,3" or "2x3" into shape[TD_ENTRY_MAX_DIMS]; 0, -E2BIG (more
+ * dimensions), -ERANGE (one past 2^64-1) or -EINVAL. */
 int tctl_parse_shape(const char *s, uint64_t *shape, uint32_t *ndim);
 /* (2,3) for humans, [2,3] for JSON */
 void tctl_print_shape(FILE *f, const uint64_t *shape, uint32_t ndim,
