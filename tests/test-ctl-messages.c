@@ -331,3 +331,81 @@ Test(ctl_messages, a_shape_too_deep_or_too_large_says_so)
 	USAGE("bad shape '2,-1' (dimensions as 2,3 or 2x3, at most 16)",
 	      "put", "x", "--dtype=u8", "--shape=2,-1", "-");
 }
+
+/*
+ * The --format values of the form of cmd that starts with `form` ("load
+ * FILE.hrry") in `tensorctl cmd --help`'s synopsis into buf ("" when it
+ * lists none).
+ */
+static void help_formats(const char *cmd, const char *form, char *buf,
+			 size_t n)
+{
+	struct tu_daemon d = {.sock = "/nonexistent/td.sock"};
+	char *out, *f, *end, *fmt, next[32];
+
+	cr_assert_eq(tu_tensorctl(&d, &out, cmd, "--help", NULL), 0);
+	*strchr(out, '\n') = 0; /* the synopsis line */
+	f = strstr(out, form);
+	cr_assert(f, "%s --help has no form '%s': %s", cmd, form, out);
+	/* the next form (a '|' inside [...] is no form's end) */
+	snprintf(next, sizeof(next), " | %s ", cmd);
+	end = strstr(f, next);
+	if (end)
+		*end = 0;
+	fmt = strstr(f, "[--format ");
+	snprintf(buf, n, "%.*s", fmt ? (int)strcspn(fmt + 10, "]") : 0,
+		 fmt ? fmt + 10 : "");
+	free(out);
+}
+
+/* The same of tensorctl.1's entry that starts with `entry`, its scd
+ * markup taken out ("*--format* *tgm*" is "tgm"). */
+static void man_formats(const char *entry, char *buf, size_t n)
+{
+	char path[512], *page, *e, *fmt, *p;
+	size_t o = 0;
+
+	snprintf(path, sizeof(path), "%s/docs/man/tensorctl.1.scd",
+		 getenv("TD_SOURCE_ROOT"));
+	page = tu_slurp(path);
+	e = strstr(page, entry);
+	cr_assert(e, "tensorctl.1 has no entry '%s'", entry);
+	*strchr(e, '\n') = 0;
+	fmt = strstr(e, "[*--format* ");
+	for (p = fmt ? fmt + 12 : ""; *p && *p != ']' && o + 1 < n; p++)
+		if (*p != '*')
+			buf[o++] = *p;
+	buf[o] = 0;
+	free(page);
+}
+
+/*
+ * `load --help` gave its Hurray form `[--format tgm|hrry]`, where --format
+ * tgm makes it the .tgm form, and the .tgm form no --format at all, while
+ * tensorctl.1 and the code said `--format hrry` and `--format tgm`; save
+ * alike. Each form's --format values now agree in both.
+ */
+Test(ctl_messages, help_and_man_page_give_each_form_its_own_format)
+{
+	static const struct {
+		const char *cmd, *form, *entry;
+	} forms[] = {
+		{"load", "load FILE.tgm", "*load* _FILE.tgm_"},
+		{"load", "load FILE.hrry", "*load* _FILE.hrry_"},
+		{"save", "save -o FILE.tgm", "*save* *-o* _FILE.tgm_"},
+		{"save", "save -o FILE.hrry", "*save* *-o* _FILE.hrry_"},
+		{"put", "put NAME [--dtype T]", "*put* _NAME_ [*--dtype*"},
+		{"get", "get NAME", "*get* _NAME_"},
+	};
+
+	for (size_t i = 0; i < sizeof(forms) / sizeof(forms[0]); i++) {
+		char help[64], man[64];
+
+		help_formats(forms[i].cmd, forms[i].form, help, sizeof(help));
+		man_formats(forms[i].entry, man, sizeof(man));
+		cr_expect_str_eq(help, man, "%s: --help says [--format %s], "
+			       "tensorctl.1 [--format %s]",
+			       forms[i].form, help, man);
+		cr_expect_neq(help[0], 0, "%s: no --format", forms[i].form);
+	}
+}

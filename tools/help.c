@@ -74,8 +74,8 @@ static const struct cmd {
 	 "  --count N       stop after N events\n"},
 	{"load",
 	 "load FILE.tgm|- [--message N] [--prefix P] [--variable-key K] "
-	 "[--partial] [--max-bytes N] | load FILE.hrry|- [--prefix P] "
-	 "[--partial] [--max-bytes N] [--format tgm|hrry]",
+	 "[--partial] [--max-bytes N] [--format tgm] | load FILE.hrry|- "
+	 "[--prefix P] [--partial] [--max-bytes N] [--format hrry]",
 	 "Publish every data object of every message of a .tgm file. All or\n"
 	 "nothing: everything is checked first, and when the daemon refuses an\n"
 	 "object the versions already published are deleted again.\n"
@@ -96,8 +96,8 @@ static const struct cmd {
 	 "held, requests) and per-uid bytes, quota and pinned bytes. Root and\n"
 	 "the daemon's uid see every client; others see their own uid's.\n"},
 	{"save",
-	 "save -o FILE.tgm|- [NAME...] [--skip-unsavable] | "
-	 "save -o FILE.hrry|- [NAME...] [--format tgm|hrry] "
+	 "save -o FILE.tgm|- [NAME...] [--format tgm] [--skip-unsavable] | "
+	 "save -o FILE.hrry|- [NAME...] [--format hrry] "
 	 "[--skip-unsavable]",
 	 "Write tensors as one hashed Tensogram message, or as a Hurray file\n"
 	 "when -o ends in .hrry or --format hrry is given (one forward pass).\n"
