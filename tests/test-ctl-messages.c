@@ -409,3 +409,21 @@ Test(ctl_messages, help_and_man_page_give_each_form_its_own_format)
 		cr_expect_neq(help[0], 0, "%s: no --format", forms[i].form);
 	}
 }
+
+/*
+ * An empty FILE or DIR (`"$F"` of an unset F) said ": No such file or
+ * directory", status 1, naming nothing; -o "" was a usage error already.
+ */
+Test(ctl_messages, an_empty_input_path_is_a_bad_command_line)
+{
+	USAGE("an empty input path (- is stdin)", "inspect", "");
+	USAGE("an empty input path (- is stdin)", "load", "");
+	USAGE("an empty input path (- is stdin)", "load", "", "--format",
+	      "hrry");
+	USAGE("an empty input path (- is stdin)", "put", "x", "--dtype=u8",
+	      "--shape=6", "");
+	USAGE("an empty input path (- is stdin)", "zarr", "export", "d",
+	      "--from", "");
+	USAGE("zarr: export: an empty DIR path", "zarr", "export", "");
+	USAGE("zarr: import: an empty DIR path", "zarr", "import", "");
+}

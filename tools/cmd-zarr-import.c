@@ -439,6 +439,8 @@ int cmd_zarr_import(int argc, char **argv)
 	                td_wire_name_check(prefix, strlen(prefix), true, &w)))
 		return tctl_usage("zarr", "bad --prefix '%s'", prefix);
 	dir = argv[optind];
+	if (!*dir) /* `"$D"` of an unset D */
+		return tctl_usage("zarr", "import: an empty DIR path");
 	top = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (top < 0)
 		return tctl_fail(TCTL_REFUSED, "io", errno, "%s: %s", dir,

@@ -1052,6 +1052,8 @@ static int cmd_export(int argc, char **argv)
 	}
 	if (optind >= argc)
 		return tctl_usage("zarr", "export needs DIR");
+	if (!*argv[optind]) /* `"$D"` of an unset D */
+		return tctl_usage("zarr", "export: an empty DIR path");
 	if (from && optind + 1 != argc)
 		return tctl_usage("zarr", "export --from takes no NAMES");
 	if (!from && (name_key || message))

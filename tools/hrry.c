@@ -585,6 +585,10 @@ int tctl_hrry_transport(const char *path, struct td_hrry_transport *t,
 {
 	int rc;
 
+	*fd = -1;
+	if (!*path)
+		return tctl_fail(TCTL_USAGE, "usage", EINVAL,
+				 "an empty input path (- is stdin)");
 	*fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (*fd < 0)
 		return tctl_fail(TCTL_REFUSED, "io", errno, "%s: %s", path,
