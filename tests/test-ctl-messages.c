@@ -427,3 +427,69 @@ Test(ctl_messages, an_empty_input_path_is_a_bad_command_line)
 	USAGE("zarr: export: an empty DIR path", "zarr", "export", "");
 	USAGE("zarr: import: an empty DIR path", "zarr", "import", "");
 }
+
+/*
+ * A --prefix no name can start with: the Hurray load took it and refused
+ * every tensor one by one ("refused x: InvalidArgument: name has a byte
+ * outside ..."), exit status 0 with nothing published; zarr import said
+ * "bad --prefix 'a b'" with no reason. Each is now refused up front,
+ * saying why, as the .tgm load did.
+ */
+Test(ctl_messages, a_bad_prefix_is_refused_up_front_saying_why)
+{
+	char lng[400];
+
+	USAGE("load: bad --prefix 'a b' (name has a byte outside",
+	      "load", "x.hrry", "--prefix", "a b");
+	USAGE("load: bad --prefix 'a b' (name has a byte outside",
+	      "load", "x.tgm", "--prefix", "a b");
+	USAGE("zarr: bad --prefix 'a b' (name has a byte outside",
+	      "zarr", "import", "d", "--prefix", "a b");
+	memset(lng, 'p', 300);
+	lng[300] = 0;
+	USAGE("(longer than", "load", "x.hrry", "--prefix", lng);
+	USAGE("(longer than", "zarr", "import", "d", "--prefix", lng);
+}
+
+/*
+ * A value given to an option that takes none (`ls --json=1`): getopt
+ * tells it with the option's code in optopt, not a letter, and the
+ * message was "ls: unknown option '-\x01'" (a raw control byte before
+ * the escaping); before the command, "unknown or incomplete option".
+ */
+Test(ctl_messages, a_value_given_to_a_flag_is_said_so)
+{
+	USAGE("ls: option '--json' takes no value", "ls", "--json=1");
+	USAGE("watch: option '--prefix' takes no value", "watch", "x",
+	      "--prefix=1");
+	USAGE("save: option '--skip-unsavable' takes no value", "save", "-o",
+	      "x.tgm", "--skip-unsavable=yes");
+	USAGE("option '--bytes' takes no value", "--bytes=2", "ls");
+	/* a letter that is no option is still named */
+	USAGE("ls: unknown option '-Z'", "ls", "-Z");
+}
+
+/*
+ * An empty NAME (`stat "$N"` of an unset N) was said ": STAT: name: name
+ * is empty", naming nothing; `watch ''` did not say that --prefix
+ * watches every name.
+ */
+Test(ctl_messages, an_empty_name_is_named_and_watch_says_how_to_see_all)
+{
+	struct tu_daemon d;
+	char *out;
+
+	tu_daemon_start(&d, "error");
+	cr_expect_eq(tu_tensorctl(&d, &out, "stat", "", NULL), 1);
+	cr_expect(!strncmp(out, "tensorctl: '': STAT: ", 21), "%s", out);
+	free(out);
+	cr_expect_eq(tu_tensorctl(&d, &out, "rm", "", NULL), 1);
+	cr_expect(!strncmp(out, "tensorctl: '': DELETE: ", 23), "%s", out);
+	free(out);
+	cr_expect_eq(tu_tensorctl(&d, &out, "watch", "", NULL), 1);
+	cr_expect(!strncmp(out, "tensorctl: '': ", 15) &&
+			  strstr(out, "(to watch every name, add --prefix)"),
+		  "%s", out);
+	free(out);
+	tu_daemon_stop(&d, false);
+}

@@ -131,6 +131,9 @@ void tctl_json_held_print(void)
 
 int tctl_refused(const char *what, int rc, const struct td_error *e)
 {
+	/* an empty NAME (`stat ""`) was said ": STAT: name: ..." */
+	if (!*what)
+		what = "''";
 	/* the connection lost part-way (libtensord says ECONNRESET): the
 	 * daemon stopped, restarted or crashed; it refused nothing, and a
 	 * script tells the two apart by the kind, as for a connect */

@@ -572,7 +572,6 @@ static const struct option opts[] = {
 
 static int load_opts(int argc, char **argv, struct load_opts *lo)
 {
-	const char *why;
 	int rc, o;
 
 	*lo = (struct load_opts){.prefix = "", .max_bytes = TCTL_STREAM_MAX};
@@ -614,13 +613,8 @@ static int load_opts(int argc, char **argv, struct load_opts *lo)
 		return tctl_operands("load", argc, argv, 1,
 				     "needs one FILE.tgm (- for stdin)");
 	lo->path = argv[optind];
-	if (*lo->prefix &&
-	    (strlen(lo->prefix) > BASE_NAME_MAX - 16 ||
-	     td_wire_name_check(lo->prefix, strlen(lo->prefix), true, &why)))
-		return tctl_usage("load", "bad --prefix '%s' (%s)", lo->prefix,
-		                  strlen(lo->prefix) > BASE_NAME_MAX - 16
-		                          ? "too long"
-		                          : why);
+	if (tctl_check_prefix("load", lo->prefix, BASE_NAME_MAX - 16))
+		return TCTL_USAGE;
 	return -1;
 }
 

@@ -416,7 +416,7 @@ int cmd_zarr_import(int argc, char **argv)
 	        {"partial", no_argument, NULL, O_PARTIAL},
 	        TCTL_COMMON_OPTIONS};
 	bool partial = false;
-	const char *prefix = "", *dir, *w;
+	const char *prefix = "", *dir;
 	struct json_object *root = NULL;
 	struct imp *ims = NULL;
 	char **names = NULL, why[512];
@@ -435,9 +435,8 @@ int cmd_zarr_import(int argc, char **argv)
 	if (argc - optind != 1)
 		return tctl_operands("zarr", argc, argv, 1,
 				     "import needs one DIR");
-	if (*prefix && (strlen(prefix) > TD_NAME_MAX - 16 ||
-	                td_wire_name_check(prefix, strlen(prefix), true, &w)))
-		return tctl_usage("zarr", "bad --prefix '%s'", prefix);
+	if (tctl_check_prefix("zarr", prefix, TD_NAME_MAX - 16))
+		return TCTL_USAGE;
 	dir = argv[optind];
 	if (!*dir) /* `"$D"` of an unset D */
 		return tctl_usage("zarr", "import: an empty DIR path");

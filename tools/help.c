@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "tensorctl.h"
+#include "wire.h"
 
 static const struct cmd {
 	const char *name;
@@ -239,6 +240,22 @@ int tctl_opt_number(const char *cmd, const char *opt, const char *arg,
 	return TCTL_OK;
 }
 
+int tctl_check_prefix(const char *cmd, const char *prefix, size_t max)
+{
+	size_t len = strlen(prefix);
+	const char *why = NULL;
+
+	if (!len)
+		return TCTL_OK;
+	if (len > max)
+		return tctl_usage(cmd, "bad --prefix '%s' (longer than %zu "
+				  "bytes)",
+				  prefix, max);
+	if (td_wire_name_check(prefix, len, true, &why) < 0)
+		return tctl_usage(cmd, "bad --prefix '%s' (%s)", prefix, why);
+	return TCTL_OK;
+}
+
 /* tensorctl __complete: a command's getopt table, handed over (complete.c) */
 static struct {
 	bool on;
@@ -372,7 +389,15 @@ int tctl_getopt(int argc, char **argv, const char *shortopts,
 				     argv[optind - 1]);
 		return TCTL_OPT_DONE;
 	case '?':
-		if (optopt)
+		/* `--json=1`: getopt says so with the option's value in
+		 * optopt, which is no letter (0x101), and the message was
+		 * "unknown option '-\x01'" */
+		if (optopt && !strncmp(argv[optind - 1], "--", 2))
+			*status = tctl_usage(
+				argv[0], "option '%.*s' takes no value",
+				(int)strcspn(argv[optind - 1], "="),
+				argv[optind - 1]);
+		else if (optopt)
 			*status = tctl_usage(argv[0], "unknown option '-%c'",
 					     optopt);
 		else

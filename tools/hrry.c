@@ -698,8 +698,8 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 		return tctl_operands("load", argc, argv, 1,
 				     "needs one FILE.hrry (- for stdin)");
 	path = argv[optind];
-	if (strlen(prefix) >= TD_NAME_MAX)
-		return tctl_usage("load", "--prefix is longer than a name");
+	if (tctl_check_prefix("load", prefix, TD_NAME_MAX - 1))
+		return TCTL_USAGE;
 	rc = load_input(path, max_bytes, buf, len, &t, &fd, &own);
 	if (rc)
 		return rc;

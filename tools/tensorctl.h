@@ -119,6 +119,14 @@ int tctl_usage(const char *cmd, const char *fmt, ...)
 int tctl_opt_number(const char *cmd, const char *opt, const char *arg,
 		    bool size, uint64_t min, uint64_t max, const char *unit,
 		    uint64_t *v);
+/*
+ * --prefix P of cmd ("" for none): TCTL_OK, or cmd's usage error saying
+ * why no name could start with it (a byte no name holds, "..", longer
+ * than max bytes). One check for load (.tgm and Hurray) and zarr import:
+ * a Hurray load took any prefix and refused every tensor one by one,
+ * status 0, and zarr import said no reason.
+ */
+int tctl_check_prefix(const char *cmd, const char *prefix, size_t max);
 /* The usage error of argv's operands (from optind) not being want:
  * need, and the first one too many when there are more. */
 int tctl_operands(const char *cmd, int argc, char **argv, int want,
