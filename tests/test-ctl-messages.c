@@ -493,3 +493,43 @@ Test(ctl_messages, an_empty_name_is_named_and_watch_says_how_to_see_all)
 	free(out);
 	tu_daemon_stop(&d, false);
 }
+
+/*
+ * A tensor bigger than --max-bytes itself was refused as "ALLOC of N
+ * bytes exceeds --max-bytes (0 in use of L) and nothing more can be
+ * evicted (what is held is leased, pinned or not yet published)": the
+ * user went looking for leases that were not there.
+ */
+Test(ctl_messages, a_tensor_over_the_limit_itself_says_so)
+{
+	static const char *const extra[] = {"--max-bytes", "1M", NULL};
+	static uint8_t zeros[800000];
+	struct tu_daemon d;
+	char path[160], *out;
+
+	tu_daemon_start_args(&d, "error", extra);
+	cr_expect_eq(tu_tensorctl(&d, &out, "put", "big", "--dtype", "u8",
+				  "--shape", "2000000", "/dev/zero", NULL),
+		     1);
+	cr_expect(strstr(out, "big: ALLOC of 2000000 bytes is more than "
+			      "--max-bytes itself (1048576)"),
+		  "%s", out);
+	free(out);
+	/* one that would fit but for what is pinned keeps its reason */
+	snprintf(path, sizeof(path), "%s/z.bin", d.dir);
+	write_file(path, zeros, sizeof(zeros));
+	cr_expect_eq(tu_tensorctl(&d, &out, "put", "p", "--dtype", "u8",
+				  "--shape", "800000", "--pin", path, NULL),
+		     0, "%s", out);
+	free(out);
+	cr_expect_eq(tu_tensorctl(&d, &out, "put", "q", "--dtype", "u8",
+				  "--shape", "800000", path, NULL),
+		     1);
+	cr_expect(strstr(out, "q: ALLOC of 800000 bytes exceeds --max-bytes "
+			      "(") &&
+			  strstr(out, "nothing more can be evicted"),
+		  "%s", out);
+	free(out);
+	unlink(path);
+	tu_daemon_stop(&d, false);
+}
