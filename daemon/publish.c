@@ -446,17 +446,12 @@ static int pub_room(struct pub *x, const struct td__version *old)
 		if (x->own[i] && x->is_plane[i])
 			x->acct += x->info[i].size;
 	if (td__store_make_room(td__d->store, x->p->uid, x->acct, old, true,
-				&room) < 0)
-		return pub_fail(x, room.rc,
-				"PUBLISH of %llu bytes exceeds %s (%llu in "
-				"use of %llu) and nothing more can be evicted "
-				"(what is held is leased, pinned or not yet "
-				"published)",
-				(unsigned long long)x->acct,
-				room.rc == -EDQUOT ? "the uid quota"
-						   : "--max-bytes",
-				(unsigned long long)room.in_use,
-				(unsigned long long)room.limit);
+				&room) < 0) {
+		char why[256];
+
+		td__room_reason(why, sizeof(why), "PUBLISH", x->acct, &room);
+		return pub_fail(x, room.rc, "%s", why);
+	}
 	return 0;
 }
 

@@ -49,6 +49,52 @@ static int lock_put(uint64_t n)
 }
 
 /*
+ * The last daemon's next_version N (the line's text at s): N, or 0 with
+ * what is wrong with it logged. strtoull took a damaged one as a number
+ * ("-5" wrapped to 2^64-5, "99999999999999999999999" clamped to 2^64-1,
+ * "abc" as 0): the start said "version numbers up to
+ * 18446744073709551610 may have been handed out by the last tensord"
+ * of a number no daemon handed out, then that the counter was out of
+ * range, and said nothing of a line that was no number at all.
+ */
+static uint64_t lock_next(const char *s)
+{
+	size_t len = strcspn(s, "\n");
+	const char *why = NULL;
+	unsigned long long v = 0;
+	char *end, shown[25];
+	size_t n;
+
+	errno = 0;
+	if (*s == '-')
+		why = "is negative";
+	else if (*s < '0' || *s > '9' ||
+		 ((v = strtoull(s, &end, 10)), end != s + len))
+		why = "is not a number";
+	else if (errno == ERANGE)
+		why = "is past 2^64-1";
+	else if (v > TD__VERSION_MAX)
+		why = "is past the largest version number, 2^55";
+	if (!why)
+		return v;
+	/* the file's bytes: at most 24, and nothing that drives a terminal */
+	n = len < sizeof(shown) - 1 ? len : sizeof(shown) - 1;
+	for (size_t i = 0; i < n; i++)
+		shown[i] = (unsigned char)s[i] < 0x20 ||
+				   (unsigned char)s[i] >= 0x7f
+			   ? '?'
+			   : s[i];
+	shown[n] = 0;
+	td__log(TD_LOG_WARN, "snapshot: %s.lock: next_version '%s%s' %s: "
+			     "ignored (no version numbers of the last tensord "
+			     "on record: if it crashed after its last save, a "
+			     "new version may be numbered as one it handed "
+			     "out)",
+		td__snap.path, shown, len > n ? "..." : "", why);
+	return 0;
+}
+
+/*
  * Our pid, and the last daemon's "next_version" kept as it is until a
  * version is numbered (td__snap.reserved): the first line is what a
  * second daemon reads, the second what the restore raises the counter
@@ -66,8 +112,7 @@ static int lock_record(int fd)
 
 	old[got > 0 ? got : 0] = 0;
 	if ((at = strstr(old, "\n" LOCK_NEXT)))
-		td__snap.reserved =
-			strtoull(at + 1 + strlen(LOCK_NEXT), NULL, 10);
+		td__snap.reserved = lock_next(at + 1 + strlen(LOCK_NEXT));
 	n = snprintf(line, sizeof(line),
 		     "%-*ld\n" LOCK_NEXT "%0*" PRIu64 "\n", LOCK_DIGITS,
 		     (long)getpid(), LOCK_DIGITS, td__snap.reserved);

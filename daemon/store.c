@@ -810,18 +810,37 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 	return rc;
 }
 
+void td__room_reason(char *buf, size_t n, const char *op, uint64_t add,
+		     const struct td__room *r)
+{
+	const char *what = r->rc == -EDQUOT ? "the uid quota" : "--max-bytes";
+
+	/* more than the limit itself: no eviction could make room, and
+	 * "0 in use of L and nothing more can be evicted (what is held is
+	 * leased, ...)" sent the user looking for leases */
+	if (add > r->limit)
+		snprintf(buf, n, "%s of %llu bytes is more than %s itself "
+				 "(%llu)",
+			 op, (unsigned long long)add, what,
+			 (unsigned long long)r->limit);
+	else
+		snprintf(buf, n, "%s of %llu bytes exceeds %s (%llu in use "
+				 "of %llu) and nothing more can be evicted "
+				 "(what is held is leased, pinned or not yet "
+				 "published)",
+			 op, (unsigned long long)add, what,
+			 (unsigned long long)r->in_use,
+			 (unsigned long long)r->limit);
+}
+
 /* The reply for a td__store_make_room() failure. */
 void td__store_room_error(struct td__peer *p, const struct td_wire_hdr *h,
 		       uint64_t add, const struct td__room *r)
 {
-	td__peer_error(p, h->opcode, h->request_id, r->rc,
-		       "%s of %llu bytes exceeds %s (%llu in use of %llu) "
-		       "and nothing more can be evicted (what is held is "
-		       "leased, pinned or not yet published)",
-		       td_wire_op_name(h->opcode), (unsigned long long)add,
-		       r->rc == -EDQUOT ? "the uid quota" : "--max-bytes",
-		       (unsigned long long)r->in_use,
-		       (unsigned long long)r->limit);
+	char why[256];
+
+	td__room_reason(why, sizeof(why), td_wire_op_name(h->opcode), add, r);
+	td__peer_error(p, h->opcode, h->request_id, r->rc, "%s", why);
 }
 
 /*

@@ -508,6 +508,9 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 			struct td__room *why);
 void td__store_room_error(struct td__peer *p, const struct td_wire_hdr *h,
 			  uint64_t add, const struct td__room *r);
+/* Why op ("ALLOC") of add bytes found no room (r), into buf. */
+void td__room_reason(char *buf, size_t n, const char *op, uint64_t add,
+		     const struct td__room *r);
 
 /* ---- quota.c ---- */
 

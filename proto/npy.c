@@ -296,7 +296,8 @@ int td_npy_header_len(const uint8_t *buf, size_t len, uint64_t *data_offset,
 
 	if (memcmp(buf, magic, len < 6 ? len : 6))
 		return td__err_set(err, TD_ERR_MALFORMED, "magic", false, 0, 0,
-				   "not a .npy file (no \\x93NUMPY magic)");
+				   "not a .npy file (it does not start with "
+				   "0x93 NUMPY)");
 	if (len < 8)
 		return td__err_truncated(err, 8, len, len, "header cut short");
 	if ((buf[6] != 1 && buf[6] != 2 && buf[6] != 3) || buf[7] != 0)

@@ -1419,6 +1419,55 @@ Test(snapshot, the_version_record_is_written_ahead_off_the_loop,
 }
 
 /*
+ * FILE.lock's next_version damaged (edited by hand, a bad disk): a
+ * negative one wrapped to 2^64-5 and one past 2^64-1 was clamped, and the
+ * start said the last tensord "may have numbered versions up to
+ * 18446744073709551610", which no daemon did; a line of no digits said
+ * nothing. The start now says what is wrong with the number, takes
+ * nothing from it, and numbers on from the snapshot's counter.
+ */
+Test(snapshot, a_damaged_lock_number_is_named_not_counted_from,
+     .timeout = 90)
+{
+	static const struct {
+		const char *num, *why;
+	} bad[] = {
+		{"-5", "next_version '-5' is negative"},
+		{"99999999999999999999999",
+		 "next_version '99999999999999999999999' is past 2^64-1"},
+		{"36028797018963969", "is past the largest version number"},
+		{"00000000000000000012ab", "is not a number"},
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct snapdir s;
+		struct tu_daemon d;
+		struct td_client *c;
+		char lock[160], text[128];
+		uint64_t v;
+		int n;
+
+		snapdir_make(&s);
+		snprintf(lock, sizeof(lock), "%s.lock", s.file);
+		n = snprintf(text, sizeof(text), "%-20d\nnext_version %s\n",
+			     1, bad[i].num);
+		put_back(lock, (uint8_t *)strdup(text), (size_t)n);
+		start(&d, &s, "sync", "30");
+		c = conn(&d);
+		v = next_version(c);
+		td_client_close(c);
+		tu_daemon_stop(&d, true);
+		cr_expect_lt(v, 10, "%s: counted on to %llu", bad[i].num,
+			     (unsigned long long)v);
+		cr_expect(log_has(&s, bad[i].why), "%s: want \"%s\": %s",
+			  bad[i].num, bad[i].why, tu_slurp(s.log));
+		cr_expect(!log_has(&s, "may have been handed out"), "%s: %s",
+			  bad[i].num, tu_slurp(s.log));
+		snapdir_rm(&s);
+	}
+}
+
+/*
  * A snapshot of a format newer than this daemon reads (a downgrade after
  * an upgrade) was called "not a tensord snapshot", moved aside as
  * FILE.corrupt-<time> and the daemon started empty: the newer tensord,

@@ -60,6 +60,21 @@ int tctl_json_print(struct json_object *o)
 	return TCTL_OK;
 }
 
+void tctl_say(const char *fmt, ...)
+{
+	char line[TD_REASON_MAX + 1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	/* what stdout printed before comes first, as it happened */
+	fflush(stdout);
+	fputs("tensorctl: ", stderr);
+	tctl_text_escaped(stderr, line, strlen(line));
+	fputc('\n', stderr);
+}
+
 /* tctl_json_hold(): the next error object waits for tctl_json_held() */
 static int json_hold;
 static struct json_object *json_held;
@@ -74,8 +89,7 @@ int tctl_fail(int status, const char *kind, int err, const char *fmt, ...)
 	vsnprintf(reason, sizeof(reason), fmt, ap);
 	va_end(ap);
 	if (!tctl_json && !tctl_json_errors) {
-		fflush(stdout);
-		fprintf(stderr, "tensorctl: %s\n", reason);
+		tctl_say("%s", reason);
 		return status;
 	}
 	e = json_object_new_object();
@@ -117,6 +131,9 @@ void tctl_json_held_print(void)
 
 int tctl_refused(const char *what, int rc, const struct td_error *e)
 {
+	/* an empty NAME (`stat ""`) was said ": STAT: name: ..." */
+	if (!*what)
+		what = "''";
 	/* the connection lost part-way (libtensord says ECONNRESET): the
 	 * daemon stopped, restarted or crashed; it refused nothing, and a
 	 * script tells the two apart by the kind, as for a connect */
@@ -214,12 +231,19 @@ int tctl_parse_shape(const char *s, uint64_t *shape, uint32_t *ndim)
 		size_t len = strcspn(p, ",x");
 		char tok[32];
 
-		if (!len || len >= sizeof(tok) || n == TD_ENTRY_MAX_DIMS)
+		if (!len)
 			return -EINVAL;
+		if (n == TD_ENTRY_MAX_DIMS)
+			return -E2BIG;
+		/* digits, and too many of them for 64 bits */
+		if (len >= sizeof(tok))
+			return strspn(p, "0123456789") >= len ? -ERANGE
+							       : -EINVAL;
 		memcpy(tok, p, len);
 		tok[len] = 0;
 		if (tctl_parse_u64(tok, &shape[n++]))
-			return -EINVAL;
+			return strspn(tok, "0123456789") == len ? -ERANGE
+								: -EINVAL;
 		if (!p[len])
 			break;
 		p += len + 1;
@@ -354,9 +378,7 @@ int tctl_roll_back_one(struct td_client *c, const char *name,
 
 	if (rc == 0)
 		return 1;
-	fprintf(stderr,
-		"tensorctl: %s version %" PRIu64 " not rolled back (%s)\n",
-		name, version,
+	tctl_say("%s version %" PRIu64 " not rolled back (%s)", name, version,
 		rc == -ENOENT ? "gone already"
 		: rc == -ESTALE ? "replaced since"
 				: e.reason);
@@ -364,23 +386,28 @@ int tctl_roll_back_one(struct td_client *c, const char *name,
 }
 
 /* A decoder's refusal (proto/err.h), as text on stderr or JSON. */
-void tctl_print_td_err(const struct td_err *e, int json)
+void tctl_print_td_err(const struct td_err *e, int json, const char *path)
 {
 	if (!json) {
-		fprintf(stderr, "tensorctl: refused: %s",
-			td_err_kind_name(e->kind));
-		if (e->field)
-			fprintf(stderr, " field %s", e->field);
+		char value[32] = "", need[64] = "";
+
 		if (e->has_value)
-			fprintf(stderr, " value %llu",
-				(unsigned long long)e->value);
+			snprintf(value, sizeof(value), " value %llu",
+				 (unsigned long long)e->value);
 		if (e->kind == TD_ERR_TRUNCATED)
-			fprintf(stderr, " (need %llu, have %llu)",
-				(unsigned long long)e->need,
-				(unsigned long long)e->have);
-		fprintf(stderr, " at offset %llu: %s\n",
-			(unsigned long long)e->offset,
-			e->reason ? e->reason : "");
+			snprintf(need, sizeof(need), " (need %llu, have %llu)",
+				 (unsigned long long)e->need,
+				 (unsigned long long)e->have);
+		/* the file, and what it was taken for: a file of no known
+		 * format (an empty one, a PNG) is read as a blob, and its
+		 * refusal said only "buffer shorter than the blob header" */
+		tctl_say("refused: %s%s%s%s%s at offset %llu: %s (%s, read as "
+			 "a tensor blob: no .tgm, Hurray or .npy magic)",
+			 td_err_kind_name(e->kind), e->field ? " field " : "",
+			 e->field ? e->field : "", value, need,
+			 (unsigned long long)e->offset,
+			 e->reason ? e->reason : "",
+			 strcmp(path, "-") ? path : "standard input");
 		return;
 	}
 	printf("{\"error\":{\"kind\":");

@@ -118,21 +118,21 @@ int cmd_get(int argc, char **argv)
 		switch (o) {
 		case O_VERSION:
 			have_version = 1;
-			if (tctl_parse_u64(optarg, &version))
-				return tctl_usage("get", "bad --version '%s'",
-						  optarg);
+			if (tctl_opt_number("get", "--version", optarg, false,
+					    0, UINT64_MAX, "", &version))
+				return TCTL_USAGE;
 			break;
 		case O_NEWER:
 			have_newer = 1;
-			if (tctl_parse_u64(optarg, &newer))
-				return tctl_usage("get", "bad --newer '%s'",
-						  optarg);
+			if (tctl_opt_number("get", "--newer", optarg, false, 0,
+					    UINT64_MAX, "", &newer))
+				return TCTL_USAGE;
 			break;
 		case O_TIMEOUT:
 			have_tmo = 1;
-			if (tctl_parse_u64(optarg, &tmo) || tmo > INT32_MAX)
-				return tctl_usage("get", "bad --timeout '%s' "
-						  "(milliseconds)", optarg);
+			if (tctl_opt_number("get", "--timeout", optarg, false,
+					    0, INT32_MAX, "milliseconds", &tmo))
+				return TCTL_USAGE;
 			break;
 		case 'o':
 			out = optarg;

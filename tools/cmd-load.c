@@ -458,15 +458,13 @@ static int publish(struct obj **objs, size_t n, struct tgm_src *s,
 			done++;
 	}
 	if (rc && partial && done)
-		fprintf(stderr,
-		        "tensorctl: %zu of %zu object(s) published before "
-		        "this failure, kept (--partial)\n",
-		        done, n);
+		tctl_say("%zu of %zu object(s) published before this "
+		         "failure, kept (--partial)",
+		         done, n);
 	else if (rc && done)
-		fprintf(stderr,
-		        "tensorctl: %zu of %zu object(s) published before "
-		        "this failure; %zu deleted again\n",
-		        done, n, roll_back(objs, versions, done, c));
+		tctl_say("%zu of %zu object(s) published before this "
+		         "failure; %zu deleted again",
+		         done, n, roll_back(objs, versions, done, c));
 	/* under --json the error object is the whole answer */
 	if (!rc || (partial && !tctl_json))
 		print_published(objs, versions, done);
@@ -574,7 +572,6 @@ static const struct option opts[] = {
 
 static int load_opts(int argc, char **argv, struct load_opts *lo)
 {
-	const char *why;
 	int rc, o;
 
 	*lo = (struct load_opts){.prefix = "", .max_bytes = TCTL_STREAM_MAX};
@@ -582,9 +579,10 @@ static int load_opts(int argc, char **argv, struct load_opts *lo)
 		switch (o) {
 		case O_MESSAGE:
 			lo->one_message = true;
-			if (tctl_parse_u64(optarg, &lo->message))
-				return tctl_usage("load", "bad --message '%s'",
-				                  optarg);
+			if (tctl_opt_number("load", "--message", optarg,
+			                    false, 0, UINT64_MAX, "",
+			                    &lo->message))
+				return TCTL_USAGE;
 			break;
 		case O_VARKEY:
 			lo->variable_key = optarg;
@@ -596,9 +594,10 @@ static int load_opts(int argc, char **argv, struct load_opts *lo)
 			lo->partial = true;
 			break;
 		case O_MAX_BYTES:
-			if (tctl_parse_size(optarg, &lo->max_bytes))
-				return tctl_usage("load", "bad --max-bytes '%s'",
-				                  optarg);
+			if (tctl_opt_number("load", "--max-bytes", optarg,
+			                    true, 0, UINT64_MAX, "bytes",
+			                    &lo->max_bytes))
+				return TCTL_USAGE;
 			break;
 		case O_FORMAT:
 			/* hrry went to cmd_load_hrry() already */
@@ -614,13 +613,8 @@ static int load_opts(int argc, char **argv, struct load_opts *lo)
 		return tctl_operands("load", argc, argv, 1,
 				     "needs one FILE.tgm (- for stdin)");
 	lo->path = argv[optind];
-	if (*lo->prefix &&
-	    (strlen(lo->prefix) > BASE_NAME_MAX - 16 ||
-	     td_wire_name_check(lo->prefix, strlen(lo->prefix), true, &why)))
-		return tctl_usage("load", "bad --prefix '%s' (%s)", lo->prefix,
-		                  strlen(lo->prefix) > BASE_NAME_MAX - 16
-		                          ? "too long"
-		                          : why);
+	if (tctl_check_prefix("load", lo->prefix, BASE_NAME_MAX - 16))
+		return TCTL_USAGE;
 	return -1;
 }
 
@@ -682,10 +676,10 @@ static int load_tgm(int argc, char **argv)
 	/* the scan steps over junk and cut messages without a word (a file
 	 * without one message is said below, whole) */
 	if (!rc && covered && covered < len)
-		fprintf(stderr, "tensorctl: %s: %" PRIu64 " bytes outside any "
-		        "whole message skipped (junk, or a cut or damaged "
-		        "message; 'tensorctl inspect' lists where)\n",
-		        lo.path, len - covered);
+		tctl_say("%s: %" PRIu64 " bytes outside any whole message "
+		         "skipped (junk, or a cut or damaged message; "
+		         "'tensorctl inspect' lists where)",
+		         lo.path, len - covered);
 	if (!rc && !nl && lo.one_message)
 		rc = tctl_fail(TCTL_REFUSED, "input", ENOENT,
 		               "%s: no message %" PRIu64
@@ -696,8 +690,7 @@ static int load_tgm(int argc, char **argv)
 	if (!rc)
 		rc = gather(ls, nl, &objs, &n);
 	if (!rc && !n) {
-		fprintf(stderr, "tensorctl: %s: no data object to load\n",
-		        lo.path);
+		tctl_say("%s: no data object to load", lo.path);
 		if (tctl_json)
 			rc = print_published(NULL, NULL, 0);
 	}

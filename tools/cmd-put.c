@@ -81,11 +81,26 @@ static int parse_given(struct spec *s)
 		if (s->dtype < 0)
 			return bad_dtype(s->dtype_s);
 	}
-	if (s->shape_s && tctl_parse_shape(s->shape_s, s->shape, &s->ndim) < 0)
+	if (!s->shape_s)
+		return TCTL_OK;
+	/* what is wrong: a 17th dimension or one past 2^64-1 was said
+	 * "dimensions as 2,3 or 2x3", as if the form were */
+	switch (tctl_parse_shape(s->shape_s, s->shape, &s->ndim)) {
+	case 0:
+		return TCTL_OK;
+	case -E2BIG:
+		return tctl_usage("put", "bad shape '%s' (more than %d "
+				  "dimensions)",
+				  s->shape_s, TD_ENTRY_MAX_DIMS);
+	case -ERANGE:
+		return tctl_usage("put", "bad shape '%s' (a dimension more "
+				  "than 18446744073709551615)",
+				  s->shape_s);
+	default:
 		return tctl_usage("put", "bad shape '%s' (dimensions as "
 				  "2,3 or 2x3, at most %d)",
 				  s->shape_s, TD_ENTRY_MAX_DIMS);
-	return TCTL_OK;
+	}
 }
 
 /* The header's dtype and shape into *s; what was given must agree. */

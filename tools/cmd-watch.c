@@ -46,9 +46,9 @@ int cmd_watch(int argc, char **argv)
 			flags |= TD_WATCH_PREFIX;
 			break;
 		case O_COUNT:
-			if (tctl_parse_u64(optarg, &count) || !count)
-				return tctl_usage("watch", "bad --count '%s' "
-						  "(1 or more)", optarg);
+			if (tctl_opt_number("watch", "--count", optarg, false,
+					    1, UINT64_MAX, "", &count))
+				return TCTL_USAGE;
 			break;
 		default:
 			return rc;
@@ -63,14 +63,17 @@ int cmd_watch(int argc, char **argv)
 	if (rc)
 		return rc;
 	rc = td_client_watch(c, name, flags, &id, &e);
-	if (rc == -EINVAL && !(flags & TD_WATCH_PREFIX) && *name &&
-	    name[strlen(name) - 1] == '/') {
-		/* `watch cam/`: meant as a prefix, refused as a name */
+	if (rc == -EINVAL && !(flags & TD_WATCH_PREFIX) &&
+	    (!*name || name[strlen(name) - 1] == '/')) {
+		/* `watch cam/` or `watch ''`: meant as a prefix, refused
+		 * as a name (the empty one said only "name is empty") */
 		td_client_close(c);
 		return tctl_fail(TCTL_REFUSED, "daemon", EINVAL,
-				 "%s: %s (to watch every name under it, add "
+				 "%s: %s (to watch every name%s, add "
 				 "--prefix)",
-				 name, e.reason[0] ? e.reason : strerror(EINVAL));
+				 *name ? name : "''",
+				 e.reason[0] ? e.reason : strerror(EINVAL),
+				 *name ? " under it" : "");
 	}
 	if (rc < 0) {
 		td_client_close(c);

@@ -378,17 +378,17 @@ static int publish_all(struct td_client *c, int top, struct imp *ims,
 		}
 	}
 	if (rc && done && partial) {
-		fprintf(stderr, "tensorctl: %zu array(s) published before "
-		                "this failure, kept (--partial)\n",
-		        done);
+		tctl_say("%zu array(s) published before this failure, kept "
+		         "(--partial)",
+		         done);
 	} else if (rc && done) {
 		while (i-- > 0)
 			if (ims[i].tensor[0])
 				removed += (size_t)tctl_roll_back_one(
 				        c, ims[i].tensor, versions[i]);
-		fprintf(stderr, "tensorctl: %zu array(s) published before "
-		                "this failure; %zu deleted again\n",
-		        done, removed);
+		tctl_say("%zu array(s) published before this failure; %zu "
+		         "deleted again",
+		         done, removed);
 	}
 	/* under --json the error object is the whole answer */
 	for (i = 0; (!rc || partial) && !tctl_json && i < n; i++)
@@ -416,7 +416,7 @@ int cmd_zarr_import(int argc, char **argv)
 	        {"partial", no_argument, NULL, O_PARTIAL},
 	        TCTL_COMMON_OPTIONS};
 	bool partial = false;
-	const char *prefix = "", *dir, *w;
+	const char *prefix = "", *dir;
 	struct json_object *root = NULL;
 	struct imp *ims = NULL;
 	char **names = NULL, why[512];
@@ -435,10 +435,11 @@ int cmd_zarr_import(int argc, char **argv)
 	if (argc - optind != 1)
 		return tctl_operands("zarr", argc, argv, 1,
 				     "import needs one DIR");
-	if (*prefix && (strlen(prefix) > TD_NAME_MAX - 16 ||
-	                td_wire_name_check(prefix, strlen(prefix), true, &w)))
-		return tctl_usage("zarr", "bad --prefix '%s'", prefix);
+	if (tctl_check_prefix("zarr", prefix, TD_NAME_MAX - 16))
+		return TCTL_USAGE;
 	dir = argv[optind];
+	if (!*dir) /* `"$D"` of an unset D */
+		return tctl_usage("zarr", "import: an empty DIR path");
 	top = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (top < 0)
 		return tctl_fail(TCTL_REFUSED, "io", errno, "%s: %s", dir,
@@ -475,9 +476,7 @@ int cmd_zarr_import(int argc, char **argv)
 			goto done;
 		}
 		if (r == 0) {
-			fprintf(stderr,
-			        "tensorctl: %s/%s: no chunk, skipped\n", dir,
-			        names[i]);
+			tctl_say("%s/%s: no chunk, skipped", dir, names[i]);
 			ims[i].tensor[0] = 0;
 		}
 	}

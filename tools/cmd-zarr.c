@@ -12,6 +12,7 @@
 #include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,26 @@ static struct td_zarr_array *arrays_of(const struct zset *z)
 
 /* ---- writing a hierarchy ---- */
 
+/*
+ * What the export was doing, for its error message: the step and the
+ * path under DIR ("writing cam/c/0/0"). A full disk said only "DIR: No
+ * space left on device", whichever file, folder, sync or rename failed.
+ * zfrom: the file the chunks are read from (z->from), for a read error.
+ */
+static char zstep[PATH_MAX + 64];
+static const char *zfrom;
+
+static void zstep_set(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+static void zstep_set(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(zstep, sizeof(zstep), fmt, ap);
+	va_end(ap);
+}
+
 static int write_all(int fd, const uint8_t *p, uint64_t len)
 {
 	while (len) {
@@ -105,14 +126,21 @@ static int copy_in(int fd, const struct zsrc *s, uint64_t off, uint64_t len)
 		uint64_t want = len < step ? len : step;
 		ssize_t r = (ssize_t)want;
 
-		if (s->src && tgm_src_read(s->src, off, buf, want) < 0)
+		if (s->src && tgm_src_read(s->src, off, buf, want) < 0) {
+			zstep_set("reading %s's bytes from %s", s->a.name,
+			     zfrom ? zfrom : "its file");
 			return -s->src->io_err;
+		}
 		if (!s->src)
 			r = pread(s->fd, buf, want, (off_t)off);
 		if (r < 0 && errno == EINTR && !tctl_interrupted())
 			continue;
-		if (r <= 0)
-			return r < 0 ? -errno : -ENODATA;
+		if (r <= 0) {
+			rc = r < 0 ? -errno : -ENODATA;
+			zstep_set("reading %s's bytes from %s", s->a.name,
+			     zfrom ? zfrom : "its file");
+			return rc;
+		}
 		if (s->swap && (uint64_t)r % s->swap)
 			return -ENODATA; /* only at the file's end */
 		if (s->swap)
@@ -191,6 +219,7 @@ static int write_chunk(int adir, const struct zsrc *s)
 
 	if (rc <= 0)
 		return rc; /* no chunk for a zero-size array */
+	zstep_set("writing %s/%s", s->a.name, key);
 	rc = 0;
 	for (seg = strtok_r(key, "/", &save); seg;
 	     seg = strtok_r(NULL, "/", &save)) {
@@ -230,40 +259,57 @@ static int write_tree(int top, const struct zset *z)
 
 		if (!arrs)
 			return -ENOMEM;
+		zstep_set("writing zarr.json");
 		rc = write_json(top, "zarr.json",
 		                td_zarr_v3_group(z->gattrs, arrs, z->n));
 		free(arrs);
 	}
 	for (size_t i = 0; !rc && i < z->n; i++) {
-		int adir = tctl_interrupted() ? -EINTR
-		                              : subdir(top, z->s[i].a.name);
+		const char *name = z->s[i].a.name;
+		int adir;
 
+		zstep_set("making the folder %s", name);
+		adir = tctl_interrupted() ? -EINTR : subdir(top, name);
 		if (adir < 0)
 			return adir;
+		zstep_set("writing %s/zarr.json", name);
 		rc = write_json(adir, "zarr.json", td_zarr_v3_array(&z->s[i].a));
 		if (!rc)
 			rc = write_chunk(adir, &z->s[i]);
+		if (!rc)
+			zstep_set("syncing the folder %s", name);
 		if (!rc && fsync(adir) < 0)
 			rc = -errno;
 		close(adir);
 	}
+	if (!rc)
+		zstep_set("syncing the new folder");
 	if (!rc && fsync(top) < 0)
 		rc = -errno;
 	return rc;
 }
 
-/* DIR must not exist, or be an empty folder (rename replaces it). */
-static int check_target(const char *dir)
+/*
+ * DIR (dl bytes, without its trailing '/') must not exist, or be an empty
+ * folder (rename replaces it): 0, -EEXIST when it is no folder, -ENOTDIR
+ * when a folder on its path is no folder (`six.bin/out`: that was "exists
+ * and is not a folder", of a DIR that does not exist), else -errno.
+ */
+static int check_target(const char *dir, size_t dl)
 {
+	char path[PATH_MAX];
 	struct stat st;
 	DIR *d;
 	struct dirent *e;
 	int n = 0;
 
-	if (lstat(dir, &st) < 0)
+	if (snprintf(path, sizeof(path), "%.*s", (int)dl, dir) >=
+	    (int)sizeof(path))
+		return -ENAMETOOLONG;
+	if (lstat(path, &st) < 0)
 		return errno == ENOENT ? 0 : -errno;
 	if (!S_ISDIR(st.st_mode))
-		return -ENOTDIR;
+		return -EEXIST;
 	d = opendir(dir);
 	if (!d)
 		return -errno;
@@ -277,11 +323,12 @@ static int export_write(const char *dir, const struct zset *z)
 {
 	char tmp[PATH_MAX], parent[PATH_MAX], base[PATH_MAX];
 	size_t dl = strlen(dir);
-	int rc = check_target(dir), top, pfd;
+	int rc, top, pfd;
 	const char *slash;
 
 	while (dl > 1 && dir[dl - 1] == '/')
 		dl--;
+	rc = check_target(dir, dl);
 	/* the temporary folder: hidden, beside DIR, named like output.c's
 	 * temporary files */
 	snprintf(parent, sizeof(parent), "%.*s", (int)dl, dir);
@@ -291,11 +338,16 @@ static int export_write(const char *dir, const struct zset *z)
 		parent[slash - parent + 1] = 0;
 	else
 		parent[0] = 0;
-	if (rc == -ENOTDIR || rc == -ENOTEMPTY)
-		return tctl_fail(TCTL_REFUSED, "io", -rc,
+	if (rc == -EEXIST || rc == -ENOTEMPTY)
+		return tctl_fail(TCTL_REFUSED, "io", rc == -EEXIST ? ENOTDIR : -rc,
 		                 "%s: %s (export writes a new folder)", dir,
-		                 rc == -ENOTDIR ? "exists and is not a folder"
-		                                : "is not empty");
+		                 rc == -EEXIST ? "exists and is not a folder"
+		                               : "is not empty");
+	if (rc == -ENOTDIR)
+		return tctl_fail(TCTL_REFUSED, "io", ENOTDIR,
+		                 "%s: %.*s is not a folder (export makes %s "
+		                 "in it)",
+		                 dir, (int)(strlen(parent) - 1), parent, base);
 	if (rc < 0 ||
 	    snprintf(tmp, sizeof(tmp), "%s.tensorctl-%d-%s-XXXXXX", parent,
 	             (int)getpid(), base) >= (int)sizeof(tmp))
@@ -310,18 +362,25 @@ static int export_write(const char *dir, const struct zset *z)
 		tctl_write_guard(0);
 		/* DIR as typed and the folder that refused the temporary
 		 * one (its name is ours, not the user's), as -o says it */
-		return tctl_fail(TCTL_REFUSED, "io", err, "%s: %.*s: %s", dir,
+		return tctl_fail(TCTL_REFUSED, "io", err,
+		                 "%s: making a new folder in %.*s: %s", dir,
 		                 pl ? (int)(pl > 1 ? pl - 1 : pl) : 1,
 		                 pl ? parent : ".", strerror(err));
 	}
+	zfrom = z->from;
+	zstep_set("opening the new folder %s", tmp);
 	top = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	rc = top < 0 ? -errno : write_tree(top, z);
 	if (top >= 0)
 		close(top);
 	if (!rc && tctl_interrupted())
 		rc = -EINTR;
+	if (!rc)
+		zstep_set("setting the mode of the new folder %s", tmp);
 	if (!rc && chmod(tmp, 0755) < 0)
 		rc = -errno;
+	if (!rc)
+		zstep_set("renaming the new folder %s to it", tmp);
 	if (!rc && rename(tmp, dir) < 0)
 		rc = -errno;
 	tctl_write_guard(0);
@@ -337,7 +396,10 @@ static int export_write(const char *dir, const struct zset *z)
 			                 "%s: the file ended early (cut short "
 			                 "while it was read?), %s not written",
 			                 z->from, dir);
-		return tctl_fail(TCTL_REFUSED, "io", -rc, "%s: %s", dir,
+		/* what failed, and where: the files are written in the
+		 * new folder, named here as they would be under DIR */
+		return tctl_fail(TCTL_REFUSED, "io", -rc,
+		                 "%s: %s: %s; nothing written", dir, zstep,
 		                 strerror(-rc));
 	}
 	pfd = open(*parent ? parent : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -971,17 +1033,18 @@ static int cmd_export(int argc, char **argv)
 			from = optarg;
 			break;
 		case O_MESSAGE:
-			if (tctl_parse_u64(optarg, &message))
-				return tctl_usage("zarr", "bad --message '%s'",
-				                  optarg);
+			if (tctl_opt_number("zarr", "--message", optarg, false,
+			                    0, UINT64_MAX, "", &message))
+				return TCTL_USAGE;
 			break;
 		case O_NAME_KEY:
 			name_key = optarg;
 			break;
 		case O_MAX_BYTES:
-			if (tctl_parse_size(optarg, &max_bytes))
-				return tctl_usage("zarr", "bad --max-bytes '%s'",
-				                  optarg);
+			if (tctl_opt_number("zarr", "--max-bytes", optarg,
+			                    true, 0, UINT64_MAX, "bytes",
+			                    &max_bytes))
+				return TCTL_USAGE;
 			break;
 		default:
 			return rc;
@@ -989,6 +1052,8 @@ static int cmd_export(int argc, char **argv)
 	}
 	if (optind >= argc)
 		return tctl_usage("zarr", "export needs DIR");
+	if (!*argv[optind]) /* `"$D"` of an unset D */
+		return tctl_usage("zarr", "export: an empty DIR path");
 	if (from && optind + 1 != argc)
 		return tctl_usage("zarr", "export --from takes no NAMES");
 	if (!from && (name_key || message))

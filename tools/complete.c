@@ -163,24 +163,32 @@ static void offer(const char *prefix, const char *cand, const char *cur)
 		printf("%s%s\n", prefix, cand);
 }
 
-/* --format's choices, from the synopsis: "--format raw|npy" */
+/* --format's choices, from the synopsis: "--format raw|npy", of every
+ * form ("load FILE.tgm ... [--format tgm] | load FILE.hrry ... [--format
+ * hrry]"), each once */
 static void format_choices(const char *cmd, const char *prefix,
 			   const char *cur)
 {
 	const char *s = cmd ? tctl_synopsis(cmd) : NULL;
-	const char *at = s ? strstr(s, "--format ") : NULL;
-	char choice[16];
+	char seen[64] = "|", choice[16];
 	size_t n;
 
-	for (at = at ? at + 9 : NULL; at; at += n + (at[n] == '|')) {
-		n = strspn(at, "abcdefghijklmnopqrstuvwxyz");
-		if (!n || n >= sizeof(choice))
-			return;
-		memcpy(choice, at, n);
-		choice[n] = 0;
-		offer(prefix, choice, cur);
-		if (at[n] != '|')
-			return;
+	for (const char *f = s ? strstr(s, "--format ") : NULL; f;
+	     f = strstr(f + 9, "--format ")) {
+		for (const char *at = f + 9;; at += n + 1) {
+			n = strspn(at, "abcdefghijklmnopqrstuvwxyz");
+			if (!n || n >= sizeof(choice))
+				break;
+			snprintf(choice, sizeof(choice), "|%.*s|", (int)n, at);
+			if (!strstr(seen, choice) &&
+			    strlen(seen) + n + 1 < sizeof(seen)) {
+				strcat(seen, choice + 1);
+				choice[n + 1] = 0;
+				offer(prefix, choice + 1, cur);
+			}
+			if (at[n] != '|')
+				break;
+		}
 	}
 }
 

@@ -6,6 +6,7 @@
  * tensorctl.c dispatches by the same names.
  */
 #include <getopt.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "tensorctl.h"
+#include "wire.h"
 
 static const struct cmd {
 	const char *name;
@@ -73,8 +75,8 @@ static const struct cmd {
 	 "  --count N       stop after N events\n"},
 	{"load",
 	 "load FILE.tgm|- [--message N] [--prefix P] [--variable-key K] "
-	 "[--partial] [--max-bytes N] | load FILE.hrry|- [--prefix P] "
-	 "[--partial] [--max-bytes N] [--format tgm|hrry]",
+	 "[--partial] [--max-bytes N] [--format tgm] | load FILE.hrry|- "
+	 "[--prefix P] [--partial] [--max-bytes N] [--format hrry]",
 	 "Publish every data object of every message of a .tgm file. All or\n"
 	 "nothing: everything is checked first, and when the daemon refuses an\n"
 	 "object the versions already published are deleted again.\n"
@@ -95,8 +97,8 @@ static const struct cmd {
 	 "held, requests) and per-uid bytes, quota and pinned bytes. Root and\n"
 	 "the daemon's uid see every client; others see their own uid's.\n"},
 	{"save",
-	 "save -o FILE.tgm|- [NAME...] [--skip-unsavable] | "
-	 "save -o FILE.hrry|- [NAME...] [--format tgm|hrry] "
+	 "save -o FILE.tgm|- [NAME...] [--format tgm] [--skip-unsavable] | "
+	 "save -o FILE.hrry|- [NAME...] [--format hrry] "
 	 "[--skip-unsavable]",
 	 "Write tensors as one hashed Tensogram message, or as a Hurray file\n"
 	 "when -o ends in .hrry or --format hrry is given (one forward pass).\n"
@@ -203,6 +205,55 @@ int tctl_usage(const char *cmd, const char *fmt, ...)
 				"Try 'tensorctl %s --help'.\n",
 			find(cmd)->synopsis, cmd);
 	return TCTL_USAGE;
+}
+
+int tctl_opt_number(const char *cmd, const char *opt, const char *arg,
+		    bool size, uint64_t min, uint64_t max, const char *unit,
+		    uint64_t *v)
+{
+	size_t digits = strspn(arg, "0123456789");
+	const char *rest = arg + digits;
+	uint64_t x = 0;
+	bool over = false;
+
+	if (size && (!digits || (*rest && (!strchr("KMGT", *rest) ||
+					   rest[1]))))
+		return tctl_usage(cmd, "bad %s '%s' (digits, then K, M, G or "
+				  "T at most)",
+				  opt, arg);
+	if (!digits || (!size && *rest))
+		return tctl_usage(cmd, "bad %s '%s' (digits only: %" PRIu64
+				  " to %" PRIu64 "%s%s)",
+				  opt, arg, min, max, *unit ? " " : "", unit);
+	/* digits, so tctl_parse_*() fails only of a value past 2^64-1 */
+	over = size ? tctl_parse_size(arg, &x) < 0
+		    : tctl_parse_u64(arg, &x) < 0;
+	if (over || x > max)
+		return tctl_usage(cmd, "bad %s '%s' (more than %" PRIu64
+				  "%s%s)",
+				  opt, arg, max, *unit ? " " : "", unit);
+	if (x < min)
+		return tctl_usage(cmd, "bad %s '%s' (less than %" PRIu64
+				  "%s%s)",
+				  opt, arg, min, *unit ? " " : "", unit);
+	*v = x;
+	return TCTL_OK;
+}
+
+int tctl_check_prefix(const char *cmd, const char *prefix, size_t max)
+{
+	size_t len = strlen(prefix);
+	const char *why = NULL;
+
+	if (!len)
+		return TCTL_OK;
+	if (len > max)
+		return tctl_usage(cmd, "bad --prefix '%s' (longer than %zu "
+				  "bytes)",
+				  prefix, max);
+	if (td_wire_name_check(prefix, len, true, &why) < 0)
+		return tctl_usage(cmd, "bad --prefix '%s' (%s)", prefix, why);
+	return TCTL_OK;
 }
 
 /* tensorctl __complete: a command's getopt table, handed over (complete.c) */
@@ -338,7 +389,15 @@ int tctl_getopt(int argc, char **argv, const char *shortopts,
 				     argv[optind - 1]);
 		return TCTL_OPT_DONE;
 	case '?':
-		if (optopt)
+		/* `--json=1`: getopt says so with the option's value in
+		 * optopt, which is no letter (0x101), and the message was
+		 * "unknown option '-\x01'" */
+		if (optopt && !strncmp(argv[optind - 1], "--", 2))
+			*status = tctl_usage(
+				argv[0], "option '%.*s' takes no value",
+				(int)strcspn(argv[optind - 1], "="),
+				argv[optind - 1]);
+		else if (optopt)
 			*status = tctl_usage(argv[0], "unknown option '-%c'",
 					     optopt);
 		else

@@ -278,10 +278,9 @@ static int open_failed(const struct td_hrry_err *e, int json, const char *what)
 		td_json_cstr(stdout, e->reason);
 		printf("}}\n");
 	} else {
-		fprintf(stderr, "tensorctl: %s: refused: %s at offset %" PRIu64
-				": %s\n",
-			what, td_hrry_error_name(e->kind), e->offset,
-			e->reason ? e->reason : "");
+		tctl_say("%s: refused: %s at offset %" PRIu64 ": %s", what,
+			 td_hrry_error_name(e->kind), e->offset,
+			 e->reason ? e->reason : "");
 	}
 	return TCTL_REFUSED;
 }
@@ -300,7 +299,7 @@ int inspect_hrry(const char *path, const uint8_t *buf, size_t len, int json)
 		if (rc)
 			return rc;
 	} else if (td_hrry_transport_mem(buf, len, &t) < 0) {
-		fprintf(stderr, "tensorctl: out of memory\n");
+		tctl_say("out of memory");
 		return TCTL_USAGE;
 	}
 	if (td_hrry_file_reader_new(&t, &r, &e) < 0) {
@@ -544,10 +543,9 @@ static void unpublish(struct loaded *l)
 		if (l->names[i])
 			removed += (uint64_t)tctl_roll_back_one(
 				l->c, l->names[i], l->versions[i]);
-	fprintf(stderr,
-		"tensorctl: %" PRIu64 " tensor(s) published before the "
-		"failure, %" PRIu64 " removed again (--partial keeps them)\n",
-		l->count, removed);
+	tctl_say("%" PRIu64 " tensor(s) published before the failure, %" PRIu64
+		 " removed again (--partial keeps them)",
+		 l->count, removed);
 }
 
 /* A failure part-way: what was published goes again (all or nothing),
@@ -560,10 +558,9 @@ static void load_failed(struct loaded *l, const char *path, bool partial)
 		return;
 	}
 	if (l->count)
-		fprintf(stderr,
-			"tensorctl: %" PRIu64 " tensor(s) published before "
-			"the failure, kept (--partial)\n",
-			l->count);
+		tctl_say("%" PRIu64 " tensor(s) published before the "
+			 "failure, kept (--partial)",
+			 l->count);
 	if (!tctl_json) {
 		print_loaded(l, path);
 		return;
@@ -588,6 +585,10 @@ int tctl_hrry_transport(const char *path, struct td_hrry_transport *t,
 {
 	int rc;
 
+	*fd = -1;
+	if (!*path)
+		return tctl_fail(TCTL_USAGE, "usage", EINVAL,
+				 "an empty input path (- is stdin)");
 	*fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (*fd < 0)
 		return tctl_fail(TCTL_REFUSED, "io", errno, "%s: %s", path,
@@ -660,9 +661,10 @@ static int load_opts(int argc, char **argv, const char **prefix,
 		else if (o == O_FORMAT && strcmp(optarg, "hrry"))
 			return tctl_usage("load", "--format hrry, for a "
 					  "Hurray file");
-		else if (o == O_MAXB && tctl_parse_size(optarg, max_bytes))
-			return tctl_usage("load", "bad --max-bytes '%s'",
-					  optarg);
+		else if (o == O_MAXB &&
+			 tctl_opt_number("load", "--max-bytes", optarg, true,
+					 0, UINT64_MAX, "bytes", max_bytes))
+			return TCTL_USAGE;
 		else if (o != O_FORMAT && o != O_MAXB)
 			return rc;
 	}
@@ -696,8 +698,8 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 		return tctl_operands("load", argc, argv, 1,
 				     "needs one FILE.hrry (- for stdin)");
 	path = argv[optind];
-	if (strlen(prefix) >= TD_NAME_MAX)
-		return tctl_usage("load", "--prefix is longer than a name");
+	if (tctl_check_prefix("load", prefix, TD_NAME_MAX - 1))
+		return TCTL_USAGE;
 	rc = load_input(path, max_bytes, buf, len, &t, &fd, &own);
 	if (rc)
 		return rc;

@@ -25,6 +25,10 @@ int tctl_in_open(struct tctl_in *in, const char *path)
 	struct stat st;
 
 	memset(in, 0, sizeof(*in));
+	/* `"$F"` of an unset F: it said ": No such file or directory" */
+	if (!*path)
+		return tctl_fail(TCTL_USAGE, "usage", EINVAL,
+				 "an empty input path (- is stdin)");
 	in->path = strcmp(path, "-") ? path : "standard input";
 	in->is_stdin = !strcmp(path, "-");
 	in->fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY)

@@ -127,7 +127,7 @@ static void print_table(const struct td_blob_view *v)
 		       p.modifier, p.handle_bytes_len, p.data_len);
 }
 
-int inspect_blob(const uint8_t *buf, size_t len, int json)
+int inspect_blob(const char *path, const uint8_t *buf, size_t len, int json)
 {
 	struct td_blob_view v;
 	struct td_err e;
@@ -135,7 +135,7 @@ int inspect_blob(const uint8_t *buf, size_t len, int json)
 	/* parse, then the import checks that need no fd table */
 	if (td_blob_decode(buf, len, &v, &e) < 0 ||
 	    td_blob_check(&v, TD_BLOB_NO_FD_TABLE, &e) < 0) {
-		tctl_print_td_err(&e, json);
+		tctl_print_td_err(&e, json, path);
 		return TCTL_REFUSED;
 	}
 	if (json)

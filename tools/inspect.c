@@ -73,7 +73,7 @@ static int inspect_input(const char *path, uint64_t max)
 	else if (inspect_tgm_sniff_src(&s))
 		rc = inspect_tgm(&s, tctl_json);
 	else
-		rc = inspect_blob(buf, len, tctl_json);
+		rc = inspect_blob(path, buf, len, tctl_json);
 	free(buf);
 	return rc;
 }
@@ -91,10 +91,9 @@ int cmd_inspect(int argc, char **argv)
 	while ((o = tctl_getopt(argc, argv, "", opts, &rc)) != -1) {
 		if (o != O_MAX_BYTES)
 			return rc;
-		if (tctl_parse_size(optarg, &max))
-			return tctl_usage("inspect", "bad --max-bytes '%s' "
-					  "(bytes, or with K, M, G, T)",
-					  optarg);
+		if (tctl_opt_number("inspect", "--max-bytes", optarg, true, 0,
+				    UINT64_MAX, "bytes", &max))
+			return TCTL_USAGE;
 	}
 	if (argc - optind != 1)
 		return tctl_operands("inspect", argc, argv, 1,

@@ -2,6 +2,7 @@
 #include "progress.h"
 
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "tensorctl.h"
@@ -41,13 +42,15 @@ void tctl_progress_add(struct tctl_progress *p, uint64_t n)
 		return;
 	p->last = now;
 	p->shown = 1;
+	/* the label is a name or path the user typed: escaped (tctl_say) */
+	fputs("\r\033[K", stderr);
+	tctl_text_escaped(stderr, p->label, strlen(p->label));
 	if (p->total)
-		fprintf(stderr, "\r\033[K%s: %s of %s (%u%%)", p->label,
-			tctl_size(a, p->done), tctl_size(b, p->total),
+		fprintf(stderr, ": %s of %s (%u%%)", tctl_size(a, p->done),
+			tctl_size(b, p->total),
 			(unsigned)(p->done * 100.0 / (double)p->total));
 	else
-		fprintf(stderr, "\r\033[K%s: %s", p->label,
-			tctl_size(a, p->done));
+		fprintf(stderr, ": %s", tctl_size(a, p->done));
 }
 
 void tctl_progress_end(struct tctl_progress *p)

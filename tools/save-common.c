@@ -64,15 +64,14 @@ bool tctl_gone_since_list(const char *cmd, const char *name, int rc,
 {
 	if (!listed || rc != -ENOENT)
 		return false;
-	fprintf(stderr, "tensorctl: %s: %s was deleted since the list: left "
-	        "out\n", cmd, name);
+	tctl_say("%s: %s was deleted since the list: left out", cmd, name);
 	return true;
 }
 
 bool tctl_unsavable_left_out(const char *name, const char *why, bool skip)
 {
 	if (skip)
-		fprintf(stderr, "tensorctl: save: %s cannot be saved (%s): "
-		        "left out\n", name, why);
+		tctl_say("save: %s cannot be saved (%s): left out", name,
+		         why);
 	return skip;
 }

@@ -123,6 +123,12 @@ static int run(int argc, char **argv)
 			printf("tensorctl %s\n", TD_VERSION);
 			return TCTL_OK;
 		default:
+			/* `--json=1`: a value given to an option without */
+			if (optopt && !strncmp(argv[optind - 1], "--", 2))
+				return tctl_usage(
+					NULL, "option '%.*s' takes no value",
+					(int)strcspn(argv[optind - 1], "="),
+					argv[optind - 1]);
 			return tctl_usage(NULL, "unknown or incomplete option "
 					  "'%s' (tensorctl --help lists them)",
 					  argv[optind - 1]);

@@ -36,6 +36,16 @@ int tctl_fail(int status, const char *kind, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
 /*
+ * "tensorctl: TEXT" and a newline on stderr, TEXT escaped as
+ * tctl_text_escaped() escapes it. Every message tensorctl writes on
+ * stderr goes through it (tctl_fail() and tctl_usage() too), so a name,
+ * path or option value the user typed, or a daemon's reason quoting one
+ * (`stat $'a\e[2Jb'`), cannot drive the terminal or fake a line, as the
+ * names a file or the daemon gives cannot.
+ */
+void tctl_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/*
  * Under --json a failure's object is the whole answer, but a command that
  * keeps what it did before the failure (--partial) must say what that was:
  * after tctl_json_hold() the next tctl_fail() keeps its object back,
@@ -97,6 +107,26 @@ const char *tctl_synopsis(const char *cmd);
 /* A usage error of cmd: the reason, then its usage, on stderr (or JSON). */
 int tctl_usage(const char *cmd, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/*
+ * --opt's value arg (opt as "--count") as a decimal, with size one with
+ * an optional K, M, G or T (powers of 1024), in [min, max], into *v:
+ * TCTL_OK, or cmd's usage error saying what is wrong with it: "bad
+ * --count 'x' (digits only: 1 to 18446744073709551615)", "bad --timeout '99999999999'
+ * (more than 2147483647 milliseconds)", "bad --count '0' (less than 1)"
+ * (unit: "" for none). A value past 2^64-1 was said "bad --count '...'
+ * (1 or more)", or nothing of why.
+ */
+int tctl_opt_number(const char *cmd, const char *opt, const char *arg,
+		    bool size, uint64_t min, uint64_t max, const char *unit,
+		    uint64_t *v);
+/*
+ * --prefix P of cmd ("" for none): TCTL_OK, or cmd's usage error saying
+ * why no name could start with it (a byte no name holds, "..", longer
+ * than max bytes). One check for load (.tgm and Hurray) and zarr import:
+ * a Hurray load took any prefix and refused every tensor one by one,
+ * status 0, and zarr import said no reason.
+ */
+int tctl_check_prefix(const char *cmd, const char *prefix, size_t max);
 /* The usage error of argv's operands (from optind) not being want:
  * need, and the first one too many when there are more. */
 int tctl_operands(const char *cmd, int argc, char **argv, int want,
@@ -153,7 +183,8 @@ int tctl_connect(struct td_client **c);
 int tctl_refused(const char *what, int rc, const struct td_error *e);
 /* Decimal u64 (no sign); 0 or -EINVAL. */
 int tctl_parse_u64(const char *s, uint64_t *v);
-/* "2,3" or "2x3" into shape[TD_ENTRY_MAX_DIMS]; 0 or -EINVAL. */
+/* "2,3" or "2x3" into shape[TD_ENTRY_MAX_DIMS]; 0, -E2BIG (more
+ * dimensions), -ERANGE (one past 2^64-1) or -EINVAL. */
 int tctl_parse_shape(const char *s, uint64_t *shape, uint32_t *ndim);
 /* (2,3) for humans, [2,3] for JSON */
 void tctl_print_shape(FILE *f, const uint64_t *shape, uint32_t ndim,
@@ -174,7 +205,8 @@ void tctl_print_entry(const struct td_entry *e, int json,
 		      const struct td_ring_stat *rs);
 
 /* inspect back ends, chosen by magic; return a TCTL_ status */
-int inspect_blob(const uint8_t *buf, size_t len, int json);
+/* path: the file as typed, named in a refusal's line */
+int inspect_blob(const char *path, const uint8_t *buf, size_t len, int json);
 struct tgm_src;
 /* a .tgm file read with pread, or a stream read whole (tgm-file.h) */
 int inspect_tgm(struct tgm_src *s, int json);
@@ -256,8 +288,9 @@ int tctl_npy_inspect(const char *path, const uint8_t *buf, size_t len);
 int tctl_npy_write(const struct td_tensor *t, const char *name,
 		   const char *out);
 
-/* Print a decoder refusal: JSON on stdout, or one line on stderr. */
-void tctl_print_td_err(const struct td_err *e, int json);
+/* Print a blob decoder's refusal of path: JSON on stdout, or one line on
+ * stderr that names path and what it was read as. */
+void tctl_print_td_err(const struct td_err *e, int json, const char *path);
 
 /* Print a json-c object on stdout (one line) and drop it; TCTL_OK. */
 struct json_object;
