@@ -41,7 +41,7 @@ static const struct cmd {
 	 "match it); big-endian data is byte-swapped to host order. C order\n"
 	 "only (fortran_order is refused), and the dtypes below.\n"
 	 "  --dtype T       element type: u8 i8 u16 i16 u32 i32 u64 i64 f16\n"
-	 "                  f32 f64\n"
+	 "                  f32 f64, or numpy's names (uint8 ... float64)\n"
 	 "  --shape D,D..   dimensions, outermost first (2,3 or 2x3; \"\" is\n"
 	 "                  a 0-d scalar)\n"
 	 "  --format F      raw or npy (default: npy for a .npy name)\n"
