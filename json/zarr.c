@@ -529,6 +529,121 @@ static bool finite_tree(struct json_object *o)
 	}
 }
 
+/*
+ * What json-c reads in strict mode beyond RFC 8259, and would keep or
+ * write back as something else: a number's text is written back as it
+ * came ("1." and "01" are no JSON for other readers), an integer past
+ * int64/uint64 is clamped to the end, a lone surrogate escape becomes
+ * U+FFFD, an escaped NUL cuts a key. The text has parsed: its strings and
+ * escapes are whole.
+ */
+static unsigned hex4(const char *h)
+{
+	unsigned v = 0;
+
+	for (int i = 0; i < 4; i++)
+		v = v << 4 | (unsigned)(h[i] <= '9' ? h[i] - '0'
+		                                    : (h[i] | 0x20) - 'a' + 10);
+	return v;
+}
+
+/* The string whose quote is at t[*i]: *i past it; NULL or the reason. */
+static const char *strict_string(const char *t, size_t len, size_t *i)
+{
+	bool nul = false;
+	size_t p = *i + 1;
+	unsigned u;
+
+	for (; p < len && t[p] != '"'; p++) {
+		if ((unsigned char)t[p] < 0x20)
+			return "a control character not escaped in a string";
+		if (t[p] != '\\' || ++p + 4 >= len || t[p] != 'u')
+			continue;
+		u = hex4(t + p + 1);
+		p += 4;
+		nul |= u == 0;
+		if (u >= 0xdc00 && u <= 0xdfff)
+			return "a lone surrogate escape (\\udc00-\\udfff)";
+		if (u < 0xd800 || u > 0xdbff)
+			continue;
+		if (p + 6 >= len || t[p + 1] != '\\' || t[p + 2] != 'u' ||
+		    (u = hex4(t + p + 3)) < 0xdc00 || u > 0xdfff)
+			return "a lone surrogate escape (\\ud800-\\udbff)";
+		p += 6;
+	}
+	*i = p + 1;
+	while (*i < len && strchr(" \t\r\n", t[*i]))
+		(*i)++;
+	if (nul && *i < len && t[*i] == ':')
+		return "an escaped NUL in a key";
+	return NULL;
+}
+
+static size_t digits(const char *t, size_t len, size_t p)
+{
+	while (p < len && t[p] >= '0' && t[p] <= '9')
+		p++;
+	return p;
+}
+
+/* The number at t[*i]: *i past it; NULL or the reason. */
+static const char *strict_number(const char *t, size_t len, size_t *i)
+{
+	size_t s = *i, d = s + (t[s] == '-'), p = digits(t, len, d);
+	bool integer = true;
+	char tmp[32];
+
+	if (p == d)
+		return "a number that is not RFC 8259 JSON";
+	if (p - d > 1 && t[d] == '0')
+		return "a number that is not RFC 8259 JSON (a leading zero)";
+	if (p < len && t[p] == '.') {
+		integer = false;
+		if ((d = digits(t, len, p + 1)) == p + 1)
+			return "a number that is not RFC 8259 JSON (no digit "
+			       "after its point)";
+		p = d;
+	}
+	if (p < len && (t[p] == 'e' || t[p] == 'E')) {
+		integer = false;
+		p += 1 + (p + 1 < len && (t[p + 1] == '+' || t[p + 1] == '-'));
+		if ((d = digits(t, len, p)) == p)
+			return "a number that is not RFC 8259 JSON (no digit "
+			       "in its exponent)";
+		p = d;
+	}
+	*i = p;
+	if (!integer)
+		return NULL; /* out of range: finite_tree() */
+	if (p - s >= sizeof(tmp))
+		return "an integer out of range (-2^63 .. 2^64-1)";
+	memcpy(tmp, t + s, p - s);
+	tmp[p - s] = 0;
+	errno = 0;
+	if (tmp[0] == '-')
+		(void)strtoll(tmp, NULL, 10);
+	else
+		(void)strtoull(tmp, NULL, 10);
+	return errno == ERANGE ? "an integer out of range (-2^63 .. 2^64-1)"
+	                       : NULL;
+}
+
+/* NULL when text (which json-c took) is RFC 8259 JSON json-c keeps. */
+static const char *strict_text(const char *t, size_t len)
+{
+	const char *why = NULL;
+
+	for (size_t i = 0; i < len && !why;) {
+		if (t[i] == '"')
+			why = strict_string(t, len, &i);
+		else if (t[i] == '-' || (t[i] >= '0' && t[i] <= '9'))
+			why = strict_number(t, len, &i);
+		else
+			i++;
+	}
+	return why;
+}
+
 int td_zarr_json_parse(const char *text, size_t len, struct json_object **out,
                        const char **why)
 {
@@ -574,6 +689,10 @@ int td_zarr_json_parse(const char *text, size_t len, struct json_object **out,
 		/* json-c reads NaN, Infinity and overflowing numbers even in
 		 * strict mode */
 		*why = "a NaN or Infinity token, or a number out of range";
+		json_object_put(o);
+		return -EBADMSG;
+	}
+	if ((*why = strict_text(text, len))) {
 		json_object_put(o);
 		return -EBADMSG;
 	}

@@ -281,6 +281,11 @@ static int read_meta(const char *json, char *why, size_t cap, bool *big)
 	"\"chunk_shape\":[2]}},\"chunk_key_encoding\":{\"name\":\"default\"," \
 	"\"configuration\":{\"separator\":\"/\"}},"
 
+/* an array of uint8 with attributes A */
+#define ATTRS(A)                                                              \
+	ARR_HEAD "\"data_type\":\"uint8\",\"fill_value\":0,"                   \
+	         "\"codecs\":[{\"name\":\"bytes\"}],\"attributes\":" A "}"
+
 Test(meta, read_accepts_and_refuses_with_reasons)
 {
 	static const struct {
@@ -364,6 +369,29 @@ Test(meta, read_accepts_and_refuses_with_reasons)
 	        {ARR_HEAD "\"data_type\":\"uint8\",\"fill_value\":0,"
 	                  "\"codecs\":[{\"name\":\"bytes\"}],"
 	                  "\"attributes\":{\"\xc3\xa9\":\"\xf0\x9f\x98\x80\"}}",
+	         0, NULL},
+	        /* what json-c takes in strict mode beyond RFC 8259 and would
+	         * write back as it came (no JSON for zarr-python) or as
+	         * another value: clamped, U+FFFD, a key cut at the NUL */
+	        {ATTRS("{\"a\":1.}"), -EBADMSG, "no digit after its point"},
+	        {ATTRS("{\"a\":1.e3}"), -EBADMSG, "no digit after its point"},
+	        {ATTRS("{\"a\":[00]}"), -EBADMSG, "a leading zero"},
+	        {ATTRS("{\"a\":-01.5}"), -EBADMSG, "a leading zero"},
+	        {ATTRS("{\"a\":99999999999999999999}"), -EBADMSG,
+	         "integer out of range"},
+	        {ATTRS("{\"a\":-9223372036854775809}"), -EBADMSG,
+	         "integer out of range"},
+	        {ATTRS("{\"a\":\"\\ud800\"}"), -EBADMSG, "lone surrogate"},
+	        {ATTRS("{\"a\":\"\\udc00\\ud800\"}"), -EBADMSG,
+	         "lone surrogate"},
+	        {ATTRS("{\"a\":\"\\ud83d\\u0041\"}"), -EBADMSG,
+	         "lone surrogate"},
+	        {ATTRS("{\"a\\u0000b\":1}"), -EBADMSG, "escaped NUL in a key"},
+	        {ATTRS("{\"a\":\"x\ty\"}"), -EBADMSG, "control character"},
+	        /* the RFC forms of each are taken as they are */
+	        {ATTRS("{\"a\":[1.0,1e05,-0.5E-3,0,-0,18446744073709551615,"
+	               "-9223372036854775808],\"b\\\"\":\"\\u0000"
+	               "\\ud83d\\ude00\\\\u0041\\t\"}"),
 	         0, NULL},
 	};
 	char why[256];
