@@ -772,6 +772,43 @@ static void handmade(const char *store, const char *name, const char *meta,
 	"\"name\":\"bytes\",\"configuration\":{\"endian\":\"" endian          \
 	"\"}}],\"attributes\":{\"units\":\"K\"}}"
 
+/* one uint8 element, little-endian, with attributes A */
+#define U8_ATTRS(A)                                                           \
+	"{\"zarr_format\":3,\"node_type\":\"array\",\"shape\":[1],"           \
+	"\"data_type\":\"uint8\",\"chunk_grid\":{\"name\":\"regular\","     \
+	"\"configuration\":{\"chunk_shape\":[1]}},\"chunk_key_encoding\":"  \
+	"{\"name\":\"default\"},\"fill_value\":0,\"codecs\":[{\"name\":"    \
+	"\"bytes\"}],\"attributes\":" A "}"
+
+/*
+ * What export keeps whole comes back whole: metadata with a NUL byte
+ * (valid UTF-8, so the _tensord_meta text, "a\u0000b") was cut at the
+ * NUL by strdup, and metadata that is not UTF-8 (_tensord_meta_hex) was
+ * dropped with tensord's other keys: export -> import lost both.
+ */
+Test(import, metadata_kept_whole_comes_back_whole, .init = start,
+     .fini = stop)
+{
+	static const uint8_t one = 1;
+	char *out;
+
+	handmade("k", "nul", U8_ATTRS("{\"_tensord_meta\":\"a\\u0000b\"}"),
+	         "c/0", &one, 1);
+	handmade("k", "hex",
+	         U8_ATTRS("{\"_tensord_meta_hex\":\"ff00Fe\",\"x\":1}"),
+	         "c/0", &one, 1);
+	cr_assert_eq(zt_ctl(&out, "zarr import %s/k --prefix k/", zt_dir), 0,
+	             "%s", out);
+	free(out);
+	cr_assert_eq(zt_ctl(&out, "stat k/nul --json"), 0);
+	cr_assert(strstr(out, "\"meta\":\"a\\u0000b\""), "%s", out);
+	free(out);
+	cr_assert_eq(zt_ctl(&out, "stat k/hex --json"), 0);
+	cr_assert(strstr(out, "\"meta_hex\":\"ff00fe\""), "%s", out);
+	free(out);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
 Test(import, hand_made_stores, .init = start, .fini = stop)
 {
 	static const uint8_t be_f32[] = {0x3f, 0xc0, 0, 0, 0xc0, 0x10, 0, 0,
@@ -880,6 +917,12 @@ Test(import, refusals_name_the_reason, .init = start, .fini = stop)
 	        {"{\"zarr_format\":3,\"node_type\":\"array\",\"fill_value\":"
 	         "NaN}",
 	         NULL, 0, "not strict JSON"},
+	        {U8_ATTRS("{\"a\":1.}"), "c/0", 1,
+	         "not strict JSON: a number that is not RFC 8259 JSON"},
+	        {U8_ATTRS("{\"_tensord_meta_hex\":\"f\"}"), "c/0", 1,
+	         "_tensord_meta_hex has an odd number of digits"},
+	        {U8_ATTRS("{\"_tensord_meta_hex\":\"0g\"}"), "c/0", 1,
+	         "_tensord_meta_hex is not hex digits"},
 	};
 	char *out;
 
