@@ -766,18 +766,18 @@ static bool fill_ok(struct json_object *v, const struct td_zarr_type *t)
 	default:
 		if (!json_object_is_type(v, json_type_int))
 			return false;
-		/* json-c keeps -2^63 .. 2^64-1 exactly; check the range */
-		errno = 0;
+		/* json-c keeps -2^63 .. 2^64-1 exactly; check the range (its
+		 * int64 getter gives INT64_MAX for what is above, errno 0) */
 		i = json_object_get_int64(v);
 		if (t->kind == 'u') {
-			if (i < 0 && !errno)
+			if (i < 0)
 				return false;
 			if (t->size == 8)
 				return true;
 			return (uint64_t)i < (UINT64_C(1) << (8 * t->size));
 		}
-		if (errno)
-			return false; /* above INT64_MAX */
+		if (json_object_get_uint64(v) > (uint64_t)INT64_MAX)
+			return false;
 		if (t->size == 8)
 			return true;
 		return i >= -(INT64_C(1) << (8 * t->size - 1)) &&
@@ -807,10 +807,13 @@ static int read_shape(struct json_object *o, uint64_t *shape, uint32_t *n,
 
 		if (!json_object_is_type(v, json_type_int))
 			return -1;
+		/* json-c's int64 getter gives INT64_MAX for what is above */
 		x = json_object_get_int64(v);
-		if (x < 0 || (positive && x == 0))
+		if (x < 0)
 			return -1;
-		shape[k] = (uint64_t)x;
+		shape[k] = json_object_get_uint64(v);
+		if (positive && shape[k] == 0)
+			return -1;
 	}
 	*n = (uint32_t)len;
 	return 0;

@@ -411,6 +411,52 @@ Test(meta, read_accepts_and_refuses_with_reasons)
 	}
 }
 
+/*
+ * Integers above 2^63 - 1: json-c's int64 getter gives INT64_MAX for them
+ * (errno 0), so a shape of 2^63 was read as 2^63 - 1 and an int64 fill
+ * value up to 2^64 - 1 was taken. A dimension is read whole (written
+ * back as it came); such a fill value is out of int64's range.
+ */
+Test(meta, integers_above_int64_are_not_clamped)
+{
+	static const char *const json =
+	        "{\"zarr_format\":3,\"node_type\":\"array\",\"shape\":"
+	        "[0,18446744073709551615],\"data_type\":\"int64\","
+	        "\"chunk_grid\":{\"name\":\"regular\",\"configuration\":{"
+	        "\"chunk_shape\":[1,18446744073709551615]}},"
+	        "\"chunk_key_encoding\":{\"name\":\"default\"},"
+	        "\"fill_value\":9223372036854775807,\"codecs\":[{\"name\":"
+	        "\"bytes\",\"configuration\":{\"endian\":\"little\"}}]}";
+	struct td_zarr_array a = {0};
+	struct json_object *o;
+	const char *w;
+	char why[256] = "", sep, *t;
+	bool big;
+
+	cr_assert_eq(td_zarr_json_parse(json, strlen(json), &o, &w), 0, "%s",
+	             w);
+	cr_assert_eq(td_zarr_array_read(o, &a, &big, &sep, why, sizeof(why)),
+	             0, "%s", why);
+	json_object_put(o);
+	cr_assert_eq(a.ndim, 2);
+	cr_assert_eq(a.shape[1], UINT64_MAX);
+	t = text(td_zarr_v3_array(&a));
+	cr_assert(strstr(t, "\"shape\":[0,18446744073709551615]"), "%s", t);
+	free(t);
+	td_zarr_array_fini(&a);
+	/* a fill value one above int64's largest */
+	{
+		char *bad = strdup(json);
+		char *f = strstr(bad, "9223372036854775807");
+
+		cr_assert(f);
+		f[18] = '8';
+		cr_assert_eq(read_meta(bad, why, sizeof(why), &big), -EBADMSG);
+		cr_assert(strstr(why, "fill_value"), "%s", why);
+		free(bad);
+	}
+}
+
 /* ---- names (tensogram.md §18) ---- */
 
 /* Every chunk byte through td_zarr_walk_at(): (plane, offset) pairs. */
