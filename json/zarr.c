@@ -278,6 +278,30 @@ static void add_str(struct json_object *o, const char *k, const char *v)
 		json_object_object_add(o, k, json_object_new_string(v));
 }
 
+/* How many levels of values o has, as json-c's depth counts them: 1 for
+ * a scalar or an empty array or object. */
+static int nesting(struct json_object *o)
+{
+	const char *key;
+	struct json_object *val;
+	int n = 0, d;
+
+	switch (json_object_get_type(o)) {
+	case json_type_array:
+		for (size_t i = 0; i < json_object_array_length(o); i++)
+			if ((d = nesting(json_object_array_get_idx(o, i))) > n)
+				n = d;
+		return n + 1;
+	case json_type_object:
+		TD_JSON_EACH(o, key, val)
+			if ((d = nesting(val)) > n)
+				n = d;
+		return n + 1;
+	default:
+		return 1;
+	}
+}
+
 /* Whether object o has a key of the attributes we write ourselves. */
 static bool reserved_keys(struct json_object *o)
 {
@@ -304,12 +328,15 @@ struct json_object *td_zarr_tensor_attrs(const struct td_zarr_tensor *t)
 
 	/* metadata that is a JSON object (what load and import store)
 	 * gives its keys; anything else is kept whole, and so is an object
+	 * nested so deep that the root's consolidated metadata, four levels
+	 * above it, would pass what td_zarr_json_parse() reads, and one
 	 * with a key of ours (_tensord_*, _tensogram_*): merged, it would
 	 * pass for what we write (a _tensord_quant of a tensor that is not
 	 * quantized) and import, which drops such keys, would lose it */
 	if (t->meta_len &&
 	    td_zarr_json_parse(t->meta, t->meta_len, &o, &why) == 0 &&
-	    (!json_object_is_type(o, json_type_object) || reserved_keys(o))) {
+	    (!json_object_is_type(o, json_type_object) || reserved_keys(o) ||
+	     nesting(o) > TD_ZARR_JSON_MAX_DEPTH - 4)) {
 		json_object_put(o);
 		o = NULL;
 	}
@@ -647,7 +674,7 @@ static const char *strict_text(const char *t, size_t len)
 int td_zarr_json_parse(const char *text, size_t len, struct json_object **out,
                        const char **why)
 {
-	struct json_tokener *tok = json_tokener_new_ex(TD_TGM_CBOR_MAX_DEPTH);
+	struct json_tokener *tok = json_tokener_new_ex(TD_ZARR_JSON_MAX_DEPTH);
 	struct json_object *o;
 	size_t end;
 

@@ -26,6 +26,7 @@
 #include <linux/udmabuf.h>
 #include <json-c/json.h>
 
+#include "td-json.h"
 #include "td-zarr.h"
 #include "tensord/tensord.h"
 #include "testutil.h"
@@ -186,6 +187,76 @@ Test(meta, metadata_with_our_keys_is_kept_whole)
 	txt = text(td_zarr_tensor_attrs(&t));
 	cr_assert_str_eq(txt, "{\"_tensord_name\":\"x\",\"a\":1}");
 	free(txt);
+}
+
+/* The v3 zarr.json of a, and of a root holding it, read back. */
+static void reads_back(struct td_zarr_array *a, const char *what, int depth)
+{
+	struct json_object *o;
+	const char *w = "";
+	char *t = text(td_zarr_v3_array(a));
+
+	cr_assert_eq(td_zarr_json_parse(t, strlen(t), &o, &w), 0,
+	             "%s %d: array: %s", what, depth, w);
+	json_object_put(o);
+	free(t);
+	t = text(td_zarr_v3_group(NULL, a, 1));
+	cr_assert_eq(td_zarr_json_parse(t, strlen(t), &o, &w), 0,
+	             "%s %d: group: %s", what, depth, w);
+	json_object_put(o);
+	free(t);
+}
+
+/*
+ * What tensord writes, it reads back, however deep the metadata: the
+ * attributes sit one level down in an array's zarr.json and four in the
+ * root's consolidated metadata, so metadata nested as deep as the reader
+ * took was written deeper than it takes, and export -> import refused
+ * the store's own root zarr.json (nesting too deep). The same for a
+ * .tgm's attributes, from CBOR nested as deep as its reader takes.
+ */
+Test(meta, written_nesting_reads_back)
+{
+	static const uint64_t one = 1;
+	char meta[512];
+	uint8_t cbor[3 * TD_TGM_CBOR_MAX_DEPTH + 1];
+
+	for (int depth = 1; depth <= 60; depth++) {
+		struct td_zarr_array a = arr("x", "uint8", 1, &one);
+		struct td_zarr_tensor t = {.name = "x", .meta = meta,
+		                           .quant_axis = -2};
+		size_t n = 0;
+
+		for (int k = 0; k < depth; k++)
+			n += (size_t)sprintf(meta + n, "{\"a\":");
+		n += (size_t)sprintf(meta + n, "1");
+		for (int k = 0; k < depth; k++)
+			meta[n++] = '}';
+		t.meta_len = n;
+		a.attrs = td_zarr_tensor_attrs(&t);
+		cr_assert(a.attrs);
+		reads_back(&a, "metadata", depth);
+		td_zarr_array_fini(&a);
+	}
+	for (int k = 0; k < TD_TGM_CBOR_MAX_DEPTH; k++)
+		memcpy(cbor + 3 * k, "\xa1\x61\x61", 3); /* {"a": */
+	cbor[3 * TD_TGM_CBOR_MAX_DEPTH] = 1;
+	{
+		struct td_zarr_array a = arr("x", "uint8", 1, &one);
+		struct td_err e = {0};
+		const char *w = "";
+		char *json;
+		size_t jl;
+
+		cr_assert_eq(td_json_from_cbor(cbor, sizeof(cbor), &json, &jl,
+		                               &e),
+		             0, "%s", e.reason);
+		cr_assert_eq(td_zarr_json_parse(json, jl, &a.attrs, &w), 0,
+		             "%s", w);
+		free(json);
+		reads_back(&a, "cbor", TD_TGM_CBOR_MAX_DEPTH);
+		td_zarr_array_fini(&a);
+	}
 }
 
 /*
