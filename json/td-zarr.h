@@ -198,8 +198,15 @@ char *td_zarr_text(struct json_object *o, size_t *len);
 
 /*
  * Strict JSON (RFC 8259, UTF-8, no NaN/Infinity tokens, nothing after the
- * value) into *out. 0, or -EBADMSG with *why.
+ * value, at most TD_ZARR_JSON_MAX_DEPTH levels of values, as json-c
+ * counts them: [[1]] has 3, [[]] 2) into *out. 0, or -EBADMSG with *why.
+ *
+ * The depth leaves room for everything tensord writes: attributes sit
+ * four levels down in a root's consolidated metadata, and a .tgm's come
+ * from CBOR of TD_TGM_CBOR_MAX_DEPTH levels; tensor metadata deeper than
+ * TD_ZARR_JSON_MAX_DEPTH - 4 levels is kept whole as _tensord_meta.
  */
+#define TD_ZARR_JSON_MAX_DEPTH (TD_TGM_CBOR_MAX_DEPTH + 8)
 int td_zarr_json_parse(const char *text, size_t len, struct json_object **out,
                        const char **why);
 

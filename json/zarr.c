@@ -278,6 +278,30 @@ static void add_str(struct json_object *o, const char *k, const char *v)
 		json_object_object_add(o, k, json_object_new_string(v));
 }
 
+/* How many levels of values o has, as json-c's depth counts them: 1 for
+ * a scalar or an empty array or object. */
+static int nesting(struct json_object *o)
+{
+	const char *key;
+	struct json_object *val;
+	int n = 0, d;
+
+	switch (json_object_get_type(o)) {
+	case json_type_array:
+		for (size_t i = 0; i < json_object_array_length(o); i++)
+			if ((d = nesting(json_object_array_get_idx(o, i))) > n)
+				n = d;
+		return n + 1;
+	case json_type_object:
+		TD_JSON_EACH(o, key, val)
+			if ((d = nesting(val)) > n)
+				n = d;
+		return n + 1;
+	default:
+		return 1;
+	}
+}
+
 /* Whether object o has a key of the attributes we write ourselves. */
 static bool reserved_keys(struct json_object *o)
 {
@@ -304,12 +328,15 @@ struct json_object *td_zarr_tensor_attrs(const struct td_zarr_tensor *t)
 
 	/* metadata that is a JSON object (what load and import store)
 	 * gives its keys; anything else is kept whole, and so is an object
+	 * nested so deep that the root's consolidated metadata, four levels
+	 * above it, would pass what td_zarr_json_parse() reads, and one
 	 * with a key of ours (_tensord_*, _tensogram_*): merged, it would
 	 * pass for what we write (a _tensord_quant of a tensor that is not
 	 * quantized) and import, which drops such keys, would lose it */
 	if (t->meta_len &&
 	    td_zarr_json_parse(t->meta, t->meta_len, &o, &why) == 0 &&
-	    (!json_object_is_type(o, json_type_object) || reserved_keys(o))) {
+	    (!json_object_is_type(o, json_type_object) || reserved_keys(o) ||
+	     nesting(o) > TD_ZARR_JSON_MAX_DEPTH - 4)) {
 		json_object_put(o);
 		o = NULL;
 	}
@@ -529,10 +556,125 @@ static bool finite_tree(struct json_object *o)
 	}
 }
 
+/*
+ * What json-c reads in strict mode beyond RFC 8259, and would keep or
+ * write back as something else: a number's text is written back as it
+ * came ("1." and "01" are no JSON for other readers), an integer past
+ * int64/uint64 is clamped to the end, a lone surrogate escape becomes
+ * U+FFFD, an escaped NUL cuts a key. The text has parsed: its strings and
+ * escapes are whole.
+ */
+static unsigned hex4(const char *h)
+{
+	unsigned v = 0;
+
+	for (int i = 0; i < 4; i++)
+		v = v << 4 | (unsigned)(h[i] <= '9' ? h[i] - '0'
+		                                    : (h[i] | 0x20) - 'a' + 10);
+	return v;
+}
+
+/* The string whose quote is at t[*i]: *i past it; NULL or the reason. */
+static const char *strict_string(const char *t, size_t len, size_t *i)
+{
+	bool nul = false;
+	size_t p = *i + 1;
+	unsigned u;
+
+	for (; p < len && t[p] != '"'; p++) {
+		if ((unsigned char)t[p] < 0x20)
+			return "a control character not escaped in a string";
+		if (t[p] != '\\' || ++p + 4 >= len || t[p] != 'u')
+			continue;
+		u = hex4(t + p + 1);
+		p += 4;
+		nul |= u == 0;
+		if (u >= 0xdc00 && u <= 0xdfff)
+			return "a lone surrogate escape (\\udc00-\\udfff)";
+		if (u < 0xd800 || u > 0xdbff)
+			continue;
+		if (p + 6 >= len || t[p + 1] != '\\' || t[p + 2] != 'u' ||
+		    (u = hex4(t + p + 3)) < 0xdc00 || u > 0xdfff)
+			return "a lone surrogate escape (\\ud800-\\udbff)";
+		p += 6;
+	}
+	*i = p + 1;
+	while (*i < len && strchr(" \t\r\n", t[*i]))
+		(*i)++;
+	if (nul && *i < len && t[*i] == ':')
+		return "an escaped NUL in a key";
+	return NULL;
+}
+
+static size_t digits(const char *t, size_t len, size_t p)
+{
+	while (p < len && t[p] >= '0' && t[p] <= '9')
+		p++;
+	return p;
+}
+
+/* The number at t[*i]: *i past it; NULL or the reason. */
+static const char *strict_number(const char *t, size_t len, size_t *i)
+{
+	size_t s = *i, d = s + (t[s] == '-'), p = digits(t, len, d);
+	bool integer = true;
+	char tmp[32];
+
+	if (p == d)
+		return "a number that is not RFC 8259 JSON";
+	if (p - d > 1 && t[d] == '0')
+		return "a number that is not RFC 8259 JSON (a leading zero)";
+	if (p < len && t[p] == '.') {
+		integer = false;
+		if ((d = digits(t, len, p + 1)) == p + 1)
+			return "a number that is not RFC 8259 JSON (no digit "
+			       "after its point)";
+		p = d;
+	}
+	if (p < len && (t[p] == 'e' || t[p] == 'E')) {
+		integer = false;
+		p += 1 + (p + 1 < len && (t[p + 1] == '+' || t[p + 1] == '-'));
+		if ((d = digits(t, len, p)) == p)
+			return "a number that is not RFC 8259 JSON (no digit "
+			       "in its exponent)";
+		p = d;
+	}
+	*i = p;
+	if (!integer)
+		return NULL; /* out of range: finite_tree() */
+	if (p - s >= sizeof(tmp))
+		return "an integer out of range (-2^63 .. 2^64-1)";
+	memcpy(tmp, t + s, p - s);
+	tmp[p - s] = 0;
+	errno = 0;
+	if (tmp[0] == '-')
+		(void)strtoll(tmp, NULL, 10);
+	else
+		(void)strtoull(tmp, NULL, 10);
+	return errno == ERANGE ? "an integer out of range (-2^63 .. 2^64-1)"
+	                       : NULL;
+}
+
+/* NULL when text (which json-c took) is RFC 8259 JSON json-c keeps. */
+static const char *strict_text(const char *t, size_t len)
+{
+	const char *why = NULL;
+
+	for (size_t i = 0; i < len && !why;) {
+		if (t[i] == '"')
+			why = strict_string(t, len, &i);
+		else if (t[i] == '-' || (t[i] >= '0' && t[i] <= '9'))
+			why = strict_number(t, len, &i);
+		else
+			i++;
+	}
+	return why;
+}
+
 int td_zarr_json_parse(const char *text, size_t len, struct json_object **out,
                        const char **why)
 {
-	struct json_tokener *tok = json_tokener_new_ex(TD_TGM_CBOR_MAX_DEPTH);
+	struct json_tokener *tok = json_tokener_new_ex(TD_ZARR_JSON_MAX_DEPTH);
 	struct json_object *o;
 	size_t end;
 
@@ -574,6 +716,10 @@ int td_zarr_json_parse(const char *text, size_t len, struct json_object **out,
 		/* json-c reads NaN, Infinity and overflowing numbers even in
 		 * strict mode */
 		*why = "a NaN or Infinity token, or a number out of range";
+		json_object_put(o);
+		return -EBADMSG;
+	}
+	if ((*why = strict_text(text, len))) {
 		json_object_put(o);
 		return -EBADMSG;
 	}
@@ -647,18 +793,18 @@ static bool fill_ok(struct json_object *v, const struct td_zarr_type *t)
 	default:
 		if (!json_object_is_type(v, json_type_int))
 			return false;
-		/* json-c keeps -2^63 .. 2^64-1 exactly; check the range */
-		errno = 0;
+		/* json-c keeps -2^63 .. 2^64-1 exactly; check the range (its
+		 * int64 getter gives INT64_MAX for what is above, errno 0) */
 		i = json_object_get_int64(v);
 		if (t->kind == 'u') {
-			if (i < 0 && !errno)
+			if (i < 0)
 				return false;
 			if (t->size == 8)
 				return true;
 			return (uint64_t)i < (UINT64_C(1) << (8 * t->size));
 		}
-		if (errno)
-			return false; /* above INT64_MAX */
+		if (json_object_get_uint64(v) > (uint64_t)INT64_MAX)
+			return false;
 		if (t->size == 8)
 			return true;
 		return i >= -(INT64_C(1) << (8 * t->size - 1)) &&
@@ -688,10 +834,13 @@ static int read_shape(struct json_object *o, uint64_t *shape, uint32_t *n,
 
 		if (!json_object_is_type(v, json_type_int))
 			return -1;
+		/* json-c's int64 getter gives INT64_MAX for what is above */
 		x = json_object_get_int64(v);
-		if (x < 0 || (positive && x == 0))
+		if (x < 0)
 			return -1;
-		shape[k] = (uint64_t)x;
+		shape[k] = json_object_get_uint64(v);
+		if (positive && shape[k] == 0)
+			return -1;
 	}
 	*n = (uint32_t)len;
 	return 0;

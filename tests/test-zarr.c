@@ -26,6 +26,7 @@
 #include <linux/udmabuf.h>
 #include <json-c/json.h>
 
+#include "td-json.h"
 #include "td-zarr.h"
 #include "tensord/tensord.h"
 #include "testutil.h"
@@ -188,6 +189,76 @@ Test(meta, metadata_with_our_keys_is_kept_whole)
 	free(txt);
 }
 
+/* The v3 zarr.json of a, and of a root holding it, read back. */
+static void reads_back(struct td_zarr_array *a, const char *what, int depth)
+{
+	struct json_object *o;
+	const char *w = "";
+	char *t = text(td_zarr_v3_array(a));
+
+	cr_assert_eq(td_zarr_json_parse(t, strlen(t), &o, &w), 0,
+	             "%s %d: array: %s", what, depth, w);
+	json_object_put(o);
+	free(t);
+	t = text(td_zarr_v3_group(NULL, a, 1));
+	cr_assert_eq(td_zarr_json_parse(t, strlen(t), &o, &w), 0,
+	             "%s %d: group: %s", what, depth, w);
+	json_object_put(o);
+	free(t);
+}
+
+/*
+ * What tensord writes, it reads back, however deep the metadata: the
+ * attributes sit one level down in an array's zarr.json and four in the
+ * root's consolidated metadata, so metadata nested as deep as the reader
+ * took was written deeper than it takes, and export -> import refused
+ * the store's own root zarr.json (nesting too deep). The same for a
+ * .tgm's attributes, from CBOR nested as deep as its reader takes.
+ */
+Test(meta, written_nesting_reads_back)
+{
+	static const uint64_t one = 1;
+	char meta[512];
+	uint8_t cbor[3 * TD_TGM_CBOR_MAX_DEPTH + 1];
+
+	for (int depth = 1; depth <= 60; depth++) {
+		struct td_zarr_array a = arr("x", "uint8", 1, &one);
+		struct td_zarr_tensor t = {.name = "x", .meta = meta,
+		                           .quant_axis = -2};
+		size_t n = 0;
+
+		for (int k = 0; k < depth; k++)
+			n += (size_t)sprintf(meta + n, "{\"a\":");
+		n += (size_t)sprintf(meta + n, "1");
+		for (int k = 0; k < depth; k++)
+			meta[n++] = '}';
+		t.meta_len = n;
+		a.attrs = td_zarr_tensor_attrs(&t);
+		cr_assert(a.attrs);
+		reads_back(&a, "metadata", depth);
+		td_zarr_array_fini(&a);
+	}
+	for (int k = 0; k < TD_TGM_CBOR_MAX_DEPTH; k++)
+		memcpy(cbor + 3 * k, "\xa1\x61\x61", 3); /* {"a": */
+	cbor[3 * TD_TGM_CBOR_MAX_DEPTH] = 1;
+	{
+		struct td_zarr_array a = arr("x", "uint8", 1, &one);
+		struct td_err e = {0};
+		const char *w = "";
+		char *json;
+		size_t jl;
+
+		cr_assert_eq(td_json_from_cbor(cbor, sizeof(cbor), &json, &jl,
+		                               &e),
+		             0, "%s", e.reason);
+		cr_assert_eq(td_zarr_json_parse(json, jl, &a.attrs, &w), 0,
+		             "%s", w);
+		free(json);
+		reads_back(&a, "cbor", TD_TGM_CBOR_MAX_DEPTH);
+		td_zarr_array_fini(&a);
+	}
+}
+
 /*
  * zarr-python 2 (and so Dask and xarray) decodes .zmetadata, .zarray and
  * .zattrs as ASCII: one tensor whose str metadata held "é" (UTF-8 as
@@ -281,6 +352,11 @@ static int read_meta(const char *json, char *why, size_t cap, bool *big)
 	"\"chunk_shape\":[2]}},\"chunk_key_encoding\":{\"name\":\"default\"," \
 	"\"configuration\":{\"separator\":\"/\"}},"
 
+/* an array of uint8 with attributes A */
+#define ATTRS(A)                                                              \
+	ARR_HEAD "\"data_type\":\"uint8\",\"fill_value\":0,"                   \
+	         "\"codecs\":[{\"name\":\"bytes\"}],\"attributes\":" A "}"
+
 Test(meta, read_accepts_and_refuses_with_reasons)
 {
 	static const struct {
@@ -365,6 +441,29 @@ Test(meta, read_accepts_and_refuses_with_reasons)
 	                  "\"codecs\":[{\"name\":\"bytes\"}],"
 	                  "\"attributes\":{\"\xc3\xa9\":\"\xf0\x9f\x98\x80\"}}",
 	         0, NULL},
+	        /* what json-c takes in strict mode beyond RFC 8259 and would
+	         * write back as it came (no JSON for zarr-python) or as
+	         * another value: clamped, U+FFFD, a key cut at the NUL */
+	        {ATTRS("{\"a\":1.}"), -EBADMSG, "no digit after its point"},
+	        {ATTRS("{\"a\":1.e3}"), -EBADMSG, "no digit after its point"},
+	        {ATTRS("{\"a\":[00]}"), -EBADMSG, "a leading zero"},
+	        {ATTRS("{\"a\":-01.5}"), -EBADMSG, "a leading zero"},
+	        {ATTRS("{\"a\":99999999999999999999}"), -EBADMSG,
+	         "integer out of range"},
+	        {ATTRS("{\"a\":-9223372036854775809}"), -EBADMSG,
+	         "integer out of range"},
+	        {ATTRS("{\"a\":\"\\ud800\"}"), -EBADMSG, "lone surrogate"},
+	        {ATTRS("{\"a\":\"\\udc00\\ud800\"}"), -EBADMSG,
+	         "lone surrogate"},
+	        {ATTRS("{\"a\":\"\\ud83d\\u0041\"}"), -EBADMSG,
+	         "lone surrogate"},
+	        {ATTRS("{\"a\\u0000b\":1}"), -EBADMSG, "escaped NUL in a key"},
+	        {ATTRS("{\"a\":\"x\ty\"}"), -EBADMSG, "control character"},
+	        /* the RFC forms of each are taken as they are */
+	        {ATTRS("{\"a\":[1.0,1e05,-0.5E-3,0,-0,18446744073709551615,"
+	               "-9223372036854775808],\"b\\\"\":\"\\u0000"
+	               "\\ud83d\\ude00\\\\u0041\\t\"}"),
+	         0, NULL},
 	};
 	char why[256];
 	bool big;
@@ -380,6 +479,52 @@ Test(meta, read_accepts_and_refuses_with_reasons)
 			          why);
 		if (i == 0)
 			cr_assert(big, "endian big is read");
+	}
+}
+
+/*
+ * Integers above 2^63 - 1: json-c's int64 getter gives INT64_MAX for them
+ * (errno 0), so a shape of 2^63 was read as 2^63 - 1 and an int64 fill
+ * value up to 2^64 - 1 was taken. A dimension is read whole (written
+ * back as it came); such a fill value is out of int64's range.
+ */
+Test(meta, integers_above_int64_are_not_clamped)
+{
+	static const char *const json =
+	        "{\"zarr_format\":3,\"node_type\":\"array\",\"shape\":"
+	        "[0,18446744073709551615],\"data_type\":\"int64\","
+	        "\"chunk_grid\":{\"name\":\"regular\",\"configuration\":{"
+	        "\"chunk_shape\":[1,18446744073709551615]}},"
+	        "\"chunk_key_encoding\":{\"name\":\"default\"},"
+	        "\"fill_value\":9223372036854775807,\"codecs\":[{\"name\":"
+	        "\"bytes\",\"configuration\":{\"endian\":\"little\"}}]}";
+	struct td_zarr_array a = {0};
+	struct json_object *o;
+	const char *w;
+	char why[256] = "", sep, *t;
+	bool big;
+
+	cr_assert_eq(td_zarr_json_parse(json, strlen(json), &o, &w), 0, "%s",
+	             w);
+	cr_assert_eq(td_zarr_array_read(o, &a, &big, &sep, why, sizeof(why)),
+	             0, "%s", why);
+	json_object_put(o);
+	cr_assert_eq(a.ndim, 2);
+	cr_assert_eq(a.shape[1], UINT64_MAX);
+	t = text(td_zarr_v3_array(&a));
+	cr_assert(strstr(t, "\"shape\":[0,18446744073709551615]"), "%s", t);
+	free(t);
+	td_zarr_array_fini(&a);
+	/* a fill value one above int64's largest */
+	{
+		char *bad = strdup(json);
+		char *f = strstr(bad, "9223372036854775807");
+
+		cr_assert(f);
+		f[18] = '8';
+		cr_assert_eq(read_meta(bad, why, sizeof(why), &big), -EBADMSG);
+		cr_assert(strstr(why, "fill_value"), "%s", why);
+		free(bad);
 	}
 }
 
@@ -744,6 +889,43 @@ static void handmade(const char *store, const char *name, const char *meta,
 	"\"name\":\"bytes\",\"configuration\":{\"endian\":\"" endian          \
 	"\"}}],\"attributes\":{\"units\":\"K\"}}"
 
+/* one uint8 element, little-endian, with attributes A */
+#define U8_ATTRS(A)                                                           \
+	"{\"zarr_format\":3,\"node_type\":\"array\",\"shape\":[1],"           \
+	"\"data_type\":\"uint8\",\"chunk_grid\":{\"name\":\"regular\","     \
+	"\"configuration\":{\"chunk_shape\":[1]}},\"chunk_key_encoding\":"  \
+	"{\"name\":\"default\"},\"fill_value\":0,\"codecs\":[{\"name\":"    \
+	"\"bytes\"}],\"attributes\":" A "}"
+
+/*
+ * What export keeps whole comes back whole: metadata with a NUL byte
+ * (valid UTF-8, so the _tensord_meta text, "a\u0000b") was cut at the
+ * NUL by strdup, and metadata that is not UTF-8 (_tensord_meta_hex) was
+ * dropped with tensord's other keys: export -> import lost both.
+ */
+Test(import, metadata_kept_whole_comes_back_whole, .init = start,
+     .fini = stop)
+{
+	static const uint8_t one = 1;
+	char *out;
+
+	handmade("k", "nul", U8_ATTRS("{\"_tensord_meta\":\"a\\u0000b\"}"),
+	         "c/0", &one, 1);
+	handmade("k", "hex",
+	         U8_ATTRS("{\"_tensord_meta_hex\":\"ff00Fe\",\"x\":1}"),
+	         "c/0", &one, 1);
+	cr_assert_eq(zt_ctl(&out, "zarr import %s/k --prefix k/", zt_dir), 0,
+	             "%s", out);
+	free(out);
+	cr_assert_eq(zt_ctl(&out, "stat k/nul --json"), 0);
+	cr_assert(strstr(out, "\"meta\":\"a\\u0000b\""), "%s", out);
+	free(out);
+	cr_assert_eq(zt_ctl(&out, "stat k/hex --json"), 0);
+	cr_assert(strstr(out, "\"meta_hex\":\"ff00fe\""), "%s", out);
+	free(out);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
 Test(import, hand_made_stores, .init = start, .fini = stop)
 {
 	static const uint8_t be_f32[] = {0x3f, 0xc0, 0, 0, 0xc0, 0x10, 0, 0,
@@ -852,6 +1034,12 @@ Test(import, refusals_name_the_reason, .init = start, .fini = stop)
 	        {"{\"zarr_format\":3,\"node_type\":\"array\",\"fill_value\":"
 	         "NaN}",
 	         NULL, 0, "not strict JSON"},
+	        {U8_ATTRS("{\"a\":1.}"), "c/0", 1,
+	         "not strict JSON: a number that is not RFC 8259 JSON"},
+	        {U8_ATTRS("{\"_tensord_meta_hex\":\"f\"}"), "c/0", 1,
+	         "_tensord_meta_hex has an odd number of digits"},
+	        {U8_ATTRS("{\"_tensord_meta_hex\":\"0g\"}"), "c/0", 1,
+	         "_tensord_meta_hex is not hex digits"},
 	};
 	char *out;
 

@@ -32,6 +32,7 @@ struct imp {
 	uint64_t len;  /* the chunk's bytes (checked against its file) */
 	unsigned swap; /* element width to reverse (big-endian), or 0 */
 	char *meta;
+	size_t meta_len; /* metadata may hold NUL bytes */
 };
 
 /* All of dirfd/path, at most max bytes (more: -EFBIG); with out NULL only
@@ -99,20 +100,75 @@ static int read_json_at(int dirfd, const char *path, struct json_object **o,
 	return rc;
 }
 
-/* Attributes without tensord's and tensogram's own keys, as tensor
- * metadata: the `_tensord_meta` text, else a JSON object, else none. */
-static int import_meta(struct imp *m)
+/* The value of attribute key when it is a string, else NULL. */
+static const char *attr_str(const struct imp *m, const char *key,
+                            size_t *len)
 {
-	struct json_object *o = json_object_new_object(), *v;
-	const char *t;
+	struct json_object *v =
+	        m->a.attrs ? json_object_object_get(m->a.attrs, key) : NULL;
 
-	if (m->a.attrs && (v = json_object_object_get(m->a.attrs,
-	                                              "_tensord_meta")) &&
-	    json_object_is_type(v, json_type_string)) {
-		m->meta = strdup(json_object_get_string(v));
-		json_object_put(o);
-		return m->meta ? 0 : -ENOMEM;
+	if (!json_object_is_type(v, json_type_string))
+		return NULL;
+	*len = (size_t)json_object_get_string_len(v);
+	return json_object_get_string(v);
+}
+
+static int hex_digit(char c)
+{
+	return c >= '0' && c <= '9'   ? c - '0'
+	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
+	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
+	                              : -1;
+}
+
+/* Metadata kept whole by export: the `_tensord_meta` text (NUL bytes
+ * and all), else the bytes `_tensord_meta_hex` spells. 1 when there was
+ * one, 0 when none, -errno with why. */
+static int kept_meta(struct imp *m, char *why, size_t cap)
+{
+	size_t n = 0;
+	const char *t = attr_str(m, "_tensord_meta", &n);
+	bool hex = !t;
+
+	if (hex && !(t = attr_str(m, "_tensord_meta_hex", &n)))
+		return 0;
+	if (hex && n % 2) {
+		snprintf(why, cap, "attribute _tensord_meta_hex has an odd "
+		                   "number of digits");
+		return -EBADMSG;
 	}
+	m->meta_len = hex ? n / 2 : n;
+	m->meta = malloc(m->meta_len + 1);
+	if (!m->meta)
+		return -ENOMEM;
+	for (size_t i = 0; hex && i < m->meta_len; i++) {
+		int hi = hex_digit(t[2 * i]), lo = hex_digit(t[2 * i + 1]);
+
+		if (hi < 0 || lo < 0) {
+			snprintf(why, cap, "attribute _tensord_meta_hex is "
+			                   "not hex digits");
+			return -EBADMSG;
+		}
+		m->meta[i] = (char)(hi << 4 | lo);
+	}
+	if (!hex)
+		memcpy(m->meta, t, n);
+	m->meta[m->meta_len] = 0;
+	return 1;
+}
+
+/* Attributes without tensord's and tensogram's own keys, as tensor
+ * metadata: what export kept whole (`_tensord_meta`, `_tensord_meta_hex`),
+ * else a JSON object, else none. 0 or -errno with why. */
+static int import_meta(struct imp *m, char *why, size_t cap)
+{
+	struct json_object *o;
+	const char *t;
+	int rc = kept_meta(m, why, cap);
+
+	if (rc)
+		return rc < 0 ? rc : 0;
+	o = json_object_new_object();
 	if (m->a.attrs) {
 		const char *k;
 		struct json_object *val;
@@ -128,6 +184,7 @@ static int import_meta(struct imp *m)
 		        o, JSON_C_TO_STRING_PLAIN |
 		                   JSON_C_TO_STRING_NOSLASHESCAPE);
 		m->meta = t ? strdup(t) : NULL;
+		m->meta_len = m->meta ? strlen(m->meta) : 0;
 		json_object_put(o);
 		return m->meta ? 0 : -ENOMEM;
 	}
@@ -166,7 +223,7 @@ static int import_array(int top, const char *name, const char *prefix,
 	snprintf(m->tensor, sizeof(m->tensor), "%s", prefix);
 	td_tgm_name_sanitize(name, m->tensor + strlen(prefix),
 	                     sizeof(m->tensor) - strlen(prefix));
-	rc = import_meta(m);
+	rc = import_meta(m, why, cap);
 	if (rc < 0)
 		return rc;
 	rc = td_zarr_chunk_key(&m->a, false, key, sizeof(key));
@@ -330,7 +387,7 @@ static int publish_imp(struct td_client *c, int top, struct imp *m,
 	p.ndim = m->a.ndim;
 	p.shape = m->a.shape;
 	p.meta = m->meta;
-	p.meta_len = m->meta ? strlen(m->meta) : 0;
+	p.meta_len = m->meta_len;
 	rc = td_client_publish_alloc(c, a, &p, version, &e);
 	return rc < 0 ? tctl_refused(m->tensor, rc, &e) : TCTL_OK;
 }

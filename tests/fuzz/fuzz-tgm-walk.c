@@ -5,13 +5,17 @@
  * postamble, after the previous one, with a payload inside it; the walk
  * must end (clean or malformed) and stay ended; hashes are verified.
  * The windowed walk (tensorctl's, over a file read with pread), fed only
- * the bytes it asks for, must give the same results and records.
+ * the bytes it asks for, must give the same results and records. A
+ * data-object frame splits into descriptor and data inside its payload,
+ * the same from the frame (td_tgm_object_decode) and from the descriptor's
+ * bytes alone (td_tgm_object_decode_at, what tensorctl reads with pread).
  */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "tgm-desc.h"
 #include "tgm.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -58,6 +62,35 @@ static void windowed_agrees(const uint8_t *data, size_t size)
 	} while (ra == 1);
 }
 
+/* Frame f of the message at msg: both object decoders agree. */
+static void object_agrees(const uint8_t *msg, const struct td_tgm_frame *f)
+{
+	struct td_tgm_object a, b;
+	struct td_err ea = {0}, eb = {0};
+	uint64_t at = f->cbor_after_payload ? f->cbor_offset
+	                                    : TD_TGM_FRAME_HEADER_LEN;
+	int ra = td_tgm_object_decode(f, &a, &ea);
+	int rb = td_tgm_object_decode_at(
+	        f, msg + f->offset + at,
+	        f->length - TD_TGM_NTENSOR_FOOTER_LEN - at, &b, &eb);
+
+	if (ra != rb || (ra < 0 && (!ea.reason || ea.offset != eb.offset)))
+		abort();
+	if (ra < 0)
+		return;
+	if (a.data_offset != b.data_offset || a.data_len != b.data_len ||
+	    a.cbor_len != b.cbor_len || b.data ||
+	    a.data != msg + a.data_offset ||
+	    a.data_offset < f->offset + TD_TGM_FRAME_HEADER_LEN ||
+	    a.data_len > f->payload_len ||
+	    a.data_offset - f->offset - TD_TGM_FRAME_HEADER_LEN >
+	            f->payload_len - a.data_len ||
+	    a.desc.shape_count > TD_TGM_MAX_DIMS)
+		abort();
+	(void)td_tgm_desc_check_import(&a.desc, a.data_len, &ea);
+	(void)td_tgm_desc_check_plain(&a.desc, a.data_len, &ea);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct td_tgm_header h;
@@ -94,6 +127,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		    (f.cbor_offset < 16 || f.cbor_offset > f.length - 20))
 			abort();
 		(void)td_tgm_frame_verify(&f, NULL, &e);
+		if (f.type == TD_TGM_NTENSOR_FRAME)
+			object_agrees(data, &f);
 		prev_end = f.offset + f.length;
 		/* each frame is >= 28 bytes: the walk cannot spin */
 		if (++steps > size / 28 + 1)
