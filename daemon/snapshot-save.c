@@ -72,6 +72,7 @@ struct save {
 	size_t nents;
 	struct td_hrry_kv_entry *kv;
 	size_t nkv;
+	uint32_t *kv_order; /* nkv: the writer core's duplicate-key check */
 	uint64_t off; /* file offset of the core's next byte */
 	struct slot *stage; /* small slices gathered here, or NULL */
 	size_t stage_len;
@@ -201,6 +202,7 @@ static void save_end(struct save *sv)
 	free(sv->items);
 	free(sv->ents);
 	free(sv->kv);
+	free(sv->kv_order);
 	free(sv);
 	cur = NULL;
 	if (td__snap.dirty)
@@ -448,7 +450,8 @@ static void pump(struct save *sv)
 		if (sv->inflight)
 			return;
 		rc = td_hrry_wcore_begin_finish(&sv->w, sv->kv, sv->nkv,
-						sv->ents, sv->nents, NULL, &e);
+						sv->kv_order, sv->ents,
+						sv->nents, NULL, &e);
 		if (rc < 0)
 			save_fail(sv, rc, "KV, index: %s: %s",
 				  td_hrry_error_name(e.kind), e.reason);
@@ -679,7 +682,8 @@ static void save_start(void)
 		for (uint32_t j = 0; j < sv->items[i].ent.fd_count; j++)
 			records += sv->items[i].fsize[j] != FENCE_FILE;
 	sv->ents = calloc(records ? records : 1, sizeof(*sv->ents));
-	if (!sv->ents || build_kv(sv, si.next_version) < 0) {
+	if (!sv->ents || build_kv(sv, si.next_version) < 0 ||
+	    !(sv->kv_order = calloc(sv->nkv, sizeof(*sv->kv_order)))) {
 		save_fail(sv, -ENOMEM, "out of memory");
 		goto fail;
 	}
