@@ -1965,3 +1965,111 @@ Test(snapshot, a_kept_copy_is_made_where_links_are_refused, .timeout = 60)
 {
 	kept_copy_case("q", "TD_FAIL_LINK", "1", "not restoring \"q/big\"");
 }
+
+/* ---- the loop's work per turn while many small tensors are saved ---- */
+
+/*
+ * The daemon runs under tests/malloc-count.c (LD_PRELOAD), which counts
+ * its allocations per loop turn (between two epoll waits) and its memcmp
+ * calls. ASan replaces malloc itself: not built into a sanitized binary
+ * (as tests/test-recycle.c's heap tests), the plain build runs it.
+ */
+#ifndef __SANITIZE_ADDRESS__
+#include "malloc-count.h"
+
+#define MANY 1000
+
+static void wait_log(const struct snapdir *s, const char *text)
+{
+	/* the test's timeout bounds it */
+	while (!log_has(s, text))
+		usleep(10000);
+}
+
+static void put_small(struct td_client *c, unsigned i)
+{
+	static const uint64_t shape = 64;
+	struct td_publish p = {.dtype = TD_TENSOR_U8,
+			       .ndim = 1,
+			       .shape = &shape};
+	struct td_error e = {0};
+	uint8_t b[64];
+	char name[32];
+	uint64_t v;
+
+	snprintf(name, sizeof(name), "many/t%04u", i);
+	memset(b, (int)i, sizeof(b));
+	p.name = name;
+	cr_assert_eq(td_client_put(c, &p, b, sizeof(b), &v, &e), 0, "%s",
+		     e.reason);
+}
+
+/*
+ * A save of 1000 small tensors: no loop turn does the work of all of
+ * them, and the comparisons do not grow with their square. A client
+ * request waited ~3 s while a save of 5000 ran: the writer compared
+ * every pair of its 27 000 KV keys (twice), and the save's start
+ * prepared every version (fstat, blob copy, keys, ~3.5 allocations
+ * each) in the turn that started it. Now keys are sorted, and versions
+ * are prepared a few at a time as their records come (at most 16 per
+ * pass, each turn of the sync engine at most 64 requests).
+ */
+Test(snapshot, a_save_of_many_tensors_does_little_work_per_loop_turn,
+     .timeout = 240)
+{
+	const char *shim = getenv("TD_MALLOC_COUNT");
+	char path[32] = "/tmp/td-heap-XXXXXX", text[64];
+	volatile struct td_malloc_counts *n;
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	uint64_t cmp0, cmps, turn;
+	void *p;
+	int fd;
+
+	cr_assert(shim, "TD_MALLOC_COUNT is not set (run through meson test)");
+	fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, 4096), 0);
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	cr_assert_neq(p, MAP_FAILED);
+	close(fd);
+	n = p;
+	snapdir_make(&s);
+	/* only the daemon's environment: it is exec'ed with ours */
+	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
+	cr_assert_eq(setenv("TD_MALLOC_COUNT_FILE", path, 1), 0);
+	start(&d, &s, "sync", "0"); /* a save right after each change */
+	unsetenv("LD_PRELOAD");
+	unsetenv("TD_MALLOC_COUNT_FILE");
+	c = conn(&d);
+	for (unsigned i = 0; i < MANY; i++)
+		put_small(c, i);
+	snprintf(text, sizeof(text), "saved %u tensors", MANY);
+	wait_log(&s, text);
+	cr_assert_gt(n->turns, 0, "the daemon ran without the shim");
+	/* one more: one save of MANY + 1, counted from here */
+	n->turn_max = 0;
+	cmp0 = n->memcmp;
+	put_small(c, MANY);
+	snprintf(text, sizeof(text), "saved %u tensors", MANY + 1);
+	wait_log(&s, text);
+	turn = n->turn_max;
+	cmps = n->memcmp - cmp0;
+	cr_log_info("save of %u tensors: at most %llu allocations in one "
+		    "loop turn, %llu memcmp calls",
+		    MANY + 1, (unsigned long long)turn,
+		    (unsigned long long)cmps);
+	/* all of them in one turn: ~3.5 allocations each */
+	cr_assert_lt(turn, MANY / 4, "%llu allocations in one loop turn",
+		     (unsigned long long)turn);
+	/* every pair of ~6000 keys, twice: ~36 000 per tensor */
+	cr_assert_lt(cmps / (MANY + 1), 1000, "%llu memcmp calls",
+		     (unsigned long long)cmps);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	munmap(p, 4096);
+	unlink(path);
+	snapdir_rm(&s);
+}
+#endif /* !__SANITIZE_ADDRESS__ */
