@@ -78,6 +78,7 @@ struct save {
 	void **refs; /* NULL where dropped (a version not saved) */
 	struct item *items;
 	size_t n, cap;
+	size_t records; /* at most: their fd-table entries */
 	size_t rec_item; /* the next record: items[rec_item].fds[rec_fd] */
 	uint32_t rec_fd;
 	bool finishing; /* begin_finish done */
@@ -574,6 +575,7 @@ static int hold_ref(void *arg, const struct td__snap_ver *v)
 		sv->cap = cap;
 	}
 	sv->refs[sv->n++] = v->ref;
+	sv->records += v->ent.fd_count;
 	return 0;
 }
 
@@ -748,7 +750,6 @@ static void save_start(void)
 	struct td__store_info si = {0};
 	struct td_hrry_err e = {0};
 	struct save *sv;
-	size_t records = 0;
 	int rc;
 
 	sv = calloc(1, sizeof(*sv));
@@ -767,11 +768,9 @@ static void save_start(void)
 		save_fail(sv, rc, "holding the versions");
 		goto fail;
 	}
-	/* items: zeroed, their pages touched only as each is prepared;
-	 * records: at most one per fd-table entry */
-	records = sv->n * (size_t)TD_STATE_MAX_FDS;
+	/* items: zeroed, their pages touched only as each is prepared */
 	sv->items = calloc(sv->n ? sv->n : 1, sizeof(*sv->items));
-	sv->ents = calloc(records ? records : 1, sizeof(*sv->ents));
+	sv->ents = calloc(sv->records ? sv->records : 1, sizeof(*sv->ents));
 	if (!sv->items || !sv->ents || kv_init(sv, si.next_version) < 0) {
 		save_fail(sv, -ENOMEM, "out of memory");
 		goto fail;
