@@ -272,11 +272,17 @@ static void on_idle(uv_idle_t *h)
 			 */
 			sync_file_range(op->fd, at, res,
 					SYNC_FILE_RANGE_WRITE);
-		if (op->kind != TD__IO_FSYNC && res > 0)
-			budget -= (size_t)res < budget ? (size_t)res : budget;
-		else
+		if (op->kind != TD__IO_FSYNC && res > 0) {
+			/* a system call is not free: 4 KiB at least */
+			size_t cost = (size_t)res > TD__IO_SYNC_OP_MIN
+					      ? (size_t)res
+					      : TD__IO_SYNC_OP_MIN;
+
+			budget -= cost < budget ? cost : budget;
+		} else {
 			budget = budget > (64u << 10) ? budget - (64u << 10)
 						     : 0;
+		}
 		td__list_del(&op->link);
 		if (step_done(op, res) == 0)
 			td__list_add_tail(&io.queue, &op->link);

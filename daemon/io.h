@@ -33,8 +33,14 @@ enum td__io_mode {
 	TD__IO_SYNC = 2,
 };
 
-/* Bytes the fallback moves per loop iteration (well under a ms). */
+/*
+ * Bytes the fallback moves per loop iteration (well under a ms), each
+ * request counted as at least TD__IO_SYNC_OP_MIN: a save of thousands of
+ * small tensors is thousands of 64-byte requests, and a budget of bytes
+ * alone let one iteration make 4000 system calls.
+ */
 #define TD__IO_SYNC_BUDGET (256u << 10)
+#define TD__IO_SYNC_OP_MIN (4u << 10)
 /* Requests in the kernel at once with io_uring (ring size). */
 #define TD__IO_URING_DEPTH 64
 

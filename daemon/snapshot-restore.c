@@ -35,6 +35,13 @@ struct reader {
 	/* a read of the file failed past its KV (a tensor's descriptor or
 	 * bytes): no sign of damage, the restore stops (td__snap_restore) */
 	int read_err;
+	/*
+	 * a memfd for a tensor's bytes could not be made or filled (no
+	 * room: a tmpfs or memfd size limit, a memory cgroup; no
+	 * descriptor): nothing wrong with the version either, and the
+	 * restore stops the same way
+	 */
+	int mem_err;
 };
 
 static void *reader_keep(struct reader *rd, uint64_t len)
@@ -166,8 +173,13 @@ static int restore_plane(struct reader *rd, const char *hname, size_t hlen,
 	}
 	td_hrry_buffer_range(&ent, &d, rd->c.alignment, 0, &off, &len);
 	rc = td__plane_create(size, true, &fd, &pwhy);
-	if (rc < 0)
-		goto perr;
+	if (rc < 0) {
+		rd->mem_err = rc;
+		snprintf(why, cap, "no room for \"%.*s\": a memfd of %" PRIu64
+				   " bytes: %s: %s",
+			 (int)hlen, hname, size, pwhy, strerror(-rc));
+		goto out;
+	}
 	/* never mapped here: written through the bounce buffers */
 	rc = td__snap_copy_range(rd->fd, off, fd, 0, len, crcs, &bad,
 				 &src_failed);
@@ -182,6 +194,8 @@ static int restore_plane(struct reader *rd, const char *hname, size_t hlen,
 	if (rc < 0) {
 		if (src_failed)
 			rd->read_err = rc;
+		else
+			rd->mem_err = rc;
 		snprintf(why, cap, "%s \"%.*s\": %s",
 			 src_failed ? "reading" : "copying into a memfd",
 			 (int)hlen, hname, strerror(-rc));
@@ -190,8 +204,10 @@ static int restore_plane(struct reader *rd, const char *hname, size_t hlen,
 	rc = td__plane_seal(fd, &pwhy);
 	if (rc == 0)
 		rc = td__plane_readonly(fd, out, &pwhy);
-	if (rc < 0)
+	if (rc < 0) {
+		rd->mem_err = rc;
 		goto perr;
+	}
 	goto out;
 herr:
 	snprintf(why, cap, "Hurray tensor \"%.*s\": %s at byte %" PRIu64
@@ -600,7 +616,7 @@ static void restore_one(struct reader *rd, const struct rec *r,
 	if (restore_rec(rd, r, why, cap) == 0) {
 		if (++*done == td__snap.restore_kill_at)
 			raise(SIGKILL); /* a test's crash during a restore */
-	} else if (!rd->read_err || td__snap.only_missed)
+	} else if ((!rd->read_err && !rd->mem_err) || td__snap.only_missed)
 		td__log(TD_LOG_WARN, "snapshot: not restoring \"%.*s\": %s",
 			(int)r->name_len, r->name, why);
 }
@@ -636,7 +652,8 @@ static void restore_versions(struct reader *rd, unsigned *done,
 			if (!missed_elsewhere(&r))
 				restore_one(rd, &r, done, total, why, cap);
 			r = (struct rec){0};
-			if (rd->read_err && !td__snap.only_missed)
+			if ((rd->read_err || rd->mem_err) &&
+			    !td__snap.only_missed)
 				break; /* td__snap_restore stops the start */
 		}
 		if (i == rd->c.kv_count)
@@ -662,11 +679,39 @@ static void restore_versions(struct reader *rd, unsigned *done,
 	}
 }
 
+/*
+ * What was left out (a tighter --max-bytes, a damaged entry) would be
+ * gone from FILE after the next save: the file as it was stays under a
+ * second name. Where that fails too, the start stops (the next save would
+ * have dropped them for good, with a line in the log): 0 or -errno.
+ */
+static int keep_left_out(unsigned n)
+{
+	char to[4200];
+	int err;
+
+	if (stamped("partial", true, to, sizeof(to)) == 0) {
+		td__log(TD_LOG_WARN, "snapshot: %u tensors not restored; %s "
+				     "kept as %s",
+			n, td__snap.path, to);
+		return 0;
+	}
+	err = errno ? -errno : -EIO;
+	td__log(TD_LOG_ERROR, "snapshot: %u tensors not restored, and "
+			      "keeping %s as %s.partial-<time> failed (%s): "
+			      "not starting; the file stays as it is (the "
+			      "next save would have replaced it without "
+			      "them); make room in its folder, or move it "
+			      "away to start without it",
+		n, td__snap.path, td__snap.path, strerror(-err));
+	return err;
+}
+
 int td__snap_restore(void)
 {
 	struct reader rd = {.fd = -1};
 	struct stat st;
-	char reason[300], to[4200], why[TD_WIRE_MAX_REASON];
+	char reason[300], why[TD_WIRE_MAX_REASON];
 	unsigned done = 0, total = 0;
 	uint64_t t0 = td__snap_now_ms();
 	/* not on the stack: uv_close() finishes in a later loop turn */
@@ -741,27 +786,29 @@ int td__snap_restore(void)
 			td__snap.path, why);
 		goto out;
 	}
+	if (rd.mem_err && !td__snap.only_missed) {
+		/* the machine's room, not the file: leaving the version out
+		 * would drop it from FILE at the next save (or keep it only
+		 * in a copy no start reads); the operator decides */
+		err = rd.mem_err;
+		reader_fini(&rd);
+		td__log(TD_LOG_ERROR, "snapshot %s cannot be restored (%s): "
+				      "not starting; the file stays as it is; "
+				      "make room for its tensors (memory, a "
+				      "tmpfs or memory cgroup limit), or start "
+				      "with a --max-bytes that leaves out what "
+				      "does not fit (kept as %s.partial-<time>)",
+			td__snap.path, why, td__snap.path);
+		goto out;
+	}
 	td__log(TD_LOG_INFO, "snapshot: restored %u of %u tensors from %s "
 			     "in %" PRIu64 " ms (%s)%s",
 		done, total, td__snap.path, td__snap_now_ms() - t0,
 		td__io_name(),
 		td__snap.stop_asked ? "; now stopping as asked" : "");
 	reader_fini(&rd);
-	/* what was left out (a tighter --max-bytes, a quota, a damaged
-	 * entry) would be gone from FILE after the next save: the file as
-	 * it was stays under a second name */
-	if (done < total) {
-		if (stamped("partial", true, to, sizeof(to)) == 0)
-			td__log(TD_LOG_WARN, "snapshot: %u tensors not "
-					     "restored; %s kept as %s",
-				total - done, td__snap.path, to);
-		else
-			td__log(TD_LOG_ERROR, "snapshot: %u tensors not "
-					      "restored, and keeping %s "
-					      "failed (%s): the next save "
-					      "replaces it",
-				total - done, td__snap.path, strerror(errno));
-	}
+	if (done < total)
+		err = keep_left_out(total - done);
 out:
 	for (int i = 0; i < 2; i++)
 		uv_close((uv_handle_t *)&sig[i], NULL);

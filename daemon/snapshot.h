@@ -66,5 +66,7 @@ struct td__snap_ver {
 int td__store_snap_hold(int (*fn)(void *arg, const struct td__snap_ver *sv),
 			void *arg);
 void td__store_snap_unref(void *ref);
+/* A held version's view again (valid while it is held). */
+void td__store_snap_view(void *ref, struct td__snap_ver *sv);
 
 #endif

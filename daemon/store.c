@@ -1085,6 +1085,23 @@ void td__store_peer_gone(struct td__peer *p)
  * td__store_snap_unref(): what a snapshot writes stays intact while
  * clients keep publishing. Fences and fd ids are left to the caller.
  */
+void td__store_snap_view(void *ref, struct td__snap_ver *sv)
+{
+	struct td__version *v = ref;
+
+	*sv = (struct td__snap_ver){
+		.ent = {.name = {v->name, v->name_len},
+			.flags = v->flags,
+			.version = v->number,
+			.meta = {v->meta, v->meta_len},
+			.blob = {v->blob, v->blob_len},
+			.fd_count = v->nfds},
+		.ref = v,
+	};
+	for (uint32_t j = 0; j < v->nfds; j++)
+		sv->fds[j] = td__vfd_out(&v->fds[j]);
+}
+
 int td__store_snap_hold(int (*fn)(void *arg, const struct td__snap_ver *sv),
 			void *arg)
 {
@@ -1092,19 +1109,10 @@ int td__store_snap_hold(int (*fn)(void *arg, const struct td__snap_ver *sv),
 
 	for (size_t i = 0; i < s->count; i++) {
 		struct td__version *v = s->names[i];
-		struct td__snap_ver sv = {
-			.ent = {.name = {v->name, v->name_len},
-				.flags = v->flags,
-				.version = v->number,
-				.meta = {v->meta, v->meta_len},
-				.blob = {v->blob, v->blob_len},
-				.fd_count = v->nfds},
-			.ref = v,
-		};
+		struct td__snap_ver sv;
 		int rc;
 
-		for (uint32_t j = 0; j < v->nfds; j++)
-			sv.fds[j] = td__vfd_out(&v->fds[j]);
+		td__store_snap_view(v, &sv);
 		v->refs++;
 		rc = fn(arg, &sv);
 		if (rc < 0)

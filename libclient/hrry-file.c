@@ -807,16 +807,23 @@ int td_hrry_file_writer_finish(struct td_hrry_file_writer *w,
 	int rc = writer_usable(w, err);
 	if (rc)
 		return rc;
+	/* scratch: the index's order (SORTED_INDEX), then the KV keys'
+	 * (the duplicate check sorts them rather than compare every pair) */
+	uint64_t n_order = w->core.sorted_index ? w->count : 0;
 	uint32_t *order = NULL;
-	if (w->core.sorted_index && w->count) {
-		order = malloc(w->count * sizeof(*order));
+	if (n_order + kv_count) {
+		order = kv_count > SIZE_MAX / sizeof(*order) - n_order
+				? NULL
+				: malloc((n_order + kv_count) * sizeof(*order));
 		if (!order)
 			return writer_fail(w, td__hrry_fail(
 						      err, TD_HRRY_E_NO_MEMORY,
 						      0, "out of memory"));
 	}
-	rc = td_hrry_wcore_begin_finish(&w->core, kv, kv_count, w->entries,
-					w->count, order, err);
+	rc = td_hrry_wcore_begin_finish(&w->core, kv, kv_count,
+					order ? order + n_order : NULL,
+					w->entries, w->count,
+					n_order ? order : NULL, err);
 	if (!rc)
 		rc = emit(w, NULL, err);
 	free(order);

@@ -286,13 +286,15 @@ int td_hrry_wcore_begin_tensor(struct td_hrry_wcore *w, const char *name,
 			       struct td_hrry_wentry *e,
 			       struct td_hrry_err *err);
 /*
- * Start the end of the file: KV kv[0, kv_count) (validated first), the
- * index of entries[0, count) (order: scratch of count u32 the core sorts
- * when sorted_index, may be NULL otherwise), trailer. 0 or -errno.
+ * Start the end of the file: KV kv[0, kv_count) (validated first, as
+ * td_hrry_check_kv with kv_order as its scratch), the index of
+ * entries[0, count) (order: scratch of count u32 the core sorts when
+ * sorted_index, may be NULL otherwise), trailer. 0 or -errno.
  */
 int td_hrry_wcore_begin_finish(struct td_hrry_wcore *w,
 			       const struct td_hrry_kv_entry *kv,
-			       size_t kv_count, struct td_hrry_wentry *entries,
+			       size_t kv_count, uint32_t *kv_order,
+			       struct td_hrry_wentry *entries,
 			       uint64_t count, uint32_t *order,
 			       struct td_hrry_err *err);
 /* TD_HRRY_STEP_NEED with the next slice, or DONE for this phase. */
@@ -300,8 +302,12 @@ int td_hrry_wcore_next(struct td_hrry_wcore *w, struct td_hrry_slice *s);
 /* The driver emitted n bytes of the current slice (n <= s.len). */
 void td_hrry_wcore_advance(struct td_hrry_wcore *w, uint64_t n);
 
-/* Checks shared by writer and reader on names/KV (UTF-8, lengths). */
+/*
+ * Checks shared by writer and reader on names/KV (UTF-8, lengths, no
+ * key twice). scratch: count u32 the duplicate check sorts, in
+ * O(n log n); NULL compares every pair (O(n^2): a few keys only).
+ */
 int td_hrry_check_kv(const struct td_hrry_kv_entry *kv, size_t count,
-		     struct td_hrry_err *err);
+		     uint32_t *scratch, struct td_hrry_err *err);
 
 #endif

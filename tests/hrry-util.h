@@ -103,9 +103,10 @@ static inline int hu_raw_tensor(struct hu_raw *r, const char *name,
 static inline int hu_raw_finish(struct hu_raw *r,
 				const struct td_hrry_kv_entry *kv, size_t n)
 {
-	uint32_t order[64];
-	int rc = td_hrry_wcore_begin_finish(&r->w, kv, n, r->e, r->n, order,
-					    NULL);
+	uint32_t order[64], kv_order[64];
+	int rc = td_hrry_wcore_begin_finish(&r->w, kv, n,
+					    n <= 64 ? kv_order : NULL, r->e,
+					    r->n, order, NULL);
 	if (rc)
 		return rc;
 	hu_raw_emit(r, NULL);

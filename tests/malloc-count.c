@@ -17,6 +17,10 @@
  * the largest size malloc, calloc, realloc or memalign was asked for
  * (tensorctl zarr import reads a chunk into the daemon's buffer, not the
  * heap).
+ *
+ * It counts memcmp() calls too (its own byte loop), and the work of an
+ * event loop's turns (struct td_malloc_counts, turn_max): epoll_wait and
+ * epoll_pwait are forwarded to the system call.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -24,6 +28,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -56,6 +63,11 @@ __attribute__((constructor)) static void counts_map(void)
 		counts = p;
 }
 
+/* this thread's allocations, and their number when it last waited */
+static __thread __attribute__((tls_model("initial-exec"))) uint64_t mine,
+	at_wait;
+static __thread __attribute__((tls_model("initial-exec"))) int waited;
+
 #define COUNT(field)                                                          \
 	do {                                                                  \
 		if (counts)                                                   \
@@ -81,6 +93,7 @@ static void largest(uint64_t n)
 void *malloc(size_t n)
 {
 	COUNT(malloc);
+	mine++;
 	largest(n);
 	return __libc_malloc(n);
 }
@@ -88,6 +101,7 @@ void *malloc(size_t n)
 void *calloc(size_t n, size_t m)
 {
 	COUNT(calloc);
+	mine++;
 	largest((uint64_t)n * m);
 	return __libc_calloc(n, m);
 }
@@ -95,6 +109,7 @@ void *calloc(size_t n, size_t m)
 void *realloc(void *p, size_t n)
 {
 	COUNT(realloc);
+	mine++;
 	largest(n);
 	return __libc_realloc(p, n);
 }
@@ -109,6 +124,7 @@ void free(void *p)
 void *memalign(size_t align, size_t n)
 {
 	COUNT(memalign);
+	mine++;
 	largest(n);
 	return __libc_memalign(align, n);
 }
@@ -116,6 +132,7 @@ void *memalign(size_t align, size_t n)
 void *aligned_alloc(size_t align, size_t n)
 {
 	COUNT(memalign);
+	mine++;
 	return __libc_memalign(align, n);
 }
 
@@ -124,6 +141,7 @@ int posix_memalign(void **out, size_t align, size_t n)
 	void *p;
 
 	COUNT(memalign);
+	mine++;
 	if (align < sizeof(void *) || (align & (align - 1)))
 		return EINVAL;
 	p = __libc_memalign(align, n);
@@ -136,6 +154,7 @@ int posix_memalign(void **out, size_t align, size_t n)
 void *valloc(size_t n)
 {
 	COUNT(memalign);
+	mine++;
 	return __libc_memalign((size_t)sysconf(_SC_PAGESIZE), n);
 }
 
@@ -163,4 +182,49 @@ ssize_t sendfile(int out, int in, off_t *off, size_t n)
 ssize_t sendfile64(int out, int in, off_t *off, size_t n)
 {
 	return count_sendfile(out, in, off, n);
+}
+
+/* Byte by byte, counted (not forwarded: glibc exports no __libc_memcmp). */
+int memcmp(const void *a, const void *b, size_t n)
+{
+	const unsigned char *x = a, *y = b;
+
+	COUNT(memcmp);
+	for (size_t i = 0; i < n; i++)
+		if (x[i] != y[i])
+			return x[i] < y[i] ? -1 : 1;
+	return 0;
+}
+
+/* A loop turn ends where its thread waits again: keep the most work. */
+static void turn_end(void)
+{
+	uint64_t n = mine - at_wait, cur;
+
+	if (!counts || !waited)
+		return;
+	__atomic_add_fetch(&counts->turns, 1, __ATOMIC_RELAXED);
+	cur = __atomic_load_n(&counts->turn_max, __ATOMIC_RELAXED);
+	while (n > cur && !__atomic_compare_exchange_n(&counts->turn_max, &cur,
+						      n, 0, __ATOMIC_RELAXED,
+						      __ATOMIC_RELAXED))
+		;
+}
+
+int epoll_pwait(int fd, struct epoll_event *ev, int max, int ms,
+		const sigset_t *mask)
+{
+	long rc;
+
+	turn_end();
+	/* the kernel's sigset: 64 signals */
+	rc = syscall(SYS_epoll_pwait, fd, ev, max, ms, mask, 8);
+	at_wait = mine;
+	waited = 1;
+	return (int)rc;
+}
+
+int epoll_wait(int fd, struct epoll_event *ev, int max, int ms)
+{
+	return epoll_pwait(fd, ev, max, ms, NULL);
 }

@@ -33,7 +33,10 @@
  * a file system without hard links (tensord's FILE.partial-<time>).
  * $TD_FAIL_FALLOCATE_OVER=N fails every fallocate(2) of more than N
  * bytes with ENOMEM: a machine that cannot hold a tensor (tensord's
- * snapshot restore must not try to).
+ * snapshot restore must not try to); with $TD_FAIL_FALLOCATE_ERRNO=E,
+ * with errno E instead (28, ENOSPC: a tmpfs or memfd size limit).
+ * $TD_FAIL_CREATE=PATH* fails every open(2) with O_CREAT of a path PATH
+ * starts with ENOSPC: a full disk (tensord's FILE.partial-<time>).
  *
  * $TD_DELETE_AFTER_LIST=NAME deletes the tensor NAME (td_client_delete
  * on the same connection) just after the first td_client_list() returns,
@@ -94,6 +97,15 @@ static void maybe_raise(int *fired, const char *var, const char *path)
 	raise((int)sig);
 }
 
+/* $TD_FAIL_CREATE=PATH*: whether a file made at path fails (ENOSPC). */
+static int create_fails(const char *path)
+{
+	const char *spec = getenv("TD_FAIL_CREATE");
+	size_t n = spec ? strlen(spec) : 0;
+
+	return n && spec[n - 1] == '*' && !strncmp(spec, path, n - 1);
+}
+
 static int mode_of(int flags, va_list ap)
 {
 	return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE
@@ -116,6 +128,10 @@ static int mode_of(int flags, va_list ap)
 		if ((flags & O_ACCMODE) == O_WRONLY)                          \
 			maybe_raise(&fired_open, "TD_RAISE_BEFORE_OPEN",      \
 				    path);                                    \
+		if ((flags & O_CREAT) && create_fails(path)) {                \
+			errno = ENOSPC;                                       \
+			return -1;                                            \
+		}                                                             \
 		return real(path, flags, mode);                               \
 	}
 
@@ -209,7 +225,9 @@ WRAP_PREAD(pread64, off64_t)
 		if (!real)                                                    \
 			*(void **)&real = dlsym(RTLD_NEXT, #name);            \
 		if (over && len > strtoll(over, NULL, 10)) {                  \
-			errno = ENOMEM;                                       \
+			const char *e = getenv("TD_FAIL_FALLOCATE_ERRNO");    \
+                                                                              \
+			errno = e ? atoi(e) : ENOMEM;                         \
 			return -1;                                            \
 		}                                                             \
 		return real(fd, mode, off, len);                              \
