@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * File I/O from the daemon's loop (io.c): io_uring when the kernel and
- * the sandbox allow it, else plain pread/pwrite/fsync in bounded steps.
+ * the sandbox allow it, else plain pread/pwrite in bounded steps and
+ * fsync on libuv's thread pool.
  * Used by the snapshots (snapshot-*.c); not installed.
  *
  * The loop never waits on a file: with io_uring the requests queued in
@@ -10,7 +11,9 @@
  * come back through an eventfd registered with the ring and watched by a
  * uv_poll_t; no thread is started. The fallback does the same requests
  * itself from a uv_idle handle, at most TD__IO_SYNC_BUDGET bytes per
- * loop iteration, so clients are served between two slices.
+ * loop iteration, so clients are served between two slices; an fsync,
+ * one call that waits for a whole file's writeback, goes to libuv's
+ * thread pool (uv_fs_fsync) instead, and done() runs from the loop.
  */
 #ifndef TD_DAEMON_IO_H
 #define TD_DAEMON_IO_H

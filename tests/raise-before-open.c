@@ -22,7 +22,8 @@
  * first pread(2) of it at that offset (a tensor's bytes, past the header,
  * index and KV read before). $TD_FAIL_FSYNC=PATH does the same
  * to the first fsync(2) of a descriptor of PATH (a folder, say).
- * $TD_HOLD_FDATASYNC=PATH holds fdatasync(2) of it (below).
+ * $TD_HOLD_FDATASYNC=PATH holds fdatasync(2) of it (below), as
+ * $TD_HOLD_FSYNC=PATH holds fsync(2).
  * $TD_TRUNCATE_AFTER_FSTAT=PATH cuts PATH to 0 bytes once, just after the
  * first fstat(2) of a descriptor of PATH: the reader holds a size the
  * file no longer has (tensorctl zarr export --from FILE.hrry).
@@ -264,6 +265,31 @@ int linkat(int fromfd, const char *from, int tofd, const char *to, int flags)
 	return real(fromfd, from, tofd, to, flags);
 }
 
+/*
+ * While PATH.hold exists, wait there, having made PATH.held: a disk as
+ * slow as the test wants. For $var's PATH, when fd is one of it.
+ */
+static void hold_while(const char *var, int fd)
+{
+	const char *path = getenv(var);
+	char hold[4096], held[4096];
+	const struct timespec ms = {0, 1000000};
+
+	if (!path || !fd_is(fd, path))
+		return;
+	snprintf(hold, sizeof(hold), "%s.hold", path);
+	snprintf(held, sizeof(held), "%s.held", path);
+	if (access(hold, F_OK) == 0) {
+		int h = open(held, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+
+		if (h >= 0)
+			close(h);
+		while (access(hold, F_OK) == 0)
+			nanosleep(&ms, NULL);
+	}
+}
+
+/* $TD_HOLD_FSYNC=PATH holds an fsync(2) of PATH as fdatasync (below). */
 int fsync(int fd)
 {
 	static int (*real)(int);
@@ -276,6 +302,7 @@ int fsync(int fd)
 		errno = EIO;
 		return -1;
 	}
+	hold_while("TD_HOLD_FSYNC", fd);
 	return real(fd);
 }
 
@@ -288,24 +315,10 @@ int fsync(int fd)
 int fdatasync(int fd)
 {
 	static int (*real)(int);
-	const char *path = getenv("TD_HOLD_FDATASYNC");
-	char hold[4096], held[4096];
-	const struct timespec ms = {0, 1000000};
 
 	if (!real)
 		*(void **)&real = dlsym(RTLD_NEXT, "fdatasync");
-	if (path && fd_is(fd, path)) {
-		snprintf(hold, sizeof(hold), "%s.hold", path);
-		snprintf(held, sizeof(held), "%s.held", path);
-		if (access(hold, F_OK) == 0) {
-			int h = open(held, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-
-			if (h >= 0)
-				close(h);
-			while (access(hold, F_OK) == 0)
-				nanosleep(&ms, NULL);
-		}
-	}
+	hold_while("TD_HOLD_FDATASYNC", fd);
 	return real(fd);
 }
 

@@ -1467,6 +1467,68 @@ Test(snapshot, a_damaged_lock_number_is_named_not_counted_from,
 	}
 }
 
+/* Until path exists (false: not within TU_WAIT_S). */
+static bool await_file(const char *path)
+{
+	const struct timespec ms = {0, 1000000};
+
+	for (int waited = 0; waited < TU_WAIT_S * 1000; waited++) {
+		if (access(path, F_OK) == 0)
+			return true;
+		nanosleep(&ms, NULL);
+	}
+	return false;
+}
+
+/*
+ * Without io_uring (TENSORD_IO=sync) the save's fsync of FILE.tmp, a
+ * whole file's writeback (50-110 ms here, far more on a slow disk), ran
+ * on the loop: no client was served until it returned. It runs on
+ * libuv's thread pool now. The shim holds that fsync for as long as the
+ * test likes: a new client connects and lists while it is held (before,
+ * the connect waited for ever: this test's timeout), and the save ends
+ * once it is let go.
+ */
+Test(snapshot, the_sync_engines_fsync_leaves_the_loop_serving,
+     .timeout = 60)
+{
+	static const uint64_t shape = 1;
+	struct td_publish p = {
+	        .name = "f", .dtype = TD_TENSOR_U8, .ndim = 1, .shape = &shape};
+	struct td_error e = {0};
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c, *c2;
+	char tmp[160], hold[176], held[176];
+	uint64_t v;
+	uint8_t b = 7;
+	int fd;
+
+	snapdir_make(&s);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", s.file);
+	snprintf(hold, sizeof(hold), "%s.hold", tmp);
+	snprintf(held, sizeof(held), "%s.held", tmp);
+	fd = open(hold, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	tu_shim_on("TD_HOLD_FSYNC", tmp);
+	start(&d, &s, "sync", "0");
+	tu_shim_off("TD_HOLD_FSYNC");
+	c = conn(&d);
+	cr_assert_eq(td_client_put(c, &p, &b, 1, &v, &e), 0, "%s", e.reason);
+	cr_assert(await_file(held), "the save's fsync of %s never came", tmp);
+	c2 = conn(&d);
+	cr_assert_eq(count(c2), 1);
+	cr_assert_eq(access(hold, F_OK), 0);
+	cr_assert_neq(access(s.file, F_OK), 0, "the save ended before");
+	unlink(hold);
+	cr_assert(await_file(s.file), "the save did not end");
+	td_client_close(c2);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	snapdir_rm(&s);
+}
+
 /*
  * A snapshot of a format newer than this daemon reads (a downgrade after
  * an upgrade) was called "not a tensord snapshot", moved aside as
