@@ -1354,6 +1354,38 @@ static uint64_t lock_next_version(const struct snapdir *s)
 	return r;
 }
 
+/* The shim's hold on a file: PATH.hold (held while it exists) and
+ * PATH.held (made when a call is held). */
+struct hold {
+	char path[160], hold[176], held[176];
+};
+
+/*
+ * Start a daemon on s (sync engine, interval) whose fsync or fdatasync
+ * (the shim's var) of FILE + suffix is held while h->hold exists (not
+ * yet: hold_on() makes it).
+ */
+static struct td_client *start_held(struct tu_daemon *d, struct snapdir *s,
+				    const char *var, const char *suffix,
+				    const char *interval, struct hold *h)
+{
+	snprintf(h->path, sizeof(h->path), "%s%s", s->file, suffix);
+	snprintf(h->hold, sizeof(h->hold), "%s.hold", h->path);
+	snprintf(h->held, sizeof(h->held), "%s.held", h->path);
+	tu_shim_on(var, h->path);
+	start(d, s, "sync", interval);
+	tu_shim_off(var);
+	return conn(d);
+}
+
+static void hold_on(const struct hold *h)
+{
+	int fd = open(h->hold, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+
+	cr_assert_geq(fd, 0, "%s: %s", h->hold, strerror(errno));
+	close(fd);
+}
+
 /*
  * FILE.lock's number was written and fdatasync'ed on the loop when the
  * counter reached it: every client waited for the disk once per block
@@ -1374,28 +1406,19 @@ Test(snapshot, the_version_record_is_written_ahead_off_the_loop,
 	struct snapdir s;
 	struct tu_daemon d;
 	struct td_client *c;
-	char lock[160], hold[176], held[176];
+	struct hold h;
 	uint64_t first, v = 0;
 	uint8_t b = 0;
-	int fd;
 
 	snapdir_make(&s);
-	snprintf(lock, sizeof(lock), "%s.lock", s.file);
-	snprintf(hold, sizeof(hold), "%s.hold", lock);
-	snprintf(held, sizeof(held), "%s.held", lock);
-	tu_shim_on("TD_HOLD_FDATASYNC", lock);
-	start(&d, &s, "sync", "30");
-	tu_shim_off("TD_HOLD_FDATASYNC");
-	c = conn(&d);
+	c = start_held(&d, &s, "TD_HOLD_FDATASYNC", ".lock", "30", &h);
 	first = next_version(c) - 1; /* its block is on record: not held */
 	cr_assert_gt(lock_next_version(&s), first);
-	fd = open(hold, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-	cr_assert_geq(fd, 0);
-	close(fd);
+	hold_on(&h);
 	while (v < first + VERSION_BLOCK / 2 + 16)
 		cr_assert_eq(td_client_put(c, &p, &b, 1, &v, &e), 0, "%s",
 			     e.reason);
-	cr_assert_eq(access(held, F_OK), 0,
+	cr_assert_eq(access(h.held, F_OK), 0,
 		     "at version %llu, half a block past %llu, the next "
 		     "block is not being put on record",
 		     (unsigned long long)v, (unsigned long long)first);
@@ -1404,8 +1427,8 @@ Test(snapshot, the_version_record_is_written_ahead_off_the_loop,
 		cr_assert_eq(td_client_put(c, &p, &b, 1, &v, &e), 0, "%s",
 			     e.reason);
 	cr_assert_eq(count(c), 1);
-	cr_assert_eq(access(hold, F_OK), 0);
-	unlink(hold);
+	cr_assert_eq(access(h.hold, F_OK), 0);
+	unlink(h.hold);
 	/* past the first block: each number on record before it is used */
 	while (v < first + VERSION_BLOCK + 16)
 		cr_assert_eq(td_client_put(c, &p, &b, 1, &v, &e), 0, "%s",
@@ -1499,29 +1522,20 @@ Test(snapshot, the_sync_engines_fsync_leaves_the_loop_serving,
 	struct snapdir s;
 	struct tu_daemon d;
 	struct td_client *c, *c2;
-	char tmp[160], hold[176], held[176];
+	struct hold h;
 	uint64_t v;
 	uint8_t b = 7;
-	int fd;
 
 	snapdir_make(&s);
-	snprintf(tmp, sizeof(tmp), "%s.tmp", s.file);
-	snprintf(hold, sizeof(hold), "%s.hold", tmp);
-	snprintf(held, sizeof(held), "%s.held", tmp);
-	fd = open(hold, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-	cr_assert_geq(fd, 0);
-	close(fd);
-	tu_shim_on("TD_HOLD_FSYNC", tmp);
-	start(&d, &s, "sync", "0");
-	tu_shim_off("TD_HOLD_FSYNC");
-	c = conn(&d);
+	c = start_held(&d, &s, "TD_HOLD_FSYNC", ".tmp", "0", &h);
+	hold_on(&h);
 	cr_assert_eq(td_client_put(c, &p, &b, 1, &v, &e), 0, "%s", e.reason);
-	cr_assert(await_file(held), "the save's fsync of %s never came", tmp);
+	cr_assert(await_file(h.held), "the save's fsync of %s never came", h.path);
 	c2 = conn(&d);
 	cr_assert_eq(count(c2), 1);
-	cr_assert_eq(access(hold, F_OK), 0);
+	cr_assert_eq(access(h.hold, F_OK), 0);
 	cr_assert_neq(access(s.file, F_OK), 0, "the save ended before");
-	unlink(hold);
+	unlink(h.hold);
 	cr_assert(await_file(s.file), "the save did not end");
 	td_client_close(c2);
 	td_client_close(c);
