@@ -185,15 +185,22 @@ static uint64_t kv_value_len(const struct td_hrry_kv_value *v,
 	}
 }
 
+/* Two byte strings in the order of their bytes, a prefix first. */
+static int bytes_cmp(const void *a, size_t la, const void *b, size_t lb)
+{
+	int r = memcmp(a, b, la < lb ? la : lb);
+
+	if (r)
+		return r;
+	return la < lb ? -1 : la > lb;
+}
+
 /* KV entry numbers by key bytes (the duplicate check) */
 static int kv_key_cmp(const void *ctx, uint32_t a, uint32_t b)
 {
 	const struct td_hrry_kv_entry *kv = ctx;
-	size_t la = kv[a].key_len, lb = kv[b].key_len;
-	int r = memcmp(kv[a].key, kv[b].key, la < lb ? la : lb);
-	if (r)
-		return r;
-	return la < lb ? -1 : la > lb;
+
+	return bytes_cmp(kv[a].key, kv[a].key_len, kv[b].key, kv[b].key_len);
 }
 
 /*
@@ -319,11 +326,8 @@ int td_hrry_check_kv(const struct td_hrry_kv_entry *kv, size_t count,
 static int wname_cmp(const void *ctx, uint32_t a, uint32_t b)
 {
 	const struct td_hrry_wentry *e = ctx;
-	size_t la = e[a].name_len, lb = e[b].name_len;
-	int r = memcmp(e[a].name, e[b].name, la < lb ? la : lb);
-	if (r)
-		return r;
-	return la < lb ? -1 : la > lb;
+
+	return bytes_cmp(e[a].name, e[a].name_len, e[b].name, e[b].name_len);
 }
 
 int td_hrry_wcore_begin_finish(struct td_hrry_wcore *w,
