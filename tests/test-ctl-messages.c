@@ -183,15 +183,18 @@ Test(ctl_messages, zarr_export_failures_name_what_failed_and_where)
 	    mount("tmpfs", full, "tmpfs", 0, "size=64k") < 0 ||
 	    mount("tmpfs", ro, "tmpfs", 0, "size=64k") < 0 ||
 	    mount(NULL, ro, NULL, MS_REMOUNT | MS_RDONLY, NULL) < 0) {
+		int e = errno;
+
 		umount(full);
 		umount(ro);
 		rmdir(full);
 		rmdir(ro);
 		unlink(data);
 		tu_daemon_stop(&d, false);
-		cr_skip_test("no mount namespace (%s): ENOSPC and EROFS not "
-			     "checked",
-			     strerror(errno));
+		cr_skip_test("kernel feature missing: a mount namespace with "
+			     "tmpfs mounts (unshare/mount: %s; root needed): "
+			     "ENOSPC and EROFS not checked",
+			     strerror(e));
 	}
 	/* a full disk: the chunk it was writing, and nothing left */
 	snprintf(dir, sizeof(dir), "%s/z", full);
