@@ -79,11 +79,31 @@ static uint64_t backlog_cap(void)
 						   : TD__CLOSER_BACKLOG;
 }
 
+int td__thread_start(pthread_t *t, void *(*fn)(void *), const char *name,
+		     bool detached)
+{
+	pthread_attr_t at;
+	sigset_t all, old;
+	int rc;
+
+	/* signals stay the loop's: the thread starts with all blocked */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pthread_attr_init(&at);
+	pthread_attr_setstacksize(&at, 64u << 10);
+	if (detached)
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	rc = pthread_create(t, &at, fn, NULL);
+	pthread_attr_destroy(&at);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc == 0) /* named for ps and /proc/PID/task/TID/comm */
+		pthread_setname_np(*t, name);
+	return rc;
+}
+
 void td__closer_start(void)
 {
 	const char *env = getenv("TENSORD_CLOSER");
-	pthread_attr_t at;
-	sigset_t all, old;
 	int p[2], rc;
 
 	if (cl.on)
@@ -104,14 +124,7 @@ void td__closer_start(void)
 	(void)fcntl(p[1], F_SETFL, O_NONBLOCK);
 	cl.rd = p[0];
 	cl.wr = p[1];
-	/* signals stay the loop's: the thread starts with all blocked */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pthread_attr_init(&at);
-	pthread_attr_setstacksize(&at, 64u << 10);
-	rc = pthread_create(&cl.thread, &at, closer_main, NULL);
-	pthread_attr_destroy(&at);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	rc = td__thread_start(&cl.thread, closer_main, "td-closer", false);
 	if (rc) {
 		td__log(TD_LOG_WARN, "big planes are closed on the loop: "
 				     "pthread_create: %s",
@@ -121,8 +134,6 @@ void td__closer_start(void)
 		cl.rd = cl.wr = -1;
 		return;
 	}
-	/* named for ps and /proc/PID/task/TID/comm */
-	pthread_setname_np(cl.thread, "td-closer");
 	cl.on = true;
 }
 
@@ -192,20 +203,12 @@ static void *foreign_main(void *arg)
 
 static bool foreign_start(void)
 {
-	pthread_attr_t at;
-	sigset_t all, old;
 	int rc;
 
 	if (fq.on || fq.failed)
 		return fq.on;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pthread_attr_init(&at);
-	pthread_attr_setstacksize(&at, 64u << 10);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	rc = pthread_create(&fq.thread, &at, foreign_main, NULL);
-	pthread_attr_destroy(&at);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	rc = td__thread_start(&fq.thread, foreign_main, "td-closer-peer",
+			      true);
 	if (rc) {
 		td__log(TD_LOG_WARN, "peers' files are closed on the loop: "
 				     "pthread_create: %s",
@@ -213,7 +216,6 @@ static bool foreign_start(void)
 		fq.failed = true;
 		return false;
 	}
-	pthread_setname_np(fq.thread, "td-closer-peer");
 	fq.on = true;
 	return true;
 }

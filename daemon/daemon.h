@@ -25,6 +25,7 @@
 #ifndef TD_DAEMON_H
 #define TD_DAEMON_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -737,6 +738,14 @@ int td__plane_seal(int fd, const char **why);
 /* at most this much memory queued for the closer at once (closer.c) */
 #define TD__CLOSER_BACKLOG (1ull << 30)
 void td__closer_start(void);
+/*
+ * Start one of the daemon's threads (the closers, td-snap-lock): every
+ * signal blocked in it (signals stay the loop's), 64 KiB of stack, named
+ * name for ps; detached or not. 0, or the pthread_create error (logged
+ * by the caller, which then does the work on the loop).
+ */
+int td__thread_start(pthread_t *t, void *(*fn)(void *), const char *name,
+		     bool detached);
 void td__closer_close(int fd, uint64_t size);
 void td__closer_stop(void);
 /*

@@ -15,7 +15,6 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,16 +173,12 @@ static void *rec_main(void *arg)
 
 static void rec_start(void)
 {
-	sigset_t all, old;
 	int rc;
 
 	rec.done = td__snap.reserved; /* what the file says now */
 	rec.want = rec.done;
 	rec.stop = false;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = pthread_create(&rec.thread, NULL, rec_main, NULL);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	rc = td__thread_start(&rec.thread, rec_main, "td-snap-lock", false);
 	if (rc) {
 		td__log(TD_LOG_WARN, "snapshot: version numbers are put on "
 				     "record from the loop: pthread_create: "
@@ -191,7 +186,6 @@ static void rec_start(void)
 			strerror(rc));
 		return;
 	}
-	pthread_setname_np(rec.thread, "td-snap-lock");
 	rec.started = true;
 }
 
