@@ -168,21 +168,27 @@ void td__closer_stop(void)
 
 /*
  * A peer's descriptor of a filesystem (td__fd_foreign): its close(2) may
- * be a FUSE FLUSH that its server never answers, so a thread of its own
- * closes it, never the loop and never the big planes' thread (which one
- * such close would stop). What waits is a list that grows with what
- * peers send; a file that never closes holds one daemon descriptor, as
- * a plane would, until its server answers or dies. Started at the first
- * one; at the daemon's stop it is left to the process's exit, which ends
- * a wait that would otherwise have no end.
+ * be a FUSE FLUSH that its server never answers, or a lingering socket's
+ * wait, so threads of their own close them, never the loop and never the
+ * big planes' thread (which one such close would stop). What waits is a
+ * list that grows with what peers send, closed first in, first out. A
+ * close that does not return holds its thread; the next one queued while
+ * no thread is free starts another, up to TD__CLOSER_PEERS: so up to that
+ * many closes that never return (each a peer's doing) leave the others
+ * going, and past it they wait behind them, each one of the daemon's
+ * descriptors, as a plane would, until a server answers or dies. Started
+ * at the first one; at the daemon's stop they are left to the process's
+ * exit, which ends a wait that would otherwise have no end.
  */
+#define TD__CLOSER_PEERS 8
+
 static struct {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	int *fds;
-	size_t n, cap;
-	bool on, failed;
-	pthread_t thread;
+	int *fds;     /* a ring of cap: n queued from head on */
+	size_t head, n, cap;
+	unsigned threads, idle; /* started, and waiting for work */
+	bool failed;
 } fq = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static void *foreign_main(void *arg)
@@ -192,31 +198,58 @@ static void *foreign_main(void *arg)
 		int fd;
 
 		pthread_mutex_lock(&fq.mu);
+		fq.idle++;
 		while (!fq.n)
 			pthread_cond_wait(&fq.cv, &fq.mu);
-		fd = fq.fds[--fq.n];
+		fq.idle--;
+		fd = fq.fds[fq.head];
+		fq.head = (fq.head + 1) % fq.cap;
+		fq.n--;
 		pthread_mutex_unlock(&fq.mu);
 		close(fd);
 	}
 	return NULL;
 }
 
+/* One more thread, when none waits for work (lock held): false if none
+ * runs at all. */
 static bool foreign_start(void)
 {
+	pthread_t t;
 	int rc;
 
-	if (fq.on || fq.failed)
-		return fq.on;
-	rc = td__thread_start(&fq.thread, foreign_main, "td-closer-peer",
-			      true);
+	if (fq.failed || fq.idle > fq.n || fq.threads >= TD__CLOSER_PEERS)
+		return fq.threads > 0;
+	rc = td__thread_start(&t, foreign_main, "td-closer-peer", true);
 	if (rc) {
-		td__log(TD_LOG_WARN, "peers' files are closed on the loop: "
-				     "pthread_create: %s",
-			strerror(rc));
+		if (!fq.threads)
+			td__log(TD_LOG_WARN, "peers' files are closed on the "
+					     "loop: pthread_create: %s",
+				strerror(rc));
 		fq.failed = true;
-		return false;
+		return fq.threads > 0;
 	}
-	fq.on = true;
+	fq.threads++;
+	return true;
+}
+
+/* Room for one more in the ring (lock held). */
+static bool foreign_room(void)
+{
+	size_t cap = fq.cap ? fq.cap * 2 : 64;
+	int *m;
+
+	if (fq.n < fq.cap)
+		return true;
+	m = malloc(cap * sizeof(*m));
+	if (!m)
+		return false;
+	for (size_t i = 0; i < fq.n; i++)
+		m[i] = fq.fds[(fq.head + i) % fq.cap];
+	free(fq.fds);
+	fq.fds = m;
+	fq.head = 0;
+	fq.cap = cap;
 	return true;
 }
 
@@ -224,24 +257,13 @@ void td__closer_foreign(int fd)
 {
 	if (fd < 0)
 		return;
-	if (!foreign_start()) {
+	pthread_mutex_lock(&fq.mu);
+	if (!foreign_start() || !foreign_room()) {
+		pthread_mutex_unlock(&fq.mu);
 		close(fd);
 		return;
 	}
-	pthread_mutex_lock(&fq.mu);
-	if (fq.n == fq.cap) {
-		size_t cap = fq.cap ? fq.cap * 2 : 64;
-		int *m = realloc(fq.fds, cap * sizeof(*m));
-
-		if (!m) {
-			pthread_mutex_unlock(&fq.mu);
-			close(fd);
-			return;
-		}
-		fq.fds = m;
-		fq.cap = cap;
-	}
-	fq.fds[fq.n++] = fd;
+	fq.fds[(fq.head + fq.n++) % fq.cap] = fd;
 	pthread_cond_signal(&fq.cv);
 	pthread_mutex_unlock(&fq.mu);
 }

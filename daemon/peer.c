@@ -71,13 +71,12 @@ void td__close_fds(int *fds, unsigned n)
  * it still holds goes to td-closer-peer.
  */
 #define DRAIN_MAX 4096 /* datagrams: the sender's buffer bounds them first */
-#define SCM_MAX 253    /* the kernel's SCM_MAX_FD */
 
 /* 1 a datagram read (and its fds let go), 0 the end, -1 give up. */
 static int drain_one(int fd)
 {
 	union {
-		char buf[CMSG_SPACE(SCM_MAX * sizeof(int)) +
+		char buf[CMSG_SPACE(TD_SCM_RX_MAX_FDS * sizeof(int)) +
 			 CMSG_SPACE(sizeof(struct ucred))];
 		struct cmsghdr align;
 	} ctl;
@@ -683,12 +682,14 @@ static void receive(struct td__peer *p)
 
 	for (int i = 0; i < TD__RX_BATCH && !p->dead; i++) {
 		/*
-		 * Room for every fd the control buffer can take: those past
-		 * TD_WIRE_MAX_FDS are refused below, closed as any peer fd
-		 * (td__close_fds), not by td__scm_recv on the loop.
+		 * Room for every fd a datagram can carry: the kernel lets
+		 * none go inside recvmsg, td__scm_recv closes none on the
+		 * loop; those past TD_WIRE_MAX_FDS are refused below,
+		 * closed as any peer fd (td__close_fds).
 		 */
-		int fds[TD_SCM_MAX_FDS];
-		struct td__scm_rx rx = {.fds = fds, .cap = TD_SCM_MAX_FDS};
+		int fds[TD_SCM_RX_MAX_FDS];
+		struct td__scm_rx rx = {.fds = fds,
+					.cap = TD_SCM_RX_MAX_FDS};
 		unsigned nfds;
 		ssize_t n;
 
@@ -844,8 +845,9 @@ static void refuse_conn(int fd, const struct ucred *cr, int status,
 	 * the reason. Bounded; its fds are closed.
 	 */
 	for (int i = 0; i < 4; i++) {
-		int fds[TD_SCM_MAX_FDS];
-		struct td__scm_rx rx = {.fds = fds, .cap = TD_SCM_MAX_FDS};
+		int fds[TD_SCM_RX_MAX_FDS];
+		struct td__scm_rx rx = {.fds = fds,
+					.cap = TD_SCM_RX_MAX_FDS};
 
 		if (td__scm_recv(fd, buf, sizeof(buf), MSG_DONTWAIT, &rx) <= 0)
 			break;

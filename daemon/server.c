@@ -264,6 +264,19 @@ int td__server_start(struct td__daemon *d)
 	return accept_from(d, s, path, -1);
 }
 
+/*
+ * The listening socket's last close also ends the connections never
+ * accepted (its backlog), and with them what their queues hold: a peer's
+ * lingering socket or FUSE file, whose close would then hold the stop
+ * on the loop's thread (for the linger time: systemd's stop timeout
+ * kills the daemon first). It goes to td-closer-peer, as a peer's fds
+ * do; a close still waiting there ends with the process.
+ */
+static void close_listener(int fd)
+{
+	td__closer_foreign(fd);
+}
+
 static void on_closed(uv_handle_t *h)
 {
 	struct td__server *s = h->data;
@@ -271,7 +284,7 @@ static void on_closed(uv_handle_t *h)
 	/* the last of the (one or two) handles frees the server */
 	if (--s->closing)
 		return;
-	close(s->fd);
+	close_listener(s->fd);
 	free(s);
 }
 
@@ -298,6 +311,6 @@ void td__server_stop(struct td__daemon *d)
 		return;
 	}
 	if (s->fd >= 0)
-		close(s->fd);
+		close_listener(s->fd);
 	free(s);
 }

@@ -29,6 +29,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -815,4 +816,185 @@ Test(stall, a_lingering_socket_unread_in_a_refused_connection_is_closed_off_the_
 	close(sock);
 	close(v);
 	close(kept);
+}
+
+/*
+ * A datagram may carry up to the kernel's SCM_MAX_FD (253) fds. Had the
+ * daemon's control buffer room for fewer, the kernel would let those
+ * left out go inside its recvmsg, on the loop: here the lingering chain
+ * s2 rides 65th, past what a request may carry (16) and past the 64 the
+ * buffer had room for. The request is refused and the connection ended;
+ * s2's close must linger on a thread of its own.
+ */
+Test(stall, a_lingering_socket_past_a_datagrams_fd_room_is_closed_off_the_loop,
+     .init = start, .fini = linger_stop)
+{
+	const char *what = "a lingering socket 65th in a datagram";
+	enum { N = 65 };
+	int s2 = lingering_chain();
+	int sock = raw_scm_conn(&D);
+	int v = raw_scm_conn(&D);
+	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, TD_OP_STATUS,
+				0, 1, 7, 0, 0};
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * N)];
+		struct cmsghdr align;
+	} ctl;
+	int fds[N];
+	struct iovec iov = {rawbuf, TD_WIRE_HDR_LEN};
+	struct msghdr mh = {.msg_iov = &iov,
+			    .msg_iovlen = 1,
+			    .msg_control = ctl.buf,
+			    .msg_controllen = sizeof(ctl.buf)};
+	struct cmsghdr *cm;
+	char byte;
+
+	for (int i = 0; i < N - 1; i++) {
+		fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		cr_assert_geq(fds[i], 0);
+	}
+	fds[N - 1] = s2;
+	memset(&ctl, 0, sizeof(ctl));
+	cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int) * N);
+	memcpy(CMSG_DATA(cm), fds, sizeof(fds));
+	td_wire_hdr_encode(&h, rawbuf);
+	hold(true);
+	cr_assert_eq(sendmsg(sock, &mh, MSG_NOSIGNAL), TD_WIRE_HDR_LEN, "%s",
+		     strerror(errno));
+	for (int i = 0; i < N; i++)
+		close(fds[i]);
+	hold(false);
+	/* refused (-EPROTO) and ended: after it, it released s2 */
+	for (;;) {
+		ssize_t n;
+
+		tu_await_readable(sock, TU_WAIT_S, what);
+		n = recv(sock, &byte, 1, MSG_DONTWAIT);
+		if (n == 0)
+			break;
+		cr_assert(n > 0 || errno == ECONNRESET, "%s: recv: %s", what,
+			  strerror(errno));
+	}
+	await_lingering(what);
+	raw_send(v, TD_OP_STATUS, 8, 0);
+	await_not_lingering(v, 8, what);
+	cr_assert_neq(thread_in_close(true), 0,
+		      "%s: the lingering close ended before the answer", what);
+	close(v);
+	close(sock);
+}
+
+/* The lowest descriptor number free in pid. */
+static int lowest_free_fd(pid_t pid)
+{
+	char path[96];
+
+	for (int fd = 0;; fd++) {
+		snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, fd);
+		if (access(path, F_OK) < 0)
+			return fd;
+	}
+}
+
+/*
+ * A connection never accepted: the daemon is out of descriptors (its
+ * RLIMIT_NOFILE lowered to its lowest free number, so accept4 fails with
+ * EMFILE and it backs off) when a client connects and queues a lingering
+ * chain. The stop's close of the listening socket ends that connection
+ * and lets s2 go; that close must not hold the daemon's exit (the
+ * linger time, 3600 s): tu_daemon_stop waits TU_WAIT_S for it.
+ */
+Test(stall, a_lingering_socket_in_a_connection_never_accepted_does_not_hold_the_stop,
+     .init = start, .fini = linger_stop)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int s2 = lingering_chain();
+	int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, TD_OP_STATUS,
+				0, 1, 7, 0, 0};
+	struct rlimit rl;
+	pid_t pid;
+	int st;
+
+	cr_assert_geq(sock, 0);
+	hold(true);
+	cr_assert_eq(prlimit(D.pid, RLIMIT_NOFILE, NULL, &rl), 0);
+	rl.rlim_cur = (rlim_t)lowest_free_fd(D.pid);
+	cr_assert_eq(prlimit(D.pid, RLIMIT_NOFILE, &rl, NULL), 0, "%s",
+		     strerror(errno));
+	memcpy(sa.sun_path, D.sock, sizeof(D.sock));
+	cr_assert_eq(connect(sock, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	td_wire_hdr_encode(&h, rawbuf);
+	cr_assert_eq(td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN, &s2, 1, 0),
+		     TD_WIRE_HDR_LEN);
+	close(s2);
+	hold(false);
+	/* still not accepted: nothing came back */
+	cr_assert_eq(recv(sock, rawbuf, 1, MSG_DONTWAIT), -1);
+	cr_assert_eq(errno, EAGAIN);
+	/* tu_daemon_stop's own checks would count this test's fds */
+	pid = D.pid;
+	D.pid = 0;
+	cr_assert_eq(kill(pid, SIGTERM), 0);
+	cr_assert(tu_reap_within(pid, TU_WAIT_S, &st),
+		  "tensord did not exit within %d s of SIGTERM: its stop "
+		  "waits in the lingering close (killed)",
+		  TU_WAIT_S);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %#x", st);
+	unlink(D.sock);
+	rmdir(D.dir);
+	close(sock);
+}
+
+/*
+ * One close that never returns on td-closer-peer (here a lingering chain,
+ * 3600 s) must not hold the closes queued after it: a socket the test
+ * sends next, whose other end the test keeps, must be closed (its end
+ * sees the hang-up) while the first still lingers.
+ */
+Test(stall, a_close_that_lingers_holds_no_other_peers_close,
+     .init = start, .fini = linger_stop)
+{
+	const char *what = "a socket sent after a lingering one";
+	int s2 = lingering_chain();
+	int sock = raw_scm_conn(&D);
+	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, TD_OP_STATUS,
+				0, 1, 7, 0, 0};
+	struct pollfd pf = {.events = POLLIN};
+	int sp[2];
+
+	td_wire_hdr_encode(&h, rawbuf);
+	hold(true);
+	cr_assert_eq(td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN, &s2, 1, 0),
+		     TD_WIRE_HDR_LEN);
+	close(s2);
+	hold(false);
+	drain_until(sock, 7);
+	/* s2's close lingers (3600 s) on a thread off the loop */
+	await_lingering(what);
+	cr_assert_neq(thread_in_close(true), 0, "%s", what);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp),
+		     0);
+	h.request_id = 8;
+	td_wire_hdr_encode(&h, rawbuf);
+	cr_assert_eq(td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN, &sp[1], 1,
+				  0),
+		     TD_WIRE_HDR_LEN);
+	close(sp[1]);
+	drain_until(sock, 8);
+	/* the daemon's reference was the last: its close is the hang-up */
+	pf.fd = sp[0];
+	cr_assert_gt(poll(&pf, 1, TU_WAIT_S * 1000), 0,
+		     "%s: never closed (queued behind the lingering close)",
+		     what);
+	cr_assert(pf.revents & (POLLHUP | POLLIN), "%s: revents %#x", what,
+		  pf.revents);
+	cr_assert_eq(read(sp[0], rawbuf, 1), 0, "%s: not at its end", what);
+	cr_assert_neq(thread_in_close(true), 0,
+		      "%s: the lingering close ended first", what);
+	close(sp[0]);
+	close(sock);
 }

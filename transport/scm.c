@@ -11,6 +11,12 @@ union ctl {
 	struct cmsghdr align;
 };
 
+/* room for every fd one datagram may carry: the kernel drops none */
+union ctl_rx {
+	char buf[CMSG_SPACE(sizeof(int) * TD_SCM_RX_MAX_FDS)];
+	struct cmsghdr align;
+};
+
 ssize_t td__scm_send(int sock, const void *buf, size_t len, const int *fds,
 		     unsigned nfds, int flags)
 {
@@ -42,7 +48,7 @@ ssize_t td__scm_send(int sock, const void *buf, size_t len, const int *fds,
 ssize_t td__scm_recv(int sock, void *buf, size_t len, int flags,
 		     struct td__scm_rx *rx)
 {
-	union ctl ctl;
+	union ctl_rx ctl;
 	struct iovec iov = {buf, len};
 	struct msghdr mh = {
 		.msg_iov = &iov,

@@ -14,6 +14,15 @@
 
 /* Most fds one call attaches or collects (the kernel's SCM_MAX_FD is 253). */
 #define TD_SCM_MAX_FDS 64
+/*
+ * Most fds one datagram can carry (the kernel's SCM_MAX_FD): the room
+ * td__scm_recv's control buffer has, so that the kernel never leaves one
+ * out. One left out is let go inside recvmsg, on the receiving thread:
+ * a lingering socket's or a FUSE file's last close would wait there
+ * (the daemon's loop). A caller that gives cap < TD_SCM_RX_MAX_FDS has
+ * those past cap closed by td__scm_recv instead (rx->dropped).
+ */
+#define TD_SCM_RX_MAX_FDS 253
 
 /*
  * Send buf[0, len) as one datagram with fds[0, nfds) attached (borrowed).
