@@ -3825,6 +3825,8 @@ Test(http, several_ranges_are_multipart_byteranges, .init = start_http,
 	cr_assert_eq(metric_value(m,
 	                          "tensord_http_responses_total{code=\"206\"} "),
 	             before + 1, "%s", m);
+	/* and every part's lease ended with its response */
+	cr_assert_eq(metric_value(m, "tensord_leases "), 0, "%s", m);
 	free(m);
 	free(whole);
 	stop(); /* checked here: criterion ignores a .fini's asserts */
