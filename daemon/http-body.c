@@ -508,17 +508,21 @@ static void body_free(void *cls)
 	free(b);
 }
 
-/* A repacked response of len bytes from start; takes h (NULL: not). */
-static struct MHD_Response *repacked(const struct td__http_node *n,
-                                     struct hold *h, uint64_t start,
-                                     uint64_t len)
+/* Bytes a callback of n's repacked body produces: short runs cost a
+ * syscall each, so smaller blocks keep each callback (and the loop's
+ * pause for it) short. */
+static size_t block_of(const struct td__http_node *n)
+{
+	return n->w.layout == TD_ZARR_STRIDED && n->w.run < 64 ? 8192 : BLOCK;
+}
+
+/* The reader of n's planes (its dma-bufs mapped), the body's bytes from
+ * start; NULL when it cannot be had. It does not own h until
+ * body_free() is its response's. */
+static struct body *body_new(const struct td__http_node *n, struct hold *h,
+                             uint64_t start)
 {
 	struct body *b = calloc(1, sizeof(*b));
-	struct MHD_Response *r;
-	/* short runs cost a syscall each: smaller blocks keep each callback
-	 * (and the loop's pause for it) short */
-	size_t block =
-	        n->w.layout == TD_ZARR_STRIDED && n->w.run < 64 ? 8192 : BLOCK;
 
 	if (!b)
 		return NULL;
@@ -535,8 +539,46 @@ static struct MHD_Response *repacked(const struct td__http_node *n,
 		free(b);
 		return NULL;
 	}
-	r = MHD_create_response_from_callback(len, block, body_read, b,
+	return b;
+}
+
+/* A repacked response of len bytes from start; takes h (NULL: not). */
+static struct MHD_Response *repacked(const struct td__http_node *n,
+                                     struct hold *h, uint64_t start,
+                                     uint64_t len)
+{
+	struct body *b = body_new(n, h, start);
+	struct MHD_Response *r;
+
+	if (!b)
+		return NULL;
+	r = MHD_create_response_from_callback(len, block_of(n), body_read, b,
 	                                      body_free);
+	if (!r) {
+		body_unmap(b);
+		free(b);
+	}
+	return r;
+}
+
+/*
+ * The multipart/byteranges response of rs's several ranges of n's chunk;
+ * takes h (NULL: not). Every chunk's parts are read as a repacked body's
+ * are (pread() into the response's buffer, BLOCK bytes per callback),
+ * also a dense one's: libmicrohttpd sends one file per response, and the
+ * parts' headers lie between its ranges.
+ */
+static struct MHD_Response *parts_of(const struct td__http_node *n,
+                                     struct hold *h,
+                                     const struct td__http_ranges *rs)
+{
+	struct body *b = body_new(n, h, 0);
+	struct MHD_Response *r;
+
+	if (!b)
+		return NULL;
+	r = td__http_multipart(rs, n->w.len, "application/octet-stream",
+	                       body_read, b, body_free, block_of(n));
 	if (!r) {
 		body_unmap(b);
 		free(b);
@@ -641,51 +683,53 @@ enum MHD_Result td__http_chunk(struct MHD_Connection *c,
                                struct td__http_node *n, void **con_cls)
 {
 	struct MHD_Response *r = NULL;
+	struct td__http_ranges rs;
 	enum MHD_Result res;
-	uint64_t a = 0, len = 0, version = 0, ring_id = 0;
+	uint64_t version = 0, ring_id = 0;
 	char etag[TD_WIRE_MAX_NAME + 80];
 	const char *why;
 	unsigned code;
 	struct hold *h = lease(n, &version, &ring_id, &code, &why);
-	int rg, fd;
+	int rg, fd = -1;
 
 	if (!h)
 		return td__http_text(c, code, why);
 	etag_of(etag, sizeof(etag), n, version, ring_id);
-	rg = td__http_conditions(c, n->w.len, etag, &a, &len, &res);
+	rg = td__http_conditions(c, n->w.len, etag, &rs, &res);
 	if (rg < 0) {
 		td__http_hold_drop(h);
 		return res;
 	}
-	if (n->repack || n->w.layout != TD_ZARR_DENSE) {
-		/* the response owns h from here, and drops it when freed */
-		r = repacked(n, h, a, len);
-		if (!r) {
-			td__http_hold_drop(h);
-			return td__http_text(c, MHD_HTTP_SERVICE_UNAVAILABLE,
-			                     "the chunk's planes cannot be "
-			                     "read now; retry\n");
-		}
-	} else if ((fd = fcntl(n->fd[0], F_DUPFD_CLOEXEC, 3)) >= 0) {
-		/* MHD owns (and closes) fd; sendfile() reads it at an
-		 * offset. h stays with the request (on_completed). */
-		r = MHD_create_response_from_fd_at_offset64(len, fd,
-		                                            n->off[0] + a);
-		if (!r)
-			close(fd);
-		else
-			*con_cls = h;
-	} else {
+	/* the response owns h from here (repacked, parts), and drops it
+	 * when freed */
+	if (rs.count > 1)
+		r = parts_of(n, h, &rs);
+	else if (n->repack || n->w.layout != TD_ZARR_DENSE)
+		r = repacked(n, h, rs.a[0], rs.n[0]);
+	else if ((fd = fcntl(n->fd[0], F_DUPFD_CLOEXEC, 3)) < 0) {
 		td__http_hold_drop(h);
 		return td__http_text(c, MHD_HTTP_SERVICE_UNAVAILABLE,
 		                     "out of descriptors\n");
+	} else {
+		/* MHD owns (and closes) fd; sendfile() reads it at an
+		 * offset. h stays with the request (on_completed). */
+		r = MHD_create_response_from_fd_at_offset64(rs.n[0], fd,
+		                                            n->off[0] + rs.a[0]);
+		if (!r) {
+			close(fd);
+			td__http_hold_drop(h);
+			return MHD_NO;
+		}
+		*con_cls = h;
 	}
 	if (!r) {
 		td__http_hold_drop(h);
-		return MHD_NO;
+		return td__http_text(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+		                     "the chunk's planes cannot be read now; "
+		                     "retry\n");
 	}
 	return td__http_queue(c,
-	                      td__http_finish(r, rg, a, len, n->w.len,
+	                      td__http_finish(r, rg, &rs, n->w.len,
 	                                      "application/octet-stream", etag),
 	                      r);
 }

@@ -51,45 +51,146 @@ static bool other_unit(const char *h)
 	return n && h[n] == '=';
 }
 
-int td__http_range_parse(const char *h, uint64_t len, uint64_t *a,
-                         uint64_t *n)
+/* Range k of r: [a, a + n), in the request's order. */
+static void range_put(struct td__http_ranges *r, uint64_t a, uint64_t n)
 {
-	uint64_t x = 0, y = 0;
+	r->a[r->count] = a;
+	r->n[r->count++] = n;
+}
 
-	if (!h)
-		return 0;
-	/* a unit other than bytes: ignored, the whole body (RFC 9110 14.2:
-	 * MUST); the unit is case-insensitive; one range only */
-	if (strncasecmp(h, "bytes=", 6))
-		return other_unit(h) ? 0 : -1;
-	if (strchr(h, ','))
-		return -1;
-	h += 6;
-	h += strspn(h, " \t"); /* a range-set is a list: OWS before it */
+/*
+ * One range-spec at h (RFC 9110 14.1.1) against len bytes: a satisfiable
+ * one is added to r (an end past the body clamped, as is a suffix longer
+ * than it), an unsatisfiable one (a start at or past the end, a suffix of
+ * 0, any range of an empty body) is dropped; past it, or NULL when it is
+ * malformed (no digits, "b < a").
+ */
+static const char *range_spec(const char *h, uint64_t len,
+                              struct td__http_ranges *r)
+{
+	const char *e;
+	uint64_t x, y;
+
 	if (*h == '-') {
 		/* the last y bytes */
 		h = digits(h + 1, &y);
-		if (!h || !at_end(h) || !y || !len)
-			return -1;
-		*n = y < len ? y : len;
-		*a = len - *n;
-		return 1;
+		if (y > len)
+			y = len;
+		if (h && y)
+			range_put(r, len - y, y);
+		return h;
 	}
 	h = digits(h, &x);
-	if (!h || *h != '-' || x >= len)
-		return -1;
-	h++;
-	if (at_end(h)) {
-		y = len - 1;
+	if (!h || *h != '-')
+		return NULL;
+	e = digits(++h, &y);
+	if (!e) {
+		y = UINT64_MAX; /* "x-": to the end */
+	} else if (y < x) {
+		return NULL;
 	} else {
-		h = digits(h, &y);
-		if (!h || !at_end(h) || y < x)
-			return -1;
-		if (y >= len)
-			y = len - 1;
+		h = e;
 	}
-	*a = x;
-	*n = y - x + 1;
+	if (x < len)
+		range_put(r, x, (y < len ? y : len - 1) - x + 1);
+	return h;
+}
+
+void td__http_ranges_add(struct td__http_ranges *r, const char *h,
+                         uint64_t len)
+{
+	unsigned here = 0;
+
+	if (!h || r->ignore || r->bad)
+		return;
+	r->lines++;
+	/* a unit other than bytes: ignored, the whole body (RFC 9110 14.2:
+	 * MUST); the unit is case-insensitive */
+	if (strncasecmp(h, "bytes=", 6)) {
+		if (other_unit(h))
+			r->ignore = true;
+		else
+			r->bad = true;
+		return;
+	}
+	/* a range-set is a list (RFC 9110 5.6.1): OWS around its elements,
+	 * and empty ones, which do not count */
+	for (h += 6;;) {
+		h += strspn(h, " \t");
+		if (*h == ',') {
+			h++;
+			continue;
+		}
+		if (!*h)
+			break;
+		/* too many to serve: the whole body */
+		if (++r->specs > TD__HTTP_MAX_RANGES) {
+			r->ignore = true;
+			return;
+		}
+		here++;
+		h = range_spec(h, len, r);
+		if (h)
+			h += strspn(h, " \t");
+		if (!h || (*h && *h != ',')) {
+			r->bad = true;
+			return;
+		}
+	}
+	if (!here)
+		r->bad = true; /* "bytes=" alone: no range-set */
+}
+
+/*
+ * Coalesce r's ranges that overlap or touch (RFC 9110 14.6 allows it,
+ * whatever their order): each group becomes one range, placed where its
+ * first range came in the request, so ranges that stand alone keep the
+ * request's order (15.3.7.2). At most TD__HTTP_MAX_RANGES: a few compares.
+ */
+static void coalesce(struct td__http_ranges *r)
+{
+	unsigned idx[TD__HTTP_MAX_RANGES], first[TD__HTTP_MAX_RANGES];
+	uint64_t ga[TD__HTTP_MAX_RANGES], gend[TD__HTTP_MAX_RANGES];
+	unsigned groups = 0, count = r->count;
+
+	/* the ranges by start (insertion sort, stable) */
+	for (unsigned i = 0; i < count; i++) {
+		unsigned k = i;
+
+		for (; k > 0 && r->a[idx[k - 1]] > r->a[i]; k--)
+			idx[k] = idx[k - 1];
+		idx[k] = i;
+	}
+	for (unsigned i = 0; i < count; i++) {
+		unsigned j = idx[i];
+		uint64_t end = r->a[j] + r->n[j];
+
+		if (groups && r->a[j] <= gend[groups - 1]) {
+			if (end > gend[groups - 1])
+				gend[groups - 1] = end;
+			if (j < first[groups - 1])
+				first[groups - 1] = j;
+			continue;
+		}
+		ga[groups] = r->a[j];
+		gend[groups] = end;
+		first[groups++] = j;
+	}
+	/* the groups back in the order their first ranges were asked */
+	r->count = 0;
+	for (unsigned i = 0; i < count; i++)
+		for (unsigned g = 0; g < groups; g++)
+			if (first[g] == i)
+				range_put(r, ga[g], gend[g] - ga[g]);
+}
+
+int td__http_ranges_end(struct td__http_ranges *r)
+{
+	if (!r->lines || r->ignore)
+		return 0;
+	if (r->bad || !r->count)
+		return -1;
+	coalesce(r);
 	return 1;
 }
 

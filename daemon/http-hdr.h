@@ -12,13 +12,44 @@
 #include <stdint.h>
 
 /*
- * A Range header h (NULL: absent) against a body of len bytes (RFC 9110):
- * 0 none (or a unit other than bytes, which RFC 9110 14.2 says to ignore),
- * 1 a satisfiable range in [*a, *a + *n), -1 unsatisfiable (or a form this
- * server does not serve: several ranges).
+ * The most range-specs a Range may hold and be served: past that it is
+ * ignored and the whole body sent (RFC 9110 14.2 lets a server ignore
+ * Range; 14.6 and 17.15 warn of many small or overlapping ranges), so a
+ * request cannot make the store produce more than this many parts, each
+ * a few hundred bytes of headers, whatever the header's length.
  */
-int td__http_range_parse(const char *h, uint64_t len, uint64_t *a,
-                         uint64_t *n);
+#define TD__HTTP_MAX_RANGES 32
+
+/* The Range field lines of a request, as td__http_ranges_add() reads
+ * them (zeroed first). */
+struct td__http_ranges {
+	unsigned lines; /* Range field lines seen */
+	unsigned specs; /* range-specs seen, satisfiable or not */
+	bool ignore;    /* another unit, or more than TD__HTTP_MAX_RANGES */
+	bool bad;       /* a malformed range-set */
+	unsigned count; /* the satisfiable ranges: [a[k], a[k] + n[k]) */
+	uint64_t a[TD__HTTP_MAX_RANGES], n[TD__HTTP_MAX_RANGES];
+};
+
+/*
+ * Add a Range field line h (NULL: none) against a body of len bytes (RFC
+ * 9110 14.1, 14.2): "bytes=" and a list of range-specs "a-b", "a-", "-n"
+ * (digits only, the unit in any case, OWS and empty elements around
+ * them). Several lines are one list, as RFC 9110 5.3 combines them. A
+ * satisfiable range is taken, clamped to the body; an unsatisfiable one
+ * (a start at or past the end, "-0") is dropped.
+ */
+void td__http_ranges_add(struct td__http_ranges *r, const char *h,
+                         uint64_t len);
+/*
+ * What to send once every line is added: 0 the whole body (no Range, a
+ * unit other than bytes, which RFC 9110 14.2 says to ignore, or more than
+ * TD__HTTP_MAX_RANGES range-specs); -1 416 (a malformed range-set, or no
+ * range satisfiable); 1 r->count ranges, each inside the body and not
+ * empty, overlapping or touching ones coalesced into one, so none
+ * overlaps or touches another, in the order the request named them.
+ */
+int td__http_ranges_end(struct td__http_ranges *r);
 /* Whether If-None-Match (NULL: absent) names etag: "*", or a list of
  * tags compared weakly (RFC 9110). */
 bool td__http_etag_matches(const char *inm, const char *etag);

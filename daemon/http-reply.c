@@ -13,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 struct td__http_stats td__http_stats;
 const unsigned td__http_codes[TD__HTTP_CODES] = {200, 206, 304, 404, 405, 416};
@@ -89,22 +92,28 @@ enum MHD_Result td__http_text(struct MHD_Connection *c, unsigned code,
 	return td__http_queue(c, code, r);
 }
 
-static enum MHD_Result count_range(void *cls, enum MHD_ValueKind kind,
-                                   const char *key, const char *value)
+struct range_lines {
+	struct td__http_ranges *rs;
+	uint64_t len;
+};
+
+static enum MHD_Result add_range(void *cls, enum MHD_ValueKind kind,
+                                 const char *key, const char *value)
 {
+	struct range_lines *rl = cls;
+
 	(void)kind;
-	(void)value;
 	if (!strcasecmp(key, "Range"))
-		(*(unsigned *)cls)++;
+		td__http_ranges_add(rl->rs, value, rl->len);
 	return MHD_YES;
 }
 
-/* td__http_range_parse() (http-hdr.h) of c's Range header; 0 (the whole
- * body) when an If-Range does not name etag. */
+/* td__http_ranges_end() (http-hdr.h) of c's Range lines into *rs; 0 (the
+ * whole body) when an If-Range does not name etag. */
 static int range(struct MHD_Connection *c, uint64_t len, const char *etag,
-                 uint64_t *a, uint64_t *n)
+                 struct td__http_ranges *rs)
 {
-	unsigned lines = 0;
+	struct range_lines rl = {rs, len};
 
 	/* an If-Range naming another version: the whole body (RFC 9110
 	 * 13.1.5), never a slice of this one spliced onto the old */
@@ -112,15 +121,11 @@ static int range(struct MHD_Connection *c, uint64_t len, const char *etag,
 	                                                   "If-Range"),
 	                       etag))
 		return 0;
-	/* Range is one value: two lines are "a, b" (RFC 9110 5.3), several
-	 * ranges, which this server does not serve; libmicrohttpd's lookup
-	 * would give the first alone */
-	MHD_get_connection_values(c, MHD_HEADER_KIND, count_range, &lines);
-	if (lines > 1)
-		return -1;
-	return td__http_range_parse(
-	        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Range"), len,
-	        a, n);
+	/* Range is one value: two lines are "a, b" (RFC 9110 5.3), the
+	 * ranges of both; libmicrohttpd's lookup would give the first alone,
+	 * its iteration gives every line in order */
+	MHD_get_connection_values(c, MHD_HEADER_KIND, add_range, &rl);
+	return td__http_ranges_end(rs);
 }
 
 /* The reader of a 304's response, which libmicrohttpd never calls: a
@@ -164,7 +169,7 @@ static enum MHD_Result unsatisfiable(struct MHD_Connection *c, uint64_t len)
 }
 
 int td__http_conditions(struct MHD_Connection *c, uint64_t len,
-                        const char *etag, uint64_t *a, uint64_t *n,
+                        const char *etag, struct td__http_ranges *rs,
                         enum MHD_Result *res)
 {
 	int rg;
@@ -184,34 +189,181 @@ int td__http_conditions(struct MHD_Connection *c, uint64_t len,
 		*res = not_modified(c, len, etag);
 		return -1;
 	}
-	*a = 0;
-	rg = range(c, len, etag, a, n);
+	memset(rs, 0, sizeof(*rs));
+	rg = range(c, len, etag, rs);
 	if (rg < 0) {
 		*res = unsatisfiable(c, len);
 		return -1;
 	}
-	if (rg == 0)
-		*n = len;
+	if (rg == 0) {
+		rs->count = 1;
+		rs->a[0] = 0;
+		rs->n[0] = len;
+	}
 	return rg;
 }
 
 /* Add Content-Range and the common headers; 200 or 206. */
-unsigned td__http_finish(struct MHD_Response *r, int ranged, uint64_t a,
-                         uint64_t n, uint64_t len, const char *type,
-                         const char *etag)
+unsigned td__http_finish(struct MHD_Response *r, int ranged,
+                         const struct td__http_ranges *rs, uint64_t len,
+                         const char *type, const char *etag)
 {
 	char cr[96];
 
 	MHD_add_response_header(r, "Accept-Ranges", "bytes");
-	MHD_add_response_header(r, "Content-Type", type);
 	if (etag)
 		MHD_add_response_header(r, "ETag", etag);
-	if (!ranged)
+	if (!ranged) {
+		MHD_add_response_header(r, "Content-Type", type);
 		return MHD_HTTP_OK;
-	snprintf(cr, sizeof(cr), "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, a,
-	         a + n - 1, len);
+	}
+	/* several parts: td__http_multipart() set the Content-Type, and
+	 * each part has its own type and range */
+	if (rs->count > 1)
+		return MHD_HTTP_PARTIAL_CONTENT;
+	MHD_add_response_header(r, "Content-Type", type);
+	snprintf(cr, sizeof(cr), "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64,
+	         rs->a[0], rs->a[0] + rs->n[0] - 1, len);
 	MHD_add_response_header(r, "Content-Range", cr);
 	return MHD_HTTP_PARTIAL_CONTENT;
+}
+
+/* ---- multipart/byteranges (RFC 9110 14.6) ---- */
+
+/*
+ * The body of a 206 of several ranges: before part k, at[k], its headers
+ * (text[hoff[k]], hlen[k] bytes), then its n[k] bytes, read from the
+ * representation at a[k]; after the last, the closing delimiter
+ * (at[count]). Only the representation's reader touches its bytes: no
+ * part is ever assembled in memory.
+ */
+struct parts {
+	td__http_reader *read;
+	void *cls;
+	void (*free_cls)(void *);
+	unsigned count;
+	uint64_t a[TD__HTTP_MAX_RANGES], n[TD__HTTP_MAX_RANGES];
+	uint64_t at[TD__HTTP_MAX_RANGES + 1], total;
+	size_t hoff[TD__HTTP_MAX_RANGES + 1], hlen[TD__HTTP_MAX_RANGES + 1];
+	char text[];
+};
+
+static ssize_t parts_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct parts *p = cls;
+	size_t done = 0;
+
+	while (done < max && pos < p->total) {
+		unsigned k = p->count;
+		uint64_t in, m;
+
+		while (k > 0 && p->at[k] > pos)
+			k--;
+		in = pos - p->at[k];
+		if (in < p->hlen[k]) {
+			m = p->hlen[k] - in;
+			if (m > max - done)
+				m = max - done;
+			memcpy(buf + done, p->text + p->hoff[k] + in, m);
+		} else {
+			in -= p->hlen[k];
+			m = p->n[k] - in;
+			if (m > max - done)
+				m = max - done;
+			if (p->read(p->cls, p->a[k] + in, buf + done, m) !=
+			    (ssize_t)m)
+				return MHD_CONTENT_READER_END_WITH_ERROR;
+		}
+		done += m;
+		pos += m;
+	}
+	return done ? (ssize_t)done : MHD_CONTENT_READER_END_OF_STREAM;
+}
+
+static void parts_free(void *cls)
+{
+	struct parts *p = cls;
+
+	p->free_cls(p->cls);
+	free(p);
+}
+
+/* A boundary no body holds but by chance (RFC 2046 5.1.1): 128 random
+ * bits, new for each response, so no publisher can put it in a tensor. */
+static void boundary(char *out, size_t cap)
+{
+	static uint64_t seq;
+	uint64_t r[2] = {0, 0};
+
+	if (getrandom(r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r)) {
+		/* no entropy yet (early boot): unique in this run at least */
+		r[0] ^= (uint64_t)time(NULL) << 20 ^ (uint64_t)getpid();
+		r[1] ^= ++seq;
+	}
+	snprintf(out, cap, "td-%016" PRIx64 "%016" PRIx64, r[0], r[1]);
+}
+
+/* The headers of part k (k == count: the closing delimiter) into out
+ * (NULL: only measured); their length. */
+static size_t part_head(char *out, size_t cap, const char *b, unsigned k,
+                        const struct td__http_ranges *rs, uint64_t len,
+                        const char *type)
+{
+	const char *nl = k ? "\r\n" : "";
+
+	if (k == rs->count)
+		return (size_t)snprintf(out, cap, "\r\n--%s--\r\n", b);
+	return (size_t)snprintf(out, cap,
+	                        "%s--%s\r\nContent-Type: %s\r\n"
+	                        "Content-Range: bytes %" PRIu64 "-%" PRIu64
+	                        "/%" PRIu64 "\r\n\r\n",
+	                        nl, b, type, rs->a[k], rs->a[k] + rs->n[k] - 1,
+	                        len);
+}
+
+struct MHD_Response *td__http_multipart(const struct td__http_ranges *rs,
+                                        uint64_t len, const char *type,
+                                        td__http_reader *read, void *cls,
+                                        void (*free_cls)(void *),
+                                        size_t block)
+{
+	struct MHD_Response *r;
+	struct parts *p;
+	size_t size = 0, off = 0;
+	char b[40], ct[80];
+
+	boundary(b, sizeof(b));
+	for (unsigned k = 0; k <= rs->count; k++)
+		size += part_head(NULL, 0, b, k, rs, len, type) + 1;
+	p = calloc(1, sizeof(*p) + size);
+	if (!p)
+		return NULL;
+	p->read = read;
+	p->cls = cls;
+	p->free_cls = free_cls;
+	p->count = rs->count;
+	for (unsigned k = 0; k <= rs->count; k++) {
+		p->at[k] = p->total;
+		p->hoff[k] = off;
+		p->hlen[k] = part_head(p->text + off, size - off, b, k, rs, len,
+		                       type);
+		off += p->hlen[k];
+		p->total += p->hlen[k];
+		if (k < rs->count) {
+			p->a[k] = rs->a[k];
+			p->n[k] = rs->n[k];
+			p->total += rs->n[k];
+		}
+	}
+	r = MHD_create_response_from_callback(p->total, block, parts_read, p,
+	                                      parts_free);
+	if (!r) {
+		free(p);
+		return NULL;
+	}
+	snprintf(ct, sizeof(ct), "multipart/byteranges; boundary=%s", b);
+	MHD_add_response_header(r, "Content-Type", ct);
+	return r;
 }
 
 enum MHD_Result td__http_preflight(struct MHD_Connection *c)

@@ -84,13 +84,20 @@ static void text_etag(char *out, size_t cap, const char *t, size_t len)
 		 h.low64);
 }
 
+/* A text's bytes for its multipart body (td__http_reader). */
+static ssize_t text_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	memcpy(buf, (const char *)cls + pos, max);
+	return (ssize_t)max;
+}
+
 /* A JSON text (malloc'ed, taken; NULL: out of memory) as the body. */
 static enum MHD_Result text_body(struct MHD_Connection *c, char *t,
 				 size_t len)
 {
+	struct td__http_ranges rs;
 	struct MHD_Response *r;
 	enum MHD_Result res;
-	uint64_t a = 0, n = 0;
 	char etag[40];
 	int rg;
 
@@ -98,20 +105,28 @@ static enum MHD_Result text_body(struct MHD_Connection *c, char *t,
 		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
 				     "out of memory\n");
 	text_etag(etag, sizeof(etag), t, len);
-	rg = td__http_conditions(c, len, etag, &a, &n, &res);
+	rg = td__http_conditions(c, len, etag, &rs, &res);
 	if (rg < 0) {
 		free(t);
 		return res;
 	}
-	/* the slice moves to the front of the same allocation */
-	memmove(t, t + a, n);
-	r = MHD_create_response_from_buffer(n, t, MHD_RESPMEM_MUST_FREE);
+	if (rs.count > 1) {
+		/* the parts are read from the text, which the response
+		 * frees */
+		r = td__http_multipart(&rs, len, "application/json", text_read,
+				       t, free, 64u << 10);
+	} else {
+		/* the slice moves to the front of the same allocation */
+		memmove(t, t + rs.a[0], rs.n[0]);
+		r = MHD_create_response_from_buffer(rs.n[0], t,
+						    MHD_RESPMEM_MUST_FREE);
+	}
 	if (!r) {
 		free(t);
 		return MHD_NO;
 	}
 	return td__http_queue(c,
-			      td__http_finish(r, rg, a, n, len,
+			      td__http_finish(r, rg, &rs, len,
 					      "application/json", etag),
 			      r);
 }

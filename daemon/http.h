@@ -6,7 +6,8 @@
  *   http-body.c   what is exported and the chunk bodies: by sendfile()
  *                 from a dense memfd plane, or repacked (pread into the
  *                 response's buffer) from strided, planar and ring ones
- *   http-reply.c  replies: status counts, Range, common headers, CORS
+ *   http-reply.c  replies: status counts, Range (several ranges as a
+ *                 multipart/byteranges body), common headers, CORS
  */
 #ifndef TD_DAEMON_HTTP_H
 #define TD_DAEMON_HTTP_H
@@ -51,16 +52,36 @@ enum MHD_Result td__http_preflight(struct MHD_Connection *c);
  * The conditions of a GET or HEAD of len bytes whose ETag is etag, in RFC
  * 9110 13.2.2's order: a failed If-Match (412), a matching If-None-Match
  * (304), a Range that cannot be met (416) are answered here (*res, -1).
- * Otherwise the bytes to send are [*a, *a + *n): 1 for a Range's slice,
- * 0 for the whole body.
+ * Otherwise the bytes to send are rs's ranges: 0, the whole body (one
+ * range, [0, len)); 1, the ranges of a Range (rs->count of them, a
+ * multipart/byteranges body when more than one: td__http_multipart()).
  */
 int td__http_conditions(struct MHD_Connection *c, uint64_t len,
-                        const char *etag, uint64_t *a, uint64_t *n,
+                        const char *etag, struct td__http_ranges *rs,
                         enum MHD_Result *res);
-/* Content-Range (ranged) and the common headers; 200 or 206. */
-unsigned td__http_finish(struct MHD_Response *r, int ranged, uint64_t a,
-                         uint64_t n, uint64_t len, const char *type,
-                         const char *etag);
+/* Content-Range (one range) and the common headers; 200 or 206. */
+unsigned td__http_finish(struct MHD_Response *r, int ranged,
+                         const struct td__http_ranges *rs, uint64_t len,
+                         const char *type, const char *etag);
+/*
+ * A representation's bytes [pos, pos + max), max of them into buf, or
+ * MHD_CONTENT_READER_END_WITH_ERROR (the connection is then closed).
+ */
+typedef ssize_t td__http_reader(void *cls, uint64_t pos, char *buf,
+                                size_t max);
+/*
+ * The 206 body of rs's several ranges of a len-byte representation of
+ * type, as multipart/byteranges (RFC 9110 14.6): a random boundary, each
+ * part with Content-Type and Content-Range, the Content-Length of the
+ * whole; read() gives the parts' bytes, block bytes per callback, never
+ * a copy of them all. Its Content-Type is set; takes cls (free_cls() when
+ * the response is freed), except when it returns NULL.
+ */
+struct MHD_Response *td__http_multipart(const struct td__http_ranges *rs,
+                                        uint64_t len, const char *type,
+                                        td__http_reader *read, void *cls,
+                                        void (*free_cls)(void *),
+                                        size_t block);
 
 /* ---- http-body.c ---- */
 

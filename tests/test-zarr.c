@@ -11,11 +11,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
@@ -1276,7 +1278,7 @@ static size_t exchange(int fd, const char *req, char **resp)
 static size_t http(const char *method, const char *path, const char *hdrs,
                    char **resp)
 {
-	char req[1024];
+	char req[2048];
 
 	snprintf(req, sizeof(req),
 	         "%s %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n%s\r\n",
@@ -1716,6 +1718,99 @@ static unsigned long long metric_value(const char *m, const char *line)
 	p = strstr(m, l);
 	cr_assert(p, "no %s in:\n%s", line, m);
 	return strtoull(p + strlen(l), NULL, 10);
+}
+
+/* The value of header `name` ("Name: ") in resp's header section
+ * (malloc'ed), or NULL. */
+static char *header_of(const char *resp, const char *name)
+{
+	const char *end = strstr(resp, "\r\n\r\n");
+	size_t nl = strlen(name);
+
+	cr_assert(end, "%s", resp);
+	for (const char *p = strstr(resp, "\r\n"); p && p < end;
+	     p = strstr(p + 2, "\r\n"))
+		if (!strncasecmp(p + 2, name, nl))
+			return strndup(p + 2 + nl, strcspn(p + 2 + nl, "\r"));
+	return NULL;
+}
+
+/*
+ * resp (rlen bytes, a GET's; a HEAD's when head) must be a 206 of the
+ * count ranges [a[k], a[k] + n[k]) of whole (len bytes, of type) as
+ * multipart/byteranges (RFC 9110 14.6, RFC 2046 5.1.1), parts in that
+ * order: the boundary read from its Content-Type (1 to 70 characters of
+ * bchars), the body built here from it -- each part a delimiter,
+ * Content-Type, Content-Range and exactly its bytes, then the close
+ * delimiter -- and compared byte for byte, its length with
+ * Content-Length; the whole response has no Content-Range of its own,
+ * and the boundary is nowhere in whole.
+ */
+static void assert_parts(const char *resp, size_t rlen, bool head,
+                         const uint8_t *whole, uint64_t len, const char *type,
+                         const uint64_t *a, const uint64_t *n, unsigned count)
+{
+	static const char pre[] = "multipart/byteranges; boundary=";
+	char *ct = header_of(resp, "Content-Type: "),
+	     *cl = header_of(resp, "Content-Length: "),
+	     *cr = header_of(resp, "Content-Range: "), *exp;
+	const char *b, *body = body_of(resp);
+	size_t bl, cap = 64, got = 0;
+
+	cr_assert_eq(status_of(resp), 206, "%s", resp);
+	cr_assert(ct && cl, "%s", resp);
+	cr_assert(!cr, "%s", resp);
+	cr_assert(!strncmp(ct, pre, sizeof(pre) - 1), "%s", ct);
+	b = ct + sizeof(pre) - 1;
+	bl = strlen(b);
+	cr_assert(bl >= 1 && bl <= 70 &&
+	                  strspn(b, "abcdefghijklmnopqrstuvwxyz"
+	                            "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	                            "0123456789'()+_,-./:=?") == bl,
+	          "a boundary of RFC 2046: %s", b);
+	cr_assert(!memmem(whole, len, b, bl), "the boundary is in the body");
+	for (unsigned k = 0; k < count; k++)
+		cap += 160 + strlen(type) + bl + n[k];
+	exp = malloc(cap);
+	cr_assert(exp);
+	for (unsigned k = 0; k < count; k++) {
+		cr_assert(n[k] && a[k] + n[k] <= len);
+		got += (size_t)snprintf(exp + got, cap - got,
+		                        "%s--%s\r\nContent-Type: %s\r\n"
+		                        "Content-Range: bytes %" PRIu64
+		                        "-%" PRIu64 "/%" PRIu64 "\r\n\r\n",
+		                        k ? "\r\n" : "", b, type, a[k],
+		                        a[k] + n[k] - 1, len);
+		memcpy(exp + got, whole + a[k], n[k]);
+		got += n[k];
+	}
+	got += (size_t)snprintf(exp + got, cap - got, "\r\n--%s--\r\n", b);
+	cr_assert_eq(strtoull(cl, NULL, 10), got, "Content-Length %s, body %zu",
+	             cl, got);
+	if (head) {
+		cr_assert_eq(rlen, (size_t)(body - resp), "HEAD has no body");
+	} else {
+		cr_assert_eq(rlen - (size_t)(body - resp), got, "%s", resp);
+		cr_assert(!memcmp(body, exp, got), "got:\n%s\nwanted:\n%s",
+		          body, exp);
+	}
+	free(exp);
+	free(ct);
+	free(cl);
+}
+
+/* GET (or HEAD) path with hdrs: must be the multipart 206 of the count
+ * ranges a/n of whole. */
+static void parts_are(const char *method, const char *path, const char *hdrs,
+                      const uint8_t *whole, uint64_t len, const char *type,
+                      const uint64_t *a, const uint64_t *n, unsigned count)
+{
+	char *resp;
+	size_t rlen = http(method, path, hdrs, &resp);
+
+	assert_parts(resp, rlen, !strcmp(method, "HEAD"), whole, len, type,
+	             a, n, count);
+	free(resp);
 }
 
 /* A 64 MiB tensor of one byte value. */
@@ -2792,6 +2887,26 @@ Test(http, repacked_chunks_are_what_export_writes, .init = start_http,
 	http("GET", "/zarr/rep_ring/c/0/0", "Range: bytes=24-\r\n", &out);
 	cr_assert_eq(status_of(out), 416, "%s", out);
 	free(out);
+	/* several ranges of repacked bytes: parts read as the body is,
+	 * across rows, planes and a ring's two planes */
+	{
+		const uint64_t pa[] = {3, 30}, pn[] = {7, 10}, la[] = {5, 20},
+		               ln[] = {6, 4}, ra[] = {20, 0}, rn[] = {4, 13};
+
+		parts_are("GET", "/zarr/rep_pitch/c/0/0",
+		          "Range: bytes=3-9,30-\r\n", pitch, sizeof(pitch),
+		          "application/octet-stream", pa, pn, 2);
+		parts_are("GET", "/zarr/rep_planar/c/0/0/0",
+		          "Range: bytes=5-10,-4\r\n", planar, sizeof(planar),
+		          "application/octet-stream", la, ln, 2);
+		parts_are("GET", "/zarr/rep_ring/c/0/0",
+		          "Range: bytes=-4,0-12\r\n", ringb, sizeof(ringb),
+		          "application/octet-stream", ra, rn, 2);
+		parts_are("GET", "/zarr/rep_transposed/c/0/0",
+		          "Range: bytes=0-0,11-11\r\n", tr, sizeof(tr),
+		          "application/octet-stream", (const uint64_t[]){0, 11},
+		          (const uint64_t[]){1, 1}, 2);
+	}
 	len = http("HEAD", "/zarr/rep_transposed/c/0/0", NULL, &out);
 	cr_assert(strstr(out, "Content-Length: 12\r\n"), "%s", out);
 	cr_assert_eq(len, (size_t)(body_of(out) - out), "HEAD has no body");
@@ -3472,10 +3587,12 @@ Test(http, if_range_and_if_match_name_one_version, .init = start_http,
 	http("GET", "/zarr/cond/c/0", hdr, &resp);
 	cr_assert_eq(status_of(resp), 206, "%s", resp);
 	free(resp);
-	/* two Range lines are two ranges: not the first alone */
+	/* two Range lines are two ranges: not the first alone (they were
+	 * a 416: http::several_ranges_are_multipart_byteranges) */
 	http("GET", "/zarr/cond/c/0", "Range: bytes=0-1\r\nRange: bytes=5-6\r\n",
 	     &resp);
-	cr_assert_eq(status_of(resp), 416, "%s", resp);
+	cr_assert_eq(status_of(resp), 206, "%s", resp);
+	cr_assert(strstr(resp, "multipart/byteranges; boundary="), "%s", resp);
 	free(resp);
 	snprintf(hdr, sizeof(hdr), "If-Match: \"x\", %s\r\n", tag);
 	http("GET", "/zarr/cond/c/0", hdr, &resp);
@@ -3523,6 +3640,195 @@ Test(http, if_range_and_if_match_name_one_version, .init = start_http,
 	cr_assert_eq(status_of(resp), 200, "%s", resp);
 	free(resp);
 	free(tag);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/* A u8 tensor of len bytes, no two neighbours equal (byte i is
+ * (31 i + 7) mod 256), into *whole (malloc'ed) as a GET reads it. */
+static uint8_t *put_ramp(const char *name, size_t len)
+{
+	uint8_t *p = malloc(len);
+	char path[160];
+
+	cr_assert(p);
+	for (size_t i = 0; i < len; i++)
+		p[i] = (uint8_t)(31 * i + 7);
+	snprintf(path, sizeof(path), "%s/ramp.bin", zt_dir);
+	zt_put_file(path, p, len);
+	zt_ok("put %s --dtype u8 --shape %zu %s", name, len, path);
+	return p;
+}
+
+/* GET path with hdrs: must be a 206 of the one range [a, a + n). */
+static void one_part_is(const char *path, const char *hdrs,
+                        const uint8_t *whole, uint64_t len, uint64_t a,
+                        uint64_t n)
+{
+	char *resp, want[96], cl[64];
+	size_t rlen = http("GET", path, hdrs, &resp);
+
+	snprintf(want, sizeof(want),
+	         "\r\nContent-Range: bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64
+	         "\r\n",
+	         a, a + n - 1, len);
+	snprintf(cl, sizeof(cl), "\r\nContent-Length: %" PRIu64 "\r\n", n);
+	cr_assert_eq(status_of(resp), 206, "%s: %s", hdrs, resp);
+	cr_assert(strstr(resp, want) && strstr(resp, cl), "%s: %s", hdrs,
+	          resp);
+	cr_assert(!strstr(resp, "multipart"), "%s", resp);
+	cr_assert_eq(rlen - (size_t)(body_of(resp) - resp), n);
+	cr_assert(!memcmp(body_of(resp), whole + a, n), "%s", hdrs);
+	free(resp);
+}
+
+/*
+ * Several ranges (RFC 9110 14.2, 14.6): a 206 of multipart/byteranges,
+ * each part with its type and Content-Range and exactly its bytes, in the
+ * request's order, the unsatisfiable ones dropped and the overlapping or
+ * touching ones coalesced (a single part left is a plain 206); a 416 only
+ * when none is satisfiable; more than 32 range-specs the whole body, 200.
+ * Two Range lines are one list. HEAD, If-Range, If-None-Match, If-Match
+ * and metadata keys as for one range, and /metrics counts the 206. They
+ * were all a 416, which says that no range overlaps the body.
+ */
+Test(http, several_ranges_are_multipart_byteranges, .init = start_http,
+     .fini = stop)
+{
+	static const char path[] = "/zarr/mr/c/0",
+	                  oct[] = "application/octet-stream";
+	static const struct {
+		const char *hdrs;
+		unsigned count;
+		uint64_t a[3], n[3];
+	} multi[] = {
+	        {"Range: bytes=0-9,20-29\r\n", 2, {0, 20}, {10, 10}},
+	        {"Range: bytes=0-9\r\nRange: bytes=20-29\r\n", 2, {0, 20},
+	         {10, 10}},
+	        /* the request's order, not the body's */
+	        {"Range: bytes=-3, 1-1\r\n", 2, {997, 1}, {3, 1}},
+	        /* overlapping and touching: one part, where its first
+	         * range was asked */
+	        {"Range: bytes=500-509,0-9,5-14,15-19\r\n", 2, {500, 0},
+	         {10, 20}},
+	        {"Range: bytes=900-,-50, 0-0\r\n", 2, {900, 0}, {100, 1}},
+	        /* the unsatisfiable dropped, an empty element skipped,
+	         * an end past the body clamped */
+	        {"Range: bytes=10-19, 2000-, 30-39\r\n", 2, {10, 30}, {10, 10}},
+	        {"Range: bytes=-0,0-3,,5-99999999999999999999999\r\n", 2,
+	         {0, 5}, {4, 995}},
+	        {"Range: bytes=1-2,4-5,7-8\r\n", 3, {1, 4, 7}, {2, 2, 2}},
+	};
+	static const char *const none[] = {
+	        "Range: bytes=1000-,2000-3000,-0\r\n",
+	        "Range: bytes=1000-\r\nRange: bytes=-0\r\n",
+	        /* a malformed element spoils the set, as alone */
+	        "Range: bytes=0-1,x\r\n", "Range: bytes=0-1,5-2\r\n",
+	        "Range: bytes=0-1\r\nRange: bytes 5-6\r\n"};
+	uint64_t a[33], n[33];
+	char *resp, *tag, *m, hdr[1024], *b1, *b2;
+	unsigned long long before;
+	uint8_t *whole = put_ramp("mr", 1000), *json;
+	size_t len, k;
+
+	for (size_t i = 0; i < sizeof(multi) / sizeof(*multi); i++)
+		parts_are("GET", path, multi[i].hdrs, whole, 1000, oct,
+		          multi[i].a, multi[i].n, multi[i].count);
+	/* HEAD: the same headers and length, no body */
+	parts_are("HEAD", path, multi[0].hdrs, whole, 1000, oct, multi[0].a,
+	          multi[0].n, multi[0].count);
+	/* one satisfiable range left, or one after coalescing: a plain
+	 * 206 (RFC 9110 14.6: never a multipart of one range asked) */
+	one_part_is(path, "Range: bytes=0-9,2000-\r\n", whole, 1000, 0, 10);
+	one_part_is(path, "Range: bytes=0-9,10-19\r\n", whole, 1000, 0, 20);
+	one_part_is(path, "Range: bytes=90-,-5\r\n", whole, 1000, 90, 910);
+	one_part_is(path, "Range: bytes=3-5\r\nRange: bytes=4-8\r\n", whole,
+	            1000, 3, 6);
+	for (size_t i = 0; i < sizeof(none) / sizeof(*none); i++) {
+		http("GET", path, none[i], &resp);
+		cr_assert_eq(status_of(resp), 416, "%s: %s", none[i], resp);
+		cr_assert(strstr(resp, "Content-Range: bytes */1000\r\n"),
+		          "%s", resp);
+		free(resp);
+	}
+	/* 32 ranges are served; 33 (on one line or two) the whole body */
+	k = (size_t)snprintf(hdr, sizeof(hdr), "Range: bytes=");
+	for (unsigned i = 0; i < 33; i++) {
+		a[i] = 30 * i;
+		n[i] = 1 + i % 3;
+		k += (size_t)snprintf(hdr + k, sizeof(hdr) - k,
+		                      "%s%" PRIu64 "-%" PRIu64,
+		                      i == 20 ? "\r\nRange: bytes=" : i ? "," : "",
+		                      a[i], a[i] + n[i] - 1);
+		if (i == 31) {
+			snprintf(hdr + k, sizeof(hdr) - k, "\r\n");
+			parts_are("GET", path, hdr, whole, 1000, oct, a, n, 32);
+		}
+	}
+	snprintf(hdr + k, sizeof(hdr) - k, "\r\n");
+	len = http("GET", path, hdr, &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	cr_assert(strstr(resp, "Content-Length: 1000\r\n") &&
+	                  !strstr(resp, "Content-Range"),
+	          "%s", resp);
+	cr_assert_eq(len - (size_t)(body_of(resp) - resp), 1000);
+	cr_assert(!memcmp(body_of(resp), whole, 1000));
+	free(resp);
+	/* each response has a boundary of its own */
+	http("GET", path, multi[0].hdrs, &resp);
+	b1 = header_of(resp, "Content-Type: ");
+	free(resp);
+	http("GET", path, multi[0].hdrs, &resp);
+	b2 = header_of(resp, "Content-Type: ");
+	free(resp);
+	cr_assert(b1 && b2 && strcmp(b1, b2), "%s and %s", b1, b2);
+	free(b1);
+	free(b2);
+	/* the conditions as for one range */
+	http("GET", path, NULL, &resp);
+	tag = etag_in(resp);
+	free(resp);
+	snprintf(hdr, sizeof(hdr), "If-Range: %s\r\n%s", tag, multi[0].hdrs);
+	parts_are("GET", path, hdr, whole, 1000, oct, multi[0].a, multi[0].n,
+	          2);
+	snprintf(hdr, sizeof(hdr), "If-Range: \"x\"\r\n%s", multi[0].hdrs);
+	len = http("GET", path, hdr, &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	cr_assert_eq(len - (size_t)(body_of(resp) - resp), 1000);
+	free(resp);
+	snprintf(hdr, sizeof(hdr), "If-None-Match: %s\r\n%s", tag,
+	         multi[0].hdrs);
+	http("GET", path, hdr, &resp);
+	cr_assert_eq(status_of(resp), 304, "%s", resp);
+	free(resp);
+	snprintf(hdr, sizeof(hdr), "If-Match: \"x\"\r\n%s", multi[0].hdrs);
+	http("GET", path, hdr, &resp);
+	cr_assert_eq(status_of(resp), 412, "%s", resp);
+	free(resp);
+	free(tag);
+	/* a metadata key's parts are of its text, typed as it is */
+	json = (uint8_t *)get_ok("/zarr/mr/zarr.json", &len);
+	{
+		const uint64_t ja[] = {0, len - 1}, jn[] = {1, 1};
+
+		parts_are("GET", "/zarr/mr/zarr.json",
+		          "Range: bytes=0-0,-1\r\n", json, len,
+		          "application/json", ja, jn, 2);
+	}
+	free(json);
+	/* /metrics counts a multipart reply as the 206 it is */
+	m = get_ok("/metrics", &len);
+	before = metric_value(m, "tensord_http_responses_total{code=\"206\"} ");
+	free(m);
+	parts_are("GET", path, multi[0].hdrs, whole, 1000, oct, multi[0].a,
+	          multi[0].n, 2);
+	m = get_ok("/metrics", &len);
+	cr_assert_eq(metric_value(m,
+	                          "tensord_http_responses_total{code=\"206\"} "),
+	             before + 1, "%s", m);
+	/* and every part's lease ended with its response */
+	cr_assert_eq(metric_value(m, "tensord_leases "), 0, "%s", m);
+	free(m);
+	free(whole);
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 

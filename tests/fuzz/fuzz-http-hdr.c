@@ -8,8 +8,10 @@
  * Input: 8 bytes of body length (little-endian; fewer: the input's size),
  * then the Range text, a NUL, the If-None-Match text, a NUL, an entity
  * tag's inside, a NUL, a --http-cors value (absent: ""). A range taken
- * must lie inside the body and not be empty (none is taken only for a
- * unit other than bytes, which is ignored); "*" and the tag itself,
+ * must lie inside the body, not be empty, and neither overlap nor touch
+ * another (none is taken only for a unit other than bytes, which is
+ * ignored, or more than TD__HTTP_MAX_RANGES ranges); the value twice
+ * (two Range lines) gives the same ranges; "*" and the tag itself,
  * alone, weak, or after another tag, must match If-None-Match; If-Match
  * the same but weak; If-Range the tag alone. An Origin is let in only
  * when it is one of the value's origins byte for byte (never with CR or
@@ -28,15 +30,41 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void check_range(const char *h, uint64_t len)
 {
-	uint64_t a = UINT64_MAX, n = UINT64_MAX;
-	int rc = td__http_range_parse(h, len, &a, &n);
+	struct td__http_ranges r, two;
+	int rc;
 
-	/* 0 (ignored) only for another unit than bytes */
-	if (rc != -1 && rc != 1 && (rc != 0 || !strncasecmp(h, "bytes=", 6)))
+	memset(&r, 0, sizeof(r));
+	td__http_ranges_add(&r, h, len);
+	rc = td__http_ranges_end(&r);
+	/* 0 (ignored) only for another unit than bytes, or past the cap */
+	if (rc != -1 && rc != 1 &&
+	    (rc != 0 || (!strncasecmp(h, "bytes=", 6) &&
+	                 r.specs <= TD__HTTP_MAX_RANGES)))
 		abort();
-	if (rc == 1 && (n == 0 || a >= len || n > len - a))
+	if (rc == 1 && (!r.count || r.count > TD__HTTP_MAX_RANGES))
 		abort();
-	if (td__http_range_parse(NULL, len, &a, &n) != 0)
+	/* each range taken lies in the body, is not empty, and neither
+	 * overlaps nor touches another (they are coalesced) */
+	for (unsigned k = 0; rc == 1 && k < r.count; k++) {
+		if (r.n[k] == 0 || r.a[k] >= len || r.n[k] > len - r.a[k])
+			abort();
+		for (unsigned j = 0; j < k; j++)
+			if (r.a[j] <= r.a[k] + r.n[k] &&
+			    r.a[k] <= r.a[j] + r.n[j])
+				abort();
+	}
+	/* the same value on two lines is the same set, coalesced again */
+	memset(&two, 0, sizeof(two));
+	td__http_ranges_add(&two, h, len);
+	td__http_ranges_add(&two, h, len);
+	if (rc == 1 && r.specs * 2 <= TD__HTTP_MAX_RANGES &&
+	    (td__http_ranges_end(&two) != 1 || two.count != r.count ||
+	     memcmp(two.a, r.a, r.count * sizeof(*r.a)) ||
+	     memcmp(two.n, r.n, r.count * sizeof(*r.n))))
+		abort();
+	memset(&r, 0, sizeof(r));
+	td__http_ranges_add(&r, NULL, len);
+	if (td__http_ranges_end(&r) != 0)
 		abort();
 }
 
