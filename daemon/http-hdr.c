@@ -51,9 +51,30 @@ static bool other_unit(const char *h)
 	return n && h[n] == '=';
 }
 
-/* Range k of r: [a, a + n), in the request's order. */
+/*
+ * Range k of r: [a, a + n), in the request's order. Past
+ * TD__HTTP_MAX_RANGES ranges they are one, from the first byte any of
+ * them asks to the last (RFC 9110 14.6: a server may coalesce ranges):
+ * the spec's "Range is never ignored" holds, a request cannot make more
+ * parts than the cap, and no byte is sent twice.
+ */
 static void range_put(struct td__http_ranges *r, uint64_t a, uint64_t n)
 {
+	if (r->spanned || r->count == TD__HTTP_MAX_RANGES) {
+		uint64_t lo = a, hi = a + n;
+
+		for (unsigned k = 0; k < r->count; k++) {
+			if (r->a[k] < lo)
+				lo = r->a[k];
+			if (r->a[k] + r->n[k] > hi)
+				hi = r->a[k] + r->n[k];
+		}
+		r->a[0] = lo;
+		r->n[0] = hi - lo;
+		r->count = 1;
+		r->spanned = true;
+		return;
+	}
 	r->a[r->count] = a;
 	r->n[r->count++] = n;
 }
@@ -123,11 +144,7 @@ void td__http_ranges_add(struct td__http_ranges *r, const char *h,
 		}
 		if (!*h)
 			break;
-		/* too many to serve: the whole body */
-		if (++r->specs > TD__HTTP_MAX_RANGES) {
-			r->ignore = true;
-			return;
-		}
+		r->specs++;
 		here++;
 		h = range_spec(h, len, r);
 		if (h)

@@ -12,11 +12,12 @@
 #include <stdint.h>
 
 /*
- * The most range-specs a Range may hold and be served: past that it is
- * ignored and the whole body sent (RFC 9110 14.2 lets a server ignore
- * Range; 14.6 and 17.15 warn of many small or overlapping ranges), so a
- * request cannot make the store produce more than this many parts, each
- * a few hundred bytes of headers, whatever the header's length.
+ * The most satisfiable ranges a Range is served as: past that they are
+ * one range from the first byte any asks to the last (RFC 9110 14.6 lets
+ * a server coalesce; 14.6 and 17.15 warn of many small or overlapping
+ * ranges), so a request cannot make the store produce more than this
+ * many parts, each a few hundred bytes of headers, whatever the header's
+ * length, and the spec's "Range is never ignored" (zarr.md 10) holds.
  */
 #define TD__HTTP_MAX_RANGES 32
 
@@ -25,8 +26,9 @@
 struct td__http_ranges {
 	unsigned lines; /* Range field lines seen */
 	unsigned specs; /* range-specs seen, satisfiable or not */
-	bool ignore;    /* another unit, or more than TD__HTTP_MAX_RANGES */
+	bool ignore;    /* another unit than bytes */
 	bool bad;       /* a malformed range-set */
+	bool spanned;   /* more than TD__HTTP_MAX_RANGES: one range over all */
 	unsigned count; /* the satisfiable ranges: [a[k], a[k] + n[k]) */
 	uint64_t a[TD__HTTP_MAX_RANGES], n[TD__HTTP_MAX_RANGES];
 };
@@ -42,12 +44,12 @@ struct td__http_ranges {
 void td__http_ranges_add(struct td__http_ranges *r, const char *h,
                          uint64_t len);
 /*
- * What to send once every line is added: 0 the whole body (no Range, a
- * unit other than bytes, which RFC 9110 14.2 says to ignore, or more than
- * TD__HTTP_MAX_RANGES range-specs); -1 416 (a malformed range-set, or no
- * range satisfiable); 1 r->count ranges, each inside the body and not
- * empty, overlapping or touching ones coalesced into one, so none
- * overlaps or touches another, in the order the request named them.
+ * What to send once every line is added: 0 the whole body (no Range, or
+ * a unit other than bytes, which RFC 9110 14.2 says to ignore); -1 416 (a
+ * malformed range-set, or no range satisfiable); 1 r->count ranges, each
+ * inside the body and not empty, overlapping or touching ones coalesced
+ * into one, so none overlaps or touches another, in the order the
+ * request named them (more than TD__HTTP_MAX_RANGES: one over them all).
  */
 int td__http_ranges_end(struct td__http_ranges *r);
 /* Whether If-None-Match (NULL: absent) names etag: "*", or a list of
