@@ -369,6 +369,33 @@ int td_json_tgm_attrs_obj(const struct td_tgm_meta *m, size_t i,
 	return convert_obj(td__tgm_meta_base(m, i), true, out, err);
 }
 
+int td_json_tgm_zarr_attrs(const struct td_tgm_meta *m, size_t i,
+                           struct json_object **out, struct td_err *err)
+{
+	struct td_zarr_tensor zt = {.quant_axis = -2};
+	uint8_t *saved = NULL;
+	char *text = NULL;
+	size_t len = 0;
+	int rc = td_tgm_meta_saved(m, i, &saved, &len);
+
+	*out = NULL;
+	if (rc == 0)
+		rc = td_json_tgm_attrs(m, i, &text, &len, err);
+	else if (rc < 0)
+		td__err_set(err, TD_ERR_IO, NULL, false, 0, 0, "out of memory");
+	if (rc < 0)
+		return rc;
+	zt.meta = saved ? (const void *)saved : text;
+	zt.meta_len = len;
+	*out = td_zarr_tensor_attrs(&zt);
+	free(saved);
+	free(text);
+	if (*out)
+		return 0;
+	td__err_set(err, TD_ERR_IO, NULL, false, 0, 0, "out of memory");
+	return -ENOMEM;
+}
+
 int td_json_tgm_extra_obj(const struct td_tgm_meta *m,
                           struct json_object **out, struct td_err *err)
 {

@@ -69,6 +69,17 @@ int td_json_tgm_attrs(const struct td_tgm_meta *m, size_t i, char **json,
 struct json_object;
 int td_json_tgm_attrs_obj(const struct td_tgm_meta *m, size_t i,
                           struct json_object **out, struct td_err *err);
+/*
+ * base[i] as its Zarr array's attributes (*out a new reference): the
+ * metadata `tensorctl load` gives the object (td_tgm_meta_saved(), else
+ * td_json_tgm_attrs()) through td_zarr_tensor_attrs(), so that `zarr
+ * import` gives back the very same bytes: its keys where the JSON reader
+ * takes the text back as it is; else kept whole as _tensord_meta or
+ * _tensord_meta_hex (an integer below -2^63, text that is not UTF-8, a
+ * key of ours).
+ */
+int td_json_tgm_zarr_attrs(const struct td_tgm_meta *m, size_t i,
+                           struct json_object **out, struct td_err *err);
 int td_json_tgm_extra_obj(const struct td_tgm_meta *m,
                           struct json_object **out, struct td_err *err);
 int td_json_tgm_params_obj(const uint8_t *desc, size_t len,
@@ -82,7 +93,9 @@ int td_json_tgm_params_obj(const uint8_t *desc, size_t len,
  * the caller keeps the text whole instead: an integer beyond what
  * json-c holds (-2^63 .. 2^64-1; it clamps to the ends), NaN
  * or Infinity, an escaped NUL (json-c cuts keys there), text that is not
- * UTF-8 (json-c lets encoded surrogates through); -ENOMEM. Where json-c
+ * UTF-8 (json-c lets encoded surrogates through); -E2BIG for more than
+ * TD_TGM_CBOR_MAX_ITEMS CBOR items (keys count), which the .tgm reader
+ * and writer refuse; -ENOMEM. Where json-c
  * reads more than RFC 8259: a repeated key keeps its last value, a lone
  * surrogate escape reads as U+FFFD, "1." is a number, '...' a string,
  * raw tabs may stand in strings.

@@ -21,10 +21,21 @@
 struct conv {
 	bool keep;     /* json-c did not keep a value exactly */
 	bool end_ints; /* an integer at an end of json-c's range */
+	bool big;      /* more items than a .tgm reader takes */
+	size_t items;  /* CBOR items made so far, keys included */
 };
 
-/* NULL with c->keep false: out of memory; with c->keep true: a value
- * json-c did not keep exactly (the caller keeps the whole text). */
+/* One more item; false (c->big) past TD_TGM_CBOR_MAX_ITEMS, which the
+ * .tgm reader (proto/tgm-cbor.c) refuses: the writer would too. */
+static bool count(struct conv *c)
+{
+	c->big |= ++c->items > TD_TGM_CBOR_MAX_ITEMS;
+	return !c->big;
+}
+
+/* NULL with c->keep false: out of memory (or c->big); with c->keep
+ * true: a value json-c did not keep exactly (the caller keeps the whole
+ * text). */
 static cbor_item_t *value(struct json_object *o, struct conv *c);
 
 static cbor_item_t *object(struct json_object *o, struct conv *c)
@@ -42,7 +53,8 @@ static cbor_item_t *object(struct json_object *o, struct conv *c)
 		const char *key = json_object_iter_peek_name(&it);
 		struct json_object *val = json_object_iter_peek_value(&it);
 		bool key_ok = td__utf8_valid((const uint8_t *)key, strlen(key));
-		cbor_item_t *k = key_ok ? cbor_build_string(key) : NULL;
+		cbor_item_t *k = key_ok && count(c) ? cbor_build_string(key)
+		                                    : NULL;
 		cbor_item_t *v = k ? value(val, c) : NULL;
 		bool ok = v && cbor_map_add(m, (struct cbor_pair){k, v});
 
@@ -81,6 +93,8 @@ static cbor_item_t *value(struct json_object *o, struct conv *c)
 	int64_t v;
 	double d;
 
+	if (!count(c))
+		return NULL;
 	switch (json_object_get_type(o)) {
 	case json_type_null:
 		return cbor_new_null();
@@ -175,7 +189,7 @@ int td_json_to_cbor(const void *text, size_t len, uint8_t **cbor,
 	struct json_tokener *tok;
 	struct json_object *o;
 	cbor_item_t *it = NULL;
-	struct conv c = {false, false};
+	struct conv c = {false, false, false, 0};
 	bool whole;
 	size_t cap = 0;
 
@@ -200,7 +214,7 @@ int td_json_to_cbor(const void *text, size_t len, uint8_t **cbor,
 		c.keep = true;
 	}
 	if (!it)
-		return c.keep ? 0 : -ENOMEM;
+		return c.big ? -E2BIG : c.keep ? 0 : -ENOMEM;
 	*cbor_len = cbor_serialize_alloc(it, cbor, &cap);
 	cbor_decref(&it);
 	return *cbor_len ? 1 : -ENOMEM;

@@ -348,6 +348,7 @@ struct td_client {
 	/* TD_CLIENT_RECONNECT (connect.c) */
 	bool reconnect;
 	uint32_t pref;  /* import preference, for the next HELLO */
+	uint32_t hello_ms; /* connect and HELLO deadline (0: none) */
 	uint32_t epoch; /* +1 per reconnect: ids of older ones are void */
 	char path[108]; /* the socket path connected to */
 	struct td__watchrec *watches;

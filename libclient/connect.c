@@ -195,6 +195,58 @@ static int import_pref(uint32_t *pref, struct td_error *err)
 	return 0;
 }
 
+/*
+ * How long a connect may wait for the daemon: $TENSORD_CONNECT_TIMEOUT_MS,
+ * 0 for no limit. A socket that accepts and never answers HELLO (another
+ * program's, a tensord that is stopped or wedged) would otherwise hold
+ * every client for ever.
+ */
+#define TD__CONNECT_TIMEOUT_MS 5000u
+#define TD__CONNECT_TIMEOUT_MAX 3600000u
+
+static int connect_timeout(uint32_t *ms, struct td_error *err)
+{
+	const char *e = getenv("TENSORD_CONNECT_TIMEOUT_MS");
+	unsigned long long v;
+	char *end;
+
+	*ms = TD__CONNECT_TIMEOUT_MS;
+	if (!e || !*e)
+		return 0;
+	errno = 0;
+	v = strtoull(e, &end, 10);
+	if (*e < '0' || *e > '9' || *end || errno ||
+	    v > TD__CONNECT_TIMEOUT_MAX)
+		return td__fail(err, -EINVAL,
+				"TENSORD_CONNECT_TIMEOUT_MS=%s: want 0 (no "
+				"limit) to %u milliseconds",
+				e, TD__CONNECT_TIMEOUT_MAX);
+	*ms = (uint32_t)v;
+	return 0;
+}
+
+/* The CLOCK_MONOTONIC ns a connect waits until, -1 for ever. */
+static int64_t connect_by(const struct td_client *c)
+{
+	return c->hello_ms ? td__now_ns() + (int64_t)c->hello_ms * 1000000
+			   : -1;
+}
+
+/* HELLO's call, bounded by the connect deadline. */
+static int hello_call(struct td_client *c, size_t len, int64_t by,
+		      struct td__msg *m, struct td_error *err)
+{
+	int rc = td__call_by(c, TD_OP_HELLO, len, by, m, err);
+
+	if (rc == -ETIMEDOUT)
+		return td__fail(err, rc,
+				"%s did not answer HELLO within %u ms: is it "
+				"a tensord? ($TENSORD_CONNECT_TIMEOUT_MS sets "
+				"the wait)",
+				c->path, c->hello_ms);
+	return rc;
+}
+
 /* The optional features this client uses where the daemon serves them. */
 #define TD__CLIENT_FEATURES                                                   \
 	(TD_WIRE_FEAT_CAT_KINDS | TD_WIRE_FEAT_CAT_RECYCLE |                  \
@@ -222,14 +274,14 @@ static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 	struct td_wire_hello_rep *rep = &c->hello;
 	struct td__msg m;
 	struct td_err e = {0};
-	int64_t len;
+	int64_t len, by = connect_by(c);
 	int rc, probe;
 
 	len = td_wire_hello_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
 				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
 	if (len < 0)
 		return td__fail(err, (int)len, "encode HELLO");
-	rc = td__call(c, TD_OP_HELLO, (size_t)len, NULL, 0, &m, err);
+	rc = hello_call(c, (size_t)len, by, &m, err);
 	if (rc == -EBADMSG) {
 		/*
 		 * A daemon that predates feature bits refuses the word: say
@@ -241,7 +293,7 @@ static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 		len = td_wire_hello_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
 					       TD_WIRE_MAX_MSG -
 						       TD_WIRE_HDR_LEN);
-		rc = td__call(c, TD_OP_HELLO, (size_t)len, NULL, 0, &m, err);
+		rc = hello_call(c, (size_t)len, by, &m, err);
 	}
 	if (rc < 0)
 		return rc;
@@ -290,21 +342,39 @@ static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 	return 0;
 }
 
-/* A connected socket to sa, or -errno with the reason in *err. */
+/*
+ * A connected socket to sa, or -errno with the reason in *err. A listener
+ * whose queue is full (a stopped daemon's) holds connect() itself: ms
+ * bounds that wait too (SO_SNDTIMEO, which a unix connect obeys).
+ */
 static int sock_open(const struct sockaddr_un *sa, socklen_t salen,
-		     struct td_error *err)
+		     uint32_t ms, struct td_error *err)
 {
-	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	struct timeval tv = {.tv_sec = ms / 1000,
+			     .tv_usec = (long)(ms % 1000) * 1000};
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), rc;
 
 	if (s < 0)
 		return td__fail(err, -errno, "socket: %s", strerror(errno));
+	if (ms)
+		setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	if (connect(s, (const struct sockaddr *)sa, salen) < 0) {
-		int rc = -errno;
-
+		rc = -errno;
 		close(s);
+		if (rc == -EAGAIN && ms)
+			return td__fail(err, -ETIMEDOUT,
+					"connect %s: nobody took the "
+					"connection within %u ms: is it a "
+					"tensord, and running? "
+					"($TENSORD_CONNECT_TIMEOUT_MS sets "
+					"the wait)",
+					sa->sun_path, ms);
 		return td__fail(err, rc, "connect %s: %s", sa->sun_path,
 				strerror(-rc));
 	}
+	tv = (struct timeval){0};
+	if (ms)
+		setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	return s;
 }
 
@@ -358,7 +428,7 @@ static int reconnect_now(struct td_client *c, struct td_error *err)
 	rc = socket_path(c->path, &sa, &salen, err);
 	if (rc < 0)
 		return rc;
-	s = sock_open(&sa, salen, err);
+	s = sock_open(&sa, salen, c->hello_ms, err);
 	if (s < 0)
 		return s;
 	/* what waited on the old connection is lost with it */
@@ -413,7 +483,7 @@ int td_client_connect_ex(const char *path, uint32_t flags,
 	struct sockaddr_un sa;
 	struct td_client *c;
 	socklen_t salen = 0;
-	uint32_t pref = TD_IMPORT_AUTO;
+	uint32_t pref = TD_IMPORT_AUTO, ms;
 	const char *gf;
 	int rc;
 
@@ -423,6 +493,9 @@ int td_client_connect_ex(const char *path, uint32_t flags,
 	if (flags & ~TD_CLIENT_RECONNECT)
 		return td__fail(err, -EINVAL, "unknown flags %#x", flags);
 	rc = import_pref(&pref, err);
+	if (rc < 0)
+		return rc;
+	rc = connect_timeout(&ms, err);
 	if (rc < 0)
 		return rc;
 	rc = socket_path(path, &sa, &salen, err);
@@ -455,8 +528,9 @@ int td_client_connect_ex(const char *path, uint32_t flags,
 	c->stage_off = (gf = getenv("TENSORD_STAGE")) && !strcmp(gf, "0");
 	td__produce_env(c);
 	c->pref = pref;
+	c->hello_ms = ms;
 	memcpy(c->path, sa.sun_path, sizeof(c->path));
-	rc = sock_open(&sa, salen, err);
+	rc = sock_open(&sa, salen, c->hello_ms, err);
 	if (rc < 0)
 		goto fail;
 	c->sock = rc;

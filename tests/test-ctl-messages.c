@@ -536,3 +536,31 @@ Test(ctl_messages, a_tensor_over_the_limit_itself_says_so)
 	unlink(path);
 	tu_daemon_stop(&d, false);
 }
+
+/*
+ * `tensorctl ls --socket PATH` where PATH is a socket that accepts and
+ * never answers (another program's, a stopped tensord) never returned:
+ * it now fails as a refusal (exit 1) naming the socket and what to check.
+ * tu_tensorctl() fails the test, rather than hang, if it does not end.
+ */
+Test(ctl_messages, a_socket_that_never_answers_is_a_named_refusal)
+{
+	struct tu_daemon d = {0};
+	char *out;
+	int ls, rc;
+
+	snprintf(d.sock, sizeof(d.sock), "/tmp/td-ctlmute-%d.sock",
+		 (int)getpid());
+	ls = tu_mute_listener(d.sock, 4);
+	setenv("TENSORD_CONNECT_TIMEOUT_MS", "300", 1);
+	rc = tu_tensorctl(&d, &out, "ls", NULL);
+	unsetenv("TENSORD_CONNECT_TIMEOUT_MS");
+	cr_expect_eq(rc, 1, "status %d: %s", rc, out);
+	cr_expect(strstr(out, d.sock), "%s", out);
+	cr_expect(strstr(out, "did not answer HELLO within 300 ms"), "%s", out);
+	cr_expect(strstr(out, "does not answer"), "no hint: %s", out);
+	cr_expect_eq(lines(out), 1, "%s", out);
+	free(out);
+	close(ls);
+	unlink(d.sock);
+}

@@ -1571,6 +1571,106 @@ Test(handoff, fds_the_header_does_not_announce_are_closed)
 	fake_check(FAKE_FD_COUNT_LIE);
 }
 
+/* ---- a socket that accepts and never answers ---- */
+
+struct mute {
+	int ls;
+	ssize_t got; /* the first datagram's size (HELLO) */
+	bool hung_up; /* the client closed its end */
+};
+
+/* Accept one connection, read what comes until the client hangs up. */
+static void *mute_serve(void *arg)
+{
+	struct mute *m = arg;
+	uint8_t buf[TD_WIRE_MAX_MSG];
+	int a = accept4(m->ls, NULL, NULL, SOCK_CLOEXEC);
+	ssize_t n;
+
+	if (a < 0)
+		return NULL;
+	m->got = recv(a, buf, sizeof(buf), 0);
+	while ((n = recv(a, buf, sizeof(buf), 0)) > 0)
+		;
+	m->hung_up = n == 0;
+	close(a);
+	return NULL;
+}
+
+/*
+ * A socket that accepts and never answers HELLO (another program's, a
+ * tensord that is stopped or wedged) held td_client_connect(), and so
+ * `tensorctl ls` and Python's Client(), for ever: now it fails after
+ * $TENSORD_CONNECT_TIMEOUT_MS with ETIMEDOUT and a reason naming the
+ * socket, and closes what it opened.
+ */
+Test(handoff, a_socket_that_never_answers_hello_times_out_naming_it,
+     .timeout = TU_WAIT_S)
+{
+	struct mute m = {0};
+	struct td_client *c = (struct td_client *)1;
+	struct td_error e = {0};
+	char path[64];
+	pthread_t th;
+	int fds = tu_fd_count(), rc;
+
+	snprintf(path, sizeof(path), "/tmp/td-mute-%d.sock", (int)getpid());
+	m.ls = tu_mute_listener(path, 4);
+	cr_assert_eq(pthread_create(&th, NULL, mute_serve, &m), 0);
+	setenv("TENSORD_CONNECT_TIMEOUT_MS", "200", 1);
+	rc = td_client_connect(path, &c, &e);
+	cr_assert_eq(rc, -ETIMEDOUT, "%d %s", rc, e.reason);
+	cr_assert_eq(e.code, -ETIMEDOUT);
+	cr_assert_null(c);
+	cr_assert(strstr(e.reason, path), "%s", e.reason);
+	cr_assert(strstr(e.reason, "did not answer HELLO within 200 ms"), "%s",
+		  e.reason);
+	/* the HELLO was sent, then the client hung up: its socket closed */
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_assert_gt(m.got, 0, "no HELLO came");
+	cr_assert(m.hung_up, "the client kept its socket open");
+	/* a value that is no number of milliseconds is refused, named */
+	setenv("TENSORD_CONNECT_TIMEOUT_MS", "5s", 1);
+	cr_assert_eq(td_client_connect(path, &c, &e), -EINVAL);
+	cr_assert(strstr(e.reason, "TENSORD_CONNECT_TIMEOUT_MS=5s"), "%s",
+		  e.reason);
+	unsetenv("TENSORD_CONNECT_TIMEOUT_MS");
+	close(m.ls);
+	unlink(path);
+	cr_assert_eq(tu_fd_count(), fds);
+}
+
+/*
+ * A listener whose queue is full (a stopped daemon that many clients
+ * tried) holds connect() itself: the same deadline bounds it.
+ */
+Test(handoff, a_listener_that_never_accepts_times_out_at_connect,
+     .timeout = TU_WAIT_S)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct td_client *c = (struct td_client *)1;
+	struct td_error e = {0};
+	int fds = tu_fd_count(), ls, first, rc;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "/tmp/td-full-%d.sock",
+		 (int)getpid());
+	ls = tu_mute_listener(sa.sun_path, 0);
+	/* the one connection a backlog of 0 queues: the queue is full */
+	first = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	cr_assert_eq(connect(first, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	setenv("TENSORD_CONNECT_TIMEOUT_MS", "200", 1);
+	rc = td_client_connect(sa.sun_path, &c, &e);
+	unsetenv("TENSORD_CONNECT_TIMEOUT_MS");
+	cr_assert_eq(rc, -ETIMEDOUT, "%d %s", rc, e.reason);
+	cr_assert_null(c);
+	cr_assert(strstr(e.reason, sa.sun_path), "%s", e.reason);
+	cr_assert(strstr(e.reason, "within 200 ms"), "%s", e.reason);
+	close(first);
+	close(ls);
+	unlink(sa.sun_path);
+	cr_assert_eq(tu_fd_count(), fds);
+}
+
 /* ---- client-only behaviour ---- */
 
 Test(handoff, connect_without_a_daemon_fails_with_a_reason)

@@ -263,6 +263,50 @@ static void expect_whole(const char *text, size_t len)
 	cr_expect_null(back);
 }
 
+/* {"a":[0,0,...]} with n zeros: 3 + n CBOR items. */
+static char *zeros(size_t n, size_t *len)
+{
+	char *t = malloc(2 * n + 16);
+	size_t o;
+
+	cr_assert(t);
+	o = (size_t)sprintf(t, "{\"a\":[");
+	for (size_t i = 0; i < n; i++)
+		o += (size_t)sprintf(t + o, i ? ",0" : "0");
+	o += (size_t)sprintf(t + o, "]}");
+	*len = o;
+	return t;
+}
+
+/*
+ * More than TD_TGM_CBOR_MAX_ITEMS items was converted all the same, into
+ * CBOR the .tgm reader (and so the writer, "not one well-formed CBOR
+ * item") refuses: now -E2BIG, and exactly as many as the reader takes
+ * are converted into CBOR it reads.
+ */
+Test(json, more_cbor_items_than_a_reader_takes_is_e2big)
+{
+	size_t len, cl = 0, used = 0;
+	uint8_t *cbor = NULL;
+	char *t = zeros(TD_TGM_CBOR_MAX_ITEMS - 3, &len);
+	int rc = td_json_to_cbor(t, len, &cbor, &cl);
+
+	/* (through_cbor() would print the whole text on a failure) */
+	cr_assert_eq(rc, 1, "%d", rc);
+	cr_assert_eq(td_tgm_cbor_check(cbor, cl, &used, NULL), 0,
+	             "the reader refuses as many items as it takes");
+	cr_assert_eq(used, cl);
+	free(cbor);
+	free(t);
+	cbor = NULL;
+	t = zeros(TD_TGM_CBOR_MAX_ITEMS - 2, &len);
+	rc = td_json_to_cbor(t, len, &cbor, &cl);
+	cr_assert_eq(rc, -E2BIG, "%d: converted into CBOR the reader refuses",
+	             rc);
+	cr_assert_null(cbor);
+	free(t);
+}
+
 Test(json, objects_become_cbor_maps)
 {
 	expect_kept("{}", "{}");

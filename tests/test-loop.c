@@ -483,6 +483,47 @@ Test(loop, sub_poll_takes_a_version_published_before_it_armed)
 
 /* ---- TD_CLIENT_RECONNECT ---- */
 
+/*
+ * TD_CLIENT_RECONNECT: the restarted "daemon" at the path is a socket that
+ * queues the connection and never answers HELLO; the reconnect waited for
+ * ever in the call that made it. It keeps the connect deadline.
+ */
+Test(loop, reconnect_to_a_socket_that_never_answers_times_out,
+     .timeout = TU_WAIT_S)
+{
+	char link[64], mute[64];
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_error e = {0};
+	struct td_entry ent;
+	int fds0 = tu_fd_count(), ls, rc;
+
+	snprintf(link, sizeof(link), "/tmp/td-recmute-%d.sock", (int)getpid());
+	snprintf(mute, sizeof(mute), "/tmp/td-recmute-%d.mute", (int)getpid());
+	tu_daemon_start(&d, "warn");
+	tu_link_to(link, d.sock);
+	setenv("TENSORD_CONNECT_TIMEOUT_MS", "200", 1);
+	rc = td_client_connect_ex(link, TD_CLIENT_RECONNECT, &c, &e);
+	unsetenv("TENSORD_CONNECT_TIMEOUT_MS");
+	cr_assert_eq(rc, 0, "%s", e.reason);
+	tu_daemon_kill(&d);
+	ls = tu_mute_listener(mute, 4);
+	tu_link_to(link, mute);
+	/* the call that finds the daemon gone may fail on the old socket;
+	 * the next one reconnects, to the mute socket */
+	rc = td_client_stat(c, "x", &ent, &e);
+	if (rc != -ETIMEDOUT)
+		rc = td_client_stat(c, "x", &ent, &e);
+	cr_assert_eq(rc, -ETIMEDOUT, "%d %s", rc, e.reason);
+	cr_assert(strstr(e.reason, "did not answer HELLO within 200 ms"), "%s",
+		  e.reason);
+	td_client_close(c);
+	close(ls);
+	unlink(mute);
+	unlink(link);
+	cr_assert_eq(tu_fd_count(), fds0);
+}
+
 Test(loop, reconnect_after_a_restart_rewatches_and_tells_the_application)
 {
 	char link[64];

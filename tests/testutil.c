@@ -616,6 +616,21 @@ void tu_shim_off(const char *var)
 	unsetenv(var);
 }
 
+int tu_mute_listener(const char *path, int backlog)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	cr_assert_geq(ls, 0);
+	cr_assert_lt(strlen(path), sizeof(sa.sun_path));
+	strcpy(sa.sun_path, path);
+	unlink(path);
+	cr_assert_eq(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0, "%s: %s",
+		     path, strerror(errno));
+	cr_assert_eq(listen(ls, backlog), 0);
+	return ls;
+}
+
 void tu_link_to(const char *link, const char *target)
 {
 	char tmp[128];

@@ -169,6 +169,12 @@ void tu_daemon_stop(struct tu_daemon *d, bool check_maps);
 /* SIGKILL the daemon (a crash, a restart to come), reap it and remove
  * its socket and folder; no check of its exit or of fds. */
 void tu_daemon_kill(struct tu_daemon *d);
+/*
+ * A SOCK_SEQPACKET listener bound at path (replaced) that nobody serves:
+ * connections queue up to backlog and nobody answers (a wrong or stopped
+ * daemon). The caller closes it and unlinks path.
+ */
+int tu_mute_listener(const char *path, int backlog);
 /* Point the symlink `link` at target, atomically (rename(2)): a socket
  * path that a restarted daemon takes over. */
 void tu_link_to(const char *link, const char *target);

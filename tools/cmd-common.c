@@ -184,6 +184,12 @@ int tctl_connect(struct td_client **c)
 				   ? " (no tensord listens there: start one, "
 				     "or name its socket with --socket PATH "
 				     "or $TENSORD_SOCKET)"
+			   : rc == -ETIMEDOUT
+				   ? " (something holds that socket but does "
+				     "not answer: a stopped or wedged tensord, "
+				     "or another program's socket; name "
+				     "tensord's with --socket PATH or "
+				     "$TENSORD_SOCKET)"
 			   : rc == -EACCES
 				   ? " (the socket's mode and group decide who "
 				     "may connect: tensord --socket-mode and "

@@ -141,6 +141,11 @@ static int json_attrs(struct td_tgm_enc_object *objs, uint8_t **attrs,
 		int rc = td_json_to_cbor(objs[i].meta, objs[i].meta_len,
 		                         &attrs[i], &objs[i].attrs_len);
 
+		if (rc == -E2BIG) {
+			te->reason = "metadata has more than 2^20 CBOR items, "
+			             "more than a .tgm reader takes";
+			return rc;
+		}
 		if (rc < 0) {
 			te->reason = "out of memory";
 			return -ENOMEM;

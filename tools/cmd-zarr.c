@@ -668,7 +668,7 @@ static int tgm_object(struct load *l, size_t i, const char *name_key,
 	if (rc)
 		return rc;
 	td_tgm_node_name(raw, s->a.name, TD_ZARR_NAME_MAX + 1);
-	if (td_json_tgm_attrs_obj(ob->meta, ob->meta_index, &s->a.attrs, &e) <
+	if (td_json_tgm_zarr_attrs(ob->meta, ob->meta_index, &s->a.attrs, &e) <
 	            0 ||
 	    td_json_tgm_params_obj(ob->o.cbor, ob->o.cbor_len, &params, &e) <
 	            0)

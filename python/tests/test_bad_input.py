@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import tensord
 
-from conftest import (UNDER_ASAN, InThread, child_env, fd_count, map_count,
-                      memfd_map_count, rss_kib)
+from conftest import (UNDER_ASAN, WAIT_S, InThread, child_env, fd_count,
+                      map_count, memfd_map_count, rss_kib)
 
 
 class NotAnArray:
@@ -184,6 +184,35 @@ def test_connecting_nowhere_raises_cleanly(tmp_path):
     with pytest.raises(tensord.Error) as ei:
         tensord.Client(str(tmp_path / "none.sock"))
     assert ei.value.errno in (errno.ENOENT, errno.ECONNREFUSED)
+
+
+def test_a_socket_that_never_answers_hello_raises_not_hangs(tmp_path):
+    # A socket that takes the connection and never answers (another
+    # program's, a stopped tensord) held Client() for ever; now
+    # $TENSORD_CONNECT_TIMEOUT_MS bounds it. In a child, so that a
+    # regression fails here instead of hanging the suite.
+    import socket
+    path = str(tmp_path / "mute.sock")
+    ls = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    ls.bind(path)
+    ls.listen(4)
+    code = (
+        "import errno, sys, tensord\n"
+        "try:\n"
+        "    tensord.Client(sys.argv[1])\n"
+        "except tensord.Error as e:\n"
+        "    print(e.errno == errno.ETIMEDOUT, e.reason)\n")
+    env = child_env()
+    env["TENSORD_CONNECT_TIMEOUT_MS"] = "200"
+    try:
+        r = subprocess.run([sys.executable, "-c", code, path], env=env,
+                           capture_output=True, text=True, timeout=WAIT_S)
+    finally:
+        ls.close()
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("True "), r.stdout + r.stderr
+    assert path in r.stdout and "did not answer HELLO within 200 ms" \
+        in r.stdout, r.stdout
 
 
 @pytest.mark.parametrize("daemon_args", [["--uid-max-bytes", "64K"]])

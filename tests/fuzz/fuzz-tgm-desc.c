@@ -7,6 +7,7 @@
  * accepted item must lie inside the input, its JSON must be a whole
  * NUL-terminated string, and naming/attributes must never misbehave. As
  * JSON, the input converts only into one CBOR map that passes the check.
+ * An object's Zarr attributes (zarr export) read back (zarr import).
  * A failure must always come with a reason.
  */
 #include <errno.h>
@@ -14,10 +15,37 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <json-c/json.h>
+
 #include "td-json.h"
+#include "td-zarr.h"
 #include "tgm-desc.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* base[i] as zarr export writes its attributes: the reader zarr import
+ * uses takes them back. */
+static void zarr_attrs(const struct td_tgm_meta *m, size_t i)
+{
+	struct json_object *o = NULL, *back = NULL;
+	struct td_err e = {0};
+	const char *why = NULL;
+	size_t tl;
+	char *t;
+	int rc = td_json_tgm_zarr_attrs(m, i, &o, &e);
+
+	if (rc < 0) {
+		if (rc != -ENOMEM && !e.reason)
+			abort();
+		return;
+	}
+	t = td_zarr_text(o, &tl);
+	if (t && td_zarr_json_parse(t, tl, &back, &why) != 0)
+		abort();
+	json_object_put(back);
+	json_object_put(o);
+	free(t);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -87,6 +115,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (saved && sl)
 				saved[sl - 1] ^= saved[0]; /* all of it is ours */
 			free(saved);
+			zarr_attrs(m, i);
 			rd = td_tgm_object_name(m, i, data, size, "a.b", name,
 						sizeof(name), &e);
 			if (rd >= 0 && strlen(name) >= sizeof(name))
