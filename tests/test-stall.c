@@ -685,6 +685,34 @@ static pid_t await_lingering(const char *what)
 }
 
 
+/* Until the daemon ends sock (after which it released what it held). */
+static void await_hang_up(int sock, const char *what)
+{
+	char byte;
+
+	for (;;) {
+		ssize_t n;
+
+		tu_await_readable(sock, TU_WAIT_S, what);
+		n = recv(sock, &byte, 1, MSG_DONTWAIT);
+		if (n == 0)
+			return;
+		cr_assert(n > 0 || errno == ECONNRESET, "%s: recv: %s", what,
+			  strerror(errno));
+	}
+}
+
+/* Once a close lingers: client v is answered, the close still waiting
+ * off the loop. */
+static void answered_while_lingering(int v, const char *what)
+{
+	await_lingering(what);
+	raw_send(v, TD_OP_STATUS, 8, 0);
+	await_not_lingering(v, 8, what);
+	cr_assert_neq(thread_in_close(true), 0,
+		      "%s: the lingering close ended before the answer", what);
+}
+
 /*
  * A lingering chain s2 (above) in a datagram the daemon never reads, on
  * a connection that ends first: the client hangs up after requests the
@@ -702,7 +730,6 @@ static void unread_lingering_socket(bool hang_up, const char *what)
 	int v = raw_scm_conn(&D);
 	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, TD_OP_STATUS,
 				0, 1, 7, 0, 0};
-	char byte;
 
 	cr_assert_eq(thread_in_close(false), 0, "%s: a close waits already",
 		     what);
@@ -722,23 +749,10 @@ static void unread_lingering_socket(bool hang_up, const char *what)
 	}
 	hold(false);
 	/* the daemon's hang-up: after it, it released s2 */
-	for (; sock >= 0;) {
-		ssize_t n;
-
-		tu_await_readable(sock, TU_WAIT_S, what);
-		n = recv(sock, &byte, 1, MSG_DONTWAIT);
-		if (n == 0)
-			break;
-		cr_assert(n > 0 || errno == ECONNRESET, "%s: recv: %s", what,
-			  strerror(errno));
-	}
+	if (sock >= 0)
+		await_hang_up(sock, what);
 	/* the close of s2 lingers (3600 s) from now on */
-	await_lingering(what);
-	raw_send(v, TD_OP_STATUS, 8, 0);
-	await_not_lingering(v, 8, what);
-	/* answered while the lingering close still waits, off the loop */
-	cr_assert_neq(thread_in_close(true), 0,
-		      "%s: the lingering close ended before the answer", what);
+	answered_while_lingering(v, what);
 	close(v);
 	if (sock >= 0)
 		close(sock);
@@ -808,11 +822,7 @@ Test(stall, a_lingering_socket_unread_in_a_refused_connection_is_closed_off_the_
 	close(s2);
 	hold(false);
 	/* refused: the daemon released s2, whose close lingers (3600 s) */
-	await_lingering(what);
-	raw_send(v, TD_OP_STATUS, 8, 0);
-	await_not_lingering(v, 8, what);
-	cr_assert_neq(thread_in_close(true), 0,
-		      "%s: the lingering close ended before the answer", what);
+	answered_while_lingering(v, what);
 	close(sock);
 	close(v);
 	close(kept);
@@ -847,7 +857,6 @@ Test(stall, a_lingering_socket_past_a_datagrams_fd_room_is_closed_off_the_loop,
 			    .msg_control = ctl.buf,
 			    .msg_controllen = sizeof(ctl.buf)};
 	struct cmsghdr *cm;
-	char byte;
 
 	for (int i = 0; i < N - 1; i++) {
 		fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -868,21 +877,8 @@ Test(stall, a_lingering_socket_past_a_datagrams_fd_room_is_closed_off_the_loop,
 		close(fds[i]);
 	hold(false);
 	/* refused (-EPROTO) and ended: after it, it released s2 */
-	for (;;) {
-		ssize_t n;
-
-		tu_await_readable(sock, TU_WAIT_S, what);
-		n = recv(sock, &byte, 1, MSG_DONTWAIT);
-		if (n == 0)
-			break;
-		cr_assert(n > 0 || errno == ECONNRESET, "%s: recv: %s", what,
-			  strerror(errno));
-	}
-	await_lingering(what);
-	raw_send(v, TD_OP_STATUS, 8, 0);
-	await_not_lingering(v, 8, what);
-	cr_assert_neq(thread_in_close(true), 0,
-		      "%s: the lingering close ended before the answer", what);
+	await_hang_up(sock, what);
+	answered_while_lingering(v, what);
 	close(v);
 	close(sock);
 }
