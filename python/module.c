@@ -165,7 +165,14 @@ static PyObject *client_info(ClientObject *self, PyObject *unused)
 		PyErr_SetString(PyExc_ValueError, "the client is closed");
 		return NULL;
 	}
-	td_client_info(self->c, &i);
+	/* libtensord's lock: another thread's call may hold it until its
+	 * reply comes (a daemon stopped: for ever), so without the GIL */
+	if (!tdpy_client_enter(self))
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	td_client_info(self->handle, &i);
+	Py_END_ALLOW_THREADS
+	tdpy_client_leave(self);
 	return Py_BuildValue("{s:I,s:s,s:s,s:K,s:s}", "daemon_pid",
 			     i.daemon_pid, "path_in",
 			     i.path_in == TD_CLIENT_PATH_PIDFD ? "pidfd" : "scm",
@@ -408,6 +415,19 @@ static PyObject *client_watch(ClientObject *self, PyObject *args,
  * still in libtensord's queue (none come after the UNWATCH), which the
  * handler drops: with a bound they would hold the others' room there.
  */
+/* Deferred (tdpy_client_defer): a Watch's end in the daemon */
+static void unwatch_run(struct tdpy_deferred *d, struct td_client *h)
+{
+	ClientObject *cl = d->p;
+
+	if (!h)
+		return;
+	(void)td_client_unwatch(h, d->id, NULL);
+	pthread_mutex_lock(&cl->deliver);
+	tdpy_events_c_sync(cl, h);
+	pthread_mutex_unlock(&cl->deliver);
+}
+
 static void watch_end(WatchObject *w)
 {
 	ClientObject *cl = w->client;
@@ -423,7 +443,20 @@ static void watch_end(WatchObject *w)
 	 * another watch of this id, which an UNWATCH would end */
 	if (!cl->c || cl->conn != w->conn)
 		return;
+	/* a signal handler inside a call of cl, whose lock this thread
+	 * holds: after that call (no exception: a dying Watch raises none) */
+	if (tdpy_client_locked_here(cl)) {
+		if (tdpy_client_defer(cl, unwatch_run, cl, w->id,
+				      (PyObject *)cl) < 0)
+			PyErr_Clear(); /* its events dropped, as a closed
+					* watch's are */
+		return;
+	}
 	c = tdpy_client_enter(cl);
+	if (!c) { /* closed meanwhile (a deferred release let the GIL go) */
+		PyErr_Clear();
+		return;
+	}
 	Py_BEGIN_ALLOW_THREADS
 	rc = td_client_unwatch(c, w->id, NULL);
 	pthread_mutex_lock(&cl->deliver);
