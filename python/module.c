@@ -49,7 +49,8 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 	struct td_error e = {0};
 	struct epoll_event ee = {.events = EPOLLIN};
 	struct td_client *h = NULL;
-	const char *p = NULL;
+	const char *p = NULL, *reconnect;
+	uint32_t flags;
 	int rc, sock;
 
 	if (client_unconnected(self) < 0 ||
@@ -59,9 +60,13 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 		return -1;
 	if (path)
 		p = PyBytes_AS_STRING(path);
-	/* into h, not self: other threads read self->handle meanwhile */
+	/* into h, not self: other threads read self->handle meanwhile; its
+	 * HELLO waits as any call does (Ctrl-C ends it: tdpy_interrupted),
+	 * with td_client_connect()'s $TENSORD_RECONNECT */
+	reconnect = getenv("TENSORD_RECONNECT");
+	flags = reconnect && !strcmp(reconnect, "1") ? TD_CLIENT_RECONNECT : 0;
 	Py_BEGIN_ALLOW_THREADS
-	rc = td_client_connect(p, &h, &e);
+	rc = td_client_connect_intr(p, flags, tdpy_interrupted, self, &h, &e);
 	Py_END_ALLOW_THREADS
 	Py_XDECREF(path);
 	if (rc < 0) {

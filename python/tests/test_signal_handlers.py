@@ -278,3 +278,27 @@ def test_a_call_waiting_for_the_lock_lets_other_threads_run(client, daemon):
     counting.finish()
     assert holder.error is None and waiter.error is None
     assert waiter.result["daemon_pid"] == daemon.proc.pid
+
+
+def test_connecting_to_a_stopped_daemon_ends_on_a_signal(client, daemon):
+    """A stopped daemon accepts the connection and never says HELLO:
+    Client() waits as any call does. A handler that raises ends it with
+    its exception while the daemon is still stopped; one that raises
+    nothing leaves it waiting, and it connects once the daemon goes on."""
+    def handler(signum, frame):
+        raise Raised("hello")
+
+    with Stopped(daemon) as st:
+        with Alarms(handler, every=0):
+            with pytest.raises(Raised, match="hello"):
+                tensord.Client(daemon.sock)
+        assert daemon_stopped(st.pid), "Client() waited for the daemon"
+    hits = []
+    with Stopped(daemon, resume=0.6):
+        with Alarms(lambda s, f: hits.append(s)):
+            other = tensord.Client(daemon.sock)
+            during = len(hits)
+    assert during > 0, "no signal came while Client() waited"
+    v = other.put("sh/h", np.ones(2, np.uint8))
+    assert client.get("sh/h").version == v
+    other.close()
