@@ -77,7 +77,7 @@ static int main_thread_find(void)
  * leaves the call waiting; one that raises ends it (the connection
  * abandoned), its exception kept for the call to raise (tdpy_intr_take).
  * Meanwhile this thread holds the handle's lock: a frame per such wait
- * (innermost first) says which handles; a call on one raises
+ * (innermost first) says which clients; a call on one raises
  * (tdpy_client_reentered), a release or close waits (tdpy_client_defer).
  * Elsewhere the signal is not this call's to act on (nor that of a wait
  * in slices, tdpy_wait_sliced: it runs the handlers between them, and
@@ -86,7 +86,8 @@ static int main_thread_find(void)
 static _Thread_local bool in_slice; /* in a slice of tdpy_wait_sliced */
 
 struct intr_frame {
-	const struct td_client *h;
+	const ClientObject *cl; /* (its handle's lock held, whichever
+				 * connection: its HELLO's, its close's) */
 	struct intr_frame *up;
 };
 static _Thread_local struct intr_frame *intr_top;
@@ -110,7 +111,7 @@ int tdpy_interrupted(void *ud)
 	if (in_slice || PyThread_get_thread_ident() != main_ident)
 		return 0;
 	g = PyGILState_Ensure();
-	f.h = self->handle;
+	f.cl = self;
 	f.up = intr_top;
 	intr_top = &f;
 	rc = PyErr_CheckSignals();
@@ -138,7 +139,7 @@ bool tdpy_client_locked_here(const ClientObject *cl)
 	if (!cl)
 		return false;
 	for (const struct intr_frame *f = intr_top; f; f = f->up)
-		if (cl->handle && f->h == cl->handle)
+		if (f->cl == cl)
 			return true;
 	return false;
 }
@@ -514,6 +515,9 @@ void tdpy_client_close_now(ClientObject *self)
 	Py_BEGIN_ALLOW_THREADS
 	td_client_close(h);
 	Py_END_ALLOW_THREADS
+	/* what a handler inside the close let go of (its FOLLOW_CLOSEs
+	 * wait for replies): the connection is gone, the memory goes */
+	defer_run(self, NULL);
 }
 
 /* events.c's drain and hand-over, set at its init (pointers: events.c

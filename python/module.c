@@ -141,7 +141,9 @@ static void client_dealloc(ClientObject *self)
 	tdpy_client_forked(self);
 	self->c = NULL;
 	if (self->handle)
-		tdpy_client_close_now(self);
+		tdpy_client_close_now(self); /* and what was deferred */
+	else
+		tdpy_client_flush(self); /* (a handler's, in a failed HELLO) */
 	tdpy_events_free(self);
 	pthread_mutex_destroy(&self->deliver);
 	Py_TYPE(self)->tp_free((PyObject *)self);
@@ -420,7 +422,8 @@ static PyObject *client_watch(ClientObject *self, PyObject *args,
  * still in libtensord's queue (none come after the UNWATCH), which the
  * handler drops: with a bound they would hold the others' room there.
  */
-/* Deferred (tdpy_client_defer): a Watch's end in the daemon */
+/* Deferred (tdpy_client_defer): a Watch's end in the daemon (cl, in
+ * p, lives as long as its list of deferred ones: its dealloc runs them) */
 static void unwatch_run(struct tdpy_deferred *d, struct td_client *h)
 {
 	ClientObject *cl = d->p;
@@ -451,8 +454,7 @@ static void watch_end(WatchObject *w)
 	/* a signal handler inside a call of cl, whose lock this thread
 	 * holds: after that call (no exception: a dying Watch raises none) */
 	if (tdpy_client_locked_here(cl)) {
-		if (tdpy_client_defer(cl, unwatch_run, cl, w->id,
-				      (PyObject *)cl) < 0)
+		if (tdpy_client_defer(cl, unwatch_run, cl, w->id, NULL) < 0)
 			PyErr_Clear(); /* its events dropped, as a closed
 					* watch's are */
 		return;
