@@ -104,6 +104,7 @@ static void intr_drop(void)
 int tdpy_interrupted(void *ud)
 {
 	ClientObject *self = ud;
+	PyObject *type, *value, *tb;
 	struct intr_frame f;
 	PyGILState_STATE g;
 	int rc;
@@ -111,6 +112,9 @@ int tdpy_interrupted(void *ud)
 	if (in_slice || PyThread_get_thread_ident() != main_ident)
 		return 0;
 	g = PyGILState_Ensure();
+	/* a path that let the GIL go with an exception set (a close on an
+	 * error path): the handlers run without it, it stays */
+	PyErr_Fetch(&type, &value, &tb);
 	f.cl = self;
 	f.up = intr_top;
 	intr_top = &f;
@@ -120,6 +124,7 @@ int tdpy_interrupted(void *ud)
 		intr_drop(); /* (one no call raised: this one is newer) */
 		PyErr_Fetch(&intr_type, &intr_value, &intr_tb);
 	}
+	PyErr_Restore(type, value, tb);
 	PyGILState_Release(g);
 	return rc < 0;
 }
