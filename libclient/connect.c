@@ -482,6 +482,13 @@ int td_client_connect(const char *path, struct td_client **out,
 int td_client_connect_ex(const char *path, uint32_t flags,
 			 struct td_client **out, struct td_error *err)
 {
+	return td_client_connect_intr(path, flags, NULL, NULL, out, err);
+}
+
+int td_client_connect_intr(const char *path, uint32_t flags,
+			   int (*fn)(void *ud), void *ud,
+			   struct td_client **out, struct td_error *err)
+{
 	struct sockaddr_un sa;
 	struct td_client *c;
 	socklen_t salen = 0;
@@ -531,6 +538,9 @@ int td_client_connect_ex(const char *path, uint32_t flags,
 	td__produce_env(c);
 	c->pref = pref;
 	c->hello_ms = ms;
+	/* td_client_set_interrupt()'s, for the HELLO too */
+	c->intr_fn = fn;
+	c->intr_ud = ud;
 	memcpy(c->path, sa.sun_path, sizeof(c->path));
 	rc = sock_open(&sa, salen, c->hello_ms, err);
 	if (rc < 0)

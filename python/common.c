@@ -69,20 +69,96 @@ static int main_thread_find(void)
 
 /*
  * libtensord's td_client_set_interrupt() fn: a signal interrupted the
- * wait for a reply (GIL released, libtensord's lock held, so that no
- * Python code may run here: a handler or a garbage collection would call
- * into the same client). In Python's main thread, where its handlers
- * run, the call gives up (the connection abandoned) and tdpy_raise runs
- * the handlers; elsewhere the signal is not this call's to act on (nor
- * that of a wait in slices, tdpy_wait_sliced: it runs the handlers
- * between them, and its slices' requests are answered in their time).
+ * wait for a reply that is late (GIL released, libtensord's lock of the
+ * handle held). In Python's main thread, where its handlers run, they
+ * run now, the GIL taken (lock, then GIL: the order of the event handler
+ * too, and no thread waits for libtensord's lock with the GIL held). A
+ * handler that raises nothing (SIGHUP, SIGCHLD, asyncio's wake-up)
+ * leaves the call waiting; one that raises ends it (the connection
+ * abandoned), its exception kept for the call to raise (tdpy_intr_take).
+ * Meanwhile this thread holds the handle's lock: a frame per such wait
+ * (innermost first) says which clients; a call on one raises
+ * (tdpy_client_reentered), a release or close waits (tdpy_client_defer).
+ * Elsewhere the signal is not this call's to act on (nor that of a wait
+ * in slices, tdpy_wait_sliced: it runs the handlers between them, and
+ * its slices' requests are answered in their time).
  */
 static _Thread_local bool in_slice; /* in a slice of tdpy_wait_sliced */
 
+struct intr_frame {
+	const ClientObject *cl; /* (its handle's lock held, whichever
+				 * connection: its HELLO's, its close's) */
+	struct intr_frame *up;
+};
+static _Thread_local struct intr_frame *intr_top;
+/* the exception a handler raised there, until the call raises it */
+static _Thread_local PyObject *intr_type, *intr_value, *intr_tb;
+
+static void intr_drop(void)
+{
+	Py_CLEAR(intr_type);
+	Py_CLEAR(intr_value);
+	Py_CLEAR(intr_tb);
+}
+
 int tdpy_interrupted(void *ud)
 {
-	(void)ud;
-	return !in_slice && PyThread_get_thread_ident() == main_ident;
+	ClientObject *self = ud;
+	PyObject *type, *value, *tb;
+	struct intr_frame f;
+	PyGILState_STATE g;
+	int rc;
+
+	if (in_slice || PyThread_get_thread_ident() != main_ident)
+		return 0;
+	g = PyGILState_Ensure();
+	/* a path that let the GIL go with an exception set (a close on an
+	 * error path): the handlers run without it, it stays */
+	PyErr_Fetch(&type, &value, &tb);
+	f.cl = self;
+	f.up = intr_top;
+	intr_top = &f;
+	rc = PyErr_CheckSignals();
+	intr_top = f.up;
+	if (rc < 0) {
+		intr_drop(); /* (one no call raised: this one is newer) */
+		PyErr_Fetch(&intr_type, &intr_value, &intr_tb);
+	}
+	PyErr_Restore(type, value, tb);
+	PyGILState_Release(g);
+	return rc < 0;
+}
+
+bool tdpy_intr_take(void)
+{
+	if (intr_type && !PyErr_Occurred()) {
+		PyErr_Restore(intr_type, intr_value, intr_tb);
+		intr_type = intr_value = intr_tb = NULL;
+	}
+	intr_drop();
+	return PyErr_Occurred() != NULL;
+}
+
+bool tdpy_client_locked_here(const ClientObject *cl)
+{
+	if (!cl)
+		return false;
+	for (const struct intr_frame *f = intr_top; f; f = f->up)
+		if (f->cl == cl)
+			return true;
+	return false;
+}
+
+int tdpy_client_reentered(const ClientObject *cl)
+{
+	if (!tdpy_client_locked_here(cl))
+		return 0;
+	PyErr_SetString(PyExc_RuntimeError, "a call on this client from a "
+			"signal handler that runs inside one of its calls "
+			"(waiting for the daemon in this thread, which holds "
+			"the client until its reply): call it after that "
+			"call returns");
+	return -1;
 }
 
 int tdpy_errors_init(PyObject *m)
@@ -113,9 +189,8 @@ PyObject *tdpy_raise(int rc, const struct td_error *e, const char *what)
 	PyObject *cls = tdpy_error, *exc, *r, *msg;
 
 	/* a signal ended the wait for a reply (tdpy_interrupted): its
-	 * handler's exception (KeyboardInterrupt) is the call's; a handler
-	 * that raises nothing leaves this Error, EINTR */
-	if (code == EINTR && (PyErr_Occurred() || PyErr_CheckSignals() < 0))
+	 * handler's exception (KeyboardInterrupt) is the call's */
+	if (code == EINTR && (tdpy_intr_take() || PyErr_CheckSignals() < 0))
 		return NULL;
 
 	switch (code) {
@@ -365,8 +440,68 @@ struct td_client *tdpy_client_enter(ClientObject *self)
 		PyErr_SetString(PyExc_ValueError, "the client is closed");
 		return NULL;
 	}
+	if (tdpy_client_reentered(self) < 0)
+		return NULL;
+	tdpy_client_flush(self);
+	if (!self->c) { /* closed by another thread meanwhile */
+		PyErr_SetString(PyExc_ValueError, "the client is closed");
+		return NULL;
+	}
 	self->busy++;
 	return self->c;
+}
+
+/* ---- releases and closes deferred (tdpy_client_defer) ---- */
+
+int tdpy_client_defer(ClientObject *cl,
+		      void (*run)(struct tdpy_deferred *, struct td_client *),
+		      void *p, uint64_t id, PyObject *ref)
+{
+	struct tdpy_deferred *d = PyMem_RawMalloc(sizeof(*d)), **end;
+
+	if (!d) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	*d = (struct tdpy_deferred){.run = run, .p = p, .id = id, .ref = ref};
+	Py_XINCREF(ref);
+	/* in the order asked */
+	for (end = &cl->deferred; *end; end = &(*end)->next)
+		;
+	*end = d;
+	return 0;
+}
+
+/* All of cl's deferred ones, now, on h (the GIL held, no call of this
+ * thread holding h) */
+static void defer_run(ClientObject *cl, struct td_client *h)
+{
+	struct tdpy_deferred *list = cl->deferred, *d;
+
+	if (!list)
+		return;
+	cl->deferred = NULL;
+	Py_BEGIN_ALLOW_THREADS
+	for (d = list; d; d = d->next)
+		d->run(d, h);
+	Py_END_ALLOW_THREADS
+	while (list) {
+		d = list;
+		list = d->next;
+		Py_XDECREF(d->ref);
+		PyMem_RawFree(d);
+	}
+}
+
+void tdpy_client_flush(ClientObject *cl)
+{
+	if (!cl || !cl->deferred || tdpy_client_locked_here(cl))
+		return;
+	/* a call in flight meanwhile: close() by another thread waits */
+	cl->busy++;
+	defer_run(cl, cl->handle);
+	if (--cl->busy == 0 && !cl->c && cl->handle)
+		tdpy_client_close_now(cl);
 }
 
 void tdpy_client_close_now(ClientObject *self)
@@ -381,9 +516,13 @@ void tdpy_client_close_now(ClientObject *self)
 	self->epfd = self->evfd = self->cfd = -1;
 	self->cfd_parked = false;
 	tdpy_maps_detach(self);
+	defer_run(self, h);
 	Py_BEGIN_ALLOW_THREADS
 	td_client_close(h);
 	Py_END_ALLOW_THREADS
+	/* what a handler inside the close let go of (its FOLLOW_CLOSEs
+	 * wait for replies): the connection is gone, the memory goes */
+	defer_run(self, NULL);
 }
 
 /* events.c's drain and hand-over, set at its init (pointers: events.c
@@ -403,6 +542,9 @@ void tdpy_client_leave(ClientObject *self)
 	if (self->busy == self->idle && self->cfd_parked &&
 	    tdpy_client_epoll(self, EPOLL_CTL_ADD, self->cfd) == 0)
 		self->cfd_parked = false;
+	/* what a signal handler inside the call let go of */
+	if (self->handle)
+		tdpy_client_flush(self);
 }
 
 /* The eventfd, as the epoll set, is shared with a child of fork(): the

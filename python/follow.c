@@ -169,6 +169,9 @@ static FollowObject *follow_usable(FollowObject *fo)
 	}
 	if (fo->busy)
 		return (FollowObject *)tdpy_busy_error();
+	if (tdpy_client_reentered(fo->client) < 0)
+		return NULL;
+	tdpy_client_flush(fo->client); /* a lease given back meanwhile */
 	return fo;
 }
 
@@ -366,7 +369,13 @@ static PyObject *follow_poll_m(FollowObject *fo, PyObject *unused)
 			.it_value = {0, 1000000}}, NULL);
 		Py_RETURN_NONE;
 	}
-	rc = t ? 0 : td_follow_poll(fo->f, &t, &e);
+	if (!t) { /* it takes the client's lock, may ask the daemon */
+		Py_BEGIN_ALLOW_THREADS
+		rc = td_follow_poll(fo->f, &t, &e);
+		Py_END_ALLOW_THREADS
+	} else {
+		rc = 0;
+	}
 	if (rc == 0 &&
 	    tdpy_fence_wait(NULL, t, PyUnicode_AsUTF8(fo->name), 0, &e) < 0) {
 		/* fileno() wakes when the fence signals (fenced_keep) */
@@ -396,10 +405,41 @@ static PyObject *follow_release_m(FollowObject *fo, PyObject *unused)
 		return NULL;
 	/* one taken whose fence did not signal in time goes back too */
 	t = fenced_take(fo);
-	if (t)
+	if (t) {
+		Py_BEGIN_ALLOW_THREADS
 		td_tensor_release(t);
+		Py_END_ALLOW_THREADS
+	}
 	fo->busy = false;
 	Py_RETURN_NONE;
+}
+
+/* Deferred (tdpy_client_defer): a follow's close asked for by a signal
+ * handler inside a call of its client, once that call is out */
+static void tensor_end_run(struct tdpy_deferred *d, struct td_client *h)
+{
+	(void)h;
+	td_tensor_release(d->p);
+}
+
+static void follow_close_run(struct tdpy_deferred *d, struct td_client *h)
+{
+	(void)h;
+	td_follow_close(d->p);
+}
+
+static void follow_close_later(FollowObject *fo, struct td_tensor *t,
+			       struct td_follow *f)
+{
+	PyObject *type, *value, *tb;
+
+	PyErr_Fetch(&type, &value, &tb);
+	if ((t && tdpy_client_defer(fo->client, tensor_end_run, t, 0, NULL) <
+			  0) ||
+	    (f && tdpy_client_defer(fo->client, follow_close_run, f, 0, NULL) <
+			  0))
+		PyErr_WriteUnraisable((PyObject *)fo); /* left to its close */
+	PyErr_Restore(type, value, tb);
 }
 
 /* libtensord defers the end while a tensor it gave is held: that
@@ -414,13 +454,15 @@ static void follow_really_close(FollowObject *fo)
 	t = fenced_take(fo); /* before the epoll set may go */
 	fo->efd = -1; /* td_follow_close() closes it */
 	fo->f = NULL;
-	if (t)
-		td_tensor_release(t);
-	if (f) {
-		Py_BEGIN_ALLOW_THREADS
-		td_follow_close(f);
-		Py_END_ALLOW_THREADS
+	if ((t || f) && tdpy_client_locked_here(fo->client)) {
+		follow_close_later(fo, t, f);
+		return;
 	}
+	Py_BEGIN_ALLOW_THREADS
+	td_tensor_release(t);
+	if (f)
+		td_follow_close(f);
+	Py_END_ALLOW_THREADS
 }
 
 static PyObject *follow_close(FollowObject *fo, PyObject *unused)

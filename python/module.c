@@ -49,7 +49,8 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 	struct td_error e = {0};
 	struct epoll_event ee = {.events = EPOLLIN};
 	struct td_client *h = NULL;
-	const char *p = NULL;
+	const char *p = NULL, *reconnect;
+	uint32_t flags;
 	int rc, sock;
 
 	if (client_unconnected(self) < 0 ||
@@ -59,9 +60,13 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 		return -1;
 	if (path)
 		p = PyBytes_AS_STRING(path);
-	/* into h, not self: other threads read self->handle meanwhile */
+	/* into h, not self: other threads read self->handle meanwhile; its
+	 * HELLO waits as any call does (Ctrl-C ends it: tdpy_interrupted),
+	 * with td_client_connect()'s $TENSORD_RECONNECT */
+	reconnect = getenv("TENSORD_RECONNECT");
+	flags = reconnect && !strcmp(reconnect, "1") ? TD_CLIENT_RECONNECT : 0;
 	Py_BEGIN_ALLOW_THREADS
-	rc = td_client_connect(p, &h, &e);
+	rc = td_client_connect_intr(p, flags, tdpy_interrupted, self, &h, &e);
 	Py_END_ALLOW_THREADS
 	Py_XDECREF(path);
 	if (rc < 0) {
@@ -136,7 +141,9 @@ static void client_dealloc(ClientObject *self)
 	tdpy_client_forked(self);
 	self->c = NULL;
 	if (self->handle)
-		tdpy_client_close_now(self);
+		tdpy_client_close_now(self); /* and what was deferred */
+	else
+		tdpy_client_flush(self); /* (a handler's, in a failed HELLO) */
 	tdpy_events_free(self);
 	pthread_mutex_destroy(&self->deliver);
 	Py_TYPE(self)->tp_free((PyObject *)self);
@@ -165,7 +172,14 @@ static PyObject *client_info(ClientObject *self, PyObject *unused)
 		PyErr_SetString(PyExc_ValueError, "the client is closed");
 		return NULL;
 	}
-	td_client_info(self->c, &i);
+	/* libtensord's lock: another thread's call may hold it until its
+	 * reply comes (a daemon stopped: for ever), so without the GIL */
+	if (!tdpy_client_enter(self))
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	td_client_info(self->handle, &i);
+	Py_END_ALLOW_THREADS
+	tdpy_client_leave(self);
 	return Py_BuildValue("{s:I,s:s,s:s,s:K,s:s}", "daemon_pid",
 			     i.daemon_pid, "path_in",
 			     i.path_in == TD_CLIENT_PATH_PIDFD ? "pidfd" : "scm",
@@ -408,6 +422,20 @@ static PyObject *client_watch(ClientObject *self, PyObject *args,
  * still in libtensord's queue (none come after the UNWATCH), which the
  * handler drops: with a bound they would hold the others' room there.
  */
+/* Deferred (tdpy_client_defer): a Watch's end in the daemon (cl, in
+ * p, lives as long as its list of deferred ones: its dealloc runs them) */
+static void unwatch_run(struct tdpy_deferred *d, struct td_client *h)
+{
+	ClientObject *cl = d->p;
+
+	if (!h)
+		return;
+	(void)td_client_unwatch(h, d->id, NULL);
+	pthread_mutex_lock(&cl->deliver);
+	tdpy_events_c_sync(cl, h);
+	pthread_mutex_unlock(&cl->deliver);
+}
+
 static void watch_end(WatchObject *w)
 {
 	ClientObject *cl = w->client;
@@ -423,7 +451,19 @@ static void watch_end(WatchObject *w)
 	 * another watch of this id, which an UNWATCH would end */
 	if (!cl->c || cl->conn != w->conn)
 		return;
+	/* a signal handler inside a call of cl, whose lock this thread
+	 * holds: after that call (no exception: a dying Watch raises none) */
+	if (tdpy_client_locked_here(cl)) {
+		if (tdpy_client_defer(cl, unwatch_run, cl, w->id, NULL) < 0)
+			PyErr_Clear(); /* its events dropped, as a closed
+					* watch's are */
+		return;
+	}
 	c = tdpy_client_enter(cl);
+	if (!c) { /* closed meanwhile (a deferred release let the GIL go) */
+		PyErr_Clear();
+		return;
+	}
 	Py_BEGIN_ALLOW_THREADS
 	rc = td_client_unwatch(c, w->id, NULL);
 	pthread_mutex_lock(&cl->deliver);

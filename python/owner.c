@@ -258,12 +258,57 @@ bool tdpy_owner_writable(OwnerObject *o)
 	return o->writable && tdpy_owner_root(o)->writable;
 }
 
+/* Deferred (tdpy_client_defer): a lease's or loan's end asked for by a
+ * signal handler inside a call of its client, once that call is out */
+static void lease_end_run(struct tdpy_deferred *d, struct td_client *h)
+{
+	(void)h;
+	td_tensor_release_nowait(d->p);
+	if (d->ref) /* its Follow */
+		tdpy_owner_hooks.follow_releasing(d->ref, -1);
+}
+
+static void loan_end_run(struct tdpy_deferred *d, struct td_client *h)
+{
+	(void)h;
+	td_alloc_free(d->p);
+}
+
+/* The client whose handle o (a root holding a lease or loan: its parent
+ * is that Client) has it of, if that handle's lock is this thread's now
+ * (tdpy_interrupted) */
+static ClientObject *client_locked(const OwnerObject *o)
+{
+	ClientObject *cl = (ClientObject *)o->parent;
+
+	return (o->kind == OWNER_LEASE || o->kind == OWNER_LOAN) &&
+		       tdpy_client_locked_here(cl)
+		       ? cl
+		       : NULL;
+}
+
+/* Its end after that call: libtensord's lock is this thread's (no
+ * exception raised: a dying owner's release raises none) */
+static void release_later(ClientObject *cl, OwnerObject *o,
+			  struct td_tensor *t, struct td_alloc *a)
+{
+	PyObject *type, *value, *tb;
+
+	PyErr_Fetch(&type, &value, &tb);
+	if ((t && tdpy_client_defer(cl, lease_end_run, t, 0, o->follow) < 0) ||
+	    (a && tdpy_client_defer(cl, loan_end_run, a, 0, NULL) < 0))
+		/* no memory for it: left to the connection's end */
+		PyErr_WriteUnraisable((PyObject *)o);
+	PyErr_Restore(type, value, tb);
+}
+
 /* End what the owner holds in libtensord (lease, unpublished loan). */
 void tdpy_owner_release(OwnerObject *plane_or_root)
 {
 	OwnerObject *o = tdpy_owner_root(plane_or_root);
 	struct td_tensor *t = o->t;
 	struct td_alloc *a = o->a;
+	ClientObject *cl = (t || a) ? client_locked(o) : NULL;
 
 	o->t = NULL;
 	o->a = NULL;
@@ -276,7 +321,9 @@ void tdpy_owner_release(OwnerObject *plane_or_root)
 		tdpy_owner_hooks.follow_let_go(o->follow, o);
 	if (o->follow && t)
 		tdpy_owner_hooks.follow_releasing(o->follow, 1);
-	if (t || a) {
+	if (cl) {
+		release_later(cl, o, t, a);
+	} else if (t || a) {
 		/* no wait for the daemon's answer: it ends the lease before
 		 * it serves this client's next request (a round trip less);
 		 * a follow's hold is one store to its row */

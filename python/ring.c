@@ -162,13 +162,43 @@ PyObject *tdpy_client_ring_create(ClientObject *self, PyObject *args,
 	return (PyObject *)ring;
 }
 
+/* Deferred (tdpy_client_defer): a ring's or subscription's close asked
+ * for by a signal handler inside a call of its client */
+static void ring_close_run(struct tdpy_deferred *d, struct td_client *h)
+{
+	(void)h;
+	td_ring_close(d->p);
+}
+
+static void sub_close_run(struct tdpy_deferred *d, struct td_client *h)
+{
+	(void)h;
+	td_sub_close(d->p);
+}
+
+/* p's close (libtensord takes cl's lock) after the call whose wait this
+ * thread's signal handler runs in: true when deferred so */
+static bool close_later(ClientObject *cl, void *p,
+			void (*run)(struct tdpy_deferred *, struct td_client *))
+{
+	PyObject *type, *value, *tb;
+
+	if (!tdpy_client_locked_here(cl))
+		return false;
+	PyErr_Fetch(&type, &value, &tb);
+	if (tdpy_client_defer(cl, run, p, 0, NULL) < 0)
+		PyErr_WriteUnraisable((PyObject *)cl); /* left to its close */
+	PyErr_Restore(type, value, tb);
+	return true;
+}
+
 static void ring_really_close(RingObject *ring)
 {
 	struct td_ring *r = ring->r;
 
 	ring->r = NULL;
 	ring->acquired = 0;
-	if (r) {
+	if (r && !close_later(ring->client, r, ring_close_run)) {
 		Py_BEGIN_ALLOW_THREADS
 		td_ring_close(r);
 		Py_END_ALLOW_THREADS
@@ -202,6 +232,9 @@ static RingObject *ring_usable(RingObject *ring)
 	}
 	if (ring->busy)
 		return (RingObject *)tdpy_busy_error();
+	if (tdpy_client_reentered(ring->client) < 0)
+		return NULL;
+	tdpy_client_flush(ring->client);
 	return ring;
 }
 
@@ -292,7 +325,7 @@ static PyObject *ring_acquire(RingObject *ring, PyObject *args,
 	ring->busy = false;
 	if (rc < 0) {
 		ring_unbusy(ring);
-		if (rc == -EINTR && PyErr_Occurred())
+		if (rc == -EINTR && tdpy_intr_take())
 			return NULL; /* a signal handler's exception */
 		return ring_raise(rc, ring->name, "acquire", "no free slot",
 				  ms);
@@ -330,7 +363,13 @@ static PyObject *ring_publish(RingObject *ring, PyObject *unused)
 
 	if (!ring_usable(ring))
 		return NULL;
+	/* it may ask the daemon (the wake-up fds of readers waiting by fd),
+	 * under the client's lock: with the GIL released, busy meanwhile */
+	ring->busy = true;
+	Py_BEGIN_ALLOW_THREADS
 	rc = td_ring_publish(ring->r, &v);
+	Py_END_ALLOW_THREADS
+	ring_unbusy(ring);
 	if (rc == -EINVAL) {
 		struct td_error e = {.code = rc};
 		const char *n = PyUnicode_AsUTF8(ring->name);
@@ -378,7 +417,7 @@ static PyObject *ring_wait_read(RingObject *ring, PyObject *args,
 			      &(struct ring_arg){.r = ring->r, .version = v},
 			      NULL);
 	ring_unbusy(ring);
-	if (rc == -EINTR && PyErr_Occurred())
+	if (rc == -EINTR && tdpy_intr_take())
 		return NULL; /* a signal handler's exception */
 	/* the ring refuses only a version it has not published: a value
 	 * wrong for it (docs/python.md, "Errors") */
@@ -512,7 +551,7 @@ PyObject *tdpy_client_subscribe(ClientObject *self, PyObject *args,
 	tdpy_client_leave(self);
 	if (rc < 0) {
 		Py_DECREF(sub);
-		if (rc == -EINTR && PyErr_Occurred())
+		if (rc == -EINTR && tdpy_intr_take())
 			return NULL; /* a signal handler's exception */
 		if (rc == -ETIMEDOUT)
 			snprintf(e.reason, sizeof(e.reason), "no ring named "
@@ -541,7 +580,7 @@ static void sub_really_close(SubObject *sub)
 
 	sub_unpoll(sub);
 	sub->s = NULL;
-	if (s) {
+	if (s && !close_later(sub->client, s, sub_close_run)) {
 		Py_BEGIN_ALLOW_THREADS
 		td_sub_close(s);
 		Py_END_ALLOW_THREADS
@@ -674,6 +713,9 @@ static SubObject *sub_usable(SubObject *sub)
 	}
 	if (sub->busy)
 		return (SubObject *)tdpy_busy_error();
+	if (tdpy_client_reentered(sub->client) < 0)
+		return NULL;
+	tdpy_client_flush(sub->client);
 	return sub;
 }
 
@@ -732,7 +774,7 @@ static PyObject *fence_raise(SubObject *sub, int rc, int ms)
 {
 	struct td_error e = {.code = rc};
 
-	if (rc == -EINTR && PyErr_Occurred())
+	if (rc == -EINTR && tdpy_intr_take())
 		return NULL; /* a signal handler's exception */
 	if (rc == -ETIMEDOUT)
 		snprintf(e.reason, sizeof(e.reason),
@@ -816,7 +858,7 @@ static PyObject *sub_wait(SubObject *sub, int ms)
 		(void)timerfd_settime(sub->efd, 0,
 				      &(struct itimerspec){.it_value = {0, 1}},
 				      NULL); /* a timerfd: armed, not written */
-	if (rc == -EINTR && PyErr_Occurred())
+	if (rc == -EINTR && tdpy_intr_take())
 		return NULL; /* a signal handler's exception */
 	if (rc < 0)
 		return ring_raise(rc, sub->name, "next", "no new version",

@@ -112,6 +112,10 @@ typedef struct {
 	pthread_mutex_t deliver;
 	unsigned forks;        /* tdpy_forks when made, or when a child of
 				* fork() took it over (tdpy_client_forked) */
+	/* releases and closes a signal handler (or a collection it ran)
+	 * asked for while this thread held the handle's lock (common.c,
+	 * tdpy_client_defer), done once that call is out */
+	struct tdpy_deferred *deferred;
 } ClientObject;
 
 enum owner_kind {
@@ -179,13 +183,46 @@ extern PyObject *tdpy_error;
  * subclasses into m. 0, or -1 with the exception set. */
 int tdpy_numpy_import(void);
 int tdpy_errors_init(PyObject *m);
-/* td_client_set_interrupt()'s fn (common.c): nonzero in Python's main
- * thread, where a signal's handler may end the call */
+/*
+ * td_client_set_interrupt()'s fn (common.c), ud the ClientObject: in
+ * Python's main thread it runs the signal handlers (the GIL taken, the
+ * handle's lock held by the waiting call); nonzero, ending the call,
+ * when one raised (its exception kept for tdpy_intr_take), else the
+ * call goes on waiting.
+ */
 int tdpy_interrupted(void *ud);
+/* After a call that a handler's exception ended (-EINTR): that
+ * exception set now; whether one (or another) is set. */
+bool tdpy_intr_take(void);
 /* Raise the tensord.Error subclass for rc (-errno) with e's reason; for
- * -EINTR, a signal handler's exception (set, or raised by the handlers
- * run now) instead, if any. */
+ * -EINTR, a signal handler's exception (set, kept, or raised by the
+ * handlers run now) instead, if any. */
 PyObject *tdpy_raise(int rc, const struct td_error *e, const char *what);
+/*
+ * Whether this thread holds libtensord's lock of cl's handle: a signal
+ * handler runs inside one of cl's calls (tdpy_interrupted). A call on
+ * cl would wait for itself: tdpy_client_reentered raises RuntimeError
+ * (-1), 0 when not so; releases and closes go to tdpy_client_defer.
+ */
+bool tdpy_client_locked_here(const ClientObject *cl);
+int tdpy_client_reentered(const ClientObject *cl);
+/*
+ * A release or close deferred: run(d, handle) with the GIL released once
+ * no call of this thread holds the handle (tdpy_client_flush, at the
+ * client's next entry, leave or close); ref (owned, may be NULL) is
+ * dropped after, with the GIL. 0, or -1 with MemoryError.
+ */
+struct tdpy_deferred {
+	struct tdpy_deferred *next;
+	void (*run)(struct tdpy_deferred *d, struct td_client *h);
+	void *p;
+	uint64_t id;
+	PyObject *ref;
+};
+int tdpy_client_defer(ClientObject *cl,
+		      void (*run)(struct tdpy_deferred *, struct td_client *),
+		      void *p, uint64_t id, PyObject *ref);
+void tdpy_client_flush(ClientObject *cl);
 
 /* Argument converters (PyArg "O&"): str name, timeout in seconds. */
 int tdpy_conv_name(PyObject *o, void *out);    /* const char ** */
@@ -401,6 +438,22 @@ extern struct tdpy_owner_hooks tdpy_owner_hooks; /* owner.c */
 
 /* Metadata: None, bytes-like or str (UTF-8), into a held Py_buffer. */
 int tdpy_meta_get(PyObject *o, Py_buffer *b);
+
+/* libtensord's blocking release of a lease (a loan), which takes its
+ * client's lock (that another thread's call may hold until a stopped
+ * daemon answers): with the GIL released. */
+static inline void tdpy_tensor_release(struct td_tensor *t)
+{
+	Py_BEGIN_ALLOW_THREADS
+	td_tensor_release(t);
+	Py_END_ALLOW_THREADS
+}
+static inline void tdpy_alloc_free(struct td_alloc *a)
+{
+	Py_BEGIN_ALLOW_THREADS
+	td_alloc_free(a);
+	Py_END_ALLOW_THREADS
+}
 
 /* Client methods made in tensor.c. */
 PyObject *tdpy_client_put(ClientObject *self, PyObject *args, PyObject *kw);

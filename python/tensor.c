@@ -166,7 +166,7 @@ PyObject *tdpy_client_put(ClientObject *self, PyObject *args, PyObject *kw)
 	if (!dst || PyArray_CopyInto((PyArrayObject *)dst,
 				     (PyArrayObject *)src) < 0) {
 		Py_XDECREF(dst);
-		td_alloc_free(a);
+		tdpy_alloc_free(a);
 		PyBuffer_Release(&mb);
 		goto fail;
 	}
@@ -180,7 +180,7 @@ PyObject *tdpy_client_put(ClientObject *self, PyObject *args, PyObject *kw)
 		    PyArray_DIMS((PyArrayObject *)src), NULL);
 	c = tdpy_client_enter(self);
 	if (!c) {
-		td_alloc_free(a);
+		tdpy_alloc_free(a);
 		PyBuffer_Release(&mb);
 		goto fail;
 	}
@@ -641,7 +641,7 @@ PyObject *tdpy_lease_array(ClientObject *self, struct td_tensor *t,
 	size_t mlen;
 
 	if (!o) {
-		td_tensor_release(t);
+		tdpy_tensor_release(t);
 		return NULL;
 	}
 	o->t = t;
@@ -800,16 +800,16 @@ PyObject *tdpy_client_get(ClientObject *self, PyObject *args, PyObject *kw)
 	if (rc == 0) {
 		rc = tdpy_fence_wait(self, t, name, ms, &e);
 		if (rc < 0)
-			td_tensor_release(t);
+			tdpy_tensor_release(t);
 	}
 	tdpy_client_leave(self);
-	if (rc == -EINTR && PyErr_Occurred())
+	if (rc == -EINTR && tdpy_intr_take())
 		return NULL; /* a signal handler's exception */
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "get");
 	name_o = PyUnicode_FromString(name);
 	if (!name_o) {
-		td_tensor_release(t);
+		tdpy_tensor_release(t);
 		return NULL;
 	}
 	arr = tdpy_lease_array(self, t, name_o, NULL);

@@ -725,6 +725,62 @@ Test(threads, a_signal_ends_the_wait_for_a_stopped_daemons_reply)
 }
 
 /*
+ * The HELLO of td_client_connect_intr() waits as a call's reply does: a
+ * daemon stopped with SIGSTOP still accepts the connection, never says
+ * HELLO; a fn that says no keeps the connect waiting (it connects once
+ * the daemon goes on), one that says yes ends it (-EINTR, no handle).
+ */
+Test(threads, a_signal_ends_the_wait_for_a_stopped_daemons_hello)
+{
+	struct sigaction sa = {.sa_handler = on_alarm}, old;
+	struct itimerval it = {.it_value = {0, 100000}};
+	struct tu_daemon d;
+	struct td_client *c = NULL;
+	struct td_entry ent = {0};
+	struct td_error e = {0};
+	sigset_t alrm;
+	pthread_t th;
+	int yes = 1, no = 0;
+
+	tu_daemon_start(&d, "warn");
+	sigemptyset(&sa.sa_mask); /* no SA_RESTART: the wait sees EINTR */
+	cr_assert_eq(sigaction(SIGALRM, &sa, &old), 0);
+
+	/* fn says yes: no handle (the daemon goes on once fn was asked, or
+	 * after HANG_MS: a HELLO deaf to fn connects, and the test fails) */
+	atomic_store(&intr_asked, 0);
+	cr_assert_eq(kill(d.pid, SIGSTOP), 0);
+	sigemptyset(&alrm);
+	sigaddset(&alrm, SIGALRM);
+	pthread_sigmask(SIG_BLOCK, &alrm, NULL);
+	cr_assert_eq(pthread_create(&th, NULL, resume_when_asked, &d.pid), 0);
+	pthread_sigmask(SIG_UNBLOCK, &alrm, NULL);
+	cr_assert_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
+	cr_assert_eq(td_client_connect_intr(d.sock, 0, intr_fn, &yes, &c, &e),
+		     -EINTR, "%s", e.reason);
+	pthread_join(th, NULL);
+	cr_assert_null(c);
+	cr_assert_eq(atomic_load(&intr_asked), 1);
+
+	/* fn says no: connected once the daemon goes on */
+	atomic_store(&intr_asked, 0);
+	cr_assert_eq(kill(d.pid, SIGSTOP), 0);
+	pthread_sigmask(SIG_BLOCK, &alrm, NULL);
+	cr_assert_eq(pthread_create(&th, NULL, resume_when_asked, &d.pid), 0);
+	pthread_sigmask(SIG_UNBLOCK, &alrm, NULL);
+	cr_assert_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
+	cr_assert_eq(td_client_connect_intr(d.sock, 0, intr_fn, &no, &c, &e),
+		     0, "%s", e.reason);
+	pthread_join(th, NULL);
+	cr_assert_geq(atomic_load(&intr_asked), 1, "fn was not asked");
+	cr_assert_eq(td_client_stat(c, "si/none", &ent, &e), -ENOENT, "%s",
+		     e.reason);
+	td_client_close(c);
+	sigaction(SIGALRM, &old, NULL);
+	tu_daemon_stop(&d, false);
+}
+
+/*
  * Signals while a daemon answers in time (a timer's, every millisecond,
  * a handler that carries on) interrupt many a wait for a reply, yet
  * none is given up: fn is asked only once a reply is late (100 ms).

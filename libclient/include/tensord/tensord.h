@@ -953,12 +953,24 @@ TD_EXPORT int td_client_set_event_limit(struct td_client *c, unsigned max);
  * then unanswered, so the connection is abandoned: shut down (the daemon
  * ends its leases, loans and rings when it reads the hang-up) and every
  * later call fails with -ECONNABORTED (or, with TD_CLIENT_RECONNECT,
- * connects again). Not the HELLO of td_client_connect(), nor a send the
- * socket's full buffer holds up. fn NULL restores the default. 0 or
- * -EINVAL (no client).
+ * connects again). Not the HELLO of td_client_connect() (that of
+ * td_client_connect_intr() is), nor a send the socket's full buffer
+ * holds up. fn NULL restores the default. 0 or -EINVAL (no client).
  */
 TD_EXPORT int td_client_set_interrupt(struct td_client *c,
 				      int (*fn)(void *ud), void *ud);
+/*
+ * td_client_connect_ex() with td_client_set_interrupt(fn, ud) set on the
+ * new handle before its HELLO: a signal that interrupts the wait for the
+ * HELLO reply (a daemon stopped with SIGSTOP still accepts the
+ * connection) asks fn as a call's would, and when fn returns nonzero the
+ * connect returns -EINTR with no handle made. fn NULL: as
+ * td_client_connect_ex().
+ */
+TD_EXPORT int td_client_connect_intr(const char *socket_path,
+				     uint32_t flags, int (*fn)(void *ud),
+				     void *ud, struct td_client **out,
+				     struct td_error *err);
 /*
  * Next event in arrival order into *ev, waiting up to timeout_ms (-1
  * forever, 0 only what is queued or already readable). Returns 0,
