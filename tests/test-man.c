@@ -4,9 +4,11 @@
  * lists, every command tensorctl --help lists and every option of each
  * (in docs/tensorctl.md too) has its entry, every policy keyword the
  * parser knows is described, every td_ function the library page names
- * exists in the header, and every page was rendered.
+ * exists in the header, every environment variable the code reads is on
+ * the page of the program that reads it, and every page was rendered.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -275,4 +277,80 @@ Test(man, every_page_is_rendered_as_roff)
 		cr_expect(strstr(roff, ".TH "), "%s is a man page", path);
 		free(roff);
 	}
+}
+
+struct env_check {
+	const char *page_rel;
+	const char *page;
+	const char *file;
+};
+
+static void page_names_env(const char *var, void *arg)
+{
+	const struct env_check *c = arg;
+
+	/* fault-injection hooks of the suite (docs/reliability.md) */
+	if (!strncmp(var, "TD_TEST_", 8))
+		return;
+	cr_expect(has_word(c->page, var), "%s reads $%s, which %s does not "
+		  "name", c->file, var, c->page_rel);
+}
+
+/* Every variable the .c files of `dirs` read (getenv() and the env_*()
+ * helpers over it) is named on `page_rel`; the count of reads found. */
+static int page_names_every_env(const char *page_rel,
+				const char *const *dirs, size_t ndirs)
+{
+	const char *root = getenv("TD_SOURCE_ROOT");
+	struct env_check c = {.page_rel = page_rel};
+	char *page = source(page_rel);
+	int n = 0;
+
+	cr_assert(root, "TD_SOURCE_ROOT is set by meson");
+	c.page = page;
+	for (size_t i = 0; i < ndirs; i++) {
+		char path[4096];
+		struct dirent *de;
+		DIR *d;
+
+		snprintf(path, sizeof(path), "%s/%s", root, dirs[i]);
+		d = opendir(path);
+		cr_assert_not_null(d, "%s", path);
+		while ((de = readdir(d))) {
+			size_t len = strlen(de->d_name);
+			char rel[512];
+			char *text;
+
+			if (len < 3 || strcmp(de->d_name + len - 2, ".c"))
+				continue;
+			snprintf(rel, sizeof(rel), "%s/%s", dirs[i],
+				 de->d_name);
+			text = source(rel);
+			c.file = rel;
+			n += each_match(text,
+					"[a-z_]*env[a-z0-9_]*\\(\"([A-Z][A-Z0-9_]*)\"",
+					page_names_env, &c);
+			free(text);
+		}
+		closedir(d);
+	}
+	free(page);
+	return n;
+}
+
+Test(man, every_environment_variable_is_on_the_page_of_who_reads_it)
+{
+	static const char *const daemon[] = {"daemon", "transport"};
+	static const char *const lib[] = {"libclient", "transport"};
+	static const char *const ctl[] = {"tools"};
+
+	cr_assert_geq(page_names_every_env("docs/man/tensord.8.scd", daemon,
+					   2),
+		      10, "the daemon's reads were found");
+	cr_assert_geq(page_names_every_env("docs/man/libtensord.3.scd", lib,
+					   2),
+		      10, "libtensord's reads were found");
+	cr_assert_geq(page_names_every_env("docs/man/tensorctl.1.scd", ctl,
+					   1),
+		      1, "tensorctl's reads were found");
 }

@@ -59,7 +59,9 @@ static const struct cmd {
 	 "  --version N     exactly version N\n"
 	 "  --newer N       the current version if newer than N, else wait\n"
 	 "                  for the next one (versions in between are skipped)\n"
-	 "  --timeout MS    give up waiting after MS milliseconds (--newer)\n"
+	 "  --timeout MS    give up waiting after MS milliseconds (--newer;\n"
+	 "                  without it, wait for ever), for the version and\n"
+	 "                  again for its fence, if it has one\n"
 	 "  -o, --output F  where to write (- = stdout); see OUTPUTS\n"
 	 "  --format F      raw or npy (default: npy for a .npy name)\n"},
 	{"ls", "ls [PREFIX]",
