@@ -126,9 +126,12 @@ void td__http_ranges_add(struct td__http_ranges *r, const char *h,
 		return;
 	r->lines++;
 	/* a unit other than bytes: ignored, the whole body (RFC 9110 14.2:
-	 * MUST); the unit is case-insensitive */
+	 * MUST); the unit is case-insensitive. After a bytes line it is no
+	 * unit but an element of that line's range-set (the lines are one
+	 * value, "bytes=0-1, items=0-1"), a malformed one: ignoring it
+	 * would send the whole body to a reader that asked for a range */
 	if (strncasecmp(h, "bytes=", 6)) {
-		if (other_unit(h))
+		if (r->lines == 1 && other_unit(h))
 			r->ignore = true;
 		else
 			r->bad = true;

@@ -37,7 +37,8 @@ struct td__http_ranges {
  * Add a Range field line h (NULL: none) against a body of len bytes (RFC
  * 9110 14.1, 14.2): "bytes=" and a list of range-specs "a-b", "a-", "-n"
  * (digits only, the unit in any case, OWS and empty elements around
- * them). Several lines are one list, as RFC 9110 5.3 combines them. A
+ * them). Several lines are one list, as RFC 9110 5.3 combines them (so
+ * another unit on a line after a bytes line is a malformed element). A
  * satisfiable range is taken, clamped to the body; an unsatisfiable one
  * (a start at or past the end, "-0") is dropped.
  */

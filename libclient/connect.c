@@ -347,23 +347,40 @@ static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 /*
  * A connected socket to sa, or -errno with the reason in *err. A listener
  * whose queue is full (a stopped daemon's) holds connect() itself: ms
- * bounds that wait too (SO_SNDTIMEO, which a unix connect obeys).
+ * bounds that wait too (SO_SNDTIMEO, which a unix connect obeys). With a
+ * timeout the kernel never restarts an interrupted connect, not even for
+ * a handler with SA_RESTART (a SIGCHLD, a profiler's SIGPROF, a Go
+ * runtime's SIGURG): it is tried again here, for the time left, as the
+ * kernel restarted it when it waited for ever (ms 0 still does). A unix
+ * connect that was interrupted left the socket unconnected, so it can be
+ * tried again.
  */
 static int sock_open(const struct sockaddr_un *sa, socklen_t salen,
 		     uint32_t ms, struct td_error *err)
 {
-	struct timeval tv = {.tv_sec = ms / 1000,
-			     .tv_usec = (long)(ms % 1000) * 1000};
+	int64_t by = ms ? td__now_ns() + (int64_t)ms * 1000000 : -1, left;
+	struct timeval tv;
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), rc;
 
 	if (s < 0)
 		return td__fail(err, -errno, "socket: %s", strerror(errno));
-	if (ms)
-		setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	if (connect(s, (const struct sockaddr *)sa, salen) < 0) {
+	for (;;) {
+		if (ms) {
+			/* what is left, at least 1 us: 0 would be no limit */
+			left = (by - td__now_ns() + 999) / 1000;
+			if (left < 1)
+				left = 1;
+			tv = (struct timeval){.tv_sec = left / 1000000,
+					      .tv_usec = left % 1000000};
+			setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+		}
+		if (connect(s, (const struct sockaddr *)sa, salen) == 0)
+			break;
 		rc = -errno;
+		if (rc == -EINTR && ms && td__now_ns() < by)
+			continue;
 		close(s);
-		if (rc == -EAGAIN && ms)
+		if ((rc == -EAGAIN || rc == -EINTR) && ms)
 			return td__fail(err, -ETIMEDOUT,
 					"connect %s: nobody took the "
 					"connection within %u ms: is it a "
@@ -374,6 +391,8 @@ static int sock_open(const struct sockaddr_un *sa, socklen_t salen,
 		return td__fail(err, rc, "connect %s: %s", sa->sun_path,
 				strerror(-rc));
 	}
+	/* later sends wait for the daemon as long as it takes: back-pressure
+	 * is no failure */
 	tv = (struct timeval){0};
 	if (ms)
 		setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));

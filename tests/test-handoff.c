@@ -25,6 +25,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/vfs.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -1665,6 +1666,54 @@ Test(handoff, a_listener_that_never_accepts_times_out_at_connect,
 	cr_assert_null(c);
 	cr_assert(strstr(e.reason, sa.sun_path), "%s", e.reason);
 	cr_assert(strstr(e.reason, "within 200 ms"), "%s", e.reason);
+	close(first);
+	close(ls);
+	unlink(sa.sun_path);
+	cr_assert_eq(tu_fd_count(), fds);
+}
+
+static volatile sig_atomic_t ticks;
+
+static void on_tick(int sig)
+{
+	(void)sig;
+	ticks++;
+}
+
+/*
+ * A signal whose handler has SA_RESTART (a SIGCHLD, a profiler's
+ * SIGPROF, a Go runtime's SIGURG) while connect() waits on a full queue:
+ * with SO_SNDTIMEO the kernel does not restart it, and the client failed
+ * with EINTR, "connect: Interrupted system call", although it was never
+ * interrupted before the deadline existed. It waits out the deadline.
+ */
+Test(handoff, a_restarting_signal_does_not_cut_the_connect_wait,
+     .timeout = TU_WAIT_S)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct sigaction act = {.sa_handler = on_tick, .sa_flags = SA_RESTART};
+	struct itimerval every = {{0, 5000}, {0, 5000}}, off = {{0, 0}, {0, 0}};
+	struct td_client *c = (struct td_client *)1;
+	struct td_error e = {0};
+	int fds = tu_fd_count(), ls, first, rc;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "/tmp/td-intr-%d.sock",
+		 (int)getpid());
+	ls = tu_mute_listener(sa.sun_path, 0);
+	first = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	cr_assert_eq(connect(first, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	sigemptyset(&act.sa_mask);
+	cr_assert_eq(sigaction(SIGALRM, &act, NULL), 0);
+	setenv("TENSORD_CONNECT_TIMEOUT_MS", "300", 1);
+	ticks = 0;
+	cr_assert_eq(setitimer(ITIMER_REAL, &every, NULL), 0);
+	rc = td_client_connect(sa.sun_path, &c, &e);
+	cr_assert_eq(setitimer(ITIMER_REAL, &off, NULL), 0);
+	unsetenv("TENSORD_CONNECT_TIMEOUT_MS");
+	cr_assert_gt(ticks, 0, "no signal came during the wait");
+	cr_assert_eq(rc, -ETIMEDOUT, "%d %s", rc, e.reason);
+	cr_assert_null(c);
+	cr_assert(strstr(e.reason, "within 300 ms"), "%s", e.reason);
 	close(first);
 	close(ls);
 	unlink(sa.sun_path);

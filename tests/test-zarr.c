@@ -3848,7 +3848,11 @@ Test(http, several_ranges_are_multipart_byteranges, .init = start_http,
 	        "Range: bytes=1000-\r\nRange: bytes=-0\r\n",
 	        /* a malformed element spoils the set, as alone */
 	        "Range: bytes=0-1,x\r\n", "Range: bytes=0-1,5-2\r\n",
-	        "Range: bytes=0-1\r\nRange: bytes 5-6\r\n"};
+	        "Range: bytes=0-1\r\nRange: bytes 5-6\r\n",
+	        /* another unit after a bytes line is an element of its
+	         * list, a malformed one: never the whole body (zarr.md 10) */
+	        "Range: bytes=0-1\r\nRange: items=0-1\r\n",
+	        "Range: bytes=0-1,3-4\r\nRange: items=0-1\r\n"};
 	uint64_t a[33], n[33];
 	char *resp, *tag, *m, hdr[1024], *b1, *b2;
 	unsigned long long before;
