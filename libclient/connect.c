@@ -351,13 +351,17 @@ static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
  * timeout the kernel never restarts an interrupted connect, not even for
  * a handler with SA_RESTART (a SIGCHLD, a profiler's SIGPROF, a Go
  * runtime's SIGURG): it is tried again here, for the time left, as the
- * kernel restarted it when it waited for ever (ms 0 still does). A unix
+ * kernel restarted it when it waited for ever (ms 0 still does; a
+ * handler without SA_RESTART is waited through the same way). A signal
+ * asks c->intr_fn (td_client_connect_intr, td_client_set_interrupt)
+ * whether it ends the wait (-EINTR), as a reply's wait does. A unix
  * connect that was interrupted left the socket unconnected, so it can be
  * tried again.
  */
-static int sock_open(const struct sockaddr_un *sa, socklen_t salen,
-		     uint32_t ms, struct td_error *err)
+static int sock_open(struct td_client *c, const struct sockaddr_un *sa,
+		     socklen_t salen, struct td_error *err)
 {
+	uint32_t ms = c->hello_ms;
 	int64_t by = ms ? td__now_ns() + (int64_t)ms * 1000000 : -1, left;
 	struct timeval tv;
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), rc;
@@ -377,7 +381,14 @@ static int sock_open(const struct sockaddr_un *sa, socklen_t salen,
 		if (connect(s, (const struct sockaddr *)sa, salen) == 0)
 			break;
 		rc = -errno;
-		if (rc == -EINTR && ms && td__now_ns() < by)
+		/* a signal: td_client_connect_intr()'s fn may end the wait
+		 * (Python's Ctrl-C), else it goes on while time is left */
+		if (rc == -EINTR && c->intr_fn && c->intr_fn(c->intr_ud)) {
+			close(s);
+			return td__fail(err, -EINTR, "a signal interrupted "
+					"the connect to %s", sa->sun_path);
+		}
+		if (rc == -EINTR && (!ms || td__now_ns() < by))
 			continue;
 		close(s);
 		if ((rc == -EAGAIN || rc == -EINTR) && ms)
@@ -449,7 +460,7 @@ static int reconnect_now(struct td_client *c, struct td_error *err)
 	rc = socket_path(c->path, &sa, &salen, err);
 	if (rc < 0)
 		return rc;
-	s = sock_open(&sa, salen, c->hello_ms, err);
+	s = sock_open(c, &sa, salen, err);
 	if (s < 0)
 		return s;
 	/* what waited on the old connection is lost with it */
@@ -561,7 +572,7 @@ int td_client_connect_intr(const char *path, uint32_t flags,
 	c->intr_fn = fn;
 	c->intr_ud = ud;
 	memcpy(c->path, sa.sun_path, sizeof(c->path));
-	rc = sock_open(&sa, salen, c->hello_ms, err);
+	rc = sock_open(c, &sa, salen, err);
 	if (rc < 0)
 		goto fail;
 	c->sock = rc;

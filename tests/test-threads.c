@@ -20,7 +20,9 @@
 #include <stdlib.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <tensord/ring.h>
@@ -778,6 +780,53 @@ Test(threads, a_signal_ends_the_wait_for_a_stopped_daemons_hello)
 	td_client_close(c);
 	sigaction(SIGALRM, &old, NULL);
 	tu_daemon_stop(&d, false);
+}
+
+/*
+ * A listener whose queue is full (a stopped daemon that many clients
+ * tried) holds connect() itself: a signal there asks fn too. One that
+ * says yes ends the connect (-EINTR, no handle, no fd left); one that
+ * says no waits on to the connect deadline.
+ */
+Test(threads, a_signal_ends_a_connect_that_a_full_queue_holds)
+{
+	struct sigaction sa = {.sa_handler = on_alarm}, old;
+	struct itimerval it = {.it_value = {0, 50000}};
+	struct sockaddr_un un = {.sun_family = AF_UNIX};
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	int fds = tu_fd_count(), ls, first, yes = 1, no = 0;
+
+	snprintf(un.sun_path, sizeof(un.sun_path), "/tmp/td-fullq-%d.sock",
+		 (int)getpid());
+	ls = tu_mute_listener(un.sun_path, 0);
+	/* the one connection a backlog of 0 queues: the queue is full */
+	first = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	cr_assert_eq(connect(first, (struct sockaddr *)&un, sizeof(un)), 0);
+	sigemptyset(&sa.sa_mask); /* no SA_RESTART, as Python's handlers */
+	cr_assert_eq(sigaction(SIGALRM, &sa, &old), 0);
+	setenv("TENSORD_CONNECT_TIMEOUT_MS", "400", 1);
+	atomic_store(&intr_asked, 0);
+	cr_assert_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
+	cr_assert_eq(td_client_connect_intr(un.sun_path, 0, intr_fn, &yes, &c,
+					    &e),
+		     -EINTR, "%s", e.reason);
+	cr_assert_null(c);
+	cr_assert_eq(atomic_load(&intr_asked), 1);
+	cr_assert(strstr(e.reason, "interrupted the connect"), "%s", e.reason);
+	atomic_store(&intr_asked, 0);
+	cr_assert_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
+	cr_assert_eq(td_client_connect_intr(un.sun_path, 0, intr_fn, &no, &c,
+					    &e),
+		     -ETIMEDOUT, "%s", e.reason);
+	cr_assert_null(c);
+	cr_assert_geq(atomic_load(&intr_asked), 1, "fn was not asked");
+	unsetenv("TENSORD_CONNECT_TIMEOUT_MS");
+	sigaction(SIGALRM, &old, NULL);
+	close(first);
+	close(ls);
+	unlink(un.sun_path);
+	cr_assert_eq(tu_fd_count(), fds);
 }
 
 /*
