@@ -542,6 +542,19 @@ static int lingering_chain(void)
 	return sp[1];
 }
 
+/* A STATUS request (id) carrying fd, sent on sock; this side's fd closed
+ * (the daemon's copy, once read, is the last). */
+static void send_status_with_fd(int sock, uint64_t id, int fd)
+{
+	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, TD_OP_STATUS,
+				0, 1, id, 0, 0};
+
+	td_wire_hdr_encode(&h, rawbuf);
+	cr_assert_eq(td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN, &fd, 1, 0),
+		     TD_WIRE_HDR_LEN);
+	close(fd);
+}
+
 /*
  * Connect and HELLO, then send requests the daemon answers without
  * reading the answers until its reply to one cannot be sent: from then
@@ -616,16 +629,11 @@ Test(stall, a_lingering_socket_sent_with_a_request_is_closed_off_the_loop,
 	int s2 = lingering_chain();
 	int sock = stalled_conn();
 	int v = raw_scm_conn(&D);
-	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, TD_OP_STATUS,
-				0, 1, 7, 0, 0};
 
 	/* unread until the drain below: the daemon holds s2 alone then
 	 * (a loaded daemon may still be reading the stalled requests) */
-	td_wire_hdr_encode(&h, rawbuf);
 	hold(true);
-	cr_assert_eq(td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN, &s2, 1, 0),
-		     TD_WIRE_HDR_LEN);
-	close(s2);
+	send_status_with_fd(sock, 7, s2);
 	hold(false);
 	/* the first answer read: the daemon reads on, the request too */
 	drain_until(sock, 100);
@@ -728,8 +736,6 @@ static void unread_lingering_socket(bool hang_up, const char *what)
 	int s2 = lingering_chain();
 	int sock = raw_scm_conn(&D);
 	int v = raw_scm_conn(&D);
-	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, TD_OP_STATUS,
-				0, 1, 7, 0, 0};
 
 	cr_assert_eq(thread_in_close(false), 0, "%s: a close waits already",
 		     what);
@@ -739,10 +745,7 @@ static void unread_lingering_socket(bool hang_up, const char *what)
 			raw_send(sock, TD_OP_STATUS, 100 + i, 0);
 	else
 		cr_assert_eq(send(sock, "", 0, MSG_NOSIGNAL), 0);
-	td_wire_hdr_encode(&h, rawbuf);
-	cr_assert_eq(td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN, &s2, 1, 0),
-		     TD_WIRE_HDR_LEN);
-	close(s2);
+	send_status_with_fd(sock, 7, s2);
 	if (hang_up) {
 		close(sock);
 		sock = -1;
@@ -909,8 +912,6 @@ Test(stall, a_lingering_socket_in_a_connection_never_accepted_does_not_hold_the_
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	int s2 = lingering_chain();
 	int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, TD_OP_STATUS,
-				0, 1, 7, 0, 0};
 	struct rlimit rl;
 	pid_t pid;
 	int st;
@@ -923,10 +924,7 @@ Test(stall, a_lingering_socket_in_a_connection_never_accepted_does_not_hold_the_
 		     strerror(errno));
 	memcpy(sa.sun_path, D.sock, sizeof(D.sock));
 	cr_assert_eq(connect(sock, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	td_wire_hdr_encode(&h, rawbuf);
-	cr_assert_eq(td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN, &s2, 1, 0),
-		     TD_WIRE_HDR_LEN);
-	close(s2);
+	send_status_with_fd(sock, 7, s2);
 	hold(false);
 	/* still not accepted: nothing came back */
 	cr_assert_eq(recv(sock, rawbuf, 1, MSG_DONTWAIT), -1);
@@ -957,16 +955,11 @@ Test(stall, a_close_that_lingers_holds_no_other_peers_close,
 	const char *what = "a socket sent after a lingering one";
 	int s2 = lingering_chain();
 	int sock = raw_scm_conn(&D);
-	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, TD_OP_STATUS,
-				0, 1, 7, 0, 0};
 	struct pollfd pf = {.events = POLLIN};
 	int sp[2];
 
-	td_wire_hdr_encode(&h, rawbuf);
 	hold(true);
-	cr_assert_eq(td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN, &s2, 1, 0),
-		     TD_WIRE_HDR_LEN);
-	close(s2);
+	send_status_with_fd(sock, 7, s2);
 	hold(false);
 	drain_until(sock, 7);
 	/* s2's close lingers (3600 s) on a thread off the loop */
@@ -974,12 +967,7 @@ Test(stall, a_close_that_lingers_holds_no_other_peers_close,
 	cr_assert_neq(thread_in_close(true), 0, "%s", what);
 	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp),
 		     0);
-	h.request_id = 8;
-	td_wire_hdr_encode(&h, rawbuf);
-	cr_assert_eq(td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN, &sp[1], 1,
-				  0),
-		     TD_WIRE_HDR_LEN);
-	close(sp[1]);
+	send_status_with_fd(sock, 8, sp[1]);
 	drain_until(sock, 8);
 	/* the daemon's reference was the last: its close is the hang-up */
 	pf.fd = sp[0];

@@ -651,6 +651,20 @@ static void *resume_when_asked(void *arg)
 	return NULL;
 }
 
+/* SIGSTOP the daemon; a thread (SIGALRM blocked in it) goes on with it
+ * once fn was asked, or after HANG_MS. */
+static void stop_until_asked(pid_t *pid, pthread_t *th)
+{
+	sigset_t alrm;
+
+	cr_assert_eq(kill(*pid, SIGSTOP), 0);
+	sigemptyset(&alrm);
+	sigaddset(&alrm, SIGALRM);
+	pthread_sigmask(SIG_BLOCK, &alrm, NULL);
+	cr_assert_eq(pthread_create(th, NULL, resume_when_asked, pid), 0);
+	pthread_sigmask(SIG_UNBLOCK, &alrm, NULL);
+}
+
 /*
  * A daemon stopped with SIGSTOP never answers: with
  * td_client_set_interrupt() a signal that interrupts the wait asks fn; a
@@ -672,7 +686,6 @@ Test(threads, a_signal_ends_the_wait_for_a_stopped_daemons_reply)
 	uint64_t shape = 8, v;
 	struct td_publish p = {.name = "si/a", .dtype = TD_TENSOR_U8,
 			       .ndim = 1, .shape = &shape};
-	sigset_t alrm;
 	pthread_t th;
 	int yes = 1, no = 0;
 
@@ -686,12 +699,7 @@ Test(threads, a_signal_ends_the_wait_for_a_stopped_daemons_reply)
 
 	/* fn says no: the wait goes on until the daemon answers */
 	cr_assert_eq(td_client_set_interrupt(o, intr_fn, &no), 0);
-	cr_assert_eq(kill(d.pid, SIGSTOP), 0);
-	sigemptyset(&alrm);
-	sigaddset(&alrm, SIGALRM);
-	pthread_sigmask(SIG_BLOCK, &alrm, NULL);
-	cr_assert_eq(pthread_create(&th, NULL, resume_when_asked, &d.pid), 0);
-	pthread_sigmask(SIG_UNBLOCK, &alrm, NULL);
+	stop_until_asked(&d.pid, &th);
 	cr_assert_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
 	cr_assert_eq(td_client_stat(o, "si/a", &ent, &e), 0, "%s", e.reason);
 	pthread_join(th, NULL);
@@ -740,7 +748,6 @@ Test(threads, a_signal_ends_the_wait_for_a_stopped_daemons_hello)
 	struct td_client *c = NULL;
 	struct td_entry ent = {0};
 	struct td_error e = {0};
-	sigset_t alrm;
 	pthread_t th;
 	int yes = 1, no = 0;
 
@@ -751,12 +758,7 @@ Test(threads, a_signal_ends_the_wait_for_a_stopped_daemons_hello)
 	/* fn says yes: no handle (the daemon goes on once fn was asked, or
 	 * after HANG_MS: a HELLO deaf to fn connects, and the test fails) */
 	atomic_store(&intr_asked, 0);
-	cr_assert_eq(kill(d.pid, SIGSTOP), 0);
-	sigemptyset(&alrm);
-	sigaddset(&alrm, SIGALRM);
-	pthread_sigmask(SIG_BLOCK, &alrm, NULL);
-	cr_assert_eq(pthread_create(&th, NULL, resume_when_asked, &d.pid), 0);
-	pthread_sigmask(SIG_UNBLOCK, &alrm, NULL);
+	stop_until_asked(&d.pid, &th);
 	cr_assert_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
 	cr_assert_eq(td_client_connect_intr(d.sock, 0, intr_fn, &yes, &c, &e),
 		     -EINTR, "%s", e.reason);
@@ -766,10 +768,7 @@ Test(threads, a_signal_ends_the_wait_for_a_stopped_daemons_hello)
 
 	/* fn says no: connected once the daemon goes on */
 	atomic_store(&intr_asked, 0);
-	cr_assert_eq(kill(d.pid, SIGSTOP), 0);
-	pthread_sigmask(SIG_BLOCK, &alrm, NULL);
-	cr_assert_eq(pthread_create(&th, NULL, resume_when_asked, &d.pid), 0);
-	pthread_sigmask(SIG_UNBLOCK, &alrm, NULL);
+	stop_until_asked(&d.pid, &th);
 	cr_assert_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
 	cr_assert_eq(td_client_connect_intr(d.sock, 0, intr_fn, &no, &c, &e),
 		     0, "%s", e.reason);
