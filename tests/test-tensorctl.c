@@ -1456,6 +1456,17 @@ Test(tensorctl, a_fence_that_does_not_signal_is_said_so)
 			  strstr(err, "did not signal within 200 ms"),
 		  "%s", err);
 	free(err);
+	err = NULL;
+	/* --timeout without --newer bounds the fence's wait alone (it was
+	 * refused: "--timeout goes with --newer", and such a get waited for
+	 * ever) */
+	cr_expect_eq(CTL(&d, NULL, &err, "get", "fenced", "--timeout", "200",
+			 "-o", "/dev/null"),
+		     1);
+	cr_expect(strstr(err, "fenced: fence: ") &&
+			  strstr(err, "did not signal within 200 ms"),
+		  "%s", err);
+	free(err);
 	close(fence);
 	td_client_close(c);
 	tu_daemon_stop(&d, false);

@@ -150,8 +150,6 @@ int cmd_get(int argc, char **argv)
 	if (have_version && have_newer)
 		return tctl_usage("get", "--version and --newer exclude each "
 				  "other");
-	if (have_tmo && !have_newer)
-		return tctl_usage("get", "--timeout goes with --newer");
 	if (tctl_json && out && !strcmp(out, "-"))
 		return tctl_usage("get", "--json and -o - both write to stdout");
 	rc = tctl_npy_format("get", format, out, &npy);

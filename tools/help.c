@@ -48,7 +48,7 @@ static const struct cmd {
 	 "  --meta STR      opaque metadata stored with the tensor\n"
 	 "  --pin           the daemon never evicts this version\n"},
 	{"get",
-	 "get NAME [--version N | --newer N [--timeout MS]] [-o FILE|-] "
+	 "get NAME [--version N | --newer N] [--timeout MS] [-o FILE|-] "
 	 "[--format raw|npy]",
 	 "Write a tensor's raw bytes (its planes in order) to FILE, or with\n"
 	 "--json print its description instead. Without -o the bytes go to\n"
@@ -59,9 +59,9 @@ static const struct cmd {
 	 "  --version N     exactly version N\n"
 	 "  --newer N       the current version if newer than N, else wait\n"
 	 "                  for the next one (versions in between are skipped)\n"
-	 "  --timeout MS    give up waiting after MS milliseconds (--newer;\n"
-	 "                  without it, wait for ever), for the version and\n"
-	 "                  again for its fence, if it has one\n"
+	 "  --timeout MS    give up waiting after MS milliseconds (without\n"
+	 "                  it, wait for ever): with --newer for the version,\n"
+	 "                  and always again for its fence, if it has one\n"
 	 "  -o, --output F  where to write (- = stdout); see OUTPUTS\n"
 	 "  --format F      raw or npy (default: npy for a .npy name)\n"},
 	{"ls", "ls [PREFIX]",
