@@ -961,10 +961,11 @@ TD_EXPORT int td_client_set_interrupt(struct td_client *c,
 				      int (*fn)(void *ud), void *ud);
 /*
  * td_client_connect_ex() with td_client_set_interrupt(fn, ud) set on the
- * new handle before its HELLO: a signal that interrupts the wait for the
+ * new handle before it connects: a signal that interrupts the wait for the
  * HELLO reply (a daemon stopped with SIGSTOP still accepts the
- * connection) asks fn as a call's would, and when fn returns nonzero the
- * connect returns -EINTR with no handle made. fn NULL: as
+ * connection) asks fn as a call's would, and one that interrupts a
+ * connect() a full listen queue holds asks it at once; when fn returns
+ * nonzero the connect returns -EINTR with no handle made. fn NULL: as
  * td_client_connect_ex().
  */
 TD_EXPORT int td_client_connect_intr(const char *socket_path,
