@@ -3,7 +3,8 @@
  * The request headers the HTTP store reads itself (http-hdr.h): Range
  * (RFC 9110 14.2), If-None-Match (13.1.2), If-Match (13.1.1) and
  * If-Range (13.1.5), and for CORS Origin and a preflight's
- * Access-Control-Request-Headers against --http-cors. Plain strings in,
+ * Access-Control-Request-Headers against --http-cors, and the field
+ * names a folded line leaves behind. Plain strings in,
  * no libmicrohttpd, so that tests/fuzz/fuzz-http-hdr.c fuzzes exactly
  * this.
  */
@@ -39,15 +40,23 @@ static bool at_end(const char *p)
 	return !p[strspn(p, " \t")];
 }
 
-/* Whether h is "UNIT=..." with UNIT a token (RFC 9110 5.6.2) other
- * than bytes (the caller has seen it is not). */
-static bool other_unit(const char *h)
+/* The length of the token (RFC 9110 5.6.2) at h: 0 when none. */
+static size_t token_len(const char *h)
 {
 	static const char tchar[] = "!#$%&'*+-.^_`|~";
 	size_t n = 0;
 
 	while (h[n] && (isalnum((unsigned char)h[n]) || strchr(tchar, h[n])))
 		n++;
+	return n;
+}
+
+/* Whether h is "UNIT=..." with UNIT a token (RFC 9110 5.6.2) other
+ * than bytes (the caller has seen it is not). */
+static bool other_unit(const char *h)
+{
+	size_t n = token_len(h);
+
 	return n && h[n] == '=';
 }
 
@@ -408,4 +417,26 @@ bool td__http_cors_headers_ok(const char *h)
 		if (*p && *p != ',')
 			return false;
 	}
+}
+
+bool td__http_field_name_ok(const char *name)
+{
+	/* what the store reads of a request, Host aside: a fold of Host
+	 * leaves an HTTP/1.1 request without one, a 400 already, and an
+	 * HTTP/1.0 one needs none */
+	static const char *const read[] = {
+	        "range", "if-range", "if-match", "if-none-match", "origin",
+	        "access-control-request-method",
+	        "access-control-request-headers"};
+	size_t n = token_len(name);
+
+	if (!n || name[n])
+		return false;
+	for (size_t i = 0; i < sizeof(read) / sizeof(*read); i++) {
+		size_t k = strlen(read[i]);
+
+		if (n > k && !strncasecmp(name, read[i], k))
+			return false;
+	}
+	return true;
 }

@@ -95,4 +95,18 @@ bool td__http_cors_allowed(const char *list, const char *origin);
  */
 bool td__http_cors_headers_ok(const char *h);
 
+/*
+ * Whether a request's field name, as libmicrohttpd hands it on, may be
+ * answered: a token (RFC 9110 5.6.2) and not one of the names the store
+ * reads (Range, If-Range, If-Match, If-None-Match, Origin,
+ * Access-Control-Request-Method, -Headers) with more after it, in any
+ * case. libmicrohttpd up to 0.9.75 appends a folded line (obs-fold, RFC
+ * 9112 5.2) to the name of the field it continues, not to its value:
+ * "Range: bytes=0-\r\n 3" reaches the store as a field "Range3" whose
+ * value is "bytes=0-", so the Range would go unseen and the whole body
+ * out as a 200. Such a request is refused (400) instead, and so is any
+ * name a fold left with other bytes than a token's (" Host", "Range,5-6").
+ */
+bool td__http_field_name_ok(const char *name);
+
 #endif

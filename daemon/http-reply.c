@@ -87,6 +87,11 @@ enum MHD_Result td__http_text(struct MHD_Connection *c, unsigned code,
 
 	if (r && code == 405)
 		MHD_add_response_header(r, "Allow", "GET, HEAD");
+	/* a malformed request (no Host, a folded line): its connection is
+	 * not trusted with another, whose start may be in doubt (RFC 9112
+	 * 9.6 lets a server close) */
+	if (r && code == 400)
+		MHD_add_response_header(r, "Connection", "close");
 	if (r)
 		MHD_add_response_header(r, "Content-Type", "text/plain");
 	return td__http_queue(c, code, r);

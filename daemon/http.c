@@ -457,11 +457,26 @@ static void cut_slow_requests(void)
 	}
 }
 
+/* MHD_get_connection_values() iterator: *cls (a bool) set, and the
+ * iteration ended, at the first name td__http_field_name_ok() refuses. */
+static enum MHD_Result name_check(void *cls, enum MHD_ValueKind kind,
+				  const char *key, const char *value)
+{
+	(void)kind;
+	(void)value;
+	if (td__http_field_name_ok(key))
+		return MHD_YES;
+	*(bool *)cls = true;
+	return MHD_NO;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 				  const char *url, const char *method,
 				  const char *version, const char *upload,
 				  size_t *upload_len, void **con_cls)
 {
+	bool bad = false;
+
 	(void)cls;
 	(void)upload;
 	/* the first call only announces the request: answering the second
@@ -482,6 +497,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 		*con_cls = NULL;
 		request_whole(c);
 	}
+	/* a folded field line (obs-fold) may hide a Range: a 400, never
+	 * the whole body as a 200 (http-hdr.h) */
+	MHD_get_connection_values(c, MHD_HEADER_KIND, name_check, &bad);
+	if (bad)
+		return td__http_text(c, MHD_HTTP_BAD_REQUEST,
+				     "a header field line folded onto the "
+				     "next (obs-fold, RFC 9112 5.2) or a "
+				     "field name that is not a token\n");
 	/* RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400 */
 	if (!strcmp(version, MHD_HTTP_VERSION_1_1) &&
 	    !MHD_lookup_connection_value(c, MHD_HEADER_KIND,
