@@ -211,6 +211,17 @@ int td_zarr_json_parse(const char *text, size_t len, struct json_object **out,
                        const char **why);
 
 /*
+ * Make attributes o (an object) text that td_zarr_json_parse(), and so
+ * `zarr import`, reads back: each attribute whose value it would refuse
+ * (an integer below -2^63, which CBOR holds, JSON text can hold, and
+ * json-c cannot) moves, as the exact JSON text it would have been written
+ * as, into the object `_tensord_json` under its own key; an attribute
+ * already named `_tensord_json` too, so that key is always this. 0, or
+ * -ENOMEM (o left as it was).
+ */
+int td_zarr_keep_unreadable(struct json_object *o);
+
+/*
  * Read an array's zarr.json for import: the checks of zarr.md §4-§8 that
  * matter for a single-chunk uncompressed array (zarr_format 3, node_type
  * array, a known data_type, regular grid with chunk_shape equal to shape

@@ -727,6 +727,48 @@ int td_zarr_json_parse(const char *text, size_t len, struct json_object **out,
 	return 0;
 }
 
+int td_zarr_keep_unreadable(struct json_object *o)
+{
+	struct json_object *kept = json_object_new_object(), *v, *back;
+	const char *k, *why;
+	size_t len;
+	char *t;
+
+	if (!kept)
+		return -ENOMEM;
+	TD_JSON_EACH(o, k, v) {
+		struct json_object *one = json_object_new_array();
+
+		/* read as it would be, inside the attributes (a number
+		 * alone would be a text that ends early for json-c) */
+		if (!one || json_object_array_add(one, json_object_get(v)) ||
+		    !(t = td_zarr_text(one, &len))) {
+			json_object_put(one);
+			json_object_put(kept);
+			return -ENOMEM; /* o as it was */
+		}
+		json_object_put(one);
+		back = NULL;
+		if (!strcmp(k, "_tensord_json") ||
+		    td_zarr_json_parse(t, len, &back, &why) < 0)
+			/* without the brackets */
+			json_object_object_add(
+			        kept, k,
+			        json_object_new_string_len(t + 1,
+			                                   (int)len - 2));
+		json_object_put(back);
+		free(t);
+	}
+	/* moved: deleted from o once its iteration is over */
+	TD_JSON_EACH(kept, k, v)
+		json_object_object_del(o, k);
+	if (json_object_object_length(kept))
+		json_object_object_add(o, "_tensord_json", kept);
+	else
+		json_object_put(kept);
+	return 0;
+}
+
 static struct json_object *member(struct json_object *o, const char *k)
 {
 	struct json_object *v = NULL;

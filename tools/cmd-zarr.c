@@ -678,6 +678,10 @@ static int tgm_object(struct load *l, size_t i, const char *name_key,
 	add_str(s->a.attrs, "_tensogram_encoding", d->encoding);
 	add_str(s->a.attrs, "_tensogram_filter", d->filter);
 	add_str(s->a.attrs, "_tensogram_compression", d->compression);
+	/* a _tensogram_params holding an integer below -2^63: as text in
+	 * _tensord_json, which import reads (docs/zarr.md) */
+	if (td_zarr_keep_unreadable(s->a.attrs) < 0)
+		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
 	return TCTL_OK;
 }
 
@@ -690,7 +694,8 @@ static int from_tgm(struct load *l, const char *name_key, struct zset *z)
 	if (td_json_tgm_extra_obj(l->header ? l->header : l->footer,
 	                          &z->gattrs, &e) < 0)
 		return tctl_tgm_refuse(l, -1, "metadata: %s", e.reason);
-	if (grow(z, l->count) < 0)
+	/* an _extra_ key holding an integer below -2^63: the same */
+	if (td_zarr_keep_unreadable(z->gattrs) < 0 || grow(z, l->count) < 0)
 		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
 	for (size_t i = 0; !rc && i < l->count; i++) {
 		rc = tgm_object(l, i, name_key, &z->s[i]);
