@@ -2521,3 +2521,77 @@ Test(hrry, tensorctl_load_is_all_or_nothing_unless_partial)
 	unlink(path);
 	tu_daemon_stop(&d, false);
 }
+
+/*
+ * zarr export --from FILE.hrry wrote the KV under keys cut at 1023
+ * bytes: a key may be 65535 (hurray.md), and two long keys that shared
+ * that much of a prefix became one attribute, the other value lost.
+ * Every key is whole now, and non-finite floats are the strings Zarr
+ * v3 gives them (docs/zarr.md), so the JSON stays strict.
+ */
+Test(hrry, zarr_export_keeps_long_kv_keys_whole)
+{
+	enum { K = 1500 };
+	static char ka[K], kb[K];
+	struct td_hrry_kv_entry kv[] = {
+		{.key = ka, .key_len = K,
+		 .value = {.kind = TD_HRRY_KV_INT64, .i64_value = 1}},
+		{.key = kb, .key_len = K,
+		 .value = {.kind = TD_HRRY_KV_INT64, .i64_value = 2}},
+		{.key = "nan", .key_len = 3,
+		 .value = {.kind = TD_HRRY_KV_FLOAT64, .f64_value = NAN}},
+	};
+	char path[] = "/tmp/td-hrry-XXXXXX", dir[64], zj[80];
+	char *rm[] = {"/bin/rm", "-rf", dir, NULL}, *out, *text;
+	struct json_object *root, *attrs, *hkv, *v;
+	struct hu_sink s;
+	size_t len;
+	int fd = mkstemp(path);
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	memset(ka, 'k', K);
+	memset(kb, 'k', K);
+	ka[K - 1] = 'a';
+	kb[K - 1] = 'b';
+	s = kv_file(kv, 3);
+	save_file(path, s.buf, s.len);
+	free(s.buf);
+	snprintf(dir, sizeof(dir), "%s.zarr", path);
+	{
+		struct tu_daemon none = {.sock = "/nonexistent"};
+
+		cr_assert_eq(tu_tensorctl(&none, &out, "zarr", "export", dir,
+					  "--from", path, NULL),
+			     0, "%s", out);
+		free(out);
+	}
+	snprintf(zj, sizeof(zj), "%s/zarr.json", dir);
+	root = json_object_from_file(zj);
+	cr_assert_not_null(root, "%s is no JSON", zj);
+	cr_assert(json_object_object_get_ex(root, "attributes", &attrs));
+	cr_assert(json_object_object_get_ex(attrs, "_tensord_hurray_kv", &hkv),
+		  "%s", json_object_to_json_string(attrs));
+	cr_assert_eq(json_object_object_length(hkv), 3, "%s",
+		     json_object_to_json_string(hkv));
+	{
+		char a[K + 1], b[K + 1];
+
+		memcpy(a, ka, K);
+		memcpy(b, kb, K);
+		a[K] = b[K] = 0;
+		cr_assert(json_object_object_get_ex(hkv, a, &v));
+		cr_assert_eq(json_object_get_int64(v), 1);
+		cr_assert(json_object_object_get_ex(hkv, b, &v));
+		cr_assert_eq(json_object_get_int64(v), 2);
+	}
+	cr_assert(json_object_object_get_ex(hkv, "nan", &v));
+	cr_assert_str_eq(json_object_get_string(v), "NaN");
+	text = (char *)tu_read_file(zj, &len);
+	cr_assert_null(memmem(text, len, ":NaN", 4), "a bare NaN in %s", zj);
+	free(text);
+	json_object_put(root);
+	cr_expect_eq(tu_run_capture(rm, &out), 0);
+	free(out);
+	unlink(path);
+}

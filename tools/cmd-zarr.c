@@ -843,11 +843,19 @@ static struct json_object *hrry_kv(const struct td_hrry_file_reader *r)
 	o = json_object_new_object();
 	for (uint64_t i = 0; i < n; i++) {
 		struct td_hrry_kv_entry e;
-		char key[1024];
+		char *key;
 
 		td_hrry_file_reader_kv_entry(r, i, &e);
-		snprintf(key, sizeof(key), "%.*s", (int)e.key_len, e.key);
+		/* the whole key: up to 65535 bytes (hurray.md), no NUL in
+		 * it; a fixed buffer cut long keys and merged two that
+		 * shared its length of prefix into one */
+		key = strndup(e.key, e.key_len);
+		if (!key) {
+			json_object_put(o);
+			return NULL;
+		}
 		json_object_object_add(o, key, kv_json(&e.value));
+		free(key);
 	}
 	return o;
 }
