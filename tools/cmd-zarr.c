@@ -873,6 +873,7 @@ static int from_hrry(const char *path, struct td_hrry_file_reader *r,
 {
 	struct td_hrry_desc *d = malloc(sizeof(*d));
 	struct json_object *kv;
+	char *name = NULL;
 	int rc = TCTL_OK;
 
 	if (!d || grow(z, n) < 0) {
@@ -883,11 +884,17 @@ static int from_hrry(const char *path, struct td_hrry_file_reader *r,
 		struct td_hrry_err e = {0};
 		struct td_hrry_entry en;
 		struct zsrc *s = &z->s[z->n];
-		char name[TD_ZARR_NAME_MAX + 1];
 
 		td_hrry_file_reader_entry(r, i, &en);
-		snprintf(name, sizeof(name), "%.*s", (int)en.name_len,
-		         en.name);
+		/* the whole name, for _tensord_name (a Hurray name may be
+		 * 65535 bytes); the node name is cut to a file name's */
+		free(name);
+		name = strndup(en.name, en.name_len);
+		if (!name) {
+			rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+			               "out of memory");
+			break;
+		}
 		/* check_supported: the support check and the dense bytes
 		 * inside buffer 0, as read_tensor checks them */
 		if (td_hrry_file_reader_read_descriptor(r, en.name, en.name_len,
@@ -939,6 +946,7 @@ static int from_hrry(const char *path, struct td_hrry_file_reader *r,
 		}
 	}
 	free(d);
+	free(name);
 	if (!rc && unique_names(z) < 0)
 		rc = tctl_fail(TCTL_REFUSED, "input", ENAMETOOLONG,
 		               "names do not fit with their suffixes");
