@@ -440,6 +440,7 @@ static void watch_end(WatchObject *w)
 {
 	ClientObject *cl = w->client;
 	struct td_client *c;
+	bool kept = tdpy_intr_kept();
 	int rc;
 
 	if (!w->open)
@@ -472,6 +473,10 @@ static void watch_end(WatchObject *w)
 	Py_END_ALLOW_THREADS
 	tdpy_client_leave(cl);
 	(void)rc;
+	/* a signal handler's exception in the UNWATCH's wait: it ends no
+	 * call (the connection is abandoned) */
+	if (!kept)
+		tdpy_intr_redeliver((PyObject *)w);
 	if (cl->c && tdpy_events_process(cl, "watch close") < 0)
 		PyErr_Clear();
 }
