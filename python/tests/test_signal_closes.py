@@ -20,6 +20,7 @@ import subprocess
 import sys
 
 import pytest
+import tensord
 
 CHILD = r"""
 import gc, json, os, signal, sys, threading
@@ -51,6 +52,11 @@ elif what == "follow":
     obj = c.follow("dc/f")
 elif what == "watch":
     obj = c.watch("dc/w")
+elif what == "releases":
+    # leases whose releases (sent without waiting) fill the socket's
+    # buffer once the daemon is stopped: a send waits for room
+    prod.put("dc/a", np.zeros(4, np.uint8))
+    obj = [c.get("dc/a") for _ in range(3000)]
 if kind.endswith("gc"):
     cycle = [obj]
     cycle.append(cycle)
@@ -88,6 +94,9 @@ try:
         gc.collect()
     elif kind.endswith("close"):
         obj.close()
+    elif kind.endswith("calls"):
+        for a in obj:
+            a.release()
     else:
         del obj
     where = "right after"
@@ -116,6 +125,9 @@ def run_child(daemon, kind, exc):
             [sys.executable, "-c", CHILD, daemon.sock,
              str(daemon.proc.pid), kind, exc],
             capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{kind}: the object's end never returned (a signal "
+                    "could not end its wait)")
     finally:
         os.kill(daemon.proc.pid, signal.SIGCONT)
     assert p.returncode == 0, p.stderr
@@ -151,6 +163,27 @@ def test_any_handler_exception_in_a_dealloc_close_raises_right_after(
     assert out["stopped"], out
     assert out.get("then") == errno_of("ECONNABORTED"), out
     assert out["unraisable"] == [], out
+
+
+@pytest.mark.parametrize("kind", ["releases", "releases-calls"])
+def test_ctrl_c_in_a_send_the_full_buffer_holds(daemon, kind):
+    """Releases sent without waiting to a stopped daemon fill the
+    socket's buffer: the send that waits for room runs the handlers too
+    (libtensord's TD_INTR_SEND), and KeyboardInterrupt is raised right
+    after the array's end (del of the list) or release() (before, Ctrl-C
+    did nothing there: the send waited until the daemon read). None of
+    that release was sent (a datagram is queued whole or not at all); the
+    connection is abandoned, which ends the leases."""
+    out = run_child(daemon, kind, "ki")
+    assert out.get("raised") == "KeyboardInterrupt", out
+    assert out["where"] in ("in the end", "right after"), out
+    assert out["stopped"], out
+    assert out.get("then") == errno_of("ECONNABORTED"), out
+    assert out["unraisable"] == [], out
+    with tensord.Client(daemon.sock) as other:
+        while other.stat("dc/a").lease_count:
+            with pytest.raises(tensord.Timeout):
+                other.get("dc/a", newer_than=1 << 62, timeout=0.01)
 
 
 def errno_of(name):
