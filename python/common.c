@@ -134,7 +134,8 @@ int tdpy_interrupted(void *ud)
  * release in a dealloc, a deferred one at a call's end): moved here by
  * tdpy_intr_redeliver and raised by a pending call (Py_AddPendingCall)
  * at the main thread's next bytecode boundary, where the handler's own
- * raise would have come a moment later. The first waits there; one kept
+ * raise would have come a moment later. The first waits there (a
+ * handler run meanwhile, in another wait, raises it first); one kept
  * meanwhile goes to sys.unraisablehook.
  */
 static PyObject *pend_type, *pend_value, *pend_tb;
@@ -165,7 +166,9 @@ void tdpy_intr_redeliver(PyObject *obj)
 	} else {
 		PyErr_Restore(intr_type, intr_value, intr_tb);
 		intr_type = intr_value = intr_tb = NULL;
-		PyErr_WriteUnraisable(obj);
+		/* its type: obj may be in its dealloc (the hook's reference
+		 * to it would free it twice) */
+		PyErr_WriteUnraisable(obj ? (PyObject *)Py_TYPE(obj) : NULL);
 	}
 	PyErr_Restore(type, value, tb);
 }

@@ -196,11 +196,14 @@ int tdpy_interrupted(void *ud);
 bool tdpy_intr_take(void);
 /*
  * After a wait whose end nothing raises (a close or release in a
- * dealloc: obj the dying object, for sys.unraisablehook): a handler's
- * exception kept there is raised at the main thread's next bytecode
- * boundary, where the handler's own raise would have come (any other
- * exception set now stays as it is); a close() or release() method
- * returns, and it raises right after. tdpy_intr_kept: whether one is
+ * dealloc, obj the object): a handler's exception kept there is raised
+ * at the main thread's next bytecode boundary, where the handler's own
+ * raise would have come (any other exception set now stays as it is); a
+ * close() or release() method returns, and it raises right after. One
+ * that cannot wait there (no room among Python's pending calls, or a
+ * second kept before the first is raised: the next handler's run raises
+ * the first, so hardly) goes to sys.unraisablehook, told obj's type
+ * (obj may be in its dealloc). tdpy_intr_kept: whether one is
  * kept now (a call's own, which that call raises: a site that finds one
  * before its wait leaves it be).
  */
