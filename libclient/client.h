@@ -342,9 +342,12 @@ struct td_client {
 	struct td_error pub_err;
 	uint64_t clock;
 	/* td_client_set_interrupt(): asked when a signal interrupts the
-	 * wait for a reply, NULL never (conn.c, reply_wait) */
+	 * wait for a reply, NULL never (conn.c, reply_wait); with
+	 * TD_INTR_SEND in intr_flags (td_client_set_interrupt_ex) also the
+	 * wait of a send the socket's full buffer holds up (send_wait) */
 	int (*intr_fn)(void *ud);
 	void *intr_ud;
+	uint32_t intr_flags;
 	/* TD_CLIENT_RECONNECT (connect.c) */
 	bool reconnect;
 	uint32_t pref;  /* import preference, for the next HELLO */

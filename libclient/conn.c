@@ -142,6 +142,9 @@ static int conn_broken(struct td_client *c, int code)
 	return code;
 }
 
+static int send_wait(struct td_client *c, size_t len, const int *fds,
+		     unsigned nfds);
+
 static int msg_send(struct td_client *c, uint16_t op, uint64_t id,
 		    size_t body_len, const int *fds, unsigned nfds)
 {
@@ -158,8 +161,15 @@ static int msg_send(struct td_client *c, uint16_t op, uint64_t id,
 	if (nfds > TD_WIRE_MAX_FDS)
 		return -E2BIG;
 	td_wire_hdr_encode(&h, c->sbuf);
-	n = td__scm_send(c->sock, c->sbuf, TD_WIRE_HDR_LEN + body_len, fds,
-			 nfds, 0);
+	if (c->intr_fn && (c->intr_flags & TD_INTR_SEND))
+		n = send_wait(c, TD_WIRE_HDR_LEN + body_len, fds, nfds);
+	else
+		n = td__scm_send(c->sock, c->sbuf, TD_WIRE_HDR_LEN + body_len,
+				 fds, nfds, 0);
+	if (n == -EINTR) { /* send_wait: fn said the send ends */
+		conn_broken(c, -ECONNABORTED);
+		return -EINTR;
+	}
 	if (n < 0)
 		return conn_broken(c, n == -EPIPE ? -ECONNRESET : (int)n);
 	/* SOCK_SEQPACKET sends the whole datagram or fails. */
@@ -333,16 +343,23 @@ int td_client_set_event_limit(struct td_client *c, unsigned max)
 	return 0;
 }
 
-int td_client_set_interrupt(struct td_client *c, int (*fn)(void *ud),
-			    void *ud)
+int td_client_set_interrupt_ex(struct td_client *c, int (*fn)(void *ud),
+			       void *ud, uint32_t flags)
 {
-	if (!c)
+	if (!c || (flags & ~TD_INTR_SEND))
 		return -EINVAL;
 	td__client_lock(c);
 	c->intr_fn = fn;
 	c->intr_ud = ud;
+	c->intr_flags = fn ? flags : 0;
 	pthread_mutex_unlock(&c->lock);
 	return 0;
+}
+
+int td_client_set_interrupt(struct td_client *c, int (*fn)(void *ud),
+			    void *ud)
+{
+	return td_client_set_interrupt_ex(c, fn, ud, 0);
 }
 
 static void queue_notify(struct td_client *c, const struct td__msg *m)
@@ -558,6 +575,11 @@ int td__request(struct td_client *c, uint16_t op, size_t body_len,
 		return rc;
 	*id = ++c->next_id;
 	rc = msg_send(c, op, *id, body_len, fds, nfds);
+	if (rc == -EINTR) /* send_wait: fn said the send ends */
+		return td__fail(err, rc, "a signal interrupted the send of the "
+				"%s request (none of it sent): this connection "
+				"is abandoned (connect again)",
+				td_wire_op_name(op));
 	if (rc < 0 && pending_refusal(c, rep) == 0)
 		return td__reply_error(rep, rep->hdr.status, err);
 	if (rc < 0)
@@ -632,6 +654,50 @@ static int reply_wait(struct td_client *c, uint16_t op, int64_t by,
 		if (n > 0 || (n < 0 && errno != EINTR))
 			return 0; /* the receive says what is there */
 		if (n < 0 && c->intr_fn)
+			signalled = true;
+	}
+}
+
+/*
+ * TD_INTR_SEND: c->sbuf[0, len) sent as msg_send() would, but a send the
+ * socket's full buffer holds up (a daemon stopped, or one that reads
+ * slower than a stream of releases comes) waits in poll() for room, not
+ * in sendmsg(), whose wait a handler with SA_RESTART restarts unseen: a
+ * signal asks fn as in reply_wait (past INTR_GRACE_NS). A unix
+ * SOCK_SEQPACKET datagram is queued whole or not at all (the kernel
+ * takes the room for all of it before it queues any), so a send that
+ * gives up sent none of it; the connection is abandoned all the same
+ * (its callers, a release's, take a failed send for a lost connection):
+ * shut down, -EINTR. The bytes sent, or -errno.
+ */
+static int send_wait(struct td_client *c, size_t len, const int *fds,
+		     unsigned nfds)
+{
+	int64_t t0 = td__now_ns();
+	bool signalled = false;
+
+	for (;;) {
+		struct pollfd p = {.fd = c->sock, .events = POLLOUT};
+		ssize_t n = td__scm_send(c->sock, c->sbuf, len, fds, nfds,
+					 MSG_DONTWAIT);
+		int64_t grace = t0 + INTR_GRACE_NS - td__now_ns();
+
+		if (n != -EAGAIN)
+			return n < 0 ? (int)n : 0;
+		if (signalled && grace <= 0) {
+			signalled = false;
+			if (c->intr_fn(c->intr_ud)) {
+				shutdown(c->sock, SHUT_RDWR);
+				return -EINTR;
+			}
+		}
+		/* writable again once the daemon read a quarter of the
+		 * buffer back: as soon as a blocking send would wake */
+		n = poll(&p, 1, signalled ? (int)((grace + 999999) / 1000000)
+					  : -1);
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		if (n < 0)
 			signalled = true;
 	}
 }

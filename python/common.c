@@ -129,6 +129,55 @@ int tdpy_interrupted(void *ud)
 	return rc < 0;
 }
 
+/*
+ * A handler's exception kept by a wait that no call raises (a close or
+ * release in a dealloc, a deferred one at a call's end): moved here by
+ * tdpy_intr_redeliver and raised by a pending call (Py_AddPendingCall)
+ * at the main thread's next bytecode boundary, where the handler's own
+ * raise would have come a moment later. The first waits there (a
+ * handler run meanwhile, in another wait, raises it first); one kept
+ * meanwhile goes to sys.unraisablehook.
+ */
+static PyObject *pend_type, *pend_value, *pend_tb;
+
+static int intr_raise_pending(void *unused)
+{
+	(void)unused;
+	if (!pend_type)
+		return 0;
+	PyErr_Restore(pend_type, pend_value, pend_tb);
+	pend_type = pend_value = pend_tb = NULL;
+	return -1;
+}
+
+void tdpy_intr_redeliver(PyObject *obj)
+{
+	PyObject *type, *value, *tb;
+
+	if (!intr_type)
+		return;
+	/* (a dealloc while another exception propagates: it stays) */
+	PyErr_Fetch(&type, &value, &tb);
+	if (!pend_type && Py_AddPendingCall(intr_raise_pending, NULL) == 0) {
+		pend_type = intr_type;
+		pend_value = intr_value;
+		pend_tb = intr_tb;
+		intr_type = intr_value = intr_tb = NULL;
+	} else {
+		PyErr_Restore(intr_type, intr_value, intr_tb);
+		intr_type = intr_value = intr_tb = NULL;
+		/* its type: obj may be in its dealloc (the hook's reference
+		 * to it would free it twice) */
+		PyErr_WriteUnraisable(obj ? (PyObject *)Py_TYPE(obj) : NULL);
+	}
+	PyErr_Restore(type, value, tb);
+}
+
+bool tdpy_intr_kept(void)
+{
+	return intr_type != NULL;
+}
+
 bool tdpy_intr_take(void)
 {
 	if (intr_type && !PyErr_Occurred()) {
@@ -477,6 +526,7 @@ int tdpy_client_defer(ClientObject *cl,
 static void defer_run(ClientObject *cl, struct td_client *h)
 {
 	struct tdpy_deferred *list = cl->deferred, *d;
+	bool kept = tdpy_intr_kept(); /* the call's own, for it to raise */
 
 	if (!list)
 		return;
@@ -485,6 +535,9 @@ static void defer_run(ClientObject *cl, struct td_client *h)
 	for (d = list; d; d = d->next)
 		d->run(d, h);
 	Py_END_ALLOW_THREADS
+	/* a handler's exception in their waits: no call raises it */
+	if (!kept)
+		tdpy_intr_redeliver((PyObject *)cl);
 	while (list) {
 		d = list;
 		list = d->next;
@@ -507,6 +560,7 @@ void tdpy_client_flush(ClientObject *cl)
 void tdpy_client_close_now(ClientObject *self)
 {
 	struct td_client *h = self->handle;
+	bool kept = tdpy_intr_kept();
 
 	self->handle = NULL;
 	if (self->epfd >= 0)
@@ -523,6 +577,9 @@ void tdpy_client_close_now(ClientObject *self)
 	/* what a handler inside the close let go of (its FOLLOW_CLOSEs
 	 * wait for replies): the connection is gone, the memory goes */
 	defer_run(self, NULL);
+	/* a handler's exception in those waits: it ends no call */
+	if (!kept)
+		tdpy_intr_redeliver((PyObject *)self);
 }
 
 /* events.c's drain and hand-over, set at its init (pointers: events.c

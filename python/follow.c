@@ -405,11 +405,8 @@ static PyObject *follow_release_m(FollowObject *fo, PyObject *unused)
 		return NULL;
 	/* one taken whose fence did not signal in time goes back too */
 	t = fenced_take(fo);
-	if (t) {
-		Py_BEGIN_ALLOW_THREADS
-		td_tensor_release(t);
-		Py_END_ALLOW_THREADS
-	}
+	if (t)
+		tdpy_tensor_release(t);
 	fo->busy = false;
 	Py_RETURN_NONE;
 }
@@ -448,6 +445,7 @@ static void follow_really_close(FollowObject *fo)
 {
 	struct td_follow *f = fo->f;
 	struct td_tensor *t;
+	bool kept = tdpy_intr_kept();
 
 	if (fo->efd >= 0)
 		(void)tdpy_client_epoll(fo->client, EPOLL_CTL_DEL, fo->efd);
@@ -463,6 +461,9 @@ static void follow_really_close(FollowObject *fo)
 	if (f)
 		td_follow_close(f);
 	Py_END_ALLOW_THREADS
+	/* a signal handler's exception in their waits: it ends no call */
+	if (!kept)
+		tdpy_intr_redeliver((PyObject *)fo);
 }
 
 static PyObject *follow_close(FollowObject *fo, PyObject *unused)

@@ -99,7 +99,8 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 		tdpy_events_c_sync(self, self->c);
 	if (!self->pending || self->evfd < 0 || self->epfd < 0 || sock < 0 ||
 	    td_client_set_event_handler(self->c, tdpy_on_event, self) < 0 ||
-	    td_client_set_interrupt(self->c, tdpy_interrupted, self) < 0 ||
+	    td_client_set_interrupt_ex(self->c, tdpy_interrupted, self,
+				       TD_INTR_SEND) < 0 ||
 	    epoll_ctl(self->epfd, EPOLL_CTL_ADD, sock, &ee) < 0 ||
 	    epoll_ctl(self->epfd, EPOLL_CTL_ADD, self->evfd, &ee) < 0) {
 		if (!PyErr_Occurred())
@@ -440,6 +441,7 @@ static void watch_end(WatchObject *w)
 {
 	ClientObject *cl = w->client;
 	struct td_client *c;
+	bool kept = tdpy_intr_kept();
 	int rc;
 
 	if (!w->open)
@@ -472,6 +474,10 @@ static void watch_end(WatchObject *w)
 	Py_END_ALLOW_THREADS
 	tdpy_client_leave(cl);
 	(void)rc;
+	/* a signal handler's exception in the UNWATCH's wait: it ends no
+	 * call (the connection is abandoned) */
+	if (!kept)
+		tdpy_intr_redeliver((PyObject *)w);
 	if (cl->c && tdpy_events_process(cl, "watch close") < 0)
 		PyErr_Clear();
 }

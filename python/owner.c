@@ -324,6 +324,8 @@ void tdpy_owner_release(OwnerObject *plane_or_root)
 	if (cl) {
 		release_later(cl, o, t, a);
 	} else if (t || a) {
+		bool kept = tdpy_intr_kept();
+
 		/* no wait for the daemon's answer: it ends the lease before
 		 * it serves this client's next request (a round trip less);
 		 * a follow's hold is one store to its row */
@@ -333,6 +335,11 @@ void tdpy_owner_release(OwnerObject *plane_or_root)
 		if (o->follow && t)
 			tdpy_owner_hooks.follow_releasing(o->follow, -1);
 		Py_END_ALLOW_THREADS
+		/* a signal handler's exception in a send the socket's full
+		 * buffer held up (td_client_set_interrupt_ex): it ends no
+		 * call */
+		if (!kept)
+			tdpy_intr_redeliver((PyObject *)o);
 	}
 }
 

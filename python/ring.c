@@ -192,17 +192,28 @@ static bool close_later(ClientObject *cl, void *p,
 	return true;
 }
 
+/* A ring's or subscription's close: its RING_CLOSE's reply waited for
+ * (a signal handler's exception there raised after: it ends no call) */
+static void ring_close_now(PyObject *obj, struct td_ring *r, struct td_sub *s)
+{
+	bool kept = tdpy_intr_kept();
+
+	Py_BEGIN_ALLOW_THREADS
+	td_ring_close(r);
+	td_sub_close(s);
+	Py_END_ALLOW_THREADS
+	if (!kept)
+		tdpy_intr_redeliver(obj);
+}
+
 static void ring_really_close(RingObject *ring)
 {
 	struct td_ring *r = ring->r;
 
 	ring->r = NULL;
 	ring->acquired = 0;
-	if (r && !close_later(ring->client, r, ring_close_run)) {
-		Py_BEGIN_ALLOW_THREADS
-		td_ring_close(r);
-		Py_END_ALLOW_THREADS
-	}
+	if (r && !close_later(ring->client, r, ring_close_run))
+		ring_close_now((PyObject *)ring, r, NULL);
 }
 
 static void tdpy_ring_view_gone(PyObject *obj)
@@ -580,11 +591,8 @@ static void sub_really_close(SubObject *sub)
 
 	sub_unpoll(sub);
 	sub->s = NULL;
-	if (s && !close_later(sub->client, s, sub_close_run)) {
-		Py_BEGIN_ALLOW_THREADS
-		td_sub_close(s);
-		Py_END_ALLOW_THREADS
-	}
+	if (s && !close_later(sub->client, s, sub_close_run))
+		ring_close_now((PyObject *)sub, NULL, s);
 }
 
 static void tdpy_sub_view_gone(PyObject *obj)

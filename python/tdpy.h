@@ -194,6 +194,21 @@ int tdpy_interrupted(void *ud);
 /* After a call that a handler's exception ended (-EINTR): that
  * exception set now; whether one (or another) is set. */
 bool tdpy_intr_take(void);
+/*
+ * After a wait whose end nothing raises (a close or release in a
+ * dealloc, obj the object): a handler's exception kept there is raised
+ * at the main thread's next bytecode boundary, where the handler's own
+ * raise would have come (any other exception set now stays as it is); a
+ * close() or release() method returns, and it raises right after. One
+ * that cannot wait there (no room among Python's pending calls, or a
+ * second kept before the first is raised: the next handler's run raises
+ * the first, so hardly) goes to sys.unraisablehook, told obj's type
+ * (obj may be in its dealloc). tdpy_intr_kept: whether one is
+ * kept now (a call's own, which that call raises: a site that finds one
+ * before its wait leaves it be).
+ */
+void tdpy_intr_redeliver(PyObject *obj);
+bool tdpy_intr_kept(void);
 /* Raise the tensord.Error subclass for rc (-errno) with e's reason; for
  * -EINTR, a signal handler's exception (set, kept, or raised by the
  * handlers run now) instead, if any. */
@@ -444,15 +459,23 @@ int tdpy_meta_get(PyObject *o, Py_buffer *b);
  * daemon answers): with the GIL released. */
 static inline void tdpy_tensor_release(struct td_tensor *t)
 {
+	bool kept = tdpy_intr_kept();
+
 	Py_BEGIN_ALLOW_THREADS
 	td_tensor_release(t);
 	Py_END_ALLOW_THREADS
+	if (!kept)
+		tdpy_intr_redeliver(NULL);
 }
 static inline void tdpy_alloc_free(struct td_alloc *a)
 {
+	bool kept = tdpy_intr_kept();
+
 	Py_BEGIN_ALLOW_THREADS
 	td_alloc_free(a);
 	Py_END_ALLOW_THREADS
+	if (!kept)
+		tdpy_intr_redeliver(NULL);
 }
 
 /* Client methods made in tensor.c. */

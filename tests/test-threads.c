@@ -734,6 +734,149 @@ Test(threads, a_signal_ends_the_wait_for_a_stopped_daemons_reply)
 	tu_daemon_stop(&d, false); /* (a thread's cached stack stays mapped) */
 }
 
+/* ---- a signal during a send the socket's full buffer holds up ---- */
+
+#define SEND_FILL 3000 /* releases sent without waiting: a full buffer */
+
+static atomic_int alarms;
+
+static void count_alarm(int sig)
+{
+	(void)sig;
+	atomic_fetch_add(&alarms, 1);
+}
+
+/* Resumes the stopped daemon after 5 signals (or HANG_MS). */
+static void *resume_after_alarms(void *arg)
+{
+	for (int i = 0; i < HANG_MS && atomic_load(&alarms) < 5; i++)
+		usleep(1000);
+	kill(*(pid_t *)arg, SIGCONT);
+	return NULL;
+}
+
+/* SEND_FILL leases of name on c, each a send to come */
+static void lease_many(struct td_client *c, const char *name,
+		       struct td_tensor **t)
+{
+	struct td_error e = {0};
+
+	for (int i = 0; i < SEND_FILL; i++)
+		cr_assert_eq(td_client_get(c, name, &t[i], &e), 0, "%d: %s", i,
+			     e.reason);
+}
+
+static void release_all(struct td_tensor **t)
+{
+	for (int i = 0; i < SEND_FILL; i++)
+		td_tensor_release_nowait(t[i]);
+}
+
+/*
+ * Releases sent without waiting to a daemon stopped with SIGSTOP fill
+ * the socket's buffer, and the next send waits for room. With
+ * td_client_set_interrupt_ex(TD_INTR_SEND) a signal asks fn there too,
+ * even from a handler with SA_RESTART (which restarts a blocking
+ * sendmsg() unseen): yes gives the send up and abandons the connection
+ * (-ECONNABORTED after; the daemon ends its leases), no leaves it
+ * waiting until the daemon reads. Without the flag fn is not asked
+ * there (td_client_set_interrupt() as before): the send waits through
+ * the signals.
+ */
+Test(threads, a_signal_asks_fn_in_a_send_the_full_buffer_holds)
+{
+	struct sigaction sa = {.sa_handler = count_alarm,
+			       .sa_flags = SA_RESTART}, old;
+	struct itimerval it = {.it_interval = {0, 50000},
+			       .it_value = {0, 50000}}, off = {0};
+	static struct td_tensor *t[SEND_FILL];
+	struct td_client *c, *o;
+	struct tu_daemon d;
+	struct td_entry ent = {0};
+	struct td_error e = {0};
+	uint8_t b[8] = {7};
+	uint64_t shape = 8, v;
+	struct td_publish p = {.name = "si/s", .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = &shape};
+	sigset_t alrm;
+	pthread_t th;
+	int yes = 1, no = 0;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	o = open_client(&d);
+	cr_assert_eq(td_client_put(o, &p, b, 8, &v, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_set_interrupt_ex(c, intr_fn, &yes, 0x80),
+		     -EINVAL);
+	sigemptyset(&sa.sa_mask);
+	cr_assert_eq(sigaction(SIGALRM, &sa, &old), 0);
+
+	/* fn says yes: the send ends, the connection is abandoned */
+	cr_assert_eq(td_client_set_interrupt_ex(c, intr_fn, &yes,
+						TD_INTR_SEND), 0);
+	lease_many(c, "si/s", t);
+	atomic_store(&intr_asked, 0);
+	stop_until_asked(&d.pid, &th);
+	cr_assert_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
+	release_all(t);
+	setitimer(ITIMER_REAL, &off, NULL);
+	cr_assert_eq(atomic_load(&intr_asked), 1, "fn was not asked once");
+	pthread_join(th, NULL);
+	cr_assert_eq(td_client_stat(c, "si/s", &ent, &e), -ECONNABORTED);
+	td_client_close(c);
+	for (int i = 0; i < HANG_MS / 10; i++) {
+		cr_assert_eq(td_client_stat(o, "si/s", &ent, &e), 0, "%s",
+			     e.reason);
+		if (!ent.lease_count)
+			break;
+		td_entry_fini(&ent);
+		usleep(10000);
+	}
+	cr_assert_eq(ent.lease_count, 0, "leases outlived the connection");
+	td_entry_fini(&ent);
+
+	/* fn says no: the send waits for room, every release is sent */
+	c = open_client(&d);
+	cr_assert_eq(td_client_set_interrupt_ex(c, intr_fn, &no,
+						TD_INTR_SEND), 0);
+	lease_many(c, "si/s", t);
+	atomic_store(&intr_asked, 0);
+	stop_until_asked(&d.pid, &th);
+	cr_assert_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
+	release_all(t);
+	setitimer(ITIMER_REAL, &off, NULL);
+	pthread_join(th, NULL);
+	cr_assert_geq(atomic_load(&intr_asked), 1, "fn was not asked");
+	cr_assert_eq(td_client_stat(c, "si/s", &ent, &e), 0, "%s", e.reason);
+	cr_assert_eq(ent.lease_count, 0, "a release was not sent");
+	td_entry_fini(&ent);
+
+	/* no flag: fn is not asked in the send, which waits them out */
+	cr_assert_eq(td_client_set_interrupt(c, intr_fn, &yes), 0);
+	lease_many(c, "si/s", t);
+	atomic_store(&intr_asked, 0);
+	atomic_store(&alarms, 0);
+	cr_assert_eq(kill(d.pid, SIGSTOP), 0);
+	sigemptyset(&alrm); /* the signals are this thread's */
+	sigaddset(&alrm, SIGALRM);
+	pthread_sigmask(SIG_BLOCK, &alrm, NULL);
+	cr_assert_eq(pthread_create(&th, NULL, resume_after_alarms, &d.pid),
+		     0);
+	pthread_sigmask(SIG_UNBLOCK, &alrm, NULL);
+	cr_assert_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
+	release_all(t);
+	setitimer(ITIMER_REAL, &off, NULL);
+	pthread_join(th, NULL);
+	cr_assert_eq(atomic_load(&intr_asked), 0, "fn was asked in a send");
+	cr_assert_eq(td_client_stat(c, "si/s", &ent, &e), 0, "%s", e.reason);
+	cr_assert_eq(ent.lease_count, 0, "a release was not sent");
+	td_entry_fini(&ent);
+	td_client_close(c);
+	td_client_close(o);
+	sigaction(SIGALRM, &old, NULL);
+	tu_daemon_stop(&d, false);
+}
+
 /*
  * The HELLO of td_client_connect_intr() waits as a call's reply does: a
  * daemon stopped with SIGSTOP still accepts the connection, never says

@@ -955,10 +955,26 @@ TD_EXPORT int td_client_set_event_limit(struct td_client *c, unsigned max);
  * later call fails with -ECONNABORTED (or, with TD_CLIENT_RECONNECT,
  * connects again). Not the HELLO of td_client_connect() (that of
  * td_client_connect_intr() is), nor a send the socket's full buffer
- * holds up. fn NULL restores the default. 0 or -EINVAL (no client).
+ * holds up (td_client_set_interrupt_ex's TD_INTR_SEND). fn NULL restores
+ * the default. 0 or -EINVAL (no client).
  */
 TD_EXPORT int td_client_set_interrupt(struct td_client *c,
 				      int (*fn)(void *ud), void *ud);
+/*
+ * td_client_set_interrupt() with flags: 0 is the same, TD_INTR_SEND asks
+ * fn in a send the socket's full buffer holds up too (the daemon stopped
+ * or reading slower than the requests come, thousands of releases sent
+ * without waiting), as in the wait for a reply: when fn returns nonzero
+ * that send is given up. None of its message was sent (a datagram is
+ * queued whole or not at all), yet the connection is abandoned as above:
+ * the call returns -EINTR (a release, which returns nothing, is left to
+ * the hang-up, which ends it), every later call -ECONNABORTED. 0, or
+ * -EINVAL (no client, a flag unknown).
+ */
+#define TD_INTR_SEND 0x1u
+TD_EXPORT int td_client_set_interrupt_ex(struct td_client *c,
+					 int (*fn)(void *ud), void *ud,
+					 uint32_t flags);
 /*
  * td_client_connect_ex() with td_client_set_interrupt(fn, ud) set on the
  * new handle before it connects: a signal that interrupts the wait for the
