@@ -1655,10 +1655,7 @@ Test(handoff, a_listener_that_never_accepts_times_out_at_connect,
 
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "/tmp/td-full-%d.sock",
 		 (int)getpid());
-	ls = tu_mute_listener(sa.sun_path, 0);
-	/* the one connection a backlog of 0 queues: the queue is full */
-	first = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	cr_assert_eq(connect(first, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ls = tu_full_listener(sa.sun_path, &first);
 	setenv("TENSORD_CONNECT_TIMEOUT_MS", "200", 1);
 	rc = td_client_connect(sa.sun_path, &c, &e);
 	unsetenv("TENSORD_CONNECT_TIMEOUT_MS");
@@ -1699,9 +1696,7 @@ Test(handoff, a_restarting_signal_does_not_cut_the_connect_wait,
 
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "/tmp/td-intr-%d.sock",
 		 (int)getpid());
-	ls = tu_mute_listener(sa.sun_path, 0);
-	first = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	cr_assert_eq(connect(first, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ls = tu_full_listener(sa.sun_path, &first);
 	sigemptyset(&act.sa_mask);
 	cr_assert_eq(sigaction(SIGALRM, &act, NULL), 0);
 	setenv("TENSORD_CONNECT_TIMEOUT_MS", "300", 1);

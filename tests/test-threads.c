@@ -941,10 +941,7 @@ Test(threads, a_signal_ends_a_connect_that_a_full_queue_holds)
 
 	snprintf(un.sun_path, sizeof(un.sun_path), "/tmp/td-fullq-%d.sock",
 		 (int)getpid());
-	ls = tu_mute_listener(un.sun_path, 0);
-	/* the one connection a backlog of 0 queues: the queue is full */
-	first = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	cr_assert_eq(connect(first, (struct sockaddr *)&un, sizeof(un)), 0);
+	ls = tu_full_listener(un.sun_path, &first);
 	sigemptyset(&sa.sa_mask); /* no SA_RESTART, as Python's handlers */
 	cr_assert_eq(sigaction(SIGALRM, &sa, &old), 0);
 	setenv("TENSORD_CONNECT_TIMEOUT_MS", "400", 1);

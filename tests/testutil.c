@@ -631,6 +631,19 @@ int tu_mute_listener(const char *path, int backlog)
 	return ls;
 }
 
+int tu_full_listener(const char *path, int *first)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int ls = tu_mute_listener(path, 0);
+
+	strcpy(sa.sun_path, path);
+	*first = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	cr_assert_geq(*first, 0);
+	cr_assert_eq(connect(*first, (struct sockaddr *)&sa, sizeof(sa)), 0,
+		     "%s: %s", path, strerror(errno));
+	return ls;
+}
+
 void tu_link_to(const char *link, const char *target)
 {
 	char tmp[128];

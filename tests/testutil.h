@@ -175,6 +175,12 @@ void tu_daemon_kill(struct tu_daemon *d);
  * daemon). The caller closes it and unlinks path.
  */
 int tu_mute_listener(const char *path, int backlog);
+/*
+ * tu_mute_listener(path, 0) whose queue is full: *first is the one
+ * connection a backlog of 0 queues, and the next connect() to path waits
+ * (a stopped daemon many clients tried). The caller closes both.
+ */
+int tu_full_listener(const char *path, int *first);
 /* Point the symlink `link` at target, atomically (rename(2)): a socket
  * path that a restarted daemon takes over. */
 void tu_link_to(const char *link, const char *target);
