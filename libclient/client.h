@@ -93,6 +93,11 @@ struct td__async {
 	int status;
 	struct td_tensor *t; /* NULL unless status == 0 */
 	struct td_error err;
+	/* asked while a reconnect was under way (c->queued): what to send
+	 * once HELLO is answered */
+	char name[TD_NAME_MAX + 1];
+	uint64_t after;
+	uint32_t timeout_ms;
 };
 
 /*
@@ -279,6 +284,20 @@ struct td_client {
 	 */
 	int rfd;
 	unsigned rtries;
+	/*
+	 * The asynchronous reconnect of td_client_process() (connect.c,
+	 * td__reconnect_step): rsock the new socket (-1: no try under way),
+	 * rstate where the try is (TD__RC_*), rby its deadline (CLOCK_MONOTONIC
+	 * ns, -1: none), rretry_ms the wait before connect() is tried again
+	 * on a full listen queue, rhello_id the HELLO's request id. GETs
+	 * asked meanwhile wait on queued until HELLO is answered.
+	 */
+	int rsock;
+	int rstate;
+	int64_t rby;
+	unsigned rretry_ms;
+	uint64_t rhello_id;
+	struct td__async *queued, *queued_tail;
 	struct td__async *asyncs;          /* GETs waiting for a reply */
 	struct td__async *done, *done_tail; /* replied, not yet delivered */
 	bool closing; /* td_client_close() began: no new asynchronous GET */
@@ -489,6 +508,26 @@ void td__loop_ready(struct td_client *c);
 bool td__loop_reply(struct td_client *c, struct td__msg *m);
 /* loop.c: fail every pending asynchronous GET with status (lock held). */
 void td__loop_fail(struct td_client *c, int status);
+/* loop.c: fail every GET queued for a reconnect with status (lock held). */
+void td__loop_fail_queued(struct td_client *c, int status,
+			  const struct td_error *why);
+/* loop.c: send the GETs queued for a reconnect (connected, lock held). */
+void td__loop_send_queued(struct td_client *c);
+/* loop.c: fd in epfd (on) or out of it, if there is an epfd (lock held). */
+void td__loop_watch(struct td_client *c, int fd, bool on);
+/* loop.c: the reconnect timer (rfd) fires at CLOCK_MONOTONIC ns `at`,
+ * never if at < 0 (lock held). 0, or -errno when there is no timer. */
+int td__loop_timer(struct td_client *c, int64_t at);
+/*
+ * connect.c: TD_CLIENT_RECONNECT without waiting (lock held, the
+ * connection broken): the next step of the try under way, or a new try
+ * (a non-blocking connect, HELLO sent), each step made when rsock or rfd
+ * wakes the loop. 0: connected (as td__client_usable); -EINPROGRESS: the
+ * try goes on; else the try failed (-errno, *err says why), nothing of
+ * it left open, the GETs queued for it failed.
+ */
+enum { TD__RC_IDLE, TD__RC_CONNECTING, TD__RC_HELLO, TD__RC_HELLO_OLD };
+int td__reconnect_step(struct td_client *c, struct td_error *err);
 /* loop.c: at close, cancel and deliver every asynchronous GET (no lock). */
 void td__loop_cancel(struct td_client *c);
 /* conn.c: the status and reason of an error reply into *err. */

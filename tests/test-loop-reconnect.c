@@ -1,0 +1,444 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * TD_CLIENT_RECONNECT in an event loop: td_client_process() never waits
+ * for the daemon. Its reconnect is a non-blocking connect() (tried again
+ * on a timer while the listen queue is full) and a HELLO whose reply, or
+ * whose deadline ($TENSORD_CONNECT_TIMEOUT_MS), wakes td_client_fd().
+ * The peers: a listener nobody serves (the connection queues, HELLO is
+ * never answered), one whose queue is full, and a tensord that later
+ * takes that very listener over (socket activation) and answers what
+ * queued meanwhile.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <tensord/tensord.h>
+
+#include "testclient.h"
+#include "testutil.h"
+
+TestSuite(loop_reconnect, .timeout = TU_TEST_TIMEOUT_S);
+
+/* Hang guard only: nothing about speed is asserted. */
+#define HANG_MS 20000
+
+/* A deadline no test reaches: a reconnect that waited for the peer in
+ * td_client_process() would hold it that long. */
+#define FAR_MS "600000"
+
+struct rig {
+	char dir[64], link[96], mute[96];
+	struct tu_daemon d;
+	struct td_client *c;
+	int ls;          /* the peer's listener */
+	pid_t late;      /* the tensord that took ls over, 0 none */
+	int fill[8];     /* connections that fill ls's queue */
+	int nfill;
+	int reconnected; /* TD_EVENT_TYPE_RECONNECTED events */
+	int published;
+	uint64_t wid, pub_watch;
+	int fds0;
+};
+
+static void on_event(struct td_client *c, const struct td_event *ev,
+		     void *ud)
+{
+	struct rig *r = ud;
+
+	(void)c;
+	if (ev->type == TD_EVENT_TYPE_RECONNECTED)
+		r->reconnected++;
+	if (ev->type == TD_EVENT_TYPE_PUBLISHED) {
+		r->published++;
+		r->pub_watch = ev->watch_id;
+	}
+}
+
+/*
+ * A reconnecting client of a daemon that then dies; the socket path
+ * (a symlink) then names ls, a listener with this backlog that nobody
+ * serves. deadline: $TENSORD_CONNECT_TIMEOUT_MS at connect.
+ */
+static void rig_up(struct rig *r, const char *deadline, int backlog)
+{
+	struct td_error e = {0};
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	r->fds0 = tu_fd_count();
+	snprintf(r->dir, sizeof(r->dir), "/tmp/td-lrec-XXXXXX");
+	cr_assert(mkdtemp(r->dir));
+	snprintf(r->link, sizeof(r->link), "%s/link.sock", r->dir);
+	snprintf(r->mute, sizeof(r->mute), "%s/mute.sock", r->dir);
+	tu_daemon_start(&r->d, "warn");
+	tu_link_to(r->link, r->d.sock);
+	setenv("TENSORD_CONNECT_TIMEOUT_MS", deadline, 1);
+	rc = td_client_connect_ex(r->link, TD_CLIENT_RECONNECT, &r->c, &e);
+	unsetenv("TENSORD_CONNECT_TIMEOUT_MS");
+	cr_assert_eq(rc, 0, "%s", e.reason);
+	cr_assert_eq(td_client_set_event_handler(r->c, on_event, r), 0);
+	cr_assert_eq(td_client_watch(r->c, "w/", TD_WATCH_PREFIX, &r->wid,
+				     NULL),
+		     0);
+	tu_daemon_kill(&r->d);
+	r->ls = tu_mute_listener(r->mute, backlog);
+	tu_link_to(r->link, r->mute);
+}
+
+/* Fill ls's listen queue: connections until the next one is refused. */
+static void rig_fill(struct rig *r)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+
+	strcpy(sa.sun_path, r->mute);
+	for (;;) {
+		int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC |
+						SOCK_NONBLOCK,
+			       0);
+
+		cr_assert_geq(s, 0);
+		if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+			cr_assert_eq(errno, EAGAIN, "%s", strerror(errno));
+			close(s);
+			break;
+		}
+		cr_assert_lt(r->nfill, 8, "the queue never filled");
+		r->fill[r->nfill++] = s;
+	}
+	cr_assert_gt(r->nfill, 0);
+}
+
+/* Is a connection waiting in ls's queue, accepted by nobody? */
+static bool rig_queued(const struct rig *r)
+{
+	struct pollfd p = {.fd = r->ls, .events = POLLIN};
+
+	return poll(&p, 1, 0) == 1;
+}
+
+/* Does td_client_fd() poll readable within ms? */
+static bool wakes(struct td_client *c, int ms)
+{
+	struct pollfd p = {.fd = td_client_fd(c), .events = POLLIN};
+	int n;
+
+	cr_assert_geq(p.fd, 0);
+	n = poll(&p, 1, ms);
+	cr_assert_geq(n, 0);
+	return n == 1;
+}
+
+/* A tensord takes ls over (socket activation) and serves what queued. */
+static void rig_serve(struct rig *r)
+{
+	const char *bin = getenv("TD_TENSORD");
+	char sock[128];
+
+	cr_assert(bin, "TD_TENSORD is not set (run through meson test)");
+	snprintf(sock, sizeof(sock), "%s/unused.sock", r->dir);
+	r->late = tu_fork();
+	if (r->late == 0) {
+		char pid[32];
+
+		if (r->ls == 3 ? fcntl(3, F_SETFD, 0) < 0
+			       : dup2(r->ls, 3) < 0)
+			_exit(126);
+		snprintf(pid, sizeof(pid), "%d", (int)getpid());
+		setenv("LISTEN_FDS", "1", 1);
+		setenv("LISTEN_PID", pid, 1);
+		execl(bin, bin, "--socket", sock, "--log-level", "warn",
+		      (char *)NULL);
+		_exit(127);
+	}
+}
+
+static void rig_down(struct rig *r)
+{
+	int st;
+
+	td_client_close(r->c);
+	if (r->late > 0) {
+		kill(r->late, SIGKILL);
+		waitpid(r->late, &st, 0);
+	}
+	for (int i = 0; i < r->nfill; i++)
+		close(r->fill[i]);
+	close(r->ls);
+	unlink(r->mute);
+	unlink(r->link);
+	char unused[128];
+	snprintf(unused, sizeof(unused), "%s/unused.sock", r->dir);
+	unlink(unused);
+	rmdir(r->dir);
+	cr_assert_eq(tu_fd_count(), r->fds0, "fd leak: %d -> %d", r->fds0,
+		     tu_fd_count());
+}
+
+/* ---- td_client_process() in a thread: did it come back? ---- */
+
+struct call {
+	struct td_client *c;
+	int rc;
+	struct td_error e;
+};
+
+static void *process_once(void *arg)
+{
+	struct call *k = arg;
+
+	k->rc = td_client_process(k->c, &k->e);
+	return NULL;
+}
+
+/*
+ * One td_client_process() on another thread, which must return while
+ * the peer has not answered: the test's thread waits for it (HANG_MS,
+ * a hang guard) and only then lets the peer answer, so a call that
+ * waited for the peer never comes back here.
+ */
+static int process_returns(struct rig *r, struct td_error *e)
+{
+	struct call k = {.c = r->c};
+	struct timespec by;
+	pthread_t t;
+	int rc;
+
+	cr_assert_eq(pthread_create(&t, NULL, process_once, &k), 0);
+	clock_gettime(CLOCK_REALTIME, &by);
+	by.tv_sec += HANG_MS / 1000;
+	rc = pthread_timedjoin_np(t, NULL, &by);
+	cr_assert_eq(rc, 0, "td_client_process() waited for a peer that "
+			    "has not answered: the caller's loop is blocked");
+	if (e)
+		*e = k.e;
+	return k.rc;
+}
+
+/* The hang-up of the dead daemon: the one call that fails on it. */
+static void see_hangup(struct rig *r)
+{
+	cr_assert(wakes(r->c, HANG_MS), "no hang-up");
+	cr_assert_lt(process_returns(r, NULL), 0);
+}
+
+/* Poll and process until f(r) or a failure; the last return. */
+static int run_until(struct rig *r, bool (*f)(const struct rig *r),
+		     struct td_error *e)
+{
+	int rc = 0;
+
+	while (!f(r) && rc >= 0) {
+		cr_assert(wakes(r->c, HANG_MS), "nothing woke the loop");
+		rc = td_client_process(r->c, e);
+	}
+	return rc;
+}
+
+static bool is_reconnected(const struct rig *r)
+{
+	return r->reconnected > 0;
+}
+
+struct got {
+	int calls, status;
+	uint64_t version;
+	char reason[TD_REASON_MAX + 1];
+};
+
+static void on_get(struct td_client *c, int status, struct td_tensor *t,
+		   const struct td_error *err, void *ud)
+{
+	struct got *g = ud;
+
+	(void)c;
+	g->calls++;
+	g->status = status;
+	snprintf(g->reason, sizeof(g->reason), "%s", err ? err->reason : "");
+	if (t) {
+		g->version = td_tensor_version(t);
+		td_tensor_release(t);
+	}
+}
+
+static void put(const char *path, const char *name)
+{
+	struct td_client *p;
+	struct td_error e = {0};
+	uint64_t shape[1] = {4};
+	uint8_t buf[4] = {1, 2, 3, 4};
+	struct td_publish pub = {.name = name, .dtype = TD_TENSOR_U8,
+				 .ndim = 1, .shape = shape};
+
+	cr_assert_eq(td_client_connect(path, &p, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_put(p, &pub, buf, sizeof(buf), NULL, &e), 0,
+		     "%s", e.reason);
+	td_client_close(p);
+}
+
+/* Reconnected: the watch is back under its id, the queued GET was sent
+ * to the new daemon, requests work. */
+static void check_served(struct rig *r, struct got *g)
+{
+	struct td_entry ent;
+
+	cr_assert_eq(g->calls, 0, "the queued GET waits for a version");
+	put(r->mute, "w/x");
+	while (!g->calls || !r->published) {
+		cr_assert(wakes(r->c, HANG_MS), "the GET or event never came");
+		cr_assert_geq(td_client_process(r->c, NULL), 0);
+	}
+	cr_assert_eq(g->status, 0, "%s", g->reason);
+	cr_assert_eq(g->version, 1);
+	cr_assert_eq(r->pub_watch, r->wid, "the watch's id is kept");
+	cr_assert_eq(td_client_stat(r->c, "w/none", &ent, NULL), -ENOENT);
+	cr_assert_eq(r->reconnected, 1);
+}
+
+/*
+ * The path names a socket that takes the connection and never answers
+ * HELLO (another program's, a wedged tensord): td_client_process() sent
+ * HELLO and came back; while the peer is silent the loop has nothing to
+ * wake it (no spin). A GET asked meanwhile waits for the reconnect. Once
+ * a tensord takes that listener over, its answer to the queued HELLO
+ * completes the reconnect through td_client_process().
+ */
+Test(loop_reconnect, a_silent_peer_never_blocks_process_and_a_late_answer_reconnects)
+{
+	struct rig r;
+	struct got g = {0};
+	struct td_error e = {0};
+	int rc;
+
+	rig_up(&r, FAR_MS, 16);
+	see_hangup(&r);
+	cr_assert(!rig_queued(&r));
+	rc = process_returns(&r, &e);
+	cr_assert_geq(rc, 0, "a try under way is no failure: %d %s", rc,
+		      e.reason);
+	cr_assert(rig_queued(&r), "the new connection waits in the queue, "
+				  "nobody has answered it");
+	cr_assert_eq(r.reconnected, 0);
+	cr_assert(!wakes(r.c, 0), "nothing to do until the peer answers");
+	cr_assert_eq(td_client_get_newer_async(r.c, "w/x", 0, -1, on_get, &g,
+					       &e),
+		     0, "a GET while reconnecting waits for it: %s", e.reason);
+	cr_assert_eq(process_returns(&r, NULL), 0);
+	cr_assert_eq(g.calls, 0);
+
+	rig_serve(&r);
+	rc = run_until(&r, is_reconnected, &e);
+	cr_assert_geq(rc, 0, "%d %s", rc, e.reason);
+	check_served(&r, &g);
+	rig_down(&r);
+}
+
+/*
+ * The listener's queue is full (a stopped daemon's): a blocking
+ * connect() would wait until it drains. td_client_process() comes back
+ * and connect() is tried again on the client's timer; once a tensord
+ * drains the queue the reconnect completes.
+ */
+Test(loop_reconnect, a_full_listen_queue_never_blocks_process_and_a_drained_one_reconnects)
+{
+	struct rig r;
+	struct got g = {0};
+	struct td_error e = {0};
+	int rc;
+
+	rig_up(&r, FAR_MS, 0);
+	rig_fill(&r);
+	see_hangup(&r);
+	rc = process_returns(&r, &e);
+	cr_assert_geq(rc, 0, "a try under way is no failure: %d %s", rc,
+		      e.reason);
+	cr_assert_eq(r.reconnected, 0);
+	cr_assert_eq(td_client_get_newer_async(r.c, "w/x", 0, -1, on_get, &g,
+					       &e),
+		     0, "%s", e.reason);
+	/* the retry timer wakes the loop; each call comes back */
+	for (int i = 0; i < 3; i++) {
+		cr_assert(wakes(r.c, HANG_MS), "no retry of connect()");
+		cr_assert_geq(process_returns(&r, &e), 0, "%s", e.reason);
+		cr_assert_eq(r.reconnected, 0);
+	}
+
+	rig_serve(&r);
+	rc = run_until(&r, is_reconnected, &e);
+	cr_assert_geq(rc, 0, "%d %s", rc, e.reason);
+	check_served(&r, &g);
+	rig_down(&r);
+}
+
+/*
+ * Tries that never finish end at the connect deadline, each with the
+ * documented -ETIMEDOUT and reason, told by td_client_process() (the
+ * timer wakes the loop for it) and to the GET that waited; a later try
+ * begins on its own. Nothing of a failed try stays open.
+ */
+static void deadline_case(bool full, const char *want)
+{
+	struct rig r;
+	struct got g = {0};
+	struct td_error e = {0};
+	int fds1 = -1, rc;
+
+	rig_up(&r, "200", 16);
+	if (full) {
+		close(r.ls);
+		r.ls = tu_mute_listener(r.mute, 0);
+		rig_fill(&r);
+	}
+	see_hangup(&r);
+	for (int try = 0; try < 3; try++) {
+		int pending = 0;
+
+		do {
+			if (try || pending)
+				cr_assert(wakes(r.c, HANG_MS), "nothing woke "
+							       "the loop");
+			memset(&e, 0, sizeof(e));
+			rc = process_returns(&r, &e);
+			pending += rc >= 0;
+			if (try == 0 && pending == 1 && rc >= 0)
+				cr_assert_eq(td_client_get_newer_async(
+						     r.c, "w/x", 0, -1, on_get,
+						     &g, NULL),
+					     0);
+		} while (rc >= 0 || rc == -ECONNRESET);
+		cr_assert_gt(pending, 0, "the try was never under way: it "
+					 "ran to its end inside one call");
+		cr_assert_eq(rc, -ETIMEDOUT, "%d %s", rc, e.reason);
+		cr_assert(strstr(e.reason, want), "%s", e.reason);
+		if (fds1 < 0)
+			fds1 = tu_fd_count();
+		cr_assert_eq(tu_fd_count(), fds1, "try %d left an fd open", try);
+	}
+	cr_assert_eq(g.calls, 1);
+	cr_assert_eq(g.status, -ETIMEDOUT, "%s", g.reason);
+	cr_assert(strstr(g.reason, want), "%s", g.reason);
+	cr_assert_eq(r.reconnected, 0);
+	rig_down(&r);
+}
+
+Test(loop_reconnect, a_silent_peer_times_out_at_the_deadline_and_leaks_nothing)
+{
+	deadline_case(false, "did not answer HELLO within 200 ms");
+}
+
+Test(loop_reconnect, a_queue_that_never_drains_times_out_and_leaks_nothing)
+{
+	deadline_case(true, "nobody took the connection within 200 ms");
+}
