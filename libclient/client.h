@@ -220,6 +220,9 @@ struct td__client_ops {
 	void (*free)(struct td_client *c); /* the last reference went */
 	/* TD_CLIENT_RECONNECT of a broken connection (lock held) */
 	int (*reconnect)(struct td_client *c, struct td_error *err);
+	/* the same for an event loop, never waiting: its next step
+	 * (connect.c, reconnect_step; the TD__RC_* states below) */
+	int (*reconnect_step)(struct td_client *c, struct td_error *err);
 	/* the connection broke: what waits for a reply will get none */
 	void (*broken)(struct td_client *c, int code);
 	/* a reply conn.c does not wait for: true when taken */
@@ -286,7 +289,7 @@ struct td_client {
 	unsigned rtries;
 	/*
 	 * The asynchronous reconnect of td_client_process() (connect.c,
-	 * td__reconnect_step): rsock the new socket (-1: no try under way),
+	 * ops->reconnect_step): rsock the new socket (-1: no try under way),
 	 * rstate where the try is (TD__RC_*), rby its deadline (CLOCK_MONOTONIC
 	 * ns, -1: none), rretry_ms the wait before connect() is tried again
 	 * on a full listen queue, rhello_id the HELLO's request id. GETs
@@ -519,15 +522,15 @@ void td__loop_watch(struct td_client *c, int fd, bool on);
  * never if at < 0 (lock held). 0, or -errno when there is no timer. */
 int td__loop_timer(struct td_client *c, int64_t at);
 /*
- * connect.c: TD_CLIENT_RECONNECT without waiting (lock held, the
- * connection broken): the next step of the try under way, or a new try
- * (a non-blocking connect, HELLO sent), each step made when rsock or rfd
- * wakes the loop. 0: connected (as td__client_usable); -EINPROGRESS: the
- * try goes on; else the try failed (-errno, *err says why), nothing of
- * it left open, the GETs queued for it failed.
+ * ops->reconnect_step (connect.c): TD_CLIENT_RECONNECT without waiting
+ * (lock held, the connection broken): the next step of the try under
+ * way, or a new try (a non-blocking connect, HELLO sent), each step made
+ * when rsock or rfd wakes the loop. 0: connected (as td__client_usable);
+ * -EINPROGRESS: the try goes on; else the try failed (-errno, *err says
+ * why), nothing of it left open, the GETs queued for it failed. The
+ * states of a try (c->rstate):
  */
 enum { TD__RC_IDLE, TD__RC_CONNECTING, TD__RC_HELLO, TD__RC_HELLO_OLD };
-int td__reconnect_step(struct td_client *c, struct td_error *err);
 /* loop.c: at close, cancel and deliver every asynchronous GET (no lock). */
 void td__loop_cancel(struct td_client *c);
 /* conn.c: the status and reason of an error reply into *err. */

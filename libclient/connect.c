@@ -82,6 +82,7 @@ static void client_free(struct td_client *c)
 /* ---- what conn.c hands up (struct td__client_ops) ---- */
 
 static int reconnect(struct td_client *c, struct td_error *err);
+static int reconnect_step(struct td_client *c, struct td_error *err);
 
 static void on_broken(struct td_client *c, int code)
 {
@@ -105,6 +106,7 @@ static bool on_reply(struct td_client *c, struct td__msg *m)
 static const struct td__client_ops ops = {
 	.free = client_free,
 	.reconnect = reconnect,
+	.reconnect_step = reconnect_step,
 	.broken = on_broken,
 	.reply = on_reply,
 	.ready = td__loop_ready,
@@ -489,7 +491,7 @@ static int reconnect_done(struct td_client *c)
 	return c->dead ? c->dead : 0;
 }
 
-/* The asynchronous try under way (td__reconnect_step) ends: its socket
+/* The asynchronous try under way (reconnect_step) ends: its socket
  * goes, nothing else. */
 static void try_end(struct td_client *c)
 {
@@ -597,7 +599,11 @@ static int try_hello(struct td_client *c, uint32_t features,
 				err);
 	c->rstate = features ? TD__RC_HELLO : TD__RC_HELLO_OLD;
 	td__loop_watch(c, c->rsock, true);
-	td__loop_timer(c, c->rby);
+	/* nothing else would end a wait for a peer that never answers */
+	if (td__loop_timer(c, c->rby) < 0)
+		return try_fail(c, td__fail(err, -ENOMEM, "no timerfd for "
+					    "the reconnect's deadline"),
+				err);
 	return -EINPROGRESS;
 }
 
@@ -749,7 +755,7 @@ static int try_read(struct td_client *c, struct td_error *err)
 	}
 }
 
-int td__reconnect_step(struct td_client *c, struct td_error *err)
+static int reconnect_step(struct td_client *c, struct td_error *err)
 {
 	struct td_error e = {0};
 	int rc;

@@ -342,7 +342,7 @@ int td_client_set_event_handler(struct td_client *c, td_event_fn fn,
  * try under way goes on, or a new one begins when the last one's wait is
  * over (now: at once), else that one's -errno again. Nothing here
  * waits: the try's socket and the timer rfd wake the loop for its next
- * step (connect.c, td__reconnect_step). 0: connected; -EINPROGRESS: the
+ * step (connect.c, ops->reconnect_step). 0: connected; -EINPROGRESS: the
  * try goes on. A failed try leaves the broken socket out of the loop's
  * set, whose hang-up would wake the loop at once for ever, and sets rfd
  * for the next try: the loop sleeps in between, as the header promises.
@@ -361,7 +361,7 @@ static int reconnect_paced(struct td_client *c, bool now,
 				strerror(-c->dead));
 	if (c->epfd < 0)
 		return td__client_usable(c, err);
-	rc = td__reconnect_step(c, err);
+	rc = c->ops->reconnect_step(c, err);
 	if (rc == 0 || rc == -EINPROGRESS)
 		return rc;
 	if (c->rtries < 7)
@@ -370,8 +370,9 @@ static int reconnect_paced(struct td_client *c, bool now,
 		ms = RECONNECT_MAX_MS;
 	c->rtries++;
 	/* without a timer the hang-up wakes the loop, as before */
-	if (td__loop_timer(c, td__now_ns() + (int64_t)ms * 1000000) < 0)
-		td__loop_watch(c, c->sock, true);
+	td__loop_watch(c, c->sock,
+		       td__loop_timer(c, td__now_ns() +
+						 (int64_t)ms * 1000000) < 0);
 	return rc;
 }
 
