@@ -383,6 +383,36 @@ Test(loop_reconnect, a_full_listen_queue_never_blocks_process_and_a_drained_one_
 }
 
 /*
+ * A blocking call while the loop's reconnect waits for a silent peer
+ * keeps its old behaviour: it drops that try and reconnects in place,
+ * waiting (here for a tensord that took the listener over); the GET
+ * that waited for the loop's try goes with this reconnect.
+ */
+Test(loop_reconnect, a_blocking_call_during_a_loop_reconnect_reconnects_in_place)
+{
+	struct rig r;
+	struct got g = {0};
+	struct td_error e = {0};
+	struct td_entry ent;
+	int rc;
+
+	rig_up(&r, FAR_MS, 16);
+	see_hangup(&r);
+	rc = process_returns(&r, &e);
+	cr_assert_geq(rc, 0, "%d %s", rc, e.reason);
+	cr_assert_eq(td_client_get_newer_async(r.c, "w/x", 0, -1, on_get, &g,
+					       &e),
+		     0, "%s", e.reason);
+	rig_serve(&r);
+	rc = td_client_stat(r.c, "w/none", &ent, &e);
+	cr_assert_eq(rc, -ENOENT, "the new daemon answers: %d %s", rc,
+		     e.reason);
+	cr_assert_eq(td_client_process(r.c, NULL), 1, "RECONNECTED");
+	check_served(&r, &g);
+	rig_down(&r);
+}
+
+/*
  * Tries that never finish end at the connect deadline, each with the
  * documented -ETIMEDOUT and reason, told by td_client_process() (the
  * timer wakes the loop for it) and to the GET that waited; a later try
