@@ -107,6 +107,9 @@ struct td__async {
 struct td__watchrec {
 	struct td__watchrec *next;
 	uint64_t id, daemon_id;
+	/* the WATCH a loop's reconnect sent for it, its reply not read yet
+	 * (catalog.c, td__rewatch_send), 0: none */
+	uint64_t pending;
 	uint32_t flags;
 	char name[TD_NAME_MAX + 1];
 };
@@ -375,6 +378,9 @@ struct td_client {
 	char path[108]; /* the socket path connected to */
 	struct td__watchrec *watches;
 	uint64_t next_watch; /* application watch ids */
+	/* a loop's reconnect: WATCH replies still to come, watches made
+	 * again so far (TD_EVENT_TYPE_RECONNECTED waits for the last) */
+	unsigned rw_left, rw_ok;
 	/*
 	 * How the reply to a GET that may park is waited for (pace.h, as
 	 * ring waits): it comes when another client publishes, so polling
@@ -722,6 +728,14 @@ int td__client_usable(struct td_client *c, struct td_error *err);
 /* catalog.c: WATCH name with flags into *daemon_id (lock held). */
 int td__watch_send(struct td_client *c, const char *name, uint32_t flags,
 		   uint64_t *daemon_id, struct td_error *err);
+/*
+ * catalog.c, a loop's reconnect (lock held): every watch's WATCH sent
+ * without waiting; TD_EVENT_TYPE_RECONNECTED is queued once the last
+ * reply is read (td__rewatch_reply: true when m was one; at once when
+ * there is no watch).
+ */
+void td__rewatch_send(struct td_client *c);
+bool td__rewatch_reply(struct td_client *c, struct td__msg *m);
 
 /* Decode a wire str into a NUL-terminated buffer of cap bytes. */
 void td__str_copy(char *dst, size_t cap, struct td_wire_str s);

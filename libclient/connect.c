@@ -88,13 +88,17 @@ static void on_broken(struct td_client *c, int code)
 {
 	td__pub_forget(c, code);
 	td__loop_fail(c, code);
+	/* the WATCHes of a loop's reconnect will get no reply */
+	for (struct td__watchrec *w = c->watches; w; w = w->next)
+		w->pending = 0;
+	c->rw_left = 0;
 }
 
 /* A reply nobody waits for in conn.c: an asynchronous GET's (loop.c),
  * or the one PUBLISH sent without waiting (produce.c). */
 static bool on_reply(struct td_client *c, struct td__msg *m)
 {
-	if (td__loop_reply(c, m))
+	if (td__loop_reply(c, m) || td__rewatch_reply(c, m))
 		return true;
 	if (c->pub_id && m->hdr.request_id == c->pub_id) {
 		td__pub_answered(c, m);
@@ -467,23 +471,34 @@ static void reconnect_swap(struct td_client *c, int s)
 	memset(&c->hello, 0, sizeof(c->hello));
 }
 
-/* HELLO answered on the new connection (lock held): watch again, tell
- * the application, send the GETs that waited. 0, or the -errno that
- * broke the new connection meanwhile. */
-static int reconnect_done(struct td_client *c)
+/*
+ * HELLO answered on the new connection (lock held): watch again, tell
+ * the application, send the GETs that waited. wait: the WATCHes are
+ * round trips, and the application is told now (a blocking call's
+ * reconnect); else they are sent without waiting and it is told once
+ * their replies are in (the loop's, catalog.c). 0, or the -errno that
+ * broke the new connection meanwhile.
+ */
+static int reconnect_done(struct td_client *c, bool wait)
 {
 	unsigned restored = 0;
 
 	/* connected: the loop's retry timer (loop.c) has nothing to do */
 	td__loop_timer(c, -1);
 	c->rtries = 0;
-	/* a new connection that broke meanwhile (c->dead) watches nothing:
-	 * the next reconnect makes them all again */
-	for (struct td__watchrec *w = c->watches; w && !c->dead;
-	     w = w->next) {
+	if (!wait) {
+		td__rewatch_send(c);
+		td__loop_send_queued(c);
+		return c->dead ? c->dead : 0;
+	}
+	c->rw_left = 0;
+	for (struct td__watchrec *w = c->watches; w; w = w->next) {
 		w->daemon_id = 0; /* no events until watched again */
-		if (td__watch_send(c, w->name, w->flags, &w->daemon_id,
-				   NULL) == 0)
+		w->pending = 0;
+		/* a new connection that broke meanwhile watches nothing:
+		 * the next reconnect makes them all again */
+		if (!c->dead && td__watch_send(c, w->name, w->flags,
+					       &w->daemon_id, NULL) == 0)
 			restored++;
 	}
 	td__event_reconnected(c, restored);
@@ -555,7 +570,7 @@ static int reconnect_now(struct td_client *c, struct td_error *err)
 		c->dead = rc;
 		return rc;
 	}
-	return reconnect_done(c);
+	return reconnect_done(c, true);
 }
 
 /* ---- the asynchronous reconnect (td_client_process) ---- */
@@ -713,7 +728,7 @@ static int try_commit(struct td_client *c, struct td__msg *m,
 		td__loop_fail_queued(c, rc, err);
 		return rc;
 	}
-	return reconnect_done(c);
+	return reconnect_done(c, false);
 }
 
 /* What the try's socket holds: the HELLO reply, or nothing yet. */

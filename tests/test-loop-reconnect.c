@@ -29,6 +29,7 @@
 
 #include "testclient.h"
 #include "testutil.h"
+#include "wire.h"
 
 TestSuite(loop_reconnect, .timeout = TU_TEST_TIMEOUT_S);
 
@@ -48,6 +49,7 @@ struct rig {
 	int fill[8];     /* connections that fill ls's queue */
 	int nfill;
 	int reconnected; /* TD_EVENT_TYPE_RECONNECTED events */
+	uint64_t restored; /* the watches the last one made again */
 	int published;
 	uint64_t wid, pub_watch;
 	int fds0;
@@ -59,8 +61,10 @@ static void on_event(struct td_client *c, const struct td_event *ev,
 	struct rig *r = ud;
 
 	(void)c;
-	if (ev->type == TD_EVENT_TYPE_RECONNECTED)
+	if (ev->type == TD_EVENT_TYPE_RECONNECTED) {
 		r->reconnected++;
+		r->restored = ev->version;
+	}
 	if (ev->type == TD_EVENT_TYPE_PUBLISHED) {
 		r->published++;
 		r->pub_watch = ev->watch_id;
@@ -379,6 +383,102 @@ Test(loop_reconnect, a_full_listen_queue_never_blocks_process_and_a_drained_one_
 	rc = run_until(&r, is_reconnected, &e);
 	cr_assert_geq(rc, 0, "%d %s", rc, e.reason);
 	check_served(&r, &g);
+	rig_down(&r);
+}
+
+/* ---- a fake daemon, played by the test's thread ---- */
+
+/* The next request on s into *h (its body in buf). */
+static void fake_recv(int s, struct td_wire_hdr *h, uint8_t *buf, size_t cap)
+{
+	ssize_t n = recv(s, buf, cap, 0);
+
+	cr_assert_geq(n, TD_WIRE_HDR_LEN, "%zd %s", n, strerror(errno));
+	cr_assert_eq(td_wire_hdr_decode(buf, (size_t)n, h, NULL), 0);
+}
+
+/* Send the header h (request_id, opcode, flags set) with body[0, len). */
+static void fake_send(int s, struct td_wire_hdr h, const uint8_t *body,
+		      int64_t len)
+{
+	uint8_t out[512];
+
+	cr_assert(len >= 0 && (size_t)len <= sizeof(out) - TD_WIRE_HDR_LEN);
+	h.magic = TD_WIRE_MAGIC;
+	h.version = TD_WIRE_VERSION;
+	h.body_len = (uint32_t)len;
+	td_wire_hdr_encode(&h, out);
+	memcpy(out + TD_WIRE_HDR_LEN, body, (size_t)len);
+	cr_assert_eq(send(s, out, TD_WIRE_HDR_LEN + (size_t)len, MSG_NOSIGNAL),
+		     TD_WIRE_HDR_LEN + len);
+}
+
+/*
+ * The daemon that answers HELLO and then is slow (or wedged) to answer
+ * the WATCHes a reconnect makes again: td_client_process() does not
+ * wait for them either. The application is told of the reconnect once
+ * their replies are in, and the watch then goes on under its id.
+ */
+Test(loop_reconnect, a_daemon_slow_to_answer_the_watches_never_blocks_process)
+{
+	struct rig r;
+	struct td_error e = {0};
+	struct td_wire_hdr h, rh;
+	struct td_wire_hello_rep hello = {
+		.daemon_pid = (uint32_t)getpid(),
+		.import_in = TD_IMPORT_SCM,
+		.probe_fd = -1,
+		.ident = {"fake", 4},
+	};
+	struct td_wire_watch_rep wrep = {.watch_id = 7};
+	struct td_wire_notify note = {.watch_id = 7,
+				      .event = TD_EVENT_PUBLISHED,
+				      .version = 3,
+				      .name = {"w/x", 3}};
+	uint8_t buf[TD_WIRE_MAX_MSG], body[256];
+	int s, rc;
+
+	rig_up(&r, FAR_MS, 16);
+	see_hangup(&r);
+	rc = process_returns(&r, &e);
+	cr_assert_geq(rc, 0, "%d %s", rc, e.reason);
+	s = accept4(r.ls, NULL, NULL, SOCK_CLOEXEC);
+	cr_assert_geq(s, 0);
+	fake_recv(s, &h, buf, sizeof(buf));
+	cr_assert_eq(h.opcode, TD_OP_HELLO);
+	rh = (struct td_wire_hdr){.opcode = h.opcode,
+				  .flags = TD_WIRE_F_REPLY,
+				  .request_id = h.request_id};
+	fake_send(s, rh, body,
+		  td_wire_hello_rep_encode(&hello, body, sizeof(body)));
+
+	/* HELLO answered: this call sends the WATCH and comes back */
+	cr_assert(wakes(r.c, HANG_MS), "the HELLO reply did not wake it");
+	rc = process_returns(&r, &e);
+	cr_assert_geq(rc, 0, "%d %s", rc, e.reason);
+	fake_recv(s, &h, buf, sizeof(buf));
+	cr_assert_eq(h.opcode, TD_OP_WATCH, "the watch is made again");
+	cr_assert_eq(r.reconnected, 0, "told before the watch is back");
+	cr_assert(!wakes(r.c, 0), "nothing to do until the daemon answers");
+
+	rh.opcode = h.opcode;
+	rh.request_id = h.request_id;
+	fake_send(s, rh, body,
+		  td_wire_watch_rep_encode(&wrep, body, sizeof(body)));
+	rc = run_until(&r, is_reconnected, &e);
+	cr_assert_geq(rc, 0, "%d %s", rc, e.reason);
+	cr_assert_eq(r.restored, 1, "one watch made again");
+	rh = (struct td_wire_hdr){.opcode = TD_OP_NOTIFY,
+				  .flags = TD_WIRE_F_NOTIFY};
+	fake_send(s, rh, body,
+		  td_wire_notify_encode(&note, body, sizeof(body)));
+	while (!r.published) {
+		cr_assert(wakes(r.c, HANG_MS), "the event never came");
+		cr_assert_geq(td_client_process(r.c, NULL), 0);
+	}
+	cr_assert_eq(r.pub_watch, r.wid, "the daemon's new id maps to the "
+					 "application's");
+	close(s);
 	rig_down(&r);
 }
 

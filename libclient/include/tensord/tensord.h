@@ -266,10 +266,12 @@ TD_EXPORT int td_client_get_newer_async(struct td_client *c, const char *name,
  * be tried again (a full listen queue refuses at once; again after 5 ms,
  * doubling up to 100 ms), or the deadline passed. The deadline is
  * $TENSORD_CONNECT_TIMEOUT_MS (default 20000, 0 none) for the whole try,
- * connect and HELLO together. The call that completes the try (after
- * which the watches are made again, a blocking round trip each to the
- * daemon that just answered) delivers TD_EVENT_TYPE_RECONNECTED; one
- * whose try failed returns its -errno: -ENOENT, -ECONNREFUSED (no
+ * connect and HELLO together. The call that reads the HELLO reply sends
+ * the WATCHes that make the watches again and the GETs that waited,
+ * without waiting for their replies either; TD_EVENT_TYPE_RECONNECTED
+ * is delivered once the WATCH replies are in (by the call that reads
+ * the last; td_client_unwatch() of a watch whose reply is still to come
+ * waits for it). A call whose try failed returns its -errno: -ENOENT, -ECONNREFUSED (no
  * daemon), -ETIMEDOUT (the deadline: "PATH did not answer HELLO within N
  * ms", or "nobody took the connection within N ms" when the queue stayed
  * full), or the daemon's refusal. After a failed try the broken socket no
