@@ -482,6 +482,106 @@ Test(loop_reconnect, a_daemon_slow_to_answer_the_watches_never_blocks_process)
 	rig_down(&r);
 }
 
+/* The fake daemon's thread for the UNWATCH below: the WATCH's reply,
+ * then the UNWATCH read (the id it names kept) and answered. */
+struct unwatch_peer {
+	int s;
+	struct td_wire_hdr watch; /* the WATCH to answer */
+	int ok;                   /* 1: all went as planned */
+	uint64_t named;           /* the id the UNWATCH named */
+};
+
+static void *unwatch_answers(void *arg)
+{
+	struct unwatch_peer *u = arg;
+	struct td_wire_watch_rep wrep = {.watch_id = 7};
+	struct td_wire_unwatch_req q;
+	struct td_wire_hdr h, rh = {.magic = TD_WIRE_MAGIC,
+				    .version = TD_WIRE_VERSION,
+				    .flags = TD_WIRE_F_REPLY};
+	uint8_t out[128], in[512];
+	int64_t len = td_wire_watch_rep_encode(&wrep, out + TD_WIRE_HDR_LEN,
+					       sizeof(out) - TD_WIRE_HDR_LEN);
+	ssize_t n;
+
+	rh.opcode = u->watch.opcode;
+	rh.request_id = u->watch.request_id;
+	rh.body_len = (uint32_t)len;
+	td_wire_hdr_encode(&rh, out);
+	if (len < 0 || send(u->s, out, TD_WIRE_HDR_LEN + (size_t)len,
+			    MSG_NOSIGNAL) < 0)
+		return NULL;
+	n = recv(u->s, in, sizeof(in), 0);
+	if (n < TD_WIRE_HDR_LEN ||
+	    td_wire_hdr_decode(in, (size_t)n, &h, NULL) < 0 ||
+	    h.opcode != TD_OP_UNWATCH ||
+	    td_wire_unwatch_req_decode(in + TD_WIRE_HDR_LEN, h.body_len, &q,
+				       NULL) < 0)
+		return NULL;
+	u->named = q.watch_id;
+	rh.opcode = h.opcode;
+	rh.request_id = h.request_id;
+	rh.body_len = 0;
+	td_wire_hdr_encode(&rh, out);
+	if (send(u->s, out, TD_WIRE_HDR_LEN, MSG_NOSIGNAL) < 0)
+		return NULL;
+	u->ok = 1;
+	return NULL;
+}
+
+/*
+ * An UNWATCH of a watch whose WATCH (sent again by a loop's reconnect)
+ * is not answered yet must name the id that reply gives: it waits for
+ * that reply first (a blocking call), and the reconnect is told.
+ */
+Test(loop_reconnect, an_unwatch_waits_for_the_reply_of_the_watch_made_again)
+{
+	struct rig r;
+	struct td_error e = {0};
+	struct td_wire_hdr h, rh;
+	struct td_wire_hello_rep hello = {
+		.daemon_pid = (uint32_t)getpid(),
+		.import_in = TD_IMPORT_SCM,
+		.probe_fd = -1,
+		.ident = {"fake", 4},
+	};
+	struct unwatch_peer u = {0};
+	uint8_t buf[TD_WIRE_MAX_MSG], body[256];
+	pthread_t t;
+	int rc;
+
+	rig_up(&r, FAR_MS, 16);
+	see_hangup(&r);
+	cr_assert_geq(process_returns(&r, NULL), 0);
+	u.s = accept4(r.ls, NULL, NULL, SOCK_CLOEXEC);
+	cr_assert_geq(u.s, 0);
+	fake_recv(u.s, &h, buf, sizeof(buf));
+	cr_assert_eq(h.opcode, TD_OP_HELLO);
+	rh = (struct td_wire_hdr){.opcode = h.opcode,
+				  .flags = TD_WIRE_F_REPLY,
+				  .request_id = h.request_id};
+	fake_send(u.s, rh, body,
+		  td_wire_hello_rep_encode(&hello, body, sizeof(body)));
+	cr_assert(wakes(r.c, HANG_MS));
+	cr_assert_geq(process_returns(&r, NULL), 0);
+	fake_recv(u.s, &u.watch, buf, sizeof(buf));
+	cr_assert_eq(u.watch.opcode, TD_OP_WATCH);
+	cr_assert_eq(r.reconnected, 0);
+
+	cr_assert_eq(pthread_create(&t, NULL, unwatch_answers, &u), 0);
+	rc = td_client_unwatch(r.c, r.wid, &e);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(rc, 0, "%d %s", rc, e.reason);
+	cr_assert(u.ok, "the fake daemon's exchange went wrong");
+	cr_assert_eq(u.named, 7, "the UNWATCH named %llu, not the new id",
+		     (unsigned long long)u.named);
+	cr_assert_geq(td_client_process(r.c, NULL), 1);
+	cr_assert_eq(r.reconnected, 1);
+	cr_assert_eq(r.restored, 1);
+	close(u.s);
+	rig_down(&r);
+}
+
 /*
  * A blocking call while the loop's reconnect waits for a silent peer
  * keeps its old behaviour: it drops that try and reconnects in place,
