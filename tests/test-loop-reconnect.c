@@ -482,6 +482,75 @@ Test(loop_reconnect, a_daemon_slow_to_answer_the_watches_never_blocks_process)
 	rig_down(&r);
 }
 
+/*
+ * A daemon that predates HELLO's feature bits refuses the word
+ * (-EBADMSG): the loop's reconnect says HELLO again without it, also
+ * without waiting, as a blocking connect does in place.
+ */
+Test(loop_reconnect, a_daemon_before_feature_bits_is_said_hello_again_without_waiting)
+{
+	struct rig r;
+	struct td_error e = {0};
+	struct td_wire_hdr h, rh;
+	struct td_wire_hello_req q;
+	struct td_wire_hello_rep hello = {
+		.daemon_pid = (uint32_t)getpid(),
+		.import_in = TD_IMPORT_SCM,
+		.probe_fd = -1,
+		.ident = {"old", 3},
+	};
+	struct td_wire_error no = {.reason = {"trailing bytes", 14}};
+	struct td_wire_watch_rep wrep = {.watch_id = 9};
+	struct td_client_info info;
+	uint8_t buf[TD_WIRE_MAX_MSG], body[256];
+	int s, rc;
+
+	rig_up(&r, FAR_MS, 16);
+	see_hangup(&r);
+	cr_assert_geq(process_returns(&r, NULL), 0);
+	s = accept4(r.ls, NULL, NULL, SOCK_CLOEXEC);
+	cr_assert_geq(s, 0);
+	fake_recv(s, &h, buf, sizeof(buf));
+	cr_assert_eq(h.opcode, TD_OP_HELLO);
+	cr_assert_eq(td_wire_hello_req_decode(buf + TD_WIRE_HDR_LEN,
+					      h.body_len, &q, NULL),
+		     0);
+	cr_assert_neq(q.features, 0);
+	rh = (struct td_wire_hdr){.opcode = h.opcode,
+				  .flags = TD_WIRE_F_REPLY,
+				  .request_id = h.request_id,
+				  .status = -EBADMSG};
+	fake_send(s, rh, body, td_wire_error_encode(&no, body, sizeof(body)));
+	cr_assert(wakes(r.c, HANG_MS));
+	rc = process_returns(&r, &e);
+	cr_assert_geq(rc, 0, "%d %s", rc, e.reason);
+
+	fake_recv(s, &h, buf, sizeof(buf));
+	cr_assert_eq(h.opcode, TD_OP_HELLO, "HELLO again");
+	cr_assert_eq(td_wire_hello_req_decode(buf + TD_WIRE_HDR_LEN,
+					      h.body_len, &q, NULL),
+		     0);
+	cr_assert_eq(q.features, 0, "without the word");
+	rh.request_id = h.request_id;
+	rh.status = 0;
+	fake_send(s, rh, body,
+		  td_wire_hello_rep_encode(&hello, body, sizeof(body)));
+	cr_assert(wakes(r.c, HANG_MS));
+	cr_assert_geq(process_returns(&r, NULL), 0);
+	fake_recv(s, &h, buf, sizeof(buf));
+	cr_assert_eq(h.opcode, TD_OP_WATCH);
+	rh.opcode = h.opcode;
+	rh.request_id = h.request_id;
+	fake_send(s, rh, body,
+		  td_wire_watch_rep_encode(&wrep, body, sizeof(body)));
+	rc = run_until(&r, is_reconnected, &e);
+	cr_assert_geq(rc, 0, "%d %s", rc, e.reason);
+	cr_assert_eq(td_client_info(r.c, &info), 0);
+	cr_assert_str_eq(info.ident, "old");
+	close(s);
+	rig_down(&r);
+}
+
 /* The fake daemon's thread for the UNWATCH below: the WATCH's reply,
  * then the UNWATCH read (the id it names kept) and answered. */
 struct unwatch_peer {
