@@ -269,12 +269,13 @@ TD_EXPORT int td_client_get_newer_async(struct td_client *c, const char *name,
  * connect and HELLO together. The call that reads the HELLO reply sends
  * the WATCHes that make the watches again and the GETs that waited,
  * without waiting for their replies either; TD_EVENT_TYPE_RECONNECTED
- * is delivered once the WATCH replies are in (by the call that reads
- * the last; td_client_unwatch() of a watch whose reply is still to come
- * waits for it). A call whose try failed returns its -errno: -ENOENT, -ECONNREFUSED (no
- * daemon), -ETIMEDOUT (the deadline: "PATH did not answer HELLO within N
- * ms", or "nobody took the connection within N ms" when the queue stayed
- * full), or the daemon's refusal. After a failed try the broken socket no
+ * is queued once the WATCH replies are in (at once without watches; the
+ * call that reads the last reply gives it to the event handler), and
+ * td_client_unwatch() of a watch whose reply is still to come waits for
+ * it. A call whose try failed returns its -errno: -ENOENT,
+ * -ECONNREFUSED (no daemon), -ETIMEDOUT (the deadline: "PATH did not
+ * answer HELLO within N ms", or "nobody took the connection within N
+ * ms" when the queue stayed full), or the daemon's refusal. After a failed try the broken socket no
  * longer wakes the loop: td_client_fd() polls readable when the next try
  * is due (10 ms after the first failure, doubling up to a second) or
  * something is queued; a call woken before then fails with the broken
