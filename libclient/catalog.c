@@ -257,20 +257,27 @@ int td_client_delete_version(struct td_client *c, const char *name,
 	return delete_name(c, name, version, NULL, err);
 }
 
-int td__watch_send(struct td_client *c, const char *name, uint32_t flags,
-		   uint64_t *daemon_id, struct td_error *err)
+static int64_t watch_encode(struct td_client *c, const char *name,
+			    uint32_t flags)
 {
 	struct td_wire_watch_req req = {
 		.name = {name, (uint16_t)name_len(name)},
 		.flags = flags & TD_WIRE_WATCH_PREFIX,
 	};
+
+	return td_wire_watch_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
+					TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+}
+
+int td__watch_send(struct td_client *c, const char *name, uint32_t flags,
+		   uint64_t *daemon_id, struct td_error *err)
+{
 	struct td_wire_watch_rep rep;
 	struct td__msg m = {0};
 	int64_t len;
 	int rc;
 
-	len = td_wire_watch_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
-				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+	len = watch_encode(c, name, flags);
 	if (len < 0)
 		return td__fail(err, -EINVAL, "bad name or prefix");
 	rc = td__call(c, TD_OP_WATCH, (size_t)len, NULL, 0, &m, err);
@@ -281,6 +288,56 @@ int td__watch_send(struct td_client *c, const char *name, uint32_t flags,
 		return td__fail(err, -EPROTO, "bad WATCH reply");
 	*daemon_id = rep.watch_id;
 	return 0;
+}
+
+void td__rewatch_send(struct td_client *c)
+{
+	int64_t len;
+
+	c->rw_left = c->rw_ok = 0;
+	for (struct td__watchrec *w = c->watches; w; w = w->next) {
+		w->daemon_id = 0; /* no events until watched again */
+		w->pending = 0;
+		/* a new connection that broke meanwhile watches nothing: the
+		 * next reconnect makes them all again */
+		if (c->dead)
+			continue;
+		len = watch_encode(c, w->name, w->flags);
+		if (len >= 0 &&
+		    td__send(c, TD_OP_WATCH, (size_t)len, &w->pending) == 0)
+			c->rw_left++;
+	}
+	if (c->dead)
+		c->rw_left = 0; /* the replies will not come */
+	else if (!c->rw_left)
+		td__event_reconnected(c, 0);
+}
+
+/* The reply to w's WATCH (m, or NULL: refused) is in. */
+static void rewatch_took(struct td_client *c, struct td__watchrec *w,
+			 const struct td__msg *m)
+{
+	struct td_wire_watch_rep rep;
+
+	w->pending = 0;
+	if (m && m->hdr.status == 0 &&
+	    td_wire_watch_rep_decode(m->body, m->body_len, &rep, NULL) == 0) {
+		w->daemon_id = rep.watch_id;
+		c->rw_ok++;
+	}
+	if (c->rw_left && --c->rw_left == 0)
+		td__event_reconnected(c, c->rw_ok);
+}
+
+bool td__rewatch_reply(struct td_client *c, struct td__msg *m)
+{
+	for (struct td__watchrec *w = c->watches; w; w = w->next)
+		if (w->pending && w->pending == m->hdr.request_id) {
+			rewatch_took(c, w, m);
+			td__msg_close_fds(m);
+			return true;
+		}
+	return false;
 }
 
 int td_client_watch(struct td_client *c, const char *name, uint32_t flags,
@@ -343,6 +400,18 @@ int td_client_unwatch(struct td_client *c, uint64_t watch_id,
 	 * the old connection.
 	 */
 	rc = td__client_usable(c, err);
+	/* made again by a loop's reconnect, its reply not read yet: the
+	 * daemon's id for it comes with that reply */
+	if (rc == 0 && w->pending) {
+		uint64_t id = w->pending;
+
+		rc = td__reply(c, TD_OP_WATCH, id, NULL, &m, err);
+		if (w->pending == id) /* else the connection broke */
+			rewatch_took(c, w, rc == 0 ? &m : NULL);
+		td__msg_close_fds(&m);
+		if (rc < 0 && !c->dead)
+			rc = 0; /* refused: the UNWATCH below says so */
+	}
 	req.watch_id = w->daemon_id;
 	len = td_wire_unwatch_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
 					 TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);

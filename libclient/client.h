@@ -93,6 +93,11 @@ struct td__async {
 	int status;
 	struct td_tensor *t; /* NULL unless status == 0 */
 	struct td_error err;
+	/* asked while a reconnect was under way (c->queued): what to send
+	 * once HELLO is answered */
+	char name[TD_NAME_MAX + 1];
+	uint64_t after;
+	uint32_t timeout_ms;
 };
 
 /*
@@ -102,6 +107,9 @@ struct td__async {
 struct td__watchrec {
 	struct td__watchrec *next;
 	uint64_t id, daemon_id;
+	/* the WATCH a loop's reconnect sent for it, its reply not read yet
+	 * (catalog.c, td__rewatch_send), 0: none */
+	uint64_t pending;
 	uint32_t flags;
 	char name[TD_NAME_MAX + 1];
 };
@@ -215,6 +223,9 @@ struct td__client_ops {
 	void (*free)(struct td_client *c); /* the last reference went */
 	/* TD_CLIENT_RECONNECT of a broken connection (lock held) */
 	int (*reconnect)(struct td_client *c, struct td_error *err);
+	/* the same for an event loop, never waiting: its next step
+	 * (connect.c, reconnect_step; the TD__RC_* states below) */
+	int (*reconnect_step)(struct td_client *c, struct td_error *err);
 	/* the connection broke: what waits for a reply will get none */
 	void (*broken)(struct td_client *c, int code);
 	/* a reply conn.c does not wait for: true when taken */
@@ -279,6 +290,20 @@ struct td_client {
 	 */
 	int rfd;
 	unsigned rtries;
+	/*
+	 * The asynchronous reconnect of td_client_process() (connect.c,
+	 * ops->reconnect_step): rsock the new socket (-1: no try under way),
+	 * rstate where the try is (TD__RC_*), rby its deadline (CLOCK_MONOTONIC
+	 * ns, -1: none), rretry_ms the wait before connect() is tried again
+	 * on a full listen queue, rhello_id the HELLO's request id. GETs
+	 * asked meanwhile wait on queued until HELLO is answered.
+	 */
+	int rsock;
+	int rstate;
+	int64_t rby;
+	unsigned rretry_ms;
+	uint64_t rhello_id;
+	struct td__async *queued, *queued_tail;
 	struct td__async *asyncs;          /* GETs waiting for a reply */
 	struct td__async *done, *done_tail; /* replied, not yet delivered */
 	bool closing; /* td_client_close() began: no new asynchronous GET */
@@ -356,6 +381,9 @@ struct td_client {
 	char path[108]; /* the socket path connected to */
 	struct td__watchrec *watches;
 	uint64_t next_watch; /* application watch ids */
+	/* a loop's reconnect: WATCH replies still to come, watches made
+	 * again so far (TD_EVENT_TYPE_RECONNECTED waits for the last) */
+	unsigned rw_left, rw_ok;
 	/*
 	 * How the reply to a GET that may park is waited for (pace.h, as
 	 * ring waits): it comes when another client publishes, so polling
@@ -492,6 +520,26 @@ void td__loop_ready(struct td_client *c);
 bool td__loop_reply(struct td_client *c, struct td__msg *m);
 /* loop.c: fail every pending asynchronous GET with status (lock held). */
 void td__loop_fail(struct td_client *c, int status);
+/* loop.c: fail every GET queued for a reconnect with status (lock held). */
+void td__loop_fail_queued(struct td_client *c, int status,
+			  const struct td_error *why);
+/* loop.c: send the GETs queued for a reconnect (connected, lock held). */
+void td__loop_send_queued(struct td_client *c);
+/* loop.c: fd in epfd (on) or out of it, if there is an epfd (lock held). */
+void td__loop_watch(struct td_client *c, int fd, bool on);
+/* loop.c: the reconnect timer (rfd) fires at CLOCK_MONOTONIC ns `at`,
+ * never if at < 0 (lock held). 0, or -errno when there is no timer. */
+int td__loop_timer(struct td_client *c, int64_t at);
+/*
+ * ops->reconnect_step (connect.c): TD_CLIENT_RECONNECT without waiting
+ * (lock held, the connection broken): the next step of the try under
+ * way, or a new try (a non-blocking connect, HELLO sent), each step made
+ * when rsock or rfd wakes the loop. 0: connected (as td__client_usable);
+ * -EINPROGRESS: the try goes on; else the try failed (-errno, *err says
+ * why), nothing of it left open, the GETs queued for it failed. The
+ * states of a try (c->rstate):
+ */
+enum { TD__RC_IDLE, TD__RC_CONNECTING, TD__RC_HELLO, TD__RC_HELLO_OLD };
 /* loop.c: at close, cancel and deliver every asynchronous GET (no lock). */
 void td__loop_cancel(struct td_client *c);
 /* conn.c: the status and reason of an error reply into *err. */
@@ -683,6 +731,14 @@ int td__client_usable(struct td_client *c, struct td_error *err);
 /* catalog.c: WATCH name with flags into *daemon_id (lock held). */
 int td__watch_send(struct td_client *c, const char *name, uint32_t flags,
 		   uint64_t *daemon_id, struct td_error *err);
+/*
+ * catalog.c, a loop's reconnect (lock held): every watch's WATCH sent
+ * without waiting; TD_EVENT_TYPE_RECONNECTED is queued once the last
+ * reply is read (td__rewatch_reply: true when m was one; at once when
+ * there is no watch).
+ */
+void td__rewatch_send(struct td_client *c);
+bool td__rewatch_reply(struct td_client *c, struct td__msg *m);
 
 /* Decode a wire str into a NUL-terminated buffer of cap bytes. */
 void td__str_copy(char *dst, size_t cap, struct td_wire_str s);

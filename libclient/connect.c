@@ -82,18 +82,23 @@ static void client_free(struct td_client *c)
 /* ---- what conn.c hands up (struct td__client_ops) ---- */
 
 static int reconnect(struct td_client *c, struct td_error *err);
+static int reconnect_step(struct td_client *c, struct td_error *err);
 
 static void on_broken(struct td_client *c, int code)
 {
 	td__pub_forget(c, code);
 	td__loop_fail(c, code);
+	/* the WATCHes of a loop's reconnect will get no reply */
+	for (struct td__watchrec *w = c->watches; w; w = w->next)
+		w->pending = 0;
+	c->rw_left = 0;
 }
 
 /* A reply nobody waits for in conn.c: an asynchronous GET's (loop.c),
  * or the one PUBLISH sent without waiting (produce.c). */
 static bool on_reply(struct td_client *c, struct td__msg *m)
 {
-	if (td__loop_reply(c, m))
+	if (td__loop_reply(c, m) || td__rewatch_reply(c, m))
 		return true;
 	if (c->pub_id && m->hdr.request_id == c->pub_id) {
 		td__pub_answered(c, m);
@@ -105,6 +110,7 @@ static bool on_reply(struct td_client *c, struct td__msg *m)
 static const struct td__client_ops ops = {
 	.free = client_free,
 	.reconnect = reconnect,
+	.reconnect_step = reconnect_step,
 	.broken = on_broken,
 	.reply = on_reply,
 	.ready = td__loop_ready,
@@ -263,53 +269,43 @@ static int hello_call(struct td_client *c, size_t len, int64_t by,
 	 TD_WIRE_FEAT_SUB_WAIT | TD_WIRE_FEAT_FENCE_OWN |                     \
 	 TD_WIRE_FEAT_STAGE_SLOT | TD_WIRE_FEAT_STAGE_WORD)
 
-static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
+/* HELLO's body into c->sbuf: its length, or -errno. probe_fd: the
+ * socket's number here, which the daemon pulls to probe pidfd_getfd. */
+static int64_t hello_encode(struct td_client *c, uint32_t pref,
+			    uint32_t features, int probe_fd)
 {
 	struct td_wire_hello_req req = {
 		.import_pref = pref,
-		.probe_fd = c->sock,
+		.probe_fd = probe_fd,
 		.client_name = {program_invocation_short_name,
 				(uint16_t)strnlen(program_invocation_short_name,
 						  64)},
-		.features = TD__CLIENT_FEATURES,
+		.features = features,
 	};
+
+	return td_wire_hello_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
+					TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+}
+
+/* The HELLO reply m (status 0) taken into c: the import paths. */
+static int hello_take(struct td_client *c, uint32_t pref, struct td__msg *m,
+		      struct td_error *err)
+{
 	struct td_wire_hello_rep *rep = &c->hello;
-	struct td__msg m;
 	struct td_err e = {0};
-	int64_t len, by = connect_by(c);
 	int rc, probe;
 
-	len = td_wire_hello_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
-				       TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
-	if (len < 0)
-		return td__fail(err, (int)len, "encode HELLO");
-	rc = hello_call(c, (size_t)len, by, &m, err);
-	if (rc == -EBADMSG) {
-		/*
-		 * A daemon that predates feature bits refuses the word: say
-		 * HELLO as before and use none of the optional features.
-		 */
-		if (err)
-			memset(err, 0, sizeof(*err));
-		req.features = 0;
-		len = td_wire_hello_req_encode(&req, c->sbuf + TD_WIRE_HDR_LEN,
-					       TD_WIRE_MAX_MSG -
-						       TD_WIRE_HDR_LEN);
-		rc = hello_call(c, (size_t)len, by, &m, err);
-	}
-	if (rc < 0)
-		return rc;
-	rc = td_wire_hello_rep_decode(m.body, m.body_len, rep, &e);
-	if (rc < 0 || m.nfds != (rep->out_pidfd ? 1u : 0u)) {
-		td__msg_close_fds(&m);
+	rc = td_wire_hello_rep_decode(m->body, m->body_len, rep, &e);
+	if (rc < 0 || m->nfds != (rep->out_pidfd ? 1u : 0u)) {
+		td__msg_close_fds(m);
 		return td__fail(err, -EPROTO, "bad HELLO reply: %s",
 				rc < 0 && e.reason ? e.reason
 						   : "fd count");
 	}
 	td__str_copy(c->ident, sizeof(c->ident), rep->ident);
 	rep->ident = (struct td_wire_str){NULL, 0}; /* borrowed c->rbuf */
-	if (m.nfds)
-		c->daemon_pidfd = m.fds[0];
+	if (m->nfds)
+		c->daemon_pidfd = m->fds[0];
 	c->path_in = rep->import_in;
 	if (c->path_in != TD_IMPORT_PIDFD && c->path_in != TD_IMPORT_SCM)
 		return td__fail(err, -EPROTO, "HELLO: import_in %u",
@@ -342,6 +338,31 @@ static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 		c->daemon_pidfd = -1;
 	}
 	return 0;
+}
+
+static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
+{
+	struct td__msg m;
+	int64_t len, by = connect_by(c);
+	int rc;
+
+	len = hello_encode(c, pref, TD__CLIENT_FEATURES, c->sock);
+	if (len < 0)
+		return td__fail(err, (int)len, "encode HELLO");
+	rc = hello_call(c, (size_t)len, by, &m, err);
+	if (rc == -EBADMSG) {
+		/*
+		 * A daemon that predates feature bits refuses the word: say
+		 * HELLO as before and use none of the optional features.
+		 */
+		if (err)
+			memset(err, 0, sizeof(*err));
+		len = hello_encode(c, pref, 0, c->sock);
+		rc = hello_call(c, (size_t)len, by, &m, err);
+	}
+	if (rc < 0)
+		return rc;
+	return hello_take(c, pref, &m, err);
 }
 
 /*
@@ -428,24 +449,106 @@ static void forget_ids(struct td_client *c)
 }
 
 /*
- * TD_CLIENT_RECONNECT: a new connection to the same path replaces the
- * broken one (lock held). 0, or -errno with the client still broken.
- * The caller's request may already sit encoded in c->sbuf: HELLO and the
- * WATCHes go through it too, so it is put back afterwards.
+ * A new connection s to the same path replaces the broken one (lock
+ * held): what waited on the old one is lost with it, its ids are
+ * forgotten, s takes its place in the loop's set. HELLO comes next.
+ */
+static void reconnect_swap(struct td_client *c, int s)
+{
+	int old = c->sock;
+
+	td__loop_fail(c, -ECONNRESET);
+	forget_ids(c);
+	c->epoch++;
+	if (c->daemon_pidfd >= 0)
+		close(c->daemon_pidfd);
+	c->daemon_pidfd = -1;
+	td__loop_watch(c, old, false);
+	td__loop_watch(c, s, true);
+	close(old);
+	c->sock = s;
+	c->dead = 0;
+	memset(&c->hello, 0, sizeof(c->hello));
+}
+
+/*
+ * HELLO answered on the new connection (lock held): watch again, tell
+ * the application, send the GETs that waited. wait: the WATCHes are
+ * round trips, and the application is told now (a blocking call's
+ * reconnect); else they are sent without waiting and it is told once
+ * their replies are in (the loop's, catalog.c). 0, or the -errno that
+ * broke the new connection meanwhile.
+ */
+static int reconnect_done(struct td_client *c, bool wait)
+{
+	unsigned restored = 0;
+
+	/* connected: the loop's retry timer (loop.c) has nothing to do */
+	td__loop_timer(c, -1);
+	c->rtries = 0;
+	if (!wait) {
+		td__rewatch_send(c);
+		td__loop_send_queued(c);
+		return c->dead ? c->dead : 0;
+	}
+	c->rw_left = 0;
+	for (struct td__watchrec *w = c->watches; w; w = w->next) {
+		w->daemon_id = 0; /* no events until watched again */
+		w->pending = 0;
+		/* a new connection that broke meanwhile watches nothing:
+		 * the next reconnect makes them all again */
+		if (!c->dead && td__watch_send(c, w->name, w->flags,
+					       &w->daemon_id, NULL) == 0)
+			restored++;
+	}
+	td__event_reconnected(c, restored);
+	td__loop_send_queued(c);
+	return c->dead ? c->dead : 0;
+}
+
+/* The asynchronous try under way (reconnect_step) ends: its socket
+ * goes, nothing else. */
+static void try_end(struct td_client *c)
+{
+	if (c->rsock >= 0) {
+		td__loop_watch(c, c->rsock, false);
+		close(c->rsock);
+	}
+	c->rsock = -1;
+	c->rstate = TD__RC_IDLE;
+}
+
+/*
+ * TD_CLIENT_RECONNECT from a blocking call: connect and say HELLO here
+ * and now (lock held). 0, or -errno with the client still broken. An
+ * asynchronous try under way (td_client_process) is dropped for it; the
+ * GETs it queued go with this one. The caller's request may already sit
+ * encoded in c->sbuf: HELLO and the WATCHes go through it too, so it is
+ * put back afterwards.
  */
 static int reconnect_now(struct td_client *c, struct td_error *err);
 
 static int reconnect(struct td_client *c, struct td_error *err)
 {
 	uint8_t *saved = malloc(TD_WIRE_MAX_MSG);
+	struct td_error e = {0};
 	int rc;
 
 	if (!saved)
 		return td__fail(err, -ENOMEM, "out of memory");
+	if (c->rstate != TD__RC_IDLE) {
+		try_end(c);
+		/* the old socket wakes the loop again (its hang-up) */
+		td__loop_watch(c, c->sock, true);
+	}
 	memcpy(saved, c->sbuf, TD_WIRE_MAX_MSG);
-	rc = reconnect_now(c, err);
+	rc = reconnect_now(c, &e);
 	memcpy(c->sbuf, saved, TD_WIRE_MAX_MSG);
 	free(saved);
+	if (rc < 0)
+		td__loop_fail_queued(c, rc, &e);
+	if (err && rc < 0)
+		*err = e;
 	return rc;
 }
 
@@ -453,9 +556,7 @@ static int reconnect_now(struct td_client *c, struct td_error *err)
 {
 	struct sockaddr_un sa;
 	socklen_t salen;
-	struct epoll_event ev = {.events = EPOLLIN};
-	unsigned restored = 0;
-	int rc, s, old = c->sock;
+	int rc, s;
 
 	rc = socket_path(c->path, &sa, &salen, err);
 	if (rc < 0)
@@ -463,39 +564,238 @@ static int reconnect_now(struct td_client *c, struct td_error *err)
 	s = sock_open(c, &sa, salen, err);
 	if (s < 0)
 		return s;
-	/* what waited on the old connection is lost with it */
-	td__loop_fail(c, -ECONNRESET);
-	forget_ids(c);
-	c->epoch++;
-	if (c->daemon_pidfd >= 0)
-		close(c->daemon_pidfd);
-	c->daemon_pidfd = -1;
-	if (c->epfd >= 0) {
-		epoll_ctl(c->epfd, EPOLL_CTL_DEL, old, NULL);
-		ev.data.fd = s;
-		epoll_ctl(c->epfd, EPOLL_CTL_ADD, s, &ev);
-	}
-	close(old);
-	c->sock = s;
-	c->dead = 0;
-	memset(&c->hello, 0, sizeof(c->hello));
+	reconnect_swap(c, s);
 	rc = hello(c, c->pref, err);
 	if (rc < 0) {
 		c->dead = rc;
 		return rc;
 	}
-	/* connected: the loop's retry timer (loop.c) has nothing to do */
-	if (c->rfd >= 0)
-		timerfd_settime(c->rfd, 0, &(struct itimerspec){0}, NULL);
-	c->rtries = 0;
-	for (struct td__watchrec *w = c->watches; w; w = w->next) {
-		w->daemon_id = 0; /* no events until watched again */
-		if (td__watch_send(c, w->name, w->flags, &w->daemon_id,
-				   NULL) == 0)
-			restored++;
+	return reconnect_done(c, true);
+}
+
+/* ---- the asynchronous reconnect (td_client_process) ---- */
+
+/* connect() again on a full listen queue: first after, at most after */
+#define RETRY_FIRST_MS 5
+#define RETRY_MAX_MS 100
+
+/* The try failed with rc (reason in *err, which may not be NULL). */
+static int try_fail(struct td_client *c, int rc, struct td_error *err)
+{
+	try_end(c);
+	td__loop_fail_queued(c, rc, err);
+	return rc;
+}
+
+/* HELLO (with the optional features, or without) on the new socket, not
+ * waiting; its reply wakes the loop through rsock, the deadline through
+ * the timer. */
+static int try_hello(struct td_client *c, uint32_t features,
+		     struct td_error *err)
+{
+	struct td_wire_hdr h = {.magic = TD_WIRE_MAGIC,
+				.version = TD_WIRE_VERSION,
+				.opcode = TD_OP_HELLO};
+	int64_t len = hello_encode(c, c->pref, features, c->rsock);
+	ssize_t n;
+
+	if (len < 0)
+		return try_fail(c, td__fail(err, (int)len, "encode HELLO"),
+				err);
+	h.request_id = c->rhello_id = ++c->next_id;
+	h.body_len = (uint32_t)len;
+	td_wire_hdr_encode(&h, c->sbuf);
+	/* the first datagram of a new connection: room for it is there */
+	n = td__scm_send(c->rsock, c->sbuf, TD_WIRE_HDR_LEN + (size_t)len,
+			 NULL, 0, MSG_DONTWAIT);
+	if (n < 0)
+		return try_fail(c, td__fail(err, (int)n, "send HELLO to %s: %s",
+					    c->path, strerror((int)-n)),
+				err);
+	c->rstate = features ? TD__RC_HELLO : TD__RC_HELLO_OLD;
+	td__loop_watch(c, c->rsock, true);
+	/* nothing else would end a wait for a peer that never answers */
+	if (td__loop_timer(c, c->rby) < 0)
+		return try_fail(c, td__fail(err, -ENOMEM, "no timerfd for "
+					    "the reconnect's deadline"),
+				err);
+	return -EINPROGRESS;
+}
+
+/*
+ * connect() without waiting. A unix socket never connects in the
+ * background: a full listen queue refuses at once (EAGAIN), so it is
+ * tried again on the timer (RETRY_FIRST_MS, doubling up to RETRY_MAX_MS)
+ * until the deadline.
+ */
+static int try_connect(struct td_client *c, struct td_error *err)
+{
+	struct sockaddr_un sa;
+	socklen_t salen;
+	int64_t at;
+	int rc = socket_path(c->path, &sa, &salen, err);
+
+	if (rc < 0)
+		return try_fail(c, rc, err);
+	if (connect(c->rsock, (const struct sockaddr *)&sa, salen) == 0 ||
+	    errno == EISCONN)
+		return try_hello(c, TD__CLIENT_FEATURES, err);
+	rc = -errno;
+	if (rc != -EAGAIN && rc != -EINPROGRESS && rc != -EALREADY &&
+	    rc != -EINTR)
+		return try_fail(c, td__fail(err, rc, "connect %s: %s",
+					    sa.sun_path, strerror(-rc)),
+				err);
+	at = td__now_ns() + (int64_t)c->rretry_ms * 1000000;
+	if (c->rby >= 0 && at > c->rby)
+		at = c->rby;
+	c->rretry_ms = c->rretry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS
+						       : c->rretry_ms * 2;
+	if (td__loop_timer(c, at) < 0)
+		return try_fail(c, td__fail(err, -ENOMEM, "no timerfd for "
+					    "the reconnect"),
+				err);
+	return -EINPROGRESS;
+}
+
+/* A new try: a non-blocking socket, its deadline, the first connect(). */
+static int try_start(struct td_client *c, struct td_error *err)
+{
+	c->rsock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC |
+					   SOCK_NONBLOCK,
+			  0);
+	if (c->rsock < 0)
+		return try_fail(c, td__fail(err, -errno, "socket: %s",
+					    strerror(errno)),
+				err);
+	c->rstate = TD__RC_CONNECTING;
+	c->rby = connect_by(c);
+	c->rretry_ms = RETRY_FIRST_MS;
+	/* the broken socket's hang-up would wake the loop at once, for ever:
+	 * the try's socket and timer wake it now */
+	td__loop_watch(c, c->sock, false);
+	return try_connect(c, err);
+}
+
+/* One datagram of the try's socket into *m: 0, -EAGAIN, or -errno. */
+static int try_recv(struct td_client *c, struct td__msg *m)
+{
+	struct td__scm_rx rx = {.fds = m->fds, .cap = TD_WIRE_MAX_FDS};
+	ssize_t n = td__scm_recv(c->rsock, c->rbuf, TD_WIRE_MAX_MSG,
+				 MSG_DONTWAIT, &rx);
+
+	/* a daemon that refused at accept and closed with our HELLO unread:
+	 * the reset comes before the datagram it left */
+	if (n == -ECONNRESET)
+		n = td__scm_recv(c->rsock, c->rbuf, TD_WIRE_MAX_MSG,
+				 MSG_DONTWAIT, &rx);
+	m->nfds = n > 0 ? rx.nfds : 0;
+	if (n == -EAGAIN)
+		return -EAGAIN;
+	if (n <= 0)
+		return n < 0 && n != -EAGAIN ? (int)n : -ECONNRESET;
+	if (rx.dropped || (rx.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) ||
+	    td_wire_hdr_decode(c->rbuf, (size_t)n, &m->hdr, NULL) < 0 ||
+	    m->hdr.fd_count != m->nfds) {
+		td__msg_close_fds(m);
+		return -EPROTO;
 	}
-	td__event_reconnected(c, restored);
-	return c->dead ? c->dead : 0;
+	m->body = c->rbuf + TD_WIRE_HDR_LEN;
+	m->body_len = m->hdr.body_len;
+	return 0;
+}
+
+/* HELLO answered (status 0): the new connection replaces the old one. */
+static int try_commit(struct td_client *c, struct td__msg *m,
+		      struct td_error *err)
+{
+	int s = c->rsock, rc, fl = fcntl(s, F_GETFL);
+
+	c->rsock = -1;
+	c->rstate = TD__RC_IDLE;
+	/* a blocking socket from now on, as every connection's (the calls
+	 * that wait for their reply; td_client_process reads DONTWAIT) */
+	if (fl < 0 || fcntl(s, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+		rc = td__fail(err, -errno, "fcntl: %s", strerror(errno));
+		close(s);
+		td__loop_fail_queued(c, rc, err);
+		return rc;
+	}
+	reconnect_swap(c, s);
+	rc = hello_take(c, c->pref, m, err);
+	if (rc < 0) {
+		c->dead = rc;
+		td__loop_fail_queued(c, rc, err);
+		return rc;
+	}
+	return reconnect_done(c, false);
+}
+
+/* What the try's socket holds: the HELLO reply, or nothing yet. */
+static int try_read(struct td_client *c, struct td_error *err)
+{
+	struct td__msg m;
+	int rc, st;
+
+	for (;;) {
+		rc = try_recv(c, &m);
+		if (rc == -EAGAIN)
+			return -EINPROGRESS;
+		if (rc < 0)
+			return try_fail(c, td__fail(err, rc, "%s: HELLO: %s",
+						    c->path, strerror(-rc)),
+					err);
+		st = m.hdr.status;
+		/* a reply to the HELLO, or the refusal sent at accept */
+		if (!(m.hdr.flags & TD_WIRE_F_REPLY) ||
+		    (m.hdr.request_id != c->rhello_id &&
+		     !(m.hdr.request_id == 0 && st < 0))) {
+			td__msg_close_fds(&m);
+			continue;
+		}
+		if (st < 0)
+			td__msg_close_fds(&m);
+		/* a daemon that predates feature bits: HELLO as before */
+		if (st == -EBADMSG && c->rstate == TD__RC_HELLO)
+			return try_hello(c, 0, err);
+		if (st < 0)
+			return try_fail(c, td__reply_error(&m, st, err), err);
+		if (st > 0) {
+			td__msg_close_fds(&m);
+			return try_fail(c, td__fail(err, -EPROTO,
+						    "reply status %d > 0", st),
+					err);
+		}
+		return try_commit(c, &m, err);
+	}
+}
+
+static int reconnect_step(struct td_client *c, struct td_error *err)
+{
+	struct td_error e = {0};
+	int rc;
+
+	if (!err)
+		err = &e;
+	if (c->rstate == TD__RC_IDLE)
+		return try_start(c, err);
+	rc = c->rstate == TD__RC_CONNECTING ? try_connect(c, err)
+					    : try_read(c, err);
+	if (rc != -EINPROGRESS || c->rby < 0 || td__now_ns() < c->rby)
+		return rc;
+	if (c->rstate == TD__RC_CONNECTING)
+		rc = td__fail(err, -ETIMEDOUT,
+			      "connect %s: nobody took the connection within "
+			      "%u ms: is it a tensord, and running? "
+			      "($TENSORD_CONNECT_TIMEOUT_MS sets the wait)",
+			      c->path, c->hello_ms);
+	else
+		rc = td__fail(err, -ETIMEDOUT,
+			      "%s did not answer HELLO within %u ms: is it a "
+			      "tensord? ($TENSORD_CONNECT_TIMEOUT_MS sets the "
+			      "wait)",
+			      c->path, c->hello_ms);
+	return try_fail(c, rc, err);
 }
 
 int td_client_connect(const char *path, struct td_client **out,
@@ -550,6 +850,8 @@ int td_client_connect_intr(const char *path, uint32_t flags,
 	c->epfd = -1;
 	c->efd = -1;
 	c->rfd = -1;
+	c->rsock = -1;
+	c->rby = -1;
 	td__pace_init_env(&c->pace_get);
 	pthread_mutex_init(&c->lock, NULL);
 	c->rbuf = malloc(TD_WIRE_MAX_MSG);

@@ -52,7 +52,10 @@ void td__loop_close(struct td_client *c)
 		close(c->efd);
 	if (c->rfd >= 0)
 		close(c->rfd);
-	c->epfd = c->efd = c->rfd = -1;
+	if (c->rsock >= 0)
+		close(c->rsock); /* a reconnect under way */
+	c->epfd = c->efd = c->rfd = c->rsock = -1;
+	c->rstate = TD__RC_IDLE;
 	c->efd_on = false;
 }
 
@@ -130,6 +133,97 @@ void td__loop_fail(struct td_client *c, int status)
 		done_push(c, a);
 	}
 	td__loop_ready(c);
+}
+
+void td__loop_fail_queued(struct td_client *c, int status,
+			  const struct td_error *why)
+{
+	struct td__async *a;
+
+	while ((a = c->queued)) {
+		c->queued = a->next;
+		a->status = td__fail(&a->err, status, "GET %s: reconnect: %s",
+				     a->name,
+				     why && why->code == status && *why->reason
+					     ? why->reason
+					     : strerror(-status));
+		done_push(c, a);
+	}
+	c->queued_tail = NULL;
+	td__loop_ready(c);
+}
+
+void td__loop_send_queued(struct td_client *c)
+{
+	struct td__async *a;
+	int64_t len;
+	int rc;
+
+	while ((a = c->queued)) {
+		c->queued = a->next;
+		rc = c->dead;
+		len = rc ? 0 : td__get_encode(c, a->name, TD_GET_NEWER, a->after,
+					      a->timeout_ms);
+		if (!rc && len < 0)
+			rc = -EINVAL;
+		if (!rc)
+			rc = td__send(c, TD_OP_GET, (size_t)len, &a->id);
+		if (rc < 0) {
+			a->status = td__fail(&a->err, rc, "send GET %s: %s",
+					     a->name, strerror(-rc));
+			done_push(c, a);
+		} else {
+			a->next = c->asyncs;
+			c->asyncs = a;
+		}
+	}
+	c->queued_tail = NULL;
+	td__loop_ready(c);
+}
+
+void td__loop_watch(struct td_client *c, int fd, bool on)
+{
+	struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+
+	/* EEXIST, ENOENT: it is where it should be */
+	if (c->epfd >= 0 && fd >= 0)
+		(void)epoll_ctl(c->epfd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, fd,
+				&ev);
+}
+
+int td__loop_timer(struct td_client *c, int64_t at)
+{
+	struct itimerspec its = {0};
+
+	if (at < 0) {
+		if (c->rfd >= 0)
+			timerfd_settime(c->rfd, 0, &its, NULL);
+		return 0;
+	}
+	if (c->epfd < 0)
+		return -ENOTCONN;
+	if (c->rfd < 0) {
+		struct epoll_event ev = {.events = EPOLLIN};
+
+		c->rfd = timerfd_create(CLOCK_MONOTONIC,
+					TFD_CLOEXEC | TFD_NONBLOCK);
+		if (c->rfd < 0)
+			return -errno;
+		ev.data.fd = c->rfd;
+		if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->rfd, &ev) < 0) {
+			close(c->rfd);
+			c->rfd = -1;
+			return -errno;
+		}
+	}
+	/* 0 would disarm it: a moment already past fires at once */
+	if (at == 0)
+		at = 1;
+	its.it_value.tv_sec = at / 1000000000;
+	its.it_value.tv_nsec = at % 1000000000;
+	return timerfd_settime(c->rfd, TFD_TIMER_ABSTIME, &its, NULL) < 0
+		       ? -errno
+		       : 0;
 }
 
 /* One callback's worth of work, taken with the lock held. */
@@ -224,6 +318,7 @@ void td__loop_cancel(struct td_client *c)
 	 * deliver its answer, nor free it */
 	c->closing = true;
 	td__loop_fail(c, -ECANCELED);
+	td__loop_fail_queued(c, -ECANCELED, NULL);
 	pthread_mutex_unlock(&c->lock);
 	/* during another thread's turn (a close from some callback beside
 	 * it), that thread delivers them all (take_get) */
@@ -240,6 +335,45 @@ int td_client_set_event_handler(struct td_client *c, td_event_fn fn,
 	c->ev_ud = ud;
 	pthread_mutex_unlock(&c->lock);
 	return 0;
+}
+
+/*
+ * TD_CLIENT_RECONNECT in a loop (lock held, the connection broken): the
+ * try under way goes on, or a new one begins when the last one's wait is
+ * over (now: at once), else that one's -errno again. Nothing here
+ * waits: the try's socket and the timer rfd wake the loop for its next
+ * step (connect.c, ops->reconnect_step). 0: connected; -EINPROGRESS: the
+ * try goes on. A failed try leaves the broken socket out of the loop's
+ * set, whose hang-up would wake the loop at once for ever, and sets rfd
+ * for the next try: the loop sleeps in between, as the header promises.
+ */
+static int reconnect_paced(struct td_client *c, bool now,
+			   struct td_error *err)
+{
+	unsigned ms = RECONNECT_MAX_MS;
+	uint64_t n;
+	bool due = c->rfd >= 0 && read(c->rfd, &n, sizeof(n)) > 0;
+	int rc;
+
+	if (c->rstate == TD__RC_IDLE && c->rtries && !due && !now)
+		return td__fail(err, c->dead, "connection broken: %s (the "
+				"next reconnect is not due yet)",
+				strerror(-c->dead));
+	if (c->epfd < 0)
+		return td__client_usable(c, err);
+	rc = c->ops->reconnect_step(c, err);
+	if (rc == 0 || rc == -EINPROGRESS)
+		return rc;
+	if (c->rtries < 7)
+		ms = RECONNECT_FIRST_MS << c->rtries;
+	if (ms > RECONNECT_MAX_MS)
+		ms = RECONNECT_MAX_MS;
+	c->rtries++;
+	/* without a timer the hang-up wakes the loop, as before */
+	td__loop_watch(c, c->sock,
+		       td__loop_timer(c, td__now_ns() +
+						 (int64_t)ms * 1000000) < 0);
+	return rc;
 }
 
 int td_client_get_newer_async(struct td_client *c, const char *name,
@@ -264,18 +398,41 @@ int td_client_get_newer_async(struct td_client *c, const char *name,
 		rc = td__fail(err, -ENOTCONN, "client is closing");
 		goto fail;
 	}
-	/* a broken connection first, as td__get_common: the held ids
-	 * encoded below must be the new daemon's */
-	if (c->dead) {
+	len = td__get_encode(c, name, TD_GET_NEWER, after, t);
+	if (len < 0 || strlen(name) > TD_NAME_MAX) {
+		rc = td__fail(err, -EINVAL, "bad tensor name");
+		goto fail;
+	}
+	/*
+	 * A broken connection first, as td__get_common: the held ids
+	 * encoded below must be the new daemon's. With TD_CLIENT_RECONNECT
+	 * it does not wait for the daemon: the GET waits for the try (begun
+	 * here when none is under way) and goes once HELLO is answered.
+	 */
+	if (c->dead && c->reconnect && c->sock >= 0 && c->epfd >= 0 &&
+	    !td__client_foreign(c)) {
+		rc = c->rstate == TD__RC_IDLE ? reconnect_paced(c, true, err)
+					      : -EINPROGRESS;
+		if (rc == -EINPROGRESS) {
+			memcpy(a->name, name, strlen(name) + 1);
+			a->after = after;
+			a->timeout_ms = t;
+			if (c->queued_tail)
+				c->queued_tail->next = a;
+			else
+				c->queued = a;
+			c->queued_tail = a;
+			pthread_mutex_unlock(&c->lock);
+			return 0;
+		}
+		if (rc < 0)
+			goto fail;
+	} else if (c->dead) {
 		rc = td__client_usable(c, err);
 		if (rc < 0)
 			goto fail;
 	}
 	len = td__get_encode(c, name, TD_GET_NEWER, after, t);
-	if (len < 0) {
-		rc = td__fail(err, -EINVAL, "bad tensor name");
-		goto fail;
-	}
 	rc = td__send(c, TD_OP_GET, (size_t)len, &a->id);
 	if (rc < 0) {
 		td__fail(err, rc, "send GET: %s", strerror(-rc));
@@ -291,74 +448,32 @@ fail:
 	return rc;
 }
 
-/*
- * A broken connection with TD_CLIENT_RECONNECT, from the loop (lock
- * held): a try when the last one's wait is over, else its -errno again.
- * A failed try takes the broken socket out of the loop's set, whose
- * hang-up would wake the loop at once for ever, and sets rfd for the
- * next: the loop sleeps in between, as the header promises.
- */
-static int reconnect_paced(struct td_client *c)
-{
-	struct itimerspec its = {0};
-	unsigned ms = RECONNECT_MAX_MS;
-	uint64_t n;
-	int rc;
-
-	if (c->rfd >= 0 && read(c->rfd, &n, sizeof(n)) < 0 && c->rtries)
-		return c->dead; /* woken by something else: not yet */
-	rc = td__client_usable(c, NULL);
-	if (rc == 0 || c->epfd < 0) {
-		if (rc == 0 && c->rfd >= 0)
-			timerfd_settime(c->rfd, 0, &its, NULL);
-		c->rtries = 0;
-		return rc;
-	}
-	if (c->rfd < 0) {
-		struct epoll_event ev = {.events = EPOLLIN};
-
-		c->rfd = timerfd_create(CLOCK_MONOTONIC,
-					TFD_CLOEXEC | TFD_NONBLOCK);
-		ev.data.fd = c->rfd;
-		if (c->rfd >= 0 &&
-		    epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->rfd, &ev) < 0) {
-			close(c->rfd);
-			c->rfd = -1;
-		}
-	}
-	if (c->rtries < 7)
-		ms = RECONNECT_FIRST_MS << c->rtries;
-	if (ms > RECONNECT_MAX_MS)
-		ms = RECONNECT_MAX_MS;
-	c->rtries++;
-	its.it_value.tv_sec = ms / 1000;
-	its.it_value.tv_nsec = (long)(ms % 1000) * 1000000;
-	/* without a timer the hang-up wakes the loop, as before */
-	if (c->rfd >= 0 && timerfd_settime(c->rfd, 0, &its, NULL) == 0)
-		epoll_ctl(c->epfd, EPOLL_CTL_DEL, c->sock, NULL);
-	return rc;
-}
-
-/* Read what is there (lock held): 0, or the -errno that broke it. */
-static int read_ready(struct td_client *c)
+/* Read what is there (lock held): 0, -EINPROGRESS while a reconnect is
+ * under way, or the -errno that broke it (*err says why). */
+static int read_ready(struct td_client *c, struct td_error *err)
 {
 	struct td__msg m;
 	int rc = 0;
 
 	if (c->sock < 0)
-		return -ENOTCONN;
+		return td__fail(err, -ENOTCONN, "client is closed");
 	if (td__client_foreign(c))
-		return -ECHILD; /* the parent's replies are not ours */
+		return td__fail(err, -ECHILD, "this connection belongs to "
+				"process %d", (int)c->pid);
 	/* broken: reconnects here with TD_CLIENT_RECONNECT, paced */
 	if (c->dead)
-		rc = c->reconnect ? reconnect_paced(c)
-				  : td__client_usable(c, NULL);
+		rc = c->reconnect ? reconnect_paced(c, false, err)
+				  : td__client_usable(c, err);
+	if (rc == -EINPROGRESS)
+		return rc;
 	for (int i = 0; rc == 0 && i < LOOP_BATCH; i++) {
 		rc = td__msg_recv(c, &m, MSG_DONTWAIT);
 		if (rc == -EAGAIN)
 			return 0;
 		if (rc == 0)
 			td__msg_aside(c, &m);
+		else
+			td__fail(err, rc, "connection: %s", strerror(-rc));
 	}
 	if (rc < 0)
 		td__loop_fail(c, rc);
@@ -367,6 +482,7 @@ static int read_ready(struct td_client *c)
 
 int td_client_process(struct td_client *c, struct td_error *err)
 {
+	struct td_error why = {0};
 	size_t gets = 0, evs = 0;
 	bool open;
 	int rc, n;
@@ -374,7 +490,7 @@ int td_client_process(struct td_client *c, struct td_error *err)
 	if (!c)
 		return td__fail(err, -EINVAL, "no client");
 	td__client_lock(c);
-	rc = read_ready(c);
+	rc = read_ready(c, &why);
 	/* what comes in during the callbacks waits for the next call */
 	for (const struct td__async *a = c->done; a; a = a->next)
 		gets++;
@@ -399,7 +515,14 @@ int td_client_process(struct td_client *c, struct td_error *err)
 		n += td__sub_deliver(c);
 	n += deliver(c, &c->ev_turn, evs, take_event, call_event);
 	td__client_unref(c);
-	if (rc < 0)
-		return td__fail(err, rc, "connection: %s", strerror(-rc));
+	/* a reconnect under way is no failure: the loop waits for it */
+	if (rc < 0 && rc != -EINPROGRESS) {
+		if (why.code != rc || !*why.reason)
+			return td__fail(err, rc, "connection: %s",
+					strerror(-rc));
+		if (err)
+			*err = why;
+		return rc;
+	}
 	return n;
 }

@@ -145,8 +145,11 @@ TD_EXPORT int td_client_connect(const char *socket_path,
  * readable but belong to the old daemon: releasing them sends nothing,
  * publishing an old loan fails with -ECONNRESET, and rings are not made
  * again. The call during which the daemon went away still fails (its
- * request may or may not have been served). $TENSORD_RECONNECT=1 sets the
- * flag for td_client_connect().
+ * request may or may not have been served). A blocking call reconnects
+ * in place, waiting as td_client_connect() does; td_client_process() and
+ * td_client_get_newer_async() never wait for the daemon: their reconnect
+ * goes on in the background of the event loop (see td_client_process).
+ * $TENSORD_RECONNECT=1 sets the flag for td_client_connect().
  */
 #define TD_CLIENT_RECONNECT 0x1u
 
@@ -226,7 +229,14 @@ typedef void (*td_get_fn)(struct td_client *c, int status,
  * daemon parks at most 256 per connection and refuses the rest with
  * -EAGAIN, delivered to fn). Returns 0, or -errno when the request could
  * not be sent (fn is then never called): -ENOTCONN also from a callback
- * that td_client_close() runs.
+ * that td_client_close() runs. With TD_CLIENT_RECONNECT and the
+ * connection broken it does not wait for the daemon either: it begins a
+ * reconnect (as td_client_process does) unless one is under way, fails
+ * when that fails at once (-ENOENT, -ECONNREFUSED: no daemon), and
+ * otherwise returns 0 with the GET waiting for the reconnect: sent once
+ * the new daemon answered HELLO, or fn gets the reconnect's failure
+ * (-ETIMEDOUT, -ECONNREFUSED, ...; -ECANCELED when the handle is closed
+ * first) from a later td_client_process().
  */
 TD_EXPORT int td_client_get_newer_async(struct td_client *c, const char *name,
 					uint64_t after, int timeout_ms,
@@ -247,13 +257,30 @@ TD_EXPORT int td_client_get_newer_async(struct td_client *c, const char *name,
  * is broken (-ECONNRESET: the daemon went away), after delivering what
  * was queued and failing every outstanding asynchronous GET with that
  * status. A broken connection keeps td_client_fd() readable (the
- * hang-up). With TD_CLIENT_RECONNECT the next call tries to connect (a
- * round trip to a daemon that is back) and fails (-ENOENT, -ECONNREFUSED)
- * while none is; after a failed try from td_client_process() the hang-up
- * no longer wakes the loop: td_client_fd() polls readable when the next
- * try is due (10 ms after the first failure, doubling up to a second) or
- * something is queued, and a try that works delivers
- * TD_EVENT_TYPE_RECONNECTED. A blocking call tries at once.
+ * hang-up).
+ *
+ * With TD_CLIENT_RECONNECT the next call begins a reconnect without
+ * waiting for the daemon: a non-blocking connect() and HELLO sent; it
+ * returns (>= 0) while the try is under way, and td_client_fd() polls
+ * readable when the try can go on: the HELLO reply came, connect() is to
+ * be tried again (a full listen queue refuses at once; again after 5 ms,
+ * doubling up to 100 ms), or the deadline passed. The deadline is
+ * $TENSORD_CONNECT_TIMEOUT_MS (default 20000, 0 none) for the whole try,
+ * connect and HELLO together. The call that reads the HELLO reply sends
+ * the WATCHes that make the watches again and the GETs that waited,
+ * without waiting for their replies either; TD_EVENT_TYPE_RECONNECTED
+ * is queued once the WATCH replies are in (at once without watches; the
+ * call that reads the last reply gives it to the event handler), and
+ * td_client_unwatch() of a watch whose reply is still to come waits for
+ * it. A call whose try failed returns its -errno: -ENOENT,
+ * -ECONNREFUSED (no daemon), -ETIMEDOUT (the deadline: "PATH did not
+ * answer HELLO within N ms", or "nobody took the connection within N
+ * ms" when the queue stayed full), or the daemon's refusal. After a failed try the broken socket no
+ * longer wakes the loop: td_client_fd() polls readable when the next try
+ * is due (10 ms after the first failure, doubling up to a second) or
+ * something is queued; a call woken before then fails with the broken
+ * connection's -errno. A blocking call on the handle meanwhile drops the
+ * try under way and reconnects at once, waiting, as before.
  */
 TD_EXPORT int td_client_process(struct td_client *c, struct td_error *err);
 
