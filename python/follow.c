@@ -300,7 +300,9 @@ static PyObject *follow_wait(FollowObject *fo, int ms)
 		(void)timerfd_settime(fo->efd, 0,
 				      &(struct itimerspec){.it_value = {0, 1}},
 				      NULL);
-	if (rc == -EINTR)
+	/* a handler's exception: raised between slices, or kept by one
+	 * that ended a slice's request to a daemon late to answer */
+	if (rc == -EINTR && tdpy_intr_take())
 		return NULL;
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "next");
