@@ -437,7 +437,10 @@ static void follow_close_later(FollowObject *fo, struct td_tensor *t,
 			  0) ||
 	    (f && tdpy_client_defer(fo->client, follow_close_run, f, 0, NULL) <
 			  0))
-		PyErr_WriteUnraisable((PyObject *)fo); /* left to its close */
+		/* left to its close. The hook is told fo's type, not fo: a
+		 * dealloc's fo has no references left, and the hook's own
+		 * (taken and dropped) would free it a second time. */
+		PyErr_WriteUnraisable((PyObject *)Py_TYPE(fo));
 	PyErr_Restore(type, value, tb);
 }
 
