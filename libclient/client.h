@@ -373,6 +373,15 @@ struct td_client {
 	int (*intr_fn)(void *ud);
 	void *intr_ud;
 	uint32_t intr_flags;
+	/*
+	 * How long the daemon may hold the request whose reply is waited for
+	 * (ms, 0: it answers at once): a GET or RING_SUBSCRIBE that parks
+	 * sets its finite timeout here for its call (lock held), so that a
+	 * signal asks intr_fn only once the reply is that much plus
+	 * INTR_GRACE_NS late (reply_wait); one that parks without limit
+	 * leaves 0 (no grace would cover it).
+	 */
+	uint32_t park_ms;
 	/* TD_CLIENT_RECONNECT (connect.c) */
 	bool reconnect;
 	uint32_t pref;  /* import preference, for the next HELLO */

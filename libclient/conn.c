@@ -611,7 +611,10 @@ int td__call_by(struct td_client *c, uint16_t op, size_t body_len,
  * A signal asks td_client_set_interrupt()'s fn only once the reply has
  * been waited for this long: a daemon that answers in time never costs
  * the connection to a signal whose handler carries on (a SIGCHLD, an
- * event loop's wake-up); the fn is asked when it has passed.
+ * event loop's wake-up); the fn is asked when it has passed. A request
+ * the daemon may hold (a GET or RING_SUBSCRIBE that parks: c->park_ms)
+ * is late only this long past that time: a signal while a running
+ * daemon holds it never gives up a reply that is still to come in time.
  */
 #define INTR_GRACE_NS (100 * 1000000LL)
 
@@ -619,18 +622,23 @@ int td__call_by(struct td_client *c, uint16_t op, size_t body_len,
  * Until the socket is readable (0), by passed (-ETIMEDOUT) or, with
  * td_client_set_interrupt(), a signal that its fn says ends the call:
  * the request stays unanswered, so the connection is abandoned, shut
- * down for the daemon to end what it holds (-EINTR).
+ * down for the daemon to end what it holds (-EINTR). t0: when the wait
+ * for the reply began (the request sent; the same across the messages
+ * read aside meanwhile, which make no reply less late).
  */
 static int reply_wait(struct td_client *c, uint16_t op, int64_t by,
-		      struct td_error *err)
+		      int64_t t0, struct td_error *err)
 {
-	int64_t t0 = td__now_ns();
+	/* (the HELLO of a reconnect inside that call is not held) */
+	bool parks = op == TD_OP_GET || op == TD_OP_RING_SUBSCRIBE;
+	int64_t late = t0 + INTR_GRACE_NS +
+		       (parks ? (int64_t)c->park_ms * 1000000 : 0);
 	bool signalled = false;
 
 	for (;;) {
 		struct pollfd p = {.fd = c->sock, .events = POLLIN};
 		int64_t now = td__now_ns(), left = by - now;
-		int64_t grace = t0 + INTR_GRACE_NS - now;
+		int64_t grace = late - now;
 		int ms = by < 0 ? -1 : (int)((left + 999999) / 1000000), n;
 
 		if (by >= 0 && left <= 0)
@@ -708,13 +716,14 @@ static int reply_until(struct td_client *c, uint16_t op, uint64_t id,
 		       struct td_error *err)
 {
 	struct td_pace_plan plan;
+	int64_t t0 = td__now_ns();
 	int rc;
 
 	if (pace)
 		reply_poll(c, pace, &plan);
 	for (;;) {
 		if (by >= 0 || c->intr_fn) {
-			rc = reply_wait(c, op, by, err);
+			rc = reply_wait(c, op, by, t0, err);
 			if (rc < 0)
 				return rc;
 		}

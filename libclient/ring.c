@@ -693,8 +693,13 @@ int td_ring_subscribe(struct td_client *c, const char *name, int timeout_ms,
 			rc = td__fail(err, (int)len, "encode RING_SUBSCRIBE");
 			goto fail;
 		}
+		/* a parked one: held until the ring comes or it times out */
+		c->park_ms = q.timeout_ms == TD_WIRE_WAIT_FOREVER
+				     ? 0
+				     : q.timeout_ms;
 		rc = td__call(c, TD_OP_RING_SUBSCRIBE, (size_t)len, NULL, 0,
 			      &rep, err);
+		c->park_ms = 0;
 		if (rc != -ENOENT || timeout_ms == 0)
 			break;
 		if (deadline >= 0 && td__now_ns() >= deadline) {

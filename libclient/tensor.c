@@ -699,9 +699,12 @@ int td__get_common(struct td_client *c, const char *name, uint32_t mode,
 		rc = td__fail(err, -EINVAL, "bad tensor name");
 		goto out;
 	}
-	/* a GET that may park waits for another client's PUBLISH */
+	/* a GET that may park waits for another client's PUBLISH, which
+	 * the daemon holds it for: no late reply until that time passed */
+	c->park_ms = timeout_ms == TD_WIRE_WAIT_FOREVER ? 0 : timeout_ms;
 	rc = td__call_paced(c, TD_OP_GET, (size_t)len, NULL, 0,
 			    timeout_ms ? &c->pace_get : NULL, &m, err);
+	c->park_ms = 0;
 	if (rc == 0)
 		rc = td__get_reply(c, &m, false, out, err);
 out:

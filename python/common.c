@@ -79,11 +79,14 @@ static int main_thread_find(void)
  * Meanwhile this thread holds the handle's lock: a frame per such wait
  * (innermost first) says which clients; a call on one raises
  * (tdpy_client_reentered), a release or close waits (tdpy_client_defer).
- * Elsewhere the signal is not this call's to act on (nor that of a wait
- * in slices, tdpy_wait_sliced: it runs the handlers between them, and
- * its slices' requests are answered in their time).
+ * Elsewhere the signal is not this call's to act on. A wait in slices
+ * (tdpy_wait_sliced) runs the handlers between them; a request one of
+ * its slices sent (a GET or RING_SUBSCRIBE that the daemon holds for the
+ * slice) asks here too, as any call's, libtensord asking only once its
+ * reply is later than the daemon may hold it (a daemon stopped or
+ * wedged): one that answers in time ends the slice, and the handlers
+ * run between slices, the connection whole.
  */
-static _Thread_local bool in_slice; /* in a slice of tdpy_wait_sliced */
 
 struct intr_frame {
 	const ClientObject *cl; /* (its handle's lock held, whichever
@@ -109,7 +112,7 @@ int tdpy_interrupted(void *ud)
 	PyGILState_STATE g;
 	int rc;
 
-	if (in_slice || PyThread_get_thread_ident() != main_ident)
+	if (PyThread_get_thread_ident() != main_ident)
 		return 0;
 	g = PyGILState_Ensure();
 	/* a path that let the GIL go with an exception set (a close on an
@@ -437,10 +440,12 @@ int tdpy_wait_sliced(int ms, int (*fn)(void *arg, int slice_ms), void *arg,
 		if (left < 0)
 			left = 0;
 		Py_BEGIN_ALLOW_THREADS
-		in_slice = true;
 		rc = fn(arg, (int)left);
-		in_slice = false;
 		Py_END_ALLOW_THREADS
+		/* (-EINTR: a handler's exception, kept, ended the slice's
+		 * request: set now) */
+		if (rc == -EINTR)
+			tdpy_intr_take();
 		if (rc != -ETIMEDOUT && rc != -EAGAIN)
 			return rc;
 		if (ms >= 0 && mono_ms() >= deadline)

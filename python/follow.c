@@ -300,7 +300,9 @@ static PyObject *follow_wait(FollowObject *fo, int ms)
 		(void)timerfd_settime(fo->efd, 0,
 				      &(struct itimerspec){.it_value = {0, 1}},
 				      NULL);
-	if (rc == -EINTR)
+	/* a handler's exception: raised between slices, or kept by one
+	 * that ended a slice's request to a daemon late to answer */
+	if (rc == -EINTR && tdpy_intr_take())
 		return NULL;
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "next");
@@ -435,7 +437,10 @@ static void follow_close_later(FollowObject *fo, struct td_tensor *t,
 			  0) ||
 	    (f && tdpy_client_defer(fo->client, follow_close_run, f, 0, NULL) <
 			  0))
-		PyErr_WriteUnraisable((PyObject *)fo); /* left to its close */
+		/* left to its close. The hook is told fo's type, not fo: a
+		 * dealloc's fo has no references left, and the hook's own
+		 * (taken and dropped) would free it a second time. */
+		PyErr_WriteUnraisable((PyObject *)Py_TYPE(fo));
 	PyErr_Restore(type, value, tb);
 }
 

@@ -297,8 +297,11 @@ static void release_later(ClientObject *cl, OwnerObject *o,
 	PyErr_Fetch(&type, &value, &tb);
 	if ((t && tdpy_client_defer(cl, lease_end_run, t, 0, o->follow) < 0) ||
 	    (a && tdpy_client_defer(cl, loan_end_run, a, 0, NULL) < 0))
-		/* no memory for it: left to the connection's end */
-		PyErr_WriteUnraisable((PyObject *)o);
+		/* no memory for it: left to the connection's end. The hook
+		 * is told o's type, not o: a dying owner (owner_dealloc) has
+		 * no references left, and the hook's own (taken and dropped)
+		 * would free it a second time. */
+		PyErr_WriteUnraisable((PyObject *)Py_TYPE(o));
 	PyErr_Restore(type, value, tb);
 }
 

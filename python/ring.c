@@ -187,7 +187,8 @@ static bool close_later(ClientObject *cl, void *p,
 		return false;
 	PyErr_Fetch(&type, &value, &tb);
 	if (tdpy_client_defer(cl, run, p, 0, NULL) < 0)
-		PyErr_WriteUnraisable((PyObject *)cl); /* left to its close */
+		/* left to its close (cl lives: a call of it is in) */
+		PyErr_WriteUnraisable((PyObject *)cl);
 	PyErr_Restore(type, value, tb);
 	return true;
 }

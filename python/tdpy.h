@@ -299,7 +299,9 @@ void tdpy_client_close_now(ClientObject *self);
  * signal handlers run, so that Ctrl-C ends it (libtensord does not
  * return on EINTR). fn's result when it is neither -ETIMEDOUT nor
  * -EAGAIN (none in that slice); -ETIMEDOUT once ms passed (at once for
- * ms 0); -EINTR with the handler's exception set.
+ * ms 0); -EINTR with the handler's exception set: run between slices, or
+ * inside one whose request the daemon is late to answer (stopped,
+ * wedged: tdpy_interrupted, the connection abandoned).
  */
 #define TDPY_SIGNAL_SLICE_MS 100
 /* A Watch.next() while another thread's call is in flight looks again

@@ -1007,3 +1007,81 @@ Test(threads, signals_during_replies_in_time_abandon_nothing)
 	td_client_close(c);
 	tu_daemon_stop(&d, true);
 }
+
+/* Publishes "si/h" once the waiting thread's GET has been held a while
+ * (SIGALRM blocked here: the timer's signals go to the waiter). */
+static void *publish_later(void *arg)
+{
+	struct td_client *c = arg;
+	struct td_error e = {0};
+	uint8_t b[8] = {9};
+	uint64_t shape = 8, v;
+	struct td_publish p = {.name = "si/h", .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = &shape};
+
+	usleep(300000);
+	return td_client_put(c, &p, b, 8, &v, &e) == 0 ? (void *)1 : NULL;
+}
+
+/*
+ * A GET (RING_SUBSCRIBE) that the daemon parks is held for its timeout:
+ * signals all along it (a timer's, every millisecond, fn saying yes)
+ * give up no reply, which is not late until that time passed (then
+ * 100 ms). The daemon's answers come: the version published meanwhile,
+ * -ETIMEDOUT, and the connection is whole. (Before, fn was asked 100 ms
+ * into the park and the connection abandoned.)
+ */
+Test(threads, a_signal_while_the_daemon_holds_a_get_gives_nothing_up)
+{
+	struct sigaction sa = {.sa_handler = on_alarm}, old;
+	struct itimerval it = {.it_interval = {0, 1000},
+			       .it_value = {0, 1000}}, off = {0};
+	struct tu_daemon d;
+	struct td_client *c, *o;
+	struct td_tensor *t = NULL;
+	struct td_sub *s = NULL;
+	struct td_entry ent = {0};
+	struct td_error e = {0};
+	uint8_t b[8] = {7};
+	uint64_t shape = 8, v;
+	struct td_publish p = {.name = "si/h", .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = &shape};
+	sigset_t alrm;
+	pthread_t th;
+	void *put_ok;
+	int yes = 1;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	o = open_client(&d);
+	cr_assert_eq(td_client_put(c, &p, b, 8, &v, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_set_interrupt(o, intr_fn, &yes), 0);
+	sigemptyset(&sa.sa_mask); /* no SA_RESTART: the waits see EINTR */
+	cr_assert_eq(sigaction(SIGALRM, &sa, &old), 0);
+	sigemptyset(&alrm);
+	sigaddset(&alrm, SIGALRM);
+	pthread_sigmask(SIG_BLOCK, &alrm, NULL);
+	cr_assert_eq(pthread_create(&th, NULL, publish_later, c), 0);
+	pthread_sigmask(SIG_UNBLOCK, &alrm, NULL);
+	atomic_store(&intr_asked, 0);
+	cr_assert_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
+	/* (a name this handle never got: the GET, no follow) */
+	cr_assert_eq(td_client_get_newer(o, "si/h", v, HANG_MS, &t, &e), 0,
+		     "%s", e.reason);
+	cr_assert_gt(td_tensor_version(t), v);
+	td_tensor_release(t);
+	cr_assert_eq(td_client_get_newer(o, "si/none", 0, 300, &t, &e),
+		     -ETIMEDOUT, "%s", e.reason);
+	cr_assert_eq(td_ring_subscribe(o, "si/ring", 300, &s, &e),
+		     -ETIMEDOUT, "%s", e.reason);
+	setitimer(ITIMER_REAL, &off, NULL);
+	sigaction(SIGALRM, &old, NULL);
+	pthread_join(th, &put_ok);
+	cr_assert_not_null(put_ok, "the later put failed");
+	cr_assert_eq(atomic_load(&intr_asked), 0);
+	cr_assert_eq(td_client_stat(o, "si/h", &ent, &e), 0, "%s", e.reason);
+	td_entry_fini(&ent);
+	td_client_close(c);
+	td_client_close(o);
+	tu_daemon_stop(&d, false); /* (the thread's cached stack stays mapped) */
+}

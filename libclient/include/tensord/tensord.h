@@ -975,7 +975,12 @@ TD_EXPORT int td_client_set_event_limit(struct td_client *c, unsigned max);
  * interrupts that wait (EINTR) calls fn(ud) in the waiting thread, with
  * the handle's lock held (fn must not call into the handle), once the
  * reply has been waited for 100 ms (a reply in time is never given up
- * for a signal whose handler carries on); when fn returns nonzero the
+ * for a signal whose handler carries on); a request the daemon may hold
+ * (td_client_get_newer()'s GET with a timeout, td_ring_subscribe()'s
+ * with one) only once it has been waited for 100 ms past that timeout,
+ * so a signal while a running daemon holds it gives up nothing; one that
+ * waits without limit (-1) has the 100 ms alone (fn nonzero gives up a
+ * wait a running daemon holds too). When fn returns nonzero the
  * call gives up and returns -EINTR. Its request is
  * then unanswered, so the connection is abandoned: shut down (the daemon
  * ends its leases, loans and rings when it reads the hang-up) and every
