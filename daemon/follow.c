@@ -236,8 +236,17 @@ static uint32_t entry_write(struct bell *b, const struct td__version *v)
 /* ---- a change of the current version ---- */
 
 /*
+ * The bell and trigger word (td_follow_trig_at) of the fired stage
+ * being committed (NULL, 0: none): its producer woke that word.
+ */
+static const struct bell *fired_bell;
+static uint64_t fired_at;
+
+/*
  * Wake the rows asleep for version `now` (0: the name has none); a row
- * that took it already (from its stage) waits for a newer one.
+ * that took it already (from its stage) waits for a newer one, and a
+ * row asleep on the fired word too, expecting there no FIRED word of a
+ * version it waits for (trig_sleep), was woken by the producer's fire.
  */
 static void bell_wake(struct bell *b, uint64_t now)
 {
@@ -252,6 +261,10 @@ static void bell_wake(struct bell *b, uint64_t now)
 						memory_order_relaxed) >= now))
 			continue;
 		w = atomic_load(&f->row->waiting);
+		if (w == TD_FOLLOW_WAIT_ROW && b == fired_bell &&
+		    atomic_load_explicit(&f->row->trig_sleep,
+					 memory_order_acquire) == fired_at)
+			continue;
 		if (w == TD_FOLLOW_WAIT_ROW)
 			td__futex_wake_word(&f->row->waiting, w);
 		futex |= w == TD_FOLLOW_WAIT_FUTEX;
@@ -384,8 +397,13 @@ static void stage_commit(struct bell *b)
 	}
 	b->st.sv = NULL; /* the store's now */
 	td__peer_fired_note(st.owner, st.alloc_id, st.sv->number, a->rewrite);
-	/* stays named (entry_busy) until td__name_set made it current */
+	/* stays named (entry_busy) until td__name_set made it current;
+	 * its producer woke its word when it fired (bell_wake) */
+	fired_bell = b;
+	fired_at = td_follow_trig_at(st.owner->trig->gen, st.slot);
 	td__publish_staged(st.owner, a, st.sv);
+	fired_bell = NULL;
+	fired_at = 0;
 	stage_clear(b);
 }
 

@@ -360,14 +360,17 @@ static bool trig_have(struct td_follow *f, uint32_t gen, int64_t by)
  * bell's stage_slot, which only the daemon writes (one past the page
  * would be its bug: the first word then, and the commit still wakes).
  */
-static _Atomic uint32_t *trig_word(const struct td_follow *f)
+static uint32_t trig_slot(const struct td_follow *f)
 {
 	uint32_t slot = atomic_load_explicit(&f->hdr->stage_slot,
 					     memory_order_relaxed);
 
-	if (slot >= TD_FOLLOW_TRIG_SLOTS)
-		slot = 0;
-	return (_Atomic uint32_t *)&f->trig[slot].word;
+	return slot < TD_FOLLOW_TRIG_SLOTS ? slot : 0;
+}
+
+static _Atomic uint32_t *trig_word(const struct td_follow *f)
+{
+	return (_Atomic uint32_t *)&f->trig[trig_slot(f)].word;
 }
 
 /*
@@ -429,6 +432,27 @@ static bool conn_gone(struct td_follow *f)
 }
 
 /*
+ * The row's trig_sleep for a sleep on word tp (NULL: the row alone)
+ * that expects tw there: any fire this wait is for changes a word that
+ * holds no FIRED version newer than `after`, and its producer wakes it,
+ * so the daemon's commit of that fire need not wake this row as well.
+ * A FIRED word still to take (its buffers not mapped here: skip) is
+ * the commit's to wake.
+ */
+static uint64_t trig_sleep_of(const struct td_follow *f,
+			      const _Atomic uint32_t *tp, uint32_t tw,
+			      uint64_t after)
+{
+	if (!tp || ((tw & 3u) == TD_FOLLOW_TRIG_FIRED &&
+		    tw != td_follow_trig(after, TD_FOLLOW_TRIG_FIRED)))
+		return 0;
+	return td_follow_trig_at(
+		f->trig_gen,
+		(uint32_t)((const struct td_follow_trigger *)(const void *)tp -
+			   f->trig));
+}
+
+/*
  * Sleep, announced in the row, a slice at a time: on the row's own word
  * when the daemon wakes rows (f->own_word, TD_WIRE_FEAT_WAKE_ROWS), else
  * on the bell's seq with every other follower of the name (ring.c's
@@ -447,31 +471,47 @@ static void sleep_on(struct td_follow *f, uint32_t seq, uint64_t latest,
 	 */
 	uint32_t gen = atomic_load_explicit(&f->hdr->stage_gen,
 					    memory_order_relaxed);
-	bool trig;
-	uint32_t tw;
+	_Atomic uint32_t *tp = NULL;
+	uint32_t tw = 0;
 
 	/* up to the next look at the connection (follow_wait) */
 	if (until < 0 || until > f->hup_at)
 		until = f->hup_at;
-	trig = f->stage_ok && trig_have(f, gen, until);
-	tw = trig ? atomic_load(trig_word(f)) : 0;
+	if (f->stage_ok && trig_have(f, gen, until)) {
+		tp = trig_word(f);
+		tw = atomic_load(tp);
+	}
+	/* before `waiting`: the daemon reads it after `waiting` */
+	atomic_store_explicit(&f->row->trig_sleep,
+			      trig_sleep_of(f, tp, tw, after),
+			      memory_order_release);
 	atomic_store(w, f->own_word ? TD_FOLLOW_WAIT_ROW
 				    : TD_FOLLOW_WAIT_FUTEX);
 	if (td_follow_latest_recheck(f->hdr) == latest &&
 	    atomic_load((_Atomic uint32_t *)&f->hdr->seq) == seq &&
 	    !stage_fired(f, after)) {
-		if (trig) {
+		if (tp) {
 			struct timespec ts = {until / 1000000000,
 					      until % 1000000000};
 
 			if (td__futex_wait2((const uint32_t *)w,
 					    TD_FOLLOW_WAIT_ROW,
-					    (const uint32_t *)trig_word(f),
-					    tw, &ts) == -ENOSYS) {
-				/* no futex_waitv here: the daemon's wake */
+					    (const uint32_t *)tp, tw,
+					    &ts) == -ENOSYS) {
+				/*
+				 * No futex_waitv here: the daemon's wake,
+				 * which a commit that read trig_sleep
+				 * before it went skipped (it moved latest
+				 * and seq first: looked at once more)
+				 */
 				f->stage_ok = false;
-				td__futex_wait_until(w, TD_FOLLOW_WAIT_ROW,
-						     until);
+				atomic_store(&f->row->trig_sleep, 0);
+				if (td_follow_latest_recheck(f->hdr) ==
+					    latest &&
+				    atomic_load((_Atomic uint32_t *)&f->hdr
+							->seq) == seq)
+					td__futex_wait_until(
+						w, TD_FOLLOW_WAIT_ROW, until);
 			}
 		} else if (f->own_word) {
 			td__futex_wait_until(w, TD_FOLLOW_WAIT_ROW, until);

@@ -114,6 +114,16 @@ struct td_follow_row {
 	 * older library): a commit of a staged version wakes no row that
 	 * took it already from the stage */
 	_Atomic uint64_t taken;
+	/*
+	 * While `waiting` is TD_FOLLOW_WAIT_ROW: td_follow_trig_at() of the
+	 * trigger word this follower sleeps on beside its row (futex_waitv),
+	 * stored before `waiting`, when the value it expects there is no
+	 * FIRED word of a version newer than the one it waits after; else 0.
+	 * A fire of a newer version then changes the word and its producer
+	 * wakes it, so the daemon's commit of a fired stage at that word
+	 * leaves such a row asleep (0 from an older library: woken).
+	 */
+	_Atomic uint64_t trig_sleep;
 };
 
 /*
@@ -158,6 +168,13 @@ static inline uint32_t td_follow_trig(uint64_t version, uint32_t state)
 	return (uint32_t)(version << 2) | state;
 }
 
+/* row.trig_sleep of word slot of the trigger page of generation gen
+ * (never 0: a page's generation is not) */
+static inline uint64_t td_follow_trig_at(uint32_t gen, uint32_t slot)
+{
+	return (uint64_t)gen << 32 | slot;
+}
+
 _Static_assert(offsetof(struct td_follow_hdr, seq) == 64, "hot line");
 _Static_assert(offsetof(struct td_follow_hdr, stage) == 128, "stage line");
 _Static_assert(sizeof(struct td_follow_hdr) <= TD_FOLLOW_PAGE, "hdr page");
@@ -165,6 +182,9 @@ _Static_assert(sizeof(struct td_follow_trigger) == 64, "a word a line");
 _Static_assert(sizeof(struct td_follow_entry) == TD_FOLLOW_ENTRY_LEN,
 	       "entry layout");
 _Static_assert(sizeof(struct td_follow_row) <= TD_FOLLOW_PAGE, "row page");
+_Static_assert(offsetof(struct td_follow_row, taken) == 16 &&
+		       offsetof(struct td_follow_row, trig_sleep) == 24,
+	       "row layout (docs/protocol.md, 13)");
 
 /* File sizes: the header page, then the entries; a row is one page. */
 #define TD_FOLLOW_BELL_LEN                                                    \

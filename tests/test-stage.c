@@ -1673,3 +1673,102 @@ Test(stage, a_loan_given_back_frees_its_stage_record, .timeout = 60)
 	cr_assert_eq(v, slow, "the slow name's stage was not fired");
 	rig_stop(&r);
 }
+
+/*
+ * A follower asleep on its row and on the trigger word beside it
+ * (futex_waitv) says so in its row (trig_sleep: that word, expecting
+ * there no FIRED word of a version it waits for), so the producer's fire
+ * of the next version, a change of that word followed by its wake,
+ * wakes it; the daemon's commit of that fire then leaves the row as it
+ * is. Before, the commit woke the row as well: a FUTEX_WAKE per follower
+ * the producer had woken but that had not run yet (0.86 a handoff in a
+ * fan-out 1->4, docs/fastpath.md), each for nothing. The row is played
+ * by hand here (what the daemon reads of it), and the daemon's wake is
+ * seen in it: the daemon swaps `waiting` from 4 to 0 before it wakes.
+ * A row that names no word (an older library), or another word, is
+ * woken as before.
+ */
+static void fired_commit_wakes(struct world *wo, struct td_follow_row *row,
+			       uint64_t trig_sleep, uint8_t b, bool woken)
+{
+	uint64_t staged = wo->prod->st_alloc ? wo->prod->st_version : 0;
+	uint64_t v;
+
+	cr_assert_neq(staged, 0u, "a stage offered");
+	atomic_store(&row->trig_sleep, trig_sleep);
+	atomic_store(&row->waiting, TD_FOLLOW_WAIT_ROW);
+	/* fired; the FIRED PUBLISH is answered after its commit */
+	v = put(wo->prod, NAME, b);
+	cr_assert_eq(v, staged, "the staged version was published");
+	cr_assert_eq(stat_version(wo->prod, NAME), v);
+	cr_assert_eq(atomic_load(&row->waiting),
+		     woken ? 0u : TD_FOLLOW_WAIT_ROW,
+		     "trig_sleep %#llx: the commit of version %llu %s",
+		     (unsigned long long)trig_sleep, (unsigned long long)v,
+		     woken ? "did not wake the row" : "woke the row");
+	atomic_store(&row->waiting, 0);
+	atomic_store(&row->trig_sleep, 0);
+	cr_assert_eq(take(wo->f, b), v);
+}
+
+Test(stage, a_fired_commit_leaves_rows_the_fire_woke, .timeout = 60)
+{
+	uint32_t slot = td_follow_trig_slot(NAME, strlen(NAME));
+	struct td_follow_row *row;
+	struct world wo;
+	uint64_t at;
+
+	world_start(&wo, NULL, "pidfd", "1", NULL);
+	row = tu_find_mapping("memfd:tensord-follow-row");
+	cr_assert_not_null(row);
+	cr_assert_not_null(wo.prod->st_page, "the producer fires stages");
+	at = td_follow_trig_at(wo.prod->st_pgen, slot);
+	fired_commit_wakes(&wo, row, at, 0x41, false);
+	fired_commit_wakes(&wo, row, 0, 0x42, true);
+	fired_commit_wakes(&wo, row, td_follow_trig_at(wo.prod->st_pgen,
+						       slot + 1),
+			   0x43, true);
+	fired_commit_wakes(&wo, row, td_follow_trig_at(wo.prod->st_pgen + 1,
+						       slot),
+			   0x44, true);
+	fired_commit_wakes(&wo, row, at, 0x45, false);
+	world_stop(&wo, true);
+}
+
+/*
+ * And a follower that sleeps in td_follow_next names in its row the
+ * word it sleeps on beside it (the producer's word of the name), so the
+ * commit leaves it to its producer's wake; it takes the version fired.
+ */
+Test(stage, a_sleeping_follower_names_its_trigger_word, .timeout = 60)
+{
+	uint32_t slot = td_follow_trig_slot(NAME, strlen(NAME));
+	struct waiter s = {.timeout_ms = 20000, .b = 0x51};
+	struct td_follow_row *row;
+	struct world wo;
+	pthread_t th;
+	uint64_t v;
+	int i;
+
+	cr_assert_eq(setenv("TENSORD_RING_SPIN_US", "0", 1), 0);
+	world_start(&wo, NULL, "scm", "1", NULL);
+	row = tu_find_mapping("memfd:tensord-follow-row");
+	cr_assert_not_null(row);
+	s.f = wo.f;
+	cr_assert_eq(pthread_create(&th, NULL, wait_next, &s), 0);
+	for (i = 0; i < 20000 && atomic_load(&row->waiting) !=
+					 TD_FOLLOW_WAIT_ROW;
+	     i++)
+		usleep(1000);
+	cr_assert_eq(atomic_load(&row->waiting), TD_FOLLOW_WAIT_ROW);
+	cr_assert_eq(atomic_load(&row->trig_sleep),
+		     td_follow_trig_at(wo.prod->st_pgen, slot));
+	v = put(wo.prod, NAME, 0x51);
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_assert_eq(s.rc, 0);
+	cr_assert_eq(s.version, v);
+	cr_assert(s.bytes_ok);
+	cr_assert_eq(unsetenv("TENSORD_RING_SPIN_US"), 0);
+	/* glibc keeps the thread's stack */
+	world_stop(&wo, false);
+}
