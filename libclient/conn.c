@@ -346,7 +346,7 @@ int td_client_set_event_limit(struct td_client *c, unsigned max)
 int td_client_set_interrupt_ex(struct td_client *c, int (*fn)(void *ud),
 			       void *ud, uint32_t flags)
 {
-	if (!c || (flags & ~TD_INTR_SEND))
+	if (!c || (flags & ~(TD_INTR_SEND | TD_INTR_PARKED)))
 		return -EINVAL;
 	td__client_lock(c);
 	c->intr_fn = fn;
@@ -611,10 +611,11 @@ int td__call_by(struct td_client *c, uint16_t op, size_t body_len,
  * A signal asks td_client_set_interrupt()'s fn only once the reply has
  * been waited for this long: a daemon that answers in time never costs
  * the connection to a signal whose handler carries on (a SIGCHLD, an
- * event loop's wake-up); the fn is asked when it has passed. A request
- * the daemon may hold (a GET or RING_SUBSCRIBE that parks: c->park_ms)
- * is late only this long past that time: a signal while a running
- * daemon holds it never gives up a reply that is still to come in time.
+ * event loop's wake-up); the fn is asked when it has passed. With
+ * TD_INTR_PARKED, a request the daemon may hold (a GET or RING_SUBSCRIBE
+ * that parks: c->park_ms) is late only this long past that time: a
+ * signal while a running daemon holds it never gives up a reply that is
+ * still to come in time (a caller that slices its waits, Python's).
  */
 #define INTR_GRACE_NS (100 * 1000000LL)
 
@@ -630,7 +631,8 @@ static int reply_wait(struct td_client *c, uint16_t op, int64_t by,
 		      int64_t t0, struct td_error *err)
 {
 	/* (the HELLO of a reconnect inside that call is not held) */
-	bool parks = op == TD_OP_GET || op == TD_OP_RING_SUBSCRIBE;
+	bool parks = (c->intr_flags & TD_INTR_PARKED) &&
+		     (op == TD_OP_GET || op == TD_OP_RING_SUBSCRIBE);
 	int64_t late = t0 + INTR_GRACE_NS +
 		       (parks ? (int64_t)c->park_ms * 1000000 : 0);
 	bool signalled = false;

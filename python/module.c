@@ -100,7 +100,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 	if (!self->pending || self->evfd < 0 || self->epfd < 0 || sock < 0 ||
 	    td_client_set_event_handler(self->c, tdpy_on_event, self) < 0 ||
 	    td_client_set_interrupt_ex(self->c, tdpy_interrupted, self,
-				       TD_INTR_SEND) < 0 ||
+				       TD_INTR_SEND | TD_INTR_PARKED) < 0 ||
 	    epoll_ctl(self->epfd, EPOLL_CTL_ADD, sock, &ee) < 0 ||
 	    epoll_ctl(self->epfd, EPOLL_CTL_ADD, self->evfd, &ee) < 0) {
 		if (!PyErr_Occurred())

@@ -1024,12 +1024,14 @@ static void *publish_later(void *arg)
 }
 
 /*
- * A GET (RING_SUBSCRIBE) that the daemon parks is held for its timeout:
- * signals all along it (a timer's, every millisecond, fn saying yes)
- * give up no reply, which is not late until that time passed (then
- * 100 ms). The daemon's answers come: the version published meanwhile,
- * -ETIMEDOUT, and the connection is whole. (Before, fn was asked 100 ms
- * into the park and the connection abandoned.)
+ * With TD_INTR_PARKED, a GET (RING_SUBSCRIBE) that the daemon parks is
+ * held for its timeout: signals all along it (a timer's, every
+ * millisecond, fn saying yes) give up no reply, which is not late until
+ * that time passed (then 100 ms). The daemon's answers come: the version
+ * published meanwhile, -ETIMEDOUT, and the connection is whole. (Before,
+ * fn was asked 100 ms into the park and the connection abandoned, which
+ * is still what a handle without the flag does: Ctrl-C ends a C
+ * program's long GET.)
  */
 Test(threads, a_signal_while_the_daemon_holds_a_get_gives_nothing_up)
 {
@@ -1055,7 +1057,9 @@ Test(threads, a_signal_while_the_daemon_holds_a_get_gives_nothing_up)
 	c = open_client(&d);
 	o = open_client(&d);
 	cr_assert_eq(td_client_put(c, &p, b, 8, &v, &e), 0, "%s", e.reason);
-	cr_assert_eq(td_client_set_interrupt(o, intr_fn, &yes), 0);
+	cr_assert_eq(td_client_set_interrupt_ex(o, intr_fn, &yes,
+						TD_INTR_PARKED),
+		     0);
 	sigemptyset(&sa.sa_mask); /* no SA_RESTART: the waits see EINTR */
 	cr_assert_eq(sigaction(SIGALRM, &sa, &old), 0);
 	sigemptyset(&alrm);
@@ -1081,6 +1085,18 @@ Test(threads, a_signal_while_the_daemon_holds_a_get_gives_nothing_up)
 	cr_assert_eq(atomic_load(&intr_asked), 0);
 	cr_assert_eq(td_client_stat(o, "si/h", &ent, &e), 0, "%s", e.reason);
 	td_entry_fini(&ent);
+	/* without the flag: the held GET is late at 100 ms, fn says yes,
+	 * the call ends (-EINTR) and the connection is abandoned */
+	cr_assert_eq(td_client_set_interrupt(o, intr_fn, &yes), 0);
+	cr_assert_eq(sigaction(SIGALRM, &sa, &old), 0);
+	cr_assert_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
+	cr_assert_eq(td_client_get_newer(o, "si/none", 0, HANG_MS, &t, &e),
+		     -EINTR, "%s", e.reason);
+	setitimer(ITIMER_REAL, &off, NULL);
+	sigaction(SIGALRM, &old, NULL);
+	cr_assert_eq(atomic_load(&intr_asked), 1);
+	cr_assert_eq(td_client_stat(o, "si/h", &ent, &e), -ECONNABORTED, "%s",
+		     e.reason);
 	td_client_close(c);
 	td_client_close(o);
 	tu_daemon_stop(&d, false); /* (the thread's cached stack stays mapped) */

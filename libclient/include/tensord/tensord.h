@@ -975,12 +975,10 @@ TD_EXPORT int td_client_set_event_limit(struct td_client *c, unsigned max);
  * interrupts that wait (EINTR) calls fn(ud) in the waiting thread, with
  * the handle's lock held (fn must not call into the handle), once the
  * reply has been waited for 100 ms (a reply in time is never given up
- * for a signal whose handler carries on); a request the daemon may hold
- * (td_client_get_newer()'s GET with a timeout, td_ring_subscribe()'s
- * with one) only once it has been waited for 100 ms past that timeout,
- * so a signal while a running daemon holds it gives up nothing; one that
- * waits without limit (-1) has the 100 ms alone (fn nonzero gives up a
- * wait a running daemon holds too). When fn returns nonzero the
+ * for a signal whose handler carries on; a request the daemon holds, a
+ * GET or RING_SUBSCRIBE with a timeout, is given up too, so that Ctrl-C
+ * ends a long wait: td_client_set_interrupt_ex's TD_INTR_PARKED waits
+ * out its timeout instead). When fn returns nonzero the
  * call gives up and returns -EINTR. Its request is
  * then unanswered, so the connection is abandoned: shut down (the daemon
  * ends its leases, loans and rings when it reads the hang-up) and every
@@ -1000,10 +998,20 @@ TD_EXPORT int td_client_set_interrupt(struct td_client *c,
  * that send is given up. None of its message was sent (a datagram is
  * queued whole or not at all), yet the connection is abandoned as above:
  * the call returns -EINTR (a release, which returns nothing, is left to
- * the hang-up, which ends it), every later call -ECONNABORTED. 0, or
- * -EINVAL (no client, a flag unknown).
+ * the hang-up, which ends it), every later call -ECONNABORTED;
+ * TD_INTR_PARKED (below) changes when a held request is late. Flags may
+ * be or'ed. 0, or -EINVAL (no client, a flag unknown).
  */
 #define TD_INTR_SEND 0x1u
+/*
+ * TD_INTR_PARKED: a request the daemon may hold (td_client_get_newer()'s
+ * GET with a timeout, td_ring_subscribe()'s with one) is late, and fn
+ * asked, only 100 ms past that timeout: a signal while a running daemon
+ * holds it gives up nothing. For a caller that waits in short slices and
+ * runs its handlers between them (the Python binding: 100 ms); a wait
+ * without limit (-1) has the 100 ms alone.
+ */
+#define TD_INTR_PARKED 0x2u
 TD_EXPORT int td_client_set_interrupt_ex(struct td_client *c,
 					 int (*fn)(void *ud), void *ud,
 					 uint32_t flags);
