@@ -62,30 +62,64 @@ static bool other_unit(const char *h)
 
 /*
  * Range k of r: [a, a + n), in the request's order. Past
- * TD__HTTP_MAX_RANGES ranges they are one, from the first byte any of
- * them asks to the last (RFC 9110 14.6: a server may coalesce ranges):
- * the spec's "Range is never ignored" holds, a request cannot make more
- * parts than the cap, and no byte is sent twice.
+ * TD__HTTP_MAX_RANGES ranges the two nearest on the body (the least gap
+ * between them, ties to the first; overlapping ones first of all)
+ * become one range, over the gap, where the earlier asked of the two
+ * stood (RFC 9110 14.6: a server may coalesce ranges): the spec's "Range
+ * is never ignored" holds, a request cannot make more parts than the
+ * cap, no byte is sent twice, and the bytes sent that nobody asked for
+ * are those of the least gaps (until 2026-12-06 one range spanned all).
  */
 static void range_put(struct td__http_ranges *r, uint64_t a, uint64_t n)
 {
-	if (r->spanned || r->count == TD__HTTP_MAX_RANGES) {
-		uint64_t lo = a, hi = a + n;
+	enum { M = TD__HTTP_MAX_RANGES };
+	uint64_t ra[M + 1], rn[M + 1], best = UINT64_MAX, hi;
+	unsigned idx[M + 1], p = 0, q = 0;
 
-		for (unsigned k = 0; k < r->count; k++) {
-			if (r->a[k] < lo)
-				lo = r->a[k];
-			if (r->a[k] + r->n[k] > hi)
-				hi = r->a[k] + r->n[k];
-		}
-		r->a[0] = lo;
-		r->n[0] = hi - lo;
-		r->count = 1;
-		r->spanned = true;
+	if (r->count < M) {
+		r->a[r->count] = a;
+		r->n[r->count++] = n;
 		return;
 	}
-	r->a[r->count] = a;
-	r->n[r->count++] = n;
+	memcpy(ra, r->a, sizeof(r->a));
+	memcpy(rn, r->n, sizeof(r->n));
+	ra[M] = a;
+	rn[M] = n;
+	/* by start (insertion sort, stable), then the least gap between
+	 * neighbours: 0 for ranges that overlap or touch */
+	for (unsigned i = 0; i <= M; i++) {
+		unsigned k = i;
+
+		for (; k > 0 && ra[idx[k - 1]] > ra[i]; k--)
+			idx[k] = idx[k - 1];
+		idx[k] = i;
+	}
+	for (unsigned i = 0; i < M; i++) {
+		uint64_t end = ra[idx[i]] + rn[idx[i]], next = ra[idx[i + 1]];
+		uint64_t gap = next > end ? next - end : 0;
+
+		if (gap < best) {
+			best = gap;
+			p = idx[i];
+			q = idx[i + 1];
+		}
+	}
+	hi = ra[p] + rn[p] > ra[q] + rn[q] ? ra[p] + rn[p] : ra[q] + rn[q];
+	if (q < p) { /* the one asked first keeps its place */
+		unsigned t = p;
+
+		p = q;
+		q = t;
+	}
+	ra[p] = ra[p] < ra[q] ? ra[p] : ra[q];
+	rn[p] = hi - ra[p];
+	for (unsigned k = q; k < M; k++) {
+		ra[k] = ra[k + 1];
+		rn[k] = rn[k + 1];
+	}
+	memcpy(r->a, ra, sizeof(r->a));
+	memcpy(r->n, rn, sizeof(r->n));
+	r->merged = true;
 }
 
 /*

@@ -12,12 +12,13 @@
 #include <stdint.h>
 
 /*
- * The most satisfiable ranges a Range is served as: past that they are
- * one range from the first byte any asks to the last (RFC 9110 14.6 lets
- * a server coalesce; 14.6 and 17.15 warn of many small or overlapping
- * ranges), so a request cannot make the store produce more than this
- * many parts, each a few hundred bytes of headers, whatever the header's
- * length, and the spec's "Range is never ignored" (zarr.md 10) holds.
+ * The most satisfiable ranges a Range is served as: past that the two
+ * nearest on the body are one, over the gap between them, until this
+ * many are left (RFC 9110 14.6 lets a server coalesce; 14.6 and 17.15
+ * warn of many small or overlapping ranges), so a request cannot make
+ * the store produce more than this many parts, each a few hundred bytes
+ * of headers, whatever the header's length, and the spec's "Range is
+ * never ignored" (zarr.md 10) holds.
  */
 #define TD__HTTP_MAX_RANGES 32
 
@@ -28,7 +29,7 @@ struct td__http_ranges {
 	unsigned specs; /* range-specs seen, satisfiable or not */
 	bool ignore;    /* another unit than bytes */
 	bool bad;       /* a malformed range-set */
-	bool spanned;   /* more than TD__HTTP_MAX_RANGES: one range over all */
+	bool merged;    /* more than TD__HTTP_MAX_RANGES: nearest ones merged */
 	unsigned count; /* the satisfiable ranges: [a[k], a[k] + n[k]) */
 	uint64_t a[TD__HTTP_MAX_RANGES], n[TD__HTTP_MAX_RANGES];
 };
@@ -50,7 +51,8 @@ void td__http_ranges_add(struct td__http_ranges *r, const char *h,
  * malformed range-set, or no range satisfiable); 1 r->count ranges, each
  * inside the body and not empty, overlapping or touching ones coalesced
  * into one, so none overlaps or touches another, in the order the
- * request named them (more than TD__HTTP_MAX_RANGES: one over them all).
+ * request named them (more than TD__HTTP_MAX_RANGES: the nearest merged
+ * over their gaps until that many are left).
  */
 int td__http_ranges_end(struct td__http_ranges *r);
 /* Whether If-None-Match (NULL: absent) names etag: "*", or a list of

@@ -10,7 +10,8 @@
  * tag's inside, a NUL, a --http-cors value (absent: ""). A range taken
  * must lie inside the body, not be empty, and neither overlap nor touch
  * another (none is taken only for a unit other than bytes, which is
- * ignored; more than TD__HTTP_MAX_RANGES are one); the value twice
+ * ignored; past TD__HTTP_MAX_RANGES the nearest are merged until that
+ * many are left, so there are never more); the value twice
  * (two Range lines) gives the same ranges; "*" and the tag itself,
  * alone, weak, or after another tag, must match If-None-Match; If-Match
  * the same but weak; If-Range the tag alone. An Origin is let in only
@@ -42,8 +43,7 @@ static void check_range(const char *h, uint64_t len)
 	if (rc != -1 && rc != 1 &&
 	    (rc != 0 || !strncasecmp(h, "bytes=", 6)))
 		abort();
-	if (rc == 1 && (!r.count || r.count > TD__HTTP_MAX_RANGES ||
-	                (r.spanned && r.count != 1)))
+	if (rc == 1 && (!r.count || r.count > TD__HTTP_MAX_RANGES))
 		abort();
 	/* each range taken lies in the body, is not empty, and neither
 	 * overlaps nor touches another (they are coalesced) */
@@ -59,7 +59,7 @@ static void check_range(const char *h, uint64_t len)
 	memset(&two, 0, sizeof(two));
 	td__http_ranges_add(&two, h, len);
 	td__http_ranges_add(&two, h, len);
-	if (rc == 1 && (r.specs * 2 <= TD__HTTP_MAX_RANGES || r.spanned) &&
+	if (rc == 1 && r.specs * 2 <= TD__HTTP_MAX_RANGES &&
 	    (td__http_ranges_end(&two) != 1 || two.count != r.count ||
 	     memcmp(two.a, r.a, r.count * sizeof(*r.a)) ||
 	     memcmp(two.n, r.n, r.count * sizeof(*r.n))))
