@@ -235,8 +235,11 @@ void td_tgm_node_name(const char *in, char *out, size_t cap);
  * Make names[0..count) distinct in object order (§18, tensord rule): the
  * first occurrence keeps its name, later ones get _1, _2, ... per base
  * name, a candidate already taken keeps being counted up until unused.
- * Each names[i] is a buffer of cap bytes. Returns 0, -ENAMETOOLONG when a
- * suffix does not fit in cap, -ENOMEM.
+ * Each names[i] is a buffer of cap bytes; a candidate longer than cap - 1
+ * bytes has its base cut (at a UTF-8 character's start) to leave room
+ * for its suffix, as a node name is cut to a file name's 255 bytes.
+ * Returns 0, -ENAMETOOLONG when a suffix alone does not fit in cap,
+ * -ENOMEM.
  */
 int td_tgm_names_unique(char **names, size_t count, size_t cap);
 /* The same, its hash tables seeded (the daemon's random name seed: a

@@ -264,6 +264,30 @@ static void strset_fini(struct strset *t)
 	free(t->val);
 }
 
+/*
+ * base_k into cand (cap bytes), base cut at a character's start when the
+ * whole does not fit. 0, or -ENAMETOOLONG when the suffix alone does not.
+ */
+static int candidate(char *cand, size_t cap, const char *base,
+		     unsigned long k)
+{
+	char suf[24];
+	int sl = snprintf(suf, sizeof(suf), "_%lu", k);
+	size_t len = strlen(base), keep;
+
+	if (sl < 0 || (size_t)sl + 1 >= cap)
+		return -ENAMETOOLONG;
+	keep = cap - 1 - (size_t)sl;
+	if (len <= keep)
+		keep = len;
+	else /* base[keep], the first byte cut, may not continue a char */
+		while (keep && ((unsigned char)base[keep] & 0xc0) == 0x80)
+			keep--;
+	memcpy(cand, base, keep);
+	strcpy(cand + keep, suf);
+	return 0;
+}
+
 int td_tgm_names_unique(char **names, size_t count, size_t cap)
 {
 	return td_tgm_names_unique_seeded(names, count, cap, 0);
@@ -300,14 +324,8 @@ int td_tgm_names_unique_seeded(char **names, size_t count, size_t cap,
 		 * the same original name stopped */
 		k = strset_at(&bases, orig[norig++]);
 		do {
-			int w = snprintf(cand, cap, "%s_%lu", orig[norig - 1],
-					 ++*k);
-
-			if (w < 0 || (size_t)w >= cap) {
-				rc = -ENAMETOOLONG;
-				break;
-			}
-		} while (strset_has(&taken, cand));
+			rc = candidate(cand, cap, orig[norig - 1], ++*k);
+		} while (!rc && strset_has(&taken, cand));
 		if (rc)
 			break;
 		strcpy(names[i], cand);

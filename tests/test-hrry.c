@@ -2600,19 +2600,24 @@ Test(hrry, zarr_export_keeps_long_kv_keys_whole)
  * zarr export --from FILE.hrry cut a tensor's name at 255 bytes in its
  * _tensord_name, which docs/zarr.md gives as the tensor's own name: a
  * Hurray name may be longer (u16 length). The node's folder name is
- * cut, as a file name must be; _tensord_name is whole.
+ * cut, as a file name must be; _tensord_name is whole. A second name
+ * with the same first 255 bytes made the export fail ("File name too
+ * long", nothing written): its suffix went past them. Its base is cut
+ * for the suffix now.
  */
 Test(hrry, zarr_export_keeps_a_long_tensor_name_whole)
 {
 	enum { N = 300 };
-	static char a[N + 1];
-	const char *names[] = {a, NULL};
+	static char a[N + 1], b[N + 1];
+	const char *names[] = {a, b, NULL};
 	char path[] = "/tmp/td-hrry-XXXXXX", dir[64], zj[64 + 300], *out;
 	char *rm[] = {"/bin/rm", "-rf", dir, NULL};
 	struct tu_daemon none = {.sock = "/nonexistent"};
 	struct json_object *root, *attrs, *v;
 
 	memset(a, 'n', N);
+	memset(b, 'n', N);
+	b[N - 1] = 'b';
 	u3_file(path, names);
 	snprintf(dir, sizeof(dir), "%s.zarr", path);
 	cr_assert_eq(tu_tensorctl(&none, &out, "zarr", "export", dir, "--from",
@@ -2626,6 +2631,13 @@ Test(hrry, zarr_export_keeps_a_long_tensor_name_whole)
 	cr_assert(json_object_object_get_ex(attrs, "_tensord_name", &v));
 	cr_assert_eq(json_object_get_string_len(v), N);
 	cr_assert_str_eq(json_object_get_string(v), a);
+	json_object_put(root);
+	snprintf(zj, sizeof(zj), "%s/%.253s_1/zarr.json", dir, b);
+	root = json_object_from_file(zj);
+	cr_assert_not_null(root, "no array at the name cut for its suffix");
+	cr_assert(json_object_object_get_ex(root, "attributes", &attrs));
+	cr_assert(json_object_object_get_ex(attrs, "_tensord_name", &v));
+	cr_assert_str_eq(json_object_get_string(v), b);
 	json_object_put(root);
 	cr_expect_eq(tu_run_capture(rm, &out), 0);
 	free(out);

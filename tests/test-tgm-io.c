@@ -848,10 +848,28 @@ Test(tgm_io, duplicate_names_get_suffixes_without_collisions)
 	            (const char *const[]){"x", "x_1", "x_2", "x_3"}, 4);
 	unique_case((const char *const[]){"a", "b", "a", "b", "a"},
 	            (const char *const[]){"a", "b", "a_1", "b_1", "a_2"}, 5);
+	/* a candidate past cap - 1 bytes has its base cut for its suffix
+	 * (a file name's 255 bytes); only a suffix that cannot fit fails */
 	{
-		char a[4] = "abc", b[4] = "abc", *n[2] = {a, b};
-		cr_expect_eq(td_tgm_names_unique(n, 2, sizeof(a)),
-		             -ENAMETOOLONG);
+		char a[4] = "abc", b[4] = "abc", c[4] = "abc";
+		char *n[3] = {a, b, c};
+
+		cr_expect_eq(td_tgm_names_unique(n, 3, sizeof(a)), 0);
+		cr_expect_str_eq(a, "abc");
+		cr_expect_str_eq(b, "a_1");
+		cr_expect_str_eq(c, "a_2");
+		strcpy(b, "abc");
+		cr_expect_eq(td_tgm_names_unique(n, 2, 3), -ENAMETOOLONG);
+	}
+	{
+		/* never inside a UTF-8 character: "xé" is 78 c3 a9 */
+		char a[8] = "x\xc3\xa9y", b[8] = "x\xc3\xa9y", *n[2] = {a, b};
+
+		cr_expect_eq(td_tgm_names_unique(n, 2, 5), 0);
+		cr_expect_str_eq(b, "x_1");
+		strcpy(b, a);
+		cr_expect_eq(td_tgm_names_unique(n, 2, 6), 0);
+		cr_expect_str_eq(b, "x\xc3\xa9_1");
 	}
 }
 

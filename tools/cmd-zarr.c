@@ -446,7 +446,8 @@ static int unique_names(struct zset *z)
 		return -ENOMEM;
 	for (size_t i = 0; i < z->n; i++)
 		names[i] = z->s[i].a.name;
-	rc = td_tgm_names_unique(names, z->n, sizeof(z->s->a.name));
+	/* a file name's 255 bytes, suffix included (the base is cut) */
+	rc = td_tgm_names_unique(names, z->n, TD_ZARR_NAME_MAX + 1);
 	free(names);
 	return rc;
 }
