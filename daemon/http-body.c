@@ -321,8 +321,7 @@ int td__http_refs(struct td__http_ref **out, size_t *count, size_t *looks)
 		td_tgm_node_name(name, r->name, TD_ZARR_NAME_MAX + 1);
 		names[n++] = r->name;
 	}
-	/* 255 bytes with a suffix, as zarr export's (a file name's) */
-	rc = td_tgm_names_unique_seeded(names, n, TD_ZARR_NAME_MAX + 1,
+	rc = td_tgm_names_unique_seeded(names, n, sizeof(rs->name),
 					s->name_seed);
 	free(names);
 	if (rc < 0) {
