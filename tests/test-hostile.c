@@ -2201,6 +2201,12 @@ Test(hostile, tenants_pinning_the_cap_leave_the_operator_its_byte_reserve)
 	rc = wdo(&b, W_PIN_NEW, "h/b", 256 << 10, 1, why, sizeof(why));
 	cr_assert_eq(rc, -ENOSPC, "%d %s", rc, why);
 	cr_assert(strstr(why, "reserve of bytes"), "%s", why);
+	/* nor may it put a ring's slots there */
+	rc = wdo(&b, W_RING, "h/ring", 256 << 10, 1, why, sizeof(why));
+	cr_assert_eq(rc, -ENOSPC, "%d %s", rc, why);
+	cr_assert(strstr(why, "RING_CREATE") &&
+			  strstr(why, "reserve of bytes"),
+		  "%s", why);
 	/* root has the reserve: an ALLOC and PUBLISH of most of it */
 	rc = put_bytes(c, "r/op", reserve / 2, 0x42, &e);
 	cr_assert_eq(rc, 0, "root put in the reserve: %d %s", rc, e.reason);
