@@ -474,6 +474,17 @@ int td__peer_is_other_end(const struct td__peer *p, int fd);
 
 /* Root and the daemon's own uid: the reserve is theirs, no default limits. */
 bool td__uid_is_admin(uid_t uid);
+/*
+ * The bytes of --max-bytes kept for root and the daemon's own uid
+ * (docs/policy.md §4): 1/16 of the cap, at most 1 GiB; none without a
+ * cap. Other uids' charges stop at max_bytes less this.
+ */
+#define TD__BYTES_RESERVE_MAX (1ull << 30)
+static inline uint64_t td__byte_reserve(uint64_t max_bytes)
+{
+	return max_bytes / 16 < TD__BYTES_RESERVE_MAX ? max_bytes / 16
+						      : TD__BYTES_RESERVE_MAX;
+}
 /* Compute the defaults; fds_open: the daemon's own descriptors now (the
  * HTTP store's are added). 0, or -EMFILE (logged) when the limit cannot
  * hold --http-max-connections. */

@@ -71,11 +71,18 @@ void td__acct_sub_uid(struct td__store *s, uid_t uid, uint64_t n)
 	if (u->bytes == 0)
 		*u = s->uids[--s->nuids];
 }
-/* Would n more bytes charged to uid fit --max-bytes and uid's quota? */
+uint64_t td__acct_cap(const struct td__store *s, uid_t uid)
+{
+	uint64_t max = s->d->opts.max_bytes;
+
+	return td__uid_is_admin(uid) ? max : max - td__byte_reserve(max);
+}
+
+/* Would n more bytes charged to uid fit its part of --max-bytes (the
+ * reserve kept from tenants) and uid's quota? */
 bool td__acct_fits(const struct td__store *s, uid_t uid, uint64_t n)
 {
-	const struct td__daemon *d = s->d;
-	uint64_t max = d->opts.max_bytes, t = s->total;
+	uint64_t max = td__acct_cap(s, uid), t = s->total;
 	uint64_t qmax = td__tenant_quota(uid);
 	uint64_t mine = td__acct_bytes(s, uid);
 

@@ -702,8 +702,8 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 			const struct td__version *old, bool dry,
 			struct td__room *why)
 {
-	struct td__daemon *d = s->d;
-	uint64_t max = d->opts.max_bytes;
+	/* uids but root and the daemon's stop short of the byte reserve */
+	uint64_t max = td__acct_cap(s, uid);
 	uint64_t qmax = td__tenant_quota(uid);
 	uint64_t total, mine, fair;
 	int rc = 0;
@@ -756,6 +756,8 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 			why->rc = rc = over_uid ? -EDQUOT : -ENOSPC;
 			why->limit = over_uid ? qmax : max;
 			why->in_use = over_uid ? mine : total;
+			why->reserve =
+				over_uid ? 0 : s->d->opts.max_bytes - max;
 			break;
 		}
 		lru->evict = true;
@@ -815,6 +817,20 @@ void td__room_reason(char *buf, size_t n, const char *op, uint64_t add,
 {
 	const char *what = r->rc == -EDQUOT ? "the uid quota" : "--max-bytes";
 
+	if (r->rc == -ENOSPC && r->reserve && add <= r->limit + r->reserve) {
+		/* a tenant at --max-bytes less the operator's reserve */
+		snprintf(buf, n, "%s of %llu bytes: the daemon is down to its "
+				 "reserve of bytes (%llu in use, %llu of "
+				 "--max-bytes %llu kept for root and its own "
+				 "uid) and nothing more can be evicted (what "
+				 "is held is leased, pinned or not yet "
+				 "published)",
+			 op, (unsigned long long)add,
+			 (unsigned long long)r->in_use,
+			 (unsigned long long)r->reserve,
+			 (unsigned long long)(r->limit + r->reserve));
+		return;
+	}
 	/* more than the limit itself: no eviction could make room, and
 	 * "0 in use of L and nothing more can be evicted (what is held is
 	 * leased, ...)" sent the user looking for leases */
@@ -822,7 +838,7 @@ void td__room_reason(char *buf, size_t n, const char *op, uint64_t add,
 		snprintf(buf, n, "%s of %llu bytes is more than %s itself "
 				 "(%llu)",
 			 op, (unsigned long long)add, what,
-			 (unsigned long long)r->limit);
+			 (unsigned long long)(r->limit + r->reserve));
 	else
 		snprintf(buf, n, "%s of %llu bytes exceeds %s (%llu in use "
 				 "of %llu) and nothing more can be evicted "

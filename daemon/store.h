@@ -501,6 +501,7 @@ void td__notify_name(struct td__store *s, uint32_t event,
 struct td__room {
 	int rc; /* -ENOSPC (--max-bytes) or -EDQUOT (uid quota) */
 	uint64_t limit, in_use;
+	uint64_t reserve; /* -ENOSPC: the byte reserve kept from uid */
 };
 
 int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
@@ -534,6 +535,9 @@ void td__acct_unpick_all(struct td__store *s);
 uint64_t td__acct_fair_share(const struct td__store *s, uid_t uid);
 /* Would n more bytes charged to uid fit --max-bytes and uid's quota? */
 bool td__acct_fits(const struct td__store *s, uid_t uid, uint64_t n);
+/* What uid may fill of --max-bytes: all of it for root and the daemon's
+ * uid, less the byte reserve for the others; 0 = unlimited. */
+uint64_t td__acct_cap(const struct td__store *s, uid_t uid);
 /* Would add more bytes (freed fewer) pass --max-bytes? */
 bool td__acct_over_max(const struct td__store *s, uint64_t add,
 		       uint64_t freed);

@@ -3,8 +3,9 @@
  * Per-uid limits on what a client can make the daemon hold (issue 18,
  * docs/policy.md §5): connections, descriptors, leases, bytes pinned by
  * leases on other uids' versions, watches, parked GETs, rings and queued
- * reply bytes; and the daemon's reserve of descriptors, kept for root and
- * its own uid so that an operator can still list, put and get, and the
+ * reply bytes; and the daemon's reserves of descriptors, ring slots and
+ * bytes (td__byte_reserve, charged in quota.c), kept for root and its
+ * own uid so that an operator can still list, put and get, and the
  * offenders' connections can still be closed, whatever the tenants hold.
  *
  * Each uid's counts live in a small table (linear search: uids are few,
@@ -351,10 +352,13 @@ int td__tenants_init(struct td__daemon *d, unsigned fds_open)
 			T.dflt[k] = d->opts.uid_limit[k];
 	td__log(TD_LOG_INFO,
 		"descriptors: limit %llu, %llu kept for root and uid %u; "
+		"bytes: --max-bytes %llu, %llu kept for them; "
 		"each other uid without a limit line: conns %llu, fds %llu, "
 		"leases %llu, pinned %llu, bytes %llu",
 		(unsigned long long)T.fd_limit,
 		(unsigned long long)T.fd_reserve, (unsigned)geteuid(),
+		(unsigned long long)d->opts.max_bytes,
+		(unsigned long long)td__byte_reserve(d->opts.max_bytes),
 		(unsigned long long)T.dflt[TD__LIM_CONNS],
 		(unsigned long long)T.dflt[TD__LIM_FDS],
 		(unsigned long long)T.dflt[TD__LIM_LEASES],

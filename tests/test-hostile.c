@@ -527,13 +527,15 @@ static struct td_client *cli(void)
 	return c;
 }
 
-/* Put len bytes of byte b under name; 0 or -errno (reason in e). */
-static int put_bytes(struct td_client *c, const char *name, size_t len,
-		     uint8_t b, struct td_error *e)
+/* Put len bytes of byte b under name, with PUBLISH flags; 0 or -errno
+ * (reason in e). */
+static int put_flags(struct td_client *c, const char *name, size_t len,
+		     uint8_t b, uint32_t flags, struct td_error *e)
 {
 	uint64_t shape[1] = {len};
 	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
-			       .ndim = 1, .shape = shape, .fence_fd = -1};
+			       .ndim = 1, .shape = shape, .fence_fd = -1,
+			       .flags = flags};
 	uint8_t *buf = malloc(len ? len : 1);
 	int rc;
 
@@ -543,6 +545,12 @@ static int put_bytes(struct td_client *c, const char *name, size_t len,
 	rc = td_client_put(c, &p, buf, len, NULL, e);
 	free(buf);
 	return rc;
+}
+
+static int put_bytes(struct td_client *c, const char *name, size_t len,
+		     uint8_t b, struct td_error *e)
+{
+	return put_flags(c, name, len, b, 0, e);
 }
 
 static long now_us(void)
@@ -739,6 +747,7 @@ enum {
 	W_SUBSCRIBE_FD, /* W_SUBSCRIBE, then its wake fd (RING_WAKE), kept */
 	W_GET_WAIT,    /* a GET of name that waits for its first version */
 	W_GET_EXACT,   /* a GET of version `size` of name, kept */
+	W_PIN_NEW,     /* put NAME0 .. NAME<count-1>, pinned */
 	W_EXIT
 };
 
@@ -908,6 +917,12 @@ static void worker_main(const struct tu_daemon *td, void *arg)
 				r.rc = td_client_get_newer(cc, m.name, 0, -1,
 							   &held[nheld], &e);
 				nheld += r.rc == 0;
+			} else if (m.op == W_PIN_NEW) {
+				char n[80];
+
+				snprintf(n, sizeof(n), "%s%u", m.name, r.done);
+				r.rc = put_flags(cc, n, m.size, m.byte,
+						 TD_PUBLISH_PIN, &e);
 			} else if (m.op == W_FOLLOW) {
 				struct td_follow *f;
 
@@ -2139,6 +2154,69 @@ Test(hostile, unpublished_allocs_of_one_uid_cannot_take_the_cap)
 		     e.reason);
 	victim_works("victim/allocs", "unpublished allocs");
 	worker_stop(&w);
+	td_client_close(c);
+	stop();
+	unlink(policy_path);
+}
+
+/*
+ * The byte reserve (docs/policy.md §4): tenants that pin what they
+ * publish (write permission suffices), with no quota of their own,
+ * filled --max-bytes, and root could allocate nothing until it deleted
+ * their tensors. Now they stop at the cap less 1/16 of it, refused
+ * naming the reserve, and root allocates and publishes within it.
+ */
+Test(hostile, tenants_pinning_the_cap_leave_the_operator_its_byte_reserve)
+{
+	const uint64_t cap = 8 * MiB, reserve = cap / 16;
+	struct td_client *c;
+	struct worker a, b;
+	struct td_error e = {0};
+	char why[TD_WIRE_MAX_REASON + 1];
+	uint64_t total, mine;
+	int rc;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow any rw h/\n"
+			     "quota uid=65534 0\nquota uid=60001 0\n",
+			     "--max-bytes", "8M"),
+		 0, "info");
+	worker_start(&a, NOBODY, 1);
+	worker_start(&b, 60001, 1);
+	/* 256 KiB pinned tensors until refused: the 30th does not fit
+	 * 7.5 MiB with the metadata of 29 */
+	wsend(&a, W_PIN_NEW, "h/a", 256 << 10, 64);
+	rc = wresult(&a, why, sizeof(why));
+	cr_assert_eq(rc, -ENOSPC, "%d %s", rc, why);
+	cr_assert(strstr(why, "reserve of bytes"), "%s", why);
+	cr_assert(strstr(why, "524288 of --max-bytes 8388608 kept for root"),
+		  "%s", why);
+	c = cli();
+	cr_assert_leq(uid_bytes(c, NOBODY, &total), cap - reserve);
+	cr_assert_gt(total + (256 << 10), cap - reserve, "%llu",
+		     (unsigned long long)total);
+	/* another tenant, within its fair share, cannot evict what is
+	 * pinned and is refused alike */
+	rc = wdo(&b, W_PIN_NEW, "h/b", 256 << 10, 1, why, sizeof(why));
+	cr_assert_eq(rc, -ENOSPC, "%d %s", rc, why);
+	cr_assert(strstr(why, "reserve of bytes"), "%s", why);
+	/* nor may it put a ring's slots there */
+	rc = wdo(&b, W_RING, "h/ring", 256 << 10, 1, why, sizeof(why));
+	cr_assert_eq(rc, -ENOSPC, "%d %s", rc, why);
+	cr_assert(strstr(why, "RING_CREATE") &&
+			  strstr(why, "reserve of bytes"),
+		  "%s", why);
+	/* root has the reserve: an ALLOC and PUBLISH of most of it */
+	rc = put_bytes(c, "r/op", reserve / 2, 0x42, &e);
+	cr_assert_eq(rc, 0, "root put in the reserve: %d %s", rc, e.reason);
+	cr_assert(holds("r/op", 0x42));
+	mine = uid_bytes(c, 0, &total);
+	cr_assert_geq(mine, reserve / 2);
+	cr_assert_gt(total, cap - reserve, "root's bytes are past the line");
+	victim_works("victim/bytes", "tenants pinning the cap");
+	worker_stop(&a);
+	worker_stop(&b);
 	td_client_close(c);
 	stop();
 	unlink(policy_path);
