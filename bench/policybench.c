@@ -130,7 +130,8 @@ static uint64_t run_lists(const char *sock, unsigned lists, size_t want,
 	waitpid(pid, &st, 0);
 	*cpu = (bench_cpu_ns(dpid) - c0) / lists;
 	if (!med)
-		die("LIST", "a LIST as nobody failed or listed the wrong count");
+		die("LIST", "a LIST as nobody failed or listed the wrong "
+			    "count");
 	return med;
 }
 
@@ -152,7 +153,8 @@ int main(int argc, char **argv)
 		{"tensord", required_argument, NULL, 't'},
 		{NULL, 0, NULL, 0}};
 	const char *tensord = TD_POLICYBENCH_TENSORD_DEFAULT;
-	unsigned names = 15000, rules = 1024, lists = 5, rounds = 3, reloads = 0;
+	unsigned names = 15000, rules = 1024, lists = 5, rounds = 3;
+	unsigned reloads = 0;
 	char dir[64], sock[128], logp[128], pol[128], small[128], large[128];
 	double med[2][MAX_ROUNDS], cpu[2][MAX_ROUNDS], ratio[MAX_ROUNDS];
 	struct td_client *c;
@@ -235,8 +237,8 @@ int main(int argc, char **argv)
 	}
 	printf("%u names, LIST as nobody, %u LISTs a round, %u rounds\n",
 	       names, lists, rounds);
-	printf("| policy | rules | LIST median (ms) | daemon CPU per LIST (ms) |\n"
-	       "|---|---:|---:|---:|\n");
+	printf("| policy | rules | LIST median (ms) | daemon CPU per LIST "
+	       "(ms) |\n|---|---:|---:|---:|\n");
 	for (int ph = 0; ph < 2; ph++)
 		printf("| %s | %u | %.2f | %.2f |\n", ph ? "large" : "small",
 		       ph ? rules : 1, bench_median_d(med[ph], rounds) / 1e6,

@@ -518,7 +518,8 @@ static bool grant_has(const struct td__policy *pol,
 		size_t mid = lo + (hi - lo) / 2;
 
 		STEP();
-		if (g[mid].kind < kind || (g[mid].kind == kind && g[mid].id < id))
+		if (g[mid].kind < kind ||
+		    (g[mid].kind == kind && g[mid].id < id))
 			lo = mid + 1;
 		else
 			hi = mid;

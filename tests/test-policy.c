@@ -136,7 +136,27 @@ static void parse_ok(const char *text, struct td__policy *pol)
 	cr_assert_eq(rc, 0, "line %u: %s", line, why ? why : "");
 }
 
-/* Every client, permission set and name against the reference. */
+/* Every permission set for one client and name against the reference. */
+static unsigned check_name(const struct td__policy *pol,
+			   const struct td__cred *c, const char *name)
+{
+	size_t len = strlen(name);
+
+	for (unsigned perm = 0; perm < 9; perm++) {
+		bool want = ref_allows(pol, c, perm, name, len);
+		bool got = td__policy_allows(pol, c, perm, name, len);
+
+		cr_assert_eq(got, want,
+			     "uid %u gid %u (%u groups) perm %u \"%s\": "
+			     "trie %d, linear %d (%u rules)",
+			     c ? c->uid : 0, c ? c->gid : 0,
+			     c ? c->ngroups : 0, perm, name, got, want,
+			     pol->nrules);
+	}
+	return 9;
+}
+
+/* Random clients and names (HTTP readers too) against the reference. */
 static unsigned check_policy(const struct td__policy *pol, unsigned ids)
 {
 	unsigned checked = 0;
@@ -150,29 +170,15 @@ static unsigned check_policy(const struct td__policy *pol, unsigned ids)
 			groups[g] = rnd(ids);
 		for (unsigned k = 0; k < 40; k++) {
 			char name[16];
-			size_t len;
+			unsigned r = pol->nrules ? rnd(pol->nrules) : 0;
 
 			if (k == 0)
 				name[0] = 0; /* "" */
 			else if (k < 4 && pol->nrules)
-				/* a rule's prefix exactly */
-				strcpy(name, pol->rules[rnd(pol->nrules)].prefix);
+				strcpy(name, pol->rules[r].prefix);
 			else
 				rnd_prefix(name, 9);
-			len = strlen(name);
-			for (unsigned perm = 0; perm < 9; perm++) {
-				bool want = ref_allows(pol, cp, perm, name, len);
-				bool got = td__policy_allows(pol, cp, perm, name,
-							     len);
-
-				cr_assert_eq(got, want,
-					     "uid %u gid %u (%u groups) perm %u "
-					     "\"%s\": trie %d, linear %d (%u rules)",
-					     cp ? c.uid : 0, cp ? c.gid : 0,
-					     cp ? c.ngroups : 0, perm, name, got,
-					     want, pol->nrules);
-				checked++;
-			}
+			checked += check_name(pol, cp, name);
 		}
 	}
 	return checked;
@@ -184,7 +190,8 @@ Test(policy, the_trie_answers_exactly_as_the_linear_scan_did)
 
 	for (unsigned round = 0; round < 400; round++) {
 		/* few ids: rules of one client pile up on one prefix */
-		unsigned n = round < 380 ? rnd(40) : 1 + rnd(TD__POLICY_MAX_RULES);
+		unsigned n = round < 380 ? rnd(40)
+					 : 1 + rnd(TD__POLICY_MAX_RULES);
 		unsigned ids = 2 + rnd(6);
 		char *text = rnd_policy(n, ids);
 		struct td__policy pol;
