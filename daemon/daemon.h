@@ -831,9 +831,36 @@ struct td__limit {
 	uint64_t value;
 };
 
+/*
+ * The allow rules compiled at parse time into a trie of their prefixes
+ * (td__policy_allows walks the name's bytes, not the rules). A node's
+ * grant masks hold bit q (q = a TD__PERM_* set, 0..7) when one rule ending
+ * there has every bit of q: r and w lines stay two rules, as in §3.
+ */
+struct td__pnode {
+	uint32_t child;   /* first child; 0 = none (the root is node 0) */
+	uint32_t sibling; /* next child of the same parent; 0 = none */
+	uint32_t grant;   /* first of its uid/gid grants in pol->grants */
+	uint16_t ngrant;
+	uint8_t byte;     /* the prefix byte that leads here */
+	uint8_t any;      /* grant mask of its `any` rules */
+	uint8_t http;     /* grant mask of its `http` rules */
+};
+
+/* A node's uid and gid rules, sorted by (kind, id), masks merged. */
+struct td__grant {
+	uint32_t id;
+	uint8_t kind; /* TD__WHO_UID or TD__WHO_GID */
+	uint8_t mask; /* grant mask, as struct td__pnode's */
+};
+
 struct td__policy {
 	struct td__rule *rules;
 	unsigned nrules;
+	struct td__pnode *nodes; /* the trie of the rules' prefixes */
+	unsigned nnodes;
+	struct td__grant *grants;
+	unsigned ngrants;
 	struct td__quota *quotas;
 	unsigned nquotas;
 	struct td__limit *limits;
@@ -858,7 +885,8 @@ int td__policy_parse(const char *buf, size_t len, struct td__policy *pol,
 void td__policy_fini(struct td__policy *pol);
 /* Read and parse path, logging the reason on failure. 0 or -errno. */
 int td__policy_load(const char *path, struct td__policy *pol);
-/* Does a rule grant every bit of perm on name to c? */
+/* Does a rule grant every bit of perm on name to c? O(len) trie walk,
+ * plus a binary search of each node's grants for c's uid and gids. */
 bool td__policy_allows(const struct td__policy *pol,
 		       const struct td__cred *c, unsigned perm,
 		       const char *name, size_t len);

@@ -219,6 +219,120 @@ static int parse_line(struct td__policy *pol, const struct tok *t,
 	return -EINVAL;
 }
 
+/* ---- the compiled matcher (docs/policy.md §3, "Matching") ---- */
+
+#ifdef TD__POLICY_STEPS
+/* tests only: trie nodes and grants looked at by td__policy_allows */
+unsigned long long td__policy_steps;
+#define STEP() (td__policy_steps++)
+#else
+#define STEP() ((void)0)
+#endif
+
+/* A uid or gid rule waiting for its node's run of grants. */
+struct pend {
+	uint32_t node;
+	uint32_t id;
+	uint8_t kind;
+	uint8_t mask;
+};
+
+static int pend_cmp(const void *a, const void *b)
+{
+	const struct pend *x = a, *y = b;
+
+	if (x->node != y->node)
+		return x->node < y->node ? -1 : 1;
+	if (x->kind != y->kind)
+		return x->kind < y->kind ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Bit q set for every perm set q (0..7) that a rule of perm grants whole. */
+static uint8_t grant_mask(unsigned perm)
+{
+	uint8_t m = 0;
+
+	for (unsigned q = 0; q < 8; q++)
+		if ((perm & q) == q)
+			m |= (uint8_t)(1u << q);
+	return m;
+}
+
+/* The node of prefix p, made (with the nodes on its way) if need be. */
+static uint32_t trie_insert(struct td__policy *pol, const char *p,
+			    size_t len)
+{
+	uint32_t n = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		uint32_t c = pol->nodes[n].child;
+
+		while (c && pol->nodes[c].byte != (uint8_t)p[i])
+			c = pol->nodes[c].sibling;
+		if (!c) {
+			c = pol->nnodes++;
+			pol->nodes[c] = (struct td__pnode){
+				.sibling = pol->nodes[n].child,
+				.byte = (uint8_t)p[i]};
+			pol->nodes[n].child = c;
+		}
+		n = c;
+	}
+	return n;
+}
+
+/* Build pol's trie from its rules: at most 1 + the sum of the prefix
+ * lengths nodes, one grant per uid/gid rule. 0 or -ENOMEM. */
+static int policy_compile(struct td__policy *pol)
+{
+	size_t cap = 1, nr = pol->nrules ? pol->nrules : 1;
+	struct pend *pend;
+	unsigned np = 0;
+
+	for (unsigned i = 0; i < pol->nrules; i++)
+		cap += pol->rules[i].len;
+	pol->nodes = calloc(cap, sizeof(*pol->nodes));
+	pol->grants = calloc(nr, sizeof(*pol->grants));
+	pend = calloc(nr, sizeof(*pend));
+	if (!pol->nodes || !pol->grants || !pend) {
+		free(pend);
+		return -ENOMEM;
+	}
+	pol->nnodes = 1;
+	for (unsigned i = 0; i < pol->nrules; i++) {
+		const struct td__rule *r = &pol->rules[i];
+		uint32_t n = trie_insert(pol, r->prefix, r->len);
+		uint8_t m = grant_mask(r->perm);
+
+		if (r->kind == TD__WHO_ANY)
+			pol->nodes[n].any |= m;
+		else if (r->kind == TD__WHO_HTTP)
+			pol->nodes[n].http |= m;
+		else
+			pend[np++] = (struct pend){n, r->id, r->kind, m};
+	}
+	qsort(pend, np, sizeof(*pend), pend_cmp);
+	for (unsigned i = 0; i < np; i++) {
+		struct td__pnode *nd = &pol->nodes[pend[i].node];
+		struct td__grant *g = &pol->grants[pol->ngrants];
+
+		/* the same uid or gid again at this node: one grant */
+		if (nd->ngrant && g[-1].kind == pend[i].kind &&
+		    g[-1].id == pend[i].id) {
+			g[-1].mask |= pend[i].mask;
+			continue;
+		}
+		if (!nd->ngrant)
+			nd->grant = pol->ngrants;
+		*g = (struct td__grant){pend[i].id, pend[i].kind, pend[i].mask};
+		pol->ngrants++;
+		nd->ngrant++;
+	}
+	free(pend);
+	return 0;
+}
+
 int td__policy_parse(const char *buf, size_t len, struct td__policy *pol,
 		     unsigned *line, const char **why)
 {
@@ -290,6 +404,12 @@ int td__policy_parse(const char *buf, size_t len, struct td__policy *pol,
 			goto fail;
 	}
 	*line = 0;
+	/* the matcher's trie, part of the policy: a reload swaps both */
+	rc = policy_compile(pol);
+	if (rc < 0) {
+		*why = "out of memory";
+		goto fail;
+	}
 	return 0;
 fail:
 	td__policy_fini(pol);
@@ -301,6 +421,8 @@ void td__policy_fini(struct td__policy *pol)
 	if (!pol)
 		return;
 	free(pol->rules);
+	free(pol->nodes);
+	free(pol->grants);
 	free(pol->quotas);
 	free(pol->limits);
 	*pol = (struct td__policy){0};
@@ -384,19 +506,76 @@ static bool who_matches(const struct td__rule *r, const struct td__cred *c)
 	}
 }
 
+/* Does nd's run of grants give kind id the grant bit? Binary search. */
+static bool grant_has(const struct td__policy *pol,
+		      const struct td__pnode *nd, uint8_t kind, uint32_t id,
+		      unsigned bit)
+{
+	const struct td__grant *g = pol->grants + nd->grant;
+	size_t lo = 0, hi = nd->ngrant;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		STEP();
+		if (g[mid].kind < kind ||
+		    (g[mid].kind == kind && g[mid].id < id))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < nd->ngrant && g[lo].kind == kind && g[lo].id == id &&
+	       (g[lo].mask & bit);
+}
+
+/* Does a rule ending at nd grant bit to c (NULL: an HTTP reader)? */
+static bool node_grants(const struct td__policy *pol,
+			const struct td__pnode *nd, const struct td__cred *c,
+			unsigned bit)
+{
+	STEP();
+	if (!c)
+		return nd->http & bit;
+	if (nd->any & bit)
+		return true;
+	if (!nd->ngrant)
+		return false;
+	if (grant_has(pol, nd, TD__WHO_UID, (uint32_t)c->uid, bit) ||
+	    grant_has(pol, nd, TD__WHO_GID, (uint32_t)c->gid, bit))
+		return true;
+	for (unsigned i = 0; i < c->ngroups; i++)
+		if (grant_has(pol, nd, TD__WHO_GID, (uint32_t)c->groups[i],
+			      bit))
+			return true;
+	return false;
+}
+
 bool td__policy_allows(const struct td__policy *pol,
 		       const struct td__cred *c, unsigned perm,
 		       const char *name, size_t len)
 {
-	for (unsigned i = 0; i < pol->nrules; i++) {
-		const struct td__rule *r = &pol->rules[i];
+	uint32_t n = 0;
+	unsigned bit;
 
-		if ((r->perm & perm) != perm || !who_matches(r, c))
-			continue;
-		if (len >= r->len && memcmp(name, r->prefix, r->len) == 0)
+	/* no rule has a bit above dmabuf; a zeroed policy has no trie */
+	if (perm > 7 || !pol->nodes)
+		return false;
+	bit = 1u << perm;
+	/* the nodes on the name's way are exactly its prefixes that some
+	 * rule names ("" first: `*`) */
+	for (size_t i = 0;; i++) {
+		const struct td__pnode *nd = &pol->nodes[n];
+
+		if (node_grants(pol, nd, c, bit))
 			return true;
+		if (i == len)
+			return false;
+		for (n = nd->child; n && pol->nodes[n].byte != (uint8_t)name[i];
+		     n = pol->nodes[n].sibling)
+			STEP();
+		if (!n)
+			return false;
 	}
-	return false;
 }
 
 bool td__policy_covers(const struct td__policy *pol,

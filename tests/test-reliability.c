@@ -948,6 +948,94 @@ static void reader_child(void *arg)
 	td_client_close(c);
 }
 
+/* The names of the large-policy LIST test, and which nobody may read. */
+#define BIG_NAMES 300
+
+static void big_name(unsigned i, char *out, size_t len)
+{
+	static const char *const dirs[] = {"n/", "m/", "w/", "d/", "h/", "x/"};
+
+	snprintf(out, len, "%s%u", dirs[i % 6], i / 6);
+}
+
+static bool big_readable(const char *name)
+{
+	/* uid=65534 r n/1, gid=65534 r m/; w/ write only, d/ dmabuf only,
+	 * h/ http only, x/ other uids' */
+	return strncmp(name, "n/1", 3) == 0 || strncmp(name, "m/", 2) == 0;
+}
+
+static void big_list_child(void *arg)
+{
+	struct td_client *c;
+	struct td_entry *list;
+	struct td_error e = {0};
+	size_t count, want = 0, k = 0;
+	int rc;
+
+	(void)arg;
+	for (unsigned i = 0; i < BIG_NAMES; i++) {
+		char name[32];
+
+		big_name(i, name, sizeof(name));
+		want += big_readable(name);
+	}
+	c = cli_try(&rc);
+	CK(c);
+	CK(td_client_list(c, "", &list, &count, &e) == 0);
+	CK(count == want);
+	for (size_t i = 0; i < count; i++)
+		k += big_readable(list[i].name);
+	CK(k == want);
+	td_entry_list_free(list, count);
+	/* a prefix LIST goes through the same check */
+	CK(td_client_list(c, "n/", &list, &count, &e) == 0);
+	for (size_t i = 0; i < count; i++)
+		CK(strncmp(list[i].name, "n/1", 3) == 0);
+	CK(count > 0);
+	td_entry_list_free(list, count);
+	td_client_close(c);
+}
+
+/*
+ * A LIST under a policy of TD__POLICY_MAX_RULES lines, most of them other
+ * uids' on overlapping prefixes (the matcher is a trie of them, policy.c),
+ * shows exactly the names the few lines naming nobody let it read.
+ */
+Test(reliability, a_list_under_a_thousand_rules_shows_exactly_the_readable)
+{
+	static char text[TD__POLICY_MAX_RULES * 48];
+	static const char *const perms[] = {"r", "w", "rw", "dmabuf"};
+	size_t off = 0;
+	struct td_client *c;
+
+	if (!root())
+		cr_skip_test("needs root to act as a second uid");
+	off += (size_t)snprintf(text + off, sizeof(text) - off,
+				"allow uid=65534 r n/1\n"
+				"allow gid=65534 r m/\n"
+				"allow uid=65534 w w/\n"
+				"allow any dmabuf d/\n"
+				"allow http r h/\n");
+	for (unsigned i = 5; i < TD__POLICY_MAX_RULES; i++)
+		off += (size_t)snprintf(
+			text + off, sizeof(text) - off, "allow %s=%u %s %s\n",
+			i % 2 ? "uid" : "gid", 1000 + i % 50, perms[i % 4],
+			i % 7 == 0 ? "*" : i % 3 ? "x/" : "n/");
+	start(with_policy(text), 0, 0);
+	c = cli();
+	for (unsigned i = 0; i < BIG_NAMES; i++) {
+		char name[32];
+
+		big_name(i, name, sizeof(name));
+		cr_assert_eq(put(c, name, 8, 0), 0, "%s", name);
+	}
+	as_nobody(big_list_child, NULL);
+	td_client_close(c);
+	stop();
+	unlink(policy_path);
+}
+
 Test(reliability, a_uid_without_any_write_rule_cannot_alloc)
 {
 	if (!root())

@@ -1,0 +1,283 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The policy's compiled matcher (daemon/policy.c, docs/policy.md §3
+ * "Matching"): td__policy_allows walks a trie of the rules' prefixes, so a
+ * LIST of many names does not cost names × rules. Its answers must be
+ * exactly those of the linear scan it replaced (kept below as the
+ * reference: any rule with every bit of the permission, a WHO that
+ * matches the client and a prefix of the name), over random policies,
+ * clients, permissions and names; and the work per name must not grow
+ * with the number of rules (a step counter compiled into this test's
+ * copy of policy.c only, TD__POLICY_STEPS). No timing is asserted.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+
+/* policy.c logs through these; the tests have no daemon loop */
+int td__log_level = TD_LOG_ERROR;
+struct td__daemon *td__d;
+extern unsigned long long td__policy_steps;
+
+void td__log(int level, const char *fmt, ...)
+{
+	(void)level;
+	(void)fmt;
+}
+
+/* ---- the reference: the linear evaluator the trie replaced ---- */
+
+static bool ref_who(const struct td__rule *r, const struct td__cred *c)
+{
+	if (!c || r->kind == TD__WHO_HTTP)
+		return !c && r->kind == TD__WHO_HTTP;
+	switch (r->kind) {
+	case TD__WHO_ANY:
+		return true;
+	case TD__WHO_UID:
+		return r->id == (uint32_t)c->uid;
+	default:
+		if (r->id == (uint32_t)c->gid)
+			return true;
+		for (unsigned i = 0; i < c->ngroups; i++)
+			if (r->id == (uint32_t)c->groups[i])
+				return true;
+		return false;
+	}
+}
+
+static bool ref_allows(const struct td__policy *pol,
+		       const struct td__cred *c, unsigned perm,
+		       const char *name, size_t len)
+{
+	for (unsigned i = 0; i < pol->nrules; i++) {
+		const struct td__rule *r = &pol->rules[i];
+
+		if ((r->perm & perm) != perm || !ref_who(r, c))
+			continue;
+		if (len >= r->len && memcmp(name, r->prefix, r->len) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* ---- random policies ---- */
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static unsigned rnd(unsigned n)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (unsigned)(rng % n);
+}
+
+/* A valid name prefix of 1..max bytes from a small alphabet, so that
+ * prefixes overlap and nest: no leading '/', no "//" (no '.' at all). */
+static void rnd_prefix(char *out, unsigned max)
+{
+	static const char abc[] = "ab1/";
+	unsigned len = 1 + rnd(max), i;
+
+	for (i = 0; i < len; i++) {
+		char ch = abc[rnd(4)];
+
+		if (ch == '/' && (i == 0 || out[i - 1] == '/'))
+			ch = 'a';
+		out[i] = ch;
+	}
+	out[i] = 0;
+}
+
+/* A policy text of n allow lines (and a quota, to show they mix). */
+static char *rnd_policy(unsigned n, unsigned ids)
+{
+	static const char *const perms[] = {"r", "w", "rw", "dmabuf"};
+	size_t cap = (size_t)n * 64 + 64, off = 0;
+	char *buf = malloc(cap);
+
+	cr_assert(buf);
+	off += (size_t)snprintf(buf + off, cap - off, "quota uid=1 1M\n");
+	for (unsigned i = 0; i < n; i++) {
+		char who[32], pfx[16];
+		unsigned k = rnd(8);
+		const char *perm = perms[rnd(4)];
+
+		if (k < 3)
+			snprintf(who, sizeof(who), "uid=%u", rnd(ids));
+		else if (k < 6)
+			snprintf(who, sizeof(who), "gid=%u", rnd(ids));
+		else if (k == 6)
+			snprintf(who, sizeof(who), "any");
+		else {
+			snprintf(who, sizeof(who), "http");
+			perm = "r";
+		}
+		if (rnd(16) == 0)
+			strcpy(pfx, "*");
+		else
+			rnd_prefix(pfx, 6);
+		off += (size_t)snprintf(buf + off, cap - off,
+					"allow %s %s %s\n", who, perm, pfx);
+	}
+	return buf;
+}
+
+static void parse_ok(const char *text, struct td__policy *pol)
+{
+	unsigned line;
+	const char *why = NULL;
+	int rc = td__policy_parse(text, strlen(text), pol, &line, &why);
+
+	cr_assert_eq(rc, 0, "line %u: %s", line, why ? why : "");
+}
+
+/* Every permission set for one client and name against the reference. */
+static unsigned check_name(const struct td__policy *pol,
+			   const struct td__cred *c, const char *name)
+{
+	size_t len = strlen(name);
+
+	for (unsigned perm = 0; perm < 9; perm++) {
+		bool want = ref_allows(pol, c, perm, name, len);
+		bool got = td__policy_allows(pol, c, perm, name, len);
+
+		cr_assert_eq(got, want,
+			     "uid %u gid %u (%u groups) perm %u \"%s\": "
+			     "trie %d, linear %d (%u rules)",
+			     c ? c->uid : 0, c ? c->gid : 0,
+			     c ? c->ngroups : 0, perm, name, got, want,
+			     pol->nrules);
+	}
+	return 9;
+}
+
+/* Random clients and names (HTTP readers too) against the reference. */
+static unsigned check_policy(const struct td__policy *pol, unsigned ids)
+{
+	unsigned checked = 0;
+
+	for (unsigned ci = 0; ci < 12; ci++) {
+		gid_t groups[4];
+		struct td__cred c = {rnd(ids), rnd(ids), groups, rnd(5)};
+		const struct td__cred *cp = ci == 0 ? NULL : &c; /* http */
+
+		for (unsigned g = 0; g < c.ngroups; g++)
+			groups[g] = rnd(ids);
+		for (unsigned k = 0; k < 40; k++) {
+			char name[16];
+			unsigned r = pol->nrules ? rnd(pol->nrules) : 0;
+
+			if (k == 0)
+				name[0] = 0; /* "" */
+			else if (k < 4 && pol->nrules)
+				strcpy(name, pol->rules[r].prefix);
+			else
+				rnd_prefix(name, 9);
+			checked += check_name(pol, cp, name);
+		}
+	}
+	return checked;
+}
+
+Test(policy, the_trie_answers_exactly_as_the_linear_scan_did)
+{
+	unsigned checked = 0, grants = 0;
+
+	for (unsigned round = 0; round < 400; round++) {
+		/* few ids: rules of one client pile up on one prefix */
+		unsigned n = round < 380 ? rnd(40)
+					 : 1 + rnd(TD__POLICY_MAX_RULES);
+		unsigned ids = 2 + rnd(6);
+		char *text = rnd_policy(n, ids);
+		struct td__policy pol;
+
+		parse_ok(text, &pol);
+		cr_assert_eq(pol.nrules, n);
+		grants += pol.ngrants;
+		checked += check_policy(&pol, ids);
+		td__policy_fini(&pol);
+		free(text);
+	}
+	cr_assert_gt(grants, 0);
+	cr_assert_gt(checked, 400u * 12 * 40 * 9 - 1);
+}
+
+Test(policy, separate_r_and_w_lines_do_not_make_one_rw_rule)
+{
+	struct td__policy pol;
+	struct td__cred u = {5, 5, NULL, 0};
+
+	/* the reference grants READ|WRITE only through one rule with both */
+	parse_ok("allow uid=5 r cam/\nallow uid=5 w cam/\n"
+		 "allow uid=5 rw both/\nallow any r x\nallow any w x\n",
+		 &pol);
+	cr_assert(td__policy_allows(&pol, &u, TD__PERM_READ, "cam/0", 5));
+	cr_assert(td__policy_allows(&pol, &u, TD__PERM_WRITE, "cam/0", 5));
+	cr_assert_not(td__policy_allows(&pol, &u,
+					TD__PERM_READ | TD__PERM_WRITE,
+					"cam/0", 5));
+	cr_assert(td__policy_allows(&pol, &u, TD__PERM_READ | TD__PERM_WRITE,
+				    "both/0", 6));
+	cr_assert_not(td__policy_allows(&pol, &u,
+					TD__PERM_READ | TD__PERM_WRITE, "x1",
+					2));
+	cr_assert_not(td__policy_allows(&pol, &u, TD__PERM_DMABUF, "both/0",
+					6));
+	td__policy_fini(&pol);
+}
+
+/* Steps to answer, for every name of a fixed set under n rules of the
+ * same random shape, a permission no rule grants (r, w and dmabuf at
+ * once): the walk goes as deep as the trie lets it for every name. */
+static unsigned long long steps_for(unsigned n, char (*names)[16],
+				    unsigned nnames)
+{
+	char *text;
+	struct td__policy pol;
+	struct td__cred c = {7, 7, NULL, 0};
+	unsigned long long before;
+
+	rng = 0x1234567u; /* the same rule mix for every n */
+	text = rnd_policy(n, 64);
+	parse_ok(text, &pol);
+	free(text);
+	before = td__policy_steps;
+	for (unsigned i = 0; i < nnames; i++)
+		cr_assert_not(td__policy_allows(
+			&pol, &c,
+			TD__PERM_READ | TD__PERM_WRITE | TD__PERM_DMABUF,
+			names[i], strlen(names[i])));
+	before = td__policy_steps - before;
+	td__policy_fini(&pol);
+	return before;
+}
+
+Test(policy, the_work_per_name_does_not_grow_with_the_rules)
+{
+	enum { NAMES = 2000 };
+	static char names[NAMES][16];
+	unsigned long long few, many;
+
+	rng = 0xabcdefu;
+	for (unsigned i = 0; i < NAMES; i++)
+		rnd_prefix(names[i], 12);
+	few = steps_for(64, names, NAMES);
+	many = steps_for(TD__POLICY_MAX_RULES, names, NAMES);
+	/* the linear scan looked at 64 and 1024 rules a name: 16x; the trie
+	 * looks at the nodes on the name's way (deeper ones where more
+	 * rules fill it in, up to the name's length) and binary-searches
+	 * their grants (log of the rules at one prefix): 2.3x here */
+	cr_assert_gt(few, 0);
+	cr_assert_lt(many, 4 * few, "64 rules: %llu steps, 1024: %llu", few,
+		     many);
+	cr_assert_lt(many * 8, (unsigned long long)NAMES * 1024);
+	/* and never more than a name's bytes allow: each byte is one node
+	 * and at most 4 siblings here, each node one check and at most
+	 * 2 binary searches of at most 11 probes (no groups) */
+	cr_assert_leq(many, (unsigned long long)NAMES * (13 * 5 + 13 * 23));
+}
