@@ -890,6 +890,9 @@ int td__policy_load(const char *path, struct td__policy *pol);
 bool td__policy_allows(const struct td__policy *pol,
 		       const struct td__cred *c, unsigned perm,
 		       const char *name, size_t len);
+/* Is c one of the WHO of rule r (c NULL: an HTTP reader, which only
+ * `http` lines name; those name nobody on the socket)? */
+bool td__policy_who(const struct td__rule *r, const struct td__cred *c);
 /* Does an `allow http` line grant reading name (HTTP readers)? */
 bool td__policy_allows_http(const struct td__policy *pol, const char *name,
 			    size_t len);

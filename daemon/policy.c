@@ -485,9 +485,7 @@ out:
 	return rc;
 }
 
-/* c NULL: an HTTP reader, which matches `http` lines only; those match
- * nobody on the socket. */
-static bool who_matches(const struct td__rule *r, const struct td__cred *c)
+bool td__policy_who(const struct td__rule *r, const struct td__cred *c)
 {
 	if (!c || r->kind == TD__WHO_HTTP)
 		return !c && r->kind == TD__WHO_HTTP;
@@ -589,7 +587,7 @@ bool td__policy_covers(const struct td__policy *pol,
 	for (unsigned i = 0; i < pol->nrules; i++) {
 		const struct td__rule *r = &pol->rules[i];
 
-		if ((r->perm & TD__PERM_WRITE) && who_matches(r, writer) &&
+		if ((r->perm & TD__PERM_WRITE) && td__policy_who(r, writer) &&
 		    !td__policy_allows(pol, reader, TD__PERM_READ, r->prefix,
 				       r->len))
 			return false;
@@ -608,7 +606,7 @@ bool td__policy_any(const struct td__policy *pol, const struct td__cred *c,
 {
 	for (unsigned i = 0; i < pol->nrules; i++)
 		if ((pol->rules[i].perm & perm) == perm &&
-		    who_matches(&pol->rules[i], c))
+		    td__policy_who(&pol->rules[i], c))
 			return true;
 	return false;
 }

@@ -2596,6 +2596,19 @@ Test(hrry, zarr_export_keeps_long_kv_keys_whole)
 	unlink(path);
 }
 
+/* The node at zj (its zarr.json) holds _tensord_name `want`, whole. */
+static void node_names(const char *zj, const char *want)
+{
+	struct json_object *root = json_object_from_file(zj), *attrs, *v;
+
+	cr_assert_not_null(root, "no array at %s", zj);
+	cr_assert(json_object_object_get_ex(root, "attributes", &attrs));
+	cr_assert(json_object_object_get_ex(attrs, "_tensord_name", &v));
+	cr_assert_eq((size_t)json_object_get_string_len(v), strlen(want));
+	cr_assert_str_eq(json_object_get_string(v), want);
+	json_object_put(root);
+}
+
 /*
  * zarr export --from FILE.hrry cut a tensor's name at 255 bytes in its
  * _tensord_name, which docs/zarr.md gives as the tensor's own name: a
@@ -2613,7 +2626,6 @@ Test(hrry, zarr_export_keeps_a_long_tensor_name_whole)
 	char path[] = "/tmp/td-hrry-XXXXXX", dir[64], zj[64 + 300], *out;
 	char *rm[] = {"/bin/rm", "-rf", dir, NULL};
 	struct tu_daemon none = {.sock = "/nonexistent"};
-	struct json_object *root, *attrs, *v;
 
 	memset(a, 'n', N);
 	memset(b, 'n', N);
@@ -2624,21 +2636,11 @@ Test(hrry, zarr_export_keeps_a_long_tensor_name_whole)
 				  path, NULL),
 		     0, "%s", out);
 	free(out);
+	/* a's node name cut to 255 bytes, b's base cut for its suffix */
 	snprintf(zj, sizeof(zj), "%s/%.255s/zarr.json", dir, a);
-	root = json_object_from_file(zj);
-	cr_assert_not_null(root, "no array at the name cut to 255 bytes");
-	cr_assert(json_object_object_get_ex(root, "attributes", &attrs));
-	cr_assert(json_object_object_get_ex(attrs, "_tensord_name", &v));
-	cr_assert_eq(json_object_get_string_len(v), N);
-	cr_assert_str_eq(json_object_get_string(v), a);
-	json_object_put(root);
+	node_names(zj, a);
 	snprintf(zj, sizeof(zj), "%s/%.253s_1/zarr.json", dir, b);
-	root = json_object_from_file(zj);
-	cr_assert_not_null(root, "no array at the name cut for its suffix");
-	cr_assert(json_object_object_get_ex(root, "attributes", &attrs));
-	cr_assert(json_object_object_get_ex(attrs, "_tensord_name", &v));
-	cr_assert_str_eq(json_object_get_string(v), b);
-	json_object_put(root);
+	node_names(zj, b);
 	cr_expect_eq(tu_run_capture(rm, &out), 0);
 	free(out);
 	unlink(path);

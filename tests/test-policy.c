@@ -28,26 +28,8 @@ void td__log(int level, const char *fmt, ...)
 	(void)fmt;
 }
 
-/* ---- the reference: the linear evaluator the trie replaced ---- */
-
-static bool ref_who(const struct td__rule *r, const struct td__cred *c)
-{
-	if (!c || r->kind == TD__WHO_HTTP)
-		return !c && r->kind == TD__WHO_HTTP;
-	switch (r->kind) {
-	case TD__WHO_ANY:
-		return true;
-	case TD__WHO_UID:
-		return r->id == (uint32_t)c->uid;
-	default:
-		if (r->id == (uint32_t)c->gid)
-			return true;
-		for (unsigned i = 0; i < c->ngroups; i++)
-			if (r->id == (uint32_t)c->groups[i])
-				return true;
-		return false;
-	}
-}
+/* ---- the reference: the linear evaluator the trie replaced (a rule's
+ * WHO matched as the daemon matches it) ---- */
 
 static bool ref_allows(const struct td__policy *pol,
 		       const struct td__cred *c, unsigned perm,
@@ -56,7 +38,7 @@ static bool ref_allows(const struct td__policy *pol,
 	for (unsigned i = 0; i < pol->nrules; i++) {
 		const struct td__rule *r = &pol->rules[i];
 
-		if ((r->perm & perm) != perm || !ref_who(r, c))
+		if ((r->perm & perm) != perm || !td__policy_who(r, c))
 			continue;
 		if (len >= r->len && memcmp(name, r->prefix, r->len) == 0)
 			return true;
