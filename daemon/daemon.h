@@ -313,6 +313,10 @@ struct td__peer {
 	uint64_t refusals;       /* error replies that were refusals */
 	uint64_t since_ms;       /* uv_now() at connect */
 	uint8_t refusals_logged; /* bit per enum td_wire_refusal */
+	/* quota.c: td__access_any's answers under the policy of reload
+	 * any_gen - 1 (0: none yet): a bit per perm known, a bit granted */
+	uint64_t any_gen;
+	uint8_t any_known, any_yes;
 	/* owned by store.c */
 	struct td__list leases, allocs, watches, waiters;
 	unsigned n_leases, n_allocs, n_watches, n_waiters;
@@ -572,13 +576,14 @@ void td__lease_init(void);
  * daemon's own uid (its operator) always may. */
 bool td__access_may(const struct td__peer *p, unsigned perm,
 		    const char *name, size_t len);
-/* May p do perm on some name? */
 /* May p read every name (no --policy, or the daemon's own uid)? */
 bool td__access_reads_all(const struct td__peer *p);
 /* May p read every name w may write (td__policy_covers)? */
 bool td__access_reads_writes_of(const struct td__peer *p,
 				const struct td__peer *w);
-bool td__access_any(const struct td__peer *p, unsigned perm);
+/* May p do perm on some name? Looks at every rule once per connection,
+ * perm and policy reload; the answer is kept in p. */
+bool td__access_any(struct td__peer *p, unsigned perm);
 /* td__access_may, else the -EACCES reply and false. */
 bool td__access_check(struct td__peer *p, const struct td_wire_hdr *h,
 		      unsigned perm, struct td_wire_str name);

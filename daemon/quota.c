@@ -168,14 +168,30 @@ bool td__access_reads_writes_of(const struct td__peer *p,
 				 w->uid == geteuid());
 }
 
-bool td__access_any(const struct td__peer *p, unsigned perm)
+bool td__access_any(struct td__peer *p, unsigned perm)
 {
 	const struct td__policy *pol = td__d->policy;
 	struct td__cred c = {p->uid, p->gid, p->groups, p->ngroups};
 
+	uint64_t gen = td__d->stats.policy_reloads + 1;
+	uint8_t bit = (uint8_t)(1u << perm);
+
 	if (!pol || p->uid == geteuid())
 		return true;
-	return td__policy_any(pol, &c, perm);
+	/* every rule is looked at: once per connection, perm and policy
+	 * (a peer's credentials are those it connected with) */
+	if (p->any_gen != gen) {
+		p->any_gen = gen;
+		p->any_known = 0;
+	}
+	if (!(p->any_known & bit)) {
+		p->any_known |= bit;
+		if (td__policy_any(pol, &c, perm))
+			p->any_yes |= bit;
+		else
+			p->any_yes &= (uint8_t)~bit;
+	}
+	return p->any_yes & bit;
 }
 
 /* The -EACCES reply; false, so that callers can write `if (!check) return`. */

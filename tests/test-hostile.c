@@ -1486,6 +1486,38 @@ Test(hostile, a_rewrite_withdraws_only_what_its_uid_may_write)
 }
 
 /*
+ * An unnamed ALLOC asks whether its uid may write any name, an answer
+ * the daemon keeps per connection: each reload that takes effect must
+ * ask again, both ways, on a connection that was asked before it.
+ */
+Test(hostile, an_unnamed_alloc_follows_each_reload_on_one_connection)
+{
+	struct td_client *c;
+	struct worker w;
+	char why[TD_WIRE_MAX_REASON + 1];
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=65534 rw m/\n", NULL, NULL), 0,
+		 "info");
+	c = cli();
+	worker_start(&w, NOBODY, 1);
+	cr_assert_eq(wdo(&w, W_ALLOC_KEEP, "", 4096, 1, why, sizeof(why)), 0,
+		     "%s", why);
+	policy_reload_n(c, "allow uid=65534 r m/\n", 1);
+	cr_assert_eq(wdo(&w, W_ALLOC_KEEP, "", 4096, 1, why, sizeof(why)),
+		     -EACCES, "an ALLOC after write was taken away: %s", why);
+	cr_assert(strstr(why, "may not write any name"), "%s", why);
+	policy_reload_n(c, "allow uid=65534 w other/\n", 2);
+	cr_assert_eq(wdo(&w, W_ALLOC_KEEP, "", 4096, 1, why, sizeof(why)), 0,
+		     "an ALLOC after write was given back: %s", why);
+	worker_stop(&w);
+	td_client_close(c);
+	stop();
+	unlink(policy_path);
+}
+
+/*
  * A reload's limit lines bind a uid that is connected: its limits were
  * resolved when its tenant entry was made (at its first connection) and
  * a reload left them as they were for as long as it stayed connected,
