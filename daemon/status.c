@@ -94,6 +94,8 @@ static void status_fill(struct td__peer *asker, bool all,
 	memcpy(m->refused, d->stats.refused, sizeof(m->refused));
 	m->log_suppressed = d->stats.log_suppressed;
 	m->policy_reloads = d->stats.policy_reloads;
+	m->has_reserve = asker->features & TD_WIRE_FEAT_STATUS_RESERVE;
+	m->byte_reserve = td__byte_reserve(d->opts.max_bytes);
 	for (const struct td__list *l = d->peers.next; l != &d->peers;
 	     l = l->next) {
 		const struct td__peer *p =

@@ -42,6 +42,7 @@ static int status_copy(const struct td_wire_status_rep *m,
 	memcpy(s->refused, m->refused, sizeof(s->refused));
 	s->log_suppressed = m->log_suppressed;
 	s->policy_reloads = m->policy_reloads;
+	s->byte_reserve = m->has_reserve ? m->byte_reserve : UINT64_MAX;
 	s->clients_total = m->clients_total;
 	s->client_count = m->client_count;
 	for (uint32_t i = 0; i < m->client_count; i++) {
@@ -98,6 +99,7 @@ int td_client_status(struct td_client *c, struct td_status **out,
 	if (rc < 0)
 		goto out;
 	td__msg_close_fds(&rep);
+	m.has_reserve = td__has(c, TD_WIRE_FEAT_STATUS_RESERVE);
 	rc = td_wire_status_rep_decode(rep.body, rep.body_len, &m,
 				       TD_WIRE_STATUS_MAX_CLIENTS,
 				       TD_WIRE_STATUS_MAX_UIDS, &e);

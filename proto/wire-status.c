@@ -73,6 +73,8 @@ int64_t td_wire_status_rep_encode(const struct td_wire_status_rep *m,
 		td_wire_wr_u64(&wr, u->quota);
 		td_wire_wr_u64(&wr, u->pinned);
 	}
+	if (m->has_reserve)
+		td_wire_wr_u64(&wr, m->byte_reserve);
 	return td__wire_wr_done(&wr);
 }
 
@@ -131,6 +133,8 @@ int td_wire_status_rep_decode(const uint8_t *body, size_t len,
 		u->quota = td_wire_rd_u64(&rd, "quota");
 		u->pinned = td_wire_rd_u64(&rd, "pinned");
 	}
+	m->byte_reserve =
+		m->has_reserve ? td_wire_rd_u64(&rd, "byte_reserve") : 0;
 	if (rd.rc) {
 		m->client_count = 0; /* nothing half-read is handed out */
 		m->uid_count = 0;

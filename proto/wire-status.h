@@ -11,6 +11,9 @@
 #include "wire.h"
 
 #define TD_WIRE_FEAT_STATUS 0x40u /* TD_OP_STATUS */
+/* the STATUS reply ends with u64 byte_reserve (sent only to a client
+ * whose HELLO named this feature: an older decoder refuses the tail) */
+#define TD_WIRE_FEAT_STATUS_RESERVE 0x1000000u
 
 /* Rows one reply carries at most; the totals count every one. */
 #define TD_WIRE_STATUS_MAX_CLIENTS 512
@@ -73,6 +76,11 @@ struct td_wire_status_rep {
 	struct td_wire_status_client *clients;
 	uint32_t uid_count;
 	struct td_wire_status_uid *uids;
+	/* Encode and decode: does the reply end with byte_reserve
+	 * (TD_WIRE_FEAT_STATUS_RESERVE)? The decoder's caller sets it. */
+	bool has_reserve;
+	/* bytes of max_bytes only root and the daemon's uid may fill */
+	uint64_t byte_reserve;
 };
 
 /*

@@ -20,7 +20,9 @@
 #include <json-c/json.h>
 #include <tensord/tensord.h>
 
+#include "rawclient.h"
 #include "testutil.h"
+#include "wire-status.h"
 
 TestSuite(status, .timeout = TU_TEST_TIMEOUT_S);
 
@@ -278,6 +280,80 @@ Test(status, the_quota_in_force_is_shown_without_uid_max_bytes)
 	}
 	cr_assert_eq(seen, 2);
 	td_status_free(s);
+	td_client_close(c);
+	stop(&l);
+	done(&l);
+}
+
+/* The STATUS of a raw client whose HELLO named features f: decoded
+ * as a client that knows of the reserve (has_reserve) would. */
+static int raw_status(const struct logged *l, uint32_t f, bool has_reserve,
+		      struct td_wire_status_rep *m)
+{
+	static struct td_wire_status_client cl[TD_WIRE_STATUS_MAX_CLIENTS];
+	static struct td_wire_status_uid ui[TD_WIRE_STATUS_MAX_UIDS];
+	struct td_wire_status_req req = {0};
+	struct rawrep r;
+	int sock = raw_scm_conn_feat(&l->d, f);
+	int rc;
+
+	cr_assert_eq(raw_call(sock, TD_OP_STATUS, 2,
+			      td_wire_status_req_encode(&req, RAW_BODY,
+							RAW_CAP),
+			      &r),
+		     0);
+	*m = (struct td_wire_status_rep){.clients = cl, .uids = ui,
+					 .has_reserve = has_reserve};
+	rc = td_wire_status_rep_decode(RAW_BODY, r.h.body_len, m,
+				       TD_WIRE_STATUS_MAX_CLIENTS,
+				       TD_WIRE_STATUS_MAX_UIDS, NULL);
+	close(sock);
+	return rc;
+}
+
+/*
+ * The byte reserve of --max-bytes (1/16 of it) is in STATUS for a client
+ * that asks for it in HELLO, and in tensorctl status; a client that does
+ * not ask gets the reply its decoder reads.
+ */
+Test(status, the_byte_reserve_is_shown_to_clients_that_know_it)
+{
+	struct logged l;
+	const char *extra[] = {"--max-bytes", "64M", NULL};
+	struct td_wire_status_rep m;
+	char *out;
+
+	start(&l, extra);
+	struct td_client *c = cli(&l);
+	struct td_status *s = status(c);
+	cr_assert_eq(s->max_bytes, 64 << 20);
+	cr_assert_eq(s->byte_reserve, 4 << 20, "%llu",
+		     (unsigned long long)s->byte_reserve);
+	td_status_free(s);
+
+	cr_assert_eq(raw_status(&l, TD_WIRE_FEAT_STATUS, false, &m), 0,
+		     "an older client's decoder reads the reply");
+	cr_assert_eq(raw_status(&l, TD_WIRE_FEAT_STATUS, true, &m), -ENODATA,
+		     "no tail for a client that did not ask");
+	cr_assert_eq(raw_status(&l, TD_WIRE_FEAT_STATUS_RESERVE, true, &m), 0);
+	cr_assert_eq(m.byte_reserve, 4 << 20);
+
+	char *argv[] = {getenv("TD_TENSORCTL"), "--socket", l.d.sock,
+			"status", NULL};
+	cr_assert_eq(tu_run_capture(argv, &out), 0, "%s", out);
+	cr_assert(strstr(out, "of 64.0 MiB (4.0 MiB of it for root and the "
+			      "daemon's uid only)"),
+		  "%s", out);
+	free(out);
+	char *jargv[] = {getenv("TD_TENSORCTL"), "--socket", l.d.sock,
+			 "status", "--json", NULL};
+	cr_assert_eq(tu_run_capture(jargv, &out), 0, "%s", out);
+	struct json_object *j = json_tokener_parse(out), *v;
+	cr_assert(j, "%s", out);
+	cr_assert(json_object_object_get_ex(j, "byte_reserve", &v), "%s", out);
+	cr_assert_eq(json_object_get_uint64(v), 4 << 20);
+	json_object_put(j);
+	free(out);
 	td_client_close(c);
 	stop(&l);
 	done(&l);

@@ -1871,6 +1871,23 @@ Test(wire, status_reply_round_trips_and_refuses_truncation_and_forged_counts)
 		cr_assert_lt(td_wire_status_rep_decode(buf, (size_t)i, &g, 2, 1,
 						       NULL),
 			     0, "truncated at %lld", (long long)i);
+	/* the byte reserve's tail (TD_WIRE_FEAT_STATUS_RESERVE): 8 more
+	 * bytes, read only by a decoder told to expect them */
+	m.has_reserve = true;
+	m.byte_reserve = 1ull << 30;
+	cr_assert_eq(td_wire_status_rep_encode(&m, re, sizeof(re)), n + 8);
+	g.has_reserve = true;
+	cr_assert_eq(td_wire_status_rep_decode(re, (size_t)n + 8, &g, 2, 1,
+					       &e),
+		     0, "%s", e.reason);
+	cr_assert_eq(g.byte_reserve, 1ull << 30);
+	cr_assert_eq(td_wire_status_rep_decode(buf, (size_t)n, &g, 2, 1, NULL),
+		     -ENODATA, "the tail expected and missing");
+	g.has_reserve = false;
+	cr_assert_lt(td_wire_status_rep_decode(re, (size_t)n + 8, &g, 2, 1,
+					       NULL),
+		     0, "a tail not expected");
+	m.has_reserve = false;
 	/* more clients than the caller has room for */
 	cr_assert_eq(td_wire_status_rep_decode(buf, (size_t)n, &g, 1, 1, &e),
 		     -EOVERFLOW);

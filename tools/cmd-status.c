@@ -62,6 +62,8 @@ static int status_json(const struct td_status *s)
 	JU64(o, "tensors", s->tensors);
 	JU64(o, "bytes", s->bytes);
 	JU64(o, "max_bytes", s->max_bytes);
+	if (s->byte_reserve != UINT64_MAX)
+		JU64(o, "byte_reserve", s->byte_reserve);
 	JU64(o, "rings", s->rings);
 	JU64(o, "requests", s->requests);
 	JU64(o, "evictions", s->evictions);
@@ -110,10 +112,12 @@ static void status_text(const struct td_status *s)
 	       (unsigned long long)(up / 60 % 60),
 	       (unsigned long long)(up % 60), s->daemon_uid,
 	       path_name(s->import_forced));
-	printf("tensors %llu, %s of %s, rings %u, requests %llu, "
-	       "evictions %llu\n",
-	       (unsigned long long)s->tensors, tctl_size(a, s->bytes),
-	       limit(b, s->max_bytes), s->rings,
+	printf("tensors %llu, %s of %s", (unsigned long long)s->tensors,
+	       tctl_size(a, s->bytes), limit(b, s->max_bytes));
+	if (s->byte_reserve && s->byte_reserve != UINT64_MAX)
+		printf(" (%s of it for root and the daemon's uid only)",
+		       tctl_size(c, s->byte_reserve));
+	printf(", rings %u, requests %llu, evictions %llu\n", s->rings,
 	       (unsigned long long)s->requests,
 	       (unsigned long long)s->evictions);
 	printf("refused: permission %llu, quota %llu, input %llu; audit "

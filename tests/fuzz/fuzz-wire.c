@@ -58,7 +58,9 @@ static void status_rep(const uint8_t *b, size_t len)
 {
 	static struct td_wire_status_client cl[TD_WIRE_STATUS_MAX_CLIENTS];
 	static struct td_wire_status_uid ui[TD_WIRE_STATUS_MAX_UIDS];
-	struct td_wire_status_rep m = {.clients = cl, .uids = ui};
+	/* the byte reserve's tail expected or not, by the length's parity */
+	struct td_wire_status_rep m = {.clients = cl, .uids = ui,
+				       .has_reserve = len & 1};
 	struct td_err e = {0};
 
 	if (td_wire_status_rep_decode(b, len, &m, TD_WIRE_STATUS_MAX_CLIENTS,

@@ -1087,6 +1087,12 @@ struct td_status {
 	struct td_status_client *clients;
 	size_t uid_count;
 	struct td_status_uid *uids;
+	/*
+	 * Bytes of max_bytes kept for root and the daemon's uid: other uids
+	 * stop at max_bytes - byte_reserve (0 without --max-bytes).
+	 * UINT64_MAX from a daemon too old to say.
+	 */
+	uint64_t byte_reserve;
 };
 
 /*
