@@ -317,6 +317,17 @@ struct td__peer {
 	 * any_gen - 1 (0: none yet): a bit per perm known, a bit granted */
 	uint64_t any_gen;
 	uint8_t any_known, any_yes;
+	/* this connection's number, never reused (peer.c) */
+	uint64_t serial;
+	/*
+	 * quota.c, td__access_reads_writes_of: its last answer for this
+	 * reader, about the writer of serial cov_writer under the policy
+	 * of reload cov_reloads (cov_writer 0: none). The answer scans the
+	 * policy's rules; a reader GETting one writer's buffers asks it at
+	 * every GET.
+	 */
+	uint64_t cov_writer, cov_reloads;
+	bool cov_ok;
 	/* owned by store.c */
 	struct td__list leases, allocs, watches, waiters;
 	unsigned n_leases, n_allocs, n_watches, n_waiters;
@@ -578,9 +589,9 @@ bool td__access_may(const struct td__peer *p, unsigned perm,
 		    const char *name, size_t len);
 /* May p read every name (no --policy, or the daemon's own uid)? */
 bool td__access_reads_all(const struct td__peer *p);
-/* May p read every name w may write (td__policy_covers)? */
-bool td__access_reads_writes_of(const struct td__peer *p,
-				const struct td__peer *w);
+/* May p read every name w may write (td__policy_covers)? Kept in p
+ * for w until the next reload. */
+bool td__access_reads_writes_of(struct td__peer *p, const struct td__peer *w);
 /* May p do perm on some name? Looks at every rule once per connection,
  * perm and policy reload; the answer is kept in p. */
 bool td__access_any(struct td__peer *p, unsigned perm);

@@ -368,6 +368,8 @@ static void stage_clear(struct bell *b)
 		if (b->entry_of[st->entry] == st->sv->number &&
 		    b->cur != st->sv->number)
 			b->entry_of[st->entry] = 0;
+		/* its metadata's charge (stage_arm) */
+		td__acct_sub(td__d->store, st->owner->uid, st->sv->acct);
 		td__version_put(td__d->store, st->sv);
 	}
 	*st = (struct stage){0};
@@ -573,10 +575,21 @@ static void stage_arm(struct td__peer *p, struct bell *b,
 	struct td__trig *t =
 		w < TD_FOLLOW_TRIG_SLOTS ? td__peer_trig(p) : NULL;
 
+	/*
+	 * Its metadata lives on the heap as a PUBLISH's does, charged to
+	 * p as that is (publish.c, pub_heap_bytes) from now on: the commit
+	 * adds the loan's planes and cannot fail; a cancel gives it back.
+	 * No room for it: not staged (the PUBLISH goes the plain way).
+	 */
+	if (t && sv->meta_len &&
+	    (!td__acct_fits(td__d->store, p->uid, sv->meta_len) ||
+	     td__acct_add(td__d->store, p->uid, sv->meta_len) < 0))
+		t = NULL;
 	if (!t) {
 		td__version_put(td__d->store, sv);
 		return;
 	}
+	sv->acct = sv->meta_len;
 	/* for the entry; the commit moves the loan's descriptors in */
 	sv->nfds = a->count;
 	for (uint32_t i = 0; i < a->count; i++)
@@ -586,6 +599,7 @@ static void stage_arm(struct td__peer *p, struct bell *b,
 	sv->number = td__store_take_version();
 	e = entry_write(b, sv);
 	if (e == TD_FOLLOW_ENTRY_NONE) {
+		td__acct_sub(td__d->store, p->uid, sv->acct);
 		td__version_put(td__d->store, sv);
 		return;
 	}

@@ -34,7 +34,7 @@ bool td__alloc_is_for(const struct td__alloc *a, struct td_wire_str name)
 	       memcmp(a->name, name.ptr, name.len) == 0;
 }
 
-void td__loan_shown(struct td__version *v, const struct td__peer *p)
+void td__loan_shown(struct td__version *v, struct td__peer *p)
 {
 	bool unbound = false;
 

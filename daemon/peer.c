@@ -866,6 +866,7 @@ static void refuse_conn(int fd, const struct ucred *cr, int status,
 
 int td__peer_take_fd(struct td__daemon *d, int fd)
 {
+	static uint64_t serials;
 	struct td__peer *p = calloc(1, sizeof(*p));
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
@@ -878,6 +879,7 @@ int td__peer_take_fd(struct td__daemon *d, int fd)
 	}
 	p->fd = fd;
 	p->pidfd = -1;
+	p->serial = ++serials;
 	td__list_init(&p->link);
 	td__list_init(&p->txq);
 	td__list_init(&p->leases);

@@ -610,7 +610,7 @@ void td__publish_staged(struct td__peer *p, struct td__alloc *a,
 		td__vfd_carry(s, &sv->fds[i],
 			      (struct td_wire_str){sv->name, sv->name_len});
 	}
-	sv->acct = 0;
+	/* sv->acct: its metadata, charged to p when it was staged */
 	pub_insert(p, sv, a);
 	/* a rewritable loan's version is the one p may take back next */
 	if (rewrite)

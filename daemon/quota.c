@@ -157,22 +157,37 @@ bool td__access_reads_all(const struct td__peer *p)
 	return !td__d->policy || p->uid == geteuid();
 }
 
-bool td__access_reads_writes_of(const struct td__peer *p,
-				const struct td__peer *w)
+/*
+ * The answer scans every rule (td__policy_covers), and comes again at
+ * every GET of w's recyclable buffers while it is yes: it is kept per
+ * reader, for its last writer and the policy of this reload (a 220 KB
+ * policy of 1022 long prefixes took a GET's CPU in the daemon from 25
+ * to 270 us, every GET).
+ */
+bool td__access_reads_writes_of(struct td__peer *p, const struct td__peer *w)
 {
 	struct td__cred rc = {p->uid, p->gid, p->groups, p->ngroups};
 	struct td__cred wc = {w->uid, w->gid, w->groups, w->ngroups};
+	uint64_t reloads = td__d->stats.policy_reloads;
 
-	return td__access_reads_all(p) ||
-	       td__policy_covers(td__d->policy, &rc, &wc,
-				 w->uid == geteuid());
+	if (td__access_reads_all(p))
+		return true;
+	if (p->cov_writer == w->serial && p->cov_reloads == reloads)
+		return p->cov_ok;
+	p->cov_ok = td__policy_covers(td__d->policy, &rc, &wc,
+				      w->uid == geteuid());
+	p->cov_writer = w->serial;
+	p->cov_reloads = reloads;
+	td__log(TD_LOG_DEBUG, "policy: uid %u %s read every name uid %u may "
+		"write (rules scanned)", (unsigned)p->uid,
+		p->cov_ok ? "may" : "may not", (unsigned)w->uid);
+	return p->cov_ok;
 }
 
 bool td__access_any(struct td__peer *p, unsigned perm)
 {
 	const struct td__policy *pol = td__d->policy;
 	struct td__cred c = {p->uid, p->gid, p->groups, p->ngroups};
-
 	uint64_t gen = td__d->stats.policy_reloads + 1;
 	uint8_t bit = (uint8_t)(1u << perm);
 

@@ -558,7 +558,7 @@ bool td__alloc_is_for(const struct td__alloc *a, struct td_wire_str name);
  * shown_at), and bound to v's name (exposed) when p may not read every
  * name v's producer may write (docs/fastpath.md, "Across names").
  */
-void td__loan_shown(struct td__version *v, const struct td__peer *p);
+void td__loan_shown(struct td__version *v, struct td__peer *p);
 /* A published alloc: off p's list and freed (its bytes moved on). */
 void td__loan_done(struct td__peer *p, struct td__alloc *a);
 /*
