@@ -2761,6 +2761,20 @@ Test(export, hurray_files_read_back_by_zarrita, .init = start, .fini = stop)
 	             2, "%s", out);
 	cr_assert(strstr(out, "are for .tgm files"), "%s", out);
 	free(out);
+	/* --message 0, the default's value, is refused alike (it was taken
+	 * without a word, since only a value other than 0 was looked at) */
+	cr_assert_eq(zt_sh(&out, "'%s' zarr export %s/e --from %s/t.hrry "
+	                         "--message 0",
+	                   getenv("TD_TENSORCTL"), zt_dir, zt_dir),
+	             2, "%s", out);
+	cr_assert(strstr(out, "are for .tgm files"), "%s", out);
+	free(out);
+	cr_assert_eq(zt_sh(&out, "'%s' zarr export %s/f --from - --message 0 "
+	                         "< %s/t.hrry",
+	                   getenv("TD_TENSORCTL"), zt_dir, zt_dir),
+	             2, "%s", out);
+	cr_assert(strstr(out, "are for .tgm files"), "%s", out);
+	free(out);
 	/* the upstream vector: its KV becomes a group attribute */
 	{
 		const char *dir = tu_vectors_path("hurray");
