@@ -2775,6 +2775,12 @@ Test(export, hurray_files_read_back_by_zarrita, .init = start, .fini = stop)
 	             2, "%s", out);
 	cr_assert(strstr(out, "are for .tgm files"), "%s", out);
 	free(out);
+	/* and without --from it needs one, whatever its value */
+	cr_assert_eq(zt_ctl(&out, "zarr export %s/g --message 0 %s", zt_dir,
+	                    puts_[0].name),
+	             2, "%s", out);
+	cr_assert(strstr(out, "need --from"), "%s", out);
+	free(out);
 	/* the upstream vector: its KV becomes a group attribute */
 	{
 		const char *dir = tu_vectors_path("hurray");

@@ -1043,12 +1043,13 @@ static const char *from_on_line(int argc, char **argv,
 
 	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
 		const char *a = argv[i], *eq = strchr(a, '=');
-		size_t n = eq ? (size_t)(eq - a) - 2 : strlen(a) - 2;
 		const struct option *hit = NULL;
 		int hits = 0;
+		size_t n;
 
-		if (strncmp(a, "--", 2) || !n)
+		if (strncmp(a, "--", 2) || a[2] == '=' || !a[2])
 			continue;
+		n = eq ? (size_t)(eq - a) - 2 : strlen(a) - 2;
 		for (const struct option *o = opts; o->name; o++) {
 			if (strncmp(o->name, a + 2, n))
 				continue;
@@ -1091,13 +1092,12 @@ static int cmd_export(int argc, char **argv)
 	        {"max-bytes", required_argument, NULL, O_MAX_BYTES},
 	        TCTL_COMMON_OPTIONS};
 	const char *from = from_on_line(argc, argv, opts), *name_key = NULL;
+	const struct option *table = from && is_hrry(from) ? hrry_opts : opts;
 	uint64_t message = 0, max_bytes = TCTL_STREAM_MAX;
 	bool message_set = false;
 	int rc, o;
 
-	while ((o = tctl_getopt(argc, argv, "",
-	                        from && is_hrry(from) ? hrry_opts : opts,
-	                        &rc)) != -1) {
+	while ((o = tctl_getopt(argc, argv, "", table, &rc)) != -1) {
 		switch (o) {
 		case O_FROM:
 			from = optarg;
