@@ -188,6 +188,32 @@ Test(complete, a_hurray_load_offers_only_the_options_it_takes)
 	EXPECT("--name-key\n", "load", "-", "--na");
 }
 
+/*
+ * zarr export's form is chosen by --from's file, as load's by its FILE: a
+ * Hurray file's export refuses --message and --name-key ("are for .tgm
+ * files"), so they are not offered for it; they were, as for a .tgm
+ * (docs/tensorctl.md: the options it takes and none it refuses).
+ */
+Test(complete, a_hurray_export_offers_only_the_options_it_takes)
+{
+	char *h = strdup(tu_data_path("hrry-seeds/plain-kv-sorted.hrry"));
+	char *eq;
+
+	cr_assert_not_null(h);
+	cr_assert_gt(asprintf(&eq, "--from=%s", h), 0);
+	EXPECT("--from\n--max-bytes\n--socket\n--json\n--bytes\n--help\n",
+	       "zarr", "export", "d", "--from", h, "--");
+	EXPECT("--max-bytes\n", "zarr", "export", "d", "--from", h, "--m");
+	EXPECT("", "zarr", "export", "--fr", h, "d", "--na");
+	EXPECT("", "zarr", "export", eq, "d", "--mes");
+	/* a .tgm's export takes them, and so does one with no --from yet */
+	EXPECT("--message\n--max-bytes\n", "zarr", "export", "d", "--from",
+	       "run.tgm", "--m");
+	EXPECT("--name-key\n", "zarr", "export", "d", "--na");
+	free(eq);
+	free(h);
+}
+
 Test(complete, option_values)
 {
 	EXPECT("u8\ni8\nu16\ni16\nu32\ni32\nu64\ni64\nf16\nf32\nf64\n", "put",

@@ -354,3 +354,86 @@ Test(man, every_environment_variable_is_on_the_page_of_who_reads_it)
 					   1),
 		      1, "tensorctl's reads were found");
 }
+
+/* ---- docs/protocol.md against proto/'s headers ---- */
+
+/*
+ * For every match of `re` in `text` (groups 1 and 2), the string `fmt`
+ * makes of them (printf with positional arguments: %1$s, %2$s) is in
+ * `other`, which `other_rel` names; the count of matches.
+ */
+static int each_pair_is_in(const char *text, const char *re, const char *fmt,
+			   const char *other, const char *other_rel)
+{
+	regex_t rx;
+	regmatch_t m[3];
+	int n = 0;
+
+	cr_assert(regcomp(&rx, re, REG_EXTENDED | REG_NEWLINE) == 0);
+	for (const char *p = text; regexec(&rx, p, 3, m, 0) == 0;
+	     p += m[0].rm_eo, n++) {
+		char a[128], b[128], want[300];
+		int la = (int)(m[1].rm_eo - m[1].rm_so);
+		int lb = (int)(m[2].rm_eo - m[2].rm_so);
+
+		cr_assert(la > 0 && la < (int)sizeof(a) && lb > 0 &&
+			  lb < (int)sizeof(b));
+		memcpy(a, p + m[1].rm_so, (size_t)la);
+		a[la] = 0;
+		memcpy(b, p + m[2].rm_so, (size_t)lb);
+		b[lb] = 0;
+		snprintf(want, sizeof(want), fmt, a, b);
+		cr_expect(strstr(other, want), "%s does not say \"%s\"",
+			  other_rel, want);
+	}
+	regfree(&rx);
+	return n;
+}
+
+/*
+ * Every opcode and HELLO feature bit of proto/wire.h and
+ * proto/wire-status.h is in docs/protocol.md's tables with its value,
+ * and every row of those tables names one the headers define, with that
+ * value: a bit added, renumbered or renamed on one side only fails here.
+ */
+Test(man, protocol_page_lists_every_opcode_and_feature_bit_with_its_value)
+{
+	char *doc = source("docs/protocol.md");
+	char *wire = source("proto/wire.h");
+	char *status = source("proto/wire-status.h");
+	char *hdrs = malloc(strlen(wire) + strlen(status) + 2);
+
+	cr_assert_not_null(hdrs);
+	strcpy(hdrs, wire);
+	strcat(hdrs, "\n");
+	strcat(hdrs, status);
+	/* opcodes: `TD_OP_X = N,` and the rows `| N | X |` (§3, §10) */
+	cr_assert_geq(each_pair_is_in(hdrs,
+				      "TD_OP_([A-Z_]+) = (0x[0-9a-f]+|[0-9]+),",
+				      "| %2$s | %1$s |", doc,
+				      "docs/protocol.md"),
+		      21, "the opcodes of wire.h were found");
+	cr_assert_geq(each_pair_is_in(doc,
+				      "^\\| (0x[0-9a-f]+|[0-9]+) \\| ([A-Z_]+) "
+				      "\\|",
+				      "TD_OP_%2$s = %1$s,", hdrs,
+				      "proto/wire.h"),
+		      21, "the opcode rows were found");
+	/* feature bits: `#define TD_WIRE_FEAT_X 0xNu` and `| 0xN | X |` */
+	cr_assert_geq(each_pair_is_in(hdrs,
+				      "#define (TD_WIRE_FEAT_[A-Z0-9_]+) "
+				      "(0x[0-9a-f]+)u",
+				      "| `%2$s` | `%1$s` |", doc,
+				      "docs/protocol.md"),
+		      24, "the feature bits of the headers were found");
+	cr_assert_geq(each_pair_is_in(doc,
+				      "^\\| `(0x[0-9a-f]+)` \\| "
+				      "`(TD_WIRE_FEAT_[A-Z0-9_]+)` \\|",
+				      "#define %2$s %1$su", hdrs,
+				      "proto/wire.h or proto/wire-status.h"),
+		      24, "the feature rows were found");
+	free(hdrs);
+	free(status);
+	free(wire);
+	free(doc);
+}

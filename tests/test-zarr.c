@@ -2761,6 +2761,26 @@ Test(export, hurray_files_read_back_by_zarrita, .init = start, .fini = stop)
 	             2, "%s", out);
 	cr_assert(strstr(out, "are for .tgm files"), "%s", out);
 	free(out);
+	/* --message 0, the default's value, is refused alike (it was taken
+	 * without a word, since only a value other than 0 was looked at) */
+	cr_assert_eq(zt_sh(&out, "'%s' zarr export %s/e --from %s/t.hrry "
+	                         "--message 0",
+	                   getenv("TD_TENSORCTL"), zt_dir, zt_dir),
+	             2, "%s", out);
+	cr_assert(strstr(out, "are for .tgm files"), "%s", out);
+	free(out);
+	cr_assert_eq(zt_sh(&out, "'%s' zarr export %s/f --from - --message 0 "
+	                         "< %s/t.hrry",
+	                   getenv("TD_TENSORCTL"), zt_dir, zt_dir),
+	             2, "%s", out);
+	cr_assert(strstr(out, "are for .tgm files"), "%s", out);
+	free(out);
+	/* and without --from it needs one, whatever its value */
+	cr_assert_eq(zt_ctl(&out, "zarr export %s/g --message 0 %s", zt_dir,
+	                    puts_[0].name),
+	             2, "%s", out);
+	cr_assert(strstr(out, "need --from"), "%s", out);
+	free(out);
 	/* the upstream vector: its KV becomes a group attribute */
 	{
 		const char *dir = tu_vectors_path("hurray");
@@ -2900,6 +2920,62 @@ Test(export, a_hurray_stdin_is_read_and_junk_is_refused, .init = start,
  * named .hrry went to the Hurray reader, which needs a file's size (0).
  * Now anything but a regular file is a stream, read whole and sniffed.
  */
+/*
+ * README's Zarr block: its tensorctl lines as written, in order, in a
+ * folder that holds the run.tgm and model.hrry they name (the socket from
+ * $TENSORD_SOCKET, as the lines name none), each exit status 0, and the
+ * import's names back. The block's second and third lines exported into
+ * the first's out.zarr, which export refuses (not empty). Its tensord line
+ * is the http suite's (it binds a fixed port).
+ */
+Test(export, readme_zarr_lines_run_as_written, .init = start, .fini = stop)
+{
+	static const char head[] = "## Zarr, and reading tensors from other "
+				   "hosts\n\n";
+	char *text, *block, *line, *save = NULL, *out, readme[4200];
+	int lines = 0;
+	size_t len;
+
+	snprintf(readme, sizeof(readme), "%s/../../README.md",
+		 getenv("TD_TEST_DATA"));
+	text = (char *)tu_read_file(readme, &len);
+	text = realloc(text, len + 1);
+	cr_assert_not_null(text);
+	text[len] = 0;
+	block = strstr(text, head);
+	cr_assert(block, "README has no Zarr section");
+	block += strlen(head);
+	*strstr(block, "\n\n") = 0;
+	zt_ok_sh("mkdir %s/bin && ln -s '%s' %s/bin/tensorctl && "
+		 "printf abcdefgh > %s/l.bin", zt_dir, getenv("TD_TENSORCTL"),
+		 zt_dir, zt_dir);
+	zt_ok("put cam/left --dtype u8 --shape 2,4 %s/l.bin", zt_dir);
+	zt_ok("put cam/right --dtype f32 --shape 2 %s/l.bin", zt_dir);
+	zt_ok("save -o %s/run.tgm", zt_dir);
+	zt_ok("save -o %s/model.hrry cam/left", zt_dir);
+	for (line = strtok_r(block, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		int st;
+
+		cr_assert(!strncmp(line, "    ", 4), "not a code line: %s", line);
+		if (strncmp(line + 4, "tensorctl ", 10))
+			continue;
+		st = zt_sh(&out, "cd %s && PATH=%s/bin:$PATH "
+				 "TENSORD_SOCKET='%s' %s",
+			   zt_dir, zt_dir, zt_sock, line + 4);
+		cr_expect_eq(st, 0, "'%s' exited %d: %s", line + 4, st, out);
+		free(out);
+		lines++;
+	}
+	cr_expect_eq(lines, 4, "the block's tensorctl lines");
+	cr_assert_eq(zt_ctl(&out, "ls back/"), 0, "%s", out);
+	cr_expect(strstr(out, "back/cam_left ") &&
+			  strstr(out, "back/cam_right "),
+		  "%s", out);
+	free(out);
+	free(text);
+}
+
 Test(export, a_fifo_is_read_as_a_stream, .init = start, .fini = stop)
 {
 	const char *ctl = getenv("TD_TENSORCTL");

@@ -718,8 +718,10 @@ static int export_hrry_from(const char *dir, const char *path,
                             const struct td_hrry_transport *t, int fd,
                             const uint8_t *mem);
 
+/* tgm_opts: --message or --name-key was given (refused for a Hurray
+ * file on stdin, whatever their value) */
 static int export_tgm(const char *dir, const char *path, uint64_t message,
-                      const char *name_key, uint64_t max_bytes)
+                      const char *name_key, bool tgm_opts, uint64_t max_bytes)
 {
 	struct tgm_src src;
 	struct tgm_scan sc;
@@ -742,7 +744,7 @@ static int export_tgm(const char *dir, const char *path, uint64_t message,
 		 * .tgm options refused as for a file */
 		struct td_hrry_transport t;
 
-		if (name_key || message) {
+		if (tgm_opts) {
 			free(buf);
 			return tctl_usage("zarr", "--name-key and --message "
 			                          "are for .tgm files");
@@ -1031,6 +1033,42 @@ static bool is_hrry(const char *path)
 	return yes;
 }
 
+/* The last --from's value as getopt_long() takes it (--from X, --from=X,
+ * --fr X), NULL if none: its file chooses the options export takes (and
+ * the completion offers, docs/tensorctl.md) before the line is parsed. */
+static const char *from_on_line(int argc, char **argv,
+                                const struct option *opts)
+{
+	const char *from = NULL;
+
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+		const char *a = argv[i], *eq = strchr(a, '=');
+		const struct option *hit = NULL;
+		int hits = 0;
+		size_t n;
+
+		if (strncmp(a, "--", 2) || a[2] == '=' || !a[2])
+			continue;
+		n = eq ? (size_t)(eq - a) - 2 : strlen(a) - 2;
+		for (const struct option *o = opts; o->name; o++) {
+			if (strncmp(o->name, a + 2, n))
+				continue;
+			if (strlen(o->name) == n) { /* exact: it wins */
+				hit = o, hits = 1;
+				break;
+			}
+			hit = o, hits++;
+		}
+		if (hits != 1)
+			continue;
+		if (!strcmp(hit->name, "from"))
+			from = eq ? eq + 1 : i + 1 < argc ? argv[i + 1] : NULL;
+		if (!eq && hit->has_arg == required_argument)
+			i++;
+	}
+	return from;
+}
+
 static int cmd_export(int argc, char **argv)
 {
 	enum {
@@ -1045,19 +1083,33 @@ static int cmd_export(int argc, char **argv)
 	        {"name-key", required_argument, NULL, O_NAME_KEY},
 	        {"max-bytes", required_argument, NULL, O_MAX_BYTES},
 	        TCTL_COMMON_OPTIONS};
-	const char *from = NULL, *name_key = NULL;
+	/* a Hurray file's form: the .tgm options known only to refuse them
+	 * (and so never offered by the completion) */
+	static const struct option hrry_opts[] = {
+	        {"from", required_argument, NULL, O_FROM},
+	        {"message", required_argument, NULL, TCTL_OPT_NOT_HERE},
+	        {"name-key", required_argument, NULL, TCTL_OPT_NOT_HERE},
+	        {"max-bytes", required_argument, NULL, O_MAX_BYTES},
+	        TCTL_COMMON_OPTIONS};
+	const char *from = from_on_line(argc, argv, opts), *name_key = NULL;
+	const struct option *table = from && is_hrry(from) ? hrry_opts : opts;
 	uint64_t message = 0, max_bytes = TCTL_STREAM_MAX;
+	bool message_set = false;
 	int rc, o;
 
-	while ((o = tctl_getopt(argc, argv, "", opts, &rc)) != -1) {
+	while ((o = tctl_getopt(argc, argv, "", table, &rc)) != -1) {
 		switch (o) {
 		case O_FROM:
 			from = optarg;
 			break;
+		case TCTL_OPT_NOT_HERE:
+			return tctl_usage("zarr", "--name-key and --message "
+			                          "are for .tgm files");
 		case O_MESSAGE:
 			if (tctl_opt_number("zarr", "--message", optarg, false,
 			                    0, UINT64_MAX, "", &message))
 				return TCTL_USAGE;
+			message_set = true;
 			break;
 		case O_NAME_KEY:
 			name_key = optarg;
@@ -1078,18 +1130,18 @@ static int cmd_export(int argc, char **argv)
 		return tctl_usage("zarr", "export: an empty DIR path");
 	if (from && optind + 1 != argc)
 		return tctl_usage("zarr", "export --from takes no NAMES");
-	if (!from && (name_key || message))
+	if (!from && (name_key || message_set))
 		return tctl_usage("zarr", "--name-key and --message need "
 		                          "--from FILE.tgm");
 	if (from && is_hrry(from)) {
-		if (name_key || message)
+		if (name_key || message_set)
 			return tctl_usage("zarr", "--name-key and --message "
 			                          "are for .tgm files");
 		return export_hrry(argv[optind], from);
 	}
 	if (from)
 		return export_tgm(argv[optind], from, message, name_key,
-		                  max_bytes);
+		                  name_key || message_set, max_bytes);
 	return export_daemon(argv[optind], argv + optind + 1,
 	                     (size_t)(argc - optind - 1));
 }
