@@ -953,7 +953,7 @@ Test(systemd, tensors_survive_a_restart_with_their_bytes_and_versions)
  * after the image then took the file out of the store. The image named
  * a file no longer there: the version was lost at the next start, after
  * a crash or a clean restart alike (found by reading fdstore.c after
- * helper-118's kill -9 runs under a fake fd store that drops duplicates,
+ * kill -9 runs, 2026-12-06, under a fake fd store that drops duplicates,
  * as systemd does; the store of these tests kept both). The file keeps
  * its name now.
  */
