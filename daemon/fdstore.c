@@ -18,7 +18,11 @@
  *     while a snapshot is read into the store (fs.held);
  *   - an fd leaves the store (FDSTOREREMOVE=1) only after an image that no
  *     longer names it has been written: a crash between the two leaves an
- *     older but consistent image whose fds are all still stored.
+ *     older but consistent image whose fds are all still stored. Until
+ *     then its entry stays in the table (refs 0): a file published again
+ *     meanwhile (a recycled buffer) takes its name back and is not
+ *     removed, since systemd, holding it under that name, would drop a
+ *     push of it under a new one.
  *
  * Two image memfds ("td.state.0", "td.state.1") are pushed once and then
  * rewritten in place, alternately; systemd holds the same open files, so
@@ -246,6 +250,16 @@ static void gone_add(uint64_t id)
 	fs.gone[fs.ngone++] = id;
 }
 
+/* id leaves the list of removals to send (it is stored again). */
+static void gone_del(uint64_t id)
+{
+	for (size_t i = 0; i < fs.ngone; i++)
+		if (fs.gone[i] == id) {
+			fs.gone[i] = fs.gone[--fs.ngone];
+			return;
+		}
+}
+
 uint64_t td__fdstore_add(int fd, bool plane, dev_t dev, ino_t ino)
 {
 	struct sfd *e;
@@ -255,7 +269,11 @@ uint64_t td__fdstore_add(int fd, bool plane, dev_t dev, ino_t ino)
 		return 0;
 	e = find_fd(fd, plane, dev, ino);
 	if (e) {
-		e->refs++;
+		/* refs 0: its removal waits for the next image; systemd
+		 * holds the file under this name, and would drop a push
+		 * under a new one (one entry per open file) */
+		if (!e->refs++)
+			gone_del(e->id);
 		arm();
 		return e->id;
 	}
@@ -280,7 +298,8 @@ int td__fdstore_adopt(uint64_t id, int fd, bool plane, dev_t dev, ino_t ino)
 	if (!fs.on)
 		return 0;
 	if (e) {
-		e->refs++;
+		if (!e->refs++)
+			gone_del(e->id);
 		return 0;
 	}
 	return tab_add(id, fd, plane, dev, ino) ? 0 : -ENOMEM;
@@ -290,13 +309,27 @@ void td__fdstore_drop(uint64_t id)
 {
 	struct sfd *e = find_id(id);
 
-	if (!fs.on || fs.frozen || !e || --e->refs)
+	if (!fs.on || fs.frozen || !e || !e->refs || --e->refs)
 		return;
-	if (e->dup >= 0)
-		close(e->dup);
-	*e = fs.tab[--fs.n];
+	/* the entry stays until the removal is sent (flush) */
 	gone_add(id);
 	arm();
+}
+
+/* Entries whose removal was sent (or given up) leave the table. */
+static void tab_purge(void)
+{
+	for (size_t i = 0; i < fs.n;) {
+		struct sfd *e = &fs.tab[i];
+
+		if (e->refs) {
+			i++;
+			continue;
+		}
+		if (e->dup >= 0)
+			close(e->dup);
+		*e = fs.tab[--fs.n];
+	}
 }
 
 void td__fdstore_dirty(void)
@@ -418,6 +451,7 @@ static void flush(void)
 				       "%" PRIu64,
 			      fs.gone[i]);
 	fs.ngone = 0;
+	tab_purge();
 	td__sd_status(td__d);
 }
 
