@@ -290,7 +290,10 @@ TD_EXPORT int td_client_process(struct td_client *c, struct td_error *err);
 struct td_plane {
 	uint32_t buffer; /* index into the buffers (fds or alloc planes) */
 	uint64_t offset; /* byte offset inside that buffer */
-	uint64_t stride; /* bytes per line; 0 = size (not an image) */
+	/* bytes per line; 0: for an image (format set) its rows packed
+	 * (or at the row dimension's stride in td_publish.strides), else
+	 * the plane's size (not an image) */
+	uint64_t stride;
 	uint64_t size;   /* bytes of the plane */
 };
 
