@@ -1916,7 +1916,8 @@ Test(handoff, an_image_without_a_row_pitch_has_its_rows_packed)
 	/* a plane given with stride 0 is packed rows too */
 	p.plane_count = 1;
 	p.planes = &pl;
-	cr_assert_eq(td_client_put(c, &p, w, size, NULL, &e), 0, "%s",
+	cr_assert_eq(td_client_alloc(c, 1, &size, &a, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_publish_alloc(c, a, &p, NULL, &e), 0, "%s",
 		     e.reason);
 	cr_assert_eq(td_client_get(c, "img/rgb", &t, &e), 0, "%s", e.reason);
 	cr_assert_eq(td_tensor_plane_stride(t, 0), 5 * 3);
