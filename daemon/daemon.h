@@ -612,6 +612,10 @@ td__handler td__loan_alloc, td__publish, td__lease_get, td__lease_release,
 void td__follow_init(void);
 /* End a dying peer's follows (their holds, rows, emptied bells). */
 void td__follow_peer_gone(struct td__peer *p);
+/* p's follow holds of versions no longer current (each a lease, as
+ * hold_take counts it): how many into *n, their bytes into *bytes. */
+void td__follow_peer_held(const struct td__peer *p, uint32_t *n,
+			  uint64_t *bytes);
 /* p's stages settled, those it fired committed: before each request of
  * p; with end (p is going), those it did not fire cancelled. */
 void td__stage_owner(struct td__peer *p, bool end);

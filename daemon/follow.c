@@ -1173,6 +1173,21 @@ void td__follow_peer_gone(struct td__peer *p)
 	td__peer_trig_free(p);
 }
 
+void td__follow_peer_held(const struct td__peer *p, uint32_t *n,
+			  uint64_t *bytes)
+{
+	for (struct td__list *l = bells.next; l != &bells; l = l->next) {
+		const struct bell *b = td__container_of(l, struct bell, link);
+
+		for (uint32_t i = 0; b->followers && i < TD_FOLLOW_MAX_ROWS;
+		     i++)
+			if (b->rows[i].peer == p && b->rows[i].held) {
+				(*n)++;
+				*bytes += b->rows[i].held->bytes;
+			}
+	}
+}
+
 void td__follow_init(void)
 {
 	static const struct td__store_bell hooks = {

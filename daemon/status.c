@@ -36,16 +36,19 @@ static void client_row(const struct td__peer *p, uint64_t now,
 		       struct td_wire_status_client *c)
 {
 	uint64_t held = 0;
+	uint32_t holds = 0;
 
 	for (const struct td__list *l = p->leases.next; l != &p->leases;
 	     l = l->next)
 		held += lease_bytes(
 			td__container_of(l, const struct td__lease, link));
+	/* a follower's hold of a version left behind is a lease too */
+	td__follow_peer_held(p, &holds, &held);
 	*c = (struct td_wire_status_client){
 		.pid = (uint32_t)p->pid,
 		.uid = (uint32_t)p->uid,
 		.import_in = p->import_in,
-		.leases = p->n_leases,
+		.leases = p->n_leases + holds,
 		.allocs = p->n_allocs,
 		.watches = p->n_watches,
 		.waiters = p->n_waiters,

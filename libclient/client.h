@@ -313,6 +313,9 @@ struct td_client {
 	 * watch events, finished GETs (loop.c, deliver) */
 	struct td__turn ev_turn, get_turn;
 	struct td_sub *subs; /* subscriptions with a handler (ring.c) */
+	/* follows with a td_follow_fd(), fired when the connection goes
+	 * (follow.c, td__follow_conn_gone) */
+	struct td_follow *fd_follows;
 	/*
 	 * td__sub_deliver() walking them (one walk at a time, and not
 	 * nested either). A call that found the walk under way quietened the
@@ -577,6 +580,9 @@ int td__tensor_from_entry(struct td_client *c, const uint8_t *body,
 int td__get_common(struct td_client *c, const char *name, uint32_t mode,
 		   uint64_t version, uint32_t timeout_ms,
 		   struct td_tensor **out, struct td_error *err);
+/* follow.c: the connection is gone: every td_follow_fd() of c polls
+ * readable, so an event loop's td_follow_poll() says -EPIPE (lock held). */
+void td__follow_conn_gone(struct td_client *c);
 /* follow.c: a tensor held through f's row is released (lock held). */
 void td__follow_let_go(struct td_follow *f);
 /*

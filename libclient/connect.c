@@ -88,6 +88,7 @@ static void on_broken(struct td_client *c, int code)
 {
 	td__pub_forget(c, code);
 	td__loop_fail(c, code);
+	td__follow_conn_gone(c);
 	/* the WATCHes of a loop's reconnect will get no reply */
 	for (struct td__watchrec *w = c->watches; w; w = w->next)
 		w->pending = 0;

@@ -34,6 +34,7 @@ struct td_follow {
 	 * once a TD__HUP_CHECK_NS however many waits, not once a wait */
 	int64_t hup_at;
 	int efd;      /* td_follow_fd()'s timerfd, -1 until then */
+	struct td_follow *fd_next; /* c->fd_follows, once efd is made */
 	bool out;     /* a tensor held through the row is not released */
 	bool closing; /* td_follow_close() waits for that release */
 	bool own_word; /* sleeps on row->waiting (td__wake_rows) */
@@ -234,8 +235,21 @@ int td_follow_fd(struct td_follow *f)
 		/* armed from the start: a loop that polls before its first
 		 * td_follow_poll() is woken for a version already there */
 		follow_arm(f);
+		td__client_lock(f->c);
+		f->fd_next = f->c->fd_follows;
+		f->c->fd_follows = f;
+		/* gone meanwhile: no on_broken will come to fire it */
+		if (f->c->sock < 0 || f->c->dead || f->c->epoch != f->epoch)
+			(void)td__timerfd_fire(fd);
+		pthread_mutex_unlock(&f->c->lock);
 	}
 	return fd;
+}
+
+void td__follow_conn_gone(struct td_client *c)
+{
+	for (struct td_follow *f = c->fd_follows; f; f = f->fd_next)
+		(void)td__timerfd_fire(f->efd);
 }
 
 /* ---- taking a version ---- */
@@ -734,8 +748,15 @@ static void follow_finish(struct td_follow *f)
 			send_close(c, f->id);
 	}
 	follow_unmap(f);
-	if (f->efd >= 0)
+	if (f->efd >= 0) {
+		struct td_follow **pp = &c->fd_follows;
+
+		while (*pp && *pp != f)
+			pp = &(*pp)->fd_next;
+		if (*pp)
+			*pp = f->fd_next;
 		close(f->efd);
+	}
 	free(f);
 }
 

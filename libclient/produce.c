@@ -467,6 +467,36 @@ struct pub_table {
 	int32_t fence; /* its table index, -1 */
 };
 
+/*
+ * The stride of plane i given as 0: for an image (format set), the row
+ * pitch of its rows packed, or at the row dimension's stride when the
+ * caller gave strides (what the daemon checks the plane by, spec §11.4);
+ * otherwise the plane's size (not an image). A layout the format refuses
+ * keeps the size, and the daemon says why.
+ */
+static uint64_t plane_stride0(const struct td_publish *p, uint32_t i,
+			      uint64_t size)
+{
+	struct td_plane_layout l;
+	uint64_t pitch = 0;
+	unsigned np;
+
+	if (!p->format || !p->format[0])
+		return size;
+	np = td_format_plane_count(p->format);
+	if (!np)
+		return size;
+	if (p->strides && p->ndim >= 2) {
+		int64_t s = p->strides[np > 1 && p->ndim >= 3 ? 1 : 0];
+
+		pitch = s > 0 ? (uint64_t)s : 0;
+	}
+	if (td_format_plane_layout(p->format, p->dtype, p->ndim, p->shape, i,
+				   pitch, &l) < 0)
+		return size;
+	return l.stride;
+}
+
 /* Planes and the fd table in order of first use (spec §8.1). */
 static int publish_table(const struct td_publish *p, const struct pub_ctx *x,
 			 struct pub_table *pt, struct td_error *err)
@@ -511,7 +541,8 @@ static int publish_table(const struct td_publish *p, const struct pub_ctx *x,
 		pt->planes[i] = (struct td_blob_plane){
 			.handle = slot[b] - 1,
 			.offset = pl.offset,
-			.stride = pl.stride ? pl.stride : pl.size,
+			.stride = pl.stride ? pl.stride
+					    : plane_stride0(p, i, pl.size),
 			.size = pl.size,
 			.used = pl.size,
 			.modifier = p->flags & TD_PUBLISH_MODIFIERS

@@ -808,6 +808,45 @@ Test(follow, a_follower_cannot_block_the_daemon_on_its_wake_fd,
 	pair_stop(&d, prod, cons);
 }
 
+/*
+ * An event loop that polls td_client_fd() and a follow's td_follow_fd()
+ * learns that the daemon went away from both: once td_client_process()
+ * has found the connection gone, the follow's fd polls readable and
+ * td_follow_poll() says -EPIPE, so the loop follows again (on the new
+ * connection, with TD_CLIENT_RECONNECT). The fd used to stay quiet for
+ * ever: a camera pipeline's event-loop consumer sat idle after a daemon
+ * restart while the blocking followers went on.
+ */
+Test(follow, a_follow_fd_polls_readable_once_its_connection_is_gone)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_follow *f;
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+	struct pollfd p[2];
+	int fd, rc = 0;
+
+	tu_daemon_start(&d, "warn");
+	c = conn(&d, "pidfd");
+	f = follow(c, "fw/gone");
+	fd = td_follow_fd(f);
+	cr_assert_geq(fd, 0, "%s", strerror(-fd));
+	cr_assert_eq(td_follow_poll(f, &t, &e), -EAGAIN);
+	tu_daemon_kill(&d);
+	p[0] = (struct pollfd){.fd = td_client_fd(c), .events = POLLIN};
+	cr_assert_eq(poll(p, 1, 5000), 1, "the hang-up did not wake the loop");
+	for (int i = 0; i < 10 && rc == 0; i++)
+		rc = td_client_process(c, &e);
+	cr_assert_lt(rc, 0, "td_client_process did not see the hang-up");
+	p[1] = (struct pollfd){.fd = fd, .events = POLLIN};
+	cr_assert_eq(poll(&p[1], 1, 0), 1,
+		     "the follow's fd stays quiet after its connection went");
+	cr_assert_eq(td_follow_poll(f, &t, &e), -EPIPE, "%s", e.reason);
+	td_follow_close(f);
+	td_client_close(c);
+}
+
 /* ---- the daemon stays the authority ---- */
 
 /*

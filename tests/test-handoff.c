@@ -1878,6 +1878,65 @@ Test(handoff, publish_refuses_null_arrays_and_unknown_flags)
 	daemon_stop(&d);
 }
 
+/*
+ * An image published without planes (plane_count 0: one plane per buffer
+ * covering all of it) or with a plane whose stride is 0 has its rows
+ * packed: a camera's rgb8 frame needs no td_plane of its own. The plane's
+ * stride used to default to the plane's size ("not an image"), which the
+ * daemon then took as the row pitch: a 1080-row frame was refused as
+ * needing 1079 frames' bytes ("plane 0 holds 6220800 bytes but its layout
+ * needs 6712248960"), from C and from Python's alloc(format="rgb8").
+ */
+Test(handoff, an_image_without_a_row_pitch_has_its_rows_packed)
+{
+	uint64_t shape[3] = {4, 5, 3}, size = 4 * 5 * 3, nv_shape[2] = {4, 6};
+	uint64_t nv_sizes[2] = {24, 12};
+	struct td_plane pl = {0, 0, 0, size};
+	struct td_publish p = {.name = "img/rgb", .dtype = TD_TENSOR_U8,
+			       .ndim = 3, .shape = shape, .format = "rgb8"};
+	struct td_error e = {0};
+	struct td_tensor *t;
+	struct td_client *c;
+	struct td_alloc *a;
+	struct daemon d;
+	uint8_t *w;
+
+	daemon_start(&d);
+	c = client_open(&d);
+	cr_assert_eq(td_client_alloc(c, 1, &size, &a, &e), 0, "%s", e.reason);
+	w = td_alloc_data(a, 0);
+	for (uint64_t i = 0; i < size; i++)
+		w[i] = (uint8_t)i;
+	cr_assert_eq(td_client_publish_alloc(c, a, &p, NULL, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_client_get(c, "img/rgb", &t, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_tensor_plane_stride(t, 0), 5 * 3);
+	cr_assert_eq(((const uint8_t *)td_tensor_plane_data(t, 0))[59], 59);
+	td_tensor_release(t);
+	/* a plane given with stride 0 is packed rows too */
+	p.plane_count = 1;
+	p.planes = &pl;
+	cr_assert_eq(td_client_alloc(c, 1, &size, &a, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_publish_alloc(c, a, &p, NULL, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_client_get(c, "img/rgb", &t, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_tensor_plane_stride(t, 0), 5 * 3);
+	td_tensor_release(t);
+	/* NV12 in two buffers, no planes: Y rows of 6, UV rows of 6 */
+	p = (struct td_publish){.name = "img/nv12", .dtype = TD_TENSOR_U8,
+				.ndim = 2, .shape = nv_shape, .format = "NV12"};
+	cr_assert_eq(td_client_alloc(c, 2, nv_sizes, &a, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_client_publish_alloc(c, a, &p, NULL, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_client_get(c, "img/nv12", &t, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_tensor_plane_stride(t, 0), 6);
+	cr_assert_eq(td_tensor_plane_stride(t, 1), 6);
+	td_tensor_release(t);
+	td_client_close(c);
+	daemon_stop(&d);
+}
+
 /* ---- tensorctl ---- */
 
 /* Run tensorctl --socket SOCK ARGS... (NULL-terminated); its exit status. */

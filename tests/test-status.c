@@ -184,6 +184,60 @@ Test(status, reports_tensors_clients_leases_and_uids)
 	done(&l);
 }
 
+/*
+ * A follower that holds a version the name has left behind holds a
+ * lease (docs/fastpath.md, "Following a name": not evicted, not
+ * recycled, counted against the limits), and STATUS shows it in the
+ * follower's row as a GET's lease is: tensorctl status used to say 0
+ * leases and 0 B held for a slow consumer pinning a 6 MiB frame.
+ */
+Test(status, a_followers_hold_of_a_replaced_version_is_a_lease)
+{
+	struct logged l;
+	start(&l, NULL);
+	struct td_client *prod = cli(&l), *fc = cli(&l);
+	uint64_t shape[1] = {4096};
+	uint8_t buf[4096] = {0};
+	struct td_publish p = {.name = "s/f", .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape};
+	struct td_follow *f;
+	struct td_tensor *t;
+	struct td_error e = {0};
+
+	cr_assert_eq(td_client_follow(fc, "s/f", &f, &e), 0, "%s", e.reason);
+	/* a stream's few buffers get mapped: later versions come from the
+	 * follow's shared memory, held by its row, not by a GET's lease */
+	for (int i = 0; i < 8; i++) {
+		cr_assert_eq(td_client_put_ex(prod, &p, buf, sizeof(buf),
+					      TD_ALLOC_STREAM, NULL, &e),
+			     0, "%s", e.reason);
+		cr_assert_eq(td_follow_next(f, 5000, &t, &e), 0, "%s",
+			     e.reason);
+		if (i < 7)
+			td_tensor_release(t);
+	}
+	/* t is held; the name moves on */
+	cr_assert_eq(td_client_put_ex(prod, &p, buf, sizeof(buf),
+				      TD_ALLOC_STREAM, NULL, &e),
+		     0, "%s", e.reason);
+	struct td_status *s = status(prod);
+	uint32_t leases = 0;
+	uint64_t held = 0;
+	for (size_t i = 0; i < s->client_count; i++) {
+		leases += s->clients[i].leases;
+		held += s->clients[i].bytes_held;
+	}
+	cr_assert_eq(leases, 1, "the follower's hold is no lease in STATUS");
+	cr_assert_eq(held, 4096);
+	td_status_free(s);
+	td_tensor_release(t);
+	td_follow_close(f);
+	td_client_close(fc);
+	td_client_close(prod);
+	stop(&l);
+	done(&l);
+}
+
 static void nobody_status(const char *sock)
 {
 	struct td_client *c;

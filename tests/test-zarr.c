@@ -860,6 +860,62 @@ Test(import, export_then_import_gives_the_same_tensors, .init = start,
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
+/*
+ * An image's blob strings come back from export -> import: export writes
+ * them as _tensord_format and _tensord_color_* (§1, "Attributes"), and
+ * import dropped them with tensord's other keys, so an rgb8 frame came
+ * back as a bare u8 array (no format, its plane not rows). Its rows come
+ * back packed, also from a row-pitched source (export gathers them).
+ */
+Test(import, an_images_format_and_colour_strings_come_back, .init = start,
+     .fini = stop)
+{
+	uint64_t shape[3] = {2, 3, 3};
+	uint8_t px[25]; /* two rows of 9 bytes, 16 apart */
+	struct td_plane pl = {0, 0, 16, 25};
+	struct td_publish p = {.name = "img/rgb", .dtype = TD_TENSOR_U8,
+	                       .ndim = 3, .shape = shape, .format = "rgb8",
+	                       .color_space = "bt709",
+	                       .color_range = "limited"};
+	struct td_client *c = NULL;
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+	struct td_alloc *a;
+	char *out;
+
+	for (size_t i = 0; i < sizeof(px); i++)
+		px[i] = (uint8_t)(i * 7);
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_put(c, &p, px, 18, NULL, &e), 0, "%s",
+	             e.reason);
+	p.name = "img/pitch";
+	p.color_space = NULL;
+	p.plane_count = 1;
+	p.planes = &pl;
+	cr_assert_eq(td_client_alloc(c, 1, &(uint64_t){25}, &a, &e), 0, "%s",
+	             e.reason);
+	memcpy(td_alloc_data(a, 0), px, 25);
+	cr_assert_eq(td_client_publish_alloc(c, a, &p, NULL, &e), 0, "%s",
+	             e.reason);
+	zt_ok("zarr export %s/x img/rgb img/pitch", zt_dir);
+	zt_ok("zarr import %s/x --prefix back/", zt_dir);
+	cr_assert_eq(zt_ctl(&out, "get back/img_rgb --json -o /dev/null"), 0);
+	cr_assert(strstr(out, "\"format\":\"rgb8\",\"color_space\":\"bt709\""),
+	          "%s", out);
+	cr_assert(strstr(out, "\"color_range\":\"limited\""), "%s", out);
+	free(out);
+	cr_assert_eq(td_client_get(c, "back/img_pitch", &t, &e), 0, "%s",
+	             e.reason);
+	cr_assert_str_eq(td_tensor_string(t, TD_TENSOR_FORMAT), "rgb8");
+	cr_assert_eq(td_tensor_plane_stride(t, 0), 9);
+	cr_assert_eq(memcmp(td_tensor_plane_data(t, 0), px, 9), 0);
+	cr_assert_eq(memcmp((const uint8_t *)td_tensor_plane_data(t, 0) + 9,
+	                    px + 16, 9), 0);
+	td_tensor_release(t);
+	td_client_close(c);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
 /* A hand-made array folder: zarr.json text and an optional chunk. */
 static void handmade(const char *store, const char *name, const char *meta,
                      const char *key, const void *chunk, size_t len)

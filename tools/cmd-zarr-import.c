@@ -364,6 +364,30 @@ static int list_arrays(const char *dir, char ***out, size_t *n)
 	return 0;
 }
 
+/*
+ * The blob strings export keeps as _tensord_format and _tensord_color_*
+ * (docs/zarr.md, "Attributes"), given back to the tensor: an image stays
+ * an image (its rows packed, as the chunk holds them). A string with a
+ * NUL in it is no blob string and stays out.
+ */
+static void blob_strings(const struct imp *m, struct td_publish *p)
+{
+	static const char *const key[] = {
+	        "_tensord_format", "_tensord_color_space",
+	        "_tensord_color_transfer", "_tensord_color_encoding",
+	        "_tensord_color_range"};
+	const char **dst[] = {&p->format, &p->color_space, &p->color_transfer,
+	                      &p->color_encoding, &p->color_range};
+
+	for (size_t i = 0; i < sizeof(key) / sizeof(*key); i++) {
+		size_t len;
+		const char *v = attr_str(m, key[i], &len);
+
+		if (v && strlen(v) == len)
+			*dst[i] = v;
+	}
+}
+
 static int publish_imp(struct td_client *c, int top, struct imp *m,
                        uint64_t *version)
 {
@@ -388,6 +412,7 @@ static int publish_imp(struct td_client *c, int top, struct imp *m,
 	p.shape = m->a.shape;
 	p.meta = m->meta;
 	p.meta_len = m->meta_len;
+	blob_strings(m, &p);
 	rc = td_client_publish_alloc(c, a, &p, version, &e);
 	return rc < 0 ? tctl_refused(m->tensor, rc, &e) : TCTL_OK;
 }

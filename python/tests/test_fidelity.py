@@ -118,6 +118,21 @@ def test_an_image_row_pitch_travels_as_the_plane_stride(client):
     assert t.numpy().tobytes() == want.tobytes()
 
 
+def test_an_image_without_strides_publishes_its_rows_packed(client):
+    # alloc(format="rgb8") with no row pitch: rows packed, as a camera's
+    # 1920x1080 frame; it used to be refused at publish (the plane's
+    # stride defaulted to its size: "its layout needs ...")
+    want = np.arange(60, dtype=np.uint8).reshape(4, 5, 3)
+    w = client.alloc("fid/packed", (4, 5, 3), "u8", format="rgb8")
+    w[:] = want
+    client.publish(w)
+    got = client.get("fid/packed")
+    assert got.strides == (15, 3, 1)
+    np.testing.assert_array_equal(got, want)
+    client.put("fid/packed2", want)  # no format: no image, as before
+    assert client.get("fid/packed2").strides == (15, 3, 1)
+
+
 def test_image_formats_refuse_what_they_cannot_say(client):
     with pytest.raises(ValueError, match="first stride"):
         client.alloc("fid/img2", (4, 5, 3), "u8", strides=(32, 4, 1),

@@ -290,7 +290,10 @@ TD_EXPORT int td_client_process(struct td_client *c, struct td_error *err);
 struct td_plane {
 	uint32_t buffer; /* index into the buffers (fds or alloc planes) */
 	uint64_t offset; /* byte offset inside that buffer */
-	uint64_t stride; /* bytes per line; 0 = size (not an image) */
+	/* bytes per line; 0: for an image (format set) its rows packed
+	 * (or at the row dimension's stride in td_publish.strides), else
+	 * the plane's size (not an image) */
+	uint64_t stride;
 	uint64_t size;   /* bytes of the plane */
 };
 
@@ -659,7 +662,11 @@ TD_EXPORT int td_follow_next(struct td_follow *f, int timeout_ms,
  * returned, or a connection gone. td_follow_poll() is td_follow_next()
  * with no wait that arms the fd when it finds nothing (-EAGAIN); before
  * the first td_follow_fd() it fails with -EINVAL. A daemon
- * that goes away fires no timerfd: watch td_client_fd() too. The fd is a
+ * that goes away fires no timerfd: watch td_client_fd() too; once a call
+ * on the client (td_client_process() in the loop) finds the connection
+ * gone, the library makes the fd readable and td_follow_poll() says
+ * -EPIPE: close the follow and follow again (after a TD_CLIENT_RECONNECT
+ * reconnect, on the new connection). The fd is a
  * timerfd, which the daemon's wake-up cannot block on (an eventfd's write
  * can): poll it, never write() it. td_follow_fd() returns -EOPNOTSUPP
  * when the daemon does not serve it, -ECONNRESET when the follow's
