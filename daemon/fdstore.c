@@ -701,7 +701,7 @@ static unsigned restore_entries(const struct td_state_hdr *h,
 			/* named without fds (image_entry()): the snapshot's */
 			td__log(TD_LOG_INFO, "\"%.*s\" version %" PRIu64
 					     " has no fds in the fd store "
-					     "(recyclable): %s",
+					     "(recyclable, or not pushed): %s",
 				(int)ent.name.len, ent.name.ptr, ent.version,
 				td__d->opts.snapshot_path
 					? "read from the snapshot"
