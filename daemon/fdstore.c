@@ -280,7 +280,7 @@ uint64_t td__fdstore_add(int fd, bool plane, dev_t dev, ino_t ino)
 	id = fs.next_id;
 	if (td__sd_notify(&fd, 1, "FDSTORE=1\nFDNAME=" FD_NAME "%" PRIu64,
 			  id) < 0)
-		return 0; /* logged; this version is not written to images */
+		return 0; /* logged; images name the version without fds */
 	fs.next_id++;
 	e = tab_add(id, fd, plane, dev, ino);
 	if (!e) {
@@ -348,13 +348,26 @@ struct image {
 	bool sizing;
 };
 
+/*
+ * A version with an fd not stored (a recyclable version, whose bytes are
+ * not sealed, or a push that failed) is named without fds (format 2): the
+ * next start reads it from the snapshot, which held it at the last save.
+ * Left out, it was not read from there, and the next save dropped it
+ * from the snapshot too (a stream's latest version was lost across
+ * `systemctl restart`, though the final save at the stop held it).
+ */
 static int image_entry(void *arg, const struct td_state_entry *ent)
 {
 	struct image *im = arg;
+	struct td_state_entry bare;
 
 	for (uint32_t i = 0; i < ent->fd_count; i++)
-		if (ent->fd_ids[i] == 0)
-			return 0; /* an fd that could not be stored */
+		if (ent->fd_ids[i] == 0) {
+			bare = *ent;
+			bare.fd_count = 0;
+			ent = &bare;
+			break;
+		}
 	if (im->sizing) {
 		im->cap += td_state_entry_len(ent);
 		return 0;
@@ -684,6 +697,18 @@ static unsigned restore_entries(const struct td_state_hdr *h,
 		uint32_t got = 0;
 
 		seen++;
+		if (ent.fd_count == 0) {
+			/* named without fds (image_entry()): the snapshot's */
+			td__log(TD_LOG_INFO, "\"%.*s\" version %" PRIu64
+					     " has no fds in the fd store "
+					     "(recyclable, or not pushed): %s",
+				(int)ent.name.len, ent.name.ptr, ent.version,
+				td__d->opts.snapshot_path
+					? "read from the snapshot"
+					: "not restored (no --snapshot)");
+			missed_add(&ent);
+			continue;
+		}
 		/* long restores: keep systemd's start timeout ahead of us */
 		if (now_us() - last > 1000000) {
 			last = now_us();

@@ -10,8 +10,16 @@
 
 #include "bytes.h"
 
-/* name len + flags + version + meta len + blob len + fd_count + one id */
+/* name len + flags + version + meta len + blob len + fd_count + one id
+ * (format 1; format 2 allows no id) */
 #define ENTRY_MIN (2 + 4 + 8 + 4 + 4 + 4 + 8)
+#define ENTRY_MIN_NOFDS (ENTRY_MIN - 8)
+
+/* The least bytes an entry takes in an image of format f (checked). */
+static size_t entry_min(uint32_t f)
+{
+	return f == TD_STATE_FORMAT_NOFDS ? ENTRY_MIN_NOFDS : ENTRY_MIN;
+}
 
 static int name_cmp(struct td_wire_str a, struct td_wire_str b)
 {
@@ -33,7 +41,8 @@ static int check_start(const uint8_t *buf, uint64_t len, struct td_err *err)
 	if (memcmp(buf, TD_STATE_MAGIC, 8) != 0)
 		return td__err_set(err, TD_ERR_MALFORMED, "magic", false, 0, 0,
 				   "not a tensord state image (bad magic)");
-	if (td__le32(buf + 8) != TD_STATE_FORMAT)
+	if (td__le32(buf + 8) != TD_STATE_FORMAT &&
+	    td__le32(buf + 8) != TD_STATE_FORMAT_NOFDS)
 		return td__err_set(err, TD_ERR_UNSUPPORTED_REQUIREMENT,
 				   "format", true, td__le32(buf + 8), 8,
 				   "unknown state format version");
@@ -54,7 +63,7 @@ int td_state_check_len(const uint8_t *hdr, uint64_t len, struct td_err *err)
 		return td__err_set(err, TD_ERR_FORGED_LENGTH, "count", true,
 				   count, 40,
 				   "image longer than its entries can be");
-	if (count > body / ENTRY_MIN)
+	if (count > body / entry_min(td__le32(hdr + 8)))
 		return td__err_set(err, TD_ERR_FORGED_LENGTH, "count", true,
 				   count, 40,
 				   "more entries than the image can hold");
@@ -93,13 +102,14 @@ int td_state_decode(const uint8_t *buf, size_t len, struct td_state_hdr *h,
 				   "counter is 0");
 	body = len - TD_STATE_HDR_LEN - TD_STATE_SUM_LEN;
 	/* a forged count must not make anyone size a table from it */
-	if (h->count > body / ENTRY_MIN)
+	if (h->count > body / entry_min(td__le32(buf + 8)))
 		return td__err_set(err, TD_ERR_FORGED_LENGTH, "count", true,
 				   h->count, 40,
 				   "more entries than the image can hold");
 	td_wire_rd_init(&rd->rd, buf + TD_STATE_HDR_LEN, body, err);
 	rd->err = err;
 	rd->left = h->count;
+	rd->min_fds = td__le32(buf + 8) == TD_STATE_FORMAT_NOFDS ? 0 : 1;
 	rd->next_version = h->next_version;
 	rd->next_fd_id = h->next_fd_id;
 	rd->prev = (struct td_wire_str){"", 0};
@@ -155,11 +165,13 @@ int td_state_next(struct td_state_rd *rd, struct td_state_entry *ent)
 		return entry_fail(rd, TD_ERR_MALFORMED, "version",
 				  ent->version, at,
 				  "version outside [1, next_version)");
-	if (ent->fd_count == 0 || ent->fd_count > TD_STATE_MAX_FDS)
+	if (ent->fd_count < rd->min_fds || ent->fd_count > TD_STATE_MAX_FDS)
 		return entry_fail(rd, ent->fd_count ? TD_ERR_FORGED_LENGTH
 						    : TD_ERR_MALFORMED,
 				  "fd_count", ent->fd_count, r->off - 4,
-				  "fd_count outside 1..9");
+				  rd->min_fds ? "fd_count outside 1..9 "
+						"(format 1)"
+					      : "fd_count above 9");
 	for (uint32_t i = 0; i < ent->fd_count; i++) {
 		size_t o = r->off;
 
@@ -193,6 +205,7 @@ int td_state_encode_begin(struct td_state_wr *w, uint8_t *buf, size_t cap,
 			  const struct td_state_hdr *h)
 {
 	w->count = 0;
+	w->nofds = false;
 	w->rc = 0;
 	w->prev = (struct td_wire_str){"", 0};
 	if (cap < TD_STATE_HDR_LEN + TD_STATE_SUM_LEN)
@@ -225,7 +238,7 @@ int td_state_encode_entry(struct td_state_wr *w,
 	if (td_wire_name_check(ent->name.ptr, ent->name.len, false, NULL) ||
 	    (ent->flags & ~TD_STATE_FLAGS) || ent->version == 0 ||
 	    ent->version >= nv || ent->meta.len > TD_WIRE_MAX_META ||
-	    ent->blob.len > TD_WIRE_MAX_BLOB || ent->fd_count == 0 ||
+	    ent->blob.len > TD_WIRE_MAX_BLOB ||
 	    ent->fd_count > TD_STATE_MAX_FDS ||
 	    (w->count && name_cmp(w->prev, ent->name) >= 0))
 		return w->rc = -EINVAL;
@@ -247,6 +260,7 @@ int td_state_encode_entry(struct td_state_wr *w,
 	if (w->wr.overflow)
 		return w->rc = -ENOBUFS;
 	w->prev = ent->name;
+	w->nofds |= ent->fd_count == 0;
 	w->count++;
 	return 0;
 }
@@ -260,6 +274,9 @@ int64_t td_state_encode_finish(struct td_state_wr *w)
 		return w->rc;
 	base = w->wr.p - TD_STATE_HDR_LEN;
 	td__put_le32(base + 40, w->count);
+	/* format 1 unless it must be 2: older readers read it (state.h) */
+	td__put_le32(base + 8, w->nofds ? TD_STATE_FORMAT_NOFDS
+					: TD_STATE_FORMAT);
 	len = TD_STATE_HDR_LEN + w->wr.off;
 	td__put_le64(base + len, XXH3_64bits(base, len));
 	return (int64_t)(len + TD_STATE_SUM_LEN);

@@ -12,7 +12,7 @@
  * Layout (little-endian, packed):
  *
  *   0   8  magic "TDSTATE\0"
- *   8   4  format version (1)
+ *   8   4  format version (1 or 2; below)
  *   12  4  reserved, 0
  *   16  8  generation (which of two images is newer)
  *   24  8  next_version (the daemon-wide version counter)
@@ -25,10 +25,19 @@
  * entry: str name (u16 len, <= 255), u32 flags (PIN), u64 version,
  *        bytes meta (u32 len, <= 16384), bytes blob (u32 len, <= 48128),
  *        u32 fd_count (1..9), u64 fd_ids[fd_count]
+ *
+ * Format 2 is format 1 where fd_count may also be 0: a version whose fds
+ * are not in the fd store (a recyclable version, whose bytes are not
+ * sealed, or one whose push failed), named so that the next start reads
+ * it from the snapshot (docs/snapshot.md). The encoder writes format 1
+ * when every entry has fds, so an image without such a version is read
+ * by a tensord of format 1 as before; one that knows only format 1
+ * refuses a format-2 image whole (-ENOTSUP), as any newer format.
  */
 #ifndef TD_PROTO_STATE_H
 #define TD_PROTO_STATE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,7 +45,8 @@
 #include "wire.h"
 
 #define TD_STATE_MAGIC "TDSTATE"    /* 8 bytes with the NUL */
-#define TD_STATE_FORMAT 1
+#define TD_STATE_FORMAT 1     /* every entry with fds */
+#define TD_STATE_FORMAT_NOFDS 2 /* entries without fds too (above) */
 #define TD_STATE_HDR_LEN 48
 #define TD_STATE_SUM_LEN 8
 #define TD_STATE_MAX_FDS (TD_WIRE_MAX_PLANES + 1) /* planes + fence */
@@ -55,7 +65,7 @@ struct td_state_entry {
 	uint64_t version;
 	struct td_wire_bytes meta;
 	struct td_wire_bytes blob;
-	uint32_t fd_count;
+	uint32_t fd_count; /* 0: none stored (format 2 only) */
 	uint64_t fd_ids[TD_STATE_MAX_FDS];
 };
 
@@ -64,6 +74,7 @@ struct td_state_rd {
 	struct td_wire_rd rd;
 	struct td_err *err;
 	uint32_t left;
+	uint32_t min_fds; /* 1 in format 1, 0 in format 2 */
 	uint64_t next_version, next_fd_id;
 	struct td_wire_str prev; /* last name, for the ordering check */
 };
@@ -75,7 +86,8 @@ struct td_state_rd {
 
 /*
  * Before an image of len bytes is read whole: its first TD_STATE_HDR_LEN
- * bytes (hdr) checked for magic (-EBADMSG) and format (-ENOTSUP), and len
+ * bytes (hdr) checked for magic (-EBADMSG) and format (-ENOTSUP: not 1
+ * or 2), and len
  * against the entry count they state: an image longer than that many
  * entries at their caps, or shorter than that many at their least, is
  * refused (-EOVERFLOW). Nothing here is believed (the checksum covers the
@@ -89,6 +101,7 @@ int td_state_check_len(const uint8_t *hdr, uint64_t len, struct td_err *err);
  * (-ENOTSUP), reserved fields, the checksum (-EBADMSG), and that count
  * entries can fit (-EOVERFLOW). Fills *h and a cursor for
  * td_state_next(). 0 or -errno with *err (offsets from the image start).
+ * Both formats are read; which one decides whether fd_count may be 0.
  */
 int td_state_decode(const uint8_t *buf, size_t len, struct td_state_hdr *h,
 		    struct td_state_rd *rd, struct td_err *err);
@@ -96,8 +109,8 @@ int td_state_decode(const uint8_t *buf, size_t len, struct td_state_hdr *h,
  * The next entry into *ent (views into the image). 1 for an entry, 0
  * after the last one (trailing bytes refused), -errno otherwise: names
  * checked like peer input and strictly ascending, flags, version in
- * [1, next_version), caps on meta/blob/fd_count, fd ids distinct and in
- * [1, next_fd_id). The blob itself is the caller's to check (td_blob_*).
+ * [1, next_version), caps on meta/blob/fd_count (0 refused in format 1),
+ * fd ids distinct and in [1, next_fd_id). The blob itself is the caller's to check (td_blob_*).
  */
 int td_state_next(struct td_state_rd *rd, struct td_state_entry *ent);
 
@@ -106,13 +119,15 @@ size_t td_state_entry_len(const struct td_state_entry *ent);
 
 /*
  * Writing: begin (header), add entries in ascending name order, finish
- * (count and checksum). Encoders refuse what the decoder would (-EINVAL)
- * and a buffer that is too small (-ENOBUFS); finish returns the image
- * length or the first error.
+ * (count, format and checksum). Encoders refuse what the decoder would
+ * (-EINVAL) and a buffer that is too small (-ENOBUFS); finish returns the
+ * image length or the first error. An entry with fd_count 0 makes the
+ * image format 2, else it is format 1.
  */
 struct td_state_wr {
 	struct td_wire_wr wr;
 	uint32_t count;
+	bool nofds; /* an entry without fds was written */
 	int rc;
 	struct td_wire_str prev; /* borrowed until the next entry */
 };

@@ -5,8 +5,9 @@
  *   cc -Iproto scripts/gen-state-seeds.c build/proto/libtd-proto.a \
  *      -lxxhash -o /tmp/gen && /tmp/gen tests/data/state-seeds
  *
- * (valid images: empty, one entry, several with shared fd ids; the
- * fuzzer finds the broken ones from there).
+ * (valid images: empty, one entry, several with shared fd ids, and
+ * format 2, some entries without fds; the fuzzer finds the broken ones
+ * from there).
  */
 #include <stdio.h>
 #include <string.h>
@@ -15,7 +16,9 @@
 
 static const uint8_t blob[64] = {0x54, 0x44, 1, 0, 0, 0, 0, 0, 9};
 
-static int write_image(const char *dir, const char *name, unsigned n)
+/* n entries; with nofds, every other one without fds (format 2) */
+static int write_image(const char *dir, const char *name, unsigned n,
+		       int nofds)
 {
 	static const char *const names[] = {"a", "cam/left", "cam/right",
 					    "z@9"};
@@ -34,7 +37,7 @@ static int write_image(const char *dir, const char *name, unsigned n)
 			.version = 5 + i * 3,
 			.meta = {(const uint8_t *)"{\"k\":1}", i ? 7 : 0},
 			.blob = {blob, 16 + 16 * i},
-			.fd_count = 1 + i % 3,
+			.fd_count = nofds && i % 2 ? 0 : 1 + i % 3,
 		};
 
 		for (unsigned j = 0; j < e.fd_count; j++)
@@ -57,7 +60,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s FOLDER\n", argv[0]);
 		return 2;
 	}
-	return write_image(argv[1], "empty.bin", 0) |
-	       write_image(argv[1], "one.bin", 1) |
-	       write_image(argv[1], "four.bin", 4);
+	return write_image(argv[1], "empty.bin", 0, 0) |
+	       write_image(argv[1], "one.bin", 1, 0) |
+	       write_image(argv[1], "four.bin", 4, 0) |
+	       write_image(argv[1], "nofds.bin", 4, 1);
 }

@@ -1724,6 +1724,105 @@ Test(systemd, a_crash_during_a_snapshot_restore_reads_the_snapshot_again)
 	snapshot_dir_rm(&sd);
 }
 
+/* A TD_ALLOC_STREAM loan of len bytes of seed (check_tensor's pattern),
+ * published under name: a recyclable version, never in the fd store. */
+static uint64_t put_stream(struct td_client *c, const char *name,
+			   uint64_t len, uint8_t seed)
+{
+	struct td_alloc *a = NULL;
+	struct td_error e = {0};
+	uint64_t v = 0;
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = &len};
+	uint8_t *b;
+
+	cr_assert_eq(td_client_alloc_ex(c, 1, &len, TD_ALLOC_STREAM, &a, &e),
+		     0, "%s", e.reason);
+	b = td_alloc_data(a, 0);
+	for (uint64_t i = 0; i < len; i++)
+		b[i] = (uint8_t)(seed + i * 7);
+	cr_assert_eq(td_client_publish_alloc(c, a, &p, &v, &e), 0, "%s",
+		     e.reason);
+	return v;
+}
+
+/*
+ * `systemctl restart` under the installed unit (fd store and --snapshot)
+ * lost a stream's latest version: recyclable versions stay out of the fd
+ * store, and the state image left them out too, so the start restored
+ * from the fd store (it wins) and did not read the snapshot for them,
+ * though the final save at the stop held them; the next save then
+ * dropped them from the snapshot as well. The image names them without
+ * fds now (format 2), and the start reads them from the snapshot.
+ */
+Test(systemd, a_streams_latest_version_survives_a_restart_with_a_snapshot)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct expect x[3] = {
+		{"r/plain", 0, 4096, 11, 0, NULL, false},
+		{"st/frames", 0, 8192, 40, 0, NULL, false},
+	};
+	struct td_state_hdr h;
+	struct td_state_rd rd;
+	struct td_state_entry ent;
+	struct snapshot_dir sd;
+	struct td_client *c;
+	uint8_t *img;
+	char *err;
+	unsigned n;
+
+	snapshot_dir_make(&sd);
+	mkdir_tmp(&d);
+	notify_bind(&d);
+	daemon_start(&d, NULL, -1, NULL, &st, NULL);
+	c = connect_to(d.sock);
+	x[0].version = put(c, x[0].name, x[0].len, x[0].seed, 0, NULL);
+	/* a few frames: the latest is the one to come back */
+	for (uint8_t f = 0; f < 4; f++)
+		x[1].version = put_stream(c, x[1].name, x[1].len,
+					  (uint8_t)(x[1].seed - 3 + f));
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	/* the final image names the stream's version, with no fds */
+	img = newest_image(&st, &h, &rd);
+	cr_assert_eq(h.count, 2);
+	cr_assert_eq(td__le32(img + 8), TD_STATE_FORMAT_NOFDS);
+	cr_assert_eq(td_state_next(&rd, &ent), 1);
+	cr_assert_eq(ent.fd_count, 1, "r/plain's plane is stored");
+	cr_assert_eq(td_state_next(&rd, &ent), 1);
+	cr_assert_eq(ent.version, x[1].version);
+	cr_assert_eq(ent.fd_count, 0);
+	free(img);
+	/* `systemctl restart`: the fd store's state, the stream from the
+	 * snapshot; and a tensor more, so that the snapshot is saved again */
+	n = next_life(&d, &st, x, 2, true);
+	err = tu_slurp(d.err);
+	cr_assert_not_null(strstr(err, "restored 1 of 2 tensors from the fd "
+				       "store"),
+			   "%s", err);
+	cr_assert_not_null(strstr(err, "restored 1 of 1 tensors from"), "%s",
+			   err);
+	free(err);
+	/* restored sealed, into the fd store: the next restart has it
+	 * from there, without the snapshot */
+	snap_file = NULL;
+	next_life(&d, &st, x, n, false);
+	/* and the save at that stop kept it in the snapshot: after a
+	 * `systemctl stop` (the fd store emptied) it comes back from there */
+	snap_file = sd.file;
+	store_close(&st);
+	memset(&st, 0, sizeof(st));
+	next_life(&d, &st, x, n, false);
+	err = tu_slurp(d.err);
+	cr_assert_not_null(strstr(err, "restored 3 of 3 tensors from"), "%s",
+			   err);
+	free(err);
+	snap_file = NULL;
+	store_close(&st);
+	snapshot_dir_rm(&sd);
+}
+
 /*
  * An image whose fd id counter is 2^64-1 (checksum good: written by a
  * broken or hostile writer): the next ids wrapped to 0 and onto stored
@@ -2295,7 +2394,8 @@ Test(systemd, state_image_refuses_forged_content_with_a_good_checksum)
 		const char *what;
 	} cases[] = {
 		{0, {'X'}, 1, -EBADMSG, "magic"},
-		{8, {2}, 1, -ENOTSUP, "format"},
+		{8, {3}, 1, -ENOTSUP, "format"},
+		{8, {0}, 1, -ENOTSUP, "format 0"},
 		{12, {1}, 1, -EBADMSG, "reserved"},
 		{40, {0xff, 0xff}, 2, -EOVERFLOW, "count"},
 		{name0 + 2, {'/'}, 1, -EINVAL, "name"},
@@ -2322,6 +2422,83 @@ Test(systemd, state_image_refuses_forged_content_with_a_good_checksum)
 			     decode_all(b, len, &n, &e), e.reason);
 	}
 	(void)name0;
+}
+
+/*
+ * Format 2: an entry may name a version without fds (one not in the fd
+ * store, read from the snapshot at the next start). The encoder writes
+ * format 1 unless an entry has no fds; format 1 still refuses fd_count 0,
+ * and format 2 everything else format 1 refuses.
+ */
+Test(systemd, state_image_format_2_names_versions_without_fds)
+{
+	uint8_t buf[4096], b[4096];
+	struct td_state_hdr h = {3, 100, 50, 0};
+	struct td_state_wr w;
+	struct td_state_entry ent, e0 = {.name = {"a", 1},
+					 .version = 7,
+					 .blob = {blob_bytes, 8},
+					 .fd_count = 1,
+					 .fd_ids = {4}},
+				   e1 = {.name = {"b", 1},
+					 .version = 9,
+					 .blob = {blob_bytes, 8}};
+	const size_t fdc1 = 48 + td_state_entry_len(&e0) + 3 + 4 + 8 + 4 +
+			    4 + 8;
+	struct td_state_rd rd;
+	struct td_err e = {0};
+	uint32_t v;
+	size_t len;
+	unsigned n;
+
+	/* every entry with fds: format 1, as before */
+	len = build(buf, sizeof(buf), 2);
+	cr_assert_eq(td__le32(buf + 8), TD_STATE_FORMAT);
+	/* one without: format 2, and it round-trips */
+	cr_assert_eq(td_state_encode_begin(&w, buf, sizeof(buf), &h), 0);
+	cr_assert_eq(td_state_encode_entry(&w, &e0), 0);
+	cr_assert_eq(td_state_encode_entry(&w, &e1), 0);
+	len = (size_t)td_state_encode_finish(&w);
+	cr_assert_eq(len, 48 + td_state_entry_len(&e0) +
+				  td_state_entry_len(&e1) + 8);
+	cr_assert_eq(td__le32(buf + 8), TD_STATE_FORMAT_NOFDS);
+	cr_assert_eq(td_state_check_len(buf, len, NULL), 0);
+	cr_assert_eq(td_state_decode(buf, len, &h, &rd, NULL), 0);
+	cr_assert_eq(td_state_next(&rd, &ent), 1);
+	cr_assert_eq(ent.fd_count, 1);
+	cr_assert_eq(ent.fd_ids[0], 4);
+	cr_assert_eq(td_state_next(&rd, &ent), 1);
+	cr_assert_eq(ent.version, 9);
+	cr_assert_eq(ent.fd_count, 0);
+	cr_assert_eq(ent.blob.len, 8);
+	cr_assert_eq(td_state_next(&rd, &ent), 0);
+	/* two entries without fds take 26 bytes each at least */
+	memcpy(b, buf, TD_STATE_HDR_LEN);
+	cr_assert_eq(td_state_check_len(b, 48 + 8 + 52, NULL), 0);
+	cr_assert_eq(td_state_check_len(b, 48 + 8 + 51, &e), -EOVERFLOW);
+	/* the same bytes as format 1: fd_count 0 is refused */
+	memcpy(b, buf, len);
+	v = TD_STATE_FORMAT;
+	patch(b, len, 8, &v, 4);
+	e = (struct td_err){0};
+	cr_assert_eq(decode_all(b, len, &n, &e), -EBADMSG);
+	cr_assert_str_eq(e.field, "fd_count");
+	cr_assert_eq(e.offset, fdc1);
+	/* and format 2 refuses what format 1 does, fd_count past 9 */
+	memcpy(b, buf, len);
+	v = TD_STATE_MAX_FDS + 1;
+	patch(b, len, fdc1, &v, 4);
+	cr_assert_eq(decode_all(b, len, &n, NULL), -EOVERFLOW);
+	/* every truncation and bit flip of a format-2 image is refused */
+	for (size_t l = 0; l < len; l++)
+		cr_assert_lt(decode_all(buf, l, &n, NULL), 0, "prefix %zu", l);
+	for (size_t i = 0; i < len; i++) {
+		memcpy(b, buf, len);
+		b[i] ^= 0x01;
+		e = (struct td_err){0};
+		cr_assert_lt(decode_all(b, len, &n, &e), 0, "byte %zu", i);
+		cr_assert_neq(e.reason, NULL);
+	}
 }
 
 Test(systemd, state_encoder_refuses_what_the_decoder_would)
