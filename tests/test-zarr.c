@@ -798,6 +798,34 @@ Test(export, is_byte_stable_and_never_half_written, .init = start,
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
+/*
+ * A NAME ending in '/' stands for every tensor under it, as `ls cam/`
+ * lists them, beside names given: `zarr export out cam/` was the
+ * daemon's refusal "cam/: GET: name: name ends with '/'". A prefix
+ * nothing has fails the export, as a missing name does: nothing written.
+ */
+Test(export, a_name_ending_in_slash_exports_what_is_under_it,
+     .init = start, .fini = stop)
+{
+	char *out;
+
+	put_all();
+	zt_ok("zarr export %s/x cam/ half", zt_dir);
+	out = zt_file("x/zarr.json");
+	cr_assert(strstr(out, "\"_tensord_variables\":[\"cam_left\","
+	                      "\"half\"]"),
+	          "%s", out);
+	free(out);
+	zt_check_dir("x");
+	cr_assert_eq(zt_ctl(&out, "zarr export %s/y half nope/", zt_dir), 1);
+	cr_assert(strstr(out, "zarr export: nope/: no tensor starts with it"),
+	          "%s", out);
+	free(out);
+	cr_assert_eq(zt_sh(&out, "test -e %s/y", zt_dir), 1);
+	free(out);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
 Test(export, semi_planar_is_refused, .init = start, .fini = stop)
 {
 	struct td_client *c = NULL;
