@@ -3178,8 +3178,9 @@ Test(export, readme_zarr_lines_run_as_written, .init = start, .fini = stop)
 	}
 	cr_expect_eq(lines, 4, "the block's tensorctl lines");
 	cr_assert_eq(zt_ctl(&out, "ls back/"), 0, "%s", out);
-	cr_expect(strstr(out, "back/cam_left ") &&
-			  strstr(out, "back/cam_right "),
+	/* under their own names, by _tensord_name */
+	cr_expect(strstr(out, "back/cam/left ") &&
+			  strstr(out, "back/cam/right "),
 		  "%s", out);
 	free(out);
 	free(text);
