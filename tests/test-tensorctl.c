@@ -2409,6 +2409,65 @@ Test(tensorctl, save_tgm_without_names_saves_every_tensor)
 }
 
 /*
+ * A NAME ending in '/' stands for every tensor under it, as `ls cam/`
+ * lists them (rings left out, as without NAMES), in .tgm and .hrry
+ * alike: `save -o F cam/` was the daemon's refusal "cam/: GET: name: name
+ * ends with '/'". A prefix nothing has fails the save, as a missing name
+ * does, and writes nothing.
+ */
+Test(tensorctl, save_a_name_ending_in_slash_saves_what_is_under_it)
+{
+	static const uint64_t shape[1] = {8};
+	struct td_ring_desc rd = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				  .shape = shape};
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *ring;
+	char path[160], *out, *err;
+
+	start(&d);
+	put_meta(&d, "cam/u", "lens", 4);
+	put_meta(&d, "cam/v", "lens", 4);
+	put_meta(&d, "camera", "lens", 4);
+	cr_assert_eq(td_client_connect(d.sock, &c, NULL), 0);
+	cr_assert_eq(td_ring_create(c, "cam/r", &rd, &ring, NULL), 0);
+	path_in(path, sizeof(path), &d, "cam.tgm");
+	cr_expect_eq(CTL(&d, &out, &err, "save", "-o", path, "cam/", "t"), 0,
+		     "%s", err);
+	cr_expect(strstr(out, ": 3 object(s)"), "%s", out);
+	free(out);
+	free(err);
+	cr_expect_eq(CTL(&d, &out, &err, "load", path, "--prefix", "b/"), 0,
+		     "%s", err);
+	free(out);
+	free(err);
+	cr_expect(exists(&d, "b/cam_u") && exists(&d, "b/cam_v") &&
+		  exists(&d, "b/t"));
+	cr_expect(!exists(&d, "b/camera") && !exists(&d, "b/cam_r"));
+	path_in(path, sizeof(path), &d, "cam.hrry");
+	cr_expect_eq(CTL(&d, &out, &err, "save", "-o", path, "cam/"), 0, "%s",
+		     err);
+	cr_expect(strstr(out, ": 2 tensor(s)"), "%s", out);
+	free(out);
+	free(err);
+	path_in(path, sizeof(path), &d, "none.tgm");
+	cr_expect_eq(CTL(&d, NULL, &err, "save", "-o", path, "t", "nope/"), 1);
+	cr_expect(strstr(err, "save: nope/: no tensor but a ring starts with "
+			      "it"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(access(path, F_OK), -1);
+	/* get writes one tensor: it says what writes every one under cam/ */
+	cr_expect_eq(CTL(&d, NULL, &err, "get", "cam/", "-o", path), 2);
+	cr_expect(strstr(err, "tensorctl save -o FILE cam/"), "%s", err);
+	free(err);
+	cr_expect_eq(access(path, F_OK), -1);
+	td_ring_close(ring);
+	td_client_close(c);
+	tu_daemon_stop(&d, false);
+}
+
+/*
  * A Hurray file on stdin is told by its magic (or --format hrry), as
  * inspect tells it; a --format that is neither tgm nor hrry is refused
  * by load and save (save wrote a .tgm for any word before).

@@ -798,6 +798,34 @@ Test(export, is_byte_stable_and_never_half_written, .init = start,
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
+/*
+ * A NAME ending in '/' stands for every tensor under it, as `ls cam/`
+ * lists them, beside names given: `zarr export out cam/` was the
+ * daemon's refusal "cam/: GET: name: name ends with '/'". A prefix
+ * nothing has fails the export, as a missing name does: nothing written.
+ */
+Test(export, a_name_ending_in_slash_exports_what_is_under_it,
+     .init = start, .fini = stop)
+{
+	char *out;
+
+	put_all();
+	zt_ok("zarr export %s/x cam/ half", zt_dir);
+	out = zt_file("x/zarr.json");
+	cr_assert(strstr(out, "\"_tensord_variables\":[\"cam_left\","
+	                      "\"half\"]"),
+	          "%s", out);
+	free(out);
+	zt_check_dir("x");
+	cr_assert_eq(zt_ctl(&out, "zarr export %s/y half nope/", zt_dir), 1);
+	cr_assert(strstr(out, "zarr export: nope/: no tensor starts with it"),
+	          "%s", out);
+	free(out);
+	cr_assert_eq(zt_sh(&out, "test -e %s/y", zt_dir), 1);
+	free(out);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
 Test(export, semi_planar_is_refused, .init = start, .fini = stop)
 {
 	struct td_client *c = NULL;
@@ -839,11 +867,14 @@ Test(import, export_then_import_gives_the_same_tensors, .init = start,
 	put_all();
 	zt_ok("zarr export %s/x", zt_dir);
 	zt_ok("zarr import %s/x --prefix back/", zt_dir);
+	/* under their own names (_tensord_name): cam/left is back/cam/left,
+	 * cam_left back/cam_left (they came back as back/cam_left and
+	 * back/cam_left_1, the folder names) */
 	for (size_t i = 0; i < NPUTS; i++) {
 		char *raw = zt_path(nodes[i]);
 
-		cr_assert_eq(zt_ctl(&out, "get back/%s -o %s.got", nodes[i],
-		                    raw),
+		cr_assert_eq(zt_ctl(&out, "get 'back/%s' -o %s.got",
+		                    puts_[i].name, raw),
 		             0, "%s", out);
 		free(out);
 		cr_assert_eq(zt_sh(&out, "cmp %s %s.got", raw, raw), 0,
@@ -899,12 +930,12 @@ Test(import, an_images_format_and_colour_strings_come_back, .init = start,
 	             e.reason);
 	zt_ok("zarr export %s/x img/rgb img/pitch", zt_dir);
 	zt_ok("zarr import %s/x --prefix back/", zt_dir);
-	cr_assert_eq(zt_ctl(&out, "get back/img_rgb --json -o /dev/null"), 0);
+	cr_assert_eq(zt_ctl(&out, "get back/img/rgb --json -o /dev/null"), 0);
 	cr_assert(strstr(out, "\"format\":\"rgb8\",\"color_space\":\"bt709\""),
 	          "%s", out);
 	cr_assert(strstr(out, "\"color_range\":\"limited\""), "%s", out);
 	free(out);
-	cr_assert_eq(td_client_get(c, "back/img_pitch", &t, &e), 0, "%s",
+	cr_assert_eq(td_client_get(c, "back/img/pitch", &t, &e), 0, "%s",
 	             e.reason);
 	cr_assert_str_eq(td_tensor_string(t, TD_TENSOR_FORMAT), "rgb8");
 	cr_assert_eq(td_tensor_plane_stride(t, 0), 9);
@@ -1400,6 +1431,128 @@ Test(import, folders_that_become_one_name_stay_distinct, .init = start,
 		cr_assert_eq((uint8_t)got[0], 10 + i, "%s", tensors[i]);
 		free(got);
 	}
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/*
+ * Import named tensors by their folder, though export keeps each
+ * tensor's whole name in _tensord_name: a/... came back as a_... Two
+ * 255-byte names that sanitise to one folder name (the second folder's
+ * base cut for its "_1") come back as themselves now, with no prefix.
+ */
+Test(import, tensord_name_gives_long_names_back_whole, .init = start,
+     .fini = stop)
+{
+	char a[256], b[256], *out, *got;
+	size_t len;
+
+	memset(a, 'x', 255);
+	memset(b, 'x', 255);
+	a[255] = b[255] = 0;
+	a[1] = '/';
+	b[1] = '_';
+	zt_ok_sh("printf A > %s/a.bin && printf B > %s/b.bin", zt_dir, zt_dir);
+	zt_ok("put %s --dtype u8 --shape 1 %s/a.bin", a, zt_dir);
+	zt_ok("put %s --dtype u8 --shape 1 %s/b.bin", b, zt_dir);
+	zt_ok("zarr export %s/x", zt_dir);
+	/* a/x... -> x_x... (255 bytes), b's folder cut for its suffix */
+	cr_assert_eq(zt_sh(&out, "cd %s/x && test -d x_%.253s && "
+	                         "test -d x_%.251s_1",
+	                   zt_dir, a + 2, a + 2),
+	             0, "%s", out);
+	free(out);
+	zt_ok("rm %s", a);
+	zt_ok("rm %s", b);
+	zt_ok("zarr import %s/x", zt_dir);
+	got = zt_get(a, &len);
+	cr_assert(len == 1 && got[0] == 'A', "%s", a);
+	free(got);
+	got = zt_get(b, &len);
+	cr_assert(len == 1 && got[0] == 'B', "%s", b);
+	free(got);
+	cr_assert_eq(zt_ctl(&out, "ls"), 0);
+	cr_assert(!strstr(out, "_1"), "no folder name came back: %s", out);
+	free(out);
+	/* with a prefix the name is over 255 bytes: refused, naming it */
+	cr_assert_eq(zt_ctl(&out, "zarr import %s/x --prefix p/", zt_dir), 1);
+	cr_assert(strstr(out, "_tensord_name after --prefix makes a tensor "
+	                      "name of 257 bytes, more than 255"),
+	          "%s", out);
+	free(out);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/*
+ * _tensord_name comes from the store, which may be anyone's: one that is
+ * no string or no valid tensor name is refused, naming the array, and two
+ * arrays that would publish one name are refused before anything is
+ * published, rather than the later replacing the earlier.
+ */
+Test(import, bad_or_repeated_tensord_names_are_refused, .init = start,
+     .fini = stop)
+{
+	static const uint8_t one = 1;
+	static const struct {
+		const char *attrs, *why;
+	} cases[] = {
+	        {"{\"_tensord_name\":7}", "_tensord_name is not a string"},
+	        {"{\"_tensord_name\":null}", "_tensord_name is not a string"},
+	        {"{\"_tensord_name\":[\"a\"]}", "_tensord_name is not a string"},
+	        {"{\"_tensord_name\":\"\"}", "_tensord_name is not a valid"},
+	        {"{\"_tensord_name\":\"a/\"}", "_tensord_name is not a valid"},
+	        {"{\"_tensord_name\":\"../etc\"}", "_tensord_name is not a valid"},
+	        {"{\"_tensord_name\":\"a b\"}", "_tensord_name is not a valid"},
+	        {"{\"_tensord_name\":\"a\\u0000b\"}",
+	         "_tensord_name is not a valid"},
+	};
+	char *out;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		char store[16];
+
+		snprintf(store, sizeof(store), "n%zu", i);
+		handmade(store, "ok", U8_ATTRS("{}"), "c/0", &one, 1);
+		handmade(store, "bad", U8_ATTRS("{}"), "c/0", &one, 1);
+		{
+			char *p = zt_path2(store, "bad", "zarr.json");
+			char meta[512];
+
+			snprintf(meta, sizeof(meta), U8_ATTRS("%s"),
+			         cases[i].attrs);
+			zt_put_file(p, meta, strlen(meta));
+			free(p);
+		}
+		cr_assert_eq(zt_ctl(&out, "zarr import %s/%s --prefix q/",
+		                    zt_dir, store),
+		             1, "case %zu: %s", i, out);
+		cr_assert(strstr(out, "/bad: attribute ") &&
+		                  strstr(out, cases[i].why),
+		          "case %zu: %s", i, out);
+		free(out);
+		cr_assert_eq(zt_ctl(&out, "stat q/ok"), 1, "case %zu", i);
+		free(out);
+	}
+	/* one name twice, or a name another folder becomes: nothing */
+	handmade("dup", "a", U8_ATTRS("{\"_tensord_name\":\"t/x\"}"), "c/0",
+	         &one, 1);
+	handmade("dup", "b", U8_ATTRS("{\"_tensord_name\":\"t/x\"}"), "c/0",
+	         &one, 1);
+	handmade("dup", "c", U8_ATTRS("{}"), "c/0", &one, 1);
+	cr_assert_eq(zt_ctl(&out, "zarr import %s/dup --prefix d/", zt_dir), 1);
+	cr_assert(strstr(out, "arrays a and b would both be published as "
+	                      "d/t/x"),
+	          "%s", out);
+	free(out);
+	handmade("mix", "a", U8_ATTRS("{\"_tensord_name\":\"c\"}"), "c/0",
+	         &one, 1);
+	handmade("mix", "c", U8_ATTRS("{}"), "c/0", &one, 1);
+	cr_assert_eq(zt_ctl(&out, "zarr import %s/mix --prefix d/", zt_dir), 1);
+	cr_assert(strstr(out, "arrays a and c would both be published as d/c"),
+	          "%s", out);
+	free(out);
+	cr_assert_eq(zt_ctl(&out, "ls d/"), 0);
+	cr_assert(!strstr(out, "d/"), "nothing was published: %s", out);
+	free(out);
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
@@ -3025,8 +3178,9 @@ Test(export, readme_zarr_lines_run_as_written, .init = start, .fini = stop)
 	}
 	cr_expect_eq(lines, 4, "the block's tensorctl lines");
 	cr_assert_eq(zt_ctl(&out, "ls back/"), 0, "%s", out);
-	cr_expect(strstr(out, "back/cam_left ") &&
-			  strstr(out, "back/cam_right "),
+	/* under their own names, by _tensord_name */
+	cr_expect(strstr(out, "back/cam/left ") &&
+			  strstr(out, "back/cam/right "),
 		  "%s", out);
 	free(out);
 	free(text);

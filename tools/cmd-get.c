@@ -147,6 +147,11 @@ int cmd_get(int argc, char **argv)
 	if (argc - optind != 1)
 		return tctl_operands("get", argc, argv, 1, "needs one NAME");
 	name = argv[optind];
+	if (*name && name[strlen(name) - 1] == '/')
+		return tctl_usage("get", "%s: get writes one tensor; a NAME "
+				  "ending in '/' is every tensor under it: "
+				  "tensorctl save -o FILE %s, or zarr export "
+				  "DIR %s", name, name, name);
 	if (have_version && have_newer)
 		return tctl_usage("get", "--version and --newer exclude each "
 				  "other");

@@ -266,6 +266,7 @@ static int save_tgm(int argc, char **argv)
 	struct td_tgm_enc_object *objs = NULL;
 	uint8_t **attrs = NULL;
 	struct td_entry *list = NULL;
+	struct tctl_names given = {0};
 	struct td_client *c = NULL;
 	struct td_err te = {0};
 	uint8_t *msg = NULL;
@@ -305,15 +306,13 @@ static int save_tgm(int argc, char **argv)
 	if (rc)
 		goto out;
 	/* the names given, or (none) every tensor, as for .hrry */
-	if (optind < argc) {
-		names = calloc((size_t)argc, sizeof(*names));
-		if (!names) {
-			rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM,
-				       "out of memory");
+	if (optind < argc) { /* NAME/ stands for every tensor under it */
+		rc = tctl_names_expand(c, "save", argv + optind,
+				       (size_t)(argc - optind), false, &given);
+		if (rc)
 			goto out;
-		}
-		while (optind < argc)
-			names[n++] = argv[optind++];
+		names = (const char **)given.v;
+		n = given.n;
 	} else if ((rc = all_names(c, &list, &list_n, &names, &n)) != 0) {
 		goto out;
 	} else {
@@ -327,8 +326,8 @@ static int save_tgm(int argc, char **argv)
 		goto out;
 	}
 	for (size_t i = 0; i < n && !rc; i++) {
-		rc = take_one(c, names[i], listed, skip, &ts[kept],
-		              &objs[kept]);
+		rc = take_one(c, names[i], listed || given.listed[i], skip,
+		              &ts[kept], &objs[kept]);
 		if (rc == GONE)
 			rc = 0;
 		else if (!rc)
@@ -360,7 +359,9 @@ out:
 	free(attrs);
 	td_client_close(c);
 	free(msg);
-	free(names);
+	if (!given.v)
+		free(names);
+	tctl_names_fini(&given);
 	td_entry_list_free(list, list_n);
 	free(ts);
 	free(objs);

@@ -28,6 +28,8 @@
 struct imp {
 	struct td_zarr_array a;
 	char tensor[TD_NAME_MAX + 1];
+	const char *folder; /* the array's folder under DIR */
+	bool named;         /* tensor is P + its _tensord_name */
 	char chunk[TD_ZARR_NAME_MAX + 64]; /* its path under DIR */
 	uint64_t len;  /* the chunk's bytes (checked against its file) */
 	unsigned swap; /* element width to reverse (big-endian), or 0 */
@@ -192,6 +194,48 @@ static int import_meta(struct imp *m, char *why, size_t cap)
 	return 0;
 }
 
+/*
+ * The tensor's whole name that export keeps in _tensord_name (docs/zarr.md
+ * §1), after prefix, as the tensor's name: 1 when there is one, 0 when
+ * none, -errno with why. The store may be anyone's: the value must be a
+ * string that makes a valid tensor name (its bytes are not echoed).
+ */
+static int kept_name(struct imp *m, const char *prefix, char *why,
+                     size_t cap)
+{
+	struct json_object *v;
+	size_t pl = strlen(prefix), n;
+	const char *w;
+
+	if (!m->a.attrs ||
+	    !json_object_object_get_ex(m->a.attrs, "_tensord_name", &v))
+		return 0;
+	if (!json_object_is_type(v, json_type_string)) {
+		snprintf(why, cap, "attribute _tensord_name is not a string");
+		return -EINVAL;
+	}
+	n = (size_t)json_object_get_string_len(v);
+	if (pl + n > TD_NAME_MAX) {
+		snprintf(why, cap,
+		         "attribute _tensord_name%s makes a tensor name of "
+		         "%zu bytes, more than %d",
+		         pl ? " after --prefix" : "", pl + n, TD_NAME_MAX);
+		return -ENAMETOOLONG;
+	}
+	memcpy(m->tensor, prefix, pl);
+	memcpy(m->tensor + pl, json_object_get_string(v), n);
+	m->tensor[pl + n] = 0;
+	if (td_wire_name_check(m->tensor, pl + n, false, &w) < 0) {
+		m->tensor[0] = 0;
+		snprintf(why, cap,
+		         "attribute _tensord_name is not a valid tensor name: %s",
+		         w);
+		return -EINVAL;
+	}
+	m->named = true;
+	return 1;
+}
+
 /* One array folder: metadata, chunk, checks. 1 done, 0 skipped, -errno. */
 static int import_array(int top, const char *name, const char *prefix,
                         struct imp *m, char *why, size_t cap)
@@ -220,9 +264,15 @@ static int import_array(int top, const char *name, const char *prefix,
 		snprintf(why, cap, "its size overflows");
 		return -EOVERFLOW;
 	}
-	snprintf(m->tensor, sizeof(m->tensor), "%s", prefix);
-	td_tgm_name_sanitize(name, m->tensor + strlen(prefix),
-	                     sizeof(m->tensor) - strlen(prefix));
+	m->folder = name;
+	rc = kept_name(m, prefix, why, cap);
+	if (rc < 0)
+		return rc;
+	if (!rc) {
+		snprintf(m->tensor, sizeof(m->tensor), "%s", prefix);
+		td_tgm_name_sanitize(name, m->tensor + strlen(prefix),
+		                     sizeof(m->tensor) - strlen(prefix));
+	}
 	rc = import_meta(m, why, cap);
 	if (rc < 0)
 		return rc;
@@ -295,29 +345,58 @@ static int read_chunk(int top, const struct imp *m, uint8_t *dst)
 	return rc;
 }
 
+/* By tensor name, then folder (an error names the pair in one order). */
+static int imp_cmp(const void *a, const void *b)
+{
+	const struct imp *x = *(const struct imp *const *)a;
+	const struct imp *y = *(const struct imp *const *)b;
+	int c = strcmp(x->tensor, y->tensor);
+
+	return c ? c : strcmp(x->folder, y->folder);
+}
+
 /*
  * Distinct tensor names for the arrays read (skipped ones have none):
  * folders that become the same name ("a b", "a_b") get _1, _2, ... in
  * sorted order, as load makes a file's names distinct, instead of the
- * later ones replacing the earlier. 0, or -errno with why.
+ * later ones replacing the earlier. A name from _tensord_name is kept as
+ * it is: two arrays that would still publish one name (a _tensord_name
+ * twice, or one that is another array's name) are refused, before
+ * anything is published, rather than one replacing the other. 0, or
+ * -errno with why.
  */
 static int unique_tensors(struct imp *ims, size_t n, char *why, size_t cap)
 {
 	char **v = calloc(n ? n : 1, sizeof(*v));
+	struct imp **by = calloc(n ? n : 1, sizeof(*by));
 	size_t k = 0;
-	int rc;
+	int rc = v && by ? 0 : -ENOMEM;
 
-	if (!v)
-		return -ENOMEM;
-	for (size_t i = 0; i < n; i++)
-		if (ims[i].tensor[0])
+	for (size_t i = 0; !rc && i < n; i++)
+		if (ims[i].tensor[0] && !ims[i].named)
 			v[k++] = ims[i].tensor;
-	rc = td_tgm_names_unique(v, k, sizeof(ims->tensor));
+	if (!rc)
+		rc = td_tgm_names_unique(v, k, sizeof(ims->tensor));
+	k = 0;
+	for (size_t i = 0; !rc && i < n; i++)
+		if (ims[i].tensor[0])
+			by[k++] = &ims[i];
+	if (k)
+		qsort(by, k, sizeof(*by), imp_cmp);
+	for (size_t i = 1; !rc && i < k; i++)
+		if (!strcmp(by[i - 1]->tensor, by[i]->tensor)) {
+			snprintf(why, cap,
+			         "arrays %s and %s would both be published as "
+			         "%s",
+			         by[i - 1]->folder, by[i]->folder, by[i]->tensor);
+			rc = -EEXIST;
+		}
 	free(v);
+	free(by);
 	if (rc == -ENAMETOOLONG)
 		snprintf(why, cap, "tensor names do not fit with the suffixes "
 		                   "that make them distinct");
-	else if (rc < 0)
+	else if (rc < 0 && rc != -EEXIST)
 		snprintf(why, cap, "%s", strerror(-rc));
 	return rc;
 }

@@ -521,10 +521,11 @@ static struct json_object *tensor_attrs(const struct td_tensor *t,
 	return td_zarr_tensor_attrs(&zt);
 }
 
-/* GET each name into ts (listed: the names came from the LIST of every
- * tensor, and one deleted since is left out) and describe it in z. */
+/* GET each name into ts (listed NULL or listed[i]: it came from a LIST,
+ * and one deleted since is left out) and describe it in z. */
 static int from_daemon(struct td_client *c, char **names, size_t n,
-                       bool listed, struct td_tensor **ts, struct zset *z)
+                       const bool *listed, struct td_tensor **ts,
+                       struct zset *z)
 {
 	for (size_t i = 0; i < n; i++) {
 		struct zsrc *s = &z->s[z->n];
@@ -533,7 +534,7 @@ static int from_daemon(struct td_client *c, char **names, size_t n,
 		int r = td_client_get(c, names[i], &ts[i], &e);
 
 		if (r < 0 && tctl_gone_since_list("zarr export", names[i], r,
-		                                  listed))
+		                                  !listed || listed[i]))
 			continue;
 		if (r < 0)
 			return tctl_refused(names[i], r, &e);
@@ -580,11 +581,16 @@ static int export_daemon(const char *dir, char **names, size_t n)
 	size_t count = 0;
 	struct td_tensor **ts = NULL;
 	struct zset z = {0};
+	struct tctl_names given = {0};
 	char **all = NULL;
 	int rc = tctl_connect(&c);
 
+	/* NAME/ stands for every tensor under it */
+	if (!rc && n && !(rc = tctl_names_expand(c, "zarr export", names, n,
+	                                         true, &given)))
+		names = given.v, n = given.n;
 	if (rc)
-		return rc;
+		goto out;
 	if (!n) {
 		struct td_error e = {0};
 		int r = td_client_list(c, "", &list, &count, &e);
@@ -609,7 +615,7 @@ static int export_daemon(const char *dir, char **names, size_t n)
 		rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
 		goto out;
 	}
-	rc = from_daemon(c, names, n, all != NULL, ts, &z);
+	rc = from_daemon(c, names, n, all ? NULL : given.listed, ts, &z);
 	if (!rc)
 		rc = export_write(dir, &z);
 	if (!rc)
@@ -620,6 +626,7 @@ out:
 		td_tensor_release(ts[i]);
 	free(ts);
 	free(all);
+	tctl_names_fini(&given);
 	td_entry_list_free(list, count);
 	td_client_close(c);
 	return rc;

@@ -938,6 +938,7 @@ int cmd_save_hrry(int argc, char **argv)
 	const char *path = NULL;
 	struct save s = {0};
 	struct td_entry *list = NULL;
+	struct tctl_names given = {0};
 	size_t list_n = 0;
 	struct td_hrry_err he = {0};
 	int rc, o, opened = 0;
@@ -967,6 +968,11 @@ int cmd_save_hrry(int argc, char **argv)
 			rc = tctl_refused("list", r, &e);
 			goto out;
 		}
+	} else { /* NAME/ stands for every tensor under it */
+		rc = tctl_names_expand(s.c, "save", argv + optind,
+				       (size_t)(argc - optind), false, &given);
+		if (rc)
+			goto out;
 	}
 	rc = tctl_out_open(&s.out, path, TCTL_OUT_BINARY, 0);
 	if (rc)
@@ -978,8 +984,8 @@ int cmd_save_hrry(int argc, char **argv)
 		goto out;
 	}
 	/* one forward pass: each tensor is fetched, written, released */
-	for (int i = optind; i < argc && !rc; i++)
-		rc = save_one(&s, argv[i], false);
+	for (size_t i = 0; i < given.n && !rc; i++)
+		rc = save_one(&s, given.v[i], given.listed[i]);
 	for (size_t i = 0; i < list_n && !rc; i++)
 		if (!(list[i].flags & TD_ENTRY_RING))
 			rc = save_one(&s, list[i].name, true);
@@ -1015,6 +1021,7 @@ out:
 	if (opened)
 		tctl_out_abort(&s.out);
 	td_entry_list_free(list, list_n);
+	tctl_names_fini(&given);
 	td_client_close(s.c);
 	free(s.d);
 	for (size_t i = 0; i < s.nkv; i++)

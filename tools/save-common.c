@@ -3,6 +3,7 @@
  * with `zarr export`. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tensorctl.h"
@@ -74,4 +75,70 @@ bool tctl_unsavable_left_out(const char *name, const char *why, bool skip)
 		tctl_say("save: %s cannot be saved (%s): left out", name,
 		         why);
 	return skip;
+}
+
+/* name (listed or not) at the end of out, room for it made. */
+static int names_add(struct tctl_names *out, size_t *cap, const char *name,
+                     bool listed)
+{
+	if (out->n == *cap) {
+		size_t nc = *cap ? 2 * *cap : 16;
+		char **v = realloc(out->v, nc * sizeof(*v));
+		bool *l = v ? realloc(out->listed, nc * sizeof(*l)) : NULL;
+
+		if (v)
+			out->v = v;
+		if (!l)
+			return -ENOMEM;
+		out->listed = l;
+		*cap = nc;
+	}
+	out->v[out->n] = strdup(name);
+	if (!out->v[out->n])
+		return -ENOMEM;
+	out->listed[out->n++] = listed;
+	return 0;
+}
+
+int tctl_names_expand(struct td_client *c, const char *cmd,
+                      char *const *args, size_t nargs, bool rings,
+                      struct tctl_names *out)
+{
+	size_t cap = 0;
+	int r = 0;
+
+	*out = (struct tctl_names){0};
+	for (size_t i = 0; !r && i < nargs; i++) {
+		const char *a = args[i];
+		size_t len = strlen(a), had = out->n, count = 0;
+		struct td_entry *list = NULL;
+		struct td_error e = {0};
+
+		if (!len || a[len - 1] != '/') {
+			r = names_add(out, &cap, a, false);
+			continue;
+		}
+		r = td_client_list(c, a, &list, &count, &e);
+		if (r < 0)
+			return tctl_refused(a, r, &e);
+		for (size_t k = 0; !r && k < count; k++)
+			if (rings || !(list[k].flags & TD_ENTRY_RING))
+				r = names_add(out, &cap, list[k].name, true);
+		td_entry_list_free(list, count);
+		if (!r && out->n == had)
+			return tctl_fail(TCTL_REFUSED, "input", ENOENT,
+			                 "%s: %s: no tensor%s starts with it",
+			                 cmd, a, rings ? "" : " but a ring");
+	}
+	return r ? tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory")
+	         : TCTL_OK;
+}
+
+void tctl_names_fini(struct tctl_names *names)
+{
+	for (size_t i = 0; i < names->n; i++)
+		free(names->v[i]);
+	free(names->v);
+	free(names->listed);
+	*names = (struct tctl_names){0};
 }

@@ -263,6 +263,23 @@ const char *tctl_dense_unsavable(const struct td_tensor *t);
  * since (-ENOENT) is, and said so on stderr; anything else fails it. */
 bool tctl_gone_since_list(const char *cmd, const char *name, int rc,
                           bool listed);
+/*
+ * The NAMES of an export (save, zarr export), in order: each as given,
+ * except one ending in '/', which stands for every tensor whose name
+ * starts with it, in name order, as `ls PREFIX` lists them (the library's
+ * LIST; rings left out unless rings). listed[i]: v[i] came from a LIST
+ * (tctl_gone_since_list()). A prefix nothing has is an error, as a
+ * missing name is. TCTL_OK or a status; tctl_names_fini() either way.
+ */
+struct tctl_names {
+	char **v;
+	bool *listed;
+	size_t n;
+};
+int tctl_names_expand(struct td_client *c, const char *cmd,
+                      char *const *args, size_t nargs, bool rings,
+                      struct tctl_names *out);
+void tctl_names_fini(struct tctl_names *names);
 /* Whether a tensor save cannot hold (why) is left out: with
  * --skip-unsavable (skip) it is, said on stderr; else it fails the save. */
 bool tctl_unsavable_left_out(const char *name, const char *why, bool skip);
