@@ -30,6 +30,7 @@ struct imp {
 	char tensor[TD_NAME_MAX + 1];
 	const char *folder; /* the array's folder under DIR */
 	bool named;         /* tensor is P + its _tensord_name */
+	char note[160];     /* why a _tensord_name was not used, or "" */
 	char chunk[TD_ZARR_NAME_MAX + 64]; /* its path under DIR */
 	uint64_t len;  /* the chunk's bytes (checked against its file) */
 	unsigned swap; /* element width to reverse (big-endian), or 0 */
@@ -196,13 +197,15 @@ static int import_meta(struct imp *m, char *why, size_t cap)
 
 /*
  * The tensor's whole name that export keeps in _tensord_name (docs/zarr.md
- * §1), after prefix, as the tensor's name: 1 when there is one, 0 when
- * none, -errno with why. The store may be anyone's: the value must be a
- * string that makes a valid tensor name (its bytes are not echoed).
+ * §1), after prefix, as the tensor's name: 1 when there is one, else 0.
+ * The store may be anyone's: a value that is not a string making a valid
+ * tensor name (a Hurray name with a space, say) is not used; m->note
+ * says why (its bytes are not echoed), and the folder names the tensor.
  */
-static int kept_name(struct imp *m, const char *prefix, char *why,
-                     size_t cap)
+static int kept_name(struct imp *m, const char *prefix)
 {
+	char *why = m->note;
+	size_t cap = sizeof(m->note);
 	struct json_object *v;
 	size_t pl = strlen(prefix), n;
 	const char *w;
@@ -212,7 +215,7 @@ static int kept_name(struct imp *m, const char *prefix, char *why,
 		return 0;
 	if (!json_object_is_type(v, json_type_string)) {
 		snprintf(why, cap, "attribute _tensord_name is not a string");
-		return -EINVAL;
+		return 0;
 	}
 	n = (size_t)json_object_get_string_len(v);
 	if (pl + n > TD_NAME_MAX) {
@@ -220,7 +223,7 @@ static int kept_name(struct imp *m, const char *prefix, char *why,
 		         "attribute _tensord_name%s makes a tensor name of "
 		         "%zu bytes, more than %d",
 		         pl ? " after --prefix" : "", pl + n, TD_NAME_MAX);
-		return -ENAMETOOLONG;
+		return 0;
 	}
 	memcpy(m->tensor, prefix, pl);
 	memcpy(m->tensor + pl, json_object_get_string(v), n);
@@ -230,7 +233,7 @@ static int kept_name(struct imp *m, const char *prefix, char *why,
 		snprintf(why, cap,
 		         "attribute _tensord_name is not a valid tensor name: %s",
 		         w);
-		return -EINVAL;
+		return 0;
 	}
 	m->named = true;
 	return 1;
@@ -265,10 +268,7 @@ static int import_array(int top, const char *name, const char *prefix,
 		return -EOVERFLOW;
 	}
 	m->folder = name;
-	rc = kept_name(m, prefix, why, cap);
-	if (rc < 0)
-		return rc;
-	if (!rc) {
+	if (!kept_name(m, prefix)) {
 		snprintf(m->tensor, sizeof(m->tensor), "%s", prefix);
 		td_tgm_name_sanitize(name, m->tensor + strlen(prefix),
 		                     sizeof(m->tensor) - strlen(prefix));
@@ -636,6 +636,9 @@ int cmd_zarr_import(int argc, char **argv)
 			               dir, names[i], why);
 			goto done;
 		}
+		if (ims[i].note[0])
+			tctl_say("%s/%s: %s: named by its folder", dir,
+			         names[i], ims[i].note);
 		if (r == 0) {
 			tctl_say("%s/%s: no chunk, skipped", dir, names[i]);
 			ims[i].tensor[0] = 0;
