@@ -135,6 +135,32 @@ static void counts(struct td_client *c, uint64_t *bytes, uint64_t *tensors)
 	td_status_free(st);
 }
 
+/* NAME deleted and both clients gone: nothing is left charged; then the
+ * daemon stops. */
+static void all_gone(struct tu_daemon *d, struct td_client *prod,
+		     struct td_client *cons)
+{
+	struct td_error e = {0};
+	uint64_t bytes = 0, tensors = 0;
+
+	cr_assert_eq(td_client_delete(prod, NAME, NULL, &e), 0, "%s",
+		     e.reason);
+	td_client_close(cons);
+	td_client_close(prod);
+	cons = conn(d);
+	for (int i = 0; i < 200; i++) {
+		counts(cons, &bytes, &tensors);
+		if (!bytes && !tensors)
+			break;
+		usleep(10 * 1000);
+	}
+	cr_assert_eq(tensors, 0u);
+	cr_assert_eq(bytes, 0u, "bytes left charged after everything went");
+	td_client_close(cons);
+	tu_daemon_stop(d, true);
+	unsetenv("TENSORD_STAGE");
+}
+
 static uint32_t leases_of(struct td_client *c)
 {
 	struct td_entry en = {0};
@@ -182,7 +208,7 @@ Test(hostile_follow, a_follower_scribbling_its_row_harms_only_itself)
 	struct td_follow *f = NULL;
 	struct raw_follower x;
 	struct td_error e = {0};
-	uint64_t rng = 0x5eed, bytes, tensors, last = 0;
+	uint64_t rng = 0x5eed, last = 0;
 
 	cr_assert_eq(setenv("TENSORD_STAGE", "1", 1), 0);
 	tu_daemon_start(&d, "warn");
@@ -210,22 +236,7 @@ Test(hostile_follow, a_follower_scribbling_its_row_harms_only_itself)
 	for (int i = 0; i < 200 && leases_of(prod) != 0; i++)
 		usleep(10 * 1000);
 	cr_assert_eq(leases_of(prod), 0u, "a hold outlived its follower");
-	cr_assert_eq(td_client_delete(prod, NAME, NULL, &e), 0, "%s",
-		     e.reason);
-	td_client_close(cons);
-	td_client_close(prod);
-	cons = conn(&d);
-	for (int i = 0; i < 200; i++) {
-		counts(cons, &bytes, &tensors);
-		if (!bytes && !tensors)
-			break;
-		usleep(10 * 1000);
-	}
-	cr_assert_eq(tensors, 0u);
-	cr_assert_eq(bytes, 0u, "bytes left charged after everything went");
-	td_client_close(cons);
-	tu_daemon_stop(&d, true);
-	unsetenv("TENSORD_STAGE");
+	all_gone(&d, prod, cons);
 }
 
 /* The next versions from f up to v: each every byte b. */
@@ -288,7 +299,7 @@ Test(hostile_follow, a_producer_garbling_its_trigger_page_harms_no_follower)
 	struct td_follow *f = NULL;
 	struct raw_follower x;
 	struct td_error e = {0};
-	uint64_t rng = 0xfeed, bytes, tensors, last = 0;
+	uint64_t rng = 0xfeed, last = 0;
 	struct td_entry en = {0};
 	unsigned staged = 0;
 
@@ -324,22 +335,7 @@ Test(hostile_follow, a_producer_garbling_its_trigger_page_harms_no_follower)
 	td_entry_fini(&en);
 	raw_unfollow(&x);
 	td_follow_close(f);
-	cr_assert_eq(td_client_delete(prod, NAME, NULL, &e), 0, "%s",
-		     e.reason);
-	td_client_close(cons);
-	td_client_close(prod);
-	cons = conn(&d);
-	for (int i = 0; i < 200; i++) {
-		counts(cons, &bytes, &tensors);
-		if (!bytes && !tensors)
-			break;
-		usleep(10 * 1000);
-	}
-	cr_assert_eq(tensors, 0u);
-	cr_assert_eq(bytes, 0u, "bytes left charged after everything went");
-	td_client_close(cons);
-	tu_daemon_stop(&d, true);
-	unsetenv("TENSORD_STAGE");
+	all_gone(&d, prod, cons);
 }
 
 /* ---- a staged version's metadata is charged as a PUBLISH's is ---- */
