@@ -1641,6 +1641,18 @@ static unsigned next_life(struct daemon *d, struct fdstore *st,
 	return n;
 }
 
+
+/* The daemon's log says what came back from the fd store (fd_line) and
+ * that the one version it missed came back from the snapshot. */
+static void restored_from_both(const struct daemon *d, const char *fd_line)
+{
+	char *err = tu_slurp(d->err);
+
+	cr_assert_not_null(strstr(err, fd_line), "%s", err);
+	cr_assert_not_null(strstr(err, "restored 1 of 1 tensors from"), "%s",
+			   err);
+	free(err);
+}
 /*
  * systemd drops an fd past FileDescriptorStoreMax= without a word to the
  * daemon: the image names a version whose fd does not come back. With --snapshot, the snapshot held it (the
@@ -1655,7 +1667,7 @@ Test(systemd, versions_the_fd_store_lost_come_back_from_the_snapshot)
 	struct fdstore st = {0};
 	struct expect x[8];
 	struct snapshot_dir sd;
-	char name[64], *err;
+	char name[64];
 	unsigned n;
 	int keep[2];
 	struct stored *s;
@@ -1672,13 +1684,7 @@ Test(systemd, versions_the_fd_store_lost_come_back_from_the_snapshot)
 	crash_during_restore(&d, &st, &st, "1");
 	cr_assert_eq(truncate(d.err, 0), 0);
 	n = next_life(&d, &st, x, n, true);
-	err = tu_slurp(d.err);
-	cr_assert_not_null(strstr(err, "restored 5 of 6 tensors from the fd "
-				       "store"),
-			   "%s", err);
-	cr_assert_not_null(strstr(err, "restored 1 of 1 tensors from"), "%s",
-			   err);
-	free(err);
+	restored_from_both(&d, "restored 5 of 6 tensors from the fd store");
 	/* back in the fd store too: the next life has it from there */
 	snap_file = NULL;
 	next_life(&d, &st, x, n, false);
@@ -1797,13 +1803,7 @@ Test(systemd, a_streams_latest_version_survives_a_restart_with_a_snapshot)
 	/* `systemctl restart`: the fd store's state, the stream from the
 	 * snapshot; and a tensor more, so that the snapshot is saved again */
 	n = next_life(&d, &st, x, 2, true);
-	err = tu_slurp(d.err);
-	cr_assert_not_null(strstr(err, "restored 1 of 2 tensors from the fd "
-				       "store"),
-			   "%s", err);
-	cr_assert_not_null(strstr(err, "restored 1 of 1 tensors from"), "%s",
-			   err);
-	free(err);
+	restored_from_both(&d, "restored 1 of 2 tensors from the fd store");
 	/* restored sealed, into the fd store: the next restart has it
 	 * from there, without the snapshot */
 	snap_file = NULL;
