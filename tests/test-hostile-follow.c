@@ -161,6 +161,23 @@ static void all_gone(struct tu_daemon *d, struct td_client *prod,
 	unsetenv("TENSORD_STAGE");
 }
 
+/* A daemon that stages, NAME put once by *prod and followed by *cons
+ * (*f) and by the raw follower x. */
+static void staged_start(struct tu_daemon *d, struct td_client **prod,
+			 struct td_client **cons, struct td_follow **f,
+			 struct raw_follower *x)
+{
+	struct td_error e = {0};
+
+	cr_assert_eq(setenv("TENSORD_STAGE", "1", 1), 0);
+	tu_daemon_start(d, "warn");
+	*prod = conn(d);
+	*cons = conn(d);
+	put(*prod, 0x01);
+	cr_assert_eq(td_client_follow(*cons, NAME, f, &e), 0, "%s", e.reason);
+	raw_follow(d, x);
+}
+
 static uint32_t leases_of(struct td_client *c)
 {
 	struct td_entry en = {0};
@@ -207,16 +224,9 @@ Test(hostile_follow, a_follower_scribbling_its_row_harms_only_itself)
 	struct td_client *prod, *cons;
 	struct td_follow *f = NULL;
 	struct raw_follower x;
-	struct td_error e = {0};
 	uint64_t rng = 0x5eed, last = 0;
 
-	cr_assert_eq(setenv("TENSORD_STAGE", "1", 1), 0);
-	tu_daemon_start(&d, "warn");
-	prod = conn(&d);
-	cons = conn(&d);
-	put(prod, 0x01);
-	cr_assert_eq(td_client_follow(cons, NAME, &f, &e), 0, "%s", e.reason);
-	raw_follow(&d, &x);
+	staged_start(&d, &prod, &cons, &f, &x);
 	for (int i = 0; i < ROUNDS; i++) {
 		uint8_t b = (uint8_t)(0x10 + i % 200);
 		uint64_t v;
@@ -303,14 +313,8 @@ Test(hostile_follow, a_producer_garbling_its_trigger_page_harms_no_follower)
 	struct td_entry en = {0};
 	unsigned staged = 0;
 
-	cr_assert_eq(setenv("TENSORD_STAGE", "1", 1), 0);
-	tu_daemon_start(&d, "warn");
-	prod = conn(&d);
-	cons = conn(&d);
-	put(prod, 0x01);
-	cr_assert_eq(td_client_follow(cons, NAME, &f, &e), 0, "%s", e.reason);
-	/* only to read the bell: an honest row (it holds nothing) */
-	raw_follow(&d, &x);
+	/* x only to read the bell: an honest row (it holds nothing) */
+	staged_start(&d, &prod, &cons, &f, &x);
 	for (int i = 0; i < ROUNDS; i++) {
 		uint8_t b = (uint8_t)(0x10 + i % 200);
 		uint64_t size = SIZE, v = 0;
