@@ -428,15 +428,21 @@ void td__policy_fini(struct td__policy *pol)
 	*pol = (struct td__policy){0};
 }
 
-int td__policy_load(const char *path, struct td__policy *pol)
+/*
+ * Read path whole into *buf (malloc'ed, *len bytes). A file that changed
+ * while it was read (an editor writing it in place, a deploy tool
+ * appending to it) is -EAGAIN: read to its end, not to the size fstat
+ * gave, and compared with a second fstat, so a file that grew is not cut
+ * at its old size (the first rules of a longer policy, loaded as if
+ * whole) and one that shrank is not a bare read error.
+ */
+static int policy_read(const char *path, char **buf, size_t *len)
 {
-	char *buf = NULL;
-	const char *why = NULL;
-	struct stat st;
-	size_t len = 0;
-	unsigned line;
-	int fd, rc;
+	struct stat st, after;
+	int fd, rc = 0;
 
+	*buf = NULL;
+	*len = 0;
 	/* non-blocking: a FIFO there (a file replaced by one) must not
 	 * hang the start or a SIGHUP's reload, the loop with it, until
 	 * someone writes; fstat then refuses it */
@@ -454,24 +460,66 @@ int td__policy_load(const char *path, struct td__policy *pol)
 		rc = -EINVAL;
 		goto out;
 	}
-	buf = malloc((size_t)st.st_size + 1);
-	if (!buf) {
+	/* one byte over the limit: a file that grew past it is refused */
+	*buf = malloc(TD__POLICY_MAX_BYTES + 2);
+	if (!*buf) {
 		rc = -ENOMEM;
 		goto out;
 	}
-	while (len < (size_t)st.st_size) {
-		ssize_t n = read(fd, buf + len, (size_t)st.st_size - len);
+	for (;;) {
+		ssize_t n = read(fd, *buf + *len,
+				 TD__POLICY_MAX_BYTES + 1 - *len);
 
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n <= 0) {
-			rc = n < 0 ? -errno : -EIO;
+		if (n < 0) {
+			rc = -errno;
 			td__log(TD_LOG_ERROR, "--policy %s: read failed: %s",
 				path, strerror(-rc));
 			goto out;
 		}
-		len += (size_t)n;
+		if (n == 0 || (*len += (size_t)n) > TD__POLICY_MAX_BYTES)
+			break;
 	}
+	if (fstat(fd, &after) < 0 || after.st_size != (off_t)*len ||
+	    after.st_size != st.st_size ||
+	    after.st_mtim.tv_sec != st.st_mtim.tv_sec ||
+	    after.st_mtim.tv_nsec != st.st_mtim.tv_nsec)
+		rc = -EAGAIN;
+out:
+	close(fd);
+	if (rc < 0) {
+		free(*buf);
+		*buf = NULL;
+	}
+	return rc;
+}
+
+int td__policy_load(const char *path, struct td__policy *pol)
+{
+	const char *why = NULL;
+	char *buf = NULL;
+	size_t len = 0;
+	unsigned line;
+	int rc;
+
+	/* a file being written settles within a few tries; a file
+	 * rewritten without pause is refused, the policy in force kept */
+	for (int tries = 0;; tries++) {
+		rc = policy_read(path, &buf, &len);
+		if (rc != -EAGAIN)
+			break;
+		if (tries == 3) {
+			td__log(TD_LOG_ERROR, "--policy %s: the file changed "
+					      "every time it was read (4 "
+					      "tries): refused", path);
+			return rc;
+		}
+		td__log(TD_LOG_WARN, "--policy %s: the file changed while it "
+				     "was read: reading it again", path);
+	}
+	if (rc < 0)
+		return rc;
 	rc = td__policy_parse(buf, len, pol, &line, &why);
 	if (rc < 0)
 		td__log(TD_LOG_ERROR, "--policy %s:%u: %s", path, line, why);
@@ -479,9 +527,7 @@ int td__policy_load(const char *path, struct td__policy *pol)
 		td__log(TD_LOG_INFO,
 			"policy %s: %u allow rules, %u quotas, %u limits",
 			path, pol->nrules, pol->nquotas, pol->nlimits);
-out:
 	free(buf);
-	close(fd);
 	return rc;
 }
 

@@ -27,6 +27,9 @@
  * $TD_TRUNCATE_AFTER_FSTAT=PATH cuts PATH to 0 bytes once, just after the
  * first fstat(2) of a descriptor of PATH: the reader holds a size the
  * file no longer has (tensorctl zarr export --from FILE.hrry).
+ * $TD_APPEND_AFTER_FSTAT=PATH appends $TD_APPEND_TEXT to PATH once, just
+ * after the first fstat(2) of a descriptor of PATH: a file that grows
+ * while it is read (tensord's --policy, a deploy tool appending rules).
  * $TD_TRUNCATE_AT_CREATE=PATH cuts PATH to 0 bytes once, just before the
  * first file created with openat(2) (O_CREAT): a file cut while the
  * program writes what it read from it.
@@ -353,6 +356,24 @@ static void cut(int *done, const char *var)
 WRAP_OPENAT(openat)
 WRAP_OPENAT(openat64)
 
+static int grown_fstat;
+
+static void grow(int fd)
+{
+	const char *path = getenv("TD_APPEND_AFTER_FSTAT");
+	const char *text = getenv("TD_APPEND_TEXT");
+	FILE *f;
+
+	if (!path || !text || grown_fstat || !fd_is(fd, path))
+		return;
+	grown_fstat = 1;
+	f = fopen(path, "a");
+	if (f) {
+		fputs(text, f);
+		fclose(f);
+	}
+}
+
 #define WRAP_FSTAT(name, stat_type)                                           \
 	int name(int fd, struct stat_type *st)                                \
 	{                                                                     \
@@ -365,6 +386,7 @@ WRAP_OPENAT(openat64)
 		rc = real(fd, st);                                            \
 		if (path && !cut_fstat && fd_is(fd, path))                    \
 			cut(&cut_fstat, "TD_TRUNCATE_AFTER_FSTAT");           \
+		grow(fd);                                                     \
 		return rc;                                                    \
 	}
 

@@ -563,3 +563,57 @@ Test(status, a_fifo_in_place_of_the_policy_does_not_hang_the_reload)
 	stop(&l);
 	done(&l);
 }
+
+/* Start a daemon whose --policy is path, with the LD_PRELOAD shim's
+ * var=value order in its environment (the file changed under its read). */
+static void start_shimmed(struct logged *l, const char *path,
+			  const char *var, const char *value)
+{
+	const char *extra[] = {"--policy", path, NULL};
+
+	tu_shim_on(var, value);
+	start(l, extra);
+	tu_shim_off(var);
+}
+
+/*
+ * A policy file that changes while the daemon reads it (a deploy tool
+ * appending rules, an editor writing in place). The daemon read the
+ * size fstat gave: a file that grew was loaded cut at its old size, as
+ * if its first lines were the whole policy (here: the quota appended
+ * was left out, and a 128 KiB put went through); one that shrank was a
+ * bare "read failed: Input/output error" and a daemon that did not
+ * start. Now it reads to the end, sees the change in a second fstat,
+ * and reads the file again.
+ */
+Test(status, a_policy_that_changes_while_read_is_read_again)
+{
+	struct logged l;
+	char path[64];
+	struct td_client *c;
+
+	snprintf(path, sizeof(path), "/tmp/td-status-grow-%d", (int)getpid());
+	write_file(path, "# the quota comes next\n");
+	cr_assert_eq(setenv("TD_APPEND_TEXT", "quota uid=0 64K\n", 1), 0);
+	start_shimmed(&l, path, "TD_APPEND_AFTER_FSTAT", path);
+	unsetenv("TD_APPEND_TEXT");
+	cr_assert_eq(log_count(&l, "changed while it was read"), 1);
+	c = cli(&l);
+	cr_assert_eq(put(c, "q/b", 128 << 10, true), -EDQUOT,
+		     "the appended quota is in force");
+	td_client_close(c);
+	stop(&l);
+	done(&l);
+
+	/* shrunk to nothing under the read: the empty file is the policy */
+	write_file(path, "quota uid=0 64K\n");
+	start_shimmed(&l, path, "TD_TRUNCATE_AFTER_FSTAT", path);
+	cr_assert_eq(log_count(&l, "changed while it was read"), 1);
+	cr_assert_eq(log_count(&l, "Input/output error"), 0);
+	c = cli(&l);
+	cr_assert_eq(put(c, "q/b", 128 << 10, true), 0, "no quota in force");
+	td_client_close(c);
+	stop(&l);
+	done(&l);
+	unlink(path);
+}
