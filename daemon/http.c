@@ -520,8 +520,23 @@ static void request_whole(struct MHD_Connection *c)
 		k->waiting = false;
 }
 
-/* Shut down the connections whose request is not whole in time (at most
- * once a second). */
+/*
+ * Whether the client of a connection waiting for its request has closed
+ * its end: nothing more to read and end of file. libmicrohttpd (0.9.75,
+ * edge-triggered epoll) reads a connection once per wakeup, so a client
+ * whose request start and FIN were both there when it was accepted (it
+ * sent them while it waited in the listen backlog, at the connection
+ * limit) left its slot taken, in CLOSE_WAIT, until --http-timeout.
+ */
+static bool client_gone(int fd)
+{
+	char b;
+
+	return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/* Shut down the connections whose request is not whole in time, or
+ * whose client is gone while it waits for one (at most once a second). */
 static void cut_slow_requests(void)
 {
 	uint64_t now = uv_now(td__d->loop),
@@ -532,17 +547,32 @@ static void cut_slow_requests(void)
 	H.next_check_ms = now + 1000;
 	for (struct conn *k = H.conns.next; k != &H.conns; k = k->next) {
 		const union MHD_ConnectionInfo *i;
+		bool late;
 
-		if (!k->waiting || now - k->since_ms < limit)
+		if (!k->waiting)
 			continue;
 		i = MHD_get_connection_info(k->c,
 					    MHD_CONNECTION_INFO_CONNECTION_FD);
-		if (i && shutdown(i->connect_fd, SHUT_RDWR) == 0)
-			td__log(TD_LOG_DEBUG, "http: a request not whole "
-					      "after %u s; connection cut",
-				td__d->opts.http_timeout);
+		if (!i)
+			continue;
+		late = now - k->since_ms >= limit;
+		if (!late && !client_gone(i->connect_fd))
+			continue;
+		if (shutdown(i->connect_fd, SHUT_RDWR) == 0)
+			td__log(TD_LOG_DEBUG, "http: %s; connection cut",
+				late ? "a request not whole in time"
+				     : "the client left before its request");
 		k->waiting = false; /* once */
 	}
+}
+
+/* Whether a connection waits for its request (cut_slow_requests()). */
+static bool any_waiting(void)
+{
+	for (struct conn *k = H.conns.next; k != &H.conns; k = k->next)
+		if (k->waiting)
+			return true;
+	return false;
 }
 
 /* MHD_get_connection_values() iterator: *cls (a bool) set, and the
@@ -675,8 +705,9 @@ static unsigned connections(void)
 /* Let MHD do what is ready, then wait for its next deadline. */
 static void run(void)
 {
-	MHD_UNSIGNED_LONG_LONG to;
+	MHD_UNSIGNED_LONG_LONG to = 0;
 	unsigned before;
+	bool has;
 
 	cut_slow_requests();
 	/*
@@ -690,7 +721,14 @@ static void run(void)
 		if (connections() >= before)
 			break;
 	}
-	if (MHD_get_timeout(H.mhd, &to) == MHD_YES) {
+	has = MHD_get_timeout(H.mhd, &to) == MHD_YES;
+	/* a connection waiting for its request is looked at once a second
+	 * (cut_slow_requests) */
+	if (any_waiting() && (!has || to > 1000)) {
+		to = 1000;
+		has = true;
+	}
+	if (has) {
 		uv_timer_start(&H.timer, on_timer, to, 0);
 		H.timer_on = true;
 	} else if (H.timer_on) {
