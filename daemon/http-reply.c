@@ -87,6 +87,9 @@ enum MHD_Result td__http_text(struct MHD_Connection *c, unsigned code,
 
 	if (r && code == 405)
 		MHD_add_response_header(r, "Allow", "GET, HEAD");
+	/* every 503 is a state that passes (a fence, a limit) */
+	if (r && code == 503)
+		MHD_add_response_header(r, "Retry-After", "1");
 	/* a malformed request (no Host, a folded line): its connection is
 	 * not trusted with another, whose start may be in doubt (RFC 9112
 	 * 9.6 lets a server close) */

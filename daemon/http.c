@@ -70,59 +70,139 @@ static struct http H = {.lfd = -1, .conns = {&H.conns, &H.conns}};
 static unsigned connections(void);
 
 /*
- * A metadata key's strong ETag: a hash of its text (128 bits of XXH3).
- * The text is built per request from the versions current then (a node's
- * own, or the group's list of them), so equal tags are equal bytes, in
- * this run or another; a reader polling zarr.json for a new shape gets a
- * 304 until it changes.
+ * Metadata texts held by responses in flight (docs/zarr.md, "Limits").
+ * A group key's text is the whole store's metadata, printed with JSON
+ * escapes (up to six bytes a metadata byte), built per request and held
+ * until the reader has taken its last byte: a tenant's slow readers of
+ * texts that differ (a publish between two requests) would otherwise hold
+ * one copy each, a multiple of --max-bytes that no uid is charged for.
+ * Equal texts are shared (readers of one store state hold one copy); a
+ * new group text is taken while no group text is held or while those
+ * held and it stay within text_budget(), else it is a 503 with
+ * Retry-After. A node's own keys are one tensor's metadata (about
+ * 100 KB at most, printed): never refused.
  */
-static void text_etag(char *out, size_t cap, const char *t, size_t len)
-{
-	XXH128_hash_t h = XXH3_128bits(t, len);
+struct text {
+	struct text *next;
+	XXH128_hash_t h;
+	size_t len;
+	unsigned refs;
+	bool group; /* counted in td__http_stats.text_bytes */
+	char *t;
+};
 
-	snprintf(out, cap, "\"z.%016" PRIx64 "%016" PRIx64 "\"", h.high64,
-		 h.low64);
+static struct text *texts;
+
+/* A quarter of --max-bytes; 1 GiB when it is unlimited. */
+static uint64_t text_budget(void)
+{
+	uint64_t max = td__d->opts.max_bytes;
+
+	return max ? max / 4 : (uint64_t)1 << 30;
 }
 
-/* A text's bytes for its multipart body (td__http_reader). */
+static void text_unref(void *cls)
+{
+	struct text *x = cls;
+
+	if (--x->refs)
+		return;
+	for (struct text **pp = &texts; *pp; pp = &(*pp)->next)
+		if (*pp == x) {
+			*pp = x->next;
+			break;
+		}
+	if (x->group)
+		td__http_stats.text_bytes -= x->len;
+	free(x->t);
+	free(x);
+}
+
+/* t (taken, hashed h; a group key's when group) held by one more
+ * response: an equal held text, or a new one; NULL (t freed) over the
+ * budget (*busy) or out of memory. */
+static struct text *text_hold(char *t, size_t len, XXH128_hash_t h,
+			      bool group, bool *busy)
+{
+	struct text *x;
+
+	*busy = false;
+	for (x = texts; x; x = x->next)
+		if (x->group == group && x->len == len &&
+		    XXH128_isEqual(x->h, h) &&
+		    !memcmp(x->t, t, len)) {
+			free(t);
+			x->refs++;
+			return x;
+		}
+	if (group && td__http_stats.text_bytes &&
+	    td__http_stats.text_bytes + len > text_budget()) {
+		free(t);
+		td__http_stats.text_busy++;
+		*busy = true;
+		return NULL;
+	}
+	x = malloc(sizeof(*x));
+	if (!x) {
+		free(t);
+		return NULL;
+	}
+	*x = (struct text){texts, h, len, 1, group, t};
+	texts = x;
+	if (group)
+		td__http_stats.text_bytes += len;
+	return x;
+}
+
+/* A held text's bytes for its multipart body (td__http_reader). */
 static ssize_t text_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
-	memcpy(buf, (const char *)cls + pos, max);
+	memcpy(buf, ((const struct text *)cls)->t + pos, max);
 	return (ssize_t)max;
 }
 
-/* A JSON text (malloc'ed, taken; NULL: out of memory) as the body. */
+/* A JSON text (malloc'ed, taken; NULL: out of memory; a group key's
+ * when group) as the body. */
 static enum MHD_Result text_body(struct MHD_Connection *c, char *t,
-				 size_t len)
+				 size_t len, bool group)
 {
+	XXH128_hash_t h = XXH3_128bits(t ? t : "", len);
 	struct td__http_ranges rs;
 	struct MHD_Response *r;
 	enum MHD_Result res;
+	struct text *x;
 	char etag[40];
+	bool busy;
 	int rg;
 
 	if (!t)
 		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
 				     "out of memory\n");
-	text_etag(etag, sizeof(etag), t, len);
+	/* a strong ETag: a hash of the text (128 bits of XXH3) */
+	snprintf(etag, sizeof(etag), "\"z.%016" PRIx64 "%016" PRIx64 "\"",
+		 h.high64, h.low64);
 	rg = td__http_conditions(c, len, etag, &rs, &res);
 	if (rg < 0) {
 		free(t);
 		return res;
 	}
-	if (rs.count > 1) {
+	x = text_hold(t, len, h, group, &busy);
+	if (!x)
+		return td__http_text(c, busy ? MHD_HTTP_SERVICE_UNAVAILABLE
+					     : MHD_HTTP_INTERNAL_SERVER_ERROR,
+				     busy ? "metadata texts in flight are at "
+					    "their limit; retry\n"
+					  : "out of memory\n");
+	if (rs.count > 1)
 		/* the parts are read from the text, which the response
-		 * frees */
+		 * lets go */
 		r = td__http_multipart(&rs, len, "application/json", text_read,
-				       t, free, 64u << 10);
-	} else {
-		/* the slice moves to the front of the same allocation */
-		memmove(t, t + rs.a[0], rs.n[0]);
-		r = MHD_create_response_from_buffer(rs.n[0], t,
-						    MHD_RESPMEM_MUST_FREE);
-	}
+				       x, text_unref, 64u << 10);
+	else
+		r = MHD_create_response_from_buffer_with_free_callback_cls(
+			rs.n[0], x->t + rs.a[0], text_unref, x);
 	if (!r) {
-		free(t);
+		text_unref(x);
 		return MHD_NO;
 	}
 	return td__http_queue(c,
@@ -139,7 +219,7 @@ static enum MHD_Result json_body(struct MHD_Connection *c,
 	char *t = o ? td_zarr_text(o, &len) : NULL;
 
 	json_object_put(o);
-	return text_body(c, t, len);
+	return text_body(c, t, len, false);
 }
 
 /* "/NODE/REST" in path: the node's ref and REST, or NULL. */
@@ -240,7 +320,7 @@ static enum MHD_Result zarr(struct MHD_Connection *c, const char *path,
 		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
 				     "out of memory\n");
 	if (rc > 0)
-		return text_body(c, t, len);
+		return text_body(c, t, len, true);
 	return node_key(c, path, v2, con_cls);
 }
 
@@ -336,6 +416,14 @@ static enum MHD_Result metrics(struct MHD_Connection *c)
 	       "Group metadata requests that waited while the loop printed "
 	       "many versions' metadata a batch per turn.",
 	       td__http_stats.meta_waits);
+	metric(f, "tensord_http_text_bytes", "gauge",
+	       "Bytes of the group's metadata texts held by HTTP responses "
+	       "being sent.",
+	       td__http_stats.text_bytes);
+	metric(f, "tensord_http_text_busy_total", "counter",
+	       "Group metadata requests refused (503) while the texts held "
+	       "were at their limit.",
+	       td__http_stats.text_busy);
 	if (fclose(f) != 0) {
 		free(buf);
 		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
@@ -432,8 +520,23 @@ static void request_whole(struct MHD_Connection *c)
 		k->waiting = false;
 }
 
-/* Shut down the connections whose request is not whole in time (at most
- * once a second). */
+/*
+ * Whether the client of a connection waiting for its request has closed
+ * its end: nothing more to read and end of file. libmicrohttpd (0.9.75,
+ * edge-triggered epoll) reads a connection once per wakeup, so a client
+ * whose request start and FIN were both there when it was accepted (it
+ * sent them while it waited in the listen backlog, at the connection
+ * limit) left its slot taken, in CLOSE_WAIT, until --http-timeout.
+ */
+static bool client_gone(int fd)
+{
+	char b;
+
+	return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/* Shut down the connections whose request is not whole in time, or
+ * whose client is gone while it waits for one (at most once a second). */
 static void cut_slow_requests(void)
 {
 	uint64_t now = uv_now(td__d->loop),
@@ -444,17 +547,32 @@ static void cut_slow_requests(void)
 	H.next_check_ms = now + 1000;
 	for (struct conn *k = H.conns.next; k != &H.conns; k = k->next) {
 		const union MHD_ConnectionInfo *i;
+		bool late;
 
-		if (!k->waiting || now - k->since_ms < limit)
+		if (!k->waiting)
 			continue;
 		i = MHD_get_connection_info(k->c,
 					    MHD_CONNECTION_INFO_CONNECTION_FD);
-		if (i && shutdown(i->connect_fd, SHUT_RDWR) == 0)
-			td__log(TD_LOG_DEBUG, "http: a request not whole "
-					      "after %u s; connection cut",
-				td__d->opts.http_timeout);
+		if (!i)
+			continue;
+		late = now - k->since_ms >= limit;
+		if (!late && !client_gone(i->connect_fd))
+			continue;
+		if (shutdown(i->connect_fd, SHUT_RDWR) == 0)
+			td__log(TD_LOG_DEBUG, "http: %s; connection cut",
+				late ? "a request not whole in time"
+				     : "the client left before its request");
 		k->waiting = false; /* once */
 	}
+}
+
+/* Whether a connection waits for its request (cut_slow_requests()). */
+static bool any_waiting(void)
+{
+	for (struct conn *k = H.conns.next; k != &H.conns; k = k->next)
+		if (k->waiting)
+			return true;
+	return false;
 }
 
 /* MHD_get_connection_values() iterator: *cls (a bool) set, and the
@@ -587,8 +705,9 @@ static unsigned connections(void)
 /* Let MHD do what is ready, then wait for its next deadline. */
 static void run(void)
 {
-	MHD_UNSIGNED_LONG_LONG to;
+	MHD_UNSIGNED_LONG_LONG to = 0;
 	unsigned before;
+	bool has;
 
 	cut_slow_requests();
 	/*
@@ -602,7 +721,14 @@ static void run(void)
 		if (connections() >= before)
 			break;
 	}
-	if (MHD_get_timeout(H.mhd, &to) == MHD_YES) {
+	has = MHD_get_timeout(H.mhd, &to) == MHD_YES;
+	/* a connection waiting for its request is looked at once a second
+	 * (cut_slow_requests) */
+	if (any_waiting() && (!has || to > 1000)) {
+		to = 1000;
+		has = true;
+	}
+	if (has) {
 		uv_timer_start(&H.timer, on_timer, to, 0);
 		H.timer_on = true;
 	} else if (H.timer_on) {

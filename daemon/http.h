@@ -30,6 +30,8 @@ struct td__http_stats {
 	uint64_t meta_builds; /* versions' metadata texts printed (http-meta.c) */
 	uint64_t meta_cached; /* versions keeping such texts now */
 	uint64_t meta_waits;  /* group requests that waited for them */
+	uint64_t text_bytes;  /* group keys' texts held by responses now */
+	uint64_t text_busy;   /* requests refused (503) for text_bytes */
 };
 extern struct td__http_stats td__http_stats;
 extern const unsigned td__http_codes[TD__HTTP_CODES];

@@ -2464,6 +2464,169 @@ Test(http, a_response_keeps_its_version_whole, .init = start_http,
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
+/*
+ * A client that sent the start of a request and closed while it waited
+ * in the listen backlog (the store at --http-max-connections) left its
+ * slot taken, in CLOSE_WAIT, until --http-timeout: libmicrohttpd read the
+ * request's start and never saw the end of file that came with it. Such
+ * connections cost a client no descriptor, so a few of them kept the
+ * store from every reader. The store looks for them once a second.
+ */
+Test(http, a_client_gone_before_its_request_frees_its_slot, .fini = stop)
+{
+	static const char *const more[] = {"--http-prefix", "",
+	                                   "--http-max-connections", "1",
+	                                   "--http-timeout", "600", NULL};
+	static const char part[] = "GET /metrics HTTP/1.1\r\nHost: t\r\n";
+	char *resp;
+	int idle, gone;
+
+	start_http_args(more);
+	/* the one slot; the listen backlog is first come, first served */
+	idle = connect_tcp();
+	gone = connect_tcp();
+	cr_assert_eq(send(gone, part, strlen(part), 0), (ssize_t)strlen(part));
+	close(gone);
+	/* the slot goes to the client that is gone */
+	close(idle);
+	/* with it held for 600 s, this reader would wait that long (its
+	 * receive times out first, after TU_WAIT_S, and the test fails) */
+	http("GET", "/metrics", NULL, &resp);
+	cr_assert_eq(status_of(resp), 200, "%.300s", resp);
+	free(resp);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/* Publish n one-byte tensors "m/I" whose 16 000-byte metadata of 0x01
+ * bytes (UTF-8, not JSON) the store prints as "\u0001" escapes: six
+ * text bytes for each metadata byte in the group's keys. */
+static void put_escaped_meta(struct td_client *c, const char *prefix,
+                             unsigned n)
+{
+	static char meta[16000];
+	uint64_t shape[1] = {1}, v;
+	struct td_error e = {0};
+
+	memset(meta, 1, sizeof(meta));
+	for (unsigned i = 0; i < n; i++) {
+		char name[64];
+		int fd = memfd_create("meta", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+		struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+		                       .ndim = 1, .shape = shape,
+		                       .fd_count = 1, .fds = &fd,
+		                       .fence_fd = -1, .meta = meta,
+		                       .meta_len = sizeof(meta)};
+
+		cr_assert(fd >= 0);
+		cr_assert_eq(write(fd, "x", 1), 1);
+		cr_assert_eq(fcntl(fd, F_ADD_SEALS,
+		                   F_SEAL_SHRINK | F_SEAL_GROW),
+		             0);
+		snprintf(name, sizeof(name), "%s%u", prefix, i);
+		cr_assert_eq(td_client_publish(c, &p, &v, &e), 0, "%s",
+		             e.reason);
+		close(fd);
+	}
+}
+
+/* A reader of path that takes the response's first 4 KiB and no more,
+ * with a receive window of 4 KiB: what it was sent stays in flight. */
+static int slow_reader(const char *path)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+	                         .sin_port = htons(port)};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), small = 4096;
+	char buf[4096];
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert(fd >= 0);
+	cr_assert_eq(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small,
+	                        sizeof(small)),
+	             0);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	snprintf(buf, sizeof(buf), "GET %s HTTP/1.1\r\nHost: t\r\n\r\n", path);
+	cr_assert(send(fd, buf, strlen(buf), 0) > 0);
+	tu_await_readable(fd, TU_WAIT_S, "the group key's response");
+	cr_assert_eq(recv(fd, buf, sizeof(buf), MSG_WAITALL),
+	             (ssize_t)sizeof(buf));
+	cr_assert_eq(strncmp(buf, "HTTP/1.1 200", 12), 0, "%.200s", buf);
+	return fd;
+}
+
+/*
+ * A tenant's slow readers of group keys that differ (a publish between
+ * requests) held one text each, six bytes per metadata byte: 256 of them
+ * a multiple of --max-bytes that no uid is charged for. Texts in flight
+ * are capped at a quarter of --max-bytes, one always taken; equal texts
+ * are shared.
+ */
+Test(http, group_texts_in_flight_are_bounded, .fini = stop)
+{
+	static const char *const more[] = {"--http-prefix", "", "--max-bytes",
+	                                   "64M", NULL};
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	unsigned long long held;
+	size_t mlen;
+	char *m, *resp, *ra;
+	int slow;
+
+	start_http_args(more);
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	/* 200 x 16 000 metadata bytes: a zarr.json of about 19 MB, past
+	 * the 16 MiB budget and the socket buffers */
+	put_escaped_meta(c, "m/", 200);
+	slow = slow_reader("/zarr/zarr.json");
+	m = get_ok("/metrics", &mlen);
+	held = metric_value(m, "tensord_http_text_bytes ");
+	cr_assert_gt(held, 16u << 20, "%s", m);
+	free(m);
+	/* the same text: shared, not a second copy */
+	http("GET", "/zarr/zarr.json", NULL, &resp);
+	cr_assert_eq(status_of(resp), 200, "%.300s", resp);
+	free(resp);
+	m = get_ok("/metrics", &mlen);
+	cr_assert_eq(metric_value(m, "tensord_http_text_bytes "), held, "%s",
+	             m);
+	free(m);
+	/* another text while the first is held: over the budget */
+	put_escaped_meta(c, "n/", 1);
+	http("GET", "/zarr/zarr.json", NULL, &resp);
+	cr_assert_eq(status_of(resp), 503, "%.300s", resp);
+	ra = header_of(resp, "Retry-After: ");
+	cr_assert(ra, "%.300s", resp);
+	cr_assert_str_eq(ra, "1");
+	free(ra);
+	free(resp);
+	m = get_ok("/metrics", &mlen);
+	cr_assert_eq(metric_value(m, "tensord_http_text_busy_total "), 1,
+	             "%s", m);
+	cr_assert_eq(metric_value(m, "tensord_http_text_bytes "), held, "%s",
+	             m);
+	free(m);
+	/* a node's own small keys still fit beside it */
+	http("GET", "/zarr/n_0/zarr.json", NULL, &resp);
+	cr_assert_eq(status_of(resp), 200, "%.300s", resp);
+	free(resp);
+	/* once the slow reader is gone, its text is let go */
+	close(slow);
+	for (int i = 0; i < 2000; i++) {
+		m = get_ok("/metrics", &mlen);
+		if (strstr(m, "\ntensord_http_text_bytes 0\n"))
+			break;
+		free(m);
+		m = NULL;
+		usleep(10000);
+	}
+	cr_assert(m, "the slow reader's text was never let go");
+	free(m);
+	http("GET", "/zarr/zarr.json", NULL, &resp);
+	cr_assert_eq(status_of(resp), 200, "%.300s", resp);
+	free(resp);
+	td_client_close(c);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
 Test(http, metrics_count_what_happened, .fini = stop)
 {
 	static const char *const more[] = {"--http-prefix", "", "--max-bytes",
