@@ -331,6 +331,11 @@ struct td__peer {
 	/* owned by store.c */
 	struct td__list leases, allocs, watches, waiters;
 	unsigned n_leases, n_allocs, n_watches, n_waiters;
+	/* its follows' holds of versions no longer current (follow.c's
+	 * hold_take and hold_drop), for STATUS without a walk of every
+	 * followed name's rows */
+	unsigned follow_holds;
+	uint64_t follow_held_bytes;
 	struct td__list freebufs; /* its recyclable buffers, oldest first */
 	unsigned n_freebufs;
 	/* the alloc the last PUBLISH with TD_WIRE_PUB_LOAN lent, 0 none */

@@ -116,6 +116,8 @@ static void hold_take(struct follower *f, struct td__version *v)
 
 	f->held = v;
 	f->pinned = v->uid != uid ? v->acct : 0;
+	f->peer->follow_holds++;
+	f->peer->follow_held_bytes += v->bytes;
 	v->refs++;
 	v->lease_count++;
 	v->foreign_leases += v->uid != uid;
@@ -130,6 +132,8 @@ static void hold_drop(struct follower *f)
 	uid_t uid = f->peer->uid;
 
 	f->held = NULL;
+	f->peer->follow_holds--;
+	f->peer->follow_held_bytes -= v->bytes;
 	v->lease_count--;
 	v->foreign_leases -= v->uid != uid;
 	td__tenant_sub(uid, TD__LIM_LEASES, 1);
@@ -1176,16 +1180,8 @@ void td__follow_peer_gone(struct td__peer *p)
 void td__follow_peer_held(const struct td__peer *p, uint32_t *n,
 			  uint64_t *bytes)
 {
-	for (struct td__list *l = bells.next; l != &bells; l = l->next) {
-		const struct bell *b = td__container_of(l, struct bell, link);
-
-		for (uint32_t i = 0; b->followers && i < TD_FOLLOW_MAX_ROWS;
-		     i++)
-			if (b->rows[i].peer == p && b->rows[i].held) {
-				(*n)++;
-				*bytes += b->rows[i].held->bytes;
-			}
-	}
+	*n += p->follow_holds;
+	*bytes += p->follow_held_bytes;
 }
 
 void td__follow_init(void)
