@@ -20,6 +20,7 @@ typedef struct {
 	OwnerObject *root; /* LEASE or LOAN */
 	PyObject *arrays;  /* tuple of tensord.Array, one per plane */
 	PyObject *format;  /* str */
+	PyObject *weakrefs;
 } PlanesObject;
 
 OwnerObject *tdpy_plane_owner(OwnerObject *root, uint32_t i)
@@ -46,6 +47,7 @@ PyObject *tdpy_planes_new(OwnerObject *root, PyObject *arrays,
 		Py_DECREF(arrays);
 		return NULL;
 	}
+	p->weakrefs = NULL;
 	Py_INCREF(root);
 	p->root = root;
 	p->arrays = arrays;
@@ -141,6 +143,8 @@ fail:
 
 static void planes_dealloc(PlanesObject *p)
 {
+	if (p->weakrefs)
+		PyObject_ClearWeakRefs((PyObject *)p);
 	Py_XDECREF(p->arrays);
 	Py_XDECREF(p->format);
 	Py_XDECREF(p->root);
@@ -255,6 +259,7 @@ PyTypeObject tdpy_planes_type = {
 	.tp_basicsize = sizeof(PlanesObject),
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_dealloc = (destructor)planes_dealloc,
+	.tp_weaklistoffset = offsetof(PlanesObject, weakrefs),
 	.tp_repr = (reprfunc)planes_repr,
 	.tp_as_mapping = &planes_as_mapping,
 	.tp_as_sequence = &planes_as_sequence,
