@@ -573,6 +573,15 @@ void td__store_uncharge_total(uint64_t bytes);
  * ring (struct td__ring_hooks).
  */
 bool td__store_name_taken(struct td_wire_str name);
+/*
+ * The error for a ring name that has no ring: -ENOENT, or for a
+ * RING_SUBSCRIBE (subscribe) of a name a tensor has -EINVAL, sent at once
+ * and never parked: no ring can be made there while the tensor has it
+ * (one meaning per name), so a parked one waited on a user's mistake, for
+ * ever without a timeout, where a FOLLOW of a ring is refused at once.
+ */
+void td__store_no_ring(struct td__peer *p, const struct td_wire_hdr *h,
+		       struct td_wire_str name, bool subscribe);
 /* Release what a dying peer holds, one file each. */
 void td__store_peer_gone(struct td__peer *p);
 /*

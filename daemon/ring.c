@@ -446,7 +446,8 @@ void td__ring_create(struct td__peer *p, const struct td__req *rq)
 /*
  * The ring a SUBSCRIBE (sub) or RING_STAT names, or NULL with the error
  * sent: read permission first (like STAT: what exists is nobody's
- * business without it), then -ENOENT, or a SUBSCRIBE that waits parked.
+ * business without it), then -ENOENT, or a SUBSCRIBE that waits parked
+ * (not on a tensor's name, td__store_no_ring).
  */
 static struct ring *readable_ring(struct td__peer *p,
 				  const struct td__req *rq,
@@ -459,12 +460,11 @@ static struct ring *readable_ring(struct td__peer *p,
 	if (!td__access_check(p, h, rq->op->perm, name))
 		return NULL;
 	r = ring_named(name);
-	if (!r && sub && (sub->flags & TD_WIRE_RSUB_WAIT) && sub->timeout_ms)
+	if (!r && sub && (sub->flags & TD_WIRE_RSUB_WAIT) && sub->timeout_ms &&
+	    !td__store_name_taken(name))
 		hooks->park_sub(p, rq, sub);
 	else if (!r)
-		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
-			       "no ring named \"%.*s\"", (int)name.len,
-			       name.ptr);
+		td__store_no_ring(p, h, name, sub != NULL);
 	return r;
 }
 

@@ -568,6 +568,19 @@ bool td__store_name_taken(struct td_wire_str name)
 	return td__name_lookup(td__d->store, name) != NULL;
 }
 
+void td__store_no_ring(struct td__peer *p, const struct td_wire_hdr *h,
+		       struct td_wire_str name, bool subscribe)
+{
+	if (subscribe && td__store_name_taken(name))
+		td__peer_error(p, h->opcode, h->request_id, -EINVAL,
+			       "\"%.*s\" is a tensor, not a ring: get or "
+			       "follow it", (int)name.len, name.ptr);
+	else
+		td__peer_error(p, h->opcode, h->request_id, -ENOENT,
+			       "no ring named \"%.*s\"", (int)name.len,
+			       name.ptr);
+}
+
 /* ---- the sorted name table ---- */
 
 void *td__table_room(void *a, size_t count, size_t *cap, size_t size)

@@ -51,6 +51,7 @@ typedef struct {
 				     * back with the GIL released, and
 				     * RELEASING_WAITED (a futex word: its
 				     * count's 0 wakes waiters, if any) */
+	PyObject *weakrefs;
 } FollowObject;
 
 /* In `releasing`: a thread sleeps on the word (released_wait), so the
@@ -483,6 +484,8 @@ static PyObject *follow_close(FollowObject *fo, PyObject *unused)
 static void follow_dealloc(FollowObject *fo)
 {
 	/* every Lease it gave holds a reference: none is left */
+	if (fo->weakrefs)
+		PyObject_ClearWeakRefs((PyObject *)fo);
 	follow_really_close(fo);
 	Py_XDECREF(fo->client);
 	Py_XDECREF(fo->name);
@@ -533,6 +536,7 @@ PyTypeObject tdpy_follow_type = {
 	.tp_basicsize = sizeof(FollowObject),
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_dealloc = (destructor)follow_dealloc,
+	.tp_weaklistoffset = offsetof(FollowObject, weakrefs),
 	.tp_iter = PyObject_SelfIter,
 	.tp_iternext = (iternextfunc)follow_iternext,
 	.tp_methods = follow_methods,

@@ -139,6 +139,8 @@ static PyObject *client_close(ClientObject *self, PyObject *unused)
 
 static void client_dealloc(ClientObject *self)
 {
+	if (self->weakrefs)
+		PyObject_ClearWeakRefs((PyObject *)self);
 	tdpy_client_forked(self);
 	self->c = NULL;
 	if (self->handle)
@@ -365,6 +367,7 @@ typedef struct {
 	uint64_t conn; /* the client's connection the watch is on */
 	struct tdpy_watchq q; /* its share of the client's queue (events.c) */
 	bool open;
+	PyObject *weakrefs;
 } WatchObject;
 
 /*
@@ -395,6 +398,7 @@ static PyObject *client_watch(ClientObject *self, PyObject *args,
 	rc = td_client_watch(c, name, prefix ? TD_WATCH_PREFIX : 0, &id, &e);
 	Py_END_ALLOW_THREADS /* (deliver, then the GIL: the handler's order) */
 	if (rc == 0 && (w = PyObject_New(WatchObject, &tdpy_watch_type))) {
+		w->weakrefs = NULL;
 		Py_INCREF(self);
 		w->client = self;
 		w->id = id;
@@ -486,6 +490,8 @@ static void watch_dealloc(WatchObject *w)
 {
 	PyObject *type, *value, *tb;
 
+	if (w->weakrefs)
+		PyObject_ClearWeakRefs((PyObject *)w);
 	PyErr_Fetch(&type, &value, &tb);
 	watch_end(w);
 	PyErr_Restore(type, value, tb);
@@ -631,6 +637,7 @@ PyTypeObject tdpy_watch_type = {
 	.tp_basicsize = sizeof(WatchObject),
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_dealloc = (destructor)watch_dealloc,
+	.tp_weaklistoffset = offsetof(WatchObject, weakrefs),
 	.tp_iter = PyObject_SelfIter,
 	.tp_iternext = (iternextfunc)watch_iternext,
 	.tp_methods = watch_methods,
@@ -720,6 +727,7 @@ PyTypeObject tdpy_client_type = {
 	.tp_new = client_new,
 	.tp_init = (initproc)client_init,
 	.tp_dealloc = (destructor)client_dealloc,
+	.tp_weaklistoffset = offsetof(ClientObject, weakrefs),
 	.tp_methods = client_methods,
 	.tp_getset = client_getset,
 };

@@ -348,6 +348,8 @@ void tdpy_owner_release(OwnerObject *plane_or_root)
 
 static void owner_dealloc(OwnerObject *o)
 {
+	if (o->weakrefs)
+		PyObject_ClearWeakRefs((PyObject *)o);
 	if (o->kind != OWNER_PLANE) /* a plane's lease is its parent's */
 		tdpy_owner_release(o);
 	if (o->loan_map)
@@ -682,6 +684,7 @@ PyTypeObject tdpy_owner_type = {
 	.tp_basicsize = sizeof(OwnerObject),
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_dealloc = (destructor)owner_dealloc,
+	.tp_weaklistoffset = offsetof(OwnerObject, weakrefs),
 	.tp_as_buffer = &owner_as_buffer,
 	.tp_methods = owner_methods,
 	.tp_getset = owner_getset,

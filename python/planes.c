@@ -20,6 +20,7 @@ typedef struct {
 	OwnerObject *root; /* LEASE or LOAN */
 	PyObject *arrays;  /* tuple of tensord.Array, one per plane */
 	PyObject *format;  /* str */
+	PyObject *weakrefs;
 } PlanesObject;
 
 OwnerObject *tdpy_plane_owner(OwnerObject *root, uint32_t i)
@@ -46,6 +47,7 @@ PyObject *tdpy_planes_new(OwnerObject *root, PyObject *arrays,
 		Py_DECREF(arrays);
 		return NULL;
 	}
+	p->weakrefs = NULL;
 	Py_INCREF(root);
 	p->root = root;
 	p->arrays = arrays;
@@ -141,6 +143,8 @@ fail:
 
 static void planes_dealloc(PlanesObject *p)
 {
+	if (p->weakrefs)
+		PyObject_ClearWeakRefs((PyObject *)p);
 	Py_XDECREF(p->arrays);
 	Py_XDECREF(p->format);
 	Py_XDECREF(p->root);
@@ -222,9 +226,35 @@ static PyMappingMethods planes_as_mapping = {
 	.mp_subscript = (binaryfunc)planes_subscript,
 };
 
+/*
+ * No one DLPack tensor describes planes that lie apart: without these,
+ * torch.from_dlpack(p) took the Planes for a capsule and said "received
+ * an invalid capsule ... can be consumed only once", which tells nothing.
+ * Each plane exports on its own.
+ */
+static PyObject *planes_dlpack(PlanesObject *p, PyObject *args, PyObject *kw)
+{
+	PyErr_Format(PyExc_BufferError, "a tensor of %zd planes (%U) is no "
+		     "one DLPack tensor: export each plane, "
+		     "torch.from_dlpack(p[0])", PyTuple_GET_SIZE(p->arrays),
+		     p->format);
+	tdpy_owner_name_refusal(p->root, "DLPack export");
+	return NULL;
+}
+
+static PyObject *planes_dlpack_device(PlanesObject *p, PyObject *unused)
+{
+	return Py_BuildValue("(ii)", 1, 0); /* kDLCPU, as each plane's */
+}
+
 static PyMethodDef planes_methods[] = {
 	{"release", (PyCFunction)planes_release, METH_NOARGS,
 	 "End the lease now (for every plane view)."},
+	{"__dlpack__", (PyCFunction)(void (*)(void))planes_dlpack,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "Refused (BufferError): export each plane instead."},
+	{"__dlpack_device__", (PyCFunction)planes_dlpack_device, METH_NOARGS,
+	 "(1, 0): CPU, as each plane's."},
 	{"__enter__", tdpy_enter, METH_NOARGS, NULL},
 	{"__exit__", tdpy_exit_release, METH_VARARGS, NULL},
 	{NULL},
@@ -255,6 +285,7 @@ PyTypeObject tdpy_planes_type = {
 	.tp_basicsize = sizeof(PlanesObject),
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_dealloc = (destructor)planes_dealloc,
+	.tp_weaklistoffset = offsetof(PlanesObject, weakrefs),
 	.tp_repr = (reprfunc)planes_repr,
 	.tp_as_mapping = &planes_as_mapping,
 	.tp_as_sequence = &planes_as_sequence,

@@ -39,6 +39,7 @@ typedef struct {
 	int ndim;
 	npy_intp shape[TDPY_MAX_DIMS];
 	PyObject *name;
+	PyObject *weakrefs;
 } RingObject;
 
 typedef struct {
@@ -56,6 +57,7 @@ typedef struct {
 	unsigned exports; /* live DLPack exports of the held view */
 	PyObject *name;
 	int efd;          /* poll() mode: td_sub_fd (in the client's epoll) */
+	PyObject *weakrefs;
 } SubObject;
 
 /* ---- Ring ---- */
@@ -459,6 +461,8 @@ static PyObject *ring_close(RingObject *ring, PyObject *unused)
 
 static void ring_dealloc(RingObject *ring)
 {
+	if (ring->weakrefs)
+		PyObject_ClearWeakRefs((PyObject *)ring);
 	ring_really_close(ring);
 	Py_XDECREF(ring->client);
 	Py_XDECREF(ring->name);
@@ -501,6 +505,7 @@ PyTypeObject tdpy_ring_type = {
 	.tp_basicsize = sizeof(RingObject),
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_dealloc = (destructor)ring_dealloc,
+	.tp_weaklistoffset = offsetof(RingObject, weakrefs),
 	.tp_methods = ring_methods,
 	.tp_getset = ring_getset,
 };
@@ -940,6 +945,8 @@ static PyObject *sub_close(SubObject *sub, PyObject *unused)
 
 static void sub_dealloc(SubObject *sub)
 {
+	if (sub->weakrefs)
+		PyObject_ClearWeakRefs((PyObject *)sub);
 	sub_really_close(sub);
 	Py_XDECREF(sub->client);
 	Py_XDECREF(sub->name);
@@ -983,6 +990,7 @@ PyTypeObject tdpy_sub_type = {
 	.tp_basicsize = sizeof(SubObject),
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_dealloc = (destructor)sub_dealloc,
+	.tp_weaklistoffset = offsetof(SubObject, weakrefs),
 	.tp_iter = PyObject_SelfIter,
 	.tp_iternext = (iternextfunc)sub_iternext,
 	.tp_methods = sub_methods,

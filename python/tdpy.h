@@ -116,6 +116,7 @@ typedef struct {
 	 * asked for while this thread held the handle's lock (common.c,
 	 * tdpy_client_defer), done once that call is out */
 	struct tdpy_deferred *deferred;
+	PyObject *weakrefs;    /* weakref.ref(client) works */
 } ClientObject;
 
 enum owner_kind {
@@ -172,6 +173,7 @@ typedef struct {
 	uint64_t ticket;      /* SLOT: the acquire() it came from */
 	PyObject *follow;     /* LEASE from Follow.next(): that Follow */
 	unsigned dl_exports;  /* LEASE of a follow: live DLPack exports */
+	PyObject *weakrefs;
 } OwnerObject;
 
 extern PyTypeObject tdpy_client_type, tdpy_owner_type, tdpy_array_type;

@@ -200,6 +200,39 @@ fail:
 }
 
 /*
+ * The format known and the shape its grid (blob spec 11.4: rgb8 [H, W,
+ * 3], mono8 [H, W]), checked here as the daemon checks them at publish:
+ * a refusal there came after the user filled the loan, which it took
+ * with it (a typo such as format="RGB8" cost a whole frame, refused as
+ * ENOSYS). The planes of a format with several are checked again, one
+ * by one, by tdpy_alloc_planes().
+ */
+static int format_fits(const OwnerObject *o, const char *f)
+{
+	uint64_t shape[TDPY_MAX_DIMS];
+	struct td_plane_layout l;
+	int rc;
+
+	for (int k = 0; k < o->ndim; k++)
+		shape[k] = (uint64_t)o->shape[k];
+	rc = td_format_plane_layout(f, o->dtype, (uint32_t)o->ndim, shape, 0,
+				    o->row_pitch, &l);
+	if (rc == -ENOTSUP)
+		PyErr_Format(PyExc_ValueError, "unknown image format \"%s\": "
+			     "tensord knows rgb8, rgba8, bgra8, mono8, YUYV, "
+			     "VYUY, NV12, NV16, NV24, rgb8_planar and "
+			     "rgba8_planar (blob spec 11.4; case matters)", f);
+	else if (rc < 0)
+		PyErr_Format(PyExc_ValueError, "shape, dtype and row pitch do "
+			     "not fit format %s (%s): its grid is [H, W, 3] "
+			     "(rgb8), [H, W, 4] (rgba8, bgra8), [H, W, 2] "
+			     "(YUYV, VYUY), [H, W] (mono8, NV12, NV16, NV24) "
+			     "or [3 or 4, H, W] (rgb8_planar, rgba8_planar), "
+			     "the row pitch at least a row", f, strerror(-rc));
+	return rc < 0 ? -1 : 0;
+}
+
+/*
  * An image format (format="rgb8") publishes a row pitch as the plane's
  * stride, the way cameras describe it, instead of blob strides: then the
  * strides must be dense C order but for the row dimension's (dimension
@@ -212,7 +245,6 @@ static int loan_format(OwnerObject *o, PyObject *format, npy_intp isz)
 	Py_ssize_t len;
 	int row;
 
-	/* an unknown format is the daemon's to refuse, with its reason */
 	if (!PyUnicode_Check(format)) {
 		PyErr_SetString(PyExc_TypeError, "format must be a str");
 		return -1;
@@ -247,6 +279,8 @@ static int loan_format(OwnerObject *o, PyObject *format, npy_intp isz)
 		o->row_pitch = (uint64_t)o->strides[row];
 		o->explicit_strides = false;
 	}
+	if (format_fits(o, f) < 0)
+		return -1;
 	Py_INCREF(format);
 	o->format = format;
 	return 0;

@@ -479,6 +479,19 @@ Test(ring_catalog, a_name_is_a_tensor_or_a_ring_never_both)
 	cr_assert_eq(td_ring_create(c, "nm/t", &desc, &r2, &e), -EEXIST);
 	cr_assert(strstr(e.reason, "tensor"), "%s", e.reason);
 	cr_assert_null(r2);
+	/* a subscribe to a tensor is refused at once, as a follow of a
+	 * ring: no ring can come there while the tensor has the name, and
+	 * one that waited (for ever, or its timeout) waited on a mistake */
+	for (int ms = 0; ms <= 1; ms++) {
+		struct td_sub *s = NULL;
+
+		e = (struct td_error){0};
+		cr_assert_eq(td_ring_subscribe(c, "nm/t", ms ? -1 : 0, &s, &e),
+			     -EINVAL, "%s", e.reason);
+		cr_assert(strstr(e.reason, "is a tensor, not a ring"), "%s",
+			  e.reason);
+		cr_assert_null(s);
+	}
 
 	r = make_ring(c, "nm/r", 2, 8);
 	cr_assert_eq(td_client_put(c, &p, buf, sizeof(buf), NULL, &e),

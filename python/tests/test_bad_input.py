@@ -144,6 +144,48 @@ def test_numpy_integers_are_integer_arguments(client):
         client.event_limit = np.float32(3)
 
 
+def test_alloc_refuses_a_format_publish_would_refuse(client):
+    """An unknown image format, or a shape that is not the format's grid,
+    is refused by alloc(), naming the formats and grids, before the user
+    fills a loan: it used to be refused only at publish() (an unknown
+    one as ENOSYS), the loan then gone with the frame written into it.
+    A multi-plane format was already checked at alloc(); a single-plane
+    one was not."""
+    with pytest.raises(ValueError, match='unknown image format "RGB8"') \
+            as ei:
+        client.alloc("fmt/a", (4, 5, 3), "u8", format="RGB8")
+    known = str(ei.value).split("knows ")[1].split(" (")[0]
+    known = known.replace(" and ", ", ").split(", ")
+    assert "rgb8" in known and "NV12" in known
+    for fmt, shape in (("rgb8", (4, 5)), ("mono8", (4, 5, 1)),
+                       ("YUYV", (4, 5, 3)), ("rgba8", (4, 5, 3))):
+        with pytest.raises(ValueError, match=f"not fit format {fmt}"):
+            client.alloc("fmt/a", shape, "u8", format=fmt)
+    # a row pitch smaller than a row, single-plane too
+    with pytest.raises(ValueError, match="not fit format rgb8"):
+        client.alloc("fmt/a", (4, 5, 3), "u8", strides=(12, 3, 1),
+                     format="rgb8")
+    assert client.ls("fmt/") == []
+    # every format the message names allocates and publishes with its
+    # grid: the list says what the daemon takes
+    grid = {"rgb8": (4, 6, 3), "rgba8": (4, 6, 4), "bgra8": (4, 6, 4),
+            "YUYV": (4, 6, 2), "VYUY": (4, 6, 2), "mono8": (4, 6),
+            "NV12": (4, 6), "NV16": (4, 6), "NV24": (4, 6),
+            "rgb8_planar": (3, 4, 6), "rgba8_planar": (4, 4, 6)}
+    assert sorted(known) == sorted(grid)
+    for fmt in known:
+        w = client.alloc("fmt/" + fmt, grid[fmt], "u8", format=fmt)
+        assert client.publish(w) > 0
+        got = client.get("fmt/" + fmt)
+        planes = {"NV12": 2, "NV16": 2, "NV24": 2, "rgb8_planar": 3,
+                  "rgba8_planar": 4}.get(fmt, 1)
+        if planes > 1:
+            assert got.format == fmt and len(got) == planes
+        else:
+            assert got.shape == grid[fmt]
+        got.release()
+
+
 def test_publish_takes_only_this_clients_loans(daemon, client):
     client.put("bad/p", np.zeros(2))
     with pytest.raises(ValueError, match="alloc"):

@@ -190,6 +190,24 @@ def test_a_published_slot_turns_read_only_for_its_producer(client):
     assert list(sub.next(timeout=5)) == [9, 9, 9, 9]
 
 
+def test_subscribing_to_a_tensor_is_refused_not_waited_for(client):
+    """subscribe() of a plain tensor's name waited for a ring to be made
+    there, which cannot happen while the tensor has the name (one
+    meaning per name): for ever without a timeout, on a user's mistake.
+    It is refused at once now, as follow() of a ring is."""
+    client.put("er/t", np.zeros(4, np.float32))
+    for timeout in (0, 10, None):
+        with pytest.raises(tensord.Error,
+                           match="is a tensor, not a ring") as ei:
+            client.subscribe("er/t", timeout=timeout)
+        assert ei.value.errno == errno.EINVAL
+        del ei
+    # a ring's name still subscribes, waiting for it to come or not
+    r = client.ring_create("er/r", (4,), "f32")
+    assert client.subscribe("er/r", timeout=0).name == "er/r"
+    r.close()
+
+
 def test_iterating_a_subscription_ends_when_the_producer_closes(client):
     ring = client.ring_create("rg/c", (1,), "u32")
     sub = client.subscribe("rg/c")

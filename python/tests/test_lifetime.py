@@ -427,3 +427,45 @@ def test_ring_views_say_whether_they_hold_their_slot(client):
     pending = ring.acquire(timeout=5)
     client.close()  # ends the ring and the subscription in the daemon
     assert not last.lease.held and not pending.lease.held
+
+
+def test_every_binding_object_takes_a_weak_reference(daemon, client):
+    """weakref.ref(), weakref.finalize() and WeakValueDictionary work on
+    every object the binding hands out (a pool of clients per worker, a
+    cache of follows, a cleanup at the end of a client): they raised
+    TypeError ("cannot create weak reference to 'tensord.Client'
+    object") for all but Array. A weak reference keeps nothing alive:
+    the object's end still ends what it holds, and its callback runs."""
+    import weakref
+    c = tensord.Client(daemon.sock)
+    c.put("wr/a", np.arange(4, dtype=np.uint8))
+    objs = {"Client": c, "Lease": c.get("wr/a").lease,
+            "Follow": c.follow("wr/a"), "Watch": c.watch("wr/"),
+            "Ring": c.ring_create("wr/r", (4,), "u8")}
+    objs["Subscription"] = c.subscribe("wr/r", timeout=5)
+    objs["Planes"] = c.alloc("wr/p", (4, 4), "u8", format="NV12")
+    gone = []
+    refs = {k: weakref.ref(o, lambda r, k=k: gone.append(k))
+            for k, o in objs.items()}
+    assert all(refs[k]() is objs[k] for k in objs)
+    fin = weakref.finalize(c, gone.append, "finalized")
+    cache = weakref.WeakValueDictionary(objs)
+    assert leases(client, "wr/a") == 1
+    del objs, c
+    gc.collect()
+    assert sorted(gone) == sorted(["Client", "Lease", "Follow", "Watch",
+                                   "Ring", "Subscription", "Planes",
+                                   "finalized"])
+    assert all(r() is None for r in refs.values())
+    assert not fin.alive and len(cache) == 0
+    # its end ended its lease and ring, as without weakrefs (the daemon
+    # handles that connection's hang-up in a loop turn of its own, which
+    # this other connection's STAT may come before: a bounded wait)
+    for _ in range(2000):
+        if leases(client, "wr/a") == 0 and "wr/r" not in [
+                e.name for e in client.ls("wr/")]:
+            break
+        time.sleep(0.001)
+    assert leases(client, "wr/a") == 0
+    with pytest.raises(tensord.NotFound):
+        client.ring_stat("wr/r")

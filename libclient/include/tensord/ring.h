@@ -174,7 +174,8 @@ TD_EXPORT void td_ring_close(struct td_ring *r);
  * holds the handle as td_client_get_newer() does. Its slots are mapped
  * read-only (the daemon hands out read-only fds) before this returns.
  * Returns 0 and *out (end it with td_sub_close()), -ENOENT/-ETIMEDOUT no
- * such ring, -EBUSY every reader row in use, -ENOBUFS 64 subscriptions
+ * such ring, -EINVAL a tensor has the name (refused at once, not waited
+ * for), -EBUSY every reader row in use, -ENOBUFS 64 subscriptions
  * on this connection already, -EACCES no read permission, -EDQUOT
  * another uid's ring whose bytes would take this uid past its pinned
  * limit (docs/policy.md §5), -EBADMSG a corrupt reply, or -errno.
