@@ -2444,9 +2444,17 @@ Test(tensorctl, save_a_name_ending_in_slash_saves_what_is_under_it)
 	cr_expect(exists(&d, "b/cam_u") && exists(&d, "b/cam_v") &&
 		  exists(&d, "b/t"));
 	cr_expect(!exists(&d, "b/camera") && !exists(&d, "b/cam_r"));
+	/* a name both under a NAME/ and given, or given twice, is saved
+	 * once: it was saved twice and loaded back as cam_u and cam_u_1 */
+	cr_expect_eq(CTL(&d, &out, &err, "save", "-o", path, "cam/u", "cam/",
+			 "t", "cam/u", "t"),
+		     0, "%s", err);
+	cr_expect(strstr(out, ": 3 object(s)"), "%s", out);
+	free(out);
+	free(err);
 	path_in(path, sizeof(path), &d, "cam.hrry");
-	cr_expect_eq(CTL(&d, &out, &err, "save", "-o", path, "cam/"), 0, "%s",
-		     err);
+	cr_expect_eq(CTL(&d, &out, &err, "save", "-o", path, "cam/", "cam/v"),
+		     0, "%s", err);
 	cr_expect(strstr(out, ": 2 tensor(s)"), "%s", out);
 	free(out);
 	free(err);

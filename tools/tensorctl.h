@@ -269,7 +269,9 @@ bool tctl_gone_since_list(const char *cmd, const char *name, int rc,
  * starts with it, in name order, as `ls PREFIX` lists them (the library's
  * LIST; rings left out unless rings). listed[i]: v[i] came from a LIST
  * (tctl_gone_since_list()). A prefix nothing has is an error, as a
- * missing name is. TCTL_OK or a status; tctl_names_fini() either way.
+ * missing name is. Each name comes once, where it first stands (given
+ * and under a NAME/, or given twice); listed only when every one of it
+ * was. TCTL_OK or a status; tctl_names_fini() either way.
  */
 struct tctl_names {
 	char **v;
