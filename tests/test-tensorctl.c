@@ -2089,6 +2089,46 @@ Test(tensorctl, no_daemon_at_the_socket_says_how_to_name_it)
 }
 
 /*
+ * A --socket that names a regular file or a folder (a log or a config
+ * file typed for the socket, the runtime folder without its
+ * tensord.sock): connect(2) says ECONNREFUSED, and the message said "no
+ * tensord listens there: start one", sending the operator to start a
+ * daemon. It says what is there instead; still kind "connect" and
+ * ECONNREFUSED, as a script tests them.
+ */
+Test(tensorctl, a_socket_path_that_is_no_socket_is_said_so)
+{
+	struct tu_daemon d = {0};
+	char *out, *err;
+	int fd;
+
+	snprintf(d.sock, sizeof(d.sock), "/tmp/td-ctl-file-%d.sock",
+		 (int)getpid());
+	fd = open(d.sock, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	cr_assert(fd >= 0);
+	close(fd);
+	cr_expect_eq(CTL(&d, NULL, &err, "ls"), 1);
+	cr_expect(strstr(err, d.sock) &&
+			  strstr(err, "is a regular file, not a socket"),
+		  "%s", err);
+	cr_expect(!strstr(err, "start one"), "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, &out, NULL, "--json", "status"), 1);
+	cr_expect(strstr(out, "\"kind\":\"connect\",\"errno\":111,") &&
+			  strstr(out, "not a socket"),
+		  "%s", out);
+	free(out);
+	unlink(d.sock);
+	snprintf(d.sock, sizeof(d.sock), "/tmp/td-ctl-dir-%d",
+		 (int)getpid());
+	cr_assert_eq(mkdir(d.sock, 0700), 0);
+	cr_expect_eq(CTL(&d, NULL, &err, "ls"), 1);
+	cr_expect(strstr(err, "is a directory, not a socket"), "%s", err);
+	free(err);
+	rmdir(d.sock);
+}
+
+/*
  * `--socket "$SOCK"` with SOCK unset: an empty path used to mean the
  * default socket, so the command went to whichever daemon listens there
  * ($TENSORD_SOCKET here, another one than named) and succeeded. It is a

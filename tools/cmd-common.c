@@ -179,8 +179,13 @@ int tctl_connect(struct td_client **c)
 	struct td_error e = {0};
 	int rc = td_client_connect(tctl_socket, c, &e);
 	/* nobody there: most often a daemon started on another socket
-	 * (README: scripts/run.sh --socket /tmp/td.sock) */
-	const char *hint = rc == -ENOENT || rc == -ECONNREFUSED
+	 * (README: scripts/run.sh --socket /tmp/td.sock); a file there
+	 * that is no socket (libtensord says which) was named by mistake */
+	const char *hint = rc == -ECONNREFUSED &&
+				   strstr(e.reason, ", not a socket)")
+				   ? " (name tensord's socket with --socket "
+				     "PATH or $TENSORD_SOCKET)"
+			   : rc == -ENOENT || rc == -ECONNREFUSED
 				   ? " (no tensord listens there: start one, "
 				     "or name its socket with --socket PATH "
 				     "or $TENSORD_SOCKET)"
