@@ -2300,6 +2300,31 @@ Test(tensorctl, a_glob_or_a_prefix_without_prefix_says_what_to_type)
 			      "tensorctl ls PREFIX lists the names)"),
 		  "%s", err);
 	free(err);
+	/* get and watch said only that '*' is no name byte; rm and stat of
+	 * a PREFIX only that a name does not end with '/' */
+	cr_expect_eq(CTL(&d, NULL, &err, "get", "cam/*", "-o", "/dev/null"),
+		     1);
+	cr_expect(strstr(err, "(get takes one NAME, not a pattern: tensorctl "
+			      "ls PREFIX lists the names)"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, NULL, &err, "watch", "cam/*"), 1);
+	cr_expect(strstr(err, "(watch takes a NAME, or a PREFIX with --prefix, "
+			      "not a pattern: watch --prefix cam/ watches "
+			      "every name under cam/)"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, NULL, &err, "rm", "cam/"), 1);
+	cr_expect(strstr(err, "rm: cam/: DELETE: name: name ends with '/' (rm "
+			      "takes one NAME, not a PREFIX: tensorctl ls cam/ "
+			      "lists the names to remove one by one)"),
+		  "%s", err);
+	free(err);
+	cr_expect_eq(CTL(&d, NULL, &err, "stat", "cam/"), 1);
+	cr_expect(strstr(err, "(stat takes one NAME, not a PREFIX: tensorctl "
+			      "ls cam/ lists the names)"),
+		  "%s", err);
+	free(err);
 	/* a shape mistyped huge: the file's size, not --max-bytes */
 	path_in(in, sizeof(in), &d, "six.bin");
 	write_file(in, "abcdef", 6);

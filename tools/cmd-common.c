@@ -214,6 +214,24 @@ int tctl_connect(struct td_client **c)
 			 strerror(-rc), hint);
 }
 
+int tctl_refused_glob(const char *cmd, const char *who, const char *arg,
+		      int rc, const struct td_error *e, const char *hint,
+		      const char *prefix_tail)
+{
+	size_t len = arg ? strlen(arg) : 0;
+	const char *why = e->reason[0] ? e->reason : strerror(EINVAL);
+
+	if (rc == -EINVAL && len && arg[strcspn(arg, "*?[")])
+		return tctl_fail(TCTL_REFUSED, "daemon", EINVAL, "%s: %s (%s)",
+				 cmd, why, hint);
+	if (rc == -EINVAL && prefix_tail && len && arg[len - 1] == '/')
+		return tctl_fail(TCTL_REFUSED, "daemon", EINVAL,
+				 "%s: %s: %s (%s takes one NAME, not a "
+				 "PREFIX: tensorctl ls %s lists the names%s)",
+				 cmd, arg, why, cmd, arg, prefix_tail);
+	return tctl_refused(who, rc, e);
+}
+
 int tctl_parse_u64(const char *s, uint64_t *v)
 {
 	char *end;

@@ -181,6 +181,17 @@ extern const char *tctl_socket;
 int tctl_connect(struct td_client **c);
 /* Report "what: reason" of a daemon refusal; TCTL_REFUSED. */
 int tctl_refused(const char *what, int rc, const struct td_error *e);
+/*
+ * The daemon's refusal of arg (a NAME or PREFIX typed) for cmd, told as
+ * tctl_refused(who); a glob (`rm 'cam/?'`, a shell habit) gets hint
+ * beside it, since the daemon only says '?' is no name byte. With
+ * prefix_tail (commands of one NAME: rm, stat) a NAME ending in '/' is
+ * told that `ls` lists the names under it, then prefix_tail: the daemon
+ * only says a name does not end with '/'.
+ */
+int tctl_refused_glob(const char *cmd, const char *who, const char *arg,
+		      int rc, const struct td_error *e, const char *hint,
+		      const char *prefix_tail);
 /* Decimal u64 (no sign); 0 or -EINVAL. */
 int tctl_parse_u64(const char *s, uint64_t *v);
 /* "2,3" or "2x3" into shape[TD_ENTRY_MAX_DIMS]; 0, -E2BIG (more
