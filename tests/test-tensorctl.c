@@ -2488,7 +2488,7 @@ Test(tensorctl, save_of_more_tensors_than_a_connection_may_lease)
 	struct td_error e = {0};
 	struct td_client *c;
 	struct td_tensor *t;
-	char path[160], name[32], *out, *err;
+	char path[160], dir[160], name[32], *out, *err;
 	uint64_t four = 4;
 
 	start(&d);
@@ -2509,6 +2509,13 @@ Test(tensorctl, save_of_more_tensors_than_a_connection_may_lease)
 	cr_expect(strstr(out, ": 4200 object(s)"), "%s", out);
 	free(out);
 	free(err);
+	/* zarr export holds them alike */
+	path_in(dir, sizeof(dir), &d, "many.zarr");
+	cr_expect_eq(CTL(&d, &out, &err, "zarr", "export", dir, "m/"), 0,
+		     "%s", err);
+	cr_expect(strstr(out, ": 4200 array(s)"), "%s", out);
+	free(out);
+	free(err);
 	/* no lease left behind */
 	cr_expect_eq(leases(&d, "m/00000"), 0);
 	cr_expect_eq(leases(&d, "m/04199"), 0);
@@ -2516,14 +2523,22 @@ Test(tensorctl, save_of_more_tensors_than_a_connection_may_lease)
 		     0, "%s", err);
 	free(out);
 	free(err);
+	cr_expect_eq(CTL(&d, &out, &err, "zarr", "import", dir, "--prefix",
+			 "z/"),
+		     0, "%s", err);
+	free(out);
+	free(err);
 	/* the first tensors (held, then copied) and the last (taken after)
-	 * came back whole, metadata included */
-	for (int i = 0; i < N; i += N - 1) {
+	 * came back whole, metadata included, from the .tgm and the Zarr
+	 * folder */
+	for (int k = 0; k < 4; k++) {
+		int i = k % 2 ? N - 1 : 0;
 		const uint8_t *b;
 		const void *meta;
 		size_t ml;
 
-		snprintf(name, sizeof(name), "b/m_%05d", i);
+		snprintf(name, sizeof(name), k < 2 ? "b/m_%05d" : "z/m/%05d",
+			 i);
 		cr_assert_eq(td_client_get(c, name, &t, &e), 0, "%s: %s",
 			     name, e.reason);
 		cr_assert_eq(td_tensor_bytes(t), 4);

@@ -297,6 +297,13 @@ void tctl_names_fini(struct tctl_names *names);
  * --skip-unsavable (skip) it is, said on stderr; else it fails the save. */
 bool tctl_unsavable_left_out(const char *name, const char *why, bool skip);
 
+/* zarr-hrry-kv.c: the KV of a Hurray file as one JSON object (bytes as
+ * hex, non-finite floats as sentinels) for _tensord_hurray_kv; NULL when
+ * it has none. */
+struct json_object;
+struct td_hrry_file_reader;
+struct json_object *tctl_hrry_kv_json(const struct td_hrry_file_reader *r);
+
 /* npy.c: NumPy .npy files for put and get. *npy = 1 when format
  * ("raw", "npy" or NULL: by path's .npy ending) is npy; TCTL_OK or a
  * usage error of cmd. */
