@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <sys/timerfd.h>
@@ -368,6 +369,24 @@ static int hello(struct td_client *c, uint32_t pref, struct td_error *err)
 }
 
 /*
+ * What path is when it is no socket ("a regular file", ...), else NULL:
+ * connect(2) says ECONNREFUSED for a file or a folder, as for a socket
+ * nobody listens on, and "no daemon" sent the user to start one when a
+ * log or a folder was named for the socket.
+ */
+static const char *not_a_socket(const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st) < 0 || S_ISSOCK(st.st_mode))
+		return NULL;
+	return S_ISREG(st.st_mode)   ? "a regular file"
+	       : S_ISDIR(st.st_mode) ? "a directory"
+	       : S_ISFIFO(st.st_mode) ? "a FIFO"
+	                              : "a device or special file";
+}
+
+/*
  * A connected socket to sa, or -errno with the reason in *err. A listener
  * whose queue is full (a stopped daemon's) holds connect() itself: ms
  * bounds that wait too (SO_SNDTIMEO, which a unix connect obeys). With a
@@ -422,6 +441,11 @@ static int sock_open(struct td_client *c, const struct sockaddr_un *sa,
 					"($TENSORD_CONNECT_TIMEOUT_MS sets "
 					"the wait)",
 					sa->sun_path, ms);
+		if (rc == -ECONNREFUSED && not_a_socket(sa->sun_path))
+			return td__fail(err, rc, "connect %s: %s (%s is %s, "
+					"not a socket)", sa->sun_path,
+					strerror(-rc), sa->sun_path,
+					not_a_socket(sa->sun_path));
 		return td__fail(err, rc, "connect %s: %s", sa->sun_path,
 				strerror(-rc));
 	}

@@ -473,6 +473,21 @@ Test(ctl_messages, a_value_given_to_a_flag_is_said_so)
 }
 
 /*
+ * `tensorctl --socket` with its PATH forgotten (the last word, as a
+ * variable left unquoted and unset makes it) said "option '--socket'
+ * takes no value", the opposite of the truth: before the command a
+ * missing value was read as a value given to a flag. After the command
+ * it was right ("ls: option '--socket' needs a value").
+ */
+Test(ctl_messages, a_missing_value_before_the_command_is_said_so)
+{
+	USAGE("tensorctl: option '--socket' needs a value", "--socket");
+	USAGE("\"reason\":\"option '--socket' needs a value\"", "--json",
+	      "--socket");
+	USAGE("ls: option '--socket' needs a value", "ls", "--socket");
+}
+
+/*
  * An empty NAME (`stat "$N"` of an unset N) was said ": STAT: name: name
  * is empty", naming nothing; `watch ''` did not say that --prefix
  * watches every name.

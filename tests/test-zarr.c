@@ -817,6 +817,15 @@ Test(export, a_name_ending_in_slash_exports_what_is_under_it,
 	          "%s", out);
 	free(out);
 	zt_check_dir("x");
+	/* a name both under a NAME/ and given, or given twice, is one
+	 * array: it was exported twice, as cam_left and cam_left_1 */
+	zt_ok("zarr export %s/z cam/left cam/ half cam/left half", zt_dir);
+	out = zt_file("z/zarr.json");
+	cr_assert(strstr(out, "\"_tensord_variables\":[\"cam_left\","
+	                      "\"half\"]"),
+	          "%s", out);
+	free(out);
+	zt_check_dir("z");
 	cr_assert_eq(zt_ctl(&out, "zarr export %s/y half nope/", zt_dir), 1);
 	cr_assert(strstr(out, "zarr export: nope/: no tensor starts with it"),
 	          "%s", out);

@@ -179,8 +179,13 @@ int tctl_connect(struct td_client **c)
 	struct td_error e = {0};
 	int rc = td_client_connect(tctl_socket, c, &e);
 	/* nobody there: most often a daemon started on another socket
-	 * (README: scripts/run.sh --socket /tmp/td.sock) */
-	const char *hint = rc == -ENOENT || rc == -ECONNREFUSED
+	 * (README: scripts/run.sh --socket /tmp/td.sock); a file there
+	 * that is no socket (libtensord says which) was named by mistake */
+	const char *hint = rc == -ECONNREFUSED &&
+				   strstr(e.reason, ", not a socket)")
+				   ? " (name tensord's socket with --socket "
+				     "PATH or $TENSORD_SOCKET)"
+			   : rc == -ENOENT || rc == -ECONNREFUSED
 				   ? " (no tensord listens there: start one, "
 				     "or name its socket with --socket PATH "
 				     "or $TENSORD_SOCKET)"
@@ -207,6 +212,24 @@ int tctl_connect(struct td_client **c)
 	return tctl_fail(TCTL_REFUSED, "connect", -rc, "connect %s: %s%s",
 			 tctl_socket ? tctl_socket : "(default socket)",
 			 strerror(-rc), hint);
+}
+
+int tctl_refused_glob(const char *cmd, const char *who, const char *arg,
+		      int rc, const struct td_error *e, const char *hint,
+		      const char *prefix_tail)
+{
+	size_t len = arg ? strlen(arg) : 0;
+	const char *why = e->reason[0] ? e->reason : strerror(EINVAL);
+
+	if (rc == -EINVAL && len && arg[strcspn(arg, "*?[")])
+		return tctl_fail(TCTL_REFUSED, "daemon", EINVAL, "%s: %s (%s)",
+				 cmd, why, hint);
+	if (rc == -EINVAL && prefix_tail && len && arg[len - 1] == '/')
+		return tctl_fail(TCTL_REFUSED, "daemon", EINVAL,
+				 "%s: %s: %s (%s takes one NAME, not a "
+				 "PREFIX: tensorctl ls %s lists the names%s)",
+				 cmd, arg, why, cmd, arg, prefix_tail);
+	return tctl_refused(who, rc, e);
 }
 
 int tctl_parse_u64(const char *s, uint64_t *v)

@@ -173,7 +173,10 @@ int cmd_get(int argc, char **argv)
 		rc = td_client_get(c, name, &t, &e);
 	if (rc < 0) {
 		td_client_close(c);
-		return tctl_refused(name, rc, &e);
+		return tctl_refused_glob("get", name, name, rc, &e,
+					 "get takes one NAME, not a pattern: "
+					 "tensorctl ls PREFIX lists the names",
+					 NULL);
 	}
 	rc = tctl_fence_wait(name, t, timeout);
 	if (!rc && !tctl_json)

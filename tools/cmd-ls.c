@@ -27,22 +27,6 @@ static int one_arg(int argc, char **argv, const char **arg, int required)
 	return -1;
 }
 
-/*
- * The daemon's refusal of arg for cmd, told as tctl_refused(who); a glob
- * (`rm 'cam/?'`, a shell habit) gets hint beside it, since the daemon
- * only says '?' is no name byte.
- */
-static int refused_glob(const char *cmd, const char *who, const char *arg,
-			int rc, const struct td_error *e, const char *hint)
-{
-	if (rc == -EINVAL && arg && arg[strcspn(arg, "*?[")])
-		return tctl_fail(TCTL_REFUSED, "daemon", EINVAL,
-				 "%s: %s (%s)", cmd,
-				 e->reason[0] ? e->reason : strerror(EINVAL),
-				 hint);
-	return tctl_refused(who, rc, e);
-}
-
 int cmd_ls(int argc, char **argv)
 {
 	struct td_error e = {0};
@@ -61,9 +45,10 @@ int cmd_ls(int argc, char **argv)
 	rc = td_client_list(c, prefix, &list, &n, &e);
 	td_client_close(c);
 	if (rc < 0)
-		return refused_glob("ls", "ls", prefix, rc, &e,
-				    "ls takes a PREFIX, not a pattern: ls cam/ "
-				    "lists every name under cam/");
+		return tctl_refused_glob("ls", "ls", prefix, rc, &e,
+					 "ls takes a PREFIX, not a pattern: "
+					 "ls cam/ lists every name under cam/",
+					 NULL);
 	if (json)
 		putchar('[');
 	for (size_t i = 0; i < n; i++) {
@@ -98,9 +83,10 @@ int cmd_stat(int argc, char **argv)
 		have_rs = td_client_ring_stat(c, name, &rs, NULL) == 0;
 	td_client_close(c);
 	if (rc < 0)
-		return refused_glob("stat", name, name, rc, &e,
-				    "stat takes one NAME, not a pattern: "
-				    "tensorctl ls PREFIX lists the names");
+		return tctl_refused_glob("stat", name, name, rc, &e,
+					 "stat takes one NAME, not a pattern: "
+					 "tensorctl ls PREFIX lists the names",
+					 "");
 	tctl_print_entry(&ent, json, have_rs ? &rs : NULL);
 	if (json)
 		putchar('\n');
@@ -126,10 +112,11 @@ int cmd_rm(int argc, char **argv)
 	rc = td_client_delete(c, name, &version, &e);
 	td_client_close(c);
 	if (rc < 0)
-		return refused_glob("rm", name, name, rc, &e,
-				    "rm takes one NAME, not a pattern: "
-				    "tensorctl ls PREFIX lists the names to "
-				    "remove one by one");
+		return tctl_refused_glob("rm", name, name, rc, &e,
+					 "rm takes one NAME, not a pattern: "
+					 "tensorctl ls PREFIX lists the names "
+					 "to remove one by one",
+					 " to remove one by one");
 	if (tctl_json) {
 		struct json_object *j = json_object_new_object();
 

@@ -210,17 +210,71 @@ static int foreign_name(const char *out)
 	return TCTL_OK;
 }
 
+/* What save_tgm() holds: ts[i] leased and described in objs[i], or
+ * (ts[i] NULL) copied out into copies[i], for i < kept. */
+struct held {
+	struct td_tensor **ts;
+	struct td_tgm_enc_object *objs;
+	void **copies;
+	size_t kept;
+};
+
+/*
+ * Every tensor h leases copied out (shape, metadata, bytes) and released:
+ * a connection may hold 4096 leases, a uid what its --uid-limit leases
+ * says (docs/protocol.md §4), fewer than a store may have tensors, and
+ * the message is encoded from every object at once. How many were
+ * released, or -ENOMEM.
+ */
+static int unlease(struct held *h)
+{
+	int n = 0;
+
+	for (size_t i = 0; i < h->kept; i++) {
+		struct td_tgm_enc_object *o = &h->objs[i];
+		size_t sh = o->ndim * sizeof(uint64_t);
+		uint8_t *p;
+
+		if (!h->ts[i])
+			continue;
+		p = malloc(sh + o->meta_len + o->data_len + 1);
+		if (!p)
+			return -ENOMEM;
+		memcpy(p, o->shape, sh);
+		if (o->meta_len)
+			memcpy(p + sh, o->meta, o->meta_len);
+		if (o->data_len)
+			memcpy(p + sh + o->meta_len, o->data, o->data_len);
+		o->shape = (const uint64_t *)(void *)p;
+		o->meta = o->meta_len ? p + sh : NULL;
+		o->data = p + sh + o->meta_len;
+		h->copies[i] = p;
+		td_tensor_release(h->ts[i]);
+		h->ts[i] = NULL;
+		n++;
+	}
+	return n;
+}
+
 /* GET name into *t and describe it in *obj: 0, GONE, or a tensorctl
  * status (listed: name came from the LIST of every tensor; skip:
- * --skip-unsavable). */
+ * --skip-unsavable). A lease refused (ENOBUFS: the connection's cap;
+ * EDQUOT: the uid's) is asked again once h's are copied out. */
 static int take_one(struct td_client *c, const char *name, bool listed,
 		    bool skip, struct td_tensor **t,
-		    struct td_tgm_enc_object *obj)
+		    struct td_tgm_enc_object *obj, struct held *h)
 {
 	struct td_error e = {0};
 	const char *why;
-	int r = td_client_get(c, name, t, &e);
+	int r = td_client_get(c, name, t, &e), u;
 
+	if ((r == -ENOBUFS || r == -EDQUOT) && (u = unlease(h)) != 0) {
+		if (u < 0)
+			return tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+					 "out of memory");
+		e = (struct td_error){0};
+		r = td_client_get(c, name, t, &e);
+	}
 	if (r < 0)
 		return tctl_gone_since_list("save", name, r, listed)
 		               ? GONE
@@ -265,6 +319,7 @@ static int save_tgm(int argc, char **argv)
 	struct td_tensor **ts = NULL;
 	struct td_tgm_enc_object *objs = NULL;
 	uint8_t **attrs = NULL;
+	void **copies = NULL;
 	struct td_entry *list = NULL;
 	struct tctl_names given = {0};
 	struct td_client *c = NULL;
@@ -321,13 +376,16 @@ static int save_tgm(int argc, char **argv)
 	ts = calloc(n, sizeof(*ts));
 	objs = calloc(n, sizeof(*objs));
 	attrs = calloc(n, sizeof(*attrs));
-	if (!ts || !objs || !attrs) {
+	copies = calloc(n, sizeof(*copies));
+	if (!ts || !objs || !attrs || !copies) {
 		rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
 		goto out;
 	}
 	for (size_t i = 0; i < n && !rc; i++) {
+		struct held h = {ts, objs, copies, kept};
+
 		rc = take_one(c, names[i], listed || given.listed[i], skip,
-		              &ts[kept], &objs[kept]);
+		              &ts[kept], &objs[kept], &h);
 		if (rc == GONE)
 			rc = 0;
 		else if (!rc)
@@ -356,7 +414,10 @@ out:
 		td_tensor_release(ts[i]);
 	for (size_t i = 0; attrs && i < n; i++)
 		free(attrs[i]);
+	for (size_t i = 0; copies && i < n; i++)
+		free(copies[i]);
 	free(attrs);
+	free(copies);
 	td_client_close(c);
 	free(msg);
 	if (!given.v)

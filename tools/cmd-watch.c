@@ -77,7 +77,12 @@ int cmd_watch(int argc, char **argv)
 	}
 	if (rc < 0) {
 		td_client_close(c);
-		return tctl_refused(name, rc, &e);
+		return tctl_refused_glob("watch", name, name, rc, &e,
+					 "watch takes a NAME, or a PREFIX with "
+					 "--prefix, not a pattern: watch "
+					 "--prefix cam/ watches every name "
+					 "under cam/",
+					 NULL);
 	}
 	while (!count || seen < count) {
 		struct td_event ev;

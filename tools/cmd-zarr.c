@@ -37,6 +37,7 @@ struct zsrc {
 	uint64_t len;
 	unsigned swap;  /* element width to byte-swap, 0: none */
 	uint8_t *owned; /* a repacked copy behind data, or NULL */
+	struct td_tensor **held; /* the lease behind data, or NULL */
 	bool in_file;   /* data NULL: len bytes of fd (or src) at off */
 	int fd;
 	struct tgm_src *src; /* a .tgm source, else NULL: fd */
@@ -521,8 +522,39 @@ static struct json_object *tensor_attrs(const struct td_tensor *t,
 	return td_zarr_tensor_attrs(&zt);
 }
 
+/*
+ * Every chunk of z that points into a lease copied out, and the lease
+ * released: a connection may hold 4096 leases, a uid what its
+ * --uid-limit leases says (docs/protocol.md §4), fewer than a store may
+ * have tensors. How many were released, or -ENOMEM.
+ */
+static int unlease(struct zset *z)
+{
+	int n = 0;
+
+	for (size_t k = 0; k < z->n; k++) {
+		struct zsrc *s = &z->s[k];
+
+		if (!s->held || !*s->held)
+			continue;
+		if (!s->owned) {
+			s->owned = malloc(s->len ? s->len : 1);
+			if (!s->owned)
+				return -ENOMEM;
+			memcpy(s->owned, s->data, s->len);
+			s->data = s->owned;
+		}
+		td_tensor_release(*s->held);
+		*s->held = NULL;
+		s->held = NULL;
+		n++;
+	}
+	return n;
+}
+
 /* GET each name into ts (listed NULL or listed[i]: it came from a LIST,
- * and one deleted since is left out) and describe it in z. */
+ * and one deleted since is left out) and describe it in z. A lease
+ * refused (ENOBUFS, EDQUOT) is asked again once z's are copied out. */
 static int from_daemon(struct td_client *c, char **names, size_t n,
                        const bool *listed, struct td_tensor **ts,
                        struct zset *z)
@@ -531,8 +563,15 @@ static int from_daemon(struct td_client *c, char **names, size_t n,
 		struct zsrc *s = &z->s[z->n];
 		struct td_error e = {0};
 		const char *why;
-		int r = td_client_get(c, names[i], &ts[i], &e);
+		int r = td_client_get(c, names[i], &ts[i], &e), u;
 
+		if ((r == -ENOBUFS || r == -EDQUOT) && (u = unlease(z)) != 0) {
+			if (u < 0)
+				return tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+				                 "out of memory");
+			e = (struct td_error){0};
+			r = td_client_get(c, names[i], &ts[i], &e);
+		}
 		if (r < 0 && tctl_gone_since_list("zarr export", names[i], r,
 		                                  !listed || listed[i]))
 			continue;
@@ -553,6 +592,7 @@ static int from_daemon(struct td_client *c, char **names, size_t n,
 		td_tgm_node_name(names[i], s->a.name, TD_ZARR_NAME_MAX + 1);
 		z->n++;
 		why = tensor_chunk(s, ts[i]);
+		s->held = &ts[i];
 		if (why)
 			return tctl_fail(TCTL_REFUSED, "input", ENOTSUP,
 			                 "%s: cannot be exported: %s", names[i],
@@ -804,72 +844,6 @@ static int export_tgm(const char *dir, const char *path, uint64_t message,
 
 /* ---- from a Hurray file ---- */
 
-/* A KV value as JSON (bytes as hex, non-finite floats as sentinels). */
-static struct json_object *kv_json(const struct td_hrry_kv_value *v)
-{
-	struct json_object *a;
-	char *hex;
-
-	switch (v->kind) {
-	case TD_HRRY_KV_STRING:
-		return json_object_new_string_len((const char *)v->data,
-		                                  (int)v->data_len);
-	case TD_HRRY_KV_INT64:
-		return json_object_new_int64(v->i64_value);
-	case TD_HRRY_KV_UINT64:
-		return json_object_new_uint64(v->u64_value);
-	case TD_HRRY_KV_FLOAT64:
-		return json_object_new_double(v->f64_value);
-	case TD_HRRY_KV_BOOL:
-		return json_object_new_boolean(v->bool_value);
-	case TD_HRRY_KV_BYTES:
-		hex = malloc(2 * v->data_len + 1);
-		if (!hex)
-			return NULL;
-		hex[0] = 0;
-		for (size_t i = 0; i < v->data_len; i++)
-			sprintf(hex + 2 * i, "%02x", v->data[i]);
-		a = json_object_new_string(hex);
-		free(hex);
-		return a;
-	case TD_HRRY_KV_ARRAY:
-		a = json_object_new_array();
-		for (size_t i = 0; i < v->item_count; i++)
-			json_object_array_add(a, kv_json(&v->items[i]));
-		return a;
-	}
-	return NULL;
-}
-
-/* The file's KV as one object (_tensord_hurray_kv), NULL when none. */
-static struct json_object *hrry_kv(const struct td_hrry_file_reader *r)
-{
-	struct json_object *o;
-	uint64_t n = 0;
-
-	td_hrry_file_reader_kv_count(r, &n);
-	if (!n)
-		return NULL;
-	o = json_object_new_object();
-	for (uint64_t i = 0; i < n; i++) {
-		struct td_hrry_kv_entry e;
-		char *key;
-
-		td_hrry_file_reader_kv_entry(r, i, &e);
-		/* the whole key: up to 65535 bytes (hurray.md), no NUL in
-		 * it; a fixed buffer cut long keys and merged two that
-		 * shared its length of prefix into one */
-		key = strndup(e.key, e.key_len);
-		if (!key) {
-			json_object_put(o);
-			return NULL;
-		}
-		json_object_object_add(o, key, kv_json(&e.value));
-		free(key);
-	}
-	return o;
-}
-
 /*
  * Every tensor of a Hurray file: composite heads own no data and give no
  * array (their members are tensors of their own); an unsupported tensor
@@ -968,7 +942,7 @@ static int from_hrry(const char *path, struct td_hrry_file_reader *r,
 			                 "out of memory");
 		z->gattrs = td_zarr_tensor_group(arrs, z->n);
 		free(arrs);
-		kv = hrry_kv(r);
+		kv = tctl_hrry_kv_json(r);
 		if (kv)
 			json_object_object_add(z->gattrs, "_tensord_hurray_kv",
 			                       kv);

@@ -100,6 +100,59 @@ static int names_add(struct tctl_names *out, size_t *cap, const char *name,
 	return 0;
 }
 
+static const struct tctl_names *dedup_of; /* for by_name, in qsort */
+
+/* indices into dedup_of by name, equal names by index */
+static int by_name(const void *a, const void *b)
+{
+	size_t i = *(const size_t *)a, j = *(const size_t *)b;
+	int r = strcmp(dedup_of->v[i], dedup_of->v[j]);
+
+	return r ? r : (i > j) - (i < j);
+}
+
+/*
+ * Each name once, where it first stands: `save -o F run/ run/a` listed
+ * run/a twice (under run/ and given), written as two objects (.tgm, zarr
+ * export: run_a and run_a_1) or refused (.hrry: "a tensor of that name
+ * was already written"). A name given is not listed (a missing one fails
+ * the save) even when a NAME/ listed it too. Sorted, not pairwise: a
+ * prefix may hold very many names.
+ */
+static int names_dedup(struct tctl_names *out)
+{
+	size_t *idx, k = 0;
+
+	if (out->n < 2)
+		return 0;
+	idx = malloc(out->n * sizeof(*idx));
+	if (!idx)
+		return -ENOMEM;
+	for (size_t i = 0; i < out->n; i++)
+		idx[i] = i;
+	dedup_of = out;
+	qsort(idx, out->n, sizeof(*idx), by_name);
+	dedup_of = NULL;
+	for (size_t i = 1; i < out->n; i++) {
+		size_t first = idx[i - 1], dup = idx[i];
+
+		if (strcmp(out->v[first], out->v[dup]))
+			continue;
+		out->listed[first] &= out->listed[dup];
+		free(out->v[dup]);
+		out->v[dup] = NULL;
+		idx[i] = first; /* later duplicates fold into the first */
+	}
+	free(idx);
+	for (size_t i = 0; i < out->n; i++)
+		if (out->v[i]) {
+			out->v[k] = out->v[i];
+			out->listed[k++] = out->listed[i];
+		}
+	out->n = k;
+	return 0;
+}
+
 int tctl_names_expand(struct td_client *c, const char *cmd,
                       char *const *args, size_t nargs, bool rings,
                       struct tctl_names *out)
@@ -130,6 +183,8 @@ int tctl_names_expand(struct td_client *c, const char *cmd,
 			                 "%s: %s: no tensor%s starts with it",
 			                 cmd, a, rings ? "" : " but a ring");
 	}
+	if (!r)
+		r = names_dedup(out);
 	return r ? tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory")
 	         : TCTL_OK;
 }

@@ -101,8 +101,10 @@ static int run(int argc, char **argv)
 		if (!strcmp(argv[i], "--json"))
 			tctl_json_errors = 1;
 	opterr = 0;
-	/* global options come before the command ('+': stop there) */
-	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+	/* global options come before the command ('+': stop there; ':' a
+	 * value missing, `tensorctl --socket`, told apart from a value
+	 * given to a flag, which it was said to be) */
+	while ((c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
 		switch (c) {
 		case TCTL_OPT_SOCKET:
 			if (!*optarg)
@@ -122,6 +124,9 @@ static int run(int argc, char **argv)
 		case 'V':
 			printf("tensorctl %s\n", TD_VERSION);
 			return TCTL_OK;
+		case ':':
+			return tctl_usage(NULL, "option '%s' needs a value",
+					  argv[optind - 1]);
 		default:
 			/* `--json=1`: a value given to an option without */
 			if (optopt && !strncmp(argv[optind - 1], "--", 2))

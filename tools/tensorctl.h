@@ -181,6 +181,17 @@ extern const char *tctl_socket;
 int tctl_connect(struct td_client **c);
 /* Report "what: reason" of a daemon refusal; TCTL_REFUSED. */
 int tctl_refused(const char *what, int rc, const struct td_error *e);
+/*
+ * The daemon's refusal of arg (a NAME or PREFIX typed) for cmd, told as
+ * tctl_refused(who); a glob (`rm 'cam/?'`, a shell habit) gets hint
+ * beside it, since the daemon only says '?' is no name byte. With
+ * prefix_tail (commands of one NAME: rm, stat) a NAME ending in '/' is
+ * told that `ls` lists the names under it, then prefix_tail: the daemon
+ * only says a name does not end with '/'.
+ */
+int tctl_refused_glob(const char *cmd, const char *who, const char *arg,
+		      int rc, const struct td_error *e, const char *hint,
+		      const char *prefix_tail);
 /* Decimal u64 (no sign); 0 or -EINVAL. */
 int tctl_parse_u64(const char *s, uint64_t *v);
 /* "2,3" or "2x3" into shape[TD_ENTRY_MAX_DIMS]; 0, -E2BIG (more
@@ -269,7 +280,9 @@ bool tctl_gone_since_list(const char *cmd, const char *name, int rc,
  * starts with it, in name order, as `ls PREFIX` lists them (the library's
  * LIST; rings left out unless rings). listed[i]: v[i] came from a LIST
  * (tctl_gone_since_list()). A prefix nothing has is an error, as a
- * missing name is. TCTL_OK or a status; tctl_names_fini() either way.
+ * missing name is. Each name comes once, where it first stands (given
+ * and under a NAME/, or given twice); listed only when every one of it
+ * was. TCTL_OK or a status; tctl_names_fini() either way.
  */
 struct tctl_names {
 	char **v;
@@ -283,6 +296,13 @@ void tctl_names_fini(struct tctl_names *names);
 /* Whether a tensor save cannot hold (why) is left out: with
  * --skip-unsavable (skip) it is, said on stderr; else it fails the save. */
 bool tctl_unsavable_left_out(const char *name, const char *why, bool skip);
+
+/* zarr-hrry-kv.c: the KV of a Hurray file as one JSON object (bytes as
+ * hex, non-finite floats as sentinels) for _tensord_hurray_kv; NULL when
+ * it has none. */
+struct json_object;
+struct td_hrry_file_reader;
+struct json_object *tctl_hrry_kv_json(const struct td_hrry_file_reader *r);
 
 /* npy.c: NumPy .npy files for put and get. *npy = 1 when format
  * ("raw", "npy" or NULL: by path's .npy ending) is npy; TCTL_OK or a

@@ -114,7 +114,9 @@ struct td_client_info {
  * when pulling is not possible in either direction.
  *
  * Returns 0 and a new handle in *out (free it with td_client_close()), or
- * -errno: -ENOENT/-ECONNREFUSED no daemon, -EINVAL bad $TENSORD_IMPORT or
+ * -errno: -ENOENT/-ECONNREFUSED no daemon (a path that is no socket, a
+ * file or a folder, is -ECONNREFUSED too, its reason saying what it
+ * is), -EINVAL bad $TENSORD_IMPORT or
  * out NULL, -ENAMETOOLONG a path that does not fit a sockaddr_un (107
  * bytes), -EPERM forced pidfd impossible, -EPROTO a bad reply.
  *
