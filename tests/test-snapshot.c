@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <poll.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -989,6 +990,48 @@ static int run_daemon(const char *sock, const char *snap)
 	rc = tu_run_capture(argv, &out);
 	free(out);
 	return rc;
+}
+
+/*
+ * SIGTERM while the daemon starts, before it reads the snapshot (here
+ * raised just before it opens FILE.lock): the restore's nested loop
+ * runs took main's uv_stop() and the daemon listened and ran on, the
+ * stop lost (`systemctl stop` waited for its timeout, then SIGKILL). It
+ * now restores the snapshot whole, then stops as asked.
+ */
+Test(snapshot, a_stop_asked_for_before_the_restore_is_not_lost,
+     .timeout = 90)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	struct tensor a = mk("stop/a", TD_TENSOR_U8, 100, 0, 100);
+	const char *bin = getenv("TD_TENSORD");
+	char sock[160], lock[160], spec[200], *out;
+	char *argv[] = {(char *)bin, "--socket", sock, "--snapshot", s.file,
+			NULL};
+	int rc;
+
+	cr_assert_not_null(bin);
+	snapdir_make(&s);
+	snprintf(sock, sizeof(sock), "%s/td.sock", s.dir);
+	snprintf(lock, sizeof(lock), "%s.lock", s.file);
+	snprintf(spec, sizeof(spec), "%d:%s", SIGTERM, lock);
+	saved_one(&d, &s, &a);
+	tu_shim_on("TD_RAISE_BEFORE_OPEN_RDWR", spec);
+	rc = tu_run_capture_in(argv, &out, 20);
+	tu_shim_off("TD_RAISE_BEFORE_OPEN_RDWR");
+	free(out);
+	cr_expect_eq(rc, 0, "exit status %d", rc);
+	/* the snapshot is left as it was, and whole */
+	start(&d, &s, "sync", "30");
+	{
+		struct td_client *c = conn(&d);
+
+		check(c, &a);
+		td_client_close(c);
+	}
+	tu_daemon_stop(&d, true);
+	snapdir_rm(&s);
 }
 
 Test(snapshot, a_bad_tensord_io_or_a_missing_folder_stops_the_start)
