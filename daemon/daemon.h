@@ -214,6 +214,9 @@ struct td__daemon {
 	struct td__list peers; /* struct td__peer.link */
 	uv_idle_t reaper;      /* drops peers marked dead, outside callbacks */
 	bool reaper_on;
+	/* SIGINT/SIGTERM seen: uv_stop() alone is lost when it comes
+	 * during a nested uv_run (the snapshot restore at the start) */
+	bool stop_asked;
 	uint64_t requests; /* datagrams received from all peers (RING_STAT) */
 	struct td__stats stats;
 	uv_signal_t sighup; /* policy reload (status.c) */

@@ -496,8 +496,12 @@ static uint64_t reserve(uint64_t next)
 
 	if (!fs.on || fs.frozen || fs.held) /* held: no image now */
 		return snap;
-	fs.reserved = next + TD__VERSION_BLOCK;
-	flush(); /* a failure is logged; the next block tries again */
+	/* asked before its own block ends: FILE.lock's (half blocks, and
+	 * every version while that record fails): this one holds */
+	if (next >= fs.reserved) {
+		fs.reserved = next + TD__VERSION_BLOCK;
+		flush(); /* a failure is logged; the next block tries again */
+	}
 	return fs.reserved < snap ? fs.reserved : snap;
 }
 

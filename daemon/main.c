@@ -189,6 +189,7 @@ static void on_signal(uv_signal_t *sig, int signum)
 	struct td__daemon *d = sig->data;
 
 	td__log(TD_LOG_INFO, "signal %d: shutting down", signum);
+	d->stop_asked = true;
 	uv_stop(d->loop);
 }
 
@@ -683,7 +684,10 @@ int main(int argc, char **argv)
 	}
 	d->loop = &loop;
 	if (start(d, &sigint, &sigterm) == 0) {
-		uv_run(&loop, UV_RUN_DEFAULT);
+		/* a signal taken by a nested run inside start() (the
+		 * snapshot restore's) left no stop flag for this one */
+		if (!d->stop_asked)
+			uv_run(&loop, UV_RUN_DEFAULT);
 		status = 0;
 	}
 	stop(d);

@@ -79,10 +79,9 @@ struct td__snap_state {
 	/*
 	 * FILE.lock's second line, "next_version N": no version number
 	 * at or past N was handed out (td__snapshot_reserve). reserved:
-	 * N as the last daemon left it; num_off: where N's digits are.
+	 * N as the last daemon left it.
 	 */
 	uint64_t reserved;
-	size_t num_off;
 	uint64_t interval_ms;
 	uv_timer_t timer;
 	bool timer_on;

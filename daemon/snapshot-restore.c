@@ -805,7 +805,9 @@ int td__snap_restore(void)
 			     "in %" PRIu64 " ms (%s)%s",
 		done, total, td__snap.path, td__snap_now_ms() - t0,
 		td__io_name(),
-		td__snap.stop_asked ? "; now stopping as asked" : "");
+		td__snap.stop_asked || td__snap.d->stop_asked
+			? "; now stopping as asked"
+			: "");
 	reader_fini(&rd);
 	if (done < total)
 		err = keep_left_out(total - done);

@@ -35,14 +35,26 @@ static const char *file_kind(mode_t m)
 /* FILE.lock's second line: "next_version N", N in 20 digits */
 #define LOCK_NEXT "next_version "
 #define LOCK_DIGITS 20
-/* Write N over FILE.lock's number (fdatasync'ed). 0 or -errno. */
+/* FILE.lock's two lines for N into line (96 bytes): their length. */
+static int lock_line(char *line, uint64_t n)
+{
+	return snprintf(line, 96, "%-*ld\n" LOCK_NEXT "%0*" PRIu64 "\n",
+			LOCK_DIGITS, (long)getpid(), LOCK_DIGITS, n);
+}
+
+/*
+ * Write N as FILE.lock's number (fdatasync'ed). 0 or -errno. Both lines
+ * are written, the same bytes but for the number: a record that could
+ * not be written at the start (a full disk) left the file empty, and
+ * the digits alone at their offset were no "next_version" line.
+ */
 static int lock_put(uint64_t n)
 {
-	char num[LOCK_DIGITS + 1];
+	char line[96];
+	int len = lock_line(line, n);
 
-	snprintf(num, sizeof(num), "%0*" PRIu64, LOCK_DIGITS, n);
-	if (pwrite(td__snap.lock_fd, num, LOCK_DIGITS,
-		   (off_t)td__snap.num_off) != LOCK_DIGITS)
+	errno = 0;
+	if (pwrite(td__snap.lock_fd, line, (size_t)len, 0) != len)
 		return errno ? -errno : -EIO;
 	return fdatasync(td__snap.lock_fd) < 0 ? -errno : 0;
 }
@@ -112,10 +124,7 @@ static int lock_record(int fd)
 	old[got > 0 ? got : 0] = 0;
 	if ((at = strstr(old, "\n" LOCK_NEXT)))
 		td__snap.reserved = lock_next(at + 1 + strlen(LOCK_NEXT));
-	n = snprintf(line, sizeof(line),
-		     "%-*ld\n" LOCK_NEXT "%0*" PRIu64 "\n", LOCK_DIGITS,
-		     (long)getpid(), LOCK_DIGITS, td__snap.reserved);
-	td__snap.num_off = (size_t)n - 1 - LOCK_DIGITS;
+	n = lock_line(line, td__snap.reserved);
 	if (pwrite(fd, line, (size_t)n, 0) != n ||
 	    (got > n && ftruncate(fd, n) < 0))
 		return -1;
@@ -141,7 +150,9 @@ static struct {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	uint64_t want, done;
-	int err; /* the last write's, for the loop to log */
+	int err;    /* the last write's, for the loop to log */
+	bool fresh; /* a write is done that the loop has not looked at */
+	bool failing; /* the last write failed: retried at each version */
 } rec = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static void *rec_main(void *arg)
@@ -165,6 +176,7 @@ static void *rec_main(void *arg)
 		 * when the loop wrote */
 		rec.done = n;
 		rec.err = rc;
+		rec.fresh = true;
 		pthread_cond_broadcast(&rec.cv);
 	}
 	pthread_mutex_unlock(&rec.mu);
@@ -177,6 +189,7 @@ static void rec_start(void)
 
 	rec.done = td__snap.reserved; /* what the file says now */
 	rec.want = rec.done;
+	rec.fresh = rec.failing = false;
 	rec.stop = false;
 	rc = td__thread_start(&rec.thread, rec_main, "td-snap-lock", false);
 	if (rc) {
@@ -234,9 +247,29 @@ uint64_t td__snapshot_reserve(uint64_t next)
 		while (rec.done <= next)
 			pthread_cond_wait(&rec.cv, &rec.mu);
 	}
-	if (rec.err < 0) {
-		rec_log(rec.done, rec.err);
+	if (rec.fresh) {
+		/* said once when it starts failing, and when it ends */
+		if (rec.err < 0 && !rec.failing)
+			rec_log(rec.done, rec.err);
+		else if (!rec.err && rec.failing)
+			td__log(TD_LOG_INFO, "snapshot: version numbers up to "
+					     "%" PRIu64 " are on record in "
+					     "%s.lock again",
+				rec.done, td__snap.path);
+		rec.failing = rec.err < 0;
+		rec.fresh = false;
 		rec.err = 0;
+	}
+	if (rec.failing) {
+		/* not on record: tried again (once the try in progress is
+		 * done), and asked here again at the next version, rather
+		 * than half a block later, for a disk with room again */
+		if (rec.want == rec.done) {
+			rec.want = next + TD__VERSION_BLOCK;
+			pthread_cond_broadcast(&rec.cv);
+		}
+		pthread_mutex_unlock(&rec.mu);
+		return next + 1;
 	}
 	if (rec.want == rec.done && next + half >= rec.done) {
 		/* half a block left: the next one is written meanwhile */

@@ -12,6 +12,10 @@
  * room in the listener's backlog; a signal caught just before must not
  * be lost).
  *
+ * $TD_RAISE_BEFORE_OPEN_RDWR is the same for an open of PATH for reading
+ * and writing (tensord's FILE.lock, opened at its start before the
+ * snapshot is read: a stop asked for while it starts).
+ *
  * $TD_TRUNCATE_BEFORE_CONNECT=PATH cuts PATH to 0 bytes just before the
  * first connect(2) to a Unix socket, once: a file that shrinks while a
  * program (tensorctl load, which opens its input before it connects)
@@ -76,7 +80,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int fired_open, fired_write, fired_connect, truncated;
+static int fired_open, fired_open_rdwr, fired_write, fired_connect, truncated;
 static int failed_pread, failed_fsync, cut_fstat, cut_create;
 
 /* Raise the signal of $var once, when it names path. */
@@ -132,6 +136,9 @@ static int mode_of(int flags, va_list ap)
 		if ((flags & O_ACCMODE) == O_WRONLY)                          \
 			maybe_raise(&fired_open, "TD_RAISE_BEFORE_OPEN",      \
 				    path);                                    \
+		if ((flags & O_ACCMODE) == O_RDWR)                            \
+			maybe_raise(&fired_open_rdwr,                         \
+				    "TD_RAISE_BEFORE_OPEN_RDWR", path);       \
 		if ((flags & O_CREAT) && create_fails(path)) {                \
 			errno = ENOSPC;                                       \
 			return -1;                                            \

@@ -647,6 +647,79 @@ Test(tensorctl, full_filesystem_leaves_the_old_file_and_no_temp)
 }
 
 /*
+ * A Hurray save is one forward pass whose size is known only at its end,
+ * so a hard-linked output (rewritten in place) had no room reserved: on
+ * a full disk, or past the file size limit, the save failed but left
+ * the file cut off part way, the old bytes gone under both names. Now
+ * it is written to a temporary file first and copied in once whole,
+ * after the room is reserved: a failure leaves the file as it was.
+ */
+Test(tensorctl, a_hurray_save_into_a_hard_link_fails_leaving_it_whole)
+{
+	struct tu_daemon d;
+	struct run r = {.in_fd = -1, .out_fd = -1, .fsize = 8192};
+	char mnt[160], path[200], other[200], want[300], *err, *out;
+	struct stat sa, sb;
+
+	start(&d);
+	put_zeros(&d, "big", 1 << 20);
+	/* past the file size limit, on any disk */
+	path_in(path, sizeof(path), &d, "keep.hrry");
+	path_in(other, sizeof(other), &d, "other.hrry");
+	write_file(path, "old", 3);
+	cr_assert_eq(link(path, other), 0);
+	cr_expect_eq(CTL_R(&d, &r, NULL, &err, "save", "big", "-o", path), 1);
+	cr_expect(strstr(err, "File too large"), "%s", err);
+	free(err);
+	expect_file(path, "old");
+	expect_file(other, "old");
+	cr_expect_eq(temp_files(d.dir), 0);
+	unlink(path);
+	unlink(other);
+
+	path_in(mnt, sizeof(mnt), &d, "small");
+	cr_assert_eq(mkdir(mnt, 0755), 0);
+	if (unshare(CLONE_NEWNS) < 0 ||
+	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("tmpfs", mnt, "tmpfs", 0, "size=256k") < 0) {
+		rmdir(mnt);
+		tu_daemon_stop(&d, false);
+		cr_skip_test("kernel feature missing: a mount namespace with "
+			     "a tmpfs (%s; root needed): ENOSPC not checked",
+			     strerror(errno));
+	}
+	snprintf(path, sizeof(path), "%s/keep.hrry", mnt);
+	snprintf(other, sizeof(other), "%s/other.hrry", mnt);
+	write_file(path, "old", 3);
+	cr_assert_eq(link(path, other), 0);
+	cr_expect_eq(CTL(&d, NULL, &err, "save", "big", "-o", path), 1);
+	snprintf(want, sizeof(want), "tensorctl: %s: %s\n", path,
+		 strerror(ENOSPC));
+	cr_expect_str_eq(err, want);
+	free(err);
+	expect_file(path, "old");
+	expect_file(other, "old");
+	cr_expect_eq(temp_files(mnt), 0);
+	/* one that fits is still written in place: both names see it */
+	cr_expect_eq(CTL(&d, &out, &err, "save", "t", "-o", path), 0, "%s",
+		     err);
+	free(out);
+	free(err);
+	cr_assert_eq(stat(path, &sa), 0);
+	cr_assert_eq(stat(other, &sb), 0);
+	cr_expect(sa.st_ino == sb.st_ino && sa.st_nlink == 2,
+		  "the link was split");
+	cr_expect_eq(temp_files(mnt), 0);
+	cr_expect_eq(CTL(&d, &out, &err, "inspect", other), 0, "%s", err);
+	cr_expect(strstr(out, "t: uint8 [2,3] row-major"), "%s", out);
+	free(out);
+	free(err);
+	umount(mnt);
+	rmdir(mnt);
+	tu_daemon_stop(&d, false);
+}
+
+/*
  * stdout on a full disk (/dev/full): what stdio buffered was lost at
  * exit and every command that prints (ls, status, stat, --json, --help,
  * save's summary line) exited 0; watch wrote its lines to nowhere for

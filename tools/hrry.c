@@ -974,7 +974,8 @@ int cmd_save_hrry(int argc, char **argv)
 		if (rc)
 			goto out;
 	}
-	rc = tctl_out_open(&s.out, path, TCTL_OUT_BINARY, 0);
+	rc = tctl_out_open(&s.out, path, TCTL_OUT_BINARY | TCTL_OUT_UNSIZED,
+			   0);
 	if (rc)
 		goto out;
 	opened = 1;

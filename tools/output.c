@@ -148,8 +148,11 @@ static int fail_tmp(const struct tctl_out *o, int err, const char *dir)
 				 dir, strerror(err));
 	return tctl_fail(TCTL_REFUSED, "io", err,
 			 "%s: no temporary file could be made in %s to "
-			 "write it and rename it over the path: %s",
-			 o->path, dir, strerror(err));
+			 "write it and %s: %s",
+			 o->path, dir,
+			 o->staged ? "copy it into the hard-linked file"
+				   : "rename it over the path",
+			 strerror(err));
 }
 
 /* Whether uid could write a file of st (owner, its groups, others). */
@@ -278,11 +281,11 @@ static void remove_stale(const char *dir)
 	closedir(d);
 }
 
-static int open_replace(struct tctl_out *o, const struct stat *old, int exists)
+/* The temporary file beside o->target, as o->fd and o->tmp. */
+static int make_tmp(struct tctl_out *o)
 {
 	char dir[PATH_MAX];
 	const char *base = strrchr(o->target, '/');
-	mode_t mask;
 	int n, suffix;
 
 	base = base ? base + 1 : o->target;
@@ -304,6 +307,16 @@ static int open_replace(struct tctl_out *o, const struct stat *old, int exists)
 		o->tmp[0] = 0;
 		return fail_tmp(o, err, dir);
 	}
+	return TCTL_OK;
+}
+
+static int open_replace(struct tctl_out *o, const struct stat *old, int exists)
+{
+	mode_t mask;
+	int rc = make_tmp(o);
+
+	if (rc)
+		return rc;
 	o->mode = TCTL_OUT_REPLACE;
 	o->created = !exists;
 	if (exists) {
@@ -346,6 +359,63 @@ static int open_inplace(struct tctl_out *o)
 	return TCTL_OK;
 }
 
+/*
+ * A staged hard-linked file (o->staged): the temporary file, whole, is
+ * copied into it once the size limit is checked and the room reserved,
+ * so a full disk or the limit fails the output before a byte of it
+ * changes (a Hurray save, whose size is known only at its end, used to
+ * write the file in place and leave it cut off part way).
+ */
+static int copy_in(struct tctl_out *o)
+{
+	struct rlimit rl;
+	uint64_t off = 0;
+	char *buf = NULL;
+	int rc = TCTL_OK, fd = open(o->target, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+
+	if (fd < 0)
+		return fail_io(o, errno, NULL);
+	if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    o->written > rl.rlim_cur)
+		rc = fail_io(o, EFBIG, NULL);
+	else if (o->written &&
+		 fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)o->written) < 0 &&
+		 errno != EOPNOTSUPP && errno != ENOSYS)
+		rc = fail_io(o, errno, NULL);
+	else if (o->written && !(buf = malloc(CHUNK)))
+		rc = fail_io(o, ENOMEM, NULL);
+	while (!rc && off < o->written) {
+		uint64_t left = o->written - off;
+		ssize_t n = pread(o->fd, buf, left > CHUNK ? CHUNK : left,
+				  (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			rc = fail_io(o, n < 0 ? errno : ENODATA, "reading back");
+			break;
+		}
+		for (ssize_t w = 0; !rc && w < n;) {
+			ssize_t k = pwrite(fd, buf + w, (size_t)(n - w),
+					   (off_t)(off + (uint64_t)w));
+
+			if (k < 0 && errno != EINTR)
+				rc = fail_io(o, errno, NULL);
+			else if (k > 0)
+				w += k;
+		}
+		off += (uint64_t)n;
+	}
+	free(buf);
+	if (!rc && ftruncate(fd, (off_t)o->written) < 0)
+		rc = fail_io(o, errno, NULL);
+	if (!rc && fsync(fd) < 0)
+		rc = fail_io(o, errno, "fsync");
+	if (close(fd) < 0 && !rc)
+		rc = fail_io(o, errno, "close");
+	return rc;
+}
+
 /* A socket file: connect to it and send the bytes. */
 static int open_socket(struct tctl_out *o)
 {
@@ -363,7 +433,8 @@ static int open_socket(struct tctl_out *o)
 	return TCTL_OK;
 }
 
-static int open_target(struct tctl_out *o)
+/* unsized: the size is not known (o->size 0): a hard link is staged */
+static int open_target(struct tctl_out *o, unsigned unsized)
 {
 	struct stat st;
 	uid_t link_uid;
@@ -395,6 +466,12 @@ static int open_target(struct tctl_out *o)
 		return fail_io(o, errno, NULL);
 	if (!exists || (S_ISREG(st.st_mode) && st.st_nlink <= 1))
 		return open_replace(o, &st, exists);
+	if (S_ISREG(st.st_mode) && unsized) {
+		/* written as a replacement would be, copied in at the end */
+		o->mode = TCTL_OUT_REPLACE;
+		o->staged = 1;
+		return make_tmp(o);
+	}
 	if (S_ISREG(st.st_mode))
 		return open_inplace(o);
 	if (S_ISDIR(st.st_mode))
@@ -444,7 +521,7 @@ int tctl_out_open(struct tctl_out *o, const char *path, unsigned flags,
 		o->fd = STDOUT_FILENO;
 		rc = TCTL_OK;
 	} else {
-		rc = open_target(o);
+		rc = open_target(o, flags & TCTL_OUT_UNSIZED);
 	}
 	if (rc) {
 		tctl_out_abort(o);
@@ -481,6 +558,11 @@ int tctl_out_commit(struct tctl_out *o)
 	int rc = TCTL_OK;
 
 	tctl_progress_end(&o->progress);
+	if (o->staged) {
+		rc = got_signal ? fail_io(o, EINTR, NULL) : copy_in(o);
+		tctl_out_abort(o);
+		return rc;
+	}
 	if (o->mode == TCTL_OUT_STDOUT) {
 		in_write = 0;
 		return got_signal ? fail_io(o, EINTR, NULL) : TCTL_OK;

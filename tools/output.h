@@ -9,7 +9,10 @@
  *    file as it was and no temporary file behind;
  *  - a regular file with more than one hard link: rewritten in place, so
  *    every name sees the new bytes (as cp does), after the room is
- *    reserved and the file size limit checked;
+ *    reserved and the file size limit checked; an output of a size
+ *    unknown at the start (TCTL_OUT_UNSIZED: a Hurray save) is written
+ *    to a temporary file first and copied in once whole (staged), so
+ *    a full disk fails it before a byte of the file changes;
  *  - a symlink: followed to its target as cp does, never replaced; as
  *    root, not followed where the kernel's protected_symlinks rule would
  *    refuse it, nor into a file the link's owner could not write;
@@ -43,6 +46,7 @@ struct tctl_out {
 	char target[PATH_MAX];  /* REPLACE: the file renamed over */
 	char tmp[PATH_MAX];     /* REPLACE: the temporary file, "" none */
 	int created;            /* REPLACE: no file was at target before */
+	int staged;             /* a hard-linked target, written via tmp */
 	uint64_t size;          /* bytes announced, for INPLACE */
 	uint64_t written;
 	struct tctl_progress progress;
@@ -50,6 +54,8 @@ struct tctl_out {
 
 /* The bytes are binary: refuse a terminal unless PATH is "-". */
 #define TCTL_OUT_BINARY 0x1u
+/* The size is not known at the start (size 0 then means unknown). */
+#define TCTL_OUT_UNSIZED 0x2u
 
 /*
  * Open path (NULL: standard output) for size bytes. Returns TCTL_OK, or a
