@@ -165,6 +165,17 @@ int td_client_publish_many(struct td_client *c, uint32_t count,
 			td__alloc_unmap(allocs[i]);
 		rc = many_send(c, count, allocs, pubs, versions, err);
 	}
+	/*
+	 * The daemon refuses to pull (-EPERM) from a process that no longer
+	 * has the credentials it connected with: nothing was published, so
+	 * the same request goes again with the fds attached, and they are
+	 * attached from now on (the daemon switched too), as for PUBLISH.
+	 */
+	if (rc == -EPERM && c->path_in == TD_IMPORT_PIDFD &&
+	    !c->pidfd_forced) {
+		c->path_in = TD_IMPORT_SCM;
+		rc = many_send(c, count, allocs, pubs, versions, err);
+	}
 	if (rc < 0) {
 		loans_drop(c, count, allocs, true);
 	} else {

@@ -15,8 +15,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "blob.h"
@@ -545,5 +550,76 @@ Test(atomic, a_daemon_without_the_feature_bit_gets_eopnotsupp)
 	cr_assert_null(t[0]);
 	assert_absent(c, "old/a");
 	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/* ---- a process that gained privileges: the pull refused, then SCM ---- */
+
+/*
+ * As user nobody with its capabilities kept, connected (the daemon may
+ * pull from it), then root again, as after a setuid exec: the daemon
+ * refuses to pull the fence of a PUBLISH_MANY element (-EPERM, nothing
+ * published), and the library sends the request again with the fds
+ * attached, as it does a PUBLISH's (test-hostile.c).
+ */
+static void gained_child(const struct tu_daemon *d, void *arg)
+{
+	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+	struct __user_cap_data_struct cap[2];
+	struct td_alloc *a[2];
+	struct td_publish p[2] = {desc("gain/fenced"), desc("gain/plain")};
+	const char *names[2] = {"gain/fenced", "gain/plain"};
+	struct td_tensor *t[2];
+	struct td_error e = {0};
+	struct td_client *c;
+	uint64_t size = SIZE, v[2];
+	int efd;
+
+	(void)arg;
+	CK(prctl(PR_SET_KEEPCAPS, 1) == 0);
+	CK(setgroups(0, NULL) == 0);
+	CK(setresgid(NOBODY, NOBODY, NOBODY) == 0);
+	CK(setresuid(NOBODY, NOBODY, NOBODY) == 0);
+	CK(prctl(PR_SET_DUMPABLE, 1) == 0);
+	c = open_client(d);
+	CK_EQ(c->path_in, TD_IMPORT_PIDFD);
+	for (int i = 0; i < 2; i++) {
+		CK(td_client_alloc_ex(c, 1, &size, 0, &a[i], NULL) == 0);
+		memset(td_alloc_data(a[i], 0), 0x40 + i, SIZE);
+	}
+	/* root again, through the kept capabilities */
+	CK(syscall(SYS_capget, &h, cap) == 0);
+	cap[0].effective = cap[0].permitted;
+	cap[1].effective = cap[1].permitted;
+	CK(syscall(SYS_capset, &h, cap) == 0);
+	CK(setresgid(0, 0, 0) == 0);
+	CK(setresuid(0, 0, 0) == 0);
+	efd = eventfd(1, EFD_CLOEXEC); /* signalled */
+	CK(efd >= 0);
+	p[0].flags = TD_PUBLISH_FENCE;
+	p[0].fence_fd = efd;
+	CK_EQ(td_client_publish_many(c, 2, a, p, v, &e), 0);
+	CK_EQ(c->path_in, TD_IMPORT_SCM);
+	CK_EQ(td_client_get_many(c, 2, names, t, &e), 0);
+	for (int i = 0; i < 2; i++) {
+		CK_EQ(td_tensor_version(t[i]), v[i]);
+		CK_EQ(((const uint8_t *)td_tensor_plane_data(t[i], 0))[0],
+		      0x40 + i);
+		td_tensor_release(t[i]);
+	}
+	close(efd);
+	td_client_close(c);
+}
+
+Test(atomic, a_refused_pull_is_sent_again_with_the_fds_attached)
+{
+	const char *args[] = {"--socket-mode", "0666", NULL};
+	struct tu_daemon d;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to change credentials in a child");
+	tu_daemon_start_args(&d, "warn", args);
+	cr_assert_eq(chmod(d.dir, 0755), 0);
+	cr_assert_eq(reap(spawn(&d, gained_child, NULL)), 0);
 	tu_daemon_stop(&d, true);
 }
