@@ -761,6 +761,7 @@ static bool ring_adopt(struct td_wire_str name)
 	}
 	return any;
 }
+
 /* ---- GET_MANY: several names leased in one step (protocol.md §6.10) ---- */
 
 /* Lease the current version of name (element i) into r: 0 or -errno. */
