@@ -621,7 +621,8 @@ td__handler td__loan_alloc, td__publish, td__lease_get, td__lease_release,
 	td__catalog_list, td__catalog_stat, td__catalog_delete,
 	td__catalog_watch, td__catalog_unwatch, td__ring_create,
 	td__ring_subscribe, td__ring_close, td__ring_stat, td__ring_wake,
-	td__follow, td__follow_close, td__follow_wake, td__stage_page;
+	td__follow, td__follow_close, td__follow_wake, td__stage_page,
+	td__publish_many, td__lease_get_many;
 
 /* ---- follow.c (docs/fastpath.md, "Following a name") ---- */
 

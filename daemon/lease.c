@@ -92,18 +92,19 @@ static int lease_new(struct td__store *s, struct td__peer *p, uint64_t pin,
 static void lease_drop(struct td__store *s, struct td__peer *p,
 		       struct td__lease *l);
 
-static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
-		      uint32_t flags, uint32_t held_count,
-		      const uint64_t *held, struct td__version *v, bool crowd)
+/*
+ * A lease of p on v, and the GET reply that describes it in *r (its fds
+ * to attach in fds[*nsend], less those held): 0, or -errno with the
+ * reason in why (nothing leased).
+ */
+static int lease_take(struct td__peer *p, struct td__version *v,
+		      uint32_t held_count, const uint64_t *held,
+		      struct td_wire_get_rep *r, struct td__lease **lp,
+		      int *fds, unsigned *nsend, char *why, size_t cap)
 {
-	struct td__daemon *d = td__d;
-	struct td__store *s = d->store;
-	struct td_wire_get_rep r;
-	int fds[TD__TABLE_MAX];
-	unsigned nsend = 0;
+	struct td__store *s = td__d->store;
 	struct td__lease *l;
-	char why[256];
-	int64_t len;
+	char lim[256];
 	int rc;
 
 	/*
@@ -114,41 +115,32 @@ static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 	 * reader made it leave its quota, and keep it charged to nobody
 	 */
 	rc = lease_new(s, p, v->uid != p->uid || v->unowned ? v->acct : 0,
-		       &l, why, sizeof(why));
-	if (rc == -ENOBUFS) {
-		td__peer_error(p, op, request_id, -ENOBUFS,
-			       "too many leases on this connection (max %d)",
-			       TD__MAX_LEASES);
-		return;
-	}
-	if (rc == -EDQUOT) {
-		td__peer_error(p, op, request_id, rc,
-			       "GET \"%.*s\" (%llu bytes of uid %u): %s; "
-			       "release leases first",
-			       (int)v->name_len, v->name,
-			       (unsigned long long)v->acct, (unsigned)v->uid,
-			       why);
-		return;
-	}
-	if (rc < 0) {
-		td__peer_error(p, op, request_id, -ENOMEM, "out of memory");
-		return;
-	}
+		       &l, lim, sizeof(lim));
+	if (rc == -ENOBUFS)
+		snprintf(why, cap, "too many leases on this connection (max "
+			 "%d)", TD__MAX_LEASES);
+	else if (rc == -EDQUOT)
+		snprintf(why, cap, "GET \"%.*s\" (%llu bytes of uid %u): %s; "
+			 "release leases first", (int)v->name_len, v->name,
+			 (unsigned long long)v->acct, (unsigned)v->uid, lim);
+	else if (rc < 0)
+		snprintf(why, cap, "out of memory");
+	if (rc < 0)
+		return rc == -ENOBUFS || rc == -EDQUOT ? rc : -ENOMEM;
 	l->v = v;
 	v->used = ++s->tick;
 	v->refs++;
 	v->lease_count++;
 	v->foreign_leases += v->uid != p->uid;
 	/* an eventfd fence: the reader gets a timerfd of its own (fence.c) */
-	rc = td__fence_lease(p, v, l, why, sizeof(why));
+	rc = td__fence_lease(p, v, l, lim, sizeof(lim));
 	if (rc < 0) {
 		lease_drop(s, p, l);
-		td__peer_error(p, op, request_id, rc, "GET \"%.*s\": %s",
-			       (int)v->name_len, v->name, why);
-		return;
+		snprintf(why, cap, "GET \"%.*s\": %s", (int)v->name_len,
+			 v->name, lim);
+		return rc;
 	}
-
-	r = (struct td_wire_get_rep){
+	*r = (struct td_wire_get_rep){
 		.version = v->number,
 		.lease_id = l->id,
 		.meta = {v->meta, v->meta_len},
@@ -157,15 +149,37 @@ static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
 	};
 	td__loan_shown(v, p);
 	for (uint32_t i = 0; i < v->nfds; i++) {
-		r.fds[i].fd = td__vfd_out(&v->fds[i]);
-		r.fds[i].buffer_id = v->fds[i].buffer_id;
+		r->fds[i].fd = td__vfd_out(&v->fds[i]);
+		r->fds[i].buffer_id = v->fds[i].buffer_id;
 		if (rc > 0 && (int)i == v->fence_ix)
-			r.fds[i].fd = l->tfd;
+			r->fds[i].fd = l->tfd;
 		/* held ids come only with TD_WIRE_REQ_SCM (wire decoder) */
 		if (held_by_client(&v->fds[i], held_count, held))
-			r.fds[i].fd = -1;
+			r->fds[i].fd = -1;
 		else
-			fds[nsend++] = r.fds[i].fd;
+			fds[(*nsend)++] = r->fds[i].fd;
+	}
+	*lp = l;
+	return 0;
+}
+
+static void reply_get(struct td__peer *p, uint16_t op, uint64_t request_id,
+		      uint32_t flags, uint32_t held_count,
+		      const uint64_t *held, struct td__version *v, bool crowd)
+{
+	struct td__daemon *d = td__d;
+	struct td_wire_get_rep r;
+	int fds[TD__TABLE_MAX];
+	unsigned nsend = 0;
+	struct td__lease *l;
+	char why[512];
+	int64_t len;
+	int rc = lease_take(p, v, held_count, held, &r, &l, fds, &nsend, why,
+			    sizeof(why));
+
+	if (rc < 0) {
+		td__peer_error(p, op, request_id, rc, "%s", why);
+		return;
 	}
 	len = td_wire_get_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
 	/* cannot fail: blob and meta were bounded when published */
@@ -747,6 +761,130 @@ static bool ring_adopt(struct td_wire_str name)
 	}
 	return any;
 }
+
+/* ---- GET_MANY: several names leased in one step (protocol.md §6.10) ---- */
+
+/* Lease the current version of name (element i) into r: 0 or -errno. */
+static int many_one(struct td__peer *p, struct td_wire_str name,
+		    struct td_wire_get_rep *r, struct td__lease **l, int *fds,
+		    unsigned *nsend, char *why, size_t cap)
+{
+	struct td__version *v = td__name_lookup(td__d->store, name);
+
+	if (!v && td__ring_find(name)) {
+		snprintf(why, cap, "a ring: GET_MANY leases tensors, GET "
+			 "leases a ring's slot");
+		return -EINVAL;
+	}
+	if (!v && td__rewrite_pending(name)) {
+		snprintf(why, cap, "its producer is rewriting its latest "
+			 "version: try again");
+		return -EAGAIN;
+	}
+	if (!v) {
+		snprintf(why, cap, "no tensor of that name");
+		return -ENOENT;
+	}
+	return lease_take(p, v, 0, NULL, r, l, fds, nsend, why, cap);
+}
+
+/* Every name's lease and reply, or none: 0, or -errno with *bad. */
+static int many_lease(struct td__peer *p, const struct td_wire_get_many_req *m,
+		      struct td__lease **ls, uint8_t *buf,
+		      struct td_wire_get_many_rep *r, int *fds,
+		      unsigned *nsend, uint32_t *bad, char *why, size_t cap)
+{
+	size_t off = 0;
+	uint32_t n;
+	int rc = 0;
+
+	for (n = 0; n < m->count && rc == 0; n++) {
+		struct td_wire_get_rep gr;
+		int64_t len;
+
+		*bad = n;
+		rc = many_one(p, m->names[n], &gr, &ls[n], fds, nsend, why,
+			      cap);
+		if (rc < 0)
+			break;
+		len = td_wire_get_rep_encode(&gr, buf + off, TD__TX_CAP - off);
+		r->reps[n] = (struct td_wire_bytes){buf + off, (uint32_t)len};
+		off += len < 0 ? 0 : (size_t)len;
+		if (len < 0 || off + 4 * (n + 2) > TD__TX_CAP) {
+			snprintf(why, cap, "the reply would not fit one "
+				 "message (%d bytes): ask for fewer names",
+				 TD_WIRE_MAX_MSG);
+			rc = -EMSGSIZE;
+		} else if ((m->flags & TD_WIRE_REQ_SCM) &&
+			   *nsend > TD_WIRE_MAX_FDS) {
+			snprintf(why, cap, "the reply would attach %u fds, "
+				 "more than %d: ask for fewer names",
+				 *nsend, TD_WIRE_MAX_FDS);
+			rc = -E2BIG;
+		}
+	}
+	if (rc < 0)
+		while (n-- > 0)
+			lease_drop(td__d->store, p, ls[n]);
+	r->count = m->count;
+	return rc;
+}
+
+void td__lease_get_many(struct td__peer *p, const struct td__req *rq)
+{
+	const struct td_wire_hdr *h = rq->h;
+	struct td_wire_get_many_req m;
+	struct td_wire_get_many_rep r = {0};
+	struct td__lease *ls[TD_WIRE_MANY_MAX];
+	int fds[TD_WIRE_MANY_MAX * TD__TABLE_MAX];
+	struct td_err e = {0};
+	unsigned nsend = 0;
+	uint32_t bad = 0;
+	uint8_t *buf;
+	char why[512];
+	int64_t len;
+	int rc = td_wire_get_many_req_decode(rq->body, h->body_len, &m, &e);
+
+	if (td__peer_bad_body(p, h, rc, &e))
+		return;
+	/* every name before any lookup: a refusal must not tell whether
+	 * one exists */
+	for (uint32_t i = 0; i < m.count; i++)
+		if (!td__access_may(p, rq->op->perm, m.names[i].ptr,
+				    m.names[i].len)) {
+			td__peer_error(p, h->opcode, h->request_id, -EACCES,
+				       "GET_MANY element %u: uid %u may not "
+				       "read \"%.*s\" (policy %s): nothing "
+				       "leased",
+				       i, (unsigned)p->uid,
+				       (int)m.names[i].len, m.names[i].ptr,
+				       td__d->opts.policy_path);
+			return;
+		}
+	buf = malloc(TD__TX_CAP);
+	if (!buf) {
+		td__peer_nomem(p, h);
+		return;
+	}
+	rc = many_lease(p, &m, ls, buf, &r, fds, &nsend, &bad, why,
+			sizeof(why));
+	if (rc < 0) {
+		td__peer_error(p, h->opcode, h->request_id, rc,
+			       "GET_MANY element %u (\"%.*s\"): %s: nothing "
+			       "leased",
+			       bad, (int)m.names[bad].len, m.names[bad].ptr,
+			       why);
+		free(buf);
+		return;
+	}
+	/* fits: many_lease kept room for the counts */
+	len = td_wire_get_many_rep_encode(&r, TD__TX_BODY(td__d), TD__TX_CAP);
+	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
+		      len < 0 ? 0 : (size_t)len, fds,
+		      (m.flags & TD_WIRE_REQ_SCM) ? nsend : 0);
+	free(buf);
+}
+
 
 void td__lease_release(struct td__peer *p, const struct td__req *rq)
 {

@@ -34,6 +34,9 @@ struct pub {
 	bool is_plane[TD__TABLE_MAX];
 	int ro[TD__TABLE_MAX]; /* read-only reopens of the memfd planes */
 	uint64_t acct;         /* bytes charged beyond the alloc's */
+	bool many;             /* an element of a PUBLISH_MANY */
+	unsigned nkeep;        /* descriptors the version will keep */
+	unsigned prior;        /* ... and those of the elements before */
 	/* the refusal, sent only after every fd is closed (td__publish) */
 	int rc;
 	char why[TD_WIRE_MAX_REASON];
@@ -219,7 +222,8 @@ static int pub_check_tenant(struct pub *x)
 				"consumers could write into them",
 				(unsigned)p->uid, (int)x->m.name.len,
 				x->m.name.ptr, td__d->opts.policy_path);
-	rc = td__tenant_check(p->uid, TD__LIM_FDS, n, x->why,
+	x->nkeep = n;
+	rc = td__tenant_check(p->uid, TD__LIM_FDS, x->prior + n, x->why,
 			      sizeof(x->why));
 	if (rc < 0) {
 		char why[sizeof(x->why)];
@@ -358,25 +362,29 @@ static struct td__version *pub_build(struct pub *x)
 }
 
 /* Steps 1-2: the request, its name and its alloc. */
-static int pub_request(struct pub *x, const struct td__req *rq,
-		       unsigned nfds)
+static int pub_request(struct pub *x, const uint8_t *body, size_t len,
+		       uint32_t perm, unsigned nfds)
 {
 	struct td__peer *p = x->p;
 	struct td_err e = {0};
-	int rc = td_wire_publish_req_decode(rq->body, x->h->body_len, &x->m,
-					    &e);
+	int rc = td_wire_publish_req_decode(body, len, &x->m, &e);
 	bool fired;
 
 	if (rc < 0)
 		return pub_fail(x, rc, "PUBLISH: %s: %s",
 				e.field ? e.field : "body",
 				e.reason ? e.reason : "invalid");
+	/* one reply of versions: no loan, no stage, no notice of one */
+	if (x->many && (x->m.flags & ~TD_WIRE_PUB_PIN))
+		return pub_fail(x, -EINVAL,
+				"flags 0x%x: a PUBLISH_MANY element may carry "
+				"PIN only",
+				x->m.flags);
 	/* a FIRED notice's alloc was committed (pub_fired), as allowed
 	 * when it was fired: a policy reload since refuses nothing done */
 	fired = (x->m.flags & TD_WIRE_PUB_FIRED) &&
 		td__peer_fired(p, x->m.alloc_id);
-	if (!fired &&
-	    !td__access_may(p, rq->op->perm, x->m.name.ptr, x->m.name.len))
+	if (!fired && !td__access_may(p, perm, x->m.name.ptr, x->m.name.len))
 		return pub_fail(x, -EACCES,
 				"uid %u may not write \"%.*s\" (policy %s)",
 				(unsigned)p->uid, (int)x->m.name.len,
@@ -703,7 +711,8 @@ void td__publish(struct td__peer *p, const struct td__req *rq)
 
 	for (uint32_t i = 0; i < TD__TABLE_MAX; i++)
 		x.tab[i] = x.ro[i] = -1;
-	if (pub_request(&x, rq, rq->nfds) < 0)
+	if (pub_request(&x, rq->body, rq->h->body_len, rq->op->perm,
+			rq->nfds) < 0)
 		goto out;
 	if (pub_fired(&x))
 		goto out;
@@ -747,6 +756,225 @@ out:
 	if (x.rc < 0)
 		td__peer_error(p, x.h->opcode, x.h->request_id, x.rc, "%s",
 			       x.why);
+}
+
+/* ---- PUBLISH_MANY: several names in one step (docs/protocol.md §6.10) ---- */
+
+/* Everything one PUBLISH_MANY gathers: its elements, each a PUBLISH. */
+struct many {
+	struct td__peer *p;
+	const struct td__req *rq;
+	struct td_wire_publish_many_req m;
+	struct pub *x; /* m.count elements */
+	struct td__version *ver[TD_WIRE_MANY_MAX];
+	const struct td__version *old[TD_WIRE_MANY_MAX];
+	uint64_t acct; /* the elements' x->acct together */
+	/* the refusal: the element it names (UINT32_MAX: the whole) */
+	int rc;
+	uint32_t bad;
+	char why[TD_WIRE_MAX_REASON];
+};
+
+static int many_bad(struct many *mm, uint32_t i)
+{
+	mm->bad = i;
+	mm->rc = mm->x[i].rc;
+	return mm->rc;
+}
+
+/* Steps 1-2 of every element, and no name or alloc twice. */
+static int many_requests(struct many *mm)
+{
+	for (uint32_t i = 0; i < mm->m.count; i++) {
+		struct pub *x = &mm->x[i];
+		const struct td_wire_pub_elem *el = &mm->m.el[i];
+
+		if (pub_request(x, el->body.ptr, el->body.len, TD__PERM_WRITE,
+				el->attached) < 0)
+			return many_bad(mm, i);
+		if (el->attached != x->ntab && el->attached)
+			pub_fail(x, -EINVAL, "%u fds attached but its fd "
+				 "table has %u entries", el->attached,
+				 x->ntab);
+		for (uint32_t j = 0; j < i && !x->rc; j++) {
+			const struct pub *y = &mm->x[j];
+
+			if (y->m.name.len == x->m.name.len &&
+			    !memcmp(y->m.name.ptr, x->m.name.ptr,
+				    x->m.name.len))
+				pub_fail(x, -EINVAL, "element %u publishes "
+					 "that name too", j);
+			else if (x->m.alloc_id &&
+				 y->m.alloc_id == x->m.alloc_id)
+				pub_fail(x, -EINVAL, "element %u publishes "
+					 "alloc %llu too", j,
+					 (unsigned long long)x->m.alloc_id);
+		}
+		if (x->rc)
+			return many_bad(mm, i);
+	}
+	return 0;
+}
+
+/* Steps 3-6 of every element: nothing is sealed or kept yet. */
+static int many_checks(struct many *mm)
+{
+	struct td__store *s = td__d->store;
+	int *fds = mm->rq->fds;
+	unsigned prior = 0;
+
+	/* staged publishes of the names go first, or go (follow.c) */
+	for (uint32_t i = 0; i < mm->m.count; i++)
+		td__store_settle(mm->x[i].m.name.ptr, mm->x[i].m.name.len);
+	for (uint32_t i = 0; i < mm->m.count; i++) {
+		struct pub *x = &mm->x[i];
+
+		/* the alloc may be a stage's, committed just now */
+		if (x->alloc && x->alloc != td__loan_find(mm->p, x->m.alloc_id))
+			pub_fail(x, -ENOENT, "no alloc %llu on this "
+				 "connection", (unsigned long long)
+				 x->m.alloc_id);
+		x->prior = prior;
+		if (x->rc || pub_check_blob(x) < 0 ||
+		    pub_take_fds(x, fds, mm->m.el[i].attached) < 0 ||
+		    pub_check_fds(x) < 0 || pub_check_tenant(x) < 0)
+			return many_bad(mm, i);
+		fds += mm->m.el[i].attached;
+		prior += x->nkeep;
+		mm->old[i] = td__name_lookup(s, x->m.name);
+		x->acct = pub_heap_bytes(x);
+		for (uint32_t k = 0; k < x->ntab; k++)
+			if (x->own[k] && x->is_plane[k])
+				x->acct += x->info[k].size;
+		mm->acct += x->acct;
+	}
+	return 0;
+}
+
+/* A refusal of the whole request (what: NULL, the reason is in why) */
+static int many_fail(struct many *mm, int rc, const char *what)
+{
+	mm->rc = rc;
+	mm->bad = UINT32_MAX;
+	if (what)
+		snprintf(mm->why, sizeof(mm->why), "%s", what);
+	return rc;
+}
+
+/* Steps 6-7: the room for all (checked only), the seals, the records. */
+static int many_prepare(struct many *mm)
+{
+	struct td__store *s = td__d->store;
+	struct td__room room = {0};
+	uid_t uid = mm->p->uid;
+	uint32_t n = mm->m.count;
+
+	if (td__store_make_room_many(s, uid, mm->acct, mm->old, n, true,
+				     &room) < 0) {
+		td__room_reason(mm->why, sizeof(mm->why), "PUBLISH_MANY",
+				mm->acct, &room);
+		return many_fail(mm, room.rc, NULL);
+	}
+	for (uint32_t i = 0; i < n; i++)
+		if (pub_seal(&mm->x[i]) < 0)
+			return many_bad(mm, i);
+	for (uint32_t i = 0; i < n; i++) {
+		mm->ver[i] = pub_build(&mm->x[i]);
+		if (!mm->ver[i])
+			return many_fail(mm, -ENOMEM, "out of memory");
+	}
+	if (td__name_reserve_n(s, n) < 0)
+		return many_fail(mm, -ENOMEM, "out of memory");
+	/* cannot fail after the dry run above: nothing changed since */
+	td__store_make_room_many(s, uid, mm->acct, mm->old, n, false, &room);
+	if (td__acct_add(s, uid, mm->acct) < 0)
+		return many_fail(mm, -ENOMEM, "out of memory");
+	return 0;
+}
+
+/* Steps 8-9 of every element in this one call: no request of anyone
+ * comes between them. Then the reply, and the watchers told. */
+static void many_commit(struct many *mm)
+{
+	struct td__store *s = td__d->store;
+	struct td_wire_publish_many_rep r = {.count = mm->m.count};
+	bool rewrite[TD_WIRE_MANY_MAX];
+	int64_t len;
+
+	for (uint32_t i = 0; i < mm->m.count; i++) {
+		struct pub *x = &mm->x[i];
+		struct td__version *ver = mm->ver[i];
+
+		rewrite[i] = x->alloc && x->alloc->rewrite;
+		pub_move_fds(x, ver);
+		ver->acct = x->acct;
+		ver->number = td__store_take_version();
+		pub_insert(mm->p, ver, x->alloc);
+		x->alloc = NULL;
+		r.versions[i] = ver->number;
+	}
+	len = td_wire_publish_many_rep_encode(&r, TD__TX_BODY(td__d),
+					      TD__TX_CAP);
+	td__peer_send(mm->p, mm->rq->h->opcode, TD_WIRE_F_REPLY,
+		      mm->rq->h->request_id, 0, len < 0 ? 0 : (size_t)len,
+		      NULL, 0);
+	for (uint32_t i = 0; i < mm->m.count; i++) {
+		/* the last rewritable one is the one p may take back */
+		if (rewrite[i])
+			td__rewrite_published(mm->p, mm->ver[i]);
+		td__notify(s, TD_EVENT_PUBLISHED, mm->ver[i]);
+	}
+}
+
+void td__publish_many(struct td__peer *p, const struct td__req *rq)
+{
+	struct many mm = {.p = p, .rq = rq, .bad = UINT32_MAX};
+	struct td_err e = {0};
+	uint32_t nfds = 0;
+	int rc = td_wire_publish_many_req_decode(rq->body, rq->h->body_len,
+						 &mm.m, &e);
+
+	if (rc < 0) {
+		td__close_fds(rq->fds, rq->nfds);
+		td__peer_bad_body(p, rq->h, rc, &e);
+		return;
+	}
+	for (uint32_t i = 0; i < mm.m.count; i++)
+		nfds += mm.m.el[i].attached;
+	mm.x = nfds == rq->nfds ? calloc(mm.m.count, sizeof(*mm.x)) : NULL;
+	if (nfds != rq->nfds)
+		many_fail(&mm, -EINVAL, "the elements attach a number of fds "
+			  "other than the datagram's");
+	else if (!mm.x)
+		many_fail(&mm, -ENOMEM, "out of memory");
+	for (uint32_t i = 0; mm.x && i < mm.m.count; i++) {
+		mm.x[i].p = p;
+		mm.x[i].h = rq->h;
+		mm.x[i].many = true;
+		for (uint32_t k = 0; k < TD__TABLE_MAX; k++)
+			mm.x[i].tab[k] = mm.x[i].ro[k] = -1;
+	}
+	if (mm.x && many_requests(&mm) == 0 && many_checks(&mm) == 0 &&
+	    many_prepare(&mm) == 0) {
+		many_commit(&mm);
+		memset(mm.ver, 0, sizeof(mm.ver));
+	}
+	for (uint32_t i = 0; mm.x && i < mm.m.count; i++) {
+		if (mm.ver[i])
+			td__version_put(td__d->store, mm.ver[i]);
+		pub_close(&mm.x[i], NULL, 0);
+	}
+	td__close_fds(rq->fds, rq->nfds);
+	if (mm.rc < 0 && mm.bad == UINT32_MAX)
+		td__peer_error(p, rq->h->opcode, rq->h->request_id, mm.rc,
+			       "PUBLISH_MANY: %s: nothing published", mm.why);
+	else if (mm.rc < 0)
+		td__peer_error(p, rq->h->opcode, rq->h->request_id, mm.rc,
+			       "PUBLISH_MANY element %u (\"%.*s\"): %s: "
+			       "nothing published", mm.bad,
+			       (int)mm.x[mm.bad].m.name.len,
+			       mm.x[mm.bad].m.name.ptr, mm.x[mm.bad].why);
+	free(mm.x);
 }
 
 /* ---- restoring from a state image (fdstore.c) ---- */

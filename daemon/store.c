@@ -596,6 +596,19 @@ void *td__table_room(void *a, size_t count, size_t *cap, size_t size)
 	return b;
 }
 
+int td__name_reserve_n(struct td__store *s, size_t n)
+{
+	while (s->count + n > s->cap) {
+		struct td__version **t = td__table_room(s->names, s->cap,
+							 &s->cap, sizeof(*t));
+
+		if (!t)
+			return -ENOMEM;
+		s->names = t;
+	}
+	return 0;
+}
+
 int td__name_reserve(struct td__store *s)
 {
 	struct td__version **n =
@@ -656,35 +669,49 @@ void td__name_withdraw(struct td__store *s, const struct td__version *v)
  * less what `old` (the version a PUBLISH replaces) frees for sure.
  */
 static void room_count(struct td__store *s, uid_t uid,
-		       const struct td__version *old, uint64_t *total,
-		       uint64_t *mine)
+		       const struct td__version *const *olds, size_t nold,
+		       uint64_t *total, uint64_t *mine)
 {
 	*total = s->total;
 	*mine = td__acct_bytes(s, uid);
-	/* a followed version held right now stays counted */
-	if (bell_pins(old)) {
-		/* nothing freed for sure */
-	} else if (old && old->refs == 1) {
-		*total -= old->acct;
-		if (old->uid == uid && !old->unowned)
-			*mine -= old->acct;
-	} else if (old && old->uid == uid && !old->unowned &&
-		   old->foreign_leases == old->lease_count) {
-		*mine -= old->acct; /* it leaves uid's count (retire) */
+	for (size_t i = 0; i < nold; i++) {
+		const struct td__version *old = olds[i];
+
+		/* a followed version held right now stays counted */
+		if (!old || bell_pins(old)) {
+			/* nothing freed for sure */
+		} else if (old->refs == 1) {
+			*total -= old->acct;
+			if (old->uid == uid && !old->unowned)
+				*mine -= old->acct;
+		} else if (old->uid == uid && !old->unowned &&
+			   old->foreign_leases == old->lease_count) {
+			*mine -= old->acct; /* it leaves uid's count (retire) */
+		}
 	}
+}
+
+static bool is_old(const struct td__version *v,
+		   const struct td__version *const *olds, size_t nold)
+{
+	for (size_t i = 0; i < nold; i++)
+		if (olds[i] == v)
+			return true;
+	return false;
 }
 
 /* The least recently used version make_room may evict for uid; NULL. */
 static struct td__version *lru_pick(struct td__store *s, uid_t uid,
-				    const struct td__version *old,
-				    bool over_uid, uint64_t fair)
+				    const struct td__version *const *olds,
+				    size_t nold, bool over_uid, uint64_t fair)
 {
 	struct td__version *lru = NULL;
 
 	for (size_t i = 0; i < s->count; i++) {
 		struct td__version *v = s->names[i];
 
-		if (v == old || v->evict || v->refs != 1 || bell_pins(v) ||
+		if (is_old(v, olds, nold) || v->evict || v->refs != 1 ||
+		    bell_pins(v) ||
 		    (v->flags & TD_WIRE_PUB_PIN))
 			continue;
 		/* a restored version is no uid's (fdstore, snapshot): it
@@ -715,6 +742,13 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 			const struct td__version *old, bool dry,
 			struct td__room *why)
 {
+	return td__store_make_room_many(s, uid, add, &old, 1, dry, why);
+}
+
+int td__store_make_room_many(struct td__store *s, uid_t uid, uint64_t add,
+			     const struct td__version *const *olds,
+			     size_t nold, bool dry, struct td__room *why)
+{
 	/* uids but root and the daemon's stop short of the byte reserve */
 	uint64_t max = td__acct_cap(s, uid);
 	uint64_t qmax = td__tenant_quota(uid);
@@ -722,7 +756,7 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 	int rc = 0;
 
 	for (bool swept = false;; swept = true) {
-		room_count(s, uid, old, &total, &mine);
+		room_count(s, uid, olds, nold, &total, &mine);
 		if (swept || !bell ||
 		    (!(max && (total + add < total || total + add > max)) &&
 		     !(qmax && (mine + add < mine || mine + add > qmax))))
@@ -764,7 +798,7 @@ int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 			td__acct_pick(s, fb->uid, fb->f.size);
 			continue;
 		}
-		lru = lru_pick(s, uid, old, over_uid, fair);
+		lru = lru_pick(s, uid, olds, nold, over_uid, fair);
 		if (!lru) {
 			why->rc = rc = over_uid ? -EDQUOT : -ENOSPC;
 			why->limit = over_uid ? qmax : max;

@@ -476,6 +476,8 @@ void td__watch_del(struct td__store *s, struct td__watch *w);
 void *td__table_room(void *a, size_t count, size_t *cap, size_t size);
 /* Room for one more name (0 or -ENOMEM), then v as its name's current. */
 int td__name_reserve(struct td__store *s);
+/* Room for n more names (PUBLISH_MANY): 0 or -ENOMEM. */
+int td__name_reserve_n(struct td__store *s, size_t n);
 /* v becomes its name's current version; the one it replaces, or NULL. */
 struct td__version *td__name_set(struct td__store *s,
 				 struct td__version *v);
@@ -507,6 +509,11 @@ struct td__room {
 int td__store_make_room(struct td__store *s, uid_t uid, uint64_t add,
 			const struct td__version *old, bool dry,
 			struct td__room *why);
+/* The same for a PUBLISH_MANY: olds[nold] (NULL entries: none) are the
+ * versions it replaces. */
+int td__store_make_room_many(struct td__store *s, uid_t uid, uint64_t add,
+			     const struct td__version *const *olds,
+			     size_t nold, bool dry, struct td__room *why);
 void td__store_room_error(struct td__peer *p, const struct td_wire_hdr *h,
 			  uint64_t add, const struct td__room *r);
 /* Why op ("ALLOC") of add bytes found no room (r), into buf. */

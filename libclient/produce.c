@@ -926,6 +926,65 @@ out:
 	return rc;
 }
 
+int64_t td__publish_body(struct td_client *c, struct td_alloc *a,
+			 const struct td_publish *p, uint8_t *buf, size_t cap,
+			 int *tab, uint32_t *nattach, struct td_error *err)
+{
+	struct pub_ctx x = {.storage_kind = TD_STORAGE_SHM, .identity = true,
+			    .nbuf = a->count, .buf_fds = a->fds,
+			    .buf_len = a->size, .alloc_id = a->alloc_id};
+	struct td_wire_publish_req req = {0};
+	struct pub_table pt;
+	uint8_t *blob;
+	unsigned esz = 0;
+	int64_t n;
+	int rc = publish_check(p, &esz, err);
+
+	if (rc == 0)
+		rc = publish_table(p, &x, &pt, err);
+	if (rc < 0)
+		return rc;
+	blob = malloc(TD_WIRE_MAX_BLOB);
+	if (!blob)
+		return td__fail(err, -ENOMEM, "out of memory");
+	n = publish_blob(p, &x, esz, &pt, (uint32_t)c->pid, blob, err);
+	if (n >= 0) {
+		req.name = (struct td_wire_str){p->name,
+						(uint16_t)strlen(p->name)};
+		req.flags = p->flags & TD_PUBLISH_PIN;
+		req.alloc_id = x.alloc_id;
+		req.meta = (struct td_wire_bytes){p->meta,
+						  (uint32_t)p->meta_len};
+		req.blob = (struct td_wire_bytes){blob, (uint32_t)n};
+		req.fd_count = pt.ntab;
+		for (uint32_t i = 0; i < pt.ntab; i++)
+			req.fds[i] = pt.tab[i];
+		n = td_wire_publish_req_encode(&req, buf, cap);
+		if (n < 0)
+			n = td__fail(err, -EMSGSIZE, "the PUBLISH_MANY "
+				     "request does not fit one message");
+	}
+	/* on the SCM path the fd table rides along, except when it is
+	 * exactly the loan's planes: the daemon has those (§6.3) */
+	*nattach = 0;
+	if (n >= 0 && c->path_in == TD_IMPORT_SCM && pt.ntab != x.nbuf) {
+		memcpy(tab, pt.tab, pt.ntab * sizeof(*tab));
+		*nattach = pt.ntab;
+	}
+	free(blob);
+	return n;
+}
+
+int td__pub_settle(struct td_client *c, struct td_error *err)
+{
+	return pub_settle(c, NULL, err);
+}
+
+void td__published_idle(struct td_client *c, struct td_alloc *a)
+{
+	published_idle(c, a);
+}
+
 int td_client_publish(struct td_client *c, const struct td_publish *p,
 		      uint64_t *version, struct td_error *err)
 {

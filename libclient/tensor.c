@@ -645,6 +645,56 @@ int td__get_reply(struct td_client *c, struct td__msg *m, bool nowait,
 	return rc;
 }
 
+int td__tensors_many(struct td_client *c, struct td__msg *m, uint32_t n,
+		     const struct td_wire_bytes *reps, struct td_tensor **out,
+		     struct td_error *err)
+{
+	struct td_wire_get_rep rep[TD_WIRE_MANY_MAX];
+	unsigned k = 0;
+	uint32_t i, built = 0, decoded = 0;
+	int rc = 0;
+
+	for (; decoded < n && rc == 0; decoded++)
+		if (td_wire_get_rep_decode(reps[decoded].ptr, reps[decoded].len,
+					   &rep[decoded], NULL) < 0)
+			rc = td__fail(err, -EPROTO, "bad GET_MANY reply: "
+				      "element %u", decoded);
+	if (rc < 0)
+		decoded--;
+	for (i = 0; i < n && rc == 0; i++, built++) {
+		struct td__msg sub = {0};
+
+		/* SCM: this element's attached fds, those of fd >= 0 */
+		for (uint32_t j = 0; c->path_out == TD_IMPORT_SCM &&
+				     j < rep[i].fd_count; j++) {
+			if (rep[i].fds[j].fd < 0)
+				continue;
+			if (k >= m->nfds)
+				break;
+			sub.fds[sub.nfds++] = m->fds[k];
+			m->fds[k++] = -1;
+		}
+		rc = tensor_build(c, &rep[i], &sub, false, &out[i], err);
+		td__msg_close_fds(&sub);
+		if (rc < 0)
+			break;
+	}
+	if (rc == 0 && k != m->nfds)
+		rc = td__fail(err, -EPROTO, "GET_MANY: %u fds attached, %u "
+			      "described", m->nfds, k);
+	if (rc == 0)
+		return 0;
+	/* none handed out: every lease read goes */
+	for (i = 0; i < built; i++) {
+		tensor_free_locked(out[i]);
+		out[i] = NULL;
+		c->refs--; /* tensor_build's; the caller's handle keeps one */
+	}
+	for (i = 0; i < decoded; i++)
+		send_release(c, rep[i].lease_id, true, false);
+	return rc;
+}
+
 void td__tensor_follow(struct td_tensor *t, struct td_follow *f,
 		       void (*let_go)(struct td_follow *f))
 {

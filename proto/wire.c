@@ -1148,6 +1148,10 @@ const char *td_wire_op_name(uint16_t op)
 		return "FOLLOW_CLOSE";
 	case TD_OP_FOLLOW_WAKE:
 		return "FOLLOW_WAKE";
+	case TD_OP_PUBLISH_MANY:
+		return "PUBLISH_MANY";
+	case TD_OP_GET_MANY:
+		return "GET_MANY";
 	case TD_OP_RING_CREATE:
 		return "RING_CREATE";
 	case TD_OP_RING_SUBSCRIBE:

@@ -70,6 +70,9 @@ enum td_wire_op {
 	TD_OP_FOLLOW_WAKE = 19,
 	/* wire-status.h, TD_WIRE_FEAT_STAGE */
 	TD_OP_STAGE_PAGE = 20,
+	/* several names in one step (TD_WIRE_FEAT_MANY, below) */
+	TD_OP_PUBLISH_MANY = 21,
+	TD_OP_GET_MANY = 22,
 	TD_OP_NOTIFY = 0x100, /* daemon -> client only */
 };
 
@@ -199,6 +202,13 @@ void td_wire_wr_bytes(struct td_wire_wr *wr, const void *p, size_t len);
  * own"). Without it, every consumer is handed the producer's eventfd.
  */
 #define TD_WIRE_FEAT_FENCE_OWN 0x200000u
+/*
+ * PUBLISH_MANY and GET_MANY (docs/protocol.md §6.10): several names
+ * published, or leased, in one step of the daemon, all or none.
+ * (0x400000 _STAGE_SLOT, 0x800000 _STAGE_WORD, 0x1000000
+ * _STATUS_RESERVE: wire-status.h)
+ */
+#define TD_WIRE_FEAT_MANY 0x2000000u
 
 /* HELLO request */
 struct td_wire_hello_req {
@@ -590,6 +600,47 @@ struct td_wire_error { /* body of every reply with status < 0 */
 	struct td_wire_str reason; /* UTF-8, no NUL; encode cuts at the cap */
 };
 
+/*
+ * PUBLISH_MANY and GET_MANY (TD_WIRE_FEAT_MANY, docs/protocol.md §6.10):
+ * 1..TD_WIRE_MANY_MAX names in one request, committed (or leased) in
+ * one step of the daemon, all or none. A refusal names the element.
+ */
+#define TD_WIRE_MANY_MAX 64
+
+/* One PUBLISH_MANY element: a PUBLISH request body (§6.3) without
+ * TD_WIRE_PUB_LOAN, _LOAN_SCM, _STAGE or _FIRED, and how many of its
+ * fd-table entries ride in the datagram (0 or its fd_count; the
+ * elements' attached fds follow each other in element order). */
+struct td_wire_pub_elem {
+	uint32_t attached;
+	struct td_wire_bytes body;
+};
+/* PUBLISH_MANY request: u32 count, then per element u32 attached and
+ * bytes body. */
+struct td_wire_publish_many_req {
+	uint32_t count; /* 1..TD_WIRE_MANY_MAX */
+	struct td_wire_pub_elem el[TD_WIRE_MANY_MAX];
+};
+/* PUBLISH_MANY reply: u32 count (the request's), u64 version[count]. */
+struct td_wire_publish_many_rep {
+	uint32_t count;
+	uint64_t versions[TD_WIRE_MANY_MAX];
+};
+/* GET_MANY request: u32 flags (TD_WIRE_REQ_SCM), u32 count, str names
+ * (distinct). The latest version of each; no held ids, no waiting. */
+struct td_wire_get_many_req {
+	uint32_t flags;
+	uint32_t count; /* 1..TD_WIRE_MANY_MAX */
+	struct td_wire_str names[TD_WIRE_MANY_MAX];
+};
+/* GET_MANY reply: u32 count, then per name bytes: a GET reply body
+ * (§6.4). With TD_WIRE_REQ_SCM every entry's fd is attached, the
+ * elements' in element order (at most TD_WIRE_MAX_FDS in all). */
+struct td_wire_get_many_rep {
+	uint32_t count;
+	struct td_wire_bytes reps[TD_WIRE_MANY_MAX];
+};
+
 #define TD_WIRE_CODEC(type)                                                   \
 	int64_t td_wire_##type##_encode(const struct td_wire_##type *m,       \
 					uint8_t *buf, size_t cap);            \
@@ -597,6 +648,10 @@ struct td_wire_error { /* body of every reply with status < 0 */
 				    struct td_wire_##type *m,                 \
 				    struct td_err *err);
 
+TD_WIRE_CODEC(publish_many_req)
+TD_WIRE_CODEC(publish_many_rep)
+TD_WIRE_CODEC(get_many_req)
+TD_WIRE_CODEC(get_many_rep)
 TD_WIRE_CODEC(hello_req)
 TD_WIRE_CODEC(hello_rep)
 TD_WIRE_CODEC(alloc_req)

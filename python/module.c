@@ -675,6 +675,10 @@ static PyMethodDef client_methods[] = {
 	 METH_VARARGS | METH_KEYWORDS,
 	 "get(name, version=None, newer_than=None, timeout=None) -> "
 	 "read-only Array (a Planes of them for a tensor of several planes)"},
+	{"get_many", (PyCFunction)tdpy_client_get_many, METH_O,
+	 "get_many(names) -> tuple of read-only Arrays: the latest version "
+	 "of each name, all leased at one instant (versions published "
+	 "together are got together)"},
 	{"stat", (PyCFunction)client_stat, METH_VARARGS,
 	 "stat(name) -> Entry"},
 	{"ls", (PyCFunction)client_ls, METH_VARARGS,

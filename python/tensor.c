@@ -850,3 +850,78 @@ PyObject *tdpy_client_get(ClientObject *self, PyObject *args, PyObject *kw)
 	Py_DECREF(name_o);
 	return arr;
 }
+
+/* get_many's tensors t[n] as a tuple of Arrays (each consumed). */
+static PyObject *many_tuple(ClientObject *self, struct td_tensor **t,
+			    const char **names, Py_ssize_t n)
+{
+	PyObject *out = PyTuple_New(n);
+
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *name_o = out ? PyUnicode_FromString(names[i]) : NULL;
+		PyObject *a = name_o ? tdpy_lease_array(self, t[i], name_o,
+							NULL)
+				     : NULL;
+
+		if (!name_o)
+			tdpy_tensor_release(t[i]);
+		Py_XDECREF(name_o);
+		if (!a)
+			Py_CLEAR(out);
+		else
+			PyTuple_SET_ITEM(out, i, a);
+	}
+	return out;
+}
+
+/*
+ * get_many(names) -> tuple of read-only Arrays: the latest version of
+ * each name, leased at one instant (td_client_get_many): versions a
+ * td_client_publish_many() made are got together or not at all. Each
+ * array is handed out once its fence (if any) signalled.
+ */
+PyObject *tdpy_client_get_many(ClientObject *self, PyObject *names_o)
+{
+	const char *names[TD_MANY_MAX];
+	struct td_tensor *t[TD_MANY_MAX] = {0};
+	struct td_error e = {0};
+	struct td_client *c;
+	PyObject *seq, *out = NULL;
+	Py_ssize_t n;
+	int rc;
+
+	seq = PySequence_Fast(names_o, "get_many() takes a sequence of names");
+	if (!seq)
+		return NULL;
+	n = PySequence_Fast_GET_SIZE(seq);
+	if (n < 1 || n > TD_MANY_MAX) {
+		PyErr_Format(PyExc_ValueError, "get_many() takes 1 to %d "
+			     "names, not %zd", TD_MANY_MAX, n);
+		goto out;
+	}
+	for (Py_ssize_t i = 0; i < n; i++)
+		if (!tdpy_conv_name(PySequence_Fast_GET_ITEM(seq, i),
+				    &names[i]))
+			goto out;
+	c = tdpy_client_enter(self);
+	if (!c)
+		goto out;
+	Py_BEGIN_ALLOW_THREADS
+	rc = td_client_get_many(c, (uint32_t)n, names, t, &e);
+	Py_END_ALLOW_THREADS
+	for (Py_ssize_t i = 0; rc == 0 && i < n; i++)
+		rc = tdpy_fence_wait(self, t[i], names[i], -1, &e);
+	for (Py_ssize_t i = 0; rc < 0 && i < n; i++)
+		if (t[i])
+			tdpy_tensor_release(t[i]);
+	tdpy_client_leave(self);
+	if (rc == -EINTR && tdpy_intr_take())
+		goto out; /* a signal handler's exception */
+	if (rc < 0)
+		tdpy_raise(rc, &e, "get_many");
+	else
+		out = many_tuple(self, t, names, n);
+out:
+	Py_DECREF(seq);
+	return out;
+}

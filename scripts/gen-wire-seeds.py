@@ -14,7 +14,7 @@ import sys
 MAGIC = 0x31574454
 OPS = dict(HELLO=1, ALLOC=2, PUBLISH=3, GET=4, RELEASE=5, LIST=6, STAT=7,
            DELETE=8, WATCH=9, UNWATCH=10, RING_SUBSCRIBE=12, STAGE_PAGE=20,
-           NOTIFY=0x100)
+           PUBLISH_MANY=21, GET_MANY=22, NOTIFY=0x100)
 F_REPLY, F_NOTIFY = 1, 2
 
 
@@ -133,6 +133,26 @@ SEEDS = {
                            u32(1) + u64(4096) + s('cam/0')),
     'alloc_rep_stage': hdr('ALLOC', F_REPLY, u64(4) + fdents([(-1, 8)]) +
                            u64(10) + u32(2)),
+    # several names in one step (§6.10): two PUBLISH bodies, the second
+    # with its fence attached; their versions; two names leased at one
+    # instant (SCM) and their two GET reply bodies
+    'publish_many_req': hdr('PUBLISH_MANY', 0,
+                            u32(2) + u32(0) +
+                            by(s('cam/image') + u32(0) + u64(3) + by(b'') +
+                               by(BLOB) + u32(0)) +
+                            u32(2) +
+                            by(s('cam/label') + u32(0) + u64(4) + by(b'') +
+                               by(BLOB) + u32(2) + i32(-1) + i32(6)),
+                            fds=2),
+    'publish_many_rep': hdr('PUBLISH_MANY', F_REPLY, u32(2) + u64(11) +
+                            u64(12)),
+    'get_many_req': hdr('GET_MANY', 0, u32(1) + u32(2) + s('cam/image') +
+                        s('cam/label')),
+    'get_many_rep': hdr('GET_MANY', F_REPLY, u32(2) +
+                        by(u64(11) + u64(1) + by(b'') + by(BLOB) +
+                           fdents([(9, 1)])) +
+                        by(u64(12) + u64(2) + by(b'') + by(BLOB) +
+                           fdents([(10, 2)])), fds=2),
 }
 
 if __name__ == '__main__':

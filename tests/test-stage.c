@@ -32,6 +32,7 @@
 
 #include "tensord/tensord.h"
 #include "blob.h"
+#include "alloc.h"
 #include "client.h"
 #include "follow.h"
 #include "rawclient.h"
@@ -1771,4 +1772,79 @@ Test(stage, a_sleeping_follower_names_its_trigger_word, .timeout = 60)
 	cr_assert_eq(unsetenv("TENSORD_RING_SPIN_US"), 0);
 	/* glibc keeps the thread's stack */
 	world_stop(&wo, false);
+}
+
+/*
+ * A staged loan published by td_client_publish_many (docs/protocol.md
+ * §6.10) with a loan of another name: the library does not fire the
+ * stage (the loan's stage record is dropped), the daemon settles the
+ * name's stage before it commits, and the follower takes the version
+ * of the PUBLISH_MANY, its bytes; the stream goes on after it.
+ */
+Test(stage, a_staged_loan_in_a_publish_many_is_settled_not_fired,
+     .timeout = 60)
+{
+	struct world w;
+	struct td_alloc *a[2];
+	struct td_publish p[2] = {pub_of(NAME), pub_of("cam/other")};
+	struct td_error e = {0};
+	uint64_t v[2], staged;
+
+	world_start(&w, NULL, "pidfd", "1", NULL);
+	staged = w.prod->st_alloc;
+	cr_assert_neq(staged, 0, "the warm stream has a stage");
+	a[0] = loan(w.prod, NAME, 0x77); /* the staged, lent loan */
+	cr_assert_eq(a[0]->alloc_id, staged);
+	a[1] = loan(w.prod, "cam/other", 0x78);
+	cr_assert_eq(td_client_publish_many(w.prod, 2, a, p, v, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(w.prod->st_alloc, 0, "the stage record was dropped");
+	cr_assert_eq(take(w.f, 0x77), v[0]);
+	step(w.prod, w.f, 0x79);
+	step(w.prod, w.f, 0x7a);
+	world_stop(&w, true);
+}
+
+/*
+ * A stage fired (its followers may take it) but not committed yet, and
+ * another producer's td_client_publish_many of that name: the daemon
+ * settles the stage first (docs/fastpath.md, "A followed publish without
+ * the daemon's hop"), so the PUBLISH_MANY's version is the newer one, as
+ * after a PUBLISH, and the name never goes back to the staged version.
+ */
+Test(stage, a_publish_many_settles_a_fired_stage_of_its_name_first,
+     .timeout = 60)
+{
+	struct world w;
+	struct td_alloc *a[2];
+	struct td_publish p[2] = {pub_of("cam/other"), pub_of(NAME)};
+	struct td_error e = {0};
+	uint64_t size = SIZE, v[2], staged;
+
+	world_start(&w, NULL, "pidfd", "1", "pidfd");
+	staged = w.prod->st_version;
+	cr_assert_neq(w.prod->st_alloc, 0, "the warm stream has a stage");
+	memset(td_alloc_data(w.prod->lent[0], 0), 0x5c, SIZE);
+	atomic_store(stage_word(w.prod),
+		     td_follow_trig(staged, TD_FOLLOW_TRIG_FIRED));
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(td_client_alloc(w.other, 1, &size, &a[i], &e), 0);
+		memset(td_alloc_data(a[i], 0), 0x66, SIZE);
+	}
+	cr_assert_eq(td_client_publish_many(w.other, 2, a, p, v, &e), 0, "%s",
+		     e.reason);
+	cr_assert_gt(v[1], staged);
+	cr_assert_eq(stat_version(w.cons, NAME), v[1]);
+	/* the newest: the PUBLISH_MANY's, after the stage */
+	cr_assert_eq(take(w.f, 0x66), v[1]);
+	/* the producer's library still holds the committed loan (fired
+	 * behind its back): refused, and the stream goes on from there */
+	a[0] = loan(w.prod, NAME, 0x6d);
+	cr_assert_eq(td_client_publish_alloc(w.prod, a[0], &p[1], NULL, &e),
+		     -ENOENT, "%s", e.reason);
+	v[0] = put(w.prod, NAME, 0x67);
+	cr_assert_gt(v[0], v[1]);
+	cr_assert_eq(take(w.f, 0x67), v[0]);
+	cr_assert_eq(stat_version(w.cons, NAME), v[0]);
+	world_stop(&w, true);
 }

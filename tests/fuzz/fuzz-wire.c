@@ -104,6 +104,10 @@ static void bodies(const uint8_t *b, size_t len)
 	TRY(ring_stat_rep);
 	TRY(ring_wake_rep);
 	TRY(follow_rep);
+	TRY(publish_many_req);
+	TRY(publish_many_rep);
+	TRY(get_many_req);
+	TRY(get_many_rep);
 	list_rep(b, len);
 	status_rep(b, len);
 }

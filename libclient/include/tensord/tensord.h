@@ -610,6 +610,60 @@ TD_EXPORT int td_client_get_newer(struct td_client *c, const char *name,
 				  uint64_t after, int timeout_ms,
 				  struct td_tensor **out, struct td_error *err);
 
+/* ---- several names at one instant (docs/protocol.md §6.10) ---- */
+
+#define TD_MANY_MAX 64 /* names in one td_client_*_many() call */
+
+/*
+ * Publish count (1..TD_MANY_MAX) loans as one step: allocs[i] under
+ * pubs[i] (each as td_client_publish_alloc() takes it; distinct names,
+ * distinct loans). The daemon checks every one (the policy, names,
+ * seals, fences, quotas, that each loan is this connection's) before it
+ * commits any, then makes them all current in one step of its loop: no
+ * GET, td_client_get_many(), LIST, STAT, snapshot or HTTP read sees
+ * some of them and not the others, and watchers get the N events after
+ * the commit, in element order. A follower (td_client_follow) reads
+ * each name on its own, so it may see one new version before the other;
+ * pairs are read together with td_client_get_many().
+ * All or none: a refusal publishes nothing, and err names the element
+ * and why ("PUBLISH_MANY element 1 (\"cam/label\"): ...").
+ * Consumes every loan on success and on failure (as
+ * td_client_publish_alloc(): a refused loan may have been write-sealed
+ * already, and is given up). A TD_ALLOC_STREAM loan's publish here lends
+ * no next loan (the next td_client_alloc_ex() asks the daemon); a
+ * staged loan is not fired (its stage is dropped); a TD_ALLOC_REWRITE
+ * loan's version is the one a later take-back may rewrite (the last
+ * such element's). The whole request must fit one message (64 KiB with
+ * the blobs and metadata; at most 16 attached fds on the SCM path, i.e.
+ * fences): else -EMSGSIZE or -E2BIG, nothing sent.
+ * Returns 0 and versions[i] (versions may be NULL), -EOPNOTSUPP from a
+ * daemon that does not serve it (TD_WIRE_FEAT_MANY; nothing sent), or
+ * -errno.
+ */
+TD_EXPORT int td_client_publish_many(struct td_client *c, uint32_t count,
+				     struct td_alloc *const *allocs,
+				     const struct td_publish *pubs,
+				     uint64_t *versions,
+				     struct td_error *err);
+/*
+ * The latest version of each of count (1..TD_MANY_MAX) distinct names,
+ * leased in one step of the daemon: out[i] as td_client_get() gives it
+ * (end each with td_tensor_release()). Versions one
+ * td_client_publish_many() made are got together or not at all: never
+ * one of them with the version before of another. All or none: a name
+ * with no version (-ENOENT), one the policy refuses (-EACCES, checked
+ * for every name before any is looked up), a ring name (-EINVAL), a
+ * name whose latest version its producer is rewriting (-EAGAIN), or a
+ * reply that would not fit one message (-EMSGSIZE; on the SCM path more
+ * than 16 descriptors in all: -E2BIG) fails the call with every out[i]
+ * NULL and no lease left; err names the element. It never waits for a
+ * version. -EOPNOTSUPP from a daemon that does not serve it
+ * (TD_WIRE_FEAT_MANY).
+ */
+TD_EXPORT int td_client_get_many(struct td_client *c, uint32_t count,
+				 const char *const *names,
+				 struct td_tensor **out, struct td_error *err);
+
 /*
  * Following a name (docs/fastpath.md, "Following a name"): a consumer of
  * a stream that takes each new version without a message to the daemon.

@@ -1,0 +1,625 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Several names in one step of the daemon (docs/protocol.md §6.10):
+ * td_client_publish_many() commits all its loans or none, in one step,
+ * and td_client_get_many() leases the current versions of its names at
+ * one instant, so a reader never pairs an image with the label of
+ * another step. A raw client sends what libtensord refuses before it
+ * asks (a name twice, an alloc of no one's). tu_daemon_stop() checks
+ * that this process's fds and memfd mappings are back.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "blob.h"
+#include "client.h"
+#include "rawclient.h"
+#include "tensord/tensord.h"
+#include "testchild.h"
+#include "testutil.h"
+#include "wire.h"
+
+TestSuite(atomic, .timeout = TU_TEST_TIMEOUT_S);
+
+#define SIZE 64u
+#define NOBODY 65534
+
+static struct td_client *connect_to(const struct tu_daemon *d)
+{
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+
+	cr_assert_eq(td_client_connect(d->sock, &c, &e), 0, "%s", e.reason);
+	return c;
+}
+
+/* A loan of SIZE bytes, each byte `fill`, recyclable with `flags`. */
+static struct td_alloc *loan(struct td_client *c, uint32_t flags,
+			     uint8_t fill)
+{
+	uint64_t size = SIZE;
+	struct td_alloc *a = NULL;
+	struct td_error e = {0};
+
+	cr_assert_eq(td_client_alloc_ex(c, 1, &size, flags, &a, &e), 0, "%s",
+		     e.reason);
+	memset(td_alloc_data(a, 0), fill, SIZE);
+	return a;
+}
+
+static struct td_publish desc(const char *name)
+{
+	static const uint64_t shape[1] = {SIZE};
+
+	return (struct td_publish){.name = name, .dtype = TD_DTYPE_U8,
+				   .ndim = 1, .shape = shape};
+}
+
+/* The byte every byte of t is (asserted alike). */
+static uint8_t byte_of(const struct td_tensor *t)
+{
+	const uint8_t *p = td_tensor_plane_data(t, 0);
+
+	cr_assert_not_null(p);
+	cr_assert_eq(td_tensor_plane_size(t, 0), SIZE);
+	for (uint32_t i = 1; i < SIZE; i++)
+		cr_assert_eq(p[i], p[0], "byte %u of the tensor", i);
+	return p[0];
+}
+
+static void assert_absent(struct td_client *c, const char *name)
+{
+	struct td_tensor *t = NULL;
+
+	cr_assert_eq(td_client_get(c, name, &t, NULL), -ENOENT,
+		     "\"%s\" was published", name);
+	cr_assert_null(t);
+}
+
+Test(atomic, publish_many_commits_every_loan_and_get_many_reads_them)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_alloc *a[3];
+	struct td_publish p[3] = {desc("cam/image"), desc("cam/label"),
+				  desc("cam/depth")};
+	const char *names[3] = {"cam/image", "cam/label", "cam/depth"};
+	struct td_tensor *t[3];
+	struct td_error e = {0};
+	uint64_t v[3];
+
+	tu_daemon_start(&d, "warn");
+	c = connect_to(&d);
+	/* a plain loan, a recyclable one and a stream's */
+	a[0] = loan(c, 0, 1);
+	a[1] = loan(c, TD_ALLOC_RECYCLE, 2);
+	a[2] = loan(c, TD_ALLOC_STREAM, 3);
+	cr_assert_eq(td_client_publish_many(c, 3, a, p, v, &e), 0, "%s",
+		     e.reason);
+	cr_assert(v[0] < v[1] && v[1] < v[2], "versions %llu %llu %llu",
+		  (unsigned long long)v[0], (unsigned long long)v[1],
+		  (unsigned long long)v[2]);
+	cr_assert_eq(td_client_get_many(c, 3, names, t, &e), 0, "%s",
+		     e.reason);
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(td_tensor_version(t[i]), v[i]);
+		cr_assert_eq(byte_of(t[i]), i + 1);
+		td_tensor_release(t[i]);
+	}
+	/* the stream's next loan: no lent one, an ALLOC as ever */
+	a[0] = loan(c, TD_ALLOC_STREAM, 4);
+	cr_assert_eq(td_client_publish_alloc(c, a[0], &p[2], &v[0], &e), 0,
+		     "%s", e.reason);
+	cr_assert_gt(v[0], v[2]);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * Over SCM_RIGHTS both ways: an element with a fence attaches its fd
+ * table (the loan's plane and the fence), the other none; GET_MANY's
+ * reply attaches both elements' fd tables, the fence's in its place.
+ */
+Test(atomic, publish_many_and_get_many_over_scm_with_a_fence)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_alloc *a[2];
+	struct td_publish p[2] = {desc("scm/fenced"), desc("scm/plain")};
+	const char *names[2] = {"scm/fenced", "scm/plain"};
+	struct td_client_info info;
+	struct td_tensor *t[2];
+	struct td_error e = {0};
+	uint64_t one = 1, v[2];
+	int efd;
+
+	cr_assert_eq(setenv("TENSORD_IMPORT", "scm", 1), 0);
+	tu_daemon_start(&d, "warn");
+	efd = eventfd(0, EFD_CLOEXEC);
+	cr_assert_geq(efd, 0);
+	c = connect_to(&d);
+	cr_assert_eq(td_client_info(c, &info), 0);
+	cr_assert_eq(info.path_in, TD_CLIENT_PATH_SCM);
+	p[0].flags = TD_PUBLISH_FENCE;
+	p[0].fence_fd = efd;
+	a[0] = loan(c, 0, 5);
+	a[1] = loan(c, TD_ALLOC_RECYCLE, 6);
+	cr_assert_eq(td_client_publish_many(c, 2, a, p, v, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(write(efd, &one, sizeof(one)), (ssize_t)sizeof(one));
+	cr_assert_eq(td_client_get_many(c, 2, names, t, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_tensor_has_fence(t[0]), 1);
+	cr_assert_eq(td_tensor_fence_wait(t[0], TU_WAIT_S * 1000), 0);
+	cr_assert_eq(td_tensor_has_fence(t[1]), 0);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(td_tensor_version(t[i]), v[i]);
+		cr_assert_eq(byte_of(t[i]), 5 + i);
+		td_tensor_release(t[i]);
+	}
+	close(efd);
+	td_client_close(c);
+	unsetenv("TENSORD_IMPORT");
+	tu_daemon_stop(&d, true);
+}
+
+Test(atomic, get_many_of_a_missing_name_leases_nothing)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_alloc *a;
+	struct td_publish p = desc("gm/here");
+	const char *names[2] = {"gm/here", "gm/gone"};
+	struct td_tensor *t[2] = {(void *)1, (void *)1};
+	struct td_status *st = NULL;
+	struct td_error e = {0};
+
+	tu_daemon_start(&d, "warn");
+	c = connect_to(&d);
+	a = loan(c, 0, 7);
+	cr_assert_eq(td_client_publish_alloc(c, a, &p, NULL, &e), 0);
+	cr_assert_eq(td_client_get_many(c, 2, names, t, &e), -ENOENT);
+	cr_assert(strstr(e.reason, "element 1 (\"gm/gone\")"), "%s",
+		  e.reason);
+	cr_assert_null(t[0]);
+	cr_assert_null(t[1]);
+	/* no lease was left on gm/here */
+	cr_assert_eq(td_client_status(c, &st, NULL), 0);
+	for (size_t k = 0; k < st->client_count; k++)
+		cr_assert_eq(st->clients[k].leases, 0);
+	td_status_free(st);
+	/* a name twice is the library's refusal before it asks */
+	names[1] = "gm/here";
+	cr_assert_eq(td_client_get_many(c, 2, names, t, &e), -EINVAL);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/* ---- refusals: nothing published, every alloc still the caller's ---- */
+
+/* A raw ALLOC of one SIZE-byte plane: its id; its fd closed. */
+static uint64_t raw_alloc(int sock, uint64_t id)
+{
+	struct td_wire_alloc_req q = {.flags = TD_WIRE_REQ_SCM,
+				      .plane_count = 1, .sizes = {SIZE}};
+	struct td_wire_alloc_rep rep;
+	struct rawrep r;
+
+	cr_assert_eq(raw_call(sock, TD_OP_ALLOC, id,
+			      td_wire_alloc_req_encode(&q, RAW_BODY, RAW_CAP),
+			      &r),
+		     0);
+	cr_assert_eq(td_wire_alloc_rep_decode(RAW_BODY, r.h.body_len, &rep,
+					      NULL),
+		     0);
+	td__scm_close(r.fds, r.nfds);
+	return rep.alloc_id;
+}
+
+/* The PUBLISH body of alloc `alloc` (one plane) as name, into out. */
+static int64_t raw_pub_body(const char *name, uint64_t alloc, uint8_t *out,
+			    size_t cap)
+{
+	static const uint64_t shape[1] = {SIZE};
+	static const int64_t strides[1] = {1};
+	struct td_blob_plane pl = {.handle = 0, .offset = 0, .stride = SIZE,
+				   .size = SIZE, .used = SIZE};
+	struct td_blob_desc bd = {
+		.storage_kind = TD_STORAGE_SHM, .pid = (uint32_t)getpid(),
+		.fence_fd = -1, .dtype = TD_DTYPE_U8,
+		.quant_axis = TD_QUANT_NONE, .ndim = 1, .shape = shape,
+		.strides_len = 1, .strides = strides, .plane_count = 1,
+		.planes = &pl,
+	};
+	uint8_t blob[512];
+	int64_t blen = td_blob_encode(&bd, blob, sizeof(blob), NULL);
+	struct td_wire_publish_req q = {
+		.name = {name, (uint16_t)strlen(name)},
+		.alloc_id = alloc,
+		.meta = {(const uint8_t *)"", 0},
+		.blob = {blob, (uint32_t)blen},
+		.fd_count = 1,
+		.fds = {-1},
+	};
+
+	cr_assert_gt(blen, 0);
+	return td_wire_publish_req_encode(&q, out, cap);
+}
+
+/* PUBLISH_MANY of (names[i], allocs[i]): the reply's status, its
+ * reason in why. */
+static int32_t raw_pub_many(int sock, uint64_t id, uint32_t n,
+			    const char *const *names, const uint64_t *allocs,
+			    char *why, size_t cap)
+{
+	static uint8_t bodies[8][1024];
+	struct td_wire_publish_many_req q = {.count = n};
+	struct td_wire_error er;
+	struct rawrep r;
+	int32_t st;
+
+	for (uint32_t i = 0; i < n; i++) {
+		int64_t len = raw_pub_body(names[i], allocs[i], bodies[i],
+					   sizeof(bodies[i]));
+
+		cr_assert_gt(len, 0);
+		q.el[i].body = (struct td_wire_bytes){bodies[i], (uint32_t)len};
+	}
+	st = raw_call(sock, TD_OP_PUBLISH_MANY, id,
+		      td_wire_publish_many_req_encode(&q, RAW_BODY, RAW_CAP),
+		      &r);
+	why[0] = 0;
+	if (st < 0 && td_wire_error_decode(RAW_BODY, r.h.body_len, &er,
+					   NULL) == 0)
+		snprintf(why, cap, "%.*s", (int)er.reason.len, er.reason.ptr);
+	return st;
+}
+
+Test(atomic, a_bad_element_publishes_nothing_and_keeps_the_allocs)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	const char *names[2] = {"raw/a", "raw/b"};
+	uint64_t allocs[2];
+	char why[TD_WIRE_MAX_REASON + 1];
+	int sock;
+
+	tu_daemon_start(&d, "warn");
+	c = connect_to(&d);
+	sock = raw_scm_conn_feat(&d, TD_WIRE_FEAT_MANY);
+	allocs[0] = raw_alloc(sock, 2);
+	allocs[1] = allocs[0] + 1000; /* no alloc of this connection */
+	cr_assert_eq(raw_pub_many(sock, 3, 2, names, allocs, why,
+				  sizeof(why)),
+		     -ENOENT, "%s", why);
+	cr_assert(strstr(why, "element 1 (\"raw/b\")"), "%s", why);
+	assert_absent(c, "raw/a");
+	/* the same name twice */
+	allocs[1] = raw_alloc(sock, 4);
+	names[1] = "raw/a";
+	cr_assert_eq(raw_pub_many(sock, 5, 2, names, allocs, why,
+				  sizeof(why)),
+		     -EINVAL, "%s", why);
+	cr_assert(strstr(why, "element 1 (\"raw/a\")"), "%s", why);
+	/* the same alloc twice */
+	names[1] = "raw/b";
+	allocs[1] = allocs[0];
+	cr_assert_eq(raw_pub_many(sock, 6, 2, names, allocs, why,
+				  sizeof(why)),
+		     -EINVAL, "%s", why);
+	cr_assert(strstr(why, "alloc"), "%s", why);
+	assert_absent(c, "raw/a");
+	assert_absent(c, "raw/b");
+	/* both allocs are still the connection's: published now */
+	allocs[1] = allocs[0] + 1;
+	cr_assert_eq(raw_pub_many(sock, 7, 2, names, allocs, why,
+				  sizeof(why)),
+		     0, "%s", why);
+	close(sock);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+Test(atomic, a_publish_many_past_the_byte_cap_publishes_nothing)
+{
+	const char *args[] = {"--max-bytes", "24K", NULL};
+	static char meta[16 * 1024];
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_alloc *a[2];
+	struct td_publish p[2] = {desc("q/a"), desc("q/b")};
+	struct td_error e = {0};
+	int fds0;
+
+	tu_daemon_start_args(&d, "warn", args);
+	c = connect_to(&d);
+	fds0 = tu_fd_count();
+	/* 16 KiB of metadata each, charged as plane bytes: one fits the
+	 * cap, both do not */
+	memset(meta, 'm', sizeof(meta));
+	for (int i = 0; i < 2; i++) {
+		p[i].meta = meta;
+		p[i].meta_len = 15 * 1024;
+	}
+	a[0] = loan(c, 0, 1);
+	a[1] = loan(c, 0, 2);
+	{
+		int rc = td_client_publish_many(c, 2, a, p, NULL, &e);
+
+		cr_assert_eq(rc, -ENOSPC, "%d %s", rc, e.reason);
+	}
+	cr_assert(strstr(e.reason, "nothing published"), "%s", e.reason);
+	assert_absent(c, "q/a");
+	assert_absent(c, "q/b");
+	/* the loans were consumed, their fds and mappings with them */
+	cr_assert_eq(tu_fd_count(), fds0);
+	/* one alone fits */
+	a[0] = loan(c, 0, 1);
+	cr_assert_eq(td_client_publish_many(c, 1, a, p, NULL, &e), 0, "%s",
+		     e.reason);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/* As user nobody, allowed pol/ok/ only: one refused name of two. */
+static void refused_child(const struct tu_daemon *d, void *arg)
+{
+	struct td_alloc *a[2];
+	struct td_publish p[2] = {desc("pol/ok/a"), desc("pol/no/b")};
+	const char *names[2] = {"pol/ok/a", "pol/no/b"};
+	struct td_tensor *t[2];
+	struct td_error e = {0};
+	struct td_client *c;
+	uint64_t size = SIZE;
+
+	(void)arg;
+	CK(setgid(NOBODY) == 0);
+	CK(setuid(NOBODY) == 0);
+	c = open_client(d);
+	for (int i = 0; i < 2; i++)
+		CK(td_client_alloc_ex(c, 1, &size, 0, &a[i], NULL) == 0);
+	CK_EQ(td_client_publish_many(c, 2, a, p, NULL, &e), -EACCES);
+	CK(strstr(e.reason, "element 1 (\"pol/no/b\")"));
+	CK_EQ(td_client_get(c, "pol/ok/a", &t[0], NULL), -ENOENT);
+	CK_EQ(td_client_get_many(c, 2, names, t, &e), -EACCES);
+	CK(strstr(e.reason, "element 1"));
+	td_client_close(c);
+}
+
+Test(atomic, a_name_the_policy_refuses_publishes_nothing)
+{
+	char policy[64];
+	const char *args[] = {"--socket-mode", "0666", "--policy", policy,
+			      NULL};
+	struct tu_daemon d;
+	FILE *f;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as another uid");
+	snprintf(policy, sizeof(policy), "/tmp/td-atomic-%d", (int)getpid());
+	f = fopen(policy, "w");
+	cr_assert(f);
+	fprintf(f, "allow uid=%u rw pol/ok/\n", NOBODY);
+	fclose(f);
+	tu_daemon_start_args(&d, "warn", args);
+	cr_assert_eq(chmod(d.dir, 0755), 0);
+	cr_assert_eq(reap(spawn(&d, refused_child, NULL)), 0);
+	tu_daemon_stop(&d, true);
+	unlink(policy);
+}
+
+/* ---- a reader of pairs never sees two steps mixed ---- */
+
+#define STEPS 1500
+
+struct pair_run {
+	const struct tu_daemon *d;
+	atomic_bool done;
+	unsigned reads, mixed, steps_seen;
+};
+
+static void *pair_writer(void *arg)
+{
+	struct pair_run *r = arg;
+	struct td_client *c = connect_to(r->d);
+	struct td_publish p[2] = {desc("pair/image"), desc("pair/label")};
+	struct td_error e = {0};
+
+	for (unsigned s = 1; s <= STEPS; s++) {
+		struct td_alloc *a[2];
+
+		/* both carry the step number (mod 256) */
+		a[0] = loan(c, TD_ALLOC_RECYCLE, (uint8_t)s);
+		a[1] = loan(c, TD_ALLOC_RECYCLE, (uint8_t)s);
+		cr_assert_eq(td_client_publish_many(c, 2, a, p, NULL, &e), 0,
+			     "%s", e.reason);
+	}
+	atomic_store(&r->done, true);
+	td_client_close(c);
+	return NULL;
+}
+
+Test(atomic, get_many_never_pairs_versions_of_two_publish_manys)
+{
+	const char *names[2] = {"pair/image", "pair/label"};
+	struct pair_run r = {0};
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_error e = {0};
+	pthread_t th;
+	int last = -1;
+
+	tu_daemon_start(&d, "warn");
+	r.d = &d;
+	c = connect_to(&d);
+	cr_assert_eq(pthread_create(&th, NULL, pair_writer, &r), 0);
+	while (!atomic_load(&r.done)) {
+		struct td_tensor *t[2];
+		int rc = td_client_get_many(c, 2, names, t, &e);
+
+		if (rc == -ENOENT)
+			continue; /* before the first step */
+		cr_assert_eq(rc, 0, "%s", e.reason);
+		r.reads++;
+		if (byte_of(t[0]) != byte_of(t[1]))
+			r.mixed++;
+		if (byte_of(t[0]) != last)
+			r.steps_seen++;
+		last = byte_of(t[0]);
+		td_tensor_release(t[0]);
+		td_tensor_release(t[1]);
+	}
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_assert_eq(r.mixed, 0, "%u of %u reads paired two steps", r.mixed,
+		     r.reads);
+	/* the reads did overlap the writes: more than one step was seen */
+	cr_assert_gt(r.steps_seen, 1, "%u reads saw %u steps", r.reads,
+		     r.steps_seen);
+	td_client_close(c);
+	/* (the writer thread's cached stack stays mapped; its memfd
+	 * mappings are checked all the same) */
+	tu_daemon_stop(&d, false);
+}
+
+Test(atomic, watchers_get_every_event_of_a_publish_many_in_order)
+{
+	struct tu_daemon d;
+	struct td_client *c, *w;
+	struct td_alloc *a[3];
+	struct td_publish p[3] = {desc("ev/x"), desc("ev/y"), desc("ev/z")};
+	struct td_error e = {0};
+	uint64_t v[3];
+
+	tu_daemon_start(&d, "warn");
+	c = connect_to(&d);
+	w = connect_to(&d);
+	cr_assert_eq(td_client_watch(w, "ev/", TD_WATCH_PREFIX, NULL, &e), 0);
+	for (int i = 0; i < 3; i++)
+		a[i] = loan(c, 0, (uint8_t)i);
+	cr_assert_eq(td_client_publish_many(c, 3, a, p, v, &e), 0, "%s",
+		     e.reason);
+	for (int i = 0; i < 3; i++) {
+		struct td_event ev;
+
+		cr_assert_eq(td_client_next_event(w, TU_WAIT_S * 1000, &ev,
+						  &e),
+			     0, "%s", e.reason);
+		cr_assert_eq(ev.type, TD_EVENT_TYPE_PUBLISHED);
+		cr_assert_str_eq(ev.name, p[i].name);
+		cr_assert_eq(ev.version, v[i]);
+	}
+	td_client_close(w);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+Test(atomic, a_daemon_without_the_feature_bit_gets_eopnotsupp)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_alloc *a[1];
+	struct td_publish p[1] = {desc("old/a")};
+	const char *names[1] = {"old/a"};
+	struct td_tensor *t[1];
+	struct td_error e = {0};
+	int fds0;
+
+	tu_daemon_start(&d, "warn");
+	c = connect_to(&d);
+	/* as if the daemon's HELLO predated TD_WIRE_FEAT_MANY */
+	c->hello.features &= ~TD_WIRE_FEAT_MANY;
+	fds0 = tu_fd_count();
+	a[0] = loan(c, 0, 1);
+	cr_assert_eq(td_client_publish_many(c, 1, a, p, NULL, &e),
+		     -EOPNOTSUPP);
+	cr_assert_eq(tu_fd_count(), fds0, "the loan was not consumed");
+	cr_assert_eq(td_client_get_many(c, 1, names, t, &e), -EOPNOTSUPP);
+	cr_assert_null(t[0]);
+	assert_absent(c, "old/a");
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/* ---- a process that gained privileges: the pull refused, then SCM ---- */
+
+/*
+ * As user nobody with its capabilities kept, connected (the daemon may
+ * pull from it), then root again, as after a setuid exec: the daemon
+ * refuses to pull the fence of a PUBLISH_MANY element (-EPERM, nothing
+ * published), and the library sends the request again with the fds
+ * attached, as it does a PUBLISH's (test-hostile.c).
+ */
+static void gained_child(const struct tu_daemon *d, void *arg)
+{
+	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+	struct __user_cap_data_struct cap[2];
+	struct td_alloc *a[2];
+	struct td_publish p[2] = {desc("gain/fenced"), desc("gain/plain")};
+	const char *names[2] = {"gain/fenced", "gain/plain"};
+	struct td_tensor *t[2];
+	struct td_error e = {0};
+	struct td_client *c;
+	uint64_t size = SIZE, v[2];
+	int efd;
+
+	(void)arg;
+	CK(prctl(PR_SET_KEEPCAPS, 1) == 0);
+	CK(setgroups(0, NULL) == 0);
+	CK(setresgid(NOBODY, NOBODY, NOBODY) == 0);
+	CK(setresuid(NOBODY, NOBODY, NOBODY) == 0);
+	CK(prctl(PR_SET_DUMPABLE, 1) == 0);
+	c = open_client(d);
+	CK_EQ(c->path_in, TD_IMPORT_PIDFD);
+	for (int i = 0; i < 2; i++) {
+		CK(td_client_alloc_ex(c, 1, &size, 0, &a[i], NULL) == 0);
+		memset(td_alloc_data(a[i], 0), 0x40 + i, SIZE);
+	}
+	/* root again, through the kept capabilities */
+	CK(syscall(SYS_capget, &h, cap) == 0);
+	cap[0].effective = cap[0].permitted;
+	cap[1].effective = cap[1].permitted;
+	CK(syscall(SYS_capset, &h, cap) == 0);
+	CK(setresgid(0, 0, 0) == 0);
+	CK(setresuid(0, 0, 0) == 0);
+	efd = eventfd(1, EFD_CLOEXEC); /* signalled */
+	CK(efd >= 0);
+	p[0].flags = TD_PUBLISH_FENCE;
+	p[0].fence_fd = efd;
+	CK_EQ(td_client_publish_many(c, 2, a, p, v, &e), 0);
+	CK_EQ(c->path_in, TD_IMPORT_SCM);
+	CK_EQ(td_client_get_many(c, 2, names, t, &e), 0);
+	for (int i = 0; i < 2; i++) {
+		CK_EQ(td_tensor_version(t[i]), v[i]);
+		CK_EQ(((const uint8_t *)td_tensor_plane_data(t[i], 0))[0],
+		      0x40 + i);
+		td_tensor_release(t[i]);
+	}
+	close(efd);
+	td_client_close(c);
+}
+
+Test(atomic, a_refused_pull_is_sent_again_with_the_fds_attached)
+{
+	const char *args[] = {"--socket-mode", "0666", NULL};
+	struct tu_daemon d;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to change credentials in a child");
+	tu_daemon_start_args(&d, "warn", args);
+	cr_assert_eq(chmod(d.dir, 0755), 0);
+	cr_assert_eq(reap(spawn(&d, gained_child, NULL)), 0);
+	tu_daemon_stop(&d, true);
+}
