@@ -64,6 +64,25 @@ static inline int32_t raw_call(int sock, uint16_t op, uint64_t id,
 	return r->h.status;
 }
 
+/* The ALLOC request q, which the daemon must grant: its alloc id (the
+ * reply's descriptors closed). */
+static inline uint64_t raw_alloc_req(int sock, uint64_t id,
+				     const struct td_wire_alloc_req *q)
+{
+	struct td_wire_alloc_rep rep;
+	struct rawrep r;
+
+	cr_assert_eq(raw_call(sock, TD_OP_ALLOC, id,
+			      td_wire_alloc_req_encode(q, RAW_BODY, RAW_CAP),
+			      &r),
+		     0);
+	td__scm_close(r.fds, r.nfds);
+	cr_assert_eq(td_wire_alloc_rep_decode(RAW_BODY, r.h.body_len, &rep,
+					      NULL),
+		     0);
+	return rep.alloc_id;
+}
+
 /* Connect and HELLO asking for SCM_RIGHTS both ways and features. */
 static inline int raw_scm_conn_feat(const struct tu_daemon *d,
 				    uint32_t features)

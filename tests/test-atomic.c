@@ -215,18 +215,8 @@ static uint64_t raw_alloc(int sock, uint64_t id)
 {
 	struct td_wire_alloc_req q = {.flags = TD_WIRE_REQ_SCM,
 				      .plane_count = 1, .sizes = {SIZE}};
-	struct td_wire_alloc_rep rep;
-	struct rawrep r;
 
-	cr_assert_eq(raw_call(sock, TD_OP_ALLOC, id,
-			      td_wire_alloc_req_encode(&q, RAW_BODY, RAW_CAP),
-			      &r),
-		     0);
-	cr_assert_eq(td_wire_alloc_rep_decode(RAW_BODY, r.h.body_len, &rep,
-					      NULL),
-		     0);
-	td__scm_close(r.fds, r.nfds);
-	return rep.alloc_id;
+	return raw_alloc_req(sock, id, &q);
 }
 
 /* The PUBLISH body of alloc `alloc` (one plane) as name, into out. */

@@ -2051,7 +2051,6 @@ Test(recycle, a_given_back_alloc_is_this_connections_and_unpublished)
 	struct td_wire_alloc_req q = {.flags = TD_WIRE_REQ_SCM,
 				      .plane_count = 1, .sizes = {4 * KIB}};
 	struct td_wire_release_req rel = {.flags = TD_WIRE_REL_ALLOC};
-	struct td_wire_alloc_rep ar;
 	struct tu_daemon d;
 	struct rawrep r;
 	int a, b;
@@ -2059,16 +2058,7 @@ Test(recycle, a_given_back_alloc_is_this_connections_and_unpublished)
 	tu_daemon_start(&d, "warn");
 	a = raw_scm_conn(&d);
 	b = raw_scm_conn(&d);
-	cr_assert_eq(raw_call(a, TD_OP_ALLOC, 2,
-			      td_wire_alloc_req_encode(&q, RAW_BODY, RAW_CAP),
-			      &r),
-		     0);
-	cr_assert_eq(td_wire_alloc_rep_decode(RAW_BODY, r.h.body_len, &ar,
-					      NULL),
-		     0);
-	for (unsigned i = 0; i < r.nfds; i++)
-		close(r.fds[i]);
-	rel.lease_id = ar.alloc_id;
+	rel.lease_id = raw_alloc_req(a, 2, &q);
 	/* another connection cannot give it up */
 	cr_assert_eq(raw_call(b, TD_OP_RELEASE, 2,
 			      td_wire_release_req_encode(&rel, RAW_BODY,

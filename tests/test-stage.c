@@ -1425,7 +1425,6 @@ static bool raw_stream_publish(int sock, const char *name,
 	int64_t blen = td_blob_encode(&bd, blob, sizeof(blob), NULL);
 	struct td_wire_str n = {name, (uint16_t)strlen(name)};
 	struct td_wire_publish_rep pr;
-	struct td_wire_alloc_rep ar;
 	struct rawrep r;
 
 	cr_assert_gt(blen, 0);
@@ -1437,16 +1436,7 @@ static bool raw_stream_publish(int sock, const char *name,
 			.sizes = {SIZE},
 			.name = n};
 
-		cr_assert_eq(raw_call(sock, TD_OP_ALLOC, ++*rid,
-				      td_wire_alloc_req_encode(&q, RAW_BODY,
-							       RAW_CAP),
-				      &r),
-			     0);
-		td__scm_close(r.fds, r.nfds);
-		cr_assert_eq(td_wire_alloc_rep_decode(RAW_BODY, r.h.body_len,
-						      &ar, NULL),
-			     0);
-		*alloc_id = ar.alloc_id;
+		*alloc_id = raw_alloc_req(sock, ++*rid, &q);
 	}
 	struct td_wire_publish_req q = {
 		.name = n,
