@@ -299,12 +299,42 @@ static void hold_while(const char *var, int fd)
 	}
 }
 
+/*
+ * $TD_COUNT_SYNC=FILE: the process's fsync(2), fdatasync(2) and syncfs(2)
+ * calls counted, written to FILE at exit as "fsync N fdatasync N syncfs
+ * N": how many syncs an export of N arrays costs (tests/test-zarr.c).
+ */
+static unsigned n_fsync, n_fdatasync, n_syncfs;
+
+__attribute__((destructor)) static void count_sync_report(void)
+{
+	const char *path = getenv("TD_COUNT_SYNC");
+	FILE *f = path ? fopen(path, "w") : NULL;
+
+	if (!f)
+		return;
+	fprintf(f, "fsync %u fdatasync %u syncfs %u\n", n_fsync, n_fdatasync,
+		n_syncfs);
+	fclose(f);
+}
+
+int syncfs(int fd)
+{
+	static int (*real)(int);
+
+	if (!real)
+		*(void **)&real = dlsym(RTLD_NEXT, "syncfs");
+	n_syncfs++;
+	return real(fd);
+}
+
 /* $TD_HOLD_FSYNC=PATH holds an fsync(2) of PATH as fdatasync (below). */
 int fsync(int fd)
 {
 	static int (*real)(int);
 	const char *path = getenv("TD_FAIL_FSYNC");
 
+	n_fsync++;
 	if (!real)
 		*(void **)&real = dlsym(RTLD_NEXT, "fsync");
 	if (path && !failed_fsync && fd_is(fd, path)) {
@@ -326,6 +356,7 @@ int fdatasync(int fd)
 {
 	static int (*real)(int);
 
+	n_fdatasync++;
 	if (!real)
 		*(void **)&real = dlsym(RTLD_NEXT, "fdatasync");
 	hold_while("TD_HOLD_FDATASYNC", fd);

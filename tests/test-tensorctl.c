@@ -3040,41 +3040,93 @@ static char *put_paused(const struct tu_daemon *d, int err_fd)
 	return err;
 }
 
-Test(tensorctl, progress_only_on_a_terminal)
+/* put_paused on a pty with TERM set to term (unset: NULL); what the
+ * terminal got in got, read until the line is erased by end (or nothing
+ * came for 10 s). */
+static size_t progress_on_pty(const struct tu_daemon *d, const char *term,
+			      const char *end, char *got, size_t cap)
 {
-	struct tu_daemon d;
-	char got[4096] = "", *err;
+	size_t n = 0, el = strlen(end);
 	int master, slave;
-	ssize_t n;
 
-	start(&d);
+	if (term)
+		cr_assert_eq(setenv("TERM", term, 1), 0);
+	else
+		cr_assert_eq(unsetenv("TERM"), 0);
 	slave = open_pty(&master);
-	free(put_paused(&d, slave));
+	free(put_paused(d, slave));
 	/* the pty hands the slave's writes to the master from a kernel
-	 * work queue: they may arrive after tensorctl exited, so read until
-	 * the closing erase is there (or nothing came for 10 s) */
-	n = 0;
-	while ((size_t)n < sizeof(got) - 1 &&
-	       !(n >= 4 && !strcmp(got + n - 4, "\r\033[K")) &&
+	 * work queue: they may arrive after tensorctl exited */
+	got[0] = 0;
+	while (n < cap - 1 && !(n >= el && !strcmp(got + n - el, end)) &&
 	       poll(&(struct pollfd){.fd = master, .events = POLLIN}, 1,
 		    10000) == 1) {
-		ssize_t r = read(master, got + n, sizeof(got) - 1 - (size_t)n);
+		ssize_t r = read(master, got + n, cap - 1 - n);
 
 		if (r <= 0)
 			break;
-		n += r;
+		n += (size_t)r;
 		got[n] = 0;
 	}
+	close(slave);
+	close(master);
 	cr_assert_gt(n, 0, "nothing on the terminal");
 	cr_expect(strstr(got, "slow.fifo: ") && strstr(got, " of 2.0 MiB ("),
 		  "%s", got);
-	cr_expect(strstr(got + n - 4, "\r\033[K"), "the line was not erased");
-	close(slave);
-	close(master);
+	return n;
+}
+
+Test(tensorctl, progress_only_on_a_terminal)
+{
+	struct tu_daemon d;
+	char got[4096], *err;
+	size_t n;
+
+	start(&d);
+	n = progress_on_pty(&d, "xterm", "\r\033[K", got, sizeof(got));
+	cr_expect(n >= 4 && !strcmp(got + n - 4, "\r\033[K"),
+		  "the line was not erased");
 	err = put_paused(&d, 0);
 	cr_expect(!strchr(err, '\r') && !strstr(err, " of 2.0 MiB"),
 		  "progress on a pipe: %s", err);
 	free(err);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * TERM=dumb (an Emacs shell) or no TERM: the terminal may not know
+ * ESC [ K, which showed as junk there. The line is drawn with a carriage
+ * return alone and erased with spaces over it.
+ */
+Test(tensorctl, progress_on_a_dumb_terminal_sends_no_escape)
+{
+	const char *terms[] = {"dumb", "", NULL};
+	struct tu_daemon d;
+	char got[4096], want[200];
+
+	start(&d);
+	for (size_t i = 0; i < 3; i++) {
+		const char *line, *last;
+		size_t n = progress_on_pty(&d, terms[i], " \r", got,
+					   sizeof(got));
+
+		cr_expect(!strchr(got, '\033'), "TERM=%s: an escape: %s",
+			  terms[i] ? terms[i] : "(unset)", got);
+		/* the closing erase: as many spaces as the longest line */
+		last = got + n - 1;
+		while (last > got && last[-1] != '\r')
+			last--;
+		line = last - 1;
+		while (line > got && line[-1] != '\r')
+			line--;
+		cr_assert(line > got && last > line, "%s", got);
+		cr_expect_eq(last - line - 1, n - (size_t)(last - got) - 1,
+			     "TERM=%s: the erase does not cover the line: %s",
+			     terms[i] ? terms[i] : "(unset)", got);
+		snprintf(want, sizeof(want), "%*s\r", (int)(last - line - 1),
+			 "");
+		cr_expect_str_eq(last, want);
+	}
 	tu_daemon_stop(&d, false);
 }
 

@@ -2,6 +2,7 @@
 #include "progress.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -24,6 +25,14 @@ void tctl_progress_start(struct tctl_progress *p, const char *label,
 	p->done = 0;
 	p->shown = 0;
 	p->enabled = !tctl_json && isatty(STDERR_FILENO);
+	p->width = 0;
+	/* TERM unset, empty or "dumb" (an Emacs shell, a serial line): no
+	 * escape sequence, the line overwritten with spaces instead */
+	{
+		const char *term = getenv("TERM");
+
+		p->plain = !term || !*term || !strcmp(term, "dumb");
+	}
 	if (p->enabled)
 		clock_gettime(CLOCK_MONOTONIC, &p->start);
 }
@@ -31,7 +40,9 @@ void tctl_progress_start(struct tctl_progress *p, const char *label,
 void tctl_progress_add(struct tctl_progress *p, uint64_t n)
 {
 	struct timespec now;
-	char a[32], b[32];
+	char a[32], b[32], *text = NULL;
+	size_t len = 0;
+	FILE *line;
 
 	p->done += n;
 	if (!p->enabled)
@@ -42,20 +53,34 @@ void tctl_progress_add(struct tctl_progress *p, uint64_t n)
 		return;
 	p->last = now;
 	p->shown = 1;
+	line = open_memstream(&text, &len);
+	if (!line)
+		return;
 	/* the label is a name or path the user typed: escaped (tctl_say) */
-	fputs("\r\033[K", stderr);
-	tctl_text_escaped(stderr, p->label, strlen(p->label));
+	tctl_text_escaped(line, p->label, strlen(p->label));
 	if (p->total)
-		fprintf(stderr, ": %s of %s (%u%%)", tctl_size(a, p->done),
+		fprintf(line, ": %s of %s (%u%%)", tctl_size(a, p->done),
 			tctl_size(b, p->total),
 			(unsigned)(p->done * 100.0 / (double)p->total));
 	else
-		fprintf(stderr, ": %s", tctl_size(a, p->done));
+		fprintf(line, ": %s", tctl_size(a, p->done));
+	if (fclose(line) || !text)
+		return;
+	if (p->plain) /* spaces over what a longer line left */
+		fprintf(stderr, "\r%s%*s", text,
+			len < p->width ? (int)(p->width - len) : 0, "");
+	else
+		fprintf(stderr, "\r\033[K%s", text);
+	if (len > p->width)
+		p->width = len;
+	free(text);
 }
 
 void tctl_progress_end(struct tctl_progress *p)
 {
-	if (p->shown)
+	if (p->shown && p->plain)
+		fprintf(stderr, "\r%*s\r", (int)p->width, "");
+	else if (p->shown)
 		fputs("\r\033[K", stderr);
 	p->shown = 0;
 	p->enabled = 0;

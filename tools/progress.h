@@ -3,7 +3,8 @@
  * A progress line on stderr for transfers that last: shown only when
  * stderr is a terminal, not under --json, and only once a transfer has
  * taken about a second; redrawn at most ten times a second, erased at the
- * end.
+ * end. With TERM unset, empty or "dumb" no escape sequence is sent: the
+ * line is overwritten with spaces.
  */
 #ifndef TD_TOOLS_PROGRESS_H
 #define TD_TOOLS_PROGRESS_H
@@ -17,6 +18,8 @@ struct tctl_progress {
 	uint64_t done;
 	struct timespec start, last;
 	int enabled, shown;
+	int plain;    /* TERM dumb or unset: spaces, not ESC [ K */
+	size_t width; /* the longest line drawn, for plain erasing */
 };
 
 void tctl_progress_start(struct tctl_progress *p, const char *label,

@@ -173,6 +173,11 @@ int cmd_save(int argc, char **argv);
 int cmd_zarr(int argc, char **argv);
 /* zarr import (cmd-zarr-import.c); argv[0] is "zarr" */
 int cmd_zarr_import(int argc, char **argv);
+/* zarr-into.c: export into an existing empty mount point (cmd-zarr.c) */
+bool tctl_zarr_is_mount_root(const char *dir);
+int tctl_zarr_move_up(const char *dir, const char *tmp,
+                      const char *const *names, size_t n, char *step,
+                      size_t cap);
 int cmd_status(int argc, char **argv);
 
 /* --socket PATH (global or per command); NULL = the library's default */
