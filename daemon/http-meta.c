@@ -19,6 +19,12 @@
  * name they were printed for and printed again when it differs. A ring's
  * latest version changes with every handoff: its texts are printed per
  * request, as before.
+ *
+ * What the versions keep is bounded (meta_budget()): printed with JSON
+ * escapes, a metadata byte can take six text bytes in each view, and no
+ * uid is charged for the texts. A version whose texts would take the
+ * kept ones past the budget keeps none; the request prints them for
+ * itself, as a ring's, and frees them when answered.
  */
 #include "http.h"
 
@@ -40,6 +46,7 @@ struct td__http_meta {
 	char *key; /* the node name as a JSON string, quotes included */
 	char *v2z; /* .zattrs */
 	size_t key_len, v2z_len;
+	size_t kept; /* bytes counted in td__http_stats.meta_bytes */
 };
 
 enum { WANT_V3 = 1, WANT_V2 = 2 };
@@ -53,6 +60,19 @@ enum { WANT_V3 = 1, WANT_V2 = 2 };
  */
 #define BATCH 256
 #define LOOKS 256
+
+/* A version's texts were refused for the budget; cleared when a version
+ * that kept texts is freed. */
+static bool full;
+
+/* What versions may keep: a quarter of --max-bytes (1 GiB when it is
+ * unlimited), as the group texts in flight (http.c). */
+static uint64_t meta_budget(void)
+{
+	uint64_t max = td__d->opts.max_bytes;
+
+	return max ? max / 4 : (uint64_t)1 << 30;
+}
 
 static void named_drop(struct td__http_meta *m)
 {
@@ -76,6 +96,9 @@ void td__http_meta_free(struct td__version *v)
 {
 	if (!v->http_meta)
 		return;
+	if (v->http_meta->kept)
+		full = false;
+	td__http_stats.meta_bytes -= v->http_meta->kept;
 	meta_free(v->http_meta);
 	v->http_meta = NULL;
 	td__http_stats.meta_cached--;
@@ -136,7 +159,7 @@ static int meta_fill(struct td__http_meta *m, const struct td__http_ref *r,
 }
 
 /* One node of the group: its texts, and whether they are ours to free
- * (a ring's). */
+ * (a ring's, or a version's past the budget). */
 struct ent {
 	struct td__http_meta *m;
 	const char *name;
@@ -173,6 +196,36 @@ static int cat_cmp(const void *x, const void *y)
 		p++;
 		q++;
 	}
+}
+
+static size_t meta_size(const struct td__http_meta *m)
+{
+	return (m->v3 ? m->v3_len + 1 : 0) + (m->v2a ? m->v2a_len + 1 : 0) +
+	       (m->key ? m->key_len + 1 : 0) + (m->v2z ? m->v2z_len + 1 : 0);
+}
+
+/*
+ * v's texts e->m, as just filled, kept while all versions' kept texts
+ * stay within meta_budget(); past it v keeps none and they are e's own
+ * (freed with this request's entries).
+ */
+static void keep(struct td__version *v, struct ent *e)
+{
+	struct td__http_meta *m = e->m;
+	uint64_t others = td__http_stats.meta_bytes - m->kept;
+	size_t now = meta_size(m);
+
+	if (others + now <= meta_budget()) {
+		td__http_stats.meta_bytes = others + now;
+		m->kept = now;
+		return;
+	}
+	v->http_meta = NULL;
+	td__http_stats.meta_cached--;
+	td__http_stats.meta_bytes = others;
+	m->kept = 0;
+	e->owned = true;
+	full = true;
 }
 
 static int name_cmp(const void *x, const void *y)
@@ -285,19 +338,25 @@ static char *assemble(const char *key, const struct ent *es,
 /*
  * The nodes of refs rs with the texts `want` into es (*n of them: a node
  * that turns out not served is left out), printing at most `budget`
- * versions' texts. 0, -EAGAIN (a version past the budget lacks its
- * texts), -ENOMEM.
+ * versions' texts, and any number once versions can keep no more
+ * (`full`: waiting would not make them kept), except for a `build`
+ * (on_idle()), which only prints texts to keep. 0, -EAGAIN (a version
+ * past the budget lacks its texts), -ENOSPC (a build with nothing more
+ * to keep), -ENOMEM.
  */
 static int entries(const struct td__http_ref *rs, size_t nr, unsigned want,
-                   struct ent *es, size_t *n, size_t budget)
+                   struct ent *es, size_t *n, size_t budget, bool build)
 {
 	*n = 0;
 	for (size_t i = 0; i < nr; i++) {
 		struct td__version *v = rs[i].v;
 		struct ent *e = &es[*n];
+		bool lacks = v && !meta_has(v->http_meta, rs[i].name, want);
 		int rc;
 
-		if (!budget && v && !meta_has(v->http_meta, rs[i].name, want))
+		if (lacks && build && full)
+			return -ENOSPC;
+		if (lacks && !budget && !full)
 			return -EAGAIN;
 		e->name = rs[i].name;
 		e->owned = !v;
@@ -312,12 +371,14 @@ static int entries(const struct td__http_ref *rs, size_t nr, unsigned want,
 			}
 		}
 		rc = meta_fill(e->m, &rs[i], want);
+		if (v)
+			keep(v, e);
 		if (rc < 0 || (!rc && e->owned))
 			meta_free(e->owned ? e->m : NULL);
 		if (rc < 0)
 			return rc;
 		*n += rc > 0;
-		budget -= rc == 2;
+		budget -= rc == 2 && budget;
 	}
 	return 0;
 }
@@ -352,7 +413,8 @@ int td__http_group_text(const char *key, bool v2, bool may_wait, char **out,
 	sorted = calloc(nr + 1, sizeof(*sorted));
 	ks = calloc(2 * nr + 2, sizeof(*ks));
 	rc = es && sorted && ks ? entries(rs, nr, v2 ? WANT_V2 : WANT_V3, es,
-	                                  &n, may_wait ? BATCH : SIZE_MAX)
+	                                  &n, may_wait ? BATCH : SIZE_MAX,
+	                                  false)
 	                        : -ENOMEM;
 	if (rc < 0)
 		goto out;
@@ -414,8 +476,8 @@ static void wake_all(void)
 }
 
 /* One loop turn: the texts of up to BATCH more versions; the waiters go
- * on once no exported version lacks them (or on ENOMEM: they then fail
- * or print what they lack themselves). */
+ * on once no exported version lacks them, or versions can keep no more
+ * (or on ENOMEM): they then print what they lack themselves, or fail. */
 static void on_idle(uv_idle_t *h)
 {
 	struct td__http_ref *rs = NULL;
@@ -427,7 +489,8 @@ static void on_idle(uv_idle_t *h)
 	(void)h;
 	if (rc == 0) {
 		es = calloc(nr + 1, sizeof(*es));
-		rc = es ? entries(rs, nr, W.want, es, &n, BATCH) : -ENOMEM;
+		rc = es ? entries(rs, nr, W.want, es, &n, BATCH, true)
+		        : -ENOMEM;
 	}
 	entries_free(es, n);
 	free(rs);

@@ -412,6 +412,10 @@ static enum MHD_Result metrics(struct MHD_Connection *c)
 	metric(f, "tensord_http_meta_cached", "gauge",
 	       "Versions keeping their printed array metadata.",
 	       td__http_stats.meta_cached);
+	metric(f, "tensord_http_meta_bytes", "gauge",
+	       "Bytes of the printed array metadata versions keep (at most a "
+	       "quarter of --max-bytes).",
+	       td__http_stats.meta_bytes);
 	metric(f, "tensord_http_meta_waits_total", "counter",
 	       "Group metadata requests that waited while the loop printed "
 	       "many versions' metadata a batch per turn.",

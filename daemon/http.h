@@ -29,6 +29,7 @@ struct td__http_stats {
 	uint64_t leases; /* responses holding a version or ring slot now */
 	uint64_t meta_builds; /* versions' metadata texts printed (http-meta.c) */
 	uint64_t meta_cached; /* versions keeping such texts now */
+	uint64_t meta_bytes;  /* their bytes (a quarter of --max-bytes at most) */
 	uint64_t meta_waits;  /* group requests that waited for them */
 	uint64_t text_bytes;  /* group keys' texts held by responses now */
 	uint64_t text_busy;   /* requests refused (503) for text_bytes */
@@ -134,7 +135,8 @@ void td__http_hold_drop(void *hold);
  * NUL-terminated) and *len, 0 for any other key, -ENOMEM, or with
  * may_wait -EAGAIN when more versions lack their texts than one loop
  * turn prints (td__http_group_wait()). The versions' texts are kept on
- * them (td__version.http_meta) for the next request.
+ * them (td__version.http_meta) for the next request, within a budget
+ * (tensord_http_meta_bytes); past it, printed for each request.
  */
 int td__http_group_text(const char *key, bool v2, bool may_wait, char **text,
                         size_t *len);

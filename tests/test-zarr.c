@@ -2611,16 +2611,17 @@ Test(http, a_client_gone_before_its_request_frees_its_slot, .fini = stop)
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
-/* Publish n one-byte tensors "m/I" whose 16 000-byte metadata of 0x01
- * bytes (UTF-8, not JSON) the store prints as "\u0001" escapes: six
- * text bytes for each metadata byte in the group's keys. */
-static void put_escaped_meta(struct td_client *c, const char *prefix,
-                             unsigned n)
+/* Publish n one-byte tensors "m/I" whose meta_len-byte (16 000 at most)
+ * metadata of 0x01 bytes (UTF-8, not JSON) the store prints as "\u0001"
+ * escapes: six text bytes for each metadata byte in the group's keys. */
+static void put_escaped_meta_len(struct td_client *c, const char *prefix,
+                                 unsigned n, size_t meta_len)
 {
 	static char meta[16000];
 	uint64_t shape[1] = {1}, v;
 	struct td_error e = {0};
 
+	cr_assert(meta_len <= sizeof(meta));
 	memset(meta, 1, sizeof(meta));
 	for (unsigned i = 0; i < n; i++) {
 		char name[64];
@@ -2629,7 +2630,7 @@ static void put_escaped_meta(struct td_client *c, const char *prefix,
 		                       .ndim = 1, .shape = shape,
 		                       .fd_count = 1, .fds = &fd,
 		                       .fence_fd = -1, .meta = meta,
-		                       .meta_len = sizeof(meta)};
+		                       .meta_len = meta_len};
 
 		cr_assert(fd >= 0);
 		cr_assert_eq(write(fd, "x", 1), 1);
@@ -2641,6 +2642,12 @@ static void put_escaped_meta(struct td_client *c, const char *prefix,
 		             e.reason);
 		close(fd);
 	}
+}
+
+static void put_escaped_meta(struct td_client *c, const char *prefix,
+                             unsigned n)
+{
+	put_escaped_meta_len(c, prefix, n, 16000);
 }
 
 /* A reader of path that takes the response's first 4 KiB and no more,
@@ -2674,6 +2681,25 @@ static int slow_reader(const char *path)
  * are capped at a quarter of --max-bytes, one always taken; equal texts
  * are shared.
  */
+/* Wait until no response holds a group text (tensord_http_text_bytes 0):
+ * a group request then is never refused for one still being let go. */
+static void texts_let_go(void)
+{
+	char *m = NULL;
+	size_t mlen;
+
+	for (int i = 0; i < 2000; i++) {
+		m = get_ok("/metrics", &mlen);
+		if (strstr(m, "\ntensord_http_text_bytes 0\n"))
+			break;
+		free(m);
+		m = NULL;
+		usleep(10000);
+	}
+	cr_assert(m, "a group text was never let go");
+	free(m);
+}
+
 Test(http, group_texts_in_flight_are_bounded, .fini = stop)
 {
 	static const char *const more[] = {"--http-prefix", "", "--max-bytes",
@@ -2724,16 +2750,7 @@ Test(http, group_texts_in_flight_are_bounded, .fini = stop)
 	free(resp);
 	/* once the slow reader is gone, its text is let go */
 	close(slow);
-	for (int i = 0; i < 2000; i++) {
-		m = get_ok("/metrics", &mlen);
-		if (strstr(m, "\ntensord_http_text_bytes 0\n"))
-			break;
-		free(m);
-		m = NULL;
-		usleep(10000);
-	}
-	cr_assert(m, "the slow reader's text was never let go");
-	free(m);
+	texts_let_go();
 	http("GET", "/zarr/zarr.json", NULL, &resp);
 	cr_assert_eq(status_of(resp), 200, "%.300s", resp);
 	free(resp);
@@ -5215,6 +5232,88 @@ Test(http, a_group_request_waits_while_many_texts_are_printed,
 	cr_assert_eq(metric_value(m, "tensord_http_meta_waits_total "),
 	             waits + 1, "%s", m);
 	free(m);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/* The texts versions keep (tensord_http_meta_bytes), within budget, and
+ * what versions keep texts (tensord_http_meta_cached) each keeping at
+ * least `one` bytes (a node's zarr.json), within it too. */
+static void kept_texts_within(unsigned long long budget, size_t one)
+{
+	size_t len;
+	char *m = get_ok("/metrics", &len);
+	unsigned long long cached = metric_value(m, "tensord_http_meta_cached ");
+
+	cr_assert_leq(metric_value(m, "tensord_http_meta_bytes "), budget,
+	              "%s", m);
+	cr_assert_gt(cached, 0, "what fits is still kept: %s", m);
+	cr_assert_leq(cached * one, budget, "%llu versions keep texts of "
+	              "%zu bytes at least, past %llu", cached, one, budget);
+	free(m);
+}
+
+/*
+ * The texts versions keep for the group keys were bounded by nothing:
+ * a metadata byte 0x01 is six text bytes ("\u0001") in each of the v3
+ * and v2 views, up to about 12 times --max-bytes that no uid is charged
+ * for (1 000 tensors of 16 000 such bytes: about 190 MB of texts). Versions now keep at most a quarter of --max-bytes
+ * (tensord_http_meta_bytes); a group request prints the texts of the
+ * others for itself, and the group keys are the same bytes as ever: for
+ * a first request that waits (more than a batch lack texts, and the
+ * budget is reached while the loop prints them), and for v2.
+ */
+Test(http, the_group_texts_versions_keep_are_bounded, .fini = stop)
+{
+	enum { N = 400 };
+	/* a budget of 2 MiB: past 256 versions' v3 texts (about 6.4 KB
+	 * each), short of 400 */
+	static const char *const more[] = {"--http-prefix", "", "--max-bytes",
+	                                   "8M", NULL};
+	const unsigned long long budget = (8ull << 20) / 4;
+	static char names[N][16];
+	static const char *ns[N];
+	struct td_client *c;
+	struct td_error e = {0};
+	char *want, *got, *m;
+	size_t len, one;
+
+	start_http_args(more);
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	put_escaped_meta_len(c, "m/", N, 1000);
+	td_client_close(c);
+	for (unsigned i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), "m_%u", i);
+		ns[i] = names[i];
+	}
+	free(get_ok("/zarr/m_0/zarr.json", &one));
+	cr_assert(one * 256 < budget && one * N > budget, "%zu", one);
+	zt_ok("zarr export %s/w", zt_dir);
+	want = zt_file("w/zarr.json");
+	for (int k = 0; k < 2; k++) {
+		texts_let_go();
+		got = get_ok("/zarr/zarr.json", &len);
+		cr_assert(!strcmp(got, want), "zarr.json %zu bytes, export's %zu",
+		          len, strlen(want));
+		free(got);
+		kept_texts_within(budget, one);
+	}
+	free(want);
+	m = get_ok("/metrics", &len);
+	cr_assert_eq(metric_value(m, "tensord_http_meta_waits_total "), 1,
+	             "%s", m);
+	cr_assert_eq(metric_value(m, "tensord_evictions_total "), 0, "%s", m);
+	free(m);
+	texts_let_go();
+	want = v2_consolidated_of(ns, N);
+	for (int k = 0; k < 2; k++) {
+		texts_let_go();
+		got = get_ok("/zarr-v2/.zmetadata", &len);
+		cr_assert(!strcmp(got, want), ".zmetadata %zu bytes, its "
+		          "nodes' %zu", len, strlen(want));
+		free(got);
+		kept_texts_within(budget, one);
+	}
+	free(want);
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
