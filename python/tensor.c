@@ -894,6 +894,21 @@ static int get_slice(void *arg, int slice_ms)
 	return rc;
 }
 
+/* Whether name is a ring's (a get() of one waits for its first slot). */
+static bool is_ring(struct td_client *c, const char *name)
+{
+	struct td_entry en = {0};
+	struct td_error e = {0};
+	int rc;
+
+	Py_BEGIN_ALLOW_THREADS
+	rc = td_client_stat(c, name, &en, &e);
+	Py_END_ALLOW_THREADS
+	rc = rc == 0 && (en.flags & TD_ENTRY_RING);
+	td_entry_fini(&en);
+	return rc;
+}
+
 /*
  * get(name, newer_than=v) or get(name, timeout=s) waiting up to ms (-1:
  * no limit), a slice at a time so that a signal handler ends it (-EINTR
@@ -906,7 +921,9 @@ static int get_waiting(ClientObject *self, struct get_arg *g, int ms)
 	/* (get(name, timeout=0) of a name with none is -ENOENT, at once) */
 	if (rc == -ETIMEDOUT && g->appearing) /* no newer_than= given */
 		snprintf(g->e->reason, sizeof(g->e->reason),
-			 "no tensor named \"%s\" appeared within %d ms",
+			 "no %s \"%s\" appeared within %d ms",
+			 is_ring(g->c, g->name) ? "version of ring"
+						: "tensor named",
 			 g->name, ms);
 	else if (rc == -ETIMEDOUT)
 		snprintf(g->e->reason, sizeof(g->e->reason),
