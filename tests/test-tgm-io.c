@@ -22,6 +22,7 @@
 
 #include "bytes.h"
 #include "td-json.h"
+#include "tensord/hrry.h"
 #include "tensord/tensord.h"
 #include "testutil.h"
 #include "tgm-desc.h"
@@ -1714,6 +1715,45 @@ static pid_t pair_writer(const struct tu_daemon *d)
 		pair_publish(c, step);
 }
 
+/* The byte of pair/image and of pair/label (each all one byte) in the
+ * .tgm (objects in the order saved) or .hrry file at path. */
+static void pair_bytes(const char *path, bool hrry, uint8_t out[2])
+{
+	static const char *const names[2] = {"pair/image", "pair/label"};
+	struct td_tgm_object o[2];
+	uint8_t data[2][PAIR_SIZE];
+	size_t len;
+	uint8_t *msg = tu_read_file(path, &len);
+
+	if (hrry) {
+		struct td_hrry_transport t;
+		struct td_hrry_file_reader *r = NULL;
+		struct td_hrry_err he = {0};
+
+		cr_assert_eq(td_hrry_transport_mem(msg, len, &t), 0);
+		cr_assert_eq(td_hrry_file_reader_new(&t, &r, &he), 0, "%s",
+		             he.reason);
+		for (int i = 0; i < 2; i++)
+			cr_assert_eq(td_hrry_file_reader_read_tensor_into(
+			                     r, names[i], strlen(names[i]),
+			                     data[i], PAIR_SIZE, NULL, &he),
+			             0, "%s: %s", names[i], he.reason);
+		td_hrry_file_reader_free(&r);
+	} else {
+		cr_assert_eq(objects(msg, len, o, 2, NULL), 2);
+		for (int i = 0; i < 2; i++) {
+			cr_assert_eq(o[i].data_len, PAIR_SIZE);
+			memcpy(data[i], o[i].data, PAIR_SIZE);
+		}
+	}
+	for (int i = 0; i < 2; i++) {
+		for (uint32_t k = 1; k < PAIR_SIZE; k++)
+			cr_assert_eq(data[i][k], data[i][0], "%s", names[i]);
+		out[i] = data[i][0];
+	}
+	free(msg);
+}
+
 /*
  * tensorctl save -o F image label while a writer publishes the pair as
  * one step over and over: every saved file's image and label are of one
@@ -1726,42 +1766,38 @@ Test(tgm_io, save_of_a_pair_holds_one_step)
 	struct td_client *c;
 	pid_t writer;
 	int status;
-	char path[200], *out = NULL;
-	unsigned mixed = 0, steps_seen = 0;
+	char path[2][200], *out = NULL;
+	unsigned mixed[2] = {0, 0}, steps_seen = 0;
 	int last = -1;
 
 	tu_daemon_start(&d, "error");
-	snprintf(path, sizeof(path), "%s/pair.tgm", d.dir);
+	snprintf(path[0], sizeof(path[0]), "%s/pair.tgm", d.dir);
+	snprintf(path[1], sizeof(path[1]), "%s/pair.hrry", d.dir);
 	c = client(&d);
 	pair_publish(c, 0); /* both there before the first save */
 	td_client_close(c);
 	writer = pair_writer(&d);
-	for (int i = 0; i < 60; i++) {
-		struct td_tgm_object o[2];
-		uint8_t *msg;
-		size_t len;
-		int rc = ctl(&d, &out, "save", "-o", path, "pair/image",
+	for (int i = 0; i < 120; i++) {
+		bool hrry = i % 2;
+		uint8_t b[2];
+		int rc = ctl(&d, &out, "save", "-o", path[hrry], "pair/image",
 		             "pair/label", NULL);
 
 		cr_assert_eq(rc, 0, "%s", out ? out : "");
 		free(out);
 		out = NULL;
-		msg = tu_read_file(path, &len);
-		cr_assert_eq(objects(msg, len, o, 2, NULL), 2);
-		cr_assert_eq(o[0].data_len, PAIR_SIZE);
-		cr_assert_eq(o[1].data_len, PAIR_SIZE);
-		for (uint32_t k = 1; k < PAIR_SIZE; k++)
-			cr_assert(o[0].data[k] == o[0].data[0] &&
-			          o[1].data[k] == o[1].data[0]);
-		mixed += o[0].data[0] != o[1].data[0];
-		steps_seen += o[0].data[0] != last;
-		last = o[0].data[0];
-		free(msg);
+		pair_bytes(path[hrry], hrry, b);
+		mixed[hrry] += b[0] != b[1];
+		steps_seen += b[0] != last;
+		last = b[0];
 	}
 	kill(writer, SIGKILL);
 	cr_assert_eq(waitpid(writer, &status, 0), writer);
 	cr_assert(WIFSIGNALED(status), "the writer failed: %d", status);
-	cr_assert_eq(mixed, 0, "%u of 60 saves paired two steps", mixed);
+	cr_assert_eq(mixed[0], 0, "%u of 60 .tgm saves paired two steps",
+	             mixed[0]);
+	cr_assert_eq(mixed[1], 0, "%u of 60 .hrry saves paired two steps",
+	             mixed[1]);
 	/* the writer ran meanwhile: the saves were of several steps */
 	cr_assert_gt(steps_seen, 1);
 	tu_daemon_stop(&d, false);
