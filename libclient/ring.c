@@ -150,14 +150,21 @@ int td_ring_create(struct td_client *c, const char *name,
 	} else {
 		/* one dense plane: element size times every dimension */
 		dense = td_tensor_dtype_size(desc->dtype);
-		for (uint32_t i = 0; i < desc->ndim && dense; i++)
+		if (!dense)
+			return td__fail(err, -EINVAL, "no plane sizes, and "
+					"dtype %u has no element size",
+					desc->dtype);
+		for (uint32_t i = 0; i < desc->ndim; i++) {
+			if (!desc->shape[i])
+				return td__fail(err, -EINVAL, "shape dimension"
+						" %u is 0: a slot must hold at"
+						" least one byte", i);
 			if (__builtin_mul_overflow(dense, desc->shape[i],
 						   &dense))
-				dense = 0;
-		if (!dense)
-			return td__fail(err, -EINVAL,
-					"no plane sizes and no dense size "
-					"(dtype, shape)");
+				return td__fail(err, -EINVAL, "the slot size "
+						"(dtype times shape) "
+						"overflows");
+		}
 		q.plane_count = 1;
 		q.plane_sizes[0] = dense;
 	}

@@ -671,6 +671,11 @@ static PyMethodDef client_methods[] = {
 	 "publish(array_or_planes, metadata=None, pin=False, wait=True) -> "
 	 "version (None with wait=False: no wait for the daemon's answer; "
 	 "a failure raises from the next alloc(), put() or publish())"},
+	{"publish_many", (PyCFunction)(void (*)(void))tdpy_client_publish_many,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "publish_many(arrays, metadata=None, pin=False) -> tuple of "
+	 "versions: the alloc() arrays (or Planes) published as one step, "
+	 "all or none; every loan is consumed either way"},
 	{"get", (PyCFunction)(void (*)(void))tdpy_client_get,
 	 METH_VARARGS | METH_KEYWORDS,
 	 "get(name, version=None, newer_than=None, timeout=None) -> "

@@ -398,6 +398,84 @@ static void read_only(OwnerObject *o, PyObject *given)
 	Py_DECREF(seq);
 }
 
+/* The root loan of publish()'s argument (an alloc() array, a Planes or
+ * one of its arrays), not yet published: NULL with a ValueError. */
+static OwnerObject *loan_of(ClientObject *self, PyObject *arr,
+			    const char *what)
+{
+	OwnerObject *o;
+
+	if (PyObject_TypeCheck(arr, &tdpy_planes_type))
+		arr = PyObject_GetAttrString(arr, "lease");
+	else
+		Py_INCREF(arr);
+	o = arr ? tdpy_owner_of(arr) : NULL;
+	Py_XDECREF(arr); /* a Planes or an array keeps its root alive */
+	if (!o)
+		return NULL;
+	o = tdpy_owner_root(o);
+	if (o->kind != OWNER_LOAN || o->parent != (PyObject *)self) {
+		PyErr_Format(PyExc_ValueError, "%s takes an array from this "
+			     "client's alloc()", what);
+		return NULL;
+	}
+	if (!o->a) {
+		PyErr_Format(PyExc_ValueError, "%s: this loan was already "
+			     "published or released", what);
+		return NULL;
+	}
+	return o;
+}
+
+/* The td_publish of loan o (its name, layout, planes), with metadata
+ * mb and the pin flag; f lives as long as the publish call. */
+struct pub_fill {
+	struct td_publish p;
+	struct layout l;
+	struct td_plane planes[TDPY_MAX_PLANES];
+};
+
+static void pub_fill(struct pub_fill *f, OwnerObject *o, const Py_buffer *mb,
+		     int pin)
+{
+	memset(f, 0, sizeof(*f));
+	f->p.name = PyUnicode_AsUTF8(o->name);
+	f->p.dtype = o->dtype;
+	f->p.flags = pin ? TD_PUBLISH_PIN : 0;
+	f->p.meta = mb->buf;
+	f->p.meta_len = (size_t)mb->len;
+	layout_fill(&f->l, &f->p, o->ndim, o->shape,
+		    o->explicit_strides ? o->strides : NULL);
+	if (o->format)
+		f->p.format = PyUnicode_AsUTF8(o->format);
+	for (uint32_t i = 0; i < o->plane_count; i++)
+		f->planes[i] = (struct td_plane){.offset = o->plane_off[i],
+						 .stride = o->row_pitch,
+						 .size = o->plane_size[i]};
+	if (!o->plane_count && o->row_pitch) {
+		f->planes[0].stride = o->row_pitch;
+		f->planes[0].size = o->size;
+	}
+	if (o->plane_count || o->row_pitch) {
+		f->p.plane_count = o->plane_count ? o->plane_count : 1;
+		f->p.planes = f->planes;
+	}
+}
+
+/* After the publish of o (rc its result, given publish()'s argument):
+ * published or refused, the loan is gone, and a refused one's buffer
+ * may be lent again, which the array must not write either. */
+static void pub_done(OwnerObject *o, PyObject *given, int rc,
+		     const Py_buffer *mb, uint64_t version)
+{
+	if (rc >= 0 && mb->len)
+		o->metadata = PyBytes_FromStringAndSize(mb->buf, mb->len);
+	if (o->keep_shared)
+		read_only(o, given);
+	if (rc >= 0)
+		o->version = version;
+}
+
 /*
  * publish(array, metadata=None, pin=False, wait=True): publish an
  * alloc()'s loan. wait=False does not wait for the daemon's answer
@@ -409,42 +487,21 @@ PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 			      PyObject *kw)
 {
 	static char *kwlist[] = {"array", "metadata", "pin", "wait", NULL};
-	PyObject *arr, *given, *meta = NULL;
-	struct td_plane planes[TDPY_MAX_PLANES] = {{0}};
-	struct td_publish p = {0};
+	PyObject *given, *meta = NULL;
+	struct pub_fill f;
 	struct td_error e = {0};
 	struct td_client *c;
 	struct td_alloc *a;
-	struct layout l;
 	OwnerObject *o;
 	Py_buffer mb;
 	uint64_t version = 0;
 	int pin = 0, wait = 1, rc;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Opp", kwlist, &arr,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Opp", kwlist, &given,
 					 &meta, &pin, &wait))
 		return NULL;
-	given = arr;
-	if (PyObject_TypeCheck(arr, &tdpy_planes_type))
-		arr = PyObject_GetAttrString(arr, "lease");
-	else
-		Py_INCREF(arr);
-	o = arr ? tdpy_owner_of(arr) : NULL;
-	Py_XDECREF(arr); /* a Planes or an array keeps its root alive */
-	if (!o)
-		return NULL;
-	o = tdpy_owner_root(o);
-	if (o->kind != OWNER_LOAN || o->parent != (PyObject *)self) {
-		PyErr_SetString(PyExc_ValueError, "publish() takes an array "
-				"from this client's alloc()");
-		return NULL;
-	}
-	if (!o->a) {
-		PyErr_SetString(PyExc_ValueError,
-				"this loan was already published or released");
-		return NULL;
-	}
-	if (tdpy_meta_get(meta, &mb) < 0)
+	o = loan_of(self, given, "publish()");
+	if (!o || tdpy_meta_get(meta, &mb) < 0)
 		return NULL;
 	c = tdpy_client_enter(self);
 	if (!c) {
@@ -461,48 +518,155 @@ PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 		PyBuffer_Release(&mb);
 		return NULL;
 	}
-	p.name = PyUnicode_AsUTF8(o->name);
-	p.dtype = o->dtype;
-	p.flags = pin ? TD_PUBLISH_PIN : 0;
-	p.meta = mb.buf;
-	p.meta_len = (size_t)mb.len;
-	layout_fill(&l, &p, o->ndim, o->shape,
-		    o->explicit_strides ? o->strides : NULL);
-	if (o->format)
-		p.format = PyUnicode_AsUTF8(o->format);
-	for (uint32_t i = 0; i < o->plane_count; i++)
-		planes[i] = (struct td_plane){.offset = o->plane_off[i],
-					      .stride = o->row_pitch,
-					      .size = o->plane_size[i]};
-	if (!o->plane_count && o->row_pitch) {
-		planes[0].stride = o->row_pitch;
-		planes[0].size = o->size;
-	}
-	if (o->plane_count || o->row_pitch) {
-		p.plane_count = o->plane_count ? o->plane_count : 1;
-		p.planes = planes;
-	}
+	pub_fill(&f, o, &mb, pin);
 	a = o->a;
 	o->a = NULL; /* consumed on success and on failure */
 	if (wait)
 		TDPY_CALL(self, rc,
-			  td_client_publish_alloc(c, a, &p, &version, &e));
+			  td_client_publish_alloc(c, a, &f.p, &version, &e));
 	else
 		TDPY_CALL(self, rc,
-			  td_client_publish_alloc_nowait(c, a, &p, &e));
-	if (rc >= 0 && mb.len)
-		o->metadata = PyBytes_FromStringAndSize(mb.buf, mb.len);
+			  td_client_publish_alloc_nowait(c, a, &f.p, &e));
+	pub_done(o, given, rc, &mb, version);
 	PyBuffer_Release(&mb);
-	/* published or refused, the loan is gone: a refused one's buffer
-	 * may be lent again, which the array must not write either */
-	if (o->keep_shared)
-		read_only(o, given);
 	if (rc < 0)
 		return tdpy_raise(rc, &e, "publish");
-	o->version = version;
 	if (!wait)
 		Py_RETURN_NONE; /* its version is not known here */
 	return PyLong_FromUnsignedLongLong(version);
+}
+
+/* publish_many's request: per element its argument, loan, metadata and
+ * td_publish. */
+struct many_pub {
+	PyObject *given[TD_MANY_MAX];
+	OwnerObject *o[TD_MANY_MAX];
+	struct td_alloc *a[TD_MANY_MAX];
+	Py_buffer mb[TD_MANY_MAX];
+	struct pub_fill f[TD_MANY_MAX];
+	struct td_publish p[TD_MANY_MAX];
+	uint64_t versions[TD_MANY_MAX];
+	Py_ssize_t n;
+};
+
+/* Each element's loan and metadata into q (borrowed from seq and
+ * metas): -1 with the exception set, nothing consumed. */
+static int many_parse(ClientObject *self, struct many_pub *q, PyObject *seq,
+		      PyObject *metas)
+{
+	char what[64];
+
+	if (metas && PySequence_Fast_GET_SIZE(metas) != q->n) {
+		PyErr_Format(PyExc_ValueError, "publish_many() takes one "
+			     "metadata per array: %zd arrays, %zd metadata",
+			     q->n, PySequence_Fast_GET_SIZE(metas));
+		return -1;
+	}
+	for (Py_ssize_t i = 0; i < q->n; i++) {
+		q->given[i] = PySequence_Fast_GET_ITEM(seq, i);
+		snprintf(what, sizeof(what), "publish_many() element %zd", i);
+		q->o[i] = loan_of(self, q->given[i], what);
+		if (!q->o[i] ||
+		    tdpy_meta_get(metas ? PySequence_Fast_GET_ITEM(metas, i)
+					: NULL,
+				  &q->mb[i]) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* The versions of a publish_many, as a tuple. */
+static PyObject *many_versions(const struct many_pub *q)
+{
+	PyObject *out = PyTuple_New(q->n);
+
+	for (Py_ssize_t i = 0; out && i < q->n; i++) {
+		PyObject *v = PyLong_FromUnsignedLongLong(q->versions[i]);
+
+		if (!v)
+			Py_CLEAR(out);
+		else
+			PyTuple_SET_ITEM(out, i, v);
+	}
+	return out;
+}
+
+/* publish_many's call of td_client_publish_many on q's loans, which it
+ * consumes: its result, the versions and each owner done. */
+static int many_call(ClientObject *self, struct many_pub *q, int pin,
+		     struct td_error *e)
+{
+	struct td_client *c = tdpy_client_enter(self);
+	int rc;
+
+	if (!c)
+		return 1; /* the exception set, nothing consumed */
+	for (Py_ssize_t i = 0; i < q->n; i++)
+		if (tdpy_loan_leave(q->o[i]) < 0) {
+			tdpy_client_leave(self);
+			return 1;
+		}
+	for (Py_ssize_t i = 0; i < q->n; i++) {
+		pub_fill(&q->f[i], q->o[i], &q->mb[i], pin);
+		q->p[i] = q->f[i].p; /* its pointers into f, which stays */
+		q->a[i] = q->o[i]->a;
+		q->o[i]->a = NULL; /* consumed on success and on failure */
+	}
+	TDPY_CALL(self, rc,
+		  td_client_publish_many(c, (uint32_t)q->n, q->a, q->p,
+					 q->versions, e));
+	for (Py_ssize_t i = 0; i < q->n; i++)
+		pub_done(q->o[i], q->given[i], rc, &q->mb[i], q->versions[i]);
+	return rc;
+}
+
+/*
+ * publish_many(arrays, metadata=None, pin=False) -> tuple of versions:
+ * the alloc()s' loans published as one step (td_client_publish_many): no
+ * reader sees some of them and not the others. metadata: None or one
+ * per array. All or none; every loan is consumed either way, as C's.
+ */
+PyObject *tdpy_client_publish_many(ClientObject *self, PyObject *args,
+				   PyObject *kw)
+{
+	static char *kwlist[] = {"arrays", "metadata", "pin", NULL};
+	PyObject *arrs, *meta = Py_None, *seq, *metas = NULL, *out = NULL;
+	struct td_error e = {0};
+	struct many_pub *q;
+	int pin = 0, rc = 1;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Op", kwlist, &arrs,
+					 &meta, &pin))
+		return NULL;
+	seq = PySequence_Fast(arrs, "publish_many() takes a sequence of "
+				    "alloc() arrays");
+	if (!seq)
+		return NULL;
+	if (meta != Py_None)
+		metas = PySequence_Fast(meta, "publish_many()'s metadata is "
+					      "None or a sequence, one per "
+					      "array");
+	q = PyMem_Calloc(1, sizeof(*q));
+	if (!q)
+		PyErr_NoMemory();
+	else
+		q->n = PySequence_Fast_GET_SIZE(seq);
+	if (q && (q->n < 1 || q->n > TD_MANY_MAX))
+		PyErr_Format(PyExc_ValueError, "publish_many() takes 1 to %d "
+			     "arrays, not %zd", TD_MANY_MAX, q->n);
+	else if (q && (meta == Py_None || metas) &&
+		 many_parse(self, q, seq, metas) == 0)
+		rc = many_call(self, q, pin, &e);
+	if (rc < 0)
+		tdpy_raise(rc, &e, "publish_many");
+	else if (rc == 0)
+		out = many_versions(q);
+	for (Py_ssize_t i = 0; q && i < q->n; i++)
+		PyBuffer_Release(&q->mb[i]);
+	PyMem_Free(q);
+	Py_XDECREF(metas);
+	Py_DECREF(seq);
+	return out;
 }
 
 static int raise_int(int rc, const char *what)
@@ -730,6 +894,21 @@ static int get_slice(void *arg, int slice_ms)
 	return rc;
 }
 
+/* Whether name is a ring's (a get() of one waits for its first slot). */
+static bool is_ring(struct td_client *c, const char *name)
+{
+	struct td_entry en = {0};
+	struct td_error e = {0};
+	int rc;
+
+	Py_BEGIN_ALLOW_THREADS
+	rc = td_client_stat(c, name, &en, &e);
+	Py_END_ALLOW_THREADS
+	rc = rc == 0 && (en.flags & TD_ENTRY_RING);
+	td_entry_fini(&en);
+	return rc;
+}
+
 /*
  * get(name, newer_than=v) or get(name, timeout=s) waiting up to ms (-1:
  * no limit), a slice at a time so that a signal handler ends it (-EINTR
@@ -742,7 +921,9 @@ static int get_waiting(ClientObject *self, struct get_arg *g, int ms)
 	/* (get(name, timeout=0) of a name with none is -ENOENT, at once) */
 	if (rc == -ETIMEDOUT && g->appearing) /* no newer_than= given */
 		snprintf(g->e->reason, sizeof(g->e->reason),
-			 "no tensor named \"%s\" appeared within %d ms",
+			 "no %s \"%s\" appeared within %d ms",
+			 is_ring(g->c, g->name) ? "version of ring"
+						: "tensor named",
 			 g->name, ms);
 	else if (rc == -ETIMEDOUT)
 		snprintf(g->e->reason, sizeof(g->e->reason),

@@ -22,6 +22,7 @@
 
 #include "bytes.h"
 #include "td-json.h"
+#include "tensord/hrry.h"
 #include "tensord/tensord.h"
 #include "testutil.h"
 #include "tgm-desc.h"
@@ -1659,4 +1660,145 @@ Test(tgm_io, structured_map_keys_are_refused_not_escaped_exponentially)
 		     0);
 	cr_assert_str_eq(json, "{\"1\":2}");
 	free(json);
+}
+
+/* ---- save of several names: one instant (td_client_get_many) ---- */
+
+#define PAIR_SIZE 64u
+
+/* not cr_assert: the writer is a child process */
+static void pair_failed(const char *what, const struct td_error *e)
+{
+	fprintf(stderr, "pair writer: %s: %s\n", what, e->reason);
+	_exit(2);
+}
+
+/* pair/image and pair/label, every byte of both step % 251, in one
+ * td_client_publish_many. */
+static void pair_publish(struct td_client *c, unsigned long step)
+{
+	static const uint64_t shape[1] = {PAIR_SIZE};
+	struct td_alloc *a[2] = {NULL, NULL};
+	struct td_publish p[2] = {
+	        {.name = "pair/image", .dtype = TD_TENSOR_U8, .ndim = 1,
+	         .shape = shape},
+	        {.name = "pair/label", .dtype = TD_TENSOR_U8, .ndim = 1,
+	         .shape = shape},
+	};
+	struct td_error e = {0};
+	uint64_t size = PAIR_SIZE;
+
+	for (int i = 0; i < 2; i++) {
+		if (td_client_alloc(c, 1, &size, &a[i], &e) < 0)
+			pair_failed("alloc", &e);
+		memset(td_alloc_data(a[i], 0), (int)(step % 251), PAIR_SIZE);
+	}
+	if (td_client_publish_many(c, 2, a, p, NULL, &e) < 0)
+		pair_failed("publish_many", &e);
+}
+
+/* A child process that pair_publish()es step 1, 2, ... until killed: a
+ * process of its own, since a loan's writable mapping that a fork of
+ * this one (tensorctl's) inherits keeps the daemon from sealing it. */
+static pid_t pair_writer(const struct tu_daemon *d)
+{
+	pid_t pid = fork();
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+
+	cr_assert_geq(pid, 0);
+	if (pid > 0)
+		return pid;
+	if (td_client_connect(d->sock, &c, &e) < 0)
+		pair_failed("connect", &e);
+	for (unsigned long step = 1;; step++)
+		pair_publish(c, step);
+}
+
+/* The byte of pair/image and of pair/label (each all one byte) in the
+ * .tgm (objects in the order saved) or .hrry file at path. */
+static void pair_bytes(const char *path, bool hrry, uint8_t out[2])
+{
+	static const char *const names[2] = {"pair/image", "pair/label"};
+	struct td_tgm_object o[2];
+	uint8_t data[2][PAIR_SIZE];
+	size_t len;
+	uint8_t *msg = tu_read_file(path, &len);
+
+	if (hrry) {
+		struct td_hrry_transport t;
+		struct td_hrry_file_reader *r = NULL;
+		struct td_hrry_err he = {0};
+
+		cr_assert_eq(td_hrry_transport_mem(msg, len, &t), 0);
+		cr_assert_eq(td_hrry_file_reader_new(&t, &r, &he), 0, "%s",
+		             he.reason);
+		for (int i = 0; i < 2; i++)
+			cr_assert_eq(td_hrry_file_reader_read_tensor_into(
+			                     r, names[i], strlen(names[i]),
+			                     data[i], PAIR_SIZE, NULL, &he),
+			             0, "%s: %s", names[i], he.reason);
+		td_hrry_file_reader_free(&r);
+	} else {
+		cr_assert_eq(objects(msg, len, o, 2, NULL), 2);
+		for (int i = 0; i < 2; i++) {
+			cr_assert_eq(o[i].data_len, PAIR_SIZE);
+			memcpy(data[i], o[i].data, PAIR_SIZE);
+		}
+	}
+	for (int i = 0; i < 2; i++) {
+		for (uint32_t k = 1; k < PAIR_SIZE; k++)
+			cr_assert_eq(data[i][k], data[i][0], "%s", names[i]);
+		out[i] = data[i][0];
+	}
+	free(msg);
+}
+
+/*
+ * tensorctl save -o F image label while a writer publishes the pair as
+ * one step over and over: every saved file's image and label are of one
+ * step (the save leases both at one instant), which reading them one
+ * by one did not give.
+ */
+Test(tgm_io, save_of_a_pair_holds_one_step)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	pid_t writer;
+	int status;
+	char path[2][200], *out = NULL;
+	unsigned mixed[2] = {0, 0}, steps_seen = 0;
+	int last = -1;
+
+	tu_daemon_start(&d, "error");
+	snprintf(path[0], sizeof(path[0]), "%s/pair.tgm", d.dir);
+	snprintf(path[1], sizeof(path[1]), "%s/pair.hrry", d.dir);
+	c = client(&d);
+	pair_publish(c, 0); /* both there before the first save */
+	td_client_close(c);
+	writer = pair_writer(&d);
+	for (int i = 0; i < 120; i++) {
+		bool hrry = i % 2;
+		uint8_t b[2];
+		int rc = ctl(&d, &out, "save", "-o", path[hrry], "pair/image",
+		             "pair/label", NULL);
+
+		cr_assert_eq(rc, 0, "%s", out ? out : "");
+		free(out);
+		out = NULL;
+		pair_bytes(path[hrry], hrry, b);
+		mixed[hrry] += b[0] != b[1];
+		steps_seen += b[0] != last;
+		last = b[0];
+	}
+	kill(writer, SIGKILL);
+	cr_assert_eq(waitpid(writer, &status, 0), writer);
+	cr_assert(WIFSIGNALED(status), "the writer failed: %d", status);
+	cr_assert_eq(mixed[0], 0, "%u of 60 .tgm saves paired two steps",
+	             mixed[0]);
+	cr_assert_eq(mixed[1], 0, "%u of 60 .hrry saves paired two steps",
+	             mixed[1]);
+	/* the writer ran meanwhile: the saves were of several steps */
+	cr_assert_gt(steps_seen, 1);
+	tu_daemon_stop(&d, false);
 }

@@ -256,17 +256,20 @@ static int unlease(struct held *h)
 	return n;
 }
 
-/* GET name into *t and describe it in *obj: 0, GONE, or a tensorctl
- * status (listed: name came from the LIST of every tensor; skip:
+/* GET name into *t (pre: already leased) and describe it in *obj: 0,
+ * GONE, or a tensorctl status (listed: name came from the LIST of every tensor; skip:
  * --skip-unsavable). A lease refused (ENOBUFS: the connection's cap;
  * EDQUOT: the uid's) is asked again once h's are copied out. */
 static int take_one(struct td_client *c, const char *name, bool listed,
-		    bool skip, struct td_tensor **t,
+		    bool skip, struct td_tensor *pre, struct td_tensor **t,
 		    struct td_tgm_enc_object *obj, struct held *h)
 {
 	struct td_error e = {0};
 	const char *why;
-	int r = td_client_get(c, name, t, &e), u;
+	int r, u;
+
+	*t = pre; /* leased with the others (tctl_get_together) */
+	r = pre ? 0 : td_client_get(c, name, t, &e);
 
 	if ((r == -ENOBUFS || r == -EDQUOT) && (u = unlease(h)) != 0) {
 		if (u < 0)
@@ -307,6 +310,30 @@ static int take_one(struct td_client *c, const char *name, bool listed,
 	return 0;
 }
 
+/* take_one() of each of names[0..n) into h (listed[i]: the name came
+ * from a LIST; NULL: all did), up to TD_MANY_MAX of them leased at one
+ * instant first (into pre), else one by one: 0 or a tensorctl status,
+ * *kept how many h holds. */
+static int take_all(struct td_client *c, const char **names, size_t n,
+		    const bool *listed, bool skip, struct td_tensor **pre,
+		    struct held *h, size_t *kept)
+{
+	int rc = 0;
+
+	tctl_get_together(c, names, n, pre);
+	for (size_t i = 0; i < n && !rc; i++) {
+		h->kept = *kept;
+		rc = take_one(c, names[i], !listed || listed[i], skip, pre[i],
+		              &h->ts[*kept], &h->objs[*kept], h);
+		pre[i] = NULL; /* take_one's now */
+		if (rc == GONE)
+			rc = 0;
+		else if (!rc)
+			(*kept)++;
+	}
+	return rc;
+}
+
 static int save_tgm(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -316,7 +343,7 @@ static int save_tgm(int argc, char **argv)
 		TCTL_COMMON_OPTIONS};
 	const char *out = NULL;
 	const char **names = NULL;
-	struct td_tensor **ts = NULL;
+	struct td_tensor **ts = NULL, **pre = NULL;
 	struct td_tgm_enc_object *objs = NULL;
 	uint8_t **attrs = NULL;
 	void **copies = NULL;
@@ -377,20 +404,13 @@ static int save_tgm(int argc, char **argv)
 	objs = calloc(n, sizeof(*objs));
 	attrs = calloc(n, sizeof(*attrs));
 	copies = calloc(n, sizeof(*copies));
-	if (!ts || !objs || !attrs || !copies) {
+	pre = calloc(n, sizeof(*pre));
+	if (!ts || !objs || !attrs || !copies || !pre) {
 		rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
 		goto out;
 	}
-	for (size_t i = 0; i < n && !rc; i++) {
-		struct held h = {ts, objs, copies, kept};
-
-		rc = take_one(c, names[i], listed || given.listed[i], skip,
-		              &ts[kept], &objs[kept], &h);
-		if (rc == GONE)
-			rc = 0;
-		else if (!rc)
-			kept++;
-	}
+	rc = take_all(c, names, n, listed ? NULL : given.listed, skip, pre,
+		      &(struct held){ts, objs, copies, 0}, &kept);
 	if (!rc && !kept)
 		rc = tctl_fail(TCTL_REFUSED, "input", ENOENT,
 		               "no tensors to save");
@@ -412,6 +432,9 @@ static int save_tgm(int argc, char **argv)
 out:
 	for (size_t i = 0; ts && i < n; i++)
 		td_tensor_release(ts[i]);
+	for (size_t i = 0; pre && i < n; i++)
+		td_tensor_release(pre[i]);
+	free(pre);
 	for (size_t i = 0; attrs && i < n; i++)
 		free(attrs[i]);
 	for (size_t i = 0; copies && i < n; i++)

@@ -870,15 +870,16 @@ static int writer_failed(struct save *s, const char *what,
 			 td_hrry_error_name(he->kind), he->reason);
 }
 
-/* Fetch name, write it, release it (listed: a name of the LIST of every
- * tensor, left out when deleted since). */
-static int save_one(struct save *s, const char *name, bool listed)
+/* Fetch name (pre: leased already), write it, release it (listed: a
+ * name of the LIST of every tensor, left out when deleted since). */
+static int save_one(struct save *s, const char *name, bool listed,
+		    struct td_tensor *pre)
 {
 	struct td_error e = {0};
 	struct td_hrry_err he = {0};
-	struct td_tensor *t;
+	struct td_tensor *t = pre; /* leased with the others, or NULL */
 	const char *why;
-	int rc = td_client_get(s->c, name, &t, &e);
+	int rc = pre ? 0 : td_client_get(s->c, name, &t, &e);
 
 	if (rc < 0)
 		return tctl_gone_since_list("save", name, rc, listed)
@@ -928,6 +929,41 @@ static int save_one(struct save *s, const char *name, bool listed)
 	return TCTL_OK;
 }
 
+/* The names save_hrry writes (given, or the LIST's but rings), leased
+ * at one instant into pre (tctl_get_together) when they are few enough;
+ * else pre all NULL. */
+static void together(struct save *s, const struct tctl_names *given,
+		     const struct td_entry *list, size_t list_n,
+		     struct td_tensor **pre)
+{
+	const char *names[TD_MANY_MAX];
+	size_t n = 0;
+
+	memset(pre, 0, TD_MANY_MAX * sizeof(*pre));
+	for (size_t i = 0; i < given->n && n <= TD_MANY_MAX; i++, n++)
+		if (n < TD_MANY_MAX)
+			names[n] = given->v[i];
+	for (size_t i = 0; i < list_n && n <= TD_MANY_MAX; i++)
+		if (!(list[i].flags & TD_ENTRY_RING)) {
+			if (n < TD_MANY_MAX)
+				names[n] = list[i].name;
+			n++;
+		}
+	if (n <= TD_MANY_MAX)
+		tctl_get_together(s->c, names, n, pre);
+}
+
+/* The next name's lease of together()'s, handed over (NULL: none). */
+static struct td_tensor *take(struct td_tensor **pre, size_t *k)
+{
+	struct td_tensor *t = *k < TD_MANY_MAX ? pre[*k] : NULL;
+
+	if (*k < TD_MANY_MAX)
+		pre[*k] = NULL;
+	(*k)++;
+	return t;
+}
+
 int cmd_save_hrry(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -941,6 +977,8 @@ int cmd_save_hrry(int argc, char **argv)
 	struct tctl_names given = {0};
 	size_t list_n = 0;
 	struct td_hrry_err he = {0};
+	struct td_tensor *pre[TD_MANY_MAX] = {0};
+	size_t k = 0;
 	int rc, o, opened = 0;
 
 	while ((o = tctl_getopt(argc, argv, "o:", opts, &rc)) != -1) {
@@ -984,12 +1022,14 @@ int cmd_save_hrry(int argc, char **argv)
 		rc = writer_failed(&s, path, &he);
 		goto out;
 	}
-	/* one forward pass: each tensor is fetched, written, released */
+	/* one forward pass: each tensor is fetched, written, released; up
+	 * to TD_MANY_MAX names leased at one instant first */
+	together(&s, &given, list, list_n, pre);
 	for (size_t i = 0; i < given.n && !rc; i++)
-		rc = save_one(&s, given.v[i], given.listed[i]);
+		rc = save_one(&s, given.v[i], given.listed[i], take(pre, &k));
 	for (size_t i = 0; i < list_n && !rc; i++)
 		if (!(list[i].flags & TD_ENTRY_RING))
-			rc = save_one(&s, list[i].name, true);
+			rc = save_one(&s, list[i].name, true, take(pre, &k));
 	if (rc)
 		goto out;
 	if (td_hrry_file_writer_finish(s.w, s.kv, s.nkv, &he) < 0) {
@@ -1018,6 +1058,8 @@ int cmd_save_hrry(int argc, char **argv)
 		}
 	}
 out:
+	for (size_t i = 0; i < TD_MANY_MAX; i++)
+		td_tensor_release(pre[i]);
 	td_hrry_file_writer_free(&s.w);
 	if (opened)
 		tctl_out_abort(&s.out);

@@ -69,6 +69,18 @@ bool tctl_gone_since_list(const char *cmd, const char *name, int rc,
 	return true;
 }
 
+bool tctl_get_together(struct td_client *c, const char *const *names,
+                       size_t n, struct td_tensor **out)
+{
+	struct td_error e = {0};
+
+	for (size_t i = 0; i < n; i++)
+		out[i] = NULL;
+	if (n < 2 || n > TD_MANY_MAX)
+		return false;
+	return td_client_get_many(c, (uint32_t)n, names, out, &e) == 0;
+}
+
 bool tctl_unsavable_left_out(const char *name, const char *why, bool skip)
 {
 	if (skip)

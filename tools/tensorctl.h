@@ -280,6 +280,17 @@ const char *tctl_dense_unsavable(const struct td_tensor *t);
 bool tctl_gone_since_list(const char *cmd, const char *name, int rc,
                           bool listed);
 /*
+ * The latest version of each of names[0..n) leased at one instant
+ * (td_client_get_many) into out[0..n): whether they were, for 2 to
+ * TD_MANY_MAX names, so that a save of pairs (a trainer's image and
+ * label) holds one step. Anything else (more names, one name, a daemon
+ * without TD_WIRE_FEAT_MANY, a name missing, refused or a ring) leaves
+ * every out[i] NULL, and the caller reads each name on its own, whose
+ * failures it reports as ever.
+ */
+bool tctl_get_together(struct td_client *c, const char *const *names,
+                       size_t n, struct td_tensor **out);
+/*
  * The NAMES of an export (save, zarr export), in order: each as given,
  * except one ending in '/', which stands for every tensor whose name
  * starts with it, in name order, as `ls PREFIX` lists them (the library's

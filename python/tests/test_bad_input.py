@@ -211,6 +211,19 @@ def test_errors_carry_errno_and_reason(client):
         client.get("nope", timeout=0.01)
     assert "no tensor named \"nope\" appeared within 10 ms" in \
         ei.value.reason, ei.value.reason
+    # a ring with no version yet is no missing tensor: its first slot
+    ring = client.ring_create("empty/ring", (4,), "u8")
+    with pytest.raises(tensord.Timeout) as ei:
+        client.get("empty/ring", timeout=0.01)
+    assert "no version of ring \"empty/ring\" appeared within 10 ms" in \
+        ei.value.reason, ei.value.reason
+    ring.close()
+    # a slot of no bytes says so, not "no plane sizes and no dense size"
+    with pytest.raises(tensord.Error) as ei:
+        client.ring_create("zero/ring", (0, 4), "u8")
+    assert ei.value.errno == errno.EINVAL
+    assert "shape dimension 0 is 0: a slot must hold at least one byte" \
+        in ei.value.reason, ei.value.reason
     with client.follow("nope") as f:
         with pytest.raises(tensord.Timeout) as ei:
             f.next(timeout=0)

@@ -1,10 +1,8 @@
 # SPDX-License-Identifier: MIT
 """get_many(names): the latest version of several names leased at one
-instant (docs/protocol.md §6.10). The pairs are published by
-libtensord's td_client_publish_many through ctypes (the binding has no
-publish_many yet), so a reader thread checks that it never sees an
-image with the label of another step."""
-import ctypes
+instant, and publish_many(arrays): several alloc()s published as one
+step (docs/protocol.md §6.10). A reader thread checks that it never sees
+an image with the label of another step."""
 import errno
 import threading
 
@@ -12,56 +10,17 @@ import numpy as np
 import pytest
 import tensord
 
-from test_fences import Error, Publish as Publish0
-
 SIZE = 64
 
 
-class Publish(Publish0):
-    """struct td_publish whole: an array of them needs its last field
-    (modifiers) too, for the C stride between elements."""
-    _fields_ = [("modifiers", ctypes.c_void_p)]
-
-
-def libtensord():
-    """The one libtensord tensord's extension loaded (same soname)."""
-    lib = ctypes.CDLL("libtensord.so.0")
-    vp = ctypes.c_void_p
-    lib.td_client_connect.argtypes = [ctypes.c_char_p,
-                                      ctypes.POINTER(vp), vp]
-    lib.td_client_alloc.argtypes = [vp, ctypes.c_uint32,
-                                    ctypes.POINTER(ctypes.c_uint64),
-                                    ctypes.POINTER(vp), vp]
-    lib.td_alloc_data.restype = vp
-    lib.td_alloc_data.argtypes = [vp, ctypes.c_uint32]
-    lib.td_client_publish_many.argtypes = [vp, ctypes.c_uint32,
-                                           ctypes.POINTER(vp),
-                                           ctypes.POINTER(Publish), vp, vp]
-    lib.td_client_close.argtypes = [vp]
-    return lib
-
-
-def publish_pair(lib, c, step):
+def publish_pair(c, step):
     """Two loans of SIZE bytes, each byte `step`, as pair/a and pair/b
-    in one td_client_publish_many."""
-    allocs = (ctypes.c_void_p * 2)()
-    pubs = (Publish * 2)()
-    shape = (ctypes.c_uint64 * 1)(SIZE)
-    size = ctypes.c_uint64(SIZE)
-    err = Error()
-    for i, name in enumerate((b"pair/a", b"pair/b")):
-        a = ctypes.c_void_p()
-        assert lib.td_client_alloc(c, 1, ctypes.byref(size),
-                                   ctypes.byref(a), ctypes.byref(err)) == 0
-        ctypes.memset(lib.td_alloc_data(a, 0), step, SIZE)
-        allocs[i] = a
-        pubs[i].name = name
-        pubs[i].ndim = 1
-        pubs[i].shape = shape
-    rc = lib.td_client_publish_many(c, 2, allocs, pubs, None,
-                                    ctypes.byref(err))
-    assert rc == 0, err.raw
-    return rc
+    in one publish_many: their versions."""
+    a = c.alloc("pair/a", (SIZE,), "u8")
+    b = c.alloc("pair/b", (SIZE,), "u8")
+    a[:] = step
+    b[:] = step
+    return c.publish_many([a, b])
 
 
 def test_get_many_reads_names_together_and_all_or_none(daemon, client):
@@ -81,12 +40,10 @@ def test_get_many_reads_names_together_and_all_or_none(daemon, client):
 
 
 def test_get_many_never_pairs_two_steps(daemon, client):
-    lib = libtensord()
-    c = ctypes.c_void_p()
-    err = Error()
-    assert lib.td_client_connect(daemon.sock.encode(), ctypes.byref(c),
-                                 ctypes.byref(err)) == 0
-    assert publish_pair(lib, c, 0) == 0
+    producer = tensord.Client(daemon.sock)
+    va, vb = publish_pair(producer, 0)
+    assert client.stat("pair/a").version == va
+    assert client.stat("pair/b").version == vb
     done = threading.Event()
     seen = {"reads": 0, "mixed": 0, "steps": set()}
 
@@ -102,10 +59,60 @@ def test_get_many_never_pairs_two_steps(daemon, client):
     th.start()
     try:
         for step in range(1, 400):
-            assert publish_pair(lib, c, step % 256) == 0
+            publish_pair(producer, step % 256)
     finally:
         done.set()
         th.join()
-        lib.td_client_close(c)
+        producer.close()
     assert seen["mixed"] == 0, seen
     assert len(seen["steps"]) > 1, seen
+
+
+def test_publish_many_metadata_and_its_refusals(daemon, client):
+    a = client.alloc("pm/a", (4,), "u8")
+    b = client.alloc("pm/b", (2,), "f32")
+    a[:] = 7
+    b[:] = 1.5
+    va, vb = client.publish_many((a, b), metadata=[b"ma", None], pin=True)
+    x, y = client.get_many(["pm/a", "pm/b"])
+    assert (x.version, y.version) == (va, vb) == (a.version, b.version)
+    assert x.metadata == b"ma" and y.metadata == b""
+    assert x.tolist() == [7] * 4 and y.tolist() == [1.5] * 2
+    assert client.stat("pm/a").flags & tensord.ENTRY_PIN
+    del x, y
+    # the daemon's refusal of one element: nothing published, every
+    # loan consumed, the error names the element
+    ring = client.ring_create("pm/ring", (4,), "u8", slots=2)
+    c = client.alloc("pm/c", (4,), "u8")
+    d = client.alloc("pm/ring", (4,), "u8")
+    with pytest.raises(tensord.Error) as e:
+        client.publish_many([c, d])
+    assert e.value.errno == errno.EEXIST and "element 1" in str(e.value)
+    assert "pm/ring" in str(e.value)
+    del e
+    with pytest.raises(tensord.NotFound):
+        client.stat("pm/c")
+    for used in (c, d):
+        with pytest.raises(ValueError, match="already published"):
+            client.publish(used)
+    # the library's: the same name twice, as a tensord.Error too
+    c = client.alloc("pm/c", (4,), "u8")
+    d = client.alloc("pm/c", (4,), "u8")
+    with pytest.raises(tensord.Error) as e:
+        client.publish_many([c, d])
+    assert e.value.errno == errno.EINVAL and "element 1" in str(e.value)
+    del e
+    with pytest.raises(tensord.NotFound):
+        client.stat("pm/c")
+    # the binding's own refusals of its arguments consume nothing
+    c = client.alloc("pm/c", (4,), "u8")
+    with pytest.raises(ValueError, match="element 1"):
+        client.publish_many([c, client.get("pm/a")])
+    with pytest.raises(TypeError):
+        client.publish_many([c, np.zeros(4, np.uint8)])
+    with pytest.raises(ValueError, match="one metadata per array"):
+        client.publish_many([c], metadata=[b"x", b"y"])
+    with pytest.raises(ValueError):
+        client.publish_many([])
+    (vc,) = client.publish_many([c])
+    assert client.stat("pm/c").version == vc
