@@ -79,6 +79,10 @@ static int alloc_plane(struct td_client *c, struct td_alloc *a, uint32_t i,
 			close(fd);
 			return rc;
 		}
+		/* a child of fork() would keep a writable mapping of the
+		 * loan until it execs, and the publish's write seal fails
+		 * while any exists (EBUSY): the child gets none */
+		(void)madvise(p, size, MADV_DONTFORK);
 	}
 	if (a->recycle) {
 		b = calloc(1, sizeof(*b));

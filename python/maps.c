@@ -136,6 +136,9 @@ static int map_new(ClientObject *cl, int fd, const struct stat *st,
 		free(m);
 		return rc;
 	}
+	/* a loan's: not into a child of fork() (owner.c) */
+	if (writable)
+		(void)madvise(m->addr, len, MADV_DONTFORK);
 	m->dev = st->st_dev;
 	m->ino = st->st_ino;
 	m->off = off;

@@ -744,6 +744,9 @@ int tdpy_loan_open(ClientObject *self, OwnerObject *o, uint64_t size)
 			PyErr_SetFromErrno(PyExc_OSError);
 			return -1;
 		}
+		/* not into a child of fork(): its writable mapping would
+		 * fail the publish's write seal (libclient/produce.c) */
+		(void)madvise(o->map, size, MADV_DONTFORK);
 	}
 	o->map_len = size;
 	o->data = o->map;

@@ -2900,3 +2900,41 @@ Test(recycle, the_daemon_allocates_nothing_per_staged_take_back)
 	no_heap_calls_as("pidfd", "pidfd", TD_ALLOC_REWRITE, true);
 }
 #endif /* !__SANITIZE_ADDRESS__ */
+
+/*
+ * A process that forks while it fills a loan (a subprocess started from
+ * another thread, a worker pool): the child kept a writable shared
+ * mapping of the loan until it exec'ed or exited, and the publish's
+ * write seal failed meanwhile ("unmap writable mappings before
+ * publishing", EBUSY). The loan's mapping is not passed to a child now.
+ */
+Test(recycle, a_child_of_fork_does_not_hold_up_the_publish_of_a_loan)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_alloc *a, *b;
+	struct td_error e = {0};
+	int gate[2], st;
+	pid_t pid;
+	char x;
+
+	tu_daemon_start(&d, "warn");
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	a = loan(c, 4 * KIB, 0);
+	b = loan(c, 4 * KIB, TD_ALLOC_STREAM);
+	cr_assert_eq(pipe(gate), 0);
+	pid = tu_fork();
+	if (pid == 0) {
+		/* alive, not exec'ed, until the parent has published */
+		close(gate[1]);
+		_exit(read(gate[0], &x, 1) == 0 ? 0 : 1);
+	}
+	close(gate[0]);
+	cr_assert_gt(publish(c, a, "fk/plain", 1), 0);
+	cr_assert_gt(publish(c, b, "fk/stream", 2), 0);
+	close(gate[1]);
+	st = tu_wait_child(pid, 30, "the forked child");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child: %#x", st);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}

@@ -98,6 +98,30 @@ def test_a_loan_view_survives_publish_and_its_writes_stay_private(client):
         client.publish(w)
 
 
+@pytest.mark.parametrize("private", [True, False])
+def test_a_fork_while_a_loan_is_filled_does_not_hold_up_its_publish(
+        client, private):
+    # the child (alive, not exec'ed) kept a writable mapping of the loan,
+    # and the publish's write seal failed: "unmap writable mappings"
+    w = client.alloc("lt/fork", (4096,), "u8", recycle=not private,
+                     private=private)
+    w[:] = 3
+    r, wr = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(wr)
+        os.read(r, 1)
+        os._exit(0)
+    os.close(r)
+    try:
+        v = client.publish(w)
+    finally:
+        os.close(wr)
+        os.waitpid(pid, 0)
+    assert v > 0
+    assert int(client.get("lt/fork")[0]) == 3
+
+
 def test_an_unpublished_loan_is_given_up_by_release(client):
     w = client.alloc("lt/gone", (10,), "f32")
     w.release()

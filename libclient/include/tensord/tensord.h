@@ -369,6 +369,9 @@ TD_EXPORT int td_client_publish(struct td_client *c, const struct td_publish *p,
  * Ask the daemon for plane_count fresh zero-filled buffers of the given
  * sizes, mapped writable (MAP_SHARED) here. Write through td_alloc_data(),
  * then td_client_publish_alloc() (or drop them with td_alloc_free()).
+ * The mapping is not passed to a child of fork() (MADV_DONTFORK): a
+ * child's writable copy would fail the publish's write seal (-EBUSY)
+ * until it exec'ed; there the loan's addresses are not mapped.
  * Alignment: a buffer whose size is a multiple of A (a power of two, at
  * most 2 MiB) is mapped at an A-aligned address, so asking for sizes that
  * are multiples of a device's minImportedHostPointerAlignment gives
