@@ -1073,6 +1073,8 @@ Test(loop, a_child_of_fork_closes_while_a_parent_thread_was_in_a_callback)
 	cr_assert_eq(g.status, -ECANCELED);
 }
 
+/* (the test below and its helpers: not under TSan, see there) */
+#ifndef __SANITIZE_THREAD__
 static pid_t forked_in_cb;
 
 static void fork_on_get(struct td_client *c, int status, struct td_tensor *t,
@@ -1095,6 +1097,11 @@ static void *close_client(void *arg)
  * returns. The child's remade turns must leave that one to it: another
  * thread of the child then finds the turn free, and its close tells the
  * GET still waiting.
+ *
+ * Not built under ThreadSanitizer: the child starts a thread, and TSan
+ * cannot follow a thread started in the child of a threaded fork() ("dup
+ * thread with used id", its own limit, not a race; docs/reliability.md,
+ * "Under ThreadSanitizer"). The plain and ASan runs run it.
  */
 Test(loop, a_child_forked_inside_a_callback_gives_its_turn_back)
 {
@@ -1129,6 +1136,7 @@ Test(loop, a_child_forked_inside_a_callback_gives_its_turn_back)
 	pair_down(&x);
 	cr_assert_eq(g.status, -ECANCELED);
 }
+#endif
 
 /* ---- TD_CLIENT_RECONNECT in an event loop ---- */
 
