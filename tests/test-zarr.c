@@ -874,6 +874,67 @@ Test(export, into_an_empty_mount_point, .init = start, .fini = stop)
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
+/*
+ * DIR an existing empty folder that an administrator made for a user in a
+ * parent the user may not write (a shelf of per-user folders): the
+ * temporary folder beside DIR could not be made, so the export always
+ * failed ("making a new folder in ...: Permission denied"). It is built
+ * inside DIR and moved up now, and DIR keeps its owner and mode.
+ */
+Test(export, into_an_empty_folder_whose_parent_the_user_may_not_write,
+     .fini = stop)
+{
+	static const char *const more[] = {"--socket-mode", "0666", NULL};
+	char *out;
+	struct stat st;
+
+	cr_assert_eq(geteuid(), 0, "this test runs as root (as CI does)");
+	tu_daemon_start_args(&d, "warn", more);
+	zt_setup(&d);
+	put_all();
+	zt_ok_sh("chmod 0711 %s && chmod 0755 %s && mkdir -m 0755 %s/shelf && "
+	         "mkdir -m 0750 %s/shelf/mine && chown 65534:65534 "
+	         "%s/shelf/mine",
+	         d.dir, zt_dir, zt_dir, zt_dir, zt_dir);
+	cr_assert_eq(zt_sh(&out,
+	                   "setpriv --reuid=65534 --regid=65534 "
+	                   "--clear-groups '%s' --socket '%s' zarr export "
+	                   "%s/shelf/mine",
+	                   getenv("TD_TENSORCTL"), d.sock, zt_dir),
+	             0, "%s", out);
+	free(out);
+	zt_check_dir("shelf/mine");
+	out = expect_puts(true);
+	zt_zarrita("shelf/mine", out);
+	free(out);
+	cr_assert_eq(zt_sh(&out, "ls -A %s/shelf/mine | grep -c tensorctl",
+	                   zt_dir),
+	             1, "a temporary folder is left: %s", out);
+	free(out);
+	cr_assert_eq(zt_sh(&out, "ls -A %s/shelf", zt_dir), 0);
+	cr_assert_str_eq(out, "mine\n", "left beside it");
+	free(out);
+	{
+		char p[256];
+
+		snprintf(p, sizeof(p), "%s/shelf/mine", zt_dir);
+		cr_assert_eq(stat(p, &st), 0);
+	}
+	cr_assert(st.st_uid == 65534 && (st.st_mode & 07777) == 0750,
+	          "the folder's owner and mode are kept: %u %o",
+	          (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+	/* a second export into it is refused: it is not empty now */
+	cr_assert_eq(zt_sh(&out,
+	                   "setpriv --reuid=65534 --regid=65534 "
+	                   "--clear-groups '%s' --socket '%s' zarr export "
+	                   "%s/shelf/mine small",
+	                   getenv("TD_TENSORCTL"), d.sock, zt_dir),
+	             1, "%s", out);
+	cr_assert(strstr(out, "is not empty"), "%s", out);
+	free(out);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
 Test(export, is_byte_stable_and_never_half_written, .init = start,
      .fini = stop)
 {

@@ -319,7 +319,8 @@ static int check_target(const char *dir, size_t dl)
 }
 
 /* The tree in tmp made DIR: renamed over it, or (into an empty mount
- * point, which rename refuses with EBUSY) moved up from tmp inside it. */
+ * point, which rename refuses with EBUSY, or an empty folder in a parent
+ * closed to this user) moved up from tmp inside it. */
 static int put_in_place(const char *tmp, const char *dir, bool into,
                         const struct zset *z)
 {
@@ -354,9 +355,11 @@ static int export_write(const char *dir, const struct zset *z)
 	while (dl > 1 && dir[dl - 1] == '/')
 		dl--;
 	rc = check_target(dir, dl);
-	/* an existing empty mount point: built inside it, on its file
+	/* an existing empty mount point, or an existing empty folder in a
+	 * parent this user may not write: built inside it, on its file
 	 * system, and moved up (put_in_place) */
-	into = !rc && tctl_zarr_is_mount_root(dir);
+	into = !rc && (tctl_zarr_is_mount_root(dir) ||
+	               tctl_zarr_parent_is_closed(dir));
 	/* the temporary folder: hidden, beside DIR, named like output.c's
 	 * temporary files */
 	snprintf(parent, sizeof(parent), "%.*s", (int)dl, dir);

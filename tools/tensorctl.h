@@ -173,8 +173,10 @@ int cmd_save(int argc, char **argv);
 int cmd_zarr(int argc, char **argv);
 /* zarr import (cmd-zarr-import.c); argv[0] is "zarr" */
 int cmd_zarr_import(int argc, char **argv);
-/* zarr-into.c: export into an existing empty mount point (cmd-zarr.c) */
+/* zarr-into.c: export into an existing empty mount point, or an empty
+ * folder whose parent this user may not write (cmd-zarr.c) */
 bool tctl_zarr_is_mount_root(const char *dir);
+bool tctl_zarr_parent_is_closed(const char *dir);
 int tctl_zarr_move_up(const char *dir, const char *tmp,
                       const char *const *names, size_t n, char *step,
                       size_t cap);

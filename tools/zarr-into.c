@@ -2,9 +2,11 @@
 /*
  * zarr export into an existing empty folder that cannot be replaced by a
  * rename: a mount point (a fresh volume's root), where rename(2) fails
- * with EBUSY. The tree is built in a hidden folder inside DIR (on DIR's
- * file system) and its entries are moved up into DIR, the root zarr.json
- * last (docs/zarr.md).
+ * with EBUSY, or a folder whose parent this user may not write (a folder
+ * an administrator made for the user in a place that is not theirs),
+ * where the temporary folder beside it cannot be made. The tree is built
+ * in a hidden folder inside DIR (on DIR's file system) and its entries
+ * are moved up into DIR, the root zarr.json last (docs/zarr.md).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,6 +34,22 @@ bool tctl_zarr_is_mount_root(const char *dir)
 		return false;
 	return sx.stx_dev_major != px.stx_dev_major ||
 	       sx.stx_dev_minor != px.stx_dev_minor;
+}
+
+/* An existing folder DIR whose parent this user may not add to (search
+ * and write, checked with the effective ids, as mkdir(2) will be), or on
+ * a read-only file system there: the export is built inside DIR. */
+bool tctl_zarr_parent_is_closed(const char *dir)
+{
+	struct stat st;
+	char up[PATH_MAX];
+
+	if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) ||
+	    snprintf(up, sizeof(up), "%s/..", dir) >= (int)sizeof(up))
+		return false;
+	if (!faccessat(AT_FDCWD, up, W_OK | X_OK, AT_EACCESS))
+		return false;
+	return errno == EACCES || errno == EPERM || errno == EROFS;
 }
 
 /*
