@@ -46,6 +46,10 @@
  * $TD_FAIL_CREATE=PATH* fails every open(2) with O_CREAT of a path PATH
  * starts with ENOSPC: a full disk (tensord's FILE.partial-<time>).
  *
+ * $TD_FAIL_RENAMEAT2=NAME fails every renameat2(2) to the name NAME
+ * (the new path as passed) with EIO: a disk that fails in the middle of
+ * zarr export's moves up into DIR (the root zarr.json is moved last).
+ *
  * $TD_DELETE_AFTER_LIST=NAME deletes the tensor NAME (td_client_delete
  * on the same connection) just after the first td_client_list() returns,
  * once: a tensor deleted between the LIST and the GET of a command over
@@ -270,6 +274,21 @@ int linkat(int fromfd, const char *from, int tofd, const char *to, int flags)
 		*(void **)&real = dlsym(RTLD_NEXT, "linkat");
 	if (getenv("TD_FAIL_LINK")) {
 		errno = EPERM;
+		return -1;
+	}
+	return real(fromfd, from, tofd, to, flags);
+}
+
+int renameat2(int fromfd, const char *from, int tofd, const char *to,
+              unsigned flags)
+{
+	static int (*real)(int, const char *, int, const char *, unsigned);
+	const char *name = getenv("TD_FAIL_RENAMEAT2");
+
+	if (!real)
+		*(void **)&real = dlsym(RTLD_NEXT, "renameat2");
+	if (name && !strcmp(to, name)) {
+		errno = EIO;
 		return -1;
 	}
 	return real(fromfd, from, tofd, to, flags);

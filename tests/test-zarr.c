@@ -935,6 +935,57 @@ Test(export, into_an_empty_folder_whose_parent_the_user_may_not_write,
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
+/*
+ * A move up into DIR that fails half-way (the disk, here the root
+ * zarr.json, the last): what was moved is moved back, so DIR is left as it
+ * was, empty, and the temporary folder is removed. This path had no test.
+ */
+Test(export, a_failed_move_up_leaves_the_folder_empty, .fini = stop)
+{
+	static const char *const more[] = {"--socket-mode", "0666", NULL};
+	const char *shim = getenv("TD_RAISE_BEFORE_OPEN_SHIM");
+	char *out;
+
+	cr_assert(shim, "TD_RAISE_BEFORE_OPEN_SHIM is not set");
+	cr_assert_eq(geteuid(), 0, "this test runs as root (as CI does)");
+	tu_daemon_start_args(&d, "warn", more);
+	zt_setup(&d);
+	put_all();
+	zt_ok_sh("chmod 0711 %s && chmod 0755 %s && mkdir -m 0755 %s/shelf && "
+	         "mkdir -m 0750 %s/shelf/mine && chown 65534:65534 "
+	         "%s/shelf/mine",
+	         d.dir, zt_dir, zt_dir, zt_dir, zt_dir);
+	/* a sanitized tensorctl is told its runtime need not come first */
+	cr_assert_eq(zt_sh(&out,
+	                   "TD_FAIL_RENAMEAT2=zarr.json LD_PRELOAD=%s "
+	                   "ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:"
+	                   "verify_asan_link_order=0 "
+	                   "setpriv --reuid=65534 --regid=65534 "
+	                   "--clear-groups '%s' --socket '%s' zarr export "
+	                   "%s/shelf/mine",
+	                   shim, getenv("TD_TENSORCTL"), d.sock, zt_dir),
+	             1, "%s", out);
+	cr_assert(strstr(out, "moving zarr.json up into it: Input/output "
+	                      "error; nothing written"),
+	          "%s", out);
+	free(out);
+	cr_assert_eq(zt_sh(&out, "ls -A %s/shelf/mine", zt_dir), 0);
+	cr_assert_str_eq(out, "", "left in the folder");
+	free(out);
+	/* and it takes the next export whole */
+	cr_assert_eq(zt_sh(&out,
+	                   "setpriv --reuid=65534 --regid=65534 "
+	                   "--clear-groups '%s' --socket '%s' zarr export "
+	                   "%s/shelf/mine small half",
+	                   getenv("TD_TENSORCTL"), d.sock, zt_dir),
+	             0, "%s", out);
+	free(out);
+	cr_assert_eq(zt_sh(&out, "ls -A %s/shelf/mine", zt_dir), 0);
+	cr_assert_str_eq(out, "half\nsmall\nzarr.json\n");
+	free(out);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
 Test(export, is_byte_stable_and_never_half_written, .init = start,
      .fini = stop)
 {
