@@ -581,15 +581,18 @@ static int start(struct td__daemon *d, uv_signal_t *sigint,
 	return 0;
 }
 
-/* Everything start() made, gone, in the order that keeps it clean. */
-static void stop(struct td__daemon *d)
+/* Everything start() made, gone, in the order that keeps it clean; -1
+ * when the final snapshot save failed (logged there). */
+static int stop(struct td__daemon *d)
 {
+	int rc;
+
 	td__sd_stopping(d);
 	/* order: stop accepting, drop peers (their leases), then the store */
 	td__server_stop(d);
 	td__http_stop(d);
 	td__peer_drop_all(d);
-	td__snapshot_fini(); /* the final save, while the store is whole */
+	rc = td__snapshot_fini(); /* the final save, while the store is whole */
 	td__fdstore_fini(); /* the final image, before the store lets go */
 	td__store_free(d);
 	td__fence_fini(); /* every version, so every watched fence, gone */
@@ -605,6 +608,7 @@ static void stop(struct td__daemon *d)
 	td__tenants_fini();
 	td__policy_fini(d->policy);
 	free(d->policy);
+	return rc;
 }
 
 /*
@@ -690,7 +694,17 @@ int main(int argc, char **argv)
 			uv_run(&loop, UV_RUN_DEFAULT);
 		status = 0;
 	}
-	stop(d);
+	/*
+	 * A failed final save lost what changed since the last one: exit 1,
+	 * so systemd shows the unit failed (and Restart=on-failure restarts
+	 * a daemon stopped by anyone else). systemd keeps the fd store of a
+	 * failed unit while a job is queued for it (systemctl restart).
+	 */
+	if (stop(d) < 0 && status == 0) {
+		td__log(TD_LOG_ERROR, "exit status 1: the final snapshot save "
+				      "failed (above)");
+		status = 1;
+	}
 	free(d);
 	td__d = NULL;
 	return status;

@@ -107,6 +107,7 @@ struct td__snap_state {
 	 */
 	bool only_missed;
 	bool final;      /* stopping: only the final save */
+	bool final_failed; /* ... and it failed: the exit status says so */
 };
 extern struct td__snap_state td__snap;
 

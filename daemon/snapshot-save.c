@@ -190,15 +190,18 @@ static void save_end(struct save *sv)
 		if (!failed)
 			td__log(TD_LOG_DEBUG, "snapshot: save abandoned for a "
 					      "newer one");
-		else if (td__snap.final)
+		else if (td__snap.final) {
 			/* no later save: what changed since the last one
-			 * is not in the snapshot */
+			 * is not in the snapshot (unless only the folder's
+			 * fsync failed: the new one is FILE, the stop lost
+			 * nothing) */
+			td__snap.final_failed = sv->phase != PH_DIRSYNC;
 			td__log(TD_LOG_ERROR, "snapshot: final save to %s "
 					      "failed: %s (%s); %s; not "
 					      "retried: the daemon is stopping",
 				td__snap.path, sv->why, strerror(-sv->err),
 				kept(sv));
-		else
+		} else
 			td__log(TD_LOG_ERROR, "snapshot: saving %s failed: "
 					      "%s (%s); %s; retried in %" PRIu64
 					      " s at the earliest",

@@ -557,11 +557,14 @@ static void stop_record(void)
 			td__snap.path, strerror(errno));
 }
 
-void td__snapshot_fini(void)
+int td__snapshot_fini(void)
 {
+	bool failed;
+
 	if (!td__snap.on)
-		return;
+		return 0;
 	td__snap_save_final();
+	failed = td__snap.final_failed;
 	rec_stop(); /* before the clean stop's own number */
 	stop_record();
 	td__snap.on = false;
@@ -574,4 +577,5 @@ void td__snapshot_fini(void)
 	free(td__snap.tmp);
 	free(td__snap.dir);
 	td__snap.path = td__snap.tmp = td__snap.dir = NULL;
+	return failed ? -1 : 0;
 }

@@ -45,8 +45,10 @@ uint64_t td__snapshot_reserve(uint64_t next);
  * Clean stop, after the peers are gone and before the store is freed:
  * the final save when anything changed since the last one (the loop runs
  * until it is on disk), then the I/O engine is closed. Idempotent.
+ * Returns -1 when that final save failed (logged; the daemon's exit
+ * status is then 1: docs/snapshot.md, "Crash safety"), else 0.
  */
-void td__snapshot_fini(void);
+int td__snapshot_fini(void);
 
 /* ---- store.c: what a save holds ---- */
 

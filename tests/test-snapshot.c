@@ -1172,8 +1172,9 @@ Test(snapshot, a_save_that_cannot_start_backs_off_and_the_daemon_serves,
 	/* the loop still serves */
 	cr_assert_eq(count(c), 1);
 	td_client_close(c);
-	/* and hears SIGTERM (a wedged daemon times the test out here) */
-	tu_daemon_stop(&d, true);
+	/* and hears SIGTERM (a wedged daemon times the test out here);
+	 * its final save fails the same way, which its status says */
+	tu_daemon_stop_status(&d, true, 1);
 	fails = log_count(&s, "snapshot: saving");
 	cr_assert(fails >= 1 && fails <= 6, "%u failed saves in 2.5 s: %s",
 		  fails, tu_slurp(s.log));
@@ -1866,9 +1867,12 @@ Test(snapshot, a_file_size_limit_fails_a_save_not_the_daemon, .timeout = 60)
 	put(c, &b2, next_version(c));
 	cr_assert_eq(count(c), 3);
 	td_client_close(c);
-	/* the final save fails: a clean stop all the same (status 0) */
-	tu_daemon_stop(&d, true);
+	/* the final save fails: the exit status says so (it was 0, and
+	 * systemd showed a stop that lost data as a clean one) */
+	tu_daemon_stop_status(&d, true, 1);
 	cr_assert(log_has(&s, "File too large"), "%s", tu_slurp(s.log));
+	cr_assert(log_has(&s, "exit status 1: the final snapshot save failed"),
+		  "%s", tu_slurp(s.log));
 	/* no promise of a retry that a stopping daemon cannot keep */
 	cr_assert(log_has(&s, "not retried: the daemon is stopping") &&
 			  !log_has(&s, "retried in"),

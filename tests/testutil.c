@@ -524,6 +524,11 @@ void tu_daemon_kill(struct tu_daemon *d)
 
 void tu_daemon_stop(struct tu_daemon *d, bool check_maps)
 {
+	tu_daemon_stop_status(d, check_maps, 0);
+}
+
+void tu_daemon_stop_status(struct tu_daemon *d, bool check_maps, int want)
+{
 	pid_t pid = d->pid;
 	int st;
 
@@ -539,8 +544,9 @@ void tu_daemon_stop(struct tu_daemon *d, bool check_maps)
 	cr_assert(tu_reap_within(pid, TU_WAIT_S, &st),
 		  "tensord did not exit within %d s of SIGTERM (killed)",
 		  TU_WAIT_S);
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-		  "tensord did not exit cleanly (status %#x)", st);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == want,
+		  "tensord did not exit with status %d (status %#x)", want,
+		  st);
 	unlink(d->sock);
 	rmdir(d->dir);
 	cr_assert_eq(tu_fd_count(), d->fds0, "fd leak: %d -> %d", d->fds0,

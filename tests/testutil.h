@@ -166,6 +166,8 @@ void tu_daemon_start_log(struct tu_daemon *d, const char *log_level,
  * to clean up after a body that failed first.
  */
 void tu_daemon_stop(struct tu_daemon *d, bool check_maps);
+/* the same, the daemon's exit status expected to be want (0 above) */
+void tu_daemon_stop_status(struct tu_daemon *d, bool check_maps, int want);
 /* SIGKILL the daemon (a crash, a restart to come), reap it and remove
  * its socket and folder; no check of its exit or of fds. */
 void tu_daemon_kill(struct tu_daemon *d);
