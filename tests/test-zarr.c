@@ -874,6 +874,22 @@ Test(export, into_an_empty_mount_point, .init = start, .fini = stop)
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
+/* The daemon open to every uid, the tensors of put_all, and an empty
+ * folder shelf/mine of uid 65534 in a shelf only root may write. */
+static void shelf_start(void)
+{
+	static const char *const more[] = {"--socket-mode", "0666", NULL};
+
+	cr_assert_eq(geteuid(), 0, "this test runs as root (as CI does)");
+	tu_daemon_start_args(&d, "warn", more);
+	zt_setup(&d);
+	put_all();
+	zt_ok_sh("chmod 0711 %s && chmod 0755 %s && mkdir -m 0755 %s/shelf && "
+	         "mkdir -m 0750 %s/shelf/mine && chown 65534:65534 "
+	         "%s/shelf/mine",
+	         d.dir, zt_dir, zt_dir, zt_dir, zt_dir);
+}
+
 /*
  * DIR an existing empty folder that an administrator made for a user in a
  * parent the user may not write (a shelf of per-user folders): the
@@ -884,18 +900,10 @@ Test(export, into_an_empty_mount_point, .init = start, .fini = stop)
 Test(export, into_an_empty_folder_whose_parent_the_user_may_not_write,
      .fini = stop)
 {
-	static const char *const more[] = {"--socket-mode", "0666", NULL};
 	char *out;
 	struct stat st;
 
-	cr_assert_eq(geteuid(), 0, "this test runs as root (as CI does)");
-	tu_daemon_start_args(&d, "warn", more);
-	zt_setup(&d);
-	put_all();
-	zt_ok_sh("chmod 0711 %s && chmod 0755 %s && mkdir -m 0755 %s/shelf && "
-	         "mkdir -m 0750 %s/shelf/mine && chown 65534:65534 "
-	         "%s/shelf/mine",
-	         d.dir, zt_dir, zt_dir, zt_dir, zt_dir);
+	shelf_start();
 	cr_assert_eq(zt_sh(&out,
 	                   "setpriv --reuid=65534 --regid=65534 "
 	                   "--clear-groups '%s' --socket '%s' zarr export "
@@ -942,19 +950,11 @@ Test(export, into_an_empty_folder_whose_parent_the_user_may_not_write,
  */
 Test(export, a_failed_move_up_leaves_the_folder_empty, .fini = stop)
 {
-	static const char *const more[] = {"--socket-mode", "0666", NULL};
 	const char *shim = getenv("TD_RAISE_BEFORE_OPEN_SHIM");
 	char *out;
 
 	cr_assert(shim, "TD_RAISE_BEFORE_OPEN_SHIM is not set");
-	cr_assert_eq(geteuid(), 0, "this test runs as root (as CI does)");
-	tu_daemon_start_args(&d, "warn", more);
-	zt_setup(&d);
-	put_all();
-	zt_ok_sh("chmod 0711 %s && chmod 0755 %s && mkdir -m 0755 %s/shelf && "
-	         "mkdir -m 0750 %s/shelf/mine && chown 65534:65534 "
-	         "%s/shelf/mine",
-	         d.dir, zt_dir, zt_dir, zt_dir, zt_dir);
+	shelf_start();
 	/* a sanitized tensorctl is told its runtime need not come first */
 	cr_assert_eq(zt_sh(&out,
 	                   "TD_FAIL_RENAMEAT2=zarr.json LD_PRELOAD=%s "
