@@ -9,6 +9,7 @@
 #include <cbor.h>
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -1162,6 +1163,168 @@ Test(tgm_io, writer_refuses_unusable_objects)
 	ob.attrs_len = 4;
 	cr_expect_eq(td_tgm_message_encode(&ob, 1, "t", &msg, &len, &e), 0);
 	free(msg);
+}
+
+/* What a td_tgm_sink saw. */
+struct grab {
+	uint8_t *p;
+	size_t len, cap;
+	int begins;
+	uint64_t total;
+	size_t writes, fail_at; /* fail_at: that write (1-based) fails */
+	size_t biggest_write;
+	uint64_t done[4];       /* bytes of objs[i] said done */
+	size_t unaligned_done;  /* interior pieces not chunk-aligned */
+};
+
+static int grab_begin(void *ctx, uint64_t total)
+{
+	struct grab *g = ctx;
+
+	g->begins++;
+	g->total = total;
+	return g->fail_at == (size_t)-1 ? -EIO : 0;
+}
+
+static int grab_write(void *ctx, const void *p, size_t n)
+{
+	struct grab *g = ctx;
+
+	cr_assert_eq(g->begins, 1, "a write before begin");
+	cr_assert_gt(n, 0);
+	if (++g->writes == g->fail_at)
+		return -ENOSPC;
+	if (n > g->biggest_write)
+		g->biggest_write = n;
+	if (g->len + n > g->cap) {
+		g->cap = (g->len + n) * 2;
+		g->p = realloc(g->p, g->cap);
+		cr_assert(g->p);
+	}
+	memcpy(g->p + g->len, p, n);
+	g->len += n;
+	return 0;
+}
+
+static void grab_done(void *ctx, size_t obj, const void *p, size_t n)
+{
+	struct grab *g = ctx;
+
+	cr_assert_lt(obj, 4);
+	g->done[obj] += n;
+	/* only a first piece may start off a chunk boundary, and only a
+	 * last one end off one */
+	if ((uintptr_t)p % TD_TGM_WRITE_CHUNK &&
+	    n == TD_TGM_WRITE_CHUNK)
+		g->unaligned_done++;
+}
+
+static struct td_tgm_sink grab_sink(struct grab *g)
+{
+	return (struct td_tgm_sink){grab_begin, grab_write, grab_done, g};
+}
+
+/*
+ * td_tgm_message_write() (what tensorctl save writes with, streaming
+ * from the tensors' mappings) gives the in-memory encoder's message byte
+ * for byte: objects of several pieces at odd addresses, empty data,
+ * attributes, opaque metadata, no name. Each object's data is said done
+ * twice over (hashed, then written), never written in pieces larger
+ * than TD_TGM_WRITE_CHUNK.
+ */
+Test(tgm_io, streamed_message_is_the_in_memory_encoders)
+{
+	size_t big = 2 * TD_TGM_WRITE_CHUNK + TD_TGM_WRITE_CHUNK / 3 + 5;
+	uint8_t *raw = malloc(big + 1), *msg = NULL;
+	uint64_t s_big[1] = {big}, s_f32[2] = {2, 3}, s_zero[2] = {0, 7},
+	         s_u16[1] = {2}, x = 0x9e3779b97f4a7c15ull, len = 0;
+	float f32[6] = {1.5f, -2.0f, NAN, INFINITY, 0.0f, 1e-30f};
+	uint16_t u16[2] = {0xbeef, 7};
+	static const uint8_t attrs[] = {0xa2, 0x61, 'k', 0x01, 0x64, 'n',
+	                                'a',  'm',  'e',  0x61, 'x'};
+	struct td_tgm_enc_object ob[4] = {
+	        {.dtype = TD_TGM_FLOAT32, .ndim = 2, .shape = s_f32,
+	         .data = f32, .data_len = sizeof(f32), .name = "f",
+	         .attrs = attrs, .attrs_len = sizeof(attrs)},
+	        {.dtype = TD_TGM_UINT8, .ndim = 1, .shape = s_big,
+	         .data = raw + 1, .data_len = big, .name = "big",
+	         .meta = "\xff opaque", .meta_len = 7},
+	        {.dtype = TD_TGM_INT64, .ndim = 2, .shape = s_zero,
+	         .data = NULL, .data_len = 0, .name = "empty"},
+	        {.dtype = TD_TGM_UINT16, .ndim = 1, .shape = s_u16,
+	         .data = u16, .data_len = sizeof(u16), .meta = "text",
+	         .meta_len = 4},
+	};
+	struct td_err e = {0};
+	size_t mlen = 0;
+
+	cr_assert(raw);
+	for (size_t i = 0; i < big; i++) { /* xorshift: no repeats */
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		raw[i + 1] = (uint8_t)(x >> 32);
+	}
+	for (size_t n = 1; n <= 4; n++) {
+		struct grab g = {0};
+		struct td_tgm_sink k = grab_sink(&g);
+
+		cr_assert_eq(td_tgm_message_encode(ob, n, "v1", &msg, &mlen,
+		                                   &e),
+		             0, "%s", e.reason);
+		cr_assert_eq(td_tgm_message_write(ob, n, "v1", &k, &len, &e),
+		             0, "%s", e.reason);
+		cr_expect_eq(g.begins, 1);
+		cr_expect_eq(g.total, mlen);
+		cr_expect_eq(len, mlen);
+		cr_assert_eq(g.len, mlen, "%zu objects: %zu bytes, not %zu",
+		             n, g.len, mlen);
+		cr_expect(!memcmp(g.p, msg, mlen),
+		          "%zu objects: the streamed bytes differ", n);
+		cr_expect_leq(g.biggest_write, TD_TGM_WRITE_CHUNK);
+		cr_expect_eq(g.unaligned_done, 0);
+		for (size_t i = 0; i < n; i++)
+			cr_expect_eq(g.done[i], 2 * ob[i].data_len,
+			             "object %zu: %" PRIu64 " bytes done", i,
+			             g.done[i]);
+		free(g.p);
+		free(msg);
+		msg = NULL;
+	}
+	free(raw);
+}
+
+/* The sink's errors stop the write and come back as they were; an
+ * unusable object is refused (as encode refuses it) before begin. */
+Test(tgm_io, streamed_message_stops_at_the_sinks_error)
+{
+	uint64_t shape[1] = {4};
+	uint8_t d[4] = {1, 2, 3, 4};
+	struct td_tgm_enc_object ob = {.dtype = TD_TGM_UINT8, .ndim = 1,
+	                               .shape = shape, .data = d,
+	                               .data_len = 4, .name = "a"};
+	struct td_err e = {0};
+	struct grab g = {.fail_at = 3};
+	struct td_tgm_sink k = grab_sink(&g);
+
+	cr_expect_eq(td_tgm_message_write(&ob, 1, "t", &k, NULL, &e),
+	             -ENOSPC);
+	cr_expect_eq(g.writes, 3, "no write after the failed one");
+	cr_expect_str_eq(e.reason, "the output refused the bytes");
+	free(g.p);
+	g = (struct grab){.fail_at = (size_t)-1};
+	cr_expect_eq(td_tgm_message_write(&ob, 1, "t", &k, NULL, &e), -EIO);
+	cr_expect_eq(g.writes, 0);
+	g = (struct grab){0};
+	ob.data_len = 3;
+	cr_expect_eq(td_tgm_message_write(&ob, 1, "t", &k, NULL, &e),
+	             -EINVAL);
+	cr_expect_str_eq(e.field, "data");
+	cr_expect_eq(g.begins, 0);
+	ob.data_len = 4;
+	cr_expect_eq(td_tgm_message_write(&ob, 1, "t", NULL, NULL, &e),
+	             -EINVAL);
+	cr_expect_str_eq(e.field, "sink");
 }
 
 /* ---- end to end: a real tensord, tensorctl as a separate program ---- */
