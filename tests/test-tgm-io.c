@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -1594,6 +1596,186 @@ Test(tgm_io, save_inspect_load_round_trip_is_byte_identical)
 	cr_expect_eq(ctl(&d, &out, "save", "rt_u8", NULL), 2, "no -o: usage");
 	free(out);
 	unlink(path);
+	td_client_close(c);
+	tu_daemon_stop(&d, false);
+}
+
+/* ---- a store larger than tensorctl's memory may grow ---- */
+
+#define BIG_N 4
+#define BIG_BYTES ((uint64_t)64 << 20)
+
+/* Word k of big tensor i: distinct across tensors and offsets. */
+static uint64_t big_word(unsigned i, uint64_t k)
+{
+	uint64_t z = ((uint64_t)i << 40) + k + 0x9e3779b97f4a7c15ull;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* Whether p holds big tensor i's bytes. */
+static bool big_same(unsigned i, const void *p)
+{
+	const uint64_t *w = p;
+
+	for (uint64_t k = 0; k < BIG_BYTES / 8; k++)
+		if (w[k] != big_word(i, k))
+			return false;
+	return true;
+}
+
+/*
+ * $TD_TENSORCTL --socket SOCK ARGS... (NULL-ended), stdout into
+ * stdout_path (NULL: log), stderr into log: its exit status (128 + a
+ * signal), its peak resident size in bytes in *peak (wait4's ru_maxrss:
+ * the kernel's VmHWM of the child, shared pages of mappings included).
+ * Forked from this process, which holds no large private memory: the
+ * fork's copy before exec counts, and stays small.
+ */
+static int ctl_peak(const struct tu_daemon *d, const char *stdout_path,
+                    const char *log, uint64_t *peak, ...)
+{
+	const char *bin = getenv("TD_TENSORCTL");
+	char *argv[16] = {(char *)bin, "--socket", (char *)d->sock};
+	struct rusage ru;
+	size_t n = 3;
+	va_list ap;
+	pid_t pid;
+	int st;
+
+	cr_assert(bin, "TD_TENSORCTL is not set");
+	va_start(ap, peak);
+	for (char *a; (a = va_arg(ap, char *)) != NULL;) {
+		cr_assert_lt(n, sizeof(argv) / sizeof(argv[0]) - 1);
+		argv[n++] = a;
+	}
+	va_end(ap);
+	pid = tu_fork();
+	if (pid == 0) {
+		int e = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		int o = stdout_path ? open(stdout_path,
+		                           O_WRONLY | O_CREAT | O_TRUNC, 0600)
+		                    : e;
+
+		if (e < 0 || o < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
+			_exit(126);
+		execv(bin, argv);
+		_exit(127);
+	}
+	cr_assert_eq(wait4(pid, &st, 0, &ru), pid, "wait4: %s",
+	             strerror(errno));
+	*peak = (uint64_t)ru.ru_maxrss * 1024;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* The log ctl_peak() wrote, for a failure's message. */
+static char *log_text(const char *log)
+{
+	size_t n;
+	uint8_t *b = tu_read_file(log, &n);
+	char *s = strndup(b ? (const char *)b : "", b ? n : 0);
+
+	free(b);
+	return s;
+}
+
+/*
+ * save of a store streams it: tensorctl's peak resident size (VmHWM,
+ * mapped tensor pages included) stays under a quarter of the tensors'
+ * bytes, for -o FILE and -o - alike, and the file loads back bit for bit
+ * with load's peak under that bound too. save encoded the whole message
+ * in memory (every tensor's bytes copied into its frame, then into the
+ * message: three times the store, with the mappings); load kept each
+ * object's whole buffer resident while it read it.
+ */
+Test(tgm_io, save_of_a_large_store_streams_in_bounded_memory)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_error e = {0};
+	char path[160], piped[160], log[160], name[BIG_N][16], *out;
+	uint64_t total = BIG_N * BIG_BYTES, shape = BIG_BYTES / 8, peak = 0;
+	uint8_t *a, *b;
+	size_t la, lb;
+	int rc;
+
+	tu_daemon_start(&d, "error");
+	c = client(&d);
+	for (unsigned i = 0; i < BIG_N; i++) {
+		struct td_alloc *al;
+		uint64_t size = BIG_BYTES, *w;
+		struct td_publish p = {.name = name[i],
+		                       .dtype = TD_TENSOR_U64,
+		                       .ndim = 1,
+		                       .shape = &shape};
+
+		snprintf(name[i], sizeof(name[i]), "big_t%u", i);
+		cr_assert_eq(td_client_alloc(c, 1, &size, &al, &e), 0, "%s",
+		             e.reason);
+		w = td_alloc_data(al, 0);
+		for (uint64_t k = 0; k < BIG_BYTES / 8; k++)
+			w[k] = big_word(i, k);
+		cr_assert_eq(td_client_publish_alloc(c, al, &p, NULL, &e), 0,
+		             "%s", e.reason);
+	}
+	snprintf(path, sizeof(path), "%s/big.tgm", d.dir);
+	snprintf(piped, sizeof(piped), "%s/piped.tgm", d.dir);
+	snprintf(log, sizeof(log), "%s/ctl.log", d.dir);
+
+	rc = ctl_peak(&d, NULL, log, &peak, "save", "-o", path, NULL);
+	out = log_text(log);
+	cr_assert_eq(rc, 0, "%s", out);
+	free(out);
+	cr_expect_lt(peak, total / 4,
+	             "save -o FILE peaked at %" PRIu64 " MiB for %" PRIu64
+	             " MiB of tensors",
+	             peak >> 20, total >> 20);
+	rc = ctl_peak(&d, piped, log, &peak, "save", "-o", "-", NULL);
+	out = log_text(log);
+	cr_assert_eq(rc, 0, "%s", out);
+	free(out);
+	cr_expect_lt(peak, total / 4,
+	             "save -o - peaked at %" PRIu64 " MiB for %" PRIu64
+	             " MiB of tensors",
+	             peak >> 20, total >> 20);
+	a = tu_read_file(path, &la);
+	b = tu_read_file(piped, &lb);
+	cr_assert_gt(la, total);
+	cr_expect(la == lb && !memcmp(a, b, la),
+	          "-o - wrote other bytes than -o FILE");
+	free(a);
+	free(b);
+	unlink(piped);
+
+	cr_assert_eq(ctl(&d, &out, "inspect", path, NULL), 0, "%s", out);
+	cr_expect(strstr(out, "end: clean"), "%s", out);
+	cr_expect(!strstr(out, "MISMATCH"), "%s", out);
+	free(out);
+	for (unsigned i = 0; i < BIG_N; i++)
+		cr_assert_eq(td_client_delete(c, name[i], NULL, &e), 0);
+	rc = ctl_peak(&d, NULL, log, &peak, "load", path, NULL);
+	out = log_text(log);
+	cr_assert_eq(rc, 0, "%s", out);
+	free(out);
+	/* load reads each object into the daemon's buffer a piece at a
+	 * time: not even one whole tensor is resident at once */
+	cr_expect_lt(peak, total / 4,
+	             "load peaked at %" PRIu64 " MiB for %" PRIu64
+	             " MiB of tensors",
+	             peak >> 20, total >> 20);
+	for (unsigned i = 0; i < BIG_N; i++) {
+		struct td_tensor *x = get(c, name[i]);
+
+		cr_assert_eq(td_tensor_bytes(x), BIG_BYTES, "%s", name[i]);
+		cr_expect_eq(td_tensor_dtype(x), TD_TENSOR_U64);
+		cr_expect(big_same(i, td_tensor_plane_data(x, 0)),
+		          "%s: bytes differ after save and load", name[i]);
+		td_tensor_release(x);
+	}
+	unlink(path);
+	unlink(log);
 	td_client_close(c);
 	tu_daemon_stop(&d, false);
 }
