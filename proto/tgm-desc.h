@@ -288,4 +288,39 @@ int td_tgm_message_encode(const struct td_tgm_enc_object *objs, size_t count,
                           const char *encoder_version, uint8_t **out,
                           size_t *out_len, struct td_err *err);
 
+/*
+ * Where td_tgm_message_write() sends the message, in order. begin and
+ * done may be NULL.
+ */
+struct td_tgm_sink {
+	/* Once, before the first byte: the message's total length. 0, or a
+	 * negative errno that stops the write. */
+	int (*begin)(void *ctx, uint64_t total_len);
+	/* The next n bytes (n >= 1): 0, or a negative errno that stops the
+	 * write. p may point into an object's data. */
+	int (*write)(void *ctx, const void *p, size_t n);
+	/* The writer is done with objs[obj].data[p .. p + n) for now (it
+	 * was hashed, or written): its pages may be dropped (it reads them
+	 * again, at most once more, to write them). */
+	void (*done)(void *ctx, size_t obj, const void *p, size_t n);
+	void *ctx;
+};
+
+/*
+ * The same message as td_tgm_message_encode(), byte for byte, written
+ * through sink with memory independent of the objects' data: a first pass
+ * hashes each object's data where it is (no copy), the headers are built,
+ * then the bytes go out in order, data straight from objs[i].data in
+ * pieces of at most TD_TGM_WRITE_CHUNK bytes (interior pieces aligned to
+ * it in memory), sink->done() after each piece of either pass. Returns 0
+ * with the total length in *out_len (may be NULL), -EINVAL as
+ * td_tgm_message_encode(), -ENOMEM, or the first negative errno begin or
+ * write returned (err says "the output refused the bytes").
+ */
+#define TD_TGM_WRITE_CHUNK ((size_t)4 << 20)
+int td_tgm_message_write(const struct td_tgm_enc_object *objs, size_t count,
+                         const char *encoder_version,
+                         const struct td_tgm_sink *sink, uint64_t *out_len,
+                         struct td_err *err);
+
 #endif

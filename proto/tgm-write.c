@@ -382,15 +382,10 @@ static int to_bytes(cbor_item_t *it, bool ok, struct gbuf *out)
 	return out->oom ? -ENOMEM : 0;
 }
 
-static void frame_out(struct gbuf *g, uint16_t type, const uint8_t *body,
-                      size_t body_len, const uint8_t *body2, size_t body2_len,
-                      uint64_t *length_out)
+/* A frame's 16-byte header (§4): version 1, hashed; type 9 CBOR-after. */
+static void frame_head(uint8_t h[16], uint16_t type, uint64_t len)
 {
-	uint8_t h[16], t[20];
 	bool nt = type == TD_TGM_NTENSOR_FRAME;
-	uint64_t len = 16 + body_len + body2_len + (nt ? 20 : 12);
-	XXH3_state_t st;
-	size_t tl = 0;
 
 	memcpy(h, "FR", 2);
 	td__put_be16(h + 2, type);
@@ -399,6 +394,34 @@ static void frame_out(struct gbuf *g, uint16_t type, const uint8_t *body,
 	                                    TD_TGM_FRAME_CBOR_AFTER_PAYLOAD
 	                       : TD_TGM_FRAME_HASH_PRESENT);
 	td__put_be64(h + 8, len);
+}
+
+/* A frame's footer (§6) into t: [cbor_offset] (type 9: 16 + data_len)
+ * hash ENDF; its length. */
+static size_t frame_tail(uint8_t t[20], bool nt, uint64_t data_len,
+                         uint64_t digest)
+{
+	size_t tl = 0;
+
+	if (nt) {
+		td__put_be64(t, 16 + data_len);
+		tl = 8;
+	}
+	td__put_be64(t + tl, digest);
+	memcpy(t + tl + 8, "ENDF", 4);
+	return tl + 12;
+}
+
+static void frame_out(struct gbuf *g, uint16_t type, const uint8_t *body,
+                      size_t body_len, const uint8_t *body2, size_t body2_len,
+                      uint64_t *length_out)
+{
+	uint8_t h[16], t[20];
+	bool nt = type == TD_TGM_NTENSOR_FRAME;
+	uint64_t len = 16 + body_len + body2_len + (nt ? 20 : 12);
+	XXH3_state_t st;
+
+	frame_head(h, type, len);
 	gb_put(g, h, 16);
 	gb_put(g, body, body_len);
 	gb_put(g, body2, body2_len);
@@ -406,13 +429,7 @@ static void frame_out(struct gbuf *g, uint16_t type, const uint8_t *body,
 	XXH3_64bits_reset(&st);
 	XXH3_64bits_update(&st, body, body_len);
 	XXH3_64bits_update(&st, body2, body2_len);
-	if (nt) {
-		td__put_be64(t, 16 + body_len);
-		tl = 8;
-	}
-	td__put_be64(t + tl, XXH3_64bits_digest(&st));
-	memcpy(t + tl + 8, "ENDF", 4);
-	gb_put(g, t, tl + 12);
+	gb_put(g, t, frame_tail(t, nt, body_len, XXH3_64bits_digest(&st)));
 	/* zero padding so the next frame starts at a multiple of 8 (§8) */
 	gb_zero(g, (size_t)(((len + 7) & ~(uint64_t)7) - len));
 	if (length_out)
@@ -479,35 +496,49 @@ struct enc {
 	struct gbuf meta, hashes, index, msg;
 	struct gbuf *descs, *frames; /* one per object */
 	uint64_t *flen;              /* each type-9 frame's length */
+	uint64_t *dig;               /* td_tgm_message_write(): digests */
 	cbor_item_t *base, *hl;      /* metadata base, hash list */
 };
 
-/* Every object's type-9 frame, its base entry and its hash (§7: the
- * hash list repeats each frame's slot). */
+/* Object i's descriptor bytes (descs[i]) and its base entry. */
+static int enc_describe(struct enc *e, size_t i)
+{
+	const struct td_tgm_enc_object *o = &e->objs[i];
+	uint64_t strides[TD_TGM_MAX_DIMS], s = 1;
+
+	for (uint32_t k = o->ndim; k-- > 0;) {
+		strides[k] = s;
+		s *= o->shape[k]; /* bounded: the product fit */
+	}
+	if (to_bytes(tensor_info(o, strides, true), true, &e->descs[i]) < 0 ||
+	    !arr_push(e->base, base_entry(o, strides)))
+		return -ENOMEM;
+	return 0;
+}
+
+/* The next entry of the hash list (§7: it repeats each frame's slot). */
+static int enc_hash_entry(struct enc *e, uint64_t digest)
+{
+	char hex[17];
+
+	snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)digest);
+	return arr_push(e->hl, cbor_build_string(hex)) ? 0 : -ENOMEM;
+}
+
+/* Every object's type-9 frame, its base entry and its hash. */
 static int enc_objects(struct enc *e)
 {
 	for (size_t i = 0; i < e->count; i++) {
 		const struct td_tgm_enc_object *o = &e->objs[i];
-		uint64_t strides[TD_TGM_MAX_DIMS], s = 1;
-		char hex[17];
 
-		for (uint32_t k = o->ndim; k-- > 0;) {
-			strides[k] = s;
-			s *= o->shape[k]; /* bounded: the product fit */
-		}
-		if (to_bytes(tensor_info(o, strides, true), true,
-		             &e->descs[i]) < 0 ||
-		    !arr_push(e->base, base_entry(o, strides)))
+		if (enc_describe(e, i) < 0)
 			return -ENOMEM;
 		frame_out(&e->frames[i], TD_TGM_NTENSOR_FRAME, o->data,
 		          o->data_len, e->descs[i].p, e->descs[i].len,
 		          &e->flen[i]);
-		if (e->frames[i].oom)
-			return -ENOMEM;
-		snprintf(hex, sizeof(hex), "%016llx",
-		         (unsigned long long)td__be64(e->frames[i].p +
-		                                      e->flen[i] - 12));
-		if (!arr_push(e->hl, cbor_build_string(hex)))
+		if (e->frames[i].oom ||
+		    enc_hash_entry(e, td__be64(e->frames[i].p + e->flen[i] -
+		                               12)) < 0)
 			return -ENOMEM;
 	}
 	return 0;
@@ -579,8 +610,17 @@ static int enc_index(struct enc *e, uint64_t *post, uint64_t *hash_at)
 	return 0;
 }
 
-/* Preamble, header frames, the objects' frames, postamble. */
-static int enc_assemble(struct enc *e, uint64_t post, uint64_t hash_at)
+/* The postamble (§9) into p: first_footer_offset = its own offset. */
+static void postamble(uint8_t p[24], uint64_t post)
+{
+	td__put_be64(p, post);
+	td__put_be64(p + 8, post + 24);
+	memcpy(p + 16, "39277777", 8);
+}
+
+/* Preamble and header frames into e->msg: the bytes before the first
+ * type-9 frame. */
+static int enc_head(struct enc *e, uint64_t post, uint64_t hash_at)
 {
 	uint8_t pre[24];
 
@@ -600,12 +640,20 @@ static int enc_assemble(struct enc *e, uint64_t post, uint64_t hash_at)
 		return -ENOMEM;
 	frame_out(&e->msg, TD_TGM_HEADER_HASH_FRAME, e->hashes.p, e->hashes.len,
 	          NULL, 0, NULL);
+	return e->msg.oom ? -ENOMEM : 0;
+}
+
+/* Preamble, header frames, the objects' frames, postamble. */
+static int enc_assemble(struct enc *e, uint64_t post, uint64_t hash_at)
+{
+	uint8_t pa[24];
+
+	if (enc_head(e, post, hash_at) < 0)
+		return -ENOMEM;
 	for (size_t i = 0; i < e->count; i++)
 		gb_put(&e->msg, e->frames[i].p, e->frames[i].len);
-	td__put_be64(pre, post);
-	td__put_be64(pre + 8, post + 24);
-	memcpy(pre + 16, "39277777", 8);
-	gb_put(&e->msg, pre, 24);
+	postamble(pa, post);
+	gb_put(&e->msg, pa, 24);
 	return e->msg.oom || e->msg.len != post + 24 ? -ENOMEM : 0;
 }
 
@@ -622,6 +670,7 @@ static void enc_fini(struct enc *e)
 	free(e->descs);
 	free(e->frames);
 	free(e->flen);
+	free(e->dig);
 	if (e->base)
 		cbor_decref(&e->base);
 	if (e->hl)
@@ -659,6 +708,139 @@ int td_tgm_message_encode(const struct td_tgm_enc_object *objs, size_t count,
 	} else {
 		td__err_set(err, TD_ERR_IO, NULL, false, 0, 0,
 		            "out of memory while encoding");
+	}
+	enc_fini(&e);
+	return rc;
+}
+
+/* ---- the same message through a sink (td_tgm_message_write) ---- */
+
+/* The next piece of data at p (left bytes on): up to the next multiple
+ * of TD_TGM_WRITE_CHUNK in memory, so interior pieces are aligned. */
+static size_t piece(const uint8_t *p, uint64_t left)
+{
+	size_t n = TD_TGM_WRITE_CHUNK -
+	           (size_t)((uintptr_t)p % TD_TGM_WRITE_CHUNK);
+
+	return left < n ? (size_t)left : n;
+}
+
+/* Each object's descriptor, base entry, frame length and digest: its
+ * data hashed where it is, a piece at a time (the digest of the pieces
+ * is the digest of the whole, XXH3's streaming form). */
+static int stream_hash(struct enc *e, const struct td_tgm_sink *k)
+{
+	for (size_t i = 0; i < e->count; i++) {
+		const struct td_tgm_enc_object *o = &e->objs[i];
+		const uint8_t *p = o->data;
+		uint64_t left = o->data_len;
+		XXH3_state_t st;
+
+		if (enc_describe(e, i) < 0)
+			return -ENOMEM;
+		XXH3_64bits_reset(&st);
+		while (left) {
+			size_t n = piece(p, left);
+
+			XXH3_64bits_update(&st, p, n);
+			if (k->done)
+				k->done(k->ctx, i, p, n);
+			p += n;
+			left -= n;
+		}
+		XXH3_64bits_update(&st, e->descs[i].p, e->descs[i].len);
+		e->dig[i] = XXH3_64bits_digest(&st);
+		e->flen[i] = 16 + o->data_len + e->descs[i].len + 20;
+		if (enc_hash_entry(e, e->dig[i]) < 0)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Object i's type-9 frame (as frame_out() lays it) and its padding. */
+static int stream_object(struct enc *e, const struct td_tgm_sink *k,
+                         size_t i)
+{
+	static const uint8_t zero[8];
+	const struct td_tgm_enc_object *o = &e->objs[i];
+	const uint8_t *p = o->data;
+	uint64_t left = o->data_len, len = e->flen[i];
+	uint8_t b[20];
+	int rc;
+
+	frame_head(b, TD_TGM_NTENSOR_FRAME, len);
+	rc = k->write(k->ctx, b, 16);
+	while (!rc && left) {
+		size_t n = piece(p, left);
+
+		rc = k->write(k->ctx, p, n);
+		if (k->done)
+			k->done(k->ctx, i, p, n);
+		p += n;
+		left -= n;
+	}
+	if (!rc)
+		rc = k->write(k->ctx, e->descs[i].p, e->descs[i].len);
+	if (!rc)
+		rc = k->write(k->ctx, b,
+		              frame_tail(b, true, o->data_len, e->dig[i]));
+	if (!rc && pad8(len) != len)
+		rc = k->write(k->ctx, zero, (size_t)(pad8(len) - len));
+	return rc;
+}
+
+/* Everything, in order: e->msg (preamble, header frames), the objects'
+ * frames, the postamble. */
+static int stream_out(struct enc *e, const struct td_tgm_sink *k,
+                      uint64_t post)
+{
+	uint8_t pa[24];
+	int rc = k->begin ? k->begin(k->ctx, post + 24) : 0;
+
+	if (!rc)
+		rc = k->write(k->ctx, e->msg.p, e->msg.len);
+	for (size_t i = 0; !rc && i < e->count; i++)
+		rc = stream_object(e, k, i);
+	postamble(pa, post);
+	return rc ? rc : k->write(k->ctx, pa, sizeof(pa));
+}
+
+int td_tgm_message_write(const struct td_tgm_enc_object *objs, size_t count,
+                         const char *encoder_version,
+                         const struct td_tgm_sink *sink, uint64_t *out_len,
+                         struct td_err *err)
+{
+	struct enc e = {.objs = objs, .count = count};
+	uint64_t post = 0, hash_at = 0;
+	int rc = check_objects(objs, count, err);
+
+	if (rc < 0)
+		return rc;
+	if (!sink || !sink->write)
+		return td__err_set(err, TD_ERR_INVALID_ARGUMENT, "sink", false,
+		                   0, 0, "a message needs a sink to write to");
+	e.descs = calloc(count, sizeof(*e.descs));
+	e.flen = calloc(count, sizeof(*e.flen));
+	e.dig = calloc(count, sizeof(*e.dig));
+	e.base = cbor_new_definite_array(count);
+	e.hl = cbor_new_definite_array(count);
+	rc = -ENOMEM;
+	if (e.descs && e.flen && e.dig && e.base && e.hl)
+		rc = stream_hash(&e, sink);
+	if (!rc)
+		rc = enc_meta_hashes(&e, encoder_version);
+	if (!rc)
+		rc = enc_index(&e, &post, &hash_at);
+	if (!rc)
+		rc = enc_head(&e, post, hash_at);
+	if (rc) {
+		td__err_set(err, TD_ERR_IO, NULL, false, 0, 0,
+		            "out of memory while encoding");
+	} else if ((rc = stream_out(&e, sink, post)) < 0) {
+		td__err_set(err, TD_ERR_IO, NULL, false, 0, 0,
+		            "the output refused the bytes");
+	} else if (out_len) {
+		*out_len = post + 24;
 	}
 	enc_fini(&e);
 	return rc;

@@ -9,12 +9,15 @@
 #include <cbor.h>
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -1164,6 +1167,168 @@ Test(tgm_io, writer_refuses_unusable_objects)
 	free(msg);
 }
 
+/* What a td_tgm_sink saw. */
+struct grab {
+	uint8_t *p;
+	size_t len, cap;
+	int begins;
+	uint64_t total;
+	size_t writes, fail_at; /* fail_at: that write (1-based) fails */
+	size_t biggest_write;
+	uint64_t done[4];       /* bytes of objs[i] said done */
+	size_t unaligned_done;  /* interior pieces not chunk-aligned */
+};
+
+static int grab_begin(void *ctx, uint64_t total)
+{
+	struct grab *g = ctx;
+
+	g->begins++;
+	g->total = total;
+	return g->fail_at == (size_t)-1 ? -EIO : 0;
+}
+
+static int grab_write(void *ctx, const void *p, size_t n)
+{
+	struct grab *g = ctx;
+
+	cr_assert_eq(g->begins, 1, "a write before begin");
+	cr_assert_gt(n, 0);
+	if (++g->writes == g->fail_at)
+		return -ENOSPC;
+	if (n > g->biggest_write)
+		g->biggest_write = n;
+	if (g->len + n > g->cap) {
+		g->cap = (g->len + n) * 2;
+		g->p = realloc(g->p, g->cap);
+		cr_assert(g->p);
+	}
+	memcpy(g->p + g->len, p, n);
+	g->len += n;
+	return 0;
+}
+
+static void grab_done(void *ctx, size_t obj, const void *p, size_t n)
+{
+	struct grab *g = ctx;
+
+	cr_assert_lt(obj, 4);
+	g->done[obj] += n;
+	/* only a first piece may start off a chunk boundary, and only a
+	 * last one end off one */
+	if ((uintptr_t)p % TD_TGM_WRITE_CHUNK &&
+	    n == TD_TGM_WRITE_CHUNK)
+		g->unaligned_done++;
+}
+
+static struct td_tgm_sink grab_sink(struct grab *g)
+{
+	return (struct td_tgm_sink){grab_begin, grab_write, grab_done, g};
+}
+
+/*
+ * td_tgm_message_write() (what tensorctl save writes with, streaming
+ * from the tensors' mappings) gives the in-memory encoder's message byte
+ * for byte: objects of several pieces at odd addresses, empty data,
+ * attributes, opaque metadata, no name. Each object's data is said done
+ * twice over (hashed, then written), never written in pieces larger
+ * than TD_TGM_WRITE_CHUNK.
+ */
+Test(tgm_io, streamed_message_is_the_in_memory_encoders)
+{
+	size_t big = 2 * TD_TGM_WRITE_CHUNK + TD_TGM_WRITE_CHUNK / 3 + 5;
+	uint8_t *raw = malloc(big + 1), *msg = NULL;
+	uint64_t s_big[1] = {big}, s_f32[2] = {2, 3}, s_zero[2] = {0, 7},
+	         s_u16[1] = {2}, x = 0x9e3779b97f4a7c15ull, len = 0;
+	float f32[6] = {1.5f, -2.0f, NAN, INFINITY, 0.0f, 1e-30f};
+	uint16_t u16[2] = {0xbeef, 7};
+	static const uint8_t attrs[] = {0xa2, 0x61, 'k', 0x01, 0x64, 'n',
+	                                'a',  'm',  'e',  0x61, 'x'};
+	struct td_tgm_enc_object ob[4] = {
+	        {.dtype = TD_TGM_FLOAT32, .ndim = 2, .shape = s_f32,
+	         .data = f32, .data_len = sizeof(f32), .name = "f",
+	         .attrs = attrs, .attrs_len = sizeof(attrs)},
+	        {.dtype = TD_TGM_UINT8, .ndim = 1, .shape = s_big,
+	         .data = raw + 1, .data_len = big, .name = "big",
+	         .meta = "\xff opaque", .meta_len = 7},
+	        {.dtype = TD_TGM_INT64, .ndim = 2, .shape = s_zero,
+	         .data = NULL, .data_len = 0, .name = "empty"},
+	        {.dtype = TD_TGM_UINT16, .ndim = 1, .shape = s_u16,
+	         .data = u16, .data_len = sizeof(u16), .meta = "text",
+	         .meta_len = 4},
+	};
+	struct td_err e = {0};
+	size_t mlen = 0;
+
+	cr_assert(raw);
+	for (size_t i = 0; i < big; i++) { /* xorshift: no repeats */
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		raw[i + 1] = (uint8_t)(x >> 32);
+	}
+	for (size_t n = 1; n <= 4; n++) {
+		struct grab g = {0};
+		struct td_tgm_sink k = grab_sink(&g);
+
+		cr_assert_eq(td_tgm_message_encode(ob, n, "v1", &msg, &mlen,
+		                                   &e),
+		             0, "%s", e.reason);
+		cr_assert_eq(td_tgm_message_write(ob, n, "v1", &k, &len, &e),
+		             0, "%s", e.reason);
+		cr_expect_eq(g.begins, 1);
+		cr_expect_eq(g.total, mlen);
+		cr_expect_eq(len, mlen);
+		cr_assert_eq(g.len, mlen, "%zu objects: %zu bytes, not %zu",
+		             n, g.len, mlen);
+		cr_expect(!memcmp(g.p, msg, mlen),
+		          "%zu objects: the streamed bytes differ", n);
+		cr_expect_leq(g.biggest_write, TD_TGM_WRITE_CHUNK);
+		cr_expect_eq(g.unaligned_done, 0);
+		for (size_t i = 0; i < n; i++)
+			cr_expect_eq(g.done[i], 2 * ob[i].data_len,
+			             "object %zu: %" PRIu64 " bytes done", i,
+			             g.done[i]);
+		free(g.p);
+		free(msg);
+		msg = NULL;
+	}
+	free(raw);
+}
+
+/* The sink's errors stop the write and come back as they were; an
+ * unusable object is refused (as encode refuses it) before begin. */
+Test(tgm_io, streamed_message_stops_at_the_sinks_error)
+{
+	uint64_t shape[1] = {4};
+	uint8_t d[4] = {1, 2, 3, 4};
+	struct td_tgm_enc_object ob = {.dtype = TD_TGM_UINT8, .ndim = 1,
+	                               .shape = shape, .data = d,
+	                               .data_len = 4, .name = "a"};
+	struct td_err e = {0};
+	struct grab g = {.fail_at = 3};
+	struct td_tgm_sink k = grab_sink(&g);
+
+	cr_expect_eq(td_tgm_message_write(&ob, 1, "t", &k, NULL, &e),
+	             -ENOSPC);
+	cr_expect_eq(g.writes, 3, "no write after the failed one");
+	cr_expect_str_eq(e.reason, "the output refused the bytes");
+	free(g.p);
+	g = (struct grab){.fail_at = (size_t)-1};
+	cr_expect_eq(td_tgm_message_write(&ob, 1, "t", &k, NULL, &e), -EIO);
+	cr_expect_eq(g.writes, 0);
+	g = (struct grab){0};
+	ob.data_len = 3;
+	cr_expect_eq(td_tgm_message_write(&ob, 1, "t", &k, NULL, &e),
+	             -EINVAL);
+	cr_expect_str_eq(e.field, "data");
+	cr_expect_eq(g.begins, 0);
+	ob.data_len = 4;
+	cr_expect_eq(td_tgm_message_write(&ob, 1, "t", NULL, NULL, &e),
+	             -EINVAL);
+	cr_expect_str_eq(e.field, "sink");
+}
+
 /* ---- end to end: a real tensord, tensorctl as a separate program ---- */
 
 
@@ -1431,6 +1596,186 @@ Test(tgm_io, save_inspect_load_round_trip_is_byte_identical)
 	cr_expect_eq(ctl(&d, &out, "save", "rt_u8", NULL), 2, "no -o: usage");
 	free(out);
 	unlink(path);
+	td_client_close(c);
+	tu_daemon_stop(&d, false);
+}
+
+/* ---- a store larger than tensorctl's memory may grow ---- */
+
+#define BIG_N 4
+#define BIG_BYTES ((uint64_t)64 << 20)
+
+/* Word k of big tensor i: distinct across tensors and offsets. */
+static uint64_t big_word(unsigned i, uint64_t k)
+{
+	uint64_t z = ((uint64_t)i << 40) + k + 0x9e3779b97f4a7c15ull;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* Whether p holds big tensor i's bytes. */
+static bool big_same(unsigned i, const void *p)
+{
+	const uint64_t *w = p;
+
+	for (uint64_t k = 0; k < BIG_BYTES / 8; k++)
+		if (w[k] != big_word(i, k))
+			return false;
+	return true;
+}
+
+/*
+ * $TD_TENSORCTL --socket SOCK ARGS... (NULL-ended), stdout into
+ * stdout_path (NULL: log), stderr into log: its exit status (128 + a
+ * signal), its peak resident size in bytes in *peak (wait4's ru_maxrss:
+ * the kernel's VmHWM of the child, shared pages of mappings included).
+ * Forked from this process, which holds no large private memory: the
+ * fork's copy before exec counts, and stays small.
+ */
+static int ctl_peak(const struct tu_daemon *d, const char *stdout_path,
+                    const char *log, uint64_t *peak, ...)
+{
+	const char *bin = getenv("TD_TENSORCTL");
+	char *argv[16] = {(char *)bin, "--socket", (char *)d->sock};
+	struct rusage ru;
+	size_t n = 3;
+	va_list ap;
+	pid_t pid;
+	int st;
+
+	cr_assert(bin, "TD_TENSORCTL is not set");
+	va_start(ap, peak);
+	for (char *a; (a = va_arg(ap, char *)) != NULL;) {
+		cr_assert_lt(n, sizeof(argv) / sizeof(argv[0]) - 1);
+		argv[n++] = a;
+	}
+	va_end(ap);
+	pid = tu_fork();
+	if (pid == 0) {
+		int e = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		int o = stdout_path ? open(stdout_path,
+		                           O_WRONLY | O_CREAT | O_TRUNC, 0600)
+		                    : e;
+
+		if (e < 0 || o < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
+			_exit(126);
+		execv(bin, argv);
+		_exit(127);
+	}
+	cr_assert_eq(wait4(pid, &st, 0, &ru), pid, "wait4: %s",
+	             strerror(errno));
+	*peak = (uint64_t)ru.ru_maxrss * 1024;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* The log ctl_peak() wrote, for a failure's message. */
+static char *log_text(const char *log)
+{
+	size_t n;
+	uint8_t *b = tu_read_file(log, &n);
+	char *s = strndup(b ? (const char *)b : "", b ? n : 0);
+
+	free(b);
+	return s;
+}
+
+/*
+ * save of a store streams it: tensorctl's peak resident size (VmHWM,
+ * mapped tensor pages included) stays under a quarter of the tensors'
+ * bytes, for -o FILE and -o - alike, and the file loads back bit for bit
+ * with load's peak under that bound too. save encoded the whole message
+ * in memory (every tensor's bytes copied into its frame, then into the
+ * message: three times the store, with the mappings); load kept each
+ * object's whole buffer resident while it read it.
+ */
+Test(tgm_io, save_of_a_large_store_streams_in_bounded_memory)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_error e = {0};
+	char path[160], piped[160], log[160], name[BIG_N][16], *out;
+	uint64_t total = BIG_N * BIG_BYTES, shape = BIG_BYTES / 8, peak = 0;
+	uint8_t *a, *b;
+	size_t la, lb;
+	int rc;
+
+	tu_daemon_start(&d, "error");
+	c = client(&d);
+	for (unsigned i = 0; i < BIG_N; i++) {
+		struct td_alloc *al;
+		uint64_t size = BIG_BYTES, *w;
+		struct td_publish p = {.name = name[i],
+		                       .dtype = TD_TENSOR_U64,
+		                       .ndim = 1,
+		                       .shape = &shape};
+
+		snprintf(name[i], sizeof(name[i]), "big_t%u", i);
+		cr_assert_eq(td_client_alloc(c, 1, &size, &al, &e), 0, "%s",
+		             e.reason);
+		w = td_alloc_data(al, 0);
+		for (uint64_t k = 0; k < BIG_BYTES / 8; k++)
+			w[k] = big_word(i, k);
+		cr_assert_eq(td_client_publish_alloc(c, al, &p, NULL, &e), 0,
+		             "%s", e.reason);
+	}
+	snprintf(path, sizeof(path), "%s/big.tgm", d.dir);
+	snprintf(piped, sizeof(piped), "%s/piped.tgm", d.dir);
+	snprintf(log, sizeof(log), "%s/ctl.log", d.dir);
+
+	rc = ctl_peak(&d, NULL, log, &peak, "save", "-o", path, NULL);
+	out = log_text(log);
+	cr_assert_eq(rc, 0, "%s", out);
+	free(out);
+	cr_expect_lt(peak, total / 4,
+	             "save -o FILE peaked at %" PRIu64 " MiB for %" PRIu64
+	             " MiB of tensors",
+	             peak >> 20, total >> 20);
+	rc = ctl_peak(&d, piped, log, &peak, "save", "-o", "-", NULL);
+	out = log_text(log);
+	cr_assert_eq(rc, 0, "%s", out);
+	free(out);
+	cr_expect_lt(peak, total / 4,
+	             "save -o - peaked at %" PRIu64 " MiB for %" PRIu64
+	             " MiB of tensors",
+	             peak >> 20, total >> 20);
+	a = tu_read_file(path, &la);
+	b = tu_read_file(piped, &lb);
+	cr_assert_gt(la, total);
+	cr_expect(la == lb && !memcmp(a, b, la),
+	          "-o - wrote other bytes than -o FILE");
+	free(a);
+	free(b);
+	unlink(piped);
+
+	cr_assert_eq(ctl(&d, &out, "inspect", path, NULL), 0, "%s", out);
+	cr_expect(strstr(out, "end: clean"), "%s", out);
+	cr_expect(!strstr(out, "MISMATCH"), "%s", out);
+	free(out);
+	for (unsigned i = 0; i < BIG_N; i++)
+		cr_assert_eq(td_client_delete(c, name[i], NULL, &e), 0);
+	rc = ctl_peak(&d, NULL, log, &peak, "load", path, NULL);
+	out = log_text(log);
+	cr_assert_eq(rc, 0, "%s", out);
+	free(out);
+	/* load reads each object into the daemon's buffer a piece at a
+	 * time: not even one whole tensor is resident at once */
+	cr_expect_lt(peak, total / 4,
+	             "load peaked at %" PRIu64 " MiB for %" PRIu64
+	             " MiB of tensors",
+	             peak >> 20, total >> 20);
+	for (unsigned i = 0; i < BIG_N; i++) {
+		struct td_tensor *x = get(c, name[i]);
+
+		cr_assert_eq(td_tensor_bytes(x), BIG_BYTES, "%s", name[i]);
+		cr_expect_eq(td_tensor_dtype(x), TD_TENSOR_U64);
+		cr_expect(big_same(i, td_tensor_plane_data(x, 0)),
+		          "%s: bytes differ after save and load", name[i]);
+		td_tensor_release(x);
+	}
+	unlink(path);
+	unlink(log);
 	td_client_close(c);
 	tu_daemon_stop(&d, false);
 }

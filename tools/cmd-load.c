@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <json-c/json.h>
 
@@ -335,11 +337,43 @@ void tctl_swap_in_place(uint8_t *p, uint64_t len, unsigned width)
 		}
 }
 
+/* What fill() reads at a time: a multiple of every element width. */
+#define FILL_PIECE ((uint64_t)4 << 20)
+
+/*
+ * size bytes of s at off into dst (the daemon's buffer, mapped shared
+ * here), swapped when swap_width is not 0: a piece at a time, each
+ * piece's whole pages then leaving this process's page tables
+ * (MADV_DONTNEED: the bytes stay in the daemon's memfd), so that a large
+ * object does not make tensorctl as large as it. 0 or -EIO.
+ */
+static int fill(struct tgm_src *s, uint64_t off, uint8_t *dst, uint64_t size,
+                unsigned swap_width)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+
+	for (uint64_t at = 0; at < size;) {
+		uint64_t n = size - at < FILL_PIECE ? size - at : FILL_PIECE;
+		uintptr_t a = (uintptr_t)(dst + at), b = a + n;
+
+		if (tgm_src_read(s, off + at, dst + at, n) < 0)
+			return -EIO;
+		if (swap_width)
+			tctl_swap_in_place(dst + at, n, swap_width);
+		a = (a + page - 1) & ~(page - 1);
+		b &= ~(page - 1);
+		if (b > a)
+			(void)madvise((void *)a, b - a, MADV_DONTNEED);
+		at += n;
+	}
+	return 0;
+}
+
 /*
  * Publish one object; its version in *version. TCTL_OK or reported. Its
  * bytes go from the source straight into the daemon's buffer (pread for
- * a file), swapped there when they are big-endian: a file cut short
- * meanwhile is an error (UnexpectedEof), never a SIGBUS.
+ * a file), swapped there when they are big-endian (fill()): a file cut
+ * short meanwhile is an error (UnexpectedEof), never a SIGBUS.
  */
 static int publish_one(struct obj *ob, struct tgm_src *s,
                        struct td_client *c, uint64_t *version)
@@ -355,12 +389,11 @@ static int publish_one(struct obj *ob, struct tgm_src *s,
 	if (rc < 0)
 		return tctl_refused(ob->name, rc, &e);
 	dst = td_alloc_data(a, 0);
-	if (size && tgm_src_read(s, ob->data_off, dst, size) < 0) {
+	if (fill(s, ob->data_off, dst, size,
+	         ob->swap ? td_tgm_dtype_width(d->dtype) : 0) < 0) {
 		td_alloc_free(a);
 		return tgm_src_fail(s);
 	}
-	if (ob->swap)
-		tctl_swap_in_place(dst, size, td_tgm_dtype_width(d->dtype));
 	p.name = ob->name;
 	p.dtype = ob->dtype;
 	p.ndim = d->shape_count;

@@ -4,13 +4,17 @@
  * Tensogram message (../shared/specs/tensogram.md §16). Each object's
  * base metadata holds its name; a tensor whose metadata is a JSON object
  * (what `load` stores) gets those keys back, so load -> save -> load
- * keeps names and attributes.
+ * keeps names and attributes. The message is written as it is made:
+ * tensors are hashed, then written, straight from their mappings, so
+ * tensorctl's memory does not grow with the tensors' bytes.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <json-c/json.h>
 
@@ -68,22 +72,88 @@ static const char *unsavable(const struct td_tensor *t)
 	return tctl_dense_unsavable(t);
 }
 
-/* The message through the shared output rules (output.h). */
-static int write_message(const char *out, const uint8_t *msg, size_t len)
-{
+/*
+ * Where td_tgm_message_write() sends the message: the shared output rules
+ * (output.h), opened once its length is known. ts[i] (NULL: copied out)
+ * is the tensor objs[i] reads from.
+ */
+struct save_sink {
+	const char *out;
 	struct tctl_out o;
-	int rc = tctl_out_open(&o, out, TCTL_OUT_BINARY, len);
+	bool opened; /* tctl_out_open() was called: commit or abort */
+	int rc;      /* the output's tensorctl status once it failed */
+	struct td_tensor *const *ts;
+	size_t page;
+};
 
-	if (!rc)
-		rc = tctl_out_write(&o, msg, len);
-	if (rc) {
-		tctl_out_abort(&o);
-		return rc;
-	}
-	return tctl_out_commit(&o);
+static int sink_begin(void *ctx, uint64_t total)
+{
+	struct save_sink *s = ctx;
+
+	s->opened = true;
+	s->rc = tctl_out_open(&s->o, s->out, TCTL_OUT_BINARY, total);
+	return s->rc ? -EIO : 0;
 }
 
-static int print_saved(const char *out, size_t n, size_t len)
+static int sink_write(void *ctx, const void *p, size_t n)
+{
+	struct save_sink *s = ctx;
+
+	s->rc = tctl_out_write(&s->o, p, n);
+	return s->rc ? -EIO : 0;
+}
+
+/*
+ * Bytes of a tensor hashed or written: the pages wholly inside them leave
+ * this process's page tables (MADV_DONTNEED), so that touching every
+ * tensor's mapping does not make tensorctl as large as the store. Only a
+ * leased memfd plane's: a shared (or private read-only) mapping of the
+ * daemon's file, whose bytes stay there and come back on the next read;
+ * never a copy on the heap (inline or copied out), whose bytes it would
+ * zero, nor a dma-buf's.
+ */
+static void sink_done(void *ctx, size_t i, const void *p, size_t n)
+{
+	struct save_sink *s = ctx;
+	uintptr_t a = (uintptr_t)p, b = a + n;
+
+	if (!s->ts[i] || td_tensor_plane_kind(s->ts[i], 0) != TD_PLANE_MEMFD)
+		return;
+	a = (a + s->page - 1) & ~(uintptr_t)(s->page - 1);
+	b &= ~(uintptr_t)(s->page - 1);
+	if (b > a)
+		(void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/*
+ * The message of objs[0..n) written as it is made (td_tgm_message_write():
+ * each tensor's bytes straight from its mapping, hashed in a first pass),
+ * through the shared output rules; its length in *len. TCTL_OK or a
+ * reported status.
+ */
+static int write_message(const char *out, const struct td_tgm_enc_object *objs,
+                         size_t n, struct td_tensor *const *ts, uint64_t *len)
+{
+	struct save_sink s = {.out = out,
+	                      .ts = ts,
+	                      .page = (size_t)sysconf(_SC_PAGESIZE)};
+	struct td_tgm_sink k = {sink_begin, sink_write, sink_done, &s};
+	struct td_err te = {0};
+	int r = td_tgm_message_write(objs, n, TD_VERSION, &k, len, &te);
+
+	if (r < 0 && s.opened)
+		tctl_out_abort(&s.o);
+	if (r < 0 && s.rc)
+		return s.rc; /* reported by the output */
+	if (r < 0)
+		return tctl_fail(TCTL_REFUSED, "input", EINVAL,
+		                 "encoding the message: %s%s%s",
+		                 te.field ? te.field : "", te.field ? ": " : "",
+		                 te.reason);
+	return tctl_out_commit(&s.o);
+}
+
+static int print_saved(const char *out, size_t n, uint64_t len)
 {
 	char size[32];
 
@@ -223,8 +293,8 @@ struct held {
  * Every tensor h leases copied out (shape, metadata, bytes) and released:
  * a connection may hold 4096 leases, a uid what its --uid-limit leases
  * says (docs/protocol.md §4), fewer than a store may have tensors, and
- * the message is encoded from every object at once. How many were
- * released, or -ENOMEM.
+ * the message needs every object at once (its header holds every
+ * object's hash, the data follows). How many were released, or -ENOMEM.
  */
 static int unlease(struct held *h)
 {
@@ -351,8 +421,8 @@ static int save_tgm(int argc, char **argv)
 	struct tctl_names given = {0};
 	struct td_client *c = NULL;
 	struct td_err te = {0};
-	uint8_t *msg = NULL;
-	size_t n = 0, kept = 0, len = 0, list_n = 0;
+	uint64_t len = 0;
+	size_t n = 0, kept = 0, list_n = 0;
 	bool listed = false, skip = false, as_tgm = false;
 	int rc = TCTL_USAGE, o;
 
@@ -416,16 +486,14 @@ static int save_tgm(int argc, char **argv)
 		               "no tensors to save");
 	if (rc)
 		goto out;
-	if (json_attrs(objs, attrs, kept, &te) < 0 ||
-	    td_tgm_message_encode(objs, kept, TD_VERSION, &msg, &len,
-	                          &te) < 0) {
+	if (json_attrs(objs, attrs, kept, &te) < 0) {
 		rc = tctl_fail(TCTL_REFUSED, "input", EINVAL,
 		               "encoding the message: %s%s%s",
 		               te.field ? te.field : "", te.field ? ": " : "",
 		               te.reason);
 		goto out;
 	}
-	rc = write_message(out, msg, len);
+	rc = write_message(out, objs, kept, ts, &len);
 	/* with -o - the message is the output: nothing else on stdout */
 	if (!rc && strcmp(out, "-"))
 		rc = print_saved(out, kept, len);
@@ -442,7 +510,6 @@ out:
 	free(attrs);
 	free(copies);
 	td_client_close(c);
-	free(msg);
 	if (!given.v)
 		free(names);
 	tctl_names_fini(&given);
