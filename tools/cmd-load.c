@@ -494,10 +494,13 @@ static int publish(struct obj **objs, size_t n, struct tgm_src *s,
 	/* under --json the error object is the whole answer */
 	if (!rc || (partial && !tctl_json))
 		print_published(objs, versions, i, sk);
-	else if (partial)
+	else if (partial) {
 		tctl_json_held_add("published",
 		               published_json(objs, versions, i,
 		                              json_object_new_array()));
+		if (sk)
+			tctl_json_held_add("skipped", json_object_get(sk));
+	}
 	if (!rc && skipped)
 		rc = TCTL_SKIPPED;
 	tctl_publish_guard(0);

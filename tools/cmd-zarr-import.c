@@ -578,6 +578,8 @@ static int publish_all(struct td_client *c, int top, struct imp *ims,
 		rc = tctl_json_print(j);
 	} else if (partial) {
 		tctl_json_held_add("published", json_object_get(out));
+		if (sk)
+			tctl_json_held_add("skipped", json_object_get(sk));
 	}
 	if (!rc && skipped)
 		rc = TCTL_SKIPPED;

@@ -578,6 +578,8 @@ static void load_failed(struct loaded *l, const char *path, bool partial)
 	}
 	tctl_json_held_add("published", json_object_get(l->published));
 	tctl_json_held_add("refused", json_object_get(l->refused));
+	if (l->skipped)
+		tctl_json_held_add("skipped", json_object_get(l->skipped));
 }
 
 /* path opened as *fd and read mapped (map; pread where it cannot be)
