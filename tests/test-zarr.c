@@ -4173,12 +4173,15 @@ Test(import, all_or_nothing_unless_partial, .fini = stop)
  */
 Test(import, no_replace_leaves_names_that_exist_alone, .fini = stop)
 {
+	static const char *const more[] = {"--max-bytes", "1M", NULL};
 	static const uint8_t four[4] = {1, 2, 3, 4}, five[4] = {5, 5, 5, 5};
+	const size_t big = 2u << 20;
+	uint8_t *two = calloc(1, big);
 	char *out;
 	size_t len;
 	char *got;
 
-	tu_daemon_start(&d, "warn");
+	tu_daemon_start_args(&d, "warn", more);
 	zt_setup(&d);
 	handmade("n", "a", META("uint8", "[4]", "[4]", "0", "little"), "c/0",
 	         four, 4);
@@ -4213,6 +4216,22 @@ Test(import, no_replace_leaves_names_that_exist_alone, .fini = stop)
 	          "%s", out);
 	cr_assert(strstr(out, "tensorctl: n/a: skipped:"), "%s", out);
 	free(out);
+	/* a refusal after a skip (c is over --max-bytes), --partial --json:
+	 * the error object says what was skipped too */
+	handmade("q", "a", META("uint8", "[4]", "[4]", "0", "little"), "c/0",
+	         four, 4);
+	handmade("q", "c", META("uint8", "[2097152]", "[2097152]", "0",
+	                        "little"),
+	         "c/0", two, big);
+	cr_assert_eq(zt_ctl(&out, "zarr import %s/q --prefix n/ --no-replace "
+	                          "--partial --json",
+	                    zt_dir),
+	             1, "%s", out);
+	cr_assert(strstr(out, "{\"error\":{\"kind\":\"daemon\","), "%s", out);
+	cr_assert(strstr(out, "\"published\":[],\"skipped\":[\"n/a\"]}"),
+	          "%s", out);
+	free(out);
+	free(two);
 	/* without it: replaced, as ever */
 	zt_ok("zarr import %s/n --prefix n/", zt_dir);
 	got = zt_get("n/b", &len);
