@@ -171,6 +171,9 @@ struct td__opts {
 	const char *http_cors;   /* --http-cors, NULL = no CORS headers */
 	/* $TENSORD_TEST_NO_PEERPIDFD: take the pidfd_open fallback (tests) */
 	bool no_peerpidfd;
+	/* $TENSORD_TEST_HIDE_FEATURES: HELLO feature bits left out of the
+	 * reply, as a daemon that predates them would (tests) */
+	uint32_t hide_features;
 	/* --own-fences-only: no producer's eventfd to a reader without
 	 * TD_WIRE_FEAT_FENCE_OWN (fence.c) */
 	bool own_fences_only;

@@ -646,6 +646,7 @@ int main(int argc, char **argv)
 	struct td__daemon *d;
 	uv_signal_t sigint, sigterm;
 	uv_loop_t loop;
+	const char *env;
 	int rc, status = 1;
 
 	hold_closed_std_fds();
@@ -666,6 +667,8 @@ int main(int argc, char **argv)
 	if (o.max_bytes == UINT64_MAX)
 		d->opts.max_bytes = default_max_bytes();
 	d->opts.no_peerpidfd = getenv("TENSORD_TEST_NO_PEERPIDFD") != NULL;
+	if ((env = getenv("TENSORD_TEST_HIDE_FEATURES")))
+		d->opts.hide_features = (uint32_t)strtoul(env, NULL, 0);
 	d->pid = getpid();
 	td__list_init(&d->peers);
 	raise_nofile();

@@ -569,7 +569,7 @@ static int probe_trusted(struct td__peer *p, int fd, char *why, size_t cap)
 	 TD_WIRE_FEAT_STAGE | TD_WIRE_FEAT_STAGE_TAKEBACK |                  \
 	 TD_WIRE_FEAT_SUB_WAIT | TD_WIRE_FEAT_FENCE_OWN |                     \
 	 TD_WIRE_FEAT_STAGE_SLOT | TD_WIRE_FEAT_STAGE_WORD |                  \
-	 TD_WIRE_FEAT_STATUS_RESERVE | TD_WIRE_FEAT_MANY)
+	 TD_WIRE_FEAT_STATUS_RESERVE | TD_WIRE_FEAT_MANY | TD_WIRE_FEAT_PUB_IF)
 
 void td__peer_hello(struct td__peer *p, const struct td__req *rq)
 {
@@ -662,7 +662,8 @@ void td__peer_hello(struct td__peer *p, const struct td__req *rq)
 		.ident = {"tensord " TD_VERSION,
 			  (uint16_t)(sizeof("tensord " TD_VERSION) - 1)},
 		/* only to a client that sent features: others cannot read it */
-		.features = m.features ? TD__FEATURES : 0,
+		.features = m.features ? TD__FEATURES & ~d->opts.hide_features
+				       : 0,
 	};
 	if (r.out_pidfd)
 		r.probe_fd = p->fd; /* the client may try to pull this one */

@@ -375,10 +375,10 @@ static int pub_request(struct pub *x, const uint8_t *body, size_t len,
 				e.field ? e.field : "body",
 				e.reason ? e.reason : "invalid");
 	/* one reply of versions: no loan, no stage, no notice of one */
-	if (x->many && (x->m.flags & ~TD_WIRE_PUB_PIN))
+	if (x->many && (x->m.flags & ~(TD_WIRE_PUB_PIN | TD_WIRE_PUB_IF)))
 		return pub_fail(x, -EINVAL,
 				"flags 0x%x: a PUBLISH_MANY element may carry "
-				"PIN only",
+				"PIN and IF only",
 				x->m.flags);
 	/* a FIRED notice's alloc was committed (pub_fired), as allowed
 	 * when it was fired: a policy reload since refuses nothing done */
@@ -693,6 +693,36 @@ static bool pub_fired(struct pub *x)
 	return true;
 }
 
+/*
+ * TD_WIRE_PUB_IF: the name's current version (after a staged publish of
+ * it went first, or went) is the one the request expects. Checked again
+ * in the same step of the daemon as the commit, so a version published
+ * meanwhile by anyone is never replaced.
+ */
+static int pub_check_if(struct pub *x)
+{
+	const struct td__version *cur;
+	int n = (int)x->m.name.len;
+
+	if (!(x->m.flags & TD_WIRE_PUB_IF))
+		return 0;
+	cur = td__name_lookup(td__d->store, x->m.name);
+	if (cur && cur->number == x->m.expect)
+		return 0;
+	if (cur && !x->m.expect)
+		return pub_fail(x, -EEXIST, "\"%.*s\" exists (version %" PRIu64
+				"): not replaced", n, x->m.name.ptr,
+				cur->number);
+	if (cur)
+		return pub_fail(x, -ESTALE, "\"%.*s\" is at version %" PRIu64
+				", not %" PRIu64 ": not replaced", n,
+				x->m.name.ptr, cur->number, x->m.expect);
+	if (!x->m.expect)
+		return 0;
+	return pub_fail(x, -ESTALE, "\"%.*s\" has no version, not %" PRIu64
+			": not published", n, x->m.name.ptr, x->m.expect);
+}
+
 /* Everything a PUBLISH did not keep is closed (the request's too). */
 static void pub_close(struct pub *x, int *fds, unsigned nfds)
 {
@@ -724,7 +754,7 @@ void td__publish(struct td__peer *p, const struct td__req *rq)
 			 (unsigned long long)x.m.alloc_id);
 		goto out;
 	}
-	if (pub_check_blob(&x) < 0 ||
+	if (pub_check_if(&x) < 0 || pub_check_blob(&x) < 0 ||
 	    pub_take_fds(&x, rq->fds, rq->nfds) < 0 || pub_check_fds(&x) < 0 ||
 	    pub_check_tenant(&x) < 0)
 		goto out;
@@ -835,7 +865,7 @@ static int many_checks(struct many *mm)
 				 "connection", (unsigned long long)
 				 x->m.alloc_id);
 		x->prior = prior;
-		if (x->rc || pub_check_blob(x) < 0 ||
+		if (x->rc || pub_check_if(x) < 0 || pub_check_blob(x) < 0 ||
 		    pub_take_fds(x, fds, mm->m.el[i].attached) < 0 ||
 		    pub_check_fds(x) < 0 || pub_check_tenant(x) < 0)
 			return many_bad(mm, i);

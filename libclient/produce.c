@@ -419,7 +419,25 @@ int td_name_check(const char *name, struct td_error *err)
 }
 
 #define PUBLISH_FLAGS \
-	(TD_PUBLISH_PIN | TD_PUBLISH_FENCE | TD_PUBLISH_MODIFIERS)
+	(TD_PUBLISH_PIN | TD_PUBLISH_FENCE | TD_PUBLISH_MODIFIERS | \
+	 TD_PUBLISH_IF)
+
+/* The PUBLISH's flags and condition; never sent to a daemon that would
+ * publish without checking it (-EOPNOTSUPP). */
+static int publish_cond(struct td_client *c, const struct td_publish *p,
+			struct td_wire_publish_req *req, struct td_error *err)
+{
+	req->flags = p->flags & TD_PUBLISH_PIN;
+	if (!(p->flags & TD_PUBLISH_IF))
+		return 0;
+	if (!td__has(c, TD_WIRE_FEAT_PUB_IF))
+		return td__fail(err, -EOPNOTSUPP, "this daemon cannot publish "
+				"\"%s\" only if it is at a version "
+				"(TD_WIRE_FEAT_PUB_IF)", p->name);
+	req->flags |= TD_WIRE_PUB_IF;
+	req->expect = p->if_version;
+	return 0;
+}
 
 /* What the daemon would refuse about p itself. 0 and *esz, or -errno. */
 static int publish_check(const struct td_publish *p, unsigned *esz,
@@ -836,6 +854,8 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 		return rc;
 	rc = publish_check(p, &esz, err);
 	if (rc == 0)
+		rc = publish_cond(c, p, &req, err);
+	if (rc == 0)
 		rc = publish_table(p, x, &pt, err);
 	if (rc < 0)
 		return rc;
@@ -849,7 +869,6 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 		return (int)n;
 	}
 	req.name = (struct td_wire_str){p->name, (uint16_t)strlen(p->name)};
-	req.flags = p->flags & TD_PUBLISH_PIN;
 	req.alloc_id = x->alloc_id;
 	req.meta = (struct td_wire_bytes){p->meta, (uint32_t)p->meta_len};
 	req.blob = (struct td_wire_bytes){blob, (uint32_t)n};
@@ -945,6 +964,8 @@ int64_t td__publish_body(struct td_client *c, struct td_alloc *a,
 	int rc = publish_check(p, &esz, err);
 
 	if (rc == 0)
+		rc = publish_cond(c, p, &req, err);
+	if (rc == 0)
 		rc = publish_table(p, &x, &pt, err);
 	if (rc < 0)
 		return rc;
@@ -955,7 +976,6 @@ int64_t td__publish_body(struct td_client *c, struct td_alloc *a,
 	if (n >= 0) {
 		req.name = (struct td_wire_str){p->name,
 						(uint16_t)strlen(p->name)};
-		req.flags = p->flags & TD_PUBLISH_PIN;
 		req.alloc_id = x.alloc_id;
 		req.meta = (struct td_wire_bytes){p->meta,
 						  (uint32_t)p->meta_len};

@@ -255,7 +255,9 @@ uint32_t td__stage_flags(struct td_client *c, uint64_t alloc_id, bool named,
 	 * stage is offered once: whatever its publish is, it is spent.
 	 * Other loans' stages stay (one per lent loan, each its own name).
 	 */
-	if (st && desc_same(d, name, pin, &req->meta, &req->blob) &&
+	/* a conditional publish is checked by the daemon: never fired */
+	if (st && !(req->flags & TD_WIRE_PUB_IF) &&
+	    desc_same(d, name, pin, &req->meta, &req->blob) &&
 	    stage_fire(c, st, name)) {
 		add |= TD_WIRE_PUB_FIRED;
 		/* in use: a fifth name's keep takes another */

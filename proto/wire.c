@@ -528,7 +528,7 @@ int td_wire_hello_rep_decode(const uint8_t *body, size_t len,
 #define ALLOC_STAGE_NEEDS (TD_WIRE_ALLOC_REWRITE | TD_WIRE_ALLOC_NAMED)
 #define PUB_FLAGS                                                             \
 	(TD_WIRE_PUB_PIN | TD_WIRE_PUB_LOAN | TD_WIRE_PUB_LOAN_SCM |           \
-	 TD_WIRE_PUB_STAGE | TD_WIRE_PUB_FIRED)
+	 TD_WIRE_PUB_STAGE | TD_WIRE_PUB_FIRED | TD_WIRE_PUB_IF)
 
 /*
  * Held buffer ids (ALLOC and GET, optional trailing field): a list of
@@ -817,6 +817,8 @@ int64_t td_wire_publish_req_encode(const struct td_wire_publish_req *m,
 	    ((m->flags & (TD_WIRE_PUB_LOAN_SCM | TD_WIRE_PUB_STAGE)) &&
 	     !(m->flags & TD_WIRE_PUB_LOAN)) ||
 	    ((m->flags & TD_WIRE_PUB_FIRED) && !m->alloc_id) ||
+	    ((m->flags & TD_WIRE_PUB_FIRED) && (m->flags & TD_WIRE_PUB_IF)) ||
+	    (!(m->flags & TD_WIRE_PUB_IF) && m->expect) ||
 	    (m->held_count && !(m->flags & TD_WIRE_PUB_LOAN)) ||
 	    !held_list_ok(m->held_count, m->held))
 		return -EINVAL;
@@ -829,6 +831,8 @@ int64_t td_wire_publish_req_encode(const struct td_wire_publish_req *m,
 	td_wire_wr_u32(&wr, m->fd_count);
 	for (uint32_t i = 0; i < m->fd_count; i++)
 		td_wire_wr_i32(&wr, m->fds[i]);
+	if (m->flags & TD_WIRE_PUB_IF)
+		td_wire_wr_u64(&wr, m->expect);
 	wr_held(&wr, m->held_count, m->held);
 	return td__wire_wr_done(&wr);
 }
@@ -849,6 +853,13 @@ int td_wire_publish_req_decode(const uint8_t *body, size_t len,
 		td__wire_rd_count(&rd, TD_WIRE_MAX_PLANES + 1, "fd_count");
 	for (uint32_t i = 0; i < m->fd_count && !rd.rc; i++)
 		m->fds[i] = td_wire_rd_i32(&rd, "fds");
+	m->expect = 0;
+	if (m->flags & TD_WIRE_PUB_IF)
+		m->expect = td_wire_rd_u64(&rd, "expect");
+	if (!rd.rc && (m->flags & TD_WIRE_PUB_FIRED) &&
+	    (m->flags & TD_WIRE_PUB_IF))
+		td__wire_rd_fail(&rd, TD_ERR_MALFORMED, "flags", m->flags, 0,
+				 "IF on the notice of a fired stage");
 	if (!rd.rc && (m->flags & TD_WIRE_PUB_LOAN_SCM) &&
 	    !(m->flags & TD_WIRE_PUB_LOAN))
 		td__wire_rd_fail(&rd, TD_ERR_MALFORMED, "flags", m->flags, 0,

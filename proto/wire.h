@@ -209,6 +209,9 @@ void td_wire_wr_bytes(struct td_wire_wr *wr, const void *p, size_t len);
  * _STATUS_RESERVE: wire-status.h)
  */
 #define TD_WIRE_FEAT_MANY 0x2000000u
+/* PUBLISH (and PUBLISH_MANY element) flag TD_WIRE_PUB_IF: a condition on
+ * the name's current version, checked where the publish commits */
+#define TD_WIRE_FEAT_PUB_IF 0x4000000u
 
 /* HELLO request */
 struct td_wire_hello_req {
@@ -395,6 +398,17 @@ struct td_wire_alloc_rep {
  */
 #define TD_WIRE_PUB_STAGE 0x8u
 #define TD_WIRE_PUB_FIRED 0x10u
+/*
+ * PUBLISH flag (TD_WIRE_FEAT_PUB_IF, docs/protocol.md §6.3, "A publish
+ * with a condition"): the body carries a u64 `expect` right after the fd
+ * table, and the name is published only while its current version is
+ * `expect`; expect 0: only while the name has no current version. Refused
+ * with -EEXIST (expect 0, the name has a version) or -ESTALE (another
+ * version, or none), nothing kept. Without the flag the field is absent,
+ * so each condition, and its absence, has one encoding. Not with FIRED
+ * (that publish is committed already).
+ */
+#define TD_WIRE_PUB_IF 0x20u
 
 struct td_wire_publish_req {
 	struct td_wire_str name;
@@ -404,6 +418,7 @@ struct td_wire_publish_req {
 	struct td_wire_bytes blob; /* reference mode, pid = producer */
 	uint32_t fd_count;         /* <= TD_WIRE_MAX_PLANES + 1 (fence) */
 	int32_t fds[TD_WIRE_MAX_PLANES + 1]; /* producer fd numbers */
+	uint64_t expect; /* on the wire only with TD_WIRE_PUB_IF */
 	/*
 	 * Optional trailing field, only with TD_WIRE_PUB_LOAN: u32
 	 * held_count (1..TD_WIRE_MAX_HELD; absent = 0), u64 held[]: the

@@ -47,6 +47,8 @@ ALLOC_NAMED = 0x40  # TD_WIRE_ALLOC_NAMED (docs/protocol.md §6.2)
 # staged publishes (§13): PUBLISH's LOAN, STAGE, FIRED; ALLOC's REWRITE,
 # STAGE
 PUB_LOAN, PUB_STAGE, PUB_FIRED = 0x2, 0x8, 0x10
+# a publish with a condition (§6.3, "A publish with a condition")
+PUB_PIN, PUB_IF = 0x1, 0x20
 ALLOC_REWRITE, ALLOC_STAGE = 0x8, 0x80
 
 
@@ -144,6 +146,24 @@ SEEDS = {
                             by(s('cam/label') + u32(0) + u64(4) + by(b'') +
                                by(BLOB) + u32(2) + i32(-1) + i32(6)),
                             fds=2),
+    # a publish with a condition (§6.3): only while the name has no
+    # version (expect 0); only while it is at version 7, with the next
+    # loan asked for: `expect` comes before the held ids
+    'publish_req_if_absent': hdr('PUBLISH', 0, s('cam/0') +
+                                 u32(PUB_PIN | PUB_IF) + u64(4) + by(b'') +
+                                 by(BLOB) + u32(0) + u64(0)),
+    'publish_req_if': hdr('PUBLISH', 0, s('cam/0') + u32(PUB_LOAN | PUB_IF) +
+                          u64(4) + by(b'') + by(BLOB) + u32(1) + i32(-1) +
+                          u64(7) + u32(1) + u64(9)),
+    # PUBLISH_MANY elements with conditions (§6.10): all or none
+    'publish_many_req_if': hdr('PUBLISH_MANY', 0,
+                               u32(2) + u32(0) +
+                               by(s('cam/image') + u32(PUB_IF) + u64(3) +
+                                  by(b'') + by(BLOB) + u32(0) + u64(0)) +
+                               u32(0) +
+                               by(s('cam/label') + u32(PUB_PIN | PUB_IF) +
+                                  u64(4) + by(b'') + by(BLOB) + u32(0) +
+                                  u64(12))),
     'publish_many_rep': hdr('PUBLISH_MANY', F_REPLY, u32(2) + u64(11) +
                             u64(12)),
     'get_many_req': hdr('GET_MANY', 0, u32(1) + u32(2) + s('cam/image') +

@@ -177,7 +177,8 @@ Test(complete, each_command_offers_the_options_it_takes_and_documents)
  */
 Test(complete, a_hurray_load_offers_only_the_options_it_takes)
 {
-	EXPECT("--prefix\n--partial\n--format\n--max-bytes\n--socket\n"
+	EXPECT("--prefix\n--partial\n--no-replace\n--format\n--max-bytes\n"
+	       "--socket\n"
 	       "--json\n--bytes\n--help\n",
 	       "load", "run.hrry", "--");
 	EXPECT("--max-bytes\n", "load", "run.hrry", "--m");
@@ -186,6 +187,10 @@ Test(complete, a_hurray_load_offers_only_the_options_it_takes)
 	/* a .tgm load takes them */
 	EXPECT("--message\n--max-bytes\n", "load", "run.tgm", "--m");
 	EXPECT("--name-key\n", "load", "-", "--na");
+	/* both forms, and zarr import, take --no-replace */
+	EXPECT("--no-replace\n", "load", "run.hrry", "--no");
+	EXPECT("--no-replace\n", "load", "run.tgm", "--no");
+	EXPECT("--no-replace\n", "zarr", "import", "--no");
 }
 
 /*

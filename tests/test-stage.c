@@ -1838,3 +1838,44 @@ Test(stage, a_publish_many_settles_a_fired_stage_of_its_name_first,
 	cr_assert_eq(stat_version(w.cons, NAME), v[0]);
 	world_stop(&w, true);
 }
+
+/*
+ * A publish with a condition (TD_PUBLISH_IF) is the daemon's to check,
+ * so libtensord never fires its loan's stage: fired, followers take the
+ * version before the daemon looked (and FIRED with IF is no request: the
+ * stage went off and nothing was sent). It sends the PUBLISH, which
+ * settles the stage and is checked as any other.
+ */
+Test(stage, a_conditional_publish_is_sent_not_fired, .timeout = 60)
+{
+	struct world wo;
+	struct td_publish p = pub_of(NAME);
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+	uint64_t cur, staged, v = 0;
+
+	world_start(&wo, NULL, "pidfd", "1", NULL);
+	cr_assert_neq(wo.prod->st_alloc, 0u, "no stage on offer");
+	staged = wo.prod->st_version;
+	cur = stat_version(wo.cons, NAME);
+	cr_assert_gt(cur, 1u);
+	/* a condition that fails: refused, and nothing to follow */
+	p.flags = TD_PUBLISH_IF;
+	p.if_version = cur - 1;
+	cr_assert_eq(td_client_publish_alloc(wo.prod, loan(wo.prod, NAME, 0x77),
+					     &p, &v, &e),
+		     -ESTALE, "%s", e.reason);
+	cr_assert_neq(atomic_load(stage_word(wo.prod)),
+		      td_follow_trig(staged, TD_FOLLOW_TRIG_FIRED),
+		      "the stage was fired");
+	cr_assert_eq(td_follow_next(wo.f, 0, &t, NULL), -EAGAIN,
+		     "a refused publish was followed");
+	cr_assert_eq(stat_version(wo.cons, NAME), cur);
+	/* one that holds: published, and followed */
+	p.if_version = cur;
+	cr_assert_eq(td_client_publish_alloc(wo.prod, loan(wo.prod, NAME, 0x78),
+					     &p, &v, &e),
+		     0, "%s", e.reason);
+	cr_assert_eq(take(wo.f, 0x78), v);
+	world_stop(&wo, true);
+}

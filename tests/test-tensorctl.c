@@ -2018,6 +2018,133 @@ Test(tensorctl, load_rolls_back_when_the_daemon_refuses)
 	tu_daemon_stop(&d, false);
 }
 
+/* The version name is at (0: none). */
+static uint64_t version_of(const struct tu_daemon *d, const char *name)
+{
+	struct td_client *c;
+	struct td_entry e;
+	uint64_t v = 0;
+
+	cr_assert_eq(td_client_connect(d->sock, &c, NULL), 0);
+	if (td_client_stat(c, name, &e, NULL) == 0) {
+		v = e.version;
+		td_entry_fini(&e);
+	}
+	td_client_close(c);
+	return v;
+}
+
+/*
+ * load --no-replace (docs/tensorctl.md, "load"): a name that has a
+ * version is left alone (the daemon checks it where it publishes), said
+ * on stderr, the rest is published, and the status is 3; a Hurray load
+ * too. Without it, load replaces as ever.
+ */
+Test(tensorctl, load_no_replace_leaves_names_that_exist_alone)
+{
+	static const char *const names[][4] = {{"nr_a", "t", "nr_c"}};
+	struct tu_daemon d;
+	char path[160], hrry[160], want[128], *out, *err;
+	uint64_t vt, v;
+
+	start(&d); /* "t" exists */
+	vt = version_of(&d, "t");
+	cr_assert_gt(vt, 0);
+	path_in(path, sizeof(path), &d, "three.tgm");
+	write_tgm(path, 1, 3, names);
+	cr_expect_eq(CTL(&d, &out, &err, "load", path, "--no-replace"), 3,
+		     "%s", err);
+	snprintf(want, sizeof(want), "tensorctl: t: skipped: \"t\" exists "
+		 "(version %" PRIu64 "): not replaced (--no-replace)", vt);
+	cr_expect(strstr(err, want), "%s", err);
+	cr_expect(strstr(out, "nr_a version") && strstr(out, "nr_c version"),
+		  "%s", out);
+	cr_expect(!strstr(out, "t version"), "%s", out);
+	free(out);
+	free(err);
+	cr_expect_eq(version_of(&d, "t"), vt, "t was replaced");
+	cr_expect(exists(&d, "nr_a") && exists(&d, "nr_c"));
+	/* --json: every name exists now; all are listed as skipped */
+	cr_expect_eq(CTL(&d, &out, &err, "load", path, "--no-replace",
+			 "--json"),
+		     3);
+	cr_expect_str_eq(out, "{\"published\":[],\"skipped\":[\"nr_a\",\"t\","
+			      "\"nr_c\"]}\n");
+	cr_expect(strstr(err, "nr_c: skipped:"), "%s", err);
+	free(out);
+	free(err);
+	/* a Hurray file of "t": the same */
+	path_in(hrry, sizeof(hrry), &d, "t.hrry");
+	cr_assert_eq(CTL(&d, NULL, NULL, "save", "-o", hrry, "t"), 0);
+	cr_expect_eq(CTL(&d, &out, &err, "load", hrry, "--no-replace"), 3);
+	cr_expect(strstr(err, want), "%s", err);
+	cr_expect(strstr(out, "0 published, 0 refused, 1 skipped"), "%s",
+		  out);
+	free(out);
+	free(err);
+	cr_expect_eq(version_of(&d, "t"), vt, "t was replaced");
+	cr_expect_eq(CTL(&d, &out, NULL, "load", hrry, "--no-replace",
+			 "--prefix", "h/"),
+		     0);
+	free(out);
+	cr_expect(exists(&d, "h/t"));
+	/* without --no-replace: replaced, as ever */
+	cr_expect_eq(CTL(&d, &out, NULL, "load", path), 0);
+	free(out);
+	v = version_of(&d, "t");
+	cr_expect_gt(v, vt);
+	unlink(path);
+	unlink(hrry);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * A daemon that cannot check the condition (its HELLO lacks
+ * TD_WIRE_FEAT_PUB_IF): load --no-replace and zarr import --no-replace
+ * fail before anything is published, never replacing instead.
+ */
+Test(tensorctl, no_replace_fails_with_a_daemon_without_the_condition)
+{
+	static const char *const names[][4] = {{"old_a", "t"}};
+	struct tu_daemon d;
+	char path[160], zdir[160], *out, *err;
+	uint64_t vt;
+
+	cr_assert_eq(setenv("TENSORD_TEST_HIDE_FEATURES", "0x4000000", 1), 0);
+	start(&d);
+	unsetenv("TENSORD_TEST_HIDE_FEATURES");
+	vt = version_of(&d, "t");
+	path_in(path, sizeof(path), &d, "two.tgm");
+	write_tgm(path, 1, 2, names);
+	cr_expect_eq(CTL(&d, &out, &err, "load", path, "--no-replace"), 1);
+	cr_expect(strstr(err, "tensorctl: old_a: this daemon cannot publish "
+			      "\"old_a\" only if it is at a version"),
+		  "%s", err);
+	cr_expect_str_eq(out, "");
+	free(out);
+	free(err);
+	cr_expect(!exists(&d, "old_a"));
+	cr_expect_eq(version_of(&d, "t"), vt);
+	/* zarr import alike */
+	path_in(zdir, sizeof(zdir), &d, "z");
+	cr_assert_eq(CTL(&d, NULL, NULL, "zarr", "export", zdir, "t"), 0);
+	cr_expect_eq(CTL(&d, &out, &err, "zarr", "import", zdir, "--prefix",
+			 "z/", "--no-replace"),
+		     1);
+	cr_expect(strstr(err, "only if it is at a version"), "%s", err);
+	free(out);
+	free(err);
+	cr_expect(!exists(&d, "z/t"));
+	/* without the option, both work as ever */
+	cr_expect_eq(CTL(&d, &out, NULL, "zarr", "import", zdir, "--prefix",
+			 "z/"),
+		     0);
+	free(out);
+	cr_expect(exists(&d, "z/t"));
+	unlink(path);
+	tu_daemon_stop(&d, false);
+}
+
 /* ---- the command line ---- */
 
 Test(tensorctl, help_usage_and_valid_choices)

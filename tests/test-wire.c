@@ -1270,6 +1270,67 @@ Test(wire, delete_condition_is_optional_and_canonical)
 	}
 }
 
+/* PUBLISH's condition (TD_WIRE_PUB_IF, docs/protocol.md §6.3): the flag
+ * says whether `expect` is there, so each condition has one encoding */
+Test(wire, publish_condition_rides_with_its_flag_only)
+{
+	struct td_wire_publish_req q = {
+		.name = STR("cam/0"), .alloc_id = 4,
+		.meta = BYTES(""), .blob = BYTES("blob"),
+		.fd_count = 1, .fds = {-1}}, g;
+	struct td_err e;
+	int64_t old, n;
+
+	/* without the flag: the bytes of before, and no expect */
+	old = td_wire_publish_req_encode(&q, body, sizeof(body));
+	cr_assert_gt(old, 0);
+	cr_assert_eq(td_wire_publish_req_decode(body, (size_t)old, &g, &e), 0);
+	cr_assert_eq(g.expect, 0);
+	q.expect = 7; /* a condition without its flag: not encodable */
+	cr_assert_eq(td_wire_publish_req_encode(&q, body, sizeof(body)),
+		     -EINVAL);
+	/* with the flag, expect 0 (no version) is 8 bytes too */
+	for (uint64_t want = 0; want <= 7; want += 7) {
+		q.flags = TD_WIRE_PUB_IF;
+		q.expect = want;
+		n = td_wire_publish_req_encode(&q, body, sizeof(body));
+		cr_assert_eq(n, old + 8);
+		cr_assert_eq(td__le64(body + old), want);
+		cr_assert_eq(td_wire_publish_req_decode(body, (size_t)n, &g,
+							&e), 0);
+		cr_assert_eq(g.flags, TD_WIRE_PUB_IF);
+		cr_assert_eq(g.expect, want);
+		/* the field cut short, or left out */
+		for (int64_t cut = old; cut < n; cut++)
+			cr_assert_eq(td_wire_publish_req_decode(
+					     body, (size_t)cut, &g, &e),
+				     -ENODATA, "%lld bytes",
+				     (long long)cut);
+	}
+	/* with LOAN's held ids, expect comes first */
+	q.flags = TD_WIRE_PUB_IF | TD_WIRE_PUB_LOAN;
+	q.held_count = 1;
+	q.held[0] = 9;
+	n = td_wire_publish_req_encode(&q, body, sizeof(body));
+	cr_assert_eq(n, old + 8 + 4 + 8);
+	cr_assert_eq(td__le64(body + old), 7);
+	cr_assert_eq(td_wire_publish_req_decode(body, (size_t)n, &g, &e), 0);
+	cr_assert_eq(g.expect, 7);
+	cr_assert_eq(g.held_count, 1);
+	cr_assert_eq(g.held[0], 9);
+	/* a fired stage's notice is committed already: no condition */
+	q.flags = TD_WIRE_PUB_IF | TD_WIRE_PUB_LOAN | TD_WIRE_PUB_FIRED;
+	cr_assert_eq(td_wire_publish_req_encode(&q, body, sizeof(body)),
+		     -EINVAL);
+	q.flags = TD_WIRE_PUB_IF | TD_WIRE_PUB_LOAN;
+	n = td_wire_publish_req_encode(&q, body, sizeof(body));
+	td__put_le32(body + 2 + 5, TD_WIRE_PUB_IF | TD_WIRE_PUB_LOAN |
+					   TD_WIRE_PUB_FIRED);
+	cr_assert_eq(td_wire_publish_req_decode(body, (size_t)n, &g, &e),
+		     -EBADMSG);
+	cr_assert_str_eq(e.field, "flags");
+}
+
 Test(wire, ring_entries_round_trip_and_other_flag_bits_are_refused)
 {
 	struct td_wire_entry e1 = sample_entry("cam/frames", 9), g;
@@ -1344,6 +1405,10 @@ Test(wire, recycle_seeds_decode)
 		{"publish_rep_stage", K_PUBLISH_REP},
 		{"alloc_req_stage", K_ALLOC_REQ},
 		{"alloc_rep_stage", K_ALLOC_REP},
+		/* a publish with a condition (§6.3), and in PUBLISH_MANY */
+		{"publish_req_if_absent", K_PUBLISH_REQ},
+		{"publish_req_if", K_PUBLISH_REQ},
+		{"publish_many_req_if", K_PUBLISH_MANY_REQ},
 	};
 
 	for (size_t i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++) {

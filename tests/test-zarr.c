@@ -4278,6 +4278,80 @@ Test(import, all_or_nothing_unless_partial, .fini = stop)
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
+/*
+ * --no-replace (docs/tensorctl.md, "zarr"): an array whose name has a
+ * version is left alone, said, the rest published, status 3; with
+ * --json the names left alone are "skipped".
+ */
+Test(import, no_replace_leaves_names_that_exist_alone, .fini = stop)
+{
+	static const char *const more[] = {"--max-bytes", "1M", NULL};
+	static const uint8_t four[4] = {1, 2, 3, 4}, five[4] = {5, 5, 5, 5};
+	const size_t big = 2u << 20;
+	uint8_t *two = calloc(1, big);
+	char *out;
+	size_t len;
+	char *got;
+
+	tu_daemon_start_args(&d, "warn", more);
+	zt_setup(&d);
+	handmade("n", "a", META("uint8", "[4]", "[4]", "0", "little"), "c/0",
+	         four, 4);
+	handmade("n", "b", META("uint8", "[4]", "[4]", "0", "little"), "c/0",
+	         four, 4);
+	handmade("m", "b", META("uint8", "[4]", "[4]", "0", "little"), "c/0",
+	         five, 4);
+	/* n/b exists (five), n/a does not */
+	zt_ok("zarr import %s/m --prefix n/", zt_dir);
+	cr_assert_eq(zt_ctl(&out, "zarr import %s/n --prefix n/ --no-replace",
+	                    zt_dir),
+	             3, "%s", out);
+	cr_assert(strstr(out, "tensorctl: n/b: skipped: \"n/b\" exists "
+	                      "(version "),
+	          "%s", out);
+	cr_assert(strstr(out, "n/a version"), "%s", out);
+	cr_assert(!strstr(out, "n/b version"), "%s", out);
+	free(out);
+	got = zt_get("n/b", &len);
+	cr_assert(len == 4 && !memcmp(got, five, 4), "n/b was replaced");
+	free(got);
+	got = zt_get("n/a", &len);
+	cr_assert(len == 4 && !memcmp(got, four, 4));
+	free(got);
+	/* --json: both exist now */
+	cr_assert_eq(zt_ctl(&out, "zarr import %s/n --prefix n/ --no-replace "
+	                          "--json",
+	                    zt_dir),
+	             3, "%s", out);
+	cr_assert(strstr(out, "\n{\"published\":[],\"skipped\":[\"n/a\","
+	                      "\"n/b\"]}\n"),
+	          "%s", out);
+	cr_assert(strstr(out, "tensorctl: n/a: skipped:"), "%s", out);
+	free(out);
+	/* a refusal after a skip (c is over --max-bytes), --partial --json:
+	 * the error object says what was skipped too */
+	handmade("q", "a", META("uint8", "[4]", "[4]", "0", "little"), "c/0",
+	         four, 4);
+	handmade("q", "c", META("uint8", "[2097152]", "[2097152]", "0",
+	                        "little"),
+	         "c/0", two, big);
+	cr_assert_eq(zt_ctl(&out, "zarr import %s/q --prefix n/ --no-replace "
+	                          "--partial --json",
+	                    zt_dir),
+	             1, "%s", out);
+	cr_assert(strstr(out, "{\"error\":{\"kind\":\"daemon\","), "%s", out);
+	cr_assert(strstr(out, "\"published\":[],\"skipped\":[\"n/a\"]}"),
+	          "%s", out);
+	free(out);
+	free(two);
+	/* without it: replaced, as ever */
+	zt_ok("zarr import %s/n --prefix n/", zt_dir);
+	got = zt_get("n/b", &len);
+	cr_assert(len == 4 && !memcmp(got, four, 4));
+	free(got);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
 /* ---- /metrics: access refusals ---- */
 
 Test(http, access_refusals_are_counted_exactly, .fini = stop)

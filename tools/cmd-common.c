@@ -399,6 +399,24 @@ void tctl_print_entry(const struct td_entry *e, int json,
  * current one, in one request, so a newer version someone else published
  * meanwhile stays. 1 when it was removed.
  */
+void tctl_no_replace(struct td_publish *p)
+{
+	p->flags |= TD_PUBLISH_IF;
+	p->if_version = 0;
+}
+
+int tctl_pub_refused(const char *name, int rc, const struct td_error *e,
+		     bool no_replace, struct json_object *sk)
+{
+	if (!no_replace || rc != -EEXIST)
+		return tctl_refused(name, rc, e);
+	tctl_say("%s: skipped: %s (--no-replace)", name,
+		 e->reason[0] ? e->reason : strerror(-rc));
+	if (sk)
+		json_object_array_add(sk, json_object_new_string(name));
+	return TCTL_SKIPPED;
+}
+
 int tctl_roll_back_one(struct td_client *c, const char *name,
 		       uint64_t version)
 {

@@ -376,7 +376,8 @@ static int fill(struct tgm_src *s, uint64_t off, uint8_t *dst, uint64_t size,
  * short meanwhile is an error (UnexpectedEof), never a SIGBUS.
  */
 static int publish_one(struct obj *ob, struct tgm_src *s,
-                       struct td_client *c, uint64_t *version)
+                       struct td_client *c, bool no_replace,
+                       struct json_object *sk, uint64_t *version)
 {
 	const struct td_tgm_desc *d = &ob->o.desc;
 	struct td_publish p = {0};
@@ -400,19 +401,24 @@ static int publish_one(struct obj *ob, struct tgm_src *s,
 	p.shape = d->shape;
 	p.meta = ob->attrs;
 	p.meta_len = ob->attrs_len;
+	if (no_replace)
+		tctl_no_replace(&p);
 	rc = td_client_publish_alloc(c, a, &p, version, &e);
-	return rc < 0 ? tctl_refused(ob->name, rc, &e) : TCTL_OK;
+	return rc < 0 ? tctl_pub_refused(ob->name, rc, &e, no_replace, sk)
+	              : TCTL_OK;
 }
 
-/* Undo the first n publishes, newest first; how many were removed. */
+/* Undo the first n publishes, newest first (a skipped one has version
+ * 0); how many were removed. */
 static size_t roll_back(struct obj **objs, const uint64_t *versions,
                         size_t n, struct td_client *c)
 {
 	size_t removed = 0;
 
 	while (n--)
-		removed += (size_t)tctl_roll_back_one(c, objs[n]->name,
-						      versions[n]);
+		if (versions[n])
+			removed += (size_t)tctl_roll_back_one(
+			        c, objs[n]->name, versions[n]);
 	return removed;
 }
 
@@ -423,8 +429,12 @@ static struct json_object *published_json(struct obj **objs,
 	for (size_t i = 0; arr && i < n; i++) {
 		const struct obj *ob = objs[i];
 		const struct td_tgm_desc *d = &ob->o.desc;
-		struct json_object *j = json_object_new_object();
-		struct json_object *shape = json_object_new_array();
+		struct json_object *j, *shape;
+
+		if (!versions[i])
+			continue; /* skipped (--no-replace) */
+		j = json_object_new_object();
+		shape = json_object_new_array();
 
 		for (uint32_t k = 0; k < d->shape_count; k++)
 			json_object_array_add(
@@ -445,7 +455,7 @@ static struct json_object *published_json(struct obj **objs,
 }
 
 static int print_published(struct obj **objs, const uint64_t *versions,
-                           size_t n)
+                           size_t n, struct json_object *sk)
 {
 	struct json_object *o;
 
@@ -455,12 +465,18 @@ static int print_published(struct obj **objs, const uint64_t *versions,
 		        o, "published",
 		        published_json(objs, versions, n,
 		                       json_object_new_array()));
+		if (sk)
+			json_object_object_add(o, "skipped",
+			                       json_object_get(sk));
 		return tctl_json_print(o);
 	}
 
 	for (size_t i = 0; i < n; i++) {
 		const struct obj *ob = objs[i];
 		const struct td_tgm_desc *d = &ob->o.desc;
+
+		if (!versions[i])
+			continue; /* skipped (--no-replace) */
 
 		printf("%s version %" PRIu64 " %s", ob->name, versions[i],
 		       td_tensor_dtype_name(ob->dtype));
@@ -470,12 +486,17 @@ static int print_published(struct obj **objs, const uint64_t *versions,
 	return TCTL_OK;
 }
 
-/* Publish every object; all or nothing unless partial. */
+/*
+ * Publish every object; all or nothing unless partial. With no_replace a
+ * name that exists is skipped (version 0), said and in "skipped", and the
+ * status is TCTL_SKIPPED when all else went.
+ */
 static int publish(struct obj **objs, size_t n, struct tgm_src *s,
-                   struct td_client *c, bool partial)
+                   struct td_client *c, bool partial, bool no_replace)
 {
 	uint64_t *versions = calloc(n, sizeof(*versions));
-	size_t done = 0;
+	struct json_object *sk = no_replace ? json_object_new_array() : NULL;
+	size_t done = 0, i = 0, skipped = 0;
 	int rc = versions ? TCTL_OK
 	                  : tctl_fail(TCTL_REFUSED, "io", ENOMEM,
 	                              "out of memory");
@@ -485,10 +506,15 @@ static int publish(struct obj **objs, size_t n, struct tgm_src *s,
 	/* Ctrl-C: stop between two objects and roll back, as for a refusal
 	 * (it killed tensorctl with what it had published left behind) */
 	tctl_publish_guard(1);
-	while (!rc && !(rc = tctl_publish_check(s->path)) && done < n) {
-		rc = publish_one(objs[done], s, c, &versions[done]);
-		if (!rc)
+	for (; !rc && !(rc = tctl_publish_check(s->path)) && i < n; i++) {
+		rc = publish_one(objs[i], s, c, no_replace, sk, &versions[i]);
+		if (rc == TCTL_SKIPPED) {
+			versions[i] = 0;
+			skipped++;
+			rc = TCTL_OK;
+		} else if (!rc) {
 			done++;
+		}
 	}
 	if (rc && partial && done)
 		tctl_say("%zu of %zu object(s) published before this "
@@ -497,15 +523,21 @@ static int publish(struct obj **objs, size_t n, struct tgm_src *s,
 	else if (rc && done)
 		tctl_say("%zu of %zu object(s) published before this "
 		         "failure; %zu deleted again",
-		         done, n, roll_back(objs, versions, done, c));
+		         done, n, roll_back(objs, versions, i, c));
 	/* under --json the error object is the whole answer */
 	if (!rc || (partial && !tctl_json))
-		print_published(objs, versions, done);
-	else if (partial)
+		print_published(objs, versions, i, sk);
+	else if (partial) {
 		tctl_json_held_add("published",
-		               published_json(objs, versions, done,
+		               published_json(objs, versions, i,
 		                              json_object_new_array()));
+		if (sk)
+			tctl_json_held_add("skipped", json_object_get(sk));
+	}
+	if (!rc && skipped)
+		rc = TCTL_SKIPPED;
 	tctl_publish_guard(0);
+	json_object_put(sk);
 	free(versions);
 	return rc;
 }
@@ -579,7 +611,7 @@ static int gather(struct load *ls, size_t nl, struct obj ***out, size_t *n)
 struct load_opts {
 	const char *path, *variable_key, *prefix;
 	uint64_t max_bytes, message;
-	bool one_message, partial;
+	bool one_message, partial, no_replace;
 };
 
 enum {
@@ -589,6 +621,7 @@ enum {
 	O_PARTIAL,
 	O_MAX_BYTES,
 	O_FORMAT,
+	O_NO_REPLACE,
 };
 
 /* every option of load, .tgm's and Hurray's (hrry.c's refuses some) */
@@ -601,6 +634,7 @@ static const struct option opts[] = {
         {"partial", no_argument, NULL, O_PARTIAL},
         {"max-bytes", required_argument, NULL, O_MAX_BYTES},
         {"format", required_argument, NULL, O_FORMAT},
+        {"no-replace", no_argument, NULL, O_NO_REPLACE},
         TCTL_COMMON_OPTIONS};
 
 static int load_opts(int argc, char **argv, struct load_opts *lo)
@@ -625,6 +659,9 @@ static int load_opts(int argc, char **argv, struct load_opts *lo)
 			break;
 		case O_PARTIAL:
 			lo->partial = true;
+			break;
+		case O_NO_REPLACE:
+			lo->no_replace = true;
 			break;
 		case O_MAX_BYTES:
 			if (tctl_opt_number("load", "--max-bytes", optarg,
@@ -725,12 +762,13 @@ static int load_tgm(int argc, char **argv)
 	if (!rc && !n) {
 		tctl_say("%s: no data object to load", lo.path);
 		if (tctl_json)
-			rc = print_published(NULL, NULL, 0);
+			rc = print_published(NULL, NULL, 0, NULL);
 	}
 	if (!rc && n) {
 		rc = tctl_connect(&c);
 		if (!rc) {
-			rc = publish(objs, n, &s, c, lo.partial);
+			rc = publish(objs, n, &s, c, lo.partial,
+			             lo.no_replace);
 			td_client_close(c);
 		}
 	}

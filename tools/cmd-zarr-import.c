@@ -468,7 +468,7 @@ static void blob_strings(const struct imp *m, struct td_publish *p)
 }
 
 static int publish_imp(struct td_client *c, int top, struct imp *m,
-                       uint64_t *version)
+                       struct json_object *sk, uint64_t *version)
 {
 	struct td_publish p = {0};
 	struct td_error e = {0};
@@ -492,8 +492,11 @@ static int publish_imp(struct td_client *c, int top, struct imp *m,
 	p.meta = m->meta;
 	p.meta_len = m->meta_len;
 	blob_strings(m, &p);
+	if (sk)
+		tctl_no_replace(&p);
 	rc = td_client_publish_alloc(c, a, &p, version, &e);
-	return rc < 0 ? tctl_refused(m->tensor, rc, &e) : TCTL_OK;
+	return rc < 0 ? tctl_pub_refused(m->tensor, rc, &e, sk != NULL, sk)
+	              : TCTL_OK;
 }
 
 static void print_imp(const struct imp *m, uint64_t version)
@@ -506,13 +509,17 @@ static void print_imp(const struct imp *m, uint64_t version)
 
 /* Publish every read array in order; all or nothing unless partial: a
  * refusal deletes what was published again, newest first, as load does
- * (tctl_roll_back_one()). TCTL_ status. */
+ * (tctl_roll_back_one()). With no_replace an array whose name exists is
+ * skipped (version 0), said, and the status is TCTL_SKIPPED when all else
+ * went. TCTL_ status. */
 static int publish_all(struct td_client *c, int top, struct imp *ims,
-                       size_t n, bool partial, const char *dir)
+                       size_t n, bool partial, bool no_replace,
+                       const char *dir)
 {
 	struct json_object *out = json_object_new_array();
+	struct json_object *sk = no_replace ? json_object_new_array() : NULL;
 	uint64_t *versions = calloc(n ? n : 1, sizeof(*versions));
-	size_t done = 0, removed = 0, i;
+	size_t done = 0, removed = 0, i, skipped = 0;
 	int rc = versions ? TCTL_OK
 	                  : tctl_fail(TCTL_REFUSED, "io", ENOMEM,
 	                              "out of memory");
@@ -524,7 +531,13 @@ static int publish_all(struct td_client *c, int top, struct imp *ims,
 	for (i = 0; !rc && !(rc = tctl_publish_check(dir)) && i < n; i++) {
 		if (!ims[i].tensor[0])
 			continue;
-		rc = publish_imp(c, top, &ims[i], &versions[i]);
+		rc = publish_imp(c, top, &ims[i], sk, &versions[i]);
+		if (rc == TCTL_SKIPPED) {
+			versions[i] = 0;
+			skipped++;
+			rc = TCTL_OK;
+			continue;
+		}
 		if (rc)
 			break;
 		done++;
@@ -544,7 +557,7 @@ static int publish_all(struct td_client *c, int top, struct imp *ims,
 		         done);
 	} else if (rc && done) {
 		while (i-- > 0)
-			if (ims[i].tensor[0])
+			if (ims[i].tensor[0] && versions[i])
 				removed += (size_t)tctl_roll_back_one(
 				        c, ims[i].tensor, versions[i]);
 		tctl_say("%zu array(s) published before this failure; %zu "
@@ -559,24 +572,33 @@ static int publish_all(struct td_client *c, int top, struct imp *ims,
 		struct json_object *j = json_object_new_object();
 
 		json_object_object_add(j, "published", json_object_get(out));
+		if (sk)
+			json_object_object_add(j, "skipped",
+			                       json_object_get(sk));
 		rc = tctl_json_print(j);
 	} else if (partial) {
 		tctl_json_held_add("published", json_object_get(out));
+		if (sk)
+			tctl_json_held_add("skipped", json_object_get(sk));
 	}
+	if (!rc && skipped)
+		rc = TCTL_SKIPPED;
 	tctl_publish_guard(0);
 	json_object_put(out);
+	json_object_put(sk);
 	free(versions);
 	return rc;
 }
 
 int cmd_zarr_import(int argc, char **argv)
 {
-	enum { O_PREFIX = TCTL_OPT_FIRST_OWN, O_PARTIAL };
+	enum { O_PREFIX = TCTL_OPT_FIRST_OWN, O_PARTIAL, O_NO_REPLACE };
 	static const struct option opts[] = {
 	        {"prefix", required_argument, NULL, O_PREFIX},
 	        {"partial", no_argument, NULL, O_PARTIAL},
+	        {"no-replace", no_argument, NULL, O_NO_REPLACE},
 	        TCTL_COMMON_OPTIONS};
-	bool partial = false;
+	bool partial = false, no_replace = false;
 	const char *prefix = "", *dir;
 	struct json_object *root = NULL;
 	struct imp *ims = NULL;
@@ -588,6 +610,8 @@ int cmd_zarr_import(int argc, char **argv)
 	while ((o = tctl_getopt(argc, argv, "", opts, &rc)) != -1) {
 		if (o == O_PARTIAL)
 			partial = true;
+		else if (o == O_NO_REPLACE)
+			no_replace = true;
 		else if (o == O_PREFIX)
 			prefix = optarg;
 		else
@@ -651,7 +675,7 @@ int cmd_zarr_import(int argc, char **argv)
 	}
 	rc = tctl_connect(&c);
 	if (!rc)
-		rc = publish_all(c, top, ims, n, partial, dir);
+		rc = publish_all(c, top, ims, n, partial, no_replace, dir);
 done:
 	json_object_put(root);
 	for (size_t i = 0; i < n; i++) {

@@ -77,8 +77,9 @@ static const struct cmd {
 	 "  --count N       stop after N events\n"},
 	{"load",
 	 "load FILE.tgm|- [--message N] [--prefix P] [--variable-key K] "
-	 "[--partial] [--max-bytes N] [--format tgm] | load FILE.hrry|- "
-	 "[--prefix P] [--partial] [--max-bytes N] [--format hrry]",
+	 "[--partial] [--no-replace] [--max-bytes N] [--format tgm] | "
+	 "load FILE.hrry|- [--prefix P] [--partial] [--no-replace] "
+	 "[--max-bytes N] [--format hrry]",
 	 "Publish every data object of every message of a .tgm file. All or\n"
 	 "nothing: everything is checked first, and when the daemon refuses an\n"
 	 "object the versions already published are deleted again.\n"
@@ -91,6 +92,9 @@ static const struct cmd {
 	 "  --variable-key K  dotted metadata path tried first for names\n"
 	 "                  (--name-key K, as zarr export calls it, too)\n"
 	 "  --partial       keep what was published before a refusal\n"
+	 "  --no-replace    publish only names that have no version; one\n"
+	 "                  that has (even one published meanwhile) is left\n"
+	 "                  alone, said on stderr, and the exit status is 3\n"
 	 "  --max-bytes N   read a stream up to N bytes (default 1G)\n"
 	 "  --format F      tgm or hrry (default: by the name or magic)\n"},
 	{"status", "status",
@@ -116,7 +120,7 @@ static const struct cmd {
 	 "zarr export DIR [NAMES...] | zarr export DIR --from FILE.tgm|- "
 	 "[--message N] [--name-key K] [--max-bytes N] | "
 	 "zarr export DIR --from FILE.hrry | "
-	 "zarr import DIR [--prefix P] [--partial]",
+	 "zarr import DIR [--prefix P] [--partial] [--no-replace]",
 	 "Write tensors (NAMES, NAME/ for every one under it, or every\n"
 	 "tensor), the objects of one .tgm\n"
 	 "message or the tensors of a Hurray file as a Zarr v3 hierarchy in\n"
@@ -130,7 +134,9 @@ static const struct cmd {
 	 "  --name-key K    dotted metadata path tried first for names\n"
 	 "  --max-bytes N   read a stream up to N bytes (default 1G)\n"
 	 "  --prefix P      import: put P before every name\n"
-	 "  --partial       import: keep what was published before a refusal\n"},
+	 "  --partial       import: keep what was published before a refusal\n"
+	 "  --no-replace    import: publish only names that have no version;\n"
+	 "                  the others are said on stderr, exit status 3\n"},
 };
 
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
@@ -144,7 +150,8 @@ static const char common_help[] =
 	"                  {\"error\":{\"kind\":...,\"errno\":...,\"reason\":...}})\n"
 	"  --bytes         sizes in bytes instead of KiB, MiB, ...\n"
 	"  -h, --help      this help\n"
-	"\nexit status: 0 done, 1 refused or failed, 2 bad command line\n";
+	"\nexit status: 0 done, 1 refused or failed, 2 bad command line, 3\n"
+	"done but names left alone (load, zarr import --no-replace)\n";
 
 static const char outputs_help[] =
 	"\nOUTPUTS: a regular file is replaced atomically, keeping its mode and\n"

@@ -361,6 +361,7 @@ int inspect_hrry(const char *path, const uint8_t *buf, size_t len, int json)
 struct loaded {
 	struct td_client *c;
 	struct json_object *published, *refused; /* --json */
+	struct json_object *skipped; /* --no-replace, else NULL */
 	char **names; /* published, for all-or-nothing */
 	uint64_t *versions;
 	uint64_t count, refusals;
@@ -430,8 +431,12 @@ static void print_loaded(const struct loaded *l, const char *path)
 				  (size_t)json_object_get_string_len(n));
 		printf(": %s: %s\n", jstr(j, "kind"), jstr(j, "reason"));
 	}
-	printf("%s: %" PRIu64 " published, %" PRIu64 " refused\n", path,
+	printf("%s: %" PRIu64 " published, %" PRIu64 " refused", path,
 	       l->count, l->refusals);
+	if (l->skipped)
+		printf(", %zu skipped (--no-replace)",
+		       json_object_array_length(l->skipped));
+	printf("\n");
 }
 
 /* prefix + e's name is a tensor name tensord takes (else *why). */
@@ -509,9 +514,12 @@ static int load_one(struct loaded *l, struct td_hrry_file_reader *r,
 		.name = name, .dtype = dtype, .ndim = d->rank,
 		.shape = d->shape};
 	p.meta = tctl_hrry_meta(r, e, &p.meta_len);
+	if (l->skipped)
+		tctl_no_replace(&p);
 	rc = td_client_publish_alloc(l->c, a, &p, &version, &err);
 	if (rc < 0)
-		return tctl_refused(name, rc, &err);
+		return tctl_pub_refused(name, rc, &err, l->skipped != NULL,
+					l->skipped);
 	l->names[l->count] = strdup(name);
 	l->versions[l->count++] = version;
 	published(l, name, version, d, dtype);
@@ -530,6 +538,9 @@ static int loaded_done(struct loaded *l, const char *path)
 	j = json_object_new_object();
 	json_object_object_add(j, "published", l->published);
 	json_object_object_add(j, "refused", l->refused);
+	if (l->skipped)
+		json_object_object_add(j, "skipped",
+				       json_object_get(l->skipped));
 	l->published = l->refused = NULL;
 	return tctl_json_print(j);
 }
@@ -567,6 +578,8 @@ static void load_failed(struct loaded *l, const char *path, bool partial)
 	}
 	tctl_json_held_add("published", json_object_get(l->published));
 	tctl_json_held_add("refused", json_object_get(l->refused));
+	if (l->skipped)
+		tctl_json_held_add("skipped", json_object_get(l->skipped));
 }
 
 /* path opened as *fd and read mapped (map; pread where it cannot be)
@@ -634,12 +647,14 @@ static int load_input(const char *path, uint64_t max_bytes,
 
 /* load's options (of a Hurray file): -1, or the status to exit with. */
 static int load_opts(int argc, char **argv, const char **prefix,
-		     bool *partial, uint64_t *max_bytes)
+		     bool *partial, bool *no_replace, uint64_t *max_bytes)
 {
-	enum { O_PREFIX = TCTL_OPT_FIRST_OWN, O_PARTIAL, O_FORMAT, O_MAXB };
+	enum { O_PREFIX = TCTL_OPT_FIRST_OWN, O_PARTIAL, O_FORMAT, O_MAXB,
+	       O_NOREP };
 	static const struct option opts[] = {
 		{"prefix", required_argument, NULL, O_PREFIX},
 		{"partial", no_argument, NULL, O_PARTIAL},
+		{"no-replace", no_argument, NULL, O_NOREP},
 		{"format", required_argument, NULL, O_FORMAT},
 		{"max-bytes", required_argument, NULL, O_MAXB},
 		/* known, so that the error says why, not "unknown option" */
@@ -658,6 +673,8 @@ static int load_opts(int argc, char **argv, const char **prefix,
 			*prefix = optarg;
 		else if (o == O_PARTIAL)
 			*partial = true;
+		else if (o == O_NOREP)
+			*no_replace = true;
 		else if (o == O_FORMAT && strcmp(optarg, "hrry"))
 			return tctl_usage("load", "--format hrry, for a "
 					  "Hurray file");
@@ -681,7 +698,7 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 	uint64_t max_bytes = TCTL_STREAM_MAX;
 	uint8_t *own = NULL;
 	const char *path, *prefix = "";
-	bool partial = false;
+	bool partial = false, no_replace = false;
 	struct td_hrry_transport t;
 	struct td_hrry_file_reader *r = NULL;
 	struct td_hrry_err e = {0};
@@ -691,7 +708,8 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 	const char *why;
 	int fd, rc;
 
-	rc = load_opts(argc, argv, &prefix, &partial, &max_bytes);
+	rc = load_opts(argc, argv, &prefix, &partial, &no_replace,
+		       &max_bytes);
 	if (rc >= 0)
 		return rc;
 	if (argc - optind != 1)
@@ -722,6 +740,7 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 		goto out;
 	l.published = json_object_new_array();
 	l.refused = json_object_new_array();
+	l.skipped = no_replace ? json_object_new_array() : NULL;
 	if (partial)
 		tctl_json_hold(); /* the error says what was kept */
 	tctl_publish_guard(1); /* Ctrl-C: roll back too (cmd-load.c) */
@@ -766,6 +785,8 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 			continue;
 		}
 		rc = load_one(&l, r, &en, d, prefix);
+		if (rc == TCTL_SKIPPED)
+			rc = TCTL_OK; /* said; the status says it at the end */
 		if (rc)
 			break;
 	}
@@ -774,10 +795,13 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 		goto out;
 	}
 	rc = loaded_done(&l, path);
+	if (!rc && l.skipped && json_object_array_length(l.skipped))
+		rc = TCTL_SKIPPED;
 out:
 	tctl_publish_guard(0);
 	json_object_put(l.published);
 	json_object_put(l.refused);
+	json_object_put(l.skipped);
 	for (uint64_t i = 0; l.names && i < l.count; i++)
 		free(l.names[i]);
 	free(l.names);

@@ -2,6 +2,7 @@
 #ifndef TD_TOOLS_TENSORCTL_H
 #define TD_TOOLS_TENSORCTL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,6 +17,9 @@ enum {
 	TCTL_OK = 0,
 	TCTL_REFUSED = 1, /* the daemon, the input or a local file failed */
 	TCTL_USAGE = 2,   /* bad command line */
+	/* done, but --no-replace left names alone that exist (load, zarr
+	 * import): what was not published is said on stderr */
+	TCTL_SKIPPED = 3,
 };
 
 /* --json: results and errors as JSON on stdout */
@@ -260,6 +264,19 @@ int tctl_load_hrry_stdin(int argc, char **argv, const uint8_t *buf,
 struct td_hrry_transport;
 int tctl_hrry_transport(const char *path, struct td_hrry_transport *t,
 			int *fd);
+/*
+ * --no-replace (load, zarr import): tctl_no_replace() makes p a publish
+ * the daemon refuses when the name has a version (TD_PUBLISH_IF, 0), so
+ * a name a producer publishes after any look of ours is never replaced.
+ * tctl_pub_refused(): such a refusal (-EEXIST) is said on stderr as
+ * "NAME: skipped: REASON (--no-replace)" and is TCTL_SKIPPED, the name
+ * added to the --json "skipped" array sk (may be NULL); anything else is
+ * tctl_refused(). A daemon without the condition fails the publish
+ * (-EOPNOTSUPP), so nothing is published unconditionally.
+ */
+void tctl_no_replace(struct td_publish *p);
+int tctl_pub_refused(const char *name, int rc, const struct td_error *e,
+		     bool no_replace, struct json_object *sk);
 /* Delete name if STAT still shows version (a failed load's roll back);
  * 1 when removed, else says why on stderr (cmd-load.c). */
 int tctl_roll_back_one(struct td_client *c, const char *name,

@@ -304,6 +304,16 @@ struct td_plane {
 /* modifiers holds a DRM format modifier per plane (dma-buf planes only:
  * the daemon refuses one on a memfd); without it every plane is linear */
 #define TD_PUBLISH_MODIFIERS 0x4u
+/*
+ * Publish only while the name's current version is if_version (0: only
+ * while the name has none), checked by the daemon in the step that
+ * commits, so a version anyone publishes meanwhile is never replaced.
+ * Refused with -EEXIST (if_version 0 and the name has a version) or
+ * -ESTALE (another version, or none), the reason naming the current
+ * version; -EOPNOTSUPP, nothing sent, from a daemon that does not serve
+ * the condition (TD_WIRE_FEAT_PUB_IF: it would publish regardless).
+ */
+#define TD_PUBLISH_IF 0x8u
 
 /*
  * What to publish. Zero-initialise, then set what applies: a zeroed
@@ -349,6 +359,8 @@ struct td_publish {
 	 * it in td_tensor_plane_modifier() and never read such a plane as
 	 * rows (blob spec §6.1) */
 	const uint64_t *modifiers;
+	/* with TD_PUBLISH_IF (read only then, as modifiers) */
+	uint64_t if_version;
 };
 
 /*
