@@ -21,23 +21,30 @@ unsigned td__peer_follows(const struct td__peer *p)
 	return n;
 }
 
-/* Bells whose descriptors uid pays for. */
-static unsigned uid_bells(uid_t uid)
+/*
+ * Bells whose descriptors uid pays for (spare: only those a spare follow
+ * made; uid (uid_t)-1: every uid's).
+ */
+static unsigned uid_bells(uid_t uid, bool spare)
 {
 	unsigned n = 0;
 
-	for (struct td__list *l = td__bells.next; l != &td__bells; l = l->next)
-		n += td__container_of(l, struct bell, link)->uid == uid;
+	for (struct td__list *l = td__bells.next; l != &td__bells;
+	     l = l->next) {
+		const struct bell *b = td__container_of(l, struct bell, link);
+
+		n += (uid == (uid_t)-1 || b->uid == uid) && (!spare || b->spare);
+	}
 	return n;
 }
 
-/* Rows of b in use. */
-static unsigned bell_rows(const struct bell *b)
+/* Rows of b that spare follows hold. */
+static unsigned spare_rows(const struct bell *b)
 {
 	unsigned n = 0;
 
 	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
-		n += b->rows[i].peer != NULL;
+		n += b->rows[i].peer && b->rows[i].spare;
 	return n;
 }
 
@@ -54,20 +61,23 @@ static unsigned uid_rows(const struct bell *b, uid_t uid)
 /*
  * A spare follow (TD_WIRE_FOLLOW_SPARE: one td_client_get_newer made by
  * itself, which can do without) takes no more than half of the name's
- * rows and of the td__bells, the daemon's and its uid's: the other half
- * stays for follows that ask without the flag. -ENOBUFS with a reply.
+ * rows and of the bells, the daemon's and its uid's: the other half
+ * stays for follows that ask without the flag. Only spare follows count
+ * (the rows they hold, the bells they made): explicit follows that hold
+ * half a name's rows or half the bells leave the other half to them.
+ * -ENOBUFS with a reply.
  */
 static int spare_admit(struct td__peer *p, const struct td_wire_hdr *h,
 		       const struct bell *b)
 {
 	const char *what = NULL;
 
-	if (b && bell_rows(b) >= TD_FOLLOW_MAX_ROWS / 2)
+	if (b && spare_rows(b) >= TD_FOLLOW_MAX_ROWS / 2)
 		what = "the name's follower rows";
-	else if (!b && td__bell_count >= MAX_BELLS / 2)
+	else if (!b && uid_bells((uid_t)-1, true) >= MAX_BELLS / 2)
 		what = "the daemon's followed names";
 	else if (!b && !td__uid_is_admin(p->uid) &&
-		 uid_bells(p->uid) >= MAX_BELLS_PER_UID / 2)
+		 uid_bells(p->uid, true) >= MAX_BELLS_PER_UID / 2)
 		what = "the followed names its uid pays for";
 	if (!what)
 		return 0;
@@ -117,7 +127,7 @@ int td__follow_admit(struct td__peer *p, const struct td_wire_hdr *h,
 		return -ENOBUFS;
 	}
 	if (fds > 1 && !td__uid_is_admin(p->uid) &&
-	    uid_bells(p->uid) >= MAX_BELLS_PER_UID) {
+	    uid_bells(p->uid, false) >= MAX_BELLS_PER_UID) {
 		td__peer_error(p, h->opcode, h->request_id, -EDQUOT,
 			       "uid %u pays for %d followed names already "
 			       "(max %d): follow one of those, or end a follow",

@@ -67,6 +67,9 @@ struct bell {
 	unsigned followers;
 	/* whose fds count holds the bell's descriptors: a follower's */
 	uid_t uid;
+	/* made by a spare follow: counts in the spare half of the bells
+	 * (td__follow_admit) for as long as it lives */
+	bool spare;
 	struct follower rows[TD_FOLLOW_MAX_ROWS];
 	uint16_t name_len;
 	char name[TD_WIRE_MAX_NAME + 1];

@@ -876,6 +876,7 @@ void td__follow(struct td__peer *p, const struct td__req *rq)
 			return;
 		}
 		b->uid = p->uid;
+		b->spare = m.flags & TD_WIRE_FOLLOW_SPARE;
 		fresh = true;
 		fds += BELL_FDS;
 	}
