@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * The daemon's bells of followed names (follow.c keeps them), and
  * FOLLOW's admission (docs/protocol.md §13, docs/policy.md §5): the
  * limits on follows, rows and bells, a spare follow's half, and the
  * uid's limits a follow charges (fds, a lease, pinned bytes).
@@ -7,12 +8,29 @@
 #include "follow-int.h"
 
 #include <errno.h>
+#include <string.h>
+
+struct td__list td__bells = {&td__bells, &td__bells};
+unsigned td__bell_count;
+
+struct bell *td__bell_named(const char *name, size_t len)
+{
+	for (struct td__list *l = td__bells.next; l != &td__bells;
+	     l = l->next) {
+		struct bell *b = td__container_of(l, struct bell, link);
+
+		if (b->name_len == len && memcmp(b->name, name, len) == 0)
+			return b;
+	}
+	return NULL;
+}
 
 unsigned td__peer_follows(const struct td__peer *p)
 {
 	unsigned n = 0;
 
-	for (struct td__list *l = td__bells.next; l != &td__bells; l = l->next) {
+	for (struct td__list *l = td__bells.next; l != &td__bells;
+	     l = l->next) {
 		struct bell *b = td__container_of(l, struct bell, link);
 
 		for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
@@ -33,7 +51,8 @@ static unsigned uid_bells(uid_t uid, bool spare)
 	     l = l->next) {
 		const struct bell *b = td__container_of(l, struct bell, link);
 
-		n += (uid == (uid_t)-1 || b->uid == uid) && (!spare || b->spare);
+		n += (uid == (uid_t)-1 || b->uid == uid) &&
+		     (!spare || b->spare);
 	}
 	return n;
 }

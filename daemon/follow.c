@@ -28,23 +28,10 @@
 #include "os.h"
 #include "wire-status.h"
 
-struct td__list td__bells = {&td__bells, &td__bells};
-unsigned td__bell_count;
 static uint64_t next_id = 1;
-static unsigned stages;    /* td__bells with a stage: the timer runs */
+static unsigned stages;    /* bells with a stage: the timer runs */
 static uv_timer_t stage_timer;
 #define STAGE_SETTLE_MS 1000 /* a producer that fired and stalled */
-
-struct bell *td__bell_named(const char *name, size_t len)
-{
-	for (struct td__list *l = td__bells.next; l != &td__bells; l = l->next) {
-		struct bell *b = td__container_of(l, struct bell, link);
-
-		if (b->name_len == len && memcmp(b->name, name, len) == 0)
-			return b;
-	}
-	return NULL;
-}
 
 /* ---- holds ---- */
 
@@ -694,7 +681,7 @@ void td__stage_page(struct td__peer *p, const struct td__req *rq)
 		      (m.flags & TD_WIRE_REQ_SCM) ? 1 : 0);
 }
 
-/* ---- td__bells and rows ---- */
+/* ---- bells and rows ---- */
 
 static void bell_free(struct bell *b)
 {
@@ -927,7 +914,8 @@ void td__follow(struct td__peer *p, const struct td__req *rq)
 static struct follower *follower_of(struct td__peer *p, uint64_t id,
 				    struct bell **bp)
 {
-	for (struct td__list *l = td__bells.next; l != &td__bells; l = l->next) {
+	for (struct td__list *l = td__bells.next; l != &td__bells;
+	     l = l->next) {
 		struct bell *b = td__container_of(l, struct bell, link);
 
 		for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
