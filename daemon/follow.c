@@ -23,83 +23,15 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "follow-int.h"
 #include "follow.h"
 #include "os.h"
 #include "wire-status.h"
 
-#define MAX_BELLS 256           /* followed names in the daemon */
-#define MAX_FOLLOWS_PER_PEER 64 /* follows of one connection */
-#define BELL_FDS 2              /* a bell's descriptors: fd_rw, fd_ro */
-/* followed names one uid may pay for, so that one uid cannot take every
- * bell of the daemon (as rings: TD__MAX_RINGS / 4 per uid by default;
- * root and the daemon's uid, the operators, have no such limit) */
-#define MAX_BELLS_PER_UID (MAX_BELLS / 4)
-/* a name's rows one uid may hold (root and the daemon's uid: all), so
- * that one reader of a name cannot keep every other from following it */
-#define MAX_ROWS_PER_UID (TD_FOLLOW_MAX_ROWS / 2)
-#define CTL_MEMFD                                                             \
-	(TD__MEMFD_SEALABLE | TD__MEMFD_RESERVE | TD__MEMFD_SEAL_SIZE)
-
-struct follower {
-	struct td__peer *peer; /* NULL: the row is free */
-	uint64_t id;
-	int row_fd;
-	int wake_fd; /* FOLLOW_WAKE's eventfd, -1 none */
-	struct td_follow_row *row;
-	/* the retired version this row holds, referenced, or NULL */
-	struct td__version *held;
-	uint64_t pinned; /* held's bytes counted as the peer uid's pinned */
-};
-
-/*
- * A staged publish (docs/fastpath.md, "A followed publish without the
- * daemon's hop"): owner's lent loan alloc_id, written into entry `entry`
- * as version sv->number, which owner fires through the trigger page.
- */
-struct stage {
-	struct td__peer *owner; /* NULL: nothing staged */
-	uint64_t alloc_id;
-	struct td__version *sv; /* what the commit makes current */
-	uint32_t entry;
-	uint32_t slot; /* its word in the owner's trigger page */
-};
-
-struct bell {
-	struct td__list link;
-	int fd_rw, fd_ro;
-	struct stage st;
-	/* the producer whose trigger page the bell names (stage_gen), NULL
-	 * none: followers get that page, read-only (STAGE_PAGE) */
-	struct td__peer *trig_owner;
-	struct td_follow_hdr *hdr;
-	uint64_t cur; /* the version `latest` names, 0 none */
-	const struct td__version *cur_v;
-	uint64_t entry_of[TD_FOLLOW_ENTRIES]; /* version in each entry */
-	unsigned followers;
-	/* whose fds count holds the bell's descriptors: a follower's */
-	uid_t uid;
-	struct follower rows[TD_FOLLOW_MAX_ROWS];
-	uint16_t name_len;
-	char name[TD_WIRE_MAX_NAME + 1];
-};
-
-static struct td__list bells = {&bells, &bells};
-static unsigned bell_count;
 static uint64_t next_id = 1;
 static unsigned stages;    /* bells with a stage: the timer runs */
 static uv_timer_t stage_timer;
 #define STAGE_SETTLE_MS 1000 /* a producer that fired and stalled */
-
-static struct bell *bell_named(const char *name, size_t len)
-{
-	for (struct td__list *l = bells.next; l != &bells; l = l->next) {
-		struct bell *b = td__container_of(l, struct bell, link);
-
-		if (b->name_len == len && memcmp(b->name, name, len) == 0)
-			return b;
-	}
-	return NULL;
-}
 
 /* ---- holds ---- */
 
@@ -108,14 +40,15 @@ static struct bell *bell_named(const char *name, size_t len)
  * (lease.c): one lease, and another uid's bytes as pinned. It cannot be
  * refused (the follower holds already), so FOLLOW checks for room for
  * one lease first, and a uid is over its limits by at most one version
- * per follow, which refuses its next GET.
+ * per follow, which refuses its next GET. v's bytes counted while it
+ * was current (rows_charge) go at the same change: counted once.
  */
 static void hold_take(struct follower *f, struct td__version *v)
 {
 	uid_t uid = f->peer->uid;
 
 	f->held = v;
-	f->pinned = v->uid != uid ? v->acct : 0;
+	f->pinned = td__follow_pin(v, uid);
 	f->peer->follow_holds++;
 	f->peer->follow_held_bytes += v->bytes;
 	v->refs++;
@@ -124,6 +57,30 @@ static void hold_take(struct follower *f, struct td__version *v)
 	/* the uid has an entry (its connection): these cannot fail */
 	(void)td__tenant_add(uid, TD__LIM_LEASES, 1);
 	(void)td__tenant_add(uid, TD__LIM_PINNED, f->pinned);
+}
+
+/*
+ * Every row's uid is charged now's pinned bytes in place of the last
+ * current version's (a row that held that one keeps it as a hold, which
+ * hold_take counted: once). A row may take the current version with no
+ * message, so it counts from the moment it is current, as a GET lease of
+ * it would (docs/policy.md §4). It cannot be refused: over the uid's
+ * pinned limit, the uid's next GET, FOLLOW or RING_SUBSCRIBE is
+ * (docs/policy.md, "A follower's hold"), never the producer's PUBLISH.
+ */
+static void rows_charge(struct bell *b, const struct td__version *now)
+{
+	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++) {
+		struct follower *f = &b->rows[i];
+		uint64_t pin;
+
+		if (!f->peer)
+			continue;
+		pin = td__follow_pin(now, f->peer->uid);
+		td__tenant_sub(f->peer->uid, TD__LIM_PINNED, f->cur_pin);
+		(void)td__tenant_add(f->peer->uid, TD__LIM_PINNED, pin);
+		f->cur_pin = pin;
+	}
 }
 
 static void hold_drop(struct follower *f)
@@ -308,6 +265,7 @@ static void bell_set(struct bell *b, struct td__version *now,
 		atomic_fetch_add(&b->hdr->seq, 1);
 	if (gone)
 		bell_retire(b, gone);
+	rows_charge(b, now);
 	if (!quiet)
 		bell_wake(b, now ? now->number : 0);
 }
@@ -318,9 +276,9 @@ static void on_changed(struct td__version *now, struct td__version *gone,
 	const struct td__version *v = now ? now : gone;
 	struct bell *b;
 
-	if (!v || td__list_empty(&bells))
+	if (!v || td__list_empty(&td__bells))
 		return;
-	b = bell_named(v->name, v->name_len);
+	b = td__bell_named(v->name, v->name_len);
 	if (!b || (!now && b->cur_v != gone))
 		return;
 	bell_set(b, now, gone, quiet);
@@ -338,9 +296,9 @@ static bool on_pins(const struct td__version *v)
 {
 	const struct bell *b;
 
-	if (td__list_empty(&bells))
+	if (td__list_empty(&td__bells))
 		return false;
-	b = bell_named(v->name, v->name_len);
+	b = td__bell_named(v->name, v->name_len);
 	if (!b || b->cur_v != v)
 		return false;
 	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
@@ -352,7 +310,7 @@ static bool on_pins(const struct td__version *v)
 
 static void on_sweep(void)
 {
-	for (struct td__list *l = bells.next; l != &bells; l = l->next)
+	for (struct td__list *l = td__bells.next; l != &td__bells; l = l->next)
 		bell_sweep(td__container_of(l, struct bell, link));
 }
 
@@ -453,12 +411,12 @@ static void on_settle(const char *name, size_t len, bool cancel)
 	if (!stages)
 		return;
 	if (name) {
-		b = bell_named(name, len);
+		b = td__bell_named(name, len);
 		if (b && b->st.owner)
 			stage_settle(b, cancel);
 		return;
 	}
-	for (l = bells.next; l != &bells; l = n) {
+	for (l = td__bells.next; l != &td__bells; l = n) {
 		b = td__container_of(l, struct bell, link);
 		n = l->next;
 		if (b->st.owner)
@@ -628,8 +586,8 @@ static void stage_arm(struct td__peer *p, struct bell *b,
 
 static struct bell *bell_of(const struct td__version *v)
 {
-	return td__list_empty(&bells) ? NULL
-				      : bell_named(v->name, v->name_len);
+	return td__list_empty(&td__bells) ? NULL
+				      : td__bell_named(v->name, v->name_len);
 }
 
 /* A PUBLISH of p made ver and lends loan a (its reply's stage). */
@@ -698,7 +656,7 @@ void td__stage_page(struct td__peer *p, const struct td__req *rq)
 
 	if (td__peer_bad_body(p, h, rc, &e) || wait_refused(p, h, &m))
 		return;
-	b = bell_named(m.name.ptr, m.name.len);
+	b = td__bell_named(m.name.ptr, m.name.len);
 	for (uint32_t i = 0; b && i < TD_FOLLOW_MAX_ROWS && !follows; i++)
 		follows = b->rows[i].peer == p;
 	/* the producer's own page, to fire through; or, to a follower of
@@ -728,7 +686,7 @@ void td__stage_page(struct td__peer *p, const struct td__req *rq)
 static void bell_free(struct bell *b)
 {
 	td__list_del(&b->link);
-	bell_count--;
+	td__bell_count--;
 	munmap(b->hdr, TD_FOLLOW_BELL_LEN);
 	close(b->fd_rw);
 	close(b->fd_ro);
@@ -767,8 +725,8 @@ static struct bell *bell_new(struct td_wire_str name, const char **why)
 	b->hdr->entry_len = TD_FOLLOW_ENTRY_LEN;
 	b->name_len = name.len;
 	memcpy(b->name, name.ptr, name.len);
-	td__list_add_tail(&bells, &b->link);
-	bell_count++;
+	td__list_add_tail(&td__bells, &b->link);
+	td__bell_count++;
 	return b;
 fail:
 	if (b->fd_rw >= 0)
@@ -811,6 +769,7 @@ static bool follower_end(struct bell *b, struct follower *f)
 
 	if (f->held)
 		hold_drop(f);
+	td__tenant_sub(uid, TD__LIM_PINNED, f->cur_pin);
 	munmap(f->row, TD_FOLLOW_ROW_LEN);
 	close(f->row_fd);
 	td__tenant_sub(uid, TD__LIM_FDS, 1 + (f->wake_fd >= 0));
@@ -831,19 +790,6 @@ static bool follower_end(struct bell *b, struct follower *f)
 	td__tenant_sub(b->uid, TD__LIM_FDS, BELL_FDS);
 	bell_free(b);
 	return true;
-}
-
-static unsigned peer_follows(const struct td__peer *p)
-{
-	unsigned n = 0;
-
-	for (struct td__list *l = bells.next; l != &bells; l = l->next) {
-		struct bell *b = td__container_of(l, struct bell, link);
-
-		for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
-			n += b->rows[i].peer == p;
-	}
-	return n;
 }
 
 static int row_make(struct follower *f, const char **why)
@@ -869,120 +815,6 @@ static int row_make(struct follower *f, const char **why)
 }
 
 /* ---- requests ---- */
-
-/* Room for one more follow of p: 0, or the refusal sent and -errno. */
-/* Bells whose descriptors uid pays for. */
-static unsigned uid_bells(uid_t uid)
-{
-	unsigned n = 0;
-
-	for (struct td__list *l = bells.next; l != &bells; l = l->next)
-		n += td__container_of(l, struct bell, link)->uid == uid;
-	return n;
-}
-
-/* Rows of b in use. */
-static unsigned bell_rows(const struct bell *b)
-{
-	unsigned n = 0;
-
-	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
-		n += b->rows[i].peer != NULL;
-	return n;
-}
-
-/* Rows of b that uid's follows hold. */
-static unsigned uid_rows(const struct bell *b, uid_t uid)
-{
-	unsigned n = 0;
-
-	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
-		n += b->rows[i].peer && b->rows[i].peer->uid == uid;
-	return n;
-}
-
-/*
- * A spare follow (TD_WIRE_FOLLOW_SPARE: one td_client_get_newer made by
- * itself, which can do without) takes no more than half of the name's
- * rows and of the bells, the daemon's and its uid's: the other half
- * stays for follows that ask without the flag. -ENOBUFS with a reply.
- */
-static int spare_admit(struct td__peer *p, const struct td_wire_hdr *h,
-		       const struct bell *b)
-{
-	const char *what = NULL;
-
-	if (b && bell_rows(b) >= TD_FOLLOW_MAX_ROWS / 2)
-		what = "the name's follower rows";
-	else if (!b && bell_count >= MAX_BELLS / 2)
-		what = "the daemon's followed names";
-	else if (!b && !td__uid_is_admin(p->uid) &&
-		 uid_bells(p->uid) >= MAX_BELLS_PER_UID / 2)
-		what = "the followed names its uid pays for";
-	if (!what)
-		return 0;
-	td__peer_error(p, h->opcode, h->request_id, -ENOBUFS,
-		       "a spare follow takes at most half of %s", what);
-	return -ENOBUFS;
-}
-
-static int follow_admit(struct td__peer *p, const struct td_wire_hdr *h,
-			struct td_wire_str name, bool spare)
-{
-	const struct bell *b = bell_named(name.ptr, name.len);
-	/* a row, and the bell's descriptors when this follow makes it */
-	unsigned fds = b ? 1 : 1 + BELL_FDS;
-	char lim[256];
-	int rc;
-
-	if (td__ring_find(name)) {
-		td__peer_error(p, h->opcode, h->request_id, -EINVAL,
-			       "\"%.*s\" is a ring: subscribe to it",
-			       (int)name.len, name.ptr);
-		return -EINVAL;
-	}
-	if (spare && spare_admit(p, h, b) < 0)
-		return -ENOBUFS;
-	if (b && !td__uid_is_admin(p->uid) &&
-	    uid_rows(b, p->uid) >= MAX_ROWS_PER_UID) {
-		td__peer_error(p, h->opcode, h->request_id, -EDQUOT,
-			       "uid %u holds %d of \"%.*s\"'s %u follower rows "
-			       "already (max): end a follow of it",
-			       (unsigned)p->uid, MAX_ROWS_PER_UID,
-			       (int)name.len, name.ptr, TD_FOLLOW_MAX_ROWS);
-		return -EDQUOT;
-	}
-	if (peer_follows(p) >= MAX_FOLLOWS_PER_PEER) {
-		td__peer_error(p, h->opcode, h->request_id, -ENOBUFS,
-			       "too many follows on this connection (max %d)",
-			       MAX_FOLLOWS_PER_PEER);
-		return -ENOBUFS;
-	}
-	if (fds > 1 && bell_count >= MAX_BELLS) {
-		td__peer_error(p, h->opcode, h->request_id, -ENOBUFS,
-			       "too many followed names in the daemon "
-			       "(max %d)", MAX_BELLS);
-		return -ENOBUFS;
-	}
-	if (fds > 1 && !td__uid_is_admin(p->uid) &&
-	    uid_bells(p->uid) >= MAX_BELLS_PER_UID) {
-		td__peer_error(p, h->opcode, h->request_id, -EDQUOT,
-			       "uid %u pays for %d followed names already "
-			       "(max %d): follow one of those, or end a follow",
-			       (unsigned)p->uid, MAX_BELLS_PER_UID,
-			       MAX_BELLS_PER_UID);
-		return -EDQUOT;
-	}
-	rc = td__tenant_check(p->uid, TD__LIM_FDS, fds, lim, sizeof(lim));
-	/* room for the lease its hold may become (hold_take) */
-	if (rc == 0)
-		rc = td__tenant_check(p->uid, TD__LIM_LEASES, 1, lim,
-				      sizeof(lim));
-	if (rc < 0)
-		td__peer_error(p, h->opcode, h->request_id, rc, "FOLLOW: %s",
-			       lim);
-	return rc;
-}
 
 static void reply_follow(struct td__peer *p, const struct td_wire_hdr *h,
 			 uint32_t req_flags, const struct bell *b,
@@ -1020,9 +852,9 @@ void td__follow(struct td__peer *p, const struct td__req *rq)
 	if (td__peer_bad_body(p, h, rc, &e) || wait_refused(p, h, &m))
 		return;
 	if (!td__access_check(p, h, rq->op->perm, m.name) ||
-	    follow_admit(p, h, m.name, m.flags & TD_WIRE_FOLLOW_SPARE) < 0)
+	    td__follow_admit(p, h, m.name, m.flags & TD_WIRE_FOLLOW_SPARE) < 0)
 		return;
-	b = bell_named(m.name.ptr, m.name.len);
+	b = td__bell_named(m.name.ptr, m.name.len);
 	if (!b) {
 		b = bell_new(m.name, &why);
 		if (!b) {
@@ -1031,6 +863,7 @@ void td__follow(struct td__peer *p, const struct td__req *rq)
 			return;
 		}
 		b->uid = p->uid;
+		b->spare = m.flags & TD_WIRE_FOLLOW_SPARE;
 		fresh = true;
 		fds += BELL_FDS;
 	}
@@ -1060,6 +893,10 @@ void td__follow(struct td__peer *p, const struct td__req *rq)
 	f->peer = p;
 	f->id = next_id++;
 	f->wake_fd = -1;
+	f->spare = m.flags & TD_WIRE_FOLLOW_SPARE;
+	/* the current version's bytes (td__follow_admit found room) */
+	f->cur_pin = td__follow_pin(b->cur_v, p->uid);
+	(void)td__tenant_add(p->uid, TD__LIM_PINNED, f->cur_pin);
 	b->followers++;
 	atomic_store_explicit(&b->hdr->followers, b->followers,
 			      memory_order_relaxed);
@@ -1077,7 +914,8 @@ void td__follow(struct td__peer *p, const struct td__req *rq)
 static struct follower *follower_of(struct td__peer *p, uint64_t id,
 				    struct bell **bp)
 {
-	for (struct td__list *l = bells.next; l != &bells; l = l->next) {
+	for (struct td__list *l = td__bells.next; l != &td__bells;
+	     l = l->next) {
 		struct bell *b = td__container_of(l, struct bell, link);
 
 		for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
@@ -1162,7 +1000,7 @@ void td__follow_peer_gone(struct td__peer *p)
 {
 	struct td__list *l, *n;
 
-	for (l = bells.next; l != &bells; l = n) {
+	for (l = td__bells.next; l != &td__bells; l = n) {
 		struct bell *b = td__container_of(l, struct bell, link);
 
 		n = l->next;

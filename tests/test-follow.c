@@ -1522,6 +1522,96 @@ Test(follow, get_newer_follows_leave_half_the_rows_to_explicit_follows)
 }
 
 /*
+ * A spare follow counts only the spare follows (the rows they hold, the
+ * bells they made): explicit follows holding half of a name's rows used
+ * to send every get_newer of the name back to the GET path. Here 32
+ * explicit rows leave a get_newer its row, so the explicit follower
+ * finds 31 more rows, not 32.
+ */
+Test(follow, explicit_follows_leave_the_spare_half_of_the_rows)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons, *ex;
+	struct td_follow *f[64];
+	struct td_error e = {0};
+	struct td_tensor *t;
+	uint64_t v0, v1;
+
+	pair_start(&d, small_cap, "pidfd", &prod, &ex);
+	v0 = put(prod, "gn/half", 64, TD_ALLOC_STREAM, 1);
+	for (unsigned i = 0; i < 32; i++)
+		cr_assert_eq(td_client_follow(ex, "gn/half", &f[i], &e), 0,
+			     "explicit follow %u: %s", i, e.reason);
+	cons = conn(&d, "pidfd");
+	td_tensor_release(newer(cons, "gn/half", 0, 1000));
+	v1 = put(prod, "gn/half", 64, TD_ALLOC_STREAM, 2);
+	/* the second call for the name follows it: a spare row */
+	t = newer(cons, "gn/half", v0, 1000);
+	cr_assert_eq(td_tensor_version(t), v1);
+	cr_assert(all_bytes(t, 2));
+	td_tensor_release(t);
+	for (unsigned i = 32; i < 63; i++)
+		cr_assert_eq(td_client_follow(ex, "gn/half", &f[i], &e), 0,
+			     "explicit follow %u: %s", i, e.reason);
+	cr_assert_eq(td_client_follow(ex, "gn/half", &f[63], &e), -EBUSY,
+		     "get_newer's follow holds no row: %s", e.reason);
+	for (unsigned i = 0; i < 63; i++)
+		td_follow_close(f[i]);
+	td_client_close(cons);
+	pair_stop(&d, prod, ex);
+}
+
+/*
+ * The same for the daemon's bells: 128 names followed explicitly leave
+ * a get_newer of another name its bell (a spare follow makes one only
+ * while spare follows made fewer than 128), so explicit follows find
+ * 127 more bells, not 128.
+ */
+Test(follow, explicit_follows_leave_the_spare_half_of_the_bells)
+{
+	struct tu_daemon d;
+	struct td_client *prod, *cons, *ex[5];
+	struct td_follow *f[256];
+	struct td_error e = {0};
+	struct td_tensor *t;
+	uint64_t v0, v1;
+	unsigned i = 0;
+	char n[32];
+	int rc = 0;
+
+	pair_start(&d, small_cap, "pidfd", &prod, &ex[0]);
+	for (unsigned k = 1; k < 5; k++)
+		ex[k] = conn(&d, "pidfd");
+	/* 64 follows a connection: 128 names over two */
+	for (; i < 128; i++) {
+		snprintf(n, sizeof(n), "gb/e%u", i);
+		cr_assert_eq(td_client_follow(ex[i / 64], n, &f[i], &e), 0,
+			     "explicit follow %u: %s", i, e.reason);
+	}
+	v0 = put(prod, "gb/spare", 64, TD_ALLOC_STREAM, 1);
+	cons = conn(&d, "pidfd");
+	td_tensor_release(newer(cons, "gb/spare", 0, 1000));
+	v1 = put(prod, "gb/spare", 64, TD_ALLOC_STREAM, 2);
+	t = newer(cons, "gb/spare", v0, 1000);
+	cr_assert_eq(td_tensor_version(t), v1);
+	td_tensor_release(t);
+	for (; i < 256 && rc == 0; i++) {
+		snprintf(n, sizeof(n), "gb/e%u", i);
+		rc = td_client_follow(ex[i / 64], n, &f[i], &e);
+	}
+	cr_assert_eq(rc, -ENOBUFS, "%s", e.reason);
+	cr_assert(strstr(e.reason, "too many followed names"), "%s",
+		  e.reason);
+	cr_assert_eq(i, 256, "get_newer's follow made no bell: %u", i);
+	for (unsigned k = 0; k < i - 1; k++)
+		td_follow_close(f[k]);
+	td_client_close(cons);
+	for (unsigned k = 1; k < 5; k++)
+		td_client_close(ex[k]);
+	pair_stop(&d, prod, ex[0]);
+}
+
+/*
  * A child: after 200 ms, delete name and make it a ring, then publish
  * 0x5a into it every 5 ms until killed.
  */

@@ -748,6 +748,7 @@ enum {
 	W_GET_WAIT,    /* a GET of name that waits for its first version */
 	W_GET_EXACT,   /* a GET of version `size` of name, kept */
 	W_PIN_NEW,     /* put NAME0 .. NAME<count-1>, pinned */
+	W_UNFOLLOW,    /* end the last follow W_FOLLOW made */
 	W_EXIT
 };
 
@@ -838,8 +839,9 @@ static void worker_main(const struct tu_daemon *td, void *arg)
 	struct worker *w = arg;
 	static struct td_tensor *held[W_MAX_HELD];
 	static struct td_alloc *allocs[256];
+	static struct td_follow *follows[64];
 	struct td_client *c[W_MAX_CONNS];
-	unsigned nheld = 0, nallocs = 0;
+	unsigned nheld = 0, nallocs = 0, nfollows = 0;
 	struct td_error e = {0};
 	struct wcmd m;
 
@@ -928,6 +930,12 @@ static void worker_main(const struct tu_daemon *td, void *arg)
 
 				/* ends with the worker's connection */
 				r.rc = td_client_follow(cc, m.name, &f, &e);
+				if (r.rc == 0 && nfollows < 64)
+					follows[nfollows++] = f;
+			} else if (m.op == W_UNFOLLOW) {
+				CK(nfollows > 0);
+				td_follow_close(follows[--nfollows]);
+				r.rc = 0;
 			} else {
 				_exit(0);
 			}
@@ -1118,6 +1126,130 @@ Test(hostile, a_followers_hold_counts_as_its_uids_lease)
 	cr_assert(strstr(why, "leases limit: 2 leases held"), "%s", why);
 	victim_works("victim/follow", "a follower's holds");
 	worker_stop(&reader);
+	worker_stop(&prod);
+	stop();
+	unlink(policy_path);
+}
+
+/*
+ * The bytes of other uids' versions a reader's uid holds, as its
+ * refusal of a GET of "pub/big" (more than its pinned limit) says.
+ */
+static unsigned long long pinned_of(struct worker *reader)
+{
+	char why[TD_WIRE_MAX_REASON + 1];
+	const char *at;
+	int rc = wdo(reader, W_GET_KEEP, "pub/big", 0, 1, why, sizeof(why));
+
+	cr_assert_eq(rc, -EDQUOT, "pub/big is over the limit: %d %s", rc,
+		     why);
+	at = strstr(why, "pinned limit: ");
+	cr_assert(at, "%s", why);
+	return strtoull(at + strlen("pinned limit: "), NULL, 10);
+}
+
+/*
+ * A follower may take the current version of a name from shared memory
+ * at any moment, with no message, so the daemon counts it in the
+ * follower's pinned bytes (docs/policy.md §4, "A follower's hold") from
+ * the FOLLOW on, and again at each new version: another uid's version
+ * that is current counts as if leased. It used to count only once
+ * replaced with the hold still on it, so a reader's follows of other
+ * uids' names escaped its pinned limit. Counted once when the hold
+ * becomes a lease; over the limit after a bigger version, the follow
+ * goes on and the producer is not refused, the follower's next request
+ * is; every byte goes back when the follow or its connection ends.
+ */
+Test(hostile, a_followers_current_version_counts_as_its_pinned_bytes)
+{
+	struct worker prod, reader;
+	char why[TD_WIRE_MAX_REASON + 1];
+	unsigned long long n;
+	int rc, fds0;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=60001 rw pub/\n"
+			     "allow uid=65534 r pub/\n"
+			     "limit uid=65534 pinned 2560K\n",
+			     NULL, NULL),
+		 0, "info");
+	worker_start(&prod, 60001, 1);
+	cr_assert_eq(wdo(&prod, W_PUT, "pub/big", 4 * MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	worker_start(&reader, NOBODY, 1);
+	cr_assert_eq(pinned_of(&reader), 0);
+	/* a follow of another uid's name, taking nothing yet: 1 MiB */
+	cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/f", MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(wdo(&reader, W_FOLLOW, "pub/f", 0, 1, why, sizeof(why)),
+		     0, "%s", why);
+	n = pinned_of(&reader);
+	cr_assert_eq(n, MiB, "a follow's current version is not counted: %llu",
+		     n);
+	/* a new version: counted in place of the last, which nothing held */
+	cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/f", MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(pinned_of(&reader), MiB);
+	cr_assert_eq(wdo(&reader, W_UNFOLLOW, "", 0, 1, why, sizeof(why)), 0);
+	cr_assert_eq(pinned_of(&reader), 0, "FOLLOW_CLOSE left bytes counted");
+	/*
+	 * A stream alternates two buffers: a follower takes the first two
+	 * versions by GET (it maps their buffers then; each lease goes at
+	 * its next take), the third from shared memory, held by its row.
+	 */
+	for (int i = 0; i < 3; i++) {
+		if (i)
+			cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/f", MiB, 1,
+					 why, sizeof(why)),
+				     0, "%s", why);
+		cr_assert_eq(wdo(&reader, W_FOLLOW_TAKE, "pub/f", 0, 1, why,
+				 sizeof(why)),
+			     0, "follow: %s", why);
+	}
+	n = pinned_of(&reader);
+	cr_assert_eq(n, MiB, "the current version a row holds: %llu", n);
+	/* replaced while held: the hold (a lease now, counted once) and
+	 * the new current version */
+	cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/f", MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	n = pinned_of(&reader);
+	cr_assert_eq(n, 2 * MiB, "a held version replaced: %llu", n);
+	/* another follow of it has no room: 2 + 1 MiB over 2.5 */
+	rc = wdo(&reader, W_FOLLOW, "pub/f", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, -EDQUOT, "FOLLOW over the pinned limit: %d %s", rc,
+		     why);
+	cr_assert(strstr(why, "pinned limit"), "%s", why);
+	/* a bigger version: the producer is not refused; the follower's
+	 * uid is over its limit (the hold, 1 MiB, and 2 MiB current) */
+	cr_assert_eq(wdo(&prod, W_PUT, "pub/f", 2 * MiB, 1, why, sizeof(why)),
+		     0, "a follower's limit refused the producer: %s", why);
+	n = pinned_of(&reader);
+	cr_assert_eq(n, 3 * MiB, "a bigger version: %llu", n);
+	/* its next request is refused: here the GET its follow makes for
+	 * a version in a buffer it has not mapped */
+	rc = wdo(&reader, W_FOLLOW_TAKE, "pub/f", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, -EDQUOT, "a take over the limit: %d %s", rc, why);
+	cr_assert(strstr(why, "pinned limit"), "%s", why);
+	/* the connection ends: every byte goes back */
+	worker_stop(&reader);
+	worker_start(&reader, NOBODY, 1);
+	cr_assert_eq(pinned_of(&reader), 0, "the follow's bytes stayed");
+	/* and a follow of the 2 MiB version, ended by FOLLOW_CLOSE */
+	fds0 = tdc_fd_count(D.pid);
+	cr_assert_eq(wdo(&reader, W_FOLLOW, "pub/f", 0, 1, why, sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(pinned_of(&reader), 2 * MiB);
+	cr_assert_eq(wdo(&reader, W_UNFOLLOW, "", 0, 1, why, sizeof(why)), 0);
+	cr_assert_eq(pinned_of(&reader), 0, "FOLLOW_CLOSE left bytes counted");
+	/* no row or bell descriptor left behind */
+	cr_assert_eq(tdc_fd_settle(D.pid, fds0, 500), fds0);
+	worker_stop(&reader);
+	victim_works("victim/followpin", "a follower's pinned bytes");
 	worker_stop(&prod);
 	stop();
 	unlink(policy_path);

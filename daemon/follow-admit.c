@@ -1,0 +1,173 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The daemon's bells of followed names (follow.c keeps them), and
+ * FOLLOW's admission (docs/protocol.md §13, docs/policy.md §5): the
+ * limits on follows, rows and bells, a spare follow's half, and the
+ * uid's limits a follow charges (fds, a lease, pinned bytes).
+ */
+#include "follow-int.h"
+
+#include <errno.h>
+#include <string.h>
+
+struct td__list td__bells = {&td__bells, &td__bells};
+unsigned td__bell_count;
+
+struct bell *td__bell_named(const char *name, size_t len)
+{
+	for (struct td__list *l = td__bells.next; l != &td__bells;
+	     l = l->next) {
+		struct bell *b = td__container_of(l, struct bell, link);
+
+		if (b->name_len == len && memcmp(b->name, name, len) == 0)
+			return b;
+	}
+	return NULL;
+}
+
+unsigned td__peer_follows(const struct td__peer *p)
+{
+	unsigned n = 0;
+
+	for (struct td__list *l = td__bells.next; l != &td__bells;
+	     l = l->next) {
+		struct bell *b = td__container_of(l, struct bell, link);
+
+		for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
+			n += b->rows[i].peer == p;
+	}
+	return n;
+}
+
+/*
+ * Bells whose descriptors uid pays for (spare: only those a spare follow
+ * made; uid (uid_t)-1: every uid's).
+ */
+static unsigned uid_bells(uid_t uid, bool spare)
+{
+	unsigned n = 0;
+
+	for (struct td__list *l = td__bells.next; l != &td__bells;
+	     l = l->next) {
+		const struct bell *b = td__container_of(l, struct bell, link);
+
+		n += (uid == (uid_t)-1 || b->uid == uid) &&
+		     (!spare || b->spare);
+	}
+	return n;
+}
+
+/* Rows of b that spare follows hold. */
+static unsigned spare_rows(const struct bell *b)
+{
+	unsigned n = 0;
+
+	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
+		n += b->rows[i].peer && b->rows[i].spare;
+	return n;
+}
+
+/* Rows of b that uid's follows hold. */
+static unsigned uid_rows(const struct bell *b, uid_t uid)
+{
+	unsigned n = 0;
+
+	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
+		n += b->rows[i].peer && b->rows[i].peer->uid == uid;
+	return n;
+}
+
+/*
+ * A spare follow (TD_WIRE_FOLLOW_SPARE: one td_client_get_newer made by
+ * itself, which can do without) takes no more than half of the name's
+ * rows and of the bells, the daemon's and its uid's: the other half
+ * stays for follows that ask without the flag. Only spare follows count
+ * (the rows they hold, the bells they made): explicit follows that hold
+ * half a name's rows or half the bells leave the other half to them.
+ * -ENOBUFS with a reply.
+ */
+static int spare_admit(struct td__peer *p, const struct td_wire_hdr *h,
+		       const struct bell *b)
+{
+	const char *what = NULL;
+
+	if (b && spare_rows(b) >= TD_FOLLOW_MAX_ROWS / 2)
+		what = "the name's follower rows";
+	else if (!b && uid_bells((uid_t)-1, true) >= MAX_BELLS / 2)
+		what = "the daemon's followed names";
+	else if (!b && !td__uid_is_admin(p->uid) &&
+		 uid_bells(p->uid, true) >= MAX_BELLS_PER_UID / 2)
+		what = "the followed names its uid pays for";
+	if (!what)
+		return 0;
+	td__peer_error(p, h->opcode, h->request_id, -ENOBUFS,
+		       "a spare follow takes at most half of %s", what);
+	return -ENOBUFS;
+}
+
+int td__follow_admit(struct td__peer *p, const struct td_wire_hdr *h,
+		     struct td_wire_str name, bool spare)
+{
+	const struct bell *b = td__bell_named(name.ptr, name.len);
+	const struct td__version *cur =
+		b ? b->cur_v : td__name_lookup(td__d->store, name);
+	/* a row, and the bell's descriptors when this follow makes it */
+	unsigned fds = b ? 1 : 1 + BELL_FDS;
+	char lim[256];
+	int rc;
+
+	if (td__ring_find(name)) {
+		td__peer_error(p, h->opcode, h->request_id, -EINVAL,
+			       "\"%.*s\" is a ring: subscribe to it",
+			       (int)name.len, name.ptr);
+		return -EINVAL;
+	}
+	if (spare && spare_admit(p, h, b) < 0)
+		return -ENOBUFS;
+	if (b && !td__uid_is_admin(p->uid) &&
+	    uid_rows(b, p->uid) >= MAX_ROWS_PER_UID) {
+		td__peer_error(p, h->opcode, h->request_id, -EDQUOT,
+			       "uid %u holds %d of \"%.*s\"'s %u follower rows "
+			       "already (max): end a follow of it",
+			       (unsigned)p->uid, MAX_ROWS_PER_UID,
+			       (int)name.len, name.ptr, TD_FOLLOW_MAX_ROWS);
+		return -EDQUOT;
+	}
+	if (td__peer_follows(p) >= MAX_FOLLOWS_PER_PEER) {
+		td__peer_error(p, h->opcode, h->request_id, -ENOBUFS,
+			       "too many follows on this connection (max %d)",
+			       MAX_FOLLOWS_PER_PEER);
+		return -ENOBUFS;
+	}
+	if (fds > 1 && td__bell_count >= MAX_BELLS) {
+		td__peer_error(p, h->opcode, h->request_id, -ENOBUFS,
+			       "too many followed names in the daemon "
+			       "(max %d)", MAX_BELLS);
+		return -ENOBUFS;
+	}
+	if (fds > 1 && !td__uid_is_admin(p->uid) &&
+	    uid_bells(p->uid, false) >= MAX_BELLS_PER_UID) {
+		td__peer_error(p, h->opcode, h->request_id, -EDQUOT,
+			       "uid %u pays for %d followed names already "
+			       "(max %d): follow one of those, or end a follow",
+			       (unsigned)p->uid, MAX_BELLS_PER_UID,
+			       MAX_BELLS_PER_UID);
+		return -EDQUOT;
+	}
+	rc = td__tenant_check(p->uid, TD__LIM_FDS, fds, lim, sizeof(lim));
+	/* room for the lease its hold may become (hold_take) */
+	if (rc == 0)
+		rc = td__tenant_check(p->uid, TD__LIM_LEASES, 1, lim,
+				      sizeof(lim));
+	/* and for the current version, which it may take with no message
+	 * (the bell's commits charge again: follow.c, rows_charge) */
+	if (rc == 0)
+		rc = td__tenant_check(p->uid, TD__LIM_PINNED,
+				      td__follow_pin(cur, p->uid), lim,
+				      sizeof(lim));
+	if (rc < 0)
+		td__peer_error(p, h->opcode, h->request_id, rc, "FOLLOW: %s",
+			       lim);
+	return rc;
+}
+

@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What daemon/follow.c and daemon/follow-admit.c share: the bells of
+ * followed names and their rows (docs/fastpath.md, "Following a name").
+ */
+#ifndef TD_DAEMON_FOLLOW_INT_H
+#define TD_DAEMON_FOLLOW_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "store.h"
+#include "follow.h"
+
+#define MAX_BELLS 256           /* followed names in the daemon */
+#define MAX_FOLLOWS_PER_PEER 64 /* follows of one connection */
+#define BELL_FDS 2              /* a bell's descriptors: fd_rw, fd_ro */
+/* followed names one uid may pay for, so that one uid cannot take every
+ * bell of the daemon (as rings: TD__MAX_RINGS / 4 per uid by default;
+ * root and the daemon's uid, the operators, have no such limit) */
+#define MAX_BELLS_PER_UID (MAX_BELLS / 4)
+/* a name's rows one uid may hold (root and the daemon's uid: all), so
+ * that one reader of a name cannot keep every other from following it */
+#define MAX_ROWS_PER_UID (TD_FOLLOW_MAX_ROWS / 2)
+#define CTL_MEMFD                                                             \
+	(TD__MEMFD_SEALABLE | TD__MEMFD_RESERVE | TD__MEMFD_SEAL_SIZE)
+
+struct follower {
+	struct td__peer *peer; /* NULL: the row is free */
+	uint64_t id;
+	int row_fd;
+	int wake_fd; /* FOLLOW_WAKE's eventfd, -1 none */
+	struct td_follow_row *row;
+	/* the retired version this row holds, referenced, or NULL */
+	struct td__version *held;
+	uint64_t pinned; /* held's bytes counted as the peer uid's pinned */
+	/* the bell's current version's bytes counted as the peer uid's
+	 * pinned (td__follow_pin): the row may take it with no message */
+	uint64_t cur_pin;
+	bool spare; /* TD_WIRE_FOLLOW_SPARE: td__follow_admit */
+};
+
+/*
+ * A staged publish (docs/fastpath.md, "A followed publish without the
+ * daemon's hop"): owner's lent loan alloc_id, written into entry `entry`
+ * as version sv->number, which owner fires through the trigger page.
+ */
+struct stage {
+	struct td__peer *owner; /* NULL: nothing staged */
+	uint64_t alloc_id;
+	struct td__version *sv; /* what the commit makes current */
+	uint32_t entry;
+	uint32_t slot; /* its word in the owner's trigger page */
+};
+
+struct bell {
+	struct td__list link;
+	int fd_rw, fd_ro;
+	struct stage st;
+	/* the producer whose trigger page the bell names (stage_gen), NULL
+	 * none: followers get that page, read-only (STAGE_PAGE) */
+	struct td__peer *trig_owner;
+	struct td_follow_hdr *hdr;
+	uint64_t cur; /* the version `latest` names, 0 none */
+	const struct td__version *cur_v;
+	uint64_t entry_of[TD_FOLLOW_ENTRIES]; /* version in each entry */
+	unsigned followers;
+	/* whose fds count holds the bell's descriptors: a follower's */
+	uid_t uid;
+	/* made by a spare follow: counts in the spare half of the bells
+	 * (td__follow_admit) for as long as it lives */
+	bool spare;
+	struct follower rows[TD_FOLLOW_MAX_ROWS];
+	uint16_t name_len;
+	char name[TD_WIRE_MAX_NAME + 1];
+};
+
+extern struct td__list td__bells;
+extern unsigned td__bell_count;
+
+struct bell *td__bell_named(const char *name, size_t len);
+
+/*
+ * The bytes a hold of v counts as uid's pinned, by GET's rule
+ * (daemon/lease.c, docs/policy.md §4): another uid's version, or one
+ * that left its publisher's quota (or a restored one), its acct.
+ */
+static inline uint64_t td__follow_pin(const struct td__version *v, uid_t uid)
+{
+	return v && (v->uid != uid || v->unowned) ? v->acct : 0;
+}
+
+/* Room for one more follow of p (spare: TD_WIRE_FOLLOW_SPARE): 0, or
+ * the refusal sent and -errno. */
+int td__follow_admit(struct td__peer *p, const struct td_wire_hdr *h,
+		     struct td_wire_str name, bool spare);
+/* p's follows, every name's */
+unsigned td__peer_follows(const struct td__peer *p);
+
+#endif
