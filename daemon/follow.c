@@ -77,6 +77,10 @@ static void rows_charge(struct bell *b, const struct td__version *now)
 		if (!f->peer)
 			continue;
 		pin = td__follow_pin(now, f->peer->uid);
+		/* a stream's versions are all of one size: nothing to do on
+		 * the handoff path (and no tenant row emptied and remade) */
+		if (pin == f->cur_pin)
+			continue;
 		td__tenant_sub(f->peer->uid, TD__LIM_PINNED, f->cur_pin);
 		(void)td__tenant_add(f->peer->uid, TD__LIM_PINNED, pin);
 		f->cur_pin = pin;
