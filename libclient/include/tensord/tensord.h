@@ -668,21 +668,15 @@ TD_EXPORT int td_client_get_many(struct td_client *c, uint32_t count,
 				 struct td_tensor **out, struct td_error *err);
 /*
  * td_client_get_many() of the next step: waits up to timeout_ms (-1 =
- * forever, 0 = do not wait) until names[0] has a version newer than
- * `after` (0: any version), then leases the latest version of every
- * name in that same step of the daemon. A trainer passes the version of
- * names[0] it got last (td_tensor_version(out[0])) and gets the next
- * pair td_client_publish_many() made, never half of it: a wake-up that a
- * PUBLISH_MANY brings is answered once all of its elements are
- * committed. Nothing is leased while it waits, so it holds no version
- * back. -ETIMEDOUT when no newer version of names[0] came; -ENOENT when
- * one of the names is deleted while it waits (td_client_delete) or has
- * no version when names[0] gets its new one; otherwise as
- * td_client_get_many() (-EACCES, -EINVAL for a ring name, ...); -EAGAIN
- * when the connection or its uid has too many requests parked (the
- * policy's `waiters`). Blocks the handle while it waits. -EOPNOTSUPP
- * from a daemon that does not serve it (TD_WIRE_FEAT_MANY_WAIT; nothing
- * sent).
+ * forever, 0 = not at all) until names[0] has a version newer than
+ * `after` (0: any), then leases the latest of every name in that step.
+ * A trainer passes td_tensor_version(out[0]) of its last call and gets
+ * the next pair td_client_publish_many() made, whole (its wake-up waits
+ * for every element). Holds no lease while it waits; blocks the handle.
+ * -ETIMEDOUT: none came; -ENOENT: a name deleted while it waited, or
+ * without a version at the wake; -EDQUOT/-EAGAIN: the uid's `waiters`
+ * or the connection's parked requests are full; else as get_many.
+ * -EOPNOTSUPP: the daemon lacks TD_WIRE_FEAT_MANY_WAIT (nothing sent).
  */
 TD_EXPORT int td_client_get_many_newer(struct td_client *c, uint32_t count,
 				       const char *const *names,
