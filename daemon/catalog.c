@@ -185,6 +185,7 @@ void td__catalog_delete(struct td__peer *p, const struct td__req *rq)
 	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
 		      (size_t)len, NULL, 0);
 	td__notify(s, TD_EVENT_DELETED, v);
+	td__lease_deleted(m.name);
 	td__version_retire(s, v);
 	td__version_unref(s, v); /* leased versions live on, unlisted */
 }

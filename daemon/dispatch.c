@@ -36,7 +36,7 @@ static const struct td__op ops[] = {
 	{TD_OP_FOLLOW_WAKE, 0, TD__OP_FDS, td__follow_wake},
 	{TD_OP_STAGE_PAGE, 0, 0, td__stage_page},
 	{TD_OP_PUBLISH_MANY, W, TD__OP_FDS, td__publish_many},
-	{TD_OP_GET_MANY, R, 0, td__lease_get_many},
+	{TD_OP_GET_MANY, R, TD__OP_PARKS, td__lease_get_many},
 };
 
 #undef R

@@ -314,6 +314,8 @@ static void waiter_free(struct td__waiter *w)
 		due_remove(td__d->store, w);
 	td__list_del(&w->blink);
 	td__list_del(&w->rlink);
+	free(w->many);
+	w->many = NULL;
 	w->peer->n_waiters--;
 	td__tenant_sub(w->peer->uid, TD__LIM_WAITERS, 1);
 	TD__SPARE_PUT(&td__d->store->spare_waiters, w, struct td__waiter, link);
@@ -383,6 +385,14 @@ static void on_timer(uv_timer_t *t)
 				       "published nothing within %d ms",
 				       (int)w->len, w->name,
 				       TD__REWRITE_WAIT_MS);
+		else if (w->many)
+			td__peer_error(w->peer, TD_OP_GET_MANY, w->request_id,
+				       -ETIMEDOUT,
+				       "GET_MANY: no version of \"%.*s\" newer "
+				       "than %llu within %u ms: nothing leased",
+				       (int)w->len, w->name,
+				       (unsigned long long)w->version,
+				       w->timeout_ms);
 		else if (w->mode == TD_GET_NEWER)
 			td__peer_error(w->peer, TD_OP_GET, w->request_id,
 				       -ETIMEDOUT,
@@ -400,6 +410,8 @@ static void on_timer(uv_timer_t *t)
 	}
 	rearm(s);
 }
+
+static void many_wake(struct td__store *s, struct td__waiter *w);
 
 /* Whether v answers the GET w parked. */
 static bool wake_answers(const struct td__waiter *w,
@@ -430,8 +442,12 @@ void td__lease_wake(struct td__store *s, struct td__version *v)
 			td__container_of(l, struct td__waiter, blink);
 
 		n = l->next;
-		if (!wake_answers(w, v))
+		if (!wake_answers(w, v) || w->ready)
 			continue;
+		if (w->many) {
+			many_wake(s, w);
+			continue;
+		}
 		reply_get(w->peer, TD_OP_GET, w->request_id, w->flags,
 			  w->held_count, w->held, v,
 			  td__d->cpus && answered >= td__d->cpus);
@@ -755,6 +771,17 @@ static bool ring_adopt(struct td_wire_str name)
 			waiter_free(w);
 			continue;
 		}
+		if (w->many) {
+			td__peer_error(w->peer, TD_OP_GET_MANY, w->request_id,
+				       -EINVAL,
+				       "GET_MANY element 0 (\"%.*s\"): a ring "
+				       "of that name was made while it waited "
+				       "(GET_MANY leases tensors): nothing "
+				       "leased",
+				       (int)w->len, w->name);
+			waiter_free(w);
+			continue;
+		}
 		if (td__list_empty(&w->rlink))
 			td__list_add_tail(&s->ring_waiters, &w->rlink);
 		any = true;
@@ -830,19 +857,172 @@ static int many_lease(struct td__peer *p, const struct td_wire_get_many_req *m,
 	return rc;
 }
 
+/* Lease every name of m and send the reply, or the refusal (nothing
+ * leased): what GET_MANY answers now, or when its wait ends. */
+static void many_answer(struct td__peer *p, uint64_t request_id,
+			const struct td_wire_get_many_req *m)
+{
+	struct td_wire_get_many_rep r = {0};
+	struct td__lease *ls[TD_WIRE_MANY_MAX];
+	int fds[TD_WIRE_MANY_MAX * TD__TABLE_MAX];
+	unsigned nsend = 0;
+	uint32_t bad = 0;
+	uint8_t *buf = malloc(TD__TX_CAP);
+	char why[512];
+	int64_t len;
+	int rc;
+
+	if (!buf) {
+		td__peer_error(p, TD_OP_GET_MANY, request_id, -ENOMEM,
+			       "GET_MANY: out of memory: nothing leased");
+		return;
+	}
+	rc = many_lease(p, m, ls, buf, &r, fds, &nsend, &bad, why,
+			sizeof(why));
+	if (rc < 0) {
+		td__peer_error(p, TD_OP_GET_MANY, request_id, rc,
+			       "GET_MANY element %u (\"%.*s\"): %s: nothing "
+			       "leased",
+			       bad, (int)m->names[bad].len, m->names[bad].ptr,
+			       why);
+		free(buf);
+		return;
+	}
+	/* fits: many_lease kept room for the counts */
+	len = td_wire_get_many_rep_encode(&r, TD__TX_BODY(td__d), TD__TX_CAP);
+	td__peer_send(p, TD_OP_GET_MANY, TD_WIRE_F_REPLY, request_id, 0,
+		      len < 0 ? 0 : (size_t)len, fds,
+		      (m->flags & TD_WIRE_REQ_SCM) ? nsend : 0);
+	free(buf);
+}
+
+/* A parked GET_MANY's request, decoded again from its copy. */
+static void many_decode(const struct td__waiter *w,
+			struct td_wire_get_many_req *m)
+{
+	int rc = td_wire_get_many_req_decode(w->many, w->many_len, m, NULL);
+
+	assert(rc == 0); /* it was decoded when it came */
+	(void)rc;
+}
+
+/* A parked GET_MANY whose first name has its newer version: answered
+ * now, or at the end of the PUBLISH_MANY that is committing it. */
+static void many_wake(struct td__store *s, struct td__waiter *w)
+{
+	struct td_wire_get_many_req m;
+
+	if (s->many_hold) {
+		w->ready = true;
+		return;
+	}
+	many_decode(w, &m);
+	many_answer(w->peer, w->request_id, &m);
+	waiter_free(w);
+}
+
+void td__lease_many_hold(bool on)
+{
+	struct td__store *s = td__d->store;
+	struct td__list *l, *n;
+
+	s->many_hold = on;
+	if (on)
+		return;
+	for (l = s->many_waiters.next; l != &s->many_waiters; l = n) {
+		struct td__waiter *w =
+			td__container_of(l, struct td__waiter, rlink);
+
+		n = l->next;
+		if (w->ready && !w->peer->dead)
+			many_wake(s, w);
+	}
+}
+
+void td__lease_deleted(struct td_wire_str name)
+{
+	struct td__store *s = td__d->store;
+	struct td__list *l, *n;
+
+	for (l = s->many_waiters.next; l != &s->many_waiters; l = n) {
+		struct td__waiter *w =
+			td__container_of(l, struct td__waiter, rlink);
+		struct td_wire_get_many_req m;
+
+		n = l->next;
+		if (w->peer->dead)
+			continue;
+		many_decode(w, &m);
+		for (uint32_t i = 0; i < m.count; i++) {
+			if (m.names[i].len != name.len ||
+			    memcmp(m.names[i].ptr, name.ptr, name.len))
+				continue;
+			td__peer_error(w->peer, TD_OP_GET_MANY,
+				       w->request_id, -ENOENT,
+				       "GET_MANY element %u (\"%.*s\"): "
+				       "deleted while the request waited: "
+				       "nothing leased",
+				       i, (int)name.len, name.ptr);
+			waiter_free(w);
+			break;
+		}
+	}
+}
+
+/* GET_MANY with TD_WIRE_MANY_NEWER: answered now when its first name has
+ * a version newer than m->version, else parked (leasing nothing) until
+ * it has one, its timeout, a DELETE of one of its names or its peer's
+ * end. */
+static void many_newer(struct td__peer *p, const struct td__req *rq,
+		       const struct td_wire_get_many_req *m)
+{
+	const struct td_wire_hdr *h = rq->h;
+	struct td__version *v = td__name_lookup(td__d->store, m->names[0]);
+	struct td__waiter *w;
+
+	if (v && v->number > m->version) {
+		many_answer(p, h->request_id, m);
+		return;
+	}
+	if (!v && td__ring_find(m->names[0])) {
+		td__peer_error(p, h->opcode, h->request_id, -EINVAL,
+			       "GET_MANY element 0 (\"%.*s\"): a ring: "
+			       "GET_MANY leases tensors, GET leases a ring's "
+			       "slot: nothing leased",
+			       (int)m->names[0].len, m->names[0].ptr);
+		return;
+	}
+	if (m->timeout_ms == 0) {
+		td__peer_error(p, h->opcode, h->request_id, -ETIMEDOUT,
+			       "GET_MANY: no version of \"%.*s\" newer than "
+			       "%llu: nothing leased",
+			       (int)m->names[0].len, m->names[0].ptr,
+			       (unsigned long long)m->version);
+		return;
+	}
+	w = park(p, rq, m->names[0], m->timeout_ms,
+		 deadline_in(m->timeout_ms), "GET_MANY");
+	if (!w)
+		return;
+	w->many = malloc(h->body_len);
+	if (!w->many) {
+		waiter_free(w);
+		td__peer_nomem(p, h);
+		return;
+	}
+	memcpy(w->many, rq->body, h->body_len);
+	w->many_len = h->body_len;
+	w->mode = TD_GET_NEWER;
+	w->version = m->version;
+	w->flags = m->flags;
+	td__list_add_tail(&td__d->store->many_waiters, &w->rlink);
+}
+
 void td__lease_get_many(struct td__peer *p, const struct td__req *rq)
 {
 	const struct td_wire_hdr *h = rq->h;
 	struct td_wire_get_many_req m;
-	struct td_wire_get_many_rep r = {0};
-	struct td__lease *ls[TD_WIRE_MANY_MAX];
-	int fds[TD_WIRE_MANY_MAX * TD__TABLE_MAX];
 	struct td_err e = {0};
-	unsigned nsend = 0;
-	uint32_t bad = 0;
-	uint8_t *buf;
-	char why[512];
-	int64_t len;
 	int rc = td_wire_get_many_req_decode(rq->body, h->body_len, &m, &e);
 
 	if (td__peer_bad_body(p, h, rc, &e))
@@ -861,28 +1041,10 @@ void td__lease_get_many(struct td__peer *p, const struct td__req *rq)
 				       td__d->opts.policy_path);
 			return;
 		}
-	buf = malloc(TD__TX_CAP);
-	if (!buf) {
-		td__peer_nomem(p, h);
-		return;
-	}
-	rc = many_lease(p, &m, ls, buf, &r, fds, &nsend, &bad, why,
-			sizeof(why));
-	if (rc < 0) {
-		td__peer_error(p, h->opcode, h->request_id, rc,
-			       "GET_MANY element %u (\"%.*s\"): %s: nothing "
-			       "leased",
-			       bad, (int)m.names[bad].len, m.names[bad].ptr,
-			       why);
-		free(buf);
-		return;
-	}
-	/* fits: many_lease kept room for the counts */
-	len = td_wire_get_many_rep_encode(&r, TD__TX_BODY(td__d), TD__TX_CAP);
-	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,
-		      len < 0 ? 0 : (size_t)len, fds,
-		      (m.flags & TD_WIRE_REQ_SCM) ? nsend : 0);
-	free(buf);
+	if (m.flags & TD_WIRE_MANY_NEWER)
+		many_newer(p, rq, &m);
+	else
+		many_answer(p, h->request_id, &m);
 }
 
 
@@ -940,6 +1102,25 @@ void td__lease_peer_gone(struct td__peer *p)
 					     struct td__waiter, link));
 }
 
+/* Whether p may still read every name w waits for; else *no is one it
+ * may not. */
+static bool waiter_may(struct td__peer *p, const struct td__waiter *w,
+		       struct td_wire_str *no)
+{
+	struct td_wire_get_many_req m = {.count = 1,
+					 .names = {{w->name, w->len}}};
+
+	if (w->many)
+		many_decode(w, &m);
+	for (uint32_t i = 0; i < m.count; i++)
+		if (!td__access_may(p, TD__PERM_READ, m.names[i].ptr,
+				    m.names[i].len)) {
+			*no = m.names[i];
+			return false;
+		}
+	return true;
+}
+
 /*
  * The policy was reloaded: a GET (or a RING_SUBSCRIBE waiting for its
  * ring) parked on a name its uid may no longer read is refused now, as it would be if it came after the reload;
@@ -963,14 +1144,16 @@ void td__lease_policy_changed(void)
 			struct td__waiter *w =
 				td__container_of(l, struct td__waiter, link);
 
+			struct td_wire_str no;
+
 			n = l->next;
-			if (td__access_may(p, TD__PERM_READ, w->name, w->len))
+			if (waiter_may(p, w, &no))
 				continue;
 			td__peer_error(p, w->op->opcode, w->request_id,
 				       -EACCES,
 				       "uid %u may not read \"%.*s\" (policy "
 				       "%s, reloaded while the %s waited)",
-				       (unsigned)p->uid, (int)w->len, w->name,
+				       (unsigned)p->uid, (int)no.len, no.ptr,
 				       d->opts.policy_path,
 				       td_wire_op_name(w->op->opcode));
 			waiter_free(w);

@@ -931,6 +931,7 @@ static void many_commit(struct many *mm)
 	bool rewrite[TD_WIRE_MANY_MAX];
 	int64_t len;
 
+	td__lease_many_hold(true);
 	for (uint32_t i = 0; i < mm->m.count; i++) {
 		struct pub *x = &mm->x[i];
 		struct td__version *ver = mm->ver[i];
@@ -943,6 +944,7 @@ static void many_commit(struct many *mm)
 		x->alloc = NULL;
 		r.versions[i] = ver->number;
 	}
+	td__lease_many_hold(false); /* a parked GET_MANY: the whole step */
 	len = td_wire_publish_many_rep_encode(&r, TD__TX_BODY(td__d),
 					      TD__TX_CAP);
 	td__peer_send(mm->p, mm->rq->h->opcode, TD_WIRE_F_REPLY,

@@ -956,6 +956,7 @@ int td__store_new(struct td__daemon *d)
 	for (unsigned i = 0; i < TD__WAIT_BUCKETS; i++)
 		td__list_init(&s->wait_buckets[i]);
 	td__list_init(&s->ring_waiters);
+	td__list_init(&s->many_waiters);
 	s->timer_due = UINT64_MAX;
 	td__list_init(&s->rewrites);
 	td__list_init(&s->spare_allocs.head);

@@ -220,6 +220,14 @@ struct td__waiter {
 	/* a RING_SUBSCRIBE parked until its ring is made (ring_adopt):
 	 * replayed through op, never answered by a PUBLISH */
 	bool sub;
+	/* a GET_MANY parked (TD_WIRE_MANY_NEWER) on its first name: a copy
+	 * of its request body, decoded again to answer it; on
+	 * store->many_waiters (rlink), never on ring_waiters */
+	uint8_t *many;
+	uint32_t many_len;
+	/* its first name's newer version came within a PUBLISH_MANY: it is
+	 * answered once every element is committed (td__lease_many_hold) */
+	bool ready;
 	const struct td__op *op;
 	uint16_t len;
 	char name[TD_WIRE_MAX_NAME + 1];
@@ -278,6 +286,11 @@ struct td__store {
 	 * the daemon a walk over every GET parked on other names (lease.c).
 	 */
 	struct td__list ring_waiters;
+	/* the parked GET_MANYs (rlink), for DELETE and PUBLISH_MANY */
+	struct td__list many_waiters;
+	/* a PUBLISH_MANY is committing: a GET_MANY it answers waits until
+	 * every element is in (td__lease_many_hold) */
+	bool many_hold;
 	/* peers whose latest version is being rewritten (peer->rw_link) */
 	struct td__list rewrites;
 	uv_timer_t timer; /* earliest parked-GET deadline */
@@ -606,6 +619,15 @@ bool td__rewrite_pending(struct td_wire_str name);
 
 /* Serve every parked GET that v (just published) satisfies. */
 void td__lease_wake(struct td__store *s, struct td__version *v);
+/*
+ * PUBLISH_MANY's commit: true before its first element, false after its
+ * last, which answers the GET_MANYs its elements woke: so each leases
+ * every name as the whole step left it, never a version of the step
+ * before for a name committed later in it.
+ */
+void td__lease_many_hold(bool on);
+/* DELETE removed name: a GET_MANY parked on it ends (-ENOENT). */
+void td__lease_deleted(struct td_wire_str name);
 
 /* ---- fence.c: a fence of each consumer's own (docs/fastpath.md) ---- */
 

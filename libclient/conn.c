@@ -632,7 +632,8 @@ static int reply_wait(struct td_client *c, uint16_t op, int64_t by,
 {
 	/* (the HELLO of a reconnect inside that call is not held) */
 	bool parks = (c->intr_flags & TD_INTR_PARKED) &&
-		     (op == TD_OP_GET || op == TD_OP_RING_SUBSCRIBE);
+		     (op == TD_OP_GET || op == TD_OP_RING_SUBSCRIBE ||
+		      op == TD_OP_GET_MANY);
 	int64_t late = t0 + INTR_GRACE_NS +
 		       (parks ? (int64_t)c->park_ms * 1000000 : 0);
 	bool signalled = false;

@@ -190,11 +190,19 @@ int td_client_publish_many(struct td_client *c, uint32_t count,
 	return rc;
 }
 
-int td_client_get_many(struct td_client *c, uint32_t count,
-		       const char *const *names, struct td_tensor **out,
-		       struct td_error *err)
+/* GET_MANY; with newer (TD_WIRE_MANY_NEWER) it waits, as the daemon
+ * parks it, for names[0] newer than after. */
+static int get_many(struct td_client *c, uint32_t count,
+		    const char *const *names, bool newer, uint64_t after,
+		    int timeout_ms, struct td_tensor **out,
+		    struct td_error *err)
 {
-	struct td_wire_get_many_req req = {.count = count};
+	struct td_wire_get_many_req req = {
+		.count = count,
+		.version = after,
+		.timeout_ms = timeout_ms < 0 ? TD_WIRE_WAIT_FOREVER
+					     : (uint32_t)timeout_ms,
+	};
 	struct td_wire_get_many_rep rep;
 	struct td__msg m = {0};
 	int64_t len;
@@ -221,15 +229,26 @@ int td_client_get_many(struct td_client *c, uint32_t count,
 	if (rc == 0 && !td__has(c, TD_WIRE_FEAT_MANY))
 		rc = td__fail(err, -EOPNOTSUPP, "the daemon does not serve "
 			      "GET_MANY (TD_WIRE_FEAT_MANY)");
+	if (rc == 0 && newer && !td__has(c, TD_WIRE_FEAT_MANY_WAIT))
+		rc = td__fail(err, -EOPNOTSUPP, "the daemon does not serve "
+			      "a GET_MANY that waits "
+			      "(TD_WIRE_FEAT_MANY_WAIT)");
 	if (rc == 0) {
 		if (c->path_out == TD_IMPORT_SCM)
 			req.flags = TD_WIRE_REQ_SCM;
+		if (newer)
+			req.flags |= TD_WIRE_MANY_NEWER;
 		len = td_wire_get_many_req_encode(
 			&req, c->sbuf + TD_WIRE_HDR_LEN,
 			TD_WIRE_MAX_MSG - TD_WIRE_HDR_LEN);
+		/* a GET_MANY that may park waits for another client's
+		 * PUBLISH: no late reply until that time passed */
+		c->park_ms = newer ? (timeout_ms < 0 ? 0 : (uint32_t)timeout_ms)
+				   : 0;
 		rc = len < 0 ? td__fail(err, -EINVAL, "bad tensor name")
 			     : td__call(c, TD_OP_GET_MANY, (size_t)len, NULL,
 					0, &m, err);
+		c->park_ms = 0;
 	}
 	if (rc == 0 &&
 	    (td_wire_get_many_rep_decode(m.body, m.body_len, &rep, NULL) <
@@ -241,4 +260,19 @@ int td_client_get_many(struct td_client *c, uint32_t count,
 	td__msg_close_fds(&m);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
+}
+
+int td_client_get_many(struct td_client *c, uint32_t count,
+		       const char *const *names, struct td_tensor **out,
+		       struct td_error *err)
+{
+	return get_many(c, count, names, false, 0, 0, out, err);
+}
+
+int td_client_get_many_newer(struct td_client *c, uint32_t count,
+			     const char *const *names, uint64_t after,
+			     int timeout_ms, struct td_tensor **out,
+			     struct td_error *err)
+{
+	return get_many(c, count, names, true, after, timeout_ms, out, err);
 }

@@ -91,13 +91,17 @@ int64_t td_wire_get_many_req_encode(const struct td_wire_get_many_req *m,
 	struct td_wire_wr wr;
 
 	if (m->count == 0 || m->count > TD_WIRE_MANY_MAX ||
-	    (m->flags & ~TD_WIRE_REQ_SCM))
+	    (m->flags & ~(TD_WIRE_REQ_SCM | TD_WIRE_MANY_NEWER)))
 		return -EINVAL;
 	td_wire_wr_init(&wr, buf, cap);
 	td_wire_wr_u32(&wr, m->flags);
 	td_wire_wr_u32(&wr, m->count);
 	for (uint32_t i = 0; i < m->count; i++)
 		td_wire_wr_str(&wr, m->names[i].ptr, m->names[i].len);
+	if (m->flags & TD_WIRE_MANY_NEWER) {
+		td_wire_wr_u64(&wr, m->version);
+		td_wire_wr_u32(&wr, m->timeout_ms);
+	}
 	return td__wire_wr_done(&wr);
 }
 
@@ -108,7 +112,10 @@ int td_wire_get_many_req_decode(const uint8_t *body, size_t len,
 	struct td_wire_rd rd;
 
 	td_wire_rd_init(&rd, body, len, err);
-	m->flags = td__wire_rd_flags(&rd, TD_WIRE_REQ_SCM, "flags");
+	m->flags = td__wire_rd_flags(&rd, TD_WIRE_REQ_SCM | TD_WIRE_MANY_NEWER,
+				     "flags");
+	m->version = 0;
+	m->timeout_ms = 0;
 	m->count = rd_many(&rd);
 	for (uint32_t i = 0; i < m->count && !rd.rc; i++) {
 		size_t at = rd.off;
@@ -120,6 +127,11 @@ int td_wire_get_many_req_decode(const uint8_t *body, size_t len,
 				   m->names[i].len) == 0)
 				td__wire_rd_fail(&rd, TD_ERR_MALFORMED, "name",
 						 j, at, "a name twice");
+	}
+	/* present exactly with the flag: one encoding per body */
+	if (!rd.rc && (m->flags & TD_WIRE_MANY_NEWER)) {
+		m->version = td_wire_rd_u64(&rd, "version");
+		m->timeout_ms = td_wire_rd_u32(&rd, "timeout_ms");
 	}
 	return td_wire_rd_end(&rd);
 }

@@ -212,6 +212,9 @@ void td_wire_wr_bytes(struct td_wire_wr *wr, const void *p, size_t len);
 /* PUBLISH (and PUBLISH_MANY element) flag TD_WIRE_PUB_IF: a condition on
  * the name's current version, checked where the publish commits */
 #define TD_WIRE_FEAT_PUB_IF 0x4000000u
+/* GET_MANY flag TD_WIRE_MANY_NEWER: parked until its first name has a
+ * version newer than the request's (docs/protocol.md §6.10) */
+#define TD_WIRE_FEAT_MANY_WAIT 0x8000000u
 
 /* HELLO request */
 struct td_wire_hello_req {
@@ -641,12 +644,24 @@ struct td_wire_publish_many_rep {
 	uint32_t count;
 	uint64_t versions[TD_WIRE_MANY_MAX];
 };
-/* GET_MANY request: u32 flags (TD_WIRE_REQ_SCM), u32 count, str names
- * (distinct). The latest version of each; no held ids, no waiting. */
+/*
+ * GET_MANY request flag (TD_WIRE_FEAT_MANY_WAIT): the body goes on, after
+ * the names, with u64 version and u32 timeout_ms (present exactly when
+ * the flag is): the request waits, as a GET NEWER does, until names[0]
+ * has a version newer than `version` (0: any), then leases the latest
+ * version of every name in that one step.
+ */
+#define TD_WIRE_MANY_NEWER 0x2u
+/* GET_MANY request: u32 flags (TD_WIRE_REQ_SCM, TD_WIRE_MANY_NEWER), u32
+ * count, str names (distinct), [u64 version, u32 timeout_ms]. The latest
+ * version of each; no held ids. */
 struct td_wire_get_many_req {
 	uint32_t flags;
 	uint32_t count; /* 1..TD_WIRE_MANY_MAX */
 	struct td_wire_str names[TD_WIRE_MANY_MAX];
+	/* only with TD_WIRE_MANY_NEWER: */
+	uint64_t version;    /* newer than this version of names[0] */
+	uint32_t timeout_ms; /* 0 = do not wait, TD_WIRE_WAIT_FOREVER */
 };
 /* GET_MANY reply: u32 count, then per name bytes: a GET reply body
  * (§6.4). With TD_WIRE_REQ_SCM every entry's fd is attached, the

@@ -680,10 +680,12 @@ static PyMethodDef client_methods[] = {
 	 METH_VARARGS | METH_KEYWORDS,
 	 "get(name, version=None, newer_than=None, timeout=None) -> "
 	 "read-only Array (a Planes of them for a tensor of several planes)"},
-	{"get_many", (PyCFunction)tdpy_client_get_many, METH_O,
-	 "get_many(names) -> tuple of read-only Arrays: the latest version "
-	 "of each name, all leased at one instant (versions published "
-	 "together are got together)"},
+	{"get_many", (PyCFunction)(void (*)(void))tdpy_client_get_many,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "get_many(names, newer=None, timeout=None) -> tuple of read-only "
+	 "Arrays: the latest version of each name, all leased at one "
+	 "instant (versions published together are got together); with "
+	 "newer, once names[0] has a version newer than it"},
 	{"stat", (PyCFunction)client_stat, METH_VARARGS,
 	 "stat(name) -> Entry"},
 	{"ls", (PyCFunction)client_ls, METH_VARARGS,

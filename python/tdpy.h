@@ -491,7 +491,8 @@ PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 PyObject *tdpy_client_get(ClientObject *self, PyObject *args, PyObject *kw);
 PyObject *tdpy_client_publish_many(ClientObject *self, PyObject *args,
 				   PyObject *kw);
-PyObject *tdpy_client_get_many(ClientObject *self, PyObject *names);
+PyObject *tdpy_client_get_many(ClientObject *self, PyObject *args,
+			       PyObject *kw);
 /* A read-only Array (a Planes for several planes) over t, which is
  * consumed, named name (a str, borrowed); follow: the Follow that gave
  * t, or NULL. */

@@ -1055,22 +1055,54 @@ static PyObject *many_tuple(ClientObject *self, struct td_tensor **t,
 	return out;
 }
 
-/*
- * get_many(names) -> tuple of read-only Arrays: the latest version of
- * each name, leased at one instant (td_client_get_many): versions a
- * td_client_publish_many() made are got together or not at all. Each
- * array is handed out once its fence (if any) signalled.
- */
-PyObject *tdpy_client_get_many(ClientObject *self, PyObject *names_o)
+/* One slice of a get_many() that waits (tdpy_wait_sliced). */
+struct many_arg {
+	struct td_client *c;
+	const char *const *names;
+	uint32_t n;
+	uint64_t after;
+	struct td_tensor **t;
+	struct td_error *e;
+};
+
+static int many_slice(void *arg, int slice_ms)
 {
+	struct many_arg *g = arg;
+
+	return td_client_get_many_newer(g->c, g->n, g->names, g->after,
+					slice_ms, g->t, g->e);
+}
+
+/*
+ * get_many(names, newer=None, timeout=None) -> tuple of read-only
+ * Arrays: the latest version of each name, leased at one instant
+ * (td_client_get_many): versions a td_client_publish_many() made are got
+ * together or not at all. With newer (or timeout) it first waits until
+ * names[0] has a version newer than `newer` (0 when only timeout is
+ * given: any), a slice at a time (td_client_get_many_newer). Each array
+ * is handed out once its fence (if any) signalled.
+ */
+PyObject *tdpy_client_get_many(ClientObject *self, PyObject *args,
+			       PyObject *kw)
+{
+	static char *kwlist[] = {"names", "newer", "timeout", NULL};
+	PyObject *names_o, *newer = Py_None, *to = Py_None;
 	const char *names[TD_MANY_MAX];
 	struct td_tensor *t[TD_MANY_MAX] = {0};
 	struct td_error e = {0};
 	struct td_client *c;
 	PyObject *seq, *out = NULL;
+	uint64_t after = 0;
 	Py_ssize_t n;
-	int rc;
+	int ms = -1, rc;
 
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO", kwlist, &names_o,
+					 &newer, &to))
+		return NULL;
+	if (!tdpy_conv_timeout(to, &ms))
+		return NULL;
+	if (newer != Py_None && !tdpy_conv_version(newer, &after))
+		return NULL;
 	seq = PySequence_Fast(names_o, "get_many() takes a sequence of names");
 	if (!seq)
 		return NULL;
@@ -1087,9 +1119,20 @@ PyObject *tdpy_client_get_many(ClientObject *self, PyObject *names_o)
 	c = tdpy_client_enter(self);
 	if (!c)
 		goto out;
-	Py_BEGIN_ALLOW_THREADS
-	rc = td_client_get_many(c, (uint32_t)n, names, t, &e);
-	Py_END_ALLOW_THREADS
+	if (newer != Py_None || to != Py_None) {
+		struct many_arg g = {c, names, (uint32_t)n, after, t, &e};
+
+		rc = tdpy_wait_sliced(ms, many_slice, &g, self);
+		if (rc == -ETIMEDOUT)
+			snprintf(e.reason, sizeof(e.reason),
+				 "GET_MANY: no version of \"%s\" newer than "
+				 "%llu within %d ms: nothing leased",
+				 names[0], (unsigned long long)after, ms);
+	} else {
+		Py_BEGIN_ALLOW_THREADS
+		rc = td_client_get_many(c, (uint32_t)n, names, t, &e);
+		Py_END_ALLOW_THREADS
+	}
 	for (Py_ssize_t i = 0; rc == 0 && i < n; i++)
 		rc = tdpy_fence_wait(self, t[i], names[i], -1, &e);
 	for (Py_ssize_t i = 0; rc < 0 && i < n; i++)

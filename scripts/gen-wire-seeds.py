@@ -168,6 +168,11 @@ SEEDS = {
                             u64(12)),
     'get_many_req': hdr('GET_MANY', 0, u32(1) + u32(2) + s('cam/image') +
                         s('cam/label')),
+    # a GET_MANY that waits (TD_WIRE_MANY_NEWER): names[0] newer than
+    # version 11, for up to 500 ms
+    'get_many_req_newer': hdr('GET_MANY', 0, u32(0x1 | 0x2) + u32(2) +
+                              s('cam/image') + s('cam/label') + u64(11) +
+                              u32(500)),
     'get_many_rep': hdr('GET_MANY', F_REPLY, u32(2) +
                         by(u64(11) + u64(1) + by(b'') + by(BLOB) +
                            fdents([(9, 1)])) +

@@ -5,8 +5,9 @@
  * and td_client_get_many() leases the current versions of its names at
  * one instant, so a reader never pairs an image with the label of
  * another step. A raw client sends what libtensord refuses before it
- * asks (a name twice, an alloc of no one's). tu_daemon_stop() checks
- * that this process's fds and memfd mappings are back.
+ * asks (a name twice, an alloc of no one's). td_client_get_many_newer()
+ * waits for the next such step (TD_WIRE_FEAT_MANY_WAIT). tu_daemon_stop()
+ * checks that this process's fds and memfd mappings are back.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -29,6 +30,7 @@
 #include "rawclient.h"
 #include "tensord/tensord.h"
 #include "testchild.h"
+#include "testclient.h"
 #include "testutil.h"
 #include "wire.h"
 
@@ -611,5 +613,307 @@ Test(atomic, a_refused_pull_is_sent_again_with_the_fds_attached)
 	tu_daemon_start_args(&d, "warn", args);
 	cr_assert_eq(chmod(d.dir, 0755), 0);
 	cr_assert_eq(reap(spawn(&d, gained_child, NULL)), 0);
+	tu_daemon_stop(&d, true);
+}
+
+/* ---- a GET_MANY that waits for the next step (TD_WIRE_FEAT_MANY_WAIT) ---- */
+
+/* One step: a loan per name (each byte `fill`) published together. */
+static void step(struct td_client *c, uint32_t n, const char *const *names,
+		 uint8_t fill, uint64_t *v)
+{
+	struct td_alloc *a[4];
+	struct td_publish p[4];
+	struct td_error e = {0};
+
+	for (uint32_t i = 0; i < n; i++) {
+		a[i] = loan(c, 0, fill);
+		p[i] = desc(names[i]);
+	}
+	cr_assert_eq(td_client_publish_many(c, n, a, p, v, &e), 0, "%s",
+		     e.reason);
+}
+
+/* Leases the daemon holds, every client's (a tc_status_until field). */
+static uint64_t all_leases(const struct td_status *st)
+{
+	uint64_t n = 0;
+
+	for (size_t k = 0; k < st->client_count; k++)
+		n += st->clients[k].leases;
+	return n;
+}
+
+static uint64_t clients_total(const struct td_status *st)
+{
+	return st->clients_total;
+}
+
+/* A td_client_get_many_newer() on a connection of its own, in a thread:
+ * what it got (asserted by the test's thread). */
+struct many_wait {
+	const struct tu_daemon *d;
+	const char *const *names;
+	uint32_t n;
+	uint64_t after;
+	int timeout_ms;
+	int rc;
+	uint64_t ver[4];
+	int byte[4];
+	struct td_error e;
+};
+
+static void *many_waiter(void *arg)
+{
+	struct many_wait *w = arg;
+	struct td_tensor *t[4] = {0};
+	struct td_client *c = NULL;
+
+	w->rc = td_client_connect(w->d->sock, &c, &w->e);
+	if (w->rc < 0)
+		return NULL;
+	w->rc = td_client_get_many_newer(c, w->n, w->names, w->after,
+					 w->timeout_ms, t, &w->e);
+	for (uint32_t i = 0; w->rc == 0 && i < w->n; i++) {
+		const uint8_t *b = td_tensor_plane_data(t[i], 0);
+
+		w->ver[i] = td_tensor_version(t[i]);
+		w->byte[i] = b ? b[0] : -1;
+		td_tensor_release(t[i]);
+	}
+	td_client_close(c);
+	return NULL;
+}
+
+/* Start w in th and wait until the daemon holds it parked: `parked`
+ * requests parked in all. */
+static void park_waiter(struct td_client *c, pthread_t *th,
+			struct many_wait *w, uint64_t parked)
+{
+	cr_assert_eq(pthread_create(th, NULL, many_waiter, w), 0);
+	cr_assert_eq(tc_status_until(c, tc_waiters, parked), parked);
+}
+
+/*
+ * Parked on its first name, the request holds nothing; the PUBLISH_MANY
+ * that commits the first name before the second wakes it only once
+ * both are in: it gets the new pair of that one step, never the new
+ * image with the old label.
+ */
+Test(atomic, a_waiting_get_many_gets_the_next_step_whole)
+{
+	const char *names[2] = {"wait/image", "wait/label"};
+	struct many_wait w = {.names = names, .n = 2,
+			      .timeout_ms = TU_WAIT_S * 1000};
+	struct td_tensor *t[2];
+	struct td_error e = {0};
+	struct tu_daemon d;
+	struct td_client *c;
+	uint64_t v1[2], v2[2];
+	pthread_t th;
+
+	tu_daemon_start(&d, "warn");
+	c = connect_to(&d);
+	w.d = &d;
+	step(c, 2, names, 1, v1);
+	/* a version newer than `after` is there: answered at once */
+	cr_assert_eq(td_client_get_many_newer(c, 2, names, v1[0] - 1, 0, t,
+					      &e),
+		     0, "%s", e.reason);
+	cr_assert_eq(td_tensor_version(t[0]), v1[0]);
+	cr_assert_eq(td_tensor_version(t[1]), v1[1]);
+	td_tensor_release(t[0]);
+	td_tensor_release(t[1]);
+	w.after = v1[0];
+	park_waiter(c, &th, &w, 1);
+	cr_assert_eq(tc_status_until(c, all_leases, 0), 0,
+		     "a parked GET_MANY holds leases");
+	step(c, 2, names, 2, v2);
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_assert_eq(w.rc, 0, "%s", w.e.reason);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(w.ver[i], v2[i], "element %d: version %llu, "
+			     "not the step's %llu", i,
+			     (unsigned long long)w.ver[i],
+			     (unsigned long long)v2[i]);
+		cr_assert_eq(w.byte[i], 2, "element %d", i);
+	}
+	cr_assert_eq(tc_status_until(c, tc_waiters, 0), 0);
+	td_client_close(c);
+	tu_daemon_stop(&d, false);
+}
+
+Test(atomic, a_get_many_that_waits_in_vain_times_out_holding_nothing)
+{
+	const char *names[2] = {"to/image", "to/label"};
+	struct td_tensor *t[2] = {0};
+	struct td_error e = {0};
+	struct tu_daemon d;
+	struct td_client *c;
+	uint64_t v[2];
+
+	tu_daemon_start(&d, "warn");
+	c = connect_to(&d);
+	step(c, 2, names, 1, v);
+	cr_assert_eq(td_client_get_many_newer(c, 2, names, v[0], 0, t, &e),
+		     -ETIMEDOUT);
+	cr_assert(strstr(e.reason, "no version of \"to/image\" newer than"),
+		  "%s", e.reason);
+	cr_assert_eq(td_client_get_many_newer(c, 2, names, v[0], 20, t, &e),
+		     -ETIMEDOUT);
+	cr_assert(strstr(e.reason, "within 20 ms: nothing leased"), "%s",
+		  e.reason);
+	cr_assert_null(t[0]);
+	cr_assert_null(t[1]);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 0), 0);
+	cr_assert_eq(tc_status_until(c, all_leases, 0), 0);
+	/* the handle goes on */
+	cr_assert_eq(td_client_get_many(c, 2, names, t, &e), 0, "%s",
+		     e.reason);
+	td_tensor_release(t[0]);
+	td_tensor_release(t[1]);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+Test(atomic, a_name_deleted_under_a_waiting_get_many_ends_it)
+{
+	const char *names[2] = {"del/image", "del/label"};
+	struct many_wait w = {.names = names, .n = 2,
+			      .timeout_ms = TU_WAIT_S * 1000};
+	struct td_error e = {0};
+	struct tu_daemon d;
+	struct td_client *c;
+	uint64_t v[2];
+	pthread_t th;
+
+	tu_daemon_start(&d, "warn");
+	c = connect_to(&d);
+	w.d = &d;
+	step(c, 2, names, 1, v);
+	w.after = v[0];
+	park_waiter(c, &th, &w, 1);
+	cr_assert_eq(td_client_delete(c, "del/label", NULL, &e), 0, "%s", e.reason);
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_assert_eq(w.rc, -ENOENT, "%d %s", w.rc, w.e.reason);
+	cr_assert(strstr(w.e.reason, "element 1 (\"del/label\"): deleted "
+				     "while the request waited"),
+		  "%s", w.e.reason);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 0), 0);
+	td_client_close(c);
+	tu_daemon_stop(&d, false);
+}
+
+/* A client gone while its GET_MANY waits leaves nothing in the daemon:
+ * no waiter, no descriptor; the publish that would have woken it is
+ * served as any. */
+Test(atomic, a_client_gone_while_its_get_many_waits_leaves_nothing)
+{
+	const char *names[2] = {"gone/image", "gone/label"};
+	struct td_wire_get_many_req q = {
+		.flags = TD_WIRE_REQ_SCM | TD_WIRE_MANY_NEWER,
+		.count = 2,
+		.names = {{"gone/image", 10}, {"gone/label", 10}},
+		.timeout_ms = TD_WIRE_WAIT_FOREVER,
+	};
+	struct tu_daemon d;
+	struct td_client *c;
+	uint64_t v[2], clients;
+	int fds0, sock;
+
+	tu_daemon_start(&d, "warn");
+	c = connect_to(&d);
+	step(c, 2, names, 1, v);
+	clients = tc_status_until(c, clients_total, 1);
+	fds0 = tu_pid_fd_count(d.pid);
+	sock = raw_scm_conn_feat(&d, TD_WIRE_FEAT_MANY_WAIT);
+	q.version = v[0];
+	raw_send(sock, TD_OP_GET_MANY, 2,
+		 (size_t)td_wire_get_many_req_encode(&q, RAW_BODY, RAW_CAP));
+	cr_assert_eq(tc_status_until(c, tc_waiters, 1), 1);
+	close(sock);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 0), 0);
+	cr_assert_eq(tc_status_until(c, clients_total, clients), clients);
+	for (int i = 0; i < 2000 && tu_pid_fd_count(d.pid) != fds0; i++)
+		usleep(5000);
+	cr_assert_eq(tu_pid_fd_count(d.pid), fds0,
+		     "the daemon's descriptors after the client left");
+	step(c, 2, names, 2, v);
+	cr_assert_eq(tc_status_until(c, all_leases, 0), 0);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/* A parked GET_MANY counts in its uid's `waiters` (docs/policy.md) and
+ * gives its place back when it is answered. */
+Test(atomic, a_waiting_get_many_counts_in_the_uids_waiters)
+{
+	const char *names[2] = {"lim/image", "lim/label"};
+	struct many_wait w = {.names = names, .n = 2,
+			      .timeout_ms = TU_WAIT_S * 1000};
+	const char *args[] = {"--policy", NULL, NULL};
+	struct td_tensor *t[2] = {0};
+	struct td_error e = {0};
+	char path[128];
+	struct tu_daemon d;
+	struct td_client *c;
+	uint64_t v[2];
+	pthread_t th;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/tmp/td-atomic-wait-%d", (int)getpid());
+	f = fopen(path, "w");
+	cr_assert(f);
+	fprintf(f, "allow any rw lim/\nlimit uid=%u waiters 1\n",
+		(unsigned)geteuid());
+	fclose(f);
+	args[1] = path;
+	tu_daemon_start_args(&d, "warn", args);
+	c = connect_to(&d);
+	w.d = &d;
+	step(c, 2, names, 1, v);
+	w.after = v[0];
+	park_waiter(c, &th, &w, 1);
+	cr_assert_eq(td_client_get_many_newer(c, 2, names, v[0], 1000, t,
+					      &e),
+		     -EDQUOT, "%s", e.reason);
+	cr_assert(strstr(e.reason, "GET_MANY cannot wait"), "%s", e.reason);
+	cr_assert(strstr(e.reason, "waiters limit"), "%s", e.reason);
+	cr_assert_null(t[0]);
+	step(c, 2, names, 2, v);
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_assert_eq(w.rc, 0, "%s", w.e.reason);
+	/* its place is back: the next one may park (and times out) */
+	cr_assert_eq(td_client_get_many_newer(c, 2, names, v[0], 10, t, &e),
+		     -ETIMEDOUT, "%s", e.reason);
+	td_client_close(c);
+	tu_daemon_stop(&d, false);
+	unlink(path);
+}
+
+Test(atomic, a_daemon_without_the_wait_bit_gets_eopnotsupp)
+{
+	const char *names[1] = {"oldw/a"};
+	struct td_tensor *t[1];
+	struct td_error e = {0};
+	struct tu_daemon d;
+	struct td_client *c;
+	uint64_t v[1];
+
+	tu_daemon_start(&d, "warn");
+	c = connect_to(&d);
+	step(c, 1, names, 1, v);
+	/* as if the daemon's HELLO predated TD_WIRE_FEAT_MANY_WAIT */
+	c->hello.features &= ~TD_WIRE_FEAT_MANY_WAIT;
+	cr_assert_eq(td_client_get_many_newer(c, 1, names, 0, 0, t, &e),
+		     -EOPNOTSUPP);
+	cr_assert(strstr(e.reason, "TD_WIRE_FEAT_MANY_WAIT"), "%s", e.reason);
+	cr_assert_null(t[0]);
+	/* GET_MANY without waiting is served as before */
+	cr_assert_eq(td_client_get_many(c, 1, names, t, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_tensor_version(t[0]), v[0]);
+	td_tensor_release(t[0]);
+	td_client_close(c);
 	tu_daemon_stop(&d, true);
 }

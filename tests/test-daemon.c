@@ -634,7 +634,8 @@ DTest(hello_without_feature_bits_gets_the_version_1_reply)
 			     TD_WIRE_FEAT_SUB_WAIT | TD_WIRE_FEAT_FENCE_OWN |
 			     TD_WIRE_FEAT_STAGE_SLOT |
 			     TD_WIRE_FEAT_STAGE_WORD |
-			     TD_WIRE_FEAT_STATUS_RESERVE | TD_WIRE_FEAT_MANY | TD_WIRE_FEAT_PUB_IF);
+			     TD_WIRE_FEAT_STATUS_RESERVE | TD_WIRE_FEAT_MANY |
+			     TD_WIRE_FEAT_PUB_IF | TD_WIRE_FEAT_MANY_WAIT);
 	close_msg_fds(m);
 	close(sock);
 }

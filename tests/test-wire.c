@@ -346,7 +346,9 @@ static void sample_msg(enum kind k, union msg *m)
 		break;
 	case K_GET_MANY_REQ:
 		m->get_many_req = (struct td_wire_get_many_req){
-			TD_WIRE_REQ_SCM, 2, {STR("cam/image"), STR("cam/label")}};
+			.flags = TD_WIRE_REQ_SCM,
+			.count = 2,
+			.names = {STR("cam/image"), STR("cam/label")}};
 		break;
 	case K_GET_MANY_REP: /* two GET reply bodies (opaque here) */
 		m->get_many_rep.count = 2;
@@ -1409,6 +1411,8 @@ Test(wire, recycle_seeds_decode)
 		{"publish_req_if_absent", K_PUBLISH_REQ},
 		{"publish_req_if", K_PUBLISH_REQ},
 		{"publish_many_req_if", K_PUBLISH_MANY_REQ},
+		/* a GET_MANY that waits (§6.10) */
+		{"get_many_req_newer", K_GET_MANY_REQ},
 	};
 
 	for (size_t i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++) {
@@ -2317,7 +2321,8 @@ Test(wire, staged_take_back_flag_and_alloc_reply_section)
 /* Each refusal of the PUBLISH_MANY and GET_MANY decoders, its errno. */
 Test(wire, many_bodies_refuse_bad_counts_names_and_versions)
 {
-	struct td_wire_get_many_req g = {0, 2, {STR("a/x"), STR("a/x")}};
+	struct td_wire_get_many_req g = {.count = 2,
+					 .names = {STR("a/x"), STR("a/x")}};
 	struct td_wire_publish_many_rep r = {1, {0}};
 	union msg m;
 	struct td_err e = {0};
@@ -2364,10 +2369,34 @@ Test(wire, many_bodies_refuse_bad_counts_names_and_versions)
 		     -EINVAL);
 	g.names[1] = STR("a/y");
 	n = td_wire_get_many_req_encode(&g, body, sizeof(body));
-	td__put_le32(body, 0x2);
+	td__put_le32(body, 0x4);
 	cr_assert_eq(td_wire_get_many_req_decode(body, (size_t)n,
 						 &m.get_many_req, &e),
 		     -EBADMSG);
+	/* TD_WIRE_MANY_NEWER: version and timeout present exactly with it */
+	td__put_le32(body, TD_WIRE_MANY_NEWER);
+	cr_assert_eq(td_wire_get_many_req_decode(body, (size_t)n,
+						 &m.get_many_req, &e),
+		     -ENODATA);
+	cr_assert_str_eq(e.field, "version");
+	g.flags = TD_WIRE_MANY_NEWER;
+	g.version = 7;
+	g.timeout_ms = 30;
+	n = td_wire_get_many_req_encode(&g, body, sizeof(body));
+	cr_assert_eq(td_wire_get_many_req_decode(body, (size_t)n - 1,
+						 &m.get_many_req, &e),
+		     -ENODATA);
+	cr_assert_str_eq(e.field, "timeout_ms");
+	cr_assert_eq(td_wire_get_many_req_decode(body, (size_t)n,
+						 &m.get_many_req, &e),
+		     0);
+	cr_assert_eq(m.get_many_req.version, 7);
+	cr_assert_eq(m.get_many_req.timeout_ms, 30);
+	td__put_le32(body, 0); /* the same fields without the flag */
+	cr_assert_eq(td_wire_get_many_req_decode(body, (size_t)n,
+						 &m.get_many_req, &e),
+		     -EBADMSG);
+	g.flags = 0;
 	/* the encoders refuse what no decoder takes */
 	g.count = 0;
 	cr_assert_eq(td_wire_get_many_req_encode(&g, body, sizeof(body)),

@@ -4,7 +4,11 @@ instant, and publish_many(arrays): several alloc()s published as one
 step (docs/protocol.md §6.10). A reader thread checks that it never sees
 an image with the label of another step."""
 import errno
+import json
+import os
+import subprocess
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -116,3 +120,98 @@ def test_publish_many_metadata_and_its_refusals(daemon, client):
         client.publish_many([])
     (vc,) = client.publish_many([c])
     assert client.stat("pm/c").version == vc
+
+
+# ---- get_many(names, newer=, timeout=): the next step, waited for ----
+
+def status_sum(daemon, key):
+    """A figure of every client of the daemon, summed (STATUS, through
+    `tensorctl status --json`)."""
+    out = subprocess.run(
+        [os.path.join(os.environ["TD_BUILD_ROOT"], "tools", "tensorctl"),
+         "--socket", daemon.sock, "--json", "status"],
+        check=True, capture_output=True, text=True).stdout
+    return sum(c[key] for c in json.loads(out)["clients"])
+
+
+def until(fn, want):
+    """fn() until it is want: a bounded wait (a hang guard) for what
+    another thread or the daemon does on its own time."""
+    for _ in range(2000):
+        got = fn()
+        if got == want:
+            return got
+        time.sleep(0.005)
+    return fn()
+
+
+def test_get_many_newer_waits_for_the_next_step_whole(daemon, client):
+    producer = tensord.Client(daemon.sock)
+    va, vb = publish_pair(producer, 1)
+    # a version newer than `newer` is there: at once
+    a, b = client.get_many(["pair/a", "pair/b"], newer=va - 1, timeout=0)
+    assert (a.version, b.version) == (va, vb)
+    del a, b
+    got = {}
+
+    def reader():
+        with tensord.Client(daemon.sock) as c:
+            x, y = c.get_many(["pair/a", "pair/b"], newer=va, timeout=60)
+            got["v"] = (x.version, y.version)
+            got["bytes"] = (int(x[0]), int(y[0]))
+            del x, y
+
+    th = threading.Thread(target=reader)
+    th.start()
+    try:
+        assert until(lambda: status_sum(daemon, "waiters"), 1) == 1
+        # parked, it holds no lease
+        assert status_sum(daemon, "leases") == 0
+        step = publish_pair(producer, 2)
+    finally:
+        th.join()
+        producer.close()
+    assert got["v"] == step
+    assert got["bytes"] == (2, 2)
+
+
+def test_get_many_newer_times_out(daemon, client):
+    va, _ = publish_pair(client, 1)
+    for to in (0, 0.02):
+        with pytest.raises(tensord.Timeout) as e:
+            client.get_many(["pair/a", "pair/b"], newer=va, timeout=to)
+        assert e.value.errno == errno.ETIMEDOUT
+        assert 'no version of "pair/a" newer than' in str(e.value)
+        del e
+    assert until(lambda: status_sum(daemon, "waiters"), 0) == 0
+    # timeout alone: names[0] with any version
+    a, b = client.get_many(["pair/a", "pair/b"], timeout=0)
+    assert a.version == va
+    del a, b
+    with pytest.raises(TypeError):
+        client.get_many(["pair/a"], newer=1.5)
+    with pytest.raises(ValueError):
+        client.get_many(["pair/a"], newer=1, timeout=-1)
+
+
+def test_get_many_newer_ends_when_a_name_is_deleted(daemon, client):
+    va, _ = publish_pair(client, 1)
+    err = {}
+
+    def reader():
+        with tensord.Client(daemon.sock) as c:
+            try:
+                c.get_many(["pair/a", "pair/b"], newer=va, timeout=60)
+            except tensord.Error as ex:
+                err["errno"], err["msg"] = ex.errno, str(ex)
+
+    th = threading.Thread(target=reader)
+    th.start()
+    try:
+        assert until(lambda: status_sum(daemon, "waiters"), 1) == 1
+        client.rm("pair/b")
+    finally:
+        th.join()
+    assert err["errno"] == errno.ENOENT, err
+    assert "deleted while the request waited" in err["msg"], err
+    assert until(lambda: status_sum(daemon, "waiters"), 0) == 0

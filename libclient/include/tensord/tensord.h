@@ -672,12 +672,29 @@ TD_EXPORT int td_client_publish_many(struct td_client *c, uint32_t count,
  * reply that would not fit one message (-EMSGSIZE; on the SCM path more
  * than 16 descriptors in all: -E2BIG) fails the call with every out[i]
  * NULL and no lease left; err names the element. It never waits for a
- * version. -EOPNOTSUPP from a daemon that does not serve it
+ * version (td_client_get_many_newer() does). -EOPNOTSUPP from a daemon that does not serve it
  * (TD_WIRE_FEAT_MANY).
  */
 TD_EXPORT int td_client_get_many(struct td_client *c, uint32_t count,
 				 const char *const *names,
 				 struct td_tensor **out, struct td_error *err);
+/*
+ * td_client_get_many() of the next step: waits up to timeout_ms (-1 =
+ * forever, 0 = not at all) until names[0] has a version newer than
+ * `after` (0: any), then leases the latest of every name in that step.
+ * A trainer passes td_tensor_version(out[0]) of its last call and gets
+ * the next pair td_client_publish_many() made, whole (its wake-up waits
+ * for every element). Holds no lease while it waits; blocks the handle.
+ * -ETIMEDOUT: none came; -ENOENT: a name deleted while it waited, or
+ * without a version at the wake; -EDQUOT/-EAGAIN: the uid's `waiters`
+ * or the connection's parked requests are full; else as get_many.
+ * -EOPNOTSUPP: the daemon lacks TD_WIRE_FEAT_MANY_WAIT (nothing sent).
+ */
+TD_EXPORT int td_client_get_many_newer(struct td_client *c, uint32_t count,
+				       const char *const *names,
+				       uint64_t after, int timeout_ms,
+				       struct td_tensor **out,
+				       struct td_error *err);
 
 /*
  * Following a name (docs/fastpath.md, "Following a name"): a consumer of
