@@ -114,11 +114,10 @@ struct td_client_info {
  * when pulling is not possible in either direction.
  *
  * Returns 0 and a new handle in *out (free it with td_client_close()), or
- * -errno: -ENOENT/-ECONNREFUSED no daemon (a path that is no socket, a
- * file or a folder, is -ECONNREFUSED too, its reason saying what it
- * is), -EINVAL bad $TENSORD_IMPORT or
- * out NULL, -ENAMETOOLONG a path that does not fit a sockaddr_un (107
- * bytes), -EPERM forced pidfd impossible, -EPROTO a bad reply.
+ * -errno: -ENOENT/-ECONNREFUSED no daemon (a path that is no socket is
+ * -ECONNREFUSED too, its reason saying what it is), -EINVAL bad
+ * $TENSORD_IMPORT or out NULL, -ENAMETOOLONG a path that does not fit a
+ * sockaddr_un (107 bytes), -EPERM forced pidfd impossible, -EPROTO.
  *
  * A connection belongs to the process that made it. A child of fork()
  * that inherits it shares the parent's socket: there every call that
@@ -232,13 +231,11 @@ typedef void (*td_get_fn)(struct td_client *c, int status,
  * -EAGAIN, delivered to fn). Returns 0, or -errno when the request could
  * not be sent (fn is then never called): -ENOTCONN also from a callback
  * that td_client_close() runs. With TD_CLIENT_RECONNECT and the
- * connection broken it does not wait for the daemon either: it begins a
- * reconnect (as td_client_process does) unless one is under way, fails
- * when that fails at once (-ENOENT, -ECONNREFUSED: no daemon), and
- * otherwise returns 0 with the GET waiting for the reconnect: sent once
- * the new daemon answered HELLO, or fn gets the reconnect's failure
- * (-ETIMEDOUT, -ECONNREFUSED, ...; -ECANCELED when the handle is closed
- * first) from a later td_client_process().
+ * connection broken it begins a reconnect (as td_client_process does)
+ * unless one is under way, fails when that fails at once (-ENOENT,
+ * -ECONNREFUSED), else returns 0, the GET sent once the new daemon
+ * answered HELLO, or fn gets the reconnect's failure (-ETIMEDOUT, ...;
+ * -ECANCELED when the handle is closed first).
  */
 TD_EXPORT int td_client_get_newer_async(struct td_client *c, const char *name,
 					uint64_t after, int timeout_ms,
@@ -274,15 +271,14 @@ TD_EXPORT int td_client_get_newer_async(struct td_client *c, const char *name,
  * is queued once the WATCH replies are in (at once without watches; the
  * call that reads the last reply gives it to the event handler), and
  * td_client_unwatch() of a watch whose reply is still to come waits for
- * it. A call whose try failed returns its -errno: -ENOENT,
- * -ECONNREFUSED (no daemon), -ETIMEDOUT (the deadline: "PATH did not
- * answer HELLO within N ms", or "nobody took the connection within N
- * ms" when the queue stayed full), or the daemon's refusal. After a failed try the broken socket no
- * longer wakes the loop: td_client_fd() polls readable when the next try
- * is due (10 ms after the first failure, doubling up to a second) or
- * something is queued; a call woken before then fails with the broken
- * connection's -errno. A blocking call on the handle meanwhile drops the
- * try under way and reconnects at once, waiting, as before.
+ * it. A failed try returns its -errno: -ENOENT, -ECONNREFUSED (no
+ * daemon), -ETIMEDOUT (the deadline: "PATH did not answer HELLO within N
+ * ms", or "nobody took the connection within N ms": a full queue), or
+ * the daemon's refusal; then td_client_fd() polls readable only when the
+ * next try is due (10 ms on, doubling up to a second) or something is
+ * queued (a call woken before fails with the broken connection's -errno).
+ * A blocking call on the handle meanwhile drops the try under way and
+ * reconnects at once, waiting, as before.
  */
 TD_EXPORT int td_client_process(struct td_client *c, struct td_error *err);
 
@@ -304,15 +300,10 @@ struct td_plane {
 /* modifiers holds a DRM format modifier per plane (dma-buf planes only:
  * the daemon refuses one on a memfd); without it every plane is linear */
 #define TD_PUBLISH_MODIFIERS 0x4u
-/*
- * Publish only while the name's current version is if_version (0: only
- * while the name has none), checked by the daemon in the step that
- * commits, so a version anyone publishes meanwhile is never replaced.
- * Refused with -EEXIST (if_version 0 and the name has a version) or
- * -ESTALE (another version, or none), the reason naming the current
- * version; -EOPNOTSUPP, nothing sent, from a daemon that does not serve
- * the condition (TD_WIRE_FEAT_PUB_IF: it would publish regardless).
- */
+/* only while the name's current version is if_version (0: it has none),
+ * checked where the daemon commits: -EEXIST (0, and it has one), -ESTALE
+ * (another or none); -EOPNOTSUPP, nothing sent, without TD_WIRE_FEAT_PUB_IF
+ * (docs/protocol.md §6.3, "A publish with a condition") */
 #define TD_PUBLISH_IF 0x8u
 
 /*
@@ -672,23 +663,20 @@ TD_EXPORT int td_client_publish_many(struct td_client *c, uint32_t count,
  * reply that would not fit one message (-EMSGSIZE; on the SCM path more
  * than 16 descriptors in all: -E2BIG) fails the call with every out[i]
  * NULL and no lease left; err names the element. It never waits for a
- * version (td_client_get_many_newer() does). -EOPNOTSUPP from a daemon that does not serve it
- * (TD_WIRE_FEAT_MANY).
+ * version (td_client_get_many_newer() does). -EOPNOTSUPP from a daemon
+ * that does not serve it (TD_WIRE_FEAT_MANY).
  */
 TD_EXPORT int td_client_get_many(struct td_client *c, uint32_t count,
 				 const char *const *names,
 				 struct td_tensor **out, struct td_error *err);
 /*
- * td_client_get_many() of the next step: waits up to timeout_ms (-1 =
- * forever, 0 = not at all) until names[0] has a version newer than
- * `after` (0: any), then leases the latest of every name in that step.
- * A trainer passes td_tensor_version(out[0]) of its last call and gets
- * the next pair td_client_publish_many() made, whole (its wake-up waits
- * for every element). Holds no lease while it waits; blocks the handle.
- * -ETIMEDOUT: none came; -ENOENT: a name deleted while it waited, or
- * without a version at the wake; -EDQUOT/-EAGAIN: the uid's `waiters`
- * or the connection's parked requests are full; else as get_many.
- * -EOPNOTSUPP: the daemon lacks TD_WIRE_FEAT_MANY_WAIT (nothing sent).
+ * td_client_get_many() of the next step: waits up to timeout_ms (-1 for
+ * ever) until names[0] has a version newer than `after` (0: any), then
+ * leases every name's latest in that step (pass td_tensor_version(out[0])
+ * of the last call: the next publish_many, whole). No lease while it
+ * waits. -ETIMEDOUT, -ENOENT (deleted meanwhile), -EDQUOT/-EAGAIN (the
+ * uid's `waiters`, the connection's parked requests), -EOPNOTSUPP without
+ * TD_WIRE_FEAT_MANY_WAIT; else as get_many (docs/protocol.md §6.10).
  */
 TD_EXPORT int td_client_get_many_newer(struct td_client *c, uint32_t count,
 				       const char *const *names,
