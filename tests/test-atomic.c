@@ -10,6 +10,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include <linux/capability.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -612,4 +614,497 @@ Test(atomic, a_refused_pull_is_sent_again_with_the_fds_attached)
 	cr_assert_eq(chmod(d.dir, 0755), 0);
 	cr_assert_eq(reap(spawn(&d, gained_child, NULL)), 0);
 	tu_daemon_stop(&d, true);
+}
+
+/* ---- hostile many requests: the daemon's fds and counts come back ---- */
+
+/* The leases of the client rows of pid (STATUS as root: every row). */
+static uint32_t leases_of(struct td_client *c, pid_t pid)
+{
+	struct td_status *st = NULL;
+	uint32_t n = 0;
+
+	cr_assert_eq(td_client_status(c, &st, NULL), 0);
+	for (size_t k = 0; k < st->client_count; k++)
+		if (st->clients[k].pid == (uint32_t)pid)
+			n += st->clients[k].leases;
+	td_status_free(st);
+	return n;
+}
+
+/* GET_MANY of names[0..n) with flags: the reply's status (its fds closed) */
+static int32_t raw_get_many(int sock, uint64_t id, uint32_t flags, uint32_t n,
+			    const char *const *names)
+{
+	struct td_wire_get_many_req q = {.flags = flags, .count = n};
+	struct rawrep r;
+	int32_t st;
+
+	for (uint32_t i = 0; i < n; i++)
+		q.names[i] = (struct td_wire_str){names[i], strlen(names[i])};
+	st = raw_call(sock, TD_OP_GET_MANY, id,
+		      td_wire_get_many_req_encode(&q, RAW_BODY, RAW_CAP), &r);
+	td__scm_close(r.fds, r.nfds);
+	return st;
+}
+
+#define NMANY TD_WIRE_MANY_MAX
+/* leases one connection may hold (docs/protocol.md §4) */
+#define LEASE_CAP 4096
+
+static char many_names[NMANY][16];
+static const char *many_ptrs[NMANY];
+
+/* NMANY names published by c in one step */
+static void publish_many_names(struct td_client *c, const char *fmt)
+{
+	struct td_alloc *a[NMANY];
+	struct td_publish p[NMANY];
+	struct td_error e = {0};
+
+	for (int i = 0; i < NMANY; i++) {
+		snprintf(many_names[i], sizeof(many_names[i]), fmt, i);
+		many_ptrs[i] = many_names[i];
+		p[i] = desc(many_names[i]);
+		a[i] = loan(c, 0, (uint8_t)i);
+	}
+	cr_assert_eq(td_client_publish_many(c, NMANY, a, p, NULL, &e), 0,
+		     "%s", e.reason);
+}
+
+Test(atomic, get_many_up_to_the_connection_lease_cap_is_all_or_none)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	uint64_t id = 10;
+	int sock, fds0;
+
+	tu_daemon_start(&d, "warn");
+	c = connect_to(&d);
+	publish_many_names(c, "cap/%d");
+	sock = raw_scm_conn_feat(&d, TD_WIRE_FEAT_MANY);
+	fds0 = tu_pid_fd_count(d.pid);
+	/* 4096 leases: 64 GET_MANYs of 64 */
+	for (int k = 0; k < LEASE_CAP / NMANY; k++)
+		cr_assert_eq(raw_get_many(sock, id++, 0, NMANY, many_ptrs), 0);
+	cr_assert_eq(leases_of(c, getpid()), LEASE_CAP);
+	cr_assert_eq(raw_get_many(sock, id++, 0, 1, many_ptrs), -ENOBUFS);
+	cr_assert_eq(raw_get_many(sock, id++, TD_WIRE_REQ_SCM, 2, many_ptrs),
+		     -ENOBUFS);
+	cr_assert_eq(leases_of(c, getpid()), LEASE_CAP);
+	close(sock);
+	/* every lease goes with the connection */
+	for (int k = 0; leases_of(c, getpid()) && k < TU_WAIT_S * 1000; k++)
+		usleep(1000);
+	cr_assert_eq(leases_of(c, getpid()), 0);
+	cr_assert_leq(tu_pid_fd_count(d.pid), fds0);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/* A PUBLISH_MANY of n elements with bodies[i] and fds attached (att[i]
+ * each, in order): the reply's status, its reason in why. */
+static int32_t raw_pub_many_fds(int sock, uint64_t id, uint32_t n,
+				uint8_t (*bodies)[1024], const int64_t *lens,
+				const uint32_t *att, const int *fds,
+				unsigned nfds, char *why, size_t cap)
+{
+	struct td_wire_publish_many_req q = {.count = n};
+	struct td_wire_error er;
+	struct rawrep r;
+	int64_t len;
+
+	for (uint32_t i = 0; i < n; i++) {
+		cr_assert_gt(lens[i], 0);
+		q.el[i].attached = att[i];
+		q.el[i].body = (struct td_wire_bytes){bodies[i],
+						      (uint32_t)lens[i]};
+	}
+	len = td_wire_publish_many_req_encode(&q, RAW_BODY, RAW_CAP);
+	cr_assert_gt(len, 0);
+	{
+		struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION,
+					TD_OP_PUBLISH_MANY, 0, nfds, id,
+					(uint32_t)len, 0};
+
+		td_wire_hdr_encode(&h, rawbuf);
+		cr_assert_eq(td__scm_send(sock, rawbuf,
+					  TD_WIRE_HDR_LEN + (size_t)len, fds,
+					  nfds, 0),
+			     (ssize_t)(TD_WIRE_HDR_LEN + len));
+	}
+	raw_recv(sock, &r);
+	cr_assert_eq(r.h.request_id, id);
+	why[0] = 0;
+	if (r.h.status < 0 && td_wire_error_decode(RAW_BODY, r.h.body_len,
+						   &er, NULL) == 0)
+		snprintf(why, cap, "%.*s", (int)er.reason.len, er.reason.ptr);
+	return r.h.status;
+}
+
+static int memfd_of(uint64_t size, bool sealed)
+{
+	int fd = memfd_create("td-atomic", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, (off_t)size), 0);
+	if (sealed)
+		cr_assert_eq(fcntl(fd, F_ADD_SEALS,
+				   F_SEAL_SHRINK | F_SEAL_GROW),
+			     0);
+	return fd;
+}
+
+/*
+ * Elements whose own fds (no alloc) are of the wrong kind: a pipe, a
+ * socket, a memfd too small for its plane. Each is refused, nothing is
+ * published, the allocs of the other elements stay the connection's
+ * and the daemon holds no descriptor more than before.
+ */
+Test(atomic, elements_with_fds_of_the_wrong_kind_publish_nothing)
+{
+	static uint8_t bodies[NMANY][1024];
+	int64_t lens[NMANY];
+	uint32_t att[NMANY] = {0};
+	char why[TD_WIRE_MAX_REASON + 1];
+	char names[NMANY][16];
+	uint64_t allocs[NMANY - 1];
+	struct tu_daemon d;
+	struct td_client *c;
+	int sock, fds0, pfd[2], sp[2];
+	int bad[4];
+	uint64_t id = 100;
+
+	tu_daemon_start(&d, "warn");
+	c = connect_to(&d);
+	sock = raw_scm_conn_feat(&d, TD_WIRE_FEAT_MANY);
+	for (int i = 0; i < NMANY - 1; i++) {
+		snprintf(names[i], sizeof(names[i]), "bad/%d", i);
+		allocs[i] = raw_alloc(sock, id++);
+		lens[i] = raw_pub_body(names[i], allocs[i], bodies[i],
+				       sizeof(bodies[i]));
+	}
+	snprintf(names[NMANY - 1], sizeof(names[0]), "bad/own");
+	lens[NMANY - 1] = raw_pub_body(names[NMANY - 1], 0,
+				       bodies[NMANY - 1], sizeof(bodies[0]));
+	att[NMANY - 1] = 1;
+	cr_assert_eq(pipe2(pfd, O_CLOEXEC), 0);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp),
+		     0);
+	bad[0] = pfd[0];
+	bad[1] = sp[0];
+	bad[2] = memfd_of(SIZE / 2, true);
+	bad[3] = memfd_of(SIZE / 2, false);
+	fds0 = tu_pid_fd_count(d.pid);
+	for (int k = 0; k < 4; k++) {
+		cr_assert_lt(raw_pub_many_fds(sock, id++, NMANY, bodies, lens,
+					      att, &bad[k], 1, why,
+					      sizeof(why)),
+			     0, "fd kind %d", k);
+		cr_assert(strstr(why, "element 63 (\"bad/own\")"), "%s", why);
+		cr_assert(strstr(why, "nothing published"), "%s", why);
+		cr_assert_eq(tu_pid_fd_count(d.pid), fds0, "fd kind %d: %s",
+			     k, why);
+	}
+	assert_absent(c, "bad/0");
+	/* the good memfd: all 64 published, the allocs were still there */
+	close(bad[2]);
+	bad[2] = memfd_of(SIZE, true);
+	cr_assert_eq(raw_pub_many_fds(sock, id++, NMANY, bodies, lens, att,
+				      &bad[2], 1, why, sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(raw_get_many(sock, id++, 0, 2,
+				  (const char *[]){"bad/0", "bad/own"}),
+		     0);
+	for (int k = 0; k < 4; k++)
+		close(bad[k]);
+	close(pfd[1]);
+	close(sp[1]);
+	close(sock);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * A connection that sends PUBLISH_MANYs with 16 fds attached and hangs
+ * up without reading a reply: the daemon ends up holding no descriptor
+ * of them (the ones it took and the ones its queue held).
+ */
+Test(atomic, a_hang_up_with_fds_in_flight_leaves_no_fd_in_the_daemon)
+{
+	static uint8_t bodies[NMANY][1024];
+	int64_t lens[16];
+	uint32_t att[16];
+	char names[16][16];
+	struct tu_daemon d;
+	int fds[16], fds0;
+
+	tu_daemon_start(&d, "warn");
+	fds0 = tu_pid_fd_count(d.pid);
+	for (int i = 0; i < 16; i++) {
+		snprintf(names[i], sizeof(names[i]), "fly/%d", i);
+		lens[i] = raw_pub_body(names[i], 0, bodies[i],
+				       sizeof(bodies[i]));
+		att[i] = 1;
+		fds[i] = memfd_of(SIZE, true);
+	}
+	for (int k = 0; k < 32; k++) {
+		int sock = raw_scm_conn_feat(&d, TD_WIRE_FEAT_MANY);
+		struct td_wire_publish_many_req q = {.count = 16};
+		int64_t len;
+
+		for (uint32_t i = 0; i < 16; i++) {
+			q.el[i].attached = att[i];
+			q.el[i].body = (struct td_wire_bytes){
+				bodies[i], (uint32_t)lens[i]};
+		}
+		len = td_wire_publish_many_req_encode(&q, RAW_BODY, RAW_CAP);
+		cr_assert_gt(len, 0);
+		for (int m = 0; m < 4; m++) {
+			struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION,
+						TD_OP_PUBLISH_MANY, 0, 16,
+						(uint64_t)(m + 2),
+						(uint32_t)len, 0};
+
+			td_wire_hdr_encode(&h, rawbuf);
+			cr_assert_eq(td__scm_send(sock, rawbuf,
+						  TD_WIRE_HDR_LEN + (size_t)len,
+						  fds, 16, 0),
+				     (ssize_t)(TD_WIRE_HDR_LEN + len));
+		}
+		close(sock);
+	}
+	for (int i = 0; i < 16; i++)
+		close(fds[i]);
+	/* a round trip on a connection of its own, then the count */
+	{
+		struct td_client *c = connect_to(&d);
+		struct td_status *st = NULL;
+		int n = 0, tensors = 0;
+
+		for (int k = 0; k < TU_WAIT_S * 100; k++) {
+			cr_assert_eq(td_client_status(c, &st, NULL), 0);
+			n = (int)st->clients_total;
+			tensors = (int)st->tensors;
+			td_status_free(st);
+			if (n == 1)
+				break;
+			usleep(10000);
+		}
+		cr_assert_eq(n, 1);
+		/* the versions the daemon published keep one fd each */
+		cr_assert_eq(tu_pid_fd_count(d.pid),
+			     fds0 + 2 /* c's socket and pidfd */ + tensors,
+			     "daemon fds %d, %d before", tu_pid_fd_count(d.pid),
+			     fds0);
+		td_client_close(c);
+	}
+	tu_daemon_stop(&d, true);
+}
+
+/* As nobody under leases=100, pinned=...: GET_MANYs up to the limits. */
+static void quota_child(const struct tu_daemon *d, void *arg)
+{
+	struct td_tensor *t[NMANY];
+	struct td_error e = {0};
+	struct td_client *c;
+	struct td_status *st = NULL;
+	unsigned held = 0;
+
+	(void)arg;
+	CK(setgid(NOBODY) == 0);
+	CK(setuid(NOBODY) == 0);
+	c = open_client(d);
+	/* leases=100: 6 x 16 + 4, no more, counted exactly (16 names a
+	 * request: the daemon sends this uid's fds, 16 a reply) */
+	for (int k = 0; k < 6; k++) {
+		CK_EQ(td_client_get_many(c, 16, many_ptrs + 16 * (k % 4), t,
+					 &e),
+		      0);
+		held += 16;
+	}
+	CK_EQ(td_client_get_many(c, 16, many_ptrs, t, &e), -EDQUOT);
+	CK(strstr(e.reason, "nothing leased"));
+	CK_EQ(td_client_get_many(c, 4, many_ptrs, t, &e), 0);
+	held += 4;
+	CK_EQ(td_client_get_many(c, 1, many_ptrs, t, &e), -EDQUOT);
+	CK_EQ(td_client_status(c, &st, NULL), 0);
+	for (size_t k = 0; k < st->client_count; k++)
+		if (st->clients[k].pid == (uint32_t)getpid())
+			CK_EQ(st->clients[k].leases, held);
+	td_status_free(st);
+	td_client_close(c);
+	/* and back to none with the connection: 100 again */
+	c = open_client(d);
+	for (int k = 0; k < 6; k++)
+		CK_EQ(td_client_get_many(c, 16, many_ptrs, t, &e), 0);
+	CK_EQ(td_client_get_many(c, 4, many_ptrs, t, &e), 0);
+	CK_EQ(td_client_get_many(c, 1, many_ptrs, t, &e), -EDQUOT);
+	td_client_close(c);
+}
+
+Test(atomic, get_many_at_a_uid_lease_limit_is_all_or_none)
+{
+	const char *args[] = {"--socket-mode", "0666", "--uid-limit",
+			      "leases=100", NULL};
+	struct tu_daemon d;
+	struct td_client *c;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as another uid");
+	tu_daemon_start_args(&d, "warn", args);
+	cr_assert_eq(chmod(d.dir, 0755), 0);
+	c = connect_to(&d);
+	publish_many_names(c, "uq/%d");
+	cr_assert_eq(reap(spawn(&d, quota_child, NULL)), 0);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/* ---- two writers of the same names and a deleter, racing ---- */
+
+#define RACE_NAMES 8
+#define RACE_STEPS 300
+
+static const char *race_names[RACE_NAMES] = {
+	"race/0", "race/1", "race/2", "race/3",
+	"race/4", "race/5", "race/6", "race/7"};
+
+struct race {
+	const struct tu_daemon *d;
+	atomic_int writers;
+};
+
+static void *race_writer(void *arg)
+{
+	struct race *r = arg;
+	struct td_client *c = connect_to(r->d);
+	struct td_publish p[RACE_NAMES];
+	struct td_error e = {0};
+	static atomic_int who;
+	int me = atomic_fetch_add(&who, 1);
+
+	for (int i = 0; i < RACE_NAMES; i++)
+		p[i] = desc(race_names[i]);
+	for (int s = 0; s < RACE_STEPS; s++) {
+		struct td_alloc *a[RACE_NAMES];
+		/* writer 0 writes even bytes, writer 1 odd ones */
+		uint8_t b = (uint8_t)(2 * (s % 100) + me);
+
+		for (int i = 0; i < RACE_NAMES; i++)
+			/* the last step plain: one fd a version (a
+			 * recyclable one keeps its writable fd too) */
+			a[i] = loan(c, s % 2 ? 0 : TD_ALLOC_RECYCLE, b);
+		cr_assert_eq(td_client_publish_many(c, RACE_NAMES, a, p, NULL,
+						    &e),
+			     0, "%s", e.reason);
+	}
+	atomic_fetch_sub(&r->writers, 1);
+	td_client_close(c);
+	return NULL;
+}
+
+static void *race_deleter(void *arg)
+{
+	struct race *r = arg;
+	struct td_client *c = connect_to(r->d);
+
+	for (unsigned k = 0; atomic_load(&r->writers); k++) {
+		int rc = td_client_delete(c, race_names[k % RACE_NAMES], NULL,
+					  NULL);
+
+		cr_assert(rc == 0 || rc == -ENOENT, "delete: %d", rc);
+	}
+	td_client_close(c);
+	return NULL;
+}
+
+/*
+ * Two connections PUBLISH_MANY the same eight names while a third
+ * deletes them one by one: a GET_MANY never mixes two steps, and a
+ * watcher gets each PUBLISH_MANY's eight events together, in element
+ * order, with consecutive versions.
+ */
+Test(atomic, racing_publish_manys_and_deletes_never_mix_steps)
+{
+	struct race r = {0};
+	struct tu_daemon d;
+	struct td_client *c, *w;
+	struct td_error e = {0};
+	pthread_t th[3];
+	unsigned reads = 0, run = 0;
+	uint64_t last = 0;
+	int fds0;
+
+	tu_daemon_start(&d, "warn");
+	r.d = &d;
+	atomic_store(&r.writers, 2);
+	c = connect_to(&d);
+	w = connect_to(&d);
+	cr_assert_eq(td_client_watch(w, "race/", TD_WATCH_PREFIX, NULL, &e),
+		     0);
+	fds0 = tu_pid_fd_count(d.pid);
+	cr_assert_eq(pthread_create(&th[0], NULL, race_writer, &r), 0);
+	cr_assert_eq(pthread_create(&th[1], NULL, race_writer, &r), 0);
+	cr_assert_eq(pthread_create(&th[2], NULL, race_deleter, &r), 0);
+	while (atomic_load(&r.writers)) {
+		struct td_tensor *t[RACE_NAMES];
+		struct td_event ev;
+		int rc = td_client_get_many(c, RACE_NAMES, race_names, t, &e);
+
+		cr_assert(rc == 0 || rc == -ENOENT, "%d %s", rc, e.reason);
+		if (rc == 0) {
+			reads++;
+			for (int i = 1; i < RACE_NAMES; i++)
+				cr_assert_eq(byte_of(t[i]), byte_of(t[0]),
+					     "name %d of a read", i);
+			for (int i = 0; i < RACE_NAMES; i++)
+				td_tensor_release(t[i]);
+		}
+		/* the events so far: each PUBLISHED of race/0 starts a run
+		 * of eight, race/1..7 at versions one higher each */
+		while (td_client_next_event(w, 0, &ev, &e) == 0) {
+			if (ev.type != TD_EVENT_TYPE_PUBLISHED)
+				continue;
+			if (run) {
+				cr_assert_str_eq(ev.name,
+						 race_names[RACE_NAMES - run]);
+				cr_assert_eq(ev.version, last + 1);
+				run--;
+			} else {
+				cr_assert_str_eq(ev.name, race_names[0]);
+				run = RACE_NAMES - 1;
+			}
+			last = ev.version;
+		}
+	}
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(pthread_join(th[i], NULL), 0);
+	cr_assert_eq(run, 0);
+	(void)reads;
+	td_client_close(w);
+	td_client_close(c);
+	/* the daemon holds a descriptor per current version, no more */
+	{
+		struct td_client *k = connect_to(&d);
+		struct td_status *st = NULL;
+		int n = 0, tensors = 0;
+
+		/* once the other connections' hang-ups are served */
+		for (int i = 0; i < TU_WAIT_S * 100; i++) {
+			cr_assert_eq(td_client_status(k, &st, NULL), 0);
+			n = (int)st->clients_total;
+			tensors = (int)st->tensors;
+			td_status_free(st);
+			if (n == 1)
+				break;
+			usleep(10000);
+		}
+		cr_assert_eq(n, 1);
+		cr_assert_eq(tu_pid_fd_count(d.pid), fds0 - 2 + tensors,
+			     "daemon fds %d, %d before with c and w, %d tensors",
+			     tu_pid_fd_count(d.pid), fds0, tensors);
+		td_client_close(k);
+	}
+	tu_daemon_stop(&d, false);
 }
