@@ -29,6 +29,7 @@
 #include "blob.h"
 #include "client.h"
 #include "rawclient.h"
+#include "tensord/ring.h"
 #include "tensord/tensord.h"
 #include "testchild.h"
 #include "testutil.h"
@@ -1204,5 +1205,166 @@ Test(atomic, sixty_four_fenced_elements_count_against_the_fds_limit_together)
 	tu_daemon_start_args(&d, "warn", args);
 	cr_assert_eq(chmod(d.dir, 0755), 0);
 	cr_assert_eq(reap(spawn(&d, fenced_child, NULL)), 0);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * A reader that sends GET_MANYs with SCM_RIGHTS and reads no reply: the
+ * daemon cuts it at its fds-in-flight budget (docs/protocol.md §4), and
+ * every lease and queued descriptor goes with it.
+ */
+Test(atomic, a_reader_of_no_get_many_reply_is_cut_and_holds_nothing)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	int sock, fds0;
+	uint64_t id = 10;
+	bool cut = false;
+
+	tu_daemon_start(&d, "warn");
+	c = connect_to(&d);
+	publish_many_names(c, "unread/%d");
+	fds0 = tu_pid_fd_count(d.pid);
+	sock = raw_scm_conn_feat(&d, TD_WIRE_FEAT_MANY);
+	for (int k = 0; k < 64 && !cut; k++) {
+		struct td_wire_get_many_req q = {.flags = TD_WIRE_REQ_SCM,
+						 .count = 16};
+		struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION,
+					TD_OP_GET_MANY, 0, 0, id++, 0, 0};
+		int64_t len;
+
+		for (uint32_t i = 0; i < 16; i++)
+			q.names[i] = (struct td_wire_str){
+				many_ptrs[16 * (k % 4) + i],
+				strlen(many_ptrs[16 * (k % 4) + i])};
+		len = td_wire_get_many_req_encode(&q, RAW_BODY, RAW_CAP);
+		cr_assert_gt(len, 0);
+		h.body_len = (uint32_t)len;
+		td_wire_hdr_encode(&h, rawbuf);
+		cut = td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN + (size_t)len,
+				   NULL, 0, MSG_NOSIGNAL) < 0;
+		/* the daemon reads it (a round trip of another client) */
+		leases_of(c, getpid());
+	}
+	{
+		struct td_status *st = NULL;
+		int n = 0;
+
+		for (int k = 0; k < TU_WAIT_S * 100; k++) {
+			cr_assert_eq(td_client_status(c, &st, NULL), 0);
+			n = (int)st->clients_total;
+			td_status_free(st);
+			if (n == 1)
+				break;
+			usleep(10000);
+		}
+		cr_assert_eq(n, 1, "the reader was not cut");
+	}
+	cr_assert_eq(leases_of(c, getpid()), 0);
+	cr_assert_eq(tu_pid_fd_count(d.pid), fds0, "%d fds, %d before",
+		     tu_pid_fd_count(d.pid), fds0);
+	close(sock);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * Names GET_MANY does not lease: a ring (-EINVAL), one whose latest
+ * version its producer took back to rewrite (-EAGAIN); a reply past one
+ * datagram (-EMSGSIZE). Each leases nothing; PUBLISH_MANY of a ring's
+ * name publishes nothing.
+ */
+Test(atomic, get_many_of_a_ring_a_rewrite_or_too_much_leases_nothing)
+{
+	static char meta[16 * 1024];
+	uint64_t rsize = SIZE;
+	struct td_ring_desc rd = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				  .shape = &rsize, .slot_count = 2};
+	struct tu_daemon d;
+	struct td_client *c, *prod;
+	struct td_ring *ring = NULL;
+	struct td_alloc *a[4];
+	struct td_publish p[4] = {desc("big/0"), desc("big/1"), desc("big/2"),
+				  desc("big/3")};
+	const char *names[4] = {"big/0", "big/1", "big/2", "big/3"};
+	struct td_tensor *t[4];
+	struct td_error e = {0};
+	uint64_t size = 64 * 1024;
+	int sock, fds0;
+
+	tu_daemon_start(&d, "warn");
+	c = connect_to(&d);
+	sock = raw_scm_conn_feat(&d, TD_WIRE_FEAT_MANY);
+	cr_assert_eq(td_ring_create(c, "gm/ring", &rd, &ring, &e), 0, "%s",
+		     e.reason);
+	memset(meta, 'm', sizeof(meta));
+	for (int i = 0; i < 4; i++) {
+		p[i].meta = meta;
+		p[i].meta_len = sizeof(meta) - 64;
+		a[i] = loan(c, 0, (uint8_t)i);
+	}
+	/* two a request: four do not fit one message */
+	for (int i = 0; i < 4; i += 2)
+		cr_assert_eq(td_client_publish_many(c, 2, a + i, p + i, NULL,
+						    &e),
+			     0, "%s", e.reason);
+	fds0 = tu_pid_fd_count(d.pid);
+	cr_assert_eq(raw_get_many(sock, 2, 0, 2,
+				  (const char *[]){"big/0", "gm/ring"}),
+		     -EINVAL);
+	cr_assert_eq(td_client_get_many(c, 4, names, t, &e), -EMSGSIZE, "%s",
+		     e.reason);
+	cr_assert(strstr(e.reason, "nothing leased"), "%s", e.reason);
+	/* a rewrite: the producer takes its latest version back */
+	cr_assert_eq(setenv("TENSORD_REWRITE_MIN", "0", 1), 0);
+	cr_assert_eq(setenv("TENSORD_REWRITE_FILL_US", "0", 1), 0);
+	prod = connect_to(&d);
+	for (int k = 0; k < 2; k++) {
+		struct td_alloc *w = NULL;
+		struct td_publish q = desc("gm/rw");
+
+		cr_assert_eq(td_client_alloc_ex(prod, 1, &size,
+						TD_ALLOC_REWRITE, &w, &e),
+			     0, "%s", e.reason);
+		cr_assert_eq(td_client_alloc_ex(prod, 1, &size, 0, &a[0], &e),
+			     0);
+		if (k == 0) {
+			q.shape = &size;
+			cr_assert_eq(td_client_publish_alloc(prod, w, &q, NULL,
+							     &e),
+				     0, "%s", e.reason);
+			td_alloc_free(a[0]);
+		} else {
+			/* the take-back: gm/rw has no version now */
+			cr_assert_eq(raw_get_many(sock, 3, 0, 2,
+						  (const char *[]){"big/0",
+								   "gm/rw"}),
+				     -EAGAIN);
+			/* with a ring's name in a PUBLISH_MANY: nothing */
+			p[0] = desc("gm/rw");
+			p[0].shape = &size;
+			p[1] = desc("gm/ring");
+			p[1].shape = &size;
+			a[1] = a[0];
+			a[0] = w;
+			cr_assert_eq(td_client_publish_many(prod, 2, a, p, NULL,
+							    &e),
+				     -EEXIST, "%s", e.reason);
+			/* the library gave its loans up, the take-back
+			 * with them: as a DELETE */
+			cr_assert_eq(raw_get_many(sock, 4, 0, 1,
+						  (const char *[]){"gm/rw"}),
+				     -ENOENT);
+		}
+	}
+	unsetenv("TENSORD_REWRITE_MIN");
+	unsetenv("TENSORD_REWRITE_FILL_US");
+	cr_assert_eq(leases_of(c, getpid()), 0);
+	cr_assert_eq(tu_pid_fd_count(d.pid), fds0 + 2 /* prod's connection */,
+		     "%d fds, %d before", tu_pid_fd_count(d.pid), fds0);
+	close(sock);
+	td_client_close(prod);
+	td_ring_close(ring);
+	td_client_close(c);
 	tu_daemon_stop(&d, true);
 }
