@@ -909,7 +909,8 @@ Test(atomic, a_hang_up_with_fds_in_flight_leaves_no_fd_in_the_daemon)
 	tu_daemon_stop(&d, true);
 }
 
-/* As nobody under leases=100, pinned=...: GET_MANYs up to the limits. */
+/* As nobody under leases=100, or pinned bytes of 100 of root's
+ * versions: GET_MANYs up to the limit. */
 static void quota_child(const struct tu_daemon *d, void *arg)
 {
 	struct td_tensor *t[NMANY];
@@ -950,10 +951,10 @@ static void quota_child(const struct tu_daemon *d, void *arg)
 	td_client_close(c);
 }
 
-Test(atomic, get_many_at_a_uid_lease_limit_is_all_or_none)
+static void uid_limit_run(const char *limit)
 {
-	const char *args[] = {"--socket-mode", "0666", "--uid-limit",
-			      "leases=100", NULL};
+	const char *args[] = {"--socket-mode", "0666", "--uid-limit", limit,
+			      NULL};
 	struct tu_daemon d;
 	struct td_client *c;
 
@@ -966,6 +967,20 @@ Test(atomic, get_many_at_a_uid_lease_limit_is_all_or_none)
 	cr_assert_eq(reap(spawn(&d, quota_child, NULL)), 0);
 	td_client_close(c);
 	tu_daemon_stop(&d, true);
+}
+
+Test(atomic, get_many_at_a_uid_lease_limit_is_all_or_none)
+{
+	uid_limit_run("leases=100");
+}
+
+/* root's versions of SIZE bytes each: 100 of them pinned at most */
+Test(atomic, get_many_at_a_uid_pinned_limit_is_all_or_none)
+{
+	char limit[32];
+
+	snprintf(limit, sizeof(limit), "pinned=%u", 100 * SIZE);
+	uid_limit_run(limit);
 }
 
 /* ---- two writers of the same names and a deleter, racing ---- */
