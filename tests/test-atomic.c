@@ -1383,3 +1383,87 @@ Test(atomic, get_many_of_a_ring_a_rewrite_or_too_much_leases_nothing)
 	td_client_close(c);
 	tu_daemon_stop(&d, true);
 }
+
+/*
+ * As nobody under a byte quota of 72 versions: rounds of PUBLISH_MANY of
+ * 64 names, their loans making room by evicting the uid's own older
+ * versions, and a round refused past the quota with a lease held. The
+ * uid's bytes are always those of its current versions and loans.
+ */
+static void bytes_child(const struct tu_daemon *d, void *arg)
+{
+	struct td_client *c;
+	struct td_tensor *t[16];
+	struct td_error e = {0};
+	uint64_t size = SIZE;
+
+	(void)arg;
+	CK(setgid(NOBODY) == 0);
+	CK(setuid(NOBODY) == 0);
+	c = open_client(d);
+	for (int round = 0; round < 6; round++) {
+		struct td_alloc *a[NMANY];
+		struct td_publish p[NMANY];
+		struct td_status *st = NULL;
+		uint64_t bytes = 0, tensors;
+		int rc = 0, n = 0;
+
+		for (int i = 0; i < NMANY && rc == 0; i++, n++) {
+			rc = td_client_alloc_ex(c, 1, &size, 0, &a[i], &e);
+			if (rc == 0)
+				memset(td_alloc_data(a[i], 0), round, SIZE);
+			p[i] = desc(many_names[i]);
+		}
+		if (round == 3) {
+			/* 16 leased versions cannot go: 64 loans do not
+			 * fit beside them */
+			CK_EQ(rc, -EDQUOT);
+			for (int i = 0; i < n - 1; i++)
+				td_alloc_free(a[i]);
+			for (int i = 0; i < 16; i++)
+				td_tensor_release(t[i]);
+		} else {
+			CK_EQ(rc, 0);
+			CK_EQ(td_client_publish_many(c, NMANY, a, p, NULL, &e),
+			      0);
+		}
+		if (round == 2)
+			CK_EQ(td_client_get_many(c, 16, many_ptrs, t, &e), 0);
+		CK_EQ(td_client_status(c, &st, NULL), 0);
+		tensors = st->tensors;
+		for (size_t k = 0; k < st->uid_count; k++)
+			if (st->uids[k].uid == NOBODY)
+				bytes = st->uids[k].bytes;
+		td_status_free(st);
+		/* only nobody publishes; no loan is left */
+		CK_EQ(bytes, tensors * SIZE);
+	}
+	td_client_close(c);
+}
+
+Test(atomic, publish_many_rounds_at_a_byte_quota_keep_the_count_exact)
+{
+	char policy[64];
+	const char *args[] = {"--socket-mode", "0666", "--policy", policy,
+			      NULL};
+	struct tu_daemon d;
+	FILE *f;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as another uid");
+	for (int i = 0; i < NMANY; i++) {
+		snprintf(many_names[i], sizeof(many_names[i]), "bq/%d", i);
+		many_ptrs[i] = many_names[i];
+	}
+	snprintf(policy, sizeof(policy), "/tmp/td-atomic-q-%d", (int)getpid());
+	f = fopen(policy, "w");
+	cr_assert(f);
+	fprintf(f, "allow uid=%u rw bq/\nquota uid=%u %u\n", NOBODY, NOBODY,
+		72 * SIZE);
+	fclose(f);
+	tu_daemon_start_args(&d, "warn", args);
+	cr_assert_eq(chmod(d.dir, 0755), 0);
+	cr_assert_eq(reap(spawn(&d, bytes_child, NULL)), 0);
+	tu_daemon_stop(&d, true);
+	unlink(policy);
+}
