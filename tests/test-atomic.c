@@ -1042,6 +1042,34 @@ static void *race_deleter(void *arg)
 }
 
 /*
+ * The events w has so far: each PUBLISHED of race/0 starts a run of
+ * eight, race/1..7 at versions one higher each (*run of them still to
+ * come, *last the version before). The watch is never cut.
+ */
+static void race_events(struct td_client *w, unsigned *run, uint64_t *last)
+{
+	struct td_error e = {0};
+	struct td_event ev;
+	int rc;
+
+	while ((rc = td_client_next_event(w, 0, &ev, &e)) == 0) {
+		if (ev.type != TD_EVENT_TYPE_PUBLISHED)
+			continue;
+		if (*run) {
+			cr_assert_str_eq(ev.name,
+					 race_names[RACE_NAMES - *run]);
+			cr_assert_eq(ev.version, *last + 1);
+			(*run)--;
+		} else {
+			cr_assert_str_eq(ev.name, race_names[0]);
+			*run = RACE_NAMES - 1;
+		}
+		*last = ev.version;
+	}
+	cr_assert_eq(rc, -ETIMEDOUT, "%s", e.reason);
+}
+
+/*
  * Two connections PUBLISH_MANY the same eight names while a third
  * deletes them one by one: a GET_MANY never mixes two steps, and a
  * watcher gets each PUBLISH_MANY's eight events together, in element
@@ -1071,7 +1099,6 @@ Test(atomic, racing_publish_manys_and_deletes_never_mix_steps)
 	cr_assert_eq(pthread_create(&th[2], NULL, race_deleter, &r), 0);
 	while (atomic_load(&r.writers)) {
 		struct td_tensor *t[RACE_NAMES];
-		struct td_event ev;
 		int rc = td_client_get_many(c, RACE_NAMES, race_names, t, &e);
 
 		cr_assert(rc == 0 || rc == -ENOENT, "%d %s", rc, e.reason);
@@ -1083,25 +1110,18 @@ Test(atomic, racing_publish_manys_and_deletes_never_mix_steps)
 			for (int i = 0; i < RACE_NAMES; i++)
 				td_tensor_release(t[i]);
 		}
-		/* the events so far: each PUBLISHED of race/0 starts a run
-		 * of eight, race/1..7 at versions one higher each */
-		while (td_client_next_event(w, 0, &ev, &e) == 0) {
-			if (ev.type != TD_EVENT_TYPE_PUBLISHED)
-				continue;
-			if (run) {
-				cr_assert_str_eq(ev.name,
-						 race_names[RACE_NAMES - run]);
-				cr_assert_eq(ev.version, last + 1);
-				run--;
-			} else {
-				cr_assert_str_eq(ev.name, race_names[0]);
-				run = RACE_NAMES - 1;
-			}
-			last = ev.version;
-		}
+		race_events(w, &run, &last);
 	}
 	for (int i = 0; i < 3; i++)
 		cr_assert_eq(pthread_join(th[i], NULL), 0);
+	/* every event is in before a round trip's reply */
+	{
+		struct td_status *st = NULL;
+
+		cr_assert_eq(td_client_status(w, &st, NULL), 0);
+		td_status_free(st);
+	}
+	race_events(w, &run, &last);
 	cr_assert_eq(run, 0);
 	(void)reads;
 	td_client_close(w);
