@@ -11,6 +11,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -18,8 +19,10 @@
 #include <string.h>
 #include <grp.h>
 #include <linux/capability.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -28,6 +31,7 @@
 #include "blob.h"
 #include "client.h"
 #include "rawclient.h"
+#include "tensord/ring.h"
 #include "tensord/tensord.h"
 #include "testchild.h"
 #include "testclient.h"
@@ -614,6 +618,912 @@ Test(atomic, a_refused_pull_is_sent_again_with_the_fds_attached)
 	cr_assert_eq(chmod(d.dir, 0755), 0);
 	cr_assert_eq(reap(spawn(&d, gained_child, NULL)), 0);
 	tu_daemon_stop(&d, true);
+}
+
+/* ---- hostile many requests: the daemon's fds and counts come back ---- */
+
+/* The leases of the client rows of pid (STATUS as root: every row). */
+static uint32_t leases_of(struct td_client *c, pid_t pid)
+{
+	struct td_status *st = NULL;
+	uint32_t n = 0;
+
+	cr_assert_eq(td_client_status(c, &st, NULL), 0);
+	for (size_t k = 0; k < st->client_count; k++)
+		if (st->clients[k].pid == (uint32_t)pid)
+			n += st->clients[k].leases;
+	td_status_free(st);
+	return n;
+}
+
+/* GET_MANY of names[0..n) with flags: the reply's status (its fds closed) */
+static int32_t raw_get_many(int sock, uint64_t id, uint32_t flags, uint32_t n,
+			    const char *const *names)
+{
+	struct td_wire_get_many_req q = {.flags = flags, .count = n};
+	struct rawrep r;
+	int32_t st;
+
+	for (uint32_t i = 0; i < n; i++)
+		q.names[i] = (struct td_wire_str){names[i], strlen(names[i])};
+	st = raw_call(sock, TD_OP_GET_MANY, id,
+		      td_wire_get_many_req_encode(&q, RAW_BODY, RAW_CAP), &r);
+	td__scm_close(r.fds, r.nfds);
+	return st;
+}
+
+#define NMANY TD_WIRE_MANY_MAX
+/* leases one connection may hold (docs/protocol.md §4) */
+#define LEASE_CAP 4096
+
+static char many_names[NMANY][16];
+static const char *many_ptrs[NMANY];
+
+/* NMANY names published by c in one step */
+static void publish_many_names(struct td_client *c, const char *fmt)
+{
+	struct td_alloc *a[NMANY];
+	struct td_publish p[NMANY];
+	struct td_error e = {0};
+
+	for (int i = 0; i < NMANY; i++) {
+		snprintf(many_names[i], sizeof(many_names[i]), fmt, i);
+		many_ptrs[i] = many_names[i];
+		p[i] = desc(many_names[i]);
+		a[i] = loan(c, 0, (uint8_t)i);
+	}
+	cr_assert_eq(td_client_publish_many(c, NMANY, a, p, NULL, &e), 0,
+		     "%s", e.reason);
+}
+
+Test(atomic, get_many_up_to_the_connection_lease_cap_is_all_or_none)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	uint64_t id = 10;
+	int sock, fds0;
+
+	tu_daemon_start(&d, "warn");
+	c = connect_to(&d);
+	publish_many_names(c, "cap/%d");
+	sock = raw_scm_conn_feat(&d, TD_WIRE_FEAT_MANY);
+	fds0 = tu_pid_fd_count(d.pid);
+	/* 4096 leases: 64 GET_MANYs of 64 */
+	for (int k = 0; k < LEASE_CAP / NMANY; k++)
+		cr_assert_eq(raw_get_many(sock, id++, 0, NMANY, many_ptrs), 0);
+	cr_assert_eq(leases_of(c, getpid()), LEASE_CAP);
+	cr_assert_eq(raw_get_many(sock, id++, 0, 1, many_ptrs), -ENOBUFS);
+	cr_assert_eq(raw_get_many(sock, id++, TD_WIRE_REQ_SCM, 2, many_ptrs),
+		     -ENOBUFS);
+	cr_assert_eq(leases_of(c, getpid()), LEASE_CAP);
+	close(sock);
+	/* every lease goes with the connection */
+	for (int k = 0; leases_of(c, getpid()) && k < TU_WAIT_S * 1000; k++)
+		usleep(1000);
+	cr_assert_eq(leases_of(c, getpid()), 0);
+	cr_assert_leq(tu_pid_fd_count(d.pid), fds0);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/* A PUBLISH_MANY of n elements with bodies[i] and fds attached (att[i]
+ * each, in order): the reply's status, its reason in why. */
+static int32_t raw_pub_many_fds(int sock, uint64_t id, uint32_t n,
+				uint8_t (*bodies)[1024], const int64_t *lens,
+				const uint32_t *att, const int *fds,
+				unsigned nfds, char *why, size_t cap)
+{
+	struct td_wire_publish_many_req q = {.count = n};
+	struct td_wire_error er;
+	struct rawrep r;
+	int64_t len;
+
+	for (uint32_t i = 0; i < n; i++) {
+		cr_assert_gt(lens[i], 0);
+		q.el[i].attached = att[i];
+		q.el[i].body = (struct td_wire_bytes){bodies[i],
+						      (uint32_t)lens[i]};
+	}
+	len = td_wire_publish_many_req_encode(&q, RAW_BODY, RAW_CAP);
+	cr_assert_gt(len, 0);
+	{
+		struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION,
+					TD_OP_PUBLISH_MANY, 0, nfds, id,
+					(uint32_t)len, 0};
+
+		td_wire_hdr_encode(&h, rawbuf);
+		cr_assert_eq(td__scm_send(sock, rawbuf,
+					  TD_WIRE_HDR_LEN + (size_t)len, fds,
+					  nfds, 0),
+			     (ssize_t)(TD_WIRE_HDR_LEN + len));
+	}
+	raw_recv(sock, &r);
+	cr_assert_eq(r.h.request_id, id);
+	why[0] = 0;
+	if (r.h.status < 0 && td_wire_error_decode(RAW_BODY, r.h.body_len,
+						   &er, NULL) == 0)
+		snprintf(why, cap, "%.*s", (int)er.reason.len, er.reason.ptr);
+	return r.h.status;
+}
+
+static int memfd_of(uint64_t size, bool sealed)
+{
+	int fd = memfd_create("td-atomic", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, (off_t)size), 0);
+	if (sealed)
+		cr_assert_eq(fcntl(fd, F_ADD_SEALS,
+				   F_SEAL_SHRINK | F_SEAL_GROW),
+			     0);
+	return fd;
+}
+
+/*
+ * Elements whose own fds (no alloc) are of the wrong kind: a pipe, a
+ * socket, a memfd too small for its plane. Each is refused, nothing is
+ * published, the allocs of the other elements stay the connection's
+ * and the daemon holds no descriptor more than before.
+ */
+Test(atomic, elements_with_fds_of_the_wrong_kind_publish_nothing)
+{
+	static uint8_t bodies[NMANY][1024];
+	int64_t lens[NMANY];
+	uint32_t att[NMANY] = {0};
+	char why[TD_WIRE_MAX_REASON + 1];
+	char names[NMANY][16];
+	uint64_t allocs[NMANY - 1];
+	struct tu_daemon d;
+	struct td_client *c;
+	int sock, fds0, pfd[2], sp[2];
+	int bad[4];
+	uint64_t id = 100;
+
+	tu_daemon_start(&d, "warn");
+	c = connect_to(&d);
+	sock = raw_scm_conn_feat(&d, TD_WIRE_FEAT_MANY);
+	for (int i = 0; i < NMANY - 1; i++) {
+		snprintf(names[i], sizeof(names[i]), "bad/%d", i);
+		allocs[i] = raw_alloc(sock, id++);
+		lens[i] = raw_pub_body(names[i], allocs[i], bodies[i],
+				       sizeof(bodies[i]));
+	}
+	snprintf(names[NMANY - 1], sizeof(names[0]), "bad/own");
+	lens[NMANY - 1] = raw_pub_body(names[NMANY - 1], 0,
+				       bodies[NMANY - 1], sizeof(bodies[0]));
+	att[NMANY - 1] = 1;
+	cr_assert_eq(pipe2(pfd, O_CLOEXEC), 0);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp),
+		     0);
+	bad[0] = pfd[0];
+	bad[1] = sp[0];
+	bad[2] = memfd_of(SIZE / 2, true);
+	bad[3] = memfd_of(SIZE / 2, false);
+	fds0 = tu_pid_fd_count(d.pid);
+	for (int k = 0; k < 4; k++) {
+		cr_assert_lt(raw_pub_many_fds(sock, id++, NMANY, bodies, lens,
+					      att, &bad[k], 1, why,
+					      sizeof(why)),
+			     0, "fd kind %d", k);
+		cr_assert(strstr(why, "element 63 (\"bad/own\")"), "%s", why);
+		cr_assert(strstr(why, "nothing published"), "%s", why);
+		/* a socket is closed on a thread of its own (closer.c): a
+		 * peer's lingering socket must not stop the loop */
+		for (int i = 0; k == 1 && tu_pid_fd_count(d.pid) != fds0 &&
+				i < TU_WAIT_S * 100;
+		     i++)
+			usleep(10000);
+		cr_assert_eq(tu_pid_fd_count(d.pid), fds0, "fd kind %d: %s",
+			     k, why);
+	}
+	assert_absent(c, "bad/0");
+	/* the good memfd: all 64 published, the allocs were still there */
+	close(bad[2]);
+	bad[2] = memfd_of(SIZE, true);
+	cr_assert_eq(raw_pub_many_fds(sock, id++, NMANY, bodies, lens, att,
+				      &bad[2], 1, why, sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(raw_get_many(sock, id++, 0, 2,
+				  (const char *[]){"bad/0", "bad/own"}),
+		     0);
+	for (int k = 0; k < 4; k++)
+		close(bad[k]);
+	close(pfd[1]);
+	close(sp[1]);
+	close(sock);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * A connection that sends PUBLISH_MANYs with 16 fds attached and hangs
+ * up without reading a reply: the daemon ends up holding no descriptor
+ * of them (the ones it took and the ones its queue held).
+ */
+Test(atomic, a_hang_up_with_fds_in_flight_leaves_no_fd_in_the_daemon)
+{
+	static uint8_t bodies[NMANY][1024];
+	int64_t lens[16];
+	uint32_t att[16];
+	char names[16][16];
+	struct tu_daemon d;
+	int fds[16], fds0;
+
+	tu_daemon_start(&d, "warn");
+	fds0 = tu_pid_fd_count(d.pid);
+	for (int i = 0; i < 16; i++) {
+		snprintf(names[i], sizeof(names[i]), "fly/%d", i);
+		lens[i] = raw_pub_body(names[i], 0, bodies[i],
+				       sizeof(bodies[i]));
+		att[i] = 1;
+		fds[i] = memfd_of(SIZE, true);
+	}
+	for (int k = 0; k < 32; k++) {
+		int sock = raw_scm_conn_feat(&d, TD_WIRE_FEAT_MANY);
+		struct td_wire_publish_many_req q = {.count = 16};
+		int64_t len;
+
+		for (uint32_t i = 0; i < 16; i++) {
+			q.el[i].attached = att[i];
+			q.el[i].body = (struct td_wire_bytes){
+				bodies[i], (uint32_t)lens[i]};
+		}
+		len = td_wire_publish_many_req_encode(&q, RAW_BODY, RAW_CAP);
+		cr_assert_gt(len, 0);
+		for (int m = 0; m < 4; m++) {
+			struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION,
+						TD_OP_PUBLISH_MANY, 0, 16,
+						(uint64_t)(m + 2),
+						(uint32_t)len, 0};
+
+			td_wire_hdr_encode(&h, rawbuf);
+			cr_assert_eq(td__scm_send(sock, rawbuf,
+						  TD_WIRE_HDR_LEN + (size_t)len,
+						  fds, 16, 0),
+				     (ssize_t)(TD_WIRE_HDR_LEN + len));
+		}
+		close(sock);
+	}
+	for (int i = 0; i < 16; i++)
+		close(fds[i]);
+	/* a round trip on a connection of its own, then the count */
+	{
+		struct td_client *c = connect_to(&d);
+		struct td_status *st = NULL;
+		int n = 0, tensors = 0;
+
+		for (int k = 0; k < TU_WAIT_S * 100; k++) {
+			cr_assert_eq(td_client_status(c, &st, NULL), 0);
+			n = (int)st->clients_total;
+			tensors = (int)st->tensors;
+			td_status_free(st);
+			if (n == 1)
+				break;
+			usleep(10000);
+		}
+		cr_assert_eq(n, 1);
+		/* the versions the daemon published keep one fd each */
+		cr_assert_eq(tu_pid_fd_count(d.pid),
+			     fds0 + 2 /* c's socket and pidfd */ + tensors,
+			     "daemon fds %d, %d before", tu_pid_fd_count(d.pid),
+			     fds0);
+		td_client_close(c);
+	}
+	tu_daemon_stop(&d, true);
+}
+
+/* As nobody under leases=100, or pinned bytes of 100 of root's
+ * versions: GET_MANYs up to the limit. */
+static void quota_child(const struct tu_daemon *d, void *arg)
+{
+	struct td_tensor *t[NMANY];
+	struct td_error e = {0};
+	struct td_client *c;
+	struct td_status *st = NULL;
+	unsigned held = 0;
+
+	(void)arg;
+	CK(setgid(NOBODY) == 0);
+	CK(setuid(NOBODY) == 0);
+	c = open_client(d);
+	/* leases=100: 6 x 16 + 4, no more, counted exactly (16 names a
+	 * request: the daemon sends this uid's fds, 16 a reply) */
+	for (int k = 0; k < 6; k++) {
+		CK_EQ(td_client_get_many(c, 16, many_ptrs + 16 * (k % 4), t,
+					 &e),
+		      0);
+		held += 16;
+	}
+	CK_EQ(td_client_get_many(c, 16, many_ptrs, t, &e), -EDQUOT);
+	CK(strstr(e.reason, "nothing leased"));
+	CK_EQ(td_client_get_many(c, 4, many_ptrs, t, &e), 0);
+	held += 4;
+	CK_EQ(td_client_get_many(c, 1, many_ptrs, t, &e), -EDQUOT);
+	CK_EQ(td_client_status(c, &st, NULL), 0);
+	for (size_t k = 0; k < st->client_count; k++)
+		if (st->clients[k].pid == (uint32_t)getpid())
+			CK_EQ(st->clients[k].leases, held);
+	td_status_free(st);
+	td_client_close(c);
+	/* and back to none with the connection: 100 again */
+	c = open_client(d);
+	for (int k = 0; k < 6; k++)
+		CK_EQ(td_client_get_many(c, 16, many_ptrs, t, &e), 0);
+	CK_EQ(td_client_get_many(c, 4, many_ptrs, t, &e), 0);
+	CK_EQ(td_client_get_many(c, 1, many_ptrs, t, &e), -EDQUOT);
+	td_client_close(c);
+}
+
+static void uid_limit_run(const char *limit)
+{
+	const char *args[] = {"--socket-mode", "0666", "--uid-limit", limit,
+			      NULL};
+	struct tu_daemon d;
+	struct td_client *c;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as another uid");
+	tu_daemon_start_args(&d, "warn", args);
+	cr_assert_eq(chmod(d.dir, 0755), 0);
+	c = connect_to(&d);
+	publish_many_names(c, "uq/%d");
+	cr_assert_eq(reap(spawn(&d, quota_child, NULL)), 0);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+Test(atomic, get_many_at_a_uid_lease_limit_is_all_or_none)
+{
+	uid_limit_run("leases=100");
+}
+
+/* root's versions of SIZE bytes each: 100 of them pinned at most */
+Test(atomic, get_many_at_a_uid_pinned_limit_is_all_or_none)
+{
+	char limit[32];
+
+	snprintf(limit, sizeof(limit), "pinned=%u", 100 * SIZE);
+	uid_limit_run(limit);
+}
+
+/* ---- two writers of the same names and a deleter, racing ---- */
+
+#define RACE_NAMES 8
+#define RACE_STEPS 300
+
+static const char *race_names[RACE_NAMES] = {
+	"race/0", "race/1", "race/2", "race/3",
+	"race/4", "race/5", "race/6", "race/7"};
+
+struct race {
+	const struct tu_daemon *d;
+	atomic_int writers;
+	struct td_client *w; /* the watcher, read by race_watcher */
+	unsigned run;        /* events of a PUBLISH_MANY still to come */
+	uint64_t last;       /* the version of the event before */
+	/*
+	 * PUBLISH_MANYs done and event runs the watcher read: the writers
+	 * stay at most RACE_AHEAD ahead, so that a watcher short of CPU is
+	 * not cut for its backlog (1024 messages, docs/protocol.md §4)
+	 */
+	atomic_uint sent, seen;
+};
+
+#define RACE_AHEAD 32
+
+/* Until the watcher is close enough behind (or gone: no writer then). */
+static void race_pace(struct race *r, unsigned ahead)
+{
+	while (atomic_load(&r->sent) - atomic_load(&r->seen) > ahead)
+		sched_yield();
+}
+
+static void *race_writer(void *arg)
+{
+	struct race *r = arg;
+	struct td_client *c = connect_to(r->d);
+	struct td_publish p[RACE_NAMES];
+	struct td_error e = {0};
+	static atomic_int who;
+	int me = atomic_fetch_add(&who, 1);
+
+	for (int i = 0; i < RACE_NAMES; i++)
+		p[i] = desc(race_names[i]);
+	for (int s = 0; s < RACE_STEPS; s++) {
+		struct td_alloc *a[RACE_NAMES];
+		/* writer 0 writes even bytes, writer 1 odd ones */
+		uint8_t b = (uint8_t)(2 * (s % 100) + me);
+
+		for (int i = 0; i < RACE_NAMES; i++)
+			/* the last step plain: one fd a version (a
+			 * recyclable one keeps its writable fd too) */
+			a[i] = loan(c, s % 2 ? 0 : TD_ALLOC_RECYCLE, b);
+		race_pace(r, RACE_AHEAD);
+		cr_assert_eq(td_client_publish_many(c, RACE_NAMES, a, p, NULL,
+						    &e),
+			     0, "%s", e.reason);
+		atomic_fetch_add(&r->sent, 1);
+	}
+	atomic_fetch_sub(&r->writers, 1);
+	td_client_close(c);
+	return NULL;
+}
+
+static void *race_deleter(void *arg)
+{
+	struct race *r = arg;
+	struct td_client *c = connect_to(r->d);
+
+	/* a DELETE a step, in turn (one DELETED event at most a step) */
+	for (unsigned k = 0; atomic_load(&r->writers); k++) {
+		unsigned at = atomic_load(&r->sent);
+		int rc = td_client_delete(c, race_names[k % RACE_NAMES], NULL,
+					  NULL);
+
+		cr_assert(rc == 0 || rc == -ENOENT, "delete: %d", rc);
+		while (atomic_load(&r->writers) && atomic_load(&r->sent) == at)
+			sched_yield();
+	}
+	td_client_close(c);
+	return NULL;
+}
+
+/*
+ * The events of the watcher within wait_ms: each PUBLISHED of race/0
+ * starts a run of eight, race/1..7 at versions one higher each. The
+ * watch is never cut; -ETIMEDOUT once none came.
+ */
+static void race_events(struct race *r, int wait_ms)
+{
+	struct td_error e = {0};
+	struct td_event ev;
+	int rc;
+
+	while ((rc = td_client_next_event(r->w, wait_ms, &ev, &e)) == 0) {
+		if (ev.type != TD_EVENT_TYPE_PUBLISHED)
+			continue;
+		if (r->run) {
+			cr_assert_str_eq(ev.name,
+					 race_names[RACE_NAMES - r->run]);
+			cr_assert_eq(ev.version, r->last + 1);
+			if (--r->run == 0)
+				atomic_fetch_add(&r->seen, 1);
+		} else {
+			cr_assert_str_eq(ev.name, race_names[0]);
+			r->run = RACE_NAMES - 1;
+		}
+		r->last = ev.version;
+	}
+	cr_assert_eq(rc, -ETIMEDOUT, "%s", e.reason);
+}
+
+/* The watcher reads while the writers write: a reader that lags far
+ * behind its events is cut (docs/protocol.md §4) */
+static void *race_watcher(void *arg)
+{
+	struct race *r = arg;
+
+	while (atomic_load(&r->writers))
+		race_events(r, 100);
+	return NULL;
+}
+
+/*
+ * Two connections PUBLISH_MANY the same eight names while a third
+ * deletes them one by one: a GET_MANY never mixes two steps, and a
+ * watcher gets each PUBLISH_MANY's eight events together, in element
+ * order, with consecutive versions.
+ */
+Test(atomic, racing_publish_manys_and_deletes_never_mix_steps)
+{
+	struct race r = {0};
+	struct tu_daemon d;
+	struct td_client *c, *w;
+	struct td_error e = {0};
+	pthread_t th[4];
+	unsigned reads = 0;
+	int fds0;
+
+	tu_daemon_start(&d, "warn");
+	r.d = &d;
+	atomic_store(&r.writers, 2);
+	c = connect_to(&d);
+	w = r.w = connect_to(&d);
+	cr_assert_eq(td_client_watch(w, "race/", TD_WATCH_PREFIX, NULL, &e),
+		     0);
+	fds0 = tu_pid_fd_count(d.pid);
+	cr_assert_eq(pthread_create(&th[0], NULL, race_writer, &r), 0);
+	cr_assert_eq(pthread_create(&th[1], NULL, race_writer, &r), 0);
+	cr_assert_eq(pthread_create(&th[2], NULL, race_deleter, &r), 0);
+	cr_assert_eq(pthread_create(&th[3], NULL, race_watcher, &r), 0);
+	while (atomic_load(&r.writers)) {
+		struct td_tensor *t[RACE_NAMES];
+		int rc = td_client_get_many(c, RACE_NAMES, race_names, t, &e);
+
+		cr_assert(rc == 0 || rc == -ENOENT, "%d %s", rc, e.reason);
+		if (rc == 0) {
+			reads++;
+			for (int i = 1; i < RACE_NAMES; i++)
+				cr_assert_eq(byte_of(t[i]), byte_of(t[0]),
+					     "name %d of a read", i);
+			for (int i = 0; i < RACE_NAMES; i++)
+				td_tensor_release(t[i]);
+		}
+	}
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(pthread_join(th[i], NULL), 0);
+	/* every event is in before a round trip's reply */
+	{
+		struct td_status *st = NULL;
+
+		cr_assert_eq(td_client_status(w, &st, NULL), 0);
+		td_status_free(st);
+	}
+	race_events(&r, 0);
+	cr_assert_eq(r.run, 0);
+	(void)reads;
+	td_client_close(w);
+	td_client_close(c);
+	/* the daemon holds a descriptor per current version, no more */
+	{
+		struct td_client *k = connect_to(&d);
+		struct td_status *st = NULL;
+		int n = 0, tensors = 0;
+
+		/* once the other connections' hang-ups are served */
+		for (int i = 0; i < TU_WAIT_S * 100; i++) {
+			cr_assert_eq(td_client_status(k, &st, NULL), 0);
+			n = (int)st->clients_total;
+			tensors = (int)st->tensors;
+			td_status_free(st);
+			if (n == 1)
+				break;
+			usleep(10000);
+		}
+		cr_assert_eq(n, 1);
+		cr_assert_eq(tu_pid_fd_count(d.pid), fds0 - 2 + tensors,
+			     "daemon fds %d, %d before with c and w, %d tensors",
+			     tu_pid_fd_count(d.pid), fds0, tensors);
+		td_client_close(k);
+	}
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * As nobody (the daemon pulls its fds) under fds=130: its connection
+ * (2), 64 loans and 64 fences are 130, so PUBLISH_MANY of 64 fenced
+ * elements fits once nothing else is held and not with one more fd:
+ * every element's pulled descriptors count against the limit
+ * together, and a refusal keeps none of them.
+ */
+static void fenced_child(const struct tu_daemon *d, void *arg)
+{
+	struct td_alloc *a[NMANY];
+	struct td_publish p[NMANY];
+	struct td_tensor *t[NMANY];
+	struct td_error e = {0};
+	struct td_client *c;
+	uint64_t size = SIZE;
+	int efd[NMANY], rc;
+
+	(void)arg;
+	CK(setgroups(0, NULL) == 0);
+	CK(setresgid(NOBODY, NOBODY, NOBODY) == 0);
+	CK(setresuid(NOBODY, NOBODY, NOBODY) == 0);
+	CK(prctl(PR_SET_DUMPABLE, 1) == 0);
+	c = open_client(d);
+	CK_EQ(c->path_in, TD_IMPORT_PIDFD);
+	for (int i = 0; i < NMANY; i++) {
+		efd[i] = eventfd(1, EFD_CLOEXEC);
+		CK(efd[i] >= 0);
+	}
+	for (int round = 0; round < 3; round++) {
+		for (int i = 0; i < NMANY; i++) {
+			CK(td_client_alloc_ex(c, 1, &size, 0, &a[i], NULL) ==
+			   0);
+			memset(td_alloc_data(a[i], 0), round * NMANY + i, SIZE);
+			p[i] = desc(many_names[i]);
+			p[i].flags = TD_PUBLISH_FENCE;
+			p[i].fence_fd = efd[i];
+		}
+		/* round 1: fen/0's version (its plane and fence) is
+		 * still held: 2 + 2 + 64 + 62 fit, the 63rd fence not */
+		if (round == 1) {
+			rc = td_client_publish_many(c, NMANY, a, p, NULL, &e);
+			CK_EQ(rc, -EDQUOT);
+			CK(strstr(e.reason, "element 62 ("));
+			CK(strstr(e.reason, "nothing published"));
+			CK_EQ(td_client_get_many(c, 1, &many_ptrs[1], t, &e),
+			      -ENOENT);
+			/* now all fit again */
+			CK_EQ(td_client_delete(c, many_ptrs[0], NULL, NULL),
+			      0);
+			continue;
+		}
+		rc = td_client_publish_many(c, NMANY, a, p, NULL, &e);
+		if (rc < 0)
+			fprintf(stderr, "round %d: %s\n", round, e.reason);
+		CK_EQ(rc, 0);
+		for (int i = 1; round == 0 && i < NMANY; i++)
+			CK_EQ(td_client_delete(c, many_ptrs[i], NULL, NULL), 0);
+	}
+	/* a lease of a fenced version takes a timerfd: 64 go first */
+	for (int i = 16; i < NMANY; i++)
+		CK_EQ(td_client_delete(c, many_ptrs[i], NULL, NULL), 0);
+	/* 8 names: a plane and a fence each, 16 fds a reply */
+	CK_EQ(td_client_get_many(c, 8, many_ptrs, t, &e), 0);
+	for (int i = 0; i < 8; i++) {
+		CK_EQ(td_tensor_has_fence(t[i]), 1);
+		CK_EQ(((const uint8_t *)td_tensor_plane_data(t[i], 0))[1],
+		      (uint8_t)(2 * NMANY + i));
+		td_tensor_release(t[i]);
+	}
+	for (int i = 0; i < NMANY; i++)
+		close(efd[i]);
+	td_client_close(c);
+}
+
+Test(atomic, sixty_four_fenced_elements_count_against_the_fds_limit_together)
+{
+	const char *args[] = {"--socket-mode", "0666", "--uid-limit",
+			      "fds=130", NULL};
+	struct tu_daemon d;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as another uid");
+	for (int i = 0; i < NMANY; i++) {
+		snprintf(many_names[i], sizeof(many_names[i]), "fen/%d", i);
+		many_ptrs[i] = many_names[i];
+	}
+	tu_daemon_start_args(&d, "warn", args);
+	cr_assert_eq(chmod(d.dir, 0755), 0);
+	cr_assert_eq(reap(spawn(&d, fenced_child, NULL)), 0);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * A reader that sends GET_MANYs with SCM_RIGHTS and reads no reply: the
+ * daemon cuts it at its fds-in-flight budget (docs/protocol.md §4), and
+ * every lease and queued descriptor goes with it.
+ */
+Test(atomic, a_reader_of_no_get_many_reply_is_cut_and_holds_nothing)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	int sock, fds0;
+	uint64_t id = 10;
+	bool cut = false;
+
+	tu_daemon_start(&d, "warn");
+	c = connect_to(&d);
+	publish_many_names(c, "unread/%d");
+	fds0 = tu_pid_fd_count(d.pid);
+	sock = raw_scm_conn_feat(&d, TD_WIRE_FEAT_MANY);
+	for (int k = 0; k < 64 && !cut; k++) {
+		struct td_wire_get_many_req q = {.flags = TD_WIRE_REQ_SCM,
+						 .count = 16};
+		struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION,
+					TD_OP_GET_MANY, 0, 0, id++, 0, 0};
+		int64_t len;
+
+		for (uint32_t i = 0; i < 16; i++)
+			q.names[i] = (struct td_wire_str){
+				many_ptrs[16 * (k % 4) + i],
+				strlen(many_ptrs[16 * (k % 4) + i])};
+		len = td_wire_get_many_req_encode(&q, RAW_BODY, RAW_CAP);
+		cr_assert_gt(len, 0);
+		h.body_len = (uint32_t)len;
+		td_wire_hdr_encode(&h, rawbuf);
+		cut = td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN + (size_t)len,
+				   NULL, 0, MSG_NOSIGNAL) < 0;
+		/* the daemon reads it (a round trip of another client) */
+		leases_of(c, getpid());
+	}
+	{
+		struct td_status *st = NULL;
+		int n = 0;
+
+		for (int k = 0; k < TU_WAIT_S * 100; k++) {
+			cr_assert_eq(td_client_status(c, &st, NULL), 0);
+			n = (int)st->clients_total;
+			td_status_free(st);
+			if (n == 1)
+				break;
+			usleep(10000);
+		}
+		cr_assert_eq(n, 1, "the reader was not cut");
+	}
+	cr_assert_eq(leases_of(c, getpid()), 0);
+	cr_assert_eq(tu_pid_fd_count(d.pid), fds0, "%d fds, %d before",
+		     tu_pid_fd_count(d.pid), fds0);
+	close(sock);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * Names GET_MANY does not lease: a ring (-EINVAL), one whose latest
+ * version its producer took back to rewrite (-EAGAIN); a reply past one
+ * datagram (-EMSGSIZE). Each leases nothing; PUBLISH_MANY of a ring's
+ * name publishes nothing.
+ */
+Test(atomic, get_many_of_a_ring_a_rewrite_or_too_much_leases_nothing)
+{
+	static char meta[16 * 1024];
+	uint64_t rsize = SIZE;
+	struct td_ring_desc rd = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				  .shape = &rsize, .slot_count = 2};
+	struct tu_daemon d;
+	struct td_client *c, *prod;
+	struct td_ring *ring = NULL;
+	struct td_alloc *a[4];
+	struct td_publish p[4] = {desc("big/0"), desc("big/1"), desc("big/2"),
+				  desc("big/3")};
+	const char *names[4] = {"big/0", "big/1", "big/2", "big/3"};
+	struct td_tensor *t[4];
+	struct td_error e = {0};
+	uint64_t size = 64 * 1024;
+	int sock, fds0;
+
+	tu_daemon_start(&d, "warn");
+	c = connect_to(&d);
+	sock = raw_scm_conn_feat(&d, TD_WIRE_FEAT_MANY);
+	cr_assert_eq(td_ring_create(c, "gm/ring", &rd, &ring, &e), 0, "%s",
+		     e.reason);
+	memset(meta, 'm', sizeof(meta));
+	for (int i = 0; i < 4; i++) {
+		p[i].meta = meta;
+		p[i].meta_len = sizeof(meta) - 64;
+		a[i] = loan(c, 0, (uint8_t)i);
+	}
+	/* two a request: four do not fit one message */
+	for (int i = 0; i < 4; i += 2)
+		cr_assert_eq(td_client_publish_many(c, 2, a + i, p + i, NULL,
+						    &e),
+			     0, "%s", e.reason);
+	fds0 = tu_pid_fd_count(d.pid);
+	cr_assert_eq(raw_get_many(sock, 2, 0, 2,
+				  (const char *[]){"big/0", "gm/ring"}),
+		     -EINVAL);
+	cr_assert_eq(td_client_get_many(c, 4, names, t, &e), -EMSGSIZE, "%s",
+		     e.reason);
+	cr_assert(strstr(e.reason, "nothing leased"), "%s", e.reason);
+	/* a rewrite: the producer takes its latest version back */
+	cr_assert_eq(setenv("TENSORD_REWRITE_MIN", "0", 1), 0);
+	cr_assert_eq(setenv("TENSORD_REWRITE_FILL_US", "0", 1), 0);
+	prod = connect_to(&d);
+	for (int k = 0; k < 2; k++) {
+		struct td_alloc *w = NULL;
+		struct td_publish q = desc("gm/rw");
+
+		cr_assert_eq(td_client_alloc_ex(prod, 1, &size,
+						TD_ALLOC_REWRITE, &w, &e),
+			     0, "%s", e.reason);
+		cr_assert_eq(td_client_alloc_ex(prod, 1, &size, 0, &a[0], &e),
+			     0);
+		if (k == 0) {
+			q.shape = &size;
+			cr_assert_eq(td_client_publish_alloc(prod, w, &q, NULL,
+							     &e),
+				     0, "%s", e.reason);
+			td_alloc_free(a[0]);
+		} else {
+			/* the take-back: gm/rw has no version now */
+			cr_assert_eq(raw_get_many(sock, 3, 0, 2,
+						  (const char *[]){"big/0",
+								   "gm/rw"}),
+				     -EAGAIN);
+			/* with a ring's name in a PUBLISH_MANY: nothing */
+			p[0] = desc("gm/rw");
+			p[0].shape = &size;
+			p[1] = desc("gm/ring");
+			p[1].shape = &size;
+			a[1] = a[0];
+			a[0] = w;
+			cr_assert_eq(td_client_publish_many(prod, 2, a, p, NULL,
+							    &e),
+				     -EEXIST, "%s", e.reason);
+			/* the library gave its loans up, the take-back
+			 * with them: as a DELETE */
+			cr_assert_eq(raw_get_many(sock, 4, 0, 1,
+						  (const char *[]){"gm/rw"}),
+				     -ENOENT);
+		}
+	}
+	unsetenv("TENSORD_REWRITE_MIN");
+	unsetenv("TENSORD_REWRITE_FILL_US");
+	cr_assert_eq(leases_of(c, getpid()), 0);
+	cr_assert_eq(tu_pid_fd_count(d.pid), fds0 + 2 /* prod's connection */,
+		     "%d fds, %d before", tu_pid_fd_count(d.pid), fds0);
+	close(sock);
+	td_client_close(prod);
+	td_ring_close(ring);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * As nobody under a byte quota of 72 versions: rounds of PUBLISH_MANY of
+ * 64 names, their loans making room by evicting the uid's own older
+ * versions, and a round refused past the quota with a lease held. The
+ * uid's bytes are always those of its current versions and loans.
+ */
+static void bytes_child(const struct tu_daemon *d, void *arg)
+{
+	struct td_client *c;
+	struct td_tensor *t[16];
+	struct td_error e = {0};
+	uint64_t size = SIZE;
+
+	(void)arg;
+	CK(setgid(NOBODY) == 0);
+	CK(setuid(NOBODY) == 0);
+	c = open_client(d);
+	for (int round = 0; round < 6; round++) {
+		struct td_alloc *a[NMANY];
+		struct td_publish p[NMANY];
+		struct td_status *st = NULL;
+		uint64_t bytes = 0, tensors;
+		int rc = 0, n = 0;
+
+		for (int i = 0; i < NMANY && rc == 0; i++, n++) {
+			rc = td_client_alloc_ex(c, 1, &size, 0, &a[i], &e);
+			if (rc == 0)
+				memset(td_alloc_data(a[i], 0), round, SIZE);
+			p[i] = desc(many_names[i]);
+		}
+		if (round == 3) {
+			/* 16 leased versions cannot go: 64 loans do not
+			 * fit beside them */
+			CK_EQ(rc, -EDQUOT);
+			for (int i = 0; i < n - 1; i++)
+				td_alloc_free(a[i]);
+			for (int i = 0; i < 16; i++)
+				td_tensor_release(t[i]);
+		} else {
+			CK_EQ(rc, 0);
+			CK_EQ(td_client_publish_many(c, NMANY, a, p, NULL, &e),
+			      0);
+		}
+		if (round == 2)
+			CK_EQ(td_client_get_many(c, 16, many_ptrs, t, &e), 0);
+		CK_EQ(td_client_status(c, &st, NULL), 0);
+		tensors = st->tensors;
+		for (size_t k = 0; k < st->uid_count; k++)
+			if (st->uids[k].uid == NOBODY)
+				bytes = st->uids[k].bytes;
+		td_status_free(st);
+		/* only nobody publishes; no loan is left */
+		CK_EQ(bytes, tensors * SIZE);
+	}
+	td_client_close(c);
+}
+
+Test(atomic, publish_many_rounds_at_a_byte_quota_keep_the_count_exact)
+{
+	char policy[64];
+	const char *args[] = {"--socket-mode", "0666", "--policy", policy,
+			      NULL};
+	struct tu_daemon d;
+	FILE *f;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as another uid");
+	for (int i = 0; i < NMANY; i++) {
+		snprintf(many_names[i], sizeof(many_names[i]), "bq/%d", i);
+		many_ptrs[i] = many_names[i];
+	}
+	snprintf(policy, sizeof(policy), "/tmp/td-atomic-q-%d", (int)getpid());
+	f = fopen(policy, "w");
+	cr_assert(f);
+	fprintf(f, "allow uid=%u rw bq/\nquota uid=%u %u\n", NOBODY, NOBODY,
+		72 * SIZE);
+	fclose(f);
+	tu_daemon_start_args(&d, "warn", args);
+	cr_assert_eq(chmod(d.dir, 0755), 0);
+	cr_assert_eq(reap(spawn(&d, bytes_child, NULL)), 0);
+	tu_daemon_stop(&d, true);
+	unlink(policy);
 }
 
 /* ---- a GET_MANY that waits for the next step (TD_WIRE_FEAT_MANY_WAIT) ---- */

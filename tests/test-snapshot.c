@@ -16,8 +16,10 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -2521,3 +2523,99 @@ Test(snapshot, a_save_of_many_tensors_does_little_work_per_loop_turn,
 	snapdir_rm(&s);
 }
 #endif /* !__SANITIZE_ADDRESS__ */
+
+/* ---- PUBLISH_MANY and saves (docs/protocol.md §6.10) ---- */
+
+#define STEP_NAMES 8
+
+static const char *step_names[STEP_NAMES] = {"st/0", "st/1", "st/2", "st/3",
+					     "st/4", "st/5", "st/6", "st/7"};
+
+struct stepper {
+	const struct tu_daemon *d;
+	atomic_uint steps;
+};
+
+/* PUBLISH_MANY of the eight names, each byte of a step the step's, until
+ * the daemon goes (the writer sees the kill as a failed call). */
+static void *stepper_main(void *arg)
+{
+	struct stepper *st = arg;
+	struct td_client *c = conn(st->d);
+	static const uint64_t shape[1] = {64};
+	struct td_publish p[STEP_NAMES];
+	uint64_t size = 64;
+
+	for (int i = 0; i < STEP_NAMES; i++)
+		p[i] = (struct td_publish){.name = step_names[i],
+					   .dtype = TD_TENSOR_U8, .ndim = 1,
+					   .shape = shape};
+	for (unsigned s = 1;; s++) {
+		struct td_alloc *a[STEP_NAMES];
+		int rc = 0, n = 0;
+
+		for (; n < STEP_NAMES && rc == 0; n++) {
+			rc = td_client_alloc_ex(c, 1, &size,
+						s % 2 ? TD_ALLOC_RECYCLE : 0,
+						&a[n], NULL);
+			if (rc == 0)
+				memset(td_alloc_data(a[n], 0), (int)(s % 251),
+				       64);
+		}
+		if (rc == 0)
+			rc = td_client_publish_many(c, STEP_NAMES, a, p, NULL,
+						    NULL);
+		else
+			while (--n > 0)
+				td_alloc_free(a[n - 1]);
+		if (rc < 0)
+			break;
+		atomic_store(&st->steps, s);
+	}
+	td_client_close(c);
+	return NULL;
+}
+
+/*
+ * A daemon saving after every change (--snapshot-interval 0) while a
+ * client publishes eight names a step with PUBLISH_MANY, killed in the
+ * middle: whatever save it last finished, the restart has the eight
+ * names from one step, never some of one and some of another.
+ */
+Test(snapshot, a_save_never_splits_a_publish_many)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	struct stepper st = {0};
+	struct td_client *c;
+	struct td_tensor *t[STEP_NAMES];
+	struct td_error e = {0};
+	pthread_t th;
+	uint8_t b;
+
+	snapdir_make(&s);
+	start(&d, &s, "sync", "0");
+	st.d = &d;
+	cr_assert_eq(pthread_create(&th, NULL, stepper_main, &st), 0);
+	/* a few saves into the steps, then the crash */
+	while (atomic_load(&st.steps) < 200 || !log_has(&s, "saved 8"))
+		usleep(1000);
+	tu_daemon_kill(&d);
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	cr_assert_eq(td_client_get_many(c, STEP_NAMES, step_names, t, &e), 0,
+		     "%s", e.reason);
+	b = ((const uint8_t *)td_tensor_plane_data(t[0], 0))[0];
+	for (int i = 0; i < STEP_NAMES; i++) {
+		const uint8_t *x = td_tensor_plane_data(t[i], 0);
+
+		for (int k = 0; k < 64; k++)
+			cr_assert_eq(x[k], b, "name %d byte %d: step %u, not %u",
+				     i, k, x[k], b);
+		td_tensor_release(t[i]);
+	}
+	td_client_close(c);
+	tu_daemon_stop(&d, false);
+	snapdir_rm(&s);
+}

@@ -1879,3 +1879,78 @@ Test(stage, a_conditional_publish_is_sent_not_fired, .timeout = 60)
 	cr_assert_eq(take(wo.f, 0x78), v);
 	world_stop(&wo, true);
 }
+
+/*
+ * Another connection's PUBLISH_MANY of the name settles the stage first
+ * (docs/fastpath.md, "Settled where the name changes"): a fired one is
+ * committed before the PUBLISH_MANY's version, never after it; one not
+ * fired is cancelled. Watchers see the versions in that order.
+ */
+static uint64_t publish_many_two(struct td_client *c, uint8_t b)
+{
+	static const char *names[2] = {NAME, "cam/side"};
+	struct td_alloc *a[2];
+	struct td_publish p[2] = {pub_of(names[0]), pub_of(names[1])};
+	struct td_error e = {0};
+	uint64_t size = SIZE, v[2];
+
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(td_client_alloc_ex(c, 1, &size, 0, &a[i], &e), 0,
+			     "%s", e.reason);
+		memset(td_alloc_data(a[i], 0), b, SIZE);
+	}
+	cr_assert_eq(td_client_publish_many(c, 2, a, p, v, &e), 0, "%s",
+		     e.reason);
+	return v[0];
+}
+
+Test(stage, another_connections_publish_many_settles_the_stage_first,
+     .timeout = 60)
+{
+	struct world wo;
+	struct td_client *prod, *w;
+	struct td_event ev;
+	struct td_error e = {0};
+	uint64_t staged, vo;
+
+	world_start(&wo, NULL, "pidfd", "1", "pidfd");
+	prod = wo.prod;
+	w = conn_env(&wo.d, "pidfd", "1");
+	cr_assert_eq(td_client_watch(w, NAME, 0, NULL, &e), 0, "%s",
+		     e.reason);
+	/* not fired: cancelled */
+	cr_assert_neq(prod->st_alloc, 0u);
+	staged = prod->st_version;
+	vo = publish_many_two(wo.other, 0x78);
+	cr_assert_eq(atomic_load(stage_word(prod)),
+		     td_follow_trig(staged, TD_FOLLOW_TRIG_CANCELLED));
+	cr_assert_eq(take(wo.f, 0x78), vo);
+	cr_assert_gt(put(prod, NAME, 0x79), vo);
+	take(wo.f, 0x79);
+	for (int i = 0; i < 4; i++)
+		step(prod, wo.f, (uint8_t)(0x20 + i));
+	/* the events so far go (a round trip on w brings them all) */
+	stat_version(w, NAME);
+	while (td_client_next_event(w, 0, &ev, &e) == 0)
+		cr_assert_eq(ev.type, TD_EVENT_TYPE_PUBLISHED);
+	/* fired (by hand, no notice): committed before the other's */
+	cr_assert_neq(prod->st_alloc, 0u);
+	staged = prod->st_version;
+	memset(td_alloc_data(prod->lent[0], 0), 0x5c, SIZE);
+	atomic_store(stage_word(prod),
+		     td_follow_trig(staged, TD_FOLLOW_TRIG_FIRED));
+	vo = publish_many_two(wo.other, 0x77);
+	cr_assert_gt(vo, staged);
+	/* the producer's next request would commit a fired stage left */
+	cr_assert_eq(stat_version(prod, NAME), vo);
+	cr_assert_eq(stat_version(wo.cons, NAME), vo);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(td_client_next_event(w, 5000, &ev, &e), 0, "%s",
+			     e.reason);
+		cr_assert_eq(ev.type, TD_EVENT_TYPE_PUBLISHED);
+		cr_assert_eq(ev.version, i ? vo : staged);
+	}
+	cr_assert_eq(take(wo.f, 0x77), vo);
+	td_client_close(w);
+	world_stop(&wo, true);
+}

@@ -16,7 +16,9 @@
  * docs/fastpath.md "A followed publish without the daemon's hop"),
  * "staged-names" (the same with eight names published in turn on one
  * connection, each with its own lent loan and stage, "Several streams
- * on one connection").
+ * on one connection"), "many" (eight names published from recyclable
+ * loans in one PUBLISH_MANY and leased in one GET_MANY, docs/protocol.md
+ * §6.10).
  * With --bound, and nothing else: a daemon of another uid whose --policy
  * lets this uid write a name it may not read (docs/fastpath.md, "Across names": every buffer a reader
  * is sent is bound to its name), the named stream and an unnamed one
@@ -333,6 +335,59 @@ static int fan_ring_path(struct td_client *c, const struct tdc_daemon *d,
 	return 0;
 }
 
+/* PUBLISH_MANY and GET_MANY (docs/protocol.md §6.10): each handoff
+ * publishes MANY names from recyclable loans in one step and a consumer
+ * leases all of them in one, every byte of the step checked. */
+#define MANY 8
+static int many_path(struct td_client *c, struct td_client *cons,
+		     const struct tdc_daemon *d, struct sample *a,
+		     struct sample *b)
+{
+	static const char *names[MANY] = {"soak/x0", "soak/x1", "soak/x2",
+					  "soak/x3", "soak/x4", "soak/x5",
+					  "soak/x6", "soak/x7"};
+	uint64_t shape[1] = {LEN}, size = LEN;
+	struct td_publish p[MANY];
+	struct td_error e = {0};
+	int rc;
+
+	for (int k = 0; k < MANY; k++)
+		p[k] = (struct td_publish){.name = names[k],
+					   .dtype = TD_TENSOR_U8, .ndim = 1,
+					   .shape = shape};
+	for (uint64_t i = 0; i < warmup + handoffs; i++) {
+		struct td_alloc *al[MANY];
+		struct td_tensor *t[MANY];
+
+		if (i == warmup)
+			sample(d, a);
+		for (int k = 0; k < MANY; k++) {
+			rc = td_client_alloc_ex(c, 1, &size, TD_ALLOC_RECYCLE,
+						&al[k], &e);
+			if (rc < 0)
+				return fail("many: alloc", rc, &e);
+			memset(td_alloc_data(al[k], 0), (int)(i + k), LEN);
+		}
+		rc = td_client_publish_many(c, MANY, al, p, NULL, &e);
+		if (rc < 0)
+			return fail("publish_many", rc, &e);
+		rc = td_client_get_many(cons, MANY, names, t, &e);
+		if (rc < 0)
+			return fail("get_many", rc, &e);
+		for (int k = 0; k < MANY; k++) {
+			const uint8_t *x = td_tensor_plane_data(t[k], 0);
+
+			if (x[i % LEN] != (uint8_t)(i + k))
+				rc = -EILSEQ;
+			td_tensor_release(t[k]);
+		}
+		if (rc < 0)
+			return fail("many: bytes differ", rc, NULL);
+	}
+	sample(d, b);
+	return 0;
+}
+
 static int report(const char *path, const struct sample *a,
 		  const struct sample *b)
 {
@@ -486,7 +541,7 @@ int main(int argc, char **argv)
 	struct td_error e = {0};
 	struct sample sa, sb, ra, rb, ta, tb, ga, gb, fa, fb, wa, wb, na, nb, xa,
 		xb;
-	struct sample ba, bb, ua, ub, ma, mb;
+	struct sample ba, bb, ua, ub, ma, mb, ya, yb;
 	char name_buf[NAMES][16];
 	const char *names_n[NAMES];
 	/* new buffers lent: stream, stream-ride, named, bound-named,
@@ -563,6 +618,7 @@ int main(int argc, char **argv)
 	bad |= names_path(&d, names_n, &ma, &mb, &fresh[6]);
 	bad |= fan_ring_path(c, &d, &fa, &fb);
 	bad |= follow_path(c, cons, &d, &wa, &wb);
+	bad |= many_path(c, cons[0], &d, &ya, &yb);
 	for (int k = 0; k < FAN; k++) {
 		td_client_close(cons[k]);
 		td_client_close(riders[k]);
@@ -581,6 +637,7 @@ int main(int argc, char **argv)
 	bad |= report("named", &na, &nb);
 	bad |= report("staged", &xa, &xb);
 	bad |= report("staged-names", &ma, &mb);
+	bad |= report("many", &ya, &yb);
 	bad |= report_loans("stream", fresh[0], false);
 	bad |= report_loans("stream-ride", fresh[1], false);
 	bad |= report_loans("named", fresh[2], false);
