@@ -92,7 +92,36 @@ keep:
 }
 
 /*
- * put(name, array, metadata=None, pin=False, stream=False): copy into a
+ * if_version=None|int of put() and publish(): the publish's condition
+ * (TD_PUBLISH_IF: only while the name's current version is it, 0 while
+ * it has none). 0, or -1 with the exception set.
+ */
+static int if_version_set(PyObject *obj, struct td_publish *p)
+{
+	unsigned long long v;
+
+	if (!obj || obj == Py_None)
+		return 0;
+	if (!PyLong_Check(obj)) {
+		PyErr_Format(PyExc_TypeError, "if_version must be None or an "
+			     "int, not %.100s", Py_TYPE(obj)->tp_name);
+		return -1;
+	}
+	v = PyLong_AsUnsignedLongLong(obj);
+	if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+		PyErr_Clear();
+		PyErr_SetString(PyExc_ValueError,
+				"if_version must be a version: 0 to 2**64-1");
+		return -1;
+	}
+	p->flags |= TD_PUBLISH_IF;
+	p->if_version = v;
+	return 0;
+}
+
+/*
+ * put(name, array, metadata=None, pin=False, stream=False,
+ * if_version=None): copy into a
  * loan, publish. stream: the loan is the name's stream loan
  * (TD_ALLOC_STREAM, named), whose buffers libtensord keeps mapped: a loop
  * of puts copies into warm pages and its followers map nothing new. The
@@ -102,9 +131,9 @@ keep:
 PyObject *tdpy_client_put(ClientObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"name", "array", "metadata", "pin", "stream",
-				 NULL};
+				 "if_version", NULL};
 	const char *name;
-	PyObject *obj, *meta = NULL, *src = NULL, *dst;
+	PyObject *obj, *meta = NULL, *src = NULL, *dst, *ifv = NULL;
 	PyArray_Descr *d;
 	struct td_publish p = {0};
 	struct td_error e = {0};
@@ -116,9 +145,10 @@ PyObject *tdpy_client_put(ClientObject *self, PyObject *args, PyObject *kw)
 	int pin = 0, stream = 0, code, rc;
 	char what[TD_NAME_MAX + 32];
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O|Opp", kwlist,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O|Opp$O", kwlist,
 					 tdpy_conv_name, &name, &obj, &meta,
-					 &pin, &stream))
+					 &pin, &stream, &ifv) ||
+	    if_version_set(ifv, &p) < 0)
 		return NULL;
 	if (!array_like(obj))
 		return PyErr_Format(PyExc_TypeError, "put(\"%s\") needs an "
@@ -173,7 +203,7 @@ PyObject *tdpy_client_put(ClientObject *self, PyObject *args, PyObject *kw)
 	Py_DECREF(dst);
 	p.name = name;
 	p.dtype = (uint32_t)code;
-	p.flags = pin ? TD_PUBLISH_PIN : 0;
+	p.flags |= pin ? TD_PUBLISH_PIN : 0;
 	p.meta = mb.buf;
 	p.meta_len = (size_t)mb.len;
 	layout_fill(&l, &p, PyArray_NDIM((PyArrayObject *)src),
@@ -477,8 +507,8 @@ static void pub_done(OwnerObject *o, PyObject *given, int rc,
 }
 
 /*
- * publish(array, metadata=None, pin=False, wait=True): publish an
- * alloc()'s loan. wait=False does not wait for the daemon's answer
+ * publish(array, metadata=None, pin=False, wait=True, if_version=None):
+ * publish an alloc()'s loan. wait=False does not wait for the daemon's answer
  * (td_client_publish_alloc_nowait): returns None, and a failure raises
  * from this client's next alloc(), put() or publish(). A producer that
  * goes on to wait for its consumer is not woken by the reply meanwhile.
@@ -486,8 +516,10 @@ static void pub_done(OwnerObject *o, PyObject *given, int rc,
 PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 			      PyObject *kw)
 {
-	static char *kwlist[] = {"array", "metadata", "pin", "wait", NULL};
-	PyObject *given, *meta = NULL;
+	static char *kwlist[] = {"array", "metadata", "pin", "wait",
+				 "if_version", NULL};
+	PyObject *given, *meta = NULL, *ifv = NULL;
+	struct td_publish cond = {0};
 	struct pub_fill f;
 	struct td_error e = {0};
 	struct td_client *c;
@@ -497,8 +529,9 @@ PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 	uint64_t version = 0;
 	int pin = 0, wait = 1, rc;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Opp", kwlist, &given,
-					 &meta, &pin, &wait))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Opp$O", kwlist, &given,
+					 &meta, &pin, &wait, &ifv) ||
+	    if_version_set(ifv, &cond) < 0)
 		return NULL;
 	o = loan_of(self, given, "publish()");
 	if (!o || tdpy_meta_get(meta, &mb) < 0)
@@ -519,6 +552,8 @@ PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 		return NULL;
 	}
 	pub_fill(&f, o, &mb, pin);
+	f.p.flags |= cond.flags;
+	f.p.if_version = cond.if_version;
 	a = o->a;
 	o->a = NULL; /* consumed on success and on failure */
 	if (wait)
