@@ -1714,6 +1714,43 @@ Test(atomic, a_name_deleted_under_a_waiting_get_many_ends_it)
 	tu_daemon_stop(&d, false);
 }
 
+/* A ring made under the first name of a waiting GET_MANY ends it: a
+ * GET_MANY leases tensors, never a ring's slot, so it would never be
+ * answered (this path had no test). */
+Test(atomic, a_ring_made_under_a_waiting_get_many_ends_it)
+{
+	const char *names[2] = {"rw/image", "rw/label"};
+	struct many_wait w = {.names = names, .n = 2,
+			      .timeout_ms = TU_WAIT_S * 1000};
+	uint64_t size = 64;
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8,
+				    .ndim = 1,
+				    .shape = &size,
+				    .slot_count = 2};
+	struct td_ring *r = NULL;
+	struct td_error e = {0};
+	struct tu_daemon d;
+	struct td_client *c;
+	pthread_t th;
+
+	tu_daemon_start(&d, "warn");
+	c = connect_to(&d);
+	w.d = &d;
+	/* no version of either yet: it waits for any */
+	park_waiter(c, &th, &w, 1);
+	cr_assert_eq(td_ring_create(c, "rw/image", &desc, &r, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_assert_eq(w.rc, -EINVAL, "%d %s", w.rc, w.e.reason);
+	cr_assert(strstr(w.e.reason, "a ring of that name was made while it "
+				     "waited"),
+		  "%s", w.e.reason);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 0), 0);
+	td_ring_close(r);
+	td_client_close(c);
+	tu_daemon_stop(&d, false);
+}
+
 /* A client gone while its GET_MANY waits leaves nothing in the daemon:
  * no waiter, no descriptor; the publish that would have woken it is
  * served as any. */
