@@ -22,6 +22,7 @@
 #include "client.h"
 #include "rawclient.h"
 #include "tensord/tensord.h"
+#include "testclient.h"
 #include "testutil.h"
 #include "wire.h"
 
@@ -91,15 +92,6 @@ static void assert_current(struct td_client *c, const char *name,
 	for (uint32_t i = 0; i < SIZE; i++)
 		cr_assert_eq(b[i], fill, "byte %u of \"%s\"", i, name);
 	td_tensor_release(t);
-}
-
-static void assert_absent(struct td_client *c, const char *name)
-{
-	struct td_tensor *t = NULL;
-
-	cr_assert_eq(td_client_get(c, name, &t, NULL), -ENOENT,
-		     "\"%s\" was published", name);
-	cr_assert_null(t);
 }
 
 /*
@@ -172,7 +164,7 @@ Test(pub_if, the_condition_publishes_only_at_the_expected_version)
 	cr_assert_eq(put(c, &p, 4, &v, &e), -ESTALE, "%s", e.reason);
 	cr_assert(strstr(e.reason, "\"cond/b\" has no version"), "%s",
 		  e.reason);
-	assert_absent(c, "cond/b");
+	tc_assert_absent(c, "cond/b");
 	/* after a DELETE the name is free again */
 	cr_assert_eq(td_client_delete(c, "cond/a", NULL, &e), 0, "%s",
 		     e.reason);
@@ -207,7 +199,7 @@ Test(pub_if, publish_many_is_all_or_none_with_one_failing_condition)
 		  e.reason);
 	cr_assert(strstr(e.reason, "nothing published"), "%s", e.reason);
 	cr_assert_eq(tu_fd_count(), fds0, "the refused loans were kept");
-	assert_absent(c, "many/a");
+	tc_assert_absent(c, "many/a");
 	assert_current(c, "many/b", vb, 9);
 	/* the second's condition met: both */
 	p[1].if_version = vb;
@@ -245,7 +237,7 @@ Test(pub_if, a_daemon_without_the_feature_bit_gets_eopnotsupp)
 	a[0] = loan(c, 2);
 	cr_assert_eq(td_client_publish_many(c, 1, a, &p, &v, &e),
 		     -EOPNOTSUPP, "%s", e.reason);
-	assert_absent(c, "old/a");
+	tc_assert_absent(c, "old/a");
 	cr_assert_eq(tu_fd_count(), fds0, "the loans were not given back");
 	/* without the condition it publishes as ever */
 	p.flags = 0;

@@ -4,6 +4,7 @@
 #define TD_TESTS_TESTCLIENT_H
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -33,6 +34,16 @@ static inline uint64_t tc_status_until(struct td_client *c,
 		td_status_free(st);
 	}
 	return seen;
+}
+
+/* name has no version: nothing was published under it */
+static inline void tc_assert_absent(struct td_client *c, const char *name)
+{
+	struct td_tensor *t = NULL;
+
+	cr_assert_eq(td_client_get(c, name, &t, NULL), -ENOENT,
+		     "\"%s\" was published", name);
+	cr_assert_null(t);
 }
 
 /* GETs parked in the daemon, every client's (a tc_status_until field) */
