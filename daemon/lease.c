@@ -857,6 +857,31 @@ static int many_lease(struct td__peer *p, const struct td_wire_get_many_req *m,
 	return rc;
 }
 
+/*
+ * GET_MANY's reply bodies are built in one buffer the loop reuses: a
+ * handoff of several names allocates nothing in the daemon (a malloc per
+ * answer grew it under ASan by the quarantine, td-soak's many path). An
+ * answer made while another holds it (none is known) takes its own.
+ */
+static uint8_t many_buf[TD__TX_CAP];
+static bool many_buf_busy;
+
+static uint8_t *many_buf_take(void)
+{
+	if (many_buf_busy)
+		return malloc(TD__TX_CAP);
+	many_buf_busy = true;
+	return many_buf;
+}
+
+static void many_buf_give(uint8_t *buf)
+{
+	if (buf == many_buf)
+		many_buf_busy = false;
+	else
+		free(buf);
+}
+
 /* Lease every name of m and send the reply, or the refusal (nothing
  * leased): what GET_MANY answers now, or when its wait ends. */
 static void many_answer(struct td__peer *p, uint64_t request_id,
@@ -867,7 +892,7 @@ static void many_answer(struct td__peer *p, uint64_t request_id,
 	int fds[TD_WIRE_MANY_MAX * TD__TABLE_MAX];
 	unsigned nsend = 0;
 	uint32_t bad = 0;
-	uint8_t *buf = malloc(TD__TX_CAP);
+	uint8_t *buf = many_buf_take();
 	char why[512];
 	int64_t len;
 	int rc;
@@ -885,7 +910,7 @@ static void many_answer(struct td__peer *p, uint64_t request_id,
 			       "leased",
 			       bad, (int)m->names[bad].len, m->names[bad].ptr,
 			       why);
-		free(buf);
+		many_buf_give(buf);
 		return;
 	}
 	/* fits: many_lease kept room for the counts */
@@ -893,7 +918,7 @@ static void many_answer(struct td__peer *p, uint64_t request_id,
 	td__peer_send(p, TD_OP_GET_MANY, TD_WIRE_F_REPLY, request_id, 0,
 		      len < 0 ? 0 : (size_t)len, fds,
 		      (m->flags & TD_WIRE_REQ_SCM) ? nsend : 0);
-	free(buf);
+	many_buf_give(buf);
 }
 
 /* A parked GET_MANY's request, decoded again from its copy. */

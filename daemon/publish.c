@@ -805,6 +805,33 @@ struct many {
 	char why[TD_WIRE_MAX_REASON];
 };
 
+/*
+ * The elements of a PUBLISH_MANY: one table the loop reuses, so that a
+ * handoff of several names allocates nothing in the daemon (the quality
+ * bar; under ASan a calloc per request grew the daemon by its quarantine,
+ * td-soak's many path). A request handled while another holds it (none
+ * is known: the loop runs one at a time) takes its own.
+ */
+static struct pub many_tab[TD_WIRE_MANY_MAX];
+static bool many_tab_busy;
+
+static struct pub *many_tab_take(uint32_t n)
+{
+	if (many_tab_busy)
+		return calloc(n, sizeof(struct pub));
+	many_tab_busy = true;
+	memset(many_tab, 0, n * sizeof(struct pub));
+	return many_tab;
+}
+
+static void many_tab_give(struct pub *x)
+{
+	if (x == many_tab)
+		many_tab_busy = false;
+	else
+		free(x);
+}
+
 static int many_bad(struct many *mm, uint32_t i)
 {
 	mm->bad = i;
@@ -973,7 +1000,7 @@ void td__publish_many(struct td__peer *p, const struct td__req *rq)
 	}
 	for (uint32_t i = 0; i < mm.m.count; i++)
 		nfds += mm.m.el[i].attached;
-	mm.x = nfds == rq->nfds ? calloc(mm.m.count, sizeof(*mm.x)) : NULL;
+	mm.x = nfds == rq->nfds ? many_tab_take(mm.m.count) : NULL;
 	if (nfds != rq->nfds)
 		many_fail(&mm, -EINVAL, "the elements attach a number of fds "
 			  "other than the datagram's");
@@ -1006,7 +1033,8 @@ void td__publish_many(struct td__peer *p, const struct td__req *rq)
 			       "nothing published", mm.bad,
 			       (int)mm.x[mm.bad].m.name.len,
 			       mm.x[mm.bad].m.name.ptr, mm.x[mm.bad].why);
-	free(mm.x);
+	if (mm.x)
+		many_tab_give(mm.x);
 }
 
 /* ---- restoring from a state image (fdstore.c) ---- */
