@@ -8,6 +8,7 @@
 #define TD_TESTS_RAWCLIENT_H
 
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -62,6 +63,18 @@ static inline int32_t raw_call(int sock, uint16_t op, uint64_t id,
 	raw_recv(sock, r);
 	cr_assert_eq(r->h.request_id, id);
 	return r->h.status;
+}
+
+/* The reason of r's error reply (its body in rawbuf) into why (cap
+ * bytes); "" when r is no error or its body no error body. */
+static inline void raw_reason(const struct rawrep *r, char *why, size_t cap)
+{
+	struct td_wire_error er;
+
+	why[0] = 0;
+	if (r->h.status < 0 &&
+	    td_wire_error_decode(RAW_BODY, r->h.body_len, &er, NULL) == 0)
+		snprintf(why, cap, "%.*s", (int)er.reason.len, er.reason.ptr);
 }
 
 /* The ALLOC request q, which the daemon must grant: its alloc id (the

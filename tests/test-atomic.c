@@ -254,7 +254,6 @@ static int32_t raw_pub_many(int sock, uint64_t id, uint32_t n,
 {
 	static uint8_t bodies[8][1024];
 	struct td_wire_publish_many_req q = {.count = n};
-	struct td_wire_error er;
 	struct rawrep r;
 	int32_t st;
 
@@ -268,10 +267,7 @@ static int32_t raw_pub_many(int sock, uint64_t id, uint32_t n,
 	st = raw_call(sock, TD_OP_PUBLISH_MANY, id,
 		      td_wire_publish_many_req_encode(&q, RAW_BODY, RAW_CAP),
 		      &r);
-	why[0] = 0;
-	if (st < 0 && td_wire_error_decode(RAW_BODY, r.h.body_len, &er,
-					   NULL) == 0)
-		snprintf(why, cap, "%.*s", (int)er.reason.len, er.reason.ptr);
+	raw_reason(&r, why, cap);
 	return st;
 }
 
@@ -740,7 +736,6 @@ static int32_t raw_pub_many_fds(int sock, uint64_t id, uint32_t n,
 				unsigned nfds, char *why, size_t cap)
 {
 	struct td_wire_publish_many_req q = {.count = n};
-	struct td_wire_error er;
 	struct rawrep r;
 	int64_t len;
 
@@ -765,10 +760,7 @@ static int32_t raw_pub_many_fds(int sock, uint64_t id, uint32_t n,
 	}
 	raw_recv(sock, &r);
 	cr_assert_eq(r.h.request_id, id);
-	why[0] = 0;
-	if (r.h.status < 0 && td_wire_error_decode(RAW_BODY, r.h.body_len,
-						   &er, NULL) == 0)
-		snprintf(why, cap, "%.*s", (int)er.reason.len, er.reason.ptr);
+	raw_reason(&r, why, cap);
 	return r.h.status;
 }
 

@@ -283,7 +283,6 @@ static int32_t raw_pub(int sock, uint64_t id, const char *name,
 		.blob = {blob, (uint32_t)blen},
 		.fd_count = 1, .fds = {-1}, .expect = expect,
 	};
-	struct td_wire_error er;
 	struct rawrep r;
 	int32_t st;
 
@@ -291,10 +290,7 @@ static int32_t raw_pub(int sock, uint64_t id, const char *name,
 	st = raw_call(sock, TD_OP_PUBLISH, id,
 		      td_wire_publish_req_encode(&q, RAW_BODY, RAW_CAP), &r);
 	td__scm_close(r.fds, r.nfds);
-	why[0] = 0;
-	if (st < 0 && td_wire_error_decode(RAW_BODY, r.h.body_len, &er,
-					   NULL) == 0)
-		snprintf(why, cap, "%.*s", (int)er.reason.len, er.reason.ptr);
+	raw_reason(&r, why, cap);
 	return st;
 }
 
