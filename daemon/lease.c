@@ -314,7 +314,7 @@ static void waiter_free(struct td__waiter *w)
 		due_remove(td__d->store, w);
 	td__list_del(&w->blink);
 	td__list_del(&w->rlink);
-	free(w->many);
+	td__body_put(td__d->store, w->many);
 	w->many = NULL;
 	w->peer->n_waiters--;
 	td__tenant_sub(w->peer->uid, TD__LIM_WAITERS, 1);
@@ -925,7 +925,8 @@ static void many_answer(struct td__peer *p, uint64_t request_id,
 static void many_decode(const struct td__waiter *w,
 			struct td_wire_get_many_req *m)
 {
-	int rc = td_wire_get_many_req_decode(w->many, w->many_len, m, NULL);
+	int rc = td_wire_get_many_req_decode(w->many->data, w->many->len, m,
+					     NULL);
 
 	assert(rc == 0); /* it was decoded when it came */
 	(void)rc;
@@ -1029,14 +1030,12 @@ static void many_newer(struct td__peer *p, const struct td__req *rq,
 		 deadline_in(m->timeout_ms), "GET_MANY");
 	if (!w)
 		return;
-	w->many = malloc(h->body_len);
+	w->many = td__body_new(td__d->store, rq->body, h->body_len);
 	if (!w->many) {
 		waiter_free(w);
 		td__peer_nomem(p, h);
 		return;
 	}
-	memcpy(w->many, rq->body, h->body_len);
-	w->many_len = h->body_len;
 	w->mode = TD_GET_NEWER;
 	w->version = m->version;
 	w->flags = m->flags;

@@ -158,23 +158,36 @@ static void spares_fini(struct td__spares *sp, size_t off)
  * A zeroed version with room for data_len bytes of meta and blob: the
  * first spare one whose data[] is large enough, else a new one.
  */
-struct td__version *td__version_new(struct td__store *s, size_t data_len)
+/*
+ * Take the first spare record whose capacity (a size_t at cap_off) is
+ * at least need; NULL when none is. Records of one kind are kept by
+ * capacity so that a reuse of a smaller size allocates nothing.
+ */
+static void *spare_fit(struct td__spares *sp, size_t need, size_t off,
+		       size_t cap_off)
 {
-	struct td__version *v = NULL;
-	size_t cap;
+	for (struct td__list *l = sp->head.next; l != &sp->head; l = l->next) {
+		char *r = (char *)l - off;
+		size_t cap;
 
-	for (struct td__list *l = s->spare_versions.head.next;
-	     l != &s->spare_versions.head; l = l->next) {
-		struct td__version *x =
-			td__container_of(l, struct td__version, all);
-
-		if (x->data_cap >= data_len) {
+		memcpy(&cap, r + cap_off, sizeof(cap));
+		if (cap >= need) {
 			td__list_del(l);
-			s->spare_versions.n--;
-			v = x;
-			break;
+			sp->n--;
+			return r;
 		}
 	}
+	return NULL;
+}
+
+struct td__version *td__version_new(struct td__store *s, size_t data_len)
+{
+	struct td__version *v =
+		spare_fit(&s->spare_versions, data_len,
+			  offsetof(struct td__version, all),
+			  offsetof(struct td__version, data_cap));
+	size_t cap;
+
 	cap = v ? v->data_cap
 		: data_len > VERSION_DATA_MIN ? data_len : VERSION_DATA_MIN;
 	if (!v && !(v = malloc(sizeof(*v) + cap)))
@@ -192,6 +205,32 @@ void td__version_put(struct td__store *s, struct td__version *v)
 		meta_hook(v);
 	if (!spare_keep(&s->spare_versions, &v->all)) {
 		free(v);
+		s->freed++;
+	}
+}
+
+struct td__body *td__body_new(struct td__store *s, const void *p, size_t len)
+{
+	struct td__body *b = spare_fit(&s->spare_bodies, len,
+				       offsetof(struct td__body, link),
+				       offsetof(struct td__body, cap));
+	size_t cap = len > VERSION_DATA_MIN ? len : VERSION_DATA_MIN;
+
+	if (!b) {
+		b = malloc(sizeof(*b) + cap);
+		if (!b)
+			return NULL;
+		b->cap = cap;
+	}
+	memcpy(b->data, p, len);
+	b->len = len;
+	return b;
+}
+
+void td__body_put(struct td__store *s, struct td__body *b)
+{
+	if (b && !spare_keep(&s->spare_bodies, &b->link)) {
+		free(b);
 		s->freed++;
 	}
 }
@@ -963,6 +1002,7 @@ int td__store_new(struct td__daemon *d)
 	td__list_init(&s->spare_versions.head);
 	td__list_init(&s->spare_freebufs.head);
 	td__list_init(&s->spare_waiters.head);
+	td__list_init(&s->spare_bodies.head);
 	s->next_version = s->next_lease = s->next_alloc = s->next_watch =
 		s->next_buf = 1;
 	s->version_ceiling = 0; /* the first number asks keeper->reserve */
@@ -986,6 +1026,7 @@ static void on_timer_closed(uv_handle_t *h)
 	spares_fini(&s->spare_versions, offsetof(struct td__version, all));
 	spares_fini(&s->spare_freebufs, offsetof(struct td__freebuf, link));
 	spares_fini(&s->spare_waiters, offsetof(struct td__waiter, link));
+	spares_fini(&s->spare_bodies, offsetof(struct td__body, link));
 	free(s->bufs);
 	free(s->due);
 	free(s->uids); /* kept at its capacity when every uid is back at 0 */

@@ -223,8 +223,7 @@ struct td__waiter {
 	/* a GET_MANY parked (TD_WIRE_MANY_NEWER) on its first name: a copy
 	 * of its request body, decoded again to answer it; on
 	 * store->many_waiters (rlink), never on ring_waiters */
-	uint8_t *many;
-	uint32_t many_len;
+	struct td__body *many;
 	/* its first name's newer version came within a PUBLISH_MANY: it is
 	 * answered once every element is committed (td__lease_many_hold) */
 	bool ready;
@@ -233,6 +232,14 @@ struct td__waiter {
 	char name[TD_WIRE_MAX_NAME + 1];
 };
 
+/* A copy of a request's body that outlives the request (a parked
+ * GET_MANY's): kept by capacity in store->spare_bodies, so that a loop
+ * that parks the same request again allocates nothing. */
+struct td__body {
+	struct td__list link;
+	size_t cap, len;
+	uint8_t data[];
+};
 
 /* Released records of one kind, kept for reuse (td__store, below). */
 struct td__spares {
@@ -324,7 +331,7 @@ struct td__store {
 	 * exit.
 	 */
 	struct td__spares spare_allocs, spare_versions, spare_freebufs,
-		spare_waiters;
+		spare_waiters, spare_bodies;
 	/*
 	 * Every live version, current or retired (replaced or deleted but
 	 * still leased), so GET EXACT can reach a retired one.
@@ -423,6 +430,11 @@ void td__spare_put(struct td__spares *sp, void *r, size_t off);
 struct td__version *td__version_new(struct td__store *s, size_t data_len);
 /* Back to the spares (a version never referenced). */
 void td__version_put(struct td__store *s, struct td__version *v);
+/* A copy of len bytes at p, from a spare body whose capacity fits, else
+ * the heap; NULL when the heap has no room. */
+struct td__body *td__body_new(struct td__store *s, const void *p, size_t len);
+/* Back to the spares (NULL: nothing). */
+void td__body_put(struct td__store *s, struct td__body *b);
 /* Free v's HTTP metadata texts, if any (http-meta.c). */
 void td__http_meta_free(struct td__version *v);
 /*

@@ -17,6 +17,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -2898,6 +2899,102 @@ Test(recycle, the_daemon_allocates_nothing_per_staged_take_back)
 	cr_assert_eq(setenv("TENSORD_REWRITE_FILL_US", "0", 1), 0);
 	heap_named = true;
 	no_heap_calls_as("pidfd", "pidfd", TD_ALLOC_REWRITE, true);
+}
+
+/* A trainer's loop of td_client_get_many_newer(), in a thread: each
+ * call parks on "heap/a" until the next step, checks the pair's bytes
+ * and releases it. */
+struct step_loop {
+	unsigned steps;
+	unsigned done;
+	struct td_error e;
+	/* closed by the test once it has read the counts: a connection's
+	 * end frees its records */
+	struct td_client *c;
+};
+
+static void *step_loop(void *arg)
+{
+	static const char *const names[2] = {"heap/a", "heap/b"};
+	struct step_loop *s = arg;
+	struct td_client *c = s->c;
+	uint64_t after = 0;
+
+	for (; s->done < s->steps; s->done++) {
+		struct td_tensor *t[2] = {0};
+		uint8_t b = (uint8_t)(s->done * 7 + 1);
+
+		if (td_client_get_many_newer(c, 2, names, after, 10000, t,
+					     &s->e) < 0)
+			break;
+		after = td_tensor_version(t[0]);
+		if (!all_bytes(td_tensor_plane_data(t[0], 0), 4 * KIB, b) ||
+		    !all_bytes(td_tensor_plane_data(t[1], 0), 4 * KIB, b)) {
+			snprintf(s->e.reason, sizeof(s->e.reason),
+				 "step %u: the pair is not that step's",
+				 s->done);
+			td_tensor_release(t[0]);
+			td_tensor_release(t[1]);
+			break;
+		}
+		td_tensor_release(t[0]);
+		td_tensor_release(t[1]);
+	}
+	return NULL;
+}
+
+/* steps [from, to) of step_loop: each waits until the loop's request is
+ * parked in the daemon, then publishes "heap/b" and "heap/a" (the name
+ * it waits on last, so the pair is whole when it wakes) */
+static void steps(struct td_client *prod, unsigned from, unsigned to)
+{
+	for (unsigned i = from; i < to; i++) {
+		uint8_t b = (uint8_t)(i * 7 + 1);
+
+		cr_assert_eq(tc_status_until(prod, tc_waiters, 1), 1,
+			     "step %u: the GET_MANY is not parked", i);
+		publish(prod, loan(prod, 4 * KIB, 0), "heap/b", b);
+		publish(prod, loan(prod, 4 * KIB, 0), "heap/a", b);
+	}
+}
+
+/*
+ * A GET_MANY that waits for the next step (TD_WIRE_MANY_NEWER) parks
+ * with a copy of its request. The copy comes from a spare kept by its
+ * capacity (struct td__body): warm, a step is a park, two publishes and
+ * a wake-up, and the daemon calls the heap for none of them (it did one
+ * malloc and one free per park before). STATUS, which the test polls to
+ * see the request parked, is answered from static tables.
+ */
+Test(recycle, the_daemon_allocates_nothing_per_parked_get_many)
+{
+	struct step_loop s = {.steps = 300};
+	struct tu_daemon d;
+	struct heap h;
+	struct td_client *prod;
+	uint64_t allocs, frees;
+	pthread_t th;
+
+	heap_daemon_start(&d, &h);
+	s.c = conn(&d, "pidfd");
+	prod = conn(&d, "pidfd");
+	cr_assert_eq(pthread_create(&th, NULL, step_loop, &s), 0);
+	steps(prod, 0, 50);
+	/* step 50's request parked: the window starts with the daemon idle */
+	cr_assert_eq(tc_status_until(prod, tc_waiters, 1), 1);
+	allocs = heap_allocs(&h);
+	frees = h.n->free;
+	steps(prod, 50, s.steps);
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_assert_eq(s.done, s.steps, "%s", s.e.reason);
+	cr_assert_eq(heap_allocs(&h) - allocs, 0,
+		     "%llu heap allocations in 250 warm parked steps",
+		     (unsigned long long)(heap_allocs(&h) - allocs));
+	cr_assert_eq(h.n->free - frees, 0, "%llu frees in 250 warm steps",
+		     (unsigned long long)(h.n->free - frees));
+	td_client_close(s.c);
+	td_client_close(prod);
+	heap_daemon_stop(&d, &h);
 }
 #endif /* !__SANITIZE_ADDRESS__ */
 
