@@ -558,9 +558,10 @@ static struct td__waiter *park(struct td__peer *p, const struct td__req *rq,
 	}
 	if (p->n_waiters >= TD__MAX_WAITERS) {
 		td__peer_error(p, h->opcode, h->request_id, -EAGAIN,
-			       "too many parked GETs and RING_SUBSCRIBEs on "
-			       "this connection (max %d)",
-			       TD__MAX_WAITERS);
+			       "%s cannot wait: too many parked requests "
+			       "(GET, GET_MANY, RING_SUBSCRIBE) on this "
+			       "connection (max %d)",
+			       what, TD__MAX_WAITERS);
 		return NULL;
 	}
 	rc = td__tenant_check(p->uid, TD__LIM_WAITERS, 1, why, sizeof(why));

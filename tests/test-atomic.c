@@ -1773,6 +1773,47 @@ Test(atomic, a_client_gone_while_its_get_many_waits_leaves_nothing)
 	tu_daemon_stop(&d, true);
 }
 
+/* A connection parks at most TD__MAX_WAITERS (256) requests, GET_MANYs
+ * among them: the one past the cap is refused with -EAGAIN and a reason
+ * that names it, and the others stay parked until their peer goes. */
+Test(atomic, a_connection_parks_at_most_256_requests_get_many_included)
+{
+	const char *names[2] = {"cap/image", "cap/label"};
+	struct td_wire_get_many_req q = {
+		.flags = TD_WIRE_REQ_SCM | TD_WIRE_MANY_NEWER,
+		.count = 2,
+		.names = {{"cap/image", 9}, {"cap/label", 9}},
+		.timeout_ms = TD_WIRE_WAIT_FOREVER,
+	};
+	char why[TD_WIRE_MAX_REASON + 1];
+	struct tu_daemon d;
+	struct td_client *c;
+	struct rawrep r;
+	uint64_t v[2];
+	int64_t n;
+	int sock;
+
+	tu_daemon_start(&d, "warn");
+	c = connect_to(&d);
+	step(c, 2, names, 1, v);
+	sock = raw_scm_conn_feat(&d, TD_WIRE_FEAT_MANY_WAIT);
+	q.version = v[0];
+	n = td_wire_get_many_req_encode(&q, RAW_BODY, RAW_CAP);
+	for (uint64_t id = 2; id < 2 + 256; id++)
+		raw_send(sock, TD_OP_GET_MANY, id, (size_t)n);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 256), 256);
+	cr_assert_eq(raw_call(sock, TD_OP_GET_MANY, 900, n, &r), -EAGAIN);
+	raw_reason(&r, why, sizeof(why));
+	cr_assert(strstr(why, "GET_MANY cannot wait: too many parked requests"),
+		  "%s", why);
+	cr_assert(strstr(why, "(max 256)"), "%s", why);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 256), 256);
+	close(sock);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 0), 0);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
 /* A parked GET_MANY counts in its uid's `waiters` (docs/policy.md) and
  * gives its place back when it is answered. */
 Test(atomic, a_waiting_get_many_counts_in_the_uids_waiters)

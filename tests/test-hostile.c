@@ -746,6 +746,8 @@ enum {
 	W_SUBSCRIBE_WAIT, /* the same, waiting for the ring to be made */
 	W_SUBSCRIBE_FD, /* W_SUBSCRIBE, then its wake fd (RING_WAKE), kept */
 	W_GET_WAIT,    /* a GET of name that waits for its first version */
+	W_MANY_WAIT,   /* GET_MANY of name+"/image" and name+"/label",
+			* waiting for the first one's first version */
 	W_GET_EXACT,   /* a GET of version `size` of name, kept */
 	W_PIN_NEW,     /* put NAME0 .. NAME<count-1>, pinned */
 	W_UNFOLLOW,    /* end the last follow W_FOLLOW made */
@@ -919,6 +921,20 @@ static void worker_main(const struct tu_daemon *td, void *arg)
 				r.rc = td_client_get_newer(cc, m.name, 0, -1,
 							   &held[nheld], &e);
 				nheld += r.rc == 0;
+			} else if (m.op == W_MANY_WAIT) {
+				char n[2][80];
+				const char *names[2] = {n[0], n[1]};
+
+				CK(nheld + 2 <= W_MAX_HELD);
+				snprintf(n[0], sizeof(n[0]), "%s/image",
+					 m.name);
+				snprintf(n[1], sizeof(n[1]), "%s/label",
+					 m.name);
+				r.rc = td_client_get_many_newer(cc, 2, names, 0,
+								-1,
+								&held[nheld],
+								&e);
+				nheld += r.rc == 0 ? 2 : 0;
 			} else if (m.op == W_PIN_NEW) {
 				char n[80];
 
@@ -1734,6 +1750,56 @@ Test(hostile, a_reload_refuses_the_gets_parked_on_names_it_made_unreadable)
 	cr_assert(strstr(why, "may not read \"pub/late\""), "%s", why);
 	cr_assert_eq(wresult(&kept, why, sizeof(why)), 0,
 		     "a name still readable: %s", why);
+	worker_stop(&w);
+	worker_stop(&kept);
+	td_client_close(c);
+	stop();
+	unlink(policy_path);
+}
+
+/*
+ * The same for a GET_MANY that waits for the next step: every name it
+ * asks for is checked at the reload, not only the one it waits on. Here
+ * the reload takes away the second name alone; the publish after it
+ * would have leased that name's version with the first.
+ */
+Test(hostile, a_reload_refuses_a_waiting_get_many_if_any_name_is_unreadable)
+{
+	struct td_client *c;
+	struct worker w, kept;
+	struct td_error e = {0};
+	char why[TD_WIRE_MAX_REASON + 1];
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=65534 r ok/\n", NULL, NULL), 0,
+		 "info");
+	c = cli();
+	worker_start(&w, NOBODY, 1);
+	worker_start(&kept, NOBODY, 1);
+	/* each waits on NAME/image and reads NAME/label with it */
+	wsend(&w, W_MANY_WAIT, "ok/a", 0, 1);
+	wsend(&kept, W_MANY_WAIT, "ok/b", 0, 1);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 2), 2);
+	/* ok/a/image, the name w waits on, stays readable */
+	policy_reload(c, "allow uid=65534 r ok/a/image\n"
+			 "allow uid=65534 r ok/b/\n");
+	cr_assert_eq(put_bytes(c, "ok/a/label", 4096, 0x31, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(put_bytes(c, "ok/a/image", 4096, 0x32, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(put_bytes(c, "ok/b/label", 4096, 0x33, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(put_bytes(c, "ok/b/image", 4096, 0x34, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(wresult(&w, why, sizeof(why)), -EACCES,
+		     "a waiting GET_MANY got what the reload took away: %s",
+		     why);
+	cr_assert(strstr(why, "may not read \"ok/a/label\""), "%s", why);
+	cr_assert(strstr(why, "reloaded while the GET_MANY waited"), "%s",
+		  why);
+	cr_assert_eq(wresult(&kept, why, sizeof(why)), 0,
+		     "names still readable: %s", why);
 	worker_stop(&w);
 	worker_stop(&kept);
 	td_client_close(c);
