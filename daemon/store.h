@@ -422,6 +422,8 @@ void td__store_changed(void);
 /* A zeroed record of size bytes whose list member is at off (spares). */
 void *td__spare_new(struct td__spares *sp, size_t size, size_t off);
 void td__spare_put(struct td__spares *sp, void *r, size_t off);
+/* Free every record kept (the store's end). */
+void td__spares_fini(struct td__spares *sp, size_t off);
 #define TD__SPARE_NEW(sp, type, member)                                       \
 	((type *)td__spare_new(sp, sizeof(type), offsetof(type, member)))
 #define TD__SPARE_PUT(sp, r, type, member)                                    \
