@@ -567,6 +567,8 @@ static int each_pair_is_in(const char *text, const char *re, const char *fmt,
  * proto/wire-status.h is in docs/protocol.md's tables with its value,
  * and every row of those tables names one the headers define, with that
  * value: a bit added, renumbered or renamed on one side only fails here.
+ * So does a flag or bit the text gives a value of beside its name
+ * (§6.3's `TD_WIRE_FEAT_PUB_IF`, `0x4000000`).
  */
 Test(man, protocol_page_lists_every_opcode_and_feature_bit_with_its_value)
 {
@@ -604,6 +606,22 @@ Test(man, protocol_page_lists_every_opcode_and_feature_bit_with_its_value)
 				      "#define %2$s %1$su", hdrs,
 				      "proto/wire.h or proto/wire-status.h"),
 		      24, "the feature rows were found");
+	/* and where the text gives a flag or bit its value: "`TD_WIRE_X`,
+	 * `0xN`", "`TD_WIRE_X` (`0xN`)" (not "`0xN` = `TD_WIRE_Y`", the
+	 * value of the name after it) and "`0xN` = `TD_WIRE_X`" */
+	cr_assert_geq(each_pair_is_in(doc,
+				      "`(TD_WIRE_[A-Z0-9_]+)`,?[[:space:]]\\(?"
+				      "`(0x[0-9a-f]+)`([^[:space:]]|"
+				      "[[:space:]][^=])",
+				      "#define %1$s %2$su", hdrs,
+				      "proto/wire.h or proto/wire-status.h"),
+		      20, "the values in the text were found");
+	cr_assert_geq(each_pair_is_in(doc,
+				      "`(0x[0-9a-f]+)` =[[:space:]]+"
+				      "`(TD_WIRE_[A-Z0-9_]+)`",
+				      "#define %2$s %1$su", hdrs,
+				      "proto/wire.h or proto/wire-status.h"),
+		      7, "the values in the text were found");
 	free(hdrs);
 	free(status);
 	free(wire);
