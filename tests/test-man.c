@@ -2,7 +2,8 @@
 /*
  * The man pages say what the programs do: every option tensord --help
  * lists, every command tensorctl --help lists and every option of each
- * (in docs/tensorctl.md too) has its entry, every policy keyword the
+ * (in docs/tensorctl.md too) has its entry and every option their
+ * synopses name is one the command takes, every policy keyword the
  * parser knows is described, every td_ function the library page names
  * exists in the header, every environment variable the code reads is on
  * the page of the program that reads it, and every page was rendered.
@@ -159,6 +160,177 @@ Test(man, tensorctl_pages_describe_every_option_of_every_command)
 	free(out);
 	free((char *)p.page);
 	free((char *)p.doc);
+}
+
+/*
+ * A synopsis form's operands as completion is asked them: a FILE.hrry,
+ * FILE.npy or FILE.tgm word becomes a name of that kind (the form it
+ * picks), another upper-case word "x", the rest (command, subcommand,
+ * -o, --from) stays; "|-" and what follows a '|' inside a word go.
+ */
+static void form_word(const char *w, char *out, size_t cap)
+{
+	static const char *const kinds[] = {".hrry", ".npy", ".tgm"};
+	size_t n = strcspn(w, "|");
+
+	snprintf(out, cap, "%.*s", (int)n, w);
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+		if (strstr(out, kinds[i])) {
+			snprintf(out, cap, "x%s", kinds[i]);
+			return;
+		}
+	if (out[0] >= 'A' && out[0] <= 'Z')
+		snprintf(out, cap, "x");
+}
+
+/*
+ * One form of a command's synopsis, markup gone ("load FILE.hrry|-
+ * [--prefix P] ..."): every --option it names is one the command takes
+ * in that form, as `tensorctl __complete WORDS... --` finds it in the
+ * command's getopt table (the words: the form's, outside brackets).
+ */
+static void form_options_exist(char *form, const char *src)
+{
+	char *argv[16] = {getenv("TD_TENSORCTL"), "__complete"};
+	char words[12][64], *out, *save = NULL, *copy = strdup(form);
+	size_t n = 2;
+	int depth = 0;
+	regex_t rx;
+	regmatch_t m[1];
+
+	cr_assert_not_null(copy);
+	for (char *w = strtok_r(copy, " ", &save); w;
+	     w = strtok_r(NULL, " ", &save)) {
+		int here = depth;
+
+		for (const char *c = w; *c; c++)
+			depth += (*c == '[') - (*c == ']');
+		if (here || w[0] == '[' || n >= 2 + 12)
+			continue;
+		form_word(w, words[n - 2], sizeof(words[0]));
+		argv[n] = words[n - 2];
+		n++;
+	}
+	argv[n++] = "--";
+	argv[n] = NULL;
+	cr_assert_eq(tu_run_capture(argv, &out), 0);
+	cr_assert(regcomp(&rx, "--[a-z][a-z-]*", REG_EXTENDED) == 0);
+	for (const char *p = form; regexec(&rx, p, 1, m, 0) == 0;
+	     p += m[0].rm_eo) {
+		char opt[64], line[80];
+		int len = (int)(m[0].rm_eo - m[0].rm_so);
+
+		cr_assert(len < (int)sizeof(opt));
+		snprintf(opt, sizeof(opt), "%.*s", len, p + m[0].rm_so);
+		snprintf(line, sizeof(line), "\n%s\n", opt);
+		if (!strcmp(opt, "--socket") || !strcmp(opt, "--json") ||
+		    !strcmp(opt, "--bytes") || !strcmp(opt, "--help"))
+			continue; /* every command's */
+		char *all = malloc(strlen(out) + 2);
+		cr_assert_not_null(all);
+		all[0] = '\n';
+		strcpy(all + 1, out);
+		cr_expect(strstr(all, line), "%s: \"%s\" names %s, which "
+			  "`tensorctl %s` does not take", src, form, opt,
+			  argv[2]);
+		free(all);
+	}
+	regfree(&rx);
+	free(out);
+	free(copy);
+}
+
+/* A synopsis of several forms ("a | b", '|' outside brackets), each
+ * checked; "zarr" goes before a form that starts with its subcommand. */
+static int forms_options_exist(char *syn, const char *src)
+{
+	int depth = 0, forms = 0;
+	char *start = syn;
+
+	for (char *c = syn;; c++) {
+		if (*c && (depth || strncmp(c, " | ", 3))) {
+			depth += (*c == '[') - (*c == ']');
+			continue;
+		}
+		char form[600], end = *c;
+
+		*c = 0;
+		snprintf(form, sizeof(form), "%s%s",
+			 strncmp(start, "export ", 7) &&
+					 strncmp(start, "import ", 7)
+				 ? ""
+				 : "zarr ",
+			 start);
+		form_options_exist(form, src);
+		forms++;
+		if (!end)
+			return forms;
+		start = c + 3;
+		c += 2;
+	}
+}
+
+/*
+ * The other way round: every option the synopses of tensorctl.1
+ * (COMMANDS) and docs/tensorctl.md (the commands' table) name for a
+ * command is one that command takes in that form: an option renamed or
+ * dropped in the code, or misspelt in a page, fails here.
+ */
+Test(man, tensorctl_pages_name_only_options_their_command_takes)
+{
+	char *page = source("docs/man/tensorctl.1.scd");
+	char *doc = source("docs/tensorctl.md");
+	char *p = strstr(page, "\n# COMMANDS\n"), *end, *save = NULL;
+	int forms = 0;
+
+	cr_assert(p, "tensorctl.1 has a COMMANDS section");
+	end = strstr(p + 1, "\n# ");
+	cr_assert(end);
+	*end = 0;
+	for (char *l = strtok_r(p, "\n", &save); l;
+	     l = strtok_r(NULL, "\n", &save)) {
+		char syn[600];
+		size_t o = 0;
+
+		/* an entry starts its line; its text is indented */
+		if (l[0] != '*')
+			continue;
+		for (const char *c = l; *c && o + 1 < sizeof(syn); c++)
+			if (!strchr("*_\\", *c))
+				syn[o++] = *c;
+		syn[o] = 0;
+		forms += forms_options_exist(syn, "tensorctl.1");
+	}
+	save = NULL;
+	for (char *l = strtok_r(doc, "\n", &save); l;
+	     l = strtok_r(NULL, "\n", &save)) {
+		char *cell_end = strstr(l, "` | ");
+
+		if (strncmp(l, "| `", 3) || !cell_end)
+			continue;
+		cell_end[1] = 0; /* the first cell: one or more `spans` */
+		for (char *s = strchr(l, '`'); s; s = strchr(s + 1, '`')) {
+			char syn[600], *e = strchr(s + 1, '`');
+			size_t o = 0;
+
+			if (!e)
+				break;
+			if (s[1] < 'a' || s[1] > 'z') { /* not a command */
+				s = e;
+				continue;
+			}
+			for (const char *c = s + 1;
+			     c < e && o + 1 < sizeof(syn); c++)
+				if (*c != '\\')
+					syn[o++] = *c;
+			syn[o] = 0;
+			forms += forms_options_exist(syn, "docs/tensorctl.md");
+			s = e;
+		}
+	}
+	cr_assert_geq(forms, 20, "the synopses were found");
+	free(page);
+	free(doc);
 }
 
 /* A directive's entry starts a line: "*allow* WHO" or "*quota uid=*N". */
@@ -395,6 +567,8 @@ static int each_pair_is_in(const char *text, const char *re, const char *fmt,
  * proto/wire-status.h is in docs/protocol.md's tables with its value,
  * and every row of those tables names one the headers define, with that
  * value: a bit added, renumbered or renamed on one side only fails here.
+ * So does a flag or bit the text gives a value of beside its name
+ * (§6.3's `TD_WIRE_FEAT_PUB_IF`, `0x4000000`).
  */
 Test(man, protocol_page_lists_every_opcode_and_feature_bit_with_its_value)
 {
@@ -432,6 +606,22 @@ Test(man, protocol_page_lists_every_opcode_and_feature_bit_with_its_value)
 				      "#define %2$s %1$su", hdrs,
 				      "proto/wire.h or proto/wire-status.h"),
 		      24, "the feature rows were found");
+	/* and where the text gives a flag or bit its value: "`TD_WIRE_X`,
+	 * `0xN`", "`TD_WIRE_X` (`0xN`)" (not "`0xN` = `TD_WIRE_Y`", the
+	 * value of the name after it) and "`0xN` = `TD_WIRE_X`" */
+	cr_assert_geq(each_pair_is_in(doc,
+				      "`(TD_WIRE_[A-Z0-9_]+)`,?[[:space:]]\\(?"
+				      "`(0x[0-9a-f]+)`([^[:space:]]|"
+				      "[[:space:]][^=])",
+				      "#define %1$s %2$su", hdrs,
+				      "proto/wire.h or proto/wire-status.h"),
+		      20, "the values in the text were found");
+	cr_assert_geq(each_pair_is_in(doc,
+				      "`(0x[0-9a-f]+)` =[[:space:]]+"
+				      "`(TD_WIRE_[A-Z0-9_]+)`",
+				      "#define %2$s %1$su", hdrs,
+				      "proto/wire.h or proto/wire-status.h"),
+		      7, "the values in the text were found");
 	free(hdrs);
 	free(status);
 	free(wire);
