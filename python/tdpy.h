@@ -491,6 +491,7 @@ PyObject *tdpy_client_publish(ClientObject *self, PyObject *args,
 PyObject *tdpy_client_get(ClientObject *self, PyObject *args, PyObject *kw);
 PyObject *tdpy_client_publish_many(ClientObject *self, PyObject *args,
 				   PyObject *kw);
+/* many.c */
 PyObject *tdpy_client_get_many(ClientObject *self, PyObject *args,
 			       PyObject *kw);
 /* A read-only Array (a Planes for several planes) over t, which is

@@ -194,6 +194,45 @@ def test_get_many_newer_times_out(daemon, client):
         client.get_many(["pair/a"], newer=1, timeout=-1)
 
 
+def test_get_many_newer_sees_a_delete_between_two_slices(daemon, client):
+    """The wait is GET_MANYs of 0.1 s at most; Python's signal handlers
+    run between two of them. A DELETE made there, when no request is
+    parked for the daemon to end, must end the call all the same (it
+    waited on to its timeout before)."""
+    import signal
+
+    va, _ = publish_pair(client, 1)
+    other = tensord.Client(daemon.sock)
+    done = {}
+
+    def on_usr1(signum, frame):
+        # runs in the main thread between two slices of get_many()
+        other.rm("pair/b")
+        done["rm"] = True
+
+    old = signal.signal(signal.SIGUSR1, on_usr1)
+    try:
+        def poke():
+            until(lambda: status_sum(daemon, "waiters"), 1)
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+        th = threading.Thread(target=poke)
+        th.start()
+        try:
+            with pytest.raises(tensord.NotFound) as e:
+                client.get_many(["pair/a", "pair/b"], newer=va, timeout=20)
+        finally:
+            th.join()
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+        other.close()
+    assert done.get("rm")
+    assert e.value.errno == errno.ENOENT
+    assert "element 1" in str(e.value) and "pair/b" in str(e.value), e.value
+    assert "deleted while the request waited" in str(e.value), e.value
+    assert until(lambda: status_sum(daemon, "waiters"), 0) == 0
+
+
 def test_get_many_newer_ends_when_a_name_is_deleted(daemon, client):
     va, _ = publish_pair(client, 1)
     err = {}
