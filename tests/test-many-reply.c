@@ -39,6 +39,7 @@ enum bad {
 	BAD_FD_KIND,      /* element 1's buffer is a pipe */
 	BAD_PLANE,        /* element 1's plane past its buffer's end */
 	BAD_COUNT,        /* two elements for three names */
+	BAD_GET_PLANE,    /* a single GET's reply, its plane as BAD_PLANE */
 };
 
 /* What the fake was told and what it saw. */
@@ -75,7 +76,7 @@ static int64_t element(uint32_t i, const struct fake *f, uint8_t *out,
 		.fds = {{.fd = 3 + (int32_t)i, .buffer_id = 1000 + i}},
 	};
 
-	if (f->bad == BAD_PLANE && i == 1)
+	if ((f->bad == BAD_PLANE || f->bad == BAD_GET_PLANE) && i == 1)
 		pl.offset = BUF_LEN; /* ends PLANE bytes past the buffer */
 	blen = td_blob_encode(&bd, blob, sizeof(blob), NULL);
 	CK(blen > 0);
@@ -88,7 +89,8 @@ static int64_t element(uint32_t i, const struct fake *f, uint8_t *out,
 	return len;
 }
 
-/* The GET_MANY reply the fake sends for f->bad, fds attached. */
+/* The GET_MANY reply the fake sends for f->bad, fds attached (a GET's:
+ * element 1's body alone). */
 static void send_many(int s, const struct td_wire_hdr *q, const struct fake *f)
 {
 	static uint8_t out[TD_WIRE_MAX_MSG], bodies[N][1024];
@@ -121,6 +123,14 @@ static void send_many(int s, const struct td_wire_hdr *q, const struct fake *f)
 		CK((fds[nfds++] = eventfd(0, EFD_CLOEXEC)) >= 0);
 	len = td_wire_get_many_rep_encode(&rep, out + TD_WIRE_HDR_LEN,
 					  sizeof(out) - TD_WIRE_HDR_LEN);
+	if (q->opcode == TD_OP_GET) {
+		len = (int64_t)rep.reps[1].len;
+		memcpy(out + TD_WIRE_HDR_LEN, bodies[1], (size_t)len);
+		close(fds[0]);
+		close(fds[2]);
+		fds[0] = fds[1];
+		nfds = 1;
+	}
 	CK(len > 0);
 	h.flags = TD_WIRE_F_REPLY;
 	h.status = 0;
@@ -190,6 +200,7 @@ static void fake_child(const struct tu_daemon *unused, void *arg)
 							  sizeof(body)));
 			break;
 		case TD_OP_GET_MANY:
+		case TD_OP_GET:
 			send_many(s, &h, f);
 			break;
 		case TD_OP_RELEASE:
@@ -243,8 +254,13 @@ static void bad_reply_run(enum bad bad, bool newer, int want,
 	maps0 = tu_map_count();
 	bufmaps0 = tu_buf_map_count();
 
-	rc = newer ? td_client_get_many_newer(c, N, names, 0, 1000, t, &e)
-		   : td_client_get_many(c, N, names, t, &e);
+	if (bad == BAD_GET_PLANE) {
+		t[0] = t[2] = NULL; /* not asked for */
+		rc = td_client_get(c, names[1], &t[1], &e);
+	} else if (newer)
+		rc = td_client_get_many_newer(c, N, names, 0, 1000, t, &e);
+	else
+		rc = td_client_get_many(c, N, names, t, &e);
 	cr_assert_eq(rc, want, "%d %s", rc, e.reason);
 	cr_assert(strstr(e.reason, why), "%s", e.reason);
 	for (int i = 0; i < N; i++)
@@ -314,4 +330,12 @@ Test(many_reply, a_reply_short_of_elements_releases_those_it_has)
 {
 	bad_reply_run(BAD_COUNT, false, -EPROTO,
 		      "2 elements for 3 names", all, N - 1);
+}
+
+/* A single GET's reply refused keeps no mapping either (the same
+ * tensor_build), its lease released as ever. */
+Test(many_reply, a_refused_get_keeps_no_fd_or_mapping_either)
+{
+	bad_reply_run(BAD_GET_PLANE, false, -EPROTO, "plane 0 outside",
+		      &all[1], 1);
 }
