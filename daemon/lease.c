@@ -537,7 +537,8 @@ static void get_refuse(struct td__peer *p, const struct td_wire_hdr *h,
 
 /*
  * A parked request of p's, on its name's bucket and, with a deadline,
- * the heap; NULL with the refusal sent (what: "GET", "RING_SUBSCRIBE").
+ * the heap; NULL with the refusal sent (what: "GET", "GET_MANY",
+ * "RING_SUBSCRIBE").
  * The caller fills in what its kind answers with.
  */
 static struct td__waiter *park(struct td__peer *p, const struct td__req *rq,
@@ -558,8 +559,8 @@ static struct td__waiter *park(struct td__peer *p, const struct td__req *rq,
 	}
 	if (p->n_waiters >= TD__MAX_WAITERS) {
 		td__peer_error(p, h->opcode, h->request_id, -EAGAIN,
-			       "too many parked GETs and RING_SUBSCRIBEs on "
-			       "this connection (max %d)",
+			       "too many parked GETs, GET_MANYs and "
+			       "RING_SUBSCRIBEs on this connection (max %d)",
 			       TD__MAX_WAITERS);
 		return NULL;
 	}

@@ -1824,6 +1824,68 @@ Test(atomic, a_waiting_get_many_counts_in_the_uids_waiters)
 	unlink(path);
 }
 
+/*
+ * A GET refused at the uid's `waiters` limit while only a GET_MANY is
+ * parked says that a GET_MANY counts: it spoke of parked GETs and
+ * RING_SUBSCRIBEs alone, which the uid did not have.
+ */
+Test(atomic, a_get_refused_at_the_waiters_limit_says_get_manys_count)
+{
+	struct td_wire_get_many_req q = {
+		.flags = TD_WIRE_REQ_SCM | TD_WIRE_MANY_NEWER,
+		.count = 2,
+		.names = {{"lim/image", 9}, {"lim/label", 9}},
+		.timeout_ms = TD_WIRE_WAIT_FOREVER,
+	};
+	struct td_wire_get_req g = {
+		.name = {"lim/image", 9},
+		.mode = TD_GET_NEWER,
+		.flags = TD_WIRE_REQ_SCM,
+		.timeout_ms = TD_WIRE_WAIT_FOREVER,
+	};
+	const char *names[2] = {"lim/image", "lim/label"};
+	const char *args[] = {"--policy", NULL, NULL};
+	char path[128], why[TD_WIRE_MAX_REASON + 1];
+	struct tu_daemon d;
+	struct td_client *c;
+	struct rawrep r;
+	uint64_t v[2];
+	FILE *f;
+	int sock;
+
+	snprintf(path, sizeof(path), "/tmp/td-atomic-why-%d", (int)getpid());
+	f = fopen(path, "w");
+	cr_assert(f);
+	fprintf(f, "allow any rw lim/\nlimit uid=%u waiters 1\n",
+		(unsigned)geteuid());
+	fclose(f);
+	args[1] = path;
+	tu_daemon_start_args(&d, "warn", args);
+	c = connect_to(&d);
+	step(c, 2, names, 1, v);
+	sock = raw_scm_conn_feat(&d, TD_WIRE_FEAT_MANY_WAIT);
+	q.version = v[0];
+	raw_send(sock, TD_OP_GET_MANY, 2,
+		 (size_t)td_wire_get_many_req_encode(&q, RAW_BODY, RAW_CAP));
+	cr_assert_eq(tc_status_until(c, tc_waiters, 1), 1);
+	g.version = v[0];
+	cr_assert_eq(raw_call(sock, TD_OP_GET, 3,
+			      td_wire_get_req_encode(&g, RAW_BODY, RAW_CAP),
+			      &r),
+		     -EDQUOT);
+	raw_reason(&r, why, sizeof(why));
+	cr_assert(strstr(why, "GET cannot wait: uid"), "%s", why);
+	cr_assert(strstr(why, "waiters limit: 1 parked GETs, GET_MANYs "
+			      "waiting for a newer version and "
+			      "RING_SUBSCRIBEs held"),
+		  "%s", why);
+	close(sock);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 0), 0);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	unlink(path);
+}
+
 Test(atomic, a_daemon_without_the_wait_bit_gets_eopnotsupp)
 {
 	const char *names[1] = {"oldw/a"};
