@@ -1767,10 +1767,15 @@ Test(atomic, a_client_gone_while_its_get_many_waits_leaves_nothing)
 	close(sock);
 	cr_assert_eq(tc_status_until(c, tc_waiters, 0), 0);
 	cr_assert_eq(tc_status_until(c, clients_total, clients), clients);
-	for (int i = 0; i < 2000 && tu_pid_fd_count(d.pid) != fds0; i++)
+	/* at most as before: fds0 may still hold what the closer thread
+	 * had yet to close then (c's HELLO probe fd: see
+	 * a_hang_up_with_fds_in_flight_leaves_no_fd_in_the_daemon) */
+	for (int i = 0; i < 2000 && tu_pid_fd_count(d.pid) > fds0; i++)
 		usleep(5000);
-	cr_assert_eq(tu_pid_fd_count(d.pid), fds0,
-		     "the daemon's descriptors after the client left");
+	cr_assert_leq(tu_pid_fd_count(d.pid), fds0,
+		      "the daemon's descriptors after the client left: %d, "
+		      "%d before",
+		      tu_pid_fd_count(d.pid), fds0);
 	step(c, 2, names, 2, v);
 	cr_assert_eq(tc_status_until(c, all_leases, 0), 0);
 	td_client_close(c);
