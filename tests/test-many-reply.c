@@ -19,8 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "blob.h"
-#include "scm.h"
+#include "rawclient.h"
 #include "tensord/tensord.h"
 #include "testchild.h"
 #include "testutil.h"
@@ -55,17 +54,7 @@ struct fake {
 static int64_t element(uint32_t i, const struct fake *f, uint8_t *out,
 		       size_t cap)
 {
-	static const uint64_t shape[1] = {PLANE};
-	static const int64_t strides[1] = {1};
-	struct td_blob_plane pl = {.handle = 0, .stride = PLANE,
-				   .size = PLANE, .used = PLANE};
-	struct td_blob_desc bd = {
-		.storage_kind = TD_STORAGE_SHM, .pid = (uint32_t)getpid(),
-		.fence_fd = -1, .dtype = TD_DTYPE_U8,
-		.quant_axis = TD_QUANT_NONE, .ndim = 1, .shape = shape,
-		.strides_len = 1, .strides = strides, .plane_count = 1,
-		.planes = &pl,
-	};
+	bool past = (f->bad == BAD_PLANE || f->bad == BAD_GET_PLANE) && i == 1;
 	uint8_t blob[512];
 	int64_t blen, len;
 	struct td_wire_get_rep rep = {
@@ -76,9 +65,8 @@ static int64_t element(uint32_t i, const struct fake *f, uint8_t *out,
 		.fds = {{.fd = 3 + (int32_t)i, .buffer_id = 1000 + i}},
 	};
 
-	if ((f->bad == BAD_PLANE || f->bad == BAD_GET_PLANE) && i == 1)
-		pl.offset = BUF_LEN; /* ends PLANE bytes past the buffer */
-	blen = td_blob_encode(&bd, blob, sizeof(blob), NULL);
+	/* past: the plane ends PLANE bytes past its buffer's end */
+	blen = raw_blob_u8(PLANE, past ? BUF_LEN : 0, blob, sizeof(blob));
 	CK(blen > 0);
 	rep.blob = (struct td_wire_bytes){blob, (uint32_t)blen};
 	len = td_wire_get_rep_encode(&rep, out, cap);
