@@ -658,8 +658,9 @@ int td__get_reply(struct td_client *c, struct td__msg *m, bool nowait,
 }
 
 /*
- * Element i's GET reply out of a GET_MANY reply (its body reps[i]); its
- * tensor into *out, or -errno with err saying which element.
+ * Element i of GET_MANY reply m, decoded into rep, with the fds it
+ * attaches from m->fds[*k] on (taken): its tensor into *out, or -errno
+ * with err saying which element.
  */
 static int many_build(struct td_client *c, struct td__msg *m, unsigned *k,
 		      uint32_t i, const struct td_wire_get_rep *rep,
