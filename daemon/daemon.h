@@ -111,7 +111,7 @@ bool td__ratelimit_ok(struct td__ratelimit *r, unsigned interval_ms);
  * publishes: sixteen names of four planes */
 #define TD__MAX_FREEBUFS 64
 #define TD__MAX_WATCHES 256
-#define TD__MAX_WAITERS 256    /* parked GETs of one connection */
+#define TD__MAX_WAITERS 256    /* parked GETs, GET_MANYs, subscribes */
 #define TD__TFD_POOL 4 /* fence timerfds kept by one connection */
 /* staged publishes of one connection: one per lent loan, as the library
  * keeps one per name for 16 names (docs/fastpath.md) */

@@ -537,7 +537,8 @@ static void get_refuse(struct td__peer *p, const struct td_wire_hdr *h,
 
 /*
  * A parked request of p's, on its name's bucket and, with a deadline,
- * the heap; NULL with the refusal sent (what: "GET", "RING_SUBSCRIBE").
+ * the heap; NULL with the refusal sent (what: "GET", "GET_MANY",
+ * "RING_SUBSCRIBE").
  * The caller fills in what its kind answers with.
  */
 static struct td__waiter *park(struct td__peer *p, const struct td__req *rq,

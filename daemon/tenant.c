@@ -33,7 +33,9 @@ static const char *const what[TD__LIM_COUNT] = {
 	[TD__LIM_LEASES] = "leases",
 	[TD__LIM_PINNED] = "bytes of other uids' versions and rings it holds",
 	[TD__LIM_WATCHES] = "watches",
-	[TD__LIM_WAITERS] = "parked GETs and RING_SUBSCRIBEs",
+	/* a GET_MANY parks with TD_WIRE_MANY_NEWER (lease.c, park) */
+	[TD__LIM_WAITERS] = "parked GETs, GET_MANYs waiting for a newer "
+			    "version and RING_SUBSCRIBEs",
 	[TD__LIM_RINGS] = "rings",
 	[TD__LIM_QUEUED] = "bytes of replies queued to it",
 };

@@ -746,8 +746,8 @@ void td__client_lock(struct td_client *c);
  * loan a published as p into buf (bytes or -errno; the fds to attach in
  * tab[*nattach]); a published loan's buffers idle in the cache; an
  * earlier PUBLISH sent without waiting answered first (its failure);
- * the tensors of GET_MANY reply m's n GET reply bodies, all or none
- * (none: every lease released).
+ * the tensors of GET_MANY reply m (n names), all or none (none: every
+ * lease it granted released, its fds closed, nothing it mapped kept).
  */
 int64_t td__publish_body(struct td_client *c, struct td_alloc *a,
 			 const struct td_publish *p, uint8_t *buf, size_t cap,
@@ -755,8 +755,7 @@ int64_t td__publish_body(struct td_client *c, struct td_alloc *a,
 void td__published_idle(struct td_client *c, struct td_alloc *a);
 int td__pub_settle(struct td_client *c, struct td_error *err);
 int td__tensors_many(struct td_client *c, struct td__msg *m, uint32_t n,
-		     const struct td_wire_bytes *reps, struct td_tensor **out,
-		     struct td_error *err);
+		     struct td_tensor **out, struct td_error *err);
 int td__client_usable(struct td_client *c, struct td_error *err);
 
 /* catalog.c: WATCH name with flags into *daemon_id (lock held). */

@@ -259,12 +259,24 @@ int td_client_trim(struct td_client *c)
 
 /* ---- tensors ---- */
 
-static void tensor_free_locked(struct td_tensor *t)
+/*
+ * refused: the tensor of a reply that is not handed out. A mapping it
+ * made and no other tensor took (never idle, so nobody else has it) is
+ * not kept for later either: the fds and mappings of a refused reply
+ * all go with it, and the cache never names a buffer by an id from a
+ * reply found bad.
+ */
+static void tensor_free(struct td_tensor *t, bool refused)
 {
 	for (uint32_t i = 0; i < t->map_count; i++) {
+		struct td__map *m = t->maps[i];
+
 		if (t->synced[i])
-			(void)td__dmabuf_sync(t->maps[i]->fd, false);
-		td__map_put(t->c, t->maps[i]);
+			(void)td__dmabuf_sync(m->fd, false);
+		if (refused && m->refs == 1 && m->used == 0)
+			map_destroy(t->c, m);
+		else
+			td__map_put(t->c, m);
 	}
 	if (t->fence_fd >= 0)
 		close(t->fence_fd);
@@ -328,7 +340,7 @@ static void tensor_release(struct td_tensor *t, bool quiet)
 		send_release(c, t->lease_id, quiet, false);
 	if (t->follow)
 		t->let_go(t->follow);
-	tensor_free_locked(t);
+	tensor_free(t, false);
 	pthread_mutex_unlock(&c->lock);
 	td__client_unref(c);
 }
@@ -620,7 +632,7 @@ static int tensor_build(struct td_client *c, const struct td_wire_get_rep *rp,
 	t = NULL;
 out:
 	if (t)
-		tensor_free_locked(t);
+		tensor_free(t, true);
 	return rc;
 }
 
@@ -645,53 +657,88 @@ int td__get_reply(struct td_client *c, struct td__msg *m, bool nowait,
 	return rc;
 }
 
-int td__tensors_many(struct td_client *c, struct td__msg *m, uint32_t n,
-		     const struct td_wire_bytes *reps, struct td_tensor **out,
-		     struct td_error *err)
+/*
+ * Element i of GET_MANY reply m, decoded into rep, with the fds it
+ * attaches from m->fds[*k] on (taken): its tensor into *out, or -errno
+ * with err saying which element.
+ */
+static int many_build(struct td_client *c, struct td__msg *m, unsigned *k,
+		      uint32_t i, const struct td_wire_get_rep *rep,
+		      struct td_tensor **out, struct td_error *err)
 {
+	struct td__msg sub = {0};
+	char why[TD_REASON_MAX + 1] = "";
+	int rc;
+
+	/* SCM: this element's attached fds, those of fd >= 0 */
+	for (uint32_t j = 0; c->path_out == TD_IMPORT_SCM &&
+			     j < rep->fd_count && *k < m->nfds; j++) {
+		if (rep->fds[j].fd < 0)
+			continue;
+		sub.fds[sub.nfds++] = m->fds[*k];
+		m->fds[(*k)++] = -1;
+	}
+	rc = tensor_build(c, rep, &sub, false, out, err);
+	td__msg_close_fds(&sub);
+	if (rc < 0 && err) {
+		memcpy(why, err->reason, sizeof(why));
+		td__fail(err, rc, "GET_MANY element %u: %s", i, why);
+	}
+	return rc;
+}
+
+int td__tensors_many(struct td_client *c, struct td__msg *m, uint32_t n,
+		     struct td_tensor **out, struct td_error *err)
+{
+	struct td_wire_get_many_rep mr = {0};
 	struct td_wire_get_rep rep[TD_WIRE_MANY_MAX];
+	struct td_err e = {0};
+	uint32_t i, have, built = 0;
 	unsigned k = 0;
-	uint32_t i, built = 0, decoded = 0;
 	int rc = 0;
 
-	for (; decoded < n && rc == 0; decoded++)
-		if (td_wire_get_rep_decode(reps[decoded].ptr, reps[decoded].len,
-					   &rep[decoded], NULL) < 0)
+	if (td_wire_get_many_rep_decode(m->body, m->body_len, &mr, &e) < 0)
+		rc = td__fail(err, -EPROTO, "bad GET_MANY reply: %s",
+			      e.reason ? e.reason : "");
+	else if (mr.count != n)
+		rc = td__fail(err, -EPROTO, "bad GET_MANY reply: %u elements "
+			      "for %u names", mr.count, n);
+	/*
+	 * Every element is read, also past a bad one and in a reply that
+	 * is bad as a whole: what each granted goes back below. A lease
+	 * id comes first in an element (§6.4), so one that breaks off
+	 * later still names its lease (the decoder leaves 0 otherwise).
+	 */
+	have = mr.count < TD_WIRE_MANY_MAX ? mr.count : TD_WIRE_MANY_MAX;
+	for (i = 0; i < have; i++) {
+		e = (struct td_err){0};
+		if (td_wire_get_rep_decode(mr.reps[i].ptr, mr.reps[i].len,
+					   &rep[i], &e) < 0 &&
+		    rc == 0)
 			rc = td__fail(err, -EPROTO, "bad GET_MANY reply: "
-				      "element %u", decoded);
-	if (rc < 0)
-		decoded--;
-	for (i = 0; i < n && rc == 0; i++, built++) {
-		struct td__msg sub = {0};
-
-		/* SCM: this element's attached fds, those of fd >= 0 */
-		for (uint32_t j = 0; c->path_out == TD_IMPORT_SCM &&
-				     j < rep[i].fd_count; j++) {
-			if (rep[i].fds[j].fd < 0)
-				continue;
-			if (k >= m->nfds)
-				break;
-			sub.fds[sub.nfds++] = m->fds[k];
-			m->fds[k++] = -1;
-		}
-		rc = tensor_build(c, &rep[i], &sub, false, &out[i], err);
-		td__msg_close_fds(&sub);
-		if (rc < 0)
-			break;
+				      "element %u: %s", i,
+				      e.reason ? e.reason : "");
+	}
+	for (i = 0; i < n && rc == 0; i++) {
+		rc = many_build(c, m, &k, i, &rep[i], &out[i], err);
+		if (rc == 0)
+			built++;
 	}
 	if (rc == 0 && k != m->nfds)
 		rc = td__fail(err, -EPROTO, "GET_MANY: %u fds attached, %u "
 			      "described", m->nfds, k);
 	if (rc == 0)
 		return 0;
-	/* none handed out: every lease read goes */
+	/* none handed out: every lease granted goes, every fd and mapping
+	 * with it (the fds left in m: the caller closes them) */
 	for (i = 0; i < built; i++) {
-		tensor_free_locked(out[i]);
+		tensor_free(out[i], true);
 		out[i] = NULL;
 		c->refs--; /* tensor_build's; the caller's handle keeps one */
 	}
-	for (i = 0; i < decoded; i++)
-		send_release(c, rep[i].lease_id, true, false);
+	for (i = 0; i < have; i++)
+		if (rep[i].lease_id)
+			send_release(c, rep[i].lease_id, true, false);
 	return rc;
 }
 

@@ -12,7 +12,9 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 
+#include "blob.h"
 #include "scm.h"
 #include "testutil.h"
 #include "wire.h"
@@ -94,6 +96,65 @@ static inline uint64_t raw_alloc_req(int sock, uint64_t id,
 					      NULL),
 		     0);
 	return rep.alloc_id;
+}
+
+/* An ALLOC of one plane of size bytes, which the daemon must grant: its
+ * alloc id (the plane's fd closed). */
+static inline uint64_t raw_alloc_one(int sock, uint64_t id, uint64_t size)
+{
+	struct td_wire_alloc_req q = {.flags = TD_WIRE_REQ_SCM,
+				      .plane_count = 1, .sizes = {size}};
+
+	return raw_alloc_req(sock, id, &q);
+}
+
+/*
+ * The blob of a 1-D u8 tensor of size bytes, this process's, in one
+ * plane at offset of fd-table entry 0, into blob: its length or -errno
+ * (asserted by the caller: a forked fake daemon has no criterion).
+ */
+static inline int64_t raw_blob_u8(uint64_t size, uint64_t offset,
+				  uint8_t *blob, size_t cap)
+{
+	const uint64_t shape[1] = {size};
+	static const int64_t strides[1] = {1};
+	struct td_blob_plane pl = {.handle = 0, .offset = offset,
+				   .stride = size, .size = size, .used = size};
+	struct td_blob_desc bd = {
+		.storage_kind = TD_STORAGE_SHM, .pid = (uint32_t)getpid(),
+		.fence_fd = -1, .dtype = TD_DTYPE_U8,
+		.quant_axis = TD_QUANT_NONE, .ndim = 1, .shape = shape,
+		.strides_len = 1, .strides = strides, .plane_count = 1,
+		.planes = &pl,
+	};
+
+	return td_blob_encode(&bd, blob, cap, NULL);
+}
+
+/*
+ * The PUBLISH body of alloc `alloc` (its one plane of size bytes, no fd
+ * attached) as name, with flags and expect (TD_WIRE_PUB_IF's version),
+ * into out: its length or -errno.
+ */
+static inline int64_t raw_pub_body(const char *name, uint64_t alloc,
+				   uint64_t size, uint32_t flags,
+				   uint64_t expect, uint8_t *out, size_t cap)
+{
+	uint8_t blob[512];
+	int64_t blen = raw_blob_u8(size, 0, blob, sizeof(blob));
+	struct td_wire_publish_req q = {
+		.name = {name, (uint16_t)strlen(name)},
+		.flags = flags,
+		.alloc_id = alloc,
+		.meta = {(const uint8_t *)"", 0},
+		.blob = {blob, (uint32_t)blen},
+		.fd_count = 1,
+		.fds = {-1},
+		.expect = expect,
+	};
+
+	cr_assert_gt(blen, 0);
+	return td_wire_publish_req_encode(&q, out, cap);
 }
 
 /* Connect and HELLO asking for SCM_RIGHTS both ways and features. */

@@ -207,45 +207,6 @@ Test(atomic, get_many_of_a_missing_name_leases_nothing)
 
 /* ---- refusals: nothing published, every alloc still the caller's ---- */
 
-/* A raw ALLOC of one SIZE-byte plane: its id; its fd closed. */
-static uint64_t raw_alloc(int sock, uint64_t id)
-{
-	struct td_wire_alloc_req q = {.flags = TD_WIRE_REQ_SCM,
-				      .plane_count = 1, .sizes = {SIZE}};
-
-	return raw_alloc_req(sock, id, &q);
-}
-
-/* The PUBLISH body of alloc `alloc` (one plane) as name, into out. */
-static int64_t raw_pub_body(const char *name, uint64_t alloc, uint8_t *out,
-			    size_t cap)
-{
-	static const uint64_t shape[1] = {SIZE};
-	static const int64_t strides[1] = {1};
-	struct td_blob_plane pl = {.handle = 0, .offset = 0, .stride = SIZE,
-				   .size = SIZE, .used = SIZE};
-	struct td_blob_desc bd = {
-		.storage_kind = TD_STORAGE_SHM, .pid = (uint32_t)getpid(),
-		.fence_fd = -1, .dtype = TD_DTYPE_U8,
-		.quant_axis = TD_QUANT_NONE, .ndim = 1, .shape = shape,
-		.strides_len = 1, .strides = strides, .plane_count = 1,
-		.planes = &pl,
-	};
-	uint8_t blob[512];
-	int64_t blen = td_blob_encode(&bd, blob, sizeof(blob), NULL);
-	struct td_wire_publish_req q = {
-		.name = {name, (uint16_t)strlen(name)},
-		.alloc_id = alloc,
-		.meta = {(const uint8_t *)"", 0},
-		.blob = {blob, (uint32_t)blen},
-		.fd_count = 1,
-		.fds = {-1},
-	};
-
-	cr_assert_gt(blen, 0);
-	return td_wire_publish_req_encode(&q, out, cap);
-}
-
 /* PUBLISH_MANY of (names[i], allocs[i]): the reply's status, its
  * reason in why. */
 static int32_t raw_pub_many(int sock, uint64_t id, uint32_t n,
@@ -258,8 +219,8 @@ static int32_t raw_pub_many(int sock, uint64_t id, uint32_t n,
 	int32_t st;
 
 	for (uint32_t i = 0; i < n; i++) {
-		int64_t len = raw_pub_body(names[i], allocs[i], bodies[i],
-					   sizeof(bodies[i]));
+		int64_t len = raw_pub_body(names[i], allocs[i], SIZE, 0, 0,
+					   bodies[i], sizeof(bodies[i]));
 
 		cr_assert_gt(len, 0);
 		q.el[i].body = (struct td_wire_bytes){bodies[i], (uint32_t)len};
@@ -283,7 +244,7 @@ Test(atomic, a_bad_element_publishes_nothing_and_keeps_the_allocs)
 	tu_daemon_start(&d, "warn");
 	c = connect_to(&d);
 	sock = raw_scm_conn_feat(&d, TD_WIRE_FEAT_MANY);
-	allocs[0] = raw_alloc(sock, 2);
+	allocs[0] = raw_alloc_one(sock, 2, SIZE);
 	allocs[1] = allocs[0] + 1000; /* no alloc of this connection */
 	cr_assert_eq(raw_pub_many(sock, 3, 2, names, allocs, why,
 				  sizeof(why)),
@@ -291,7 +252,7 @@ Test(atomic, a_bad_element_publishes_nothing_and_keeps_the_allocs)
 	cr_assert(strstr(why, "element 1 (\"raw/b\")"), "%s", why);
 	tc_assert_absent(c, "raw/a");
 	/* the same name twice */
-	allocs[1] = raw_alloc(sock, 4);
+	allocs[1] = raw_alloc_one(sock, 4, SIZE);
 	names[1] = "raw/a";
 	cr_assert_eq(raw_pub_many(sock, 5, 2, names, allocs, why,
 				  sizeof(why)),
@@ -804,12 +765,12 @@ Test(atomic, elements_with_fds_of_the_wrong_kind_publish_nothing)
 	sock = raw_scm_conn_feat(&d, TD_WIRE_FEAT_MANY);
 	for (int i = 0; i < NMANY - 1; i++) {
 		snprintf(names[i], sizeof(names[i]), "bad/%d", i);
-		allocs[i] = raw_alloc(sock, id++);
-		lens[i] = raw_pub_body(names[i], allocs[i], bodies[i],
-				       sizeof(bodies[i]));
+		allocs[i] = raw_alloc_one(sock, id++, SIZE);
+		lens[i] = raw_pub_body(names[i], allocs[i], SIZE, 0, 0,
+				       bodies[i], sizeof(bodies[i]));
 	}
 	snprintf(names[NMANY - 1], sizeof(names[0]), "bad/own");
-	lens[NMANY - 1] = raw_pub_body(names[NMANY - 1], 0,
+	lens[NMANY - 1] = raw_pub_body(names[NMANY - 1], 0, SIZE, 0, 0,
 				       bodies[NMANY - 1], sizeof(bodies[0]));
 	att[NMANY - 1] = 1;
 	cr_assert_eq(pipe2(pfd, O_CLOEXEC), 0);
@@ -876,7 +837,7 @@ Test(atomic, a_hang_up_with_fds_in_flight_leaves_no_fd_in_the_daemon)
 	fds0 = tu_pid_fd_count(d.pid);
 	for (int i = 0; i < 16; i++) {
 		snprintf(names[i], sizeof(names[i]), "fly/%d", i);
-		lens[i] = raw_pub_body(names[i], 0, bodies[i],
+		lens[i] = raw_pub_body(names[i], 0, SIZE, 0, 0, bodies[i],
 				       sizeof(bodies[i]));
 		att[i] = 1;
 		fds[i] = memfd_of(SIZE, true);
@@ -1588,6 +1549,54 @@ static void park_waiter(struct td_client *c, pthread_t *th,
 	cr_assert_eq(tc_status_until(c, tc_waiters, parked), parked);
 }
 
+/* w, parked in th, has ended with rc, its reason holding why; the
+ * daemon then holds no parked request. */
+static void waiter_ends(struct td_client *c, pthread_t th,
+			const struct many_wait *w, int rc, const char *why)
+{
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cr_assert_eq(w->rc, rc, "%d %s", w->rc, w->e.reason);
+	cr_assert(strstr(w->e.reason, why), "%s", w->e.reason);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 0), 0);
+}
+
+/* d started under a policy at path (cap bytes) that lets any uid read
+ * and write lim/ and this one park one request (`waiters 1`), and a
+ * client of it that published names[0, 2) in one step (bytes 1): their
+ * versions in v. */
+static struct td_client *waiters_one(struct tu_daemon *d, char *path,
+				     size_t cap, const char *const *names,
+				     uint64_t *v)
+{
+	const char *args[] = {"--policy", path, NULL};
+	struct td_client *c;
+	FILE *f;
+
+	snprintf(path, cap, "/tmp/td-atomic-wait-%d", (int)getpid());
+	f = fopen(path, "w");
+	cr_assert(f);
+	fprintf(f, "allow any rw lim/\nlimit uid=%u waiters 1\n",
+		(unsigned)geteuid());
+	fclose(f);
+	tu_daemon_start_args(d, "warn", args);
+	c = connect_to(d);
+	step(c, 2, names, 1, v);
+	return c;
+}
+
+/* d started and a client of it that published names[0, n) in one step
+ * (bytes 1): their versions in v. */
+static struct td_client *stepped(struct tu_daemon *d, uint32_t n,
+				 const char *const *names, uint64_t *v)
+{
+	struct td_client *c;
+
+	tu_daemon_start(d, "warn");
+	c = connect_to(d);
+	step(c, n, names, 1, v);
+	return c;
+}
+
 /*
  * Parked on its first name, the request holds nothing; the PUBLISH_MANY
  * that commits the first name before the second wakes it only once
@@ -1606,10 +1615,8 @@ Test(atomic, a_waiting_get_many_gets_the_next_step_whole)
 	uint64_t v1[2], v2[2];
 	pthread_t th;
 
-	tu_daemon_start(&d, "warn");
-	c = connect_to(&d);
+	c = stepped(&d, 2, names, v1);
 	w.d = &d;
-	step(c, 2, names, 1, v1);
 	/* a version newer than `after` is there: answered at once */
 	cr_assert_eq(td_client_get_many_newer(c, 2, names, v1[0] - 1, 0, t,
 					      &e),
@@ -1623,8 +1630,7 @@ Test(atomic, a_waiting_get_many_gets_the_next_step_whole)
 	cr_assert_eq(tc_status_until(c, all_leases, 0), 0,
 		     "a parked GET_MANY holds leases");
 	step(c, 2, names, 2, v2);
-	cr_assert_eq(pthread_join(th, NULL), 0);
-	cr_assert_eq(w.rc, 0, "%s", w.e.reason);
+	waiter_ends(c, th, &w, 0, "");
 	for (int i = 0; i < 2; i++) {
 		cr_assert_eq(w.ver[i], v2[i], "element %d: version %llu, "
 			     "not the step's %llu", i,
@@ -1632,7 +1638,6 @@ Test(atomic, a_waiting_get_many_gets_the_next_step_whole)
 			     (unsigned long long)v2[i]);
 		cr_assert_eq(w.byte[i], 2, "element %d", i);
 	}
-	cr_assert_eq(tc_status_until(c, tc_waiters, 0), 0);
 	td_client_close(c);
 	tu_daemon_stop(&d, false);
 }
@@ -1646,9 +1651,7 @@ Test(atomic, a_get_many_that_waits_in_vain_times_out_holding_nothing)
 	struct td_client *c;
 	uint64_t v[2];
 
-	tu_daemon_start(&d, "warn");
-	c = connect_to(&d);
-	step(c, 2, names, 1, v);
+	c = stepped(&d, 2, names, v);
 	cr_assert_eq(td_client_get_many_newer(c, 2, names, v[0], 0, t, &e),
 		     -ETIMEDOUT);
 	cr_assert(strstr(e.reason, "no version of \"to/image\" newer than"),
@@ -1681,19 +1684,15 @@ Test(atomic, a_name_deleted_under_a_waiting_get_many_ends_it)
 	uint64_t v[2];
 	pthread_t th;
 
-	tu_daemon_start(&d, "warn");
-	c = connect_to(&d);
+	c = stepped(&d, 2, names, v);
 	w.d = &d;
-	step(c, 2, names, 1, v);
 	w.after = v[0];
 	park_waiter(c, &th, &w, 1);
-	cr_assert_eq(td_client_delete(c, "del/label", NULL, &e), 0, "%s", e.reason);
-	cr_assert_eq(pthread_join(th, NULL), 0);
-	cr_assert_eq(w.rc, -ENOENT, "%d %s", w.rc, w.e.reason);
-	cr_assert(strstr(w.e.reason, "element 1 (\"del/label\"): deleted "
-				     "while the request waited"),
-		  "%s", w.e.reason);
-	cr_assert_eq(tc_status_until(c, tc_waiters, 0), 0);
+	cr_assert_eq(td_client_delete(c, "del/label", NULL, &e), 0, "%s",
+		     e.reason);
+	waiter_ends(c, th, &w, -ENOENT,
+		    "element 1 (\"del/label\"): deleted while the request "
+		    "waited");
 	td_client_close(c);
 	tu_daemon_stop(&d, false);
 }
@@ -1724,12 +1723,8 @@ Test(atomic, a_ring_made_under_a_waiting_get_many_ends_it)
 	park_waiter(c, &th, &w, 1);
 	cr_assert_eq(td_ring_create(c, "rw/image", &desc, &r, &e), 0, "%s",
 		     e.reason);
-	cr_assert_eq(pthread_join(th, NULL), 0);
-	cr_assert_eq(w.rc, -EINVAL, "%d %s", w.rc, w.e.reason);
-	cr_assert(strstr(w.e.reason, "a ring of that name was made while it "
-				     "waited"),
-		  "%s", w.e.reason);
-	cr_assert_eq(tc_status_until(c, tc_waiters, 0), 0);
+	waiter_ends(c, th, &w, -EINVAL,
+		    "a ring of that name was made while it waited");
 	td_ring_close(r);
 	td_client_close(c);
 	tu_daemon_stop(&d, false);
@@ -1752,9 +1747,7 @@ Test(atomic, a_client_gone_while_its_get_many_waits_leaves_nothing)
 	uint64_t v[2], clients;
 	int fds0, sock;
 
-	tu_daemon_start(&d, "warn");
-	c = connect_to(&d);
-	step(c, 2, names, 1, v);
+	c = stepped(&d, 2, names, v);
 	clients = tc_status_until(c, clients_total, 1);
 	fds0 = tu_pid_fd_count(d.pid);
 	sock = raw_scm_conn_feat(&d, TD_WIRE_FEAT_MANY_WAIT);
@@ -1821,7 +1814,6 @@ Test(atomic, a_waiting_get_many_counts_in_the_uids_waiters)
 	const char *names[2] = {"lim/image", "lim/label"};
 	struct many_wait w = {.names = names, .n = 2,
 			      .timeout_ms = TU_WAIT_S * 1000};
-	const char *args[] = {"--policy", NULL, NULL};
 	struct td_tensor *t[2] = {0};
 	struct td_error e = {0};
 	char path[128];
@@ -1829,19 +1821,9 @@ Test(atomic, a_waiting_get_many_counts_in_the_uids_waiters)
 	struct td_client *c;
 	uint64_t v[2];
 	pthread_t th;
-	FILE *f;
 
-	snprintf(path, sizeof(path), "/tmp/td-atomic-wait-%d", (int)getpid());
-	f = fopen(path, "w");
-	cr_assert(f);
-	fprintf(f, "allow any rw lim/\nlimit uid=%u waiters 1\n",
-		(unsigned)geteuid());
-	fclose(f);
-	args[1] = path;
-	tu_daemon_start_args(&d, "warn", args);
-	c = connect_to(&d);
+	c = waiters_one(&d, path, sizeof(path), names, v);
 	w.d = &d;
-	step(c, 2, names, 1, v);
 	w.after = v[0];
 	park_waiter(c, &th, &w, 1);
 	cr_assert_eq(td_client_get_many_newer(c, 2, names, v[0], 1000, t,
@@ -1861,6 +1843,57 @@ Test(atomic, a_waiting_get_many_counts_in_the_uids_waiters)
 	unlink(path);
 }
 
+/*
+ * A GET refused at the uid's `waiters` limit while only a GET_MANY is
+ * parked says that a GET_MANY counts: it spoke of parked GETs and
+ * RING_SUBSCRIBEs alone, which the uid did not have.
+ */
+Test(atomic, a_get_refused_at_the_waiters_limit_says_get_manys_count)
+{
+	struct td_wire_get_many_req q = {
+		.flags = TD_WIRE_REQ_SCM | TD_WIRE_MANY_NEWER,
+		.count = 2,
+		.names = {{"lim/image", 9}, {"lim/label", 9}},
+		.timeout_ms = TD_WIRE_WAIT_FOREVER,
+	};
+	struct td_wire_get_req g = {
+		.name = {"lim/image", 9},
+		.mode = TD_GET_NEWER,
+		.flags = TD_WIRE_REQ_SCM,
+		.timeout_ms = TD_WIRE_WAIT_FOREVER,
+	};
+	const char *names[2] = {"lim/image", "lim/label"};
+	char path[128], why[TD_WIRE_MAX_REASON + 1];
+	struct tu_daemon d;
+	struct td_client *c;
+	struct rawrep r;
+	uint64_t v[2];
+	int sock;
+
+	c = waiters_one(&d, path, sizeof(path), names, v);
+	sock = raw_scm_conn_feat(&d, TD_WIRE_FEAT_MANY_WAIT);
+	q.version = v[0];
+	raw_send(sock, TD_OP_GET_MANY, 2,
+		 (size_t)td_wire_get_many_req_encode(&q, RAW_BODY, RAW_CAP));
+	cr_assert_eq(tc_status_until(c, tc_waiters, 1), 1);
+	g.version = v[0];
+	cr_assert_eq(raw_call(sock, TD_OP_GET, 3,
+			      td_wire_get_req_encode(&g, RAW_BODY, RAW_CAP),
+			      &r),
+		     -EDQUOT);
+	raw_reason(&r, why, sizeof(why));
+	cr_assert(strstr(why, "GET cannot wait: uid"), "%s", why);
+	cr_assert(strstr(why, "waiters limit: 1 parked GETs, GET_MANYs "
+			      "waiting for a newer version and "
+			      "RING_SUBSCRIBEs held"),
+		  "%s", why);
+	close(sock);
+	cr_assert_eq(tc_status_until(c, tc_waiters, 0), 0);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	unlink(path);
+}
+
 Test(atomic, a_daemon_without_the_wait_bit_gets_eopnotsupp)
 {
 	const char *names[1] = {"oldw/a"};
@@ -1870,9 +1903,7 @@ Test(atomic, a_daemon_without_the_wait_bit_gets_eopnotsupp)
 	struct td_client *c;
 	uint64_t v[1];
 
-	tu_daemon_start(&d, "warn");
-	c = connect_to(&d);
-	step(c, 1, names, 1, v);
+	c = stepped(&d, 1, names, v);
 	/* as if the daemon's HELLO predated TD_WIRE_FEAT_MANY_WAIT */
 	c->hello.features &= ~TD_WIRE_FEAT_MANY_WAIT;
 	cr_assert_eq(td_client_get_many_newer(c, 1, names, 0, 0, t, &e),

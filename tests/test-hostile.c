@@ -2258,7 +2258,8 @@ Test(hostile, a_uids_waiters_are_its_parked_gets_and_subscribes)
 	cr_assert_eq(tc_status_until(c, tc_waiters, 1), 1);
 	rc = wdo(&b, W_GET_WAIT, "pub/g", 0, 1, why, sizeof(why));
 	cr_assert_eq(rc, -EDQUOT, "a GET past the limit: %d %s", rc, why);
-	cr_assert(strstr(why, "waiters limit: 1 parked GETs and "
+	cr_assert(strstr(why, "waiters limit: 1 parked GETs, GET_MANYs "
+			      "waiting for a newer version and "
 			      "RING_SUBSCRIBEs held"),
 		  "%s", why);
 	/* the subscribe served, the GET parks, and a subscribe is refused */
@@ -2270,7 +2271,9 @@ Test(hostile, a_uids_waiters_are_its_parked_gets_and_subscribes)
 	rc = wdo(&a, W_SUBSCRIBE_WAIT, "pub/s", 0, 1, why, sizeof(why));
 	cr_assert_eq(rc, -EDQUOT, "a subscribe past the limit: %d %s", rc,
 		     why);
-	cr_assert(strstr(why, "parked GETs and RING_SUBSCRIBEs"), "%s", why);
+	cr_assert(strstr(why, "parked GETs, GET_MANYs waiting for a newer "
+			      "version and RING_SUBSCRIBEs"),
+		  "%s", why);
 	cr_assert_eq(put_bytes(c, "pub/g", 64, 0x5a, &e), 0, "%s", e.reason);
 	cr_assert_eq(wresult(&b, why, sizeof(why)), 0, "%s", why);
 	worker_stop(&a);

@@ -249,46 +249,19 @@ Test(pub_if, a_daemon_without_the_feature_bit_gets_eopnotsupp)
 
 /* ---- raw clients: an old one, and the bodies libtensord never sends ---- */
 
-static uint64_t raw_alloc(int sock, uint64_t id)
-{
-	struct td_wire_alloc_req q = {.flags = TD_WIRE_REQ_SCM,
-				      .plane_count = 1, .sizes = {SIZE}};
-
-	return raw_alloc_req(sock, id, &q);
-}
-
 /* PUBLISH alloc `alloc` (one plane) as name with flags and expect: the
  * reply's status, its reason in why. */
 static int32_t raw_pub(int sock, uint64_t id, const char *name,
 		       uint64_t alloc, uint32_t flags, uint64_t expect,
 		       char *why, size_t cap)
 {
-	static const uint64_t shape[1] = {SIZE};
-	static const int64_t strides[1] = {1};
-	struct td_blob_plane pl = {.handle = 0, .offset = 0, .stride = SIZE,
-				   .size = SIZE, .used = SIZE};
-	struct td_blob_desc bd = {
-		.storage_kind = TD_STORAGE_SHM, .pid = (uint32_t)getpid(),
-		.fence_fd = -1, .dtype = TD_DTYPE_U8,
-		.quant_axis = TD_QUANT_NONE, .ndim = 1, .shape = shape,
-		.strides_len = 1, .strides = strides, .plane_count = 1,
-		.planes = &pl,
-	};
-	uint8_t blob[512];
-	int64_t blen = td_blob_encode(&bd, blob, sizeof(blob), NULL);
-	struct td_wire_publish_req q = {
-		.name = {name, (uint16_t)strlen(name)},
-		.flags = flags, .alloc_id = alloc,
-		.meta = {(const uint8_t *)"", 0},
-		.blob = {blob, (uint32_t)blen},
-		.fd_count = 1, .fds = {-1}, .expect = expect,
-	};
 	struct rawrep r;
 	int32_t st;
 
-	cr_assert_gt(blen, 0);
 	st = raw_call(sock, TD_OP_PUBLISH, id,
-		      td_wire_publish_req_encode(&q, RAW_BODY, RAW_CAP), &r);
+		      raw_pub_body(name, alloc, SIZE, flags, expect, RAW_BODY,
+				   RAW_CAP),
+		      &r);
 	td__scm_close(r.fds, r.nfds);
 	raw_reason(&r, why, cap);
 	return st;
@@ -315,7 +288,7 @@ Test(pub_if, an_old_client_replaces_as_ever_and_bad_bodies_are_refused)
 	c = connect_to(&d);
 	cr_assert_eq(put(c, &p, 6, &v, &e), 0, "%s", e.reason);
 	sock = raw_scm_conn(&d);
-	id = raw_alloc(sock, 2);
+	id = raw_alloc_one(sock, 2, SIZE);
 	cr_assert_eq(raw_pub(sock, 3, "raw/x", id, TD_WIRE_PUB_IF, 0, why,
 			     sizeof(why)),
 		     -EEXIST, "%s", why);

@@ -930,19 +930,8 @@ Test(recycle, a_parked_scm_get_leaves_out_held_buffers_when_served)
 static int fake_daemon(int lsock, bool pre_features)
 {
 	unsigned hellos = 0;
-	uint64_t shape[1] = {4096};
-	int64_t strides[1] = {1};
-	struct td_blob_plane pl = {.handle = 0, .offset = 0, .stride = 4096,
-				   .size = 4096, .used = 4096};
-	struct td_blob_desc bd = {
-		.storage_kind = TD_STORAGE_SHM, .pid = (uint32_t)getpid(),
-		.fence_fd = -1, .dtype = TD_DTYPE_U8,
-		.quant_axis = TD_QUANT_NONE, .ndim = 1, .shape = shape,
-		.strides_len = 1, .strides = strides, .plane_count = 1,
-		.planes = &pl,
-	};
 	static uint8_t blob[1024], out[TD_WIRE_MAX_MSG];
-	int64_t blen = td_blob_encode(&bd, blob, sizeof(blob), NULL);
+	int64_t blen = raw_blob_u8(4096, 0, blob, sizeof(blob));
 	int sock = accept4(lsock, NULL, NULL, SOCK_CLOEXEC);
 	uint64_t lease = 1;
 

@@ -290,17 +290,7 @@ static void publish_refused(int sock, int fd, uint64_t alloc_id,
 			    const char *what)
 {
 	uint8_t blob[256];
-	uint64_t shape[1] = {4096};
-	int64_t strides[1] = {1};
-	struct td_blob_plane pl = {.stride = 4096, .size = 4096, .used = 4096};
-	struct td_blob_desc bd = {
-		.storage_kind = TD_STORAGE_SHM, .pid = (uint32_t)getpid(),
-		.fence_fd = -1, .dtype = TD_DTYPE_U8,
-		.quant_axis = TD_QUANT_NONE, .ndim = 1, .shape = shape,
-		.strides_len = 1, .strides = strides, .plane_count = 1,
-		.planes = &pl,
-	};
-	int64_t bl = td_blob_encode(&bd, blob, sizeof(blob), NULL);
+	int64_t bl = raw_blob_u8(4096, 0, blob, sizeof(blob));
 	struct td_wire_publish_req m = {
 		.name = {"stall", 5},
 		.alloc_id = alloc_id,
