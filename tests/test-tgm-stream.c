@@ -223,6 +223,7 @@ Test(tgm_stream, load_and_inspect_of_stdin_hold_one_message)
 		rc = run(&d, &h, &peak, "load", "-", "--prefix", "s/", NULL);
 		cr_assert_eq(rc, 0, "%s", (a = text(err)));
 	}
+	cr_log_info("load - peaked at %" PRIu64 " KiB", peak >> 10);
 	cr_expect_lt(peak, total / 2,
 	             "load - peaked at %" PRIu64 " MiB for a %" PRIu64
 	             " MiB stream of %u messages",
@@ -240,6 +241,7 @@ Test(tgm_stream, load_and_inspect_of_stdin_hold_one_message)
 
 		rc = run(&d, &hs, &peak, "inspect", "-", NULL);
 		cr_expect_eq(rc, 0, "%s", (a = text(err)));
+		cr_log_info("inspect - peaked at %" PRIu64 " KiB", peak >> 10);
 		cr_expect_lt(peak, total / 2,
 		             "inspect - peaked at %" PRIu64 " MiB for a %" PRIu64
 		             " MiB stream",
@@ -552,6 +554,8 @@ Test(tgm_stream, save_past_the_lease_cap_holds_one_batch)
 	a = text(out);
 	cr_expect(strstr(a, ": 16 object(s) in 4 messages"), "%s", a);
 	free(a);
+	cr_log_info("save past the cap peaked at %" PRIu64 " KiB",
+	            peak >> 10);
 	cr_expect_lt(peak, total / 4,
 	             "save past the cap peaked at %" PRIu64 " MiB for %" PRIu64
 	             " MiB of tensors",
