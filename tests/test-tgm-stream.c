@@ -363,7 +363,7 @@ Test(tgm_stream, stdin_gives_what_the_file_gives)
 		b = text(err2);
 		cr_assert_eq(rf, 0, "%s", b);
 		cr_expect_eq(rs, 0, "%s", a);
-		replace(b, stream, "standard input");
+		replace(b, stream, "-");
 		cr_expect_str_eq(a, b);
 		free(a);
 		free(b);
@@ -465,7 +465,7 @@ Test(tgm_stream, stdin_errors_are_the_files)
 	         max, NULL);
 	a = text(err);
 	cr_expect_eq(rc, 1, "%s", a);
-	cr_expect(strstr(a, "standard input: message 1: ") &&
+	cr_expect(strstr(a, "-: message 1: ") &&
 	                  strstr(a, "hash mismatch"),
 	          "%s", a);
 	cr_expect(!strstr(a, "more than"), "%s", a);
@@ -502,7 +502,7 @@ Test(tgm_stream, stdin_errors_are_the_files)
 	         "800", NULL);
 	a = text(err);
 	cr_expect_eq(rc, 0, "%s", a);
-	cr_expect(strstr(a, "standard input: 300 bytes outside any whole "
+	cr_expect(strstr(a, "-: 300 bytes outside any whole "
 	                    "message skipped"),
 	          "%s", a);
 	free(a);

@@ -3,9 +3,11 @@
  * tensorctl load: publish every data object of a .tgm file (every message,
  * or the one --message names) as a tensor (../shared/specs/tensogram.md
  * §15 import subset, §18 naming; names made distinct across the file).
- * All or nothing: everything is checked before anything is published, and
- * when the daemon refuses an object (quota, policy) the versions already
- * published are deleted again, unless --partial.
+ * All or nothing: everything is checked before anything is published (of
+ * a stream, a message at a time: one that fails deletes again what the
+ * ones before it published), and when the daemon refuses an object
+ * (quota, policy) the versions already published are deleted again,
+ * unless --partial.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -809,7 +811,8 @@ static int publish_message(struct pubs *pr, struct load *l,
  * message, not the stream. All or nothing as for a file, but a message
  * is checked once the ones before it are published: one that fails
  * (or a daemon's refusal) deletes them again, unless --partial. A Hurray
- * stream is read whole (its index is at its end, hrry.c).
+ * stream is read whole (its index is found by its trailer, its last
+ * 40 bytes: nothing decodes before the end).
  */
 static int load_stream(const struct load_opts *lo, struct tctl_in *in,
                        int argc, char **argv)
@@ -854,7 +857,7 @@ static int load_stream(const struct load_opts *lo, struct tctl_in *in,
 			}
 			ls = nls;
 		}
-		ls[nl] = (struct load){.path = in->path, .msg_index = idx};
+		ls[nl] = (struct load){.path = lo->path, .msg_index = idx};
 		rc = tctl_tgm_collect(&ls[nl], &s, &sp);
 		if (!rc)
 			rc = prepare(&ls[nl], lo->variable_key, lo->prefix);
@@ -871,20 +874,20 @@ static int load_stream(const struct load_opts *lo, struct tctl_in *in,
 		tctl_say("%s: %" PRIu64 " bytes outside any whole message "
 		         "skipped (junk, or a cut or damaged message; "
 		         "'tensorctl inspect' lists where)",
-		         in->path, len - covered);
+		         lo->path, len - covered);
 	if (!rc && !nl && lo->one_message) {
 		rc = tctl_fail(TCTL_REFUSED, "input", ENOENT,
 		               "%s: no message %" PRIu64
 		               " (the file has %" PRIu64 ")",
-		               in->path, lo->message, idx);
+		               lo->path, lo->message, idx);
 	} else if (!rc && !nl) {
 		/* no message: the stream is held whole, from its start */
 		s = (struct tgm_src){.path = in->path, .fd = -1,
 		                     .buf = st.buf, .size = st.have};
-		rc = no_message(&s, in->path);
+		rc = no_message(&s, lo->path);
 	}
 	if (!rc && !nn) {
-		tctl_say("%s: no data object to load", in->path);
+		tctl_say("%s: no data object to load", lo->path);
 		if (tctl_json)
 			rc = print_published(NULL, NULL, 0, NULL);
 	}
