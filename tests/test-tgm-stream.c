@@ -27,6 +27,17 @@ TestSuite(tgm_stream, .timeout = TU_TEST_TIMEOUT_S);
 
 #define NOBODY 65534
 
+/*
+ * peak < bound. Under ASan its shadow memory and quarantine of freed
+ * blocks are in tensorctl's peak, whatever tensorctl holds: the plain
+ * build checks the bounds, the sanitized one the rest.
+ */
+#ifdef __SANITIZE_ADDRESS__
+#define BOUNDED(peak, bound) ((void)(peak), (void)(bound), true)
+#else
+#define BOUNDED(peak, bound) ((peak) < (bound))
+#endif
+
 /* Word k of tensor i: distinct across tensors and offsets. */
 static uint64_t word(unsigned i, uint64_t k)
 {
@@ -224,7 +235,7 @@ Test(tgm_stream, load_and_inspect_of_stdin_hold_one_message)
 		cr_assert_eq(rc, 0, "%s", (a = text(err)));
 	}
 	cr_log_info("load - peaked at %" PRIu64 " KiB", peak >> 10);
-	cr_expect_lt(peak, total / 2,
+	cr_expect(BOUNDED(peak, total / 2),
 	             "load - peaked at %" PRIu64 " MiB for a %" PRIu64
 	             " MiB stream of %u messages",
 	             peak >> 20, total >> 20, MSG_N);
@@ -242,7 +253,7 @@ Test(tgm_stream, load_and_inspect_of_stdin_hold_one_message)
 		rc = run(&d, &hs, &peak, "inspect", "-", NULL);
 		cr_expect_eq(rc, 0, "%s", (a = text(err)));
 		cr_log_info("inspect - peaked at %" PRIu64 " KiB", peak >> 10);
-		cr_expect_lt(peak, total / 2,
+		cr_expect(BOUNDED(peak, total / 2),
 		             "inspect - peaked at %" PRIu64 " MiB for a %" PRIu64
 		             " MiB stream",
 		             peak >> 20, total >> 20);
@@ -556,7 +567,7 @@ Test(tgm_stream, save_past_the_lease_cap_holds_one_batch)
 	free(a);
 	cr_log_info("save past the cap peaked at %" PRIu64 " KiB",
 	            peak >> 10);
-	cr_expect_lt(peak, total / 4,
+	cr_expect(BOUNDED(peak, total / 4),
 	             "save past the cap peaked at %" PRIu64 " MiB for %" PRIu64
 	             " MiB of tensors",
 	             peak >> 20, total >> 20);
