@@ -3,9 +3,11 @@
  * tensorctl load: publish every data object of a .tgm file (every message,
  * or the one --message names) as a tensor (../shared/specs/tensogram.md
  * §15 import subset, §18 naming; names made distinct across the file).
- * All or nothing: everything is checked before anything is published, and
- * when the daemon refuses an object (quota, policy) the versions already
- * published are deleted again, unless --partial.
+ * All or nothing: everything is checked before anything is published (of
+ * a stream, a message at a time: one that fails deletes again what the
+ * ones before it published), and when the daemon refuses an object
+ * (quota, policy) the versions already published are deleted again,
+ * unless --partial.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -487,59 +489,127 @@ static int print_published(struct obj **objs, const uint64_t *versions,
 }
 
 /*
- * Publish every object; all or nothing unless partial. With no_replace a
- * name that exists is skipped (version 0), said and in "skipped", and the
- * status is TCTL_SKIPPED when all else went.
+ * Publishing objects, all or nothing unless partial: the objects of a
+ * file at once, a stream's a message at a time (each message checked
+ * whole first). With no_replace a name that exists is skipped (version
+ * 0), said and in "skipped", and the status is TCTL_SKIPPED when all
+ * else went.
  */
-static int publish(struct obj **objs, size_t n, struct tgm_src *s,
-                   struct td_client *c, bool partial, bool no_replace)
-{
-	uint64_t *versions = calloc(n, sizeof(*versions));
-	struct json_object *sk = no_replace ? json_object_new_array() : NULL;
-	size_t done = 0, i = 0, skipped = 0;
-	int rc = versions ? TCTL_OK
-	                  : tctl_fail(TCTL_REFUSED, "io", ENOMEM,
-	                              "out of memory");
+struct pubs {
+	const char *path;
+	bool partial, no_replace, started;
+	struct td_client *c; /* connected at the first object */
+	struct obj **objs;   /* every object given, n of them */
+	uint64_t *versions;  /* of objs[0..i), tried so far */
+	size_t n, cap, i, done, skipped;
+	struct json_object *sk;
+};
 
-	if (partial)
-		tctl_json_hold(); /* the error says what was kept */
-	/* Ctrl-C: stop between two objects and roll back, as for a refusal
-	 * (it killed tensorctl with what it had published left behind) */
-	tctl_publish_guard(1);
-	for (; !rc && !(rc = tctl_publish_check(s->path)) && i < n; i++) {
-		rc = publish_one(objs[i], s, c, no_replace, sk, &versions[i]);
+/* Publish objs[0..n) after those before: TCTL_OK or reported. */
+static int pubs_add(struct pubs *pr, struct obj **objs, size_t n,
+                    struct tgm_src *s)
+{
+	int rc = TCTL_OK;
+
+	if (pr->n + n > pr->cap) {
+		size_t cap = pr->cap ? pr->cap : 8;
+		struct obj **no;
+		uint64_t *nv;
+
+		while (cap < pr->n + n)
+			cap *= 2;
+		no = realloc(pr->objs, cap * sizeof(*no));
+		if (no)
+			pr->objs = no;
+		nv = no ? realloc(pr->versions, cap * sizeof(*nv)) : NULL;
+		if (nv)
+			pr->versions = nv;
+		if (!no || !nv)
+			return tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+			                 "out of memory");
+		pr->cap = cap;
+	}
+	memcpy(pr->objs + pr->n, objs, n * sizeof(*objs));
+	pr->n += n;
+	if (!pr->c && (rc = tctl_connect(&pr->c)) != TCTL_OK)
+		return rc;
+	if (!pr->started) {
+		pr->started = true;
+		pr->sk = pr->no_replace ? json_object_new_array() : NULL;
+		if (pr->partial)
+			tctl_json_hold(); /* the error says what was kept */
+		/* Ctrl-C: stop between two objects and roll back, as for a
+		 * refusal (it killed tensorctl with what it had published
+		 * left behind) */
+		tctl_publish_guard(1);
+	}
+	for (; !rc && !(rc = tctl_publish_check(pr->path)) && pr->i < pr->n;
+	     pr->i++) {
+		size_t i = pr->i;
+
+		pr->versions[i] = 0;
+		rc = publish_one(pr->objs[i], s, pr->c, pr->no_replace,
+		                 pr->sk, &pr->versions[i]);
 		if (rc == TCTL_SKIPPED) {
-			versions[i] = 0;
-			skipped++;
+			pr->versions[i] = 0;
+			pr->skipped++;
 			rc = TCTL_OK;
 		} else if (!rc) {
-			done++;
+			pr->done++;
 		}
 	}
-	if (rc && partial && done)
+	return rc;
+}
+
+/*
+ * The end of publishing, rc the status so far: what was published is
+ * rolled back on a failure unless partial, and said. The status.
+ */
+static int pubs_end(struct pubs *pr, int rc)
+{
+	size_t i = pr->i, n = pr->n;
+
+	if (!pr->started) {
+		td_client_close(pr->c);
+		return rc;
+	}
+	if (rc && pr->partial && pr->done)
 		tctl_say("%zu of %zu object(s) published before this "
 		         "failure, kept (--partial)",
-		         done, n);
-	else if (rc && done)
+		         pr->done, n);
+	else if (rc && pr->done)
 		tctl_say("%zu of %zu object(s) published before this "
 		         "failure; %zu deleted again",
-		         done, n, roll_back(objs, versions, i, c));
+		         pr->done, n,
+		         roll_back(pr->objs, pr->versions, i, pr->c));
 	/* under --json the error object is the whole answer */
-	if (!rc || (partial && !tctl_json))
-		print_published(objs, versions, i, sk);
-	else if (partial) {
+	if (!rc || (pr->partial && !tctl_json))
+		print_published(pr->objs, pr->versions, i, pr->sk);
+	else if (pr->partial) {
 		tctl_json_held_add("published",
-		               published_json(objs, versions, i,
+		               published_json(pr->objs, pr->versions, i,
 		                              json_object_new_array()));
-		if (sk)
-			tctl_json_held_add("skipped", json_object_get(sk));
+		if (pr->sk)
+			tctl_json_held_add("skipped", json_object_get(pr->sk));
 	}
-	if (!rc && skipped)
+	if (!rc && pr->skipped)
 		rc = TCTL_SKIPPED;
 	tctl_publish_guard(0);
-	json_object_put(sk);
-	free(versions);
+	json_object_put(pr->sk);
+	free(pr->objs);
+	free(pr->versions);
+	td_client_close(pr->c);
 	return rc;
+}
+
+/* Every object of a file: all or nothing unless partial. */
+static int publish(struct obj **objs, size_t n, struct tgm_src *s,
+                   bool partial, bool no_replace)
+{
+	struct pubs pr = {.path = s->path, .partial = partial,
+	                  .no_replace = no_replace};
+
+	return pubs_end(&pr, pubs_add(&pr, objs, n, s));
 }
 
 void tctl_tgm_load_fini(struct load *l)
@@ -688,6 +758,148 @@ static int load_opts(int argc, char **argv, struct load_opts *lo)
 	return -1;
 }
 
+/* The names of the objects so far made distinct (gather()'s rule, the
+ * same names: a name keeps what the ones before it made of it). */
+static int names_so_far(struct load *l, char ***names, size_t *nn,
+                        size_t *cap)
+{
+	if (*nn + l->count > *cap) {
+		size_t c = *cap ? *cap : 16;
+		char **n;
+
+		while (c < *nn + l->count)
+			c *= 2;
+		n = realloc(*names, c * sizeof(*n));
+		if (!n)
+			return tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+			                 "out of memory");
+		*names = n;
+		*cap = c;
+	}
+	for (size_t j = 0; j < l->count; j++)
+		(*names)[(*nn)++] = l->objs[j].name;
+	if (td_tgm_names_unique(*names, *nn, TD_NAME_MAX + 1) < 0)
+		return tctl_fail(TCTL_REFUSED, "input", ENAMETOOLONG,
+		                 "%s: names do not fit with their suffixes",
+		                 l->path);
+	return TCTL_OK;
+}
+
+/* Publish the objects of l (a stream's message, held in s). */
+static int publish_message(struct pubs *pr, struct load *l,
+                           struct tgm_src *s)
+{
+	struct obj **objs;
+	int rc;
+
+	if (!l->count)
+		return TCTL_OK;
+	objs = calloc(l->count, sizeof(*objs));
+	if (!objs)
+		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
+	for (size_t j = 0; j < l->count; j++)
+		objs[j] = &l->objs[j];
+	rc = pubs_add(pr, objs, l->count, s);
+	free(objs);
+	return rc;
+}
+
+/*
+ * A stream (stdin, a pipe): its messages one at a time (tgm_stream), each
+ * checked whole (hashes, descriptors, names), then its objects published
+ * and its bytes let go before the next is read: tensorctl holds one
+ * message, not the stream. All or nothing as for a file, but a message
+ * is checked once the ones before it are published: one that fails
+ * (or a daemon's refusal) deletes them again, unless --partial. A Hurray
+ * stream is read whole (its index is found by its trailer, its last
+ * 40 bytes: nothing decodes before the end).
+ */
+static int load_stream(const struct load_opts *lo, struct tctl_in *in,
+                       int argc, char **argv)
+{
+	struct pubs pr = {.path = in->path, .partial = lo->partial,
+	                  .no_replace = lo->no_replace};
+	struct tgm_stream st;
+	struct td_tgm_span sp;
+	struct tgm_src s;
+	struct load *ls = NULL;
+	char **names = NULL;
+	size_t nl = 0, cap = 0, nn = 0, ncap = 0;
+	uint64_t idx = 0, covered = 0, len;
+	int rc, more = 0;
+
+	tgm_stream_init(&st, in, lo->max_bytes);
+	rc = tgm_stream_head(&st, 8);
+	if (!rc && inspect_hrry_sniff(st.buf, (size_t)st.have)) {
+		uint8_t *buf = NULL;
+		size_t n;
+
+		rc = tgm_stream_rest(&st, &buf, &n);
+		if (!rc)
+			rc = tctl_load_hrry_stdin(argc, argv, buf, n);
+		free(buf);
+		tgm_stream_fini(&st);
+		return rc;
+	}
+	for (; !rc && (more = tgm_stream_next(&st, &sp, &s)) == 1; idx++) {
+		covered += sp.length;
+		if (lo->one_message && idx != lo->message)
+			continue;
+		if (nl == cap) {
+			struct load *nls;
+
+			cap = cap ? 2 * cap : 4;
+			nls = realloc(ls, cap * sizeof(*ls));
+			if (!nls) {
+				rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+				               "out of memory");
+				break;
+			}
+			ls = nls;
+		}
+		ls[nl] = (struct load){.path = lo->path, .msg_index = idx};
+		rc = tctl_tgm_collect(&ls[nl], &s, &sp);
+		if (!rc)
+			rc = prepare(&ls[nl], lo->variable_key, lo->prefix);
+		if (!rc)
+			rc = names_so_far(&ls[nl], &names, &nn, &ncap);
+		if (!rc)
+			rc = publish_message(&pr, &ls[nl], &s);
+		nl++;
+	}
+	if (!rc && more < 0)
+		rc = -more;
+	len = tgm_stream_total(&st);
+	if (!rc && covered && covered < len)
+		tctl_say("%s: %" PRIu64 " bytes outside any whole message "
+		         "skipped (junk, or a cut or damaged message; "
+		         "'tensorctl inspect' lists where)",
+		         lo->path, len - covered);
+	if (!rc && !nl && lo->one_message) {
+		rc = tctl_fail(TCTL_REFUSED, "input", ENOENT,
+		               "%s: no message %" PRIu64
+		               " (the file has %" PRIu64 ")",
+		               lo->path, lo->message, idx);
+	} else if (!rc && !nl) {
+		/* no message: the stream is held whole, from its start */
+		s = (struct tgm_src){.path = in->path, .fd = -1,
+		                     .buf = st.buf, .size = st.have};
+		rc = no_message(&s, lo->path);
+	}
+	if (!rc && !nn) {
+		tctl_say("%s: no data object to load", lo->path);
+		if (tctl_json)
+			rc = print_published(NULL, NULL, 0, NULL);
+	}
+	rc = pubs_end(&pr, rc);
+	for (size_t i = 0; i < nl; i++)
+		tctl_tgm_load_fini(&ls[i]);
+	free(ls);
+	free(names);
+	tgm_stream_fini(&st);
+	return rc;
+}
+
 static int load_tgm(int argc, char **argv)
 {
 	struct load_opts lo;
@@ -696,27 +908,25 @@ static int load_tgm(int argc, char **argv)
 	struct tgm_scan sc;
 	struct tctl_in in;
 	struct td_tgm_span sp;
-	struct td_client *c;
 	struct obj **objs = NULL;
 	size_t nl = 0, cap = 0, n = 0;
 	uint64_t idx = 0, covered = 0, len;
-	uint8_t *buf;
 	int rc = load_opts(argc, argv, &lo);
 
 	if (rc >= 0)
 		return rc;
-	/* a file: read with pread, each object's bytes once it is
-	 * published; a stream: whole, up to --max-bytes */
-	rc = tctl_tgm_open(&s, &in, lo.path, lo.max_bytes, &buf);
+	rc = tctl_in_open(&in, lo.path);
 	if (rc)
 		return rc;
-	len = s.size;
-	if (s.fd < 0 && inspect_hrry_sniff(buf, len)) {
-		/* stdin (a file's magic chose before): a Hurray file */
-		rc = tctl_load_hrry_stdin(argc, argv, buf, len);
-		free(buf);
+	/* a stream: a message at a time; a file: read with pread, each
+	 * object's bytes once it is published */
+	if (!in.regular || in.is_stdin) {
+		rc = load_stream(&lo, &in, argc, argv);
+		tctl_in_close(&in);
 		return rc;
 	}
+	s = (struct tgm_src){.path = in.path, .fd = in.fd, .size = in.size};
+	len = s.size;
 	tgm_scan_init(&sc, &s, UINT64_MAX);
 	for (; !rc && (rc = tgm_scan_next(&sc, &sp)) == 1; idx++) {
 		rc = 0;
@@ -764,21 +974,13 @@ static int load_tgm(int argc, char **argv)
 		if (tctl_json)
 			rc = print_published(NULL, NULL, 0, NULL);
 	}
-	if (!rc && n) {
-		rc = tctl_connect(&c);
-		if (!rc) {
-			rc = publish(objs, n, &s, c, lo.partial,
-			             lo.no_replace);
-			td_client_close(c);
-		}
-	}
+	if (!rc && n)
+		rc = publish(objs, n, &s, lo.partial, lo.no_replace);
 	for (size_t i = 0; i < nl; i++)
 		tctl_tgm_load_fini(&ls[i]);
 	free(ls);
 	free(objs);
-	free(buf);
-	if (s.fd >= 0)
-		tctl_in_close(&in);
+	tctl_in_close(&in);
 	return rc;
 }
 

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tensorctl save: write tensors from the daemon as one buffered, hashed
- * Tensogram message (../shared/specs/tensogram.md §16). Each object's
+ * Tensogram message (../shared/specs/tensogram.md §16), or, past what the
+ * daemon lets tensorctl lease at once, one such message per batch it
+ * could hold (a .tgm file is a sequence of messages). Each object's
  * base metadata holds its name; a tensor whose metadata is a JSON object
  * (what `load` stores) gets those keys back, so load -> save -> load
  * keeps names and attributes. The message is written as it is made:
@@ -73,15 +75,18 @@ static const char *unsavable(const struct td_tensor *t)
 }
 
 /*
- * Where td_tgm_message_write() sends the message: the shared output rules
- * (output.h), opened once its length is known. ts[i] (NULL: copied out)
- * is the tensor objs[i] reads from.
+ * Where td_tgm_message_write() sends each message: the shared output
+ * rules (output.h), opened at the first message's begin: by its length
+ * when it is the only one, else unsized (a batch was written because the
+ * lease caps were reached, and more follow). ts[i] (NULL: not a leased
+ * plane) is the tensor objs[i] reads from.
  */
 struct save_sink {
 	const char *out;
 	struct tctl_out o;
-	bool opened; /* tctl_out_open() was called: commit or abort */
-	int rc;      /* the output's tensorctl status once it failed */
+	bool opened;  /* tctl_out_open() was called: commit or abort */
+	bool unsized; /* several messages: the total is not known */
+	int rc;       /* the output's tensorctl status once it failed */
 	struct td_tensor *const *ts;
 	size_t page;
 };
@@ -90,8 +95,13 @@ static int sink_begin(void *ctx, uint64_t total)
 {
 	struct save_sink *s = ctx;
 
+	if (s->opened) /* the next message of a batched save */
+		return 0;
 	s->opened = true;
-	s->rc = tctl_out_open(&s->o, s->out, TCTL_OUT_BINARY, total);
+	s->rc = tctl_out_open(&s->o, s->out,
+	                      TCTL_OUT_BINARY |
+	                              (s->unsized ? TCTL_OUT_UNSIZED : 0),
+	                      s->unsized ? 0 : total);
 	return s->rc ? -EIO : 0;
 }
 
@@ -127,33 +137,35 @@ static void sink_done(void *ctx, size_t i, const void *p, size_t n)
 
 /*
  * The message of objs[0..n) written as it is made (td_tgm_message_write():
- * each tensor's bytes straight from its mapping, hashed in a first pass),
- * through the shared output rules; its length in *len. TCTL_OK or a
- * reported status.
+ * each tensor's bytes straight from its mapping, hashed in a first pass)
+ * through s (opened by its first message; the caller commits or aborts);
+ * its length added to *len. TCTL_OK or a reported status.
  */
-static int write_message(const char *out, const struct td_tgm_enc_object *objs,
-                         size_t n, struct td_tensor *const *ts, uint64_t *len)
+static int write_message(struct save_sink *s,
+                         const struct td_tgm_enc_object *objs, size_t n,
+                         struct td_tensor *const *ts, uint64_t *len)
 {
-	struct save_sink s = {.out = out,
-	                      .ts = ts,
-	                      .page = (size_t)sysconf(_SC_PAGESIZE)};
-	struct td_tgm_sink k = {sink_begin, sink_write, sink_done, &s};
+	struct td_tgm_sink k = {sink_begin, sink_write, sink_done, s};
 	struct td_err te = {0};
-	int r = td_tgm_message_write(objs, n, TD_VERSION, &k, len, &te);
+	uint64_t l = 0;
+	int r;
 
-	if (r < 0 && s.opened)
-		tctl_out_abort(&s.o);
-	if (r < 0 && s.rc)
-		return s.rc; /* reported by the output */
+	s->ts = ts;
+	r = td_tgm_message_write(objs, n, TD_VERSION, &k, &l, &te);
+	if (r < 0 && s->rc)
+		return s->rc; /* reported by the output */
 	if (r < 0)
 		return tctl_fail(TCTL_REFUSED, "input", EINVAL,
 		                 "encoding the message: %s%s%s",
 		                 te.field ? te.field : "", te.field ? ": " : "",
 		                 te.reason);
-	return tctl_out_commit(&s.o);
+	*len += l;
+	return TCTL_OK;
 }
 
-static int print_saved(const char *out, size_t n, uint64_t len)
+/* messages: more than 1 when the lease caps made batches of them */
+static int print_saved(const char *out, size_t n, uint64_t len,
+                       size_t messages)
 {
 	char size[32];
 
@@ -164,9 +176,16 @@ static int print_saved(const char *out, size_t n, uint64_t len)
 		json_object_object_add(j, "objects",
 				       json_object_new_uint64(n));
 		json_object_object_add(j, "bytes", json_object_new_uint64(len));
+		json_object_object_add(j, "messages",
+		                       json_object_new_uint64(messages));
 		return tctl_json_print(j);
 	}
-	printf("%s: %zu object(s), %s\n", out, n, tctl_size(size, len));
+	if (messages > 1)
+		printf("%s: %zu object(s) in %zu messages, %s\n", out, n,
+		       messages, tctl_size(size, len));
+	else
+		printf("%s: %zu object(s), %s\n", out, n,
+		       tctl_size(size, len));
 	return TCTL_OK;
 }
 
@@ -280,78 +299,103 @@ static int foreign_name(const char *out)
 	return TCTL_OK;
 }
 
-/* What save_tgm() holds: ts[i] leased and described in objs[i], or
- * (ts[i] NULL) copied out into copies[i], for i < kept. */
+/*
+ * What save_tgm() holds: ts[i] leased and described in objs[i] (attrs[i]
+ * its attributes once encoded), for i < kept: the batch the next message
+ * is written from; what was written so far (saved objects, len bytes,
+ * messages) through sink.
+ */
 struct held {
 	struct td_tensor **ts;
 	struct td_tgm_enc_object *objs;
-	void **copies;
+	uint8_t **attrs;
 	size_t kept;
+	struct save_sink *sink;
+	size_t saved, messages;
+	uint64_t len;
 };
 
-/*
- * Every tensor h leases copied out (shape, metadata, bytes) and released:
- * a connection may hold 4096 leases, a uid what its --uid-limit leases
- * says (docs/protocol.md §4), fewer than a store may have tensors, and
- * the message needs every object at once (its header holds every
- * object's hash, the data follows). How many were released, or -ENOMEM.
- */
-static int unlease(struct held *h)
+/* json_attrs() refused: "encoding the message: ..." */
+static int attrs_refused(const struct td_err *te)
 {
-	int n = 0;
-
-	for (size_t i = 0; i < h->kept; i++) {
-		struct td_tgm_enc_object *o = &h->objs[i];
-		size_t sh = o->ndim * sizeof(uint64_t);
-		uint8_t *p;
-
-		if (!h->ts[i])
-			continue;
-		p = malloc(sh + o->meta_len + o->data_len + 1);
-		if (!p)
-			return -ENOMEM;
-		memcpy(p, o->shape, sh);
-		if (o->meta_len)
-			memcpy(p + sh, o->meta, o->meta_len);
-		if (o->data_len)
-			memcpy(p + sh + o->meta_len, o->data, o->data_len);
-		o->shape = (const uint64_t *)(void *)p;
-		o->meta = o->meta_len ? p + sh : NULL;
-		o->data = p + sh + o->meta_len;
-		h->copies[i] = p;
-		td_tensor_release(h->ts[i]);
-		h->ts[i] = NULL;
-		n++;
-	}
-	return n;
+	return tctl_fail(TCTL_REFUSED, "input", EINVAL,
+	                 "encoding the message: %s%s%s",
+	                 te->field ? te->field : "", te->field ? ": " : "",
+	                 te->reason);
 }
 
-/* GET name into *t (pre: already leased) and describe it in *obj: 0,
- * GONE, or a tensorctl status (listed: name came from the LIST of every tensor; skip:
- * --skip-unsavable). A lease refused (ENOBUFS: the connection's cap;
- * EDQUOT: the uid's) is asked again once h's are copied out. */
+/*
+ * The batch h holds written as one message, then released: a connection
+ * may hold 4096 leases, a uid what its --uid-limit leases says
+ * (docs/protocol.md §4), fewer than a store may have tensors, and a
+ * message needs every object of it at once (its header holds every
+ * object's hash, the data follows). Each tensor is what its GET read, as
+ * when all were held until the end; they were copied into memory and
+ * held there, as many as the store had past the caps. TCTL_OK or a
+ * reported status; *released whether h held any (released since).
+ */
+static int write_batch(struct held *h, bool more, bool *released)
+{
+	struct td_err te = {0};
+	int rc;
+
+	*released = h->kept != 0;
+	if (!h->kept)
+		return TCTL_OK;
+	/* more follow: the output's total is not known at its begin */
+	h->sink->unsized |= more;
+	if (json_attrs(h->objs, h->attrs, h->kept, &te) < 0)
+		return attrs_refused(&te);
+	rc = write_message(h->sink, h->objs, h->kept, h->ts, &h->len);
+	for (size_t i = 0; i < h->kept; i++) {
+		td_tensor_release(h->ts[i]);
+		h->ts[i] = NULL;
+		free(h->attrs[i]);
+		h->attrs[i] = NULL;
+	}
+	if (rc)
+		return rc;
+	h->saved += h->kept;
+	h->messages++;
+	h->kept = 0;
+	return TCTL_OK;
+}
+
+/* GET name (pre: already leased) into h's next slot and describe it
+ * there: 0, GONE, or a tensorctl status (listed: name came from the LIST
+ * of every tensor; skip: --skip-unsavable). A lease refused (ENOBUFS:
+ * the connection's cap; EDQUOT: the uid's) is asked again once h's batch
+ * is written and released. */
 static int take_one(struct td_client *c, const char *name, bool listed,
-		    bool skip, struct td_tensor *pre, struct td_tensor **t,
-		    struct td_tgm_enc_object *obj, struct held *h)
+		    bool skip, struct td_tensor *pre, struct held *h)
 {
 	struct td_error e = {0};
+	struct td_tensor **t = &h->ts[h->kept];
+	struct td_tgm_enc_object *obj;
 	const char *why;
-	int r, u;
+	bool released = false;
+	int r;
 
 	*t = pre; /* leased with the others (tctl_get_together) */
 	r = pre ? 0 : td_client_get(c, name, t, &e);
 
-	if ((r == -ENOBUFS || r == -EDQUOT) && (u = unlease(h)) != 0) {
-		if (u < 0)
-			return tctl_fail(TCTL_REFUSED, "io", ENOMEM,
-					 "out of memory");
+	if (r == -ENOBUFS || r == -EDQUOT) {
+		int w = write_batch(h, true, &released);
+
+		if (w)
+			return w;
+	}
+	if (released) {
 		e = (struct td_error){0};
+		t = &h->ts[h->kept];
 		r = td_client_get(c, name, t, &e);
 	}
-	if (r < 0)
+	if (r < 0) {
+		*t = NULL;
 		return tctl_gone_since_list("save", name, r, listed)
 		               ? GONE
 		               : tctl_refused(name, r, &e);
+	}
 	r = tctl_fence_wait(name, *t, -1);
 	if (r)
 		return r;
@@ -370,6 +414,8 @@ static int take_one(struct td_client *c, const char *name, bool listed,
 	    td_tensor_dtype_size(td_tensor_dtype(*t)) > 1)
 		return tctl_fail(TCTL_REFUSED, "input", ENOTSUP,
 				 "%s: big-endian hosts cannot save yet", name);
+	obj = &h->objs[h->kept];
+	*obj = (struct td_tgm_enc_object){0};
 	obj->dtype = tgm_dtype(td_tensor_dtype(*t));
 	obj->ndim = td_tensor_ndim(*t);
 	obj->shape = td_tensor_shape(*t);
@@ -377,29 +423,26 @@ static int take_one(struct td_client *c, const char *name, bool listed,
 	obj->data_len = td_tensor_bytes(*t);
 	obj->name = name;
 	obj->meta = td_tensor_meta(*t, &obj->meta_len);
+	h->kept++;
 	return 0;
 }
 
 /* take_one() of each of names[0..n) into h (listed[i]: the name came
  * from a LIST; NULL: all did), up to TD_MANY_MAX of them leased at one
- * instant first (into pre), else one by one: 0 or a tensorctl status,
- * *kept how many h holds. */
+ * instant first (into pre), else one by one: 0 or a tensorctl status. */
 static int take_all(struct td_client *c, const char **names, size_t n,
 		    const bool *listed, bool skip, struct td_tensor **pre,
-		    struct held *h, size_t *kept)
+		    struct held *h)
 {
 	int rc = 0;
 
 	tctl_get_together(c, names, n, pre);
 	for (size_t i = 0; i < n && !rc; i++) {
-		h->kept = *kept;
 		rc = take_one(c, names[i], !listed || listed[i], skip, pre[i],
-		              &h->ts[*kept], &h->objs[*kept], h);
+		              h);
 		pre[i] = NULL; /* take_one's now */
 		if (rc == GONE)
 			rc = 0;
-		else if (!rc)
-			(*kept)++;
 	}
 	return rc;
 }
@@ -416,13 +459,12 @@ static int save_tgm(int argc, char **argv)
 	struct td_tensor **ts = NULL, **pre = NULL;
 	struct td_tgm_enc_object *objs = NULL;
 	uint8_t **attrs = NULL;
-	void **copies = NULL;
 	struct td_entry *list = NULL;
 	struct tctl_names given = {0};
 	struct td_client *c = NULL;
-	struct td_err te = {0};
-	uint64_t len = 0;
-	size_t n = 0, kept = 0, list_n = 0;
+	struct save_sink sink = {.page = (size_t)sysconf(_SC_PAGESIZE)};
+	struct held h = {.sink = &sink};
+	size_t n = 0, list_n = 0;
 	bool listed = false, skip = false, as_tgm = false;
 	int rc = TCTL_USAGE, o;
 
@@ -473,30 +515,30 @@ static int save_tgm(int argc, char **argv)
 	ts = calloc(n, sizeof(*ts));
 	objs = calloc(n, sizeof(*objs));
 	attrs = calloc(n, sizeof(*attrs));
-	copies = calloc(n, sizeof(*copies));
 	pre = calloc(n, sizeof(*pre));
-	if (!ts || !objs || !attrs || !copies || !pre) {
+	if (!ts || !objs || !attrs || !pre) {
 		rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
 		goto out;
 	}
+	sink.out = out;
+	h.ts = ts;
+	h.objs = objs;
+	h.attrs = attrs;
 	rc = take_all(c, names, n, listed ? NULL : given.listed, skip, pre,
-		      &(struct held){ts, objs, copies, 0}, &kept);
-	if (!rc && !kept)
+		      &h);
+	if (!rc && !h.kept && !h.saved)
 		rc = tctl_fail(TCTL_REFUSED, "input", ENOENT,
 		               "no tensors to save");
-	if (rc)
-		goto out;
-	if (json_attrs(objs, attrs, kept, &te) < 0) {
-		rc = tctl_fail(TCTL_REFUSED, "input", EINVAL,
-		               "encoding the message: %s%s%s",
-		               te.field ? te.field : "", te.field ? ": " : "",
-		               te.reason);
-		goto out;
-	}
-	rc = write_message(out, objs, kept, ts, &len);
+	/* the last batch (the only one, sized, unless the caps were met) */
+	if (!rc)
+		rc = write_batch(&h, false, &(bool){false});
+	if (!rc)
+		rc = tctl_out_commit(&sink.o);
+	else if (sink.opened)
+		tctl_out_abort(&sink.o);
 	/* with -o - the message is the output: nothing else on stdout */
 	if (!rc && strcmp(out, "-"))
-		rc = print_saved(out, kept, len);
+		rc = print_saved(out, h.saved, h.len, h.messages);
 out:
 	for (size_t i = 0; ts && i < n; i++)
 		td_tensor_release(ts[i]);
@@ -505,10 +547,7 @@ out:
 	free(pre);
 	for (size_t i = 0; attrs && i < n; i++)
 		free(attrs[i]);
-	for (size_t i = 0; copies && i < n; i++)
-		free(copies[i]);
 	free(attrs);
-	free(copies);
 	td_client_close(c);
 	if (!given.v)
 		free(names);

@@ -27,9 +27,10 @@ static const struct cmd {
 	 "frames, descriptors and metadata (as JSON), a .hrry file a status\n"
 	 "per tensor (ok, unsupported, invalid), a .npy file whether its data\n"
 	 "is whole. A refused file exits with status 1.\n"
-	 "  --max-bytes N   read a stream (stdin, FIFO, device) up to N bytes\n"
-	 "                  (K, M, G, T suffixes; default 1G); a regular file\n"
-	 "                  is read by its size\n"},
+	 "  --max-bytes N   hold a stream (stdin, FIFO, device) up to N bytes\n"
+	 "                  at once, a .tgm stream a message at a time (K, M,\n"
+	 "                  G, T suffixes; default 1G); a regular file is\n"
+	 "                  read by its size\n"},
 	{"put",
 	 "put NAME --dtype T --shape D,D.. [--meta STR] [--pin] FILE|- | "
 	 "put NAME [--dtype T] [--shape D,D..] [--meta STR] [--pin] "
@@ -95,7 +96,8 @@ static const struct cmd {
 	 "  --no-replace    publish only names that have no version; one\n"
 	 "                  that has (even one published meanwhile) is left\n"
 	 "                  alone, said on stderr, and the exit status is 3\n"
-	 "  --max-bytes N   read a stream up to N bytes (default 1G)\n"
+	 "  --max-bytes N   hold a stream up to N bytes at once, a .tgm\n"
+	 "                  stream a message at a time (default 1G)\n"
 	 "  --format F      tgm or hrry (default: by the name or magic)\n"},
 	{"status", "status",
 	 "The daemon's version, uptime, tensors, bytes, rings, refusal and\n"
@@ -106,7 +108,8 @@ static const struct cmd {
 	 "save -o FILE.tgm|- [NAME...] [--format tgm] [--skip-unsavable] | "
 	 "save -o FILE.hrry|- [NAME...] [--format hrry] "
 	 "[--skip-unsavable]",
-	 "Write tensors as one hashed Tensogram message, or as a Hurray file\n"
+	 "Write tensors as one hashed Tensogram message (one per batch past\n"
+	 "the lease caps), or as a Hurray file\n"
 	 "when -o ends in .hrry or --format hrry is given (one forward pass).\n"
 	 "Without NAME: every tensor but rings (one deleted meanwhile is\n"
 	 "left out, said on stderr); NAME/ is every one under NAME/, as ls\n"

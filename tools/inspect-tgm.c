@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "input.h"
 #include "td-json.h"
 #include "tensorctl.h"
 #include "tgm-desc.h"
@@ -408,6 +409,20 @@ static void text_message(FILE *f, size_t idx, struct tgm_src *s,
 		fprintf(f, "  end: clean\n");
 }
 
+/* One gap [at, end) between messages, if any, said: 1, else 0. */
+static int skip_line(FILE *f, int json, size_t k, uint64_t at, uint64_t end)
+{
+	if (end > at && json)
+		fprintf(f, "%s[%" PRIu64 ",%" PRIu64 "]", k ? "," : "", at,
+			end - at);
+	else if (end > at)
+		fprintf(f, "skipped: %" PRIu64 " bytes at offset %" PRIu64
+			", not part of a whole message (junk, or a cut or "
+			"damaged message)\n",
+			end - at, at);
+	return end > at;
+}
+
 /*
  * The bytes no whole message covers (spec §12: scan steps over junk, a
  * cut or damaged message, and never reports them): listed, so that a
@@ -433,15 +448,7 @@ static int skipped(FILE *f, struct tgm_src *s, int json)
 			return more;
 		if (more)
 			end = sp.offset;
-		if (end > at && json)
-			fprintf(f, "%s[%" PRIu64 ",%" PRIu64 "]", k ? "," : "",
-				at, end - at);
-		else if (end > at)
-			fprintf(f, "skipped: %" PRIu64 " bytes at offset %"
-				PRIu64 ", not part of a whole message (junk, "
-				"or a cut or damaged message)\n",
-				end - at, at);
-		k += end > at;
+		k += skip_line(f, json, k, at, end);
 		if (more)
 			at = sp.offset + sp.length;
 	}
@@ -520,4 +527,96 @@ int inspect_tgm(struct tgm_src *s, int json)
 	else
 		fprintf(f, "%zu message(s)\n", n);
 	return bad ? TCTL_REFUSED : TCTL_OK;
+}
+
+/*
+ * The same report of a stream (stdin), its messages one at a time (the
+ * first, sp in s, found already): each message's bytes are let go once
+ * it is printed; what is printed is held (open_memstream) until the end,
+ * whose length the report starts with, and the scan's spans, so that the
+ * report is the file's, byte for byte. A read error prints nothing.
+ */
+int inspect_tgm_stream(struct tgm_stream *st, struct td_tgm_span *sp,
+		       struct tgm_src *s, int json)
+{
+	struct td_tgm_span *spans = NULL;
+	char *text = NULL;
+	size_t text_len = 0, n = 0, cap = 0, k = 0;
+	FILE *m = open_memstream(&text, &text_len), *f = stdout;
+	uint64_t total, at = 0;
+	int bad = 0, more = sp != NULL, rc = TCTL_OK;
+
+	if (!m)
+		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
+	while (more == 1) {
+		struct msg_result r = { 0 };
+
+		if (n == cap) {
+			struct td_tgm_span *ns;
+
+			cap = cap ? 2 * cap : 16;
+			ns = realloc(spans, cap * sizeof(*ns));
+			if (!ns) {
+				rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+					       "out of memory");
+				break;
+			}
+			spans = ns;
+		}
+		spans[n] = *sp;
+		if (json) {
+			fprintf(m, "%s", n ? "," : "");
+			json_message(m, s, sp, &r);
+		} else {
+			text_message(m, n, s, sp, &r);
+		}
+		if (s->io_err) {
+			rc = tgm_src_fail(s);
+			break;
+		}
+		bad |= r.walk_rc < 0 || r.hash_bad || r.desc_bad;
+		n++;
+		more = tgm_stream_next(st, sp, s);
+	}
+	if (!rc && more < 0)
+		rc = -more;
+	if (fclose(m) != 0 && !rc)
+		rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
+	total = tgm_stream_total(st);
+	if (!rc && json) {
+		fprintf(f, "{\"kind\":\"tgm\",\"size\":%" PRIu64 ",\"scan\":[",
+			total);
+		for (size_t i = 0; i < n; i++)
+			fprintf(f, "%s[%" PRIu64 ",%" PRIu64 "]", i ? "," : "",
+				spans[i].offset, spans[i].length);
+		fprintf(f, "],\"messages\":[");
+	} else if (!rc) {
+		fprintf(f, "tgm: %" PRIu64 " bytes\n", total);
+	}
+	if (!rc && n == 0) {
+		/* no message: the stream is held whole, from its start */
+		struct tgm_src w = { .path = st->in->path, .fd = -1,
+				     .buf = st->buf, .size = st->have };
+
+		rc = no_message(f, &w, json);
+	} else if (!rc) {
+		fwrite(text, 1, text_len, f);
+		if (json)
+			fprintf(f, "],\"skipped\":[");
+		for (size_t i = 0; i <= n; i++) {
+			uint64_t end = i < n ? spans[i].offset : total;
+
+			k += skip_line(f, json, k, at, end);
+			if (i < n)
+				at = spans[i].offset + spans[i].length;
+		}
+		if (json)
+			fprintf(f, "]}\n");
+		else
+			fprintf(f, "%zu message(s)\n", n);
+		rc = bad ? TCTL_REFUSED : TCTL_OK;
+	}
+	free(text);
+	free(spans);
+	return rc;
 }

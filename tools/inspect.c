@@ -30,10 +30,66 @@ static int regular_magic(const char *path, uint8_t magic[8])
 	return r;
 }
 
+/* What inspect_tgm_sniff_src() allows before a file's first message. */
+#define SNIFF_WINDOW 4096
+
+/*
+ * A stream (stdin, a pipe): a .tgm stream a message at a time, up to max
+ * bytes held at once (tgm-file.h); what starts as a .npy or a Hurray
+ * file (whose index and data are anywhere: read by offset), or has no
+ * .tgm message within its first 4 KiB (a blob), read whole up to max, as
+ * before.
+ */
+static int inspect_stream(const char *path, struct tctl_in *in,
+			  uint64_t max)
+{
+	struct tgm_stream st;
+	struct td_tgm_span sp;
+	struct tgm_src s;
+	uint8_t *buf = NULL;
+	size_t len;
+	int rc, first = 0;
+
+	tgm_stream_init(&st, in, max);
+	rc = tgm_stream_head(&st, 8);
+	if (!rc && !tctl_npy_sniff(st.buf, (size_t)st.have) &&
+	    !inspect_hrry_sniff(st.buf, (size_t)st.have)) {
+		first = tgm_stream_next(&st, &sp, &s);
+		if (first < 0)
+			rc = -first;
+	}
+	/* inspect_tgm_sniff_src()'s rule: the magic first, or a message
+	 * within the window */
+	if (!rc && first >= 0 &&
+	    ((st.have >= 8 && !memcmp(st.buf, "TENSOGRM", 8)) ||
+	     (first == 1 && sp.offset < SNIFF_WINDOW))) {
+		if (first == 1)
+			rc = inspect_tgm_stream(&st, &sp, &s, tctl_json);
+		else /* the magic, no whole message: said as for a file */
+			rc = inspect_tgm_stream(&st, NULL, NULL, tctl_json);
+		tgm_stream_fini(&st);
+		return rc;
+	}
+	if (!rc)
+		rc = tgm_stream_rest(&st, &buf, &len);
+	tgm_stream_fini(&st);
+	if (rc)
+		return rc;
+	if (tctl_npy_sniff(buf, len))
+		rc = tctl_npy_inspect(path, buf, len);
+	else if (inspect_hrry_sniff(buf, len))
+		rc = inspect_hrry(path, buf, len, tctl_json);
+	else
+		rc = inspect_blob(path, buf, len, tctl_json);
+	free(buf);
+	return rc;
+}
+
 /*
  * A .tgm file on disk is read with pread, what inspect prints only (its
  * frames' headers and descriptors; a hashed frame's payload streamed
- * through the hash); anything else as a whole, a stream up to max.
+ * through the hash); anything else as a whole; a stream as
+ * inspect_stream() says.
  */
 static int inspect_input(const char *path, uint64_t max)
 {
@@ -41,30 +97,31 @@ static int inspect_input(const char *path, uint64_t max)
 	struct tgm_src s;
 	uint8_t *buf = NULL;
 	size_t len;
-	int rc = tctl_tgm_open(&s, &in, path, max, &buf);
+	int rc = tctl_in_open(&in, path);
 
 	if (rc)
 		return rc;
-	if (s.fd >= 0) {
-		rc = inspect_tgm_sniff_src(&s) ? inspect_tgm(&s, tctl_json)
-					       : -1;
-		if (rc < 0 && s.io_err)
-			rc = tgm_src_fail(&s);
-		if (rc >= 0) {
-			tctl_in_close(&in);
-			return rc;
-		}
-		/* not a .tgm file: a blob, read whole as before */
-		rc = tctl_in_slurp(&in, max, &buf, &len);
+	if (!in.regular || in.is_stdin) {
+		rc = inspect_stream(path, &in, max);
 		tctl_in_close(&in);
-		if (rc)
-			return rc;
-		s.fd = -1;
-		s.buf = buf;
-		s.size = len;
-	} else {
-		len = (size_t)s.size;
+		return rc;
 	}
+	s = (struct tgm_src){ .path = in.path, .fd = in.fd, .size = in.size };
+	rc = inspect_tgm_sniff_src(&s) ? inspect_tgm(&s, tctl_json) : -1;
+	if (rc < 0 && s.io_err)
+		rc = tgm_src_fail(&s);
+	if (rc >= 0) {
+		tctl_in_close(&in);
+		return rc;
+	}
+	/* not a .tgm file: a blob, read whole as before */
+	rc = tctl_in_slurp(&in, max, &buf, &len);
+	tctl_in_close(&in);
+	if (rc)
+		return rc;
+	s.fd = -1;
+	s.buf = buf;
+	s.size = len;
 	/* formats with a magic first; the blob has none and is the default */
 	if (tctl_npy_sniff(buf, len))
 		rc = tctl_npy_inspect(path, buf, len);

@@ -232,6 +232,12 @@ int inspect_blob(const char *path, const uint8_t *buf, size_t len, int json);
 struct tgm_src;
 /* a .tgm file read with pread, or a stream read whole (tgm-file.h) */
 int inspect_tgm(struct tgm_src *s, int json);
+struct tgm_stream;
+struct td_tgm_span;
+/* the same of a stream, a message at a time (the first, sp in s, found
+ * already by tgm_stream_next()) */
+int inspect_tgm_stream(struct tgm_stream *st, struct td_tgm_span *sp,
+		       struct tgm_src *s, int json);
 /* 1 when s is a .tgm file: TENSOGRM magic, or a message after junk; a
  * file is read only its first few KiB far */
 int inspect_tgm_sniff_src(struct tgm_src *s);

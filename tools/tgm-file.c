@@ -32,9 +32,9 @@ int tgm_src_read(struct tgm_src *s, uint64_t off, void *dst, uint64_t len)
 
 	if (s->fd < 0) {
 		/* a buffer: its bytes are all there is */
-		if (off > s->size || len > s->size - off)
+		if (off < s->base || off > s->size || len > s->size - off)
 			return io_fail(s, ENODATA);
-		memcpy(p, s->buf + off, len);
+		memcpy(p, s->buf + (off - s->base), len);
 		return 0;
 	}
 	while (len) {
@@ -76,8 +76,10 @@ static int scan_feed(struct tgm_src *s, struct td_tgm_scanner *it)
 	uint64_t off = it->need_off, n = it->need_len;
 
 	/* need_off + need_len <= it->len <= s->size */
+	if (s->fd < 0 && off < s->base)
+		return io_fail(s, ENODATA); /* not held: cannot be */
 	if (s->fd < 0) {
-		td_tgm_scan_window(it, s->buf + off, off,
+		td_tgm_scan_window(it, s->buf + (off - s->base), off,
 		                   (size_t)(s->size - off));
 		return 0;
 	}

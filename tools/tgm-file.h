@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Where tensorctl reads .tgm messages from (inspect, load, zarr export):
- * a regular file, read with pread, never whole and never mapped, or a
- * stream read whole already (stdin, up to --max-bytes). The same scan
+ * a regular file, read with pread, never whole and never mapped, or
+ * bytes held in memory: a stream read whole (zarr export's stdin), or
+ * one message of a stream at a time (struct tgm_stream: load and inspect
+ * of stdin, up to --max-bytes held at once). The same scan
  * (../shared/specs/tensogram.md §12) and frame walk (§13) as proto/tgm.c,
  * which does the checks; here only the reading: a file of any size costs
  * what the printed or loaded parts cost (a hash is checked by streaming
@@ -24,8 +26,9 @@
 struct tgm_src {
 	const char *path;   /* for messages */
 	int fd;             /* a regular file (borrowed), or -1 */
-	const uint8_t *buf; /* a stream read whole, when fd < 0 */
-	uint64_t size;      /* the file's size when opened, or buf's */
+	const uint8_t *buf; /* bytes held, when fd < 0: input [base, size) */
+	uint64_t base;      /* the input offset of buf[0] (0: read whole) */
+	uint64_t size;      /* the file's size when opened, or buf's end */
 	int io_err;         /* the first read error (ENODATA: cut short) */
 };
 
@@ -81,5 +84,45 @@ int tgm_frame_payload(struct tgm_src *s, uint64_t base,
 int tgm_object_read(struct tgm_src *s, uint64_t base,
                     const struct td_tgm_frame *fr, struct td_tgm_object *o,
                     uint8_t **cbor, struct td_err *e);
+
+/*
+ * The messages of a stream (stdin), one at a time (tgm-stream.c): the
+ * scan's spans, found as the file's scan finds them, each with a source
+ * that holds it (input offsets, as in a file). What is held at once is
+ * the bytes from the end of the last message found to the end of the
+ * next (junk between them included), refused past max (EFBIG, naming
+ * --max-bytes); before the first message the buffer holds the stream
+ * from its start, so that what is no .tgm stream can be read whole
+ * (tgm_stream_rest()).
+ */
+struct tctl_in;
+struct tgm_stream {
+	struct tctl_in *in;
+	uint64_t max;
+	uint8_t *buf;
+	uint64_t cap, have; /* buf holds input [off, off + have) */
+	uint64_t off;
+	uint64_t done;  /* the end of the last message given out */
+	uint64_t vbase; /* the input offset of the scan's offset 0 */
+	bool eof, exact, found;
+	struct td_tgm_scanner sc;
+};
+
+void tgm_stream_init(struct tgm_stream *st, struct tctl_in *in, uint64_t max);
+void tgm_stream_fini(struct tgm_stream *st);
+/* The first n bytes held (fewer at the end): st->buf, st->have. TCTL_OK
+ * or reported (a read error, more than max). */
+int tgm_stream_head(struct tgm_stream *st, uint64_t n);
+/*
+ * The next message: 1 with *sp and *src (valid until the next call), 0
+ * at the end, or -status (reported: a read error, EFBIG).
+ */
+int tgm_stream_next(struct tgm_stream *st, struct td_tgm_span *sp,
+                    struct tgm_src *src);
+/* How many bytes were read (at the end: the stream's length). */
+uint64_t tgm_stream_total(const struct tgm_stream *st);
+/* Before any message was given out: the whole stream, read to its end
+ * (up to max), into *buf (malloc'ed, the caller's). TCTL_OK or reported. */
+int tgm_stream_rest(struct tgm_stream *st, uint8_t **buf, size_t *len);
 
 #endif
