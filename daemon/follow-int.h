@@ -37,6 +37,13 @@ struct follower {
 	/* the bell's current version's bytes counted as the peer uid's
 	 * pinned (td__follow_pin): the row may take it with no message */
 	uint64_t cur_pin;
+	/*
+	 * A GET lease of the peer uid's on the version this row charges
+	 * for (the current one by cur_pin, or held by pinned), which then
+	 * counts nothing of its own (td__follow_cover); NULL none. When
+	 * the row's charge of that version ends, the lease takes it on.
+	 */
+	struct td__lease *cover;
 	bool spare; /* TD_WIRE_FOLLOW_SPARE: td__follow_admit */
 };
 

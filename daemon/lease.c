@@ -81,6 +81,7 @@ static int lease_new(struct td__store *s, struct td__peer *p, uint64_t pin,
 	l->v = NULL;
 	l->ring = NULL;
 	l->pinned = pin;
+	l->cover = NULL;
 	l->tfd = -1;
 	td__list_init(&l->fence_link);
 	td__list_add_tail(&p->leases, &l->link);
@@ -103,8 +104,10 @@ static int lease_take(struct td__peer *p, struct td__version *v,
 		      int *fds, unsigned *nsend, char *why, size_t cap)
 {
 	struct td__store *s = td__d->store;
+	struct follower *f;
 	struct td__lease *l;
 	char lim[256];
+	uint64_t pin;
 	int rc;
 
 	/*
@@ -114,8 +117,11 @@ static int lease_take(struct td__peer *p, struct td__version *v,
 	 * publisher would GET EXACT its own retired version back once a
 	 * reader made it leave its quota, and keep it charged to nobody
 	 */
-	rc = lease_new(s, p, v->uid != p->uid || v->unowned ? v->acct : 0,
-		       &l, lim, sizeof(lim));
+	pin = v->uid != p->uid || v->unowned ? v->acct : 0;
+	/* what a follow of its uid counts already counts once (the GET a
+	 * follower's library makes for a version it has not mapped) */
+	f = pin ? td__follow_cover_find(p, v, pin) : NULL;
+	rc = lease_new(s, p, f ? 0 : pin, &l, lim, sizeof(lim));
 	if (rc == -ENOBUFS)
 		snprintf(why, cap, "too many leases on this connection (max "
 			 "%d)", TD__MAX_LEASES);
@@ -128,6 +134,8 @@ static int lease_take(struct td__peer *p, struct td__version *v,
 	if (rc < 0)
 		return rc == -ENOBUFS || rc == -EDQUOT ? rc : -ENOMEM;
 	l->v = v;
+	if (f)
+		td__follow_cover(f, l);
 	v->used = ++s->tick;
 	v->refs++;
 	v->lease_count++;
@@ -199,6 +207,8 @@ static void lease_drop(struct td__store *s, struct td__peer *p,
 		td__ring_unlease(l->ring, l->slot, p->uid);
 		td__tenant_ring_unhold(p->uid, l->pinned != 0, 0);
 	} else {
+		if (l->cover)
+			td__follow_uncover(l);
 		l->v->lease_count--;
 		l->v->foreign_leases -= l->v->uid != p->uid;
 		td__version_unref(s, l->v);
