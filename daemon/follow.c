@@ -97,12 +97,16 @@ struct follower *td__follow_cover_find(const struct td__peer *p,
 
 void td__follow_cover(struct follower *f, struct td__lease *l)
 {
+	if (!f)
+		return;
 	f->cover = l;
 	l->cover = f;
 }
 
 void td__follow_uncover(struct td__lease *l)
 {
+	if (!l->cover)
+		return;
 	l->cover->cover = NULL;
 	l->cover = NULL;
 }

@@ -77,12 +77,9 @@ static int lease_new(struct td__store *s, struct td__peer *p, uint64_t pin,
 			return -ENOMEM;
 		}
 	}
-	l->id = s->next_lease++;
-	l->v = NULL;
-	l->ring = NULL;
-	l->pinned = pin;
-	l->cover = NULL;
-	l->tfd = -1;
+	/* a reused record too: no row covers it, it holds nothing */
+	*l = (struct td__lease){.id = s->next_lease++, .pinned = pin,
+				.tfd = -1};
 	td__list_init(&l->fence_link);
 	td__list_add_tail(&p->leases, &l->link);
 	p->n_leases++;
@@ -104,24 +101,21 @@ static int lease_take(struct td__peer *p, struct td__version *v,
 		      int *fds, unsigned *nsend, char *why, size_t cap)
 {
 	struct td__store *s = td__d->store;
-	struct follower *f;
-	struct td__lease *l;
-	char lim[256];
-	uint64_t pin;
-	int rc;
-
 	/*
 	 * a reader holding another uid's version pins those bytes; so does
 	 * one holding a version that is no uid's (restored, or retired
 	 * while only other uids leased it), its publisher too: else a
 	 * publisher would GET EXACT its own retired version back once a
-	 * reader made it leave its quota, and keep it charged to nobody
+	 * reader made it leave its quota, and keep it charged to nobody.
+	 * What a follow of its uid counts already counts once (the GET a
+	 * follower's library makes for a version it has not mapped).
 	 */
-	pin = v->uid != p->uid || v->unowned ? v->acct : 0;
-	/* what a follow of its uid counts already counts once (the GET a
-	 * follower's library makes for a version it has not mapped) */
-	f = pin ? td__follow_cover_find(p, v, pin) : NULL;
-	rc = lease_new(s, p, f ? 0 : pin, &l, lim, sizeof(lim));
+	uint64_t pin = v->uid != p->uid || v->unowned ? v->acct : 0;
+	struct follower *f = pin ? td__follow_cover_find(p, v, pin) : NULL;
+	struct td__lease *l;
+	char lim[256];
+	int rc = lease_new(s, p, f ? 0 : pin, &l, lim, sizeof(lim));
+
 	if (rc == -ENOBUFS)
 		snprintf(why, cap, "too many leases on this connection (max "
 			 "%d)", TD__MAX_LEASES);
@@ -134,8 +128,7 @@ static int lease_take(struct td__peer *p, struct td__version *v,
 	if (rc < 0)
 		return rc == -ENOBUFS || rc == -EDQUOT ? rc : -ENOMEM;
 	l->v = v;
-	if (f)
-		td__follow_cover(f, l);
+	td__follow_cover(f, l);
 	v->used = ++s->tick;
 	v->refs++;
 	v->lease_count++;
@@ -207,8 +200,7 @@ static void lease_drop(struct td__store *s, struct td__peer *p,
 		td__ring_unlease(l->ring, l->slot, p->uid);
 		td__tenant_ring_unhold(p->uid, l->pinned != 0, 0);
 	} else {
-		if (l->cover)
-			td__follow_uncover(l);
+		td__follow_uncover(l);
 		l->v->lease_count--;
 		l->v->foreign_leases -= l->v->uid != p->uid;
 		td__version_unref(s, l->v);

@@ -678,9 +678,11 @@ void td__fence_drop(int *fd, uid_t uid);
 struct follower *td__follow_cover_find(const struct td__peer *p,
 				       const struct td__version *v,
 				       uint64_t pin);
-/* f's charge covers lease l (of f's uid, on the version it charges). */
+/* f's charge covers lease l (of f's uid, on the version it charges);
+ * f NULL: nothing. */
 void td__follow_cover(struct follower *f, struct td__lease *l);
-/* l goes (RELEASE, its holder's end): its row covers it no more. */
+/* l goes (RELEASE, its holder's end): its row, if any, covers it no
+ * more. */
 void td__follow_uncover(struct td__lease *l);
 
 #endif
