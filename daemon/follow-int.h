@@ -97,6 +97,14 @@ static inline uint64_t td__follow_pin(const struct td__version *v, uid_t uid)
 	return v && (v->uid != uid || v->unowned) ? v->acct : 0;
 }
 
+/* Whether f's charge counts v now (b's current version, or its hold). */
+static inline bool td__row_charges(const struct bell *b,
+				   const struct follower *f,
+				   const struct td__version *v)
+{
+	return (b->cur_v == v && f->cur_pin) || (f->held == v && f->pinned);
+}
+
 /* Room for one more follow of p (spare: TD_WIRE_FOLLOW_SPARE): 0, or
  * the refusal sent and -errno. */
 int td__follow_admit(struct td__peer *p, const struct td_wire_hdr *h,

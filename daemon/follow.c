@@ -61,56 +61,6 @@ static void hold_take(struct follower *f, struct td__version *v)
 
 /* ---- a GET lease of a version a row charges for: counted once ---- */
 
-/* Whether f's charge counts v now (b's current version, or its hold). */
-static bool row_charges(const struct bell *b, const struct follower *f,
-			const struct td__version *v)
-{
-	return (b->cur_v == v && f->cur_pin) || (f->held == v && f->pinned);
-}
-
-struct follower *td__follow_cover_find(const struct td__peer *p,
-				       const struct td__version *v,
-				       uint64_t pin)
-{
-	struct bell *b;
-
-	if (td__list_empty(&td__bells))
-		return NULL;
-	b = td__bell_named(v->name, v->name_len);
-	if (!b)
-		return NULL;
-	/* the asking connection's own row first: its library's GET */
-	for (int pass = 0; pass < 2; pass++)
-		for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++) {
-			struct follower *f = &b->rows[i];
-
-			if (!f->peer || f->cover ||
-			    (pass == 0 ? f->peer != p
-				       : f->peer->uid != p->uid) ||
-			    !row_charges(b, f, v) ||
-			    (b->cur_v == v ? f->cur_pin : f->pinned) != pin)
-				continue;
-			return f;
-		}
-	return NULL;
-}
-
-void td__follow_cover(struct follower *f, struct td__lease *l)
-{
-	if (!f)
-		return;
-	f->cover = l;
-	l->cover = f;
-}
-
-void td__follow_uncover(struct td__lease *l)
-{
-	if (!l->cover)
-		return;
-	l->cover->cover = NULL;
-	l->cover = NULL;
-}
-
 /*
  * f's charge of its covered lease's version ended (the name moved on and
  * the row does not hold it, the hold went, the follow ends): the lease
@@ -159,7 +109,7 @@ static void rows_charge(struct bell *b, const struct td__version *now)
 		 * counts for itself now, unless the row holds that version
 		 * (bell_retire: the hold covers it on); only a follower
 		 * that took the last version by GET has one */
-		if (f->cover && !row_charges(b, f, f->cover->v))
+		if (f->cover && !td__row_charges(b, f, f->cover->v))
 			cover_end(f);
 	}
 }

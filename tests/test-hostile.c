@@ -1348,6 +1348,26 @@ Test(hostile, a_follower_taking_by_get_counts_its_version_once)
 	rc = wdo(&reader, W_FOLLOW_TAKE, "pub/f", 0, 1, why, sizeof(why));
 	cr_assert_eq(rc, 0, "the third take was refused: %d %s", rc, why);
 	PINNED_IS(&reader, MiB, "taken from shared memory");
+	/* a GET of the version its row holds, current: counted once */
+	rc = wdo(&reader, W_GET_KEEP, "pub/f", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, 0, "a GET of the followed version: %d %s", rc, why);
+	PINNED_IS(&reader, MiB, "a GET of the version the row holds");
+	/* replaced while the row holds it: the hold counts it (and covers
+	 * the GET lease on), the follow the new one */
+	cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/f", MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	PINNED_IS(&reader, 2 * MiB, "the held version replaced");
+	/* the row takes the next: the daemon sees the hold go at the
+	 * name's next change, where the lease counts for itself, beside
+	 * the row's hold of the version it took and the new current one */
+	rc = wdo(&reader, W_FOLLOW_TAKE, "pub/f", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, 0, "the fourth take: %d %s", rc, why);
+	PINNED_IS(&reader, 2 * MiB, "the hold not seen let go yet");
+	cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/f", MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	PINNED_IS(&reader, 3 * MiB, "the GET lease, a hold, the current");
 	/* the connection ends: every byte goes back */
 	worker_stop(&reader);
 	worker_start(&reader, NOBODY, 1);
