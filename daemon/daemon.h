@@ -533,6 +533,10 @@ int td__tenant_take(uid_t uid, enum td__lim k, uint64_t n, char *why,
 void td__tenant_sub(uid_t uid, enum td__lim k, uint64_t n);
 uint64_t td__tenant_held(uid_t uid, enum td__lim k);
 uint64_t td__tenant_limit(uid_t uid, enum td__lim k); /* 0 = none */
+/* The uids the daemon counts now (every connected uid among them):
+ * their number, and the i-th of them (i below that number). */
+size_t td__tenant_count(void);
+uid_t td__tenant_uid(size_t i);
 /* A hold of uid on a ring (foreign: another uid's), and its end */
 int td__tenant_ring_hold(uid_t uid, bool foreign, uint64_t pin, char *why,
 			 size_t cap);

@@ -3,7 +3,9 @@
  * The daemon's bells of followed names (follow.c keeps them), and
  * FOLLOW's admission (docs/protocol.md §13, docs/policy.md §5): the
  * limits on follows, rows and bells, a spare follow's half, and the
- * uid's limits a follow charges (fds, a lease, pinned bytes).
+ * uid's limits a follow charges (fds, a lease, pinned bytes); and the
+ * rows that cover a GET lease of what they charge for (lease.c calls
+ * them here: follow.c calls lease.c's callers, publish.c).
  */
 #include "follow-int.h"
 
@@ -171,3 +173,45 @@ int td__follow_admit(struct td__peer *p, const struct td_wire_hdr *h,
 	return rc;
 }
 
+struct follower *td__follow_cover_find(const struct td__peer *p,
+				       const struct td__version *v,
+				       uint64_t pin)
+{
+	struct bell *b;
+
+	if (td__list_empty(&td__bells))
+		return NULL;
+	b = td__bell_named(v->name, v->name_len);
+	if (!b)
+		return NULL;
+	/* the asking connection's own row first: its library's GET */
+	for (int pass = 0; pass < 2; pass++)
+		for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++) {
+			struct follower *f = &b->rows[i];
+
+			if (!f->peer || f->cover ||
+			    (pass == 0 ? f->peer != p
+				       : f->peer->uid != p->uid) ||
+			    !td__row_charges(b, f, v) ||
+			    (b->cur_v == v ? f->cur_pin : f->pinned) != pin)
+				continue;
+			return f;
+		}
+	return NULL;
+}
+
+void td__follow_cover(struct follower *f, struct td__lease *l)
+{
+	if (!f)
+		return;
+	f->cover = l;
+	l->cover = f;
+}
+
+void td__follow_uncover(struct td__lease *l)
+{
+	if (!l->cover)
+		return;
+	l->cover->cover = NULL;
+	l->cover = NULL;
+}

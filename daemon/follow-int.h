@@ -37,6 +37,13 @@ struct follower {
 	/* the bell's current version's bytes counted as the peer uid's
 	 * pinned (td__follow_pin): the row may take it with no message */
 	uint64_t cur_pin;
+	/*
+	 * A GET lease of the peer uid's on the version this row charges
+	 * for (the current one by cur_pin, or held by pinned), which then
+	 * counts nothing of its own (td__follow_cover); NULL none. When
+	 * the row's charge of that version ends, the lease takes it on.
+	 */
+	struct td__lease *cover;
 	bool spare; /* TD_WIRE_FOLLOW_SPARE: td__follow_admit */
 };
 
@@ -88,6 +95,14 @@ struct bell *td__bell_named(const char *name, size_t len);
 static inline uint64_t td__follow_pin(const struct td__version *v, uid_t uid)
 {
 	return v && (v->uid != uid || v->unowned) ? v->acct : 0;
+}
+
+/* Whether f's charge counts v now (b's current version, or its hold). */
+static inline bool td__row_charges(const struct bell *b,
+				   const struct follower *f,
+				   const struct td__version *v)
+{
+	return (b->cur_v == v && f->cur_pin) || (f->held == v && f->pinned);
 }
 
 /* Room for one more follow of p (spare: TD_WIRE_FOLLOW_SPARE): 0, or

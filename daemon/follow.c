@@ -59,6 +59,25 @@ static void hold_take(struct follower *f, struct td__version *v)
 	(void)td__tenant_add(uid, TD__LIM_PINNED, f->pinned);
 }
 
+/* ---- a GET lease of a version a row charges for: counted once ---- */
+
+/*
+ * f's charge of its covered lease's version ended (the name moved on and
+ * the row does not hold it, the hold went, the follow ends): the lease
+ * counts those bytes from now on, as any GET lease does. It cannot be
+ * refused (the lease is held already): over the limit, the uid's next
+ * request is, as after rows_charge.
+ */
+static void cover_end(struct follower *f)
+{
+	struct td__lease *l = f->cover;
+
+	l->pinned = td__follow_pin(l->v, f->peer->uid);
+	/* the uid has an entry (its connection): this cannot fail */
+	(void)td__tenant_add(f->peer->uid, TD__LIM_PINNED, l->pinned);
+	td__follow_uncover(l);
+}
+
 /*
  * Every row's uid is charged now's pinned bytes in place of the last
  * current version's (a row that held that one keeps it as a hold, which
@@ -79,11 +98,19 @@ static void rows_charge(struct bell *b, const struct td__version *now)
 		pin = td__follow_pin(now, f->peer->uid);
 		/* a stream's versions are all of one size: nothing to do on
 		 * the handoff path (and no tenant row emptied and remade) */
-		if (pin == f->cur_pin)
-			continue;
-		td__tenant_sub(f->peer->uid, TD__LIM_PINNED, f->cur_pin);
-		(void)td__tenant_add(f->peer->uid, TD__LIM_PINNED, pin);
-		f->cur_pin = pin;
+		if (pin != f->cur_pin) {
+			td__tenant_sub(f->peer->uid, TD__LIM_PINNED,
+				       f->cur_pin);
+			(void)td__tenant_add(f->peer->uid, TD__LIM_PINNED,
+					     pin);
+			f->cur_pin = pin;
+		}
+		/* a GET lease it covered of the version that was current
+		 * counts for itself now, unless the row holds that version
+		 * (bell_retire: the hold covers it on); only a follower
+		 * that took the last version by GET has one */
+		if (f->cover && !td__row_charges(b, f, f->cover->v))
+			cover_end(f);
 	}
 }
 
@@ -92,6 +119,10 @@ static void hold_drop(struct follower *f)
 	struct td__version *v = f->held;
 	uid_t uid = f->peer->uid;
 
+	/* a held version is never current again: a lease of it covered by
+	 * the hold counts for itself now */
+	if (f->cover && f->cover->v == v)
+		cover_end(f);
 	f->held = NULL;
 	f->peer->follow_holds--;
 	f->peer->follow_held_bytes -= v->bytes;
@@ -773,6 +804,8 @@ static bool follower_end(struct bell *b, struct follower *f)
 
 	if (f->held)
 		hold_drop(f);
+	if (f->cover)
+		cover_end(f);
 	td__tenant_sub(uid, TD__LIM_PINNED, f->cur_pin);
 	munmap(f->row, TD_FOLLOW_ROW_LEN);
 	close(f->row_fd);

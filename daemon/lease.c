@@ -77,11 +77,9 @@ static int lease_new(struct td__store *s, struct td__peer *p, uint64_t pin,
 			return -ENOMEM;
 		}
 	}
-	l->id = s->next_lease++;
-	l->v = NULL;
-	l->ring = NULL;
-	l->pinned = pin;
-	l->tfd = -1;
+	/* a reused record too: no row covers it, it holds nothing */
+	*l = (struct td__lease){.id = s->next_lease++, .pinned = pin,
+				.tfd = -1};
 	td__list_init(&l->fence_link);
 	td__list_add_tail(&p->leases, &l->link);
 	p->n_leases++;
@@ -103,19 +101,21 @@ static int lease_take(struct td__peer *p, struct td__version *v,
 		      int *fds, unsigned *nsend, char *why, size_t cap)
 {
 	struct td__store *s = td__d->store;
-	struct td__lease *l;
-	char lim[256];
-	int rc;
-
 	/*
 	 * a reader holding another uid's version pins those bytes; so does
 	 * one holding a version that is no uid's (restored, or retired
 	 * while only other uids leased it), its publisher too: else a
 	 * publisher would GET EXACT its own retired version back once a
-	 * reader made it leave its quota, and keep it charged to nobody
+	 * reader made it leave its quota, and keep it charged to nobody.
+	 * What a follow of its uid counts already counts once (the GET a
+	 * follower's library makes for a version it has not mapped).
 	 */
-	rc = lease_new(s, p, v->uid != p->uid || v->unowned ? v->acct : 0,
-		       &l, lim, sizeof(lim));
+	uint64_t pin = v->uid != p->uid || v->unowned ? v->acct : 0;
+	struct follower *f = pin ? td__follow_cover_find(p, v, pin) : NULL;
+	struct td__lease *l;
+	char lim[256];
+	int rc = lease_new(s, p, f ? 0 : pin, &l, lim, sizeof(lim));
+
 	if (rc == -ENOBUFS)
 		snprintf(why, cap, "too many leases on this connection (max "
 			 "%d)", TD__MAX_LEASES);
@@ -128,6 +128,7 @@ static int lease_take(struct td__peer *p, struct td__version *v,
 	if (rc < 0)
 		return rc == -ENOBUFS || rc == -EDQUOT ? rc : -ENOMEM;
 	l->v = v;
+	td__follow_cover(f, l);
 	v->used = ++s->tick;
 	v->refs++;
 	v->lease_count++;
@@ -199,6 +200,7 @@ static void lease_drop(struct td__store *s, struct td__peer *p,
 		td__ring_unlease(l->ring, l->slot, p->uid);
 		td__tenant_ring_unhold(p->uid, l->pinned != 0, 0);
 	} else {
+		td__follow_uncover(l);
 		l->v->lease_count--;
 		l->v->foreign_leases -= l->v->uid != p->uid;
 		td__version_unref(s, l->v);

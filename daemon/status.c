@@ -72,6 +72,25 @@ static uint64_t pinned_bytes(const struct td__store *s, uid_t uid)
 	return n;
 }
 
+/* uid's row, bytes charged to it, when the asker may see it. */
+static void uid_row(struct td_wire_status_rep *m, bool all, uid_t asker,
+		    uid_t uid, uint64_t bytes)
+{
+	if ((!all && uid != asker) || m->uid_count == TD_WIRE_STATUS_MAX_UIDS)
+		return;
+	m->uids[m->uid_count++] = (struct td_wire_status_uid){
+		.uid = (uint32_t)uid,
+		.bytes = bytes,
+		/* the one the allocations are checked against */
+		.quota = td__tenant_quota(uid),
+		.pinned = pinned_bytes(td__d->store, uid),
+		/* the one GET, FOLLOW and RING_SUBSCRIBE are checked
+		 * against (tenant.c): not the PIN versions above */
+		.pinned_use = td__tenant_held(uid, TD__LIM_PINNED),
+		.pinned_limit = td__tenant_limit(uid, TD__LIM_PINNED),
+	};
+}
+
 static void status_fill(struct td__peer *asker, bool all,
 			struct td_wire_status_rep *m)
 {
@@ -112,19 +131,19 @@ static void status_fill(struct td__peer *asker, bool all,
 			continue;
 		client_row(p, now, &m->clients[m->client_count++]);
 	}
-	for (size_t i = 0; i < s->nuids; i++) {
-		uid_t uid = s->uids[i].uid;
+	m->has_pinned = asker->features & TD_WIRE_FEAT_STATUS_PINNED;
+	for (size_t i = 0; i < s->nuids; i++)
+		uid_row(m, all, asker->uid, s->uids[i].uid, s->uids[i].bytes);
+	/* a client that knows the pinned figures gets a row for every uid
+	 * the daemon counts: a reader that published nothing has one */
+	for (size_t i = 0; m->has_pinned && i < td__tenant_count(); i++) {
+		uid_t uid = td__tenant_uid(i);
+		bool seen = false;
 
-		if ((!all && uid != asker->uid) ||
-		    m->uid_count == TD_WIRE_STATUS_MAX_UIDS)
-			continue;
-		m->uids[m->uid_count++] = (struct td_wire_status_uid){
-			.uid = (uint32_t)uid,
-			.bytes = s->uids[i].bytes,
-			/* the one the allocations are checked against */
-			.quota = td__tenant_quota(uid),
-			.pinned = pinned_bytes(s, uid),
-		};
+		for (size_t j = 0; j < s->nuids && !seen; j++)
+			seen = s->uids[j].uid == uid;
+		if (!seen)
+			uid_row(m, all, asker->uid, uid, 0);
 	}
 }
 

@@ -136,6 +136,13 @@ struct td__lease {
 	struct td__list link; /* peer->leases */
 	uint64_t id;
 	uint64_t pinned; /* bytes counted as the holder's pinned (tenant.c) */
+	/*
+	 * follow.c: the follow row of the holder's uid whose own charge
+	 * counts v's bytes in pinned while this lease has none (pinned 0),
+	 * NULL none: a version a uid holds by a GET lease and may take by
+	 * its follow counts once (td__follow_cover)
+	 */
+	struct follower *cover;
 	struct td__version *v;     /* NULL for a lease on a ring slot: */
 	struct td__ring *ring; /* ring.c holds the slot (td__ring_unlease) */
 	uint32_t slot;
@@ -675,5 +682,21 @@ bool td__fence_let_go(int *fd, uid_t uid);
 /* Close a held fence *fd (-1: nothing) and uncount it from uid. */
 void td__fence_drop(int *fd, uid_t uid);
 
+
+/*
+ * A follow row of p's uid whose charge counts v's pin bytes now (v the
+ * name's current version, or the version the row holds) and covers no
+ * lease yet, or NULL (follow.c): a GET lease of v by p then counts
+ * nothing of its own (docs/policy.md, "A follower's hold").
+ */
+struct follower *td__follow_cover_find(const struct td__peer *p,
+				       const struct td__version *v,
+				       uint64_t pin);
+/* f's charge covers lease l (of f's uid, on the version it charges);
+ * f NULL: nothing. */
+void td__follow_cover(struct follower *f, struct td__lease *l);
+/* l goes (RELEASE, its holder's end): its row, if any, covers it no
+ * more. */
+void td__follow_uncover(struct td__lease *l);
 
 #endif

@@ -125,6 +125,16 @@ uint64_t td__tenant_held(uid_t uid, enum td__lim k)
 	return t ? t->held[k] : 0;
 }
 
+size_t td__tenant_count(void)
+{
+	return T.n;
+}
+
+uid_t td__tenant_uid(size_t i)
+{
+	return T.t[i].uid;
+}
+
 int td__tenant_check(uid_t uid, enum td__lim k, uint64_t n, char *why,
 		     size_t cap)
 {

@@ -13,14 +13,34 @@ _Static_assert((int)TD_REFUSAL_INPUT == (int)TD_REFUSED_INPUT &&
 			       (int)TD_REFUSED_PERMISSION,
 	       "refusal kinds follow wire");
 
+/*
+ * What td_client_status() hands out: the public struct first (the
+ * pointer the caller gets and td_status_free() takes), then what
+ * <tensord/status.h> reads, where td_status may not grow rows (an
+ * application built against it indexes uids[] by its size).
+ */
+struct status_full {
+	struct td_status s;
+	struct td_status_pinned *pins; /* uid_count of them, or NULL */
+};
+
 /* Copy the decoded reply (which borrows c->rbuf) into a new td_status. */
 static int status_copy(const struct td_wire_status_rep *m,
 		       struct td_status **out)
 {
-	struct td_status *s = calloc(1, sizeof(*s));
+	struct status_full *full = calloc(1, sizeof(*full));
+	struct td_status *s = full ? &full->s : NULL;
 
 	if (!s)
 		return -ENOMEM;
+	if (m->has_pinned) {
+		full->pins = calloc(m->uid_count ? m->uid_count : 1,
+				    sizeof(*full->pins));
+		if (!full->pins) {
+			free(full);
+			return -ENOMEM;
+		}
+	}
 	s->clients = calloc(m->client_count ? m->client_count : 1,
 			    sizeof(*s->clients));
 	s->uids = calloc(m->uid_count ? m->uid_count : 1, sizeof(*s->uids));
@@ -64,6 +84,9 @@ static int status_copy(const struct td_wire_status_rep *m,
 		s->uids[i] = (struct td_status_uid){
 			m->uids[i].uid, m->uids[i].bytes, m->uids[i].quota,
 			m->uids[i].pinned};
+	for (uint32_t i = 0; full->pins && i < m->uid_count; i++)
+		full->pins[i] = (struct td_status_pinned){
+			m->uids[i].pinned_use, m->uids[i].pinned_limit};
 	*out = s;
 	return 0;
 }
@@ -100,6 +123,7 @@ int td_client_status(struct td_client *c, struct td_status **out,
 		goto out;
 	td__msg_close_fds(&rep);
 	m.has_reserve = td__has(c, TD_WIRE_FEAT_STATUS_RESERVE);
+	m.has_pinned = td__has(c, TD_WIRE_FEAT_STATUS_PINNED);
 	rc = td_wire_status_rep_decode(rep.body, rep.body_len, &m,
 				       TD_WIRE_STATUS_MAX_CLIENTS,
 				       TD_WIRE_STATUS_MAX_UIDS, &e);
@@ -119,11 +143,27 @@ out_free:
 	return rc;
 }
 
+int td_status_uid_pinned(const struct td_status *s, size_t i,
+			 struct td_status_pinned *out)
+{
+	const struct status_full *full = (const struct status_full *)s;
+
+	if (!s || !out || i >= s->uid_count)
+		return -EINVAL;
+	if (!full->pins) {
+		*out = (struct td_status_pinned){0, 0};
+		return -EOPNOTSUPP;
+	}
+	*out = full->pins[i];
+	return 0;
+}
+
 void td_status_free(struct td_status *s)
 {
 	if (!s)
 		return;
 	free(s->clients);
 	free(s->uids);
+	free(((struct status_full *)s)->pins);
 	free(s);
 }

@@ -72,10 +72,32 @@ int64_t td_wire_status_rep_encode(const struct td_wire_status_rep *m,
 		td_wire_wr_u64(&wr, u->bytes);
 		td_wire_wr_u64(&wr, u->quota);
 		td_wire_wr_u64(&wr, u->pinned);
+		if (m->has_pinned) {
+			td_wire_wr_u64(&wr, u->pinned_use);
+			td_wire_wr_u64(&wr, u->pinned_limit);
+		}
 	}
 	if (m->has_reserve)
 		td_wire_wr_u64(&wr, m->byte_reserve);
 	return td__wire_wr_done(&wr);
+}
+
+/*
+ * Row i's uid in no row before it: a client adds the figures up by uid,
+ * so a repeated row would count a uid twice. -EBADMSG at its offset.
+ * At most TD_WIRE_STATUS_MAX_UIDS rows: 32640 compares at worst.
+ */
+static void uid_once(struct td_wire_rd *rd,
+		     const struct td_wire_status_uid *u, uint32_t i)
+{
+	for (uint32_t j = 0; j < i; j++)
+		if (u[j].uid == u[i].uid) {
+			/* the row is 44 bytes; rd->off is past it */
+			td__wire_rd_fail(rd, TD_ERR_MALFORMED, "uid",
+					 u[i].uid, rd->off - 44,
+					 "a uid row repeated");
+			return;
+		}
 }
 
 int td_wire_status_rep_decode(const uint8_t *body, size_t len,
@@ -132,6 +154,14 @@ int td_wire_status_rep_decode(const uint8_t *body, size_t len,
 		u->bytes = td_wire_rd_u64(&rd, "bytes");
 		u->quota = td_wire_rd_u64(&rd, "quota");
 		u->pinned = td_wire_rd_u64(&rd, "pinned");
+		u->pinned_use = m->has_pinned
+					? td_wire_rd_u64(&rd, "pinned_use")
+					: 0;
+		u->pinned_limit = m->has_pinned
+					  ? td_wire_rd_u64(&rd, "pinned_limit")
+					  : 0;
+		if (m->has_pinned && rd.rc == 0)
+			uid_once(&rd, m->uids, i);
 	}
 	m->byte_reserve =
 		m->has_reserve ? td_wire_rd_u64(&rd, "byte_reserve") : 0;

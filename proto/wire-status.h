@@ -14,6 +14,10 @@
 /* the STATUS reply ends with u64 byte_reserve (sent only to a client
  * whose HELLO named this feature: an older decoder refuses the tail) */
 #define TD_WIRE_FEAT_STATUS_RESERVE 0x1000000u
+/* each STATUS uid row ends with u64 pinned_use, pinned_limit, and every
+ * uid the daemon counts has a row, once (sent only to a client whose
+ * HELLO named this feature: an older decoder reads other rows) */
+#define TD_WIRE_FEAT_STATUS_PINNED 0x10000000u
 
 /* Rows one reply carries at most; the totals count every one. */
 #define TD_WIRE_STATUS_MAX_CLIENTS 512
@@ -45,7 +49,11 @@ struct td_wire_status_uid {
 	uint32_t uid;
 	uint64_t bytes;  /* charged to it (versions, allocs, rings) */
 	uint64_t quota;  /* its limit, 0 = none */
-	uint64_t pinned; /* bytes of its pinned current versions */
+	uint64_t pinned; /* bytes of its PIN-flagged current versions */
+	/* TD_WIRE_FEAT_STATUS_PINNED: the bytes counted against its
+	 * `pinned` limit (other uids' versions and rings it leases or may
+	 * take as a follower, docs/policy.md §5), and that limit (0 none) */
+	uint64_t pinned_use, pinned_limit;
 };
 
 /* Refusal kinds (counters and the audit log). */
@@ -79,6 +87,10 @@ struct td_wire_status_rep {
 	/* Encode and decode: does the reply end with byte_reserve
 	 * (TD_WIRE_FEAT_STATUS_RESERVE)? The decoder's caller sets it. */
 	bool has_reserve;
+	/* Encode and decode: do the uid rows carry pinned_use and
+	 * pinned_limit (TD_WIRE_FEAT_STATUS_PINNED)? The decoder's caller
+	 * sets it; with it, a uid repeated in the rows is refused. */
+	bool has_pinned;
 	/* bytes of max_bytes only root and the daemon's uid may fill */
 	uint64_t byte_reserve;
 };

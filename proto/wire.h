@@ -215,6 +215,7 @@ void td_wire_wr_bytes(struct td_wire_wr *wr, const void *p, size_t len);
 /* GET_MANY flag TD_WIRE_MANY_NEWER: parked until its first name has a
  * version newer than the request's (docs/protocol.md §6.10) */
 #define TD_WIRE_FEAT_MANY_WAIT 0x8000000u
+/* 0x10000000 TD_WIRE_FEAT_STATUS_PINNED: wire-status.h */
 
 /* HELLO request */
 struct td_wire_hello_req {

@@ -1272,6 +1272,130 @@ Test(hostile, a_followers_current_version_counts_as_its_pinned_bytes)
 }
 
 /*
+ * uid's figures of its `pinned` limit in STATUS, read by root (which
+ * sees every uid): its use, and the limit into *limit. A uid the daemon
+ * counts nothing for has no row: 0 and 0.
+ */
+static uint64_t pinned_use_of(uid_t uid, uint64_t *limit)
+{
+	struct td_client *c = cli();
+	struct td_status_pinned pl = {0, 0};
+	struct td_error e = {0};
+	struct td_status *s;
+	int rc = td_client_status(c, &s, &e);
+
+	cr_assert_eq(rc, 0, "status: %d %s", rc, e.reason);
+	for (size_t i = 0; i < s->uid_count; i++)
+		if (s->uids[i].uid == uid)
+			cr_assert_eq(td_status_uid_pinned(s, i, &pl), 0);
+	td_status_free(s);
+	td_client_close(c);
+	*limit = pl.limit;
+	return pl.use;
+}
+
+/* Both figures of the reader's pinned use, its refusal's and STATUS's,
+ * equal n (the refusal is a request on the reader's connection: what it
+ * released before, quietly, the daemon has seen by then). */
+#define PINNED_IS(reader, n, what)                                            \
+	do {                                                                  \
+		uint64_t lim_, st_;                                           \
+		unsigned long long r_ = pinned_of(reader);                    \
+                                                                              \
+		st_ = pinned_use_of(NOBODY, &lim_);                           \
+		cr_assert_eq(r_, (n), "%s: refusal says %llu", what, r_);     \
+		cr_assert_eq(st_, (n), "%s: STATUS says %llu", what,          \
+			     (unsigned long long)st_);                        \
+		cr_assert_eq(lim_, MiB, "%s: limit %llu", what,               \
+			     (unsigned long long)lim_);                       \
+	} while (0)
+
+/*
+ * A follower takes a version whose buffers it has not mapped by a GET
+ * of it, while its follow counts that version already: the two used to
+ * count the same bytes twice in its uid's pinned, so a follower whose
+ * limit fits one version exactly was refused its very first take
+ * (-EDQUOT at half its real limit). A version a uid holds by a GET
+ * lease and may take by its follow counts once; the lease counts for
+ * itself once the follow's charge moves on (a newer version), and
+ * STATUS shows the figure the limit is checked against at each step.
+ */
+Test(hostile, a_follower_taking_by_get_counts_its_version_once)
+{
+	struct worker prod, reader;
+	char why[TD_WIRE_MAX_REASON + 1];
+	int rc;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=60001 rw pub/\n"
+			     "allow uid=65534 r pub/\n"
+			     "limit uid=65534 pinned 1M\n",
+			     NULL, NULL),
+		 0, "info");
+	worker_start(&prod, 60001, 1);
+	cr_assert_eq(wdo(&prod, W_PUT, "pub/big", 4 * MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	worker_start(&reader, NOBODY, 1);
+	PINNED_IS(&reader, 0, "connected");
+	cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/f", MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	/* FOLLOW (1 MiB: the current version), then a GET of it: its
+	 * buffer is not mapped yet */
+	rc = wdo(&reader, W_FOLLOW_TAKE, "pub/f", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, 0, "the first take was refused: %d %s", rc, why);
+	PINNED_IS(&reader, MiB, "taken by GET");
+	/* a new version in the stream's other buffer: the follow counts
+	 * it, and the lease the library keeps counts the last for itself */
+	cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/f", MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	PINNED_IS(&reader, 2 * MiB, "the taken version replaced");
+	/* the last released, this one taken by GET: once again */
+	rc = wdo(&reader, W_FOLLOW_TAKE, "pub/f", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, 0, "the second take was refused: %d %s", rc, why);
+	PINNED_IS(&reader, MiB, "the second taken by GET");
+	/* the first buffer again, mapped: taken from shared memory */
+	cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/f", MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	rc = wdo(&reader, W_FOLLOW_TAKE, "pub/f", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, 0, "the third take was refused: %d %s", rc, why);
+	PINNED_IS(&reader, MiB, "taken from shared memory");
+	/* a GET of the version its row holds, current: counted once */
+	rc = wdo(&reader, W_GET_KEEP, "pub/f", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, 0, "a GET of the followed version: %d %s", rc, why);
+	PINNED_IS(&reader, MiB, "a GET of the version the row holds");
+	/* replaced while the row holds it: the hold counts it (and covers
+	 * the GET lease on), the follow the new one */
+	cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/f", MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	PINNED_IS(&reader, 2 * MiB, "the held version replaced");
+	/* the row takes the next: the daemon sees the hold go at the
+	 * name's next change, where the lease counts for itself, beside
+	 * the row's hold of the version it took and the new current one */
+	rc = wdo(&reader, W_FOLLOW_TAKE, "pub/f", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, 0, "the fourth take: %d %s", rc, why);
+	PINNED_IS(&reader, 2 * MiB, "the hold not seen let go yet");
+	cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/f", MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	PINNED_IS(&reader, 3 * MiB, "the GET lease, a hold, the current");
+	/* the connection ends: every byte goes back */
+	worker_stop(&reader);
+	worker_start(&reader, NOBODY, 1);
+	PINNED_IS(&reader, 0, "after the follower's end");
+	worker_stop(&reader);
+	victim_works("victim/followonce", "a follower's GET");
+	worker_stop(&prod);
+	stop();
+	unlink(policy_path);
+}
+
+/*
  * Each GET of a version fenced by an eventfd gives the reader a timerfd
  * of the daemon's, its own fence (docs/fastpath.md, "Fences"): it counts
  * against the reader's fds limit, so holding many leases of fenced

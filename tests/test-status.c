@@ -340,9 +340,11 @@ Test(status, the_quota_in_force_is_shown_without_uid_max_bytes)
 }
 
 /* The STATUS of a raw client whose HELLO named features f: decoded
- * as a client that knows of the reserve (has_reserve) would. */
-static int raw_status(const struct logged *l, uint32_t f, bool has_reserve,
-		      struct td_wire_status_rep *m)
+ * as a client that knows of the reserve (has_reserve) and of the
+ * pinned figures (has_pinned) would. */
+static int raw_status_ex(const struct logged *l, uint32_t f,
+			 bool has_reserve, bool has_pinned,
+			 struct td_wire_status_rep *m)
 {
 	static struct td_wire_status_client cl[TD_WIRE_STATUS_MAX_CLIENTS];
 	static struct td_wire_status_uid ui[TD_WIRE_STATUS_MAX_UIDS];
@@ -357,12 +359,160 @@ static int raw_status(const struct logged *l, uint32_t f, bool has_reserve,
 			      &r),
 		     0);
 	*m = (struct td_wire_status_rep){.clients = cl, .uids = ui,
-					 .has_reserve = has_reserve};
+					 .has_reserve = has_reserve,
+					 .has_pinned = has_pinned};
 	rc = td_wire_status_rep_decode(RAW_BODY, r.h.body_len, m,
 				       TD_WIRE_STATUS_MAX_CLIENTS,
 				       TD_WIRE_STATUS_MAX_UIDS, NULL);
 	close(sock);
 	return rc;
+}
+
+static void write_file(const char *path, const char *text)
+{
+	char tmp[128];
+	snprintf(tmp, sizeof(tmp), "%s.new", path);
+	FILE *f = fopen(tmp, "w");
+	cr_assert(f);
+	fputs(text, f);
+	cr_assert_eq(fclose(f), 0);
+	cr_assert_eq(rename(tmp, path), 0);
+}
+
+static int raw_status(const struct logged *l, uint32_t f, bool has_reserve,
+		      struct td_wire_status_rep *m)
+{
+	return raw_status_ex(l, f, has_reserve, false, m);
+}
+
+/* Row of uid in m, or NULL. */
+static const struct td_wire_status_uid *
+raw_uid(const struct td_wire_status_rep *m, uint32_t uid)
+{
+	for (uint32_t i = 0; i < m->uid_count; i++)
+		if (m->uids[i].uid == uid)
+			return &m->uids[i];
+	return NULL;
+}
+
+/* Uid's use of its pinned limit in s, and the limit into *lim; -1 for
+ * a uid with no row. */
+static long long pinned_use(const struct td_status *s, uint32_t uid,
+			    uint64_t *lim)
+{
+	struct td_status_pinned pl;
+
+	for (size_t i = 0; i < s->uid_count; i++)
+		if (s->uids[i].uid == uid) {
+			cr_assert_eq(td_status_uid_pinned(s, i, &pl), 0);
+			*lim = pl.limit;
+			return (long long)pl.use;
+		}
+	return -1;
+}
+
+/*
+ * What a uid's pinned limit is checked against (other uids' versions it
+ * leases) is in STATUS, with the limit, for a client that asks for it in
+ * HELLO, for every uid the daemon counts (root here publishes nothing:
+ * it had no row); apart from `pinned`, the uid's PIN versions. A client
+ * that does not ask gets the rows its decoder reads. tensorctl shows
+ * both, named apart.
+ */
+Test(status, the_pinned_limits_use_is_shown_to_clients_that_know_it)
+{
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as a second uid");
+	struct logged l;
+	char pol[64];
+	snprintf(pol, sizeof(pol), "/tmp/td-status-pinned-%d", (int)getpid());
+	write_file(pol, "allow any rw *\nlimit uid=0 pinned 5M\n");
+	const char *extra[] = {"--socket-mode", "0666", "--policy", pol,
+			       "--max-bytes", "64M", NULL};
+	const struct td_wire_status_uid *u;
+	struct td_wire_status_rep m;
+	struct td_tensor *t;
+	struct td_error e = {0};
+	uint64_t lim = 0;
+	char *out;
+
+	start(&l, extra);
+	as_nobody(&l, nobody_put);
+	struct td_client *c = cli(&l);
+	struct td_status *s = status(c);
+	cr_assert_eq(pinned_use(s, 0, &lim), 0, "root holds nothing yet");
+	cr_assert_eq(lim, 5 << 20);
+	td_status_free(s);
+	/* a lease of another uid's version: 64 bytes against the limit */
+	cr_assert_eq(td_client_get(c, "nobody/x", &t, &e), 0, "%s", e.reason);
+	cr_assert_eq(put(c, "root/pin", 4096, true), 0);
+	s = status(c);
+	cr_assert_eq(pinned_use(s, 0, &lim), 64);
+	cr_assert_eq(lim, 5 << 20);
+	cr_assert_eq(pinned_use(s, NOBODY, &lim), 0);
+	cr_assert_eq(lim, 16 << 20, "nobody's: the default, --max-bytes / 4");
+	for (size_t i = 0; i < s->uid_count; i++)
+		if (s->uids[i].uid == 0)
+			cr_assert_eq(s->uids[i].pinned, 4096,
+				     "its PIN versions, the other figure");
+	td_status_free(s);
+
+	/* the old layout to a client that did not ask, its rows only for
+	 * uids charged bytes */
+	cr_assert_eq(raw_status_ex(&l, TD_WIRE_FEAT_STATUS, false, false, &m),
+		     0);
+	cr_assert_lt(raw_status_ex(&l, TD_WIRE_FEAT_STATUS, false, true, &m),
+		     0, "no pinned figures for a client that did not ask");
+	cr_assert_eq(raw_status_ex(&l, TD_WIRE_FEAT_STATUS_PINNED, false, true,
+				   &m),
+		     0);
+	u = raw_uid(&m, 0);
+	cr_assert(u && u->pinned_use == 64 && u->pinned_limit == 5 << 20);
+	cr_assert_eq(raw_status_ex(&l, TD_WIRE_FEAT_STATUS_PINNED |
+					       TD_WIRE_FEAT_STATUS_RESERVE,
+				   true, true, &m),
+		     0, "both tails together");
+
+	char *argv[] = {getenv("TD_TENSORCTL"), "--socket", l.d.sock,
+			"status", "--bytes", NULL};
+	cr_assert_eq(tu_run_capture(argv, &out), 0, "%s", out);
+	cr_assert(strstr(out, "PIN-FLAGGED PINNED-USE PINNED-LIMIT"), "%s",
+		  out);
+	cr_assert(strstr(out, "4096 B       64 B    5242880 B"), "%s", out);
+	free(out);
+	char *jargv[] = {getenv("TD_TENSORCTL"), "--socket", l.d.sock,
+			 "status", "--json", NULL};
+	cr_assert_eq(tu_run_capture(jargv, &out), 0, "%s", out);
+	struct json_object *j = json_tokener_parse(out), *ui, *v;
+	int seen = 0;
+	cr_assert(j, "%s", out);
+	cr_assert(json_object_object_get_ex(j, "uids", &ui), "%s", out);
+	for (size_t i = 0; i < json_object_array_length(ui); i++) {
+		struct json_object *r = json_object_array_get_idx(ui, i);
+		cr_assert(json_object_object_get_ex(r, "uid", &v));
+		if (json_object_get_uint64(v) != 0)
+			continue;
+		seen++;
+		cr_assert(json_object_object_get_ex(r, "pinned_use", &v));
+		cr_assert_eq(json_object_get_uint64(v), 64);
+		cr_assert(json_object_object_get_ex(r, "pinned_limit", &v));
+		cr_assert_eq(json_object_get_uint64(v), 5 << 20);
+		cr_assert(json_object_object_get_ex(r, "pinned", &v));
+		cr_assert_eq(json_object_get_uint64(v), 4096);
+	}
+	cr_assert_eq(seen, 1, "%s", out);
+	json_object_put(j);
+	free(out);
+
+	/* released: nothing against the limit */
+	td_tensor_release(t);
+	s = status(c);
+	cr_assert_eq(pinned_use(s, 0, &lim), 0);
+	td_status_free(s);
+	td_client_close(c);
+	stop(&l);
+	done(&l);
+	unlink(pol);
 }
 
 /*
@@ -473,17 +623,6 @@ Test(status, reconnecting_refusers_are_bounded_by_the_rate_limit)
 		     (unsigned long long)suppressed);
 	cr_assert_geq(lines, 1);
 	done(&l);
-}
-
-static void write_file(const char *path, const char *text)
-{
-	char tmp[128];
-	snprintf(tmp, sizeof(tmp), "%s.new", path);
-	FILE *f = fopen(tmp, "w");
-	cr_assert(f);
-	fputs(text, f);
-	cr_assert_eq(fclose(f), 0);
-	cr_assert_eq(rename(tmp, path), 0);
 }
 
 /* SIGHUP, then wait (bounded, as a hang guard) until the log says so. */

@@ -1957,6 +1957,78 @@ Test(wire, size_parse_reads_digits_and_one_binary_suffix)
 }
 
 /* STATUS: a round trip, every truncation refused, counts over the cap. */
+/*
+ * TD_WIRE_FEAT_STATUS_PINNED: each uid row ends with pinned_use and
+ * pinned_limit (16 more bytes a row), read only by a decoder told to
+ * expect them; with them, a uid repeated in the rows is refused.
+ */
+Test(wire, status_pinned_rows_round_trip_and_refuse_a_repeated_uid)
+{
+	struct td_wire_status_uid ui[2] = {
+		{.uid = 1000, .bytes = 1 << 20, .pinned = 4096,
+		 .pinned_use = 3 << 20, .pinned_limit = 2 << 20},
+		{.uid = 65534, .pinned_use = 1 << 20, .pinned_limit = 0},
+	};
+	struct td_wire_status_rep m = {
+		.ident = {"tensord 9", 9}, .uid_count = 2, .uids = ui,
+		.has_pinned = true,
+	};
+	static uint8_t buf[TD_WIRE_MAX_MSG], re[TD_WIRE_MAX_MSG];
+	struct td_wire_status_uid gu[2];
+	struct td_wire_status_rep g = {.uids = gu, .has_pinned = true};
+	struct td_err e = {0};
+	int64_t n = td_wire_status_rep_encode(&m, buf, sizeof(buf)), old;
+
+	cr_assert_gt(n, 0);
+	m.has_pinned = false;
+	old = td_wire_status_rep_encode(&m, re, sizeof(re));
+	cr_assert_eq(n, old + 2 * 16, "16 bytes more a row");
+	m.has_pinned = true;
+	cr_assert_eq(td_wire_status_rep_decode(buf, (size_t)n, &g, 0, 2, &e),
+		     0, "%s", e.reason);
+	cr_assert_eq(g.uid_count, 2);
+	/* over its limit is a state the daemon reports, not a bad row */
+	cr_assert_eq(gu[0].pinned_use, 3 << 20);
+	cr_assert_eq(gu[0].pinned_limit, 2 << 20);
+	cr_assert_eq(gu[0].pinned, 4096, "the PIN versions' figure apart");
+	cr_assert_eq(gu[1].pinned_use, 1 << 20);
+	cr_assert_eq(td_wire_status_rep_encode(&g, re, sizeof(re)), n);
+	cr_assert(!memcmp(re, buf, (size_t)n));
+	for (int64_t i = 0; i < n; i++) {
+		memset(&e, 0, sizeof(e));
+		cr_assert_eq(td_wire_status_rep_decode(buf, (size_t)i, &g, 0,
+						       2, &e),
+			     -ENODATA, "truncated at %lld", (long long)i);
+		cr_assert_not_null(e.reason);
+		cr_assert_eq(g.uid_count, 0, "nothing half-read");
+	}
+	/* one decoder, fed the other layout: refused, not misread */
+	g.has_pinned = false;
+	cr_assert_lt(td_wire_status_rep_decode(buf, (size_t)n, &g, 0, 2,
+					       NULL),
+		     0, "pinned rows to an old decoder");
+	g.has_pinned = true;
+	cr_assert_lt(td_wire_status_rep_decode(re, (size_t)old, &g, 0, 2,
+					       NULL),
+		     0, "old rows to a new decoder");
+	/* a uid twice: its figures would be added up twice */
+	ui[1].uid = 1000;
+	n = td_wire_status_rep_encode(&m, buf, sizeof(buf));
+	memset(&e, 0, sizeof(e));
+	cr_assert_eq(td_wire_status_rep_decode(buf, (size_t)n, &g, 0, 2, &e),
+		     -EBADMSG);
+	cr_assert_str_eq(e.field, "uid");
+	cr_assert_str_eq(e.reason, "a uid row repeated");
+	cr_assert_eq(e.offset, (uint64_t)n - 44, "the second row: %llu",
+		     (unsigned long long)e.offset);
+	cr_assert_eq(g.uid_count, 0, "nothing half-read is handed out");
+	/* the old layout never refused one (nor does it now) */
+	m.has_pinned = g.has_pinned = false;
+	n = td_wire_status_rep_encode(&m, buf, sizeof(buf));
+	cr_assert_eq(td_wire_status_rep_decode(buf, (size_t)n, &g, 0, 2, &e),
+		     0, "%s", e.reason);
+}
+
 Test(wire, status_reply_round_trips_and_refuses_truncation_and_forged_counts)
 {
 	struct td_wire_status_client cl[2] = {
@@ -1966,7 +2038,7 @@ Test(wire, status_reply_round_trips_and_refuses_truncation_and_forged_counts)
 		{.pid = 8, .uid = 0, .import_in = TD_IMPORT_PIDFD,
 		 .comm = {"", 0}},
 	};
-	struct td_wire_status_uid ui[1] = {{1000, 1 << 20, 2 << 20, 4096}};
+	struct td_wire_status_uid ui[1] = {{1000, 1 << 20, 2 << 20, 4096, 0, 0}};
 	struct td_wire_status_rep m = {
 		.ident = {"tensord 9", 9}, .scope = TD_WIRE_STATUS_UID,
 		.daemon_uid = 0, .uptime_ms = 1234, .tensors = 5,

@@ -46,6 +46,7 @@ static int status_json(const struct td_status *s)
 	struct json_object *modes = json_object_new_object();
 	struct json_object *cl = json_object_new_array();
 	struct json_object *ui = json_object_new_array();
+	struct td_status_pinned pl;
 	uint64_t n_pidfd = 0, n_scm = 0;
 
 	json_object_object_add(o, "version",
@@ -89,6 +90,11 @@ static int status_json(const struct td_status *s)
 		JU64(u, "bytes", s->uids[i].bytes);
 		JU64(u, "quota", s->uids[i].quota);
 		JU64(u, "pinned", s->uids[i].pinned);
+		/* the `pinned` limit's figures, from a daemon that says */
+		if (td_status_uid_pinned(s, i, &pl) == 0) {
+			JU64(u, "pinned_use", pl.use);
+			JU64(u, "pinned_limit", pl.limit);
+		}
 		json_object_array_add(ui, u);
 	}
 	json_object_object_add(o, "uids", ui);
@@ -105,6 +111,8 @@ static void status_text(const struct td_status *s)
 {
 	char a[32], b[32], c[32];
 	uint64_t up = s->uptime_ms / 1000;
+	struct td_status_pinned pl;
+	bool pins;
 
 	printf("%s, up %llud %02llu:%02llu:%02llu, daemon uid %u, import %s\n",
 	       s->ident, (unsigned long long)(up / 86400),
@@ -140,13 +148,26 @@ static void status_text(const struct td_status *s)
 		       (unsigned long long)k->requests,
 		       (unsigned long long)k->refusals);
 	}
-	printf("uids:\n  %6s %10s %10s %10s\n", "UID", "BYTES", "QUOTA",
-	       "PINNED");
-	for (size_t i = 0; i < s->uid_count; i++)
-		printf("  %6u %10s %10s %10s\n", s->uids[i].uid,
+	/*
+	 * PIN-FLAGGED: its own versions published with the PIN flag;
+	 * PINNED-USE of PINNED-LIMIT: other uids' bytes it holds, what the
+	 * `pinned` limit is checked against (docs/policy.md §5). Two
+	 * figures, named apart.
+	 */
+	pins = s->uid_count && td_status_uid_pinned(s, 0, &pl) == 0;
+	printf("uids:\n  %6s %10s %10s %11s", "UID", "BYTES", "QUOTA",
+	       "PIN-FLAGGED");
+	printf(pins ? " %10s %12s\n" : "\n", "PINNED-USE", "PINNED-LIMIT");
+	for (size_t i = 0; i < s->uid_count; i++) {
+		printf("  %6u %10s %10s %11s", s->uids[i].uid,
 		       tctl_size(a, s->uids[i].bytes),
 		       limit(b, s->uids[i].quota),
 		       tctl_size(c, s->uids[i].pinned));
+		if (pins && td_status_uid_pinned(s, i, &pl) == 0)
+			printf(" %10s %12s", tctl_size(a, pl.use),
+			       limit(b, pl.limit));
+		putchar('\n');
+	}
 }
 
 int cmd_status(int argc, char **argv)

@@ -58,9 +58,11 @@ static void status_rep(const uint8_t *b, size_t len)
 {
 	static struct td_wire_status_client cl[TD_WIRE_STATUS_MAX_CLIENTS];
 	static struct td_wire_status_uid ui[TD_WIRE_STATUS_MAX_UIDS];
-	/* the byte reserve's tail expected or not, by the length's parity */
+	/* the byte reserve's tail expected or not, by the length's parity;
+	 * the uid rows' pinned figures by its next bit */
 	struct td_wire_status_rep m = {.clients = cl, .uids = ui,
-				       .has_reserve = len & 1};
+				       .has_reserve = len & 1,
+				       .has_pinned = len & 2};
 	struct td_err e = {0};
 
 	if (td_wire_status_rep_decode(b, len, &m, TD_WIRE_STATUS_MAX_CLIENTS,

@@ -1149,7 +1149,8 @@ struct td_status_uid {
 	uint32_t uid;
 	uint64_t bytes;  /* charged to it */
 	uint64_t quota;  /* its limit, 0 = none */
-	uint64_t pinned; /* bytes of its pinned current versions */
+	uint64_t pinned; /* its PIN-flagged current versions' bytes (not
+			  * the `pinned` limit's use: td_status_uid_pinned) */
 };
 
 struct td_status {
@@ -1170,11 +1171,9 @@ struct td_status {
 	struct td_status_client *clients;
 	size_t uid_count;
 	struct td_status_uid *uids;
-	/*
-	 * Bytes of max_bytes kept for root and the daemon's uid: other uids
+	/* Bytes of max_bytes kept for root and the daemon's uid: other uids
 	 * stop at max_bytes - byte_reserve (0 without --max-bytes).
-	 * UINT64_MAX from a daemon too old to say.
-	 */
+	 * UINT64_MAX from a daemon too old to say. */
 	uint64_t byte_reserve;
 };
 
@@ -1194,7 +1193,8 @@ TD_EXPORT void td_status_free(struct td_status *s);
 }
 #endif
 
-/* rings: the fast path (a part of this API in a header of its own) */
+/* rings (the fast path), STATUS's pinned-limit figures: own headers */
 #include <tensord/ring.h>
+#include <tensord/status.h>
 
 #endif
