@@ -75,6 +75,22 @@ void tctl_say(const char *fmt, ...)
 	fputc('\n', stderr);
 }
 
+int tctl_room(void *pp, size_t n, size_t *cap, size_t size, size_t first)
+{
+	void **p = pp;
+	size_t c = *cap ? 2 * *cap : first;
+	void *np;
+
+	if (n < *cap)
+		return 0;
+	np = realloc(*p, c * size);
+	if (!np)
+		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
+	*p = np;
+	*cap = c;
+	return 0;
+}
+
 /* tctl_json_hold(): the next error object waits for tctl_json_held() */
 static int json_hold;
 static struct json_object *json_held;

@@ -845,18 +845,9 @@ static int load_stream(const struct load_opts *lo, struct tctl_in *in,
 		covered += sp.length;
 		if (lo->one_message && idx != lo->message)
 			continue;
-		if (nl == cap) {
-			struct load *nls;
-
-			cap = cap ? 2 * cap : 4;
-			nls = realloc(ls, cap * sizeof(*ls));
-			if (!nls) {
-				rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM,
-				               "out of memory");
-				break;
-			}
-			ls = nls;
-		}
+		rc = tctl_room(&ls, nl, &cap, sizeof(*ls), 4);
+		if (rc)
+			break;
 		ls[nl] = (struct load){.path = lo->path, .msg_index = idx};
 		rc = tctl_tgm_collect(&ls[nl], &s, &sp);
 		if (!rc)
@@ -933,18 +924,9 @@ static int load_tgm(int argc, char **argv)
 		covered += sp.length;
 		if (lo.one_message && idx != lo.message)
 			continue;
-		if (nl == cap) {
-			struct load *nls;
-
-			cap = cap ? 2 * cap : 4;
-			nls = realloc(ls, cap * sizeof(*ls));
-			if (!nls) {
-				rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM,
-				               "out of memory");
-				break;
-			}
-			ls = nls;
-		}
+		rc = tctl_room(&ls, nl, &cap, sizeof(*ls), 4);
+		if (rc)
+			break;
 		ls[nl] = (struct load){.path = lo.path, .msg_index = idx};
 		rc = tctl_tgm_collect(&ls[nl], &s, &sp);
 		if (!rc)

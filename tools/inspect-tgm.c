@@ -551,18 +551,9 @@ int inspect_tgm_stream(struct tgm_stream *st, struct td_tgm_span *sp,
 	while (more == 1) {
 		struct msg_result r = { 0 };
 
-		if (n == cap) {
-			struct td_tgm_span *ns;
-
-			cap = cap ? 2 * cap : 16;
-			ns = realloc(spans, cap * sizeof(*ns));
-			if (!ns) {
-				rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM,
-					       "out of memory");
-				break;
-			}
-			spans = ns;
-		}
+		rc = tctl_room(&spans, n, &cap, sizeof(*spans), 16);
+		if (rc)
+			break;
 		spans[n] = *sp;
 		if (json) {
 			fprintf(m, "%s", n ? "," : "");

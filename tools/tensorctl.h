@@ -40,6 +40,13 @@ int tctl_fail(int status, const char *kind, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
 /*
+ * Room for one more element of size bytes in the array at *pp holding n
+ * of *cap (first: the capacity of the first allocation, doubled after):
+ * 0, or tctl_fail()'s status for out of memory (*pp and *cap kept).
+ */
+int tctl_room(void *pp, size_t n, size_t *cap, size_t size, size_t first);
+
+/*
  * "tensorctl: TEXT" and a newline on stderr, TEXT escaped as
  * tctl_text_escaped() escapes it. Every message tensorctl writes on
  * stderr goes through it (tctl_fail() and tctl_usage() too), so a name,
