@@ -1626,49 +1626,18 @@ static bool big_same(unsigned i, const void *p)
 	return true;
 }
 
-/*
- * $TD_TENSORCTL --socket SOCK ARGS... (NULL-ended), stdout into
- * stdout_path (NULL: log), stderr into log: its exit status (128 + a
- * signal), its peak resident size in bytes in *peak (wait4's ru_maxrss:
- * the kernel's VmHWM of the child, shared pages of mappings included).
- * Forked from this process, which holds no large private memory: the
- * fork's copy before exec counts, and stays small.
- */
-static int ctl_peak(const struct tu_daemon *d, const char *stdout_path,
-                    const char *log, uint64_t *peak, ...)
+/* stdout into stdout_path (NULL: log), stderr into log */
+static struct tu_ctl_how ctl_how(const char *stdout_path, const char *log)
 {
-	const char *bin = getenv("TD_TENSORCTL");
-	char *argv[16] = {(char *)bin, "--socket", (char *)d->sock};
-	struct rusage ru;
-	size_t n = 3;
-	va_list ap;
-	pid_t pid;
-	int st;
-
-	cr_assert(bin, "TD_TENSORCTL is not set");
-	va_start(ap, peak);
-	for (char *a; (a = va_arg(ap, char *)) != NULL;) {
-		cr_assert_lt(n, sizeof(argv) / sizeof(argv[0]) - 1);
-		argv[n++] = a;
-	}
-	va_end(ap);
-	pid = tu_fork();
-	if (pid == 0) {
-		int e = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-		int o = stdout_path ? open(stdout_path,
-		                           O_WRONLY | O_CREAT | O_TRUNC, 0600)
-		                    : e;
-
-		if (e < 0 || o < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
-			_exit(126);
-		execv(bin, argv);
-		_exit(127);
-	}
-	cr_assert_eq(wait4(pid, &st, 0, &ru), pid, "wait4: %s",
-	             strerror(errno));
-	*peak = (uint64_t)ru.ru_maxrss * 1024;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	return (struct tu_ctl_how){.out = stdout_path ? stdout_path : log,
+				   .err = log};
 }
+
+/* $TD_TENSORCTL --socket SOCK ARGS... (NULL-ended) as ctl_how() says
+ * (tu_ctl_run) */
+#define ctl_peak(d, stdout_path, log, peak, ...)                              \
+	tu_ctl_run((d)->sock, ctl_how((stdout_path), (log)), (peak),          \
+		   __VA_ARGS__)
 
 /* The log ctl_peak() wrote, for a failure's message. */
 static char *log_text(const char *log)

@@ -99,57 +99,8 @@ static size_t under(struct td_client *c, const char *prefix)
 	return k;
 }
 
-/* How tensorctl runs: stdin from in (NULL: /dev/null), stdout to out
- * and stderr to err (files), as uid (0: ours). */
-struct how {
-	const char *in, *out, *err;
-	uid_t uid;
-};
-
-/*
- * $TD_TENSORCTL --socket SOCK ARGS... (NULL-ended) as h says: its exit
- * status (128 + a signal), its peak resident size in bytes in *peak
- * (NULL: not wanted; the kernel's VmHWM of the child, shared pages of
- * mappings included).
- */
-static int run(const struct tu_daemon *d, const struct how *h, uint64_t *peak,
-               ...)
-{
-	const char *bin = getenv("TD_TENSORCTL");
-	char *argv[24] = {(char *)bin, "--socket", (char *)d->sock};
-	struct rusage ru;
-	size_t n = 3;
-	va_list ap;
-	pid_t pid;
-	int st;
-
-	cr_assert(bin, "TD_TENSORCTL is not set");
-	va_start(ap, peak);
-	for (char *a; (a = va_arg(ap, char *)) != NULL;) {
-		cr_assert_lt(n, sizeof(argv) / sizeof(argv[0]) - 1);
-		argv[n++] = a;
-	}
-	va_end(ap);
-	pid = tu_fork();
-	if (pid == 0) {
-		int i = open(h->in ? h->in : "/dev/null", O_RDONLY);
-		int o = open(h->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		int e = open(h->err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-
-		if (i < 0 || o < 0 || e < 0 || dup2(i, 0) < 0 ||
-		    dup2(o, 1) < 0 || dup2(e, 2) < 0)
-			_exit(126);
-		if (h->uid && (setgid(h->uid) < 0 || setuid(h->uid) < 0))
-			_exit(125);
-		execv(bin, argv);
-		_exit(127);
-	}
-	cr_assert_eq(wait4(pid, &st, 0, &ru), pid, "wait4: %s",
-	             strerror(errno));
-	if (peak)
-		*peak = (uint64_t)ru.ru_maxrss * 1024;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
+/* tensorctl as h says (tu_ctl_run) */
+#define run(d, h, ...) tu_ctl_run((d)->sock, *(h), __VA_ARGS__)
 
 /* A file's text (NUL-ended; "" when it is missing). */
 static char *text(const char *path)
@@ -213,7 +164,7 @@ Test(tgm_stream, load_and_inspect_of_stdin_hold_one_message)
 	snprintf(out2, sizeof(out2), "%s/out2", d.dir);
 	snprintf(err, sizeof(err), "%s/err", d.dir);
 	for (unsigned i = 0; i < MSG_N; i++) {
-		struct how h = {.out = out, .err = err};
+		struct tu_ctl_how h = {.out = out, .err = err};
 
 		snprintf(name[i], sizeof(name[i]), "t%u", i);
 		snprintf(file[i], sizeof(file[i]), "%s/m%u.tgm", d.dir, i);
@@ -229,7 +180,7 @@ Test(tgm_stream, load_and_inspect_of_stdin_hold_one_message)
 		unlink(file[i]);
 
 	{
-		struct how h = {.in = stream, .out = out, .err = err};
+		struct tu_ctl_how h = {.in = stream, .out = out, .err = err};
 
 		rc = run(&d, &h, &peak, "load", "-", "--prefix", "s/", NULL);
 		cr_assert_eq(rc, 0, "%s", (a = text(err)));
@@ -247,8 +198,8 @@ Test(tgm_stream, load_and_inspect_of_stdin_hold_one_message)
 	}
 
 	{
-		struct how hf = {.out = out2, .err = err};
-		struct how hs = {.in = stream, .out = out, .err = err};
+		struct tu_ctl_how hf = {.out = out2, .err = err};
+		struct tu_ctl_how hs = {.in = stream, .out = out, .err = err};
 
 		rc = run(&d, &hs, &peak, "inspect", "-", NULL);
 		cr_expect_eq(rc, 0, "%s", (a = text(err)));
@@ -343,8 +294,8 @@ Test(tgm_stream, stdin_gives_what_the_file_gives)
 	snprintf(max, sizeof(max), "%" PRIu64, total / 2);
 
 	for (int json = 0; json < 2; json++) {
-		struct how hf = {.out = out2, .err = err2};
-		struct how hs = {.in = stream, .out = out, .err = err};
+		struct tu_ctl_how hf = {.out = out2, .err = err2};
+		struct tu_ctl_how hs = {.in = stream, .out = out, .err = err};
 		int rf, rs;
 
 		rf = json ? run(&d, &hf, NULL, "inspect", "--json", stream,
@@ -363,8 +314,8 @@ Test(tgm_stream, stdin_gives_what_the_file_gives)
 	}
 
 	{
-		struct how hf = {.out = out2, .err = err2};
-		struct how hs = {.in = stream, .out = out, .err = err};
+		struct tu_ctl_how hf = {.out = out2, .err = err2};
+		struct tu_ctl_how hs = {.in = stream, .out = out, .err = err};
 		int rf = run(&d, &hf, NULL, "load", stream, "--prefix", "f/",
 		             NULL);
 		int rs = run(&d, &hs, NULL, "load", "-", "--prefix", "s/",
@@ -446,7 +397,7 @@ Test(tgm_stream, stdin_errors_are_the_files)
 	uint8_t *bad;
 	size_t bl;
 	uint64_t total;
-	struct how h;
+	struct tu_ctl_how h;
 	char *a;
 	int rc;
 
@@ -455,7 +406,7 @@ Test(tgm_stream, stdin_errors_are_the_files)
 	snprintf(stream, sizeof(stream), "%s/stream.tgm", d.dir);
 	snprintf(out, sizeof(out), "%s/out", d.dir);
 	snprintf(err, sizeof(err), "%s/err", d.dir);
-	h = (struct how){.in = stream, .out = out, .err = err};
+	h = (struct tu_ctl_how){.in = stream, .out = out, .err = err};
 
 	/* simple_f32, then simple_f32 with its data's hash broken */
 	good[0] = vec(v[0], sizeof(v[0]), "simple_f32.tgm");
@@ -542,7 +493,7 @@ Test(tgm_stream, save_past_the_lease_cap_holds_one_batch)
 	struct td_client *c;
 	char dir[160], path[200], out[200], err[200], name[40];
 	uint64_t total = CAP_N * CAP_BYTES, peak = 0;
-	struct how h;
+	struct tu_ctl_how h;
 	char *a;
 	int rc;
 
@@ -559,7 +510,7 @@ Test(tgm_stream, save_past_the_lease_cap_holds_one_batch)
 	snprintf(path, sizeof(path), "%s/m.tgm", dir);
 	snprintf(out, sizeof(out), "%s/out", dir);
 	snprintf(err, sizeof(err), "%s/err", dir);
-	h = (struct how){.out = out, .err = err, .uid = NOBODY};
+	h = (struct tu_ctl_how){.out = out, .err = err, .uid = NOBODY};
 	rc = run(&d, &h, &peak, "save", "-o", path, "m/", NULL);
 	cr_assert_eq(rc, 0, "%s", (a = text(err)));
 	a = text(out);

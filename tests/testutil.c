@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -658,4 +659,46 @@ void tu_link_to(const char *link, const char *target)
 	unlink(tmp);
 	cr_assert_eq(symlink(target, tmp), 0);
 	cr_assert_eq(rename(tmp, link), 0);
+}
+
+int tu_ctl_run(const char *sock, struct tu_ctl_how h, uint64_t *peak,
+	       ...)
+{
+	const char *bin = getenv("TD_TENSORCTL");
+	char *argv[24] = {(char *)bin, "--socket", (char *)sock};
+	struct rusage ru;
+	size_t n = 3;
+	va_list ap;
+	pid_t pid;
+	int st;
+
+	cr_assert(bin, "TD_TENSORCTL is not set");
+	va_start(ap, peak);
+	for (char *a; (a = va_arg(ap, char *)) != NULL;) {
+		cr_assert_lt(n, sizeof(argv) / sizeof(argv[0]) - 1);
+		argv[n++] = a;
+	}
+	va_end(ap);
+	pid = tu_fork();
+	if (pid == 0) {
+		int i = open(h.in ? h.in : "/dev/null", O_RDONLY);
+		int e = open(h.err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		int o = strcmp(h.out, h.err)
+				? open(h.out, O_WRONLY | O_CREAT | O_TRUNC,
+				       0644)
+				: e;
+
+		if (i < 0 || o < 0 || e < 0 || dup2(i, 0) < 0 ||
+		    dup2(o, 1) < 0 || dup2(e, 2) < 0)
+			_exit(126);
+		if (h.uid && (setgid(h.uid) < 0 || setuid(h.uid) < 0))
+			_exit(125);
+		execv(bin, argv);
+		_exit(127);
+	}
+	cr_assert_eq(wait4(pid, &st, 0, &ru), pid, "wait4: %s",
+		     strerror(errno));
+	if (peak)
+		*peak = (uint64_t)ru.ru_maxrss * 1024;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }

@@ -91,6 +91,25 @@ extern bool tu_in_child;
  * its uid sets it again (prctl(PR_SET_PDEATHSIG, SIGKILL)).
  */
 pid_t tu_fork(void);
+
+/* How tu_ctl_run() runs tensorctl: stdin from in (NULL: /dev/null),
+ * stdout to out and stderr to err (files, made or emptied; out == err:
+ * one file for both), as uid (0: ours). */
+struct tu_ctl_how {
+	const char *in, *out, *err;
+	uid_t uid;
+};
+
+/*
+ * $TD_TENSORCTL --socket SOCK ARGS... (NULL-ended) as h says: its exit
+ * status (128 + a signal), its peak resident size in bytes in *peak
+ * (NULL: not wanted; wait4's ru_maxrss, the kernel's VmHWM of the child,
+ * shared pages of mappings included). Forked from the test, which holds
+ * no large private memory: the fork's copy before exec counts, and
+ * stays small.
+ */
+int tu_ctl_run(const char *sock, struct tu_ctl_how h, uint64_t *peak,
+	       ...);
 /*
  * Reap child pid within secs seconds: true, its wait status in *st (may
  * be NULL). false when it was still running then: it is SIGKILLed and
