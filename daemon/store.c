@@ -907,7 +907,8 @@ void td__store_free(struct td__daemon *d)
  * Memory goes back after a burst (issue 18): once TRIM_RECORDS records
  * beyond the spare lists were freed (leases, versions, watches, parked
  * GETs, whole connections), the lease spares go down to TRIM_KEEP_LEASES
- * (a burst spreads them over the heap, each pinning a page), the name
+ * made anew (a burst spreads them over the heap, each pinning a page),
+ * the name
  * and buffer tables shrink to fit and malloc_trim() hands free heap pages
  * back to the system. A warm handoff frees nothing, so it never gets
  * here.
@@ -938,7 +939,10 @@ void td__store_trim(unsigned more)
 	if (s->freed < TRIM_RECORDS)
 		return;
 	s->freed = 0;
-	while (s->n_free_leases > TRIM_KEEP_LEASES) {
+	/* every spare goes, and those kept are made anew after the trim:
+	 * side by side on a page or two, where the ones a burst left were
+	 * spread over its whole heap, each keeping its page */
+	while (s->n_free_leases) {
 		struct td__list *l = s->free_leases.prev;
 
 		td__list_del(l);
@@ -948,7 +952,15 @@ void td__store_trim(unsigned more)
 	s->names = shrink(s->names, s->count, &s->cap, sizeof(*s->names));
 	s->bufs = shrink(s->bufs, s->nbufs, &s->bufs_cap, sizeof(*s->bufs));
 	s->due = shrink(s->due, s->ndue, &s->due_cap, sizeof(*s->due));
-	malloc_trim(0);
+	malloc_trim(0); /* it merges the freed records first */
+	while (s->n_free_leases < TRIM_KEEP_LEASES) {
+		struct td__lease *l = malloc(sizeof(*l));
+
+		if (!l)
+			break;
+		td__list_add_tail(&s->free_leases, &l->link);
+		s->n_free_leases++;
+	}
 }
 
 /* ---- persistence (sd.h, fdstore.c) ---- */

@@ -34,6 +34,7 @@
 #include <tensord/tensord.h>
 
 #include "daemonctl.h"
+#include "testclient.h"
 #include "scm.h"
 #include "testchild.h"
 #include "testclient.h"
@@ -2601,6 +2602,11 @@ static long rss_anon_kb(pid_t pid)
 	return kb;
 }
 
+static uint64_t clients_total_of(const struct td_status *st)
+{
+	return st->clients_total;
+}
+
 Test(hostile, the_daemon_gives_memory_back_after_a_burst_of_leases)
 {
 	struct td_client *c;
@@ -2608,6 +2614,7 @@ Test(hostile, the_daemon_gives_memory_back_after_a_burst_of_leases)
 	struct td_error e = {0};
 	char why[TD_WIRE_MAX_REASON + 1];
 	long rss0, rss1, rss2;
+	uint64_t clients0;
 	int rc;
 
 	if (!root())
@@ -2618,6 +2625,13 @@ Test(hostile, the_daemon_gives_memory_back_after_a_burst_of_leases)
 	cr_assert_eq(put_bytes(c, "z/0", 0, 0, &e), 0, "%s", e.reason);
 	victim_works("victim/warm", "warm-up");
 	rss0 = rss_anon_kb(D.pid);
+	{
+		struct td_status *st = NULL;
+
+		cr_assert_eq(td_client_status(c, &st, NULL), 0);
+		clients0 = st->clients_total;
+		td_status_free(st);
+	}
 	/* 64 connections, every lease the default allows, 256 watches */
 	worker_start(&w, NOBODY, 64);
 	rc = wdo(&w, W_GET_KEEP, "z/0", 0, 16384, why, sizeof(why));
@@ -2633,7 +2647,10 @@ Test(hostile, the_daemon_gives_memory_back_after_a_burst_of_leases)
 	victim_works("victim/rss", "a burst of leases");
 	worker_stop(&w);
 	tdc_fd_settle(D.pid, 0, 50);
-	/* the disconnects are handled in later loop turns: ask once more */
+	/* the disconnects are handled in later loop turns: until the daemon
+	 * counts the connections of before the burst, some of the 64 may
+	 * still hold their leases */
+	cr_assert_eq(tc_status_until(c, clients_total_of, clients0), clients0);
 	victim_works("victim/rss2", "after the burst");
 	rss2 = rss_anon_kb(D.pid);
 	fprintf(stderr,
@@ -2642,7 +2659,9 @@ Test(hostile, the_daemon_gives_memory_back_after_a_burst_of_leases)
 		rss0, rss1, rss2);
 	cr_assert_gt(rss1, rss0);
 #if TU_CHECK_ALL_MAPS /* ASan's allocator keeps what it freed */
-	cr_assert_leq(rss2, rss0 + 512,
+	/* 256 KiB: the lease spares a trim kept, spread over the heap the
+	 * burst grew, kept 380-600 KiB (daemon/store.c, td__store_trim) */
+	cr_assert_leq(rss2, rss0 + 256,
 		      "RSS %ld KiB after, %ld before: not given back", rss2,
 		      rss0);
 #endif
