@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -592,19 +593,111 @@ static enum MHD_Result name_check(void *cls, enum MHD_ValueKind kind,
 	return MHD_NO;
 }
 
+/* The field lines that say where a request ends, and Host (framing()). */
+struct framing {
+	unsigned host, length, coding;
+	bool other_coding; /* a Transfer-Encoding other than "chunked" */
+};
+
+static enum MHD_Result framing_line(void *cls, enum MHD_ValueKind kind,
+				    const char *key, const char *value)
+{
+	struct framing *f = cls;
+
+	(void)kind;
+	if (!strcasecmp(key, MHD_HTTP_HEADER_HOST)) {
+		f->host++;
+	} else if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+		f->length++;
+	} else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+		f->coding++;
+		/* exactly what libmicrohttpd reads as chunked: it takes
+		 * "chunked " (a space after) for another coding */
+		if (!value || strcasecmp(value + strspn(value, " \t"),
+					 "chunked"))
+			f->other_coding = true;
+	}
+	return MHD_YES;
+}
+
+/*
+ * Why a request whose headers just came cannot be answered and its
+ * connection kept (NULL: it can), with *code. libmicrohttpd 0.9.75 reads
+ * a body by Transfer-Encoding over Content-Length, by the first of two
+ * Content-Length lines, and a chunked body of an HTTP/1.0 request, and
+ * then serves the next request on the connection: where a proxy in front
+ * (docs/zarr.md, Security: one that authenticates) framed the request
+ * otherwise, the bytes it took for a body are a request of the client's
+ * own making, which the store answers into the proxy's connection
+ * (request smuggling, RFC 9112 11.2). A Transfer-Encoding other than
+ * "chunked" (another coding, a list, "chunked " with a space after) it
+ * neither refused nor read: the connection hung until --http-timeout. RFC 9112 3.2 and 6.1, 6.3: a 400 (501 for a coding), and
+ * the connection closed.
+ */
+static const char *framing(struct MHD_Connection *c, const char *version,
+			   unsigned *code)
+{
+	struct framing f = {0};
+
+	MHD_get_connection_values(c, MHD_HEADER_KIND, framing_line, &f);
+	*code = MHD_HTTP_BAD_REQUEST;
+	if (f.host > 1)
+		return "more than one Host field line (RFC 9112 3.2)\n";
+	if (f.length > 1)
+		return "more than one Content-Length field line (RFC 9112 "
+		       "6.3)\n";
+	if (f.coding && f.length)
+		return "both Transfer-Encoding and Content-Length: where the "
+		       "body ends is in doubt (RFC 9112 6.1)\n";
+	if (f.coding && strcmp(version, MHD_HTTP_VERSION_1_1))
+		return "Transfer-Encoding in an HTTP/1.0 request (RFC 9112 "
+		       "6.1)\n";
+	*code = MHD_HTTP_NOT_IMPLEMENTED;
+	if (f.coding > 1 || f.other_coding)
+		return "a Transfer-Encoding other than \"chunked\"\n";
+	return NULL;
+}
+
+/*
+ * The path of an absolute-form request-target ("http://host/zarr/...",
+ * RFC 9112 3.2.2: a server MUST accept it; it was a 404): from the first
+ * "/" after the authority, "/" when there is none (a 404 too).
+ */
+static const char *origin_form(const char *url)
+{
+	size_t n = !strncasecmp(url, "http://", 7)    ? 7
+		   : !strncasecmp(url, "https://", 8) ? 8
+						      : 0;
+	const char *p;
+
+	if (!n)
+		return url;
+	p = strchr(url + n, '/');
+	return p ? p : "/";
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 				  const char *url, const char *method,
 				  const char *version, const char *upload,
 				  size_t *upload_len, void **con_cls)
 {
+	const char *why;
+	unsigned code;
 	bool bad = false;
 
 	(void)cls;
 	(void)upload;
 	/* the first call only announces the request: answering the second
 	 * (headers complete, nothing to upload) keeps the connection
-	 * alive for the next request */
+	 * alive for the next request; a request whose end is in doubt is
+	 * answered here, before any body is read, and its connection
+	 * closed */
 	if (!*con_cls) {
+		why = framing(c, version, &code);
+		if (why) {
+			request_whole(c);
+			return td__http_text(c, code, why);
+		}
 		*con_cls = &announced;
 		return MHD_YES;
 	}
@@ -639,6 +732,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 	    strcmp(method, MHD_HTTP_METHOD_HEAD))
 		return td__http_text(c, MHD_HTTP_METHOD_NOT_ALLOWED,
 				     "read-only: GET and HEAD only\n");
+	url = origin_form(url);
 	if (!strcmp(url, "/metrics"))
 		return metrics(c);
 	if (!strncmp(url, "/zarr/", 6))

@@ -5122,6 +5122,90 @@ Test(http, requests_with_a_body_are_answered, .init = start_http,
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
+/* The responses in resp: its status lines (no body here holds one). */
+static unsigned responses_in(const char *resp)
+{
+	unsigned n = 0;
+
+	for (const char *p = resp; (p = strstr(p, "HTTP/1.1 ")); p++)
+		n++;
+	return n;
+}
+
+/*
+ * A request whose end is in doubt is answered (400, or 501 for a
+ * transfer coding the store cannot read) and its connection closed,
+ * before any body is read (RFC 9112 3.2, 6.1, 6.3). libmicrohttpd took
+ * Transfer-Encoding over Content-Length, the first of two Content-Length
+ * lines and a chunked HTTP/1.0 body, and served the bytes after them as
+ * the next request on the connection: behind a proxy that framed the
+ * request otherwise, a request of the client's own making answered into
+ * the proxy's connection (request smuggling). Another coding hung the
+ * connection until --http-timeout. A plain chunked or Content-Length
+ * body is still read and the connection kept.
+ */
+Test(http, a_request_whose_end_is_in_doubt_is_refused_and_closed,
+     .init = start_http, .fini = stop)
+{
+	static const struct {
+		const char *req;
+		int code;
+	} bad[] = {
+	        {"GET /zarr/zarr.json HTTP/1.1\r\nHost: t\r\n"
+	         "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+	         "0\r\n\r\n",
+	         400},
+	        {"GET /zarr/zarr.json HTTP/1.1\r\nHost: t\r\n"
+	         "Content-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+	         400},
+	        {"GET /zarr/zarr.json HTTP/1.0\r\nConnection: keep-alive\r\n"
+	         "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+	         400},
+	        {"GET /zarr/zarr.json HTTP/1.1\r\nHost: t\r\nHost: u\r\n\r\n",
+	         400},
+	        {"GET /zarr/zarr.json HTTP/1.1\r\nHost: t\r\n"
+	         "Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+	         501},
+	        {"GET /zarr/zarr.json HTTP/1.1\r\nHost: t\r\n"
+	         "Transfer-Encoding: chunked \r\n\r\n0\r\n\r\n",
+	         501},
+	};
+	static const char *const good[] = {
+	        "GET /zarr/zarr.json HTTP/1.1\r\nHost: t\r\n"
+	        "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+	        "GET /zarr/zarr.json HTTP/1.1\r\nHost: t\r\n"
+	        "Content-Length: 5\r\n\r\nhello",
+	};
+	/* what a smuggled request would be: its own answer */
+	const char *next = "GET /zarr/body/c/0 HTTP/1.1\r\nHost: t\r\n"
+	                   "Connection: close\r\n\r\n";
+	char req[512], *resp, *m;
+	size_t len;
+
+	put_filled("body", 'Y', 16);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+		snprintf(req, sizeof(req), "%s%s", bad[i].req, next);
+		exchange(connect_tcp(), req, &resp);
+		cr_assert_eq(responses_in(resp), 1, "%zu: %s", i, resp);
+		cr_assert_eq(status_of(resp), bad[i].code, "%zu: %s", i, resp);
+		cr_assert(strstr(resp, "Connection: close\r\n"), "%s", resp);
+		cr_assert(!strstr(resp, "YYYY"), "%zu: %s", i, resp);
+		free(resp);
+	}
+	for (size_t i = 0; i < sizeof(good) / sizeof(*good); i++) {
+		snprintf(req, sizeof(req), "%s%s", good[i], next);
+		exchange(connect_tcp(), req, &resp);
+		cr_assert_eq(responses_in(resp), 2, "%zu: %s", i, resp);
+		cr_assert_eq(status_of(resp), 200, "%zu: %s", i, resp);
+		cr_assert(strstr(resp, "\r\n\r\nYYYYYYYYYYYYYYYY"), "%s", resp);
+		free(resp);
+	}
+	m = get_ok("/metrics", &len);
+	cr_assert_eq(metric_value(m, "tensord_http_leases "), 0, "%s", m);
+	free(m);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
 /*
  * If-None-Match, If-Match and If-Range on several lines are one value,
  * the lines joined by commas (RFC 9110 5.3), as Range is: libmicrohttpd's
@@ -5175,6 +5259,36 @@ Test(http, conditions_on_several_lines_are_one_list, .init = start_http,
 	cr_assert_eq(status_of(resp), 304, "%s", resp);
 	free(resp);
 	free(tag);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/*
+ * An absolute-form request-target ("GET http://host/zarr/... HTTP/1.1",
+ * RFC 9112 3.2.2: a server MUST accept it) names the path after its
+ * authority; it was a 404 for every key.
+ */
+Test(http, an_absolute_form_target_is_served, .init = start_http,
+     .fini = stop)
+{
+	char *resp;
+
+	put_filled("abs", 'Q', 8);
+	http("GET", "http://t/zarr/abs/c/0", NULL, &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	cr_assert_str_eq(body_of(resp), "QQQQQQQQ");
+	free(resp);
+	http("HEAD", "HTTP://t:80/zarr-v2/abs/.zarray", NULL, &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	free(resp);
+	http("GET", "http://t/metrics", NULL, &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	free(resp);
+	http("GET", "http://t", NULL, &resp);
+	cr_assert_eq(status_of(resp), 404, "%s", resp);
+	free(resp);
+	http("GET", "http://t/zarr/nope/c/0", NULL, &resp);
+	cr_assert_eq(status_of(resp), 404, "%s", resp);
+	free(resp);
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
