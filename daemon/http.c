@@ -59,7 +59,8 @@ struct http {
 	struct MHD_Daemon *mhd;
 	uv_poll_t poll;
 	uv_timer_t timer;
-	bool poll_on, timer_on;
+	uv_idle_t idle; /* MHD has work ready now: run once per loop turn */
+	bool poll_on, timer_on, idle_on;
 	int lfd;
 	char unix_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	struct conn conns; /* list head */
@@ -779,6 +780,12 @@ static void on_timer(uv_timer_t *t)
 	run();
 }
 
+static void on_idle(uv_idle_t *i)
+{
+	(void)i;
+	run();
+}
+
 static void on_poll(uv_poll_t *p, int status, int events)
 {
 	(void)p;
@@ -825,6 +832,24 @@ static void run(void)
 	if (any_waiting() && (!has || to > 1000)) {
 		to = 1000;
 		has = true;
+	}
+	/*
+	 * A timeout of 0 (a response with bytes ready to go to a reader that
+	 * keeps taking them) runs MHD again on the next loop turn, after the
+	 * loop has polled the socket clients, from an idle handle: a 0 ms
+	 * timer started from its own callback ran again at once in libuv's
+	 * (1.44) timer phase, which never polled meanwhile, so one HTTP
+	 * reader of a slowly repacked chunk held every socket client until
+	 * its whole body was sent (docs/zarr.md, "Limits").
+	 */
+	if (has && to == 0) {
+		if (!H.idle_on)
+			uv_idle_start(&H.idle, on_idle);
+		H.idle_on = true;
+		has = false;
+	} else if (H.idle_on) {
+		uv_idle_stop(&H.idle);
+		H.idle_on = false;
 	}
 	if (has) {
 		uv_timer_start(&H.timer, on_timer, to, 0);
@@ -1041,6 +1066,7 @@ int td__http_start(struct td__daemon *d)
 	}
 	info = MHD_get_daemon_info(H.mhd, MHD_DAEMON_INFO_EPOLL_FD);
 	uv_timer_init(d->loop, &H.timer);
+	uv_idle_init(d->loop, &H.idle);
 	rc = uv_poll_init(d->loop, &H.poll, info->epoll_fd);
 	if (rc == 0)
 		rc = uv_poll_start(&H.poll, UV_READABLE, on_poll);
@@ -1073,6 +1099,9 @@ void td__http_stop(struct td__daemon *d)
 		uv_poll_stop(&H.poll);
 	if (H.timer_on)
 		uv_timer_stop(&H.timer);
+	if (H.idle_on)
+		uv_idle_stop(&H.idle);
+	H.poll_on = H.timer_on = H.idle_on = false;
 	/* libmicrohttpd may not stop with a request suspended */
 	td__http_group_stop();
 	/* finishes every response: their leases go back here */

@@ -1976,6 +1976,7 @@ Test(export, tgm_name_key_and_duplicates, .init = start, .fini = stop)
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -4084,6 +4085,81 @@ Test(http, a_repacked_response_keeps_its_version_whole, .init = start_http,
 	keeps_its_version("/zarr/big/c/0/0", rows * cols, 2 * size, publish_c,
 	                  &rp);
 	td_client_close(rp.c);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/* A reader that takes a whole response as fast as it comes. */
+struct drain {
+	int fd;
+	_Atomic uint64_t got; /* bytes received */
+	_Atomic bool done;
+};
+
+static void *drain_all(void *arg)
+{
+	struct drain *dr = arg;
+	static char buf[1 << 16];
+	ssize_t r;
+
+	while ((r = recv(dr->fd, buf, sizeof(buf), 0)) > 0)
+		dr->got += (uint64_t)r;
+	dr->done = true;
+	return NULL;
+}
+
+/*
+ * While an HTTP reader takes a slowly repacked chunk (u8 [1024, 1024]
+ * transposed: a pread() every two bytes) as fast as it comes, socket
+ * clients are served between the response's callbacks. libmicrohttpd
+ * says "run again now" (a timeout of 0) while it has bytes for a socket
+ * that takes them, and the store ran it from a 0 ms timer restarted in
+ * its own callback, which libuv 1.44 runs again at once, without polling
+ * anything else: every socket request waited for the whole body (a STAT
+ * 30 s behind two such readers, in a probe). Ten STATs now come back
+ * while the body is still being sent (a count of bytes, not a clock).
+ */
+Test(http, a_busy_response_leaves_the_loop_to_socket_clients,
+     .init = start_http, .fini = stop)
+{
+	const uint64_t n = 1024;
+	uint64_t shape[] = {n, n};
+	int64_t st[] = {1, (int64_t)n};
+	struct td_plane pl = {0, 0, 0, n * n};
+	struct td_publish p = {.name = "slow", .dtype = TD_TENSOR_U8,
+	                       .ndim = 2, .shape = shape, .strides = st,
+	                       .plane_count = 1, .planes = &pl};
+	struct drain dr = {.fd = -1};
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	struct td_entry ent = {0};
+	const char *req = "GET /zarr/slow/c/0/0 HTTP/1.1\r\nHost: t\r\n"
+	                  "Connection: close\r\n\r\n";
+	pthread_t th;
+	uint64_t got;
+
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	publish_buf(c, &p, n * n, pat13);
+	dr.fd = connect_tcp();
+	cr_assert_eq(send(dr.fd, req, strlen(req), MSG_NOSIGNAL),
+	             (ssize_t)strlen(req));
+	cr_assert_eq(pthread_create(&th, NULL, drain_all, &dr), 0);
+	/* the body has started (hang guard: the socket's receive timeout) */
+	while (dr.got < 65536 && !dr.done)
+		usleep(1000);
+	for (int i = 0; i < 10; i++) {
+		cr_assert_eq(td_client_stat(c, "slow", &ent, &e), 0, "%s",
+		             e.reason);
+		td_entry_fini(&ent);
+	}
+	got = dr.got;
+	cr_assert(!dr.done && got < n * n,
+	          "the socket client waited for the whole body (%" PRIu64
+	          " bytes received before its ten STATs came back)",
+	          got);
+	pthread_join(th, NULL);
+	close(dr.fd);
+	cr_assert_gt(dr.got, n * n, "the body was cut: %" PRIu64, dr.got);
+	td_client_close(c);
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
