@@ -90,14 +90,67 @@ enum MHD_Result td__http_text(struct MHD_Connection *c, unsigned code,
 	/* every 503 is a state that passes (a fence, a limit) */
 	if (r && code == 503)
 		MHD_add_response_header(r, "Retry-After", "1");
-	/* a malformed request (no Host, a folded line): its connection is
+	/* a malformed request (no Host, a folded line, a body whose end is
+	 * in doubt, a transfer coding it cannot read): its connection is
 	 * not trusted with another, whose start may be in doubt (RFC 9112
-	 * 9.6 lets a server close) */
-	if (r && code == 400)
+	 * 9.6 lets a server close; 6.1 and 6.3 make it) */
+	if (r && (code == 400 || code == 501))
 		MHD_add_response_header(r, "Connection", "close");
 	if (r)
 		MHD_add_response_header(r, "Content-Type", "text/plain");
 	return td__http_queue(c, code, r);
+}
+
+struct field_lines {
+	const char *name;
+	char *buf;
+	size_t cap, len;
+	unsigned lines;
+	bool cut; /* more than cap */
+};
+
+static enum MHD_Result field_line(void *cls, enum MHD_ValueKind kind,
+                                  const char *key, const char *value)
+{
+	struct field_lines *fl = cls;
+	size_t n = value ? strlen(value) : 0;
+
+	(void)kind;
+	if (strcasecmp(key, fl->name))
+		return MHD_YES;
+	if (fl->len + 2 + n + 1 > fl->cap) {
+		fl->cut = true;
+		return MHD_NO;
+	}
+	if (fl->lines++) {
+		memcpy(fl->buf + fl->len, ", ", 2);
+		fl->len += 2;
+	}
+	memcpy(fl->buf + fl->len, value ? value : "", n);
+	fl->len += n;
+	fl->buf[fl->len] = 0;
+	return MHD_YES;
+}
+
+/*
+ * Every field line named name of c's request as one value, the lines'
+ * values in order joined by ", ", as RFC 9110 5.3 combines them (NULL:
+ * no such line). libmicrohttpd's lookup gives the first line alone: two
+ * If-None-Match lines, the second naming the current tag, were a 200
+ * of the whole body, not a 304; two If-Match lines, a 412. The lines
+ * are held in the connection's 16 KiB, so they fit; a value that would
+ * not is given as "" (no tag), a condition that holds for no tag. Into
+ * a static buffer, valid until the next call.
+ */
+static const char *field(struct MHD_Connection *c, const char *name)
+{
+	static char buf[32u << 10];
+	struct field_lines fl = {name, buf, sizeof(buf), 0, 0, false};
+
+	MHD_get_connection_values(c, MHD_HEADER_KIND, field_line, &fl);
+	if (!fl.lines)
+		return NULL;
+	return fl.cut ? "" : buf;
 }
 
 struct range_lines {
@@ -125,9 +178,7 @@ static int range(struct MHD_Connection *c, uint64_t len, const char *etag,
 
 	/* an If-Range naming another version: the whole body (RFC 9110
 	 * 13.1.5), never a slice of this one spliced onto the old */
-	if (!td__http_if_range(MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-	                                                   "If-Range"),
-	                       etag))
+	if (!td__http_if_range(field(c, "If-Range"), etag))
 		return 0;
 	/* Range is one value: two lines are "a, b" (RFC 9110 5.3), the
 	 * ranges of both; libmicrohttpd's lookup would give the first alone,
@@ -183,17 +234,13 @@ int td__http_conditions(struct MHD_Connection *c, uint64_t len,
 	int rg;
 
 	/* RFC 9110 13.2.2: If-Match first, before If-None-Match */
-	if (!td__http_if_match(MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-	                                                   "If-Match"),
-	                       etag)) {
+	if (!td__http_if_match(field(c, "If-Match"), etag)) {
 		*res = td__http_text(c, MHD_HTTP_PRECONDITION_FAILED,
 		                     "If-Match names no current version of "
 		                     "this key\n");
 		return -1;
 	}
-	if (td__http_etag_matches(MHD_lookup_connection_value(
-	                                  c, MHD_HEADER_KIND, "If-None-Match"),
-	                          etag)) {
+	if (td__http_etag_matches(field(c, "If-None-Match"), etag)) {
 		*res = not_modified(c, len, etag);
 		return -1;
 	}

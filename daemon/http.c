@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -58,7 +59,8 @@ struct http {
 	struct MHD_Daemon *mhd;
 	uv_poll_t poll;
 	uv_timer_t timer;
-	bool poll_on, timer_on;
+	uv_idle_t idle; /* MHD has work ready now: run once per loop turn */
+	bool poll_on, timer_on, idle_on;
 	int lfd;
 	char unix_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	struct conn conns; /* list head */
@@ -592,19 +594,111 @@ static enum MHD_Result name_check(void *cls, enum MHD_ValueKind kind,
 	return MHD_NO;
 }
 
+/* The field lines that say where a request ends, and Host (framing()). */
+struct framing {
+	unsigned host, length, coding;
+	bool other_coding; /* a Transfer-Encoding other than "chunked" */
+};
+
+static enum MHD_Result framing_line(void *cls, enum MHD_ValueKind kind,
+				    const char *key, const char *value)
+{
+	struct framing *f = cls;
+
+	(void)kind;
+	if (!strcasecmp(key, MHD_HTTP_HEADER_HOST)) {
+		f->host++;
+	} else if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+		f->length++;
+	} else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+		f->coding++;
+		/* exactly what libmicrohttpd reads as chunked: it takes
+		 * "chunked " (a space after) for another coding */
+		if (!value || strcasecmp(value + strspn(value, " \t"),
+					 "chunked"))
+			f->other_coding = true;
+	}
+	return MHD_YES;
+}
+
+/*
+ * Why a request whose headers just came cannot be answered and its
+ * connection kept (NULL: it can), with *code. libmicrohttpd 0.9.75 reads
+ * a body by Transfer-Encoding over Content-Length, by the first of two
+ * Content-Length lines, and a chunked body of an HTTP/1.0 request, and
+ * then serves the next request on the connection: where a proxy in front
+ * (docs/zarr.md, Security: one that authenticates) framed the request
+ * otherwise, the bytes it took for a body are a request of the client's
+ * own making, which the store answers into the proxy's connection
+ * (request smuggling, RFC 9112 11.2). A Transfer-Encoding other than
+ * "chunked" (another coding, a list, "chunked " with a space after) it
+ * neither refused nor read: the connection hung until --http-timeout. RFC 9112 3.2 and 6.1, 6.3: a 400 (501 for a coding), and
+ * the connection closed.
+ */
+static const char *framing(struct MHD_Connection *c, const char *version,
+			   unsigned *code)
+{
+	struct framing f = {0};
+
+	MHD_get_connection_values(c, MHD_HEADER_KIND, framing_line, &f);
+	*code = MHD_HTTP_BAD_REQUEST;
+	if (f.host > 1)
+		return "more than one Host field line (RFC 9112 3.2)\n";
+	if (f.length > 1)
+		return "more than one Content-Length field line (RFC 9112 "
+		       "6.3)\n";
+	if (f.coding && f.length)
+		return "both Transfer-Encoding and Content-Length: where the "
+		       "body ends is in doubt (RFC 9112 6.1)\n";
+	if (f.coding && strcmp(version, MHD_HTTP_VERSION_1_1))
+		return "Transfer-Encoding in an HTTP/1.0 request (RFC 9112 "
+		       "6.1)\n";
+	*code = MHD_HTTP_NOT_IMPLEMENTED;
+	if (f.coding > 1 || f.other_coding)
+		return "a Transfer-Encoding other than \"chunked\"\n";
+	return NULL;
+}
+
+/*
+ * The path of an absolute-form request-target ("http://host/zarr/...",
+ * RFC 9112 3.2.2: a server MUST accept it; it was a 404): from the first
+ * "/" after the authority, "/" when there is none (a 404 too).
+ */
+static const char *origin_form(const char *url)
+{
+	size_t n = !strncasecmp(url, "http://", 7)    ? 7
+		   : !strncasecmp(url, "https://", 8) ? 8
+						      : 0;
+	const char *p;
+
+	if (!n)
+		return url;
+	p = strchr(url + n, '/');
+	return p ? p : "/";
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 				  const char *url, const char *method,
 				  const char *version, const char *upload,
 				  size_t *upload_len, void **con_cls)
 {
+	const char *why;
+	unsigned code;
 	bool bad = false;
 
 	(void)cls;
 	(void)upload;
 	/* the first call only announces the request: answering the second
 	 * (headers complete, nothing to upload) keeps the connection
-	 * alive for the next request */
+	 * alive for the next request; a request whose end is in doubt is
+	 * answered here, before any body is read, and its connection
+	 * closed */
 	if (!*con_cls) {
+		why = framing(c, version, &code);
+		if (why) {
+			request_whole(c);
+			return td__http_text(c, code, why);
+		}
 		*con_cls = &announced;
 		return MHD_YES;
 	}
@@ -639,6 +733,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 	    strcmp(method, MHD_HTTP_METHOD_HEAD))
 		return td__http_text(c, MHD_HTTP_METHOD_NOT_ALLOWED,
 				     "read-only: GET and HEAD only\n");
+	url = origin_form(url);
 	if (!strcmp(url, "/metrics"))
 		return metrics(c);
 	if (!strncmp(url, "/zarr/", 6))
@@ -682,6 +777,12 @@ static void run(void);
 static void on_timer(uv_timer_t *t)
 {
 	(void)t;
+	run();
+}
+
+static void on_idle(uv_idle_t *i)
+{
+	(void)i;
 	run();
 }
 
@@ -731,6 +832,24 @@ static void run(void)
 	if (any_waiting() && (!has || to > 1000)) {
 		to = 1000;
 		has = true;
+	}
+	/*
+	 * A timeout of 0 (a response with bytes ready to go to a reader that
+	 * keeps taking them) runs MHD again on the next loop turn, after the
+	 * loop has polled the socket clients, from an idle handle: a 0 ms
+	 * timer started from its own callback ran again at once in libuv's
+	 * (1.44) timer phase, which never polled meanwhile, so one HTTP
+	 * reader of a slowly repacked chunk held every socket client until
+	 * its whole body was sent (docs/zarr.md, "Limits").
+	 */
+	if (has && to == 0) {
+		if (!H.idle_on)
+			uv_idle_start(&H.idle, on_idle);
+		H.idle_on = true;
+		has = false;
+	} else if (H.idle_on) {
+		uv_idle_stop(&H.idle);
+		H.idle_on = false;
 	}
 	if (has) {
 		uv_timer_start(&H.timer, on_timer, to, 0);
@@ -947,6 +1066,7 @@ int td__http_start(struct td__daemon *d)
 	}
 	info = MHD_get_daemon_info(H.mhd, MHD_DAEMON_INFO_EPOLL_FD);
 	uv_timer_init(d->loop, &H.timer);
+	uv_idle_init(d->loop, &H.idle);
 	rc = uv_poll_init(d->loop, &H.poll, info->epoll_fd);
 	if (rc == 0)
 		rc = uv_poll_start(&H.poll, UV_READABLE, on_poll);
@@ -979,6 +1099,9 @@ void td__http_stop(struct td__daemon *d)
 		uv_poll_stop(&H.poll);
 	if (H.timer_on)
 		uv_timer_stop(&H.timer);
+	if (H.idle_on)
+		uv_idle_stop(&H.idle);
+	H.poll_on = H.timer_on = H.idle_on = false;
 	/* libmicrohttpd may not stop with a request suspended */
 	td__http_group_stop();
 	/* finishes every response: their leases go back here */

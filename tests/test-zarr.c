@@ -1976,6 +1976,7 @@ Test(export, tgm_name_key_and_duplicates, .init = start, .fini = stop)
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -4087,6 +4088,81 @@ Test(http, a_repacked_response_keeps_its_version_whole, .init = start_http,
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
+/* A reader that takes a whole response as fast as it comes. */
+struct drain {
+	int fd;
+	_Atomic uint64_t got; /* bytes received */
+	_Atomic bool done;
+};
+
+static void *drain_all(void *arg)
+{
+	struct drain *dr = arg;
+	static char buf[1 << 16];
+	ssize_t r;
+
+	while ((r = recv(dr->fd, buf, sizeof(buf), 0)) > 0)
+		dr->got += (uint64_t)r;
+	dr->done = true;
+	return NULL;
+}
+
+/*
+ * While an HTTP reader takes a slowly repacked chunk (u8 [1024, 1024]
+ * transposed: a pread() every two bytes) as fast as it comes, socket
+ * clients are served between the response's callbacks. libmicrohttpd
+ * says "run again now" (a timeout of 0) while it has bytes for a socket
+ * that takes them, and the store ran it from a 0 ms timer restarted in
+ * its own callback, which libuv 1.44 runs again at once, without polling
+ * anything else: every socket request waited for the whole body (a STAT
+ * 30 s behind two such readers, in a probe). Ten STATs now come back
+ * while the body is still being sent (a count of bytes, not a clock).
+ */
+Test(http, a_busy_response_leaves_the_loop_to_socket_clients,
+     .init = start_http, .fini = stop)
+{
+	const uint64_t n = 1024;
+	uint64_t shape[] = {n, n};
+	int64_t st[] = {1, (int64_t)n};
+	struct td_plane pl = {0, 0, 0, n * n};
+	struct td_publish p = {.name = "slow", .dtype = TD_TENSOR_U8,
+	                       .ndim = 2, .shape = shape, .strides = st,
+	                       .plane_count = 1, .planes = &pl};
+	struct drain dr = {.fd = -1};
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	struct td_entry ent = {0};
+	const char *req = "GET /zarr/slow/c/0/0 HTTP/1.1\r\nHost: t\r\n"
+	                  "Connection: close\r\n\r\n";
+	pthread_t th;
+	uint64_t got;
+
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	publish_buf(c, &p, n * n, pat13);
+	dr.fd = connect_tcp();
+	cr_assert_eq(send(dr.fd, req, strlen(req), MSG_NOSIGNAL),
+	             (ssize_t)strlen(req));
+	cr_assert_eq(pthread_create(&th, NULL, drain_all, &dr), 0);
+	/* the body has started (hang guard: the socket's receive timeout) */
+	while (dr.got < 65536 && !dr.done)
+		usleep(1000);
+	for (int i = 0; i < 10; i++) {
+		cr_assert_eq(td_client_stat(c, "slow", &ent, &e), 0, "%s",
+		             e.reason);
+		td_entry_fini(&ent);
+	}
+	got = dr.got;
+	cr_assert(!dr.done && got < n * n,
+	          "the socket client waited for the whole body (%" PRIu64
+	          " bytes received before its ten STATs came back)",
+	          got);
+	pthread_join(th, NULL);
+	close(dr.fd);
+	cr_assert_gt(dr.got, n * n, "the body was cut: %" PRIu64, dr.got);
+	td_client_close(c);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
 Test(http, dmabuf_planes_are_served_mapped, .init = start_http, .fini = stop)
 {
 	struct udmabuf_create cr = {.flags = UDMABUF_FLAGS_CLOEXEC,
@@ -5119,6 +5195,176 @@ Test(http, requests_with_a_body_are_answered, .init = start_http,
 	m = get_ok("/metrics", &len);
 	cr_assert_eq(metric_value(m, "tensord_http_leases "), 0, "%s", m);
 	free(m);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/* The responses in resp: its status lines (no body here holds one). */
+static unsigned responses_in(const char *resp)
+{
+	unsigned n = 0;
+
+	for (const char *p = resp; (p = strstr(p, "HTTP/1.1 ")); p++)
+		n++;
+	return n;
+}
+
+/*
+ * A request whose end is in doubt is answered (400, or 501 for a
+ * transfer coding the store cannot read) and its connection closed,
+ * before any body is read (RFC 9112 3.2, 6.1, 6.3). libmicrohttpd took
+ * Transfer-Encoding over Content-Length, the first of two Content-Length
+ * lines and a chunked HTTP/1.0 body, and served the bytes after them as
+ * the next request on the connection: behind a proxy that framed the
+ * request otherwise, a request of the client's own making answered into
+ * the proxy's connection (request smuggling). Another coding hung the
+ * connection until --http-timeout. A plain chunked or Content-Length
+ * body is still read and the connection kept.
+ */
+Test(http, a_request_whose_end_is_in_doubt_is_refused_and_closed,
+     .init = start_http, .fini = stop)
+{
+	static const struct {
+		const char *req;
+		int code;
+	} bad[] = {
+	        {"GET /zarr/zarr.json HTTP/1.1\r\nHost: t\r\n"
+	         "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+	         "0\r\n\r\n",
+	         400},
+	        {"GET /zarr/zarr.json HTTP/1.1\r\nHost: t\r\n"
+	         "Content-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+	         400},
+	        {"GET /zarr/zarr.json HTTP/1.0\r\nConnection: keep-alive\r\n"
+	         "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+	         400},
+	        {"GET /zarr/zarr.json HTTP/1.1\r\nHost: t\r\nHost: u\r\n\r\n",
+	         400},
+	        {"GET /zarr/zarr.json HTTP/1.1\r\nHost: t\r\n"
+	         "Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+	         501},
+	        {"GET /zarr/zarr.json HTTP/1.1\r\nHost: t\r\n"
+	         "Transfer-Encoding: chunked \r\n\r\n0\r\n\r\n",
+	         501},
+	};
+	static const char *const good[] = {
+	        "GET /zarr/zarr.json HTTP/1.1\r\nHost: t\r\n"
+	        "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+	        "GET /zarr/zarr.json HTTP/1.1\r\nHost: t\r\n"
+	        "Content-Length: 5\r\n\r\nhello",
+	};
+	/* what a smuggled request would be: its own answer */
+	const char *next = "GET /zarr/body/c/0 HTTP/1.1\r\nHost: t\r\n"
+	                   "Connection: close\r\n\r\n";
+	char req[512], *resp, *m;
+	size_t len;
+
+	put_filled("body", 'Y', 16);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+		snprintf(req, sizeof(req), "%s%s", bad[i].req, next);
+		exchange(connect_tcp(), req, &resp);
+		cr_assert_eq(responses_in(resp), 1, "%zu: %s", i, resp);
+		cr_assert_eq(status_of(resp), bad[i].code, "%zu: %s", i, resp);
+		cr_assert(strstr(resp, "Connection: close\r\n"), "%s", resp);
+		cr_assert(!strstr(resp, "YYYY"), "%zu: %s", i, resp);
+		free(resp);
+	}
+	for (size_t i = 0; i < sizeof(good) / sizeof(*good); i++) {
+		snprintf(req, sizeof(req), "%s%s", good[i], next);
+		exchange(connect_tcp(), req, &resp);
+		cr_assert_eq(responses_in(resp), 2, "%zu: %s", i, resp);
+		cr_assert_eq(status_of(resp), 200, "%zu: %s", i, resp);
+		cr_assert(strstr(resp, "\r\n\r\nYYYYYYYYYYYYYYYY"), "%s", resp);
+		free(resp);
+	}
+	m = get_ok("/metrics", &len);
+	cr_assert_eq(metric_value(m, "tensord_http_leases "), 0, "%s", m);
+	free(m);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/*
+ * If-None-Match, If-Match and If-Range on several lines are one value,
+ * the lines joined by commas (RFC 9110 5.3), as Range is: libmicrohttpd's
+ * lookup gave the first line alone, so a second If-None-Match line
+ * naming the chunk's tag got the whole body (not 304), a second If-Match
+ * line naming it a 412, and two If-Range lines (no single tag) let the
+ * range stand when the first named it.
+ */
+Test(http, conditions_on_several_lines_are_one_list, .init = start_http,
+     .fini = stop)
+{
+	char *resp, *tag, hdr[512];
+
+	put_filled("lines", 'L', 100);
+	http("GET", "/zarr/lines/c/0", NULL, &resp);
+	tag = etag_in(resp);
+	free(resp);
+	snprintf(hdr, sizeof(hdr),
+	         "If-None-Match: \"a\"\r\nIf-None-Match: %s\r\n", tag);
+	http("GET", "/zarr/lines/c/0", hdr, &resp);
+	cr_assert_eq(status_of(resp), 304, "%s", resp);
+	free(resp);
+	snprintf(hdr, sizeof(hdr), "If-Match: \"a\"\r\nIf-Match: %s\r\n", tag);
+	http("GET", "/zarr/lines/c/0", hdr, &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	free(resp);
+	http("GET", "/zarr/lines/c/0", "If-Match: \"a\"\r\nIf-Match: \"b\"\r\n",
+	     &resp);
+	cr_assert_eq(status_of(resp), 412, "%s", resp);
+	free(resp);
+	snprintf(hdr, sizeof(hdr),
+	         "If-Range: %s\r\nIf-Range: \"old\"\r\nRange: bytes=0-1\r\n",
+	         tag);
+	http("GET", "/zarr/lines/c/0", hdr, &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	cr_assert_eq(strlen(body_of(resp)), 100, "%s", resp);
+	free(resp);
+	/* one line of each still works as it did */
+	snprintf(hdr, sizeof(hdr), "If-Range: %s\r\nRange: bytes=0-1\r\n", tag);
+	http("GET", "/zarr/lines/c/0", hdr, &resp);
+	cr_assert_eq(status_of(resp), 206, "%s", resp);
+	free(resp);
+	/* a metadata key's too */
+	http("GET", "/zarr/zarr.json", NULL, &resp);
+	free(tag);
+	tag = etag_in(resp);
+	free(resp);
+	snprintf(hdr, sizeof(hdr),
+	         "If-None-Match: \"a\"\r\nIf-None-Match: W/%s\r\n", tag);
+	http("GET", "/zarr/zarr.json", hdr, &resp);
+	cr_assert_eq(status_of(resp), 304, "%s", resp);
+	free(resp);
+	free(tag);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/*
+ * An absolute-form request-target ("GET http://host/zarr/... HTTP/1.1",
+ * RFC 9112 3.2.2: a server MUST accept it) names the path after its
+ * authority; it was a 404 for every key.
+ */
+Test(http, an_absolute_form_target_is_served, .init = start_http,
+     .fini = stop)
+{
+	char *resp;
+
+	put_filled("abs", 'Q', 8);
+	http("GET", "http://t/zarr/abs/c/0", NULL, &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	cr_assert_str_eq(body_of(resp), "QQQQQQQQ");
+	free(resp);
+	http("HEAD", "HTTP://t:80/zarr-v2/abs/.zarray", NULL, &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	free(resp);
+	http("GET", "http://t/metrics", NULL, &resp);
+	cr_assert_eq(status_of(resp), 200, "%s", resp);
+	free(resp);
+	http("GET", "http://t", NULL, &resp);
+	cr_assert_eq(status_of(resp), 404, "%s", resp);
+	free(resp);
+	http("GET", "http://t/zarr/nope/c/0", NULL, &resp);
+	cr_assert_eq(status_of(resp), 404, "%s", resp);
+	free(resp);
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
