@@ -377,9 +377,11 @@ struct body {
 	struct td_zarr_walk w;
 	int fd[TD_ZARR_MAX_PLANES]; /* borrowed: they live while h does */
 	uint64_t off[TD_ZARR_MAX_PLANES];
-	/* dma-buf planes: mapped read-only, inside a SYNC_START/END */
+	/* dma-buf planes: mapped read-only, inside a SYNC_START/END (bit p
+	 * of synced); a far layout's sealed memfds: mapped read-only */
 	uint8_t *map[TD_ZARR_MAX_PLANES];
 	size_t map_len[TD_ZARR_MAX_PLANES];
+	uint32_t synced;
 	uint64_t start; /* of the body in the chunk (a range) */
 	/* the last window read: plane wp's bytes [woff, woff + wlen) */
 	uint32_t wp;
@@ -462,7 +464,8 @@ static void body_unmap(struct body *b)
 	for (uint32_t p = 0; p < TD_ZARR_MAX_PLANES; p++) {
 		if (!b->map[p])
 			continue;
-		(void)td__dmabuf_sync(b->fd[p], false);
+		if (b->synced & (1u << p))
+			(void)td__dmabuf_sync(b->fd[p], false);
 		munmap(b->map[p], b->map_len[p]);
 		b->map[p] = NULL;
 	}
@@ -495,8 +498,46 @@ static bool body_map(struct body *b, const struct td__http_node *n)
 			b->map[p] = NULL;
 			return false;
 		}
+		b->synced |= 1u << p;
 	}
 	return true;
+}
+
+/*
+ * Short runs cost a pread() each, or one per window: a transposed view
+ * (runs of one element, each far from the last) was about 4 MB/s. A
+ * tmpfs memfd sealed against shrinking cannot lose the pages a mapping
+ * of it covers (no SIGBUS, the reason pread() is used at all), so such
+ * planes are read through a read-only mapping for the response, a
+ * memcpy() per run. Any other plane (no seal, not tmpfs, shorter than
+ * the node says, a failed mmap) stays on pread().
+ */
+static void body_map_sealed(struct body *b, const struct td__http_node *n)
+{
+	long page = sysconf(_SC_PAGESIZE);
+
+	for (uint32_t p = 0; p < n->w.nplanes; p++) {
+		uint64_t end = n->off[p] + n->w.plane_size[p];
+		struct statfs sfs;
+		struct stat st;
+		void *m;
+		int seals;
+
+		if (b->map[p] || !n->w.plane_size[p])
+			continue;
+		seals = fcntl(n->fd[p], F_GET_SEALS);
+		if (seals < 0 || !(seals & F_SEAL_SHRINK) ||
+		    fstatfs(n->fd[p], &sfs) < 0 ||
+		    (unsigned long)sfs.f_type != TMPFS_MAGIC ||
+		    fstat(n->fd[p], &st) < 0 || (uint64_t)st.st_size < end)
+			continue;
+		b->map_len[p] = (size_t)((end + (uint64_t)page - 1) &
+		                         ~((uint64_t)page - 1));
+		m = mmap(NULL, b->map_len[p], PROT_READ, MAP_SHARED, n->fd[p],
+		         0);
+		if (m != MAP_FAILED)
+			b->map[p] = m;
+	}
 }
 
 static void body_free(void *cls)
@@ -539,6 +580,7 @@ static struct body *body_new(const struct td__http_node *n, struct hold *h,
 		free(b);
 		return NULL;
 	}
+	body_map_sealed(b, n);
 	return b;
 }
 
