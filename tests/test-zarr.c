@@ -4108,8 +4108,8 @@ static void *drain_all(void *arg)
 }
 
 /*
- * While an HTTP reader takes a slowly repacked chunk (u8 [2048, 2048]
- * transposed: a run of one byte at a time, 4 Mi of them) as fast as it
+ * While an HTTP reader takes a slowly repacked chunk (u8 [4096, 4096]
+ * transposed: a run of one byte at a time, 16 Mi of them) as fast as it
  * comes, socket
  * clients are served between the response's callbacks. libmicrohttpd
  * says "run again now" (a timeout of 0) while it has bytes for a socket
@@ -4122,7 +4122,7 @@ static void *drain_all(void *arg)
 Test(http, a_busy_response_leaves_the_loop_to_socket_clients,
      .init = start_http, .fini = stop)
 {
-	const uint64_t n = 2048;
+	const uint64_t n = 4096;
 	uint64_t shape[] = {n, n};
 	int64_t st[] = {1, (int64_t)n};
 	struct td_plane pl = {0, 0, 0, n * n};
