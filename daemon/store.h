@@ -698,5 +698,8 @@ void td__follow_cover(struct follower *f, struct td__lease *l);
 /* l goes (RELEASE, its holder's end): its row, if any, covers it no
  * more. */
 void td__follow_uncover(struct td__lease *l);
+/* f (NULL: nothing) covered a lease of v that went: it covers another
+ * of its uid's on v that counts for itself, if there is one. */
+void td__follow_recover(struct follower *f, const struct td__version *v);
 
 #endif
