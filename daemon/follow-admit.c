@@ -267,10 +267,15 @@ void td__follow_cover_lease(struct follower *f, const struct td__version *v,
 	td__follow_cover(f, l);
 }
 
-void td__follow_recover(struct follower *f, const struct td__version *v)
+void td__follow_lease_gone(struct td__lease *l)
 {
+	struct follower *f = l->cover;
+
+	td__follow_uncover(l);
+	/* its row counts the version still: counted once with another */
 	if (f)
-		td__follow_cover_lease(f, v, td__follow_pin(v, f->peer->uid));
+		td__follow_cover_lease(f, l->v,
+				       td__follow_pin(l->v, f->peer->uid));
 }
 
 void td__follow_uncover(struct td__lease *l)

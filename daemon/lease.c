@@ -200,14 +200,9 @@ static void lease_drop(struct td__store *s, struct td__peer *p,
 		td__ring_unlease(l->ring, l->slot, p->uid);
 		td__tenant_ring_unhold(p->uid, l->pinned != 0, 0);
 	} else {
-		struct follower *f = l->cover;
-
-		td__follow_uncover(l);
+		td__follow_lease_gone(l);
 		l->v->lease_count--;
 		l->v->foreign_leases -= l->v->uid != p->uid;
-		/* its row counts v still: another lease of the uid on v
-		 * (off the list, this one is not found) counts once */
-		td__follow_recover(f, l->v);
 		td__version_unref(s, l->v);
 	}
 	td__tenant_sub(p->uid, TD__LIM_LEASES, 1);
