@@ -755,6 +755,8 @@ enum {
 	W_RELEASE,     /* release the last tensor a GET kept (size 1: the
 			* first) */
 	W_DELETE,      /* delete name */
+	W_GET_NEWER,   /* get_newer of name after the last tensor kept (0
+			* none), waiting `size` ms; kept */
 	W_EXIT
 };
 
@@ -969,6 +971,15 @@ static void worker_main(const struct tu_daemon *td, void *arg)
 					memmove(held, held + 1,
 						nheld * sizeof(*held));
 				r.rc = 0;
+			} else if (m.op == W_GET_NEWER) {
+				CK(nheld < W_MAX_HELD);
+				r.rc = td_client_get_newer(
+					cc, m.name,
+					nheld ? td_tensor_version(
+							held[nheld - 1])
+					      : 0,
+					(int)m.size, &held[nheld], &e);
+				nheld += r.rc == 0;
 			} else if (m.op == W_DELETE) {
 				r.rc = td_client_delete(cc, m.name, NULL, &e);
 			} else {
@@ -1499,6 +1510,80 @@ Test(hostile, a_reader_following_what_it_leases_counts_its_version_once)
 	PINNED_IS(&reader, 0, "after the reader's end");
 	worker_stop(&reader);
 	victim_works("victim/followlease", "a leasing follower");
+	worker_stop(&prod);
+	stop();
+	unlink(policy_path);
+}
+
+/* The daemon's quota refusals so far (STATUS, read by root). */
+static uint64_t quota_refusals(void)
+{
+	struct td_client *c = cli();
+	struct td_error e = {0};
+	struct td_status *s;
+	uint64_t n;
+
+	cr_assert_eq(td_client_status(c, &s, &e), 0, "%s", e.reason);
+	n = s->refused[TD_REFUSAL_QUOTA];
+	td_status_free(s);
+	td_client_close(c);
+	return n;
+}
+
+/*
+ * td_client_get_newer follows by itself on its second call for a name,
+ * and the usual loop still holds the tensor its last call gave then:
+ * that FOLLOW used to count the held version a second time, so at a
+ * pinned limit of one version it was refused (-EDQUOT, quietly: the
+ * name stayed on the GET path, a GET and a RELEASE per version). The
+ * follow covers the lease: the FOLLOW is admitted, the loop rides it.
+ */
+Test(hostile, get_newer_holding_its_last_tensor_follows_at_a_one_version_limit)
+{
+	struct worker prod, reader;
+	char why[TD_WIRE_MAX_REASON + 1];
+	uint64_t refused;
+	int rc;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=60001 rw pub/\n"
+			     "allow uid=65534 r pub/\n"
+			     "limit uid=65534 pinned 1M\n",
+			     NULL, NULL),
+		 0, "info");
+	worker_start(&prod, 60001, 1);
+	cr_assert_eq(wdo(&prod, W_PUT, "pub/big", 4 * MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/g", MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	worker_start(&reader, NOBODY, 1);
+	rc = wdo(&reader, W_GET_NEWER, "pub/g", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, 0, "the first get_newer: %d %s", rc, why);
+	PINNED_IS(&reader, MiB, "the first version");
+	/* nothing newer: the call follows, and times out; not refused */
+	refused = quota_refusals();
+	rc = wdo(&reader, W_GET_NEWER, "pub/g", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, -ETIMEDOUT, "the second get_newer: %d %s", rc, why);
+	cr_assert_eq(quota_refusals(), refused,
+		     "the get_newer's FOLLOW was refused");
+	PINNED_IS(&reader, MiB, "followed, the first still held");
+	/* the loop releases the last, takes the next from the bell */
+	cr_assert_eq(wdo(&reader, W_RELEASE, "", 0, 1, why, sizeof(why)), 0);
+	PINNED_IS(&reader, MiB, "the first released, followed");
+	cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/g", MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	rc = wdo(&reader, W_GET_NEWER, "pub/g", TU_WAIT_S * 1000, 1, why,
+		 sizeof(why));
+	cr_assert_eq(rc, 0, "the next version: %d %s", rc, why);
+	PINNED_IS(&reader, MiB, "the next version taken");
+	worker_stop(&reader);
+	worker_start(&reader, NOBODY, 1);
+	PINNED_IS(&reader, 0, "after the reader's end");
+	worker_stop(&reader);
 	worker_stop(&prod);
 	stop();
 	unlink(policy_path);
