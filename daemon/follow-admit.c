@@ -126,8 +126,10 @@ static struct td__lease *peer_uncovered(const struct td__peer *o,
 /*
  * A GET lease of p's uid on v counting pin bytes that no row covers (p's
  * own first, then its uid's other connections'), or NULL. Its callers
- * are a FOLLOW and a covered lease's end, never a handoff; a version
- * nobody leases (a new one) costs no walk.
+ * are a FOLLOW and a covered lease's end (a follower's RELEASE of the
+ * version it took by GET while current): the walk of the connections is
+ * only for a uid that has more than one, and a version nobody leases
+ * costs none.
  */
 static struct td__lease *lease_uncovered(const struct td__peer *p,
 					 const struct td__version *v,
@@ -138,6 +140,8 @@ static struct td__lease *lease_uncovered(const struct td__peer *p,
 	if (!v || !pin || v->lease_count == 0)
 		return NULL;
 	x = peer_uncovered(p, v, pin);
+	if (td__tenant_held(p->uid, TD__LIM_CONNS) < 2)
+		return x;
 	for (const struct td__list *l = td__d->peers.next;
 	     !x && l != &td__d->peers; l = l->next) {
 		const struct td__peer *o =

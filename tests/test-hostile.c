@@ -1649,6 +1649,19 @@ Test(hostile, a_covered_lease_or_follow_that_goes_hands_its_cover_on)
 	cr_assert_eq(wdo(&reader, W_RELEASE, "", 1, 1, why, sizeof(why)), 0);
 	PINNED_OF(&reader, MiB, 2 * MiB, "both released");
 	worker_stop(&reader);
+	/* across connections of the uid: a lease on each, a follow on the
+	 * first covers its own; released, the follow covers the other's */
+	worker_start(&reader, NOBODY, 2);
+	PINNED_OF(&reader, 0, 2 * MiB, "after the reader's end");
+	rc = wdo(&reader, W_GET_KEEP, "pub/f", 0, 2, why, sizeof(why));
+	cr_assert_eq(rc, 0, "%d %s", rc, why);
+	rc = wdo(&reader, W_FOLLOW, "pub/f", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, 0, "a FOLLOW over two connections' leases: %d %s",
+		     rc, why);
+	PINNED_OF(&reader, 2 * MiB, 2 * MiB, "a lease on each, a follow");
+	cr_assert_eq(wdo(&reader, W_RELEASE, "", 1, 1, why, sizeof(why)), 0);
+	PINNED_OF(&reader, MiB, 2 * MiB, "the other connection's covered");
+	worker_stop(&reader);
 	worker_start(&reader, NOBODY, 1);
 	PINNED_OF(&reader, 0, 2 * MiB, "after the reader's end");
 	worker_stop(&reader);
