@@ -107,6 +107,52 @@ static int spare_admit(struct td__peer *p, const struct td_wire_hdr *h,
 	return -ENOBUFS;
 }
 
+/* A lease of o on v counting pin bytes that no row covers, or NULL. */
+static struct td__lease *peer_uncovered(const struct td__peer *o,
+					const struct td__version *v,
+					uint64_t pin)
+{
+	for (struct td__list *l = o->leases.next; l != &o->leases;
+	     l = l->next) {
+		struct td__lease *x =
+			td__container_of(l, struct td__lease, link);
+
+		if (x->v == v && !x->cover && x->pinned == pin)
+			return x;
+	}
+	return NULL;
+}
+
+/*
+ * A GET lease of p's uid on v counting pin bytes that no row covers (p's
+ * own first, then its uid's other connections'), or NULL. Its callers
+ * are a FOLLOW and a covered lease's end (a follower's RELEASE of the
+ * version it took by GET while current): the walk of the connections is
+ * only for a uid that has more than one, and a version nobody leases
+ * costs none.
+ */
+static struct td__lease *lease_uncovered(const struct td__peer *p,
+					 const struct td__version *v,
+					 uint64_t pin)
+{
+	struct td__lease *x;
+
+	if (!v || !pin || v->lease_count == 0)
+		return NULL;
+	x = peer_uncovered(p, v, pin);
+	if (td__tenant_held(p->uid, TD__LIM_CONNS) < 2)
+		return x;
+	for (const struct td__list *l = td__d->peers.next;
+	     !x && l != &td__d->peers; l = l->next) {
+		const struct td__peer *o =
+			td__container_of(l, const struct td__peer, link);
+
+		if (o != p && o->uid == p->uid)
+			x = peer_uncovered(o, v, pin);
+	}
+	return x;
+}
+
 int td__follow_admit(struct td__peer *p, const struct td_wire_hdr *h,
 		     struct td_wire_str name, bool spare)
 {
@@ -115,6 +161,7 @@ int td__follow_admit(struct td__peer *p, const struct td_wire_hdr *h,
 		b ? b->cur_v : td__name_lookup(td__d->store, name);
 	/* a row, and the bell's descriptors when this follow makes it */
 	unsigned fds = b ? 1 : 1 + BELL_FDS;
+	uint64_t pin = td__follow_pin(cur, p->uid);
 	char lim[256];
 	int rc;
 
@@ -162,11 +209,12 @@ int td__follow_admit(struct td__peer *p, const struct td_wire_hdr *h,
 		rc = td__tenant_check(p->uid, TD__LIM_LEASES, 1, lim,
 				      sizeof(lim));
 	/* and for the current version, which it may take with no message
-	 * (the bell's commits charge again: follow.c, rows_charge) */
+	 * (the bell's commits charge again: follow.c, rows_charge), less
+	 * a GET lease of it its uid holds, which the row will cover */
 	if (rc == 0)
 		rc = td__tenant_check(p->uid, TD__LIM_PINNED,
-				      td__follow_pin(cur, p->uid), lim,
-				      sizeof(lim));
+				      lease_uncovered(p, cur, pin) ? 0 : pin,
+				      lim, sizeof(lim));
 	if (rc < 0)
 		td__peer_error(p, h->opcode, h->request_id, rc, "FOLLOW: %s",
 			       lim);
@@ -206,6 +254,32 @@ void td__follow_cover(struct follower *f, struct td__lease *l)
 		return;
 	f->cover = l;
 	l->cover = f;
+}
+
+void td__follow_cover_lease(struct follower *f, const struct td__version *v,
+			    uint64_t pin)
+{
+	struct td__lease *l;
+
+	if (f->cover)
+		return;
+	l = lease_uncovered(f->peer, v, pin);
+	if (!l)
+		return;
+	td__tenant_sub(f->peer->uid, TD__LIM_PINNED, l->pinned);
+	l->pinned = 0;
+	td__follow_cover(f, l);
+}
+
+void td__follow_lease_gone(struct td__lease *l)
+{
+	struct follower *f = l->cover;
+
+	td__follow_uncover(l);
+	/* its row counts the version still: counted once with another */
+	if (f)
+		td__follow_cover_lease(f, l->v,
+				       td__follow_pin(l->v, f->peer->uid));
 }
 
 void td__follow_uncover(struct td__lease *l)

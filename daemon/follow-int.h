@@ -105,6 +105,15 @@ static inline bool td__row_charges(const struct bell *b,
 	return (b->cur_v == v && f->cur_pin) || (f->held == v && f->pinned);
 }
 
+/*
+ * f starts to charge pin bytes of v (a FOLLOW's current version, or a
+ * row whose covered lease went): a GET lease of its uid on v that no row
+ * covers counts nothing of its own from now on, covered by f (the other
+ * order of td__follow_cover_find). Nothing when f covers one already.
+ */
+void td__follow_cover_lease(struct follower *f, const struct td__version *v,
+			    uint64_t pin);
+
 /* Room for one more follow of p (spare: TD_WIRE_FOLLOW_SPARE): 0, or
  * the refusal sent and -errno. */
 int td__follow_admit(struct td__peer *p, const struct td_wire_hdr *h,

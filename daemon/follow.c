@@ -71,11 +71,19 @@ static void hold_take(struct follower *f, struct td__version *v)
 static void cover_end(struct follower *f)
 {
 	struct td__lease *l = f->cover;
+	uint64_t pin = td__follow_pin(l->v, f->peer->uid);
+	/* another row of the uid that counts the version (f is skipped:
+	 * it covers l still) covers it on: counted once */
+	struct follower *g = td__follow_cover_find(f->peer, l->v, pin);
 
-	l->pinned = td__follow_pin(l->v, f->peer->uid);
+	td__follow_uncover(l);
+	if (g) {
+		td__follow_cover(g, l);
+		return;
+	}
+	l->pinned = pin;
 	/* the uid has an entry (its connection): this cannot fail */
 	(void)td__tenant_add(f->peer->uid, TD__LIM_PINNED, l->pinned);
-	td__follow_uncover(l);
 }
 
 /*
@@ -944,6 +952,9 @@ void td__follow(struct td__peer *p, const struct td__req *rq)
 		if (cur)
 			bell_set(b, cur, NULL, false);
 	}
+	/* a GET lease its uid holds of the current version counts once
+	 * (td__follow_admit left room for the version, less that lease) */
+	td__follow_cover_lease(f, b->cur_v, f->cur_pin);
 	reply_follow(p, h, m.flags, b, f);
 }
 

@@ -200,7 +200,7 @@ static void lease_drop(struct td__store *s, struct td__peer *p,
 		td__ring_unlease(l->ring, l->slot, p->uid);
 		td__tenant_ring_unhold(p->uid, l->pinned != 0, 0);
 	} else {
-		td__follow_uncover(l);
+		td__follow_lease_gone(l);
 		l->v->lease_count--;
 		l->v->foreign_leases -= l->v->uid != p->uid;
 		td__version_unref(s, l->v);

@@ -91,6 +91,21 @@ static void uid_row(struct td_wire_status_rep *m, bool all, uid_t asker,
 	};
 }
 
+/*
+ * Whether uid, charged no bytes, has a row of pinned figures to show:
+ * bytes against its pinned limit, a `limit uid=N pinned` line of its
+ * own (what it may hold, set for it), or it is the asker (who sees its
+ * own limit). Every other connected uid would show 0 of the limit all
+ * have, and crowd out the uids that pin within the rows' cap.
+ */
+static bool pinned_row(uid_t uid, uid_t asker)
+{
+	uint64_t v;
+
+	return uid == asker || td__tenant_held(uid, TD__LIM_PINNED) ||
+	       td__policy_limit(td__d->policy, uid, TD__LIM_PINNED, &v);
+}
+
 static void status_fill(struct td__peer *asker, bool all,
 			struct td_wire_status_rep *m)
 {
@@ -134,11 +149,14 @@ static void status_fill(struct td__peer *asker, bool all,
 	m->has_pinned = asker->features & TD_WIRE_FEAT_STATUS_PINNED;
 	for (size_t i = 0; i < s->nuids; i++)
 		uid_row(m, all, asker->uid, s->uids[i].uid, s->uids[i].bytes);
-	/* a client that knows the pinned figures gets a row for every uid
-	 * the daemon counts: a reader that published nothing has one */
+	/* a client that knows the pinned figures gets a row for each other
+	 * uid the daemon counts that has one to show: a reader that
+	 * published nothing has one; a uid that is only connected, with
+	 * the limit every uid has, takes none of the rows (docs/protocol.md
+	 * §11) */
 	for (size_t i = 0; m->has_pinned && i < td__tenant_count(); i++) {
 		uid_t uid = td__tenant_uid(i);
-		bool seen = false;
+		bool seen = !pinned_row(uid, asker->uid);
 
 		for (size_t j = 0; j < s->nuids && !seen; j++)
 			seen = s->uids[j].uid == uid;

@@ -695,8 +695,11 @@ struct follower *td__follow_cover_find(const struct td__peer *p,
 /* f's charge covers lease l (of f's uid, on the version it charges);
  * f NULL: nothing. */
 void td__follow_cover(struct follower *f, struct td__lease *l);
-/* l goes (RELEASE, its holder's end): its row, if any, covers it no
- * more. */
+/* l's row, if any, covers it no more. */
 void td__follow_uncover(struct td__lease *l);
+/* l goes (RELEASE, its holder's end; off its list already): its row, if
+ * any, covers another lease of its uid on l's version that counts for
+ * itself, if there is one, else none. */
+void td__follow_lease_gone(struct td__lease *l);
 
 #endif

@@ -14,8 +14,9 @@
 /* the STATUS reply ends with u64 byte_reserve (sent only to a client
  * whose HELLO named this feature: an older decoder refuses the tail) */
 #define TD_WIRE_FEAT_STATUS_RESERVE 0x1000000u
-/* each STATUS uid row ends with u64 pinned_use, pinned_limit, and every
- * uid the daemon counts has a row, once (sent only to a client whose
+/* each STATUS uid row ends with u64 pinned_use, pinned_limit, and a uid
+ * charged no bytes has a row when it has pinned figures to show (in use,
+ * a limit line of its own, the asker), once (sent only to a client whose
  * HELLO named this feature: an older decoder reads other rows) */
 #define TD_WIRE_FEAT_STATUS_PINNED 0x10000000u
 

@@ -751,7 +751,13 @@ enum {
 			* waiting for the first one's first version */
 	W_GET_EXACT,   /* a GET of version `size` of name, kept */
 	W_PIN_NEW,     /* put NAME0 .. NAME<count-1>, pinned */
-	W_UNFOLLOW,    /* end the last follow W_FOLLOW made */
+	W_UNFOLLOW,    /* end the last follow W_FOLLOW made (size 1: the
+			* first) */
+	W_RELEASE,     /* release the last tensor a GET kept (size 1: the
+			* first) */
+	W_DELETE,      /* delete name */
+	W_GET_NEWER,   /* get_newer of name after the last tensor kept (0
+			* none), waiting `size` ms; kept */
 	W_EXIT
 };
 
@@ -951,8 +957,32 @@ static void worker_main(const struct tu_daemon *td, void *arg)
 					follows[nfollows++] = f;
 			} else if (m.op == W_UNFOLLOW) {
 				CK(nfollows > 0);
-				td_follow_close(follows[--nfollows]);
+				td_follow_close(follows[m.size ? 0
+							       : nfollows - 1]);
+				nfollows--;
+				if (m.size)
+					memmove(follows, follows + 1,
+						nfollows * sizeof(*follows));
 				r.rc = 0;
+			} else if (m.op == W_RELEASE) {
+				CK(nheld > 0);
+				td_tensor_release(held[m.size ? 0 : nheld - 1]);
+				nheld--;
+				if (m.size)
+					memmove(held, held + 1,
+						nheld * sizeof(*held));
+				r.rc = 0;
+			} else if (m.op == W_GET_NEWER) {
+				CK(nheld < W_MAX_HELD);
+				r.rc = td_client_get_newer(
+					cc, m.name,
+					nheld ? td_tensor_version(
+							held[nheld - 1])
+					      : 0,
+					(int)m.size, &held[nheld], &e);
+				nheld += r.rc == 0;
+			} else if (m.op == W_DELETE) {
+				r.rc = td_client_delete(cc, m.name, NULL, &e);
 			} else {
 				_exit(0);
 			}
@@ -1298,7 +1328,8 @@ static uint64_t pinned_use_of(uid_t uid, uint64_t *limit)
 /* Both figures of the reader's pinned use, its refusal's and STATUS's,
  * equal n (the refusal is a request on the reader's connection: what it
  * released before, quietly, the daemon has seen by then). */
-#define PINNED_IS(reader, n, what)                                            \
+#define PINNED_IS(reader, n, what) PINNED_OF(reader, n, MiB, what)
+#define PINNED_OF(reader, n, limit, what)                                     \
 	do {                                                                  \
 		uint64_t lim_, st_;                                           \
 		unsigned long long r_ = pinned_of(reader);                    \
@@ -1307,7 +1338,7 @@ static uint64_t pinned_use_of(uid_t uid, uint64_t *limit)
 		cr_assert_eq(r_, (n), "%s: refusal says %llu", what, r_);     \
 		cr_assert_eq(st_, (n), "%s: STATUS says %llu", what,          \
 			     (unsigned long long)st_);                        \
-		cr_assert_eq(lim_, MiB, "%s: limit %llu", what,               \
+		cr_assert_eq(lim_, (limit), "%s: limit %llu", what,           \
 			     (unsigned long long)lim_);                       \
 	} while (0)
 
@@ -1391,6 +1422,250 @@ Test(hostile, a_follower_taking_by_get_counts_its_version_once)
 	PINNED_IS(&reader, 0, "after the follower's end");
 	worker_stop(&reader);
 	victim_works("victim/followonce", "a follower's GET");
+	worker_stop(&prod);
+	stop();
+	unlink(policy_path);
+}
+
+/*
+ * The other order: a uid that holds a GET lease of a name's current
+ * version and then FOLLOWs the name used to be charged that version
+ * twice (the lease, and the follow's count of the current version), so
+ * a reader whose pinned limit fits one version was refused the FOLLOW
+ * (what td_client_get_newer does after a GET, with the tensor still
+ * held). The follow covers the lease: counted once, and exact through
+ * the lease's release before and after the name moves on, the follow's
+ * end, a DELETE of the name, a new version and the connection's end,
+ * STATUS showing at each step the figure the limit is checked against.
+ */
+Test(hostile, a_reader_following_what_it_leases_counts_its_version_once)
+{
+	struct worker prod, reader;
+	char why[TD_WIRE_MAX_REASON + 1];
+	int rc;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=60001 rw pub/\n"
+			     "allow uid=65534 r pub/\n"
+			     "limit uid=65534 pinned 1M\n",
+			     NULL, NULL),
+		 0, "info");
+	worker_start(&prod, 60001, 1);
+	cr_assert_eq(wdo(&prod, W_PUT, "pub/big", 4 * MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/f", MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	worker_start(&reader, NOBODY, 1);
+	rc = wdo(&reader, W_GET_KEEP, "pub/f", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, 0, "%d %s", rc, why);
+	PINNED_IS(&reader, MiB, "leased by GET");
+	rc = wdo(&reader, W_FOLLOW, "pub/f", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, 0, "the FOLLOW of the leased version: %d %s", rc,
+		     why);
+	PINNED_IS(&reader, MiB, "leased, then followed");
+	/* released while current: the follow counts it alone */
+	cr_assert_eq(wdo(&reader, W_RELEASE, "", 0, 1, why, sizeof(why)), 0);
+	PINNED_IS(&reader, MiB, "the lease released, the version current");
+	/* leased again, then the name moves on: the lease counts for
+	 * itself beside the follow's new current version */
+	cr_assert_eq(wdo(&reader, W_GET_KEEP, "pub/f", 0, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	PINNED_IS(&reader, MiB, "leased again while followed");
+	cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/f", MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	PINNED_IS(&reader, 2 * MiB, "the leased version replaced");
+	cr_assert_eq(wdo(&reader, W_RELEASE, "", 0, 1, why, sizeof(why)), 0);
+	PINNED_IS(&reader, MiB, "the replaced version released");
+	/* the follow ends while it covers a lease: the lease counts */
+	cr_assert_eq(wdo(&reader, W_GET_KEEP, "pub/f", 0, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(wdo(&reader, W_UNFOLLOW, "", 0, 1, why, sizeof(why)), 0);
+	PINNED_IS(&reader, MiB, "the follow ended, the lease kept");
+	/* followed again over the lease; the name deleted: the lease
+	 * counts, the follow nothing */
+	rc = wdo(&reader, W_FOLLOW, "pub/f", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, 0, "the second FOLLOW: %d %s", rc, why);
+	PINNED_IS(&reader, MiB, "followed again");
+	cr_assert_eq(wdo(&prod, W_DELETE, "pub/f", 0, 1, why, sizeof(why)),
+		     0, "%s", why);
+	PINNED_IS(&reader, MiB, "the name deleted, the lease kept");
+	cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/f", MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	PINNED_IS(&reader, 2 * MiB, "a new version after the delete");
+	cr_assert_eq(wdo(&reader, W_RELEASE, "", 0, 1, why, sizeof(why)), 0);
+	PINNED_IS(&reader, MiB, "the deleted version released");
+	/* leased and followed when the connection ends: nothing left */
+	cr_assert_eq(wdo(&reader, W_GET_KEEP, "pub/f", 0, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	PINNED_IS(&reader, MiB, "leased under the follow");
+	worker_stop(&reader);
+	worker_start(&reader, NOBODY, 1);
+	PINNED_IS(&reader, 0, "after the reader's end");
+	worker_stop(&reader);
+	victim_works("victim/followlease", "a leasing follower");
+	worker_stop(&prod);
+	stop();
+	unlink(policy_path);
+}
+
+/* The daemon's quota refusals so far (STATUS, read by root). */
+static uint64_t quota_refusals(void)
+{
+	struct td_client *c = cli();
+	struct td_error e = {0};
+	struct td_status *s;
+	uint64_t n;
+
+	cr_assert_eq(td_client_status(c, &s, &e), 0, "%s", e.reason);
+	n = s->refused[TD_REFUSAL_QUOTA];
+	td_status_free(s);
+	td_client_close(c);
+	return n;
+}
+
+/*
+ * td_client_get_newer follows by itself on its second call for a name,
+ * and the usual loop still holds the tensor its last call gave then:
+ * that FOLLOW used to count the held version a second time, so at a
+ * pinned limit of one version it was refused (-EDQUOT, quietly: the
+ * name stayed on the GET path, a GET and a RELEASE per version). The
+ * follow covers the lease: the FOLLOW is admitted, the loop rides it.
+ */
+Test(hostile, get_newer_holding_its_last_tensor_follows_at_a_one_version_limit)
+{
+	struct worker prod, reader;
+	char why[TD_WIRE_MAX_REASON + 1];
+	uint64_t refused;
+	int rc;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=60001 rw pub/\n"
+			     "allow uid=65534 r pub/\n"
+			     "limit uid=65534 pinned 1M\n",
+			     NULL, NULL),
+		 0, "info");
+	worker_start(&prod, 60001, 1);
+	cr_assert_eq(wdo(&prod, W_PUT, "pub/big", 4 * MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/g", MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	worker_start(&reader, NOBODY, 1);
+	rc = wdo(&reader, W_GET_NEWER, "pub/g", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, 0, "the first get_newer: %d %s", rc, why);
+	PINNED_IS(&reader, MiB, "the first version");
+	/* nothing newer: the call follows, and times out; not refused */
+	refused = quota_refusals();
+	rc = wdo(&reader, W_GET_NEWER, "pub/g", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, -ETIMEDOUT, "the second get_newer: %d %s", rc, why);
+	cr_assert_eq(quota_refusals(), refused,
+		     "the get_newer's FOLLOW was refused");
+	PINNED_IS(&reader, MiB, "followed, the first still held");
+	/* the loop releases the last, takes the next from the bell */
+	cr_assert_eq(wdo(&reader, W_RELEASE, "", 0, 1, why, sizeof(why)), 0);
+	PINNED_IS(&reader, MiB, "the first released, followed");
+	cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/g", MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	rc = wdo(&reader, W_GET_NEWER, "pub/g", TU_WAIT_S * 1000, 1, why,
+		 sizeof(why));
+	cr_assert_eq(rc, 0, "the next version: %d %s", rc, why);
+	PINNED_IS(&reader, MiB, "the next version taken");
+	worker_stop(&reader);
+	worker_start(&reader, NOBODY, 1);
+	PINNED_IS(&reader, 0, "after the reader's end");
+	worker_stop(&reader);
+	worker_stop(&prod);
+	stop();
+	unlink(policy_path);
+}
+
+/*
+ * A uid with two leases of a name's current version, or two follows of
+ * the name, counts the version once per lease or follow beyond the
+ * pair a follow and a lease make: when the covered lease goes, the
+ * follow covers the uid's other lease; when the covering follow ends,
+ * the uid's other follow of the name covers the lease. Either used to
+ * leave a lease and a follow counting one version twice.
+ */
+Test(hostile, a_covered_lease_or_follow_that_goes_hands_its_cover_on)
+{
+	struct worker prod, reader;
+	char why[TD_WIRE_MAX_REASON + 1];
+	int rc;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=60001 rw pub/\n"
+			     "allow uid=65534 r pub/\n"
+			     "limit uid=65534 pinned 2M\n",
+			     NULL, NULL),
+		 0, "info");
+	worker_start(&prod, 60001, 1);
+	cr_assert_eq(wdo(&prod, W_PUT, "pub/big", 4 * MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/f", MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	worker_start(&reader, NOBODY, 1);
+	/* two follows; a GET lease covered by the first */
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(wdo(&reader, W_FOLLOW, "pub/f", 0, 1, why,
+				 sizeof(why)),
+			     0, "%s", why);
+	PINNED_OF(&reader, 2 * MiB, 2 * MiB, "two follows");
+	rc = wdo(&reader, W_GET_KEEP, "pub/f", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, 0, "%d %s", rc, why);
+	PINNED_OF(&reader, 2 * MiB, 2 * MiB, "two follows and a lease");
+	/* the covering follow ends: the other covers the lease */
+	cr_assert_eq(wdo(&reader, W_UNFOLLOW, "", 1, 1, why, sizeof(why)), 0);
+	PINNED_OF(&reader, MiB, 2 * MiB, "the covering follow ended");
+	/* a second lease; the covered one released: the follow covers
+	 * the other */
+	rc = wdo(&reader, W_GET_KEEP, "pub/f", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, 0, "%d %s", rc, why);
+	PINNED_OF(&reader, 2 * MiB, 2 * MiB, "a follow and two leases");
+	cr_assert_eq(wdo(&reader, W_RELEASE, "", 1, 1, why, sizeof(why)), 0);
+	PINNED_OF(&reader, MiB, 2 * MiB, "the covered lease released");
+	cr_assert_eq(wdo(&reader, W_UNFOLLOW, "", 0, 1, why, sizeof(why)), 0);
+	PINNED_OF(&reader, MiB, 2 * MiB, "the follow ended, a lease kept");
+	/* two leases, then a FOLLOW: room for the version but one */
+	rc = wdo(&reader, W_GET_KEEP, "pub/f", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, 0, "%d %s", rc, why);
+	rc = wdo(&reader, W_FOLLOW, "pub/f", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, 0, "a FOLLOW over two leases: %d %s", rc, why);
+	PINNED_OF(&reader, 2 * MiB, 2 * MiB, "two leases, then a follow");
+	cr_assert_eq(wdo(&reader, W_RELEASE, "", 1, 1, why, sizeof(why)), 0);
+	cr_assert_eq(wdo(&reader, W_RELEASE, "", 1, 1, why, sizeof(why)), 0);
+	PINNED_OF(&reader, MiB, 2 * MiB, "both released");
+	worker_stop(&reader);
+	/* across connections of the uid: a lease on each, a follow on the
+	 * first covers its own; released, the follow covers the other's */
+	worker_start(&reader, NOBODY, 2);
+	PINNED_OF(&reader, 0, 2 * MiB, "after the reader's end");
+	rc = wdo(&reader, W_GET_KEEP, "pub/f", 0, 2, why, sizeof(why));
+	cr_assert_eq(rc, 0, "%d %s", rc, why);
+	rc = wdo(&reader, W_FOLLOW, "pub/f", 0, 1, why, sizeof(why));
+	cr_assert_eq(rc, 0, "a FOLLOW over two connections' leases: %d %s",
+		     rc, why);
+	PINNED_OF(&reader, 2 * MiB, 2 * MiB, "a lease on each, a follow");
+	cr_assert_eq(wdo(&reader, W_RELEASE, "", 1, 1, why, sizeof(why)), 0);
+	PINNED_OF(&reader, MiB, 2 * MiB, "the other connection's covered");
+	worker_stop(&reader);
+	worker_start(&reader, NOBODY, 1);
+	PINNED_OF(&reader, 0, 2 * MiB, "after the reader's end");
+	worker_stop(&reader);
 	worker_stop(&prod);
 	stop();
 	unlink(policy_path);

@@ -515,6 +515,102 @@ Test(status, the_pinned_limits_use_is_shown_to_clients_that_know_it)
 	unlink(pol);
 }
 
+#define IDLE_UIDS 300 /* more than TD_WIRE_STATUS_MAX_UIDS */
+#define IDLE_UID0 70000
+
+/*
+ * A child that connects as IDLE_UIDS uids that do nothing, then as
+ * NOBODY, which leases root/x; it says so on ready and keeps it all
+ * until hold closes.
+ */
+static pid_t idle_crowd(struct logged *l, const int ready[2],
+			const int hold[2])
+{
+	chmod(l->d.dir, 0755);
+	pid_t pid = tu_fork();
+	if (pid != 0)
+		return pid;
+	static struct td_client *c[IDLE_UIDS + 1];
+	struct td_tensor *t;
+	char b;
+	close(ready[0]);
+	close(hold[1]); /* hold's EOF is the parent's close */
+	for (int i = 0; i <= IDLE_UIDS; i++) {
+		/* the connection is the uid's (SO_PEERCRED: the euid) */
+		if (seteuid(i < IDLE_UIDS ? IDLE_UID0 + i : NOBODY) < 0)
+			_exit(2);
+		if (td_client_connect(l->d.sock, &c[i], NULL) < 0)
+			_exit(3);
+		if (seteuid(0) < 0)
+			_exit(4);
+	}
+	if (td_client_get(c[IDLE_UIDS], "root/x", &t, NULL) < 0)
+		_exit(5);
+	if (write(ready[1], "r", 1) != 1)
+		_exit(6);
+	(void)!read(hold[0], &b, 1);
+	_exit(0);
+}
+
+/*
+ * Rows of pinned figures are for the uids with one to show: a reader
+ * that published nothing but holds other uids' bytes has one, a uid
+ * that is only connected (with the limit every uid has) none. Every
+ * connected uid used to take a row, so on a host with more connected
+ * uids than STATUS's 256 rows the reader that pinned, come last, was
+ * not shown. The old layout's rows (uids charged bytes) stay as they
+ * were for a client that does not ask for the pinned figures.
+ */
+Test(status, idle_uids_leave_the_pinned_rows_to_the_uids_that_pin)
+{
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as other uids");
+	struct logged l;
+	char pol[64];
+	snprintf(pol, sizeof(pol), "/tmp/td-status-crowd-%d", (int)getpid());
+	write_file(pol, "allow any rw *\n");
+	const char *extra[] = {"--socket-mode", "0666", "--policy", pol,
+			       NULL};
+	struct td_wire_status_rep m;
+	int ready[2], hold[2];
+	uint64_t lim = 0;
+	char b;
+
+	start(&l, extra);
+	struct td_client *c = cli(&l);
+	cr_assert_eq(put(c, "root/x", 64, false), 0);
+	cr_assert(pipe(ready) == 0 && pipe(hold) == 0);
+	pid_t pid = idle_crowd(&l, ready, hold);
+	close(ready[1]);
+	close(hold[0]);
+	tu_await_readable(ready[0], TU_WAIT_S, "the idle uids' child");
+	cr_assert_eq(read(ready[0], &b, 1), 1, "the idle uids' child failed");
+
+	struct td_status *s = status(c);
+	cr_assert_eq(pinned_use(s, NOBODY, &lim), 64,
+		     "the reader's row is crowded out (%zu rows)",
+		     s->uid_count);
+	cr_assert_eq(pinned_use(s, 0, &lim), 0, "root's row: its bytes");
+	cr_assert_eq(s->uid_count, 2, "idle uids have rows: %zu",
+		     s->uid_count);
+	td_status_free(s);
+	/* the old layout: the uids charged bytes, root alone */
+	cr_assert_eq(raw_status_ex(&l, TD_WIRE_FEAT_STATUS, false, false, &m),
+		     0);
+	cr_assert_eq(m.uid_count, 1);
+	cr_assert_eq(m.uids[0].uid, 0);
+
+	close(hold[1]);
+	close(ready[0]);
+	int st = tu_wait_child(pid, TU_WAIT_S, "the idle uids' child");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d",
+		  WEXITSTATUS(st));
+	td_client_close(c);
+	stop(&l);
+	done(&l);
+	unlink(pol);
+}
+
 /*
  * The byte reserve of --max-bytes (1/16 of it) is in STATUS for a client
  * that asks for it in HELLO, and in tensorctl status; a client that does

@@ -34,8 +34,10 @@ struct td_status_pinned {
 /*
  * Uid row i of s (i < s->uid_count) into *out. Returns 0, -EINVAL (no
  * such row, a NULL argument) or -EOPNOTSUPP (a daemon too old to say;
- * *out zeroed). With a daemon that says, s->uids holds a row for every
- * uid the daemon counts (a reader that published nothing included).
+ * *out zeroed). With a daemon that says, s->uids holds, beside the uids
+ * charged bytes, a row for every uid with pinned figures to show: bytes
+ * against its pinned limit (a reader that published nothing included),
+ * a policy limit line of its own, or the asking uid.
  */
 TD_EXPORT int td_status_uid_pinned(const struct td_status *s, size_t i,
 				   struct td_status_pinned *out);
