@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <json-c/json.h>
 
@@ -70,53 +72,115 @@ static struct json_object *tensor_attrs(const struct td_tensor *t,
 	return td_zarr_tensor_attrs(&zt);
 }
 
-/*
- * Every chunk of z that points into a lease copied out, and the lease
- * released: a connection may hold 4096 leases, a uid what its
- * --uid-limit leases says (docs/protocol.md §4), fewer than a store may
- * have tensors. How many were released, or -ENOMEM.
- */
-static int unlease(struct zset *z)
-{
-	int n = 0;
+/* An export under way: DIR, and once the lease caps were met the new
+ * folder the arrays are written to, a batch at a time (open). */
+struct zexp {
+	const char *dir;
+	struct zout o;
+	bool open;
+	char (*raw)[TD_ZARR_NAME_MAX + 1]; /* node names before suffixes */
+};
 
+/* z's node names made final: the raw ones made distinct in order. An
+ * array's name depends on the names before it only, so those of a batch
+ * written early are the ones the whole export gives them. */
+static int settle_names(struct zset *z, const struct zexp *x)
+{
+	for (size_t k = 0; k < z->n; k++)
+		memcpy(z->s[k].a.name, x->raw[k], sizeof(x->raw[k]));
+	if (tctl_zset_unique_names(z) < 0)
+		return tctl_fail(TCTL_REFUSED, "input", ENAMETOOLONG,
+		                 "names do not fit with their suffixes");
+	return TCTL_OK;
+}
+
+/*
+ * A written chunk that is a leased memfd plane's bytes leaves this
+ * process's page tables (MADV_DONTNEED), as save's do (cmd-save.c): the
+ * mapping outlives the lease's release, and every batch's pages would
+ * stay resident, tensorctl as large as the store. Never a copy on the
+ * heap (owned), whose bytes it would zero, nor a dma-buf's.
+ */
+static void drop_pages(const struct zsrc *s, const struct td_tensor *t)
+{
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t a = (uintptr_t)s->data, b = a + s->len;
+
+	if (s->owned || !s->data ||
+	    td_tensor_plane_kind(t, 0) != TD_PLANE_MEMFD)
+		return;
+	a = (a + pg - 1) & ~(pg - 1);
+	b &= ~(pg - 1);
+	if (b > a)
+		(void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/*
+ * Every array of z not written yet written into the new folder (made
+ * first), and the leases behind them released: a connection may hold
+ * 4096 leases, a uid what its --uid-limit leases says
+ * (docs/protocol.md §4), fewer than a store may have tensors. What is
+ * held past them is one batch, not a copy of every tensor past the caps
+ * (the copies were kept until the end). *released: how many. TCTL_OK or
+ * reported (the new folder removed).
+ */
+static int flush(struct zexp *x, struct zset *z, int *released)
+{
+	int rc = TCTL_OK;
+
+	*released = 0;
+	for (size_t k = 0; k < z->n; k++)
+		*released += z->s[k].held && *z->s[k].held;
+	if (!*released)
+		return TCTL_OK;
+	if (!x->open && (rc = tctl_zarr_open(&x->o, x->dir)) != 0)
+		return rc;
+	x->open = true;
+	rc = settle_names(z, x);
+	if (!rc)
+		rc = tctl_zarr_put(&x->o, z);
+	if (rc) {
+		x->open = false;
+		return tctl_zarr_close(&x->o, z, rc);
+	}
 	for (size_t k = 0; k < z->n; k++) {
 		struct zsrc *s = &z->s[k];
 
-		if (!s->held || !*s->held)
-			continue;
-		if (!s->owned) {
-			s->owned = malloc(s->len ? s->len : 1);
-			if (!s->owned)
-				return -ENOMEM;
-			memcpy(s->owned, s->data, s->len);
-			s->data = s->owned;
-		}
-		td_tensor_release(*s->held);
-		*s->held = NULL;
+		if (s->held && *s->held)
+			drop_pages(s, *s->held);
+		if (s->held && *s->held)
+			td_tensor_release(*s->held);
+		if (s->held)
+			*s->held = NULL;
 		s->held = NULL;
-		n++;
+		s->data = NULL; /* written */
+		free(s->owned);
+		s->owned = NULL;
 	}
-	return n;
+	return TCTL_OK;
 }
 
 /* GET each name into ts (listed NULL or listed[i]: it came from a LIST,
  * and one deleted since is left out) and describe it in z. A lease
- * refused (ENOBUFS, EDQUOT) is asked again once z's are copied out. */
+ * refused (ENOBUFS, EDQUOT) is asked again once z's are written
+ * (flush()). */
 static int from_daemon(struct td_client *c, char **names, size_t n,
                        const bool *listed, struct td_tensor **ts,
-                       struct zset *z)
+                       struct zset *z, struct zexp *x)
 {
 	for (size_t i = 0; i < n; i++) {
 		struct zsrc *s = &z->s[z->n];
 		struct td_error e = {0};
 		const char *why;
-		int r = td_client_get(c, names[i], &ts[i], &e), u;
+		int r = td_client_get(c, names[i], &ts[i], &e), u = 0;
 
-		if ((r == -ENOBUFS || r == -EDQUOT) && (u = unlease(z)) != 0) {
-			if (u < 0)
-				return tctl_fail(TCTL_REFUSED, "io", ENOMEM,
-				                 "out of memory");
+		if (r == -ENOBUFS || r == -EDQUOT) {
+			int f = flush(x, z, &u);
+
+			if (f)
+				return f;
+		}
+		if (u) {
 			e = (struct td_error){0};
 			r = td_client_get(c, names[i], &ts[i], &e);
 		}
@@ -137,7 +201,7 @@ static int from_daemon(struct td_client *c, char **names, size_t n,
 			                            : "too many dimensions");
 		memcpy(s->a.shape, td_tensor_shape(ts[i]),
 		       s->a.ndim * sizeof(uint64_t));
-		td_tgm_node_name(names[i], s->a.name, TD_ZARR_NAME_MAX + 1);
+		td_tgm_node_name(names[i], x->raw[z->n], sizeof(x->raw[z->n]));
 		z->n++;
 		why = tensor_chunk(s, ts[i]);
 		s->held = &ts[i];
@@ -147,9 +211,8 @@ static int from_daemon(struct td_client *c, char **names, size_t n,
 			                 why);
 		s->a.attrs = tensor_attrs(ts[i], names[i]);
 	}
-	if (tctl_zset_unique_names(z) < 0)
-		return tctl_fail(TCTL_REFUSED, "input", ENAMETOOLONG,
-		                 "names do not fit with their suffixes");
+	if (settle_names(z, x))
+		return TCTL_REFUSED;
 	{
 		struct td_zarr_array *arrs = tctl_zset_arrays(z);
 
@@ -170,6 +233,7 @@ int tctl_zarr_export_daemon(const char *dir, char **names, size_t n)
 	struct td_tensor **ts = NULL;
 	struct zset z = {0};
 	struct tctl_names given = {0};
+	struct zexp x = {.dir = dir};
 	char **all = NULL;
 	int rc = tctl_connect(&c);
 
@@ -199,12 +263,17 @@ int tctl_zarr_export_daemon(const char *dir, char **names, size_t n)
 		n = count;
 	}
 	ts = calloc(n ? n : 1, sizeof(*ts));
-	if (!ts || tctl_zset_grow(&z, n) < 0) {
+	x.raw = calloc(n ? n : 1, sizeof(*x.raw));
+	if (!ts || !x.raw || tctl_zset_grow(&z, n) < 0) {
 		rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
 		goto out;
 	}
-	rc = from_daemon(c, names, n, all ? NULL : given.listed, ts, &z);
-	if (!rc)
+	rc = from_daemon(c, names, n, all ? NULL : given.listed, ts, &z, &x);
+	/* past the caps: the batches written, the rest and the root now
+	 * (or the new folder removed) */
+	if (x.open)
+		rc = tctl_zarr_close(&x.o, &z, rc);
+	else if (!rc)
 		rc = tctl_zarr_write(dir, &z);
 	if (!rc)
 		rc = tctl_zarr_print(dir, &z);
@@ -213,6 +282,7 @@ out:
 	for (size_t i = 0; ts && i < n; i++)
 		td_tensor_release(ts[i]);
 	free(ts);
+	free(x.raw);
 	free(all);
 	tctl_names_fini(&given);
 	td_entry_list_free(list, count);

@@ -7,6 +7,7 @@
 #ifndef TD_TOOLS_ZARR_EXPORT_H
 #define TD_TOOLS_ZARR_EXPORT_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -48,6 +49,30 @@ int tctl_zset_unique_names(struct zset *z);
 struct td_zarr_array *tctl_zset_arrays(const struct zset *z);
 /* z as a new hierarchy DIR, whole or not at all: TCTL_OK or reported. */
 int tctl_zarr_write(const char *dir, const struct zset *z);
+
+/*
+ * The same in steps, for arrays whose bytes cannot all be held at once:
+ * the hierarchy is written in a new folder (tmp), arrays as they come,
+ * and becomes DIR at close, or is removed.
+ */
+struct zout {
+	const char *dir;
+	char tmp[PATH_MAX], parent[PATH_MAX];
+	int top; /* tmp, open; -1 */
+	bool into;
+	size_t written; /* z's arrays written so far */
+};
+
+/* The new folder for DIR made (checks as tctl_zarr_write()'s): TCTL_OK,
+ * or reported and nothing made. */
+int tctl_zarr_open(struct zout *o, const char *dir);
+/* z's arrays from o->written on written (their names final): 0, or
+ * -errno for tctl_zarr_close() to say. */
+int tctl_zarr_put(struct zout *o, const struct zset *z);
+/* rc 0: z's arrays left and its root group written, synced, made DIR;
+ * else the new folder removed, rc said (-errno) or returned (a status
+ * said already). TCTL_OK or a reported status. */
+int tctl_zarr_close(struct zout *o, const struct zset *z, int rc);
 /* What was exported (text or --json): TCTL_OK or reported. */
 int tctl_zarr_print(const char *dir, const struct zset *z);
 /* zarr export of the daemon's tensors NAMES (n 0: every one) (zarr-

@@ -224,38 +224,45 @@ static int rm_entry(const char *p, const struct stat *st, int flag,
 	return (flag == FTW_DP ? rmdir(p) : unlink(p)) < 0 ? -1 : 0;
 }
 
-static int write_tree(int top, const struct zset *z)
+/* The array folders of z from o->written on (each its zarr.json and its
+ * chunk) in the new folder: 0 or -errno (zstep says where). */
+static int write_arrays(struct zout *o, const struct zset *z)
 {
-	int rc;
+	int rc = 0;
 
-	/* the root group with every array's metadata inline */
-	{
-		struct td_zarr_array *arrs = tctl_zset_arrays(z);
-
-		if (!arrs)
-			return -ENOMEM;
-		zstep_set("writing zarr.json");
-		rc = write_json(top, "zarr.json",
-		                td_zarr_v3_group(z->gattrs, arrs, z->n));
-		free(arrs);
-	}
-	for (size_t i = 0; !rc && i < z->n; i++) {
-		const char *name = z->s[i].a.name;
+	zfrom = z->from;
+	for (; !rc && o->written < z->n; o->written++) {
+		const struct zsrc *s = &z->s[o->written];
 		int adir;
 
-		zstep_set("making the folder %s", name);
-		adir = tctl_interrupted() ? -EINTR : subdir(top, name);
+		zstep_set("making the folder %s", s->a.name);
+		adir = tctl_interrupted() ? -EINTR : subdir(o->top, s->a.name);
 		if (adir < 0)
 			return adir;
-		zstep_set("writing %s/zarr.json", name);
-		rc = write_json(adir, "zarr.json", td_zarr_v3_array(&z->s[i].a));
+		zstep_set("writing %s/zarr.json", s->a.name);
+		rc = write_json(adir, "zarr.json", td_zarr_v3_array(&s->a));
 		if (!rc)
-			rc = write_chunk(adir, &z->s[i]);
+			rc = write_chunk(adir, s);
 		close(adir);
 	}
-	/* all made durable before they become DIR: one syncfs(2), not an
-	 * fsync a file (12 ms an array); it reports write-back errors since
-	 * top was opened (Linux 5.8) */
+	return rc;
+}
+
+/* The root group, with every array's metadata inline, then all made
+ * durable before they become DIR: one syncfs(2), not an fsync a file
+ * (12 ms an array); it reports write-back errors since the folder was
+ * opened (Linux 5.8). 0 or -errno. */
+static int write_root(int top, const struct zset *z)
+{
+	struct td_zarr_array *arrs = tctl_zset_arrays(z);
+	int rc;
+
+	if (!arrs)
+		return -ENOMEM;
+	zstep_set("writing zarr.json");
+	rc = write_json(top, "zarr.json",
+	                td_zarr_v3_group(z->gattrs, arrs, z->n));
+	free(arrs);
 	if (!rc)
 		zstep_set("syncing the new folder");
 	if (!rc && syncfs(top) < 0)
@@ -319,33 +326,35 @@ static int put_in_place(const char *tmp, const char *dir, bool into,
 	return rc;
 }
 
-int tctl_zarr_write(const char *dir, const struct zset *z)
+int tctl_zarr_open(struct zout *o, const char *dir)
 {
-	char tmp[PATH_MAX], parent[PATH_MAX], base[PATH_MAX];
+	char base[PATH_MAX];
 	size_t dl = strlen(dir);
-	int rc, top, pfd;
 	const char *slash;
-	bool into;
+	int rc;
 
+	o->dir = dir;
+	o->top = -1;
+	o->written = 0;
 	while (dl > 1 && dir[dl - 1] == '/')
 		dl--;
 	rc = check_target(dir, dl);
 	/* an existing empty mount point, or an existing empty folder in a
 	 * parent this user may not write: built inside it, on its file
 	 * system, and moved up (put_in_place) */
-	into = !rc && (tctl_zarr_is_mount_root(dir) ||
-	               tctl_zarr_parent_is_closed(dir));
+	o->into = !rc && (tctl_zarr_is_mount_root(dir) ||
+	                  tctl_zarr_parent_is_closed(dir));
 	/* the temporary folder: hidden, beside DIR, named like output.c's
 	 * temporary files */
-	snprintf(parent, sizeof(parent), "%.*s", (int)dl, dir);
-	slash = strrchr(parent, '/');
-	snprintf(base, sizeof(base), "%s", slash ? slash + 1 : parent);
-	if (into)
-		snprintf(parent, sizeof(parent), "%.*s/", (int)dl, dir);
+	snprintf(o->parent, sizeof(o->parent), "%.*s", (int)dl, dir);
+	slash = strrchr(o->parent, '/');
+	snprintf(base, sizeof(base), "%s", slash ? slash + 1 : o->parent);
+	if (o->into)
+		snprintf(o->parent, sizeof(o->parent), "%.*s/", (int)dl, dir);
 	else if (slash)
-		parent[slash - parent + 1] = 0;
+		o->parent[slash - o->parent + 1] = 0;
 	else
-		parent[0] = 0;
+		o->parent[0] = 0;
 	if (rc == -EEXIST || rc == -ENOTEMPTY)
 		return tctl_fail(TCTL_REFUSED, "io", rc == -EEXIST ? ENOTDIR : -rc,
 		                 "%s: %s (export writes a new folder)", dir,
@@ -355,17 +364,18 @@ int tctl_zarr_write(const char *dir, const struct zset *z)
 		return tctl_fail(TCTL_REFUSED, "io", ENOTDIR,
 		                 "%s: %.*s is not a folder (export makes %s "
 		                 "in it)",
-		                 dir, (int)(strlen(parent) - 1), parent, base);
+		                 dir, (int)(strlen(o->parent) - 1), o->parent,
+		                 base);
 	if (rc < 0 ||
-	    snprintf(tmp, sizeof(tmp), "%s.tensorctl-%d-%s-XXXXXX", parent,
-	             (int)getpid(), base) >= (int)sizeof(tmp))
+	    snprintf(o->tmp, sizeof(o->tmp), "%s.tensorctl-%d-%s-XXXXXX",
+	             o->parent, (int)getpid(), base) >= (int)sizeof(o->tmp))
 		return tctl_fail(TCTL_REFUSED, "io", rc ? -rc : ENAMETOOLONG,
 		                 "%s: %s", dir,
 		                 strerror(rc ? -rc : ENAMETOOLONG));
 	tctl_write_guard(1);
-	if (!mkdtemp(tmp)) {
+	if (!mkdtemp(o->tmp)) {
 		int err = errno;
-		size_t pl = strlen(parent);
+		size_t pl = strlen(o->parent);
 
 		tctl_write_guard(0);
 		/* DIR as typed and the folder that refused the temporary
@@ -373,43 +383,71 @@ int tctl_zarr_write(const char *dir, const struct zset *z)
 		return tctl_fail(TCTL_REFUSED, "io", err,
 		                 "%s: making a new folder in %.*s: %s", dir,
 		                 pl ? (int)(pl > 1 ? pl - 1 : pl) : 1,
-		                 pl ? parent : ".", strerror(err));
+		                 pl ? o->parent : ".", strerror(err));
 	}
-	zfrom = z->from;
-	zstep_set("opening the new folder %s", tmp);
-	top = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	rc = top < 0 ? -errno : write_tree(top, z);
-	if (top >= 0)
-		close(top);
+	zstep_set("opening the new folder %s", o->tmp);
+	o->top = open(o->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (o->top < 0)
+		return tctl_zarr_close(o, NULL, -errno);
+	return TCTL_OK;
+}
+
+int tctl_zarr_put(struct zout *o, const struct zset *z)
+{
+	return write_arrays(o, z);
+}
+
+int tctl_zarr_close(struct zout *o, const struct zset *z, int rc)
+{
+	int pfd;
+
+	if (!rc)
+		rc = write_arrays(o, z);
+	if (!rc)
+		rc = write_root(o->top, z);
+	if (o->top >= 0)
+		close(o->top);
+	o->top = -1;
 	if (!rc && tctl_interrupted())
 		rc = -EINTR;
 	if (!rc)
-		rc = put_in_place(tmp, dir, into, z);
+		rc = put_in_place(o->tmp, o->dir, o->into, z);
 	tctl_write_guard(0);
 	if (rc) {
-		nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+		nftw(o->tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+		if (rc > 0) /* said by the caller */
+			return rc;
 		if (rc == -EINTR && tctl_interrupted())
 			return tctl_fail(TCTL_REFUSED, "interrupted", EINTR,
 			                 "%s: interrupted by signal %d, nothing "
 			                 "written",
-			                 dir, tctl_interrupted());
-		if (rc == -ENODATA && z->from)
+			                 o->dir, tctl_interrupted());
+		if (rc == -ENODATA && z && z->from)
 			return tctl_fail(TCTL_REFUSED, "input", ENODATA,
 			                 "%s: the file ended early (cut short "
 			                 "while it was read?), %s not written",
-			                 z->from, dir);
+			                 z->from, o->dir);
 		/* what failed, and where: the files are written in the
 		 * new folder, named here as they would be under DIR */
 		return tctl_fail(TCTL_REFUSED, "io", -rc,
-		                 "%s: %s: %s; nothing written", dir, zstep,
+		                 "%s: %s: %s; nothing written", o->dir, zstep,
 		                 strerror(-rc));
 	}
-	pfd = open(*parent ? parent : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	pfd = open(*o->parent ? o->parent : ".",
+	           O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (pfd >= 0) {
 		fsync(pfd);
 		close(pfd);
 	}
 	return TCTL_OK;
+}
+
+int tctl_zarr_write(const char *dir, const struct zset *z)
+{
+	struct zout o;
+	int rc = tctl_zarr_open(&o, dir);
+
+	return rc ? rc : tctl_zarr_close(&o, z, 0);
 }
 
 int tctl_zarr_print(const char *dir, const struct zset *z)
