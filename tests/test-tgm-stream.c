@@ -798,3 +798,120 @@ Test(tgm_stream, inspect_of_npy_stdin_reads_its_header)
 	unlink(npy);
 	tu_daemon_stop(&d, false);
 }
+
+/* A 64x48 NV12 image (two planes: no single-array form) as name. */
+static void publish_nv12(struct td_client *c, const char *name)
+{
+	struct td_error e = {0};
+	struct td_alloc *al;
+	uint64_t size = 64 * 48 * 3 / 2, shape[] = {48, 64};
+	struct td_plane planes[2] = {{0, 0, 64, 64 * 48},
+	                             {0, 64 * 48, 64, 64 * 24}};
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+	                       .ndim = 2, .shape = shape, .format = "NV12",
+	                       .plane_count = 2, .planes = planes};
+
+	cr_assert_eq(td_client_alloc(c, 1, &size, &al, &e), 0, "%s",
+	             e.reason);
+	memset(td_alloc_data(al, 0), 7, size);
+	cr_assert_eq(td_client_publish_alloc(c, al, &p, NULL, &e), 0, "%s",
+	             e.reason);
+}
+
+/* How many entries of folder dir start with prefix. */
+static int entries(const char *dir, const char *prefix)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	cr_assert(d, "%s", dir);
+	while ((e = readdir(d)) != NULL)
+		n += !strncmp(e->d_name, prefix, strlen(prefix));
+	closedir(d);
+	return n;
+}
+
+/*
+ * zarr export past a uid's lease cap (--uid-limit leases=4) writes the
+ * arrays it holds into its new folder, a batch of 4 at a time, and
+ * releases them before it leases the next: its peak stays under half the
+ * tensors' bytes (it copied those it held into memory, and kept the
+ * copies until the end: 12 of 16 here). DIR is the one root's export
+ * (no cap: every tensor held at once) writes, byte for byte, also where
+ * a name of the first batch and one of the last make the same node name
+ * (b/00 and b_00: b_00 and b_00_1). A tensor it refuses after batches
+ * were written fails the export: exit 1, no DIR, no new folder left.
+ */
+Test(tgm_stream, zarr_export_past_the_lease_cap_holds_one_batch)
+{
+	static const char *const more[] = {"--socket-mode", "0666",
+	                                   "--uid-limit", "leases=4", NULL};
+	struct tu_daemon d;
+	struct td_client *c;
+	char home[160], capped[200], root[200], bad[200], out[200], out2[200],
+	        err[200], name[40];
+	uint64_t total = CAP_N * CAP_BYTES, peak = 0;
+	struct tu_ctl_how h;
+	char *a, *b;
+	int rc;
+
+	tu_daemon_start_args(&d, "error", more);
+	cr_assert_eq(chmod(d.dir, 0755), 0);
+	snprintf(home, sizeof(home), "%s/home", d.dir);
+	cr_assert_eq(mkdir(home, 0755), 0);
+	cr_assert_eq(chown(home, NOBODY, NOBODY), 0);
+	cr_assert_eq(td_client_connect(d.sock, &c, NULL), 0);
+	for (unsigned i = 0; i < CAP_N; i++) {
+		snprintf(name, sizeof(name), "b/%02u", i);
+		publish(c, name, i, CAP_BYTES);
+	}
+	publish(c, "b_00", CAP_N, 4096);
+	publish_nv12(c, "z/nv12");
+	snprintf(capped, sizeof(capped), "%s/capped", home);
+	snprintf(root, sizeof(root), "%s/root", d.dir);
+	snprintf(bad, sizeof(bad), "%s/bad", home);
+	snprintf(out, sizeof(out), "%s/out", home);
+	snprintf(out2, sizeof(out2), "%s/out2", home);
+	snprintf(err, sizeof(err), "%s/err", home);
+	h = (struct tu_ctl_how){.out = out, .err = err, .uid = NOBODY};
+
+	/* the NV12 image last: refused once 4 batches were written */
+	rc = run(&d, &h, NULL, "zarr", "export", bad, NULL);
+	a = text(err);
+	cr_expect_eq(rc, 1, "%s", a);
+	cr_expect(strstr(a, "z/nv12: cannot be exported"), "%s", a);
+	free(a);
+	cr_expect(!exists(bad), "%s made", bad);
+	cr_expect_eq(entries(home, ".tensorctl-"), 0,
+	             "a new folder left in %s", home);
+	cr_assert_eq(td_client_delete(c, "z/nv12", NULL, NULL), 0);
+
+	rc = run(&d, &h, &peak, "zarr", "export", capped, NULL);
+	cr_assert_eq(rc, 0, "%s", (a = text(err)));
+	cr_log_info("zarr export past the cap peaked at %" PRIu64 " KiB",
+	            peak >> 10);
+	cr_expect(BOUNDED(peak, total / 2),
+	          "zarr export past the cap peaked at %" PRIu64 " MiB for "
+	          "%" PRIu64 " MiB of tensors",
+	          peak >> 20, total >> 20);
+	h = (struct tu_ctl_how){.out = out2, .err = err};
+	rc = run(&d, &h, NULL, "zarr", "export", root, NULL);
+	cr_assert_eq(rc, 0, "%s", (a = text(err)));
+	/* the root group, and a zarr.json and a chunk per array */
+	cr_expect_eq(same_tree(root, capped), 1 + 2 * (CAP_N + 1));
+	{
+		char p[260];
+
+		snprintf(p, sizeof(p), "%s/b_00_1/zarr.json", capped);
+		cr_expect(exists(p), "%s missing", p);
+	}
+	a = text(out);
+	b = text(out2);
+	replace(a, capped, root);
+	cr_expect_str_eq(a, b);
+	free(a);
+	free(b);
+	td_client_close(c);
+	tu_daemon_stop(&d, false);
+}
