@@ -8,6 +8,7 @@
  * data's size; what the streams give is compared with the file's path.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -141,6 +142,38 @@ static uint64_t concat(const char *dst, const char *const *srcs, size_t n,
 #define MSG_BYTES ((uint64_t)32 << 20)
 
 /*
+ * stream = MSG_N messages of one MSG_BYTES u64 tensor each (t0..t3,
+ * tensor i's words; saved one by one, deleted again): its length.
+ */
+static uint64_t big_stream(struct tu_daemon *d, struct td_client *c,
+                           const char *stream)
+{
+	char name[32], file[MSG_N][160], out[160], err[160];
+	const char *files[MSG_N];
+	uint64_t total;
+	char *a;
+
+	snprintf(out, sizeof(out), "%s/out", d->dir);
+	snprintf(err, sizeof(err), "%s/err", d->dir);
+	for (unsigned i = 0; i < MSG_N; i++) {
+		struct tu_ctl_how h = {.out = out, .err = err};
+
+		snprintf(name, sizeof(name), "t%u", i);
+		snprintf(file[i], sizeof(file[i]), "%s/m%u.tgm", d->dir, i);
+		files[i] = file[i];
+		publish(c, name, i, MSG_BYTES);
+		cr_assert_eq(run(d, &h, NULL, "save", "-o", file[i], name,
+		                 NULL),
+		             0, "%s", (a = text(err)));
+		cr_assert_eq(td_client_delete(c, name, NULL, NULL), 0);
+	}
+	total = concat(stream, files, MSG_N, NULL, 0);
+	for (unsigned i = 0; i < MSG_N; i++)
+		unlink(file[i]);
+	return total;
+}
+
+/*
  * A stream of MSG_N messages of one MSG_BYTES tensor each, `load -`
  * peaks under half the stream (it held the stream whole: 128 MiB read
  * into memory before the first message was decoded), and so does
@@ -151,9 +184,7 @@ Test(tgm_stream, load_and_inspect_of_stdin_hold_one_message)
 {
 	struct tu_daemon d;
 	struct td_client *c;
-	char name[MSG_N][32], file[MSG_N][160], stream[160], out[160],
-	        err[160], out2[160];
-	const char *files[MSG_N];
+	char stream[160], out[160], err[160], out2[160];
 	uint64_t total, peak = 0;
 	char *a, *b;
 	int rc;
@@ -163,21 +194,8 @@ Test(tgm_stream, load_and_inspect_of_stdin_hold_one_message)
 	snprintf(out, sizeof(out), "%s/out", d.dir);
 	snprintf(out2, sizeof(out2), "%s/out2", d.dir);
 	snprintf(err, sizeof(err), "%s/err", d.dir);
-	for (unsigned i = 0; i < MSG_N; i++) {
-		struct tu_ctl_how h = {.out = out, .err = err};
-
-		snprintf(name[i], sizeof(name[i]), "t%u", i);
-		snprintf(file[i], sizeof(file[i]), "%s/m%u.tgm", d.dir, i);
-		files[i] = file[i];
-		publish(c, name[i], i, MSG_BYTES);
-		rc = run(&d, &h, NULL, "save", "-o", file[i], name[i], NULL);
-		cr_assert_eq(rc, 0, "%s", (a = text(err)));
-		cr_assert_eq(td_client_delete(c, name[i], NULL, NULL), 0);
-	}
 	snprintf(stream, sizeof(stream), "%s/stream.tgm", d.dir);
-	total = concat(stream, files, MSG_N, NULL, 0);
-	for (unsigned i = 0; i < MSG_N; i++)
-		unlink(file[i]);
+	total = big_stream(&d, c, stream);
 
 	{
 		struct tu_ctl_how h = {.in = stream, .out = out, .err = err};
@@ -193,7 +211,7 @@ Test(tgm_stream, load_and_inspect_of_stdin_hold_one_message)
 	for (unsigned i = 0; i < MSG_N; i++) {
 		char s[200];
 
-		snprintf(s, sizeof(s), "s/%s", name[i]);
+		snprintf(s, sizeof(s), "s/t%u", i);
 		cr_expect(holds(c, s, i, MSG_BYTES), "%s: bytes differ", s);
 	}
 
@@ -539,6 +557,361 @@ Test(tgm_stream, save_past_the_lease_cap_holds_one_batch)
 		          name);
 	}
 	unlink(path);
+	td_client_close(c);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * Folders a and b hold the same names, folders and file bytes (as far
+ * down as they go): how many files, -1 (said) when they differ.
+ */
+static long same_tree(const char *a, const char *b)
+{
+	DIR *d = opendir(a);
+	struct dirent *e;
+	long n = 0, k = 0;
+
+	cr_assert(d, "%s", a);
+	while (n >= 0 && (e = readdir(d)) != NULL) {
+		char pa[512], pb[512];
+		struct stat sa, sb;
+
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		k++;
+		snprintf(pa, sizeof(pa), "%s/%s", a, e->d_name);
+		snprintf(pb, sizeof(pb), "%s/%s", b, e->d_name);
+		if (lstat(pa, &sa) < 0 || lstat(pb, &sb) < 0 ||
+		    S_ISDIR(sa.st_mode) != S_ISDIR(sb.st_mode)) {
+			cr_log_error("%s: not as %s", pb, pa);
+			n = -1;
+		} else if (S_ISDIR(sa.st_mode)) {
+			long m = same_tree(pa, pb);
+
+			n = m < 0 ? -1 : n + m;
+		} else {
+			size_t la, lb;
+			uint8_t *ba = tu_read_file(pa, &la),
+			        *bb = tu_read_file(pb, &lb);
+
+			if (la != lb || memcmp(ba, bb, la)) {
+				cr_log_error("%s: bytes differ from %s", pb,
+				             pa);
+				n = -1;
+			} else {
+				n++;
+			}
+			free(ba);
+			free(bb);
+		}
+	}
+	closedir(d);
+	/* nothing in b that a lacks */
+	d = opendir(b);
+	cr_assert(d, "%s", b);
+	while ((e = readdir(d)) != NULL)
+		k -= strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+	closedir(d);
+	if (k) {
+		cr_log_error("%s: %ld entries more than %s", b, -k, a);
+		n = -1;
+	}
+	return n;
+}
+
+/* Whether path exists (as anything). */
+static bool exists(const char *path)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0;
+}
+
+/*
+ * zarr export --from - of a stream of MSG_N 32 MiB messages, its last
+ * one, peaks under half the stream (it read the stream whole before the
+ * scan began): tensorctl holds the message it exports; the hierarchy is
+ * the one --from FILE writes, file for file, byte for byte, and what it
+ * prints the same. A stream cut inside that message is the file's error
+ * (no message 3: the file has 3), status 1, and no folder made.
+ */
+Test(tgm_stream, zarr_export_of_stdin_holds_one_message)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	char stream[160], out[160], out2[160], err[160], zs[160], zf[160],
+	        cs[160], cf[160], msg[8];
+	uint64_t total, peak = 0;
+	char *a, *b;
+	int rc, rf;
+
+	tu_daemon_start(&d, "error");
+	cr_assert_eq(td_client_connect(d.sock, &c, NULL), 0);
+	snprintf(out, sizeof(out), "%s/out", d.dir);
+	snprintf(out2, sizeof(out2), "%s/out2", d.dir);
+	snprintf(err, sizeof(err), "%s/err", d.dir);
+	snprintf(stream, sizeof(stream), "%s/stream.tgm", d.dir);
+	snprintf(zs, sizeof(zs), "%s/zs", d.dir);
+	snprintf(zf, sizeof(zf), "%s/zf", d.dir);
+	snprintf(msg, sizeof(msg), "%u", MSG_N - 1);
+	total = big_stream(&d, c, stream);
+
+	{
+		struct tu_ctl_how hs = {.in = stream, .out = out, .err = err};
+		struct tu_ctl_how hf = {.out = out2, .err = err};
+
+		rc = run(&d, &hs, &peak, "zarr", "export", zs, "--from", "-",
+		         "--message", msg, NULL);
+		cr_assert_eq(rc, 0, "%s", (a = text(err)));
+		rc = run(&d, &hf, NULL, "zarr", "export", zf, "--from", stream,
+		         "--message", msg, NULL);
+		cr_assert_eq(rc, 0, "%s", (a = text(err)));
+	}
+	cr_log_info("zarr export --from - peaked at %" PRIu64 " KiB",
+	            peak >> 10);
+	cr_expect(BOUNDED(peak, total / 2),
+	          "zarr export --from - peaked at %" PRIu64 " MiB for a "
+	          "%" PRIu64 " MiB stream of %u messages",
+	          peak >> 20, total >> 20, MSG_N);
+	/* zarr.json, the array's and its chunk */
+	cr_expect_eq(same_tree(zf, zs), 3);
+	a = text(out);
+	b = text(out2);
+	replace(a, zs, zf);
+	cr_expect_str_eq(a, b);
+	free(a);
+	free(b);
+
+	/* cut 1000 bytes before the end: inside the last message */
+	cr_assert_eq(truncate(stream, (off_t)(total - 1000)), 0);
+	snprintf(cs, sizeof(cs), "%s/cs", d.dir);
+	snprintf(cf, sizeof(cf), "%s/cf", d.dir);
+	{
+		struct tu_ctl_how hs = {.in = stream, .out = out, .err = err};
+		struct tu_ctl_how hf = {.out = out2, .err = out2};
+
+		rc = run(&d, &hs, NULL, "zarr", "export", cs, "--from", "-",
+		         "--message", msg, NULL);
+		rf = run(&d, &hf, NULL, "zarr", "export", cf, "--from", stream,
+		         "--message", msg, NULL);
+		a = text(err);
+		b = text(out2);
+	}
+	cr_expect_eq(rf, 1, "%s", b);
+	cr_expect_eq(rc, rf, "%s", a);
+	cr_expect(strstr(a, "-: no message 3 (the file has 3)"), "%s", a);
+	replace(b, stream, "-");
+	cr_expect_str_eq(a, b);
+	free(a);
+	free(b);
+	cr_expect(!exists(cs), "%s made", cs);
+	cr_expect(!exists(cf), "%s made", cf);
+	unlink(stream);
+	td_client_close(c);
+	tu_daemon_stop(&d, false);
+}
+
+/* A .npy file at path: u64 of shape (count,), its data data bytes of
+ * zeros (a hole: written in no time, read as zeros). */
+static void npy_file(const char *path, uint64_t count, uint64_t data)
+{
+	char dict[128];
+	uint8_t pre[10] = "\x93NUMPY\x01\x00";
+	int n = snprintf(dict, sizeof(dict),
+	                 "{'descr': '<u8', 'fortran_order': False, "
+	                 "'shape': (%" PRIu64 ",), }",
+	                 count);
+	FILE *f = fopen(path, "wb");
+
+	/* padded with spaces and a '\n' to a multiple of 64 in all */
+	while ((10 + n + 1) % 64)
+		dict[n++] = ' ';
+	dict[n++] = '\n';
+	pre[8] = (uint8_t)n;
+	pre[9] = (uint8_t)(n >> 8);
+	cr_assert(f);
+	cr_assert_eq(fwrite(pre, 1, 10, f), 10);
+	cr_assert_eq(fwrite(dict, 1, (size_t)n, f), (size_t)n);
+	cr_assert_eq(fclose(f), 0);
+	cr_assert_eq(truncate(path, (off_t)(10 + n + data)), 0);
+}
+
+/*
+ * inspect - of a 128 MiB .npy reads its header and counts the rest: it
+ * peaks under half the input (it read it whole, up to --max-bytes, which
+ * refused one past it: EFBIG; none now, nothing is held); what it prints
+ * is what inspect FILE prints, text and JSON. One cut short (8 bytes of data missing) is the
+ * file's "short" status 1, and so is a header cut short.
+ */
+Test(tgm_stream, inspect_of_npy_stdin_reads_its_header)
+{
+	struct tu_daemon d;
+	char npy[160], out[160], out2[160], err[160];
+	uint64_t count = ((uint64_t)128 << 20) / 8, peak = 0;
+	char *a, *b;
+	int rc, rf;
+
+	tu_daemon_start(&d, "error");
+	snprintf(npy, sizeof(npy), "%s/big.npy", d.dir);
+	snprintf(out, sizeof(out), "%s/out", d.dir);
+	snprintf(out2, sizeof(out2), "%s/out2", d.dir);
+	snprintf(err, sizeof(err), "%s/err", d.dir);
+	for (int cut = 0; cut < 3; cut++) {
+		struct tu_ctl_how hs = {.in = npy, .out = out, .err = out};
+		struct tu_ctl_how hf = {.out = out2, .err = out2};
+
+		if (cut < 2)
+			npy_file(npy, count, count * 8 - (cut ? 8 : 0));
+		else /* the header's first 20 bytes */
+			cr_assert_eq(truncate(npy, 20), 0);
+		for (int json = 0; json < 2; json++) {
+			/* JSON: under a --max-bytes the data is over */
+			rc = json ? run(&d, &hs, &peak, "inspect", "--json",
+			                "--max-bytes", "64M", "-", NULL)
+			          : run(&d, &hs, &peak, "inspect", "-", NULL);
+			rf = json ? run(&d, &hf, NULL, "inspect", "--json", npy,
+			                NULL)
+			          : run(&d, &hf, NULL, "inspect", npy, NULL);
+			a = text(out);
+			b = text(out2);
+			cr_expect_eq(rf, cut ? 1 : 0, "%s", b);
+			cr_expect_eq(rc, rf, "%s", a);
+			replace(b, npy, "-");
+			cr_expect_str_eq(a, b);
+			if (!cut && !json)
+				cr_expect(strstr(a, ": ok\n"), "%s", a);
+			if (cut == 1 && !json)
+				cr_expect(strstr(a, "short: 134217720 bytes "
+				                    "follow the header"),
+				          "%s", a);
+			free(a);
+			free(b);
+			cr_log_info("inspect - of a .npy peaked at %" PRIu64
+			            " KiB",
+			            peak >> 10);
+			cr_expect(BOUNDED(peak, count * 4),
+			          "inspect - of a .npy peaked at %" PRIu64
+			          " MiB for %" PRIu64 " MiB",
+			          peak >> 20, (count * 8) >> 20);
+		}
+	}
+	unlink(npy);
+	tu_daemon_stop(&d, false);
+}
+
+/* A 64x48 NV12 image (two planes: no single-array form) as name. */
+static void publish_nv12(struct td_client *c, const char *name)
+{
+	struct td_error e = {0};
+	struct td_alloc *al;
+	uint64_t size = 64 * 48 * 3 / 2, shape[] = {48, 64};
+	struct td_plane planes[2] = {{0, 0, 64, 64 * 48},
+	                             {0, 64 * 48, 64, 64 * 24}};
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+	                       .ndim = 2, .shape = shape, .format = "NV12",
+	                       .plane_count = 2, .planes = planes};
+
+	cr_assert_eq(td_client_alloc(c, 1, &size, &al, &e), 0, "%s",
+	             e.reason);
+	memset(td_alloc_data(al, 0), 7, size);
+	cr_assert_eq(td_client_publish_alloc(c, al, &p, NULL, &e), 0, "%s",
+	             e.reason);
+}
+
+/* How many entries of folder dir start with prefix. */
+static int entries(const char *dir, const char *prefix)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	cr_assert(d, "%s", dir);
+	while ((e = readdir(d)) != NULL)
+		n += !strncmp(e->d_name, prefix, strlen(prefix));
+	closedir(d);
+	return n;
+}
+
+/*
+ * zarr export past a uid's lease cap (--uid-limit leases=4) writes the
+ * arrays it holds into its new folder, a batch of 4 at a time, and
+ * releases them before it leases the next: its peak stays under half the
+ * tensors' bytes (it copied those it held into memory, and kept the
+ * copies until the end: 12 of 16 here). DIR is the one root's export
+ * (no cap: every tensor held at once) writes, byte for byte, also where
+ * a name of the first batch and one of the last make the same node name
+ * (b/00 and b_00: b_00 and b_00_1). A tensor it refuses after batches
+ * were written fails the export: exit 1, no DIR, no new folder left.
+ */
+Test(tgm_stream, zarr_export_past_the_lease_cap_holds_one_batch)
+{
+	static const char *const more[] = {"--socket-mode", "0666",
+	                                   "--uid-limit", "leases=4", NULL};
+	struct tu_daemon d;
+	struct td_client *c;
+	char home[160], capped[200], root[200], bad[200], out[200], out2[200],
+	        err[200], name[40];
+	uint64_t total = CAP_N * CAP_BYTES, peak = 0;
+	struct tu_ctl_how h;
+	char *a, *b;
+	int rc;
+
+	tu_daemon_start_args(&d, "error", more);
+	cr_assert_eq(chmod(d.dir, 0755), 0);
+	snprintf(home, sizeof(home), "%s/home", d.dir);
+	cr_assert_eq(mkdir(home, 0755), 0);
+	cr_assert_eq(chown(home, NOBODY, NOBODY), 0);
+	cr_assert_eq(td_client_connect(d.sock, &c, NULL), 0);
+	for (unsigned i = 0; i < CAP_N; i++) {
+		snprintf(name, sizeof(name), "b/%02u", i);
+		publish(c, name, i, CAP_BYTES);
+	}
+	publish(c, "b_00", CAP_N, 4096);
+	publish_nv12(c, "z/nv12");
+	snprintf(capped, sizeof(capped), "%s/capped", home);
+	snprintf(root, sizeof(root), "%s/root", d.dir);
+	snprintf(bad, sizeof(bad), "%s/bad", home);
+	snprintf(out, sizeof(out), "%s/out", home);
+	snprintf(out2, sizeof(out2), "%s/out2", home);
+	snprintf(err, sizeof(err), "%s/err", home);
+	h = (struct tu_ctl_how){.out = out, .err = err, .uid = NOBODY};
+
+	/* the NV12 image last: refused once 4 batches were written */
+	rc = run(&d, &h, NULL, "zarr", "export", bad, NULL);
+	a = text(err);
+	cr_expect_eq(rc, 1, "%s", a);
+	cr_expect(strstr(a, "z/nv12: cannot be exported"), "%s", a);
+	free(a);
+	cr_expect(!exists(bad), "%s made", bad);
+	cr_expect_eq(entries(home, ".tensorctl-"), 0,
+	             "a new folder left in %s", home);
+	cr_assert_eq(td_client_delete(c, "z/nv12", NULL, NULL), 0);
+
+	rc = run(&d, &h, &peak, "zarr", "export", capped, NULL);
+	cr_assert_eq(rc, 0, "%s", (a = text(err)));
+	cr_log_info("zarr export past the cap peaked at %" PRIu64 " KiB",
+	            peak >> 10);
+	cr_expect(BOUNDED(peak, total / 2),
+	          "zarr export past the cap peaked at %" PRIu64 " MiB for "
+	          "%" PRIu64 " MiB of tensors",
+	          peak >> 20, total >> 20);
+	h = (struct tu_ctl_how){.out = out2, .err = err};
+	rc = run(&d, &h, NULL, "zarr", "export", root, NULL);
+	cr_assert_eq(rc, 0, "%s", (a = text(err)));
+	/* the root group, and a zarr.json and a chunk per array */
+	cr_expect_eq(same_tree(root, capped), 1 + 2 * (CAP_N + 1));
+	{
+		char p[260];
+
+		snprintf(p, sizeof(p), "%s/b_00_1/zarr.json", capped);
+		cr_expect(exists(p), "%s missing", p);
+	}
+	a = text(out);
+	b = text(out2);
+	replace(a, capped, root);
+	cr_expect_str_eq(a, b);
+	free(a);
+	free(b);
 	td_client_close(c);
 	tu_daemon_stop(&d, false);
 }

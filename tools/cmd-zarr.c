@@ -1,20 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tensorctl zarr export / import: a Zarr v3 directory hierarchy of tensors
- * (../shared/specs/zarr.md, tensogram.md §18). One group, one
- * single-chunk, little-endian, uncompressed array per tensor; metadata
- * from json/td-zarr.h. Export writes a new folder beside DIR and renames it
- * into place, so DIR appears whole or not at all; into an empty mount
- * point it builds the folder inside DIR and moves its entries up, the
- * root zarr.json last (zarr-into.c).
+ * (../shared/specs/zarr.md, tensogram.md §18). Here export's command line
+ * and its sources on disk or a stream: a .tgm message, a Hurray file; the
+ * daemon's tensors in zarr-daemon.c; the hierarchy written (whole or not
+ * at all) in zarr-write.c.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,671 +26,12 @@
 #include "td-zarr.h"
 #include "tensorctl.h"
 #include "tgm-load.h"
-
-/* One array to write: metadata and where its chunk bytes are. */
-struct zsrc {
-	struct td_zarr_array a;
-	const uint8_t *data; /* chunk bytes as the source holds them */
-	uint64_t len;
-	unsigned swap;  /* element width to byte-swap, 0: none */
-	uint8_t *owned; /* a repacked copy behind data, or NULL */
-	struct td_tensor **held; /* the lease behind data, or NULL */
-	bool in_file;   /* data NULL: len bytes of fd (or src) at off */
-	int fd;
-	struct tgm_src *src; /* a .tgm source, else NULL: fd */
-	uint64_t off;
-};
-
-struct zset {
-	struct zsrc *s;
-	size_t n;
-	struct json_object *gattrs;
-	const char *from; /* the file in_file chunks are read from */
-};
-
-static void zset_fini(struct zset *z)
-{
-	for (size_t i = 0; i < z->n; i++) {
-		td_zarr_array_fini(&z->s[i].a);
-		free(z->s[i].owned);
-	}
-	free(z->s);
-	json_object_put(z->gattrs);
-}
-
-/* The arrays' metadata side by side (borrowing attrs), for the group. */
-static struct td_zarr_array *arrays_of(const struct zset *z)
-{
-	struct td_zarr_array *arrs = calloc(z->n ? z->n : 1, sizeof(*arrs));
-
-	for (size_t i = 0; arrs && i < z->n; i++)
-		arrs[i] = z->s[i].a;
-	return arrs;
-}
-
-/* ---- writing a hierarchy ---- */
-
-/*
- * What the export was doing, for its error message: the step and the
- * path under DIR ("writing cam/c/0/0"). A full disk said only "DIR: No
- * space left on device", whichever file, folder, sync or rename failed.
- * zfrom: the file the chunks are read from (z->from), for a read error.
- */
-static char zstep[PATH_MAX + 64];
-static const char *zfrom;
-
-static void zstep_set(const char *fmt, ...)
-	__attribute__((format(printf, 1, 2)));
-static void zstep_set(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(zstep, sizeof(zstep), fmt, ap);
-	va_end(ap);
-}
-
-static int write_all(int fd, const uint8_t *p, uint64_t len)
-{
-	while (len) {
-		ssize_t w = write(fd, p, len > (1u << 30) ? (1u << 30) : len);
-
-		if (tctl_interrupted())
-			return -EINTR;
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -errno;
-		p += w;
-		len -= (uint64_t)w;
-	}
-	return 0;
-}
-
-/*
- * len bytes of s's file (s->fd, or its .tgm source) at off into fd,
- * read with pread, never mapped, each element byte-swapped when s->swap:
- * a file cut short meanwhile (truncated by someone else) is -ENODATA,
- * not a SIGBUS or a write's EFAULT.
- */
-static int copy_in(int fd, const struct zsrc *s, uint64_t off, uint64_t len)
-{
-	static uint8_t buf[1 << 20];
-	/* whole elements per read, so a swap never straddles two */
-	uint64_t step = sizeof(buf) - (s->swap ? sizeof(buf) % s->swap : 0);
-	int rc = 0;
-
-	while (!rc && len) {
-		uint64_t want = len < step ? len : step;
-		ssize_t r = (ssize_t)want;
-
-		if (s->src && tgm_src_read(s->src, off, buf, want) < 0) {
-			zstep_set("reading %s's bytes from %s", s->a.name,
-			     zfrom ? zfrom : "its file");
-			return -s->src->io_err;
-		}
-		if (!s->src)
-			r = pread(s->fd, buf, want, (off_t)off);
-		if (r < 0 && errno == EINTR && !tctl_interrupted())
-			continue;
-		if (r <= 0) {
-			rc = r < 0 ? -errno : -ENODATA;
-			zstep_set("reading %s's bytes from %s", s->a.name,
-			     zfrom ? zfrom : "its file");
-			return rc;
-		}
-		if (s->swap && (uint64_t)r % s->swap)
-			return -ENODATA; /* only at the file's end */
-		if (s->swap)
-			tctl_swap_in_place(buf, (uint64_t)r, s->swap);
-		rc = write_all(fd, buf, (uint64_t)r);
-		off += (uint64_t)r;
-		len -= (uint64_t)r;
-	}
-	return rc;
-}
-
-/* A new file at dirfd/name holding s's bytes (swapped per element). */
-static int write_file(int dirfd, const char *name, const struct zsrc *s)
-{
-	int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-	                0644);
-	const uint8_t *p = s->data;
-	uint64_t len = s->len;
-	unsigned swap = s->swap;
-	int rc = 0;
-
-	if (fd < 0)
-		return -errno;
-	if (s->in_file) {
-		rc = copy_in(fd, s, s->off, len);
-	} else if (!swap) {
-		rc = write_all(fd, p, len);
-	} else {
-		static uint8_t buf[1 << 20];
-		uint64_t step = sizeof(buf) - sizeof(buf) % swap;
-
-		for (uint64_t o = 0; !rc && o < len; o += step) {
-			uint64_t n = len - o < step ? len - o : step;
-
-			tctl_copy_swapped(buf, p + o, n, swap);
-			rc = write_all(fd, buf, n);
-		}
-	}
-	/* not synced here: write_tree syncs the whole tree once */
-	if (close(fd) < 0 && !rc)
-		rc = -errno;
-	return rc;
-}
-
-static int write_json(int dirfd, const char *name, struct json_object *o)
-{
-	size_t len;
-	char *t = td_zarr_text(o, &len);
-	struct zsrc s = {.data = (const uint8_t *)t, .len = len};
-	int rc = t ? write_file(dirfd, name, &s) : -ENOMEM;
-
-	free(t);
-	json_object_put(o);
-	return rc;
-}
-
-/* mkdir + open as a folder; fd or -errno. */
-static int subdir(int dirfd, const char *name)
-{
-	int fd;
-
-	if (mkdirat(dirfd, name, 0755) < 0 && errno != EEXIST)
-		return -errno;
-	fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	return fd < 0 ? -errno : fd;
-}
-
-/* The chunk file under the array folder adir: c/0/…/0 (c for 0-d). */
-static int write_chunk(int adir, const struct zsrc *s)
-{
-	char key[2 + 2 * TD_ZARR_MAX_DIMS + 1];
-	int rc = td_zarr_chunk_key(&s->a, false, key, sizeof(key));
-	int fd = adir, next;
-	char *seg, *save = NULL, *last = NULL;
-
-	if (rc <= 0)
-		return rc; /* no chunk for a zero-size array */
-	zstep_set("writing %s/%s", s->a.name, key);
-	rc = 0;
-	for (seg = strtok_r(key, "/", &save); seg;
-	     seg = strtok_r(NULL, "/", &save)) {
-		if (last) {
-			next = subdir(fd, last);
-			if (fd != adir)
-				close(fd);
-			if (next < 0)
-				return next;
-			fd = next;
-		}
-		last = seg;
-	}
-	rc = write_file(fd, last, s);
-	if (fd != adir)
-		close(fd);
-	return rc;
-}
-
-static int rm_entry(const char *p, const struct stat *st, int flag,
-                    struct FTW *f)
-{
-	(void)st;
-	(void)f;
-	return (flag == FTW_DP ? rmdir(p) : unlink(p)) < 0 ? -1 : 0;
-}
-
-static int write_tree(int top, const struct zset *z)
-{
-	int rc;
-
-	/* the root group with every array's metadata inline */
-	{
-		struct td_zarr_array *arrs = arrays_of(z);
-
-		if (!arrs)
-			return -ENOMEM;
-		zstep_set("writing zarr.json");
-		rc = write_json(top, "zarr.json",
-		                td_zarr_v3_group(z->gattrs, arrs, z->n));
-		free(arrs);
-	}
-	for (size_t i = 0; !rc && i < z->n; i++) {
-		const char *name = z->s[i].a.name;
-		int adir;
-
-		zstep_set("making the folder %s", name);
-		adir = tctl_interrupted() ? -EINTR : subdir(top, name);
-		if (adir < 0)
-			return adir;
-		zstep_set("writing %s/zarr.json", name);
-		rc = write_json(adir, "zarr.json", td_zarr_v3_array(&z->s[i].a));
-		if (!rc)
-			rc = write_chunk(adir, &z->s[i]);
-		close(adir);
-	}
-	/* all made durable before they become DIR: one syncfs(2), not an
-	 * fsync a file (12 ms an array); it reports write-back errors since
-	 * top was opened (Linux 5.8) */
-	if (!rc)
-		zstep_set("syncing the new folder");
-	if (!rc && syncfs(top) < 0)
-		rc = -errno;
-	return rc;
-}
-
-/*
- * DIR (dl bytes, without its trailing '/') must not exist, or be an empty
- * folder (rename replaces it): 0, -EEXIST when it is no folder, -ENOTDIR
- * when a folder on its path is no folder (`six.bin/out`: that was "exists
- * and is not a folder", of a DIR that does not exist), else -errno.
- */
-static int check_target(const char *dir, size_t dl)
-{
-	char path[PATH_MAX];
-	struct stat st;
-	DIR *d;
-	struct dirent *e;
-	int n = 0;
-
-	if (snprintf(path, sizeof(path), "%.*s", (int)dl, dir) >=
-	    (int)sizeof(path))
-		return -ENAMETOOLONG;
-	if (lstat(path, &st) < 0)
-		return errno == ENOENT ? 0 : -errno;
-	if (!S_ISDIR(st.st_mode))
-		return -EEXIST;
-	d = opendir(dir);
-	if (!d)
-		return -errno;
-	while ((e = readdir(d)))
-		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-	closedir(d);
-	return n ? -ENOTEMPTY : 0;
-}
-
-/* The tree in tmp made DIR: renamed over it, or (into an empty mount
- * point, which rename refuses with EBUSY, or an empty folder in a parent
- * closed to this user) moved up from tmp inside it. */
-static int put_in_place(const char *tmp, const char *dir, bool into,
-                        const struct zset *z)
-{
-	const char **names;
-	int rc;
-
-	if (!into) {
-		zstep_set("setting the mode of the new folder %s", tmp);
-		if (chmod(tmp, 0755) < 0)
-			return -errno;
-		zstep_set("renaming the new folder %s to it", tmp);
-		return rename(tmp, dir) < 0 ? -errno : 0;
-	}
-	names = calloc(z->n ? z->n : 1, sizeof(*names));
-	if (!names)
-		return -ENOMEM;
-	for (size_t i = 0; i < z->n; i++)
-		names[i] = z->s[i].a.name;
-	rc = tctl_zarr_move_up(dir, tmp, names, z->n, zstep, sizeof(zstep));
-	free(names);
-	return rc;
-}
-
-static int export_write(const char *dir, const struct zset *z)
-{
-	char tmp[PATH_MAX], parent[PATH_MAX], base[PATH_MAX];
-	size_t dl = strlen(dir);
-	int rc, top, pfd;
-	const char *slash;
-	bool into;
-
-	while (dl > 1 && dir[dl - 1] == '/')
-		dl--;
-	rc = check_target(dir, dl);
-	/* an existing empty mount point, or an existing empty folder in a
-	 * parent this user may not write: built inside it, on its file
-	 * system, and moved up (put_in_place) */
-	into = !rc && (tctl_zarr_is_mount_root(dir) ||
-	               tctl_zarr_parent_is_closed(dir));
-	/* the temporary folder: hidden, beside DIR, named like output.c's
-	 * temporary files */
-	snprintf(parent, sizeof(parent), "%.*s", (int)dl, dir);
-	slash = strrchr(parent, '/');
-	snprintf(base, sizeof(base), "%s", slash ? slash + 1 : parent);
-	if (into)
-		snprintf(parent, sizeof(parent), "%.*s/", (int)dl, dir);
-	else if (slash)
-		parent[slash - parent + 1] = 0;
-	else
-		parent[0] = 0;
-	if (rc == -EEXIST || rc == -ENOTEMPTY)
-		return tctl_fail(TCTL_REFUSED, "io", rc == -EEXIST ? ENOTDIR : -rc,
-		                 "%s: %s (export writes a new folder)", dir,
-		                 rc == -EEXIST ? "exists and is not a folder"
-		                               : "is not empty");
-	if (rc == -ENOTDIR)
-		return tctl_fail(TCTL_REFUSED, "io", ENOTDIR,
-		                 "%s: %.*s is not a folder (export makes %s "
-		                 "in it)",
-		                 dir, (int)(strlen(parent) - 1), parent, base);
-	if (rc < 0 ||
-	    snprintf(tmp, sizeof(tmp), "%s.tensorctl-%d-%s-XXXXXX", parent,
-	             (int)getpid(), base) >= (int)sizeof(tmp))
-		return tctl_fail(TCTL_REFUSED, "io", rc ? -rc : ENAMETOOLONG,
-		                 "%s: %s", dir,
-		                 strerror(rc ? -rc : ENAMETOOLONG));
-	tctl_write_guard(1);
-	if (!mkdtemp(tmp)) {
-		int err = errno;
-		size_t pl = strlen(parent);
-
-		tctl_write_guard(0);
-		/* DIR as typed and the folder that refused the temporary
-		 * one (its name is ours, not the user's), as -o says it */
-		return tctl_fail(TCTL_REFUSED, "io", err,
-		                 "%s: making a new folder in %.*s: %s", dir,
-		                 pl ? (int)(pl > 1 ? pl - 1 : pl) : 1,
-		                 pl ? parent : ".", strerror(err));
-	}
-	zfrom = z->from;
-	zstep_set("opening the new folder %s", tmp);
-	top = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	rc = top < 0 ? -errno : write_tree(top, z);
-	if (top >= 0)
-		close(top);
-	if (!rc && tctl_interrupted())
-		rc = -EINTR;
-	if (!rc)
-		rc = put_in_place(tmp, dir, into, z);
-	tctl_write_guard(0);
-	if (rc) {
-		nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-		if (rc == -EINTR && tctl_interrupted())
-			return tctl_fail(TCTL_REFUSED, "interrupted", EINTR,
-			                 "%s: interrupted by signal %d, nothing "
-			                 "written",
-			                 dir, tctl_interrupted());
-		if (rc == -ENODATA && z->from)
-			return tctl_fail(TCTL_REFUSED, "input", ENODATA,
-			                 "%s: the file ended early (cut short "
-			                 "while it was read?), %s not written",
-			                 z->from, dir);
-		/* what failed, and where: the files are written in the
-		 * new folder, named here as they would be under DIR */
-		return tctl_fail(TCTL_REFUSED, "io", -rc,
-		                 "%s: %s: %s; nothing written", dir, zstep,
-		                 strerror(-rc));
-	}
-	pfd = open(*parent ? parent : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (pfd >= 0) {
-		fsync(pfd);
-		close(pfd);
-	}
-	return TCTL_OK;
-}
-
-static int print_exported(const char *dir, const struct zset *z)
-{
-	if (tctl_json) {
-		struct json_object *j = json_object_new_object();
-		struct json_object *arr = json_object_new_array();
-
-		for (size_t i = 0; i < z->n; i++)
-			json_object_array_add(
-			        arr, json_object_new_string(z->s[i].a.name));
-		json_object_object_add(j, "path", json_object_new_string(dir));
-		json_object_object_add(j, "arrays", arr);
-		return tctl_json_print(j);
-	}
-	printf("%s: %zu array(s)\n", dir, z->n);
-	for (size_t i = 0; i < z->n; i++) {
-		/* a node name keeps C1 controls (tensogram.md §18) */
-		printf("  ");
-		tctl_text_escaped(stdout, z->s[i].a.name,
-				  strlen(z->s[i].a.name));
-		printf("\n");
-	}
-	return TCTL_OK;
-}
-
-/* ---- names ---- */
-
-/* Distinct node names in order (tensogram.md §18 suffixes). */
-static int unique_names(struct zset *z)
-{
-	char **names = calloc(z->n ? z->n : 1, sizeof(*names));
-	int rc;
-
-	if (!names)
-		return -ENOMEM;
-	for (size_t i = 0; i < z->n; i++)
-		names[i] = z->s[i].a.name;
-	/* a file name's 255 bytes, suffix included (the base is cut) */
-	rc = td_tgm_names_unique(names, z->n, TD_ZARR_NAME_MAX + 1);
-	free(names);
-	return rc;
-}
-
-static int grow(struct zset *z, size_t n)
-{
-	z->s = calloc(n ? n : 1, sizeof(*z->s));
-	return z->s ? 0 : -ENOMEM;
-}
-
-/* ---- from the daemon ---- */
-
-/* The chunk bytes of t: its plane, or a contiguous copy. NULL or why not. */
-static const char *tensor_chunk(struct zsrc *s, const struct td_tensor *t)
-{
-	uint64_t sizes[TD_ZARR_MAX_PLANES];
-	struct td_zarr_src src = {.format = td_tensor_string(t, TD_TENSOR_FORMAT),
-	                          .nplanes = td_tensor_plane_count(t),
-	                          .plane_size = sizes};
-	struct td_zarr_walk w;
-	const char *why = tctl_cpu_unreadable(t);
-
-	if (why)
-		return why;
-	src.strides = td_tensor_strides(t, &src.nstrides);
-	if (src.format && src.format[0] && src.nplanes)
-		src.row_pitch = td_tensor_plane_stride(t, 0);
-	for (uint32_t p = 0; p < src.nplanes && p < TD_ZARR_MAX_PLANES; p++)
-		sizes[p] = td_tensor_plane_size(t, p);
-	why = td_zarr_walk_init(&w, &s->a, &src);
-	if (why)
-		return why;
-	s->len = w.len;
-	if (w.layout == TD_ZARR_DENSE) {
-		s->data = td_tensor_plane_data(t, 0);
-		return NULL;
-	}
-	s->owned = malloc(w.len);
-	if (!s->owned)
-		return "out of memory";
-	s->data = s->owned;
-	/* gathered as the HTTP store sends it */
-	for (uint64_t pos = 0, n; pos < w.len; pos += n) {
-		uint32_t p;
-		uint64_t off;
-
-		n = td_zarr_walk_at(&w, pos, &p, &off);
-		memcpy(s->owned + pos,
-		       (const uint8_t *)td_tensor_plane_data(t, p) + off, n);
-	}
-	return NULL;
-}
+#include "zarr-export.h"
 
 static void add_str(struct json_object *o, const char *k, const char *v)
 {
 	if (v && *v)
 		json_object_object_add(o, k, json_object_new_string(v));
-}
-
-/* The tensor's attributes (td_zarr_tensor_attrs()). */
-static struct json_object *tensor_attrs(const struct td_tensor *t,
-                                        const char *name)
-{
-	struct td_zarr_tensor zt = {.name = name};
-
-	zt.meta = td_tensor_meta(t, &zt.meta_len);
-	for (int i = 0; i < 5; i++)
-		zt.strings[i] = td_tensor_string(t, (enum td_tensor_string)i);
-	zt.quant_axis = td_tensor_quant(t, &zt.scales, &zt.nscales,
-	                                &zt.zero_points, &zt.nzero_points);
-	return td_zarr_tensor_attrs(&zt);
-}
-
-/*
- * Every chunk of z that points into a lease copied out, and the lease
- * released: a connection may hold 4096 leases, a uid what its
- * --uid-limit leases says (docs/protocol.md §4), fewer than a store may
- * have tensors. How many were released, or -ENOMEM.
- */
-static int unlease(struct zset *z)
-{
-	int n = 0;
-
-	for (size_t k = 0; k < z->n; k++) {
-		struct zsrc *s = &z->s[k];
-
-		if (!s->held || !*s->held)
-			continue;
-		if (!s->owned) {
-			s->owned = malloc(s->len ? s->len : 1);
-			if (!s->owned)
-				return -ENOMEM;
-			memcpy(s->owned, s->data, s->len);
-			s->data = s->owned;
-		}
-		td_tensor_release(*s->held);
-		*s->held = NULL;
-		s->held = NULL;
-		n++;
-	}
-	return n;
-}
-
-/* GET each name into ts (listed NULL or listed[i]: it came from a LIST,
- * and one deleted since is left out) and describe it in z. A lease
- * refused (ENOBUFS, EDQUOT) is asked again once z's are copied out. */
-static int from_daemon(struct td_client *c, char **names, size_t n,
-                       const bool *listed, struct td_tensor **ts,
-                       struct zset *z)
-{
-	for (size_t i = 0; i < n; i++) {
-		struct zsrc *s = &z->s[z->n];
-		struct td_error e = {0};
-		const char *why;
-		int r = td_client_get(c, names[i], &ts[i], &e), u;
-
-		if ((r == -ENOBUFS || r == -EDQUOT) && (u = unlease(z)) != 0) {
-			if (u < 0)
-				return tctl_fail(TCTL_REFUSED, "io", ENOMEM,
-				                 "out of memory");
-			e = (struct td_error){0};
-			r = td_client_get(c, names[i], &ts[i], &e);
-		}
-		if (r < 0 && tctl_gone_since_list("zarr export", names[i], r,
-		                                  !listed || listed[i]))
-			continue;
-		if (r < 0)
-			return tctl_refused(names[i], r, &e);
-		r = tctl_fence_wait(names[i], ts[i], -1);
-		if (r)
-			return r;
-		s->a.type = td_zarr_type_by_blob(td_tensor_dtype(ts[i]));
-		s->a.ndim = td_tensor_ndim(ts[i]);
-		if (!s->a.type || s->a.ndim > TD_ZARR_MAX_DIMS)
-			return tctl_fail(TCTL_REFUSED, "input", ENOTSUP,
-			                 "%s: cannot be exported: %s", names[i],
-			                 !s->a.type ? "its dtype has no Zarr type"
-			                            : "too many dimensions");
-		memcpy(s->a.shape, td_tensor_shape(ts[i]),
-		       s->a.ndim * sizeof(uint64_t));
-		td_tgm_node_name(names[i], s->a.name, TD_ZARR_NAME_MAX + 1);
-		z->n++;
-		why = tensor_chunk(s, ts[i]);
-		s->held = &ts[i];
-		if (why)
-			return tctl_fail(TCTL_REFUSED, "input", ENOTSUP,
-			                 "%s: cannot be exported: %s", names[i],
-			                 why);
-		s->a.attrs = tensor_attrs(ts[i], names[i]);
-	}
-	if (unique_names(z) < 0)
-		return tctl_fail(TCTL_REFUSED, "input", ENAMETOOLONG,
-		                 "names do not fit with their suffixes");
-	{
-		struct td_zarr_array *arrs = arrays_of(z);
-
-		if (!arrs)
-			return tctl_fail(TCTL_REFUSED, "io", ENOMEM,
-			                 "out of memory");
-		z->gattrs = td_zarr_tensor_group(arrs, z->n);
-		free(arrs);
-	}
-	return TCTL_OK;
-}
-
-static int export_daemon(const char *dir, char **names, size_t n)
-{
-	struct td_client *c = NULL;
-	struct td_entry *list = NULL;
-	size_t count = 0;
-	struct td_tensor **ts = NULL;
-	struct zset z = {0};
-	struct tctl_names given = {0};
-	char **all = NULL;
-	int rc = tctl_connect(&c);
-
-	/* NAME/ stands for every tensor under it */
-	if (!rc && n && !(rc = tctl_names_expand(c, "zarr export", names, n,
-	                                         true, &given)))
-		names = given.v, n = given.n;
-	if (rc)
-		goto out;
-	if (!n) {
-		struct td_error e = {0};
-		int r = td_client_list(c, "", &list, &count, &e);
-
-		if (r < 0) {
-			rc = tctl_refused("list", r, &e);
-			goto out;
-		}
-		all = calloc(count ? count : 1, sizeof(*all));
-		if (!all) {
-			rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM,
-			               "out of memory");
-			goto out;
-		}
-		for (size_t i = 0; i < count; i++)
-			all[i] = list[i].name;
-		names = all;
-		n = count;
-	}
-	ts = calloc(n ? n : 1, sizeof(*ts));
-	if (!ts || grow(&z, n) < 0) {
-		rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
-		goto out;
-	}
-	rc = from_daemon(c, names, n, all ? NULL : given.listed, ts, &z);
-	if (!rc)
-		rc = export_write(dir, &z);
-	if (!rc)
-		rc = print_exported(dir, &z);
-out:
-	zset_fini(&z);
-	for (size_t i = 0; ts && i < n; i++)
-		td_tensor_release(ts[i]);
-	free(ts);
-	free(all);
-	tctl_names_fini(&given);
-	td_entry_list_free(list, count);
-	td_client_close(c);
-	return rc;
 }
 
 /* ---- from a .tgm file ---- */
@@ -769,13 +105,13 @@ static int from_tgm(struct load *l, const char *name_key, struct zset *z)
 	                          &z->gattrs, &e) < 0)
 		return tctl_tgm_refuse(l, -1, "metadata: %s", e.reason);
 	/* an _extra_ key holding an integer below -2^63: the same */
-	if (td_zarr_keep_unreadable(z->gattrs) < 0 || grow(z, l->count) < 0)
+	if (td_zarr_keep_unreadable(z->gattrs) < 0 || tctl_zset_grow(z, l->count) < 0)
 		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
 	for (size_t i = 0; !rc && i < l->count; i++) {
 		rc = tgm_object(l, i, name_key, &z->s[i]);
 		z->n++;
 	}
-	if (!rc && unique_names(z) < 0)
+	if (!rc && tctl_zset_unique_names(z) < 0)
 		rc = tctl_fail(TCTL_REFUSED, "input", ENAMETOOLONG,
 		               "names do not fit with their suffixes");
 	for (size_t i = 0; !rc && i < z->n; i++)
@@ -791,47 +127,70 @@ static int export_hrry_from(const char *dir, const char *path,
                             const struct td_hrry_transport *t, int fd,
                             const uint8_t *mem);
 
-/* tgm_opts: --message or --name-key was given (refused for a Hurray
- * file on stdin, whatever their value) */
+/*
+ * A Hurray file on a stream (a file's magic chose before): read whole, up
+ * to --max-bytes (its index is found by its trailer: nothing decodes
+ * before the end); the .tgm options refused as for a file.
+ */
+static int export_hrry_stream(const char *dir, const char *path,
+                              struct tgm_stream *st, bool tgm_opts)
+{
+	struct td_hrry_transport t;
+	uint8_t *buf = NULL;
+	size_t len;
+	int rc = tgm_stream_rest(st, &buf, &len);
+
+	if (!rc && tgm_opts)
+		rc = tctl_usage("zarr", "--name-key and --message are for "
+		                        ".tgm files");
+	else if (!rc)
+		rc = td_hrry_transport_mem(buf, len, &t) < 0
+		             ? tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+		                         "out of memory")
+		             : export_hrry_from(dir, path, &t, -1, buf);
+	free(buf);
+	return rc;
+}
+
+/*
+ * Message `message` of a .tgm input as a hierarchy in dir. A file is read
+ * with pread, each chunk when it is written; a stream (stdin, a pipe) a
+ * message at a time (tgm_stream): those before it let go as they pass,
+ * it held while the hierarchy is written, nothing read after it (as of a
+ * file): tensorctl holds one message (up to --max-bytes), not the
+ * stream. tgm_opts: --message or --name-key was given (refused for a
+ * Hurray file on stdin, whatever their value).
+ */
 static int export_tgm(const char *dir, const char *path, uint64_t message,
                       const char *name_key, bool tgm_opts, uint64_t max_bytes)
 {
 	struct tgm_src src;
 	struct tgm_scan sc;
+	struct tgm_stream st;
 	struct tctl_in in;
 	struct td_tgm_span sp;
 	struct load l = {.path = path, .msg_index = message, .src = &src};
 	struct zset z = {.from = path};
 	uint64_t idx = 0, len;
-	uint8_t *buf;
-	int found = 0, rc;
+	int found = 0, more = 0, rc = tctl_in_open(&in, path);
+	bool stream = !in.regular || in.is_stdin;
 
-	/* a file: read with pread, the chunks when they are written; a
-	 * stream: whole, up to --max-bytes */
-	rc = tctl_tgm_open(&src, &in, path, max_bytes, &buf);
 	if (rc)
 		return rc;
-	len = src.size;
-	if (src.fd < 0 && inspect_hrry_sniff(buf, len)) {
-		/* a Hurray file on stdin (a file's magic chose before): the
-		 * .tgm options refused as for a file */
-		struct td_hrry_transport t;
-
-		if (tgm_opts) {
-			free(buf);
-			return tctl_usage("zarr", "--name-key and --message "
-			                          "are for .tgm files");
+	if (stream) {
+		tgm_stream_init(&st, &in, max_bytes);
+		rc = tgm_stream_head(&st, 8);
+		if (!rc && inspect_hrry_sniff(st.buf, (size_t)st.have)) {
+			rc = export_hrry_stream(dir, path, &st, tgm_opts);
+			goto out;
 		}
-		rc = td_hrry_transport_mem(buf, len, &t) < 0
-		             ? tctl_fail(TCTL_REFUSED, "io", ENOMEM,
-		                         "out of memory")
-		             : export_hrry_from(dir, path, &t, -1, buf);
-		free(buf);
-		return rc;
+	} else {
+		src = (struct tgm_src){.path = in.path, .fd = in.fd,
+		                       .size = in.size};
+		tgm_scan_init(&sc, &src, UINT64_MAX);
 	}
-	tgm_scan_init(&sc, &src, UINT64_MAX);
-	while ((rc = tgm_scan_next(&sc, &sp)) == 1) {
-		rc = 0;
+	while (!rc && (more = stream ? tgm_stream_next(&st, &sp, &src)
+	                             : tgm_scan_next(&sc, &sp)) == 1) {
 		if (idx++ != message)
 			continue;
 		found = 1;
@@ -840,31 +199,35 @@ static int export_tgm(const char *dir, const char *path, uint64_t message,
 			rc = from_tgm(&l, name_key, &z);
 		break;
 	}
-	if (rc < 0) /* the scan's read failed */
-		rc = tgm_src_fail(&src);
-	else if (!found && idx) {
+	/* the scan's read failed (a stream's is said, EFBIG too) */
+	if (!rc && more < 0)
+		rc = stream ? -more : tgm_src_fail(&src);
+	len = stream ? tgm_stream_total(&st) : src.size;
+	if (rc || found) {
+	} else if (idx) {
 		rc = tctl_fail(TCTL_REFUSED, "input", ERANGE,
 		               "%s: no message %" PRIu64 " (the file has %" PRIu64
 		               ")",
 		               path, message, idx);
-	} else if (!found && len) {
+	} else if (len) {
 		/* bytes, but no whole message: junk, or a cut or damaged
 		 * one (load refuses it alike), not an empty group */
 		rc = tctl_fail(TCTL_REFUSED, "input", ENOENT,
 		               "%s: no complete .tgm message found", path);
-	} else if (!found) {
+	} else {
 		/* no message at all: an empty group (tensogram.md §18) */
 		z.gattrs = json_object_new_object();
 	}
 	if (!rc)
-		rc = export_write(dir, &z);
+		rc = tctl_zarr_write(dir, &z);
 	if (!rc)
-		rc = print_exported(dir, &z);
-	zset_fini(&z);
+		rc = tctl_zarr_print(dir, &z);
+	tctl_zset_fini(&z);
 	tctl_tgm_load_fini(&l);
-	free(buf);
-	if (src.fd >= 0)
-		tctl_in_close(&in);
+out:
+	if (stream)
+		tgm_stream_fini(&st);
+	tctl_in_close(&in);
 	return rc;
 }
 
@@ -886,7 +249,7 @@ static int from_hrry(const char *path, struct td_hrry_file_reader *r,
 	char *name = NULL;
 	int rc = TCTL_OK;
 
-	if (!d || grow(z, n) < 0) {
+	if (!d || tctl_zset_grow(z, n) < 0) {
 		free(d);
 		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
 	}
@@ -957,11 +320,11 @@ static int from_hrry(const char *path, struct td_hrry_file_reader *r,
 	}
 	free(d);
 	free(name);
-	if (!rc && unique_names(z) < 0)
+	if (!rc && tctl_zset_unique_names(z) < 0)
 		rc = tctl_fail(TCTL_REFUSED, "input", ENAMETOOLONG,
 		               "names do not fit with their suffixes");
 	if (!rc) {
-		struct td_zarr_array *arrs = arrays_of(z);
+		struct td_zarr_array *arrs = tctl_zset_arrays(z);
 
 		if (!arrs)
 			return tctl_fail(TCTL_REFUSED, "io", ENOMEM,
@@ -994,10 +357,10 @@ static int export_hrry_from(const char *dir, const char *path,
 	td_hrry_file_reader_tensor_count(r, &n);
 	rc = from_hrry(path, r, fd, mem, n, &z);
 	if (!rc)
-		rc = export_write(dir, &z);
+		rc = tctl_zarr_write(dir, &z);
 	if (!rc)
-		rc = print_exported(dir, &z);
-	zset_fini(&z);
+		rc = tctl_zarr_print(dir, &z);
+	tctl_zset_fini(&z);
 	td_hrry_file_reader_free(&r);
 	return rc;
 }
@@ -1017,8 +380,8 @@ static int export_hrry(const char *dir, const char *path)
 /*
  * Whether path is a Hurray file to read in place: a regular file named
  * .hrry or with the magic. Anything else (stdin "-", a FIFO, a pipe, a
- * device) is a stream export_tgm() reads whole and then sniffs: reading
- * its magic here would take those 8 bytes from the stream.
+ * device) is a stream export_tgm() sniffs as it reads it: reading its
+ * magic here would take those 8 bytes from the stream.
  */
 static bool is_hrry(const char *path)
 {
@@ -1149,7 +512,7 @@ static int cmd_export(int argc, char **argv)
 	if (from)
 		return export_tgm(argv[optind], from, message, name_key,
 		                  name_key || message_set, max_bytes);
-	return export_daemon(argv[optind], argv + optind + 1,
+	return tctl_zarr_export_daemon(argv[optind], argv + optind + 1,
 	                     (size_t)(argc - optind - 1));
 }
 

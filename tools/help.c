@@ -29,8 +29,9 @@ static const struct cmd {
 	 "is whole. A refused file exits with status 1.\n"
 	 "  --max-bytes N   hold a stream (stdin, FIFO, device) up to N bytes\n"
 	 "                  at once, a .tgm stream a message at a time (K, M,\n"
-	 "                  G, T suffixes; default 1G); a regular file is\n"
-	 "                  read by its size\n"},
+	 "                  G, T suffixes; default 1G), of a .npy stream\n"
+	 "                  its header (the data is counted, not held); a\n"
+	 "                  regular file is read by its size\n"},
 	{"put",
 	 "put NAME --dtype T --shape D,D.. [--meta STR] [--pin] FILE|- | "
 	 "put NAME [--dtype T] [--shape D,D..] [--meta STR] [--pin] "
@@ -135,7 +136,8 @@ static const struct cmd {
 	 "                  needed; Hurray by name or magic)\n"
 	 "  --message N     which message of FILE (default 0)\n"
 	 "  --name-key K    dotted metadata path tried first for names\n"
-	 "  --max-bytes N   read a stream up to N bytes (default 1G)\n"
+	 "  --max-bytes N   hold a stream up to N bytes at once, a .tgm\n"
+	 "                  stream a message at a time (default 1G)\n"
 	 "  --prefix P      import: put P before every name\n"
 	 "  --partial       import: keep what was published before a refusal\n"
 	 "  --no-replace    import: publish only names that have no version;\n"

@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include "tensorctl.h"
-#include "tgm-file.h"
 
 #define CHUNK (8u << 20)
 
@@ -161,32 +160,5 @@ int tctl_read_input(const char *path, uint64_t max, uint8_t **out,
 		return rc;
 	rc = tctl_in_slurp(&in, max, out, out_len);
 	tctl_in_close(&in);
-	return rc;
-}
-
-int tctl_tgm_open(struct tgm_src *s, struct tctl_in *in, const char *path,
-		  uint64_t max, uint8_t **own)
-{
-	size_t len = 0;
-	int rc = tctl_in_open(in, path);
-
-	*own = NULL;
-	memset(s, 0, sizeof(*s));
-	s->path = in->path;
-	s->fd = -1;
-	if (rc)
-		return rc;
-	if (in->regular && strcmp(path, "-")) {
-		/* read with pread where it is needed, never whole; "-" is
-		 * read whole, what it is (a Hurray file is chosen by the
-		 * magic of its bytes) */
-		s->fd = in->fd;
-		s->size = in->size;
-		return TCTL_OK;
-	}
-	rc = tctl_in_slurp(in, max, own, &len);
-	tctl_in_close(in);
-	s->buf = *own;
-	s->size = len;
 	return rc;
 }

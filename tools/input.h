@@ -43,14 +43,4 @@ int tctl_read_input(const char *path, uint64_t max, uint8_t **buf,
 int tctl_in_slurp(struct tctl_in *in, uint64_t max, uint8_t **buf,
 		  size_t *len);
 
-struct tgm_src;
-/*
- * A .tgm source (tgm-file.h): a regular file stays open in *in and is
- * read with pread (close it with tctl_in_close()); "-" and any other
- * stream is read whole into *own (free it), a stream up to max, and *in
- * closed. TCTL_OK or reported.
- */
-int tctl_tgm_open(struct tgm_src *s, struct tctl_in *in, const char *path,
-		  uint64_t max, uint8_t **own);
-
 #endif

@@ -35,10 +35,10 @@ static int regular_magic(const char *path, uint8_t magic[8])
 
 /*
  * A stream (stdin, a pipe): a .tgm stream a message at a time, up to max
- * bytes held at once (tgm-file.h); what starts as a .npy or a Hurray
- * file (whose index and data are anywhere: read by offset), or has no
- * .tgm message within its first 4 KiB (a blob), read whole up to max, as
- * before.
+ * bytes held at once (tgm-file.h); a .npy its header, the rest counted as
+ * it passes, never held; what starts as a Hurray file (whose index and
+ * data are anywhere: read by offset), or has no .tgm message within its
+ * first 4 KiB (a blob), read whole up to max, as before.
  */
 static int inspect_stream(const char *path, struct tctl_in *in,
 			  uint64_t max)
@@ -52,8 +52,14 @@ static int inspect_stream(const char *path, struct tctl_in *in,
 
 	tgm_stream_init(&st, in, max);
 	rc = tgm_stream_head(&st, 8);
-	if (!rc && !tctl_npy_sniff(st.buf, (size_t)st.have) &&
-	    !inspect_hrry_sniff(st.buf, (size_t)st.have)) {
+	if (!rc && tctl_npy_sniff(st.buf, (size_t)st.have)) {
+		/* its header, the rest counted as it passes */
+		rc = tctl_npy_inspect_stream(path, in, st.buf,
+					     (size_t)st.have);
+		tgm_stream_fini(&st);
+		return rc;
+	}
+	if (!rc && !inspect_hrry_sniff(st.buf, (size_t)st.have)) {
 		first = tgm_stream_next(&st, &sp, &s);
 		if (first < 0)
 			rc = -first;
@@ -75,9 +81,7 @@ static int inspect_stream(const char *path, struct tctl_in *in,
 	tgm_stream_fini(&st);
 	if (rc)
 		return rc;
-	if (tctl_npy_sniff(buf, len))
-		rc = tctl_npy_inspect(path, buf, len);
-	else if (inspect_hrry_sniff(buf, len))
+	if (inspect_hrry_sniff(buf, len))
 		rc = inspect_hrry(path, buf, len, tctl_json);
 	else
 		rc = inspect_blob(path, buf, len, tctl_json);

@@ -39,14 +39,37 @@ int tctl_npy_format(const char *cmd, const char *format, const char *path,
 	return TCTL_OK;
 }
 
-static int refused(const struct tctl_in *in, int rc, const struct td_err *e)
+static int refused(const char *who, int rc, const struct td_err *e)
 {
 	return tctl_fail(TCTL_REFUSED, "input", -rc, "%s: .npy header: %s%s%s",
-			 in->path, e->field ? e->field : "",
-			 e->field ? ": " : "", e->reason);
+			 who, e->field ? e->field : "", e->field ? ": " : "",
+			 e->reason);
 }
 
-int tctl_npy_read_header(struct tctl_in *in, struct td_npy_header *h)
+/* Up to cap bytes into dst: what *head still holds (*hl bytes) first,
+ * then from in; *got. TCTL_OK or reported. */
+static int take(struct tctl_in *in, const uint8_t **head, size_t *hl,
+		uint8_t *dst, uint64_t cap, uint64_t *got)
+{
+	uint64_t n = *hl < cap ? *hl : cap, more = 0;
+	int rc = TCTL_OK;
+
+	if (n) {
+		memcpy(dst, *head, (size_t)n);
+		*head += n;
+		*hl -= (size_t)n;
+	}
+	if (n < cap)
+		rc = tctl_in_read(in, dst + n, cap - n, &more);
+	*got = n + more;
+	return rc;
+}
+
+/* The header of in, whose first *hl bytes were read into *head already
+ * (what is left of them after the header is data); who for messages. */
+static int read_header(struct tctl_in *in, const char *who,
+		       const uint8_t **head, size_t *hl,
+		       struct td_npy_header *h)
 {
 	uint8_t pre[TD_NPY_PREFIX_LEN], *buf;
 	struct td_err e = {0};
@@ -54,28 +77,36 @@ int tctl_npy_read_header(struct tctl_in *in, struct td_npy_header *h)
 	int rc;
 
 	/* every valid header is longer than the prefix: a dict follows */
-	rc = tctl_in_read(in, pre, sizeof(pre), &got);
+	rc = take(in, head, hl, pre, sizeof(pre), &got);
 	if (rc)
 		return rc;
 	rc = td_npy_header_len(pre, (size_t)got, &off, &e);
 	if (rc < 0)
-		return refused(in, rc, &e);
+		return refused(who, rc, &e);
 	if (off < got)
 		off = got; /* decode says what is wrong with it */
 	buf = malloc((size_t)off); /* at most TD_NPY_MAX_HEADER_LEN + 12 */
 	if (!buf)
 		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
 	memcpy(buf, pre, (size_t)got);
-	rc = tctl_in_read(in, buf + got, off - got, &more);
+	rc = take(in, head, hl, buf + got, off - got, &more);
 	if (!rc) {
 		rc = td_npy_decode(buf, (size_t)(got + more), h, &e);
-		rc = rc < 0 ? refused(in, rc, &e) : TCTL_OK;
+		rc = rc < 0 ? refused(who, rc, &e) : TCTL_OK;
 	}
 	free(buf);
 	/* what is left of a regular file is the data */
 	if (!rc && in->regular)
 		in->size = in->size > off ? in->size - off : 0;
 	return rc;
+}
+
+int tctl_npy_read_header(struct tctl_in *in, struct td_npy_header *h)
+{
+	const uint8_t *none = NULL;
+	size_t nl = 0;
+
+	return read_header(in, in->path, &none, &nl, h);
 }
 
 int tctl_npy_write(const struct td_tensor *t, const char *name,
@@ -199,4 +230,23 @@ int tctl_npy_inspect(const char *path, const uint8_t *buf, size_t len)
 		rc = print_npy(path, &h, in.size);
 	tctl_in_close(&in);
 	return rc;
+}
+
+int tctl_npy_inspect_stream(const char *path, struct tctl_in *in,
+			    const uint8_t *head, size_t hl)
+{
+	static uint8_t buf[1 << 20];
+	struct td_npy_header h;
+	uint64_t have, got = 0;
+	int rc = read_header(in, path, &head, &hl, &h);
+
+	/* the data: counted to the end a piece at a time, never held */
+	for (have = hl; !rc; have += got) {
+		rc = tctl_in_read(in, buf, sizeof(buf), &got);
+		if (!rc && got < sizeof(buf)) {
+			have += got;
+			break;
+		}
+	}
+	return rc ? rc : print_npy(path, &h, have);
 }

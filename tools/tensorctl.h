@@ -370,6 +370,10 @@ bool tctl_npy_sniff(const uint8_t *buf, size_t len);
  * only its header is read) or a stream read whole into buf; its header
  * and whether the data is whole (TCTL_REFUSED when not). */
 int tctl_npy_inspect(const char *path, const uint8_t *buf, size_t len);
+/* The same of a stream whose first hl bytes were read into head: its
+ * header read, the rest counted a fixed piece at a time, never held. */
+int tctl_npy_inspect_stream(const char *path, struct tctl_in *in,
+			    const uint8_t *head, size_t hl);
 int tctl_npy_write(const struct td_tensor *t, const char *name,
 		   const char *out);
 
