@@ -599,6 +599,8 @@ void td__store_peer_gone(struct td__peer *p);
  * the tables shrink and free heap goes back to the system (malloc_trim).
  */
 void td__store_trim(unsigned more);
+/* How many released lease records wait for reuse (td__store_trim). */
+unsigned td__store_lease_spares(void);
 void td__loan_peer_gone(struct td__peer *p);
 void td__lease_peer_gone(struct td__peer *p);
 /* After a policy reload: refuse parked GETs of names no longer readable. */

@@ -117,6 +117,8 @@ static void dispatch(struct td__peer *p, size_t n, int *fds, unsigned nfds)
 /* A peer about to be freed: what it holds, one file at a time. */
 static void peer_gone(struct td__peer *p)
 {
+	unsigned spares = td__store_lease_spares(), now;
+
 	/* a stage it fired is committed, else cancelled, before its loans go */
 	if (p->n_stages)
 		td__stage_owner(p, true);
@@ -127,8 +129,12 @@ static void peer_gone(struct td__peer *p)
 	td__store_peer_gone(p);
 	td__ring_peer_gone(p);
 	td__follow_peer_gone(p);
-	/* a connection is a few records itself (peer, poll, queue) */
-	td__store_trim(4);
+	/* a connection is a few records itself (peer, poll, queue); and it
+	 * takes no lease again: the spares its leases became count as freed
+	 * ones, else the end of a burst of connections leaves up to 1024 of
+	 * them spread over the heap, each keeping its page */
+	now = td__store_lease_spares();
+	td__store_trim(4 + (now > spares ? now - spares : 0));
 }
 
 void td__dispatch_init(void)

@@ -1120,17 +1120,11 @@ void td__lease_release(struct td__peer *p, const struct td__req *rq)
 void td__lease_peer_gone(struct td__peer *p)
 {
 	struct td__store *s = td__d->store;
-	unsigned spares = s->n_free_leases;
 
 	while (!td__list_empty(&p->leases))
 		lease_drop(s, p,
 			   td__container_of(p->leases.next, struct td__lease,
 					    link));
-	/* a connection gone takes no lease again: the spares its leases
-	 * became count towards the next trim as freed records do, else the
-	 * end of a burst of connections leaves up to LEASE_CACHE of them
-	 * spread over the heap, each pinning a page (td__store_trim) */
-	s->freed += s->n_free_leases - spares;
 	while (!td__list_empty(&p->waiters))
 		waiter_free(td__container_of(p->waiters.next,
 					     struct td__waiter, link));

@@ -929,6 +929,11 @@ static void *shrink(void *a, size_t count, size_t *cap, size_t size)
 	return n;
 }
 
+unsigned td__store_lease_spares(void)
+{
+	return td__d->store ? td__d->store->n_free_leases : 0;
+}
+
 void td__store_trim(unsigned more)
 {
 	struct td__store *s = td__d->store;
