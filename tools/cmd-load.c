@@ -758,27 +758,28 @@ static int load_opts(int argc, char **argv, struct load_opts *lo)
 	return -1;
 }
 
-/* The names of the objects so far made distinct (gather()'s rule, the
- * same names: a name keeps what the ones before it made of it). */
-static int names_so_far(struct load *l, char ***names, size_t *nn,
-                        size_t *cap)
+/* The names of l's objects made distinct from each other and from those
+ * of the messages before (gather()'s rule, the same names: a name keeps
+ * what the ones before it made of it); ns holds those before, so each
+ * message costs its own names, not the stream's so far. */
+static int names_so_far(struct load *l, struct td_tgm_names *ns, size_t *nn)
 {
-	if (*nn + l->count > *cap) {
-		size_t c = *cap ? *cap : 16;
-		char **n;
+	char **names;
+	int rc;
 
-		while (c < *nn + l->count)
-			c *= 2;
-		n = realloc(*names, c * sizeof(*n));
-		if (!n)
-			return tctl_fail(TCTL_REFUSED, "io", ENOMEM,
-			                 "out of memory");
-		*names = n;
-		*cap = c;
-	}
+	if (!l->count)
+		return TCTL_OK;
+	names = calloc(l->count, sizeof(*names));
+	if (!names)
+		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
 	for (size_t j = 0; j < l->count; j++)
-		(*names)[(*nn)++] = l->objs[j].name;
-	if (td_tgm_names_unique(*names, *nn, TD_NAME_MAX + 1) < 0)
+		names[j] = l->objs[j].name;
+	rc = td_tgm_names_add(ns, names, l->count);
+	free(names);
+	*nn += l->count;
+	if (rc == -ENOMEM)
+		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
+	if (rc < 0)
 		return tctl_fail(TCTL_REFUSED, "input", ENAMETOOLONG,
 		                 "%s: names do not fit with their suffixes",
 		                 l->path);
@@ -823,12 +824,16 @@ static int load_stream(const struct load_opts *lo, struct tctl_in *in,
 	struct td_tgm_span sp;
 	struct tgm_src s;
 	struct load *ls = NULL;
-	char **names = NULL;
-	size_t nl = 0, cap = 0, nn = 0, ncap = 0;
+	struct td_tgm_names *ns = NULL;
+	size_t nl = 0, cap = 0, nn = 0;
 	uint64_t idx = 0, covered = 0, len;
 	int rc, more = 0;
 
 	tgm_stream_init(&st, in, lo->max_bytes);
+	if (td_tgm_names_new(TD_NAME_MAX + 1, 0, &ns) < 0) {
+		tgm_stream_fini(&st);
+		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
+	}
 	rc = tgm_stream_head(&st, 8);
 	if (!rc && inspect_hrry_sniff(st.buf, (size_t)st.have)) {
 		uint8_t *buf = NULL;
@@ -838,6 +843,7 @@ static int load_stream(const struct load_opts *lo, struct tctl_in *in,
 		if (!rc)
 			rc = tctl_load_hrry_stdin(argc, argv, buf, n);
 		free(buf);
+		td_tgm_names_free(ns);
 		tgm_stream_fini(&st);
 		return rc;
 	}
@@ -853,7 +859,7 @@ static int load_stream(const struct load_opts *lo, struct tctl_in *in,
 		if (!rc)
 			rc = prepare(&ls[nl], lo->variable_key, lo->prefix);
 		if (!rc)
-			rc = names_so_far(&ls[nl], &names, &nn, &ncap);
+			rc = names_so_far(&ls[nl], ns, &nn);
 		if (!rc)
 			rc = publish_message(&pr, &ls[nl], &s);
 		nl++;
@@ -886,7 +892,7 @@ static int load_stream(const struct load_opts *lo, struct tctl_in *in,
 	for (size_t i = 0; i < nl; i++)
 		tctl_tgm_load_fini(&ls[i]);
 	free(ls);
-	free(names);
+	td_tgm_names_free(ns);
 	tgm_stream_fini(&st);
 	return rc;
 }
