@@ -21,6 +21,7 @@
 #include <json-c/json.h>
 
 #include "input.h"
+#include "keep.h"
 #include "td-json.h"
 #include "output.h"
 #include "tensorctl.h"
@@ -378,50 +379,42 @@ static int fill(struct tgm_src *s, uint64_t off, uint8_t *dst, uint64_t size,
  * short meanwhile is an error (UnexpectedEof), never a SIGBUS.
  */
 static int publish_one(struct obj *ob, struct tgm_src *s,
-                       struct td_client *c, bool no_replace,
+                       struct td_client *c, struct tctl_keep *k,
                        struct json_object *sk, uint64_t *version)
 {
 	const struct td_tgm_desc *d = &ob->o.desc;
-	struct td_publish p = {0};
-	struct td_error e = {0};
+	struct td_publish p;
+	struct td_error e;
 	struct td_alloc *a;
-	uint64_t size = ob->o.data_len;
+	uint64_t size;
 	uint8_t *dst;
-	int rc = td_client_alloc(c, 1, &size, &a, &e);
+	int rc;
 
-	if (rc < 0)
-		return tctl_refused(ob->name, rc, &e);
-	dst = td_alloc_data(a, 0);
-	if (fill(s, ob->data_off, dst, size,
-	         ob->swap ? td_tgm_dtype_width(d->dtype) : 0) < 0) {
-		td_alloc_free(a);
-		return tgm_src_fail(s);
-	}
-	p.name = ob->name;
-	p.dtype = ob->dtype;
-	p.ndim = d->shape_count;
-	p.shape = d->shape;
-	p.meta = ob->attrs;
-	p.meta_len = ob->attrs_len;
-	if (no_replace)
-		tctl_no_replace(&p);
-	rc = td_client_publish_alloc(c, a, &p, version, &e);
-	return rc < 0 ? tctl_pub_refused(ob->name, rc, &e, no_replace, sk)
-	              : TCTL_OK;
-}
-
-/* Undo the first n publishes, newest first (a skipped one has version
- * 0); how many were removed. */
-static size_t roll_back(struct obj **objs, const uint64_t *versions,
-                        size_t n, struct td_client *c)
-{
-	size_t removed = 0;
-
-	while (n--)
-		if (versions[n])
-			removed += (size_t)tctl_roll_back_one(
-			        c, objs[n]->name, versions[n]);
-	return removed;
+	do { /* again while the name changes under the load (keep.h) */
+		p = (struct td_publish){.name = ob->name};
+		e = (struct td_error){0};
+		size = ob->o.data_len;
+		rc = tctl_keep_before(k, c, &p);
+		if (rc)
+			return rc;
+		rc = td_client_alloc(c, 1, &size, &a, &e);
+		if (rc < 0)
+			return tctl_refused(ob->name, rc, &e);
+		dst = td_alloc_data(a, 0);
+		if (fill(s, ob->data_off, dst, size,
+		         ob->swap ? td_tgm_dtype_width(d->dtype) : 0) < 0) {
+			td_alloc_free(a);
+			return tgm_src_fail(s);
+		}
+		p.dtype = ob->dtype;
+		p.ndim = d->shape_count;
+		p.shape = d->shape;
+		p.meta = ob->attrs;
+		p.meta_len = ob->attrs_len;
+		rc = td_client_publish_alloc(c, a, &p, version, &e);
+		rc = tctl_keep_after(k, c, ob->name, rc, &e, *version, sk);
+	} while (rc == TCTL_KEEP_AGAIN);
+	return rc;
 }
 
 static struct json_object *published_json(struct obj **objs,
@@ -503,6 +496,7 @@ struct pubs {
 	uint64_t *versions;  /* of objs[0..i), tried so far */
 	size_t n, cap, i, done, skipped;
 	struct json_object *sk;
+	struct tctl_keep keep; /* what was published, and replaced */
 };
 
 /* Publish objs[0..n) after those before: TCTL_OK or reported. */
@@ -536,8 +530,9 @@ static int pubs_add(struct pubs *pr, struct obj **objs, size_t n,
 	if (!pr->started) {
 		pr->started = true;
 		pr->sk = pr->no_replace ? json_object_new_array() : NULL;
-		if (pr->partial)
-			tctl_json_hold(); /* the error says what was kept */
+		/* the error says what was kept, or put back */
+		tctl_json_hold();
+		tctl_keep_init(&pr->keep, pr->partial, pr->no_replace);
 		/* Ctrl-C: stop between two objects and roll back, as for a
 		 * refusal (it killed tensorctl with what it had published
 		 * left behind) */
@@ -548,7 +543,7 @@ static int pubs_add(struct pubs *pr, struct obj **objs, size_t n,
 		size_t i = pr->i;
 
 		pr->versions[i] = 0;
-		rc = publish_one(pr->objs[i], s, pr->c, pr->no_replace,
+		rc = publish_one(pr->objs[i], s, pr->c, &pr->keep,
 		                 pr->sk, &pr->versions[i]);
 		if (rc == TCTL_SKIPPED) {
 			pr->versions[i] = 0;
@@ -580,8 +575,7 @@ static int pubs_end(struct pubs *pr, int rc)
 	else if (rc && pr->done)
 		tctl_say("%zu of %zu object(s) published before this "
 		         "failure; %zu deleted again",
-		         pr->done, n,
-		         roll_back(pr->objs, pr->versions, i, pr->c));
+		         pr->done, n, tctl_keep_roll_back(&pr->keep, pr->c));
 	/* under --json the error object is the whole answer */
 	if (!rc || (pr->partial && !tctl_json))
 		print_published(pr->objs, pr->versions, i, pr->sk);
@@ -595,6 +589,7 @@ static int pubs_end(struct pubs *pr, int rc)
 	if (!rc && pr->skipped)
 		rc = TCTL_SKIPPED;
 	tctl_publish_guard(0);
+	tctl_keep_fini(&pr->keep);
 	json_object_put(pr->sk);
 	free(pr->objs);
 	free(pr->versions);
