@@ -363,8 +363,6 @@ struct loaded {
 	struct td_client *c;
 	struct json_object *published, *refused; /* --json */
 	struct json_object *skipped; /* --no-replace, else NULL */
-	char **names; /* published, for all-or-nothing */
-	uint64_t *versions;
 	uint64_t count, refusals;
 	struct tctl_keep keep; /* what was published, and replaced */
 };
@@ -531,8 +529,7 @@ static int load_one(struct loaded *l, struct td_hrry_file_reader *r,
 	} while (rc == TCTL_KEEP_AGAIN);
 	if (rc)
 		return rc;
-	l->names[l->count] = strdup(name);
-	l->versions[l->count++] = version;
+	l->count++; /* kept in l->keep, for a roll back */
 	published(l, name, version, d, dtype);
 	return TCTL_OK;
 }
@@ -737,9 +734,7 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 	}
 	td_hrry_file_reader_tensor_count(r, &n);
 	d = malloc(sizeof(*d));
-	l.names = calloc(n ? n : 1, sizeof(*l.names));
-	l.versions = calloc(n ? n : 1, sizeof(*l.versions));
-	if (!d || !l.names || !l.versions) {
+	if (!d) {
 		rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
 		goto out;
 	}
@@ -812,10 +807,6 @@ out:
 	json_object_put(l.published);
 	json_object_put(l.refused);
 	json_object_put(l.skipped);
-	for (uint64_t i = 0; l.names && i < l.count; i++)
-		free(l.names[i]);
-	free(l.names);
-	free(l.versions);
 	free(d);
 	td_hrry_file_reader_free(&r);
 	if (fd >= 0)
