@@ -45,11 +45,15 @@ static void drop_cur(struct tctl_keep *k)
 static int cannot_keep(const char *name, uint64_t version, int err,
 		       const char *why)
 {
+	char v[32] = "";
+
+	if (version) /* 0: unknown (a name this uid may not read) */
+		snprintf(v, sizeof(v), " %" PRIu64, version);
 	return tctl_fail(TCTL_REFUSED, "keep", err,
-			 "%s: not replaced: its version %" PRIu64
-			 " could not be kept to put back should this load "
-			 "fail (%s); --partial replaces without a way back",
-			 name, version, why);
+			 "%s: not replaced: its version%s could not be kept "
+			 "to put back should this load fail (%s); --partial "
+			 "replaces without a way back",
+			 name, v, why);
 }
 
 int tctl_keep_before(struct tctl_keep *k, struct td_client *c,
@@ -65,13 +69,22 @@ int tctl_keep_before(struct tctl_keep *k, struct td_client *c,
 		return TCTL_OK;
 	}
 	drop_cur(k);
+	k->blind = k->cond = false;
 	if (!k->hold)
 		return TCTL_OK;
 	rc = td_client_stat(c, p->name, &st, &e);
+	if (rc == -EACCES) {
+		/* not ours to read, so not ours to keep: published only
+		 * while it has no version (tctl_keep_after() refuses the
+		 * rest), as a writer may publish new names */
+		k->blind = true;
+		rc = -ENOENT;
+	}
 	if (rc == -ENOENT) {
 		/* nothing to keep: published only while that holds */
 		p->flags |= TD_PUBLISH_IF;
 		p->if_version = 0;
+		k->cond = true;
 		return TCTL_OK;
 	}
 	if (rc < 0)
@@ -92,6 +105,7 @@ int tctl_keep_before(struct tctl_keep *k, struct td_client *c,
 		k->cur = NULL;
 		p->flags |= TD_PUBLISH_IF;
 		p->if_version = st.version;
+		k->cond = true;
 		return TCTL_OK;
 	}
 	if (rc < 0) {
@@ -110,6 +124,7 @@ int tctl_keep_before(struct tctl_keep *k, struct td_client *c,
 	}
 	p->flags |= TD_PUBLISH_IF;
 	p->if_version = st.version;
+	k->cond = true;
 	td_entry_fini(&st);
 	return TCTL_OK;
 }
@@ -150,7 +165,10 @@ int tctl_keep_after(struct tctl_keep *k, struct td_client *c,
 		return TCTL_OK;
 	}
 	drop_cur(k);
-	if (k->hold && rc == -EOPNOTSUPP) {
+	if (k->cond && k->blind && rc == -EEXIST)
+		return cannot_keep(name, 0, EACCES,
+				   "this uid may not read it");
+	if (k->cond && rc == -EOPNOTSUPP) {
 		/* no condition here: as before, without a way back */
 		k->hold = false;
 		tctl_say("this daemon cannot publish only if a name is at a "
@@ -158,7 +176,7 @@ int tctl_keep_after(struct tctl_keep *k, struct td_client *c,
 			 "replaces are not put back should it fail");
 		return TCTL_KEEP_AGAIN;
 	}
-	if (k->hold && (rc == -ESTALE || rc == -EEXIST)) {
+	if (k->cond && (rc == -ESTALE || rc == -EEXIST)) {
 		/* published or deleted by someone else since our look:
 		 * keep that version instead */
 		if (++k->tries < KEEP_TRIES)
@@ -242,44 +260,60 @@ out:
 	return rc;
 }
 
+/* Left alone: someone else's version is current (or the name was
+ * deleted again meanwhile). 0. */
+static int left_alone(const struct tctl_kept *kp, const char *why)
+{
+	tctl_say("%s version %" PRIu64 " not rolled back (%s)", kp->name,
+		 kp->ours, why);
+	return 0;
+}
+
 /*
  * Put kp->old back over this load's version: atomically while ours is
- * current; failing that for any reason but "changed since" (most often
+ * current. Failing that for any reason but "changed since" (most often
  * the quota that ended the load, which cannot hold both), ours is
- * deleted first and the copy published only while the name has none.
- * 1 put back (*nv), 0 left alone (replaced or deleted by someone else
- * since: said), -1 not put back (said; ours deleted when it could be).
+ * deleted first (its version condition) and the copy published only
+ * while the name has no version; so it is when ours went meanwhile and
+ * nothing took its place (deleted, or evicted to make room for the
+ * copy). 1 put back (*nv), 0 left alone (someone else's version is
+ * current: said), -1 not put back (said; *deleted: ours was).
  */
 static int put_back(struct td_client *c, struct tctl_kept *kp, uint64_t *nv,
 		    bool *deleted)
 {
-	struct td_error e = {0};
-	int rc = copy_publish(c, kp, kp->ours, nv, &e);
+	struct td_error e = {0}, d = {0};
+	struct td_entry st;
+	int rc = copy_publish(c, kp, kp->ours, nv, &e), r2;
 
 	*deleted = false;
 	if (rc == 0)
 		return 1;
-	if (rc != -ESTALE && rc != -ENOENT) {
-		struct td_error d = {0};
-
-		rc = td_client_delete_version(c, kp->name, kp->ours, &d);
-		if (rc == 0) {
-			*deleted = true;
-			e = (struct td_error){0};
-			rc = copy_publish(c, kp, 0, nv, &e);
-			if (rc == 0) {
-				*deleted = false;
-				return 1;
-			}
-			if (rc == -EEXIST)
-				rc = -ESTALE; /* someone else's since */
+	if (rc == -ESTALE) {
+		/* another version, or none: only none is ours to fill */
+		r2 = td_client_stat(c, kp->name, &st, &d);
+		if (r2 == 0) {
+			td_entry_fini(&st);
+			return left_alone(kp, "replaced since");
 		}
+	} else {
+		r2 = td_client_delete_version(c, kp->name, kp->ours, &d);
+		if (r2 == -ESTALE)
+			return left_alone(kp, "replaced since");
+		*deleted = r2 == 0;
 	}
-	if (rc == -ESTALE || rc == -ENOENT) {
-		tctl_say("%s version %" PRIu64 " not rolled back (%s)",
-			 kp->name, kp->ours,
-			 rc == -ENOENT ? "gone already" : "replaced since");
-		return 0;
+	if (r2 < 0 && r2 != -ENOENT) {
+		rc = r2;
+		e = d;
+	} else {
+		e = (struct td_error){0};
+		rc = copy_publish(c, kp, 0, nv, &e);
+		if (rc == 0) {
+			*deleted = false;
+			return 1;
+		}
+		if (rc == -EEXIST)
+			return left_alone(kp, "replaced since");
 	}
 	tctl_say("%s: version %" PRIu64 ", which this load replaced, not "
 		 "put back: %s",

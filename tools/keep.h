@@ -48,7 +48,10 @@ struct tctl_kept {
 };
 
 struct tctl_keep {
-	bool hold, no_replace, warned;
+	bool hold, no_replace;
+	/* the publish under way: carries our condition; of a name this
+	 * uid cannot read */
+	bool cond, blind;
 	unsigned tries;
 	struct tctl_kept *v; /* every publish so far, in order */
 	size_t n, cap;
