@@ -90,6 +90,13 @@ static uint8_t *tgm_message(const char *const *names, size_t n, size_t *len)
 	return msg;
 }
 
+static bool starts_daemon(const char *out)
+{
+	static const char want[] = "{\"error\":{\"kind\":\"daemon\",";
+
+	return !strncmp(out, want, sizeof(want) - 1);
+}
+
 static void write_all(int fd, const void *b, size_t n)
 {
 	cr_assert_eq(write(fd, b, n), (ssize_t)n);
@@ -151,6 +158,10 @@ Test(load_restore, a_refused_load_puts_back_what_it_replaced)
 			      "failure; 1 deleted again"),
 		  "%s", err);
 	cr_expect(strstr(err, "1 replaced version(s) put back"), "%s", err);
+	/* the ring's refusal, said as the daemon's */
+	cr_expect(strstr(err, "tensorctl: busy: ") &&
+			  !strstr(err, "not replaced"),
+		  "%s", err);
 	free(out);
 	free(err);
 	expect_orig(c, "x", v0);
@@ -160,7 +171,8 @@ Test(load_restore, a_refused_load_puts_back_what_it_replaced)
 	v0 = version_of(c, "x");
 	cr_expect_eq(ctl(&d, NULL, &out, &err, "load", path, "--json", NULL),
 		     1);
-	cr_expect(strstr(out, "\"restored\":[{\"name\":\"x\",\"version\":") &&
+	cr_expect(starts_daemon(out) &&
+			  strstr(out, "\"restored\":[{\"name\":\"x\",\"version\":") &&
 			  strstr(out, "\"not_restored\":[]"),
 		  "%s", out);
 	free(out);
@@ -377,6 +389,125 @@ Test(load_restore, past_the_lease_cap_it_does_not_replace)
 	for (int i = 0; i < 2; i++)
 		cr_expect_gt(version_of(c, names[i]), v[i], "%s", names[i]);
 	cr_expect_eq(version_of(c, "c"), v[2], "c was replaced");
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/* A .tgm file at path of u8 objects names[i] of lens[i] bytes, each
+ * byte fill[i]. */
+static void tgm_file(const char *path, const char *const *names,
+		     const size_t *lens, const uint8_t *fill, size_t n)
+{
+	struct td_tgm_enc_object ob[4];
+	uint64_t shape[4];
+	uint8_t *data[4], *msg;
+	size_t len;
+	int fd;
+
+	for (size_t i = 0; i < n; i++) {
+		shape[i] = lens[i];
+		data[i] = malloc(lens[i]);
+		cr_assert(data[i]);
+		memset(data[i], fill[i], lens[i]);
+		ob[i] = (struct td_tgm_enc_object){
+			.dtype = TD_TGM_UINT8, .ndim = 1, .shape = &shape[i],
+			.data = data[i], .data_len = lens[i],
+			.name = names[i]};
+	}
+	cr_assert_eq(td_tgm_message_encode(ob, n, "t", &msg, &len, NULL), 0);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	cr_assert(fd >= 0);
+	write_all(fd, msg, len);
+	close(fd);
+	free(msg);
+	for (size_t i = 0; i < n; i++)
+		free(data[i]);
+}
+
+/*
+ * The quota refuses a later object (--uid-max-bytes 3000): x, which the
+ * load replaced, comes back with its bytes, although the quota cannot
+ * hold the copy beside the load's x (the load's goes first).
+ */
+Test(load_restore, a_quota_refusal_puts_back_what_it_replaced)
+{
+	static const char *const more[] = {"--socket-mode", "0666",
+					   "--uid-max-bytes", "3000", NULL};
+	static const char *const n1[] = {"x"}, *const n2[] = {"x", "big"};
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_tensor *t;
+	char dir[160], p1[200], p2[200], o[200], r[200], *err;
+	uint8_t want[1200];
+	struct tu_ctl_how h;
+	uint64_t v0;
+	int rc;
+
+	tu_daemon_start_args(&d, "error", more);
+	cr_assert_eq(chmod(d.dir, 0755), 0);
+	snprintf(dir, sizeof(dir), "%s/home", d.dir);
+	cr_assert_eq(mkdir(dir, 0755), 0);
+	cr_assert_eq(chown(dir, NOBODY, NOBODY), 0);
+	snprintf(p1, sizeof(p1), "%s/x.tgm", dir);
+	snprintf(p2, sizeof(p2), "%s/xbig.tgm", dir);
+	snprintf(o, sizeof(o), "%s/out", dir);
+	snprintf(r, sizeof(r), "%s/err", dir);
+	tgm_file(p1, n1, (size_t[]){1200}, (uint8_t[]){0xa5}, 1);
+	tgm_file(p2, n2, (size_t[]){1200, 4000}, (uint8_t[]){0x5a, 1}, 2);
+	h = (struct tu_ctl_how){.out = o, .err = r, .uid = NOBODY};
+	rc = tu_ctl_run(d.sock, h, NULL, "load", p1, NULL);
+	cr_assert_eq(rc, 0, "%s", (err = text(r)));
+	cr_assert_eq(td_client_connect(d.sock, &c, NULL), 0);
+	v0 = version_of(c, "x");
+
+	rc = tu_ctl_run(d.sock, h, NULL, "load", p2, NULL);
+	err = text(r);
+	cr_expect_eq(rc, 1, "%s", err);
+	cr_expect(strstr(err, "1 replaced version(s) put back"), "%s", err);
+	free(err);
+	cr_assert_eq(td_client_get(c, "x", &t, NULL), 0, "x is gone");
+	cr_expect_gt(td_tensor_version(t), v0);
+	memset(want, 0xa5, sizeof(want));
+	cr_expect_eq(td_tensor_bytes(t), sizeof(want));
+	cr_expect(!memcmp(td_tensor_plane_data(t, 0), want, sizeof(want)),
+		  "x has not the bytes it had");
+	td_tensor_release(t);
+	cr_expect_eq(version_of(c, "big"), 0);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * Ctrl-C after the load's first publish (the raise-before-open shim's
+ * TD_RAISE_AFTER_PUBLISH): the roll back puts x back before tensorctl
+ * dies of the signal.
+ */
+Test(load_restore, sigint_puts_back_what_it_replaced)
+{
+	static const char *const names[] = {"x", "y"};
+	struct tu_daemon d;
+	struct td_client *c;
+	char path[160], spec[32], *out, *err;
+	uint64_t v0;
+	int rc;
+
+	tu_daemon_start(&d, "error");
+	cr_assert_eq(td_client_connect(d.sock, &c, NULL), 0);
+	v0 = put_x(c, "x");
+	snprintf(path, sizeof(path), "%s/xy.tgm", d.dir);
+	tgm_file(path, names, (size_t[]){8, 8}, (uint8_t[]){1, 2}, 2);
+	snprintf(spec, sizeof(spec), "%d:1", SIGINT);
+	tu_shim_on("TD_RAISE_AFTER_PUBLISH", spec);
+	rc = ctl(&d, NULL, &out, &err, "load", path, NULL, NULL);
+	tu_shim_off("TD_RAISE_AFTER_PUBLISH");
+	cr_expect_eq(rc, 128 + SIGINT, "exit %d: %s", rc, err);
+	cr_expect(strstr(err, "interrupted by signal 2") &&
+			  strstr(err, "1 replaced version(s) put back"),
+		  "%s", err);
+	free(out);
+	free(err);
+	expect_orig(c, "x", v0);
+	cr_expect_eq(version_of(c, "y"), 0);
 	td_client_close(c);
 	tu_daemon_stop(&d, true);
 }

@@ -889,8 +889,8 @@ static bool ref_taken(char **names, size_t upto, const char *s)
 
 static void ref_unique(char **names, size_t n, size_t cap)
 {
-	char orig[64][32], cand[32];
-	unsigned long ctr[64] = {0};
+	char orig[300][32], cand[32];
+	unsigned long ctr[300] = {0};
 
 	for (size_t i = 0; i < n; i++) {
 		unsigned long k = 0;
