@@ -172,7 +172,8 @@ Test(load_restore, a_refused_load_puts_back_what_it_replaced)
 	cr_expect_eq(ctl(&d, NULL, &out, &err, "load", path, "--json", NULL),
 		     1);
 	cr_expect(starts_daemon(out) &&
-			  strstr(out, "\"restored\":[{\"name\":\"x\",\"version\":") &&
+			  strstr(out, "\"restored\":[{\"name\":\"x\","
+				      "\"version\":") &&
 			  strstr(out, "\"not_restored\":[]"),
 		  "%s", out);
 	free(out);

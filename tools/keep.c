@@ -216,9 +216,9 @@ static int copy_publish(struct td_client *c, const struct tctl_kept *kp,
 		goto out;
 	for (uint32_t i = 0; i < np; i++) {
 		sizes[i] = td_tensor_plane_size(t, i);
-		pl[i] = (struct td_plane){.buffer = i,
-					  .stride = td_tensor_plane_stride(t, i),
-					  .size = sizes[i]};
+		pl[i] = (struct td_plane){
+			.buffer = i, .stride = td_tensor_plane_stride(t, i),
+			.size = sizes[i]};
 	}
 	rc = td_client_alloc(c, np, sizes, &a, e);
 	if (rc < 0)
@@ -357,8 +357,8 @@ size_t tctl_keep_roll_back(struct tctl_keep *k, struct td_client *c)
 			json_object_array_add(put, j);
 			back++;
 		} else if (r < 0) {
-			json_object_array_add(lost,
-					      json_object_new_string(kp->name));
+			json_object_array_add(
+				lost, json_object_new_string(kp->name));
 		}
 		td_tensor_release(kp->old);
 		free(kp->name);
