@@ -246,6 +246,18 @@ int td_tgm_names_unique(char **names, size_t count, size_t cap);
  * publisher cannot pick names that all collide). */
 int td_tgm_names_unique_seeded(char **names, size_t count, size_t cap,
 			       uint64_t seed);
+/*
+ * The same rule over names that come in batches (a stream's messages):
+ * td_tgm_names_add() makes names[0..count) distinct from each other and
+ * from every name added before, as td_tgm_names_unique() would over all
+ * of them at once, in time linear in the batch (hash sets; the names
+ * before are not looked at again). The set borrows each names[i] (keep
+ * them until td_tgm_names_free()). 0, -ENAMETOOLONG or -ENOMEM.
+ */
+struct td_tgm_names;
+int td_tgm_names_new(size_t cap, uint64_t seed, struct td_tgm_names **out);
+int td_tgm_names_add(struct td_tgm_names *s, char **names, size_t count);
+void td_tgm_names_free(struct td_tgm_names *s);
 
 /* ---- writing (§16) ---- */
 

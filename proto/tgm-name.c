@@ -216,7 +216,7 @@ void td_tgm_node_name(const char *in, char *out, size_t cap)
 struct strset {
 	const char **key;
 	unsigned long *val;
-	size_t mask;
+	size_t mask, count;
 	uint64_t seed;
 };
 
@@ -229,6 +229,7 @@ static int strset_init(struct strset *t, size_t n, uint64_t seed)
 	t->key = calloc(cap, sizeof(*t->key));
 	t->val = calloc(cap, sizeof(*t->val));
 	t->mask = cap - 1;
+	t->count = 0;
 	t->seed = seed;
 	return t->key && t->val ? 0 : -ENOMEM;
 }
@@ -248,20 +249,54 @@ static bool strset_has(const struct strset *t, const char *s)
 	return t->key[strset_slot(t, s)] != NULL;
 }
 
-/* Insert s (kept, not copied) or find it: its counter. */
-static unsigned long *strset_at(struct strset *t, const char *s)
-{
-	size_t i = strset_slot(t, s);
-
-	if (!t->key[i])
-		t->key[i] = s;
-	return &t->val[i];
-}
-
 static void strset_fini(struct strset *t)
 {
 	free(t->key);
 	free(t->val);
+	t->key = NULL;
+	t->val = NULL;
+}
+
+/* Room for one more key: at most half full, doubled (rehashed) when it
+ * would be more, so that the probes stay short however many names come
+ * (a stream's, message by message). 0 or -ENOMEM (t kept). */
+static int strset_room(struct strset *t)
+{
+	struct strset n;
+
+	if (2 * (t->count + 1) + 2 <= t->mask + 1)
+		return 0;
+	if (strset_init(&n, (t->mask + 1) / 2, t->seed) < 0) {
+		strset_fini(&n);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i <= t->mask; i++)
+		if (t->key[i]) {
+			size_t j = strset_slot(&n, t->key[i]);
+
+			n.key[j] = t->key[i];
+			n.val[j] = t->val[i];
+		}
+	n.count = t->count;
+	strset_fini(t);
+	*t = n;
+	return 0;
+}
+
+/* Insert s (kept, not copied) or find it: its counter; NULL when out of
+ * memory. */
+static unsigned long *strset_at(struct strset *t, const char *s)
+{
+	size_t i;
+
+	if (strset_room(t) < 0)
+		return NULL;
+	i = strset_slot(t, s);
+	if (!t->key[i]) {
+		t->key[i] = s;
+		t->count++;
+	}
+	return &t->val[i];
 }
 
 /*
@@ -288,6 +323,92 @@ static int candidate(char *cand, size_t cap, const char *base,
 	return 0;
 }
 
+/*
+ * taken: the names settled so far (borrowed: the callers' buffers);
+ * bases: a renamed name's original (orig[], owned), with the last suffix
+ * given to it.
+ */
+struct td_tgm_names {
+	struct strset taken, bases;
+	char **orig;
+	size_t norig, orig_cap, cap;
+	char *cand;
+};
+
+int td_tgm_names_new(size_t cap, uint64_t seed, struct td_tgm_names **out)
+{
+	struct td_tgm_names *s = calloc(1, sizeof(*s));
+
+	*out = NULL;
+	if (!s)
+		return -ENOMEM;
+	s->cap = cap;
+	s->cand = malloc(cap ? cap : 1);
+	if (!s->cand || strset_init(&s->taken, 0, seed) < 0 ||
+	    strset_init(&s->bases, 0, seed) < 0) {
+		td_tgm_names_free(s);
+		return -ENOMEM;
+	}
+	*out = s;
+	return 0;
+}
+
+void td_tgm_names_free(struct td_tgm_names *s)
+{
+	if (!s)
+		return;
+	for (size_t i = 0; i < s->norig; i++)
+		free(s->orig[i]);
+	free(s->orig);
+	free(s->cand);
+	strset_fini(&s->taken);
+	strset_fini(&s->bases);
+	free(s);
+}
+
+int td_tgm_names_add(struct td_tgm_names *s, char **names, size_t count)
+{
+	int rc = 0;
+
+	for (size_t i = 0; i < count && !rc; i++) {
+		unsigned long *k;
+		char *o;
+
+		if (!strset_has(&s->taken, names[i])) {
+			if (!strset_at(&s->taken, names[i]))
+				rc = -ENOMEM;
+			continue;
+		}
+		if (s->norig == s->orig_cap) {
+			size_t c = s->orig_cap ? 2 * s->orig_cap : 8;
+			char **n = realloc(s->orig, c * sizeof(*n));
+
+			if (!n)
+				return -ENOMEM;
+			s->orig = n;
+			s->orig_cap = c;
+		}
+		o = strdup(names[i]);
+		if (!o)
+			return -ENOMEM;
+		s->orig[s->norig++] = o;
+		/* the per-base counter continues where the last object of
+		 * the same original name stopped */
+		k = strset_at(&s->bases, o);
+		if (!k)
+			return -ENOMEM;
+		do {
+			rc = candidate(s->cand, s->cap, o, ++*k);
+		} while (!rc && strset_has(&s->taken, s->cand));
+		if (rc)
+			break;
+		strcpy(names[i], s->cand);
+		if (!strset_at(&s->taken, names[i]))
+			rc = -ENOMEM;
+	}
+	return rc;
+}
+
 int td_tgm_names_unique(char **names, size_t count, size_t cap)
 {
 	return td_tgm_names_unique_seeded(names, count, cap, 0);
@@ -296,46 +417,11 @@ int td_tgm_names_unique(char **names, size_t count, size_t cap)
 int td_tgm_names_unique_seeded(char **names, size_t count, size_t cap,
 			       uint64_t seed)
 {
-	/* taken: the names settled so far; bases: a renamed name's
-	 * original, with the last suffix given to it */
-	struct strset taken = {0}, bases = {0};
-	char **orig = calloc(count ? count : 1, sizeof(*orig));
-	char *cand = malloc(cap ? cap : 1);
-	size_t norig = 0;
-	int rc = strset_init(&taken, count, seed);
+	struct td_tgm_names *s;
+	int rc = td_tgm_names_new(cap, seed, &s);
 
 	if (!rc)
-		rc = strset_init(&bases, count, seed);
-	if (!rc && (!orig || !cand))
-		rc = -ENOMEM;
-	for (size_t i = 0; i < count && !rc; i++) {
-		unsigned long *k;
-
-		if (!strset_has(&taken, names[i])) {
-			strset_at(&taken, names[i]);
-			continue;
-		}
-		orig[norig] = strdup(names[i]);
-		if (!orig[norig]) {
-			rc = -ENOMEM;
-			break;
-		}
-		/* the per-base counter continues where the last object of
-		 * the same original name stopped */
-		k = strset_at(&bases, orig[norig++]);
-		do {
-			rc = candidate(cand, cap, orig[norig - 1], ++*k);
-		} while (!rc && strset_has(&taken, cand));
-		if (rc)
-			break;
-		strcpy(names[i], cand);
-		strset_at(&taken, names[i]);
-	}
-	for (size_t i = 0; i < norig; i++)
-		free(orig[i]);
-	free(orig);
-	free(cand);
-	strset_fini(&taken);
-	strset_fini(&bases);
+		rc = td_tgm_names_add(s, names, count);
+	td_tgm_names_free(s);
 	return rc;
 }

@@ -889,8 +889,8 @@ static bool ref_taken(char **names, size_t upto, const char *s)
 
 static void ref_unique(char **names, size_t n, size_t cap)
 {
-	char orig[64][32], cand[32];
-	unsigned long ctr[64] = {0};
+	char orig[300][32], cand[32];
+	unsigned long ctr[300] = {0};
 
 	for (size_t i = 0; i < n; i++) {
 		unsigned long k = 0;
@@ -937,6 +937,51 @@ Test(tgm_io, hashed_unique_names_are_the_walks)
 		cr_assert_eq(td_tgm_names_unique_seeded(g, n, sizeof(got[0]),
 		                                        (uint64_t)round * 977),
 		             0);
+		for (size_t i = 0; i < n; i++)
+			cr_assert_str_eq(g[i], w[i], "round %d [%zu]", round,
+			                 i);
+	}
+}
+
+/*
+ * The incremental set (load - makes a stream's names distinct a message
+ * at a time with it, not by walking every name so far for each message
+ * again) gives, over names added in batches of any size, what one walk
+ * over all of them gives; its tables grow past any first size.
+ */
+Test(tgm_io, names_added_in_batches_are_the_walks)
+{
+	static const char *const pool[] = {"a", "a_1", "a_2", "a_1_1", "b",
+	                                   "b_1", "a_3", "c", "a_10", "b_2"};
+	static char got[300][32], want[300][32];
+	char *g[300], *w[300];
+	unsigned seed = 11;
+
+	for (int round = 0; round < 300; round++) {
+		size_t n = 1 + (size_t)(rand_r(&seed) % 300);
+		struct td_tgm_names *ns;
+
+		for (size_t i = 0; i < n; i++) {
+			const char *p = pool[rand_r(&seed) % 10];
+
+			snprintf(got[i], sizeof(got[i]), "%s", p);
+			snprintf(want[i], sizeof(want[i]), "%s", p);
+			g[i] = got[i];
+			w[i] = want[i];
+		}
+		ref_unique(w, n, sizeof(want[0]));
+		cr_assert_eq(td_tgm_names_new(sizeof(got[0]),
+		                              (uint64_t)round * 31, &ns),
+		             0);
+		for (size_t at = 0; at < n;) {
+			size_t k = 1 + (size_t)(rand_r(&seed) % 40);
+
+			if (k > n - at)
+				k = n - at;
+			cr_assert_eq(td_tgm_names_add(ns, g + at, k), 0);
+			at += k;
+		}
+		td_tgm_names_free(ns);
 		for (size_t i = 0; i < n; i++)
 			cr_assert_str_eq(g[i], w[i], "round %d [%zu]", round,
 			                 i);

@@ -21,6 +21,7 @@
 #include <json-c/json.h>
 
 #include "input.h"
+#include "keep.h"
 #include "td-json.h"
 #include "output.h"
 #include "tensorctl.h"
@@ -378,50 +379,42 @@ static int fill(struct tgm_src *s, uint64_t off, uint8_t *dst, uint64_t size,
  * short meanwhile is an error (UnexpectedEof), never a SIGBUS.
  */
 static int publish_one(struct obj *ob, struct tgm_src *s,
-                       struct td_client *c, bool no_replace,
+                       struct td_client *c, struct tctl_keep *k,
                        struct json_object *sk, uint64_t *version)
 {
 	const struct td_tgm_desc *d = &ob->o.desc;
-	struct td_publish p = {0};
-	struct td_error e = {0};
+	struct td_publish p;
+	struct td_error e;
 	struct td_alloc *a;
-	uint64_t size = ob->o.data_len;
+	uint64_t size;
 	uint8_t *dst;
-	int rc = td_client_alloc(c, 1, &size, &a, &e);
+	int rc;
 
-	if (rc < 0)
-		return tctl_refused(ob->name, rc, &e);
-	dst = td_alloc_data(a, 0);
-	if (fill(s, ob->data_off, dst, size,
-	         ob->swap ? td_tgm_dtype_width(d->dtype) : 0) < 0) {
-		td_alloc_free(a);
-		return tgm_src_fail(s);
-	}
-	p.name = ob->name;
-	p.dtype = ob->dtype;
-	p.ndim = d->shape_count;
-	p.shape = d->shape;
-	p.meta = ob->attrs;
-	p.meta_len = ob->attrs_len;
-	if (no_replace)
-		tctl_no_replace(&p);
-	rc = td_client_publish_alloc(c, a, &p, version, &e);
-	return rc < 0 ? tctl_pub_refused(ob->name, rc, &e, no_replace, sk)
-	              : TCTL_OK;
-}
-
-/* Undo the first n publishes, newest first (a skipped one has version
- * 0); how many were removed. */
-static size_t roll_back(struct obj **objs, const uint64_t *versions,
-                        size_t n, struct td_client *c)
-{
-	size_t removed = 0;
-
-	while (n--)
-		if (versions[n])
-			removed += (size_t)tctl_roll_back_one(
-			        c, objs[n]->name, versions[n]);
-	return removed;
+	do { /* again while the name changes under the load (keep.h) */
+		p = (struct td_publish){.name = ob->name};
+		e = (struct td_error){0};
+		size = ob->o.data_len;
+		rc = tctl_keep_before(k, c, &p);
+		if (rc)
+			return rc;
+		rc = td_client_alloc(c, 1, &size, &a, &e);
+		if (rc < 0)
+			return tctl_refused(ob->name, rc, &e);
+		dst = td_alloc_data(a, 0);
+		if (fill(s, ob->data_off, dst, size,
+		         ob->swap ? td_tgm_dtype_width(d->dtype) : 0) < 0) {
+			td_alloc_free(a);
+			return tgm_src_fail(s);
+		}
+		p.dtype = ob->dtype;
+		p.ndim = d->shape_count;
+		p.shape = d->shape;
+		p.meta = ob->attrs;
+		p.meta_len = ob->attrs_len;
+		rc = td_client_publish_alloc(c, a, &p, version, &e);
+		rc = tctl_keep_after(k, c, ob->name, rc, &e, *version, sk);
+	} while (rc == TCTL_KEEP_AGAIN);
+	return rc;
 }
 
 static struct json_object *published_json(struct obj **objs,
@@ -503,6 +496,7 @@ struct pubs {
 	uint64_t *versions;  /* of objs[0..i), tried so far */
 	size_t n, cap, i, done, skipped;
 	struct json_object *sk;
+	struct tctl_keep keep; /* what was published, and replaced */
 };
 
 /* Publish objs[0..n) after those before: TCTL_OK or reported. */
@@ -536,8 +530,9 @@ static int pubs_add(struct pubs *pr, struct obj **objs, size_t n,
 	if (!pr->started) {
 		pr->started = true;
 		pr->sk = pr->no_replace ? json_object_new_array() : NULL;
-		if (pr->partial)
-			tctl_json_hold(); /* the error says what was kept */
+		/* the error says what was kept, or put back */
+		tctl_json_hold();
+		tctl_keep_init(&pr->keep, pr->partial, pr->no_replace);
 		/* Ctrl-C: stop between two objects and roll back, as for a
 		 * refusal (it killed tensorctl with what it had published
 		 * left behind) */
@@ -548,7 +543,7 @@ static int pubs_add(struct pubs *pr, struct obj **objs, size_t n,
 		size_t i = pr->i;
 
 		pr->versions[i] = 0;
-		rc = publish_one(pr->objs[i], s, pr->c, pr->no_replace,
+		rc = publish_one(pr->objs[i], s, pr->c, &pr->keep,
 		                 pr->sk, &pr->versions[i]);
 		if (rc == TCTL_SKIPPED) {
 			pr->versions[i] = 0;
@@ -580,8 +575,7 @@ static int pubs_end(struct pubs *pr, int rc)
 	else if (rc && pr->done)
 		tctl_say("%zu of %zu object(s) published before this "
 		         "failure; %zu deleted again",
-		         pr->done, n,
-		         roll_back(pr->objs, pr->versions, i, pr->c));
+		         pr->done, n, tctl_keep_roll_back(&pr->keep, pr->c));
 	/* under --json the error object is the whole answer */
 	if (!rc || (pr->partial && !tctl_json))
 		print_published(pr->objs, pr->versions, i, pr->sk);
@@ -595,6 +589,7 @@ static int pubs_end(struct pubs *pr, int rc)
 	if (!rc && pr->skipped)
 		rc = TCTL_SKIPPED;
 	tctl_publish_guard(0);
+	tctl_keep_fini(&pr->keep);
 	json_object_put(pr->sk);
 	free(pr->objs);
 	free(pr->versions);
@@ -758,27 +753,28 @@ static int load_opts(int argc, char **argv, struct load_opts *lo)
 	return -1;
 }
 
-/* The names of the objects so far made distinct (gather()'s rule, the
- * same names: a name keeps what the ones before it made of it). */
-static int names_so_far(struct load *l, char ***names, size_t *nn,
-                        size_t *cap)
+/* The names of l's objects made distinct from each other and from those
+ * of the messages before (gather()'s rule, the same names: a name keeps
+ * what the ones before it made of it); ns holds those before, so each
+ * message costs its own names, not the stream's so far. */
+static int names_so_far(struct load *l, struct td_tgm_names *ns, size_t *nn)
 {
-	if (*nn + l->count > *cap) {
-		size_t c = *cap ? *cap : 16;
-		char **n;
+	char **names;
+	int rc;
 
-		while (c < *nn + l->count)
-			c *= 2;
-		n = realloc(*names, c * sizeof(*n));
-		if (!n)
-			return tctl_fail(TCTL_REFUSED, "io", ENOMEM,
-			                 "out of memory");
-		*names = n;
-		*cap = c;
-	}
+	if (!l->count)
+		return TCTL_OK;
+	names = calloc(l->count, sizeof(*names));
+	if (!names)
+		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
 	for (size_t j = 0; j < l->count; j++)
-		(*names)[(*nn)++] = l->objs[j].name;
-	if (td_tgm_names_unique(*names, *nn, TD_NAME_MAX + 1) < 0)
+		names[j] = l->objs[j].name;
+	rc = td_tgm_names_add(ns, names, l->count);
+	free(names);
+	*nn += l->count;
+	if (rc == -ENOMEM)
+		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
+	if (rc < 0)
 		return tctl_fail(TCTL_REFUSED, "input", ENAMETOOLONG,
 		                 "%s: names do not fit with their suffixes",
 		                 l->path);
@@ -823,12 +819,16 @@ static int load_stream(const struct load_opts *lo, struct tctl_in *in,
 	struct td_tgm_span sp;
 	struct tgm_src s;
 	struct load *ls = NULL;
-	char **names = NULL;
-	size_t nl = 0, cap = 0, nn = 0, ncap = 0;
+	struct td_tgm_names *ns = NULL;
+	size_t nl = 0, cap = 0, nn = 0;
 	uint64_t idx = 0, covered = 0, len;
 	int rc, more = 0;
 
 	tgm_stream_init(&st, in, lo->max_bytes);
+	if (td_tgm_names_new(TD_NAME_MAX + 1, 0, &ns) < 0) {
+		tgm_stream_fini(&st);
+		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
+	}
 	rc = tgm_stream_head(&st, 8);
 	if (!rc && inspect_hrry_sniff(st.buf, (size_t)st.have)) {
 		uint8_t *buf = NULL;
@@ -838,6 +838,7 @@ static int load_stream(const struct load_opts *lo, struct tctl_in *in,
 		if (!rc)
 			rc = tctl_load_hrry_stdin(argc, argv, buf, n);
 		free(buf);
+		td_tgm_names_free(ns);
 		tgm_stream_fini(&st);
 		return rc;
 	}
@@ -853,7 +854,7 @@ static int load_stream(const struct load_opts *lo, struct tctl_in *in,
 		if (!rc)
 			rc = prepare(&ls[nl], lo->variable_key, lo->prefix);
 		if (!rc)
-			rc = names_so_far(&ls[nl], &names, &nn, &ncap);
+			rc = names_so_far(&ls[nl], ns, &nn);
 		if (!rc)
 			rc = publish_message(&pr, &ls[nl], &s);
 		nl++;
@@ -886,7 +887,7 @@ static int load_stream(const struct load_opts *lo, struct tctl_in *in,
 	for (size_t i = 0; i < nl; i++)
 		tctl_tgm_load_fini(&ls[i]);
 	free(ls);
-	free(names);
+	td_tgm_names_free(ns);
 	tgm_stream_fini(&st);
 	return rc;
 }

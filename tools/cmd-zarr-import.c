@@ -22,6 +22,7 @@
 
 #include "output.h"
 #include "td-zarr.h"
+#include "keep.h"
 #include "tensorctl.h"
 #include "wire.h"
 
@@ -468,35 +469,43 @@ static void blob_strings(const struct imp *m, struct td_publish *p)
 }
 
 static int publish_imp(struct td_client *c, int top, struct imp *m,
-                       struct json_object *sk, uint64_t *version)
+                       struct tctl_keep *k, struct json_object *sk,
+                       uint64_t *version)
 {
-	struct td_publish p = {0};
-	struct td_error e = {0};
+	struct td_publish p;
+	struct td_error e;
 	struct td_alloc *a;
-	uint64_t size = m->len;
-	int rc = td_client_alloc(c, 1, &size, &a, &e);
+	uint64_t size;
+	int rc;
 
-	if (rc < 0)
-		return tctl_refused(m->tensor, rc, &e);
-	rc = m->len ? read_chunk(top, m, td_alloc_data(a, 0)) : 0;
-	if (rc < 0) {
-		td_alloc_free(a);
-		return tctl_fail(TCTL_REFUSED, "input", -rc,
-		                 "%s: %s (changed since it was checked?)",
-		                 m->chunk, strerror(-rc));
-	}
-	p.name = m->tensor;
-	p.dtype = (uint32_t)m->a.type->blob;
-	p.ndim = m->a.ndim;
-	p.shape = m->a.shape;
-	p.meta = m->meta;
-	p.meta_len = m->meta_len;
-	blob_strings(m, &p);
-	if (sk)
-		tctl_no_replace(&p);
-	rc = td_client_publish_alloc(c, a, &p, version, &e);
-	return rc < 0 ? tctl_pub_refused(m->tensor, rc, &e, sk != NULL, sk)
-	              : TCTL_OK;
+	do { /* again while the name changes under the import (keep.h) */
+		p = (struct td_publish){.name = m->tensor};
+		e = (struct td_error){0};
+		size = m->len;
+		rc = tctl_keep_before(k, c, &p);
+		if (rc)
+			return rc;
+		rc = td_client_alloc(c, 1, &size, &a, &e);
+		if (rc < 0)
+			return tctl_refused(m->tensor, rc, &e);
+		rc = m->len ? read_chunk(top, m, td_alloc_data(a, 0)) : 0;
+		if (rc < 0) {
+			td_alloc_free(a);
+			return tctl_fail(TCTL_REFUSED, "input", -rc,
+			                 "%s: %s (changed since it was "
+			                 "checked?)",
+			                 m->chunk, strerror(-rc));
+		}
+		p.dtype = (uint32_t)m->a.type->blob;
+		p.ndim = m->a.ndim;
+		p.shape = m->a.shape;
+		p.meta = m->meta;
+		p.meta_len = m->meta_len;
+		blob_strings(m, &p);
+		rc = td_client_publish_alloc(c, a, &p, version, &e);
+		rc = tctl_keep_after(k, c, m->tensor, rc, &e, *version, sk);
+	} while (rc == TCTL_KEEP_AGAIN);
+	return rc;
 }
 
 static void print_imp(const struct imp *m, uint64_t version)
@@ -508,8 +517,8 @@ static void print_imp(const struct imp *m, uint64_t version)
 }
 
 /* Publish every read array in order; all or nothing unless partial: a
- * refusal deletes what was published again, newest first, as load does
- * (tctl_roll_back_one()). With no_replace an array whose name exists is
+ * refusal deletes what was published again, newest first, as load does,
+ * and puts back what it replaced (keep.h). With no_replace an array whose name exists is
  * skipped (version 0), said, and the status is TCTL_SKIPPED when all else
  * went. TCTL_ status. */
 static int publish_all(struct td_client *c, int top, struct imp *ims,
@@ -520,18 +529,20 @@ static int publish_all(struct td_client *c, int top, struct imp *ims,
 	struct json_object *sk = no_replace ? json_object_new_array() : NULL;
 	uint64_t *versions = calloc(n ? n : 1, sizeof(*versions));
 	size_t done = 0, removed = 0, i, skipped = 0;
+	struct tctl_keep keep;
 	int rc = versions ? TCTL_OK
 	                  : tctl_fail(TCTL_REFUSED, "io", ENOMEM,
 	                              "out of memory");
 
-	if (partial)
-		tctl_json_hold(); /* the error says what was kept */
+	/* the error says what was kept, or put back */
+	tctl_json_hold();
+	tctl_keep_init(&keep, partial, no_replace);
 	/* Ctrl-C: stop between two arrays and roll back (cmd-load.c) */
 	tctl_publish_guard(1);
 	for (i = 0; !rc && !(rc = tctl_publish_check(dir)) && i < n; i++) {
 		if (!ims[i].tensor[0])
 			continue;
-		rc = publish_imp(c, top, &ims[i], sk, &versions[i]);
+		rc = publish_imp(c, top, &ims[i], &keep, sk, &versions[i]);
 		if (rc == TCTL_SKIPPED) {
 			versions[i] = 0;
 			skipped++;
@@ -556,10 +567,7 @@ static int publish_all(struct td_client *c, int top, struct imp *ims,
 		         "(--partial)",
 		         done);
 	} else if (rc && done) {
-		while (i-- > 0)
-			if (ims[i].tensor[0] && versions[i])
-				removed += (size_t)tctl_roll_back_one(
-				        c, ims[i].tensor, versions[i]);
+		removed = tctl_keep_roll_back(&keep, c);
 		tctl_say("%zu array(s) published before this failure; %zu "
 		         "deleted again",
 		         done, removed);
@@ -584,6 +592,7 @@ static int publish_all(struct td_client *c, int top, struct imp *ims,
 	if (!rc && skipped)
 		rc = TCTL_SKIPPED;
 	tctl_publish_guard(0);
+	tctl_keep_fini(&keep);
 	json_object_put(out);
 	json_object_put(sk);
 	free(versions);

@@ -19,6 +19,7 @@
 #include "input.h"
 #include "output.h"
 #include "td-json.h"
+#include "keep.h"
 #include "tensorctl.h"
 #include "wire.h"
 
@@ -362,9 +363,8 @@ struct loaded {
 	struct td_client *c;
 	struct json_object *published, *refused; /* --json */
 	struct json_object *skipped; /* --no-replace, else NULL */
-	char **names; /* published, for all-or-nothing */
-	uint64_t *versions;
 	uint64_t count, refusals;
+	struct tctl_keep keep; /* what was published, and replaced */
 };
 
 /* Results are gathered and printed at the end, so a load rolled back
@@ -491,37 +491,45 @@ static int load_one(struct loaded *l, struct td_hrry_file_reader *r,
 	struct td_error err = {0};
 	struct td_hrry_err he = {0};
 	struct td_alloc *a;
-	uint64_t size, version;
+	uint64_t size, version = 0;
 	int rc;
 
 	snprintf(name, sizeof(name), "%s%.*s", prefix, (int)e->name_len,
 		 e->name);
 	td_hrry_dense_size(d, &size); /* checked by the support check */
-	rc = td_client_alloc(l->c, 1, &size, &a, &err);
-	if (rc < 0)
-		return tctl_refused(name, rc, &err);
-	/* straight from the file into the shared buffer: one copy */
-	rc = td_hrry_file_reader_read_tensor_into(r, e->name, e->name_len,
-						  td_alloc_data(a, 0), size,
-						  NULL, &he);
-	if (rc < 0) {
-		td_alloc_free(a);
-		return tctl_fail(TCTL_REFUSED, "input", -rc, "%s: %s: %s",
-				 name, td_hrry_error_name(he.kind), he.reason);
-	}
 	uint32_t dtype = (uint32_t)td_hrry_type_to_dtype(d->type_tag);
-	struct td_publish p = {
-		.name = name, .dtype = dtype, .ndim = d->rank,
-		.shape = d->shape};
-	p.meta = tctl_hrry_meta(r, e, &p.meta_len);
-	if (l->skipped)
-		tctl_no_replace(&p);
-	rc = td_client_publish_alloc(l->c, a, &p, &version, &err);
-	if (rc < 0)
-		return tctl_pub_refused(name, rc, &err, l->skipped != NULL,
-					l->skipped);
-	l->names[l->count] = strdup(name);
-	l->versions[l->count++] = version;
+	do { /* again while the name changes under the load (keep.h) */
+		struct td_publish p = {
+			.name = name, .dtype = dtype, .ndim = d->rank,
+			.shape = d->shape};
+
+		err = (struct td_error){0};
+		he = (struct td_hrry_err){0};
+		rc = tctl_keep_before(&l->keep, l->c, &p);
+		if (rc)
+			return rc;
+		rc = td_client_alloc(l->c, 1, &size, &a, &err);
+		if (rc < 0)
+			return tctl_refused(name, rc, &err);
+		/* straight from the file into the shared buffer: one copy */
+		rc = td_hrry_file_reader_read_tensor_into(
+			r, e->name, e->name_len, td_alloc_data(a, 0), size,
+			NULL, &he);
+		if (rc < 0) {
+			td_alloc_free(a);
+			return tctl_fail(TCTL_REFUSED, "input", -rc,
+					 "%s: %s: %s", name,
+					 td_hrry_error_name(he.kind),
+					 he.reason);
+		}
+		p.meta = tctl_hrry_meta(r, e, &p.meta_len);
+		rc = td_client_publish_alloc(l->c, a, &p, &version, &err);
+		rc = tctl_keep_after(&l->keep, l->c, name, rc, &err, version,
+				     l->skipped);
+	} while (rc == TCTL_KEEP_AGAIN);
+	if (rc)
+		return rc;
+	l->count++; /* kept in l->keep, for a roll back */
 	published(l, name, version, d, dtype);
 	return TCTL_OK;
 }
@@ -549,11 +557,8 @@ static int loaded_done(struct loaded *l, const char *path)
  * newest first. */
 static void unpublish(struct loaded *l)
 {
-	uint64_t removed = 0;
-	for (uint64_t i = l->count; i-- > 0;)
-		if (l->names[i])
-			removed += (uint64_t)tctl_roll_back_one(
-				l->c, l->names[i], l->versions[i]);
+	uint64_t removed = tctl_keep_roll_back(&l->keep, l->c);
+
 	tctl_say("%" PRIu64 " tensor(s) published before the failure, %" PRIu64
 		 " removed again (--partial keeps them)",
 		 l->count, removed);
@@ -729,9 +734,7 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 	}
 	td_hrry_file_reader_tensor_count(r, &n);
 	d = malloc(sizeof(*d));
-	l.names = calloc(n ? n : 1, sizeof(*l.names));
-	l.versions = calloc(n ? n : 1, sizeof(*l.versions));
-	if (!d || !l.names || !l.versions) {
+	if (!d) {
 		rc = tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
 		goto out;
 	}
@@ -741,8 +744,9 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 	l.published = json_object_new_array();
 	l.refused = json_object_new_array();
 	l.skipped = no_replace ? json_object_new_array() : NULL;
-	if (partial)
-		tctl_json_hold(); /* the error says what was kept */
+	/* the error says what was kept, or put back */
+	tctl_json_hold();
+	tctl_keep_init(&l.keep, partial, no_replace);
 	tctl_publish_guard(1); /* Ctrl-C: roll back too (cmd-load.c) */
 	/* a signal: looked for before each tensor and after the last */
 	for (uint64_t i = 0; !(rc = tctl_publish_check(path)) && i < n; i++) {
@@ -799,13 +803,10 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 		rc = TCTL_SKIPPED;
 out:
 	tctl_publish_guard(0);
+	tctl_keep_fini(&l.keep);
 	json_object_put(l.published);
 	json_object_put(l.refused);
 	json_object_put(l.skipped);
-	for (uint64_t i = 0; l.names && i < l.count; i++)
-		free(l.names[i]);
-	free(l.names);
-	free(l.versions);
 	free(d);
 	td_hrry_file_reader_free(&r);
 	if (fd >= 0)
