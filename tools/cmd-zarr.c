@@ -323,14 +323,9 @@ static int from_hrry(const char *path, struct td_hrry_file_reader *r,
 	if (!rc && tctl_zset_unique_names(z) < 0)
 		rc = tctl_fail(TCTL_REFUSED, "input", ENAMETOOLONG,
 		               "names do not fit with their suffixes");
+	if (!rc)
+		rc = tctl_zset_group(z);
 	if (!rc) {
-		struct td_zarr_array *arrs = tctl_zset_arrays(z);
-
-		if (!arrs)
-			return tctl_fail(TCTL_REFUSED, "io", ENOMEM,
-			                 "out of memory");
-		z->gattrs = td_zarr_tensor_group(arrs, z->n);
-		free(arrs);
 		kv = tctl_hrry_kv_json(r);
 		if (kv)
 			json_object_object_add(z->gattrs, "_tensord_hurray_kv",

@@ -213,16 +213,7 @@ static int from_daemon(struct td_client *c, char **names, size_t n,
 	}
 	if (settle_names(z, x))
 		return TCTL_REFUSED;
-	{
-		struct td_zarr_array *arrs = tctl_zset_arrays(z);
-
-		if (!arrs)
-			return tctl_fail(TCTL_REFUSED, "io", ENOMEM,
-			                 "out of memory");
-		z->gattrs = td_zarr_tensor_group(arrs, z->n);
-		free(arrs);
-	}
-	return TCTL_OK;
+	return tctl_zset_group(z);
 }
 
 int tctl_zarr_export_daemon(const char *dir, char **names, size_t n)

@@ -45,8 +45,9 @@ void tctl_zset_fini(struct zset *z);
 int tctl_zset_grow(struct zset *z, size_t n);
 /* Distinct node names in order (tensogram.md §18 suffixes): 0 or -errno. */
 int tctl_zset_unique_names(struct zset *z);
-/* The arrays' metadata side by side (borrowing attrs; free() it), or NULL. */
-struct td_zarr_array *tctl_zset_arrays(const struct zset *z);
+/* z->gattrs: the group attributes of z's arrays (td_zarr_tensor_group):
+ * TCTL_OK, or reported. */
+int tctl_zset_group(struct zset *z);
 /* z as a new hierarchy DIR, whole or not at all: TCTL_OK or reported. */
 int tctl_zarr_write(const char *dir, const struct zset *z);
 

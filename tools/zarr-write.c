@@ -38,14 +38,26 @@ void tctl_zset_fini(struct zset *z)
 	json_object_put(z->gattrs);
 }
 
-/* The arrays' metadata side by side (borrowing attrs), for the group. */
-struct td_zarr_array *tctl_zset_arrays(const struct zset *z)
+/* The arrays' metadata side by side (borrowing attrs; free() it), for the
+ * group; NULL. */
+static struct td_zarr_array *zset_arrays(const struct zset *z)
 {
 	struct td_zarr_array *arrs = calloc(z->n ? z->n : 1, sizeof(*arrs));
 
 	for (size_t i = 0; arrs && i < z->n; i++)
 		arrs[i] = z->s[i].a;
 	return arrs;
+}
+
+int tctl_zset_group(struct zset *z)
+{
+	struct td_zarr_array *arrs = zset_arrays(z);
+
+	if (!arrs)
+		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
+	z->gattrs = td_zarr_tensor_group(arrs, z->n);
+	free(arrs);
+	return TCTL_OK;
 }
 
 /* ---- writing a hierarchy ---- */
@@ -254,7 +266,7 @@ static int write_arrays(struct zout *o, const struct zset *z)
  * opened (Linux 5.8). 0 or -errno. */
 static int write_root(int top, const struct zset *z)
 {
-	struct td_zarr_array *arrs = tctl_zset_arrays(z);
+	struct td_zarr_array *arrs = zset_arrays(z);
 	int rc;
 
 	if (!arrs)
