@@ -1342,6 +1342,26 @@ static uint64_t pinned_use_of(uid_t uid, uint64_t *limit)
 			     (unsigned long long)lim_);                       \
 	} while (0)
 
+
+/*
+ * A daemon where uid 60001 (prod, started) publishes under pub/ and
+ * NOBODY reads it with a `pinned` limit of 1 MiB, and 4 MiB of prod's
+ * beside (no room is what the limit is about).
+ */
+static void pinned_1m_start(struct worker *prod)
+{
+	char why[TD_WIRE_MAX_REASON + 1];
+
+	start_ex(with_policy("allow uid=60001 rw pub/\n"
+			     "allow uid=65534 r pub/\n"
+			     "limit uid=65534 pinned 1M\n",
+			     NULL, NULL),
+		 0, "info");
+	worker_start(prod, 60001, 1);
+	cr_assert_eq(wdo(prod, W_PUT, "pub/big", 4 * MiB, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+}
 /*
  * A follower takes a version whose buffers it has not mapped by a GET
  * of it, while its follow counts that version already: the two used to
@@ -1360,15 +1380,7 @@ Test(hostile, a_follower_taking_by_get_counts_its_version_once)
 
 	if (!root())
 		cr_skip_test("needs root to act as other uids");
-	start_ex(with_policy("allow uid=60001 rw pub/\n"
-			     "allow uid=65534 r pub/\n"
-			     "limit uid=65534 pinned 1M\n",
-			     NULL, NULL),
-		 0, "info");
-	worker_start(&prod, 60001, 1);
-	cr_assert_eq(wdo(&prod, W_PUT, "pub/big", 4 * MiB, 1, why,
-			 sizeof(why)),
-		     0, "%s", why);
+	pinned_1m_start(&prod);
 	worker_start(&reader, NOBODY, 1);
 	PINNED_IS(&reader, 0, "connected");
 	cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/f", MiB, 1, why,
@@ -1446,15 +1458,7 @@ Test(hostile, a_reader_following_what_it_leases_counts_its_version_once)
 
 	if (!root())
 		cr_skip_test("needs root to act as other uids");
-	start_ex(with_policy("allow uid=60001 rw pub/\n"
-			     "allow uid=65534 r pub/\n"
-			     "limit uid=65534 pinned 1M\n",
-			     NULL, NULL),
-		 0, "info");
-	worker_start(&prod, 60001, 1);
-	cr_assert_eq(wdo(&prod, W_PUT, "pub/big", 4 * MiB, 1, why,
-			 sizeof(why)),
-		     0, "%s", why);
+	pinned_1m_start(&prod);
 	cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/f", MiB, 1, why,
 			 sizeof(why)),
 		     0, "%s", why);
@@ -1548,15 +1552,7 @@ Test(hostile, get_newer_holding_its_last_tensor_follows_at_a_one_version_limit)
 
 	if (!root())
 		cr_skip_test("needs root to act as other uids");
-	start_ex(with_policy("allow uid=60001 rw pub/\n"
-			     "allow uid=65534 r pub/\n"
-			     "limit uid=65534 pinned 1M\n",
-			     NULL, NULL),
-		 0, "info");
-	worker_start(&prod, 60001, 1);
-	cr_assert_eq(wdo(&prod, W_PUT, "pub/big", 4 * MiB, 1, why,
-			 sizeof(why)),
-		     0, "%s", why);
+	pinned_1m_start(&prod);
 	cr_assert_eq(wdo(&prod, W_STREAM_PUT, "pub/g", MiB, 1, why,
 			 sizeof(why)),
 		     0, "%s", why);
