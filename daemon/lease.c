@@ -16,13 +16,6 @@
 #define LEASE_CACHE 1024
 
 /*
- * A GET that does not wait (timeout 0) waits anyway, TD__REWRITE_WAIT_MS
- * (store.h) at most, for a ring version whose slot is being rewritten:
- * that version is on its way, and refusing would make GET of a busy ring
- * fail at random.
- */
-
-/*
  * Whether the reply may leave out entry f: a plane buffer the SCM client
  * says it has mapped (held). The list is believed for this and nothing
  * else: a client that lies only gets a reply it cannot map. Fences are
@@ -1014,14 +1007,18 @@ static void many_newer(struct td__peer *p, const struct td__req *rq,
 		many_answer(p, h->request_id, m);
 		return;
 	}
-	if (!v && td__ring_find(m->names[0])) {
-		td__peer_error(p, h->opcode, h->request_id, -EINVAL,
-			       "GET_MANY element 0 (\"%.*s\"): a ring: "
-			       "GET_MANY leases tensors, GET leases a ring's "
-			       "slot: nothing leased",
-			       (int)m->names[0].len, m->names[0].ptr);
-		return;
-	}
+	/* a ring among its names fails every wake: refused, not parked */
+	for (uint32_t i = 0; i < m->count; i++)
+		if (!td__name_lookup(td__d->store, m->names[i]) &&
+		    td__ring_find(m->names[i])) {
+			td__peer_error(p, h->opcode, h->request_id, -EINVAL,
+				       "GET_MANY element %u (\"%.*s\"): a "
+				       "ring: GET_MANY leases tensors, GET "
+				       "leases a ring's slot: nothing leased",
+				       i, (int)m->names[i].len,
+				       m->names[i].ptr);
+			return;
+		}
 	if (m->timeout_ms == 0) {
 		td__peer_error(p, h->opcode, h->request_id, -ETIMEDOUT,
 			       "GET_MANY: no version of \"%.*s\" newer than "
@@ -1074,7 +1071,6 @@ void td__lease_get_many(struct td__peer *p, const struct td__req *rq)
 	else
 		many_answer(p, h->request_id, &m);
 }
-
 
 void td__lease_release(struct td__peer *p, const struct td__req *rq)
 {
@@ -1150,11 +1146,11 @@ static bool waiter_may(struct td__peer *p, const struct td__waiter *w,
 }
 
 /*
- * The policy was reloaded: a GET (or a RING_SUBSCRIBE waiting for its
- * ring) parked on a name its uid may no longer read is refused now, as it would be if it came after the reload;
- * else the next publish of that name would answer it with a version the
- * reload took away (a follow or ring subscription made before the
- * reload is documented to go on; a parked GET has been given nothing).
+ * The policy was reloaded: a parked GET, GET_MANY or RING_SUBSCRIBE of
+ * a name its uid may no longer read is refused now, as if it came after
+ * the reload, not answered by the next publish with a version the
+ * reload took away (a follow or ring subscription made before it goes
+ * on, as documented; a parked request was given nothing).
  */
 void td__lease_policy_changed(void)
 {
@@ -1171,7 +1167,6 @@ void td__lease_policy_changed(void)
 		for (l = p->waiters.next; l != &p->waiters; l = n) {
 			struct td__waiter *w =
 				td__container_of(l, struct td__waiter, link);
-
 			struct td_wire_str no;
 
 			n = l->next;

@@ -618,7 +618,10 @@ void td__loan_lend(struct td__peer *p, uint32_t count, const uint64_t *sizes,
 /*
  * How long a name whose latest version a producer took back to rewrite
  * it stays "being rewritten" (a GET waits for its publish), as for a
- * ring's latest slot (lease.c).
+ * ring's latest slot (lease.c). A GET that does not wait (timeout 0)
+ * waits anyway, this long at most, for a ring version whose slot is
+ * being rewritten: that version is on its way, and refusing would make
+ * GET of a busy ring fail at random.
  */
 #define TD__REWRITE_WAIT_MS 1000
 /*

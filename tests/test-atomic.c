@@ -1730,6 +1730,52 @@ Test(atomic, a_ring_made_under_a_waiting_get_many_ends_it)
 	tu_daemon_stop(&d, false);
 }
 
+/*
+ * A waiting GET_MANY with a live ring among its other names can never
+ * lease them all: it is refused at once (-EINVAL, "no ring names"), as
+ * one with a ring as its first name is. It used to be parked, holding
+ * one of the uid's waiters until the first name's next version, and
+ * with timeout 0 said -ETIMEDOUT, a reason about the first name.
+ */
+Test(atomic, a_waiting_get_many_of_a_ring_is_refused_at_once)
+{
+	const char *names[2] = {"rn/image", "rn/label"};
+	uint64_t size = 64, v[1];
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8,
+				    .ndim = 1,
+				    .shape = &size,
+				    .slot_count = 2};
+	struct td_tensor *t[2] = {0};
+	struct td_ring *r = NULL;
+	struct td_error e = {0};
+	struct tu_daemon d;
+	struct td_client *c;
+	int rc;
+
+	tu_daemon_start(&d, "warn");
+	c = connect_to(&d);
+	step(c, 1, names, 1, v);
+	cr_assert_eq(td_ring_create(c, "rn/label", &desc, &r, &e), 0, "%s",
+		     e.reason);
+	for (int i = 0; i < 2; i++) {
+		/* 0: answered at once; then a wait the refusal must not
+		 * take (its timeout the hang guard) */
+		e = (struct td_error){0};
+		rc = td_client_get_many_newer(c, 2, names, v[0],
+					      i ? TU_WAIT_S * 1000 : 0, t, &e);
+		cr_assert_eq(rc, -EINVAL, "timeout %d: %d %s", i, rc,
+			     e.reason);
+		cr_assert(strstr(e.reason, "element 1 (\"rn/label\"): a "
+					   "ring"),
+			  "%s", e.reason);
+		cr_assert_null(t[0]);
+		cr_assert_eq(tc_status_until(c, tc_waiters, 0), 0);
+	}
+	td_ring_close(r);
+	td_client_close(c);
+	tu_daemon_stop(&d, false);
+}
+
 /* A client gone while its GET_MANY waits leaves nothing in the daemon:
  * no waiter, no descriptor; the publish that would have woken it is
  * served as any. */
