@@ -22,7 +22,8 @@
  *     then its entry stays in the table (refs 0): a file published again
  *     meanwhile (a recycled buffer) takes its name back and is not
  *     removed, since systemd, holding it under that name, would drop a
- *     push of it under a new one.
+ *     push of it under a new one. The removals go REMOVE_PER_TURN per
+ *     loop turn, clients served in between (docs/reliability.md).
  *
  * Two image memfds ("td.state.0", "td.state.1") are pushed once and then
  * rewritten in place, alternately; systemd holds the same open files, so
@@ -49,6 +50,10 @@
 #include <unistd.h>
 
 #define FLUSH_MS 100
+/* FDSTOREREMOVE messages sent per loop turn: each may wait for the
+ * manager to read (td__sd_notify), and a burst of thousands of frees
+ * in one FLUSH_MS left socket clients waiting for the whole of it */
+#define REMOVE_PER_TURN 64
 #define SLOT_NAME TD__FDSTORE_PREFIX "state."
 #define FD_NAME TD__FDSTORE_PREFIX "fd."
 #define IMAGE_MAX (1ull << 32) /* larger images are not read back */
@@ -90,8 +95,15 @@ static struct {
 	struct sfd *tab;
 	size_t n, cap;
 	uint64_t next_id;
-	uint64_t *gone; /* removed after the next image write */
-	size_t ngone, gone_cap;
+	/*
+	 * Removals to send: gone[0, nsend) are named by no image written
+	 * any more and go out REMOVE_PER_TURN per loop turn (remover);
+	 * gone[nsend, ngone) wait for the next image write.
+	 */
+	uint64_t *gone;
+	size_t ngone, gone_cap, nsend;
+	uv_idle_t remover;
+	bool remover_on;
 	int slot[2];
 	int cur; /* slot of the newest image */
 	uint64_t generation;
@@ -250,14 +262,22 @@ static void gone_add(uint64_t id)
 	fs.gone[fs.ngone++] = id;
 }
 
-/* id leaves the list of removals to send (it is stored again). */
+/* id leaves the list of removals to send (it is stored again); the
+ * sendable ones stay in front. */
 static void gone_del(uint64_t id)
 {
-	for (size_t i = 0; i < fs.ngone; i++)
-		if (fs.gone[i] == id) {
-			fs.gone[i] = fs.gone[--fs.ngone];
-			return;
+	for (size_t i = 0; i < fs.ngone; i++) {
+		if (fs.gone[i] != id)
+			continue;
+		if (i < fs.nsend) {
+			/* the last sendable one fills i, the last one its
+			 * place */
+			fs.gone[i] = fs.gone[--fs.nsend];
+			i = fs.nsend;
 		}
+		fs.gone[i] = fs.gone[--fs.ngone];
+		return;
+	}
 }
 
 uint64_t td__fdstore_add(int fd, bool plane, dev_t dev, ino_t ino)
@@ -450,6 +470,48 @@ out:
 	return rc;
 }
 
+/*
+ * Up to max removals of gone[0, nsend), each entry leaving the table as
+ * its removal is sent (a file published again after that is pushed
+ * again, under a new name); the rest in the next loop turn (an idle
+ * handle, not a 0 ms timer: libuv 1.44 runs a timer restarted at 0 ms
+ * from its own callback again at once, without polling).
+ */
+static void on_remover(uv_idle_t *h);
+
+static void send_removals(size_t max)
+{
+	while (fs.nsend && max--) {
+		uint64_t id = fs.gone[--fs.nsend];
+		struct sfd *e = find_id(id);
+
+		fs.gone[fs.nsend] = fs.gone[--fs.ngone];
+		td__sd_notify(NULL, 0, "FDSTOREREMOVE=1\nFDNAME=" FD_NAME
+				       "%" PRIu64,
+			      id);
+		if (e && !e->refs) {
+			if (e->dup >= 0)
+				close(e->dup);
+			*e = fs.tab[--fs.n];
+		}
+	}
+	if (!fs.ngone)
+		tab_purge(); /* those a full gone[] left out (gone_add) */
+	if (fs.nsend && !fs.remover_on && fs.timer_init) {
+		uv_idle_start(&fs.remover, on_remover);
+		fs.remover_on = true;
+	} else if (!fs.nsend && fs.remover_on) {
+		uv_idle_stop(&fs.remover);
+		fs.remover_on = false;
+	}
+}
+
+static void on_remover(uv_idle_t *h)
+{
+	(void)h;
+	send_removals(REMOVE_PER_TURN);
+}
+
 /* Write the image, then remove what it no longer names (file comment). */
 static void flush(void)
 {
@@ -459,12 +521,8 @@ static void flush(void)
 	fs.last_ms = fs.timer_init ? uv_now(td__d->loop) : 0;
 	if (write_image() < 0)
 		return; /* keep the removals: the old image may name them */
-	for (size_t i = 0; i < fs.ngone; i++)
-		td__sd_notify(NULL, 0, "FDSTOREREMOVE=1\nFDNAME=" FD_NAME
-				       "%" PRIu64,
-			      fs.gone[i]);
-	fs.ngone = 0;
-	tab_purge();
+	fs.nsend = fs.ngone; /* the image just written names none of them */
+	send_removals(fs.timer_init ? REMOVE_PER_TURN : SIZE_MAX);
 	td__sd_status(td__d);
 }
 
@@ -998,6 +1056,7 @@ int td__fdstore_restore(struct td__daemon *d)
 	}
 	fs.on = true;
 	uv_timer_init(d->loop, &fs.timer);
+	uv_idle_init(d->loop, &fs.remover);
 	fs.timer_init = true;
 	used = restore_newest(sort_passed(twice));
 	if (keep_slots(twice) < 0) {
@@ -1042,9 +1101,13 @@ void td__fdstore_fini(void)
 		flush();
 		fs.frozen = true;
 	}
+	/* no later turn: every removal the image allows, now */
+	send_removals(SIZE_MAX);
 	if (fs.timer_init) {
 		uv_timer_stop(&fs.timer);
 		uv_close((uv_handle_t *)&fs.timer, NULL);
+		uv_close((uv_handle_t *)&fs.remover, NULL);
+		fs.remover_on = false;
 		fs.timer_init = false;
 	}
 }
@@ -1059,7 +1122,7 @@ void td__fdstore_free(void)
 	free(fs.gone);
 	fs.tab = NULL;
 	fs.gone = NULL;
-	fs.n = fs.cap = fs.ngone = fs.gone_cap = 0;
+	fs.n = fs.cap = fs.ngone = fs.gone_cap = fs.nsend = 0;
 	for (int s = 0; s < 2; s++) {
 		if (fs.slot[s] >= 0)
 			close(fs.slot[s]);

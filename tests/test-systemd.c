@@ -17,7 +17,9 @@
 #include <fcntl.h>
 #include <linux/kcmp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -768,6 +770,197 @@ Test(systemd, published_planes_and_fences_go_to_the_fd_store)
 	cr_assert_eq(st.n, 5);
 	close(ev);
 	close(mfd);
+	store_close(&st);
+}
+
+/*
+ * Removals a loop turn at a time. A client holding leases on N removed
+ * names hangs up: N versions are freed in one callback, and the next
+ * image write owes the manager N FDSTOREREMOVE messages. They were sent
+ * in one go, each free to wait for the manager to read (its queue holds
+ * max_dgram_qlen + 1), and a STAT waiting meanwhile was answered only
+ * after the last. The fake manager reads one removal, then stops until
+ * a STAT is known to wait in the daemon, then reads at most CAP more
+ * until the STAT came back. 64 a turn need 128 read at most before the
+ * STAT is served; all at once need every one read, which the manager
+ * does not do before the STAT came back: the daemon waits for it (1 s),
+ * then drops the rest, and the removals read stop short of N. Counts
+ * only; the STAT comes back with the work provably unfinished (sent: at
+ * most CAP + 1 + what the socket holds, fewer than N).
+ */
+#define RM_CAP (3 * 64)
+
+struct rm_reader {
+	int nfd;
+	unsigned want;
+	_Atomic unsigned removals; /* FDSTOREREMOVE=1 read */
+	_Atomic bool held;         /* stopped after the first */
+	_Atomic bool go;
+	_Atomic bool stat_done; /* the STAT came back */
+	_Atomic int err; /* the reader's failure, for the main thread */
+};
+
+static void *rm_read(void *arg)
+{
+	struct rm_reader *r = arg;
+	char text[2048];
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int) * 16) +
+		       CMSG_SPACE(sizeof(struct ucred))];
+	} cb;
+
+	while (atomic_load(&r->removals) < r->want) {
+		struct pollfd pfd = {.fd = r->nfd, .events = POLLIN};
+		struct iovec iov = {text, sizeof(text) - 1};
+		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1,
+				    .msg_control = cb.b,
+				    .msg_controllen = sizeof(cb.b)};
+		ssize_t n;
+		unsigned k;
+
+		if (poll(&pfd, 1, WAIT_MS) <= 0) {
+			atomic_store(&r->err, ETIMEDOUT); /* hang guard */
+			break;
+		}
+		n = recvmsg(r->nfd, &mh, MSG_CMSG_CLOEXEC);
+		if (n <= 0) {
+			atomic_store(&r->err, n < 0 ? errno : EIO);
+			break;
+		}
+		text[n] = '\0';
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c;
+		     c = CMSG_NXTHDR(&mh, c))
+			if (c->cmsg_level == SOL_SOCKET &&
+			    c->cmsg_type == SCM_RIGHTS)
+				for (size_t i = 0;
+				     i < (c->cmsg_len - CMSG_LEN(0)) /
+						 sizeof(int);
+				     i++)
+					close(((int *)CMSG_DATA(c))[i]);
+		if (!has_line(text, "FDSTOREREMOVE=1"))
+			continue;
+		k = atomic_fetch_add(&r->removals, 1);
+		if (k == 0) {
+			atomic_store(&r->held, true);
+			while (!atomic_load(&r->go))
+				usleep(100);
+		} else if (k == RM_CAP) {
+			while (!atomic_load(&r->stat_done))
+				usleep(100);
+		}
+	}
+	atomic_store(&r->held, true);
+	return NULL;
+}
+
+struct rm_stat {
+	struct td_client *c;
+	struct rm_reader *r;
+	_Atomic pid_t tid; /* set just before the STAT is sent */
+	unsigned seen;     /* removals read once the STAT came back */
+	int rc;
+};
+
+static void *rm_stat(void *arg)
+{
+	struct rm_stat *s = arg;
+	struct td_entry ent = {0};
+	struct td_error e = {0};
+
+	atomic_store(&s->tid, (pid_t)syscall(SYS_gettid));
+	s->rc = td_client_stat(s->c, "rm/0", &ent, &e);
+	s->seen = atomic_load(&s->r->removals);
+	atomic_store(&s->r->stat_done, true);
+	td_entry_fini(&ent);
+	return NULL;
+}
+
+/* Is thread tid asleep (blocked in a system call)? */
+static bool thread_sleeps(pid_t tid)
+{
+	char path[64], buf[512], *p;
+	FILE *f;
+	bool s = false;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+	f = fopen(path, "re");
+	cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')))
+		s = p[1] == ' ' && p[2] == 'S';
+	fclose(f);
+	return s;
+}
+
+Test(systemd, a_burst_of_removals_leaves_the_loop_to_socket_clients,
+     .timeout = 120)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct td_client *c, *sc;
+	struct td_tensor **t;
+	struct td_error e = {0};
+	struct rm_reader r = {0};
+	struct rm_stat s = {0};
+	pthread_t rt, stt;
+	unsigned qlen = 0, n;
+	char name[32];
+	FILE *f = fopen("/proc/sys/net/unix/max_dgram_qlen", "re");
+
+	cr_assert_not_null(f);
+	cr_assert_eq(fscanf(f, "%u", &qlen), 1);
+	fclose(f);
+	/* the STAT back with CAP + 1 read at most: the daemon has sent at
+	 * most CAP + 1 + qlen + 1, well short of n - 1 */
+	n = 2 * (qlen + 1) + 2 * RM_CAP;
+	t = calloc(n, sizeof(*t));
+	cr_assert_not_null(t);
+	mkdir_tmp(&d);
+	notify_bind(&d);
+	daemon_start(&d, NULL, -1, NULL, &st, NULL);
+	r.nfd = d.nfd;
+	r.want = n - 1;
+	cr_assert_eq(pthread_create(&rt, NULL, rm_read, &r), 0);
+	c = connect_to(d.sock);
+	sc = connect_to(d.sock);
+	for (unsigned i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "rm/%u", i);
+		put(c, name, 16, (uint8_t)i, 0, NULL);
+		cr_assert_eq(td_client_get(c, name, &t[i], &e), 0, "%s",
+			     e.reason);
+		if (i) /* rm/0 stays, for the STAT */
+			cr_assert_eq(td_client_delete(c, name, NULL, &e), 0,
+				     "%s", e.reason);
+	}
+	/* the leases go with the connection: n - 1 frees at once (the
+	 * tensors stay mapped here until released) */
+	td_client_close(c);
+	while (!atomic_load(&r.held))
+		usleep(100); /* hang guard: the reader's poll */
+	cr_assert_eq(atomic_load(&r.err), 0, "no removal came: %s",
+		     strerror(atomic_load(&r.err)));
+	s.c = sc;
+	s.r = &r;
+	cr_assert_eq(pthread_create(&stt, NULL, rm_stat, &s), 0);
+	/* the STAT is sent once its thread sleeps for the reply */
+	while (!atomic_load(&s.tid) || !thread_sleeps(atomic_load(&s.tid)))
+		usleep(100);
+	atomic_store(&r.go, true);
+	pthread_join(stt, NULL);
+	pthread_join(rt, NULL);
+	cr_assert_eq(s.rc, 0);
+	cr_assert_eq(atomic_load(&r.err), 0,
+		     "removals stopped at %u of %u (%s): the STAT waited for "
+		     "them, the daemon for the manager, which then lost the "
+		     "rest", atomic_load(&r.removals), n - 1,
+		     strerror(atomic_load(&r.err)));
+	cr_assert_leq(s.seen, RM_CAP + 1);
+	cr_assert_lt(s.seen + qlen + 1, n - 1);
+	td_client_close(sc);
+	daemon_stop(&d, &st);
+	for (unsigned i = 0; i < n; i++)
+		td_tensor_release(t[i]);
+	free(t);
 	store_close(&st);
 }
 
