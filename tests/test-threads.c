@@ -676,7 +676,8 @@ static void stop_until_asked(pid_t *pid, pthread_t *th)
 Test(threads, a_signal_ends_the_wait_for_a_stopped_daemons_reply)
 {
 	struct sigaction sa = {.sa_handler = on_alarm}, old;
-	struct itimerval it = {.it_value = {0, 100000}};
+	struct itimerval it = {.it_interval = {0, 100000},
+			       .it_value = {0, 100000}}, off = {0};
 	struct tu_daemon d;
 	struct td_client *c, *o;
 	struct td_tensor *t;
@@ -702,6 +703,7 @@ Test(threads, a_signal_ends_the_wait_for_a_stopped_daemons_reply)
 	stop_until_asked(&d.pid, &th);
 	cr_assert_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
 	cr_assert_eq(td_client_stat(o, "si/a", &ent, &e), 0, "%s", e.reason);
+	setitimer(ITIMER_REAL, &off, NULL);
 	pthread_join(th, NULL);
 	cr_assert_geq(atomic_load(&intr_asked), 1, "fn was not asked");
 	td_entry_fini(&ent);
@@ -712,6 +714,7 @@ Test(threads, a_signal_ends_the_wait_for_a_stopped_daemons_reply)
 	cr_assert_eq(kill(d.pid, SIGSTOP), 0);
 	cr_assert_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
 	cr_assert_eq(td_client_stat(c, "si/a", &ent, &e), -EINTR);
+	setitimer(ITIMER_REAL, &off, NULL);
 	cr_assert(strstr(e.reason, "abandoned"), "%s", e.reason);
 	cr_assert_eq(atomic_load(&intr_asked), 1);
 	cr_assert_eq(kill(d.pid, SIGCONT), 0);
@@ -886,7 +889,8 @@ Test(threads, a_signal_asks_fn_in_a_send_the_full_buffer_holds)
 Test(threads, a_signal_ends_the_wait_for_a_stopped_daemons_hello)
 {
 	struct sigaction sa = {.sa_handler = on_alarm}, old;
-	struct itimerval it = {.it_value = {0, 100000}};
+	struct itimerval it = {.it_interval = {0, 100000},
+			       .it_value = {0, 100000}}, off = {0};
 	struct tu_daemon d;
 	struct td_client *c = NULL;
 	struct td_entry ent = {0};
@@ -905,6 +909,7 @@ Test(threads, a_signal_ends_the_wait_for_a_stopped_daemons_hello)
 	cr_assert_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
 	cr_assert_eq(td_client_connect_intr(d.sock, 0, intr_fn, &yes, &c, &e),
 		     -EINTR, "%s", e.reason);
+	setitimer(ITIMER_REAL, &off, NULL);
 	pthread_join(th, NULL);
 	cr_assert_null(c);
 	cr_assert_eq(atomic_load(&intr_asked), 1);
@@ -915,6 +920,7 @@ Test(threads, a_signal_ends_the_wait_for_a_stopped_daemons_hello)
 	cr_assert_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
 	cr_assert_eq(td_client_connect_intr(d.sock, 0, intr_fn, &no, &c, &e),
 		     0, "%s", e.reason);
+	setitimer(ITIMER_REAL, &off, NULL);
 	pthread_join(th, NULL);
 	cr_assert_geq(atomic_load(&intr_asked), 1, "fn was not asked");
 	cr_assert_eq(td_client_stat(c, "si/none", &ent, &e), -ENOENT, "%s",
@@ -928,12 +934,16 @@ Test(threads, a_signal_ends_the_wait_for_a_stopped_daemons_hello)
  * A listener whose queue is full (a stopped daemon that many clients
  * tried) holds connect() itself: a signal there asks fn too. One that
  * says yes ends the connect (-EINTR, no handle, no fd left); one that
- * says no waits on to the connect deadline.
+ * says no waits on to the connect deadline. The timer repeats until the
+ * call returns: a single signal that came before the connect began to
+ * wait (a loaded machine, 50 ms) was lost, and the connect ran to its
+ * deadline.
  */
 Test(threads, a_signal_ends_a_connect_that_a_full_queue_holds)
 {
 	struct sigaction sa = {.sa_handler = on_alarm}, old;
-	struct itimerval it = {.it_value = {0, 50000}};
+	struct itimerval it = {.it_interval = {0, 50000},
+			       .it_value = {0, 50000}}, off = {0};
 	struct sockaddr_un un = {.sun_family = AF_UNIX};
 	struct td_client *c = NULL;
 	struct td_error e = {0};
@@ -950,6 +960,7 @@ Test(threads, a_signal_ends_a_connect_that_a_full_queue_holds)
 	cr_assert_eq(td_client_connect_intr(un.sun_path, 0, intr_fn, &yes, &c,
 					    &e),
 		     -EINTR, "%s", e.reason);
+	setitimer(ITIMER_REAL, &off, NULL);
 	cr_assert_null(c);
 	cr_assert_eq(atomic_load(&intr_asked), 1);
 	cr_assert(strstr(e.reason, "interrupted the connect"), "%s", e.reason);
@@ -958,6 +969,7 @@ Test(threads, a_signal_ends_a_connect_that_a_full_queue_holds)
 	cr_assert_eq(td_client_connect_intr(un.sun_path, 0, intr_fn, &no, &c,
 					    &e),
 		     -ETIMEDOUT, "%s", e.reason);
+	setitimer(ITIMER_REAL, &off, NULL);
 	cr_assert_null(c);
 	cr_assert_geq(atomic_load(&intr_asked), 1, "fn was not asked");
 	unsetenv("TENSORD_CONNECT_TIMEOUT_MS");
