@@ -28,16 +28,6 @@ TestSuite(tgm_stream, .timeout = TU_TEST_TIMEOUT_S);
 
 #define NOBODY 65534
 
-/*
- * peak < bound. Under ASan its shadow memory and quarantine of freed
- * blocks are in tensorctl's peak, whatever tensorctl holds: the plain
- * build checks the bounds, the sanitized one the rest.
- */
-#ifdef __SANITIZE_ADDRESS__
-#define BOUNDED(peak, bound) ((void)(peak), (void)(bound), true)
-#else
-#define BOUNDED(peak, bound) ((peak) < (bound))
-#endif
 
 /* Word k of tensor i: distinct across tensors and offsets. */
 static uint64_t word(unsigned i, uint64_t k)
@@ -204,7 +194,7 @@ Test(tgm_stream, load_and_inspect_of_stdin_hold_one_message)
 		cr_assert_eq(rc, 0, "%s", (a = text(err)));
 	}
 	cr_log_info("load - peaked at %" PRIu64 " KiB", peak >> 10);
-	cr_expect(BOUNDED(peak, total / 2),
+	cr_expect(TU_BOUNDED(peak, total / 2),
 	             "load - peaked at %" PRIu64 " MiB for a %" PRIu64
 	             " MiB stream of %u messages",
 	             peak >> 20, total >> 20, MSG_N);
@@ -222,7 +212,7 @@ Test(tgm_stream, load_and_inspect_of_stdin_hold_one_message)
 		rc = run(&d, &hs, &peak, "inspect", "-", NULL);
 		cr_expect_eq(rc, 0, "%s", (a = text(err)));
 		cr_log_info("inspect - peaked at %" PRIu64 " KiB", peak >> 10);
-		cr_expect(BOUNDED(peak, total / 2),
+		cr_expect(TU_BOUNDED(peak, total / 2),
 		             "inspect - peaked at %" PRIu64 " MiB for a %" PRIu64
 		             " MiB stream",
 		             peak >> 20, total >> 20);
@@ -536,7 +526,7 @@ Test(tgm_stream, save_past_the_lease_cap_holds_one_batch)
 	free(a);
 	cr_log_info("save past the cap peaked at %" PRIu64 " KiB",
 	            peak >> 10);
-	cr_expect(BOUNDED(peak, total / 4),
+	cr_expect(TU_BOUNDED(peak, total / 4),
 	             "save past the cap peaked at %" PRIu64 " MiB for %" PRIu64
 	             " MiB of tensors",
 	             peak >> 20, total >> 20);
@@ -669,7 +659,7 @@ Test(tgm_stream, zarr_export_of_stdin_holds_one_message)
 	}
 	cr_log_info("zarr export --from - peaked at %" PRIu64 " KiB",
 	            peak >> 10);
-	cr_expect(BOUNDED(peak, total / 2),
+	cr_expect(TU_BOUNDED(peak, total / 2),
 	          "zarr export --from - peaked at %" PRIu64 " MiB for a "
 	          "%" PRIu64 " MiB stream of %u messages",
 	          peak >> 20, total >> 20, MSG_N);
@@ -789,7 +779,7 @@ Test(tgm_stream, inspect_of_npy_stdin_reads_its_header)
 			cr_log_info("inspect - of a .npy peaked at %" PRIu64
 			            " KiB",
 			            peak >> 10);
-			cr_expect(BOUNDED(peak, count * 4),
+			cr_expect(TU_BOUNDED(peak, count * 4),
 			          "inspect - of a .npy peaked at %" PRIu64
 			          " MiB for %" PRIu64 " MiB",
 			          peak >> 20, (count * 8) >> 20);
@@ -891,7 +881,7 @@ Test(tgm_stream, zarr_export_past_the_lease_cap_holds_one_batch)
 	cr_assert_eq(rc, 0, "%s", (a = text(err)));
 	cr_log_info("zarr export past the cap peaked at %" PRIu64 " KiB",
 	            peak >> 10);
-	cr_expect(BOUNDED(peak, total / 2),
+	cr_expect(TU_BOUNDED(peak, total / 2),
 	          "zarr export past the cap peaked at %" PRIu64 " MiB for "
 	          "%" PRIu64 " MiB of tensors",
 	          peak >> 20, total >> 20);
