@@ -127,6 +127,15 @@ PyObject *tdpy_client_get_many(ClientObject *self, PyObject *args,
 		return NULL;
 	if (newer != Py_None && !tdpy_conv_version(newer, &after))
 		return NULL;
+	/* a str is a sequence too: of one-letter names, which a call
+	 * meant as get_many(name) must not quietly ask for */
+	if (PyUnicode_Check(names_o) || PyBytes_Check(names_o) ||
+	    PyByteArray_Check(names_o)) {
+		PyErr_Format(PyExc_TypeError, "get_many() takes a sequence "
+			     "of names, not one %.100s: get_many([name])",
+			     Py_TYPE(names_o)->tp_name);
+		return NULL;
+	}
 	seq = PySequence_Fast(names_o, "get_many() takes a sequence of names");
 	if (!seq)
 		return NULL;

@@ -673,6 +673,23 @@ PyObject *tdpy_client_publish_many(ClientObject *self, PyObject *args,
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Op", kwlist, &arrs,
 					 &meta, &pin))
 		return NULL;
+	/* one array or Planes is a sequence too: of its rows or planes,
+	 * all the same loan, which the daemon would refuse as a loan given
+	 * twice after consuming it */
+	if (PyArray_Check(arrs) || PyObject_TypeCheck(arrs, &tdpy_planes_type)) {
+		PyErr_Format(PyExc_TypeError, "publish_many() takes a sequence "
+			     "of alloc() arrays, not one %.100s: "
+			     "publish_many([a])", Py_TYPE(arrs)->tp_name);
+		return NULL;
+	}
+	/* nor is one metadata (a str, bytes) one per array */
+	if (PyUnicode_Check(meta) || PyBytes_Check(meta) ||
+	    PyByteArray_Check(meta) || PyMemoryView_Check(meta)) {
+		PyErr_Format(PyExc_TypeError, "publish_many()'s metadata is "
+			     "None or a sequence, one per array, not one "
+			     "%.100s: metadata=[m]", Py_TYPE(meta)->tp_name);
+		return NULL;
+	}
 	seq = PySequence_Fast(arrs, "publish_many() takes a sequence of "
 				    "alloc() arrays");
 	if (!seq)

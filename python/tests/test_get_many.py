@@ -122,6 +122,48 @@ def test_publish_many_metadata_and_its_refusals(daemon, client):
     assert client.stat("pm/c").version == vc
 
 
+def test_get_many_of_one_str_is_refused_not_read_as_letters(client):
+    """A str is a sequence of one-letter names: get_many("ab") asked
+    for "a" and "b" and gave them, a careless get_many(name) got
+    tensors of other names (or NotFound naming a letter)."""
+    client.put("a", np.zeros(1, np.uint8))
+    client.put("b", np.ones(1, np.uint8))
+    for names in ("ab", b"ab", bytearray(b"ab")):
+        with pytest.raises(TypeError, match=r"get_many\(\[name\]\)"):
+            client.get_many(names)
+        with pytest.raises(TypeError, match="not one"):
+            client.get_many(names, newer=0, timeout=0)
+    assert client.stat("a").lease_count == 0
+    x, y = client.get_many(["a", "b"])
+    assert (x.name, y.name) == ("a", "b")
+
+
+def test_publish_many_of_one_array_or_str_metadata_consumes_nothing(client):
+    """One array (or Planes) is a sequence of its rows (planes), all
+    the same loan: publish_many(a) sent it twice, the daemon refused a
+    loan given twice and the loan was gone. A str as the metadata
+    sequence gave each array one letter of it. Both are the caller's
+    mistake, refused before anything is sent."""
+    a = client.alloc("pm1/a", (3, 4), "u8")
+    p = client.alloc("pm1/nv", (4, 4), "u8", format="NV12")
+    for one in (a, a[:1], p):
+        with pytest.raises(TypeError, match=r"publish_many\(\[a\]\)"):
+            client.publish_many(one)
+    b = client.alloc("pm1/b", (2,), "u8")
+    c = client.alloc("pm1/c", (2,), "u8")
+    for meta in ("xy", b"xy", bytearray(b"xy"), memoryview(b"xy")):
+        with pytest.raises(TypeError, match="one per array"):
+            client.publish_many([b, c], metadata=meta)
+    for name in ("pm1/a", "pm1/nv", "pm1/b", "pm1/c"):
+        with pytest.raises(tensord.NotFound):
+            client.stat(name)
+    # nothing consumed: each loan still publishes
+    assert client.publish(a) > 0 and client.publish(p) > 0
+    vb, vc = client.publish_many([b, c], metadata=[b"x", "y"])
+    x, y = client.get_many(["pm1/b", "pm1/c"])
+    assert (x.metadata, y.metadata) == (b"x", b"y")
+
+
 # ---- get_many(names, newer=, timeout=): the next step, waited for ----
 
 def status_sum(daemon, key):
