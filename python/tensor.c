@@ -247,14 +247,18 @@ static int format_fits(const OwnerObject *o, const char *f)
 		shape[k] = (uint64_t)o->shape[k];
 	rc = td_format_plane_layout(f, o->dtype, (uint32_t)o->ndim, shape, 0,
 				    o->row_pitch, &l);
+	/* "" and names of 64 bytes or more are EINVAL there: no format
+	 * either, not a grid that does not fit one */
+	if (!*f || strnlen(f, 64) == 64)
+		rc = -ENOTSUP;
 	if (rc == -ENOTSUP)
-		PyErr_Format(PyExc_ValueError, "unknown image format \"%s\": "
+		PyErr_Format(PyExc_ValueError, "unknown image format \"%.64s\": "
 			     "tensord knows rgb8, rgba8, bgra8, mono8, YUYV, "
 			     "VYUY, NV12, NV16, NV24, rgb8_planar and "
 			     "rgba8_planar (blob spec 11.4; case matters)", f);
 	else if (rc < 0)
 		PyErr_Format(PyExc_ValueError, "shape, dtype and row pitch do "
-			     "not fit format %s (%s): its grid is [H, W, 3] "
+			     "not fit format %.64s (%s): its grid is [H, W, 3] "
 			     "(rgb8), [H, W, 4] (rgba8, bgra8), [H, W, 2] "
 			     "(YUYV, VYUY), [H, W] (mono8, NV12, NV16, NV24) "
 			     "or [3 or 4, H, W] (rgb8_planar, rgba8_planar), "

@@ -144,6 +144,17 @@ def test_numpy_integers_are_integer_arguments(client):
         client.event_limit = np.float32(3)
 
 
+def test_an_empty_or_overlong_format_is_unknown_not_a_misfit(client):
+    """"" and a format name of 64 bytes or more were refused as a shape
+    that does not fit them (libtensord's EINVAL), the whole name in the
+    message however long: they name no format at all."""
+    for fmt in ("", "r" * 64, "rgb8" + "x" * 5000):
+        with pytest.raises(ValueError, match="unknown image format") as ei:
+            client.alloc("fmt/a", (4, 5, 3), "u8", format=fmt)
+        assert len(str(ei.value)) < 300, len(str(ei.value))
+    assert client.ls("fmt/") == []
+
+
 def test_alloc_refuses_a_format_publish_would_refuse(client):
     """An unknown image format, or a shape that is not the format's grid,
     is refused by alloc(), naming the formats and grids, before the user
