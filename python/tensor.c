@@ -679,8 +679,10 @@ PyObject *tdpy_client_publish_many(ClientObject *self, PyObject *args,
 		return NULL;
 	/* one array or Planes is a sequence too: of its rows or planes,
 	 * all the same loan, which the daemon would refuse as a loan given
-	 * twice after consuming it */
-	if (PyArray_Check(arrs) || PyObject_TypeCheck(arrs, &tdpy_planes_type)) {
+	 * twice after consuming it (an array of objects may hold arrays) */
+	if ((PyArray_Check(arrs) &&
+	     PyArray_DESCR((PyArrayObject *)arrs)->type_num != NPY_OBJECT) ||
+	    PyObject_TypeCheck(arrs, &tdpy_planes_type)) {
 		PyErr_Format(PyExc_TypeError, "publish_many() takes a sequence "
 			     "of alloc() arrays, not one %.100s: "
 			     "publish_many([a])", Py_TYPE(arrs)->tp_name);

@@ -159,7 +159,10 @@ def test_publish_many_of_one_array_or_str_metadata_consumes_nothing(client):
             client.stat(name)
     # nothing consumed: each loan still publishes
     assert client.publish(a) > 0 and client.publish(p) > 0
-    vb, vc = client.publish_many([b, c], metadata=[b"x", "y"])
+    # an array of objects is a sequence of its objects
+    seq = np.empty(2, dtype=object)
+    seq[0], seq[1] = b, c
+    vb, vc = client.publish_many(seq, metadata=[b"x", "y"])
     x, y = client.get_many(["pm1/b", "pm1/c"])
     assert (x.metadata, y.metadata) == (b"x", b"y")
 
