@@ -319,7 +319,8 @@ Test(policy, the_next_readable_name_is_the_smallest_granted_one_above)
 		parse_ok(text, &pol);
 		for (unsigned ci = 0; ci < 8; ci++) {
 			gid_t groups[4];
-			struct td__cred c = {rnd(ids), rnd(ids), groups, rnd(5)};
+			struct td__cred c = {rnd(ids), rnd(ids), groups,
+					     rnd(5)};
 			const struct td__cred *cp = ci == 0 ? NULL : &c;
 
 			for (unsigned g = 0; g < c.ngroups; g++)
