@@ -613,6 +613,11 @@ void td__lease_init(void);
  * daemon's own uid (its operator) always may. */
 bool td__access_may(const struct td__peer *p, unsigned perm,
 		    const char *name, size_t len);
+struct td__policy_names;
+/* The first of nm's names at or after i that p may do perm on (nm->count
+ * when none): td__policy_skip, i itself without a policy to obey. */
+size_t td__access_skip(const struct td__peer *p, unsigned perm,
+		       const struct td__policy_names *nm, size_t i);
 /* May p read every name (no --policy, or the daemon's own uid)? */
 bool td__access_reads_all(const struct td__peer *p);
 /* May p read every name w may write (td__policy_covers)? Kept in p
@@ -937,6 +942,37 @@ int td__policy_load(const char *path, struct td__policy *pol);
 bool td__policy_allows(const struct td__policy *pol,
 		       const struct td__cred *c, unsigned perm,
 		       const char *name, size_t len);
+/*
+ * The smallest name >= name (len bytes) that c may do perm on, for LIST
+ * to jump over what c may not read: 0 when name itself is allowed; 1
+ * with out (TD_WIRE_MAX_NAME bytes) and *out_len set to a prefix P >
+ * name that a rule grants, every name in [name, P) refused; -ENOENT when
+ * no name >= name is allowed. Looks at the nodes on name's way and at
+ * most once at each node hanging off it (the policy's size, never the
+ * store's).
+ */
+int td__policy_next(const struct td__policy *pol, const struct td__cred *c,
+		    unsigned perm, const char *name, size_t len, char *out,
+		    size_t *out_len);
+/* A sorted array of names, as td__policy_skip reads it. */
+struct td__policy_names {
+	/* name i's bytes, its length in *len */
+	const char *(*at)(const void *ctx, size_t i, size_t *len);
+	/* the index of the first name >= key (count when none) */
+	size_t (*find)(const void *ctx, const char *key, size_t len);
+	const void *ctx;
+	size_t count;
+};
+/*
+ * The index of the first of nm's names at or after i that c may do perm
+ * on (nm->count when none). Each refused name costs one
+ * td__policy_next and one find, then the next is at or past another
+ * granting prefix: at most one round per granting prefix, however many
+ * refused names lie between.
+ */
+size_t td__policy_skip(const struct td__policy *pol,
+		       const struct td__cred *c, unsigned perm,
+		       const struct td__policy_names *nm, size_t i);
 /* Is c one of the WHO of rule r (c NULL: an HTTP reader, which only
  * `http` lines name; those name nobody on the socket)? */
 bool td__policy_who(const struct td__rule *r, const struct td__cred *c);

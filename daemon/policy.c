@@ -622,6 +622,126 @@ bool td__policy_allows(const struct td__policy *pol,
 	}
 }
 
+/* Compare as td__name_cmp does: bytes unsigned, a prefix first. */
+static int str_cmp(const char *a, size_t alen, const char *b, size_t blen)
+{
+	int r = memcmp(a, b, alen < blen ? alen : blen);
+
+	if (r)
+		return r;
+	return alen < blen ? -1 : alen > blen;
+}
+
+/*
+ * The smallest prefix that a rule of the subtree under node n grants bit
+ * to c, when smaller than best[0..bestlen): written to best, its length
+ * returned (bestlen when none is smaller). path[0..depth) is n's prefix,
+ * path has TD_WIRE_MAX_NAME bytes. Each node is looked at at most once
+ * (siblings are not sorted: every branch is tried); a granting node ends
+ * its branch, as every name under it is larger, and so does a prefix
+ * already larger than best. Recursion depth: at most a prefix's length.
+ */
+static size_t least_under(const struct td__policy *pol,
+			  const struct td__cred *c, unsigned bit, uint32_t n,
+			  char *path, size_t depth, char *best, size_t bestlen)
+{
+	const struct td__pnode *nd = &pol->nodes[n];
+
+	if (bestlen && str_cmp(path, depth, best, bestlen) > 0)
+		return bestlen;
+	if (node_grants(pol, nd, c, bit)) {
+		memcpy(best, path, depth);
+		return depth;
+	}
+	for (uint32_t ch = nd->child; ch && depth < TD_WIRE_MAX_NAME;
+	     ch = pol->nodes[ch].sibling) {
+		path[depth] = (char)pol->nodes[ch].byte;
+		bestlen = least_under(pol, c, bit, ch, path, depth + 1, best,
+				      bestlen);
+	}
+	return bestlen;
+}
+
+int td__policy_next(const struct td__policy *pol, const struct td__cred *c,
+		    unsigned perm, const char *name, size_t len, char *out,
+		    size_t *out_len)
+{
+	uint32_t way[TD_WIRE_MAX_NAME + 1], n = 0;
+	char path[TD_WIRE_MAX_NAME];
+	unsigned bit;
+	size_t i;
+
+	if (perm > 7 || !pol->nodes || len > TD_WIRE_MAX_NAME)
+		return -ENOENT;
+	bit = 1u << perm;
+	/* down the name's way, as td__policy_allows walks it */
+	for (i = 0;; i++) {
+		const struct td__pnode *nd = &pol->nodes[n];
+
+		way[i] = n;
+		if (node_grants(pol, nd, c, bit))
+			return 0;
+		if (i == len)
+			break;
+		for (n = nd->child; n && pol->nodes[n].byte != (uint8_t)name[i];
+		     n = pol->nodes[n].sibling)
+			STEP();
+		if (!n)
+			break;
+	}
+	/*
+	 * A readable name > name parts from it at some byte d (or extends
+	 * it, d = len) where it is larger, under a granting prefix longer
+	 * than d (a shorter one would be name's own): the prefix's node
+	 * hangs under way[d] through a byte > name[d]. The deepest d with
+	 * one wins (it shares more of name, then a byte > name[d]), so the
+	 * search goes up from the bottom of the way and stops at the first.
+	 */
+	for (size_t d = i + 1; d-- > 0;) {
+		size_t best = 0;
+
+		memcpy(path, name, d);
+		for (uint32_t ch = pol->nodes[way[d]].child;
+		     ch && d < TD_WIRE_MAX_NAME; ch = pol->nodes[ch].sibling) {
+			STEP();
+			if (d < len && pol->nodes[ch].byte <= (uint8_t)name[d])
+				continue;
+			path[d] = (char)pol->nodes[ch].byte;
+			best = least_under(pol, c, bit, ch, path, d + 1, out,
+					   best);
+		}
+		if (best) {
+			*out_len = best;
+			return 1;
+		}
+	}
+	return -ENOENT;
+}
+
+size_t td__policy_skip(const struct td__policy *pol,
+		       const struct td__cred *c, unsigned perm,
+		       const struct td__policy_names *nm, size_t i)
+{
+	char next[TD_WIRE_MAX_NAME];
+
+	while (i < nm->count) {
+		size_t len, nlen = 0, j;
+		const char *name = nm->at(nm->ctx, i, &len);
+		int rc = td__policy_next(pol, c, perm, name, len, next, &nlen);
+
+		STEP();
+		if (rc == 0)
+			return i;
+		if (rc < 0)
+			return nm->count;
+		/* next > name: the first name >= next is further on (the
+		 * guard only keeps a broken find from looping) */
+		j = nm->find(nm->ctx, next, nlen);
+		i = j > i ? j : i + 1;
+	}
+	return nm->count;
+}
+
 bool td__policy_covers(const struct td__policy *pol,
 			const struct td__cred *reader,
 			const struct td__cred *writer, bool writer_all)

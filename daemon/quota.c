@@ -152,6 +152,16 @@ bool td__access_may(const struct td__peer *p, unsigned perm, const char *name,
 	return td__policy_allows(pol, &c, perm, name, len);
 }
 
+size_t td__access_skip(const struct td__peer *p, unsigned perm,
+		       const struct td__policy_names *nm, size_t i)
+{
+	struct td__cred c = {p->uid, p->gid, p->groups, p->ngroups};
+
+	if (!td__d->policy || p->uid == geteuid())
+		return i;
+	return td__policy_skip(td__d->policy, &c, perm, nm, i);
+}
+
 bool td__access_reads_all(const struct td__peer *p)
 {
 	return !td__d->policy || p->uid == geteuid();

@@ -593,7 +593,29 @@ static bool is_old(const struct td__version *v,
 	return false;
 }
 
-/* The least recently used version make_room may evict for uid; NULL. */
+/* May make_room evict v for uid at all (leases, pins, followers, the
+ * versions a PUBLISH replaces)? Nothing in one make_room call changes
+ * it but the picks themselves (v->evict). */
+static bool lru_may(const struct td__version *v,
+		    const struct td__version *const *olds, size_t nold)
+{
+	return !is_old(v, olds, nold) && !v->evict && v->refs == 1 &&
+	       !bell_pins(v) && !(v->flags & TD_WIRE_PUB_PIN);
+}
+
+/* And for this uid now: whose bytes it frees may be taken. */
+static bool lru_fair(struct td__store *s, const struct td__version *v,
+		     uid_t uid, bool over_uid, uint64_t fair)
+{
+	/* a restored version is no uid's (fdstore, snapshot): it counts in
+	 * --max-bytes only, so it makes room there for anyone and in no
+	 * uid's quota */
+	return v->unowned ? !over_uid
+			  : td__acct_evictable(s, v->uid, uid, over_uid, fair);
+}
+
+/* The least recently used version make_room may evict for uid; NULL.
+ * A pass over every name: the fallback when no candidate heap fits. */
 static struct td__version *lru_pick(struct td__store *s, uid_t uid,
 				    const struct td__version *const *olds,
 				    size_t nold, bool over_uid, uint64_t fair)
@@ -603,21 +625,67 @@ static struct td__version *lru_pick(struct td__store *s, uid_t uid,
 	for (size_t i = 0; i < s->count; i++) {
 		struct td__version *v = s->names[i];
 
-		if (is_old(v, olds, nold) || v->evict || v->refs != 1 ||
-		    bell_pins(v) ||
-		    (v->flags & TD_WIRE_PUB_PIN))
-			continue;
-		/* a restored version is no uid's (fdstore, snapshot): it
-		 * counts in --max-bytes only, so it makes room there for
-		 * anyone and in no uid's quota */
-		if (v->unowned ? over_uid
-			       : !td__acct_evictable(s, v->uid, uid, over_uid,
-						     fair))
+		if (!lru_may(v, olds, nold) ||
+		    !lru_fair(s, v, uid, over_uid, fair))
 			continue;
 		if (!lru || v->used < lru->used)
 			lru = v;
 	}
 	return lru;
+}
+
+/* One make_room call's candidates: s->lru[0..all), the heap its first n. */
+struct lru_run {
+	size_t all, n;
+	bool built, over_uid, scan;
+};
+
+/*
+ * lru_pick's answer from a heap built once per make_room call: the
+ * versions it may evict at all, least recently used first. One taken
+ * off the top and found not fair to take stays unfair for the rest of
+ * the call (a uid's picked bytes only grow) while over_uid stays as it
+ * is; over_uid only goes from true to false (uid's bytes only fall),
+ * which can make more fair, so the heap is built again then, once.
+ */
+static struct td__version *lru_next(struct td__store *s, struct lru_run *r,
+				    uid_t uid,
+				    const struct td__version *const *olds,
+				    size_t nold, bool over_uid, uint64_t fair)
+{
+	if (!r->built && s->lru_cap < s->count) {
+		struct td__lru *t = realloc(s->lru, s->cap * sizeof(*t));
+
+		/* grows with the store, not per handoff; without it the
+		 * pass per victim still picks the same */
+		if (t) {
+			s->lru = t;
+			s->lru_cap = s->cap;
+		} else {
+			r->scan = true;
+		}
+	}
+	if (r->scan)
+		return lru_pick(s, uid, olds, nold, over_uid, fair);
+	if (!r->built) {
+		for (size_t i = 0; i < s->count; i++)
+			if (lru_may(s->names[i], olds, nold))
+				s->lru[r->all++] =
+					(struct td__lru){s->names[i]->used, i};
+	}
+	if (!r->built || r->over_uid != over_uid) {
+		r->built = true;
+		r->over_uid = over_uid;
+		r->n = r->all;
+		td__lru_heapify(s->lru, r->n);
+	}
+	for (struct td__lru *c; (c = td__lru_pop(s->lru, &r->n));) {
+		struct td__version *v = s->names[c->at];
+
+		if (!v->evict && lru_fair(s, v, uid, over_uid, fair))
+			return v;
+	}
+	return NULL;
 }
 
 /*
@@ -646,6 +714,7 @@ int td__store_make_room_many(struct td__store *s, uid_t uid, uint64_t add,
 	uint64_t max = td__acct_cap(s, uid);
 	uint64_t qmax = td__tenant_quota(uid);
 	uint64_t total, mine, fair;
+	struct lru_run run = {0};
 	int rc = 0;
 
 	for (bool swept = false;; swept = true) {
@@ -691,7 +760,7 @@ int td__store_make_room_many(struct td__store *s, uid_t uid, uint64_t add,
 			td__acct_pick(s, fb->uid, fb->f.size);
 			continue;
 		}
-		lru = lru_pick(s, uid, olds, nold, over_uid, fair);
+		lru = lru_next(s, &run, uid, olds, nold, over_uid, fair);
 		if (!lru) {
 			why->rc = rc = over_uid ? -EDQUOT : -ENOSPC;
 			why->limit = over_uid ? qmax : max;
@@ -882,6 +951,7 @@ static void on_timer_closed(uv_handle_t *h)
 	td__spares_fini(&s->spare_waiters, offsetof(struct td__waiter, link));
 	td__spares_fini(&s->spare_bodies, offsetof(struct td__body, link));
 	free(s->bufs);
+	free(s->lru);
 	free(s->due);
 	free(s->uids); /* kept at its capacity when every uid is back at 0 */
 	free(s);
@@ -956,6 +1026,13 @@ void td__store_trim(unsigned more)
 	}
 	s->names = shrink(s->names, s->count, &s->cap, sizeof(*s->names));
 	s->bufs = shrink(s->bufs, s->nbufs, &s->bufs_cap, sizeof(*s->bufs));
+	/* the eviction heap is scratch: made again at names' size when
+	 * next needed */
+	if (s->lru_cap > s->cap) {
+		free(s->lru);
+		s->lru = NULL;
+		s->lru_cap = 0;
+	}
 	s->due = shrink(s->due, s->ndue, &s->due_cap, sizeof(*s->due));
 	malloc_trim(0); /* it merges the freed records first */
 	while (s->n_free_leases < TRIM_KEEP_LEASES) {

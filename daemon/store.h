@@ -5,6 +5,7 @@
  *
  *   store.c    names -> versions, their lifetime, buffer ids, recycled
  *              buffers waiting for reuse, eviction, watches' events
+ *   lru.c      eviction's order: one call's candidates in a heap
  *   quota.c    bytes per uid and in total, limits, the access policy gate
  *   loan.c     ALLOC: unpublished allocs, recycled buffers handed out
  *   lease.c    GET, RELEASE, parked GETs
@@ -267,6 +268,10 @@ struct td__store {
 	/* current versions sorted by name (binary search, LIST paging) */
 	struct td__version **names;
 	size_t count, cap;
+	/* make_room's eviction candidates (lru.c); grown to names' cap
+	 * when an eviction finds it short, kept between calls */
+	struct td__lru *lru;
+	size_t lru_cap;
 	struct td__buf *bufs;
 	size_t nbufs, bufs_cap;
 	/*
@@ -532,6 +537,17 @@ void td__notify(struct td__store *s, uint32_t event,
 /* The same for version `number` of name, which is gone already. */
 void td__notify_name(struct td__store *s, uint32_t event,
 		     struct td_wire_str name, uint64_t number);
+
+/* lru.c: one eviction candidate, a version at s->names[at]. */
+struct td__lru {
+	uint64_t used;
+	size_t at;
+};
+/* Order h[0..n) as a min-heap by (used, at): n/2 sift-downs. */
+void td__lru_heapify(struct td__lru *h, size_t n);
+/* Move the least of the heap h[0..*n) to h[*n - 1] and return it, the
+ * heap one shorter; NULL when empty. O(log n) comparisons. */
+struct td__lru *td__lru_pop(struct td__lru *h, size_t *n);
 
 /* What a td__store_make_room() shortage was, for the reply. */
 struct td__room {

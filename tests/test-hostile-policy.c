@@ -190,3 +190,167 @@ Test(hostile_policy, a_reader_costs_one_rule_scan_per_writer_and_reload)
 	unlink(policy);
 	unlink(log);
 }
+
+/* ---- LIST under a policy: the names a reader may read, exactly ---- */
+
+#define LS_META 4000 /* a page of LIST holds some 15 entries */
+#define LS_MAX 256
+
+static char ls_names[LS_MAX][32];
+static unsigned ls_count;
+
+static bool ls_readable(const char *n)
+{
+	return strncmp(n, "b/", 2) == 0 || strncmp(n, "d/x", 3) == 0 ||
+	       strncmp(n, "f/", 2) == 0;
+}
+
+static int ls_cmp(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+/* The reader: LIST of each prefix as NOBODY against what it may read. */
+static int ls_reader(const char *sock)
+{
+	static const char *const prefixes[] = {"", "b/", "c/", "d/", "d/x",
+					       "d/x1", "f/", "g/"};
+	struct td_client *c;
+
+	become(NOBODY);
+	c = child_conn(sock);
+	for (unsigned k = 0; k < sizeof(prefixes) / sizeof(*prefixes); k++) {
+		const char *pf = prefixes[k];
+		struct td_entry *list = NULL;
+		struct td_error e = {0};
+		size_t count = 0, want = 0;
+
+		if (td_client_list(c, pf, &list, &count, &e) < 0) {
+			fprintf(stderr, "list \"%s\": %s\n", pf, e.reason);
+			return 30;
+		}
+		for (unsigned i = 0; i < ls_count; i++) {
+			const char *n = ls_names[i];
+
+			if (strncmp(n, pf, strlen(pf)) != 0 || !ls_readable(n))
+				continue;
+			if (want >= count || strcmp(list[want].name, n) != 0) {
+				fprintf(stderr, "list \"%s\" #%zu: \"%s\", "
+					"want \"%s\"\n", pf, want,
+					want < count ? list[want].name : "-",
+					n);
+				return 31;
+			}
+			/* rings are listed as rings */
+			if (!(list[want].flags & TD_ENTRY_RING) !=
+			    !strstr(n, "ring")) {
+				fprintf(stderr, "\"%s\": flags %#x\n", n,
+					list[want].flags);
+				return 32;
+			}
+			want++;
+		}
+		if (want != count) {
+			fprintf(stderr, "list \"%s\": %zu names, want %zu\n",
+				pf, count, want);
+			return 33;
+		}
+		td_entry_list_free(list, count);
+	}
+	td_client_close(c);
+	return 0;
+}
+
+/*
+ * Runs of readable names (b/, d/x, f/) between runs of others' (a/, c/,
+ * d/w, d/y, e/, g/), rings among both, over many pages (big metadata,
+ * few entries a page): LIST jumps the runs it may not read and must
+ * list exactly the names it may, in order, whichever prefix it asks.
+ */
+Test(hostile_policy, a_list_shows_exactly_the_readable_names_across_runs)
+{
+	static const char *const runs[] = {"a/", "b/", "c/", "d/w", "d/x",
+					   "d/y", "e/", "f/", "g/"};
+	static const char *const rings[] = {"a/ring", "b/n0007ring",
+					    "d/x0ring", "d/yring",
+					    "f/ring9", "zring"};
+	static uint8_t meta[LS_META];
+	char policy[64];
+	const char *args[] = {"--socket-mode", "0666", "--policy", policy,
+			      NULL};
+	struct td_ring *rr[sizeof(rings) / sizeof(*rings)];
+	struct td_entry *all = NULL;
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	struct tu_daemon d;
+	size_t count = 0;
+	unsigned readable = 0;
+	pid_t pid;
+	FILE *f;
+	int st;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as other uids");
+	snprintf(policy, sizeof(policy), "/tmp/td-hpls-%d", (int)getpid());
+	f = fopen(policy, "w");
+	cr_assert(f);
+	/* the reader's prefixes, and others' between them */
+	fprintf(f, "allow uid=%u r b/\nallow uid=%u r d/x\n"
+		   "allow uid=%u r f/\nallow uid=%u rw a/\n"
+		   "allow uid=%u rw d/\nallow uid=%u r c/\n",
+		NOBODY, NOBODY, NOBODY, WRITER, WRITER, WRITER);
+	fclose(f);
+	tu_daemon_start_args(&d, "warn", args);
+	cr_assert_eq(chmod(d.dir, 0755), 0);
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	memset(meta, 0x6d, sizeof(meta));
+	ls_count = 0;
+	for (unsigned r = 0; r < sizeof(runs) / sizeof(*runs); r++) {
+		/* the readable runs short, the others long */
+		unsigned n = ls_readable(runs[r]) ? 22 : 30;
+
+		for (unsigned k = 0; k < n; k++) {
+			static const uint64_t shape[1] = {8};
+			static const uint8_t bytes[8];
+			char *name = ls_names[ls_count++];
+			struct td_publish p = {.name = name,
+					       .dtype = TD_TENSOR_U8,
+					       .ndim = 1, .shape = shape,
+					       .fence_fd = -1, .meta = meta,
+					       .meta_len = sizeof(meta)};
+
+			snprintf(name, 32, "%sn%04u", runs[r], k);
+			cr_assert_eq(td_client_put(c, &p, bytes, sizeof(bytes),
+						   NULL, &e),
+				     0, "put %s: %s", name, e.reason);
+		}
+	}
+	for (unsigned r = 0; r < sizeof(rings) / sizeof(*rings); r++) {
+		uint64_t size = 64;
+		struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+					    .shape = &size, .slot_count = 2};
+
+		cr_assert_eq(td_ring_create(c, rings[r], &desc, &rr[r], &e), 0,
+			     "ring %s: %s", rings[r], e.reason);
+		strcpy(ls_names[ls_count++], rings[r]);
+	}
+	qsort(ls_names, ls_count, sizeof(*ls_names), ls_cmp);
+	for (unsigned i = 0; i < ls_count; i++)
+		readable += ls_readable(ls_names[i]);
+	cr_assert_gt(readable, 60);
+	/* the operator lists everything */
+	cr_assert_eq(td_client_list(c, "", &all, &count, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(count, ls_count);
+	td_entry_list_free(all, count);
+	pid = tu_fork();
+	if (pid == 0)
+		_exit(ls_reader(d.sock));
+	st = tu_wait_child(pid, 60, "the lister");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "lister: %#x", st);
+	for (unsigned r = 0; r < sizeof(rings) / sizeof(*rings); r++)
+		td_ring_close(rr[r]);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	unlink(policy);
+}

@@ -2756,6 +2756,148 @@ Test(hostile, an_allocation_evicts_only_its_own_or_above_a_fair_share)
 	unlink(policy_path);
 }
 
+/* The names root's LIST shows, joined by spaces, into buf. */
+static const char *names_left(char *buf, size_t n)
+{
+	struct td_client *c = cli();
+	struct td_entry *list = NULL;
+	struct td_error e = {0};
+	size_t count = 0, off = 0;
+
+	cr_assert_eq(td_client_list(c, "", &list, &count, &e), 0, "%s",
+		     e.reason);
+	buf[0] = 0;
+	for (size_t i = 0; i < count; i++)
+		off += (size_t)snprintf(buf + off, n - off, "%s%s",
+					i ? " " : "", list[i].name);
+	cr_assert_lt(off, n);
+	td_entry_list_free(list, count);
+	td_client_close(c);
+	return buf;
+}
+
+/* root GETs name and releases it: it becomes the most recently used */
+static void touch(struct td_client *c, const char *name)
+{
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+
+	cr_assert_eq(td_client_get(c, name, &t, &e), 0, "%s", e.reason);
+	td_tensor_release(t);
+}
+
+/*
+ * One PUBLISH that evicts four versions at once, picking least recently
+ * used first among what may go: past a pinned and a leased version of
+ * root, and past the other uid's versions once that uid is down to its
+ * fair share (they stay unfair for the rest of the pick), to root's own.
+ * The victims and the order of the pick are those of the pass over
+ * every name that each victim cost before (tests/test-lru.c counts the
+ * heap that replaced it).
+ */
+Test(hostile, one_publish_evicts_the_least_recently_used_it_may_in_order)
+{
+	struct td_client *c;
+	struct td_tensor *leased = NULL;
+	struct worker w;
+	struct td_error e = {0};
+	char why[TD_WIRE_MAX_REASON + 1], name[16], left[512];
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	/* 17M: a fair share of 8.5M for two uids, nobody's 10M one MiB
+	 * and a bit above it, so two of nobody's may go and no third */
+	start_ex(with_policy("allow uid=65534 rw n/\nquota uid=65534 12M\n",
+			     "--max-bytes", "17M"),
+		 0, "info");
+	c = cli();
+	worker_start(&w, NOBODY, 1);
+	for (int i = 0; i < 10; i++) {
+		snprintf(name, sizeof(name), "n/%d", i);
+		cr_assert_eq(wdo(&w, W_PUT, name, MiB, 1, why, sizeof(why)),
+			     0, "nobody put %s: %s", name, why);
+	}
+	for (int i = 0; i < 5; i++) {
+		snprintf(name, sizeof(name), "r/%d", i);
+		cr_assert_eq(put_flags(c, name, MiB, (uint8_t)(0x10 + i),
+				       i == 1 ? TD_PUBLISH_PIN : 0, &e),
+			     0, "%s", e.reason);
+	}
+	touch(c, "n/0");
+	touch(c, "n/1");
+	cr_assert_eq(td_client_get(c, "r/2", &leased, &e), 0, "%s", e.reason);
+	cr_assert_str_eq(names_left(left, sizeof(left)),
+			 "n/0 n/1 n/2 n/3 n/4 n/5 n/6 n/7 n/8 n/9 "
+			 "r/0 r/1 r/2 r/3 r/4");
+	/* 15M held, 5.5M more under 17M: four of one MiB go. By age:
+	 * n/2.. n/9 (n/2 and n/3 while nobody is above 8.5M), r/0, r/1
+	 * pinned, r/2 leased, r/3 */
+	cr_assert_eq(put_bytes(c, "r/big", 5 * MiB + MiB / 2, 0x40, &e), 0,
+		     "%s", e.reason);
+	cr_assert_str_eq(names_left(left, sizeof(left)),
+			 "n/0 n/1 n/4 n/5 n/6 n/7 n/8 n/9 "
+			 "r/1 r/2 r/4 r/big");
+	td_tensor_release(leased);
+	worker_stop(&w);
+	td_client_close(c);
+	stop();
+	unlink(policy_path);
+}
+
+/*
+ * A PUBLISH over its uid's quota evicts only that uid's versions,
+ * oldest first, skipping root's older ones; once the quota has room
+ * but --max-bytes (less the byte reserve) still has not, root's, above
+ * the fair share, may go too: the oldest of them, skipped a moment ago,
+ * is next.
+ */
+Test(hostile, an_eviction_past_the_quota_then_the_cap_takes_the_oldest_of_each)
+{
+	struct td_client *c;
+	struct worker w;
+	struct td_error e = {0};
+	char why[TD_WIRE_MAX_REASON + 1], name[16], left[512];
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	/* 16M: tenants stop at 15M, a fair share is 8M; nobody's six MiB
+	 * fit its quota with room for what each version adds */
+	start_ex(with_policy("allow uid=65534 rw n/\nquota uid=65534 6656K\n",
+			     "--max-bytes", "16M"),
+		 0, "info");
+	c = cli();
+	worker_start(&w, NOBODY, 1);
+	for (int i = 0; i < 6; i++) {
+		snprintf(name, sizeof(name), "n/%d", i);
+		cr_assert_eq(wdo(&w, W_PUT, name, MiB, 1, why, sizeof(why)),
+			     0, "nobody put %s: %s", name, why);
+	}
+	/* root up to 15.5M in all (its cap is the whole 16M) */
+	for (int i = 0; i < 10; i++) {
+		snprintf(name, sizeof(name), "r/%d", i);
+		cr_assert_eq(put_bytes(c, name, i == 9 ? MiB / 2 : MiB,
+				       (uint8_t)(0x10 + i), &e),
+			     0, "%s", e.reason);
+	}
+	/* nobody's the newest now: root's all older */
+	for (int i = 0; i < 6; i++) {
+		snprintf(name, sizeof(name), "n/%d", i);
+		touch(c, name);
+	}
+	/* 3.25M more: n/0..n/2 for the quota of 6.5M, then 15.75M is
+	 * still over 15M: r/0 (root holds 9.5M, above 8M), not n/3 */
+	cr_assert_eq(wdo(&w, W_PUT, "n/big", 3 * MiB + MiB / 4, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	cr_assert_str_eq(names_left(left, sizeof(left)),
+			 "n/3 n/4 n/5 n/big r/1 r/2 r/3 r/4 r/5 r/6 r/7 "
+			 "r/8 r/9");
+	worker_stop(&w);
+	td_client_close(c);
+	stop();
+	unlink(policy_path);
+}
+
 Test(hostile, unpublished_allocs_of_one_uid_cannot_take_the_cap)
 {
 	struct td_client *c;
