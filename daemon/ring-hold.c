@@ -32,8 +32,8 @@ static struct ring_uid *uid_new(struct ring *r, uid_t uid)
 		r->uid_cap = RING_UIDS_IN;
 	}
 	if (r->uid_n == r->uid_cap) {
-		/* cannot overflow: a uid holds a ring at most once per
-		 * lease or row, far fewer than UINT32_MAX / 2 */
+		/* cannot overflow: one entry per uid holding r, each
+		 * with a connection, far fewer than UINT32_MAX / 2 */
 		uint32_t cap = r->uid_cap * 2;
 		struct ring_uid *a = malloc(cap * sizeof(*a));
 
