@@ -2113,6 +2113,57 @@ Test(hostile, a_uids_holds_of_a_ring_on_two_connections_count_it_once)
 	unlink(policy_path);
 }
 
+/*
+ * A ring leased by more uids than it keeps room for in itself (four;
+ * more go to a table that grows): each uid counts the ring once, two
+ * leases or one, and its count stays its own as others leave out of
+ * order.
+ */
+Test(hostile, each_of_many_uids_leasing_a_ring_counts_it_once)
+{
+	struct worker prod, rd[6];
+	uint64_t lim, ring;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=60001 rw pub/\n"
+			     "allow any r pub/\n",
+			     NULL, NULL),
+		 0, "info");
+	worker_start(&prod, 60001, 1);
+	WOK(&prod, W_RING, "pub/r", 64 << 10, 1);
+	WOK(&prod, W_RING_PUT, "pub/r", 0, 1);
+	for (unsigned i = 0; i < 6; i++) {
+		worker_start(&rd[i], 60010 + i, 1);
+		WOK(&rd[i], W_GET_KEEP, "pub/r", 0, 2);
+	}
+	ring = pinned_use_of(60010, &lim);
+	cr_assert_gt(ring, 2 * (64 << 10), "%llu", (unsigned long long)ring);
+	for (unsigned i = 0; i < 6; i++)
+		cr_assert_eq(pinned_use_of(60010 + i, &lim), ring, "uid %u",
+			     60010 + i);
+	/* the first, third and fifth let go of one lease, then the other */
+	for (unsigned i = 0; i < 6; i += 2) {
+		WOK(&rd[i], W_RELEASE, "", 0, 1);
+		WOK(&rd[i], W_SYNC, "", 0, 1);
+		cr_assert_eq(pinned_use_of(60010 + i, &lim), ring, "uid %u",
+			     60010 + i);
+		WOK(&rd[i], W_RELEASE, "", 0, 1);
+		WOK(&rd[i], W_SYNC, "", 0, 1);
+	}
+	for (unsigned i = 0; i < 6; i++)
+		cr_assert_eq(pinned_use_of(60010 + i, &lim), i % 2 ? ring : 0,
+			     "uid %u", 60010 + i);
+	for (unsigned i = 0; i < 6; i++)
+		worker_stop(&rd[i]);
+	for (unsigned i = 0; i < 6; i++)
+		cr_assert_eq(pinned_use_of(60010 + i, &lim), 0, "uid %u",
+			     60010 + i);
+	worker_stop(&prod);
+	stop();
+	unlink(policy_path);
+}
+
 /* ---- one uid's allocations and the others' tensors ---- */
 
 /* Does the daemon still hold name with its bytes? */
