@@ -667,9 +667,9 @@ struct td__ring;
  * that names a live ring (true while any does).
  */
 struct td__ring_hooks {
-	/* pin: bytes counted as p's uid's pinned (another uid's ring) */
+	/* the ring's holds (its uid's rings and pinned) are ring.c's */
 	int (*lease)(struct td__peer *p, struct td__ring *r, uint32_t slot,
-		     uint64_t pin, uint64_t *id);
+		     uint64_t *id);
 	bool (*poll)(void);
 	/* a ring was made: GETs parked on its name join the poll (true if
 	 * any did), RING_SUBSCRIBEs parked on it are answered */

@@ -191,7 +191,6 @@ static void lease_drop(struct td__store *s, struct td__peer *p,
 	td__fence_unlease(p, l);
 	if (l->ring) {
 		td__ring_unlease(l->ring, l->slot, p->uid);
-		td__tenant_ring_unhold(p->uid, l->pinned != 0, 0);
 	} else {
 		td__follow_lease_gone(l);
 		l->v->lease_count--;
@@ -209,19 +208,16 @@ static void lease_drop(struct td__store *s, struct td__peer *p,
 	}
 }
 
-/* ring.c's hook (struct td__ring_hooks): a lease on a ring slot. */
+/* ring.c's hook (struct td__ring_hooks): a lease on a ring slot. It
+ * pins nothing of its own: ring.c counts the ring once per uid that
+ * holds it (td__ring_hold), however many leases and subscriptions. */
 static int lease_ring(struct td__peer *p, struct td__ring *r, uint32_t slot,
-		      uint64_t pin, uint64_t *id)
+		      uint64_t *id)
 {
 	struct td__lease *l;
-	/* pin is 0 on the uid's own ring: another's counts as one of its
-	 * rings too (td__tenant_ring_hold), the bytes as lease_new's */
-	int rc = td__tenant_ring_hold(p->uid, pin != 0, 0, td__d->reason,
-				      sizeof(td__d->reason));
+	int rc = lease_new(td__d->store, p, 0, &l, td__d->reason,
+			   sizeof(td__d->reason));
 
-	if (rc == 0 && (rc = lease_new(td__d->store, p, pin, &l, td__d->reason,
-				       sizeof(td__d->reason))) < 0)
-		td__tenant_ring_unhold(p->uid, pin != 0, 0);
 	if (rc < 0)
 		return rc;
 	l->ring = r;

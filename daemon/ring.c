@@ -28,6 +28,7 @@
 
 #include "blob.h"
 #include "ring.h"
+#include "ring-int.h"
 
 #define MAX_RINGS TD__MAX_RINGS
 /* descriptors a ring holds: hdr_rw, hdr_ro, rd_rw, data_rw, data_ro */
@@ -37,49 +38,6 @@
 
 _Static_assert(TD_WIRE_RING_MAX_PLANES == TD_RING_MAX_PLANES, "plane cap");
 _Static_assert(TD_WIRE_MAX_DIMS == TD_RING_MAX_DIMS, "dims cap");
-
-struct row_owner {
-	struct td__peer *peer; /* NULL: free */
-	uint64_t sub_id;
-	/* RING_WAKE: the subscriber's eventfd, valid while wake_gen != 0 */
-	uint32_t wake_gen;
-	int wake_fd;
-	uint64_t pinned; /* the ring's bytes, another uid's subscription */
-};
-
-/* Rows of one ring woken through an eventfd: what one reply can carry. */
-#define MAX_WAKE_FDS TD_WIRE_MAX_FDS
-
-struct ring {
-	struct td__list link;
-	uint64_t id;
-	struct td__peer *producer; /* NULL once it is gone */
-	uint32_t flags;            /* TD_WIRE_RING_HUGETLB | _THP */
-	uint32_t reader_count;
-	uint32_t dtype, ndim;
-	uint64_t shape[TD_WIRE_MAX_DIMS];
-	struct td_ring_geom g;
-	int hdr_rw, hdr_ro, rd_rw, data_rw, data_ro;
-	struct td_ring_hdr *hdr;
-	struct td_ring_readers *rd;
-	unsigned subs;
-	uid_t uid;     /* the producer's, charged with acct */
-	uint64_t acct; /* bytes counted against --max-bytes and the quota */
-	bool counted;  /* one ring and RING_FDS fds counted for uid */
-	bool unowned;  /* left uid's account (ring_disown) */
-	unsigned own;  /* uid's own subscriptions and GET leases */
-	struct row_owner rows[TD_RING_MAX_READERS];
-	/* GET leases (store leases) per slot: the daemon's own count, which
-	 * it stores into hdr->slots[].leases; a ring lives while any exists */
-	uint32_t lease_n[TD_RING_MAX_SLOTS];
-	unsigned leases;
-	uint64_t keep_until; /* uv_now(): TD_RING_KEEP_LATEST until then */
-	uint32_t wake_next;  /* last wake_gen handed out */
-	uint64_t busy_pass;  /* poll_pass when a GET last found it busy */
-	unsigned wakes;      /* rows with a wake eventfd */
-	uint16_t name_len;
-	char name[TD_WIRE_MAX_NAME + 1];
-};
 
 static struct td__list rings = {&rings, &rings};
 static unsigned ring_count;
@@ -148,6 +106,7 @@ static void ring_free(struct ring *r)
 	td__list_del(&r->link);
 	ring_count--;
 	ring_disown(r);
+	td__ring_holds_fini(r);
 	td__store_uncharge_total(r->acct);
 	if (r->hdr)
 		munmap(r->hdr, TD_RING_HDR_LEN);
@@ -173,9 +132,6 @@ static void ring_maybe_free(struct ring *r)
 	else if (!r->producer && !r->own)
 		ring_disown(r);
 }
-
-/* A hold of uid counts another uid's ring as pinned bytes. */
-#define RING_PIN(rg, who) ((who) != (rg)->uid ? (rg)->acct : 0)
 
 static struct ring *ring_named(struct td_wire_str n)
 {
@@ -508,15 +464,12 @@ void td__ring_subscribe(struct td__peer *p, const struct td__req *rq)
 			       (int)m.name.len, m.name.ptr, r->reader_count);
 		return;
 	}
-	rc = td__tenant_ring_hold(p->uid, p->uid != r->uid, RING_PIN(r, p->uid),
-				  why, sizeof(why));
+	rc = td__ring_hold(r, p->uid, why, sizeof(why));
 	if (rc < 0) {
 		td__peer_error(p, h->opcode, h->request_id, rc,
 			       "RING_SUBSCRIBE: %s", why);
 		return;
 	}
-	r->rows[row].pinned = RING_PIN(r, p->uid);
-	r->own += p->uid == r->uid;
 	r->rows[row].peer = p;
 	r->rows[row].sub_id = next_id++;
 	/* a new subscriber took nothing yet: the producer keeps the latest
@@ -533,8 +486,7 @@ static void row_clear(struct ring *r, uint32_t row)
 	struct td_ring_readers *rd = r->rd;
 	uid_t uid = r->rows[row].peer->uid;
 
-	td__tenant_ring_unhold(uid, uid != r->uid, r->rows[row].pinned);
-	r->own -= uid == r->uid;
+	td__ring_unhold(r, uid);
 	r->rows[row].peer = NULL;
 	r->rows[row].sub_id = 0;
 	r->subs--;
@@ -951,7 +903,8 @@ void td__ring_unlease(struct td__ring *x, uint32_t slot, uid_t uid)
 	struct ring *r = ring_of(x);
 
 	slot_unlease(r, slot);
-	r->own -= uid == r->uid;
+	if (uid != (uid_t)-1) /* HTTP's holds nothing of a uid's */
+		td__ring_unhold(r, uid);
 	if (timers_ready)
 		r->keep_until = uv_now(td__d->loop) + KEEP_MS;
 	ring_maybe_free(r);
@@ -1034,8 +987,11 @@ static void lease_taken(struct td__peer *p, uint16_t op, uint64_t request_id,
 			uint64_t version)
 {
 	uint64_t id;
-	int rc = hooks->lease(p, handle_of(r), s, RING_PIN(r, p->uid), &id);
+	int rc = td__ring_hold(r, p->uid, td__d->reason,
+			       sizeof(td__d->reason));
 
+	if (rc == 0 && (rc = hooks->lease(p, handle_of(r), s, &id)) < 0)
+		td__ring_unhold(r, p->uid);
 	if (rc < 0) {
 		slot_unlease(r, s);
 		if (rc == -ENOBUFS)
@@ -1055,7 +1011,6 @@ static void lease_taken(struct td__peer *p, uint16_t op, uint64_t request_id,
 			td__peer_error(p, op, request_id, rc, "out of memory");
 		return;
 	}
-	r->own += p->uid == r->uid;
 	reply_lease(p, op, request_id, flags, r, s, version, id);
 }
 

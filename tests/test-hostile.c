@@ -758,6 +758,11 @@ enum {
 	W_DELETE,      /* delete name */
 	W_GET_NEWER,   /* get_newer of name after the last tensor kept (0
 			* none), waiting `size` ms; kept */
+	W_RING_PUT,    /* publish a version in the ring W_RING made */
+	W_UNSUBSCRIBE, /* end the last subscription W_SUBSCRIBE made (size
+			* 1: the first) */
+	W_SYNC,        /* a round trip on each connection: what it sent
+			* before, the daemon has seen */
 	W_EXIT
 };
 
@@ -813,12 +818,15 @@ static int follow_take(struct td_client *c, const char *name,
 }
 
 /* A worker's ring: one made at a time, closed on request; subscriptions
- * kept until the worker ends. */
+ * kept until W_UNSUBSCRIBE or the worker's end. */
 static int ring_op(struct td_client *c, const struct wcmd *m,
 		   struct td_error *e)
 {
 	static struct td_ring *ring;
+	static struct td_sub *subs[64];
+	static unsigned nsubs;
 	struct td_sub *sub;
+	struct td_slot slot;
 	uint64_t shape[1] = {m->size};
 	struct td_ring_desc d = {.dtype = TD_TENSOR_U8, .ndim = 1,
 				 .shape = shape, .slot_count = 2};
@@ -831,6 +839,22 @@ static int ring_op(struct td_client *c, const struct wcmd *m,
 		ring = NULL;
 		return 0;
 	}
+	if (m->op == W_RING_PUT) {
+		rc = td_ring_acquire(ring, 0, &slot);
+		if (rc == 0) {
+			memset(slot.planes[0], m->byte, slot.sizes[0]);
+			rc = td_ring_publish(ring, NULL);
+		}
+		return rc;
+	}
+	if (m->op == W_UNSUBSCRIBE) {
+		CK(nsubs > 0);
+		td_sub_close(subs[m->size ? 0 : nsubs - 1]);
+		nsubs--;
+		if (m->size)
+			memmove(subs, subs + 1, nsubs * sizeof(*subs));
+		return 0;
+	}
 	rc = td_ring_subscribe(c, m->name,
 			       m->op == W_SUBSCRIBE_WAIT ? TU_WAIT_S * 1000 : 0,
 			       &sub, e);
@@ -840,6 +864,8 @@ static int ring_op(struct td_client *c, const struct wcmd *m,
 		snprintf(e->reason, sizeof(e->reason), "td_sub_fd: %s",
 			 rc < 0 ? strerror(-rc) : "ok");
 	}
+	if (rc >= 0 && nsubs < 64)
+		subs[nsubs++] = sub;
 	return rc < 0 ? rc : 0;
 }
 
@@ -916,8 +942,18 @@ static void worker_main(const struct tu_daemon *td, void *arg)
 			} else if (m.op == W_RING || m.op == W_RING_CLOSE ||
 				   m.op == W_SUBSCRIBE ||
 				   m.op == W_SUBSCRIBE_WAIT ||
-				   m.op == W_SUBSCRIBE_FD) {
+				   m.op == W_SUBSCRIBE_FD ||
+				   m.op == W_RING_PUT || m.op == W_UNSUBSCRIBE) {
 				r.rc = ring_op(cc, &m, &e);
+			} else if (m.op == W_SYNC) {
+				struct td_status *st;
+
+				for (unsigned i = 0; i < w->conns; i++) {
+					r.rc = td_client_status(c[i], &st, &e);
+					if (r.rc < 0)
+						break;
+					td_status_free(st);
+				}
 			} else if (m.op == W_GET_EXACT) {
 				CK(nheld < W_MAX_HELD);
 				r.rc = td_client_get_version(cc, m.name, m.size,
@@ -1938,6 +1974,191 @@ Test(hostile, a_reader_keeps_closed_rings_on_its_own_account)
 	cr_assert(strstr(why, "pinned limit"), "%s", why);
 	victim_works("victim/ring", "closed rings a reader keeps");
 	worker_stop(&reader);
+	worker_stop(&prod);
+	stop();
+	unlink(policy_path);
+}
+
+/*
+ * uid 60001's ring pub/r (2 slots of 256 KiB) with a version in it, in
+ * pinned_1m_start's daemon: more than half of the reader's 1 MiB.
+ */
+static void ring_256k_start(struct worker *prod)
+{
+	char why[TD_WIRE_MAX_REASON + 1];
+
+	pinned_1m_start(prod);
+	cr_assert_eq(wdo(prod, W_RING, "pub/r", 256 << 10, 1, why,
+			 sizeof(why)),
+		     0, "%s", why);
+	cr_assert_eq(wdo(prod, W_RING_PUT, "pub/r", 0, 1, why, sizeof(why)),
+		     0, "%s", why);
+}
+
+/* op on name by w, which must succeed. */
+#define WOK(w, op, name, size, count)                                        \
+	do {                                                                  \
+		char why_[TD_WIRE_MAX_REASON + 1];                            \
+		int rc_ = wdo(w, op, name, size, count, why_, sizeof(why_));  \
+                                                                              \
+		cr_assert_eq(rc_, 0, #op " %s: %d %s", name, rc_, why_);      \
+	} while (0)
+
+/*
+ * A subscription to another uid's ring and a GET lease of one of its
+ * slots keep the same bytes alive, and each used to count them in the
+ * uid's pinned: a subscriber whose limit fits the ring once was refused
+ * the GET of its latest slot (-EDQUOT, what a `tensorctl get` of the
+ * ring beside a consumer of the same uid does). The ring counts once
+ * per uid however many holds it has, from the first hold to the last,
+ * whichever order they come and go in (a RELEASE, the subscription's
+ * end, the producer's close, the connection's end), and STATUS shows
+ * the figure the limit is checked against at each step.
+ */
+Test(hostile, a_subscriber_leasing_a_slot_counts_the_ring_once)
+{
+	struct worker prod, reader;
+	uint64_t ring;
+	int rc;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	ring_256k_start(&prod);
+	worker_start(&reader, NOBODY, 1);
+	PINNED_IS(&reader, 0, "connected");
+	WOK(&reader, W_SUBSCRIBE, "pub/r", 0, 1);
+	ring = pinned_of(&reader);
+	cr_assert(ring > MiB / 2 && ring <= MiB,
+		  "the ring's %llu bytes: one fits the limit, two do not",
+		  (unsigned long long)ring);
+	PINNED_IS(&reader, ring, "subscribed");
+	/* subscribed, a GET of the ring's latest slot: the same bytes */
+	rc = wdo(&reader, W_GET_KEEP, "pub/r", 0, 1, NULL, 0);
+	cr_assert_eq(rc, 0, "a subscriber's GET of the ring: %d", rc);
+	PINNED_IS(&reader, ring, "subscribed and leased");
+	WOK(&reader, W_GET_KEEP, "pub/r", 0, 1);
+	PINNED_IS(&reader, ring, "subscribed and leased twice");
+	WOK(&reader, W_RELEASE, "", 0, 1);
+	PINNED_IS(&reader, ring, "one lease released");
+	WOK(&reader, W_UNSUBSCRIBE, "", 0, 1);
+	PINNED_IS(&reader, ring, "unsubscribed, a lease left");
+	WOK(&reader, W_RELEASE, "", 0, 1);
+	PINNED_IS(&reader, 0, "the last hold released");
+	/* the other order: leased, then subscribed; unsubscribed first */
+	WOK(&reader, W_GET_KEEP, "pub/r", 0, 1);
+	PINNED_IS(&reader, ring, "leased");
+	WOK(&reader, W_SUBSCRIBE, "pub/r", 0, 1);
+	PINNED_IS(&reader, ring, "leased and subscribed");
+	WOK(&reader, W_SUBSCRIBE, "pub/r", 0, 1);
+	PINNED_IS(&reader, ring, "leased and subscribed twice");
+	WOK(&reader, W_UNSUBSCRIBE, "", 1, 1);
+	WOK(&reader, W_UNSUBSCRIBE, "", 0, 1);
+	PINNED_IS(&reader, ring, "unsubscribed, the lease left");
+	WOK(&reader, W_RELEASE, "", 0, 1);
+	PINNED_IS(&reader, 0, "the lease released");
+	/* the producer's close keeps the ring for its holders: counted
+	 * once until the last of them goes, with the connection */
+	WOK(&reader, W_SUBSCRIBE, "pub/r", 0, 1);
+	WOK(&reader, W_GET_KEEP, "pub/r", 0, 1);
+	WOK(&prod, W_RING_CLOSE, "", 0, 1);
+	PINNED_IS(&reader, ring, "held, its producer gone");
+	worker_stop(&reader);
+	worker_start(&reader, NOBODY, 1);
+	PINNED_IS(&reader, 0, "after the reader's end");
+	worker_stop(&reader);
+	victim_works("victim/ringonce", "a subscriber's GET of the ring");
+	worker_stop(&prod);
+	stop();
+	unlink(policy_path);
+}
+
+/*
+ * One uid's holds of a ring on two connections (a consumer's and a
+ * tool's of the same user) count the ring once as well: subscriptions
+ * and slot leases on both, the figure the ring's until the last of them
+ * ends, whichever connection that is on.
+ */
+Test(hostile, a_uids_holds_of_a_ring_on_two_connections_count_it_once)
+{
+	struct worker prod, reader;
+	uint64_t ring;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	ring_256k_start(&prod);
+	worker_start(&reader, NOBODY, 2);
+	/* one subscription on each connection, then one lease on each */
+	WOK(&reader, W_SUBSCRIBE, "pub/r", 0, 2);
+	ring = pinned_of(&reader);
+	cr_assert(ring > MiB / 2 && ring <= MiB, "%llu",
+		  (unsigned long long)ring);
+	PINNED_IS(&reader, ring, "subscribed on two connections");
+	WOK(&reader, W_GET_KEEP, "pub/r", 0, 2);
+	PINNED_IS(&reader, ring, "and leased on both");
+	/* the first connection's holds end, then the second's */
+	WOK(&reader, W_UNSUBSCRIBE, "", 1, 1);
+	WOK(&reader, W_RELEASE, "", 1, 1);
+	WOK(&reader, W_SYNC, "", 0, 1);
+	PINNED_IS(&reader, ring, "the second connection's holds left");
+	WOK(&reader, W_RELEASE, "", 0, 1);
+	WOK(&reader, W_SYNC, "", 0, 1);
+	PINNED_IS(&reader, ring, "its subscription left");
+	WOK(&reader, W_UNSUBSCRIBE, "", 0, 1);
+	WOK(&reader, W_SYNC, "", 0, 1);
+	PINNED_IS(&reader, 0, "every hold ended");
+	worker_stop(&reader);
+	victim_works("victim/ringtwo", "a uid's two connections on a ring");
+	worker_stop(&prod);
+	stop();
+	unlink(policy_path);
+}
+
+/*
+ * A ring leased by more uids than it keeps room for in itself (four;
+ * more go to a table that grows): each uid counts the ring once, two
+ * leases or one, and its count stays its own as others leave out of
+ * order.
+ */
+Test(hostile, each_of_many_uids_leasing_a_ring_counts_it_once)
+{
+	struct worker prod, rd[6];
+	uint64_t lim, ring;
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=60001 rw pub/\n"
+			     "allow any r pub/\n",
+			     NULL, NULL),
+		 0, "info");
+	worker_start(&prod, 60001, 1);
+	WOK(&prod, W_RING, "pub/r", 64 << 10, 1);
+	WOK(&prod, W_RING_PUT, "pub/r", 0, 1);
+	for (unsigned i = 0; i < 6; i++) {
+		worker_start(&rd[i], 60010 + i, 1);
+		WOK(&rd[i], W_GET_KEEP, "pub/r", 0, 2);
+	}
+	ring = pinned_use_of(60010, &lim);
+	cr_assert_gt(ring, 2 * (64 << 10), "%llu", (unsigned long long)ring);
+	for (unsigned i = 0; i < 6; i++)
+		cr_assert_eq(pinned_use_of(60010 + i, &lim), ring, "uid %u",
+			     60010 + i);
+	/* the first, third and fifth let go of one lease, then the other */
+	for (unsigned i = 0; i < 6; i += 2) {
+		WOK(&rd[i], W_RELEASE, "", 0, 1);
+		WOK(&rd[i], W_SYNC, "", 0, 1);
+		cr_assert_eq(pinned_use_of(60010 + i, &lim), ring, "uid %u",
+			     60010 + i);
+		WOK(&rd[i], W_RELEASE, "", 0, 1);
+		WOK(&rd[i], W_SYNC, "", 0, 1);
+	}
+	for (unsigned i = 0; i < 6; i++)
+		cr_assert_eq(pinned_use_of(60010 + i, &lim), i % 2 ? ring : 0,
+			     "uid %u", 60010 + i);
+	for (unsigned i = 0; i < 6; i++)
+		worker_stop(&rd[i]);
+	for (unsigned i = 0; i < 6; i++)
+		cr_assert_eq(pinned_use_of(60010 + i, &lim), 0, "uid %u",
+			     60010 + i);
 	worker_stop(&prod);
 	stop();
 	unlink(policy_path);
