@@ -746,6 +746,37 @@ int td__snap_restore(void)
 		move_aside("not a regular file");
 		return 0;
 	}
+	/* what another user may have written is not restored: its
+	 * versions would come back under any name, past --policy and the
+	 * quotas (restored versions are no uid's) */
+	if ((st.st_uid != geteuid() && st.st_uid != 0) ||
+	    (st.st_mode & S_IWOTH)) {
+		reader_fini(&rd);
+		if (st.st_mode & S_IWOTH)
+			td__log(TD_LOG_ERROR, "snapshot %s is writable by every "
+					      "user (mode %04o): not read, as "
+					      "anyone could have put its "
+					      "tensors there; %s",
+				td__snap.path, (unsigned)(st.st_mode & 07777),
+				td__snap.only_missed
+					? without()
+					: "not starting, and the file stays "
+					  "as it is; chmod o-w it if what it "
+					  "holds is yours, or move it away");
+		else
+			td__log(TD_LOG_ERROR, "snapshot %s belongs to uid %u, "
+					      "neither the daemon's (%u) nor "
+					      "root's: not read, as that user "
+					      "chose its tensors; %s",
+				td__snap.path, (unsigned)st.st_uid,
+				(unsigned)geteuid(),
+				td__snap.only_missed
+					? without()
+					: "not starting, and the file stays "
+					  "as it is; chown it if what it "
+					  "holds is yours, or move it away");
+		return td__snap.only_missed ? 0 : -EPERM;
+	}
 	td__sd_notify(NULL, 0, "EXTEND_TIMEOUT_USEC=%llu\nSTATUS=restoring "
 			       "snapshot %s",
 		      (unsigned long long)EXTEND_USEC, td__snap.path);
