@@ -402,7 +402,7 @@ static char *dangling_target(const char *path)
  * pointed the restore's move aside and every save's rename at any file
  * the daemon may write (root: /etc/shadow).
  */
-static long foreign_link(const char *path, char *at, size_t atlen)
+static long foreign_link_uid(const char *path, char *at, size_t atlen)
 {
 	char buf[PATH_MAX], *p = strdup(path), *q, *slash;
 	struct stat st;
@@ -430,6 +430,25 @@ static long foreign_link(const char *path, char *at, size_t atlen)
 	}
 	free(p);
 	return uid;
+}
+
+/* Such a link at path: logged, -1 (not starting). */
+static int foreign_link(const char *path)
+{
+	char link[PATH_MAX];
+	long uid = foreign_link_uid(path, link, sizeof(link));
+
+	if (uid < 0)
+		return 0;
+	td__log(TD_LOG_ERROR, "--snapshot %s: %s is a symbolic link of uid "
+			      "%ld, neither the daemon's (%u) nor root's: not "
+			      "followed (another user's link could point the "
+			      "daemon's saves at any file it may write): not "
+			      "starting, and it is left as it is; make it a "
+			      "link of uid %u or root, or point --snapshot at "
+			      "the file itself",
+		path, link, uid, (unsigned)geteuid(), (unsigned)geteuid());
+	return -1;
 }
 
 /*
@@ -468,22 +487,9 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 	char *slash, *real = NULL;
 	struct stat st;
 	int rc;
-	char link[PATH_MAX];
-	long luid = foreign_link(path, link, sizeof(link));
 
-	if (luid >= 0) {
-		td__log(TD_LOG_ERROR, "--snapshot %s: %s is a symbolic link of "
-				      "uid %ld, neither the daemon's (%u) nor "
-				      "root's: not followed (another user's "
-				      "link could point the daemon's saves at "
-				      "any file it may write): not starting, "
-				      "and it is left as it is; make it a link "
-				      "of uid %u or root, or point --snapshot "
-				      "at the file itself",
-			path, link, luid, (unsigned)geteuid(),
-			(unsigned)geteuid());
+	if (foreign_link(path) < 0)
 		return -EPERM;
-	}
 	/*
 	 * A symbolic link to a snapshot: the file it names is read and
 	 * replaced (FILE.tmp beside it), not the link, which a rename
