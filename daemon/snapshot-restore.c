@@ -707,6 +707,38 @@ static int keep_left_out(unsigned n)
 	return err;
 }
 
+/*
+ * Whether st, the snapshot, is one another user may have written (theirs,
+ * or writable by every user): logged. Its versions would come back under
+ * any name, past --policy and the quotas (restored versions are no
+ * uid's), so it is not read.
+ */
+static bool foreign_file(const struct stat *st)
+{
+	const char *then = td__snap.only_missed
+				   ? without()
+				   : "not starting, and the file stays as it is";
+
+	if (st->st_mode & S_IWOTH)
+		td__log(TD_LOG_ERROR, "snapshot %s is writable by every user "
+				      "(mode %04o): not read, as anyone could "
+				      "have put its tensors there; %s; chmod "
+				      "o-w it if what it holds is yours, or "
+				      "move it away",
+			td__snap.path, (unsigned)(st->st_mode & 07777), then);
+	else if (st->st_uid != geteuid() && st->st_uid != 0)
+		td__log(TD_LOG_ERROR, "snapshot %s belongs to uid %u, neither "
+				      "the daemon's (%u) nor root's: not read, "
+				      "as that user chose its tensors; %s; "
+				      "chown it if what it holds is yours, or "
+				      "move it away",
+			td__snap.path, (unsigned)st->st_uid,
+			(unsigned)geteuid(), then);
+	else
+		return false;
+	return true;
+}
+
 int td__snap_restore(void)
 {
 	struct reader rd = {.fd = -1};
@@ -745,6 +777,10 @@ int td__snap_restore(void)
 		reader_fini(&rd);
 		move_aside("not a regular file");
 		return 0;
+	}
+	if (foreign_file(&st)) {
+		reader_fini(&rd);
+		return td__snap.only_missed ? 0 : -EPERM;
 	}
 	td__sd_notify(NULL, 0, "EXTEND_TIMEOUT_USEC=%llu\nSTATUS=restoring "
 			       "snapshot %s",

@@ -393,6 +393,65 @@ static char *dangling_target(const char *path)
 }
 
 /*
+ * The first link in the chain at path (links to links included) that
+ * belongs to neither the daemon's uid nor root: its uid, or -1 when
+ * there is none. The daemon reads such a link itself (realpath,
+ * readlink), which the kernel's protected_symlinks rule does not see: a
+ * link another user planted at FILE in a sticky world-writable folder
+ * (`--snapshot /tmp/td.hrry`, the file not made yet or moved aside)
+ * pointed the restore's move aside and every save's rename at any file
+ * the daemon may write (root: /etc/shadow).
+ */
+static long foreign_link_uid(const char *path, char *at, size_t atlen)
+{
+	char buf[PATH_MAX], *p = strdup(path), *q, *slash;
+	struct stat st;
+	long uid = -1;
+	ssize_t n;
+
+	for (int hops = 0; p && hops < 40; hops++) {
+		if (lstat(p, &st) < 0 || !S_ISLNK(st.st_mode))
+			break;
+		if (st.st_uid != geteuid() && st.st_uid != 0) {
+			uid = (long)st.st_uid;
+			snprintf(at, atlen, "%s", p);
+			break;
+		}
+		if ((n = readlink(p, buf, sizeof(buf) - 1)) < 0)
+			break;
+		buf[n] = 0;
+		slash = strrchr(p, '/');
+		if (buf[0] == '/' || !slash)
+			q = strdup(buf);
+		else if (asprintf(&q, "%.*s/%s", (int)(slash - p), p, buf) < 0)
+			q = NULL;
+		free(p);
+		p = q;
+	}
+	free(p);
+	return uid;
+}
+
+/* Such a link at path: logged, -1 (not starting). */
+static int foreign_link(const char *path)
+{
+	char link[PATH_MAX];
+	long uid = foreign_link_uid(path, link, sizeof(link));
+
+	if (uid < 0)
+		return 0;
+	td__log(TD_LOG_ERROR, "--snapshot %s: %s is a symbolic link of uid "
+			      "%ld, neither the daemon's (%u) nor root's: not "
+			      "followed (another user's link could point the "
+			      "daemon's saves at any file it may write): not "
+			      "starting, and it is left as it is; make it a "
+			      "link of uid %u or root, or point --snapshot at "
+			      "the file itself",
+		path, link, uid, (unsigned)geteuid(), (unsigned)geteuid());
+	return -1;
+}
+
+/*
  * The restore at start: the whole snapshot, or, when the fd store
  * restored (it is newer), nothing of it but the versions the store's
  * image named and did not bring back (a stored fd missing: systemd
@@ -429,6 +488,8 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 	struct stat st;
 	int rc;
 
+	if (foreign_link(path) < 0)
+		return -EPERM;
 	/*
 	 * A symbolic link to a snapshot: the file it names is read and
 	 * replaced (FILE.tmp beside it), not the link, which a rename

@@ -2064,6 +2064,106 @@ Test(snapshot, a_folder_or_device_at_the_snapshot_path_is_left_alone,
 }
 
 /*
+ * The daemon ended, bounded (a daemon that starts is ended after 10 s:
+ * 124), with what it said; want in it and "not starting".
+ */
+static void start_refused(const char *snap, const char *want)
+{
+	const char *bin = getenv("TD_TENSORD");
+	char sock[200];
+	char *argv[] = {"/usr/bin/timeout", "10", (char *)bin, "--socket",
+			sock, "--snapshot", (char *)snap, NULL};
+	char *out;
+
+	snprintf(sock, sizeof(sock), "%.150s.sock", snap);
+	cr_expect_eq(tu_run_capture_all(argv, &out), 1, "%s", out);
+	cr_expect(strstr(out, want) && strstr(out, "not starting"),
+		  "want \"%s\": %s", want, out);
+	free(out);
+	unlink(sock);
+}
+
+/*
+ * Another user's symbolic link at FILE, in a sticky world-writable
+ * folder (`--snapshot /tmp/td.hrry`, planted before the first start): the
+ * daemon resolved it itself (realpath), where the kernel's
+ * protected_symlinks rule does not look, then moved the file it named
+ * aside as corrupt (renamed a root file) and would have replaced it at
+ * the next save. Now it does not start, and nothing is touched.
+ */
+Test(snapshot, another_users_link_at_the_snapshot_path_is_not_followed,
+     .timeout = 60)
+{
+	struct snapdir s;
+	char victim[160], link2[160], buf[8] = "";
+	FILE *f;
+
+	cr_assert_eq(geteuid(), 0, "this test runs as root (as CI does)");
+	snapdir_make(&s);
+	cr_assert_eq(chmod(s.dir, 01777), 0);
+	snprintf(victim, sizeof(victim), "%s/victim", s.dir);
+	snprintf(link2, sizeof(link2), "%s/link2", s.dir);
+	f = fopen(victim, "w");
+	cr_assert_not_null(f);
+	fputs("keep", f);
+	fclose(f);
+	/* another uid's link, straight or behind one of root's */
+	for (int i = 0; i < 2; i++) {
+		const char *theirs = i ? link2 : s.file;
+
+		cr_assert_eq(symlink("victim", theirs), 0);
+		cr_assert_eq(lchown(theirs, 4242, 4242), 0);
+		if (i)
+			cr_assert_eq(symlink("link2", s.file), 0);
+		start_refused(s.file, "is a symbolic link of uid 4242");
+		cr_expect_not(dir_has(&s, "victim.corrupt"), "moved aside");
+		f = fopen(victim, "r");
+		cr_assert_not_null(f, "the victim is gone");
+		cr_expect_eq(fread(buf, 1, 4, f), 4);
+		fclose(f);
+		cr_expect_str_eq(buf, "keep");
+		cr_expect_not(dir_has(&s, "victim.tmp"));
+		unlink(s.file);
+		unlink(link2);
+	}
+	snapdir_rm(&s);
+}
+
+/*
+ * A snapshot another user could have written (theirs, or writable by
+ * every user): its versions came back under any name, past --policy and
+ * the quotas (restored versions are no uid's). Now it is not read, the
+ * daemon says why and does not start, and the file stays as it is; made
+ * the daemon's (or root's) again, it is restored whole.
+ */
+Test(snapshot, a_snapshot_another_user_could_write_is_not_read,
+     .timeout = 90)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor a = mk("own/a", TD_TENSOR_U8, 100, 0, 100);
+
+	cr_assert_eq(geteuid(), 0, "this test runs as root (as CI does)");
+	snapdir_make(&s);
+	saved_one(&d, &s, &a);
+	cr_assert_eq(chmod(s.file, 0666), 0);
+	start_refused(s.file, "is writable by every user (mode 0666)");
+	cr_assert_eq(chmod(s.file, 0600), 0);
+	cr_assert_eq(chown(s.file, 4242, 4242), 0);
+	start_refused(s.file, "belongs to uid 4242");
+	cr_expect_not(dir_has(&s, "snap.hrry.corrupt"), "moved aside");
+	check_file(s.file, &a, 1);
+	cr_assert_eq(chown(s.file, 0, 0), 0);
+	start(&d, &s, "sync", "30");
+	c = conn(&d);
+	check(c, &a);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	snapdir_rm(&s);
+}
+
+/*
  * --snapshot "" (a unit's unset variable) or a folder's name ending in
  * '/' is a bad command line, exit 2: "" was taken, locked ".lock" in the
  * daemon's working folder and failed every save (rename to ""). And so

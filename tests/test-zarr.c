@@ -874,6 +874,72 @@ Test(export, into_an_empty_mount_point, .init = start, .fini = stop)
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
+/* The entries of folder whose name starts with ".tensorctl-". */
+static int leftovers(const char *folder)
+{
+	char *out;
+	int n;
+
+	zt_sh(&out, "ls -A '%s' | grep -c '^\\.tensorctl-'", folder);
+	n = atoi(out);
+	free(out);
+	return n;
+}
+
+/* `zarr export DIR`, killed (SIGKILL) at its first write into its
+ * hidden folder, made in folder. */
+static void killed_export(const char *dir, const char *folder)
+{
+	char spec[200], *out;
+
+	snprintf(spec, sizeof(spec), "9:%s/.tensorctl-*", folder);
+	tu_shim_on("TD_RAISE_BEFORE_WRITE", spec);
+	cr_assert_eq(zt_ctl(&out, "zarr export %s", dir), 128 + 9, "%s", out);
+	tu_shim_off("TD_RAISE_BEFORE_WRITE");
+	free(out);
+}
+
+/*
+ * An export killed part way (SIGKILL, the OOM killer) left its hidden
+ * folder (.tensorctl-PID-NAME-XXXXXX, its arrays so far) for good:
+ * nothing removed it, unlike a killed -o's temporary file. Into an empty
+ * mount point that folder is inside DIR, which then was never empty
+ * again: every later export there was refused ("is not empty"). The next
+ * export removes what a dead export of this uid left, beside DIR or in
+ * it.
+ */
+Test(export, what_a_killed_export_left_is_removed_by_the_next,
+     .init = start, .fini = stop)
+{
+	char dir[128], vol[128], *out;
+
+	put_all();
+	snprintf(dir, sizeof(dir), "%s/x", zt_dir);
+	killed_export(dir, zt_dir);
+	cr_assert_eq(leftovers(zt_dir), 1, "the kill left nothing");
+	zt_ok("zarr export %s/y", zt_dir);
+	cr_expect_eq(leftovers(zt_dir), 0, "the killed export's folder stays");
+	zt_check_dir("y");
+	/* into an empty mount point: the folder was inside it */
+	snprintf(vol, sizeof(vol), "%s/vol", zt_dir);
+	snprintf(dir, sizeof(dir), "%s/vol", zt_dir);
+	zt_ok_sh("rm -rf %s/.tensorctl-*", zt_dir); /* the base's leftover */
+	cr_assert_eq(mkdir(vol, 0755), 0);
+	if (unshare(CLONE_NEWNS) < 0 ||
+	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("tmpfs", vol, "tmpfs", 0, "size=256k") < 0)
+		cr_skip_test("needs root: a mount namespace with a tmpfs (%s)",
+		             strerror(errno));
+	killed_export(dir, vol);
+	cr_assert_eq(leftovers(vol), 1, "the kill left nothing in the volume");
+	cr_expect_eq(zt_ctl(&out, "zarr export %s", vol), 0, "%s", out);
+	free(out);
+	cr_expect_eq(leftovers(vol), 0);
+	zt_check_dir("vol");
+	umount(vol);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
 /* The daemon open to every uid, the tensors of put_all, and an empty
  * folder shelf/mine of uid 65534 in a shelf only root may write. */
 static void shelf_start(void)

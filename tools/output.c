@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
@@ -253,8 +254,18 @@ static int resolve(struct tctl_out *o, struct stat *st, int *exists,
 	return 0;
 }
 
-/* Remove temporary files of ours whose writer died (killed -9). */
-static void remove_stale(const char *dir)
+static int rm_stale_entry(const char *p, const struct stat *st, int flag,
+			  struct FTW *f)
+{
+	(void)st;
+	(void)f;
+	(flag == FTW_DP ? rmdir : unlink)(p);
+	return 0;
+}
+
+/* Remove temporary files of ours whose writer died (killed -9), and the
+ * folders of a zarr export that died (.tensorctl-PID-NAME-XXXXXX). */
+void tctl_remove_stale(const char *dir)
 {
 	DIR *d = opendir(dir);
 	struct dirent *de;
@@ -273,10 +284,21 @@ static void remove_stale(const char *dir)
 			continue;
 		if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
 			continue; /* its writer may still be at work */
-		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) ==
-			    0 &&
-		    S_ISREG(st.st_mode) && st.st_uid == geteuid())
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) <
+			    0 ||
+		    st.st_uid != geteuid())
+			continue;
+		if (S_ISREG(st.st_mode)) {
 			unlinkat(dirfd(d), de->d_name, 0);
+		} else if (S_ISDIR(st.st_mode)) {
+			char p[PATH_MAX];
+
+			/* never a link followed, nor another mount */
+			if (snprintf(p, sizeof(p), "%s/%s", dir, de->d_name) <
+			    (int)sizeof(p))
+				nftw(p, rm_stale_entry, 16,
+				     FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+		}
 	}
 	closedir(d);
 }
@@ -290,7 +312,7 @@ static int make_tmp(struct tctl_out *o)
 
 	base = base ? base + 1 : o->target;
 	dir_of(o->target, dir);
-	remove_stale(dir);
+	tctl_remove_stale(dir);
 	/* the name's tail tells a human what it was for; NAME_MAX bounds it */
 	n = snprintf(o->tmp, sizeof(o->tmp), "%s/" TMP_PREFIX "%d-XXXXXX-%.200s",
 		     dir, (int)getpid(), base);

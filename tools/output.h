@@ -70,6 +70,12 @@ int tctl_out_write(struct tctl_out *o, const void *p, uint64_t len);
 int tctl_out_commit(struct tctl_out *o);
 /* Drop a failed write: the temporary file goes, the old file stays. */
 void tctl_out_abort(struct tctl_out *o);
+/*
+ * Remove what writers of this uid that died (SIGKILL) left in dir: their
+ * temporary files and zarr export folders (".tensorctl-PID-...", once no
+ * process has that pid).
+ */
+void tctl_remove_stale(const char *dir);
 
 /*
  * SIGINT, SIGTERM, SIGHUP, SIGPIPE: a write in progress stops (a FIFO

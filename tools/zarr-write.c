@@ -350,6 +350,15 @@ int tctl_zarr_open(struct zout *o, const char *dir)
 	o->written = 0;
 	while (dl > 1 && dir[dl - 1] == '/')
 		dl--;
+	/* the folders of an export killed before it was done: beside DIR,
+	 * or inside it (an export into an empty mount point), where DIR
+	 * was then never empty again for the next one */
+	snprintf(o->parent, sizeof(o->parent), "%.*s", (int)dl, dir);
+	tctl_remove_stale(o->parent);
+	slash = strrchr(o->parent, '/');
+	if (slash)
+		o->parent[slash == o->parent ? 1 : slash - o->parent] = 0;
+	tctl_remove_stale(slash ? o->parent : ".");
 	rc = check_target(dir, dl);
 	/* an existing empty mount point, or an existing empty folder in a
 	 * parent this user may not write: built inside it, on its file
