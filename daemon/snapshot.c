@@ -357,6 +357,30 @@ static int snap_lock(const char *path)
 }
 
 /*
+ * What the link at p names, as a path (relative to p's folder when the
+ * link's text is relative); p is freed. NULL when it cannot be read.
+ */
+static char *link_next(char *p)
+{
+	char buf[PATH_MAX], *q, *slash;
+	ssize_t n = readlink(p, buf, sizeof(buf) - 1);
+
+	if (n < 0) {
+		q = NULL;
+	} else {
+		buf[n] = 0;
+		slash = strrchr(p, '/');
+		if (buf[0] == '/' || !slash)
+			q = strdup(buf);
+		else if (asprintf(&q, "%.*s/%s", (int)(slash - p), p,
+				  buf) < 0)
+			q = NULL;
+	}
+	free(p);
+	return q;
+}
+
+/*
  * The name a link (or chain of links) to no file yet leads to: where the
  * first save goes. realpath() refuses such a link, which then stayed
  * --snapshot itself: the first save renamed over the link, making it a
@@ -366,9 +390,8 @@ static int snap_lock(const char *path)
  */
 static char *dangling_target(const char *path)
 {
-	char buf[PATH_MAX], *p = strdup(path), *q, *slash;
+	char *p = strdup(path);
 	struct stat st;
-	ssize_t n;
 
 	for (int hops = 0; p && hops < 40; hops++) {
 		if (lstat(p, &st) < 0) {
@@ -376,17 +399,9 @@ static char *dangling_target(const char *path)
 				return p;
 			break;
 		}
-		if (!S_ISLNK(st.st_mode) ||
-		    (n = readlink(p, buf, sizeof(buf) - 1)) < 0)
+		if (!S_ISLNK(st.st_mode))
 			break;
-		buf[n] = 0;
-		slash = strrchr(p, '/');
-		if (buf[0] == '/' || !slash)
-			q = strdup(buf);
-		else if (asprintf(&q, "%.*s/%s", (int)(slash - p), p, buf) < 0)
-			q = NULL;
-		free(p);
-		p = q;
+		p = link_next(p);
 	}
 	free(p);
 	return NULL;
@@ -404,10 +419,9 @@ static char *dangling_target(const char *path)
  */
 static long foreign_link_uid(const char *path, char *at, size_t atlen)
 {
-	char buf[PATH_MAX], *p = strdup(path), *q, *slash;
+	char *p = strdup(path);
 	struct stat st;
 	long uid = -1;
-	ssize_t n;
 
 	for (int hops = 0; p && hops < 40; hops++) {
 		if (lstat(p, &st) < 0 || !S_ISLNK(st.st_mode))
@@ -417,16 +431,7 @@ static long foreign_link_uid(const char *path, char *at, size_t atlen)
 			snprintf(at, atlen, "%s", p);
 			break;
 		}
-		if ((n = readlink(p, buf, sizeof(buf) - 1)) < 0)
-			break;
-		buf[n] = 0;
-		slash = strrchr(p, '/');
-		if (buf[0] == '/' || !slash)
-			q = strdup(buf);
-		else if (asprintf(&q, "%.*s/%s", (int)(slash - p), p, buf) < 0)
-			q = NULL;
-		free(p);
-		p = q;
+		p = link_next(p);
 	}
 	free(p);
 	return uid;
