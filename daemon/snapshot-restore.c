@@ -709,7 +709,7 @@ static int keep_left_out(unsigned n)
 
 /*
  * Whether st, the snapshot, is one another user may have written (theirs,
- * or writable by every user): logged. Its versions would come back under
+ * or writable by its group or every user): logged. Its versions would come back under
  * any name, past --policy and the quotas (restored versions are no
  * uid's), so it is not read.
  */
@@ -719,13 +719,16 @@ static bool foreign_file(const struct stat *st)
 				   ? without()
 				   : "not starting, and the file stays as it is";
 
-	if (st->st_mode & S_IWOTH)
-		td__log(TD_LOG_ERROR, "snapshot %s is writable by every user "
-				      "(mode %04o): not read, as anyone could "
-				      "have put its tensors there; %s; chmod "
-				      "o-w it if what it holds is yours, or "
-				      "move it away",
-			td__snap.path, (unsigned)(st->st_mode & 07777), then);
+	if (st->st_mode & (S_IWOTH | S_IWGRP))
+		td__log(TD_LOG_ERROR, "snapshot %s is writable by %s (mode "
+				      "%04o): not read, as %s could have put "
+				      "its tensors there; %s; chmod go-w it if "
+				      "what it holds is yours, or move it away",
+			td__snap.path,
+			st->st_mode & S_IWOTH ? "every user" : "its group",
+			(unsigned)(st->st_mode & 07777),
+			st->st_mode & S_IWOTH ? "anyone" : "any member",
+			then);
 	else if (st->st_uid != geteuid() && st->st_uid != 0)
 		td__log(TD_LOG_ERROR, "snapshot %s belongs to uid %u, neither "
 				      "the daemon's (%u) nor root's: not read, "

@@ -2131,7 +2131,7 @@ Test(snapshot, another_users_link_at_the_snapshot_path_is_not_followed,
 
 /*
  * A snapshot another user could have written (theirs, or writable by
- * every user): its versions came back under any name, past --policy and
+ * its group or every user): its versions came back under any name, past --policy and
  * the quotas (restored versions are no uid's). Now it is not read, the
  * daemon says why and does not start, and the file stays as it is; made
  * the daemon's (or root's) again, it is restored whole.
@@ -2149,6 +2149,9 @@ Test(snapshot, a_snapshot_another_user_could_write_is_not_read,
 	saved_one(&d, &s, &a);
 	cr_assert_eq(chmod(s.file, 0666), 0);
 	start_refused(s.file, "is writable by every user (mode 0666)");
+	/* a group's members other than the daemon's user, likewise */
+	cr_assert_eq(chmod(s.file, 0620), 0);
+	start_refused(s.file, "is writable by its group (mode 0620)");
 	cr_assert_eq(chmod(s.file, 0600), 0);
 	cr_assert_eq(chown(s.file, 4242, 4242), 0);
 	start_refused(s.file, "belongs to uid 4242");
