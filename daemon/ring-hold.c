@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Who holds a ring, and what it costs them (docs/policy.md §5): a uid's
- * subscriptions of another uid's ring and its GET leases of that ring's
- * slots each count as one of its rings, and the ring's bytes count once
- * in its pinned while it holds any: they are the same bytes, kept alive
- * by whichever hold goes last. Counted per uid in the ring (ring_uid),
- * so a subscriber's GET of a slot, or a second connection's
- * subscription, takes no more of its pinned limit.
+ * Who holds a ring, and what it costs them (docs/policy.md §5): while a
+ * uid holds another uid's ring at all (subscriptions, GET leases of its
+ * slots), the ring counts once as one of its rings and its bytes once in
+ * its pinned: it is the same ring, kept in the daemon's table, and the
+ * same bytes, kept alive by whichever hold goes last. Counted per uid in
+ * the ring (ring_uid), so a subscriber's GET of a slot, or a second
+ * connection's subscription, takes no more of its limits.
  */
 #include "ring-int.h"
 
@@ -70,7 +70,8 @@ int td__ring_hold(struct ring *r, uid_t uid, char *why, size_t cap)
 		snprintf(why, cap, "out of memory");
 		return -ENOMEM;
 	}
-	rc = td__tenant_ring_hold(uid, true, u->n ? 0 : r->acct, why, cap);
+	/* the first hold of r: one more ring kept, its bytes pinned */
+	rc = td__tenant_ring_hold(uid, !u->n, u->n ? 0 : r->acct, why, cap);
 	if (rc < 0) {
 		if (!u->n)
 			uid_drop(r, u);
@@ -92,7 +93,7 @@ void td__ring_unhold(struct ring *r, uid_t uid)
 	u = uid_find(r, uid);
 	if (!u)
 		return;
-	td__tenant_ring_unhold(uid, true, u->n == 1 ? r->acct : 0);
+	td__tenant_ring_unhold(uid, u->n == 1, u->n == 1 ? r->acct : 0);
 	if (--u->n == 0)
 		uid_drop(r, u);
 }

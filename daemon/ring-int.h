@@ -76,10 +76,10 @@ struct ring {
 
 /*
  * A hold of r by uid begins: a subscription or a GET lease of a slot.
- * Another uid's counts as one of its rings, each (td__tenant_ring_hold),
- * and r's bytes in its pinned once, however many holds it has on r on
- * however many connections: charged at its first, given back at its
- * last (td__ring_unhold). 0, or -EDQUOT / -ENOMEM with why (nothing
+ * Another uid's holds count r once as one of its rings and r's bytes
+ * once in its pinned (td__tenant_ring_hold), however many holds it has
+ * on r on however many connections: charged at its first, given back at
+ * its last (td__ring_unhold). 0, or -EDQUOT / -ENOMEM with why (nothing
  * taken then).
  */
 int td__ring_hold(struct ring *r, uid_t uid, char *why, size_t cap);

@@ -241,9 +241,9 @@ int td__tenant_ring_room(uid_t uid, unsigned in_use, char *why, size_t cap)
 }
 
 /*
- * A subscription to, or a slot lease on, a ring another uid created
- * counts as one of uid's rings (and pin bytes as pinned: the ring's, at
- * the first of uid's holds on it, ring-hold.c):
+ * The first of uid's subscriptions to and slot leases on a ring another
+ * uid created (foreign) counts it as one of uid's rings, and pin bytes
+ * as pinned (the ring's; ring-hold.c counts the holds):
  * such holds keep a closed ring, and its slot in the daemon's table,
  * alive, so a reader that subscribed to each ring a producer made and
  * never left filled the table. 0, or -EDQUOT with why; nothing taken

@@ -2114,6 +2114,51 @@ Test(hostile, a_uids_holds_of_a_ring_on_two_connections_count_it_once)
 }
 
 /*
+ * The rings limit counts another uid's ring once per reader uid too: it
+ * bounds the rings the uid keeps in the daemon's table, and a consumer
+ * subscribed on two connections and holding a slot on each kept one
+ * ring there, not four. Each hold used to count, so a reader at a
+ * limit of 1 was refused its second subscription of the same ring.
+ */
+Test(hostile, a_uids_holds_of_one_ring_count_once_in_its_rings_limit)
+{
+	struct worker prod, reader;
+	char why[TD_WIRE_MAX_REASON + 1];
+
+	if (!root())
+		cr_skip_test("needs root to act as other uids");
+	start_ex(with_policy("allow uid=60001 rw pub/\n"
+			     "allow uid=65534 r pub/\n"
+			     "limit uid=65534 rings 1\n",
+			     NULL, NULL),
+		 0, "info");
+	worker_start(&prod, 60001, 1);
+	worker_start(&reader, NOBODY, 2);
+	WOK(&prod, W_RING, "pub/r", 4096, 1);
+	WOK(&prod, W_RING_PUT, "pub/r", 0, 1);
+	WOK(&reader, W_SUBSCRIBE, "pub/r", 0, 2);
+	WOK(&reader, W_GET_KEEP, "pub/r", 0, 2);
+	/* a second ring of the producer's is a second one kept */
+	WOK(&prod, W_RING_CLOSE, "", 0, 1);
+	WOK(&prod, W_RING, "pub/s", 4096, 1);
+	cr_assert_eq(wdo(&reader, W_SUBSCRIBE, "pub/s", 0, 1, why,
+			 sizeof(why)),
+		     -EDQUOT, "a second ring of another uid kept: %s", why);
+	cr_assert(strstr(why, "rings limit: 1 rings held"), "%s", why);
+	/* every hold of pub/r ended: pub/s is the one ring it keeps */
+	WOK(&reader, W_RELEASE, "", 0, 2);
+	WOK(&reader, W_UNSUBSCRIBE, "", 1, 1);
+	WOK(&reader, W_UNSUBSCRIBE, "", 0, 1);
+	WOK(&reader, W_SYNC, "", 0, 1);
+	WOK(&reader, W_SUBSCRIBE, "pub/s", 0, 1);
+	worker_stop(&reader);
+	victim_works("victim/ringlimit", "a uid's holds of one ring");
+	worker_stop(&prod);
+	stop();
+	unlink(policy_path);
+}
+
+/*
  * A ring leased by more uids than it keeps room for in itself (four;
  * more go to a table that grows): each uid counts the ring once, two
  * leases or one, and its count stays its own as others leave out of
