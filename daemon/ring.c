@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "blob.h"
+#include "bytes.h"
 #include "ring.h"
 #include "ring-int.h"
 
@@ -285,6 +286,43 @@ static bool name_free(struct td__peer *p, const struct td_wire_hdr *h,
 	return true;
 }
 
+/*
+ * false (the error sent) when the slot's planes together hold fewer bytes
+ * than dtype times shape: a GET of the ring hands out a tensor of that
+ * shape over them (lease_taken), and a publish's planes are held to their
+ * layout the same way. A dtype without a size is refused at GET instead.
+ */
+static bool planes_hold_shape(struct td__peer *p, const struct td_wire_hdr *h,
+			      const struct td_wire_ring_create_req *m)
+{
+	uint64_t need = td_dtype_size(m->dtype), have = 0;
+
+	if (need == 0)
+		return true;
+	for (uint32_t i = 0; i < m->ndim; i++)
+		if (m->shape[i] == 0)
+			return true;
+	for (uint32_t i = 0; i < m->ndim; i++)
+		if (td__mul_ovf(need, m->shape[i], &need)) {
+			td__peer_error(p, h->opcode, h->request_id, -EINVAL,
+				       "dtype times shape "
+				       "overflows 64 bits");
+			return false;
+		}
+	for (uint32_t i = 0; i < m->plane_count; i++)
+		if (td__add_ovf(have, m->plane_sizes[i], &have))
+			return true; /* more than any shape; geom refuses it */
+	if (have < need) {
+		td__peer_error(p, h->opcode, h->request_id, -EINVAL,
+			       "the planes hold %llu bytes but "
+			       "dtype times shape needs %llu",
+			       (unsigned long long)have,
+			       (unsigned long long)need);
+		return false;
+	}
+	return true;
+}
+
 void td__ring_create(struct td__peer *p, const struct td__req *rq)
 {
 	const struct td_wire_hdr *h = rq->h;
@@ -304,6 +342,8 @@ void td__ring_create(struct td__peer *p, const struct td__req *rq)
 			       TD_RING_MAX_READERS);
 		return;
 	}
+	if (!planes_hold_shape(p, h, &m))
+		return;
 	if (!td__access_check(p, h, rq->op->perm, m.name))
 		return;
 	if (!name_free(p, h, m.name))

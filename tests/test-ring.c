@@ -2495,6 +2495,49 @@ Test(ring, bad_requests_are_refused_with_reasons)
 	tu_daemon_stop(&d, true);
 }
 
+/*
+ * A ring's explicit plane sizes must hold its dtype times shape, as a
+ * publish's planes must hold their layout: a GET of the ring name hands
+ * out a tensor of that shape over those planes, and a consumer that reads
+ * it by its shape must not run past the slot's bytes.
+ */
+Test(ring, planes_smaller_than_the_shape_are_refused)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r = NULL;
+	struct td_error e = {0};
+	uint64_t shape[2] = {64, 64}, small = 10, split[2] = {8192, 8192};
+	uint64_t big[2] = {UINT64_MAX / 2, 4};
+	struct td_ring_desc desc = {
+		.dtype = TD_TENSOR_F32, .ndim = 2, .shape = shape,
+		.plane_count = 1, .plane_sizes = &small,
+	};
+	struct td_entry en;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	cr_assert_eq(td_ring_create(c, "t/small", &desc, &r, &e), -EINVAL,
+		     "%s", e.reason);
+	cr_assert_null(r);
+	cr_assert(strstr(e.reason, "16384"), "%s", e.reason);
+	cr_assert_eq(td_client_stat(c, "t/small", &en, &e), -ENOENT);
+	/* a shape whose byte count overflows is refused, not wrapped */
+	desc.shape = big;
+	cr_assert_eq(td_ring_create(c, "t/small", &desc, &r, &e), -EINVAL,
+		     "%s", e.reason);
+	cr_assert_null(r);
+	/* planes that hold it together are a ring, as before */
+	desc.shape = shape;
+	desc.plane_count = 2;
+	desc.plane_sizes = split;
+	cr_assert_eq(td_ring_create(c, "t/split", &desc, &r, &e), 0, "%s",
+		     e.reason);
+	td_ring_close(r);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
 /* ---- one futex word per sleeper (docs/fastpath.md) ---- */
 
 #define SLEEPERS 4

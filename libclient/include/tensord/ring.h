@@ -56,7 +56,8 @@ struct td_ring_desc {
 	/* planes per slot; 0 = one plane of the dense tensor size. When
 	 * every plane size is a multiple of A (a power of two <= 2 MiB),
 	 * every plane of every slot is A-aligned, producer and subscribers
-	 * alike (one plane's size alone does not do it) */
+	 * alike (one plane's size alone does not do it). Together they
+	 * hold at least dtype size times shape (else -EINVAL) */
 	uint32_t plane_count;
 	const uint64_t *plane_sizes;
 	uint32_t slot_count;   /* 2..64; 0 = 4 */
