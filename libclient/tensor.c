@@ -822,39 +822,48 @@ int td_client_get_version(struct td_client *c, const char *name,
 	return td__get_common(c, name, TD_GET_EXACT, version, 0, out, err);
 }
 
-/* ---- accessors ---- */
+/* ---- accessors ----
+ *
+ * A NULL tensor reads as one of nothing (no planes, no dims, version 0,
+ * an unknown dtype), its int-returning calls -EINVAL: an application
+ * that passes the NULL of a failed get along gets no crash.
+ */
 
 uint64_t td_tensor_version(const struct td_tensor *t)
 {
-	return t->version;
+	return t ? t->version : 0;
 }
 
 uint32_t td_tensor_dtype(const struct td_tensor *t)
 {
-	return t->dtype;
+	return t ? t->dtype : UINT32_MAX;
 }
 
 uint32_t td_tensor_ndim(const struct td_tensor *t)
 {
-	return t->ndim;
+	return t ? t->ndim : 0;
 }
 
 const uint64_t *td_tensor_shape(const struct td_tensor *t)
 {
-	return t->shape;
+	return t ? t->shape : NULL;
 }
 
 const int64_t *td_tensor_strides(const struct td_tensor *t, uint32_t *count)
 {
 	if (count)
-		*count = t->strides_len;
-	return t->strides_len ? t->strides : NULL;
+		*count = t ? t->strides_len : 0;
+	return t && t->strides_len ? t->strides : NULL;
 }
 
 int32_t td_tensor_quant(const struct td_tensor *t, const float **scales,
 			uint32_t *scale_count, const int32_t **zero_points,
 			uint32_t *zero_point_count)
 {
+	static const struct td_tensor none = {.quant_axis = TD_QUANT_NONE};
+
+	if (!t)
+		t = &none;
 	if (scales)
 		*scales = t->scale_count ? t->scales : NULL;
 	if (scale_count)
@@ -869,7 +878,7 @@ int32_t td_tensor_quant(const struct td_tensor *t, const float **scales,
 const char *td_tensor_string(const struct td_tensor *t,
 			     enum td_tensor_string which)
 {
-	if ((unsigned)which >= TD_BLOB_STRING_COUNT)
+	if (!t || (unsigned)which >= TD_BLOB_STRING_COUNT)
 		return "";
 	return t->strings[which];
 }
@@ -877,57 +886,59 @@ const char *td_tensor_string(const struct td_tensor *t,
 const void *td_tensor_meta(const struct td_tensor *t, size_t *len)
 {
 	if (len)
-		*len = t->meta_len;
-	return t->meta;
+		*len = t ? t->meta_len : 0;
+	return t ? t->meta : NULL;
 }
 
 uint32_t td_tensor_plane_count(const struct td_tensor *t)
 {
-	return t->plane_count;
+	return t ? t->plane_count : 0;
 }
 
 const void *td_tensor_plane_data(const struct td_tensor *t, uint32_t i)
 {
-	return i < t->plane_count ? t->planes[i].data : NULL;
+	return t && i < t->plane_count ? t->planes[i].data : NULL;
 }
 
 uint64_t td_tensor_plane_size(const struct td_tensor *t, uint32_t i)
 {
-	return i < t->plane_count ? t->planes[i].size : 0;
+	return t && i < t->plane_count ? t->planes[i].size : 0;
 }
 
 uint64_t td_tensor_plane_stride(const struct td_tensor *t, uint32_t i)
 {
-	return i < t->plane_count ? t->planes[i].stride : 0;
+	return t && i < t->plane_count ? t->planes[i].stride : 0;
 }
 
 int td_tensor_plane_fd(const struct td_tensor *t, uint32_t i)
 {
-	return i < t->plane_count ? t->planes[i].fd : -1;
+	return t && i < t->plane_count ? t->planes[i].fd : -1;
 }
 
 uint64_t td_tensor_plane_offset(const struct td_tensor *t, uint32_t i)
 {
-	return i < t->plane_count ? t->planes[i].offset : 0;
+	return t && i < t->plane_count ? t->planes[i].offset : 0;
 }
 
 uint64_t td_tensor_bytes(const struct td_tensor *t)
 {
 	uint64_t sum = 0;
 
-	for (uint32_t i = 0; i < t->plane_count; i++)
+	for (uint32_t i = 0; t && i < t->plane_count; i++)
 		sum += t->planes[i].size;
 	return sum;
 }
 
 int td_tensor_has_fence(const struct td_tensor *t)
 {
-	return t->fence_fd >= 0;
+	return t && t->fence_fd >= 0;
 }
 
 int td_tensor_fence_wait_err(const struct td_tensor *t, int timeout_ms,
 			     struct td_error *err)
 {
+	if (!t)
+		return td__fail(err, -EINVAL, "no tensor");
 	return t->fence_fd < 0 ? 0
 			       : td__fence_wait_leased(t->fence_fd, t->c,
 						       t->epoch, timeout_ms,
@@ -941,21 +952,26 @@ int td_tensor_fence_wait(const struct td_tensor *t, int timeout_ms)
 
 int td_tensor_fence_fd(const struct td_tensor *t)
 {
-	return t->fence_fd;
+	return t ? t->fence_fd : -1;
 }
 
 int td_tensor_plane_kind(const struct td_tensor *t, uint32_t i)
 {
-	return i < t->plane_count ? t->planes[i].kind : 0;
+	return t && i < t->plane_count ? t->planes[i].kind : 0;
 }
 
 uint64_t td_tensor_plane_modifier(const struct td_tensor *t, uint32_t i)
 {
-	return i < t->plane_count ? t->planes[i].modifier : 0;
+	return t && i < t->plane_count ? t->planes[i].modifier : 0;
 }
 
 int td_tensor_linear(const struct td_tensor *t, const char **why)
 {
+	if (!t) {
+		if (why)
+			*why = "no tensor";
+		return -EINVAL;
+	}
 	for (uint32_t i = 0; i < t->plane_count; i++) {
 		if (t->planes[i].modifier == 0)
 			continue;

@@ -1837,6 +1837,50 @@ Test(handoff, unknown_watch_and_ring_flags_are_refused)
  * refused with -EINVAL and a reason, and nothing is published: no crash
  * in the encoder, no flag dropped.
  */
+/*
+ * The tensor accessors given NULL (the tensor of a get that failed,
+ * passed along): a tensor of nothing, -EINVAL from those returning an
+ * int, never a crash.
+ */
+Test(handoff, tensor_accessors_take_null)
+{
+	const float *scales = (const float *)1;
+	const int32_t *zps = (const int32_t *)1;
+	uint32_t n = 7, zn = 7;
+	size_t len = 7;
+	const char *why = NULL;
+	struct td_error e = {0};
+
+	cr_assert_eq(td_tensor_version(NULL), 0);
+	cr_assert_eq(td_tensor_dtype_size(td_tensor_dtype(NULL)), 0);
+	cr_assert_eq(td_tensor_ndim(NULL), 0);
+	cr_assert_null(td_tensor_shape(NULL));
+	cr_assert_null(td_tensor_strides(NULL, &n));
+	cr_assert_eq(n, 0);
+	cr_assert_eq(td_tensor_quant(NULL, &scales, &n, &zps, &zn), -2);
+	cr_assert(!scales && !zps && n == 0 && zn == 0);
+	cr_assert_str_eq(td_tensor_string(NULL, TD_TENSOR_FORMAT), "");
+	cr_assert_null(td_tensor_meta(NULL, &len));
+	cr_assert_eq(len, 0);
+	cr_assert_eq(td_tensor_plane_count(NULL), 0);
+	cr_assert_null(td_tensor_plane_data(NULL, 0));
+	cr_assert_eq(td_tensor_plane_size(NULL, 0), 0);
+	cr_assert_eq(td_tensor_plane_stride(NULL, 0), 0);
+	cr_assert_eq(td_tensor_plane_fd(NULL, 0), -1);
+	cr_assert_eq(td_tensor_plane_offset(NULL, 0), 0);
+	cr_assert_eq(td_tensor_plane_kind(NULL, 0), 0);
+	cr_assert_eq(td_tensor_plane_modifier(NULL, 0), 0);
+	cr_assert_eq(td_tensor_bytes(NULL), 0);
+	cr_assert_eq(td_tensor_has_fence(NULL), 0);
+	cr_assert_eq(td_tensor_fence_fd(NULL), -1);
+	cr_assert_eq(td_tensor_fence_wait(NULL, 0), -EINVAL);
+	cr_assert_eq(td_tensor_fence_wait_err(NULL, 0, &e), -EINVAL);
+	cr_assert_eq(e.code, -EINVAL);
+	cr_assert_str_eq(e.reason, "no tensor");
+	cr_assert_eq(td_tensor_linear(NULL, &why), -EINVAL);
+	cr_assert_str_eq(why, "no tensor");
+}
+
 Test(handoff, publish_refuses_null_arrays_and_unknown_flags)
 {
 	uint64_t shape[1] = {64};
