@@ -1932,6 +1932,30 @@ Test(import, refusals_name_the_reason, .init = start, .fini = stop)
 		             "%s", out);
 		free(out);
 	}
+	/*
+	 * A folder of the chunk's key that is a symbolic link out of the
+	 * store (a/c -> a folder elsewhere holding a file 0): O_NOFOLLOW
+	 * looked at the chunk's own name only, so the import published
+	 * that outside file as the chunk. Refused like a linked chunk.
+	 */
+	{
+		zt_ok_sh("mkdir -p %s/elsewhere && head -c 24 /dev/zero > "
+		         "%s/elsewhere/0",
+		         zt_dir, zt_dir);
+		handmade("rl", "a",
+		         META("float32", "[6]", "[6]", "\"NaN\"", "little"),
+		         "c/0", six, 24);
+		zt_ok_sh("rm -r %s/rl/a/c && ln -s %s/elsewhere %s/rl/a/c",
+		         zt_dir, zt_dir, zt_dir);
+		cr_assert_eq(zt_ctl(&out, "zarr import %s/rl", zt_dir), 1,
+		             "%s", out);
+		cr_assert(strstr(out, "a/c/0: Too many levels of symbolic "
+		                      "links"),
+		          "%s", out);
+		free(out);
+		cr_assert_eq(zt_ctl(&out, "stat a"), 1, "%s", out);
+		free(out);
+	}
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
