@@ -1956,6 +1956,39 @@ Test(import, refusals_name_the_reason, .init = start, .fini = stop)
 		cr_assert_eq(zt_ctl(&out, "stat a"), 1, "%s", out);
 		free(out);
 	}
+	/*
+	 * An array whose zarr.json is a dangling link, or a folder that is
+	 * a link to itself: the listing followed them, found nothing and
+	 * dropped that array without a word; the import published the
+	 * others and exited 0. Refused now, naming it.
+	 */
+	{
+		for (size_t i = 0; i < 2; i++) {
+			char store[8];
+
+			snprintf(store, sizeof(store), "rd%zu", i);
+			handmade(store, "a",
+			         META("float32", "[6]", "[6]", "\"NaN\"",
+			              "little"),
+			         "c/0", six, 24);
+			if (i == 0) /* b/zarr.json -> nowhere */
+				zt_ok_sh("mkdir %s/%s/b && ln -s nowhere "
+				         "%s/%s/b/zarr.json",
+				         zt_dir, store, zt_dir, store);
+			else /* b -> b */
+				zt_ok_sh("ln -s b %s/%s/b", zt_dir, store);
+			cr_assert_eq(zt_ctl(&out, "zarr import %s/%s", zt_dir,
+			                    store),
+			             1, "case %zu: %s", i, out);
+			cr_assert(strstr(out, "b/zarr.json: Too many levels of "
+			                      "symbolic links"),
+			          "case %zu: %s", i, out);
+			free(out);
+			cr_assert_eq(zt_ctl(&out, "stat a"), 1, "case %zu: %s",
+			             i, out);
+			free(out);
+		}
+	}
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 

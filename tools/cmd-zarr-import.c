@@ -458,7 +458,14 @@ static int name_cmp(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Child folders of the group holding a zarr.json, sorted. */
+/*
+ * Child folders of the group holding a zarr.json, sorted. The zarr.json
+ * is looked at, not followed: one that is a link (a loop, a dangling one)
+ * or cannot be looked at is listed, for import_array to refuse with its
+ * reason; it was dropped silently, and the import went on without that
+ * array. Only a name with no zarr.json under it (ENOENT, ENOTDIR: a
+ * file, another folder) is no array.
+ */
 static int list_arrays(const char *dir, char ***out, size_t *n)
 {
 	DIR *d = opendir(dir);
@@ -477,7 +484,7 @@ static int list_arrays(const char *dir, char ***out, size_t *n)
 		                            (e->d_name[1] == '.' && !e->d_name[2])))
 			continue;
 		snprintf(p, sizeof(p), "%s/%s/zarr.json", dir, e->d_name);
-		if (stat(p, &st) < 0)
+		if (lstat(p, &st) < 0 && (errno == ENOENT || errno == ENOTDIR))
 			continue;
 		if (*n == cap) {
 			char **nv = realloc(v, (cap = cap ? 2 * cap : 16) *
