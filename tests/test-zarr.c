@@ -1932,6 +1932,63 @@ Test(import, refusals_name_the_reason, .init = start, .fini = stop)
 		             "%s", out);
 		free(out);
 	}
+	/*
+	 * A folder of the chunk's key that is a symbolic link out of the
+	 * store (a/c -> a folder elsewhere holding a file 0): O_NOFOLLOW
+	 * looked at the chunk's own name only, so the import published
+	 * that outside file as the chunk. Refused like a linked chunk.
+	 */
+	{
+		zt_ok_sh("mkdir -p %s/elsewhere && head -c 24 /dev/zero > "
+		         "%s/elsewhere/0",
+		         zt_dir, zt_dir);
+		handmade("rl", "a",
+		         META("float32", "[6]", "[6]", "\"NaN\"", "little"),
+		         "c/0", six, 24);
+		zt_ok_sh("rm -r %s/rl/a/c && ln -s %s/elsewhere %s/rl/a/c",
+		         zt_dir, zt_dir, zt_dir);
+		cr_assert_eq(zt_ctl(&out, "zarr import %s/rl", zt_dir), 1,
+		             "%s", out);
+		cr_assert(strstr(out, "a/c/0: Too many levels of symbolic "
+		                      "links"),
+		          "%s", out);
+		free(out);
+		cr_assert_eq(zt_ctl(&out, "stat a"), 1, "%s", out);
+		free(out);
+	}
+	/*
+	 * An array whose zarr.json is a dangling link, or a folder that is
+	 * a link to itself: the listing followed them, found nothing and
+	 * dropped that array without a word; the import published the
+	 * others and exited 0. Refused now, naming it.
+	 */
+	{
+		for (size_t i = 0; i < 2; i++) {
+			char store[8];
+
+			snprintf(store, sizeof(store), "rd%zu", i);
+			handmade(store, "a",
+			         META("float32", "[6]", "[6]", "\"NaN\"",
+			              "little"),
+			         "c/0", six, 24);
+			if (i == 0) /* b/zarr.json -> nowhere */
+				zt_ok_sh("mkdir %s/%s/b && ln -s nowhere "
+				         "%s/%s/b/zarr.json",
+				         zt_dir, store, zt_dir, store);
+			else /* b -> b */
+				zt_ok_sh("ln -s b %s/%s/b", zt_dir, store);
+			cr_assert_eq(zt_ctl(&out, "zarr import %s/%s", zt_dir,
+			                    store),
+			             1, "case %zu: %s", i, out);
+			cr_assert(strstr(out, "b/zarr.json: Too many levels of "
+			                      "symbolic links"),
+			          "case %zu: %s", i, out);
+			free(out);
+			cr_assert_eq(zt_ctl(&out, "stat a"), 1, "case %zu: %s",
+			             i, out);
+			free(out);
+		}
+	}
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 

@@ -39,20 +39,72 @@ struct imp {
 	size_t meta_len; /* metadata may hold NUL bytes */
 };
 
+/*
+ * path under the store's folder top, opened to read, or -errno. Its first
+ * folder (the array's) may be a symbolic link; no name after it may be
+ * one (-ELOOP), the folders in a chunk's key ("c" of "c/0") included: a
+ * link there made the import read a file outside the store as the chunk
+ * (O_NOFOLLOW looks at the last name only). Non-blocking: a FIFO is
+ * refused by the caller, not waited on.
+ */
+static int open_in_store(int top, const char *path)
+{
+	const char *slash = strchr(path, '/');
+	char part[TD_ZARR_NAME_MAX + 64];
+	int dir = -1, fd;
+
+	while (slash) {
+		size_t n = (size_t)(slash - path);
+		int next;
+
+		if (n >= sizeof(part)) {
+			fd = -ENAMETOOLONG;
+			goto out;
+		}
+		memcpy(part, path, n);
+		part[n] = 0;
+		next = openat(dir < 0 ? top : dir, part,
+		              O_RDONLY | O_CLOEXEC | O_DIRECTORY |
+		                      (dir < 0 ? 0 : O_NOFOLLOW));
+		if (next < 0) {
+			struct stat st;
+
+			/* with O_DIRECTORY a link is ENOTDIR: say ELOOP */
+			fd = -errno;
+			if (fd == -ENOTDIR && dir >= 0 &&
+			    !fstatat(dir, part, &st, AT_SYMLINK_NOFOLLOW) &&
+			    S_ISLNK(st.st_mode))
+				fd = -ELOOP;
+			goto out;
+		}
+		if (dir >= 0)
+			close(dir);
+		dir = next;
+		path = slash + 1;
+		slash = strchr(path, '/');
+	}
+	fd = openat(dir < 0 ? top : dir, path,
+	            O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0)
+		fd = -errno;
+out:
+	if (dir >= 0)
+		close(dir);
+	return fd;
+}
+
 /* All of dirfd/path, at most max bytes (more: -EFBIG); with out NULL only
  * its size, in *len. */
 static int read_at(int dirfd, const char *path, uint64_t max, uint8_t **out,
                    uint64_t *len)
 {
-	/* non-blocking: a FIFO there is refused below, not waited on */
-	int fd = openat(dirfd, path,
-	                O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	int fd = open_in_store(dirfd, path);
 	struct stat st = {0};
 	uint8_t *b;
 	uint64_t got = 0;
 
 	if (fd < 0)
-		return -errno;
+		return fd;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
 		return S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
@@ -315,14 +367,13 @@ static int import_array(int top, const char *name, const char *prefix,
  */
 static int read_chunk(int top, const struct imp *m, uint8_t *dst)
 {
-	int fd = openat(top, m->chunk,
-	                O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	int fd = open_in_store(top, m->chunk);
 	uint64_t got = 0;
 	uint8_t extra;
 	int rc = 0;
 
 	if (fd < 0)
-		return -errno;
+		return fd;
 	while (!rc && got < m->len) {
 		ssize_t r = read(fd, dst + got, m->len - got);
 
@@ -407,7 +458,14 @@ static int name_cmp(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Child folders of the group holding a zarr.json, sorted. */
+/*
+ * Child folders of the group holding a zarr.json, sorted. The zarr.json
+ * is looked at, not followed: one that is a link (a loop, a dangling one)
+ * or cannot be looked at is listed, for import_array to refuse with its
+ * reason; it was dropped silently, and the import went on without that
+ * array. Only a name with no zarr.json under it (ENOENT, ENOTDIR: a
+ * file, another folder) is no array.
+ */
 static int list_arrays(const char *dir, char ***out, size_t *n)
 {
 	DIR *d = opendir(dir);
@@ -426,7 +484,7 @@ static int list_arrays(const char *dir, char ***out, size_t *n)
 		                            (e->d_name[1] == '.' && !e->d_name[2])))
 			continue;
 		snprintf(p, sizeof(p), "%s/%s/zarr.json", dir, e->d_name);
-		if (stat(p, &st) < 0)
+		if (lstat(p, &st) < 0 && (errno == ENOENT || errno == ENOTDIR))
 			continue;
 		if (*n == cap) {
 			char **nv = realloc(v, (cap = cap ? 2 * cap : 16) *
