@@ -490,16 +490,26 @@ static int list_arrays(const char *dir, char ***out, size_t *n)
 			char **nv = realloc(v, (cap = cap ? 2 * cap : 16) *
 			                               sizeof(*v));
 			if (!nv)
-				break;
+				goto nomem;
 			v = nv;
 		}
-		v[(*n)++] = strdup(e->d_name);
+		if (!(v[*n] = strdup(e->d_name)))
+			goto nomem;
+		(*n)++;
 	}
 	closedir(d);
 	if (*n)
 		qsort(v, *n, sizeof(*v), name_cmp);
 	*out = v;
 	return 0;
+nomem:
+	/* not a shorter list: an import of part of the store said nothing
+	 * of the arrays it left out */
+	closedir(d);
+	while (*n)
+		free(v[--*n]);
+	free(v);
+	return -ENOMEM;
 }
 
 /*
