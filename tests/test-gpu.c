@@ -25,6 +25,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include "rawclient.h"
 #include "tensord/tensord.h"
 #include "testchild.h"
 #include "testclient.h"
@@ -848,6 +849,126 @@ Test(gpu, publishing_a_buffer_that_is_no_memfd_or_dmabuf_says_what_it_is)
 		close(fds[i]);
 	close(p[1]);
 	close(sv[1]);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+}
+
+/*
+ * A raw PUBLISH (SCM_RIGHTS, past libtensord's own checks) of one sealed
+ * memfd plane of 4 KiB and fence as fd-table entry 1: the reply's status,
+ * its reason into why.
+ */
+static int32_t raw_publish_fenced(int sock, const char *name, int plane,
+				  int fence, char *why, size_t cap)
+{
+	const uint64_t shape[1] = {4096};
+	static const int64_t strides[1] = {1};
+	struct td_blob_plane pl = {.handle = 0, .stride = 4096, .size = 4096,
+				   .used = 4096};
+	struct td_blob_desc bd = {
+		.storage_kind = TD_STORAGE_SHM, .pid = (uint32_t)getpid(),
+		.fence_fd = 1, .dtype = TD_DTYPE_U8,
+		.quant_axis = TD_QUANT_NONE, .ndim = 1, .shape = shape,
+		.strides_len = 1, .strides = strides, .plane_count = 1,
+		.planes = &pl,
+	};
+	uint8_t blob[512];
+	int64_t blen = td_blob_encode(&bd, blob, sizeof(blob), NULL);
+	const int fds[2] = {plane, fence};
+	struct rawrep r;
+
+	cr_assert_gt(blen, 0);
+	struct td_wire_publish_req q = {
+		.name = {name, (uint16_t)strlen(name)},
+		.meta = {(const uint8_t *)"", 0},
+		.blob = {blob, (uint32_t)blen}, .fd_count = 2,
+		.fds = {plane, fence},
+	};
+	int64_t n = td_wire_publish_req_encode(&q, RAW_BODY, RAW_CAP);
+	struct td_wire_hdr h = {.magic = TD_WIRE_MAGIC,
+				.version = TD_WIRE_VERSION,
+				.opcode = TD_OP_PUBLISH, .fd_count = 2,
+				.request_id = 7, .body_len = (uint32_t)n};
+
+	cr_assert_gt(n, 0);
+	td_wire_hdr_encode(&h, rawbuf);
+	cr_assert_eq(td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN + (size_t)n,
+				  fds, 2, 0),
+		     (ssize_t)(TD_WIRE_HDR_LEN + (size_t)n));
+	raw_recv(sock, &r);
+	raw_reason(&r, why, cap);
+	td__scm_close(r.fds, r.nfds);
+	return r.h.status;
+}
+
+/*
+ * open("/proc/self/fd/N", O_PATH) of an eventfd has the eventfd's /proc
+ * link ("anon_inode:[eventfd]"), which is all the kind check looked at,
+ * but poll(2) says POLLNVAL for it and epoll refuses it: the daemon took
+ * it as a fence and every libtensord reader's GET of that version then
+ * failed (-EBADF "cannot watch the fence ...: epoll_ctl"). It is no
+ * fence: refused by the library and, sent raw, by the daemon, which
+ * keeps none of the descriptors.
+ */
+Test(gpu, an_o_path_descriptor_of_an_eventfd_is_no_fence)
+{
+	struct tu_daemon d;
+	struct td_error e = {0};
+	const uint64_t shape[1] = {4};
+	const uint8_t bytes[4] = {1, 2, 3, 4};
+	char path[64], why[256];
+	int ev, opath;
+
+	tu_daemon_start(&d, "error");
+	ev = td_fence_create();
+	cr_assert_geq(ev, 0);
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", ev);
+	opath = open(path, O_PATH | O_CLOEXEC);
+	cr_assert_geq(opath, 0, "O_PATH open of an eventfd: %s",
+		      strerror(errno));
+	cr_assert_str_eq(fd_link(opath), "anon_inode:[eventfd]");
+	cr_assert_eq(td_fence_wait(opath, 0, &e), -EINVAL, "%s", e.reason);
+	cr_assert(strstr(e.reason, "is an O_PATH descriptor"), "%s",
+		  e.reason);
+	cr_assert_eq(td_fence_signal(opath, &e), -EINVAL, "%s", e.reason);
+
+	struct td_client *c = connect_to(&d);
+	struct td_publish p = {.name = "gpu/opath", .flags = TD_PUBLISH_FENCE,
+			       .dtype = TD_TENSOR_U8, .ndim = 1,
+			       .shape = shape, .fence_fd = opath};
+	cr_assert_eq(td_client_put(c, &p, bytes, 4, NULL, &e), -EINVAL, "%s",
+		     e.reason);
+	cr_assert(strstr(e.reason, "is an O_PATH descriptor"), "%s",
+		  e.reason);
+
+	/* the daemon's own check, for a peer that skips the library's */
+	int plane = memfd_create("gpu-opath", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	cr_assert_geq(plane, 0);
+	cr_assert_eq(ftruncate(plane, 4096), 0);
+	cr_assert_eq(fcntl(plane, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW),
+		     0);
+	int sock = raw_scm_conn(&d), dfds = tu_pid_fd_count(d.pid);
+	int32_t st = raw_publish_fenced(sock, "gpu/opath", plane, opath, why,
+					sizeof(why));
+	cr_assert_eq(st, -EINVAL, "%d %s", st, why);
+	cr_assert(strstr(why, "fd table entry 1: fence fd is an O_PATH "
+			 "descriptor"), "%s", why);
+	await_daemon_fds(d.pid, dfds, "a refused O_PATH fence");
+	struct td_entry en;
+	cr_assert_eq(td_client_stat(c, "gpu/opath", &en, &e), -ENOENT);
+	/* the eventfd itself is a fence, and readers can wait on it */
+	cr_assert_eq(raw_publish_fenced(sock, "gpu/opath", plane, ev, why,
+					sizeof(why)),
+		     0, "%s", why);
+	struct td_tensor *t = get_of(c, "gpu/opath");
+	cr_assert_eq(td_tensor_fence_wait(t, 0), -ETIMEDOUT);
+	cr_assert_eq(td_fence_signal(ev, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_tensor_fence_wait(t, TU_WAIT_S * 1000), 0);
+	td_tensor_release(t);
+	close(sock);
+	close(plane);
+	close(opath);
+	close(ev);
 	td_client_close(c);
 	tu_daemon_stop(&d, true);
 }

@@ -11,10 +11,22 @@ int td__fence_kind(int fd, const char **why)
 {
 	char path[64], link[64];
 	ssize_t n;
+	int fl;
 
-	if (fd < 0 || fcntl(fd, F_GETFD) < 0) {
+	if (fd < 0 || (fl = fcntl(fd, F_GETFL)) < 0) {
 		*why = "fence fd is not an open descriptor";
 		return -EBADF;
+	}
+	/*
+	 * An O_PATH descriptor (open("/proc/self/fd/N", O_PATH) of an
+	 * eventfd) has the eventfd's /proc link, but poll(2) and epoll
+	 * refuse it (POLLNVAL, EBADF) and it cannot be written: published,
+	 * every reader's GET failed watching it.
+	 */
+	if (fl & O_PATH) {
+		*why = "fence fd is an O_PATH descriptor (a reference "
+		       "without access), not an eventfd or sync_file";
+		return -EINVAL;
 	}
 	/*
 	 * eventfds, sync_files and timerfds are anonymous inodes that fstat
