@@ -85,6 +85,31 @@ Test(vulkan, the_consumer_shader_reduces_what_the_producer_shader_wrote)
 	tu_daemon_stop(&d, true);
 }
 
+/*
+ * A tensor the consumer cannot import is refused with a reason, not a
+ * crash: a u32 tensor of no elements (with a frame's metadata, as a
+ * careless producer makes it) has no mapping, and importing its NULL,
+ * zero-byte plane made lavapipe crash (SIGSEGV in vkAllocateMemory).
+ */
+Test(vulkan, a_consumer_given_an_empty_tensor_says_so)
+{
+	struct tu_daemon d;
+	char *out;
+
+	daemon_up(&d);
+	cr_assert_eq(tu_tensorctl(&d, &out, "put", "gpu/empty", "--dtype",
+				  "u32", "--shape", "0", "--meta", "frame=0",
+				  "/dev/null", NULL),
+		     0, "%s", out);
+	free(out);
+	char *cons[] = {example("vk-consumer"), "gpu/empty", "0", "2000",
+			NULL};
+	cr_assert_eq(run(&d, cons, &out), 1, "%s", out);
+	cr_assert(strstr(out, "nothing to import (0 bytes"), "%s", out);
+	free(out);
+	tu_daemon_stop(&d, true);
+}
+
 static int reap_status(pid_t pid)
 {
 	int st = tu_wait_child(pid, TU_WAIT_S, "the Vulkan producer");

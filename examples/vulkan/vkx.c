@@ -243,6 +243,14 @@ int vkx_import(struct vkx *v, void *p, size_t size, struct vkx_buf *b)
 	int type;
 
 	memset(b, 0, sizeof(*b));
+	/* zero bytes (a tensor of no elements: no mapping, p NULL) pass
+	 * the alignment test, but no Vulkan memory is of size 0 and a NULL
+	 * host pointer is invalid usage: lavapipe crashed on it */
+	if (!p || !size) {
+		fprintf(stderr, "vulkan: nothing to import (%zu bytes at %p): "
+				"Vulkan memory is never empty\n", size, p);
+		return -1;
+	}
 	if ((uintptr_t)p % v->host_align || size % v->host_align) {
 		fprintf(stderr, "vulkan: %p+%zu is not aligned to "
 				"minImportedHostPointerAlignment %llu\n",
