@@ -110,6 +110,49 @@ Test(vulkan, a_consumer_given_an_empty_tensor_says_so)
 	tu_daemon_stop(&d, true);
 }
 
+/*
+ * A plane that is not a memfd (a dma-buf, here tensord's memfd made one
+ * to the consumer by tests/fake-dmabuf.c) is not imported as host pages:
+ * the consumer used to exit 1 saying nothing; it says why.
+ */
+Test(vulkan, a_consumer_given_a_dmabuf_plane_says_it_does_not_import_it)
+{
+	const char *shim = getenv("TD_FAKE_DMABUF_SHIM");
+	struct tu_daemon d;
+	char *out;
+
+	cr_assert(shim, "TD_FAKE_DMABUF_SHIM is not set (run through meson "
+			"test)");
+	daemon_up(&d);
+	char path[] = "/tmp/td-vk-zeros-XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, 4096), 0);
+	close(fd);
+	cr_assert_eq(tu_tensorctl(&d, &out, "put", "gpu/dmabuf", "--dtype",
+				  "u32", "--shape", "1024", "--meta",
+				  "frame=0", path, NULL),
+		     0, "%s", out);
+	free(out);
+	unlink(path);
+	/* the consumer alone sees tensord's planes as dma-bufs */
+	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
+	cr_assert_eq(setenv("TD_FAKE_DMABUF", "tensord-plane", 1), 0);
+	cr_assert_eq(setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:"
+					    "verify_asan_link_order=0", 1),
+		     0);
+	char *cons[] = {example("vk-consumer"), "gpu/dmabuf", "0", "2000",
+			NULL};
+	int rc = run(&d, cons, &out);
+	unsetenv("LD_PRELOAD");
+	unsetenv("TD_FAKE_DMABUF");
+	cr_assert_eq(rc, 1, "%s", out);
+	cr_assert(strstr(out, "its plane is not a memfd (a dma-buf"), "%s",
+		  out);
+	free(out);
+	tu_daemon_stop(&d, true);
+}
+
 static int reap_status(pid_t pid)
 {
 	int st = tu_wait_child(pid, TU_WAIT_S, "the Vulkan producer");

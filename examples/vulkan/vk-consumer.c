@@ -91,8 +91,15 @@ int main(int argc, char **argv)
 	 * would be imported from td_tensor_plane_fd() instead. */
 	const void *data = td_tensor_plane_data(t, 0);
 	uint64_t size = td_tensor_plane_size(t, 0);
-	if (td_tensor_plane_kind(t, 0) != TD_PLANE_MEMFD ||
-	    vkx_prog_init(&v, VKX_REDUCE, &prog) < 0 ||
+	if (td_tensor_plane_kind(t, 0) != TD_PLANE_MEMFD) {
+		fprintf(stderr, "vk-consumer: %s version %llu: its plane is "
+				"not a memfd (a dma-buf: import "
+				"td_tensor_plane_fd() instead), which this "
+				"example does not do\n", name,
+			(unsigned long long)td_tensor_version(t));
+		return 1;
+	}
+	if (vkx_prog_init(&v, VKX_REDUCE, &prog) < 0 ||
 	    vkx_import(&v, (void *)data, size, &in) < 0 ||
 	    vkx_alloc(&v, 2 * sizeof(uint32_t), &res) < 0 ||
 	    vkx_reduce(&v, &prog, &in, (uint32_t)(size / 4), &res) < 0 ||
