@@ -1014,7 +1014,7 @@ int td_client_publish(struct td_client *c, const struct td_publish *p,
 {
 	uint64_t lens[TD_WIRE_MAX_PLANES];
 	struct pub_ctx x = {.storage_kind = TD_STORAGE_SHM};
-	int rc;
+	int rc, kind_of[2] = {-1, -1}; /* a memfd's, a dma-buf's index */
 
 	if (!c || !p || (p->fd_count && !p->fds))
 		return td__fail(err, -EINVAL, "missing argument");
@@ -1035,7 +1035,17 @@ int td_client_publish(struct td_client *c, const struct td_publish *p,
 					p->fds[i], strerror(-rc));
 		if (dmabuf)
 			x.storage_kind = TD_STORAGE_DMABUF;
+		if (kind_of[dmabuf] < 0)
+			kind_of[dmabuf] = (int)i;
 	}
+	/* the blob has one storage kind per tensor: the daemon refused a
+	 * mix naming a storage_kind the caller never chose */
+	if (kind_of[0] >= 0 && kind_of[1] >= 0)
+		return td__fail(err, -EINVAL, "buffer %d (fd %d) is a dma-buf "
+				"but buffer %d (fd %d) is not: a tensor's "
+				"buffers are all memfds or all dma-bufs",
+				kind_of[1], p->fds[kind_of[1]], kind_of[0],
+				p->fds[kind_of[0]]);
 	x.nbuf = p->fd_count;
 	x.buf_fds = p->fds;
 	x.buf_len = lens;

@@ -395,3 +395,48 @@ Test(dmabuf, a_dmabuf_plane_needs_the_policys_dmabuf_permission)
 	tu_daemon_stop(&d, true);
 	unlink(policy);
 }
+
+/*
+ * The blob has one storage kind per tensor, so a tensor's buffers are all
+ * memfds or all dma-bufs. A mix reached the daemon, whose refusal named
+ * a storage_kind the caller never chose ("fd table entry 0 is a memfd
+ * but the blob says storage_kind dmabuf"); it is refused before sending,
+ * naming both buffers, and nothing is published.
+ */
+Test(dmabuf, a_tensor_of_memfd_and_dmabuf_buffers_is_refused_saying_so,
+     .init = start, .fini = stop)
+{
+	struct td_client *c = client();
+	uint64_t shape[1] = {2 * LEN};
+	int mem = memfd_create("plain", MFD_ALLOW_SEALING | MFD_CLOEXEC);
+	int dma = fake_dmabuf(1);
+	struct td_plane pl[2] = {{.buffer = 0, .size = LEN},
+	                         {.buffer = 1, .size = LEN}};
+	int fds[2] = {mem, dma};
+	struct td_publish p = {.name = "mix",
+	                       .dtype = TD_TENSOR_U8,
+	                       .ndim = 1,
+	                       .shape = shape,
+	                       .plane_count = 2,
+	                       .planes = pl,
+	                       .fd_count = 2,
+	                       .fds = fds};
+	struct td_entry en;
+
+	cr_assert_geq(mem, 0);
+	cr_assert_eq(ftruncate(mem, LEN), 0);
+	cr_assert_eq(fcntl(mem, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+	for (int order = 0; order < 2; order++) {
+		cr_assert_eq(td_client_publish(c, &p, NULL, &e_), -EINVAL);
+		cr_assert(strstr(e_.reason, "is a dma-buf but buffer"), "%s",
+		          e_.reason);
+		cr_assert(strstr(e_.reason, "all memfds or all dma-bufs"),
+		          "%s", e_.reason);
+		fds[0] = dma;
+		fds[1] = mem;
+	}
+	cr_assert_eq(td_client_stat(c, "mix", &en, &e_), -ENOENT);
+	close(mem);
+	close(dma);
+	td_client_close(c);
+}
