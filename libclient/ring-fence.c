@@ -62,8 +62,23 @@ int td_sub_fence_wait(struct td_sub *s, int timeout_ms)
 		if (v != TD_RING_FENCE_PENDING)
 			return v == TD_RING_FENCE_ABANDONED ? -EPIPE
 							    : -EBADMSG;
+		/*
+		 * Pending, and its subscription gone: with the daemon gone
+		 * nobody marks it abandoned if its producer dies, so the
+		 * wait ends as td_sub_next()'s does (a fence that signalled
+		 * meanwhile was seen above)
+		 */
+		if (s->gone)
+			return -EPIPE;
 		if (timeout_ms == 0 || td__past(deadline))
 			return -ETIMEDOUT;
-		td__futex_wait_until(f, TD_RING_FENCE_PENDING, deadline);
+		/* nothing wakes the word when the daemon goes: a look at the
+		 * connection at least once a TD__HUP_CHECK_NS */
+		int64_t until = td__now_ns() + TD__HUP_CHECK_NS;
+
+		if (deadline >= 0 && deadline < until)
+			until = deadline;
+		td__futex_wait_until(f, TD_RING_FENCE_PENDING, until);
+		(void)td__sub_gone(s);
 	}
 }

@@ -100,6 +100,12 @@ bool td__pace_wait(const struct td_pace *p, struct td_pace_plan *w,
 bool td__conn_gone(struct td_client *c, uint32_t epoch);
 /* How often a waiter looks for that (a poll(2) each time) at most. */
 #define TD__HUP_CHECK_NS 1000000000ll
+/*
+ * ring.c: after a sleep of a subscriber's wait, is its subscription gone
+ * (the connection dropped, the daemon died)? Sets and returns s->gone;
+ * with an owner token it looks once a TD__HUP_CHECK_NS at most.
+ */
+bool td__sub_gone(struct td_sub *s);
 
 /* ring.c: set a word of s's row (held, waiting) to `low`, keeping its
  * owner token: false, writing nothing, once the row is no longer s's

@@ -1046,6 +1046,17 @@ static bool hup_due(struct td_sub *s)
 	return gone || (poll(&p, 1, 0) == 1 && (p.revents & POLLHUP));
 }
 
+bool td__sub_gone(struct td_sub *s)
+{
+	/* without a token (a ring of an older producer or daemon) only our
+	 * connection tells whether the row is still ours: a look after each
+	 * sleep, before the row is written again (the daemon wakes a row it
+	 * frees or gives away) */
+	if (!s->gone && (!s->tok ? td__conn_gone(s->c, s->epoch) : hup_due(s)))
+		s->gone = true;
+	return s->gone;
+}
+
 int td_sub_next(struct td_sub *s, int timeout_ms, struct td_view *view)
 {
 	struct td_ring_hdr *h;
@@ -1088,12 +1099,7 @@ int td_sub_next(struct td_sub *s, int timeout_ms, struct td_view *view)
 		if (s->tok && (until < 0 || until > s->hup_at))
 			until = s->hup_at;
 		sleep_on(s, seq, latest, until);
-		/* without a token (a ring of an older producer or daemon)
-		 * only our connection tells whether the row is still ours:
-		 * a look after each sleep, before the row is written again
-		 * (the daemon wakes a row it frees or gives away) */
-		if (!s->tok ? td__conn_gone(s->c, s->epoch) : hup_due(s))
-			s->gone = true;
+		(void)td__sub_gone(s);
 	}
 }
 

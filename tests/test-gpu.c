@@ -1196,6 +1196,49 @@ Test(gpu, a_ring_producer_that_dies_with_a_pending_fence_unblocks_readers)
 	ring_fenced(false);
 }
 
+/*
+ * The daemon marks a pending slot fence ABANDONED when the ring's
+ * producer dies, which ends a subscriber's wait (-EPIPE). Once the
+ * daemon itself is gone nothing will: a producer that died after it
+ * (or never signals) left td_sub_fence_wait() waiting out its timeout,
+ * for ever with -1, while td_sub_next() says -EPIPE within a second of
+ * the daemon's end. The wait now looks at the connection as
+ * td_sub_next() does: -EPIPE, and a signalled fence still waits no more.
+ */
+Test(gpu, a_ring_fence_wait_ends_when_tensord_is_gone)
+{
+	struct tu_daemon d;
+	struct td_sub *s;
+	struct td_view v;
+	struct td_error e = {0};
+	struct ringf f = {.signal = false};
+
+	tu_daemon_start(&d, "warn");
+	cr_assert(pipe(f.go) == 0 && pipe(f.ready) == 0);
+	pid_t pid = spawn(&d, ring_fenced_producer, &f);
+	hear(f.ready[0]);
+	struct td_client *c = connect_to(&d);
+	cr_assert_eq(td_ring_subscribe(c, "gpu/ring", 5000, &s, &e), 0, "%s",
+		     e.reason);
+	say(f.go[1]);
+	hear(f.ready[0]); /* published, fence pending */
+	cr_assert_eq(td_sub_next(s, 5000, &v), 0);
+	cr_assert_eq(td_sub_fence_wait(s, 0), -ETIMEDOUT);
+	tu_daemon_kill(&d);
+	say(f.go[1]); /* the producer dies, its fence pending */
+	cr_assert_eq(reap(pid), 0);
+	/* the timeout is a hang guard: it ended at the hang-up before */
+	cr_assert_eq(td_sub_fence_wait(s, TU_WAIT_S * 1000), -EPIPE);
+	cr_assert_eq(td_sub_fence_wait(s, 0), -EPIPE);
+	cr_assert_eq(td_sub_next(s, 0, &v), -EPIPE);
+	td_sub_close(s);
+	td_client_close(c);
+	close(f.go[0]);
+	close(f.go[1]);
+	close(f.ready[0]);
+	close(f.ready[1]);
+}
+
 /* ---- alignment for host-pointer imports ---- */
 
 Test(gpu, loans_and_ring_slots_are_aligned_to_their_size)

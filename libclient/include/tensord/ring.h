@@ -204,8 +204,10 @@ TD_EXPORT int td_sub_release(struct td_sub *s);
  * Wait until the held view's fence signals, at most timeout_ms (-1
  * forever, 0 just look). 0 at once for a version published without a
  * fence. -ETIMEDOUT; -EPIPE the producer closed the ring (or died)
- * without signalling it, whose bytes may be unfinished; -EINVAL when no
- * view is held; -EBADMSG a fence word no producer writes.
+ * without signalling it, whose bytes may be unfinished, or, with it
+ * still pending, the subscription is gone (as td_sub_next(): the
+ * connection dropped or the daemon died; a wait looks once a second);
+ * -EINVAL when no view is held; -EBADMSG a fence word no producer writes.
  */
 TD_EXPORT int td_sub_fence_wait(struct td_sub *s, int timeout_ms);
 /*
