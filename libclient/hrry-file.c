@@ -292,8 +292,10 @@ static int load_desc(struct td_hrry_file_reader *r, uint64_t i,
 	if (!r->desc_bytes[i]) {
 		const void *buf;
 		void *owned;
-		int rc = fetch(&r->t, e->descriptor_offset,
-			       e->descriptor_length, &buf, &owned, err);
+		int rc = td_hrry_desc_len_check(e, err);
+		if (!rc)
+			rc = fetch(&r->t, e->descriptor_offset,
+				   e->descriptor_length, &buf, &owned, err);
 		if (rc)
 			return rc;
 		r->desc_bytes[i] = buf;

@@ -56,6 +56,19 @@ extern "C" {
 #define TD_HRRY_MIN_ALIGNMENT 4096
 #define TD_HRRY_MAX_ALIGNMENT (2u << 20)
 #define TD_HRRY_DYNAMIC_DIM UINT64_MAX   /* shape sentinel "dynamic" */
+/*
+ * tensord's caps on what a file may declare, checked before anything is
+ * read or allocated for it (TD_HRRY_E_TOO_LARGE): the index and KV are
+ * read whole (the CRC-32C covers the index whole). The index cap holds
+ * 2^20 entries (the kernel's default nr_open: each tensor the daemon holds
+ * keeps a plane fd) of the longest name tensord accepts (255 bytes, 289
+ * per entry: 303 MiB); the KV cap holds 65536 tensors' metadata at
+ * tensord's 16 KiB maximum. A real descriptor is a few hundred bytes.
+ * The writer refuses to emit a file over them.
+ */
+#define TD_HRRY_MAX_INDEX_LEN (512ull << 20)
+#define TD_HRRY_MAX_KV_LEN (1ull << 30)
+#define TD_HRRY_MAX_DESC_LEN (16u << 20)
 
 /* file_flags (header bytes 12-15) */
 #define TD_HRRY_FILE_HAS_KV_METADATA 0x1u
@@ -203,6 +216,8 @@ enum td_hrry_error {
 	TD_HRRY_E_INVALID_ARGUMENT,  /* -EINVAL: bad input to a writer/call */
 	TD_HRRY_E_WRITER_POISONED,   /* -ECANCELED: an earlier call failed */
 	TD_HRRY_E_NO_MEMORY,         /* -ENOMEM */
+	/* -EFBIG: a declared length over a TD_HRRY_MAX_* cap above */
+	TD_HRRY_E_TOO_LARGE,
 	TD_HRRY_E_COUNT_
 };
 
