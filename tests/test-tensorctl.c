@@ -1270,6 +1270,86 @@ Test(tensorctl, inspect_of_a_huge_tgm_file_reads_only_its_frames)
 }
 
 /*
+ * A .tgm file at path: one message whose only frame is a HeaderMetadata
+ * frame of n payload bytes, all a hole, unhashed. False when the file
+ * system takes no such sparse file.
+ */
+static bool sparse_tgm_meta(const char *path, uint64_t n)
+{
+	uint8_t head[40] = "TENSOGRM", foot[12 + 8 + 24] = {0};
+	uint64_t frame = 16 + n + 12, pad = (8 - (24 + frame) % 8) % 8;
+	uint64_t end = 24 + frame + pad + 24;
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	bool ok;
+
+	cr_assert(fd >= 0, "%s: %s", path, strerror(errno));
+	/* version 3, HEADER_METADATA, total length; frame type 1, v1 */
+	put_be(put_be(put_be(put_be(head + 8, 3, 2), 1, 2), 0, 4), end, 8);
+	memcpy(head + 24, "FR", 2);
+	put_be(put_be(put_be(put_be(head + 26, 1, 2), 1, 2), 0, 2), frame, 8);
+	memcpy(foot + 8, "ENDF", 4); /* hash slot 0, ENDF, pad, postamble */
+	put_be(put_be(foot + 12 + pad, 24 + frame + pad, 8), end, 8);
+	memcpy(foot + 12 + pad + 16, "39277777", 8);
+	ok = ftruncate(fd, (off_t)end) == 0 &&
+	     pwrite(fd, head, 40, 0) == 40 &&
+	     pwrite(fd, foot, 12 + pad + 24, (off_t)(40 + n)) ==
+		     (ssize_t)(12 + pad + 24);
+	close(fd);
+	return ok;
+}
+
+/*
+ * load read a metadata frame whole whatever its size, where inspect
+ * reads none over 16 MiB: a sparse file declaring a 2 GiB one made load
+ * allocate and read 2 GiB (under a 64 MiB RLIMIT_DATA it failed "out of
+ * memory"). Now load refuses it before reading (or hashing) any of it,
+ * naming the frame and the limit, EFBIG; inspect still says it is over
+ * 16 MiB and does not read it.
+ */
+Test(tensorctl, load_refuses_a_tgm_metadata_frame_over_16_mib_unread)
+{
+	struct tu_daemon d;
+#ifdef __SANITIZE_ADDRESS__
+	struct run r = {.in_fd = -1, .out_fd = -1};
+#else
+	struct run r = {.in_fd = -1, .out_fd = -1, .data = 64u << 20};
+#endif
+	char path[160], *out, *err;
+	int rc;
+
+	start(&d);
+	path_in(path, sizeof(path), &d, "meta.tgm");
+	if (!sparse_tgm_meta(path, 2ull << 30)) {
+		unlink(path);
+		tu_daemon_stop(&d, false);
+		cr_skip_test("the file system under /tmp takes no 2 GiB "
+			     "sparse file: the metadata cap not checked");
+	}
+	rc = CTL_R(&d, &r, &out, &err, "load", path, "--prefix", "L/");
+	cr_expect_eq(rc, 1, "exit %d: %s", rc, err);
+	cr_expect(strstr(err, "message 0: HeaderMetadata frame at offset 24: "
+			      "2147483648 bytes of metadata, over "
+			      "tensorctl's 16 MiB limit for a metadata "
+			      "frame"),
+		  "%s", err);
+	free(out);
+	free(err);
+	rc = CTL_R(&d, &r, &out, &err, "--json", "load", path);
+	cr_expect_eq(rc, 1, "exit %d: %s", rc, err);
+	cr_expect(strstr(out, "{\"error\":{\"kind\":\"input\",\"errno\":27,"),
+		  "%s", out); /* EFBIG */
+	free(out);
+	free(err);
+	rc = CTL_R(&d, &r, &out, &err, "inspect", path);
+	cr_expect(strstr(out, "metadata: larger than 16 MiB, not"),
+		  "exit %d: %s %s", rc, out, err);
+	free(out);
+	free(err);
+	unlink(path);
+	tu_daemon_stop(&d, false);
+}
+
+/*
  * load read a .tgm file whole into its heap, then copied each object
  * into the daemon's buffer: a file needed its size in private memory
  * (and a 1 TiB one failed). Now each object's bytes go from the file
