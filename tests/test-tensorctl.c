@@ -1150,6 +1150,55 @@ Test(tensorctl, a_declared_huge_hurray_descriptor_is_refused_before_it_is_read)
 	tu_daemon_stop(&d, false);
 }
 
+/*
+ * inspect reads a file that is no .tgm, Hurray or .npy file whole (a
+ * blob): malloc'ed by its size, which --max-bytes did not bound for a
+ * regular file, so a sparse one of 2 GiB had 2 GiB allocated and read
+ * (under a 64 MiB RLIMIT_DATA: ENOMEM). Now its size is checked against
+ * --max-bytes (default 1 GiB) first: EFBIG, nothing read.
+ */
+Test(tensorctl, inspect_of_a_huge_blob_file_is_refused_by_its_size)
+{
+	struct tu_daemon d;
+#ifdef __SANITIZE_ADDRESS__
+	struct run r = {.in_fd = -1, .out_fd = -1};
+#else
+	struct run r = {.in_fd = -1, .out_fd = -1, .data = 64u << 20};
+#endif
+	char path[160], *out, *err;
+	int fd, rc;
+
+	start(&d);
+	path_in(path, sizeof(path), &d, "blob.bin");
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	cr_assert(fd >= 0);
+	if (ftruncate(fd, (off_t)(2ull << 30)) < 0) {
+		close(fd);
+		unlink(path);
+		tu_daemon_stop(&d, false);
+		cr_skip_test("the file system under /tmp takes no 2 GiB "
+			     "sparse file: the blob size cap not checked");
+	}
+	close(fd);
+	rc = CTL_R(&d, &r, &out, &err, "--json", "inspect", path);
+	cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+	cr_expect(strstr(out, "{\"error\":{\"kind\":\"input\",\"errno\":27,") &&
+			  strstr(out, "blob.bin: more than 1.0 GiB (a file "
+				      "read whole, such as a blob, is read up "
+				      "to --max-bytes)"),
+		  "%s", out);
+	free(out);
+	free(err);
+	/* and a small one under a small cap: the same, by its size */
+	rc = CTL_R(&d, &r, &out, &err, "inspect", "--max-bytes", "1M", path);
+	cr_expect_eq(rc, 1, "exit %d: %s", rc, err);
+	cr_expect(strstr(err, "more than 1.0 MiB"), "%s", err);
+	free(out);
+	free(err);
+	unlink(path);
+	tu_daemon_stop(&d, false);
+}
+
 /* ---- .tgm files read with pread ---- */
 
 static uint8_t *put_be(uint8_t *p, uint64_t v, unsigned n)
