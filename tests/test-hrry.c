@@ -1204,6 +1204,40 @@ Test(hrry, round_trip_every_dtype_rank0_empty_and_sorted_index)
 	}
 }
 
+/*
+ * An ARRAY's items are decoded into one td_hrry_kv_value each, some 40
+ * times a one-byte bool's bytes in the file: a KV of 1 GiB of them had
+ * td_hrry_file_reader_kv_entry() (inspect, load) calloc 40 GiB. An
+ * array over TD_HRRY_MAX_KV_ITEMS is now -EFBIG, not decoded; one at
+ * the cap still is.
+ */
+Test(hrry, kv_array_items_over_the_cap_are_not_decoded)
+{
+	size_t n = TD_HRRY_MAX_KV_ITEMS + 1;
+	struct td_hrry_kv_value *items = calloc(n, sizeof(*items));
+	cr_assert_not_null(items);
+	for (size_t k = 0; k < n; k++)
+		items[k] = (struct td_hrry_kv_value){.kind = TD_HRRY_KV_BOOL,
+						     .bool_value = k & 1};
+	struct td_hrry_kv_entry kv[] = {
+		{"at", 2, {.kind = TD_HRRY_KV_ARRAY, .item_kind = TD_HRRY_KV_BOOL,
+			   .items = items, .item_count = n - 1}},
+		{"over", 4, {.kind = TD_HRRY_KV_ARRAY,
+			     .item_kind = TD_HRRY_KV_BOOL, .items = items,
+			     .item_count = n}},
+	};
+	struct hu_sink s = kv_file(kv, 2);
+	free(items);
+	struct td_hrry_file_reader *r = reopen(&s);
+	struct td_hrry_kv_entry g;
+	cr_assert_eq(td_hrry_file_reader_kv_entry(r, 0, &g), 0);
+	cr_expect_eq(g.value.item_count, n - 1);
+	cr_expect(g.value.items[n - 2].bool_value);
+	cr_expect_eq(td_hrry_file_reader_kv_entry(r, 1, &g), -EFBIG);
+	td_hrry_file_reader_free(&r);
+	free(s.buf);
+}
+
 Test(hrry, round_trip_kv_of_all_seven_kinds)
 {
 	static const char *strs[] = {"a", "bc", ""};

@@ -69,6 +69,7 @@ extern "C" {
 #define TD_HRRY_MAX_INDEX_LEN (512ull << 20)
 #define TD_HRRY_MAX_KV_LEN (1ull << 30)
 #define TD_HRRY_MAX_DESC_LEN (16u << 20)
+#define TD_HRRY_MAX_KV_ITEMS (1u << 20) /* decoded items of one array */
 
 /* file_flags (header bytes 12-15) */
 #define TD_HRRY_FILE_HAS_KV_METADATA 0x1u
@@ -521,7 +522,14 @@ TD_HRRY_API int td_hrry_file_reader_read_composite(
 /* Number of KV entries into *count. 0 or -EINVAL. */
 TD_HRRY_API int td_hrry_file_reader_kv_count(const struct td_hrry_file_reader *r,
 					     uint64_t *count);
-/* Copy entry index (borrowed key and value) into *out. 0 or -EINVAL. */
+/*
+ * Copy entry index (borrowed key and value) into *out. An ARRAY's items
+ * are decoded on first use and kept with the reader: 0, -EINVAL, -ENOMEM,
+ * or -EFBIG for an array of more than TD_HRRY_MAX_KV_ITEMS items (each
+ * decoded item takes sizeof(struct td_hrry_kv_value), some 40 times a
+ * one-byte bool's bytes in the file: a 1 GiB KV of them would want
+ * 40 GiB).
+ */
 TD_HRRY_API int td_hrry_file_reader_kv_entry(const struct td_hrry_file_reader *r,
 					     uint64_t index,
 					     struct td_hrry_kv_entry *out);
