@@ -662,7 +662,7 @@ Test(snapshot, a_declared_index_over_the_cap_is_refused_unread)
 	h[17] = 0x10; /* alignment 4096 */
 	h[20] = 64;   /* first_descriptor_offset */
 	for (int i = 0; i < 8; i++) {
-		t[i] = (uint8_t)(64 >> (8 * i));
+		t[i] = (uint8_t)(UINT64_C(64) >> (8 * i));
 		t[8 + i] = (uint8_t)(il >> (8 * i));
 	}
 	memcpy(t + 36, "HRRY", 4);
