@@ -145,6 +145,9 @@ static int restore_plane(struct reader *rd, const char *hname, size_t hlen,
 	if (rc < 0)
 		goto herr;
 	td_hrry_rcore_entry(&rd->c, idx, &ent);
+	rc = td_hrry_desc_len_check(&ent, &e);
+	if (rc < 0)
+		goto herr;
 	dbuf = malloc(ent.descriptor_length);
 	if (!dbuf) {
 		rc = -ENOMEM;

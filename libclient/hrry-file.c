@@ -292,8 +292,10 @@ static int load_desc(struct td_hrry_file_reader *r, uint64_t i,
 	if (!r->desc_bytes[i]) {
 		const void *buf;
 		void *owned;
-		int rc = fetch(&r->t, e->descriptor_offset,
-			       e->descriptor_length, &buf, &owned, err);
+		int rc = td_hrry_desc_len_check(e, err);
+		if (!rc)
+			rc = fetch(&r->t, e->descriptor_offset,
+				   e->descriptor_length, &buf, &owned, err);
 		if (rc)
 			return rc;
 		r->desc_bytes[i] = buf;
@@ -539,6 +541,8 @@ int td_hrry_file_reader_kv_entry(const struct td_hrry_file_reader *r,
 	 * (the reader is logically const: this is a cache) */
 	struct td_hrry_kv_value **slot =
 		&((struct td_hrry_file_reader *)(uintptr_t)r)->kv_items[index];
+	if (v->item_count > TD_HRRY_MAX_KV_ITEMS)
+		return -EFBIG; /* each item in the file may be one byte */
 	if (!*slot && v->item_count) {
 		struct td_hrry_kv_value *items =
 			calloc(v->item_count, sizeof(*items));

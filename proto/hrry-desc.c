@@ -105,6 +105,7 @@ static const struct {
 	[TD_HRRY_E_INVALID_ARGUMENT] = {"InvalidArgument", -EINVAL},
 	[TD_HRRY_E_WRITER_POISONED] = {"WriterPoisoned", -ECANCELED},
 	[TD_HRRY_E_NO_MEMORY] = {"OutOfMemory", -ENOMEM},
+	[TD_HRRY_E_TOO_LARGE] = {"TooLarge", -EFBIG},
 };
 
 const char *td_hrry_error_name(enum td_hrry_error kind)

@@ -5,7 +5,7 @@
  * validated before it is asked for; then pure per-tensor checks, name
  * lookup by binary search and the composite walk. No I/O, no allocation:
  * working memory is asked of the driver, sized from lengths already
- * bounded by the file size.
+ * bounded by the file size and by the TD_HRRY_MAX_* caps.
  */
 #include "hrry.h"
 
@@ -158,6 +158,14 @@ static int trailer(struct td_hrry_rcore *c, const uint8_t *t,
 	    c->index_crc32c)
 		return fail(c, err, TD_HRRY_E_INVALID_HEADER, base + 28,
 			    "index_crc32c set while HAS_INDEX_CRC32C is clear");
+	/* Both are read whole and kept: a sparse file of any apparent size
+	 * may declare any length, so the cap comes before the request. */
+	if (c->index_length > TD_HRRY_MAX_INDEX_LEN)
+		return fail(c, err, TD_HRRY_E_TOO_LARGE, base + 8,
+			    "index_length over tensord's 512 MiB cap");
+	if (c->kv_length > TD_HRRY_MAX_KV_LEN)
+		return fail(c, err, TD_HRRY_E_TOO_LARGE, base + 24,
+			    "kv_length over tensord's 1 GiB cap");
 	want(c, TD_HRRY_NEED_READ, c->index_offset, c->index_length);
 	c->state = S_INDEX;
 	return 0;
@@ -984,5 +992,18 @@ int td_hrry_composite_check(const struct td_hrry_desc *const *descs,
 				     TD_HRRY_E_COMPOSITE_MEMBER_COUNT_MISMATCH,
 				     off_of(offsets, i),
 				     "more nodes than the composite's members");
+	return 0;
+}
+
+int td_hrry_desc_len_check(const struct td_hrry_entry *e,
+			   struct td_hrry_err *err)
+{
+	/* descriptor_length is a u32 bounded only by the file's size, and a
+	 * sparse file has any size it claims */
+	if (e->descriptor_length > TD_HRRY_MAX_DESC_LEN)
+		return td__hrry_fail(err, TD_HRRY_E_TOO_LARGE,
+				     e->descriptor_offset,
+				     "descriptor_length over tensord's 16 MiB "
+				     "cap");
 	return 0;
 }

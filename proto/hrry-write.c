@@ -350,6 +350,16 @@ int td_hrry_wcore_begin_finish(struct td_hrry_wcore *w,
 		return rc;
 	if (!kv_count)
 		total = 0;
+	/* never write what a reader refuses (TD_HRRY_MAX_*): names are at
+	 * most 65535 bytes, so the sum cannot overflow */
+	uint64_t ix_len = 8;
+	for (uint64_t i = 0; i < count; i++)
+		ix_len += 2 + (uint64_t)entries[i].name_len + 32;
+	if (ix_len > TD_HRRY_MAX_INDEX_LEN || total > TD_HRRY_MAX_KV_LEN)
+		return td__hrry_fail(err, TD_HRRY_E_TOO_LARGE, 0,
+				     ix_len > TD_HRRY_MAX_INDEX_LEN ?
+					     "index over tensord's 512 MiB cap" :
+					     "KV over tensord's 1 GiB cap");
 	w->kv = kv;
 	w->kv_count = kv_count;
 	w->kv_i = 0;

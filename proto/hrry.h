@@ -138,6 +138,13 @@ void td_hrry_kv_item(const struct td_hrry_kv_value *array, size_t k,
 		     struct td_hrry_kv_value *item);
 
 /*
+ * Per tensor, before the driver reads (or allocates for) the entry's
+ * descriptor: 0, or TooLarge when descriptor_length is over
+ * TD_HRRY_MAX_DESC_LEN (the tensor is refused, the file stays open).
+ */
+int td_hrry_desc_len_check(const struct td_hrry_entry *e,
+			   struct td_hrry_err *err);
+/*
  * Per tensor, after the driver has read the entry's descriptor bytes
  * [descriptor_offset, + descriptor_length): §13 steps 7-9 (length fields,
  * decode, buffer placement against data_offset/data_length). 0 or -errno;

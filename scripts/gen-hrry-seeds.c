@@ -7,11 +7,14 @@
  *
  * A plain file with KV of every kind, a sorted index at A = 8192, the
  * three composite rules (one nested) in both head-padding forms, an
- * unsupported tensor beside a supported one, and lone descriptors.
+ * unsupported tensor beside a supported one, lone descriptors, and
+ * three files fuzz-hrry reads with a 6 GiB hole after the header, each
+ * declaring a length of gigabytes there (index, descriptor, KV).
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "bytes.h"
 #include "hrry-util.h"
 
 static int save(const char *dir, const char *name, const void *p, size_t n)
@@ -135,6 +138,46 @@ static int descriptors(const char *dir)
 	return rc;
 }
 
+/* fuzz-hrry's sparse pass puts 6 GiB of zeros after byte 64 (HOLE). */
+static int sparse(const char *dir)
+{
+	const uint64_t hole = 6ull << 30;
+	uint8_t f[64 + 43 + 40] = "HRRYFILE", *ix = f + 64, *t;
+	int rc = 0;
+	f[8] = 1;
+	td__put_le32(f + 16, 4096);
+	td__put_le64(f + 20, 64);
+	/* a trailer declaring the hole as a 6 GiB index */
+	t = f + 64;
+	memset(t, 0, 40);
+	td__put_le64(t, 64);
+	td__put_le64(t + 8, hole);
+	memcpy(t + 36, "HRRY", 4);
+	rc |= save(dir, "sparse-index-6g.hrry", f, 104);
+	/* one entry "a" whose descriptor at 64 declares 4 GiB of the hole */
+	memset(ix, 0, sizeof(f) - 64);
+	td__put_le64(ix, 1);
+	td__put_le16(ix + 8, 1);
+	ix[10] = 'a';
+	td__put_le64(ix + 11, 64);
+	td__put_le32(ix + 19, 0xFFFFFF00u);
+	t = ix + 43;
+	td__put_le64(t, 64 + hole);
+	td__put_le64(t + 8, 43);
+	memcpy(t + 36, "HRRY", 4);
+	rc |= save(dir, "sparse-desc-4g.hrry", f, sizeof(f));
+	/* an empty index after a KV declaring 4 GiB of the hole */
+	memset(ix, 0, sizeof(f) - 64);
+	t = ix + 8;
+	td__put_le64(t, 64 + hole);
+	td__put_le64(t + 8, 8);
+	td__put_le64(t + 16, 64);
+	td__put_le32(t + 24, 0xFFFFFFF8u);
+	memcpy(t + 36, "HRRY", 4);
+	rc |= save(dir, "sparse-kv-4g.hrry", f, 64 + 8 + 40);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -142,5 +185,6 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	return plain(argv[1]) | composites(argv[1], 0) |
-	       composites(argv[1], 1) | descriptors(argv[1]);
+	       composites(argv[1], 1) | descriptors(argv[1]) |
+	       sparse(argv[1]);
 }

@@ -763,6 +763,99 @@ Test(hrry, hostile_trailer_and_index_are_bounded_before_reading)
 	free(f);
 }
 
+/*
+ * The index and KV are read whole, their lengths bounded only by the
+ * file's size, which a sparse file makes anything: a trailer declaring a
+ * 6 GiB index had the driver read (and allocate) 6 GiB. The core now
+ * refuses a length over tensord's cap at the trailer, before it asks for
+ * the bytes; at the cap it still asks.
+ */
+Test(hrry, declared_index_and_kv_over_the_cap_are_refused_at_the_trailer)
+{
+	static const struct {
+		uint64_t index_len, kv_len;
+		int rc;
+		uint64_t at; /* offset in the trailer of the refused field */
+	} c[] = {
+		{6ull << 30, 0, -EFBIG, 8},
+		{TD_HRRY_MAX_INDEX_LEN + 8, 0, -EFBIG, 8},
+		{TD_HRRY_MAX_INDEX_LEN, 0, TD_HRRY_STEP_NEED, 0},
+		{64, 0xFFFFFFF8u, -EFBIG, 24},
+		{64, TD_HRRY_MAX_KV_LEN + 8, -EFBIG, 24},
+		{64, TD_HRRY_MAX_KV_LEN, TD_HRRY_STEP_NEED, 0},
+	};
+	uint8_t h[64] = "HRRYFILE", t[40] = {0};
+	h[8] = 1;
+	td__put_le32(h + 16, 4096);
+	td__put_le64(h + 20, 64);
+	memcpy(t + 36, "HRRY", 4);
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		/* KV at 64, index after it, file ends after the trailer */
+		uint64_t kv_off = c[i].kv_len ? 64 : 0;
+		uint64_t io = (64 + c[i].kv_len + 7) & ~7ull;
+		uint64_t size = io + c[i].index_len + 40;
+		struct td_hrry_rcore core;
+		struct td_hrry_need need;
+		struct td_hrry_err e = {0};
+		td__put_le64(t, io);
+		td__put_le64(t + 8, c[i].index_len);
+		td__put_le64(t + 16, kv_off);
+		td__put_le32(t + 24, (uint32_t)c[i].kv_len);
+		td_hrry_rcore_init(&core, size);
+		cr_assert_eq(td_hrry_rcore_step(&core, &need, &e),
+			     TD_HRRY_STEP_NEED);
+		cr_assert_eq(td_hrry_rcore_supply(&core, h, 64, &e), 0);
+		cr_assert_eq(td_hrry_rcore_step(&core, &need, &e),
+			     TD_HRRY_STEP_NEED);
+		int rc = td_hrry_rcore_supply(&core, t, 40, &e);
+		if (rc == 0)
+			rc = td_hrry_rcore_step(&core, &need, &e);
+		cr_expect_eq(rc, c[i].rc, "case %zu: %d (%s)", i, rc,
+			     e.reason ? e.reason : "");
+		if (c[i].rc == -EFBIG) {
+			cr_expect_eq(e.kind, TD_HRRY_E_TOO_LARGE);
+			cr_expect_str_eq(td_hrry_error_name(e.kind),
+					 "TooLarge");
+			cr_expect_eq(e.offset, size - 40 + c[i].at);
+		} else {
+			/* at the cap: the index is asked for, whole */
+			cr_expect_eq(need.kind, TD_HRRY_NEED_READ);
+			cr_expect_eq(need.offset, io);
+			cr_expect_eq(need.len, c[i].index_len);
+		}
+	}
+}
+
+/* The writer refuses to emit an index a reader would refuse: 8200 names
+ * of 65535 bytes make one over 512 MiB (nothing is emitted). */
+Test(hrry, writer_refuses_an_index_over_the_cap)
+{
+	struct td_hrry_wcore w;
+	struct td_hrry_err e = {0};
+	size_t n = 8200;
+	char *name = malloc(TD_HRRY_MAX_NAME_LEN);
+	struct td_hrry_wentry *ents = calloc(n, sizeof(*ents));
+	cr_assert(name && ents);
+	memset(name, 'a', TD_HRRY_MAX_NAME_LEN);
+	for (size_t i = 0; i < n; i++)
+		ents[i] = (struct td_hrry_wentry){
+			.name = name, .name_len = TD_HRRY_MAX_NAME_LEN};
+	struct td_hrry_slice sl;
+	cr_assert_eq(td_hrry_wcore_init(&w, NULL, &e), 0);
+	while (td_hrry_wcore_next(&w, &sl) == TD_HRRY_STEP_NEED)
+		td_hrry_wcore_advance(&w, sl.len); /* the header */
+	cr_expect_eq(td_hrry_wcore_begin_finish(&w, NULL, 0, NULL, ents, n,
+						NULL, &e),
+		     -EFBIG);
+	cr_expect_eq(e.kind, TD_HRRY_E_TOO_LARGE);
+	/* one fewer tenth fits */
+	cr_expect_eq(td_hrry_wcore_begin_finish(&w, NULL, 0, NULL, ents,
+						n - 820, NULL, &e),
+		     0, "%s", e.reason);
+	free(ents);
+	free(name);
+}
+
 Test(hrry, header_checks_in_order)
 {
 	size_t len;
@@ -1109,6 +1202,40 @@ Test(hrry, round_trip_every_dtype_rank0_empty_and_sorted_index)
 		td_hrry_file_reader_free(&r);
 		free(s.buf);
 	}
+}
+
+/*
+ * An ARRAY's items are decoded into one td_hrry_kv_value each, some 40
+ * times a one-byte bool's bytes in the file: a KV of 1 GiB of them had
+ * td_hrry_file_reader_kv_entry() (inspect, load) calloc 40 GiB. An
+ * array over TD_HRRY_MAX_KV_ITEMS is now -EFBIG, not decoded; one at
+ * the cap still is.
+ */
+Test(hrry, kv_array_items_over_the_cap_are_not_decoded)
+{
+	size_t n = TD_HRRY_MAX_KV_ITEMS + 1;
+	struct td_hrry_kv_value *items = calloc(n, sizeof(*items));
+	cr_assert_not_null(items);
+	for (size_t k = 0; k < n; k++)
+		items[k] = (struct td_hrry_kv_value){.kind = TD_HRRY_KV_BOOL,
+						     .bool_value = k & 1};
+	struct td_hrry_kv_entry kv[] = {
+		{"at", 2, {.kind = TD_HRRY_KV_ARRAY, .item_kind = TD_HRRY_KV_BOOL,
+			   .items = items, .item_count = n - 1}},
+		{"over", 4, {.kind = TD_HRRY_KV_ARRAY,
+			     .item_kind = TD_HRRY_KV_BOOL, .items = items,
+			     .item_count = n}},
+	};
+	struct hu_sink s = kv_file(kv, 2);
+	free(items);
+	struct td_hrry_file_reader *r = reopen(&s);
+	struct td_hrry_kv_entry g;
+	cr_assert_eq(td_hrry_file_reader_kv_entry(r, 0, &g), 0);
+	cr_expect_eq(g.value.item_count, n - 1);
+	cr_expect(g.value.items[n - 2].bool_value);
+	cr_expect_eq(td_hrry_file_reader_kv_entry(r, 1, &g), -EFBIG);
+	td_hrry_file_reader_free(&r);
+	free(s.buf);
 }
 
 Test(hrry, round_trip_kv_of_all_seven_kinds)

@@ -642,6 +642,44 @@ Test(snapshot, a_corrupt_index_starts_empty_and_moves_the_file_aside)
 	snapdir_rm(&s);
 }
 
+/*
+ * The restore reads the index whole, as every Hurray reader does: a
+ * snapshot whose trailer declared an index of 600 MiB (a sparse file of
+ * that size, all zeros) had the daemon allocate and read it all before
+ * it refused it (InvalidHeader). The declared length is now checked
+ * against the 512 MiB cap first: refused at once (TooLarge), started
+ * empty, the file moved aside as for any corrupt snapshot.
+ */
+Test(snapshot, a_declared_index_over_the_cap_is_refused_unread)
+{
+	struct snapdir s;
+	uint8_t h[64] = "HRRYFILE", t[40] = {0};
+	uint64_t il = 600ull << 20;
+	int fd;
+
+	snapdir_make(&s);
+	h[8] = 1;
+	h[17] = 0x10; /* alignment 4096 */
+	h[20] = 64;   /* first_descriptor_offset */
+	for (int i = 0; i < 8; i++) {
+		t[i] = (uint8_t)(UINT64_C(64) >> (8 * i));
+		t[8 + i] = (uint8_t)(il >> (8 * i));
+	}
+	memcpy(t + 36, "HRRY", 4);
+	fd = open(s.file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(pwrite(fd, h, 64, 0), 64);
+	cr_assert_eq(pwrite(fd, t, 40, (off_t)(64 + il)), 40);
+	close(fd);
+	fd = open(s.log, O_WRONLY | O_CREAT | O_CLOEXEC, 0600); /* truncated */
+	cr_assert_geq(fd, 0);
+	close(fd);
+	starts_empty_and_moves_aside(&s, "TooLarge");
+	cr_assert(log_has(&s, "index_length over tensord's 512 MiB cap"), "%s",
+		  tu_slurp(s.log));
+	snapdir_rm(&s);
+}
+
 Test(snapshot, garbage_and_truncated_files_start_empty)
 {
 	struct snapdir s;

@@ -1017,6 +1017,188 @@ Test(tensorctl, inspect_of_a_huge_hurray_file_reads_only_its_index)
 	tu_daemon_stop(&d, false);
 }
 
+/*
+ * A Hurray file of apparent size 64 + index_len + 40 (all a hole but its
+ * header and trailer, and the index's first 43 bytes when entry is set):
+ * the trailer declares an index of index_len bytes at 64, without CRC;
+ * with entry, the index holds one entry "a" whose descriptor, at 64,
+ * declares desc_len bytes (index_len then places the index past it).
+ * false when the file system takes no such sparse file.
+ */
+static bool hostile_hrry(const char *path, uint64_t index_len, bool entry,
+			 uint32_t desc_len)
+{
+	uint8_t h[64] = "HRRYFILE", t[40] = {0}, ix[43] = {0};
+	uint64_t io = 64, il = index_len;
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	bool ok;
+
+	cr_assert(fd >= 0, "%s: %s", path, strerror(errno));
+	h[8] = 1;               /* major */
+	h[17] = 0x10;           /* alignment 4096 */
+	h[20] = 64;             /* first_descriptor_offset */
+	if (entry) {
+		io = (64 + (uint64_t)desc_len + 7) & ~7ull;
+		il = sizeof(ix);
+		ix[0] = 1;      /* entry_count */
+		ix[8] = 1;      /* name_len */
+		ix[10] = 'a';
+		ix[11] = 64;    /* descriptor_offset */
+		memcpy(ix + 19, &desc_len, 4); /* le on every host we run */
+		ix[23] = 0;     /* data_offset 0, data_length 0 */
+	}
+	for (int i = 0; i < 8; i++) {
+		t[i] = (uint8_t)(io >> (8 * i));
+		t[8 + i] = (uint8_t)(il >> (8 * i));
+	}
+	memcpy(t + 36, "HRRY", 4);
+	ok = pwrite(fd, h, sizeof(h), 0) == (ssize_t)sizeof(h) &&
+	     (!entry || pwrite(fd, ix, sizeof(ix), (off_t)io) ==
+				(ssize_t)sizeof(ix)) &&
+	     pwrite(fd, t, sizeof(t), (off_t)(io + il)) == (ssize_t)sizeof(t);
+	close(fd);
+	return ok;
+}
+
+/*
+ * The index is read whole (its CRC-32C covers it whole): a trailer
+ * declaring a 6 GiB index in a sparse file made inspect and load
+ * allocate and read 6 GiB of zeros before they refused it (about 70 s).
+ * Now the declared length is checked against tensord's cap before
+ * anything is read or allocated for it. The plain build runs tensorctl
+ * under an RLIMIT_DATA of 64 MiB: the old code failed there with
+ * OutOfMemory (its malloc of 6 GiB), and read 6 GiB without the limit;
+ * the new one says TooLarge at once, whatever the limit. (ASan's shadow
+ * is private memory RLIMIT_DATA would stop before main.)
+ */
+Test(tensorctl, a_declared_huge_hurray_index_is_refused_before_it_is_read)
+{
+	struct tu_daemon d;
+#ifdef __SANITIZE_ADDRESS__
+	struct run r = {.in_fd = -1, .out_fd = -1};
+#else
+	struct run r = {.in_fd = -1, .out_fd = -1, .data = 64u << 20};
+#endif
+	char path[160], *out, *err;
+	int rc;
+
+	start(&d);
+	path_in(path, sizeof(path), &d, "ix.hrry");
+	if (!hostile_hrry(path, 6ull << 30, false, 0)) {
+		unlink(path);
+		tu_daemon_stop(&d, false);
+		cr_skip_test("the file system under /tmp takes no 6 GiB "
+			     "sparse file: the index cap not checked");
+	}
+	rc = CTL_R(&d, &r, &out, &err, "inspect", "--json", path);
+	cr_expect_eq(rc, 1, "exit %d: %s", rc, err);
+	cr_expect(strstr(out, "{\"error\":{\"kind\":\"TooLarge\",\"offset\":"),
+		  "%s", out);
+	cr_expect(strstr(out, "index_length over tensord's 512 MiB cap"), "%s",
+		  out);
+	free(out);
+	free(err);
+	rc = CTL_R(&d, &r, &out, &err, "load", path, "--prefix", "L/");
+	cr_expect_eq(rc, 1, "exit %d: %s", rc, err);
+	cr_expect(strstr(err, "TooLarge") && strstr(err, "512 MiB"), "%s", err);
+	free(out);
+	free(err);
+	unlink(path);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * A descriptor is read whole too, and its u32 length was bounded only
+ * by the file's size: an entry declaring a 4 GiB descriptor in a sparse
+ * file made inspect and load allocate and read it. Now the tensor is
+ * refused (TooLarge) before its descriptor is read; the file stays open.
+ */
+Test(tensorctl, a_declared_huge_hurray_descriptor_is_refused_before_it_is_read)
+{
+	struct tu_daemon d;
+#ifdef __SANITIZE_ADDRESS__
+	struct run r = {.in_fd = -1, .out_fd = -1};
+#else
+	struct run r = {.in_fd = -1, .out_fd = -1, .data = 64u << 20};
+#endif
+	char path[160], *out, *err;
+	int rc;
+
+	start(&d);
+	path_in(path, sizeof(path), &d, "desc.hrry");
+	if (!hostile_hrry(path, 0, true, 0xFFFFFF00u)) {
+		unlink(path);
+		tu_daemon_stop(&d, false);
+		cr_skip_test("the file system under /tmp takes no 4 GiB "
+			     "sparse file: the descriptor cap not checked");
+	}
+	rc = CTL_R(&d, &r, &out, &err, "inspect", "--json", path);
+	cr_expect(strstr(out, "\"name\":\"a\",\"status\":\"invalid\"") &&
+			  strstr(out, "\"kind\":\"TooLarge\",\"reason\":"
+				      "\"descriptor_length over tensord's "
+				      "16 MiB cap\""),
+		  "exit %d: %s %s", rc, out, err);
+	free(out);
+	free(err);
+	rc = CTL_R(&d, &r, &out, &err, "load", path, "--prefix", "L/");
+	cr_expect(strstr(out, "refused a: TooLarge") ||
+			  strstr(err, "refused a: TooLarge"),
+		  "exit %d: %s %s", rc, out, err);
+	free(out);
+	free(err);
+	unlink(path);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * inspect reads a file that is no .tgm, Hurray or .npy file whole (a
+ * blob): malloc'ed by its size, which --max-bytes did not bound for a
+ * regular file, so a sparse one of 2 GiB had 2 GiB allocated and read
+ * (under a 64 MiB RLIMIT_DATA: ENOMEM). Now its size is checked against
+ * --max-bytes (default 1 GiB) first: EFBIG, nothing read.
+ */
+Test(tensorctl, inspect_of_a_huge_blob_file_is_refused_by_its_size)
+{
+	struct tu_daemon d;
+#ifdef __SANITIZE_ADDRESS__
+	struct run r = {.in_fd = -1, .out_fd = -1};
+#else
+	struct run r = {.in_fd = -1, .out_fd = -1, .data = 64u << 20};
+#endif
+	char path[160], *out, *err;
+	int fd, rc;
+
+	start(&d);
+	path_in(path, sizeof(path), &d, "blob.bin");
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	cr_assert(fd >= 0);
+	if (ftruncate(fd, (off_t)(2ull << 30)) < 0) {
+		close(fd);
+		unlink(path);
+		tu_daemon_stop(&d, false);
+		cr_skip_test("the file system under /tmp takes no 2 GiB "
+			     "sparse file: the blob size cap not checked");
+	}
+	close(fd);
+	rc = CTL_R(&d, &r, &out, &err, "--json", "inspect", path);
+	cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+	cr_expect(strstr(out, "{\"error\":{\"kind\":\"input\",\"errno\":27,") &&
+			  strstr(out, "blob.bin: more than 1.0 GiB (a file "
+				      "read whole, such as a blob, is read up "
+				      "to --max-bytes)"),
+		  "%s", out);
+	free(out);
+	free(err);
+	/* and a small one under a small cap: the same, by its size */
+	rc = CTL_R(&d, &r, &out, &err, "inspect", "--max-bytes", "1M", path);
+	cr_expect_eq(rc, 1, "exit %d: %s", rc, err);
+	cr_expect(strstr(err, "more than 1.0 MiB"), "%s", err);
+	free(out);
+	free(err);
+	unlink(path);
+	tu_daemon_stop(&d, false);
+}
+
 /* ---- .tgm files read with pread ---- */
 
 static uint8_t *put_be(uint8_t *p, uint64_t v, unsigned n)
@@ -1130,6 +1312,86 @@ Test(tensorctl, inspect_of_a_huge_tgm_file_reads_only_its_frames)
 	snprintf(want, sizeof(want), "\"data_range_in_msg\":[40,%" PRIu64
 		 "]}],\"walk_error\":null}],\"skipped\":[]}", 40 + n);
 	cr_expect(strstr(out, want), "%s", out);
+	free(out);
+	free(err);
+	unlink(path);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * A .tgm file at path: one message whose only frame is a HeaderMetadata
+ * frame of n payload bytes, all a hole, unhashed. False when the file
+ * system takes no such sparse file.
+ */
+static bool sparse_tgm_meta(const char *path, uint64_t n)
+{
+	uint8_t head[40] = "TENSOGRM", foot[12 + 8 + 24] = {0};
+	uint64_t frame = 16 + n + 12, pad = (8 - (24 + frame) % 8) % 8;
+	uint64_t end = 24 + frame + pad + 24;
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	bool ok;
+
+	cr_assert(fd >= 0, "%s: %s", path, strerror(errno));
+	/* version 3, HEADER_METADATA, total length; frame type 1, v1 */
+	put_be(put_be(put_be(put_be(head + 8, 3, 2), 1, 2), 0, 4), end, 8);
+	memcpy(head + 24, "FR", 2);
+	put_be(put_be(put_be(put_be(head + 26, 1, 2), 1, 2), 0, 2), frame, 8);
+	memcpy(foot + 8, "ENDF", 4); /* hash slot 0, ENDF, pad, postamble */
+	put_be(put_be(foot + 12 + pad, 24 + frame + pad, 8), end, 8);
+	memcpy(foot + 12 + pad + 16, "39277777", 8);
+	ok = ftruncate(fd, (off_t)end) == 0 &&
+	     pwrite(fd, head, 40, 0) == 40 &&
+	     pwrite(fd, foot, 12 + pad + 24, (off_t)(40 + n)) ==
+		     (ssize_t)(12 + pad + 24);
+	close(fd);
+	return ok;
+}
+
+/*
+ * load read a metadata frame whole whatever its size, where inspect
+ * reads none over 16 MiB: a sparse file declaring a 2 GiB one made load
+ * allocate and read 2 GiB (under a 64 MiB RLIMIT_DATA it failed "out of
+ * memory"). Now load refuses it before reading (or hashing) any of it,
+ * naming the frame and the limit, EFBIG; inspect still says it is over
+ * 16 MiB and does not read it.
+ */
+Test(tensorctl, load_refuses_a_tgm_metadata_frame_over_16_mib_unread)
+{
+	struct tu_daemon d;
+#ifdef __SANITIZE_ADDRESS__
+	struct run r = {.in_fd = -1, .out_fd = -1};
+#else
+	struct run r = {.in_fd = -1, .out_fd = -1, .data = 64u << 20};
+#endif
+	char path[160], *out, *err;
+	int rc;
+
+	start(&d);
+	path_in(path, sizeof(path), &d, "meta.tgm");
+	if (!sparse_tgm_meta(path, 2ull << 30)) {
+		unlink(path);
+		tu_daemon_stop(&d, false);
+		cr_skip_test("the file system under /tmp takes no 2 GiB "
+			     "sparse file: the metadata cap not checked");
+	}
+	rc = CTL_R(&d, &r, &out, &err, "load", path, "--prefix", "L/");
+	cr_expect_eq(rc, 1, "exit %d: %s", rc, err);
+	cr_expect(strstr(err, "message 0: HeaderMetadata frame at offset 24: "
+			      "2147483648 bytes of metadata, over "
+			      "tensorctl's 16 MiB limit for a metadata "
+			      "frame"),
+		  "%s", err);
+	free(out);
+	free(err);
+	rc = CTL_R(&d, &r, &out, &err, "--json", "load", path);
+	cr_expect_eq(rc, 1, "exit %d: %s", rc, err);
+	cr_expect(strstr(out, "{\"error\":{\"kind\":\"input\",\"errno\":27,"),
+		  "%s", out); /* EFBIG */
+	free(out);
+	free(err);
+	rc = CTL_R(&d, &r, &out, &err, "inspect", path);
+	cr_expect(strstr(out, "metadata: larger than 16 MiB, not"),
+		  "exit %d: %s %s", rc, out, err);
 	free(out);
 	free(err);
 	unlink(path);

@@ -169,8 +169,21 @@ int tctl_tgm_collect(struct load *l, struct tgm_src *s,
 	while ((rc = tgm_walk_next(&w, &fr, &e)) == 1) {
 		struct td_tgm_meta **slot = NULL;
 		struct obj *ob;
-		int ok = fr.has_hash ? tgm_frame_hash_ok(s, sp->offset, &fr)
-		                     : 1;
+		int ok;
+
+		/* read whole below (and hashed before): its declared size
+		 * is checked first, a sparse file declares any */
+		if (tgm_is_meta_frame(fr.type) &&
+		    fr.payload_len > TGM_META_MAX)
+			return tctl_fail(TCTL_REFUSED, "input", EFBIG,
+			                 "%s: message %" PRIu64 ": %s frame at "
+			                 "offset %" PRIu64 ": %" PRIu64 " bytes "
+			                 "of metadata, over tensorctl's 16 MiB "
+			                 "limit for a metadata frame (the daemon "
+			                 "takes 16 KiB per tensor)",
+			                 l->path, l->msg_index, fr.name,
+			                 fr.offset, fr.payload_len);
+		ok = fr.has_hash ? tgm_frame_hash_ok(s, sp->offset, &fr) : 1;
 
 		/* a frame that says it is hashed must match its hash */
 		if (ok < 0)

@@ -326,7 +326,8 @@ int inspect_hrry(const char *path, const uint8_t *buf, size_t len, int json)
 	for (uint64_t i = 0; i < n; i++) {
 		struct td_hrry_kv_entry kv;
 		if (td_hrry_file_reader_kv_entry(r, i, &kv) < 0)
-			continue; /* out of memory for array items */
+			continue; /* array items: out of memory, or over
+				   * TD_HRRY_MAX_KV_ITEMS */
 		if (json) {
 			printf("%s{\"key\":", i ? "," : "");
 			td_json_str(stdout, kv.key, kv.key_len);

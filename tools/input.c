@@ -120,9 +120,10 @@ int tctl_in_slurp(struct tctl_in *in, uint64_t max, uint8_t **out,
 	int rc;
 
 	/* a regular file: what it holds now; a stream: one byte over the
-	 * cap tells "more" from "exactly the cap"; stdin is read into
-	 * memory whatever it is, so the cap holds for it (< FILE) too */
-	if (in->regular && in->is_stdin && in->size > max) {
+	 * cap tells "more" from "exactly the cap". Everything slurped is
+	 * held whole, so the cap holds for a file too, checked by its size
+	 * before anything is allocated: a sparse file has any size */
+	if (in->regular && in->size > max) {
 		got = in->size;
 		rc = TCTL_OK;
 	} else if (in->regular) {
@@ -133,13 +134,16 @@ int tctl_in_slurp(struct tctl_in *in, uint64_t max, uint8_t **out,
 	} else {
 		rc = read_growing(in, max + 1, &buf, &got);
 	}
-	if (!rc && (!in->regular || in->is_stdin) && got > max) {
+	if (!rc && got > max) {
 		char s[32];
 
 		rc = tctl_fail(TCTL_REFUSED, "input", EFBIG,
-			       "%s: more than %s (a stream is read up to "
+			       "%s: more than %s (%s is read up to "
 			       "--max-bytes)",
-			       in->path, tctl_size(s, max));
+			       in->path, tctl_size(s, max),
+			       in->regular && !in->is_stdin
+				       ? "a file read whole, such as a blob,"
+				       : "a stream");
 	}
 	if (rc) {
 		free(buf);

@@ -32,10 +32,10 @@ int tctl_in_read(struct tctl_in *in, void *buf, uint64_t cap, uint64_t *got);
 void tctl_in_close(struct tctl_in *in);
 
 /*
- * All of path into a malloc'ed *buf: a regular file by its size, a stream
- * up to max bytes (more is refused, naming --max-bytes); "-" is capped
- * too when it is a regular file (< FILE), refused by its size before a
- * byte is read. TCTL_OK or a reported status.
+ * All of path into a malloc'ed *buf, up to max bytes (more is refused,
+ * naming --max-bytes, EFBIG): a stream read until then, a regular file
+ * (or "-" being one, < FILE) refused by its size before a byte is read
+ * or allocated. TCTL_OK or a reported status.
  */
 int tctl_read_input(const char *path, uint64_t max, uint8_t **buf,
 		    size_t *len);

@@ -142,21 +142,13 @@ static int text_object_desc(FILE *f, struct tgm_src *s, uint64_t base,
 	return 0;
 }
 
-/* A metadata frame's payload is printed up to this size; a bigger one
- * is said, not read (inspect's memory stays a few MiB, as for
- * descriptors). */
-#define META_MAX (16u << 20)
-
-static int is_meta_frame(unsigned type)
-{
-	return type == TD_TGM_HEADER_METADATA_FRAME ||
-	       type == TD_TGM_FOOTER_METADATA_FRAME ||
-	       type == TD_TGM_PRECEDER_METADATA_FRAME;
-}
+/* A metadata frame's payload is printed up to TGM_META_MAX; a bigger
+ * one is said, not read (inspect's memory stays a few MiB, as for
+ * descriptors; load refuses it). */
 
 /*
  * A metadata frame's CBOR as JSON text (*json, malloc'ed): 0; 1 when it
- * is over META_MAX (*why says so, not a refusal); -1 when it does not
+ * is over TGM_META_MAX (*why says so, not a refusal); -1 when it does not
  * decode (*e; a refusal, as a descriptor's); -EIO (s->io_err).
  */
 static int meta_read(struct tgm_src *s, uint64_t base,
@@ -167,7 +159,7 @@ static int meta_read(struct tgm_src *s, uint64_t base,
 	int rc;
 
 	*json = NULL;
-	if (fr->payload_len > META_MAX)
+	if (fr->payload_len > TGM_META_MAX)
 		return 1;
 	rc = tgm_frame_payload(s, base, fr, &cbor);
 	if (rc == -EIO)
@@ -317,7 +309,7 @@ static void json_message(FILE *f, struct tgm_src *s,
 			if (s->io_err)
 				return;
 		}
-		if (is_meta_frame(fr.type)) {
+		if (tgm_is_meta_frame(fr.type)) {
 			r->desc_bad += print_meta(f, s, sp->offset, &fr, true);
 			if (s->io_err)
 				return;
@@ -394,7 +386,7 @@ static void text_message(FILE *f, size_t idx, struct tgm_src *s,
 			fr.length, fr.payload_len, hash);
 		if (fr.type == TD_TGM_NTENSOR_FRAME)
 			r->desc_bad += text_object_desc(f, s, sp->offset, &fr);
-		if (is_meta_frame(fr.type))
+		if (tgm_is_meta_frame(fr.type))
 			r->desc_bad += print_meta(f, s, sp->offset, &fr, false);
 		if (s->io_err)
 			return;

@@ -72,6 +72,20 @@ int tgm_walk_next(struct tgm_walk *w, struct td_tgm_frame *fr,
 /* A walked frame's hash (it has one): 1 ok, 0 mismatch, -EIO. */
 int tgm_frame_hash_ok(struct tgm_src *s, uint64_t base,
                       const struct td_tgm_frame *fr);
+/*
+ * The most of a metadata frame's payload inspect prints and load reads
+ * (whole: it is one CBOR item): a tensor's metadata is at most 16 KiB in
+ * the daemon (TD_WIRE_MAX_META), so this holds a thousand objects' worth.
+ */
+#define TGM_META_MAX (16u << 20)
+
+static inline int tgm_is_meta_frame(unsigned type)
+{
+	return type == TD_TGM_HEADER_METADATA_FRAME ||
+	       type == TD_TGM_FOOTER_METADATA_FRAME ||
+	       type == TD_TGM_PRECEDER_METADATA_FRAME;
+}
+
 /* A frame's payload into a new buffer (*out, malloc'ed). 0, -ENOMEM, -EIO. */
 int tgm_frame_payload(struct tgm_src *s, uint64_t base,
                       const struct td_tgm_frame *fr, uint8_t **out);

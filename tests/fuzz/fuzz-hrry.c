@@ -22,6 +22,79 @@ static void inside(const uint8_t *data, size_t size, const void *p,
 		abort();
 }
 
+/*
+ * The same bytes as a sparse file: its 64-byte header, a hole of HOLE
+ * zero bytes, then the rest (index, KV, trailer at the end). A trailer
+ * or index entry may then declare lengths of gigabytes the file "holds";
+ * the reader must check them against its caps before it asks for them:
+ * any one read larger than the largest cap aborts (a reader allocates
+ * what it reads before it reads it).
+ */
+#define HOLE (6ull << 30)
+
+struct sparse {
+	const uint8_t *data;
+	size_t size;
+};
+
+static int sparse_read(void *ctx, uint64_t off, void *buf, size_t len,
+		       size_t *got)
+{
+	const struct sparse *s = ctx;
+	uint8_t *p = buf;
+	if (len > TD_HRRY_MAX_KV_LEN || len > TD_HRRY_MAX_INDEX_LEN + (1u << 20))
+		abort();
+	*got = len;
+	while (len) {
+		/* [0, 64) the header, [64, 64 + HOLE) zeros, the rest after */
+		uint64_t at = off < 64 ? off : off - HOLE, n;
+		if (off >= 64 && off < 64 + HOLE) {
+			n = 64 + HOLE - off;
+			n = n < len ? n : len;
+			memset(p, 0, n);
+		} else if (at < s->size && (off < 64 || at >= 64)) {
+			n = (off < 64 ? 64 : s->size) - at;
+			n = n < len ? n : len;
+			memcpy(p, s->data + at, n);
+		} else {
+			n = len; /* past the end: the transport size says */
+			memset(p, 0, n);
+		}
+		p += n;
+		off += n;
+		len -= n;
+	}
+	return 0;
+}
+
+/* Open, every descriptor and KV entry (no tensor: their data may be
+ * gigabytes of the hole, which is no declared length). */
+static void sparse_pass(const uint8_t *data, size_t size)
+{
+	struct sparse sp = {data, size};
+	struct td_hrry_transport t = {.ctx = &sp, .size = size + HOLE,
+				      .read_at = sparse_read};
+	struct td_hrry_file_reader *r = NULL;
+	uint64_t n;
+	if (size < TD_HRRY_MIN_FILE_LEN ||
+	    td_hrry_file_reader_new(&t, &r, NULL) < 0)
+		return;
+	td_hrry_file_reader_tensor_count(r, &n);
+	for (uint64_t i = 0; i < n; i++) {
+		struct td_hrry_entry e;
+		struct td_hrry_desc d;
+		td_hrry_file_reader_entry(r, i, &e);
+		td_hrry_file_reader_read_descriptor(r, e.name, e.name_len, &d,
+						    NULL);
+	}
+	td_hrry_file_reader_kv_count(r, &n);
+	for (uint64_t i = 0; i < n; i++) {
+		struct td_hrry_kv_entry kv;
+		td_hrry_file_reader_kv_entry(r, i, &kv);
+	}
+	td_hrry_file_reader_free(&r);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct td_hrry_desc d;
@@ -37,6 +110,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		inside(data, size, d.quantization, d.quantization_len);
 		sink += (uint64_t)td_hrry_desc_supported(&d, NULL);
 	}
+	sparse_pass(data, size);
 	if (td_hrry_transport_mem(data, size, &t) < 0)
 		return 0;
 	if (td_hrry_file_reader_new(&t, &r, NULL) < 0)

@@ -56,6 +56,20 @@ extern "C" {
 #define TD_HRRY_MIN_ALIGNMENT 4096
 #define TD_HRRY_MAX_ALIGNMENT (2u << 20)
 #define TD_HRRY_DYNAMIC_DIM UINT64_MAX   /* shape sentinel "dynamic" */
+/*
+ * tensord's caps on what a file may declare, checked before anything is
+ * read or allocated for it (TD_HRRY_E_TOO_LARGE): the index and KV are
+ * read whole (the CRC-32C covers the index whole). The index cap holds
+ * 2^20 entries (the kernel's default nr_open: each tensor the daemon holds
+ * keeps a plane fd) of the longest name tensord accepts (255 bytes, 289
+ * per entry: 303 MiB); the KV cap holds 65536 tensors' metadata at
+ * tensord's 16 KiB maximum. A real descriptor is a few hundred bytes.
+ * The writer refuses to emit a file over them.
+ */
+#define TD_HRRY_MAX_INDEX_LEN (512ull << 20)
+#define TD_HRRY_MAX_KV_LEN (1ull << 30)
+#define TD_HRRY_MAX_DESC_LEN (16u << 20)
+#define TD_HRRY_MAX_KV_ITEMS (1u << 20) /* decoded items of one array */
 
 /* file_flags (header bytes 12-15) */
 #define TD_HRRY_FILE_HAS_KV_METADATA 0x1u
@@ -203,6 +217,8 @@ enum td_hrry_error {
 	TD_HRRY_E_INVALID_ARGUMENT,  /* -EINVAL: bad input to a writer/call */
 	TD_HRRY_E_WRITER_POISONED,   /* -ECANCELED: an earlier call failed */
 	TD_HRRY_E_NO_MEMORY,         /* -ENOMEM */
+	/* -EFBIG: a declared length over a TD_HRRY_MAX_* cap above */
+	TD_HRRY_E_TOO_LARGE,
 	TD_HRRY_E_COUNT_
 };
 
@@ -506,7 +522,14 @@ TD_HRRY_API int td_hrry_file_reader_read_composite(
 /* Number of KV entries into *count. 0 or -EINVAL. */
 TD_HRRY_API int td_hrry_file_reader_kv_count(const struct td_hrry_file_reader *r,
 					     uint64_t *count);
-/* Copy entry index (borrowed key and value) into *out. 0 or -EINVAL. */
+/*
+ * Copy entry index (borrowed key and value) into *out. An ARRAY's items
+ * are decoded on first use and kept with the reader: 0, -EINVAL, -ENOMEM,
+ * or -EFBIG for an array of more than TD_HRRY_MAX_KV_ITEMS items (each
+ * decoded item takes sizeof(struct td_hrry_kv_value), some 40 times a
+ * one-byte bool's bytes in the file: a 1 GiB KV of them would want
+ * 40 GiB).
+ */
 TD_HRRY_API int td_hrry_file_reader_kv_entry(const struct td_hrry_file_reader *r,
 					     uint64_t index,
 					     struct td_hrry_kv_entry *out);
