@@ -528,6 +528,138 @@ Test(man, every_environment_variable_is_on_the_page_of_who_reads_it)
 		      1, "tensorctl's reads were found");
 }
 
+/* `fn` for every match of group 1 of `re` in the .c files of `dir`; the
+ * count of matches. */
+static int each_source_match(const char *dir, const char *re,
+			     void (*fn)(const char *word, void *arg),
+			     void *arg)
+{
+	const char *root = getenv("TD_SOURCE_ROOT");
+	char path[4096];
+	struct dirent *de;
+	int n = 0;
+	DIR *d;
+
+	cr_assert(root, "TD_SOURCE_ROOT is set by meson");
+	snprintf(path, sizeof(path), "%s/%s", root, dir);
+	d = opendir(path);
+	cr_assert_not_null(d, "%s", path);
+	while ((de = readdir(d))) {
+		size_t len = strlen(de->d_name);
+		char rel[512], *text;
+
+		if (len < 3 || strcmp(de->d_name + len - 2, ".c"))
+			continue;
+		snprintf(rel, sizeof(rel), "%s/%s", dir, de->d_name);
+		text = source(rel);
+		n += each_match(text, re, fn, arg);
+		free(text);
+	}
+	closedir(d);
+	return n;
+}
+
+/* The part of `text` after `from` up to `to` (or its end), a copy. */
+static char *section(const char *text, const char *from, const char *to)
+{
+	const char *a = strstr(text, from), *b;
+	char *s;
+
+	cr_assert_not_null(a, "the text has \"%s\"", from);
+	a += strlen(from);
+	b = strstr(a, to);
+	if (!b)
+		b = a + strlen(a);
+	s = strndup(a, (size_t)(b - a));
+	cr_assert_not_null(s);
+	return s;
+}
+
+struct kinds {
+	const char *page, *doc; /* the sentences that list the kinds */
+	const char *code;       /* "\n"-separated kinds tools/ reports */
+};
+
+static void kind_is_listed(const char *kind, void *arg)
+{
+	const struct kinds *k = arg;
+	char entry[64];
+
+	snprintf(entry, sizeof(entry), "*%s*", kind);
+	cr_expect(strstr(k->page, entry), "tensorctl.1 (EXIT STATUS) does not "
+		  "list the --json error kind \"%s\" tools/ reports", kind);
+	snprintf(entry, sizeof(entry), "`%s`", kind);
+	cr_expect(strstr(k->doc, entry), "docs/tensorctl.md (--json) does not "
+		  "list the error kind \"%s\" tools/ reports", kind);
+}
+
+static void kind_is_reported(const char *kind, void *arg)
+{
+	const struct kinds *k = arg;
+	char line[64];
+
+	snprintf(line, sizeof(line), "\n%s\n", kind);
+	cr_expect(strstr(k->code, line), "tensorctl.1 lists the --json error "
+		  "kind \"%s\", which no tctl_fail() of tools/ reports", kind);
+}
+
+static void kind_collect(const char *kind, void *arg)
+{
+	char **all = arg;
+	size_t len = strlen(*all);
+
+	*all = realloc(*all, len + strlen(kind) + 2);
+	cr_assert_not_null(*all);
+	sprintf(*all + len, "%s\n", kind);
+}
+
+/*
+ * Every kind a --json error of tensorctl can have (the second argument
+ * of every tctl_fail() in tools/) is in the list of kinds tensorctl.1
+ * and docs/tensorctl.md give, and the page lists no kind that none
+ * reports: a script that switches on the kind is told them all ("keep",
+ * a load that cannot hold what it would replace, was left out of the
+ * page).
+ */
+Test(man, tensorctl_pages_list_every_json_error_kind)
+{
+	char *page = source("docs/man/tensorctl.1.scd");
+	char *doc = source("docs/tensorctl.md");
+	const char *re = "tctl_fail\\([A-Z_]+,[[:space:]]*\"([a-z]+)\"";
+	struct kinds k = {
+		.page = section(page, "its *kind* is", ".\n"),
+		.doc = section(doc, "where `kind` is", "\n* "),
+	};
+	char *code = strdup("\n"), *outer;
+	size_t o = 0;
+	int depth = 0;
+
+	cr_assert_not_null(code);
+	cr_assert_geq(each_source_match("tools", re, kind_collect, &code), 50,
+		      "tools/'s tctl_fail() calls were found");
+	k.code = code;
+	each_source_match("tools", re, kind_is_listed, &k);
+	/* the kinds, not what the parentheses say of them */
+	outer = strdup(k.page);
+	cr_assert_not_null(outer);
+	for (const char *c = k.page; *c; c++) {
+		depth += *c == '(';
+		if (!depth)
+			outer[o++] = *c;
+		depth -= depth && *c == ')';
+	}
+	outer[o] = 0;
+	cr_assert_geq(each_match(outer, "\\*([a-z]+)\\*", kind_is_reported,
+				 &k),
+		      7, "the page's kinds were found: %s", k.page);
+	free(outer);
+	free(code);
+	free((char *)k.page);
+	free((char *)k.doc);
+	free(page);
+	free(doc);
+}
+
 /* ---- docs/protocol.md against proto/'s headers ---- */
 
 /*
