@@ -11,9 +11,11 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <regex.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -31,25 +33,33 @@ static char *source(const char *rel)
 	return text;
 }
 
-/* Every match of group 1 of `re` in `text`, passed to `fn`. */
-static int each_match(const char *text, const char *re,
+/* Every match of group `g` of `re` in `text`, passed to `fn`. */
+static int each_group(const char *text, const char *re, int g,
 		      void (*fn)(const char *word, void *arg), void *arg)
 {
 	regex_t rx;
-	regmatch_t m[2];
+	regmatch_t m[4];
 	int n = 0;
+	cr_assert(g >= 1 && g < 4);
 	cr_assert(regcomp(&rx, re, REG_EXTENDED | REG_NEWLINE) == 0);
-	for (const char *p = text; regexec(&rx, p, 2, m, 0) == 0;
+	for (const char *p = text; regexec(&rx, p, 4, m, 0) == 0;
 	     p += m[0].rm_eo, n++) {
-		char word[128];
-		int len = (int)(m[1].rm_eo - m[1].rm_so);
+		char word[256];
+		int len = (int)(m[g].rm_eo - m[g].rm_so);
 		cr_assert(len > 0 && len < (int)sizeof(word));
-		memcpy(word, p + m[1].rm_so, (size_t)len);
+		memcpy(word, p + m[g].rm_so, (size_t)len);
 		word[len] = 0;
 		fn(word, arg);
 	}
 	regfree(&rx);
 	return n;
+}
+
+/* Every match of group 1 of `re` in `text`, passed to `fn`. */
+static int each_match(const char *text, const char *re,
+		      void (*fn)(const char *word, void *arg), void *arg)
+{
+	return each_group(text, re, 1, fn, arg);
 }
 
 /* `needle` occurs in `hay` followed by a byte that cannot continue it. */
@@ -658,6 +668,218 @@ Test(man, tensorctl_pages_list_every_json_error_kind)
 	free((char *)k.doc);
 	free(page);
 	free(doc);
+}
+
+/* ---- the tests and files the documents name ---- */
+
+/* Appends "\nSUITE::NAME" for every criterion test of a file. */
+static void collect_c_tests(const char *text, char **all)
+{
+	/* Test(suite, name and test-daemon.c's DTest(name), in "daemon" */
+	static const char *const res[] = {
+		"(^|[^A-Za-z])Test\\(([a-z_]+),[[:space:]]*([a-z0-9_]+)",
+		"^DTest\\(()()([a-z0-9_]+)\\)"};
+	for (size_t i = 0; i < 2; i++) {
+		regex_t rx;
+		regmatch_t m[4];
+
+		cr_assert(regcomp(&rx, res[i], REG_EXTENDED | REG_NEWLINE) ==
+			  0);
+		for (const char *p = text; regexec(&rx, p, 4, m, 0) == 0;
+		     p += m[0].rm_eo) {
+			size_t len = strlen(*all);
+			int ls = (int)(m[2].rm_eo - m[2].rm_so);
+			int ln = (int)(m[3].rm_eo - m[3].rm_so);
+
+			*all = realloc(*all, len + (size_t)(ls + ln) + 16);
+			cr_assert_not_null(*all);
+			sprintf(*all + len, "\n%.*s::%.*s", i ? 6 : ls,
+				i ? "daemon" : p + m[2].rm_so, ln,
+				p + m[3].rm_so);
+		}
+		regfree(&rx);
+	}
+}
+
+/* Appends "\npy::NAME" for every pytest function and "\npy::FILE" for
+ * every test file (without .py) of python/tests. */
+static void collect_py_tests(const char *file, const char *text, char **all)
+{
+	regex_t rx;
+	regmatch_t m[3];
+	size_t len = strlen(*all);
+
+	*all = realloc(*all, len + strlen(file) + 8);
+	cr_assert_not_null(*all);
+	sprintf(*all + len, "\npy::%.*s", (int)strlen(file) - 3, file);
+	cr_assert(regcomp(&rx, "^(async )?def (test_[a-z0-9_]+)",
+			  REG_EXTENDED | REG_NEWLINE) == 0);
+	for (const char *p = text; regexec(&rx, p, 3, m, 0) == 0;
+	     p += m[0].rm_eo) {
+		int n = (int)(m[2].rm_eo - m[2].rm_so);
+
+		len = strlen(*all);
+		*all = realloc(*all, len + (size_t)n + 8);
+		cr_assert_not_null(*all);
+		sprintf(*all + len, "\npy::%.*s", n, p + m[2].rm_so);
+	}
+	regfree(&rx);
+}
+
+/* Every test of the suite: "\nSUITE::NAME" lines, "py" for pytest's. */
+static char *all_tests(void)
+{
+	static const char *const dirs[] = {"tests", "python/tests"};
+	const char *root = getenv("TD_SOURCE_ROOT");
+	char *all = strdup("");
+
+	cr_assert(root && all);
+	for (size_t i = 0; i < 2; i++) {
+		char path[4096];
+		struct dirent *de;
+		DIR *d;
+
+		snprintf(path, sizeof(path), "%s/%s", root, dirs[i]);
+		d = opendir(path);
+		cr_assert_not_null(d, "%s", path);
+		while ((de = readdir(d))) {
+			size_t len = strlen(de->d_name);
+			char rel[512], *text;
+			bool py = i == 1;
+
+			if (strncmp(de->d_name, "test", 4) || len < 5 ||
+			    strcmp(de->d_name + len - (py ? 3 : 2),
+				   py ? ".py" : ".c"))
+				continue;
+			snprintf(rel, sizeof(rel), "%s/%s", dirs[i],
+				 de->d_name);
+			text = source(rel);
+			if (py)
+				collect_py_tests(de->d_name, text, &all);
+			else
+				collect_c_tests(text, &all);
+			free(text);
+		}
+		closedir(d);
+	}
+	strcat(all = realloc(all, strlen(all) + 2), "\n");
+	return all;
+}
+
+struct cited {
+	const char *doc, *tests;
+};
+
+/* "SUITE::NAME" (a trailing "*": any test whose name starts so) is a
+ * test; a C++ or torch name (std::, at::) is none of ours. */
+static void cited_test_exists(const char *ref, void *arg)
+{
+	const struct cited *c = arg;
+	char want[160];
+	size_t n = strcspn(ref, "*");
+
+	if (!strncmp(ref, "std::", 5) || !strncmp(ref, "at::", 4))
+		return;
+	/* "name_*", "name_{pidfd,scm}", "name_...": names that start so */
+	snprintf(want, sizeof(want), "\n%.*s%s", (int)n, ref,
+		 ref[n] || ref[n - 1] == '_' ? "" : "\n");
+	cr_expect(strstr(c->tests, want), "%s names the test %s, which "
+		  "tests/ and python/tests/ lack", c->doc, ref);
+}
+
+/* A pytest name alone ("test_planes.py", "test_x_does_y") is one. */
+static void cited_pytest_exists(const char *ref, void *arg)
+{
+	char buf[160];
+
+	snprintf(buf, sizeof(buf), "py::%s", ref);
+	cited_test_exists(buf, arg);
+}
+
+static void cited_path_exists(const char *rel, void *arg)
+{
+	const struct cited *c = arg;
+	char path[4096];
+
+	if (strchr(rel, '*'))
+		return;
+	snprintf(path, sizeof(path), "%s/%s", getenv("TD_SOURCE_ROOT"), rel);
+	cr_expect(access(path, F_OK) == 0, "%s names %s, which the source "
+		  "tree lacks", c->doc, rel);
+}
+
+/*
+ * Every test a document cites as its evidence (`suite::name`,
+ * `test_file.py::test_name`, `test_name`) is one the suite runs, and
+ * every source path it names in backquotes is in the tree: a test
+ * renamed or dropped, or a file moved, leaves no claim pointing at
+ * nothing.
+ */
+Test(man, documents_name_only_tests_and_files_that_exist)
+{
+	static const char *const fixed[] = {"README.md", "bench/README.md"};
+	const char *root = getenv("TD_SOURCE_ROOT");
+	struct cited c = {.tests = all_tests()};
+	int refs = 0, paths = 0;
+
+	cr_assert(root);
+	for (int pass = 0; pass < 3; pass++) {
+		const char *dir = pass == 1 ? "docs" : "docs/man";
+		char path[4096];
+		struct dirent *de;
+		DIR *d = NULL;
+
+		if (pass) {
+			snprintf(path, sizeof(path), "%s/%s", root, dir);
+			d = opendir(path);
+			cr_assert_not_null(d, "%s", path);
+		}
+		for (size_t i = 0;; i++) {
+			char rel[512], *text;
+
+			if (!pass) {
+				if (i == 2)
+					break;
+				snprintf(rel, sizeof(rel), "%s", fixed[i]);
+			} else {
+				size_t len;
+
+				if (!(de = readdir(d)))
+					break;
+				len = strlen(de->d_name);
+				if (len < 4 || (strcmp(de->d_name + len - 3,
+						       ".md") &&
+						strcmp(de->d_name + len - 4,
+						       ".scd")))
+					continue;
+				snprintf(rel, sizeof(rel), "%s/%s", dir,
+					 de->d_name);
+			}
+			text = source(rel);
+			c.doc = rel;
+			refs += each_group(text,
+					   "(^|[^A-Za-z0-9_.])([a-z_]+::[a-z0-9_]"
+					   "[a-z0-9_*]*)",
+					   2, cited_test_exists, &c);
+			refs += each_group(text,
+					   "(^|[^A-Za-z0-9_:])(test_[a-z0-9_]+)",
+					   2, cited_pytest_exists, &c);
+			paths += each_match(text,
+					    "`((tests|examples|tools|daemon|"
+					    "libclient|proto|transport|python|"
+					    "json|scripts|bench|systemd)/"
+					    "[A-Za-z0-9_./*-]+)`",
+					    cited_path_exists, &c);
+			free(text);
+		}
+		if (d)
+			closedir(d);
+	}
+	cr_assert_geq(refs, 250, "the documents' test names were found: %d",
+		      refs);
+	cr_assert_geq(paths, 200, "the documents' paths were found: %d",
+		      paths);
+	free((char *)c.tests);
 }
 
 /* ---- docs/protocol.md against proto/'s headers ---- */
