@@ -882,6 +882,77 @@ Test(man, documents_name_only_tests_and_files_that_exist)
 	free((char *)c.tests);
 }
 
+/* ---- docs/zarr.md's /metrics table against daemon/http.c ---- */
+
+/* "NAME TYPE\n" for every match of `re` (groups 1 and 2) in `text`,
+ * appended to *out; the count. */
+static int metric_pairs(const char *text, const char *re, char **out)
+{
+	regex_t rx;
+	regmatch_t m[3];
+	int n = 0;
+
+	cr_assert(regcomp(&rx, re, REG_EXTENDED | REG_NEWLINE) == 0);
+	for (const char *p = text; regexec(&rx, p, 3, m, 0) == 0;
+	     p += m[0].rm_eo, n++) {
+		int a = (int)(m[1].rm_eo - m[1].rm_so);
+		int b = (int)(m[2].rm_eo - m[2].rm_so);
+		size_t len = strlen(*out);
+
+		*out = realloc(*out, len + (size_t)(a + b) + 3);
+		cr_assert_not_null(*out);
+		sprintf(*out + len, "%.*s %.*s\n", a, p + m[1].rm_so, b,
+			p + m[2].rm_so);
+	}
+	regfree(&rx);
+	return n;
+}
+
+/*
+ * Every metric /metrics serves (daemon/http.c: metric() and the labelled
+ * ones' "# TYPE" lines) is a row of docs/zarr.md's table with its type,
+ * and every row is one it serves: a metric added, renamed or retyped on
+ * one side only fails here.
+ */
+Test(man, metrics_table_lists_every_metric_the_store_serves)
+{
+	char *src = source("daemon/http.c"), *doc = source("docs/zarr.md");
+	char *served = strdup("\n"), *listed = strdup("\n");
+	int ns, nl;
+
+	cr_assert(served && listed);
+	ns = metric_pairs(src, "metric\\(f, \"(tensord_[a-z_]+)\", "
+			       "\"([a-z]+)\"", &served);
+	ns += metric_pairs(src, "# TYPE (tensord_[a-z_]+) ([a-z]+)\\\\n",
+			   &served);
+	nl = metric_pairs(doc, "^\\| `(tensord_[a-z_]+)[{a-z,}]*` \\| "
+			       "([a-z]+) \\|", &listed);
+	cr_assert_geq(ns, 15, "daemon/http.c's metrics were found");
+	cr_expect_eq(ns, nl, "daemon/http.c serves %d metrics, docs/zarr.md "
+		     "lists %d:\n%s---\n%s", ns, nl, served, listed);
+	for (char *l = served + 1; *l; l = strchr(l, '\n') + 1) {
+		char want[160];
+
+		snprintf(want, sizeof(want), "\n%.*s\n",
+			 (int)strcspn(l, "\n"), l);
+		cr_expect(strstr(listed, want), "docs/zarr.md's /metrics "
+			  "table lacks \"%.*s\"", (int)strcspn(l, "\n"), l);
+	}
+	for (char *l = listed + 1; *l; l = strchr(l, '\n') + 1) {
+		char want[160];
+
+		snprintf(want, sizeof(want), "\n%.*s\n",
+			 (int)strcspn(l, "\n"), l);
+		cr_expect(strstr(served, want), "docs/zarr.md lists \"%.*s\", "
+			  "which /metrics does not serve",
+			  (int)strcspn(l, "\n"), l);
+	}
+	free(served);
+	free(listed);
+	free(src);
+	free(doc);
+}
+
 /* ---- docs/protocol.md against proto/'s headers ---- */
 
 /*
