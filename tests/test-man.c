@@ -953,6 +953,79 @@ Test(man, metrics_table_lists_every_metric_the_store_serves)
 	free(doc);
 }
 
+/* ---- the ThreadSanitizer run the documents give and CI's ---- */
+
+/*
+ * The suites named after "meson test -C build-tsan" in `text`, up to the
+ * end of the command (a backquote; with `lines`, also a line end not
+ * escaped by '\'), as " a b c " sorted; options and their numbers left
+ * out.
+ */
+static char *tsan_suites(const char *text, const char *rel, bool lines)
+{
+	const char *key = "meson test -C build-tsan", *p = strstr(text, key);
+	char *words[32], *out, *copy, *save = NULL;
+	size_t n = 0, len = 1;
+
+	cr_assert_not_null(p, "%s has \"%s\"", rel, key);
+	p += strlen(key);
+	copy = strndup(p, 400);
+	cr_assert_not_null(copy);
+	for (char *c = copy; *c; c++)
+		if (*c == '`' || (lines && *c == '\n' && c[-1] != '\\')) {
+			*c = 0;
+			break;
+		}
+	for (char *w = strtok_r(copy, " \t\n\\", &save); w && n < 32;
+	     w = strtok_r(NULL, " \t\n\\", &save))
+		if (w[0] != '-' && (w[0] < '0' || w[0] > '9'))
+			words[n++] = w;
+	for (size_t i = 1; i < n; i++) /* a handful: insertion sort */
+		for (size_t j = i; j && strcmp(words[j - 1], words[j]) > 0;
+		     j--) {
+			char *t = words[j];
+			words[j] = words[j - 1];
+			words[j - 1] = t;
+		}
+	for (size_t i = 0; i < n; i++)
+		len += strlen(words[i]) + 1;
+	out = malloc(len + 1);
+	cr_assert_not_null(out);
+	strcpy(out, " ");
+	for (size_t i = 0; i < n; i++) {
+		strcat(out, words[i]);
+		strcat(out, " ");
+	}
+	free(copy);
+	return out;
+}
+
+/*
+ * The ThreadSanitizer command of README.md and docs/reliability.md runs
+ * the suites CI's does (.ci/run): README's left out loop and atomic
+ * after CI took them in.
+ */
+Test(man, tsan_commands_run_the_suites_ci_runs)
+{
+	char *ci_text = source(".ci/run"), *readme = source("README.md");
+	char *rel = source("docs/reliability.md");
+	char *ci = tsan_suites(ci_text, ".ci/run", true);
+	char *a = tsan_suites(readme, "README.md", false);
+	char *b = tsan_suites(rel, "docs/reliability.md", true);
+
+	cr_assert(strstr(ci, " threads "), ".ci/run's suites: %s", ci);
+	cr_expect_str_eq(a, ci, "README.md runs%s under TSan, .ci/run%s", a,
+			 ci);
+	cr_expect_str_eq(b, ci, "docs/reliability.md runs%s under TSan, "
+			 ".ci/run%s", b, ci);
+	free(a);
+	free(b);
+	free(ci);
+	free(rel);
+	free(readme);
+	free(ci_text);
+}
+
 /* ---- docs/protocol.md against proto/'s headers ---- */
 
 /*
