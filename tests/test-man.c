@@ -1026,6 +1026,39 @@ Test(man, tsan_commands_run_the_suites_ci_runs)
 	free(ci_text);
 }
 
+struct bench_docs {
+	const char *row, *readme;
+};
+
+static void bench_is_named(const char *prog, void *arg)
+{
+	const struct bench_docs *b = arg;
+	char word[80];
+
+	snprintf(word, sizeof(word), "`%s`", prog);
+	cr_expect(strstr(b->row, word), "README.md's layout row for bench/ "
+		  "does not name %s, which bench/meson.build builds", prog);
+	cr_expect(has_word(b->readme, prog), "bench/README.md does not "
+		  "describe %s, which bench/meson.build builds", prog);
+}
+
+/* Every program bench/ builds is in README's layout table and has its
+ * section in bench/README.md: the table named four of the six. */
+Test(man, readme_layout_names_every_bench_program)
+{
+	char *build = source("bench/meson.build"), *readme = source("README.md");
+	struct bench_docs b = {.row = section(readme, "\n| `bench/` |", "\n"),
+			       .readme = source("bench/README.md")};
+
+	cr_assert_geq(each_match(build, "executable\\('(tensord-[a-z]+)'",
+				 bench_is_named, &b),
+		      6, "bench/meson.build's programs were found");
+	free((char *)b.row);
+	free((char *)b.readme);
+	free(readme);
+	free(build);
+}
+
 /* ---- docs/protocol.md against proto/'s headers ---- */
 
 /*
