@@ -6,7 +6,11 @@
  * synopses name is one the command takes, every policy keyword the
  * parser knows is described, every td_ function the library page names
  * exists in the header, every environment variable the code reads is on
- * the page of the program that reads it, and every page was rendered.
+ * the page of the program that reads it (the Python binding's in
+ * docs/python.md), and every page was rendered. And the documents
+ * against the code: tensorctl's --json error kinds, the /metrics
+ * table, the bench programs, the ThreadSanitizer run CI makes, every
+ * test and source path they cite.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -526,6 +530,7 @@ Test(man, every_environment_variable_is_on_the_page_of_who_reads_it)
 	static const char *const daemon[] = {"daemon", "transport"};
 	static const char *const lib[] = {"libclient", "transport"};
 	static const char *const ctl[] = {"tools"};
+	static const char *const py[] = {"python"};
 
 	cr_assert_geq(page_names_every_env("docs/man/tensord.8.scd", daemon,
 					   2),
@@ -536,6 +541,9 @@ Test(man, every_environment_variable_is_on_the_page_of_who_reads_it)
 	cr_assert_geq(page_names_every_env("docs/man/tensorctl.1.scd", ctl,
 					   1),
 		      1, "tensorctl's reads were found");
+	/* the binding's own reads, beside libtensord's: its guide */
+	cr_assert_geq(page_names_every_env("docs/python.md", py, 1), 1,
+		      "the binding's reads were found");
 }
 
 /* `fn` for every match of group 1 of `re` in the .c files of `dir`; the
