@@ -6,14 +6,20 @@
  * synopses name is one the command takes, every policy keyword the
  * parser knows is described, every td_ function the library page names
  * exists in the header, every environment variable the code reads is on
- * the page of the program that reads it, and every page was rendered.
+ * the page of the program that reads it (the Python binding's in
+ * docs/python.md), and every page was rendered. And the documents
+ * against the code: tensorctl's --json error kinds, the /metrics
+ * table, the bench programs, the ThreadSanitizer run CI makes, every
+ * test and source path they cite.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <regex.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -31,25 +37,33 @@ static char *source(const char *rel)
 	return text;
 }
 
-/* Every match of group 1 of `re` in `text`, passed to `fn`. */
-static int each_match(const char *text, const char *re,
+/* Every match of group `g` of `re` in `text`, passed to `fn`. */
+static int each_group(const char *text, const char *re, int g,
 		      void (*fn)(const char *word, void *arg), void *arg)
 {
 	regex_t rx;
-	regmatch_t m[2];
+	regmatch_t m[4];
 	int n = 0;
+	cr_assert(g >= 1 && g < 4);
 	cr_assert(regcomp(&rx, re, REG_EXTENDED | REG_NEWLINE) == 0);
-	for (const char *p = text; regexec(&rx, p, 2, m, 0) == 0;
+	for (const char *p = text; regexec(&rx, p, 4, m, 0) == 0;
 	     p += m[0].rm_eo, n++) {
-		char word[128];
-		int len = (int)(m[1].rm_eo - m[1].rm_so);
+		char word[256];
+		int len = (int)(m[g].rm_eo - m[g].rm_so);
 		cr_assert(len > 0 && len < (int)sizeof(word));
-		memcpy(word, p + m[1].rm_so, (size_t)len);
+		memcpy(word, p + m[g].rm_so, (size_t)len);
 		word[len] = 0;
 		fn(word, arg);
 	}
 	regfree(&rx);
 	return n;
+}
+
+/* Every match of group 1 of `re` in `text`, passed to `fn`. */
+static int each_match(const char *text, const char *re,
+		      void (*fn)(const char *word, void *arg), void *arg)
+{
+	return each_group(text, re, 1, fn, arg);
 }
 
 /* `needle` occurs in `hay` followed by a byte that cannot continue it. */
@@ -516,6 +530,7 @@ Test(man, every_environment_variable_is_on_the_page_of_who_reads_it)
 	static const char *const daemon[] = {"daemon", "transport"};
 	static const char *const lib[] = {"libclient", "transport"};
 	static const char *const ctl[] = {"tools"};
+	static const char *const py[] = {"python"};
 
 	cr_assert_geq(page_names_every_env("docs/man/tensord.8.scd", daemon,
 					   2),
@@ -526,6 +541,530 @@ Test(man, every_environment_variable_is_on_the_page_of_who_reads_it)
 	cr_assert_geq(page_names_every_env("docs/man/tensorctl.1.scd", ctl,
 					   1),
 		      1, "tensorctl's reads were found");
+	/* the binding's own reads, beside libtensord's: its guide */
+	cr_assert_geq(page_names_every_env("docs/python.md", py, 1), 1,
+		      "the binding's reads were found");
+}
+
+/* `fn` for every match of group 1 of `re` in the .c files of `dir`; the
+ * count of matches. */
+static int each_source_match(const char *dir, const char *re,
+			     void (*fn)(const char *word, void *arg),
+			     void *arg)
+{
+	const char *root = getenv("TD_SOURCE_ROOT");
+	char path[4096];
+	struct dirent *de;
+	int n = 0;
+	DIR *d;
+
+	cr_assert(root, "TD_SOURCE_ROOT is set by meson");
+	snprintf(path, sizeof(path), "%s/%s", root, dir);
+	d = opendir(path);
+	cr_assert_not_null(d, "%s", path);
+	while ((de = readdir(d))) {
+		size_t len = strlen(de->d_name);
+		char rel[512], *text;
+
+		if (len < 3 || strcmp(de->d_name + len - 2, ".c"))
+			continue;
+		snprintf(rel, sizeof(rel), "%s/%s", dir, de->d_name);
+		text = source(rel);
+		n += each_match(text, re, fn, arg);
+		free(text);
+	}
+	closedir(d);
+	return n;
+}
+
+/* The part of `text` after `from` up to `to` (or its end), a copy. */
+static char *section(const char *text, const char *from, const char *to)
+{
+	const char *a = strstr(text, from), *b;
+	char *s;
+
+	cr_assert_not_null(a, "the text has \"%s\"", from);
+	a += strlen(from);
+	b = strstr(a, to);
+	if (!b)
+		b = a + strlen(a);
+	s = strndup(a, (size_t)(b - a));
+	cr_assert_not_null(s);
+	return s;
+}
+
+struct kinds {
+	const char *page, *doc; /* the sentences that list the kinds */
+	const char *code;       /* "\n"-separated kinds tools/ reports */
+};
+
+static void kind_is_listed(const char *kind, void *arg)
+{
+	const struct kinds *k = arg;
+	char entry[64];
+
+	snprintf(entry, sizeof(entry), "*%s*", kind);
+	cr_expect(strstr(k->page, entry), "tensorctl.1 (EXIT STATUS) does not "
+		  "list the --json error kind \"%s\" tools/ reports", kind);
+	snprintf(entry, sizeof(entry), "`%s`", kind);
+	cr_expect(strstr(k->doc, entry), "docs/tensorctl.md (--json) does not "
+		  "list the error kind \"%s\" tools/ reports", kind);
+}
+
+static void kind_is_reported(const char *kind, void *arg)
+{
+	const struct kinds *k = arg;
+	char line[64];
+
+	snprintf(line, sizeof(line), "\n%s\n", kind);
+	cr_expect(strstr(k->code, line), "tensorctl.1 lists the --json error "
+		  "kind \"%s\", which no tctl_fail() of tools/ reports", kind);
+}
+
+static void kind_collect(const char *kind, void *arg)
+{
+	char **all = arg;
+	size_t len = strlen(*all);
+
+	*all = realloc(*all, len + strlen(kind) + 2);
+	cr_assert_not_null(*all);
+	sprintf(*all + len, "%s\n", kind);
+}
+
+/*
+ * Every kind a --json error of tensorctl can have (the second argument
+ * of every tctl_fail() in tools/) is in the list of kinds tensorctl.1
+ * and docs/tensorctl.md give, and the page lists no kind that none
+ * reports: a script that switches on the kind is told them all ("keep",
+ * a load that cannot hold what it would replace, was left out of the
+ * page).
+ */
+Test(man, tensorctl_pages_list_every_json_error_kind)
+{
+	char *page = source("docs/man/tensorctl.1.scd");
+	char *doc = source("docs/tensorctl.md");
+	const char *re = "tctl_fail\\([A-Z_]+,[[:space:]]*\"([a-z]+)\"";
+	struct kinds k = {
+		.page = section(page, "its *kind* is", ".\n"),
+		.doc = section(doc, "where `kind` is", "\n* "),
+	};
+	char *code = strdup("\n"), *outer;
+	size_t o = 0;
+	int depth = 0;
+
+	cr_assert_not_null(code);
+	cr_assert_geq(each_source_match("tools", re, kind_collect, &code), 50,
+		      "tools/'s tctl_fail() calls were found");
+	k.code = code;
+	each_source_match("tools", re, kind_is_listed, &k);
+	/* the kinds, not what the parentheses say of them */
+	outer = strdup(k.page);
+	cr_assert_not_null(outer);
+	for (const char *c = k.page; *c; c++) {
+		depth += *c == '(';
+		if (!depth)
+			outer[o++] = *c;
+		depth -= depth && *c == ')';
+	}
+	outer[o] = 0;
+	cr_assert_geq(each_match(outer, "\\*([a-z]+)\\*", kind_is_reported,
+				 &k),
+		      7, "the page's kinds were found: %s", k.page);
+	free(outer);
+	free(code);
+	free((char *)k.page);
+	free((char *)k.doc);
+	free(page);
+	free(doc);
+}
+
+/* ---- the tests and files the documents name ---- */
+
+/* Appends "\nSUITE::NAME" for every criterion test of a file. */
+static void collect_c_tests(const char *text, char **all)
+{
+	/* Test(suite, name and test-daemon.c's DTest(name), in "daemon" */
+	static const char *const res[] = {
+		"(^|[^A-Za-z])Test\\(([a-z_]+),[[:space:]]*([a-z0-9_]+)",
+		"^DTest\\(()()([a-z0-9_]+)\\)"};
+	for (size_t i = 0; i < 2; i++) {
+		regex_t rx;
+		regmatch_t m[4];
+
+		cr_assert(regcomp(&rx, res[i], REG_EXTENDED | REG_NEWLINE) ==
+			  0);
+		for (const char *p = text; regexec(&rx, p, 4, m, 0) == 0;
+		     p += m[0].rm_eo) {
+			size_t len = strlen(*all);
+			int ls = (int)(m[2].rm_eo - m[2].rm_so);
+			int ln = (int)(m[3].rm_eo - m[3].rm_so);
+
+			*all = realloc(*all, len + (size_t)(ls + ln) + 16);
+			cr_assert_not_null(*all);
+			sprintf(*all + len, "\n%.*s::%.*s", i ? 6 : ls,
+				i ? "daemon" : p + m[2].rm_so, ln,
+				p + m[3].rm_so);
+		}
+		regfree(&rx);
+	}
+}
+
+/* Appends "\npy::NAME" for every pytest function and "\npy::FILE" for
+ * every test file (without .py) of python/tests. */
+static void collect_py_tests(const char *file, const char *text, char **all)
+{
+	regex_t rx;
+	regmatch_t m[3];
+	size_t len = strlen(*all);
+
+	*all = realloc(*all, len + strlen(file) + 8);
+	cr_assert_not_null(*all);
+	sprintf(*all + len, "\npy::%.*s", (int)strlen(file) - 3, file);
+	cr_assert(regcomp(&rx, "^(async )?def (test_[a-z0-9_]+)",
+			  REG_EXTENDED | REG_NEWLINE) == 0);
+	for (const char *p = text; regexec(&rx, p, 3, m, 0) == 0;
+	     p += m[0].rm_eo) {
+		int n = (int)(m[2].rm_eo - m[2].rm_so);
+
+		len = strlen(*all);
+		*all = realloc(*all, len + (size_t)n + 8);
+		cr_assert_not_null(*all);
+		sprintf(*all + len, "\npy::%.*s", n, p + m[2].rm_so);
+	}
+	regfree(&rx);
+}
+
+/* Every test of the suite: "\nSUITE::NAME" lines, "py" for pytest's. */
+static char *all_tests(void)
+{
+	static const char *const dirs[] = {"tests", "python/tests"};
+	const char *root = getenv("TD_SOURCE_ROOT");
+	char *all = strdup("");
+
+	cr_assert(root && all);
+	for (size_t i = 0; i < 2; i++) {
+		char path[4096];
+		struct dirent *de;
+		DIR *d;
+
+		snprintf(path, sizeof(path), "%s/%s", root, dirs[i]);
+		d = opendir(path);
+		cr_assert_not_null(d, "%s", path);
+		while ((de = readdir(d))) {
+			size_t len = strlen(de->d_name);
+			char rel[512], *text;
+			bool py = i == 1;
+
+			if (strncmp(de->d_name, "test", 4) || len < 5 ||
+			    strcmp(de->d_name + len - (py ? 3 : 2),
+				   py ? ".py" : ".c"))
+				continue;
+			snprintf(rel, sizeof(rel), "%s/%s", dirs[i],
+				 de->d_name);
+			text = source(rel);
+			if (py)
+				collect_py_tests(de->d_name, text, &all);
+			else
+				collect_c_tests(text, &all);
+			free(text);
+		}
+		closedir(d);
+	}
+	strcat(all = realloc(all, strlen(all) + 2), "\n");
+	return all;
+}
+
+struct cited {
+	const char *doc, *tests;
+};
+
+/* "SUITE::NAME" (a trailing "*": any test whose name starts so) is a
+ * test; a C++ or torch name (std::, at::) is none of ours. */
+static void cited_test_exists(const char *ref, void *arg)
+{
+	const struct cited *c = arg;
+	char want[160];
+	size_t n = strcspn(ref, "*");
+
+	if (!strncmp(ref, "std::", 5) || !strncmp(ref, "at::", 4))
+		return;
+	/* "name_*", "name_{pidfd,scm}", "name_...": names that start so */
+	snprintf(want, sizeof(want), "\n%.*s%s", (int)n, ref,
+		 ref[n] || ref[n - 1] == '_' ? "" : "\n");
+	cr_expect(strstr(c->tests, want), "%s names the test %s, which "
+		  "tests/ and python/tests/ lack", c->doc, ref);
+}
+
+/* A pytest name alone ("test_planes.py", "test_x_does_y") is one. */
+static void cited_pytest_exists(const char *ref, void *arg)
+{
+	char buf[160];
+
+	snprintf(buf, sizeof(buf), "py::%s", ref);
+	cited_test_exists(buf, arg);
+}
+
+static void cited_path_exists(const char *rel, void *arg)
+{
+	const struct cited *c = arg;
+	char path[4096];
+
+	if (strchr(rel, '*'))
+		return;
+	snprintf(path, sizeof(path), "%s/%s", getenv("TD_SOURCE_ROOT"), rel);
+	cr_expect(access(path, F_OK) == 0, "%s names %s, which the source "
+		  "tree lacks", c->doc, rel);
+}
+
+/*
+ * Every test a document cites as its evidence (`suite::name`,
+ * `test_file.py::test_name`, `test_name`) is one the suite runs, and
+ * every source path it names in backquotes is in the tree: a test
+ * renamed or dropped, or a file moved, leaves no claim pointing at
+ * nothing.
+ */
+Test(man, documents_name_only_tests_and_files_that_exist)
+{
+	static const char *const fixed[] = {"README.md", "bench/README.md"};
+	const char *root = getenv("TD_SOURCE_ROOT");
+	struct cited c = {.tests = all_tests()};
+	int refs = 0, paths = 0;
+
+	cr_assert(root);
+	for (int pass = 0; pass < 3; pass++) {
+		const char *dir = pass == 1 ? "docs" : "docs/man";
+		char path[4096];
+		struct dirent *de;
+		DIR *d = NULL;
+
+		if (pass) {
+			snprintf(path, sizeof(path), "%s/%s", root, dir);
+			d = opendir(path);
+			cr_assert_not_null(d, "%s", path);
+		}
+		for (size_t i = 0;; i++) {
+			char rel[512], *text;
+
+			if (!pass) {
+				if (i == 2)
+					break;
+				snprintf(rel, sizeof(rel), "%s", fixed[i]);
+			} else {
+				size_t len;
+
+				if (!(de = readdir(d)))
+					break;
+				len = strlen(de->d_name);
+				if (len < 4 || (strcmp(de->d_name + len - 3,
+						       ".md") &&
+						strcmp(de->d_name + len - 4,
+						       ".scd")))
+					continue;
+				snprintf(rel, sizeof(rel), "%s/%s", dir,
+					 de->d_name);
+			}
+			text = source(rel);
+			c.doc = rel;
+			refs += each_group(text,
+					   "(^|[^A-Za-z0-9_.])([a-z_]+::[a-z0-9_]"
+					   "[a-z0-9_*]*)",
+					   2, cited_test_exists, &c);
+			refs += each_group(text,
+					   "(^|[^A-Za-z0-9_:])(test_[a-z0-9_]+)",
+					   2, cited_pytest_exists, &c);
+			paths += each_match(text,
+					    "`((tests|examples|tools|daemon|"
+					    "libclient|proto|transport|python|"
+					    "json|scripts|bench|systemd)/"
+					    "[A-Za-z0-9_./*-]+)`",
+					    cited_path_exists, &c);
+			free(text);
+		}
+		if (d)
+			closedir(d);
+	}
+	cr_assert_geq(refs, 250, "the documents' test names were found: %d",
+		      refs);
+	cr_assert_geq(paths, 200, "the documents' paths were found: %d",
+		      paths);
+	free((char *)c.tests);
+}
+
+/* ---- docs/zarr.md's /metrics table against daemon/http.c ---- */
+
+/* "NAME TYPE\n" for every match of `re` (groups 1 and 2) in `text`,
+ * appended to *out; the count. */
+static int metric_pairs(const char *text, const char *re, char **out)
+{
+	regex_t rx;
+	regmatch_t m[3];
+	int n = 0;
+
+	cr_assert(regcomp(&rx, re, REG_EXTENDED | REG_NEWLINE) == 0);
+	for (const char *p = text; regexec(&rx, p, 3, m, 0) == 0;
+	     p += m[0].rm_eo, n++) {
+		int a = (int)(m[1].rm_eo - m[1].rm_so);
+		int b = (int)(m[2].rm_eo - m[2].rm_so);
+		size_t len = strlen(*out);
+
+		*out = realloc(*out, len + (size_t)(a + b) + 3);
+		cr_assert_not_null(*out);
+		sprintf(*out + len, "%.*s %.*s\n", a, p + m[1].rm_so, b,
+			p + m[2].rm_so);
+	}
+	regfree(&rx);
+	return n;
+}
+
+/*
+ * Every metric /metrics serves (daemon/http.c: metric() and the labelled
+ * ones' "# TYPE" lines) is a row of docs/zarr.md's table with its type,
+ * and every row is one it serves: a metric added, renamed or retyped on
+ * one side only fails here.
+ */
+Test(man, metrics_table_lists_every_metric_the_store_serves)
+{
+	char *src = source("daemon/http.c"), *doc = source("docs/zarr.md");
+	char *served = strdup("\n"), *listed = strdup("\n");
+	int ns, nl;
+
+	cr_assert(served && listed);
+	ns = metric_pairs(src, "metric\\(f, \"(tensord_[a-z_]+)\", "
+			       "\"([a-z]+)\"", &served);
+	ns += metric_pairs(src, "# TYPE (tensord_[a-z_]+) ([a-z]+)\\\\n",
+			   &served);
+	nl = metric_pairs(doc, "^\\| `(tensord_[a-z_]+)[{a-z,}]*` \\| "
+			       "([a-z]+) \\|", &listed);
+	cr_assert_geq(ns, 15, "daemon/http.c's metrics were found");
+	cr_expect_eq(ns, nl, "daemon/http.c serves %d metrics, docs/zarr.md "
+		     "lists %d:\n%s---\n%s", ns, nl, served, listed);
+	for (char *l = served + 1; *l; l = strchr(l, '\n') + 1) {
+		char want[160];
+
+		snprintf(want, sizeof(want), "\n%.*s\n",
+			 (int)strcspn(l, "\n"), l);
+		cr_expect(strstr(listed, want), "docs/zarr.md's /metrics "
+			  "table lacks \"%.*s\"", (int)strcspn(l, "\n"), l);
+	}
+	for (char *l = listed + 1; *l; l = strchr(l, '\n') + 1) {
+		char want[160];
+
+		snprintf(want, sizeof(want), "\n%.*s\n",
+			 (int)strcspn(l, "\n"), l);
+		cr_expect(strstr(served, want), "docs/zarr.md lists \"%.*s\", "
+			  "which /metrics does not serve",
+			  (int)strcspn(l, "\n"), l);
+	}
+	free(served);
+	free(listed);
+	free(src);
+	free(doc);
+}
+
+/* ---- the ThreadSanitizer run the documents give and CI's ---- */
+
+/*
+ * The suites named after "meson test -C build-tsan" in `text`, up to the
+ * end of the command (a backquote; with `lines`, also a line end not
+ * escaped by '\'), as " a b c " sorted; options and their numbers left
+ * out.
+ */
+static char *tsan_suites(const char *text, const char *rel, bool lines)
+{
+	const char *key = "meson test -C build-tsan", *p = strstr(text, key);
+	char *words[32], *out, *copy, *save = NULL;
+	size_t n = 0, len = 1;
+
+	cr_assert_not_null(p, "%s has \"%s\"", rel, key);
+	p += strlen(key);
+	copy = strndup(p, 400);
+	cr_assert_not_null(copy);
+	for (char *c = copy; *c; c++)
+		if (*c == '`' || (lines && *c == '\n' && c[-1] != '\\')) {
+			*c = 0;
+			break;
+		}
+	for (char *w = strtok_r(copy, " \t\n\\", &save); w && n < 32;
+	     w = strtok_r(NULL, " \t\n\\", &save))
+		if (w[0] != '-' && (w[0] < '0' || w[0] > '9'))
+			words[n++] = w;
+	for (size_t i = 1; i < n; i++) /* a handful: insertion sort */
+		for (size_t j = i; j && strcmp(words[j - 1], words[j]) > 0;
+		     j--) {
+			char *t = words[j];
+			words[j] = words[j - 1];
+			words[j - 1] = t;
+		}
+	for (size_t i = 0; i < n; i++)
+		len += strlen(words[i]) + 1;
+	out = malloc(len + 1);
+	cr_assert_not_null(out);
+	strcpy(out, " ");
+	for (size_t i = 0; i < n; i++) {
+		strcat(out, words[i]);
+		strcat(out, " ");
+	}
+	free(copy);
+	return out;
+}
+
+/*
+ * The ThreadSanitizer command of README.md and docs/reliability.md runs
+ * the suites CI's does (.ci/run): README's left out loop and atomic
+ * after CI took them in.
+ */
+Test(man, tsan_commands_run_the_suites_ci_runs)
+{
+	char *ci_text = source(".ci/run"), *readme = source("README.md");
+	char *rel = source("docs/reliability.md");
+	char *ci = tsan_suites(ci_text, ".ci/run", true);
+	char *a = tsan_suites(readme, "README.md", false);
+	char *b = tsan_suites(rel, "docs/reliability.md", true);
+
+	cr_assert(strstr(ci, " threads "), ".ci/run's suites: %s", ci);
+	cr_expect_str_eq(a, ci, "README.md runs%s under TSan, .ci/run%s", a,
+			 ci);
+	cr_expect_str_eq(b, ci, "docs/reliability.md runs%s under TSan, "
+			 ".ci/run%s", b, ci);
+	free(a);
+	free(b);
+	free(ci);
+	free(rel);
+	free(readme);
+	free(ci_text);
+}
+
+struct bench_docs {
+	const char *row, *readme;
+};
+
+static void bench_is_named(const char *prog, void *arg)
+{
+	const struct bench_docs *b = arg;
+	char word[80];
+
+	snprintf(word, sizeof(word), "`%s`", prog);
+	cr_expect(strstr(b->row, word), "README.md's layout row for bench/ "
+		  "does not name %s, which bench/meson.build builds", prog);
+	cr_expect(has_word(b->readme, prog), "bench/README.md does not "
+		  "describe %s, which bench/meson.build builds", prog);
+}
+
+/* Every program bench/ builds is in README's layout table and has its
+ * section in bench/README.md: the table named four of the six. */
+Test(man, readme_layout_names_every_bench_program)
+{
+	char *build = source("bench/meson.build"), *readme = source("README.md");
+	struct bench_docs b = {.row = section(readme, "\n| `bench/` |", "\n"),
+			       .readme = source("bench/README.md")};
+
+	cr_assert_geq(each_match(build, "executable\\('(tensord-[a-z]+)'",
+				 bench_is_named, &b),
+		      6, "bench/meson.build's programs were found");
+	free((char *)b.row);
+	free((char *)b.readme);
+	free(readme);
+	free(build);
 }
 
 /* ---- docs/protocol.md against proto/'s headers ---- */
