@@ -36,6 +36,14 @@ static struct {
 	bool fdstore;           /* FDSTORE=1 messages are wanted */
 	uv_timer_t tick;
 	bool tick_on;
+	/*
+	 * Between READY=1 and STOPPING=1: a SIGHUP's RELOADING=1/READY=1
+	 * are said only then. One taken by the restore's nested loop runs
+	 * said READY=1 before the restore ended (the start done for
+	 * systemd, the store still empty), one during the final save said
+	 * READY=1 after STOPPING=1.
+	 */
+	bool running;
 	char status[160]; /* last STATUS= sent */
 	int last_err;     /* of the last failed send, to log it once */
 	/*
@@ -482,13 +490,14 @@ void td__sd_ready(struct td__daemon *d)
 	sd.tick.data = d;
 	uv_timer_start(&sd.tick, on_tick, ms, ms);
 	sd.tick_on = true;
+	sd.running = true;
 }
 
 void td__sd_reloading(void)
 {
 	struct timespec now;
 
-	if (sd.fd < 0)
+	if (sd.fd < 0 || !sd.running)
 		return;
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	td__sd_notify(NULL, 0, "RELOADING=1\nMONOTONIC_USEC=%llu",
@@ -498,7 +507,7 @@ void td__sd_reloading(void)
 
 void td__sd_reloaded(struct td__daemon *d)
 {
-	if (sd.fd < 0)
+	if (sd.fd < 0 || !sd.running)
 		return;
 	status_text(d, sd.status, sizeof(sd.status));
 	td__sd_notify(NULL, 0, "READY=1\nSTATUS=%s", sd.status);
@@ -507,6 +516,7 @@ void td__sd_reloaded(struct td__daemon *d)
 void td__sd_stopping(struct td__daemon *d)
 {
 	(void)d;
+	sd.running = false;
 	if (sd.fd < 0)
 		return;
 	if (sd.tick_on) {
