@@ -56,6 +56,8 @@ static const char *snap_file; /* daemon_start() adds --snapshot FILE */
 static const char *policy_file; /* daemon_start() adds --policy FILE */
 static rlim_t fsize_limit;     /* daemon_start() sets RLIMIT_FSIZE */
 static int listen_extra; /* LISTEN_FDS counts this many fds more */
+static const char *snap_interval; /* --snapshot-interval (default 30) */
+static bool no_stdin; /* daemon_spawn() closes the daemon's stdin */
 
 /* ---- a fake PID 1: the notify socket and the fd store ---- */
 
@@ -360,9 +362,14 @@ static void daemon_spawn(struct daemon *d, const char *watchdog_usec,
 			setenv("WATCHDOG_USEC", watchdog_usec, 1);
 		else
 			unsetenv("WATCHDOG_USEC");
+		if (no_stdin)
+			close(0);
 		if (snap_file)
 			execl(bin, bin, "--socket", d->sock, "--log-level",
-			      "info", "--snapshot", snap_file, (char *)NULL);
+			      "info", "--snapshot", snap_file,
+			      "--snapshot-interval",
+			      snap_interval ? snap_interval : "30",
+			      (char *)NULL);
 		else if (policy_file)
 			execl(bin, bin, "--socket", d->sock, "--log-level",
 			      "info", "--policy", policy_file, (char *)NULL);
@@ -581,6 +588,136 @@ Test(systemd, sighup_says_reloading_then_ready)
 	cr_assert(f && fputs("allow nobody-knows-what\n", f) >= 0 &&
 		  !fclose(f));
 	hup_says_reloading_then_ready(&d, &st);
+	daemon_stop(&d, &st);
+	store_close(&st);
+}
+
+/*
+ * A SIGHUP while the daemon starts or stops: the snapshot restore and the
+ * final save run the loop nested, which took it, and the reload said
+ * RELOADING=1 and READY=1 ("0 tensors") before the restore ended, so
+ * systemd took the start as done with the store still empty, and
+ * READY=1 again after STOPPING=1. The reload still happens; the manager
+ * hears of it only between the start's READY=1 and STOPPING=1. The
+ * shim raises the SIGHUP just before FILE.lock is opened (after the
+ * handler is in place, before the restore) and just before the final
+ * save opens its temporary file.
+ */
+Test(systemd, a_sighup_while_starting_or_stopping_says_no_ready,
+     .timeout = 120)
+{
+	char file[160], lock[200], spec[240];
+	struct daemon d;
+	struct fdstore st = {0};
+	struct td_client *c;
+	struct msg m;
+	int status;
+
+	mkdir_tmp(&d);
+	notify_bind(&d);
+	snprintf(file, sizeof(file), "%s/snap.hrry", d.dir);
+	snprintf(lock, sizeof(lock), "%s.lock", file);
+	snap_file = file;
+	snap_interval = "3600"; /* no timed save: the final one is the first */
+	daemon_start(&d, NULL, -1, NULL, &st, NULL);
+	c = connect_to(d.sock);
+	put(c, "hup/a", 4096, 1, 0, NULL);
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	store_close(&st); /* the next start reads the snapshot */
+
+	snprintf(spec, sizeof(spec), "%d:%s", SIGHUP, lock);
+	tu_shim_on("TD_RAISE_BEFORE_OPEN_RDWR", spec);
+	snprintf(spec, sizeof(spec), "%d:%s*", SIGHUP, file);
+	tu_shim_on("TD_RAISE_BEFORE_OPEN", spec);
+	daemon_spawn(&d, NULL, -1, NULL);
+	tu_shim_off("TD_RAISE_BEFORE_OPEN_RDWR");
+	tu_shim_off("TD_RAISE_BEFORE_OPEN");
+	do {
+		notify_until(&d, &st, NULL, &m);
+		cr_assert(!has_line(m.text, "RELOADING=1"),
+			  "RELOADING=1 before the start's READY=1");
+	} while (!has_line(m.text, "READY=1"));
+	cr_assert(has_line(m.text, "STATUS=1 tensors, 4096 bytes, 0 clients"),
+		  "READY=1 before the restore ended: %s", m.text);
+
+	/* a change, so that the stop saves */
+	c = connect_to(d.sock);
+	put(c, "hup/b", 4096, 2, 0, NULL);
+	td_client_close(c);
+	cr_assert_eq(kill(d.pid, SIGTERM), 0);
+	notify_until(&d, &st, "STOPPING=1", &m);
+	status = tu_wait_child(d.pid, TU_WAIT_S, "tensord after STOPPING=1");
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "tensord exited with status %#x", status);
+	while (notify_recv(&d, &m, 0) == 0) {
+		cr_assert(!has_line(m.text, "READY=1") &&
+				  !has_line(m.text, "RELOADING=1"),
+			  "after STOPPING=1: %s", m.text);
+		store_apply(&st, &m);
+	}
+	d.pid = 0;
+	/* the SIGHUPs came, and were taken as reloads (no --policy) */
+	{
+		char *log = tu_slurp(d.err), *at = log;
+		int hups = 0;
+
+		cr_assert_not_null(log);
+		while ((at = strstr(at, "SIGHUP: no --policy file"))) {
+			hups++;
+			at++;
+		}
+		cr_expect_eq(hups, 2, "%d reloads in:\n%s", hups, log);
+		free(log);
+	}
+	snap_file = NULL;
+	snap_interval = NULL;
+	store_close(&st);
+}
+
+/*
+ * A SIGHUP in the daemon's first instants, before its handler was in
+ * place, killed it (the default action), and systemd counts a death by
+ * SIGHUP as a clean exit: Restart=on-failure left the service dead. The
+ * shim raises it just before the daemon holds its closed stdin with
+ * /dev/null, the first thing main() does.
+ */
+Test(systemd, a_sighup_as_the_daemon_starts_does_not_kill_it)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+
+	mkdir_tmp(&d);
+	notify_bind(&d);
+	{
+		char spec[64];
+
+		snprintf(spec, sizeof(spec), "%d:/dev/null", SIGHUP);
+		tu_shim_on("TD_RAISE_BEFORE_OPEN_RDWR", spec);
+	}
+	no_stdin = true;
+	daemon_spawn(&d, NULL, -1, NULL);
+	no_stdin = false;
+	tu_shim_off("TD_RAISE_BEFORE_OPEN_RDWR");
+	{
+		struct msg m;
+		int status;
+		pid_t w;
+
+		/* dead: say so at once rather than after WAIT_MS */
+		for (;;) {
+			if (notify_recv(&d, &m, 100) == 0) {
+				store_apply(&st, &m);
+				if (has_line(m.text, "READY=1"))
+					break;
+				continue;
+			}
+			w = waitpid(d.pid, &status, WNOHANG);
+			cr_assert_eq(w, 0, "tensord died before READY=1 "
+					   "(status %#x)",
+				     status);
+		}
+	}
 	daemon_stop(&d, &st);
 	store_close(&st);
 }
