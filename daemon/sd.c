@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #define SD_LISTEN_FDS_START 3
-#define STATUS_MS 2000 /* STATUS refresh when there is no watchdog */
+#define STATUS_MS 2000 /* STATUS refresh, at least this often */
 
 static struct {
 	int fd; /* AF_UNIX SOCK_DGRAM towards $NOTIFY_SOCKET, -1 */
@@ -309,18 +309,48 @@ out:
 	return rc;
 }
 
+/*
+ * $WATCHDOG_USEC and $WATCHDOG_PID as sd_watchdog_enabled(3) takes them:
+ * 0 or infinity (USEC_INFINITY, UINT64_MAX) is no watchdog, and so is a
+ * value that does not parse, in either (whom a garbled pid names is
+ * unknown); said once, not pinged for.
+ */
+static void watchdog_env(const struct td__daemon *d)
+{
+	uint64_t wpid;
+	int rc = env_u64("WATCHDOG_USEC", &sd.watchdog_usec);
+
+	if (rc == -ENOENT)
+		return;
+	if (rc < 0 || sd.watchdog_usec == UINT64_MAX) {
+		td__log(TD_LOG_WARN, "WATCHDOG_USEC=%s: %s; no watchdog pings",
+			getenv("WATCHDOG_USEC"),
+			rc < 0 ? "not a number of microseconds" : "infinity");
+		sd.watchdog_usec = 0;
+		return;
+	}
+	rc = env_u64("WATCHDOG_PID", &wpid);
+	if (rc == -EINVAL) {
+		td__log(TD_LOG_WARN, "WATCHDOG_PID=%s: not a pid; no watchdog "
+				     "pings",
+			getenv("WATCHDOG_PID"));
+		sd.watchdog_usec = 0;
+	} else if (rc == 0 && wpid != (uint64_t)d->pid) {
+		sd.watchdog_usec = 0; /* meant for another process */
+	}
+}
+
 int td__sd_init(struct td__daemon *d,
 		void (*passed)(int fd, const char *name))
 {
-	uint64_t wpid, fdmax;
+	uint64_t fdmax;
 	int rc;
 
 	rc = open_notify();
 	if (rc < 0)
 		return rc;
-	if (sd.fd >= 0 && env_u64("WATCHDOG_USEC", &sd.watchdog_usec) == 0 &&
-	    env_u64("WATCHDOG_PID", &wpid) == 0 && wpid != (uint64_t)d->pid)
-		sd.watchdog_usec = 0; /* meant for another process */
+	if (sd.fd >= 0)
+		watchdog_env(d);
 	/* systemd >= 254 says FDSTORE=<FileDescriptorStoreMax>; 0 = none */
 	sd.fdstore = sd.fd >= 0 &&
 		     !(env_u64("FDSTORE", &fdmax) == 0 && fdmax == 0);
@@ -481,9 +511,13 @@ void td__sd_ready(struct td__daemon *d)
 	td__sd_notify(NULL, 0, "READY=1\nSTATUS=%s", sd.status);
 	/*
 	 * Half the interval, as sd_watchdog_enabled(3) advises: a ping that
-	 * is late by one loop iteration still arrives in time.
+	 * is late by one loop iteration still arrives in time. STATUS_MS at
+	 * most: the tick also refreshes STATUS=, which a WatchdogSec=1h left
+	 * half an hour old (the clients' count: nothing else says it).
 	 */
 	ms = sd.watchdog_usec ? sd.watchdog_usec / 2000 : STATUS_MS;
+	if (ms > STATUS_MS)
+		ms = STATUS_MS;
 	if (ms == 0)
 		ms = 1;
 	uv_timer_init(d->loop, &sd.tick);

@@ -13,6 +13,7 @@
  * cannot ping faster than its timer, however slow the machine is).
  */
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/kcmp.h>
@@ -58,6 +59,7 @@ static rlim_t fsize_limit;     /* daemon_start() sets RLIMIT_FSIZE */
 static int listen_extra; /* LISTEN_FDS counts this many fds more */
 static const char *snap_interval; /* --snapshot-interval (default 30) */
 static bool no_stdin; /* daemon_spawn() closes the daemon's stdin */
+static const char *watchdog_pid; /* daemon_spawn() sets WATCHDOG_PID */
 
 /* ---- a fake PID 1: the notify socket and the fd store ---- */
 
@@ -362,6 +364,10 @@ static void daemon_spawn(struct daemon *d, const char *watchdog_usec,
 			setenv("WATCHDOG_USEC", watchdog_usec, 1);
 		else
 			unsetenv("WATCHDOG_USEC");
+		if (watchdog_pid)
+			setenv("WATCHDOG_PID", watchdog_pid, 1);
+		else
+			unsetenv("WATCHDOG_PID");
 		if (no_stdin)
 			close(0);
 		if (snap_file)
@@ -522,6 +528,93 @@ Test(systemd, notify_sends_ready_status_watchdog_and_stopping)
 	td_client_close(c);
 	daemon_stop(&d, &st);
 	store_close(&st);
+}
+
+/* Read until a STATUS= that says "1 clients"; whether any message
+ * before it (or it) held WATCHDOG=1. */
+static bool status_one_client(struct daemon *d, struct fdstore *st)
+{
+	bool pinged = false;
+	char buf[256];
+	struct msg m;
+
+	for (;;) {
+		notify_until(d, st, NULL, &m);
+		pinged |= has_line(m.text, "WATCHDOG=1");
+		if (value_of(m.text, "STATUS=", buf, sizeof(buf)) &&
+		    strstr(buf, ", 1 clients"))
+			return pinged;
+	}
+}
+
+/*
+ * The status timer was the watchdog's, at half of WATCHDOG_USEC: with
+ * WatchdogSec=1h, STATUS= (the clients' count, which nothing else
+ * refreshes) was half an hour old. It ticks every 2 s at most now.
+ */
+Test(systemd, a_long_watchdog_still_refreshes_the_status)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct td_client *c;
+
+	mkdir_tmp(&d);
+	notify_bind(&d);
+	daemon_start(&d, "3600000000", -1, NULL, &st, NULL);
+	c = connect_to(d.sock);
+	/* and the tick that says it pings too */
+	cr_assert(status_one_client(&d, &st));
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	store_close(&st);
+}
+
+/*
+ * A watchdog the daemon cannot take as sd_watchdog_enabled(3) would:
+ * infinity (UINT64_MAX, systemd's USEC_INFINITY) armed a timer of half
+ * of it, and a WATCHDOG_PID that is no number was taken as ours. No
+ * pings for either (nor for a WATCHDOG_USEC that is no number), said in
+ * the log, and STATUS= still refreshed.
+ */
+struct wd_case {
+	char usec[24], pid[8]; /* copied into the worker: no pointers */
+};
+
+ParameterizedTestParameters(systemd, a_watchdog_that_does_not_parse_is_none)
+{
+	static struct wd_case c[] = {
+		{"18446744073709551615", ""},
+		{"200000", "xyz"},
+		{"200000x", ""},
+	};
+
+	return cr_make_param_array(struct wd_case, c, 3);
+}
+
+ParameterizedTest(struct wd_case *wc, systemd,
+		  a_watchdog_that_does_not_parse_is_none)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct td_client *c;
+	char *log;
+
+	mkdir_tmp(&d);
+	notify_bind(&d);
+	watchdog_pid = *wc->pid ? wc->pid : NULL;
+	daemon_start(&d, wc->usec, -1, NULL, &st, NULL);
+	watchdog_pid = NULL;
+	c = connect_to(d.sock);
+	cr_assert_not(status_one_client(&d, &st),
+		      "WATCHDOG=1 with WATCHDOG_USEC=%s WATCHDOG_PID=%s",
+		      wc->usec, *wc->pid ? wc->pid : "(unset)");
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	store_close(&st);
+	log = tu_slurp(d.err);
+	cr_assert_not_null(log);
+	cr_expect(strstr(log, "no watchdog pings"), "%s", log);
+	free(log);
 }
 
 static uint64_t mono_usec(void)
