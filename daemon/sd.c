@@ -53,6 +53,13 @@ static struct {
 	 * is dropped: serving clients beats telling a deaf manager.
 	 */
 	bool stalled;
+	/*
+	 * The first passed listening socket not of our kind ("fd 3
+	 * (tensord.socket): AF_UNIX SOCK_STREAM"), "" for none: a socket
+	 * unit with ListenStream=, or systemd-socket-activate without
+	 * --seqpacket.
+	 */
+	char wrong_listener[128];
 } sd = {.fd = -1, .listen_fd = -1};
 
 #define SEND_WAIT_S 1
@@ -126,6 +133,31 @@ static bool is_seqpacket_listener(int fd)
 		return false;
 	l = sizeof(v);
 	return getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &l) == 0 && v;
+}
+
+/* A listening socket of another kind than ours: describe it into sd. */
+static void note_wrong_listener(int fd, const char *name)
+{
+	int dom = 0, type = 0, acc = 0;
+	socklen_t l = sizeof(acc);
+
+	if (sd.wrong_listener[0] ||
+	    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &l) < 0 || !acc)
+		return;
+	l = sizeof(dom);
+	getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l);
+	l = sizeof(type);
+	getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l);
+	snprintf(sd.wrong_listener, sizeof(sd.wrong_listener),
+		 "fd %d (%.40s): a listening %s %s socket", fd, name,
+		 dom == AF_UNIX    ? "AF_UNIX"
+		 : dom == AF_INET  ? "AF_INET"
+		 : dom == AF_INET6 ? "AF_INET6"
+				   : "other",
+		 type == SOCK_STREAM  ? "SOCK_STREAM"
+		 : type == SOCK_DGRAM ? "SOCK_DGRAM"
+		 : type == SOCK_SEQPACKET ? "SOCK_SEQPACKET"
+					  : "other");
 }
 
 /*
@@ -293,6 +325,7 @@ static int take_listen_fds(void (*passed)(int fd, const char *name))
 					     "listening SOCK_SEQPACKET socket "
 					     "nor ours; closed",
 				fd, name);
+			note_wrong_listener(fd, name);
 			close(fd);
 		}
 	}
@@ -369,6 +402,11 @@ int td__sd_take_listen_fd(void)
 
 	sd.listen_fd = -1;
 	return fd;
+}
+
+const char *td__sd_wrong_listener(void)
+{
+	return sd.wrong_listener[0] ? sd.wrong_listener : NULL;
 }
 
 bool td__sd_fdstore_on(void)

@@ -39,6 +39,13 @@ int td__sd_init(struct td__daemon *d,
 		void (*passed)(int fd, const char *name));
 /* The socket-activated listening socket (ownership moves), or -1. */
 int td__sd_take_listen_fd(void);
+/*
+ * Without one, the first passed listening socket of another kind (a
+ * socket unit's ListenStream=), described, or NULL: the daemon then
+ * refuses to start rather than bind a socket of its own, which the
+ * activated socket's clients would never reach.
+ */
+const char *td__sd_wrong_listener(void);
 /* Should tensors go to the fd store? (a notify socket, FDSTORE not 0) */
 bool td__sd_fdstore_on(void);
 /*

@@ -34,6 +34,7 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <netinet/in.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -2496,6 +2497,74 @@ static bool have(const char *prog)
 
 	snprintf(cmd, sizeof(cmd), "command -v %s >/dev/null 2>&1", prog);
 	return system(cmd) == 0;
+}
+
+/*
+ * A listening socket of another kind passed as the activated one (a socket
+ * unit with ListenStream=, systemd-socket-activate without --seqpacket):
+ * the daemon closed it and bound a socket of its own, which the activated
+ * socket's clients never reach (they waited in its backlog for ever), or
+ * said "another tensord is listening" on the unit's own path. It refuses
+ * to start now, and says what it was given.
+ */
+Test(systemd, a_listening_socket_of_another_kind_is_refused)
+{
+	static const char *const said[] = {
+		"fd 3 (tensord.socket): a listening AF_UNIX SOCK_STREAM socket",
+		"fd 3 (tensord.socket): a listening AF_INET SOCK_STREAM socket",
+	};
+
+	for (int k = 0; k < 2; k++) {
+		struct daemon d;
+		struct msg m;
+		int ls, status = 0;
+		char *err;
+
+		mkdir_tmp(&d);
+		notify_bind(&d);
+		if (k == 0) {
+			struct sockaddr_un sa = {.sun_family = AF_UNIX};
+
+			ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+			snprintf(sa.sun_path, sizeof(sa.sun_path),
+				 "%s/stream.sock", d.dir);
+			cr_assert_eq(bind(ls, (struct sockaddr *)&sa,
+					  sizeof(sa)),
+				     0);
+		} else {
+			struct sockaddr_in sa = {
+				.sin_family = AF_INET,
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+
+			ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+			cr_assert_eq(bind(ls, (struct sockaddr *)&sa,
+					  sizeof(sa)),
+				     0);
+		}
+		cr_assert_eq(listen(ls, 4), 0);
+		daemon_spawn(&d, NULL, ls, NULL);
+		close(ls);
+		/* an exit, not a start (bounded by the test's timeout) */
+		for (;;) {
+			if (notify_recv(&d, &m, 100) == 0) {
+				cr_assert(!has_line(m.text, "READY=1"),
+					  "started, on a socket of its own");
+				store_apply(NULL, &m);
+				continue;
+			}
+			if (waitpid(d.pid, &status, WNOHANG) == d.pid)
+				break;
+		}
+		d.pid = 0;
+		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 1,
+			  "status %#x", status);
+		cr_assert_neq(access(d.sock, F_OK), 0, "bound %s", d.sock);
+		err = tu_slurp(d.err);
+		cr_assert_not_null(err);
+		cr_assert_not_null(strstr(err, said[k]), "%s", err);
+		cr_assert_not_null(strstr(err, "not starting"), "%s", err);
+		free(err);
+	}
 }
 
 Test(systemd, socket_activated_daemon_serves_clients)
