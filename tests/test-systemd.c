@@ -2708,6 +2708,109 @@ Test(systemd, installed_units_pass_systemd_analyze_verify)
 	free(out);
 }
 
+/*
+ * What the service's SystemCallFilter= lines let through, as systemd
+ * reads them (the first line an allow list, then ~ lines take out and
+ * allow lines put back; @groups as systemd-analyze syscall-filter
+ * expands them on this machine): one name a line, sorted, from the
+ * lines of the unit file $1 and then those of $2 (a drop-in, or none).
+ */
+static const char filter_sh[] =
+	"set -e\n"
+	"exp() { for t; do case $t in\n"
+	"  @*) exp $(systemd-analyze syscall-filter --no-pager \"$t\" |\n"
+	"        sed -n 's/^    \\([^# ][^ ]*\\)$/\\1/p');;\n"
+	"  *) echo \"$t\";; esac; done; }\n"
+	": > allow\n"
+	"cat \"$1\" ${2:+\"$2\"} | sed -n 's/^SystemCallFilter=//p' |\n"
+	"while read -r v; do\n"
+	"  case $v in\n"
+	"  '~'*) exp ${v#\\~} | sort -u > deny\n"
+	"        sort -u allow | comm -23 - deny > a2; mv a2 allow;;\n"
+	"  *) exp $v >> allow;; esac\n"
+	"done\n"
+	"sort -u allow\n";
+
+/* Whether the listing (one name a line) holds name. */
+static bool listed(const char *list, const char *name)
+{
+	return has_line(list, name);
+}
+
+/*
+ * The unit's comment and docs/snapshot.md said io_uring was left out of
+ * the service's filter, @system-service not having it: it does, in
+ * @aio (systemd 252 here), so the installed unit ran snapshots through
+ * io_uring, the attack surface it meant to keep out. It is taken out by
+ * name now, and the drop-in the docs give brings it back. And every
+ * system call the daemon makes is let through, none of @privileged.
+ */
+Test(systemd, installed_service_filter_lets_the_daemon_through_not_io_uring)
+{
+	static const char *const needed[] = {
+		"accept4", "bind", "listen", "socket", "getsockopt",
+		"setsockopt", "getsockname", "sendmsg", "recvmsg", "sendto",
+		"recvfrom", "shutdown", "epoll_create1", "epoll_ctl",
+		"epoll_wait", "eventfd2", "pipe2", "timerfd_create", "poll",
+		"memfd_create", "ftruncate", "fallocate", "fcntl", "mmap",
+		"munmap", "madvise", "mprotect", "pread64", "pwrite64", "read",
+		"write", "lseek", "fstatfs", "newfstatat", "openat", "close",
+		"getdents64", "readlink", "mkdir", "unlink", "rename",
+		"renameat2", "link", "fchmod", "flock", "fsync", "fdatasync",
+		"sync_file_range", "futex", "clone3", "rt_sigaction",
+		"rt_sigprocmask", "prlimit64", "getrandom", "pidfd_open",
+		"pidfd_send_signal", "pidfd_getfd", "kcmp", "dup2", "dup3",
+		"geteuid", "getpid", "clock_gettime",
+	};
+	static const char *const uring[] = {
+		"io_uring_setup", "io_uring_enter", "io_uring_register"};
+	const char *root = getenv("TD_BUILD_ROOT");
+	char unit[300], *out, *priv;
+	struct daemon d;
+	FILE *f;
+	int rc;
+
+	if (!have("systemd-analyze"))
+		cr_skip_test("systemd-analyze is not installed");
+	cr_assert_not_null(root, "TD_BUILD_ROOT is not set");
+	snprintf(unit, sizeof(unit), "%s/systemd/tensord.service", root);
+	mkdir_tmp(&d);
+	cr_assert_eq(chdir(d.dir), 0);
+	f = fopen("filter.sh", "w");
+	cr_assert(f && fputs(filter_sh, f) >= 0 && !fclose(f));
+	f = fopen("uring.conf", "w");
+	cr_assert(f && fputs("[Service]\nSystemCallFilter=io_uring_setup "
+			     "io_uring_enter io_uring_register\n",
+			     f) >= 0 &&
+		  !fclose(f));
+
+	f = fopen("priv.conf", "w");
+	cr_assert(f && fputs("SystemCallFilter=@privileged\n", f) >= 0 &&
+		  !fclose(f));
+	rc = run_sh(&priv, "sh filter.sh priv.conf");
+	cr_assert_eq(rc, 0, "%s", priv);
+	cr_assert(listed(priv, "setuid"), "@privileged: %s", priv);
+	rc = run_sh(&out, "sh filter.sh '%s'", unit);
+	cr_assert_eq(rc, 0, "%s", out);
+	for (size_t i = 0; i < sizeof(needed) / sizeof(*needed); i++) {
+		cr_expect(listed(out, needed[i]), "%s is filtered out",
+			  needed[i]);
+		cr_expect_not(listed(priv, needed[i]), "%s is in @privileged",
+			      needed[i]);
+	}
+	for (size_t i = 0; i < 3; i++)
+		cr_expect_not(listed(out, uring[i]), "%s is let through",
+			      uring[i]);
+	free(out);
+	rc = run_sh(&out, "sh filter.sh '%s' uring.conf", unit);
+	cr_assert_eq(rc, 0, "%s", out);
+	for (size_t i = 0; i < 3; i++)
+		cr_expect(listed(out, uring[i]),
+			  "%s is not let through by the drop-in", uring[i]);
+	free(out);
+	free(priv);
+}
+
 Test(systemd, installed_service_exposure_is_at_most_2)
 {
 	struct daemon d;
