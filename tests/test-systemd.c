@@ -1702,6 +1702,76 @@ Test(systemd, corrupt_state_image_starts_empty_and_says_why)
 	end_lives(&st, keep);
 }
 
+/* Set the format field of every state image in st. */
+static void set_image_format(struct fdstore *st, uint32_t format)
+{
+	uint8_t b[4] = {(uint8_t)format, (uint8_t)(format >> 8),
+			(uint8_t)(format >> 16), (uint8_t)(format >> 24)};
+
+	for (unsigned i = 0; i < st->n; i++)
+		if (!strncmp(st->e[i].name, "td.state.", 9))
+			cr_assert_eq(pwrite(st->e[i].fd, b, 4, 8), 4);
+}
+
+/*
+ * A rollback after an upgrade: the fd store holds the images of a newer
+ * tensord, of a format this one does not know. It started empty, wrote
+ * its own images over them and dropped every stored fd they named, so
+ * the newer tensord, put back, found nothing either. Now the store is
+ * left as it is (this run keeps nothing in it, and says so), and the
+ * images read again once they are readable bring every tensor back.
+ */
+Test(systemd, a_newer_tensords_state_image_is_left_alone)
+{
+	struct daemon d;
+	struct fdstore st = {0};
+	struct expect x[8];
+	struct td_client *c;
+	unsigned n, stored;
+	int keep[2];
+	uint8_t was;
+	char *err;
+
+	n = first_life(&d, &st, x, keep);
+	stored = st.n;
+	cr_assert_not_null(store_find(&st, "td.state.0"));
+	cr_assert_eq(pread(store_find(&st, "td.state.0")->fd, &was, 1, 8), 1);
+	set_image_format(&st, 99);
+	cr_assert_eq(truncate(d.err, 0), 0);
+	daemon_start(&d, NULL, -1, &st, &st, NULL);
+	c = connect_to(d.sock);
+	put(c, "new/one", 64, 3, 0, NULL);
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	err = tu_slurp(d.err);
+	cr_assert_not_null(err);
+	cr_assert_not_null(strstr(err, "newer tensord's format: left as it "
+				       "is"),
+			   "%s", err);
+	/* nothing removed, nothing pushed, the images untouched */
+	cr_assert_eq(st.n, stored, "%u stored fds, not %u: %s", st.n, stored,
+		     err);
+	for (unsigned i = 0; i < st.n; i++) {
+		uint8_t b[4];
+
+		if (strncmp(st.e[i].name, "td.state.", 9))
+			continue;
+		cr_assert_eq(pread(st.e[i].fd, b, 4, 8), 4);
+		cr_assert_eq(b[0], 99, "%s rewritten", st.e[i].name);
+	}
+	free(err);
+	/* what the newer tensord reads: everything it kept (both slots
+	 * were written by one daemon: one format) */
+	set_image_format(&st, was);
+	daemon_start(&d, NULL, -1, &st, &st, NULL);
+	c = connect_to(d.sock);
+	for (unsigned i = 0; i < n; i++)
+		check_tensor(c, &x[i]);
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	end_lives(&st, keep);
+}
+
 Test(systemd, missing_state_image_starts_empty_and_says_why)
 {
 	struct daemon d;
