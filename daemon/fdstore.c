@@ -880,9 +880,13 @@ static size_t sort_passed(bool twice[2])
 	return stored;
 }
 
-/* The newer readable image of the two slots back into the store. */
-/* Returns whether an image was used (it wins over a snapshot). */
-static bool restore_newest(size_t stored)
+/*
+ * The newer readable image of the two slots back into the store.
+ * Returns 1 when an image was used (it wins over a snapshot), 0 when
+ * none, -1 when none decodes and one is of a format this daemon does
+ * not know: a newer tensord's, left alone (td__fdstore_restore).
+ */
+static int restore_newest(size_t stored)
 {
 	uint8_t *img[2] = {NULL, NULL};
 	struct td_state_hdr h[2];
@@ -890,6 +894,7 @@ static bool restore_newest(size_t stored)
 	struct td_err e[2] = {{0}, {0}};
 	int rc[2] = {-ENOENT, -ENOENT}, best = -1;
 	unsigned restored;
+	bool newer = false;
 
 	for (int s = 0; s < 2; s++) {
 		char what[48];
@@ -900,8 +905,17 @@ static bool restore_newest(size_t stored)
 		snprintf(what, sizeof(what), "state image " SLOT_NAME "%d", s);
 		if (rc[s] < 0)
 			log_bad(what, rc[s], &e[s]);
+		if (rc[s] == -ENOTSUP)
+			newer = true;
+		else if (rc[s] < 0)
+			continue;
 		else if (best < 0 || h[s].generation > h[best].generation)
 			best = s;
+	}
+	if (best < 0 && newer) {
+		free(img[0]);
+		free(img[1]);
+		return -1;
 	}
 	if (best < 0) {
 		if (fs.slot[0] >= 0 || fs.slot[1] >= 0 || stored)
@@ -934,7 +948,7 @@ static bool restore_newest(size_t stored)
 	}
 	free(img[0]);
 	free(img[1]);
-	return best >= 0;
+	return best >= 0 ? 1 : 0;
 }
 
 /*
@@ -1059,6 +1073,30 @@ int td__fdstore_restore(struct td__daemon *d)
 	uv_idle_init(d->loop, &fs.remover);
 	fs.timer_init = true;
 	used = restore_newest(sort_passed(twice));
+	if (used < 0) {
+		/*
+		 * A rollback after an upgrade: writing our images over it and
+		 * dropping the fds it names lost every tensor the newer
+		 * tensord kept. Left as they are, stored (nothing removed,
+		 * nothing pushed), for that tensord's next start; this run
+		 * keeps nothing in the fd store, as with FDSTORE=0.
+		 */
+		td__log(TD_LOG_ERROR, "the fd store holds a state image of a "
+				      "newer tensord's format: left as it "
+				      "is, with its %zu fds, for a newer "
+				      "tensord to read; tensors published "
+				      "now do not survive a restart through "
+				      "the fd store",
+			fs.npassed);
+		for (int s = 0; s < 2; s++) {
+			if (fs.slot[s] >= 0)
+				close(fs.slot[s]);
+			fs.slot[s] = -1;
+		}
+		used = 0;
+		fs.on = false;
+		goto done;
+	}
 	if (keep_slots(twice) < 0) {
 		fs.on = false;
 		goto done;

@@ -649,6 +649,14 @@ int main(int argc, char **argv)
 	const char *env;
 	int rc, status = 1;
 
+	/*
+	 * SIGHUP's default action kills: one that came before the loop's
+	 * handler (td__status_start) ended the daemon, and systemd counts a
+	 * death by SIGHUP as clean, so Restart=on-failure left it dead (a
+	 * deploy script's `kill -HUP` just after a restart). Until then it
+	 * is ignored: the policy it would reload is read later anyway.
+	 */
+	signal(SIGHUP, SIG_IGN);
 	hold_closed_std_fds();
 	/* before any fd of ours exists (sd.h) */
 	td__sd_claim();

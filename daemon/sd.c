@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #define SD_LISTEN_FDS_START 3
-#define STATUS_MS 2000 /* STATUS refresh when there is no watchdog */
+#define STATUS_MS 2000 /* STATUS refresh, at least this often */
 
 static struct {
 	int fd; /* AF_UNIX SOCK_DGRAM towards $NOTIFY_SOCKET, -1 */
@@ -36,6 +36,14 @@ static struct {
 	bool fdstore;           /* FDSTORE=1 messages are wanted */
 	uv_timer_t tick;
 	bool tick_on;
+	/*
+	 * Between READY=1 and STOPPING=1: a SIGHUP's RELOADING=1/READY=1
+	 * are said only then. One taken by the restore's nested loop runs
+	 * said READY=1 before the restore ended (the start done for
+	 * systemd, the store still empty), one during the final save said
+	 * READY=1 after STOPPING=1.
+	 */
+	bool running;
 	char status[160]; /* last STATUS= sent */
 	int last_err;     /* of the last failed send, to log it once */
 	/*
@@ -45,6 +53,13 @@ static struct {
 	 * is dropped: serving clients beats telling a deaf manager.
 	 */
 	bool stalled;
+	/*
+	 * The first passed listening socket not of our kind ("fd 3
+	 * (tensord.socket): AF_UNIX SOCK_STREAM"), "" for none: a socket
+	 * unit with ListenStream=, or systemd-socket-activate without
+	 * --seqpacket.
+	 */
+	char wrong_listener[128];
 } sd = {.fd = -1, .listen_fd = -1};
 
 #define SEND_WAIT_S 1
@@ -118,6 +133,31 @@ static bool is_seqpacket_listener(int fd)
 		return false;
 	l = sizeof(v);
 	return getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &l) == 0 && v;
+}
+
+/* A listening socket of another kind than ours: describe it into sd. */
+static void note_wrong_listener(int fd, const char *name)
+{
+	int dom = 0, type = 0, acc = 0;
+	socklen_t l = sizeof(acc);
+
+	if (sd.wrong_listener[0] ||
+	    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &l) < 0 || !acc)
+		return;
+	l = sizeof(dom);
+	getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l);
+	l = sizeof(type);
+	getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l);
+	snprintf(sd.wrong_listener, sizeof(sd.wrong_listener),
+		 "fd %d (%.40s): a listening %s %s socket", fd, name,
+		 dom == AF_UNIX    ? "AF_UNIX"
+		 : dom == AF_INET  ? "AF_INET"
+		 : dom == AF_INET6 ? "AF_INET6"
+				   : "other",
+		 type == SOCK_STREAM  ? "SOCK_STREAM"
+		 : type == SOCK_DGRAM ? "SOCK_DGRAM"
+		 : type == SOCK_SEQPACKET ? "SOCK_SEQPACKET"
+					  : "other");
 }
 
 /*
@@ -285,6 +325,7 @@ static int take_listen_fds(void (*passed)(int fd, const char *name))
 					     "listening SOCK_SEQPACKET socket "
 					     "nor ours; closed",
 				fd, name);
+			note_wrong_listener(fd, name);
 			close(fd);
 		}
 	}
@@ -301,18 +342,48 @@ out:
 	return rc;
 }
 
+/*
+ * $WATCHDOG_USEC and $WATCHDOG_PID as sd_watchdog_enabled(3) takes them:
+ * 0 or infinity (USEC_INFINITY, UINT64_MAX) is no watchdog, and so is a
+ * value that does not parse, in either (whom a garbled pid names is
+ * unknown); said once, not pinged for.
+ */
+static void watchdog_env(const struct td__daemon *d)
+{
+	uint64_t wpid;
+	int rc = env_u64("WATCHDOG_USEC", &sd.watchdog_usec);
+
+	if (rc == -ENOENT)
+		return;
+	if (rc < 0 || sd.watchdog_usec == UINT64_MAX) {
+		td__log(TD_LOG_WARN, "WATCHDOG_USEC=%s: %s; no watchdog pings",
+			getenv("WATCHDOG_USEC"),
+			rc < 0 ? "not a number of microseconds" : "infinity");
+		sd.watchdog_usec = 0;
+		return;
+	}
+	rc = env_u64("WATCHDOG_PID", &wpid);
+	if (rc == -EINVAL) {
+		td__log(TD_LOG_WARN, "WATCHDOG_PID=%s: not a pid; no watchdog "
+				     "pings",
+			getenv("WATCHDOG_PID"));
+		sd.watchdog_usec = 0;
+	} else if (rc == 0 && wpid != (uint64_t)d->pid) {
+		sd.watchdog_usec = 0; /* meant for another process */
+	}
+}
+
 int td__sd_init(struct td__daemon *d,
 		void (*passed)(int fd, const char *name))
 {
-	uint64_t wpid, fdmax;
+	uint64_t fdmax;
 	int rc;
 
 	rc = open_notify();
 	if (rc < 0)
 		return rc;
-	if (sd.fd >= 0 && env_u64("WATCHDOG_USEC", &sd.watchdog_usec) == 0 &&
-	    env_u64("WATCHDOG_PID", &wpid) == 0 && wpid != (uint64_t)d->pid)
-		sd.watchdog_usec = 0; /* meant for another process */
+	if (sd.fd >= 0)
+		watchdog_env(d);
 	/* systemd >= 254 says FDSTORE=<FileDescriptorStoreMax>; 0 = none */
 	sd.fdstore = sd.fd >= 0 &&
 		     !(env_u64("FDSTORE", &fdmax) == 0 && fdmax == 0);
@@ -331,6 +402,11 @@ int td__sd_take_listen_fd(void)
 
 	sd.listen_fd = -1;
 	return fd;
+}
+
+const char *td__sd_wrong_listener(void)
+{
+	return sd.wrong_listener[0] ? sd.wrong_listener : NULL;
 }
 
 bool td__sd_fdstore_on(void)
@@ -473,22 +549,27 @@ void td__sd_ready(struct td__daemon *d)
 	td__sd_notify(NULL, 0, "READY=1\nSTATUS=%s", sd.status);
 	/*
 	 * Half the interval, as sd_watchdog_enabled(3) advises: a ping that
-	 * is late by one loop iteration still arrives in time.
+	 * is late by one loop iteration still arrives in time. STATUS_MS at
+	 * most: the tick also refreshes STATUS=, which a WatchdogSec=1h left
+	 * half an hour old (the clients' count: nothing else says it).
 	 */
 	ms = sd.watchdog_usec ? sd.watchdog_usec / 2000 : STATUS_MS;
+	if (ms > STATUS_MS)
+		ms = STATUS_MS;
 	if (ms == 0)
 		ms = 1;
 	uv_timer_init(d->loop, &sd.tick);
 	sd.tick.data = d;
 	uv_timer_start(&sd.tick, on_tick, ms, ms);
 	sd.tick_on = true;
+	sd.running = true;
 }
 
 void td__sd_reloading(void)
 {
 	struct timespec now;
 
-	if (sd.fd < 0)
+	if (sd.fd < 0 || !sd.running)
 		return;
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	td__sd_notify(NULL, 0, "RELOADING=1\nMONOTONIC_USEC=%llu",
@@ -498,7 +579,7 @@ void td__sd_reloading(void)
 
 void td__sd_reloaded(struct td__daemon *d)
 {
-	if (sd.fd < 0)
+	if (sd.fd < 0 || !sd.running)
 		return;
 	status_text(d, sd.status, sizeof(sd.status));
 	td__sd_notify(NULL, 0, "READY=1\nSTATUS=%s", sd.status);
@@ -507,6 +588,7 @@ void td__sd_reloaded(struct td__daemon *d)
 void td__sd_stopping(struct td__daemon *d)
 {
 	(void)d;
+	sd.running = false;
 	if (sd.fd < 0)
 		return;
 	if (sd.tick_on) {

@@ -39,6 +39,13 @@ int td__sd_init(struct td__daemon *d,
 		void (*passed)(int fd, const char *name));
 /* The socket-activated listening socket (ownership moves), or -1. */
 int td__sd_take_listen_fd(void);
+/*
+ * Without one, the first passed listening socket of another kind (a
+ * socket unit's ListenStream=), described, or NULL: the daemon then
+ * refuses to start rather than bind a socket of its own, which the
+ * activated socket's clients would never reach.
+ */
+const char *td__sd_wrong_listener(void);
 /* Should tensors go to the fd store? (a notify socket, FDSTORE not 0) */
 bool td__sd_fdstore_on(void);
 /*
@@ -55,7 +62,11 @@ void td__sd_status(struct td__daemon *d);
  * Around a SIGHUP's reload (sd_notify(3)): RELOADING=1 with
  * MONOTONIC_USEC= before it, READY=1 with the STATUS= after it, refused
  * or not (the daemon goes on either way), so that a manager waiting for
- * the reload (Type=notify-reload, systemctl reload) sees it end.
+ * the reload (Type=notify-reload, systemctl reload) sees it end. Only
+ * between td__sd_ready() and td__sd_stopping(): a SIGHUP while the daemon
+ * starts (the snapshot restore's nested loop runs) or stops (the final
+ * save's) reloads without a word to the manager, which waits for the
+ * start's own READY=1 or for the exit.
  */
 void td__sd_reloading(void);
 void td__sd_reloaded(struct td__daemon *d);

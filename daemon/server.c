@@ -201,6 +201,16 @@ int td__server_start(struct td__daemon *d)
 	rc = td__sd_take_listen_fd();
 	if (rc >= 0)
 		return adopt(d, s, rc);
+	if (td__sd_wrong_listener()) {
+		td__log(TD_LOG_ERROR, "socket activation passed %s, and no "
+				      "listening AF_UNIX SOCK_SEQPACKET "
+				      "socket (the socket unit wants "
+				      "ListenSequentialPacket=, "
+				      "systemd-socket-activate --seqpacket); "
+				      "not starting",
+			td__sd_wrong_listener());
+		return -EPROTOTYPE;
+	}
 	if (strlen(path) >= sizeof(s->sa.sun_path)) {
 		td__log(TD_LOG_ERROR, "socket path too long (max %zu): %s",
 			sizeof(s->sa.sun_path) - 1, path);
