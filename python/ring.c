@@ -55,6 +55,7 @@ typedef struct {
 			   * signalled: given by the next next()/poll() */
 	struct td_view fenced;
 	unsigned exports; /* live DLPack exports of the held view */
+	uint64_t conn;    /* the client's connection it was made on */
 	PyObject *name;
 	int efd;          /* poll() mode: td_sub_fd (in the client's epoll) */
 	PyObject *weakrefs;
@@ -556,6 +557,7 @@ PyObject *tdpy_client_subscribe(ClientObject *self, PyObject *args,
 	sub->forks = tdpy_forks;
 	Py_INCREF(self);
 	sub->client = self;
+	sub->conn = self->conn;
 	sub->name = PyUnicode_FromString(name);
 	c = sub->name ? tdpy_client_enter(self) : NULL;
 	if (!c) {
@@ -629,7 +631,11 @@ static bool sub_exported(SubObject *sub)
 	struct td_error e = {.code = -EBUSY};
 	const char *n;
 
-	if (!sub->exports)
+	/* its connection gone (the client closed or connected anew), the
+	 * daemon ended the subscription and nothing holds the slot any
+	 * more: the call says that, as it does without an export */
+	if (!sub->exports || !sub->client->c ||
+	    sub->client->conn != sub->conn)
 		return false;
 	n = PyUnicode_AsUTF8(sub->name);
 	PyErr_Clear(); /* (n NULL: no memory, said as "?") */

@@ -272,6 +272,38 @@ static int format_fits(const OwnerObject *o, const char *f)
  * strides must be dense C order but for the row dimension's (dimension
  * 1 of a planar [C, H, W] grid, whose planes are H rows apart, else 0).
  */
+/*
+ * Why tdpy_dense() refused o's shape: its bytes, or (a zero dimension
+ * makes 0 bytes) a C-order stride past 2**63 - 1, which no numpy array
+ * holds (numpy refuses np.empty((0, 2**62), np.float32) alike) and no
+ * blob stride (an i64) carries.
+ */
+static void dense_refused(const OwnerObject *o, npy_intp isz)
+{
+	uint64_t n = (uint64_t)isz;
+	bool empty = false;
+
+	for (int i = 0; i < o->ndim; i++)
+		empty |= o->shape[i] == 0;
+	for (int i = o->ndim - 1; empty && i > 0; i--) {
+		if (!o->shape[i])
+			continue; /* numpy skips it: no overflow of its own */
+		if (__builtin_mul_overflow(n, (uint64_t)o->shape[i], &n) ||
+		    n > (uint64_t)NPY_MAX_INTP) {
+			PyErr_Format(PyExc_ValueError, "shape: the C-order "
+				     "stride of dimension %d (%s, %zd-byte "
+				     "elements) is over 2**63 - 1 bytes, the "
+				     "limit of numpy's and the blob's strides "
+				     "(though the tensor has no element)",
+				     i - 1, td_tensor_dtype_name(o->dtype),
+				     (Py_ssize_t)isz);
+			return;
+		}
+	}
+	PyErr_SetString(PyExc_ValueError, "tensor too big: its bytes are "
+			"over 2**63 - 1");
+}
+
 static int loan_format(OwnerObject *o, PyObject *format, npy_intp isz)
 {
 	npy_intp want[TDPY_MAX_DIMS];
@@ -368,7 +400,7 @@ PyObject *tdpy_client_alloc(ClientObject *self, PyObject *args,
 		goto fail;
 	if (strides_o == Py_None) {
 		if (tdpy_dense(o->ndim, o->shape, isz, o->strides, &size) < 0) {
-			PyErr_SetString(PyExc_ValueError, "tensor too big");
+			dense_refused(o, isz);
 			goto fail;
 		}
 	} else {

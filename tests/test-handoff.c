@@ -441,6 +441,58 @@ Test(handoff, an_empty_tensor_round_trips)
 	daemon_stop(&d);
 }
 
+/*
+ * No element, but its outer dimension's C-order stride (4 << 62) is past
+ * an i64: the blob carries the shape (u64 dims) with that stride written
+ * 0, which addresses nothing, so a loan publishes it and a reader gets the
+ * shape back (numpy holds no such array: the binding refuses it and says
+ * why, python/tests/test_bad_input.py).
+ */
+static void huge_empty_producer(const struct daemon *d, void *arg)
+{
+	struct td_client *c = child_open(d, NULL);
+	uint64_t size = 0, shape[2] = {0, 1ull << 62};
+	struct td_publish p = {.name = "rt/huge-empty",
+			       .dtype = TD_TENSOR_F32,
+			       .ndim = 2,
+			       .shape = shape};
+	struct td_alloc *a = NULL;
+
+	(void)arg;
+	CK_RC(td_client_alloc(c, 1, &size, &a, &e_));
+	CK_RC(td_client_publish_alloc(c, a, &p, NULL, &e_));
+	td_client_close(c);
+}
+
+static void huge_empty_consumer(const struct daemon *d, void *arg)
+{
+	struct td_client *c = child_open(d, NULL);
+	struct td_tensor *t;
+	uint32_t n = 0;
+	const int64_t *st;
+
+	(void)arg;
+	CK_RC(td_client_get(c, "rt/huge-empty", &t, &e_));
+	CK(td_tensor_ndim(t) == 2);
+	CK(td_tensor_shape(t)[0] == 0 &&
+	   td_tensor_shape(t)[1] == 1ull << 62);
+	CK(td_tensor_bytes(t) == 0);
+	st = td_tensor_strides(t, &n);
+	CK(n == 2 && st[1] == 4);
+	td_tensor_release(t);
+	td_client_close(c);
+}
+
+Test(handoff, an_empty_tensor_with_a_dimension_of_2_62_round_trips)
+{
+	struct daemon d;
+
+	daemon_start(&d);
+	run_child(&d, huge_empty_producer, NULL);
+	run_child(&d, huge_empty_consumer, NULL);
+	daemon_stop(&d);
+}
+
 /* ---- caller-owned buffers, several planes ---- */
 
 #define NV_W  64

@@ -368,3 +368,39 @@ Test(vulkan, a_ring_joins_two_shaders_with_slots_imported_once)
 	free(out);
 	tu_daemon_stop(&d, true);
 }
+
+/*
+ * vk-pipeline's producer exited 1 without a word when its consumer
+ * ended: with tensord killed mid-run the consumer's next wait finds its
+ * connection gone (EPIPE) and ends, and the producer now says it stopped
+ * and why, with the consumer's status.
+ */
+Test(vulkan, a_ring_producer_says_why_it_stops_when_tensord_dies)
+{
+	struct tu_daemon d;
+	char *out;
+	int fd, st;
+
+	daemon_up(&d);
+	/* skips here when there is no Vulkan driver */
+	char *copy[] = {example("vk-pipeline"), "copy", "4096", "1", NULL};
+	cr_assert_eq(run(&d, copy, &out), 0, "%s", out);
+	free(out);
+	/* more frames than it gets through before the consumer notices */
+	char *argv[] = {example("vk-pipeline"), "ring", "gpu/cut", "65536",
+			"100000", NULL};
+	pid_t pid = spawn_all(argv, &fd);
+	await_line(fd, " imported at ");
+	cr_assert_eq(kill(d.pid, SIGKILL), 0);
+	cr_assert(tu_reap_within(d.pid, TU_WAIT_S, &st));
+	st = tu_collect(pid, 1, &fd, &out, TU_WAIT_S, "vk-pipeline");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %#x: %s", st,
+		  out);
+	cr_assert(strstr(out, "producer: stopped at frame "), "%s", out);
+	cr_assert(strstr(out, "the consumer ended (it exited with status 1)"),
+		  "%s", out);
+	cr_assert_null(strstr(out, "frames match the formula"), "%s", out);
+	free(out);
+	unlink(d.sock);
+	rmdir(d.dir);
+}

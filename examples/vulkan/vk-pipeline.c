@@ -257,6 +257,30 @@ static int consumer(const char *name, uint64_t bytes, long frames, int ack)
 	return bad ? 1 : 0;
 }
 
+/*
+ * The producer stops at frame f: say why (a bare exit 1 left the user to
+ * guess). The consumer's end is told by its status: it printed its own
+ * reason, or was killed.
+ */
+static int stopped(long f, const char *why, pid_t consumer)
+{
+	int st;
+
+	if (!consumer) {
+		fprintf(stderr, "producer: stopped at frame %ld: %s\n", f, why);
+		return 1;
+	}
+	if (waitpid(consumer, &st, 0) != consumer)
+		fprintf(stderr, "producer: stopped at frame %ld: %s\n", f, why);
+	else if (WIFEXITED(st))
+		fprintf(stderr, "producer: stopped at frame %ld: %s (it exited "
+			"with status %d)\n", f, why, WEXITSTATUS(st));
+	else
+		fprintf(stderr, "producer: stopped at frame %ld: %s (killed by "
+			"signal %d)\n", f, why, WTERMSIG(st));
+	return 1;
+}
+
 static int run_ring(const char *name, uint64_t bytes, long frames)
 {
 	int ack[2];
@@ -300,15 +324,22 @@ static int run_ring(const char *name, uint64_t bytes, long frames)
 		return 1;
 	}
 	if (read(ack[0], &b, 1) != 1) /* subscribed */
-		return 1;
+		return stopped(0, "the consumer ended before it subscribed",
+			       pid);
 	double t0 = now_us();
 	for (long f = 0; f < frames; f++) {
 		double s = now_us();
 		struct td_slot sl;
 		uint64_t version;
 
-		if (td_ring_acquire(r, -1, &sl) < 0)
-			return 1;
+		rc = td_ring_acquire(r, -1, &sl);
+		if (rc < 0) {
+			char why[128];
+
+			snprintf(why, sizeof(why), "td_ring_acquire: %s",
+				 strerror(-rc));
+			return stopped(f, why, 0);
+		}
 		struct vkx_buf *vb = &slot[sl.index % SLOTS];
 		if (!vb->buf) {
 			char w[64];
@@ -319,6 +350,7 @@ static int run_ring(const char *name, uint64_t bytes, long frames)
 			where(sl.planes[0], w, sizeof(w));
 			printf("producer: slot %u imported at %p, %s\n",
 			       sl.index, vb->host, w);
+			fflush(stdout); /* in order with stderr's lines */
 		}
 		double p = now_us();
 		if (vkx_produce(&v, &prod, vb, (uint32_t)(bytes / 4),
@@ -331,12 +363,19 @@ static int run_ring(const char *name, uint64_t bytes, long frames)
 				strerror(-rc));
 			return 1;
 		}
-		if (vkx_wait(&v, &prod) < 0 ||
-		    td_ring_fence_signal(r, version) < 0)
-			return 1;
+		if (vkx_wait(&v, &prod) < 0)
+			return 1; /* vkx said why */
+		rc = td_ring_fence_signal(r, version);
+		if (rc < 0) {
+			char why[128];
+
+			snprintf(why, sizeof(why), "td_ring_fence_signal: %s",
+				 strerror(-rc));
+			return stopped(f, why, 0);
+		}
 		t_prod[f] = now_us() - p;
 		if (read(ack[0], &b, 1) != 1)
-			return 1;
+			return stopped(f, "the consumer ended", pid);
 		lat[f] = now_us() - s;
 	}
 	double total = now_us() - t0;

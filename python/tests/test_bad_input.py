@@ -118,6 +118,25 @@ def test_bad_arguments(client):
         tensord.Client(socket=123)
 
 
+def test_an_empty_shape_whose_strides_overflow_says_so(client):
+    """(0, 2**62) f32 has no element, but dimension 0's C-order stride
+    (2**64 bytes) fits neither a numpy stride nor a blob's i64: numpy
+    refuses np.empty((0, 2**62), np.float32) alike. The refusal names the
+    stride, not "too big"; a shape whose strides fit works."""
+    with pytest.raises(ValueError, match=r"stride of dimension 0 \(f32, "
+                       r"4-byte elements\) is over 2\*\*63 - 1") as ei:
+        client.alloc("bad/e", (0, 2**62), "float32")
+    assert "too big" not in str(ei.value)
+    with pytest.raises(ValueError, match="stride of dimension 1 "):
+        client.alloc("bad/e", (3, 0, 2**62, 4), "u8")
+    with pytest.raises(ValueError, match="tensor too big"):
+        client.alloc("bad/e", (2**40, 2**40), "float32")
+    a = client.alloc("ok/e", (0, 2**40), "float32")
+    assert a.shape == (0, 2**40) and a.nbytes == 0
+    client.publish(a)
+    assert client.get("ok/e").shape == (0, 2**40)
+
+
 def test_numpy_integers_are_integer_arguments(client):
     """np.uint64 is no int subclass, but a numpy user's versions are
     numpy's integers, as shapes and ring sizes may be: every integer

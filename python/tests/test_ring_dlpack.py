@@ -124,6 +124,36 @@ def test_a_closed_subscription_waits_for_its_exported_tensors(client):
     ring.close()
 
 
+def test_a_closed_clients_subscription_says_so_whatever_is_exported(
+        daemon):
+    """After the client's close() the daemon ended the subscription and
+    nothing holds the slot: next(), poll() and release() say what they
+    say without an export (the ring is over, the client is closed), not
+    EBUSY for a DLPack tensor still alive."""
+    said = {}
+    for export in (False, True):
+        c = tensord.Client(daemon.sock)
+        ring, sub = ring_with_frame(c, "rd/closed%d" % export, 3)
+        view = sub.next(5)
+        n = np.from_dlpack(view) if export else None
+        c.close()
+        for call in (sub.next, sub.poll, sub.release):
+            try:
+                call()
+                said[export, call.__name__] = None
+            except Exception as e:
+                said[export, call.__name__] = (
+                    type(e), getattr(e, "errno", None),
+                    str(e).replace("rd/closed%d" % export, "R"))
+        view.release()  # given back, the slot held by nobody
+        del n, view
+        gc.collect()
+    for name in ("next", "poll", "release"):
+        assert said[True, name] == said[False, name], (name, said)
+    assert said[True, "next"][1] == 32  # EPIPE: the ring is over
+    assert said[True, "poll"][0] is ValueError  # the client is closed
+
+
 def test_no_export_while_another_thread_waits_in_next(client):
     # next() gives the held slot back before it waits: while it waits
     # the old view is no longer held, so it cannot be exported (the

@@ -102,7 +102,7 @@ TD_EXPORT int td_ring_create(struct td_client *c, const char *name,
  * Get a slot to write: never the latest version, never one a subscriber
  * or the daemon holds, never one whose fence is pending (published with
  * td_ring_publish_fenced() and not signalled: the device may still be
- * writing it). Waits up to timeout_ms (-1 forever, 0 not at all) when
+ * writing it). Waits up to timeout_ms (< 0 forever, 0 not at all) when
  * every slot is in use; td_ring_fence_signal() from another thread ends
  * such a wait (a one-thread producer whose every free slot is pending
  * signals one first). Calling it again before td_ring_publish()
@@ -124,7 +124,7 @@ TD_EXPORT int td_ring_publish(struct td_ring *r, uint64_t *version);
 /*
  * Wait until every subscriber has read `version` (one this producer
  * published): taken it or a newer version, and released it (or moved
- * on), waiting up to timeout_ms (-1 forever, 0 just look). For a
+ * on), waiting up to timeout_ms (< 0 forever, 0 just look). For a
  * producer that wants each version consumed before it goes on (lock
  * step; an answer with no bytes): the readers' releases are the answer,
  * so nothing else crosses back. Polls, then sleeps, like
@@ -169,7 +169,7 @@ TD_EXPORT uint32_t td_ring_backing(const struct td_ring *r);
 TD_EXPORT void td_ring_close(struct td_ring *r);
 
 /*
- * Subscribe to the ring `name`, waiting up to timeout_ms (-1 forever, 0
+ * Subscribe to the ring `name`, waiting up to timeout_ms (< 0 forever, 0
  * not at all) for it to be created: one request the daemon answers when
  * the ring is made (an older daemon is asked every millisecond), which
  * holds the handle as td_client_get_newer() does. Its slots are mapped
@@ -186,7 +186,7 @@ TD_EXPORT int td_ring_subscribe(struct td_client *c, const char *name,
 				struct td_error *err);
 /*
  * Release the view held (if any), then hold the latest version newer than
- * the last one returned, waiting up to timeout_ms (-1 forever, 0 not at
+ * the last one returned, waiting up to timeout_ms (< 0 forever, 0 not at
  * all). Its bytes cannot change until td_sub_release() or the next call.
  * Returns 0 and *view, -ETIMEDOUT, -EPIPE the producer closed the ring
  * (after its last version was returned) or the subscription is gone (its
@@ -201,7 +201,7 @@ TD_EXPORT int td_sub_next(struct td_sub *s, int timeout_ms,
  * when none is held. */
 TD_EXPORT int td_sub_release(struct td_sub *s);
 /*
- * Wait until the held view's fence signals, at most timeout_ms (-1
+ * Wait until the held view's fence signals, at most timeout_ms (< 0
  * forever, 0 just look). 0 at once for a version published without a
  * fence. -ETIMEDOUT; -EPIPE the producer closed the ring (or died)
  * without signalling it, whose bytes may be unfinished, or, with it

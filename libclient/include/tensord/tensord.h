@@ -27,6 +27,8 @@
  *    may be used and released from any thread.
  *  - fork(): a handle, its tensors and loans belong to the process that
  *    made them; a child connects anew (the daemon checks the pid).
+ *  - timeout_ms: 0 does not wait; any negative value (-1, -2, INT_MIN)
+ *    waits for ever, as poll(2)'s does (docs/fastpath.md, "Timeouts").
  */
 #ifndef TENSORD_TENSORD_H
 #define TENSORD_TENSORD_H
@@ -224,7 +226,7 @@ typedef void (*td_get_fn)(struct td_client *c, int status,
 /*
  * td_client_get_newer() without waiting: sends the GET and returns at
  * once; the daemon parks it until a version newer than `after` is
- * published (or timeout_ms passes, -1 = forever) and fn receives the
+ * published (or timeout_ms passes, < 0 = forever) and fn receives the
  * result from a later td_client_process(). A ring name is served the
  * same way (its latest slot, leased). Any number may be outstanding (the
  * daemon parks at most 256 per connection and refuses the rest with
@@ -255,8 +257,7 @@ TD_EXPORT int td_client_get_newer_async(struct td_client *c, const char *name,
  * the work may have been another thread's), or -errno when the connection
  * is broken (-ECONNRESET: the daemon went away), after delivering what
  * was queued and failing every outstanding asynchronous GET with that
- * status. A broken connection keeps td_client_fd() readable (the
- * hang-up).
+ * status. A broken connection keeps td_client_fd() readable (hang-up).
  *
  * With TD_CLIENT_RECONNECT the next call begins a reconnect without
  * waiting for the daemon: a non-blocking connect() and HELLO sent; it
@@ -403,8 +404,7 @@ TD_EXPORT int td_client_alloc(struct td_client *c, uint32_t plane_count,
  * zeros. A buffer some consumer still leases is never recycled, nor one
  * whose version went with its acquire fence unsignalled before that fence
  * signals (the device may still write it; another buffer serves
- * meanwhile). A daemon that predates the flag gives a
- * plain loan.
+ * meanwhile). A daemon that predates the flag gives a plain loan.
  */
 #define TD_ALLOC_RECYCLE 0x1u
 /*
@@ -593,7 +593,7 @@ TD_EXPORT int td_client_get_version(struct td_client *c, const char *name,
 				    struct td_error *err);
 /*
  * The first version of name newer than `after`, waiting up to timeout_ms
- * milliseconds for one to be published (-1 = forever, 0 = do not wait).
+ * milliseconds for one to be published (< 0 = forever, 0 = do not wait).
  * -ETIMEDOUT when none came. Blocks the handle while it waits.
  *
  * Asked for a name again, newer than the version it gave last (a
@@ -670,7 +670,7 @@ TD_EXPORT int td_client_get_many(struct td_client *c, uint32_t count,
 				 const char *const *names,
 				 struct td_tensor **out, struct td_error *err);
 /*
- * td_client_get_many() of the next step: waits up to timeout_ms (-1 for
+ * td_client_get_many() of the next step: waits up to timeout_ms (< 0 for
  * ever) until names[0] has a version newer than `after` (0: any), then
  * leases every name's latest in that step (pass td_tensor_version(out[0])
  * of the last call: the next publish_many, whole). No lease while it
@@ -721,7 +721,7 @@ TD_EXPORT int td_client_follow(struct td_client *c, const char *name,
 /*
  * The newest version of the followed name newer than the last one this
  * follow returned (versions in between are skipped), waiting up to
- * timeout_ms (-1 forever; 0: -EAGAIN at once when there is none). *out
+ * timeout_ms (< 0 forever; 0: -EAGAIN at once when there is none). *out
  * is a tensor as td_client_get() gives; end it with td_tensor_release()
  * (or _nowait: for a tensor taken from shared memory either is one store,
  * no message) before the next call, which returns -EBUSY otherwise.
@@ -855,7 +855,7 @@ TD_EXPORT uint64_t td_tensor_bytes(const struct td_tensor *t);
 /* 1 when the producer attached an acquire fence, else 0. */
 TD_EXPORT int td_tensor_has_fence(const struct td_tensor *t);
 /*
- * Wait until the acquire fence signals, at most timeout_ms (-1 forever,
+ * Wait until the acquire fence signals, at most timeout_ms (< 0 forever,
  * 0 just look): td_fence_wait() on td_tensor_fence_fd(). Returns 0 when
  * signalled or when there is no fence, -ETIMEDOUT, -EIO a sync_file that
  * signalled an error, -ECONNRESET an own fence (timerfd) not fired when
@@ -935,7 +935,7 @@ TD_EXPORT int td_fence_create(void);
 TD_EXPORT int td_fence_signal(int fence_fd, struct td_error *err);
 /*
  * Wait until fence_fd (an eventfd, a sync_file, a GET's own timerfd)
- * signals, at most timeout_ms (-1 forever, 0 just look). 0 signalled,
+ * signals, at most timeout_ms (< 0 forever, 0 just look). 0 signalled,
  * -ETIMEDOUT not in time, -EBADF not an open fd, -EINVAL none of those
  * kinds (a plain file, a pipe), -EIO a sync_file that signalled an
  * error; the reason in *err. Never consumes the signal.
@@ -1112,7 +1112,7 @@ TD_EXPORT int td_client_connect_intr(const char *socket_path,
 				     void *ud, struct td_client **out,
 				     struct td_error *err);
 /*
- * Next event in arrival order into *ev, waiting up to timeout_ms (-1
+ * Next event in arrival order into *ev, waiting up to timeout_ms (< 0
  * forever, 0 only what is queued or already readable). Returns 0,
  * -ETIMEDOUT, or -errno (-ECONNRESET when the daemon went away).
  */
