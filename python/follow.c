@@ -148,7 +148,10 @@ static int tdpy_follow_exported(OwnerObject *root)
 {
 	struct td_error e = {.code = -EBUSY};
 
-	if (!root->follow || !root->dl_exports || !root->t)
+	/* the client closed (or connected anew): the daemon ended the
+	 * follow and its hold, and nothing holds the version any more;
+	 * the call answers as it does without an export */
+	if (!root->follow || !root->dl_exports || !tdpy_owner_held(root))
 		return 0;
 	snprintf(e.reason, sizeof(e.reason), "the followed tensor (version "
 		 "%llu) is exported through DLPack (%u tensors alive); it "

@@ -361,6 +361,34 @@ def test_a_dlpack_export_keeps_the_hold_and_next_refuses(client, prod):
         latest.__dlpack__()
 
 
+def test_a_closed_clients_follow_says_so_whatever_is_exported(daemon, prod):
+    """After the client's close() the daemon ended the follow and its
+    hold: next(), release() and the tensor's release() say what they say
+    without an export, not EBUSY for a DLPack tensor still alive."""
+    said = {}
+    for export in (False, True):
+        c = tensord.Client(daemon.sock)
+        name = "fo/closed%d" % export
+        f, _, t = holding(c, prod, name, 0x21)
+        d = np.from_dlpack(t) if export else None
+        c.close()
+        for call in (lambda: f.next(0), f.release, t.release):
+            try:
+                call()
+                said[export, len(said) % 3] = None
+            except Exception as e:
+                said[export, len(said) % 3] = (
+                    type(e), getattr(e, "errno", None),
+                    str(e).replace(name, "N"))
+        if export:
+            assert (d == 0x21).all()  # still mapped
+        del d, t, f
+        gc.collect()
+    for i in range(3):
+        assert said[True, i] == said[False, i], (i, said)
+        assert said[True, i] is None or said[True, i][1] != errno.EBUSY
+
+
 def test_torch_keeps_the_hold(client, prod):
     torch = need_torch()
     f = client.follow("fo/torch")
