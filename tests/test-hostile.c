@@ -2227,6 +2227,15 @@ static bool holds(const char *name, uint8_t b)
 	return rc == 0;
 }
 
+/* A daemon under policy with --max-bytes max_bytes, and root's client
+ * of it. */
+static struct td_client *capped_start(const char *policy,
+				      const char *max_bytes)
+{
+	start_ex(with_policy(policy, "--max-bytes", max_bytes), 0, "info");
+	return cli();
+}
+
 /* w's versions n/0 .. n/<count - 1> of one MiB each, oldest first. */
 static void nobody_puts(struct worker *w, int count)
 {
@@ -3007,10 +3016,8 @@ Test(hostile, an_allocation_evicts_only_its_own_or_above_a_fair_share)
 	if (!root())
 		cr_skip_test("needs root to act as other uids");
 	/* nobody may hold all of --max-bytes: only the fair share limits */
-	start_ex(with_policy("allow uid=65534 rw n/\nquota uid=65534 8M\n",
-			     "--max-bytes", "8M"),
-		 0, "info");
-	c = cli();
+	c = capped_start("allow uid=65534 rw n/\nquota uid=65534 8M\n",
+			 "8M");
 	for (int i = 0; i < 6; i++) {
 		snprintf(name, sizeof(name), "r/%d", i);
 		cr_assert_eq(put_bytes(c, name, MiB, (uint8_t)(0x10 + i), &e),
@@ -3087,10 +3094,8 @@ Test(hostile, one_publish_evicts_the_least_recently_used_it_may_in_order)
 		cr_skip_test("needs root to act as other uids");
 	/* 17M: a fair share of 8.5M for two uids, nobody's 10M one MiB
 	 * and a bit above it, so two of nobody's may go and no third */
-	start_ex(with_policy("allow uid=65534 rw n/\nquota uid=65534 12M\n",
-			     "--max-bytes", "17M"),
-		 0, "info");
-	c = cli();
+	c = capped_start("allow uid=65534 rw n/\nquota uid=65534 12M\n",
+			 "17M");
 	worker_start(&w, NOBODY, 1);
 	nobody_puts(&w, 10);
 	for (int i = 0; i < 5; i++) {
@@ -3138,10 +3143,8 @@ Test(hostile, an_eviction_past_the_quota_then_the_cap_takes_the_oldest_of_each)
 		cr_skip_test("needs root to act as other uids");
 	/* 16M: tenants stop at 15M, a fair share is 8M; nobody's six MiB
 	 * fit its quota with room for what each version adds */
-	start_ex(with_policy("allow uid=65534 rw n/\nquota uid=65534 6656K\n",
-			     "--max-bytes", "16M"),
-		 0, "info");
-	c = cli();
+	c = capped_start("allow uid=65534 rw n/\nquota uid=65534 6656K\n",
+			 "16M");
 	worker_start(&w, NOBODY, 1);
 	nobody_puts(&w, 6);
 	/* root up to 15.5M in all (its cap is the whole 16M) */
@@ -3181,9 +3184,7 @@ Test(hostile, unpublished_allocs_of_one_uid_cannot_take_the_cap)
 	if (!root())
 		cr_skip_test("needs root to act as other uids");
 	/* no quota line: half of --max-bytes by default */
-	start_ex(with_policy("allow uid=65534 rw n/\n", "--max-bytes", "8M"),
-		 0, "info");
-	c = cli();
+	c = capped_start("allow uid=65534 rw n/\n", "8M");
 	cr_assert_eq(put_bytes(c, "r/keep", MiB, 0x42, &e), 0, "%s",
 		     e.reason);
 	worker_start(&w, NOBODY, 2);
