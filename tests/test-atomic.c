@@ -35,6 +35,7 @@
 #include "tensord/tensord.h"
 #include "testchild.h"
 #include "testclient.h"
+#include "policyfile.h"
 #include "testutil.h"
 #include "wire.h"
 
@@ -349,15 +350,11 @@ Test(atomic, a_name_the_policy_refuses_publishes_nothing)
 	const char *args[] = {"--socket-mode", "0666", "--policy", policy,
 			      NULL};
 	struct tu_daemon d;
-	FILE *f;
 
 	if (geteuid() != 0)
 		cr_skip_test("needs root to act as another uid");
-	snprintf(policy, sizeof(policy), "/tmp/td-atomic-%d", (int)getpid());
-	f = fopen(policy, "w");
-	cr_assert(f);
-	fprintf(f, "allow uid=%u rw pol/ok/\n", NOBODY);
-	fclose(f);
+	tu_policy_file(policy, sizeof(policy), "atomic",
+		       "allow uid=%u rw pol/ok/\n", NOBODY);
 	tu_daemon_start_args(&d, "warn", args);
 	cr_assert_eq(chmod(d.dir, 0755), 0);
 	cr_assert_eq(reap(spawn(&d, refused_child, NULL)), 0);
@@ -1455,7 +1452,6 @@ Test(atomic, publish_many_rounds_at_a_byte_quota_keep_the_count_exact)
 	const char *args[] = {"--socket-mode", "0666", "--policy", policy,
 			      NULL};
 	struct tu_daemon d;
-	FILE *f;
 
 	if (geteuid() != 0)
 		cr_skip_test("needs root to act as another uid");
@@ -1463,12 +1459,9 @@ Test(atomic, publish_many_rounds_at_a_byte_quota_keep_the_count_exact)
 		snprintf(many_names[i], sizeof(many_names[i]), "bq/%d", i);
 		many_ptrs[i] = many_names[i];
 	}
-	snprintf(policy, sizeof(policy), "/tmp/td-atomic-q-%d", (int)getpid());
-	f = fopen(policy, "w");
-	cr_assert(f);
-	fprintf(f, "allow uid=%u rw bq/\nquota uid=%u %u\n", NOBODY, NOBODY,
-		72 * SIZE);
-	fclose(f);
+	tu_policy_file(policy, sizeof(policy), "atomic-q",
+		       "allow uid=%u rw bq/\nquota uid=%u %u\n", NOBODY, NOBODY,
+		       72 * SIZE);
 	tu_daemon_start_args(&d, "warn", args);
 	cr_assert_eq(chmod(d.dir, 0755), 0);
 	cr_assert_eq(reap(spawn(&d, bytes_child, NULL)), 0);

@@ -31,6 +31,7 @@
 
 #include <tensord/tensord.h>
 
+#include "policyfile.h"
 #include "testutil.h"
 
 #define SIDE 64
@@ -362,17 +363,12 @@ Test(dmabuf, a_dmabuf_plane_needs_the_policys_dmabuf_permission)
 	const char *args[] = {"--socket-mode", "0666", "--policy", policy,
 	                      NULL};
 	struct td_entry en;
-	FILE *f;
 
 	if (geteuid() != 0)
 		cr_skip_test("needs root to act as another uid");
-	snprintf(policy, sizeof(policy), "/tmp/td-dmabuf-pol-%d",
-	         (int)getpid());
-	f = fopen(policy, "w");
-	cr_assert(f);
-	fprintf(f, "allow uid=%u rw cam/\nallow uid=%u dmabuf cam/gpu/\n",
-	        NOBODY, NOBODY);
-	fclose(f);
+	tu_policy_file(policy, sizeof(policy), "dmabuf-pol",
+	               "allow uid=%u rw cam/\nallow uid=%u dmabuf cam/gpu/\n",
+	               NOBODY, NOBODY);
 	tu_daemon_start_args(&d, "error", args);
 	cr_assert_eq(chmod(d.dir, 0755), 0);
 	struct td_client *c = client();

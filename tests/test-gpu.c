@@ -1049,6 +1049,39 @@ static void ring_fenced_producer(const struct tu_daemon *d, void *arg)
 	td_client_close(c);
 }
 
+/*
+ * A daemon d started, ring_fenced_producer spawned with f (its pipes
+ * made here) and its ring "gpu/ring" made, and a client of d (into *c)
+ * subscribed to it (into *s). The producer's pid.
+ */
+static pid_t ringf_start(struct tu_daemon *d, struct ringf *f,
+			 struct td_client **c, struct td_sub **s)
+{
+	struct td_error e = {0};
+	pid_t pid;
+
+	tu_daemon_start(d, "warn");
+	cr_assert(pipe(f->go) == 0 && pipe(f->ready) == 0);
+	pid = spawn(d, ring_fenced_producer, f);
+	hear(f->ready[0]);
+	*c = connect_to(d);
+	cr_assert_eq(td_ring_subscribe(*c, "gpu/ring", 5000, s, &e), 0, "%s",
+		     e.reason);
+	return pid;
+}
+
+/* ringf_start's subscription, client and f's pipes closed. */
+static void ringf_close(struct ringf *f, struct td_client *c,
+			struct td_sub *s)
+{
+	td_sub_close(s);
+	td_client_close(c);
+	close(f->go[0]);
+	close(f->go[1]);
+	close(f->ready[0]);
+	close(f->ready[1]);
+}
+
 static void ring_fenced(bool signal)
 {
 	struct tu_daemon d;
@@ -1056,14 +1089,9 @@ static void ring_fenced(bool signal)
 	struct td_view v;
 	struct td_error e = {0};
 	struct ringf f = {.signal = signal};
+	struct td_client *c;
+	pid_t pid = ringf_start(&d, &f, &c, &s);
 
-	tu_daemon_start(&d, "warn");
-	cr_assert(pipe(f.go) == 0 && pipe(f.ready) == 0);
-	pid_t pid = spawn(&d, ring_fenced_producer, &f);
-	hear(f.ready[0]);
-	struct td_client *c = connect_to(&d);
-	cr_assert_eq(td_ring_subscribe(c, "gpu/ring", 5000, &s, &e), 0, "%s",
-		     e.reason);
 	cr_assert_eq(td_sub_fence_wait(s, 0), -EINVAL, "no view held");
 	say(f.go[1]);
 	hear(f.ready[0]); /* published, fence pending */
@@ -1103,12 +1131,7 @@ static void ring_fenced(bool signal)
 		cr_assert_eq(td_sub_fence_wait(s, -1), -EPIPE);
 	}
 	cr_assert_eq(reap(pid), 0);
-	td_sub_close(s);
-	td_client_close(c);
-	close(f.go[0]);
-	close(f.go[1]);
-	close(f.ready[0]);
-	close(f.ready[1]);
+	ringf_close(&f, c, s);
 	tu_daemon_stop(&d, true);
 }
 
@@ -1210,16 +1233,10 @@ Test(gpu, a_ring_fence_wait_ends_when_tensord_is_gone)
 	struct tu_daemon d;
 	struct td_sub *s;
 	struct td_view v;
-	struct td_error e = {0};
 	struct ringf f = {.signal = false};
+	struct td_client *c;
+	pid_t pid = ringf_start(&d, &f, &c, &s);
 
-	tu_daemon_start(&d, "warn");
-	cr_assert(pipe(f.go) == 0 && pipe(f.ready) == 0);
-	pid_t pid = spawn(&d, ring_fenced_producer, &f);
-	hear(f.ready[0]);
-	struct td_client *c = connect_to(&d);
-	cr_assert_eq(td_ring_subscribe(c, "gpu/ring", 5000, &s, &e), 0, "%s",
-		     e.reason);
 	say(f.go[1]);
 	hear(f.ready[0]); /* published, fence pending */
 	cr_assert_eq(td_sub_next(s, 5000, &v), 0);
@@ -1231,12 +1248,7 @@ Test(gpu, a_ring_fence_wait_ends_when_tensord_is_gone)
 	cr_assert_eq(td_sub_fence_wait(s, TU_WAIT_S * 1000), -EPIPE);
 	cr_assert_eq(td_sub_fence_wait(s, 0), -EPIPE);
 	cr_assert_eq(td_sub_next(s, 0, &v), -EPIPE);
-	td_sub_close(s);
-	td_client_close(c);
-	close(f.go[0]);
-	close(f.go[1]);
-	close(f.ready[0]);
-	close(f.ready[1]);
+	ringf_close(&f, c, s);
 }
 
 /* ---- alignment for host-pointer imports ---- */

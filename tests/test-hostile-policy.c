@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "tensord/tensord.h"
+#include "policyfile.h"
 #include "testutil.h"
 
 TestSuite(hostile_policy, .timeout = TU_TEST_TIMEOUT_S);
@@ -145,18 +146,14 @@ Test(hostile_policy, a_reader_costs_one_rule_scan_per_writer_and_reload)
 	int to_w[2], from_w[2], st;
 	uint64_t r0;
 	pid_t w;
-	FILE *f;
 	char x;
 
 	if (geteuid() != 0)
 		cr_skip_test("needs root to act as other uids");
-	snprintf(policy, sizeof(policy), "/tmp/td-hpol-%d", (int)getpid());
+	tu_policy_file(policy, sizeof(policy), "hpol",
+		       "allow uid=%u rw cov/\nallow uid=%u r cov/\n", WRITER,
+		       NOBODY);
 	snprintf(log, sizeof(log), "/tmp/td-hpol-%d.log", (int)getpid());
-	f = fopen(policy, "w");
-	cr_assert(f);
-	fprintf(f, "allow uid=%u rw cov/\nallow uid=%u r cov/\n", WRITER,
-		NOBODY);
-	fclose(f);
 	unlink(log);
 	tu_daemon_start_log(&d, "debug", args, log, NULL);
 	cr_assert_eq(chmod(d.dir, 0755), 0);
@@ -286,20 +283,16 @@ Test(hostile_policy, a_list_shows_exactly_the_readable_names_across_runs)
 	size_t count = 0;
 	unsigned readable = 0;
 	pid_t pid;
-	FILE *f;
 	int st;
 
 	if (geteuid() != 0)
 		cr_skip_test("needs root to act as other uids");
-	snprintf(policy, sizeof(policy), "/tmp/td-hpls-%d", (int)getpid());
-	f = fopen(policy, "w");
-	cr_assert(f);
 	/* the reader's prefixes, and others' between them */
-	fprintf(f, "allow uid=%u r b/\nallow uid=%u r d/x\n"
-		   "allow uid=%u r f/\nallow uid=%u rw a/\n"
-		   "allow uid=%u rw d/\nallow uid=%u r c/\n",
-		NOBODY, NOBODY, NOBODY, WRITER, WRITER, WRITER);
-	fclose(f);
+	tu_policy_file(policy, sizeof(policy), "hpls",
+		       "allow uid=%u r b/\nallow uid=%u r d/x\n"
+		       "allow uid=%u r f/\nallow uid=%u rw a/\n"
+		       "allow uid=%u rw d/\nallow uid=%u r c/\n",
+		       NOBODY, NOBODY, NOBODY, WRITER, WRITER, WRITER);
 	tu_daemon_start_args(&d, "warn", args);
 	cr_assert_eq(chmod(d.dir, 0755), 0);
 	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);

@@ -1380,6 +1380,42 @@ static uint64_t pinned_use_of(uid_t uid, uint64_t *limit)
 
 
 /*
+ * A daemon (started with more1 more2, as with_policy) where uid 60001
+ * may publish under pub/ and NOBODY read it, with the policy's lines
+ * `limits` beside; prod started as uid 60001 with one connection.
+ */
+static void pub_start(struct worker *prod, const char *limits,
+		      const char *more1, const char *more2)
+{
+	char text[512];
+
+	cr_assert_lt((size_t)snprintf(text, sizeof(text),
+				      "allow uid=60001 rw pub/\n"
+				      "allow uid=65534 r pub/\n%s",
+				      limits),
+		     sizeof(text));
+	start_ex(with_policy(text, more1, more2), 0, "info");
+	worker_start(prod, 60001, 1);
+}
+
+/*
+ * The end of a test of a reader's holds: a victim uid still works (what
+ * names the test), the reader (when still up; NULL when the test
+ * stopped it) and the producer stop, then the daemon, and its policy
+ * file goes.
+ */
+static void pub_end(const char *victim, const char *what,
+		    struct worker *reader, struct worker *prod)
+{
+	victim_works(victim, what);
+	if (reader)
+		worker_stop(reader);
+	worker_stop(prod);
+	stop();
+	unlink(policy_path);
+}
+
+/*
  * A daemon where uid 60001 (prod, started) publishes under pub/ and
  * NOBODY reads it with a `pinned` limit of 1 MiB, and 4 MiB of prod's
  * beside (no room is what the limit is about).
@@ -1388,12 +1424,7 @@ static void pinned_1m_start(struct worker *prod)
 {
 	char why[TD_WIRE_MAX_REASON + 1];
 
-	start_ex(with_policy("allow uid=60001 rw pub/\n"
-			     "allow uid=65534 r pub/\n"
-			     "limit uid=65534 pinned 1M\n",
-			     NULL, NULL),
-		 0, "info");
-	worker_start(prod, 60001, 1);
+	pub_start(prod, "limit uid=65534 pinned 1M\n", NULL, NULL);
 	cr_assert_eq(wdo(prod, W_PUT, "pub/big", 4 * MiB, 1, why,
 			 sizeof(why)),
 		     0, "%s", why);
@@ -1887,12 +1918,7 @@ Test(hostile, a_reader_pins_only_its_share_and_never_the_producers_quota)
 	if (!root())
 		cr_skip_test("needs root to act as other uids");
 	/* reader nobody: a quarter of --max-bytes pinned by default */
-	start_ex(with_policy("allow uid=60001 rw pub/\n"
-			     "allow uid=65534 r pub/\n"
-			     "quota uid=60001 4M\n",
-			     "--max-bytes", "16M"),
-		 0, "info");
-	worker_start(&prod, 60001, 1);
+	pub_start(&prod, "quota uid=60001 4M\n", "--max-bytes", "16M");
 	worker_start(&reader, NOBODY, 1);
 	/*
 	 * The producer replaces pub/x while the reader keeps a lease on
@@ -1922,11 +1948,7 @@ Test(hostile, a_reader_pins_only_its_share_and_never_the_producers_quota)
 	cr_assert(strstr(why, "pinned limit"), "%s", why);
 	cr_assert(strstr(why, "4194304 bytes of other uids' versions"), "%s",
 		  why);
-	victim_works("victim/pin", "pinned leases");
-	worker_stop(&reader);
-	worker_stop(&prod);
-	stop();
-	unlink(policy_path);
+	pub_end("victim/pin", "pinned leases", &reader, &prod);
 }
 
 /*
@@ -1947,12 +1969,7 @@ Test(hostile, a_reader_keeps_closed_rings_on_its_own_account)
 	if (!root())
 		cr_skip_test("needs root to act as other uids");
 	/* reader nobody: a quarter of --max-bytes pinned, 16 MiB */
-	start_ex(with_policy("allow uid=60001 rw pub/\n"
-			     "allow uid=65534 r pub/\n"
-			     "limit uid=60001 rings 3\n",
-			     "--max-bytes", "64M"),
-		 0, "info");
-	worker_start(&prod, 60001, 1);
+	pub_start(&prod, "limit uid=60001 rings 3\n", "--max-bytes", "64M");
 	worker_start(&reader, NOBODY, 1);
 	for (int i = 0; i < 6; i++) {
 		cr_assert_eq(wdo(&prod, W_RING, "pub/r", 64 << 10, 1, why,
@@ -1972,29 +1989,13 @@ Test(hostile, a_reader_keeps_closed_rings_on_its_own_account)
 			 sizeof(why)),
 		     -EDQUOT, "%s", why);
 	cr_assert(strstr(why, "pinned limit"), "%s", why);
-	victim_works("victim/ring", "closed rings a reader keeps");
-	worker_stop(&reader);
-	worker_stop(&prod);
-	stop();
-	unlink(policy_path);
+	pub_end("victim/ring", "closed rings a reader keeps", &reader, &prod);
 }
 
 /*
  * uid 60001's ring pub/r (2 slots of 256 KiB) with a version in it, in
  * pinned_1m_start's daemon: more than half of the reader's 1 MiB.
  */
-static void ring_256k_start(struct worker *prod)
-{
-	char why[TD_WIRE_MAX_REASON + 1];
-
-	pinned_1m_start(prod);
-	cr_assert_eq(wdo(prod, W_RING, "pub/r", 256 << 10, 1, why,
-			 sizeof(why)),
-		     0, "%s", why);
-	cr_assert_eq(wdo(prod, W_RING_PUT, "pub/r", 0, 1, why, sizeof(why)),
-		     0, "%s", why);
-}
-
 /* op on name by w, which must succeed. */
 #define WOK(w, op, name, size, count)                                        \
 	do {                                                                  \
@@ -2003,6 +2004,35 @@ static void ring_256k_start(struct worker *prod)
                                                                               \
 		cr_assert_eq(rc_, 0, #op " %s: %d %s", name, rc_, why_);      \
 	} while (0)
+
+/* WOK, then a round trip on w's first connection: the daemon has seen
+ * what the op sent (a RELEASE or an UNSUBSCRIBE has no reply). */
+#define WOK_SYNCED(w, op, name, size, count)                                 \
+	do {                                                                  \
+		WOK(w, op, name, size, count);                                \
+		WOK(w, W_SYNC, "", 0, 1);                                     \
+	} while (0)
+
+/* WOK, then both figures of the reader's pinned use are n (PINNED_IS),
+ * what naming the step. */
+#define WOK_PINNED_IS(reader, op, name, size, count, n, what)                \
+	do {                                                                  \
+		WOK(reader, op, name, size, count);                           \
+		PINNED_IS(reader, n, what);                                   \
+	} while (0)
+
+/* prod's ring name of slots of size bytes, with a version in it. */
+static void ring_put(struct worker *prod, const char *name, uint64_t size)
+{
+	WOK(prod, W_RING, name, size, 1);
+	WOK(prod, W_RING_PUT, name, 0, 1);
+}
+
+static void ring_256k_start(struct worker *prod)
+{
+	pinned_1m_start(prod);
+	ring_put(prod, "pub/r", 256 << 10);
+}
 
 /*
  * A subscription to another uid's ring and a GET lease of one of its
@@ -2036,26 +2066,24 @@ Test(hostile, a_subscriber_leasing_a_slot_counts_the_ring_once)
 	rc = wdo(&reader, W_GET_KEEP, "pub/r", 0, 1, NULL, 0);
 	cr_assert_eq(rc, 0, "a subscriber's GET of the ring: %d", rc);
 	PINNED_IS(&reader, ring, "subscribed and leased");
-	WOK(&reader, W_GET_KEEP, "pub/r", 0, 1);
-	PINNED_IS(&reader, ring, "subscribed and leased twice");
-	WOK(&reader, W_RELEASE, "", 0, 1);
-	PINNED_IS(&reader, ring, "one lease released");
-	WOK(&reader, W_UNSUBSCRIBE, "", 0, 1);
-	PINNED_IS(&reader, ring, "unsubscribed, a lease left");
-	WOK(&reader, W_RELEASE, "", 0, 1);
-	PINNED_IS(&reader, 0, "the last hold released");
+	WOK_PINNED_IS(&reader, W_GET_KEEP, "pub/r", 0, 1, ring,
+		      "subscribed and leased twice");
+	WOK_PINNED_IS(&reader, W_RELEASE, "", 0, 1, ring,
+		      "one lease released");
+	WOK_PINNED_IS(&reader, W_UNSUBSCRIBE, "", 0, 1, ring,
+		      "unsubscribed, a lease left");
+	WOK_PINNED_IS(&reader, W_RELEASE, "", 0, 1, 0,
+		      "the last hold released");
 	/* the other order: leased, then subscribed; unsubscribed first */
-	WOK(&reader, W_GET_KEEP, "pub/r", 0, 1);
-	PINNED_IS(&reader, ring, "leased");
-	WOK(&reader, W_SUBSCRIBE, "pub/r", 0, 1);
-	PINNED_IS(&reader, ring, "leased and subscribed");
-	WOK(&reader, W_SUBSCRIBE, "pub/r", 0, 1);
-	PINNED_IS(&reader, ring, "leased and subscribed twice");
+	WOK_PINNED_IS(&reader, W_GET_KEEP, "pub/r", 0, 1, ring, "leased");
+	WOK_PINNED_IS(&reader, W_SUBSCRIBE, "pub/r", 0, 1, ring,
+		      "leased and subscribed");
+	WOK_PINNED_IS(&reader, W_SUBSCRIBE, "pub/r", 0, 1, ring,
+		      "leased and subscribed twice");
 	WOK(&reader, W_UNSUBSCRIBE, "", 1, 1);
-	WOK(&reader, W_UNSUBSCRIBE, "", 0, 1);
-	PINNED_IS(&reader, ring, "unsubscribed, the lease left");
-	WOK(&reader, W_RELEASE, "", 0, 1);
-	PINNED_IS(&reader, 0, "the lease released");
+	WOK_PINNED_IS(&reader, W_UNSUBSCRIBE, "", 0, 1, ring,
+		      "unsubscribed, the lease left");
+	WOK_PINNED_IS(&reader, W_RELEASE, "", 0, 1, 0, "the lease released");
 	/* the producer's close keeps the ring for its holders: counted
 	 * once until the last of them goes, with the connection */
 	WOK(&reader, W_SUBSCRIBE, "pub/r", 0, 1);
@@ -2066,10 +2094,7 @@ Test(hostile, a_subscriber_leasing_a_slot_counts_the_ring_once)
 	worker_start(&reader, NOBODY, 1);
 	PINNED_IS(&reader, 0, "after the reader's end");
 	worker_stop(&reader);
-	victim_works("victim/ringonce", "a subscriber's GET of the ring");
-	worker_stop(&prod);
-	stop();
-	unlink(policy_path);
+	pub_end("victim/ringonce", "a subscriber's GET of the ring", NULL, &prod);
 }
 
 /*
@@ -2093,24 +2118,18 @@ Test(hostile, a_uids_holds_of_a_ring_on_two_connections_count_it_once)
 	cr_assert(ring > MiB / 2 && ring <= MiB, "%llu",
 		  (unsigned long long)ring);
 	PINNED_IS(&reader, ring, "subscribed on two connections");
-	WOK(&reader, W_GET_KEEP, "pub/r", 0, 2);
-	PINNED_IS(&reader, ring, "and leased on both");
+	WOK_PINNED_IS(&reader, W_GET_KEEP, "pub/r", 0, 2, ring,
+		      "and leased on both");
 	/* the first connection's holds end, then the second's */
 	WOK(&reader, W_UNSUBSCRIBE, "", 1, 1);
-	WOK(&reader, W_RELEASE, "", 1, 1);
-	WOK(&reader, W_SYNC, "", 0, 1);
+	WOK_SYNCED(&reader, W_RELEASE, "", 1, 1);
 	PINNED_IS(&reader, ring, "the second connection's holds left");
-	WOK(&reader, W_RELEASE, "", 0, 1);
-	WOK(&reader, W_SYNC, "", 0, 1);
+	WOK_SYNCED(&reader, W_RELEASE, "", 0, 1);
 	PINNED_IS(&reader, ring, "its subscription left");
-	WOK(&reader, W_UNSUBSCRIBE, "", 0, 1);
-	WOK(&reader, W_SYNC, "", 0, 1);
+	WOK_SYNCED(&reader, W_UNSUBSCRIBE, "", 0, 1);
 	PINNED_IS(&reader, 0, "every hold ended");
 	worker_stop(&reader);
-	victim_works("victim/ringtwo", "a uid's two connections on a ring");
-	worker_stop(&prod);
-	stop();
-	unlink(policy_path);
+	pub_end("victim/ringtwo", "a uid's two connections on a ring", NULL, &prod);
 }
 
 /*
@@ -2127,15 +2146,9 @@ Test(hostile, a_uids_holds_of_one_ring_count_once_in_its_rings_limit)
 
 	if (!root())
 		cr_skip_test("needs root to act as other uids");
-	start_ex(with_policy("allow uid=60001 rw pub/\n"
-			     "allow uid=65534 r pub/\n"
-			     "limit uid=65534 rings 1\n",
-			     NULL, NULL),
-		 0, "info");
-	worker_start(&prod, 60001, 1);
+	pub_start(&prod, "limit uid=65534 rings 1\n", NULL, NULL);
 	worker_start(&reader, NOBODY, 2);
-	WOK(&prod, W_RING, "pub/r", 4096, 1);
-	WOK(&prod, W_RING_PUT, "pub/r", 0, 1);
+	ring_put(&prod, "pub/r", 4096);
 	WOK(&reader, W_SUBSCRIBE, "pub/r", 0, 2);
 	WOK(&reader, W_GET_KEEP, "pub/r", 0, 2);
 	/* a second ring of the producer's is a second one kept */
@@ -2148,14 +2161,10 @@ Test(hostile, a_uids_holds_of_one_ring_count_once_in_its_rings_limit)
 	/* every hold of pub/r ended: pub/s is the one ring it keeps */
 	WOK(&reader, W_RELEASE, "", 0, 2);
 	WOK(&reader, W_UNSUBSCRIBE, "", 1, 1);
-	WOK(&reader, W_UNSUBSCRIBE, "", 0, 1);
-	WOK(&reader, W_SYNC, "", 0, 1);
+	WOK_SYNCED(&reader, W_UNSUBSCRIBE, "", 0, 1);
 	WOK(&reader, W_SUBSCRIBE, "pub/s", 0, 1);
 	worker_stop(&reader);
-	victim_works("victim/ringlimit", "a uid's holds of one ring");
-	worker_stop(&prod);
-	stop();
-	unlink(policy_path);
+	pub_end("victim/ringlimit", "a uid's holds of one ring", NULL, &prod);
 }
 
 /*
@@ -2176,8 +2185,7 @@ Test(hostile, each_of_many_uids_leasing_a_ring_counts_it_once)
 			     NULL, NULL),
 		 0, "info");
 	worker_start(&prod, 60001, 1);
-	WOK(&prod, W_RING, "pub/r", 64 << 10, 1);
-	WOK(&prod, W_RING_PUT, "pub/r", 0, 1);
+	ring_put(&prod, "pub/r", 64 << 10);
 	for (unsigned i = 0; i < 6; i++) {
 		worker_start(&rd[i], 60010 + i, 1);
 		WOK(&rd[i], W_GET_KEEP, "pub/r", 0, 2);
@@ -2189,12 +2197,10 @@ Test(hostile, each_of_many_uids_leasing_a_ring_counts_it_once)
 			     60010 + i);
 	/* the first, third and fifth let go of one lease, then the other */
 	for (unsigned i = 0; i < 6; i += 2) {
-		WOK(&rd[i], W_RELEASE, "", 0, 1);
-		WOK(&rd[i], W_SYNC, "", 0, 1);
+		WOK_SYNCED(&rd[i], W_RELEASE, "", 0, 1);
 		cr_assert_eq(pinned_use_of(60010 + i, &lim), ring, "uid %u",
 			     60010 + i);
-		WOK(&rd[i], W_RELEASE, "", 0, 1);
-		WOK(&rd[i], W_SYNC, "", 0, 1);
+		WOK_SYNCED(&rd[i], W_RELEASE, "", 0, 1);
 	}
 	for (unsigned i = 0; i < 6; i++)
 		cr_assert_eq(pinned_use_of(60010 + i, &lim), i % 2 ? ring : 0,
@@ -2219,6 +2225,27 @@ static bool holds(const char *name, uint8_t b)
 
 	td_client_close(c);
 	return rc == 0;
+}
+
+/* A daemon under policy with --max-bytes max_bytes, and root's client
+ * of it. */
+static struct td_client *capped_start(const char *policy,
+				      const char *max_bytes)
+{
+	start_ex(with_policy(policy, "--max-bytes", max_bytes), 0, "info");
+	return cli();
+}
+
+/* w's versions n/0 .. n/<count - 1> of one MiB each, oldest first. */
+static void nobody_puts(struct worker *w, int count)
+{
+	char why[TD_WIRE_MAX_REASON + 1], name[16];
+
+	for (int i = 0; i < count; i++) {
+		snprintf(name, sizeof(name), "n/%d", i);
+		cr_assert_eq(wdo(w, W_PUT, name, MiB, 1, why, sizeof(why)), 0,
+			     "nobody put %s: %s", name, why);
+	}
 }
 
 static uint64_t reloads_of(const struct td_status *st)
@@ -2984,15 +3011,13 @@ Test(hostile, an_allocation_evicts_only_its_own_or_above_a_fair_share)
 	struct td_client *c;
 	struct worker w;
 	struct td_error e = {0};
-	char why[TD_WIRE_MAX_REASON + 1], name[16];
+	char name[16];
 
 	if (!root())
 		cr_skip_test("needs root to act as other uids");
 	/* nobody may hold all of --max-bytes: only the fair share limits */
-	start_ex(with_policy("allow uid=65534 rw n/\nquota uid=65534 8M\n",
-			     "--max-bytes", "8M"),
-		 0, "info");
-	c = cli();
+	c = capped_start("allow uid=65534 rw n/\nquota uid=65534 8M\n",
+			 "8M");
 	for (int i = 0; i < 6; i++) {
 		snprintf(name, sizeof(name), "r/%d", i);
 		cr_assert_eq(put_bytes(c, name, MiB, (uint8_t)(0x10 + i), &e),
@@ -3005,11 +3030,7 @@ Test(hostile, an_allocation_evicts_only_its_own_or_above_a_fair_share)
 	 * and they are older than nobody's own); its fifth evicts its own
 	 * oldest, root being down to its share.
 	 */
-	for (int i = 0; i < 5; i++) {
-		snprintf(name, sizeof(name), "n/%d", i);
-		cr_assert_eq(wdo(&w, W_PUT, name, MiB, 1, why, sizeof(why)), 0,
-			     "nobody put %s: %s", name, why);
-	}
+	nobody_puts(&w, 5);
 	cr_assert(!holds("r/0", 0x10) && !holds("r/1", 0x11));
 	for (int i = 2; i < 6; i++) {
 		snprintf(name, sizeof(name), "r/%d", i);
@@ -3067,22 +3088,16 @@ Test(hostile, one_publish_evicts_the_least_recently_used_it_may_in_order)
 	struct td_tensor *leased = NULL;
 	struct worker w;
 	struct td_error e = {0};
-	char why[TD_WIRE_MAX_REASON + 1], name[16], left[512];
+	char name[16], left[512];
 
 	if (!root())
 		cr_skip_test("needs root to act as other uids");
 	/* 17M: a fair share of 8.5M for two uids, nobody's 10M one MiB
 	 * and a bit above it, so two of nobody's may go and no third */
-	start_ex(with_policy("allow uid=65534 rw n/\nquota uid=65534 12M\n",
-			     "--max-bytes", "17M"),
-		 0, "info");
-	c = cli();
+	c = capped_start("allow uid=65534 rw n/\nquota uid=65534 12M\n",
+			 "17M");
 	worker_start(&w, NOBODY, 1);
-	for (int i = 0; i < 10; i++) {
-		snprintf(name, sizeof(name), "n/%d", i);
-		cr_assert_eq(wdo(&w, W_PUT, name, MiB, 1, why, sizeof(why)),
-			     0, "nobody put %s: %s", name, why);
-	}
+	nobody_puts(&w, 10);
 	for (int i = 0; i < 5; i++) {
 		snprintf(name, sizeof(name), "r/%d", i);
 		cr_assert_eq(put_flags(c, name, MiB, (uint8_t)(0x10 + i),
@@ -3128,16 +3143,10 @@ Test(hostile, an_eviction_past_the_quota_then_the_cap_takes_the_oldest_of_each)
 		cr_skip_test("needs root to act as other uids");
 	/* 16M: tenants stop at 15M, a fair share is 8M; nobody's six MiB
 	 * fit its quota with room for what each version adds */
-	start_ex(with_policy("allow uid=65534 rw n/\nquota uid=65534 6656K\n",
-			     "--max-bytes", "16M"),
-		 0, "info");
-	c = cli();
+	c = capped_start("allow uid=65534 rw n/\nquota uid=65534 6656K\n",
+			 "16M");
 	worker_start(&w, NOBODY, 1);
-	for (int i = 0; i < 6; i++) {
-		snprintf(name, sizeof(name), "n/%d", i);
-		cr_assert_eq(wdo(&w, W_PUT, name, MiB, 1, why, sizeof(why)),
-			     0, "nobody put %s: %s", name, why);
-	}
+	nobody_puts(&w, 6);
 	/* root up to 15.5M in all (its cap is the whole 16M) */
 	for (int i = 0; i < 10; i++) {
 		snprintf(name, sizeof(name), "r/%d", i);
@@ -3175,9 +3184,7 @@ Test(hostile, unpublished_allocs_of_one_uid_cannot_take_the_cap)
 	if (!root())
 		cr_skip_test("needs root to act as other uids");
 	/* no quota line: half of --max-bytes by default */
-	start_ex(with_policy("allow uid=65534 rw n/\n", "--max-bytes", "8M"),
-		 0, "info");
-	c = cli();
+	c = capped_start("allow uid=65534 rw n/\n", "8M");
 	cr_assert_eq(put_bytes(c, "r/keep", MiB, 0x42, &e), 0, "%s",
 		     e.reason);
 	worker_start(&w, NOBODY, 2);

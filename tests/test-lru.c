@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "store.h"
+#include "xorshift.h"
 
 extern unsigned long long td__lru_steps;
 
@@ -17,10 +18,7 @@ static uint64_t rng = 0x2545f4914f6cdd1dull;
 
 static unsigned rnd(unsigned n)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (unsigned)(rng % n);
+	return tu_xorshift(&rng, n);
 }
 
 /* The scan the heap replaced: the least used of what is left, the first

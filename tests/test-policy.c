@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "xorshift.h"
 
 /* policy.c logs through these; the tests have no daemon loop */
 int td__log_level = TD_LOG_ERROR;
@@ -52,10 +53,7 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 static unsigned rnd(unsigned n)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (unsigned)(rng % n);
+	return tu_xorshift(&rng, n);
 }
 
 /* A valid name prefix of 1..max bytes from a small alphabet, so that
@@ -138,6 +136,20 @@ static unsigned check_name(const struct td__policy *pol,
 	return 9;
 }
 
+/*
+ * A random client of uid, gid and up to 4 groups among ids into *c, its
+ * groups in groups; NULL (an HTTP reader) where http, drawn all the
+ * same so the draws that follow do not change.
+ */
+static const struct td__cred *rnd_cred(struct td__cred *c, gid_t *groups,
+				       unsigned ids, bool http)
+{
+	*c = (struct td__cred){rnd(ids), rnd(ids), groups, rnd(5)};
+	for (unsigned g = 0; g < c->ngroups; g++)
+		groups[g] = rnd(ids);
+	return http ? NULL : c;
+}
+
 /* Random clients and names (HTTP readers too) against the reference. */
 static unsigned check_policy(const struct td__policy *pol, unsigned ids)
 {
@@ -145,11 +157,8 @@ static unsigned check_policy(const struct td__policy *pol, unsigned ids)
 
 	for (unsigned ci = 0; ci < 12; ci++) {
 		gid_t groups[4];
-		struct td__cred c = {rnd(ids), rnd(ids), groups, rnd(5)};
-		const struct td__cred *cp = ci == 0 ? NULL : &c; /* http */
-
-		for (unsigned g = 0; g < c.ngroups; g++)
-			groups[g] = rnd(ids);
+		struct td__cred c;
+		const struct td__cred *cp = rnd_cred(&c, groups, ids, ci == 0);
 		for (unsigned k = 0; k < 40; k++) {
 			char name[16];
 			unsigned r = pol->nrules ? rnd(pol->nrules) : 0;
@@ -166,19 +175,34 @@ static unsigned check_policy(const struct td__policy *pol, unsigned ids)
 	return checked;
 }
 
+/*
+ * Round round of rounds of random policies: *n rules (up to 40; up to
+ * the cap in the last 20 rounds) among *ids ids, few so that rules of
+ * one client pile up on one prefix, parsed into pol. Its text, to be
+ * freed after td__policy_fini.
+ */
+static char *rnd_round_policy(unsigned round, unsigned rounds,
+			      struct td__policy *pol, unsigned *n,
+			      unsigned *ids)
+{
+	char *text;
+
+	*n = round < rounds - 20 ? rnd(40) : 1 + rnd(TD__POLICY_MAX_RULES);
+	*ids = 2 + rnd(6);
+	text = rnd_policy(*n, *ids);
+	parse_ok(text, pol);
+	return text;
+}
+
 Test(policy, the_trie_answers_exactly_as_the_linear_scan_did)
 {
 	unsigned checked = 0, grants = 0;
 
 	for (unsigned round = 0; round < 400; round++) {
-		/* few ids: rules of one client pile up on one prefix */
-		unsigned n = round < 380 ? rnd(40)
-					 : 1 + rnd(TD__POLICY_MAX_RULES);
-		unsigned ids = 2 + rnd(6);
-		char *text = rnd_policy(n, ids);
+		unsigned n, ids;
 		struct td__policy pol;
+		char *text = rnd_round_policy(round, 400, &pol, &n, &ids);
 
-		parse_ok(text, &pol);
 		cr_assert_eq(pol.nrules, n);
 		grants += pol.ngrants;
 		checked += check_policy(&pol, ids);
@@ -310,21 +334,15 @@ Test(policy, the_next_readable_name_is_the_smallest_granted_one_above)
 
 	rng = 0x5eed5u;
 	for (unsigned round = 0; round < 300; round++) {
-		unsigned n = round < 280 ? rnd(40)
-					 : 1 + rnd(TD__POLICY_MAX_RULES);
-		unsigned ids = 2 + rnd(6);
-		char *text = rnd_policy(n, ids);
+		unsigned n, ids;
 		struct td__policy pol;
+		char *text = rnd_round_policy(round, 300, &pol, &n, &ids);
 
-		parse_ok(text, &pol);
 		for (unsigned ci = 0; ci < 8; ci++) {
 			gid_t groups[4];
-			struct td__cred c = {rnd(ids), rnd(ids), groups,
-					     rnd(5)};
-			const struct td__cred *cp = ci == 0 ? NULL : &c;
-
-			for (unsigned g = 0; g < c.ngroups; g++)
-				groups[g] = rnd(ids);
+			struct td__cred c;
+			const struct td__cred *cp =
+				rnd_cred(&c, groups, ids, ci == 0);
 			for (unsigned k = 0; k < 30; k++) {
 				char name[16], out[TD_WIRE_MAX_NAME];
 				const char *want_p = NULL;

@@ -215,6 +215,20 @@ static void check(struct td_client *c, const struct tensor *t)
 	tc_check_rest(c, x, t->name, t->meta, t->fence, t->flags, WAIT_MS);
 }
 
+/* A daemon started again on s (sync, a save every 30 s) has t back as
+ * check() sees it; then it stops. */
+static void restart_holds(struct tu_daemon *d, struct snapdir *s,
+			  const struct tensor *t)
+{
+	struct td_client *c;
+
+	start(d, s, "sync", "30");
+	c = conn(d);
+	check(c, t);
+	td_client_close(c);
+	tu_daemon_stop(d, true);
+}
+
 static size_t count(struct td_client *c)
 {
 	struct td_entry *list;
@@ -909,11 +923,7 @@ Test(snapshot, a_flipped_bit_in_a_plane_is_caught_by_its_checksum)
 			   "not restoring \"big\": bytes 1048576-2097151 of "
 			   "Hurray tensor \"big\" do not match their "
 			   "checksum (KV #crc)");
-	start(&d, &s, "sync", "30");
-	c = conn(&d);
-	check(c, &small);
-	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	restart_holds(&d, &s, &small);
 	snapdir_rm(&s);
 }
 
@@ -1065,14 +1075,7 @@ Test(snapshot, a_stop_asked_for_before_the_restore_is_not_lost,
 	free(out);
 	cr_expect_eq(rc, 0, "exit status %d", rc);
 	/* the snapshot is left as it was, and whole */
-	start(&d, &s, "sync", "30");
-	{
-		struct td_client *c = conn(&d);
-
-		check(c, &a);
-		td_client_close(c);
-	}
-	tu_daemon_stop(&d, true);
+	restart_holds(&d, &s, &a);
 	snapdir_rm(&s);
 }
 
@@ -1729,7 +1732,6 @@ Test(snapshot, a_snapshot_of_a_newer_format_stops_the_start_and_stays,
 {
 	struct snapdir s;
 	struct tu_daemon d;
-	struct td_client *c;
 	struct tensor a = mk("fmt/a", TD_TENSOR_U8, 100, 0, 100);
 	const char *bin = getenv("TD_TENSORD");
 	char sock[160], *out;
@@ -1749,11 +1751,7 @@ Test(snapshot, a_snapshot_of_a_newer_format_stops_the_start_and_stays,
 	cr_assert(!dir_has(&s, "snap.hrry.corrupt"), "moved aside");
 	/* the newer daemon (format 2 again, here) finds it whole */
 	set_kv_u64(s.file, "tensord.snapshot", 2);
-	start(&d, &s, "sync", "30");
-	c = conn(&d);
-	check(c, &a);
-	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	restart_holds(&d, &s, &a);
 	snapdir_rm(&s);
 }
 
@@ -1956,7 +1954,6 @@ static void read_error_case(const char *at, const char *says,
 	const char *bin = getenv("TD_TENSORD");
 	struct snapdir s;
 	struct tu_daemon d;
-	struct td_client *c;
 	struct tensor a = mk("e/a", TD_TENSOR_U8, 5000, 0, 5000);
 	char sock[160], *out;
 	uint8_t *before, *after;
@@ -1988,11 +1985,7 @@ static void read_error_case(const char *at, const char *says,
 	after = tu_read_file(s.file, &alen);
 	cr_expect(alen == blen && !memcmp(before, after, blen));
 
-	start(&d, &s, "sync", "30");
-	c = conn(&d);
-	check(c, &a);
-	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	restart_holds(&d, &s, &a);
 	free(before);
 	free(after);
 	snapdir_rm(&s);
@@ -2179,7 +2172,6 @@ Test(snapshot, a_snapshot_another_user_could_write_is_not_read,
 {
 	struct snapdir s;
 	struct tu_daemon d;
-	struct td_client *c;
 	struct tensor a = mk("own/a", TD_TENSOR_U8, 100, 0, 100);
 
 	cr_assert_eq(geteuid(), 0, "this test runs as root (as CI does)");
@@ -2196,11 +2188,7 @@ Test(snapshot, a_snapshot_another_user_could_write_is_not_read,
 	cr_expect_not(dir_has(&s, "snap.hrry.corrupt"), "moved aside");
 	check_file(s.file, &a, 1);
 	cr_assert_eq(chown(s.file, 0, 0), 0);
-	start(&d, &s, "sync", "30");
-	c = conn(&d);
-	check(c, &a);
-	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	restart_holds(&d, &s, &a);
 	snapdir_rm(&s);
 }
 
@@ -2260,7 +2248,6 @@ Test(snapshot, a_second_daemon_on_the_same_snapshot_does_not_start,
 {
 	struct snapdir s;
 	struct tu_daemon d;
-	struct td_client *c;
 	struct tensor a = mk("two/a", TD_TENSOR_U8, 100, 0, 100);
 	const char *bin = getenv("TD_TENSORD");
 	char sock[160], pid[32], *out;
@@ -2280,11 +2267,7 @@ Test(snapshot, a_second_daemon_on_the_same_snapshot_does_not_start,
 
 	/* the first is killed, mid-life: its lock goes with it */
 	tu_daemon_kill(&d);
-	start(&d, &s, "sync", "30");
-	c = conn(&d);
-	check(c, &a);
-	td_client_close(c);
-	tu_daemon_stop(&d, true);
+	restart_holds(&d, &s, &a);
 	snapdir_rm(&s);
 }
 

@@ -987,6 +987,36 @@ static bool sparse_hrry(const char *path, uint64_t size)
 }
 
 /*
+ * A test's sparse file at path made (or not, made false: the file
+ * system under /tmp takes none so large): if not, path and d go and
+ * the test is skipped, why saying which file and what is not checked.
+ */
+static void skip_unless_sparse(bool made, struct tu_daemon *d,
+			       const char *path, const char *why)
+{
+	if (made)
+		return;
+	unlink(path);
+	tu_daemon_stop(d, false);
+	cr_skip_test("the file system under /tmp takes no %s", why);
+}
+
+/*
+ * A run of tensorctl under an RLIMIT_DATA of 64 MiB: a huge file read
+ * whole fails there (ENOMEM), one read by its parts does not. Not
+ * under ASan, whose shadow is private memory RLIMIT_DATA would stop
+ * before main.
+ */
+static struct run small_heap_run(void)
+{
+#ifdef __SANITIZE_ADDRESS__
+	return (struct run){.in_fd = -1, .out_fd = -1};
+#else
+	return (struct run){.in_fd = -1, .out_fd = -1, .data = 64u << 20};
+#endif
+}
+
+/*
  * inspect read a regular file whole into memory before it looked at it:
  * a Hurray file of 1 TiB (here all a hole) failed with ENOMEM, and one
  * under the memory size took that much, where the header, index, KV and
@@ -1001,13 +1031,9 @@ Test(tensorctl, inspect_of_a_huge_hurray_file_reads_only_its_index)
 
 	start(&d);
 	path_in(path, sizeof(path), &d, "huge.hrry");
-	if (!sparse_hrry(path, 1ull << 40)) {
-		unlink(path);
-		tu_daemon_stop(&d, false);
-		cr_skip_test("the file system under /tmp takes no 1 TiB "
-			     "sparse file (its maximum file size, or no "
-			     "holes): a huge inspect not checked");
-	}
+	skip_unless_sparse(sparse_hrry(path, 1ull << 40), &d, path,
+			   "1 TiB sparse file (its maximum file size, or no "
+			   "holes): a huge inspect not checked");
 	rc = CTL(&d, &out, &err, "inspect", path);
 	cr_expect_eq(rc, 0, "exit %d: %s", rc, err);
 	cr_expect(strstr(out, "big: uint8 [1099511627776]"), "%s", out);
@@ -1074,22 +1100,14 @@ static bool hostile_hrry(const char *path, uint64_t index_len, bool entry,
 Test(tensorctl, a_declared_huge_hurray_index_is_refused_before_it_is_read)
 {
 	struct tu_daemon d;
-#ifdef __SANITIZE_ADDRESS__
-	struct run r = {.in_fd = -1, .out_fd = -1};
-#else
-	struct run r = {.in_fd = -1, .out_fd = -1, .data = 64u << 20};
-#endif
+	struct run r = small_heap_run();
 	char path[160], *out, *err;
 	int rc;
 
 	start(&d);
 	path_in(path, sizeof(path), &d, "ix.hrry");
-	if (!hostile_hrry(path, 6ull << 30, false, 0)) {
-		unlink(path);
-		tu_daemon_stop(&d, false);
-		cr_skip_test("the file system under /tmp takes no 6 GiB "
-			     "sparse file: the index cap not checked");
-	}
+	skip_unless_sparse(hostile_hrry(path, 6ull << 30, false, 0), &d, path,
+			   "6 GiB sparse file: the index cap not checked");
 	rc = CTL_R(&d, &r, &out, &err, "inspect", "--json", path);
 	cr_expect_eq(rc, 1, "exit %d: %s", rc, err);
 	cr_expect(strstr(out, "{\"error\":{\"kind\":\"TooLarge\",\"offset\":"),
@@ -1116,22 +1134,14 @@ Test(tensorctl, a_declared_huge_hurray_index_is_refused_before_it_is_read)
 Test(tensorctl, a_declared_huge_hurray_descriptor_is_refused_before_it_is_read)
 {
 	struct tu_daemon d;
-#ifdef __SANITIZE_ADDRESS__
-	struct run r = {.in_fd = -1, .out_fd = -1};
-#else
-	struct run r = {.in_fd = -1, .out_fd = -1, .data = 64u << 20};
-#endif
+	struct run r = small_heap_run();
 	char path[160], *out, *err;
 	int rc;
 
 	start(&d);
 	path_in(path, sizeof(path), &d, "desc.hrry");
-	if (!hostile_hrry(path, 0, true, 0xFFFFFF00u)) {
-		unlink(path);
-		tu_daemon_stop(&d, false);
-		cr_skip_test("the file system under /tmp takes no 4 GiB "
-			     "sparse file: the descriptor cap not checked");
-	}
+	skip_unless_sparse(hostile_hrry(path, 0, true, 0xFFFFFF00u), &d, path,
+			   "4 GiB sparse file: the descriptor cap not checked");
 	rc = CTL_R(&d, &r, &out, &err, "inspect", "--json", path);
 	cr_expect(strstr(out, "\"name\":\"a\",\"status\":\"invalid\"") &&
 			  strstr(out, "\"kind\":\"TooLarge\",\"reason\":"
@@ -1160,26 +1170,19 @@ Test(tensorctl, a_declared_huge_hurray_descriptor_is_refused_before_it_is_read)
 Test(tensorctl, inspect_of_a_huge_blob_file_is_refused_by_its_size)
 {
 	struct tu_daemon d;
-#ifdef __SANITIZE_ADDRESS__
-	struct run r = {.in_fd = -1, .out_fd = -1};
-#else
-	struct run r = {.in_fd = -1, .out_fd = -1, .data = 64u << 20};
-#endif
+	struct run r = small_heap_run();
 	char path[160], *out, *err;
 	int fd, rc;
+	bool made;
 
 	start(&d);
 	path_in(path, sizeof(path), &d, "blob.bin");
 	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	cr_assert(fd >= 0);
-	if (ftruncate(fd, (off_t)(2ull << 30)) < 0) {
-		close(fd);
-		unlink(path);
-		tu_daemon_stop(&d, false);
-		cr_skip_test("the file system under /tmp takes no 2 GiB "
-			     "sparse file: the blob size cap not checked");
-	}
+	made = ftruncate(fd, (off_t)(2ull << 30)) == 0;
 	close(fd);
+	skip_unless_sparse(made, &d, path,
+			   "2 GiB sparse file: the blob size cap not checked");
 	rc = CTL_R(&d, &r, &out, &err, "--json", "inspect", path);
 	cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
 	cr_expect(strstr(out, "{\"error\":{\"kind\":\"input\",\"errno\":27,") &&
@@ -1290,12 +1293,8 @@ Test(tensorctl, inspect_of_a_huge_tgm_file_reads_only_its_frames)
 
 	start(&d);
 	path_in(path, sizeof(path), &d, "huge.tgm");
-	if (!sparse_tgm(path, n, &total)) {
-		unlink(path);
-		tu_daemon_stop(&d, false);
-		cr_skip_test("the file system under /tmp takes no 1 TiB "
-			     "sparse file: a huge .tgm inspect not checked");
-	}
+	skip_unless_sparse(sparse_tgm(path, n, &total), &d, path,
+			   "1 TiB sparse file: a huge .tgm inspect not checked");
 	rc = CTL(&d, &out, &err, "inspect", path);
 	cr_expect_eq(rc, 0, "exit %d: %s", rc, err);
 	snprintf(want, sizeof(want), "tgm: %" PRIu64 " bytes\nmessage 0 @0 "
@@ -1358,22 +1357,14 @@ static bool sparse_tgm_meta(const char *path, uint64_t n)
 Test(tensorctl, load_refuses_a_tgm_metadata_frame_over_16_mib_unread)
 {
 	struct tu_daemon d;
-#ifdef __SANITIZE_ADDRESS__
-	struct run r = {.in_fd = -1, .out_fd = -1};
-#else
-	struct run r = {.in_fd = -1, .out_fd = -1, .data = 64u << 20};
-#endif
+	struct run r = small_heap_run();
 	char path[160], *out, *err;
 	int rc;
 
 	start(&d);
 	path_in(path, sizeof(path), &d, "meta.tgm");
-	if (!sparse_tgm_meta(path, 2ull << 30)) {
-		unlink(path);
-		tu_daemon_stop(&d, false);
-		cr_skip_test("the file system under /tmp takes no 2 GiB "
-			     "sparse file: the metadata cap not checked");
-	}
+	skip_unless_sparse(sparse_tgm_meta(path, 2ull << 30), &d, path,
+			   "2 GiB sparse file: the metadata cap not checked");
 	rc = CTL_R(&d, &r, &out, &err, "load", path, "--prefix", "L/");
 	cr_expect_eq(rc, 1, "exit %d: %s", rc, err);
 	cr_expect(strstr(err, "message 0: HeaderMetadata frame at offset 24: "
