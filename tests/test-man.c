@@ -466,6 +466,49 @@ Test(man, every_page_is_rendered_as_roff)
 	}
 }
 
+static bool ends_with(const char *name, size_t len, const char *end)
+{
+	size_t le = strlen(end);
+
+	return len > le && !strcmp(name + len - le, end);
+}
+
+/* fn(rel, text, arg) for every file of `dir` (below the source root)
+ * whose name starts with `start` and ends with `end` (or with `end2`
+ * unless NULL); the sum of what fn returns. */
+static int each_file(const char *dir, const char *start, const char *end,
+		     const char *end2,
+		     int (*fn)(const char *rel, const char *text, void *arg),
+		     void *arg)
+{
+	const char *root = getenv("TD_SOURCE_ROOT");
+	char path[4096];
+	struct dirent *de;
+	int n = 0;
+	DIR *d;
+
+	cr_assert(root, "TD_SOURCE_ROOT is set by meson");
+	snprintf(path, sizeof(path), "%s/%s", root, dir);
+	d = opendir(path);
+	cr_assert_not_null(d, "%s", path);
+	while ((de = readdir(d))) {
+		const char *name = de->d_name;
+		size_t len = strlen(name), ls = strlen(start);
+		char rel[512], *text;
+
+		if (len <= ls || strncmp(name, start, ls) ||
+		    (!ends_with(name, len, end) &&
+		     (!end2 || !ends_with(name, len, end2))))
+			continue;
+		snprintf(rel, sizeof(rel), "%s/%s", dir, name);
+		text = source(rel);
+		n += fn(rel, text, arg);
+		free(text);
+	}
+	closedir(d);
+	return n;
+}
+
 struct env_check {
 	const char *page_rel;
 	const char *page;
@@ -483,44 +526,29 @@ static void page_names_env(const char *var, void *arg)
 		  "name", c->file, var, c->page_rel);
 }
 
+/* One file's reads for page_names_every_env. */
+static int env_reads_named(const char *rel, const char *text, void *arg)
+{
+	struct env_check *c = arg;
+
+	c->file = rel;
+	return each_match(text,
+			  "[a-z_]*env[a-z0-9_]*\\(\"([A-Z][A-Z0-9_]*)\"",
+			  page_names_env, c);
+}
+
 /* Every variable the .c files of `dirs` read (getenv() and the env_*()
  * helpers over it) is named on `page_rel`; the count of reads found. */
 static int page_names_every_env(const char *page_rel,
 				const char *const *dirs, size_t ndirs)
 {
-	const char *root = getenv("TD_SOURCE_ROOT");
 	struct env_check c = {.page_rel = page_rel};
 	char *page = source(page_rel);
 	int n = 0;
 
-	cr_assert(root, "TD_SOURCE_ROOT is set by meson");
 	c.page = page;
-	for (size_t i = 0; i < ndirs; i++) {
-		char path[4096];
-		struct dirent *de;
-		DIR *d;
-
-		snprintf(path, sizeof(path), "%s/%s", root, dirs[i]);
-		d = opendir(path);
-		cr_assert_not_null(d, "%s", path);
-		while ((de = readdir(d))) {
-			size_t len = strlen(de->d_name);
-			char rel[512];
-			char *text;
-
-			if (len < 3 || strcmp(de->d_name + len - 2, ".c"))
-				continue;
-			snprintf(rel, sizeof(rel), "%s/%s", dirs[i],
-				 de->d_name);
-			text = source(rel);
-			c.file = rel;
-			n += each_match(text,
-					"[a-z_]*env[a-z0-9_]*\\(\"([A-Z][A-Z0-9_]*)\"",
-					page_names_env, &c);
-			free(text);
-		}
-		closedir(d);
-	}
+	for (size_t i = 0; i < ndirs; i++)
+		n += each_file(dirs[i], "", ".c", NULL, env_reads_named, &c);
 	free(page);
 	return n;
 }
@@ -546,35 +574,29 @@ Test(man, every_environment_variable_is_on_the_page_of_who_reads_it)
 		      "the binding's reads were found");
 }
 
+struct source_match {
+	const char *re;
+	void (*fn)(const char *word, void *arg);
+	void *arg;
+};
+
+static int source_matches(const char *rel, const char *text, void *arg)
+{
+	const struct source_match *m = arg;
+
+	(void)rel;
+	return each_match(text, m->re, m->fn, m->arg);
+}
+
 /* `fn` for every match of group 1 of `re` in the .c files of `dir`; the
  * count of matches. */
 static int each_source_match(const char *dir, const char *re,
 			     void (*fn)(const char *word, void *arg),
 			     void *arg)
 {
-	const char *root = getenv("TD_SOURCE_ROOT");
-	char path[4096];
-	struct dirent *de;
-	int n = 0;
-	DIR *d;
+	struct source_match m = {re, fn, arg};
 
-	cr_assert(root, "TD_SOURCE_ROOT is set by meson");
-	snprintf(path, sizeof(path), "%s/%s", root, dir);
-	d = opendir(path);
-	cr_assert_not_null(d, "%s", path);
-	while ((de = readdir(d))) {
-		size_t len = strlen(de->d_name);
-		char rel[512], *text;
-
-		if (len < 3 || strcmp(de->d_name + len - 2, ".c"))
-			continue;
-		snprintf(rel, sizeof(rel), "%s/%s", dir, de->d_name);
-		text = source(rel);
-		n += each_match(text, re, fn, arg);
-		free(text);
-	}
-	closedir(d);
-	return n;
+	return each_file(dir, "", ".c", NULL, source_matches, &m);
 }
 
 /* The part of `text` after `from` up to `to` (or its end), a copy. */
@@ -734,48 +756,34 @@ static void collect_py_tests(const char *file, const char *text, char **all)
 	regfree(&rx);
 }
 
+static int c_tests(const char *rel, const char *text, void *all)
+{
+	(void)rel;
+	collect_c_tests(text, all);
+	return 0;
+}
+
+static int py_tests(const char *rel, const char *text, void *all)
+{
+	collect_py_tests(strrchr(rel, '/') + 1, text, all);
+	return 0;
+}
+
 /* Every test of the suite: "\nSUITE::NAME" lines, "py" for pytest's. */
 static char *all_tests(void)
 {
-	static const char *const dirs[] = {"tests", "python/tests"};
-	const char *root = getenv("TD_SOURCE_ROOT");
 	char *all = strdup("");
 
-	cr_assert(root && all);
-	for (size_t i = 0; i < 2; i++) {
-		char path[4096];
-		struct dirent *de;
-		DIR *d;
-
-		snprintf(path, sizeof(path), "%s/%s", root, dirs[i]);
-		d = opendir(path);
-		cr_assert_not_null(d, "%s", path);
-		while ((de = readdir(d))) {
-			size_t len = strlen(de->d_name);
-			char rel[512], *text;
-			bool py = i == 1;
-
-			if (strncmp(de->d_name, "test", 4) || len < 5 ||
-			    strcmp(de->d_name + len - (py ? 3 : 2),
-				   py ? ".py" : ".c"))
-				continue;
-			snprintf(rel, sizeof(rel), "%s/%s", dirs[i],
-				 de->d_name);
-			text = source(rel);
-			if (py)
-				collect_py_tests(de->d_name, text, &all);
-			else
-				collect_c_tests(text, &all);
-			free(text);
-		}
-		closedir(d);
-	}
+	cr_assert(all);
+	each_file("tests", "test", ".c", NULL, c_tests, &all);
+	each_file("python/tests", "test", ".py", NULL, py_tests, &all);
 	strcat(all = realloc(all, strlen(all) + 2), "\n");
 	return all;
 }
 
 struct cited {
 	const char *doc, *tests;
+	int refs, paths; /* test names and paths found */
 };
 
 /* "SUITE::NAME" (a trailing "*": any test whose name starts so) is a
@@ -823,70 +831,44 @@ static void cited_path_exists(const char *rel, void *arg)
  * renamed or dropped, or a file moved, leaves no claim pointing at
  * nothing.
  */
+/* One document's cited tests and paths, counted in c. */
+static int cites_exist(const char *rel, const char *text, void *arg)
+{
+	struct cited *c = arg;
+
+	c->doc = rel;
+	c->refs += each_group(text,
+			      "(^|[^A-Za-z0-9_.])([a-z_]+::[a-z0-9_]"
+			      "[a-z0-9_*]*)",
+			      2, cited_test_exists, c);
+	c->refs += each_group(text, "(^|[^A-Za-z0-9_:])(test_[a-z0-9_]+)",
+			      2, cited_pytest_exists, c);
+	c->paths += each_match(text,
+			       "`((tests|examples|tools|daemon|"
+			       "libclient|proto|transport|python|"
+			       "json|scripts|bench|systemd)/"
+			       "[A-Za-z0-9_./*-]+)`",
+			       cited_path_exists, c);
+	return 0;
+}
+
 Test(man, documents_name_only_tests_and_files_that_exist)
 {
 	static const char *const fixed[] = {"README.md", "bench/README.md"};
-	const char *root = getenv("TD_SOURCE_ROOT");
 	struct cited c = {.tests = all_tests()};
-	int refs = 0, paths = 0;
 
-	cr_assert(root);
-	for (int pass = 0; pass < 3; pass++) {
-		const char *dir = pass == 1 ? "docs" : "docs/man";
-		char path[4096];
-		struct dirent *de;
-		DIR *d = NULL;
+	for (int i = 0; i < 2; i++) {
+		char *text = source(fixed[i]);
 
-		if (pass) {
-			snprintf(path, sizeof(path), "%s/%s", root, dir);
-			d = opendir(path);
-			cr_assert_not_null(d, "%s", path);
-		}
-		for (size_t i = 0;; i++) {
-			char rel[512], *text;
-
-			if (!pass) {
-				if (i == 2)
-					break;
-				snprintf(rel, sizeof(rel), "%s", fixed[i]);
-			} else {
-				size_t len;
-
-				if (!(de = readdir(d)))
-					break;
-				len = strlen(de->d_name);
-				if (len < 4 || (strcmp(de->d_name + len - 3,
-						       ".md") &&
-						strcmp(de->d_name + len - 4,
-						       ".scd")))
-					continue;
-				snprintf(rel, sizeof(rel), "%s/%s", dir,
-					 de->d_name);
-			}
-			text = source(rel);
-			c.doc = rel;
-			refs += each_group(text,
-					   "(^|[^A-Za-z0-9_.])([a-z_]+::[a-z0-9_]"
-					   "[a-z0-9_*]*)",
-					   2, cited_test_exists, &c);
-			refs += each_group(text,
-					   "(^|[^A-Za-z0-9_:])(test_[a-z0-9_]+)",
-					   2, cited_pytest_exists, &c);
-			paths += each_match(text,
-					    "`((tests|examples|tools|daemon|"
-					    "libclient|proto|transport|python|"
-					    "json|scripts|bench|systemd)/"
-					    "[A-Za-z0-9_./*-]+)`",
-					    cited_path_exists, &c);
-			free(text);
-		}
-		if (d)
-			closedir(d);
+		cites_exist(fixed[i], text, &c);
+		free(text);
 	}
-	cr_assert_geq(refs, 250, "the documents' test names were found: %d",
-		      refs);
-	cr_assert_geq(paths, 200, "the documents' paths were found: %d",
-		      paths);
+	each_file("docs", "", ".md", ".scd", cites_exist, &c);
+	each_file("docs/man", "", ".md", ".scd", cites_exist, &c);
+	cr_assert_geq(c.refs, 250, "the documents' test names were found: %d",
+		      c.refs);
+	cr_assert_geq(c.paths, 200, "the documents' paths were found: %d",
+		      c.paths);
 	free((char *)c.tests);
 }
 
