@@ -3,13 +3,15 @@
  * Writes the seed files of tests/fuzz/fuzz-hrry.c into a folder, made by
  * our own writer core (never upstream files):
  *
- *   ninja -C build && build/scripts/gen-hrry-seeds tests/data/hrry-seeds
+ *   ninja -C build tests/fuzz/gen-hrry-seeds
+ *   build/tests/fuzz/gen-hrry-seeds tests/data/hrry-seeds
  *
  * A plain file with KV of every kind, a sorted index at A = 8192, the
  * three composite rules (one nested) in both head-padding forms, an
  * unsupported tensor beside a supported one, lone descriptors, and
- * three files fuzz-hrry reads with a 6 GiB hole after the header, each
- * declaring a length of gigabytes there (index, descriptor, KV).
+ * four files fuzz-hrry reads with a 6 GiB hole after the header, each
+ * declaring a length there (index, descriptor, KV: gigabytes past the
+ * caps, and a KV of 600 MiB, over the index cap but under its own).
  */
 #include <stdio.h>
 #include <string.h>
@@ -175,6 +177,10 @@ static int sparse(const char *dir)
 	td__put_le32(t + 24, 0xFFFFFFF8u);
 	memcpy(t + 36, "HRRY", 4);
 	rc |= save(dir, "sparse-kv-4g.hrry", f, 64 + 8 + 40);
+	/* a KV of 600 MiB of the hole: over the index cap, under the KV cap,
+	 * so the reader reads it (and refuses its zeros) */
+	td__put_le32(t + 24, 600u << 20);
+	rc |= save(dir, "sparse-kv-600m.hrry", f, 64 + 8 + 40);
 	return rc;
 }
 
