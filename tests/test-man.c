@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -1047,6 +1048,145 @@ Test(man, readme_layout_names_every_bench_program)
 	free((char *)b.readme);
 	free(readme);
 	free(build);
+}
+
+/* ---- the bench programs' synopses against their --help ---- */
+
+struct synopsis {
+	int n;
+	char opt[24][32], val[24][32];
+};
+
+/* The "[--opt]" and "[--opt VALUE]" groups of one synopsis line. */
+static void synopsis_parse(const char *line, struct synopsis *s)
+{
+	regex_t rx;
+	regmatch_t m[4];
+
+	s->n = 0;
+	cr_assert(regcomp(&rx, "\\[(--[a-z][a-z-]*)( ([^]]*))?\\]",
+			  REG_EXTENDED) == 0);
+	for (const char *p = line; s->n < 24 && regexec(&rx, p, 4, m, 0) == 0;
+	     p += m[0].rm_eo, s->n++) {
+		snprintf(s->opt[s->n], sizeof(s->opt[0]), "%.*s",
+			 (int)(m[1].rm_eo - m[1].rm_so), p + m[1].rm_so);
+		snprintf(s->val[s->n], sizeof(s->val[0]), "%.*s",
+			 m[3].rm_so < 0 ? 0 : (int)(m[3].rm_eo - m[3].rm_so),
+			 m[3].rm_so < 0 ? "" : p + m[3].rm_so);
+	}
+	regfree(&rx);
+}
+
+/* One synopsis of bench/README.md ("    build/bench/PROG [...]", a line
+ * ending in '\' continued) against `PROG --help`'s usage line. */
+static void synopsis_is_the_programs(const char *at)
+{
+	char prog[64], line[1024], path[4096], *out, *u;
+	struct synopsis doc, help;
+	size_t n = 0;
+
+	at += strlen("\n    build/bench/");
+	snprintf(prog, sizeof(prog), "%.*s", (int)strcspn(at, " \n"), at);
+	while (n + 1 < sizeof(line) && *at && *at != '\n') {
+		if (at[0] == '\\' && at[1] == '\n')
+			at += 2; /* the line goes on */
+		else
+			line[n++] = *at++;
+	}
+	line[n] = 0;
+	snprintf(path, sizeof(path), "%s/bench/%s", getenv("TD_BUILD_ROOT"),
+		 prog);
+	char *argv[] = {path, "--help", NULL};
+	cr_expect_eq(tu_run_capture(argv, &out), 0,
+		     "%s --help exits 0 (bench/README.md runs it as %s)", prog,
+		     line);
+	char want[80];
+	snprintf(want, sizeof(want), "usage: %s ", prog);
+	u = strstr(out, want);
+	cr_expect_not_null(u, "%s --help prints its usage on stdout: %s", prog,
+			   out);
+	synopsis_parse(line, &doc);
+	synopsis_parse(u ? u : "", &help);
+	cr_expect_geq(doc.n, 1, "the synopsis of %s was read: %s", prog, line);
+	for (int i = 0; i < doc.n || i < help.n; i++) {
+		const char *d = i < doc.n ? doc.opt[i] : "(none)";
+		const char *h = i < help.n ? help.opt[i] : "(none)";
+		cr_expect_str_eq(d, h, "bench/README.md gives %s the option %s "
+				 "where its --help has %s", prog, d, h);
+		/* a default the document gives is the program's */
+		if (i < doc.n && i < help.n && !strcmp(d, h) &&
+		    strchr("0123456789", doc.val[i][0]) && doc.val[i][0] &&
+		    strchr("0123456789", help.val[i][0]) && help.val[i][0])
+			cr_expect_str_eq(doc.val[i], help.val[i],
+					 "bench/README.md gives %s %s %s, its "
+					 "--help %s", prog, d, doc.val[i],
+					 help.val[i]);
+	}
+	free(out);
+}
+
+/*
+ * Every bench program bench/README.md gives a synopsis of answers
+ * --help with a usage line that names the very options of that
+ * synopsis, in its order, with the same defaults: tensord-snapbench
+ * took --daemon where every other took --tensord, and none but
+ * tensord-bench knew --help.
+ */
+Test(man, bench_synopses_are_the_options_each_program_takes)
+{
+	char *readme = source("bench/README.md");
+	int n = 0;
+
+	for (const char *p = strstr(readme, "\n    build/bench/tensord-"); p;
+	     p = strstr(p + 1, "\n    build/bench/tensord-"), n++)
+		synopsis_is_the_programs(p);
+	cr_assert_geq(n, 5, "bench/README.md's synopses were found: %d", n);
+	free(readme);
+}
+
+/* ---- the scripts the documents run ---- */
+
+static void script_is_executable(const char *rel, void *arg)
+{
+	char path[4096];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/%s", getenv("TD_SOURCE_ROOT"), rel);
+	cr_expect(stat(path, &st) == 0, "%s runs %s, which the source tree "
+		  "lacks", (const char *)arg, rel);
+	cr_expect(st.st_mode & S_IXUSR, "%s runs %s as a command, which is "
+		  "not executable (Permission denied)", (const char *)arg, rel);
+}
+
+static int scripts_run(const char *rel, const char *text, void *arg)
+{
+	(void)arg;
+	/* a command line (a block's line, or backquoted with arguments):
+	 * VAR=value ... then the script itself */
+	return each_group(text,
+			  "(^ {0,4}|`)([A-Z_]+=[^ `]* )*((scripts|bench|tests|"
+			  "examples)/[A-Za-z0-9_./-]+\\.(sh|py))( |$)",
+			  3, script_is_executable, (void *)rel);
+}
+
+/*
+ * A script a document runs by its path (`bench/python_bench.py --socket
+ * ...`, `scripts/run.sh`) is executable, as a newcomer who copies the
+ * line needs: bench/python_bench.py was not.
+ */
+Test(man, documents_run_only_executable_scripts)
+{
+	static const char *const fixed[] = {"README.md", "bench/README.md"};
+	int n = 0;
+
+	for (int i = 0; i < 2; i++) {
+		char *text = source(fixed[i]);
+
+		n += scripts_run(fixed[i], text, NULL);
+		free(text);
+	}
+	n += each_file("docs", "", ".md", ".scd", scripts_run, NULL);
+	cr_assert_geq(n, 10, "the documents' command lines were found: %d", n);
 }
 
 /* ---- docs/protocol.md against proto/'s headers ---- */
