@@ -1189,6 +1189,54 @@ Test(man, documents_run_only_executable_scripts)
 	cr_assert_geq(n, 10, "the documents' command lines were found: %d", n);
 }
 
+/* ---- the size check the documents give and the suite's ---- */
+
+/* The words of `s` up to `end` (quotes, commas and brackets dropped) as
+ * " a b c " sorted. */
+static void sorted_words(const char *s, const char *end, char *out, size_t cap)
+{
+	char words[32][32];
+	int n = 0;
+
+	while (s < end && n < 32) {
+		s += strspn(s, " \t\n',[");
+		size_t len = strcspn(s, " \t\n',[]");
+		if (!len || s >= end)
+			break;
+		snprintf(words[n++], sizeof(words[0]), "%.*s", (int)len, s);
+		s += len;
+	}
+	qsort(words, (size_t)n, sizeof(words[0]),
+	      (int (*)(const void *, const void *))strcmp);
+	snprintf(out, cap, " ");
+	for (int i = 0; i < n; i++)
+		snprintf(out + strlen(out), cap - strlen(out), "%s ", words[i]);
+}
+
+/*
+ * The size check docs/architecture.md gives checks the folders the
+ * suite's size-limits test checks: it had left out json/.
+ */
+Test(man, size_check_command_checks_the_suites_folders)
+{
+	char *doc = source("docs/architecture.md");
+	char *build = source("tests/meson.build");
+	char d[512], s[512];
+	const char *p = strstr(doc, "python3 scripts/size-limits.py ");
+	const char *q = strstr(build, "args: [size_limits] + [");
+
+	cr_assert_not_null(p, "docs/architecture.md gives the size check");
+	cr_assert_not_null(q, "tests/meson.build runs size-limits");
+	p += strlen("python3 scripts/size-limits.py ");
+	q += strlen("args: [size_limits] + [");
+	sorted_words(p, p + strcspn(p, "\n`"), d, sizeof(d));
+	sorted_words(q, q + strcspn(q, "]"), s, sizeof(s));
+	cr_expect_str_eq(d, s, "docs/architecture.md checks:%s; the suite:%s", d,
+			 s);
+	free(build);
+	free(doc);
+}
+
 /* ---- docs/protocol.md against proto/'s headers ---- */
 
 /*
