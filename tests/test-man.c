@@ -1237,6 +1237,73 @@ Test(man, size_check_command_checks_the_suites_folders)
 	free(doc);
 }
 
+/* ---- docs/reliability.md's policy summary against the parser ---- */
+
+/* The words of a list ("a, b, c or d", "a | b | c", "a b c") up to
+ * `end`, as " a b c d " in their order. */
+static void list_words(const char *s, const char *end, char *out, size_t cap)
+{
+	snprintf(out, cap, " ");
+	while (s < end) {
+		s += strspn(s, " ,|");
+		if (!strncmp(s, "or ", 3))
+			s += 3;
+		size_t len = strcspn(s, " ,|;\n\"");
+		if (!len || s + len > end)
+			break;
+		snprintf(out + strlen(out), cap - strlen(out), "%.*s ",
+			 (int)len, s);
+		s += len;
+	}
+}
+
+/*
+ * The short form of the policy file docs/reliability.md gives names
+ * every WHO, PERM and limit KEY the parser takes, and none it refuses
+ * (the parser's own "X must be ..." reasons list them): `http`, a WHO
+ * since the HTTP store, was missing.
+ */
+Test(man, reliability_policy_summary_names_what_the_parser_takes)
+{
+	static const char *const what[] = {"WHO", "PERM", "KEY"};
+	char *src = source("daemon/policy.c"), *doc = source("docs/reliability.md");
+	char *flat = calloc(1, strlen(src) + 1), *o = flat;
+	const char *block = strstr(doc, "\nallow WHO PERM PREFIX ");
+
+	cr_assert_not_null(flat);
+	cr_assert_not_null(block, "docs/reliability.md gives the short form");
+	/* C string literals joined: "a, "\n\t\t "b" is "a, b" */
+	for (const char *p = src; *p; p++) {
+		size_t gap = p[0] == '"' ? strspn(p + 1, " \t\n") : 0;
+		if (gap && p[1 + gap] == '"') {
+			p += 1 + gap;
+			continue;
+		}
+		*o++ = *p;
+	}
+	for (int i = 0; i < 3; i++) {
+		char key[32], parser[256], summary[256];
+		const char *p, *d;
+
+		snprintf(key, sizeof(key), "\"%s must be ", what[i]);
+		p = strstr(flat, key);
+		cr_assert_not_null(p, "daemon/policy.c's %s reason", what[i]);
+		p += strlen(key);
+		list_words(p, p + strcspn(p, "\""), parser, sizeof(parser));
+		snprintf(key, sizeof(key), " %s: ", what[i]);
+		d = strstr(block, key);
+		cr_assert_not_null(d, "the short form explains %s", what[i]);
+		d += strlen(key);
+		list_words(d, d + strcspn(d, ";\n"), summary, sizeof(summary));
+		cr_expect_str_eq(summary, parser, "docs/reliability.md: %s:%s; "
+				 "the parser takes%s", what[i], summary,
+				 parser);
+	}
+	free(flat);
+	free(doc);
+	free(src);
+}
+
 /* ---- docs/protocol.md against proto/'s headers ---- */
 
 /*
