@@ -104,11 +104,11 @@ static uint64_t handoff(struct td_client *p, struct td_client *c, int m)
 	return t1 - t0;
 }
 
-static void usage(void)
+static void usage(int status)
 {
-	fprintf(stderr, "usage: tensord-fencebench [--handoffs N] "
+	fprintf(status ? stderr : stdout, "usage: tensord-fencebench [--handoffs N] "
 			"[--rounds R] [--tensord PATH]\n");
-	exit(2);
+	exit(status);
 }
 
 int main(int argc, char **argv)
@@ -117,6 +117,7 @@ int main(int argc, char **argv)
 		{"handoffs", required_argument, NULL, 'n'},
 		{"rounds", required_argument, NULL, 'r'},
 		{"tensord", required_argument, NULL, 't'},
+		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}};
 	struct bench_env env = {.tensord_path = TD_FENCEBENCH_TENSORD_DEFAULT};
 	unsigned n = 500, rounds = 5;
@@ -135,11 +136,13 @@ int main(int argc, char **argv)
 			rounds = (unsigned)strtoul(optarg, NULL, 10);
 		else if (o == 't')
 			env.tensord_path = optarg;
+		else if (o == 'h')
+			usage(0);
 		else
-			usage();
+			usage(2);
 	}
 	if (n < 2 || !rounds || rounds > MAX_ROUNDS)
-		usage();
+		usage(2);
 	for (int m = 0; m < NMODES; m++)
 		if (!(ns[m] = calloc((size_t)n * rounds, sizeof(uint64_t))))
 			die("calloc", strerror(errno));

@@ -113,9 +113,9 @@ static unsigned timed_gets(const char *sock, unsigned ms)
 	return n;
 }
 
-static void usage(void)
+static void usage(int status)
 {
-	fprintf(stderr,
+	fprintf(status ? stderr : stdout,
 		"usage: tensord-parkbench [--conns N] [--per K] "
 		"[--publishes P] [--rounds R] [--ring] [--timed] [--watches] "
 		"[--tensord PATH]\n"
@@ -126,7 +126,7 @@ static void usage(void)
 		"GET parked on a ring nobody publishes to; --timed: while all "
 		"is parked, one more client loops over GETs of 1 ms; --watches: "
 		"the clients watch their names instead of parking GETs.\n");
-	exit(2);
+	exit(status);
 }
 
 int main(int argc, char **argv)
@@ -140,6 +140,7 @@ int main(int argc, char **argv)
 		{"ring", no_argument, NULL, 'g'},
 		{"timed", no_argument, NULL, 'm'},
 		{"watches", no_argument, NULL, 'w'},
+		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}};
 	struct bench_env env = {.tensord_path = TD_PARKBENCH_TENSORD_DEFAULT};
 	unsigned conns = 16, per = 256, pubs = 2000, rounds = 5;
@@ -173,15 +174,17 @@ int main(int argc, char **argv)
 			timed = true;
 		else if (o == 'w')
 			watches = true;
+		else if (o == 'h')
+			usage(0);
 		else
-			usage();
+			usage(2);
 	}
 	/* the timed GETs are GET requests, not a follow (read at connect) */
 	if (timed && setenv("TENSORD_GET_FOLLOW", "0", 1) < 0)
 		die("setenv", strerror(errno));
 	if (!conns || conns > MAX_CONNS || !per || per > 256 || pubs < 2 ||
 	    !rounds || rounds > MAX_ROUNDS)
-		usage();
+		usage(2);
 	for (int ph = 0; ph < NPHASES; ph++) {
 		ns[ph] = calloc((size_t)pubs * rounds, sizeof(uint64_t));
 		if (!ns[ph])

@@ -135,12 +135,12 @@ static uint64_t run_lists(const char *sock, unsigned lists, size_t want,
 	return med;
 }
 
-static void usage(void)
+static void usage(int status)
 {
-	fprintf(stderr, "usage: tensord-policybench [--names 15000] "
+	fprintf(status ? stderr : stdout, "usage: tensord-policybench [--names 15000] "
 			"[--rules 1024] [--lists 5] [--rounds 3] "
 			"[--tensord PATH]\n");
-	exit(2);
+	exit(status);
 }
 
 int main(int argc, char **argv)
@@ -151,6 +151,7 @@ int main(int argc, char **argv)
 		{"lists", required_argument, NULL, 'l'},
 		{"rounds", required_argument, NULL, 'k'},
 		{"tensord", required_argument, NULL, 't'},
+		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}};
 	const char *tensord = TD_POLICYBENCH_TENSORD_DEFAULT;
 	unsigned names = 15000, rules = 1024, lists = 5, rounds = 3;
@@ -172,12 +173,14 @@ int main(int argc, char **argv)
 			rounds = (unsigned)atoi(optarg);
 		else if (o == 't')
 			tensord = optarg;
+		else if (o == 'h')
+			usage(0);
 		else
-			usage();
+			usage(2);
 	}
 	if (!names || !rules || rules > 1024 || !lists || lists > 64 ||
 	    !rounds || rounds > MAX_ROUNDS)
-		usage();
+		usage(2);
 	if (geteuid() != 0) {
 		printf("policybench: needs root to list as a second uid; "
 		       "skipped\n");

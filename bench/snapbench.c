@@ -372,12 +372,14 @@ static void run(const struct opts *o, const char *io)
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
-		{"daemon", required_argument, NULL, 'd'},
+		{"tensord", required_argument, NULL, 'd'},
+		{"daemon", required_argument, NULL, 'd'}, /* its old name */
 		{"dir", required_argument, NULL, 'D'},
 		{"size", required_argument, NULL, 's'},
 		{"tensor", required_argument, NULL, 't'},
 		{"interval", required_argument, NULL, 'i'},
 		{"io", required_argument, NULL, 'o'},
+		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	struct opts o = {.daemon = getenv("TD_TENSORD"),
@@ -401,16 +403,18 @@ int main(int argc, char **argv)
 		case 't': o.tensor = parse_size(optarg); break;
 		case 'i': o.interval = (unsigned)atoi(optarg); break;
 		case 'o': o.engines = optarg; break;
+		case 'h':
 		default:
-			fprintf(stderr,
-				"usage: tensord-snapbench [--daemon PATH] "
-				"[--dir DIR] [--size 4G] [--tensor 256M] "
-				"[--interval 15] [--io uring,sync]\n");
-			return 2;
+			fprintf(c == 'h' ? stdout : stderr,
+				"usage: tensord-snapbench [--size 4G] "
+				"[--tensor 256M] [--dir /var/tmp] "
+				"[--interval 15] [--io uring,sync] "
+				"[--tensord PATH]\n");
+			return c == 'h' ? 0 : 2;
 		}
 	}
 	if (!o.daemon)
-		die("%s", "no daemon: --daemon PATH or $TD_TENSORD");
+		die("%s", "no daemon: --tensord PATH or $TD_TENSORD");
 	if (!o.tensor || o.size < o.tensor)
 		die("%s", "--size must be at least --tensor");
 	snprintf(dir, sizeof(dir), "%s/td-snapbench-XXXXXX", o.dir);

@@ -207,16 +207,16 @@ static void one_run(const char *sock, struct td_client *b, int mode,
 	close(from_a[0]);
 }
 
-static void usage(void)
+static void usage(int status)
 {
-	fprintf(stderr,
+	fprintf(status ? stderr : stdout,
 		"usage: tensord-stallbench [--mib M] [--planes N] [--ring] "
 		"[--rounds R] [--tensord PATH]\n"
 		"B's request latency while A makes N fresh planes of M MiB "
 		"(default 256 x 4; --ring: one ring of N slots), then exits; "
 		"the daemon as it runs now against it as before (the daemon "
 		"reserving and freeing on its loop), R rounds (default 5).\n");
-	exit(2);
+	exit(status);
 }
 
 int main(int argc, char **argv)
@@ -227,6 +227,7 @@ int main(int argc, char **argv)
 		{"rounds", required_argument, NULL, 'r'},
 		{"tensord", required_argument, NULL, 't'},
 		{"ring", no_argument, NULL, 'R'},
+		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}};
 	struct bench_env env = {.tensord_path = TD_STALLBENCH_TENSORD_DEFAULT};
 	static const char *const tag[NMODES] = {"now", "before"};
@@ -249,12 +250,14 @@ int main(int argc, char **argv)
 			env.tensord_path = optarg;
 		else if (o == 'R')
 			ring_mode = true;
+		else if (o == 'h')
+			usage(0);
 		else
-			usage();
+			usage(2);
 	}
 	if (!size || !planes || planes > 64 || !rounds ||
 	    rounds > MAX_ROUNDS || (ring_mode && planes < 2))
-		usage();
+		usage(2);
 	snprintf(env.tmpdir, sizeof(env.tmpdir), "/tmp/td-stall-XXXXXX");
 	if (!mkdtemp(env.tmpdir))
 		die("mkdtemp", strerror(errno));

@@ -111,10 +111,15 @@ void td__audit_refusal(struct td__peer *p, uint16_t op, int status,
 	p->refusals_logged |= (uint8_t)(1u << k);
 	if (!audit_token(st))
 		return;
+	/* most reasons start with their request ("STAT: name: ..."):
+	 * named once, not "STAT: STAT: name: ..." */
+	const char *on = td_wire_op_name(op);
+	size_t n = strlen(on);
+	bool named = !strncmp(reason, on, n) && reason[n] == ':';
 	td__log(TD_LOG_WARN,
-		"refused %s: pid %d uid %u (%s): %s: %s (%s) [further %s "
+		"refused %s: pid %d uid %u (%s): %s%s%s (%s) [further %s "
 		"refusals of this client are counted, not logged]",
 		td_wire_refusal_name((uint32_t)k), (int)p->pid,
-		(unsigned)p->uid, p->comm, td_wire_op_name(op), reason,
-		strerror(-status), td_wire_refusal_name((uint32_t)k));
+		(unsigned)p->uid, p->comm, named ? "" : on, named ? "" : ": ",
+		reason, strerror(-status), td_wire_refusal_name((uint32_t)k));
 }

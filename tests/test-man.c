@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -1047,6 +1048,260 @@ Test(man, readme_layout_names_every_bench_program)
 	free((char *)b.readme);
 	free(readme);
 	free(build);
+}
+
+/* ---- the bench programs' synopses against their --help ---- */
+
+struct synopsis {
+	int n;
+	char opt[24][32], val[24][32];
+};
+
+/* The "[--opt]" and "[--opt VALUE]" groups of one synopsis line. */
+static void synopsis_parse(const char *line, struct synopsis *s)
+{
+	regex_t rx;
+	regmatch_t m[4];
+
+	s->n = 0;
+	cr_assert(regcomp(&rx, "\\[(--[a-z][a-z-]*)( ([^]]*))?\\]",
+			  REG_EXTENDED) == 0);
+	for (const char *p = line; s->n < 24 && regexec(&rx, p, 4, m, 0) == 0;
+	     p += m[0].rm_eo, s->n++) {
+		snprintf(s->opt[s->n], sizeof(s->opt[0]), "%.*s",
+			 (int)(m[1].rm_eo - m[1].rm_so), p + m[1].rm_so);
+		snprintf(s->val[s->n], sizeof(s->val[0]), "%.*s",
+			 m[3].rm_so < 0 ? 0 : (int)(m[3].rm_eo - m[3].rm_so),
+			 m[3].rm_so < 0 ? "" : p + m[3].rm_so);
+	}
+	regfree(&rx);
+}
+
+/* One synopsis of bench/README.md ("    build/bench/PROG [...]", a line
+ * ending in '\' continued) against `PROG --help`'s usage line. */
+static void synopsis_is_the_programs(const char *at)
+{
+	char prog[64], line[1024], path[4096], *out, *u;
+	struct synopsis doc, help;
+	size_t n = 0;
+
+	at += strlen("\n    build/bench/");
+	snprintf(prog, sizeof(prog), "%.*s", (int)strcspn(at, " \n"), at);
+	while (n + 1 < sizeof(line) && *at && *at != '\n') {
+		if (at[0] == '\\' && at[1] == '\n')
+			at += 2; /* the line goes on */
+		else
+			line[n++] = *at++;
+	}
+	line[n] = 0;
+	snprintf(path, sizeof(path), "%s/bench/%s", getenv("TD_BUILD_ROOT"),
+		 prog);
+	char *argv[] = {path, "--help", NULL};
+	cr_expect_eq(tu_run_capture(argv, &out), 0,
+		     "%s --help exits 0 (bench/README.md runs it as %s)", prog,
+		     line);
+	char want[80];
+	snprintf(want, sizeof(want), "usage: %s ", prog);
+	u = strstr(out, want);
+	cr_expect_not_null(u, "%s --help prints its usage on stdout: %s", prog,
+			   out);
+	synopsis_parse(line, &doc);
+	synopsis_parse(u ? u : "", &help);
+	cr_expect_geq(doc.n, 1, "the synopsis of %s was read: %s", prog, line);
+	for (int i = 0; i < doc.n || i < help.n; i++) {
+		const char *d = i < doc.n ? doc.opt[i] : "(none)";
+		const char *h = i < help.n ? help.opt[i] : "(none)";
+		cr_expect_str_eq(d, h, "bench/README.md gives %s the option %s "
+				 "where its --help has %s", prog, d, h);
+		/* a default the document gives is the program's */
+		if (i < doc.n && i < help.n && !strcmp(d, h) &&
+		    strchr("0123456789", doc.val[i][0]) && doc.val[i][0] &&
+		    strchr("0123456789", help.val[i][0]) && help.val[i][0])
+			cr_expect_str_eq(doc.val[i], help.val[i],
+					 "bench/README.md gives %s %s %s, its "
+					 "--help %s", prog, d, doc.val[i],
+					 help.val[i]);
+	}
+	free(out);
+}
+
+/*
+ * Every bench program bench/README.md gives a synopsis of answers
+ * --help with a usage line that names the very options of that
+ * synopsis, in its order, with the same defaults: tensord-snapbench
+ * took --daemon where every other took --tensord, and none but
+ * tensord-bench knew --help.
+ */
+Test(man, bench_synopses_are_the_options_each_program_takes)
+{
+	char *readme = source("bench/README.md");
+	int n = 0;
+
+	for (const char *p = strstr(readme, "\n    build/bench/tensord-"); p;
+	     p = strstr(p + 1, "\n    build/bench/tensord-"), n++)
+		synopsis_is_the_programs(p);
+	cr_assert_geq(n, 5, "bench/README.md's synopses were found: %d", n);
+	free(readme);
+}
+
+/* ---- the scripts the documents run ---- */
+
+static void script_is_executable(const char *rel, void *arg)
+{
+	char path[4096];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/%s", getenv("TD_SOURCE_ROOT"), rel);
+	cr_expect(stat(path, &st) == 0, "%s runs %s, which the source tree "
+		  "lacks", (const char *)arg, rel);
+	cr_expect(st.st_mode & S_IXUSR, "%s runs %s as a command, which is "
+		  "not executable (Permission denied)", (const char *)arg, rel);
+}
+
+static int scripts_run(const char *rel, const char *text, void *arg)
+{
+	(void)arg;
+	/* a command line (a block's line, or backquoted with arguments):
+	 * VAR=value ... then the script itself */
+	return each_group(text,
+			  "(^ {0,4}|`)([A-Z_]+=[^ `]* )*((scripts|bench|tests|"
+			  "examples)/[A-Za-z0-9_./-]+\\.(sh|py))( |$)",
+			  3, script_is_executable, (void *)rel);
+}
+
+/*
+ * A script a document runs by its path (`bench/python_bench.py --socket
+ * ...`, `scripts/run.sh`) is executable, as a newcomer who copies the
+ * line needs: bench/python_bench.py was not.
+ */
+Test(man, documents_run_only_executable_scripts)
+{
+	static const char *const fixed[] = {"README.md", "bench/README.md"};
+	int n = 0;
+
+	for (int i = 0; i < 2; i++) {
+		char *text = source(fixed[i]);
+
+		n += scripts_run(fixed[i], text, NULL);
+		free(text);
+	}
+	n += each_file("docs", "", ".md", ".scd", scripts_run, NULL);
+	cr_assert_geq(n, 10, "the documents' command lines were found: %d", n);
+}
+
+/* ---- the size check the documents give and the suite's ---- */
+
+/* The words of `s` up to `end` (quotes, commas and brackets dropped) as
+ * " a b c " sorted. */
+static void sorted_words(const char *s, const char *end, char *out, size_t cap)
+{
+	char words[32][32];
+	int n = 0;
+
+	while (s < end && n < 32) {
+		s += strspn(s, " \t\n',[");
+		size_t len = strcspn(s, " \t\n',[]");
+		if (!len || s >= end)
+			break;
+		snprintf(words[n++], sizeof(words[0]), "%.*s", (int)len, s);
+		s += len;
+	}
+	qsort(words, (size_t)n, sizeof(words[0]),
+	      (int (*)(const void *, const void *))strcmp);
+	snprintf(out, cap, " ");
+	for (int i = 0; i < n; i++)
+		snprintf(out + strlen(out), cap - strlen(out), "%s ", words[i]);
+}
+
+/*
+ * The size check docs/architecture.md gives checks the folders the
+ * suite's size-limits test checks: it had left out json/.
+ */
+Test(man, size_check_command_checks_the_suites_folders)
+{
+	char *doc = source("docs/architecture.md");
+	char *build = source("tests/meson.build");
+	char d[512], s[512];
+	const char *p = strstr(doc, "python3 scripts/size-limits.py ");
+	const char *q = strstr(build, "args: [size_limits] + [");
+
+	cr_assert_not_null(p, "docs/architecture.md gives the size check");
+	cr_assert_not_null(q, "tests/meson.build runs size-limits");
+	p += strlen("python3 scripts/size-limits.py ");
+	q += strlen("args: [size_limits] + [");
+	sorted_words(p, p + strcspn(p, "\n`"), d, sizeof(d));
+	sorted_words(q, q + strcspn(q, "]"), s, sizeof(s));
+	cr_expect_str_eq(d, s, "docs/architecture.md checks:%s; the suite:%s", d,
+			 s);
+	free(build);
+	free(doc);
+}
+
+/* ---- docs/reliability.md's policy summary against the parser ---- */
+
+/* The words of a list ("a, b, c or d", "a | b | c", "a b c") up to
+ * `end`, as " a b c d " in their order. */
+static void list_words(const char *s, const char *end, char *out, size_t cap)
+{
+	snprintf(out, cap, " ");
+	while (s < end) {
+		s += strspn(s, " ,|");
+		if (!strncmp(s, "or ", 3))
+			s += 3;
+		size_t len = strcspn(s, " ,|;\n\"");
+		if (!len || s + len > end)
+			break;
+		snprintf(out + strlen(out), cap - strlen(out), "%.*s ",
+			 (int)len, s);
+		s += len;
+	}
+}
+
+/*
+ * The short form of the policy file docs/reliability.md gives names
+ * every WHO, PERM and limit KEY the parser takes, and none it refuses
+ * (the parser's own "X must be ..." reasons list them): `http`, a WHO
+ * since the HTTP store, was missing.
+ */
+Test(man, reliability_policy_summary_names_what_the_parser_takes)
+{
+	static const char *const what[] = {"WHO", "PERM", "KEY"};
+	char *src = source("daemon/policy.c"), *doc = source("docs/reliability.md");
+	char *flat = calloc(1, strlen(src) + 1), *o = flat;
+	const char *block = strstr(doc, "\nallow WHO PERM PREFIX ");
+
+	cr_assert_not_null(flat);
+	cr_assert_not_null(block, "docs/reliability.md gives the short form");
+	/* C string literals joined: "a, "\n\t\t "b" is "a, b" */
+	for (const char *p = src; *p; p++) {
+		size_t gap = p[0] == '"' ? strspn(p + 1, " \t\n") : 0;
+		if (gap && p[1 + gap] == '"') {
+			p += 1 + gap;
+			continue;
+		}
+		*o++ = *p;
+	}
+	for (int i = 0; i < 3; i++) {
+		char key[32], parser[256], summary[256];
+		const char *p, *d;
+
+		snprintf(key, sizeof(key), "\"%s must be ", what[i]);
+		p = strstr(flat, key);
+		cr_assert_not_null(p, "daemon/policy.c's %s reason", what[i]);
+		p += strlen(key);
+		list_words(p, p + strcspn(p, "\""), parser, sizeof(parser));
+		snprintf(key, sizeof(key), " %s: ", what[i]);
+		d = strstr(block, key);
+		cr_assert_not_null(d, "the short form explains %s", what[i]);
+		d += strlen(key);
+		list_words(d, d + strcspn(d, ";\n"), summary, sizeof(summary));
+		cr_expect_str_eq(summary, parser, "docs/reliability.md: %s:%s; "
+				 "the parser takes%s", what[i], summary,
+				 parser);
+	}
+	free(flat);
+	free(doc);
+	free(src);
 }
 
 /* ---- docs/protocol.md against proto/'s headers ---- */

@@ -692,6 +692,10 @@ Test(status, ten_thousand_refusals_log_one_line_per_kind)
 	snprintf(want, sizeof(want), "pid %d uid %u (test-status)",
 		 (int)getpid(), (unsigned)geteuid());
 	cr_assert_eq(log_count(&l, want), 2, "pid, uid and command named");
+	/* the request named once: the reason already starts with it */
+	snprintf(want, sizeof(want), "(test-status): STAT: name: ");
+	cr_assert_eq(log_count(&l, want), 1, "the line names STAT once");
+	cr_assert_eq(log_count(&l, "STAT: STAT:"), 0);
 	done(&l);
 }
 
