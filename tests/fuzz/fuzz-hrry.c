@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bytes.h"
 #include "hrry.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -29,31 +30,44 @@ static void inside(const uint8_t *data, size_t size, const void *p,
  * zero bytes, then the rest (index, KV, trailer at the end). A trailer
  * or index entry may then declare lengths of gigabytes the file "holds";
  * the reader must check them against its caps before it asks for them:
- * any one request larger than the largest cap aborts (a reader allocates
- * what it reads before it reads it).
+ * any one request larger than the cap of what it reads aborts (a reader
+ * allocates what it reads before it reads it). The index and the KV are
+ * read whole, each in one request at the offset the trailer gives it:
+ * there their caps hold; every other request of this pass (header,
+ * trailer, a descriptor) is under the descriptor cap.
  *
  * The reader's read_full() asks for a request in pieces of at most 1 GiB
  * (the largest cap itself), so no one read_at() call is ever larger than
  * the cap: the size of a request shows only across its pieces. A read of
  * more than this harness fills (SPARSE_FILL_MAX) is answered short, one
  * byte, and the piece that continues it then tells how much the request
- * still wants: past the cap in all, abort; else the transport fails.
+ * still wants: past its cap in all, abort; else the transport fails.
  */
 #define HOLE (6ull << 30)
 #define SPARSE_FILL_MAX (64u << 20)
-#define MAX2(a, b) ((a) > (b) ? (a) : (b))
-#define LARGEST_CAP                                                         \
-	MAX2(MAX2(TD_HRRY_MAX_KV_LEN, (uint64_t)TD_HRRY_MAX_INDEX_LEN),     \
-	     (uint64_t)TD_HRRY_MAX_DESC_LEN)
 
 struct sparse {
 	const uint8_t *data;
 	size_t size;
+	/* the trailer's index_offset and kv_offset (the last 40 bytes) */
+	uint64_t index_off, kv_off;
 	/* after a short answer: the request goes on at cont_off, having
-	 * got cont_done bytes */
+	 * got cont_done bytes, under cont_cap */
 	bool cont;
-	uint64_t cont_off, cont_done;
+	uint64_t cont_off, cont_done, cont_cap;
 };
+
+/* The cap of a request that starts at off. */
+static uint64_t sparse_cap(const struct sparse *s, uint64_t off)
+{
+	uint64_t cap = TD_HRRY_MAX_DESC_LEN;
+
+	if (off == s->index_off && cap < TD_HRRY_MAX_INDEX_LEN)
+		cap = TD_HRRY_MAX_INDEX_LEN;
+	if (off == s->kv_off && cap < TD_HRRY_MAX_KV_LEN)
+		cap = TD_HRRY_MAX_KV_LEN;
+	return cap;
+}
 
 static int sparse_read(void *ctx, uint64_t off, void *buf, size_t len,
 		       size_t *got)
@@ -62,10 +76,10 @@ static int sparse_read(void *ctx, uint64_t off, void *buf, size_t len,
 	uint8_t *p = buf;
 	bool cont = s->cont && off == s->cont_off;
 	uint64_t asked = len + (cont ? s->cont_done : 0);
+	uint64_t cap = cont ? s->cont_cap : sparse_cap(s, off);
 
 	s->cont = false;
-	/* larger than the largest cap (the KV's 1 GiB, not the index's) */
-	if (asked > LARGEST_CAP)
+	if (asked > cap)
 		abort();
 	if (len > SPARSE_FILL_MAX) {
 		/* under the caps so far but more than this harness fills
@@ -76,6 +90,7 @@ static int sparse_read(void *ctx, uint64_t off, void *buf, size_t len,
 		s->cont = true;
 		s->cont_off = off + 1;
 		s->cont_done = 1;
+		s->cont_cap = cap;
 	}
 	*got = len;
 	while (len) {
@@ -109,8 +124,11 @@ static void sparse_pass(const uint8_t *data, size_t size)
 				      .read_at = sparse_read};
 	struct td_hrry_file_reader *r = NULL;
 	uint64_t n;
-	if (size < TD_HRRY_MIN_FILE_LEN ||
-	    td_hrry_file_reader_new(&t, &r, NULL) < 0)
+	if (size < TD_HRRY_MIN_FILE_LEN)
+		return;
+	sp.index_off = td__le64(data + size - TD_HRRY_TRAILER_LEN);
+	sp.kv_off = td__le64(data + size - TD_HRRY_TRAILER_LEN + 16);
+	if (td_hrry_file_reader_new(&t, &r, NULL) < 0)
 		return;
 	td_hrry_file_reader_tensor_count(r, &n);
 	for (uint64_t i = 0; i < n; i++) {
