@@ -156,6 +156,9 @@ static int sparse(const char *dir)
 	td__put_le64(t + 8, hole);
 	memcpy(t + 36, "HRRY", 4);
 	rc |= save(dir, "sparse-index-6g.hrry", f, 104);
+	/* 768 MiB: over the index cap, under the KV cap (the largest) */
+	td__put_le64(t + 8, 768ull << 20);
+	rc |= save(dir, "sparse-index-768m.hrry", f, 104);
 	/* one entry "a" whose descriptor at 64 declares 4 GiB of the hole */
 	memset(ix, 0, sizeof(f) - 64);
 	td__put_le64(ix, 1);
@@ -168,6 +171,9 @@ static int sparse(const char *dir)
 	td__put_le64(t + 8, 43);
 	memcpy(t + 36, "HRRY", 4);
 	rc |= save(dir, "sparse-desc-4g.hrry", f, sizeof(f));
+	/* 32 MiB: over the descriptor cap, under the other two */
+	td__put_le32(ix + 19, 32u << 20);
+	rc |= save(dir, "sparse-desc-32m.hrry", f, sizeof(f));
 	/* an empty index after a KV declaring 4 GiB of the hole */
 	memset(ix, 0, sizeof(f) - 64);
 	t = ix + 8;

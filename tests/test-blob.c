@@ -322,6 +322,10 @@ static const struct neg negatives[] = {
 	 0, 0, 1, 0, 0},
 	{"n18_reference_plane_with_data.bin", TD_ERR_INVALID_ARGUMENT,
 	 "data_len", 1, 24, 1, 0, 0},
+	/* p01 (size 216, regions end at 208) with data_len 32: the data
+	 * would end inside size and the buffer but past the planes region */
+	{"n19_plane_data_into_appended_tail.bin", TD_ERR_FORGED_LENGTH,
+	 "data_len", 1, 32, 0, 0, 0},
 };
 
 Test(blob, negative_vectors_refused_with_exact_kind_and_field)

@@ -2,8 +2,8 @@
 /*
  * libFuzzer target for the blob decoder: decode, then the import checks
  * with and without an fd table, then walk every accessor; what a
- * successful decode gives (its regions, every plane's data) must lie
- * inside the input. (No re-encode: the decoder takes padding and a
+ * successful decode gives must lie inside the input (its regions) and
+ * every plane's handle bytes and data inside the planes region. (No re-encode: the decoder takes padding and a
  * trailing region the writer does not make, so bytes need not match.)
  */
 #include <stdint.h>
@@ -32,8 +32,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (uint32_t i = 0; i < v.quant_zero_points_len; i++)
 		sink += (uint64_t)td_blob_quant_zero_point(&v, i);
 	for (uint32_t i = 0; td_blob_plane_next(&v, &c, &p) == 0; i++) {
-		if (p.data + p.data_len > data + v.r_end + 0 &&
-		    p.data + p.data_len > data + size)
+		/* inside the planes region [r_planes, r_end), which lies
+		 * in the input (checked above): not just inside the input */
+		if (p.handle_bytes < data + v.r_planes ||
+		    p.data < p.handle_bytes ||
+		    p.data + p.data_len > data + v.r_end)
 			abort();
 		for (uint32_t k = 0; k < p.data_len; k++)
 			sink += p.data[k];

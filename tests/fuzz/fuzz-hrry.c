@@ -7,10 +7,12 @@
  * returned must lie inside the input.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bytes.h"
 #include "hrry.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -28,8 +30,18 @@ static void inside(const uint8_t *data, size_t size, const void *p,
  * zero bytes, then the rest (index, KV, trailer at the end). A trailer
  * or index entry may then declare lengths of gigabytes the file "holds";
  * the reader must check them against its caps before it asks for them:
- * any one read larger than the largest cap aborts (a reader allocates
- * what it reads before it reads it).
+ * any one request larger than the cap of what it reads aborts (a reader
+ * allocates what it reads before it reads it). The index and the KV are
+ * read whole, each in one request at the offset the trailer gives it:
+ * there their caps hold; every other request of this pass (header,
+ * trailer, a descriptor) is under the descriptor cap.
+ *
+ * The reader's read_full() asks for a request in pieces of at most 1 GiB
+ * (the largest cap itself), so no one read_at() call is ever larger than
+ * the cap: the size of a request shows only across its pieces. A read of
+ * more than this harness fills (SPARSE_FILL_MAX) is answered short, one
+ * byte, and the piece that continues it then tells how much the request
+ * still wants: past its cap in all, abort; else the transport fails.
  */
 #define HOLE (6ull << 30)
 #define SPARSE_FILL_MAX (64u << 20)
@@ -37,20 +49,49 @@ static void inside(const uint8_t *data, size_t size, const void *p,
 struct sparse {
 	const uint8_t *data;
 	size_t size;
+	/* the trailer's index_offset and kv_offset (the last 40 bytes) */
+	uint64_t index_off, kv_off;
+	/* after a short answer: the request goes on at cont_off, having
+	 * got cont_done bytes, under cont_cap */
+	bool cont;
+	uint64_t cont_off, cont_done, cont_cap;
 };
+
+/* The cap of a request that starts at off. */
+static uint64_t sparse_cap(const struct sparse *s, uint64_t off)
+{
+	uint64_t cap = TD_HRRY_MAX_DESC_LEN;
+
+	if (off == s->index_off && cap < TD_HRRY_MAX_INDEX_LEN)
+		cap = TD_HRRY_MAX_INDEX_LEN;
+	if (off == s->kv_off && cap < TD_HRRY_MAX_KV_LEN)
+		cap = TD_HRRY_MAX_KV_LEN;
+	return cap;
+}
 
 static int sparse_read(void *ctx, uint64_t off, void *buf, size_t len,
 		       size_t *got)
 {
-	const struct sparse *s = ctx;
+	struct sparse *s = ctx;
 	uint8_t *p = buf;
-	/* larger than the largest cap: the KV's 1 GiB, not the index's */
-	if (len > TD_HRRY_MAX_KV_LEN && len > TD_HRRY_MAX_INDEX_LEN + (1u << 20))
+	bool cont = s->cont && off == s->cont_off;
+	uint64_t asked = len + (cont ? s->cont_done : 0);
+	uint64_t cap = cont ? s->cont_cap : sparse_cap(s, off);
+
+	s->cont = false;
+	if (asked > cap)
 		abort();
-	/* under the caps but more than this harness will fill per run (a
-	 * 600 MiB KV made the fuzzer 20x slower): a failing transport */
-	if (len > SPARSE_FILL_MAX)
-		return -EIO;
+	if (len > SPARSE_FILL_MAX) {
+		/* under the caps so far but more than this harness fills
+		 * per run (a 600 MiB KV made the fuzzer 20x slower) */
+		if (cont)
+			return -EIO;
+		len = 1; /* short: the next piece says how much is left */
+		s->cont = true;
+		s->cont_off = off + 1;
+		s->cont_done = 1;
+		s->cont_cap = cap;
+	}
 	*got = len;
 	while (len) {
 		/* [0, 64) the header, [64, 64 + HOLE) zeros, the rest after */
@@ -78,13 +119,16 @@ static int sparse_read(void *ctx, uint64_t off, void *buf, size_t len,
  * gigabytes of the hole, which is no declared length). */
 static void sparse_pass(const uint8_t *data, size_t size)
 {
-	struct sparse sp = {data, size};
+	struct sparse sp = {.data = data, .size = size};
 	struct td_hrry_transport t = {.ctx = &sp, .size = size + HOLE,
 				      .read_at = sparse_read};
 	struct td_hrry_file_reader *r = NULL;
 	uint64_t n;
-	if (size < TD_HRRY_MIN_FILE_LEN ||
-	    td_hrry_file_reader_new(&t, &r, NULL) < 0)
+	if (size < TD_HRRY_MIN_FILE_LEN)
+		return;
+	sp.index_off = td__le64(data + size - TD_HRRY_TRAILER_LEN);
+	sp.kv_off = td__le64(data + size - TD_HRRY_TRAILER_LEN + 16);
+	if (td_hrry_file_reader_new(&t, &r, NULL) < 0)
 		return;
 	td_hrry_file_reader_tensor_count(r, &n);
 	for (uint64_t i = 0; i < n; i++) {
