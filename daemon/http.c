@@ -384,6 +384,9 @@ static enum MHD_Result metrics(struct MHD_Connection *c)
 					d->stats.replies[op][err]);
 	metric(f, "tensord_evictions_total", "counter",
 	       "Versions evicted to make room.", d->stats.evictions);
+	metric(f, "tensord_store_visits_total", "counter",
+	       "Names and buffer records the store's bookkeeping visited.",
+	       d->stats.visits);
 	fprintf(f, "# HELP tensord_refusals_total Requests refused by the "
 		   "policy, the memory cap or a quota.\n"
 		   "# TYPE tensord_refusals_total counter\n"

@@ -35,6 +35,9 @@ struct td__buf {
 	ino_t ino;
 	uint64_t id;
 	unsigned refs;
+	/* 1 + the index of the next entry of its td__store.buf_heads
+	 * chain, 0 at its end */
+	size_t next;
 };
 
 struct td__vfd {
@@ -275,6 +278,14 @@ struct td__store {
 	struct td__buf *bufs;
 	size_t nbufs, bufs_cap;
 	/*
+	 * bufs by a seeded hash of their file (store.c buf_link): each head
+	 * 1 + the index of its chain's first entry, 0 none; buf_nheads a
+	 * power of two, 0 before the first. A PUBLISH finds its planes'
+	 * ids among a chain, not among every buffer the store holds.
+	 */
+	size_t *buf_heads;
+	size_t buf_nheads;
+	/*
 	 * Watches by a seeded hash of their name, or of their prefix
 	 * (td__watch_add): a PUBLISH looks at its name's bucket and at the
 	 * buckets of its prefixes of the lengths some prefix watch has
@@ -352,6 +363,15 @@ struct td__store {
 	struct td__list freebufs; /* struct td__freebuf.slink, oldest first */
 	uint64_t freed; /* records given back to malloc since the last trim */
 };
+
+/* ---- bufid.c ---- */
+
+/* The buffer id of the file dev/ino, counted once more (a new id for a
+ * file not held yet); and counted once less, forgotten at none. */
+uint64_t td__buf_ref(struct td__store *s, dev_t dev, ino_t ino);
+void td__buf_unref(struct td__store *s, dev_t dev, ino_t ino);
+/* The table's index to its size, after td__store_trim shrank it. */
+void td__buf_trim(struct td__store *s);
 
 /* ---- store.c ---- */
 

@@ -3053,6 +3053,77 @@ Test(http, metrics_count_what_happened, .fini = stop)
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
+/* A small tensor's put on c: name, 64 bytes of `byte` */
+static void put_small(struct td_client *c, const char *name, int byte)
+{
+	uint64_t shape[1] = {64};
+	char buf[64];
+	struct td_publish pub = {.name = name, .dtype = TD_TENSOR_U8,
+	                         .ndim = 1, .shape = shape};
+	struct td_error e = {0};
+
+	memset(buf, byte, sizeof(buf));
+	cr_assert_eq(td_client_put(c, &pub, buf, sizeof(buf), NULL, &e), 0,
+	             "%s: %s", name, e.reason);
+}
+
+/*
+ * With thousands of tensors held and room to spare, a PUBLISH (a put:
+ * ALLOC, then PUBLISH of a new name or a new version, the old one's
+ * buffer closed) and a DELETE visit a few store records each, whatever
+ * the count of names: before, every ALLOC and PUBLISH walked every name
+ * looking for versions picked for eviction when none was picked, and
+ * every plane taken or closed looked for its file among every buffer
+ * held. Then eviction still picks the least recently used.
+ */
+Test(http, requests_visit_few_records_among_many_tensors, .fini = stop)
+{
+	enum { NAMES = 3000, OPS = 100 };
+	static const char *const more[] = {"--http-prefix", "", NULL};
+	unsigned long long before, after;
+	struct td_client *c;
+	struct td_error e = {0};
+	char name[32], *m;
+	size_t mlen;
+
+	start_http_args(more);
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	for (int i = 0; i < NAMES; i++) {
+		snprintf(name, sizeof(name), "many/%05d", i);
+		put_small(c, name, i);
+	}
+	m = get_ok("/metrics", &mlen);
+	cr_assert_eq(metric_value(m, "tensord_tensors "), NAMES);
+	before = metric_value(m, "tensord_store_visits_total ");
+	free(m);
+	for (int i = 0; i < OPS; i++) {
+		/* a new version of one name, a new name, its delete, and
+		 * a delete of an old name and its put anew */
+		snprintf(name, sizeof(name), "many/%05d", NAMES / 2);
+		put_small(c, name, 'v');
+		snprintf(name, sizeof(name), "new/%05d", i);
+		put_small(c, name, 'n');
+		cr_assert_eq(td_client_delete(c, name, NULL, &e), 0, "%s",
+		             e.reason);
+		snprintf(name, sizeof(name), "many/%05d", i * 7);
+		cr_assert_eq(td_client_delete(c, name, NULL, &e), 0, "%s",
+		             e.reason);
+		put_small(c, name, 'o');
+	}
+	m = get_ok("/metrics", &mlen);
+	after = metric_value(m, "tensord_store_visits_total ");
+	cr_assert_eq(metric_value(m, "tensord_tensors "), NAMES);
+	cr_assert_eq(metric_value(m, "tensord_evictions_total "), 0);
+	free(m);
+	/* 3 puts and 2 deletes an op: a chain or two each (a walk over
+	 * the names would be NAMES a put) */
+	cr_assert_leq(after - before, OPS * 5 * 8ull,
+	              "%llu records visited by %d ops among %d names",
+	              after - before, OPS, NAMES);
+	td_client_close(c);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
 Test(http, many_readers_and_slow_clients, .fini = stop)
 {
 	enum { READERS = 200, SLOW = 40 };
