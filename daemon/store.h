@@ -103,6 +103,8 @@ struct td__version {
 	uint64_t acct;  /* bytes counted against --max-bytes */
 	uid_t uid;      /* the publisher's, charged with acct */
 	uint64_t used;  /* store tick of the last PUBLISH or GET (LRU) */
+	/* store->lru_order while current (lru.c), zeroed otherwise */
+	struct td__list lru;
 	bool evict;     /* picked by td__store_make_room() */
 	/*
 	 * A recyclable version: its alloc planes are not write-sealed and go
@@ -271,10 +273,8 @@ struct td__store {
 	/* current versions sorted by name (binary search, LIST paging) */
 	struct td__version **names;
 	size_t count, cap;
-	/* make_room's eviction candidates (lru.c); grown to names' cap
-	 * when an eviction finds it short, kept between calls */
-	struct td__lru *lru;
-	size_t lru_cap;
+	/* the current versions, least recently used first (lru.c) */
+	struct td__list lru_order;
 	struct td__buf *bufs;
 	size_t nbufs, bufs_cap;
 	/*
@@ -558,16 +558,15 @@ void td__notify(struct td__store *s, uint32_t event,
 void td__notify_name(struct td__store *s, uint32_t event,
 		     struct td_wire_str name, uint64_t number);
 
-/* lru.c: one eviction candidate, a version at s->names[at]. */
-struct td__lru {
-	uint64_t used;
-	size_t at;
-};
-/* Order h[0..n) as a min-heap by (used, at): n/2 sift-downs. */
-void td__lru_heapify(struct td__lru *h, size_t n);
-/* Move the least of the heap h[0..*n) to h[*n - 1] and return it, the
- * heap one shorter; NULL when empty. O(log n) comparisons. */
-struct td__lru *td__lru_pop(struct td__lru *h, size_t *n);
+/*
+ * lru.c: the current versions in eviction's order (store->lru_order,
+ * their lru member). add: v became current, the most recently used;
+ * del: v is current no more (idempotent); touch: v was just used (a
+ * GET), the most recently used if it is current.
+ */
+void td__lru_add(struct td__list *order, struct td__version *v);
+void td__lru_del(struct td__version *v);
+void td__lru_touch(struct td__list *order, struct td__version *v);
 
 /* What a td__store_make_room() shortage was, for the reply. */
 struct td__room {

@@ -3124,6 +3124,70 @@ Test(http, requests_visit_few_records_among_many_tensors, .fini = stop)
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
+/*
+ * At --max-bytes among thousands of tensors, each put of a new name
+ * evicts the least recently used one and visits a few store records:
+ * before, each evicting ALLOC and PUBLISH walked every name to heap the
+ * candidates and again to find the ones it picked. The order is the
+ * one of last use: a GET makes a version the most recently used.
+ */
+Test(http, eviction_visits_few_records_among_many_tensors, .fini = stop)
+{
+	enum { NAMES = 3000, OPS = 100 };
+	char cap[32];
+	const char *more[] = {"--http-prefix", "", "--max-bytes", cap, NULL};
+	unsigned long long before, after;
+	struct td_client *c;
+	struct td_tensor *t;
+	struct td_entry en;
+	struct td_error e = {0};
+	char name[32], *m;
+	size_t mlen;
+
+	snprintf(cap, sizeof(cap), "%d", NAMES * 64);
+	start_http_args(more);
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	for (int i = 0; i < NAMES; i++) {
+		snprintf(name, sizeof(name), "many/%05d", i);
+		put_small(c, name, i);
+	}
+	/* the oldest made the most recently used */
+	cr_assert_eq(td_client_get(c, "many/00000", &t, &e), 0, "%s",
+	             e.reason);
+	td_tensor_release(t);
+	m = get_ok("/metrics", &mlen);
+	cr_assert_eq(metric_value(m, "tensord_evictions_total "), 0);
+	before = metric_value(m, "tensord_store_visits_total ");
+	free(m);
+	for (int i = 0; i < OPS; i++) {
+		snprintf(name, sizeof(name), "new/%05d", i);
+		put_small(c, name, 'n');
+	}
+	m = get_ok("/metrics", &mlen);
+	after = metric_value(m, "tensord_store_visits_total ");
+	cr_assert_eq(metric_value(m, "tensord_evictions_total "), OPS);
+	cr_assert_eq(metric_value(m, "tensord_tensors "), NAMES);
+	free(m);
+	/* the next OPS in last use went, many/00000 and the rest stayed */
+	cr_assert_eq(td_client_stat(c, "many/00000", &en, &e), 0, "%s",
+	             e.reason);
+	td_entry_fini(&en);
+	for (int i = 1; i <= OPS + 1; i++) {
+		snprintf(name, sizeof(name), "many/%05d", i);
+		cr_assert_eq(td_client_stat(c, name, &en, &e),
+		             i <= OPS ? -ENOENT : 0, "%s", name);
+		if (i > OPS)
+			td_entry_fini(&en);
+	}
+	/* a victim or two and their chains an op (a walk over the names
+	 * would be NAMES a put, twice) */
+	cr_assert_leq(after - before, OPS * 16ull,
+	              "%llu records visited by %d evicting puts among %d "
+	              "names", after - before, OPS, NAMES);
+	td_client_close(c);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
 Test(http, many_readers_and_slow_clients, .fini = stop)
 {
 	enum { READERS = 200, SLOW = 40 };
