@@ -497,6 +497,7 @@ struct td__version *td__name_set(struct td__store *s, struct td__version *v)
 		s->count++;
 	}
 	s->names[at] = v;
+	s->names_gen++;
 	if (old)
 		td__lru_del(old);
 	td__lru_add(&s->lru_order, v);
@@ -516,6 +517,7 @@ static void name_drop(struct td__store *s, const struct td__version *v,
 	memmove(&s->names[at], &s->names[at + 1],
 		(s->count - at - 1) * sizeof(*s->names));
 	s->count--;
+	s->names_gen++;
 	td__lru_del((struct td__version *)v);
 	if (bell)
 		bell->changed(NULL, (struct td__version *)v, quiet);

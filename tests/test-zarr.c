@@ -3188,6 +3188,84 @@ Test(http, eviction_visits_few_records_among_many_tensors, .fini = stop)
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
+/* tensord_http_node_walks_total now */
+static unsigned long long node_walks(void)
+{
+	size_t mlen;
+	char *m = get_ok("/metrics", &mlen);
+	unsigned long long n = metric_value(m, "tensord_http_node_walks_total ");
+
+	free(m);
+	return n;
+}
+
+/*
+ * A node's keys (its metadata, its chunk) among many tensors walk the
+ * names once while they do not change, not once per request: the node
+ * names are kept, and found by a binary search. A new version, a new
+ * name, a delete each make the next key walk again, and what it serves
+ * is the store's state then: the new version's bytes, a node renamed by
+ * the suffix rule when the name that held its node name goes.
+ */
+Test(http, node_keys_walk_the_names_once_while_they_do_not_change,
+     .fini = stop)
+{
+	enum { NAMES = 500, GETS = 40 };
+	static const char *const more[] = {"--http-prefix", "", NULL};
+	unsigned long long w0;
+	struct td_client *c;
+	struct td_error e = {0};
+	char name[32], path[64], *b;
+	size_t len;
+
+	start_http_args(more);
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	for (int i = 0; i < NAMES; i++) {
+		snprintf(name, sizeof(name), "many/%05d", i);
+		put_small(c, name, 'a' + i % 16);
+	}
+	put_small(c, "cam/left", 'L');
+	put_small(c, "cam_left", 'R');
+	w0 = node_walks();
+	for (int i = 0; i < GETS; i++) {
+		snprintf(path, sizeof(path), "/zarr/many_%05d/%s",
+		         i * 11 % NAMES, i % 2 ? "zarr.json" : "c/0");
+		free(get_ok(path, &len));
+	}
+	http("GET", "/zarr/nosuch/zarr.json", NULL, &b);
+	cr_assert_eq(status_of(b), 404, "%s", b);
+	free(b);
+	cr_assert_leq(node_walks() - w0, 1, "%llu walks for %d keys",
+	              node_walks() - w0, GETS + 1);
+	/* a new version is served by the next key, after one walk */
+	w0 = node_walks();
+	put_small(c, "many/00007", 'z');
+	b = get_ok("/zarr/many_00007/c/0", &len);
+	cr_assert_eq(len, 64);
+	cr_assert_eq(b[0], 'z');
+	free(b);
+	b = get_ok("/zarr/many_00008/c/0", &len);
+	cr_assert_eq(b[0], 'a' + 8);
+	free(b);
+	cr_assert_eq(node_walks() - w0, 1);
+	/* cam/left is node cam_left, cam_left cam_left_1; once cam/left
+	 * goes, cam_left is node cam_left */
+	b = get_ok("/zarr/cam_left/c/0", &len);
+	cr_assert_eq(b[0], 'L');
+	free(b);
+	cr_assert_eq(td_client_delete(c, "cam/left", NULL, &e), 0, "%s",
+	             e.reason);
+	b = get_ok("/zarr/cam_left/c/0", &len);
+	cr_assert_eq(b[0], 'R');
+	free(b);
+	http("GET", "/zarr/cam_left_1/c/0", NULL, &b);
+	cr_assert_eq(status_of(b), 404, "%s", b);
+	free(b);
+	cr_assert_eq(node_walks() - w0, 2);
+	td_client_close(c);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
 Test(http, many_readers_and_slow_clients, .fini = stop)
 {
 	enum { READERS = 200, SLOW = 40 };
