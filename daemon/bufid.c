@@ -74,10 +74,15 @@ uint64_t td__buf_ref(struct td__store *s, dev_t dev, ino_t ino)
 	}
 	/* grows with the buffers held, not per handoff: as many heads as
 	 * the table has room for entries */
-	b = td__table_room(s->bufs, s->nbufs, &s->bufs_cap, sizeof(*b));
-	if (!b)
-		return s->next_buf++; /* unshared id: still correct */
-	s->bufs = b;
+	if (s->nbufs == s->bufs_cap) {
+		size_t cap = s->bufs_cap ? s->bufs_cap * 2 : 64;
+
+		b = realloc(s->bufs, cap * sizeof(*b));
+		if (!b)
+			return s->next_buf++; /* unshared id: still correct */
+		s->bufs = b;
+		s->bufs_cap = cap;
+	}
 	if (s->buf_nheads < s->bufs_cap && !buf_rehash(s, s->bufs_cap) &&
 	    !s->buf_nheads)
 		return s->next_buf++;

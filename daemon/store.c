@@ -500,6 +500,7 @@ struct td__version *td__name_set(struct td__store *s, struct td__version *v)
 	s->names_gen++;
 	if (old)
 		td__lru_del(old);
+	td__lru_del(v); /* never listed twice, whatever came before */
 	td__lru_add(&s->lru_order, v);
 	if (bell)
 		bell->changed(v, old, false);
