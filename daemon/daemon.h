@@ -193,6 +193,13 @@ struct td__server;
 struct td__stats {
 	uint64_t started_ms; /* uv_now() at start */
 	uint64_t evictions;  /* versions evicted (store.c) */
+	/*
+	 * Store records a request's bookkeeping looked at (store.c):
+	 * names eviction's walks visit, buffer-id table entries a plane's
+	 * id is looked up among. Grows with the work a PUBLISH does, so a
+	 * test sees a walk over every name where one is not needed.
+	 */
+	uint64_t visits;
 	uint64_t refused[3]; /* error replies by enum td_wire_refusal */
 	uint64_t replies[TD__STAT_OPS][2]; /* [op][status < 0] (peer.c) */
 	uint64_t refused_access, refused_space, refused_quota; /* by errno */

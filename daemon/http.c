@@ -224,22 +224,19 @@ static enum MHD_Result json_body(struct MHD_Connection *c,
 	return text_body(c, t, len, false);
 }
 
-/* "/NODE/REST" in path: the node's ref and REST, or NULL. */
-static const struct td__http_ref *find_ref(const struct td__http_ref *rs,
-					   size_t n, const char *path,
-					   const char **rest)
+/* "/NODE/REST" in path: the node's ref and REST, or NULL (-ENOMEM in
+ * *rc) */
+static const struct td__http_ref *find_ref(const char *path,
+					   const char **rest, int *rc)
 {
 	const char *slash = strchr(path, '/');
+	const struct td__http_ref *r = NULL;
 
-	if (!slash)
-		return NULL;
-	for (size_t i = 0; i < n; i++)
-		if (strlen(rs[i].name) == (size_t)(slash - path) &&
-		    !memcmp(rs[i].name, path, (size_t)(slash - path))) {
-			*rest = slash + 1;
-			return &rs[i];
-		}
-	return NULL;
+	*rc = slash ? td__http_node_find(path, (size_t)(slash - path), &r)
+		    : 0;
+	if (r)
+		*rest = slash + 1;
+	return r;
 }
 
 /*
@@ -251,27 +248,23 @@ static const struct td__http_ref *find_ref(const struct td__http_ref *rs,
 static enum MHD_Result node_key(struct MHD_Connection *c, const char *path,
 				bool v2, void **con_cls)
 {
-	struct td__http_ref *rs = NULL;
 	const struct td__http_ref *r;
 	struct td__http_node nd;
 	struct json_object *o = NULL;
 	const char *rest = NULL;
 	char key[2 + 2 * TD_ZARR_MAX_DIMS + 1];
-	size_t n = 0;
 	bool meta;
 	enum MHD_Result res;
+	int rc;
 
-	if (td__http_refs(&rs, &n, NULL) < 0)
+	r = find_ref(path, &rest, &rc);
+	if (rc < 0)
 		return td__http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
 				     "out of memory\n");
-	r = find_ref(rs, n, path, &rest);
 	/* metadata keys are zarr.json and .z*; anything else is a chunk */
 	meta = rest && (!strcmp(rest, "zarr.json") || rest[0] == '.');
-	if (!r || !td__http_node_of(r, &nd, meta)) {
-		free(rs);
+	if (!r || !td__http_node_of(r, &nd, meta))
 		return td__http_text(c, MHD_HTTP_NOT_FOUND, "no such key\n");
-	}
-	free(rs);
 	if (!v2 && !strcmp(rest, "zarr.json"))
 		o = td_zarr_v3_array(&nd.a);
 	else if (v2 && !strcmp(rest, ".zarray"))
@@ -384,6 +377,9 @@ static enum MHD_Result metrics(struct MHD_Connection *c)
 					d->stats.replies[op][err]);
 	metric(f, "tensord_evictions_total", "counter",
 	       "Versions evicted to make room.", d->stats.evictions);
+	metric(f, "tensord_store_visits_total", "counter",
+	       "Names and buffer records the store's bookkeeping visited.",
+	       d->stats.visits);
 	fprintf(f, "# HELP tensord_refusals_total Requests refused by the "
 		   "policy, the memory cap or a quota.\n"
 		   "# TYPE tensord_refusals_total counter\n"
@@ -407,6 +403,10 @@ static enum MHD_Result metrics(struct MHD_Connection *c)
 	       td__http_stats.leases);
 	metric(f, "tensord_http_connections", "gauge",
 	       "Open HTTP connections.", connections());
+	metric(f, "tensord_http_node_walks_total", "counter",
+	       "Walks over every exported name to find the node a key "
+	       "names (once per change of the names).",
+	       td__http_stats.node_walks);
 	metric(f, "tensord_http_meta_builds_total", "counter",
 	       "Versions whose array metadata was printed for the group's "
 	       "consolidated metadata.",
@@ -1104,6 +1104,7 @@ void td__http_stop(struct td__daemon *d)
 	H.poll_on = H.timer_on = H.idle_on = false;
 	/* libmicrohttpd may not stop with a request suspended */
 	td__http_group_stop();
+	td__http_nodes_drop();
 	/* finishes every response: their leases go back here */
 	MHD_stop_daemon(H.mhd);
 	H.mhd = NULL;

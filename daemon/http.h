@@ -33,6 +33,7 @@ struct td__http_stats {
 	uint64_t meta_waits;  /* group requests that waited for them */
 	uint64_t text_bytes;  /* group keys' texts held by responses now */
 	uint64_t text_busy;   /* requests refused (503) for text_bytes */
+	uint64_t node_walks;  /* walks over the names for node keys */
 };
 extern struct td__http_stats td__http_stats;
 extern const unsigned td__http_codes[TD__HTTP_CODES];
@@ -117,6 +118,16 @@ struct td__http_ref {
  * looked at once each, and a first walk over thousands takes long).
  */
 int td__http_refs(struct td__http_ref **out, size_t *count, size_t *looks);
+/*
+ * The ref of the exported node named node (len bytes, not NUL-ended) in
+ * *out, NULL none; 0, or -ENOMEM. *out is valid until the next call and
+ * only while the loop has not run since (http-nodes.c keeps the last
+ * walk's names while the store's names did not change).
+ */
+int td__http_node_find(const char *node, size_t len,
+		       const struct td__http_ref **out);
+/* The kept names go (td__http_stop). */
+void td__http_nodes_drop(void);
 /* r's node (zeroed first), with its attributes if attrs; false when it
  * is not served (n is left empty). */
 bool td__http_node_of(const struct td__http_ref *r, struct td__http_node *n,

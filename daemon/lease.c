@@ -123,6 +123,7 @@ static int lease_take(struct td__peer *p, struct td__version *v,
 	l->v = v;
 	td__follow_cover(f, l);
 	v->used = ++s->tick;
+	td__lru_touch(&s->lru_order, v);
 	v->refs++;
 	v->lease_count++;
 	v->foreign_leases += v->uid != p->uid;

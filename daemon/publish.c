@@ -1102,6 +1102,9 @@ static void restore_commit(struct pub *x, const struct td_state_entry *ent,
 	ver->number = ent->version;
 	if (ent->version >= s->next_version)
 		s->next_version = ent->version + 1;
+	/* used as if published now: td__name_set puts it last in
+	 * eviction's order (lru.c) */
+	ver->used = ++s->tick;
 	td__name_set(s, ver);
 	td__list_add_tail(&s->versions, &ver->all);
 }

@@ -90,34 +90,6 @@ void td__store_rewrite_over(struct td__store *s, const char *name,
 
 /* ---- buffer ids and the descriptors of versions ---- */
 
-static uint64_t buf_ref(struct td__store *s, dev_t dev, ino_t ino)
-{
-	struct td__buf *b;
-
-	for (size_t i = 0; i < s->nbufs; i++)
-		if (s->bufs[i].dev == dev && s->bufs[i].ino == ino) {
-			s->bufs[i].refs++;
-			return s->bufs[i].id;
-		}
-	b = td__table_room(s->bufs, s->nbufs, &s->bufs_cap, sizeof(*b));
-	if (!b)
-		return s->next_buf++; /* unshared id: still correct */
-	s->bufs = b;
-	b = &s->bufs[s->nbufs++];
-	*b = (struct td__buf){dev, ino, s->next_buf++, 1};
-	return b->id;
-}
-
-static void buf_unref(struct td__store *s, dev_t dev, ino_t ino)
-{
-	for (size_t i = 0; i < s->nbufs; i++)
-		if (s->bufs[i].dev == dev && s->bufs[i].ino == ino) {
-			if (--s->bufs[i].refs == 0)
-				s->bufs[i] = s->bufs[--s->nbufs];
-			return;
-		}
-}
-
 /* Take ownership of fd as a stored plane (tracked) or fence. */
 void td__vfd_set(struct td__store *s, struct td__vfd *f, int fd, bool plane,
 		 uid_t uid)
@@ -140,7 +112,7 @@ void td__vfd_set(struct td__store *s, struct td__vfd *f, int fd, bool plane,
 		f->dev = st.st_dev;
 		f->ino = st.st_ino;
 		f->tracked = true;
-		f->buffer_id = buf_ref(s, st.st_dev, st.st_ino);
+		f->buffer_id = td__buf_ref(s, st.st_dev, st.st_ino);
 		return;
 	}
 	/* fences share one anonymous inode: never a shared id */
@@ -158,7 +130,7 @@ void td__vfd_close(struct td__store *s, struct td__vfd *f)
 		return;
 	td__tenant_sub(f->uid, TD__LIM_FDS, 1);
 	if (f->tracked)
-		buf_unref(s, f->dev, f->ino);
+		td__buf_unref(s, f->dev, f->ino);
 	if (f->sid)
 		fd_drop(f->sid);
 	f->sid = 0;
@@ -525,6 +497,11 @@ struct td__version *td__name_set(struct td__store *s, struct td__version *v)
 		s->count++;
 	}
 	s->names[at] = v;
+	s->names_gen++;
+	if (old)
+		td__lru_del(old);
+	td__lru_del(v); /* never listed twice, whatever came before */
+	td__lru_add(&s->lru_order, v);
 	if (bell)
 		bell->changed(v, old, false);
 	return old;
@@ -541,6 +518,8 @@ static void name_drop(struct td__store *s, const struct td__version *v,
 	memmove(&s->names[at], &s->names[at + 1],
 		(s->count - at - 1) * sizeof(*s->names));
 	s->count--;
+	s->names_gen++;
+	td__lru_del((struct td__version *)v);
 	if (bell)
 		bell->changed(NULL, (struct td__version *)v, quiet);
 }
@@ -614,78 +593,83 @@ static bool lru_fair(struct td__store *s, const struct td__version *v,
 			  : td__acct_evictable(s, v->uid, uid, over_uid, fair);
 }
 
-/* The least recently used version make_room may evict for uid; NULL.
- * A pass over every name: the fallback when no candidate heap fits. */
-static struct td__version *lru_pick(struct td__store *s, uid_t uid,
-				    const struct td__version *const *olds,
-				    size_t nold, bool over_uid, uint64_t fair)
-{
-	struct td__version *lru = NULL;
-
-	for (size_t i = 0; i < s->count; i++) {
-		struct td__version *v = s->names[i];
-
-		if (!lru_may(v, olds, nold) ||
-		    !lru_fair(s, v, uid, over_uid, fair))
-			continue;
-		if (!lru || v->used < lru->used)
-			lru = v;
-	}
-	return lru;
-}
-
-/* One make_room call's candidates: s->lru[0..all), the heap its first n. */
+/* One make_room call's walk down s->lru_order: where it is, and the
+ * over_uid it walked with. */
 struct lru_run {
-	size_t all, n;
-	bool built, over_uid, scan;
+	struct td__list *at;
+	bool over_uid;
 };
 
 /*
- * lru_pick's answer from a heap built once per make_room call: the
- * versions it may evict at all, least recently used first. One taken
- * off the top and found not fair to take stays unfair for the rest of
- * the call (a uid's picked bytes only grow) while over_uid stays as it
- * is; over_uid only goes from true to false (uid's bytes only fall),
- * which can make more fair, so the heap is built again then, once.
+ * The least recently used version make_room may evict for uid, NULL
+ * none: the next on s->lru_order it may take. One passed by as not
+ * fair to take stays unfair for the rest of the call (a uid's picked
+ * bytes only grow) while over_uid stays as it is; over_uid only goes
+ * from true to false (uid's bytes only fall), which can make more
+ * fair, so the walk starts again from the head then, once.
  */
 static struct td__version *lru_next(struct td__store *s, struct lru_run *r,
 				    uid_t uid,
 				    const struct td__version *const *olds,
 				    size_t nold, bool over_uid, uint64_t fair)
 {
-	if (!r->built && s->lru_cap < s->count) {
-		struct td__lru *t = realloc(s->lru, s->cap * sizeof(*t));
+	if (!r->at || r->over_uid != over_uid) {
+		r->at = s->lru_order.next;
+		r->over_uid = over_uid;
+	}
+	for (; r->at != &s->lru_order; r->at = r->at->next) {
+		struct td__version *v =
+			td__container_of(r->at, struct td__version, lru);
 
-		/* grows with the store, not per handoff; without it the
-		 * pass per victim still picks the same */
-		if (t) {
-			s->lru = t;
-			s->lru_cap = s->cap;
-		} else {
-			r->scan = true;
+		td__d->stats.visits++;
+		if (lru_may(v, olds, nold) &&
+		    lru_fair(s, v, uid, over_uid, fair)) {
+			r->at = r->at->next;
+			return v;
 		}
 	}
-	if (r->scan)
-		return lru_pick(s, uid, olds, nold, over_uid, fair);
-	if (!r->built) {
-		for (size_t i = 0; i < s->count; i++)
-			if (lru_may(s->names[i], olds, nold))
-				s->lru[r->all++] =
-					(struct td__lru){s->names[i]->used, i};
-	}
-	if (!r->built || r->over_uid != over_uid) {
-		r->built = true;
-		r->over_uid = over_uid;
-		r->n = r->all;
-		td__lru_heapify(s->lru, r->n);
-	}
-	for (struct td__lru *c; (c = td__lru_pop(s->lru, &r->n));) {
-		struct td__version *v = s->names[c->at];
-
-		if (!v->evict && lru_fair(s, v, uid, over_uid, fair))
-			return v;
-	}
 	return NULL;
+}
+
+/*
+ * Unpick the `picked` versions make_room picked (v->evict), and evict
+ * them unless `keep` (a dry run, or not room enough). They lie on
+ * s->lru_order before where lru_next stopped: the walk from its head
+ * ends with the last of them. (Every PUBLISH and ALLOC makes room, most
+ * with room to spare: then it walks nothing.)
+ */
+static void evict_picked(struct td__store *s, uid_t uid, size_t picked,
+			 bool keep)
+{
+	for (struct td__list *l = s->lru_order.next, *n;
+	     picked && l != &s->lru_order; l = n) {
+		struct td__version *v =
+			td__container_of(l, struct td__version, lru);
+
+		n = l->next;
+		td__d->stats.visits++;
+		if (!v->evict)
+			continue;
+		v->evict = false;
+		picked--;
+		if (keep)
+			continue;
+		td__d->stats.evictions++;
+		td__log(TD_LOG_INFO,
+			"evicted %.*s version %llu (%llu bytes of uid %u) "
+			"for uid %u",
+			(int)v->name_len, v->name,
+			(unsigned long long)v->number,
+			(unsigned long long)v->acct, (unsigned)v->uid,
+			(unsigned)uid);
+		td__name_remove(s, v); /* off s->lru_order too */
+		td__store_changed(); /* the set of current versions changed */
+		td__notify(s, TD_EVENT_DELETED, v);
+		/* its recyclable buffers close: back on a free list they
+		 * would be charged again, and no room made (refs is 1) */
+		v->owner = NULL;
+		td__version_unref(s, v);
+	}
 }
 
 /*
@@ -715,6 +699,7 @@ int td__store_make_room_many(struct td__store *s, uid_t uid, uint64_t add,
 	uint64_t qmax = td__tenant_quota(uid);
 	uint64_t total, mine, fair;
 	struct lru_run run = {0};
+	size_t picked = 0; /* versions picked (v->evict) */
 	int rc = 0;
 
 	for (bool swept = false;; swept = true) {
@@ -770,6 +755,7 @@ int td__store_make_room_many(struct td__store *s, uid_t uid, uint64_t add,
 			break;
 		}
 		lru->evict = true;
+		picked++;
 		total -= lru->acct;
 		if (lru->uid == uid && !lru->unowned)
 			mine -= lru->acct;
@@ -790,34 +776,7 @@ int td__store_make_room_many(struct td__store *s, uid_t uid, uint64_t add,
 		if (!dry && rc == 0)
 			td__freebuf_drop(s, f);
 	}
-	for (size_t i = 0; i < s->count;) {
-		struct td__version *v = s->names[i];
-
-		if (!v->evict) {
-			i++;
-			continue;
-		}
-		v->evict = false;
-		if (dry || rc < 0) {
-			i++;
-			continue;
-		}
-		td__d->stats.evictions++;
-		td__log(TD_LOG_INFO,
-			"evicted %.*s version %llu (%llu bytes of uid %u) "
-			"for uid %u",
-			(int)v->name_len, v->name,
-			(unsigned long long)v->number,
-			(unsigned long long)v->acct, (unsigned)v->uid,
-			(unsigned)uid);
-		td__name_remove(s, v); /* s->names[i] is the next one now */
-		td__store_changed(); /* the set of current versions changed */
-		td__notify(s, TD_EVENT_DELETED, v);
-		/* its recyclable buffers close: back on a free list they
-		 * would be charged again, and no room made (refs is 1) */
-		v->owner = NULL;
-		td__version_unref(s, v);
-	}
+	evict_picked(s, uid, picked, dry || rc < 0);
 	return rc;
 }
 
@@ -914,6 +873,7 @@ int td__store_new(struct td__daemon *d)
 		s->name_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 	td__list_init(&s->free_leases);
 	td__list_init(&s->versions);
+	td__list_init(&s->lru_order);
 	td__list_init(&s->freebufs);
 	for (unsigned i = 0; i < TD__WAIT_BUCKETS; i++)
 		td__list_init(&s->wait_buckets[i]);
@@ -951,7 +911,7 @@ static void on_timer_closed(uv_handle_t *h)
 	td__spares_fini(&s->spare_waiters, offsetof(struct td__waiter, link));
 	td__spares_fini(&s->spare_bodies, offsetof(struct td__body, link));
 	free(s->bufs);
-	free(s->lru);
+	free(s->buf_heads);
 	free(s->due);
 	free(s->uids); /* kept at its capacity when every uid is back at 0 */
 	free(s);
@@ -1026,13 +986,7 @@ void td__store_trim(unsigned more)
 	}
 	s->names = shrink(s->names, s->count, &s->cap, sizeof(*s->names));
 	s->bufs = shrink(s->bufs, s->nbufs, &s->bufs_cap, sizeof(*s->bufs));
-	/* the eviction heap is scratch: made again at names' size when
-	 * next needed */
-	if (s->lru_cap > s->cap) {
-		free(s->lru);
-		s->lru = NULL;
-		s->lru_cap = 0;
-	}
+	td__buf_trim(s);
 	s->due = shrink(s->due, s->ndue, &s->due_cap, sizeof(*s->due));
 	malloc_trim(0); /* it merges the freed records first */
 	while (s->n_free_leases < TRIM_KEEP_LEASES) {

@@ -35,6 +35,9 @@ struct td__buf {
 	ino_t ino;
 	uint64_t id;
 	unsigned refs;
+	/* 1 + the index of the next entry of its td__store.buf_heads
+	 * chain, 0 at its end */
+	size_t next;
 };
 
 struct td__vfd {
@@ -100,6 +103,8 @@ struct td__version {
 	uint64_t acct;  /* bytes counted against --max-bytes */
 	uid_t uid;      /* the publisher's, charged with acct */
 	uint64_t used;  /* store tick of the last PUBLISH or GET (LRU) */
+	/* store->lru_order while current (lru.c), zeroed otherwise */
+	struct td__list lru;
 	bool evict;     /* picked by td__store_make_room() */
 	/*
 	 * A recyclable version: its alloc planes are not write-sealed and go
@@ -268,12 +273,21 @@ struct td__store {
 	/* current versions sorted by name (binary search, LIST paging) */
 	struct td__version **names;
 	size_t count, cap;
-	/* make_room's eviction candidates (lru.c); grown to names' cap
-	 * when an eviction finds it short, kept between calls */
-	struct td__lru *lru;
-	size_t lru_cap;
+	/* counts changes of names[] (td__name_set, a name's removal):
+	 * what the HTTP store's kept node names were made at */
+	uint64_t names_gen;
+	/* the current versions, least recently used first (lru.c) */
+	struct td__list lru_order;
 	struct td__buf *bufs;
 	size_t nbufs, bufs_cap;
+	/*
+	 * bufs by a seeded hash of their file (store.c buf_link): each head
+	 * 1 + the index of its chain's first entry, 0 none; buf_nheads a
+	 * power of two, 0 before the first. A PUBLISH finds its planes'
+	 * ids among a chain, not among every buffer the store holds.
+	 */
+	size_t *buf_heads;
+	size_t buf_nheads;
 	/*
 	 * Watches by a seeded hash of their name, or of their prefix
 	 * (td__watch_add): a PUBLISH looks at its name's bucket and at the
@@ -352,6 +366,15 @@ struct td__store {
 	struct td__list freebufs; /* struct td__freebuf.slink, oldest first */
 	uint64_t freed; /* records given back to malloc since the last trim */
 };
+
+/* ---- bufid.c ---- */
+
+/* The buffer id of the file dev/ino, counted once more (a new id for a
+ * file not held yet); and counted once less, forgotten at none. */
+uint64_t td__buf_ref(struct td__store *s, dev_t dev, ino_t ino);
+void td__buf_unref(struct td__store *s, dev_t dev, ino_t ino);
+/* The table's index to its size, after td__store_trim shrank it. */
+void td__buf_trim(struct td__store *s);
 
 /* ---- store.c ---- */
 
@@ -538,16 +561,15 @@ void td__notify(struct td__store *s, uint32_t event,
 void td__notify_name(struct td__store *s, uint32_t event,
 		     struct td_wire_str name, uint64_t number);
 
-/* lru.c: one eviction candidate, a version at s->names[at]. */
-struct td__lru {
-	uint64_t used;
-	size_t at;
-};
-/* Order h[0..n) as a min-heap by (used, at): n/2 sift-downs. */
-void td__lru_heapify(struct td__lru *h, size_t n);
-/* Move the least of the heap h[0..*n) to h[*n - 1] and return it, the
- * heap one shorter; NULL when empty. O(log n) comparisons. */
-struct td__lru *td__lru_pop(struct td__lru *h, size_t *n);
+/*
+ * lru.c: the current versions in eviction's order (store->lru_order,
+ * their lru member). add: v became current, the most recently used;
+ * del: v is current no more (idempotent); touch: v was just used (a
+ * GET), the most recently used if it is current.
+ */
+void td__lru_add(struct td__list *order, struct td__version *v);
+void td__lru_del(struct td__version *v);
+void td__lru_touch(struct td__list *order, struct td__version *v);
 
 /* What a td__store_make_room() shortage was, for the reply. */
 struct td__room {

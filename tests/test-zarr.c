@@ -3053,6 +3053,219 @@ Test(http, metrics_count_what_happened, .fini = stop)
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
+/* A small tensor's put on c: name, 64 bytes of `byte` */
+static void put_small(struct td_client *c, const char *name, int byte)
+{
+	uint64_t shape[1] = {64};
+	char buf[64];
+	struct td_publish pub = {.name = name, .dtype = TD_TENSOR_U8,
+	                         .ndim = 1, .shape = shape};
+	struct td_error e = {0};
+
+	memset(buf, byte, sizeof(buf));
+	cr_assert_eq(td_client_put(c, &pub, buf, sizeof(buf), NULL, &e), 0,
+	             "%s: %s", name, e.reason);
+}
+
+/*
+ * With thousands of tensors held and room to spare, a PUBLISH (a put:
+ * ALLOC, then PUBLISH of a new name or a new version, the old one's
+ * buffer closed) and a DELETE visit a few store records each, whatever
+ * the count of names: before, every ALLOC and PUBLISH walked every name
+ * looking for versions picked for eviction when none was picked, and
+ * every plane taken or closed looked for its file among every buffer
+ * held. Then eviction still picks the least recently used.
+ */
+Test(http, requests_visit_few_records_among_many_tensors, .fini = stop)
+{
+	enum { NAMES = 3000, OPS = 100 };
+	static const char *const more[] = {"--http-prefix", "", NULL};
+	unsigned long long before, after;
+	struct td_client *c;
+	struct td_error e = {0};
+	char name[32], *m;
+	size_t mlen;
+
+	start_http_args(more);
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	for (int i = 0; i < NAMES; i++) {
+		snprintf(name, sizeof(name), "many/%05d", i);
+		put_small(c, name, i);
+	}
+	m = get_ok("/metrics", &mlen);
+	cr_assert_eq(metric_value(m, "tensord_tensors "), NAMES);
+	before = metric_value(m, "tensord_store_visits_total ");
+	free(m);
+	for (int i = 0; i < OPS; i++) {
+		/* a new version of one name, a new name, its delete, and
+		 * a delete of an old name and its put anew */
+		snprintf(name, sizeof(name), "many/%05d", NAMES / 2);
+		put_small(c, name, 'v');
+		snprintf(name, sizeof(name), "new/%05d", i);
+		put_small(c, name, 'n');
+		cr_assert_eq(td_client_delete(c, name, NULL, &e), 0, "%s",
+		             e.reason);
+		snprintf(name, sizeof(name), "many/%05d", i * 7);
+		cr_assert_eq(td_client_delete(c, name, NULL, &e), 0, "%s",
+		             e.reason);
+		put_small(c, name, 'o');
+	}
+	m = get_ok("/metrics", &mlen);
+	after = metric_value(m, "tensord_store_visits_total ");
+	cr_assert_eq(metric_value(m, "tensord_tensors "), NAMES);
+	cr_assert_eq(metric_value(m, "tensord_evictions_total "), 0);
+	free(m);
+	/* 3 puts and 2 deletes an op: a chain or two each (a walk over
+	 * the names would be NAMES a put) */
+	cr_assert_leq(after - before, OPS * 5 * 8ull,
+	              "%llu records visited by %d ops among %d names",
+	              after - before, OPS, NAMES);
+	td_client_close(c);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/*
+ * At --max-bytes among thousands of tensors, each put of a new name
+ * evicts the least recently used one and visits a few store records:
+ * before, each evicting ALLOC and PUBLISH walked every name to heap the
+ * candidates and again to find the ones it picked. The order is the
+ * one of last use: a GET makes a version the most recently used.
+ */
+Test(http, eviction_visits_few_records_among_many_tensors, .fini = stop)
+{
+	enum { NAMES = 3000, OPS = 100 };
+	char cap[32];
+	const char *more[] = {"--http-prefix", "", "--max-bytes", cap, NULL};
+	unsigned long long before, after;
+	struct td_client *c;
+	struct td_tensor *t;
+	struct td_entry en;
+	struct td_error e = {0};
+	char name[32], *m;
+	size_t mlen;
+
+	snprintf(cap, sizeof(cap), "%d", NAMES * 64);
+	start_http_args(more);
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	for (int i = 0; i < NAMES; i++) {
+		snprintf(name, sizeof(name), "many/%05d", i);
+		put_small(c, name, i);
+	}
+	/* the oldest made the most recently used */
+	cr_assert_eq(td_client_get(c, "many/00000", &t, &e), 0, "%s",
+	             e.reason);
+	td_tensor_release(t);
+	m = get_ok("/metrics", &mlen);
+	cr_assert_eq(metric_value(m, "tensord_evictions_total "), 0);
+	before = metric_value(m, "tensord_store_visits_total ");
+	free(m);
+	for (int i = 0; i < OPS; i++) {
+		snprintf(name, sizeof(name), "new/%05d", i);
+		put_small(c, name, 'n');
+	}
+	m = get_ok("/metrics", &mlen);
+	after = metric_value(m, "tensord_store_visits_total ");
+	cr_assert_eq(metric_value(m, "tensord_evictions_total "), OPS);
+	cr_assert_eq(metric_value(m, "tensord_tensors "), NAMES);
+	free(m);
+	/* the next OPS in last use went, many/00000 and the rest stayed */
+	cr_assert_eq(td_client_stat(c, "many/00000", &en, &e), 0, "%s",
+	             e.reason);
+	td_entry_fini(&en);
+	for (int i = 1; i <= OPS + 1; i++) {
+		snprintf(name, sizeof(name), "many/%05d", i);
+		cr_assert_eq(td_client_stat(c, name, &en, &e),
+		             i <= OPS ? -ENOENT : 0, "%s", name);
+		if (i > OPS)
+			td_entry_fini(&en);
+	}
+	/* a victim or two and their chains an op (a walk over the names
+	 * would be NAMES a put, twice) */
+	cr_assert_leq(after - before, OPS * 16ull,
+	              "%llu records visited by %d evicting puts among %d "
+	              "names", after - before, OPS, NAMES);
+	td_client_close(c);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/* tensord_http_node_walks_total now */
+static unsigned long long node_walks(void)
+{
+	size_t mlen;
+	char *m = get_ok("/metrics", &mlen);
+	unsigned long long n = metric_value(m, "tensord_http_node_walks_total ");
+
+	free(m);
+	return n;
+}
+
+/*
+ * A node's keys (its metadata, its chunk) among many tensors walk the
+ * names once while they do not change, not once per request: the node
+ * names are kept, and found by a binary search. A new version, a new
+ * name, a delete each make the next key walk again, and what it serves
+ * is the store's state then: the new version's bytes, a node renamed by
+ * the suffix rule when the name that held its node name goes.
+ */
+Test(http, node_keys_walk_the_names_once_while_they_do_not_change,
+     .fini = stop)
+{
+	enum { NAMES = 500, GETS = 40 };
+	static const char *const more[] = {"--http-prefix", "", NULL};
+	unsigned long long w0;
+	struct td_client *c;
+	struct td_error e = {0};
+	char name[32], path[64], *b;
+	size_t len;
+
+	start_http_args(more);
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	for (int i = 0; i < NAMES; i++) {
+		snprintf(name, sizeof(name), "many/%05d", i);
+		put_small(c, name, 'a' + i % 16);
+	}
+	put_small(c, "cam/left", 'L');
+	put_small(c, "cam_left", 'R');
+	w0 = node_walks();
+	for (int i = 0; i < GETS; i++) {
+		snprintf(path, sizeof(path), "/zarr/many_%05d/%s",
+		         i * 11 % NAMES, i % 2 ? "zarr.json" : "c/0");
+		free(get_ok(path, &len));
+	}
+	http("GET", "/zarr/nosuch/zarr.json", NULL, &b);
+	cr_assert_eq(status_of(b), 404, "%s", b);
+	free(b);
+	cr_assert_leq(node_walks() - w0, 1, "%llu walks for %d keys",
+	              node_walks() - w0, GETS + 1);
+	/* a new version is served by the next key, after one walk */
+	w0 = node_walks();
+	put_small(c, "many/00007", 'z');
+	b = get_ok("/zarr/many_00007/c/0", &len);
+	cr_assert_eq(len, 64);
+	cr_assert_eq(b[0], 'z');
+	free(b);
+	b = get_ok("/zarr/many_00008/c/0", &len);
+	cr_assert_eq(b[0], 'a' + 8);
+	free(b);
+	cr_assert_eq(node_walks() - w0, 1);
+	/* cam/left is node cam_left, cam_left cam_left_1; once cam/left
+	 * goes, cam_left is node cam_left */
+	b = get_ok("/zarr/cam_left/c/0", &len);
+	cr_assert_eq(b[0], 'L');
+	free(b);
+	cr_assert_eq(td_client_delete(c, "cam/left", NULL, &e), 0, "%s",
+	             e.reason);
+	b = get_ok("/zarr/cam_left/c/0", &len);
+	cr_assert_eq(b[0], 'R');
+	free(b);
+	http("GET", "/zarr/cam_left_1/c/0", NULL, &b);
+	cr_assert_eq(status_of(b), 404, "%s", b);
+	free(b);
+	cr_assert_eq(node_walks() - w0, 2);
+	td_client_close(c);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
 Test(http, many_readers_and_slow_clients, .fini = stop)
 {
 	enum { READERS = 200, SLOW = 40 };
