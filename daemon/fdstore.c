@@ -32,6 +32,7 @@
  * versions are written; a replaced but leased version leaves the store
  * when it is freed.
  */
+#include "fdtab.h"
 #include "sd.h"
 #include "snapshot.h"
 #include "os.h"
@@ -59,15 +60,6 @@
 #define IMAGE_MAX (1ull << 32) /* larger images are not read back */
 #define EXTEND_USEC 30000000ull /* start timeout extension while restoring */
 
-struct sfd {
-	uint64_t id;
-	bool plane;
-	dev_t dev;
-	ino_t ino;
-	int dup; /* fences: our copy, to compare open files; else -1 */
-	unsigned refs;
-};
-
 struct passed {
 	int fd;
 	char *name;
@@ -92,8 +84,9 @@ static struct {
 	 * td__fdstore_release() ends it.
 	 */
 	bool held;
-	struct sfd *tab;
-	size_t n, cap;
+	struct td__fdtab tab;
+	/* an entry of refs 0 is not in gone[] (no memory): purge */
+	bool unlisted;
 	uint64_t next_id;
 	/*
 	 * Removals to send: gone[0, nsend) are named by no image written
@@ -160,16 +153,28 @@ drop:
 static struct passed *passed_find(const char *name, bool *twice)
 {
 	struct passed *found = NULL;
+	size_t lo = 0, hi = fs.npassed;
 
+	/* sorted by name (sort_passed): the first of name's run */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		td__d->stats.visits++;
+		if (strcmp(fs.passed[mid].name, name) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
 	*twice = false;
-	for (size_t i = 0; i < fs.npassed; i++) {
-		if (fs.passed[i].fd < 0 || strcmp(fs.passed[i].name, name))
+	for (; lo < fs.npassed && !strcmp(fs.passed[lo].name, name); lo++) {
+		td__d->stats.visits++;
+		if (fs.passed[lo].fd < 0)
 			continue;
 		if (found) {
 			*twice = true;
 			return NULL;
 		}
-		found = &fs.passed[i];
+		found = &fs.passed[lo];
 	}
 	return found;
 }
@@ -190,55 +195,9 @@ static uint64_t fd_name_id(const char *name)
 
 /* ---- the table ---- */
 
-static struct sfd *find_id(uint64_t id)
+static struct td__sfd *find_id(uint64_t id)
 {
-	for (size_t i = 0; i < fs.n; i++)
-		if (fs.tab[i].id == id)
-			return &fs.tab[i];
-	return NULL;
-}
-
-static bool same_file(int a, int b)
-{
-	pid_t pid = getpid();
-
-	return syscall(SYS_kcmp, pid, pid, KCMP_FILE, a, b) == 0;
-}
-
-static struct sfd *find_fd(int fd, bool plane, dev_t dev, ino_t ino)
-{
-	for (size_t i = 0; i < fs.n; i++) {
-		struct sfd *e = &fs.tab[i];
-
-		if (e->plane != plane)
-			continue;
-		if (plane ? e->dev == dev && e->ino == ino
-			  : e->dup >= 0 && same_file(e->dup, fd))
-			return e;
-	}
-	return NULL;
-}
-
-static struct sfd *tab_add(uint64_t id, int fd, bool plane, dev_t dev,
-			   ino_t ino)
-{
-	struct sfd *e;
-
-	if (fs.n == fs.cap) {
-		size_t cap = fs.cap ? fs.cap * 2 : 64;
-
-		e = realloc(fs.tab, cap * sizeof(*e));
-		if (!e)
-			return NULL;
-		fs.tab = e;
-		fs.cap = cap;
-	}
-	e = &fs.tab[fs.n];
-	*e = (struct sfd){id, plane, dev, ino, -1, 1};
-	if (!plane)
-		e->dup = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-	fs.n++;
-	return e;
+	return td__fdtab_find_id(&fs.tab, id);
 }
 
 static void arm(void);
@@ -251,6 +210,7 @@ static void gone_add(uint64_t id)
 
 		if (!g) {
 			/* left in the store; the next start removes it */
+			fs.unlisted = true;
 			td__log(TD_LOG_WARN, "out of memory: " FD_NAME
 					     "%" PRIu64 " stays stored",
 				id);
@@ -282,12 +242,12 @@ static void gone_del(uint64_t id)
 
 uint64_t td__fdstore_add(int fd, bool plane, dev_t dev, ino_t ino)
 {
-	struct sfd *e;
+	struct td__sfd *e;
 	uint64_t id;
 
 	if (!fs.on || fs.frozen)
 		return 0;
-	e = find_fd(fd, plane, dev, ino);
+	e = td__fdtab_find_file(&fs.tab, fd, plane, dev, ino);
 	if (e) {
 		/* refs 0: its removal waits for the next image; systemd
 		 * holds the file under this name, and would drop a push
@@ -302,7 +262,7 @@ uint64_t td__fdstore_add(int fd, bool plane, dev_t dev, ino_t ino)
 			  id) < 0)
 		return 0; /* logged; images name the version without fds */
 	fs.next_id++;
-	e = tab_add(id, fd, plane, dev, ino);
+	e = td__fdtab_add(&fs.tab, id, fd, plane, dev, ino);
 	if (!e) {
 		gone_add(id);
 		return 0;
@@ -313,7 +273,7 @@ uint64_t td__fdstore_add(int fd, bool plane, dev_t dev, ino_t ino)
 
 int td__fdstore_adopt(uint64_t id, int fd, bool plane, dev_t dev, ino_t ino)
 {
-	struct sfd *e = find_id(id);
+	struct td__sfd *e = find_id(id);
 
 	if (!fs.on)
 		return 0;
@@ -322,34 +282,18 @@ int td__fdstore_adopt(uint64_t id, int fd, bool plane, dev_t dev, ino_t ino)
 			gone_del(e->id);
 		return 0;
 	}
-	return tab_add(id, fd, plane, dev, ino) ? 0 : -ENOMEM;
+	return td__fdtab_add(&fs.tab, id, fd, plane, dev, ino) ? 0 : -ENOMEM;
 }
 
 void td__fdstore_drop(uint64_t id)
 {
-	struct sfd *e = find_id(id);
+	struct td__sfd *e = find_id(id);
 
 	if (!fs.on || fs.frozen || !e || !e->refs || --e->refs)
 		return;
 	/* the entry stays until the removal is sent (flush) */
 	gone_add(id);
 	arm();
-}
-
-/* Entries whose removal was sent (or given up) leave the table. */
-static void tab_purge(void)
-{
-	for (size_t i = 0; i < fs.n;) {
-		struct sfd *e = &fs.tab[i];
-
-		if (e->refs) {
-			i++;
-			continue;
-		}
-		if (e->dup >= 0)
-			close(e->dup);
-		*e = fs.tab[--fs.n];
-	}
 }
 
 void td__fdstore_dirty(void)
@@ -483,20 +427,20 @@ static void send_removals(size_t max)
 {
 	while (fs.nsend && max--) {
 		uint64_t id = fs.gone[--fs.nsend];
-		struct sfd *e = find_id(id);
+		struct td__sfd *e = find_id(id);
 
 		fs.gone[fs.nsend] = fs.gone[--fs.ngone];
 		td__sd_notify(NULL, 0, "FDSTOREREMOVE=1\nFDNAME=" FD_NAME
 				       "%" PRIu64,
 			      id);
-		if (e && !e->refs) {
-			if (e->dup >= 0)
-				close(e->dup);
-			*e = fs.tab[--fs.n];
-		}
+		if (e && !e->refs)
+			td__fdtab_del(&fs.tab, e);
 	}
-	if (!fs.ngone)
-		tab_purge(); /* those a full gone[] left out (gone_add) */
+	if (!fs.ngone && fs.unlisted) {
+		/* those a full gone[] left out (gone_add) */
+		td__fdtab_purge(&fs.tab);
+		fs.unlisted = false;
+	}
 	if (fs.nsend && !fs.remover_on && fs.timer_init) {
 		uv_idle_start(&fs.remover, on_remover);
 		fs.remover_on = true;
@@ -840,10 +784,19 @@ static bool same_inode(int a, int b)
  * came more than once), the rest stay in fs.passed. Returns how many are
  * stored tensor fds.
  */
+static int passed_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct passed *)a)->name,
+		      ((const struct passed *)b)->name);
+}
+
 static size_t sort_passed(bool twice[2])
 {
 	size_t stored = 0;
 
+	/* by name, for passed_find()'s binary search */
+	if (fs.npassed)
+		qsort(fs.passed, fs.npassed, sizeof(*fs.passed), passed_cmp);
 	for (size_t i = 0; i < fs.npassed; i++) {
 		struct passed *p = &fs.passed[i];
 		uint64_t id = fd_name_id(p->name);
@@ -1153,14 +1106,11 @@ void td__fdstore_fini(void)
 void td__fdstore_free(void)
 {
 	td__fdstore_missed_free();
-	for (size_t i = 0; i < fs.n; i++)
-		if (fs.tab[i].dup >= 0)
-			close(fs.tab[i].dup);
-	free(fs.tab);
+	td__fdtab_free(&fs.tab);
 	free(fs.gone);
-	fs.tab = NULL;
 	fs.gone = NULL;
-	fs.n = fs.cap = fs.ngone = fs.gone_cap = fs.nsend = 0;
+	fs.ngone = fs.gone_cap = fs.nsend = 0;
+	fs.unlisted = false;
 	for (int s = 0; s < 2; s++) {
 		if (fs.slot[s] >= 0)
 			close(fs.slot[s]);

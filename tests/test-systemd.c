@@ -50,7 +50,7 @@
 TestSuite(systemd, .timeout = TU_TEST_TIMEOUT_S);
 
 #define WAIT_MS 20000 /* generous: a slow or loaded machine still passes */
-#define MAX_STORED 256
+#define MAX_STORED 1280
 
 static bool saw_extend; /* an EXTEND_TIMEOUT_USEC= came by */
 static bool saw_watchdog_usec; /* a WATCHDOG_USEC= line came by */
@@ -59,6 +59,7 @@ static const char *policy_file; /* daemon_start() adds --policy FILE */
 static rlim_t fsize_limit;     /* daemon_start() sets RLIMIT_FSIZE */
 static int listen_extra; /* LISTEN_FDS counts this many fds more */
 static const char *snap_interval; /* --snapshot-interval (default 30) */
+static const char *http_unix; /* daemon_spawn() adds --http unix:PATH */
 static bool no_stdin; /* daemon_spawn() closes the daemon's stdin */
 static const char *watchdog_pid; /* daemon_spawn() sets WATCHDOG_PID */
 
@@ -380,7 +381,13 @@ static void daemon_spawn(struct daemon *d, const char *watchdog_usec,
 		else if (policy_file)
 			execl(bin, bin, "--socket", d->sock, "--log-level",
 			      "info", "--policy", policy_file, (char *)NULL);
-		else
+		else if (http_unix) {
+			char addr[160];
+
+			snprintf(addr, sizeof(addr), "unix:%s", http_unix);
+			execl(bin, bin, "--socket", d->sock, "--log-level",
+			      "info", "--http", addr, (char *)NULL);
+		} else
 			execl(bin, bin, "--socket", d->sock, "--log-level",
 			      "info", (char *)NULL);
 		_exit(127);
@@ -3190,4 +3197,125 @@ Test(systemd, state_encoder_refuses_what_the_decoder_would)
 	cr_assert_eq(td_state_encode_finish(&w), -EINVAL);
 	cr_assert_eq(td_state_encode_begin(&w, buf, 60, &h), 0);
 	cr_assert_eq(td_state_encode_entry(&w, &ok), -ENOBUFS);
+}
+
+/* ---- the fd store among many tensors ---- */
+
+/* tensord_store_visits_total of the daemon serving HTTP at http_unix */
+static unsigned long long store_visits(void)
+{
+	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: t\r\n"
+				  "Connection: close\r\n\r\n";
+	static const char key[] = "\ntensord_store_visits_total ";
+	static char buf[1 << 17];
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	size_t n = 0;
+	ssize_t r;
+	const char *p;
+
+	cr_assert_geq(fd, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", http_unix);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0,
+		     "%s: %s", http_unix, strerror(errno));
+	cr_assert_eq(write(fd, req, sizeof(req) - 1),
+		     (ssize_t)sizeof(req) - 1);
+	while (n < sizeof(buf) - 1 &&
+	       (r = read(fd, buf + n, sizeof(buf) - 1 - n)) > 0)
+		n += (size_t)r;
+	close(fd);
+	buf[n] = 0;
+	p = strstr(buf, key);
+	cr_assert_not_null(p, "no visits counter in:\n%s", buf);
+	return strtoull(p + strlen(key), NULL, 10);
+}
+
+/* What the daemon sent the fake PID 1 so far, applied to st. */
+static void drain(struct daemon *d, struct fdstore *st)
+{
+	struct msg m;
+
+	while (notify_recv(d, &m, 0) == 0)
+		store_apply(st, &m);
+}
+
+/*
+ * With the fd store in use (under systemd), a PUBLISH among a thousand
+ * stored files looks at one chain of the fd-store table for its plane,
+ * a version's end at one for its id, and a restart finds each of the
+ * thousand passed fds among the others by a binary search: before, each
+ * walked the whole table (or every passed fd), in proportion to the
+ * tensors held.
+ */
+Test(systemd, the_fd_store_visits_few_records_among_many_tensors)
+{
+	enum { NAMES = 1000, OPS = 100 };
+	struct daemon d;
+	struct fdstore st = {0};
+	struct td_client *c;
+	struct td_error e = {0};
+	char hsock[2][160], name[32];
+	unsigned long long before, after;
+
+	mkdir_tmp(&d);
+	for (int i = 0; i < 2; i++)
+		snprintf(hsock[i], sizeof(hsock[i]), "%s/http%d", d.dir, i);
+	http_unix = hsock[0];
+	notify_bind(&d);
+	daemon_start(&d, NULL, -1, NULL, &st, NULL);
+	c = connect_to(d.sock);
+	for (int i = 0; i < NAMES; i++) {
+		snprintf(name, sizeof(name), "many/%04d", i);
+		put(c, name, 64, (uint8_t)i, 0, NULL);
+		/* the notify socket queues 10 datagrams (max_dgram_qlen) */
+		drain(&d, &st);
+	}
+	drain(&d, &st);
+	before = store_visits();
+	for (int i = 0; i < OPS; i++) {
+		/* a new version of an old name (its old plane leaves the
+		 * store), a new name and its delete */
+		snprintf(name, sizeof(name), "many/%04d", NAMES / 2);
+		put(c, name, 64, 'v', 0, NULL);
+		drain(&d, &st);
+		snprintf(name, sizeof(name), "new/%04d", i);
+		put(c, name, 64, 'n', 0, NULL);
+		drain(&d, &st);
+		cr_assert_eq(td_client_delete(c, name, NULL, &e), 0, "%s",
+			     e.reason);
+		drain(&d, &st);
+	}
+	after = store_visits();
+	cr_log_info("%llu records visited by %d ops", after - before, OPS);
+	/* 2 puts and a delete an op: a chain or two each (a walk over
+	 * the table would be NAMES a put) */
+	cr_assert_leq(after - before, OPS * 3 * 8ull,
+		      "%llu records visited by %d ops among %d stored files",
+		      after - before, OPS, NAMES);
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	cr_assert_geq(st.n, NAMES + 2, "%u stored", st.n);
+
+	/* a restart: every passed fd found among the others */
+	http_unix = hsock[1];
+	daemon_start(&d, NULL, -1, &st, &st, NULL);
+	after = store_visits();
+	cr_log_info("%llu records visited restoring", after);
+	cr_assert_leq(after, NAMES * 40ull,
+		      "%llu records visited restoring %d tensors", after,
+		      NAMES);
+	c = connect_to(d.sock);
+	{
+		struct td_entry *list;
+		size_t count;
+
+		cr_assert_eq(td_client_list(c, "many/", &list, &count, &e), 0,
+			     "%s", e.reason);
+		cr_assert_eq(count, NAMES);
+		td_entry_list_free(list, count);
+	}
+	td_client_close(c);
+	daemon_stop(&d, &st);
+	http_unix = NULL;
+	store_close(&st);
 }
