@@ -297,6 +297,7 @@ int td__http_refs(struct td__http_ref **out, size_t *count, size_t *looks)
 		    (j == nr || td__name_cmp(v->name, v->name_len, re.name.ptr,
 		                             re.name.len) < 0)) {
 			i++;
+			td__d->stats.visits++;
 			*r = (struct td__http_ref){.v = v};
 			ok = exported(v->name, v->name_len);
 			if (ok && !v->http_ok && looks && !(*looks)--) {

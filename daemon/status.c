@@ -65,6 +65,7 @@ static uint64_t pinned_bytes(const struct td__store *s, uid_t uid)
 {
 	uint64_t n = 0;
 
+	td__d->stats.visits += s->count;
 	for (size_t i = 0; i < s->count; i++)
 		if (s->names[i]->uid == uid && !s->names[i]->unowned &&
 		    (s->names[i]->flags & TD_WIRE_PUB_PIN))
