@@ -3404,6 +3404,8 @@ Test(http, names_and_listings_follow_rings_names_and_policy_reloads,
      .fini = stop)
 {
 	static const char open_pol[] = "allow any rw *\nallow http r *\n";
+	static const char shut_b[] = "allow any rw *\nallow http r a/\n"
+	                             "allow http r cam/\n";
 	static const char shut_pol[] = "allow any rw *\nallow http r a/\n";
 	char pol[64];
 	const char *const more[] = {"--http-prefix", "", "--policy", pol,
@@ -3450,27 +3452,34 @@ Test(http, names_and_listings_follow_rings_names_and_policy_reloads,
 	cr_assert(!listed("cam_two"));
 	cr_assert_eq(chunk_byte("cam_two"), -404);
 	cr_assert(!listed("a_49"));
-	/* a reload that leaves http only a/: the ring and b/ go */
+	/* a reload that takes b/ from http, the ring left as it was */
 	put_small(c, "b/kept", 'k');
 	ring_put(r, 4);
 	cr_assert(listed("b_kept"));
-	zt_put_file(pol, shut_pol, sizeof(shut_pol) - 1);
+	zt_put_file(pol, shut_b, sizeof(shut_b) - 1);
 	cr_assert_eq(kill(d.pid, SIGHUP), 0);
 	cr_assert_eq(tc_status_until(c, reloads_of, 1), 1);
 	ring_put(r, 5);
-	cr_assert_eq(chunk_byte("cam_ring"), -404);
 	cr_assert_eq(chunk_byte("b_kept"), -404);
+	cr_assert_eq(chunk_byte("cam_ring"), 5);
+	cr_assert(!listed("b_kept"));
+	cr_assert(listed("cam_ring"));
+	/* one that leaves http only a/: the ring goes too */
+	zt_put_file(pol, shut_pol, sizeof(shut_pol) - 1);
+	cr_assert_eq(kill(d.pid, SIGHUP), 0);
+	cr_assert_eq(tc_status_until(c, reloads_of, 2), 2);
+	ring_put(r, 6);
+	cr_assert_eq(chunk_byte("cam_ring"), -404);
 	cr_assert_eq(chunk_byte("a_07"), 'a');
 	cr_assert(!listed("cam_ring"));
-	cr_assert(!listed("b_kept"));
 	cr_assert(listed("a_07"));
 	/* and one that gives them back */
 	zt_put_file(pol, open_pol, sizeof(open_pol) - 1);
 	cr_assert_eq(kill(d.pid, SIGHUP), 0);
-	cr_assert_eq(tc_status_until(c, reloads_of, 2), 2);
+	cr_assert_eq(tc_status_until(c, reloads_of, 3), 3);
 	cr_assert(listed("cam_ring"));
 	cr_assert(listed("b_kept"));
-	cr_assert_eq(chunk_byte("cam_ring"), 5);
+	cr_assert_eq(chunk_byte("cam_ring"), 6);
 	td_ring_close(r);
 	td_client_close(c);
 	unlink(pol);
