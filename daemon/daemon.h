@@ -693,6 +693,8 @@ void td__ring_peer_gone(struct td__peer *p);
 struct td__ring *td__ring_find(struct td_wire_str n);
 /* r's LIST/STAT entry; kinds: set TD_WIRE_ENT_RING. Borrows r's name. */
 void td__ring_entry(struct td__ring *r, bool kinds, struct td_wire_entry *e);
+/* r's id: never the same for two rings of the daemon's life. */
+uint64_t td__ring_id(const struct td__ring *r);
 /*
  * Live rings whose name starts with prefix and sorts after `after`, in
  * byte-wise name order, into out[TD__MAX_RINGS]. Returns the count.

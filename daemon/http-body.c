@@ -251,6 +251,43 @@ static bool ring_node(struct td__ring *r, struct td__http_node *n, bool attrs)
 	return n->a.attrs != NULL;
 }
 
+bool td__http_ring_served(struct td__ring *r)
+{
+	struct td__http_node nd = {0};
+	struct td_wire_entry re;
+	bool ok;
+
+	td__ring_entry(r, false, &re);
+	ok = exported(re.name.ptr, re.name.len) && ring_node(r, &nd, false);
+	td_zarr_array_fini(&nd.a);
+	return ok;
+}
+
+/*
+ * The store's names under --http-prefix, [*lo, *hi): a range of the
+ * sorted names (every name when the prefix is ""), found by two binary
+ * searches, so a walk costs the names exported, not the names held.
+ */
+static void prefix_range(const struct td__store *s, const char *pre,
+                         size_t pl, size_t *lo, size_t *hi)
+{
+	bool found;
+	size_t a = td__name_find(s, pre, pl, &found), b = s->count;
+
+	*lo = a;
+	/* from a on, the names under pre come first */
+	while (a < b) {
+		size_t mid = a + (b - a) / 2;
+		const struct td__version *v = s->names[mid];
+
+		if (v->name_len >= pl && !memcmp(v->name, pre, pl))
+			a = mid + 1;
+		else
+			b = mid;
+	}
+	*hi = a;
+}
+
 /*
  * Whether v is served, looked at once: a version does not change once
  * published, and a walk over every version of the store for each request
@@ -271,21 +308,27 @@ int td__http_refs(struct td__http_ref **out, size_t *count, size_t *looks)
 {
 	static struct td__ring *rl[TD__MAX_RINGS];
 	struct td__store *s = td__d->store;
-	struct td_wire_str none = {"", 0};
-	unsigned nr = td__ring_list(none, none, rl), j = 0;
-	struct td__http_ref *rs = malloc((s->count + nr + 1) * sizeof(*rs));
-	char **names = malloc((s->count + nr + 1) * sizeof(*names));
-	size_t n = 0, i = 0;
+	const char *pre = td__d->opts.http_prefix;
+	size_t pl = pre ? strlen(pre) : 0, i = 0, end = 0, n = 0;
+	struct td_wire_str none = {"", 0}, pw = {pre ? pre : "", (uint16_t)pl};
+	/* without --http-prefix nothing is exported */
+	unsigned nr = pre ? td__ring_list(pw, none, rl) : 0, j = 0;
+	struct td__http_ref *rs;
+	char **names;
 	int rc;
 
+	if (pre)
+		prefix_range(s, pre, pl, &i, &end);
+	rs = malloc((end - i + nr + 1) * sizeof(*rs));
+	names = malloc((end - i + nr + 1) * sizeof(*names));
 	if (!rs || !names) {
 		free(rs);
 		free(names);
 		return -ENOMEM;
 	}
 	/* tensors and rings merged in name order, as LIST gives them */
-	while (i < s->count || j < nr) {
-		struct td__version *v = i < s->count ? s->names[i] : NULL;
+	while (i < end || j < nr) {
+		struct td__version *v = i < end ? s->names[i] : NULL;
 		struct td_wire_entry re;
 		struct td__http_ref *r = &rs[n];
 		char name[TD_WIRE_MAX_NAME + 1];
@@ -297,6 +340,7 @@ int td__http_refs(struct td__http_ref **out, size_t *count, size_t *looks)
 		    (j == nr || td__name_cmp(v->name, v->name_len, re.name.ptr,
 		                             re.name.len) < 0)) {
 			i++;
+			td__d->stats.visits++;
 			*r = (struct td__http_ref){.v = v};
 			ok = exported(v->name, v->name_len);
 			if (ok && !v->http_ok && looks && !(*looks)--) {
@@ -307,13 +351,9 @@ int td__http_refs(struct td__http_ref **out, size_t *count, size_t *looks)
 			ok = ok && version_served(v);
 			cstr(name, v->name, v->name_len);
 		} else {
-			struct td__http_node nd = {0};
-
 			j++;
 			*r = (struct td__http_ref){.ring = rl[j - 1]};
-			ok = exported(re.name.ptr, re.name.len) &&
-			     ring_node(r->ring, &nd, false);
-			td_zarr_array_fini(&nd.a);
+			ok = td__http_ring_served(r->ring);
 			cstr(name, re.name.ptr, re.name.len);
 		}
 		if (!ok)

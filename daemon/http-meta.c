@@ -10,7 +10,8 @@
  * version never changes once published, so the texts of its array are
  * printed once, on the first request that needs them, and kept on the
  * version (td__version.http_meta) until it is freed; a request then only
- * names the nodes (td__http_refs()), sorts them and copies the texts.
+ * takes the nodes as named and sorted (td__http_nodes(), kept while the
+ * exported names do not change) and copies the texts.
  *
  * What depends on the node name is kept apart from what does not: a node
  * name follows the other exported names (a duplicate suffix moves when a
@@ -228,12 +229,6 @@ static void keep(struct td__version *v, struct ent *e)
 	full = true;
 }
 
-static int name_cmp(const void *x, const void *y)
-{
-	return strcmp(((const struct ent *)x)->name,
-	              ((const struct ent *)y)->name);
-}
-
 /* Bytes counted (p NULL) or written. */
 struct out {
 	char *p;
@@ -337,7 +332,8 @@ static char *assemble(const char *key, const struct ent *es,
 
 /*
  * The nodes of refs rs with the texts `want` into es (*n of them: a node
- * that turns out not served is left out), printing at most `budget`
+ * that turns out not served is left out; at, if not NULL: rs[i]'s index
+ * in es, or SIZE_MAX for one left out), printing at most `budget`
  * versions' texts, and any number once versions can keep no more
  * (`full`: waiting would not make them kept), except for a `build`
  * (on_idle()), which only prints texts to keep. 0, -EAGAIN (a version
@@ -345,7 +341,8 @@ static char *assemble(const char *key, const struct ent *es,
  * to keep), -ENOMEM.
  */
 static int entries(const struct td__http_ref *rs, size_t nr, unsigned want,
-                   struct ent *es, size_t *n, size_t budget, bool build)
+                   struct ent *es, size_t *at, size_t *n, size_t budget,
+                   bool build)
 {
 	*n = 0;
 	for (size_t i = 0; i < nr; i++) {
@@ -377,6 +374,8 @@ static int entries(const struct td__http_ref *rs, size_t nr, unsigned want,
 			meta_free(e->owned ? e->m : NULL);
 		if (rc < 0)
 			return rc;
+		if (at)
+			at[i] = rc > 0 ? *n : SIZE_MAX;
 		*n += rc > 0;
 		budget -= rc == 2 && budget;
 	}
@@ -394,10 +393,11 @@ static void entries_free(struct ent *es, size_t n)
 int td__http_group_text(const char *key, bool v2, bool may_wait, char **out,
                         size_t *len)
 {
-	struct td__http_ref *rs = NULL;
+	const struct td__http_ref *rs = NULL;
+	const size_t *order = NULL;
 	struct ent *es = NULL, *sorted = NULL;
 	struct v2key *ks = NULL;
-	size_t nr = 0, n = 0;
+	size_t nr = 0, n = 0, m = 0, *at = NULL;
 	uint64_t t0 = uv_hrtime(), built = td__http_stats.meta_builds;
 	size_t looks = LOOKS;
 	int rc;
@@ -406,20 +406,24 @@ int td__http_group_text(const char *key, bool v2, bool may_wait, char **out,
 	if (v2 ? strcmp(key, ".zattrs") && strcmp(key, ".zmetadata")
 	       : strcmp(key, "zarr.json"))
 		return 0;
-	rc = td__http_refs(&rs, &nr, may_wait ? &looks : NULL);
+	/* kept (and borrowed) while the exported names do not change */
+	rc = td__http_nodes(may_wait ? &looks : NULL, &rs, &order, &nr);
 	if (rc < 0)
 		goto out;
 	es = calloc(nr + 1, sizeof(*es));
 	sorted = calloc(nr + 1, sizeof(*sorted));
 	ks = calloc(2 * nr + 2, sizeof(*ks));
-	rc = es && sorted && ks ? entries(rs, nr, v2 ? WANT_V2 : WANT_V3, es,
-	                                  &n, may_wait ? BATCH : SIZE_MAX,
-	                                  false)
-	                        : -ENOMEM;
+	at = calloc(nr + 1, sizeof(*at));
+	rc = es && sorted && ks && at
+	             ? entries(rs, nr, v2 ? WANT_V2 : WANT_V3, es, at, &n,
+	                       may_wait ? BATCH : SIZE_MAX, false)
+	             : -ENOMEM;
 	if (rc < 0)
 		goto out;
-	memcpy(sorted, es, n * sizeof(*es));
-	qsort(sorted, n, sizeof(*sorted), name_cmp);
+	/* by node name, as the walk sorted them: no sort per request */
+	for (size_t k = 0; k < nr; k++)
+		if (at[order[k]] != SIZE_MAX)
+			sorted[m++] = es[at[order[k]]];
 	ks[0] = (struct v2key){".zattrs", "", NULL};
 	ks[1] = (struct v2key){".zgroup", "", NULL};
 	for (size_t i = 0; i < n; i++) {
@@ -434,7 +438,7 @@ out:
 	entries_free(es, n);
 	free(ks);
 	free(sorted);
-	free(rs);
+	free(at);
 	/* what the loop spent on it (docs/zarr.md: measured with this) */
 	td__log(TD_LOG_DEBUG,
 	        "http: %s%s: %zu nodes, %" PRIu64 " printed, %.1f ms%s",
@@ -480,20 +484,20 @@ static void wake_all(void)
  * (or on ENOMEM): they then print what they lack themselves, or fail. */
 static void on_idle(uv_idle_t *h)
 {
-	struct td__http_ref *rs = NULL;
+	const struct td__http_ref *rs = NULL;
+	const size_t *order;
 	struct ent *es = NULL;
 	size_t nr = 0, n = 0, looks = LOOKS;
 	uint64_t t0 = uv_hrtime(), built = td__http_stats.meta_builds;
-	int rc = td__http_refs(&rs, &nr, &looks);
+	int rc = td__http_nodes(&looks, &rs, &order, &nr);
 
 	(void)h;
 	if (rc == 0) {
 		es = calloc(nr + 1, sizeof(*es));
-		rc = es ? entries(rs, nr, W.want, es, &n, BATCH, true)
+		rc = es ? entries(rs, nr, W.want, es, NULL, &n, BATCH, true)
 		        : -ENOMEM;
 	}
 	entries_free(es, n);
-	free(rs);
 	td__log(TD_LOG_DEBUG, "http: group texts: %" PRIu64 " printed, %.1f ms",
 	        td__http_stats.meta_builds - built,
 	        (double)(uv_hrtime() - t0) / 1e6);

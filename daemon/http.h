@@ -112,17 +112,30 @@ struct td__http_ref {
 };
 /*
  * Every exported tensor and ring in name order, named as an export names
- * them: the names alone, for a request that names one node. looks (NULL:
- * no limit): how many versions not looked at yet (whether they are
- * served) it may look at, counted down; -EAGAIN past that (they are
- * looked at once each, and a first walk over thousands takes long).
+ * them: the names alone. A walk over the names under --http-prefix (a
+ * range of the sorted names) and the live rings. looks (NULL: no limit):
+ * how many versions not looked at yet (whether they are served) it may
+ * look at, counted down; -EAGAIN past that (they are looked at once
+ * each, and a first walk over thousands takes long).
  */
 int td__http_refs(struct td__http_ref **out, size_t *count, size_t *looks);
+/* Whether the live ring r is exported: under --http-prefix, granted to
+ * `http`, holding a version the store serves. */
+bool td__http_ring_served(struct td__ring *r);
+/*
+ * ---- http-nodes.c ----
+ * The exported nodes as td__http_refs() gives them (*rs, *count of them)
+ * and their indices by node name (*order), from the last walk while the
+ * store's current versions, the policy and the rings exported have not
+ * changed since; walked again (looks as td__http_refs()'s) otherwise.
+ * 0, -ENOMEM, -EAGAIN. Borrowed: valid until the next call and only
+ * while the loop has not run since.
+ */
+int td__http_nodes(size_t *looks, const struct td__http_ref **rs,
+		   const size_t **order, size_t *count);
 /*
  * The ref of the exported node named node (len bytes, not NUL-ended) in
- * *out, NULL none; 0, or -ENOMEM. *out is valid until the next call and
- * only while the loop has not run since (http-nodes.c keeps the last
- * walk's names while the store's names did not change).
+ * *out, NULL none; 0, or -ENOMEM. *out is valid as td__http_nodes()'.
  */
 int td__http_node_find(const char *node, size_t len,
 		       const struct td__http_ref **out);

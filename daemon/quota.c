@@ -47,7 +47,7 @@ int td__acct_add(struct td__store *s, uid_t uid, uint64_t n)
 			s->uids_cap = cap;
 		}
 		u = &s->uids[s->nuids++];
-		*u = (struct td__uidacct){uid, 0, 0};
+		*u = (struct td__uidacct){uid, 0, 0, 0};
 	}
 	u->bytes += n;
 	s->total += n;
@@ -71,6 +71,32 @@ void td__acct_sub_uid(struct td__store *s, uid_t uid, uint64_t n)
 	if (u->bytes == 0)
 		*u = s->uids[--s->nuids];
 }
+void td__acct_pin(struct td__store *s, struct td__version *v, bool on)
+{
+	struct td__uidacct *u;
+
+	if (on == v->pin_counted || !(v->flags & TD_WIRE_PUB_PIN) ||
+	    (on && v->unowned))
+		return;
+	/* counted only where it is charged (its bytes are in u's, so
+	 * u stays while it is counted) */
+	u = uid_find(s, v->uid);
+	if (!u)
+		return;
+	if (on)
+		u->pinned += v->acct;
+	else
+		u->pinned -= v->acct < u->pinned ? v->acct : u->pinned;
+	v->pin_counted = on;
+}
+
+uint64_t td__acct_pinned(const struct td__store *s, uid_t uid)
+{
+	const struct td__uidacct *u = uid_find(s, uid);
+
+	return u ? u->pinned : 0;
+}
+
 uint64_t td__acct_cap(const struct td__store *s, uid_t uid)
 {
 	uint64_t max = s->d->opts.max_bytes;

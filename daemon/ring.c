@@ -800,6 +800,11 @@ void td__ring_entry(struct td__ring *x, bool kinds, struct td_wire_entry *e)
 	e->flags = kinds ? TD_WIRE_ENT_RING : 0;
 }
 
+uint64_t td__ring_id(const struct td__ring *x)
+{
+	return ((const struct ring *)(const void *)x)->id;
+}
+
 static int name_order(const void *a, const void *b)
 {
 	const struct ring *x = *(struct ring *const *)a;

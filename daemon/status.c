@@ -60,18 +60,6 @@ static void client_row(const struct td__peer *p, uint64_t now,
 	};
 }
 
-/* Pinned bytes of uid's current versions. */
-static uint64_t pinned_bytes(const struct td__store *s, uid_t uid)
-{
-	uint64_t n = 0;
-
-	for (size_t i = 0; i < s->count; i++)
-		if (s->names[i]->uid == uid && !s->names[i]->unowned &&
-		    (s->names[i]->flags & TD_WIRE_PUB_PIN))
-			n += s->names[i]->acct;
-	return n;
-}
-
 /* uid's row, bytes charged to it, when the asker may see it. */
 static void uid_row(struct td_wire_status_rep *m, bool all, uid_t asker,
 		    uid_t uid, uint64_t bytes)
@@ -83,7 +71,10 @@ static void uid_row(struct td_wire_status_rep *m, bool all, uid_t asker,
 		.bytes = bytes,
 		/* the one the allocations are checked against */
 		.quota = td__tenant_quota(uid),
-		.pinned = pinned_bytes(td__d->store, uid),
+		/* kept as versions come and go (td__acct_pin): summed
+		 * over every name for each row, it cost STATUS the names
+		 * times the uids */
+		.pinned = td__acct_pinned(td__d->store, uid),
 		/* the one GET, FOLLOW and RING_SUBSCRIBE are checked
 		 * against (tenant.c): not the PIN versions above */
 		.pinned_use = td__tenant_held(uid, TD__LIM_PINNED),

@@ -498,8 +498,11 @@ struct td__version *td__name_set(struct td__store *s, struct td__version *v)
 	}
 	s->names[at] = v;
 	s->names_gen++;
-	if (old)
+	td__acct_pin(s, v, true);
+	if (old) {
+		td__acct_pin(s, old, false);
 		td__lru_del(old);
+	}
 	td__lru_del(v); /* never listed twice, whatever came before */
 	td__lru_add(&s->lru_order, v);
 	if (bell)
@@ -519,6 +522,7 @@ static void name_drop(struct td__store *s, const struct td__version *v,
 		(s->count - at - 1) * sizeof(*s->names));
 	s->count--;
 	s->names_gen++;
+	td__acct_pin(s, (struct td__version *)v, false);
 	td__lru_del((struct td__version *)v);
 	if (bell)
 		bell->changed(NULL, (struct td__version *)v, quiet);

@@ -96,6 +96,8 @@ struct td__version {
 	 * in --max-bytes only.
 	 */
 	bool unowned;
+	/* acct counted in its uid's td__uidacct.pinned (td__acct_pin) */
+	bool pin_counted;
 	uint32_t flags;
 	uint32_t dtype, ndim;
 	uint64_t shape[TD_WIRE_MAX_DIMS];
@@ -265,6 +267,10 @@ struct td__uidacct {
 	uid_t uid;
 	uint64_t bytes;
 	uint64_t picked; /* td__store_make_room(): bytes of it picked */
+	/* of bytes, its current PIN versions' (STATUS), kept as they
+	 * become current and stop being so: STATUS summed them over every
+	 * name for each uid */
+	uint64_t pinned;
 };
 
 
@@ -600,6 +606,12 @@ int td__acct_add(struct td__store *s, uid_t uid, uint64_t n);
 void td__acct_sub(struct td__store *s, uid_t uid, uint64_t n);
 /* Take n off uid's count only (the total keeps them). */
 void td__acct_sub_uid(struct td__store *s, uid_t uid, uint64_t n);
+/* v becomes current (on) or stops being so: its uid's pinned bytes
+ * (STATUS) take it in or let it go, if it is a PIN version charged to
+ * its uid. */
+void td__acct_pin(struct td__store *s, struct td__version *v, bool on);
+/* uid's pinned bytes: its current PIN versions' acct. */
+uint64_t td__acct_pinned(const struct td__store *s, uid_t uid);
 /*
  * May an allocation by uid evict what owner holds? Its own, always;
  * another uid's only for --max-bytes (not for uid's quota), and only

@@ -20,6 +20,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/mount.h>
 #include <sys/ioctl.h>
@@ -34,6 +35,7 @@
 #include "td-zarr.h"
 #include "tgm-desc.h"
 #include "tensord/tensord.h"
+#include "testclient.h"
 #include "testutil.h"
 #include "zarrtest.h"
 
@@ -3262,6 +3264,365 @@ Test(http, node_keys_walk_the_names_once_while_they_do_not_change,
 	cr_assert_eq(status_of(b), 404, "%s", b);
 	free(b);
 	cr_assert_eq(node_walks() - w0, 2);
+	td_client_close(c);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/* A ring of u8 [64] named name, holding no version yet. */
+static struct td_ring *ring_u8(struct td_client *c, const char *name)
+{
+	uint64_t shape[] = {64}, sizes[] = {64};
+	struct td_ring_desc rd = {.dtype = TD_TENSOR_U8, .ndim = 1,
+	                          .shape = shape, .plane_count = 1,
+	                          .plane_sizes = sizes};
+	struct td_ring *r;
+	struct td_error e = {0};
+
+	cr_assert_eq(td_ring_create(c, name, &rd, &r, &e), 0, "%s: %s", name,
+	             e.reason);
+	return r;
+}
+
+/* One handoff into r: 64 bytes of `byte`. */
+static void ring_put(struct td_ring *r, int byte)
+{
+	struct td_slot slot;
+
+	cr_assert_eq(td_ring_acquire(r, -1, &slot), 0);
+	memset(slot.planes[0], byte, 64);
+	cr_assert_eq(td_ring_publish(r, NULL), 0);
+}
+
+/* The chunk of node over HTTP: 200 and its first byte, or the status. */
+static int chunk_byte(const char *node)
+{
+	char path[96], *resp;
+	int code, b;
+
+	snprintf(path, sizeof(path), "/zarr/%s/c/0", node);
+	http("GET", path, NULL, &resp);
+	code = status_of(resp);
+	b = code == 200 ? (unsigned char)body_of(resp)[0] : -code;
+	free(resp);
+	return b;
+}
+
+/*
+ * With a ring live and streaming (a camera's, the usual case), node keys
+ * among many tensors walk the names once while the exported names do not
+ * change: a ring's handoffs change its latest version without a message
+ * to the daemon, and every key walked the names again (one walk a key).
+ * What the node names depend on of a ring is whether it is exported at
+ * all: live, and holding a version; that is looked at per request, over
+ * the rings alone.
+ */
+Test(http, node_keys_walk_once_while_a_ring_streams, .fini = stop)
+{
+	enum { NAMES = 3000, GETS = 40 };
+	static const char *const more[] = {"--http-prefix", "", NULL};
+	unsigned long long w0;
+	struct td_client *c;
+	struct td_ring *r, *r2;
+	struct td_error e = {0};
+	char name[32], node[32];
+
+	start_http_args(more);
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	for (int i = 0; i < NAMES; i++) {
+		snprintf(name, sizeof(name), "many/%05d", i);
+		put_small(c, name, 'a' + i % 16);
+	}
+	r = ring_u8(c, "cam/ring");
+	ring_put(r, 1);
+	cr_assert_eq(chunk_byte("cam_ring"), 1);
+	w0 = node_walks();
+	for (int i = 0; i < GETS; i++) {
+		ring_put(r, 2 + i);
+		snprintf(node, sizeof(node), "many_%05d", i * 71 % NAMES);
+		cr_assert_eq(chunk_byte(node), 'a' + i * 71 % NAMES % 16);
+		cr_assert_eq(chunk_byte("cam_ring"), 2 + i);
+	}
+	cr_assert_leq(node_walks() - w0, 1,
+	              "%llu walks for %d keys while a ring streams",
+	              node_walks() - w0, 2 * GETS);
+	/* a ring created is a node once it holds a version; closed, none */
+	r2 = ring_u8(c, "cam/ring2");
+	cr_assert_eq(chunk_byte("cam_ring2"), -404);
+	ring_put(r2, 'q');
+	cr_assert_eq(chunk_byte("cam_ring2"), 'q');
+	ring_put(r, 'r');
+	cr_assert_eq(chunk_byte("cam_ring"), 'r');
+	td_ring_close(r2);
+	/* a round trip on c: the close is in */
+	cr_assert_eq(td_client_delete(c, "many/00001", NULL, &e), 0, "%s",
+	             e.reason);
+	cr_assert_eq(chunk_byte("cam_ring2"), -404);
+	cr_assert_eq(chunk_byte("many_00001"), -404);
+	cr_assert_eq(chunk_byte("many_00002"), 'a' + 2);
+	put_small(c, "many/00001", 'n');
+	cr_assert_eq(chunk_byte("many_00001"), 'n');
+	ring_put(r, 's');
+	cr_assert_eq(chunk_byte("cam_ring"), 's');
+	td_ring_close(r);
+	td_client_close(c);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/* Policy reloads the daemon counted (a tc_status_until field) */
+static uint64_t reloads_of(const struct td_status *st)
+{
+	return st->policy_reloads;
+}
+
+/* Whether the root listing (v3 and v2) names node, checked both agree */
+static bool listed(const char *node)
+{
+	char quoted[64], key[80];
+	size_t len;
+	char *v3 = get_ok("/zarr/zarr.json", &len);
+	char *v2 = get_ok("/zarr-v2/.zmetadata", &len);
+	bool in3, in2;
+
+	snprintf(quoted, sizeof(quoted), "\"%s\":{", node);
+	snprintf(key, sizeof(key), "\"%s/.zarray\":", node);
+	in3 = strstr(v3, quoted) != NULL;
+	in2 = strstr(v2, key) != NULL;
+	cr_assert_eq(in3, in2, "%s: v3 %d, v2 %d", node, in3, in2);
+	free(v3);
+	free(v2);
+	return in3;
+}
+
+/*
+ * The kept node names, and the group listings made from them, follow
+ * every change of the exported names while a ring streams: a name added
+ * or deleted, a ring created, given its first version or closed, and a
+ * policy reload (SIGHUP) that takes names away from `http` and gives
+ * them back.
+ */
+Test(http, names_and_listings_follow_rings_names_and_policy_reloads,
+     .fini = stop)
+{
+	static const char open_pol[] = "allow any rw *\nallow http r *\n";
+	static const char shut_b[] = "allow any rw *\nallow http r a/\n"
+	                             "allow http r cam/\n";
+	static const char shut_pol[] = "allow any rw *\nallow http r a/\n";
+	char pol[64];
+	const char *const more[] = {"--http-prefix", "", "--policy", pol,
+	                            NULL};
+	struct td_client *c;
+	struct td_ring *r, *r2;
+	struct td_error e = {0};
+	char name[32];
+
+	snprintf(pol, sizeof(pol), "/tmp/td-zarr-policy-%d", (int)getpid());
+	zt_put_file(pol, open_pol, sizeof(open_pol) - 1);
+	start_http_args(more);
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	for (int i = 0; i < 50; i++) {
+		snprintf(name, sizeof(name), "a/%02d", i);
+		put_small(c, name, 'a');
+	}
+	r = ring_u8(c, "cam/ring");
+	ring_put(r, 1);
+	cr_assert(listed("cam_ring"));
+	cr_assert(listed("a_07"));
+	cr_assert_eq(chunk_byte("cam_ring"), 1);
+	/* a name added, then deleted, between handoffs */
+	ring_put(r, 2);
+	put_small(c, "b/new", 'b');
+	cr_assert(listed("b_new"));
+	cr_assert_eq(chunk_byte("b_new"), 'b');
+	ring_put(r, 3);
+	cr_assert_eq(td_client_delete(c, "b/new", NULL, &e), 0, "%s",
+	             e.reason);
+	cr_assert(!listed("b_new"));
+	cr_assert_eq(chunk_byte("b_new"), -404);
+	cr_assert_eq(chunk_byte("cam_ring"), 3);
+	/* a ring created: listed once it holds a version */
+	r2 = ring_u8(c, "cam/two");
+	cr_assert(!listed("cam_two"));
+	ring_put(r2, 9);
+	cr_assert(listed("cam_two"));
+	cr_assert_eq(chunk_byte("cam_two"), 9);
+	/* a ring closed: gone from both */
+	td_ring_close(r2);
+	cr_assert_eq(td_client_delete(c, "a/49", NULL, &e), 0, "%s",
+	             e.reason); /* a round trip: the close is in */
+	cr_assert(!listed("cam_two"));
+	cr_assert_eq(chunk_byte("cam_two"), -404);
+	cr_assert(!listed("a_49"));
+	/* a reload that takes b/ from http, the ring left as it was */
+	put_small(c, "b/kept", 'k');
+	ring_put(r, 4);
+	cr_assert(listed("b_kept"));
+	zt_put_file(pol, shut_b, sizeof(shut_b) - 1);
+	cr_assert_eq(kill(d.pid, SIGHUP), 0);
+	cr_assert_eq(tc_status_until(c, reloads_of, 1), 1);
+	ring_put(r, 5);
+	cr_assert_eq(chunk_byte("b_kept"), -404);
+	cr_assert_eq(chunk_byte("cam_ring"), 5);
+	cr_assert(!listed("b_kept"));
+	cr_assert(listed("cam_ring"));
+	/* one that leaves http only a/: the ring goes too */
+	zt_put_file(pol, shut_pol, sizeof(shut_pol) - 1);
+	cr_assert_eq(kill(d.pid, SIGHUP), 0);
+	cr_assert_eq(tc_status_until(c, reloads_of, 2), 2);
+	ring_put(r, 6);
+	cr_assert_eq(chunk_byte("cam_ring"), -404);
+	cr_assert_eq(chunk_byte("a_07"), 'a');
+	cr_assert(!listed("cam_ring"));
+	cr_assert(listed("a_07"));
+	/* and one that gives them back */
+	zt_put_file(pol, open_pol, sizeof(open_pol) - 1);
+	cr_assert_eq(kill(d.pid, SIGHUP), 0);
+	cr_assert_eq(tc_status_until(c, reloads_of, 3), 3);
+	cr_assert(listed("cam_ring"));
+	cr_assert(listed("b_kept"));
+	cr_assert_eq(chunk_byte("cam_ring"), 6);
+	td_ring_close(r);
+	td_client_close(c);
+	unlink(pol);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/* tensord_store_visits_total now */
+static unsigned long long store_visits(void)
+{
+	size_t mlen;
+	char *m = get_ok("/metrics", &mlen);
+	unsigned long long n = metric_value(m, "tensord_store_visits_total ");
+
+	free(m);
+	return n;
+}
+
+/*
+ * A group's listing (the root zarr.json, .zmetadata) among many names
+ * visits the names it lists, not every name held: the names under
+ * --http-prefix are a range of the sorted names, found by a binary
+ * search, and between changes the listing is made from the kept names.
+ */
+Test(http, a_group_listing_visits_the_names_it_lists, .fini = stop)
+{
+	enum { NAMES = 3000, PUB = 10, ROUNDS = 20 };
+	static const char *const more[] = {"--http-prefix", "pub/", NULL};
+	unsigned long long v0, v;
+	struct td_client *c;
+	struct td_error e = {0};
+	char name[32], *b;
+	size_t len;
+
+	start_http_args(more);
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	for (int i = 0; i < NAMES; i++) {
+		snprintf(name, sizeof(name), "many/%05d", i);
+		put_small(c, name, 'm');
+	}
+	for (int i = 0; i < PUB; i++) {
+		snprintf(name, sizeof(name), "pub/%02d", i);
+		put_small(c, name, 'p');
+	}
+	free(get_ok("/zarr/zarr.json", &len));
+	v0 = store_visits();
+	for (int i = 0; i < ROUNDS; i++) {
+		/* a new version: the next listing names the nodes again */
+		put_small(c, "pub/03", 'a' + i % 16);
+		b = get_ok("/zarr/zarr.json", &len);
+		cr_assert(strstr(b, "\"_tensord_variables\":[\"pub_00\","
+		                    "\"pub_01\",\"pub_02\",\"pub_03\","
+		                    "\"pub_04\",\"pub_05\",\"pub_06\","
+		                    "\"pub_07\",\"pub_08\",\"pub_09\"]"),
+		          "%s", b);
+		free(b);
+		b = get_ok("/zarr-v2/.zmetadata", &len);
+		cr_assert(strstr(b, "\"pub_09/.zattrs\":"), "%s", b);
+		cr_assert(!strstr(b, "many_"), "%s", b);
+		free(b);
+	}
+	v = store_visits() - v0;
+	/* a put (a few chains) and one walk over the PUB names a round;
+	 * a walk over every name would be NAMES a listing */
+	cr_assert_leq(v, ROUNDS * (8ull + 2 * (PUB + 2)),
+	              "%llu records visited by %d rounds of two listings "
+	              "among %d names", v, ROUNDS, NAMES + PUB);
+	td_client_close(c);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/* A small tensor's put on c with flags */
+static void put_small_flags(struct td_client *c, const char *name,
+                            uint32_t flags)
+{
+	uint64_t shape[1] = {64};
+	char buf[64] = {0};
+	struct td_publish pub = {.name = name, .dtype = TD_TENSOR_U8,
+	                         .ndim = 1, .shape = shape, .flags = flags};
+	struct td_error e = {0};
+
+	cr_assert_eq(td_client_put(c, &pub, buf, sizeof(buf), NULL, &e), 0,
+	             "%s: %s", name, e.reason);
+}
+
+/* The pinned bytes of uid's row in a STATUS now */
+static uint64_t pinned_of(struct td_client *c, uid_t uid)
+{
+	struct td_status *s;
+	struct td_error e = {0};
+	uint64_t n = ~0ull;
+
+	cr_assert_eq(td_client_status(c, &s, &e), 0, "%s", e.reason);
+	for (size_t i = 0; i < s->uid_count; i++)
+		if (s->uids[i].uid == (uint32_t)uid)
+			n = s->uids[i].pinned;
+	td_status_free(s);
+	cr_assert_neq(n, ~0ull, "no row for uid %u", (unsigned)uid);
+	return n;
+}
+
+/*
+ * A STATUS among many tensors visits no names: each uid's pinned bytes
+ * (its current PIN versions') are kept as versions become current and
+ * stop being so, where STATUS summed them over every name, for each uid
+ * row. The figure follows pins put, replaced by versions without the
+ * flag, deleted, and versions that replace them.
+ */
+Test(http, status_visits_no_names_among_many_tensors, .fini = stop)
+{
+	enum { NAMES = 3000, PINNED = 100, CALLS = 20 };
+	static const char *const more[] = {"--http-prefix", "", NULL};
+	unsigned long long v0, v;
+	struct td_client *c;
+	struct td_error e = {0};
+	char name[32];
+	uint64_t want;
+
+	start_http_args(more);
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	for (int i = 0; i < NAMES; i++) {
+		snprintf(name, sizeof(name), "many/%05d", i);
+		put_small_flags(c, name, i < PINNED ? TD_PUBLISH_PIN : 0);
+	}
+	want = PINNED * 64ull;
+	cr_assert_eq(pinned_of(c, geteuid()), want);
+	v0 = store_visits();
+	for (int i = 0; i < CALLS; i++)
+		cr_assert_eq(pinned_of(c, geteuid()), want);
+	v = store_visits() - v0;
+	cr_assert_leq(v, CALLS * 4ull,
+	              "%llu records visited by %d STATUS among %d names", v,
+	              CALLS, NAMES);
+	/* a pin replaced without the flag, one deleted, one pinned anew,
+	 * a pin replaced by a pin */
+	put_small_flags(c, "many/00000", 0);
+	cr_assert_eq(td_client_delete(c, "many/00001", NULL, &e), 0, "%s",
+	             e.reason);
+	put_small_flags(c, "many/02000", TD_PUBLISH_PIN);
+	put_small_flags(c, "many/00002", TD_PUBLISH_PIN);
+	want = want - 2 * 64 + 64;
+	cr_assert_eq(pinned_of(c, geteuid()), want);
+	put_small_flags(c, "many/00001", TD_PUBLISH_PIN);
+	cr_assert_eq(pinned_of(c, geteuid()), want + 64);
 	td_client_close(c);
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
