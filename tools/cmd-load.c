@@ -822,7 +822,8 @@ static int publish_message(struct pubs *pr, struct load *l,
  * (or a daemon's refusal) deletes them again, unless --partial. A Hurray
  * stream (its index is found by its trailer, its last 40 bytes: nothing
  * decodes before the end) is spooled to an unnamed file in $TMPDIR and
- * read from there as a file on disk is.
+ * read from there as a file on disk is; a .tgm stream's messages are
+ * held in such a file too, mapped (tgm_stream_spool()).
  */
 static int load_stream(const struct load_opts *lo, struct tctl_in *in,
                        int argc, char **argv)
@@ -856,6 +857,11 @@ static int load_stream(const struct load_opts *lo, struct tctl_in *in,
 		tgm_stream_fini(&st);
 		return rc;
 	}
+	/* a message is held whole while it is checked, then copied into
+	 * the daemon's buffers: held in a mapped spool, not on the heap,
+	 * it is not tensorctl's memory beside them */
+	if (!rc)
+		rc = tgm_stream_spool(&st);
 	for (; !rc && (more = tgm_stream_next(&st, &sp, &s)) == 1; idx++) {
 		covered += sp.length;
 		if (lo->one_message && idx != lo->message)

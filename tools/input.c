@@ -181,6 +181,8 @@ static const char *spool_dir(void)
 
 static int spool_fail(const struct tctl_in *in, const char *dir, int err)
 {
+	if (err == ENOMEM) /* the mapping of one, not the directory */
+		return fail(in, err);
 	return tctl_fail(TCTL_REFUSED, "io", err,
 			 "%s: cannot spool it to TMPDIR %s: %s (it is held "
 			 "there, unnamed, while it is read: set TMPDIR to a "
@@ -287,4 +289,18 @@ out:
 	}
 	*out = fd;
 	return TCTL_OK;
+}
+
+int tctl_spool_open(const struct tctl_in *in, int *fd)
+{
+	int err;
+
+	signal(SIGXFSZ, SIG_IGN); /* as tctl_in_spool() */
+	err = spool_open(spool_dir(), fd);
+	return err < 0 ? spool_fail(in, spool_dir(), -err) : TCTL_OK;
+}
+
+int tctl_spool_fail(const struct tctl_in *in, int err)
+{
+	return spool_fail(in, spool_dir(), err);
 }

@@ -58,5 +58,10 @@ int tctl_in_slurp(struct tctl_in *in, uint64_t max, uint8_t **buf,
  */
 int tctl_in_spool(struct tctl_in *in, const uint8_t *head, size_t head_len,
 		  uint64_t max, int *fd);
+/* The unnamed file alone (tgm-stream.c maps one): *fd, TCTL_OK or
+ * reported naming TMPDIR. */
+int tctl_spool_open(const struct tctl_in *in, int *fd);
+/* A spool's write or room failing with err (ENOSPC...): reported. */
+int tctl_spool_fail(const struct tctl_in *in, int err);
 
 #endif
