@@ -4377,3 +4377,343 @@ Test(tensorctl, json_as_an_option_value_is_no_json_option)
 	free(out);
 	tu_daemon_stop(&d, false);
 }
+
+/* ---- load - of a Hurray stream: spooled to $TMPDIR, not held ---- */
+
+/* Byte k of a pattern tensor: distinct across seeds and offsets. */
+static uint8_t pattern(unsigned seed, uint64_t k)
+{
+	return (uint8_t)((k * 31 + (k >> 12) + seed * 101) & 0xff);
+}
+
+static void put_pattern(const struct tu_daemon *d, const char *name,
+			unsigned seed, uint64_t bytes)
+{
+	uint8_t *b = malloc(bytes);
+	struct td_publish p = {.name = name, .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = &bytes};
+	struct td_error e = {0};
+	struct td_client *c;
+
+	cr_assert(b);
+	for (uint64_t k = 0; k < bytes; k++)
+		b[k] = pattern(seed, k);
+	cr_assert_eq(td_client_connect(d->sock, &c, NULL), 0);
+	cr_assert_eq(td_client_put(c, &p, b, bytes, NULL, &e), 0, "%s",
+		     e.reason);
+	td_client_close(c);
+	free(b);
+}
+
+/* name holds the pattern of seed, bytes bytes. */
+static bool holds_pattern(const struct tu_daemon *d, const char *name,
+			  unsigned seed, uint64_t bytes)
+{
+	struct td_client *c;
+	struct td_tensor *t;
+	const uint8_t *b;
+	bool ok;
+
+	cr_assert_eq(td_client_connect(d->sock, &c, NULL), 0);
+	if (td_client_get(c, name, &t, NULL) < 0) {
+		td_client_close(c);
+		return false;
+	}
+	b = td_tensor_plane_data(t, 0);
+	ok = td_tensor_bytes(t) == bytes;
+	for (uint64_t k = 0; ok && k < bytes; k++)
+		ok = b[k] == pattern(seed, k);
+	td_tensor_release(t);
+	td_client_close(c);
+	return ok;
+}
+
+/* Entries of dir but . and .. */
+static int dir_entries(const char *dir)
+{
+	DIR *dd = opendir(dir);
+	struct dirent *de;
+	int n = 0;
+
+	cr_assert(dd, "%s: %s", dir, strerror(errno));
+	while ((de = readdir(dd)))
+		n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+	closedir(dd);
+	return n;
+}
+
+#define SPOOL_N 4
+#define SPOOL_BYTES ((uint64_t)16 << 20)
+
+/*
+ * load - of a Hurray stream read the whole input into memory (up to
+ * --max-bytes) before it could parse it from its trailer: a 20 GiB
+ * snapshot piped in took 20 GiB. It is now spooled to an unnamed file in
+ * $TMPDIR and read from there as a file is: a 64 MiB stream loads under
+ * an RLIMIT_DATA of 32 MiB (it failed with ENOMEM), by its magic and by
+ * --format hrry alike, the bytes are the file's, and TMPDIR is left
+ * empty.
+ */
+Test(tensorctl, load_of_a_hurray_stream_is_spooled_not_held)
+{
+	static const char *const prefixes[] = {"m/", "f/"};
+	struct tu_daemon d;
+	struct run r = {.out_fd = -1};
+	char path[160], spool[160], name[64], *err;
+
+	start(&d);
+	path_in(path, sizeof(path), &d, "big.hrry");
+	path_in(spool, sizeof(spool), &d, "spool");
+	cr_assert_eq(mkdir(spool, 0700), 0);
+	for (unsigned i = 0; i < SPOOL_N; i++) {
+		snprintf(name, sizeof(name), "s%u", i);
+		put_pattern(&d, name, i, SPOOL_BYTES);
+	}
+	cr_assert_eq(CTL(&d, NULL, &err, "save", "-o", path, "s0", "s1", "s2",
+			 "s3"),
+		     0, "%s", err);
+	free(err);
+	for (unsigned i = 0; i < SPOOL_N; i++) {
+		snprintf(name, sizeof(name), "s%u", i);
+		cr_assert_eq(CTL(&d, NULL, NULL, "rm", name), 0);
+	}
+	cr_assert_eq(setenv("TMPDIR", spool, 1), 0);
+#ifndef __SANITIZE_ADDRESS__ /* its shadow is private memory */
+	r.data = 32u << 20;
+#endif
+	for (int f = 0; f < 2; f++) {
+		r.in_fd = open(path, O_RDONLY | O_CLOEXEC);
+		cr_assert(r.in_fd >= 0);
+		cr_expect_eq(f ? CTL_R(&d, &r, NULL, &err, "load", "--format",
+				       "hrry", "--prefix", prefixes[f], "-")
+			       : CTL_R(&d, &r, NULL, &err, "load", "--prefix",
+				       prefixes[f], "-"),
+			     0, "%s: %s", prefixes[f], err);
+		free(err);
+		close(r.in_fd);
+		for (unsigned i = 0; i < SPOOL_N; i++) {
+			snprintf(name, sizeof(name), "%ss%u", prefixes[f], i);
+			cr_expect(holds_pattern(&d, name, i, SPOOL_BYTES),
+				  "%s is not the file's", name);
+		}
+		cr_expect_eq(dir_entries(spool), 0, "the spool was left");
+	}
+	unsetenv("TMPDIR");
+	unlink(path);
+	rmdir(spool);
+	tu_daemon_stop(&d, false);
+}
+
+/* load - < path with TMPDIR tmp as r says: exit 1, err has want (and
+ * names TMPDIR), nothing under prefix z/ is published. */
+static void spool_refused(struct tu_daemon *d, struct run *r,
+			  const char *path, const char *tmp, const char *want)
+{
+	char *err;
+
+	cr_assert_eq(setenv("TMPDIR", tmp, 1), 0);
+	r->in_fd = open(path, O_RDONLY | O_CLOEXEC);
+	cr_assert(r->in_fd >= 0);
+	cr_expect_eq(CTL_R(d, r, NULL, &err, "load", "--prefix", "z/", "-"),
+		     1, "TMPDIR=%s: %s", tmp, err);
+	cr_expect(strstr(err, "standard input: cannot spool it to TMPDIR") &&
+			  strstr(err, tmp) && strstr(err, want),
+		  "TMPDIR=%s: %s", tmp, err);
+	free(err);
+	close(r->in_fd);
+	unsetenv("TMPDIR");
+	cr_expect(!exists(d, "z/big") && !exists(d, "z/t"),
+		  "TMPDIR=%s: something was published", tmp);
+}
+
+/*
+ * A spool that cannot be made or written refuses the load, naming TMPDIR
+ * and why (it ignored TMPDIR and held the stream in memory): a TMPDIR
+ * that does not exist, one not writable, a file size limit, a full
+ * filesystem; nothing is published and nothing is left in TMPDIR.
+ */
+Test(tensorctl, a_hurray_stream_that_cannot_be_spooled_is_refused)
+{
+	struct tu_daemon d;
+	struct run r = {.out_fd = -1};
+	char path[160], tmp[160], mnt[160];
+
+	start(&d);
+	put_zeros(&d, "big", 1 << 20);
+	path_in(path, sizeof(path), &d, "in.hrry");
+	cr_assert_eq(CTL(&d, NULL, NULL, "save", "-o", path, "big", "t"), 0);
+	cr_assert_eq(CTL(&d, NULL, NULL, "rm", "big"), 0);
+
+	path_in(tmp, sizeof(tmp), &d, "missing");
+	spool_refused(&d, &r, path, tmp, strerror(ENOENT));
+
+	/* not writable: by nobody when we are root (who writes anyway) */
+	path_in(tmp, sizeof(tmp), &d, "ro");
+	cr_assert_eq(mkdir(tmp, 0555), 0);
+	if (getuid() == 0) {
+		/* nobody must reach the socket's dir and the input */
+		r.uid = NOBODY;
+	}
+	spool_refused(&d, &r, path, tmp, strerror(EACCES));
+	r.uid = 0;
+	cr_expect_eq(dir_entries(tmp), 0);
+	rmdir(tmp);
+
+	/* past RLIMIT_FSIZE, part way through */
+	path_in(tmp, sizeof(tmp), &d, "spool");
+	cr_assert_eq(mkdir(tmp, 0700), 0);
+	r.fsize = 64 << 10;
+	spool_refused(&d, &r, path, tmp, strerror(EFBIG));
+	r.fsize = 0;
+	cr_expect_eq(dir_entries(tmp), 0, "the spool was left");
+	rmdir(tmp);
+
+	/* a full filesystem */
+	path_in(mnt, sizeof(mnt), &d, "small");
+	cr_assert_eq(mkdir(mnt, 0755), 0);
+	if (unshare(CLONE_NEWNS) < 0 ||
+	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("tmpfs", mnt, "tmpfs", 0, "size=256k") < 0) {
+		rmdir(mnt);
+		unlink(path);
+		tu_daemon_stop(&d, false);
+		cr_skip_test("kernel feature missing: a mount namespace with "
+			     "a tmpfs (%s; root needed): ENOSPC not checked",
+			     strerror(errno));
+	}
+	spool_refused(&d, &r, path, mnt, strerror(ENOSPC));
+	cr_expect_eq(dir_entries(mnt), 0, "the spool was left");
+	umount(mnt);
+	rmdir(mnt);
+	unlink(path);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * A corrupt Hurray stream (here its index CRC) fails as the same file
+ * does, with the same words, publishes nothing and leaves no spool.
+ */
+Test(tensorctl, a_corrupt_hurray_stream_fails_as_the_file_does)
+{
+	struct tu_daemon d;
+	struct run r = {.out_fd = -1};
+	char path[160], spool[160], *err_file, *err_stdin, *at;
+	size_t len;
+	uint8_t *b;
+
+	start(&d);
+	put_zeros(&d, "big", 1 << 20);
+	path_in(path, sizeof(path), &d, "bad.hrry");
+	path_in(spool, sizeof(spool), &d, "spool");
+	cr_assert_eq(mkdir(spool, 0700), 0);
+	cr_assert_eq(CTL(&d, NULL, NULL, "save", "-o", path, "big", "t"), 0);
+	b = tu_read_file(path, &len);
+	cr_assert(b && len > 40);
+	b[len - 40 + 28] ^= 0x5a; /* index_crc32c */
+	write_file(path, b, len);
+	free(b);
+	cr_assert_eq(CTL(&d, NULL, NULL, "rm", "big"), 0);
+	cr_assert_eq(CTL(&d, NULL, NULL, "rm", "t"), 0);
+
+	cr_expect_eq(CTL(&d, NULL, &err_file, "load", "--prefix", "z/", path),
+		     1, "%s", err_file);
+	cr_assert_eq(setenv("TMPDIR", spool, 1), 0);
+	r.in_fd = open(path, O_RDONLY | O_CLOEXEC);
+	cr_assert(r.in_fd >= 0);
+	cr_expect_eq(CTL_R(&d, &r, NULL, &err_stdin, "load", "--prefix", "z/",
+			   "-"),
+		     1, "%s", err_stdin);
+	close(r.in_fd);
+	unsetenv("TMPDIR");
+	/* the same words after the path ("-" for stdin) */
+	at = strstr(err_file, path);
+	cr_assert(at, "%s", err_file);
+	cr_expect(strstr(err_file, "refused"), "%s", err_file);
+	cr_expect(starts(err_stdin, "tensorctl: -: ") &&
+			  !strcmp(err_stdin + strlen("tensorctl: -"),
+				  at + strlen(path)),
+		  "file: %s stdin: %s", err_file, err_stdin);
+	free(err_file);
+	free(err_stdin);
+	cr_expect(!exists(&d, "z/big") && !exists(&d, "z/t"));
+	cr_expect_eq(dir_entries(spool), 0, "the spool was left");
+	rmdir(spool);
+	unlink(path);
+	tu_daemon_stop(&d, false);
+}
+
+/*
+ * load - of a .tgm stream holds a message whole while it checks it
+ * (frames, hashes), then copies its objects into the daemon's buffers:
+ * a message held on the heap was tensorctl's memory beside the daemon's
+ * copy, twice the message at the end. It is now held in a mapped spool
+ * file in $TMPDIR (page cache, not heap): a 64 MiB message (four 16 MiB
+ * objects) loads under an RLIMIT_DATA of 32 MiB (it failed with ENOMEM),
+ * the bytes are the file's; the same message with one byte of an object
+ * flipped still fails its hash and publishes nothing; TMPDIR is left
+ * empty both times.
+ */
+Test(tensorctl, load_of_a_tgm_stream_holds_its_message_in_a_spool)
+{
+	struct tu_daemon d;
+	struct run r = {.out_fd = -1};
+	char path[160], spool[160], name[64], *err;
+	size_t len;
+	uint8_t *b;
+
+	start(&d);
+	path_in(path, sizeof(path), &d, "big.tgm");
+	path_in(spool, sizeof(spool), &d, "spool");
+	cr_assert_eq(mkdir(spool, 0700), 0);
+	for (unsigned i = 0; i < SPOOL_N; i++) {
+		snprintf(name, sizeof(name), "s%u", i);
+		put_pattern(&d, name, i, SPOOL_BYTES);
+	}
+	cr_assert_eq(CTL(&d, NULL, &err, "save", "-o", path, "s0", "s1", "s2",
+			 "s3"),
+		     0, "%s", err);
+	free(err);
+	for (unsigned i = 0; i < SPOOL_N; i++) {
+		snprintf(name, sizeof(name), "s%u", i);
+		cr_assert_eq(CTL(&d, NULL, NULL, "rm", name), 0);
+	}
+	cr_assert_eq(setenv("TMPDIR", spool, 1), 0);
+#ifndef __SANITIZE_ADDRESS__ /* its shadow is private memory */
+	r.data = 32u << 20;
+#endif
+	r.in_fd = open(path, O_RDONLY | O_CLOEXEC);
+	cr_assert(r.in_fd >= 0);
+	cr_expect_eq(CTL_R(&d, &r, NULL, &err, "load", "--prefix", "g/", "-"),
+		     0, "%s", err);
+	free(err);
+	close(r.in_fd);
+	for (unsigned i = 0; i < SPOOL_N; i++) {
+		snprintf(name, sizeof(name), "g/s%u", i);
+		cr_expect(holds_pattern(&d, name, i, SPOOL_BYTES),
+			  "%s is not the file's", name);
+	}
+	cr_expect_eq(dir_entries(spool), 0, "the spool was left");
+
+	/* a byte of an object's data flipped: its hash fails */
+	b = tu_read_file(path, &len);
+	cr_assert(b && len > SPOOL_N * SPOOL_BYTES);
+	b[len / 2] ^= 0x5a;
+	write_file(path, b, len);
+	free(b);
+	r.in_fd = open(path, O_RDONLY | O_CLOEXEC);
+	cr_assert(r.in_fd >= 0);
+	cr_expect_eq(CTL_R(&d, &r, NULL, &err, "load", "--prefix", "h/", "-"),
+		     1, "%s", err);
+	cr_expect(strstr(err, "hash mismatch"), "%s", err);
+	free(err);
+	close(r.in_fd);
+	for (unsigned i = 0; i < SPOOL_N; i++) {
+		snprintf(name, sizeof(name), "h/s%u", i);
+		cr_expect(!exists(&d, name), "%s was published", name);
+	}
+	cr_expect_eq(dir_entries(spool), 0, "the spool was left");
+	unsetenv("TMPDIR");
+	unlink(path);
+	rmdir(spool);
+	tu_daemon_stop(&d, false);
+}

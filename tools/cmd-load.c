@@ -820,8 +820,10 @@ static int publish_message(struct pubs *pr, struct load *l,
  * message, not the stream. All or nothing as for a file, but a message
  * is checked once the ones before it are published: one that fails
  * (or a daemon's refusal) deletes them again, unless --partial. A Hurray
- * stream is read whole (its index is found by its trailer, its last
- * 40 bytes: nothing decodes before the end).
+ * stream (its index is found by its trailer, its last 40 bytes: nothing
+ * decodes before the end) is spooled to an unnamed file in $TMPDIR and
+ * read from there as a file on disk is; a .tgm stream's messages are
+ * held in such a file too, mapped (tgm_stream_spool()).
  */
 static int load_stream(const struct load_opts *lo, struct tctl_in *in,
                        int argc, char **argv)
@@ -844,17 +846,22 @@ static int load_stream(const struct load_opts *lo, struct tctl_in *in,
 	}
 	rc = tgm_stream_head(&st, 8);
 	if (!rc && inspect_hrry_sniff(st.buf, (size_t)st.have)) {
-		uint8_t *buf = NULL;
-		size_t n;
+		int spool;
 
-		rc = tgm_stream_rest(&st, &buf, &n);
+		/* to an unnamed file, then read as a file is: not held */
+		rc = tctl_in_spool(in, st.buf, (size_t)st.have, lo->max_bytes,
+				   &spool);
 		if (!rc)
-			rc = tctl_load_hrry_stdin(argc, argv, buf, n);
-		free(buf);
+			rc = tctl_load_hrry_stdin(argc, argv, spool);
 		td_tgm_names_free(ns);
 		tgm_stream_fini(&st);
 		return rc;
 	}
+	/* a message is held whole while it is checked, then copied into
+	 * the daemon's buffers: held in a mapped spool, not on the heap,
+	 * it is not tensorctl's memory beside them */
+	if (!rc)
+		rc = tgm_stream_spool(&st);
 	for (; !rc && (more = tgm_stream_next(&st, &sp, &s)) == 1; idx++) {
 		covered += sp.length;
 		if (lo->one_message && idx != lo->message)

@@ -99,7 +99,9 @@ static const struct cmd {
 	 "                  that has (even one published meanwhile) is left\n"
 	 "                  alone, said on stderr, and the exit status is 3\n"
 	 "  --max-bytes N   hold a stream up to N bytes at once, a .tgm\n"
-	 "                  stream a message at a time (default 1G)\n"
+	 "                  stream a message at a time (default 1G), held\n"
+	 "                  in a spool file in $TMPDIR (/tmp); a Hurray\n"
+	 "                  stream is spooled there whole, up to N bytes\n"
 	 "  --format F      tgm or hrry (default: by the name or magic)\n"},
 	{"status", "status",
 	 "The daemon's version, uptime, tensors, bytes, rings, refusal and\n"

@@ -623,30 +623,36 @@ int tctl_hrry_transport(const char *path, struct td_hrry_transport *t,
 }
 
 /*
- * The transport of what load reads: the file at path; stdin ("-") read
- * into *own up to max_bytes; or buf, stdin read already. *fd: the file's,
- * or -1.
+ * The transport of what load reads, read with pread whatever it is: the
+ * file at path; stdin ("-") spooled first to an unnamed file in $TMPDIR,
+ * up to max_bytes (tctl_in_spool(): a Hurray stream decodes only from its
+ * trailer, at its end, and was held whole in memory); or spool, stdin
+ * spooled already (cmd-load.c, which read its magic), taken. *fd: the
+ * file's, or -1.
  */
-static int load_input(const char *path, uint64_t max_bytes,
-		      const uint8_t *buf, size_t len,
-		      struct td_hrry_transport *t, int *fd, uint8_t **own)
+static int load_input(const char *path, uint64_t max_bytes, int spool,
+		      struct td_hrry_transport *t, int *fd)
 {
+	struct tctl_in in;
 	int rc;
 
-	*fd = -1;
-	if (!buf && !strcmp(path, "-")) {
-		rc = tctl_read_input(path, max_bytes, own, &len);
+	*fd = spool;
+	if (spool < 0 && !strcmp(path, "-")) {
+		rc = tctl_in_open(&in, path);
+		if (!rc)
+			rc = tctl_in_spool(&in, NULL, 0, max_bytes, fd);
+		tctl_in_close(&in);
 		if (rc)
 			return rc;
-		buf = *own;
 	}
-	if (!buf)
+	if (*fd < 0)
 		return tctl_hrry_transport(path, t, fd);
-	if (td_hrry_transport_mem(buf, len, t) < 0) {
-		free(*own);
-		*own = NULL;
-		return tctl_fail(TCTL_REFUSED, "io", ENOMEM,
-				 "%s: out of memory", path);
+	rc = td_hrry_transport_fd(*fd, t);
+	if (rc < 0) {
+		close(*fd);
+		*fd = -1;
+		return tctl_fail(TCTL_REFUSED, "io", -rc, "%s: %s", path,
+				 strerror(-rc));
 	}
 	return TCTL_OK;
 }
@@ -695,14 +701,13 @@ static int load_opts(int argc, char **argv, const char **prefix,
 }
 
 /*
- * load of a Hurray file: by its path, or from stdin ("-": read into
- * memory up to --max-bytes, as a .tgm stream is; buf: the bytes of stdin
- * that cmd-load.c read already and found to be one).
+ * load of a Hurray file: by its path, or from stdin ("-": spooled to an
+ * unnamed file up to --max-bytes, then read as a file is; spool: stdin
+ * spooled already by cmd-load.c, which found it to be one, taken).
  */
-static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
+static int load_hrry(int argc, char **argv, int spool)
 {
 	uint64_t max_bytes = TCTL_STREAM_MAX;
-	uint8_t *own = NULL;
 	const char *path, *prefix = "";
 	bool partial = false, no_replace = false;
 	struct td_hrry_transport t;
@@ -716,21 +721,23 @@ static int load_hrry(int argc, char **argv, const uint8_t *buf, size_t len)
 
 	rc = load_opts(argc, argv, &prefix, &partial, &no_replace,
 		       &max_bytes);
-	if (rc >= 0)
+	if (rc < 0 && argc - optind != 1)
+		rc = tctl_operands("load", argc, argv, 1,
+				   "needs one FILE.hrry (- for stdin)");
+	path = rc < 0 ? argv[optind] : NULL;
+	if (rc < 0 && tctl_check_prefix("load", prefix, TD_NAME_MAX - 1))
+		rc = TCTL_USAGE;
+	if (rc >= 0) {
+		if (spool >= 0)
+			close(spool);
 		return rc;
-	if (argc - optind != 1)
-		return tctl_operands("load", argc, argv, 1,
-				     "needs one FILE.hrry (- for stdin)");
-	path = argv[optind];
-	if (tctl_check_prefix("load", prefix, TD_NAME_MAX - 1))
-		return TCTL_USAGE;
-	rc = load_input(path, max_bytes, buf, len, &t, &fd, &own);
+	}
+	rc = load_input(path, max_bytes, spool, &t, &fd);
 	if (rc)
 		return rc;
 	if (td_hrry_file_reader_new(&t, &r, &e) < 0) {
 		if (fd >= 0)
 			close(fd);
-		free(own);
 		return open_failed(&e, tctl_json, path);
 	}
 	td_hrry_file_reader_tensor_count(r, &n);
@@ -812,21 +819,19 @@ out:
 	td_hrry_file_reader_free(&r);
 	if (fd >= 0)
 		close(fd);
-	free(own);
 	td_client_close(l.c);
 	return rc;
 }
 
 int cmd_load_hrry(int argc, char **argv)
 {
-	return load_hrry(argc, argv, NULL, 0);
+	return load_hrry(argc, argv, -1);
 }
 
-int tctl_load_hrry_stdin(int argc, char **argv, const uint8_t *buf,
-			 size_t len)
+int tctl_load_hrry_stdin(int argc, char **argv, int spool)
 {
 	optind = 0; /* the command line once more, with these options */
-	return load_hrry(argc, argv, buf, len);
+	return load_hrry(argc, argv, spool);
 }
 
 /* ---- save ---- */

@@ -4,6 +4,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -12,6 +14,8 @@
 #include "tensorctl.h"
 
 #define CHUNK (8u << 20)
+/* What the spool copies at a time (heap, freed at its end). */
+#define SPOOL_PIECE ((size_t)1 << 20)
 
 static int fail(const struct tctl_in *in, int err)
 {
@@ -165,4 +169,138 @@ int tctl_read_input(const char *path, uint64_t max, uint8_t **out,
 	rc = tctl_in_slurp(&in, max, out, out_len);
 	tctl_in_close(&in);
 	return rc;
+}
+
+/* Where the spool goes: $TMPDIR as given, /tmp without one. */
+static const char *spool_dir(void)
+{
+	const char *t = getenv("TMPDIR");
+
+	return t && *t ? t : "/tmp";
+}
+
+static int spool_fail(const struct tctl_in *in, const char *dir, int err)
+{
+	if (err == ENOMEM) /* the mapping of one, not the directory */
+		return fail(in, err);
+	return tctl_fail(TCTL_REFUSED, "io", err,
+			 "%s: cannot spool it to TMPDIR %s: %s (it is held "
+			 "there, unnamed, while it is read: set TMPDIR to a "
+			 "writable directory with room for it)",
+			 in->path, dir, strerror(err));
+}
+
+/* An unnamed file in dir: *fd, or -errno. */
+static int spool_open(const char *dir, int *fd)
+{
+	char path[4096];
+	int n;
+
+	/* O_EXCL: it can never be given a name (linkat) */
+	*fd = open(dir, O_TMPFILE | O_RDWR | O_EXCL | O_CLOEXEC, 0600);
+	if (*fd >= 0)
+		return 0;
+	/* a filesystem (or kernel) without O_TMPFILE says one of these;
+	 * anything else (EACCES, ENOENT, EROFS, ENOTDIR) is the dir's */
+	if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
+		return -errno;
+	n = snprintf(path, sizeof(path), "%s/.tensorctl-spool-XXXXXX", dir);
+	if (n < 0 || (size_t)n >= sizeof(path))
+		return -ENAMETOOLONG;
+	*fd = mkostemp(path, O_CLOEXEC);
+	if (*fd < 0)
+		return -errno;
+	/* unnamed from here on: gone with the last fd, whatever happens */
+	if (unlink(path) < 0) {
+		int err = errno;
+
+		close(*fd);
+		*fd = -1;
+		return -err;
+	}
+	return 0;
+}
+
+static int write_all(int fd, const uint8_t *p, size_t len)
+{
+	while (len) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int tctl_in_spool(struct tctl_in *in, const uint8_t *head, size_t head_len,
+		  uint64_t max, int *out)
+{
+	const char *dir = spool_dir();
+	uint64_t total = head_len, got;
+	uint8_t *piece = NULL;
+	int fd = -1, rc, err;
+
+	*out = -1;
+	/* over RLIMIT_FSIZE the write fails with EFBIG, said below, instead
+	 * of a kill (the file is unnamed: nothing would be left, but
+	 * nothing would be said either) */
+	signal(SIGXFSZ, SIG_IGN);
+	err = spool_open(dir, &fd);
+	if (err < 0)
+		return spool_fail(in, dir, -err);
+	piece = malloc(SPOOL_PIECE);
+	if (!piece) {
+		rc = fail(in, ENOMEM);
+		goto out;
+	}
+	err = write_all(fd, head, head_len);
+	rc = TCTL_OK;
+	/* one byte over the cap tells "more" from "exactly the cap" */
+	while (!err && total <= max) {
+		uint64_t want = max - total + 1;
+
+		rc = tctl_in_read(in, piece,
+				  want < SPOOL_PIECE ? want : SPOOL_PIECE,
+				  &got);
+		if (rc || !got)
+			break;
+		total += got;
+		err = write_all(fd, piece, (size_t)got);
+	}
+	if (!rc && err < 0) {
+		rc = spool_fail(in, dir, -err);
+	} else if (!rc && total > max) {
+		char s[32];
+
+		rc = tctl_fail(TCTL_REFUSED, "input", EFBIG,
+			       "%s: more than %s (a stream is read up to "
+			       "--max-bytes)",
+			       in->path, tctl_size(s, max));
+	}
+out:
+	free(piece);
+	if (rc) {
+		close(fd);
+		return rc;
+	}
+	*out = fd;
+	return TCTL_OK;
+}
+
+int tctl_spool_open(const struct tctl_in *in, int *fd)
+{
+	int err;
+
+	signal(SIGXFSZ, SIG_IGN); /* as tctl_in_spool() */
+	err = spool_open(spool_dir(), fd);
+	return err < 0 ? spool_fail(in, spool_dir(), -err) : TCTL_OK;
+}
+
+int tctl_spool_fail(const struct tctl_in *in, int err)
+{
+	return spool_fail(in, spool_dir(), err);
 }

@@ -43,4 +43,25 @@ int tctl_read_input(const char *path, uint64_t max, uint8_t **buf,
 int tctl_in_slurp(struct tctl_in *in, uint64_t max, uint8_t **buf,
 		  size_t *len);
 
+/*
+ * head[0..head_len) (what was read of in already, may be 0 bytes) and the
+ * rest of in to its end, up to max bytes in all (more is refused, naming
+ * --max-bytes, EFBIG), into an unnamed temporary file in $TMPDIR (/tmp
+ * when it is unset or empty): O_TMPFILE, or mkstemp and unlink at once
+ * where the filesystem has no O_TMPFILE, so no name is ever left behind.
+ * For inputs that decode only from their end (a Hurray stream, found by
+ * its trailer): they are then read with pread like a file on disk, in
+ * that path's bounded memory, instead of held whole. *fd: the file, read
+ * and write, CLOEXEC, owned by the caller. A spool that cannot be made or
+ * written (TMPDIR missing or not writable, ENOSPC, EDQUOT, EFBIG past
+ * RLIMIT_FSIZE) is refused naming TMPDIR. TCTL_OK or a reported status.
+ */
+int tctl_in_spool(struct tctl_in *in, const uint8_t *head, size_t head_len,
+		  uint64_t max, int *fd);
+/* The unnamed file alone (tgm-stream.c maps one): *fd, TCTL_OK or
+ * reported naming TMPDIR. */
+int tctl_spool_open(const struct tctl_in *in, int *fd);
+/* A spool's write or room failing with err (ENOSPC...): reported. */
+int tctl_spool_fail(const struct tctl_in *in, int err);
+
 #endif

@@ -266,9 +266,9 @@ struct td_hrry_file_reader;
 struct td_hrry_entry;
 const void *tctl_hrry_meta(struct td_hrry_file_reader *r,
 			   const struct td_hrry_entry *e, size_t *len);
-/* load -: stdin's bytes, read by the .tgm load, are a Hurray file */
-int tctl_load_hrry_stdin(int argc, char **argv, const uint8_t *buf,
-			 size_t len);
+/* load -: stdin, whose magic the .tgm load read, is a Hurray file, spooled
+ * (tctl_in_spool()) to the file spool, which this takes (closes). */
+int tctl_load_hrry_stdin(int argc, char **argv, int spool);
 /*
  * A reader transport over path (read by pread, never mapped: tools/hrry.c
  * says why) in *t, the file's descriptor in *fd: close it after the

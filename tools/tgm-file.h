@@ -119,6 +119,7 @@ struct tgm_stream {
 	uint64_t done;  /* the end of the last message given out */
 	uint64_t vbase; /* the input offset of the scan's offset 0 */
 	bool eof, exact, found;
+	int spool; /* -1: buf is malloc'ed; else buf maps this file */
 	struct td_tgm_scanner sc;
 };
 
@@ -133,6 +134,15 @@ int tgm_stream_head(struct tgm_stream *st, uint64_t n);
  */
 int tgm_stream_next(struct tgm_stream *st, struct td_tgm_span *sp,
                     struct tgm_src *src);
+/*
+ * From now on hold what is read in an unnamed file in $TMPDIR, mapped
+ * (MAP_SHARED, its room reserved with posix_fallocate before a page of
+ * it is written, so a full disk is ENOSPC, never SIGBUS), not on the
+ * heap: a message's bytes are then page cache the kernel may write back
+ * and drop, not tensorctl's memory beside the daemon's copy of them.
+ * TCTL_OK or reported, naming TMPDIR.
+ */
+int tgm_stream_spool(struct tgm_stream *st);
 /* How many bytes were read (at the end: the stream's length). */
 uint64_t tgm_stream_total(const struct tgm_stream *st);
 /* Before any message was given out: the whole stream, read to its end

@@ -17,8 +17,11 @@
 #include "tgm-file.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "input.h"
 #include "output.h"
@@ -34,13 +37,79 @@ void tgm_stream_init(struct tgm_stream *st, struct tctl_in *in, uint64_t max)
 	memset(st, 0, sizeof(*st));
 	st->in = in;
 	st->max = max;
+	st->spool = -1;
 	td_tgm_scan_begin(&st->sc, UNKNOWN_LEN, UINT64_MAX);
 }
 
 void tgm_stream_fini(struct tgm_stream *st)
 {
-	free(st->buf);
+	if (st->spool < 0) {
+		free(st->buf);
+	} else {
+		if (st->buf)
+			munmap(st->buf, (size_t)st->cap);
+		close(st->spool);
+		st->spool = -1;
+	}
 	st->buf = NULL;
+	st->cap = 0;
+}
+
+/* The buffer made want bytes (> cap) long: TCTL_OK or reported. */
+static int grow(struct tgm_stream *st, uint64_t want)
+{
+	void *nb;
+	int err;
+
+	if (want > SIZE_MAX)
+		return tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+		                 "%s: out of memory", st->in->path);
+	if (st->spool < 0) {
+		nb = realloc(st->buf, (size_t)want);
+		if (!nb)
+			return tctl_fail(TCTL_REFUSED, "io", ENOMEM,
+			                 "%s: out of memory", st->in->path);
+		st->buf = nb;
+		st->cap = want;
+		return TCTL_OK;
+	}
+	/* the room first: a page of a sparse file written through the
+	 * mapping on a full disk is a SIGBUS, an fallocate an ENOSPC */
+	err = posix_fallocate(st->spool, (off_t)st->cap,
+	                      (off_t)(want - st->cap));
+	if (err)
+		return tctl_spool_fail(st->in, err);
+	nb = st->buf ? mremap(st->buf, (size_t)st->cap, (size_t)want,
+	                      MREMAP_MAYMOVE)
+	             : mmap(NULL, (size_t)want, PROT_READ | PROT_WRITE,
+	                    MAP_SHARED, st->spool, 0);
+	if (nb == MAP_FAILED)
+		return tctl_spool_fail(st->in, errno);
+	st->buf = nb;
+	st->cap = want;
+	return TCTL_OK;
+}
+
+int tgm_stream_spool(struct tgm_stream *st)
+{
+	uint8_t *held = st->buf;
+	uint64_t have = st->have;
+	int rc;
+
+	if (st->spool >= 0)
+		return TCTL_OK;
+	rc = tctl_spool_open(st->in, &st->spool);
+	if (rc)
+		return rc;
+	st->buf = NULL;
+	st->cap = 0;
+	rc = grow(st, have > STEP ? have : STEP);
+	if (!rc)
+		memcpy(st->buf, held, (size_t)have);
+	else
+		st->have = 0; /* nothing is held any more */
+	free(held);
+	return rc;
 }
 
 /*
@@ -60,18 +129,8 @@ static int fill_to(struct tgm_stream *st, uint64_t end)
 		/* the buffer doubles at most, for a read to the end */
 		if (want - st->have > (st->have > STEP ? st->have : STEP))
 			want = st->have + (st->have > STEP ? st->have : STEP);
-		if (want > st->cap) {
-			uint8_t *nb = want > SIZE_MAX
-			                      ? NULL
-			                      : realloc(st->buf, (size_t)want);
-
-			if (!nb)
-				return tctl_fail(TCTL_REFUSED, "io", ENOMEM,
-				                 "%s: out of memory",
-				                 st->in->path);
-			st->buf = nb;
-			st->cap = want;
-		}
+		if (want > st->cap && (rc = grow(st, want)) != TCTL_OK)
+			return rc;
 		rc = tctl_in_read(st->in, st->buf + st->have, want - st->have,
 		                  &got);
 		if (rc)
@@ -198,9 +257,15 @@ int tgm_stream_rest(struct tgm_stream *st, uint8_t **buf, size_t *len)
 	rc = fill_to(st, UINT64_MAX);
 	if (rc)
 		return rc;
-	*buf = st->buf ? st->buf : malloc(1);
+	if (st->spool >= 0) { /* a mapping: a copy the caller frees */
+		*buf = malloc(st->have ? (size_t)st->have : 1);
+		if (*buf)
+			memcpy(*buf, st->buf, (size_t)st->have);
+	} else {
+		*buf = st->buf ? st->buf : malloc(1);
+		st->buf = NULL;
+	}
 	*len = (size_t)st->have;
-	st->buf = NULL;
 	return *buf ? TCTL_OK
 	            : tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
 }
