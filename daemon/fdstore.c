@@ -85,6 +85,14 @@ static struct {
 	 */
 	bool held;
 	struct td__fdtab tab;
+	/*
+	 * The image is encoded here, kept from one write to the next: a
+	 * buffer of megabytes malloc'ed for each write came as fresh pages
+	 * of mmap, a page fault each (tens of µs under nested
+	 * virtualisation), every 100 ms while the store changes.
+	 */
+	uint8_t *img;
+	size_t img_cap;
 	/* an entry of refs 0 is not in gone[] (no memory): purge */
 	bool unlisted;
 	uint64_t next_id;
@@ -352,39 +360,67 @@ static void image_failed(const char *what, int rc)
 			what, strerror(-rc));
 }
 
+/* The image of h into fs.img: its length, or -errno. One walk of the
+ * store when the kept buffer is large enough, else a walk to size it
+ * and one more. */
+static int64_t encode_image(const struct td_state_hdr *h)
+{
+	struct image im = {.buf = fs.img, .cap = fs.img_cap};
+	int64_t len = -ENOBUFS;
+	int rc;
+
+	if (im.buf && td_state_encode_begin(&im.w, im.buf, im.cap, h) == 0) {
+		rc = td__store_each(image_entry, &im);
+		len = rc < 0 ? rc : td_state_encode_finish(&im.w);
+	}
+	if (len == -ENOBUFS) {
+		uint8_t *buf;
+
+		im = (struct image){.sizing = true,
+				    .cap = TD_STATE_HDR_LEN + TD_STATE_SUM_LEN};
+		td__store_each(image_entry, &im);
+		/* room to grow before the next sizing walk */
+		im.cap += im.cap / 4;
+		buf = malloc(im.cap);
+		if (!buf)
+			return -ENOMEM;
+		free(fs.img);
+		fs.img = im.buf = buf;
+		fs.img_cap = im.cap;
+		im.sizing = false;
+		rc = td_state_encode_begin(&im.w, im.buf, im.cap, h);
+		if (rc == 0)
+			rc = td__store_each(image_entry, &im);
+		len = rc < 0 ? rc : td_state_encode_finish(&im.w);
+	}
+	return len;
+}
+
 static int write_image(void)
 {
 	struct td__store_info si = {0};
 	struct td_state_hdr h;
-	struct image im = {.sizing = true,
-			   .cap = TD_STATE_HDR_LEN + TD_STATE_SUM_LEN};
 	int slot = fs.cur ^ 1, fd = fs.slot[slot], rc;
 	int64_t len;
+	const uint8_t *buf;
 
 	if (fd < 0)
 		return -EBADF;
 	td__store_info(&si);
-	td__store_each(image_entry, &im);
-	im.buf = malloc(im.cap);
-	if (!im.buf)
-		return -ENOMEM;
 	h = (struct td_state_hdr){fs.generation + 1,
 				  si.next_version > fs.reserved ? si.next_version
 								: fs.reserved,
 				  fs.next_id, 0};
-	im.sizing = false;
-	rc = td_state_encode_begin(&im.w, im.buf, im.cap, &h);
-	if (rc == 0)
-		rc = td__store_each(image_entry, &im);
-	len = rc < 0 ? rc : td_state_encode_finish(&im.w);
+	len = encode_image(&h);
 	if (len < 0) {
 		rc = (int)len;
 		image_failed("encode", rc);
-		goto out;
+		return rc;
 	}
+	buf = fs.img;
 	/* a torn write fails the checksum; the other slot stays good */
 	for (size_t off = 0; off < (size_t)len;) {
-		ssize_t n = pwrite(fd, im.buf + off, (size_t)len - off,
+		ssize_t n = pwrite(fd, buf + off, (size_t)len - off,
 				   (off_t)off);
 
 		if (n < 0 && errno == EINTR)
@@ -392,14 +428,14 @@ static int write_image(void)
 		if (n <= 0) {
 			rc = n < 0 ? -errno : -EIO;
 			image_failed("write", rc);
-			goto out;
+			return rc;
 		}
 		off += (size_t)n;
 	}
 	if (ftruncate(fd, (off_t)len) < 0) {
 		rc = -errno;
 		image_failed("truncate", rc);
-		goto out;
+		return rc;
 	}
 	fs.generation++;
 	fs.cur = slot;
@@ -408,10 +444,13 @@ static int write_image(void)
 				     "failed attempts",
 			fs.failed);
 	fs.failed = 0;
-	rc = 0;
-out:
-	free(im.buf);
-	return rc;
+	if (fs.img_cap > (1u << 20) && fs.img_cap / 4 > (size_t)len) {
+		/* the store shrank: the next image sizes a buffer anew */
+		free(fs.img);
+		fs.img = NULL;
+		fs.img_cap = 0;
+	}
+	return 0;
 }
 
 /*
@@ -1107,6 +1146,9 @@ void td__fdstore_free(void)
 {
 	td__fdstore_missed_free();
 	td__fdtab_free(&fs.tab);
+	free(fs.img);
+	fs.img = NULL;
+	fs.img_cap = 0;
 	free(fs.gone);
 	fs.gone = NULL;
 	fs.ngone = fs.gone_cap = fs.nsend = 0;
