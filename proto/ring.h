@@ -167,8 +167,10 @@ struct td_ring_readers {
 
 /* The token of the subscription `sub_id` (the daemon's id for it, which
  * both sides know): 1 .. 0xfffffe, never 0 (a free row's `waiting`) nor
- * TD_RING_TOKEN_FREE. Consecutive subscriptions have different tokens;
- * two ids 2^24 - 2 apart share one. */
+ * TD_RING_TOKEN_FREE. Consecutive ids have different tokens; two ids
+ * 2^24 - 2 apart share one, and the ids are daemon-wide (every ring and
+ * subscription takes one), so a row's next owner may share its last
+ * owner's (docs/fastpath.md, "A row that changed hands"). */
 static inline uint32_t td_ring_owner_of(uint64_t sub_id)
 {
 	return (uint32_t)(sub_id % (TD_RING_TOKEN_FREE - 1)) + 1;
