@@ -677,6 +677,10 @@ int main(int argc, char **argv)
 	d->opts.no_peerpidfd = getenv("TENSORD_TEST_NO_PEERPIDFD") != NULL;
 	if ((env = getenv("TENSORD_TEST_HIDE_FEATURES")))
 		d->opts.hide_features = (uint32_t)strtoul(env, NULL, 0);
+	/* at least 2: one number could not differ from the one last sent */
+	if ((env = getenv("TENSORD_TEST_RING_WAKE_GEN_MAX")) &&
+	    strtoul(env, NULL, 0) >= 2)
+		d->opts.wake_gen_max = (uint32_t)strtoul(env, NULL, 0);
 	d->pid = getpid();
 	td__list_init(&d->peers);
 	raise_nofile();

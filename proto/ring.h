@@ -139,9 +139,10 @@ struct td_ring_row {
 	/* newest version this reader took (policy for reusing the latest
 	 * slot, see docs/fastpath.md; `held` alone guards the bytes) */
 	_Atomic uint64_t taken;
-	/* daemon-written: which eventfd wakes this row (RING_WAKE); 0 none,
-	 * else a value unique in the ring, so a producer's cached fd is
-	 * known stale when the row changes hands */
+	/* daemon-written: which timerfd wakes this row (RING_WAKE); 0 none,
+	 * else never the value the producer was last given for this row,
+	 * so its cached fd is known stale when the row changes hands (the
+	 * 32-bit count wraps: "unique" alone was not) */
 	_Atomic uint32_t wake_gen;
 	uint8_t pad[44]; /* one row per cache line */
 };
