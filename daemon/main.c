@@ -640,6 +640,7 @@ int main(int argc, char **argv)
 			     .socket_gid = (gid_t)-1,
 			     .http_max_connections = 256,
 			     .http_timeout = 30,
+			     .wake_gen_max = UINT32_MAX,
 			     .snapshot_interval_ms =
 				     TD__SNAPSHOT_INTERVAL_S * 1000ull};
 	char pathbuf[4096];

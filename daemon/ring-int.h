@@ -21,7 +21,10 @@ struct row_owner {
 	int wake_fd;
 	/* the wake_gen the producer's last RING_WAKE reply gave it for this
 	 * row (0: none), which it keeps the row's fd under until it asks
-	 * again: never handed to the row anew (wake_register) */
+	 * again. Never handed to the row anew (wake_register): the 32-bit
+	 * count wraps, and a number come round to it would look unchanged
+	 * to the producer, which would fire the last reader's timerfd, not
+	 * the new one's. Other rows' numbers may repeat: one per row. */
 	uint32_t sent_gen;
 };
 

@@ -644,19 +644,12 @@ static void wake_register(struct td__peer *p, const struct td__req *rq,
 		r->wakes++;
 	o->wake_fd = rq->fds[0];
 	rq->fds[0] = -1;
-	/*
-	 * Never 0, and never the one the producer holds this row's fd
-	 * under: the counter wraps (2^32 registrations on one ring), and a
-	 * generation come round to it would look unchanged to the producer,
-	 * which would fire the last reader's timerfd for this one. Other
-	 * rows' numbers may repeat: the producer keeps one per row.
-	 */
-	do {
-		if (++r->wake_next == 0 ||
-		    (td__d->opts.wake_gen_max &&
-		     r->wake_next > td__d->opts.wake_gen_max))
-			r->wake_next = 1;
-	} while (r->wake_next == o->sent_gen);
+	/* never 0, nor sent_gen: the count wraps (ring-int.h, sent_gen) */
+	do
+		r->wake_next = r->wake_next >= td__d->opts.wake_gen_max
+				       ? 1
+				       : r->wake_next + 1;
+	while (r->wake_next == o->sent_gen);
 	o->wake_gen = r->wake_next;
 	atomic_store(&r->rd->rows[row].wake_gen, o->wake_gen);
 	td__peer_done(p, h);
@@ -672,8 +665,7 @@ static void wake_fetch(struct td__peer *p, const struct td_wire_hdr *h,
 	int64_t len;
 
 	for (uint32_t i = 0; i < r->reader_count; i++) {
-		/* what the producer keeps for row i once it has this reply */
-		r->rows[i].sent_gen = 0;
+		r->rows[i].sent_gen = 0; /* what the producer will keep */
 		if (!r->rows[i].wake_gen || m.count == MAX_WAKE_FDS)
 			continue;
 		m.ents[m.count] = (struct td_wire_ring_wake_ent){
