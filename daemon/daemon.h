@@ -174,6 +174,9 @@ struct td__opts {
 	/* $TENSORD_TEST_HIDE_FEATURES: HELLO feature bits left out of the
 	 * reply, as a daemon that predates them would (tests) */
 	uint32_t hide_features;
+	/* a ring's RING_WAKE generations wrap after this one: 2^32 - 1, or
+	 * $TENSORD_TEST_RING_WAKE_GEN_MAX (tests, at least 2) */
+	uint32_t wake_gen_max;
 	/* --own-fences-only: no producer's eventfd to a reader without
 	 * TD_WIRE_FEAT_FENCE_OWN (fence.c) */
 	bool own_fences_only;

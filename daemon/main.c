@@ -640,6 +640,7 @@ int main(int argc, char **argv)
 			     .socket_gid = (gid_t)-1,
 			     .http_max_connections = 256,
 			     .http_timeout = 30,
+			     .wake_gen_max = UINT32_MAX,
 			     .snapshot_interval_ms =
 				     TD__SNAPSHOT_INTERVAL_S * 1000ull};
 	char pathbuf[4096];
@@ -677,6 +678,10 @@ int main(int argc, char **argv)
 	d->opts.no_peerpidfd = getenv("TENSORD_TEST_NO_PEERPIDFD") != NULL;
 	if ((env = getenv("TENSORD_TEST_HIDE_FEATURES")))
 		d->opts.hide_features = (uint32_t)strtoul(env, NULL, 0);
+	/* at least 2: one number could not differ from the one last sent */
+	if ((env = getenv("TENSORD_TEST_RING_WAKE_GEN_MAX")) &&
+	    strtoul(env, NULL, 0) >= 2)
+		d->opts.wake_gen_max = (uint32_t)strtoul(env, NULL, 0);
 	d->pid = getpid();
 	td__list_init(&d->peers);
 	raise_nofile();

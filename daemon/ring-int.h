@@ -16,9 +16,16 @@
 struct row_owner {
 	struct td__peer *peer; /* NULL: free */
 	uint64_t sub_id;
-	/* RING_WAKE: the subscriber's eventfd, valid while wake_gen != 0 */
+	/* RING_WAKE: the subscriber's timerfd, valid while wake_gen != 0 */
 	uint32_t wake_gen;
 	int wake_fd;
+	/* the wake_gen the producer's last RING_WAKE reply gave it for this
+	 * row (0: none), which it keeps the row's fd under until it asks
+	 * again. Never handed to the row anew (wake_register): the 32-bit
+	 * count wraps, and a number come round to it would look unchanged
+	 * to the producer, which would fire the last reader's timerfd, not
+	 * the new one's. Other rows' numbers may repeat: one per row. */
+	uint32_t sent_gen;
 };
 
 /* Rows of one ring woken through an eventfd: what one reply can carry. */

@@ -644,9 +644,12 @@ static void wake_register(struct td__peer *p, const struct td__req *rq,
 		r->wakes++;
 	o->wake_fd = rq->fds[0];
 	rq->fds[0] = -1;
-	/* unique in the ring (never 0), so a producer's cache goes stale */
-	if (++r->wake_next == 0)
-		r->wake_next = 1;
+	/* never 0, nor sent_gen: the count wraps (ring-int.h, sent_gen) */
+	do
+		r->wake_next = r->wake_next >= td__d->opts.wake_gen_max
+				       ? 1
+				       : r->wake_next + 1;
+	while (r->wake_next == o->sent_gen);
 	o->wake_gen = r->wake_next;
 	atomic_store(&r->rd->rows[row].wake_gen, o->wake_gen);
 	td__peer_done(p, h);
@@ -662,10 +665,12 @@ static void wake_fetch(struct td__peer *p, const struct td_wire_hdr *h,
 	int64_t len;
 
 	for (uint32_t i = 0; i < r->reader_count; i++) {
+		r->rows[i].sent_gen = 0; /* what the producer will keep */
 		if (!r->rows[i].wake_gen || m.count == MAX_WAKE_FDS)
 			continue;
 		m.ents[m.count] = (struct td_wire_ring_wake_ent){
 			i, r->rows[i].wake_gen};
+		r->rows[i].sent_gen = r->rows[i].wake_gen;
 		fds[m.count++] = r->rows[i].wake_fd;
 	}
 	len = td_wire_ring_wake_rep_encode(&m, TD__TX_BODY(d), TD__TX_CAP);

@@ -139,9 +139,10 @@ struct td_ring_row {
 	/* newest version this reader took (policy for reusing the latest
 	 * slot, see docs/fastpath.md; `held` alone guards the bytes) */
 	_Atomic uint64_t taken;
-	/* daemon-written: which eventfd wakes this row (RING_WAKE); 0 none,
-	 * else a value unique in the ring, so a producer's cached fd is
-	 * known stale when the row changes hands */
+	/* daemon-written: which timerfd wakes this row (RING_WAKE); 0 none,
+	 * else never the value the producer was last given for this row,
+	 * so its cached fd is known stale when the row changes hands (the
+	 * 32-bit count wraps: "unique" alone was not) */
 	_Atomic uint32_t wake_gen;
 	uint8_t pad[44]; /* one row per cache line */
 };
@@ -167,8 +168,10 @@ struct td_ring_readers {
 
 /* The token of the subscription `sub_id` (the daemon's id for it, which
  * both sides know): 1 .. 0xfffffe, never 0 (a free row's `waiting`) nor
- * TD_RING_TOKEN_FREE. Consecutive subscriptions have different tokens;
- * two ids 2^24 - 2 apart share one. */
+ * TD_RING_TOKEN_FREE. Consecutive ids have different tokens; two ids
+ * 2^24 - 2 apart share one, and the ids are daemon-wide (every ring and
+ * subscription takes one), so a row's next owner may share its last
+ * owner's (docs/fastpath.md, "A row that changed hands"). */
 static inline uint32_t td_ring_owner_of(uint64_t sub_id)
 {
 	return (uint32_t)(sub_id % (TD_RING_TOKEN_FREE - 1)) + 1;

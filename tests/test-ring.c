@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <linux/kcmp.h>
 #include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
@@ -1240,6 +1241,66 @@ Test(ring, a_producer_cannot_keep_an_event_loop_reader_spinning)
 	cr_assert_geq(td_client_process(c, NULL), 0);
 	cr_assert_eq(calls, 1);
 	cr_assert_eq(td_sub_set_handler(a, NULL, NULL), 0);
+	one_sub_close(&d, c, r, a);
+}
+
+/*
+ * RING_WAKE generations count in 32 bits and wrap. The producer keeps
+ * each row's timerfd under the generation the daemon sent it for that
+ * row (wake_fetch) and asks again only when the row shows another: a
+ * new reader's registration whose generation came round to the number
+ * the producer holds for its row looked like the last reader's, and
+ * every publish fired the last reader's timerfd, never the new one's
+ * (a year of readers coming and going on a ring reaches 2^32). Here
+ * the counter wraps after 2 ($TENSORD_TEST_RING_WAKE_GEN_MAX) and a
+ * reader that registers and leaves on another row between two of row
+ * 1's readers brings it round each time: 200 readers of row 1, each
+ * woken by a publish through its own timerfd.
+ */
+Test(ring, a_wake_generation_come_round_again_wakes_the_new_reader,
+     .timeout = 120)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_ring *r;
+	struct td_sub *a;
+	struct td_view v;
+	pid_t self = getpid();
+
+	cr_assert_eq(setenv("TENSORD_TEST_RING_WAKE_GEN_MAX", "2", 1), 0);
+	one_sub_open(&d, &c, &r, &a, "t/wake-round", 3, 4096);
+	unsetenv("TENSORD_TEST_RING_WAKE_GEN_MAX");
+	put(r);
+	for (int i = 0; i < 200; i++) {
+		struct td_sub *x = subscribe(c, "t/wake-round");
+		struct td_sub *y;
+		uint64_t want;
+		int fd = td_sub_fd(x);
+
+		cr_assert_eq(x->row - x->m.rd->rows, 1);
+		cr_assert_geq(fd, 0);
+		/* the latest version first, then nothing: armed */
+		cr_assert_eq(td_sub_poll(x, &v), 0);
+		cr_assert_eq(td_sub_release(x), 0);
+		cr_assert_eq(td_sub_poll(x, &v), -EAGAIN);
+		want = put(r);
+		cr_assert(r->wake_fd[1] >= 0 &&
+				  syscall(SYS_kcmp, self, self, KCMP_FILE,
+					  r->wake_fd[1], fd) == 0,
+			  "reader %d: the producer fired another timerfd "
+			  "than its own (generation %u)",
+			  i, r->wake_gen[1]);
+		tu_await_readable(fd, 60, "the publish's wake");
+		cr_assert_eq(td_sub_poll(x, &v), 0);
+		cr_assert_eq(v.version, want);
+		cr_assert_eq(td_sub_release(x), 0);
+		td_sub_close(x);
+		/* one registration elsewhere: the counter comes round */
+		y = subscribe(c, "t/wake-round");
+		cr_assert_eq(y->row - y->m.rd->rows, 1);
+		cr_assert_geq(td_sub_fd(y), 0);
+		td_sub_close(y);
+	}
 	one_sub_close(&d, c, r, a);
 }
 
