@@ -456,6 +456,59 @@ static int foreign_link(const char *path)
 	return -1;
 }
 
+/* name (len bytes) is under prefix: as LIST and --http-prefix match */
+static bool under(const char *name, size_t len, const char *prefix)
+{
+	size_t pl = strlen(prefix);
+
+	return len >= pl && !memcmp(name, prefix, pl);
+}
+
+bool td__snapshot_keeps(const char *name, size_t len)
+{
+	const struct td__opts *o = &td__d->opts;
+	bool keep = !o->snapshot_nkeep;
+
+	for (unsigned i = 0; i < o->snapshot_nkeep && !keep; i++)
+		keep = under(name, len, o->snapshot_keep[i]);
+	for (unsigned i = 0; i < o->snapshot_nskip && keep; i++)
+		keep = !under(name, len, o->snapshot_skip[i]);
+	return keep;
+}
+
+/*
+ * Which names the snapshot keeps, said once at the start when the
+ * options narrow it (docs/snapshot.md, "Which names").
+ */
+static void say_selection(void)
+{
+	const struct td__opts *o = &td__d->opts;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	if (!o->snapshot_nkeep && !o->snapshot_nskip)
+		return;
+	f = open_memstream(&buf, &len);
+	if (!f)
+		return;
+	fputs(o->snapshot_nkeep ? "the names under" : "every name", f);
+	for (unsigned i = 0; i < o->snapshot_nkeep; i++)
+		fprintf(f, "%s \"%s\"", i ? "," : "", o->snapshot_keep[i]);
+	if (o->snapshot_nskip)
+		fputs(o->snapshot_nkeep ? ", but not those under"
+					: " but those under",
+		      f);
+	for (unsigned i = 0; i < o->snapshot_nskip; i++)
+		fprintf(f, "%s \"%s\"", i ? "," : "", o->snapshot_skip[i]);
+	if (fclose(f) == 0)
+		td__log(TD_LOG_INFO, "snapshot %s keeps %s "
+				     "(--snapshot-prefix, --snapshot-skip); a "
+				     "change of any other name makes no save",
+			td__snap.path, buf);
+	free(buf);
+}
+
 /*
  * The restore at start: the whole snapshot, or, when the fd store
  * restored (it is newer), nothing of it but the versions the store's
@@ -530,6 +583,7 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 	}
 	td__snap.d = d;
 	td__snap.interval_ms = interval_ms;
+	td__snap.unkept = 0;
 	td__snap.path = strdup(path);
 	td__snap.tmp = malloc(strlen(path) + 5);
 	td__snap.dir = strdup(path);
@@ -555,6 +609,7 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 	}
 	if ((rc = snap_lock(path)) < 0)
 		goto fail;
+	say_selection();
 	if (td__snap.lock_fd >= 0)
 		rec_start();
 	if (knob)
@@ -592,7 +647,7 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 	uv_update_time(d->loop);
 	td__snap.last_ms = uv_now(d->loop);
 	if (fdstore_used)
-		td__snapshot_dirty(); /* the snapshot catches up */
+		td__snapshot_dirty(NULL, 0); /* the snapshot catches up */
 	free(real);
 	return 0;
 fail:
