@@ -684,6 +684,18 @@ static void restore_versions(struct reader *rd, unsigned *done,
 	}
 }
 
+/* Said once: restored versions of names the options no longer keep. */
+static void say_unkept(void)
+{
+	if (td__snap.unkept)
+		td__log(TD_LOG_INFO, "snapshot: %u of the tensors restored "
+				     "are of names it no longer keeps "
+				     "(--snapshot-prefix, --snapshot-skip): they "
+				     "are served, and the next save leaves them "
+				     "out",
+			td__snap.unkept);
+}
+
 /*
  * What was left out (a tighter --max-bytes, a damaged entry) would be
  * gone from FILE after the next save: the file as it was stays under a
@@ -852,13 +864,7 @@ int td__snap_restore(void)
 		td__snap.stop_asked || td__snap.d->stop_asked
 			? "; now stopping as asked"
 			: "");
-	if (td__snap.unkept)
-		td__log(TD_LOG_INFO, "snapshot: %u of the tensors restored "
-				     "are of names it no longer keeps "
-				     "(--snapshot-prefix, --snapshot-skip): they "
-				     "are served, and the next save leaves them "
-				     "out",
-			td__snap.unkept);
+	say_unkept();
 	reader_fini(&rd);
 	if (done < total)
 		err = keep_left_out(total - done);

@@ -521,6 +521,7 @@ static int restore(bool fdstore_used)
 	size_t missed = td__fdstore_missed_count();
 	int rc = 0;
 
+	say_selection();
 	if (fdstore_used && missed)
 		td__log(TD_LOG_INFO, "snapshot %s: the fd store's state (newer) "
 				     "was restored but for %zu versions: "
@@ -583,7 +584,6 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 	}
 	td__snap.d = d;
 	td__snap.interval_ms = interval_ms;
-	td__snap.unkept = 0;
 	td__snap.path = strdup(path);
 	td__snap.tmp = malloc(strlen(path) + 5);
 	td__snap.dir = strdup(path);
@@ -609,7 +609,6 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 	}
 	if ((rc = snap_lock(path)) < 0)
 		goto fail;
-	say_selection();
 	if (td__snap.lock_fd >= 0)
 		rec_start();
 	if (knob)
