@@ -538,10 +538,11 @@ static int parse_args(int argc, char **argv, struct td__opts *o)
 			return rc < 0 ? 0 : rc;
 		if (c >= 21 && c <= 24)
 			needs_http = http_opt[c - 21];
-		if (c == 4 || c == 8 || c == 9)
-			needs_snapshot = c == 4	  ? "--snapshot-interval"
-					 : c == 8 ? "--snapshot-prefix"
-						  : "--snapshot-skip";
+		if (c == 4)
+			needs_snapshot = "--snapshot-interval";
+		else if (c == 8 || c == 9)
+			needs_snapshot = c == 8 ? "--snapshot-prefix"
+						: "--snapshot-skip";
 	}
 	if (optind < argc) {
 		fprintf(stderr, "tensord: unexpected argument: %s\n",
