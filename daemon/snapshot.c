@@ -456,26 +456,6 @@ static int foreign_link(const char *path)
 	return -1;
 }
 
-/* name (len bytes) is under prefix: as LIST and --http-prefix match */
-static bool under(const char *name, size_t len, const char *prefix)
-{
-	size_t pl = strlen(prefix);
-
-	return len >= pl && !memcmp(name, prefix, pl);
-}
-
-bool td__snapshot_keeps(const char *name, size_t len)
-{
-	const struct td__opts *o = &td__d->opts;
-	bool keep = !o->snapshot_nkeep;
-
-	for (unsigned i = 0; i < o->snapshot_nkeep && !keep; i++)
-		keep = under(name, len, o->snapshot_keep[i]);
-	for (unsigned i = 0; i < o->snapshot_nskip && keep; i++)
-		keep = !under(name, len, o->snapshot_skip[i]);
-	return keep;
-}
-
 /*
  * Which names the snapshot keeps, said once at the start when the
  * options narrow it (docs/snapshot.md, "Which names").
