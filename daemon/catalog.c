@@ -205,7 +205,8 @@ void td__catalog_delete(struct td__peer *p, const struct td__req *rq)
 		return;
 	}
 	td__name_remove(s, v);
-	td__store_changed(); /* leased versions are not freed yet */
+	/* leased versions are not freed yet */
+	td__store_changed(m.name.ptr, m.name.len);
 	r.version = v->number;
 	len = td_wire_delete_rep_encode(&r, TD__TX_BODY(d), TD__TX_CAP);
 	td__peer_send(p, h->opcode, TD_WIRE_F_REPLY, h->request_id, 0,

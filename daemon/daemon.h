@@ -153,6 +153,9 @@ static inline bool td__lim_is_bytes(int k)
 
 /* ---- daemon ---- */
 
+/* --snapshot-prefix and --snapshot-skip: at most this many of each */
+#define TD__SNAPSHOT_MAX_PREFIXES 64
+
 struct td__opts {
 	const char *socket_path; /* resolved */
 	uint32_t import;         /* enum td_import: AUTO or forced */
@@ -182,6 +185,11 @@ struct td__opts {
 	bool own_fences_only;
 	const char *snapshot_path;     /* --snapshot, NULL = none */
 	uint64_t snapshot_interval_ms; /* --snapshot-interval */
+	/* --snapshot-prefix, --snapshot-skip (argv's strings): which names
+	 * a snapshot keeps (snapshot.c, td__snapshot_keeps) */
+	const char *snapshot_keep[TD__SNAPSHOT_MAX_PREFIXES];
+	const char *snapshot_skip[TD__SNAPSHOT_MAX_PREFIXES];
+	unsigned snapshot_nkeep, snapshot_nskip;
 };
 
 struct td__store;

@@ -304,9 +304,10 @@ void td__fdstore_drop(uint64_t id)
 	arm();
 }
 
-void td__fdstore_dirty(void)
+void td__fdstore_dirty(const char *name, size_t len)
 {
-	td__snapshot_dirty(); /* the same changes make a snapshot stale */
+	/* the same changes make a snapshot stale, if it keeps the name */
+	td__snapshot_dirty(name, len);
 	if (fs.on && !fs.frozen)
 		arm();
 }
@@ -743,15 +744,25 @@ static unsigned restore_entries(const struct td_state_hdr *h,
 
 		seen++;
 		if (ent.fd_count == 0) {
-			/* named without fds (image_entry()): the snapshot's */
+			/* named without fds (image_entry()): the snapshot's,
+			 * unless it does not keep the name (a stream under
+			 * --snapshot-skip: not looked for at every start) */
+			bool kept = td__d->opts.snapshot_path &&
+				    td__snapshot_keeps(ent.name.ptr,
+						       ent.name.len);
+
 			td__log(TD_LOG_INFO, "\"%.*s\" version %" PRIu64
 					     " has no fds in the fd store "
 					     "(recyclable, or not pushed): %s",
 				(int)ent.name.len, ent.name.ptr, ent.version,
-				td__d->opts.snapshot_path
-					? "read from the snapshot"
+				kept ? "read from the snapshot"
+				: td__d->opts.snapshot_path
+					? "not restored (the snapshot does "
+					  "not keep this name: "
+					  "--snapshot-prefix, --snapshot-skip)"
 					: "not restored (no --snapshot)");
-			missed_add(&ent);
+			if (kept)
+				missed_add(&ent);
 			continue;
 		}
 		/* long restores: keep systemd's start timeout ahead of us */

@@ -248,7 +248,7 @@ static uint32_t rewrite_take(struct td__store *s, struct td__peer *p,
 	if (keep)
 		*keep = td__store_stage_keep(v);
 	td__name_withdraw(s, v);
-	td__store_changed();
+	td__store_changed(n.ptr, n.len);
 	td__version_retire(s, v);
 	td__version_unref(s, v);
 	return m->plane_count;

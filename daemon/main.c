@@ -105,6 +105,12 @@ static void usage(FILE *f)
 		"seconds\n"
 		"                        (default 30; 0 = right after each "
 		"change)\n"
+		"      --snapshot-prefix P  keep only the names under P "
+		"(repeatable;\n"
+		"                        default: every name)\n"
+		"      --snapshot-skip P  never keep the names under P "
+		"(repeatable;\n"
+		"                        wins over --snapshot-prefix)\n"
 		"  -h, --help            show this help\n"
 		"  -V, --version         show the version\n\n"
 		"Runs in the foreground and logs to stderr. SIGINT/SIGTERM "
@@ -237,6 +243,8 @@ static const struct option long_opts[] = {
 	{"socket-group", required_argument, NULL, 2},
 	{"snapshot", required_argument, NULL, 3},
 	{"snapshot-interval", required_argument, NULL, 4},
+	{"snapshot-prefix", required_argument, NULL, 8},
+	{"snapshot-skip", required_argument, NULL, 9},
 	{"uid-limit", required_argument, NULL, 5},
 	{"own-fences-only", no_argument, NULL, 6},
 	{"check-policy", required_argument, NULL, 7},
@@ -267,6 +275,41 @@ static int check_policy(const char *path)
 		       path, pol.nrules, pol.nquotas, pol.nlimits);
 	td__policy_fini(&pol);
 	return rc < 0 ? 1 : -1;
+}
+
+/*
+ * --snapshot-prefix P (c 8) and --snapshot-skip P (c 9): a name prefix
+ * as --http-prefix and a policy's PREFIX take (td_wire_name_check),
+ * but not "": every name is what no --snapshot-prefix means, and
+ * skipping every name is no snapshot. 0, or the exit status.
+ */
+static int parse_snapshot_prefix(int c, const char *arg, struct td__opts *o)
+{
+	const char *opt = c == 8 ? "--snapshot-prefix" : "--snapshot-skip";
+	const char **to = c == 8 ? o->snapshot_keep : o->snapshot_skip;
+	unsigned *n = c == 8 ? &o->snapshot_nkeep : &o->snapshot_nskip;
+	const char *why = NULL;
+
+	if (!*arg)
+		why = c == 8 ? "empty (every name is kept without "
+			       "--snapshot-prefix)"
+			     : "empty (it would skip every name: leave "
+			       "--snapshot out instead)";
+	else
+		td_wire_name_check(arg, strlen(arg), true, &why);
+	if (why) {
+		fprintf(stderr, "tensord: %s '%s': not a valid name prefix: "
+				"%s\n",
+			opt, arg, why);
+		return 2;
+	}
+	if (*n == TD__SNAPSHOT_MAX_PREFIXES) {
+		fprintf(stderr, "tensord: %s: at most %u of them\n", opt,
+			TD__SNAPSHOT_MAX_PREFIXES);
+		return 2;
+	}
+	to[(*n)++] = arg;
+	return 0;
 }
 
 /* The --http options (docs/zarr.md). 0, or the exit status. */
@@ -433,6 +476,9 @@ static int parse_opt(int c, const char *arg, struct td__opts *o)
 	case 6:
 		o->own_fences_only = true;
 		return 0;
+	case 8:
+	case 9:
+		return parse_snapshot_prefix(c, arg, o);
 	case 7:
 		return check_policy(arg);
 	case 20:
@@ -494,6 +540,9 @@ static int parse_args(int argc, char **argv, struct td__opts *o)
 			needs_http = http_opt[c - 21];
 		if (c == 4)
 			needs_snapshot = "--snapshot-interval";
+		else if (c == 8 || c == 9)
+			needs_snapshot = c == 8 ? "--snapshot-prefix"
+						: "--snapshot-skip";
 	}
 	if (optind < argc) {
 		fprintf(stderr, "tensord: unexpected argument: %s\n",

@@ -582,7 +582,7 @@ static void pub_insert(struct td__peer *p, struct td__version *ver,
 	 */
 	for (uint32_t i = 0; i < ver->nfds && !ver->recycle; i++)
 		ver->fds[i].sid = td__store_fd_kept(&ver->fds[i]);
-	td__store_changed();
+	td__store_changed(ver->name, ver->name_len);
 	td__list_add_tail(&s->versions, &ver->all);
 	old = td__name_set(s, ver);
 	if (old) {

@@ -28,6 +28,17 @@ struct row_owner {
 	uint32_t sent_gen;
 };
 
+/* The RING_WAKE generation after cur: 1..max, never avoid (the row's
+ * sent_gen, above): the count wraps. */
+static inline uint32_t td__wake_gen_next(uint32_t cur, uint32_t max,
+					 uint32_t avoid)
+{
+	do
+		cur = cur >= max ? 1 : cur + 1;
+	while (cur == avoid);
+	return cur;
+}
+
 /* Rows of one ring woken through an eventfd: what one reply can carry. */
 #define MAX_WAKE_FDS TD_WIRE_MAX_FDS
 

@@ -644,12 +644,8 @@ static void wake_register(struct td__peer *p, const struct td__req *rq,
 		r->wakes++;
 	o->wake_fd = rq->fds[0];
 	rq->fds[0] = -1;
-	/* never 0, nor sent_gen: the count wraps (ring-int.h, sent_gen) */
-	do
-		r->wake_next = r->wake_next >= td__d->opts.wake_gen_max
-				       ? 1
-				       : r->wake_next + 1;
-	while (r->wake_next == o->sent_gen);
+	r->wake_next = td__wake_gen_next(r->wake_next,
+					 td__d->opts.wake_gen_max, o->sent_gen);
 	o->wake_gen = r->wake_next;
 	atomic_store(&r->rd->rows[row].wake_gen, o->wake_gen);
 	td__peer_done(p, h);

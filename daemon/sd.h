@@ -95,8 +95,9 @@ uint64_t td__fdstore_add(int fd, bool plane, dev_t dev, ino_t ino);
 int td__fdstore_adopt(uint64_t id, int fd, bool plane, dev_t dev, ino_t ino);
 /* A version holding id went away; removed after the next image. */
 void td__fdstore_drop(uint64_t id);
-/* The set of current versions changed: schedule an image. */
-void td__fdstore_dirty(void);
+/* The set of current versions changed (name's, len bytes): schedule an
+ * image, and a snapshot save when the snapshot keeps the name. */
+void td__fdstore_dirty(const char *name, size_t len);
 /*
  * The versions the restored image named but that did not come back (a
  * stored fd missing, say, which systemd dropped past
@@ -138,7 +139,7 @@ struct td__store_keeper {
 	int (*fd_adopt)(uint64_t id, int fd, bool plane, dev_t dev,
 			ino_t ino);
 	void (*fd_drop)(uint64_t id);
-	void (*changed)(void);
+	void (*changed)(const char *name, size_t len);
 	/*
 	 * Put version numbers from next on record, up to the returned
 	 * first number not on record (UINT64_MAX: no record is kept).

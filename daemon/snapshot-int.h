@@ -106,6 +106,12 @@ struct td__snap_state {
 	 * those are read from the snapshot (td__fdstore_missed).
 	 */
 	bool only_missed;
+	/*
+	 * Versions the restore brought back of names the snapshot no
+	 * longer keeps (--snapshot-prefix, --snapshot-skip changed since
+	 * the save): said once; the next save leaves them out.
+	 */
+	unsigned unkept;
 	bool final;      /* stopping: only the final save */
 	bool final_failed; /* ... and it failed: the exit status says so */
 };

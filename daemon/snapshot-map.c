@@ -2,8 +2,9 @@
 /*
  * How a version maps to a Hurray file (docs/snapshot.md, "The file"):
  * its KV keys ("tensord:NAME#field") and whether its planes can be
- * written as one typed, dense tensor. Shared by the save and the
- * restore.
+ * written as one typed, dense tensor; and which names a snapshot keeps
+ * (--snapshot-prefix, --snapshot-skip). Shared by the save, the restore
+ * and the fd store's restore, below them all.
  */
 #include "snapshot-int.h"
 
@@ -105,4 +106,26 @@ int td__snap_dense(const struct td_blob_view *bv, const uint64_t *fsize,
 	*type = td_hrry_type_from_dtype(bv->dtype);
 	*ndim = bv->ndim;
 	return *type ? (int)pl.handle : -1;
+}
+
+/* ---- which names a snapshot keeps (snapshot.h) ---- */
+
+/* name (len bytes) is under prefix: as LIST and --http-prefix match */
+static bool under(const char *name, size_t len, const char *prefix)
+{
+	size_t pl = strlen(prefix);
+
+	return len >= pl && !memcmp(name, prefix, pl);
+}
+
+bool td__snapshot_keeps(const char *name, size_t len)
+{
+	const struct td__opts *o = &td__d->opts;
+	bool keep = !o->snapshot_nkeep;
+
+	for (unsigned i = 0; i < o->snapshot_nkeep && !keep; i++)
+		keep = under(name, len, o->snapshot_keep[i]);
+	for (unsigned i = 0; i < o->snapshot_nskip && keep; i++)
+		keep = !under(name, len, o->snapshot_skip[i]);
+	return keep;
 }

@@ -617,6 +617,8 @@ static void restore_one(struct reader *rd, const struct rec *r,
 {
 	(*total)++;
 	if (restore_rec(rd, r, why, cap) == 0) {
+		if (!td__snapshot_keeps(r->name, r->name_len))
+			td__snap.unkept++;
 		if (++*done == td__snap.restore_kill_at)
 			raise(SIGKILL); /* a test's crash during a restore */
 	} else if ((!rd->read_err && !rd->mem_err) || td__snap.only_missed)
@@ -680,6 +682,18 @@ static void restore_versions(struct reader *rd, unsigned *done,
 				      (uint64_t)*done);
 		}
 	}
+}
+
+/* Said once: restored versions of names the options no longer keep. */
+static void say_unkept(void)
+{
+	if (td__snap.unkept)
+		td__log(TD_LOG_INFO, "snapshot: %u of the tensors restored "
+				     "are of names it no longer keeps "
+				     "(--snapshot-prefix, --snapshot-skip): they "
+				     "are served, and the next save leaves them "
+				     "out",
+			td__snap.unkept);
 }
 
 /*
@@ -850,6 +864,7 @@ int td__snap_restore(void)
 		td__snap.stop_asked || td__snap.d->stop_asked
 			? "; now stopping as asked"
 			: "");
+	say_unkept();
 	reader_fini(&rd);
 	if (done < total)
 		err = keep_left_out(total - done);

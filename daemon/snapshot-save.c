@@ -561,11 +561,18 @@ static const char *item_key(const struct item *it, enum field f)
 	return p;
 }
 
-/* Hold a version for the save: its reference, nothing more yet. */
+/*
+ * Hold a version for the save: its reference, nothing more yet. One of
+ * a name the snapshot does not keep is let go at once.
+ */
 static int hold_ref(void *arg, const struct td__snap_ver *v)
 {
 	struct save *sv = arg;
 
+	if (!td__snapshot_keeps(v->ent.name.ptr, v->ent.name.len)) {
+		td__store_snap_unref(v->ref);
+		return 0;
+	}
 	if (sv->n == sv->cap) {
 		size_t cap = sv->cap ? sv->cap * 2 : 64;
 		void **n = realloc(sv->refs, cap * sizeof(*n));
@@ -833,9 +840,11 @@ static void arm(void)
 	uv_timer_start(&td__snap.timer, on_timer, at > now ? at - now : 0, 0);
 }
 
-void td__snapshot_dirty(void)
+void td__snapshot_dirty(const char *name, size_t len)
 {
-	if (!td__snap.on)
+	/* a name the snapshot leaves out changes nothing in it: a stream
+	 * of frames under --snapshot-skip makes no save */
+	if (!td__snap.on || (name && !td__snapshot_keeps(name, len)))
 		return;
 	td__snap.dirty = true;
 	arm();

@@ -457,6 +457,39 @@ static int foreign_link(const char *path)
 }
 
 /*
+ * Which names the snapshot keeps, said once at the start when the
+ * options narrow it (docs/snapshot.md, "Which names").
+ */
+static void say_selection(void)
+{
+	const struct td__opts *o = &td__d->opts;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	if (!o->snapshot_nkeep && !o->snapshot_nskip)
+		return;
+	f = open_memstream(&buf, &len);
+	if (!f)
+		return;
+	fputs(o->snapshot_nkeep ? "the names under" : "every name", f);
+	for (unsigned i = 0; i < o->snapshot_nkeep; i++)
+		fprintf(f, "%s \"%s\"", i ? "," : "", o->snapshot_keep[i]);
+	if (o->snapshot_nskip)
+		fputs(o->snapshot_nkeep ? ", but not those under"
+					: " but those under",
+		      f);
+	for (unsigned i = 0; i < o->snapshot_nskip; i++)
+		fprintf(f, "%s \"%s\"", i ? "," : "", o->snapshot_skip[i]);
+	if (fclose(f) == 0)
+		td__log(TD_LOG_INFO, "snapshot %s keeps %s "
+				     "(--snapshot-prefix, --snapshot-skip); a "
+				     "change of any other name makes no save",
+			td__snap.path, buf);
+	free(buf);
+}
+
+/*
  * The restore at start: the whole snapshot, or, when the fd store
  * restored (it is newer), nothing of it but the versions the store's
  * image named and did not bring back (a stored fd missing: systemd
@@ -468,6 +501,7 @@ static int restore(bool fdstore_used)
 	size_t missed = td__fdstore_missed_count();
 	int rc = 0;
 
+	say_selection();
 	if (fdstore_used && missed)
 		td__log(TD_LOG_INFO, "snapshot %s: the fd store's state (newer) "
 				     "was restored but for %zu versions: "
@@ -592,7 +626,7 @@ int td__snapshot_start(struct td__daemon *d, const char *path,
 	uv_update_time(d->loop);
 	td__snap.last_ms = uv_now(d->loop);
 	if (fdstore_used)
-		td__snapshot_dirty(); /* the snapshot catches up */
+		td__snapshot_dirty(NULL, 0); /* the snapshot catches up */
 	free(real);
 	return 0;
 fail:

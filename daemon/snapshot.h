@@ -30,8 +30,18 @@
  */
 int td__snapshot_start(struct td__daemon *d, const char *path,
 		       uint64_t interval_ms, bool fdstore_used);
-/* The set of current versions changed (a no-op without --snapshot). */
-void td__snapshot_dirty(void);
+/*
+ * The set of current versions changed, by a change of name (len bytes;
+ * NULL: of any name): a save is due when the snapshot keeps that name
+ * (a no-op without --snapshot, or for a name it does not keep).
+ */
+void td__snapshot_dirty(const char *name, size_t len);
+/*
+ * Whether a snapshot keeps name (len bytes): under a --snapshot-prefix
+ * (or none given) and under no --snapshot-skip (docs/snapshot.md,
+ * "Which names"). Also without --snapshot, by the options alone.
+ */
+bool td__snapshot_keeps(const char *name, size_t len);
 /*
  * Put on record, in FILE.lock, that version numbers up to a block
  * beyond next may be handed out, before any is: a restart after a

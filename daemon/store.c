@@ -47,10 +47,10 @@ static void fd_drop(uint64_t id)
 		keeper->fd_drop(id);
 }
 
-void td__store_changed(void)
+void td__store_changed(const char *name, size_t len)
 {
 	if (keeper)
-		keeper->changed();
+		keeper->changed(name, len);
 }
 
 /* ---- followed names' hooks (follow.c, struct td__store_bell) ---- */
@@ -667,7 +667,8 @@ static void evict_picked(struct td__store *s, uid_t uid, size_t picked,
 			(unsigned long long)v->acct, (unsigned)v->uid,
 			(unsigned)uid);
 		td__name_remove(s, v); /* off s->lru_order too */
-		td__store_changed(); /* the set of current versions changed */
+		/* the set of current versions changed */
+		td__store_changed(v->name, v->name_len);
 		td__notify(s, TD_EVENT_DELETED, v);
 		/* its recyclable buffers close: back on a free list they
 		 * would be charged again, and no room made (refs is 1) */

@@ -455,10 +455,12 @@ void td__store_rewrite_over(struct td__store *s, const char *name,
 
 /* Persistence (struct td__store_keeper): a published version's fd goes
  * to the fd store (its id, 0 = not stored); a restored one adopts its
- * stored id (0 or -errno); the set of current versions changed. */
+ * stored id (0 or -errno); the set of current versions changed, by a
+ * change of the name's current version (a snapshot does not keep every
+ * name: docs/snapshot.md, "Which names"). */
 uint64_t td__store_fd_kept(const struct td__vfd *f);
 int td__store_fd_adopt(uint64_t id, const struct td__vfd *f);
-void td__store_changed(void);
+void td__store_changed(const char *name, size_t len);
 
 /* A zeroed record of size bytes whose list member is at off (spares). */
 void *td__spare_new(struct td__spares *sp, size_t size, size_t off);

@@ -2743,3 +2743,301 @@ Test(snapshot, a_save_never_splits_a_publish_many)
 	tu_daemon_stop(&d, false);
 	snapdir_rm(&s);
 }
+
+/* ---- which names a snapshot keeps (--snapshot-prefix, --snapshot-skip) */
+
+/* start() with these options more (NULL-ended), the sync engine */
+static void start_sel(struct tu_daemon *d, struct snapdir *s,
+		      const char *interval, const char *const *sel)
+{
+	const char *extra[16] = {"--snapshot", s->file, "--snapshot-interval",
+				 interval};
+	size_t n = 4;
+
+	while (sel && *sel && n < 15)
+		extra[n++] = *sel++;
+	extra[n] = NULL;
+	cr_assert_eq(setenv("TENSORD_IO", "sync", 1), 0);
+	tu_daemon_start_log(d, "info", extra, s->log, NULL);
+}
+
+static void absent(struct td_client *c, const char *name)
+{
+	struct td_tensor *x = NULL;
+	struct td_error e = {0};
+
+	cr_assert_eq(td_client_get(c, name, &x, &e), -ENOENT,
+		     "%s is there", name);
+}
+
+/*
+ * A stream under cam/ beside model weights: only model/ goes into the
+ * file, and only model/ comes back. The start says what is kept.
+ */
+Test(snapshot, only_the_names_under_snapshot_prefix_are_kept, .timeout = 60)
+{
+	static const char *const sel[] = {"--snapshot-prefix", "model/",
+					  "--snapshot-prefix", "calib/", NULL};
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor w = mk("model/w", TD_TENSOR_F32, 3, 5, 60);
+	struct tensor k = mk("calib/t", TD_TENSOR_U8, 100, 0, 100);
+	struct tensor cam = mk("cam/0", TD_TENSOR_U8, 4096, 0, 4096);
+	struct tensor set[2];
+	uint64_t v;
+
+	snapdir_make(&s);
+	start_sel(&d, &s, "30", sel);
+	cr_assert(log_has(&s, "keeps the names under \"model/\", \"calib/\""),
+		  "%s", tu_slurp(s.log));
+	c = conn(&d);
+	v = next_version(c);
+	put(c, &cam, v++);
+	put(c, &w, v++);
+	put(c, &k, v++);
+	/* "model" without its '/' is not under "model/" */
+	cam.name = "model";
+	put(c, &cam, v++);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert(log_has(&s, "saved 2 tensors"), "%s", tu_slurp(s.log));
+	/* the file, by the Hurray reader: the kept two and nothing else */
+	set[0] = k; /* name order */
+	set[1] = w;
+	check_file(s.file, set, 2);
+
+	start_sel(&d, &s, "30", sel);
+	c = conn(&d);
+	cr_assert_eq(count(c), 2);
+	check(c, &w);
+	check(c, &k);
+	absent(c, "cam/0");
+	absent(c, "model");
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert(log_has(&s, "restored 2 of 2 tensors"), "%s",
+		  tu_slurp(s.log));
+	snapdir_rm(&s);
+}
+
+/* --snapshot-skip wins over --snapshot-prefix, and works alone. */
+Test(snapshot, snapshot_skip_wins_over_snapshot_prefix, .timeout = 60)
+{
+	static const char *const both[] = {"--snapshot-skip", "cam/raw/",
+					   "--snapshot-prefix", "cam/", NULL};
+	static const char *const skip[] = {"--snapshot-skip", "cam/", NULL};
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor t[3] = {mk("cam/0", TD_TENSOR_U8, 64, 0, 64),
+			      mk("cam/raw/0", TD_TENSOR_U8, 64, 0, 64),
+			      mk("model/w", TD_TENSOR_U8, 64, 0, 64)};
+	uint64_t v;
+
+	snapdir_make(&s);
+	start_sel(&d, &s, "30", both);
+	cr_assert(log_has(&s, "keeps the names under \"cam/\", but not those "
+			      "under \"cam/raw/\""),
+		  "%s", tu_slurp(s.log));
+	c = conn(&d);
+	v = next_version(c);
+	for (int i = 0; i < 3; i++)
+		put(c, &t[i], v++);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	check_file(s.file, &t[0], 1);
+
+	/* alone: every name but those under it */
+	cr_assert_eq(unlink(s.file), 0);
+	start_sel(&d, &s, "30", skip);
+	cr_assert(log_has(&s, "keeps every name but those under \"cam/\""),
+		  "%s", tu_slurp(s.log));
+	c = conn(&d);
+	v = next_version(c);
+	for (int i = 0; i < 3; i++)
+		put(c, &t[i], v++);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	check_file(s.file, &t[2], 1);
+	snapdir_rm(&s);
+}
+
+/*
+ * Saving after every change (--snapshot-interval 0), a stream of frames
+ * under --snapshot-skip made a save of every tensor per frame; now none
+ * (counted in the log, one "saving" line per save, and by FILE's inode,
+ * which each save's rename replaces), while a kept name's change still
+ * makes one.
+ */
+Test(snapshot, a_stream_of_a_skipped_name_makes_no_save, .timeout = 60)
+{
+	/* probe: next_version()'s throw-away name, kept out too */
+	static const char *const sel[] = {"--snapshot-skip", "cam/",
+					  "--snapshot-skip", "probe", NULL};
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor w = mk("model/w", TD_TENSOR_U8, 4096, 0, 4096);
+	struct tensor cam = mk("cam/0", TD_TENSOR_U8, 8192, 0, 8192);
+	struct td_error e = {0};
+	struct stat st;
+	uint64_t v;
+	ino_t ino;
+
+	snapdir_make(&s);
+	start_sel(&d, &s, "0", sel);
+	c = conn(&d);
+	v = next_version(c);
+	cr_assert(!log_has(&s, "snapshot: saving"), "%s", tu_slurp(s.log));
+	put(c, &w, v++);
+	/* one change of a kept name: one save (the test's timeout bounds
+	 * the wait) */
+	while (log_count(&s, "snapshot: saved") < 1)
+		usleep(10000);
+	cr_assert_eq(stat(s.file, &st), 0);
+	ino = st.st_ino;
+
+	/* 200 frames, replaced, then deleted: not one save */
+	for (int i = 0; i < 200; i++)
+		put(c, &cam, v++);
+	cr_assert_eq(td_client_delete(c, cam.name, NULL, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(count(c), 1); /* a round trip: every change is in */
+	cr_assert_eq(stat(s.file, &st), 0);
+	cr_assert_eq(st.st_ino, ino, "FILE was replaced: %s", tu_slurp(s.log));
+
+	/* a kept name's change: one save more */
+	put(c, &w, v++);
+	while (log_count(&s, "snapshot: saved") < 2)
+		usleep(10000);
+	td_client_close(c);
+	/* nothing changed since: no final save either. Each frame made a
+	 * save (or the stop's final one) before. */
+	tu_daemon_stop(&d, true);
+	cr_assert_eq(log_count(&s, "snapshot: saving"), 2, "%s",
+		     tu_slurp(s.log));
+	cr_assert(!log_has(&s, "final save"), "%s", tu_slurp(s.log));
+	check_file(s.file, &w, 1);
+	snapdir_rm(&s);
+}
+
+/*
+ * Options narrowed between two runs: the file still holds cam/0. The
+ * restore brings back what the file holds (the user may have narrowed
+ * them by mistake: the bytes are the only copy), says how many are no
+ * longer kept, and writes nothing for it; the next save (a kept name's
+ * change) leaves them out.
+ */
+Test(snapshot, names_no_longer_kept_are_restored_then_left_out,
+     .timeout = 60)
+{
+	static const char *const sel[] = {"--snapshot-skip", "cam/", NULL};
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor t[3] = {mk("cam/0", TD_TENSOR_U8, 64, 0, 64),
+			      mk("cam/1", TD_TENSOR_U8, 64, 0, 64),
+			      mk("model/w", TD_TENSOR_U8, 64, 0, 64)};
+	struct tensor w2 = mk("model/w2", TD_TENSOR_U8, 64, 0, 64);
+	uint64_t v;
+
+	snapdir_make(&s);
+	start_sel(&d, &s, "30", NULL);
+	c = conn(&d);
+	v = next_version(c);
+	for (int i = 0; i < 3; i++)
+		put(c, &t[i], v++);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	check_file(s.file, t, 3);
+
+	/* narrowed: all three back, two of them not kept, nothing saved */
+	start_sel(&d, &s, "30", sel);
+	c = conn(&d);
+	cr_assert_eq(count(c), 3);
+	for (int i = 0; i < 3; i++)
+		check(c, &t[i]);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	cr_assert(log_has(&s, "restored 3 of 3 tensors"), "%s",
+		  tu_slurp(s.log));
+	cr_assert_eq(log_count(&s, "2 of the tensors restored are of names "
+				   "it no longer keeps"),
+		     1, "%s", tu_slurp(s.log));
+	check_file(s.file, t, 3);
+
+	/* a kept change: the save holds the kept names only */
+	start_sel(&d, &s, "30", sel);
+	c = conn(&d);
+	put(c, &w2, next_version(c));
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	{
+		struct tensor kept[2] = {t[2], w2};
+
+		check_file(s.file, kept, 2);
+	}
+	snapdir_rm(&s);
+}
+
+/*
+ * A bad prefix is a bad command line (status 2) that names the option
+ * and why, as --http-prefix's; a good one without --snapshot is warned
+ * about like --snapshot-interval.
+ */
+Test(snapshot, bad_snapshot_prefixes_are_a_bad_command_line, .timeout = 60)
+{
+	static const char *const opt[] = {"--snapshot-prefix",
+					  "--snapshot-skip"};
+	static const char *const bad[][2] = {
+		{"", "empty"},
+		{"/cam", "starts with '/'"},
+		{"cam/../etc", "\"..\""},
+		{"cam//0", "\"//\""},
+		{"cam 0", "outside [A-Za-z0-9._:/@+-]"},
+		{"cam\n0", "outside [A-Za-z0-9._:/@+-]"},
+	};
+	const char *bin = getenv("TD_TENSORD");
+	struct snapdir s;
+	char sock[160], want[128];
+	char *out;
+
+	snapdir_make(&s);
+	snprintf(sock, sizeof(sock), "%s/td.sock", s.dir);
+	for (size_t o = 0; o < 2; o++) {
+		for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+			/* bounded: a daemon that starts is ended after 3 s */
+			char *argv[] = {"/usr/bin/timeout", "3", (char *)bin,
+					"--socket", sock, "--snapshot", s.file,
+					(char *)opt[o], (char *)bad[i][0],
+					NULL};
+			int rc = tu_run_capture_all(argv, &out);
+
+			snprintf(want, sizeof(want), "%s '", opt[o]);
+			cr_expect_eq(rc, 2, "%s '%s': %s", opt[o], bad[i][0],
+				     out);
+			cr_expect(strstr(out, want) &&
+					  strstr(out, "not a valid name "
+						      "prefix") &&
+					  strstr(out, bad[i][1]),
+				  "%s '%s': %s", opt[o], bad[i][0], out);
+			free(out);
+		}
+		/* without --snapshot: a warning, as --snapshot-interval */
+		{
+			char *argv[] = {"/usr/bin/timeout", "-s", "INT", "1",
+					(char *)bin, "--socket", sock,
+					(char *)opt[o], "cam/", NULL};
+
+			tu_run_capture_all(argv, &out);
+			snprintf(want, sizeof(want),
+				 "%s has no effect without --snapshot FILE",
+				 opt[o]);
+			cr_expect(strstr(out, want), "%s", out);
+			free(out);
+		}
+	}
+	cr_assert_eq(access(s.file, F_OK), -1);
+	snapdir_rm(&s);
+}
