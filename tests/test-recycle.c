@@ -2664,18 +2664,10 @@ static uint64_t heap_allocs(const struct heap *h)
 static void heap_daemon_start(struct tu_daemon *d, struct heap *h)
 {
 	const char *shim = getenv("TD_MALLOC_COUNT");
-	void *p;
-	int fd;
 
 	cr_assert(shim, "TD_MALLOC_COUNT is not set (run through meson test)");
 	snprintf(h->path, sizeof(h->path), "/tmp/td-heap-XXXXXX");
-	fd = mkstemp(h->path);
-	cr_assert_geq(fd, 0);
-	cr_assert_eq(ftruncate(fd, 4096), 0);
-	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	cr_assert_neq(p, MAP_FAILED);
-	close(fd);
-	h->n = p;
+	h->n = tu_counts_map(h->path);
 	/* only the daemon's environment: it is exec'ed with ours */
 	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
 	cr_assert_eq(setenv("TD_MALLOC_COUNT_FILE", h->path, 1), 0);

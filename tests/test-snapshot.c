@@ -2598,17 +2598,9 @@ Test(snapshot, a_save_of_many_tensors_does_little_work_per_loop_turn,
 	struct tu_daemon d;
 	struct td_client *c;
 	uint64_t cmp0, cmps, turn;
-	void *p;
-	int fd;
 
 	cr_assert(shim, "TD_MALLOC_COUNT is not set (run through meson test)");
-	fd = mkstemp(path);
-	cr_assert_geq(fd, 0);
-	cr_assert_eq(ftruncate(fd, 4096), 0);
-	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	cr_assert_neq(p, MAP_FAILED);
-	close(fd);
-	n = p;
+	n = tu_counts_map(path);
 	snapdir_make(&s);
 	/* only the daemon's environment: it is exec'ed with ours */
 	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
@@ -2642,7 +2634,7 @@ Test(snapshot, a_save_of_many_tensors_does_little_work_per_loop_turn,
 		     (unsigned long long)cmps);
 	td_client_close(c);
 	tu_daemon_stop(&d, true);
-	munmap(p, 4096);
+	munmap((void *)n, 4096);
 	unlink(path);
 	snapdir_rm(&s);
 }

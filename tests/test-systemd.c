@@ -3456,17 +3456,9 @@ Test(systemd, a_state_image_write_allocates_no_image_sized_buffer)
 	struct td_client *c;
 	size_t len = 0;
 	uint64_t gen;
-	void *p;
-	int fd;
 
 	cr_assert(shim, "TD_MALLOC_COUNT is not set (run through meson test)");
-	fd = mkstemp(path);
-	cr_assert_geq(fd, 0);
-	cr_assert_eq(ftruncate(fd, 4096), 0);
-	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	cr_assert_neq(p, MAP_FAILED);
-	close(fd);
-	n = p;
+	n = tu_counts_map(path);
 	heap_counts = path;
 	mkdir_tmp(&d);
 	notify_bind(&d);
@@ -3508,7 +3500,7 @@ Test(systemd, a_state_image_write_allocates_no_image_sized_buffer)
 	td_client_close(c);
 	daemon_stop(&d, &st);
 	store_close(&st);
-	munmap(p, 4096);
+	munmap((void *)n, 4096);
 	unlink(path);
 }
 #endif /* !__SANITIZE_ADDRESS__ */

@@ -4445,6 +4445,47 @@ static int dir_entries(const char *dir)
 #define SPOOL_N 4
 #define SPOOL_BYTES ((uint64_t)16 << 20)
 
+/* A daemon with SPOOL_N patterned tensors saved into path (file, in its
+ * folder; the tensors then removed), and TMPDIR set to spool, a new
+ * empty folder beside it. */
+static void spool_setup(struct tu_daemon *d, char path[160],
+			char spool[160], const char *file)
+{
+	char name[64], *err;
+
+	start(d);
+	path_in(path, 160, d, file);
+	path_in(spool, 160, d, "spool");
+	cr_assert_eq(mkdir(spool, 0700), 0);
+	for (unsigned i = 0; i < SPOOL_N; i++) {
+		snprintf(name, sizeof(name), "s%u", i);
+		put_pattern(d, name, i, SPOOL_BYTES);
+	}
+	cr_assert_eq(CTL(d, NULL, &err, "save", "-o", path, "s0", "s1", "s2",
+			 "s3"),
+		     0, "%s", err);
+	free(err);
+	for (unsigned i = 0; i < SPOOL_N; i++) {
+		snprintf(name, sizeof(name), "s%u", i);
+		cr_assert_eq(CTL(d, NULL, NULL, "rm", name), 0);
+	}
+	cr_assert_eq(setenv("TMPDIR", spool, 1), 0);
+}
+
+/* spool_setup()'s tensors came back under prefix, and spool is empty. */
+static void spool_loaded(struct tu_daemon *d, const char *prefix,
+			 const char *spool)
+{
+	char name[64];
+
+	for (unsigned i = 0; i < SPOOL_N; i++) {
+		snprintf(name, sizeof(name), "%ss%u", prefix, i);
+		cr_expect(holds_pattern(d, name, i, SPOOL_BYTES),
+			  "%s is not the file's", name);
+	}
+	cr_expect_eq(dir_entries(spool), 0, "the spool was left");
+}
+
 /*
  * load - of a Hurray stream read the whole input into memory (up to
  * --max-bytes) before it could parse it from its trailer: a 20 GiB
@@ -4459,25 +4500,9 @@ Test(tensorctl, load_of_a_hurray_stream_is_spooled_not_held)
 	static const char *const prefixes[] = {"m/", "f/"};
 	struct tu_daemon d;
 	struct run r = {.out_fd = -1};
-	char path[160], spool[160], name[64], *err;
+	char path[160], spool[160], *err;
 
-	start(&d);
-	path_in(path, sizeof(path), &d, "big.hrry");
-	path_in(spool, sizeof(spool), &d, "spool");
-	cr_assert_eq(mkdir(spool, 0700), 0);
-	for (unsigned i = 0; i < SPOOL_N; i++) {
-		snprintf(name, sizeof(name), "s%u", i);
-		put_pattern(&d, name, i, SPOOL_BYTES);
-	}
-	cr_assert_eq(CTL(&d, NULL, &err, "save", "-o", path, "s0", "s1", "s2",
-			 "s3"),
-		     0, "%s", err);
-	free(err);
-	for (unsigned i = 0; i < SPOOL_N; i++) {
-		snprintf(name, sizeof(name), "s%u", i);
-		cr_assert_eq(CTL(&d, NULL, NULL, "rm", name), 0);
-	}
-	cr_assert_eq(setenv("TMPDIR", spool, 1), 0);
+	spool_setup(&d, path, spool, "big.hrry");
 #ifndef __SANITIZE_ADDRESS__ /* its shadow is private memory */
 	r.data = 32u << 20;
 #endif
@@ -4491,12 +4516,7 @@ Test(tensorctl, load_of_a_hurray_stream_is_spooled_not_held)
 			     0, "%s: %s", prefixes[f], err);
 		free(err);
 		close(r.in_fd);
-		for (unsigned i = 0; i < SPOOL_N; i++) {
-			snprintf(name, sizeof(name), "%ss%u", prefixes[f], i);
-			cr_expect(holds_pattern(&d, name, i, SPOOL_BYTES),
-				  "%s is not the file's", name);
-		}
-		cr_expect_eq(dir_entries(spool), 0, "the spool was left");
+		spool_loaded(&d, prefixes[f], spool);
 	}
 	unsetenv("TMPDIR");
 	unlink(path);
@@ -4661,23 +4681,7 @@ Test(tensorctl, load_of_a_tgm_stream_holds_its_message_in_a_spool)
 	size_t len;
 	uint8_t *b;
 
-	start(&d);
-	path_in(path, sizeof(path), &d, "big.tgm");
-	path_in(spool, sizeof(spool), &d, "spool");
-	cr_assert_eq(mkdir(spool, 0700), 0);
-	for (unsigned i = 0; i < SPOOL_N; i++) {
-		snprintf(name, sizeof(name), "s%u", i);
-		put_pattern(&d, name, i, SPOOL_BYTES);
-	}
-	cr_assert_eq(CTL(&d, NULL, &err, "save", "-o", path, "s0", "s1", "s2",
-			 "s3"),
-		     0, "%s", err);
-	free(err);
-	for (unsigned i = 0; i < SPOOL_N; i++) {
-		snprintf(name, sizeof(name), "s%u", i);
-		cr_assert_eq(CTL(&d, NULL, NULL, "rm", name), 0);
-	}
-	cr_assert_eq(setenv("TMPDIR", spool, 1), 0);
+	spool_setup(&d, path, spool, "big.tgm");
 #ifndef __SANITIZE_ADDRESS__ /* its shadow is private memory */
 	r.data = 32u << 20;
 #endif
@@ -4687,12 +4691,7 @@ Test(tensorctl, load_of_a_tgm_stream_holds_its_message_in_a_spool)
 		     0, "%s", err);
 	free(err);
 	close(r.in_fd);
-	for (unsigned i = 0; i < SPOOL_N; i++) {
-		snprintf(name, sizeof(name), "g/s%u", i);
-		cr_expect(holds_pattern(&d, name, i, SPOOL_BYTES),
-			  "%s is not the file's", name);
-	}
-	cr_expect_eq(dir_entries(spool), 0, "the spool was left");
+	spool_loaded(&d, "g/", spool);
 
 	/* a byte of an object's data flipped: its hash fails */
 	b = tu_read_file(path, &len);

@@ -3832,22 +3832,6 @@ Test(checkers, catch_what_zarrita_lets_through, .init = start, .fini = stop)
 #include <sys/mman.h>
 #include <sys/resource.h>
 
-/* A page the malloc-count shim (tests/malloc-count.c) counts into, shared
- * with the daemon or tool it is preloaded in: its file is path (a
- * mkstemp template, filled in). Unmap it (4096 bytes) and unlink path. */
-static volatile struct td_malloc_counts *counts_map(char *path)
-{
-	void *p;
-	int fd = mkstemp(path);
-
-	cr_assert_geq(fd, 0);
-	cr_assert_eq(ftruncate(fd, 4096), 0);
-	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	cr_assert_neq(p, MAP_FAILED);
-	close(fd);
-	return p;
-}
-
 /* Zero copy: the shim counts the bytes sendfile() moves. */
 Test(http, chunk_bodies_go_by_sendfile, .fini = stop)
 {
@@ -3859,7 +3843,7 @@ Test(http, chunk_bodies_go_by_sendfile, .fini = stop)
 	uint64_t before;
 
 	cr_assert(shim, "TD_MALLOC_COUNT is not set (run through meson test)");
-	n = counts_map(path);
+	n = tu_counts_map(path);
 	cr_assert_eq(setenv("LD_PRELOAD", shim, 1), 0);
 	cr_assert_eq(setenv("TD_MALLOC_COUNT_FILE", path, 1), 0);
 	start_http_args(more);
@@ -3901,7 +3885,7 @@ Test(import, chunks_go_straight_into_the_daemons_buffer, .init = start,
 	size_t glen;
 
 	cr_assert(shim, "TD_MALLOC_COUNT is not set (run through meson test)");
-	n = counts_map(path);
+	n = tu_counts_map(path);
 	put_filled("big", 'I', len);
 	zt_ok("zarr export %s/x big", zt_dir);
 	cr_assert_eq(zt_sh(&out, "LD_PRELOAD='%s' TD_MALLOC_COUNT_FILE=%s "

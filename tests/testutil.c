@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "testutil.h"
+#include "malloc-count.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -16,6 +17,7 @@
 #include <stddef.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/resource.h>
@@ -146,6 +148,19 @@ static int fd_entries(const char *path)
 			n++;
 	closedir(d);
 	return n;
+}
+
+volatile struct td_malloc_counts *tu_counts_map(char *path)
+{
+	void *p;
+	int fd = mkstemp(path);
+
+	cr_assert_geq(fd, 0, "mkstemp %s", path);
+	cr_assert_eq(ftruncate(fd, 4096), 0);
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	cr_assert_neq(p, MAP_FAILED);
+	close(fd);
+	return p;
 }
 
 int tu_fd_count(void)

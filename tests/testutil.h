@@ -25,6 +25,16 @@ const char *tu_vectors_path(const char *sub);
  */
 const char *tu_vectors_or_skip(const char *sub, const char *what);
 
+struct td_malloc_counts;
+/*
+ * A page the malloc-count shim (tests/malloc-count.c) counts into, shared
+ * with the daemon or tool it is preloaded in (LD_PRELOAD=$TD_MALLOC_COUNT,
+ * TD_MALLOC_COUNT_FILE=path): its file is path, a mkstemp template
+ * ("/tmp/td-heap-XXXXXX") filled in. munmap() its 4096 bytes and unlink
+ * path when done.
+ */
+volatile struct td_malloc_counts *tu_counts_map(char *path);
+
 /* Number of open fds in this process (/proc/self/fd). */
 /*
  * From now on, in this process and the children it makes, syscall nr
