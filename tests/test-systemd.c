@@ -3330,13 +3330,44 @@ static unsigned long long store_visits(void)
 	return strtoull(p + strlen(key), NULL, 10);
 }
 
-/* What the daemon sent the fake PID 1 so far, applied to st. */
-static void drain(struct daemon *d, struct fdstore *st)
+/*
+ * What the daemon sends, read and applied to st on a thread of its own
+ * between drainer_start() and drainer_stop(), as PID 1 reads at any time:
+ * the notify socket queues 10 datagrams (net.unix.max_dgram_qlen), and a
+ * daemon that finds it full for 1 s drops what it sends until it drains
+ * (STOPPING=1 included, which daemon_stop() then waits for in vain).
+ */
+struct drainer {
+	pthread_t t;
+	atomic_bool stop;
+	struct daemon *d;
+	struct fdstore *st;
+};
+
+static void *drain_run(void *arg)
 {
+	struct drainer *x = arg;
 	struct msg m;
 
-	while (notify_recv(d, &m, 0) == 0)
-		store_apply(st, &m);
+	while (!atomic_load(&x->stop))
+		if (notify_recv(x->d, &m, 20) == 0)
+			store_apply(x->st, &m);
+	return NULL;
+}
+
+static void drainer_start(struct drainer *x, struct daemon *d,
+			  struct fdstore *st)
+{
+	x->d = d;
+	x->st = st;
+	atomic_store(&x->stop, false);
+	cr_assert_eq(pthread_create(&x->t, NULL, drain_run, x), 0);
+}
+
+static void drainer_stop(struct drainer *x)
+{
+	atomic_store(&x->stop, true);
+	cr_assert_eq(pthread_join(x->t, NULL), 0);
 }
 
 /*
@@ -3352,6 +3383,7 @@ Test(systemd, the_fd_store_visits_few_records_among_many_tensors)
 	enum { NAMES = 1000, OPS = 100 };
 	struct daemon d;
 	struct fdstore st = {0};
+	struct drainer dr;
 	struct td_client *c;
 	struct td_error e = {0};
 	char hsock[2][160], name[32];
@@ -3363,27 +3395,22 @@ Test(systemd, the_fd_store_visits_few_records_among_many_tensors)
 	http_unix = hsock[0];
 	notify_bind(&d);
 	daemon_start(&d, NULL, -1, NULL, &st, NULL);
+	drainer_start(&dr, &d, &st);
 	c = connect_to(d.sock);
 	for (int i = 0; i < NAMES; i++) {
 		snprintf(name, sizeof(name), "many/%04d", i);
 		put(c, name, 64, (uint8_t)i, 0, NULL);
-		/* the notify socket queues 10 datagrams (max_dgram_qlen) */
-		drain(&d, &st);
 	}
-	drain(&d, &st);
 	before = store_visits();
 	for (int i = 0; i < OPS; i++) {
 		/* a new version of an old name (its old plane leaves the
 		 * store), a new name and its delete */
 		snprintf(name, sizeof(name), "many/%04d", NAMES / 2);
 		put(c, name, 64, 'v', 0, NULL);
-		drain(&d, &st);
 		snprintf(name, sizeof(name), "new/%04d", i);
 		put(c, name, 64, 'n', 0, NULL);
-		drain(&d, &st);
 		cr_assert_eq(td_client_delete(c, name, NULL, &e), 0, "%s",
 			     e.reason);
-		drain(&d, &st);
 	}
 	after = store_visits();
 	cr_log_info("%llu records visited by %d ops", after - before, OPS);
@@ -3393,12 +3420,14 @@ Test(systemd, the_fd_store_visits_few_records_among_many_tensors)
 		      "%llu records visited by %d ops among %d stored files",
 		      after - before, OPS, NAMES);
 	td_client_close(c);
+	drainer_stop(&dr);
 	daemon_stop(&d, &st);
 	cr_assert_geq(st.n, NAMES + 2, "%u stored", st.n);
 
 	/* a restart: every passed fd found among the others */
 	http_unix = hsock[1];
 	daemon_start(&d, NULL, -1, &st, &st, NULL);
+	drainer_start(&dr, &d, &st);
 	after = store_visits();
 	cr_log_info("%llu records visited restoring", after);
 	cr_assert_leq(after, NAMES * 40ull,
@@ -3415,12 +3444,22 @@ Test(systemd, the_fd_store_visits_few_records_among_many_tensors)
 		td_entry_list_free(list, count);
 	}
 	td_client_close(c);
+	drainer_stop(&dr);
 	daemon_stop(&d, &st);
 	http_unix = NULL;
 	store_close(&st);
 }
 
 #ifndef __SANITIZE_ADDRESS__ /* ASan has its own malloc: no shim */
+/* What the daemon sent the fake PID 1 so far, applied to st. */
+static void drain(struct daemon *d, struct fdstore *st)
+{
+	struct msg m;
+
+	while (notify_recv(d, &m, 0) == 0)
+		store_apply(st, &m);
+}
+
 /* The generation of the newest state image st holds. */
 static uint64_t image_generation(const struct fdstore *st, size_t *len)
 {
