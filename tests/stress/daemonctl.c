@@ -223,7 +223,10 @@ int tdc_start(struct tdc_daemon *d, const char *bin,
 	/*
 	 * connect() returns once the connection is in the backlog; a reply
 	 * (to a 1-byte datagram: -ENODATA) proves the daemon accepted it,
-	 * so fd counts taken from now on include it.
+	 * so fd counts taken from now on include it. The daemon logs this
+	 * probe once, as any bad input: "refused input: pid P (td-stress
+	 * or td-soak): ... datagram shorter than the header". That line in
+	 * a kept log is this probe, not a client library's stray write.
 	 */
 	if (send(fd, "", 1, MSG_NOSIGNAL) != 1 ||
 	    poll(&(struct pollfd){fd, POLLIN, 0}, 1, 60000) != 1 ||
