@@ -254,7 +254,8 @@ static uint64_t fired_at;
  * A trigger word holds 30 bits of a version: a row expects there at
  * most the FIRED word of the version it took last (`taken`), and when
  * that is `now`'s word too, it may have been `now`'s own, read after the
- * fire's wake: such a row is woken (docs/fastpath.md, "30 bits").
+ * fire's wake: such a row is woken (docs/fastpath.md, "Woken by the
+ * producer").
  */
 static void bell_wake(struct bell *b, uint64_t now)
 {
