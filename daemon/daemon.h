@@ -180,6 +180,12 @@ struct td__opts {
 	/* a ring's RING_WAKE generations wrap after this one: 2^32 - 1, or
 	 * $TENSORD_TEST_RING_WAKE_GEN_MAX (tests, at least 2) */
 	uint32_t wake_gen_max;
+	/* trigger pages' generations wrap after this one: 2^32 - 1, or
+	 * $TENSORD_TEST_TRIG_GEN_MAX (tests; 1: every page is 1) */
+	uint32_t trig_gen_max;
+	/* $TENSORD_TEST_FIRST_VERSION: the store's first version number
+	 * (tests of the 30 bits of a trigger word; 0: 1) */
+	uint64_t first_version;
 	/* --own-fences-only: no producer's eventfd to a reader without
 	 * TD_WIRE_FEAT_FENCE_OWN (fence.c) */
 	bool own_fences_only;
@@ -407,6 +413,7 @@ struct td__trig {
 	int rw, ro;
 	struct td_follow_trigger *map;
 	uint32_t gen;
+	uint64_t serial; /* never the same twice (the bell's stage_page) */
 	uid_t uid;
 };
 struct td__trig *td__peer_trig(struct td__peer *p);

@@ -251,6 +251,11 @@ static uint64_t fired_at;
  * that took it already (from its stage) waits for a newer one, and a
  * row asleep on the fired word too, expecting there no FIRED word of a
  * version it waits for (trig_sleep), was woken by the producer's fire.
+ * A trigger word holds 30 bits of a version: a row expects there at
+ * most the FIRED word of the version it took last (`taken`), and when
+ * that is `now`'s word too, it may have been `now`'s own, read after the
+ * fire's wake: such a row is woken (docs/fastpath.md, "Woken by the
+ * producer").
  */
 static void bell_wake(struct bell *b, uint64_t now)
 {
@@ -267,7 +272,11 @@ static void bell_wake(struct bell *b, uint64_t now)
 		w = atomic_load(&f->row->waiting);
 		if (w == TD_FOLLOW_WAIT_ROW && b == fired_bell &&
 		    atomic_load_explicit(&f->row->trig_sleep,
-					 memory_order_acquire) == fired_at)
+					 memory_order_acquire) == fired_at &&
+		    td_follow_trig(atomic_load_explicit(&f->row->taken,
+							memory_order_relaxed),
+				   TD_FOLLOW_TRIG_FIRED) !=
+			    td_follow_trig(now, TD_FOLLOW_TRIG_FIRED))
 			continue;
 		if (w == TD_FOLLOW_WAIT_ROW)
 			td__futex_wake_word(&f->row->waiting, w);
@@ -560,6 +569,34 @@ static struct td__version *stage_copy(const struct td__version *ver)
 }
 
 /*
+ * b's stage is t's page's from now on. The generation of a page may be
+ * that of the page b named before (it has 32 bits and comes round after
+ * 2^32 pages; stage_page tells them apart): a row asleep on the old
+ * page's word then holds a trig_sleep that reads as this page's, and a
+ * commit of this page's fire would leave it asleep (bell_wake), so it is
+ * woken to look again. A row that stores `waiting` after this store
+ * finds the new stage_page in its last look and does not sleep.
+ */
+static void stage_page_set(struct bell *b, const struct td__trig *t)
+{
+	struct td_follow_hdr *h = b->hdr;
+
+	if (atomic_load_explicit(&h->stage_page, memory_order_relaxed) ==
+	    t->serial)
+		return;
+	atomic_store(&h->stage_page, t->serial); /* before the loads below */
+	if (atomic_load_explicit(&h->stage_gen, memory_order_relaxed) !=
+	    t->gen)
+		return;
+	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
+		if (b->rows[i].peer &&
+		    atomic_load(&b->rows[i].row->waiting) ==
+			    TD_FOLLOW_WAIT_ROW)
+			td__futex_wake_word(&b->rows[i].row->waiting,
+					    TD_FOLLOW_WAIT_ROW);
+}
+
+/*
  * Stage sv (stage_copy's; the stage's from now on, else put back) as
  * the next version of its name on b, with alloc a's buffers: a number,
  * an entry in the bell, STAGED at a word of p's trigger page no other
@@ -612,6 +649,7 @@ static void stage_arm(struct td__peer *p, struct bell *b,
 	td__peer_stage_add(p, b, a->id, w);
 	stages++;
 	b->trig_owner = p;
+	stage_page_set(b, t);
 	atomic_store_explicit(&b->hdr->stage_gen, t->gen,
 			      memory_order_relaxed);
 	atomic_store_explicit(&b->hdr->stage_slot, b->st.slot,

@@ -690,6 +690,7 @@ int main(int argc, char **argv)
 			     .http_max_connections = 256,
 			     .http_timeout = 30,
 			     .wake_gen_max = UINT32_MAX,
+			     .trig_gen_max = UINT32_MAX,
 			     .snapshot_interval_ms =
 				     TD__SNAPSHOT_INTERVAL_S * 1000ull};
 	char pathbuf[4096];
@@ -731,6 +732,11 @@ int main(int argc, char **argv)
 	if ((env = getenv("TENSORD_TEST_RING_WAKE_GEN_MAX")) &&
 	    strtoul(env, NULL, 0) >= 2)
 		d->opts.wake_gen_max = (uint32_t)strtoul(env, NULL, 0);
+	if ((env = getenv("TENSORD_TEST_TRIG_GEN_MAX")) &&
+	    strtoul(env, NULL, 0) >= 1)
+		d->opts.trig_gen_max = (uint32_t)strtoul(env, NULL, 0);
+	if ((env = getenv("TENSORD_TEST_FIRST_VERSION")))
+		d->opts.first_version = strtoull(env, NULL, 0);
 	d->pid = getpid();
 	td__list_init(&d->peers);
 	raise_nofile();

@@ -974,6 +974,7 @@ void td__peer_trig_free(struct td__peer *p)
 struct td__trig *td__peer_trig(struct td__peer *p)
 {
 	static uint32_t gens; /* the last trigger page's generation */
+	static uint64_t serials; /* and its number, which never wraps */
 	const char *why = NULL;
 	struct td__trig *t = p->trig;
 	char lim[256];
@@ -1008,9 +1009,10 @@ struct td__trig *td__peer_trig(struct td__peer *p)
 	}
 	t->map = m;
 	t->uid = p->uid;
-	if (++gens == 0)
-		gens = 1;
+	/* never 0; may come round (follow.c, stage_arm: the serial) */
+	gens = gens >= td__d->opts.trig_gen_max ? 1 : gens + 1;
 	t->gen = gens;
+	t->serial = ++serials;
 	p->trig = t;
 	return t;
 }

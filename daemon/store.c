@@ -894,6 +894,9 @@ int td__store_new(struct td__daemon *d)
 	s->next_version = s->next_lease = s->next_alloc = s->next_watch =
 		s->next_buf = 1;
 	s->version_ceiling = 0; /* the first number asks keeper->reserve */
+	if (d->opts.first_version > 1 &&
+	    d->opts.first_version <= TD__VERSION_MAX)
+		s->next_version = d->opts.first_version;
 	uv_timer_init(d->loop, &s->timer);
 	s->timer.data = s;
 	d->store = s;

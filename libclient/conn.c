@@ -8,6 +8,7 @@
  * sets at connect: no call of this file leads back up.
  */
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -620,6 +621,20 @@ int td__call_by(struct td_client *c, uint16_t op, size_t body_len,
 #define INTR_GRACE_NS (100 * 1000000LL)
 
 /*
+ * poll(2)'s int of milliseconds for a wait of ns, rounded up and at most
+ * INT_MAX (24.8 days; a longer wait is asked again when that passed),
+ * never negative: a GET parked for INT_MAX ms has a grace of that and
+ * 100 ms (reply_wait), a connect timeout may be 49 days (hello_ms), and
+ * a plain conversion made those negative, a poll() for ever.
+ */
+static int poll_ms(int64_t ns)
+{
+	int64_t ms = ns / 1000000 + (ns % 1000000 > 0);
+
+	return ms <= 0 ? 0 : ms >= INT_MAX ? INT_MAX : (int)ms;
+}
+
+/*
  * Until the socket is readable (0), by passed (-ETIMEDOUT) or, with
  * td_client_set_interrupt(), a signal that its fn says ends the call:
  * the request stays unanswered, so the connection is abandoned, shut
@@ -642,7 +657,7 @@ static int reply_wait(struct td_client *c, uint16_t op, int64_t by,
 		struct pollfd p = {.fd = c->sock, .events = POLLIN};
 		int64_t now = td__now_ns(), left = by - now;
 		int64_t grace = late - now;
-		int ms = by < 0 ? -1 : (int)((left + 999999) / 1000000), n;
+		int ms = by < 0 ? -1 : poll_ms(left), n;
 
 		if (by >= 0 && left <= 0)
 			return td__fail(err, -ETIMEDOUT, "no %s reply in time",
@@ -659,8 +674,8 @@ static int reply_wait(struct td_client *c, uint16_t op, int64_t by,
 						td_wire_op_name(op));
 			}
 		}
-		if (signalled && (ms < 0 || ms > (grace + 999999) / 1000000))
-			ms = (int)((grace + 999999) / 1000000);
+		if (signalled && (ms < 0 || ms > poll_ms(grace)))
+			ms = poll_ms(grace);
 		n = poll(&p, 1, ms);
 		if (n > 0 || (n < 0 && errno != EINTR))
 			return 0; /* the receive says what is there */
@@ -704,8 +719,7 @@ static int send_wait(struct td_client *c, size_t len, const int *fds,
 		}
 		/* writable again once the daemon read a quarter of the
 		 * buffer back: as soon as a blocking send would wake */
-		n = poll(&p, 1, signalled ? (int)((grace + 999999) / 1000000)
-					  : -1);
+		n = poll(&p, 1, signalled ? poll_ms(grace) : -1);
 		if (n < 0 && errno != EINTR)
 			return -errno;
 		if (n < 0)

@@ -41,14 +41,16 @@ struct td_follow {
 	/*
 	 * Staged publishes (docs/fastpath.md, "A followed publish without
 	 * the daemon's hop"): the name's trigger page, read-only, of
-	 * generation trig_gen (NULL none); trig_no, a generation it could
-	 * not have; stage_ok, whether it takes stages at all (the daemon
+	 * generation trig_gen and number trig_page (the bell's stage_page;
+	 * NULL none); trig_no and no_page, a page it could not have;
+	 * stage_ok, whether it takes stages at all (the daemon
 	 * serves them, futex_waitv works, TENSORD_STAGE is not 0); skip, a
 	 * staged version it cannot take (a buffer it has not mapped): it
 	 * waits for its commit.
 	 */
 	const struct td_follow_trigger *trig;
 	uint32_t trig_gen, trig_no;
+	uint64_t trig_page, no_page;
 	bool stage_ok;
 	uint64_t skip;
 	char name[TD_WIRE_MAX_NAME + 1];
@@ -328,29 +330,44 @@ static int take(struct td_follow *f, uint64_t v, uint32_t e,
  * stopped) delays it by this much beyond its own deadline at most. */
 #define TRIG_WAIT_NS (50 * 1000 * 1000)
 
+/* The bell's stage_page: which page stage_gen names (0: a daemon
+ * before it, and the generation alone tells). */
+static uint64_t stage_page(const struct td_follow *f)
+{
+	return atomic_load_explicit(
+		&((struct td_follow_hdr *)f->hdr)->stage_page,
+		memory_order_relaxed);
+}
+
 /*
  * The trigger page of the bell's stage generation gen, mapped here; the
  * daemon's answer waited for until `by` (CLOCK_MONOTONIC ns, or at
- * least TRIG_WAIT_NS from now): none by then, asked again later.
+ * least TRIG_WAIT_NS from now): none by then, asked again later. The
+ * page kept is the one the bell's stage_page names, not only one of
+ * generation gen: generations come round, and a page kept by that alone
+ * could be an old producer's, whose word no fire changes any more.
  */
 static bool trig_have(struct td_follow *f, uint32_t gen, int64_t by)
 {
 	struct td_client *c = f->c;
 	void *page = NULL;
 	uint32_t got = 0;
+	uint64_t num = stage_page(f);
 	int64_t least = td__now_ns() + TRIG_WAIT_NS;
 	int rc = -1;
 
-	if (f->trig && f->trig_gen == gen)
+	if (f->trig && f->trig_gen == gen && f->trig_page == num)
 		return true;
-	if (!gen || gen == f->trig_no)
+	if (!gen || (gen == f->trig_no && num == f->no_page))
 		return false;
 	td__client_lock(c);
 	if (c->epoch == f->epoch)
 		rc = td__stage_page_map(c, f->name, false,
 					by < least ? least : by, &got, &page,
 					NULL);
-	if (rc == 0 && got != gen) {
+	/* the page of generation gen and number num: that number both
+	 * before and after the call (numbers never come round) */
+	if (rc == 0 && (got != gen || stage_page(f) != num)) {
 		munmap(page, TD_FOLLOW_TRIG_LEN);
 		page = NULL;
 	}
@@ -360,12 +377,14 @@ static bool trig_have(struct td_follow *f, uint32_t gen, int64_t by)
 	if (!page) {
 		/* not this one (a newer producer, or none): not again */
 		f->trig_no = gen;
+		f->no_page = num;
 		return false;
 	}
 	if (f->trig)
 		munmap((void *)f->trig, TD_FOLLOW_TRIG_LEN);
 	f->trig = page;
 	f->trig_gen = gen;
+	f->trig_page = num;
 	return true;
 }
 
@@ -448,17 +467,19 @@ static bool conn_gone(struct td_follow *f)
 /*
  * The row's trig_sleep for a sleep on word tp (NULL: the row alone)
  * that expects tw there: any fire this wait is for changes a word that
- * holds no FIRED version newer than `after`, and its producer wakes it,
- * so the daemon's commit of that fire need not wake this row as well.
- * A FIRED word still to take (its buffers not mapped here: skip) is
- * the commit's to wake.
+ * holds no FIRED version newer than the last one taken, and its
+ * producer wakes it, so the daemon's commit of that fire need not wake
+ * this row as well. A FIRED word still to take (its buffers not mapped
+ * here: skip) is the commit's to wake. The word has 30 bits of the
+ * version: one that reads as the last taken's (f->last, the row's
+ * `taken`) may be a version 2^30 later, and the daemon wakes this row
+ * at the commit of any version that reads so (bell_wake).
  */
 static uint64_t trig_sleep_of(const struct td_follow *f,
-			      const _Atomic uint32_t *tp, uint32_t tw,
-			      uint64_t after)
+			      const _Atomic uint32_t *tp, uint32_t tw)
 {
 	if (!tp || ((tw & 3u) == TD_FOLLOW_TRIG_FIRED &&
-		    tw != td_follow_trig(after, TD_FOLLOW_TRIG_FIRED)))
+		    tw != td_follow_trig(f->last, TD_FOLLOW_TRIG_FIRED)))
 		return 0;
 	return td_follow_trig_at(
 		f->trig_gen,
@@ -497,12 +518,17 @@ static void sleep_on(struct td_follow *f, uint32_t seq, uint64_t latest,
 	}
 	/* before `waiting`: the daemon reads it after `waiting` */
 	atomic_store_explicit(&f->row->trig_sleep,
-			      trig_sleep_of(f, tp, tw, after),
+			      trig_sleep_of(f, tp, tw),
 			      memory_order_release);
 	atomic_store(w, f->own_word ? TD_FOLLOW_WAIT_ROW
 				    : TD_FOLLOW_WAIT_FUTEX);
+	/* the page tp lies in is still the bell's: a new one of the same
+	 * generation wakes the rows asleep before it (seq_cst: the
+	 * daemon stores stage_page, then reads `waiting`) */
 	if (td_follow_latest_recheck(f->hdr) == latest &&
 	    atomic_load((_Atomic uint32_t *)&f->hdr->seq) == seq &&
+	    (!tp || atomic_load(&((struct td_follow_hdr *)f->hdr)
+					->stage_page) == f->trig_page) &&
 	    !stage_fired(f, after)) {
 		if (tp) {
 			struct timespec ts = {until / 1000000000,

@@ -95,6 +95,15 @@ struct td_follow_hdr {
 	 * a producer without TD_WIRE_FEAT_STAGE_SLOT, and from a daemon
 	 * before it) */
 	_Atomic uint32_t stage_slot;
+	/*
+	 * Which trigger page stage_gen names, by a number the daemon never
+	 * gives twice (64 bits: stage_gen wraps after 2^32 pages, and a
+	 * follower that kept the page of an old generation come round took
+	 * it for the new producer's), stored before stage_gen; 0 from a
+	 * daemon before it. The page a follower maps (STAGE_PAGE) is that
+	 * of this number when it reads the same before and after the call.
+	 */
+	_Atomic uint64_t stage_page;
 };
 
 struct td_follow_entry {
@@ -177,6 +186,8 @@ static inline uint64_t td_follow_trig_at(uint32_t gen, uint32_t slot)
 
 _Static_assert(offsetof(struct td_follow_hdr, seq) == 64, "hot line");
 _Static_assert(offsetof(struct td_follow_hdr, stage) == 128, "stage line");
+_Static_assert(offsetof(struct td_follow_hdr, stage_page) == 144,
+	       "stage_page (docs/protocol.md, 13)");
 _Static_assert(sizeof(struct td_follow_hdr) <= TD_FOLLOW_PAGE, "hdr page");
 _Static_assert(sizeof(struct td_follow_trigger) == 64, "a word a line");
 _Static_assert(sizeof(struct td_follow_entry) == TD_FOLLOW_ENTRY_LEN,

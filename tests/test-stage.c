@@ -320,6 +320,108 @@ Test(stage, without_a_stage_the_follower_waits_for_the_daemon,
 }
 
 /*
+ * A trigger page's generation has 32 bits and comes round after 2^32
+ * pages; here after one ($TENSORD_TEST_TRIG_GEN_MAX=1: every page is
+ * generation 1). The follower mapped its producer's page; that producer
+ * goes, and another stages the name at a page of the same generation.
+ * The follower must map the new producer's page (the bell's stage_page
+ * names it), not keep the old one, whose word nobody fires any more:
+ * with the daemon stopped it takes the new producer's fired stage.
+ * Before, it kept the old page, slept on its word and timed out (and
+ * with the daemon running, the commit of each fire left it asleep for
+ * up to its 1 s slice: its trig_sleep read as the fired page's).
+ */
+Test(stage, a_generation_come_round_maps_the_new_producers_page,
+     .timeout = 60)
+{
+	struct world wo;
+	struct waiter w = {.timeout_ms = 5000, .b = 0xc3};
+	struct td_publish p = pub_of(NAME);
+	struct td_error e = {0};
+	struct td_alloc *a;
+	pthread_t th;
+	uint64_t v = 0, staged;
+
+	cr_assert_eq(setenv("TENSORD_TEST_TRIG_GEN_MAX", "1", 1), 0);
+	world_start(&wo, NULL, "pidfd", "1", NULL);
+	cr_assert_eq(unsetenv("TENSORD_TEST_TRIG_GEN_MAX"), 0);
+	cr_assert_eq(wo.prod->st_pgen, 1u);
+	/* the first producer goes; a second one streams the name */
+	td_client_close(wo.prod);
+	wo.prod = conn_env(&wo.d, "pidfd", "1");
+	warm(wo.prod, wo.f);
+	cr_assert_eq(wo.prod->st_pgen, 1u, "the same generation");
+	staged = wo.prod->st_alloc ? wo.prod->st_version : 0;
+	cr_assert_neq(staged, 0u, "a stage offered");
+	w.f = wo.f;
+	cr_assert_eq(kill(wo.d.pid, SIGSTOP), 0);
+	cr_assert_eq(pthread_create(&th, NULL, wait_next, &w), 0);
+	usleep(100 * 1000); /* the follower is asleep by now */
+	a = loan(wo.prod, NAME, 0xc3);
+	cr_assert_eq(td_client_publish_alloc_nowait(wo.prod, a, &p, &e), 0,
+		     "%s", e.reason);
+	pthread_join(th, NULL);
+	cr_assert_eq(kill(wo.d.pid, SIGCONT), 0);
+	cr_assert_eq(w.rc, 0, "follower: %d (the old producer's page?)",
+		     w.rc);
+	cr_assert_eq(w.version, staged);
+	cr_assert(w.bytes_ok);
+	cr_assert_eq(td_client_publish_wait(wo.prod, &v, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(v, staged);
+	for (int i = 0; i < 10; i++)
+		step(wo.prod, wo.f, (uint8_t)i);
+	world_stop(&wo, false);
+}
+
+/*
+ * And a row asleep on the old page's word when the new producer's first
+ * stage comes (a take-back's comes while followers sleep): its
+ * trig_sleep reads as the new page's word, so the commit of that page's
+ * fire would leave it asleep. The daemon wakes the rows asleep when a
+ * page of the bell's generation that is not the bell's page takes the
+ * name over. The row is played by hand, asleep on the old page's word
+ * as one that took every version (so that the commits that come before
+ * the stage do not wake it); the daemon's wake is seen in it.
+ */
+Test(stage, a_new_page_of_the_old_generation_wakes_the_rows_asleep,
+     .timeout = 60)
+{
+	uint32_t slot = td_follow_trig_slot(NAME, strlen(NAME));
+	struct td_follow_row *row;
+	struct world wo;
+	uint64_t taken, v = 0;
+	int i;
+
+	cr_assert_eq(setenv("TENSORD_TEST_TRIG_GEN_MAX", "1", 1), 0);
+	world_start(&wo, NULL, "pidfd", "1", NULL);
+	cr_assert_eq(unsetenv("TENSORD_TEST_TRIG_GEN_MAX"), 0);
+	row = tu_find_mapping("memfd:tensord-follow-row");
+	cr_assert_not_null(row);
+	td_client_close(wo.prod);
+	wo.prod = conn_env(&wo.d, "pidfd", "1");
+	for (i = 0; i < 12 && !wo.prod->st_alloc; i++) {
+		taken = atomic_load(&row->taken);
+		atomic_store(&row->taken, UINT64_MAX >> 8);
+		atomic_store(&row->trig_sleep, td_follow_trig_at(1, slot));
+		atomic_store(&row->waiting, TD_FOLLOW_WAIT_ROW);
+		v = put(wo.prod, NAME, (uint8_t)(0x70 + i));
+		cr_assert_eq(atomic_load(&row->waiting),
+			     wo.prod->st_alloc ? 0u : TD_FOLLOW_WAIT_ROW,
+			     "put %d (%s): the row was %s", i,
+			     wo.prod->st_alloc ? "staged" : "not staged",
+			     wo.prod->st_alloc ? "left asleep" : "woken");
+		atomic_store(&row->waiting, 0);
+		atomic_store(&row->trig_sleep, 0);
+		atomic_store(&row->taken, taken);
+		cr_assert_eq(take(wo.f, (uint8_t)(0x70 + i)), v);
+	}
+	cr_assert_neq(wo.prod->st_alloc, 0u, "the new producer was staged");
+	cr_assert_eq(wo.prod->st_gen, 1u, "the old page's generation");
+	world_stop(&wo, true);
+}
+
+/*
  * TD_ALLOC_REWRITE loans (large tensors, here every size): a producer
  * that fills fast publishes the loan the last PUBLISH lent, which comes
  * from the free list like a stream's, and is staged the same way; one
@@ -1723,6 +1825,44 @@ Test(stage, a_fired_commit_leaves_rows_the_fire_woke, .timeout = 60)
 						       slot),
 			   0x44, true);
 	fired_commit_wakes(&wo, row, at, 0x45, false);
+	world_stop(&wo, true);
+}
+
+/*
+ * A trigger word holds 30 bits of its version. A row expects there at
+ * most the FIRED word of the version it took last (`taken`): when the
+ * fired version reads the same in 30 bits (2^30 later), the row may
+ * have read that very word after the producer's fire and its wake, and
+ * sleep on it with nobody else to wake it, so the commit wakes it. The
+ * daemon numbers from 2^30 + 1 here ($TENSORD_TEST_FIRST_VERSION), so
+ * that such a version exists; before, the commit left the row asleep
+ * (the row then slept out its slice, up to 1 s). A row whose last
+ * version reads otherwise is left to its producer's wake, as before.
+ */
+Test(stage, a_fired_commit_wakes_a_row_whose_last_version_reads_as_it,
+     .timeout = 60)
+{
+	uint32_t slot = td_follow_trig_slot(NAME, strlen(NAME));
+	struct td_follow_row *row;
+	struct world wo;
+	uint64_t at, staged;
+
+	cr_assert_eq(setenv("TENSORD_TEST_FIRST_VERSION", "0x40000001", 1),
+		     0);
+	world_start(&wo, NULL, "pidfd", "1", NULL);
+	cr_assert_eq(unsetenv("TENSORD_TEST_FIRST_VERSION"), 0);
+	row = tu_find_mapping("memfd:tensord-follow-row");
+	cr_assert_not_null(row);
+	cr_assert_not_null(wo.prod->st_page, "the producer fires stages");
+	at = td_follow_trig_at(wo.prod->st_pgen, slot);
+	staged = wo.prod->st_version;
+	cr_assert_gt(staged, 1u << 30);
+	/* the row took last the version 2^30 before the staged one */
+	atomic_store(&row->taken, staged - (1u << 30));
+	fired_commit_wakes(&wo, row, at, 0x61, true);
+	/* its true last version (the one before): left to the fire */
+	cr_assert_eq(atomic_load(&row->taken), staged);
+	fired_commit_wakes(&wo, row, at, 0x62, false);
 	world_stop(&wo, true);
 }
 
