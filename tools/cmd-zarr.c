@@ -158,8 +158,9 @@ static int export_hrry_stream(const char *dir, const char *path,
  * message at a time (tgm_stream): those before it let go as they pass,
  * it held while the hierarchy is written, nothing read after it (as of a
  * file): tensorctl holds one message (up to --max-bytes), not the
- * stream, in a spool file in $TMPDIR, mapped (tgm_stream_spool()). tgm_opts: --message or --name-key was given (refused for a
- * Hurray file on stdin, whatever their value).
+ * stream, in a spool file in $TMPDIR, mapped (tgm_stream_spool()).
+ * tgm_opts: --message or --name-key was given (refused for a Hurray
+ * file on stdin, whatever their value).
  */
 static int export_tgm(const char *dir, const char *path, uint64_t message,
                       const char *name_key, bool tgm_opts, uint64_t max_bytes)
