@@ -1111,7 +1111,7 @@ Test(snapshot, a_version_record_refused_by_a_full_disk_is_written_later,
 			       "3600", NULL};
 	static char block[4096];
 	uint64_t on_record = 0;
-	int fd;
+	int fd, e;
 
 	snapdir_make(&s);
 	snprintf(mnt, sizeof(mnt), "%s/m", s.dir);
@@ -1119,11 +1119,7 @@ Test(snapshot, a_version_record_refused_by_a_full_disk_is_written_later,
 	snprintf(snap, sizeof(snap), "%s/snap.hrry", mnt);
 	snprintf(lock, sizeof(lock), "%s.lock", snap);
 	cr_assert_eq(mkdir(mnt, 0700), 0);
-	if (unshare(CLONE_NEWNS) < 0 ||
-	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
-	    mount("tmpfs", mnt, "tmpfs", 0, "size=64k") < 0) {
-		int e = errno;
-
+	if ((e = -tu_private_tmpfs(mnt, "size=64k")) > 0) {
 		rmdir(mnt);
 		snapdir_rm(&s);
 		cr_skip_test("kernel feature missing: a mount namespace with "

@@ -612,19 +612,18 @@ Test(tensorctl, full_filesystem_leaves_the_old_file_and_no_temp)
 {
 	struct tu_daemon d;
 	char mnt[160], path[200], other[200], *err;
+	int rc;
 
 	start(&d);
 	put_zeros(&d, "big", 1 << 20);
 	path_in(mnt, sizeof(mnt), &d, "small");
 	cr_assert_eq(mkdir(mnt, 0755), 0);
-	if (unshare(CLONE_NEWNS) < 0 ||
-	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
-	    mount("tmpfs", mnt, "tmpfs", 0, "size=64k") < 0) {
+	if ((rc = tu_private_tmpfs(mnt, "size=64k")) < 0) {
 		rmdir(mnt);
 		tu_daemon_stop(&d, false);
 		cr_skip_test("no mount namespace (%s): ENOSPC on a file not "
 			     "checked",
-			     strerror(errno));
+			     strerror(-rc));
 	}
 	snprintf(path, sizeof(path), "%s/keep.bin", mnt);
 	write_file(path, "old", 3);
@@ -660,6 +659,7 @@ Test(tensorctl, a_hurray_save_into_a_hard_link_fails_leaving_it_whole)
 	struct run r = {.in_fd = -1, .out_fd = -1, .fsize = 8192};
 	char mnt[160], path[200], other[200], want[300], *err, *out;
 	struct stat sa, sb;
+	int rc;
 
 	start(&d);
 	put_zeros(&d, "big", 1 << 20);
@@ -679,14 +679,12 @@ Test(tensorctl, a_hurray_save_into_a_hard_link_fails_leaving_it_whole)
 
 	path_in(mnt, sizeof(mnt), &d, "small");
 	cr_assert_eq(mkdir(mnt, 0755), 0);
-	if (unshare(CLONE_NEWNS) < 0 ||
-	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
-	    mount("tmpfs", mnt, "tmpfs", 0, "size=256k") < 0) {
+	if ((rc = tu_private_tmpfs(mnt, "size=256k")) < 0) {
 		rmdir(mnt);
 		tu_daemon_stop(&d, false);
 		cr_skip_test("kernel feature missing: a mount namespace with "
 			     "a tmpfs (%s; root needed): ENOSPC not checked",
-			     strerror(errno));
+			     strerror(-rc));
 	}
 	snprintf(path, sizeof(path), "%s/keep.hrry", mnt);
 	snprintf(other, sizeof(other), "%s/other.hrry", mnt);
@@ -3522,7 +3520,7 @@ Test(tensorctl, readme_trying_it_runs_as_written)
 	const char *data = getenv("TD_TEST_DATA");
 	char *text, *block, *line, *save = NULL, *out;
 	size_t len;
-	int lines = 0, pid = 0;
+	int lines = 0, pid = 0, rc;
 	FILE *f;
 
 	cr_assert(data, "TD_TEST_DATA is not set");
@@ -3535,12 +3533,10 @@ Test(tensorctl, readme_trying_it_runs_as_written)
 	block += strlen("## Trying it\n\n");
 	*strstr(block, "\n\n") = 0;
 	/* a private /tmp: the socket name is fixed by the text */
-	if (unshare(CLONE_NEWNS) < 0 ||
-	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
-	    mount("tmpfs", "/tmp", "tmpfs", 0, "mode=1777") < 0)
+	if ((rc = tu_private_tmpfs("/tmp", "mode=1777")) < 0)
 		cr_skip_test("no mount namespace (unshare/mount: %s): README "
 			     "walk-through not run",
-			     strerror(errno));
+			     strerror(-rc));
 	cr_assert(mkdtemp(dir));
 	snprintf(cmd, sizeof(cmd),
 		 "set -e; cd %s; mkdir -p scripts build/tools tests; "
@@ -4524,24 +4520,56 @@ Test(tensorctl, load_of_a_hurray_stream_is_spooled_not_held)
 	tu_daemon_stop(&d, false);
 }
 
-/* load - < path with TMPDIR tmp as r says: exit 1, err has want (and
- * names TMPDIR), nothing under prefix z/ is published. */
-static void spool_refused(struct tu_daemon *d, struct run *r,
-			  const char *path, const char *tmp, const char *want)
+/* A 256 KiB tmpfs at mnt ("small" in d's folder), in a private mount
+ * namespace; where none can be made (root needed) the files are removed,
+ * the daemon stopped and the test skipped. */
+static void small_tmpfs(struct tu_daemon *d, char mnt[160],
+			const char *const *files)
+{
+	int err;
+
+	path_in(mnt, 160, d, "small");
+	cr_assert_eq(mkdir(mnt, 0755), 0);
+	if ((err = -tu_private_tmpfs(mnt, "size=256k")) > 0) {
+		rmdir(mnt);
+		for (; *files; files++)
+			unlink(*files);
+		tu_daemon_stop(d, false);
+		cr_skip_test("kernel feature missing: a mount namespace with "
+			     "a tmpfs (%s; root needed): ENOSPC not checked",
+			     strerror(err));
+	}
+}
+
+/* tensorctl args (reading stdin) < path with TMPDIR tmp as r says: exit
+ * 1, err has want (and names TMPDIR). */
+static void spool_refused_by(struct tu_daemon *d, struct run *r,
+			     const char *path, const char *tmp,
+			     const char *want, const char *const *args)
 {
 	char *err;
 
 	cr_assert_eq(setenv("TMPDIR", tmp, 1), 0);
 	r->in_fd = open(path, O_RDONLY | O_CLOEXEC);
 	cr_assert(r->in_fd >= 0);
-	cr_expect_eq(CTL_R(d, r, NULL, &err, "load", "--prefix", "z/", "-"),
-		     1, "TMPDIR=%s: %s", tmp, err);
+	cr_expect_eq(ctl_run(d, r, NULL, &err, args), 1, "%s TMPDIR=%s: %s",
+		     args[0], tmp, err);
 	cr_expect(strstr(err, "standard input: cannot spool it to TMPDIR") &&
 			  strstr(err, tmp) && strstr(err, want),
-		  "TMPDIR=%s: %s", tmp, err);
+		  "%s TMPDIR=%s: %s", args[0], tmp, err);
 	free(err);
 	close(r->in_fd);
 	unsetenv("TMPDIR");
+}
+
+/* load - < path with TMPDIR tmp as r says: as spool_refused_by(), and
+ * nothing under prefix z/ is published. */
+static void spool_refused(struct tu_daemon *d, struct run *r,
+			  const char *path, const char *tmp, const char *want)
+{
+	spool_refused_by(d, r, path, tmp, want,
+			 (const char *const[]){"load", "--prefix", "z/", "-",
+					       NULL});
 	cr_expect(!exists(d, "z/big") && !exists(d, "z/t"),
 		  "TMPDIR=%s: something was published", tmp);
 }
@@ -4589,18 +4617,7 @@ Test(tensorctl, a_hurray_stream_that_cannot_be_spooled_is_refused)
 	rmdir(tmp);
 
 	/* a full filesystem */
-	path_in(mnt, sizeof(mnt), &d, "small");
-	cr_assert_eq(mkdir(mnt, 0755), 0);
-	if (unshare(CLONE_NEWNS) < 0 ||
-	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
-	    mount("tmpfs", mnt, "tmpfs", 0, "size=256k") < 0) {
-		rmdir(mnt);
-		unlink(path);
-		tu_daemon_stop(&d, false);
-		cr_skip_test("kernel feature missing: a mount namespace with "
-			     "a tmpfs (%s; root needed): ENOSPC not checked",
-			     strerror(errno));
-	}
+	small_tmpfs(&d, mnt, (const char *const[]){path, NULL});
 	spool_refused(&d, &r, path, mnt, strerror(ENOSPC));
 	cr_expect_eq(dir_entries(mnt), 0, "the spool was left");
 	umount(mnt);
@@ -4715,4 +4732,317 @@ Test(tensorctl, load_of_a_tgm_stream_holds_its_message_in_a_spool)
 	unlink(path);
 	rmdir(spool);
 	tu_daemon_stop(&d, false);
+}
+
+/* ---- inspect - and zarr export --from -: held in the spool too ---- */
+
+/* A spool test's end: TMPDIR unset, the n files at paths and the spool
+ * folder removed, the daemon stopped. */
+static void spool_done(struct tu_daemon *d, const char *spool,
+		       char (*paths)[160], int n)
+{
+	unsetenv("TMPDIR");
+	for (int f = 0; f < n; f++)
+		unlink(paths[f]);
+	rmdir(spool);
+	tu_daemon_stop(d, false);
+}
+
+/* The sum, over the files under dir, of a hash of each one's path
+ * (relative to dir) and bytes: equal for trees equal file for file. */
+static uint64_t tree_sum(const char *dir, const char *rel, unsigned *files)
+{
+	char at[1024], sub[512];
+	DIR *dd;
+	struct dirent *de;
+	uint64_t sum = 0;
+
+	snprintf(at, sizeof(at), "%s%s%s", dir, *rel ? "/" : "", rel);
+	dd = opendir(at);
+	cr_assert(dd, "%s: %s", at, strerror(errno));
+	while ((de = readdir(dd))) {
+		struct stat st;
+		uint64_t h = 14695981039346656037ull;
+		uint8_t *b;
+		size_t len;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		snprintf(sub, sizeof(sub), "%s%s%s", rel, *rel ? "/" : "",
+			 de->d_name);
+		snprintf(at, sizeof(at), "%s/%s", dir, sub);
+		cr_assert_eq(lstat(at, &st), 0, "%s", at);
+		if (S_ISDIR(st.st_mode)) {
+			sum += tree_sum(dir, sub, files);
+			continue;
+		}
+		b = tu_read_file(at, &len);
+		cr_assert(b || !len, "%s", at);
+		for (const char *c = sub; *c; c++)
+			h = (h ^ (uint8_t)*c) * 1099511628211ull;
+		for (size_t k = 0; k < len; k++)
+			h = (h ^ b[k]) * 1099511628211ull;
+		free(b);
+		sum += h;
+		++*files;
+	}
+	closedir(dd);
+	return sum;
+}
+
+/* s with every path in it said as "-" (a malloc'ed copy). */
+static char *as_stdin(const char *s, const char *path)
+{
+	size_t pl = strlen(path);
+	char *o = malloc(strlen(s) + 1), *w = o;
+
+	cr_assert(o);
+	while (*s) {
+		if (!strncmp(s, path, pl)) {
+			*w++ = '-';
+			s += pl;
+		} else {
+			*w++ = *s++;
+		}
+	}
+	*w = 0;
+	return o;
+}
+
+/*
+ * tensorctl file_args, then stdin_args with path on stdin as r says: the
+ * file's exit status is want, stdin's the same, with the same words on
+ * stderr (and stdout, with out_too), the path said as "-" or "standard
+ * input"; and spool, TMPDIR, is left empty.
+ */
+static void as_the_file(const struct tu_daemon *d, struct run *r,
+			const char *path, const char *spool, int want,
+			const char *const *file_args,
+			const char *const *stdin_args, bool out_too)
+{
+	char *got[2][2], *w;
+	int rf, rs;
+
+	rf = ctl_run(d, NULL, &got[0][0], &got[0][1], file_args);
+	cr_expect_eq(rf, want, "%s %s: %s", file_args[0], path, got[0][1]);
+	r->in_fd = open(path, O_RDONLY | O_CLOEXEC);
+	cr_assert(r->in_fd >= 0);
+	rs = ctl_run(d, r, &got[1][0], &got[1][1], stdin_args);
+	close(r->in_fd);
+	cr_expect_eq(rs, rf, "%s - < %s: %s", stdin_args[0], path, got[1][1]);
+	for (int k = out_too ? 0 : 1; k < 2; k++) {
+		char *ws = as_stdin(got[1][k], "standard input");
+
+		w = as_stdin(got[0][k], path);
+		cr_expect_str_eq(ws, w, "%s - < %s", stdin_args[0], path);
+		free(w);
+		free(ws);
+	}
+	for (int k = 0; k < 4; k++)
+		free(got[k / 2][k % 2]);
+	cr_expect_eq(dir_entries(spool), 0, "the spool was left");
+}
+
+/* as_the_file() for zarr export DIR --from FILE and --from -, DIR zf<f>
+ * and zs<f> in d's folder (written into zf and zs, made here). */
+static void zarr_as_the_file(const struct tu_daemon *d, struct run *r,
+			     const char *path, const char *spool, int want,
+			     int f, char zf[160], char zs[160])
+{
+	snprintf(zf, 160, "%s/zf%d", d->dir, f);
+	snprintf(zs, 160, "%s/zs%d", d->dir, f);
+	as_the_file(d, r, path, spool, want,
+		    (const char *const[]){"zarr", "export", zf, "--from", path,
+					  NULL},
+		    (const char *const[]){"zarr", "export", zs, "--from", "-",
+					  NULL},
+		    false);
+}
+
+/*
+ * spool_setup()'s 64 MiB Hurray file, the same tensors as one .tgm
+ * message (four 16 MiB objects) and 64 MiB that are neither (a blob to
+ * inspect): inspect - and zarr export --from - held them on the heap
+ * (the Hurray stream and the blob whole, the .tgm message whole) and
+ * failed under an RLIMIT_DATA of 32 MiB with ENOMEM. They are now held
+ * in a mapped spool in $TMPDIR, as load - holds them: each runs under
+ * that limit, says what it says of the file (inspect's report, the
+ * blob's refusal) and writes the file's hierarchy, file for file, and
+ * TMPDIR is left empty.
+ */
+Test(tensorctl, inspect_and_zarr_export_of_stdin_are_spooled_not_held)
+{
+	struct tu_daemon d;
+	struct run r = {.out_fd = -1};
+	char path[3][160], spool[160], zf[160], zs[160];
+	uint8_t *junk;
+
+	spool_setup(&d, path[0], spool, "big.hrry");
+	path_in(path[1], sizeof(path[1]), &d, "big.tgm");
+	path_in(path[2], sizeof(path[2]), &d, "junk.bin");
+	cr_assert_eq(CTL(&d, NULL, NULL, "load", path[0]), 0);
+	cr_assert_eq(CTL(&d, NULL, NULL, "save", "-o", path[1], "s0", "s1",
+			 "s2", "s3"),
+		     0);
+	junk = malloc(SPOOL_N * SPOOL_BYTES);
+	cr_assert(junk);
+	for (uint64_t k = 0; k < SPOOL_N * SPOOL_BYTES; k++)
+		junk[k] = pattern(7, k);
+	write_file(path[2], junk, SPOOL_N * SPOOL_BYTES);
+	free(junk);
+#ifndef __SANITIZE_ADDRESS__ /* its shadow is private memory */
+	r.data = 32u << 20;
+#endif
+	for (int f = 0; f < 3; f++)
+		as_the_file(&d, &r, path[f], spool, f == 2,
+			    (const char *const[]){"inspect", path[f], NULL},
+			    (const char *const[]){"inspect", "-", NULL},
+			    true);
+	for (int f = 0; f < 2; f++) {
+		unsigned nf = 0, ns = 0;
+
+		zarr_as_the_file(&d, &r, path[f], spool, 0, f, zf, zs);
+		cr_expect_eq(tree_sum(zs, "", &ns), tree_sum(zf, "", &nf),
+			     "%s: not as %s", zs, zf);
+		cr_expect(nf > SPOOL_N && ns == nf, "%u, %u files", nf, ns);
+	}
+	spool_done(&d, spool, path, 3);
+}
+
+/*
+ * What is wrong with a stream is said as for the file, spool or not: a
+ * Hurray index whose CRC fails, a .tgm message cut short, one whose data
+ * fails its hash, and a blob too short: inspect - and zarr export
+ * --from - exit 1 as for the file, with the same words (the path said
+ * as "-"), write no folder, and leave no spool.
+ */
+Test(tensorctl, a_bad_stream_is_refused_by_inspect_and_zarr_export_as_the_file)
+{
+	static const char *const names[] = {"crc.hrry", "cut.tgm", "hash.tgm",
+					    "short.bin"};
+	struct tu_daemon d;
+	struct run r = {.out_fd = -1};
+	char path[4][160], spool[160], zf[160], zs[160];
+	size_t len;
+	uint8_t *b;
+
+	start(&d);
+	put_zeros(&d, "big", 1 << 20);
+	path_in(spool, sizeof(spool), &d, "spool");
+	cr_assert_eq(mkdir(spool, 0700), 0);
+	for (int f = 0; f < 4; f++)
+		path_in(path[f], sizeof(path[f]), &d, names[f]);
+	cr_assert_eq(CTL(&d, NULL, NULL, "save", "-o", path[0], "big", "t"),
+		     0);
+	b = tu_read_file(path[0], &len);
+	cr_assert(b && len > 40);
+	b[len - 40 + 28] ^= 0x5a; /* index_crc32c */
+	write_file(path[0], b, len);
+	free(b);
+	cr_assert_eq(CTL(&d, NULL, NULL, "save", "-o", path[1], "big", "t"),
+		     0);
+	b = tu_read_file(path[1], &len);
+	cr_assert(b && len > (1 << 20));
+	write_file(path[1], b, len - 1000);
+	b[len / 2] ^= 0x5a; /* inside big's data */
+	write_file(path[2], b, len);
+	free(b);
+	write_file(path[3], "abcdef", 6);
+
+	cr_assert_eq(setenv("TMPDIR", spool, 1), 0);
+	for (int f = 0; f < 4; f++) {
+		as_the_file(&d, &r, path[f], spool, 1,
+			    (const char *const[]){"inspect", path[f], NULL},
+			    (const char *const[]){"inspect", "-", NULL},
+			    true);
+		zarr_as_the_file(&d, &r, path[f], spool, 1, f, zf, zs);
+		cr_expect(access(zf, F_OK) < 0 && access(zs, F_OK) < 0,
+			  "%s or %s made", zf, zs);
+	}
+	spool_done(&d, spool, path, 4);
+}
+
+/*
+ * inspect - and zarr export --from - spool as load - does, and so fail
+ * as it does where the spool cannot be made or written (it held them in
+ * memory and needed no TMPDIR): a TMPDIR that does not exist, a file
+ * size limit, a full filesystem, each naming TMPDIR and why, no folder
+ * written, no spool left. --max-bytes bounds the spool: a 64 MiB stream
+ * with --max-bytes 1M under an RLIMIT_FSIZE of 2 MiB is refused naming
+ * --max-bytes, not the file size limit: the spool never grew past it.
+ */
+Test(tensorctl, inspect_and_zarr_export_fail_as_load_where_they_cannot_spool)
+{
+	struct tu_daemon d;
+	struct run r = {.out_fd = -1};
+	char path[2][160], big[160], spool[160], tmp[160], mnt[160], zs[160];
+	char *err;
+	const char *const *cmd[2];
+
+	spool_setup(&d, big, spool, "big.tgm");
+	put_zeros(&d, "big", 1 << 20);
+	path_in(path[0], sizeof(path[0]), &d, "in.hrry");
+	path_in(path[1], sizeof(path[1]), &d, "in.tgm");
+	path_in(zs, sizeof(zs), &d, "zs");
+	cr_assert_eq(CTL(&d, NULL, NULL, "save", "-o", path[0], "big", "t"),
+		     0);
+	cr_assert_eq(CTL(&d, NULL, NULL, "save", "-o", path[1], "big", "t"),
+		     0);
+	cmd[0] = (const char *const[]){"inspect", "-", NULL};
+	cmd[1] = (const char *const[]){"zarr", "export", zs, "--from", "-",
+				       NULL};
+	unsetenv("TMPDIR");
+
+	for (int c = 0; c < 2; c++) {
+		const char *const maxed[2][8] = {
+			{"inspect", "--max-bytes", "1M", "-", NULL},
+			{"zarr", "export", zs, "--from", "-", "--max-bytes",
+			 "1M", NULL}};
+
+		for (int f = 0; f < 2; f++) {
+			path_in(tmp, sizeof(tmp), &d, "missing");
+			spool_refused_by(&d, &r, path[f], tmp,
+					 strerror(ENOENT), cmd[c]);
+			r.fsize = 64 << 10;
+			spool_refused_by(&d, &r, path[f], spool,
+					 strerror(EFBIG), cmd[c]);
+			r.fsize = 0;
+			cr_expect_eq(dir_entries(spool), 0,
+				     "the spool was left");
+			cr_expect_eq(access(zs, F_OK), -1, "%s made", zs);
+		}
+		/* the spool bounded by --max-bytes */
+		r.fsize = 2 << 20;
+		cr_assert_eq(setenv("TMPDIR", spool, 1), 0);
+		r.in_fd = open(big, O_RDONLY | O_CLOEXEC);
+		cr_assert(r.in_fd >= 0);
+		cr_expect_eq(ctl_run(&d, &r, NULL, &err, maxed[c]), 1, "%s",
+			     err);
+		cr_expect(strstr(err, "standard input: more than 1.0 MiB (a "
+				      "stream is read up to --max-bytes"),
+			  "%s: %s", maxed[c][0], err);
+		free(err);
+		close(r.in_fd);
+		unsetenv("TMPDIR");
+		r.fsize = 0;
+		cr_expect_eq(dir_entries(spool), 0, "the spool was left");
+		cr_expect_eq(access(zs, F_OK), -1, "%s made", zs);
+	}
+
+	/* a full filesystem */
+	small_tmpfs(&d, mnt, (const char *const[]){path[0], path[1], big,
+						  NULL});
+	for (int c = 0; c < 2; c++) {
+		for (int f = 0; f < 2; f++) {
+			spool_refused_by(&d, &r, path[f], mnt,
+					 strerror(ENOSPC), cmd[c]);
+			cr_expect_eq(dir_entries(mnt), 0,
+				     "the spool was left");
+			cr_expect_eq(access(zs, F_OK), -1, "%s made", zs);
+		}
+	}
+	umount(mnt);
+	rmdir(mnt);
+	unlink(big);
+	spool_done(&d, spool, path, 2);
 }

@@ -17,7 +17,9 @@
 #include <stddef.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/resource.h>
@@ -716,4 +718,13 @@ int tu_ctl_run(const char *sock, struct tu_ctl_how h, uint64_t *peak,
 	if (peak)
 		*peak = (uint64_t)ru.ru_maxrss * 1024;
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+int tu_private_tmpfs(const char *mnt, const char *opts)
+{
+	if (unshare(CLONE_NEWNS) < 0 ||
+	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("tmpfs", mnt, "tmpfs", 0, opts) < 0)
+		return -errno;
+	return 0;
 }

@@ -49,6 +49,10 @@ int tu_fd_count(void);
 int tu_pid_fd_count(pid_t pid);
 /* Number of mappings in this process (/proc/self/maps lines). */
 int tu_map_count(void);
+/* A tmpfs mounted at mnt (which exists) with mount options opts, in a
+ * mount namespace of this process's own (unshared, made private): 0, or
+ * -errno where none can be made (root needed). */
+int tu_private_tmpfs(const char *mnt, const char *opts);
 /*
  * Number of tensor-buffer mappings: lines naming a memfd or a dma-buf,
  * which is all libtensord ever maps (no tensord code maps anonymous

@@ -130,13 +130,14 @@ static int export_hrry_from(const char *dir, const char *path,
 /*
  * A Hurray file on a stream (a file's magic chose before): read whole, up
  * to --max-bytes (its index is found by its trailer: nothing decodes
- * before the end); the .tgm options refused as for a file.
+ * before the end), into st's spool (mapped, not the heap); the .tgm
+ * options refused as for a file.
  */
 static int export_hrry_stream(const char *dir, const char *path,
                               struct tgm_stream *st, bool tgm_opts)
 {
 	struct td_hrry_transport t;
-	uint8_t *buf = NULL;
+	const uint8_t *buf = NULL;
 	size_t len;
 	int rc = tgm_stream_rest(st, &buf, &len);
 
@@ -148,7 +149,6 @@ static int export_hrry_stream(const char *dir, const char *path,
 		             ? tctl_fail(TCTL_REFUSED, "io", ENOMEM,
 		                         "out of memory")
 		             : export_hrry_from(dir, path, &t, -1, buf);
-	free(buf);
 	return rc;
 }
 
@@ -158,8 +158,9 @@ static int export_hrry_stream(const char *dir, const char *path,
  * message at a time (tgm_stream): those before it let go as they pass,
  * it held while the hierarchy is written, nothing read after it (as of a
  * file): tensorctl holds one message (up to --max-bytes), not the
- * stream. tgm_opts: --message or --name-key was given (refused for a
- * Hurray file on stdin, whatever their value).
+ * stream, in a spool file in $TMPDIR, mapped (tgm_stream_spool()).
+ * tgm_opts: --message or --name-key was given (refused for a Hurray
+ * file on stdin, whatever their value).
  */
 static int export_tgm(const char *dir, const char *path, uint64_t message,
                       const char *name_key, bool tgm_opts, uint64_t max_bytes)
@@ -180,6 +181,9 @@ static int export_tgm(const char *dir, const char *path, uint64_t message,
 	if (stream) {
 		tgm_stream_init(&st, &in, max_bytes);
 		rc = tgm_stream_head(&st, 8);
+		/* held in a mapped spool, not on the heap (as load -) */
+		if (!rc)
+			rc = tgm_stream_spool(&st);
 		if (!rc && inspect_hrry_sniff(st.buf, (size_t)st.have)) {
 			rc = export_hrry_stream(dir, path, &st, tgm_opts);
 			goto out;

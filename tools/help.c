@@ -30,7 +30,8 @@ static const struct cmd {
 	 "  --max-bytes N   hold a stream (stdin, FIFO, device) up to N bytes\n"
 	 "                  at once, a .tgm stream a message at a time (K, M,\n"
 	 "                  G, T suffixes; default 1G), of a .npy stream\n"
-	 "                  its header (the data is counted, not held); a\n"
+	 "                  its header (the data is counted, not held);\n"
+	 "                  held in a spool file in $TMPDIR (/tmp); a\n"
 	 "                  regular file is read by its size\n"},
 	{"put",
 	 "put NAME --dtype T --shape D,D.. [--meta STR] [--pin] FILE|- | "
@@ -141,7 +142,8 @@ static const struct cmd {
 	 "  --message N     which message of FILE (default 0)\n"
 	 "  --name-key K    dotted metadata path tried first for names\n"
 	 "  --max-bytes N   hold a stream up to N bytes at once, a .tgm\n"
-	 "                  stream a message at a time (default 1G)\n"
+	 "                  stream a message at a time (default 1G), held\n"
+	 "                  in a spool file in $TMPDIR (/tmp)\n"
 	 "  --prefix P      import: put P before every name\n"
 	 "  --partial       import: keep what was published before a refusal\n"
 	 "  --no-replace    import: publish only names that have no version;\n"

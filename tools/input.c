@@ -158,19 +158,6 @@ int tctl_in_slurp(struct tctl_in *in, uint64_t max, uint8_t **out,
 	return TCTL_OK;
 }
 
-int tctl_read_input(const char *path, uint64_t max, uint8_t **out,
-		    size_t *out_len)
-{
-	struct tctl_in in;
-	int rc = tctl_in_open(&in, path);
-
-	if (rc)
-		return rc;
-	rc = tctl_in_slurp(&in, max, out, out_len);
-	tctl_in_close(&in);
-	return rc;
-}
-
 /* Where the spool goes: $TMPDIR as given, /tmp without one. */
 static const char *spool_dir(void)
 {

@@ -32,14 +32,13 @@ int tctl_in_read(struct tctl_in *in, void *buf, uint64_t cap, uint64_t *got);
 void tctl_in_close(struct tctl_in *in);
 
 /*
- * All of path into a malloc'ed *buf, up to max bytes (more is refused,
- * naming --max-bytes, EFBIG): a stream read until then, a regular file
- * (or "-" being one, < FILE) refused by its size before a byte is read
- * or allocated. TCTL_OK or a reported status.
+ * All of an open input into a malloc'ed *buf, up to max bytes (more is
+ * refused, naming --max-bytes, EFBIG): a stream read until then, a
+ * regular file (or "-" being one, < FILE) refused by its size before a
+ * byte is read or allocated. For inspect's blob file only: streams are
+ * held in a spool (tgm_stream_spool(), tctl_in_spool()), not here.
+ * TCTL_OK or a reported status.
  */
-int tctl_read_input(const char *path, uint64_t max, uint8_t **buf,
-		    size_t *len);
-/* The same on an open input (the caller closes it). */
 int tctl_in_slurp(struct tctl_in *in, uint64_t max, uint8_t **buf,
 		  size_t *len);
 

@@ -34,11 +34,13 @@ static int regular_magic(const char *path, uint8_t magic[8])
 #define SNIFF_WINDOW 4096
 
 /*
- * A stream (stdin, a pipe): a .tgm stream a message at a time, up to max
- * bytes held at once (tgm-file.h); a .npy its header, the rest counted as
- * it passes, never held; what starts as a Hurray file (whose index and
- * data are anywhere: read by offset), or has no .tgm message within its
- * first 4 KiB (a blob), read whole up to max, as before.
+ * A stream (stdin, a pipe): a .npy its header, the rest counted as it
+ * passes, never held; anything else held in a mapped spool file in
+ * $TMPDIR (tgm_stream_spool(), as load - holds it), not on the heap: a
+ * .tgm stream a message at a time, up to max bytes held at once
+ * (tgm-file.h); what starts as a Hurray file (whose index and data are
+ * anywhere: read by offset), or has no .tgm message within its first
+ * 4 KiB (a blob), read whole up to max.
  */
 static int inspect_stream(const char *path, struct tctl_in *in,
 			  uint64_t max)
@@ -46,7 +48,7 @@ static int inspect_stream(const char *path, struct tctl_in *in,
 	struct tgm_stream st;
 	struct td_tgm_span sp;
 	struct tgm_src s;
-	uint8_t *buf = NULL;
+	const uint8_t *buf = NULL;
 	size_t len;
 	int rc, first = 0;
 
@@ -59,6 +61,8 @@ static int inspect_stream(const char *path, struct tctl_in *in,
 		tgm_stream_fini(&st);
 		return rc;
 	}
+	if (!rc)
+		rc = tgm_stream_spool(&st);
 	if (!rc && !inspect_hrry_sniff(st.buf, (size_t)st.have)) {
 		first = tgm_stream_next(&st, &sp, &s);
 		if (first < 0)
@@ -78,14 +82,11 @@ static int inspect_stream(const char *path, struct tctl_in *in,
 	}
 	if (!rc)
 		rc = tgm_stream_rest(&st, &buf, &len);
-	tgm_stream_fini(&st);
-	if (rc)
-		return rc;
-	if (inspect_hrry_sniff(buf, len))
+	if (!rc && inspect_hrry_sniff(buf, len))
 		rc = inspect_hrry(path, buf, len, tctl_json);
-	else
+	else if (!rc)
 		rc = inspect_blob(path, buf, len, tctl_json);
-	free(buf);
+	tgm_stream_fini(&st);
 	return rc;
 }
 

@@ -2,9 +2,9 @@
 /*
  * Where tensorctl reads .tgm messages from (inspect, load, zarr export):
  * a regular file, read with pread, never whole and never mapped, or
- * bytes held in memory: a stream read whole (zarr export's stdin), or
- * one message of a stream at a time (struct tgm_stream: load and inspect
- * of stdin, up to --max-bytes held at once). The same scan
+ * bytes held: one message of a stream at a time (struct tgm_stream:
+ * load, inspect and zarr export of stdin, up to --max-bytes held at
+ * once, in a mapped spool file in $TMPDIR, not on the heap). The same scan
  * (../shared/specs/tensogram.md §12) and frame walk (§13) as proto/tgm.c,
  * which does the checks; here only the reading: a file of any size costs
  * what the printed or loaded parts cost (a hash is checked by streaming
@@ -146,7 +146,10 @@ int tgm_stream_spool(struct tgm_stream *st);
 /* How many bytes were read (at the end: the stream's length). */
 uint64_t tgm_stream_total(const struct tgm_stream *st);
 /* Before any message was given out: the whole stream, read to its end
- * (up to max), into *buf (malloc'ed, the caller's). TCTL_OK or reported. */
-int tgm_stream_rest(struct tgm_stream *st, uint8_t **buf, size_t *len);
+ * (up to max): *buf is st's buffer (in the spool once tgm_stream_spool()
+ * was called, the heap's otherwise), valid until tgm_stream_fini().
+ * TCTL_OK or reported. */
+int tgm_stream_rest(struct tgm_stream *st, const uint8_t **buf,
+                    size_t *len);
 
 #endif
