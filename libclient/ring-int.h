@@ -130,5 +130,9 @@ static inline bool td__ring_fence_busy(struct td_ring_hdr *h, uint32_t s)
 /* ring-loop.c: off the client's handler list and its epoll set (lock
  * held). */
 void td__sub_unlink(struct td_sub *s);
+/* ring-loop.c, lock held: wait out another thread's walk of the handlers
+ * (td__sub_deliver), which may be about to use any subscription of c;
+ * at once in the walking thread itself (a handler). */
+void td__sub_walk_wait(struct td_client *c);
 
 #endif

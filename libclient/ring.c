@@ -1130,6 +1130,9 @@ void td_sub_close(struct td_sub *s)
 	if (s->holding)
 		td_sub_release(s); /* not in a child of fork(): -ECHILD */
 	td__client_lock(c);
+	/* a walk of another thread may be at s, or next to it: s goes
+	 * once it is over (td__sub_walk_wait) */
+	td__sub_walk_wait(c);
 	td__sub_unlink(s);
 	if (s->epoch == c->epoch && !td__client_foreign(c))
 		send_close(c, s->id);
