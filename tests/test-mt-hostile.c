@@ -1,0 +1,306 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libtensord used by threads (and signals) the way a careless program
+ * would, each test aimed at a descriptor NUMBER the library could use
+ * after it was closed and taken by another open: the number a request
+ * names for the daemon to pull after a signal abandoned that request,
+ * and the timerfd of a subscription that another thread closes while a
+ * td_client_process() walks the ring handlers. Each test plants a file
+ * of its own at the number and checks that it is left alone.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <tensord/ring.h>
+#include <tensord/tensord.h>
+
+#include "testutil.h"
+
+TestSuite(mt_hostile, .timeout = TU_TEST_TIMEOUT_S);
+
+/* Hang guards only: nothing about speed is asserted. */
+#define HANG_MS 20000
+
+static struct td_client *open_client(const struct tu_daemon *d)
+{
+	struct td_client *c;
+	struct td_error e = {0};
+	int rc = td_client_connect(d->sock, &c, &e);
+
+	cr_assert_eq(rc, 0, "connect: %s", e.reason);
+	return c;
+}
+
+/* A memfd of n bytes, each b, written without a mapping, sealed as
+ * PUBLISH asks (F_SEAL_SHRINK, F_SEAL_GROW). */
+static int memfd_of(const char *name, size_t n, uint8_t b)
+{
+	uint8_t buf[4096];
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	cr_assert_geq(fd, 0);
+	cr_assert_leq(n, sizeof(buf));
+	memset(buf, b, n);
+	cr_assert_eq(pwrite(fd, buf, n, 0), (ssize_t)n);
+	/* what PUBLISH asks of a caller's memfd */
+	cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	return fd;
+}
+
+/* ---- a PUBLISH abandoned to a signal (td_client_set_interrupt) ---- */
+
+static int say_yes(void *ud)
+{
+	atomic_fetch_add((atomic_int *)ud, 1);
+	return 1;
+}
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+}
+
+/*
+ * The daemon is stopped (SIGSTOP) with a PUBLISH of the caller's own
+ * memfd in its socket; a signal abandons the wait (-EINTR), and the
+ * caller closes the memfd, as it may: the call is over. Another file
+ * takes the number. The daemon, resumed, still reads the queued request
+ * before the hang-up: on the pidfd path it would pull that number then,
+ * getting the other file, and publish bytes the caller never published
+ * under that name. What it publishes, if anything, is the memfd that was
+ * named when the call was made.
+ */
+Test(mt_hostile, a_publish_abandoned_to_a_signal_never_pulls_a_reused_fd)
+{
+	struct sigaction sa = {.sa_handler = on_alarm}, old;
+	struct itimerval it = {.it_interval = {0, 50000},
+			       .it_value = {0, 50000}}, off = {0};
+	struct td_client_info info;
+	struct tu_daemon d;
+	struct td_client *c, *o;
+	struct td_tensor *held, *t;
+	struct td_entry ent = {0};
+	struct td_error e = {0};
+	uint64_t shape = 64;
+	struct td_publish p = {.name = "mh/pub", .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = &shape, .fd_count = 1};
+	struct td_publish q = {.name = "mh/lease", .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = &shape};
+	uint8_t b[64] = {0};
+	atomic_int asked = 0;
+	int a, other, rc;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	o = open_client(&d);
+	cr_assert_eq(td_client_info(c, &info), 0);
+	if (info.path_in != TD_CLIENT_PATH_PIDFD) {
+		td_client_close(c);
+		td_client_close(o);
+		tu_daemon_stop(&d, false);
+		cr_skip_test("the daemon cannot pull fds here (pidfd_getfd "
+			     "refused): nothing is named by number");
+	}
+	/* a lease of c's, whose end tells that the daemon read c's end */
+	cr_assert_eq(td_client_put(o, &q, b, sizeof(b), NULL, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_client_get(c, "mh/lease", &held, &e), 0, "%s",
+		     e.reason);
+
+	a = memfd_of("mh-mine", 64, 'A');
+	p.fds = &a;
+	cr_assert_eq(td_client_set_interrupt(c, say_yes, &asked), 0);
+	sigemptyset(&sa.sa_mask); /* no SA_RESTART: the wait sees EINTR */
+	cr_assert_eq(sigaction(SIGALRM, &sa, &old), 0);
+	cr_assert_eq(kill(d.pid, SIGSTOP), 0);
+	cr_assert_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
+	rc = td_client_publish(c, &p, NULL, &e);
+	setitimer(ITIMER_REAL, &off, NULL);
+	sigaction(SIGALRM, &old, NULL);
+	cr_assert_eq(rc, -EINTR, "publish: %d %s", rc, e.reason);
+	cr_assert_geq(atomic_load(&asked), 1);
+
+	/* the call is over: the caller's number goes to another file */
+	close(a);
+	other = memfd_of("mh-other", 64, 'B');
+	if (other != a) {
+		cr_assert_eq(dup2(other, a), a);
+		close(other);
+	}
+
+	cr_assert_eq(kill(d.pid, SIGCONT), 0);
+	/* the request came before the hang-up: once the lease is gone, the
+	 * daemon has handled it */
+	for (int i = 0; i < HANG_MS / 10; i++) {
+		cr_assert_eq(td_client_stat(o, "mh/lease", &ent, &e), 0, "%s",
+			     e.reason);
+		if (!ent.lease_count)
+			break;
+		td_entry_fini(&ent);
+		usleep(10000);
+	}
+	cr_assert_eq(ent.lease_count, 0, "c's end was never read");
+	td_entry_fini(&ent);
+
+	rc = td_client_get(o, "mh/pub", &t, &e);
+	if (rc == 0) {
+		const uint8_t *x = td_tensor_plane_data(t, 0);
+
+		cr_assert_eq(td_tensor_plane_size(t, 0), 64);
+		cr_expect_eq(x[0], 'A', "the daemon published the file that "
+			     "took the number after the call (byte %c), not "
+			     "the one the call named",
+			     x[0]);
+		td_tensor_release(t);
+	} else {
+		cr_assert_eq(rc, -ENOENT, "get: %s", e.reason);
+	}
+	close(a);
+	td_tensor_release(held);
+	td_client_close(c);
+	td_client_close(o);
+	tu_daemon_stop(&d, false);
+}
+
+/* ---- a subscription closed while another thread walks handlers ---- */
+
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool in_handler; /* the first handler runs (the walk is under way) */
+	bool closed;     /* the other thread's td_sub_close() returned */
+	atomic_int calls[2];
+} walk = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false,
+	  false, {0, 0}};
+
+/* How long the first handler waits for the close to return: with the
+ * close waiting for the walk it never does (a hang guard). */
+#define CLOSE_GUARD_S 3
+
+static void first_handler(struct td_sub *s, int status,
+			  const struct td_view *v, void *ud)
+{
+	struct timespec by;
+
+	(void)s;
+	(void)status;
+	(void)v;
+	(void)ud;
+	if (atomic_fetch_add(&walk.calls[0], 1))
+		return;
+	clock_gettime(CLOCK_REALTIME, &by);
+	by.tv_sec += CLOSE_GUARD_S;
+	pthread_mutex_lock(&walk.mu);
+	walk.in_handler = true;
+	pthread_cond_broadcast(&walk.cv);
+	while (!walk.closed &&
+	       pthread_cond_timedwait(&walk.cv, &walk.mu, &by) == 0)
+		;
+	pthread_mutex_unlock(&walk.mu);
+}
+
+static void second_handler(struct td_sub *s, int status,
+			   const struct td_view *v, void *ud)
+{
+	(void)s;
+	(void)status;
+	(void)v;
+	(void)ud;
+	atomic_fetch_add(&walk.calls[1], 1);
+}
+
+static void *process_once(void *arg)
+{
+	struct td_client *c = arg;
+
+	(void)td_client_process(c, NULL);
+	return NULL;
+}
+
+/*
+ * Two subscriptions of one client with handlers; one thread's
+ * td_client_process() is inside the first one's handler, the walk's
+ * next stop being the second subscription, when another thread closes
+ * that one and an eventfd of its own (count 5) takes the number of its
+ * timerfd. The walk must neither touch the freed subscription nor read
+ * the eventfd: td_sub_close() waits for the walk to be over.
+ */
+Test(mt_hostile, closing_a_subscription_while_another_thread_walks_them)
+{
+	struct tu_daemon d;
+	struct td_client *c, *pc;
+	struct td_ring *r;
+	struct td_sub *s1, *s2;
+	struct td_error e = {0};
+	struct td_slot slot;
+	uint64_t size = 64, v, n = 0;
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = &size};
+	pthread_t th;
+	int fd2, ev, rc;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	pc = open_client(&d);
+	cr_assert_eq(td_ring_create(pc, "mh/ring", &desc, &r, &e), 0, "%s",
+		     e.reason);
+	cr_assert_eq(td_ring_subscribe(c, "mh/ring", HANG_MS, &s1, &e), 0,
+		     "%s", e.reason);
+	cr_assert_eq(td_ring_subscribe(c, "mh/ring", HANG_MS, &s2, &e), 0,
+		     "%s", e.reason);
+	rc = td_sub_set_handler(s2, second_handler, NULL);
+	if (rc == -EOPNOTSUPP)
+		cr_skip_test("the daemon has no RING_WAKE");
+	cr_assert_eq(rc, 0);
+	/* the walk goes from the newest handler: s1, then s2 */
+	cr_assert_eq(td_sub_set_handler(s1, first_handler, NULL), 0);
+	fd2 = td_sub_fd(s2);
+	cr_assert_geq(fd2, 0);
+	cr_assert_eq(td_ring_acquire(r, HANG_MS, &slot), 0);
+	memset(slot.planes[0], 7, size);
+	cr_assert_eq(td_ring_publish(r, &v), 0);
+
+	cr_assert_eq(pthread_create(&th, NULL, process_once, c), 0);
+	pthread_mutex_lock(&walk.mu);
+	while (!walk.in_handler)
+		pthread_cond_wait(&walk.cv, &walk.mu);
+	pthread_mutex_unlock(&walk.mu);
+
+	td_sub_close(s2);
+	/* the number is free now: an eventfd of ours takes it */
+	ev = eventfd(5, EFD_CLOEXEC | EFD_NONBLOCK);
+	cr_assert_geq(ev, 0);
+	if (ev != fd2) {
+		cr_assert_eq(dup2(ev, fd2), fd2);
+		close(ev);
+	}
+	pthread_mutex_lock(&walk.mu);
+	walk.closed = true;
+	pthread_cond_broadcast(&walk.cv);
+	pthread_mutex_unlock(&walk.mu);
+	pthread_join(th, NULL);
+
+	cr_expect_eq(read(fd2, &n, sizeof(n)), (ssize_t)sizeof(n),
+		     "the walk read the eventfd that took a closed "
+		     "subscription's timerfd number");
+	cr_expect_eq(n, 5);
+	cr_assert_eq(atomic_load(&walk.calls[0]), 1);
+	close(fd2);
+	td_sub_close(s1);
+	td_ring_close(r);
+	td_client_close(c);
+	td_client_close(pc);
+	tu_daemon_stop(&d, false);
+}
