@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/time.h>
@@ -303,4 +304,174 @@ Test(mt_hostile, closing_a_subscription_while_another_thread_walks_them)
 	td_client_close(c);
 	td_client_close(pc);
 	tu_daemon_stop(&d, false);
+}
+
+/* ---- every kind of use at once on one shared client ---- */
+
+#define MIX_ROUNDS 40
+
+static atomic_bool mix_stop;
+static atomic_int mix_gets, mix_views;
+
+/* A tensor one thread got, released by whichever thread comes next. */
+static struct {
+	pthread_mutex_t mu;
+	struct td_tensor *t;
+} hand = {PTHREAD_MUTEX_INITIALIZER, NULL};
+
+static void hand_over(struct td_tensor *t)
+{
+	struct td_tensor *old;
+
+	pthread_mutex_lock(&hand.mu);
+	old = hand.t;
+	hand.t = t;
+	pthread_mutex_unlock(&hand.mu);
+	td_tensor_release(old);
+}
+
+static void on_get(struct td_client *c, int status, struct td_tensor *t,
+		   const struct td_error *err, void *ud)
+{
+	(void)c;
+	(void)err;
+	(void)ud;
+	if (status == 0) {
+		atomic_fetch_add(&mix_gets, 1);
+		hand_over(t);
+	}
+}
+
+static void on_view(struct td_sub *s, int status, const struct td_view *v,
+		    void *ud)
+{
+	(void)s;
+	(void)v;
+	(void)ud;
+	if (status == 0)
+		atomic_fetch_add(&mix_views, 1);
+}
+
+/* td_client_process() with asynchronous GETs, until told to stop. */
+static void *mix_loop(void *arg)
+{
+	struct td_client *c = arg;
+	struct pollfd p = {.fd = td_client_fd(c), .events = POLLIN};
+
+	while (!atomic_load(&mix_stop)) {
+		(void)td_client_get_newer_async(c, "mh/t", 0, 20, on_get,
+						NULL, NULL);
+		(void)poll(&p, 1, 10);
+		(void)td_client_process(c, NULL);
+	}
+	return NULL;
+}
+
+/* Subscriptions made, given handlers and closed, round after round. */
+static void *mix_subs(void *arg)
+{
+	struct td_client *c = arg;
+
+	for (int k = 0; k < MIX_ROUNDS; k++) {
+		struct td_sub *s[2] = {NULL, NULL};
+
+		for (int i = 0; i < 2; i++) {
+			if (td_ring_subscribe(c, "mh/mix", HANG_MS, &s[i],
+					      NULL) < 0)
+				continue;
+			(void)td_sub_set_handler(s[i], on_view, NULL);
+		}
+		(void)td_client_process(c, NULL);
+		if (k & 1)
+			(void)td_sub_set_handler(s[0], NULL, NULL);
+		td_sub_close(s[k & 1]);
+		td_sub_close(s[!(k & 1)]);
+	}
+	return NULL;
+}
+
+/* Puts, gets and follows on the shared client; tensors handed over. */
+static void *mix_calls(void *arg)
+{
+	struct td_client *c = arg;
+	uint64_t shape = 256, v = 0;
+	uint8_t b[256];
+	struct td_publish p = {.name = "mh/t", .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = &shape};
+
+	for (int k = 0; k < MIX_ROUNDS; k++) {
+		struct td_follow *f = NULL;
+		struct td_tensor *t = NULL;
+		uint64_t w;
+
+		memset(b, k, sizeof(b));
+		(void)td_client_put(c, &p, b, sizeof(b), &v, NULL);
+		if (td_client_get(c, "mh/t", &t, NULL) == 0)
+			hand_over(t);
+		if (td_client_get_newer(c, "mh/t", 0, 0, &t, NULL) == 0)
+			hand_over(t);
+		if (td_client_watch(c, "mh/", TD_WATCH_PREFIX, &w, NULL) == 0)
+			(void)td_client_unwatch(c, w, NULL);
+		if (td_client_follow(c, "mh/t", &f, NULL) == 0) {
+			if (td_follow_next(f, 0, &t, NULL) == 0)
+				hand_over(t);
+			td_follow_close(f);
+		}
+	}
+	return NULL;
+}
+
+static void *mix_ring(void *arg)
+{
+	struct td_ring *r = arg;
+	struct td_slot slot;
+
+	while (!atomic_load(&mix_stop)) {
+		if (td_ring_acquire(r, 10, &slot) == 0)
+			(void)td_ring_publish(r, NULL);
+		usleep(1000);
+	}
+	return NULL;
+}
+
+/*
+ * One client shared by an event loop (asynchronous GETs, ring handlers),
+ * a thread that subscribes, sets handlers and closes, and one that puts,
+ * gets, watches and follows; tensors are released by whichever thread
+ * comes next. Under ThreadSanitizer a race fails it; everywhere, every
+ * descriptor and buffer mapping is back where it was once all is closed
+ * (tu_daemon_stop checks).
+ */
+Test(mt_hostile, one_client_shared_by_a_loop_and_every_kind_of_call)
+{
+	struct tu_daemon d;
+	struct td_client *c, *pc;
+	struct td_ring *r;
+	struct td_error e = {0};
+	uint64_t size = 64;
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = &size, .reader_count = 8};
+	pthread_t loop, subs, calls, ring;
+
+	tu_daemon_start(&d, "warn");
+	c = open_client(&d);
+	pc = open_client(&d);
+	cr_assert_eq(td_ring_create(pc, "mh/mix", &desc, &r, &e), 0, "%s",
+		     e.reason);
+	atomic_store(&mix_stop, false);
+	cr_assert_eq(pthread_create(&ring, NULL, mix_ring, r), 0);
+	cr_assert_eq(pthread_create(&loop, NULL, mix_loop, c), 0);
+	cr_assert_eq(pthread_create(&subs, NULL, mix_subs, c), 0);
+	cr_assert_eq(pthread_create(&calls, NULL, mix_calls, c), 0);
+	pthread_join(subs, NULL);
+	pthread_join(calls, NULL);
+	atomic_store(&mix_stop, true);
+	pthread_join(loop, NULL);
+	pthread_join(ring, NULL);
+	hand_over(NULL);
+	td_client_close(c); /* with GETs outstanding: cancelled, told */
+	td_ring_close(r);
+	td_client_close(pc);
+	cr_assert_gt(atomic_load(&mix_views) + atomic_load(&mix_gets), 0);
+	tu_daemon_stop(&d, true);
 }
