@@ -146,12 +146,13 @@ int td_sub_set_handler(struct td_sub *s, td_sub_fn fn, void *ud)
 		rc = -ENOTCONN;
 	}
 	if (rc == 0 && fn) {
+		/* a version already there is delivered too; armed before
+		 * another thread's walk can take s up (td_sub_poll) */
+		sub_arm(s);
 		s->lnext = c->subs;
 		c->subs = s;
 	}
 	pthread_mutex_unlock(&c->lock);
-	if (rc == 0 && fn)
-		sub_arm(s); /* a version already there is delivered too */
 	return rc;
 }
 
