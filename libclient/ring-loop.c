@@ -156,21 +156,6 @@ int td_sub_set_handler(struct td_sub *s, td_sub_fn fn, void *ud)
 	return rc;
 }
 
-/*
- * Another thread's walk (below) may be about to read any subscription's
- * timerfd and call its fn, or hold it as the next one: a close or a new
- * handler waits for it to end, or the walk would read a freed one, and
- * a number closed meanwhile that another open took (an 8-byte read from
- * a socket eats a datagram). The walk's own handlers go on at once.
- */
-void td__sub_walk_wait(struct td_client *c)
-{
-	while (c->sub_turn.depth &&
-	       !pthread_equal(c->sub_turn.by, pthread_self()) &&
-	       !td__client_foreign(c))
-		pthread_cond_wait(&c->sub_walked, &c->lock);
-}
-
 int td__sub_deliver(struct td_client *c)
 {
 	struct td_sub *s, *next;
