@@ -325,6 +325,9 @@ struct td_client {
 	 */
 	struct td__turn sub_turn;
 	bool sub_again;
+	/* broadcast when a walk ends: td_sub_close() from another thread
+	 * waits for it (the walk reads the next one's fd, calls its fn) */
+	pthread_cond_t sub_walked;
 	struct td__map *maps; /* list of every mapping */
 	unsigned idle_maps;   /* maps with refs == 0 */
 	struct td__loanbuf *loans; /* recyclable loan buffers */

@@ -472,6 +472,7 @@ void td__client_lock(struct td_client *c)
 		pthread_mutex_lock(&relock_mu);
 		if (c->lock_gen != td__fork_gen) {
 			pthread_mutex_init(&c->lock, NULL);
+			pthread_cond_init(&c->sub_walked, NULL);
 			/* so too the turns (loop.c's deliveries): a thread of
 			 * the parent in a callback held one for good here */
 			turn_forked(&c->ev_turn);

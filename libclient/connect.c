@@ -74,6 +74,7 @@ static void client_free(struct td_client *c)
 	if (c->daemon_pidfd >= 0)
 		close(c->daemon_pidfd);
 	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->sub_walked);
 	free(c->rbuf);
 	free(c->sbuf);
 	free(c);
@@ -881,6 +882,7 @@ int td_client_connect_intr(const char *path, uint32_t flags,
 	c->rby = -1;
 	td__pace_init_env(&c->pace_get);
 	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->sub_walked, NULL);
 	c->rbuf = malloc(TD_WIRE_MAX_MSG);
 	c->sbuf = malloc(TD_WIRE_MAX_MSG);
 	if (!c->rbuf || !c->sbuf) {

@@ -836,6 +836,22 @@ int td_client_publish_wait(struct td_client *c, uint64_t *version,
 	return rc;
 }
 
+/*
+ * Lock held: does a PUBLISH attach its fd table (SCM_RIGHTS) rather than
+ * name the numbers for the daemon to pull? On the SCM path; and on the
+ * pidfd path too once td_client_set_interrupt() is set: a signal may
+ * then abandon the request unanswered (reply_wait), and the caller
+ * closes its descriptors while the daemon, which still reads the
+ * datagram queued before the hang-up, has yet to pull them: it would
+ * pull whatever file took such a number meanwhile (another buffer, a
+ * socket) and publish that. An attached descriptor is the caller's file
+ * itself, whatever becomes of the number.
+ */
+static bool pub_attach(const struct td_client *c)
+{
+	return c->path_in == TD_IMPORT_SCM || c->intr_fn;
+}
+
 static int publish_send(struct td_client *c, const struct td_publish *p,
 			const struct pub_ctx *x, struct td_alloc *a,
 			uint64_t *version, bool nowait, struct td_error *err)
@@ -919,10 +935,11 @@ static int publish_send(struct td_client *c, const struct td_publish *p,
 	}
 	/*
 	 * On the SCM path the fd table rides along, except when it is
-	 * exactly a loan's planes: the daemon has those (§6.3).
+	 * exactly a loan's planes: the daemon has those (§6.3); so too
+	 * where a signal may abandon the wait for the reply (pub_attach).
 	 */
 	rc = td__call(c, TD_OP_PUBLISH, (size_t)n, pt.tab,
-		      c->path_in == TD_IMPORT_SCM &&
+		      pub_attach(c) &&
 				      !(x->identity && pt.ntab == x->nbuf)
 			      ? pt.ntab
 			      : 0,
@@ -991,7 +1008,7 @@ int64_t td__publish_body(struct td_client *c, struct td_alloc *a,
 	/* on the SCM path the fd table rides along, except when it is
 	 * exactly the loan's planes: the daemon has those (§6.3) */
 	*nattach = 0;
-	if (n >= 0 && c->path_in == TD_IMPORT_SCM && pt.ntab != x.nbuf) {
+	if (n >= 0 && pub_attach(c) && pt.ntab != x.nbuf) {
 		memcpy(tab, pt.tab, pt.ntab * sizeof(*tab));
 		*nattach = pt.ntab;
 	}

@@ -130,5 +130,21 @@ static inline bool td__ring_fence_busy(struct td_ring_hdr *h, uint32_t s)
 /* ring-loop.c: off the client's handler list and its epoll set (lock
  * held). */
 void td__sub_unlink(struct td_sub *s);
+/*
+ * Lock held: wait out another thread's walk of the handlers
+ * (ring-loop.c's td__sub_deliver), which may be about to read any
+ * subscription's timerfd and call its fn, or hold it as the next one: a
+ * close or a new handler waits for it to end, or the walk would read a
+ * freed one, and a number closed meanwhile that another open took (an
+ * 8-byte read from a socket eats a datagram). The walk's own handlers
+ * go on at once.
+ */
+static inline void td__sub_walk_wait(struct td_client *c)
+{
+	while (c->sub_turn.depth &&
+	       !pthread_equal(c->sub_turn.by, pthread_self()) &&
+	       !td__client_foreign(c))
+		pthread_cond_wait(&c->sub_walked, &c->lock);
+}
 
 #endif

@@ -132,6 +132,8 @@ int td_sub_set_handler(struct td_sub *s, td_sub_fn fn, void *ud)
 			return rc;
 	}
 	td__client_lock(c);
+	/* the old fn is called no more once this returns */
+	td__sub_walk_wait(c);
 	td__sub_unlink(s);
 	s->fn = fn;
 	s->ud = ud;
@@ -144,12 +146,13 @@ int td_sub_set_handler(struct td_sub *s, td_sub_fn fn, void *ud)
 		rc = -ENOTCONN;
 	}
 	if (rc == 0 && fn) {
+		/* a version already there is delivered too; armed before
+		 * another thread's walk can take s up (td_sub_poll) */
+		sub_arm(s);
 		s->lnext = c->subs;
 		c->subs = s;
 	}
 	pthread_mutex_unlock(&c->lock);
-	if (rc == 0 && fn)
-		sub_arm(s); /* a version already there is delivered too */
 	return rc;
 }
 
@@ -157,8 +160,10 @@ int td__sub_deliver(struct td_client *c)
 {
 	struct td_sub *s, *next;
 	struct td_view view;
+	td_sub_fn fn;
+	void *ud;
 	int n = 0, rc;
-	bool woken, on, again;
+	bool woken, again;
 
 	/*
 	 * One walk of the list at a time: a handler that processes again
@@ -181,18 +186,26 @@ int td__sub_deliver(struct td_client *c)
 	again = c->sub_again;
 	c->sub_again = false;
 	s = c->subs;
-	if (!s)
+	if (!s) {
 		td__turn_give(&c->sub_turn); /* no walk */
+		pthread_cond_broadcast(&c->sub_walked);
+	}
 	c->ops->ready(c);
 	pthread_mutex_unlock(&c->lock);
 	if (!s)
 		return 0;
+	/*
+	 * Another thread's td_sub_close() waits for the walk to end
+	 * (sub_walked): s and next stay until then. Its handler is taken
+	 * with the lock: another thread may set another one, or none.
+	 */
 	for (; s; s = next) {
 		td__client_lock(c);
 		next = s->lnext;
-		on = s->fn; /* a handler may have taken another one's away */
+		fn = s->fn;
+		ud = s->ud;
 		pthread_mutex_unlock(&c->lock);
-		if (s->ended || !on)
+		if (s->ended || !fn)
 			continue;
 		/*
 		 * Clear the fd, but leave the view held alone unless there is
@@ -227,11 +240,12 @@ int td__sub_deliver(struct td_client *c)
 			pthread_mutex_unlock(&c->lock);
 		}
 		n++;
-		s->fn(s, rc, rc == 0 ? &view : NULL, s->ud);
+		fn(s, rc, rc == 0 ? &view : NULL, ud);
 		/* the callback may have closed s (and only s) */
 	}
 	td__client_lock(c);
 	c->sub_again = td__turn_give(&c->sub_turn);
+	pthread_cond_broadcast(&c->sub_walked);
 	c->ops->ready(c);
 	pthread_mutex_unlock(&c->lock);
 	return n;

@@ -1127,10 +1127,15 @@ void td_sub_close(struct td_sub *s)
 	if (!s)
 		return;
 	c = s->c;
+	/* a walk of another thread may be at s, or next to it: s goes
+	 * once it is over (td__sub_walk_wait), and no later one sees it */
+	td__client_lock(c);
+	td__sub_walk_wait(c);
+	td__sub_unlink(s);
+	pthread_mutex_unlock(&c->lock);
 	if (s->holding)
 		td_sub_release(s); /* not in a child of fork(): -ECHILD */
 	td__client_lock(c);
-	td__sub_unlink(s);
 	if (s->epoch == c->epoch && !td__client_foreign(c))
 		send_close(c, s->id);
 	pthread_mutex_unlock(&c->lock);

@@ -269,6 +269,9 @@ TD_EXPORT int td_sub_poll(struct td_sub *s, struct td_view *view);
  * td_sub_close()), or once at the end: -EPIPE the ring closed or the
  * subscription gone, -EBADMSG (its timerfd then leaves td_client_fd()).
  * It may close its own subscription, not another one with a handler.
+ * Another thread's td_sub_close() or td_sub_set_handler() waits for a
+ * td_client_process() that is calling these handlers to be done with them
+ * (so a handler must not wait for a thread that makes such a call).
  */
 typedef void (*td_sub_fn)(struct td_sub *s, int status,
 			  const struct td_view *view, void *ud);
