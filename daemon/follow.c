@@ -711,8 +711,8 @@ void td__stage_page(struct td__peer *p, const struct td__req *rq)
 	if (td__peer_bad_body(p, h, rc, &e) || wait_refused(p, h, &m))
 		return;
 	b = td__bell_named(m.name.ptr, m.name.len);
-	for (uint64_t m = b ? b->used : 0;
-	     !follows && (i = td__row_next(&m)) >= 0;)
+	for (uint64_t rows = b ? b->used : 0;
+	     !follows && (i = td__row_next(&rows)) >= 0;)
 		follows = b->rows[i].peer == p;
 	/* the producer's own page, to fire through; or, to a follower of
 	 * the name, the page of the producer the bell names, to read */
