@@ -217,6 +217,12 @@ struct td__stats {
 	 * test sees a walk over every name where one is not needed.
 	 */
 	uint64_t visits;
+	/*
+	 * Follower rows the bells' walks looked at (follow.c): a commit
+	 * visits the rows in use, a name with one follower one or two a
+	 * walk, not every row a bell has room for.
+	 */
+	uint64_t row_visits;
 	uint64_t refused[3]; /* error replies by enum td_wire_refusal */
 	uint64_t replies[TD__STAT_OPS][2]; /* [op][status < 0] (peer.c) */
 	uint64_t refused_access, refused_space, refused_quota; /* by errno */

@@ -34,8 +34,9 @@ unsigned td__peer_follows(const struct td__peer *p)
 	for (struct td__list *l = td__bells.next; l != &td__bells;
 	     l = l->next) {
 		struct bell *b = td__container_of(l, struct bell, link);
+		int i;
 
-		for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
+		for (uint64_t m = b->used; (i = td__row_next(&m)) >= 0;)
 			n += b->rows[i].peer == p;
 	}
 	return n;
@@ -63,9 +64,10 @@ static unsigned uid_bells(uid_t uid, bool spare)
 static unsigned spare_rows(const struct bell *b)
 {
 	unsigned n = 0;
+	int i;
 
-	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
-		n += b->rows[i].peer && b->rows[i].spare;
+	for (uint64_t m = b->used; (i = td__row_next(&m)) >= 0;)
+		n += b->rows[i].spare;
 	return n;
 }
 
@@ -73,9 +75,10 @@ static unsigned spare_rows(const struct bell *b)
 static unsigned uid_rows(const struct bell *b, uid_t uid)
 {
 	unsigned n = 0;
+	int i;
 
-	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
-		n += b->rows[i].peer && b->rows[i].peer->uid == uid;
+	for (uint64_t m = b->used; (i = td__row_next(&m)) >= 0;)
+		n += b->rows[i].peer->uid == uid;
 	return n;
 }
 
@@ -226,6 +229,7 @@ struct follower *td__follow_cover_find(const struct td__peer *p,
 				       uint64_t pin)
 {
 	struct bell *b;
+	int i;
 
 	if (td__list_empty(&td__bells))
 		return NULL;
@@ -234,10 +238,10 @@ struct follower *td__follow_cover_find(const struct td__peer *p,
 		return NULL;
 	/* the asking connection's own row first: its library's GET */
 	for (int pass = 0; pass < 2; pass++)
-		for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++) {
+		for (uint64_t m = b->used; (i = td__row_next(&m)) >= 0;) {
 			struct follower *f = &b->rows[i];
 
-			if (!f->peer || f->cover ||
+			if (f->cover ||
 			    (pass == 0 ? f->peer != p
 				       : f->peer->uid != p->uid) ||
 			    !td__row_charges(b, f, v) ||

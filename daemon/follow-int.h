@@ -77,10 +77,42 @@ struct bell {
 	/* made by a spare follow: counts in the spare half of the bells
 	 * (td__follow_admit) for as long as it lives */
 	bool spare;
+	/*
+	 * Which rows are in use: bit i set while rows[i].peer is, and of
+	 * those, which hold a retired version (rows[i].held). Kept exact as
+	 * rows are taken and given back (td__follow, follower_end; hold_take,
+	 * hold_drop), so a commit visits the rows in use, not all 64
+	 * (td__row_next).
+	 */
+	uint64_t used, holding;
 	struct follower rows[TD_FOLLOW_MAX_ROWS];
 	uint16_t name_len;
 	char name[TD_WIRE_MAX_NAME + 1];
 };
+
+_Static_assert(TD_FOLLOW_MAX_ROWS <= 64, "a bell's row masks are 64 bits");
+/* every row of a bell, as a mask */
+#define ROWS_ALL                                                              \
+	(TD_FOLLOW_MAX_ROWS == 64 ? ~0ull : (1ull << TD_FOLLOW_MAX_ROWS) - 1)
+
+/*
+ * The lowest row of *mask, taken out of it, or -1 when it is empty; each
+ * row it gives counts in the daemon's row visits (/metrics). A walk:
+ * for (uint64_t m = b->used; (i = td__row_next(&m)) >= 0;). It walks
+ * the mask it started with: a row given back meanwhile is still visited,
+ * one taken meanwhile is not.
+ */
+static inline int td__row_next(uint64_t *mask)
+{
+	int i;
+
+	if (!*mask)
+		return -1;
+	i = __builtin_ctzll(*mask);
+	*mask &= *mask - 1;
+	td__d->stats.row_visits++;
+	return i;
+}
 
 extern struct td__list td__bells;
 extern unsigned td__bell_count;

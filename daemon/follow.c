@@ -43,11 +43,18 @@ static uv_timer_t stage_timer;
  * per follow, which refuses its next GET. v's bytes counted while it
  * was current (rows_charge) go at the same change: counted once.
  */
-static void hold_take(struct follower *f, struct td__version *v)
+static uint64_t row_bit(const struct bell *b, const struct follower *f)
+{
+	return 1ull << (f - b->rows);
+}
+
+static void hold_take(struct bell *b, struct follower *f,
+		      struct td__version *v)
 {
 	uid_t uid = f->peer->uid;
 
 	f->held = v;
+	b->holding |= row_bit(b, f);
 	f->pinned = td__follow_pin(v, uid);
 	f->peer->follow_holds++;
 	f->peer->follow_held_bytes += v->bytes;
@@ -97,13 +104,11 @@ static void cover_end(struct follower *f)
  */
 static void rows_charge(struct bell *b, const struct td__version *now)
 {
-	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++) {
-		struct follower *f = &b->rows[i];
-		uint64_t pin;
+	int i;
 
-		if (!f->peer)
-			continue;
-		pin = td__follow_pin(now, f->peer->uid);
+	for (uint64_t m = b->used; (i = td__row_next(&m)) >= 0;) {
+		struct follower *f = &b->rows[i];
+		uint64_t pin = td__follow_pin(now, f->peer->uid);
 		/* a stream's versions are all of one size: nothing to do on
 		 * the handoff path (and no tenant row emptied and remade) */
 		if (pin != f->cur_pin) {
@@ -122,7 +127,7 @@ static void rows_charge(struct bell *b, const struct td__version *now)
 	}
 }
 
-static void hold_drop(struct follower *f)
+static void hold_drop(struct bell *b, struct follower *f)
 {
 	struct td__version *v = f->held;
 	uid_t uid = f->peer->uid;
@@ -132,6 +137,7 @@ static void hold_drop(struct follower *f)
 	if (f->cover && f->cover->v == v)
 		cover_end(f);
 	f->held = NULL;
+	b->holding &= ~row_bit(b, f);
 	f->peer->follow_holds--;
 	f->peer->follow_held_bytes -= v->bytes;
 	v->lease_count--;
@@ -145,11 +151,13 @@ static void hold_drop(struct follower *f)
 /* Drop the holds of b's rows that now hold something else. */
 static void bell_sweep(struct bell *b)
 {
-	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++) {
+	int i;
+
+	for (uint64_t m = b->holding; (i = td__row_next(&m)) >= 0;) {
 		struct follower *f = &b->rows[i];
 
-		if (f->held && atomic_load(&f->row->held) != f->held->number)
-			hold_drop(f);
+		if (atomic_load(&f->row->held) != f->held->number)
+			hold_drop(b, f);
 	}
 }
 
@@ -162,15 +170,16 @@ static void bell_sweep(struct bell *b)
  */
 static void bell_retire(struct bell *b, struct td__version *v)
 {
-	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++) {
+	int i;
+
+	for (uint64_t m = b->used; (i = td__row_next(&m)) >= 0;) {
 		struct follower *f = &b->rows[i];
 
-		if (!f->peer || f->held == v ||
-		    atomic_load(&f->row->held) != v->number)
+		if (f->held == v || atomic_load(&f->row->held) != v->number)
 			continue;
 		if (f->held)
-			hold_drop(f);
-		hold_take(f, v);
+			hold_drop(b, f);
+		hold_take(b, f, v);
 	}
 }
 
@@ -179,13 +188,14 @@ static void bell_retire(struct bell *b, struct td__version *v)
 static bool entry_busy(const struct bell *b, uint32_t e)
 {
 	uint64_t n = b->entry_of[e];
+	int i;
 
 	if (n == 0)
 		return false;
 	if (n == b->cur || (b->st.sv && n == b->st.sv->number))
 		return true;
-	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
-		if (b->rows[i].held && b->rows[i].held->number == n)
+	for (uint64_t m = b->holding; (i = td__row_next(&m)) >= 0;)
+		if (b->rows[i].held->number == n)
 			return true;
 	return false;
 }
@@ -260,12 +270,13 @@ static uint64_t fired_at;
 static void bell_wake(struct bell *b, uint64_t now)
 {
 	bool futex = false;
+	int i;
 
-	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++) {
+	for (uint64_t m = b->used; (i = td__row_next(&m)) >= 0;) {
 		struct follower *f = &b->rows[i];
 		uint32_t w;
 
-		if (!f->peer || (now && atomic_load_explicit(
+		if ((now && atomic_load_explicit(
 						&f->row->taken,
 						memory_order_relaxed) >= now))
 			continue;
@@ -347,15 +358,15 @@ static void on_changed(struct td__version *now, struct td__version *gone,
 static bool on_pins(const struct td__version *v)
 {
 	const struct bell *b;
+	int i;
 
 	if (td__list_empty(&td__bells))
 		return false;
 	b = td__bell_named(v->name, v->name_len);
 	if (!b || b->cur_v != v)
 		return false;
-	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
-		if (b->rows[i].peer &&
-		    atomic_load(&b->rows[i].row->held) == v->number)
+	for (uint64_t m = b->used; (i = td__row_next(&m)) >= 0;)
+		if (atomic_load(&b->rows[i].row->held) == v->number)
 			return true;
 	return false;
 }
@@ -731,14 +742,15 @@ void td__stage_page(struct td__peer *p, const struct td__req *rq)
 	const struct td__trig *t = NULL;
 	struct bell *b;
 	bool follows = false;
-	int fd;
+	int fd, i;
 	int64_t len;
 	int rc = td_wire_ring_sub_req_decode(rq->body, h->body_len, &m, &e);
 
 	if (td__peer_bad_body(p, h, rc, &e) || wait_refused(p, h, &m))
 		return;
 	b = td__bell_named(m.name.ptr, m.name.len);
-	for (uint32_t i = 0; b && i < TD_FOLLOW_MAX_ROWS && !follows; i++)
+	for (uint64_t rows = b ? b->used : 0;
+	     !follows && (i = td__row_next(&rows)) >= 0;)
 		follows = b->rows[i].peer == p;
 	/* the producer's own page, to fire through; or, to a follower of
 	 * the name, the page of the producer the bell names, to read */
@@ -826,10 +838,9 @@ fail:
 static void bell_recharge(struct bell *b, uid_t gone)
 {
 	const struct td__peer *p = NULL;
+	int i;
 
-	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++) {
-		if (!b->rows[i].peer)
-			continue;
+	for (uint64_t m = b->used; (i = td__row_next(&m)) >= 0;) {
 		if (b->rows[i].peer->uid == gone)
 			return;
 		p = b->rows[i].peer;
@@ -849,7 +860,7 @@ static bool follower_end(struct bell *b, struct follower *f)
 	uid_t uid = f->peer->uid;
 
 	if (f->held)
-		hold_drop(f);
+		hold_drop(b, f);
 	if (f->cover)
 		cover_end(f);
 	td__tenant_sub(uid, TD__LIM_PINNED, f->cur_pin);
@@ -859,6 +870,7 @@ static bool follower_end(struct bell *b, struct follower *f)
 	if (f->wake_fd >= 0)
 		close(f->wake_fd);
 	*f = (struct follower){.row_fd = -1, .wake_fd = -1};
+	b->used &= ~row_bit(b, f);
 	if (--b->followers) {
 		atomic_store_explicit(&b->hdr->followers, b->followers,
 				      memory_order_relaxed);
@@ -930,6 +942,7 @@ void td__follow(struct td__peer *p, const struct td__req *rq)
 	struct bell *b;
 	bool fresh = false;
 	unsigned fds = 1;
+	uint64_t free_rows; /* the rows not in use */
 	int rc = td_wire_ring_sub_req_decode(rq->body, h->body_len, &m, &e);
 
 	if (td__peer_bad_body(p, h, rc, &e) || wait_refused(p, h, &m))
@@ -950,9 +963,9 @@ void td__follow(struct td__peer *p, const struct td__req *rq)
 		fresh = true;
 		fds += BELL_FDS;
 	}
-	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS && !f; i++)
-		if (!b->rows[i].peer)
-			f = &b->rows[i];
+	free_rows = ~b->used & ROWS_ALL;
+	if (free_rows)
+		f = &b->rows[__builtin_ctzll(free_rows)];
 	if (!f) {
 		td__peer_error(p, h->opcode, h->request_id, -EBUSY,
 			       "\"%.*s\" has all its %u follower rows in use",
@@ -974,6 +987,7 @@ void td__follow(struct td__peer *p, const struct td__req *rq)
 		return;
 	}
 	f->peer = p;
+	b->used |= row_bit(b, f);
 	f->id = next_id++;
 	f->wake_fd = -1;
 	f->spare = m.flags & TD_WIRE_FOLLOW_SPARE;
@@ -1003,8 +1017,9 @@ static struct follower *follower_of(struct td__peer *p, uint64_t id,
 	for (struct td__list *l = td__bells.next; l != &td__bells;
 	     l = l->next) {
 		struct bell *b = td__container_of(l, struct bell, link);
+		int i;
 
-		for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
+		for (uint64_t m = b->used; (i = td__row_next(&m)) >= 0;)
 			if (b->rows[i].peer == p && b->rows[i].id == id) {
 				*bp = b;
 				return &b->rows[i];
@@ -1088,12 +1103,15 @@ void td__follow_peer_gone(struct td__peer *p)
 
 	for (l = td__bells.next; l != &td__bells; l = n) {
 		struct bell *b = td__container_of(l, struct bell, link);
+		int i;
 
 		n = l->next;
 		/* its page goes with it (below) */
 		if (b->trig_owner == p)
 			b->trig_owner = NULL;
-		for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
+		/* the rows in use when the walk began: one ended is not
+		 * looked at again, and the bell's end ends the walk */
+		for (uint64_t m = b->used; (i = td__row_next(&m)) >= 0;)
 			if (b->rows[i].peer == p &&
 			    follower_end(b, &b->rows[i]))
 				break;

@@ -380,6 +380,9 @@ static enum MHD_Result metrics(struct MHD_Connection *c)
 	metric(f, "tensord_store_visits_total", "counter",
 	       "Names and buffer records the store's bookkeeping visited.",
 	       d->stats.visits);
+	metric(f, "tensord_follow_row_visits_total", "counter",
+	       "Follower rows the followed names' bookkeeping visited.",
+	       d->stats.row_visits);
 	fprintf(f, "# HELP tensord_refusals_total Requests refused by the "
 		   "policy, the memory cap or a quota.\n"
 		   "# TYPE tensord_refusals_total counter\n"

@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -905,6 +907,91 @@ Test(follow, a_dead_follower_pins_nothing)
 	td_client_close(other);
 	td_client_close(prod);
 	tu_daemon_stop(&d, true);
+}
+
+/* ---- a commit walks the rows in use ---- */
+
+/* tensord_follow_row_visits_total of the daemon serving HTTP at path */
+static unsigned long long row_visits(const char *path)
+{
+	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: t\r\n"
+				  "Connection: close\r\n\r\n";
+	static const char key[] = "\ntensord_follow_row_visits_total ";
+	static char buf[1 << 17];
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	size_t n = 0;
+	ssize_t r;
+	const char *p;
+
+	cr_assert_geq(fd, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0,
+		     "%s: %s", path, strerror(errno));
+	cr_assert_eq(write(fd, req, sizeof(req) - 1),
+		     (ssize_t)sizeof(req) - 1);
+	while (n < sizeof(buf) - 1 &&
+	       (r = read(fd, buf + n, sizeof(buf) - 1 - n)) > 0)
+		n += (size_t)r;
+	close(fd);
+	buf[n] = 0;
+	p = strstr(buf, key);
+	cr_assert_not_null(p, "no row visits counter in:\n%s", buf);
+	return strtoull(p + strlen(key), NULL, 10);
+}
+
+/*
+ * A commit to a followed name visits the rows in use, not every row a
+ * bell has room for (TD_FOLLOW_MAX_ROWS, 64): with one follower a
+ * handoff's walks (sweep, entries, retire, charge, wake, the eviction's
+ * look) come to a few rows, where a walk of the whole table came to
+ * five times 64 and more. The rows change hands first (a follow ends, a
+ * new one takes its row, another ends), so the masks are exact across
+ * a give-back: the follower that is left gets every version.
+ */
+Test(follow, a_commit_visits_the_rows_in_use_not_all_of_them)
+{
+	enum { N = 100 };
+	struct tu_daemon d;
+	struct td_client *prod, *cons;
+	struct td_follow *a, *b;
+	char dir[] = "/tmp/td-rowvisits-XXXXXX", path[96], http[104];
+	const char *const args[] = {"--http", http, NULL};
+	unsigned long long before, after;
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/http", dir);
+	snprintf(http, sizeof(http), "unix:%s", path);
+	pair_start(&d, args, "pidfd", &prod, &cons);
+	put(prod, "rv/x", 64, TD_ALLOC_STREAM, 1);
+	a = follow(cons, "rv/x");
+	b = follow(cons, "rv/x");
+	td_follow_close(a); /* row 0 given back ... */
+	a = follow(cons, "rv/x"); /* ... and taken again */
+	td_follow_close(b);
+	before = row_visits(path);
+	for (int i = 0; i < N; i++) {
+		uint64_t v = put(prod, "rv/x", 64, TD_ALLOC_STREAM,
+				 (uint8_t)(i + 2));
+		struct td_tensor *t = next(a, 5000);
+
+		cr_assert_eq(td_tensor_version(t), v);
+		cr_assert(all_bytes(t, (uint8_t)(i + 2)));
+		td_tensor_release(t);
+	}
+	after = row_visits(path);
+	cr_log_info("%llu rows visited by %d followed handoffs",
+		    after - before, N);
+	/* each walk visits the one row (the entries' look, one per entry
+	 * it tries: a couple), not 64 */
+	cr_assert_leq(after - before, N * 16ull,
+		      "%llu rows visited by %d handoffs with one follower",
+		      after - before, N);
+	cr_assert_geq(after - before, N, "a commit visits its row");
+	td_follow_close(a);
+	pair_stop(&d, prod, cons);
+	unlink(path);
+	rmdir(dir);
 }
 
 /* Publish fd (size bytes, the caller's memfd) as name: the version. */
