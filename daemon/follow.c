@@ -591,6 +591,7 @@ static struct td__version *stage_copy(const struct td__version *ver)
 static void stage_page_set(struct bell *b, const struct td__trig *t)
 {
 	struct td_follow_hdr *h = b->hdr;
+	int i;
 
 	if (atomic_load_explicit(&h->stage_page, memory_order_relaxed) ==
 	    t->serial)
@@ -599,10 +600,9 @@ static void stage_page_set(struct bell *b, const struct td__trig *t)
 	if (atomic_load_explicit(&h->stage_gen, memory_order_relaxed) !=
 	    t->gen)
 		return;
-	for (uint32_t i = 0; i < TD_FOLLOW_MAX_ROWS; i++)
-		if (b->rows[i].peer &&
-		    atomic_load(&b->rows[i].row->waiting) ==
-			    TD_FOLLOW_WAIT_ROW)
+	for (uint64_t m = b->used; (i = td__row_next(&m)) >= 0;)
+		if (atomic_load(&b->rows[i].row->waiting) ==
+		    TD_FOLLOW_WAIT_ROW)
 			td__futex_wake_word(&b->rows[i].row->waiting,
 					    TD_FOLLOW_WAIT_ROW);
 }
