@@ -914,30 +914,7 @@ Test(follow, a_dead_follower_pins_nothing)
 /* tensord_follow_row_visits_total of the daemon serving HTTP at path */
 static unsigned long long row_visits(const char *path)
 {
-	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: t\r\n"
-				  "Connection: close\r\n\r\n";
-	static const char key[] = "\ntensord_follow_row_visits_total ";
-	static char buf[1 << 17];
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	size_t n = 0;
-	ssize_t r;
-	const char *p;
-
-	cr_assert_geq(fd, 0);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0,
-		     "%s: %s", path, strerror(errno));
-	cr_assert_eq(write(fd, req, sizeof(req) - 1),
-		     (ssize_t)sizeof(req) - 1);
-	while (n < sizeof(buf) - 1 &&
-	       (r = read(fd, buf + n, sizeof(buf) - 1 - n)) > 0)
-		n += (size_t)r;
-	close(fd);
-	buf[n] = 0;
-	p = strstr(buf, key);
-	cr_assert_not_null(p, "no row visits counter in:\n%s", buf);
-	return strtoull(p + strlen(key), NULL, 10);
+	return tu_metric_unix(path, "tensord_follow_row_visits_total");
 }
 
 /*

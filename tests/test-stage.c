@@ -1263,29 +1263,6 @@ Test(stage, a_reload_that_refuses_a_producer_stages_nothing_more,
 
 /* A field of /proc/self/task/TID/status: the state letter (key
  * "State:") or a number; -1 when the thread is gone. */
-static long task_field(pid_t tid, const char *key)
-{
-	char path[64], line[256];
-	long v = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/self/task/%d/status", tid);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, key, strlen(key))) {
-			const char *p = line + strlen(key);
-
-			while (*p == ' ' || *p == '\t')
-				p++;
-			v = *key == 'S' ? (long)*p : strtol(p, NULL, 10);
-			break;
-		}
-	fclose(f);
-	return v;
-}
-
 /*
  * A producer of two followed names on one connection, alternating: each
  * name's PUBLISH reply lends that name's next loan and stages it, and
@@ -1650,17 +1627,17 @@ Test(stage, a_follower_sleeps_through_its_producers_other_names,
 	s.f = fa;
 	cr_assert_eq(pthread_create(&th, NULL, wait_next, &s), 0);
 	for (i = 0; i < 20000 && (!atomic_load(&s.tid) ||
-				  task_field(atomic_load(&s.tid), "State:") !=
+				  tu_task_field(atomic_load(&s.tid), "State:") !=
 					  'S');
 	     i++)
 		usleep(1000);
-	sw0 = task_field(atomic_load(&s.tid), "voluntary_ctxt_switches:");
+	sw0 = tu_task_field(atomic_load(&s.tid), "voluntary_ctxt_switches:");
 	cr_assert_geq(sw0, 0, "the follower of a sleeps");
 	for (i = 0; i < 20; i++) {
 		v = put(prod, nb, (uint8_t)(0x30 + i));
 		cr_assert_eq(take(fb, (uint8_t)(0x30 + i)), v);
 	}
-	sw1 = task_field(atomic_load(&s.tid), "voluntary_ctxt_switches:");
+	sw1 = tu_task_field(atomic_load(&s.tid), "voluntary_ctxt_switches:");
 	cr_assert_leq(sw1 - sw0, 3,
 		      "the follower of a was woken %ld times by 20 versions "
 		      "of b",

@@ -3304,30 +3304,7 @@ Test(systemd, state_encoder_refuses_what_the_decoder_would)
 /* tensord_store_visits_total of the daemon serving HTTP at http_unix */
 static unsigned long long store_visits(void)
 {
-	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: t\r\n"
-				  "Connection: close\r\n\r\n";
-	static const char key[] = "\ntensord_store_visits_total ";
-	static char buf[1 << 17];
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	size_t n = 0;
-	ssize_t r;
-	const char *p;
-
-	cr_assert_geq(fd, 0);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", http_unix);
-	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0,
-		     "%s: %s", http_unix, strerror(errno));
-	cr_assert_eq(write(fd, req, sizeof(req) - 1),
-		     (ssize_t)sizeof(req) - 1);
-	while (n < sizeof(buf) - 1 &&
-	       (r = read(fd, buf + n, sizeof(buf) - 1 - n)) > 0)
-		n += (size_t)r;
-	close(fd);
-	buf[n] = 0;
-	p = strstr(buf, key);
-	cr_assert_not_null(p, "no visits counter in:\n%s", buf);
-	return strtoull(p + strlen(key), NULL, 10);
+	return tu_metric_unix(http_unix, "tensord_store_visits_total");
 }
 
 /*

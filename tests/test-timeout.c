@@ -259,29 +259,6 @@ static int64_t poll_wait_ms(pid_t tid)
 
 /* A field of /proc/self/task/TID/status: its number, or the letter of
  * "State:"; -1 when it is not there. */
-static long task_field(pid_t tid, const char *key)
-{
-	char path[64], line[256];
-	long v = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/self/task/%d/status", (int)tid);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, key, strlen(key))) {
-			const char *p = line + strlen(key);
-
-			while (*p == ' ' || *p == '\t')
-				p++;
-			v = *key == 'S' ? (long)*p : strtol(p, NULL, 10);
-			break;
-		}
-	fclose(f);
-	return v;
-}
-
 /*
  * td_client_get_newer() with timeout_ms INT_MAX (24.8 days) for a name
  * nobody publishes: the daemon parks it for that long and the library
@@ -340,10 +317,10 @@ Test(timeout, a_get_of_int_max_ms_waits_in_bounded_polls)
 	cr_assert_geq(ms, INT_MAX - TU_WAIT_S * 1000LL,
 		      "a wait of %lld ms", (long long)ms);
 	/* asleep, not spinning */
-	sw0 = task_field(tid, "voluntary_ctxt_switches:");
+	sw0 = tu_task_field(tid, "voluntary_ctxt_switches:");
 	usleep(200 * 1000);
-	sw1 = task_field(tid, "voluntary_ctxt_switches:");
-	cr_assert_eq(task_field(tid, "State:"), 'S');
+	sw1 = tu_task_field(tid, "voluntary_ctxt_switches:");
+	cr_assert_eq(tu_task_field(tid, "State:"), 'S');
 	cr_assert_leq(sw1 - sw0, 2, "%ld wake-ups", sw1 - sw0);
 	cr_assert_not(atomic_load(&g.done), "the GET returned %d", g.rc);
 	cr_assert_eq(atomic_load(&intr_asked), 0);

@@ -165,6 +165,58 @@ volatile struct td_malloc_counts *tu_counts_map(char *path)
 	return p;
 }
 
+unsigned long long tu_metric_unix(const char *path, const char *name)
+{
+	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: t\r\n"
+				  "Connection: close\r\n\r\n";
+	static char buf[1 << 17];
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	char key[128];
+	size_t n = 0;
+	ssize_t r;
+	const char *p;
+
+	snprintf(key, sizeof(key), "\n%s ", name);
+	cr_assert_geq(fd, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0,
+		     "%s: %s", path, strerror(errno));
+	cr_assert_eq(write(fd, req, sizeof(req) - 1),
+		     (ssize_t)sizeof(req) - 1);
+	while (n < sizeof(buf) - 1 &&
+	       (r = read(fd, buf + n, sizeof(buf) - 1 - n)) > 0)
+		n += (size_t)r;
+	close(fd);
+	buf[n] = 0;
+	p = strstr(buf, key);
+	cr_assert_not_null(p, "no %s in:\n%s", name, buf);
+	return strtoull(p + strlen(key), NULL, 10);
+}
+
+long tu_task_field(pid_t tid, const char *key)
+{
+	char path[64], line[256];
+	long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/status", (int)tid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, strlen(key))) {
+			const char *p = line + strlen(key);
+
+			while (*p == ' ' || *p == '\t')
+				p++;
+			v = *key == 'S' ? (long)*p : strtol(p, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return v;
+}
+
 int tu_fd_count(void)
 {
 	return fd_entries("/proc/self/fd") - 1; /* the DIR's own fd */

@@ -35,6 +35,18 @@ struct td_malloc_counts;
  */
 volatile struct td_malloc_counts *tu_counts_map(char *path);
 
+/*
+ * The value of metric `name` (a counter of the daemon's /metrics, e.g.
+ * "tensord_store_visits_total") from a daemon serving HTTP on the unix
+ * socket at path (`--http unix:PATH`); asserts that it is there.
+ */
+unsigned long long tu_metric_unix(const char *path, const char *name);
+
+/* A field of /proc/self/task/TID/status: the state letter (key
+ * "State:") or a number (e.g. "voluntary_ctxt_switches:"); -1 when the
+ * thread is gone. */
+long tu_task_field(pid_t tid, const char *key);
+
 /* Number of open fds in this process (/proc/self/fd). */
 /*
  * From now on, in this process and the children it makes, syscall nr
