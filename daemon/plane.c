@@ -194,8 +194,16 @@ int td__plane_seal(int fd, const char **why)
 	if (fcntl(fd, F_ADD_SEALS, PUBLISH_SEALS & ~seals) < 0) {
 		int e = errno;
 
-		/* The kernel refuses F_SEAL_WRITE while writable maps exist. */
-		*why = e == EBUSY ? "unmap writable mappings before publishing"
+		/*
+		 * The kernel refuses F_SEAL_WRITE while writable maps exist,
+		 * and after waiting about 150 ms (inside this call, on the
+		 * loop) while anything else holds its pages: a pipe they
+		 * were vmspliced into, O_DIRECT or io_uring I/O, a device
+		 * (docs/reliability.md, "Pages held at a publish").
+		 */
+		*why = e == EBUSY ? "unmap writable mappings before publishing, "
+				    "and let go of its pages (vmsplice, "
+				    "O_DIRECT or io_uring I/O, a device)"
 				  : "cannot seal the memfd";
 		return -e;
 	}

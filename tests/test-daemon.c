@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1582,6 +1583,55 @@ DTest(alloc_then_publish_uses_the_daemon_planes)
 		     "same file, same buffer_id");
 	assert_bytes(got, 4096, 0x42);
 	close(got);
+	close(fd);
+	close(sock);
+}
+
+/*
+ * Pages of a loan that something still holds (here a pipe they were
+ * vmspliced into), with no mapping left: the write seal is refused too,
+ * and the reason names what to let go of, not only mappings. Let go, the
+ * same loan publishes.
+ */
+DTest(a_loan_whose_pages_are_held_is_refused_naming_them)
+{
+	int sock = conn_hello(&D, TD_IMPORT_SCM);
+	struct td_wire_alloc_req ar = {
+		.flags = TD_WIRE_REQ_SCM, .plane_count = 1, .sizes = {4096}};
+	struct td_wire_alloc_rep rep;
+	int64_t n = td_wire_alloc_req_encode(&ar, BODY, BODY_CAP);
+	struct msg *m;
+	struct iovec iov;
+	uint8_t *p;
+	size_t bl;
+	int fd, pp[2];
+
+	send_req(sock, TD_OP_ALLOC, 96, (size_t)n, NULL, 0);
+	m = reply(sock, TD_OP_ALLOC, 96);
+	cr_assert_eq(m->h.status, 0, "%s", m->reason);
+	cr_assert_eq(td_wire_alloc_rep_decode(m->body, m->h.body_len, &rep,
+					      NULL),
+		     0);
+	cr_assert_eq(m->nfds, 1);
+	fd = m->fds[0];
+	m->nfds = 0;
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	cr_assert(p != MAP_FAILED);
+	memset(p, 0x5a, 4096);
+	cr_assert_eq(pipe(pp), 0);
+	iov = (struct iovec){p, 4096};
+	cr_assert_eq(vmsplice(pp[1], &iov, 1, 0), 4096, "vmsplice: %s",
+		     strerror(errno));
+	munmap(p, 4096); /* no mapping left: the pipe holds the page */
+	bl = ref_blob(blobbuf, sizeof(blobbuf), 4096, 0, (uint32_t)getpid(),
+		      -1);
+	publish_raw(sock, 97, "al/held", bl, NULL, 0, false, rep.alloc_id);
+	expect_error(sock, TD_OP_PUBLISH, 97, -EBUSY, "let go of its pages");
+	close(pp[0]);
+	close(pp[1]);
+	publish_raw(sock, 98, "al/held", bl, NULL, 0, false, rep.alloc_id);
+	m = reply(sock, TD_OP_PUBLISH, 98);
+	cr_assert_eq(m->h.status, 0, "%s", m->reason);
 	close(fd);
 	close(sock);
 }
