@@ -1523,14 +1523,32 @@ DTest(disconnect_ends_the_leases)
 
 /* ---- ALLOC ---- */
 
+/* An ALLOC of one 4096-byte plane over SCM (request id): its fd. */
+static int alloc_4k(int sock, uint64_t id, struct td_wire_alloc_rep *rep)
+{
+	struct td_wire_alloc_req ar = {
+		.flags = TD_WIRE_REQ_SCM, .plane_count = 1, .sizes = {4096}};
+	int64_t n = td_wire_alloc_req_encode(&ar, BODY, BODY_CAP);
+	struct msg *m;
+	int fd;
+
+	send_req(sock, TD_OP_ALLOC, id, (size_t)n, NULL, 0);
+	m = reply(sock, TD_OP_ALLOC, id);
+	cr_assert_eq(m->h.status, 0, "%s", m->reason);
+	cr_assert_eq(td_wire_alloc_rep_decode(m->body, m->h.body_len, rep,
+					      NULL),
+		     0);
+	cr_assert_eq(m->nfds, 1);
+	fd = m->fds[0];
+	m->nfds = 0;
+	return fd;
+}
+
 DTest(alloc_then_publish_uses_the_daemon_planes)
 {
 	int sock = conn_hello(&D, TD_IMPORT_SCM);
-	struct td_wire_alloc_req ar = {
-		.flags = TD_WIRE_REQ_SCM, .plane_count = 1, .sizes = {4096}};
 	struct td_wire_alloc_rep rep;
 	struct td_wire_get_rep grep;
-	int64_t n = td_wire_alloc_req_encode(&ar, BODY, BODY_CAP);
 	struct msg *m;
 	uint8_t *p;
 	size_t bl;
@@ -1552,16 +1570,7 @@ DTest(alloc_then_publish_uses_the_daemon_planes)
 		cr_assert_eq(zr.fd_count, 2);
 		close_msg_fds(m);
 	}
-	n = td_wire_alloc_req_encode(&ar, BODY, BODY_CAP);
-	send_req(sock, TD_OP_ALLOC, 90, (size_t)n, NULL, 0);
-	m = reply(sock, TD_OP_ALLOC, 90);
-	cr_assert_eq(m->h.status, 0, "%s", m->reason);
-	cr_assert_eq(td_wire_alloc_rep_decode(m->body, m->h.body_len, &rep,
-					      NULL),
-		     0);
-	cr_assert_eq(m->nfds, 1);
-	fd = m->fds[0];
-	m->nfds = 0;
+	fd = alloc_4k(sock, 90, &rep);
 	cr_assert(fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK);
 	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	cr_assert(p != MAP_FAILED);
@@ -1596,25 +1605,14 @@ DTest(alloc_then_publish_uses_the_daemon_planes)
 DTest(a_loan_whose_pages_are_held_is_refused_naming_them)
 {
 	int sock = conn_hello(&D, TD_IMPORT_SCM);
-	struct td_wire_alloc_req ar = {
-		.flags = TD_WIRE_REQ_SCM, .plane_count = 1, .sizes = {4096}};
 	struct td_wire_alloc_rep rep;
-	int64_t n = td_wire_alloc_req_encode(&ar, BODY, BODY_CAP);
 	struct msg *m;
 	struct iovec iov;
 	uint8_t *p;
 	size_t bl;
 	int fd, pp[2];
 
-	send_req(sock, TD_OP_ALLOC, 96, (size_t)n, NULL, 0);
-	m = reply(sock, TD_OP_ALLOC, 96);
-	cr_assert_eq(m->h.status, 0, "%s", m->reason);
-	cr_assert_eq(td_wire_alloc_rep_decode(m->body, m->h.body_len, &rep,
-					      NULL),
-		     0);
-	cr_assert_eq(m->nfds, 1);
-	fd = m->fds[0];
-	m->nfds = 0;
+	fd = alloc_4k(sock, 96, &rep);
 	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	cr_assert(p != MAP_FAILED);
 	memset(p, 0x5a, 4096);
