@@ -30,15 +30,6 @@ TestSuite(loop, .timeout = TU_TEST_TIMEOUT_S);
 /* Hang guard only: nothing about speed is asserted. */
 #define HANG_MS 20000
 
-static struct td_client *open_client(const struct tu_daemon *d)
-{
-	struct td_client *c;
-	struct td_error e = {0};
-	int rc = td_client_connect(d->sock, &c, &e);
-	cr_assert_eq(rc, 0, "connect: %s", e.reason);
-	return c;
-}
-
 /* A private daemon and two connections to it: c waits, p publishes. */
 struct pair {
 	struct tu_daemon d;
@@ -48,8 +39,8 @@ struct pair {
 static void pair_up(struct pair *x)
 {
 	tu_daemon_start(&x->d, "warn");
-	x->c = open_client(&x->d);
-	x->p = open_client(&x->d);
+	x->c = tc_open(&x->d);
+	x->p = tc_open(&x->d);
 }
 
 static void pair_down(struct pair *x)
@@ -300,7 +291,7 @@ Test(loop, async_get_timeout_and_refusal_reach_the_callback)
 {
 	struct tu_daemon d;
 	tu_daemon_start(&d, "warn");
-	struct td_client *c = open_client(&d);
+	struct td_client *c = tc_open(&d);
 	struct got g = {0};
 	cr_assert_eq(td_client_get_newer_async(c, "none", 0, 0, on_get, &g,
 					       NULL), 0);
@@ -321,7 +312,7 @@ Test(loop, close_cancels_outstanding_gets)
 {
 	struct tu_daemon d;
 	tu_daemon_start(&d, "warn");
-	struct td_client *c = open_client(&d);
+	struct td_client *c = tc_open(&d);
 	struct got g = {0};
 	cr_assert_eq(td_client_get_newer_async(c, "never", 0, -1, on_get, &g,
 					       NULL), 0);
@@ -335,7 +326,7 @@ Test(loop, daemon_gone_fails_outstanding_gets_and_process)
 {
 	struct tu_daemon d;
 	tu_daemon_start(&d, "warn");
-	struct td_client *c = open_client(&d);
+	struct td_client *c = tc_open(&d);
 	struct got g = {0};
 	cr_assert_eq(td_client_get_newer_async(c, "never", 0, -1, on_get, &g,
 					       NULL), 0);
@@ -801,9 +792,9 @@ Test(loop, exact_watches_on_many_names_each_fire_for_their_own_name)
 	char name[16];
 
 	tu_daemon_start(&d, "warn");
-	p = open_client(&d);
+	p = tc_open(&d);
 	for (int c = 0; c < CONNS; c++) {
-		w[c] = open_client(&d);
+		w[c] = tc_open(&d);
 		for (int k = 0; k < PER; k++) {
 			snprintf(name, sizeof(name), "wb/%d", c * PER + k);
 			cr_assert_eq(td_client_watch(w[c], name, 0,
@@ -897,7 +888,7 @@ Test(loop, a_get_asked_for_while_closing_is_refused)
 {
 	struct tu_daemon d;
 	tu_daemon_start(&d, "warn");
-	struct td_client *c = open_client(&d);
+	struct td_client *c = tc_open(&d);
 	struct rearm r = {0};
 	cr_assert_eq(td_client_get_newer_async(c, "never", 0, -1, rearm_on_get,
 					       &r, NULL), 0);
@@ -1404,7 +1395,7 @@ Test(loop, the_257th_outstanding_get_is_refused_as_documented)
 	struct tu_daemon d;
 	tu_daemon_start(&d, "warn");
 	int fds0 = tu_fd_count();
-	struct td_client *c = open_client(&d);
+	struct td_client *c = tc_open(&d);
 	struct tally k = {0};
 	for (int i = 0; i < 257; i++)
 		cr_assert_eq(td_client_get_newer_async(c, "never", 0, -1,
@@ -1486,7 +1477,7 @@ Test(loop, a_follow_fd_is_armed_at_once_and_wake_fds_go_in_any_order)
 	td_client_trim(c); /* the mapping cache keeps the plane's fd */
 	cr_assert_eq(tu_fd_count(), fds0, "the follow's fds");
 
-	struct td_client *c2 = open_client(&x.d);
+	struct td_client *c2 = tc_open(&x.d);
 	uint64_t shape[1] = {8};
 	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
 				    .shape = shape};
@@ -1918,7 +1909,7 @@ Test(loop, a_get_callback_that_processes_again_gets_the_next_one)
 {
 	struct tu_daemon d;
 	tu_daemon_start(&d, "warn");
-	struct td_client *c = open_client(&d);
+	struct td_client *c = tc_open(&d);
 	struct get_nest k = {0};
 	put(c, "gn", 1);
 	for (int i = 0; i < 2; i++)

@@ -27,22 +27,13 @@
 #include <tensord/ring.h>
 #include <tensord/tensord.h>
 
+#include "testclient.h"
 #include "testutil.h"
 
 TestSuite(mt_hostile, .timeout = TU_TEST_TIMEOUT_S);
 
 /* Hang guards only: nothing about speed is asserted. */
 #define HANG_MS 20000
-
-static struct td_client *open_client(const struct tu_daemon *d)
-{
-	struct td_client *c;
-	struct td_error e = {0};
-	int rc = td_client_connect(d->sock, &c, &e);
-
-	cr_assert_eq(rc, 0, "connect: %s", e.reason);
-	return c;
-}
 
 /* A memfd of n bytes, each b, written without a mapping, sealed as
  * PUBLISH asks (F_SEAL_SHRINK, F_SEAL_GROW). */
@@ -104,8 +95,8 @@ Test(mt_hostile, a_publish_abandoned_to_a_signal_never_pulls_a_reused_fd)
 	int a, other, rc;
 
 	tu_daemon_start(&d, "warn");
-	c = open_client(&d);
-	o = open_client(&d);
+	c = tc_open(&d);
+	o = tc_open(&d);
 	cr_assert_eq(td_client_info(c, &info), 0);
 	if (info.path_in != TD_CLIENT_PATH_PIDFD) {
 		td_client_close(c);
@@ -253,8 +244,8 @@ Test(mt_hostile, closing_a_subscription_while_another_thread_walks_them)
 	int fd2, ev, rc;
 
 	tu_daemon_start(&d, "warn");
-	c = open_client(&d);
-	pc = open_client(&d);
+	c = tc_open(&d);
+	pc = tc_open(&d);
 	cr_assert_eq(td_ring_create(pc, "mh/ring", &desc, &r, &e), 0, "%s",
 		     e.reason);
 	cr_assert_eq(td_ring_subscribe(c, "mh/ring", HANG_MS, &s1, &e), 0,
@@ -453,8 +444,8 @@ Test(mt_hostile, one_client_shared_by_a_loop_and_every_kind_of_call)
 	pthread_t loop, subs, calls, ring;
 
 	tu_daemon_start(&d, "warn");
-	c = open_client(&d);
-	pc = open_client(&d);
+	c = tc_open(&d);
+	pc = tc_open(&d);
 	cr_assert_eq(td_ring_create(pc, "mh/mix", &desc, &r, &e), 0, "%s",
 		     e.reason);
 	atomic_store(&mix_stop, false);
@@ -526,8 +517,8 @@ Test(mt_hostile, what_a_closed_client_leaves_is_let_go_by_other_threads)
 	pthread_t th[2];
 
 	tu_daemon_start(&d, "warn");
-	c = open_client(&d);
-	pc = open_client(&d);
+	c = tc_open(&d);
+	pc = tc_open(&d);
 	cr_assert_eq(td_ring_create(pc, "mh/lring", &desc, &r, &e), 0, "%s",
 		     e.reason);
 	for (int i = 0; i < LEFT; i++) {

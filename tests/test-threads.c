@@ -28,6 +28,7 @@
 #include <tensord/ring.h>
 #include <tensord/tensord.h>
 
+#include "testclient.h"
 #include "testutil.h"
 
 TestSuite(threads, .timeout = TU_TEST_TIMEOUT_S);
@@ -37,16 +38,6 @@ TestSuite(threads, .timeout = TU_TEST_TIMEOUT_S);
 #define BYTES 512
 /* Hang guard only: nothing about speed is asserted. */
 #define HANG_MS 20000
-
-static struct td_client *open_client(const struct tu_daemon *d)
-{
-	struct td_client *c;
-	struct td_error e = {0};
-	int rc = td_client_connect(d->sock, &c, &e);
-
-	cr_assert_eq(rc, 0, "connect: %s", e.reason);
-	return c;
-}
 
 /* Every byte of p[0..n) is b. */
 static bool uniform(const void *p, size_t n, uint8_t b)
@@ -237,7 +228,7 @@ Test(threads, one_client_shared_by_threads_making_every_kind_of_call)
 	struct tu_daemon d;
 
 	tu_daemon_start(&d, "warn");
-	c = open_client(&d);
+	c = tc_open(&d);
 	for (int i = 0; i < THREADS; i++) {
 		m[i] = (struct mixed){.c = c, .i = i};
 		cr_assert_eq(pthread_create(&tid[i], NULL, mixed_main, &m[i]),
@@ -380,7 +371,7 @@ static void ring_run(bool fenced)
 	cr_assert_not_null(x);
 	x->fenced = fenced;
 	tu_daemon_start(&d, "warn");
-	x->c = open_client(&d);
+	x->c = tc_open(&d);
 	cr_assert_eq(td_ring_create(x->c, "mt/ring", &desc, &x->r, &e), 0,
 		     "%s", e.reason);
 	for (int i = 0; i < READERS; i++)
@@ -467,8 +458,8 @@ static void close_ends(const char *name, void (*ready)(struct waiter *w,
 	pthread_t t;
 
 	tu_daemon_start(&d, "warn");
-	c = open_client(&d);
-	rc = open_client(&d);
+	c = tc_open(&d);
+	rc = tc_open(&d);
 	cr_assert_eq(td_ring_create(c, name, &desc, &w.r, &e), 0, "%s",
 		     e.reason);
 	cr_assert_eq(td_ring_subscribe(rc, name, 0, &s, &e), 0, "%s",
@@ -602,8 +593,8 @@ Test(threads, asynchronous_gets_processed_by_several_threads_each_answer_once)
 
 	cr_assert_not_null(x);
 	tu_daemon_start(&d, "warn");
-	x->c = open_client(&d);
-	p = open_client(&d);
+	x->c = tc_open(&d);
+	p = tc_open(&d);
 	for (int i = 0; i < THREADS; i++)
 		cr_assert_eq(pthread_create(&tid[i], NULL, async_main, x), 0);
 	/* versions come meanwhile, from another connection */
@@ -691,8 +682,8 @@ Test(threads, a_signal_ends_the_wait_for_a_stopped_daemons_reply)
 	int yes = 1, no = 0;
 
 	tu_daemon_start(&d, "warn");
-	c = open_client(&d);
-	o = open_client(&d);
+	c = tc_open(&d);
+	o = tc_open(&d);
 	cr_assert_eq(td_client_put(c, &p, b, 8, &v, &e), 0, "%s", e.reason);
 	cr_assert_eq(td_client_get(c, "si/a", &t, &e), 0, "%s", e.reason);
 	sigemptyset(&sa.sa_mask); /* no SA_RESTART: the wait sees EINTR */
@@ -806,8 +797,8 @@ Test(threads, a_signal_asks_fn_in_a_send_the_full_buffer_holds)
 	int yes = 1, no = 0;
 
 	tu_daemon_start(&d, "warn");
-	c = open_client(&d);
-	o = open_client(&d);
+	c = tc_open(&d);
+	o = tc_open(&d);
 	cr_assert_eq(td_client_put(o, &p, b, 8, &v, &e), 0, "%s", e.reason);
 	cr_assert_eq(td_client_set_interrupt_ex(c, intr_fn, &yes, 0x80),
 		     -EINVAL);
@@ -839,7 +830,7 @@ Test(threads, a_signal_asks_fn_in_a_send_the_full_buffer_holds)
 	td_entry_fini(&ent);
 
 	/* fn says no: the send waits for room, every release is sent */
-	c = open_client(&d);
+	c = tc_open(&d);
 	cr_assert_eq(td_client_set_interrupt_ex(c, intr_fn, &no,
 						TD_INTR_SEND), 0);
 	lease_many(c, "si/s", t);
@@ -1001,7 +992,7 @@ Test(threads, signals_during_replies_in_time_abandon_nothing)
 	int yes = 1;
 
 	tu_daemon_start(&d, "warn");
-	c = open_client(&d);
+	c = tc_open(&d);
 	cr_assert_eq(td_client_set_interrupt(c, intr_fn, &yes), 0);
 	cr_assert_eq(td_client_put(c, &p, b, 8, &v, &e), 0, "%s", e.reason);
 	sigemptyset(&sa.sa_mask); /* no SA_RESTART: the waits see EINTR */
@@ -1066,8 +1057,8 @@ Test(threads, a_signal_while_the_daemon_holds_a_get_gives_nothing_up)
 	int yes = 1;
 
 	tu_daemon_start(&d, "warn");
-	c = open_client(&d);
-	o = open_client(&d);
+	c = tc_open(&d);
+	o = tc_open(&d);
 	cr_assert_eq(td_client_put(c, &p, b, 8, &v, &e), 0, "%s", e.reason);
 	cr_assert_eq(td_client_set_interrupt_ex(o, intr_fn, &yes,
 						TD_INTR_PARKED),

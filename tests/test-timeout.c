@@ -24,6 +24,7 @@
 #include <tensord/ring.h>
 #include <tensord/tensord.h>
 
+#include "testclient.h"
 #include "testutil.h"
 
 TestSuite(timeout, .timeout = TU_TEST_TIMEOUT_S);
@@ -31,15 +32,6 @@ TestSuite(timeout, .timeout = TU_TEST_TIMEOUT_S);
 #define PAUSE_US 100000
 
 static const uint64_t shape[1] = {16};
-
-static struct td_client *open_client(const struct tu_daemon *d)
-{
-	struct td_client *c = NULL;
-	struct td_error e = {0};
-
-	cr_assert_eq(td_client_connect(d->sock, &c, &e), 0, "%s", e.reason);
-	return c;
-}
 
 /* Put one version of `name` on a client of its own, after a pause. */
 struct later_put {
@@ -51,7 +43,7 @@ struct later_put {
 static void *put_later(void *arg)
 {
 	struct later_put *p = arg;
-	struct td_client *c = open_client(p->d);
+	struct td_client *c = tc_open(p->d);
 	uint8_t bytes[16] = {7};
 	struct td_publish pub = {.name = p->name, .dtype = TD_TENSOR_U8,
 				 .ndim = 1, .shape = shape};
@@ -83,7 +75,7 @@ Test(timeout, get_newer_with_minus_2_waits_for_the_next_version)
 	pthread_t th;
 
 	tu_daemon_start(&d, "warn");
-	c = open_client(&d);
+	c = tc_open(&d);
 	p = (struct later_put){&d, "to/get", -1};
 	start_put(&p, &th);
 	cr_assert_eq(td_client_get_newer(c, "to/get", 0, -2, &t, &e), 0,
@@ -107,7 +99,7 @@ Test(timeout, follow_next_and_next_event_with_int_min_wait)
 	pthread_t th;
 
 	tu_daemon_start(&d, "warn");
-	c = open_client(&d);
+	c = tc_open(&d);
 	cr_assert_eq(td_client_follow(c, "to/follow", &f, &e), 0, "%s",
 		     e.reason);
 	p = (struct later_put){&d, "to/follow", -1};
@@ -147,7 +139,7 @@ static void *ring_later(void *arg)
 	struct td_slot s;
 
 	usleep(PAUSE_US);
-	l->c = open_client(l->d);
+	l->c = tc_open(l->d);
 	l->rc = td_ring_create(l->c, "to/ring", &desc, &l->r, NULL);
 	if (l->rc == 0) {
 		usleep(PAUSE_US);
@@ -169,7 +161,7 @@ Test(timeout, subscribe_and_sub_next_with_minus_2_wait)
 	pthread_t th;
 
 	tu_daemon_start(&d, "warn");
-	c = open_client(&d);
+	c = tc_open(&d);
 	l = (struct later_ring){.d = &d, .rc = -1};
 	cr_assert_eq(pthread_create(&th, NULL, ring_later, &l), 0);
 	/* waits for the ring to be made, then for its first version */
@@ -290,7 +282,7 @@ Test(timeout, a_get_of_int_max_ms_waits_in_bounded_polls)
 	tu_daemon_start(&d, "warn");
 	/* the GET path itself (not a follow of the name) */
 	cr_assert_eq(setenv("TENSORD_GET_FOLLOW", "0", 1), 0);
-	g.c = open_client(&d);
+	g.c = tc_open(&d);
 	cr_assert_eq(unsetenv("TENSORD_GET_FOLLOW"), 0);
 	cr_assert_eq(td_client_set_interrupt_ex(g.c, intr_no, NULL,
 						TD_INTR_PARKED),
@@ -325,7 +317,7 @@ Test(timeout, a_get_of_int_max_ms_waits_in_bounded_polls)
 	cr_assert_not(atomic_load(&g.done), "the GET returned %d", g.rc);
 	cr_assert_eq(atomic_load(&intr_asked), 0);
 	/* still parked in the daemon: a publish answers it */
-	p = open_client(&d);
+	p = tc_open(&d);
 	cr_assert_eq(td_client_put(p, &pub, bytes, sizeof(bytes), &v, NULL),
 		     0);
 	cr_assert_eq(pthread_join(th, NULL), 0);

@@ -11,6 +11,18 @@
 #include <unistd.h>
 
 #include "tensord/tensord.h"
+#include "testutil.h"
+
+/* A client of daemon d, connected (asserted). */
+static inline struct td_client *tc_open(const struct tu_daemon *d)
+{
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+	int rc = td_client_connect(d->sock, &c, &e);
+
+	cr_assert_eq(rc, 0, "connect: %s", e.reason);
+	return c;
+}
 
 /*
  * Until a STATUS field (read by `field`) is `want`: a bounded wait (a
