@@ -223,6 +223,7 @@ struct td__stats {
 	 * walk, not every row a bell has room for.
 	 */
 	uint64_t row_visits;
+	uint64_t seals_off_loop; /* memfds a request's seal made (sealer.c) */
 	uint64_t refused[3]; /* error replies by enum td_wire_refusal */
 	uint64_t replies[TD__STAT_OPS][2]; /* [op][status < 0] (peer.c) */
 	uint64_t refused_access, refused_space, refused_quota; /* by errno */
@@ -401,6 +402,9 @@ struct td__peer {
 	uint32_t stage_slot[TD__PEER_STAGES]; /* its word of trig */
 	unsigned n_stages;
 	struct td__trig *trig; /* its trigger page, NULL until staged */
+	/* sealer.c: its request whose seals are made off the loop, NULL
+	 * none; nothing more is read from it meanwhile (peer.c) */
+	struct td__seal_job *sealing, *seal_spare; /* and its last one */
 	struct td__fired {
 		uint64_t alloc, version;
 		bool rewrite; /* that alloc was rewritable (loan.c) */
@@ -475,6 +479,13 @@ struct td__peer_handlers {
 	void (*gone)(struct td__peer *p);
 };
 void td__peer_handlers_set(const struct td__peer_handlers *h);
+/*
+ * sealer.c: the datagram p sent, of len bytes with its fds (owned),
+ * handled again now that its seals are made (p->sealing NULL again),
+ * as a received one is; then p is read again.
+ */
+void td__peer_replay(struct td__peer *p, const uint8_t *msg, size_t len,
+		     int *fds, unsigned nfds);
 
 /* Take a freshly accepted (CLOEXEC, NONBLOCK) socket; closes it on error. */
 int td__peer_take_fd(struct td__daemon *d, int fd);
@@ -822,8 +833,30 @@ struct td__plane_info {
 int td__plane_probe(int fd, struct td__plane_info *pi, const char **why);
 /* A fence must be an eventfd or a sync_file. 0 or -EINVAL. */
 int td__fence_check(int fd, const char **why);
-/* Write-seal a memfd for publishing. 0 or -errno with *why. */
+/*
+ * Write-seal a memfd for publishing: 0 or -errno with *why. It may wait
+ * (any thread may call it); td__plane_seal_check never does: 0 sealed
+ * already, 1 a seal to add, or -errno with *why.
+ */
 int td__plane_seal(int fd, const char **why);
+int td__plane_seal_check(int fd, const char **why);
+/*
+ * sealer.c: a request's write seals, made off the loop (docs/
+ * architecture.md, "Threads"). td__sealer_want, for a memfd the request
+ * needs sealed (pi: its file): 1 queued for the seal (the request
+ * must then park, td__sealer_park), 0 sealed already, or -errno with
+ * *why (a seal of it failed off the loop before this replay of the
+ * request). td__sealer_park: the datagram of rq and its fds (taken, set
+ * to -1) wait with the queued seals; nothing more of p is read until
+ * they are done and the datagram is handled again; 0 or -ENOMEM (the
+ * queue dropped). td__sealer_drop: the queue dropped (a request that
+ * failed after it queued).
+ */
+int td__sealer_want(int fd, const struct td__plane_info *pi, const char **why);
+int td__sealer_park(struct td__peer *p, const struct td__req *rq);
+void td__sealer_drop(void);
+void td__sealer_peer_gone(struct td__peer *p);
+unsigned td__sealer_waiting(void);
 /*
  * closer.c: the close of a descriptor that may free TD__CLOSER_MIN bytes
  * or more goes to a thread (docs/architecture.md, "Threads"); started

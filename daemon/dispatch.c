@@ -122,6 +122,7 @@ static void peer_gone(struct td__peer *p)
 	/* a stage it fired is committed, else cancelled, before its loans go */
 	if (p->n_stages)
 		td__stage_owner(p, true);
+	td__sealer_peer_gone(p); /* a request parked for its seals */
 	td__lease_peer_gone(p);
 	td__fence_peer_gone(p); /* the timerfds its leases gave back */
 	td__loan_peer_gone(p);

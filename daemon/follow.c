@@ -630,7 +630,7 @@ static void stage_arm(struct td__peer *p, struct bell *b,
 
 	/*
 	 * Its metadata lives on the heap as a PUBLISH's does, charged to
-	 * p as that is (publish.c, pub_heap_bytes) from now on: the commit
+	 * p as that is (publish.c, td__pub_heap_bytes) from now on: the commit
 	 * adds the loan's planes and cannot fail; a cancel gives it back.
 	 * No room for it: not staged (the PUBLISH goes the plain way).
 	 */

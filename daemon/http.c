@@ -328,6 +328,17 @@ static void metric(FILE *f, const char *name, const char *type,
 		name, type, name, v);
 }
 
+/* write seals made off the loop (sealer.c) */
+static void seal_metrics(FILE *f, const struct td__daemon *d)
+{
+	metric(f, "tensord_seals_off_loop_total", "counter",
+	       "Memfds a request left to the daemon to write-seal, sealed "
+	       "off the loop.", d->stats.seals_off_loop);
+	metric(f, "tensord_seals_waiting", "gauge",
+	       "Requests parked while their seals are made.",
+	       td__sealer_waiting());
+}
+
 static enum MHD_Result metrics(struct MHD_Connection *c)
 {
 	static struct td__ring *rl[TD__MAX_RINGS];
@@ -383,6 +394,7 @@ static enum MHD_Result metrics(struct MHD_Connection *c)
 	metric(f, "tensord_follow_row_visits_total", "counter",
 	       "Follower rows the followed names' bookkeeping visited.",
 	       d->stats.row_visits);
+	seal_metrics(f, d);
 	fprintf(f, "# HELP tensord_refusals_total Requests refused by the "
 		   "policy, the memory cap or a quota.\n"
 		   "# TYPE tensord_refusals_total counter\n"

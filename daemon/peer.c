@@ -683,7 +683,7 @@ static void receive(struct td__peer *p)
 {
 	struct td__daemon *d = td__d;
 
-	for (int i = 0; i < TD__RX_BATCH && !p->dead; i++) {
+	for (int i = 0; i < TD__RX_BATCH && !p->dead && !p->sealing; i++) {
 		/*
 		 * Room for every fd a datagram can carry: the kernel lets
 		 * none go inside recvmsg, td__scm_recv closes none on the
@@ -751,6 +751,18 @@ static void receive(struct td__peer *p)
 	}
 }
 
+void td__peer_replay(struct td__peer *p, const uint8_t *msg, size_t len,
+		     int *fds, unsigned nfds)
+{
+	if (p->dead || len > sizeof(td__d->rx)) {
+		td__close_fds(fds, nfds);
+		return;
+	}
+	memcpy(td__d->rx, msg, len);
+	handlers->datagram(p, len, fds, nfds);
+	update_poll(p); /* read again (or parked again) */
+}
+
 static void on_poll(uv_poll_t *h, int status, int events)
 {
 	struct td__peer *p = h->data;
@@ -761,9 +773,9 @@ static void on_poll(uv_poll_t *h, int status, int events)
 	}
 	if (events & UV_WRITABLE)
 		flush(p);
-	if ((events & UV_READABLE) && td__list_empty(&p->txq))
+	if ((events & UV_READABLE) && td__list_empty(&p->txq) && !p->sealing)
 		receive(p);
-	if ((events & UV_DISCONNECT) && !p->dead) {
+	if ((events & UV_DISCONNECT) && !p->dead && !p->sealing) {
 		/* drain what is left before noticing the hangup */
 		receive(p);
 		if (!p->dead && td__list_empty(&p->txq))
@@ -779,6 +791,12 @@ static void update_poll(struct td__peer *p)
 
 	if (p->dead)
 		return;
+	/* a request parked for its seals (sealer.c): nothing read, not
+	 * even a hang-up, until it is handled again */
+	if (p->sealing && !wait_w) {
+		uv_poll_stop(&p->poll);
+		return;
+	}
 	if (wait_w == p->writable_wait && uv_is_active((uv_handle_t *)&p->poll))
 		return;
 	p->writable_wait = wait_w;

@@ -176,7 +176,7 @@ int td__fence_check(int fd, const char **why)
 	return rc < 0 ? rc : 0;
 }
 
-int td__plane_seal(int fd, const char **why)
+int td__plane_seal_check(int fd, const char **why)
 {
 	int seals = fcntl(fd, F_GET_SEALS);
 
@@ -191,15 +191,26 @@ int td__plane_seal(int fd, const char **why)
 		       "cannot be made immutable";
 		return -EPERM;
 	}
-	if (fcntl(fd, F_ADD_SEALS, PUBLISH_SEALS & ~seals) < 0) {
+	return 1;
+}
+
+int td__plane_seal(int fd, const char **why)
+{
+	int rc = td__plane_seal_check(fd, why);
+
+	if (rc <= 0)
+		return rc;
+	/* a seal already there is added again: a no-op */
+	if (fcntl(fd, F_ADD_SEALS, PUBLISH_SEALS) < 0) {
 		int e = errno;
 
 		/*
 		 * The kernel refuses F_SEAL_WRITE while writable maps exist,
-		 * and after waiting about 150 ms (inside this call, on the
-		 * loop) while anything else holds its pages: a pipe they
-		 * were vmspliced into, O_DIRECT or io_uring I/O, a device
-		 * (docs/reliability.md, "Pages held at a publish").
+		 * and after waiting about 150 ms (inside this call) while
+		 * anything else holds its pages: a pipe they were vmspliced
+		 * into, O_DIRECT or io_uring I/O, a device (docs/
+		 * reliability.md, "Pages held at a publish"). A request's
+		 * seal is made off the loop for that (sealer.c).
 		 */
 		*why = e == EBUSY ? "unmap writable mappings before publishing, "
 				    "and let go of its pages (vmsplice, "

@@ -5,7 +5,7 @@
  * and commit only what cannot fail after it. A version restored from a
  * state image (fdstore.c) passes the same checks.
  */
-#include "store.h"
+#include "publish-int.h"
 #include "os.h"
 
 #include <errno.h>
@@ -20,32 +20,7 @@
 #include "blob.h"
 #include "bytes.h"
 
-/* Everything one PUBLISH gathers; on failure every owned fd is closed. */
-struct pub {
-	struct td__peer *p;
-	const struct td_wire_hdr *h;
-	struct td_wire_publish_req m;
-	struct td_blob_view view;
-	struct td__alloc *alloc;
-	uint32_t ntab;
-	int tab[TD__TABLE_MAX];   /* the daemon's fds, in fd-table order */
-	bool own[TD__TABLE_MAX];  /* tab[i] is ours to close on failure */
-	struct td__plane_info info[TD__TABLE_MAX];
-	bool is_plane[TD__TABLE_MAX];
-	int ro[TD__TABLE_MAX]; /* read-only reopens of the memfd planes */
-	uint64_t acct;         /* bytes charged beyond the alloc's */
-	bool many;             /* an element of a PUBLISH_MANY */
-	unsigned nkeep;        /* descriptors the version will keep */
-	unsigned prior;        /* ... and those of the elements before */
-	/* the refusal, sent only after every fd is closed (td__publish) */
-	int rc;
-	char why[TD_WIRE_MAX_REASON];
-};
-
-static int pub_fail(struct pub *x, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int pub_fail(struct pub *x, int rc, const char *fmt, ...)
+int td__pub_fail(struct pub *x, int rc, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -57,7 +32,7 @@ static int pub_fail(struct pub *x, int rc, const char *fmt, ...)
 }
 
 /* Steps 1-3: the blob itself, before any descriptor is pulled. */
-static int pub_check_blob(struct pub *x)
+int td__pub_check_blob(struct pub *x)
 {
 	const struct td_blob_view *v = &x->view;
 	struct td_err e = {0};
@@ -69,22 +44,22 @@ static int pub_check_blob(struct pub *x)
 	if (rc == 0)
 		rc = td_blob_check(&x->view, x->ntab, &e);
 	if (rc < 0)
-		return pub_fail(x, rc, "blob: %s%s%s%s: %s",
+		return td__pub_fail(x, rc, "blob: %s%s%s%s: %s",
 				td_err_kind_name(e.kind), e.field ? " (" : "",
 				e.field ? e.field : "", e.field ? ")" : "",
 				e.reason ? e.reason : "invalid");
 	if (v->plane_count == 0 ||
 	    (td_blob_plane_get(v, 0, &pl) == 0 && pl.handle < 0))
-		return pub_fail(x, -EINVAL,
+		return td__pub_fail(x, -EINVAL,
 				"inline tensors are not stored; use reference "
 				"mode");
 	if (v->pid != (uint32_t)x->p->pid)
-		return pub_fail(x, -EPERM,
+		return td__pub_fail(x, -EPERM,
 				"blob pid %u is not the connected process "
 				"(pid %d)",
 				v->pid, (int)x->p->pid);
 	if (v->ndim > TD_WIRE_MAX_DIMS)
-		return pub_fail(x, -EINVAL, "more than %d dimensions",
+		return td__pub_fail(x, -EINVAL, "more than %d dimensions",
 				TD_WIRE_MAX_DIMS);
 	for (uint32_t i = 0; td_blob_plane_get(v, i, &pl) == 0; i++) {
 		used[pl.handle] = true;
@@ -92,18 +67,18 @@ static int pub_check_blob(struct pub *x)
 	}
 	if (v->fence_fd >= 0) {
 		if (x->is_plane[v->fence_fd])
-			return pub_fail(x, -EINVAL,
+			return td__pub_fail(x, -EINVAL,
 					"fence index %d is also a plane handle",
 					v->fence_fd);
 		if (x->alloc && (uint32_t)v->fence_fd < x->alloc->count)
-			return pub_fail(x, -EINVAL,
+			return td__pub_fail(x, -EINVAL,
 					"fence index %d names an alloc plane",
 					v->fence_fd);
 		used[v->fence_fd] = true;
 	}
 	for (uint32_t i = 0; i < x->ntab; i++)
 		if (!used[i])
-			return pub_fail(x, -EINVAL,
+			return td__pub_fail(x, -EINVAL,
 					"fd table entry %u is used by no plane "
 					"and is not the fence",
 					i);
@@ -130,7 +105,7 @@ static int pub_take_fds(struct pub *x, int *fds, unsigned nfds)
 				    fstat(x->tab[i], &a) < 0 ||
 				    a.st_ino != b.st_ino ||
 				    a.st_dev != b.st_dev)
-					return pub_fail(x, -EINVAL,
+					return td__pub_fail(x, -EINVAL,
 							"fd table entry %u is "
 							"not plane %u of alloc "
 							"%llu",
@@ -147,7 +122,7 @@ static int pub_take_fds(struct pub *x, int *fds, unsigned nfds)
 			continue;
 		}
 		if (p->import_in != TD_IMPORT_PIDFD)
-			return pub_fail(x, -EINVAL,
+			return td__pub_fail(x, -EINVAL,
 					"this connection imports with "
 					"SCM_RIGHTS: attach the %u fds",
 					x->ntab);
@@ -156,7 +131,7 @@ static int pub_take_fds(struct pub *x, int *fds, unsigned nfds)
 			int rc = x->tab[i];
 
 			x->tab[i] = -1;
-			return pub_fail(x, rc,
+			return td__pub_fail(x, rc,
 					"fd table entry %u: pidfd_getfd of "
 					"producer fd %d failed: %s",
 					i, x->m.fds[i], strerror(-rc));
@@ -183,7 +158,7 @@ static int pub_take_fds(struct pub *x, int *fds, unsigned nfds)
 				rl.suppressed);
 			rl.suppressed = 0;
 		}
-		return pub_fail(x, -EPERM,
+		return td__pub_fail(x, -EPERM,
 				"pidfd import refused: %s; attach the fds "
 				"(SCM_RIGHTS)",
 				why);
@@ -216,7 +191,7 @@ static int pub_check_tenant(struct pub *x)
 	}
 	if (dmabuf &&
 	    !td__access_may(p, TD__PERM_DMABUF, x->m.name.ptr, x->m.name.len))
-		return pub_fail(x, -EACCES,
+		return td__pub_fail(x, -EACCES,
 				"uid %u may not publish dma-buf planes as "
 				"\"%.*s\" (policy %s: allow ... dmabuf): "
 				"consumers could write into them",
@@ -229,13 +204,13 @@ static int pub_check_tenant(struct pub *x)
 		char why[sizeof(x->why)];
 
 		memcpy(why, x->why, sizeof(why));
-		return pub_fail(x, rc, "PUBLISH: %s", why);
+		return td__pub_fail(x, rc, "PUBLISH: %s", why);
 	}
 	return 0;
 }
 
 /* Step 5: every descriptor checked before anything is sealed or kept. */
-static int pub_check_fds(struct pub *x)
+int td__pub_check_fds(struct pub *x)
 {
 	const struct td_blob_view *v = &x->view;
 	struct td_blob_plane pl;
@@ -247,7 +222,7 @@ static int pub_check_fds(struct pub *x)
 		if (!x->is_plane[i]) {
 			rc = td__fence_check(x->tab[i], &why);
 			if (rc < 0)
-				return pub_fail(x, rc, "fd table entry %u: %s",
+				return td__pub_fail(x, rc, "fd table entry %u: %s",
 						i, why);
 			continue;
 		}
@@ -267,14 +242,14 @@ static int pub_check_fds(struct pub *x)
 		} else {
 			rc = td__plane_probe(x->tab[i], &x->info[i], &why);
 			if (rc < 0)
-				return pub_fail(x, rc,
+				return td__pub_fail(x, rc,
 						"fd table entry %u: %s", i,
 						why);
 		}
 		bool dmabuf = x->info[i].type == TD__PLANE_DMABUF;
 
 		if (dmabuf != (v->storage_kind == TD_STORAGE_DMABUF))
-			return pub_fail(x, -EINVAL,
+			return td__pub_fail(x, -EINVAL,
 					"fd table entry %u is a %s but the "
 					"blob says storage_kind %s",
 					i, dmabuf ? "dma-buf" : "memfd",
@@ -283,7 +258,7 @@ static int pub_check_fds(struct pub *x)
 			if (x->is_plane[j] &&
 			    x->info[j].dev == x->info[i].dev &&
 			    x->info[j].ino == x->info[i].ino)
-				return pub_fail(x, -EINVAL,
+				return td__pub_fail(x, -EINVAL,
 						"fd table entries %u and %u "
 						"are the same buffer",
 						j, i);
@@ -293,7 +268,7 @@ static int pub_check_fds(struct pub *x)
 		uint64_t end, need;
 
 		if (td__add_ovf(pl.offset, pl.size, &end) || end > pi->size)
-			return pub_fail(x, -EINVAL,
+			return td__pub_fail(x, -EINVAL,
 					"plane %u: offset %llu + size %llu is "
 					"past the end of its buffer (%llu "
 					"bytes)",
@@ -301,20 +276,20 @@ static int pub_check_fds(struct pub *x)
 					(unsigned long long)pl.size,
 					(unsigned long long)pi->size);
 		if (pl.used > pl.size)
-			return pub_fail(x, -EINVAL,
+			return td__pub_fail(x, -EINVAL,
 					"plane %u: used %llu > size %llu", i,
 					(unsigned long long)pl.used,
 					(unsigned long long)pl.size);
 		if (pl.modifier != 0 && pi->type == TD__PLANE_MEMFD)
-			return pub_fail(x, -EINVAL,
+			return td__pub_fail(x, -EINVAL,
 					"plane %u: a memfd plane is linear "
 					"(modifier must be 0)",
 					i);
 		rc = td_blob_plane_need(v, i, &pl, &need, &e);
 		if (rc < 0)
-			return pub_fail(x, rc, "plane %u: %s", i, e.reason);
+			return td__pub_fail(x, rc, "plane %u: %s", i, e.reason);
 		if (need > pl.size)
-			return pub_fail(x, -EINVAL,
+			return td__pub_fail(x, -EINVAL,
 					"plane %u holds %llu bytes but its "
 					"layout needs %llu",
 					i, (unsigned long long)pl.size,
@@ -323,7 +298,7 @@ static int pub_check_fds(struct pub *x)
 	return 0;
 }
 
-static struct td__version *pub_build(struct pub *x)
+struct td__version *td__pub_build(struct pub *x)
 {
 	struct td__store *s = td__d->store;
 	const struct td_blob_view *v = &x->view;
@@ -371,12 +346,12 @@ static int pub_request(struct pub *x, const uint8_t *body, size_t len,
 	bool fired;
 
 	if (rc < 0)
-		return pub_fail(x, rc, "PUBLISH: %s: %s",
+		return td__pub_fail(x, rc, "PUBLISH: %s: %s",
 				e.field ? e.field : "body",
 				e.reason ? e.reason : "invalid");
 	/* one reply of versions: no loan, no stage, no notice of one */
 	if (x->many && (x->m.flags & ~(TD_WIRE_PUB_PIN | TD_WIRE_PUB_IF)))
-		return pub_fail(x, -EINVAL,
+		return td__pub_fail(x, -EINVAL,
 				"flags 0x%x: a PUBLISH_MANY element may carry "
 				"PIN and IF only",
 				x->m.flags);
@@ -385,25 +360,25 @@ static int pub_request(struct pub *x, const uint8_t *body, size_t len,
 	fired = (x->m.flags & TD_WIRE_PUB_FIRED) &&
 		td__peer_fired(p, x->m.alloc_id);
 	if (!fired && !td__access_may(p, perm, x->m.name.ptr, x->m.name.len))
-		return pub_fail(x, -EACCES,
+		return td__pub_fail(x, -EACCES,
 				"uid %u may not write \"%.*s\" (policy %s)",
 				(unsigned)p->uid, (int)x->m.name.len,
 				x->m.name.ptr, td__d->opts.policy_path);
 	/* one meaning per name, so GET and STAT are unambiguous */
 	if (!fired && td__ring_find(x->m.name))
-		return pub_fail(x, -EEXIST, "a ring named \"%.*s\" exists",
+		return td__pub_fail(x, -EEXIST, "a ring named \"%.*s\" exists",
 				(int)x->m.name.len, x->m.name.ptr);
 	if (x->m.alloc_id && !fired) {
 		x->alloc = td__loan_find(p, x->m.alloc_id);
 		if (!x->alloc)
-			return pub_fail(x, -ENOENT,
+			return td__pub_fail(x, -ENOENT,
 					"no alloc %llu on this connection",
 					(unsigned long long)x->m.alloc_id);
 		/* a named alloc's bytes may be readable under that name
 		 * already (docs/fastpath.md, "Across names") */
 		if (x->alloc->name_len &&
 		    !td__alloc_is_for(x->alloc, x->m.name))
-			return pub_fail(x, -EINVAL,
+			return td__pub_fail(x, -EINVAL,
 					"alloc %llu is for \"%.*s\", not "
 					"\"%.*s\"",
 					(unsigned long long)x->alloc->id,
@@ -412,7 +387,7 @@ static int pub_request(struct pub *x, const uint8_t *body, size_t len,
 					x->m.name.ptr);
 	}
 	if (nfds && nfds != x->m.fd_count)
-		return pub_fail(x, -EINVAL,
+		return td__pub_fail(x, -EINVAL,
 				"%u fds attached but the fd table has %u "
 				"entries",
 				nfds, x->m.fd_count);
@@ -420,7 +395,7 @@ static int pub_request(struct pub *x, const uint8_t *body, size_t len,
 	if (x->alloc && x->ntab == 0)
 		x->ntab = x->alloc->count;
 	if (x->alloc && x->ntab < x->alloc->count)
-		return pub_fail(x, -EINVAL,
+		return td__pub_fail(x, -EINVAL,
 				"fd table has %u entries but alloc %llu has "
 				"%u planes",
 				x->ntab, (unsigned long long)x->alloc->id,
@@ -436,7 +411,7 @@ static int pub_request(struct pub *x, const uint8_t *body, size_t len,
  * LimitNOFILE, against a quota that counted 64 KiB. (The blob, a few
  * hundred bytes, is overhead like the version record itself.)
  */
-static uint64_t pub_heap_bytes(const struct pub *x)
+uint64_t td__pub_heap_bytes(const struct pub *x)
 {
 	return x->m.meta.len;
 }
@@ -449,7 +424,7 @@ static int pub_room(struct pub *x, const struct td__version *old)
 {
 	struct td__room room;
 
-	x->acct = pub_heap_bytes(x);
+	x->acct = td__pub_heap_bytes(x);
 	for (uint32_t i = 0; i < x->ntab; i++)
 		if (x->own[i] && x->is_plane[i])
 			x->acct += x->info[i].size;
@@ -458,38 +433,62 @@ static int pub_room(struct pub *x, const struct td__version *old)
 		char why[256];
 
 		td__room_reason(why, sizeof(why), "PUBLISH", x->acct, &room);
-		return pub_fail(x, room.rc, "%s", why);
+		return td__pub_fail(x, room.rc, "%s", why);
 	}
 	return 0;
 }
 
-/* Step 7, last because irreversible: seal, and the read-only reopens. */
+/*
+ * Step 7, last because irreversible: seal, and the read-only reopens.
+ * 1: a seal is still to make, queued off the loop (sealer.c), and the
+ * request must park: nothing reopened.
+ */
 static int pub_seal(struct pub *x)
 {
 	const char *why = NULL;
-	int rc;
+	int rc = 0, wait = 0;
 
-	for (uint32_t i = 0; i < x->ntab; i++) {
-		bool recyc = x->alloc && x->alloc->recycle &&
-			     i < x->alloc->count;
+	for (int pass = 0; pass < 2 && !wait; pass++)
+		for (uint32_t i = 0; i < x->ntab; i++) {
+			bool recyc = x->alloc && x->alloc->recycle &&
+				     i < x->alloc->count;
 
-		if (!x->is_plane[i] || x->info[i].type != TD__PLANE_MEMFD)
-			continue;
-		/*
-		 * A recyclable buffer keeps only its size seals (its producer
-		 * writes it again once it comes back) and its read-only
-		 * reopen, made the first time it is published.
-		 */
-		if (recyc && x->alloc->fds[i].ro >= 0)
-			continue;
-		rc = recyc ? 0 : td__plane_seal(x->tab[i], &why);
-		if (rc == 0)
-			rc = td__plane_readonly(x->tab[i], &x->ro[i], &why);
-		if (rc < 0)
-			return pub_fail(x, rc, "fd table entry %u: %s", i,
-					why);
-	}
-	return 0;
+			if (!x->is_plane[i] ||
+			    x->info[i].type != TD__PLANE_MEMFD)
+				continue;
+			/*
+			 * A recyclable buffer keeps only its size seals (its
+			 * producer writes it again once it comes back) and
+			 * its read-only reopen, made the first time it is
+			 * published.
+			 */
+			if (recyc && x->alloc->fds[i].ro >= 0)
+				continue;
+			if (pass == 0 && !recyc)
+				wait |= rc = td__sealer_want(x->tab[i],
+							     &x->info[i], &why);
+			else if (pass == 1)
+				rc = td__plane_readonly(x->tab[i], &x->ro[i],
+							&why);
+			if (rc < 0)
+				return td__pub_fail(x, rc, "fd table entry %u: %s",
+						i, why);
+		}
+	return wait;
+}
+
+/*
+ * A request whose seals are queued (pub_seal 1) parks with its fds as
+ * they came: those of x's table the request attached (at fds) go back.
+ */
+static void pub_untake(struct pub *x, int *fds, unsigned nfds)
+{
+	for (uint32_t i = 0; nfds && i < x->ntab; i++)
+		if (fds[i] < 0 && x->own[i]) {
+			fds[i] = x->tab[i];
+			x->tab[i] = -1;
+			x->own[i] = false;
+		}
 }
 
 /* Step 8: the version's descriptors, from the alloc or the request. */
@@ -710,21 +709,21 @@ static int pub_check_if(struct pub *x)
 	if (cur && cur->number == x->m.expect)
 		return 0;
 	if (cur && !x->m.expect)
-		return pub_fail(x, -EEXIST, "\"%.*s\" exists (version %" PRIu64
+		return td__pub_fail(x, -EEXIST, "\"%.*s\" exists (version %" PRIu64
 				"): not replaced", n, x->m.name.ptr,
 				cur->number);
 	if (cur)
-		return pub_fail(x, -ESTALE, "\"%.*s\" is at version %" PRIu64
+		return td__pub_fail(x, -ESTALE, "\"%.*s\" is at version %" PRIu64
 				", not %" PRIu64 ": not replaced", n,
 				x->m.name.ptr, cur->number, x->m.expect);
 	if (!x->m.expect)
 		return 0;
-	return pub_fail(x, -ESTALE, "\"%.*s\" has no version, not %" PRIu64
+	return td__pub_fail(x, -ESTALE, "\"%.*s\" has no version, not %" PRIu64
 			": not published", n, x->m.name.ptr, x->m.expect);
 }
 
 /* Everything a PUBLISH did not keep is closed (the request's too). */
-static void pub_close(struct pub *x, int *fds, unsigned nfds)
+void td__pub_close(struct pub *x, int *fds, unsigned nfds)
 {
 	for (uint32_t i = 0; i < x->ntab && i < TD__TABLE_MAX; i++)
 		if (x->own[i] && x->tab[i] >= 0)
@@ -738,6 +737,7 @@ void td__publish(struct td__peer *p, const struct td__req *rq)
 	struct td__store *s = td__d->store;
 	struct pub x = {.p = p, .h = rq->h};
 	struct td__version *ver, *old;
+	int rc;
 
 	for (uint32_t i = 0; i < TD__TABLE_MAX; i++)
 		x.tab[i] = x.ro[i] = -1;
@@ -750,22 +750,28 @@ void td__publish(struct td__peer *p, const struct td__req *rq)
 	td__store_settle(x.m.name.ptr, x.m.name.len);
 	/* the alloc may be the stage's, committed just now */
 	if (x.alloc && x.alloc != td__loan_find(p, x.m.alloc_id)) {
-		pub_fail(&x, -ENOENT, "no alloc %llu on this connection",
+		td__pub_fail(&x, -ENOENT, "no alloc %llu on this connection",
 			 (unsigned long long)x.m.alloc_id);
 		goto out;
 	}
-	if (pub_check_if(&x) < 0 || pub_check_blob(&x) < 0 ||
-	    pub_take_fds(&x, rq->fds, rq->nfds) < 0 || pub_check_fds(&x) < 0 ||
+	if (pub_check_if(&x) < 0 || td__pub_check_blob(&x) < 0 ||
+	    pub_take_fds(&x, rq->fds, rq->nfds) < 0 || td__pub_check_fds(&x) < 0 ||
 	    pub_check_tenant(&x) < 0)
 		goto out;
 	old = td__name_lookup(s, x.m.name);
-	if (pub_room(&x, old) < 0 || pub_seal(&x) < 0)
+	if (pub_room(&x, old) < 0 || (rc = pub_seal(&x)) < 0)
 		goto out;
-	ver = pub_build(&x);
+	if (rc > 0) {
+		pub_untake(&x, rq->fds, rq->nfds);
+		if (td__sealer_park(p, rq) < 0)
+			td__pub_fail(&x, -ENOMEM, "out of memory");
+		goto out;
+	}
+	ver = td__pub_build(&x);
 	if (!ver || td__name_reserve(s) < 0) {
 		if (ver)
 			td__version_put(s, ver);
-		pub_fail(&x, -ENOMEM, "out of memory");
+		td__pub_fail(&x, -ENOMEM, "out of memory");
 		goto out;
 	}
 	/* cannot fail after the dry run above: nothing changed since */
@@ -773,12 +779,13 @@ void td__publish(struct td__peer *p, const struct td__req *rq)
 			    &(struct td__room){0});
 	if (td__acct_add(s, p->uid, x.acct) < 0) {
 		td__version_put(s, ver);
-		pub_fail(&x, -ENOMEM, "out of memory");
+		td__pub_fail(&x, -ENOMEM, "out of memory");
 		goto out;
 	}
 	pub_commit(&x, ver);
 out:
-	pub_close(&x, rq->fds, rq->nfds);
+	td__sealer_drop(); /* queued by a request that failed after */
+	td__pub_close(&x, rq->fds, rq->nfds);
 	/*
 	 * Refuse only now: once the reply is out the peer may look at our fd
 	 * table (the tests do), and every fd of the request must be gone.
@@ -850,7 +857,7 @@ static int many_requests(struct many *mm)
 				el->attached) < 0)
 			return many_bad(mm, i);
 		if (el->attached != x->ntab && el->attached)
-			pub_fail(x, -EINVAL, "%u fds attached but its fd "
+			td__pub_fail(x, -EINVAL, "%u fds attached but its fd "
 				 "table has %u entries", el->attached,
 				 x->ntab);
 		for (uint32_t j = 0; j < i && !x->rc; j++) {
@@ -859,11 +866,11 @@ static int many_requests(struct many *mm)
 			if (y->m.name.len == x->m.name.len &&
 			    !memcmp(y->m.name.ptr, x->m.name.ptr,
 				    x->m.name.len))
-				pub_fail(x, -EINVAL, "element %u publishes "
+				td__pub_fail(x, -EINVAL, "element %u publishes "
 					 "that name too", j);
 			else if (x->m.alloc_id &&
 				 y->m.alloc_id == x->m.alloc_id)
-				pub_fail(x, -EINVAL, "element %u publishes "
+				td__pub_fail(x, -EINVAL, "element %u publishes "
 					 "alloc %llu too", j,
 					 (unsigned long long)x->m.alloc_id);
 		}
@@ -888,18 +895,18 @@ static int many_checks(struct many *mm)
 
 		/* the alloc may be a stage's, committed just now */
 		if (x->alloc && x->alloc != td__loan_find(mm->p, x->m.alloc_id))
-			pub_fail(x, -ENOENT, "no alloc %llu on this "
+			td__pub_fail(x, -ENOENT, "no alloc %llu on this "
 				 "connection", (unsigned long long)
 				 x->m.alloc_id);
 		x->prior = prior;
-		if (x->rc || pub_check_if(x) < 0 || pub_check_blob(x) < 0 ||
+		if (x->rc || pub_check_if(x) < 0 || td__pub_check_blob(x) < 0 ||
 		    pub_take_fds(x, fds, mm->m.el[i].attached) < 0 ||
-		    pub_check_fds(x) < 0 || pub_check_tenant(x) < 0)
+		    td__pub_check_fds(x) < 0 || pub_check_tenant(x) < 0)
 			return many_bad(mm, i);
 		fds += mm->m.el[i].attached;
 		prior += x->nkeep;
 		mm->old[i] = td__name_lookup(s, x->m.name);
-		x->acct = pub_heap_bytes(x);
+		x->acct = td__pub_heap_bytes(x);
 		for (uint32_t k = 0; k < x->ntab; k++)
 			if (x->own[k] && x->is_plane[k])
 				x->acct += x->info[k].size;
@@ -932,11 +939,17 @@ static int many_prepare(struct many *mm)
 				mm->acct, &room);
 		return many_fail(mm, room.rc, NULL);
 	}
-	for (uint32_t i = 0; i < n; i++)
-		if (pub_seal(&mm->x[i]) < 0)
+	for (uint32_t i = 0, wait = 0; i < n; i++) {
+		int rc = pub_seal(&mm->x[i]);
+
+		if (rc < 0)
 			return many_bad(mm, i);
+		wait |= (uint32_t)rc;
+		if (i == n - 1 && wait)
+			return 1; /* parks (td__publish_many) */
+	}
 	for (uint32_t i = 0; i < n; i++) {
-		mm->ver[i] = pub_build(&mm->x[i]);
+		mm->ver[i] = td__pub_build(&mm->x[i]);
 		if (!mm->ver[i])
 			return many_fail(mm, -ENOMEM, "out of memory");
 	}
@@ -947,6 +960,19 @@ static int many_prepare(struct many *mm)
 	if (td__acct_add(s, uid, mm->acct) < 0)
 		return many_fail(mm, -ENOMEM, "out of memory");
 	return 0;
+}
+
+/* Seals to make off the loop: the request parks, its fds as they came */
+static void many_park(struct many *mm)
+{
+	int *fds = mm->rq->fds;
+
+	for (uint32_t i = 0; i < mm->m.count; i++) {
+		pub_untake(&mm->x[i], fds, mm->m.el[i].attached);
+		fds += mm->m.el[i].attached;
+	}
+	if (td__sealer_park(mm->p, mm->rq) < 0)
+		many_fail(mm, -ENOMEM, "out of memory");
 }
 
 /* Steps 8-9 of every element in this one call: no request of anyone
@@ -1014,14 +1040,18 @@ void td__publish_many(struct td__peer *p, const struct td__req *rq)
 			mm.x[i].tab[k] = mm.x[i].ro[k] = -1;
 	}
 	if (mm.x && many_requests(&mm) == 0 && many_checks(&mm) == 0 &&
-	    many_prepare(&mm) == 0) {
-		many_commit(&mm);
+	    (rc = many_prepare(&mm)) >= 0) {
+		if (rc == 0)
+			many_commit(&mm);
+		else
+			many_park(&mm);
 		memset(mm.ver, 0, sizeof(mm.ver));
 	}
+	td__sealer_drop(); /* queued by a request that failed after */
 	for (uint32_t i = 0; mm.x && i < mm.m.count; i++) {
 		if (mm.ver[i])
 			td__version_put(td__d->store, mm.ver[i]);
-		pub_close(&mm.x[i], NULL, 0);
+		td__pub_close(&mm.x[i], NULL, 0);
 	}
 	td__close_fds(rq->fds, rq->nfds);
 	if (mm.rc < 0 && mm.bad == UINT32_MAX)
@@ -1035,142 +1065,4 @@ void td__publish_many(struct td__peer *p, const struct td__req *rq)
 			       mm.x[mm.bad].m.name.ptr, mm.x[mm.bad].why);
 	if (mm.x)
 		many_tab_give(mm.x);
-}
-
-/* ---- restoring from a state image (fdstore.c) ---- */
-
-/*
- * The PUBLISH checks (steps 3-7) of an image entry whose fds are in
- * x->tab: 0, or -errno with the reason in x.
- */
-static int restore_check(struct pub *x, const struct td_state_entry *ent)
-{
-	struct td__store *s = td__d->store;
-	const char *why = NULL;
-	int rc = pub_check_blob(x);
-
-	if (rc == 0)
-		rc = pub_check_fds(x);
-	if (rc < 0)
-		return rc;
-	if (td__name_lookup(s, ent->name))
-		return pub_fail(x, -EEXIST, "name restored twice");
-	x->acct = pub_heap_bytes(x);
-	for (uint32_t i = 0; i < x->ntab; i++)
-		if (x->is_plane[i])
-			x->acct += x->info[i].size;
-	if (td__acct_over_max(s, x->acct, 0))
-		return pub_fail(x, -ENOSPC,
-				"%llu more bytes exceed --max-bytes",
-				(unsigned long long)x->acct);
-	/* published memfds are sealed already; this only confirms it */
-	for (uint32_t i = 0; i < x->ntab; i++) {
-		if (!x->is_plane[i] || x->info[i].type != TD__PLANE_MEMFD)
-			continue;
-		rc = td__plane_seal(x->tab[i], &why);
-		if (rc < 0)
-			return pub_fail(x, rc, "fd table entry %u: %s", i,
-					why);
-	}
-	return 0;
-}
-
-/* Put ver in place under the entry's version number (cannot fail). */
-static void restore_commit(struct pub *x, const struct td_state_entry *ent,
-			   struct td__version *ver)
-{
-	struct td__store *s = td__d->store;
-
-	ver->nfds = x->ntab;
-	for (uint32_t i = 0; i < x->ntab; i++) {
-		struct td__vfd *f = &ver->fds[i];
-
-		td__vfd_set(s, f, x->tab[i], x->is_plane[i], 0);
-		x->own[i] = false;
-		/* id 0: not from the fd store (a snapshot): store it now */
-		if (!ent->fd_ids[i])
-			f->sid = td__store_fd_kept(f);
-		else if (td__store_fd_adopt(ent->fd_ids[i], f) == 0)
-			f->sid = ent->fd_ids[i];
-	}
-	ver->acct = x->acct;
-	s->total += x->acct;
-	/* charged to the total only: no uid published it (the image does
-	 * not say who), so freeing it must not take its bytes off the
-	 * account of uid 0, whose self it was restored as */
-	ver->unowned = true;
-	ver->number = ent->version;
-	if (ent->version >= s->next_version)
-		s->next_version = ent->version + 1;
-	/* used as if published now: td__name_set puts it last in
-	 * eviction's order (lru.c) */
-	ver->used = ++s->tick;
-	td__name_set(s, ver);
-	td__list_add_tail(&s->versions, &ver->all);
-}
-
-/*
- * An image entry comes from outside the process (through PID 1), so it
- * runs the PUBLISH checks (steps 3-9) as if the daemon itself were the
- * producer: the blob was stored with the old daemon's pid, which is
- * rewritten to ours first.
- */
-int td__store_restore(const struct td_state_entry *ent, int *fds, char *why,
-		      size_t cap)
-{
-	struct td__daemon *d = td__d;
-	struct td__peer self = {.pid = d->pid, .pidfd = -1};
-	struct td_wire_hdr h = {.opcode = TD_OP_PUBLISH};
-	struct pub x = {.p = &self, .h = &h};
-	struct td__version *ver;
-	uint8_t *blob = NULL;
-	int rc = 0;
-
-	for (uint32_t i = 0; i < TD__TABLE_MAX; i++)
-		x.tab[i] = x.ro[i] = -1;
-	x.ntab = ent->fd_count;
-	for (uint32_t i = 0; i < x.ntab; i++) {
-		x.tab[i] = fds[i];
-		x.own[i] = true;
-		fds[i] = -1;
-	}
-	if (ent->blob.len < TD_BLOB_PID_OFFSET + 4) {
-		rc = pub_fail(&x, -ENODATA, "blob of %u bytes is too short",
-			      ent->blob.len);
-		goto out;
-	}
-	if (ent->version > TD__VERSION_MAX) {
-		rc = pub_fail(&x, -ERANGE, "version %" PRIu64 " is out of "
-			      "range (at most 2^55)", ent->version);
-		goto out;
-	}
-	blob = malloc(ent->blob.len);
-	if (!blob) {
-		rc = pub_fail(&x, -ENOMEM, "out of memory");
-		goto out;
-	}
-	memcpy(blob, ent->blob.ptr, ent->blob.len);
-	td__put_le32(blob + TD_BLOB_PID_OFFSET, (uint32_t)d->pid);
-	x.m.name = ent->name;
-	x.m.flags = ent->flags;
-	x.m.meta = ent->meta;
-	x.m.blob = (struct td_wire_bytes){blob, ent->blob.len};
-	x.m.fd_count = ent->fd_count;
-	rc = restore_check(&x, ent);
-	if (rc < 0)
-		goto out;
-	ver = pub_build(&x);
-	if (!ver || td__name_reserve(d->store) < 0) {
-		if (ver)
-			td__version_put(d->store, ver);
-		rc = pub_fail(&x, -ENOMEM, "out of memory");
-		goto out;
-	}
-	restore_commit(&x, ent, ver);
-out:
-	free(blob);
-	pub_close(&x, NULL, 0);
-	if (rc < 0)
-		snprintf(why, cap, "%s", x.why);
-	return rc;
 }

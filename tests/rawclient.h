@@ -157,6 +157,32 @@ static inline int64_t raw_pub_body(const char *name, uint64_t alloc,
 	return td_wire_publish_req_encode(&q, out, cap);
 }
 
+/* PUBLISH_MANY of (names[i], allocs[i]), each one plane of size bytes:
+ * the reply's status, its reason in why. */
+static inline int32_t raw_pub_many(int sock, uint64_t size, uint64_t id,
+				   uint32_t n, const char *const *names,
+				   const uint64_t *allocs, char *why,
+				   size_t cap)
+{
+	static uint8_t bodies[8][1024];
+	struct td_wire_publish_many_req q = {.count = n};
+	struct rawrep r;
+	int32_t st;
+
+	for (uint32_t i = 0; i < n; i++) {
+		int64_t len = raw_pub_body(names[i], allocs[i], size, 0, 0,
+					   bodies[i], sizeof(bodies[i]));
+
+		cr_assert_gt(len, 0);
+		q.el[i].body = (struct td_wire_bytes){bodies[i], (uint32_t)len};
+	}
+	st = raw_call(sock, TD_OP_PUBLISH_MANY, id,
+		      td_wire_publish_many_req_encode(&q, RAW_BODY, RAW_CAP),
+		      &r);
+	raw_reason(&r, why, cap);
+	return st;
+}
+
 /* Connect and HELLO asking for SCM_RIGHTS both ways and features. */
 static inline int raw_scm_conn_feat(const struct tu_daemon *d,
 				    uint32_t features)

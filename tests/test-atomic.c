@@ -208,31 +208,6 @@ Test(atomic, get_many_of_a_missing_name_leases_nothing)
 
 /* ---- refusals: nothing published, every alloc still the caller's ---- */
 
-/* PUBLISH_MANY of (names[i], allocs[i]): the reply's status, its
- * reason in why. */
-static int32_t raw_pub_many(int sock, uint64_t id, uint32_t n,
-			    const char *const *names, const uint64_t *allocs,
-			    char *why, size_t cap)
-{
-	static uint8_t bodies[8][1024];
-	struct td_wire_publish_many_req q = {.count = n};
-	struct rawrep r;
-	int32_t st;
-
-	for (uint32_t i = 0; i < n; i++) {
-		int64_t len = raw_pub_body(names[i], allocs[i], SIZE, 0, 0,
-					   bodies[i], sizeof(bodies[i]));
-
-		cr_assert_gt(len, 0);
-		q.el[i].body = (struct td_wire_bytes){bodies[i], (uint32_t)len};
-	}
-	st = raw_call(sock, TD_OP_PUBLISH_MANY, id,
-		      td_wire_publish_many_req_encode(&q, RAW_BODY, RAW_CAP),
-		      &r);
-	raw_reason(&r, why, cap);
-	return st;
-}
-
 Test(atomic, a_bad_element_publishes_nothing_and_keeps_the_allocs)
 {
 	struct tu_daemon d;
@@ -247,7 +222,7 @@ Test(atomic, a_bad_element_publishes_nothing_and_keeps_the_allocs)
 	sock = raw_scm_conn_feat(&d, TD_WIRE_FEAT_MANY);
 	allocs[0] = raw_alloc_one(sock, 2, SIZE);
 	allocs[1] = allocs[0] + 1000; /* no alloc of this connection */
-	cr_assert_eq(raw_pub_many(sock, 3, 2, names, allocs, why,
+	cr_assert_eq(raw_pub_many(sock, SIZE, 3, 2, names, allocs, why,
 				  sizeof(why)),
 		     -ENOENT, "%s", why);
 	cr_assert(strstr(why, "element 1 (\"raw/b\")"), "%s", why);
@@ -255,14 +230,14 @@ Test(atomic, a_bad_element_publishes_nothing_and_keeps_the_allocs)
 	/* the same name twice */
 	allocs[1] = raw_alloc_one(sock, 4, SIZE);
 	names[1] = "raw/a";
-	cr_assert_eq(raw_pub_many(sock, 5, 2, names, allocs, why,
+	cr_assert_eq(raw_pub_many(sock, SIZE, 5, 2, names, allocs, why,
 				  sizeof(why)),
 		     -EINVAL, "%s", why);
 	cr_assert(strstr(why, "element 1 (\"raw/a\")"), "%s", why);
 	/* the same alloc twice */
 	names[1] = "raw/b";
 	allocs[1] = allocs[0];
-	cr_assert_eq(raw_pub_many(sock, 6, 2, names, allocs, why,
+	cr_assert_eq(raw_pub_many(sock, SIZE, 6, 2, names, allocs, why,
 				  sizeof(why)),
 		     -EINVAL, "%s", why);
 	cr_assert(strstr(why, "alloc"), "%s", why);
@@ -270,7 +245,7 @@ Test(atomic, a_bad_element_publishes_nothing_and_keeps_the_allocs)
 	tc_assert_absent(c, "raw/b");
 	/* both allocs are still the connection's: published now */
 	allocs[1] = allocs[0] + 1;
-	cr_assert_eq(raw_pub_many(sock, 7, 2, names, allocs, why,
+	cr_assert_eq(raw_pub_many(sock, SIZE, 7, 2, names, allocs, why,
 				  sizeof(why)),
 		     0, "%s", why);
 	close(sock);

@@ -28,9 +28,11 @@
 #include <netinet/in.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -635,10 +637,10 @@ Test(stall, a_lingering_socket_sent_with_a_request_is_closed_off_the_loop,
 }
 
 /*
- * The thread of the daemon, other than its loop when off_loop, that waits
- * in a lingering close (wait_woken), or 0 when none does.
+ * The thread of the daemon, other than its loop when off_loop, whose
+ * wchan starts with wchan, or 0 when none does.
  */
-static pid_t thread_in_close(bool off_loop)
+static pid_t thread_waiting_in(const char *wchan, bool off_loop)
 {
 	char path[96], w[64];
 	pid_t found = 0;
@@ -659,12 +661,18 @@ static pid_t thread_in_close(bool off_loop)
 		f = fopen(path, "r");
 		if (!f)
 			continue;
-		if (fgets(w, sizeof(w), f) && !strcmp(w, "wait_woken"))
+		if (fgets(w, sizeof(w), f) && !strncmp(w, wchan, strlen(wchan)))
 			found = tid;
 		fclose(f);
 	}
 	closedir(dir);
 	return found;
+}
+
+/* ... in a lingering close (wait_woken) */
+static pid_t thread_in_close(bool off_loop)
+{
+	return thread_waiting_in("wait_woken", off_loop);
 }
 
 /* Until some thread of the daemon waits in the lingering close. */
@@ -971,4 +979,269 @@ Test(stall, a_close_that_lingers_holds_no_other_peers_close,
 		      "%s: the lingering close ended first", what);
 	close(sp[0]);
 	close(sock);
+}
+
+/* ---- write seals a PUBLISH leaves to the daemon ---- */
+
+/*
+ * A 4 KiB plain loan on sock, its page written and then held by a pipe
+ * it was vmspliced into (*pipe_rd, *pipe_wr), no mapping left: the
+ * kernel's write seal of it waits about 150 ms and fails (EBUSY). Its
+ * alloc id; the plane's fd in *fd.
+ */
+static uint64_t held_loan(int sock, uint64_t id, int *fd, int pp[2])
+{
+	struct td_wire_alloc_req q = {.flags = TD_WIRE_REQ_SCM,
+				      .plane_count = 1, .sizes = {4096}};
+	struct td_wire_alloc_rep rep;
+	struct iovec iov;
+	struct rawrep r;
+	uint8_t *p;
+
+	cr_assert_eq(raw_call(sock, TD_OP_ALLOC, id,
+			      td_wire_alloc_req_encode(&q, RAW_BODY, RAW_CAP),
+			      &r),
+		     0);
+	cr_assert_eq(td_wire_alloc_rep_decode(RAW_BODY, r.h.body_len, &rep,
+					      NULL),
+		     0);
+	cr_assert_eq(r.nfds, 1);
+	*fd = r.fds[0];
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+	cr_assert(p != MAP_FAILED);
+	memset(p, 0x5a, 4096);
+	cr_assert_eq(pipe2(pp, O_CLOEXEC), 0);
+	iov = (struct iovec){p, 4096};
+	cr_assert_eq(vmsplice(pp[1], &iov, 1, 0), 4096, "vmsplice: %s",
+		     strerror(errno));
+	munmap(p, 4096);
+	return rep.alloc_id;
+}
+
+/* The daemon's thread waiting in a memfd's write seal (memfd_fcntl) */
+static pid_t thread_in_seal(bool off_loop)
+{
+	return thread_waiting_in("memfd", off_loop);
+}
+
+/*
+ * Until sock has a reply, watching the daemon's threads: its loop must
+ * never be the one waiting in the seal; true when another thread was
+ * seen waiting in it, and client v, asked meanwhile, was answered.
+ */
+static bool sealed_off_loop(int sock, int v, const char *what)
+{
+	bool seen = false;
+
+	for (int waited = 0;; waited++) {
+		struct pollfd pf = {sock, POLLIN, 0};
+		pid_t tid = thread_in_seal(false);
+
+		cr_assert_neq(tid, D.pid,
+			      "%s: the daemon's loop waits in a write seal",
+			      what);
+		if (tid && !seen) {
+			seen = true;
+			raw_send(v, TD_OP_STATUS, 8, 0);
+			await_not_lingering(v, 8, what);
+		}
+		cr_assert_lt(waited, TU_WAIT_S * 1000, "%s: no reply", what);
+		if (poll(&pf, 1, 1) > 0)
+			return seen;
+	}
+}
+
+/* The PUBLISH body of alloc as name (4 KiB, no fd attached) in rawbuf */
+static size_t pub_body(const char *name, uint64_t alloc)
+{
+	int64_t n = raw_pub_body(name, alloc, 4096, 0, 0, RAW_BODY, RAW_CAP);
+
+	cr_assert_gt(n, 0);
+	return (size_t)n;
+}
+
+/*
+ * A PUBLISH whose loan's pages something holds: the write seal waits
+ * about 150 ms in the kernel, and not on the daemon's loop. A thread
+ * makes it while other clients are served, and the connection's next
+ * request (a STAT right behind it) is answered after it, as sent. The
+ * pages let go, the same loan publishes, and the STAT behind it sees it.
+ */
+static char http_path[64];
+
+/* the daemon serving /metrics on a unix socket at http_path too */
+static void start_http(void)
+{
+	char arg[80];
+	const char *const args[] = {"--http", arg, NULL};
+
+	snprintf(http_path, sizeof(http_path), "/tmp/td-seal-%d.http",
+		 (int)getpid());
+	snprintf(arg, sizeof(arg), "unix:%s", http_path);
+	tu_daemon_start_args(&D, "warn", args);
+}
+
+static void stop_http(void)
+{
+	stop();
+	unlink(http_path);
+}
+
+Test(stall, a_seal_that_waits_for_held_pages_is_made_off_the_loop,
+     .init = start_http, .fini = stop_http)
+{
+	const char *what = "a PUBLISH of held pages";
+	int sock = raw_scm_conn(&D), v = raw_scm_conn(&D);
+	struct td_wire_stat_req st = {.name = {"seal/held", 9}};
+	char why[TD_WIRE_MAX_REASON + 1];
+	struct rawrep r;
+	bool seen = false;
+	int fd, pp[2];
+	uint64_t alloc = held_loan(sock, 2, &fd, pp);
+
+	/* the wait is short (150 ms): tried again until it is caught */
+	for (int i = 0; i < 20 && !seen; i++) {
+		raw_send(sock, TD_OP_PUBLISH, 10, pub_body("seal/held", alloc));
+		raw_send(sock, TD_OP_STAT, 11,
+			 (size_t)td_wire_stat_req_encode(&st, RAW_BODY,
+							 RAW_CAP));
+		seen = sealed_off_loop(sock, v, what);
+		raw_recv(sock, &r);
+		raw_reason(&r, why, sizeof(why));
+		cr_assert_eq(r.h.request_id, 10, "%s: answered after the "
+			     "request behind it", what);
+		cr_assert_eq(r.h.status, -EBUSY, "%s: %d %s", what,
+			     r.h.status, why);
+		cr_assert(strstr(why, "let go of its pages"), "%s", why);
+		raw_recv(sock, &r);
+		cr_assert_eq(r.h.request_id, 11);
+		cr_assert_eq(r.h.status, -ENOENT);
+	}
+	cr_assert(seen, "%s: no thread of the daemon was seen waiting in "
+		  "the seal", what);
+	close(pp[0]);
+	close(pp[1]);
+	raw_send(sock, TD_OP_PUBLISH, 12, pub_body("seal/held", alloc));
+	raw_send(sock, TD_OP_STAT, 13,
+		 (size_t)td_wire_stat_req_encode(&st, RAW_BODY, RAW_CAP));
+	raw_recv(sock, &r);
+	cr_assert_eq(r.h.request_id, 12);
+	cr_assert_eq(r.h.status, 0, "the pages let go: %d", r.h.status);
+	raw_recv(sock, &r);
+	cr_assert_eq(r.h.request_id, 13);
+	cr_assert_eq(r.h.status, 0, "STAT after the PUBLISH: %d", r.h.status);
+	td__scm_close(r.fds, r.nfds);
+	cr_assert_eq(fcntl(fd, F_GET_SEALS) & F_SEAL_WRITE, F_SEAL_WRITE);
+	/* the refused seals are not counted, the one made is */
+	cr_assert_eq(tu_metric_unix(http_path, "tensord_seals_off_loop_total"),
+		     1);
+	cr_assert_eq(tu_metric_unix(http_path, "tensord_seals_waiting"), 0);
+	close(fd);
+	close(v);
+	close(sock);
+}
+
+/*
+ * The same for a PUBLISH_MANY, whose second loan's pages are held: the
+ * refusal names that element and publishes nothing; let go, both go.
+ */
+Test(stall, a_publish_many_with_held_pages_is_sealed_off_the_loop,
+     .init = start, .fini = stop)
+{
+	const char *what = "a PUBLISH_MANY of held pages";
+	const char *names[2] = {"seal/a", "seal/b"};
+	int sock = raw_scm_conn(&D), v = raw_scm_conn(&D);
+	char why[TD_WIRE_MAX_REASON + 1];
+	uint64_t allocs[2];
+	bool seen = false;
+	int fd, pp[2];
+
+	allocs[0] = raw_alloc_one(sock, 2, 4096);
+	allocs[1] = held_loan(sock, 3, &fd, pp);
+	for (int i = 0; i < 20 && !seen; i++) {
+		static uint8_t bodies[2][1024];
+		struct td_wire_publish_many_req q = {.count = 2};
+		struct rawrep r;
+
+		for (int k = 0; k < 2; k++) {
+			int64_t n = raw_pub_body(names[k], allocs[k], 4096, 0,
+						 0, bodies[k], 1024);
+
+			cr_assert_gt(n, 0);
+			q.el[k].body = (struct td_wire_bytes){bodies[k],
+							      (uint32_t)n};
+		}
+		raw_send(sock, TD_OP_PUBLISH_MANY, 10,
+			 (size_t)td_wire_publish_many_req_encode(&q, RAW_BODY,
+								 RAW_CAP));
+		seen = sealed_off_loop(sock, v, what);
+		raw_recv(sock, &r);
+		raw_reason(&r, why, sizeof(why));
+		cr_assert_eq(r.h.status, -EBUSY, "%s: %d %s", what,
+			     r.h.status, why);
+		cr_assert(strstr(why, "element 1") &&
+			  strstr(why, "let go of its pages"), "%s", why);
+	}
+	cr_assert(seen, "%s: no thread of the daemon was seen waiting in "
+		  "the seal", what);
+	close(pp[0]);
+	close(pp[1]);
+	cr_assert_eq(raw_pub_many(sock, 4096, 11, 2, names, allocs, why,
+				  sizeof(why)),
+		     0, "the pages let go: %s", why);
+	close(fd);
+	close(v);
+	close(sock);
+}
+
+/*
+ * A connection that ends while its PUBLISH's seal waits: the daemon
+ * lets go of everything it held for it (the loan's memfd among its
+ * descriptors no more once the seal is done) and serves on.
+ */
+Test(stall, a_connection_gone_while_its_seal_waits_leaves_nothing,
+     .init = start, .fini = stop)
+{
+	const char *memfd = "/memfd:tensord-plane (deleted)";
+	int sock = raw_scm_conn(&D), v = raw_scm_conn(&D);
+	int base = daemon_holds(memfd), fd, pp[2];
+	struct rawrep r;
+	bool caught = false;
+	uint64_t alloc = held_loan(sock, 2, &fd, pp);
+
+	cr_assert_gt(daemon_holds(memfd), base);
+	/* the wait is short (150 ms): tried again until it is caught */
+	for (int i = 0; i < 20 && !caught; i++) {
+		raw_send(sock, TD_OP_PUBLISH, 10, pub_body("seal/gone", alloc));
+		for (int waited = 0;; waited++) {
+			struct pollfd pf = {sock, POLLIN, 0};
+
+			cr_assert_lt(waited, TU_WAIT_S * 1000, "no reply");
+			if ((caught = thread_in_seal(true) != 0))
+				break;
+			if (poll(&pf, 1, 1) > 0) {
+				raw_recv(sock, &r);
+				break;
+			}
+		}
+	}
+	cr_assert(caught, "the seal never waited off the loop");
+	close(sock);
+	close(fd);
+	/* served meanwhile */
+	cr_assert_eq(raw_call(v, TD_OP_STAT, 8,
+			      td_wire_stat_req_encode(
+				      &(struct td_wire_stat_req){
+					      .name = {"seal/gone", 9}},
+				      RAW_BODY, RAW_CAP),
+			      &r),
+		     -ENOENT);
+	for (int waited = 0; daemon_holds(memfd) > base; waited += 10) {
+		cr_assert_lt(waited, TU_WAIT_S * 1000, "the daemon keeps the "
+			     "gone connection's memfd");
+		poll(NULL, 0, 10);
+	}
+	close(pp[0]);
+	close(pp[1]);
+	close(v);
 }

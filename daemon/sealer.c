@@ -1,0 +1,240 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A request's write seals, made off the loop (docs/architecture.md,
+ * "Threads").
+ *
+ * PUBLISH write-seals a plain loan's memfd (plane.c, td__plane_seal), and
+ * that one fcntl(2) can take long: the kernel walks every page (about
+ * 10 ms a GiB here) and, while anything else holds one of them (a pipe
+ * it was vmspliced into, O_DIRECT or io_uring I/O, a device), waits
+ * about 150 ms before it refuses. On the loop, every client of the
+ * daemon would wait with it, at any producer's will. So the loop only
+ * looks (F_GET_SEALS); a memfd still to seal is queued here
+ * (td__sealer_want) and the request parks (td__sealer_park): its
+ * datagram and fds wait in a job, its connection is not read meanwhile
+ * (peer.c), so its later requests stay behind it, and libuv's thread
+ * pool makes the seals. Back on the loop the datagram is handled again
+ * from its start (td__peer_replay), every check with it (anything may
+ * have changed meanwhile), and finds its memfds sealed, or the failed
+ * seal's errno and reason here. A producer through libtensord seals its
+ * own loans before it publishes (its time, its wait), so only other
+ * clients' requests come here.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "store.h"
+
+/* at most this many memfds a request seals: a PUBLISH_MANY's all */
+#define SEAL_MAX (TD_WIRE_MANY_MAX * TD__TABLE_MAX)
+/*
+ * Jobs on the pool at once. The pool has four threads (libuv's default)
+ * and io.c's fsyncs share it: two are always left to them, however many
+ * connections wait for seals (the others wait here, first come first).
+ */
+#define SEAL_THREADS 2
+
+struct seal {
+	int fd; /* the daemon's dup, closed on the loop when done */
+	int rc; /* td__plane_seal's, set by the thread */
+	uint64_t dev, ino, size;
+	const char *why; /* static */
+};
+
+struct td__seal_job {
+	uv_work_t work;
+	struct td__list link; /* S.queue while it waits for a thread */
+	struct td__peer *p; /* NULL once gone */
+	unsigned nseal, nfds;
+	int fds[TD_WIRE_MAX_FDS]; /* the request's, as it came */
+	size_t len, cap; /* cap: bytes after msg's start */
+	struct seal *seal; /* nseal, after msg */
+	uint8_t msg[];     /* the datagram, header and body */
+};
+
+static struct {
+	struct seal q[SEAL_MAX]; /* the request's queued seals */
+	unsigned n;
+	/* the job whose request is handled again now, or NULL */
+	const struct td__seal_job *replay;
+	unsigned waiting, running; /* jobs not done; on the pool */
+	struct td__list queue;     /* jobs waiting for a thread */
+} S = {.queue = {&S.queue, &S.queue}};
+
+int td__sealer_want(int fd, const struct td__plane_info *pi, const char **why)
+{
+	uint64_t dev = pi->dev, ino = pi->ino;
+	int rc = td__plane_seal_check(fd, why);
+
+	if (rc <= 0)
+		return rc;
+	if (S.replay) {
+		/* its seal failed off the loop: that answer, not a wait */
+		for (unsigned i = 0; i < S.replay->nseal; i++) {
+			const struct seal *s = &S.replay->seal[i];
+
+			if (s->dev == dev && s->ino == ino && s->rc < 0) {
+				*why = s->why;
+				return s->rc;
+			}
+		}
+		*why = "the file changed while its seal was being made";
+		return -EAGAIN;
+	}
+	for (unsigned i = 0; i < S.n; i++)
+		if (S.q[i].dev == dev && S.q[i].ino == ino)
+			return 1;
+	if (S.n == SEAL_MAX) {
+		*why = "too many memfds to seal";
+		return -E2BIG;
+	}
+	S.q[S.n].fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (S.q[S.n].fd < 0) {
+		*why = "cannot keep the memfd to seal it";
+		return -errno;
+	}
+	S.q[S.n].rc = -ECANCELED;
+	S.q[S.n].why = "not sealed: the daemon stopped, or a seal before it "
+		       "failed";
+	S.q[S.n].dev = dev;
+	S.q[S.n].size = pi->size;
+	S.q[S.n++].ino = ino;
+	return 1;
+}
+
+void td__sealer_drop(void)
+{
+	for (unsigned i = 0; i < S.n; i++)
+		close(S.q[i].fd);
+	S.n = 0;
+}
+
+/*
+ * On a pool thread: the seals, in the order the request needs them, up
+ * to the first that fails (the request is refused with it: the rest
+ * would only wait too). Each fd is the job's own.
+ */
+static void seal_work(uv_work_t *w)
+{
+	struct td__seal_job *j = w->data;
+
+	for (unsigned i = 0; i < j->nseal; i++) {
+		j->seal[i].rc = td__plane_seal(j->seal[i].fd, &j->seal[i].why);
+		if (j->seal[i].rc < 0)
+			break;
+	}
+}
+
+/* A job's end, on the loop: its request handled again, or its fds
+ * closed when its peer went. */
+static void job_end(struct td__seal_job *j)
+{
+	struct td__peer *p = j->p;
+
+	S.waiting--;
+	for (unsigned i = 0; i < j->nseal; i++) {
+		/* the last reference if its peer went: pages freed */
+		td__closer_close(j->seal[i].fd, j->seal[i].size);
+		td__d->stats.seals_off_loop += j->seal[i].rc == 0;
+	}
+	if (!p) {
+		td__close_fds(j->fds, j->nfds);
+	} else {
+		p->sealing = NULL;
+		S.replay = j;
+		td__peer_replay(p, j->msg, j->len, j->fds, j->nfds);
+		S.replay = NULL;
+	}
+	/* kept for the connection's next one: none allocated a handoff */
+	if (p && !p->dead && !p->seal_spare)
+		p->seal_spare = j;
+	else
+		free(j);
+}
+
+static void seal_done(uv_work_t *w, int status);
+
+/* The next waiting jobs onto the pool; those whose peer went, ended. */
+static void seal_next(void)
+{
+	while (S.running < SEAL_THREADS && !td__list_empty(&S.queue)) {
+		struct td__seal_job *j = td__container_of(
+			S.queue.next, struct td__seal_job, link);
+
+		td__list_del(&j->link);
+		if (!j->p) {
+			job_end(j); /* every rc still -ECANCELED */
+			continue;
+		}
+		S.running++;
+		/* cannot fail: the arguments are valid */
+		uv_queue_work(td__d->loop, &j->work, seal_work, seal_done);
+	}
+}
+
+/* Back from the pool (cancelled: every rc still -ECANCELED). */
+static void seal_done(uv_work_t *w, int status)
+{
+	(void)status;
+	S.running--;
+	job_end(w->data);
+	seal_next();
+}
+
+int td__sealer_park(struct td__peer *p, const struct td__req *rq)
+{
+	size_t len = TD_WIRE_HDR_LEN + rq->h->body_len;
+	size_t off = (len + 7) & ~(size_t)7; /* the records, aligned */
+	size_t cap = off + S.n * sizeof(struct seal);
+	struct td__seal_job *j;
+
+	j = p->seal_spare;
+	p->seal_spare = NULL;
+	if (!j || j->cap < cap) {
+		free(j);
+		j = malloc(sizeof(*j) + cap);
+		if (j)
+			j->cap = cap;
+	}
+	if (!j || rq->nfds > TD_WIRE_MAX_FDS) {
+		free(j);
+		td__sealer_drop();
+		return -ENOMEM;
+	}
+	j->work.data = j;
+	j->p = p;
+	j->len = len;
+	/* body and header are the datagram as received (dispatch.c) */
+	memcpy(j->msg, rq->body - TD_WIRE_HDR_LEN, len);
+	j->seal = (struct seal *)(void *)(j->msg + off);
+	memcpy(j->seal, S.q, S.n * sizeof(struct seal));
+	j->nseal = S.n;
+	S.n = 0;
+	j->nfds = rq->nfds;
+	for (unsigned i = 0; i < rq->nfds; i++) {
+		j->fds[i] = rq->fds[i];
+		rq->fds[i] = -1;
+	}
+	S.waiting++;
+	p->sealing = j;
+	td__list_add_tail(&S.queue, &j->link);
+	seal_next();
+	return 0;
+}
+
+void td__sealer_peer_gone(struct td__peer *p)
+{
+	if (p->sealing)
+		p->sealing->p = NULL;
+	p->sealing = NULL;
+	free(p->seal_spare);
+	p->seal_spare = NULL;
+}
+
+unsigned td__sealer_waiting(void)
+{
+	return S.waiting;
+}
