@@ -43,6 +43,14 @@ void td__loanbuf_idle(struct td_client *c, struct td__loanbuf *b);
 void td__loanbuf_destroy(struct td_client *c, struct td__loanbuf *b);
 /* ... a loan's own mappings go (not the cache's) */
 void td__alloc_unmap(struct td_alloc *a);
+/*
+ * ... a plain loan's memfds are write-sealed as PUBLISH seals them, before
+ * it is sent: the kernel's walk of the pages, and its wait while anything
+ * holds one, are the producer's time, not the daemon's loop (which then
+ * finds the seals present). Nothing for a recyclable loan. 0, or -errno
+ * with the reason in err, "element elem" named where elem >= 0.
+ */
+int td__alloc_seal(const struct td_alloc *a, int elem, struct td_error *err);
 /* ... a loan's memory goes, its buffers with it */
 void td__alloc_free_locked(struct td_alloc *a);
 /* ... the daemon is told that unpublished alloc a is given up */

@@ -8,12 +8,14 @@
  * one connection makes one request per tensor, as a producer of one
  * does. ALLOC and PUBLISH themselves are produce.c's.
  */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "alloc.h"
+#include "os.h"
 #include "wire-status.h"
 
 /* ---- the recyclable loan cache (lock held) ---- */
@@ -93,6 +95,28 @@ void td__alloc_unmap(struct td_alloc *a)
 			munmap(a->addr[i], a->size[i]);
 		a->addr[i] = NULL;
 	}
+}
+
+int td__alloc_seal(const struct td_alloc *a, int elem, struct td_error *err)
+{
+	const char *why = NULL;
+	int rc;
+
+	/* written again once it comes back: only its size is sealed */
+	if (a->recycle)
+		return 0;
+	for (uint32_t i = 0; i < a->count; i++) {
+		/* no seals (not a memfd): the daemon judges the fd */
+		if (a->fds[i] < 0 || fcntl(a->fds[i], F_GET_SEALS) < 0)
+			continue;
+		rc = td__memfd_seal_publish(a->fds[i], &why);
+		if (rc < 0 && elem < 0)
+			return td__fail(err, rc, "buffer %u: %s", i, why);
+		if (rc < 0)
+			return td__fail(err, rc, "element %d, buffer %u: %s",
+					elem, i, why);
+	}
+	return 0;
 }
 
 /*

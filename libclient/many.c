@@ -140,6 +140,7 @@ int td_client_publish_many(struct td_client *c, uint32_t count,
 			   struct td_error *err)
 {
 	int rc = many_args(c, count, allocs, pubs, err);
+	bool sent = false;
 
 	if (rc < 0) {
 		if (allocs)
@@ -160,18 +161,23 @@ int td_client_publish_many(struct td_client *c, uint32_t count,
 				      "was made before the client "
 				      "reconnected", i);
 	if (rc == 0) {
-		/* the daemon write-seals: no writable mapping (as ever) */
+		/* write-sealed here (plain loans): no writable mapping */
 		for (uint32_t i = 0; i < count; i++)
 			td__alloc_unmap(allocs[i]);
-		rc = many_send(c, count, allocs, pubs, versions, err);
+		for (uint32_t i = 0; rc == 0 && i < count; i++)
+			rc = td__alloc_seal(allocs[i], (int)i, err);
+		sent = rc == 0;
+		if (sent)
+			rc = many_send(c, count, allocs, pubs, versions, err);
 	}
 	/*
 	 * The daemon refuses to pull (-EPERM) from a process that no longer
-	 * has the credentials it connected with: nothing was published, so
+	 * has the credentials it connected with (its answer to this request,
+	 * not a seal's or an earlier PUBLISH's): nothing was published, so
 	 * the same request goes again with the fds attached, and they are
 	 * attached from now on (the daemon switched too), as for PUBLISH.
 	 */
-	if (rc == -EPERM && c->path_in == TD_IMPORT_PIDFD &&
+	if (sent && rc == -EPERM && c->path_in == TD_IMPORT_PIDFD &&
 	    !c->pidfd_forced) {
 		c->path_in = TD_IMPORT_SCM;
 		rc = many_send(c, count, allocs, pubs, versions, err);

@@ -1118,15 +1118,18 @@ static int publish_alloc(struct td_client *c, struct td_alloc *a,
 		return rc;
 	}
 	/*
-	 * The daemon write-seals the buffers (F_SEAL_WRITE), which the kernel
-	 * refuses while any writable shared mapping exists: unmap first. A
-	 * recyclable loan is not sealed and keeps its mappings for the next
-	 * one (published: idle in the cache; refused: dropped with the loan).
+	 * A plain loan is write-sealed (F_SEAL_WRITE) here, not in the
+	 * daemon's loop, which the kernel refuses while any writable shared
+	 * mapping exists: unmap first. A recyclable loan is not sealed and
+	 * keeps its mappings for the next one (published: idle in the cache;
+	 * refused: dropped with the loan).
 	 */
 	if (a->rw_asked)
 		c->rw_fill_ns = td__now_ns() - a->handed_ns;
 	td__alloc_unmap(a);
-	rc = publish_send(c, p, &x, a, version, nowait, err);
+	rc = td__alloc_seal(a, -1, err);
+	if (rc == 0)
+		rc = publish_send(c, p, &x, a, version, nowait, err);
 	/* sent without waiting: the loan is kept until the answer; refused:
 	 * the daemon is told it is given up (it may still hold it) */
 	if (rc < 0)

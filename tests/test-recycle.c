@@ -10,7 +10,8 @@
  * on the SCM_RIGHTS path. tu_daemon_stop() checks fds and memfd mappings.
  * Also here: an SCM consumer's GET that advertises its cached buffers
  * receives no fd for them (and a lie gets nothing it can map), and the
- * daemon makes no heap call per warm handoff (tests/malloc-count.c).
+ * daemon makes no heap call per warm handoff (tests/malloc-count.c),
+ * and a plain loan is write-sealed by its producer before its PUBLISH.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -26,6 +27,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -3015,4 +3017,194 @@ Test(recycle, a_child_of_fork_does_not_hold_up_the_publish_of_a_loan)
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child: %#x", st);
 	td_client_close(c);
 	tu_daemon_stop(&d, true);
+}
+
+/* ---- a plain loan is write-sealed by its producer ---- */
+
+#define PUBLISH_SEALS (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+/* A daemon serving /metrics at http (dir/http; dir a mkdtemp template). */
+static void http_daemon(struct tu_daemon *d, char *dir, char *http)
+{
+	char arg[112];
+	const char *const args[] = {"--http", arg, NULL};
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(http, 96, "%s/http", dir);
+	snprintf(arg, sizeof(arg), "unix:%s", http);
+	tu_daemon_start_args(d, "warn", args);
+}
+
+/* PUBLISH and PUBLISH_MANY refusals the daemon has replied (/metrics) */
+static unsigned long long publish_errors(const char *http)
+{
+	return tu_metric_unix(http, "tensord_requests_total{op=\"PUBLISH\","
+				    "result=\"error\"}") +
+	       tu_metric_unix(http, "tensord_requests_total{op=\"PUBLISH_"
+				    "MANY\",result=\"error\"}");
+}
+
+/*
+ * A plain loan whose page a pipe holds (vmspliced into it, then
+ * unmapped): the kernel refuses its write seal (-EBUSY, after waiting
+ * for the page inside the call). The seal is the producer's, before its
+ * PUBLISH is sent, so the wait is the producer's and the daemon, whose
+ * loop used to wait for it, never sees the request: its count of
+ * PUBLISH refusals stays. The loans are given up as a refused publish
+ * gives them (the daemon told, no fd or mapping kept).
+ */
+static void held_pages(bool many)
+{
+	char dir[] = "/tmp/td-held-XXXXXX", http[96];
+	const char *names[2] = {"hp/free", "hp/held"};
+	uint64_t shape[1] = {4 * KIB}, v[2] = {0};
+	struct td_publish p[2];
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_alloc *a[2];
+	struct td_error e = {0};
+	unsigned long long refused;
+	struct iovec iov;
+	int pp[2], rc, fds;
+
+	http_daemon(&d, dir, http);
+	c = conn(&d, "auto");
+	for (int i = 0; i < 2; i++) {
+		a[i] = loan(c, 4 * KIB, 0);
+		memset(td_alloc_data(a[i], 0), i + 1, 4 * KIB);
+		p[i] = (struct td_publish){.name = names[i],
+					   .dtype = TD_TENSOR_U8,
+					   .ndim = 1,
+					   .shape = shape};
+	}
+	cr_assert_eq(pipe2(pp, O_CLOEXEC), 0);
+	iov = (struct iovec){td_alloc_data(a[1], 0), 4 * KIB};
+	cr_assert_eq(vmsplice(pp[1], &iov, 1, 0), 4 * KIB, "vmsplice: %s",
+		     strerror(errno));
+	refused = publish_errors(http);
+	cr_assert_eq(daemon_allocs(c), 2);
+	fds = tu_fd_count();
+	if (many)
+		rc = td_client_publish_many(c, 2, a, p, v, &e);
+	else
+		rc = td_client_publish_alloc(c, a[1], &p[1], &v[1], &e);
+	cr_assert_eq(rc, -EBUSY, "%d: %s", rc, e.reason);
+	cr_assert_eq(publish_errors(http), refused,
+		     "the daemon was sent the PUBLISH of a loan its "
+		     "producer could not seal");
+	cr_assert_not_null(strstr(e.reason, many ? "element 1, buffer 0: "
+						   "unmap writable mappings"
+						 : "buffer 0: unmap writable "
+						   "mappings"),
+			   "%s", e.reason);
+	cr_assert_not_null(strstr(e.reason, "let go of its pages"), "%s",
+			   e.reason);
+	tc_assert_absent(c, names[1]);
+	/* the loans' fds closed, and the daemon keeps none of them */
+	cr_assert_eq(tu_fd_count(), fds - (many ? 2 : 1));
+	cr_assert_eq(daemon_allocs(c), many ? 0 : 1);
+	if (many)
+		tc_assert_absent(c, names[0]);
+	else
+		td_alloc_free(a[0]);
+	close(pp[0]);
+	close(pp[1]);
+	/* the pages let go of: a loan publishes */
+	a[1] = loan(c, 4 * KIB, 0);
+	cr_assert_eq(td_client_publish_alloc(c, a[1], &p[1], &v[1], &e), 0,
+		     "%s", e.reason);
+	cr_assert_eq(publish_errors(http), refused);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	unlink(http);
+	rmdir(dir);
+}
+
+Test(recycle, a_plain_loan_whose_pages_are_held_is_refused_by_its_producer)
+{
+	held_pages(false);
+}
+
+Test(recycle, a_publish_many_of_a_loan_whose_pages_are_held_is_refused_here)
+{
+	held_pages(true);
+}
+
+struct many_arg {
+	struct td_client *c;
+	struct td_alloc *a;
+};
+
+static void *publish_many_thread(void *arg)
+{
+	struct many_arg *m = arg;
+	uint64_t shape[1] = {td_alloc_size(m->a, 0)}, v = 0;
+	struct td_publish p = {.name = "ps/many", .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape};
+
+	return (void *)(intptr_t)td_client_publish_many(m->c, 1, &m->a, &p,
+							&v, NULL);
+}
+
+/*
+ * With the daemon stopped (SIGSTOP), the memfd of a plain loan whose
+ * PUBLISH (or PUBLISH_MANY) is sent carries every publish seal: its
+ * producer added them (a dup kept here shows them), and the daemon finds
+ * them present when it runs again.
+ */
+Test(recycle, a_plain_loan_is_write_sealed_by_its_producer_before_publish)
+{
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_alloc *a;
+	struct td_error e = {0};
+	struct many_arg m;
+	uint64_t v = 0;
+	pthread_t th;
+	void *ret;
+	int fd[2], seals;
+
+	tu_daemon_start(&d, "warn");
+	c = conn(&d, "auto");
+	a = loan(c, 4 * KIB, 0);
+	fd[0] = fcntl(td_alloc_fd(a, 0), F_DUPFD_CLOEXEC, 0);
+	cr_assert_geq(fd[0], 0);
+	seals = fcntl(fd[0], F_GET_SEALS);
+	cr_assert_eq(seals & PUBLISH_SEALS, F_SEAL_SHRINK | F_SEAL_GROW,
+		     "a loan is lent size-sealed only (%#x)", seals);
+	cr_assert_eq(kill(d.pid, SIGSTOP), 0);
+	publish_nowait(c, a, "ps/one", 3);
+	seals = fcntl(fd[0], F_GET_SEALS);
+	cr_assert_eq(seals & PUBLISH_SEALS, PUBLISH_SEALS,
+		     "sent, unsealed (%#x)", seals);
+
+	cr_assert_eq(kill(d.pid, SIGCONT), 0);
+	cr_assert_eq(td_client_publish_wait(c, &v, &e), 0, "%s", e.reason);
+	cr_assert_gt(v, 0);
+	a = loan(c, 4 * KIB, 0);
+	memset(td_alloc_data(a, 0), 4, 4 * KIB);
+	fd[1] = fcntl(td_alloc_fd(a, 0), F_DUPFD_CLOEXEC, 0);
+	cr_assert_geq(fd[1], 0);
+	cr_assert_eq(kill(d.pid, SIGSTOP), 0);
+	m = (struct many_arg){c, a};
+	cr_assert_eq(pthread_create(&th, NULL, publish_many_thread, &m), 0);
+	/* a hang guard: the daemon, stopped, cannot be the one */
+	for (int i = 0; i < 2000; i++) {
+		seals = fcntl(fd[1], F_GET_SEALS);
+		if ((seals & PUBLISH_SEALS) == PUBLISH_SEALS)
+			break;
+		usleep(5000);
+	}
+	cr_assert_eq(kill(d.pid, SIGCONT), 0);
+	cr_assert_eq(pthread_join(th, &ret), 0);
+	cr_assert_eq((intptr_t)ret, 0, "PUBLISH_MANY: %d", (int)(intptr_t)ret);
+	cr_assert_eq(seals & PUBLISH_SEALS, PUBLISH_SEALS,
+		     "PUBLISH_MANY sent, unsealed (%#x)", seals);
+	close(fd[0]);
+	close(fd[1]);
+	td_client_close(c);
+	/* fds checked; of the mappings the buffers' (glibc keeps the
+	 * thread's stack for the next thread) */
+	tu_daemon_stop(&d, false);
+	cr_assert_eq(tu_buf_map_count(), d.bufmaps0);
 }

@@ -131,6 +131,42 @@ int td__memfd_seal_size(int fd)
 								       : 0;
 }
 
+int td__memfd_seal_publish(int fd, const char **why)
+{
+	const int all = F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW |
+			F_SEAL_SEAL;
+	int seals = fcntl(fd, F_GET_SEALS);
+
+	if (seals < 0) {
+		*why = "cannot read the memfd seals";
+		return -errno;
+	}
+	if ((seals & all) == all)
+		return 0;
+	if (seals & F_SEAL_SEAL) {
+		*why = "memfd carries F_SEAL_SEAL without F_SEAL_WRITE; it "
+		       "cannot be made immutable";
+		return -EPERM;
+	}
+	if (fcntl(fd, F_ADD_SEALS, all & ~seals) < 0) {
+		int e = errno;
+
+		/*
+		 * The kernel refuses F_SEAL_WRITE while writable maps exist,
+		 * and after waiting about 150 ms (inside this call) while
+		 * anything else holds its pages: a pipe they were vmspliced
+		 * into, O_DIRECT or io_uring I/O, a device
+		 * (docs/reliability.md, "Pages held at a publish").
+		 */
+		*why = e == EBUSY ? "unmap writable mappings before publishing, "
+				    "and let go of its pages (vmsplice, "
+				    "O_DIRECT or io_uring I/O, a device)"
+				  : "cannot seal the memfd";
+		return -e;
+	}
+	return 0;
+}
+
 int td__memfd_new(const char *name, uint64_t size, unsigned flags,
 		  const char **why)
 {

@@ -98,6 +98,17 @@ int td__memfd_new(const char *name, uint64_t size, unsigned flags,
 /* Seal a memfd's size (F_SEAL_SHRINK | F_SEAL_GROW). 0 or -errno. */
 int td__memfd_seal_size(int fd);
 /*
+ * Make memfd fd immutable as a published plain plane is: F_SEAL_WRITE,
+ * F_SEAL_SHRINK, F_SEAL_GROW and F_SEAL_SEAL. 0, at once where it carries
+ * them already, or -errno with the reason in *why (static text): -EBUSY
+ * while a writable mapping exists or something holds its pages (the
+ * kernel waits about 150 ms for them first), -EPERM where F_SEAL_SEAL came
+ * without F_SEAL_WRITE. libtensord seals its plain loans so before it
+ * sends their PUBLISH, on the producer's time; the daemon's own seal at
+ * PUBLISH (td__plane_seal) takes the same steps.
+ */
+int td__memfd_seal_publish(int fd, const char **why);
+/*
  * A new read-only open file description of fd's file (/proc/self/fd/N
  * opened O_RDONLY | O_CLOEXEC): its holder can neither map it writable
  * nor add seals, nor open the file again read-write: the file's mode
