@@ -834,13 +834,6 @@ int td__plane_probe(int fd, struct td__plane_info *pi, const char **why);
 /* A fence must be an eventfd or a sync_file. 0 or -EINVAL. */
 int td__fence_check(int fd, const char **why);
 /*
- * Write-seal a memfd for publishing: 0 or -errno with *why. It may wait
- * (any thread may call it); td__plane_seal_check never does: 0 sealed
- * already, 1 a seal to add, or -errno with *why.
- */
-int td__plane_seal(int fd, const char **why);
-int td__plane_seal_check(int fd, const char **why);
-/*
  * sealer.c: a request's write seals, made off the loop (docs/
  * architecture.md, "Threads"). td__sealer_want, for a memfd the request
  * needs sealed (pi: its file): 1 queued for the seal (the request

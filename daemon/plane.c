@@ -26,7 +26,6 @@
 #define HUGETLBFS_MAGIC 0x958458f6
 #endif
 
-#define PUBLISH_SEALS (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
 /*
  * Whether fd is a file of a filesystem (a path: ext4, NFS, FUSE...), as
@@ -174,51 +173,6 @@ int td__fence_check(int fd, const char **why)
 	int rc = td__fence_publishable(fd, why);
 
 	return rc < 0 ? rc : 0;
-}
-
-int td__plane_seal_check(int fd, const char **why)
-{
-	int seals = fcntl(fd, F_GET_SEALS);
-
-	if (seals < 0) {
-		*why = "cannot read the memfd seals";
-		return -errno;
-	}
-	if ((seals & PUBLISH_SEALS) == PUBLISH_SEALS)
-		return 0;
-	if (seals & F_SEAL_SEAL) {
-		*why = "memfd carries F_SEAL_SEAL without F_SEAL_WRITE; it "
-		       "cannot be made immutable";
-		return -EPERM;
-	}
-	return 1;
-}
-
-int td__plane_seal(int fd, const char **why)
-{
-	int rc = td__plane_seal_check(fd, why);
-
-	if (rc <= 0)
-		return rc;
-	/* a seal already there is added again: a no-op */
-	if (fcntl(fd, F_ADD_SEALS, PUBLISH_SEALS) < 0) {
-		int e = errno;
-
-		/*
-		 * The kernel refuses F_SEAL_WRITE while writable maps exist,
-		 * and after waiting about 150 ms (inside this call) while
-		 * anything else holds its pages: a pipe they were vmspliced
-		 * into, O_DIRECT or io_uring I/O, a device (docs/
-		 * reliability.md, "Pages held at a publish"). A request's
-		 * seal is made off the loop for that (sealer.c).
-		 */
-		*why = e == EBUSY ? "unmap writable mappings before publishing, "
-				    "and let go of its pages (vmsplice, "
-				    "O_DIRECT or io_uring I/O, a device)"
-				  : "cannot seal the memfd";
-		return -e;
-	}
-	return 0;
 }
 
 int td__plane_create(uint64_t size, bool reserve, int *out_fd,

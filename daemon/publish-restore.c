@@ -4,6 +4,7 @@
  * a PUBLISH (publish.c's, through publish-int.h).
  */
 #include "publish-int.h"
+#include "os.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -43,7 +44,7 @@ static int restore_check(struct pub *x, const struct td_state_entry *ent)
 	for (uint32_t i = 0; i < x->ntab; i++) {
 		if (!x->is_plane[i] || x->info[i].type != TD__PLANE_MEMFD)
 			continue;
-		rc = td__plane_seal(x->tab[i], &why);
+		rc = td__memfd_seal_publish(x->tab[i], &why);
 		if (rc < 0)
 			return td__pub_fail(x, rc, "fd table entry %u: %s", i,
 					why);

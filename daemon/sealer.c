@@ -3,11 +3,11 @@
  * A request's write seals, made off the loop (docs/architecture.md,
  * "Threads").
  *
- * PUBLISH write-seals a plain loan's memfd (plane.c, td__plane_seal), and
- * that one fcntl(2) can take long: the kernel walks every page (about
- * 10 ms a GiB here) and, while anything else holds one of them (a pipe
- * it was vmspliced into, O_DIRECT or io_uring I/O, a device), waits
- * about 150 ms before it refuses. On the loop, every client of the
+ * PUBLISH write-seals a plain loan's memfd (td__memfd_seal_publish,
+ * transport/os.c), and that one fcntl(2) can take long: the kernel
+ * walks every page (about 10 ms a GiB here) and, while anything else
+ * holds one of them (a pipe it was vmspliced into, O_DIRECT or io_uring
+ * I/O, a device), waits about 150 ms before it refuses. On the loop, every client of the
  * daemon would wait with it, at any producer's will. So the loop only
  * looks (F_GET_SEALS); a memfd still to seal is queued here
  * (td__sealer_want) and the request parks (td__sealer_park): its
@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "store.h"
+#include "os.h"
 
 /* at most this many memfds a request seals: a PUBLISH_MANY's all */
 #define SEAL_MAX (TD_WIRE_MANY_MAX * TD__TABLE_MAX)
@@ -39,7 +40,7 @@
 
 struct seal {
 	int fd; /* the daemon's dup, closed on the loop when done */
-	int rc; /* td__plane_seal's, set by the thread */
+	int rc; /* td__memfd_seal_publish's, set by the thread */
 	uint64_t dev, ino, size;
 	const char *why; /* static */
 };
@@ -67,7 +68,7 @@ static struct {
 int td__sealer_want(int fd, const struct td__plane_info *pi, const char **why)
 {
 	uint64_t dev = pi->dev, ino = pi->ino;
-	int rc = td__plane_seal_check(fd, why);
+	int rc = td__memfd_seal_check(fd, why);
 
 	if (rc <= 0)
 		return rc;
@@ -122,7 +123,7 @@ static void seal_work(uv_work_t *w)
 	struct td__seal_job *j = w->data;
 
 	for (unsigned i = 0; i < j->nseal; i++) {
-		j->seal[i].rc = td__plane_seal(j->seal[i].fd, &j->seal[i].why);
+		j->seal[i].rc = td__memfd_seal_publish(j->seal[i].fd, &j->seal[i].why);
 		if (j->seal[i].rc < 0)
 			break;
 	}

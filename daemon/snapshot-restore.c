@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "bytes.h"
+#include "os.h"
 #include "sd.h"
 #include "store.h" /* td__acct_over_max */
 
@@ -204,7 +205,7 @@ static int restore_plane(struct reader *rd, const char *hname, size_t hlen,
 			 (int)hlen, hname, strerror(-rc));
 		goto out;
 	}
-	rc = td__plane_seal(fd, &pwhy);
+	rc = td__memfd_seal_publish(fd, &pwhy);
 	if (rc == 0)
 		rc = td__plane_readonly(fd, out, &pwhy);
 	if (rc < 0) {

@@ -131,24 +131,34 @@ int td__memfd_seal_size(int fd)
 								       : 0;
 }
 
-int td__memfd_seal_publish(int fd, const char **why)
+#define PUBLISH_SEALS (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+int td__memfd_seal_check(int fd, const char **why)
 {
-	const int all = F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW |
-			F_SEAL_SEAL;
 	int seals = fcntl(fd, F_GET_SEALS);
 
 	if (seals < 0) {
 		*why = "cannot read the memfd seals";
 		return -errno;
 	}
-	if ((seals & all) == all)
+	if ((seals & PUBLISH_SEALS) == PUBLISH_SEALS)
 		return 0;
 	if (seals & F_SEAL_SEAL) {
 		*why = "memfd carries F_SEAL_SEAL without F_SEAL_WRITE; it "
 		       "cannot be made immutable";
 		return -EPERM;
 	}
-	if (fcntl(fd, F_ADD_SEALS, all & ~seals) < 0) {
+	return 1;
+}
+
+int td__memfd_seal_publish(int fd, const char **why)
+{
+	int rc = td__memfd_seal_check(fd, why);
+
+	if (rc <= 0)
+		return rc;
+	/* the seals there already are added again: a no-op */
+	if (fcntl(fd, F_ADD_SEALS, PUBLISH_SEALS) < 0) {
 		int e = errno;
 
 		/*
@@ -156,7 +166,8 @@ int td__memfd_seal_publish(int fd, const char **why)
 		 * and after waiting about 150 ms (inside this call) while
 		 * anything else holds its pages: a pipe they were vmspliced
 		 * into, O_DIRECT or io_uring I/O, a device
-		 * (docs/reliability.md, "Pages held at a publish").
+		 * (docs/reliability.md, "Pages held at a publish"). The
+		 * daemon calls it off its loop (daemon/sealer.c).
 		 */
 		*why = e == EBUSY ? "unmap writable mappings before publishing, "
 				    "and let go of its pages (vmsplice, "

@@ -102,11 +102,14 @@ int td__memfd_seal_size(int fd);
  * F_SEAL_SHRINK, F_SEAL_GROW and F_SEAL_SEAL. 0, at once where it carries
  * them already, or -errno with the reason in *why (static text): -EBUSY
  * while a writable mapping exists or something holds its pages (the
- * kernel waits about 150 ms for them first), -EPERM where F_SEAL_SEAL came
- * without F_SEAL_WRITE. libtensord seals its plain loans so before it
- * sends their PUBLISH, on the producer's time; the daemon's own seal at
- * PUBLISH (td__plane_seal) takes the same steps.
+ * kernel waits about 150 ms for them first, and walks every page in
+ * any case), -EPERM where F_SEAL_SEAL came without F_SEAL_WRITE.
+ * libtensord seals its plain loans so before it sends their PUBLISH, on
+ * the producer's time; the daemon seals what a request leaves to it off
+ * its loop (daemon/sealer.c). td__memfd_seal_check never waits: 0 sealed
+ * so already, 1 seals to add, or -errno with *why as above.
  */
+int td__memfd_seal_check(int fd, const char **why);
 int td__memfd_seal_publish(int fd, const char **why);
 /*
  * A new read-only open file description of fd's file (/proc/self/fd/N
