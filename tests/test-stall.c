@@ -1245,3 +1245,108 @@ Test(stall, a_connection_gone_while_its_seal_waits_leaves_nothing,
 	close(pp[1]);
 	close(v);
 }
+
+/*
+ * Six connections' PUBLISHes of held pages at once: two seals wait on
+ * the pool at a time (the rest of its threads are io.c's), the others
+ * queue; two connections end while theirs wait or queue. Every other
+ * one is answered (-EBUSY), another client is served meanwhile, nothing
+ * is left waiting, and no memfd of the gone ones stays. Then six
+ * unsealed loans, nothing holding them, publish at once: each sealed
+ * off the loop, counted.
+ */
+Test(stall, seals_of_many_connections_queue_and_all_end,
+     .init = start_http, .fini = stop_http)
+{
+	enum { N = 6 };
+	const char *memfd = "/memfd:tensord-plane (deleted)";
+	int sock[N], fd[N], pp[N][2], v = raw_scm_conn(&D);
+	int base = daemon_holds(memfd);
+	uint64_t alloc[N];
+	struct rawrep r;
+	char name[32], why[TD_WIRE_MAX_REASON + 1];
+
+	for (int i = 0; i < N; i++) {
+		sock[i] = raw_scm_conn(&D);
+		alloc[i] = held_loan(sock[i], 2, &fd[i], pp[i]);
+	}
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "q/%d", i);
+		raw_send(sock[i], TD_OP_PUBLISH, 10, pub_body(name, alloc[i]));
+	}
+	/* one waiting or queued, one likely queued: both go */
+	close(sock[1]);
+	close(sock[N - 1]);
+	sock[1] = sock[N - 1] = -1;
+	cr_assert_eq(raw_call(v, TD_OP_STAT, 8,
+			      td_wire_stat_req_encode(
+				      &(struct td_wire_stat_req){
+					      .name = {"q/0", 3}},
+				      RAW_BODY, RAW_CAP),
+			      &r),
+		     -ENOENT);
+	for (int i = 0; i < N; i++) {
+		if (sock[i] < 0)
+			continue;
+		raw_recv(sock[i], &r);
+		raw_reason(&r, why, sizeof(why));
+		cr_assert_eq(r.h.status, -EBUSY, "connection %d: %d %s", i,
+			     r.h.status, why);
+	}
+	/* the gone ones' requests were read: they run too, still held */
+	for (int waited = 0;
+	     tu_metric_unix(http_path, "tensord_seals_waiting") > 0;
+	     waited += 10) {
+		cr_assert_lt(waited, TU_WAIT_S * 1000, "seals still wait");
+		poll(NULL, 0, 10);
+	}
+	cr_assert_eq(tu_metric_unix(http_path, "tensord_seals_off_loop_total"),
+		     0);
+	for (int i = 0; i < N; i++) {
+		close(fd[i]);
+		close(pp[i][0]);
+		close(pp[i][1]);
+	}
+	/* the gone connections' loans: the daemon lets their memfds go */
+	for (int waited = 0; daemon_holds(memfd) > base + N - 2;
+	     waited += 10) {
+		cr_assert_lt(waited, TU_WAIT_S * 1000, "the daemon keeps the "
+			     "gone connections' memfds");
+		poll(NULL, 0, 10);
+	}
+	/* nothing holds them now: all six seal, each off the loop */
+	for (int i = 0; i < N; i++) {
+		struct td_wire_alloc_req q = {.flags = TD_WIRE_REQ_SCM,
+					      .plane_count = 1,
+					      .sizes = {4096}};
+		struct td_wire_alloc_rep rep;
+
+		if (sock[i] < 0)
+			sock[i] = raw_scm_conn(&D);
+		cr_assert_eq(raw_call(sock[i], TD_OP_ALLOC, 20,
+				      td_wire_alloc_req_encode(&q, RAW_BODY,
+							       RAW_CAP),
+				      &r),
+			     0);
+		cr_assert_eq(td_wire_alloc_rep_decode(RAW_BODY, r.h.body_len,
+						      &rep, NULL),
+			     0);
+		td__scm_close(r.fds, r.nfds);
+		alloc[i] = rep.alloc_id;
+	}
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "q/%d", i);
+		raw_send(sock[i], TD_OP_PUBLISH, 21, pub_body(name, alloc[i]));
+	}
+	for (int i = 0; i < N; i++) {
+		raw_recv(sock[i], &r);
+		cr_assert_eq(r.h.request_id, 21);
+		cr_assert_eq(r.h.status, 0, "connection %d: %d", i,
+			     r.h.status);
+		close(sock[i]);
+	}
+	cr_assert_eq(tu_metric_unix(http_path, "tensord_seals_off_loop_total"),
+		     N);
+	cr_assert_eq(tu_metric_unix(http_path, "tensord_seals_waiting"), 0);
+	close(v);
+}
