@@ -360,6 +360,9 @@ struct td_client {
 	/* new planes reserved here (TD_WIRE_ALLOC_RESERVE), not in the
 	 * daemon; $TENSORD_ALLOC_RESERVE=daemon: false */
 	bool reserve_self;
+	/* plain loans write-sealed here before PUBLISH (td__alloc_seal);
+	 * $TENSORD_SEAL=daemon: false, the daemon seals them */
+	bool seal_self;
 	/*
 	 * td_client_publish_alloc_nowait (produce.c): the PUBLISH sent and
 	 * not answered yet (pub_id 0: none) and its loan until then;
@@ -684,7 +687,7 @@ void td__next_loan_reset(struct td_client *c);
 uint64_t td__env_u64(const char *name, uint64_t dflt, uint64_t max);
 /* c->rewrite_min and rewrite_fill_ns from $TENSORD_REWRITE_MIN and
  * $TENSORD_REWRITE_FILL_US, c->reserve_self from $TENSORD_ALLOC_RESERVE,
- * or the defaults (rewrite.c). */
+ * c->seal_self from $TENSORD_SEAL, or the defaults (rewrite.c). */
 void td__produce_env(struct td_client *c);
 /* rewrite.c: whether a loan of these planes is rewritable (flags, the
  * alloc's); whether to ask for the take-back now (marked: that). */

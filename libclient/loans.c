@@ -102,8 +102,9 @@ int td__alloc_seal(const struct td_alloc *a, int elem, struct td_error *err)
 	const char *why = NULL;
 	int rc;
 
-	/* written again once it comes back: only its size is sealed */
-	if (a->recycle)
+	/* written again once it comes back: only its size is sealed;
+	 * $TENSORD_SEAL=daemon: left to the daemon, as older libraries do */
+	if (a->recycle || !a->c->seal_self)
 		return 0;
 	for (uint32_t i = 0; i < a->count; i++) {
 		/* no seals (not a memfd): the daemon judges the fd */

@@ -38,6 +38,8 @@ void td__produce_env(struct td_client *c)
 			     1000;
 	env = getenv("TENSORD_ALLOC_RESERVE");
 	c->reserve_self = !env || strcmp(env, "daemon") != 0;
+	env = getenv("TENSORD_SEAL");
+	c->seal_self = !env || strcmp(env, "daemon") != 0;
 }
 
 /*

@@ -3208,3 +3208,45 @@ Test(recycle, a_plain_loan_is_write_sealed_by_its_producer_before_publish)
 	tu_daemon_stop(&d, false);
 	cr_assert_eq(tu_buf_map_count(), d.bufmaps0);
 }
+
+/*
+ * $TENSORD_SEAL=daemon (read at connect): the library leaves a plain
+ * loan's write seal to the daemon, as older libraries did. Sent with the
+ * daemon stopped, the loan carries its size seals only; the daemon then
+ * seals it off its loop (counted) and the version is published.
+ */
+Test(recycle, a_plain_loan_left_to_the_daemon_is_sealed_off_its_loop)
+{
+	char dir[] = "/tmp/td-sealdm-XXXXXX", http[96];
+	struct tu_daemon d;
+	struct td_client *c;
+	struct td_alloc *a;
+	struct td_error e = {0};
+	uint64_t v = 0;
+	int fd, seals;
+
+	http_daemon(&d, dir, http);
+	cr_assert_eq(setenv("TENSORD_SEAL", "daemon", 1), 0);
+	c = conn(&d, "auto");
+	cr_assert_eq(unsetenv("TENSORD_SEAL"), 0);
+	a = loan(c, 4 * KIB, 0);
+	fd = fcntl(td_alloc_fd(a, 0), F_DUPFD_CLOEXEC, 0);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(kill(d.pid, SIGSTOP), 0);
+	publish_nowait(c, a, "ps/daemon", 5);
+	seals = fcntl(fd, F_GET_SEALS);
+	cr_assert_eq(seals & PUBLISH_SEALS, F_SEAL_SHRINK | F_SEAL_GROW,
+		     "sent, sealed by the library (%#x)", seals);
+	cr_assert_eq(kill(d.pid, SIGCONT), 0);
+	cr_assert_eq(td_client_publish_wait(c, &v, &e), 0, "%s", e.reason);
+	cr_assert_gt(v, 0);
+	seals = fcntl(fd, F_GET_SEALS);
+	cr_assert_eq(seals & PUBLISH_SEALS, PUBLISH_SEALS,
+		     "published, unsealed (%#x)", seals);
+	cr_assert_eq(tu_metric_unix(http, "tensord_seals_off_loop_total"), 1);
+	close(fd);
+	td_client_close(c);
+	tu_daemon_stop(&d, true);
+	unlink(http);
+	rmdir(dir);
+}
