@@ -25,10 +25,18 @@
  * in each phase (median, p99, max, count) and the time A's allocs took,
  * and the ratio now/before of B's p99 and max per phase, the median of
  * the per-round ratios. Nothing is asserted.
+ *
+ * --seal: A also publishes every plane once it has them all (the
+ * publish phase), with $TENSORD_SEAL=daemon, so the daemon makes each
+ * write seal (docs/architecture.md, "Threads"): "now" the default
+ * daemon (the seals on libuv's pool), "before" one with
+ * $TENSORD_SEALER=0 (the seals on its loop); --held holds a page of
+ * each plane in a pipe, so every seal waits about 150 ms and fails.
  */
 #include "bench.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -38,6 +46,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -51,7 +60,7 @@
 enum { MODE_NOW, MODE_BEFORE, NMODES };
 enum { PH_ALLOC, PH_FREE, NPHASES };
 static const char *const mode_name[NMODES] = {"now", "before"};
-static const char *const phase_name[NPHASES] = {"alloc", "free"};
+static const char *phase_name[NPHASES] = {"alloc", "free"};
 
 struct phase {
 	uint64_t *ns;
@@ -78,6 +87,48 @@ static void put_u64(int fd, uint64_t v)
 }
 
 static bool ring_mode; /* --ring: A makes one ring instead */
+/* --seal: A publishes its planes too, leaving their write seals to the
+ * daemon ($TENSORD_SEAL=daemon); --held: a page of each held by a pipe */
+static bool seal_mode, held_mode;
+
+/*
+ * A's planes written, and with --held the first page of each vmspliced
+ * into a pipe kept open (pp): the daemon's seal of each waits about
+ * 150 ms for it, then fails with EBUSY, which is what is measured.
+ */
+static void fill_buffers(uint64_t size, unsigned planes, struct td_alloc **a,
+			 int pp[2])
+{
+	if (held_mode && pipe(pp) < 0)
+		_exit(2);
+	for (unsigned i = 0; i < planes; i++) {
+		uint8_t *d = td_alloc_data(a[i], 0);
+		struct iovec iov = {d, 4096};
+
+		memset(d, (int)i + 1, size);
+		if (held_mode && vmsplice(pp[1], &iov, 1, 0) < 0)
+			_exit(2);
+	}
+}
+
+/* A's PUBLISH of each plane (refused with EBUSY where --held). */
+static void publish_buffers(struct td_client *c, uint64_t size,
+			    unsigned planes, struct td_alloc **a)
+{
+	uint64_t shape[1] = {size};
+	struct td_publish p = {.name = "stall/seal", .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape};
+	struct td_error e = {0};
+
+	for (unsigned i = 0; i < planes; i++) {
+		int rc = td_client_publish_alloc(c, a[i], &p, NULL, &e);
+
+		if (rc < 0 && !(held_mode && rc == -EBUSY)) {
+			fprintf(stderr, "A: publish: %s\n", e.reason);
+			_exit(2);
+		}
+	}
+}
 
 /* A's buffers: planes allocs, or one ring of planes slots. */
 static void make_buffers(struct td_client *c, uint64_t size, unsigned planes,
@@ -112,11 +163,14 @@ static void client_a(const char *sock, int mode, uint64_t size,
 	struct td_client *c;
 	struct td_error e = {0};
 	uint64_t t0, go;
+	int pp[2] = {-1, -1};
 
-	if (mode == MODE_BEFORE)
+	if (mode == MODE_BEFORE && !seal_mode)
 		setenv("TENSORD_ALLOC_RESERVE", "daemon", 1);
 	else
 		unsetenv("TENSORD_ALLOC_RESERVE");
+	if (seal_mode)
+		setenv("TENSORD_SEAL", "daemon", 1);
 	if (td_client_connect(sock, &c, &e) < 0) {
 		fprintf(stderr, "A: connect: %s\n", e.reason);
 		_exit(2);
@@ -124,12 +178,19 @@ static void client_a(const char *sock, int mode, uint64_t size,
 	put_u64(wr, 0);
 	if (bench_read_all(rd, &go, sizeof(go)) < 0)
 		_exit(3);
+	if (seal_mode) {
+		make_buffers(c, size, planes, a);
+		fill_buffers(size, planes, a, pp);
+	}
 	t0 = bench_now_ns();
-	make_buffers(c, size, planes, a);
+	if (seal_mode)
+		publish_buffers(c, size, planes, a);
+	else
+		make_buffers(c, size, planes, a);
 	put_u64(wr, bench_now_ns() - t0);
 	if (bench_read_all(rd, &go, sizeof(go)) < 0)
 		_exit(3);
-	_exit(0);
+	_exit(0); /* the pipe (--held) goes with A */
 }
 
 /* One request of B, timed. */
@@ -211,11 +272,15 @@ static void usage(int status)
 {
 	fprintf(status ? stderr : stdout,
 		"usage: tensord-stallbench [--mib M] [--planes N] [--ring] "
-		"[--rounds R] [--tensord PATH]\n"
+		"[--seal [--held]] [--rounds R] [--tensord PATH]\n"
 		"B's request latency while A makes N fresh planes of M MiB "
 		"(default 256 x 4; --ring: one ring of N slots), then exits; "
 		"the daemon as it runs now against it as before (the daemon "
-		"reserving and freeing on its loop), R rounds (default 5).\n");
+		"reserving and freeing on its loop), R rounds (default 5).\n"
+		"--seal: A also publishes its planes, their write seals left "
+		"to the daemon (TENSORD_SEAL=daemon), now against the daemon "
+		"sealing on its loop (TENSORD_SEALER=0); --held: a page of "
+		"each held by a pipe (every seal waits, then fails).\n");
 	exit(status);
 }
 
@@ -227,6 +292,8 @@ int main(int argc, char **argv)
 		{"rounds", required_argument, NULL, 'r'},
 		{"tensord", required_argument, NULL, 't'},
 		{"ring", no_argument, NULL, 'R'},
+		{"seal", no_argument, NULL, 'S'},
+		{"held", no_argument, NULL, 'H'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}};
 	struct bench_env env = {.tensord_path = TD_STALLBENCH_TENSORD_DEFAULT};
@@ -250,24 +317,33 @@ int main(int argc, char **argv)
 			env.tensord_path = optarg;
 		else if (o == 'R')
 			ring_mode = true;
+		else if (o == 'S')
+			seal_mode = true;
+		else if (o == 'H')
+			seal_mode = held_mode = true;
 		else if (o == 'h')
 			usage(0);
 		else
 			usage(2);
 	}
 	if (!size || !planes || planes > 64 || !rounds ||
-	    rounds > MAX_ROUNDS || (ring_mode && planes < 2))
+	    rounds > MAX_ROUNDS || (ring_mode && planes < 2) ||
+	    (ring_mode && seal_mode))
 		usage(2);
+	if (seal_mode)
+		phase_name[PH_ALLOC] = "publish";
 	snprintf(env.tmpdir, sizeof(env.tmpdir), "/tmp/td-stall-XXXXXX");
 	if (!mkdtemp(env.tmpdir))
 		die("mkdtemp", strerror(errno));
 	for (int m = 0; m < NMODES; m++) {
 		if (m == MODE_BEFORE)
-			setenv("TENSORD_CLOSER", "0", 1);
+			setenv(seal_mode ? "TENSORD_SEALER" : "TENSORD_CLOSER",
+			       "0", 1);
 		if (bench_tensord_start(&env, tag[m], sock[m], sizeof(sock[m]),
 					&pid[m], why, sizeof(why)) < 0)
 			die("tensord", why);
 		unsetenv("TENSORD_CLOSER");
+		unsetenv("TENSORD_SEALER");
 		if (td_client_connect(sock[m], &b[m], &e) < 0)
 			die("B: connect", e.reason);
 	}
@@ -286,14 +362,25 @@ int main(int argc, char **argv)
 	}
 	rmdir(env.tmpdir);
 
-	printf("B's STAT round trip in µs while A makes %u %s of %" PRIu64
-	       " MiB, then exits (%u rounds; now: the default daemon, "
-	       "A reserving; before: TENSORD_CLOSER=0, "
-	       "TENSORD_ALLOC_RESERVE=daemon)\n\n",
-	       planes, ring_mode ? "ring slots" : "planes", size >> 20,
-	       rounds);
-	printf("| daemon | phase | requests | median | p99 | max | A's allocs "
-	       "(ms, median) |\n|---|---|---|---|---|---|---|\n");
+	if (seal_mode)
+		printf("B's STAT round trip in µs while A publishes %u plain "
+		       "loans of %" PRIu64 " MiB%s, their seals left to the "
+		       "daemon, then exits (%u rounds; now: the default "
+		       "daemon; before: TENSORD_SEALER=0; A with "
+		       "TENSORD_SEAL=daemon in both)\n\n",
+		       planes, size >> 20,
+		       held_mode ? ", a page of each held by a pipe" : "",
+		       rounds);
+	else
+		printf("B's STAT round trip in µs while A makes %u %s of %"
+		       PRIu64 " MiB, then exits (%u rounds; now: the default "
+		       "daemon, A reserving; before: TENSORD_CLOSER=0, "
+		       "TENSORD_ALLOC_RESERVE=daemon)\n\n",
+		       planes, ring_mode ? "ring slots" : "planes",
+		       size >> 20, rounds);
+	printf("| daemon | phase | requests | median | p99 | max | A's %s "
+	       "(ms, median) |\n|---|---|---|---|---|---|---|\n",
+	       seal_mode ? "publishes" : "allocs");
 	for (int m = 0; m < NMODES; m++)
 		for (int ph = 0; ph < NPHASES; ph++) {
 			struct phase all = {0};
