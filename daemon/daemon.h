@@ -841,12 +841,15 @@ int td__fence_check(int fd, const char **why);
  * *why (a seal of it failed off the loop before this replay of the
  * request). td__sealer_park: the datagram of rq and its fds (taken, set
  * to -1) wait with the queued seals; nothing more of p is read until
- * they are done and the datagram is handled again; 0 or -ENOMEM (the
- * queue dropped). td__sealer_drop: the queue dropped (a request that
+ * they are done and the datagram is handled again; 0, or -EDQUOT /
+ * -EMFILE (those descriptors, its uid's while they wait, over its
+ * limit: tenant.c) or -ENOMEM with the reason in why (the queue
+ * dropped). td__sealer_drop: the queue dropped (a request that
  * failed after it queued).
  */
 int td__sealer_want(int fd, const struct td__plane_info *pi, const char **why);
-int td__sealer_park(struct td__peer *p, const struct td__req *rq);
+int td__sealer_park(struct td__peer *p, const struct td__req *rq, char *why,
+		    size_t why_cap);
 void td__sealer_drop(void);
 void td__sealer_peer_gone(struct td__peer *p);
 unsigned td__sealer_waiting(void);

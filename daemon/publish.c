@@ -762,9 +762,12 @@ void td__publish(struct td__peer *p, const struct td__req *rq)
 	if (pub_room(&x, old) < 0 || (rc = pub_seal(&x)) < 0)
 		goto out;
 	if (rc > 0) {
+		char why[sizeof(x.why)];
+
 		pub_untake(&x, rq->fds, rq->nfds);
-		if (td__sealer_park(p, rq) < 0)
-			td__pub_fail(&x, -ENOMEM, "out of memory");
+		rc = td__sealer_park(p, rq, why, sizeof(why));
+		if (rc < 0)
+			td__pub_fail(&x, rc, "PUBLISH: %s", why);
 		goto out;
 	}
 	ver = td__pub_build(&x);
@@ -965,14 +968,15 @@ static int many_prepare(struct many *mm)
 /* Seals to make off the loop: the request parks, its fds as they came */
 static void many_park(struct many *mm)
 {
-	int *fds = mm->rq->fds;
+	int *fds = mm->rq->fds, rc;
 
 	for (uint32_t i = 0; i < mm->m.count; i++) {
 		pub_untake(&mm->x[i], fds, mm->m.el[i].attached);
 		fds += mm->m.el[i].attached;
 	}
-	if (td__sealer_park(mm->p, mm->rq) < 0)
-		many_fail(mm, -ENOMEM, "out of memory");
+	rc = td__sealer_park(mm->p, mm->rq, mm->why, sizeof(mm->why));
+	if (rc < 0)
+		many_fail(mm, rc, NULL);
 }
 
 /* Steps 8-9 of every element in this one call: no request of anyone

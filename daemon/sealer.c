@@ -22,6 +22,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -37,6 +38,8 @@
  * connections wait for seals (the others wait here, first come first).
  */
 #define SEAL_THREADS 2
+/* a job this big or less is kept for its connection's next one */
+#define SPARE_MAX 4096
 
 struct seal {
 	int fd; /* the daemon's dup, closed on the loop when done */
@@ -49,6 +52,7 @@ struct td__seal_job {
 	uv_work_t work;
 	struct td__list link; /* S.queue while it waits for a thread */
 	struct td__peer *p; /* NULL once gone */
+	uid_t uid;          /* p's: its fds below count as that uid's */
 	unsigned nseal, nfds;
 	int fds[TD_WIRE_MAX_FDS]; /* the request's, as it came */
 	size_t len, cap; /* cap: bytes after msg's start */
@@ -155,6 +159,7 @@ static void job_end(struct td__seal_job *j)
 	struct td__peer *p = j->p;
 
 	S.waiting--;
+	td__tenant_sub(j->uid, TD__LIM_FDS, j->nfds + j->nseal);
 	for (unsigned i = 0; i < j->nseal; i++) {
 		/* the last reference if its peer went: pages freed */
 		td__closer_close(j->seal[i].fd, j->seal[i].size);
@@ -168,8 +173,9 @@ static void job_end(struct td__seal_job *j)
 		td__peer_replay(p, j->msg, j->len, j->fds, j->nfds);
 		S.replay = NULL;
 	}
-	/* kept for the connection's next one: none allocated a handoff */
-	if (p && !p->dead && !p->seal_spare)
+	/* kept for the connection's next one (a PUBLISH's size): none
+	 * allocated a handoff, and an idle connection keeps 4 KiB at most */
+	if (p && !p->dead && !p->seal_spare && j->cap <= SPARE_MAX)
 		p->seal_spare = j;
 	else
 		free(j);
@@ -204,12 +210,27 @@ static void seal_done(uv_work_t *w, int status)
 	seal_next();
 }
 
-int td__sealer_park(struct td__peer *p, const struct td__req *rq)
+int td__sealer_park(struct td__peer *p, const struct td__req *rq, char *why,
+		    size_t why_cap)
 {
 	size_t len = TD_WIRE_HDR_LEN + rq->h->body_len;
 	size_t off = (len + 7) & ~(size_t)7; /* the records, aligned */
 	size_t cap = off + S.n * sizeof(struct seal);
 	struct td__seal_job *j;
+	int rc;
+
+	/*
+	 * The request's fds and the dups to seal stay the daemon's while it
+	 * waits: the uid's, as every descriptor a client makes it hold.
+	 */
+	rc = td__tenant_check(p->uid, TD__LIM_FDS, rq->nfds + S.n, why,
+			      why_cap);
+	if (rc == 0 && td__tenant_add(p->uid, TD__LIM_FDS, rq->nfds + S.n) < 0)
+		rc = -ENOMEM;
+	if (rc < 0) {
+		td__sealer_drop();
+		return rc;
+	}
 
 	j = p->seal_spare;
 	p->seal_spare = NULL;
@@ -221,11 +242,14 @@ int td__sealer_park(struct td__peer *p, const struct td__req *rq)
 	}
 	if (!j || rq->nfds > TD_WIRE_MAX_FDS) {
 		free(j);
+		td__tenant_sub(p->uid, TD__LIM_FDS, rq->nfds + S.n);
 		td__sealer_drop();
+		snprintf(why, why_cap, "out of memory");
 		return -ENOMEM;
 	}
 	j->work.data = j;
 	j->p = p;
+	j->uid = p->uid;
 	j->len = len;
 	/* body and header are the datagram as received (dispatch.c) */
 	memcpy(j->msg, rq->body - TD_WIRE_HDR_LEN, len);

@@ -11,6 +11,7 @@
  * (below): no server needed, any tenant can make one.
  */
 #include "rawclient.h"
+#include "testchild.h"
 
 #include "blob.h"
 
@@ -1349,4 +1350,67 @@ Test(stall, seals_of_many_connections_queue_and_all_end,
 		     N);
 	cr_assert_eq(tu_metric_unix(http_path, "tensord_seals_waiting"), 0);
 	close(v);
+}
+
+/* ---- what a parked PUBLISH holds counts as its uid's ---- */
+
+#define NOBODY 65534
+
+/*
+ * As nobody: a plain loan of two planes, left to the daemon to seal
+ * (TENSORD_SEAL=daemon), under --uid-limit fds=4: the connection (one
+ * or two) and the two planes fit, the two descriptors the daemon keeps
+ * while it seals them (dups, its uid's while the PUBLISH waits) do not:
+ * -EDQUOT naming the fds limit, and the loan given back. The library
+ * sealing the same loan itself asks the daemon for no descriptor more.
+ */
+static void fds_limit_child(const struct tu_daemon *d, void *arg)
+{
+	uint64_t sizes[2] = {4096, 4096}, shape[1] = {4096}, v = 0;
+	struct td_publish p = {.name = "seal/quota", .dtype = TD_TENSOR_U8,
+			       .ndim = 1, .shape = shape};
+	struct td_error e = {0};
+	struct td_client *c;
+	struct td_alloc *a;
+
+	(void)arg;
+	CK(setgid(NOBODY) == 0);
+	CK(setuid(NOBODY) == 0);
+	CK(setenv("TENSORD_SEAL", "daemon", 1) == 0);
+	c = open_client(d);
+	CK(unsetenv("TENSORD_SEAL") == 0);
+	CK_EQ(td_client_alloc(c, 2, sizes, &a, &e), 0);
+	CK_EQ(td_client_publish_alloc(c, a, &p, &v, &e), -EDQUOT);
+	CK(strstr(e.reason, "fds limit"));
+	td_client_close(c);
+	/* once the daemon has seen that connection go (its fds the uid's
+	 * until then) */
+	for (int i = 0;; i++) {
+		int rc;
+
+		c = open_client(d);
+		rc = td_client_alloc(c, 2, sizes, &a, &e);
+		if (rc == 0)
+			break;
+		CK_EQ(rc, -EDQUOT);
+		CK(i < TU_WAIT_S * 100);
+		td_client_close(c);
+		usleep(10000);
+	}
+	CK_EQ(td_client_publish_alloc(c, a, &p, &v, &e), 0);
+	CK(v > 0);
+	td_client_close(c);
+}
+
+Test(stall, a_parked_publishes_descriptors_count_in_its_uids_fds_limit)
+{
+	static const char *const args[] = {"--socket-mode", "0666",
+					   "--uid-limit", "fds=4", NULL};
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as another uid");
+	tu_daemon_start_args(&D, "warn", args);
+	cr_assert_eq(chmod(D.dir, 0755), 0);
+	cr_assert_eq(reap(spawn(&D, fds_limit_child, NULL)), 0);
+	tu_daemon_stop(&D, true);
 }
