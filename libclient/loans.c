@@ -8,7 +8,6 @@
  * one connection makes one request per tensor, as a producer of one
  * does. ALLOC and PUBLISH themselves are produce.c's.
  */
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -107,8 +106,9 @@ int td__alloc_seal(const struct td_alloc *a, int elem, struct td_error *err)
 	if (a->recycle || !a->c->seal_self)
 		return 0;
 	for (uint32_t i = 0; i < a->count; i++) {
-		/* no seals (not a memfd): the daemon judges the fd */
-		if (a->fds[i] < 0 || fcntl(a->fds[i], F_GET_SEALS) < 0)
+		/* a loan's buffers are the daemon's memfds (ALLOC): one
+		 * F_GET_SEALS, and F_ADD_SEALS where they are not sealed */
+		if (a->fds[i] < 0)
 			continue;
 		rc = td__memfd_seal_publish(a->fds[i], &why);
 		if (rc < 0 && elem < 0)
