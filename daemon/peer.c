@@ -776,9 +776,13 @@ static void on_poll(uv_poll_t *h, int status, int events)
 	if ((events & UV_READABLE) && td__list_empty(&p->txq) && !p->sealing)
 		receive(p);
 	if ((events & UV_DISCONNECT) && !p->dead && !p->sealing) {
-		/* drain what is left before noticing the hangup */
+		/*
+		 * drain what is left before noticing the hangup; not while a
+		 * request read there is parked for its seals: it is answered
+		 * when handled again, and the rest read after it
+		 */
 		receive(p);
-		if (!p->dead && td__list_empty(&p->txq))
+		if (!p->dead && !p->sealing && td__list_empty(&p->txq))
 			td__peer_kill(p, "hangup");
 	}
 	if (!p->dead)
