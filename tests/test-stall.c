@@ -1687,3 +1687,40 @@ Test(stall, the_daemon_stops_while_seals_wait_and_queue, .init = start,
 	cr_assert_eq(tu_fd_count(), D.fds0, "fd leak: %d -> %d", D.fds0,
 		     tu_fd_count());
 }
+
+/*
+ * More requests than the daemon reads in two wake-ups (TD__RX_BATCH is
+ * 32), then the hang-up (SHUT_WR), all seen at once: every request is
+ * handled and answered before the connection ends. The hang-up's drain
+ * read one batch and cut the rest (the PUBLISH at the end never made).
+ */
+Test(stall, every_request_sent_before_a_hang_up_is_answered, .init = start,
+     .fini = stop)
+{
+	enum { AHEAD = 100 };
+	int sock = raw_scm_conn(&D);
+	struct td_wire_stat_req st = {.name = {"hup/end", 7}};
+	uint64_t alloc = raw_alloc_one(sock, 2, 4096);
+	struct rawrep r;
+	char byte;
+
+	daemon_pause();
+	for (int i = 0; i < AHEAD; i++)
+		raw_send(sock, TD_OP_STAT, 10 + (uint64_t)i,
+			 (size_t)td_wire_stat_req_encode(&st, RAW_BODY,
+							 RAW_CAP));
+	raw_send(sock, TD_OP_PUBLISH, 200, pub_body("hup/end", alloc));
+	cr_assert_eq(shutdown(sock, SHUT_WR), 0);
+	cr_assert_eq(kill(D.pid, SIGCONT), 0);
+	for (int i = 0; i < AHEAD; i++) {
+		raw_recv(sock, &r);
+		cr_assert_eq(r.h.request_id, 10 + (uint64_t)i);
+		cr_assert_eq(r.h.status, -ENOENT);
+	}
+	raw_recv(sock, &r);
+	cr_assert_eq(r.h.request_id, 200);
+	cr_assert_eq(r.h.status, 0, "the last request: %d", r.h.status);
+	tu_await_readable(sock, TU_WAIT_S, "the hang-up");
+	cr_assert_eq(recv(sock, &byte, 1, 0), 0);
+	close(sock);
+}
