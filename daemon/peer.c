@@ -678,8 +678,12 @@ void td__peer_hello(struct td__peer *p, const struct td__req *rq)
 
 /* ---- receiving ---- */
 
-/* Read up to TD__RX_BATCH datagrams; a busy peer cannot starve others. */
-static void receive(struct td__peer *p)
+/*
+ * Read up to TD__RX_BATCH datagrams; a busy peer cannot starve others.
+ * True when it read them all and more may be read now (no reply waits,
+ * no request parked).
+ */
+static bool receive(struct td__peer *p)
 {
 	struct td__daemon *d = td__d;
 
@@ -701,7 +705,7 @@ static void receive(struct td__peer *p)
 		if (n < 0) {
 			if (n != -EAGAIN)
 				td__peer_kill(p, "recvmsg failed");
-			return;
+			return false;
 		}
 		nfds = rx.nfds;
 		/* more than a request may carry: truncated, as the kernel
@@ -711,7 +715,7 @@ static void receive(struct td__peer *p)
 		if (n == 0) {
 			td__close_fds(fds, nfds);
 			td__peer_kill(p, "connection closed");
-			return;
+			return false;
 		}
 		if (rx.msg_flags & MSG_CTRUNC) {
 			td__close_fds(fds, nfds);
@@ -720,7 +724,7 @@ static void receive(struct td__peer *p)
 				       "%d fds",
 				       TD_WIRE_MAX_FDS);
 			td__peer_kill(p, "MSG_CTRUNC");
-			return;
+			return false;
 		}
 		if (rx.msg_flags & MSG_TRUNC) {
 			uint16_t op;
@@ -732,7 +736,7 @@ static void receive(struct td__peer *p)
 				       "datagram larger than %d bytes",
 				       TD_WIRE_MAX_MSG);
 			td__peer_kill(p, "oversize datagram");
-			return;
+			return false;
 		}
 		if (rx.foreign) {
 			td__close_fds(fds, nfds);
@@ -740,15 +744,16 @@ static void receive(struct td__peer *p)
 				       "control message other than "
 				       "SCM_RIGHTS");
 			td__peer_kill(p, "unexpected control message");
-			return;
+			return false;
 		}
 		td__d->requests++;
 		p->requests++;
 		handlers->datagram(p, (size_t)n, fds, nfds);
 		/* backpressure: no more requests while replies wait */
 		if (!td__list_empty(&p->txq))
-			return;
+			return false;
 	}
+	return !p->dead && !p->sealing;
 }
 
 void td__peer_replay(struct td__peer *p, const uint8_t *msg, size_t len,
@@ -776,9 +781,17 @@ static void on_poll(uv_poll_t *h, int status, int events)
 	if ((events & UV_READABLE) && td__list_empty(&p->txq) && !p->sealing)
 		receive(p);
 	if ((events & UV_DISCONNECT) && !p->dead && !p->sealing) {
-		/* drain what is left before noticing the hangup */
-		receive(p);
-		if (!p->dead && td__list_empty(&p->txq))
+		/*
+		 * Drain what is left before noticing the hangup: all of it, a
+		 * batch at a time (nothing more can come: the peer's send
+		 * buffer bounds it), up to its end, where receive ends p.
+		 * Not past a reply that waits (read on once it is out), nor
+		 * past a request read here that parks for its seals: it is
+		 * answered when handled again, and the rest read after it.
+		 */
+		while (receive(p))
+			;
+		if (!p->dead && !p->sealing && td__list_empty(&p->txq))
 			td__peer_kill(p, "hangup");
 	}
 	if (!p->dead)

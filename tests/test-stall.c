@@ -1413,4 +1413,376 @@ Test(stall, a_parked_publishes_descriptors_count_in_its_uids_fds_limit)
 	cr_assert_eq(chmod(D.dir, 0755), 0);
 	cr_assert_eq(reap(spawn(&D, fds_limit_child, NULL)), 0);
 	tu_daemon_stop(&D, true);
+/*
+ * A request parked for its seal while its client hangs up: the client
+ * sent more than the daemon reads at one wake-up (TD__RX_BATCH, 32),
+ * then a PUBLISH of a plain loan (its seal is made off the loop: it
+ * parks), a STAT, and shut its end for writing, and waits for the
+ * replies. The daemon reads the rest when it sees the hang-up, and the
+ * PUBLISH it parked there is answered, and the STAT behind it, before
+ * the connection ends; it was cut instead, the PUBLISH never made. The
+ * daemon is stopped (SIGSTOP) while it is all sent, so that it sees the
+ * whole of it at one wake-up.
+ */
+/* SIGSTOP to the daemon, and until its loop is stopped */
+static void daemon_pause(void)
+{
+	char path[64], stat[256], *c;
+
+	cr_assert_eq(kill(D.pid, SIGSTOP), 0);
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)D.pid);
+	for (int waited = 0;; waited += 1) {
+		FILE *f = fopen(path, "r");
+		bool got;
+
+		cr_assert(f, "%s: %s", path, strerror(errno));
+		got = fgets(stat, sizeof(stat), f) != NULL;
+		fclose(f);
+		c = got ? strrchr(stat, ')') : NULL;
+		if (c && c[1] == ' ' && c[2] == 'T')
+			return;
+		cr_assert_lt(waited, TU_WAIT_S * 1000, "the daemon never "
+			     "stopped");
+		poll(NULL, 0, 1);
+	}
+}
+
+Test(stall, a_publish_parked_while_its_client_hangs_up_is_answered,
+     .init = start, .fini = stop)
+{
+	enum { AHEAD = 40, TRIES = 4 };
+	struct td_wire_stat_req st = {.name = {"seal/hup", 8}};
+
+	/* a few times: the daemon does not always see the hang-up with
+	 * the first datagrams */
+	for (int k = 0; k < TRIES; k++) {
+		int sock = raw_scm_conn(&D);
+		uint64_t alloc = raw_alloc_one(sock, 2, 4096);
+		struct rawrep r;
+		char byte;
+
+		daemon_pause();
+		for (int i = 0; i < AHEAD; i++)
+			raw_send(sock, TD_OP_STAT, 10 + (uint64_t)i,
+				 (size_t)td_wire_stat_req_encode(&st, RAW_BODY,
+								 RAW_CAP));
+		raw_send(sock, TD_OP_PUBLISH, 100, pub_body("seal/hup", alloc));
+		raw_send(sock, TD_OP_STAT, 101,
+			 (size_t)td_wire_stat_req_encode(&st, RAW_BODY,
+							 RAW_CAP));
+		cr_assert_eq(shutdown(sock, SHUT_WR), 0);
+		cr_assert_eq(kill(D.pid, SIGCONT), 0);
+		for (int i = 0; i < AHEAD; i++) {
+			raw_recv(sock, &r);
+			cr_assert_eq(r.h.request_id, 10 + (uint64_t)i);
+			cr_assert_eq(r.h.status, k ? 0 : -ENOENT);
+			td__scm_close(r.fds, r.nfds);
+		}
+		raw_recv(sock, &r);
+		cr_assert_eq(r.h.request_id, 100, "try %d", k);
+		cr_assert_eq(r.h.status, 0, "the parked PUBLISH: %d",
+			     r.h.status);
+		raw_recv(sock, &r);
+		cr_assert_eq(r.h.request_id, 101);
+		cr_assert_eq(r.h.status, 0, "the STAT behind it: %d",
+			     r.h.status);
+		td__scm_close(r.fds, r.nfds);
+		/* and then the end */
+		tu_await_readable(sock, TU_WAIT_S, "the hang-up");
+		cr_assert_eq(recv(sock, &byte, 1, 0), 0);
+		close(sock);
+	}
+}
+
+/* A memfd of the test's, 4 KiB written, its size sealed; held (vmspliced into pp, not
+ * mapped: its write seal waits and fails) when pp is not NULL. */
+static int own_memfd(const char *name, int pp[2])
+{
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	struct iovec iov;
+	uint8_t *p;
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, 4096), 0);
+	cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	cr_assert(p != MAP_FAILED);
+	memset(p, 0x3c, 4096);
+	if (pp) {
+		cr_assert_eq(pipe2(pp, O_CLOEXEC), 0);
+		iov = (struct iovec){p, 4096};
+		cr_assert_eq(vmsplice(pp[1], &iov, 1, 0), 4096);
+	}
+	munmap(p, 4096);
+	return fd;
+}
+
+/* The PUBLISH body (in rawbuf) of the test's own memfd as name: fd
+ * number fdnum, pulled by pidfd or attached (then fdnum is ignored). */
+static size_t own_pub_body(const char *name, int fdnum)
+{
+	uint8_t blob[512];
+	int64_t blen = raw_blob_u8(4096, 0, blob, sizeof(blob)), n;
+	struct td_wire_publish_req q = {
+		.name = {name, (uint16_t)strlen(name)},
+		.meta = {(const uint8_t *)"", 0},
+		.blob = {blob, (uint32_t)blen},
+		.fd_count = 1,
+		.fds = {fdnum},
+	};
+
+	cr_assert_gt(blen, 0);
+	n = td_wire_publish_req_encode(&q, RAW_BODY, RAW_CAP);
+	cr_assert_gt(n, 0);
+	return (size_t)n;
+}
+
+/* raw_send with fds attached (SCM_RIGHTS) */
+static void raw_send_fds(int sock, uint16_t op, uint64_t id, size_t len,
+			 const int *fds, unsigned nfds)
+{
+	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, op, 0,
+				(uint16_t)nfds, id, (uint32_t)len, 0};
+
+	td_wire_hdr_encode(&h, rawbuf);
+	cr_assert_eq(td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN + len, fds,
+				  nfds, 0),
+		     (ssize_t)(TD_WIRE_HDR_LEN + len));
+}
+
+/* A raw connection whose fds the daemon pulls (pidfd import) */
+static int pidfd_conn(void)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct td_wire_hello_rep rep;
+	struct rawrep r;
+	int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	struct td_wire_hello_req hr = {TD_IMPORT_PIDFD, sock, {"liar", 4}, 0};
+
+	cr_assert_geq(sock, 0);
+	memcpy(sa.sun_path, D.sock, sizeof(D.sock));
+	cr_assert_eq(connect(sock, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(raw_call(sock, TD_OP_HELLO, 1,
+			      td_wire_hello_req_encode(&hr, RAW_BODY, RAW_CAP),
+			      &r),
+		     0);
+	cr_assert_eq(td_wire_hello_rep_decode(RAW_BODY, r.h.body_len, &rep,
+					      NULL),
+		     0);
+	td__scm_close(r.fds, r.nfds);
+	if (rep.import_in != TD_IMPORT_PIDFD)
+		cr_skip_test("pidfd import refused here (pidfd_getfd, "
+			     "ptrace rules)");
+	return sock;
+}
+
+/*
+ * PUBLISH of the test's own memfd number fdnum (pulled, or attached:
+ * attach), whose pages are held, until a thread of the daemon is seen
+ * in its seal; then fdnum is made a copy of other (dup2). The reply;
+ * false when the seal was never caught in 20 tries. pinned: the memfd,
+ * put back at fdnum after every miss.
+ */
+static bool swapped_in_seal(int sock, int fdnum, int pinned, int other,
+			    bool attach, struct rawrep *r)
+{
+	for (int i = 0; i < 20; i++) {
+		bool swapped = false;
+		size_t n = own_pub_body("seal/own", fdnum);
+
+		cr_assert_eq(dup2(pinned, fdnum), fdnum);
+		raw_send_fds(sock, TD_OP_PUBLISH, 10 + (uint64_t)i, n, &fdnum,
+			     attach ? 1 : 0);
+		for (int waited = 0;; waited++) {
+			struct pollfd pf = {sock, POLLIN, 0};
+
+			cr_assert_lt(waited, TU_WAIT_S * 1000, "no reply");
+			if (thread_in_seal(true)) {
+				cr_assert_eq(dup2(other, fdnum), fdnum);
+				swapped = true;
+				break;
+			}
+			if (poll(&pf, 1, 1) > 0)
+				break;
+		}
+		raw_recv(sock, r);
+		cr_assert_eq(r->h.request_id, 10 + (uint64_t)i);
+		if (swapped && (attach || r->h.status != -EBUSY))
+			return true;
+		/* missed (or swapped too late: the replay was done) */
+		cr_assert_eq(r->h.status, -EBUSY, "%d", r->h.status);
+	}
+	return false;
+}
+
+/* Until the daemon holds no descriptor of the memfd called name */
+static void await_let_go(const char *name)
+{
+	char target[96];
+
+	snprintf(target, sizeof(target), "/memfd:%s (deleted)", name);
+	for (int waited = 0; daemon_holds(target); waited += 10) {
+		cr_assert_lt(waited, TU_WAIT_S * 1000, "the daemon keeps %s",
+			     target);
+		poll(NULL, 0, 10);
+	}
+}
+
+/*
+ * A pidfd producer publishing its own memfd (no alloc; the daemon pulls
+ * it by number) whose number names another memfd once the seal was
+ * made: the request handled again pulls that other file, which is not
+ * the one sealed, and the PUBLISH is refused -EAGAIN ("the file
+ * changed"), nothing sealed, nothing kept. The connection goes on: the
+ * pages let go, the number (the other memfd now) publishes, sealed.
+ */
+Test(stall, a_pulled_memfd_changed_while_its_seal_waits_is_refused,
+     .init = start, .fini = stop)
+{
+	int sock = pidfd_conn(), pp[2];
+	int pinned = own_memfd("seal-own", pp), other = own_memfd("seal-other",
+								  NULL);
+	int fdnum = dup(pinned);
+	char why[TD_WIRE_MAX_REASON + 1];
+	struct rawrep r;
+
+	cr_assert_geq(fdnum, 0);
+	cr_assert(swapped_in_seal(sock, fdnum, pinned, other, false, &r),
+		  "the seal never waited off the loop");
+	raw_reason(&r, why, sizeof(why));
+	cr_assert_eq(r.h.status, -EAGAIN, "%d %s", r.h.status, why);
+	cr_assert(strstr(why, "the file changed while its seal was being "
+			      "made"),
+		  "%s", why);
+	cr_assert_eq(fcntl(other, F_GET_SEALS) & F_SEAL_WRITE, 0,
+		     "the file not sealed off the loop was sealed");
+	cr_assert_eq(fcntl(pinned, F_GET_SEALS) & F_SEAL_WRITE, 0);
+	await_let_go("seal-own");
+	await_let_go("seal-other");
+	close(pp[0]);
+	close(pp[1]);
+	cr_assert_eq(raw_call(sock, TD_OP_PUBLISH, 40,
+			      (int64_t)own_pub_body("seal/own", fdnum), &r),
+		     0, "the connection goes on");
+	cr_assert_eq(fcntl(other, F_GET_SEALS) & F_SEAL_WRITE, F_SEAL_WRITE);
+	close(fdnum);
+	close(other);
+	close(pinned);
+	close(sock);
+}
+
+/*
+ * The same with the memfd attached (SCM_RIGHTS): the request keeps the
+ * file it came with, whatever the number names since, and is refused
+ * with its seal's own failure (its pages are pinned); nothing kept.
+ */
+Test(stall, an_attached_memfd_keeps_its_file_while_its_seal_waits,
+     .init = start, .fini = stop)
+{
+	int sock = raw_scm_conn(&D), pp[2];
+	int pinned = own_memfd("seal-own", pp), other = own_memfd("seal-other",
+								  NULL);
+	int fdnum = dup(pinned);
+	char why[TD_WIRE_MAX_REASON + 1];
+	struct rawrep r;
+
+	cr_assert_geq(fdnum, 0);
+	cr_assert(swapped_in_seal(sock, fdnum, pinned, other, true, &r),
+		  "the seal never waited off the loop");
+	raw_reason(&r, why, sizeof(why));
+	cr_assert_eq(r.h.status, -EBUSY, "%d %s", r.h.status, why);
+	cr_assert(strstr(why, "let go of its pages"), "%s", why);
+	await_let_go("seal-own");
+	close(pp[0]);
+	close(pp[1]);
+	raw_send_fds(sock, TD_OP_PUBLISH, 40, own_pub_body("seal/own", 0),
+		     &pinned, 1);
+	raw_recv(sock, &r);
+	cr_assert_eq(r.h.status, 0, "the connection goes on: %d", r.h.status);
+	cr_assert_eq(fcntl(pinned, F_GET_SEALS) & F_SEAL_WRITE, F_SEAL_WRITE);
+	cr_assert_eq(fcntl(other, F_GET_SEALS) & F_SEAL_WRITE, 0);
+	close(fdnum);
+	close(other);
+	close(pinned);
+	close(sock);
+}
+
+/*
+ * SIGTERM while seals wait on the pool and others queue behind them,
+ * every connection still there: the daemon ends, status 0, promptly
+ * (tu_reap_within's bound), and the test's descriptors are as before.
+ */
+Test(stall, the_daemon_stops_while_seals_wait_and_queue, .init = start,
+     .fini = stop)
+{
+	enum { N = 5 };
+	int sock[N], fd[N], pp[N][2], st;
+	char name[32];
+	pid_t pid = D.pid;
+	bool caught = false;
+
+	for (int i = 0; i < N; i++) {
+		uint64_t alloc;
+
+		sock[i] = raw_scm_conn(&D);
+		alloc = held_loan(sock[i], 2, &fd[i], pp[i]);
+		snprintf(name, sizeof(name), "stop/%d", i);
+		raw_send(sock[i], TD_OP_PUBLISH, 10, pub_body(name, alloc));
+	}
+	for (int waited = 0; !(caught = thread_in_seal(true)); waited++) {
+		cr_assert_lt(waited, TU_WAIT_S * 1000, "no seal waited");
+		poll(NULL, 0, 1);
+	}
+	D.pid = 0;
+	cr_assert_eq(kill(pid, SIGTERM), 0);
+	cr_assert(tu_reap_within(pid, TU_WAIT_S, &st),
+		  "tensord did not exit within %d s of SIGTERM", TU_WAIT_S);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %#x", st);
+	for (int i = 0; i < N; i++) {
+		close(sock[i]);
+		close(fd[i]);
+		close(pp[i][0]);
+		close(pp[i][1]);
+	}
+	unlink(D.sock);
+	rmdir(D.dir);
+	cr_assert_eq(tu_fd_count(), D.fds0, "fd leak: %d -> %d", D.fds0,
+		     tu_fd_count());
+}
+
+/*
+ * More requests than the daemon reads in two wake-ups (TD__RX_BATCH is
+ * 32), then the hang-up (SHUT_WR), all seen at once: every request is
+ * handled and answered before the connection ends. The hang-up's drain
+ * read one batch and cut the rest (the PUBLISH at the end never made).
+ */
+Test(stall, every_request_sent_before_a_hang_up_is_answered, .init = start,
+     .fini = stop)
+{
+	enum { AHEAD = 100 };
+	int sock = raw_scm_conn(&D);
+	struct td_wire_stat_req st = {.name = {"hup/end", 7}};
+	uint64_t alloc = raw_alloc_one(sock, 2, 4096);
+	struct rawrep r;
+	char byte;
+
+	daemon_pause();
+	for (int i = 0; i < AHEAD; i++)
+		raw_send(sock, TD_OP_STAT, 10 + (uint64_t)i,
+			 (size_t)td_wire_stat_req_encode(&st, RAW_BODY,
+							 RAW_CAP));
+	raw_send(sock, TD_OP_PUBLISH, 200, pub_body("hup/end", alloc));
+	cr_assert_eq(shutdown(sock, SHUT_WR), 0);
+	cr_assert_eq(kill(D.pid, SIGCONT), 0);
+	for (int i = 0; i < AHEAD; i++) {
+		raw_recv(sock, &r);
+		cr_assert_eq(r.h.request_id, 10 + (uint64_t)i);
+		cr_assert_eq(r.h.status, -ENOENT);
+	}
+	raw_recv(sock, &r);
+	cr_assert_eq(r.h.request_id, 200);
+	cr_assert_eq(r.h.status, 0, "the last request: %d", r.h.status);
+	tu_await_readable(sock, TU_WAIT_S, "the hang-up");
+	cr_assert_eq(recv(sock, &byte, 1, 0), 0);
+	close(sock);
 }
