@@ -22,6 +22,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +53,10 @@ struct td__seal_job {
 	uv_work_t work;
 	struct td__list link; /* S.queue while it waits for a thread */
 	struct td__peer *p; /* NULL once gone */
-	uid_t uid;          /* p's: its fds below count as that uid's */
+	/* p gone (killed, or the daemon stopping): the thread makes no
+	 * more of its seals, an answer nobody would read */
+	_Atomic bool gone;
+	uid_t uid; /* p's: its fds below count as that uid's */
 	unsigned nseal, nfds;
 	int fds[TD_WIRE_MAX_FDS]; /* the request's, as it came */
 	size_t len, cap; /* cap: bytes after msg's start */
@@ -139,14 +143,17 @@ void td__sealer_drop(void)
 /*
  * On a pool thread: the seals, in the order the request needs them, up
  * to the first that fails (the request is refused with it: the rest
- * would only wait too). Each fd is the job's own.
+ * would only wait too), or until its connection is gone (a kill, the
+ * daemon's stop: a stop waits one seal at most, not a PUBLISH_MANY's
+ * hundreds). Each fd is the job's own.
  */
 static void seal_work(uv_work_t *w)
 {
 	struct td__seal_job *j = w->data;
 
-	for (unsigned i = 0; i < j->nseal; i++) {
-		j->seal[i].rc = td__memfd_seal_publish(j->seal[i].fd, &j->seal[i].why);
+	for (unsigned i = 0; i < j->nseal && !atomic_load(&j->gone); i++) {
+		j->seal[i].rc = td__memfd_seal_publish(j->seal[i].fd,
+						       &j->seal[i].why);
 		if (j->seal[i].rc < 0)
 			break;
 	}
@@ -249,6 +256,7 @@ int td__sealer_park(struct td__peer *p, const struct td__req *rq, char *why,
 	}
 	j->work.data = j;
 	j->p = p;
+	atomic_init(&j->gone, false);
 	j->uid = p->uid;
 	j->len = len;
 	/* body and header are the datagram as received (dispatch.c) */
@@ -271,8 +279,10 @@ int td__sealer_park(struct td__peer *p, const struct td__req *rq, char *why,
 
 void td__sealer_peer_gone(struct td__peer *p)
 {
-	if (p->sealing)
+	if (p->sealing) {
 		p->sealing->p = NULL;
+		atomic_store(&p->sealing->gone, true);
+	}
 	p->sealing = NULL;
 	free(p->seal_spare);
 	p->seal_spare = NULL;

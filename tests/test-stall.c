@@ -1413,6 +1413,8 @@ Test(stall, a_parked_publishes_descriptors_count_in_its_uids_fds_limit)
 	cr_assert_eq(chmod(D.dir, 0755), 0);
 	cr_assert_eq(reap(spawn(&D, fds_limit_child, NULL)), 0);
 	tu_daemon_stop(&D, true);
+}
+
 /*
  * A request parked for its seal while its client hangs up: the client
  * sent more than the daemon reads at one wake-up (TD__RX_BATCH, 32),
@@ -1785,4 +1787,106 @@ Test(stall, every_request_sent_before_a_hang_up_is_answered, .init = start,
 	tu_await_readable(sock, TU_WAIT_S, "the hang-up");
 	cr_assert_eq(recv(sock, &byte, 1, 0), 0);
 	close(sock);
+}
+
+/* Until fd's file carries F_SEAL_WRITE (its seal made), or false when a
+ * reply comes on sock first (the seal failed: its job ended). */
+static bool await_sealed(int fd, int sock)
+{
+	for (int waited = 0;; waited++) {
+		struct pollfd pf = {sock, POLLIN, 0};
+
+		if (fcntl(fd, F_GET_SEALS) & F_SEAL_WRITE)
+			return true;
+		cr_assert_lt(waited, TU_WAIT_S * 1000, "no seal, no reply");
+		if (poll(&pf, 1, 1) > 0)
+			return false;
+	}
+}
+
+/*
+ * SIGTERM in the middle of a PUBLISH_MANY's seals, each of its loans
+ * held by a pipe of its own: the first let go (sealed), the second
+ * caught waiting, then the stop, and only then every other pipe let go.
+ * The job makes the seal it is in and no more: the loans after it stay
+ * unsealed, where the thread went on sealing them all (a stop waited a
+ * whole PUBLISH_MANY's seals, 150 ms each at a hostile producer's will).
+ */
+Test(stall, a_stop_ends_a_publish_manys_seals_after_the_one_under_way,
+     .init = start, .fini = stop)
+{
+	enum { N = 6 };
+	const char *names[N] = {"sm/0", "sm/1", "sm/2", "sm/3", "sm/4", "sm/5"};
+	static uint8_t bodies[N][1024];
+	struct td_wire_publish_many_req q = {.count = N};
+	int sock = 0, fd[N], pp[N][2], st;
+	bool ok = false;
+	pid_t pid;
+
+	/* the first wait is short (150 ms): tried again until caught */
+	for (int tries = 0; !ok && tries < 20; tries++) {
+		if (tries) {
+			struct rawrep r;
+
+			raw_recv(sock, &r); /* the refusal of the try before */
+			close(sock);
+			for (int k = 0; k < N; k++) {
+				close(fd[k]);
+				close(pp[k][0]);
+				close(pp[k][1]);
+			}
+		}
+		sock = raw_scm_conn(&D);
+		for (int k = 0; k < N; k++) {
+			uint64_t alloc = held_loan(sock, 2 + (uint64_t)k,
+						   &fd[k], pp[k]);
+			int64_t n = raw_pub_body(names[k], alloc, 4096, 0, 0,
+						 bodies[k], 1024);
+
+			cr_assert_gt(n, 0);
+			q.el[k].body = (struct td_wire_bytes){bodies[k],
+							      (uint32_t)n};
+		}
+		raw_send(sock, TD_OP_PUBLISH_MANY, 20,
+			 (size_t)td_wire_publish_many_req_encode(&q, RAW_BODY,
+								 RAW_CAP));
+		while (!thread_in_seal(true))
+			poll(NULL, 0, 1);
+		close(pp[0][0]); /* the first let go: it seals */
+		close(pp[0][1]);
+		pp[0][0] = pp[0][1] = -1;
+		ok = await_sealed(fd[0], sock);
+		/* the second's wait (150 ms), before its refusal comes */
+		while (ok && !thread_in_seal(true)) {
+			struct pollfd pf = {sock, POLLIN, 0};
+
+			ok = poll(&pf, 1, 1) == 0;
+		}
+	}
+	cr_assert(ok, "the second seal was never caught waiting");
+	pid = D.pid;
+	D.pid = 0;
+	cr_assert_eq(kill(pid, SIGTERM), 0);
+	/* the stop has begun once the socket is gone: peers go next */
+	for (int waited = 0; !access(D.sock, F_OK); waited++) {
+		cr_assert_lt(waited, TU_WAIT_S * 1000, "the daemon never "
+			     "began its stop");
+		poll(NULL, 0, 1);
+	}
+	poll(NULL, 0, 20);
+	for (int k = 1; k < N; k++) {
+		close(pp[k][0]);
+		close(pp[k][1]);
+	}
+	cr_assert(tu_reap_within(pid, TU_WAIT_S, &st),
+		  "tensord did not exit within %d s of SIGTERM", TU_WAIT_S);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %#x", st);
+	for (int k = 2; k < N; k++)
+		cr_assert_eq(fcntl(fd[k], F_GET_SEALS) & F_SEAL_WRITE, 0,
+			     "loan %d sealed after the stop", k);
+	for (int k = 0; k < N; k++)
+		close(fd[k]);
+	close(sock);
+	unlink(D.sock);
+	rmdir(D.dir);
 }
