@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensord
 
-from conftest import mapping_of, memfd_map_count, need_torch
+from conftest import UNDER_ASAN, mapping_of, memfd_map_count, need_torch
 
 PAGES = 16
 SIZE = PAGES * 4096
@@ -169,7 +169,12 @@ def test_a_stream_put_copies_into_warm_pages_and_each_version_is_whole(
     # a plain put is a new buffer a version, its pages faulted in by the
     # copy (and the get's mapping): what the stream's loans save
     assert plain >= versions * PAGES // 2, plain
-    assert streamed <= versions * PAGES // 4, (streamed, plain)
+    # (under ASan its allocator's own faults, its quarantine recycling
+    # memory it gave back, come and go with the process's past: 99 in
+    # 24 versions for this test alone, 4076 once late in a whole run,
+    # the same at the code before this bound; the plain build checks it)
+    if not UNDER_ASAN:
+        assert streamed <= versions * PAGES // 4, (streamed, plain)
     assert client.stat("sl/put-s").flags & tensord.ENTRY_RECYCLE
     assert not client.stat("sl/put-p").flags & tensord.ENTRY_RECYCLE
 
