@@ -224,6 +224,7 @@ struct td__stats {
 	 */
 	uint64_t row_visits;
 	uint64_t seals_off_loop; /* memfds a request's seal made (sealer.c) */
+	uint64_t seal_yields; /* seal jobs that gave their thread to another uid */
 	uint64_t refused[3]; /* error replies by enum td_wire_refusal */
 	uint64_t replies[TD__STAT_OPS][2]; /* [op][status < 0] (peer.c) */
 	uint64_t refused_access, refused_space, refused_quota; /* by errno */

@@ -337,6 +337,9 @@ static void seal_metrics(FILE *f, const struct td__daemon *d)
 	metric(f, "tensord_seals_waiting", "gauge",
 	       "Requests parked while their seals are made.",
 	       td__sealer_waiting());
+	metric(f, "tensord_seal_yields_total", "counter",
+	       "Times a request's seals stopped after one, for another "
+	       "uid's turn on the sealing threads.", d->stats.seal_yields);
 }
 
 static enum MHD_Result metrics(struct MHD_Connection *c)

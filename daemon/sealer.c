@@ -36,7 +36,10 @@
 /*
  * Jobs on the pool at once. The pool has four threads (libuv's default)
  * and io.c's fsyncs share it: two are always left to them, however many
- * connections wait for seals (the others wait here, first come first).
+ * connections wait for seals. The others wait here, shared out by uid
+ * (seal_next): one tenant's many connections, or one request of
+ * hundreds of slow seals, hold another uid's seal back by one seal at
+ * most, not by all of theirs.
  */
 #define SEAL_THREADS 2
 /* a job this big or less is kept for its connection's next one */
@@ -51,13 +54,23 @@ struct seal {
 
 struct td__seal_job {
 	uv_work_t work;
-	struct td__list link; /* S.queue while it waits for a thread */
+	/*
+	 * While it waits for a thread: the first waiting job of its uid is
+	 * in S.queue (one a uid), the uid's later ones in its more, in the
+	 * order they came.
+	 */
+	struct td__list link, more;
 	struct td__peer *p; /* NULL once gone */
 	/* p gone (killed, or the daemon stopping): the thread makes no
 	 * more of its seals, an answer nobody would read */
 	_Atomic bool gone;
+	/* another uid waits: the thread leaves the rest for its next turn
+	 * after the seal under way (set on the loop) */
+	_Atomic bool yield;
+	bool failed; /* a seal failed: the rest are not made */
 	uid_t uid; /* p's: its fds below count as that uid's */
 	unsigned nseal, nfds;
+	unsigned next; /* the first seal not made yet */
 	int fds[TD_WIRE_MAX_FDS]; /* the request's, as it came */
 	size_t len, cap; /* cap: bytes after msg's start */
 	struct seal *seal; /* nseal, after msg */
@@ -70,7 +83,8 @@ static struct {
 	/* the job whose request is handled again now, or NULL */
 	const struct td__seal_job *replay;
 	unsigned waiting, running; /* jobs not done; on the pool */
-	struct td__list queue;     /* jobs waiting for a thread */
+	struct td__list queue;     /* a uid's first job waiting for a thread */
+	struct td__seal_job *run[SEAL_THREADS]; /* those on the pool */
 } S = {.queue = {&S.queue, &S.queue}};
 
 /* $TENSORD_SEALER=0: the seals on the loop, as before (for the
@@ -143,20 +157,27 @@ void td__sealer_drop(void)
 /*
  * On a pool thread: the seals, in the order the request needs them, up
  * to the first that fails (the request is refused with it: the rest
- * would only wait too), or until its connection is gone (a kill, the
+ * would only wait too), until its connection is gone (a kill, the
  * daemon's stop: a stop waits one seal at most, not a PUBLISH_MANY's
- * hundreds). Each fd is the job's own.
+ * hundreds), or until another uid waits for a thread: the rest are made
+ * at the job's next turn. Each fd is the job's own.
  */
 static void seal_work(uv_work_t *w)
 {
 	struct td__seal_job *j = w->data;
+	unsigned i = j->next;
 
-	for (unsigned i = 0; i < j->nseal && !atomic_load(&j->gone); i++) {
+	while (i < j->nseal && !atomic_load(&j->gone)) {
 		j->seal[i].rc = td__memfd_seal_publish(j->seal[i].fd,
 						       &j->seal[i].why);
-		if (j->seal[i].rc < 0)
+		if (j->seal[i++].rc < 0) {
+			j->failed = true;
+			break;
+		}
+		if (atomic_load(&j->yield))
 			break;
 	}
+	j->next = i;
 }
 
 /* A job's end, on the loop: its request handled again, or its fds
@@ -190,30 +211,151 @@ static void job_end(struct td__seal_job *j)
 
 static void seal_done(uv_work_t *w, int status);
 
+/*
+ * Whether each job on the pool must leave its seals after the one under
+ * way: when a job of another uid waits. S.queue holds one job a uid.
+ */
+static void yield_update(void)
+{
+	for (unsigned t = 0; t < SEAL_THREADS; t++) {
+		struct td__seal_job *r = S.run[t];
+		struct td__list *e;
+		bool other = false;
+
+		for (e = S.queue.next; r && !other && e != &S.queue;
+		     e = e->next)
+			other = td__container_of(e, struct td__seal_job, link)
+					->uid != r->uid;
+		if (r && other)
+			atomic_store(&r->yield, true);
+	}
+}
+
+/* The first waiting job of uid, or NULL */
+static struct td__seal_job *queued_of(uid_t uid)
+{
+	for (struct td__list *e = S.queue.next; e != &S.queue; e = e->next) {
+		struct td__seal_job *q =
+			td__container_of(e, struct td__seal_job, link);
+
+		if (q->uid == uid)
+			return q;
+	}
+	return NULL;
+}
+
+/*
+ * j to wait for a thread, behind its uid's jobs when new, or ahead of
+ * them when it comes back for the rest of its seals (it came first);
+ * either way its uid's turn is after every other uid's waiting now.
+ */
+static void enqueue(struct td__seal_job *j, bool back)
+{
+	struct td__seal_job *h = queued_of(j->uid);
+
+	td__list_init(&j->more);
+	if (h && !back) {
+		td__list_add_tail(&h->more, &j->link);
+		return;
+	}
+	if (h) {
+		/* h and those behind it wait behind j now, in order */
+		td__list_del(&h->link);
+		while (!td__list_empty(&h->more)) {
+			struct td__list *e = h->more.prev;
+
+			td__list_del(e);
+			td__list_add_tail(j->more.next, e);
+		}
+		td__list_add_tail(j->more.next, &h->link);
+	}
+	td__list_add_tail(&S.queue, &j->link);
+}
+
+/* Whether a job of uid is on the pool */
+static bool running_of(uid_t uid)
+{
+	for (unsigned t = 0; t < SEAL_THREADS; t++)
+		if (S.run[t] && S.run[t]->uid == uid)
+			return true;
+	return false;
+}
+
+/*
+ * Out of S.queue: the first uid with no job on the pool, else the first
+ * (uids take turns: a uid's next job waits at the end); its next job,
+ * if any, waits at the end for the uid's next turn.
+ */
+static struct td__seal_job *dequeue(void)
+{
+	struct td__seal_job *j = NULL, *n;
+	struct td__list *e;
+
+	for (e = S.queue.next; e != &S.queue && !j; e = e->next) {
+		struct td__seal_job *q =
+			td__container_of(e, struct td__seal_job, link);
+
+		if (!running_of(q->uid))
+			j = q;
+	}
+	if (!j)
+		j = td__container_of(S.queue.next, struct td__seal_job, link);
+	td__list_del(&j->link);
+	if (!td__list_empty(&j->more)) {
+		n = td__container_of(j->more.next, struct td__seal_job, link);
+		td__list_del(&n->link);
+		td__list_init(&n->more);
+		while (!td__list_empty(&j->more)) {
+			e = j->more.next;
+			td__list_del(e);
+			td__list_add_tail(&n->more, e);
+		}
+		td__list_add_tail(&S.queue, &n->link);
+	}
+	return j;
+}
+
 /* The next waiting jobs onto the pool; those whose peer went, ended. */
 static void seal_next(void)
 {
 	while (S.running < SEAL_THREADS && !td__list_empty(&S.queue)) {
-		struct td__seal_job *j = td__container_of(
-			S.queue.next, struct td__seal_job, link);
+		struct td__seal_job *j = dequeue();
+		unsigned t = 0;
 
-		td__list_del(&j->link);
 		if (!j->p) {
-			job_end(j); /* every rc still -ECANCELED */
+			job_end(j); /* every rc not made still -ECANCELED */
 			continue;
 		}
+		while (S.run[t])
+			t++;
+		S.run[t] = j;
 		S.running++;
+		atomic_store(&j->yield, false);
 		/* cannot fail: the arguments are valid */
 		uv_queue_work(td__d->loop, &j->work, seal_work, seal_done);
 	}
+	yield_update();
 }
 
-/* Back from the pool (cancelled: every rc still -ECANCELED). */
+/*
+ * Back from the pool (cancelled: every rc still -ECANCELED): the request
+ * handled again, or, when it left seals for another uid's turn, back in
+ * the queue.
+ */
 static void seal_done(uv_work_t *w, int status)
 {
-	(void)status;
+	struct td__seal_job *j = w->data;
+
+	for (unsigned t = 0; t < SEAL_THREADS; t++)
+		if (S.run[t] == j)
+			S.run[t] = NULL;
 	S.running--;
-	job_end(w->data);
+	if (status == 0 && j->p && !j->failed && j->next < j->nseal) {
+		td__d->stats.seal_yields++;
+		enqueue(j, true);
+	} else {
+		job_end(j);
+	}
 	seal_next();
 }
 
@@ -257,6 +399,9 @@ int td__sealer_park(struct td__peer *p, const struct td__req *rq, char *why,
 	j->work.data = j;
 	j->p = p;
 	atomic_init(&j->gone, false);
+	atomic_init(&j->yield, false);
+	j->failed = false;
+	j->next = 0;
 	j->uid = p->uid;
 	j->len = len;
 	/* body and header are the datagram as received (dispatch.c) */
@@ -272,7 +417,7 @@ int td__sealer_park(struct td__peer *p, const struct td__req *rq, char *why,
 	}
 	S.waiting++;
 	p->sealing = j;
-	td__list_add_tail(&S.queue, &j->link);
+	enqueue(j, false);
 	seal_next();
 	return 0;
 }

@@ -1415,6 +1415,223 @@ Test(stall, a_parked_publishes_descriptors_count_in_its_uids_fds_limit)
 	tu_daemon_stop(&D, true);
 }
 
+/* ---- the sealing threads shared out by uid ---- */
+
+/*
+ * The daemon under tests/slow-seal.c: each write seal of its own plain
+ * loans (memfds named tensord-plane) takes SLOW_MS more, so the order in
+ * which the two sealing threads take the waiting requests shows in the
+ * order of the replies, whatever the machine's speed. Its socket is
+ * open to every uid, and it serves /metrics at http_path.
+ */
+#define SLOW_MS 200
+
+static void start_slow(void)
+{
+	const char *shim = getenv("TD_SLOW_SEAL_SHIM");
+	const char *pre = getenv("LD_PRELOAD"), *asan = getenv("ASAN_OPTIONS");
+	char arg[80], preload[1024], asan_opts[512], ms[16];
+	const char *const args[] = {"--http", arg, "--socket-mode", "0666",
+				    NULL};
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as another uid");
+	cr_assert(shim, "TD_SLOW_SEAL_SHIM is not set (run through meson "
+		  "test)");
+	snprintf(http_path, sizeof(http_path), "/tmp/td-seal-%d.http",
+		 (int)getpid());
+	snprintf(arg, sizeof(arg), "unix:%s", http_path);
+	/* after TSan's own preload, if any; a sanitized daemon is told its
+	 * runtime need not come first */
+	snprintf(preload, sizeof(preload), "%s%s%s", pre ? pre : "",
+		 pre ? " " : "", shim);
+	snprintf(asan_opts, sizeof(asan_opts), "%s%sverify_asan_link_order=0",
+		 asan ? asan : "", asan ? ":" : "");
+	snprintf(ms, sizeof(ms), "%d", SLOW_MS);
+	cr_assert_eq(setenv("ASAN_OPTIONS", asan_opts, 1), 0);
+	cr_assert_eq(setenv("LD_PRELOAD", preload, 1), 0);
+	cr_assert_eq(setenv("TD_SLOW_SEAL", "tensord-plane", 1), 0);
+	cr_assert_eq(setenv("TD_SLOW_SEAL_MS", ms, 1), 0);
+	tu_daemon_start_args(&D, "warn", args);
+	if (pre)
+		cr_assert_eq(setenv("LD_PRELOAD", pre, 1), 0);
+	else
+		unsetenv("LD_PRELOAD");
+	if (asan)
+		cr_assert_eq(setenv("ASAN_OPTIONS", asan, 1), 0);
+	else
+		unsetenv("ASAN_OPTIONS");
+	unsetenv("TD_SLOW_SEAL");
+	unsetenv("TD_SLOW_SEAL_MS");
+	cr_assert_eq(chmod(D.dir, 0755), 0);
+}
+
+/* A connection of nobody's (SO_PEERCRED is the connecting euid's) */
+static int nobody_conn(void)
+{
+	int sock;
+
+	cr_assert_eq(seteuid(NOBODY), 0);
+	sock = raw_scm_conn(&D);
+	cr_assert_eq(seteuid(0), 0);
+	return sock;
+}
+
+/* Until n requests wait for their seals */
+static void await_seals_waiting(uint64_t n)
+{
+	for (int waited = 0;
+	     tu_metric_unix(http_path, "tensord_seals_waiting") != n;
+	     waited++) {
+		cr_assert_lt(waited, TU_WAIT_S * 1000, "never %lld requests "
+			     "waiting for seals", (long long)n);
+		poll(NULL, 0, 1);
+	}
+}
+
+/* How many of socks have no reply to read yet */
+static int unanswered(const int *socks, int n)
+{
+	int k = 0;
+
+	for (int i = 0; i < n; i++) {
+		struct pollfd pf = {socks[i], POLLIN, 0};
+
+		k += poll(&pf, 1, 0) == 0;
+	}
+	return k;
+}
+
+/*
+ * Nobody's PUBLISH of a plain loan, left to the daemon to seal: the
+ * daemon's alloc id on v (a connection of nobody's), sent.
+ */
+static void nobody_publish(int v, const char *name)
+{
+	uint64_t alloc;
+
+	cr_assert_eq(seteuid(NOBODY), 0);
+	alloc = raw_alloc_one(v, 2, 4096);
+	cr_assert_eq(seteuid(0), 0);
+	raw_send(v, TD_OP_PUBLISH, 3, pub_body(name, alloc));
+}
+
+/* v's reply, which must be the publish's success */
+static void answered_ok(int v, const char *what)
+{
+	struct rawrep r;
+	char why[TD_WIRE_MAX_REASON + 1];
+
+	raw_recv(v, &r);
+	raw_reason(&r, why, sizeof(why));
+	cr_assert_eq(r.h.status, 0, "%s: %d %s", what, r.h.status, why);
+	td__scm_close(r.fds, r.nfds);
+}
+
+/*
+ * One uid's six connections each publish a plain loan, every seal slow
+ * (SLOW_MS): two are sealed at a time, four wait. Nobody's PUBLISH comes
+ * after all six, and is sealed at the first thread free, before the
+ * root's four waiting ones: uids take turns, not requests. First come
+ * first served, it was answered after every one of root's.
+ */
+Test(stall, a_uids_many_waiting_seals_hold_another_uid_back_one_turn,
+     .init = start_slow, .fini = stop_http)
+{
+	enum { N = 6 };
+	int sock[N], v = nobody_conn();
+	char name[32];
+
+	for (int i = 0; i < N; i++) {
+		sock[i] = raw_scm_conn(&D);
+		snprintf(name, sizeof(name), "turn/root/%d", i);
+		raw_send(sock[i], TD_OP_PUBLISH, 10,
+			 pub_body(name, raw_alloc_one(sock[i], 2, 4096)));
+	}
+	await_seals_waiting(N);
+	nobody_publish(v, "turn/nobody");
+	answered_ok(v, "nobody's publish");
+	/* the last two of root's cannot have started before it ended */
+	cr_assert_geq(unanswered(sock, N), 2, "nobody's seal waited for "
+		      "root's: %d of root's 6 unanswered when it was answered",
+		      unanswered(sock, N));
+	for (int i = 0; i < N; i++) {
+		answered_ok(sock[i], "root's publish");
+		close(sock[i]);
+	}
+	cr_assert_eq(tu_metric_unix(http_path, "tensord_seals_off_loop_total"),
+		     N + 1);
+	cr_assert_eq(tu_metric_unix(http_path, "tensord_seals_waiting"), 0);
+	close(v);
+}
+
+/*
+ * Two PUBLISH_MANYs of root's, six loans each, every seal slow: both
+ * threads are theirs for six seals. Nobody's PUBLISH, come meanwhile,
+ * waits one seal, not six: the thread that makes its seal leaves the
+ * rest of its request for its next turn, and both of root's are
+ * answered after nobody's, each loan of both published and sealed. A
+ * request made whole on its thread kept nobody waiting until one of
+ * root's was answered.
+ */
+Test(stall, a_request_of_many_slow_seals_holds_another_uid_back_one_seal,
+     .init = start_slow, .fini = stop_http)
+{
+	enum { N = 2, K = 6 };
+	int sock[N], v = nobody_conn();
+	static char names[N][K][32];
+	static uint8_t bodies[K][1024];
+
+	for (int i = 0; i < N; i++) {
+		struct td_wire_publish_many_req q = {.count = K};
+
+		sock[i] = raw_scm_conn(&D);
+		for (int k = 0; k < K; k++) {
+			uint64_t alloc = raw_alloc_one(sock[i], 2 + k, 4096);
+			int64_t n;
+
+			snprintf(names[i][k], 32, "many/%d/%d", i, k);
+			n = raw_pub_body(names[i][k], alloc, 4096, 0, 0,
+					 bodies[k], sizeof(bodies[k]));
+			cr_assert_gt(n, 0);
+			q.el[k].body = (struct td_wire_bytes){bodies[k],
+							      (uint32_t)n};
+		}
+		raw_send(sock[i], TD_OP_PUBLISH_MANY, 20,
+			 (size_t)td_wire_publish_many_req_encode(&q, RAW_BODY,
+								 RAW_CAP));
+	}
+	await_seals_waiting(N);
+	nobody_publish(v, "many/nobody");
+	answered_ok(v, "nobody's publish");
+	cr_assert_eq(unanswered(sock, N), N, "nobody's seal waited for a "
+		     "whole request of root's: %d of root's 2 unanswered when "
+		     "it was answered", unanswered(sock, N));
+	cr_assert_geq(tu_metric_unix(http_path, "tensord_seal_yields_total"),
+		      1);
+	for (int i = 0; i < N; i++) {
+		answered_ok(sock[i], "root's PUBLISH_MANY");
+		for (int k = 0; k < K; k++) {
+			struct td_wire_stat_req st = {
+				.name = {names[i][k],
+					 (uint32_t)strlen(names[i][k])}};
+			struct rawrep r;
+
+			cr_assert_eq(raw_call(sock[i], TD_OP_STAT, 30,
+					      td_wire_stat_req_encode(
+						      &st, RAW_BODY, RAW_CAP),
+					      &r),
+				     0, "%s", names[i][k]);
+			td__scm_close(r.fds, r.nfds);
+		}
+		close(sock[i]);
+	}
+	cr_assert_eq(tu_metric_unix(http_path, "tensord_seals_off_loop_total"),
+		     N * K + 1);
+	cr_assert_eq(tu_metric_unix(http_path, "tensord_seals_waiting"), 0);
+	close(v);
+}
+
 /*
  * A request parked for its seal while its client hangs up: the client
  * sent more than the daemon reads at one wake-up (TD__RX_BATCH, 32),
