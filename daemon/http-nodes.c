@@ -7,10 +7,12 @@
  * a walk over the whole store per request: 4 ms of loop per chunk at
  * 16 000 tensors, in proportion to the names. The last walk's names are
  * kept, sorted by node name, while nothing they depend on changed: the
- * store's current versions (td__store.names_gen: a PUBLISH, a DELETE,
- * an eviction, a restore), the policy (a SIGHUP reload) and which rings
- * are exported. A request then costs a binary search among them (a
- * listing, a copy of their texts in the order kept).
+ * store's current versions of names under --http-prefix
+ * (td__store.names_gen: a PUBLISH, a DELETE, an eviction, a restore; a
+ * stream outside the prefix changes nothing here), the policy (a SIGHUP
+ * reload) and which rings are exported. A request then costs a binary
+ * search among them (a listing, a copy of their texts in the order
+ * kept).
  *
  * Of a ring, a node name depends only on its being exported: live,
  * under --http-prefix, granted to `http`, holding a version of a type

@@ -485,6 +485,20 @@ int td__name_reserve(struct td__store *s)
 	return 0;
 }
 
+/*
+ * A change of v's name in names[]: the HTTP store's kept node names are
+ * made again only when it is a name they could hold, one under
+ * --http-prefix (a stream outside it walks nothing).
+ */
+static void names_changed(struct td__store *s, const struct td__version *v)
+{
+	const char *pre = s->d ? s->d->opts.http_prefix : NULL;
+	size_t n = pre ? strlen(pre) : 0;
+
+	if (pre && v->name_len >= n && !memcmp(v->name, pre, n))
+		s->names_gen++;
+}
+
 struct td__version *td__name_set(struct td__store *s, struct td__version *v)
 {
 	bool found;
@@ -497,7 +511,7 @@ struct td__version *td__name_set(struct td__store *s, struct td__version *v)
 		s->count++;
 	}
 	s->names[at] = v;
-	s->names_gen++;
+	names_changed(s, v);
 	td__acct_pin(s, v, true);
 	if (old) {
 		td__acct_pin(s, old, false);
@@ -521,7 +535,7 @@ static void name_drop(struct td__store *s, const struct td__version *v,
 	memmove(&s->names[at], &s->names[at + 1],
 		(s->count - at - 1) * sizeof(*s->names));
 	s->count--;
-	s->names_gen++;
+	names_changed(s, v);
 	td__acct_pin(s, (struct td__version *)v, false);
 	td__lru_del((struct td__version *)v);
 	if (bell)

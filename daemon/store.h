@@ -279,8 +279,9 @@ struct td__store {
 	/* current versions sorted by name (binary search, LIST paging) */
 	struct td__version **names;
 	size_t count, cap;
-	/* counts changes of names[] (td__name_set, a name's removal):
-	 * what the HTTP store's kept node names were made at */
+	/* counts changes of names[] under --http-prefix (td__name_set, a
+	 * name's removal): what the HTTP store's kept node names were
+	 * made at */
 	uint64_t names_gen;
 	/* the current versions, least recently used first (lru.c) */
 	struct td__list lru_order;

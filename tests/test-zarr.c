@@ -3550,6 +3550,58 @@ Test(http, a_group_listing_visits_the_names_it_lists, .fini = stop)
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
+/*
+ * A stream outside --http-prefix (a camera under cam/, the store
+ * exporting pub/) makes no node key walk the names again: only a change
+ * of a name the store could export does. Each of its puts made the next
+ * key walk the exported names before.
+ */
+Test(http, a_stream_outside_the_http_prefix_makes_no_walk, .fini = stop)
+{
+	enum { PUB = 10, ROUNDS = 30 };
+	static const char *const more[] = {"--http-prefix", "pub/", NULL};
+	unsigned long long w0;
+	struct td_client *c;
+	struct td_error e = {0};
+	char name[32], *b;
+	size_t len;
+
+	start_http_args(more);
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	for (int i = 0; i < PUB; i++) {
+		snprintf(name, sizeof(name), "pub/%02d", i);
+		put_small(c, name, 'a' + i);
+	}
+	free(get_ok("/zarr/pub_00/c/0", &len));
+	w0 = node_walks();
+	for (int i = 0; i < ROUNDS; i++) {
+		/* a frame, then a new name, then a delete: all outside */
+		put_small(c, "cam/0", 'c');
+		snprintf(name, sizeof(name), "cam/extra/%d", i);
+		put_small(c, name, 'x');
+		cr_assert_eq(td_client_delete(c, name, NULL, &e), 0, "%s",
+		             e.reason);
+		b = get_ok(i % 2 ? "/zarr/pub_03/c/0" : "/zarr/pub_07/zarr.json",
+		           &len);
+		if (i % 2)
+			cr_assert_eq(b[0], 'a' + 3);
+		free(b);
+	}
+	cr_assert_eq(node_walks() - w0, 0, "%llu walks for %d keys between "
+	             "puts outside the prefix", node_walks() - w0, ROUNDS);
+	/* a name inside it: one walk, and its bytes served */
+	put_small(c, "pub/03", 'Z');
+	b = get_ok("/zarr/pub_03/c/0", &len);
+	cr_assert_eq(b[0], 'Z');
+	free(b);
+	http("GET", "/zarr/cam_0/c/0", NULL, &b);
+	cr_assert_eq(status_of(b), 404, "%s", b);
+	free(b);
+	cr_assert_eq(node_walks() - w0, 1);
+	td_client_close(c);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
 /* A small tensor's put on c with flags */
 static void put_small_flags(struct td_client *c, const char *name,
                             uint32_t flags)
