@@ -117,6 +117,8 @@ bool td__ratelimit_ok(struct td__ratelimit *r, unsigned interval_ms);
  * keeps one per name for 16 names (docs/fastpath.md) */
 #define TD__PEER_STAGES 16
 #define TD__RX_BATCH 32        /* datagrams read per wakeup */
+/* datagrams a uid's connections are read in all, a loop turn (peer.c) */
+#define TD__RX_UID_TURN 64
 #define TD__TXQ_MAX_MSGS 1024  /* queued replies before the peer is cut */
 #define TD__TXQ_MAX_BYTES (4u << 20)
 /*
@@ -225,6 +227,7 @@ struct td__stats {
 	uint64_t row_visits;
 	uint64_t seals_off_loop; /* memfds a request's seal made (sealer.c) */
 	uint64_t seal_yields; /* seal jobs that gave their thread to another uid */
+	uint64_t reads_deferred; /* connections read at a later turn (peer.c) */
 	uint64_t refused[3]; /* error replies by enum td_wire_refusal */
 	uint64_t replies[TD__STAT_OPS][2]; /* [op][status < 0] (peer.c) */
 	uint64_t refused_access, refused_space, refused_quota; /* by errno */
@@ -403,6 +406,10 @@ struct td__peer {
 	uint32_t stage_slot[TD__PEER_STAGES]; /* its word of trig */
 	unsigned n_stages;
 	struct td__trig *trig; /* its trigger page, NULL until staged */
+	/* its uid's share of this loop turn spent: read at the next one,
+	 * in the order cut short (peer.c, defer) */
+	struct td__list defer_link;
+	bool deferred;
 	/* sealer.c: its request whose seals are made off the loop, NULL
 	 * none; nothing more is read from it meanwhile (peer.c) */
 	struct td__seal_job *sealing, *seal_spare; /* and its last one */
@@ -570,6 +577,10 @@ int td__tenant_check(uid_t uid, enum td__lim k, uint64_t n, char *why,
 		     size_t cap);
 /* Count n more of k for uid (no check). 0 or -ENOMEM. */
 int td__tenant_add(uid_t uid, enum td__lim k, uint64_t n);
+/* one datagram of uid's share of this loop turn (TD__RX_UID_TURN): false
+ * when spent; td__tenant_rx_turn starts the next turn */
+bool td__tenant_rx_take(uid_t uid);
+void td__tenant_rx_turn(void);
 /* check, then add */
 int td__tenant_take(uid_t uid, enum td__lim k, uint64_t n, char *why,
 		    size_t cap);

@@ -328,9 +328,14 @@ static void metric(FILE *f, const char *name, const char *type,
 		name, type, name, v);
 }
 
-/* write seals made off the loop (sealer.c) */
-static void seal_metrics(FILE *f, const struct td__daemon *d)
+/* the loop's share-out: reads put off to a later turn (peer.c), write
+ * seals made off the loop (sealer.c) */
+static void turn_metrics(FILE *f, const struct td__daemon *d)
 {
+	metric(f, "tensord_reads_deferred_total", "counter",
+	       "Connections whose reading waited for the next loop turn, "
+	       "their uid's share of this one spent.",
+	       d->stats.reads_deferred);
 	metric(f, "tensord_seals_off_loop_total", "counter",
 	       "Memfds a request left to the daemon to write-seal, sealed "
 	       "off the loop.", d->stats.seals_off_loop);
@@ -397,7 +402,7 @@ static enum MHD_Result metrics(struct MHD_Connection *c)
 	metric(f, "tensord_follow_row_visits_total", "counter",
 	       "Follower rows the followed names' bookkeeping visited.",
 	       d->stats.row_visits);
-	seal_metrics(f, d);
+	turn_metrics(f, d);
 	fprintf(f, "# HELP tensord_refusals_total Requests refused by the "
 		   "policy, the memory cap or a quota.\n"
 		   "# TYPE tensord_refusals_total counter\n"

@@ -177,11 +177,90 @@ static void on_closed(uv_handle_t *h)
 	free(h->data);
 }
 
+/* ---- turns: a uid's share of the loop ---- */
+
+/*
+ * Each connection is read at most TD__RX_BATCH datagrams a wake-up, but
+ * a uid with many busy connections had that many shares of every loop
+ * turn: one client's request waited for all of them. A uid's
+ * connections are read TD__RX_UID_TURN datagrams a turn in all
+ * (td__tenant_rx_take); one cut short waits on DF.list, its poll
+ * stopped, and is read first at the next turn, before that turn's new
+ * events, in the order they were cut (so a uid's own connections take
+ * turns too). While any waits, the loop does not sleep in epoll.
+ */
+static struct {
+	uv_prepare_t turn; /* before each poll for I/O: the next turn */
+	uv_idle_t awake;   /* active while some wait */
+	struct td__list list;
+	unsigned n;
+	bool init;
+} DF = {.list = {&DF.list, &DF.list}};
+
+static void update_poll(struct td__peer *p);
+static bool receive(struct td__peer *p);
+
+static void awake(uv_idle_t *h)
+{
+	(void)h;
+}
+
+static void defer(struct td__peer *p)
+{
+	if (p->deferred)
+		return;
+	p->deferred = true;
+	td__list_add_tail(&DF.list, &p->defer_link);
+	DF.n++;
+	td__d->stats.reads_deferred++;
+	uv_idle_start(&DF.awake, awake);
+}
+
+static void undefer(struct td__peer *p)
+{
+	if (!p->deferred)
+		return;
+	p->deferred = false;
+	td__list_del(&p->defer_link);
+	DF.n--;
+}
+
+static void on_turn(uv_prepare_t *h)
+{
+	unsigned n = DF.n;
+
+	(void)h;
+	td__tenant_rx_turn();
+	while (n-- && DF.n) {
+		struct td__peer *p = td__container_of(
+			DF.list.next, struct td__peer, defer_link);
+
+		undefer(p);
+		if (!p->dead && td__list_empty(&p->txq) && !p->sealing)
+			receive(p); /* may wait again, at the end */
+		update_poll(p);
+	}
+	if (!DF.n)
+		uv_idle_stop(&DF.awake);
+}
+
+static void turns_init(uv_loop_t *loop)
+{
+	if (DF.init)
+		return;
+	DF.init = true;
+	uv_prepare_init(loop, &DF.turn);
+	uv_prepare_start(&DF.turn, on_turn);
+	uv_unref((uv_handle_t *)&DF.turn); /* keeps no loop running */
+	uv_idle_init(loop, &DF.awake);
+}
+
 static void drop(struct td__peer *p)
 {
 	struct td__list *l;
 
 	handlers->gone(p);
+	undefer(p);
 	while (!td__list_empty(&p->txq)) {
 		l = p->txq.next;
 		txq_drop(p, td__container_of(l, struct txmsg, link));
@@ -256,8 +335,6 @@ void td__peer_drop_all(struct td__daemon *d)
 }
 
 /* ---- sending ---- */
-
-static void update_poll(struct td__peer *p);
 
 static ssize_t send_raw(int fd, const uint8_t *buf, size_t len,
 			const int *fds, unsigned nfds)
@@ -700,6 +777,10 @@ static bool receive(struct td__peer *p)
 		unsigned nfds;
 		ssize_t n;
 
+		if (!td__tenant_rx_take(p->uid)) {
+			defer(p); /* its uid's share of this turn is spent */
+			return false;
+		}
 		n = td__scm_recv(p->fd, d->rx, sizeof(d->rx), MSG_DONTWAIT,
 				 &rx);
 		if (n < 0) {
@@ -791,7 +872,9 @@ static void on_poll(uv_poll_t *h, int status, int events)
 		 */
 		while (receive(p))
 			;
-		if (!p->dead && !p->sealing && td__list_empty(&p->txq))
+		/* cut short for its uid's turn: drained at the next */
+		if (!p->dead && !p->sealing && !p->deferred &&
+		    td__list_empty(&p->txq))
 			td__peer_kill(p, "hangup");
 	}
 	if (!p->dead)
@@ -805,8 +888,9 @@ static void update_poll(struct td__peer *p)
 	if (p->dead)
 		return;
 	/* a request parked for its seals (sealer.c): nothing read, not
-	 * even a hang-up, until it is handled again */
-	if (p->sealing && !wait_w) {
+	 * even a hang-up, until it is handled again; nor from one waiting
+	 * for its uid's next turn (read then) */
+	if ((p->sealing || p->deferred) && !wait_w) {
 		uv_poll_stop(&p->poll);
 		return;
 	}
@@ -921,6 +1005,8 @@ int td__peer_take_fd(struct td__daemon *d, int fd)
 	td__list_init(&p->watches);
 	td__list_init(&p->waiters);
 	td__list_init(&p->freebufs);
+	td__list_init(&p->defer_link);
+	turns_init(d->loop);
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
 		rc = -errno;
 		goto fail;

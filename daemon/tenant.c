@@ -44,6 +44,8 @@ struct tenant {
 	uid_t uid;
 	uint64_t held[TD__LIM_COUNT];
 	uint64_t limit[TD__LIM_COUNT]; /* 0 = none */
+	uint64_t rx_turn; /* the loop turn rx_used counts */
+	unsigned rx_used; /* datagrams read of its connections then */
 };
 
 static struct {
@@ -53,6 +55,8 @@ static struct {
 	uint64_t fds;   /* every tenant's, together */
 	uint64_t dflt[TD__LIM_COUNT]; /* for uids that are not admins */
 	uint64_t fd_limit, fd_base, fd_reserve;
+	uint64_t rx_turn; /* loop turns (td__tenant_rx_turn) */
+	size_t last; /* the tenant found last: most often the next too */
 } T;
 
 bool td__uid_is_admin(uid_t uid)
@@ -73,9 +77,13 @@ static uint64_t resolve(uid_t uid, enum td__lim k)
 
 static struct tenant *find(uid_t uid)
 {
+	if (T.last < T.n && T.t[T.last].uid == uid)
+		return &T.t[T.last];
 	for (size_t i = 0; i < T.n; i++)
-		if (T.t[i].uid == uid)
+		if (T.t[i].uid == uid) {
+			T.last = i;
 			return &T.t[i];
+		}
 	return NULL;
 }
 
@@ -100,6 +108,27 @@ static struct tenant *get(uid_t uid)
 	for (int k = 0; k < TD__LIM_COUNT; k++)
 		t->limit[k] = resolve(uid, (enum td__lim)k);
 	return t;
+}
+
+bool td__tenant_rx_take(uid_t uid)
+{
+	struct tenant *t = find(uid);
+
+	if (!t)
+		return true;
+	if (t->rx_turn != T.rx_turn) {
+		t->rx_turn = T.rx_turn;
+		t->rx_used = 0;
+	}
+	if (t->rx_used >= TD__RX_UID_TURN)
+		return false;
+	t->rx_used++;
+	return true;
+}
+
+void td__tenant_rx_turn(void)
+{
+	T.rx_turn++;
 }
 
 void td__tenants_resolve(void)

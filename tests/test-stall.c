@@ -14,6 +14,7 @@
 #include "testchild.h"
 
 #include "blob.h"
+#include "wire-status.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -2106,4 +2107,122 @@ Test(stall, a_stop_ends_a_publish_manys_seals_after_the_one_under_way,
 	close(sock);
 	unlink(D.sock);
 	rmdir(D.dir);
+}
+
+/* ---- a uid's share of the loop ---- */
+
+/* The daemon open to every uid (nobody's connections), /metrics at
+ * http_path */
+static void start_open(void)
+{
+	char arg[80];
+	const char *const args[] = {"--http", arg, "--socket-mode", "0666",
+				    "--uid-limit", "conns=64", NULL};
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as another uid");
+	snprintf(http_path, sizeof(http_path), "/tmp/td-seal-%d.http",
+		 (int)getpid());
+	snprintf(arg, sizeof(arg), "unix:%s", http_path);
+	tu_daemon_start_args(&D, "warn", args);
+	cr_assert_eq(chmod(D.dir, 0755), 0);
+}
+
+/* STATUS on sock, sent already (id): the datagrams the daemon had read
+ * from every client when it handled it */
+static uint64_t status_requests(int sock, uint64_t id)
+{
+	static struct td_wire_status_client rows[128];
+	static struct td_wire_status_uid uids[16];
+	struct td_wire_status_rep rep = {.clients = rows, .uids = uids};
+	struct rawrep r;
+
+	raw_recv(sock, &r);
+	cr_assert_eq(r.h.request_id, id);
+	cr_assert_eq(r.h.status, 0);
+	cr_assert_eq(td_wire_status_rep_decode(RAW_BODY, r.h.body_len, &rep,
+					       128, 16, NULL),
+		     0);
+	return rep.requests;
+}
+
+static void send_status(int sock, uint64_t id)
+{
+	struct td_wire_status_req q = {0};
+
+	raw_send(sock, TD_OP_STATUS, id,
+		 (size_t)td_wire_status_req_encode(&q, RAW_BODY, RAW_CAP));
+}
+
+/* A connection whose HELLO (id 1) is sent, its reply not read */
+static int conn_unanswered(void)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct td_wire_hello_req hr = {TD_IMPORT_SCM, -1, {"liar", 4}, 0};
+	int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	cr_assert_geq(sock, 0);
+	memcpy(sa.sun_path, D.sock, sizeof(D.sock));
+	cr_assert_eq(connect(sock, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	raw_send(sock, TD_OP_HELLO, 1,
+		 (size_t)td_wire_hello_req_encode(&hr, RAW_BODY, RAW_CAP));
+	return sock;
+}
+
+/*
+ * Nobody's 16 connections each have 32 requests queued, all while the
+ * daemon is stopped (SIGSTOP), so that it finds them all at one
+ * wake-up; root connects then and sends its HELLO and a STATUS. The
+ * daemon accepts root's connection at that wake-up and reads it at the
+ * next, after at most two shares of nobody's (64 datagrams a loop turn,
+ * its connections in all), not after all 512 (each connection was read
+ * 32 datagrams a wake-up, however many its uid had): STATUS's count of
+ * the datagrams read when it was handled says which. Nobody's requests
+ * are then all answered, each connection's in order.
+ */
+Test(stall, a_uids_many_busy_connections_hold_another_uid_back_one_share,
+     .init = start_open, .fini = stop_http)
+{
+	enum { H = 16, R = 32 };
+	struct td_wire_stat_req st = {.name = {"nosuch", 6}};
+	int h[H], v0 = raw_scm_conn(&D), v;
+	uint64_t before, at;
+	struct rawrep r;
+	size_t len;
+
+	for (int i = 0; i < H; i++)
+		h[i] = nobody_conn();
+	send_status(v0, 8);
+	before = status_requests(v0, 8);
+	daemon_pause();
+	len = (size_t)td_wire_stat_req_encode(&st, RAW_BODY, RAW_CAP);
+	for (int i = 0; i < H; i++)
+		for (int k = 0; k < R; k++)
+			raw_send(h[i], TD_OP_STAT, 100 + (uint64_t)k, len);
+	v = conn_unanswered();
+	send_status(v, 9);
+	cr_assert_eq(kill(D.pid, SIGCONT), 0);
+	raw_recv(v, &r);
+	cr_assert_eq(r.h.request_id, 1);
+	cr_assert_eq(r.h.status, 0);
+	td__scm_close(r.fds, r.nfds);
+	/* its HELLO and itself read after before's STATUS */
+	at = status_requests(v, 9) - 2;
+	cr_log_info("root's STATUS handled after %llu of nobody's %d requests",
+		    (unsigned long long)(at - before), H * R);
+	cr_assert_lt(at - before, H * R / 2, "root's STATUS was handled "
+		     "after %llu of nobody's %d requests",
+		     (unsigned long long)(at - before), H * R);
+	for (int i = 0; i < H; i++) {
+		for (int k = 0; k < R; k++) {
+			raw_recv(h[i], &r);
+			cr_assert_eq(r.h.request_id, 100 + (uint64_t)k);
+			cr_assert_eq(r.h.status, -ENOENT);
+		}
+		close(h[i]);
+	}
+	cr_assert_gt(tu_metric_unix(http_path, "tensord_reads_deferred_total"),
+		     0);
+	close(v);
+	close(v0);
 }
