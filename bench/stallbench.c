@@ -32,6 +32,15 @@
  * daemon (the seals on libuv's pool), "before" one with
  * $TENSORD_SEALER=0 (the seals on its loop); --held holds a page of
  * each plane in a pipe, so every seal waits about 150 ms and fails.
+ *
+ * --flood: A, as another uid (nobody: the bench runs as root), opens
+ * FLOOD_CONNS connections and keeps FLOOD_DEPTH STATs in flight on each
+ * for FLOOD_NS (the flood phase, then "after" once it stopped): "now"
+ * the default daemon (a uid's connections read 64 datagrams a loop turn
+ * in all, docs/reliability.md "A uid's share of the loop"), "before"
+ * one with $TENSORD_UID_TURN=0 (each connection read 32 a wake-up,
+ * however many its uid has). A's column is then the requests it had
+ * answered in the flood.
  */
 #include "bench.h"
 
@@ -46,11 +55,16 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <tensord/tensord.h>
+
+#include "scm.h"
+#include "wire.h"
 
 #define MAX_ROUNDS 32
 #define MAX_SAMPLES 200000
@@ -90,6 +104,12 @@ static bool ring_mode; /* --ring: A makes one ring instead */
 /* --seal: A publishes its planes too, leaving their write seals to the
  * daemon ($TENSORD_SEAL=daemon); --held: a page of each held by a pipe */
 static bool seal_mode, held_mode;
+/* --flood: A floods the daemon with requests from many connections */
+static bool flood_mode;
+#define FLOOD_CONNS 16
+#define FLOOD_DEPTH 32
+#define FLOOD_NS 1000000000ull
+#define NOBODY 65534
 
 /*
  * A's planes written, and with --held the first page of each vmspliced
@@ -151,6 +171,87 @@ static void make_buffers(struct td_client *c, uint64_t size, unsigned planes,
 		}
 }
 
+/* A raw request of A's flood: STAT of a name that is not there */
+static void flood_send(int fd, uint16_t op, uint64_t id)
+{
+	static uint8_t msg[TD_WIRE_HDR_LEN + 512];
+	struct td_wire_stat_req st = {.name = {"flood/none", 10}};
+	struct td_wire_hello_req hr = {TD_IMPORT_SCM, -1, {"flood", 5}, 0};
+	int64_t n = op == TD_OP_HELLO
+			    ? td_wire_hello_req_encode(&hr, msg + TD_WIRE_HDR_LEN,
+						       512)
+			    : td_wire_stat_req_encode(&st, msg + TD_WIRE_HDR_LEN,
+						      512);
+	struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION, op, 0, 0, id,
+				(uint32_t)n, 0};
+
+	if (n < 0)
+		die("A: encode", strerror((int)-n));
+	td_wire_hdr_encode(&h, msg);
+	if (send(fd, msg, TD_WIRE_HDR_LEN + (size_t)n, MSG_NOSIGNAL) < 0)
+		die("A: send", strerror(errno));
+}
+
+/* A's replies waiting on fd, each answered by a new request: how many */
+static uint64_t flood_answer(int fd)
+{
+	uint8_t buf[TD_WIRE_MAX_MSG];
+	uint64_t n = 0;
+	ssize_t len;
+
+	while ((len = recv(fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
+		flood_send(fd, TD_OP_STAT, 2);
+		n++;
+	}
+	if (len == 0 || (len < 0 && errno != EAGAIN))
+		die("A: recv", len ? strerror(errno) : "the daemon hung up");
+	return n;
+}
+
+/*
+ * A, --flood: its connections made as nobody (the uid the daemon sees
+ * is the connecting one's), HELLO on each, then FLOOD_DEPTH STATs in
+ * flight on each for FLOOD_NS after 'go'; reports the replies it had.
+ */
+static void flood_a(const char *sock, int rd, int wr)
+{
+	struct pollfd pf[FLOOD_CONNS];
+	uint64_t go, answered = 0, end;
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+	if (seteuid(NOBODY) < 0)
+		die("A: seteuid", strerror(errno));
+	for (int i = 0; i < FLOOD_CONNS; i++) {
+		uint8_t buf[TD_WIRE_MAX_MSG];
+
+		pf[i].fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		pf[i].events = POLLIN;
+		if (pf[i].fd < 0 ||
+		    connect(pf[i].fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+			die("A: connect", strerror(errno));
+		flood_send(pf[i].fd, TD_OP_HELLO, 1);
+		if (recv(pf[i].fd, buf, sizeof(buf), 0) <= 0)
+			die("A: HELLO", "no reply");
+	}
+	put_u64(wr, 0);
+	if (bench_read_all(rd, &go, sizeof(go)) < 0)
+		_exit(3);
+	for (int i = 0; i < FLOOD_CONNS; i++)
+		for (int k = 0; k < FLOOD_DEPTH; k++)
+			flood_send(pf[i].fd, TD_OP_STAT, 2);
+	end = bench_now_ns() + FLOOD_NS;
+	while (bench_now_ns() < end)
+		if (poll(pf, FLOOD_CONNS, 10) > 0)
+			for (int i = 0; i < FLOOD_CONNS; i++)
+				if (pf[i].revents & POLLIN)
+					answered += flood_answer(pf[i].fd);
+	put_u64(wr, answered);
+	if (bench_read_all(rd, &go, sizeof(go)) < 0)
+		_exit(3);
+	_exit(0);
+}
+
 /*
  * A: connect, say so, make its buffers on 'go', report, wait, and exit
  * without a word: the kernel unmaps A's buffers before it closes A's
@@ -165,6 +266,8 @@ static void client_a(const char *sock, int mode, uint64_t size,
 	uint64_t t0, go;
 	int pp[2] = {-1, -1};
 
+	if (flood_mode)
+		flood_a(sock, rd, wr);
 	if (mode == MODE_BEFORE && !seal_mode)
 		setenv("TENSORD_ALLOC_RESERVE", "daemon", 1);
 	else
@@ -272,7 +375,7 @@ static void usage(int status)
 {
 	fprintf(status ? stderr : stdout,
 		"usage: tensord-stallbench [--mib M] [--planes N] [--ring] "
-		"[--seal [--held]] [--rounds R] [--tensord PATH]\n"
+		"[--seal [--held] | --flood] [--rounds R] [--tensord PATH]\n"
 		"B's request latency while A makes N fresh planes of M MiB "
 		"(default 256 x 4; --ring: one ring of N slots), then exits; "
 		"the daemon as it runs now against it as before (the daemon "
@@ -280,7 +383,11 @@ static void usage(int status)
 		"--seal: A also publishes its planes, their write seals left "
 		"to the daemon (TENSORD_SEAL=daemon), now against the daemon "
 		"sealing on its loop (TENSORD_SEALER=0); --held: a page of "
-		"each held by a pipe (every seal waits, then fails).\n");
+		"each held by a pipe (every seal waits, then fails).\n"
+		"--flood: A, as nobody (run it as root), keeps 32 requests in "
+		"flight on each of 16 connections for 1 s instead, now "
+		"against the daemon without a uid's share of the loop "
+		"(TENSORD_UID_TURN=0).\n");
 	exit(status);
 }
 
@@ -294,6 +401,7 @@ int main(int argc, char **argv)
 		{"ring", no_argument, NULL, 'R'},
 		{"seal", no_argument, NULL, 'S'},
 		{"held", no_argument, NULL, 'H'},
+		{"flood", no_argument, NULL, 'F'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}};
 	struct bench_env env = {.tensord_path = TD_STALLBENCH_TENSORD_DEFAULT};
@@ -321,6 +429,8 @@ int main(int argc, char **argv)
 			seal_mode = true;
 		else if (o == 'H')
 			seal_mode = held_mode = true;
+		else if (o == 'F')
+			flood_mode = true;
 		else if (o == 'h')
 			usage(0);
 		else
@@ -328,22 +438,39 @@ int main(int argc, char **argv)
 	}
 	if (!size || !planes || planes > 64 || !rounds ||
 	    rounds > MAX_ROUNDS || (ring_mode && planes < 2) ||
-	    (ring_mode && seal_mode))
+	    (ring_mode && seal_mode) || (flood_mode && (ring_mode || seal_mode)))
 		usage(2);
+	if (flood_mode && geteuid() != 0) {
+		/* 77: a skip to meson */
+		fprintf(stderr, "tensord-stallbench: --flood needs root, to "
+				"make A's connections as another uid\n");
+		return 77;
+	}
 	if (seal_mode)
 		phase_name[PH_ALLOC] = "publish";
+	if (flood_mode) {
+		phase_name[PH_ALLOC] = "flood";
+		phase_name[PH_FREE] = "after";
+	}
 	snprintf(env.tmpdir, sizeof(env.tmpdir), "/tmp/td-stall-XXXXXX");
 	if (!mkdtemp(env.tmpdir))
 		die("mkdtemp", strerror(errno));
 	for (int m = 0; m < NMODES; m++) {
 		if (m == MODE_BEFORE)
-			setenv(seal_mode ? "TENSORD_SEALER" : "TENSORD_CLOSER",
+			setenv(flood_mode  ? "TENSORD_UID_TURN"
+			       : seal_mode ? "TENSORD_SEALER"
+					   : "TENSORD_CLOSER",
 			       "0", 1);
 		if (bench_tensord_start(&env, tag[m], sock[m], sizeof(sock[m]),
 					&pid[m], why, sizeof(why)) < 0)
 			die("tensord", why);
 		unsetenv("TENSORD_CLOSER");
 		unsetenv("TENSORD_SEALER");
+		unsetenv("TENSORD_UID_TURN");
+		/* A's connections are nobody's */
+		if (flood_mode && (chmod(env.tmpdir, 0711) < 0 ||
+				   chmod(sock[m], 0666) < 0))
+			die("chmod", strerror(errno));
 		if (td_client_connect(sock[m], &b[m], &e) < 0)
 			die("B: connect", e.reason);
 	}
@@ -362,7 +489,14 @@ int main(int argc, char **argv)
 	}
 	rmdir(env.tmpdir);
 
-	if (seal_mode)
+	if (flood_mode)
+		printf("B's STAT round trip in µs while A, another uid, keeps "
+		       "%d requests in flight on each of %d connections for "
+		       "%.1f s, then stops (%u rounds; now: the default "
+		       "daemon; before: TENSORD_UID_TURN=0)\n\n",
+		       FLOOD_DEPTH, FLOOD_CONNS, (double)FLOOD_NS / 1e9,
+		       rounds);
+	else if (seal_mode)
 		printf("B's STAT round trip in µs while A publishes %u plain "
 		       "loans of %" PRIu64 " MiB%s, their seals left to the "
 		       "daemon, then exits (%u rounds; now: the default "
@@ -379,8 +513,10 @@ int main(int argc, char **argv)
 		       planes, ring_mode ? "ring slots" : "planes",
 		       size >> 20, rounds);
 	printf("| daemon | phase | requests | median | p99 | max | A's %s "
-	       "(ms, median) |\n|---|---|---|---|---|---|---|\n",
-	       seal_mode ? "publishes" : "allocs");
+	       "|\n|---|---|---|---|---|---|---|\n",
+	       flood_mode  ? "requests answered (median)"
+	       : seal_mode ? "publishes (ms, median)"
+			   : "allocs (ms, median)");
 	for (int m = 0; m < NMODES; m++)
 		for (int ph = 0; ph < NPHASES; ph++) {
 			struct phase all = {0};
@@ -391,7 +527,8 @@ int main(int argc, char **argv)
 
 				for (size_t i = 0; i < p->n; i++)
 					sample(&all, p->ns[i]);
-				am[r] = (double)cells[r][m].alloc_ns / 1e6;
+				am[r] = (double)cells[r][m].alloc_ns /
+					(flood_mode ? 1 : 1e6);
 			}
 			qsort(all.ns, all.n, sizeof(*all.ns), bench_cmp_u64);
 			printf("| %s | %s | %zu | %.1f | %.1f | %.1f | %.1f |\n",
