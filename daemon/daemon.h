@@ -578,9 +578,12 @@ int td__tenant_check(uid_t uid, enum td__lim k, uint64_t n, char *why,
 /* Count n more of k for uid (no check). 0 or -ENOMEM. */
 int td__tenant_add(uid_t uid, enum td__lim k, uint64_t n);
 /* one datagram of uid's share of this loop turn (TD__RX_UID_TURN): false
- * when spent; td__tenant_rx_turn starts the next turn */
+ * when spent; td__tenant_rx_turn starts the next turn; rx_wait counts
+ * uid's connections waiting for a turn (peer.c), rx_waits: any? */
 bool td__tenant_rx_take(uid_t uid);
 void td__tenant_rx_turn(void);
+void td__tenant_rx_wait(uid_t uid, int delta);
+bool td__tenant_rx_waits(uid_t uid);
 /* check, then add */
 int td__tenant_take(uid_t uid, enum td__lim k, uint64_t n, char *why,
 		    size_t cap);

@@ -180,17 +180,19 @@ static void on_closed(uv_handle_t *h)
 /* ---- turns: a uid's share of the loop ---- */
 
 /*
- * Each connection is read at most TD__RX_BATCH datagrams a wake-up, but
- * a uid with many busy connections had that many shares of every loop
- * turn: one client's request waited for all of them. A uid's
- * connections are read TD__RX_UID_TURN datagrams a turn in all
- * (td__tenant_rx_take); one cut short waits on DF.list, its poll
- * stopped, and is read first at the next turn, before that turn's new
- * events, in the order they were cut (so a uid's own connections take
- * turns too). While any waits, the loop does not sleep in epoll.
+ * A connection is read TD__RX_BATCH datagrams a wake-up, so a uid with
+ * many busy ones had that many shares of a loop turn. A uid's are read
+ * TD__RX_UID_TURN a turn in all (td__tenant_rx_take; a turn ends after
+ * each poll for I/O). One cut short waits on DF.list, and so
+ * does any of its uid's with something to read meanwhile, so a uid's
+ * own connections take turns too. The list is read after each turn's
+ * new events, in order, with what is left of each uid's share: a uid
+ * with nothing waiting is read at the first turn that sees it. While
+ * any waits, the loop does not sleep in epoll (docs/reliability.md,
+ * "A uid's share of the loop").
  */
 static struct {
-	uv_prepare_t turn; /* before each poll for I/O: the next turn */
+	uv_check_t backlog; /* after each poll for I/O: those waiting */
 	uv_idle_t awake;   /* active while some wait */
 	struct td__list list;
 	unsigned n;
@@ -212,6 +214,7 @@ static void defer(struct td__peer *p)
 	p->deferred = true;
 	td__list_add_tail(&DF.list, &p->defer_link);
 	DF.n++;
+	td__tenant_rx_wait(p->uid, 1);
 	td__d->stats.reads_deferred++;
 	uv_idle_start(&DF.awake, awake);
 }
@@ -223,14 +226,14 @@ static void undefer(struct td__peer *p)
 	p->deferred = false;
 	td__list_del(&p->defer_link);
 	DF.n--;
+	td__tenant_rx_wait(p->uid, -1);
 }
 
-static void on_turn(uv_prepare_t *h)
+static void on_backlog(uv_check_t *h)
 {
 	unsigned n = DF.n;
 
 	(void)h;
-	td__tenant_rx_turn();
 	while (n-- && DF.n) {
 		struct td__peer *p = td__container_of(
 			DF.list.next, struct td__peer, defer_link);
@@ -242,6 +245,7 @@ static void on_turn(uv_prepare_t *h)
 	}
 	if (!DF.n)
 		uv_idle_stop(&DF.awake);
+	td__tenant_rx_turn(); /* the next turn: poll for I/O, then this */
 }
 
 static void turns_init(uv_loop_t *loop)
@@ -249,9 +253,9 @@ static void turns_init(uv_loop_t *loop)
 	if (DF.init)
 		return;
 	DF.init = true;
-	uv_prepare_init(loop, &DF.turn);
-	uv_prepare_start(&DF.turn, on_turn);
-	uv_unref((uv_handle_t *)&DF.turn); /* keeps no loop running */
+	uv_check_init(loop, &DF.backlog);
+	uv_check_start(&DF.backlog, on_backlog);
+	uv_unref((uv_handle_t *)&DF.backlog); /* keeps no loop running */
 	uv_idle_init(loop, &DF.awake);
 }
 
@@ -859,9 +863,15 @@ static void on_poll(uv_poll_t *h, int status, int events)
 	}
 	if (events & UV_WRITABLE)
 		flush(p);
-	if ((events & UV_READABLE) && td__list_empty(&p->txq) && !p->sealing)
+	/* behind its uid's connections that wait for their turn */
+	if ((events & (UV_READABLE | UV_DISCONNECT)) && !p->sealing &&
+	    td__tenant_rx_waits(p->uid))
+		defer(p);
+	if ((events & UV_READABLE) && td__list_empty(&p->txq) &&
+	    !p->sealing && !p->deferred)
 		receive(p);
-	if ((events & UV_DISCONNECT) && !p->dead && !p->sealing) {
+	if ((events & UV_DISCONNECT) && !p->dead && !p->sealing &&
+	    !p->deferred) {
 		/*
 		 * Drain what is left before noticing the hangup: all of it, a
 		 * batch at a time (nothing more can come: the peer's send
@@ -888,9 +898,8 @@ static void update_poll(struct td__peer *p)
 	if (p->dead)
 		return;
 	/* a request parked for its seals (sealer.c): nothing read, not
-	 * even a hang-up, until it is handled again; nor from one waiting
-	 * for its uid's next turn (read then) */
-	if ((p->sealing || p->deferred) && !wait_w) {
+	 * even a hang-up, until it is handled again */
+	if (p->sealing && !wait_w) {
 		uv_poll_stop(&p->poll);
 		return;
 	}

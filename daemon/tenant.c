@@ -46,6 +46,7 @@ struct tenant {
 	uint64_t limit[TD__LIM_COUNT]; /* 0 = none */
 	uint64_t rx_turn; /* the loop turn rx_used counts */
 	unsigned rx_used; /* datagrams read of its connections then */
+	unsigned rx_waiting; /* its connections waiting for a turn (peer.c) */
 };
 
 static struct {
@@ -138,6 +139,21 @@ bool td__tenant_rx_take(uid_t uid)
 void td__tenant_rx_turn(void)
 {
 	T.rx_turn++;
+}
+
+void td__tenant_rx_wait(uid_t uid, int delta)
+{
+	struct tenant *t = find(uid);
+
+	if (t)
+		t->rx_waiting += (unsigned)delta;
+}
+
+bool td__tenant_rx_waits(uid_t uid)
+{
+	const struct tenant *t = find(uid);
+
+	return t && t->rx_waiting;
 }
 
 void td__tenants_resolve(void)
