@@ -2141,6 +2141,17 @@ static void start_http_args(const char *const *more)
 	zt_setup(&d);
 }
 
+/* The daemon started with more (start_http_args), and a client of it */
+static struct td_client *http_client(const char *const *more)
+{
+	struct td_client *c;
+	struct td_error e = {0};
+
+	start_http_args(more);
+	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	return c;
+}
+
 static void start_http(void)
 {
 	static const char *const more[] = {"--http-prefix", "", NULL};
@@ -2946,14 +2957,12 @@ Test(http, group_texts_in_flight_are_bounded, .fini = stop)
 	static const char *const more[] = {"--http-prefix", "", "--max-bytes",
 	                                   "64M", NULL};
 	struct td_client *c = NULL;
-	struct td_error e = {0};
 	unsigned long long held;
 	size_t mlen;
 	char *m, *resp, *ra;
 	int slow;
 
-	start_http_args(more);
-	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	c = http_client(more);
 	/* 200 x 16 000 metadata bytes: a zarr.json of about 19 MB, past
 	 * the 16 MiB budget and the socket buffers */
 	put_escaped_meta(c, "m/", 200);
@@ -3069,6 +3078,19 @@ static void put_small(struct td_client *c, const char *name, int byte)
 	             "%s: %s", name, e.reason);
 }
 
+/* n small tensors on c, named fmt with i = 0..n-1, each of bytes
+ * first + i % mod */
+static void put_names(struct td_client *c, const char *fmt, int n, int first,
+                      int mod)
+{
+	char name[64];
+
+	for (int i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), fmt, i);
+		put_small(c, name, first + i % mod);
+	}
+}
+
 /*
  * With thousands of tensors held and room to spare, a PUBLISH (a put:
  * ALLOC, then PUBLISH of a new name or a new version, the old one's
@@ -3088,12 +3110,8 @@ Test(http, requests_visit_few_records_among_many_tensors, .fini = stop)
 	char name[32], *m;
 	size_t mlen;
 
-	start_http_args(more);
-	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
-	for (int i = 0; i < NAMES; i++) {
-		snprintf(name, sizeof(name), "many/%05d", i);
-		put_small(c, name, i);
-	}
+	c = http_client(more);
+	put_names(c, "many/%05d", NAMES, 0, 256);
 	m = get_ok("/metrics", &mlen);
 	cr_assert_eq(metric_value(m, "tensord_tensors "), NAMES);
 	before = metric_value(m, "tensord_store_visits_total ");
@@ -3147,12 +3165,8 @@ Test(http, eviction_visits_few_records_among_many_tensors, .fini = stop)
 	size_t mlen;
 
 	snprintf(cap, sizeof(cap), "%d", NAMES * 64);
-	start_http_args(more);
-	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
-	for (int i = 0; i < NAMES; i++) {
-		snprintf(name, sizeof(name), "many/%05d", i);
-		put_small(c, name, i);
-	}
+	c = http_client(more);
+	put_names(c, "many/%05d", NAMES, 0, 256);
 	/* the oldest made the most recently used */
 	cr_assert_eq(td_client_get(c, "many/00000", &t, &e), 0, "%s",
 	             e.reason);
@@ -3217,15 +3231,11 @@ Test(http, node_keys_walk_the_names_once_while_they_do_not_change,
 	unsigned long long w0;
 	struct td_client *c;
 	struct td_error e = {0};
-	char name[32], path[64], *b;
+	char path[64], *b;
 	size_t len;
 
-	start_http_args(more);
-	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
-	for (int i = 0; i < NAMES; i++) {
-		snprintf(name, sizeof(name), "many/%05d", i);
-		put_small(c, name, 'a' + i % 16);
-	}
+	c = http_client(more);
+	put_names(c, "many/%05d", NAMES, 'a', 16);
 	put_small(c, "cam/left", 'L');
 	put_small(c, "cam_left", 'R');
 	w0 = node_walks();
@@ -3324,14 +3334,10 @@ Test(http, node_keys_walk_once_while_a_ring_streams, .fini = stop)
 	struct td_client *c;
 	struct td_ring *r, *r2;
 	struct td_error e = {0};
-	char name[32], node[32];
+	char node[32];
 
-	start_http_args(more);
-	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
-	for (int i = 0; i < NAMES; i++) {
-		snprintf(name, sizeof(name), "many/%05d", i);
-		put_small(c, name, 'a' + i % 16);
-	}
+	c = http_client(more);
+	put_names(c, "many/%05d", NAMES, 'a', 16);
 	r = ring_u8(c, "cam/ring");
 	ring_put(r, 1);
 	cr_assert_eq(chunk_byte("cam_ring"), 1);
@@ -3413,16 +3419,11 @@ Test(http, names_and_listings_follow_rings_names_and_policy_reloads,
 	struct td_client *c;
 	struct td_ring *r, *r2;
 	struct td_error e = {0};
-	char name[32];
 
 	snprintf(pol, sizeof(pol), "/tmp/td-zarr-policy-%d", (int)getpid());
 	zt_put_file(pol, open_pol, sizeof(open_pol) - 1);
-	start_http_args(more);
-	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
-	for (int i = 0; i < 50; i++) {
-		snprintf(name, sizeof(name), "a/%02d", i);
-		put_small(c, name, 'a');
-	}
+	c = http_client(more);
+	put_names(c, "a/%02d", 50, 'a', 1);
 	r = ring_u8(c, "cam/ring");
 	ring_put(r, 1);
 	cr_assert(listed("cam_ring"));
@@ -3509,16 +3510,11 @@ Test(http, a_group_listing_visits_the_names_it_lists, .fini = stop)
 	static const char *const more[] = {"--http-prefix", "pub/", NULL};
 	unsigned long long v0, v;
 	struct td_client *c;
-	struct td_error e = {0};
 	char name[32], *b;
 	size_t len;
 
-	start_http_args(more);
-	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
-	for (int i = 0; i < NAMES; i++) {
-		snprintf(name, sizeof(name), "many/%05d", i);
-		put_small(c, name, 'm');
-	}
+	c = http_client(more);
+	put_names(c, "many/%05d", NAMES, 'm', 1);
 	for (int i = 0; i < PUB; i++) {
 		snprintf(name, sizeof(name), "pub/%02d", i);
 		put_small(c, name, 'p');
@@ -3566,12 +3562,8 @@ Test(http, a_stream_outside_the_http_prefix_makes_no_walk, .fini = stop)
 	char name[32], *b;
 	size_t len;
 
-	start_http_args(more);
-	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
-	for (int i = 0; i < PUB; i++) {
-		snprintf(name, sizeof(name), "pub/%02d", i);
-		put_small(c, name, 'a' + i);
-	}
+	c = http_client(more);
+	put_names(c, "pub/%02d", PUB, 'a', 16);
 	free(get_ok("/zarr/pub_00/c/0", &len));
 	w0 = node_walks();
 	for (int i = 0; i < ROUNDS; i++) {
@@ -3649,8 +3641,7 @@ Test(http, status_visits_no_names_among_many_tensors, .fini = stop)
 	char name[32];
 	uint64_t want;
 
-	start_http_args(more);
-	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	c = http_client(more);
 	for (int i = 0; i < NAMES; i++) {
 		snprintf(name, sizeof(name), "many/%05d", i);
 		put_small_flags(c, name, i < PINNED ? TD_PUBLISH_PIN : 0);
@@ -6511,12 +6502,10 @@ Test(http, the_group_texts_versions_keep_are_bounded, .fini = stop)
 	static char names[N][16];
 	static const char *ns[N];
 	struct td_client *c;
-	struct td_error e = {0};
 	char *want, *got, *m;
 	size_t len, one;
 
-	start_http_args(more);
-	cr_assert_eq(td_client_connect(d.sock, &c, &e), 0, "%s", e.reason);
+	c = http_client(more);
 	put_escaped_meta_len(c, "m/", N, 1000);
 	td_client_close(c);
 	for (unsigned i = 0; i < N; i++) {
