@@ -2229,3 +2229,136 @@ Test(stall, a_uids_many_busy_connections_hold_another_uid_back_one_share,
 	close(v);
 	close(v0);
 }
+
+/* How many descriptors the daemon has open */
+static int daemon_fds(void)
+{
+	char path[64];
+	struct dirent *e;
+	DIR *dir;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)D.pid);
+	dir = opendir(path);
+	cr_assert(dir, "%s: %s", path, strerror(errno));
+	while ((e = readdir(dir)))
+		n += e->d_name[0] != '.';
+	closedir(dir);
+	return n;
+}
+
+/* Until the daemon has n clients and want descriptors open */
+static void await_clients_fds(uint64_t n, int want)
+{
+	for (int waited = 0;
+	     tu_metric_unix(http_path, "tensord_clients") != n ||
+	     daemon_fds() != want;
+	     waited++) {
+		cr_assert_lt(waited, TU_WAIT_S * 1000, "never %llu clients and "
+			     "%d fds: %llu clients, %d fds", (unsigned long long)n,
+			     want,
+			     (unsigned long long)tu_metric_unix(
+				     http_path, "tensord_clients"),
+			     daemon_fds());
+		poll(NULL, 0, 1);
+	}
+}
+
+/*
+ * Nobody's 16 connections each queue 96 requests and hang up, all while
+ * the daemon is stopped: half shut their end for writing, half close
+ * it. Most wait for their uid's turn when the daemon sees the hang-ups,
+ * and the drain at a hang-up stops at the share too (64 datagrams: the
+ * first drained has more than that). Each that shut for
+ * writing gets all its replies, in order, and then the end; each
+ * connection is let go, its descriptors with it (the daemon's count is
+ * back where it was), and root's connection is still served.
+ */
+Test(stall, a_uids_waiting_connections_that_hang_up_are_answered_and_let_go,
+     .init = start_open, .fini = stop_http)
+{
+	enum { H = 16, R = 96 };
+	struct td_wire_stat_req st = {.name = {"nosuch", 6}};
+	int h[H], v = raw_scm_conn(&D), base;
+	uint64_t before;
+	struct rawrep r;
+	size_t len;
+	char byte;
+
+	send_status(v, 8);
+	before = status_requests(v, 8);
+	await_clients_fds(1, daemon_fds());
+	base = daemon_fds();
+	for (int i = 0; i < H; i++)
+		h[i] = nobody_conn();
+	daemon_pause();
+	len = (size_t)td_wire_stat_req_encode(&st, RAW_BODY, RAW_CAP);
+	for (int i = 0; i < H; i++) {
+		for (int k = 0; k < R; k++)
+			raw_send(h[i], TD_OP_STAT, 100 + (uint64_t)k, len);
+		if (i % 2)
+			cr_assert_eq(close(h[i]), 0);
+		else
+			cr_assert_eq(shutdown(h[i], SHUT_WR), 0);
+	}
+	cr_assert_eq(kill(D.pid, SIGCONT), 0);
+	for (int i = 0; i < H; i += 2) {
+		for (int k = 0; k < R; k++) {
+			raw_recv(h[i], &r);
+			cr_assert_eq(r.h.request_id, 100 + (uint64_t)k);
+			cr_assert_eq(r.h.status, -ENOENT);
+		}
+		tu_await_readable(h[i], TU_WAIT_S, "the hang-up");
+		cr_assert_eq(recv(h[i], &byte, 1, 0), 0, "connection %d", i);
+		close(h[i]);
+	}
+	await_clients_fds(1, base);
+	/* and root's connection is still read */
+	send_status(v, 9);
+	cr_assert_geq(status_requests(v, 9) - before, (uint64_t)H / 2 * R,
+		      "requests read");
+	cr_assert_gt(tu_metric_unix(http_path, "tensord_reads_deferred_total"),
+		     0);
+	close(v);
+}
+
+/*
+ * The daemon stopped (SIGTERM) while many of a uid's connections wait
+ * for their turn: it ends cleanly (status 0), every connection ended.
+ */
+Test(stall, a_stop_while_a_uids_connections_wait_for_their_turn_is_clean,
+     .init = start_open, .fini = stop_http)
+{
+	enum { H = 16, R = 32 };
+	struct td_wire_stat_req st = {.name = {"nosuch", 6}};
+	int h[H], st_;
+	size_t len;
+	pid_t pid;
+	char byte;
+
+	for (int i = 0; i < H; i++)
+		h[i] = nobody_conn();
+	daemon_pause();
+	len = (size_t)td_wire_stat_req_encode(&st, RAW_BODY, RAW_CAP);
+	for (int i = 0; i < H; i++)
+		for (int k = 0; k < R; k++)
+			raw_send(h[i], TD_OP_STAT, 100 + (uint64_t)k, len);
+	pid = D.pid;
+	D.pid = 0;
+	cr_assert_eq(kill(pid, SIGTERM), 0);
+	cr_assert_eq(kill(pid, SIGCONT), 0);
+	cr_assert(tu_reap_within(pid, TU_WAIT_S, &st_),
+		  "tensord did not exit within %d s of SIGTERM", TU_WAIT_S);
+	cr_assert(WIFEXITED(st_) && WEXITSTATUS(st_) == 0, "status %#x", st_);
+	for (int i = 0; i < H; i++) {
+		struct rawrep r;
+
+		/* the replies it sent, then the end */
+		while (recv(h[i], &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0)
+			raw_recv(h[i], &r);
+		cr_assert_eq(recv(h[i], &byte, 1, MSG_DONTWAIT), 0);
+		close(h[i]);
+	}
+	unlink(D.sock);
+	rmdir(D.dir);
+}
