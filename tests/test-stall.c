@@ -2362,3 +2362,53 @@ Test(stall, a_stop_while_a_uids_connections_wait_for_their_turn_is_clean,
 	unlink(D.sock);
 	rmdir(D.dir);
 }
+
+/*
+ * A uid's own connections take turns: nobody's three connections each
+ * have 96 requests queued, then a fourth of nobody's a STATUS, all while
+ * the daemon is stopped. The first two fill the uid's share of the
+ * first turn; the third and the fourth wait, and the first two, busy
+ * still, wait behind them at the next turn: the STATUS is handled after
+ * one share of nobody's (64, two at most). Were the busy ones read
+ * again ahead of those that wait, it waited until they were drained
+ * (more than 192).
+ */
+Test(stall, a_uids_connection_that_waits_is_read_before_its_busy_ones_again,
+     .init = start_open, .fini = stop_http)
+{
+	enum { H = 3, R = 96 };
+	struct td_wire_stat_req st = {.name = {"nosuch", 6}};
+	int h[H], v0 = raw_scm_conn(&D), y;
+	uint64_t before, at;
+	struct rawrep r;
+	size_t len;
+
+	for (int i = 0; i < H; i++)
+		h[i] = nobody_conn();
+	y = nobody_conn();
+	send_status(v0, 8);
+	before = status_requests(v0, 8);
+	daemon_pause();
+	len = (size_t)td_wire_stat_req_encode(&st, RAW_BODY, RAW_CAP);
+	for (int i = 0; i < H; i++)
+		for (int k = 0; k < R; k++)
+			raw_send(h[i], TD_OP_STAT, 100 + (uint64_t)k, len);
+	send_status(y, 9);
+	cr_assert_eq(kill(D.pid, SIGCONT), 0);
+	at = status_requests(y, 9) - 1;
+	cr_log_info("nobody's STATUS handled after %llu of its %d requests",
+		    (unsigned long long)(at - before), H * R);
+	cr_assert_leq(at - before, 2 * 64, "nobody's STATUS was handled "
+		      "after %llu of its other connections' %d requests",
+		      (unsigned long long)(at - before), H * R);
+	for (int i = 0; i < H; i++) {
+		for (int k = 0; k < R; k++) {
+			raw_recv(h[i], &r);
+			cr_assert_eq(r.h.request_id, 100 + (uint64_t)k);
+			cr_assert_eq(r.h.status, -ENOENT);
+		}
+		close(h[i]);
+	}
+	close(y);
+	close(v0);
+}
