@@ -2412,3 +2412,54 @@ Test(stall, a_uids_connection_that_waits_is_read_before_its_busy_ones_again,
 	close(y);
 	close(v0);
 }
+
+/*
+ * The daemon stopped (SIGTERM) while a request of many slow seals waits
+ * for its next turn (it yielded to nobody's): the jobs whose connections
+ * went end without their seals and the daemon exits with status 0.
+ */
+Test(stall, a_stop_while_a_yielded_seal_job_waits_its_turn_is_clean,
+     .init = start_slow, .fini = stop_http)
+{
+	enum { N = 2, K = 6 };
+	int sock[N], v = nobody_conn(), st_;
+	static uint8_t bodies[K][1024];
+	char name[32];
+	pid_t pid;
+
+	for (int i = 0; i < N; i++) {
+		struct td_wire_publish_many_req q = {.count = K};
+
+		sock[i] = raw_scm_conn(&D);
+		for (int k = 0; k < K; k++) {
+			uint64_t alloc = raw_alloc_one(sock[i], 2 + k, 4096);
+			int64_t n;
+
+			snprintf(name, sizeof(name), "stopy/%d/%d", i, k);
+			n = raw_pub_body(name, alloc, 4096, 0, 0, bodies[k],
+					 sizeof(bodies[k]));
+			cr_assert_gt(n, 0);
+			q.el[k].body = (struct td_wire_bytes){bodies[k],
+							      (uint32_t)n};
+		}
+		raw_send(sock[i], TD_OP_PUBLISH_MANY, 20,
+			 (size_t)td_wire_publish_many_req_encode(&q, RAW_BODY,
+								 RAW_CAP));
+	}
+	await_seals_waiting(N);
+	nobody_publish(v, "stopy/nobody");
+	answered_ok(v, "nobody's publish");
+	cr_assert_geq(tu_metric_unix(http_path, "tensord_seal_yields_total"),
+		      1);
+	pid = D.pid;
+	D.pid = 0;
+	cr_assert_eq(kill(pid, SIGTERM), 0);
+	cr_assert(tu_reap_within(pid, TU_WAIT_S, &st_),
+		  "tensord did not exit within %d s of SIGTERM", TU_WAIT_S);
+	cr_assert(WIFEXITED(st_) && WEXITSTATUS(st_) == 0, "status %#x", st_);
+	for (int i = 0; i < N; i++)
+		close(sock[i]);
+	close(v);
+	unlink(D.sock);
+	rmdir(D.dir);
+}
