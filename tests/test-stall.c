@@ -2463,3 +2463,76 @@ Test(stall, a_stop_while_a_yielded_seal_job_waits_its_turn_is_clean,
 	unlink(D.sock);
 	rmdir(D.dir);
 }
+
+/* A connection of uid's */
+static int conn_as(uid_t uid)
+{
+	int sock;
+
+	cr_assert_eq(seteuid(uid), 0);
+	sock = raw_scm_conn(&D);
+	cr_assert_eq(seteuid(0), 0);
+	return sock;
+}
+
+/*
+ * Eight uids' four connections each have 48 requests queued while the
+ * daemon is stopped, and root connects then: each uid is read its
+ * share a turn (64), so root's STATUS is handled after two turns' of
+ * theirs at most (1024 of the 1536), not after all of them (each
+ * connection read 32 a wake-up: all of them before root's); each of
+ * their requests is answered, each connection's in order, and every
+ * uid's connections are let go (no client left but root's).
+ */
+Test(stall, many_uids_busy_at_once_each_take_their_share,
+     .init = start_open, .fini = stop_http)
+{
+	enum { U = 8, C = 4, R = 48 };
+	struct td_wire_stat_req st = {.name = {"nosuch", 6}};
+	int h[U][C], v0 = raw_scm_conn(&D), v;
+	uint64_t before, at;
+	struct rawrep r;
+	size_t len;
+
+	for (int u = 0; u < U; u++)
+		for (int c = 0; c < C; c++)
+			h[u][c] = conn_as((uid_t)(60000 + u));
+	send_status(v0, 8);
+	before = status_requests(v0, 8);
+	daemon_pause();
+	len = (size_t)td_wire_stat_req_encode(&st, RAW_BODY, RAW_CAP);
+	for (int u = 0; u < U; u++)
+		for (int c = 0; c < C; c++)
+			for (int k = 0; k < R; k++)
+				raw_send(h[u][c], TD_OP_STAT,
+					 100 + (uint64_t)k, len);
+	v = conn_unanswered();
+	send_status(v, 9);
+	cr_assert_eq(kill(D.pid, SIGCONT), 0);
+	raw_recv(v, &r);
+	cr_assert_eq(r.h.request_id, 1);
+	cr_assert_eq(r.h.status, 0);
+	td__scm_close(r.fds, r.nfds);
+	at = status_requests(v, 9) - 2;
+	cr_log_info("root's STATUS handled after %llu of %d requests",
+		    (unsigned long long)(at - before), U * C * R);
+	cr_assert_leq(at - before, 2 * U * 64, "root's STATUS was handled "
+		      "after %llu of the %d requests",
+		      (unsigned long long)(at - before), U * C * R);
+	for (int u = 0; u < U; u++)
+		for (int c = 0; c < C; c++) {
+			for (int k = 0; k < R; k++) {
+				raw_recv(h[u][c], &r);
+				cr_assert_eq(r.h.request_id, 100 + (uint64_t)k);
+				cr_assert_eq(r.h.status, -ENOENT);
+			}
+			close(h[u][c]);
+		}
+	close(v0);
+	for (int waited = 0; tu_metric_unix(http_path, "tensord_clients") != 1;
+	     waited++) {
+		cr_assert_lt(waited, TU_WAIT_S * 1000, "connections left");
+		poll(NULL, 0, 1);
+	}
+	close(v);
+}
