@@ -2536,3 +2536,63 @@ Test(stall, many_uids_busy_at_once_each_take_their_share,
 	}
 	close(v);
 }
+
+/*
+ * A connection of a uid whose others wait for their turn breaks the
+ * protocol (an oversize datagram after 48 requests), all queued while
+ * the daemon is stopped: it is read in its turns, answered up to the
+ * violation, told (-EMSGSIZE) and cut; the uid's other connections are
+ * still read, each answered in order, and nothing of the cut one is
+ * left (the daemon's descriptors as before, no client but root's).
+ */
+Test(stall, a_waiting_connection_that_breaks_the_protocol_is_cut_and_its_uid_served,
+     .init = start_open, .fini = stop_http)
+{
+	enum { H = 4, R = 48, BAD = H - 1 };
+	static uint8_t big[TD_WIRE_MAX_MSG + 1];
+	struct td_wire_stat_req st = {.name = {"nosuch", 6}};
+	struct td_wire_hdr bh = {TD_WIRE_MAGIC, TD_WIRE_VERSION, TD_OP_STAT,
+				 0, 0, 999, sizeof(big) - TD_WIRE_HDR_LEN, 0};
+	int h[H], v = raw_scm_conn(&D), base, sz = 4 * TD_WIRE_MAX_MSG;
+	struct rawrep r;
+	size_t len;
+	char byte;
+
+	send_status(v, 8);
+	status_requests(v, 8);
+	await_clients_fds(1, daemon_fds());
+	base = daemon_fds();
+	for (int i = 0; i < H; i++)
+		h[i] = nobody_conn();
+	cr_assert_eq(setsockopt(h[BAD], SOL_SOCKET, SO_SNDBUF, &sz,
+				sizeof(sz)),
+		     0);
+	td_wire_hdr_encode(&bh, big);
+	daemon_pause();
+	len = (size_t)td_wire_stat_req_encode(&st, RAW_BODY, RAW_CAP);
+	for (int i = 0; i < H; i++)
+		for (int k = 0; k < R; k++)
+			raw_send(h[i], TD_OP_STAT, 100 + (uint64_t)k, len);
+	cr_assert_eq(td__scm_send(h[BAD], big, sizeof(big), NULL, 0, 0),
+		     (ssize_t)sizeof(big));
+	cr_assert_eq(kill(D.pid, SIGCONT), 0);
+	for (int i = 0; i < H; i++) {
+		for (int k = 0; k < R; k++) {
+			raw_recv(h[i], &r);
+			cr_assert_eq(r.h.request_id, 100 + (uint64_t)k);
+			cr_assert_eq(r.h.status, -ENOENT);
+		}
+		if (i == BAD) {
+			raw_recv(h[i], &r);
+			cr_assert_eq(r.h.request_id, 999);
+			cr_assert_eq(r.h.status, -EMSGSIZE);
+			tu_await_readable(h[i], TU_WAIT_S, "the cut");
+			cr_assert_eq(recv(h[i], &byte, 1, 0), 0);
+		}
+		close(h[i]);
+	}
+	await_clients_fds(1, base);
+	cr_assert_gt(tu_metric_unix(http_path, "tensord_reads_deferred_total"),
+		     0);
+	close(v);
+}
