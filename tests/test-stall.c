@@ -2229,3 +2229,370 @@ Test(stall, a_uids_many_busy_connections_hold_another_uid_back_one_share,
 	close(v);
 	close(v0);
 }
+
+/* How many descriptors the daemon has open */
+static int daemon_fds(void)
+{
+	char path[64];
+	struct dirent *e;
+	DIR *dir;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)D.pid);
+	dir = opendir(path);
+	cr_assert(dir, "%s: %s", path, strerror(errno));
+	while ((e = readdir(dir)))
+		n += e->d_name[0] != '.';
+	closedir(dir);
+	return n;
+}
+
+/* Until the daemon has n clients and want descriptors open */
+static void await_clients_fds(uint64_t n, int want)
+{
+	for (int waited = 0;
+	     tu_metric_unix(http_path, "tensord_clients") != n ||
+	     daemon_fds() != want;
+	     waited++) {
+		cr_assert_lt(waited, TU_WAIT_S * 1000, "never %llu clients and "
+			     "%d fds: %llu clients, %d fds", (unsigned long long)n,
+			     want,
+			     (unsigned long long)tu_metric_unix(
+				     http_path, "tensord_clients"),
+			     daemon_fds());
+		poll(NULL, 0, 1);
+	}
+}
+
+/*
+ * Nobody's 16 connections each queue 96 requests and hang up, all while
+ * the daemon is stopped: half shut their end for writing, half close
+ * it. Most wait for their uid's turn when the daemon sees the hang-ups,
+ * and the drain at a hang-up stops at the share too (64 datagrams: the
+ * first drained has more than that). Each that shut for
+ * writing gets all its replies, in order, and then the end; each
+ * connection is let go, its descriptors with it (the daemon's count is
+ * back where it was), and root's connection is still served.
+ */
+Test(stall, a_uids_waiting_connections_that_hang_up_are_answered_and_let_go,
+     .init = start_open, .fini = stop_http)
+{
+	enum { H = 16, R = 96 };
+	struct td_wire_stat_req st = {.name = {"nosuch", 6}};
+	int h[H], v = raw_scm_conn(&D), base;
+	uint64_t before;
+	struct rawrep r;
+	size_t len;
+	char byte;
+
+	send_status(v, 8);
+	before = status_requests(v, 8);
+	await_clients_fds(1, daemon_fds());
+	base = daemon_fds();
+	for (int i = 0; i < H; i++)
+		h[i] = nobody_conn();
+	daemon_pause();
+	len = (size_t)td_wire_stat_req_encode(&st, RAW_BODY, RAW_CAP);
+	for (int i = 0; i < H; i++) {
+		for (int k = 0; k < R; k++)
+			raw_send(h[i], TD_OP_STAT, 100 + (uint64_t)k, len);
+		if (i % 2)
+			cr_assert_eq(close(h[i]), 0);
+		else
+			cr_assert_eq(shutdown(h[i], SHUT_WR), 0);
+	}
+	cr_assert_eq(kill(D.pid, SIGCONT), 0);
+	for (int i = 0; i < H; i += 2) {
+		for (int k = 0; k < R; k++) {
+			raw_recv(h[i], &r);
+			cr_assert_eq(r.h.request_id, 100 + (uint64_t)k);
+			cr_assert_eq(r.h.status, -ENOENT);
+		}
+		tu_await_readable(h[i], TU_WAIT_S, "the hang-up");
+		cr_assert_eq(recv(h[i], &byte, 1, 0), 0, "connection %d", i);
+		close(h[i]);
+	}
+	await_clients_fds(1, base);
+	/* and root's connection is still read */
+	send_status(v, 9);
+	cr_assert_geq(status_requests(v, 9) - before, (uint64_t)H / 2 * R,
+		      "requests read");
+	cr_assert_gt(tu_metric_unix(http_path, "tensord_reads_deferred_total"),
+		     0);
+	close(v);
+}
+
+/*
+ * The daemon stopped (SIGTERM) while many of a uid's connections wait
+ * for their turn: it ends cleanly (status 0), every connection ended.
+ */
+Test(stall, a_stop_while_a_uids_connections_wait_for_their_turn_is_clean,
+     .init = start_open, .fini = stop_http)
+{
+	enum { H = 16, R = 32 };
+	struct td_wire_stat_req st = {.name = {"nosuch", 6}};
+	int h[H], st_;
+	size_t len;
+	pid_t pid;
+	char byte;
+
+	for (int i = 0; i < H; i++)
+		h[i] = nobody_conn();
+	daemon_pause();
+	len = (size_t)td_wire_stat_req_encode(&st, RAW_BODY, RAW_CAP);
+	for (int i = 0; i < H; i++)
+		for (int k = 0; k < R; k++)
+			raw_send(h[i], TD_OP_STAT, 100 + (uint64_t)k, len);
+	pid = D.pid;
+	D.pid = 0;
+	cr_assert_eq(kill(pid, SIGTERM), 0);
+	cr_assert_eq(kill(pid, SIGCONT), 0);
+	cr_assert(tu_reap_within(pid, TU_WAIT_S, &st_),
+		  "tensord did not exit within %d s of SIGTERM", TU_WAIT_S);
+	cr_assert(WIFEXITED(st_) && WEXITSTATUS(st_) == 0, "status %#x", st_);
+	for (int i = 0; i < H; i++) {
+		struct rawrep r;
+
+		/* the replies it sent, then the end */
+		while (recv(h[i], &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0)
+			raw_recv(h[i], &r);
+		cr_assert_eq(recv(h[i], &byte, 1, MSG_DONTWAIT), 0);
+		close(h[i]);
+	}
+	unlink(D.sock);
+	rmdir(D.dir);
+}
+
+/*
+ * A uid's own connections take turns: nobody's three connections each
+ * have 96 requests queued, then a fourth of nobody's a STATUS, all while
+ * the daemon is stopped. The first two fill the uid's share of the
+ * first turn; the third and the fourth wait, and the first two, busy
+ * still, wait behind them at the next turn: the STATUS is handled after
+ * one share of nobody's (64, two at most). Were the busy ones read
+ * again ahead of those that wait, it waited until they were drained
+ * (more than 192).
+ */
+Test(stall, a_uids_connection_that_waits_is_read_before_its_busy_ones_again,
+     .init = start_open, .fini = stop_http)
+{
+	enum { H = 3, R = 96 };
+	struct td_wire_stat_req st = {.name = {"nosuch", 6}};
+	int h[H], v0 = raw_scm_conn(&D), y;
+	uint64_t before, at;
+	struct rawrep r;
+	size_t len;
+
+	for (int i = 0; i < H; i++)
+		h[i] = nobody_conn();
+	y = nobody_conn();
+	send_status(v0, 8);
+	before = status_requests(v0, 8);
+	daemon_pause();
+	len = (size_t)td_wire_stat_req_encode(&st, RAW_BODY, RAW_CAP);
+	for (int i = 0; i < H; i++)
+		for (int k = 0; k < R; k++)
+			raw_send(h[i], TD_OP_STAT, 100 + (uint64_t)k, len);
+	send_status(y, 9);
+	cr_assert_eq(kill(D.pid, SIGCONT), 0);
+	at = status_requests(y, 9) - 1;
+	cr_log_info("nobody's STATUS handled after %llu of its %d requests",
+		    (unsigned long long)(at - before), H * R);
+	cr_assert_leq(at - before, 2 * 64, "nobody's STATUS was handled "
+		      "after %llu of its other connections' %d requests",
+		      (unsigned long long)(at - before), H * R);
+	for (int i = 0; i < H; i++) {
+		for (int k = 0; k < R; k++) {
+			raw_recv(h[i], &r);
+			cr_assert_eq(r.h.request_id, 100 + (uint64_t)k);
+			cr_assert_eq(r.h.status, -ENOENT);
+		}
+		close(h[i]);
+	}
+	close(y);
+	close(v0);
+}
+
+/*
+ * The daemon stopped (SIGTERM) while a request of many slow seals waits
+ * for its next turn (it yielded to nobody's): the jobs whose connections
+ * went end without their seals and the daemon exits with status 0.
+ */
+Test(stall, a_stop_while_a_yielded_seal_job_waits_its_turn_is_clean,
+     .init = start_slow, .fini = stop_http)
+{
+	enum { N = 2, K = 6 };
+	int sock[N], v = nobody_conn(), st_;
+	static uint8_t bodies[K][1024];
+	char name[32];
+	pid_t pid;
+
+	for (int i = 0; i < N; i++) {
+		struct td_wire_publish_many_req q = {.count = K};
+
+		sock[i] = raw_scm_conn(&D);
+		for (int k = 0; k < K; k++) {
+			uint64_t alloc = raw_alloc_one(sock[i], 2 + k, 4096);
+			int64_t n;
+
+			snprintf(name, sizeof(name), "stopy/%d/%d", i, k);
+			n = raw_pub_body(name, alloc, 4096, 0, 0, bodies[k],
+					 sizeof(bodies[k]));
+			cr_assert_gt(n, 0);
+			q.el[k].body = (struct td_wire_bytes){bodies[k],
+							      (uint32_t)n};
+		}
+		raw_send(sock[i], TD_OP_PUBLISH_MANY, 20,
+			 (size_t)td_wire_publish_many_req_encode(&q, RAW_BODY,
+								 RAW_CAP));
+	}
+	await_seals_waiting(N);
+	nobody_publish(v, "stopy/nobody");
+	answered_ok(v, "nobody's publish");
+	cr_assert_geq(tu_metric_unix(http_path, "tensord_seal_yields_total"),
+		      1);
+	pid = D.pid;
+	D.pid = 0;
+	cr_assert_eq(kill(pid, SIGTERM), 0);
+	cr_assert(tu_reap_within(pid, TU_WAIT_S, &st_),
+		  "tensord did not exit within %d s of SIGTERM", TU_WAIT_S);
+	cr_assert(WIFEXITED(st_) && WEXITSTATUS(st_) == 0, "status %#x", st_);
+	for (int i = 0; i < N; i++)
+		close(sock[i]);
+	close(v);
+	unlink(D.sock);
+	rmdir(D.dir);
+}
+
+/* A connection of uid's */
+static int conn_as(uid_t uid)
+{
+	int sock;
+
+	cr_assert_eq(seteuid(uid), 0);
+	sock = raw_scm_conn(&D);
+	cr_assert_eq(seteuid(0), 0);
+	return sock;
+}
+
+/*
+ * Eight uids' four connections each have 48 requests queued while the
+ * daemon is stopped, and root connects then: each uid is read its
+ * share a turn (64), so root's STATUS is handled after two turns' of
+ * theirs at most (1024 of the 1536), not after all of them (each
+ * connection read 32 a wake-up: all of them before root's); each of
+ * their requests is answered, each connection's in order, and every
+ * uid's connections are let go (no client left but root's).
+ */
+Test(stall, many_uids_busy_at_once_each_take_their_share,
+     .init = start_open, .fini = stop_http)
+{
+	enum { U = 8, C = 4, R = 48 };
+	struct td_wire_stat_req st = {.name = {"nosuch", 6}};
+	int h[U][C], v0 = raw_scm_conn(&D), v;
+	uint64_t before, at;
+	struct rawrep r;
+	size_t len;
+
+	for (int u = 0; u < U; u++)
+		for (int c = 0; c < C; c++)
+			h[u][c] = conn_as((uid_t)(60000 + u));
+	send_status(v0, 8);
+	before = status_requests(v0, 8);
+	daemon_pause();
+	len = (size_t)td_wire_stat_req_encode(&st, RAW_BODY, RAW_CAP);
+	for (int u = 0; u < U; u++)
+		for (int c = 0; c < C; c++)
+			for (int k = 0; k < R; k++)
+				raw_send(h[u][c], TD_OP_STAT,
+					 100 + (uint64_t)k, len);
+	v = conn_unanswered();
+	send_status(v, 9);
+	cr_assert_eq(kill(D.pid, SIGCONT), 0);
+	raw_recv(v, &r);
+	cr_assert_eq(r.h.request_id, 1);
+	cr_assert_eq(r.h.status, 0);
+	td__scm_close(r.fds, r.nfds);
+	at = status_requests(v, 9) - 2;
+	cr_log_info("root's STATUS handled after %llu of %d requests",
+		    (unsigned long long)(at - before), U * C * R);
+	cr_assert_leq(at - before, 2 * U * 64, "root's STATUS was handled "
+		      "after %llu of the %d requests",
+		      (unsigned long long)(at - before), U * C * R);
+	for (int u = 0; u < U; u++)
+		for (int c = 0; c < C; c++) {
+			for (int k = 0; k < R; k++) {
+				raw_recv(h[u][c], &r);
+				cr_assert_eq(r.h.request_id, 100 + (uint64_t)k);
+				cr_assert_eq(r.h.status, -ENOENT);
+			}
+			close(h[u][c]);
+		}
+	close(v0);
+	for (int waited = 0; tu_metric_unix(http_path, "tensord_clients") != 1;
+	     waited++) {
+		cr_assert_lt(waited, TU_WAIT_S * 1000, "connections left");
+		poll(NULL, 0, 1);
+	}
+	close(v);
+}
+
+/*
+ * A connection of a uid whose others wait for their turn breaks the
+ * protocol (an oversize datagram after 48 requests), all queued while
+ * the daemon is stopped: it is read in its turns, answered up to the
+ * violation, told (-EMSGSIZE) and cut; the uid's other connections are
+ * still read, each answered in order, and nothing of the cut one is
+ * left (the daemon's descriptors as before, no client but root's).
+ */
+Test(stall, a_waiting_connection_that_breaks_the_protocol_is_cut_and_its_uid_served,
+     .init = start_open, .fini = stop_http)
+{
+	enum { H = 4, R = 48, BAD = H - 1 };
+	static uint8_t big[TD_WIRE_MAX_MSG + 1];
+	struct td_wire_stat_req st = {.name = {"nosuch", 6}};
+	struct td_wire_hdr bh = {TD_WIRE_MAGIC, TD_WIRE_VERSION, TD_OP_STAT,
+				 0, 0, 999, sizeof(big) - TD_WIRE_HDR_LEN, 0};
+	int h[H], v = raw_scm_conn(&D), base, sz = 4 * TD_WIRE_MAX_MSG;
+	struct rawrep r;
+	size_t len;
+	char byte;
+
+	send_status(v, 8);
+	status_requests(v, 8);
+	await_clients_fds(1, daemon_fds());
+	base = daemon_fds();
+	for (int i = 0; i < H; i++)
+		h[i] = nobody_conn();
+	cr_assert_eq(setsockopt(h[BAD], SOL_SOCKET, SO_SNDBUF, &sz,
+				sizeof(sz)),
+		     0);
+	td_wire_hdr_encode(&bh, big);
+	daemon_pause();
+	len = (size_t)td_wire_stat_req_encode(&st, RAW_BODY, RAW_CAP);
+	for (int i = 0; i < H; i++)
+		for (int k = 0; k < R; k++)
+			raw_send(h[i], TD_OP_STAT, 100 + (uint64_t)k, len);
+	cr_assert_eq(td__scm_send(h[BAD], big, sizeof(big), NULL, 0, 0),
+		     (ssize_t)sizeof(big));
+	cr_assert_eq(kill(D.pid, SIGCONT), 0);
+	for (int i = 0; i < H; i++) {
+		for (int k = 0; k < R; k++) {
+			raw_recv(h[i], &r);
+			cr_assert_eq(r.h.request_id, 100 + (uint64_t)k);
+			cr_assert_eq(r.h.status, -ENOENT);
+		}
+		if (i == BAD) {
+			raw_recv(h[i], &r);
+			cr_assert_eq(r.h.request_id, 999);
+			cr_assert_eq(r.h.status, -EMSGSIZE);
+			tu_await_readable(h[i], TU_WAIT_S, "the cut");
+			cr_assert_eq(recv(h[i], &byte, 1, 0), 0);
+		}
+		close(h[i]);
+	}
+	await_clients_fds(1, base);
+	cr_assert_gt(tu_metric_unix(http_path, "tensord_reads_deferred_total"),
+		     0);
+	close(v);
+}
