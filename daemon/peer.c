@@ -193,7 +193,7 @@ static void on_closed(uv_handle_t *h)
  */
 static struct {
 	uv_check_t backlog; /* after each poll for I/O: those waiting */
-	uv_idle_t awake;   /* active while some wait */
+	uv_idle_t awake;   /* active while some wait (n > 0) */
 	struct td__list list;
 	unsigned n;
 	bool init;
@@ -225,7 +225,8 @@ static void undefer(struct td__peer *p)
 		return;
 	p->deferred = false;
 	td__list_del(&p->defer_link);
-	DF.n--;
+	if (!--DF.n)
+		uv_idle_stop(&DF.awake); /* the loop may sleep again */
 	td__tenant_rx_wait(p->uid, -1);
 }
 
@@ -243,8 +244,6 @@ static void on_backlog(uv_check_t *h)
 			receive(p); /* may wait again, at the end */
 		update_poll(p);
 	}
-	if (!DF.n)
-		uv_idle_stop(&DF.awake);
 	td__tenant_rx_turn(); /* the next turn: poll for I/O, then this */
 }
 
