@@ -213,7 +213,7 @@ static void seal_done(uv_work_t *w, int status);
 
 /*
  * Whether each job on the pool must leave its seals after the one under
- * way: when a job of another uid waits. S.queue holds one job a uid.
+ * way: while a job of another uid waits. S.queue holds one job a uid.
  */
 static void yield_update(void)
 {
@@ -226,8 +226,10 @@ static void yield_update(void)
 		     e = e->next)
 			other = td__container_of(e, struct td__seal_job, link)
 					->uid != r->uid;
-		if (r && other)
-			atomic_store(&r->yield, true);
+		/* and no more once the other uids' jobs have their thread:
+		 * a yield then would only queue it again for nothing */
+		if (r)
+			atomic_store(&r->yield, other);
 	}
 }
 
