@@ -1530,6 +1530,36 @@ static void answered_ok(int v, const char *what)
 }
 
 /*
+ * A PUBLISH_MANY (id 20) on sock of k fresh plain loans of 4 KiB each
+ * (their seals left to the daemon), named prefix/i/0..k-1 (into names
+ * when not NULL): sent, not awaited.
+ */
+static void send_loans_many(int sock, const char *prefix, int i, int k,
+			    char (*names)[32])
+{
+	static uint8_t bodies[8][1024];
+	struct td_wire_publish_many_req q = {.count = (uint32_t)k};
+	char name[32];
+
+	cr_assert_leq(k, 8);
+	for (int j = 0; j < k; j++) {
+		uint64_t alloc = raw_alloc_one(sock, 2 + (uint64_t)j, 4096);
+		int64_t n;
+
+		snprintf(name, sizeof(name), "%s/%d/%d", prefix, i, j);
+		if (names)
+			memcpy(names[j], name, sizeof(name));
+		n = raw_pub_body(name, alloc, 4096, 0, 0, bodies[j],
+				 sizeof(bodies[j]));
+		cr_assert_gt(n, 0);
+		q.el[j].body = (struct td_wire_bytes){bodies[j], (uint32_t)n};
+	}
+	raw_send(sock, TD_OP_PUBLISH_MANY, 20,
+		 (size_t)td_wire_publish_many_req_encode(&q, RAW_BODY,
+							 RAW_CAP));
+}
+
+/*
  * One uid's six connections each publish a plain loan, every seal slow
  * (SLOW_MS): two are sealed at a time, four wait. Nobody's PUBLISH comes
  * after all six, and is sealed at the first thread free, before the
@@ -1581,26 +1611,10 @@ Test(stall, a_request_of_many_slow_seals_holds_another_uid_back_one_seal,
 	enum { N = 2, K = 6 };
 	int sock[N], v = nobody_conn();
 	static char names[N][K][32];
-	static uint8_t bodies[K][1024];
 
 	for (int i = 0; i < N; i++) {
-		struct td_wire_publish_many_req q = {.count = K};
-
 		sock[i] = raw_scm_conn(&D);
-		for (int k = 0; k < K; k++) {
-			uint64_t alloc = raw_alloc_one(sock[i], 2 + k, 4096);
-			int64_t n;
-
-			snprintf(names[i][k], 32, "many/%d/%d", i, k);
-			n = raw_pub_body(names[i][k], alloc, 4096, 0, 0,
-					 bodies[k], sizeof(bodies[k]));
-			cr_assert_gt(n, 0);
-			q.el[k].body = (struct td_wire_bytes){bodies[k],
-							      (uint32_t)n};
-		}
-		raw_send(sock[i], TD_OP_PUBLISH_MANY, 20,
-			 (size_t)td_wire_publish_many_req_encode(&q, RAW_BODY,
-								 RAW_CAP));
+		send_loans_many(sock[i], "many", i, K, names[i]);
 	}
 	await_seals_waiting(N);
 	nobody_publish(v, "many/nobody");
@@ -2128,6 +2142,28 @@ static void start_open(void)
 	cr_assert_eq(chmod(D.dir, 0755), 0);
 }
 
+/* r STATs of a name that is not there on sock (ids 100 on), not awaited */
+static void queue_stats(int sock, int r)
+{
+	struct td_wire_stat_req st = {.name = {"nosuch", 6}};
+	size_t len = (size_t)td_wire_stat_req_encode(&st, RAW_BODY, RAW_CAP);
+
+	for (int k = 0; k < r; k++)
+		raw_send(sock, TD_OP_STAT, 100 + (uint64_t)k, len);
+}
+
+/* The replies to queue_stats's r STATs on sock: each -ENOENT, in order */
+static void stats_answered(int sock, int r)
+{
+	struct rawrep rep;
+
+	for (int k = 0; k < r; k++) {
+		raw_recv(sock, &rep);
+		cr_assert_eq(rep.h.request_id, 100 + (uint64_t)k);
+		cr_assert_eq(rep.h.status, -ENOENT);
+	}
+}
+
 /* STATUS on sock, sent already (id): the datagrams the daemon had read
  * from every client when it handled it */
 static uint64_t status_requests(int sock, uint64_t id)
@@ -2170,6 +2206,22 @@ static int conn_unanswered(void)
 }
 
 /*
+ * On conn_unanswered's sock with a STATUS (id) sent after its HELLO: the
+ * HELLO's reply, then the datagrams read before the HELLO (STATUS's
+ * count less the HELLO and the STATUS)
+ */
+static uint64_t status_after_hello(int sock, uint64_t id)
+{
+	struct rawrep r;
+
+	raw_recv(sock, &r);
+	cr_assert_eq(r.h.request_id, 1);
+	cr_assert_eq(r.h.status, 0);
+	td__scm_close(r.fds, r.nfds);
+	return status_requests(sock, id) - 2;
+}
+
+/*
  * Nobody's 16 connections each have 32 requests queued, all while the
  * daemon is stopped (SIGSTOP), so that it finds them all at one
  * wake-up; root connects then and sends its HELLO and a STATUS. The
@@ -2185,30 +2237,20 @@ Test(stall, a_uids_many_busy_connections_hold_another_uid_back_one_share,
      .init = start_open, .fini = stop_http)
 {
 	enum { H = 16, R = 32 };
-	struct td_wire_stat_req st = {.name = {"nosuch", 6}};
 	int h[H], v0 = raw_scm_conn(&D), v;
 	uint64_t before, at;
-	struct rawrep r;
-	size_t len;
 
 	for (int i = 0; i < H; i++)
 		h[i] = nobody_conn();
 	send_status(v0, 8);
 	before = status_requests(v0, 8);
 	daemon_pause();
-	len = (size_t)td_wire_stat_req_encode(&st, RAW_BODY, RAW_CAP);
 	for (int i = 0; i < H; i++)
-		for (int k = 0; k < R; k++)
-			raw_send(h[i], TD_OP_STAT, 100 + (uint64_t)k, len);
+		queue_stats(h[i], R);
 	v = conn_unanswered();
 	send_status(v, 9);
 	cr_assert_eq(kill(D.pid, SIGCONT), 0);
-	raw_recv(v, &r);
-	cr_assert_eq(r.h.request_id, 1);
-	cr_assert_eq(r.h.status, 0);
-	td__scm_close(r.fds, r.nfds);
-	/* its HELLO and itself read after before's STATUS */
-	at = status_requests(v, 9) - 2;
+	at = status_after_hello(v, 9);
 	cr_log_info("root's STATUS handled after %llu of nobody's %d requests",
 		    (unsigned long long)(at - before), H * R);
 	/* 64 a turn, nobody's share (TD__RX_UID_TURN), in each of the
@@ -2217,11 +2259,7 @@ Test(stall, a_uids_many_busy_connections_hold_another_uid_back_one_share,
 		      "after %llu of nobody's %d requests",
 		      (unsigned long long)(at - before), H * R);
 	for (int i = 0; i < H; i++) {
-		for (int k = 0; k < R; k++) {
-			raw_recv(h[i], &r);
-			cr_assert_eq(r.h.request_id, 100 + (uint64_t)k);
-			cr_assert_eq(r.h.status, -ENOENT);
-		}
+		stats_answered(h[i], R);
 		close(h[i]);
 	}
 	cr_assert_gt(tu_metric_unix(http_path, "tensord_reads_deferred_total"),
@@ -2278,11 +2316,8 @@ Test(stall, a_uids_waiting_connections_that_hang_up_are_answered_and_let_go,
      .init = start_open, .fini = stop_http)
 {
 	enum { H = 16, R = 96 };
-	struct td_wire_stat_req st = {.name = {"nosuch", 6}};
 	int h[H], v = raw_scm_conn(&D), base;
 	uint64_t before;
-	struct rawrep r;
-	size_t len;
 	char byte;
 
 	send_status(v, 8);
@@ -2292,10 +2327,8 @@ Test(stall, a_uids_waiting_connections_that_hang_up_are_answered_and_let_go,
 	for (int i = 0; i < H; i++)
 		h[i] = nobody_conn();
 	daemon_pause();
-	len = (size_t)td_wire_stat_req_encode(&st, RAW_BODY, RAW_CAP);
 	for (int i = 0; i < H; i++) {
-		for (int k = 0; k < R; k++)
-			raw_send(h[i], TD_OP_STAT, 100 + (uint64_t)k, len);
+		queue_stats(h[i], R);
 		if (i % 2)
 			cr_assert_eq(close(h[i]), 0);
 		else
@@ -2303,11 +2336,7 @@ Test(stall, a_uids_waiting_connections_that_hang_up_are_answered_and_let_go,
 	}
 	cr_assert_eq(kill(D.pid, SIGCONT), 0);
 	for (int i = 0; i < H; i += 2) {
-		for (int k = 0; k < R; k++) {
-			raw_recv(h[i], &r);
-			cr_assert_eq(r.h.request_id, 100 + (uint64_t)k);
-			cr_assert_eq(r.h.status, -ENOENT);
-		}
+		stats_answered(h[i], R);
 		tu_await_readable(h[i], TU_WAIT_S, "the hang-up");
 		cr_assert_eq(recv(h[i], &byte, 1, 0), 0, "connection %d", i);
 		close(h[i]);
@@ -2330,19 +2359,15 @@ Test(stall, a_stop_while_a_uids_connections_wait_for_their_turn_is_clean,
      .init = start_open, .fini = stop_http)
 {
 	enum { H = 16, R = 32 };
-	struct td_wire_stat_req st = {.name = {"nosuch", 6}};
 	int h[H], st_;
-	size_t len;
 	pid_t pid;
 	char byte;
 
 	for (int i = 0; i < H; i++)
 		h[i] = nobody_conn();
 	daemon_pause();
-	len = (size_t)td_wire_stat_req_encode(&st, RAW_BODY, RAW_CAP);
 	for (int i = 0; i < H; i++)
-		for (int k = 0; k < R; k++)
-			raw_send(h[i], TD_OP_STAT, 100 + (uint64_t)k, len);
+		queue_stats(h[i], R);
 	pid = D.pid;
 	D.pid = 0;
 	cr_assert_eq(kill(pid, SIGTERM), 0);
@@ -2377,11 +2402,8 @@ Test(stall, a_uids_connection_that_waits_is_read_before_its_busy_ones_again,
      .init = start_open, .fini = stop_http)
 {
 	enum { H = 3, R = 96 };
-	struct td_wire_stat_req st = {.name = {"nosuch", 6}};
 	int h[H], v0 = raw_scm_conn(&D), y;
 	uint64_t before, at;
-	struct rawrep r;
-	size_t len;
 
 	for (int i = 0; i < H; i++)
 		h[i] = nobody_conn();
@@ -2389,10 +2411,8 @@ Test(stall, a_uids_connection_that_waits_is_read_before_its_busy_ones_again,
 	send_status(v0, 8);
 	before = status_requests(v0, 8);
 	daemon_pause();
-	len = (size_t)td_wire_stat_req_encode(&st, RAW_BODY, RAW_CAP);
 	for (int i = 0; i < H; i++)
-		for (int k = 0; k < R; k++)
-			raw_send(h[i], TD_OP_STAT, 100 + (uint64_t)k, len);
+		queue_stats(h[i], R);
 	send_status(y, 9);
 	cr_assert_eq(kill(D.pid, SIGCONT), 0);
 	at = status_requests(y, 9) - 1;
@@ -2402,11 +2422,7 @@ Test(stall, a_uids_connection_that_waits_is_read_before_its_busy_ones_again,
 		      "after %llu of its other connections' %d requests",
 		      (unsigned long long)(at - before), H * R);
 	for (int i = 0; i < H; i++) {
-		for (int k = 0; k < R; k++) {
-			raw_recv(h[i], &r);
-			cr_assert_eq(r.h.request_id, 100 + (uint64_t)k);
-			cr_assert_eq(r.h.status, -ENOENT);
-		}
+		stats_answered(h[i], R);
 		close(h[i]);
 	}
 	close(y);
@@ -2423,28 +2439,11 @@ Test(stall, a_stop_while_a_yielded_seal_job_waits_its_turn_is_clean,
 {
 	enum { N = 2, K = 6 };
 	int sock[N], v = nobody_conn(), st_;
-	static uint8_t bodies[K][1024];
-	char name[32];
 	pid_t pid;
 
 	for (int i = 0; i < N; i++) {
-		struct td_wire_publish_many_req q = {.count = K};
-
 		sock[i] = raw_scm_conn(&D);
-		for (int k = 0; k < K; k++) {
-			uint64_t alloc = raw_alloc_one(sock[i], 2 + k, 4096);
-			int64_t n;
-
-			snprintf(name, sizeof(name), "stopy/%d/%d", i, k);
-			n = raw_pub_body(name, alloc, 4096, 0, 0, bodies[k],
-					 sizeof(bodies[k]));
-			cr_assert_gt(n, 0);
-			q.el[k].body = (struct td_wire_bytes){bodies[k],
-							      (uint32_t)n};
-		}
-		raw_send(sock[i], TD_OP_PUBLISH_MANY, 20,
-			 (size_t)td_wire_publish_many_req_encode(&q, RAW_BODY,
-								 RAW_CAP));
+		send_loans_many(sock[i], "stopy", i, K, NULL);
 	}
 	await_seals_waiting(N);
 	nobody_publish(v, "stopy/nobody");
@@ -2488,11 +2487,8 @@ Test(stall, many_uids_busy_at_once_each_take_their_share,
      .init = start_open, .fini = stop_http)
 {
 	enum { U = 8, C = 4, R = 48 };
-	struct td_wire_stat_req st = {.name = {"nosuch", 6}};
 	int h[U][C], v0 = raw_scm_conn(&D), v;
 	uint64_t before, at;
-	struct rawrep r;
-	size_t len;
 
 	for (int u = 0; u < U; u++)
 		for (int c = 0; c < C; c++)
@@ -2500,20 +2496,13 @@ Test(stall, many_uids_busy_at_once_each_take_their_share,
 	send_status(v0, 8);
 	before = status_requests(v0, 8);
 	daemon_pause();
-	len = (size_t)td_wire_stat_req_encode(&st, RAW_BODY, RAW_CAP);
 	for (int u = 0; u < U; u++)
 		for (int c = 0; c < C; c++)
-			for (int k = 0; k < R; k++)
-				raw_send(h[u][c], TD_OP_STAT,
-					 100 + (uint64_t)k, len);
+			queue_stats(h[u][c], R);
 	v = conn_unanswered();
 	send_status(v, 9);
 	cr_assert_eq(kill(D.pid, SIGCONT), 0);
-	raw_recv(v, &r);
-	cr_assert_eq(r.h.request_id, 1);
-	cr_assert_eq(r.h.status, 0);
-	td__scm_close(r.fds, r.nfds);
-	at = status_requests(v, 9) - 2;
+	at = status_after_hello(v, 9);
 	cr_log_info("root's STATUS handled after %llu of %d requests",
 		    (unsigned long long)(at - before), U * C * R);
 	cr_assert_leq(at - before, 2 * U * 64, "root's STATUS was handled "
@@ -2521,11 +2510,7 @@ Test(stall, many_uids_busy_at_once_each_take_their_share,
 		      (unsigned long long)(at - before), U * C * R);
 	for (int u = 0; u < U; u++)
 		for (int c = 0; c < C; c++) {
-			for (int k = 0; k < R; k++) {
-				raw_recv(h[u][c], &r);
-				cr_assert_eq(r.h.request_id, 100 + (uint64_t)k);
-				cr_assert_eq(r.h.status, -ENOENT);
-			}
+			stats_answered(h[u][c], R);
 			close(h[u][c]);
 		}
 	close(v0);
@@ -2550,12 +2535,10 @@ Test(stall, a_waiting_connection_that_breaks_the_protocol_is_cut_and_its_uid_ser
 {
 	enum { H = 4, R = 48, BAD = H - 1 };
 	static uint8_t big[TD_WIRE_MAX_MSG + 1];
-	struct td_wire_stat_req st = {.name = {"nosuch", 6}};
 	struct td_wire_hdr bh = {TD_WIRE_MAGIC, TD_WIRE_VERSION, TD_OP_STAT,
 				 0, 0, 999, sizeof(big) - TD_WIRE_HDR_LEN, 0};
 	int h[H], v = raw_scm_conn(&D), base, sz = 4 * TD_WIRE_MAX_MSG;
 	struct rawrep r;
-	size_t len;
 	char byte;
 
 	send_status(v, 8);
@@ -2569,19 +2552,13 @@ Test(stall, a_waiting_connection_that_breaks_the_protocol_is_cut_and_its_uid_ser
 		     0);
 	td_wire_hdr_encode(&bh, big);
 	daemon_pause();
-	len = (size_t)td_wire_stat_req_encode(&st, RAW_BODY, RAW_CAP);
 	for (int i = 0; i < H; i++)
-		for (int k = 0; k < R; k++)
-			raw_send(h[i], TD_OP_STAT, 100 + (uint64_t)k, len);
+		queue_stats(h[i], R);
 	cr_assert_eq(td__scm_send(h[BAD], big, sizeof(big), NULL, 0, 0),
 		     (ssize_t)sizeof(big));
 	cr_assert_eq(kill(D.pid, SIGCONT), 0);
 	for (int i = 0; i < H; i++) {
-		for (int k = 0; k < R; k++) {
-			raw_recv(h[i], &r);
-			cr_assert_eq(r.h.request_id, 100 + (uint64_t)k);
-			cr_assert_eq(r.h.status, -ENOENT);
-		}
+		stats_answered(h[i], R);
 		if (i == BAD) {
 			raw_recv(h[i], &r);
 			cr_assert_eq(r.h.request_id, 999);
