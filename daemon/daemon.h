@@ -701,6 +701,9 @@ td__handler td__loan_alloc, td__publish, td__lease_get, td__lease_release,
 void td__follow_init(void);
 /* End a dying peer's follows (their holds, rows, emptied bells). */
 void td__follow_peer_gone(struct td__peer *p);
+/* After a policy reload: end the follows of names it took read of from
+ * a uid their bell was shown to (follow.c, bell_end). */
+void td__follow_policy_changed(void);
 /* p's follow holds of versions no longer current (each a lease, as
  * hold_take counts it): how many into *n, their bytes into *bytes. */
 void td__follow_peer_held(const struct td__peer *p, uint32_t *n,
@@ -739,6 +742,9 @@ struct td__ring_hooks {
 void td__ring_hooks_set(const struct td__ring_hooks *h);
 /* Clear a dying peer's reader rows; close the rings it produces. */
 void td__ring_peer_gone(struct td__peer *p);
+/* After a policy reload: end the rings it took write or read of
+ * (ring.c; docs/policy.md, "Reloading: SIGHUP"). */
+void td__ring_policy_changed(void);
 /* The live ring (its producer attached) named n, or NULL. */
 struct td__ring *td__ring_find(struct td_wire_str n);
 /* r's LIST/STAT entry; kinds: set TD_WIRE_ENT_RING. Borrows r's name. */

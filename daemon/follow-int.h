@@ -11,6 +11,7 @@
 
 #include "store.h"
 #include "follow.h"
+#include "shown.h"
 
 #define MAX_BELLS 256           /* followed names in the daemon */
 #define MAX_FOLLOWS_PER_PEER 64 /* follows of one connection */
@@ -86,6 +87,9 @@ struct bell {
 	 */
 	uint64_t used, holding;
 	struct follower rows[TD_FOLLOW_MAX_ROWS];
+	/* every connection that followed the name on this bell: a reload
+	 * that takes read from one ends them all (bell_end) */
+	struct td__shown shown;
 	uint16_t name_len;
 	char name[TD_WIRE_MAX_NAME + 1];
 };

@@ -778,6 +778,7 @@ void td__stage_page(struct td__peer *p, const struct td__req *rq)
 
 static void bell_free(struct bell *b)
 {
+	td__shown_fini(&b->shown);
 	td__list_del(&b->link);
 	td__bell_count--;
 	munmap(b->hdr, TD_FOLLOW_BELL_LEN);
@@ -1007,6 +1008,7 @@ void td__follow(struct td__peer *p, const struct td__req *rq)
 	/* a GET lease its uid holds of the current version counts once
 	 * (td__follow_admit left room for the version, less that lease) */
 	td__follow_cover_lease(f, b->cur_v, f->cur_pin);
+	td__shown_add(&b->shown, p);
 	reply_follow(p, h, m.flags, b, f);
 }
 
@@ -1117,6 +1119,56 @@ void td__follow_peer_gone(struct td__peer *p)
 				break;
 	}
 	td__peer_trig_free(p);
+}
+
+/*
+ * A policy reload took read of b's name from a connection its bell was
+ * shown to. The bell goes on showing every version's reply (blob, user
+ * metadata) to whoever maps it, and a mapping cannot be taken back: every
+ * follow of the name ends, and the next FOLLOW makes a new bell. Each
+ * row says why before it is woken (`ended`): EACCES to a follower that may
+ * no longer read the name, ESTALE ("follow it again") to the others. A
+ * library that cannot read it (no TD_WIRE_FEAT_FOLLOW_END) would sleep
+ * on a bell nobody writes: its connection is closed instead.
+ */
+static void bell_end(struct bell *b)
+{
+	int i;
+
+	td__log(TD_LOG_WARN, "followed name \"%.*s\": its %u follows ended: "
+		"the reloaded policy lets a uid its bell was shown to read it "
+		"no more", (int)b->name_len, b->name, b->followers);
+	for (uint64_t m = b->used; (i = td__row_next(&m)) >= 0;) {
+		struct follower *f = &b->rows[i];
+		bool may = td__access_may(f->peer, TD__PERM_READ, b->name,
+					  b->name_len);
+
+		if (!(f->peer->features & TD_WIRE_FEAT_FOLLOW_END))
+			td__peer_kill(f->peer, "a follow a policy reload "
+				      "ended, which its library cannot be "
+				      "told of");
+		atomic_store(&f->row->ended, may ? ESTALE : EACCES);
+	}
+	/* after `ended`, before `waiting` is read (Dekker with a sleeper's
+	 * store of `waiting` and look at seq) */
+	atomic_fetch_add(&b->hdr->seq, 1);
+	bell_wake(b, 0);
+	for (uint64_t m = b->used; (i = td__row_next(&m)) >= 0;)
+		if (follower_end(b, &b->rows[i]))
+			break;
+}
+
+void td__follow_policy_changed(void)
+{
+	for (struct td__list *l = td__bells.next, *n; l != &td__bells;
+	     l = n) {
+		struct bell *b = td__container_of(l, struct bell, link);
+
+		n = l->next;
+		if (!td__shown_may(&b->shown, TD__PERM_READ, b->name,
+				   b->name_len))
+			bell_end(b);
+	}
 }
 
 void td__follow_peer_held(const struct td__peer *p, uint32_t *n,

@@ -650,7 +650,8 @@ static int probe_trusted(struct td__peer *p, int fd, char *why, size_t cap)
 	 TD_WIRE_FEAT_SUB_WAIT | TD_WIRE_FEAT_FENCE_OWN |                     \
 	 TD_WIRE_FEAT_STAGE_SLOT | TD_WIRE_FEAT_STAGE_WORD |                  \
 	 TD_WIRE_FEAT_STATUS_RESERVE | TD_WIRE_FEAT_MANY | TD_WIRE_FEAT_PUB_IF | \
-	 TD_WIRE_FEAT_MANY_WAIT | TD_WIRE_FEAT_STATUS_PINNED)
+	 TD_WIRE_FEAT_MANY_WAIT | TD_WIRE_FEAT_STATUS_PINNED | \
+	 TD_WIRE_FEAT_FOLLOW_END)
 
 void td__peer_hello(struct td__peer *p, const struct td__req *rq)
 {

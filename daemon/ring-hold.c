@@ -54,8 +54,10 @@ static void uid_drop(struct ring *r, struct ring_uid *u)
 	*u = r->uids[--r->uid_n];
 }
 
-int td__ring_hold(struct ring *r, uid_t uid, char *why, size_t cap)
+int td__ring_hold(struct ring *r, const struct td__peer *p, char *why,
+		  size_t cap)
 {
+	uid_t uid = p->uid;
 	struct ring_uid *u;
 	int rc;
 
@@ -63,6 +65,8 @@ int td__ring_hold(struct ring *r, uid_t uid, char *why, size_t cap)
 		/* its own ring: counted against nothing of its limits */
 		rc = td__tenant_ring_hold(uid, false, 0, why, cap);
 		r->own += rc == 0;
+		if (rc == 0)
+			td__shown_add(&r->shown, p);
 		return rc;
 	}
 	u = uid_find(r, uid);
@@ -78,6 +82,7 @@ int td__ring_hold(struct ring *r, uid_t uid, char *why, size_t cap)
 		return rc;
 	}
 	u->n++;
+	td__shown_add(&r->shown, p);
 	return 0;
 }
 
@@ -104,4 +109,5 @@ void td__ring_holds_fini(struct ring *r)
 		free(r->uids);
 	r->uids = NULL;
 	r->uid_n = r->uid_cap = 0;
+	td__shown_fini(&r->shown);
 }

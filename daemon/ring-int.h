@@ -12,6 +12,7 @@
 
 #include "daemon.h"
 #include "ring.h"
+#include "shown.h"
 
 struct row_owner {
 	struct td__peer *peer; /* NULL: free */
@@ -88,22 +89,30 @@ struct ring {
 	uint32_t wake_next;  /* last wake_gen handed out */
 	uint64_t busy_pass;  /* poll_pass when a GET last found it busy */
 	unsigned wakes;      /* rows with a wake eventfd */
+	/* every connection handed the slots (subscriptions, GET leases):
+	 * a reload that takes read from one ends the ring */
+	struct td__shown shown;
 	uint16_t name_len;
 	char name[TD_WIRE_MAX_NAME + 1];
 };
 
 /*
- * A hold of r by uid begins: a subscription or a GET lease of a slot.
+ * A hold of r by p's uid begins: a subscription or a GET lease of a
+ * slot, which shows p the slots (r->shown).
  * Another uid's holds count r once as one of its rings and r's bytes
  * once in its pinned (td__tenant_ring_hold), however many holds it has
  * on r on however many connections: charged at its first, given back at
  * its last (td__ring_unhold). 0, or -EDQUOT / -ENOMEM with why (nothing
  * taken then).
  */
-int td__ring_hold(struct ring *r, uid_t uid, char *why, size_t cap);
+int td__ring_hold(struct ring *r, const struct td__peer *p, char *why,
+		  size_t cap);
 /* A hold td__ring_hold took ends. */
 void td__ring_unhold(struct ring *r, uid_t uid);
 /* What a freed ring kept for its holders (none left by then). */
 void td__ring_holds_fini(struct ring *r);
+/* The producer is gone (RING_CLOSE, its connection, a policy reload): no
+ * more versions; subscribers see CLOSED (ring-row.c). */
+void td__ring_end(struct ring *r);
 
 #endif

@@ -7,6 +7,7 @@
  */
 #include "daemon.h"
 #include "os.h"
+#include "ring-int.h"
 #include "ring.h"
 
 #include <limits.h>
@@ -97,4 +98,31 @@ void td__ring_rows_wake(struct td_ring_readers *rd, uint32_t n)
 	}
 	atomic_fetch_add(&rd->release_seq, 1);
 	td__futex_wake((const uint32_t *)&rd->release_seq, INT_MAX);
+}
+
+/* The producer is gone: no more versions; subscribers see CLOSED. */
+void td__ring_end(struct ring *r)
+{
+	r->producer = NULL; /* the name is free again */
+	atomic_fetch_or(&r->hdr->flags, TD_RING_CLOSED);
+	atomic_fetch_add(&r->hdr->seq, 1);
+	td__futex_wake((const uint32_t *)&r->hdr->seq, INT_MAX);
+	td__ring_rows_wake(r->rd, r->reader_count);
+	/* readers waiting on a fence it will never signal see CLOSED now */
+	for (uint32_t s = 0; s < r->g.slot_count; s++) {
+		uint32_t pending = TD_RING_FENCE_PENDING;
+
+		if (atomic_compare_exchange_strong(&r->hdr->slots[s].fence,
+						   &pending,
+						   TD_RING_FENCE_ABANDONED))
+			td__futex_wake((const uint32_t *)&r->hdr->slots[s]
+					       .fence,
+				       INT_MAX);
+	}
+	/* event-loop readers learn it through their eventfd */
+	for (uint32_t i = 0; i < r->reader_count; i++)
+		if (r->rows[i].wake_gen)
+			(void)td__timerfd_fire(r->rows[i].wake_fd);
+	td__log(TD_LOG_DEBUG, "ring %.*s #%llu closed, %u subscribers",
+		(int)r->name_len, r->name, (unsigned long long)r->id, r->subs);
 }

@@ -504,7 +504,7 @@ void td__ring_subscribe(struct td__peer *p, const struct td__req *rq)
 			       (int)m.name.len, m.name.ptr, r->reader_count);
 		return;
 	}
-	rc = td__ring_hold(r, p->uid, why, sizeof(why));
+	rc = td__ring_hold(r, p, why, sizeof(why));
 	if (rc < 0) {
 		td__peer_error(p, h->opcode, h->request_id, rc,
 			       "RING_SUBSCRIBE: %s", why);
@@ -542,33 +542,6 @@ static void row_clear(struct ring *r, uint32_t row)
 	}
 }
 
-/* The producer is gone: no more versions; subscribers see CLOSED. */
-static void ring_close(struct ring *r)
-{
-	r->producer = NULL; /* the name is free again */
-	atomic_fetch_or(&r->hdr->flags, TD_RING_CLOSED);
-	atomic_fetch_add(&r->hdr->seq, 1);
-	td__futex_wake((const uint32_t *)&r->hdr->seq, INT_MAX);
-	td__ring_rows_wake(r->rd, r->reader_count);
-	/* readers waiting on a fence it will never signal see CLOSED now */
-	for (uint32_t s = 0; s < r->g.slot_count; s++) {
-		uint32_t pending = TD_RING_FENCE_PENDING;
-
-		if (atomic_compare_exchange_strong(&r->hdr->slots[s].fence,
-						   &pending,
-						   TD_RING_FENCE_ABANDONED))
-			td__futex_wake((const uint32_t *)&r->hdr->slots[s]
-					       .fence,
-				       INT_MAX);
-	}
-	/* event-loop readers learn it through their eventfd */
-	for (uint32_t i = 0; i < r->reader_count; i++)
-		if (r->rows[i].wake_gen)
-			(void)td__timerfd_fire(r->rows[i].wake_fd);
-	td__log(TD_LOG_DEBUG, "ring %.*s #%llu closed, %u subscribers",
-		(int)r->name_len, r->name, (unsigned long long)r->id, r->subs);
-}
-
 void td__ring_close(struct td__peer *p, const struct td__req *rq)
 {
 	const struct td_wire_hdr *h = rq->h;
@@ -584,7 +557,7 @@ void td__ring_close(struct td__peer *p, const struct td__req *rq)
 
 		/* only this connection's rings and subscriptions */
 		if (r->id == m.id && r->producer == p) {
-			ring_close(r);
+			td__ring_end(r);
 			hit = true;
 		}
 		for (uint32_t i = 0; !hit && i < r->reader_count; i++)
@@ -758,7 +731,33 @@ void td__ring_peer_gone(struct td__peer *p)
 			if (r->rows[i].peer == p)
 				row_clear(r, i);
 		if (r->producer == p)
-			ring_close(r);
+			td__ring_end(r);
+		ring_maybe_free(r);
+	}
+}
+
+/* A ring whose producer may write, or someone shown its slots read, its
+ * name no more ends: a mapping cannot be taken back, and the producer
+ * would go on writing its next versions into the slots mapped. */
+void td__ring_policy_changed(void)
+{
+	for (struct td__list *l = rings.next, *n; l != &rings; l = n) {
+		struct ring *r = td__container_of(l, struct ring, link);
+		bool w;
+
+		n = l->next;
+		if (!r->producer)
+			continue;
+		w = td__access_may(r->producer, TD__PERM_WRITE, r->name,
+				   r->name_len);
+		if (w && td__shown_may(&r->shown, TD__PERM_READ, r->name,
+				       r->name_len))
+			continue;
+		td__log(TD_LOG_WARN, "ring \"%.*s\" ended: the reloaded policy "
+			"lets %s", (int)r->name_len, r->name,
+			w ? "a uid it was shown to read it no more"
+			  : "its producer write it no more");
+		td__ring_end(r);
 		ring_maybe_free(r);
 	}
 }
@@ -1033,7 +1032,7 @@ static void lease_taken(struct td__peer *p, uint16_t op, uint64_t request_id,
 			uint64_t version)
 {
 	uint64_t id;
-	int rc = td__ring_hold(r, p->uid, td__d->reason,
+	int rc = td__ring_hold(r, p, td__d->reason,
 			       sizeof(td__d->reason));
 
 	if (rc == 0 && (rc = hooks->lease(p, handle_of(r), s, &id)) < 0)

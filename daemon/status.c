@@ -216,6 +216,8 @@ int td__policy_reload(struct td__daemon *d)
 	/* limit lines: a uid connected now has its limits already resolved */
 	td__tenants_resolve();
 	td__lease_policy_changed();
+	td__ring_policy_changed();
+	td__follow_policy_changed();
 	td__log(TD_LOG_WARN, "SIGHUP: policy %s reloaded (%u allow rules, "
 			     "%u quotas, %u limits)",
 		d->opts.policy_path, pol->nrules, pol->nquotas, pol->nlimits);

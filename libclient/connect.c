@@ -272,7 +272,8 @@ static int hello_call(struct td_client *c, size_t len, int64_t by,
 	 TD_WIRE_FEAT_SUB_WAIT | TD_WIRE_FEAT_FENCE_OWN |                     \
 	 TD_WIRE_FEAT_STAGE_SLOT | TD_WIRE_FEAT_STAGE_WORD |                  \
 	 TD_WIRE_FEAT_STATUS_RESERVE | TD_WIRE_FEAT_MANY | TD_WIRE_FEAT_PUB_IF | \
-	 TD_WIRE_FEAT_MANY_WAIT | TD_WIRE_FEAT_STATUS_PINNED)
+	 TD_WIRE_FEAT_MANY_WAIT | TD_WIRE_FEAT_STATUS_PINNED | \
+	 TD_WIRE_FEAT_FOLLOW_END)
 
 /* HELLO's body into c->sbuf: its length, or -errno. probe_fd: the
  * socket's number here, which the daemon pulls to probe pidfd_getfd. */

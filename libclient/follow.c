@@ -563,6 +563,25 @@ static void sleep_on(struct td_follow *f, uint32_t seq, uint64_t latest,
 	atomic_store(w, 0);
 }
 
+/* 0 while the daemon keeps this follow; once it ended it (the row's
+ * `ended`, TD_WIRE_FEAT_FOLLOW_END), -EACCES or -ESTALE with why. */
+static int follow_ended(const struct td_follow *f, struct td_error *err)
+{
+	uint32_t why = atomic_load_explicit(&f->row->ended,
+					    memory_order_acquire);
+
+	if (!why)
+		return 0;
+	if (why == EACCES)
+		return td__fail(err, -EACCES, "the daemon ended the follow "
+				"of \"%s\": a policy reload took read of it "
+				"from this uid", f->name);
+	return td__fail(err, -ESTALE, "the daemon ended the follow of "
+			"\"%s\": a policy reload took read of it from "
+			"another uid its follows were shown to; follow it "
+			"again", f->name);
+}
+
 static int next_check(struct td_follow *f, struct td_error *err)
 {
 	struct td_client *c = f->c;
@@ -578,8 +597,25 @@ static int next_check(struct td_follow *f, struct td_error *err)
 	else if (c->sock < 0 || c->dead || c->epoch != f->epoch)
 		rc = td__fail(err, -EPIPE, "the connection that followed "
 			      "\"%s\" is gone: follow it again", f->name);
+	else
+		rc = follow_ended(f, err);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
+}
+
+/* Version v was taken: the follow's last, the row's `taken`, and the
+ * wait learnt. */
+static void took(struct td_follow *f, uint64_t v, struct td_pace_plan *plan)
+{
+	f->last = v;
+	atomic_store_explicit(&f->row->taken, v, memory_order_relaxed);
+	/* a fresh read, not td_pace_end's last one: a follow's waits (tens
+	 * of us, several followers per CPU) are near the plan's sleep
+	 * bound, where a waiter preempted after its last read would be
+	 * learnt as short and poll where it should sleep; and one read is
+	 * nothing to a handoff through the daemon */
+	if (plan->start)
+		td_pace_done(&f->pace, plan, td__now_ns());
 }
 
 /*
@@ -607,6 +643,9 @@ static int follow_wait(struct td_follow *f, uint64_t after, int timeout_ms,
 			&((struct td_follow_hdr *)f->hdr)->latest);
 		uint64_t v = latest >> 8;
 
+		/* after seq: the daemon stores `ended`, then moves seq */
+		if ((rc = follow_ended(f, served ? NULL : err)))
+			goto ended;
 		if (v > after) {
 			/* hold, then check `latest` did not move (the
 			 * daemon scans the rows after it moves it) */
@@ -618,21 +657,8 @@ static int follow_wait(struct td_follow *f, uint64_t after, int timeout_ms,
 			rc = take(f, v, (uint32_t)(latest & 0xffu), out, err);
 			if (rc == -ENOENT)
 				continue;
-			if (rc == 0) {
-				f->last = v;
-				atomic_store_explicit(&f->row->taken, v,
-						      memory_order_relaxed);
-				/* a fresh read, not td_pace_end's last one:
-				 * a follow's waits (tens of us, several
-				 * followers per CPU) are near the plan's sleep
-				 * bound, where a waiter preempted after its
-				 * last read would be learnt as short and poll
-				 * where it should sleep; and one read is
-				 * nothing to a handoff through the daemon */
-				if (plan.start)
-					td_pace_done(&f->pace, &plan,
-						     td__now_ns());
-			}
+			if (rc == 0)
+				took(f, v, &plan);
 			return rc;
 		}
 		/* a stage its producer fired: the version before the daemon
@@ -649,14 +675,8 @@ static int follow_wait(struct td_follow *f, uint64_t after, int timeout_ms,
 			rc = take_staged(f, st, out, err);
 			if (rc == -ENOENT)
 				continue;
-			if (rc == 0) {
-				f->last = st >> 8;
-				atomic_store_explicit(&f->row->taken, f->last,
-						      memory_order_relaxed);
-				if (plan.start)
-					td_pace_done(&f->pace, &plan,
-						     td__now_ns());
-			}
+			if (rc == 0)
+				took(f, st >> 8, &plan);
 			return rc;
 		}
 		/* a parked GET also sees a ring; a staged take-back's
@@ -701,6 +721,9 @@ static int follow_wait(struct td_follow *f, uint64_t after, int timeout_ms,
 		}
 		sleep_on(f, seq, latest, after, until);
 	}
+ended:
+	if (!served)
+		return rc;
 get_path:
 	*served = false;
 	if (deadline >= 0) {
@@ -770,7 +793,8 @@ static void follow_finish(struct td_follow *f)
 	/* a child of fork() shares the parent's row: it frees its copy */
 	if (!td__client_foreign(c)) {
 		row_clear(f);
-		if (f->epoch == c->epoch)
+		/* one the daemon ended is not its any more */
+		if (f->epoch == c->epoch && !follow_ended(f, NULL))
 			send_close(c, f->id);
 	}
 	follow_unmap(f);
@@ -895,8 +919,10 @@ int td__gf_get_newer(struct td_client *c, const char *name, uint64_t after,
 	if (*served && rc == 0)
 		g->last = td_tensor_version(*out);
 	/* a follow of a connection that is gone ends (made anew after a
-	 * reconnect) */
-	if (f && !*served && f->epoch != c->epoch && !f->out)
+	 * reconnect), and one the daemon ended (made anew, on a new bell,
+	 * at the next call: the GET path said whether it may) */
+	if (f && !*served && !f->out &&
+	    (f->epoch != c->epoch || follow_ended(f, NULL)))
 		g->f[i] = NULL;
 	else
 		f = NULL;

@@ -118,7 +118,12 @@ struct td_follow_row {
 	/* the version this follower reads, TD_FOLLOW_NONE for none */
 	_Alignas(64) _Atomic uint64_t held;
 	_Atomic uint32_t waiting; /* 0 or TD_FOLLOW_WAIT_* */
-	uint32_t pad;
+	/* 0, or why the daemon ended this follow (TD_WIRE_FEAT_FOLLOW_END):
+	 * EACCES, a policy reload took read of the name from this
+	 * follower's uid; ESTALE, from another uid the bell was shown to
+	 * (follow again: a new bell). Stored before the row is woken and
+	 * given up; 0 from a daemon before it. */
+	_Atomic uint32_t ended;
 	/* the newest version this follower took (it stores it; 0 from an
 	 * older library): a commit of a staged version wakes no row that
 	 * took it already from the stage */

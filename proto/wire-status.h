@@ -196,6 +196,13 @@ int td_wire_ring_wake_rep_decode(const uint8_t *body, size_t len,
  * a name whose own word another stage has is not staged.
  */
 #define TD_WIRE_FEAT_STAGE_WORD 0x800000u
+/*
+ * A follow the daemon ends (docs/protocol.md §13, "A follow the daemon
+ * ends"): the row's `ended` word says why before its follower is woken.
+ * Named by a client that reads it; a follower without it whose follow a
+ * policy reload ends has its connection closed.
+ */
+#define TD_WIRE_FEAT_FOLLOW_END 0x20000000u
 
 struct td_wire_follow_rep {
 	uint64_t id;

@@ -637,7 +637,8 @@ DTest(hello_without_feature_bits_gets_the_version_1_reply)
 			     TD_WIRE_FEAT_STAGE_WORD |
 			     TD_WIRE_FEAT_STATUS_RESERVE | TD_WIRE_FEAT_MANY |
 			     TD_WIRE_FEAT_PUB_IF | TD_WIRE_FEAT_MANY_WAIT |
-			     TD_WIRE_FEAT_STATUS_PINNED);
+			     TD_WIRE_FEAT_STATUS_PINNED |
+			     TD_WIRE_FEAT_FOLLOW_END);
 	close_msg_fds(m);
 	close(sock);
 }

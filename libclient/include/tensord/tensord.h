@@ -721,12 +721,12 @@ TD_EXPORT int td_client_follow(struct td_client *c, const char *name,
 /*
  * The newest version of the followed name newer than the last one this
  * follow returned (versions in between are skipped), waiting up to
- * timeout_ms (< 0 forever; 0: -EAGAIN at once when there is none). *out
- * is a tensor as td_client_get() gives; end it with td_tensor_release()
- * (or _nowait: for a tensor taken from shared memory either is one store,
- * no message) before the next call, which returns -EBUSY otherwise.
- * -ETIMEDOUT, -EPIPE when the connection is gone (follow again on a
- * new one), -ECHILD in a child of fork(). One thread at a time.
+ * timeout_ms (< 0 forever; 0: -EAGAIN at once when there is none). *out is
+ * a tensor as td_client_get() gives; end it with td_tensor_release() (or
+ * _nowait: one store, no message) before the next call, else -EBUSY.
+ * -ETIMEDOUT, -EPIPE when the connection is gone (follow again on a new
+ * one), -ECHILD in a child of fork(), -EACCES or -ESTALE (follow again)
+ * when a policy reload ended it (docs/policy.md). One thread at a time.
  */
 TD_EXPORT int td_follow_next(struct td_follow *f, int timeout_ms,
 			     struct td_tensor **out, struct td_error *err);

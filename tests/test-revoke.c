@@ -1,0 +1,488 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A policy reload that takes read of a name away ends what keeps showing
+ * that name's new versions without a request (docs/policy.md,
+ * "Reloading: SIGHUP"): the rings whose slots a connection of that uid
+ * maps, and the follows of the name, whose bell shows every version's
+ * reply. A reload that leaves the read ends nothing. Needs root to act
+ * as another uid (nobody, through a child process).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tensord/ring.h"
+#include "tensord/tensord.h"
+#include "follow.h"
+#include "policyfile.h"
+#include "rawclient.h"
+#include "testutil.h"
+#include "wire-status.h"
+
+TestSuite(revoke, .timeout = TU_TEST_TIMEOUT_S);
+
+#define NOBODY 65534u
+#define RING "rv/ring"
+#define CAM "rv/cam"
+#define SIZE 64u
+#define KEEP "allow uid=65534 r rv/\nallow uid=65534 r other/\n"
+#define TAKE "allow uid=65534 r other/\n"
+
+static char policy[64];
+static struct tu_daemon D;
+
+/* ---- nobody, in a child: one step per command byte ---- */
+
+struct result {
+	int rc;
+	uint64_t version;
+	char reason[TD_WIRE_MAX_REASON + 1];
+};
+
+struct nobody {
+	pid_t pid;
+	int cmd, res; /* the parent's ends */
+};
+
+static void child_send(int fd, int rc, uint64_t v, const char *why)
+{
+	struct result r = {.rc = rc, .version = v};
+
+	snprintf(r.reason, sizeof(r.reason), "%s", why ? why : "");
+	if (write(fd, &r, sizeof(r)) != sizeof(r))
+		_exit(3);
+}
+
+/* The step `op` of the child's client c: S subscribe RING, N the next
+ * version of it, F follow CAM, T the next version of that, G get_newer
+ * of CAM after the last one taken. */
+static void child_step(struct td_client *c, char op, int out)
+{
+	static struct td_sub *s;
+	static struct td_follow *f;
+	static uint64_t last;
+	struct td_error e = {0};
+	struct td_tensor *t = NULL;
+	struct td_view view;
+	int rc = -EINVAL;
+	uint64_t v = 0;
+
+	if (op == 'S') {
+		td_sub_close(s);
+		s = NULL;
+		rc = td_ring_subscribe(c, RING, 5000, &s, &e);
+	} else if (op == 'N') {
+		rc = td_sub_next(s, 5000, &view);
+		v = rc == 0 ? view.version : 0;
+		if (rc == 0)
+			td_sub_release(s);
+	} else if (op == 'F') {
+		rc = td_client_follow(c, CAM, &f, &e);
+	} else if (op == 'T' || op == 'G') {
+		rc = op == 'T' ? td_follow_next(f, 5000, &t, &e)
+			       : td_client_get_newer(c, CAM, last, 5000, &t,
+						     &e);
+		if (rc == 0) {
+			v = last = td_tensor_version(t);
+			td_tensor_release(t);
+		}
+	}
+	child_send(out, rc, v, e.reason);
+}
+
+static void child(int in, int out)
+{
+	struct td_client *c = NULL;
+	char op;
+
+	if (setgroups(0, NULL) < 0 || setresgid(NOBODY, NOBODY, NOBODY) < 0 ||
+	    setresuid(NOBODY, NOBODY, NOBODY) < 0)
+		_exit(10);
+	if (td_client_connect(D.sock, &c, NULL) < 0)
+		_exit(11);
+	child_send(out, 0, 0, "connected");
+	while (read(in, &op, 1) == 1 && op != 'Q')
+		child_step(c, op, out);
+	td_client_close(c);
+	_exit(0);
+}
+
+static void nobody_start(struct nobody *n)
+{
+	int to[2], from[2];
+	struct result r;
+
+	cr_assert_eq(pipe(to), 0);
+	cr_assert_eq(pipe(from), 0);
+	n->pid = tu_fork();
+	if (n->pid == 0) {
+		close(to[1]);
+		close(from[0]);
+		child(to[0], from[1]);
+	}
+	close(to[0]);
+	close(from[1]);
+	n->cmd = to[1];
+	n->res = from[0];
+	cr_assert_eq(read(n->res, &r, sizeof(r)), (ssize_t)sizeof(r),
+		     "nobody did not connect");
+}
+
+/* nobody's step op: its result */
+static struct result nobody_do(struct nobody *n, char op)
+{
+	struct result r;
+
+	cr_assert_eq(write(n->cmd, &op, 1), 1);
+	tu_await_readable(n->res, TU_WAIT_S, "nobody's step");
+	cr_assert_eq(read(n->res, &r, sizeof(r)), (ssize_t)sizeof(r),
+		     "nobody's step %c", op);
+	return r;
+}
+
+static void nobody_stop(struct nobody *n)
+{
+	int st;
+
+	cr_assert_eq(write(n->cmd, "Q", 1), 1);
+	st = tu_wait_child(n->pid, 30, "nobody");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "nobody: %#x", st);
+	close(n->cmd);
+	close(n->res);
+}
+
+/* ---- the daemon and its policy ---- */
+
+static void start(void)
+{
+	const char *args[] = {"--socket-mode", "0666", "--policy", policy,
+			      NULL};
+
+	tu_policy_file(policy, sizeof(policy), "revoke", "%s",
+		       "allow uid=65534 r rv/\n");
+	tu_daemon_start_args(&D, "info", args);
+	cr_assert_eq(chmod(D.dir, 0755), 0);
+}
+
+static uint64_t reloads(struct td_client *c)
+{
+	struct td_status *st = NULL;
+	uint64_t n;
+
+	cr_assert_eq(td_client_status(c, &st, NULL), 0);
+	n = st->policy_reloads;
+	td_status_free(st);
+	return n;
+}
+
+/* The policy file becomes text, and the daemon has reloaded it. */
+static void reload(struct td_client *c, const char *text)
+{
+	uint64_t r0 = reloads(c);
+	FILE *f = fopen(policy, "w");
+
+	cr_assert(f);
+	fputs(text, f);
+	cr_assert_eq(fclose(f), 0);
+	cr_assert_eq(kill(D.pid, SIGHUP), 0);
+	for (int i = 0; i < 2000 && reloads(c) == r0; i++)
+		usleep(5000);
+	cr_assert_eq(reloads(c), r0 + 1, "the policy was not reloaded");
+}
+
+static void stop(void)
+{
+	tu_daemon_stop(&D, true);
+	unlink(policy);
+}
+
+static struct td_client *root_conn(void)
+{
+	struct td_client *c = NULL;
+	struct td_error e = {0};
+
+	cr_assert_eq(td_client_connect(D.sock, &c, &e), 0, "%s", e.reason);
+	return c;
+}
+
+/* ---- rings ---- */
+
+static int ring_put(struct td_ring *r, uint64_t *v)
+{
+	struct td_slot s;
+	int rc = td_ring_acquire(r, 5000, &s);
+
+	if (rc < 0)
+		return rc;
+	memset(s.planes[0], 0x5a, SIZE);
+	return td_ring_publish(r, v);
+}
+
+/*
+ * nobody subscribed to a ring while it could read its name: the slots it
+ * maps would go on showing every version the producer writes after a
+ * reload that took that read away. The ring ends instead: its producer
+ * gets -EPIPE, the subscriber -EPIPE after what it had, and a new
+ * subscription is refused. A reload that leaves the read ends nothing.
+ */
+Test(revoke, a_reload_that_takes_a_subscribers_read_ends_the_ring)
+{
+	uint64_t size = SIZE, v = 0;
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = &size, .slot_count = 4};
+	struct td_ring *r = NULL;
+	struct td_error e = {0};
+	struct td_client *c;
+	struct nobody n;
+	struct result res;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as another uid");
+	start();
+	c = root_conn();
+	cr_assert_eq(td_ring_create(c, RING, &desc, &r, &e), 0, "%s",
+		     e.reason);
+	nobody_start(&n);
+	res = nobody_do(&n, 'S');
+	cr_assert_eq(res.rc, 0, "subscribe: %s", res.reason);
+	cr_assert_eq(ring_put(r, &v), 0);
+	res = nobody_do(&n, 'N');
+	cr_assert(res.rc == 0 && res.version == v, "%d %s", res.rc,
+		  res.reason);
+
+	reload(c, KEEP);
+	cr_assert_eq(ring_put(r, &v), 0, "a reload that kept the read ended "
+		     "the ring");
+	res = nobody_do(&n, 'N');
+	cr_assert(res.rc == 0 && res.version == v, "%d %s", res.rc,
+		  res.reason);
+
+	reload(c, TAKE);
+	cr_assert_eq(ring_put(r, &v), -EPIPE,
+		     "the producer goes on writing slots nobody maps");
+	res = nobody_do(&n, 'N');
+	cr_assert_eq(res.rc, -EPIPE, "the subscriber: %d (version %llu)",
+		     res.rc, (unsigned long long)res.version);
+	res = nobody_do(&n, 'S');
+	cr_assert_eq(res.rc, -EACCES, "subscribe again: %d %s", res.rc,
+		     res.reason);
+	nobody_stop(&n);
+	td_ring_close(r);
+	td_client_close(c);
+	stop();
+}
+
+/* ---- follows ---- */
+
+static uint64_t cam_put(struct td_client *c)
+{
+	static const uint64_t shape[1] = {SIZE};
+	uint64_t size = SIZE, v = 0;
+	struct td_alloc *a = NULL;
+	struct td_error e = {0};
+	struct td_publish p = {.name = CAM, .dtype = TD_TENSOR_U8, .ndim = 1,
+			       .shape = shape, .fence_fd = -1};
+
+	cr_assert_eq(td_client_alloc_named(c, CAM, 1, &size, TD_ALLOC_STREAM,
+					   &a, &e),
+		     0, "%s", e.reason);
+	memset(td_alloc_data(a, 0), 0x33, SIZE);
+	cr_assert_eq(td_client_publish_alloc(c, a, &p, &v, &e), 0, "%s",
+		     e.reason);
+	return v;
+}
+
+/* f's next version within 5 s, or -errno (*why the reason). */
+static int64_t follow_take(struct td_follow *f, struct td_error *e)
+{
+	struct td_tensor *t = NULL;
+	int rc = td_follow_next(f, 5000, &t, e);
+	uint64_t v;
+
+	if (rc < 0)
+		return rc;
+	v = td_tensor_version(t);
+	td_tensor_release(t);
+	return (int64_t)v;
+}
+
+/*
+ * nobody follows CAM; so does root, on a follow of its own and through
+ * a get_newer loop (which follows by itself). A reload that takes
+ * nobody's read of CAM away: the bell goes on showing each version's
+ * reply to whoever maps it, so every follow of CAM ends. nobody's with
+ * -EACCES, root's with -ESTALE (follow again); root's get_newer goes on
+ * unbroken, and so does a new follow of root's. Before, nobody's follow
+ * went on taking the versions published after the reload.
+ */
+Test(revoke, a_reload_that_takes_a_followers_read_ends_the_names_follows)
+{
+	struct td_client *c, *g;
+	struct td_follow *rf = NULL, *again = NULL;
+	struct td_tensor *t = NULL;
+	struct td_error e = {0};
+	struct nobody n;
+	struct result res;
+	uint64_t v;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as another uid");
+	start();
+	c = root_conn();
+	g = root_conn();
+	v = cam_put(c);
+	nobody_start(&n);
+	res = nobody_do(&n, 'F');
+	cr_assert_eq(res.rc, 0, "follow: %s", res.reason);
+	res = nobody_do(&n, 'T');
+	cr_assert(res.rc == 0 && res.version == v, "%d %s", res.rc,
+		  res.reason);
+	cr_assert_eq(td_client_follow(g, CAM, &rf, &e), 0, "%s", e.reason);
+	cr_assert_eq(follow_take(rf, &e), (int64_t)v, "%s", e.reason);
+	/* the first get_newer GETs, the second follows and waits */
+	cr_assert_eq(td_client_get_newer(g, CAM, 0, 5000, &t, &e), 0, "%s",
+		     e.reason);
+	td_tensor_release(t);
+	cr_assert_eq(td_client_get_newer(g, CAM, v, 0, &t, &e), -ETIMEDOUT,
+		     "%s", e.reason);
+
+	reload(c, KEEP);
+	v = cam_put(c);
+	res = nobody_do(&n, 'T');
+	cr_assert(res.rc == 0 && res.version == v,
+		  "a reload that kept the read: %d %s", res.rc, res.reason);
+	cr_assert_eq(follow_take(rf, &e), (int64_t)v, "%s", e.reason);
+
+	reload(c, TAKE);
+	v = cam_put(c);
+	res = nobody_do(&n, 'T');
+	cr_assert_eq(res.rc, -EACCES, "nobody's follow after the reload: %d "
+		     "(version %llu) %s", res.rc,
+		     (unsigned long long)res.version, res.reason);
+	cr_assert(strstr(res.reason, "policy reload"), "%s", res.reason);
+	cr_assert_eq(follow_take(rf, &e), -ESTALE, "root's follow: %s",
+		     e.reason);
+	cr_assert(strstr(e.reason, "follow it again"), "%s", e.reason);
+	res = nobody_do(&n, 'G');
+	cr_assert_eq(res.rc, -EACCES, "nobody's get_newer: %d %s", res.rc,
+		     res.reason);
+	cr_assert_eq(td_client_get_newer(g, CAM, v - 1, 5000, &t, &e), 0,
+		     "root's get_newer: %s", e.reason);
+	cr_assert_eq(td_tensor_version(t), v);
+	td_tensor_release(t);
+	cr_assert_eq(td_client_follow(g, CAM, &again, &e), 0, "%s", e.reason);
+	cr_assert_eq(follow_take(again, &e), (int64_t)v, "%s", e.reason);
+	v = cam_put(c);
+	cr_assert_eq(follow_take(again, &e), (int64_t)v, "%s", e.reason);
+	nobody_stop(&n);
+	td_follow_close(again);
+	td_follow_close(rf);
+	td_client_close(g);
+	td_client_close(c);
+	stop();
+}
+
+/* A raw FOLLOW of CAM on a connection of root's that names features:
+ * the reply's row fd, mapped (*row), the follow's id (*id) and bell
+ * (*bell, mapped) unless NULL, and the socket. */
+static int raw_follow(uint32_t features, struct td_follow_row **row,
+		      uint64_t *id, const struct td_follow_hdr **bell)
+{
+	struct td_wire_ring_sub_req q = {.name = {CAM, sizeof(CAM) - 1},
+					 .flags = TD_WIRE_REQ_SCM};
+	int sock = raw_scm_conn_feat(&D, features);
+	struct td_wire_follow_rep rep;
+	struct rawrep r;
+	void *p;
+
+	cr_assert_eq(raw_call(sock, TD_OP_FOLLOW, 2,
+			      td_wire_ring_sub_req_encode(&q, RAW_BODY,
+							  RAW_CAP),
+			      &r),
+		     0);
+	cr_assert_eq(r.nfds, TD_WIRE_FOLLOW_FDS);
+	cr_assert_eq(td_wire_follow_rep_decode(RAW_BODY, r.h.body_len, &rep,
+					       NULL),
+		     0);
+	if (id)
+		*id = rep.id;
+	p = mmap(NULL, TD_FOLLOW_ROW_LEN, PROT_READ, MAP_SHARED, r.fds[1], 0);
+	cr_assert_neq(p, MAP_FAILED);
+	*row = p;
+	if (bell) {
+		p = mmap(NULL, TD_FOLLOW_BELL_LEN, PROT_READ, MAP_SHARED,
+			 r.fds[0], 0);
+		cr_assert_neq(p, MAP_FAILED);
+		*bell = p;
+	}
+	td__scm_close(r.fds, r.nfds);
+	return sock;
+}
+
+/*
+ * The row says why the daemon ended a follow (`ended`) to a library that
+ * named TD_WIRE_FEAT_FOLLOW_END. One that did not cannot be told, and
+ * would wait on a bell nobody writes: its connection is closed. The old
+ * bell, which every follower maps, shows no version published after
+ * the reload (its reply, blob and metadata, went on landing there).
+ */
+Test(revoke, a_follower_that_cannot_read_why_its_follow_ended_is_cut_off)
+{
+	const struct td_follow_hdr *bell;
+	struct td_follow_row *told, *old;
+	struct td_client *c;
+	struct nobody n;
+	struct result res;
+	struct rawrep r;
+	uint64_t told_id, v;
+	int st, s_told, s_old;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as another uid");
+	start();
+	c = root_conn();
+	(void)cam_put(c);
+	nobody_start(&n);
+	res = nobody_do(&n, 'F');
+	cr_assert_eq(res.rc, 0, "follow: %s", res.reason);
+	s_told = raw_follow(TD_WIRE_FEAT_FOLLOW_END, &told, &told_id, &bell);
+	s_old = raw_follow(0, &old, NULL, NULL);
+	cr_assert_eq(atomic_load(&told->ended), 0);
+
+	reload(c, TAKE);
+	v = cam_put(c);
+	cr_assert_lt(atomic_load(&bell->latest) >> 8, v,
+		     "the bell shows a version published after the reload");
+	cr_assert_eq(atomic_load(&told->ended), ESTALE);
+	/* kept, and its follow is no more */
+	cr_assert_eq(raw_call(s_told, TD_OP_FOLLOW_CLOSE, 3,
+			      td_wire_ring_close_req_encode(
+				      &(struct td_wire_ring_close_req){
+					      .id = told_id},
+				      RAW_BODY, RAW_CAP),
+			      &r),
+		     -ENOENT, "the connection that can be told is kept");
+	tu_await_readable(s_old, TU_WAIT_S, "the old library's hang-up");
+	st = (int)recv(s_old, &r, sizeof(r), MSG_DONTWAIT);
+	cr_assert_eq(st, 0, "the old library's connection is not closed");
+	res = nobody_do(&n, 'T');
+	cr_assert_eq(res.rc, -EACCES, "%d %s", res.rc, res.reason);
+	nobody_stop(&n);
+	munmap((void *)bell, TD_FOLLOW_BELL_LEN);
+	munmap(told, TD_FOLLOW_ROW_LEN);
+	munmap(old, TD_FOLLOW_ROW_LEN);
+	close(s_told);
+	close(s_old);
+	td_client_close(c);
+	stop();
+}
