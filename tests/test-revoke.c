@@ -37,6 +37,7 @@ TestSuite(revoke, .timeout = TU_TEST_TIMEOUT_S);
 #define SIZE 64u
 #define KEEP "allow uid=65534 r rv/\nallow uid=65534 r other/\n"
 #define TAKE "allow uid=65534 r other/\n"
+#define GIVE "allow uid=65534 r rv/\n"
 
 static char policy[64];
 static struct tu_daemon D;
@@ -87,6 +88,8 @@ static void child_step(struct td_client *c, char op, int out)
 		if (rc == 0)
 			td_sub_release(s);
 	} else if (op == 'F') {
+		td_follow_close(f);
+		f = NULL;
 		rc = td_client_follow(c, CAM, &f, &e);
 	} else if (op == 'T' || op == 'G') {
 		rc = op == 'T' ? td_follow_next(f, 5000, &t, &e)
@@ -168,8 +171,7 @@ static void start(void)
 	const char *args[] = {"--socket-mode", "0666", "--policy", policy,
 			      NULL};
 
-	tu_policy_file(policy, sizeof(policy), "revoke", "%s",
-		       "allow uid=65534 r rv/\n");
+	tu_policy_file(policy, sizeof(policy), "revoke", "%s", GIVE);
 	tu_daemon_start_args(&D, "info", args);
 	cr_assert_eq(chmod(D.dir, 0755), 0);
 }
@@ -483,6 +485,81 @@ Test(revoke, a_follower_that_cannot_read_why_its_follow_ended_is_cut_off)
 	munmap(old, TD_FOLLOW_ROW_LEN);
 	close(s_told);
 	close(s_old);
+	td_client_close(c);
+	stop();
+}
+
+/* RING made by root's c, as *r (the old one, ended, closed first) */
+static void ring_make(struct td_client *c, struct td_ring **r)
+{
+	uint64_t size = SIZE;
+	struct td_ring_desc desc = {.dtype = TD_TENSOR_U8, .ndim = 1,
+				    .shape = &size, .slot_count = 4};
+	struct td_error e = {0};
+
+	td_ring_close(*r);
+	*r = NULL;
+	cr_assert_eq(td_ring_create(c, RING, &desc, r, &e), 0, "%s",
+		     e.reason);
+}
+
+/*
+ * Read taken and given back, round after round, with a follower and a
+ * subscriber of nobody's each time: each reload that takes it ends both,
+ * each that gives it back lets nobody follow and subscribe anew, and the
+ * daemon holds the same descriptors at the same point of every round
+ * after the first (every bell, row and ring an end let go is gone).
+ */
+Test(revoke, read_taken_and_given_back_round_after_round_leaves_nothing)
+{
+	struct td_ring *r = NULL;
+	struct td_client *c;
+	struct nobody n;
+	struct result res;
+	uint64_t v;
+	int fds = -1;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as another uid");
+	start();
+	c = root_conn();
+	nobody_start(&n);
+	for (int round = 0; round < 20; round++) {
+		ring_make(c, &r);
+		v = cam_put(c);
+		res = nobody_do(&n, 'F');
+		cr_assert_eq(res.rc, 0, "round %d follow: %s", round,
+			     res.reason);
+		res = nobody_do(&n, 'S');
+		cr_assert_eq(res.rc, 0, "round %d subscribe: %s", round,
+			     res.reason);
+		/* from the second round on: the stream's buffers grew to
+		 * what it keeps in the first */
+		if (round == 1)
+			fds = tu_pid_fd_count(D.pid);
+		if (round >= 1)
+			cr_assert_eq(tu_pid_fd_count(D.pid), fds, "round %d",
+				     round);
+		res = nobody_do(&n, 'T');
+		cr_assert(res.rc == 0 && res.version == v, "round %d: %d %s",
+			  round, res.rc, res.reason);
+		cr_assert_eq(ring_put(r, &v), 0);
+		res = nobody_do(&n, 'N');
+		cr_assert(res.rc == 0 && res.version == v, "round %d: %d",
+			  round, res.rc);
+
+		reload(c, TAKE);
+		(void)cam_put(c);
+		res = nobody_do(&n, 'T');
+		cr_assert_eq(res.rc, -EACCES, "round %d: %d %s", round, res.rc,
+			     res.reason);
+		cr_assert_eq(ring_put(r, &v), -EPIPE, "round %d", round);
+		res = nobody_do(&n, 'N');
+		cr_assert_eq(res.rc, -EPIPE, "round %d: %d", round, res.rc);
+		reload(c, GIVE);
+	}
+	nobody_stop(&n);
+	td_ring_close(r);
 	td_client_close(c);
 	stop();
 }
