@@ -3995,6 +3995,14 @@ Test(http, bad_addresses_stop_the_daemon_with_a_reason)
 	         * 2, before anything starts (it was 1, from the start) */
 	        {"--http localhost:8080", "names are not resolved", 2},
 	        {"--http 127.0.0.1:99999", "bad port", 2},
+	        /* digits only: strtoul() took a sign or spaces, and these
+	         * started a store on port 80, or on a port of the
+	         * kernel's choice (":-0"); the bad option after them is
+	         * what a start that took them would stop at */
+	        {"--http 127.0.0.1:+80 --http-timeout 0", "bad port", 2},
+	        {"--http '127.0.0.1: 80' --http-timeout 0", "bad port", 2},
+	        {"--http 127.0.0.1:-0 --http-timeout 0", "bad port", 2},
+	        {"--http '[::1]:+80' --http-timeout 0", "bad port", 2},
 	        {"--http '[::1' ", "not a numeric", 2},
 	        {"--http 127.0.0.1", "want 127.0.0.1:PORT", 2},
 	        {"--http unix:", "unix: path empty", 2},
