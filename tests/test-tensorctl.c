@@ -379,6 +379,30 @@ Test(tensorctl, symlink_followed_to_its_target_and_kept)
 	tu_daemon_stop(&d, false);
 }
 
+/*
+ * /dev/stdout is a link to /proc/self/fd/1, whose own link reads
+ * "pipe:[N]" when stdout is a pipe: no path, but the kernel follows it,
+ * as cp's open() does. It was refused as a dangling link, so `get -o
+ * /dev/stdout | ...`, which cp writes, failed.
+ */
+Test(tensorctl, dev_stdout_on_a_pipe_is_written_as_cp_writes_it)
+{
+	static const char *const paths[] = {"/dev/stdout", "/proc/self/fd/1"};
+	struct tu_daemon d;
+	char *out, *err;
+
+	start(&d);
+	for (size_t i = 0; i < sizeof(paths) / sizeof(*paths); i++) {
+		cr_expect_eq(CTL(&d, &out, &err, "get", "t", "-o", paths[i]),
+			     0, "%s: %s", paths[i], err);
+		cr_expect_str_eq(out, "abcdef", "%s", paths[i]);
+		free(out);
+		free(err);
+	}
+	cr_expect_eq(temp_files(d.dir), 0);
+	tu_daemon_stop(&d, false);
+}
+
 Test(tensorctl, protected_symlinks_not_followed_as_root)
 {
 	struct tu_daemon d;

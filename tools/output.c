@@ -197,7 +197,7 @@ static void dir_of(const char *path, char *dir)
 static int resolve(struct tctl_out *o, struct stat *st, int *exists,
 		   uid_t *link_uid)
 {
-	char link[PATH_MAX], dir[PATH_MAX];
+	char link[PATH_MAX], dir[PATH_MAX], magic[PATH_MAX];
 
 	*link_uid = (uid_t)-1;
 	if (strlen(o->path) >= PATH_MAX)
@@ -210,6 +210,16 @@ static int resolve(struct tctl_out *o, struct stat *st, int *exists,
 		if (lstat(o->target, st) < 0) {
 			if (errno != ENOENT)
 				return fail_io(o, errno, NULL);
+			/* a procfs magic link (/dev/stdout is
+			 * /proc/self/fd/1) reads as "pipe:[N]", no path,
+			 * but the kernel follows it to the pipe or device
+			 * itself, as cp's open() does: written there */
+			if (hops && stat(magic, st) == 0 &&
+			    (S_ISFIFO(st->st_mode) || S_ISCHR(st->st_mode) ||
+			     S_ISBLK(st->st_mode))) {
+				strcpy(o->target, magic);
+				break;
+			}
 			if (hops)
 				return tctl_fail(TCTL_REFUSED, "io", ENOENT,
 						 "%s: a dangling symlink (to "
@@ -243,6 +253,8 @@ static int resolve(struct tctl_out *o, struct stat *st, int *exists,
 		if (n < 0)
 			return fail_io(o, errno, NULL);
 		link[n] = 0;
+		/* the link itself, kept for a magic link (above) */
+		strcpy(magic, o->target);
 		if (link[0] == '/') {
 			strcpy(o->target, link);
 		} else if ((size_t)snprintf(o->target, PATH_MAX, "%s/%s", dir,
