@@ -398,6 +398,29 @@ Test(tensorctl, dev_stdout_on_a_pipe_is_written_as_cp_writes_it)
 		cr_expect_str_eq(out, "abcdef", "%s", paths[i]);
 		free(out);
 		free(err);
+		/* stdout's own: nothing but the output goes there, as with
+		 * -o - (save's summary line came after the message) */
+		cr_expect_eq(CTL(&d, &out, &err, "--json", "get", "t", "-o",
+				 paths[i]),
+			     2, "%s: %s", paths[i], out);
+		free(out);
+		free(err);
+		for (int hrry = 0; hrry < 2; hrry++) {
+			char sh[512];
+			char *argv[] = {"/bin/sh", "-c", sh, NULL};
+
+			/* the file holds NULs: the shell compares them */
+			snprintf(sh, sizeof(sh),
+				 "c() { '%s' --socket '%s' save --format %s "
+				 "-o \"$1\" t | od -An -tx1; }; "
+				 "[ \"$(c -)\" = \"$(c %s)\" ]",
+				 ctl_bin(), d.sock, hrry ? "hrry" : "tgm",
+				 paths[i]);
+			cr_expect_eq(tu_run_capture(argv, &out), 0,
+				     "%s %s: more than the file on stdout: %s",
+				     paths[i], hrry ? "hrry" : "tgm", out);
+			free(out);
+		}
 	}
 	cr_expect_eq(temp_files(d.dir), 0);
 	tu_daemon_stop(&d, false);

@@ -527,6 +527,17 @@ static int open_target(struct tctl_out *o, unsigned unsized)
 	return o->fd < 0 ? fail_io(o, errno, NULL) : TCTL_OK;
 }
 
+int tctl_out_is_stdout(const char *path)
+{
+	struct stat a, b;
+
+	if (!strcmp(path, "-"))
+		return 1;
+	return stat(path, &a) == 0 && !S_ISREG(a.st_mode) &&
+	       !S_ISDIR(a.st_mode) && fstat(STDOUT_FILENO, &b) == 0 &&
+	       a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 int tctl_out_open(struct tctl_out *o, const char *path, unsigned flags,
 		  uint64_t size)
 {
