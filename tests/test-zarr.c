@@ -4011,6 +4011,10 @@ Test(http, bad_addresses_stop_the_daemon_with_a_reason)
 	        {"--http 192.0.2.1:8750", "bind/listen", 1},
 	        {"--http-prefix ../x", "not a valid name prefix", 2},
 	        {"--http-timeout 0", "want 1 to 65536", 2},
+	        {"--http-timeout ' 5' --http-max-connections 0",
+	         "--http-timeout: want 1 to 65536", 2},
+	        {"--http-max-connections +5 --http-timeout 0",
+	         "--http-max-connections: want 1 to 65536", 2},
 	        /* --http-cors: only origins a browser sends in Origin,
 	         * which would otherwise never match, without a word */
 	        {"--http-cors http://localhost:8888/", "no path", 2},
