@@ -533,9 +533,13 @@ int tctl_out_is_stdout(const char *path)
 
 	if (!strcmp(path, "-"))
 		return 1;
-	return stat(path, &a) == 0 && !S_ISREG(a.st_mode) &&
-	       !S_ISDIR(a.st_mode) && fstat(STDOUT_FILENO, &b) == 0 &&
-	       a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+	/* a device only when it is a terminal: -o /dev/null with stdout
+	 * at /dev/null too is two outputs that drop what they get */
+	return stat(path, &a) == 0 &&
+	       (S_ISFIFO(a.st_mode) || S_ISSOCK(a.st_mode) ||
+		(S_ISCHR(a.st_mode) && isatty(STDOUT_FILENO))) &&
+	       fstat(STDOUT_FILENO, &b) == 0 && a.st_dev == b.st_dev &&
+	       a.st_ino == b.st_ino;
 }
 
 int tctl_out_open(struct tctl_out *o, const char *path, unsigned flags,
