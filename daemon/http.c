@@ -20,6 +20,7 @@
 #include "http.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -955,9 +956,12 @@ static int parse_addr(const char *addr, struct sockaddr_storage *ss,
 		       "another numeric address:PORT";
 		return -EINVAL;
 	}
+	/* digits only: strtoul() also takes a sign and leading spaces
+	 * ("127.0.0.1:+80", ":-0", ": 80" were served) */
 	errno = 0;
 	port = strtoul(colon + 1, &end, 10);
-	if (errno || end == colon + 1 || *end || port > 65535) {
+	if (errno || !isdigit((unsigned char)colon[1]) || *end ||
+	    port > 65535) {
 		*why = "bad port";
 		return -EINVAL;
 	}

@@ -10,6 +10,7 @@
 #include "sd.h"
 #include "snapshot.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -350,9 +351,11 @@ static int parse_http_opt(int c, const char *arg, struct td__opts *o)
 		return 0;
 	}
 	default:
+		/* digits only: strtol() also takes a sign and spaces */
 		errno = 0;
 		v = strtol(arg, &end, 10);
-		if (errno || end == arg || *end || v < 1 || v > 65536) {
+		if (errno || !isdigit((unsigned char)*arg) || *end || v < 1 ||
+		    v > 65536) {
 			fprintf(stderr, "tensord: --%s: want 1 to 65536\n",
 				c == 22 ? "http-max-connections"
 					: "http-timeout");

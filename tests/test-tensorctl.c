@@ -379,6 +379,53 @@ Test(tensorctl, symlink_followed_to_its_target_and_kept)
 	tu_daemon_stop(&d, false);
 }
 
+/*
+ * /dev/stdout is a link to /proc/self/fd/1, whose own link reads
+ * "pipe:[N]" when stdout is a pipe: no path, but the kernel follows it,
+ * as cp's open() does. It was refused as a dangling link, so `get -o
+ * /dev/stdout | ...`, which cp writes, failed.
+ */
+Test(tensorctl, dev_stdout_on_a_pipe_is_written_as_cp_writes_it)
+{
+	static const char *const paths[] = {"/dev/stdout", "/proc/self/fd/1"};
+	struct tu_daemon d;
+	char *out, *err;
+
+	start(&d);
+	for (size_t i = 0; i < sizeof(paths) / sizeof(*paths); i++) {
+		cr_expect_eq(CTL(&d, &out, &err, "get", "t", "-o", paths[i]),
+			     0, "%s: %s", paths[i], err);
+		cr_expect_str_eq(out, "abcdef", "%s", paths[i]);
+		free(out);
+		free(err);
+		/* stdout's own: nothing but the output goes there, as with
+		 * -o - (save's summary line came after the message) */
+		cr_expect_eq(CTL(&d, &out, &err, "--json", "get", "t", "-o",
+				 paths[i]),
+			     2, "%s: %s", paths[i], out);
+		free(out);
+		free(err);
+		for (int hrry = 0; hrry < 2; hrry++) {
+			char sh[512];
+			char *argv[] = {"/bin/sh", "-c", sh, NULL};
+
+			/* the file holds NULs: the shell compares them */
+			snprintf(sh, sizeof(sh),
+				 "c() { '%s' --socket '%s' save --format %s "
+				 "-o \"$1\" t | od -An -tx1; }; "
+				 "[ \"$(c -)\" = \"$(c %s)\" ]",
+				 ctl_bin(), d.sock, hrry ? "hrry" : "tgm",
+				 paths[i]);
+			cr_expect_eq(tu_run_capture(argv, &out), 0,
+				     "%s %s: more than the file on stdout: %s",
+				     paths[i], hrry ? "hrry" : "tgm", out);
+			free(out);
+		}
+	}
+	cr_expect_eq(temp_files(d.dir), 0);
+	tu_daemon_stop(&d, false);
+}
+
 Test(tensorctl, protected_symlinks_not_followed_as_root)
 {
 	struct tu_daemon d;

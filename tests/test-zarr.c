@@ -3995,6 +3995,14 @@ Test(http, bad_addresses_stop_the_daemon_with_a_reason)
 	         * 2, before anything starts (it was 1, from the start) */
 	        {"--http localhost:8080", "names are not resolved", 2},
 	        {"--http 127.0.0.1:99999", "bad port", 2},
+	        /* digits only: strtoul() took a sign or spaces, and these
+	         * started a store on port 80, or on a port of the
+	         * kernel's choice (":-0"); the bad option after them is
+	         * what a start that took them would stop at */
+	        {"--http 127.0.0.1:+80 --http-timeout 0", "bad port", 2},
+	        {"--http '127.0.0.1: 80' --http-timeout 0", "bad port", 2},
+	        {"--http 127.0.0.1:-0 --http-timeout 0", "bad port", 2},
+	        {"--http '[::1]:+80' --http-timeout 0", "bad port", 2},
 	        {"--http '[::1' ", "not a numeric", 2},
 	        {"--http 127.0.0.1", "want 127.0.0.1:PORT", 2},
 	        {"--http unix:", "unix: path empty", 2},
@@ -4003,6 +4011,10 @@ Test(http, bad_addresses_stop_the_daemon_with_a_reason)
 	        {"--http 192.0.2.1:8750", "bind/listen", 1},
 	        {"--http-prefix ../x", "not a valid name prefix", 2},
 	        {"--http-timeout 0", "want 1 to 65536", 2},
+	        {"--http-timeout ' 5' --http-max-connections 0",
+	         "--http-timeout: want 1 to 65536", 2},
+	        {"--http-max-connections +5 --http-timeout 0",
+	         "--http-max-connections: want 1 to 65536", 2},
 	        /* --http-cors: only origins a browser sends in Origin,
 	         * which would otherwise never match, without a word */
 	        {"--http-cors http://localhost:8888/", "no path", 2},

@@ -155,8 +155,9 @@ int cmd_get(int argc, char **argv)
 	if (have_version && have_newer)
 		return tctl_usage("get", "--version and --newer exclude each "
 				  "other");
-	if (tctl_json && out && !strcmp(out, "-"))
-		return tctl_usage("get", "--json and -o - both write to stdout");
+	if (tctl_json && out && tctl_out_is_stdout(out))
+		return tctl_usage("get", "--json and -o %s both write to stdout",
+				  out);
 	rc = tctl_npy_format("get", format, out, &npy);
 	if (rc)
 		return rc;

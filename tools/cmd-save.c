@@ -490,8 +490,9 @@ static int save_tgm(int argc, char **argv)
 		rc = tctl_usage("save", "needs -o FILE (- for stdout)");
 		goto out;
 	}
-	if (tctl_json && !strcmp(out, "-")) {
-		rc = tctl_usage("save", "--json and -o - both write to stdout");
+	if (tctl_json && tctl_out_is_stdout(out)) {
+		rc = tctl_usage("save", "--json and -o %s both write to stdout",
+				out);
 		goto out;
 	}
 	if (!as_tgm && (rc = foreign_name(out)) != TCTL_OK)
@@ -537,7 +538,7 @@ static int save_tgm(int argc, char **argv)
 	else if (sink.opened)
 		tctl_out_abort(&sink.o);
 	/* with -o - the message is the output: nothing else on stdout */
-	if (!rc && strcmp(out, "-"))
+	if (!rc && !tctl_out_is_stdout(out))
 		rc = print_saved(out, h.saved, h.len, h.messages);
 out:
 	for (size_t i = 0; ts && i < n; i++)

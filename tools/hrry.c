@@ -1022,8 +1022,9 @@ int cmd_save_hrry(int argc, char **argv)
 	}
 	if (!path)
 		return tctl_usage("save", "needs -o FILE (- for stdout)");
-	if (tctl_json && !strcmp(path, "-"))
-		return tctl_usage("save", "--json and -o - both write to stdout");
+	if (tctl_json && tctl_out_is_stdout(path))
+		return tctl_usage("save", "--json and -o %s both write to stdout",
+				  path);
 	s.d = malloc(sizeof(*s.d));
 	if (!s.d)
 		return tctl_fail(TCTL_REFUSED, "io", ENOMEM, "out of memory");
@@ -1071,7 +1072,7 @@ int cmd_save_hrry(int argc, char **argv)
 	opened = 0;
 	rc = tctl_out_commit(&s.out);
 	/* with -o - the file is the output: nothing else on stdout */
-	if (!rc && strcmp(path, "-")) {
+	if (!rc && !tctl_out_is_stdout(path)) {
 		if (tctl_json) {
 			struct json_object *j = json_object_new_object();
 			json_object_object_add(j, "path",

@@ -197,7 +197,7 @@ static void dir_of(const char *path, char *dir)
 static int resolve(struct tctl_out *o, struct stat *st, int *exists,
 		   uid_t *link_uid)
 {
-	char link[PATH_MAX], dir[PATH_MAX];
+	char link[PATH_MAX], dir[PATH_MAX], magic[PATH_MAX];
 
 	*link_uid = (uid_t)-1;
 	if (strlen(o->path) >= PATH_MAX)
@@ -210,6 +210,16 @@ static int resolve(struct tctl_out *o, struct stat *st, int *exists,
 		if (lstat(o->target, st) < 0) {
 			if (errno != ENOENT)
 				return fail_io(o, errno, NULL);
+			/* a procfs magic link (/dev/stdout is
+			 * /proc/self/fd/1) reads as "pipe:[N]", no path,
+			 * but the kernel follows it to the pipe or device
+			 * itself, as cp's open() does: written there */
+			if (hops && stat(magic, st) == 0 &&
+			    (S_ISFIFO(st->st_mode) || S_ISCHR(st->st_mode) ||
+			     S_ISBLK(st->st_mode))) {
+				strcpy(o->target, magic);
+				break;
+			}
 			if (hops)
 				return tctl_fail(TCTL_REFUSED, "io", ENOENT,
 						 "%s: a dangling symlink (to "
@@ -243,6 +253,8 @@ static int resolve(struct tctl_out *o, struct stat *st, int *exists,
 		if (n < 0)
 			return fail_io(o, errno, NULL);
 		link[n] = 0;
+		/* the link itself, kept for a magic link (above) */
+		strcpy(magic, o->target);
 		if (link[0] == '/') {
 			strcpy(o->target, link);
 		} else if ((size_t)snprintf(o->target, PATH_MAX, "%s/%s", dir,
@@ -513,6 +525,21 @@ static int open_target(struct tctl_out *o, unsigned unsized)
 	o->fd = open(o->target, O_WRONLY | O_CLOEXEC | O_NOCTTY);
 	in_write = 1;
 	return o->fd < 0 ? fail_io(o, errno, NULL) : TCTL_OK;
+}
+
+int tctl_out_is_stdout(const char *path)
+{
+	struct stat a, b;
+
+	if (!strcmp(path, "-"))
+		return 1;
+	/* a device only when it is a terminal: -o /dev/null with stdout
+	 * at /dev/null too is two outputs that drop what they get */
+	return stat(path, &a) == 0 &&
+	       (S_ISFIFO(a.st_mode) || S_ISSOCK(a.st_mode) ||
+		(S_ISCHR(a.st_mode) && isatty(STDOUT_FILENO))) &&
+	       fstat(STDOUT_FILENO, &b) == 0 && a.st_dev == b.st_dev &&
+	       a.st_ino == b.st_ino;
 }
 
 int tctl_out_open(struct tctl_out *o, const char *path, unsigned flags,

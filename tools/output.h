@@ -78,6 +78,13 @@ void tctl_out_abort(struct tctl_out *o);
 void tctl_remove_stale(const char *dir);
 
 /*
+ * Whether path writes to stdout: "-", or a pipe, socket or terminal
+ * that is stdout's own (/dev/stdout, /proc/self/fd/1), where nothing but
+ * the output may go (no summary, no --json document after it).
+ */
+int tctl_out_is_stdout(const char *path);
+
+/*
  * SIGINT, SIGTERM, SIGHUP, SIGPIPE: a write in progress stops (a FIFO
  * nobody reads included), its temporary file is removed and the command
  * ends as usual (leases released); main() then dies of the signal.
