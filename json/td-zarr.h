@@ -148,7 +148,10 @@ uint64_t td_zarr_walk_at(const struct td_zarr_walk *w, uint64_t pos,
  *                             consolidated metadata of every array
  *   v2 .zarray                td_zarr_v2_array()
  *   v2 .zattrs of an array    td_zarr_v2_attrs(): attributes plus
- *                             _ARRAY_DIMENSIONS ("<name>_<k>") for xarray
+ *                             _ARRAY_DIMENSIONS ("<name>/<k>") for xarray,
+ *                             unless the attributes' own name each
+ *                             dimension (one that does not moves to
+ *                             _tensord_array_dimensions)
  *   v2 .zgroup                td_zarr_v2_group()
  *   v2 .zmetadata             td_zarr_v2_consolidated()
  */

@@ -220,9 +220,22 @@ struct json_object *td_zarr_v2_array(const struct td_zarr_array *a)
 	return o;
 }
 
+/* Whether d names each of ndim dimensions: a list of ndim strings. */
+static bool dims_named(struct json_object *d, uint32_t ndim)
+{
+	if (!json_object_is_type(d, json_type_array) ||
+	    json_object_array_length(d) != ndim)
+		return false;
+	for (uint32_t k = 0; k < ndim; k++)
+		if (!json_object_is_type(json_object_array_get_idx(d, k),
+		                         json_type_string))
+			return false;
+	return true;
+}
+
 struct json_object *td_zarr_v2_attrs(const struct td_zarr_array *a)
 {
-	struct json_object *o = json_object_new_object(), *dims;
+	struct json_object *o = json_object_new_object(), *dims, *own = NULL;
 	char d[TD_ZARR_NAME_MAX + 48];
 	const char *key;
 	struct json_object *val;
@@ -230,6 +243,15 @@ struct json_object *td_zarr_v2_attrs(const struct td_zarr_array *a)
 	if (a->attrs)
 		TD_JSON_EACH(a->attrs, key, val)
 			json_object_object_add(o, key, json_object_get(val));
+	/* the tensor's metadata names its dimensions: xarray's names. One
+	 * that names them not (not ndim strings) moves aside, not lost */
+	if (a->attrs &&
+	    json_object_object_get_ex(a->attrs, "_ARRAY_DIMENSIONS", &own)) {
+		if (dims_named(own, a->ndim))
+			return o;
+		json_object_object_add(o, "_tensord_array_dimensions",
+		                       json_object_get(own));
+	}
 	dims = json_object_new_array_ext((int)a->ndim);
 	for (uint32_t k = 0; k < a->ndim; k++) {
 		/* "/" is in no node name: never another array's name */

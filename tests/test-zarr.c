@@ -336,6 +336,47 @@ Test(meta, group_consolidates_every_array)
 	json_object_put(g);
 }
 
+/*
+ * A tensor whose metadata names its dimensions (_ARRAY_DIMENSIONS, one
+ * string each) keeps those names in its v2 .zattrs, xarray's dimension
+ * names; they were replaced by the store's, the user's dropped silently.
+ * A value that names them not (wrong count, not strings) would break
+ * xarray: the store's names go there, the user's value beside them.
+ */
+Test(meta, v2_attrs_keep_the_dimension_names_the_metadata_gives)
+{
+	static const uint64_t s[] = {2, 3};
+	static const struct {
+		const char *meta, *want;
+	} c[] = {
+	        {"{\"_ARRAY_DIMENSIONS\":[\"y\",\"x\"],\"units\":\"K\"}",
+	         "{\"_ARRAY_DIMENSIONS\":[\"y\",\"x\"],\"units\":\"K\"}"},
+	        {"{\"_ARRAY_DIMENSIONS\":[\"y\"]}",
+	         "{\"_ARRAY_DIMENSIONS\":[\"t/0\",\"t/1\"],"
+	         "\"_tensord_array_dimensions\":[\"y\"]}"},
+	        {"{\"_ARRAY_DIMENSIONS\":[\"y\",1]}",
+	         "{\"_ARRAY_DIMENSIONS\":[\"t/0\",\"t/1\"],"
+	         "\"_tensord_array_dimensions\":[\"y\",1]}"},
+	        {"{\"_ARRAY_DIMENSIONS\":\"yx\"}",
+	         "{\"_ARRAY_DIMENSIONS\":[\"t/0\",\"t/1\"],"
+	         "\"_tensord_array_dimensions\":\"yx\"}"},
+	};
+
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		struct td_zarr_array a = arr("t", "float32", 2, s);
+		const char *why = NULL;
+		char *t;
+
+		cr_assert_eq(td_zarr_json_parse(c[i].meta, strlen(c[i].meta),
+		                                &a.attrs, &why),
+		             0, "%s", why);
+		t = text(td_zarr_v2_attrs(&a));
+		cr_assert_str_eq(t, c[i].want, "%s", c[i].meta);
+		free(t);
+		td_zarr_array_fini(&a);
+	}
+}
+
 /* td_zarr_array_read() of a zarr.json text: its result and reason. */
 static int read_meta(const char *json, char *why, size_t cap, bool *big)
 {
@@ -6323,6 +6364,30 @@ Test(http, the_group_shows_current_versions_under_current_node_names,
 	free(root);
 	zt_ok("rm zz");
 	group_keys_are_current("g4", after, 7);
+	stop(); /* checked here: criterion ignores a .fini's asserts */
+}
+
+/*
+ * xarray reads a tensor under the dimension names its metadata gives
+ * (_ARRAY_DIMENSIONS), and a tensor without them under the store's.
+ */
+Test(http, xarray_takes_the_dimension_names_the_metadata_gives,
+     .init = start_http, .fini = stop, .timeout = 120)
+{
+	char *out;
+	int rc;
+
+	put_shaped("named", "f32", "2,3", 24,
+	           "{\"_ARRAY_DIMENSIONS\":[\"y\",\"x\"],\"units\":\"K\"}");
+	put_shaped("plain", "u8", "4", 4, "{}");
+	rc = zt_interp(&out, "/usr/bin/python3 -c 'import sys, xarray as xr; "
+	                     "ds = xr.open_zarr(sys.argv[1], consolidated=True); "
+	                     "print(ds[\"named\"].dims, ds[\"plain\"].dims, "
+	                     "ds[\"named\"].attrs[\"units\"])' '%s/zarr-v2'",
+	               base);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_assert(strstr(out, "('y', 'x') ('plain/0',) K"), "%s", out);
+	free(out);
 	stop(); /* checked here: criterion ignores a .fini's asserts */
 }
 
