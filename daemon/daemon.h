@@ -117,8 +117,10 @@ bool td__ratelimit_ok(struct td__ratelimit *r, unsigned interval_ms);
  * keeps one per name for 16 names (docs/fastpath.md) */
 #define TD__PEER_STAGES 16
 #define TD__RX_BATCH 32        /* datagrams read per wakeup */
-/* datagrams a uid's connections are read in all, a loop turn (peer.c) */
+/* datagrams a uid's connections are read in all, a loop turn (peer.c),
+ * and the handling time after which it reads no more that turn */
 #define TD__RX_UID_TURN 64
+#define TD__RX_UID_TURN_NS 1000000
 #define TD__TXQ_MAX_MSGS 1024  /* queued replies before the peer is cut */
 #define TD__TXQ_MAX_BYTES (4u << 20)
 /*
@@ -577,10 +579,12 @@ int td__tenant_check(uid_t uid, enum td__lim k, uint64_t n, char *why,
 		     size_t cap);
 /* Count n more of k for uid (no check). 0 or -ENOMEM. */
 int td__tenant_add(uid_t uid, enum td__lim k, uint64_t n);
-/* one datagram of uid's share of this loop turn (TD__RX_UID_TURN): false
- * when spent; td__tenant_rx_turn starts the next turn; rx_wait counts
- * uid's connections waiting for a turn (peer.c), rx_waits: any? */
+/* one datagram of uid's share of this loop turn (TD__RX_UID_TURN, and
+ * TD__RX_UID_TURN_NS of handling, which rx_spent counts): false when
+ * spent; td__tenant_rx_turn starts the next turn; rx_wait counts uid's
+ * connections waiting for a turn (peer.c), rx_waits: any? */
 bool td__tenant_rx_take(uid_t uid);
+void td__tenant_rx_spent(uid_t uid, uint64_t ns);
 void td__tenant_rx_turn(void);
 void td__tenant_rx_wait(uid_t uid, int delta);
 bool td__tenant_rx_waits(uid_t uid);

@@ -182,9 +182,10 @@ static void on_closed(uv_handle_t *h)
 /*
  * A connection is read TD__RX_BATCH datagrams a wake-up, so a uid with
  * many busy ones had that many shares of a loop turn. A uid's are read
- * TD__RX_UID_TURN a turn in all (td__tenant_rx_take; a turn ends after
- * each poll for I/O). One cut short waits on DF.list, and so
- * does any of its uid's with something to read meanwhile, so a uid's
+ * TD__RX_UID_TURN a turn in all, or until their handling took
+ * TD__RX_UID_TURN_NS (td__tenant_rx_take; a turn ends after each poll
+ * for I/O). One cut short waits on DF.list, and so does any of its
+ * uid's with something to read meanwhile, so a uid's
  * own connections take turns too. The list is read after each turn's
  * new events, in order, with what is left of each uid's share: a uid
  * with nothing waiting is read at the first turn that sees it. While
@@ -780,6 +781,7 @@ static bool receive(struct td__peer *p)
 					.cap = TD_SCM_RX_MAX_FDS};
 		unsigned nfds;
 		ssize_t n;
+		uint64_t t0;
 
 		if (!td__tenant_rx_take(p->uid)) {
 			defer(p); /* its uid's share of this turn is spent */
@@ -833,7 +835,9 @@ static bool receive(struct td__peer *p)
 		}
 		td__d->requests++;
 		p->requests++;
+		t0 = uv_hrtime();
 		handlers->datagram(p, (size_t)n, fds, nfds);
+		td__tenant_rx_spent(p->uid, uv_hrtime() - t0);
 		/* backpressure: no more requests while replies wait */
 		if (!td__list_empty(&p->txq))
 			return false;

@@ -46,6 +46,7 @@ struct tenant {
 	uint64_t limit[TD__LIM_COUNT]; /* 0 = none */
 	uint64_t rx_turn; /* the loop turn rx_used counts */
 	unsigned rx_used; /* datagrams read of its connections then */
+	uint64_t rx_ns;   /* and the time their handling took */
 	unsigned rx_waiting; /* its connections waiting for a turn (peer.c) */
 };
 
@@ -129,11 +130,24 @@ bool td__tenant_rx_take(uid_t uid)
 	if (t->rx_turn != T.rx_turn) {
 		t->rx_turn = T.rx_turn;
 		t->rx_used = 0;
+		t->rx_ns = 0;
 	}
-	if (t->rx_used >= TD__RX_UID_TURN)
+	/* a share of reads and of time: 64 slow requests took as long as
+	 * their uid liked, another uid waiting behind them all */
+	if (t->rx_used >= TD__RX_UID_TURN || t->rx_ns >= TD__RX_UID_TURN_NS)
 		return false;
 	t->rx_used++;
 	return true;
+}
+
+void td__tenant_rx_spent(uid_t uid, uint64_t ns)
+{
+	struct tenant *t = find(uid);
+
+	/* counted in the turn of its take (rx_take): a handling that ended
+	 * a turn's requests counts for none after it */
+	if (t && t->rx_turn == T.rx_turn)
+		t->rx_ns += ns;
 }
 
 void td__tenant_rx_turn(void)

@@ -6,7 +6,10 @@
  * while something holds the memfd's pages, or for a memfd of many GiB,
  * but every time and for as long as the test says. test-stall.c runs
  * the daemon under it to see in which order the daemon's sealing
- * threads take their turns (daemon/sealer.c).
+ * threads take their turns (daemon/sealer.c). With
+ * $TD_SLOW_GET_SEALS_MS, F_GET_SEALS of such a memfd takes that long: a
+ * request whose handling on the loop is slow, as long as the test says
+ * (the loop's share of time per uid, daemon/tenant.c).
  *
  * The real calls are the next definitions (dlsym RTLD_NEXT).
  */
@@ -24,18 +27,22 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The wait, when fd is a memfd named $TD_SLOW_SEAL... being write-sealed */
+/* The wait, when fd is a memfd named $TD_SLOW_SEAL... being write-sealed,
+ * or, with $TD_SLOW_GET_SEALS_MS, asked for its seals */
 static void slow(int fd, int cmd, void *arg)
 {
 	const char *prefix = getenv("TD_SLOW_SEAL");
-	const char *ms = getenv("TD_SLOW_SEAL_MS");
+	const char *get = getenv("TD_SLOW_GET_SEALS_MS");
+	const char *ms = cmd == F_GET_SEALS ? get : getenv("TD_SLOW_SEAL_MS");
 	long n = ms ? atol(ms) : 100;
 	char link[64], path[512];
 	struct timespec ts = {n / 1000, (n % 1000) * 1000000};
 	ssize_t len;
 
-	if (cmd != F_ADD_SEALS || !((int)(intptr_t)arg & F_SEAL_WRITE) ||
-	    !prefix || !prefix[0])
+	if (!(cmd == F_ADD_SEALS && ((int)(intptr_t)arg & F_SEAL_WRITE)) &&
+	    !(cmd == F_GET_SEALS && get))
+		return;
+	if (!prefix || !prefix[0])
 		return;
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
 	len = readlink(link, path, sizeof(path) - 1);

@@ -1427,11 +1427,11 @@ Test(stall, a_parked_publishes_descriptors_count_in_its_uids_fds_limit)
  */
 #define SLOW_MS 200
 
-static void start_slow(void)
+static void start_shim(const char *prefix, int seal_ms, int get_ms)
 {
 	const char *shim = getenv("TD_SLOW_SEAL_SHIM");
 	const char *pre = getenv("LD_PRELOAD"), *asan = getenv("ASAN_OPTIONS");
-	char arg[80], preload[1024], asan_opts[512], ms[16];
+	char arg[80], preload[1024], asan_opts[512], ms[16], get[16];
 	const char *const args[] = {"--http", arg, "--socket-mode", "0666",
 				    NULL};
 
@@ -1448,11 +1448,14 @@ static void start_slow(void)
 		 pre ? " " : "", shim);
 	snprintf(asan_opts, sizeof(asan_opts), "%s%sverify_asan_link_order=0",
 		 asan ? asan : "", asan ? ":" : "");
-	snprintf(ms, sizeof(ms), "%d", SLOW_MS);
+	snprintf(ms, sizeof(ms), "%d", seal_ms);
+	snprintf(get, sizeof(get), "%d", get_ms);
 	cr_assert_eq(setenv("ASAN_OPTIONS", asan_opts, 1), 0);
 	cr_assert_eq(setenv("LD_PRELOAD", preload, 1), 0);
-	cr_assert_eq(setenv("TD_SLOW_SEAL", "tensord-plane", 1), 0);
+	cr_assert_eq(setenv("TD_SLOW_SEAL", prefix, 1), 0);
 	cr_assert_eq(setenv("TD_SLOW_SEAL_MS", ms, 1), 0);
+	if (get_ms)
+		cr_assert_eq(setenv("TD_SLOW_GET_SEALS_MS", get, 1), 0);
 	tu_daemon_start_args(&D, "warn", args);
 	if (pre)
 		cr_assert_eq(setenv("LD_PRELOAD", pre, 1), 0);
@@ -1464,7 +1467,13 @@ static void start_slow(void)
 		unsetenv("ASAN_OPTIONS");
 	unsetenv("TD_SLOW_SEAL");
 	unsetenv("TD_SLOW_SEAL_MS");
+	unsetenv("TD_SLOW_GET_SEALS_MS");
 	cr_assert_eq(chmod(D.dir, 0755), 0);
+}
+
+static void start_slow(void)
+{
+	start_shim("tensord-plane", SLOW_MS, 0);
 }
 
 /* A connection of nobody's (SO_PEERCRED is the connecting euid's) */
@@ -2264,6 +2273,89 @@ Test(stall, a_uids_many_busy_connections_hold_another_uid_back_one_share,
 	}
 	cr_assert_gt(tu_metric_unix(http_path, "tensord_reads_deferred_total"),
 		     0);
+	close(v);
+	close(v0);
+}
+
+/*
+ * The daemon under tests/slow-seal.c again, but what is slow is on its
+ * loop: F_GET_SEALS of a memfd named SLOW_GET takes SLOW_GET_MS, which
+ * the daemon asks when it closes such a memfd sent with a request that
+ * carries none (td__close_peer_fd): a request as slow as the test says.
+ */
+#define SLOW_GET "tdslow-get"
+#define SLOW_GET_MS 20
+
+static void start_slow_get(void)
+{
+	start_shim(SLOW_GET, SLOW_MS, SLOW_GET_MS);
+}
+
+/* r STATs on sock (ids 100...), each carrying fd: refused, -EINVAL */
+static void queue_stats_fd(int sock, int r, int fd)
+{
+	struct td_wire_stat_req st = {.name = {"nosuch", 6}};
+	size_t len = (size_t)td_wire_stat_req_encode(&st, RAW_BODY, RAW_CAP);
+
+	for (int k = 0; k < r; k++) {
+		struct td_wire_hdr h = {TD_WIRE_MAGIC, TD_WIRE_VERSION,
+					TD_OP_STAT, 0, 1, 100 + (uint64_t)k,
+					(uint32_t)len, 0};
+
+		td_wire_hdr_encode(&h, rawbuf);
+		cr_assert_eq(td__scm_send(sock, rawbuf, TD_WIRE_HDR_LEN + len,
+					  &fd, 1, 0),
+			     (ssize_t)(TD_WIRE_HDR_LEN + len));
+	}
+}
+
+/*
+ * A uid's share of a loop turn is one of time as well as of datagrams:
+ * nobody's 4 connections each have 8 requests queued (while the daemon
+ * is stopped), each SLOW_GET_MS long on the loop, 32 in all, fewer than
+ * a turn's 64 datagrams; root's STATUS comes after them. The turn's
+ * share of nobody's ends once its handling took TD__RX_UID_TURN_NS (1
+ * ms): one request a turn, so root's STATUS is handled after a few of
+ * nobody's, not after all 32 (640 ms), as when the share counted
+ * datagrams alone.
+ */
+Test(stall, a_uids_slow_requests_hold_another_uid_back_one_share_of_time,
+     .init = start_slow_get, .fini = stop_http)
+{
+	enum { H = 4, R = 8 };
+	int h[H], v0 = raw_scm_conn(&D), v;
+	int fd = memfd_create(SLOW_GET, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	uint64_t before, at;
+	struct rawrep rep;
+
+	cr_assert_geq(fd, 0);
+	for (int i = 0; i < H; i++)
+		h[i] = nobody_conn();
+	send_status(v0, 8);
+	before = status_requests(v0, 8);
+	daemon_pause();
+	for (int i = 0; i < H; i++)
+		queue_stats_fd(h[i], R, fd);
+	v = conn_unanswered();
+	send_status(v, 9);
+	cr_assert_eq(kill(D.pid, SIGCONT), 0);
+	at = status_after_hello(v, 9);
+	cr_log_info("root's STATUS handled after %llu of nobody's %d slow "
+		    "requests", (unsigned long long)(at - before), H * R);
+	/* one a turn, in each of the turns up to the one that reads
+	 * root's connection (two), and one more of slack */
+	cr_assert_leq(at - before, 3, "root's STATUS was handled after %llu "
+		      "of nobody's %d requests of %d ms each",
+		      (unsigned long long)(at - before), H * R, SLOW_GET_MS);
+	for (int i = 0; i < H; i++) {
+		for (int k = 0; k < R; k++) {
+			raw_recv(h[i], &rep);
+			cr_assert_eq(rep.h.request_id, 100 + (uint64_t)k);
+			cr_assert_eq(rep.h.status, -EINVAL);
+		}
+		close(h[i]);
+	}
+	close(fd);
 	close(v);
 	close(v0);
 }
