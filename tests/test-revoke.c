@@ -176,30 +176,10 @@ static void start(void)
 	cr_assert_eq(chmod(D.dir, 0755), 0);
 }
 
-static uint64_t reloads(struct td_client *c)
-{
-	struct td_status *st = NULL;
-	uint64_t n;
-
-	cr_assert_eq(td_client_status(c, &st, NULL), 0);
-	n = st->policy_reloads;
-	td_status_free(st);
-	return n;
-}
-
 /* The policy file becomes text, and the daemon has reloaded it. */
 static void reload(struct td_client *c, const char *text)
 {
-	uint64_t r0 = reloads(c);
-	FILE *f = fopen(policy, "w");
-
-	cr_assert(f);
-	fputs(text, f);
-	cr_assert_eq(fclose(f), 0);
-	cr_assert_eq(kill(D.pid, SIGHUP), 0);
-	for (int i = 0; i < 2000 && reloads(c) == r0; i++)
-		usleep(5000);
-	cr_assert_eq(reloads(c), r0 + 1, "the policy was not reloaded");
+	tu_policy_reload(c, D.pid, policy, text);
 }
 
 static void stop(void)

@@ -2230,67 +2230,6 @@ static uint64_t status_after_hello(int sock, uint64_t id)
 	return status_requests(sock, id) - 2;
 }
 
-/*
- * Nobody's 16 connections each have 32 requests queued, all while the
- * daemon is stopped (SIGSTOP), so that it finds them all at one
- * wake-up; root connects then and sends its HELLO and a STATUS. The
- * daemon accepts root's connection at that wake-up and reads it at the
- * next, before nobody's connections that wait for their turn: after
- * one share of nobody's (64 datagrams a loop turn, its connections in
- * all; two at most), not after all 512 (each connection was read 32
- * datagrams a wake-up, however many its uid had): STATUS's count of
- * the datagrams read when it was handled says which. Nobody's requests
- * are then all answered, each connection's in order.
- */
-Test(stall, a_uids_many_busy_connections_hold_another_uid_back_one_share,
-     .init = start_open, .fini = stop_http)
-{
-	enum { H = 16, R = 32 };
-	int h[H], v0 = raw_scm_conn(&D), v;
-	uint64_t before, at;
-
-	for (int i = 0; i < H; i++)
-		h[i] = nobody_conn();
-	send_status(v0, 8);
-	before = status_requests(v0, 8);
-	daemon_pause();
-	for (int i = 0; i < H; i++)
-		queue_stats(h[i], R);
-	v = conn_unanswered();
-	send_status(v, 9);
-	cr_assert_eq(kill(D.pid, SIGCONT), 0);
-	at = status_after_hello(v, 9);
-	cr_log_info("root's STATUS handled after %llu of nobody's %d requests",
-		    (unsigned long long)(at - before), H * R);
-	/* 64 a turn, nobody's share (TD__RX_UID_TURN), in each of the
-	 * turns up to the one that reads root's connection */
-	cr_assert_leq(at - before, 2 * 64, "root's STATUS was handled "
-		      "after %llu of nobody's %d requests",
-		      (unsigned long long)(at - before), H * R);
-	for (int i = 0; i < H; i++) {
-		stats_answered(h[i], R);
-		close(h[i]);
-	}
-	cr_assert_gt(tu_metric_unix(http_path, "tensord_reads_deferred_total"),
-		     0);
-	close(v);
-	close(v0);
-}
-
-/*
- * The daemon under tests/slow-seal.c again, but what is slow is on its
- * loop: F_GET_SEALS of a memfd named SLOW_GET takes SLOW_GET_MS, which
- * the daemon asks when it closes such a memfd sent with a request that
- * carries none (td__close_peer_fd): a request as slow as the test says.
- */
-#define SLOW_GET "tdslow-get"
-#define SLOW_GET_MS 20
-
-static void start_slow_get(void)
-{
-	start_shim(SLOW_GET, SLOW_MS, SLOW_GET_MS);
-}
-
 /* r STATs on sock (ids 100...), each carrying fd: refused, -EINVAL */
 static void queue_stats_fd(int sock, int r, int fd)
 {
@@ -2310,6 +2249,84 @@ static void queue_stats_fd(int sock, int r, int fd)
 }
 
 /*
+ * Nobody's n connections (made here, into h) each get r STATs queued
+ * (carrying fd unless it is -1) while the daemon is stopped; root
+ * connects then and sends its HELLO and a STATUS, and the daemon goes
+ * on: how many of nobody's requests it had read when it handled root's
+ * STATUS (STATUS's count of the datagrams read, against one before).
+ */
+static uint64_t root_after_nobodys(int *h, int n, int r, int fd)
+{
+	int v0 = raw_scm_conn(&D), v;
+	uint64_t before, at;
+
+	for (int i = 0; i < n; i++)
+		h[i] = nobody_conn();
+	send_status(v0, 8);
+	before = status_requests(v0, 8);
+	daemon_pause();
+	for (int i = 0; i < n; i++)
+		if (fd < 0)
+			queue_stats(h[i], r);
+		else
+			queue_stats_fd(h[i], r, fd);
+	v = conn_unanswered();
+	send_status(v, 9);
+	cr_assert_eq(kill(D.pid, SIGCONT), 0);
+	at = status_after_hello(v, 9);
+	cr_log_info("root's STATUS handled after %llu of nobody's %d requests",
+		    (unsigned long long)(at - before), n * r);
+	close(v);
+	close(v0);
+	return at - before;
+}
+
+/*
+ * Nobody's 16 connections each have 32 requests queued, all while the
+ * daemon is stopped (SIGSTOP), so that it finds them all at one
+ * wake-up; root connects then and sends its HELLO and a STATUS. The
+ * daemon accepts root's connection at that wake-up and reads it at the
+ * next, before nobody's connections that wait for their turn: after
+ * one share of nobody's (64 datagrams a loop turn, its connections in
+ * all; two at most), not after all 512 (each connection was read 32
+ * datagrams a wake-up, however many its uid had): STATUS's count of
+ * the datagrams read when it was handled says which. Nobody's requests
+ * are then all answered, each connection's in order.
+ */
+Test(stall, a_uids_many_busy_connections_hold_another_uid_back_one_share,
+     .init = start_open, .fini = stop_http)
+{
+	enum { H = 16, R = 32 };
+	int h[H];
+	uint64_t got = root_after_nobodys(h, H, R, -1);
+
+	/* 64 a turn, nobody's share (TD__RX_UID_TURN), in each of the
+	 * turns up to the one that reads root's connection */
+	cr_assert_leq(got, 2 * 64, "root's STATUS was handled after %llu of "
+		      "nobody's %d requests", (unsigned long long)got, H * R);
+	for (int i = 0; i < H; i++) {
+		stats_answered(h[i], R);
+		close(h[i]);
+	}
+	cr_assert_gt(tu_metric_unix(http_path, "tensord_reads_deferred_total"),
+		     0);
+}
+
+/*
+ * The daemon under tests/slow-seal.c again, but what is slow is on its
+ * loop: F_GET_SEALS of a memfd named SLOW_GET takes SLOW_GET_MS, which
+ * the daemon asks when it closes such a memfd sent with a request that
+ * carries none (td__close_peer_fd): a request as slow as the test says.
+ */
+#define SLOW_GET "tdslow-get"
+#define SLOW_GET_MS 20
+
+static void start_slow_get(void)
+{
+	start_shim(SLOW_GET, SLOW_MS, SLOW_GET_MS);
+}
+
+/*
  * A uid's share of a loop turn is one of time as well as of datagrams:
  * nobody's 4 connections each have 8 requests queued (while the daemon
  * is stopped), each SLOW_GET_MS long on the loop, 32 in all, fewer than
@@ -2323,30 +2340,18 @@ Test(stall, a_uids_slow_requests_hold_another_uid_back_one_share_of_time,
      .init = start_slow_get, .fini = stop_http)
 {
 	enum { H = 4, R = 8 };
-	int h[H], v0 = raw_scm_conn(&D), v;
+	int h[H];
 	int fd = memfd_create(SLOW_GET, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	uint64_t before, at;
+	uint64_t got;
 	struct rawrep rep;
 
 	cr_assert_geq(fd, 0);
-	for (int i = 0; i < H; i++)
-		h[i] = nobody_conn();
-	send_status(v0, 8);
-	before = status_requests(v0, 8);
-	daemon_pause();
-	for (int i = 0; i < H; i++)
-		queue_stats_fd(h[i], R, fd);
-	v = conn_unanswered();
-	send_status(v, 9);
-	cr_assert_eq(kill(D.pid, SIGCONT), 0);
-	at = status_after_hello(v, 9);
-	cr_log_info("root's STATUS handled after %llu of nobody's %d slow "
-		    "requests", (unsigned long long)(at - before), H * R);
+	got = root_after_nobodys(h, H, R, fd);
 	/* one a turn, in each of the turns up to the one that reads
 	 * root's connection (two), and one more of slack */
-	cr_assert_leq(at - before, 3, "root's STATUS was handled after %llu "
-		      "of nobody's %d requests of %d ms each",
-		      (unsigned long long)(at - before), H * R, SLOW_GET_MS);
+	cr_assert_leq(got, 3, "root's STATUS was handled after %llu of "
+		      "nobody's %d requests of %d ms each",
+		      (unsigned long long)got, H * R, SLOW_GET_MS);
 	for (int i = 0; i < H; i++) {
 		for (int k = 0; k < R; k++) {
 			raw_recv(h[i], &rep);
@@ -2356,8 +2361,6 @@ Test(stall, a_uids_slow_requests_hold_another_uid_back_one_share_of_time,
 		close(h[i]);
 	}
 	close(fd);
-	close(v);
-	close(v0);
 }
 
 /* How many descriptors the daemon has open */
