@@ -734,6 +734,33 @@ get_path:
 	return 0;
 }
 
+/*
+ * A follow the daemon ended with ESTALE (a reload took read of the name
+ * from another uid its bell was shown to) made anew in place, on a new
+ * bell: what it returned last, and its waits learnt, stay. Not one with
+ * an event-loop fd, whose FOLLOW_WAKE names the old follow: -ESTALE.
+ */
+static int follow_again(struct td_follow *f, struct td_error *err)
+{
+	struct td_follow *n = NULL, keep = *f;
+	int rc;
+
+	if (f->efd >= 0)
+		return follow_ended(f, err);
+	rc = follow_make(f->c, f->name, false, &n, err);
+	if (rc < 0)
+		return rc;
+	td__client_lock(f->c);
+	follow_unmap(f);
+	*f = *n;
+	f->last = keep.last;
+	f->pace = keep.pace;
+	f->c->refs--; /* n's reference: f has one */
+	pthread_mutex_unlock(&f->c->lock);
+	free(n);
+	return 0;
+}
+
 int td_follow_next(struct td_follow *f, int timeout_ms,
 		   struct td_tensor **out, struct td_error *err)
 {
@@ -742,10 +769,16 @@ int td_follow_next(struct td_follow *f, int timeout_ms,
 	if (!f || !out)
 		return td__fail(err, -EINVAL, "missing argument");
 	*out = NULL;
-	rc = next_check(f, err);
-	if (rc < 0)
-		return rc;
-	return follow_wait(f, f->last, timeout_ms, out, err, NULL, NULL);
+	for (;;) {
+		rc = next_check(f, err);
+		if (rc == -ESTALE)
+			rc = follow_again(f, err);
+		if (rc < 0)
+			return rc;
+		rc = follow_wait(f, f->last, timeout_ms, out, err, NULL, NULL);
+		if (rc != -ESTALE || f->efd >= 0)
+			return rc;
+	}
 }
 
 /*

@@ -299,18 +299,20 @@ static int64_t follow_take(struct td_follow *f, struct td_error *e)
 }
 
 /*
- * nobody follows CAM; so does root, on a follow of its own and through
- * a get_newer loop (which follows by itself). A reload that takes
- * nobody's read of CAM away: the bell goes on showing each version's
- * reply to whoever maps it, so every follow of CAM ends. nobody's with
- * -EACCES, root's with -ESTALE (follow again); root's get_newer goes on
- * unbroken, and so does a new follow of root's. Before, nobody's follow
- * went on taking the versions published after the reload.
+ * nobody follows CAM; so does root, on a follow of its own, on one in an
+ * event loop (td_follow_fd) and through a get_newer loop (which follows
+ * by itself). A reload that takes nobody's read of CAM away: the bell
+ * goes on showing each version's reply to whoever maps it, so every
+ * follow of CAM ends. nobody's with -EACCES; root's own is made anew by
+ * td_follow_next on a new bell and goes on unbroken, as does its
+ * get_newer; its event-loop follow, whose fd names the old follow, says
+ * -ESTALE (follow again). Before, nobody's follow went on taking the
+ * versions published after the reload.
  */
 Test(revoke, a_reload_that_takes_a_followers_read_ends_the_names_follows)
 {
 	struct td_client *c, *g;
-	struct td_follow *rf = NULL, *again = NULL;
+	struct td_follow *rf = NULL, *ev = NULL;
 	struct td_tensor *t = NULL;
 	struct td_error e = {0};
 	struct nobody n;
@@ -331,6 +333,10 @@ Test(revoke, a_reload_that_takes_a_followers_read_ends_the_names_follows)
 		  res.reason);
 	cr_assert_eq(td_client_follow(g, CAM, &rf, &e), 0, "%s", e.reason);
 	cr_assert_eq(follow_take(rf, &e), (int64_t)v, "%s", e.reason);
+	cr_assert_eq(td_client_follow(g, CAM, &ev, &e), 0, "%s", e.reason);
+	cr_assert_geq(td_follow_fd(ev), 0);
+	cr_assert_eq(td_follow_poll(ev, &t, &e), 0, "%s", e.reason);
+	td_tensor_release(t);
 	/* the first get_newer GETs, the second follows and waits */
 	cr_assert_eq(td_client_get_newer(g, CAM, 0, 5000, &t, &e), 0, "%s",
 		     e.reason);
@@ -352,8 +358,10 @@ Test(revoke, a_reload_that_takes_a_followers_read_ends_the_names_follows)
 		     "(version %llu) %s", res.rc,
 		     (unsigned long long)res.version, res.reason);
 	cr_assert(strstr(res.reason, "policy reload"), "%s", res.reason);
-	cr_assert_eq(follow_take(rf, &e), -ESTALE, "root's follow: %s",
+	cr_assert_eq(follow_take(rf, &e), (int64_t)v, "root's follow: %s",
 		     e.reason);
+	cr_assert_eq(td_follow_poll(ev, &t, &e), -ESTALE,
+		     "root's event-loop follow: %s", e.reason);
 	cr_assert(strstr(e.reason, "follow it again"), "%s", e.reason);
 	res = nobody_do(&n, 'G');
 	cr_assert_eq(res.rc, -EACCES, "nobody's get_newer: %d %s", res.rc,
@@ -362,12 +370,14 @@ Test(revoke, a_reload_that_takes_a_followers_read_ends_the_names_follows)
 		     "root's get_newer: %s", e.reason);
 	cr_assert_eq(td_tensor_version(t), v);
 	td_tensor_release(t);
-	cr_assert_eq(td_client_follow(g, CAM, &again, &e), 0, "%s", e.reason);
-	cr_assert_eq(follow_take(again, &e), (int64_t)v, "%s", e.reason);
 	v = cam_put(c);
-	cr_assert_eq(follow_take(again, &e), (int64_t)v, "%s", e.reason);
+	cr_assert_eq(follow_take(rf, &e), (int64_t)v, "%s", e.reason);
+	cr_assert_eq(td_client_get_newer(g, CAM, v - 1, 5000, &t, &e), 0,
+		     "root's get_newer: %s", e.reason);
+	cr_assert_eq(td_tensor_version(t), v);
+	td_tensor_release(t);
 	nobody_stop(&n);
-	td_follow_close(again);
+	td_follow_close(ev);
 	td_follow_close(rf);
 	td_client_close(g);
 	td_client_close(c);

@@ -725,8 +725,9 @@ TD_EXPORT int td_client_follow(struct td_client *c, const char *name,
  * a tensor as td_client_get() gives; end it with td_tensor_release() (or
  * _nowait: one store, no message) before the next call, else -EBUSY.
  * -ETIMEDOUT, -EPIPE when the connection is gone (follow again on a new
- * one), -ECHILD in a child of fork(), -EACCES or -ESTALE (follow again)
- * when a policy reload ended it (docs/policy.md). One thread at a time.
+ * one), -ECHILD in a child of fork(), -EACCES when a policy reload took
+ * this uid's read (docs/policy.md; -ESTALE, follow again, only with a
+ * td_follow_fd(): else it follows anew itself). One thread at a time.
  */
 TD_EXPORT int td_follow_next(struct td_follow *f, int timeout_ms,
 			     struct td_tensor **out, struct td_error *err);
