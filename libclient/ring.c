@@ -592,8 +592,13 @@ static int publish(struct td_ring *r, uint32_t fence, uint64_t *version)
 	struct td_ring_hdr *h;
 	uint32_t s;
 	uint64_t v;
-	int rc = r && r->cur != TD_RING_NONE ? prod_usable(r) : -EINVAL;
+	/* an unusable ring says why (-ECHILD in a child of fork(),
+	 * -ENOTCONN, -EPIPE) before there is no slot to publish: a child or
+	 * a closed client that had not acquired one was told -EINVAL */
+	int rc = r ? prod_usable(r) : -EINVAL;
 
+	if (rc == 0 && r->cur == TD_RING_NONE)
+		rc = -EINVAL;
 	if (rc < 0)
 		return rc;
 	h = r->m.hdr;

@@ -28,10 +28,19 @@ int tdpy_numpy_import(void)
 static PyObject *add_exc(PyObject *m, const char *name, PyObject *base)
 {
 	char full[64];
-	PyObject *e;
+	PyObject *e, *dict;
 
 	snprintf(full, sizeof(full), "tensord.%s", name);
-	e = PyErr_NewException(full, base, NULL);
+	/* Error's .errno and .reason are None until set (tdpy_raise), as
+	 * OSError's errno: one the binding or its user makes without them
+	 * (tensord.Timeout("...") in a test's fake) still has both */
+	dict = base ? NULL
+		    : Py_BuildValue("{s:O,s:O}", "errno", Py_None, "reason",
+				    Py_None);
+	if (!base && !dict)
+		return NULL;
+	e = PyErr_NewException(full, base, dict);
+	Py_XDECREF(dict);
 	if (e && PyModule_AddObject(m, name, e) < 0)
 		return NULL;
 	Py_XINCREF(e);

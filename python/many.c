@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 /* get_many's tensors t[n] as a tuple of Arrays (each consumed). */
 static PyObject *many_tuple(ClientObject *self, struct td_tensor **t,
@@ -98,13 +99,45 @@ static int many_slice(void *arg, int slice_ms)
 }
 
 /*
+ * Each tensor once its fence signalled (tdpy_fence_wait), the fences of
+ * all within ms together (-1: no limit): the call's timeout bounds them
+ * once more, as get()'s bounds its one fence. They were waited for
+ * without a limit, and a fence that never signalled (its producer died
+ * before signalling) held get_many(timeout=) for ever.
+ */
+static int many_fences(ClientObject *self, struct td_tensor **t,
+		       const char **names, Py_ssize_t n, int ms,
+		       struct td_error *e)
+{
+	struct timespec t0, now;
+	int rc = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (Py_ssize_t i = 0; rc == 0 && i < n; i++) {
+		int left = ms;
+
+		if (ms > 0) {
+			int64_t spent;
+
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			spent = (int64_t)(now.tv_sec - t0.tv_sec) * 1000 +
+				(now.tv_nsec - t0.tv_nsec) / 1000000;
+			left = spent >= ms ? 0 : ms - (int)spent;
+		}
+		rc = tdpy_fence_wait(self, t[i], names[i], left, e);
+	}
+	return rc;
+}
+
+/*
  * get_many(names, newer=None, timeout=None) -> tuple of read-only
  * Arrays: the latest version of each name, leased at one instant
  * (td_client_get_many): versions a td_client_publish_many() made are got
  * together or not at all. With newer (or timeout) it first waits until
  * names[0] has a version newer than `newer` (0 when only timeout is
  * given: any), a slice at a time (td_client_get_many_newer). Each array
- * is handed out once its fence (if any) signalled.
+ * is handed out once its fence (if any) signalled, within timeout once
+ * more (many_fences).
  */
 PyObject *tdpy_client_get_many(ClientObject *self, PyObject *args,
 			       PyObject *kw)
@@ -167,8 +200,8 @@ PyObject *tdpy_client_get_many(ClientObject *self, PyObject *args,
 		rc = td_client_get_many(c, (uint32_t)n, names, t, &e);
 		Py_END_ALLOW_THREADS
 	}
-	for (Py_ssize_t i = 0; rc == 0 && i < n; i++)
-		rc = tdpy_fence_wait(self, t[i], names[i], -1, &e);
+	if (rc == 0)
+		rc = many_fences(self, t, names, n, ms, &e);
 	for (Py_ssize_t i = 0; rc < 0 && i < n; i++)
 		if (t[i])
 			tdpy_tensor_release(t[i]);

@@ -99,15 +99,22 @@ keep:
 static int if_version_set(PyObject *obj, struct td_publish *p)
 {
 	unsigned long long v;
+	PyObject *n;
 
 	if (!obj || obj == Py_None)
 		return 0;
-	if (!PyLong_Check(obj)) {
-		PyErr_Format(PyExc_TypeError, "if_version must be None or an "
-			     "int, not %.100s", Py_TYPE(obj)->tp_name);
+	/* an integer as every version argument takes it (a version kept
+	 * in a numpy array is an np.uint64, which is no int) */
+	n = tdpy_index(obj);
+	if (!n) {
+		if (!PyErr_Occurred())
+			PyErr_Format(PyExc_TypeError, "if_version must be None "
+				     "or an int, not %.100s",
+				     Py_TYPE(obj)->tp_name);
 		return -1;
 	}
-	v = PyLong_AsUnsignedLongLong(obj);
+	v = PyLong_AsUnsignedLongLong(n);
+	Py_DECREF(n);
 	if (v == (unsigned long long)-1 && PyErr_Occurred()) {
 		PyErr_Clear();
 		PyErr_SetString(PyExc_ValueError,

@@ -265,6 +265,18 @@ def test_errors_carry_errno_and_reason(client):
         client.subscribe("nope", timeout=0)
 
 
+def test_an_error_made_without_errno_has_errno_and_reason_none():
+    """Every tensord.Error has .errno and .reason: None where nobody set
+    them (a test's fake raising tensord.Timeout("..."), as OSError's
+    errno); such an error's handler that read e.errno raised
+    AttributeError instead."""
+    for cls in (tensord.Error, tensord.NotFound, tensord.PermissionDenied,
+                tensord.QuotaExceeded, tensord.Timeout):
+        e = cls("made here")
+        assert e.errno is None and e.reason is None, cls
+        assert str(e) == "made here"
+
+
 def test_connecting_nowhere_raises_cleanly(tmp_path):
     with pytest.raises(tensord.Error) as ei:
         tensord.Client(str(tmp_path / "none.sock"))

@@ -222,11 +222,12 @@ def test_iterating_a_subscription_ends_when_the_producer_closes(client):
 
 def test_a_ring_whose_client_closed_makes_no_version(daemon, client):
     # the client's close ends the ring in the daemon: acquire() and
-    # publish() (of a slot acquired before) raise ENOTCONN, and a
-    # subscriber gets the last version made before, then the end
-    # (docs/python.md, "Rings")
+    # publish() (of a slot acquired before, or of none: not "acquire()
+    # first") raise ENOTCONN, and a subscriber gets the last version
+    # made before, then the end (docs/python.md, "Rings")
     c = tensord.Client(daemon.sock)
     ring = c.ring_create("rg/cc", (1,), "u32", slots=2)
+    idle = c.ring_create("rg/cc-idle", (1,), "u32", slots=2)
     sub = client.subscribe("rg/cc")
     s = ring.acquire()
     s[0] = 5
@@ -234,12 +235,14 @@ def test_a_ring_whose_client_closed_makes_no_version(daemon, client):
     ring.publish()
     ring.acquire()[0] = 6
     c.close()
-    for call in (ring.publish, lambda: ring.acquire(timeout=0)):
+    for call in (ring.publish, lambda: ring.acquire(timeout=0),
+                 idle.publish):
         with pytest.raises(tensord.Error) as e:
             call()
-        assert e.value.errno == errno.ENOTCONN
+        assert e.value.errno == errno.ENOTCONN, e.value
     assert [int(v[0]) for v in sub] == [5]
     ring.close()
+    idle.close()
 
 
 def test_a_subscription_waiting_for_ever_ends_when_the_daemon_dies(

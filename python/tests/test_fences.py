@@ -9,6 +9,7 @@ import ctypes
 import errno
 import os
 import select
+import threading
 import time
 
 import numpy as np
@@ -114,6 +115,38 @@ def test_get_waits_for_the_fence_and_says_so_when_it_does_not_signal(
         assert np.array_equal(x, np.arange(16, dtype=np.uint8))
     with client.get("gpu/f", version=1, timeout=0) as x:
         assert x[15] == 15
+    os.close(fence)
+
+
+def test_get_many_bounds_its_wait_for_fences_by_its_timeout(client, prod):
+    """get_many() hands each array out once its fence signalled, as get()
+    does, and its timeout bounds that wait once more: it waited without a
+    limit, so a fence that never signalled (a producer that died before
+    signalling) held get_many(names, timeout=) for ever. Here a timer
+    signals it at last, which without the bound is when the calls would
+    have returned."""
+    fence = prod.put_fenced("gpu/m", bytes(range(8)))
+    plain = client.put("gpu/plain", np.full(4, 5, np.uint8))
+    timer = threading.Timer(30, prod.signal, (fence,))
+    timer.start()
+    try:
+        with pytest.raises(tensord.Timeout, match="fence of \"gpu/m\" "
+                           "version 1 did not signal within 0 ms"):
+            client.get_many(["gpu/plain", "gpu/m"], timeout=0)
+        with pytest.raises(tensord.Timeout, match="fence of \"gpu/m\""):
+            client.get_many(["gpu/m", "gpu/plain"], newer=0, timeout=0.05)
+    finally:
+        timer.cancel()
+        timer.join()
+    # nothing stays leased of a call that raised
+    assert client.stat("gpu/m").lease_count == 0
+    assert client.stat("gpu/plain").lease_count == 0
+    prod.signal(fence)
+    # tensord relays the signal to this consumer's own fence: a moment
+    # later, so wait for it (bounded)
+    m, p = client.get_many(["gpu/m", "gpu/plain"], timeout=10)
+    assert m.tolist() == list(range(8)) and p.version == plain
+    del m, p
     os.close(fence)
 
 

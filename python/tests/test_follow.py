@@ -491,6 +491,32 @@ def test_refusals(client, prod):
         client.follow("fo/x")
 
 
+def test_a_follow_made_before_a_ring_took_its_name_gives_none_of_it(
+        client, prod):
+    """follow() of a ring's name is refused published or not (above);
+    a Follow made before the ring came gives none of the ring's versions
+    and waits as for a name with none, until the ring ends and the name
+    is a tensor's again (the docs said a follow of an unpublished ring
+    waited and one of a published ring was refused)."""
+    f = client.follow("fo/later-ring")
+    ring = prod.ring_create("fo/later-ring", (4,), "u8")
+    with pytest.raises(tensord.Timeout):
+        f.next(timeout=0.05)
+    s = ring.acquire()
+    s[:] = 7
+    del s
+    ring.publish()
+    with pytest.raises(tensord.Timeout):
+        f.next(timeout=0.05)
+    assert f.poll() is None
+    ring.close()
+    v = prod.put("fo/later-ring", np.full(4, 9, np.uint8))
+    x = f.next(timeout=10)
+    assert x.version == v and x.tolist() == [9] * 4
+    del x
+    f.close()
+
+
 def readable(fd, timeout):
     import select
     return bool(select.select([fd], [], [], timeout)[0])

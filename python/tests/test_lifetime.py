@@ -331,8 +331,9 @@ def test_a_forked_child_cannot_use_the_parents_ring(client):
     ring.publish()
     view = sub.next(5)
     # sub.release() there gives nothing back: the hold is the parent's
-    child_refuses(sub.release, lambda: ring.acquire(0), lambda: sub.next(0),
-                  lambda: sub.poll())
+    # publish() with no slot acquired too: ECHILD, not "acquire() first"
+    child_refuses(sub.release, lambda: ring.acquire(0), ring.publish,
+                  lambda: sub.next(0), lambda: sub.poll())
     # the parent's hold is still in the ring: however often the producer
     # publishes, it never rewrites the held slot
     for i in range(8):

@@ -65,3 +65,26 @@ def test_if_version_is_checked_before_anything_is_sent(daemon, client):
         client.put("if/d", np.zeros(4, np.uint8), if_version=-1)
     with pytest.raises(tensord.NotFound):
         client.get("if/d")
+
+
+def test_if_version_takes_a_numpy_integer_as_every_version_argument(
+        daemon, client):
+    """A version kept in a numpy array (an np.uint64, np.int64: no int)
+    is taken as get(version=) takes it; if_version refused it with
+    TypeError, and a float stays refused."""
+    v1 = client.put("if/np", np.full(4, 1, np.uint8))
+    versions = np.array([v1], np.uint64)
+    v2 = client.put("if/np", np.full(4, 2, np.uint8),
+                    if_version=versions[0])
+    a = client.alloc("if/np", (4,), "u8")
+    a[:] = 3
+    v3 = client.publish(a, if_version=np.int64(v2))
+    assert v1 < v2 < v3
+    t = client.get("if/np", version=np.uint64(v3))
+    assert t.version == v3 and t.tolist() == [3] * 4
+    del t
+    with pytest.raises(TypeError):
+        client.put("if/np", np.zeros(4, np.uint8), if_version=float(v3))
+    with pytest.raises(ValueError):
+        client.put("if/np", np.zeros(4, np.uint8), if_version=np.int64(-1))
+    assert client.stat("if/np").version == v3

@@ -116,9 +116,9 @@ TD_EXPORT int td_ring_acquire(struct td_ring *r, int timeout_ms,
 			      struct td_slot *slot);
 /*
  * Publish the acquired slot as the next version (*version, may be NULL)
- * and wake the subscribers that sleep. 0, -EINVAL when no slot is
- * acquired, or as td_ring_acquire() -ENOTCONN, -EPIPE, -ECHILD (nothing
- * is published).
+ * and wake the subscribers that sleep. 0, as td_ring_acquire()
+ * -ENOTCONN, -EPIPE, -ECHILD (whether a slot is acquired or not), else
+ * -EINVAL when no slot is acquired (nothing is published).
  */
 TD_EXPORT int td_ring_publish(struct td_ring *r, uint64_t *version);
 /*
