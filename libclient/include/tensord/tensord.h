@@ -720,14 +720,13 @@ TD_EXPORT int td_client_follow(struct td_client *c, const char *name,
 			       struct td_follow **out, struct td_error *err);
 /*
  * The newest version of the followed name newer than the last one this
- * follow returned (versions in between are skipped), waiting up to
- * timeout_ms (< 0 forever; 0: -EAGAIN at once when there is none). *out is
- * a tensor as td_client_get() gives; end it with td_tensor_release() (or
- * _nowait: one store, no message) before the next call, else -EBUSY.
- * -ETIMEDOUT, -EPIPE when the connection is gone (follow again on a new
- * one), -ECHILD in a child of fork(), -EACCES when a policy reload took
- * this uid's read (docs/policy.md; -ESTALE, follow again, only with a
- * td_follow_fd(): else it follows anew itself). One thread at a time.
+ * follow returned (others skipped), waiting up to timeout_ms (< 0 for
+ * ever; 0: -EAGAIN at once when there is none). *out is a tensor as
+ * td_client_get() gives; td_tensor_release() (or _nowait: one store) it
+ * before the next call, else -EBUSY. -ETIMEDOUT, -EPIPE when the
+ * connection is gone (follow again on a new one), -ECHILD after fork(),
+ * -EACCES when a policy reload took this uid's read (docs/policy.md; with
+ * a td_follow_fd() -ESTALE: follow again). One thread at a time.
  */
 TD_EXPORT int td_follow_next(struct td_follow *f, int timeout_ms,
 			     struct td_tensor **out, struct td_error *err);
