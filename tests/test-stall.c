@@ -2366,18 +2366,7 @@ Test(stall, a_uids_slow_requests_hold_another_uid_back_one_share_of_time,
 /* How many descriptors the daemon has open */
 static int daemon_fds(void)
 {
-	char path[64];
-	struct dirent *e;
-	DIR *dir;
-	int n = 0;
-
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)D.pid);
-	dir = opendir(path);
-	cr_assert(dir, "%s: %s", path, strerror(errno));
-	while ((e = readdir(dir)))
-		n += e->d_name[0] != '.';
-	closedir(dir);
-	return n;
+	return tu_pid_fd_count(D.pid);
 }
 
 /* Until the daemon has n clients and want descriptors open */
