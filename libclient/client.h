@@ -627,6 +627,10 @@ int td__call_id(struct td_client *c, uint16_t op, uint64_t id,
  */
 int td__wake_fd(struct td_client *c, uint16_t op, uint64_t id, uint32_t epoch,
 		uint32_t feature);
+/* The same with a timerfd of the caller's (kept open whatever the
+ * answer): 0 or -errno. A follow made anew keeps its fd this way. */
+int td__wake_attach(struct td_client *c, uint16_t op, uint64_t id,
+		    uint32_t epoch, uint32_t feature, int fd);
 
 /* Import daemon fd `remote` (pidfd path) or take `scm` (SCM path): -> fd. */
 int td__import_fd(struct td_client *c, int32_t remote, int *scm, int *fd);

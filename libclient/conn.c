@@ -899,6 +899,23 @@ int td__call_id(struct td_client *c, uint16_t op, uint64_t id,
 	return rc;
 }
 
+int td__wake_attach(struct td_client *c, uint16_t op, uint64_t id,
+		    uint32_t epoch, uint32_t feature, int fd)
+{
+	int rc;
+
+	if (td__client_foreign(c))
+		return -ECHILD;
+	td__client_lock(c);
+	rc = td__has(c, feature) ? 0 : -EOPNOTSUPP;
+	if (rc == 0 && epoch != c->epoch)
+		rc = -ECONNRESET; /* made on a connection that is gone */
+	if (rc == 0)
+		rc = td__call_id(c, op, id, &fd, 1);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
 int td__wake_fd(struct td_client *c, uint16_t op, uint64_t id, uint32_t epoch,
 		uint32_t feature)
 {
@@ -911,13 +928,7 @@ int td__wake_fd(struct td_client *c, uint16_t op, uint64_t id, uint32_t epoch,
 	fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 	if (fd < 0)
 		return -errno;
-	td__client_lock(c);
-	rc = td__has(c, feature) ? 0 : -EOPNOTSUPP;
-	if (rc == 0 && epoch != c->epoch)
-		rc = -ECONNRESET; /* made on a connection that is gone */
-	if (rc == 0)
-		rc = td__call_id(c, op, id, &fd, 1);
-	pthread_mutex_unlock(&c->lock);
+	rc = td__wake_attach(c, op, id, epoch, feature, fd);
 	if (rc < 0) {
 		close(fd);
 		return rc;

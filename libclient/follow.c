@@ -737,24 +737,38 @@ get_path:
 /*
  * A follow the daemon ended with ESTALE (a reload took read of the name
  * from another uid its bell was shown to) made anew in place, on a new
- * bell: what it returned last, and its waits learnt, stay. Not one with
- * an event-loop fd, whose FOLLOW_WAKE names the old follow: -ESTALE.
+ * bell: what it returned last, and its waits learnt, stay. One with an
+ * event-loop fd keeps that fd (the caller's loop has it registered): a
+ * FOLLOW_WAKE of the new follow hands the daemon the same timerfd; the
+ * caller takes what is there next, and td_follow_poll() arms the new row
+ * after it, as always.
  */
 static int follow_again(struct td_follow *f, struct td_error *err)
 {
 	struct td_follow *n = NULL, keep = *f;
 	int rc;
 
-	if (f->efd >= 0)
-		return follow_ended(f, err);
 	rc = follow_make(f->c, f->name, false, &n, err);
 	if (rc < 0)
 		return rc;
+	if (f->efd >= 0) {
+		rc = td__wake_attach(f->c, TD_OP_FOLLOW_WAKE, n->id, n->epoch,
+				     TD_WIRE_FEAT_FOLLOW, f->efd);
+		if (rc < 0) {
+			td_follow_close(n);
+			return td__fail(err, rc, "the daemon ended the follow "
+					"of \"%s\" and its fd could not be "
+					"handed to a new one: %s", f->name,
+					strerror(-rc));
+		}
+	}
 	td__client_lock(f->c);
 	follow_unmap(f);
 	*f = *n;
 	f->last = keep.last;
 	f->pace = keep.pace;
+	f->efd = keep.efd; /* on c->fd_follows still, at f */
+	f->fd_next = keep.fd_next;
 	f->c->refs--; /* n's reference: f has one */
 	pthread_mutex_unlock(&f->c->lock);
 	free(n);
@@ -776,7 +790,7 @@ int td_follow_next(struct td_follow *f, int timeout_ms,
 		if (rc < 0)
 			return rc;
 		rc = follow_wait(f, f->last, timeout_ms, out, err, NULL, NULL);
-		if (rc != -ESTALE || f->efd >= 0)
+		if (rc != -ESTALE)
 			return rc;
 	}
 }

@@ -725,8 +725,8 @@ TD_EXPORT int td_client_follow(struct td_client *c, const char *name,
  * td_client_get() gives; td_tensor_release() (or _nowait: one store) it
  * before the next call, else -EBUSY. -ETIMEDOUT, -EPIPE when the
  * connection is gone (follow again on a new one), -ECHILD after fork(),
- * -EACCES when a policy reload took this uid's read (docs/policy.md; with
- * a td_follow_fd() -ESTALE: follow again). One thread at a time.
+ * -EACCES when a policy reload took this uid's read (docs/policy.md;
+ * another uid's: followed anew, its fd kept). One thread at a time.
  */
 TD_EXPORT int td_follow_next(struct td_follow *f, int timeout_ms,
 			     struct td_tensor **out, struct td_error *err);
