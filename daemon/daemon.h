@@ -227,6 +227,9 @@ struct td__stats {
 	 * walk, not every row a bell has room for.
 	 */
 	uint64_t row_visits;
+	/* fd store state images written, and the loop turns their
+	 * writing took (fdstore-image.c) */
+	uint64_t state_images, state_image_turns;
 	uint64_t seals_off_loop; /* memfds a request's seal made (sealer.c) */
 	uint64_t seal_yields; /* seal jobs that gave their thread to another uid */
 	uint64_t reads_deferred; /* connections read at a later turn (peer.c) */

@@ -12,12 +12,14 @@
  *   - planes are stored once per file (dev, ino) and fences once per open
  *     file (kcmp): systemd silently drops an fd whose open file it already
  *     holds, so two entries for one file would leave a hole on removal;
- *   - the image is rewritten (debounced, at most every FLUSH_MS) after the
- *     set of current versions changed, at once before a block of version
- *     numbers is handed out (reserve()), and once more at shutdown; not
- *     while a snapshot is read into the store (fs.held);
+ *   - the image is rewritten (debounced, at most every FLUSH_MS, over
+ *     loop turns: fdstore-image.c) after the set of current versions
+ *     changed, at once and whole before a block of version numbers is
+ *     handed out (reserve()), and once more at shutdown; not while a
+ *     snapshot is read into the store (td__fs.held);
  *   - an fd leaves the store (FDSTOREREMOVE=1) only after an image that no
- *     longer names it has been written: a crash between the two leaves an
+ *     longer names it has been written (one begun after the fd's version
+ *     went, image_done()): a crash between the two leaves an
  *     older but consistent image whose fds are all still stored. Until
  *     then its entry stays in the table (refs 0): a file published again
  *     meanwhile (a recycled buffer) takes its name back and is not
@@ -32,7 +34,7 @@
  * versions are written; a replaced but leased version leaves the store
  * when it is freed.
  */
-#include "fdtab.h"
+#include "fdstore-int.h"
 #include "sd.h"
 #include "snapshot.h"
 #include "os.h"
@@ -60,91 +62,27 @@
 #define IMAGE_MAX (1ull << 32) /* larger images are not read back */
 #define EXTEND_USEC 30000000ull /* start timeout extension while restoring */
 
-struct passed {
-	int fd;
-	char *name;
-};
-
-/* A version the image named that did not come back. */
-struct missed {
-	uint64_t version;
-	size_t len;
-	char *name;
-};
-
-static struct {
-	bool on;     /* the fd store is in use */
-	bool frozen; /* shutting down: what is stored stays stored */
-	/*
-	 * No image is written while the snapshot is read into the store
-	 * (no image was restored, or not all it named): an image of part
-	 * of it, the empty one of the start, or one without the versions
-	 * missed, would be used at the next start after a crash meanwhile,
-	 * and the rest of the snapshot would never be read.
-	 * td__fdstore_release() ends it.
-	 */
-	bool held;
-	struct td__fdtab tab;
-	/*
-	 * The image is encoded here, kept from one write to the next: a
-	 * buffer of megabytes malloc'ed for each write came as fresh pages
-	 * of mmap, a page fault each (tens of µs under nested
-	 * virtualisation), every 100 ms while the store changes.
-	 */
-	uint8_t *img;
-	size_t img_cap;
-	/* an entry of refs 0 is not in gone[] (no memory): purge */
-	bool unlisted;
-	uint64_t next_id;
-	/*
-	 * Removals to send: gone[0, nsend) are named by no image written
-	 * any more and go out REMOVE_PER_TURN per loop turn (remover);
-	 * gone[nsend, ngone) wait for the next image write.
-	 */
-	uint64_t *gone;
-	size_t ngone, gone_cap, nsend;
-	uv_idle_t remover;
-	bool remover_on;
-	int slot[2];
-	int cur; /* slot of the newest image */
-	uint64_t generation;
-	struct passed *passed; /* from LISTEN_FDS, until restore */
-	size_t npassed, passed_cap;
-	uv_timer_t timer;
-	bool timer_init, armed;
-	uint64_t last_ms;
-	unsigned failed; /* image writes failed in a row */
-	/*
-	 * No version number at or past it was handed out: the images say
-	 * so (their next_version is at least this), for a restart after a
-	 * crash that lost the last 100 ms (reserve()). 0 at the stop.
-	 */
-	uint64_t reserved;
-	struct missed *missed; /* sorted by version once the restore ends */
-	size_t nmissed;
-} fs = {.slot = {-1, -1}, .next_id = 1};
-
 /* ---- passed fds ---- */
 
 void td__fdstore_passed(int fd, const char *name)
 {
 	struct passed *p;
 
-	if (fs.npassed == fs.passed_cap) {
-		size_t cap = fs.passed_cap ? fs.passed_cap * 2 : 64;
+	if (td__fs.npassed == td__fs.passed_cap) {
+		size_t cap = td__fs.passed_cap ? td__fs.passed_cap * 2 : 64;
 
-		p = realloc(fs.passed, cap * sizeof(*p));
+		p = realloc(td__fs.passed, cap * sizeof(*p));
 		if (!p)
 			goto drop;
-		fs.passed = p;
-		fs.passed_cap = cap;
+		td__fs.passed = p;
+		td__fs.passed_cap = cap;
 	}
-	p = &fs.passed[fs.npassed];
+	p = &td__fs.passed[td__fs.npassed];
 	p->name = strdup(name);
 	if (!p->name)
 		goto drop;
 	p->fd = fd;
-	fs.npassed++;
+	td__fs.npassed++;
 	return;
 drop:
 	td__log(TD_LOG_ERROR, "out of memory: stored fd %s dropped", name);
@@ -161,28 +99,28 @@ drop:
 static struct passed *passed_find(const char *name, bool *twice)
 {
 	struct passed *found = NULL;
-	size_t lo = 0, hi = fs.npassed;
+	size_t lo = 0, hi = td__fs.npassed;
 
 	/* sorted by name (sort_passed): the first of name's run */
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 
 		td__d->stats.visits++;
-		if (strcmp(fs.passed[mid].name, name) < 0)
+		if (strcmp(td__fs.passed[mid].name, name) < 0)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
 	*twice = false;
-	for (; lo < fs.npassed && !strcmp(fs.passed[lo].name, name); lo++) {
+	for (; lo < td__fs.npassed && !strcmp(td__fs.passed[lo].name, name); lo++) {
 		td__d->stats.visits++;
-		if (fs.passed[lo].fd < 0)
+		if (td__fs.passed[lo].fd < 0)
 			continue;
 		if (found) {
 			*twice = true;
 			return NULL;
 		}
-		found = &fs.passed[lo];
+		found = &td__fs.passed[lo];
 	}
 	return found;
 }
@@ -205,45 +143,46 @@ static uint64_t fd_name_id(const char *name)
 
 static struct td__sfd *find_id(uint64_t id)
 {
-	return td__fdtab_find_id(&fs.tab, id);
+	return td__fdtab_find_id(&td__fs.tab, id);
 }
 
 static void arm(void);
 
 static void gone_add(uint64_t id)
 {
-	if (fs.ngone == fs.gone_cap) {
-		size_t cap = fs.gone_cap ? fs.gone_cap * 2 : 64;
-		uint64_t *g = realloc(fs.gone, cap * sizeof(*g));
+	if (td__fs.ngone == td__fs.gone_cap) {
+		size_t cap = td__fs.gone_cap ? td__fs.gone_cap * 2 : 64;
+		struct td__fs_gone *g = realloc(td__fs.gone, cap * sizeof(*g));
 
 		if (!g) {
 			/* left in the store; the next start removes it */
-			fs.unlisted = true;
+			td__fs.unlisted = true;
 			td__log(TD_LOG_WARN, "out of memory: " FD_NAME
 					     "%" PRIu64 " stays stored",
 				id);
 			return;
 		}
-		fs.gone = g;
-		fs.gone_cap = cap;
+		td__fs.gone = g;
+		td__fs.gone_cap = cap;
 	}
-	fs.gone[fs.ngone++] = id;
+	td__fs.gone[td__fs.ngone++] =
+		(struct td__fs_gone){id, ++td__fs.gone_seq};
 }
 
 /* id leaves the list of removals to send (it is stored again); the
  * sendable ones stay in front. */
 static void gone_del(uint64_t id)
 {
-	for (size_t i = 0; i < fs.ngone; i++) {
-		if (fs.gone[i] != id)
+	for (size_t i = 0; i < td__fs.ngone; i++) {
+		if (td__fs.gone[i].id != id)
 			continue;
-		if (i < fs.nsend) {
+		if (i < td__fs.nsend) {
 			/* the last sendable one fills i, the last one its
 			 * place */
-			fs.gone[i] = fs.gone[--fs.nsend];
-			i = fs.nsend;
+			td__fs.gone[i] = td__fs.gone[--td__fs.nsend];
+			i = td__fs.nsend;
 		}
-		fs.gone[i] = fs.gone[--fs.ngone];
+		td__fs.gone[i] = td__fs.gone[--td__fs.ngone];
 		return;
 	}
 }
@@ -253,9 +192,9 @@ uint64_t td__fdstore_add(int fd, bool plane, dev_t dev, ino_t ino)
 	struct td__sfd *e;
 	uint64_t id;
 
-	if (!fs.on || fs.frozen)
+	if (!td__fs.on || td__fs.frozen)
 		return 0;
-	e = td__fdtab_find_file(&fs.tab, fd, plane, dev, ino);
+	e = td__fdtab_find_file(&td__fs.tab, fd, plane, dev, ino);
 	if (e) {
 		/* refs 0: its removal waits for the next image; systemd
 		 * holds the file under this name, and would drop a push
@@ -265,12 +204,12 @@ uint64_t td__fdstore_add(int fd, bool plane, dev_t dev, ino_t ino)
 		arm();
 		return e->id;
 	}
-	id = fs.next_id;
+	id = td__fs.next_id;
 	if (td__sd_notify(&fd, 1, "FDSTORE=1\nFDNAME=" FD_NAME "%" PRIu64,
 			  id) < 0)
 		return 0; /* logged; images name the version without fds */
-	fs.next_id++;
-	e = td__fdtab_add(&fs.tab, id, fd, plane, dev, ino);
+	td__fs.next_id++;
+	e = td__fdtab_add(&td__fs.tab, id, fd, plane, dev, ino);
 	if (!e) {
 		gone_add(id);
 		return 0;
@@ -283,21 +222,21 @@ int td__fdstore_adopt(uint64_t id, int fd, bool plane, dev_t dev, ino_t ino)
 {
 	struct td__sfd *e = find_id(id);
 
-	if (!fs.on)
+	if (!td__fs.on)
 		return 0;
 	if (e) {
 		if (!e->refs++)
 			gone_del(e->id);
 		return 0;
 	}
-	return td__fdtab_add(&fs.tab, id, fd, plane, dev, ino) ? 0 : -ENOMEM;
+	return td__fdtab_add(&td__fs.tab, id, fd, plane, dev, ino) ? 0 : -ENOMEM;
 }
 
 void td__fdstore_drop(uint64_t id)
 {
 	struct td__sfd *e = find_id(id);
 
-	if (!fs.on || fs.frozen || !e || !e->refs || --e->refs)
+	if (!td__fs.on || td__fs.frozen || !e || !e->refs || --e->refs)
 		return;
 	/* the entry stays until the removal is sent (flush) */
 	gone_add(id);
@@ -308,150 +247,8 @@ void td__fdstore_dirty(const char *name, size_t len)
 {
 	/* the same changes make a snapshot stale, if it keeps the name */
 	td__snapshot_dirty(name, len);
-	if (fs.on && !fs.frozen)
+	if (td__fs.on && !td__fs.frozen)
 		arm();
-}
-
-/* ---- images ---- */
-
-struct image {
-	uint8_t *buf;
-	size_t len, cap;
-	struct td_state_wr w;
-	bool sizing;
-};
-
-/*
- * A version with an fd not stored (a recyclable version, whose bytes are
- * not sealed, or a push that failed) is named without fds (format 2): the
- * next start reads it from the snapshot, which held it at the last save.
- * Left out, it was not read from there, and the next save dropped it
- * from the snapshot too (a stream's latest version was lost across
- * `systemctl restart`, though the final save at the stop held it).
- */
-static int image_entry(void *arg, const struct td_state_entry *ent)
-{
-	struct image *im = arg;
-	struct td_state_entry bare;
-
-	for (uint32_t i = 0; i < ent->fd_count; i++)
-		if (ent->fd_ids[i] == 0) {
-			bare = *ent;
-			bare.fd_count = 0;
-			ent = &bare;
-			break;
-		}
-	if (im->sizing) {
-		im->cap += td_state_entry_len(ent);
-		return 0;
-	}
-	return td_state_encode_entry(&im->w, ent);
-}
-
-/*
- * A failed image write is logged once until one succeeds again: a store
- * that keeps changing retries every 100 ms (a full tmpfs or memory
- * cgroup, RLIMIT_FSIZE), and a line each time would flood the journal.
- */
-static void image_failed(const char *what, int rc)
-{
-	if (fs.failed++ == 0)
-		td__log(TD_LOG_ERROR, "state image: %s: %s (retried at each "
-				      "change; said again once one is written)",
-			what, strerror(-rc));
-}
-
-/* The image of h into fs.img: its length, or -errno. One walk of the
- * store when the kept buffer is large enough, else a walk to size it
- * and one more. */
-static int64_t encode_image(const struct td_state_hdr *h)
-{
-	struct image im = {.buf = fs.img, .cap = fs.img_cap};
-	int64_t len = -ENOBUFS;
-	int rc;
-
-	if (im.buf && td_state_encode_begin(&im.w, im.buf, im.cap, h) == 0) {
-		rc = td__store_each(image_entry, &im);
-		len = rc < 0 ? rc : td_state_encode_finish(&im.w);
-	}
-	if (len == -ENOBUFS) {
-		uint8_t *buf;
-
-		im = (struct image){.sizing = true,
-				    .cap = TD_STATE_HDR_LEN + TD_STATE_SUM_LEN};
-		td__store_each(image_entry, &im);
-		/* room to grow before the next sizing walk */
-		im.cap += im.cap / 4;
-		buf = malloc(im.cap);
-		if (!buf)
-			return -ENOMEM;
-		free(fs.img);
-		fs.img = im.buf = buf;
-		fs.img_cap = im.cap;
-		im.sizing = false;
-		rc = td_state_encode_begin(&im.w, im.buf, im.cap, h);
-		if (rc == 0)
-			rc = td__store_each(image_entry, &im);
-		len = rc < 0 ? rc : td_state_encode_finish(&im.w);
-	}
-	return len;
-}
-
-static int write_image(void)
-{
-	struct td__store_info si = {0};
-	struct td_state_hdr h;
-	int slot = fs.cur ^ 1, fd = fs.slot[slot], rc;
-	int64_t len;
-	const uint8_t *buf;
-
-	if (fd < 0)
-		return -EBADF;
-	td__store_info(&si);
-	h = (struct td_state_hdr){fs.generation + 1,
-				  si.next_version > fs.reserved ? si.next_version
-								: fs.reserved,
-				  fs.next_id, 0};
-	len = encode_image(&h);
-	if (len < 0) {
-		rc = (int)len;
-		image_failed("encode", rc);
-		return rc;
-	}
-	buf = fs.img;
-	/* a torn write fails the checksum; the other slot stays good */
-	for (size_t off = 0; off < (size_t)len;) {
-		ssize_t n = pwrite(fd, buf + off, (size_t)len - off,
-				   (off_t)off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			rc = n < 0 ? -errno : -EIO;
-			image_failed("write", rc);
-			return rc;
-		}
-		off += (size_t)n;
-	}
-	if (ftruncate(fd, (off_t)len) < 0) {
-		rc = -errno;
-		image_failed("truncate", rc);
-		return rc;
-	}
-	fs.generation++;
-	fs.cur = slot;
-	if (fs.failed)
-		td__log(TD_LOG_INFO, "state image written again, after %u "
-				     "failed attempts",
-			fs.failed);
-	fs.failed = 0;
-	if (fs.img_cap > (1u << 20) && fs.img_cap / 4 > (size_t)len) {
-		/* the store shrank: the next image sizes a buffer anew */
-		free(fs.img);
-		fs.img = NULL;
-		fs.img_cap = 0;
-	}
-	return 0;
 }
 
 /*
@@ -465,28 +262,28 @@ static void on_remover(uv_idle_t *h);
 
 static void send_removals(size_t max)
 {
-	while (fs.nsend && max--) {
-		uint64_t id = fs.gone[--fs.nsend];
+	while (td__fs.nsend && max--) {
+		uint64_t id = td__fs.gone[--td__fs.nsend].id;
 		struct td__sfd *e = find_id(id);
 
-		fs.gone[fs.nsend] = fs.gone[--fs.ngone];
+		td__fs.gone[td__fs.nsend] = td__fs.gone[--td__fs.ngone];
 		td__sd_notify(NULL, 0, "FDSTOREREMOVE=1\nFDNAME=" FD_NAME
 				       "%" PRIu64,
 			      id);
 		if (e && !e->refs)
-			td__fdtab_del(&fs.tab, e);
+			td__fdtab_del(&td__fs.tab, e);
 	}
-	if (!fs.ngone && fs.unlisted) {
+	if (!td__fs.ngone && td__fs.unlisted) {
 		/* those a full gone[] left out (gone_add) */
-		td__fdtab_purge(&fs.tab);
-		fs.unlisted = false;
+		td__fdtab_purge(&td__fs.tab);
+		td__fs.unlisted = false;
 	}
-	if (fs.nsend && !fs.remover_on && fs.timer_init) {
-		uv_idle_start(&fs.remover, on_remover);
-		fs.remover_on = true;
-	} else if (!fs.nsend && fs.remover_on) {
-		uv_idle_stop(&fs.remover);
-		fs.remover_on = false;
+	if (td__fs.nsend && !td__fs.remover_on && td__fs.timer_init) {
+		uv_idle_start(&td__fs.remover, on_remover);
+		td__fs.remover_on = true;
+	} else if (!td__fs.nsend && td__fs.remover_on) {
+		uv_idle_stop(&td__fs.remover);
+		td__fs.remover_on = false;
 	}
 }
 
@@ -496,24 +293,53 @@ static void on_remover(uv_idle_t *h)
 	send_removals(REMOVE_PER_TURN);
 }
 
-/* Write the image, then remove what it no longer names (file comment). */
-static void flush(void)
+/* An image was written that names no fd whose removal was queued at or
+ * before seq: those removals may go. */
+static void image_done(uint64_t seq)
 {
-	if (!fs.on || fs.held)
-		return;
-	fs.armed = false;
-	fs.last_ms = fs.timer_init ? uv_now(td__d->loop) : 0;
-	if (write_image() < 0)
-		return; /* keep the removals: the old image may name them */
-	fs.nsend = fs.ngone; /* the image just written names none of them */
-	send_removals(fs.timer_init ? REMOVE_PER_TURN : SIZE_MAX);
+	size_t i = td__fs.nsend;
+
+	/*
+	 * Those queued before the image began are named by it no more (an
+	 * fd's version went before the walk could see it); those queued
+	 * since may be (the walk saw the version before it went): they
+	 * wait for the next image. The ones that go are put in front.
+	 */
+	for (size_t j = i; j < td__fs.ngone; j++) {
+		if (td__fs.gone[j].seq > seq)
+			continue;
+		struct td__fs_gone g = td__fs.gone[i];
+
+		td__fs.gone[i++] = td__fs.gone[j];
+		td__fs.gone[j] = g;
+	}
+	td__fs.nsend = i;
+	send_removals(td__fs.timer_init ? REMOVE_PER_TURN : SIZE_MAX);
 	td__sd_status(td__d);
 }
 
+/*
+ * Write the image now, then remove what it no longer names (file
+ * comment); a failure keeps the removals, which the old image may name.
+ */
+static void flush(void)
+{
+	if (!td__fs.on || td__fs.held)
+		return;
+	td__fs.armed = false;
+	td__fs.last_ms = td__fs.timer_init ? uv_now(td__d->loop) : 0;
+	(void)td__fs_image_now();
+}
+
+/* The store changed FLUSH_MS ago or more: an image over loop turns. */
 static void on_timer(uv_timer_t *t)
 {
 	(void)t;
-	flush();
+	if (!td__fs.on || td__fs.held)
+		return;
+	td__fs.armed = false;
+	td__fs.last_ms = uv_now(td__d->loop);
+	td__fs_image_walk();
 }
 
 /* what else puts numbers on record (snapshot.c: FILE.lock), handed
@@ -536,27 +362,27 @@ static uint64_t reserve(uint64_t next)
 {
 	uint64_t snap = also_reserve ? also_reserve(next) : UINT64_MAX;
 
-	if (!fs.on || fs.frozen || fs.held) /* held: no image now */
+	if (!td__fs.on || td__fs.frozen || td__fs.held) /* held: no image now */
 		return snap;
 	/* asked before its own block ends: FILE.lock's (half blocks, and
 	 * every version while that record fails): this one holds */
-	if (next >= fs.reserved) {
-		fs.reserved = next + TD__VERSION_BLOCK;
+	if (next >= td__fs.reserved) {
+		td__fs.reserved = next + TD__VERSION_BLOCK;
 		flush(); /* a failure is logged; the next block tries again */
 	}
-	return fs.reserved < snap ? fs.reserved : snap;
+	return td__fs.reserved < snap ? td__fs.reserved : snap;
 }
 
 static void arm(void)
 {
 	uint64_t now, at;
 
-	if (!fs.timer_init || fs.armed || fs.frozen || fs.held)
+	if (!td__fs.timer_init || td__fs.armed || td__fs.frozen || td__fs.held)
 		return;
 	now = uv_now(td__d->loop);
-	at = fs.last_ms + FLUSH_MS;
-	fs.armed = true;
-	uv_timer_start(&fs.timer, on_timer, at > now ? at - now : 0, 0);
+	at = td__fs.last_ms + FLUSH_MS;
+	td__fs.armed = true;
+	uv_timer_start(&td__fs.timer, on_timer, at > now ? at - now : 0, 0);
 }
 
 /* ---- restore ---- */
@@ -574,7 +400,7 @@ static int new_slot(int i)
 		close(fd);
 		return -EIO;
 	}
-	fs.slot[i] = fd;
+	td__fs.slot[i] = fd;
 	return 0;
 }
 
@@ -618,7 +444,7 @@ static int slot_precheck(int fd, size_t len, struct td_err *e)
 static int read_slot(int i, uint8_t **buf, struct td_state_hdr *h,
 		     struct td_state_rd *rd, struct td_err *e)
 {
-	int fd = fs.slot[i];
+	int fd = td__fs.slot[i];
 	struct td_state_entry ent;
 	struct stat st;
 	size_t len;
@@ -678,18 +504,18 @@ static uint64_t now_us(void)
 
 static void missed_add(const struct td_state_entry *ent)
 {
-	struct missed *m = realloc(fs.missed,
-				   (fs.nmissed + 1) * sizeof(*fs.missed));
+	struct missed *m = realloc(td__fs.missed,
+				   (td__fs.nmissed + 1) * sizeof(*td__fs.missed));
 	char *name = malloc(ent->name.len + 1u);
 
 	if (m)
-		fs.missed = m;
+		td__fs.missed = m;
 	if (!m || !name) {
 		free(name);
 		return; /* that one stays missing */
 	}
 	memcpy(name, ent->name.ptr, ent->name.len);
-	m[fs.nmissed++] = (struct missed){ent->version, ent->name.len, name};
+	m[td__fs.nmissed++] = (struct missed){ent->version, ent->name.len, name};
 }
 
 static int missed_cmp(const void *a, const void *b)
@@ -701,15 +527,15 @@ static int missed_cmp(const void *a, const void *b)
 
 size_t td__fdstore_missed_count(void)
 {
-	return fs.nmissed;
+	return td__fs.nmissed;
 }
 
 bool td__fdstore_missed(const char *name, size_t len, uint64_t version)
 {
 	struct missed key = {.version = version}, *m;
 
-	m = fs.nmissed ? bsearch(&key, fs.missed, fs.nmissed,
-				 sizeof(*fs.missed), missed_cmp)
+	m = td__fs.nmissed ? bsearch(&key, td__fs.missed, td__fs.nmissed,
+				 sizeof(*td__fs.missed), missed_cmp)
 		       : NULL;
 	/* a version number is one version's (images never hold two) */
 	return m && m->len == len && !memcmp(m->name, name, len);
@@ -717,11 +543,11 @@ bool td__fdstore_missed(const char *name, size_t len, uint64_t version)
 
 void td__fdstore_missed_free(void)
 {
-	for (size_t i = 0; i < fs.nmissed; i++)
-		free(fs.missed[i].name);
-	free(fs.missed);
-	fs.missed = NULL;
-	fs.nmissed = 0;
+	for (size_t i = 0; i < td__fs.nmissed; i++)
+		free(td__fs.missed[i].name);
+	free(td__fs.missed);
+	td__fs.missed = NULL;
+	td__fs.nmissed = 0;
 }
 
 /* Put every version of the image into the store; returns how many. */
@@ -811,8 +637,8 @@ static unsigned restore_entries(const struct td_state_hdr *h,
 			(int)ent.name.len, ent.name.ptr, ent.version, why);
 		missed_add(&ent);
 	}
-	if (fs.nmissed)
-		qsort(fs.missed, fs.nmissed, sizeof(*fs.missed), missed_cmp);
+	if (td__fs.nmissed)
+		qsort(td__fs.missed, td__fs.nmissed, sizeof(*td__fs.missed), missed_cmp);
 	return done;
 }
 
@@ -830,8 +656,8 @@ static bool same_inode(int a, int b)
 }
 
 /*
- * The passed fds: the two image slots into fs.slot (twice: a slot's name
- * came more than once), the rest stay in fs.passed. Returns how many are
+ * The passed fds: the two image slots into td__fs.slot (twice: a slot's name
+ * came more than once), the rest stay in td__fs.passed. Returns how many are
  * stored tensor fds.
  */
 static int passed_cmp(const void *a, const void *b)
@@ -845,15 +671,15 @@ static size_t sort_passed(bool twice[2])
 	size_t stored = 0;
 
 	/* by name, for passed_find()'s binary search */
-	if (fs.npassed)
-		qsort(fs.passed, fs.npassed, sizeof(*fs.passed), passed_cmp);
-	for (size_t i = 0; i < fs.npassed; i++) {
-		struct passed *p = &fs.passed[i];
+	if (td__fs.npassed)
+		qsort(td__fs.passed, td__fs.npassed, sizeof(*td__fs.passed), passed_cmp);
+	for (size_t i = 0; i < td__fs.npassed; i++) {
+		struct passed *p = &td__fs.passed[i];
 		uint64_t id = fd_name_id(p->name);
 
 		/* names we hand out next must not collide with stored ones */
-		if (id >= fs.next_id)
-			fs.next_id = id + 1;
+		if (id >= td__fs.next_id)
+			td__fs.next_id = id + 1;
 		stored += id != 0;
 		for (int s = 0; s < 2; s++) {
 			char name[32];
@@ -861,23 +687,23 @@ static size_t sort_passed(bool twice[2])
 			snprintf(name, sizeof(name), SLOT_NAME "%d", s);
 			if (strcmp(p->name, name))
 				continue;
-			if (fs.slot[s] >= 0) {
+			if (td__fs.slot[s] >= 0) {
 				twice[s] = true; /* re-stored below */
 				break;
 			}
-			fs.slot[s] = p->fd;
+			td__fs.slot[s] = p->fd;
 			p->fd = -1;
 		}
 	}
-	if (same_inode(fs.slot[0], fs.slot[1])) {
+	if (same_inode(td__fs.slot[0], td__fs.slot[1])) {
 		/* one file under both names is one slot: the write meant
 		 * for the older image would tear the newer one. Slot 0's
 		 * copy is read, slot 1 is made afresh. */
 		td__log(TD_LOG_WARN, "state images " SLOT_NAME "0 and "
 				     SLOT_NAME "1 are one file; " SLOT_NAME
 				     "1 is made afresh");
-		close(fs.slot[1]);
-		fs.slot[1] = -1;
+		close(td__fs.slot[1]);
+		td__fs.slot[1] = -1;
 		twice[1] = true; /* the name leaves the store, then returns */
 	}
 	return stored;
@@ -902,7 +728,7 @@ static int restore_newest(size_t stored)
 	for (int s = 0; s < 2; s++) {
 		char what[48];
 
-		if (fs.slot[s] < 0)
+		if (td__fs.slot[s] < 0)
 			continue;
 		rc[s] = read_slot(s, &img[s], &h[s], &rd[s], &e[s]);
 		snprintf(what, sizeof(what), "state image " SLOT_NAME "%d", s);
@@ -921,11 +747,11 @@ static int restore_newest(size_t stored)
 		return -1;
 	}
 	if (best < 0) {
-		if (fs.slot[0] >= 0 || fs.slot[1] >= 0 || stored)
+		if (td__fs.slot[0] >= 0 || td__fs.slot[1] >= 0 || stored)
 			td__log(TD_LOG_WARN,
 				"no usable state image in the fd store%s; "
 				"%s (%zu stored fds dropped)",
-				fs.slot[0] < 0 && fs.slot[1] < 0
+				td__fs.slot[0] < 0 && td__fs.slot[1] < 0
 					? " (none passed)"
 					: "",
 				td__d->opts.snapshot_path
@@ -939,10 +765,10 @@ static int restore_newest(size_t stored)
 					     "%" PRIu64 " is out of range; "
 					     "ignored",
 				h[best].next_fd_id);
-		else if (h[best].next_fd_id > fs.next_id)
-			fs.next_id = h[best].next_fd_id;
-		fs.generation = h[best].generation;
-		fs.cur = best;
+		else if (h[best].next_fd_id > td__fs.next_id)
+			td__fs.next_id = h[best].next_fd_id;
+		td__fs.generation = h[best].generation;
+		td__fs.cur = best;
 		td__store_set_next_version(h[best].next_version);
 		restored = restore_entries(&h[best], &rd[best]);
 		td__log(TD_LOG_INFO,
@@ -978,30 +804,30 @@ static bool slot_writable(int fd)
 static int keep_slots(const bool twice[2])
 {
 	for (int s = 0; s < 2; s++) {
-		bool ok = fs.slot[s] >= 0 && slot_writable(fs.slot[s]);
+		bool ok = td__fs.slot[s] >= 0 && slot_writable(td__fs.slot[s]);
 
 		if (ok && !twice[s])
 			continue;
-		if (fs.slot[s] >= 0 || twice[s]) {
+		if (td__fs.slot[s] >= 0 || twice[s]) {
 			/*
 			 * Unwritable, or the name held twice: drop the name
 			 * (every fd under it) and store one image afresh.
 			 */
-			if (fs.slot[s] >= 0 && !ok) {
+			if (td__fs.slot[s] >= 0 && !ok) {
 				td__log(TD_LOG_WARN, "state image " SLOT_NAME
 						     "%d cannot be rewritten "
 						     "(read-only, sealed or "
 						     "not a memfd); replaced",
 					s);
-				close(fs.slot[s]);
-				fs.slot[s] = -1;
+				close(td__fs.slot[s]);
+				td__fs.slot[s] = -1;
 			}
 			td__sd_notify(NULL, 0,
 				      "FDSTOREREMOVE=1\nFDNAME=" SLOT_NAME "%d",
 				      s);
 		}
-		if (fs.slot[s] >= 0 &&
-		    td__sd_notify(&fs.slot[s], 1,
+		if (td__fs.slot[s] >= 0 &&
+		    td__sd_notify(&td__fs.slot[s], 1,
 				  "FDSTORE=1\nFDNAME=" SLOT_NAME "%d", s) == 0)
 			continue;
 		if (new_slot(s) < 0) {
@@ -1044,8 +870,8 @@ static bool is_slot_name(const char *name)
  */
 static void drop_unreferenced(void)
 {
-	for (size_t i = 0; i < fs.npassed; i++) {
-		struct passed *p = &fs.passed[i];
+	for (size_t i = 0; i < td__fs.npassed; i++) {
+		struct passed *p = &td__fs.passed[i];
 		uint64_t id = fd_name_id(p->name);
 
 		if (p->fd < 0 || (id && find_id(id)) || is_slot_name(p->name))
@@ -1065,16 +891,17 @@ int td__fdstore_restore(struct td__daemon *d)
 
 	td__store_keeper_set(&keeper);
 	if (!td__sd_fdstore_on()) {
-		if (fs.npassed)
+		if (td__fs.npassed)
 			td__log(TD_LOG_WARN, "%zu stored fds passed but no fd "
 					     "store to keep them in; closed",
-				fs.npassed);
+				td__fs.npassed);
 		goto done;
 	}
-	fs.on = true;
-	uv_timer_init(d->loop, &fs.timer);
-	uv_idle_init(d->loop, &fs.remover);
-	fs.timer_init = true;
+	td__fs.on = true;
+	uv_timer_init(d->loop, &td__fs.timer);
+	uv_idle_init(d->loop, &td__fs.remover);
+	td__fs_image_init(d->loop, image_done);
+	td__fs.timer_init = true;
 	used = restore_newest(sort_passed(twice));
 	if (used < 0) {
 		/*
@@ -1090,36 +917,36 @@ int td__fdstore_restore(struct td__daemon *d)
 				      "tensord to read; tensors published "
 				      "now do not survive a restart through "
 				      "the fd store",
-			fs.npassed);
+			td__fs.npassed);
 		for (int s = 0; s < 2; s++) {
-			if (fs.slot[s] >= 0)
-				close(fs.slot[s]);
-			fs.slot[s] = -1;
+			if (td__fs.slot[s] >= 0)
+				close(td__fs.slot[s]);
+			td__fs.slot[s] = -1;
 		}
 		used = 0;
-		fs.on = false;
+		td__fs.on = false;
 		goto done;
 	}
 	if (keep_slots(twice) < 0) {
-		fs.on = false;
+		td__fs.on = false;
 		goto done;
 	}
 	drop_unreferenced();
 	/* the first image of this run, written now: a crash keeps it;
-	 * after the snapshot when that is read (fs.held), whole or for
+	 * after the snapshot when that is read (td__fs.held), whole or for
 	 * the versions the image named and did not bring back (an image
 	 * without them would leave them out of the next start's reading) */
-	fs.held = d->opts.snapshot_path && (!used || fs.nmissed);
+	td__fs.held = d->opts.snapshot_path && (!used || td__fs.nmissed);
 	flush();
 done:
-	for (size_t i = 0; i < fs.npassed; i++) {
-		if (fs.passed[i].fd >= 0)
-			close(fs.passed[i].fd);
-		free(fs.passed[i].name);
+	for (size_t i = 0; i < td__fs.npassed; i++) {
+		if (td__fs.passed[i].fd >= 0)
+			close(td__fs.passed[i].fd);
+		free(td__fs.passed[i].name);
 	}
-	free(fs.passed);
-	fs.passed = NULL;
-	fs.npassed = fs.passed_cap = 0;
+	free(td__fs.passed);
+	td__fs.passed = NULL;
+	td__fs.npassed = td__fs.passed_cap = 0;
 	if (!d->opts.snapshot_path)
 		td__fdstore_missed_free(); /* no snapshot to fill them in */
 	return used;
@@ -1127,47 +954,47 @@ done:
 
 void td__fdstore_release(void)
 {
-	if (!fs.held)
+	if (!td__fs.held)
 		return;
-	fs.held = false;
+	td__fs.held = false;
 	flush();
 }
 
 void td__fdstore_fini(void)
 {
-	if (fs.on && !fs.frozen) {
+	if (td__fs.on && !td__fs.frozen) {
 		/* the final image: the next start gets exactly this, the
 		 * counter included (no numbers on record past it) */
-		fs.reserved = 0;
+		td__fs.reserved = 0;
 		flush();
-		fs.frozen = true;
+		td__fs.frozen = true;
 	}
 	/* no later turn: every removal the image allows, now */
 	send_removals(SIZE_MAX);
-	if (fs.timer_init) {
-		uv_timer_stop(&fs.timer);
-		uv_close((uv_handle_t *)&fs.timer, NULL);
-		uv_close((uv_handle_t *)&fs.remover, NULL);
-		fs.remover_on = false;
-		fs.timer_init = false;
+	if (td__fs.timer_init) {
+		uv_timer_stop(&td__fs.timer);
+		uv_close((uv_handle_t *)&td__fs.timer, NULL);
+		uv_close((uv_handle_t *)&td__fs.remover, NULL);
+		td__fs.remover_on = false;
+		td__fs_image_fini();
+		td__fs.timer_init = false;
 	}
 }
 
 void td__fdstore_free(void)
 {
 	td__fdstore_missed_free();
-	td__fdtab_free(&fs.tab);
-	free(fs.img);
-	fs.img = NULL;
-	fs.img_cap = 0;
-	free(fs.gone);
-	fs.gone = NULL;
-	fs.ngone = fs.gone_cap = fs.nsend = 0;
-	fs.unlisted = false;
+	td__fdtab_free(&td__fs.tab);
+	td__fs_image_free();
+	free(td__fs.gone);
+	td__fs.gone = NULL;
+	td__fs.ngone = td__fs.gone_cap = td__fs.nsend = 0;
+	td__fs.gone_seq = 0;
+	td__fs.unlisted = false;
 	for (int s = 0; s < 2; s++) {
-		if (fs.slot[s] >= 0)
-			close(fs.slot[s]);
-		fs.slot[s] = -1;
+		if (td__fs.slot[s] >= 0)
+			close(td__fs.slot[s]);
+		td__fs.slot[s] = -1;
 	}
-	fs.on = false;
+	td__fs.on = false;
 }

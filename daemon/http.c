@@ -333,6 +333,11 @@ static void metric(FILE *f, const char *name, const char *type,
  * seals made off the loop (sealer.c) */
 static void turn_metrics(FILE *f, const struct td__daemon *d)
 {
+	metric(f, "tensord_state_images_total", "counter",
+	       "fd store state images written.", d->stats.state_images);
+	metric(f, "tensord_state_image_turns_total", "counter",
+	       "Loop turns the state images' writing took.",
+	       d->stats.state_image_turns);
 	metric(f, "tensord_reads_deferred_total", "counter",
 	       "Connections whose reading waited for the next loop turn, "
 	       "their uid's share of this one spent.",

@@ -162,6 +162,16 @@ void td__store_info(struct td__store_info *si);
  */
 int td__store_each(int (*fn)(void *arg, const struct td_state_entry *ent),
 		   void *arg);
+/*
+ * The same for at most max versions, from the first name after *after
+ * (NULL: from the first), or up to one for which fn returns > 0: the
+ * number called, or fn's first negative return; *end (unless NULL)
+ * whether the last name was reached.
+ */
+int64_t td__store_each_after(const struct td_wire_str *after, size_t max,
+			     int (*fn)(void *arg,
+				       const struct td_state_entry *ent),
+			     void *arg, bool *end);
 /* Raise the version counter (restore); never lowers it. */
 void td__store_set_next_version(uint64_t next);
 /*

@@ -1036,12 +1036,20 @@ void td__store_info(struct td__store_info *si)
 	si->next_version = s->next_version;
 }
 
-int td__store_each(int (*fn)(void *arg, const struct td_state_entry *ent),
-		   void *arg)
+int64_t td__store_each_after(const struct td_wire_str *after, size_t max,
+			     int (*fn)(void *arg,
+				       const struct td_state_entry *ent),
+			     void *arg, bool *end)
 {
 	struct td__store *s = td__d->store;
+	size_t i = 0, n = 0;
+	bool found;
 
-	for (size_t i = 0; i < s->count; i++) {
+	if (after) {
+		i = td__name_find(s, after->ptr, after->len, &found);
+		i += found;
+	}
+	for (; i < s->count && n < max; i++, n++) {
 		const struct td__version *v = s->names[i];
 		struct td_state_entry ent = {
 			.name = {v->name, v->name_len},
@@ -1058,8 +1066,22 @@ int td__store_each(int (*fn)(void *arg, const struct td_state_entry *ent),
 		rc = fn(arg, &ent);
 		if (rc < 0)
 			return rc;
+		if (rc > 0) { /* this one was the last it wanted */
+			i++, n++;
+			break;
+		}
 	}
-	return 0;
+	if (end)
+		*end = i >= s->count;
+	return (int64_t)n;
+}
+
+int td__store_each(int (*fn)(void *arg, const struct td_state_entry *ent),
+		   void *arg)
+{
+	int64_t n = td__store_each_after(NULL, SIZE_MAX, fn, arg, NULL);
+
+	return n < 0 ? (int)n : 0;
 }
 
 void td__store_set_next_version(uint64_t next)

@@ -229,6 +229,7 @@ int td_state_encode_entry(struct td_state_wr *w,
 {
 	const uint8_t *hdr;
 	uint64_t nv, nf;
+	size_t at;
 
 	if (w->rc)
 		return w->rc;
@@ -249,6 +250,7 @@ int td_state_encode_entry(struct td_state_wr *w,
 			if (ent->fd_ids[j] == ent->fd_ids[i])
 				return w->rc = -EINVAL;
 	}
+	at = w->wr.off;
 	td_wire_wr_str(&w->wr, ent->name.ptr, ent->name.len);
 	td_wire_wr_u32(&w->wr, ent->flags);
 	td_wire_wr_u64(&w->wr, ent->version);
@@ -259,10 +261,26 @@ int td_state_encode_entry(struct td_state_wr *w,
 		td_wire_wr_u64(&w->wr, ent->fd_ids[i]);
 	if (w->wr.overflow)
 		return w->rc = -ENOBUFS;
-	w->prev = ent->name;
+	/* the copy just written (2: its length): the caller's bytes may
+	 * be gone by the next entry */
+	w->prev = (struct td_wire_str){(const char *)w->wr.p + at + 2,
+				       ent->name.len};
 	w->nofds |= ent->fd_count == 0;
 	w->count++;
 	return 0;
+}
+
+void td_state_encode_raise(struct td_state_wr *w, uint64_t next_version,
+			   uint64_t next_fd_id)
+{
+	uint8_t *hdr = w->wr.p - TD_STATE_HDR_LEN;
+
+	if (w->rc)
+		return;
+	if (next_version > td__le64(hdr + 24))
+		td__put_le64(hdr + 24, next_version);
+	if (next_fd_id > td__le64(hdr + 32))
+		td__put_le64(hdr + 32, next_fd_id);
 }
 
 int64_t td_state_encode_finish(struct td_state_wr *w)

@@ -122,20 +122,28 @@ size_t td_state_entry_len(const struct td_state_entry *ent);
  * (count, format and checksum). Encoders refuse what the decoder would
  * (-EINVAL) and a buffer that is too small (-ENOBUFS); finish returns the
  * image length or the first error. An entry with fd_count 0 makes the
- * image format 2, else it is format 1.
+ * image format 2, else it is format 1. An image may be written over
+ * time (the daemon's, a few names a loop turn): the entries are copied,
+ * nothing of them is kept (the last name is compared from the output),
+ * and td_state_encode_raise() lifts the header's bounds for entries
+ * newer than the ones begin gave.
  */
 struct td_state_wr {
 	struct td_wire_wr wr;
 	uint32_t count;
 	bool nofds; /* an entry without fds was written */
 	int rc;
-	struct td_wire_str prev; /* borrowed until the next entry */
+	struct td_wire_str prev; /* the last name, in the output */
 };
 
 int td_state_encode_begin(struct td_state_wr *w, uint8_t *buf, size_t cap,
 			  const struct td_state_hdr *h);
 int td_state_encode_entry(struct td_state_wr *w,
 			  const struct td_state_entry *ent);
+/* The header's next_version and next_fd_id raised to these where they
+ * are larger (never lowered: every entry written stays below them). */
+void td_state_encode_raise(struct td_state_wr *w, uint64_t next_version,
+			   uint64_t next_fd_id);
 int64_t td_state_encode_finish(struct td_state_wr *w);
 
 #endif
