@@ -301,6 +301,12 @@ Test(complete, names_from_the_daemon_cut_after_their_next_slash)
 	/* save takes names, as many as given */
 	setenv("TENSORD_SOCKET", d.sock, 1);
 	EXPECT("other:x@1\n", "save", "-o", "x.tgm", "cams", "cam/right", "o");
+	/* zarr export --from FILE takes no NAMES: none offered (they were,
+	 * and the export refused them: "export --from takes no NAMES") */
+	EXPECT("cams\n", "zarr", "export", "dir", "cams");
+	EXPECT("", "zarr", "export", "dir", "--from", "f.tgm", "cams");
+	EXPECT("", "zarr", "export", "dir", "--from=f.hrry", "");
+	EXPECT(":dirs\n", "zarr", "export", "--from", "f.tgm", "");
 	EXPECT("", "get", "nothing-like-it");
 	unsetenv("TENSORD_SOCKET");
 	tu_daemon_stop(&d, true);

@@ -426,6 +426,52 @@ Test(tensorctl, dev_stdout_on_a_pipe_is_written_as_cp_writes_it)
 	tu_daemon_stop(&d, false);
 }
 
+/*
+ * stdout sent to a regular file is stdout's own too: the output (-o
+ * /dev/stdout, or the file's own path) replaced that file, and the
+ * --json document written to stdout after it went to the file replaced,
+ * lost, with status 0. It is refused as with -o -.
+ */
+Test(tensorctl, dev_stdout_on_a_file_is_stdouts_own_under_json)
+{
+	static const char *const cmds[] = {"get t", "save t --format tgm",
+					   "save t --format hrry"};
+	struct tu_daemon d;
+	char file[160], sh[768], *out;
+	char *argv[] = {"/bin/sh", "-c", sh, NULL};
+
+	start(&d);
+	path_in(file, sizeof(file), &d, "stdout.bin");
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(*cmds); i++)
+		for (int own = 0; own < 2; own++) {
+			char *doc;
+			size_t len;
+
+			snprintf(sh, sizeof(sh),
+				 "'%s' --socket '%s' --json %s -o '%s' > '%s'",
+				 ctl_bin(), d.sock, cmds[i],
+				 own ? file : "/dev/stdout", file);
+			cr_expect_eq(tu_run_capture(argv, &out), 2, "%s: %s",
+				     sh, out);
+			free(out);
+			doc = (char *)tu_read_file(file, &len);
+			doc[len] = '\0'; /* it has room for one more */
+			cr_expect(starts(doc, "{\"error\":{\"kind\":\"usage\"") &&
+					  strstr(doc, "both write to stdout"),
+				  "%s: the file holds '%s'", sh, doc);
+			free(doc);
+		}
+	/* without --json the output is written there, as before */
+	snprintf(sh, sizeof(sh),
+		 "'%s' --socket '%s' get t -o /dev/stdout > '%s'", ctl_bin(),
+		 d.sock, file);
+	cr_expect_eq(tu_run_capture(argv, &out), 0, "%s", out);
+	free(out);
+	expect_file(file, "abcdef");
+	cr_expect_eq(temp_files(d.dir), 0);
+	tu_daemon_stop(&d, false);
+}
+
 Test(tensorctl, protected_symlinks_not_followed_as_root)
 {
 	struct tu_daemon d;

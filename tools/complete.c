@@ -64,6 +64,7 @@ struct line {
 	const struct option *want; /* the next word is this option's value */
 	int operands;              /* operands of cmd (sub) so far */
 	bool dashdash;             /* after "--": operands only */
+	bool from;                 /* zarr export --from: no NAMES */
 };
 
 static bool starts(const char *s, const char *prefix)
@@ -105,11 +106,15 @@ static void grab(const struct tctl_cli *cli, struct line *l)
 	}
 }
 
-/* A --socket given on the line is where names come from. */
-static void value_seen(const struct option *o, const char *v)
+/* A --socket given on the line is where names come from; after
+ * --from, zarr export takes no NAMES (it refuses them). */
+static void value_seen(struct line *l, const struct option *o,
+		       const char *v)
 {
 	if (!strcmp(o->name, "socket"))
 		tctl_socket = v;
+	else if (!strcmp(o->name, "from"))
+		l->from = true;
 }
 
 /* An option word: the one whose value comes next, if any. */
@@ -122,7 +127,7 @@ static void option_word(struct line *l, const char *w)
 				 eq ? (size_t)(eq - w - 2) : strlen(w + 2));
 
 		if (o && eq)
-			value_seen(o, eq + 1);
+			value_seen(l, o, eq + 1);
 		else if (o && o->has_arg == required_argument)
 			l->want = o;
 		return;
@@ -135,7 +140,7 @@ static void option_word(struct line *l, const char *w)
 		if (!c[1])
 			l->want = short_opt(l, *c);
 		else if (short_opt(l, *c))
-			value_seen(short_opt(l, *c), c + 1);
+			value_seen(l, short_opt(l, *c), c + 1);
 		return;
 	}
 }
@@ -143,7 +148,7 @@ static void option_word(struct line *l, const char *w)
 static void word(const struct tctl_cli *cli, struct line *l, const char *w)
 {
 	if (l->want) {
-		value_seen(l->want, w);
+		value_seen(l, l->want, w);
 		l->want = NULL;
 	} else if (l->cmd && !l->dashdash && !strcmp(w, "--")) {
 		l->dashdash = true;
@@ -284,6 +289,8 @@ static char operand_kind(const struct line *l)
 
 	snprintf(key, sizeof(key), "%s%s%s", l->cmd, l->sub ? " " : "",
 		 l->sub ? l->sub : "");
+	if (l->from && !strcmp(key, "zarr export"))
+		return i == 0 ? 'D' : 0;
 	for (size_t k = 0; k < sizeof(operand_kinds) / sizeof(*operand_kinds);
 	     k++)
 		if (!strcmp(operand_kinds[k].cmd, key))

@@ -534,9 +534,12 @@ int tctl_out_is_stdout(const char *path)
 	if (!strcmp(path, "-"))
 		return 1;
 	/* a device only when it is a terminal: -o /dev/null with stdout
-	 * at /dev/null too is two outputs that drop what they get */
+	 * at /dev/null too is two outputs that drop what they get. A
+	 * regular file too (`--json get x -o /dev/stdout > f`): the output
+	 * replaces it, and what went to stdout after it was lost. */
 	return stat(path, &a) == 0 &&
 	       (S_ISFIFO(a.st_mode) || S_ISSOCK(a.st_mode) ||
+		S_ISREG(a.st_mode) ||
 		(S_ISCHR(a.st_mode) && isatty(STDOUT_FILENO))) &&
 	       fstat(STDOUT_FILENO, &b) == 0 && a.st_dev == b.st_dev &&
 	       a.st_ino == b.st_ino;

@@ -78,9 +78,10 @@ void tctl_out_abort(struct tctl_out *o);
 void tctl_remove_stale(const char *dir);
 
 /*
- * Whether path writes to stdout: "-", or a pipe, socket or terminal
- * that is stdout's own (/dev/stdout, /proc/self/fd/1), where nothing but
- * the output may go (no summary, no --json document after it).
+ * Whether path writes to stdout: "-", or a pipe, socket, terminal or
+ * regular file that is stdout's own (/dev/stdout, /proc/self/fd/1, or
+ * the file stdout was sent to), where nothing but the output may go (no
+ * summary, no --json document after it).
  */
 int tctl_out_is_stdout(const char *path);
 
