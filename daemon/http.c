@@ -18,6 +18,7 @@
  * --policy, only those an `allow http r PREFIX` line grants.
  */
 #include "http.h"
+#include "snapshot.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -329,15 +330,21 @@ static void metric(FILE *f, const char *name, const char *type,
 		name, type, name, v);
 }
 
-/* the loop's share-out: reads put off to a later turn (peer.c), write
- * seals made off the loop (sealer.c) */
-static void turn_metrics(FILE *f, const struct td__daemon *d)
+/* what survives a restart (fdstore-image.c) and a stop (snapshot-save.c) */
+static void persist_metrics(FILE *f, const struct td__daemon *d)
 {
 	metric(f, "tensord_state_images_total", "counter",
 	       "fd store state images written.", d->stats.state_images);
 	metric(f, "tensord_state_image_turns_total", "counter",
 	       "Loop turns the state images' writing took.",
 	       d->stats.state_image_turns);
+	td__snapshot_metrics(f);
+}
+
+/* the loop's share-out: reads put off to a later turn (peer.c), write
+ * seals made off the loop (sealer.c) */
+static void turn_metrics(FILE *f, const struct td__daemon *d)
+{
 	metric(f, "tensord_reads_deferred_total", "counter",
 	       "Connections whose reading waited for the next loop turn, "
 	       "their uid's share of this one spent.",
@@ -409,6 +416,7 @@ static enum MHD_Result metrics(struct MHD_Connection *c)
 	       "Follower rows the followed names' bookkeeping visited.",
 	       d->stats.row_visits);
 	turn_metrics(f, d);
+	persist_metrics(f, d);
 	fprintf(f, "# HELP tensord_refusals_total Requests refused by the "
 		   "policy, the memory cap or a quota.\n"
 		   "# TYPE tensord_refusals_total counter\n"

@@ -112,6 +112,11 @@ struct td__snap_state {
 	 * the save): said once; the next save leaves them out.
 	 */
 	unsigned unkept;
+	/* for /metrics (td__snapshot_metrics): saves whole and failed;
+	 * the last whole one's end (CLOCK_REALTIME, ms; 0: none yet),
+	 * tensors, plane bytes and time taken */
+	uint64_t saves_ok, saves_failed;
+	uint64_t last_end_ms, last_tensors, last_bytes, last_took_ms;
 	bool final;      /* stopping: only the final save */
 	bool final_failed; /* ... and it failed: the exit status says so */
 };

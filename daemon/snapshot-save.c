@@ -185,6 +185,7 @@ static void save_end(struct save *sv)
 		backoff_more();
 	else if (sv->phase == PH_DONE)
 		td__snap.backoff_ms = 0;
+	td__snap.saves_failed += failed;
 	if (sv->phase != PH_DONE) {
 		unlink(td__snap.tmp);
 		if (!failed)
@@ -209,6 +210,15 @@ static void save_end(struct save *sv)
 				kept(sv), td__snap.backoff_ms / 1000);
 		td__snap.dirty = true;
 	} else {
+		struct timespec now;
+
+		clock_gettime(CLOCK_REALTIME, &now);
+		td__snap.saves_ok++;
+		td__snap.last_end_ms = (uint64_t)now.tv_sec * 1000 +
+				       (uint64_t)now.tv_nsec / 1000000;
+		td__snap.last_tensors = sv->tensors;
+		td__snap.last_bytes = sv->bytes;
+		td__snap.last_took_ms = ms;
 		td__log(TD_LOG_INFO, "snapshot: saved %" PRIu64 " tensors (%"
 				     PRIu64 " bytes) to %s in %" PRIu64
 				     " ms (%s)",
@@ -848,6 +858,47 @@ void td__snapshot_dirty(const char *name, size_t len)
 		return;
 	td__snap.dirty = true;
 	arm();
+}
+
+void td__snapshot_metrics(FILE *f)
+{
+	if (!td__snap.on)
+		return;
+	fprintf(f,
+		"# HELP tensord_snapshot_saves_total Snapshot saves by "
+		"result.\n# TYPE tensord_snapshot_saves_total counter\n"
+		"tensord_snapshot_saves_total{result=\"ok\"} %" PRIu64 "\n"
+		"tensord_snapshot_saves_total{result=\"failed\"} %" PRIu64
+		"\n# HELP tensord_snapshot_last_save_timestamp_seconds When "
+		"the last whole save ended (0: none yet).\n"
+		"# TYPE tensord_snapshot_last_save_timestamp_seconds gauge\n"
+		"tensord_snapshot_last_save_timestamp_seconds %" PRIu64
+		".%03u\n",
+		td__snap.saves_ok, td__snap.saves_failed,
+		td__snap.last_end_ms / 1000,
+		(unsigned)(td__snap.last_end_ms % 1000));
+	fprintf(f,
+		"# HELP tensord_snapshot_last_save_tensors Tensors the last "
+		"whole save wrote.\n"
+		"# TYPE tensord_snapshot_last_save_tensors gauge\n"
+		"tensord_snapshot_last_save_tensors %" PRIu64 "\n"
+		"# HELP tensord_snapshot_last_save_bytes Plane bytes the last "
+		"whole save wrote.\n"
+		"# TYPE tensord_snapshot_last_save_bytes gauge\n"
+		"tensord_snapshot_last_save_bytes %" PRIu64 "\n"
+		"# HELP tensord_snapshot_last_save_duration_seconds How long "
+		"the last whole save took.\n"
+		"# TYPE tensord_snapshot_last_save_duration_seconds gauge\n"
+		"tensord_snapshot_last_save_duration_seconds %" PRIu64
+		".%03u\n"
+		"# HELP tensord_snapshot_unsaved 1 while the store holds a "
+		"change of a kept name the snapshot file does not.\n"
+		"# TYPE tensord_snapshot_unsaved gauge\n"
+		"tensord_snapshot_unsaved %d\n",
+		td__snap.last_tensors, td__snap.last_bytes,
+		td__snap.last_took_ms / 1000,
+		(unsigned)(td__snap.last_took_ms % 1000),
+		td__snap.dirty || cur);
 }
 
 static bool save_busy(void *arg)

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "daemon.h"
 #include "state.h"
@@ -42,6 +43,13 @@ void td__snapshot_dirty(const char *name, size_t len);
  * "Which names"). Also without --snapshot, by the options alone.
  */
 bool td__snapshot_keeps(const char *name, size_t len);
+/*
+ * The snapshot's lines of /metrics into f (docs/zarr.md, "/metrics"):
+ * saves by result, when the last whole one ended and what it wrote,
+ * whether the store holds changes the file does not. Nothing without
+ * --snapshot.
+ */
+void td__snapshot_metrics(FILE *f);
 /*
  * Put on record, in FILE.lock, that version numbers up to a block
  * beyond next may be handed out, before any is: a restart after a

@@ -1224,6 +1224,102 @@ Test(snapshot, a_save_that_cannot_start_backs_off_and_the_daemon_serves,
 	snapdir_rm(&s);
 }
 
+/* A snapshot metric of the daemon serving /metrics at path. */
+static unsigned long long snap_metric(const char *path, const char *name)
+{
+	return tu_metric_unix(path, name);
+}
+
+/* Until the snapshot metric name reads at least want (WAIT_MS). */
+static void snap_metric_wait(const char *path, const char *name,
+			     unsigned long long want)
+{
+	for (int i = 0; snap_metric(path, name) < want; i++) {
+		cr_assert_lt(i, WAIT_MS / 10, "%s stayed under %llu", name,
+			     want);
+		usleep(10000);
+	}
+}
+
+/*
+ * What an operator alerts on: /metrics says how saves went, when the
+ * last whole one ended, what it wrote, and whether the store holds a
+ * change the file does not. Before, only the log said (docs/snapshot.md
+ * said "STATUS and /metrics report nothing of snapshots yet").
+ */
+Test(snapshot, metrics_say_how_saves_went_and_when_the_last_one_ended,
+     .timeout = 60)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	struct td_client *c;
+	struct tensor t = mk("m/x", TD_TENSOR_U8, 100, 0, 100);
+	char tmp[160], http[160], addr[170];
+	const char *extra[] = {"--snapshot", s.file, "--snapshot-interval",
+			       "0", "--http", addr, NULL};
+	time_t before, after;
+	unsigned long long when;
+
+	snapdir_make(&s);
+	extra[1] = s.file;
+	snprintf(http, sizeof(http), "%s/http", s.dir);
+	snprintf(addr, sizeof(addr), "unix:%s", http);
+	/* a folder where FILE.tmp goes: every save fails */
+	snprintf(tmp, sizeof(tmp), "%s.tmp", s.file);
+	cr_assert_eq(mkdir(tmp, 0700), 0);
+	cr_assert_eq(setenv("TENSORD_IO", "sync", 1), 0);
+	tu_daemon_start_log(&d, "info", extra, s.log, NULL);
+	cr_assert_eq(snap_metric(http, "tensord_snapshot_unsaved"), 0);
+	c = conn(&d);
+	put(c, &t, next_version(c));
+	snap_metric_wait(http, "tensord_snapshot_saves_total{result=\"failed\"}",
+			 1);
+	cr_assert_eq(snap_metric(http, "tensord_snapshot_saves_total{result="
+				       "\"ok\"}"), 0);
+	cr_assert_eq(snap_metric(http, "tensord_snapshot_unsaved"), 1);
+	cr_assert_eq(snap_metric(http,
+				 "tensord_snapshot_last_save_timestamp_seconds"),
+		     0);
+
+	before = time(NULL);
+	cr_assert_eq(rmdir(tmp), 0); /* the next save (1 s on) works */
+	snap_metric_wait(http, "tensord_snapshot_saves_total{result=\"ok\"}",
+			 1);
+	after = time(NULL);
+	when = snap_metric(http, "tensord_snapshot_last_save_timestamp_seconds");
+	cr_assert(when >= (unsigned long long)before &&
+		  when <= (unsigned long long)after,
+		  "last save at %llu, not in [%lld, %lld]", when,
+		  (long long)before, (long long)after);
+	cr_assert_eq(snap_metric(http, "tensord_snapshot_last_save_tensors"),
+		     1);
+	cr_assert_eq(snap_metric(http, "tensord_snapshot_last_save_bytes"),
+		     100);
+	cr_assert_eq(snap_metric(http, "tensord_snapshot_unsaved"), 0);
+	td_client_close(c);
+	tu_daemon_stop(&d, false);
+	snapdir_rm(&s);
+}
+
+/* Without --snapshot, /metrics has no snapshot lines at all. */
+Test(snapshot, metrics_have_no_snapshot_lines_without_a_snapshot)
+{
+	struct snapdir s;
+	struct tu_daemon d;
+	char http[160], addr[170];
+	const char *extra[] = {"--http", addr, NULL};
+
+	snapdir_make(&s);
+	snprintf(http, sizeof(http), "%s/http", s.dir);
+	snprintf(addr, sizeof(addr), "unix:%s", http);
+	tu_daemon_start_log(&d, "info", extra, s.log, NULL);
+	/* present: the metric the store always has */
+	(void)tu_metric_unix(http, "tensord_state_images_total");
+	cr_assert_not(tu_metrics_has(http, "tensord_snapshot_"));
+	tu_daemon_stop(&d, false);
+	snapdir_rm(&s);
+}
+
 /*
  * A version whose fence has not signalled is left out of a save, and
  * the snapshot stays dirty; with interval 0 that made a full save after

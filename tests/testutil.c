@@ -165,19 +165,17 @@ volatile struct td_malloc_counts *tu_counts_map(char *path)
 	return p;
 }
 
-unsigned long long tu_metric_unix(const char *path, const char *name)
+/* The /metrics response of the daemon serving HTTP at unix path. */
+static const char *metrics_unix(const char *path)
 {
 	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: t\r\n"
 				  "Connection: close\r\n\r\n";
 	static char buf[1 << 17];
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	char key[128];
 	size_t n = 0;
 	ssize_t r;
-	const char *p;
 
-	snprintf(key, sizeof(key), "\n%s ", name);
 	cr_assert_geq(fd, 0);
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
 	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0,
@@ -189,9 +187,23 @@ unsigned long long tu_metric_unix(const char *path, const char *name)
 		n += (size_t)r;
 	close(fd);
 	buf[n] = 0;
-	p = strstr(buf, key);
-	cr_assert_not_null(p, "no %s in:\n%s", name, buf);
+	return buf;
+}
+
+unsigned long long tu_metric_unix(const char *path, const char *name)
+{
+	const char *body = metrics_unix(path), *p;
+	char key[128];
+
+	snprintf(key, sizeof(key), "\n%s ", name);
+	p = strstr(body, key);
+	cr_assert_not_null(p, "no %s in:\n%s", name, body);
 	return strtoull(p + strlen(key), NULL, 10);
+}
+
+bool tu_metrics_has(const char *path, const char *text)
+{
+	return strstr(metrics_unix(path), text) != NULL;
 }
 
 long tu_task_field(pid_t tid, const char *key)

@@ -41,6 +41,8 @@ volatile struct td_malloc_counts *tu_counts_map(char *path);
  * socket at path (`--http unix:PATH`); asserts that it is there.
  */
 unsigned long long tu_metric_unix(const char *path, const char *name);
+/* Whether that /metrics response holds text anywhere. */
+bool tu_metrics_has(const char *path, const char *text);
 
 /* A field of /proc/self/task/TID/status: the state letter (key
  * "State:") or a number (e.g. "voluntary_ctxt_switches:"); -1 when the
