@@ -3574,6 +3574,31 @@ static unsigned long long images_settled(void)
 }
 
 /*
+ * A daemon of d (mkdir_tmp'ed) under a fake PID 1 whose messages go to
+ * st (dr drains them), writing its images `turn` names a loop turn, with
+ * "many/%04d" 0 .. names-1 put (want[i] their versions): a client.
+ */
+static struct td_client *many_start(struct daemon *d, struct fdstore *st,
+				    struct drainer *dr, const char *turn,
+				    uint64_t *want, unsigned names)
+{
+	struct td_client *c;
+	char name[32];
+
+	setenv("TENSORD_TEST_IMAGE_TURN", turn, 1);
+	notify_bind(d);
+	daemon_start(d, NULL, -1, NULL, st, NULL);
+	unsetenv("TENSORD_TEST_IMAGE_TURN");
+	drainer_start(dr, d, st);
+	c = connect_to(d->sock);
+	for (unsigned i = 0; i < names; i++) {
+		snprintf(name, sizeof(name), "many/%04u", i);
+		want[i] = put(c, name, 64, (uint8_t)i, 0, NULL);
+	}
+	return c;
+}
+
+/*
  * The state image is written over loop turns, $TENSORD_TEST_IMAGE_TURN
  * names a turn (1024 by default): here 4, so an image of 200 names
  * takes 50 turns at least, clients served between them. It took one
@@ -3587,7 +3612,7 @@ Test(systemd, a_state_image_is_written_over_loop_turns)
 	struct fdstore st = {0};
 	struct drainer dr;
 	struct td_client *c;
-	char hsock[160], name[32];
+	char hsock[160];
 	uint64_t want[NAMES], got[NAMES];
 	unsigned long long images, turns, images2, turns2;
 	unsigned count;
@@ -3595,16 +3620,7 @@ Test(systemd, a_state_image_is_written_over_loop_turns)
 	mkdir_tmp(&d);
 	snprintf(hsock, sizeof(hsock), "%s/http", d.dir);
 	http_unix = hsock;
-	setenv("TENSORD_TEST_IMAGE_TURN", "4", 1);
-	notify_bind(&d);
-	daemon_start(&d, NULL, -1, NULL, &st, NULL);
-	unsetenv("TENSORD_TEST_IMAGE_TURN");
-	drainer_start(&dr, &d, &st);
-	c = connect_to(d.sock);
-	for (int i = 0; i < NAMES; i++) {
-		snprintf(name, sizeof(name), "many/%04d", i);
-		want[i] = put(c, name, 64, (uint8_t)i, 0, NULL);
-	}
+	c = many_start(&d, &st, &dr, "4", want, NAMES);
 	images = images_settled();
 	turns = tu_metric_unix(http_unix, "tensord_state_image_turns_total");
 	want[100] = put(c, "many/0100", 64, 'x', 0, NULL);
@@ -3651,16 +3667,7 @@ Test(systemd, an_fd_named_by_an_image_still_walking_stays_stored)
 	unsigned count, seed = 7;
 
 	mkdir_tmp(&d);
-	setenv("TENSORD_TEST_IMAGE_TURN", "1", 1);
-	notify_bind(&d);
-	daemon_start(&d, NULL, -1, NULL, &st, NULL);
-	unsetenv("TENSORD_TEST_IMAGE_TURN");
-	drainer_start(&dr, &d, &st);
-	c = connect_to(d.sock);
-	for (int i = 0; i < NAMES; i++) {
-		snprintf(name, sizeof(name), "many/%04d", i);
-		want[i] = put(c, name, 64, (uint8_t)i, 0, NULL);
-	}
+	c = many_start(&d, &st, &dr, "1", want, NAMES);
 	for (int op = 0; op < OPS; op++) {
 		int i = (int)((seed = seed * 1103515245u + 12345u) >> 16) %
 			NAMES;
