@@ -66,33 +66,6 @@ static void hold_take(struct bell *b, struct follower *f,
 	(void)td__tenant_add(uid, TD__LIM_PINNED, f->pinned);
 }
 
-/* ---- a GET lease of a version a row charges for: counted once ---- */
-
-/*
- * f's charge of its covered lease's version ended (the name moved on and
- * the row does not hold it, the hold went, the follow ends): the lease
- * counts those bytes from now on, as any GET lease does. It cannot be
- * refused (the lease is held already): over the limit, the uid's next
- * request is, as after rows_charge.
- */
-static void cover_end(struct follower *f)
-{
-	struct td__lease *l = f->cover;
-	uint64_t pin = td__follow_pin(l->v, f->peer->uid);
-	/* another row of the uid that counts the version (f is skipped:
-	 * it covers l still) covers it on: counted once */
-	struct follower *g = td__follow_cover_find(f->peer, l->v, pin);
-
-	td__follow_uncover(l);
-	if (g) {
-		td__follow_cover(g, l);
-		return;
-	}
-	l->pinned = pin;
-	/* the uid has an entry (its connection): this cannot fail */
-	(void)td__tenant_add(f->peer->uid, TD__LIM_PINNED, l->pinned);
-}
-
 /*
  * Every row's uid is charged now's pinned bytes in place of the last
  * current version's (a row that held that one keeps it as a hold, which
@@ -123,7 +96,7 @@ static void rows_charge(struct bell *b, const struct td__version *now)
 		 * (bell_retire: the hold covers it on); only a follower
 		 * that took the last version by GET has one */
 		if (f->cover && !td__row_charges(b, f, f->cover->v))
-			cover_end(f);
+			td__follow_cover_end(f);
 	}
 }
 
@@ -135,7 +108,7 @@ static void hold_drop(struct bell *b, struct follower *f)
 	/* a held version is never current again: a lease of it covered by
 	 * the hold counts for itself now */
 	if (f->cover && f->cover->v == v)
-		cover_end(f);
+		td__follow_cover_end(f);
 	f->held = NULL;
 	b->holding &= ~row_bit(b, f);
 	f->peer->follow_holds--;
@@ -863,7 +836,7 @@ static bool follower_end(struct bell *b, struct follower *f)
 	if (f->held)
 		hold_drop(b, f);
 	if (f->cover)
-		cover_end(f);
+		td__follow_cover_end(f);
 	td__tenant_sub(uid, TD__LIM_PINNED, f->cur_pin);
 	munmap(f->row, TD_FOLLOW_ROW_LEN);
 	close(f->row_fd);
