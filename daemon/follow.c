@@ -1102,10 +1102,15 @@ void td__follow_peer_gone(struct td__peer *p)
  * row says why before it is woken (`ended`): EACCES to a follower that may
  * no longer read the name, ESTALE ("follow it again") to the others. A
  * library that cannot read it (no TD_WIRE_FEAT_FOLLOW_END) would sleep
- * on a bell nobody writes: its connection is closed instead.
+ * on a bell nobody writes: its connection is closed instead. A follower
+ * may still read the version its row holds (a tensor not released yet),
+ * which its end lets go: that version's buffers are lent no more, so no
+ * loan writes into what it reads (td__loan_unheld).
  */
 static void bell_end(struct bell *b)
 {
+	struct td__version *cur = td__name_lookup(
+		td__d->store, (struct td_wire_str){b->name, b->name_len});
 	int i;
 
 	td__log(TD_LOG_WARN, "followed name \"%.*s\": its %u follows ended: "
@@ -1122,10 +1127,23 @@ static void bell_end(struct bell *b)
 				      "told of");
 		atomic_store(&f->row->ended, may ? ESTALE : EACCES);
 	}
-	/* after `ended`, before `waiting` is read (Dekker with a sleeper's
-	 * store of `waiting` and look at seq) */
+	/* `latest` moves: a follower that stores its hold from now on
+	 * finds it moved when it looks again, and then `ended` */
+	atomic_store(&b->hdr->latest, 0);
+	/* after `ended` and `latest`, before `waiting` and `held` are read
+	 * (Dekker with a sleeper's store of `waiting` and look at seq, and
+	 * with a hold's store and look at `latest`) */
 	atomic_fetch_add(&b->hdr->seq, 1);
 	bell_wake(b, 0);
+	for (uint64_t m = b->used; (i = td__row_next(&m)) >= 0;) {
+		const struct follower *f = &b->rows[i];
+		uint64_t h = atomic_load(&f->row->held);
+
+		if (f->held && f->held->number == h)
+			td__loan_unheld(f->held);
+		else if (cur && cur->number == h)
+			td__loan_unheld(cur);
+	}
 	for (uint64_t m = b->used; (i = td__row_next(&m)) >= 0;)
 		if (follower_end(b, &b->rows[i]))
 			break;
