@@ -293,3 +293,28 @@ void td__follow_uncover(struct td__lease *l)
 	l->cover->cover = NULL;
 	l->cover = NULL;
 }
+
+/*
+ * f's charge of its covered lease's version ended (the name moved on and
+ * the row does not hold it, the hold went, the follow ends): the lease
+ * counts those bytes from now on, as any GET lease does. It cannot be
+ * refused (the lease is held already): over the limit, the uid's next
+ * request is, as after follow.c's rows_charge.
+ */
+void td__follow_cover_end(struct follower *f)
+{
+	struct td__lease *l = f->cover;
+	uint64_t pin = td__follow_pin(l->v, f->peer->uid);
+	/* another row of the uid that counts the version (f is skipped:
+	 * it covers l still) covers it on: counted once */
+	struct follower *g = td__follow_cover_find(f->peer, l->v, pin);
+
+	td__follow_uncover(l);
+	if (g) {
+		td__follow_cover(g, l);
+		return;
+	}
+	l->pinned = pin;
+	/* the uid has an entry (its connection): this cannot fail */
+	(void)td__tenant_add(f->peer->uid, TD__LIM_PINNED, l->pinned);
+}

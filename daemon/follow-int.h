@@ -150,6 +150,10 @@ static inline bool td__row_charges(const struct bell *b,
 void td__follow_cover_lease(struct follower *f, const struct td__version *v,
 			    uint64_t pin);
 
+/* f's charge of its covered lease's version ended: the lease counts
+ * its bytes, or another row of the uid covers it on. */
+void td__follow_cover_end(struct follower *f);
+
 /* Room for one more follow of p (spare: TD_WIRE_FOLLOW_SPARE): 0, or
  * the refusal sent and -errno. */
 int td__follow_admit(struct td__peer *p, const struct td_wire_hdr *h,

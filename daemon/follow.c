@@ -66,33 +66,6 @@ static void hold_take(struct bell *b, struct follower *f,
 	(void)td__tenant_add(uid, TD__LIM_PINNED, f->pinned);
 }
 
-/* ---- a GET lease of a version a row charges for: counted once ---- */
-
-/*
- * f's charge of its covered lease's version ended (the name moved on and
- * the row does not hold it, the hold went, the follow ends): the lease
- * counts those bytes from now on, as any GET lease does. It cannot be
- * refused (the lease is held already): over the limit, the uid's next
- * request is, as after rows_charge.
- */
-static void cover_end(struct follower *f)
-{
-	struct td__lease *l = f->cover;
-	uint64_t pin = td__follow_pin(l->v, f->peer->uid);
-	/* another row of the uid that counts the version (f is skipped:
-	 * it covers l still) covers it on: counted once */
-	struct follower *g = td__follow_cover_find(f->peer, l->v, pin);
-
-	td__follow_uncover(l);
-	if (g) {
-		td__follow_cover(g, l);
-		return;
-	}
-	l->pinned = pin;
-	/* the uid has an entry (its connection): this cannot fail */
-	(void)td__tenant_add(f->peer->uid, TD__LIM_PINNED, l->pinned);
-}
-
 /*
  * Every row's uid is charged now's pinned bytes in place of the last
  * current version's (a row that held that one keeps it as a hold, which
@@ -123,7 +96,7 @@ static void rows_charge(struct bell *b, const struct td__version *now)
 		 * (bell_retire: the hold covers it on); only a follower
 		 * that took the last version by GET has one */
 		if (f->cover && !td__row_charges(b, f, f->cover->v))
-			cover_end(f);
+			td__follow_cover_end(f);
 	}
 }
 
@@ -135,7 +108,7 @@ static void hold_drop(struct bell *b, struct follower *f)
 	/* a held version is never current again: a lease of it covered by
 	 * the hold counts for itself now */
 	if (f->cover && f->cover->v == v)
-		cover_end(f);
+		td__follow_cover_end(f);
 	f->held = NULL;
 	b->holding &= ~row_bit(b, f);
 	f->peer->follow_holds--;
@@ -863,7 +836,7 @@ static bool follower_end(struct bell *b, struct follower *f)
 	if (f->held)
 		hold_drop(b, f);
 	if (f->cover)
-		cover_end(f);
+		td__follow_cover_end(f);
 	td__tenant_sub(uid, TD__LIM_PINNED, f->cur_pin);
 	munmap(f->row, TD_FOLLOW_ROW_LEN);
 	close(f->row_fd);
@@ -1129,10 +1102,15 @@ void td__follow_peer_gone(struct td__peer *p)
  * row says why before it is woken (`ended`): EACCES to a follower that may
  * no longer read the name, ESTALE ("follow it again") to the others. A
  * library that cannot read it (no TD_WIRE_FEAT_FOLLOW_END) would sleep
- * on a bell nobody writes: its connection is closed instead.
+ * on a bell nobody writes: its connection is closed instead. A follower
+ * may still read the version its row holds (a tensor not released yet),
+ * which its end lets go: that version's buffers are lent no more, so no
+ * loan writes into what it reads (td__loan_unheld).
  */
 static void bell_end(struct bell *b)
 {
+	struct td__version *cur = td__name_lookup(
+		td__d->store, (struct td_wire_str){b->name, b->name_len});
 	int i;
 
 	td__log(TD_LOG_WARN, "followed name \"%.*s\": its %u follows ended: "
@@ -1149,10 +1127,23 @@ static void bell_end(struct bell *b)
 				      "told of");
 		atomic_store(&f->row->ended, may ? ESTALE : EACCES);
 	}
-	/* after `ended`, before `waiting` is read (Dekker with a sleeper's
-	 * store of `waiting` and look at seq) */
+	/* `latest` moves: a follower that stores its hold from now on
+	 * finds it moved when it looks again, and then `ended` */
+	atomic_store(&b->hdr->latest, 0);
+	/* after `ended` and `latest`, before `waiting` and `held` are read
+	 * (Dekker with a sleeper's store of `waiting` and look at seq, and
+	 * with a hold's store and look at `latest`) */
 	atomic_fetch_add(&b->hdr->seq, 1);
 	bell_wake(b, 0);
+	for (uint64_t m = b->used; (i = td__row_next(&m)) >= 0;) {
+		const struct follower *f = &b->rows[i];
+		uint64_t h = atomic_load(&f->row->held);
+
+		if (f->held && f->held->number == h)
+			td__loan_unheld(f->held);
+		else if (cur && cur->number == h)
+			td__loan_unheld(cur);
+	}
 	for (uint64_t m = b->used; (i = td__row_next(&m)) >= 0;)
 		if (follower_end(b, &b->rows[i]))
 			break;

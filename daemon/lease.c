@@ -1146,8 +1146,9 @@ static bool waiter_may(struct td__peer *p, const struct td__waiter *w,
  * The policy was reloaded: a parked GET, GET_MANY or RING_SUBSCRIBE of
  * a name its uid may no longer read is refused now, as if it came after
  * the reload, not answered by the next publish with a version the
- * reload took away (a follow or ring subscription made before it goes
- * on, as documented; a parked request was given nothing).
+ * reload took away (a parked request was given nothing; a follow or
+ * ring subscription made before was given a mapping, and ends instead:
+ * td__follow_policy_changed, td__ring_policy_changed).
  */
 void td__lease_policy_changed(void)
 {

@@ -54,12 +54,21 @@ void td__loan_shown(struct td__version *v, struct td__peer *p)
 			v->fds[i].exposed = true;
 }
 
+void td__loan_unheld(struct td__version *v)
+{
+	if (!v->recycle)
+		return;
+	for (uint32_t i = 0; i < v->nfds; i++)
+		v->fds[i].unheld = true;
+}
+
 /*
  * May buffer f, bound to `bound` when exposed (a reader that may not
  * read every name its producer may write was sent it under that name),
  * be lent to alloc a? Not once a policy reload came after it was shown
  * to another connection that may not read every name (it may have
- * taken that reader's access away: the reader maps the buffer still);
+ * taken that reader's access away: the reader maps the buffer still),
+ * nor once a follower reads it with no hold the daemon keeps (unheld);
  * exposed, only to an alloc of that very name; and a named alloc only
  * takes a buffer that carried its name alone, or none yet (its bytes
  * may hold another name's where a tensor does not cover them), under a
@@ -69,7 +78,8 @@ void td__loan_shown(struct td__version *v, struct td__peer *p)
 static bool lendable(const struct td__vfd *f, struct td_wire_str bound,
 		     const struct td__alloc *a)
 {
-	if (f->shown && f->shown_at != td__d->stats.policy_reloads)
+	if ((f->shown && f->shown_at != td__d->stats.policy_reloads) ||
+	    f->unheld)
 		return false;
 	if (f->exposed && (!a->name_len || !td__alloc_is_for(a, bound)))
 		return false;

@@ -101,6 +101,7 @@ void td__vfd_set(struct td__store *s, struct td__vfd *f, int fd, bool plane,
 	f->uid = uid;
 	f->exposed = false;
 	f->shown = false;
+	f->unheld = false;
 	f->carried = 0;
 	f->mixed = false;
 	td__tenant_add(uid, TD__LIM_FDS, 1);
@@ -181,9 +182,10 @@ void td__freebuf_keep(struct td__store *s, struct td__peer *p, uid_t uid,
 	if (p && !p->dead && p->n_freebufs >= TD__MAX_FREEBUFS)
 		td__freebuf_drop(s, td__container_of(p->freebufs.next,
 						 struct td__freebuf, link));
-	/* an exposed buffer bound to no name, or one shown before a policy
-	 * reload, is lent to nobody again (loan.c, lendable) */
-	if (!p || p->dead || (f->exposed && !name.len) ||
+	/* an exposed buffer bound to no name, one shown before a policy
+	 * reload, or one a follower reads unheld, is lent to nobody again
+	 * (loan.c, lendable) */
+	if (!p || p->dead || (f->exposed && !name.len) || f->unheld ||
 	    (f->shown && f->shown_at != td__d->stats.policy_reloads) ||
 	    !td__acct_fits(s, uid, f->size) ||
 	    !(fb = TD__SPARE_NEW(&s->spare_freebufs, struct td__freebuf,

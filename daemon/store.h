@@ -75,6 +75,12 @@ struct td__vfd {
 	bool shown;
 	uint64_t shown_at;
 	/*
+	 * A follower may read it still with no hold the daemon keeps (its
+	 * follow ended by a policy reload while it read: follow.c,
+	 * bell_end): lent no more, so nothing is written into it again.
+	 */
+	bool unheld;
+	/*
 	 * Recyclable: td__name_tag() of the name it was first published
 	 * under (0 never published), and whether it was published under
 	 * another since. Its bytes may hold what any of them wrote, so a
@@ -653,6 +659,9 @@ bool td__alloc_is_for(const struct td__alloc *a, struct td_wire_str name);
  * name v's producer may write (docs/fastpath.md, "Across names").
  */
 void td__loan_shown(struct td__version *v, struct td__peer *p);
+/* A follower reads v with no hold the daemon keeps (a follow a reload
+ * ended): its recyclable buffers are lent no more (td__vfd.unheld). */
+void td__loan_unheld(struct td__version *v);
 /* A published alloc: off p's list and freed (its bytes moved on). */
 void td__loan_done(struct td__peer *p, struct td__alloc *a);
 /*

@@ -266,7 +266,9 @@ Test(revoke, a_reload_that_takes_a_subscribers_read_ends_the_ring)
 
 /* ---- follows ---- */
 
-static uint64_t cam_put(struct td_client *c)
+/* A version of CAM whose bytes are all fill, from a stream loan (its
+ * buffers recycled) */
+static uint64_t cam_fill(struct td_client *c, uint8_t fill)
 {
 	static const uint64_t shape[1] = {SIZE};
 	uint64_t size = SIZE, v = 0;
@@ -278,10 +280,15 @@ static uint64_t cam_put(struct td_client *c)
 	cr_assert_eq(td_client_alloc_named(c, CAM, 1, &size, TD_ALLOC_STREAM,
 					   &a, &e),
 		     0, "%s", e.reason);
-	memset(td_alloc_data(a, 0), 0x33, SIZE);
+	memset(td_alloc_data(a, 0), fill, SIZE);
 	cr_assert_eq(td_client_publish_alloc(c, a, &p, &v, &e), 0, "%s",
 		     e.reason);
 	return v;
+}
+
+static uint64_t cam_put(struct td_client *c)
+{
+	return cam_fill(c, 0x33);
 }
 
 /* f's next version within 5 s, or -errno (*why the reason). */
@@ -572,6 +579,117 @@ Test(revoke, read_taken_and_given_back_round_after_round_leaves_nothing)
 	}
 	nobody_stop(&n);
 	td_ring_close(r);
+	td_client_close(c);
+	stop();
+}
+
+/* t's first byte */
+static uint8_t first_byte(const struct td_tensor *t)
+{
+	return ((const uint8_t *)td_tensor_plane_data(t, 0))[0];
+}
+
+/*
+ * root follows CAM twice while nobody follows it too, and holds a tensor
+ * from each follow when a reload ends them: a version gone from the name
+ * (which the daemon held for the row) and the current one (which the row
+ * holds). The ends let go of both, but root's tensors are not released:
+ * their bytes stay as they were while CAM's stream goes on. Before, the
+ * stream's next loans were made of those very buffers, and root's
+ * tensors read what the producer wrote after the reload.
+ */
+Test(revoke, a_tensor_held_when_the_reload_ends_its_follow_keeps_its_bytes)
+{
+	struct td_client *c, *g;
+	struct td_follow *f1 = NULL, *f2 = NULL;
+	struct td_tensor *t1 = NULL, *t2 = NULL;
+	struct td_error e = {0};
+	struct nobody n;
+	struct result res;
+	uint64_t v;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as another uid");
+	start();
+	c = root_conn();
+	g = root_conn();
+	(void)cam_fill(c, 1);
+	nobody_start(&n);
+	res = nobody_do(&n, 'F');
+	cr_assert_eq(res.rc, 0, "follow: %s", res.reason);
+	cr_assert_eq(td_client_follow(g, CAM, &f1, &e), 0, "%s", e.reason);
+	cr_assert_eq(td_client_follow(g, CAM, &f2, &e), 0, "%s", e.reason);
+	/* every buffer of the stream mapped: taken with no GET after */
+	for (int i = 0; i < 8; i++) {
+		(void)cam_fill(c, (uint8_t)(2 + i));
+		cr_assert_gt(follow_take(f1, &e), 0, "%s", e.reason);
+		cr_assert_gt(follow_take(f2, &e), 0, "%s", e.reason);
+	}
+	(void)cam_fill(c, 0xa1);
+	cr_assert_eq(td_follow_next(f1, 5000, &t1, &e), 0, "%s", e.reason);
+	(void)cam_fill(c, 0xa2);
+	cr_assert_eq(td_follow_next(f2, 5000, &t2, &e), 0, "%s", e.reason);
+	cr_assert(first_byte(t1) == 0xa1 && first_byte(t2) == 0xa2);
+
+	reload(c, TAKE);
+	for (int i = 0; i < 8; i++)
+		(void)cam_fill(c, (uint8_t)(0x10 + i));
+	cr_expect_eq(first_byte(t1), 0xa1, "the tensor of the version gone "
+		     "reads %#x", first_byte(t1));
+	cr_expect_eq(first_byte(t2), 0xa2, "the tensor of the current "
+		     "version reads %#x", first_byte(t2));
+	td_tensor_release(t1);
+	td_tensor_release(t2);
+	/* made anew on the new bell, and on */
+	v = cam_fill(c, 0x20);
+	cr_assert_eq(follow_take(f1, &e), (int64_t)v, "%s", e.reason);
+	cr_assert_eq(follow_take(f2, &e), (int64_t)v, "%s", e.reason);
+	nobody_stop(&n);
+	td_follow_close(f1);
+	td_follow_close(f2);
+	td_client_close(g);
+	td_client_close(c);
+	stop();
+}
+
+/*
+ * A follower stores its hold of the version `latest` names, then looks
+ * at `latest` again: unchanged, it reads that version. One that stores
+ * it just after a reload ended its follow (it looked at `ended` just
+ * before) must find `latest` moved, and look at `ended`, or it reads a
+ * version whose hold nobody keeps: the end moves `latest` (to 0) before
+ * it reads the rows' holds.
+ */
+Test(revoke, a_follows_end_moves_latest_for_a_hold_that_comes_after_it)
+{
+	const struct td_follow_hdr *bell;
+	struct td_follow_row *row;
+	struct td_client *c;
+	struct nobody n;
+	struct result res;
+	uint64_t latest;
+	int s;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as another uid");
+	start();
+	c = root_conn();
+	(void)cam_put(c);
+	nobody_start(&n);
+	res = nobody_do(&n, 'F');
+	cr_assert_eq(res.rc, 0, "follow: %s", res.reason);
+	s = raw_follow(TD_WIRE_FEAT_FOLLOW_END, &row, NULL, &bell);
+	latest = atomic_load(&bell->latest);
+	cr_assert_neq(latest, 0);
+
+	reload(c, TAKE);
+	cr_assert_eq(atomic_load(&row->ended), ESTALE);
+	cr_assert_neq(atomic_load(&bell->latest), latest,
+		      "a hold stored now finds `latest` as it was");
+	nobody_stop(&n);
+	munmap((void *)bell, TD_FOLLOW_BELL_LEN);
+	munmap(row, TD_FOLLOW_ROW_LEN);
+	close(s);
 	td_client_close(c);
 	stop();
 }

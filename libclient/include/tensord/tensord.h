@@ -705,9 +705,9 @@ TD_EXPORT int td_client_get_many_newer(struct td_client *c, uint32_t count,
  *
  * The name needs not exist yet; a deleted name is followed on to its
  * next version (a ring made under the name meanwhile is not followed:
- * nothing comes until it ends and the name is published again). A
- * version a follower holds is leased: not evicted, not recycled, and it
- * counts against the limits until the follower lets go.
+ * nothing comes until it ends and the name is published again). A held
+ * version is leased (not evicted, counted in the limits) until the
+ * follower lets go or a policy reload ends the follow; never recycled.
  * Returns 0 and *out (end it with td_follow_close()), -EOPNOTSUPP when
  * the daemon does not serve FOLLOW, -EINVAL for a ring name (use
  * td_ring_subscribe()), -EACCES, -EBUSY (64 followers of that name),
