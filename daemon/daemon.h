@@ -382,6 +382,8 @@ struct td__peer {
 	 * followed name's rows */
 	unsigned follow_holds;
 	uint64_t follow_held_bytes;
+	/* ended follows whose fds stay open for its pull (follow-linger.c) */
+	unsigned lingering;
 	struct td__list freebufs; /* its recyclable buffers, oldest first */
 	unsigned n_freebufs;
 	/* the alloc the last PUBLISH with TD_WIRE_PUB_LOAN lent, 0 none */
@@ -711,6 +713,9 @@ void td__follow_peer_gone(struct td__peer *p);
 /* After a policy reload: end the follows of names it took read of from
  * a uid their bell was shown to (follow.c, bell_end). */
 void td__follow_policy_changed(void);
+/* p sent a request since, or is gone: the fds its ended follows kept
+ * open for its pull close (follow-linger.c; p->lingering of them). */
+void td__follow_linger_end(struct td__peer *p);
 /* p's follow holds of versions no longer current (each a lease, as
  * hold_take counts it): how many into *n, their bytes into *bytes. */
 void td__follow_peer_held(const struct td__peer *p, uint32_t *n,

@@ -110,6 +110,9 @@ static void dispatch(struct td__peer *p, size_t n, int *fds, unsigned nfds)
 	/* a stage this peer fired is a publish that comes first */
 	if (p->n_stages)
 		td__stage_owner(p, false);
+	/* it pulled what its ended follows' replies named, if anything */
+	if (p->lingering)
+		td__follow_linger_end(p);
 	op->fn(p, &rq);
 	td__store_trim(0); /* after a burst of RELEASEs, memory goes back */
 }
@@ -130,6 +133,7 @@ static void peer_gone(struct td__peer *p)
 	td__store_peer_gone(p);
 	td__ring_peer_gone(p);
 	td__follow_peer_gone(p);
+	td__follow_linger_end(p);
 	/* a connection is a few records itself (peer, poll, queue); and it
 	 * takes no lease again: the spares its leases became count as freed
 	 * ones, else the end of a burst of connections leaves up to 1024 of

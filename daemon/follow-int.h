@@ -46,6 +46,10 @@ struct follower {
 	 */
 	struct td__lease *cover;
 	bool spare; /* TD_WIRE_FOLLOW_SPARE: td__follow_admit */
+	/* its FOLLOW's reply named the fds by number (no
+	 * TD_WIRE_REQ_SCM): the peer pulls them; peer->requests then */
+	bool by_number;
+	uint64_t req_mark;
 };
 
 /*
@@ -160,5 +164,13 @@ int td__follow_admit(struct td__peer *p, const struct td_wire_hdr *h,
 		     struct td_wire_str name, bool spare);
 /* p's follows, every name's */
 unsigned td__peer_follows(const struct td__peer *p);
+
+/*
+ * follow-linger.c: b's follows are about to end (bell_end): a follower
+ * whose peer may not have pulled its fds yet (by number, no request
+ * since its FOLLOW) keeps them open, its row_fd and b's fd_ro taken
+ * (then -1), until td__follow_linger_end(its peer).
+ */
+void td__follow_linger(struct bell *b);
 
 #endif

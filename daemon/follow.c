@@ -756,7 +756,8 @@ static void bell_free(struct bell *b)
 	td__bell_count--;
 	munmap(b->hdr, TD_FOLLOW_BELL_LEN);
 	close(b->fd_rw);
-	close(b->fd_ro);
+	if (b->fd_ro >= 0) /* -1: it lingers (td__follow_linger) */
+		close(b->fd_ro);
 	free(b);
 }
 
@@ -839,7 +840,8 @@ static bool follower_end(struct bell *b, struct follower *f)
 		td__follow_cover_end(f);
 	td__tenant_sub(uid, TD__LIM_PINNED, f->cur_pin);
 	munmap(f->row, TD_FOLLOW_ROW_LEN);
-	close(f->row_fd);
+	if (f->row_fd >= 0) /* -1: it lingers (td__follow_linger) */
+		close(f->row_fd);
 	td__tenant_sub(uid, TD__LIM_FDS, 1 + (f->wake_fd >= 0));
 	if (f->wake_fd >= 0)
 		close(f->wake_fd);
@@ -965,6 +967,8 @@ void td__follow(struct td__peer *p, const struct td__req *rq)
 	f->id = next_id++;
 	f->wake_fd = -1;
 	f->spare = m.flags & TD_WIRE_FOLLOW_SPARE;
+	f->by_number = !(m.flags & TD_WIRE_REQ_SCM);
+	f->req_mark = p->requests;
 	/* the current version's bytes (td__follow_admit found room) */
 	f->cur_pin = td__follow_pin(b->cur_v, p->uid);
 	(void)td__tenant_add(p->uid, TD__LIM_PINNED, f->cur_pin);
@@ -1144,6 +1148,7 @@ static void bell_end(struct bell *b)
 		else if (cur && cur->number == h)
 			td__loan_unheld(cur);
 	}
+	td__follow_linger(b);
 	for (uint64_t m = b->used; (i = td__row_next(&m)) >= 0;)
 		if (follower_end(b, &b->rows[i]))
 			break;

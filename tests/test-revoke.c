@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -690,6 +691,130 @@ Test(revoke, a_follows_end_moves_latest_for_a_hold_that_comes_after_it)
 	munmap((void *)bell, TD_FOLLOW_BELL_LEN);
 	munmap(row, TD_FOLLOW_ROW_LEN);
 	close(s);
+	td_client_close(c);
+	stop();
+}
+
+/* A raw connection of root's on the pidfd path (HELLO with a probe):
+ * the socket; *pidfd the daemon's pidfd its reply carried. */
+static int raw_pidfd_conn(int *pidfd)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct td_wire_hello_req hr = {TD_IMPORT_AUTO, -1, {"puller", 6},
+				       TD_WIRE_FEAT_FOLLOW |
+					       TD_WIRE_FEAT_FOLLOW_END};
+	struct rawrep r;
+	int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	cr_assert_geq(sock, 0);
+	memcpy(sa.sun_path, D.sock, sizeof(D.sock));
+	cr_assert_eq(connect(sock, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	hr.probe_fd = sock;
+	cr_assert_eq(raw_call(sock, TD_OP_HELLO, 1,
+			      td_wire_hello_req_encode(&hr, RAW_BODY, RAW_CAP),
+			      &r),
+		     0);
+	cr_assert_eq(r.nfds, 1, "no daemon pidfd in HELLO's reply");
+	*pidfd = r.fds[0];
+	return sock;
+}
+
+/* The inode of the daemon's fd number n now, 0 when it is closed. */
+static ino_t daemon_fd_ino(int n)
+{
+	char path[64];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)D.pid, n);
+	return stat(path, &st) == 0 ? st.st_ino : 0;
+}
+
+/*
+ * On the pidfd path a FOLLOW reply names the bell's and the row's fds by
+ * their numbers in the daemon, which the client pulls (pidfd_getfd) once
+ * it reads the reply. A reload that ended the follow before that pull
+ * closed both, and by the pull the numbers named other files: another
+ * name's bell, and no row or another follower's (found by a probe). The
+ * two now stay open, the numbers theirs, until the connection's next
+ * request, and a pull finds the ended follow's own row saying why.
+ */
+Test(revoke, an_ended_follows_fds_stay_until_its_follower_could_pull_them)
+{
+	struct td_wire_ring_sub_req q = {.name = {CAM, sizeof(CAM) - 1}};
+	struct td_wire_ring_close_req cq;
+	struct td_wire_follow_rep rep;
+	struct td_follow_row *row;
+	struct td_follow *of = NULL;
+	struct td_client *c, *g;
+	struct td_error e = {0};
+	struct nobody n;
+	struct result res;
+	struct rawrep r;
+	struct stat st;
+	ino_t ino[TD_WIRE_FOLLOW_FDS];
+	int sock, pidfd, fd;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to act as another uid");
+	start();
+	c = root_conn();
+	g = root_conn();
+	(void)cam_put(c);
+	nobody_start(&n);
+	res = nobody_do(&n, 'F');
+	cr_assert_eq(res.rc, 0, "follow: %s", res.reason);
+	sock = raw_pidfd_conn(&pidfd);
+	cr_assert_eq(raw_call(sock, TD_OP_FOLLOW, 2,
+			      td_wire_ring_sub_req_encode(&q, RAW_BODY,
+							  RAW_CAP),
+			      &r),
+		     0);
+	cr_assert_eq(r.nfds, 0, "numbers, not fds");
+	cr_assert_eq(td_wire_follow_rep_decode(RAW_BODY, r.h.body_len, &rep,
+					       NULL),
+		     0);
+	for (int i = 0; i < TD_WIRE_FOLLOW_FDS; i++) {
+		ino[i] = daemon_fd_ino(rep.fds[i].fd);
+		cr_assert_neq(ino[i], 0);
+	}
+	/* before the pull: the reload ends the follow, another name is
+	 * followed (new descriptors in the daemon) */
+	reload(c, TAKE);
+	cr_assert_eq(td_client_follow(g, "other/x", &of, &e), 0, "%s",
+		     e.reason);
+	for (int i = 0; i < TD_WIRE_FOLLOW_FDS; i++) {
+		fd = (int)syscall(SYS_pidfd_getfd, pidfd, rep.fds[i].fd, 0);
+		cr_assert_geq(fd, 0, "the reply's fd %d: %s", rep.fds[i].fd,
+			      strerror(errno));
+		cr_assert_eq(fstat(fd, &st), 0);
+		cr_assert_eq(st.st_ino, ino[i],
+			     "the reply's fd %d names another file now",
+			     rep.fds[i].fd);
+		if (i == 1) {
+			row = mmap(NULL, TD_FOLLOW_ROW_LEN, PROT_READ,
+				   MAP_SHARED, fd, 0);
+			cr_assert_neq(row, MAP_FAILED);
+			cr_assert_eq(atomic_load(&row->ended), ESTALE);
+			munmap(row, TD_FOLLOW_ROW_LEN);
+		}
+		close(fd);
+	}
+	/* its next request: they close */
+	cq.id = rep.id;
+	cr_assert_eq(raw_call(sock, TD_OP_FOLLOW_CLOSE, 3,
+			      td_wire_ring_close_req_encode(&cq, RAW_BODY,
+							    RAW_CAP),
+			      &r),
+		     -ENOENT);
+	for (int i = 0; i < TD_WIRE_FOLLOW_FDS; i++)
+		cr_assert_neq(daemon_fd_ino(rep.fds[i].fd), ino[i],
+			      "fd %d still open after a request",
+			      rep.fds[i].fd);
+	close(pidfd);
+	close(sock);
+	nobody_stop(&n);
+	td_follow_close(of);
+	td_client_close(g);
 	td_client_close(c);
 	stop();
 }
