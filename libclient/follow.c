@@ -748,7 +748,8 @@ static int follow_again(struct td_follow *f, struct td_error *err)
 	struct td_follow *n = NULL, keep = *f;
 	int rc;
 
-	rc = follow_make(f->c, f->name, false, &n, err);
+	/* as td_client_follow: get_newer's own follows give way first */
+	rc = td_client_follow(f->c, f->name, &n, err);
 	if (rc < 0)
 		return rc;
 	if (f->efd >= 0) {
