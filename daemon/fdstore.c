@@ -781,7 +781,7 @@ static int restore_newest(size_t stored)
 }
 
 /*
- * Can images be rewritten in fd, as write_image() does? A memfd opened
+ * Can images be rewritten in fd, as fdstore-image.c does? A memfd opened
  * read-write without seals against writing or resizing. A sealed one
  * (which no daemon of ours makes) failed every write for the whole run,
  * so nothing published in it survived the next restart; a file that is
