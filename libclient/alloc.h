@@ -22,6 +22,8 @@ struct td_alloc {
 	bool stream; /* TD_ALLOC_STREAM: its PUBLISH asks for the next loan */
 	bool rewrite; /* TD_ALLOC_REWRITE sent: the next loan is an ALLOC */
 	bool rw_asked; /* TD_ALLOC_REWRITE given: its fill time is kept */
+	bool marked; /* rewritable (td__rewrite_marked): its publish names
+		      * what the daemon may take back next */
 	uint64_t lent_at; /* a lent loan: c->lent_clock when it was kept */
 	int64_t handed_ns; /* when td_client_alloc_ex returned it */
 	/* planes the daemon left for this client to reserve (bit i) */

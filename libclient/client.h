@@ -357,6 +357,10 @@ struct td_client {
 	 * shorter than rewrite_fill_ns ($TENSORD_REWRITE_FILL_US): a stream
 	 * loan */
 	int64_t rw_fill_ns, rewrite_fill_ns;
+	/* the name of the last rewritable loan published, the one the
+	 * daemon may take back (rw_last_len 0: none yet) */
+	uint16_t rw_last_len;
+	char rw_last[TD_WIRE_MAX_NAME];
 	/* new planes reserved here (TD_WIRE_ALLOC_RESERVE), not in the
 	 * daemon; $TENSORD_ALLOC_RESERVE=daemon: false */
 	bool reserve_self;
@@ -698,7 +702,8 @@ void td__produce_env(struct td_client *c);
 bool td__rewrite_marked(const struct td_client *c, uint32_t flags,
 			bool recycle, uint32_t plane_count,
 			const uint64_t *sizes);
-bool td__rewrite_now(const struct td_client *c, bool marked);
+bool td__rewrite_now(const struct td_client *c, bool marked,
+		     const char *name, size_t name_len);
 /* The reply to the PUBLISH of td_client_publish_alloc_nowait, read while
  * waiting for another (lock held): take its outcome, close its fds. */
 void td__pub_answered(struct td_client *c, struct td__msg *m);

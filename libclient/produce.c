@@ -307,13 +307,14 @@ int td_client_alloc_named(struct td_client *c, const char *name,
 	recycle = (flags & (TD_ALLOC_RECYCLE | TD_ALLOC_STREAM)) &&
 		  td__has(c, TD_WIRE_FEAT_ALLOC_RECYCLE);
 	marked = td__rewrite_marked(c, flags, recycle, plane_count, sizes);
-	rewrite = td__rewrite_now(c, marked);
+	rewrite = td__rewrite_now(c, marked, a->name, a->name_len);
 	lent = td__lent_claim(c, a, plane_count, sizes,
 			      (flags & TD_ALLOC_STREAM) && !rewrite);
 	if (lent) {
 		/* lent by a PUBLISH reply of this name: no round trip */
 		free(a);
 		a = lent;
+		a->marked = marked;
 		loan_handed(a, flags);
 		td__client_ref(c);
 		pthread_mutex_unlock(&c->lock);
@@ -329,6 +330,7 @@ int td_client_alloc_named(struct td_client *c, const char *name,
 		goto fail;
 	a->stream = recycle && (flags & TD_ALLOC_STREAM);
 	a->rewrite = rewrite;
+	a->marked = marked;
 	td__client_ref(c);
 	pthread_mutex_unlock(&c->lock);
 	rc = alloc_reserve(a, err);
@@ -1126,6 +1128,10 @@ static int publish_alloc(struct td_client *c, struct td_alloc *a,
 	 */
 	if (a->rw_asked)
 		c->rw_fill_ns = td__now_ns() - a->handed_ns;
+	if (a->marked && p->name && strlen(p->name) <= TD_WIRE_MAX_NAME) {
+		c->rw_last_len = (uint16_t)strlen(p->name);
+		memcpy(c->rw_last, p->name, c->rw_last_len);
+	}
 	td__alloc_unmap(a);
 	rc = td__alloc_seal(a, -1, err);
 	if (rc == 0)

@@ -2223,6 +2223,59 @@ Test(recycle, a_rewrite_waits_for_a_producer_that_fills_its_tensors)
 	tu_daemon_stop(&d, true);
 }
 
+/*
+ * A producer of two names in turn, each loan TD_ALLOC_REWRITE and named:
+ * the daemon takes back only the version this connection published last,
+ * of the other name here, so asking it for the take-back was refused at
+ * every loan, an ALLOC round trip each, whose buffers came from the free
+ * list or new (8 MiB over four names: 8x the time of one name,
+ * bench/README.md). The library asks it only for the name it published
+ * last; otherwise each name's loan is the one its last PUBLISH lent: two
+ * ALLOCs per name at the start, whatever the rounds.
+ */
+Test(recycle, a_rewrite_loan_of_another_name_is_its_lent_loan)
+{
+	enum { ROUNDS = 20 };
+	const char *names[2] = {"rw/a", "rw/b"};
+	char http[96], addr[110];
+	const char *args[] = {"--max-bytes", "64M", "--http", addr, NULL};
+	struct tu_daemon d;
+	struct td_client *prod;
+	struct td_alloc *a;
+	struct td_error e = {0};
+	uint64_t size = 16 * KIB;
+	unsigned long long allocs;
+
+	snprintf(http, sizeof(http), "/tmp/td-rw-http-%d", (int)getpid());
+	snprintf(addr, sizeof(addr), "unix:%s", http);
+	tu_daemon_start_args(&d, "warn", args);
+	prod = rw_conn(&d, "pidfd");
+	for (int r = 0; r < ROUNDS; r++)
+		for (int i = 0; i < 2; i++) {
+			cr_assert_eq(td_client_alloc_named(prod, names[i], 1,
+							   &size,
+							   TD_ALLOC_REWRITE,
+							   &a, &e),
+				     0, "%s", e.reason);
+			publish(prod, a, names[i], (uint8_t)r);
+		}
+	allocs = tu_metric_unix(http, "tensord_requests_total{op=\"ALLOC\","
+				      "result=\"ok\"}");
+	/* two a name at the start (a PUBLISH lends a free buffer: the
+	 * first version's, once the second replaced it), none after */
+	cr_assert_leq(allocs, 4, "%llu ALLOCs for %d loans of 2 names",
+		      allocs, 2 * ROUNDS);
+	/* the same name again: its last version is taken back */
+	cr_assert_eq(td_client_alloc_named(prod, "rw/b", 1, &size,
+					   TD_ALLOC_REWRITE, &a, &e),
+		     0, "%s", e.reason);
+	cr_assert_eq(current_of(prod, "rw/b"), -ENOENT, "not taken back");
+	td_alloc_free(a);
+	td_client_close(prod);
+	tu_daemon_stop(&d, true);
+	unlink(http);
+}
+
 static uint64_t clients_of(const struct td_status *st)
 {
 	return st->client_count;

@@ -441,9 +441,8 @@ TD_EXPORT int td_client_alloc(struct td_client *c, uint32_t plane_count,
  * (ping-pong, lock step, fan-out with acknowledgements): a reader that
  * comes after the producer's next ALLOC does not get the version before
  * it. One rewritten name per connection: the ALLOC takes back the one
- * this connection published last with the flag (a td_client_alloc_named()
- * one only when that is its own name). A daemon that predates the flag
- * gives a stream loan.
+ * this connection published last with the flag; a td_client_alloc_named()
+ * loan of another name is a stream loan. Old daemons: a stream loan.
  */
 #define TD_ALLOC_REWRITE 0x4u
 
